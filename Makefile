@@ -1,0 +1,53 @@
+# stratalog: `make run` and `make test` set everything up on a fresh machine, idempotently.
+# Every tool comes from .venv, which this file creates; nothing is installed globally.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.stamp-installed
+DATA_DIR ?= ./data
+
+.PHONY: run test unit lint install proto bench clean help
+
+help:
+	@echo "make run     set up .venv and start the server (data in $(DATA_DIR), 127.0.0.1:50051)"
+	@echo "make test    set up .venv and run every test (lint, unit, integration)"
+	@echo "make lint    ruff and the import-linter contracts"
+	@echo "make bench   run the benchmarks and print their figures"
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+# Reinstall when the project's metadata changes; pip is idempotent, the stamp only saves time.
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet --upgrade pip setuptools wheel
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: install
+	$(VENV)/bin/stratalog serve --log-dirs $(DATA_DIR)
+
+# import-linter needs the package as one folder tree; ours is mapped from several folders
+# (pyproject's package-dir), so the contracts run on a tree of symlinks under build/.
+IMPORTLINT_ROOT := build/importlint
+lint: install
+	$(VENV)/bin/ruff check .
+	rm -rf $(IMPORTLINT_ROOT) && mkdir -p $(IMPORTLINT_ROOT)/stratalog
+	cp stratalog_pkg/__init__.py $(IMPORTLINT_ROOT)/stratalog/
+	for p in records server client cli; do ln -s ../../../$$p $(IMPORTLINT_ROOT)/stratalog/$$p; done
+	ln -s ../../../proto/stratalog/v1 $(IMPORTLINT_ROOT)/stratalog/v1
+	PYTHONPATH=$(IMPORTLINT_ROOT) $(VENV)/bin/lint-imports
+
+unit: install
+	$(VENV)/bin/pytest tests/unit
+
+test: install lint
+	$(VENV)/bin/pytest
+
+bench: install
+	$(PY) -m benchmarks.run
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache

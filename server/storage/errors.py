@@ -1,0 +1,104 @@
+"""The error tree of ``stratalog.server.storage``.
+
+Operating errors (bad input, bad files, full disks) are exceptions from this tree, or from
+:mod:`stratalog.records.errors` when the bytes of a batch are at fault; ``server/status.py`` is the
+one place that turns both into gRPC statuses. Programmer errors are assertions.
+
+    StorageError
+    ├── OffsetOutOfRangeError      a read or lookup outside [log_start_offset, log_end_offset]
+    ├── InvalidOffsetError         an index append that is not strictly increasing
+    ├── OffsetOverflowError        an offset too far from a segment's base offset (> 2^31 - 1)
+    ├── CorruptIndexError          an index file that fails its sanity check
+    ├── RecordBatchTooLargeError   an append larger than segment.bytes
+    ├── InvalidTimestampError      a CreateTime outside message.timestamp.{before,after}.max.ms
+    ├── InvalidConfigError         an unknown config name or a value out of its range
+    ├── InvalidTopicError          a topic name or partition count that is not allowed
+    ├── UnknownTopicOrPartitionError
+    ├── TopicAlreadyExistsError
+    ├── LogDirLockedError          another process holds a log directory's .lock
+    ├── LogClosedError             an operation on a closed log
+    └── StorageIOError             an OSError while reading or writing a log (disk full, EIO)
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CorruptIndexError",
+    "InvalidConfigError",
+    "InvalidOffsetError",
+    "InvalidTimestampError",
+    "InvalidTopicError",
+    "LogClosedError",
+    "LogDirLockedError",
+    "OffsetOutOfRangeError",
+    "OffsetOverflowError",
+    "RecordBatchTooLargeError",
+    "StorageError",
+    "StorageIOError",
+    "TopicAlreadyExistsError",
+    "UnknownTopicOrPartitionError",
+]
+
+
+class StorageError(Exception):
+    """Base of every operating error of the storage engine."""
+
+
+class OffsetOutOfRangeError(StorageError):
+    """An offset below the log start offset or above the log end offset.
+
+    Carries the log's bounds so that a client can tell which side it fell off.
+    """
+
+    def __init__(self, message: str, *, log_start_offset: int, log_end_offset: int) -> None:
+        super().__init__(message)
+        self.log_start_offset = log_start_offset
+        self.log_end_offset = log_end_offset
+
+
+class InvalidOffsetError(StorageError):
+    """An index append whose offset does not increase (Kafka's InvalidOffsetException)."""
+
+
+class OffsetOverflowError(StorageError):
+    """An offset more than 2^31 - 1 past a segment's base offset cannot be indexed in it."""
+
+
+class CorruptIndexError(StorageError):
+    """An ``.index``/``.timeindex`` file fails its sanity check (Kafka's CorruptIndexException)."""
+
+
+class RecordBatchTooLargeError(StorageError):
+    """An append larger than ``segment.bytes``: no segment could ever hold it."""
+
+
+class InvalidTimestampError(StorageError):
+    """A CreateTime timestamp outside the topic's accepted window, or a bad timestamp type."""
+
+
+class InvalidConfigError(StorageError):
+    """An unknown config name, or a value that does not parse or is out of range."""
+
+
+class InvalidTopicError(StorageError):
+    """A topic name or partition count that is not allowed."""
+
+
+class UnknownTopicOrPartitionError(StorageError):
+    """No such topic, or no such partition of it."""
+
+
+class TopicAlreadyExistsError(StorageError):
+    """A topic of that name exists already."""
+
+
+class LogDirLockedError(StorageError):
+    """Another process holds the ``.lock`` of a log directory."""
+
+
+class LogClosedError(StorageError):
+    """The log was closed (or is shutting down) and takes no more operations."""
+
+
+class StorageIOError(StorageError):
+    """An ``OSError`` while reading or writing log files (disk full, I/O error, permissions)."""
