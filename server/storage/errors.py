@@ -9,6 +9,8 @@ one place that turns both into gRPC statuses. Programmer errors are assertions.
     ├── InvalidOffsetError         an index append that is not strictly increasing
     ├── OffsetOverflowError        an offset too far from a segment's base offset (> 2^31 - 1)
     ├── CorruptIndexError          an index file that fails its sanity check
+    ├── IndexFullError             an append to an index with no free slot (the log must roll first)
+    ├── InvalidSegmentFileNameError  a file name that is not <20-digit offset>.<suffix> (also ValueError)
     ├── RecordBatchTooLargeError   an append larger than segment.bytes
     ├── InvalidTimestampError      a CreateTime outside message.timestamp.{before,after}.max.ms
     ├── InvalidConfigError         an unknown config name or a value out of its range
@@ -24,8 +26,10 @@ from __future__ import annotations
 
 __all__ = [
     "CorruptIndexError",
+    "IndexFullError",
     "InvalidConfigError",
     "InvalidOffsetError",
+    "InvalidSegmentFileNameError",
     "InvalidTimestampError",
     "InvalidTopicError",
     "LogClosedError",
@@ -66,6 +70,21 @@ class OffsetOverflowError(StorageError):
 
 class CorruptIndexError(StorageError):
     """An ``.index``/``.timeindex`` file fails its sanity check (Kafka's CorruptIndexException)."""
+
+
+class IndexFullError(StorageError):
+    """An append to an index whose slots are all used (Kafka's "Attempt to append to a full index").
+
+    Callers check ``is_full`` before appending (a full index forces a segment roll), so this is
+    raised only when that check was skipped.
+    """
+
+
+class InvalidSegmentFileNameError(StorageError, ValueError):
+    """A file name that does not start with a decimal offset followed by a dot.
+
+    Also a ``ValueError``, as Kafka's ``offsetFromFileName`` fails with ``NumberFormatException``.
+    """
 
 
 class RecordBatchTooLargeError(StorageError):
