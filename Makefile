@@ -46,6 +46,12 @@ unit: install
 test: install lint
 	$(VENV)/bin/pytest
 
+# Regenerates the committed gRPC/protobuf modules from the .proto; tests/unit/test_proto.py fails
+# when they drift apart, so run this after every edit of broker.proto and commit the result.
+proto: install
+	$(PY) -m grpc_tools.protoc -Iproto --python_out=proto --pyi_out=proto --grpc_python_out=proto \
+		proto/stratalog/v1/broker.proto
+
 bench: install
 	$(PY) -m benchmarks.run
 

@@ -1,0 +1,368 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ERROR_REASON_UNSPECIFIED: _ClassVar[ErrorReason]
+    UNKNOWN_TOPIC_OR_PARTITION: _ClassVar[ErrorReason]
+    OFFSET_OUT_OF_RANGE: _ClassVar[ErrorReason]
+    CORRUPT_RECORD: _ClassVar[ErrorReason]
+    INVALID_RECORD: _ClassVar[ErrorReason]
+    RECORD_TOO_LARGE: _ClassVar[ErrorReason]
+    INVALID_TOPIC: _ClassVar[ErrorReason]
+    TOPIC_ALREADY_EXISTS: _ClassVar[ErrorReason]
+    INVALID_TIMESTAMP: _ClassVar[ErrorReason]
+    INVALID_CONFIG: _ClassVar[ErrorReason]
+    INVALID_REQUEST: _ClassVar[ErrorReason]
+    STORAGE_FULL: _ClassVar[ErrorReason]
+    STORAGE_ERROR: _ClassVar[ErrorReason]
+    SHUTTING_DOWN: _ClassVar[ErrorReason]
+    AUTHENTICATION_FAILED: _ClassVar[ErrorReason]
+    NOT_AUTHORIZED: _ClassVar[ErrorReason]
+
+class Compression(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    COMPRESSION_NONE: _ClassVar[Compression]
+    COMPRESSION_GZIP: _ClassVar[Compression]
+    COMPRESSION_SNAPPY: _ClassVar[Compression]
+    COMPRESSION_LZ4: _ClassVar[Compression]
+    COMPRESSION_ZSTD: _ClassVar[Compression]
+
+class TimestampType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TIMESTAMP_TYPE_UNSPECIFIED: _ClassVar[TimestampType]
+    CREATE_TIME: _ClassVar[TimestampType]
+    LOG_APPEND_TIME: _ClassVar[TimestampType]
+
+class FetchFormat(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    FETCH_FORMAT_RECORDS: _ClassVar[FetchFormat]
+    FETCH_FORMAT_RECORD_BATCHES: _ClassVar[FetchFormat]
+
+class IsolationLevel(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    READ_UNCOMMITTED: _ClassVar[IsolationLevel]
+    READ_COMMITTED: _ClassVar[IsolationLevel]
+ERROR_REASON_UNSPECIFIED: ErrorReason
+UNKNOWN_TOPIC_OR_PARTITION: ErrorReason
+OFFSET_OUT_OF_RANGE: ErrorReason
+CORRUPT_RECORD: ErrorReason
+INVALID_RECORD: ErrorReason
+RECORD_TOO_LARGE: ErrorReason
+INVALID_TOPIC: ErrorReason
+TOPIC_ALREADY_EXISTS: ErrorReason
+INVALID_TIMESTAMP: ErrorReason
+INVALID_CONFIG: ErrorReason
+INVALID_REQUEST: ErrorReason
+STORAGE_FULL: ErrorReason
+STORAGE_ERROR: ErrorReason
+SHUTTING_DOWN: ErrorReason
+AUTHENTICATION_FAILED: ErrorReason
+NOT_AUTHORIZED: ErrorReason
+COMPRESSION_NONE: Compression
+COMPRESSION_GZIP: Compression
+COMPRESSION_SNAPPY: Compression
+COMPRESSION_LZ4: Compression
+COMPRESSION_ZSTD: Compression
+TIMESTAMP_TYPE_UNSPECIFIED: TimestampType
+CREATE_TIME: TimestampType
+LOG_APPEND_TIME: TimestampType
+FETCH_FORMAT_RECORDS: FetchFormat
+FETCH_FORMAT_RECORD_BATCHES: FetchFormat
+READ_UNCOMMITTED: IsolationLevel
+READ_COMMITTED: IsolationLevel
+
+class Header(_message.Message):
+    __slots__ = ("key", "value")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    value: bytes
+    def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
+
+class Record(_message.Message):
+    __slots__ = ("offset", "timestamp", "key", "value", "headers", "timestamp_type")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    HEADERS_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_TYPE_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    timestamp: int
+    key: bytes
+    value: bytes
+    headers: _containers.RepeatedCompositeFieldContainer[Header]
+    timestamp_type: TimestampType
+    def __init__(self, offset: _Optional[int] = ..., timestamp: _Optional[int] = ..., key: _Optional[bytes] = ..., value: _Optional[bytes] = ..., headers: _Optional[_Iterable[_Union[Header, _Mapping]]] = ..., timestamp_type: _Optional[_Union[TimestampType, str]] = ...) -> None: ...
+
+class ProduceRequest(_message.Message):
+    __slots__ = ("topic", "partition", "records", "record_batches", "compression", "flush")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    RECORD_BATCHES_FIELD_NUMBER: _ClassVar[int]
+    COMPRESSION_FIELD_NUMBER: _ClassVar[int]
+    FLUSH_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    records: _containers.RepeatedCompositeFieldContainer[Record]
+    record_batches: bytes
+    compression: Compression
+    flush: bool
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., records: _Optional[_Iterable[_Union[Record, _Mapping]]] = ..., record_batches: _Optional[bytes] = ..., compression: _Optional[_Union[Compression, str]] = ..., flush: _Optional[bool] = ...) -> None: ...
+
+class ProduceResponse(_message.Message):
+    __slots__ = ("base_offset", "last_offset", "log_append_time", "log_start_offset", "record_count")
+    BASE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAST_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LOG_APPEND_TIME_FIELD_NUMBER: _ClassVar[int]
+    LOG_START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    RECORD_COUNT_FIELD_NUMBER: _ClassVar[int]
+    base_offset: int
+    last_offset: int
+    log_append_time: int
+    log_start_offset: int
+    record_count: int
+    def __init__(self, base_offset: _Optional[int] = ..., last_offset: _Optional[int] = ..., log_append_time: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., record_count: _Optional[int] = ...) -> None: ...
+
+class FetchByOffsetRequest(_message.Message):
+    __slots__ = ("topic", "partition", "offset", "max_bytes", "max_wait_ms", "min_bytes", "format", "isolation_level")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MAX_WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    MIN_BYTES_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    ISOLATION_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    offset: int
+    max_bytes: int
+    max_wait_ms: int
+    min_bytes: int
+    format: FetchFormat
+    isolation_level: IsolationLevel
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., max_bytes: _Optional[int] = ..., max_wait_ms: _Optional[int] = ..., min_bytes: _Optional[int] = ..., format: _Optional[_Union[FetchFormat, str]] = ..., isolation_level: _Optional[_Union[IsolationLevel, str]] = ...) -> None: ...
+
+class FetchByTimestampRequest(_message.Message):
+    __slots__ = ("topic", "partition", "timestamp", "max_bytes", "format", "isolation_level")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    ISOLATION_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    timestamp: int
+    max_bytes: int
+    format: FetchFormat
+    isolation_level: IsolationLevel
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., timestamp: _Optional[int] = ..., max_bytes: _Optional[int] = ..., format: _Optional[_Union[FetchFormat, str]] = ..., isolation_level: _Optional[_Union[IsolationLevel, str]] = ...) -> None: ...
+
+class FetchResponse(_message.Message):
+    __slots__ = ("topic", "partition", "high_watermark", "log_start_offset", "next_offset", "records", "record_batches", "matched_offset", "matched_timestamp", "aborted_transactions")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    HIGH_WATERMARK_FIELD_NUMBER: _ClassVar[int]
+    LOG_START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    RECORD_BATCHES_FIELD_NUMBER: _ClassVar[int]
+    MATCHED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MATCHED_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    ABORTED_TRANSACTIONS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    high_watermark: int
+    log_start_offset: int
+    next_offset: int
+    records: _containers.RepeatedCompositeFieldContainer[Record]
+    record_batches: bytes
+    matched_offset: int
+    matched_timestamp: int
+    aborted_transactions: _containers.RepeatedCompositeFieldContainer[AbortedTransaction]
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., high_watermark: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., next_offset: _Optional[int] = ..., records: _Optional[_Iterable[_Union[Record, _Mapping]]] = ..., record_batches: _Optional[bytes] = ..., matched_offset: _Optional[int] = ..., matched_timestamp: _Optional[int] = ..., aborted_transactions: _Optional[_Iterable[_Union[AbortedTransaction, _Mapping]]] = ...) -> None: ...
+
+class AbortedTransaction(_message.Message):
+    __slots__ = ("producer_id", "first_offset")
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    FIRST_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    producer_id: int
+    first_offset: int
+    def __init__(self, producer_id: _Optional[int] = ..., first_offset: _Optional[int] = ...) -> None: ...
+
+class ListOffsetsRequest(_message.Message):
+    __slots__ = ("topic", "partition", "timestamp", "isolation_level")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    ISOLATION_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    timestamp: int
+    isolation_level: IsolationLevel
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., timestamp: _Optional[int] = ..., isolation_level: _Optional[_Union[IsolationLevel, str]] = ...) -> None: ...
+
+class ListOffsetsResponse(_message.Message):
+    __slots__ = ("offset", "timestamp")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    timestamp: int
+    def __init__(self, offset: _Optional[int] = ..., timestamp: _Optional[int] = ...) -> None: ...
+
+class SubscribeRequest(_message.Message):
+    __slots__ = ("topic", "partition", "offset", "timestamp", "max_bytes", "format", "isolation_level")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    ISOLATION_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    max_bytes: int
+    format: FetchFormat
+    isolation_level: IsolationLevel
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., timestamp: _Optional[int] = ..., max_bytes: _Optional[int] = ..., format: _Optional[_Union[FetchFormat, str]] = ..., isolation_level: _Optional[_Union[IsolationLevel, str]] = ...) -> None: ...
+
+class DeleteRecordsRequest(_message.Message):
+    __slots__ = ("topic", "partition", "before_offset")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    BEFORE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    before_offset: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., before_offset: _Optional[int] = ...) -> None: ...
+
+class DeleteRecordsResponse(_message.Message):
+    __slots__ = ("log_start_offset",)
+    LOG_START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    log_start_offset: int
+    def __init__(self, log_start_offset: _Optional[int] = ...) -> None: ...
+
+class CreateTopicRequest(_message.Message):
+    __slots__ = ("name", "partitions", "configs")
+    class ConfigsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    CONFIGS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    partitions: int
+    configs: _containers.ScalarMap[str, str]
+    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[int] = ..., configs: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class CreateTopicResponse(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: TopicDescription
+    def __init__(self, topic: _Optional[_Union[TopicDescription, _Mapping]] = ...) -> None: ...
+
+class DeleteTopicRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class DeleteTopicResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListTopicsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListTopicsResponse(_message.Message):
+    __slots__ = ("topics",)
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    topics: _containers.RepeatedCompositeFieldContainer[TopicDescription]
+    def __init__(self, topics: _Optional[_Iterable[_Union[TopicDescription, _Mapping]]] = ...) -> None: ...
+
+class DescribeTopicRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class DescribeTopicResponse(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: TopicDescription
+    def __init__(self, topic: _Optional[_Union[TopicDescription, _Mapping]] = ...) -> None: ...
+
+class AlterTopicConfigsRequest(_message.Message):
+    __slots__ = ("name", "set", "delete")
+    class SetEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SET_FIELD_NUMBER: _ClassVar[int]
+    DELETE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    set: _containers.ScalarMap[str, str]
+    delete: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., set: _Optional[_Mapping[str, str]] = ..., delete: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class AlterTopicConfigsResponse(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: TopicDescription
+    def __init__(self, topic: _Optional[_Union[TopicDescription, _Mapping]] = ...) -> None: ...
+
+class TopicDescription(_message.Message):
+    __slots__ = ("name", "configs", "partitions")
+    class ConfigsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    CONFIGS_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    configs: _containers.ScalarMap[str, str]
+    partitions: _containers.RepeatedCompositeFieldContainer[PartitionDescription]
+    def __init__(self, name: _Optional[str] = ..., configs: _Optional[_Mapping[str, str]] = ..., partitions: _Optional[_Iterable[_Union[PartitionDescription, _Mapping]]] = ...) -> None: ...
+
+class PartitionDescription(_message.Message):
+    __slots__ = ("partition", "log_start_offset", "log_end_offset", "size_bytes", "segment_count", "log_dir", "max_timestamp")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    LOG_START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LOG_END_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SEGMENT_COUNT_FIELD_NUMBER: _ClassVar[int]
+    LOG_DIR_FIELD_NUMBER: _ClassVar[int]
+    MAX_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    log_start_offset: int
+    log_end_offset: int
+    size_bytes: int
+    segment_count: int
+    log_dir: str
+    max_timestamp: int
+    def __init__(self, partition: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., log_end_offset: _Optional[int] = ..., size_bytes: _Optional[int] = ..., segment_count: _Optional[int] = ..., log_dir: _Optional[str] = ..., max_timestamp: _Optional[int] = ...) -> None: ...
