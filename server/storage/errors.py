@@ -9,6 +9,8 @@ one place that turns both into gRPC statuses. Programmer errors are assertions.
     ├── InvalidOffsetError         an index append that is not strictly increasing
     ├── OffsetOverflowError        an offset too far from a segment's base offset (> 2^31 - 1)
     ├── CorruptIndexError          an index file that fails its sanity check
+    ├── CorruptCheckpointError     a checkpoint or meta.properties file of a log directory that
+    │                              does not parse (names the file and the line)
     ├── IndexFullError             an append to an index with no free slot (the log must roll first)
     ├── InvalidSegmentFileNameError  a file name that is not <20-digit offset>.<suffix> (also ValueError)
     ├── RecordBatchTooLargeError   an append larger than segment.bytes
@@ -25,6 +27,7 @@ one place that turns both into gRPC statuses. Programmer errors are assertions.
 from __future__ import annotations
 
 __all__ = [
+    "CorruptCheckpointError",
     "CorruptIndexError",
     "IndexFullError",
     "InvalidConfigError",
@@ -70,6 +73,21 @@ class OffsetOverflowError(StorageError):
 
 class CorruptIndexError(StorageError):
     """An ``.index``/``.timeindex`` file fails its sanity check (Kafka's CorruptIndexException)."""
+
+
+class CorruptCheckpointError(StorageError):
+    """A metadata file of a log directory that does not parse: an offset checkpoint
+    (``recovery-point-offset-checkpoint``, ``log-start-offset-checkpoint``) or ``meta.properties``.
+
+    Kafka raises ``IOException("Malformed line ...")`` and friends here. ``path`` is the file and
+    ``line_number`` the 1-based line at fault, or ``None`` when the fault is not one line (an
+    entry count that does not match the entries, bytes that are not text).
+    """
+
+    def __init__(self, message: str, *, path: str, line_number: int | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.line_number = line_number
 
 
 class IndexFullError(StorageError):
