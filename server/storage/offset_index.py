@@ -1,0 +1,240 @@
+"""The offset index (``.index``): sparse map from offsets to byte positions in a segment's ``.log``.
+
+A segment appends an entry every ``index.interval.bytes`` of log. An entry says "the append that
+starts at byte ``position`` of the ``.log`` ends at offset ``base_offset + relative_offset``". To
+read offset ``o`` the segment takes the entry with the largest offset ``<= o`` and scans batch
+headers forward from its position; an offset before the first entry scans from position 0.
+
+Byte layout: entries of 8 bytes, big-endian, no header, no checksum (Kafka's ``OffsetIndex``)::
+
+    offset size field
+         0    4 relative_offset   int32, offset - base_offset, in [0, 2^31 - 1]
+         4    4 position          int32, byte position of the append in the .log
+
+    base offset 100, entry (offset 105, position 4096) -> 00000005 00001000
+
+Entries are strictly increasing in offset (and, as written by a segment, in position).
+"""
+
+from __future__ import annotations
+
+import mmap
+import struct
+from pathlib import Path
+from typing import NamedTuple
+
+from .errors import CorruptIndexError, IndexFullError, InvalidOffsetError
+from .index import INT32_MAX, Index
+
+__all__ = ["DEFAULT_MAX_INDEX_SIZE_BYTES", "OffsetIndex", "OffsetPosition"]
+
+DEFAULT_MAX_INDEX_SIZE_BYTES = 10 * 1024 * 1024  # segment.index.bytes
+
+_ENTRY = struct.Struct(
+    ">"
+    "i"  # relative_offset
+    "i"  # position
+)
+_RELATIVE_OFFSET = struct.Struct(">i")
+_POSITION = struct.Struct(">i")  # read at slot * 8 + 4
+
+
+class OffsetPosition(NamedTuple):
+    """An offset and the byte position in the ``.log`` where the batch holding it starts."""
+
+    offset: int
+    position: int
+
+
+class OffsetIndex(Index):
+    """The ``.index`` file of one segment: (offset, position) entries, strictly increasing.
+
+    Holds what :class:`~stratalog.server.storage.index.Index` holds plus ``last_offset``, the
+    offset of the last entry (``base_offset`` when empty), kept in memory.
+
+    Invariants: entry offsets strictly increase and lie in ``[base_offset, base_offset +
+    2^31 - 1]``; ``last_offset`` equals the last entry's offset. Full at ``entries ==
+    max_entries``.
+
+    Crash behaviour: as for every index: not checksummed; an untrimmed file reopens as full of
+    ``(base_offset, 0)`` entries, which :meth:`sanity_check` does not catch (their offset equals
+    the base offset) but :meth:`check` does; recovery rebuilds the file from the ``.log``.
+
+    Concurrency: single writer (PartitionLog serialises :meth:`append`, :meth:`truncate_to`,
+    resizes and close); :meth:`lookup`, :meth:`entry` and :meth:`fetch_upper_bound_offset` may run
+    concurrently from reader threads and never see a half-written entry.
+    """
+
+    ENTRY_SIZE = _ENTRY.size
+
+    def __init__(
+        self,
+        path: Path | str,
+        base_offset: int,
+        max_index_size_bytes: int = DEFAULT_MAX_INDEX_SIZE_BYTES,
+    ) -> None:
+        super().__init__(path, base_offset, max_index_size_bytes)
+        self._last_offset = self._read_last_offset()
+
+    @property
+    def last_offset(self) -> int:
+        """The offset of the last entry, or ``base_offset`` if the index is empty."""
+        return self._last_offset
+
+    def append(self, offset: int, position: int) -> None:
+        """Add the entry (``offset``, ``position``) after the last one.
+
+        Runtime O(1).
+
+        Raises:
+            IndexFullError: every slot is used (the segment should have rolled).
+            InvalidOffsetError: the index is not empty and ``offset <= last_offset``.
+            OffsetOverflowError: ``offset - base_offset`` is not in ``[0, 2^31 - 1]``.
+            ValueError: ``position`` is not in ``[0, 2^31 - 1]`` (a caller bug: a ``.log`` never
+                grows past 2 GiB).
+        """
+        self._ensure_open()
+        n = self._entries
+        if n >= self._max_entries:
+            raise IndexFullError(
+                f"attempt to append offset {offset} to the full index {self.path} "
+                f"({n} entries, {self.length_bytes} bytes)"
+            )
+        if n > 0 and offset <= self._last_offset:
+            raise InvalidOffsetError(
+                f"attempt to append offset {offset} to slot {n} of {self.path}, no larger "
+                f"than the last offset appended ({self._last_offset})"
+            )
+        relative = self.relative_offset(offset)
+        if not 0 <= position <= INT32_MAX:
+            raise ValueError(
+                f"position {position} of offset {offset} does not fit an index entry of "
+                f"{self.path} (must be in [0, {INT32_MAX}])"
+            )
+        # Bytes first, count second: a concurrent lookup reads `entries` once and must only
+        # ever see complete entries.
+        self._write_entry(n, _ENTRY.pack(relative, position))
+        self._entries = n + 1
+        self._last_offset = offset
+
+    def lookup(self, target_offset: int) -> OffsetPosition:
+        """The entry with the largest offset ``<= target_offset`` ([B-19]).
+
+        Returns ``(base_offset, 0)`` if the index is empty or every entry is above the target:
+        the scan then starts at the beginning of the segment. Runtime O(log entries).
+        """
+        found = self._largest_lower_bound(target_offset, self._read_offset, self._parse)
+        return OffsetPosition(self.base_offset, 0) if found is None else found
+
+    def entry(self, slot: int) -> OffsetPosition:
+        """The entry in ``slot`` ([B-23]).
+
+        Raises:
+            ValueError: ``slot`` is negative or ``>= entries``.
+        """
+        return self._read_slot(slot, self._parse)
+
+    def entries_list(self) -> list[OffsetPosition]:
+        """Every entry in slot order (for dumps and tests). Runtime O(entries)."""
+        return self._read_all(self._parse)
+
+    def fetch_upper_bound_offset(
+        self, start_position: int, fetch_size: int
+    ) -> OffsetPosition | None:
+        """The entry with the smallest position ``>= start_position + fetch_size`` ([B-22]).
+
+        Its offset is certainly outside a fetch of ``fetch_size`` bytes from ``start_position``
+        (though not generally the smallest such offset); ``None`` if no entry is that far. Used
+        to bound the aborted-transaction lookup of a read_committed fetch.
+        """
+        return self._smallest_upper_bound(
+            start_position + fetch_size, self._read_position, self._parse
+        )
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every entry whose offset is ``>= offset`` ([B-24]).
+
+        Truncating to an offset above the last entry changes nothing. The file keeps its length.
+        """
+        found = self._largest_lower_bound(offset, self._read_offset, self._slot_and_offset)
+        if found is None:
+            new_entries = 0  # every entry is above the offset
+        else:
+            slot, slot_offset = found
+            # An entry for exactly this offset goes too; otherwise keep the floor entry.
+            new_entries = slot if slot_offset == offset else slot + 1
+        self._truncate_to_entries(new_entries)
+
+    def sanity_check(self) -> None:
+        """Kafka's checks ([B-42]): last offset not below the base, whole entries only.
+
+        Raises:
+            CorruptIndexError: the index has entries and its last offset is below the base
+                offset, or the file length is not a multiple of 8.
+        """
+        self._ensure_open()
+        if self._entries != 0 and self._last_offset < self.base_offset:
+            raise CorruptIndexError(
+                f"corrupt index found: index file {self.path} has {self._entries} entries but "
+                f"the last offset is {self._last_offset}, below the base offset "
+                f"{self.base_offset}"
+            )
+        super().sanity_check()
+
+    def check(self) -> None:
+        """Verify every entry (stricter than :meth:`sanity_check`; O(entries)).
+
+        Raises:
+            CorruptIndexError: a relative offset outside ``[0, 2^31 - 1]``, an offset that does
+                not increase, a position that goes down or is negative, or a partial entry.
+        """
+        super().sanity_check()
+        previous: OffsetPosition | None = None
+        for slot, current in enumerate(self.entries_list()):
+            relative = current.offset - self.base_offset
+            if relative < 0:
+                raise CorruptIndexError(
+                    f"index file {self.path}: slot {slot} has offset {current.offset}, below "
+                    f"the base offset {self.base_offset}"
+                )
+            if current.position < 0:
+                raise CorruptIndexError(
+                    f"index file {self.path}: slot {slot} has negative position {current.position}"
+                )
+            if previous is not None and current.offset <= previous.offset:
+                raise CorruptIndexError(
+                    f"index file {self.path}: slot {slot} has offset {current.offset}, not "
+                    f"above the offset {previous.offset} of slot {slot - 1}"
+                )
+            if previous is not None and current.position < previous.position:
+                raise CorruptIndexError(
+                    f"index file {self.path}: slot {slot} has position {current.position}, "
+                    f"below the position {previous.position} of slot {slot - 1}"
+                )
+            previous = current
+
+    # ------------------------------------------------------------------------------ private
+
+    def _truncate_to_entries(self, entries: int) -> None:
+        super()._truncate_to_entries(entries)
+        self._last_offset = self._read_last_offset()
+
+    def _read_last_offset(self) -> int:
+        n = self._entries
+        if n == 0:
+            return self.base_offset
+        return self._read_slot(n - 1, self._read_offset)
+
+    def _read_offset(self, mm: mmap.mmap, slot: int) -> int:
+        return self.base_offset + _RELATIVE_OFFSET.unpack_from(mm, slot * 8)[0]
+
+    @staticmethod
+    def _read_position(mm: mmap.mmap, slot: int) -> int:
+        return _POSITION.unpack_from(mm, slot * 8 + 4)[0]
+
+    def _slot_and_offset(self, mm: mmap.mmap, slot: int) -> tuple[int, int]:
+        return slot, self._read_offset(mm, slot)
+
+    def _parse(self, mm: mmap.mmap, slot: int) -> OffsetPosition:
+        relative, position = _ENTRY.unpack_from(mm, slot * 8)
+        return OffsetPosition(self.base_offset + relative, position)
