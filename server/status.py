@@ -1,0 +1,294 @@
+"""Domain errors to gRPC statuses: the one place where the server decides what a client is told.
+
+The record codec and the storage engine raise exceptions from two small trees
+(:mod:`stratalog.records.errors`, :mod:`stratalog.server.storage.errors`); neither knows about
+gRPC. A client needs three things from a failure: a gRPC status code, so that generic tooling and
+retry policies work; a machine-readable *reason*, one of broker.proto's ``ErrorReason`` names; and,
+for some reasons, numbers to act on (the log's bounds after an out-of-range fetch). This module
+maps an exception to all three and packs them the standard way (grpcio-status)::
+
+    google.rpc.Status {                      serialized into the `grpc-status-details-bin` trailer;
+      code    = the gRPC status code         code and message also travel as grpc-status and
+      message = what a person should read    grpc-message, as for any other error
+      details = [ google.rpc.ErrorInfo {
+        reason   = "OFFSET_OUT_OF_RANGE"     an ErrorReason name
+        domain   = "stratalog"
+        metadata = {"log_start_offset": "100", "log_end_offset": "250"}   decimal strings
+      } ]
+    }
+
+Three rules decide the mapping (the table is :data:`ERROR_TABLE`, the codes
+:data:`REASON_CODES`):
+
+1. *Nearest ancestor.* The exception's MRO is walked and the first class in the table wins, so a
+   leaf added to either tree later (say ``CorruptCheckpointError(StorageError)``) gets its base's
+   mapping (``STORAGE_ERROR``) until someone gives it a row of its own.
+2. *A full disk is not a broken disk.* An ``OSError`` with ``ENOSPC``/``EDQUOT`` anywhere in the
+   ``__cause__``/``__context__`` chain of a storage error (or a bare ``OSError``) becomes
+   ``RESOURCE_EXHAUSTED`` + ``STORAGE_FULL``.
+3. *Nothing of the server's disk leaks.* Errors the client caused (bad records, unknown topics,
+   offsets out of range) carry the exception's own message, which describes the client's input.
+   Errors the server suffered (``STORAGE_ERROR``, ``STORAGE_FULL``, ``SHUTTING_DOWN``) and any
+   unexpected exception (``INTERNAL``, no ErrorInfo) get a fixed sentence plus an incident id;
+   the full message and traceback go to this module's logger under the same id, because those
+   messages name files and directories on the server's disk.
+
+Messages are cut to :data:`MESSAGE_CHARS_MAX`: they travel twice in the trailers (grpc-message
+and inside the serialized Status) and gRPC's default metadata limit is 8 KiB.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import types
+import uuid
+from collections.abc import Mapping
+from typing import NamedTuple, NoReturn
+
+import grpc
+import grpc.aio
+from google.rpc import error_details_pb2, status_pb2
+from grpc_status import rpc_status
+
+from stratalog.records import errors as record_errors
+from stratalog.server.storage import errors as storage_errors
+from stratalog.v1 import broker_pb2
+
+__all__ = [
+    "DOMAIN",
+    "ERROR_TABLE",
+    "MESSAGE_CHARS_MAX",
+    "REASON_CODES",
+    "ErrorMapping",
+    "abort_with_error",
+    "classify",
+    "invalid_request",
+    "to_rpc_status",
+    "to_status",
+]
+
+logger = logging.getLogger(__name__)
+
+#: ``ErrorInfo.domain`` of every error this server sends.
+DOMAIN = "stratalog"
+
+#: Longest status message sent, in characters; longer ones are cut and marked with an ellipsis.
+MESSAGE_CHARS_MAX = 1024
+
+
+def _reason(name: str) -> str:
+    # Fails at import time on a typo: every reason must be a value of broker.proto's ErrorReason.
+    broker_pb2.ErrorReason.Value(name)
+    return name
+
+
+_Code = grpc.StatusCode
+
+#: The status code of each ErrorReason, as broker.proto's contract comment lists them. One reason
+#: has exactly one code, so the client can trust either.
+REASON_CODES: Mapping[str, grpc.StatusCode] = types.MappingProxyType({
+    _reason("UNKNOWN_TOPIC_OR_PARTITION"): _Code.NOT_FOUND,
+    _reason("OFFSET_OUT_OF_RANGE"): _Code.OUT_OF_RANGE,
+    _reason("CORRUPT_RECORD"): _Code.INVALID_ARGUMENT,
+    _reason("INVALID_RECORD"): _Code.INVALID_ARGUMENT,
+    _reason("RECORD_TOO_LARGE"): _Code.INVALID_ARGUMENT,
+    _reason("INVALID_TOPIC"): _Code.INVALID_ARGUMENT,
+    _reason("TOPIC_ALREADY_EXISTS"): _Code.ALREADY_EXISTS,
+    _reason("INVALID_TIMESTAMP"): _Code.INVALID_ARGUMENT,
+    _reason("INVALID_CONFIG"): _Code.INVALID_ARGUMENT,
+    _reason("INVALID_REQUEST"): _Code.INVALID_ARGUMENT,
+    _reason("STORAGE_FULL"): _Code.RESOURCE_EXHAUSTED,
+    _reason("STORAGE_ERROR"): _Code.UNAVAILABLE,
+    _reason("SHUTTING_DOWN"): _Code.UNAVAILABLE,
+    _reason("AUTHENTICATION_FAILED"): _Code.UNAUTHENTICATED,
+    _reason("NOT_AUTHORIZED"): _Code.PERMISSION_DENIED,
+})
+
+#: Exception class -> ErrorReason name. Looked up along the exception's MRO (nearest ancestor).
+ERROR_TABLE: Mapping[type[BaseException], str] = types.MappingProxyType({
+    # The record codec: the bytes of a batch are at fault.
+    record_errors.RecordError: "INVALID_RECORD",
+    record_errors.CorruptRecordError: "CORRUPT_RECORD",
+    record_errors.InvalidRecordError: "INVALID_RECORD",
+    record_errors.RecordTooLargeError: "RECORD_TOO_LARGE",
+    # The storage engine: requests it refuses.
+    storage_errors.OffsetOutOfRangeError: "OFFSET_OUT_OF_RANGE",
+    storage_errors.UnknownTopicOrPartitionError: "UNKNOWN_TOPIC_OR_PARTITION",
+    storage_errors.TopicAlreadyExistsError: "TOPIC_ALREADY_EXISTS",
+    storage_errors.InvalidTopicError: "INVALID_TOPIC",
+    storage_errors.InvalidConfigError: "INVALID_CONFIG",
+    storage_errors.InvalidTimestampError: "INVALID_TIMESTAMP",
+    storage_errors.RecordBatchTooLargeError: "RECORD_TOO_LARGE",
+    # The storage engine: the server's own trouble. A closed log means shutdown (or a topic being
+    # deleted under the request); a retry gets either the answer or UNKNOWN_TOPIC_OR_PARTITION.
+    storage_errors.LogClosedError: "SHUTTING_DOWN",
+    storage_errors.StorageError: "STORAGE_ERROR",
+    # Index and offset invariants the engine keeps for itself: seen by a client only when files
+    # are damaged or the engine has a bug, so the partition is unusable, not the request wrong.
+    storage_errors.CorruptIndexError: "STORAGE_ERROR",
+    storage_errors.InvalidOffsetError: "STORAGE_ERROR",
+    storage_errors.OffsetOverflowError: "STORAGE_ERROR",
+    storage_errors.LogDirLockedError: "STORAGE_ERROR",
+    storage_errors.StorageIOError: "STORAGE_ERROR",
+})
+
+# Reasons whose cause is on the server's side: their exception messages name server files.
+_SERVER_SIDE_MESSAGES = {
+    "STORAGE_ERROR": "storage error on the server",
+    "STORAGE_FULL": "the server's storage is full",
+    "SHUTTING_DOWN": "the server is shutting down or the partition's log is closed; retry",
+}
+_INTERNAL_MESSAGE = "internal server error"
+
+# errno values that mean "no space", not "broken": ENOSPC, and EDQUOT where the platform has it.
+_DISK_FULL_ERRNOS = frozenset(
+    code for code in (errno.ENOSPC, getattr(errno, "EDQUOT", None)) if code is not None
+)
+# Guards the cause-chain walk against pathological (very long) chains; cycles are tracked apart.
+_CAUSE_CHAIN_MAX = 16
+
+# Exception attributes copied into ErrorInfo.metadata when present (int or str values only).
+_METADATA_ATTRIBUTES = ("topic", "partition", "offset", "log_start_offset", "log_end_offset")
+
+
+class ErrorMapping(NamedTuple):
+    """The status code and ErrorReason name an exception turns into."""
+
+    code: grpc.StatusCode
+    reason: str
+
+
+def _cause_chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and what it was raised from or during, nearest first, without repeats."""
+    chain: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and len(chain) < _CAUSE_CHAIN_MAX and current not in chain:
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    return chain
+
+
+def _os_error_in_chain(exc: BaseException) -> OSError | None:
+    return next((e for e in _cause_chain(exc) if isinstance(e, OSError)), None)
+
+
+def classify(exc: BaseException) -> ErrorMapping | None:
+    """The status code and reason for ``exc``; ``None`` when it is unexpected (INTERNAL).
+
+    Runtime: O(depth of the MRO + length of the cause chain).
+    """
+    if isinstance(exc, storage_errors.StorageError | OSError):
+        os_error = _os_error_in_chain(exc)
+        if os_error is not None and os_error.errno in _DISK_FULL_ERRNOS:
+            return ErrorMapping(REASON_CODES["STORAGE_FULL"], "STORAGE_FULL")
+    for cls in type(exc).__mro__:
+        reason = ERROR_TABLE.get(cls)
+        if reason is not None:
+            return ErrorMapping(REASON_CODES[reason], reason)
+    return None
+
+
+def _truncate(message: str) -> str:
+    if len(message) <= MESSAGE_CHARS_MAX:
+        return message
+    return message[: MESSAGE_CHARS_MAX - 1] + "…"
+
+
+def _metadata(exc: BaseException, reason: str) -> dict[str, str]:
+    metadata: dict[str, str] = {}
+    for name in _METADATA_ATTRIBUTES:
+        value = getattr(exc, name, None)
+        # bool is an int; a flag is not an offset.
+        if isinstance(value, int | str) and not isinstance(value, bool):
+            metadata[name] = str(value)
+    if reason in ("STORAGE_FULL", "STORAGE_ERROR"):
+        os_error = _os_error_in_chain(exc)
+        if os_error is not None and os_error.errno in errno.errorcode:
+            # The symbolic name (ENOSPC, EIO) tells an operator what broke without naming a file.
+            metadata["errno"] = errno.errorcode[os_error.errno]
+    return metadata
+
+
+def _rich_status(
+    code: grpc.StatusCode, message: str, reason: str | None, metadata: Mapping[str, str]
+) -> status_pb2.Status:
+    status = status_pb2.Status(code=code.value[0], message=_truncate(message))
+    if reason is not None:
+        info = error_details_pb2.ErrorInfo(reason=reason, domain=DOMAIN, metadata=metadata)
+        status.details.add().Pack(info)
+    return status
+
+
+def to_rpc_status(exc: BaseException) -> status_pb2.Status:
+    """The ``google.rpc.Status`` for ``exc``, logging what the client is not told.
+
+    Client-caused errors carry ``str(exc)``; server-side ones and unexpected exceptions carry a
+    fixed sentence with an incident id, and the full error with its traceback is logged at ERROR
+    under that id (SHUTTING_DOWN at INFO, without traceback: it is routine).
+    """
+    mapping = classify(exc)
+    if mapping is None:
+        incident = uuid.uuid4().hex[:12]
+        logger.error("internal error %s answering a request", incident, exc_info=exc)
+        return _rich_status(
+            grpc.StatusCode.INTERNAL, f"{_INTERNAL_MESSAGE} (incident {incident})", None, {}
+        )
+    metadata = _metadata(exc, mapping.reason)
+    fixed = _SERVER_SIDE_MESSAGES.get(mapping.reason)
+    if fixed is None:
+        logger.debug("request refused with %s: %s", mapping.reason, exc)
+        message = str(exc) or type(exc).__name__
+    else:
+        incident = uuid.uuid4().hex[:12]
+        if mapping.reason == "SHUTTING_DOWN":
+            logger.info("request refused, incident %s, SHUTTING_DOWN: %s", incident, exc)
+        else:
+            logger.error("request failed, incident %s, %s", incident, mapping.reason, exc_info=exc)
+        message = f"{fixed} (incident {incident})"
+    return _rich_status(mapping.code, message, mapping.reason, metadata)
+
+
+def to_status(exc: BaseException) -> grpc.Status:
+    """A ``grpc.Status`` for ``exc`` (code, message, and the ErrorInfo in the trailers)."""
+    return rpc_status.to_status(to_rpc_status(exc))
+
+
+def invalid_request(
+    message: str,
+    reason: str = "INVALID_REQUEST",
+    metadata: Mapping[str, str] | None = None,
+) -> grpc.Status:
+    """An ``INVALID_ARGUMENT`` status for a request-shape error found by the servicer.
+
+    For checks that are not the engine's business: both or neither of ``records`` and
+    ``record_batches``, a negative ``max_bytes``, an empty topic name. ``reason`` is one of the
+    ErrorReasons sent with INVALID_ARGUMENT (INVALID_REQUEST, INVALID_TOPIC, INVALID_CONFIG, ...);
+    ``metadata`` (e.g. ``{"field": "max_bytes"}``) goes into the ErrorInfo as is.
+
+    Raises:
+        ValueError: ``reason`` is not an ErrorReason sent with INVALID_ARGUMENT (a bug in the
+            caller, caught by the first test that takes the path).
+    """
+    if REASON_CODES.get(reason) is not grpc.StatusCode.INVALID_ARGUMENT:
+        allowed = sorted(r for r, c in REASON_CODES.items() if c is grpc.StatusCode.INVALID_ARGUMENT)
+        raise ValueError(f"reason {reason!r} is not sent with INVALID_ARGUMENT; one of {allowed}")
+    return rpc_status.to_status(
+        _rich_status(grpc.StatusCode.INVALID_ARGUMENT, message, reason, dict(metadata or {}))
+    )
+
+
+async def abort_with_error(context: grpc.aio.ServicerContext, exc: BaseException) -> NoReturn:
+    """Ends the RPC of a grpc.aio servicer with the status for ``exc``; never returns.
+
+    Use as ``except Exception as exc: await abort_with_error(context, exc)``. An abort already
+    under way (``grpc.aio.AbortError``) and anything that is not an ``Exception`` (cancellation,
+    KeyboardInterrupt) are re-raised untouched: they are not errors to report.
+
+    Event-loop only.
+    """
+    if isinstance(exc, grpc.aio.AbortError) or not isinstance(exc, Exception):
+        raise exc
+    await context.abort_with_status(to_status(exc))
+    # abort_with_status always raises; this line is for the type checker and a broken context.
+    raise AssertionError("ServicerContext.abort_with_status returned")
