@@ -1,1 +1,89 @@
-"""placeholder"""
+"""stratalog.records: the sans-IO codec of Kafka's RecordBatch v2 (magic 2) format.
+
+Bytes in, values out, errors from one small tree; no files, sockets or event loops. The server
+and the client share it, as Kafka's broker and clients share ``common.record``.
+
+* :mod:`.batch`: the 61-byte batch header, validation, in-place patches (offset, append time).
+* :mod:`.record`: :class:`Record` and the record-level encoder/decoder.
+* :mod:`.varint`: zig-zag varints. :mod:`.crc`: CRC-32C. :mod:`.compression`: the four codecs.
+* :mod:`.builder`: :class:`BatchBuilder`, :func:`build_batch`.
+* :mod:`.reader`: :func:`decode_batch`, :func:`iter_records`, :func:`iter_batches`,
+  :func:`summarize_records`.
+* :mod:`.control`: transaction markers and other control records.
+* :mod:`.errors`: ``RecordError`` > ``CorruptRecordError``, ``InvalidRecordError`` > ...
+"""
+
+from __future__ import annotations
+
+from . import errors
+from .batch import (
+    LOG_OVERHEAD,
+    RECORD_BATCH_OVERHEAD,
+    BatchHeader,
+    Compression,
+    TimestampType,
+    iter_batch_headers,
+    parse_header,
+    rewrite_crc,
+    set_base_offset,
+    set_log_append_time,
+    set_partition_leader_epoch,
+    validate_batch,
+)
+from .builder import BatchBuilder, build_batch
+from .compression import compress, decompress
+from .control import ControlRecordType, EndTransactionMarker, decode_control_key
+from .crc import crc32c
+from .errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    RecordError,
+    RecordTooLargeError,
+    UnsupportedCompressionError,
+)
+from .reader import (
+    DEFAULT_MAX_DECOMPRESSED_BYTES,
+    RecordsSummary,
+    decode_batch,
+    iter_batches,
+    iter_records,
+    summarize_records,
+)
+from .record import Header, Record
+
+__all__ = [
+    "DEFAULT_MAX_DECOMPRESSED_BYTES",
+    "LOG_OVERHEAD",
+    "RECORD_BATCH_OVERHEAD",
+    "BatchBuilder",
+    "BatchHeader",
+    "Compression",
+    "ControlRecordType",
+    "CorruptRecordError",
+    "EndTransactionMarker",
+    "Header",
+    "InvalidRecordError",
+    "Record",
+    "RecordError",
+    "RecordTooLargeError",
+    "RecordsSummary",
+    "TimestampType",
+    "UnsupportedCompressionError",
+    "build_batch",
+    "compress",
+    "crc32c",
+    "decode_batch",
+    "decode_control_key",
+    "decompress",
+    "errors",
+    "iter_batch_headers",
+    "iter_batches",
+    "iter_records",
+    "parse_header",
+    "rewrite_crc",
+    "set_base_offset",
+    "set_log_append_time",
+    "set_partition_leader_epoch",
+    "summarize_records",
+    "validate_batch",
+]

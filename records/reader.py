@@ -1,0 +1,266 @@
+"""Reading record batches: from bytes to headers and records, checking everything on the way.
+
+A reader takes the batch at a position, checks that all of it is present and (by default) that
+its CRC-32C matches, decompresses the records region if the attributes name a codec (bounded by
+``max_decompressed_bytes``), and decodes exactly ``records_count`` records from it. Structure
+checks follow Kafka's ``DefaultRecordBatch``/``DefaultRecord`` readers (§1.4 of the reference):
+
+* every record consumes exactly the bytes its length field declares;
+* lengths and counts are not negative (except the -1 of a null key, value or header value);
+* ``records_count`` records must be present, and no bytes may be left after them
+  ("Incorrect declared batch size, records still remaining");
+
+each failure is a :class:`~stratalog.records.errors.CorruptRecordError` naming the batch
+position and the record. Offsets are absolute (``base_offset + offset_delta``); timestamps are
+``base_timestamp + timestamp_delta``, or the batch ``max_timestamp`` for LogAppendTime batches.
+
+:func:`summarize_records` walks the same structure without building records: the server uses it
+to validate client batches (and additionally requires offset deltas 0..n-1 in order).
+
+Sans-IO: every function takes a buffer (``bytes``, ``bytearray``, ``memoryview``) and positions.
+A batch is decoded all at once (a batch is bounded by the batch size limit), so an error means
+no record of that batch was returned.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from typing import NamedTuple
+
+from .batch import (
+    LOG_OVERHEAD,
+    NO_TIMESTAMP,
+    RECORD_BATCH_OVERHEAD,
+    BatchHeader,
+    Compression,
+    TimestampType,
+    parse_header,
+    validate_batch,
+)
+from .compression import decompress
+from .errors import CorruptRecordError, InvalidRecordError
+from .record import Record, decode_records, walk_records
+
+__all__ = [
+    "DEFAULT_MAX_DECOMPRESSED_BYTES",
+    "RecordsSummary",
+    "decode_batch",
+    "iter_batches",
+    "iter_records",
+    "summarize_records",
+]
+
+# The most bytes one batch may decompress to. Kafka bounds batches by message.max.bytes (1 MiB
+# by default) compressed, not decompressed; 64 MiB leaves room for highly compressible batches
+# at the largest sizes operators configure while stopping decompression bombs.
+DEFAULT_MAX_DECOMPRESSED_BYTES = 64 * 1024 * 1024
+
+_LENGTH = struct.Struct(">i")
+
+
+class RecordsSummary(NamedTuple):
+    """What :func:`summarize_records` learns about one batch without building records.
+
+    Timestamps are as a reader sees them (LogAppendTime: every record has ``max_timestamp``);
+    offsets are absolute. For an empty batch (possible after compaction) timestamps and offsets
+    are -1.
+    """
+
+    count: int
+    min_timestamp: int
+    max_timestamp: int
+    offset_of_max_timestamp: int  # first record holding max_timestamp
+    last_offset: int  # offset of the last record
+    has_null_key: bool  # compacted topics refuse records without keys
+    offset_deltas_contiguous: bool  # deltas are 0, 1, ..., count - 1
+    records_size_bytes: int  # the records region, after decompression
+
+
+def _checked_header(
+    buf: bytes | bytearray | memoryview, position: int, verify_crc: bool
+) -> BatchHeader:
+    if verify_crc:
+        header = validate_batch(buf, position)
+    else:
+        header = parse_header(buf, position)
+        available = len(buf) - position
+        if header.size_bytes > available:
+            raise CorruptRecordError(
+                f"record batch at position {position} declares {header.size_bytes} bytes "
+                f"but only {available} are present"
+            )
+    if header.records_count < 0:
+        raise CorruptRecordError(
+            f"record batch at position {position} declares {header.records_count} records"
+        )
+    return header
+
+
+def _records_region(
+    buf: bytes | bytearray | memoryview, header: BatchHeader, max_decompressed_bytes: int
+) -> bytes:
+    start = header.position + RECORD_BATCH_OVERHEAD
+    end = header.end_position
+    codec = header.compression
+    with memoryview(buf) as view:
+        if codec == Compression.NONE:
+            return bytes(view[start:end])
+        try:
+            return decompress(codec, view[start:end], max_bytes=max_decompressed_bytes)
+        except CorruptRecordError as exc:
+            raise CorruptRecordError(f"record batch at position {header.position}: {exc}") from None
+
+
+def _decode(
+    buf: bytes | bytearray | memoryview,
+    position: int,
+    verify_crc: bool,
+    max_decompressed_bytes: int,
+) -> tuple[BatchHeader, list[Record]]:
+    header = _checked_header(buf, position, verify_crc)
+    data = _records_region(buf, header, max_decompressed_bytes)
+    override = (
+        header.max_timestamp
+        if header.timestamp_type is TimestampType.LOG_APPEND_TIME
+        else None
+    )
+    try:
+        records = decode_records(
+            data, header.records_count, header.base_offset, header.base_timestamp, override
+        )
+    except CorruptRecordError as exc:
+        raise CorruptRecordError(f"record batch at position {position}: {exc}") from None
+    return header, records
+
+
+def iter_records(
+    buf: bytes | bytearray | memoryview,
+    position: int = 0,
+    *,
+    verify_crc: bool = True,
+    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+) -> Iterator[Record]:
+    """Yield the records of the one batch at ``position``.
+
+    The batch is checked and decoded when iteration starts; see :func:`decode_batch`.
+    """
+    yield from _decode(buf, position, verify_crc, max_decompressed_bytes)[1]
+
+
+def decode_batch(
+    buf: bytes | bytearray | memoryview,
+    position: int = 0,
+    *,
+    verify_crc: bool = True,
+    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+) -> tuple[BatchHeader, list[Record]]:
+    """Decode the batch at ``position``: its header and all its records.
+
+    O(batch size). Bytes after the batch are not looked at.
+
+    Raises:
+        CorruptRecordError: truncated batch, CRC mismatch (when ``verify_crc``), corrupt or
+            oversized compressed data, or records that do not fit the structure rules above.
+        InvalidRecordError: magic other than 2.
+        UnsupportedCompressionError: codec id 5-7.
+    """
+    return _decode(buf, position, verify_crc, max_decompressed_bytes)
+
+
+def iter_batches(
+    buf: bytes | bytearray | memoryview,
+    *,
+    verify_crc: bool = True,
+    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+    allow_partial_tail: bool = False,
+) -> Iterator[tuple[BatchHeader, list[Record]]]:
+    """Decode every batch of ``buf``, a concatenation of batches (a fetch response, a segment).
+
+    A partial batch at the end (fewer than 12 bytes, or a length field running past the end) is
+    an error unless ``allow_partial_tail``, in which case iteration stops before it, as Kafka's
+    readers do for the tail of a fetch response or of an active segment. Other errors are those
+    of :func:`decode_batch`.
+    """
+    end = len(buf)
+    position = 0
+    while position < end:
+        remaining = end - position
+        partial = remaining < LOG_OVERHEAD
+        if not partial:
+            (length,) = _LENGTH.unpack_from(buf, position + LOG_OVERHEAD - 4)
+            partial = length + LOG_OVERHEAD > remaining
+        if partial:
+            if allow_partial_tail:
+                return
+            raise CorruptRecordError(
+                f"partial record batch at position {position}: {remaining} bytes remain, "
+                "fewer than the batch needs"
+            )
+        header, records = _decode(buf, position, verify_crc, max_decompressed_bytes)
+        yield header, records
+        position = header.end_position
+
+
+def summarize_records(
+    buf: bytes | bytearray | memoryview,
+    position: int = 0,
+    *,
+    verify_crc: bool = True,
+    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+    require_contiguous_offsets: bool = True,
+) -> RecordsSummary:
+    """Check every record of the batch at ``position`` and summarize it, without building records.
+
+    Applies all the checks of :func:`decode_batch`. With ``require_contiguous_offsets`` (the
+    rule for batches from clients) it also requires offset deltas 0, 1, ..., count - 1 and
+    ``last_offset_delta == count - 1``; compacted batches from a log have gaps and need False.
+
+    Raises:
+        CorruptRecordError, InvalidRecordError, UnsupportedCompressionError: as decode_batch.
+        InvalidRecordError: offset deltas not contiguous (only ``require_contiguous_offsets``).
+    """
+    header = _checked_header(buf, position, verify_crc)
+    data = _records_region(buf, header, max_decompressed_bytes)
+    try:
+        walk = walk_records(data, header.records_count)
+    except CorruptRecordError as exc:
+        raise CorruptRecordError(f"record batch at position {position}: {exc}") from None
+    if require_contiguous_offsets:
+        if not walk.offset_deltas_contiguous:
+            raise InvalidRecordError(
+                f"record batch at position {position}: record offset deltas are not "
+                f"0..{walk.count - 1} in order"
+            )
+        if header.last_offset_delta != walk.count - 1:
+            raise InvalidRecordError(
+                f"record batch at position {position}: last_offset_delta "
+                f"{header.last_offset_delta} does not match {walk.count} records"
+            )
+    base_offset = header.base_offset
+    if walk.count == 0:
+        return RecordsSummary(0, NO_TIMESTAMP, NO_TIMESTAMP, -1, -1, False, True, len(data))
+    if header.timestamp_type is TimestampType.LOG_APPEND_TIME:
+        # Every record reads as the append time; the first record is the first to hold it.
+        return RecordsSummary(
+            walk.count,
+            header.max_timestamp,
+            header.max_timestamp,
+            base_offset + walk.first_offset_delta,
+            base_offset + walk.last_offset_delta,
+            walk.has_null_key,
+            walk.offset_deltas_contiguous,
+            len(data),
+        )
+    base_timestamp = header.base_timestamp
+    return RecordsSummary(
+        walk.count,
+        base_timestamp + walk.min_timestamp_delta,
+        base_timestamp + walk.max_timestamp_delta,
+        base_offset + walk.offset_delta_of_max_timestamp,
+        base_offset + walk.last_offset_delta,
+        walk.has_null_key,
+        walk.offset_deltas_contiguous,
+        len(data),
+    )
+

@@ -1,0 +1,415 @@
+"""One record of a v2 batch: the value a reader sees, and the record-level encoder and decoder.
+
+Inside a batch, a record stores only what differs from the batch header: its offset and
+timestamp are deltas from the batch's base offset and base timestamp, and every integer is a
+zig-zag varint (:mod:`stratalog.records.varint`), so a small record costs a few bytes of framing::
+
+    Record =>
+      length             varint   bytes after this field
+      attributes         int8     unused, written 0 (ignored on read, as Kafka does)
+      timestamp_delta    varlong  timestamp - batch base_timestamp
+      offset_delta       varint   offset - batch base_offset
+      key_length         varint   -1 = null key
+      key                bytes
+      value_length       varint   -1 = null value
+      value              bytes
+      headers_count      varint   >= 0
+      headers            headers_count x {
+                           header_key_length    varint  >= 0 (a header key is never null)
+                           header_key           UTF-8
+                           header_value_length  varint  -1 = null value
+                           header_value         bytes }
+
+Decoding is strict where Kafka's ``DefaultRecord.readFrom`` is: a record must consume exactly
+``length`` bytes, counts and lengths may not be negative (other than the -1 of a null), and no
+field may run past its record. Header keys that are not valid UTF-8 decode with U+FFFD
+replacement characters, as Java's ``new String(bytes, UTF_8)`` does; Kafka never rejects them.
+
+This module works on the records region of one batch (plain bytes, after decompression). Batch
+framing, compression and CRCs belong to :mod:`~stratalog.records.builder` and
+:mod:`~stratalog.records.reader`. The loops here are the codec's hot path: fields are read
+with an inlined one-byte varint fast path and records are built without per-field calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from .errors import CorruptRecordError
+from .varint import read_varint, read_varlong, varint_bytes, varlong_bytes
+
+__all__ = [
+    "Header",
+    "Record",
+    "RecordsWalk",
+    "decode_records",
+    "encode_record",
+    "encoded_record_size",
+    "walk_records",
+]
+
+Header = tuple[str, bytes | None]
+
+_INT32_MAX = (1 << 31) - 1
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """A record as a reader sees it: absolute offset and timestamp, key, value and headers.
+
+    ``timestamp`` is the record's own (base timestamp + delta) in CreateTime batches and the
+    batch's ``max_timestamp`` in LogAppendTime batches. ``key``/``value`` are ``None`` for
+    nulls, distinct from ``b""``. ``headers`` keeps the stored order and duplicates. Immutable
+    and hashable; safe to share between threads.
+    """
+
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[Header, ...] = ()
+
+
+# Building a frozen dataclass through __init__ costs one object.__setattr__ call per field;
+# decoding fills the slots through their descriptors instead, the same end state at half the cost.
+_new_record = object.__new__
+_set_offset = Record.__dict__["offset"].__set__
+_set_timestamp = Record.__dict__["timestamp"].__set__
+_set_key = Record.__dict__["key"].__set__
+_set_value = Record.__dict__["value"].__set__
+_set_headers = Record.__dict__["headers"].__set__
+
+
+def _headers_bytes(headers: Sequence[Header]) -> bytes:
+    out = bytearray(varint_bytes(len(headers)))
+    for header_key, header_value in headers:
+        key_bytes = header_key.encode("utf-8")
+        out += varint_bytes(len(key_bytes))
+        out += key_bytes
+        if header_value is None:
+            out += b"\x01"  # varint -1
+        else:
+            out += varint_bytes(len(header_value))
+            out += header_value
+    return bytes(out)
+
+
+def encode_record(
+    out: bytearray,
+    offset_delta: int,
+    timestamp_delta: int,
+    key: bytes | bytearray | memoryview | None,
+    value: bytes | bytearray | memoryview | None,
+    headers: Sequence[Header] = (),
+) -> int:
+    """Append one encoded record to ``out``; return the number of bytes appended.
+
+    Raises ``ValueError`` for values the format cannot hold (a delta outside int32/int64, a key,
+    value or header over 2 GiB) and ``UnicodeEncodeError`` for header keys that are not valid
+    Unicode (lone surrogates). O(size of the record).
+    """
+    # Field encodings first, then one join: a single append to ``out`` per record.
+    timestamp_bytes = varlong_bytes(timestamp_delta)
+    offset_bytes = varint_bytes(offset_delta)
+    if key is None:
+        key = b""
+        key_length_bytes = b"\x01"
+    else:
+        key_length_bytes = varint_bytes(len(key))
+    if value is None:
+        value = b""
+        value_length_bytes = b"\x01"
+    else:
+        value_length_bytes = varint_bytes(len(value))
+    headers_bytes = _headers_bytes(headers) if headers else b"\x00"
+    body_size = (
+        1
+        + len(timestamp_bytes)
+        + len(offset_bytes)
+        + len(key_length_bytes)
+        + len(key)
+        + len(value_length_bytes)
+        + len(value)
+        + len(headers_bytes)
+    )
+    length_bytes = varint_bytes(body_size)
+    out += b"".join(
+        (
+            length_bytes,
+            b"\x00",
+            timestamp_bytes,
+            offset_bytes,
+            key_length_bytes,
+            key,
+            value_length_bytes,
+            value,
+            headers_bytes,
+        )
+    )
+    return len(length_bytes) + body_size
+
+
+def encoded_record_size(
+    offset_delta: int,
+    timestamp_delta: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Sequence[Header] = (),
+) -> int:
+    """The exact number of bytes :func:`encode_record` appends for these fields."""
+    body_size = (
+        1
+        + len(varlong_bytes(timestamp_delta))
+        + len(varint_bytes(offset_delta))
+        + (1 if key is None else len(varint_bytes(len(key))) + len(key))
+        + (1 if value is None else len(varint_bytes(len(value))) + len(value))
+        + (len(_headers_bytes(headers)) if headers else 1)
+    )
+    return len(varint_bytes(body_size)) + body_size
+
+
+def _corrupt(index: int, start: int, what: str) -> CorruptRecordError:
+    return CorruptRecordError(f"record {index} (at records position {start}): {what}")
+
+
+def _read_headers(
+    data: bytes, position: int, record_end: int, index: int, start: int
+) -> tuple[tuple[Header, ...], int]:
+    """Decode the headers block at ``position`` (the count included); returns (headers, next)."""
+    count, position = read_varint(data, position)
+    if count < 0 or count > record_end - position:
+        # Each header takes at least two bytes, so a count above the bytes left is impossible.
+        raise _corrupt(
+            index, start, f"invalid header count {count} with {record_end - position} bytes left"
+        )
+    headers = []
+    for _ in range(count):
+        key_size, position = read_varint(data, position)
+        if key_size < 0 or key_size > record_end - position:
+            raise _corrupt(index, start, f"invalid header key length {key_size}")
+        header_key = data[position : position + key_size].decode("utf-8", "replace")
+        position += key_size
+        value_size, position = read_varint(data, position)
+        if value_size < 0:
+            if value_size != -1:
+                raise _corrupt(index, start, f"invalid header value length {value_size}")
+            header_value = None
+        else:
+            if value_size > record_end - position:
+                raise _corrupt(index, start, f"header value length {value_size} runs past record")
+            header_value = data[position : position + value_size]
+            position += value_size
+        headers.append((header_key, header_value))
+    return tuple(headers), position
+
+
+def decode_records(
+    data: bytes,
+    count: int,
+    base_offset: int,
+    base_timestamp: int,
+    timestamp_override: int | None = None,
+) -> list[Record]:
+    """Decode exactly ``count`` records filling all of ``data`` (a batch's records region).
+
+    ``timestamp_override`` replaces every record timestamp (LogAppendTime batches).
+    O(len(data)); never reads past ``data``, never allocates in proportion to ``count``.
+
+    Raises:
+        CorruptRecordError: a record is truncated, over-long, has a bad length or count,
+            fewer than ``count`` records fit, or bytes remain after the last one. The message
+            names the record index and its position in ``data``.
+    """
+    records: list[Record] = []
+    append = records.append
+    end = len(data)
+    position = 0
+    index = 0
+    start = 0
+    try:
+        for index in range(count):
+            start = position
+            if position >= end:
+                raise _corrupt(
+                    index, start, f"missing: the batch declares {count} records but its "
+                    f"{end} bytes of records end after {index}"
+                )
+            # Each varint below takes the one-byte fast path when it can: (b >> 1) ^ -(b & 1)
+            # is zig-zag decoding of a value that fits in 7 bits.
+            b = data[position]
+            if b < 0x80:
+                size = (b >> 1) ^ -(b & 1)
+                position += 1
+            else:
+                size, position = read_varint(data, position)
+            record_end = position + size
+            if size < 0 or record_end > end:
+                raise _corrupt(
+                    index, start, f"length {size} but {end - position} bytes remain in the batch"
+                )
+            position += 1  # attributes: unused, ignored as Kafka does
+            b = data[position]
+            if b < 0x80:
+                timestamp_delta = (b >> 1) ^ -(b & 1)
+                position += 1
+            else:
+                timestamp_delta, position = read_varlong(data, position)
+            b = data[position]
+            if b < 0x80:
+                offset_delta = (b >> 1) ^ -(b & 1)
+                position += 1
+            else:
+                offset_delta, position = read_varint(data, position)
+            b = data[position]
+            if b < 0x80:
+                key_size = (b >> 1) ^ -(b & 1)
+                position += 1
+            else:
+                key_size, position = read_varint(data, position)
+            if key_size < 0:
+                if key_size != -1:
+                    raise _corrupt(index, start, f"invalid key length {key_size}")
+                key = None
+            else:
+                if key_size > record_end - position:
+                    raise _corrupt(index, start, f"key length {key_size} runs past the record")
+                key = data[position : position + key_size]
+                position += key_size
+            b = data[position]
+            if b < 0x80:
+                value_size = (b >> 1) ^ -(b & 1)
+                position += 1
+            else:
+                value_size, position = read_varint(data, position)
+            if value_size < 0:
+                if value_size != -1:
+                    raise _corrupt(index, start, f"invalid value length {value_size}")
+                value = None
+            else:
+                if value_size > record_end - position:
+                    raise _corrupt(
+                        index, start, f"value length {value_size} runs past the record"
+                    )
+                value = data[position : position + value_size]
+                position += value_size
+            if data[position] == 0:  # no headers: the common case
+                headers: tuple[Header, ...] = ()
+                position += 1
+            else:
+                headers, position = _read_headers(data, position, record_end, index, start)
+            if position != record_end:
+                raise _corrupt(
+                    index, start, f"consumed {position - start} bytes but its length field "
+                    f"says {record_end - start}"
+                )
+            record = _new_record(Record)
+            _set_offset(record, base_offset + offset_delta)
+            _set_timestamp(
+                record,
+                base_timestamp + timestamp_delta
+                if timestamp_override is None
+                else timestamp_override,
+            )
+            _set_key(record, key)
+            _set_value(record, value)
+            _set_headers(record, headers)
+            append(record)
+    except IndexError:
+        # Only a read past the end of ``data`` gets here; lengths were checked against it.
+        raise _corrupt(index, start, f"truncated: the records region ends at {end}") from None
+    if position != end:
+        raise CorruptRecordError(
+            f"incorrect declared batch size: {end - position} bytes remain after the {count} "
+            f"declared records (records region of {end} bytes)"
+        )
+    return records
+
+
+class RecordsWalk(NamedTuple):
+    """What :func:`walk_records` learns about a records region without building records."""
+
+    count: int
+    first_offset_delta: int  # -1 when count == 0
+    min_timestamp_delta: int  # 0 when count == 0
+    max_timestamp_delta: int  # 0 when count == 0
+    offset_delta_of_max_timestamp: int  # first record holding the max; -1 when count == 0
+    last_offset_delta: int  # -1 when count == 0
+    has_null_key: bool
+    offset_deltas_contiguous: bool  # deltas are exactly 0, 1, ..., count - 1
+
+
+def walk_records(data: bytes, count: int) -> RecordsWalk:
+    """Check the structure of ``count`` records filling ``data`` without building ``Record``s.
+
+    Same checks and errors as :func:`decode_records` (header keys are not decoded), for the
+    server's validation of client batches. O(len(data)).
+    """
+    end = len(data)
+    position = 0
+    index = 0
+    start = 0
+    min_ts = max_ts = 0
+    offset_of_max = -1
+    offset_delta = first_offset_delta = -1
+    has_null_key = False
+    contiguous = True
+    try:
+        for index in range(count):
+            start = position
+            if position >= end:
+                raise _corrupt(
+                    index, start, f"missing: the batch declares {count} records but its "
+                    f"{end} bytes of records end after {index}"
+                )
+            size, position = read_varint(data, position)
+            record_end = position + size
+            if size < 0 or record_end > end:
+                raise _corrupt(
+                    index, start, f"length {size} but {end - position} bytes remain in the batch"
+                )
+            position += 1
+            timestamp_delta, position = read_varlong(data, position)
+            offset_delta, position = read_varint(data, position)
+            if offset_delta != index:
+                contiguous = False
+            if index == 0:
+                min_ts = max_ts = timestamp_delta
+                offset_of_max = first_offset_delta = offset_delta
+            elif timestamp_delta > max_ts:
+                max_ts = timestamp_delta
+                offset_of_max = offset_delta
+            elif timestamp_delta < min_ts:
+                min_ts = timestamp_delta
+            for what in ("key", "value"):
+                field_size, position = read_varint(data, position)
+                if field_size < 0:
+                    if field_size != -1:
+                        raise _corrupt(index, start, f"invalid {what} length {field_size}")
+                    if what == "key":
+                        has_null_key = True
+                elif field_size > record_end - position:
+                    raise _corrupt(index, start, f"{what} length {field_size} runs past record")
+                else:
+                    position += field_size
+            if data[position] == 0:
+                position += 1
+            else:
+                _, position = _read_headers(data, position, record_end, index, start)
+            if position != record_end:
+                raise _corrupt(
+                    index, start, f"consumed {position - start} bytes but its length field "
+                    f"says {record_end - start}"
+                )
+    except IndexError:
+        raise _corrupt(index, start, f"truncated: the records region ends at {end}") from None
+    if position != end:
+        raise CorruptRecordError(
+            f"incorrect declared batch size: {end - position} bytes remain after the {count} "
+            f"declared records (records region of {end} bytes)"
+        )
+    return RecordsWalk(
+        count, first_offset_delta, min_ts, max_ts, offset_of_max, offset_delta, has_null_key,
+        contiguous,
+    )
