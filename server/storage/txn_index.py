@@ -175,6 +175,11 @@ class TransactionIndex:
         return self._end_bytes // ABORTED_TXN_SIZE_BYTES
 
     @property
+    def is_empty(self) -> bool:
+        """True iff the index holds no whole entry (or its file does not exist)."""
+        return self._end_bytes < ABORTED_TXN_SIZE_BYTES
+
+    @property
     def size_bytes(self) -> int:
         """Bytes of whole entries (a partial tail left by a crash is not counted)."""
         return self._end_bytes
