@@ -1,0 +1,373 @@
+"""gRPC statuses back to exceptions: the client's half of the error contract.
+
+The server answers a failed request with a gRPC status code and, in the
+``grpc-status-details-bin`` trailer, a ``google.rpc.Status`` holding a ``google.rpc.ErrorInfo``
+(``reason`` = an ErrorReason name of broker.proto, ``domain`` = "stratalog", ``metadata`` =
+string pairs such as the log's bounds). :func:`from_rpc_error` reads that back into one exception
+class per reason, so callers write ``except OffsetOutOfRangeError as e: seek(e.log_start_offset)``
+and retry loops test one flag, ``retriable``. Failures that never reached our servicer (no server
+listening, connection lost, deadline passed) have no ErrorInfo and map by status code alone.
+
+    StratalogError                    code, reason, message, metadata, retriable
+    ├── UnknownTopicOrPartitionError  NOT_FOUND          UNKNOWN_TOPIC_OR_PARTITION
+    ├── OffsetOutOfRangeError         OUT_OF_RANGE       OFFSET_OUT_OF_RANGE  .log_start_offset
+    │                                                                         .log_end_offset
+    ├── CorruptRecordError            INVALID_ARGUMENT   CORRUPT_RECORD
+    ├── InvalidRecordError            INVALID_ARGUMENT   INVALID_RECORD
+    ├── RecordTooLargeError           INVALID_ARGUMENT   RECORD_TOO_LARGE
+    ├── InvalidTopicError             INVALID_ARGUMENT   INVALID_TOPIC
+    ├── InvalidTimestampError         INVALID_ARGUMENT   INVALID_TIMESTAMP
+    ├── InvalidConfigError            INVALID_ARGUMENT   INVALID_CONFIG
+    ├── InvalidRequestError           INVALID_ARGUMENT   INVALID_REQUEST
+    ├── TopicAlreadyExistsError       ALREADY_EXISTS     TOPIC_ALREADY_EXISTS
+    ├── StorageFullError              RESOURCE_EXHAUSTED STORAGE_FULL
+    ├── StorageError                  UNAVAILABLE        STORAGE_ERROR         retriable
+    ├── ShuttingDownError             UNAVAILABLE        SHUTTING_DOWN         retriable
+    ├── AuthenticationError           UNAUTHENTICATED    AUTHENTICATION_FAILED
+    ├── NotAuthorizedError            PERMISSION_DENIED  NOT_AUTHORIZED
+    ├── BrokerUnavailableError        UNAVAILABLE        (no ErrorInfo)        retriable
+    └── RequestTimeoutError           DEADLINE_EXCEEDED  (no ErrorInfo)        retriable
+
+Any other status (INTERNAL, UNKNOWN, UNIMPLEMENTED, a reason this client does not know yet)
+becomes a plain :class:`StratalogError` carrying the code and reason it got; it is retriable only
+for UNAVAILABLE and DEADLINE_EXCEEDED. Why each flag is what it is: docs/api.md, "Errors".
+"""
+
+from __future__ import annotations
+
+import logging
+import types
+from collections.abc import Mapping
+
+import grpc
+from google.protobuf.message import DecodeError
+from google.rpc import error_details_pb2, status_pb2
+from grpc_status import rpc_status
+
+from stratalog.v1 import broker_pb2
+
+__all__ = [
+    "DOMAIN",
+    "ERRORS_BY_REASON",
+    "AuthenticationError",
+    "BrokerUnavailableError",
+    "CorruptRecordError",
+    "InvalidConfigError",
+    "InvalidRecordError",
+    "InvalidRequestError",
+    "InvalidTimestampError",
+    "InvalidTopicError",
+    "NotAuthorizedError",
+    "OffsetOutOfRangeError",
+    "RecordTooLargeError",
+    "RequestTimeoutError",
+    "ShuttingDownError",
+    "StorageError",
+    "StorageFullError",
+    "StratalogError",
+    "TopicAlreadyExistsError",
+    "UnknownTopicOrPartitionError",
+    "from_rpc_error",
+]
+
+logger = logging.getLogger(__name__)
+
+#: ``ErrorInfo.domain`` of the errors our server sends; ErrorInfo of other domains is ignored.
+DOMAIN = "stratalog"
+
+# The trailer grpcio-status writes the serialized google.rpc.Status into.
+_STATUS_DETAILS_KEY = "grpc-status-details-bin"
+
+# Status codes that mean "try again" whatever sent them (gRPC's own guidance for UNAVAILABLE).
+_RETRIABLE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+
+
+class StratalogError(Exception):
+    """A request failed; the base of every error the client raises for a server's answer.
+
+    Holds ``code`` (grpc.StatusCode), ``reason`` (an ErrorReason name, or ``None`` when the
+    status carried no ErrorInfo), ``message`` (the status message), ``metadata`` (the ErrorInfo's
+    string pairs, possibly empty) and ``retriable`` (whether sending the same request again may
+    succeed). Subclasses fix ``code``, ``reason`` and ``retriable`` as class attributes; an
+    instance may override them (an unknown reason arrives as a plain StratalogError).
+    Immutable after construction by convention; safe to share between threads and tasks.
+    """
+
+    code: grpc.StatusCode = grpc.StatusCode.UNKNOWN
+    reason: str | None = None
+    retriable: bool = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: grpc.StatusCode | None = None,
+        reason: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        retriable: bool | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        if reason is not None:
+            self.reason = reason
+        if retriable is not None:
+            self.retriable = retriable
+        self.metadata: dict[str, str] = dict(metadata or {})
+
+    def __str__(self) -> str:
+        label = self.reason or self.code.name
+        return f"{label}: {self.message}" if self.message else label
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}({self.message!r}, code={self.code.name}, "
+            f"reason={self.reason!r}, retriable={self.retriable}, metadata={self.metadata!r})"
+        )
+
+
+class UnknownTopicOrPartitionError(StratalogError):
+    """No such topic, or no such partition of it."""
+
+    code = grpc.StatusCode.NOT_FOUND
+    reason = "UNKNOWN_TOPIC_OR_PARTITION"
+
+
+class OffsetOutOfRangeError(StratalogError):
+    """The offset is below the log start offset or past the log end offset.
+
+    ``log_start_offset`` and ``log_end_offset`` hold the partition's bounds when the server sent
+    them (it always does), else ``None``: a consumer resets to one of them.
+    """
+
+    code = grpc.StatusCode.OUT_OF_RANGE
+    reason = "OFFSET_OUT_OF_RANGE"
+
+    def __init__(self, message: str, **kwargs) -> None:
+        super().__init__(message, **kwargs)
+        self.log_start_offset = _int_or_none(self.metadata.get("log_start_offset"))
+        self.log_end_offset = _int_or_none(self.metadata.get("log_end_offset"))
+
+
+class CorruptRecordError(StratalogError):
+    """The record batches sent do not parse (CRC mismatch, truncation, bad lengths)."""
+
+    code = grpc.StatusCode.INVALID_ARGUMENT
+    reason = "CORRUPT_RECORD"
+
+
+class InvalidRecordError(StratalogError):
+    """The batches parse but hold something the server refuses (magic, counts, codec id)."""
+
+    code = grpc.StatusCode.INVALID_ARGUMENT
+    reason = "INVALID_RECORD"
+
+
+class RecordTooLargeError(StratalogError):
+    """A batch or an append larger than the topic or server allows."""
+
+    code = grpc.StatusCode.INVALID_ARGUMENT
+    reason = "RECORD_TOO_LARGE"
+
+
+class InvalidTopicError(StratalogError):
+    """A topic name or partition count that is not allowed."""
+
+    code = grpc.StatusCode.INVALID_ARGUMENT
+    reason = "INVALID_TOPIC"
+
+
+class InvalidTimestampError(StratalogError):
+    """A record timestamp outside the topic's accepted window."""
+
+    code = grpc.StatusCode.INVALID_ARGUMENT
+    reason = "INVALID_TIMESTAMP"
+
+
+class InvalidConfigError(StratalogError):
+    """An unknown topic config name or a value out of its range."""
+
+    code = grpc.StatusCode.INVALID_ARGUMENT
+    reason = "INVALID_CONFIG"
+
+
+class InvalidRequestError(StratalogError):
+    """A request of the wrong shape (both or neither records fields, a negative max_bytes)."""
+
+    code = grpc.StatusCode.INVALID_ARGUMENT
+    reason = "INVALID_REQUEST"
+
+
+class TopicAlreadyExistsError(StratalogError):
+    """A topic of that name exists already."""
+
+    code = grpc.StatusCode.ALREADY_EXISTS
+    reason = "TOPIC_ALREADY_EXISTS"
+
+
+class StorageFullError(StratalogError):
+    """The server's disk is full; not retried, as only retention or an operator frees space."""
+
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+    reason = "STORAGE_FULL"
+
+
+class StorageError(StratalogError):
+    """The server failed to read or write its log files (I/O error, damaged index)."""
+
+    code = grpc.StatusCode.UNAVAILABLE
+    reason = "STORAGE_ERROR"
+    retriable = True
+
+
+class ShuttingDownError(StratalogError):
+    """The server is stopping (or the partition's log was closed under the request)."""
+
+    code = grpc.StatusCode.UNAVAILABLE
+    reason = "SHUTTING_DOWN"
+    retriable = True
+
+
+class AuthenticationError(StratalogError):
+    """The server (or a proxy before it) did not accept the caller's credentials."""
+
+    code = grpc.StatusCode.UNAUTHENTICATED
+    reason = "AUTHENTICATION_FAILED"
+
+
+class NotAuthorizedError(StratalogError):
+    """The caller is known but may not do this."""
+
+    code = grpc.StatusCode.PERMISSION_DENIED
+    reason = "NOT_AUTHORIZED"
+
+
+class BrokerUnavailableError(StratalogError):
+    """No answer from a stratalog servicer: nothing listening, connection lost, TLS failure."""
+
+    code = grpc.StatusCode.UNAVAILABLE
+    retriable = True
+
+
+class RequestTimeoutError(StratalogError):
+    """The deadline passed first. A timed-out Produce may still have been appended."""
+
+    code = grpc.StatusCode.DEADLINE_EXCEEDED
+    retriable = True
+
+
+def _table_by_reason(*classes: type[StratalogError]) -> Mapping[str, type[StratalogError]]:
+    for cls in classes:
+        # Fails at import time on a typo: every reason must be a value of broker.proto's enum.
+        broker_pb2.ErrorReason.Value(cls.reason)
+    return types.MappingProxyType({cls.reason: cls for cls in classes})
+
+
+#: The one table: ErrorReason name -> exception class (which fixes code and retriable).
+ERRORS_BY_REASON: Mapping[str, type[StratalogError]] = _table_by_reason(
+    UnknownTopicOrPartitionError,
+    OffsetOutOfRangeError,
+    CorruptRecordError,
+    InvalidRecordError,
+    RecordTooLargeError,
+    InvalidTopicError,
+    InvalidTimestampError,
+    InvalidConfigError,
+    InvalidRequestError,
+    TopicAlreadyExistsError,
+    StorageFullError,
+    StorageError,
+    ShuttingDownError,
+    AuthenticationError,
+    NotAuthorizedError,
+)
+
+# Statuses without ErrorInfo that still have a class of their own: transport failures, and
+# authentication refused by an interceptor or proxy before our servicer ran.
+_ERRORS_BY_CODE_WITHOUT_INFO: Mapping[grpc.StatusCode, type[StratalogError]] = {
+    grpc.StatusCode.UNAVAILABLE: BrokerUnavailableError,
+    grpc.StatusCode.DEADLINE_EXCEEDED: RequestTimeoutError,
+    grpc.StatusCode.UNAUTHENTICATED: AuthenticationError,
+    grpc.StatusCode.PERMISSION_DENIED: NotAuthorizedError,
+}
+
+
+def _int_or_none(text: str | None) -> int | None:
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def _call_code(err: grpc.RpcError) -> grpc.StatusCode:
+    code = getattr(err, "code", None)
+    value = code() if callable(code) else None
+    return value if isinstance(value, grpc.StatusCode) else grpc.StatusCode.UNKNOWN
+
+
+def _call_details(err: grpc.RpcError) -> str:
+    details = getattr(err, "details", None)
+    value = details() if callable(details) else None
+    return value if isinstance(value, str) else ""
+
+
+def _rich_status(err: grpc.RpcError, code: grpc.StatusCode) -> status_pb2.Status | None:
+    """The google.rpc.Status in the trailers, or None when absent or not about this call."""
+    if not callable(getattr(err, "trailing_metadata", None)):
+        return None
+    try:
+        return rpc_status.from_call(err)
+    except ValueError as mismatch:
+        # from_call refuses a Status whose message differs from grpc-message; a proxy may have
+        # rewritten the message, but the reason still holds if the code agrees.
+        logger.debug("status details disagree with the call: %s", mismatch)
+    except DecodeError:
+        return None
+    for key, value in err.trailing_metadata() or ():
+        if key == _STATUS_DETAILS_KEY:
+            try:
+                status = status_pb2.Status.FromString(value)
+            except DecodeError:
+                return None
+            return status if status.code == code.value[0] else None
+    return None
+
+
+def _error_info(status: status_pb2.Status | None) -> error_details_pb2.ErrorInfo | None:
+    if status is None:
+        return None
+    for detail in status.details:
+        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            info = error_details_pb2.ErrorInfo()
+            detail.Unpack(info)
+            if info.domain == DOMAIN:
+                return info
+    return None
+
+
+def from_rpc_error(err: grpc.RpcError) -> StratalogError:
+    """The exception for a failed call (sync ``grpc.RpcError`` or ``grpc.aio.AioRpcError``).
+
+    Reads the status code, the message and the ErrorInfo from the trailing metadata
+    (``grpc_status.rpc_status.from_call``). Never raises for malformed or foreign trailers: those
+    give the class for the status code alone. Use as ``raise from_rpc_error(e) from e``.
+    """
+    code = _call_code(err)
+    message = _call_details(err)
+    info = _error_info(_rich_status(err, code))
+    if info is None:
+        cls = _ERRORS_BY_CODE_WITHOUT_INFO.get(code, StratalogError)
+        if cls is StratalogError:
+            return StratalogError(message, code=code, retriable=code in _RETRIABLE_CODES)
+        return cls(message, code=code)
+    metadata = dict(info.metadata)
+    cls = ERRORS_BY_REASON.get(info.reason)
+    if cls is None:
+        # A reason from a newer server: keep what it said, decide retrying by the code.
+        return StratalogError(
+            message, code=code, reason=info.reason, metadata=metadata,
+            retriable=code in _RETRIABLE_CODES,
+        )
+    # The code the server sent wins over the class default, so nothing it said is lost.
+    return cls(message, code=code, metadata=metadata)

@@ -1,0 +1,334 @@
+"""client/errors.py against a live grpc.aio server: each domain error arrives as its own class.
+
+A minimal Broker servicer on 127.0.0.1:0 raises domain errors chosen by the request's topic and
+reports them through server/status.py's ``abort_with_error``, exactly as the real servicer will.
+The client calls through the generated stub (async and sync channels) and maps the RpcError back
+with ``from_rpc_error``. Nothing is mocked: statuses cross a real HTTP/2 connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import socket
+from collections.abc import AsyncIterator, Callable
+
+import grpc
+import grpc.aio
+import pytest
+from google.rpc import error_details_pb2, status_pb2
+
+from stratalog.client import errors
+from stratalog.records import errors as record_errors
+from stratalog.server import status
+from stratalog.server.storage import errors as storage_errors
+from stratalog.v1 import broker_pb2, broker_pb2_grpc
+
+DETAILS_KEY = "grpc-status-details-bin"
+
+
+def _disk_full() -> storage_errors.StorageIOError:
+    try:
+        raise OSError(errno.ENOSPC, "No space left on device", "/srv/data/t-0/0.log")
+    except OSError as e:
+        error = storage_errors.StorageIOError("append to /srv/data/t-0/0.log failed")
+        error.__cause__ = e
+        return error
+
+
+def _rich(code: grpc.StatusCode, message: str, reason: str, domain: str = "stratalog",
+          **metadata: str) -> status_pb2.Status:
+    rich = status_pb2.Status(code=code.value[0], message=message)
+    info = error_details_pb2.ErrorInfo(reason=reason, domain=domain, metadata=metadata)
+    rich.details.add().Pack(info)
+    return rich
+
+
+# topic -> the domain error the servicer raises for it.
+DOMAIN_ERRORS: dict[str, Callable[[], Exception]] = {
+    "unknown": lambda: storage_errors.UnknownTopicOrPartitionError("no partition 9 of orders"),
+    "range": lambda: storage_errors.OffsetOutOfRangeError(
+        "offset 7 below log start 100", log_start_offset=100, log_end_offset=250
+    ),
+    "corrupt": lambda: record_errors.CorruptRecordError("CRC mismatch at position 61"),
+    "invalid": lambda: record_errors.InvalidRecordError("magic 1 at position 16"),
+    "codec": lambda: record_errors.UnsupportedCompressionError("codec id 6"),
+    "large": lambda: record_errors.RecordTooLargeError("2000000 bytes over 1048588"),
+    "segment": lambda: storage_errors.RecordBatchTooLargeError("over segment.bytes"),
+    "topic": lambda: storage_errors.InvalidTopicError("'..' is not a topic name"),
+    "exists": lambda: storage_errors.TopicAlreadyExistsError("orders exists"),
+    "timestamp": lambda: storage_errors.InvalidTimestampError("timestamp 5 too old"),
+    "config": lambda: storage_errors.InvalidConfigError("unknown config segment.byte"),
+    "full": _disk_full,
+    "eio": lambda: storage_errors.CorruptIndexError("/srv/data/t-0/0.index: 13 bytes"),
+    "closed": lambda: storage_errors.LogClosedError("log /srv/data/t-0 is closed"),
+    "bug": lambda: ZeroDivisionError("division by zero in /srv/app.py"),
+}
+
+# topic -> (class, code, reason, retriable, metadata, message or None when fixed by the server)
+EXPECTED = {
+    "unknown": (errors.UnknownTopicOrPartitionError, "NOT_FOUND", "UNKNOWN_TOPIC_OR_PARTITION",
+                False, {}, "no partition 9 of orders"),
+    "range": (errors.OffsetOutOfRangeError, "OUT_OF_RANGE", "OFFSET_OUT_OF_RANGE", False,
+              {"log_start_offset": "100", "log_end_offset": "250"}, "offset 7 below log start 100"),
+    "corrupt": (errors.CorruptRecordError, "INVALID_ARGUMENT", "CORRUPT_RECORD", False, {},
+                "CRC mismatch at position 61"),
+    "invalid": (errors.InvalidRecordError, "INVALID_ARGUMENT", "INVALID_RECORD", False, {},
+                "magic 1 at position 16"),
+    "codec": (errors.InvalidRecordError, "INVALID_ARGUMENT", "INVALID_RECORD", False, {},
+              "codec id 6"),
+    "large": (errors.RecordTooLargeError, "INVALID_ARGUMENT", "RECORD_TOO_LARGE", False, {},
+              "2000000 bytes over 1048588"),
+    "segment": (errors.RecordTooLargeError, "INVALID_ARGUMENT", "RECORD_TOO_LARGE", False, {},
+                "over segment.bytes"),
+    "topic": (errors.InvalidTopicError, "INVALID_ARGUMENT", "INVALID_TOPIC", False, {},
+              "'..' is not a topic name"),
+    "exists": (errors.TopicAlreadyExistsError, "ALREADY_EXISTS", "TOPIC_ALREADY_EXISTS", False,
+               {}, "orders exists"),
+    "timestamp": (errors.InvalidTimestampError, "INVALID_ARGUMENT", "INVALID_TIMESTAMP", False,
+                  {}, "timestamp 5 too old"),
+    "config": (errors.InvalidConfigError, "INVALID_ARGUMENT", "INVALID_CONFIG", False, {},
+               "unknown config segment.byte"),
+    "full": (errors.StorageFullError, "RESOURCE_EXHAUSTED", "STORAGE_FULL", False,
+             {"errno": "ENOSPC"}, None),
+    "eio": (errors.StorageError, "UNAVAILABLE", "STORAGE_ERROR", True, {}, None),
+    "closed": (errors.ShuttingDownError, "UNAVAILABLE", "SHUTTING_DOWN", True, {}, None),
+    "bug": (errors.StratalogError, "INTERNAL", None, False, {}, None),
+}
+
+
+# Statuses no current server sends, but a newer server, a proxy or a bug could:
+# topic -> (code, grpc-message, grpc-status-details-bin trailer).
+HANDCRAFTED: dict[str, Callable[[], tuple[grpc.StatusCode, str, bytes]]] = {
+    "newer": lambda: (
+        grpc.StatusCode.UNAVAILABLE, "rebalancing",
+        _rich(grpc.StatusCode.UNAVAILABLE, "rebalancing", "PARTITION_MOVING",
+              target="b2").SerializeToString()),
+    "foreign": lambda: (
+        grpc.StatusCode.NOT_FOUND, "not here",
+        _rich(grpc.StatusCode.NOT_FOUND, "not here", "UNKNOWN_TOPIC_OR_PARTITION",
+              domain="example.com").SerializeToString()),
+    "rewritten": lambda: (
+        grpc.StatusCode.OUT_OF_RANGE, "message rewritten by a proxy",
+        _rich(grpc.StatusCode.OUT_OF_RANGE, "original", "OFFSET_OUT_OF_RANGE",
+              log_start_offset="3", log_end_offset="x").SerializeToString()),
+    "mismatched": lambda: (
+        grpc.StatusCode.UNAVAILABLE, "m",
+        _rich(grpc.StatusCode.NOT_FOUND, "m", "UNKNOWN_TOPIC_OR_PARTITION").SerializeToString()),
+    "garbage": lambda: (grpc.StatusCode.UNAVAILABLE, "g", b"\xff\xff\xff not a proto"),
+}
+
+
+class FailingBroker(broker_pb2_grpc.BrokerServicer):
+    """Every RPC fails in a way chosen by the request; the servicer pattern status.py expects."""
+
+    async def Produce(self, request, context):
+        try:
+            if request.topic == "shape":
+                await context.abort_with_status(status.invalid_request(
+                    "exactly one of records and record_batches must be set",
+                    metadata={"field": "records"},
+                ))
+            if request.topic == "already-aborted":
+                # An abort inside the try: abort_with_error must pass it through unchanged.
+                await context.abort(grpc.StatusCode.PERMISSION_DENIED, "no")
+            if request.topic == "slow":
+                await asyncio.sleep(60)
+            if request.topic == "uncaught":
+                raise RuntimeError("escaped the servicer")
+            if request.topic in HANDCRAFTED:
+                code, details, trailer = HANDCRAFTED[request.topic]()
+                await context.abort(code, details, ((DETAILS_KEY, trailer),))
+            raise DOMAIN_ERRORS[request.topic]()
+        except (RuntimeError, asyncio.CancelledError):
+            raise
+        except Exception as exc:
+            await status.abort_with_error(context, exc)
+
+    async def Subscribe(self, request, context) -> AsyncIterator[broker_pb2.FetchResponse]:
+        # One message, then the log start moves past the subscriber: an error mid-stream.
+        yield broker_pb2.FetchResponse(topic=request.topic, next_offset=1)
+        try:
+            raise storage_errors.OffsetOutOfRangeError(
+                "offset 1 below log start 40", log_start_offset=40, log_end_offset=41
+            )
+        except Exception as exc:
+            await status.abort_with_error(context, exc)
+
+
+@pytest.fixture
+async def target() -> AsyncIterator[str]:
+    server = grpc.aio.server()
+    broker_pb2_grpc.add_BrokerServicer_to_server(FailingBroker(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        await server.stop(None)
+
+
+@pytest.fixture
+async def stub(target: str) -> AsyncIterator[broker_pb2_grpc.BrokerStub]:
+    async with grpc.aio.insecure_channel(target) as channel:
+        yield broker_pb2_grpc.BrokerStub(channel)
+
+
+async def _produce_error(stub, topic: str, **call_options) -> errors.StratalogError:
+    with pytest.raises(grpc.aio.AioRpcError) as raised:
+        await stub.Produce(broker_pb2.ProduceRequest(topic=topic), **call_options)
+    return errors.from_rpc_error(raised.value)
+
+
+@pytest.mark.parametrize("topic", list(EXPECTED))
+async def test_each_domain_error_round_trips_to_its_class(stub, topic) -> None:
+    cls, code, reason, retriable, metadata, message = EXPECTED[topic]
+    error = await _produce_error(stub, topic)
+    assert type(error) is cls
+    assert error.code is grpc.StatusCode[code]
+    assert error.reason == reason
+    assert error.retriable is retriable
+    assert error.metadata == metadata
+    if message is not None:
+        assert error.message == message
+    else:
+        assert "incident" in error.message and "/srv" not in error.message
+    assert isinstance(error, errors.StratalogError)
+
+
+async def test_offset_out_of_range_exposes_the_bounds_as_ints(stub) -> None:
+    error = await _produce_error(stub, "range")
+    assert (error.log_start_offset, error.log_end_offset) == (100, 250)
+    assert str(error) == "OFFSET_OUT_OF_RANGE: offset 7 below log start 100"
+
+
+async def test_invalid_request_round_trips_with_its_metadata(stub) -> None:
+    error = await _produce_error(stub, "shape")
+    assert type(error) is errors.InvalidRequestError
+    assert error.code is grpc.StatusCode.INVALID_ARGUMENT
+    assert error.metadata == {"field": "records"}
+    assert not error.retriable
+
+
+async def test_an_abort_inside_the_try_is_not_turned_into_internal(stub) -> None:
+    error = await _produce_error(stub, "already-aborted")
+    # No ErrorInfo: mapped by code alone.
+    assert type(error) is errors.NotAuthorizedError
+    assert error.reason == "NOT_AUTHORIZED"
+    assert error.message == "no"
+
+
+async def test_an_error_mid_stream_round_trips(stub) -> None:
+    call = stub.Subscribe(broker_pb2.SubscribeRequest(topic="t", offset=0))
+    received = []
+    with pytest.raises(grpc.aio.AioRpcError) as raised:
+        async for response in call:
+            received.append(response.next_offset)
+    assert received == [1]
+    error = errors.from_rpc_error(raised.value)
+    assert type(error) is errors.OffsetOutOfRangeError
+    assert (error.log_start_offset, error.log_end_offset) == (40, 41)
+
+
+async def test_a_sync_channel_rpc_error_maps_the_same(target) -> None:
+    def call() -> errors.StratalogError:
+        with grpc.insecure_channel(target) as channel:
+            try:
+                broker_pb2_grpc.BrokerStub(channel).Produce(broker_pb2.ProduceRequest(topic="range"))
+            except grpc.RpcError as err:
+                return errors.from_rpc_error(err)
+        raise AssertionError("the call succeeded")
+
+    # The server runs on this loop; the blocking client waits in a thread.
+    error = await asyncio.to_thread(call)
+    assert type(error) is errors.OffsetOutOfRangeError
+    assert (error.log_start_offset, error.log_end_offset) == (100, 250)
+
+
+async def test_an_exception_escaping_the_servicer_is_unknown_and_not_retriable(stub) -> None:
+    error = await _produce_error(stub, "uncaught")
+    assert type(error) is errors.StratalogError
+    assert error.code is grpc.StatusCode.UNKNOWN
+    assert (error.reason, error.retriable) == (None, False)
+
+
+async def test_a_reason_from_a_newer_server_keeps_reason_and_retries_by_code(stub) -> None:
+    error = await _produce_error(stub, "newer")
+    assert type(error) is errors.StratalogError
+    assert (error.code, error.reason) == (grpc.StatusCode.UNAVAILABLE, "PARTITION_MOVING")
+    assert error.retriable
+    assert error.metadata == {"target": "b2"}
+
+
+async def test_error_info_of_another_domain_is_ignored(stub) -> None:
+    error = await _produce_error(stub, "foreign")
+    assert type(error) is errors.StratalogError
+    assert (error.code, error.reason, error.metadata) == (grpc.StatusCode.NOT_FOUND, None, {})
+
+
+async def test_a_rewritten_message_keeps_the_reason_and_a_bad_bound_is_none(stub) -> None:
+    error = await _produce_error(stub, "rewritten")
+    assert type(error) is errors.OffsetOutOfRangeError
+    assert error.message == "message rewritten by a proxy"
+    assert (error.log_start_offset, error.log_end_offset) == (3, None)
+
+
+@pytest.mark.parametrize("topic", ["mismatched", "garbage"])
+async def test_inconsistent_or_garbled_details_map_by_code_alone(stub, topic) -> None:
+    error = await _produce_error(stub, topic)
+    assert type(error) is errors.BrokerUnavailableError
+    assert (error.reason, error.retriable) == (None, True)
+
+
+async def test_a_passed_deadline_is_a_retriable_timeout(stub) -> None:
+    error = await _produce_error(stub, "slow", timeout=0.2)
+    assert type(error) is errors.RequestTimeoutError
+    assert error.code is grpc.StatusCode.DEADLINE_EXCEEDED
+    assert (error.reason, error.retriable) == (None, True)
+
+
+async def test_no_server_listening_is_a_retriable_unavailable() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    # Nothing listens on the port now; the call fails fast (no wait_for_ready).
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        error = await _produce_error(broker_pb2_grpc.BrokerStub(channel), "x", timeout=30)
+    assert type(error) is errors.BrokerUnavailableError
+    assert error.code is grpc.StatusCode.UNAVAILABLE
+    assert (error.reason, error.retriable) == (None, True)
+
+
+def test_the_table_covers_every_error_reason_once() -> None:
+    names = set(broker_pb2.ErrorReason.keys()) - {"ERROR_REASON_UNSPECIFIED"}
+    assert set(errors.ERRORS_BY_REASON) == names
+    for reason, cls in errors.ERRORS_BY_REASON.items():
+        assert cls.reason == reason
+        assert issubclass(cls, errors.StratalogError)
+
+
+def test_client_and_server_agree_on_codes_and_domain() -> None:
+    assert errors.DOMAIN == status.DOMAIN
+    for reason, cls in errors.ERRORS_BY_REASON.items():
+        assert cls.code is status.REASON_CODES[reason], reason
+
+
+def test_retriable_flags_are_the_documented_ones() -> None:
+    retriable = {reason for reason, cls in errors.ERRORS_BY_REASON.items() if cls.retriable}
+    assert retriable == {"SHUTTING_DOWN", "STORAGE_ERROR"}
+    assert errors.BrokerUnavailableError.retriable and errors.RequestTimeoutError.retriable
+
+
+def test_errors_can_be_built_directly_and_keep_instance_overrides() -> None:
+    error = errors.ShuttingDownError("bye", retriable=False, metadata={"k": "v"})
+    assert (error.retriable, error.metadata, error.code) == (False, {"k": "v"},
+                                                             grpc.StatusCode.UNAVAILABLE)
+    assert errors.ShuttingDownError.retriable  # the class default is untouched
+    assert "ShuttingDownError('bye'" in repr(error)
+    assert str(errors.StratalogError("", code=grpc.StatusCode.INTERNAL)) == "INTERNAL"
+
+
+def test_a_bare_rpc_error_without_call_methods_maps_to_unknown() -> None:
+    error = errors.from_rpc_error(grpc.RpcError())
+    assert type(error) is errors.StratalogError
+    assert (error.code, error.reason, error.message) == (grpc.StatusCode.UNKNOWN, None, "")
