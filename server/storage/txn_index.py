@@ -105,12 +105,17 @@ class TxnIndexSearchResult(NamedTuple):
     is_complete: bool
 
 
-def _parse_entry(buffer: memoryview, start: int, path: Path | str) -> AbortedTxn:
+def _parse_entry(
+    buffer: memoryview, start: int, path: Path | str, file_position: int | None = None
+) -> AbortedTxn:
+    """Parse the entry at ``start`` of ``buffer``; ``file_position`` (default ``start``) is where
+    it lies in the file, for the error message."""
     # Kafka's AbortedTxn.version() is buffer.get(0): one signed byte of the two-byte field.
     version_byte = struct.unpack_from(">b", buffer, start)[0]
     if version_byte > _CURRENT_VERSION:
+        where = start if file_position is None else file_position
         raise CorruptIndexError(
-            f"unexpected aborted transaction version {version_byte} at byte {start} of "
+            f"unexpected aborted transaction version {version_byte} at byte {where} of "
             f"transaction index {path}, current version is {_CURRENT_VERSION}"
         )
     _, producer_id, first_offset, last_offset, lso = _ENTRY.unpack_from(buffer, start)
@@ -377,10 +382,11 @@ class TransactionIndex:
         end = self._end_bytes
         if end == 0:
             return None
-        data = self._pread(ABORTED_TXN_SIZE_BYTES, end - ABORTED_TXN_SIZE_BYTES)
+        position = end - ABORTED_TXN_SIZE_BYTES
+        data = self._pread(ABORTED_TXN_SIZE_BYTES, position)
         if len(data) < ABORTED_TXN_SIZE_BYTES:
             return None  # cut short behind our back; treat as empty, as a reader would
-        return _parse_entry(memoryview(data), 0, self._path).last_offset
+        return _parse_entry(memoryview(data), 0, self._path, position).last_offset
 
     def _iter_with_positions(self) -> Iterator[tuple[int, AbortedTxn]]:
         """Yield (byte position, entry) for the whole entries present when the scan starts."""
@@ -398,7 +404,7 @@ class TransactionIndex:
             usable = len(data) - len(data) % ABORTED_TXN_SIZE_BYTES
             view = memoryview(data)
             for start in range(0, usable, ABORTED_TXN_SIZE_BYTES):
-                yield position + start, _parse_entry(view, start, self._path)
+                yield position + start, _parse_entry(view, start, self._path, position + start)
             if usable < want:
                 return
             position += usable
