@@ -144,12 +144,16 @@ class BatchBuilder:
         if count == 0:
             if not _INT64_MIN <= timestamp <= _INT64_MAX:
                 raise ValueError(f"timestamp {timestamp} is outside int64")
+            base_timestamp = timestamp
+        else:
+            base_timestamp = self._base_timestamp
+        # encode_record appends only once every field encoded, so a ValueError leaves the
+        # builder as it was; the state below changes only after a successful append.
+        encode_record(self._records, count, timestamp - base_timestamp, key, value, headers)
+        if count == 0:
             self._base_timestamp = self._max_timestamp = timestamp
         elif timestamp > self._max_timestamp:
             self._max_timestamp = timestamp
-        encode_record(
-            self._records, count, timestamp - self._base_timestamp, key, value, headers
-        )
         self._count = count + 1
         return count
 
@@ -170,8 +174,12 @@ class BatchBuilder:
             raise ValueError(f"record batch of {size_bytes} bytes exceeds the int32 length field")
         header = bytearray(RECORD_BATCH_OVERHEAD)
         _HEADER_BEFORE_CRC.pack_into(
-            header, 0, self._base_offset, size_bytes - LOG_OVERHEAD,
-            self._partition_leader_epoch, MAGIC,
+            header,
+            0,
+            self._base_offset,
+            size_bytes - LOG_OVERHEAD,
+            self._partition_leader_epoch,
+            MAGIC,
         )
         _HEADER_AFTER_CRC.pack_into(
             header,

@@ -210,8 +210,7 @@ def _gzip_decompress(data: bytes | bytearray | memoryview, max_bytes: int) -> by
         parts.append(chunk)
         if not decompressor.eof:
             raise CorruptRecordError(
-                f"gzip stream of {len(data)} bytes is truncated after {produced} "
-                "decompressed bytes"
+                f"gzip stream of {len(data)} bytes is truncated after {produced} decompressed bytes"
             )
         remaining = decompressor.unused_data
         if not remaining:
@@ -280,8 +279,7 @@ def _lz4_decompress(data: bytes | bytearray | memoryview, max_bytes: int) -> byt
         parts.append(chunk)
         if not decompressor.eof:
             raise CorruptRecordError(
-                f"lz4 stream of {len(data)} bytes is truncated after {produced} "
-                "decompressed bytes"
+                f"lz4 stream of {len(data)} bytes is truncated after {produced} decompressed bytes"
             )
         remaining = decompressor.unused_data
         if not remaining:

@@ -121,9 +121,7 @@ def _decode(
     header = _checked_header(buf, position, verify_crc)
     data = _records_region(buf, header, max_decompressed_bytes)
     override = (
-        header.max_timestamp
-        if header.timestamp_type is TimestampType.LOG_APPEND_TIME
-        else None
+        header.max_timestamp if header.timestamp_type is TimestampType.LOG_APPEND_TIME else None
     )
     try:
         records = decode_records(
@@ -263,4 +261,3 @@ def summarize_records(
         walk.offset_deltas_contiguous,
         len(data),
     )
-

@@ -233,8 +233,10 @@ def decode_records(
             start = position
             if position >= end:
                 raise _corrupt(
-                    index, start, f"missing: the batch declares {count} records but its "
-                    f"{end} bytes of records end after {index}"
+                    index,
+                    start,
+                    f"missing: the batch declares {count} records but its "
+                    f"{end} bytes of records end after {index}",
                 )
             # Each varint below takes the one-byte fast path when it can: (b >> 1) ^ -(b & 1)
             # is zig-zag decoding of a value that fits in 7 bits.
@@ -289,9 +291,7 @@ def decode_records(
                 value = None
             else:
                 if value_size > record_end - position:
-                    raise _corrupt(
-                        index, start, f"value length {value_size} runs past the record"
-                    )
+                    raise _corrupt(index, start, f"value length {value_size} runs past the record")
                 value = data[position : position + value_size]
                 position += value_size
             if data[position] == 0:  # no headers: the common case
@@ -301,8 +301,10 @@ def decode_records(
                 headers, position = _read_headers(data, position, record_end, index, start)
             if position != record_end:
                 raise _corrupt(
-                    index, start, f"consumed {position - start} bytes but its length field "
-                    f"says {record_end - start}"
+                    index,
+                    start,
+                    f"consumed {position - start} bytes but its length field "
+                    f"says {record_end - start}",
                 )
             record = _new_record(Record)
             _set_offset(record, base_offset + offset_delta)
@@ -360,8 +362,10 @@ def walk_records(data: bytes, count: int) -> RecordsWalk:
             start = position
             if position >= end:
                 raise _corrupt(
-                    index, start, f"missing: the batch declares {count} records but its "
-                    f"{end} bytes of records end after {index}"
+                    index,
+                    start,
+                    f"missing: the batch declares {count} records but its "
+                    f"{end} bytes of records end after {index}",
                 )
             size, position = read_varint(data, position)
             record_end = position + size
@@ -399,8 +403,10 @@ def walk_records(data: bytes, count: int) -> RecordsWalk:
                 _, position = _read_headers(data, position, record_end, index, start)
             if position != record_end:
                 raise _corrupt(
-                    index, start, f"consumed {position - start} bytes but its length field "
-                    f"says {record_end - start}"
+                    index,
+                    start,
+                    f"consumed {position - start} bytes but its length field "
+                    f"says {record_end - start}",
                 )
     except IndexError:
         raise _corrupt(index, start, f"truncated: the records region ends at {end}") from None
@@ -410,6 +416,12 @@ def walk_records(data: bytes, count: int) -> RecordsWalk:
             f"declared records (records region of {end} bytes)"
         )
     return RecordsWalk(
-        count, first_offset_delta, min_ts, max_ts, offset_of_max, offset_delta, has_null_key,
+        count,
+        first_offset_delta,
+        min_ts,
+        max_ts,
+        offset_of_max,
+        offset_delta,
+        has_null_key,
         contiguous,
     )

@@ -104,6 +104,17 @@ def test_empty_builder_refuses_to_build():
         build_batch([])
 
 
+def test_timestamp_delta_outside_int64_is_a_programmer_error():
+    builder = BatchBuilder()
+    builder.append(-(2**62), None, None)
+    with pytest.raises(ValueError, match="outside int64"):
+        builder.append(2**62, None, None)
+    header, records = decode_batch(builder.build())  # the failed append left no trace
+    assert header.max_timestamp == -(2**62) and len(records) == 1
+    with pytest.raises(ValueError, match="outside int64"):
+        BatchBuilder().append(2**63, None, None)
+
+
 def test_build_is_repeatable_and_appending_continues():
     builder = BatchBuilder()
     builder.append(1, b"k", b"v")
@@ -307,8 +318,12 @@ HEADERS = st.lists(
     ),
     max_size=4,
 ).map(tuple)
-TIMESTAMPS = st.integers(-(2**40), 2**45) | st.sampled_from([-1, 0, 2**62, -(2**62)])
-RECORDS = st.lists(st.tuples(TIMESTAMPS, KEYS_VALUES, KEYS_VALUES, HEADERS), min_size=1, max_size=40)
+TIMESTAMPS = st.integers(-(2**40), 2**45) | st.sampled_from(
+    [-1, 0, 2**61, -(2**61)]
+)  # deltas fit int64
+RECORDS = st.lists(
+    st.tuples(TIMESTAMPS, KEYS_VALUES, KEYS_VALUES, HEADERS), min_size=1, max_size=40
+)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
