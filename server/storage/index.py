@@ -302,7 +302,23 @@ class Index(abc.ABC):
         if self._closed:
             return
         self.trim_to_valid_size()
-        self._close_handler()
+        self.close_handler()
+
+    def close_handler(self) -> None:
+        """Unmap and close the file without trimming it (Kafka's ``closeHandler``). Idempotent.
+
+        For a failed disk, where writing is pointless, and for :meth:`delete_if_exists`. The
+        file keeps its preallocated length, so reopening it counts the zero slots as entries.
+        """
+        with self._remap_lock:
+            self._unmap()
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+            self._closed = True
+
+    # Earlier name, still used by segment.py's close_handlers; prefer close_handler().
+    _close_handler = close_handler
 
     def rename_to(self, path: Path | str) -> None:
         """Rename the backing file atomically (mapped or not); the index follows the new name.
@@ -330,7 +346,7 @@ class Index(abc.ABC):
         Returns:
             True if this call deleted the file, False if it did not exist.
         """
-        self._close_handler()
+        self.close_handler()
         with _io_errors(self._path, "delete"):
             try:
                 self._path.unlink()
@@ -359,15 +375,6 @@ class Index(abc.ABC):
         if self._mmap is not None:
             self._mmap.close()
             self._mmap = None
-
-    def _close_handler(self) -> None:
-        """Unmap and close the descriptor without trimming (Kafka's ``closeHandler``)."""
-        with self._remap_lock:
-            self._unmap()
-            if self._fd is not None:
-                os.close(self._fd)
-                self._fd = None
-            self._closed = True
 
     def _write_entry(self, slot: int, entry_bytes: bytes) -> None:
         """Put an entry's bytes in ``slot`` (the caller counts it only afterwards)."""

@@ -619,7 +619,7 @@ class OffsetIndexMachine(RuleBasedStateMachine):
         assert reopened.entries == self.length_bytes // 8
         assert reopened.entries_list()[: len(self.model)] == self.model
         # Past the model are zeros or entries truncated away (truncation does not erase bytes).
-        reopened._close_handler()  # drop this view without trimming the shared file
+        reopened.close_handler()  # drop this view without trimming the shared file
 
     @invariant()
     def agrees_with_the_model(self) -> None:
@@ -641,3 +641,15 @@ OffsetIndexMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 test_offset_index_against_a_sorted_list = OffsetIndexMachine.TestCase
+
+
+def test_close_handler_closes_without_trimming(tmp_path: Path) -> None:
+    path = tmp_path / "0.index"
+    idx = OffsetIndex(path, 0, 80)
+    idx.append(1, 1)
+    idx.close_handler()
+    idx.close_handler()  # idempotent
+    assert idx.is_closed
+    assert path.stat().st_size == 80, "not trimmed: a reopen sees 10 entries"
+    idx.close()  # a no-op on a closed index
+    assert path.stat().st_size == 80

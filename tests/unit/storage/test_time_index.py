@@ -149,7 +149,7 @@ class TimeIndexOpen:
         return self.index
 
     def __exit__(self, *exc: object) -> None:
-        self.index._close_handler()
+        self.index.close_handler()
 
 
 def test_untrimmed_file_fails_the_sanity_check(tmp_path: Path) -> None:
@@ -159,7 +159,7 @@ def test_untrimmed_file_fails_the_sanity_check(tmp_path: Path) -> None:
     idx = TimeIndex(path, BASE_OFFSET, MAX_ENTRIES * 12)
     append_entries(idx, 3)
     idx.flush()
-    idx._close_handler()  # crash: no trim
+    idx.close_handler()  # crash: no trim
     reopened = TimeIndex(path, BASE_OFFSET, MAX_ENTRIES * 12)
     assert reopened.entries == MAX_ENTRIES
     assert reopened.last_entry == TimestampOffset(0, BASE_OFFSET)
