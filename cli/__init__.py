@@ -1,1 +1,1 @@
-"""placeholder"""
+"""The ``stratalog`` command line: one module per subcommand, dispatched by ``main``."""

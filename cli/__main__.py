@@ -1,0 +1,7 @@
+"""``python -m stratalog.cli`` runs the ``stratalog`` command."""
+
+import sys
+
+from .main import main
+
+sys.exit(main())

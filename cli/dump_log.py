@@ -1,0 +1,573 @@
+"""``stratalog dump-log``: print log, index and snapshot files as Kafka's kafka-dump-log.sh does.
+
+The output follows Kafka's ``DumpLogSegments`` line for line, so that operators can diff a dump of
+a stratalog directory against one made by Kafka's own tool:
+
+    Dumping <file>
+    Log starting offset: 0
+    baseOffset: 0 lastOffset: 1 count: 2 baseSequence: -1 lastSequence: -1 producerId: -1 ...
+    | offset: 0 CreateTime: 1700000000000 keySize: -1 valueSize: 5 sequence: -1 headerKeys: [] ...
+
+Problems found while verifying indexes against their log go to stderr in Kafka's words
+("Mismatches in :<file>", "Found timestamp mismatch in :<file>", ...), and make the command exit 1.
+Where this tool differs from Kafka's, it is on purpose: control records other than transaction
+markers print their type (``controlType: LEADER_CHANGE(2)``) instead of Kafka's KRaft JSON, and a
+corrupt batch is reported and skipped instead of ending the run with a stack trace.
+
+The files are only read (mapped read-only); dumping the files of a running server is safe.
+"""
+
+from __future__ import annotations
+
+import argparse
+import mmap
+import re
+import struct
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from stratalog.records.batch import (
+    NO_SEQUENCE,
+    BatchHeader,
+    TimestampType,
+    compute_crc,
+    iter_batch_headers,
+)
+from stratalog.records.control import ControlRecordType, EndTransactionMarker, decode_control_key
+from stratalog.records.errors import RecordError
+from stratalog.records.reader import iter_records
+
+__all__ = ["DumpOptions", "add_parser", "dump_files", "run"]
+
+# Kafka's names, as its tool prints them.
+_TIMESTAMP_TYPE_NAMES = {
+    TimestampType.CREATE_TIME: "CreateTime",
+    TimestampType.LOG_APPEND_TIME: "LogAppendTime",
+}
+_CODEC_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+_RECORD_INDENT = "|"
+_INT32_MAX = 2**31 - 1
+
+# Index and snapshot entry layouts (big-endian), as in the storage engine's index modules.
+_OFFSET_INDEX_ENTRY = struct.Struct(">ii")  # relative offset, position
+_TIME_INDEX_ENTRY = struct.Struct(">qi")  # timestamp, relative offset
+_TXN_INDEX_ENTRY = struct.Struct(">hqqqq")  # version, producer id, first, last, last stable offset
+_SNAPSHOT_HEADER = struct.Struct(">hIi")  # version, crc, entry count
+_SNAPSHOT_ENTRY = struct.Struct(">qhiqiqiq")  # see kafka-storage-reference.md §1.7
+
+
+@dataclass
+class DumpOptions:
+    """What to print; the fields mirror kafka-dump-log.sh's flags."""
+
+    deep_iteration: bool = False
+    print_data_log: bool = False
+    verify_index_only: bool = False
+    index_sanity_check: bool = False
+    skip_record_metadata: bool = False
+    max_message_size: int = 5 * 1024 * 1024
+    max_bytes: int = _INT32_MAX
+
+
+@dataclass
+class _Problems:
+    """Everything verification found, reported on stderr at the end, as Kafka does."""
+
+    index_mismatches: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    time_mismatches: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    time_out_of_order: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    time_offset_not_found: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    non_consecutive: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    failures: int = 0
+
+    def any(self) -> bool:
+        return bool(
+            self.failures
+            or self.index_mismatches
+            or self.time_mismatches
+            or self.time_out_of_order
+            or self.time_offset_not_found
+            or self.non_consecutive
+        )
+
+    def print(self, err: TextIO) -> None:
+        for name, pairs in self.index_mismatches.items():
+            print(f"Mismatches in :{name}", file=err)
+            for index_offset, log_offset in pairs:
+                print(f"  Index offset: {index_offset}, log offset: {log_offset}", file=err)
+        for name, pairs in self.time_mismatches.items():
+            print(f"Found timestamp mismatch in :{name}", file=err)
+            for index_ts, log_ts in pairs:
+                print(f"  Index timestamp: {index_ts}, log timestamp: {log_ts}", file=err)
+        for name, pairs in self.time_out_of_order.items():
+            print(f"Found out of order timestamp in :{name}", file=err)
+            for index_ts, previous_ts in pairs:
+                print(
+                    f"  Index timestamp: {index_ts}, Previously indexed timestamp: {previous_ts}",
+                    file=err,
+                )
+        for pairs in self.time_offset_not_found.values():
+            print("The following indexed offsets are not found in the log.", file=err)
+            for indexed, found in pairs:
+                print(f"Indexed offset: {indexed}, found log offset: {found}", file=err)
+        for name, pairs in self.non_consecutive.items():
+            print(f"Non-consecutive offsets in {name}", file=err)
+            for first, second in pairs:
+                print(f"  {first} is followed by {second}", file=err)
+
+
+@contextmanager
+def _mapped(path: Path) -> Iterator[memoryview | bytes]:
+    """The file's bytes, mapped read-only (an empty file cannot be mapped: ``b""``)."""
+    with open(path, "rb") as f:
+        size = f.seek(0, 2)
+        if size == 0:
+            yield b""
+            return
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm, memoryview(mm) as view:
+            try:
+                yield view
+            finally:
+                view.release()
+
+
+_TRAILING_DIGITS = re.compile(r"(\d+)$")
+
+
+def _base_offset_of(path: Path) -> int:
+    """The base offset a file's name gives: Kafka's ``offsetFromFileName``.
+
+    Kafka takes the digits before the first dot. Copies of segments are often renamed with a
+    prefix (``metadata-a-00000000000000000000.log``), so the trailing digits of the stem are
+    accepted too.
+
+    Raises:
+        ValueError: the name holds no base offset at all.
+    """
+    stem = path.name.split(".", 1)[0]
+    match = _TRAILING_DIGITS.search(stem)
+    if match is None:
+        raise ValueError(
+            f"file name {path.name!r} does not end its stem with a base offset "
+            f"(expected e.g. 00000000000000000000{path.suffix})"
+        )
+    return int(match.group(1))
+
+
+def _sibling(path: Path, suffix: str) -> Path:
+    return path.with_name(path.name.split(".", 1)[0] + suffix)
+
+
+def _last_sequence(header: BatchHeader) -> int:
+    if header.base_sequence == NO_SEQUENCE:
+        return NO_SEQUENCE
+    return _increment_sequence(header.base_sequence, header.last_offset_delta)
+
+
+def _increment_sequence(sequence: int, increment: int) -> int:
+    # Kafka's DefaultRecordBatch.incrementSequence: wraps past Integer.MAX_VALUE to 0.
+    if sequence > _INT32_MAX - increment:
+        return increment - (_INT32_MAX - sequence) - 1
+    return sequence + increment
+
+
+def _batch_line(header: BatchHeader, position: int, crc_valid: bool) -> str:
+    horizon = (
+        f"OptionalLong[{header.base_timestamp}]"
+        if header.has_delete_horizon
+        else "OptionalLong.empty"
+    )
+    ts_name = _TIMESTAMP_TYPE_NAMES[header.timestamp_type]
+    codec = _CODEC_NAMES.get(header.attributes & 0x07, f"unknown({header.attributes & 0x07})")
+    return (
+        f"baseOffset: {header.base_offset} lastOffset: {header.last_offset} "
+        f"count: {header.records_count} baseSequence: {header.base_sequence} "
+        f"lastSequence: {_last_sequence(header)} producerId: {header.producer_id} "
+        f"producerEpoch: {header.producer_epoch} "
+        f"partitionLeaderEpoch: {header.partition_leader_epoch} "
+        f"isTransactional: {str(header.is_transactional).lower()} "
+        f"isControl: {str(header.is_control).lower()} deleteHorizonMs: {horizon} "
+        f"position: {position} {ts_name}: {header.max_timestamp} size: {header.size_bytes} "
+        f"magic: {header.magic} compresscodec: {codec} crc: {header.crc} "
+        f"isvalid: {str(crc_valid).lower()}"
+    )
+
+
+def _text(data: bytes) -> str:
+    # Kafka's default StringDecoder: UTF-8, invalid sequences replaced.
+    return data.decode("utf-8", errors="replace")
+
+
+def _dump_log(path: Path, opts: DumpOptions, problems: _Problems, out: TextIO, err: TextIO) -> None:
+    print(f"Log starting offset: {_base_offset_of(path)}", file=out)
+    deep = opts.deep_iteration or opts.print_data_log
+    with _mapped(path) as data:
+        end = min(len(data), opts.max_bytes)
+        valid_bytes = 0
+        last_offset = -1
+        try:
+            for header in iter_batch_headers(data, 0, end):
+                crc_valid = compute_crc(data, header.position, header.size_bytes) == header.crc
+                print(_batch_line(header, valid_bytes, crc_valid), file=out)
+                if deep:
+                    last_offset = _dump_records(
+                        path, data, header, opts, problems, last_offset, out, err
+                    )
+                valid_bytes += header.size_bytes
+        except RecordError as exc:
+            print(f"{path}: {exc}", file=err)
+            problems.failures += 1
+        trailing = len(data) - valid_bytes
+        if trailing > 0 and opts.max_bytes == _INT32_MAX:
+            print(f"Found {trailing} invalid bytes at the end of {path.name}", file=out)
+
+
+def _dump_records(
+    path: Path,
+    data: memoryview | bytes,
+    header: BatchHeader,
+    opts: DumpOptions,
+    problems: _Problems,
+    last_offset: int,
+    out: TextIO,
+    err: TextIO,
+) -> int:
+    ts_name = _TIMESTAMP_TYPE_NAMES[header.timestamp_type]
+    try:
+        records = list(iter_records(data, header.position, verify_crc=False))
+    except RecordError as exc:
+        print(f"{path}: cannot decode the records of the batch at position "
+              f"{header.position}: {exc}", file=err)
+        problems.failures += 1
+        return last_offset
+    for record in records:
+        if last_offset != -1 and record.offset != last_offset + 1:
+            problems.non_consecutive.setdefault(str(path.absolute()), []).append(
+                (last_offset, record.offset)
+            )
+        last_offset = record.offset
+        parts: list[str] = []
+        prefix = f"{_RECORD_INDENT} "
+        if not opts.skip_record_metadata:
+            key_size = -1 if record.key is None else len(record.key)
+            value_size = -1 if record.value is None else len(record.value)
+            sequence = (
+                NO_SEQUENCE
+                if header.base_sequence == NO_SEQUENCE
+                else _increment_sequence(header.base_sequence, record.offset - header.base_offset)
+            )
+            header_keys = ",".join(key for key, _ in record.headers)
+            parts.append(
+                f"{prefix}offset: {record.offset} {ts_name}: {record.timestamp} "
+                f"keySize: {key_size} valueSize: {value_size} sequence: {sequence} "
+                f"headerKeys: [{header_keys}]"
+            )
+            prefix = " "
+            if header.is_control:
+                parts.append(_control_text(record.key, record.value))
+        if opts.print_data_log and not header.is_control:
+            if record.key is not None:
+                parts.append(f"{prefix}key: {_text(record.key)}")
+            if record.value is not None:
+                parts.append(f" payload: {_text(record.value)}")
+        print("".join(parts), file=out)
+    return last_offset
+
+
+def _control_text(key: bytes | None, value: bytes | None) -> str:
+    try:
+        _, control_type = decode_control_key(key)
+        if control_type in (ControlRecordType.ABORT, ControlRecordType.COMMIT):
+            marker = EndTransactionMarker.decode(key, value)
+            return f" endTxnMarker: {marker.type.name} coordinatorEpoch: {marker.coordinator_epoch}"
+        if isinstance(control_type, ControlRecordType):
+            return f" controlType: {control_type.name}({int(control_type)})"
+        return f" controlType: UNKNOWN({control_type})"
+    except (RecordError, ValueError) as exc:
+        return f" controlType: unreadable ({exc})"
+
+
+def _index_entries(path: Path, entry: struct.Struct) -> tuple[bytes, int]:
+    data = path.read_bytes() if path.exists() else b""
+    return data, len(data) // entry.size
+
+
+def _dump_index(path: Path, opts: DumpOptions, problems: _Problems, out: TextIO) -> None:
+    base_offset = _base_offset_of(path)
+    data, entries = _index_entries(path, _OFFSET_INDEX_ENTRY)
+    if entries == 0:
+        print(f"{path} is empty.", file=out)
+        return
+    if opts.index_sanity_check:
+        problem = _offset_index_insanity(data, base_offset)
+        if problem:
+            print(f"{path}: {problem}", file=out)
+            problems.failures += 1
+        else:
+            print(f"{path} passed sanity check.", file=out)
+        return
+    log_path = _sibling(path, ".log")
+    with _mapped(log_path) as log:
+        for slot in range(entries):
+            relative, position = _OFFSET_INDEX_ENTRY.unpack_from(data, slot * 8)
+            offset = base_offset + relative
+            # A preallocated (sparse) index left by a crash is full of zero entries: stop there.
+            if offset == base_offset and slot > 0:
+                return
+            batch_last = _last_offset_of_batch_at(log, position, opts.max_message_size)
+            if batch_last != offset:
+                problems.index_mismatches.setdefault(str(path.absolute()), []).append(
+                    (offset, batch_last)
+                )
+            if not opts.verify_index_only:
+                print(f"offset: {offset} position: {position}", file=out)
+
+
+def _last_offset_of_batch_at(log: memoryview | bytes, position: int, max_size: int) -> int:
+    if position < 0 or position >= len(log):
+        return -1
+    try:
+        end = min(len(log), position + max_size)
+        for header in iter_batch_headers(log, position, end):
+            return header.last_offset
+    except RecordError:
+        pass
+    return -1
+
+
+def _offset_index_insanity(data: bytes, base_offset: int) -> str | None:
+    if len(data) % _OFFSET_INDEX_ENTRY.size != 0:
+        return (
+            f"Index file is corrupt: its length {len(data)} is not a multiple of "
+            f"{_OFFSET_INDEX_ENTRY.size}"
+        )
+    return None  # the last offset is base + a non-negative relative offset by construction
+
+
+def _time_index_insanity(data: bytes, base_offset: int) -> str | None:
+    if len(data) % _TIME_INDEX_ENTRY.size != 0:
+        return (
+            f"Time index file is corrupt: its length {len(data)} is not a multiple of "
+            f"{_TIME_INDEX_ENTRY.size}"
+        )
+    entries = len(data) // _TIME_INDEX_ENTRY.size
+    if entries:
+        first_ts, _ = _TIME_INDEX_ENTRY.unpack_from(data, 0)
+        last_ts, last_relative = _TIME_INDEX_ENTRY.unpack_from(data, (entries - 1) * 12)
+        if last_ts < first_ts:
+            return (
+                f"Time index is corrupt: the last entry's timestamp {last_ts} is below the "
+                f"first entry's {first_ts}"
+            )
+        if last_relative < 0:
+            return (
+                f"Time index is corrupt: the last entry's offset {base_offset + last_relative} "
+                f"is below the base offset {base_offset}"
+            )
+    return None
+
+
+def _dump_time_index(path: Path, opts: DumpOptions, problems: _Problems, out: TextIO) -> None:
+    base_offset = _base_offset_of(path)
+    data, entries = _index_entries(path, _TIME_INDEX_ENTRY)
+    if opts.index_sanity_check:
+        problem = _time_index_insanity(data, base_offset)
+        if problem:
+            print(f"{path}: {problem}", file=out)
+            problems.failures += 1
+        else:
+            print(f"{path} passed sanity check.", file=out)
+        return
+    offset_data, offset_entries = _index_entries(_sibling(path, ".index"), _OFFSET_INDEX_ENTRY)
+    name = str(path.absolute())
+    previous_ts = -1
+    with _mapped(_sibling(path, ".log")) as log:
+        for slot in range(entries):
+            timestamp, relative = _TIME_INDEX_ENTRY.unpack_from(data, slot * 12)
+            offset = base_offset + relative
+            if offset == base_offset and slot > 0:
+                return
+            position = _offset_index_lookup(offset_data, offset_entries, base_offset, offset)
+            batch = _first_batch_ending_at_or_after(log, position, offset)
+            if batch is None:
+                problems.time_offset_not_found.setdefault(name, []).append((offset, -1))
+            elif batch.last_offset != offset:
+                problems.time_offset_not_found.setdefault(name, []).append(
+                    (offset, batch.last_offset)
+                )
+            else:
+                max_ts = _max_record_timestamp(log, batch)
+                if max_ts != timestamp:
+                    problems.time_mismatches.setdefault(name, []).append((timestamp, max_ts))
+                if previous_ts >= timestamp:
+                    problems.time_out_of_order.setdefault(name, []).append(
+                        (timestamp, previous_ts)
+                    )
+            if not opts.verify_index_only:
+                print(f"timestamp: {timestamp} offset: {offset}", file=out)
+            previous_ts = timestamp
+
+
+def _offset_index_lookup(data: bytes, entries: int, base_offset: int, target: int) -> int:
+    """Position of the largest offset-index entry <= target (0 when none): OffsetIndex.lookup."""
+    low, high, found = 0, entries - 1, 0
+    while low <= high:
+        mid = (low + high) // 2
+        relative, position = _OFFSET_INDEX_ENTRY.unpack_from(data, mid * 8)
+        if base_offset + relative <= target:
+            found, low = position, mid + 1
+        else:
+            high = mid - 1
+    return found
+
+
+def _first_batch_ending_at_or_after(
+    log: memoryview | bytes, position: int, offset: int
+) -> BatchHeader | None:
+    try:
+        for header in iter_batch_headers(log, position):
+            if header.last_offset >= offset:
+                return header
+    except RecordError:
+        return None
+    return None
+
+
+def _max_record_timestamp(log: memoryview | bytes, header: BatchHeader) -> int:
+    try:
+        return max(
+            (r.timestamp for r in iter_records(log, header.position, verify_crc=False)),
+            default=-1,
+        )
+    except RecordError:
+        return -1
+
+
+def _dump_txn_index(path: Path, out: TextIO) -> None:
+    data = path.read_bytes()
+    for slot in range(len(data) // _TXN_INDEX_ENTRY.size):
+        version, producer_id, first, last, lso = _TXN_INDEX_ENTRY.unpack_from(data, slot * 34)
+        print(
+            f"version: {version} producerId: {producer_id} firstOffset: {first} "
+            f"lastOffset: {last} lastStableOffset: {lso}",
+            file=out,
+        )
+
+
+def _dump_snapshot(path: Path, problems: _Problems, out: TextIO, err: TextIO) -> None:
+    data = path.read_bytes()
+    if len(data) < _SNAPSHOT_HEADER.size:
+        print(f"{path}: producer snapshot is truncated ({len(data)} bytes)", file=err)
+        problems.failures += 1
+        return
+    _, _, count = _SNAPSHOT_HEADER.unpack_from(data, 0)
+    needed = _SNAPSHOT_HEADER.size + count * _SNAPSHOT_ENTRY.size
+    if count < 0 or needed > len(data):
+        print(f"{path}: producer snapshot declares {count} entries but holds "
+              f"{len(data)} bytes", file=err)
+        problems.failures += 1
+        return
+    for slot in range(count):
+        (pid, epoch, last_seq, last_offset, offset_delta, timestamp, coordinator_epoch,
+         txn_first) = _SNAPSHOT_ENTRY.unpack_from(
+            data, _SNAPSHOT_HEADER.size + slot * _SNAPSHOT_ENTRY.size
+        )
+        first_seq = last_seq - offset_delta if last_seq >= 0 else -1
+        print(
+            f"producerId: {pid} producerEpoch: {epoch} coordinatorEpoch: {coordinator_epoch} "
+            f"currentTxnFirstOffset: {txn_first} lastTimestamp: {timestamp} "
+            f"firstSequence: {first_seq} lastSequence: {last_seq} lastOffset: {last_offset} "
+            f"offsetDelta: {offset_delta} timestamp: {timestamp}",
+            file=out,
+        )
+
+
+def dump_files(
+    paths: list[Path], opts: DumpOptions, out: TextIO | None = None, err: TextIO | None = None
+) -> int:
+    """Dump every file; returns 0, or 1 when a file was unreadable or verification found problems.
+
+    ``out``/``err`` default to the *current* ``sys.stdout``/``sys.stderr``.
+    """
+    out = out or sys.stdout
+    err = err or sys.stderr
+    problems = _Problems()
+    for path in paths:
+        print(f"Dumping {path}", file=out)
+        suffix = path.suffix
+        try:
+            if suffix == ".log":
+                _dump_log(path, opts, problems, out, err)
+            elif suffix == ".index":
+                _dump_index(path, opts, problems, out)
+            elif suffix == ".timeindex":
+                _dump_time_index(path, opts, problems, out)
+            elif suffix == ".txnindex":
+                _dump_txn_index(path, out)
+            elif suffix == ".snapshot":
+                _dump_snapshot(path, problems, out, err)
+            else:
+                print(f"Ignoring unknown file {path}", file=err)
+        except OSError as exc:
+            print(f"{path}: {exc.strerror or exc}", file=err)
+            problems.failures += 1
+        except ValueError as exc:
+            print(f"{path}: {exc}", file=err)
+            problems.failures += 1
+    problems.print(err)
+    return 1 if problems.any() else 0
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "dump-log",
+        help="print .log, .index, .timeindex, .txnindex and .snapshot files (as kafka-dump-log.sh)",
+        description="Parse log segment and index files and print their contents, as Kafka's "
+        "kafka-dump-log.sh does. Exit status 1 when a file is unreadable or an index does not "
+        "match its log.",
+    )
+    parser.add_argument("files", nargs="*", type=Path, metavar="FILE", help="files to dump")
+    parser.add_argument(
+        "--files", dest="files_csv", default="", metavar="F1,F2",
+        help="comma-separated files, as kafka-dump-log.sh takes them",
+    )
+    parser.add_argument("--deep-iteration", action="store_true",
+                        help="print every record, not only batch headers")
+    parser.add_argument("--print-data-log", action="store_true",
+                        help="print record keys and values (implies --deep-iteration)")
+    parser.add_argument("--verify-index-only", action="store_true",
+                        help="check index entries against the log without printing them")
+    parser.add_argument("--index-sanity-check", action="store_true",
+                        help="run the index sanity check only")
+    parser.add_argument("--skip-record-metadata", action="store_true",
+                        help="do not print record metadata with --deep-iteration")
+    parser.add_argument("--max-message-size", type=int, default=5 * 1024 * 1024,
+                        help="largest batch to read when verifying an index (default 5242880)")
+    parser.add_argument("--max-bytes", type=int, default=_INT32_MAX,
+                        help="read at most this many bytes of each .log file")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    paths = list(args.files) + [Path(p) for p in args.files_csv.split(",") if p]
+    if not paths:
+        print("stratalog dump-log: no files given (FILE... or --files F1,F2)", file=sys.stderr)
+        return 2
+    if args.max_bytes < 0 or args.max_message_size < 0:
+        print("stratalog dump-log: --max-bytes and --max-message-size must be >= 0",
+              file=sys.stderr)
+        return 2
+    opts = DumpOptions(
+        deep_iteration=args.deep_iteration,
+        print_data_log=args.print_data_log,
+        verify_index_only=args.verify_index_only,
+        index_sanity_check=args.index_sanity_check,
+        skip_record_metadata=args.skip_record_metadata,
+        max_message_size=args.max_message_size,
+        max_bytes=args.max_bytes,
+    )
+    return dump_files(paths, opts)

@@ -1,0 +1,213 @@
+"""`stratalog dump-log`: Kafka's DumpLogSegments output, index verification, exit codes."""
+
+from __future__ import annotations
+
+import shutil
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from stratalog.cli.main import main
+from stratalog.records import BatchBuilder, Compression, build_batch
+from stratalog.records.batch import set_base_offset
+from stratalog.records.control import ControlRecordType, EndTransactionMarker
+
+# kafka-storage-reference.md §1.4: two records, ts 1700000000000 and ...005, CRC 0xd1f723ec.
+TWO_RECORDS = bytes.fromhex(
+    "00000000000000000000004a0000000002d1f723ec0000000000010000018bcfe568000000018bcfe56805"
+    "ffffffffffffffffffffffffffff0000000216000000010a68656c6c6f0018000a02026b0a746865726500"
+)
+
+
+def dump(capsys, *args: str) -> tuple[int, str, str]:
+    code = main(["dump-log", *args])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_reference_example_is_printed_exactly_as_kafka_does(tmp_path, capsys):
+    # kafka-storage-reference.md §3.17 gives Kafka's own output for this batch.
+    log = tmp_path / "00000000000000000000.log"
+    log.write_bytes(TWO_RECORDS)
+    code, out, err = dump(capsys, "--print-data-log", str(log))
+    assert code == 0, err
+    assert out.splitlines() == [
+        f"Dumping {log}",
+        "Log starting offset: 0",
+        "baseOffset: 0 lastOffset: 1 count: 2 baseSequence: -1 lastSequence: -1 producerId: -1 "
+        "producerEpoch: -1 partitionLeaderEpoch: 0 isTransactional: false isControl: false "
+        "deleteHorizonMs: OptionalLong.empty position: 0 CreateTime: 1700000000005 size: 86 "
+        "magic: 2 compresscodec: none crc: 3522634732 isvalid: true",
+        "| offset: 0 CreateTime: 1700000000000 keySize: -1 valueSize: 5 sequence: -1 "
+        "headerKeys: [] payload: hello",
+        "| offset: 1 CreateTime: 1700000000005 keySize: 1 valueSize: 5 sequence: -1 "
+        "headerKeys: [] key: k payload: there",
+    ]
+
+
+def test_kafka_written_fixtures_dump_with_valid_crcs(kafka_written_dir, capsys):
+    files = sorted(kafka_written_dir.glob("*.log"))
+    code, out, err = dump(capsys, "--deep-iteration", *map(str, files))
+    assert code == 0, err
+    batch_lines = [line for line in out.splitlines() if line.startswith("baseOffset:")]
+    assert len(batch_lines) == 4
+    assert all(line.endswith("isvalid: true") for line in batch_lines)
+    assert "lastOffset: 3 count: 3" in batch_lines[1]
+    assert "CreateTime: 1726045957397 size: 240" in batch_lines[1]
+    assert "Log starting offset: 1" in out  # metadata-b-00000000000000000001.log
+    assert sum(line.startswith("| offset:") for line in out.splitlines()) == 7
+
+
+def test_trailing_garbage_is_reported_and_batches_before_it_print(tmp_path, capsys):
+    log = tmp_path / "00000000000000000000.log"
+    log.write_bytes(TWO_RECORDS + b"\x00\x01\x02" * 10)
+    code, out, _ = dump(capsys, str(log))
+    assert code == 0
+    assert "baseOffset: 0 lastOffset: 1" in out
+    assert out.splitlines()[-1] == f"Found 30 invalid bytes at the end of {log.name}"
+
+
+def test_crc_mismatch_prints_isvalid_false(tmp_path, capsys):
+    corrupt = bytearray(TWO_RECORDS)
+    corrupt[-2] ^= 0x55
+    log = tmp_path / "00000000000000000000.log"
+    log.write_bytes(bytes(corrupt))
+    code, out, _ = dump(capsys, str(log))
+    assert code == 0
+    assert out.splitlines()[2].endswith("isvalid: false")
+
+
+def test_a_size_below_the_minimum_is_reported_not_a_traceback(tmp_path, capsys):
+    bad = bytearray(TWO_RECORDS)
+    bad[8:12] = (5).to_bytes(4, "big")
+    log = tmp_path / "00000000000000000000.log"
+    log.write_bytes(TWO_RECORDS + bytes(bad))
+    code, out, err = dump(capsys, str(log))
+    assert code == 1
+    assert "record size 5" in err
+    assert "Found 86 invalid bytes" in out
+
+
+def _log_with_batches(directory: Path, base_offset: int, batches: list[bytes]) -> Path:
+    data = bytearray()
+    offset = base_offset
+    for batch in batches:
+        start = len(data)
+        data += batch
+        set_base_offset(data, start, offset)
+        offset += struct.unpack_from(">i", batch, 23)[0] + 1
+    log = directory / f"{base_offset:020d}.log"
+    log.write_bytes(bytes(data))
+    return log
+
+
+def test_index_entries_are_verified_against_the_log(tmp_path, capsys):
+    batches = [build_batch([(1000 + i, None, b"v%d" % i, ())]) for i in range(3)]
+    log = _log_with_batches(tmp_path, 100, batches)
+    positions = [0, len(batches[0]), len(batches[0]) + len(batches[1])]
+    index = log.with_suffix(".index")
+    # Entry 1 is right (offset 101 at its batch), entry 2 claims offset 105 for batch 102.
+    index.write_bytes(struct.pack(">iiii", 1, positions[1], 5, positions[2]))
+    code, out, err = dump(capsys, str(index))
+    assert code == 1
+    assert f"offset: 101 position: {positions[1]}" in out
+    assert f"offset: 105 position: {positions[2]}" in out
+    assert f"Mismatches in :{index.absolute()}" in err
+    assert "  Index offset: 105, log offset: 102" in err
+
+    code, out, err = dump(capsys, "--verify-index-only", str(index))
+    assert code == 1
+    assert "offset: 101" not in out
+    assert "Index offset: 105, log offset: 102" in err
+
+
+def test_zero_padding_of_a_preallocated_index_ends_the_dump(tmp_path, capsys):
+    batches = [build_batch([(1000 + i, None, b"v", ())]) for i in range(2)]
+    log = _log_with_batches(tmp_path, 0, batches)
+    index = log.with_suffix(".index")
+    index.write_bytes(struct.pack(">ii", 1, len(batches[0])) + bytes(8 * 100))
+    code, out, _ = dump(capsys, str(index))
+    assert code == 0
+    assert [line for line in out.splitlines() if line.startswith("offset:")] == [
+        f"offset: 1 position: {len(batches[0])}"
+    ]
+
+
+def test_empty_index_and_sanity_check(tmp_path, capsys):
+    index = tmp_path / "00000000000000000000.index"
+    index.write_bytes(b"")
+    code, out, _ = dump(capsys, str(index))
+    assert (code, out.splitlines()[-1]) == (0, f"{index} is empty.")
+    index.write_bytes(struct.pack(">ii", 3, 0) + b"\x00\x00\x00")  # 11 bytes
+    code, out, _ = dump(capsys, "--index-sanity-check", str(index))
+    assert code == 1
+    assert "not a multiple of 8" in out
+    index.write_bytes(struct.pack(">ii", 3, 0))
+    code, out, _ = dump(capsys, "--index-sanity-check", str(index))
+    assert (code, out.splitlines()[-1]) == (0, f"{index} passed sanity check.")
+
+
+def test_time_index_is_verified(tmp_path, capsys):
+    batches = [build_batch([(ts, None, b"v", ())]) for ts in (1000, 3000, 2000)]
+    log = _log_with_batches(tmp_path, 0, batches)
+    time_index = log.with_suffix(".timeindex")
+    # Right: (1000, 0) and (3000, 1); wrong: (2500, 2) — batch 2's max is 2000 and 2500 < 3000.
+    time_index.write_bytes(struct.pack(">qiqiqi", 1000, 0, 3000, 1, 2500, 2))
+    code, out, err = dump(capsys, str(time_index))
+    assert code == 1
+    assert "timestamp: 3000 offset: 1" in out
+    assert "Found timestamp mismatch in :" in err
+    assert "  Index timestamp: 2500, log timestamp: 2000" in err
+    assert "Found out of order timestamp in :" in err
+    assert "  Index timestamp: 2500, Previously indexed timestamp: 3000" in err
+
+
+def test_compressed_and_control_batches_deep_iteration(tmp_path, capsys):
+    builder = BatchBuilder(compression=Compression.ZSTD)
+    builder.append(5, b"key", b"value", (("h1", b"x"), ("h2", None)))
+    compressed = builder.build()
+    marker = EndTransactionMarker(ControlRecordType.COMMIT, 100)
+    control = BatchBuilder(is_control=True, is_transactional=True, producer_id=7,
+                           producer_epoch=0)
+    control.append(6, marker.encode_key(), marker.encode_value())
+    log = _log_with_batches(tmp_path, 0, [compressed, control.build()])
+    code, out, err = dump(capsys, "--print-data-log", str(log))
+    assert code == 0, err
+    lines = out.splitlines()
+    assert "compresscodec: zstd" in lines[2]
+    assert lines[3] == (
+        "| offset: 0 CreateTime: 5 keySize: 3 valueSize: 5 sequence: -1 headerKeys: [h1,h2] "
+        "key: key payload: value"
+    )
+    assert "isTransactional: true isControl: true" in lines[4]
+    assert lines[5].endswith(" endTxnMarker: COMMIT coordinatorEpoch: 100")
+
+
+def test_unknown_files_missing_files_and_no_arguments(tmp_path, capsys):
+    other = tmp_path / "notes.txt"
+    other.write_text("x")
+    code, _, err = dump(capsys, str(other), str(tmp_path / "00000000000000000000.log"))
+    assert code == 1
+    assert f"Ignoring unknown file {other}" in err
+    assert "No such file" in err
+    assert dump(capsys)[0] == 2
+
+
+def test_the_command_runs_as_a_program_and_accepts_kafkas_files_flag(kafka_written_dir, tmp_path):
+    # The real entry point, as a user types it; `--files a,b` as kafka-dump-log.sh takes it.
+    copy = tmp_path / "00000000000000000001.log"
+    shutil.copy(kafka_written_dir / "metadata-b-00000000000000000001.log", copy)
+    result = subprocess.run(
+        [sys.executable, "-m", "stratalog.cli", "dump-log", "--files", f"{copy},{copy}"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count(f"Dumping {copy}") == 2
+
+
+@pytest.mark.parametrize("flag", ["--max-bytes", "--max-message-size"])
+def test_negative_limits_are_usage_errors(flag, tmp_path, capsys):
+    assert dump(capsys, flag, "-1", str(tmp_path / "00000000000000000000.log"))[0] == 2
