@@ -29,11 +29,12 @@ import abc
 import logging
 import mmap
 import os
+import struct
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from .errors import (
     CorruptIndexError,
@@ -43,7 +44,7 @@ from .errors import (
     StorageIOError,
 )
 
-__all__ = ["INT32_MAX", "WARM_SECTION_BYTES", "Index"]
+__all__ = ["INT32_MAX", "WARM_SECTION_BYTES", "Column", "Index"]
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +54,17 @@ INT32_MAX = 2**31 - 1
 WARM_SECTION_BYTES = 8192
 
 T = TypeVar("T")
-# Reads one column of slot n from the map: the key (offset or timestamp) or the value.
-ColumnReader = Callable[[mmap.mmap, int], int]
+
+
+class Column(NamedTuple):
+    """One searchable field of an entry: its format, its byte offset inside the entry, and
+    whether it stores ``offset - base_offset`` (searches then compare relative values)."""
+
+    fmt: struct.Struct
+    field_offset: int
+    relative: bool
+
+
 # Parses slot n of the map into whatever the caller wants back.
 Parser = Callable[[mmap.mmap, int], T]
 
@@ -131,7 +141,8 @@ class Index(abc.ABC):
                 length = os.fstat(fd).st_size
             self._fd = fd
             self._length_bytes = length
-            self._map()
+            with _io_errors(self._path, "map"):
+                self._map()
         except BaseException:
             os.close(fd)
             self._fd = None
@@ -387,13 +398,16 @@ class Index(abc.ABC):
         self._ensure_open()
         self._entries = entries
 
-    def _largest_lower_bound(self, target: int, read: ColumnReader, parse: Parser[T]) -> T | None:
-        """Parse the entry with the largest column value ``<= target``; None if there is none.
+    def _largest_lower_bound(self, target: int, column: Column, parse: Parser[T]) -> T | None:
+        """Parse the entry with the largest ``column`` value ``<= target``; None if none.
 
         The search and the parse happen under the remap lock with one reading of ``entries``, so
         a concurrent append, truncation or resize cannot make them disagree. Assumes the column
         is strictly increasing (with equal values it returns one of them).
         """
+        unpack, field, stride = column.fmt.unpack_from, column.field_offset, self.ENTRY_SIZE
+        if column.relative:
+            target -= self._base_offset
         with self._remap_lock:
             self._ensure_open()
             n = self._entries
@@ -401,28 +415,32 @@ class Index(abc.ABC):
                 return None
             mm = self._mmap
             assert mm is not None
-            first_warm = max(0, n - 1 - WARM_SECTION_BYTES // self.ENTRY_SIZE)
-            if read(mm, first_warm) < target:
+            first_warm = max(0, n - 1 - WARM_SECTION_BYTES // stride)
+            if unpack(mm, first_warm * stride + field)[0] < target:
                 lo, hi = first_warm, n - 1
-            elif read(mm, 0) > target:
+            elif unpack(mm, field)[0] > target:
                 return None
             else:
                 lo, hi = 0, first_warm
-            # Invariant: column[lo] <= target; the answer is in [lo, hi].
+            # Invariant: column[lo] <= target; the answer is in [lo, hi]. The column is read
+            # inline (no per-step function call): this loop is the whole cost of a lookup.
             while lo < hi:
                 mid = (lo + hi + 1) >> 1
-                if read(mm, mid) <= target:
+                if unpack(mm, mid * stride + field)[0] <= target:
                     lo = mid
                 else:
                     hi = mid - 1
             return parse(mm, lo)
 
-    def _smallest_upper_bound(self, target: int, read: ColumnReader, parse: Parser[T]) -> T | None:
-        """Parse the entry with the smallest column value ``>= target``; None if there is none.
+    def _smallest_upper_bound(self, target: int, column: Column, parse: Parser[T]) -> T | None:
+        """Parse the entry with the smallest ``column`` value ``>= target``; None if none.
 
         Same locking as :meth:`_largest_lower_bound`. With equal column values it finds the
         first of them, so it also serves columns that are only non-decreasing.
         """
+        unpack, field, stride = column.fmt.unpack_from, column.field_offset, self.ENTRY_SIZE
+        if column.relative:
+            target -= self._base_offset
         with self._remap_lock:
             self._ensure_open()
             n = self._entries
@@ -430,18 +448,18 @@ class Index(abc.ABC):
                 return None
             mm = self._mmap
             assert mm is not None
-            first_warm = max(0, n - 1 - WARM_SECTION_BYTES // self.ENTRY_SIZE)
-            if read(mm, first_warm) < target:
+            first_warm = max(0, n - 1 - WARM_SECTION_BYTES // stride)
+            if unpack(mm, first_warm * stride + field)[0] < target:
                 # Everything up to first_warm is below the target: look only past it.
                 lo, hi = first_warm + 1, n
-            elif read(mm, 0) >= target:
+            elif unpack(mm, field)[0] >= target:
                 return parse(mm, 0)
             else:
                 lo, hi = 1, first_warm
             # Invariant: column[lo - 1] < target; column[hi] >= target (hi == n: none found).
             while lo < hi:
                 mid = (lo + hi) >> 1
-                if read(mm, mid) < target:
+                if unpack(mm, mid * stride + field)[0] < target:
                     lo = mid + 1
                 else:
                     hi = mid

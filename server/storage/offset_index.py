@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from .errors import CorruptIndexError, IndexFullError, InvalidOffsetError
-from .index import INT32_MAX, Index
+from .index import INT32_MAX, Column, Index
 
 __all__ = ["DEFAULT_MAX_INDEX_SIZE_BYTES", "OffsetIndex", "OffsetPosition"]
 
@@ -35,8 +35,9 @@ _ENTRY = struct.Struct(
     "i"  # relative_offset
     "i"  # position
 )
-_RELATIVE_OFFSET = struct.Struct(">i")
-_POSITION = struct.Struct(">i")  # read at slot * 8 + 4
+_INT32 = struct.Struct(">i")
+_OFFSET_COLUMN = Column(_INT32, 0, relative=True)
+_POSITION_COLUMN = Column(_INT32, 4, relative=False)
 
 
 class OffsetPosition(NamedTuple):
@@ -123,7 +124,7 @@ class OffsetIndex(Index):
         Returns ``(base_offset, 0)`` if the index is empty or every entry is above the target:
         the scan then starts at the beginning of the segment. Runtime O(log entries).
         """
-        found = self._largest_lower_bound(target_offset, self._read_offset, self._parse)
+        found = self._largest_lower_bound(target_offset, _OFFSET_COLUMN, self._parse)
         return OffsetPosition(self.base_offset, 0) if found is None else found
 
     def entry(self, slot: int) -> OffsetPosition:
@@ -148,7 +149,7 @@ class OffsetIndex(Index):
         to bound the aborted-transaction lookup of a read_committed fetch.
         """
         return self._smallest_upper_bound(
-            start_position + fetch_size, self._read_position, self._parse
+            start_position + fetch_size, _POSITION_COLUMN, self._parse
         )
 
     def truncate_to(self, offset: int) -> None:
@@ -156,7 +157,7 @@ class OffsetIndex(Index):
 
         Truncating to an offset above the last entry changes nothing. The file keeps its length.
         """
-        found = self._largest_lower_bound(offset, self._read_offset, self._slot_and_offset)
+        found = self._largest_lower_bound(offset, _OFFSET_COLUMN, self._slot_and_offset)
         if found is None:
             new_entries = 0  # every entry is above the offset
         else:
@@ -226,15 +227,11 @@ class OffsetIndex(Index):
         return self._read_slot(n - 1, self._read_offset)
 
     def _read_offset(self, mm: mmap.mmap, slot: int) -> int:
-        return self.base_offset + _RELATIVE_OFFSET.unpack_from(mm, slot * 8)[0]
-
-    @staticmethod
-    def _read_position(mm: mmap.mmap, slot: int) -> int:
-        return _POSITION.unpack_from(mm, slot * 8 + 4)[0]
+        return self._base_offset + _INT32.unpack_from(mm, slot * 8)[0]
 
     def _slot_and_offset(self, mm: mmap.mmap, slot: int) -> tuple[int, int]:
         return slot, self._read_offset(mm, slot)
 
     def _parse(self, mm: mmap.mmap, slot: int) -> OffsetPosition:
         relative, position = _ENTRY.unpack_from(mm, slot * 8)
-        return OffsetPosition(self.base_offset + relative, position)
+        return OffsetPosition(self._base_offset + relative, position)

@@ -30,7 +30,7 @@ from typing import NamedTuple
 from stratalog.records.batch import NO_TIMESTAMP
 
 from .errors import CorruptIndexError, IndexFullError, InvalidOffsetError, InvalidTimestampError
-from .index import Index
+from .index import Column, Index
 
 __all__ = ["DEFAULT_MAX_INDEX_SIZE_BYTES", "TimeIndex", "TimestampOffset"]
 
@@ -42,7 +42,9 @@ _ENTRY = struct.Struct(
     "i"  # relative_offset
 )
 _TIMESTAMP = struct.Struct(">q")
-_RELATIVE_OFFSET = struct.Struct(">i")  # read at slot * 12 + 8
+_RELATIVE_OFFSET = struct.Struct(">i")
+_TIMESTAMP_COLUMN = Column(_TIMESTAMP, 0, relative=False)
+_OFFSET_COLUMN = Column(_RELATIVE_OFFSET, 8, relative=True)
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
 
@@ -158,7 +160,7 @@ class TimeIndex(Index):
         Returns ``(-1, base_offset)`` when there is none: the scan then starts at the beginning
         of the segment. Runtime O(log entries).
         """
-        found = self._largest_lower_bound(target_timestamp, _read_timestamp, self._parse)
+        found = self._largest_lower_bound(target_timestamp, _TIMESTAMP_COLUMN, self._parse)
         return TimestampOffset(NO_TIMESTAMP, self.base_offset) if found is None else found
 
     def entry(self, slot: int) -> TimestampOffset:
@@ -182,7 +184,7 @@ class TimeIndex(Index):
         increase (as a segment writes them) and the documented one when two entries share an
         offset.
         """
-        found = self._smallest_upper_bound(offset, self._read_offset, _slot_of)
+        found = self._smallest_upper_bound(offset, _OFFSET_COLUMN, _slot_of)
         if found is not None:
             self._truncate_to_entries(found)
 
@@ -260,12 +262,9 @@ class TimeIndex(Index):
             return TimestampOffset(NO_TIMESTAMP, self.base_offset)
         return self._read_slot(n - 1, self._parse)
 
-    def _read_offset(self, mm: mmap.mmap, slot: int) -> int:
-        return self.base_offset + _RELATIVE_OFFSET.unpack_from(mm, slot * 12 + 8)[0]
-
     def _parse(self, mm: mmap.mmap, slot: int) -> TimestampOffset:
         timestamp, relative = _ENTRY.unpack_from(mm, slot * 12)
-        return TimestampOffset(timestamp, self.base_offset + relative)
+        return TimestampOffset(timestamp, self._base_offset + relative)
 
 
 def _read_timestamp(mm: mmap.mmap, slot: int) -> int:
