@@ -1,0 +1,740 @@
+"""One partition's log: an ordered run of segments in one directory, and the embedded API.
+
+A partition log is what a Kafka broker calls ``UnifiedLog``/``LocalLog``: a directory
+``<topic>-<partition>/`` holding segments (``<20-digit base offset>.log`` + indexes), of which the
+last is *active* and takes appends. The log assigns offsets, decides when to roll a new segment,
+serves reads by offset and lookups by timestamp, truncates, and flushes::
+
+    log_start_offset                                   log_end_offset (LEO: next offset to assign)
+    |                                                  |
+    [segment 0 .......][segment 1000 .......][segment 2000 ...active...]
+                                                        ^ appends: validate, assign offsets from
+                                                          LEO, maybe roll, write, publish LEO
+
+Reads never block appends: the writer publishes the end of the log as one immutable value
+(LEO, the active segment's base offset, its size) only after the bytes are written, and a read
+stops at the end it saw. Removed segments (truncation, roll over an empty segment) are renamed
+``*.deleted`` at once and closed and deleted ``file.delete.delay.ms`` later, as in Kafka, so a
+reader that still holds one keeps a valid file.
+
+Opening a directory loads it lazily: segments are opened from their ``.log`` files without touching
+any non-active index file; a segment whose ``.index`` is missing is recovered (rebuilt from its
+``.log``, [B-45]). This is the load after a clean close. The crash-recovery loader (unclean
+shutdown, ``.swap``/``.cleaned`` files, checkpoints, producer state) belongs in ``recovery.py``,
+which replaces :func:`_load_segments`; it is not written yet.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+from stratalog.records.batch import LOG_OVERHEAD, NO_TIMESTAMP
+
+from .config import LogConfig
+from .errors import (
+    CorruptIndexError,
+    LogClosedError,
+    OffsetOutOfRangeError,
+    StorageError,
+    StorageIOError,
+)
+from .files import (
+    CLEANED_FILE_SUFFIX,
+    DELETED_FILE_SUFFIX,
+    LOG_FILE_SUFFIX,
+    SWAP_FILE_SUFFIX,
+    is_index_file,
+    log_file,
+    offset_from_file_name,
+    offset_index_file,
+    time_index_file,
+    transaction_index_file,
+)
+from .segment import Segment
+from .segments import Segments
+from .time_index import TimestampOffset
+from .validation import validate_and_assign_offsets
+
+__all__ = [
+    "EARLIEST_LOCAL_TIMESTAMP",
+    "EARLIEST_TIMESTAMP",
+    "LATEST_TIERED_TIMESTAMP",
+    "LATEST_TIMESTAMP",
+    "MAX_TIMESTAMP",
+    "AppendInfo",
+    "PartitionLog",
+    "TimestampOffset",
+]
+
+log = logging.getLogger(__name__)
+
+# ListOffsets special targets (Kafka's ListOffsetsRequest).
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+LATEST_TIERED_TIMESTAMP = -5
+
+# stratalog has one leader per partition for the life of the log: every batch is stamped with
+# epoch 0, as a Kafka partition whose first leader never changed. (Clients send -1.)
+LEADER_EPOCH = 0
+
+_LENGTH_AT = 8  # the length field of a batch
+
+
+@dataclass(frozen=True, slots=True)
+class AppendInfo:
+    """What an append did (Kafka's ``LogAppendInfo``, the part a producer sees).
+
+    ``first_offset``/``last_offset`` are -1 for an empty append. ``max_timestamp`` and
+    ``offset_of_max_timestamp`` are what was indexed: the largest record timestamp and the last
+    offset of the earliest batch holding it (CreateTime), or the append time and the last offset
+    (LogAppendTime). ``log_append_time`` is -1 unless the topic uses LogAppendTime.
+    """
+
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    log_append_time: int
+    record_count: int
+    size_bytes: int
+    log_start_offset: int
+
+
+class _LogEnd(NamedTuple):
+    """The end of the log as readers may see it, published as one value after each write."""
+
+    offset: int  # the log end offset (next offset to assign)
+    segment_base_offset: int  # the active segment holding the end
+    position: int  # readable bytes of that segment
+
+
+def _wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class PartitionLog:
+    """The log of one partition: segments in one directory, with offsets, roll and lookups.
+
+    Holds: the directory, the :class:`LogConfig`, the clock, the :class:`Segments` map, the
+    log start offset, the published end of the log, the recovery point (everything below it is
+    fsynced) and the segments waiting for deferred deletion.
+
+    Invariants: at least one segment while open; segment base offsets increase and each segment's
+    offsets lie below the next one's base; ``log_start_offset <= log_end_offset``; the active
+    segment is the last one and holds ``log_end_offset``'s position.
+
+    Crash behaviour: appends reach the page cache; :meth:`flush` (or ``flush.messages``) makes
+    them durable and advances the recovery point. After a crash the active segment may end in a
+    torn batch; reopening a directory here recovers only segments whose ``.index`` is missing;
+    full crash recovery is the job of the recovery module (not yet written).
+
+    Concurrency: one writer at a time for :meth:`append`, :meth:`roll`, :meth:`truncate_to`,
+    :meth:`truncate_fully_and_start_at` and :meth:`close` (the server serialises them per
+    partition; an internal lock makes overlapping calls wait rather than corrupt). :meth:`read`,
+    :meth:`offset_for_timestamp` and :meth:`flush` may run in other threads concurrently with
+    the writer: reads never see a half-written batch. A reader that overlaps a truncation may
+    see the data being truncated away (as in Kafka); it must finish within
+    ``file.delete.delay.ms`` of the truncation, after which removed segments are closed.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig,
+        time_ms: Callable[[], int],
+        segments: Segments,
+    ) -> None:
+        """Use :meth:`open`."""
+        self._directory = directory
+        self._config = config
+        self._time_ms = time_ms
+        self._segments = segments
+        self._lock = threading.RLock()
+        self._closed = False
+        self._pending_deletes: list[tuple[int, Segment]] = []  # (due time ms, segment)
+        self._directory_dirty = False  # a file was created or renamed since the last dir fsync
+        active = segments.active
+        assert active is not None, "a log always has an active segment"
+        first = segments.first
+        assert first is not None
+        self._log_start_offset = first.base_offset
+        end_offset = active.read_next_offset()
+        self._end = _LogEnd(end_offset, active.base_offset, active.size_bytes)
+        self._recovery_point = end_offset
+        self._last_flush_ms = time_ms()
+
+    # ---------------------------------------------------------------- opening
+
+    @classmethod
+    def open(
+        cls,
+        directory: Path | str,
+        config: LogConfig | Mapping[str, str | int | bool] | None = None,
+        *,
+        time_ms: Callable[[], int] | None = None,
+    ) -> PartitionLog:
+        """Open the log in ``directory``, creating the directory and a first segment if needed.
+
+        ``config`` is a :class:`LogConfig` or a mapping of Kafka topic config names (validated;
+        unknown names rejected). ``time_ms`` is the clock (ms since the epoch) used for
+        ``segment.ms``, LogAppendTime, timestamp validation and deferred deletes; default: the
+        wall clock. No index file of a non-active segment is opened.
+
+        Raises:
+            InvalidConfigError: a bad config.
+            StorageIOError: the directory or a file cannot be created or read.
+            NotImplementedError: the directory holds ``.swap``/``.cleaned`` files, which only the
+                crash-recovery loader (not yet written) can resolve.
+        """
+        if config is None:
+            log_config = LogConfig()
+        elif isinstance(config, LogConfig):
+            log_config = config
+        else:
+            log_config = LogConfig.from_mapping(config)
+        clock = time_ms if time_ms is not None else _wall_clock_ms
+        path = Path(directory)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StorageIOError(f"failed to create log directory {path}: {exc}") from exc
+        segments = _load_segments(path, log_config, clock)
+        partition_log = cls(path, log_config, clock, segments)
+        log.info(
+            "opened log %s: %d segments, offsets [%d, %d)",
+            path, len(segments), partition_log.log_start_offset, partition_log.log_end_offset,
+        )
+        return partition_log
+
+    # ---------------------------------------------------------------- properties
+
+    @property
+    def directory(self) -> Path:
+        return self._directory
+
+    @property
+    def config(self) -> LogConfig:
+        return self._config
+
+    @property
+    def segments(self) -> Segments:
+        """The segment map (read-only: only the log mutates it)."""
+        return self._segments
+
+    @property
+    def active_segment(self) -> Segment:
+        active = self._segments.active
+        assert active is not None
+        return active
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        """The offset the next appended record will get."""
+        return self._end.offset
+
+    @property
+    def recovery_point(self) -> int:
+        """Every offset below this has been fsynced."""
+        return self._recovery_point
+
+    @property
+    def last_flush_ms(self) -> int:
+        return self._last_flush_ms
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes in all segments' ``.log`` files."""
+        return self._segments.size_bytes
+
+    @property
+    def is_closed(self) -> bool:
+        return self._closed
+
+    # ---------------------------------------------------------------- appends
+
+    def append(self, record_batches: bytes | bytearray | memoryview) -> AppendInfo:
+        """Validate client batches, assign offsets from the log end, and append them.
+
+        ``record_batches`` is one or more whole RecordBatch v2 batches with base offset 0 (see
+        :mod:`~stratalog.server.storage.validation` for every check). The log rolls first if
+        the active segment cannot take the append ([B-4], [B-11]); the bytes are written with
+        one positioned write: all the batches or none. An empty input does nothing.
+
+        Raises:
+            CorruptRecordError, InvalidRecordError, RecordTooLargeError: bad batches.
+            InvalidTimestampError: a timestamp outside the accepted window.
+            RecordBatchTooLargeError: the append is larger than ``segment.bytes``.
+            StorageIOError: the write failed; nothing was appended.
+            LogClosedError: the log is closed.
+        """
+        with self._lock:
+            self._ensure_open()
+            if len(record_batches) == 0:
+                return AppendInfo(-1, -1, NO_TIMESTAMP, -1, NO_TIMESTAMP, 0, 0,
+                                  self._log_start_offset)
+            now_ms = self._time_ms()
+            validated = validate_and_assign_offsets(
+                record_batches,
+                self._config,
+                first_offset=self._end.offset,
+                now_ms=now_ms,
+                partition_leader_epoch=LEADER_EPOCH,
+            )
+            segment = self._maybe_roll(
+                validated.size_bytes, validated.max_timestamp, validated.last_offset, now_ms
+            )
+            segment.append(
+                validated.last_offset,
+                validated.max_timestamp,
+                validated.shallow_offset_of_max_timestamp,
+                validated.records,
+            )
+            self._end = _LogEnd(validated.last_offset + 1, segment.base_offset, segment.size_bytes)
+            if self._end.offset - self._recovery_point >= self._config.flush_messages:
+                self.flush()
+            self._maybe_delete_pending(now_ms)
+            return AppendInfo(
+                first_offset=validated.first_offset,
+                last_offset=validated.last_offset,
+                max_timestamp=validated.max_timestamp,
+                offset_of_max_timestamp=validated.shallow_offset_of_max_timestamp,
+                log_append_time=validated.log_append_time,
+                record_count=validated.record_count,
+                size_bytes=validated.size_bytes,
+                log_start_offset=self._log_start_offset,
+            )
+
+    def _maybe_roll(
+        self, size_bytes: int, max_timestamp: int, last_offset: int, now_ms: int
+    ) -> Segment:
+        """Roll before an append if the active segment says so ([B-4], [B-11], [B-12])."""
+        segment = self.active_segment
+        if segment.should_roll(
+            max_segment_bytes=self._config.segment_bytes,
+            max_segment_ms=self._config.max_segment_ms,
+            max_timestamp_in_messages=max_timestamp,
+            max_offset_in_messages=last_offset,
+            messages_size_bytes=size_bytes,
+            now_ms=now_ms,
+        ):
+            log.debug(
+                "rolling log %s: segment %d has %d bytes, an append of %d bytes, max timestamp "
+                "%d", self._directory, segment.base_offset, segment.size_bytes, size_bytes,
+                max_timestamp,
+            )
+            return self._roll(self._end.offset)
+        return segment
+
+    def roll(self) -> Segment:
+        """Start a new active segment at the log end offset ([B-13], [B-14]); returns it.
+
+        Rolling an empty active segment at the log end recreates it (still one segment there).
+        """
+        with self._lock:
+            self._ensure_open()
+            segment = self._roll(None)
+            self._maybe_delete_pending(self._time_ms())
+            return segment
+
+    def _roll(self, expected_next_offset: int | None) -> Segment:
+        end = self._end
+        new_offset = max(expected_next_offset or 0, end.offset)
+        active = self.active_segment
+        if new_offset in self._segments:
+            if active.base_offset == new_offset and active.size_bytes == 0:
+                # KAFKA-6388: an empty active segment at the roll offset is replaced.
+                log.warning(
+                    "rolling log %s to offset %d, where the empty active segment already is: "
+                    "recreating it", self._directory, new_offset,
+                )
+                self._segments.remove(new_offset)
+                self._schedule_delete([active])
+            else:
+                raise StorageError(
+                    f"cannot roll log {self._directory} to a new segment at offset "
+                    f"{new_offset}: a segment with that base offset already exists"
+                )
+        elif new_offset < active.base_offset:
+            raise StorageError(
+                f"cannot roll log {self._directory} to offset {new_offset}, below the active "
+                f"segment's base offset {active.base_offset}"
+            )
+        else:
+            self._delete_stale_files(new_offset)
+            active.on_become_inactive()
+        segment = Segment.create(
+            self._directory, new_offset, self._config, time_ms=self._time_ms
+        )
+        self._segments.add(segment)
+        self._directory_dirty = True
+        # The log end offset does not change; only the segment holding it does.
+        self._end = _LogEnd(end.offset, new_offset, 0)
+        return segment
+
+    def _delete_stale_files(self, base_offset: int) -> None:
+        for path in (
+            log_file(self._directory, base_offset),
+            offset_index_file(self._directory, base_offset),
+            time_index_file(self._directory, base_offset),
+            transaction_index_file(self._directory, base_offset),
+        ):
+            if path.exists():
+                log.warning("newly rolled segment file %s already exists; deleting it", path)
+                try:
+                    path.unlink()
+                except OSError as exc:
+                    raise StorageIOError(f"failed to delete stale file {path}: {exc}") from exc
+
+    # ---------------------------------------------------------------- reads
+
+    def read(self, offset: int, max_bytes: int, *, min_one_message: bool = True) -> bytes:
+        """Whole batches from the one holding ``offset``, at most ``max_bytes`` bytes.
+
+        The first batch may start before ``offset`` (a batch is never split; consumers skip
+        earlier records, [B-31]). With ``min_one_message`` the first batch is returned even when
+        larger than ``max_bytes``; without it such a read returns nothing. Only batches of one
+        segment are returned per call. Reading at the log end returns ``b""``.
+
+        Deliberate difference from Kafka: Kafka may return a partial last batch (the consumer
+        drops it); this returns whole batches only.
+
+        Raises:
+            OffsetOutOfRangeError: ``offset`` below the log start offset or above the log end.
+            ValueError: ``max_bytes`` negative.
+        """
+        end = self._end
+        log_start_offset = self._log_start_offset
+        if offset < log_start_offset or offset > end.offset:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is out of range for log {self._directory}: the log holds "
+                f"offsets [{log_start_offset}, {end.offset})",
+                log_start_offset=log_start_offset,
+                log_end_offset=end.offset,
+            )
+        if max_bytes < 0:
+            raise ValueError(f"max_bytes must not be negative, got {max_bytes}")
+        if offset == end.offset:
+            return b""
+        segments = self._segments
+        segment = segments.floor_segment(offset)
+        if segment is None:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is below the first segment of log {self._directory}",
+                log_start_offset=log_start_offset,
+                log_end_offset=end.offset,
+            )
+        while segment is not None and segment.base_offset <= end.segment_base_offset:
+            if segment.base_offset == end.segment_base_offset:
+                max_position = end.position
+            else:
+                max_position = segment.size_bytes
+            fetched = segment.read(offset, max_bytes, max_position, min_one_message)
+            if fetched is not None:
+                return _whole_batches(fetched.data)
+            # A gap at the end of this segment: the offset's data is in a later one.
+            segment = segments.higher_segment(segment.base_offset)
+        return b""
+
+    def offset_for_timestamp(self, timestamp: int) -> TimestampOffset | None:
+        """ListOffsets: the offset for a timestamp or a special target ([B-36]..[B-40]).
+
+        * ``-2`` (earliest) and ``-4`` (earliest local): ``(-1, log_start_offset)``;
+        * ``-1`` (latest): ``(-1, log_end_offset)``;
+        * ``-3`` (max timestamp): the first record holding the largest timestamp of the log,
+          in the first segment holding it; None for a log without timestamps;
+        * ``-5`` (latest tiered): None (no tiered storage);
+        * otherwise the earliest record (offset ``>= log_start_offset``) whose timestamp is
+          ``>= timestamp``, searched in the first segment whose largest timestamp (or, with no
+          timestamps, its file's mtime) is ``>= timestamp``; returns that record's own
+          timestamp. None when there is none.
+
+        Thread-safe against a concurrent append.
+        """
+        if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+            return TimestampOffset(NO_TIMESTAMP, self._log_start_offset)
+        if timestamp == LATEST_TIMESTAMP:
+            return TimestampOffset(NO_TIMESTAMP, self._end.offset)
+        if timestamp == LATEST_TIERED_TIMESTAMP:
+            return None
+        segments = list(self._segments)
+        if timestamp == MAX_TIMESTAMP:
+            best: Segment | None = None
+            best_timestamp = NO_TIMESTAMP
+            for segment in segments:
+                segment_max = segment.max_timestamp_so_far
+                if best is None or segment_max > best_timestamp:
+                    best, best_timestamp = segment, segment_max
+            if best is None or best_timestamp < 0:
+                return None
+            return best.find_max_timestamp_record()
+        log_start_offset = self._log_start_offset
+        for segment in segments:
+            if segment.largest_timestamp >= timestamp:
+                return segment.find_offset_by_timestamp(timestamp, log_start_offset)
+        return None
+
+    # ---------------------------------------------------------------- truncation
+
+    def truncate_to(self, offset: int) -> bool:
+        """Remove every record with offset ``>= offset`` ([B-27]); True if anything changed.
+
+        Segments entirely above ``offset`` are removed (renamed ``.deleted``, deleted after
+        ``file.delete.delay.ms``); the segment holding ``offset`` is cut before the batch
+        holding it. Truncation is batch-granular, and as in Kafka the log end offset becomes
+        ``offset`` even when that is inside a removed batch (callers such as replication
+        truncate at batch boundaries). A no-op (False) when ``offset >= log_end_offset``.
+
+        Raises:
+            ValueError: ``offset`` is negative.
+        """
+        if offset < 0:
+            raise ValueError(f"cannot truncate log {self._directory} to negative offset {offset}")
+        with self._lock:
+            self._ensure_open()
+            if offset >= self._end.offset:
+                return False
+            first = self._segments.first
+            assert first is not None
+            if first.base_offset > offset:
+                self._truncate_fully_and_start_at(offset)
+                return True
+            doomed = self._segments.higher_segments(offset)
+            self._segments.remove_many([segment.base_offset for segment in doomed])
+            self._schedule_delete(doomed)
+            active = self.active_segment
+            active.truncate_to(offset)
+            self._end = _LogEnd(offset, active.base_offset, active.size_bytes)
+            self._log_start_offset = min(offset, self._log_start_offset)
+            self._recovery_point = min(self._recovery_point, offset)
+            self._maybe_delete_pending(self._time_ms())
+            return True
+
+    def truncate_fully_and_start_at(self, new_offset: int) -> None:
+        """Remove every segment and continue at ``new_offset`` with one empty segment ([B-28]).
+
+        Log start offset, log end offset and recovery point all become ``new_offset``.
+        """
+        if new_offset < 0:
+            raise ValueError(f"cannot restart log {self._directory} at negative offset {new_offset}")
+        with self._lock:
+            self._ensure_open()
+            self._truncate_fully_and_start_at(new_offset)
+
+    def _truncate_fully_and_start_at(self, new_offset: int) -> None:
+        doomed = list(self._segments)
+        # Rename the old files first, so that the new segment can take its name even when an
+        # old segment had the same base offset.
+        self._schedule_delete(doomed)
+        segment = Segment.create(self._directory, new_offset, self._config, time_ms=self._time_ms)
+        # Add before removing, so that a reader always finds a segment.
+        self._segments.add(segment)
+        self._segments.remove_many(
+            [old.base_offset for old in doomed if old.base_offset != new_offset]
+        )
+        self._directory_dirty = True
+        self._end = _LogEnd(new_offset, new_offset, 0)
+        self._log_start_offset = new_offset
+        self._recovery_point = new_offset
+        self._maybe_delete_pending(self._time_ms())
+
+    # ---------------------------------------------------------------- deferred deletion
+
+    def _schedule_delete(self, segments: list[Segment]) -> None:
+        """Rename segments ``*.deleted`` now; close and delete them after the delay ([B-64])."""
+        due_ms = self._time_ms() + self._config.file_delete_delay_ms
+        for segment in segments:
+            segment.change_file_suffixes("", DELETED_FILE_SUFFIX)
+            self._pending_deletes.append((due_ms, segment))
+        if segments:
+            self._directory_dirty = True
+
+    def _maybe_delete_pending(self, now_ms: int) -> None:
+        if not self._pending_deletes:
+            return
+        remaining = []
+        for due_ms, segment in self._pending_deletes:
+            if due_ms <= now_ms:
+                segment.delete()
+            else:
+                remaining.append((due_ms, segment))
+        self._pending_deletes = remaining
+
+    # ---------------------------------------------------------------- durability
+
+    def flush(self, offset: int | None = None) -> None:
+        """fsync every segment holding offsets in ``[recovery_point, offset)`` ([B-66]).
+
+        With no ``offset``: everything up to the log end, including the files of an empty active
+        segment (what a clean shutdown does). Then the directory is fsynced if segments were
+        created or renamed, and the recovery point moves to ``offset`` (or the log end).
+
+        Raises:
+            StorageIOError: an fsync failed (the recovery point does not move).
+        """
+        with self._lock:
+            self._ensure_open()
+            end_offset = self._end.offset
+            if offset is None:
+                new_recovery_point = end_offset
+                flush_to = end_offset + 1
+            else:
+                new_recovery_point = min(offset, end_offset)
+                flush_to = new_recovery_point
+            if flush_to <= self._recovery_point:
+                return
+            to_flush = self._segments.values(self._recovery_point, flush_to)
+            directory_dirty = self._directory_dirty
+            self._directory_dirty = False
+        try:
+            for segment in to_flush:
+                if not segment.is_closed:
+                    segment.flush()
+            if directory_dirty:
+                _fsync_directory(self._directory)
+        except BaseException:
+            self._directory_dirty = self._directory_dirty or directory_dirty
+            raise
+        with self._lock:
+            self._recovery_point = max(self._recovery_point, new_recovery_point)
+            self._last_flush_ms = self._time_ms()
+
+    def close(self) -> None:
+        """Flush everything, close every segment and finish deferred deletions. Idempotent.
+
+        Each segment's close appends its final time-index entry and trims its indexes and
+        ``.log`` ([B-68]); closing goes on past a failing segment and raises the first error.
+        """
+        with self._lock:
+            if self._closed:
+                return
+            first_error: BaseException | None = None
+            try:
+                self.flush()
+            except BaseException as exc:
+                first_error = exc
+            self._closed = True
+            for segment in self._segments:
+                try:
+                    segment.close()
+                except BaseException as exc:
+                    log.exception("failed to close segment %s", segment.log_path)
+                    first_error = first_error or exc
+            for _, segment in self._pending_deletes:
+                try:
+                    segment.delete()
+                except BaseException as exc:
+                    first_error = first_error or exc
+            self._pending_deletes = []
+            if first_error is not None:
+                raise first_error
+
+    def __enter__(self) -> PartitionLog:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _ensure_open(self) -> None:
+        if self._closed:
+            raise LogClosedError(f"log {self._directory} is closed")
+
+    def __repr__(self) -> str:
+        return (
+            f"PartitionLog(directory={str(self._directory)!r}, "
+            f"offsets=[{self._log_start_offset}, {self._end.offset}), "
+            f"segments={len(self._segments)})"
+        )
+
+
+# -------------------------------------------------------------------- loading
+
+
+def _load_segments(directory: Path, config: LogConfig, time_ms: Callable[[], int]) -> Segments:
+    """Open the segments of a cleanly closed log directory (the part of Kafka's LogLoader
+    that does not deal with crashes).
+
+    1. ``*.deleted`` files are removed (their deletion was due); ``.swap``/``.cleaned`` files
+       stop the load (NotImplementedError: the crash-recovery loader must resolve them).
+    2. Index files without a ``.log`` are deleted ([B-50]).
+    3. Every ``.log`` is opened as a segment; one without its ``.index`` is recovered, a
+       missing ``.timeindex`` is created empty ([B-45]).
+    4. With no segment, one is created at offset 0. The active (last) segment's indexes are
+       grown to ``segment.index.bytes`` ([B-53]).
+    """
+    log_files: dict[int, Path] = {}
+    index_files: list[Path] = []
+    try:
+        entries = sorted(os.scandir(directory), key=lambda entry: entry.name)
+    except OSError as exc:
+        raise StorageIOError(f"failed to list log directory {directory}: {exc}") from exc
+    for entry in entries:
+        name = entry.name
+        path = Path(entry.path)
+        if name.endswith(DELETED_FILE_SUFFIX):
+            log.info("deleting leftover file %s", path)
+            path.unlink(missing_ok=True)
+        elif name.endswith((SWAP_FILE_SUFFIX, CLEANED_FILE_SUFFIX)):
+            raise NotImplementedError(
+                f"log directory {directory} holds {name}, left by an interrupted compaction or "
+                "segment split; resolving it needs the crash-recovery loader, which is not "
+                "implemented yet"
+            )
+        elif name.endswith(LOG_FILE_SUFFIX):
+            log_files[offset_from_file_name(name)] = path
+        elif is_index_file(name):
+            index_files.append(path)
+    for path in index_files:
+        if offset_from_file_name(path.name) not in log_files:
+            log.warning("deleting orphaned index file %s", path)
+            path.unlink(missing_ok=True)
+    loaded: list[Segment] = []
+    for base_offset in sorted(log_files):
+        time_index_newly_created = not time_index_file(directory, base_offset).exists()
+        segment = Segment.open(directory, base_offset, config, time_ms=time_ms)
+        try:
+            segment.sanity_check(time_index_newly_created)
+        except CorruptIndexError as exc:
+            log.warning("recovering segment %s: %s", segment.log_path, exc)
+            segment.recover()
+        loaded.append(segment)
+    if not loaded:
+        loaded.append(Segment.create(directory, 0, config, time_ms=time_ms))
+    loaded[-1].resize_indexes(config.segment_index_bytes)
+    return Segments(loaded)
+
+
+def _whole_batches(data: bytes) -> bytes:
+    """``data`` cut after its last whole batch (a segment slice may end inside one)."""
+    end = len(data)
+    position = 0
+    while position + LOG_OVERHEAD <= end:
+        size = int.from_bytes(data[position + _LENGTH_AT : position + LOG_OVERHEAD], "big",
+                              signed=True) + LOG_OVERHEAD
+        if size < LOG_OVERHEAD or position + size > end:
+            break
+        position += size
+    return data if position == end else data[:position]
+
+
+def _fsync_directory(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise StorageIOError(f"failed to fsync log directory {directory}: {exc}") from exc

@@ -1,0 +1,308 @@
+"""Validating client batches and assigning their offsets: the leader side of Kafka's LogValidator.
+
+A producer sends whole RecordBatch v2 batches with base offset 0. Before they reach a segment the
+log checks them the way a Kafka leader does (``UnifiedLog.analyzeAndValidateRecords`` and
+``LogValidator``, [B-1]..[B-3]) and then stamps them in a copy of the bytes:
+
+    per batch, in this order                                    error
+    whole batch present, size field >= 14, magic 2, >= 61 bytes   CorruptRecordError / InvalidRecordError
+    base offset 0                                                  InvalidRecordError
+    size <= max.message.bytes                                      RecordTooLargeError
+    CRC-32C matches                                                CorruptRecordError
+    last_offset_delta + 1 == records_count > 0                     InvalidRecordError
+    not a control batch; producer id set => base sequence >= 0     InvalidRecordError
+    records well formed, offset deltas 0..n-1, nothing left over   CorruptRecordError / InvalidRecordError
+    compacted topic: every record has a key                        InvalidRecordError
+    CreateTime topic: timestamps within before/after.max.ms;       InvalidTimestampError
+      LogAppendTime attribute only with real timestamps
+    LogAppendTime topic: the batch must not claim LogAppendTime    InvalidTimestampError
+    the whole append <= segment.bytes                              RecordBatchTooLargeError
+
+    then, in a copy: base offset := next offset, partition leader epoch := the log's,
+    max timestamp := append time (LogAppendTime topic) or the records' max (CreateTime; the
+    CRC is recomputed only when the header changes)
+
+Records are walked (:func:`stratalog.records.reader.summarize_records`), never built into
+objects, except to name the offending record of a timestamp error or when a batch mixes records
+without timestamps with a configured timestamp window.
+
+Differences from Kafka, on purpose: several batches per append are accepted (Kafka takes exactly
+one v2 batch per partition per produce request; stratalog's Produce takes "one or more"); bytes
+after the last whole batch are an error (Kafka drops a partial tail silently); a compressed batch
+whose records do not have offset deltas 0..n-1 is rejected (Kafka rebuilds it, for clients older
+than v2).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from stratalog.records.batch import (
+    ATTRIBUTES_OFFSET,
+    LOG_OVERHEAD,
+    NO_TIMESTAMP,
+    BatchHeader,
+    TimestampType,
+    parse_header,
+    rewrite_crc,
+    set_base_offset,
+    set_log_append_time,
+    set_partition_leader_epoch,
+    validate_batch,
+)
+from stratalog.records.errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
+from stratalog.records.reader import RecordsSummary, iter_records, summarize_records
+
+from .config import INT64_MAX, LogConfig
+from .errors import InvalidTimestampError, RecordBatchTooLargeError
+
+__all__ = ["ValidatedAppend", "validate_and_assign_offsets"]
+
+_INT16 = struct.Struct(">h")
+_INT64 = struct.Struct(">q")
+_LENGTH = struct.Struct(">i")
+_MAX_TIMESTAMP_OFFSET = 35
+_TIMESTAMP_TYPE_MASK = 0x08
+_MIN_SIZE_FIELD = 14  # Kafka's LegacyRecord.RECORD_OVERHEAD_V0
+
+
+@dataclass(frozen=True, slots=True)
+class ValidatedAppend:
+    """Client batches that passed validation, with offsets assigned, ready for a segment.
+
+    ``records`` is a private copy of the input with base offsets, leader epochs and (where
+    needed) max timestamps, attributes and CRCs rewritten. ``max_timestamp`` and
+    ``shallow_offset_of_max_timestamp`` are what ``Segment.append`` indexes ([B-6]): the largest
+    timestamp and the last offset of the earliest batch holding it (CreateTime), or the append
+    time and the last offset of the append (LogAppendTime).
+    """
+
+    records: bytearray
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    shallow_offset_of_max_timestamp: int
+    log_append_time: int  # -1 unless the topic uses LogAppendTime
+    record_count: int
+    batch_count: int
+
+    @property
+    def size_bytes(self) -> int:
+        return len(self.records)
+
+
+def validate_and_assign_offsets(
+    record_batches: bytes | bytearray | memoryview,
+    config: LogConfig,
+    *,
+    first_offset: int,
+    now_ms: int,
+    partition_leader_epoch: int,
+) -> ValidatedAppend:
+    """Validate client batches (table above) and return a copy with offsets from ``first_offset``.
+
+    The input is not modified. O(total bytes): one CRC pass and one record walk per batch, plus
+    one CRC per batch whose header is rewritten.
+
+    Raises:
+        CorruptRecordError: truncated or partial batches, CRC mismatch, malformed records.
+        InvalidRecordError: a value Kafka refuses (magic, base offset, counts, control batch,
+            sequence, records without keys on a compacted topic).
+        RecordTooLargeError: a batch larger than ``max.message.bytes``.
+        InvalidTimestampError: a timestamp outside the accepted window, or a LogAppendTime
+            attribute Kafka refuses.
+        RecordBatchTooLargeError: the whole append is larger than ``segment.bytes``.
+    """
+    with memoryview(record_batches) as view:
+        headers = _walk_headers(view, config)
+        total_bytes = len(view)
+        if total_bytes > config.segment_bytes:
+            raise RecordBatchTooLargeError(
+                f"the append of {total_bytes} bytes ({len(headers)} batches) is larger than "
+                f"segment.bytes ({config.segment_bytes}): no segment can hold it"
+            )
+        log_append_time = config.message_timestamp_type is TimestampType.LOG_APPEND_TIME
+        batch_max_timestamps = []
+        record_count = 0
+        for index, header in enumerate(headers):
+            summary = _validate_batch(view, index, header, config, now_ms)
+            batch_max_timestamps.append(max(summary.max_timestamp, NO_TIMESTAMP))
+            record_count += summary.count
+        records = bytearray(view)
+
+    next_offset = first_offset
+    max_timestamp = NO_TIMESTAMP
+    shallow_offset_of_max = -1
+    for header, batch_max in zip(headers, batch_max_timestamps, strict=True):
+        position = header.position
+        set_base_offset(records, position, next_offset)
+        set_partition_leader_epoch(records, position, partition_leader_epoch)
+        next_offset += header.records_count
+        last_offset = next_offset - 1
+        if log_append_time:
+            set_log_append_time(records, position, header.size_bytes, now_ms)
+        else:
+            if header.timestamp_type is not TimestampType.CREATE_TIME or (
+                header.max_timestamp != batch_max
+            ):
+                _set_create_time_max(records, position, header.size_bytes, batch_max)
+            if batch_max > max_timestamp:
+                max_timestamp = batch_max
+                shallow_offset_of_max = last_offset
+    if log_append_time:
+        # Kafka (LogValidator, v2): the append time, at the last offset of the append.
+        max_timestamp = now_ms
+        shallow_offset_of_max = next_offset - 1
+    return ValidatedAppend(
+        records=records,
+        first_offset=first_offset,
+        last_offset=next_offset - 1,
+        max_timestamp=max_timestamp,
+        shallow_offset_of_max_timestamp=shallow_offset_of_max,
+        log_append_time=now_ms if log_append_time else NO_TIMESTAMP,
+        record_count=record_count,
+        batch_count=len(headers),
+    )
+
+
+def _walk_headers(view: memoryview, config: LogConfig) -> list[BatchHeader]:
+    """Split the input into whole batches; check framing, base offset and batch size."""
+    headers: list[BatchHeader] = []
+    end = len(view)
+    position = 0
+    while position < end:
+        remaining = end - position
+        index = len(headers)
+        if remaining < LOG_OVERHEAD:
+            raise CorruptRecordError(
+                f"{remaining} bytes after the last whole batch (batch {index} at position "
+                f"{position}): a partial batch"
+            )
+        (length,) = _LENGTH.unpack_from(view, position + 8)
+        if length < _MIN_SIZE_FIELD:
+            raise CorruptRecordError(
+                f"batch {index} at position {position}: record size {length} is smaller than "
+                f"the minimum record overhead ({_MIN_SIZE_FIELD})"
+            )
+        size = length + LOG_OVERHEAD
+        if size > remaining:
+            raise CorruptRecordError(
+                f"batch {index} at position {position} declares {size} bytes but only "
+                f"{remaining} remain: a partial batch"
+            )
+        header = parse_header(view, position)  # magic 2 and the 61-byte minimum
+        if header.base_offset != 0:
+            raise InvalidRecordError(
+                f"batch {index} at position {position}: the base offset of a client batch "
+                f"must be 0, but it is {header.base_offset}"
+            )
+        if size > config.max_message_bytes:
+            raise RecordTooLargeError(
+                f"batch {index} at position {position} is {size} bytes, which exceeds the "
+                f"maximum configured value of max.message.bytes ({config.max_message_bytes})"
+            )
+        headers.append(header)
+        position += size
+    return headers
+
+
+def _validate_batch(
+    view: memoryview, index: int, header: BatchHeader, config: LogConfig, now_ms: int
+) -> RecordsSummary:
+    """Every per-batch check after framing; returns the records' summary."""
+    position = header.position
+    where = f"batch {index} at position {position}"
+    validate_batch(view, position)  # CRC
+    count_from_offsets = header.last_offset_delta + 1
+    if count_from_offsets <= 0:
+        raise InvalidRecordError(
+            f"{where} has an invalid offset range: [0, {header.last_offset_delta}]"
+        )
+    if header.records_count <= 0:
+        raise InvalidRecordError(f"{where}: invalid reported count {header.records_count}")
+    if count_from_offsets != header.records_count:
+        raise InvalidRecordError(
+            f"{where}: inconsistent offset range [0, {header.last_offset_delta}] and count of "
+            f"records {header.records_count}"
+        )
+    if header.is_control:
+        raise InvalidRecordError(f"{where}: clients are not allowed to write control records")
+    if header.producer_id >= 0 and header.base_sequence < 0:
+        raise InvalidRecordError(
+            f"{where}: invalid sequence number {header.base_sequence} in a batch with "
+            f"producer id {header.producer_id}"
+        )
+    summary = summarize_records(view, position, verify_crc=False)
+    if config.is_compacted and summary.has_null_key:
+        raise InvalidRecordError(
+            f"{where}: a compacted topic cannot accept a record without a key"
+        )
+    _validate_timestamps(view, where, header, summary, config, now_ms)
+    return summary
+
+
+def _validate_timestamps(
+    view: memoryview,
+    where: str,
+    header: BatchHeader,
+    summary: RecordsSummary,
+    config: LogConfig,
+    now_ms: int,
+) -> None:
+    """Kafka's ``LogValidator.validateTimestamp`` for every record of one batch ([B-3])."""
+    claims_log_append_time = header.timestamp_type is TimestampType.LOG_APPEND_TIME
+    if config.message_timestamp_type is TimestampType.LOG_APPEND_TIME:
+        if claims_log_append_time:
+            raise InvalidTimestampError(
+                f"{where}: invalid timestamp type LogAppendTime; producers must not set it"
+            )
+        return
+    if claims_log_append_time and summary.max_timestamp == NO_TIMESTAMP:
+        # Every record of a LogAppendTime batch reads as its max timestamp: here, none.
+        raise InvalidTimestampError(
+            f"{where}: invalid timestamp type LogAppendTime in a batch without timestamps; "
+            "producers must not set it"
+        )
+    before_ms = config.effective_timestamp_before_max_ms
+    after_ms = config.effective_timestamp_after_max_ms
+    if before_ms == INT64_MAX and after_ms == INT64_MAX:
+        return  # no window: nothing can be outside it
+    # When no record lacks a timestamp (min would be -1), min and max bound every record.
+    if summary.min_timestamp != NO_TIMESTAMP and not (
+        _out_of_window(summary.min_timestamp, now_ms, before_ms, after_ms)
+        or _out_of_window(summary.max_timestamp, now_ms, before_ms, after_ms)
+    ):
+        return
+    for record in iter_records(view, header.position, verify_crc=False):
+        if record.timestamp != NO_TIMESTAMP and _out_of_window(
+            record.timestamp, now_ms, before_ms, after_ms
+        ):
+            raise InvalidTimestampError(
+                f"{where}: timestamp {record.timestamp} of the record with offset delta "
+                f"{record.offset - header.base_offset} is out of range; it must be within "
+                f"[{_java_long(now_ms - before_ms)}, {_java_long(now_ms + after_ms)}] "
+                f"(message.timestamp.before.max.ms {before_ms}, "
+                f"message.timestamp.after.max.ms {after_ms})"
+            )
+
+
+def _out_of_window(timestamp: int, now_ms: int, before_ms: int, after_ms: int) -> bool:
+    # Java long arithmetic, as Kafka computes it (so extreme timestamps behave the same).
+    difference = _java_long(now_ms - timestamp)
+    return difference > before_ms or _java_long(-difference) > after_ms
+
+
+def _java_long(value: int) -> int:
+    value &= (1 << 64) - 1
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def _set_create_time_max(
+    buf: bytearray, position: int, size_bytes: int, max_timestamp: int
+) -> None:
+    """Kafka's ``setMaxTimestamp(CREATE_TIME, max)``: attribute bit, max timestamp, CRC."""
+    (attributes,) = _INT16.unpack_from(buf, position + ATTRIBUTES_OFFSET)
+    _INT16.pack_into(buf, position + ATTRIBUTES_OFFSET, attributes & ~_TIMESTAMP_TYPE_MASK)
+    _INT64.pack_into(buf, position + _MAX_TIMESTAMP_OFFSET, max_timestamp)
+    rewrite_crc(buf, position, size_bytes)
