@@ -103,6 +103,9 @@ class Index(abc.ABC):
     """
 
     ENTRY_SIZE: int = 0  # bytes per entry; set by each subclass
+    # The warm section searched first; a class attribute so that tests can shrink it and run
+    # the cold branch of the search on small indexes.
+    warm_section_bytes: int = WARM_SECTION_BYTES
 
     def __init__(self, path: Path | str, base_offset: int, max_index_size_bytes: int) -> None:
         """Open the index at ``path``, creating and preallocating it if it does not exist.
@@ -415,7 +418,7 @@ class Index(abc.ABC):
                 return None
             mm = self._mmap
             assert mm is not None
-            first_warm = max(0, n - 1 - WARM_SECTION_BYTES // stride)
+            first_warm = max(0, n - 1 - self.warm_section_bytes // stride)
             if unpack(mm, first_warm * stride + field)[0] < target:
                 lo, hi = first_warm, n - 1
             elif unpack(mm, field)[0] > target:
@@ -448,7 +451,7 @@ class Index(abc.ABC):
                 return None
             mm = self._mmap
             assert mm is not None
-            first_warm = max(0, n - 1 - WARM_SECTION_BYTES // stride)
+            first_warm = max(0, n - 1 - self.warm_section_bytes // stride)
             if unpack(mm, first_warm * stride + field)[0] < target:
                 # Everything up to first_warm is below the target: look only past it.
                 lo, hi = first_warm + 1, n

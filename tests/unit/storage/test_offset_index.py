@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
@@ -495,7 +495,8 @@ def test_warm_section_lookups_match_a_plain_binary_search(tmp_path: Path) -> Non
 def test_concurrent_lookups_never_see_a_partial_or_unknown_entry(tmp_path: Path) -> None:
     # One writer appends while readers look up; every answer must be an entry that was (or is
     # being) appended, or the empty answer. No timing is asserted.
-    idx = OffsetIndex(tmp_path / "0.index", 0, 20000 * 8)
+    # Starts small and is grown whenever full, so the map is replaced under the readers.
+    idx = OffsetIndex(tmp_path / "0.index", 0, 64 * 8)
     appended = {OffsetPosition(0, 0)} | {OffsetPosition(2 * i + 1, 3 * i) for i in range(20000)}
     done = threading.Event()
     errors: list[BaseException] = []
@@ -514,16 +515,71 @@ def test_concurrent_lookups_never_see_a_partial_or_unknown_entry(tmp_path: Path)
         thread.start()
     try:
         for i in range(20000):
+            if idx.is_full:
+                assert idx.resize(idx.length_bytes * 2)
             idx.append(2 * i + 1, 3 * i)
             if i % 5000 == 4999:
-                idx.resize(idx.length_bytes)  # no-op resize path under readers
                 idx.flush()
+                idx.trim_to_valid_size()  # shrink to the used bytes: also a remap
     finally:
         done.set()
         for thread in readers:
             thread.join()
     assert errors == []
     assert idx.entries == 20000
+    idx.close()
+
+
+class SmallWarmOffsetIndex(OffsetIndex):
+    """A warm section of 3 entries, so that small indexes exercise the cold branch too."""
+
+    warm_section_bytes = 3 * 8
+
+
+@given(
+    gaps=st.lists(st.tuples(st.integers(1, 9), st.integers(0, 9)), min_size=0, max_size=40),
+    targets=st.lists(st.integers(-5, 500), min_size=1, max_size=30),
+)
+def test_warm_and_cold_searches_agree_with_bisect(
+    gaps: list[tuple[int, int]], targets: list[int]
+) -> None:
+    directory = Path(tempfile.mkdtemp(prefix="offset-index-warm-"))
+    try:
+        idx = SmallWarmOffsetIndex(directory / "0.index", 10, 64 * 8)
+        offsets, positions = [], []
+        offset, position = 9, 0
+        for offset_gap, position_gap in gaps:
+            offset, position = offset + offset_gap, position + position_gap + 1
+            idx.append(offset, position)
+            offsets.append(offset)
+            positions.append(position)
+        for target in targets:
+            slot = bisect.bisect_right(offsets, target) - 1
+            expected = (
+                OffsetPosition(10, 0)
+                if slot < 0
+                else OffsetPosition(offsets[slot], positions[slot])
+            )
+            assert idx.lookup(target) == expected
+            slot = bisect.bisect_left(positions, target)
+            expected_upper = (
+                None if slot == len(positions) else OffsetPosition(offsets[slot], positions[slot])
+            )
+            assert idx.fetch_upper_bound_offset(target, 0) == expected_upper
+        idx.truncate_to(targets[0])
+        assert idx.entries_list() == [
+            OffsetPosition(o, p) for o, p in zip(offsets, positions, strict=True) if o < targets[0]
+        ]
+        idx.close()
+    finally:
+        shutil.rmtree(directory)
+
+
+def test_preallocation_is_sparse(tmp_path: Path) -> None:
+    # The default 10 MiB file is a hole, not 10 MiB of written zeros.
+    path = tmp_path / "0.index"
+    idx = OffsetIndex(path, 0)
+    assert path.stat().st_blocks * 512 < idx.length_bytes
     idx.close()
 
 

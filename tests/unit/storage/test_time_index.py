@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
@@ -319,6 +319,50 @@ def test_closed_index_refuses_operations(tmp_path: Path) -> None:
         idx.lookup(0)
     with pytest.raises(LogClosedError):
         idx.maybe_append(1, 1)
+
+
+class SmallWarmTimeIndex(TimeIndex):
+    """A warm section of 2 entries, so that small indexes exercise the cold branch too."""
+
+    warm_section_bytes = 2 * 12
+
+
+@given(
+    steps=st.lists(st.tuples(st.integers(1, 9), st.integers(0, 3)), max_size=40),
+    targets=st.lists(st.integers(-5, 500), min_size=1, max_size=30),
+)
+def test_warm_and_cold_searches_agree_with_bisect(
+    steps: list[tuple[int, int]], targets: list[int]
+) -> None:
+    directory = Path(tempfile.mkdtemp(prefix="time-index-warm-"))
+    try:
+        idx = SmallWarmTimeIndex(directory / "0.timeindex", 10, 64 * 12)
+        timestamps, offsets = [], []
+        timestamp, offset = 0, 10
+        for timestamp_step, offset_step in steps:
+            timestamp, offset = timestamp + timestamp_step, offset + offset_step
+            idx.maybe_append(timestamp, offset)
+            timestamps.append(timestamp)
+            offsets.append(offset)
+        for target in targets:
+            slot = bisect.bisect_right(timestamps, target) - 1
+            expected = (
+                TimestampOffset(-1, 10)
+                if slot < 0
+                else TimestampOffset(timestamps[slot], offsets[slot])
+            )
+            assert idx.lookup(target) == expected
+        # Offsets may repeat here (offset step 0): truncation must still drop every entry
+        # whose offset is >= the target.
+        idx.truncate_to(targets[0])
+        assert idx.entries_list() == [
+            TimestampOffset(t, o)
+            for t, o in zip(timestamps, offsets, strict=True)
+            if o < targets[0]
+        ]
+        idx.close()
+    finally:
+        shutil.rmtree(directory)
 
 
 # -------------------------------------------------------------------- model-based testing
