@@ -155,7 +155,12 @@ class TransactionIndex:
         self._last_offset: int | None = None
         if self._path.exists():
             self._open()
-            self._last_offset = self._read_last_offset()
+            try:
+                self._last_offset = self._read_last_offset()
+            except CorruptIndexError:
+                # Opening must not fail on a bad entry (Kafka's constructor reads nothing):
+                # sanity_check() reports it, and the segment's recovery rebuilds the index.
+                log.warning("transaction index %s has a corrupt last entry", self._path)
 
     # ---------------------------------------------------------------------------- properties
 

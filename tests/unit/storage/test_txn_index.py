@@ -246,8 +246,16 @@ def test_version_above_zero_is_corrupt(path: Path) -> None:
     entry = bytearray(FOUR[0].to_bytes())
     entry[0] = 1
     path.write_bytes(FOUR[1].to_bytes() + bytes(entry))
+    # Opening succeeds (as in Kafka, so that the segment can be opened and recovered) ...
+    idx = TransactionIndex(path, 0)
+    assert idx.last_offset is None
+    # ... and the sanity check reports the entry, naming the file and the byte position.
     with pytest.raises(CorruptIndexError, match=r"version 1 at byte 34 .*" + re.escape(str(path))):
-        TransactionIndex(path, 0)  # the last entry is read on open
+        idx.sanity_check()
+    idx.reset()  # what recovery does first
+    idx.append(FOUR[0])
+    assert idx.all_aborted_txns() == [FOUR[0]]
+    idx.close()
     path.write_bytes(bytes(entry) + FOUR[1].to_bytes())
     idx = TransactionIndex(path, 0)
     for call in (idx.all_aborted_txns, idx.sanity_check, lambda: idx.collect_aborted_txns(0, 9)):
