@@ -1,0 +1,871 @@
+"""Segment: appends and index entries ([B-5]), laziness ([B-10]), roll conditions ([B-11],
+[B-12]), reads ([B-29], [B-30]), time lookups ([B-37]), truncation ([B-26]), recovery ([B-46],
+[B-47]). Ports of Kafka's LogSegmentTest where they apply."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import random
+import struct
+import zlib
+from pathlib import Path
+
+import pytest
+
+from stratalog.records.batch import Compression, TimestampType, parse_header
+from stratalog.records.builder import build_batch
+from stratalog.records.errors import CorruptRecordError, InvalidRecordError
+from stratalog.records.reader import iter_batches
+from stratalog.server.storage.config import LogConfig
+from stratalog.server.storage.errors import (
+    CorruptIndexError,
+    LogClosedError,
+    OffsetOverflowError,
+    StorageIOError,
+)
+from stratalog.server.storage.files import log_file, offset_index_file, time_index_file
+from stratalog.server.storage.segment import LogOffsetPosition, Segment
+from stratalog.server.storage.time_index import TimestampOffset
+from stratalog.server.storage.txn_index import AbortedTxn
+
+INT32_MAX = 2**31 - 1
+T0 = 1_700_000_000_000
+
+
+class Clock:
+    """A settable clock in ms, for segment.ms and truncation tests."""
+
+    def __init__(self, now_ms: int = T0) -> None:
+        self.now_ms = now_ms
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+
+def batch(
+    base_offset: int,
+    timestamps: list[int],
+    *,
+    value: bytes = b"v",
+    compression: Compression = Compression.NONE,
+    timestamp_type: TimestampType = TimestampType.CREATE_TIME,
+) -> bytes:
+    return build_batch(
+        [(ts, None, value, ()) for ts in timestamps],
+        base_offset=base_offset,
+        compression=compression,
+        timestamp_type=timestamp_type,
+    )
+
+
+def append(segment: Segment, base_offset: int, timestamps: list[int], **kw: object) -> bytes:
+    """Append one batch the way the log does: last offset, max ts, last offset of the batch."""
+    data = batch(base_offset, timestamps, **kw)  # type: ignore[arg-type]
+    last = base_offset + len(timestamps) - 1
+    segment.append(last, max(timestamps), last, data)
+    return data
+
+
+def config(**changes: object) -> LogConfig:
+    defaults: dict[str, object] = {"segment_index_bytes": 4096, "index_interval_bytes": 4096}
+    defaults.update(changes)
+    return LogConfig(**defaults)  # type: ignore[arg-type]
+
+
+def offset_entries(path: Path, base_offset: int) -> list[tuple[int, int]]:
+    data = path.read_bytes()
+    return [
+        (base_offset + rel, pos) for rel, pos in struct.iter_unpack(">ii", data)
+    ]
+
+
+def time_entries(path: Path, base_offset: int) -> list[tuple[int, int]]:
+    data = path.read_bytes()
+    return [(ts, base_offset + rel) for ts, rel in struct.iter_unpack(">qi", data)]
+
+
+# ---------------------------------------------------------------- files and laziness
+
+
+def test_open_touches_no_index_file_until_first_use(tmp_path: Path) -> None:
+    # [B-10]: LogSegment.open creates the .log only; indexes appear on first access.
+    segment = Segment.create(tmp_path, 0, config(segment_index_bytes=1000))
+    assert log_file(tmp_path, 0).exists()
+    assert not offset_index_file(tmp_path, 0).exists()
+    assert not time_index_file(tmp_path, 0).exists()
+    assert segment.indexes_loaded == (False, False)
+    append(segment, 0, [T0])
+    # Created and preallocated: 1000 rounded down to 8- and 12-byte entries.
+    assert offset_index_file(tmp_path, 0).stat().st_size == 1000
+    assert time_index_file(tmp_path, 0).stat().st_size == 996
+    assert segment.indexes_loaded == (True, True)
+    segment.close()
+    reopened = Segment.open(tmp_path, 0, config())
+    assert reopened.indexes_loaded == (False, False)
+    assert reopened.size_bytes == log_file(tmp_path, 0).stat().st_size
+    reopened.close()
+
+
+def test_default_index_preallocation(tmp_path: Path) -> None:
+    segment = Segment.create(tmp_path, 0, LogConfig())
+    append(segment, 0, [T0])
+    assert offset_index_file(tmp_path, 0).stat().st_size == 10485760
+    assert time_index_file(tmp_path, 0).stat().st_size == 10485756
+    segment.close()
+    # Trimmed on close: no entry (first append), one final time entry.
+    assert offset_index_file(tmp_path, 0).stat().st_size == 0
+    assert time_entries(time_index_file(tmp_path, 0), 0) == [(T0, 0)]
+
+
+def test_create_refuses_to_overwrite_an_existing_log(tmp_path: Path) -> None:
+    log_file(tmp_path, 0).write_bytes(b"someone's data")
+    with pytest.raises(StorageIOError, match=r"00000000000000000000\.log"):
+        Segment.create(tmp_path, 0, config())
+    assert log_file(tmp_path, 0).read_bytes() == b"someone's data"
+
+
+def test_open_missing_file_is_a_storage_error(tmp_path: Path) -> None:
+    with pytest.raises(StorageIOError, match="failed to open"):
+        Segment.open(tmp_path, 0, config())
+
+
+# ---------------------------------------------------------------- appends and index entries
+
+
+def test_first_append_never_gets_an_index_entry_and_interval_zero_indexes_the_rest(
+    tmp_path: Path,
+) -> None:
+    # [B-5]: with index.interval.bytes = 0 every append after the first gets an entry, holding
+    # the append's LAST offset and its START position.
+    segment = Segment.create(tmp_path, 100, config(index_interval_bytes=0))
+    positions = []
+    for i in range(4):
+        positions.append(segment.size_bytes)
+        append(segment, 100 + 2 * i, [T0 + i, T0 + i])  # two records per batch
+    segment.on_become_inactive()
+    assert offset_entries(offset_index_file(tmp_path, 100), 100) == [
+        (103, positions[1]),
+        (105, positions[2]),
+        (107, positions[3]),
+    ]
+    # Time entries: (running max, last offset of the batch holding it) + the final entry,
+    # which repeats the last one here and is therefore not written again.
+    assert time_entries(time_index_file(tmp_path, 100), 100) == [
+        (T0 + 1, 103),
+        (T0 + 2, 105),
+        (T0 + 3, 107),
+    ]
+    segment.close()
+
+
+def test_index_entry_on_every_second_append_with_interval_two_b_minus_one(tmp_path: Path) -> None:
+    # [B-5]: bytes_since_last_entry must exceed the interval *before* adding this append, so
+    # with b-byte appends and interval 2b - 1 the entries land on appends #3, #5, #7 (from 1).
+    size = len(batch(0, [T0]))
+    segment = Segment.create(tmp_path, 0, config(index_interval_bytes=2 * size - 1))
+    starts = []
+    for i in range(8):
+        starts.append(segment.size_bytes)
+        append(segment, i, [T0])
+    assert all(b - a == size for a, b in itertools.pairwise(starts))
+    entries = segment.offset_index.entries_list()
+    assert [(e.offset, e.position) for e in entries] == [
+        (2, starts[2]),
+        (4, starts[4]),
+        (6, starts[6]),
+    ]
+    segment.close()
+
+
+def test_time_index_holds_running_max_and_shallow_offset(tmp_path: Path) -> None:
+    # Out-of-order timestamps: the entry is (max so far, last offset of the batch where that
+    # max first appeared), and entries only go up ([B-6], [B-7]).
+    segment = Segment.create(tmp_path, 0, config(index_interval_bytes=0))
+    append(segment, 0, [T0 + 5])
+    append(segment, 1, [T0 + 9, T0 + 1])  # max T0+9 at batch last offset 2
+    append(segment, 3, [T0 + 3])  # max stays T0+9: no new time entry
+    append(segment, 4, [T0 + 12])
+    assert segment.max_timestamp_and_offset_so_far == TimestampOffset(T0 + 12, 4)
+    assert [tuple(e) for e in segment.time_index.entries_list()] == [
+        (T0 + 9, 2),
+        (T0 + 12, 4),
+    ]
+    assert [tuple(e) for e in segment.offset_index.entries_list()] == [
+        (2, len(batch(0, [T0 + 5]))),
+        (3, segment.offset_index.entry(1).position),
+        (4, segment.offset_index.entry(2).position),
+    ]
+    segment.close()
+
+
+def test_batches_without_timestamps_never_add_time_entries(tmp_path: Path) -> None:
+    segment = Segment.create(tmp_path, 0, config(index_interval_bytes=0))
+    for i in range(3):
+        append(segment, i, [-1])
+    assert segment.offset_index.entries == 2
+    assert segment.time_index.entries == 0
+    assert segment.max_timestamp_so_far == -1
+    segment.close()
+
+
+def test_append_offset_overflow(tmp_path: Path) -> None:
+    # LogSegmentTest.testAppendForLogSegmentOffsetOverflowException
+    for base, largest in ((0, INT32_MAX + 1), (1, 0), (100, 10)):
+        directory = tmp_path / f"{base}-{largest}"
+        directory.mkdir()
+        segment = Segment.create(directory, base, config())
+        with pytest.raises(OffsetOverflowError, match=str(largest)):
+            segment.append(largest, T0, largest, batch(0, [T0]))
+        assert segment.size_bytes == 0
+        segment.close()
+
+
+def test_multi_batch_append_is_indexed_once(tmp_path: Path) -> None:
+    # LogSegmentTest.testIndexForMultipleBatchesInMemoryRecords: one entry per append.
+    segment = Segment.create(tmp_path, 0, config(index_interval_bytes=0))
+    append(segment, 0, [T0])
+    start = segment.size_bytes
+    data = batch(1, [T0 + 1]) + batch(2, [T0 + 2, T0 + 3])
+    segment.append(3, T0 + 3, 3, data)
+    assert [tuple(e) for e in segment.offset_index.entries_list()] == [(3, start)]
+    assert segment.translate_offset(2) == LogOffsetPosition(3, start + len(batch(1, [T0])),
+                                                            len(batch(2, [T0, T0])))
+    segment.close()
+
+
+# ---------------------------------------------------------------- reads
+
+
+def test_read_on_empty_segment(tmp_path: Path) -> None:
+    segment = Segment.create(tmp_path, 40, config())
+    assert segment.read(40, 300) is None
+    assert segment.read_next_offset() == 40
+    segment.close()
+
+
+def test_read_before_first_offset_returns_first_batch(tmp_path: Path) -> None:
+    segment = Segment.create(tmp_path, 40, config())
+    data = append(segment, 50, [T0, T0, T0])
+    fetched = segment.read(41, 300)
+    assert fetched is not None
+    assert fetched.data == data
+    assert (fetched.offset, fetched.segment_base_offset, fetched.position) == (41, 40, 0)
+    segment.close()
+
+
+def test_read_inside_a_batch_starts_at_the_batch(tmp_path: Path) -> None:
+    # [B-31]: a batch is never split; the reader skips the records before its offset.
+    segment = Segment.create(tmp_path, 0, config())
+    first = append(segment, 0, [T0])
+    second = append(segment, 1, [T0, T0, T0])
+    fetched = segment.read(2, 1000)
+    assert fetched is not None and fetched.data == second and fetched.position == len(first)
+    segment.close()
+
+
+def test_read_after_last_offset_is_none(tmp_path: Path) -> None:
+    segment = Segment.create(tmp_path, 40, config())
+    append(segment, 50, [T0, T0])
+    assert segment.read(52, 200) is None
+    segment.close()
+
+
+def test_read_from_gap_returns_the_next_batch(tmp_path: Path) -> None:
+    segment = Segment.create(tmp_path, 40, config())
+    append(segment, 50, [T0, T0])
+    second = append(segment, 60, [T0, T0])
+    fetched = segment.read(55, 200)
+    assert fetched is not None and fetched.data == second
+    segment.close()
+
+
+def test_read_limits(tmp_path: Path) -> None:
+    # [B-30]: max_bytes bounds a raw slice (may end mid-batch); min_one_message lifts it to the
+    # first batch; max_position bounds everything.
+    segment = Segment.create(tmp_path, 0, config())
+    batches = [append(segment, i, [T0]) for i in range(3)]
+    size = len(batches[0])
+    whole = b"".join(batches)
+    cut = segment.read(0, size + 10)
+    assert cut is not None and cut.data == whole[: size + 10]
+    assert not cut.first_entry_incomplete
+    small = segment.read(0, 10)
+    assert small is not None and small.data == whole[:10] and small.first_entry_incomplete
+    lifted = segment.read(0, 10, min_one_message=True)
+    assert lifted is not None and lifted.data == batches[0] and not lifted.first_entry_incomplete
+    empty = segment.read(0, 0)
+    assert empty is not None and empty.data == b""
+    bounded = segment.read(1, 10_000, max_position=2 * size)
+    assert bounded is not None and bounded.data == batches[1]
+    assert segment.read(2, 10_000, max_position=2 * size) is None
+    with pytest.raises(ValueError, match="max size"):
+        segment.read(0, -1)
+    segment.close()
+
+
+def test_translate_offset(tmp_path: Path) -> None:
+    # [B-29]: (last offset, position, size) of the first batch whose last offset >= target.
+    segment = Segment.create(tmp_path, 10, config(index_interval_bytes=0))
+    sizes = []
+    for base in (10, 13, 20):
+        sizes.append(len(append(segment, base, [T0, T0])))
+    assert segment.translate_offset(0) == LogOffsetPosition(11, 0, sizes[0])
+    assert segment.translate_offset(12) == LogOffsetPosition(14, sizes[0], sizes[1])
+    assert segment.translate_offset(15) == LogOffsetPosition(21, sizes[0] + sizes[1], sizes[2])
+    assert segment.translate_offset(22) is None
+    # starting_position skips ahead of the index's answer.
+    assert segment.translate_offset(10, starting_position=sizes[0]) == LogOffsetPosition(
+        14, sizes[0], sizes[1]
+    )
+    segment.close()
+
+
+def test_next_offset_calculation(tmp_path: Path) -> None:
+    # LogSegmentTest.testNextOffsetCalculation, and [B-55] on a reopened segment.
+    segment = Segment.create(tmp_path, 40, config(index_interval_bytes=1))
+    assert segment.read_next_offset() == 40
+    append(segment, 50, [T0, T0, T0])
+    append(segment, 53, [T0])
+    assert segment.read_next_offset() == 54
+    segment.close()
+    reopened = Segment.open(tmp_path, 40, config())
+    assert reopened.read_next_offset() == 54
+    reopened.close()
+
+
+# ---------------------------------------------------------------- timestamps
+
+
+def test_find_offset_by_timestamp(tmp_path: Path) -> None:
+    # [B-37]/[B-38]: the earliest record (>= starting offset) whose timestamp >= target,
+    # with its own timestamp; works with out-of-order timestamps and compressed batches.
+    segment = Segment.create(tmp_path, 0, config(index_interval_bytes=0))
+    append(segment, 0, [T0 + 10, T0 + 30, T0 + 20])
+    append(segment, 3, [T0 + 25, T0 + 50, T0 + 40], compression=Compression.GZIP)
+    append(segment, 6, [T0 + 60])
+    find = segment.find_offset_by_timestamp
+    assert find(T0, 0) == TimestampOffset(T0 + 10, 0)
+    assert find(T0 + 11, 0) == TimestampOffset(T0 + 30, 1)
+    assert find(T0 + 30, 0) == TimestampOffset(T0 + 30, 1)
+    assert find(T0 + 31, 0) == TimestampOffset(T0 + 50, 4)
+    assert find(T0 + 41, 0) == TimestampOffset(T0 + 50, 4)
+    assert find(T0 + 51, 0) == TimestampOffset(T0 + 60, 6)
+    assert find(T0 + 61, 0) is None
+    # starting_offset excludes earlier records, even inside the matching batch.
+    assert find(T0 + 11, 2) == TimestampOffset(T0 + 20, 2)
+    assert find(T0 + 21, 2) == TimestampOffset(T0 + 25, 3)
+    assert find(T0 + 31, 5) == TimestampOffset(T0 + 40, 5)
+    segment.close()
+
+
+def test_find_offset_by_timestamp_log_append_time(tmp_path: Path) -> None:
+    # [B-40]: every record of a LogAppendTime batch has the batch max timestamp.
+    segment = Segment.create(tmp_path, 0, config())
+    append(segment, 0, [5, 1, 3], timestamp_type=TimestampType.LOG_APPEND_TIME)
+    assert segment.find_offset_by_timestamp(4, 0) == TimestampOffset(5, 0)
+    segment.close()
+
+
+def test_find_max_timestamp_record(tmp_path: Path) -> None:
+    # ListOffsets -3: the exact record with the max timestamp (KAFKA-16310), not the batch.
+    segment = Segment.create(tmp_path, 0, config(index_interval_bytes=0))
+    append(segment, 0, [T0 + 1])
+    append(segment, 1, [T0 + 3, T0 + 9, T0 + 2, T0 + 9], compression=Compression.LZ4)
+    append(segment, 5, [T0 + 4])
+    assert segment.find_max_timestamp_record() == TimestampOffset(T0 + 9, 2)
+    segment.close()
+    empty = Segment.create(tmp_path, 100, config())
+    assert empty.find_max_timestamp_record() is None
+    empty.close()
+
+
+def test_largest_timestamp_falls_back_to_mtime(tmp_path: Path) -> None:
+    # [B-36]/[B-54]: no timestamps => the .log file's last-modified time.
+    segment = Segment.create(tmp_path, 0, config())
+    append(segment, 0, [-1])
+    segment.set_last_modified_ms(T0 - 1234)
+    assert segment.max_timestamp_so_far == -1
+    assert segment.largest_record_timestamp is None
+    assert segment.largest_timestamp == T0 - 1234
+    append(segment, 1, [T0])
+    assert segment.largest_timestamp == T0
+    segment.close()
+
+
+def test_first_batch_timestamp(tmp_path: Path) -> None:
+    segment = Segment.create(tmp_path, 0, config())
+    assert segment.first_batch_timestamp is None
+    append(segment, 0, [T0 + 7, T0 + 2])
+    append(segment, 2, [T0 + 100])
+    assert segment.first_batch_timestamp == T0 + 7
+    segment.close()
+    reopened = Segment.open(tmp_path, 0, config())
+    assert reopened.first_batch_timestamp == T0 + 7  # loaded lazily from the first batch
+    reopened.close()
+
+
+# ---------------------------------------------------------------- roll conditions
+
+
+def roll_args(**changes: int) -> dict[str, int]:
+    args = {
+        "max_segment_bytes": 10_000,
+        "max_segment_ms": 1_000_000,
+        "max_timestamp_in_messages": T0,
+        "max_offset_in_messages": 0,
+        "messages_size_bytes": 100,
+        "now_ms": T0,
+    }
+    args.update(changes)
+    return args
+
+
+def test_should_roll_on_size(tmp_path: Path) -> None:
+    # [B-11].1: size > max_segment_bytes - messages_size.
+    segment = Segment.create(tmp_path, 0, config())
+    size = len(append(segment, 0, [T0]))
+    assert not segment.should_roll(**roll_args(max_segment_bytes=size + 100, max_offset_in_messages=1))
+    assert segment.should_roll(**roll_args(max_segment_bytes=size + 99, max_offset_in_messages=1))
+    segment.close()
+
+
+def test_should_roll_on_message_time(tmp_path: Path) -> None:
+    # [B-11].2 / [B-12]: incoming max timestamp - first batch's timestamp > segment.ms - jitter,
+    # whatever the wall clock says.
+    segment = Segment.create(tmp_path, 0, config(), roll_jitter_ms=0, time_ms=Clock())
+    append(segment, 0, [T0 + 500, T0])  # the first batch's MAX timestamp counts: T0 + 500
+    edge = T0 + 500 + 1000
+    assert not segment.should_roll(**roll_args(max_segment_ms=1000, max_timestamp_in_messages=edge))
+    assert segment.should_roll(**roll_args(max_segment_ms=1000, max_timestamp_in_messages=edge + 1))
+    # The wall clock is irrelevant when the first batch has a timestamp.
+    assert not segment.should_roll(
+        **roll_args(max_segment_ms=1000, max_timestamp_in_messages=edge, now_ms=T0 + 10**9)
+    )
+    segment.close()
+
+
+def test_should_roll_on_message_time_with_jitter(tmp_path: Path) -> None:
+    segment = Segment.create(tmp_path, 0, config(), roll_jitter_ms=300)
+    append(segment, 0, [T0])
+    assert segment.roll_jitter_ms == 300
+    args = {"max_segment_ms": 1000}
+    assert not segment.should_roll(**roll_args(**args, max_timestamp_in_messages=T0 + 700))
+    assert segment.should_roll(**roll_args(**args, max_timestamp_in_messages=T0 + 701))
+    segment.close()
+
+
+def test_should_roll_on_wall_clock_when_first_batch_has_no_timestamp(tmp_path: Path) -> None:
+    clock = Clock(T0)
+    segment = Segment.create(tmp_path, 0, config(), roll_jitter_ms=0, time_ms=clock)
+    append(segment, 0, [-1])
+    assert segment.time_waited_for_roll(T0 + 42, T0 + 10**9) == 42
+    assert not segment.should_roll(**roll_args(max_segment_ms=1000, now_ms=T0 + 1000))
+    assert segment.should_roll(**roll_args(max_segment_ms=1000, now_ms=T0 + 1001))
+    segment.close()
+
+
+def test_empty_segment_never_rolls_on_time(tmp_path: Path) -> None:
+    segment = Segment.create(tmp_path, 0, config(), roll_jitter_ms=0, time_ms=Clock(T0))
+    assert not segment.should_roll(
+        **roll_args(max_segment_ms=1, now_ms=T0 + 10**9, max_timestamp_in_messages=T0 + 10**9)
+    )
+    segment.close()
+
+
+def test_should_roll_when_offset_index_is_full(tmp_path: Path) -> None:
+    # [B-11].3: 16 bytes = 2 offset entries (and 1 time slot: the time index is full at once,
+    # so use a time-less workload to isolate the offset index).
+    segment = Segment.create(tmp_path, 0, config(segment_index_bytes=24, index_interval_bytes=0))
+    append(segment, 0, [-1])
+    append(segment, 1, [-1])
+    append(segment, 2, [-1])
+    assert segment.offset_index.entries == 2 and not segment.offset_index.is_full
+    assert not segment.time_index.is_full  # 2 slots, 0 used: full at entries >= 1
+    assert not segment.should_roll(**roll_args(max_offset_in_messages=3))
+    append(segment, 3, [-1])
+    assert segment.offset_index.is_full
+    assert segment.should_roll(**roll_args(max_offset_in_messages=4))
+    segment.close()
+
+
+def test_should_roll_when_time_index_is_full(tmp_path: Path) -> None:
+    # [B-11].4: the time index is full one entry early (entries >= max_entries - 1).
+    segment = Segment.create(tmp_path, 0, config(segment_index_bytes=24, index_interval_bytes=0))
+    append(segment, 0, [T0])
+    assert not segment.should_roll(**roll_args(max_offset_in_messages=1))
+    append(segment, 1, [T0 + 1])
+    assert segment.time_index.entries == 1 and segment.time_index.max_entries == 2
+    assert not segment.offset_index.is_full
+    assert segment.should_roll(**roll_args(max_offset_in_messages=2))
+    segment.close()
+
+
+def test_should_roll_when_offset_does_not_fit_even_if_empty(tmp_path: Path) -> None:
+    # [B-11].5 applies to an empty segment too.
+    segment = Segment.create(tmp_path, 10, config())
+    assert not segment.should_roll(**roll_args(max_offset_in_messages=10 + INT32_MAX))
+    assert segment.should_roll(**roll_args(max_offset_in_messages=10 + INT32_MAX + 1))
+    segment.close()
+
+
+# ---------------------------------------------------------------- becoming inactive, closing
+
+
+def test_on_become_inactive_appends_final_time_entry_and_trims(tmp_path: Path) -> None:
+    # [B-13]: the final time entry is written even into the reserved slot; files are trimmed
+    # to exactly entries * entry size.
+    size = len(batch(0, [T0]))
+    cfg = config(segment_index_bytes=24, index_interval_bytes=2 * size - 1)
+    segment = Segment.create(tmp_path, 0, cfg)
+    for i, ts in enumerate([T0, T0 + 1, T0 + 2]):
+        append(segment, i, [ts])  # the third append is indexed: (T0 + 2, 2)
+    assert segment.time_index.is_full  # 1 of 2 slots: the last one is reserved
+    append(segment, 3, [T0 + 5])  # not indexed (too few bytes since the last entry)
+    segment.on_become_inactive()
+    assert time_entries(time_index_file(tmp_path, 0), 0) == [(T0 + 2, 2), (T0 + 5, 3)]
+    assert offset_entries(offset_index_file(tmp_path, 0), 0) == [(2, 2 * size)]
+    segment.close()
+
+
+def test_preallocated_log_is_trimmed_on_close(tmp_path: Path) -> None:
+    # LogSegmentTest.testCreateWithInitFileSizeAppendMessage / ...ClearShutdown
+    cfg = config(segment_bytes=512 * 1024, preallocate=True)
+    segment = Segment.create(tmp_path, 40, cfg)
+    assert log_file(tmp_path, 40).stat().st_size == 512 * 1024
+    assert segment.size_bytes == 0
+    data = append(segment, 40, [T0, T0])
+    assert segment.read(40, 1000).data == data  # type: ignore[union-attr]
+    segment.close()
+    assert log_file(tmp_path, 40).read_bytes() == data
+    reopened = Segment.open(tmp_path, 40, cfg)
+    assert reopened.size_bytes == len(data) and reopened.read_next_offset() == 42
+    reopened.close()
+
+
+def test_close_is_idempotent_and_closed_segment_refuses_io(tmp_path: Path) -> None:
+    segment = Segment.create(tmp_path, 0, config())
+    append(segment, 0, [T0])
+    segment.close()
+    segment.close()
+    assert segment.is_closed
+    with pytest.raises(LogClosedError):
+        segment.read(0, 100)
+
+
+def test_change_file_suffixes_and_delete(tmp_path: Path) -> None:
+    # LogSegmentTest.testChangeFileSuffixes; an index never created is not an error ([B-18]).
+    segment = Segment.create(tmp_path, 0, config())
+    data = append(segment, 0, [T0])
+    lazy = Segment.create(tmp_path, 10, config())
+    for seg in (segment, lazy):
+        seg.change_file_suffixes("", ".deleted")
+    names = sorted(os.listdir(tmp_path))
+    assert names == [
+        "00000000000000000000.index.deleted",
+        "00000000000000000000.log.deleted",
+        "00000000000000000000.timeindex.deleted",
+        "00000000000000000010.log.deleted",
+    ]
+    # The descriptor follows the rename: reads still work.
+    assert segment.read(0, 1000).data == data  # type: ignore[union-attr]
+    segment.change_file_suffixes(".deleted", "")
+    assert log_file(tmp_path, 0).exists()
+    segment.delete()
+    lazy.delete()
+    assert os.listdir(tmp_path) == []
+
+
+# ---------------------------------------------------------------- truncation
+
+
+def test_truncate(tmp_path: Path) -> None:
+    # LogSegmentTest.testTruncate, batch-granular ([B-26]).
+    segment = Segment.create(tmp_path, 40, config(index_interval_bytes=1))
+    offset = 40
+    for _ in range(30):
+        append(segment, offset, [T0 + offset, T0 + offset + 1])
+        offset += 2
+    for target in (100, 71, 60, 41):
+        before = segment.size_bytes
+        removed = segment.truncate_to(target)
+        batch_base = target - (target - 40) % 2
+        assert segment.read_next_offset() == batch_base
+        assert segment.read(batch_base, 1000) is None
+        assert removed == before - segment.size_bytes
+        expected_max = T0 + batch_base - 1 if batch_base > 40 else -1
+        assert segment.max_timestamp_so_far == expected_max
+    segment.close()
+
+
+def test_truncate_to_gap(tmp_path: Path) -> None:
+    # LogSegmentTest.shouldTruncateEvenIfOffsetPointsToAGapInTheLog
+    segment = Segment.create(tmp_path, 40, config())
+    first = append(segment, 40, [T0, T0])
+    append(segment, 50, [T0, T0])
+    segment.truncate_to(45)
+    assert segment.read_next_offset() == 42
+    assert segment.size_bytes == len(first)
+    segment.close()
+
+
+def test_truncate_full_resets_roll_state(tmp_path: Path) -> None:
+    # LogSegmentTest.testTruncateFull: an emptied segment is "created" again at truncation.
+    clock = Clock(T0)
+    segment = Segment.create(tmp_path, 0, config(), roll_jitter_ms=0, time_ms=clock)
+    append(segment, 0, [T0 - 10**6])
+    clock.now_ms = T0 + 5000
+    segment.truncate_to(0)
+    assert segment.size_bytes == 0
+    assert segment.first_batch_timestamp is None
+    assert segment.time_waited_for_roll(T0 + 5010, 0) == 10
+    assert segment.max_timestamp_so_far == -1
+    segment.close()
+
+
+def test_truncate_grows_indexes_back(tmp_path: Path) -> None:
+    # [B-26] and KAFKA-6388: after an inactive (trimmed) segment is truncated it can take
+    # appends again: both indexes are back at segment.index.bytes, so not full.
+    segment = Segment.create(tmp_path, 0, config(segment_index_bytes=800, index_interval_bytes=0))
+    for i in range(3):
+        append(segment, i, [T0 + i])
+    segment.on_become_inactive()
+    assert segment.offset_index.is_full and segment.time_index.is_full
+    segment.truncate_to(0)
+    assert offset_index_file(tmp_path, 0).stat().st_size == 800
+    assert time_index_file(tmp_path, 0).stat().st_size == 792
+    assert not segment.should_roll(**roll_args(max_offset_in_messages=0))
+    segment.close()
+
+
+def test_reload_largest_timestamp_and_next_offset_after_truncation(tmp_path: Path) -> None:
+    # LogSegmentTest.testReloadLargestTimestampAndNextOffsetAfterTruncation
+    segment = Segment.create(tmp_path, 40, config(index_interval_bytes=0))
+    for i in range(10):
+        append(segment, 40 + i, [T0 + [5, 1, 9, 3, 7, 2, 8, 4, 6, 0][i]])
+    segment.truncate_to(44)  # remaining timestamps 5, 1, 9, 3 => max 9 at offset 42
+    assert segment.max_timestamp_and_offset_so_far == TimestampOffset(T0 + 9, 42)
+    assert segment.read_next_offset() == 44
+    segment.truncate_to(42)
+    assert segment.max_timestamp_and_offset_so_far == TimestampOffset(T0 + 5, 40)
+    segment.close()
+
+
+# ---------------------------------------------------------------- recovery
+
+
+def fill(segment: Segment, count: int, start: int = 0) -> list[bytes]:
+    return [append(segment, start + i, [T0 + i, T0 + i + 1]) for i in range(0, 2 * count, 2)]
+
+
+def test_recovery_rebuilds_identical_indexes(tmp_path: Path) -> None:
+    # With one batch per append the rebuilt offset index equals the original ([B-46]).
+    cfg = config(index_interval_bytes=300)
+    segment = Segment.create(tmp_path, 0, cfg)
+    fill(segment, 50)
+    segment.on_become_inactive()  # appends the final (max) time entry, as recovery does
+    original_offsets = segment.offset_index.entries_list()
+    original_times = segment.time_index.entries_list()
+    assert len(original_offsets) > 10
+    assert segment.recover() == 0
+    assert segment.offset_index.entries_list() == original_offsets
+    assert segment.time_index.entries_list() == original_times
+    segment.close()
+
+
+def test_recovery_fixes_corrupt_index(tmp_path: Path) -> None:
+    # LogSegmentTest.testRecoveryFixesCorruptIndex
+    segment = Segment.create(tmp_path, 0, config(index_interval_bytes=1))
+    fill(segment, 50)
+    segment.close()
+    rng = random.Random(1)
+    data = bytearray(offset_index_file(tmp_path, 0).read_bytes())
+    for i in range(len(data)):
+        data[i] = rng.randrange(256)
+    offset_index_file(tmp_path, 0).write_bytes(bytes(data))
+    reopened = Segment.open(tmp_path, 0, config(index_interval_bytes=1))
+    reopened.recover()
+    for offset in range(100):
+        fetched = reopened.read(offset, 1000)
+        assert fetched is not None
+        assert parse_header(fetched.data).base_offset == offset - offset % 2
+    reopened.offset_index.check()
+    reopened.close()
+
+
+def test_recovery_fixes_corrupt_time_index(tmp_path: Path) -> None:
+    # LogSegmentTest.testRecoveryFixesCorruptTimeIndex
+    segment = Segment.create(tmp_path, 0, config(index_interval_bytes=1))
+    fill(segment, 50)
+    segment.close()
+    size = time_index_file(tmp_path, 0).stat().st_size
+    time_index_file(tmp_path, 0).write_bytes(bytes(range(256)) * (size // 256) + b"\x00" * (size % 256))
+    reopened = Segment.open(tmp_path, 0, config(index_interval_bytes=1))
+    reopened.recover()
+    reopened.time_index.check()
+    for i in range(0, 100, 2):
+        assert reopened.find_offset_by_timestamp(T0 + i, 0) == TimestampOffset(T0 + i, i)
+    reopened.close()
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_recovery_with_corrupt_tail(tmp_path: Path, seed: int) -> None:
+    # LogSegmentTest.testRecoveryWithCorruptMessage: garbage from a random batch start on.
+    rng = random.Random(seed)
+    segment = Segment.create(tmp_path, 0, config(index_interval_bytes=1))
+    batches = fill(segment, 20)
+    segment.close()
+    keep = rng.randrange(len(batches))
+    position = sum(len(b) for b in batches[:keep])
+    path = log_file(tmp_path, 0)
+    with open(path, "r+b") as handle:
+        handle.seek(position)
+        handle.write(bytes(rng.randrange(256) for _ in range(rng.randrange(1, 300))))
+    corrupt_size = path.stat().st_size
+    reopened = Segment.open(tmp_path, 0, config(index_interval_bytes=1))
+    truncated = reopened.recover()
+    assert reopened.size_bytes == position
+    assert truncated == corrupt_size - position
+    assert path.stat().st_size == position
+    assert reopened.read_next_offset() == 2 * keep
+    reopened.close()
+
+
+def corrupt_and_recover(tmp_path: Path, tail: bytes) -> tuple[int, int, int]:
+    """Write 3 good batches + ``tail``; returns (valid size, truncated, next offset)."""
+    segment = Segment.create(tmp_path, 0, config(index_interval_bytes=0))
+    good = sum(len(b) for b in fill(segment, 3))
+    segment.close()
+    with open(log_file(tmp_path, 0), "ab") as handle:
+        handle.write(tail)
+    reopened = Segment.open(tmp_path, 0, config(index_interval_bytes=0))
+    truncated = reopened.recover()
+    result = (reopened.size_bytes, truncated, reopened.read_next_offset())
+    reopened.close()
+    assert result[0] == good == log_file(tmp_path, 0).stat().st_size
+    return result
+
+
+def test_recovery_truncates_partial_trailing_batch(tmp_path: Path) -> None:
+    # [B-47]: a batch whose declared size runs past the end of the file.
+    whole = batch(6, [T0, T0])
+    assert corrupt_and_recover(tmp_path, whole[:-1])[1:] == (len(whole) - 1, 6)
+
+
+def test_recovery_truncates_short_tail(tmp_path: Path) -> None:
+    # [B-47]: 17 bytes or fewer are a partial header.
+    assert corrupt_and_recover(tmp_path, b"\x00" * 17)[1:] == (17, 6)
+
+
+def test_recovery_truncates_at_small_size_field(tmp_path: Path) -> None:
+    # [B-47]: size field < 14 (a preallocated zero tail looks like this).
+    tail = struct.pack(">qi", 6, 13) + b"\x00" * 100
+    assert corrupt_and_recover(tmp_path, tail)[1:] == (len(tail), 6)
+
+
+def test_recovery_truncates_batch_shorter_than_header(tmp_path: Path) -> None:
+    # [B-47]: a v2 batch smaller than 61 bytes.
+    tail = struct.pack(">qiib", 6, 40, 0, 2) + b"\x00" * 36
+    assert corrupt_and_recover(tmp_path, tail)[1:] == (len(tail), 6)
+
+
+def test_recovery_truncates_at_crc_mismatch(tmp_path: Path) -> None:
+    # [B-47]: everything from the first batch failing its CRC, even if later batches are fine.
+    bad = bytearray(batch(6, [T0, T0]))
+    bad[-1] ^= 0xFF
+    tail = bytes(bad) + batch(8, [T0])
+    assert corrupt_and_recover(tmp_path, tail)[1:] == (len(tail), 6)
+
+
+def test_recovery_keeps_valid_legacy_messages_out(tmp_path: Path) -> None:
+    # A v1 message with a good checksum is not corruption: refuse instead of cutting data.
+    body = struct.pack(">bbqii", 1, 0, T0, -1, 1) + b"x"
+    legacy = struct.pack(">qiI", 6, 4 + len(body), zlib.crc32(body)) + body
+    (tmp_path / "good").mkdir()
+    with pytest.raises(InvalidRecordError, match="legacy"):
+        corrupt_and_recover(tmp_path / "good", legacy)
+    # With a bad checksum it is garbage like any other.
+    broken = legacy[:-1] + b"y"
+    (tmp_path / "bad").mkdir()
+    assert corrupt_and_recover(tmp_path / "bad", broken)[1:] == (len(broken), 6)
+
+
+def test_recovery_raises_on_offset_overflow(tmp_path: Path) -> None:
+    segment = Segment.create(tmp_path, 0, config())
+    append(segment, 0, [T0])
+    segment.close()
+    with open(log_file(tmp_path, 0), "ab") as handle:
+        handle.write(batch(INT32_MAX + 1, [T0]))
+    reopened = Segment.open(tmp_path, 0, config())
+    with pytest.raises(OffsetOverflowError, match=str(INT32_MAX + 1)):
+        reopened.recover()
+    reopened.close_handlers()
+
+
+def test_recovery_cuts_transaction_index_to_the_recovered_end(tmp_path: Path) -> None:
+    segment = Segment.create(tmp_path, 0, config())
+    batches = fill(segment, 5)  # offsets 0..9
+    segment.txn_index.append(AbortedTxn(1, 0, 3, 4))
+    segment.txn_index.append(AbortedTxn(2, 5, 8, 9))
+    segment.close()
+    with open(log_file(tmp_path, 0), "r+b") as handle:
+        handle.truncate(sum(len(b) for b in batches[:3]) + 5)  # keep offsets 0..5
+    reopened = Segment.open(tmp_path, 0, config())
+    reopened.recover()
+    assert reopened.read_next_offset() == 6
+    assert reopened.txn_index.all_aborted_txns() == [AbortedTxn(1, 0, 3, 4)]
+    reopened.close()
+
+
+def test_recovery_with_max_message_bytes(tmp_path: Path) -> None:
+    segment = Segment.create(tmp_path, 0, config())
+    small = append(segment, 0, [T0])
+    append(segment, 1, [T0], value=b"x" * 500)
+    segment.close()
+    reopened = Segment.open(tmp_path, 0, config())
+    assert reopened.recover(max_message_bytes=len(small)) > 500
+    assert reopened.read_next_offset() == 1
+    reopened.close()
+
+
+def test_sanity_check_missing_index(tmp_path: Path) -> None:
+    # [B-45]: a missing .index means the segment must be recovered; a new .timeindex is empty.
+    segment = Segment.create(tmp_path, 0, config(index_interval_bytes=0))
+    fill(segment, 5)
+    segment.close()
+    offset_index_file(tmp_path, 0).unlink()
+    reopened = Segment.open(tmp_path, 0, config())
+    with pytest.raises(CorruptIndexError, match="does not exist"):
+        reopened.sanity_check(time_index_file_newly_created=False)
+    reopened.close_handlers()
+    time_index_file(tmp_path, 0).unlink()
+    reopened = Segment.open(tmp_path, 0, config())
+    reopened.recover()  # creates .index
+    reopened.close()
+    time_index_file(tmp_path, 0).unlink()
+    again = Segment.open(tmp_path, 0, config())
+    again.sanity_check(time_index_file_newly_created=True)
+    assert time_index_file(tmp_path, 0).stat().st_size == 0
+    assert again.max_timestamp_so_far == -1  # not rebuilt ([B-54])
+    again.close_handlers()
+
+
+def test_scan_errors_name_the_file(tmp_path: Path) -> None:
+    segment = Segment.create(tmp_path, 0, config())
+    append(segment, 0, [T0])
+    segment.close()
+    with open(log_file(tmp_path, 0), "ab") as handle:
+        handle.write(struct.pack(">qi", 1, 5) + b"\x00" * 100)
+    reopened = Segment.open(tmp_path, 0, config())
+    with pytest.raises(CorruptRecordError, match=r"00000000000000000000\.log"):
+        reopened.read_next_offset()
+    reopened.close_handlers()
+
+
+def test_written_bytes_parse_as_the_batches_appended(tmp_path: Path) -> None:
+    segment = Segment.create(tmp_path, 0, config())
+    appended = [append(segment, 2 * i, [T0 + i, T0 + i]) for i in range(5)]
+    segment.close()
+    data = log_file(tmp_path, 0).read_bytes()
+    assert data == b"".join(appended)
+    assert [h.base_offset for h, _ in iter_batches(data)] == [0, 2, 4, 6, 8]
