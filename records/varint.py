@@ -28,6 +28,8 @@ from .errors import CorruptRecordError
 __all__ = [
     "MAX_VARINT_SIZE",
     "MAX_VARLONG_SIZE",
+    "SMALL_VARINT_BYTES",
+    "SMALL_VARINT_LIMIT",
     "read_varint",
     "read_varlong",
     "size_of_varint",
@@ -50,8 +52,10 @@ _UINT64_MASK = (1 << 64) - 1
 
 # Encodings of the values most records use (offset deltas, timestamp deltas, lengths up to 8 KiB),
 # computed once: one list index instead of a loop per field. The range is that of 1- and 2-byte
-# zig-zag varints; varint and varlong encodings agree on it.
-_TABLE_LIMIT = 1 << 13  # values in [-8192, 8192)
+# zig-zag varints; varint and varlong encodings agree on it. Hot loops elsewhere in the package
+# index SMALL_VARINT_BYTES[value + SMALL_VARINT_LIMIT] directly for
+# -SMALL_VARINT_LIMIT <= value < SMALL_VARINT_LIMIT.
+SMALL_VARINT_LIMIT = _TABLE_LIMIT = 1 << 13
 
 
 def _encode_unsigned(raw: int) -> bytes:
@@ -63,7 +67,7 @@ def _encode_unsigned(raw: int) -> bytes:
     return bytes(out)
 
 
-_SMALL: list[bytes] = [
+SMALL_VARINT_BYTES: list[bytes] = [
     _encode_unsigned((v << 1) ^ (v >> 63)) for v in range(-_TABLE_LIMIT, _TABLE_LIMIT)
 ]
 
@@ -71,7 +75,7 @@ _SMALL: list[bytes] = [
 def varint_bytes(value: int) -> bytes:
     """The zig-zag varint encoding of the int32 ``value``. O(1) for |value| <= 8192."""
     if -_TABLE_LIMIT <= value < _TABLE_LIMIT:
-        return _SMALL[value + _TABLE_LIMIT]
+        return SMALL_VARINT_BYTES[value + _TABLE_LIMIT]
     if not _INT32_MIN <= value <= _INT32_MAX:
         raise ValueError(f"varint value {value} is outside int32")
     return _encode_unsigned(((value << 1) ^ (value >> 31)) & _UINT32_MASK)
@@ -80,7 +84,7 @@ def varint_bytes(value: int) -> bytes:
 def varlong_bytes(value: int) -> bytes:
     """The zig-zag varlong encoding of the int64 ``value``. O(1) for |value| <= 8192."""
     if -_TABLE_LIMIT <= value < _TABLE_LIMIT:
-        return _SMALL[value + _TABLE_LIMIT]
+        return SMALL_VARINT_BYTES[value + _TABLE_LIMIT]
     if not _INT64_MIN <= value <= _INT64_MAX:
         raise ValueError(f"varlong value {value} is outside int64")
     return _encode_unsigned(((value << 1) ^ (value >> 63)) & _UINT64_MASK)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -360,3 +362,35 @@ def test_round_trip_every_codec_and_timestamp_type(records, codec, timestamp_typ
     assert summary.has_null_key == any(r[1] is None for r in records)
     first_max = expected_timestamps.index(max(expected_timestamps))
     assert summary.offset_of_max_timestamp == base_offset + first_max
+
+
+@pytest.mark.parametrize("codec", [Compression.NONE, Compression.ZSTD])
+def test_long_varints_take_the_slow_paths(codec):
+    # 3-byte lengths (values over 8 KiB), offset deltas past 8191 and timestamp deltas of every
+    # size: the decoders' inline fast paths cover 1 and 2 bytes only.
+    builder = BatchBuilder(compression=codec)
+    big = bytes(range(256)) * 80  # 20 KiB
+    timestamps = [0, -1, 8191, -8193, 2**20, -(2**35), 2**50]
+    for i in range(9000):
+        key = big if i == 8500 else None
+        value = big if i in (0, 8999) else b"%d" % i
+        builder.append(timestamps[i % len(timestamps)], key, value)
+    header, records = decode_batch(builder.build())
+    assert header.last_offset_delta == 8999
+    assert len(records) == 9000 and records[-1].offset == 8999
+    assert records[0].value == big and records[8999].value == big and records[8500].key == big
+    assert [r.timestamp for r in records[:7]] == timestamps
+    assert records[8200].value == b"8200"
+    summary = summarize_records(builder.build())
+    assert (summary.min_timestamp, summary.max_timestamp) == (-(2**35), 2**50)
+    assert summary.offset_of_max_timestamp == 6
+
+
+@pytest.mark.parametrize("codec", list(Compression))
+def test_estimated_size_is_an_upper_bound(codec):
+    builder = BatchBuilder(compression=codec)
+    for i in range(200):
+        builder.append(i, os.urandom(8), os.urandom(i * 10), (("h", os.urandom(5)),))
+        if i % 37 == 0:
+            assert len(builder.build()) <= builder.estimated_size_bytes
+    assert len(builder.build()) <= builder.estimated_size_bytes

@@ -1,0 +1,1 @@
+"""Benchmark scripts: run each as `.venv/bin/python -m benchmarks.<name>`."""
