@@ -1,0 +1,458 @@
+"""Server configuration: every limit a named setting, from a TOML file, the environment and flags.
+
+A server setting comes from up to four places; a later one wins, setting by setting::
+
+    the default below  <  TOML file  <  STRATALOG_* environment variables  <  command-line flags
+
+The TOML file (``--config PATH`` or ``STRATALOG_CONFIG``) holds the settings by name at the top
+level and the storage defaults in a ``[log]`` table, with Kafka's broker names (``log.*``), which
+the server hands to the LogManager as they are::
+
+    listen = "0.0.0.0:50051"
+    log_dirs = ["/var/lib/stratalog"]
+    fetch_max_bytes_default = 1048576
+
+    [log]
+    segment.bytes = 104857600        # = Kafka's log.segment.bytes
+    retention.ms = 86400000
+
+Environment variables are ``STRATALOG_`` + the setting name in capitals (``STRATALOG_LISTEN``,
+``STRATALOG_LOG_DIRS`` as a comma-separated list); a storage default is ``STRATALOG_`` + its
+Kafka name in capitals with dots as underscores (``STRATALOG_LOG_SEGMENT_BYTES`` is
+``log.segment.bytes``; no Kafka ``log.*`` name holds an underscore, so the mapping is exact).
+Other ``STRATALOG_*`` variables are not settings and are ignored. Flags are ``--listen``,
+``--log-dirs``, ``--max-request-bytes`` ... (one per setting, the name with dashes) and
+``--set NAME=VALUE`` for any setting or ``log.*`` default.
+
+Every value is checked here, where the message can name the setting and where it came from;
+``log.*`` names and values are checked by the LogManager when the server opens it (the one
+owner of their meaning). docs/configuration.md lists every setting with its default; a unit test
+keeps the two in step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import ipaddress
+import logging
+import os
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+__all__ = [
+    "CONFIG_ENV_VAR",
+    "ENV_PREFIX",
+    "SETTING_NAMES",
+    "Address",
+    "Settings",
+    "SettingsError",
+    "add_arguments",
+    "configure_logging",
+    "describe",
+    "load_settings",
+    "parse_address",
+    "settings_from_args",
+]
+
+#: The environment variable naming the TOML file (``--config`` wins over it).
+CONFIG_ENV_VAR = "STRATALOG_CONFIG"
+#: Prefix of every environment variable read as a setting.
+ENV_PREFIX = "STRATALOG_"
+_LOG_PREFIX = "log."
+
+_KIB = 1024
+_MIB = 1024 * _KIB
+
+
+class SettingsError(ValueError):
+    """A setting that does not parse or is out of range; the message names it and its source."""
+
+
+class Address(NamedTuple):
+    """A listen address: host (an IP address or a name) and port (0 = any free port)."""
+
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+def parse_address(text: str) -> Address:
+    """``HOST:PORT`` (``[v6]:PORT`` for IPv6) to an :class:`Address`.
+
+    Raises:
+        ValueError: no port, a port outside 0..65535, or an empty host.
+    """
+    text = text.strip()
+    if text.startswith("["):
+        host, sep, rest = text[1:].partition("]")
+        if not sep or not rest.startswith(":"):
+            raise ValueError(f"{text!r} is not HOST:PORT ([v6 address]:PORT for IPv6)")
+        ipaddress.IPv6Address(host)  # ValueError names the bad address
+        port_text = rest[1:]
+    else:
+        host, sep, port_text = text.rpartition(":")
+        if not sep or not host:
+            raise ValueError(f"{text!r} is not HOST:PORT, e.g. 127.0.0.1:50051")
+        if ":" in host:
+            raise ValueError(f"{text!r}: write an IPv6 host in brackets, e.g. [::1]:50051")
+    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise ValueError(f"{text!r}: the port must be a number in 0..65535, got {port_text!r}")
+    return Address(host, int(port_text))
+
+
+def _setting(default: Any, doc: str, minimum: int | None = None) -> Any:
+    # Field metadata drives parsing, flags and the docs test; one place per setting.
+    return field(default=default, metadata={"doc": doc, "minimum": minimum})
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """The server's effective configuration; immutable, every value checked.
+
+    Holds one field per server setting (units last in the names) and ``log_defaults``, the
+    ``log.*`` storage defaults by Kafka name, as strings, passed to ``LogManager.open``
+    unchanged. Build it with :func:`load_settings`; constructing it directly skips the
+    per-source checks but not the range checks of ``__post_init__``.
+    """
+
+    listen: str = _setting(
+        "127.0.0.1:50051",
+        "gRPC listen address HOST:PORT; port 0 binds a free port and the server prints it",
+    )
+    log_dirs: tuple[str, ...] = _setting(
+        ("./data",), "log directories (Kafka's log.dirs); each holds partition directories"
+    )
+    max_request_bytes: int = _setting(
+        100 * _MIB, "largest gRPC request the server accepts (Kafka's socket.request.max.bytes)", 1
+    )
+    max_response_bytes: int = _setting(
+        100 * _MIB, "largest gRPC response the server sends", 1
+    )
+    fetch_max_bytes_default: int = _setting(
+        1 * _MIB, "batch bytes per fetch when the request's max_bytes is 0", 1
+    )
+    fetch_max_bytes_max: int = _setting(
+        50 * _MIB, "cap on a fetch request's max_bytes (Kafka's fetch.max.bytes)", 1
+    )
+    fetch_max_wait_ms_max: int = _setting(
+        30_000, "cap on a long poll's max_wait_ms", 0
+    )
+    subscribe_buffer_bytes: int = _setting(
+        1 * _MIB,
+        "batch bytes a Subscribe stream reads ahead of its client: each streamed message holds"
+        " at most this much (one larger batch is sent whole), and the next is read only after"
+        " gRPC flow control accepted the last",
+        1,
+    )
+    read_in_executor_min_bytes: int = _setting(
+        256 * _KIB,
+        "fetches allowed to read at least this many bytes read in the thread pool, smaller"
+        " ones inline on the event loop (page-cache reads are cheaper inline)",
+        0,
+    )
+    max_concurrent_rpcs: int = _setting(
+        1024, "RPCs served at once, streams included; more are refused RESOURCE_EXHAUSTED", 1
+    )
+    topic_partitions_max: int = _setting(
+        10_000, "most partitions CreateTopic may ask for", 1
+    )
+    io_threads: int = _setting(
+        8, "threads for fsync, large reads, topic admin and background maintenance", 1
+    )
+    maintenance_interval_ms: int = _setting(
+        1_000,
+        "period of the maintenance pass (flush.ms flushes, retention, checkpoints, deletions)",
+        1,
+    )
+    shutdown_grace_ms: int = _setting(
+        5_000,
+        "on SIGTERM/SIGINT, time in-flight RPCs get to finish before they are cancelled",
+        0,
+    )
+    metrics_port: int = _setting(
+        9464,
+        "port of the Prometheus endpoint (/metrics) on the listen host; 0 = any free port"
+        " (printed), -1 = off",
+        -1,
+    )
+    logging_level: str = _setting(
+        "INFO", "level of the server's log on stderr: DEBUG, INFO, WARNING, ERROR"
+    )
+    log_defaults: Mapping[str, str] = field(
+        default_factory=dict,
+        metadata={"doc": "log.* storage defaults by Kafka name, passed to the LogManager"},
+    )
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            minimum = f.metadata.get("minimum")
+            value = getattr(self, f.name)
+            if minimum is not None and value < minimum:
+                raise SettingsError(f"setting {f.name!r} must be >= {minimum}, got {value}")
+        try:
+            parse_address(self.listen)
+        except ValueError as exc:
+            raise SettingsError(f"setting 'listen': {exc}") from None
+        if not self.log_dirs or any(not d for d in self.log_dirs):
+            raise SettingsError(f"setting 'log_dirs' needs at least one non-empty path, got "
+                                f"{list(self.log_dirs)}")
+        if self.metrics_port > 65535:
+            raise SettingsError(f"setting 'metrics_port' must be <= 65535, got {self.metrics_port}")
+        if self.logging_level.upper() not in _LEVELS:
+            raise SettingsError(
+                f"setting 'logging_level' must be one of {', '.join(_LEVELS)}, "
+                f"got {self.logging_level!r}"
+            )
+        object.__setattr__(self, "logging_level", self.logging_level.upper())
+        for name in self.log_defaults:
+            if not name.startswith(_LOG_PREFIX):
+                raise SettingsError(f"storage default {name!r} is not a log.* name")
+        object.__setattr__(self, "log_defaults", dict(self.log_defaults))
+
+    @property
+    def listen_address(self) -> Address:
+        return parse_address(self.listen)
+
+    def as_mapping(self) -> dict[str, object]:
+        """Every setting by name, ``log.*`` defaults included, for the startup log line."""
+        values: dict[str, object] = {n: getattr(self, n) for n in SETTING_NAMES}
+        values.update(sorted(self.log_defaults.items()))
+        return values
+
+
+_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+#: The server settings' names (``log_defaults`` excluded), in the order of the docs.
+SETTING_NAMES: tuple[str, ...] = tuple(
+    f.name for f in dataclasses.fields(Settings) if f.name != "log_defaults"
+)
+_FIELDS = {f.name: f for f in dataclasses.fields(Settings) if f.name != "log_defaults"}
+# Kafka's name for a setting, accepted as a key wherever our name is.
+_KAFKA_ALIASES = {"log.dirs": "log_dirs"}
+
+
+# ------------------------------------------------------------------------ parsing one value
+
+
+def _parse_value(name: str, raw: object, source: str) -> Any:
+    """Turn a raw value from ``source`` into the type of setting ``name``."""
+    f = _FIELDS[name]
+    default = f.default
+    where = f"setting {name!r} from {source}"
+    if isinstance(default, tuple):
+        if isinstance(raw, str):
+            items = [part.strip() for part in raw.split(",")]
+        elif isinstance(raw, list | tuple) and all(isinstance(p, str) for p in raw):
+            items = [part.strip() for part in raw]
+        else:
+            raise SettingsError(f"{where}: expected a list of paths, got {raw!r}")
+        return tuple(item for item in items if item)
+    if isinstance(default, int):
+        if isinstance(raw, bool):
+            raise SettingsError(f"{where}: expected an integer, got {raw!r}")
+        if isinstance(raw, int):
+            return raw
+        if isinstance(raw, str):
+            try:
+                return int(raw.strip())
+            except ValueError:
+                raise SettingsError(f"{where}: expected an integer, got {raw!r}") from None
+        raise SettingsError(f"{where}: expected an integer, got {raw!r}")
+    if not isinstance(raw, str):
+        raise SettingsError(f"{where}: expected a string, got {raw!r}")
+    return raw.strip()
+
+
+def _log_value(name: str, raw: object, source: str) -> str:
+    """A ``log.*`` value as the string the LogManager parses (Kafka's config syntax)."""
+    if isinstance(raw, bool):
+        return "true" if raw else "false"
+    if isinstance(raw, int | str):
+        return str(raw).strip()
+    if isinstance(raw, list) and all(isinstance(p, str) for p in raw):
+        return ",".join(raw)  # cleanup.policy = ["delete", "compact"]
+    raise SettingsError(f"storage default {name!r} from {source}: unsupported value {raw!r}")
+
+
+# ------------------------------------------------------------------------ the sources
+
+
+def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested TOML tables to dotted keys: ``[log] segment.bytes = 1`` -> ``log.segment.bytes``."""
+    flat: dict[str, Any] = {}
+    for key, value in table.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(_flatten(value, name + "."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def _from_file(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            document = tomllib.load(handle)
+    except OSError as exc:
+        raise SettingsError(f"cannot read the config file {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise SettingsError(f"config file {path} is not valid TOML: {exc}") from None
+    values = _flatten(document)
+    for name in values:
+        if _canonical(name) is None:
+            raise SettingsError(
+                f"config file {path}: unknown setting {name!r}; settings are "
+                + ", ".join(SETTING_NAMES) + ", and log.* storage defaults in a [log] table"
+            )
+    return values
+
+
+def _canonical(name: str) -> str | None:
+    """The setting or ``log.*`` name a key stands for, or None if it is neither."""
+    name = _KAFKA_ALIASES.get(name, name)
+    if name in _FIELDS:
+        return name
+    if name.startswith(_LOG_PREFIX) and len(name) > len(_LOG_PREFIX):
+        return name
+    return None
+
+
+def _from_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    values: dict[str, str] = {}
+    for variable, raw in environ.items():
+        if not variable.startswith(ENV_PREFIX) or variable == CONFIG_ENV_VAR:
+            continue
+        suffix = variable[len(ENV_PREFIX):].lower()
+        if suffix in _FIELDS:
+            values[suffix] = raw
+        elif suffix.startswith("log_"):
+            values[suffix.replace("_", ".")] = raw
+        # Anything else is some other tool's STRATALOG_ variable, not a setting.
+    return values
+
+
+def load_settings(
+    *,
+    config_file: str | Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    overrides: Mapping[str, object] | None = None,
+) -> Settings:
+    """Build the effective :class:`Settings`: defaults < file < environment < ``overrides``.
+
+    ``config_file`` defaults to ``$STRATALOG_CONFIG`` when set (no file otherwise);
+    ``environ`` to ``os.environ``; ``overrides`` are the flags, by setting name (or ``log.*``
+    name), values as typed or as strings.
+
+    Raises:
+        SettingsError: an unreadable or invalid file, an unknown name in the file or the
+            overrides, a value that does not parse or is out of range; the message names the
+            setting and its source (file path, environment variable or flag).
+    """
+    env = os.environ if environ is None else environ
+    if config_file is None and env.get(CONFIG_ENV_VAR):
+        config_file = env[CONFIG_ENV_VAR]
+    layers: list[tuple[str, Mapping[str, Any]]] = []
+    if config_file is not None:
+        layers.append((f"config file {config_file}", _from_file(Path(config_file))))
+    layers.append(("environment", _from_environment(env)))
+    if overrides:
+        layers.append(("flags", dict(overrides)))
+
+    values: dict[str, Any] = {}
+    log_defaults: dict[str, str] = {}
+    for source_name, layer in layers:
+        for key, raw in layer.items():
+            name = _canonical(key)
+            if source_name == "environment":
+                source = ENV_PREFIX + key.replace(".", "_").upper()
+            elif source_name == "flags":
+                source = f"flag for {key!r}"
+            else:
+                source = source_name
+            if name is None:
+                raise SettingsError(
+                    f"unknown setting {key!r} from {source}; settings are "
+                    + ", ".join(SETTING_NAMES) + ", and log.* storage defaults"
+                )
+            if name in _FIELDS:
+                values[name] = _parse_value(name, raw, source)
+            else:
+                log_defaults[name] = _log_value(name, raw, source)
+    try:
+        return Settings(**values, log_defaults=log_defaults)
+    except SettingsError as exc:
+        sources = ", ".join(source for source, _ in layers)
+        raise SettingsError(f"{exc} (sources: defaults, {sources})") from None
+
+
+# ------------------------------------------------------------------------ flags
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``--config``, one flag per setting and ``--set NAME=VALUE`` to ``parser``.
+
+    Flags default to None (= not given), so that only flags on the command line override the
+    file and the environment.
+    """
+    parser.add_argument(
+        "--config", metavar="PATH", default=None,
+        help=f"TOML configuration file (default: ${CONFIG_ENV_VAR}, else none)",
+    )
+    for name in SETTING_NAMES:
+        f = _FIELDS[name]
+        default = f.default
+        if name == "log_dirs":
+            help_text = f"{f.metadata['doc']}; comma-separated (default: ./data)"
+            parser.add_argument(_flag(name), metavar="PATH[,PATH]", default=None, help=help_text)
+            continue
+        metavar = "HOST:PORT" if name == "listen" else ("N" if isinstance(default, int) else "VALUE")
+        parser.add_argument(
+            _flag(name), metavar=metavar, default=None,
+            help=f"{f.metadata['doc']} (default: {default})",
+        )
+    parser.add_argument(
+        "--set", metavar="NAME=VALUE", action="append", default=[], dest="set_values",
+        help="any setting or log.* storage default, e.g. --set log.segment.bytes=1048576;"
+             " repeatable",
+    )
+
+
+def settings_from_args(
+    args: argparse.Namespace, environ: Mapping[str, str] | None = None
+) -> Settings:
+    """The :class:`Settings` for parsed flags (see :func:`add_arguments`)."""
+    overrides: dict[str, object] = {}
+    for item in args.set_values:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise SettingsError(f"--set {item!r}: expected NAME=VALUE")
+        overrides[name.strip()] = value
+    # Dedicated flags win over --set for the same setting.
+    for name in SETTING_NAMES:
+        value = getattr(args, name, None)
+        if value is not None:
+            overrides[name] = value
+    return load_settings(config_file=args.config, environ=environ, overrides=overrides)
+
+
+def configure_logging(settings: Settings) -> None:
+    """Send the server's log to stderr at ``settings.logging_level`` (once per process)."""
+    logging.basicConfig(
+        level=settings.logging_level,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+def describe(settings: Settings) -> Sequence[str]:
+    """``name = value`` lines of the effective settings, for the startup log."""
+    return [f"{name} = {value!r}" for name, value in settings.as_mapping().items()]

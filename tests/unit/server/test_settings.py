@@ -1,0 +1,201 @@
+"""Server settings: defaults, TOML file < environment < flags, and clear errors."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+import pytest
+
+from stratalog.server.settings import (
+    SETTING_NAMES,
+    Address,
+    Settings,
+    SettingsError,
+    add_arguments,
+    load_settings,
+    parse_address,
+    settings_from_args,
+)
+
+DOCS = Path(__file__).resolve().parents[3] / "docs" / "configuration.md"
+
+
+def _parse_flags(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_defaults_are_the_embedded_default() -> None:
+    settings = load_settings(environ={})
+    assert settings.listen == "127.0.0.1:50051"
+    assert settings.listen_address == Address("127.0.0.1", 50051)
+    assert settings.log_dirs == ("./data",)
+    assert settings.log_defaults == {}
+    assert settings == Settings()
+
+
+def test_file_environment_and_flags_in_increasing_precedence(tmp_path: Path) -> None:
+    config = tmp_path / "stratalog.toml"
+    config.write_text(
+        'listen = "127.0.0.1:1111"\n'
+        "fetch_max_bytes_default = 1000\n"
+        "subscribe_buffer_bytes = 2000\n"
+        "io_threads = 3\n"
+        "[log]\n"
+        "segment.bytes = 1048576\n"
+        "retention.ms = 1000\n"
+        'cleanup.policy = ["delete", "compact"]\n'
+        "preallocate = true\n"
+    )
+    environ = {
+        "STRATALOG_FETCH_MAX_BYTES_DEFAULT": "3000",
+        "STRATALOG_SUBSCRIBE_BUFFER_BYTES": "4000",
+        "STRATALOG_LOG_RETENTION_MS": "2000",
+        "STRATALOG_LOG_FLUSH_INTERVAL_MESSAGES": "5",
+    }
+    args = _parse_flags(
+        "--config", str(config), "--subscribe-buffer-bytes", "5000",
+        "--set", "log.flush.interval.messages=7",
+    )
+    settings = settings_from_args(args, environ=environ)
+    assert settings.listen == "127.0.0.1:1111"  # file only
+    assert settings.io_threads == 3  # file only
+    assert settings.fetch_max_bytes_default == 3000  # environment over file
+    assert settings.subscribe_buffer_bytes == 5000  # flag over environment over file
+    assert settings.log_defaults == {
+        "log.segment.bytes": "1048576",  # file
+        "log.retention.ms": "2000",  # environment over file
+        "log.flush.interval.messages": "7",  # --set over environment
+        "log.cleanup.policy": "delete,compact",
+        "log.preallocate": "true",
+    }
+
+
+def test_config_file_from_the_environment(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text('log_dirs = ["/a", "/b"]\n')
+    settings = load_settings(environ={"STRATALOG_CONFIG": str(config)})
+    assert settings.log_dirs == ("/a", "/b")
+
+
+def test_kafka_name_log_dirs_in_a_log_table(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text('[log]\ndirs = ["/x"]\nsegment.bytes = 20000000\n')
+    settings = load_settings(config_file=config, environ={})
+    assert settings.log_dirs == ("/x",)
+    assert settings.log_defaults == {"log.segment.bytes": "20000000"}
+
+
+def test_log_dirs_comma_separated_from_flags_and_environment() -> None:
+    settings = load_settings(environ={"STRATALOG_LOG_DIRS": "/d1, /d2,"})
+    assert settings.log_dirs == ("/d1", "/d2")
+    args = _parse_flags("--log-dirs", "/e1,/e2")
+    assert settings_from_args(args, environ={}).log_dirs == ("/e1", "/e2")
+
+
+def test_dedicated_flag_wins_over_set() -> None:
+    args = _parse_flags("--set", "listen=127.0.0.1:1", "--listen", "127.0.0.1:2")
+    assert settings_from_args(args, environ={}).listen == "127.0.0.1:2"
+
+
+def test_unrelated_environment_variables_are_ignored() -> None:
+    settings = load_settings(environ={"STRATALOG_CRASH_ITERATIONS": "50", "PATH": "/bin"})
+    assert settings == Settings()
+
+
+@pytest.mark.parametrize(
+    ("environ", "words"),
+    [
+        ({"STRATALOG_MAX_REQUEST_BYTES": "lots"}, ["max_request_bytes",
+                                                  "STRATALOG_MAX_REQUEST_BYTES", "'lots'"]),
+        ({"STRATALOG_MAX_REQUEST_BYTES": "0"}, ["max_request_bytes", ">= 1", "0"]),
+        ({"STRATALOG_LISTEN": "nowhere"}, ["listen", "HOST:PORT"]),
+        ({"STRATALOG_LISTEN": "127.0.0.1:70000"}, ["listen", "0..65535"]),
+        ({"STRATALOG_LISTEN": "::1:5"}, ["listen", "brackets"]),
+        ({"STRATALOG_METRICS_PORT": "-2"}, ["metrics_port", ">= -1"]),
+        ({"STRATALOG_METRICS_PORT": "65536"}, ["metrics_port", "65535"]),
+        ({"STRATALOG_LOGGING_LEVEL": "LOUD"}, ["logging_level", "LOUD"]),
+        ({"STRATALOG_LOG_DIRS": ","}, ["log_dirs"]),
+    ],
+)
+def test_bad_values_name_the_setting(environ: dict[str, str], words: list[str]) -> None:
+    with pytest.raises(SettingsError) as caught:
+        load_settings(environ=environ)
+    for word in words:
+        assert word in str(caught.value)
+
+
+def test_unknown_name_in_file_is_an_error(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text("max_request_byte = 5\n")
+    with pytest.raises(SettingsError, match=r"c\.toml.*unknown setting 'max_request_byte'"):
+        load_settings(config_file=config, environ={})
+
+
+def test_unknown_name_in_set_is_an_error() -> None:
+    args = _parse_flags("--set", "fetch_bytes=5")
+    with pytest.raises(SettingsError, match="unknown setting 'fetch_bytes'"):
+        settings_from_args(args, environ={})
+
+
+def test_malformed_set_is_an_error() -> None:
+    with pytest.raises(SettingsError, match="NAME=VALUE"):
+        settings_from_args(_parse_flags("--set", "novalue"), environ={})
+
+
+def test_broken_and_missing_files(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.toml"
+    broken.write_text("listen = \n")
+    with pytest.raises(SettingsError, match="not valid TOML"):
+        load_settings(config_file=broken, environ={})
+    with pytest.raises(SettingsError, match="cannot read the config file"):
+        load_settings(config_file=tmp_path / "missing.toml", environ={})
+
+
+def test_wrong_types_in_file(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text("io_threads = true\n")
+    with pytest.raises(SettingsError, match="io_threads.*expected an integer"):
+        load_settings(config_file=config, environ={})
+    config.write_text("log_dirs = 5\n")
+    with pytest.raises(SettingsError, match="log_dirs.*list of paths"):
+        load_settings(config_file=config, environ={})
+    config.write_text("[log]\nsegment.bytes = 1.5\n")
+    with pytest.raises(SettingsError, match="log.segment.bytes.*unsupported value"):
+        load_settings(config_file=config, environ={})
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("127.0.0.1:50051", Address("127.0.0.1", 50051)),
+        ("0.0.0.0:0", Address("0.0.0.0", 0)),
+        ("localhost:9", Address("localhost", 9)),
+        ("[::1]:50051", Address("::1", 50051)),
+    ],
+)
+def test_parse_address(text: str, expected: Address) -> None:
+    assert parse_address(text) == expected
+    assert parse_address(str(expected)) == expected
+
+
+@pytest.mark.parametrize("text", ["", ":5", "host", "host:", "host:x", "[::1]5", "[zz]:5"])
+def test_parse_address_rejects(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_address(text)
+
+
+def test_every_setting_is_documented_with_its_default() -> None:
+    text = DOCS.read_text()
+    defaults = Settings()
+    for name in SETTING_NAMES:
+        row = re.search(rf"^\| `{name}` \|(.*)$", text, re.MULTILINE)
+        assert row is not None, f"docs/configuration.md has no row for {name}"
+        default = getattr(defaults, name)
+        shown = ",".join(default) if isinstance(default, tuple) else str(default)
+        assert f"`{shown}`" in row.group(1), f"{name}: default {shown} not in its docs row"
+        assert f"STRATALOG_{name.upper()}" in row.group(1)
+        assert f"--{name.replace('_', '-')}" in row.group(1)
