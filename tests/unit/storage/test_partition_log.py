@@ -1,0 +1,800 @@
+"""PartitionLog: appends and validation ([B-1]..[B-4], [B-9]), rolls ([B-11]..[B-14]), reads
+([B-29]..[B-33]), offsets for timestamps ([B-36]..[B-40]), truncation ([B-26]..[B-28]), loading
+([B-45], [B-50], [B-53]..[B-55]) and a Kafka-written directory. Parts of UnifiedLogTest and
+LocalLogTest."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+import threading
+from pathlib import Path
+
+import pytest
+from kafka import codec as kafka_codec
+from kafka.record.memory_records import MemoryRecords
+
+from stratalog.records.batch import (
+    Compression,
+    TimestampType,
+    parse_header,
+    rewrite_crc,
+    set_base_offset,
+    validate_batch,
+)
+from stratalog.records.builder import build_batch
+from stratalog.records.errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
+from stratalog.records.reader import iter_batches
+from stratalog.server.storage import (
+    AppendInfo,
+    LogClosedError,
+    LogConfig,
+    OffsetOutOfRangeError,
+    PartitionLog,
+    RecordBatchTooLargeError,
+    TimestampOffset,
+)
+from stratalog.server.storage.errors import InvalidConfigError, InvalidTimestampError
+from stratalog.server.storage.files import (
+    log_file,
+    offset_index_file,
+    time_index_file,
+    transaction_index_file,
+)
+
+T0 = 1_700_000_000_000
+
+
+class Clock:
+    def __init__(self, now_ms: int = T0) -> None:
+        self.now_ms = now_ms
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+
+def client_batch(
+    timestamps: list[int],
+    *,
+    value: bytes = b"value",
+    key: bytes | None = None,
+    compression: Compression = Compression.NONE,
+    **kw: object,
+) -> bytes:
+    return build_batch(
+        [(ts, key, value, ()) for ts in timestamps], compression=compression, **kw
+    )
+
+
+def decoded(data: bytes) -> list[tuple[int, int, bytes | None]]:
+    """(offset, timestamp, value) of every record in ``data``."""
+    return [(r.offset, r.timestamp, r.value) for _, records in iter_batches(data) for r in records]
+
+
+def open_log(directory: Path, clock: Clock | None = None, **config: object) -> PartitionLog:
+    mapping = {key.replace("_", "."): value for key, value in config.items()}
+    return PartitionLog.open(directory, mapping, time_ms=clock or Clock())  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def directory(tmp_path: Path) -> Path:
+    return tmp_path / "topic-0"
+
+
+# ---------------------------------------------------------------- open, create, close
+
+
+def test_open_creates_directory_and_first_segment(directory: Path) -> None:
+    log = open_log(directory)
+    assert log.log_start_offset == 0 and log.log_end_offset == 0
+    assert log.segments.base_offsets() == [0]
+    assert log_file(directory, 0).exists()
+    assert log.read(0, 100) == b""
+    log.close()
+
+
+def test_config_mapping_is_validated(directory: Path) -> None:
+    with pytest.raises(InvalidConfigError, match=r"no\.such\.config"):
+        PartitionLog.open(directory, {"no.such.config": "1"})
+    log = PartitionLog.open(directory, {"segment.bytes": "2048"})
+    assert log.config.segment_bytes == 2048
+    log.close()
+    log = PartitionLog.open(directory, LogConfig(segment_bytes=4096))
+    assert log.config.segment_bytes == 4096
+    log.close()
+
+
+def test_closed_log_refuses_operations_and_close_is_idempotent(directory: Path) -> None:
+    with open_log(directory) as log:
+        log.append(client_batch([T0]))
+    assert log.is_closed
+    log.close()
+    with pytest.raises(LogClosedError):
+        log.append(client_batch([T0]))
+    with pytest.raises(LogClosedError):
+        log.roll()
+
+
+# ---------------------------------------------------------------- appends
+
+
+def test_append_assigns_offsets_from_log_end(directory: Path) -> None:
+    # [B-1], [B-9]: offsets start at LEO; the batch base offset is patched, the leader epoch
+    # stamped, the CRC still valid; LEO = last offset + 1.
+    log = open_log(directory)
+    first = log.append(client_batch([T0, T0 + 1, T0 + 2]))
+    second = log.append(client_batch([T0 + 3]) + client_batch([T0 + 4, T0 + 5]))
+    assert first == AppendInfo(
+        first_offset=0,
+        last_offset=2,
+        max_timestamp=T0 + 2,
+        offset_of_max_timestamp=2,
+        log_append_time=-1,
+        record_count=3,
+        size_bytes=len(client_batch([T0, T0 + 1, T0 + 2])),
+        log_start_offset=0,
+    )
+    assert (second.first_offset, second.last_offset, second.record_count) == (3, 5, 3)
+    assert second.offset_of_max_timestamp == 5
+    assert log.log_end_offset == 6
+    log.close()
+    data = log_file(directory, 0).read_bytes()
+    headers = [header for header, _ in iter_batches(data)]  # CRCs verified
+    assert [(h.base_offset, h.last_offset_delta) for h in headers] == [(0, 2), (3, 0), (4, 1)]
+    assert {h.partition_leader_epoch for h in headers} == {0}
+    assert [offset for offset, _, _ in decoded(data)] == list(range(6))
+
+
+def test_written_log_reads_with_independent_kafka_reader(directory: Path) -> None:
+    # The independent oracle: kafka-python parses our segment with valid CRCs.
+    # kafka-python reads every codec it has libraries for (snappy needs python-snappy).
+    codecs = [Compression.NONE, Compression.GZIP, Compression.LZ4, Compression.ZSTD]
+    if kafka_codec.has_snappy():
+        codecs.append(Compression.SNAPPY)
+    log = open_log(directory)
+    for i, codec in enumerate(codecs):
+        log.append(client_batch([T0 + i, T0 + i + 10], value=b"x" * 50, compression=codec))
+    log.close()
+    records = MemoryRecords(log_file(directory, 0).read_bytes())
+    seen = []
+    while (batch := records.next_batch()) is not None:
+        assert batch.validate_crc()
+        seen.extend((record.offset, record.timestamp, record.value) for record in batch)
+    assert seen == [
+        (offset, T0 + offset // 2 + (10 if offset % 2 else 0), b"x" * 50)
+        for offset in range(2 * len(codecs))
+    ]
+
+
+def test_empty_append_is_a_no_op(directory: Path) -> None:
+    # [B-2]: no bytes, no offsets, no roll.
+    log = open_log(directory, segment_bytes=100)
+    info = log.append(b"")
+    assert (info.first_offset, info.last_offset, info.record_count) == (-1, -1, 0)
+    assert log.log_end_offset == 0 and log.segments.base_offsets() == [0]
+    log.close()
+
+
+def test_validation_rejects_bad_client_batches(directory: Path) -> None:
+    # [B-2]: per-batch checks; nothing is written when any batch fails.
+    log = open_log(directory, max_message_bytes=200)
+    good = client_batch([T0])
+    corrupt = bytearray(good)
+    corrupt[-1] ^= 1
+    offset_five = bytearray(good)
+    set_base_offset(offset_five, 0, 5)
+    cases: list[tuple[bytes, type[Exception], str]] = [
+        (client_batch([T0], value=b"x" * 200), RecordTooLargeError, "max.message.bytes"),
+        (bytes(corrupt), CorruptRecordError, "CRC"),
+        (good + bytes(offset_five), InvalidRecordError, "must be 0"),
+        (good + good[:30], CorruptRecordError, "partial"),
+        (good + good[:5], CorruptRecordError, "partial"),
+        (client_batch([T0], is_control=True), InvalidRecordError, "control"),
+        (client_batch([T0], producer_id=7, base_sequence=-1), InvalidRecordError, "sequence"),
+    ]
+    for data, error, message in cases:
+        with pytest.raises(error, match=message):
+            log.append(data)
+    assert log.log_end_offset == 0 and log.active_segment.size_bytes == 0
+    log.close()
+
+
+def test_validation_rejects_inconsistent_counts_and_records(directory: Path) -> None:
+    log = open_log(directory)
+    good = client_batch([T0, T0])
+
+    def patched(*fields: tuple[int, int]) -> bytes:
+        data = bytearray(good)
+        for offset, value in fields:
+            struct.pack_into(">i", data, offset, value)
+        rewrite_crc(data, 0, len(data))
+        return bytes(data)
+
+    last_offset_delta, records_count = 23, 57
+    with pytest.raises(InvalidRecordError, match="count"):
+        log.append(patched((last_offset_delta, 2)))  # 3 offsets for 2 records
+    with pytest.raises(InvalidRecordError, match="count"):
+        log.append(patched((records_count, 3)))
+    with pytest.raises(InvalidRecordError, match="offset range"):
+        log.append(patched((last_offset_delta, -1)))
+    with pytest.raises(InvalidRecordError, match="offset range"):
+        log.append(patched((last_offset_delta, -1), (records_count, 0)))
+    with pytest.raises(InvalidRecordError, match="count"):
+        log.append(patched((last_offset_delta, 0), (records_count, 0)))
+    # Consistent header, but the records region holds 2 records, not 3.
+    with pytest.raises(CorruptRecordError, match="3"):
+        log.append(patched((last_offset_delta, 2), (records_count, 3)))
+    # Consistent header, but 1 record declared and 2 present: bytes left over.
+    with pytest.raises(CorruptRecordError, match="remain"):
+        log.append(patched((last_offset_delta, 0), (records_count, 1)))
+    assert log.log_end_offset == 0
+    log.close()
+
+
+def test_validation_rejects_magic_other_than_2(directory: Path) -> None:
+    log = open_log(directory)
+    data = bytearray(client_batch([T0]))
+    data[16] = 1
+    with pytest.raises(InvalidRecordError, match="magic"):
+        log.append(bytes(data))
+    log.close()
+
+
+def test_whole_append_larger_than_segment_is_rejected(directory: Path) -> None:
+    # [B-2]: RecordBatchTooLargeException; smaller appends roll instead.
+    one = client_batch([T0])
+    log = open_log(directory, segment_bytes=2 * len(one) + 1)
+    with pytest.raises(RecordBatchTooLargeError, match=r"segment\.bytes"):
+        log.append(one * 3)
+    log.append(one + one)
+    assert log.log_end_offset == 2
+    log.close()
+
+
+def test_compacted_topic_requires_keys(directory: Path) -> None:
+    log = open_log(directory, cleanup_policy="compact")
+    with pytest.raises(InvalidRecordError, match="key"):
+        log.append(client_batch([T0], key=None))
+    log.append(client_batch([T0], key=b"k"))
+    assert log.log_end_offset == 1
+    log.close()
+
+
+def test_create_time_window(directory: Path) -> None:
+    # [B-3]: CreateTime records outside [now - before, now + after] are refused; -1 is exempt.
+    clock = Clock(T0)
+    log = open_log(
+        directory,
+        clock,
+        message_timestamp_before_max_ms=1000,
+        message_timestamp_after_max_ms=100,
+    )
+    log.append(client_batch([T0 - 1000, T0 + 100, -1]))
+    with pytest.raises(InvalidTimestampError, match=str(T0 - 1001)):
+        log.append(client_batch([T0, T0 - 1001]))
+    with pytest.raises(InvalidTimestampError, match="offset delta 2"):
+        log.append(client_batch([T0, -1, T0 + 101]))
+    with pytest.raises(InvalidTimestampError):
+        log.append(client_batch([T0 + 5000], compression=Compression.ZSTD))
+    assert log.log_end_offset == 3
+    log.close()
+
+
+def test_timestamp_difference_max_is_the_fallback(directory: Path) -> None:
+    log = open_log(directory, Clock(T0), message_timestamp_difference_max_ms=10)
+    with pytest.raises(InvalidTimestampError):
+        log.append(client_batch([T0 + 11]))
+    log.append(client_batch([T0 + 10]))
+    log.close()
+
+
+def test_log_append_time_attribute_rules(directory: Path) -> None:
+    # [B-3]: producers must send CreateTime. On a LogAppendTime topic a LogAppendTime batch is
+    # refused; on a CreateTime topic it is refused only without timestamps, else converted.
+    lat = client_batch([T0 + 5], timestamp_type=TimestampType.LOG_APPEND_TIME)
+    log_append_log = open_log(directory / "lat", message_timestamp_type="LogAppendTime")
+    with pytest.raises(InvalidTimestampError, match="LogAppendTime"):
+        log_append_log.append(lat)
+    log_append_log.close()
+    log = open_log(directory / "ct")
+    with pytest.raises(InvalidTimestampError, match="LogAppendTime"):
+        log.append(client_batch([-1], timestamp_type=TimestampType.LOG_APPEND_TIME))
+    log.append(lat)
+    log.close()
+    ((header, _),) = iter_batches(log_file(directory / "ct", 0).read_bytes())
+    assert header.timestamp_type is TimestampType.CREATE_TIME
+    assert header.max_timestamp == T0 + 5
+
+
+def test_log_append_time_stamps_batches(directory: Path) -> None:
+    # [B-1], [B-40]: the append time becomes every record's timestamp; the append info says so.
+    clock = Clock(T0 + 777)
+    log = open_log(directory, clock, message_timestamp_type="LogAppendTime")
+    info = log.append(client_batch([1, 2]) + client_batch([3]))
+    assert info.log_append_time == T0 + 777
+    assert info.max_timestamp == T0 + 777
+    assert info.offset_of_max_timestamp == 2  # the last offset of the append (LogValidator, v2)
+    data = log.read(0, 10_000)
+    assert decoded(data) == [(0, T0 + 777, b"value"), (1, T0 + 777, b"value"),
+                             (2, T0 + 777, b"value")]
+    assert all(h.timestamp_type is TimestampType.LOG_APPEND_TIME for h, _ in iter_batches(data))
+    clock.now_ms = T0 + 900
+    log.append(client_batch([1]))
+    assert log.offset_for_timestamp(T0 + 800) == TimestampOffset(T0 + 900, 3)
+    assert log.offset_for_timestamp(T0 + 777) == TimestampOffset(T0 + 777, 0)
+    log.close()
+
+
+def test_create_time_header_max_is_rewritten_from_records(directory: Path) -> None:
+    # LogValidator sets max_timestamp to the records' max (and recomputes the CRC).
+    data = bytearray(client_batch([T0 + 3, T0 + 9]))
+    struct.pack_into(">q", data, 35, T0)  # a producer that got its header wrong
+    rewrite_crc(data, 0, len(data))
+    log = open_log(directory, index_interval_bytes=0)
+    info = log.append(bytes(data))
+    assert info.max_timestamp == T0 + 9
+    stored = log.read(0, 1000)
+    assert validate_batch(stored).max_timestamp == T0 + 9
+    assert log.offset_for_timestamp(T0 + 5) == TimestampOffset(T0 + 9, 1)
+    log.close()
+
+
+def test_flush_messages_flushes_and_moves_recovery_point(directory: Path) -> None:
+    # [B-9]: LEO - recovery point >= flush.messages => flush.
+    log = open_log(directory, flush_messages=3)
+    log.append(client_batch([T0, T0]))
+    assert log.recovery_point == 0
+    log.append(client_batch([T0]))
+    assert log.recovery_point == 3
+    log.close()
+
+
+# ---------------------------------------------------------------- rolls
+
+
+def test_roll_on_size_before_the_append(directory: Path) -> None:
+    # [B-4], [B-11].1: the append goes to a new segment at LEO when it would not fit.
+    one = client_batch([T0])
+    log = open_log(directory, segment_bytes=3 * len(one))
+    for _ in range(7):
+        log.append(one)
+    assert log.segments.base_offsets() == [0, 3, 6]
+    assert [s.size_bytes for s in log.segments] == [3 * len(one), 3 * len(one), len(one)]
+    log.close()
+
+
+def test_roll_on_message_time(directory: Path) -> None:
+    # [B-11].2/[B-12]: by message time against the first batch, not the wall clock.
+    clock = Clock(T0)
+    log = open_log(directory, clock, segment_ms=1000)
+    log.append(client_batch([T0]))
+    log.append(client_batch([T0 + 1000]))
+    assert log.segments.base_offsets() == [0]
+    clock.now_ms = T0 + 10**9  # wall clock irrelevant
+    log.append(client_batch([T0 + 1000]))
+    assert log.segments.base_offsets() == [0]
+    log.append(client_batch([T0 + 1001]))
+    assert log.segments.base_offsets() == [0, 3]
+    log.close()
+
+
+def test_roll_on_wall_clock_without_timestamps(directory: Path) -> None:
+    clock = Clock(T0)
+    log = open_log(directory, clock, segment_ms=1000)
+    log.append(client_batch([-1]))
+    clock.now_ms = T0 + 1000
+    log.append(client_batch([-1]))
+    assert log.segments.base_offsets() == [0]
+    clock.now_ms = T0 + 1001
+    log.append(client_batch([-1]))
+    assert log.segments.base_offsets() == [0, 2]
+    log.close()
+
+
+def test_roll_on_full_offset_index(directory: Path) -> None:
+    # [B-11].3: segment.index.bytes = 32 => 4 offset entries; interval 0 => one per append
+    # after the first; no timestamps so the time index never fills.
+    log = open_log(directory, segment_index_bytes=32, index_interval_bytes=0)
+    for _ in range(6):
+        log.append(client_batch([-1]))
+    assert log.segments.base_offsets() == [0, 5]
+    log.close()
+    assert offset_index_file(directory, 0).stat().st_size == 32  # trimmed: 4 entries
+
+
+def test_roll_on_full_time_index(directory: Path) -> None:
+    # [B-11].4: 36 bytes => 3 time slots, full at 2 entries; 4 offset slots.
+    log = open_log(directory, segment_index_bytes=36, index_interval_bytes=0)
+    for i in range(4):
+        log.append(client_batch([T0 + i]))
+    assert log.segments.base_offsets() == [0, 3]
+    log.close()
+    # Roll appended the final entry (T0 + 2 was already there: entries at appends 2 and 3).
+    entries = list(struct.iter_unpack(">qi", time_index_file(directory, 0).read_bytes()))
+    assert entries == [(T0 + 1, 1), (T0 + 2, 2)]
+
+
+def test_roll_trims_old_segment_and_never_changes_log_end(directory: Path) -> None:
+    # [B-13], [B-14]
+    log = open_log(directory, segment_index_bytes=1200, index_interval_bytes=0)
+    for i in range(5):
+        log.append(client_batch([T0 + 10 - i]))  # max first, then lower: one time entry
+    new = log.roll()
+    assert new.base_offset == 5 and log.log_end_offset == 5
+    assert offset_index_file(directory, 0).stat().st_size == 4 * 8
+    assert list(struct.iter_unpack(">qi", time_index_file(directory, 0).read_bytes())) == [
+        (T0 + 10, 0)
+    ]
+    # The new active segment's indexes are preallocated on first use.
+    log.append(client_batch([T0]))
+    assert offset_index_file(directory, 5).stat().st_size == 1200
+    log.close()
+
+
+def test_roll_on_empty_active_segment_recreates_it(directory: Path) -> None:
+    # [B-14], KAFKA-6388: rolling an empty active segment at LEO gives one segment still.
+    log = open_log(directory, file_delete_delay_ms=0)
+    log.append(client_batch([T0]))
+    log.roll()
+    again = log.roll()
+    assert log.segments.base_offsets() == [0, 1]
+    assert again is log.active_segment
+    log.append(client_batch([T0]))
+    assert log.read(1, 1000) != b""
+    log.close()
+    assert sorted(p.name for p in directory.iterdir() if p.name.endswith(".log")) == [
+        "00000000000000000000.log",
+        "00000000000000000001.log",
+    ]
+
+
+# ---------------------------------------------------------------- reads
+
+
+def test_read_returns_whole_batches_from_the_one_holding_the_offset(directory: Path) -> None:
+    # [B-29]..[B-31]
+    log = open_log(directory)
+    batches = [client_batch([T0 + i] * 3, value=b"%d" % i) for i in range(4)]
+    for data in batches:
+        log.append(data)
+    fetched = log.read(4, 10_000)
+    assert [offset for offset, _, _ in decoded(fetched)] == list(range(3, 12))
+    assert parse_header(fetched).base_offset == 3
+    log.close()
+
+
+def test_read_max_bytes_and_min_one_message(directory: Path) -> None:
+    # [B-30]; whole batches only (our deliberate difference from Kafka's partial tail).
+    log = open_log(directory)
+    for i in range(4):
+        log.append(client_batch([T0 + i]))
+    size = len(client_batch([T0]))
+    assert [o for o, _, _ in decoded(log.read(0, 2 * size + size // 2))] == [0, 1]
+    assert [o for o, _, _ in decoded(log.read(0, 1))] == [0]  # min_one_message
+    assert log.read(0, 1, min_one_message=False) == b""
+    assert log.read(0, 0, min_one_message=False) == b""
+    with pytest.raises(ValueError, match="max_bytes"):
+        log.read(0, -1)
+    log.close()
+
+
+def test_read_out_of_range(directory: Path) -> None:
+    # [B-32]/[B-33]: below the log start or above the LEO => OffsetOutOfRange; at LEO => empty.
+    log = open_log(directory)
+    log.append(client_batch([T0, T0]))
+    assert log.read(2, 100) == b""
+    with pytest.raises(OffsetOutOfRangeError) as raised:
+        log.read(3, 100)
+    assert (raised.value.log_start_offset, raised.value.log_end_offset) == (0, 2)
+    log.truncate_fully_and_start_at(10)
+    with pytest.raises(OffsetOutOfRangeError, match=r"\[10, 10\)"):
+        log.read(9, 100)
+    log.close()
+
+
+def test_read_stays_within_one_segment(directory: Path) -> None:
+    one = client_batch([T0])
+    log = open_log(directory, segment_bytes=2 * len(one))
+    for _ in range(5):
+        log.append(one)
+    assert [o for o, _, _ in decoded(log.read(0, 10_000))] == [0, 1]
+    assert [o for o, _, _ in decoded(log.read(2, 10_000))] == [2, 3]
+    assert [o for o, _, _ in decoded(log.read(3, 10_000))] == [3]
+    assert [o for o, _, _ in decoded(log.read(4, 10_000))] == [4]
+    log.close()
+
+
+def test_read_in_gap_goes_to_the_next_data(directory: Path) -> None:
+    # LocalLog.read: a floor segment without the offset hands over to the next segment.
+    log = open_log(directory)
+    log.append(client_batch([T0, T0, T0]))  # 0..2
+    log.truncate_to(1)  # batch-granular: data ends at 0, LEO = 1 (Kafka's rule)
+    assert log.log_end_offset == 1 and log.active_segment.size_bytes == 0
+    log.roll()
+    log.append(client_batch([T0]))  # offset 1 in segment 1
+    assert [o for o, _, _ in decoded(log.read(0, 1000))] == [1]
+    log.close()
+
+
+def test_concurrent_reads_never_see_partial_batches(directory: Path) -> None:
+    # A reader thread races appends and rolls: every read parses whole, with valid CRCs,
+    # starting at the batch holding the offset asked for.
+    log = open_log(directory, segment_bytes=20_000, index_interval_bytes=100)
+    stop = threading.Event()
+    failures: list[BaseException] = []
+    reads = 0
+
+    def reader() -> None:
+        nonlocal reads
+        try:
+            while not stop.is_set():
+                end = log.log_end_offset
+                for offset in range(0, end, max(1, end // 7)):
+                    data = log.read(offset, 3000)
+                    batches = list(iter_batches(data))
+                    assert batches, (offset, end)
+                    first = batches[0][0]
+                    assert first.base_offset <= offset <= first.last_offset
+                    reads += 1
+        except BaseException as exc:  # reported to the main thread
+            failures.append(exc)
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        for i in range(600):
+            log.append(client_batch([T0 + i] * (1 + i % 4), value=b"x" * (i % 50)))
+    finally:
+        stop.set()
+        thread.join()
+    assert not failures, failures[0]
+    assert reads > 0
+    assert len(log.segments) > 3
+    log.close()
+
+
+# ---------------------------------------------------------------- offsets for timestamps
+
+
+def test_offset_for_timestamp_special_targets(directory: Path) -> None:
+    log = open_log(directory)
+    assert log.offset_for_timestamp(-3) is None  # empty log
+    log.append(client_batch([T0 + 5, T0 + 1]))
+    log.append(client_batch([T0 + 3]))
+    assert log.offset_for_timestamp(-2) == TimestampOffset(-1, 0)
+    assert log.offset_for_timestamp(-4) == TimestampOffset(-1, 0)
+    assert log.offset_for_timestamp(-1) == TimestampOffset(-1, 3)
+    assert log.offset_for_timestamp(-3) == TimestampOffset(T0 + 5, 0)
+    assert log.offset_for_timestamp(-5) is None
+    log.close()
+
+
+def test_max_timestamp_finds_the_exact_record(directory: Path) -> None:
+    # KAFKA-16310: the offset of the record with the max timestamp, inside compressed batches,
+    # in the first segment holding it on ties.
+    one_size = len(client_batch([T0, T0, T0], compression=Compression.GZIP))
+    log = open_log(directory, segment_bytes=2 * one_size + 10)
+    log.append(client_batch([T0 + 1, T0 + 2, T0 + 3], compression=Compression.GZIP))
+    log.append(client_batch([T0 + 4, T0 + 9, T0 + 9], compression=Compression.GZIP))
+    log.append(client_batch([T0 + 9, T0 + 1, T0 + 1], compression=Compression.GZIP))
+    assert len(log.segments) == 2
+    assert log.offset_for_timestamp(-3) == TimestampOffset(T0 + 9, 4)
+    log.close()
+
+
+def test_offset_for_timestamp_out_of_order(directory: Path) -> None:
+    # [B-36]..[B-38]: the earliest offset whose timestamp >= T, across segments.
+    log = open_log(directory, segment_bytes=400, index_interval_bytes=50)
+    timestamps = [5, 3, 8, 1, 9, 2, 15, 4, 12, 7, 20, 6]
+    for ts in timestamps:
+        log.append(client_batch([T0 + ts]))
+    assert len(log.segments) > 2
+    for target in range(0, 22):
+        expected = next(
+            ((T0 + ts, offset) for offset, ts in enumerate(timestamps) if ts >= target), None
+        )
+        found = log.offset_for_timestamp(T0 + target)
+        assert (None if found is None else tuple(found)) == expected, target
+    log.close()
+
+
+def test_timestamp_lookup_uses_mtime_of_segments_without_timestamps(directory: Path) -> None:
+    # [B-36]/[B-37] as Kafka does it: a segment without timestamps is chosen by its file's
+    # mtime and searched alone: later segments are not tried.
+    log = open_log(directory)
+    log.append(client_batch([-1]))
+    log.roll()
+    log.append(client_batch([T0]))
+    log.segments.first.set_last_modified_ms(T0 + 10)  # type: ignore[union-attr]
+    assert log.offset_for_timestamp(T0) is None
+    log.segments.first.set_last_modified_ms(T0 - 10)  # type: ignore[union-attr]
+    assert log.offset_for_timestamp(T0) == TimestampOffset(T0, 1)
+    log.close()
+
+
+# ---------------------------------------------------------------- truncation
+
+
+def test_truncate_to(directory: Path) -> None:
+    # [B-27]: later segments deleted (.deleted, then gone after the delay), active truncated,
+    # LEO = target, indexes grown back, max timestamp recomputed.
+    clock = Clock(T0)
+    one = client_batch([T0])
+    log = open_log(directory, clock, segment_bytes=3 * len(one), file_delete_delay_ms=1000)
+    for i in range(9):
+        log.append(client_batch([T0 + i]))
+    assert log.segments.base_offsets() == [0, 3, 6]
+    assert log.truncate_to(9) is False
+    assert log.truncate_to(4) is True
+    assert log.log_end_offset == 4
+    assert log.segments.base_offsets() == [0, 3]
+    assert log.offset_for_timestamp(-3) == TimestampOffset(T0 + 3, 3)
+    names = sorted(os.listdir(directory))
+    assert "00000000000000000006.log.deleted" in names
+    assert offset_index_file(directory, 3).stat().st_size == log.config.segment_index_bytes
+    clock.now_ms = T0 + 1000
+    log.append(client_batch([T0 + 100]))
+    assert not any(name.endswith(".deleted") for name in os.listdir(directory))
+    assert [o for o, _, _ in decoded(log.read(3, 1000))] == [3, 4]
+    log.close()
+
+
+def test_truncate_below_first_segment_starts_over(directory: Path) -> None:
+    # [B-27]/[B-28]
+    log = open_log(directory, file_delete_delay_ms=0)
+    log.append(client_batch([T0, T0]))
+    log.truncate_fully_and_start_at(100)
+    assert (log.log_start_offset, log.log_end_offset) == (100, 100)
+    log.append(client_batch([T0]))
+    assert log.truncate_to(50) is True
+    assert (log.log_start_offset, log.log_end_offset, log.recovery_point) == (50, 50, 50)
+    assert log.segments.base_offsets() == [50]
+    log.append(client_batch([T0]))
+    assert [o for o, _, _ in decoded(log.read(50, 1000))] == [50]
+    log.close()
+    assert sorted(p.name for p in directory.iterdir() if p.name.endswith(".log")) == [
+        "00000000000000000050.log"
+    ]
+
+
+def test_truncate_negative(directory: Path) -> None:
+    log = open_log(directory)
+    with pytest.raises(ValueError, match="negative"):
+        log.truncate_to(-1)
+    log.close()
+
+
+# ---------------------------------------------------------------- flush, reopen, load
+
+
+def test_flush_moves_recovery_point_and_persists_empty_active(directory: Path) -> None:
+    # [B-66]
+    log = open_log(directory)
+    log.append(client_batch([T0]))
+    log.roll()
+    log.flush()
+    assert log.recovery_point == 1
+    assert offset_index_file(directory, 1).exists()  # the empty active segment's files
+    log.close()
+
+
+def test_reopen_after_close(directory: Path) -> None:
+    one = client_batch([T0])
+    log = open_log(directory, segment_bytes=3 * len(one), index_interval_bytes=0)
+    for i in range(10):
+        log.append(client_batch([T0 + i]))
+    before = [log.read(o, 10_000) for o in range(10)]
+    log.close()
+    index_stats = {p.name: p.stat().st_mtime_ns for p in directory.iterdir()}
+    reopened = open_log(directory, segment_bytes=3 * len(one), index_interval_bytes=0)
+    assert reopened.log_end_offset == 10
+    assert reopened.segments.base_offsets() == [0, 3, 6, 9]
+    # [B-53] lazily: no index of a non-active segment was opened; the active one is grown.
+    for segment in list(reopened.segments)[:-1]:
+        assert segment.indexes_loaded == (False, False)
+    for name in ("00000000000000000000.index", "00000000000000000003.timeindex"):
+        assert (directory / name).stat().st_mtime_ns == index_stats[name]
+    assert offset_index_file(directory, 9).stat().st_size == reopened.config.segment_index_bytes
+    assert [reopened.read(o, 10_000) for o in range(10)] == before
+    assert reopened.offset_for_timestamp(T0 + 4) == TimestampOffset(T0 + 4, 4)
+    assert reopened.offset_for_timestamp(-3) == TimestampOffset(T0 + 9, 9)
+    reopened.append(client_batch([T0 + 10]))
+    assert reopened.log_end_offset == 11
+    reopened.close()
+
+
+def test_index_files_bytes_after_appends_and_roll(directory: Path) -> None:
+    # The bytes on disk: offset entries (relative offset, position), time entries
+    # (timestamp, relative offset), trimmed to exact length at roll.
+    size = len(client_batch([T0]))
+    log = open_log(directory, index_interval_bytes=size)  # every 2nd append after the first
+    for i in range(6):
+        log.append(client_batch([T0 + i]))
+    log.roll()
+    offset_bytes = offset_index_file(directory, 0).read_bytes()
+    time_bytes = time_index_file(directory, 0).read_bytes()
+    assert offset_bytes == struct.pack(">iiii", 2, 2 * size, 4, 4 * size)
+    assert time_bytes == struct.pack(">qiqiqi", T0 + 2, 2, T0 + 4, 4, T0 + 5, 5)
+    log.close()
+
+
+def test_missing_index_is_rebuilt_on_open(directory: Path) -> None:
+    # [B-45]: a segment without its .index is recovered at load.
+    size = len(client_batch([T0]))
+    log = open_log(directory, index_interval_bytes=size)
+    for i in range(6):
+        log.append(client_batch([T0 + i]))
+    log.roll()
+    log.close()
+    expected = offset_index_file(directory, 0).read_bytes()
+    offset_index_file(directory, 0).unlink()
+    reopened = open_log(directory, index_interval_bytes=size)
+    assert offset_index_file(directory, 0).read_bytes() == expected
+    assert reopened.offset_for_timestamp(T0 + 3) == TimestampOffset(T0 + 3, 3)
+    reopened.close()
+
+
+def test_missing_time_index_is_created_empty_not_rebuilt(directory: Path) -> None:
+    # [B-45]/[B-54]
+    log = open_log(directory, index_interval_bytes=0)
+    for i in range(4):
+        log.append(client_batch([T0 + i]))
+    log.roll()
+    log.close()
+    time_index_file(directory, 0).unlink()
+    reopened = open_log(directory, index_interval_bytes=0)
+    first = reopened.segments.first
+    assert first is not None
+    assert time_index_file(directory, 0).stat().st_size == 0
+    assert first.max_timestamp_so_far == -1
+    first.set_last_modified_ms(T0 + 100)
+    assert first.largest_timestamp == T0 + 100  # mtime fallback
+    # Lookups still scan the segment from its start and find the exact record.
+    assert reopened.offset_for_timestamp(T0 + 2) == TimestampOffset(T0 + 2, 2)
+    reopened.close()
+
+
+def test_load_removes_orphans_and_deleted_files_and_refuses_swaps(directory: Path) -> None:
+    # [B-48] (first step) and [B-50]
+    log = open_log(directory)
+    log.append(client_batch([T0]))
+    log.close()
+    offset_index_file(directory, 500).write_bytes(b"\x00" * 8)
+    transaction_index_file(directory, 500).write_bytes(b"")
+    (directory / "00000000000000000300.log.deleted").write_bytes(b"x")
+    reopened = open_log(directory)
+    assert sorted(os.listdir(directory)) == [
+        "00000000000000000000.index",
+        "00000000000000000000.log",
+        "00000000000000000000.timeindex",
+    ]
+    reopened.close()
+    (directory / "00000000000000000000.log.swap").write_bytes(b"")
+    with pytest.raises(NotImplementedError, match="swap"):
+        open_log(directory)
+
+
+def test_kafka_written_segment_opens_and_serves(tmp_path: Path, kafka_written_dir: Path) -> None:
+    # A directory with a .log written by Apache Kafka (no indexes): they are rebuilt, and the
+    # log serves reads and timestamp lookups.
+    directory = tmp_path / "__cluster_metadata-0"
+    directory.mkdir()
+    source = kafka_written_dir / "metadata-b-00000000000000000001.log"
+    shutil.copy(source, log_file(directory, 1))
+    log = PartitionLog.open(directory)
+    assert (log.log_start_offset, log.log_end_offset) == (1, 4)
+    assert offset_index_file(directory, 1).exists() and time_index_file(directory, 1).exists()
+    assert log.read(1, 10_000) == source.read_bytes()
+    assert [parse_header(log.read(3, 10_000)).base_offset] == [2]
+    assert log.offset_for_timestamp(1726045943832) == TimestampOffset(1726045943832, 1)
+    assert log.offset_for_timestamp(1726045943833) == TimestampOffset(1726045957397, 2)
+    assert log.offset_for_timestamp(-3) == TimestampOffset(1726045957397, 2)
+    assert log.offset_for_timestamp(1726045957398) is None
+    info = log.append(client_batch([1726045957400]))
+    assert info.first_offset == 4
+    log.close()
+    reopened = PartitionLog.open(directory)
+    assert reopened.log_end_offset == 5
+    assert reopened.read(1, 10_000)[: source.stat().st_size] == source.read_bytes()
+    reopened.close()
