@@ -1,0 +1,684 @@
+"""The Broker servicer: broker.proto's RPCs translated to calls on the LogManager, and back.
+
+Each RPC method, named exactly as in broker.proto, does three things: check the request's shape
+(the field a bad value came in is named in the error), call the storage engine, and build the
+response message. Storage semantics (validation of batches, offsets, lookups, retention) live
+in the engine; errors become statuses in :mod:`stratalog.server.status`, the one place that
+decides them.
+
+What this module adds is the part only an asyncio server has: coordination between requests on
+the event loop. One :class:`PartitionGate` per partition holds
+
+* the *append lock*: appends (and DeleteRecords) to one partition are serialised with an
+  ``asyncio.Lock``. The write itself reaches the page cache inline on the loop; an fsync
+  (``flush = true``) runs in the thread pool after the lock is released, so it never stalls
+  the loop or the next append. Reads never take the lock (PartitionLog reads see only whole
+  published batches);
+* the *append signal*: an ``asyncio.Event`` set and replaced after every append. A long poll
+  or a Subscribe stream that found nothing to read waits on the event it took *before* reading,
+  so an append between its read and its wait is never missed; nothing polls.
+
+Request limits come from :class:`~stratalog.server.settings.Settings` (``max_bytes`` defaults and
+caps, the long-poll cap, the Subscribe buffer). A Subscribe stream reads its next message only
+after ``await context.write`` returned, i.e. after gRPC's flow control took the previous one, so a
+slow reader holds at most one message of ``subscribe_buffer_bytes`` in the server beyond what
+HTTP/2's window lets through.
+
+Concurrency: event-loop only. Blocking storage calls (fsync, large reads, topic admin) go to the
+executor given at construction; topic admin calls are serialised by one asyncio lock so that the
+LogManager sees one admin operation at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import Executor
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import grpc
+import grpc.aio
+
+from stratalog.records.batch import Compression, TimestampType, iter_batch_headers
+from stratalog.records.builder import BatchBuilder
+from stratalog.records.errors import RecordError
+from stratalog.records.reader import decode_batch
+from stratalog.server import status
+from stratalog.server.storage.config import INT64_MAX
+from stratalog.server.storage.errors import LogClosedError, StorageError
+from stratalog.server.storage.topic_names import validate_topic_name
+from stratalog.v1 import broker_pb2, broker_pb2_grpc
+
+if TYPE_CHECKING:
+    from stratalog.server.metrics import ServerMetrics
+    from stratalog.server.settings import Settings
+    from stratalog.server.storage.log_manager import LogManager, TopicDescription
+    from stratalog.server.storage.partition_log import PartitionLog
+
+__all__ = ["BadRequestError", "BrokerService", "PartitionGate", "encode_records"]
+
+logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+# broker.proto's special ListOffsets targets.
+_LATEST = -1
+_EARLIEST = -2
+_MAX_TIMESTAMP = -3
+_NO_MATCH = -1
+
+# Records' TimestampType (Kafka's attribute bit: 0 CreateTime, 1 LogAppendTime) to the proto's
+# enum, which keeps 0 for "unspecified".
+_PROTO_TIMESTAMP_TYPES = {
+    TimestampType.CREATE_TIME: broker_pb2.CREATE_TIME,
+    TimestampType.LOG_APPEND_TIME: broker_pb2.LOG_APPEND_TIME,
+}
+_FETCH_FORMATS = frozenset(broker_pb2.FetchFormat.values())
+_ISOLATION_LEVELS = frozenset(broker_pb2.IsolationLevel.values())
+
+
+def _wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+# ------------------------------------------------------------------------ request checks
+
+
+class BadRequestError(Exception):
+    """A request whose shape is wrong: becomes INVALID_ARGUMENT naming ``field``.
+
+    ``reason`` is an ErrorReason sent with INVALID_ARGUMENT (INVALID_REQUEST by default).
+    """
+
+    def __init__(self, field: str, message: str, reason: str = "INVALID_REQUEST") -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.reason = reason
+
+    def to_status(self) -> grpc.Status:
+        return status.invalid_request(str(self), self.reason, {"field": self.field})
+
+
+def _topic(name: str, field: str = "topic") -> str:
+    """``name`` if it is a valid topic name; the engine's rules, the servicer's field name."""
+    try:
+        validate_topic_name(name)
+    except Exception as exc:  # InvalidTopicError, with the engine's description of the fault
+        raise BadRequestError(field, str(exc), "INVALID_TOPIC") from None
+    return name
+
+
+def _partition(value: int) -> int:
+    if value < 0:
+        raise BadRequestError("partition", f"must be >= 0, got {value}")
+    return value
+
+
+def _non_negative(field: str, value: int) -> int:
+    if value < 0:
+        raise BadRequestError(field, f"must be >= 0, got {value}")
+    return value
+
+
+def _enum(field: str, value: int, allowed: frozenset[int]) -> int:
+    if value not in allowed:
+        raise BadRequestError(field, f"unknown value {value}; one of {sorted(allowed)}")
+    return value
+
+
+def encode_records(
+    records: Sequence[broker_pb2.Record], compression: int, now_ms: int
+) -> bytes:
+    """The Produce ``records`` form as one Kafka v2 batch (base offset 0), as a client would.
+
+    A record without a timestamp gets ``now_ms`` (the server's clock at the append). Raises
+    :class:`BadRequestError` for an unknown codec or a record the format cannot hold.
+    """
+    try:
+        codec = Compression(compression)
+    except ValueError:
+        raise BadRequestError(
+            "compression", f"unknown codec {compression}; one of {[int(c) for c in Compression]}"
+        ) from None
+    builder = BatchBuilder(compression=codec)
+    append = builder.append
+    for index, record in enumerate(records):
+        timestamp = record.timestamp if record.HasField("timestamp") else now_ms
+        key = record.key if record.HasField("key") else None
+        value = record.value if record.HasField("value") else None
+        headers = [
+            (header.key, header.value if header.HasField("value") else None)
+            for header in record.headers
+        ]
+        try:
+            append(timestamp, key, value, headers)
+        except ValueError as exc:
+            raise BadRequestError(f"records[{index}]", str(exc), "INVALID_RECORD") from None
+    return builder.build()
+
+
+# ------------------------------------------------------------------------ per-partition state
+
+
+class PartitionGate:
+    """Event-loop coordination for one partition: the append lock and the append signal.
+
+    Holds an ``asyncio.Lock`` (appends and DeleteRecords of the partition take it), the current
+    ``asyncio.Event`` (set, then replaced, after each append), and ``closed`` (the topic was
+    deleted or the server is stopping: waiters wake and re-check). Event-loop only.
+    """
+
+    __slots__ = ("_signal", "append_lock", "closed")
+
+    def __init__(self) -> None:
+        self.append_lock = asyncio.Lock()
+        self._signal = asyncio.Event()
+        self.closed = False
+
+    def signal(self) -> asyncio.Event:
+        """The event the next append sets; take it *before* reading, then wait on it."""
+        return self._signal
+
+    def notify(self) -> None:
+        """Wake everyone waiting for an append that happened."""
+        signal, self._signal = self._signal, asyncio.Event()
+        signal.set()
+
+    def close(self) -> None:
+        """Wake every waiter for good: the partition is gone or the server is stopping."""
+        self.closed = True
+        self.notify()
+
+    @staticmethod
+    async def wait(signal: asyncio.Event, timeout_s: float | None) -> bool:
+        """Wait until ``signal`` is set or ``timeout_s`` passed (None: no limit); True if set."""
+        if signal.is_set():
+            return True
+        if timeout_s is None:
+            await signal.wait()
+            return True
+        try:
+            await asyncio.wait_for(signal.wait(), timeout_s)
+        except TimeoutError:
+            return False
+        return True
+
+
+# ------------------------------------------------------------------------ the servicer
+
+
+def _rpc(stream: bool = False) -> Callable[[Callable[..., Awaitable[Any]]], Any]:
+    """Wrap an RPC method: errors to statuses, and the request metrics.
+
+    Request-shape errors (:class:`BadRequestError`) become INVALID_ARGUMENT with their field;
+    every other exception goes through :func:`status.abort_with_error` (engine errors to their
+    reasons, anything unexpected to INTERNAL, logged). Unary RPCs observe their latency;
+    streams count only their outcome.
+    """
+
+    def decorate(method: Callable[..., Awaitable[Any]]) -> Any:
+        name = method.__name__
+
+        @functools.wraps(method)
+        async def wrapper(
+            self: BrokerService, request: Any, context: grpc.aio.ServicerContext
+        ) -> Any:
+            started = time.perf_counter()
+            code = "OK"
+            try:
+                return await method(self, request, context)
+            except BadRequestError as exc:
+                code = "INVALID_ARGUMENT"
+                await context.abort_with_status(exc.to_status())
+            except asyncio.CancelledError:
+                code = "CANCELLED"
+                raise
+            except grpc.aio.AbortError:
+                code = _code_name(context)
+                raise
+            except Exception as exc:
+                mapping = status.classify(exc)
+                code = mapping.code.name if mapping is not None else "INTERNAL"
+                await status.abort_with_error(context, exc)
+            finally:
+                elapsed = None if stream else time.perf_counter() - started
+                self._metrics.observe_request(name, code, elapsed)
+
+        return wrapper
+
+    return decorate
+
+
+def _code_name(context: grpc.aio.ServicerContext) -> str:
+    code = context.code()
+    return code.name if isinstance(code, grpc.StatusCode) else "UNKNOWN"
+
+
+class BrokerService(broker_pb2_grpc.BrokerServicer):
+    """broker.proto's Broker service over one LogManager.
+
+    Holds the LogManager, the settings, the metrics, the executor for blocking calls, one
+    :class:`PartitionGate` per partition that has been produced to or read from (created after
+    the partition was found, so unknown names never create state; dropped when the topic is
+    deleted), and the admin lock.
+
+    Shutdown: :meth:`begin_shutdown` makes waiting long polls answer with what they have and ends
+    Subscribe streams with SHUTTING_DOWN (retriable), so that the server's grace period is spent on
+    requests that finish, not on streams that never would.
+
+    Concurrency: event-loop only (grpc.aio calls every method on the loop).
+    """
+
+    def __init__(
+        self,
+        log_manager: LogManager,
+        settings: Settings,
+        metrics: ServerMetrics,
+        executor: Executor,
+        *,
+        time_ms: Callable[[], int] | None = None,
+    ) -> None:
+        self._log_manager = log_manager
+        self._settings = settings
+        self._metrics = metrics
+        self._executor = executor
+        self._time_ms = time_ms if time_ms is not None else _wall_clock_ms
+        self._gates: dict[tuple[str, int], PartitionGate] = {}
+        self._admin_lock = asyncio.Lock()
+        self._shutting_down = False
+
+    # ---------------------------------------------------------------- plumbing
+
+    async def _blocking(self, function: Callable[..., _T], *args: Any) -> _T:
+        """Run a blocking storage call in the executor."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, functools.partial(function, *args))
+
+    async def admin(self, function: Callable[..., _T], *args: Any) -> _T:
+        """Run a LogManager admin call in the executor, one at a time."""
+        async with self._admin_lock:
+            return await self._blocking(function, *args)
+
+    def _gate(self, topic: str, partition: int) -> PartitionGate:
+        key = (topic, partition)
+        gate = self._gates.get(key)
+        if gate is None:
+            gate = self._gates[key] = PartitionGate()
+        return gate
+
+    def _log(self, topic: str, partition: int) -> tuple[PartitionLog, PartitionGate]:
+        """The partition's log (UnknownTopicOrPartitionError if none) and its gate."""
+        if self._shutting_down:
+            raise LogClosedError("the server is shutting down")
+        partition_log = self._log_manager.get_log(topic, partition)
+        return partition_log, self._gate(topic, partition)
+
+    def _fetch_max_bytes(self, requested: int, cap: int | None = None) -> int:
+        _non_negative("max_bytes", requested)
+        max_bytes = requested or self._settings.fetch_max_bytes_default
+        return min(max_bytes, cap if cap is not None else self._settings.fetch_max_bytes_max)
+
+    async def _read(self, partition_log: PartitionLog, offset: int, max_bytes: int) -> bytes:
+        # Page-cache reads are cheaper inline than a thread hop; large ones, which may also be
+        # cold, go to the executor so that they cannot stall every other request.
+        if max_bytes >= self._settings.read_in_executor_min_bytes:
+            return await self._blocking(partition_log.read, offset, max_bytes)
+        return partition_log.read(offset, max_bytes)
+
+    def begin_shutdown(self) -> None:
+        """Refuse new work and wake every waiter (long polls answer, streams end)."""
+        self._shutting_down = True
+        for gate in self._gates.values():
+            gate.close()
+
+    def forget_topic(self, topic: str) -> None:
+        """Drop the gates of a deleted topic, waking their waiters."""
+        for key in [key for key in self._gates if key[0] == topic]:
+            self._gates.pop(key).close()
+        self._metrics.forget_topic(topic)
+
+    def _fetch_response(
+        self,
+        topic: str,
+        partition: int,
+        partition_log: PartitionLog,
+        offset: int,
+        data: bytes,
+        fetch_format: int,
+        matched: tuple[int, int] = (_NO_MATCH, _NO_MATCH),
+    ) -> broker_pb2.FetchResponse:
+        """A FetchResponse for ``data`` (whole batches read at ``offset``)."""
+        response = broker_pb2.FetchResponse(
+            topic=topic,
+            partition=partition,
+            matched_offset=matched[0],
+            matched_timestamp=matched[1],
+        )
+        next_offset = offset
+        records_out = 0
+        if fetch_format == broker_pb2.FETCH_FORMAT_RECORD_BATCHES:
+            for header in iter_batch_headers(data):
+                next_offset = header.last_offset + 1
+                records_out += header.records_count
+            response.record_batches = data
+        else:
+            next_offset, records_out = _decode_into(response.records, data, offset)
+        # Read after the data: the high watermark is never below next_offset.
+        response.high_watermark = partition_log.log_end_offset
+        response.log_start_offset = partition_log.log_start_offset
+        response.next_offset = next_offset
+        self._metrics.observe_fetch(topic, records_out, len(data))
+        return response
+
+    # ---------------------------------------------------------------- topics
+
+    @_rpc()
+    async def CreateTopic(
+        self, request: broker_pb2.CreateTopicRequest, context: grpc.aio.ServicerContext
+    ) -> broker_pb2.CreateTopicResponse:
+        name = _topic(request.name, "name")
+        if not 1 <= request.partitions <= self._settings.topic_partitions_max:
+            raise BadRequestError(
+                "partitions",
+                f"must be in 1..{self._settings.topic_partitions_max}, got {request.partitions}",
+                "INVALID_TOPIC",
+            )
+        description = await self.admin(
+            self._log_manager.create_topic, name, request.partitions, dict(request.configs)
+        )
+        return broker_pb2.CreateTopicResponse(topic=_topic_message(description))
+
+    @_rpc()
+    async def DeleteTopic(
+        self, request: broker_pb2.DeleteTopicRequest, context: grpc.aio.ServicerContext
+    ) -> broker_pb2.DeleteTopicResponse:
+        name = _topic(request.name, "name")
+        async with self._admin_lock, contextlib.AsyncExitStack() as held:
+            # No append may be half-way through a partition while its log closes.
+            for key, gate in sorted(self._gates.items()):
+                if key[0] == name:
+                    await held.enter_async_context(gate.append_lock)
+            await self._blocking(self._log_manager.delete_topic, name)
+            self.forget_topic(name)
+        return broker_pb2.DeleteTopicResponse()
+
+    @_rpc()
+    async def ListTopics(
+        self, request: broker_pb2.ListTopicsRequest, context: grpc.aio.ServicerContext
+    ) -> broker_pb2.ListTopicsResponse:
+        topics = await self.admin(self._log_manager.list_topics)
+        return broker_pb2.ListTopicsResponse(topics=[_topic_message(t) for t in topics])
+
+    @_rpc()
+    async def DescribeTopic(
+        self, request: broker_pb2.DescribeTopicRequest, context: grpc.aio.ServicerContext
+    ) -> broker_pb2.DescribeTopicResponse:
+        name = _topic(request.name, "name")
+        description = await self.admin(self._log_manager.describe_topic, name)
+        return broker_pb2.DescribeTopicResponse(topic=_topic_message(description))
+
+    @_rpc()
+    async def AlterTopicConfigs(
+        self, request: broker_pb2.AlterTopicConfigsRequest, context: grpc.aio.ServicerContext
+    ) -> broker_pb2.AlterTopicConfigsResponse:
+        name = _topic(request.name, "name")
+        both = set(request.set) & set(request.delete)
+        if both:
+            raise BadRequestError(
+                "delete", f"configs both set and deleted: {sorted(both)}", "INVALID_CONFIG"
+            )
+        description = await self.admin(
+            self._log_manager.alter_topic_configs, name, dict(request.set), list(request.delete)
+        )
+        return broker_pb2.AlterTopicConfigsResponse(topic=_topic_message(description))
+
+    # ---------------------------------------------------------------- produce
+
+    @_rpc()
+    async def Produce(
+        self, request: broker_pb2.ProduceRequest, context: grpc.aio.ServicerContext
+    ) -> broker_pb2.ProduceResponse:
+        topic = _topic(request.topic)
+        partition = _partition(request.partition)
+        has_records = len(request.records) > 0
+        has_batches = len(request.record_batches) > 0
+        if has_records == has_batches:
+            raise BadRequestError(
+                "records",
+                "set exactly one of records and record_batches "
+                + ("(both are set)" if has_records else "(neither is set)"),
+            )
+        partition_log, gate = self._log(topic, partition)
+        if has_records:
+            payload: bytes = encode_records(request.records, request.compression, self._time_ms())
+        else:
+            payload = request.record_batches
+        while True:
+            async with gate.append_lock:
+                if gate.closed:
+                    # The topic was deleted (or recreated) while this request waited: look again.
+                    partition_log, gate = self._log(topic, partition)
+                    continue
+                if partition_log.config.flush_messages != INT64_MAX:
+                    # The append itself fsyncs once flush.messages accumulate: off the loop.
+                    info = await self._blocking(partition_log.append, payload)
+                else:
+                    info = partition_log.append(payload)
+                gate.notify()
+                break
+        if request.flush:
+            await self._blocking(partition_log.flush)
+        self._metrics.observe_produce(topic, info.record_count, info.size_bytes)
+        return broker_pb2.ProduceResponse(
+            base_offset=info.first_offset,
+            last_offset=info.last_offset,
+            log_append_time=info.log_append_time,
+            log_start_offset=info.log_start_offset,
+            record_count=info.record_count,
+        )
+
+    # ---------------------------------------------------------------- fetch
+
+    @_rpc()
+    async def FetchByOffset(
+        self, request: broker_pb2.FetchByOffsetRequest, context: grpc.aio.ServicerContext
+    ) -> broker_pb2.FetchResponse:
+        topic = _topic(request.topic)
+        partition = _partition(request.partition)
+        max_bytes = self._fetch_max_bytes(request.max_bytes)
+        max_wait_ms = min(
+            _non_negative("max_wait_ms", request.max_wait_ms), self._settings.fetch_max_wait_ms_max
+        )
+        min_bytes = _non_negative("min_bytes", request.min_bytes)
+        fetch_format = _enum("format", request.format, _FETCH_FORMATS)
+        _enum("isolation_level", request.isolation_level, _ISOLATION_LEVELS)
+        partition_log, gate = self._log(topic, partition)
+        offset = request.offset
+        # Answer as soon as this much is there; never more than one read can return.
+        enough_bytes = max(1, min(min_bytes, max_bytes))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max_wait_ms / 1000
+        while True:
+            signal = gate.signal()
+            data = await self._read(partition_log, offset, max_bytes)
+            remaining_s = deadline - loop.time()
+            if len(data) >= enough_bytes or remaining_s <= 0 or gate.closed:
+                break
+            await gate.wait(signal, remaining_s)
+            if gate.closed and not self._shutting_down:
+                # Deleted while we waited: the lookup raises UNKNOWN_TOPIC_OR_PARTITION.
+                partition_log, gate = self._log(topic, partition)
+        return self._fetch_response(topic, partition, partition_log, offset, data, fetch_format)
+
+    @_rpc()
+    async def FetchByTimestamp(
+        self, request: broker_pb2.FetchByTimestampRequest, context: grpc.aio.ServicerContext
+    ) -> broker_pb2.FetchResponse:
+        topic = _topic(request.topic)
+        partition = _partition(request.partition)
+        timestamp = _non_negative("timestamp", request.timestamp)
+        max_bytes = self._fetch_max_bytes(request.max_bytes)
+        fetch_format = _enum("format", request.format, _FETCH_FORMATS)
+        _enum("isolation_level", request.isolation_level, _ISOLATION_LEVELS)
+        partition_log, _ = self._log(topic, partition)
+        found = partition_log.offset_for_timestamp(timestamp)
+        if found is None:
+            end = partition_log.log_end_offset
+            return self._fetch_response(topic, partition, partition_log, end, b"", fetch_format)
+        data = await self._read(partition_log, found.offset, max_bytes)
+        return self._fetch_response(
+            topic, partition, partition_log, found.offset, data, fetch_format,
+            (found.offset, found.timestamp),
+        )
+
+    @_rpc()
+    async def ListOffsets(
+        self, request: broker_pb2.ListOffsetsRequest, context: grpc.aio.ServicerContext
+    ) -> broker_pb2.ListOffsetsResponse:
+        topic = _topic(request.topic)
+        partition = _partition(request.partition)
+        target = request.timestamp
+        if target < _MAX_TIMESTAMP:
+            raise BadRequestError(
+                "timestamp", f"must be -2 (earliest), -1 (latest), -3 (max timestamp) or a "
+                f"timestamp >= 0, got {target}"
+            )
+        _enum("isolation_level", request.isolation_level, _ISOLATION_LEVELS)
+        partition_log, _ = self._log(topic, partition)
+        found = partition_log.offset_for_timestamp(target)
+        if found is None:
+            return broker_pb2.ListOffsetsResponse(offset=_NO_MATCH, timestamp=_NO_MATCH)
+        return broker_pb2.ListOffsetsResponse(offset=found.offset, timestamp=found.timestamp)
+
+    @_rpc(stream=True)
+    async def Subscribe(
+        self, request: broker_pb2.SubscribeRequest, context: grpc.aio.ServicerContext
+    ) -> None:
+        topic = _topic(request.topic)
+        partition = _partition(request.partition)
+        max_bytes = self._fetch_max_bytes(request.max_bytes, self._settings.subscribe_buffer_bytes)
+        fetch_format = _enum("format", request.format, _FETCH_FORMATS)
+        _enum("isolation_level", request.isolation_level, _ISOLATION_LEVELS)
+        start = request.WhichOneof("start")
+        if start is None:
+            raise BadRequestError("start", "set offset or timestamp")
+        partition_log, gate = self._log(topic, partition)
+        matched: tuple[int, int] | None = None
+        if start == "timestamp":
+            timestamp = _non_negative("timestamp", request.timestamp)
+            found = partition_log.offset_for_timestamp(timestamp)
+            if found is None:
+                # Nothing at or after the timestamp yet: follow from the end.
+                matched, offset = (_NO_MATCH, _NO_MATCH), partition_log.log_end_offset
+            else:
+                matched, offset = (found.offset, found.timestamp), found.offset
+        else:
+            offset = request.offset
+        self._metrics.subscribers.inc()
+        try:
+            while True:
+                signal = gate.signal()
+                data = await self._read(partition_log, offset, max_bytes)
+                if data:
+                    response = self._fetch_response(
+                        topic, partition, partition_log, offset, data, fetch_format,
+                        matched or (_NO_MATCH, _NO_MATCH),
+                    )
+                    offset = response.next_offset
+                    if response.records or response.record_batches:
+                        # Flow control: returns once gRPC took the message; only then read on.
+                        await context.write(response)
+                        matched = None  # the match is reported in the first message only
+                    continue
+                if gate.closed:
+                    # Stopping: end with SHUTTING_DOWN; deleted: UNKNOWN_TOPIC_OR_PARTITION.
+                    partition_log, gate = self._log(topic, partition)
+                    continue
+                await gate.wait(signal, None)
+        finally:
+            self._metrics.subscribers.dec()
+
+    # ---------------------------------------------------------------- delete records
+
+    @_rpc()
+    async def DeleteRecords(
+        self, request: broker_pb2.DeleteRecordsRequest, context: grpc.aio.ServicerContext
+    ) -> broker_pb2.DeleteRecordsResponse:
+        topic = _topic(request.topic)
+        partition = _partition(request.partition)
+        before_offset = request.before_offset
+        if before_offset < -1:
+            raise BadRequestError(
+                "before_offset", f"must be >= 0, or -1 for the high watermark, got {before_offset}"
+            )
+        _, gate = self._log(topic, partition)
+        async with gate.append_lock:
+            log_start_offset = await self._blocking(
+                self._log_manager.delete_records, topic, partition, before_offset
+            )
+        return broker_pb2.DeleteRecordsResponse(log_start_offset=log_start_offset)
+
+
+# ------------------------------------------------------------------------ messages
+
+
+def _topic_message(description: TopicDescription) -> broker_pb2.TopicDescription:
+    return broker_pb2.TopicDescription(
+        name=description.name,
+        configs=dict(description.configs),
+        partitions=[
+            broker_pb2.PartitionDescription(
+                partition=p.partition,
+                log_start_offset=p.log_start_offset,
+                log_end_offset=p.log_end_offset,
+                size_bytes=p.size_bytes,
+                segment_count=p.segment_count,
+                log_dir=str(p.log_dir),
+                max_timestamp=p.max_timestamp,
+            )
+            for p in description.partitions
+        ],
+    )
+
+
+def _decode_into(out: Any, data: bytes, offset: int) -> tuple[int, int]:
+    """Append the records of ``data`` with offset >= ``offset`` to ``out`` (a repeated Record).
+
+    Control batches (transaction markers) are skipped, as Kafka's consumers skip them. Returns
+    the next offset to fetch and the number of records added.
+    """
+    next_offset = offset
+    added = 0
+    position = 0
+    end = len(data)
+    add = out.add
+    while position < end:
+        try:
+            header, records = decode_batch(data, position)
+        except RecordError as exc:
+            # The log holds a batch that passed validation when written: damage on disk.
+            raise StorageError(f"stored batch at fetch position {position}: {exc}") from exc
+        position = header.end_position
+        next_offset = header.last_offset + 1
+        if header.is_control:
+            continue
+        timestamp_type = _PROTO_TIMESTAMP_TYPES[header.timestamp_type]
+        for record in records:
+            if record.offset < offset:
+                continue
+            message = add(offset=record.offset, timestamp=record.timestamp,
+                          timestamp_type=timestamp_type)
+            if record.key is not None:
+                message.key = record.key
+            if record.value is not None:
+                message.value = record.value
+            for key, value in record.headers:
+                header_message = message.headers.add(key=key)
+                if value is not None:
+                    header_message.value = value
+            added += 1
+    return next_offset, added

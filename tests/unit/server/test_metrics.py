@@ -1,0 +1,89 @@
+"""Server metrics: what the registry holds after observations, and the HTTP endpoint."""
+
+from __future__ import annotations
+
+import urllib.request
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from stratalog.server.metrics import MetricsEndpoint, ServerMetrics
+
+
+def _samples(metrics: ServerMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    samples = {}
+    for family in text_string_to_metric_families(metrics.render().decode()):
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return samples
+
+
+def test_produce_and_fetch_counters_per_topic() -> None:
+    metrics = ServerMetrics()
+    metrics.observe_produce("orders", 10, 1000)
+    metrics.observe_produce("orders", 5, 500)
+    metrics.observe_produce("clicks", 1, 70)
+    metrics.observe_fetch("orders", 15, 1500)
+    metrics.observe_fetch("clicks", 0, 0)  # an empty fetch creates no label set
+    samples = _samples(metrics)
+    assert samples[("stratalog_records_in_total", (("topic", "orders"),))] == 15
+    assert samples[("stratalog_bytes_in_total", (("topic", "orders"),))] == 1500
+    assert samples[("stratalog_records_in_total", (("topic", "clicks"),))] == 1
+    assert samples[("stratalog_records_out_total", (("topic", "orders"),))] == 15
+    assert samples[("stratalog_bytes_out_total", (("topic", "orders"),))] == 1500
+    assert ("stratalog_records_out_total", (("topic", "clicks"),)) not in samples
+
+
+def test_request_latency_histogram_and_codes() -> None:
+    metrics = ServerMetrics()
+    metrics.observe_request("Produce", "OK", 0.0003)
+    metrics.observe_request("Produce", "OK", 0.02)
+    metrics.observe_request("Produce", "INVALID_ARGUMENT", 0.0001)
+    metrics.observe_request("Subscribe", "CANCELLED", None)
+    samples = _samples(metrics)
+    assert samples[("stratalog_requests_total", (("code", "OK"), ("rpc", "Produce")))] == 2
+    assert samples[
+        ("stratalog_requests_total", (("code", "INVALID_ARGUMENT"), ("rpc", "Produce")))
+    ] == 1
+    assert samples[("stratalog_request_duration_seconds_count", (("rpc", "Produce"),))] == 3
+    # 0.0001 and 0.0003 are at or under the 0.0005 s bucket; 0.02 is not.
+    assert samples[
+        ("stratalog_request_duration_seconds_bucket", (("le", "0.0005"), ("rpc", "Produce")))
+    ] == 2
+    # A stream's life is not a latency.
+    assert ("stratalog_request_duration_seconds_count", (("rpc", "Subscribe"),)) not in samples
+    assert samples[("stratalog_requests_total", (("code", "CANCELLED"), ("rpc", "Subscribe")))] == 1
+
+
+def test_forget_topic_drops_its_label_sets() -> None:
+    metrics = ServerMetrics()
+    metrics.observe_produce("gone", 1, 10)
+    metrics.observe_produce("kept", 1, 10)
+    metrics.forget_topic("gone")
+    metrics.forget_topic("never-seen")
+    samples = _samples(metrics)
+    assert ("stratalog_records_in_total", (("topic", "gone"),)) not in samples
+    assert ("stratalog_records_in_total", (("topic", "kept"),)) in samples
+
+
+def test_two_servers_have_separate_registries() -> None:
+    first, second = ServerMetrics(), ServerMetrics()
+    first.observe_produce("t", 3, 30)
+    assert ("stratalog_records_in_total", (("topic", "t"),)) not in _samples(second)
+
+
+def test_endpoint_serves_text_on_a_free_port() -> None:
+    metrics = ServerMetrics()
+    metrics.observe_produce("orders", 7, 700)
+    endpoint = MetricsEndpoint(metrics)
+    port = endpoint.start("127.0.0.1", 0)
+    try:
+        assert port > 0
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+            assert response.status == 200
+            assert response.headers["Content-Type"].startswith("text/plain")
+            body = response.read().decode()
+        assert 'stratalog_records_in_total{topic="orders"} 7.0' in body
+        assert "process_resident_memory_bytes" in body
+    finally:
+        endpoint.close()
+    endpoint.close()  # idempotent
