@@ -1,1 +1,103 @@
-"""placeholder"""
+"""stratalog.client: talk to a stratalog server from Python.
+
+* :class:`Client` (asyncio) and :class:`SyncClient` (blocking): one method per RPC of the Broker
+  service, plain Python values in and out, errors as :mod:`stratalog.client.errors` exceptions.
+* :class:`Producer`: batches records per partition, encodes Kafka v2 batches client-side,
+  compresses, partitions like a Kafka producer (murmur2 for keys, sticky otherwise), retries
+  retriable errors, and resolves a future per record with its (partition, offset).
+* :class:`Consumer`: reads partitions from an offset, a timestamp, the beginning or the end,
+  optionally following new records; per record or per batch.
+
+Quick start::
+
+    async with Client("127.0.0.1:50051") as client:
+        await client.create_topic("events", partitions=3)
+        async with Producer(client) as producer:
+            future = await producer.send("events", b"hello", key=b"user-1")
+            print(await future)          # RecordMetadata(topic, partition, offset, timestamp)
+        async with Consumer(client, "events", start="earliest") as consumer:
+            async for record in consumer:
+                print(record.partition, record.offset, record.value)
+"""
+
+from __future__ import annotations
+
+from . import errors
+from .client import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_TIMEOUT_S, Client
+from .consumer import DEFAULT_FETCH_BYTES_MAX, Consumer, ConsumerClosedError
+from .errors import (
+    BrokerUnavailableError,
+    OffsetOutOfRangeError,
+    RequestTimeoutError,
+    StratalogError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
+from .fetched import ConsumedBatch, decode_fetched
+from .partitioner import StickyPartitioner, murmur2, partition_for_key, to_positive
+from .producer import (
+    DEFAULT_BATCH_BYTES_MAX,
+    DEFAULT_BUFFER_BYTES_MAX,
+    Producer,
+    ProducerClosedError,
+    RecordFuture,
+    SendManyFuture,
+)
+from .sync_client import SyncClient
+from .types import (
+    AbortedTransaction,
+    ConsumerRecord,
+    FetchResult,
+    OffsetAndTimestamp,
+    PartitionInfo,
+    ProduceResult,
+    ProducerRecord,
+    RecordMetadata,
+    TopicInfo,
+    TopicPartition,
+)
+from .wire import EARLIEST, LATEST, MAX_TIMESTAMP, FetchFormat, IsolationLevel
+
+__all__ = [
+    "DEFAULT_BATCH_BYTES_MAX",
+    "DEFAULT_BUFFER_BYTES_MAX",
+    "DEFAULT_FETCH_BYTES_MAX",
+    "DEFAULT_MAX_MESSAGE_BYTES",
+    "DEFAULT_TIMEOUT_S",
+    "EARLIEST",
+    "LATEST",
+    "MAX_TIMESTAMP",
+    "AbortedTransaction",
+    "BrokerUnavailableError",
+    "Client",
+    "ConsumedBatch",
+    "Consumer",
+    "ConsumerClosedError",
+    "ConsumerRecord",
+    "FetchFormat",
+    "FetchResult",
+    "IsolationLevel",
+    "OffsetAndTimestamp",
+    "OffsetOutOfRangeError",
+    "PartitionInfo",
+    "ProduceResult",
+    "Producer",
+    "ProducerClosedError",
+    "ProducerRecord",
+    "RecordFuture",
+    "RecordMetadata",
+    "RequestTimeoutError",
+    "SendManyFuture",
+    "StickyPartitioner",
+    "StratalogError",
+    "SyncClient",
+    "TopicAlreadyExistsError",
+    "TopicInfo",
+    "TopicPartition",
+    "UnknownTopicOrPartitionError",
+    "decode_fetched",
+    "errors",
+    "murmur2",
+    "partition_for_key",
+    "to_positive",
+]

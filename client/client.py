@@ -1,0 +1,348 @@
+"""The asyncio client: one method per Broker RPC, over one grpc.aio channel.
+
+``Client("127.0.0.1:50051")`` opens a channel (lazily: nothing connects until the first call),
+and each method builds the request with :mod:`stratalog.client.wire` (which checks every
+argument first), awaits the RPC, and returns plain values from :mod:`stratalog.client.types`.
+A failed RPC raises the :mod:`stratalog.client.errors` exception for its status and
+``ErrorInfo`` reason, never a bare ``grpc.RpcError``; ``error.retriable`` says whether sending
+the same request again may succeed. The client itself never retries: the
+:class:`~stratalog.client.Producer` and :class:`~stratalog.client.Consumer` do, where it is safe.
+
+Deadlines: every call gets ``timeout_s`` (per call, overridable); a long-poll fetch gets its
+``max_wait_ms`` on top, so the deadline never cuts a wait the server was asked to do.
+Subscribe streams have no deadline unless one is passed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from stratalog.records import Compression
+from stratalog.v1 import broker_pb2, broker_pb2_grpc
+
+from . import wire
+from .errors import BrokerUnavailableError, from_rpc_error
+from .types import (
+    FetchResult,
+    OffsetAndTimestamp,
+    ProduceResult,
+    ProducerRecord,
+    TopicInfo,
+)
+from .wire import FetchFormat, IsolationLevel
+
+__all__ = [
+    "DEFAULT_MAX_MESSAGE_BYTES",
+    "DEFAULT_TIMEOUT_S",
+    "Client",
+    "channel_options",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Largest gRPC message sent or received, both ways. Fetch responses and produce requests of
+#: several MiB are the client's normal traffic; gRPC's own 4 MiB receive default is too small.
+DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
+#: Deadline of each unary call unless the call passes its own (``timeout_s=None``: none).
+DEFAULT_TIMEOUT_S = 30.0
+
+_UNSET: Any = object()
+
+
+def channel_options(
+    max_message_bytes: int, options: Sequence[tuple[str, Any]] = ()
+) -> list[tuple[str, Any]]:
+    """gRPC channel arguments: message size limits first, then the caller's (which win)."""
+    wire.check_int(max_message_bytes, "max_message_bytes", 1024, wire.INT32_MAX)
+    return [
+        ("grpc.max_send_message_length", max_message_bytes),
+        ("grpc.max_receive_message_length", max_message_bytes),
+        *options,
+    ]
+
+
+def check_timeout(timeout_s: object, name: str = "timeout_s") -> float | None:
+    """``None`` (no deadline) or a positive number of seconds."""
+    if timeout_s is None:
+        return None
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float):
+        raise TypeError(f"{name} must be a number of seconds or None, got {timeout_s!r}")
+    if not timeout_s > 0:
+        raise ValueError(f"{name} must be > 0, got {timeout_s}")
+    return float(timeout_s)
+
+
+class Client:
+    """An asyncio connection to one stratalog server: every RPC of the Broker service.
+
+    Holds one ``grpc.aio`` channel (HTTP/2, multiplexing every concurrent call) and the default
+    deadline. Use it as ``async with Client(target) as client:`` or call :meth:`close`.
+    Event-loop only: create and use it on one running loop. Concurrent calls from many tasks are
+    fine (that is what the channel multiplexes). Holds no other state, so a crash loses nothing.
+
+    Args:
+        target: gRPC target, e.g. ``"127.0.0.1:50051"`` or ``"dns:///broker:50051"``.
+        timeout_s: default deadline of each unary call in seconds; ``None`` for none.
+        max_message_bytes: largest message sent or received.
+        credentials: ``grpc.ssl_channel_credentials(...)`` for TLS; ``None`` for plaintext.
+        options: more gRPC channel arguments, e.g. ``[("grpc.keepalive_time_ms", 30000)]``.
+    """
+
+    def __init__(
+        self,
+        target: str,
+        *,
+        timeout_s: float | None = DEFAULT_TIMEOUT_S,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        credentials: grpc.ChannelCredentials | None = None,
+        options: Sequence[tuple[str, Any]] = (),
+    ) -> None:
+        if not isinstance(target, str) or not target:
+            raise TypeError("target must be a non-empty str such as '127.0.0.1:50051'")
+        self._target = target
+        self._timeout_s = check_timeout(timeout_s)
+        channel_args = channel_options(max_message_bytes, options)
+        if credentials is None:
+            self._channel = grpc.aio.insecure_channel(target, options=channel_args)
+        else:
+            self._channel = grpc.aio.secure_channel(target, credentials, options=channel_args)
+        self._stub = broker_pb2_grpc.BrokerStub(self._channel)
+
+    @property
+    def target(self) -> str:
+        """The target string the channel was opened with."""
+        return self._target
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def close(self, grace_s: float | None = None) -> None:
+        """Close the channel; calls still running are cancelled after ``grace_s`` seconds."""
+        await self._channel.close(grace_s)
+
+    async def wait_ready(self, timeout_s: float | None = DEFAULT_TIMEOUT_S) -> None:
+        """Wait until the channel is connected; ``BrokerUnavailableError`` after ``timeout_s``."""
+        try:
+            if timeout_s is None:
+                await self._channel.channel_ready()
+            else:
+                await asyncio.wait_for(self._channel.channel_ready(), timeout_s)
+        except TimeoutError:
+            raise BrokerUnavailableError(
+                f"no connection to {self._target} within {timeout_s} s",
+                code=grpc.StatusCode.UNAVAILABLE,
+            ) from None
+
+    def _deadline(self, timeout_s: Any, extra_ms: int = 0) -> float | None:
+        timeout = self._timeout_s if timeout_s is _UNSET else check_timeout(timeout_s)
+        if timeout is None:
+            return None
+        return timeout + extra_ms / 1000.0
+
+    async def _call(self, method: Any, request: Any, timeout: float | None) -> Any:
+        try:
+            return await method(request, timeout=timeout)
+        except grpc.aio.AioRpcError as err:
+            raise from_rpc_error(err) from err
+
+    # --- topics ----------------------------------------------------------------------------------
+
+    async def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        configs: Mapping[str, str] | None = None,
+        *,
+        timeout_s: float | None = _UNSET,
+    ) -> TopicInfo:
+        """Create a topic with ``partitions`` partitions and Kafka-named ``configs``.
+
+        Raises TopicAlreadyExistsError, InvalidTopicError, InvalidConfigError.
+        """
+        request = wire.create_topic_request(name, partitions, configs)
+        response = await self._call(self._stub.CreateTopic, request, self._deadline(timeout_s))
+        return wire.topic_info(response.topic)
+
+    async def delete_topic(self, name: str, *, timeout_s: float | None = _UNSET) -> None:
+        """Delete a topic and all its data. Raises UnknownTopicOrPartitionError."""
+        request = wire.delete_topic_request(name)
+        await self._call(self._stub.DeleteTopic, request, self._deadline(timeout_s))
+
+    async def list_topics(self, *, timeout_s: float | None = _UNSET) -> list[TopicInfo]:
+        """Every topic, sorted by name."""
+        response = await self._call(
+            self._stub.ListTopics, broker_pb2.ListTopicsRequest(), self._deadline(timeout_s)
+        )
+        return sorted((wire.topic_info(t) for t in response.topics), key=lambda t: t.name)
+
+    async def describe_topic(self, name: str, *, timeout_s: float | None = _UNSET) -> TopicInfo:
+        """One topic's configs and partitions. Raises UnknownTopicOrPartitionError."""
+        request = wire.describe_topic_request(name)
+        response = await self._call(self._stub.DescribeTopic, request, self._deadline(timeout_s))
+        return wire.topic_info(response.topic)
+
+    async def alter_topic_configs(
+        self,
+        name: str,
+        set: Mapping[str, str] | None = None,  # the RPC field names, shadowing is harmless
+        delete: Sequence[str] = (),
+        *,
+        timeout_s: float | None = _UNSET,
+    ) -> TopicInfo:
+        """Set some topic configs and return others (``delete``) to the server default."""
+        request = wire.alter_topic_configs_request(name, set, delete)
+        response = await self._call(
+            self._stub.AlterTopicConfigs, request, self._deadline(timeout_s)
+        )
+        return wire.topic_info(response.topic)
+
+    # --- records ---------------------------------------------------------------------------------
+
+    async def produce(
+        self,
+        topic: str,
+        partition: int,
+        records: Sequence[ProducerRecord | bytes] | None = None,
+        *,
+        record_batches: bytes | None = None,
+        compression: Compression | str = Compression.NONE,
+        flush: bool = False,
+        timeout_s: float | None = _UNSET,
+    ) -> ProduceResult:
+        """Append to one partition, atomically: ``records`` (the server encodes them as one
+        batch, compressed with ``compression``) or ``record_batches`` (Kafka v2 batches with base
+        offset 0, as :class:`~stratalog.records.BatchBuilder` builds them). ``flush``: fsync
+        before answering. Not retried: see :class:`~stratalog.client.Producer` for that.
+        """
+        request = wire.produce_request(
+            topic, partition, records, record_batches, compression, flush
+        )
+        response = await self._call(self._stub.Produce, request, self._deadline(timeout_s))
+        return wire.produce_result(response)
+
+    async def fetch_by_offset(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        max_bytes: int = 0,
+        max_wait_ms: int = 0,
+        min_bytes: int = 0,
+        fetch_format: FetchFormat = FetchFormat.RECORDS,
+        isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+        timeout_s: float | None = _UNSET,
+    ) -> FetchResult:
+        """Read from the batch holding ``offset``, up to about ``max_bytes`` (0 = server default;
+        the first batch always comes whole). With ``max_wait_ms`` > 0 and ``offset`` at the log
+        end, wait up to that long for ``min_bytes`` of new data (long poll).
+
+        Raises OffsetOutOfRangeError (with the log's bounds), UnknownTopicOrPartitionError.
+        """
+        request = wire.fetch_by_offset_request(
+            topic, partition, offset, max_bytes, max_wait_ms, min_bytes, fetch_format,
+            isolation_level,
+        )
+        response = await self._call(
+            self._stub.FetchByOffset, request, self._deadline(timeout_s, max_wait_ms)
+        )
+        return wire.fetch_result(response, by_timestamp=False)
+
+    async def fetch_by_timestamp(
+        self,
+        topic: str,
+        partition: int,
+        timestamp_ms: int,
+        *,
+        max_bytes: int = 0,
+        fetch_format: FetchFormat = FetchFormat.RECORDS,
+        isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+        timeout_s: float | None = _UNSET,
+    ) -> FetchResult:
+        """Read from the earliest record whose timestamp is >= ``timestamp_ms``.
+
+        ``matched_offset``/``matched_timestamp`` of the result name that record (-1, -1 and no
+        records when none is that recent).
+        """
+        request = wire.fetch_by_timestamp_request(
+            topic, partition, timestamp_ms, max_bytes, fetch_format, isolation_level
+        )
+        response = await self._call(
+            self._stub.FetchByTimestamp, request, self._deadline(timeout_s)
+        )
+        return wire.fetch_result(response, by_timestamp=True)
+
+    async def list_offsets(
+        self,
+        topic: str,
+        partition: int,
+        timestamp_ms: int,
+        *,
+        isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+        timeout_s: float | None = _UNSET,
+    ) -> OffsetAndTimestamp:
+        """Resolve ``timestamp_ms``: :data:`~stratalog.client.wire.EARLIEST` (-2), ``LATEST``
+        (-1), ``MAX_TIMESTAMP`` (-3), or the first offset with a timestamp >= a time >= 0."""
+        request = wire.list_offsets_request(topic, partition, timestamp_ms, isolation_level)
+        response = await self._call(self._stub.ListOffsets, request, self._deadline(timeout_s))
+        return wire.offset_and_timestamp(response)
+
+    def subscribe(
+        self,
+        topic: str,
+        partition: int,
+        *,
+        offset: int | None = None,
+        timestamp_ms: int | None = None,
+        max_bytes: int = 0,
+        fetch_format: FetchFormat = FetchFormat.RECORDS,
+        isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+        timeout_s: float | None = None,
+    ) -> AsyncIterator[FetchResult]:
+        """Stream the partition from ``offset`` (or ``timestamp_ms``) and keep following its end.
+
+        Returns an async generator of :class:`FetchResult` messages (arguments are checked
+        now, the stream starts at the first ``__anext__``); leaving the ``async for`` and
+        ``aclose()`` cancel the stream. gRPC flow control applies: a consumer that stops reading
+        makes the server stop sending, not buffer.
+        """
+        request = wire.subscribe_request(
+            topic, partition, offset, timestamp_ms, max_bytes, fetch_format, isolation_level
+        )
+        deadline = check_timeout(timeout_s)
+        return self._stream(request, deadline, by_timestamp=timestamp_ms is not None)
+
+    async def _stream(
+        self, request: broker_pb2.SubscribeRequest, timeout: float | None, *, by_timestamp: bool
+    ) -> AsyncIterator[FetchResult]:
+        call = self._stub.Subscribe(request, timeout=timeout)
+        try:
+            async for response in call:
+                yield wire.fetch_result(response, by_timestamp=by_timestamp)
+        except grpc.aio.AioRpcError as err:
+            raise from_rpc_error(err) from err
+        finally:
+            call.cancel()
+
+    async def delete_records(
+        self,
+        topic: str,
+        partition: int,
+        before_offset: int,
+        *,
+        timeout_s: float | None = _UNSET,
+    ) -> int:
+        """Move the log start offset to ``before_offset`` (-1: the high watermark); return it."""
+        request = wire.delete_records_request(topic, partition, before_offset)
+        response = await self._call(self._stub.DeleteRecords, request, self._deadline(timeout_s))
+        return response.log_start_offset

@@ -1,0 +1,468 @@
+"""The Consumer: read a topic's partitions from a starting point, optionally following the end.
+
+Intuition: one fetcher task per partition keeps one fetch ahead of the reader. It asks for
+whole Kafka v2 batches (FETCH_FORMAT_RECORD_BATCHES: the server sends the bytes it stores,
+without decoding them), decodes them here with the shared codec (CRC checked, control batches
+and aborted transactions skipped, see :mod:`stratalog.client.fetched`), and hands the batches to
+the reader through one bounded queue. The reader iterates
+
+* per record: ``async for record in consumer`` gives :class:`ConsumerRecord` tuples;
+* per batch: ``async for batch in consumer.batches()`` gives :class:`ConsumedBatch` values, whose
+  records are not wrapped again (the fast path: about one Python object per record).
+
+Starting points: ``"earliest"``, ``"latest"``, an offset, or ``start_timestamp_ms`` (the first
+record with a timestamp at or after it; the log end when there is none). ``seek*`` methods move
+a partition later on. Without ``follow`` the iteration ends once every partition has been read
+to the end it had when the consumer got there; with ``follow`` it waits for new records, by
+long-poll fetches (``max_wait_ms``) or over a Subscribe stream (``use_subscribe=True``).
+
+Errors: a fetch that fails with a retriable error is retried (reads are idempotent) with
+backoff, up to ``retries`` times in a row; an offset that fell out of the log (retention,
+DeleteRecords) is reset by ``auto_offset_reset`` ("earliest", "latest", or "error" to raise
+:class:`~stratalog.client.errors.OffsetOutOfRangeError`); anything else is raised to the reader.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, Literal
+
+from stratalog.records import CorruptRecordError as RecordCorruptError
+
+from . import wire
+from .client import Client
+from .errors import OffsetOutOfRangeError, StratalogError
+from .fetched import ConsumedBatch, decode_fetched
+from .types import ConsumerRecord, FetchResult
+from .wire import EARLIEST, LATEST, FetchFormat, IsolationLevel
+
+__all__ = ["DEFAULT_FETCH_BYTES_MAX", "Consumer", "ConsumerClosedError"]
+
+logger = logging.getLogger(__name__)
+
+#: Bytes asked for per fetch (the first batch always comes whole, even if larger).
+DEFAULT_FETCH_BYTES_MAX = 8 * 1024 * 1024
+
+_END: Any = object()  # a fetcher's "this partition is read to its end" message
+
+
+class ConsumerClosedError(RuntimeError):
+    """Iterating or seeking a closed Consumer."""
+
+
+class Consumer:
+    """Reads records of one topic's partitions, in offset order within each partition.
+
+    Holds the assigned partitions, each one's position (the next offset to hand to the reader),
+    a fetcher task per partition and a bounded queue of decoded batches (at most
+    ``prefetch_batches`` fetch responses wait in memory). Invariant: a partition's batches reach
+    the reader in offset order and never twice for one position; after ``seek`` nothing fetched
+    for the old position is delivered (each seek bumps the partition's epoch). Holds no durable
+    state: positions are lost with the process (there are no consumer groups).
+    Event-loop only.
+
+    Args:
+        client: a :class:`Client`, or a target string (the Consumer owns and closes it).
+        topic: the topic to read.
+        partitions: which partitions (default: all of them).
+        start: "earliest", "latest" or an offset, for every partition.
+        start_timestamp_ms: start at the first record with a timestamp >= this (overrides
+            ``start``).
+        follow: keep waiting for new records at the end instead of stopping.
+        use_subscribe: follow over Subscribe streams instead of long-poll fetches.
+        max_bytes: bytes asked per fetch (or per streamed message).
+        max_wait_ms: how long one long-poll fetch waits at the log end (``follow`` only).
+        auto_offset_reset: where to go when the position is outside the log.
+        isolation_level: READ_COMMITTED skips aborted transactions.
+        retries: consecutive retriable failures of one partition before its error is raised.
+        retry_backoff_ms, retry_backoff_max_ms: first and largest wait before a retry.
+        prefetch_batches: fetch responses decoded ahead of the reader, in all.
+        verify_crc: check each batch's CRC-32C while decoding.
+    """
+
+    def __init__(
+        self,
+        client: Client | str,
+        topic: str,
+        *,
+        partitions: Sequence[int] | None = None,
+        start: Literal["earliest", "latest"] | int = "earliest",
+        start_timestamp_ms: int | None = None,
+        follow: bool = False,
+        use_subscribe: bool = False,
+        max_bytes: int = DEFAULT_FETCH_BYTES_MAX,
+        max_wait_ms: int = 500,
+        auto_offset_reset: Literal["earliest", "latest", "error"] = "earliest",
+        isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+        retries: int = 10,
+        retry_backoff_ms: int = 100,
+        retry_backoff_max_ms: int = 2000,
+        prefetch_batches: int = 4,
+        verify_crc: bool = True,
+    ) -> None:
+        if isinstance(client, str):
+            self._client = Client(client)
+            self._owns_client = True
+        elif isinstance(client, Client):
+            self._client = client
+            self._owns_client = False
+        else:
+            raise TypeError(f"client must be a Client or a target str, got {client!r}")
+        self._topic = wire.check_topic(topic)
+        if partitions is not None:
+            if isinstance(partitions, str | bytes) or not isinstance(partitions, Sequence):
+                raise TypeError("partitions must be a sequence of partition numbers")
+            partitions = [wire.check_partition(p) for p in partitions]
+            if not partitions:
+                raise ValueError("partitions must not be empty (None means all)")
+            if len(set(partitions)) != len(partitions):
+                raise ValueError(f"partitions has duplicates: {partitions}")
+        self._requested_partitions = partitions
+        if start not in ("earliest", "latest"):
+            wire.check_int(start, "start", 0, wire.INT64_MAX)
+        self._start = start
+        if start_timestamp_ms is not None:
+            wire.check_int(start_timestamp_ms, "start_timestamp_ms", 0, wire.INT64_MAX)
+        self._start_timestamp_ms = start_timestamp_ms
+        for name, flag in (("follow", follow), ("use_subscribe", use_subscribe),
+                           ("verify_crc", verify_crc)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
+        self._follow = follow
+        self._use_subscribe = use_subscribe
+        self._max_bytes = wire.check_int(max_bytes, "max_bytes", 1, wire.INT32_MAX)
+        self._max_wait_ms = wire.check_int(max_wait_ms, "max_wait_ms", 0, wire.INT32_MAX)
+        if auto_offset_reset not in ("earliest", "latest", "error"):
+            raise ValueError(
+                f"auto_offset_reset must be 'earliest', 'latest' or 'error', "
+                f"got {auto_offset_reset!r}"
+            )
+        self._auto_offset_reset = auto_offset_reset
+        self._isolation_level = IsolationLevel(
+            wire.check_int(int(isolation_level), "isolation_level", 0, 1)
+        )
+        self._retries = wire.check_int(retries, "retries", 0, wire.INT32_MAX)
+        self._retry_backoff_s = (
+            wire.check_int(retry_backoff_ms, "retry_backoff_ms", 0, 3_600_000) / 1000.0
+        )
+        self._retry_backoff_max_s = (
+            wire.check_int(retry_backoff_max_ms, "retry_backoff_max_ms", 0, 3_600_000) / 1000.0
+        )
+        self._prefetch_batches = wire.check_int(prefetch_batches, "prefetch_batches", 1, 10_000)
+        self._verify_crc = verify_crc
+        self._partitions: list[int] = []
+        self._positions: dict[int, int] = {}
+        self._epochs: dict[int, int] = {}
+        self._finished: set[int] = set()
+        self._fetchers: dict[int, asyncio.Task[None]] = {}
+        self._queue: asyncio.Queue[tuple[int, int, Any]] | None = None
+        self._started = False
+        self._closed = False
+        self._rng = random.Random()
+
+    # --- lifecycle -------------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Consumer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    @property
+    def topic(self) -> str:
+        """The topic being read."""
+        return self._topic
+
+    @property
+    def partitions(self) -> list[int]:
+        """The partitions being read (known after :meth:`start`)."""
+        return list(self._partitions)
+
+    async def start(self) -> None:
+        """Resolve partitions and starting offsets, and start fetching. Called by iteration."""
+        if self._closed:
+            raise ConsumerClosedError("start() on a closed Consumer")
+        if self._started:
+            return
+        info = await self._client.describe_topic(self._topic)
+        if self._requested_partitions is None:
+            partitions = [p.partition for p in info.partitions]
+        else:
+            partitions = list(self._requested_partitions)
+            missing = [p for p in partitions if p >= info.num_partitions]
+            if missing:
+                raise ValueError(
+                    f"partitions {missing} do not exist: topic {self._topic!r} has "
+                    f"{info.num_partitions} partitions"
+                )
+        self._partitions = partitions
+        self._queue = asyncio.Queue(self._prefetch_batches)
+        for partition in partitions:
+            self._epochs[partition] = 0
+            if self._start_timestamp_ms is not None:
+                offset = await self._offset_for_timestamp(partition, self._start_timestamp_ms)
+            elif self._start == "earliest":
+                offset = (await self._client.list_offsets(self._topic, partition, EARLIEST)).offset
+            elif self._start == "latest":
+                offset = (await self._client.list_offsets(self._topic, partition, LATEST)).offset
+            else:
+                offset = self._start  # type: ignore[assignment]
+            self._positions[partition] = offset
+        self._started = True
+        for partition in partitions:
+            self._start_fetcher(partition)
+
+    async def close(self) -> None:
+        """Stop fetching; close the client if the Consumer opened it. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        fetchers = list(self._fetchers.values())
+        self._fetchers.clear()
+        for task in fetchers:
+            task.cancel()
+        if fetchers:
+            await asyncio.gather(*fetchers, return_exceptions=True)
+        if self._owns_client:
+            await self._client.close()
+
+    # --- positions -------------------------------------------------------------------------------
+
+    def position(self, partition: int) -> int:
+        """The next offset the reader will get from ``partition``."""
+        self._check_assigned(partition)
+        return self._positions[partition]
+
+    def seek(self, partition: int, offset: int) -> None:
+        """Continue ``partition`` at ``offset``; anything fetched for the old position is
+        dropped. An offset outside the log is handled by ``auto_offset_reset`` when fetched."""
+        if self._closed:
+            raise ConsumerClosedError("seek() on a closed Consumer")
+        self._check_assigned(partition)
+        wire.check_int(offset, "offset", 0, wire.INT64_MAX)
+        self._positions[partition] = offset
+        self._epochs[partition] += 1
+        self._finished.discard(partition)
+        task = self._fetchers.pop(partition, None)
+        if task is not None:
+            task.cancel()
+        self._start_fetcher(partition)
+
+    async def seek_to_timestamp(self, partition: int, timestamp_ms: int) -> int:
+        """Continue at the first record with a timestamp >= ``timestamp_ms`` (the log end when
+        none is that recent); returns the offset."""
+        self._check_assigned(partition)
+        offset = await self._offset_for_timestamp(partition, timestamp_ms)
+        self.seek(partition, offset)
+        return offset
+
+    async def seek_to_beginning(self, *partitions: int) -> None:
+        """Continue the given partitions (default: all) at their log start offsets."""
+        for partition in partitions or tuple(self._partitions):
+            self._check_assigned(partition)
+            result = await self._client.list_offsets(self._topic, partition, EARLIEST)
+            self.seek(partition, result.offset)
+
+    async def seek_to_end(self, *partitions: int) -> None:
+        """Continue the given partitions (default: all) at their log end offsets."""
+        for partition in partitions or tuple(self._partitions):
+            self._check_assigned(partition)
+            result = await self._client.list_offsets(self._topic, partition, LATEST)
+            self.seek(partition, result.offset)
+
+    def _check_assigned(self, partition: int) -> None:
+        wire.check_partition(partition)
+        if not self._started:
+            raise RuntimeError("the Consumer has not started: await start() or iterate first")
+        if partition not in self._positions:
+            raise ValueError(f"partition {partition} is not assigned to this Consumer")
+
+    async def _offset_for_timestamp(self, partition: int, timestamp_ms: int) -> int:
+        wire.check_int(timestamp_ms, "timestamp_ms", 0, wire.INT64_MAX)
+        result = await self._client.list_offsets(self._topic, partition, timestamp_ms)
+        if result.offset >= 0:
+            return result.offset
+        return (await self._client.list_offsets(self._topic, partition, LATEST)).offset
+
+    # --- reading ---------------------------------------------------------------------------------
+
+    def __aiter__(self) -> AsyncIterator[ConsumerRecord]:
+        return self._records()
+
+    async def _records(self) -> AsyncIterator[ConsumerRecord]:
+        async for batch in self.batches():
+            for record in batch.consumer_records():
+                yield record
+
+    async def batches(self) -> AsyncIterator[ConsumedBatch]:
+        """Decoded batches in offset order per partition, interleaved across partitions.
+
+        Ends when every partition is read to its end (without ``follow``); never ends with
+        ``follow`` until :meth:`close`. Empty batches are not yielded.
+        """
+        await self.start()
+        queue = self._queue
+        assert queue is not None
+        while not self._closed:
+            if not self._follow and len(self._finished) == len(self._partitions):
+                return
+            partition, epoch, item = await queue.get()
+            if epoch != self._epochs.get(partition):
+                continue  # fetched before a seek
+            if item is _END:
+                self._finished.add(partition)
+                continue
+            if isinstance(item, BaseException):
+                raise item
+            for batch in item:
+                self._positions[partition] = batch.next_offset
+                if batch.records:
+                    yield batch
+                    if epoch != self._epochs[partition]:
+                        break  # the reader seeked while holding this batch
+
+    # --- fetching --------------------------------------------------------------------------------
+
+    def _start_fetcher(self, partition: int) -> None:
+        epoch = self._epochs[partition]
+        position = self._positions[partition]
+        if self._follow and self._use_subscribe:
+            coro = self._subscribe_loop(partition, epoch, position)
+        else:
+            coro = self._fetch_loop(partition, epoch, position)
+        self._fetchers[partition] = asyncio.get_running_loop().create_task(coro)
+
+    def _backoff_s(self, failures: int) -> float:
+        delay = min(self._retry_backoff_max_s, self._retry_backoff_s * (2 ** (failures - 1)))
+        return delay * self._rng.uniform(0.8, 1.2)
+
+    def _decode(self, partition: int, result: FetchResult, position: int) -> list[ConsumedBatch]:
+        batches = decode_fetched(
+            self._topic,
+            partition,
+            result.record_batches,
+            position,
+            result.high_watermark,
+            aborted_transactions=result.aborted_transactions,
+            read_committed=self._isolation_level == IsolationLevel.READ_COMMITTED,
+            verify_crc=self._verify_crc,
+        )
+        if result.record_batches and not batches:
+            raise RecordCorruptError(
+                f"fetch of {self._topic}-{partition} at offset {position} returned "
+                f"{len(result.record_batches)} bytes without one whole record batch"
+            )
+        return batches
+
+    async def _reset_position(self, partition: int, err: OffsetOutOfRangeError) -> int:
+        """Where to continue after an out-of-range position, by ``auto_offset_reset``."""
+        if self._auto_offset_reset == "error":
+            raise err
+        if self._auto_offset_reset == "earliest":
+            if err.log_start_offset is not None:
+                return err.log_start_offset
+            return (await self._client.list_offsets(self._topic, partition, EARLIEST)).offset
+        if err.log_end_offset is not None:
+            return err.log_end_offset
+        return (await self._client.list_offsets(self._topic, partition, LATEST)).offset
+
+    async def _fetch_loop(self, partition: int, epoch: int, position: int) -> None:
+        queue = self._queue
+        assert queue is not None
+        failures = 0
+        max_wait_ms = self._max_wait_ms if self._follow else 0
+        try:
+            while True:
+                try:
+                    result = await self._client.fetch_by_offset(
+                        self._topic,
+                        partition,
+                        position,
+                        max_bytes=self._max_bytes,
+                        max_wait_ms=max_wait_ms,
+                        fetch_format=FetchFormat.RECORD_BATCHES,
+                        isolation_level=self._isolation_level,
+                    )
+                except OffsetOutOfRangeError as err:
+                    new_position = await self._reset_position(partition, err)
+                    logger.info(
+                        "%s-%d: offset %d out of range [%s, %s]; resetting to %d",
+                        self._topic, partition, position, err.log_start_offset,
+                        err.log_end_offset, new_position,
+                    )
+                    if new_position == position:
+                        raise
+                    position = new_position
+                    continue
+                except StratalogError as err:
+                    failures += 1
+                    if not err.retriable or failures > self._retries:
+                        raise
+                    await asyncio.sleep(self._backoff_s(failures))
+                    continue
+                failures = 0
+                batches = self._decode(partition, result, position)
+                if batches:
+                    position = batches[-1].next_offset
+                    await queue.put((partition, epoch, batches))
+                elif result.next_offset > position:
+                    position = result.next_offset  # e.g. a gap the server skipped over
+                elif not self._follow and position >= result.high_watermark:
+                    await queue.put((partition, epoch, _END))
+                    return
+        except asyncio.CancelledError:
+            raise
+        except BaseException as err:
+            await queue.put((partition, epoch, err))
+
+    async def _subscribe_loop(self, partition: int, epoch: int, position: int) -> None:
+        queue = self._queue
+        assert queue is not None
+        failures = 0
+        try:
+            while True:
+                try:
+                    stream = self._client.subscribe(
+                        self._topic,
+                        partition,
+                        offset=position,
+                        max_bytes=self._max_bytes,
+                        fetch_format=FetchFormat.RECORD_BATCHES,
+                        isolation_level=self._isolation_level,
+                    )
+                    try:
+                        async for result in stream:
+                            failures = 0
+                            batches = self._decode(partition, result, position)
+                            if batches:
+                                position = batches[-1].next_offset
+                                await queue.put((partition, epoch, batches))
+                    finally:
+                        await stream.aclose()  # type: ignore[attr-defined]
+                except OffsetOutOfRangeError as err:
+                    new_position = await self._reset_position(partition, err)
+                    if new_position == position:
+                        raise
+                    position = new_position
+                    continue
+                except StratalogError as err:
+                    failures += 1
+                    if not err.retriable or failures > self._retries:
+                        raise
+                    await asyncio.sleep(self._backoff_s(failures))
+                    continue
+                # The server ended the stream (it stops following, e.g. on shutdown): resume.
+                failures += 1
+                if failures > self._retries:
+                    raise StratalogError(
+                        f"Subscribe to {self._topic}-{partition} kept ending at offset {position}"
+                    )
+                await asyncio.sleep(self._backoff_s(failures))
+        except asyncio.CancelledError:
+            raise
+        except BaseException as err:
+            await queue.put((partition, epoch, err))

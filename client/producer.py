@@ -1,0 +1,692 @@
+"""The Producer: records in, Kafka v2 batches out, one ordered pipeline per partition.
+
+Intuition: calling Produce once per record would spend all the time on round trips, so the
+Producer does what Kafka's does. Each ``send()`` picks a partition (Kafka's murmur2 of the key,
+or the current sticky partition for unkeyed records), encodes the record straight into that
+partition's open batch (:class:`~stratalog.records.BatchBuilder`, the shared codec) and returns a
+:class:`RecordFuture`. A batch is closed when it reaches ``batch_bytes_max`` or ``linger_ms``
+after its first record, compressed, and sent as ``record_batches`` in one Produce; its response
+(the base offset) resolves the futures of all its records at once: record ``i`` of the batch
+has offset ``base_offset + i``.
+
+Delivery semantics (as Kafka's producer without idempotence):
+
+* Order. Batches of one partition are sent in the order they were filled. With
+  ``max_in_flight_per_partition=1`` (the default) the next batch of a partition is sent only
+  after the previous one is acknowledged or has failed for good, so records of a partition are
+  stored in ``send()`` order, retries included. With more in flight, gRPC may deliver concurrent
+  requests in another order (each is its own HTTP/2 stream) and a retried batch lands after the
+  ones sent meanwhile: more throughput per partition, no order guarantee.
+* Retries. A failed batch is sent again only if its error is ``retriable`` (server shutting
+  down, storage error, connection lost, deadline passed), at most ``retries`` times, with
+  exponential backoff and jitter, and never after ``delivery_timeout_ms``. A batch whose
+  response was received is never sent again. When the failure left it unknown whether the
+  server appended the batch (connection lost or deadline passed after the request went out),
+  the retry may store it twice: at-least-once delivery. ``retries=0`` gives at-most-once.
+* Errors surface on the records' futures (and in the log when nobody awaits them); a failed
+  batch does not stop the Producer.
+
+Memory is bounded: ``send()`` waits while ``buffer_bytes_max`` bytes of records are buffered
+or in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import random
+import time
+from collections.abc import Callable, Generator, Sequence
+from typing import Any
+
+from stratalog.records import RECORD_BATCH_OVERHEAD, BatchBuilder, Compression, Header
+
+from . import wire
+from .client import Client
+from .errors import StratalogError, UnknownTopicOrPartitionError
+from .partitioner import StickyPartitioner, partition_for_key
+from .types import RecordMetadata
+
+__all__ = [
+    "DEFAULT_BATCH_BYTES_MAX",
+    "DEFAULT_BUFFER_BYTES_MAX",
+    "Producer",
+    "ProducerClosedError",
+    "RecordFuture",
+    "SendManyFuture",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Uncompressed bytes of one batch (Kafka's batch.size is 16 KiB; larger batches are what make
+#: a Python producer fast, and 1 MiB stays under the server's default max.message.bytes).
+DEFAULT_BATCH_BYTES_MAX = 1024 * 1024 - 64 * 1024
+
+#: Bytes of records buffered or in flight before ``send()`` waits (Kafka's buffer.memory).
+DEFAULT_BUFFER_BYTES_MAX = 64 * 1024 * 1024
+
+# The most a record's framing can add to its key, value and headers: length (5), attributes (1),
+# timestamp delta (10), offset delta (5), key and value lengths (5 + 5), header count (5).
+_RECORD_FRAMING_BYTES_MAX = 36
+# Per header: key length (5) and value length (5) varints.
+_HEADER_FRAMING_BYTES_MAX = 10
+
+
+class ProducerClosedError(RuntimeError):
+    """``send()`` after ``close()`` started."""
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class _Batch:
+    """One batch of one partition: its builder while open, its bytes once closed, its outcome.
+
+    ``future`` resolves to ``(base_offset, log_append_time)`` or to the delivery error.
+    """
+
+    __slots__ = (
+        "builder",
+        "count",
+        "data",
+        "future",
+        "lingered",
+        "partition",
+        "size_bytes",
+        "timer",
+        "topic",
+    )
+
+    def __init__(self, topic: str, partition: int, builder: BatchBuilder, loop: Any) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.builder: BatchBuilder | None = builder
+        self.count = 0
+        self.size_bytes = RECORD_BATCH_OVERHEAD
+        self.data: bytes | None = None
+        self.future: asyncio.Future[tuple[int, int]] = loop.create_future()
+        self.future.add_done_callback(_log_unretrieved)
+        self.lingered = False
+        self.timer: asyncio.TimerHandle | None = None
+
+
+def _log_unretrieved(future: asyncio.Future[tuple[int, int]]) -> None:
+    # Marks the exception retrieved (no "never retrieved" noise at garbage collection) and
+    # makes sure a failure is visible to fire-and-forget callers.
+    if not future.cancelled() and future.exception() is not None:
+        logger.warning("record batch not delivered: %s", future.exception())
+
+
+class RecordFuture:
+    """The pending outcome of one ``send()``: awaiting it gives its :class:`RecordMetadata`.
+
+    Holds its batch and its index in it; resolves when the batch's Produce answers (or fails
+    for good). Event-loop only, like the Producer.
+    """
+
+    __slots__ = ("_batch", "_index", "_timestamp")
+
+    def __init__(self, batch: _Batch, index: int, timestamp: int) -> None:
+        self._batch = batch
+        self._index = index
+        self._timestamp = timestamp
+
+    def __await__(self) -> Generator[Any, None, RecordMetadata]:
+        yield from asyncio.ensure_future(self._batch.future).__await__()
+        return self.result()
+
+    def done(self) -> bool:
+        """Whether the batch was acknowledged or failed for good."""
+        return self._batch.future.done()
+
+    def result(self) -> RecordMetadata:
+        """The record's metadata; raises the delivery error, or InvalidStateError if pending."""
+        batch = self._batch
+        base_offset, log_append_time = batch.future.result()
+        timestamp = self._timestamp if log_append_time < 0 else log_append_time
+        return RecordMetadata(batch.topic, batch.partition, base_offset + self._index, timestamp)
+
+    def exception(self) -> BaseException | None:
+        """The delivery error, ``None`` on success; InvalidStateError while pending."""
+        return self._batch.future.exception()
+
+    def add_done_callback(self, callback: Callable[[RecordFuture], object]) -> None:
+        """Call ``callback(self)`` on the loop once the outcome is known."""
+        self._batch.future.add_done_callback(lambda _: callback(self))
+
+
+class SendManyFuture:
+    """The pending outcome of one ``send_many()``: awaiting it gives a list of RecordMetadata.
+
+    Holds the (batch, first index, count, timestamps) runs that the records went into, in input
+    order; builds the per-record metadata only when awaited or asked for.
+    """
+
+    __slots__ = ("_runs",)
+
+    def __init__(self, runs: list[tuple[_Batch, int, int, list[int]]]) -> None:
+        self._runs = runs
+
+    def __await__(self) -> Generator[Any, None, list[RecordMetadata]]:
+        futures = {id(run[0].future): run[0].future for run in self._runs}
+        if futures:
+            yield from asyncio.gather(*futures.values(), return_exceptions=True).__await__()
+        return self.result()
+
+    def done(self) -> bool:
+        """Whether every batch the records went into was acknowledged or failed for good."""
+        return all(run[0].future.done() for run in self._runs)
+
+    def result(self) -> list[RecordMetadata]:
+        """Metadata in input order; raises the first delivery error among the batches."""
+        out: list[RecordMetadata] = []
+        for batch, first, count, timestamps in self._runs:
+            base_offset, log_append_time = batch.future.result()
+            start = base_offset + first
+            topic, partition = batch.topic, batch.partition
+            if log_append_time >= 0:
+                timestamps = [log_append_time] * count
+            out.extend(
+                RecordMetadata(topic, partition, offset, ts)
+                for offset, ts in zip(range(start, start + count), timestamps, strict=True)
+            )
+        return out
+
+
+class _PartitionQueue:
+    """The batches of one partition: the open one, the closed ones waiting, the in-flight count.
+
+    Invariant: batches leave ``ready`` in the order they were closed, and they are closed in the
+    order they were opened, so a partition's batches are sent in ``send()`` order.
+    """
+
+    __slots__ = ("current", "in_flight", "partition", "ready", "topic")
+
+    def __init__(self, topic: str, partition: int) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.current: _Batch | None = None
+        self.ready: collections.deque[_Batch] = collections.deque()
+        self.in_flight = 0
+
+
+class _TopicState:
+    __slots__ = ("num_partitions", "queues", "sticky")
+
+    def __init__(self, topic: str, num_partitions: int, rng: random.Random) -> None:
+        self.num_partitions = num_partitions
+        self.sticky = StickyPartitioner(num_partitions, rng=rng)
+        self.queues = [_PartitionQueue(topic, p) for p in range(num_partitions)]
+
+
+class Producer:
+    """Batches records per partition, encodes them client-side and sends them with retries.
+
+    Holds per topic its partition count (asked once with DescribeTopic), a sticky partitioner,
+    and per partition a queue of batches; the bytes buffered; the batch send tasks.
+    Invariant: ``buffered_bytes`` = the uncompressed size of every batch not yet resolved.
+    Crash behaviour: records in memory are lost with the process; only resolved futures mean
+    stored. Event-loop only: one asyncio loop owns the Producer (use one per loop/thread).
+
+    Args:
+        client: a :class:`Client`, or a target string (the Producer then owns and closes it).
+        linger_ms: how long a batch waits for more records after its first (0: send at the next
+            turn of the event loop, which still batches what was sent in the same turn).
+        batch_bytes_max: uncompressed size at which a batch is closed and sent. A record larger
+            than this goes alone in its batch.
+        compression: codec of the batches (Compression or "none", "gzip", "snappy", "lz4",
+            "zstd"); ``compression_level`` for the codec, ``None`` for its default.
+        max_in_flight_per_partition: Produce requests of one partition at a time (see the
+            module docstring for what >1 does to order).
+        retries: how many times a batch is sent again after a retriable error.
+        retry_backoff_ms, retry_backoff_max_ms: first and largest wait before a retry.
+        delivery_timeout_ms: a batch not delivered this long after it was closed fails.
+        request_timeout_s: deadline of each Produce request.
+        buffer_bytes_max: bytes of records held before ``send()`` waits.
+        flush: ask the server to fsync before answering each Produce.
+    """
+
+    def __init__(
+        self,
+        client: Client | str,
+        *,
+        linger_ms: int = 5,
+        batch_bytes_max: int = DEFAULT_BATCH_BYTES_MAX,
+        compression: Compression | str = Compression.NONE,
+        compression_level: int | None = None,
+        max_in_flight_per_partition: int = 1,
+        retries: int = 5,
+        retry_backoff_ms: int = 100,
+        retry_backoff_max_ms: int = 1000,
+        delivery_timeout_ms: int = 120_000,
+        request_timeout_s: float = 30.0,
+        buffer_bytes_max: int = DEFAULT_BUFFER_BYTES_MAX,
+        flush: bool = False,
+        rng: random.Random | None = None,
+    ) -> None:
+        if isinstance(client, str):
+            self._client = Client(client)
+            self._owns_client = True
+        elif isinstance(client, Client):
+            self._client = client
+            self._owns_client = False
+        else:
+            raise TypeError(f"client must be a Client or a target str, got {client!r}")
+        self._linger_s = wire.check_int(linger_ms, "linger_ms", 0, 3_600_000) / 1000.0
+        self._batch_bytes_max = wire.check_int(
+            batch_bytes_max, "batch_bytes_max", RECORD_BATCH_OVERHEAD + 1, wire.INT32_MAX
+        )
+        self._compression = wire.parse_compression(compression)
+        if compression_level is not None:
+            wire.check_int(compression_level, "compression_level", -(2**31), wire.INT32_MAX)
+        self._compression_level = compression_level
+        self._max_in_flight = wire.check_int(
+            max_in_flight_per_partition, "max_in_flight_per_partition", 1, 1000
+        )
+        self._retries = wire.check_int(retries, "retries", 0, wire.INT32_MAX)
+        self._retry_backoff_s = (
+            wire.check_int(retry_backoff_ms, "retry_backoff_ms", 0, 3_600_000) / 1000.0
+        )
+        self._retry_backoff_max_s = (
+            wire.check_int(retry_backoff_max_ms, "retry_backoff_max_ms", 0, 3_600_000) / 1000.0
+        )
+        self._delivery_timeout_s = (
+            wire.check_int(delivery_timeout_ms, "delivery_timeout_ms", 1, wire.INT32_MAX) / 1000.0
+        )
+        if isinstance(request_timeout_s, bool) or not isinstance(request_timeout_s, int | float):
+            raise TypeError(f"request_timeout_s must be a number, got {request_timeout_s!r}")
+        if not request_timeout_s > 0:
+            raise ValueError(f"request_timeout_s must be > 0, got {request_timeout_s}")
+        self._request_timeout_s = float(request_timeout_s)
+        self._buffer_bytes_max = wire.check_int(
+            buffer_bytes_max, "buffer_bytes_max", 1, 2**62
+        )
+        if not isinstance(flush, bool):
+            raise TypeError(f"flush must be a bool, got {type(flush).__name__}")
+        self._flush = flush
+        self._rng = rng or random.Random()
+        self._topics: dict[str, _TopicState] = {}
+        self._topic_locks: dict[str, asyncio.Lock] = {}
+        self._pending: set[_Batch] = set()  # closed or open, not yet resolved
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._buffered_bytes = 0
+        self._space = asyncio.Event()
+        self._closed = False
+
+    # --- context ---------------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Producer:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Uncompressed bytes of records sent to the Producer and not yet acknowledged."""
+        return self._buffered_bytes
+
+    # --- sending ---------------------------------------------------------------------------------
+
+    async def _topic_state(self, topic: str) -> _TopicState:
+        state = self._topics.get(topic)
+        if state is not None:
+            return state
+        wire.check_topic(topic)
+        lock = self._topic_locks.setdefault(topic, asyncio.Lock())
+        async with lock:
+            state = self._topics.get(topic)
+            if state is None:
+                info = await self._client.describe_topic(topic)
+                state = self._topics[topic] = _TopicState(topic, info.num_partitions, self._rng)
+        return state
+
+    async def partitions_for(self, topic: str) -> int:
+        """How many partitions ``topic`` has (asked once, then remembered)."""
+        return (await self._topic_state(topic)).num_partitions
+
+    async def send(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        *,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Sequence[Header] = (),
+    ) -> RecordFuture:
+        """Add one record to its partition's batch; return the future of its metadata.
+
+        ``partition``: ``None`` to pick by key (Kafka's murmur2) or stickily for ``key=None``.
+        ``timestamp_ms``: ``None`` for now. Waits only while the buffer is full (and the first
+        time a topic is used, for its partition count).
+
+        Raises:
+            TypeError/ValueError: a bad argument (named), before anything is buffered.
+            UnknownTopicOrPartitionError: no such topic (from the server).
+            ProducerClosedError: the Producer is closing.
+        """
+        if self._closed:
+            raise ProducerClosedError("send() on a closed Producer")
+        if type(value) is not bytes:
+            value = wire.check_bytes_or_none(value, "value")
+        if key is not None and type(key) is not bytes:
+            key = wire.check_bytes_or_none(key, "key")
+        if headers:
+            headers = wire.check_headers(headers)
+        if timestamp_ms is None:
+            timestamp_ms = time.time_ns() // 1_000_000
+        else:
+            wire.check_int(timestamp_ms, "timestamp_ms", 0, wire.INT64_MAX)
+        state = self._topics.get(topic)
+        if state is None:
+            state = await self._topic_state(topic)
+        if partition is None:
+            if key is None:
+                partition = state.sticky.partition()
+            else:
+                partition = partition_for_key(key, state.num_partitions)
+        else:
+            self._check_partition(topic, partition, state)
+        while self._buffered_bytes >= self._buffer_bytes_max:
+            self._space.clear()
+            await self._space.wait()
+            if self._closed:
+                raise ProducerClosedError("the Producer closed while send() waited for space")
+        queue = state.queues[partition]
+        batch, index = self._append(queue, state, timestamp_ms, key, value, headers)
+        return RecordFuture(batch, index, timestamp_ms)
+
+    async def send_many(
+        self,
+        topic: str,
+        values: Sequence[bytes | None],
+        keys: Sequence[bytes | None] | None = None,
+        *,
+        partition: int | None = None,
+        timestamps_ms: Sequence[int] | None = None,
+    ) -> SendManyFuture:
+        """Send many records in one call: the batch-level API, with no per-record future.
+
+        ``values[i]`` goes with ``keys[i]`` and ``timestamps_ms[i]`` (when given; same lengths).
+        Partitioning is that of :meth:`send` record by record; unkeyed records all go to the
+        sticky partition (moving on as batches fill). The buffer limit is checked once, before
+        the records are added. Returns a :class:`SendManyFuture` (metadata in input order).
+        """
+        if self._closed:
+            raise ProducerClosedError("send_many() on a closed Producer")
+        if isinstance(values, bytes | str) or not isinstance(values, Sequence):
+            raise TypeError("values must be a sequence of bytes values")
+        count = len(values)
+        if keys is not None and (isinstance(keys, bytes | str) or len(keys) != count):
+            raise ValueError(f"keys must be a sequence of {count} keys (one per value)")
+        if timestamps_ms is not None and len(timestamps_ms) != count:
+            raise ValueError(f"timestamps_ms must hold {count} timestamps (one per value)")
+        for index, value in enumerate(values):
+            if value is not None and type(value) is not bytes:
+                raise TypeError(
+                    f"values[{index}] must be bytes or None, got {type(value).__name__}"
+                )
+        if keys is not None:
+            for index, key in enumerate(keys):
+                if key is not None and type(key) is not bytes:
+                    raise TypeError(
+                        f"keys[{index}] must be bytes or None, got {type(key).__name__}"
+                    )
+        if timestamps_ms is not None:
+            for index, ts in enumerate(timestamps_ms):
+                wire.check_int(ts, f"timestamps_ms[{index}]", 0, wire.INT64_MAX)
+        state = self._topics.get(topic) or await self._topic_state(topic)
+        if partition is not None:
+            self._check_partition(topic, partition, state)
+        while self._buffered_bytes >= self._buffer_bytes_max:
+            self._space.clear()
+            await self._space.wait()
+            if self._closed:
+                raise ProducerClosedError("the Producer closed while send_many() waited")
+        now = _now_ms()
+        runs: list[tuple[_Batch, int, int, list[int]]] = []
+        run_batch: _Batch | None = None
+        run_first = run_count = 0
+        run_timestamps: list[int] = []
+        num_partitions = state.num_partitions
+        sticky = state.sticky
+        queues = state.queues
+        append = self._append
+        for index in range(count):
+            key = keys[index] if keys is not None else None
+            timestamp = timestamps_ms[index] if timestamps_ms is not None else now
+            if partition is not None:
+                target = partition
+            elif key is None:
+                target = sticky.partition()
+            else:
+                target = partition_for_key(key, num_partitions)
+            batch, position = append(queues[target], state, timestamp, key, values[index], ())
+            if batch is run_batch:
+                run_count += 1
+                run_timestamps.append(timestamp)
+            else:
+                if run_batch is not None:
+                    runs.append((run_batch, run_first, run_count, run_timestamps))
+                run_batch, run_first, run_count, run_timestamps = batch, position, 1, [timestamp]
+        if run_batch is not None:
+            runs.append((run_batch, run_first, run_count, run_timestamps))
+        return SendManyFuture(runs)
+
+    def _check_partition(self, topic: str, partition: object, state: _TopicState) -> None:
+        wire.check_partition(partition)
+        if partition >= state.num_partitions:  # type: ignore[operator]
+            raise ValueError(
+                f"partition {partition} does not exist: topic {topic!r} has "
+                f"{state.num_partitions} partitions"
+            )
+
+    def _append(
+        self,
+        queue: _PartitionQueue,
+        state: _TopicState,
+        timestamp: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[Header],
+    ) -> tuple[_Batch, int]:
+        """Encode one record into the open batch of ``queue``; close batches that fill up."""
+        estimate = _RECORD_FRAMING_BYTES_MAX
+        if value is not None:
+            estimate += len(value)
+        if key is not None:
+            estimate += len(key)
+        if headers:
+            estimate += sum(
+                _HEADER_FRAMING_BYTES_MAX + len(k.encode()) + (len(v) if v is not None else 0)
+                for k, v in headers
+            )
+        batch = queue.current
+        if batch is not None and batch.size_bytes + estimate > self._batch_bytes_max:
+            self._close_batch(queue, state, batch)
+            batch = None
+        if batch is None:
+            batch = self._open_batch(queue)
+        builder = batch.builder
+        index = builder.append(timestamp, key, value, headers)  # type: ignore[union-attr]
+        batch.count = index + 1
+        size = RECORD_BATCH_OVERHEAD + builder.uncompressed_records_bytes  # type: ignore[union-attr]
+        self._buffered_bytes += size - batch.size_bytes
+        batch.size_bytes = size
+        if size + _RECORD_FRAMING_BYTES_MAX >= self._batch_bytes_max:
+            self._close_batch(queue, state, batch)
+        return batch, index
+
+    def _open_batch(self, queue: _PartitionQueue) -> _Batch:
+        loop = asyncio.get_running_loop()
+        builder = BatchBuilder(
+            compression=self._compression, compression_level=self._compression_level
+        )
+        batch = _Batch(queue.topic, queue.partition, builder, loop)
+        self._buffered_bytes += batch.size_bytes
+        self._pending.add(batch)
+        queue.current = batch
+        if self._linger_s > 0:
+            batch.timer = loop.call_later(self._linger_s, self._on_linger, queue, batch)
+        else:
+            batch.timer = loop.call_soon(self._on_linger, queue, batch)  # type: ignore[assignment]
+        return batch
+
+    def _on_linger(self, queue: _PartitionQueue, batch: _Batch) -> None:
+        batch.timer = None
+        if queue.current is not batch:
+            return
+        batch.lingered = True
+        if queue.in_flight < self._max_in_flight and not queue.ready:
+            self._close_batch(queue, self._topics[queue.topic], batch)
+        # Otherwise the batch keeps filling until a request slot frees (see _maybe_send).
+
+    def _close_batch(self, queue: _PartitionQueue, state: _TopicState | None, batch: _Batch) -> None:
+        """Move the open batch to ``ready`` (encoding is finished by build()) and send."""
+        if batch.timer is not None:
+            batch.timer.cancel()
+            batch.timer = None
+        if queue.current is batch:
+            queue.current = None
+            if state is not None:
+                state.sticky.next_batch(queue.partition)
+        queue.ready.append(batch)
+        self._maybe_send(queue)
+
+    def _maybe_send(self, queue: _PartitionQueue) -> None:
+        current = queue.current
+        if (
+            current is not None
+            and current.lingered
+            and not queue.ready
+            and queue.in_flight < self._max_in_flight
+        ):
+            queue.current = None
+            state = self._topics.get(queue.topic)
+            if state is not None:
+                state.sticky.next_batch(queue.partition)
+            queue.ready.append(current)
+        while queue.ready and queue.in_flight < self._max_in_flight:
+            batch = queue.ready.popleft()
+            queue.in_flight += 1
+            task = asyncio.get_running_loop().create_task(self._deliver(queue, batch))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    def _backoff_s(self, attempt: int) -> float:
+        # Kafka's exponential backoff: base * 2^(attempt-1), capped, with +-20% jitter.
+        delay = min(self._retry_backoff_max_s, self._retry_backoff_s * (2 ** (attempt - 1)))
+        return delay * self._rng.uniform(0.8, 1.2)
+
+    async def _deliver(self, queue: _PartitionQueue, batch: _Batch) -> None:
+        """Send one batch until it is acknowledged or fails for good; then free its slot."""
+        try:
+            builder = batch.builder
+            batch.builder = None
+            data = batch.data = builder.build()  # type: ignore[union-attr]
+            deadline = time.monotonic() + self._delivery_timeout_s
+            attempt = 0
+            while True:
+                try:
+                    result = await self._client.produce(
+                        batch.topic,
+                        batch.partition,
+                        record_batches=data,
+                        flush=self._flush,
+                        timeout_s=min(
+                            self._request_timeout_s, max(0.001, deadline - time.monotonic())
+                        ),
+                    )
+                except StratalogError as err:
+                    attempt += 1
+                    delay = self._backoff_s(attempt)
+                    if (
+                        err.retriable
+                        and attempt <= self._retries
+                        and time.monotonic() + delay < deadline
+                    ):
+                        logger.info(
+                            "retrying batch of %d records to %s-%d (attempt %d of %d) after %s",
+                            batch.count, batch.topic, batch.partition, attempt, self._retries,
+                            err,
+                        )
+                        await asyncio.sleep(delay)
+                        continue
+                    if isinstance(err, UnknownTopicOrPartitionError):
+                        # The topic went away: ask for its partitions again next time.
+                        self._topics.pop(batch.topic, None)
+                    batch.future.set_exception(err)
+                    return
+                if result.record_count not in (0, batch.count):
+                    logger.warning(
+                        "server acknowledged %d records of a batch of %d to %s-%d",
+                        result.record_count, batch.count, batch.topic, batch.partition,
+                    )
+                batch.future.set_result((result.base_offset, result.log_append_time))
+                return
+        except asyncio.CancelledError:
+            if not batch.future.done():
+                batch.future.set_exception(ProducerClosedError("the Producer was closed"))
+            raise
+        except BaseException as err:  # a bug or a codec error: fail the batch, keep going
+            if not batch.future.done():
+                batch.future.set_exception(err)
+            if not isinstance(err, Exception):
+                raise
+        finally:
+            batch.data = None
+            self._pending.discard(batch)
+            self._buffered_bytes -= batch.size_bytes
+            self._space.set()
+            queue.in_flight -= 1
+            self._maybe_send(queue)
+
+    # --- flushing and closing --------------------------------------------------------------------
+
+    async def flush(self) -> None:
+        """Send every buffered record now and wait until all are acknowledged or failed.
+
+        Does not raise delivery errors (they are on the records' futures).
+        """
+        while self._pending:
+            for state in list(self._topics.values()):
+                for queue in state.queues:
+                    if queue.current is not None:
+                        self._close_batch(queue, state, queue.current)
+            futures = [batch.future for batch in self._pending]
+            await asyncio.gather(*futures, return_exceptions=True)
+
+    async def close(self, timeout_s: float | None = None) -> None:
+        """Stop accepting records, flush (up to ``timeout_s``; then cancel what is left), and
+        close the client if the Producer opened it. Idempotent."""
+        if self._closed and not self._pending:
+            return
+        self._closed = True
+        self._space.set()  # wake senders blocked on the buffer: they raise ProducerClosedError
+        try:
+            if timeout_s is None:
+                await self.flush()
+            else:
+                try:
+                    await asyncio.wait_for(self.flush(), timeout_s)
+                except TimeoutError:
+                    logger.warning(
+                        "Producer closed with %d batches undelivered after %s s",
+                        len(self._pending), timeout_s,
+                    )
+        finally:
+            for task in list(self._tasks):
+                task.cancel()
+            if self._tasks:
+                await asyncio.gather(*self._tasks, return_exceptions=True)
+            for batch in list(self._pending):
+                if batch.timer is not None:
+                    batch.timer.cancel()
+                if not batch.future.done():
+                    batch.future.set_exception(ProducerClosedError("the Producer was closed"))
+            self._pending.clear()
+            if self._owns_client:
+                await self._client.close()

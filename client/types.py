@@ -1,0 +1,164 @@
+"""The values the client hands back: topics, produce and fetch results, consumed records.
+
+Plain immutable Python values, so callers never touch generated protobuf classes (whose
+``int64`` fields and default-instead-of-missing rules are easy to misread). Conversions from
+the broker.proto messages live in :mod:`stratalog.client.wire`.
+
+Record-heavy values are tuples (``NamedTuple``): building one is a single C call, which matters
+when a consumer turns a million records a second into Python objects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from stratalog.records import Header, TimestampType
+
+__all__ = [
+    "AbortedTransaction",
+    "ConsumerRecord",
+    "FetchResult",
+    "OffsetAndTimestamp",
+    "PartitionInfo",
+    "ProduceResult",
+    "ProducerRecord",
+    "RecordMetadata",
+    "TopicInfo",
+    "TopicPartition",
+]
+
+
+class TopicPartition(NamedTuple):
+    """One partition of one topic."""
+
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    """What the server says about one partition (``PartitionDescription``).
+
+    ``max_timestamp`` is -1 for an empty partition; ``log_dir`` is the server's directory path.
+    """
+
+    partition: int
+    log_start_offset: int
+    log_end_offset: int
+    size_bytes: int
+    segment_count: int
+    log_dir: str
+    max_timestamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    """A topic, its effective configs (defaults included) and its partitions in order."""
+
+    name: str
+    configs: Mapping[str, str]
+    partitions: tuple[PartitionInfo, ...]
+
+    @property
+    def num_partitions(self) -> int:
+        """How many partitions the topic has."""
+        return len(self.partitions)
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceResult:
+    """Where one Produce request's records went: offsets ``base_offset .. last_offset``.
+
+    ``log_append_time`` is -1 unless the topic stamps records with LogAppendTime.
+    """
+
+    base_offset: int
+    last_offset: int
+    log_append_time: int
+    log_start_offset: int
+    record_count: int
+
+
+class ProducerRecord(NamedTuple):
+    """A record to send: value, optional key, timestamp (ms; ``None`` = now) and headers.
+
+    ``None`` for ``value`` is a tombstone; ``None`` for ``key`` is "no key" (distinct from
+    ``b""``). Headers are ``(str, bytes | None)`` pairs, duplicates allowed, order kept.
+    """
+
+    value: bytes | None
+    key: bytes | None = None
+    timestamp_ms: int | None = None
+    headers: Sequence[Header] = ()
+
+
+class RecordMetadata(NamedTuple):
+    """Where the Producer's record landed: partition, offset, and the timestamp it was stored with.
+
+    ``timestamp`` is the record's CreateTime, or the broker's LogAppendTime when the topic uses it.
+    """
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+
+
+class ConsumerRecord(NamedTuple):
+    """A record read back: where it is (topic, partition, offset) and what it holds.
+
+    ``timestamp`` is in ms since the epoch; ``timestamp_type`` says whether the producer
+    (CREATE_TIME) or the broker (LOG_APPEND_TIME) set it. Key and value are ``None`` for nulls.
+    """
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    timestamp_type: TimestampType
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[Header, ...] = ()
+
+
+class OffsetAndTimestamp(NamedTuple):
+    """The answer of ListOffsets: an offset (-1 when none matched) and its record's timestamp.
+
+    ``timestamp`` is -1 for EARLIEST/LATEST queries and when nothing matched.
+    """
+
+    offset: int
+    timestamp: int
+
+
+class AbortedTransaction(NamedTuple):
+    """A transaction that was aborted: its producer and the first offset it wrote."""
+
+    producer_id: int
+    first_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResult:
+    """One FetchByOffset/FetchByTimestamp answer (or one message of a Subscribe stream).
+
+    Exactly one of ``records`` (FETCH_FORMAT_RECORDS: decoded by the server, offsets >= the one
+    asked for) and ``record_batches`` (FETCH_FORMAT_RECORD_BATCHES: whole Kafka v2 batches as
+    stored; the first may start before the requested offset) is filled for a given format.
+    ``next_offset`` is where the next fetch should start; ``high_watermark`` is one past the last
+    readable offset. ``matched_offset``/``matched_timestamp`` are set by fetches by timestamp
+    (-1 and -1 when no record is that recent), and are -1 otherwise.
+    """
+
+    topic: str
+    partition: int
+    high_watermark: int
+    log_start_offset: int
+    next_offset: int
+    records: list[ConsumerRecord] = field(default_factory=list)
+    record_batches: bytes = b""
+    matched_offset: int = -1
+    matched_timestamp: int = -1
+    aborted_transactions: tuple[AbortedTransaction, ...] = ()

@@ -1,0 +1,453 @@
+"""Between the client's Python values and broker.proto messages, checking arguments on the way.
+
+Both clients (:class:`~stratalog.client.Client` over grpc.aio and
+:class:`~stratalog.client.SyncClient` over a blocking channel) build their requests and read
+their responses here, so the two behave the same to the byte. Every ``*_request`` function
+checks its arguments first and raises ``TypeError`` (wrong type) or ``ValueError`` (out of
+range) naming the argument, so a bad call fails before any RPC is sent. What only the server
+can judge (topic name rules, whether a topic exists, config values) is left to the server,
+whose answer arrives as a :mod:`stratalog.client.errors` exception.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping, Sequence
+from itertools import repeat
+
+from stratalog.records import Compression, Header, TimestampType
+from stratalog.v1 import broker_pb2 as pb
+
+from .types import (
+    AbortedTransaction,
+    ConsumerRecord,
+    FetchResult,
+    OffsetAndTimestamp,
+    PartitionInfo,
+    ProduceResult,
+    ProducerRecord,
+    TopicInfo,
+)
+
+__all__ = [
+    "EARLIEST",
+    "INT32_MAX",
+    "INT64_MAX",
+    "LATEST",
+    "MAX_TIMESTAMP",
+    "FetchFormat",
+    "IsolationLevel",
+    "alter_topic_configs_request",
+    "check_bytes_or_none",
+    "check_headers",
+    "check_int",
+    "check_partition",
+    "check_topic",
+    "create_topic_request",
+    "delete_records_request",
+    "delete_topic_request",
+    "describe_topic_request",
+    "fetch_by_offset_request",
+    "fetch_by_timestamp_request",
+    "fetch_result",
+    "list_offsets_request",
+    "offset_and_timestamp",
+    "parse_compression",
+    "produce_request",
+    "produce_result",
+    "subscribe_request",
+    "topic_info",
+]
+
+INT32_MAX = (1 << 31) - 1
+INT64_MAX = (1 << 63) - 1
+
+#: ListOffsets targets (Kafka's ListOffsetsRequest constants).
+EARLIEST = -2
+LATEST = -1
+MAX_TIMESTAMP = -3
+
+
+class FetchFormat(enum.IntEnum):
+    """How a fetch returns data: decoded records, or whole Kafka v2 batches as stored."""
+
+    RECORDS = pb.FETCH_FORMAT_RECORDS
+    RECORD_BATCHES = pb.FETCH_FORMAT_RECORD_BATCHES
+
+
+class IsolationLevel(enum.IntEnum):
+    """READ_COMMITTED hides records of aborted transactions (Kafka's isolation.level)."""
+
+    READ_UNCOMMITTED = pb.READ_UNCOMMITTED
+    READ_COMMITTED = pb.READ_COMMITTED
+
+
+# broker.proto numbers timestamp types 1 and 2 (0 = unspecified); the batch attribute uses 0/1.
+_TIMESTAMP_TYPES = {
+    pb.TIMESTAMP_TYPE_UNSPECIFIED: TimestampType.CREATE_TIME,
+    pb.CREATE_TIME: TimestampType.CREATE_TIME,
+    pb.LOG_APPEND_TIME: TimestampType.LOG_APPEND_TIME,
+}
+
+_COMPRESSION_NAMES = {c.name.lower(): c for c in Compression}
+
+
+# --- argument checks -----------------------------------------------------------------------------
+
+
+def check_int(value: object, name: str, low: int, high: int) -> int:
+    """``value`` as an int in ``[low, high]``; ``TypeError``/``ValueError`` naming ``name``.
+
+    ``bool`` is refused although it is an int subclass: ``partition=True`` is a bug.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if not low <= value <= high:
+        raise ValueError(f"{name} must be in [{low}, {high}], got {value}")
+    return value
+
+
+def check_topic(topic: object, name: str = "topic") -> str:
+    """A non-empty str. The server checks the naming rules and answers InvalidTopicError."""
+    if not isinstance(topic, str):
+        raise TypeError(f"{name} must be a str, got {type(topic).__name__}")
+    if not topic:
+        raise ValueError(f"{name} must not be empty")
+    return topic
+
+
+def check_partition(partition: object) -> int:
+    """A partition number in [0, 2**31 - 1]."""
+    return check_int(partition, "partition", 0, INT32_MAX)
+
+
+def check_bytes_or_none(value: object, name: str) -> bytes | None:
+    """``None`` or a bytes-like object, as ``bytes``; ``TypeError`` naming ``name`` otherwise.
+
+    ``str`` is refused on purpose: the client does not guess an encoding.
+    """
+    if value is None or type(value) is bytes:
+        return value  # type: ignore[return-value]
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    raise TypeError(f"{name} must be bytes or None, got {type(value).__name__}")
+
+
+def check_headers(headers: object, name: str = "headers") -> tuple[Header, ...]:
+    """A sequence of ``(str, bytes | None)`` pairs, as a tuple of tuples."""
+    if not headers:
+        return ()
+    if isinstance(headers, str | bytes) or not isinstance(headers, Iterable):
+        raise TypeError(f"{name} must be a sequence of (str, bytes | None) pairs")
+    checked = []
+    for index, pair in enumerate(headers):  # type: ignore[arg-type]
+        if not isinstance(pair, tuple | list) or len(pair) != 2:
+            raise TypeError(f"{name}[{index}] must be a (str, bytes | None) pair, got {pair!r}")
+        key, value = pair
+        if not isinstance(key, str):
+            raise TypeError(f"{name}[{index}] key must be a str, got {type(key).__name__}")
+        checked.append((key, check_bytes_or_none(value, f"{name}[{index}] value")))
+    return tuple(checked)
+
+
+def parse_compression(compression: object) -> Compression:
+    """A :class:`~stratalog.records.Compression`, or its name ("none", "gzip", "snappy", ...)."""
+    if isinstance(compression, str):
+        try:
+            return _COMPRESSION_NAMES[compression.lower()]
+        except KeyError:
+            raise ValueError(
+                f"compression must be one of {sorted(_COMPRESSION_NAMES)}, got {compression!r}"
+            ) from None
+    if isinstance(compression, bool) or not isinstance(compression, int):
+        raise TypeError(f"compression must be a Compression or a str, got {compression!r}")
+    try:
+        return Compression(compression)
+    except ValueError:
+        raise ValueError(f"compression must be a codec id 0-4, got {compression}") from None
+
+
+def _check_enum(value: object, cls: type[enum.IntEnum], name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be a {cls.__name__}, got {value!r}")
+    try:
+        return int(cls(value))
+    except ValueError:
+        raise ValueError(f"{name} must be a {cls.__name__}, got {value}") from None
+
+
+def _check_configs(configs: object, name: str) -> dict[str, str]:
+    if configs is None:
+        return {}
+    if not isinstance(configs, Mapping):
+        raise TypeError(f"{name} must be a mapping of str to str, got {type(configs).__name__}")
+    for key, value in configs.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise TypeError(f"{name} must map str to str, got {key!r}: {value!r}")
+    return dict(configs)
+
+
+# --- requests ------------------------------------------------------------------------------------
+
+
+def create_topic_request(
+    name: str, partitions: int, configs: Mapping[str, str] | None
+) -> pb.CreateTopicRequest:
+    return pb.CreateTopicRequest(
+        name=check_topic(name, "name"),
+        partitions=check_int(partitions, "partitions", 1, INT32_MAX),
+        configs=_check_configs(configs, "configs"),
+    )
+
+
+def delete_topic_request(name: str) -> pb.DeleteTopicRequest:
+    return pb.DeleteTopicRequest(name=check_topic(name, "name"))
+
+
+def describe_topic_request(name: str) -> pb.DescribeTopicRequest:
+    return pb.DescribeTopicRequest(name=check_topic(name, "name"))
+
+
+def alter_topic_configs_request(
+    name: str, set_configs: Mapping[str, str] | None, delete_configs: Sequence[str]
+) -> pb.AlterTopicConfigsRequest:
+    if isinstance(delete_configs, str) or not all(isinstance(k, str) for k in delete_configs):
+        raise TypeError("delete must be a sequence of config names (str)")
+    return pb.AlterTopicConfigsRequest(
+        name=check_topic(name, "name"),
+        set=_check_configs(set_configs, "set"),
+        delete=list(delete_configs),
+    )
+
+
+def _proto_record(item: object, index: int) -> pb.Record:
+    if isinstance(item, bytes | bytearray | memoryview):
+        item = ProducerRecord(bytes(item))
+    elif not isinstance(item, ProducerRecord):
+        raise TypeError(
+            f"records[{index}] must be a ProducerRecord or bytes, got {type(item).__name__}"
+        )
+    record = pb.Record()
+    value = check_bytes_or_none(item.value, f"records[{index}].value")
+    key = check_bytes_or_none(item.key, f"records[{index}].key")
+    if value is not None:
+        record.value = value
+    if key is not None:
+        record.key = key
+    if item.timestamp_ms is not None:
+        record.timestamp = check_int(
+            item.timestamp_ms, f"records[{index}].timestamp_ms", 0, INT64_MAX
+        )
+    for header_key, header_value in check_headers(item.headers, f"records[{index}].headers"):
+        header = record.headers.add(key=header_key)
+        if header_value is not None:
+            header.value = header_value
+    return record
+
+
+def produce_request(
+    topic: str,
+    partition: int,
+    records: Sequence[ProducerRecord | bytes] | None,
+    record_batches: bytes | None,
+    compression: Compression | str,
+    flush: bool,
+) -> pb.ProduceRequest:
+    """Exactly one of ``records`` (encoded by the server) and ``record_batches`` (v2 batches)."""
+    topic = check_topic(topic)
+    partition = check_partition(partition)
+    if (records is None) == (record_batches is None):
+        raise ValueError("pass exactly one of records and record_batches")
+    if not isinstance(flush, bool):
+        raise TypeError(f"flush must be a bool, got {type(flush).__name__}")
+    codec = parse_compression(compression)
+    if record_batches is not None:
+        batches = check_bytes_or_none(record_batches, "record_batches")
+        if not batches:
+            raise ValueError("record_batches must not be empty")
+        return pb.ProduceRequest(
+            topic=topic, partition=partition, record_batches=batches, flush=flush
+        )
+    if isinstance(records, bytes | str) or not isinstance(records, Iterable):
+        raise TypeError("records must be a sequence of ProducerRecord or bytes values")
+    proto_records = [_proto_record(item, index) for index, item in enumerate(records)]
+    if not proto_records:
+        raise ValueError("records must not be empty")
+    return pb.ProduceRequest(
+        topic=topic,
+        partition=partition,
+        records=proto_records,
+        compression=int(codec),
+        flush=flush,
+    )
+
+
+def fetch_by_offset_request(
+    topic: str,
+    partition: int,
+    offset: int,
+    max_bytes: int,
+    max_wait_ms: int,
+    min_bytes: int,
+    fetch_format: FetchFormat | int,
+    isolation_level: IsolationLevel | int,
+) -> pb.FetchByOffsetRequest:
+    return pb.FetchByOffsetRequest(
+        topic=check_topic(topic),
+        partition=check_partition(partition),
+        offset=check_int(offset, "offset", 0, INT64_MAX),
+        max_bytes=check_int(max_bytes, "max_bytes", 0, INT32_MAX),
+        max_wait_ms=check_int(max_wait_ms, "max_wait_ms", 0, INT32_MAX),
+        min_bytes=check_int(min_bytes, "min_bytes", 0, INT32_MAX),
+        format=_check_enum(fetch_format, FetchFormat, "fetch_format"),
+        isolation_level=_check_enum(isolation_level, IsolationLevel, "isolation_level"),
+    )
+
+
+def fetch_by_timestamp_request(
+    topic: str,
+    partition: int,
+    timestamp_ms: int,
+    max_bytes: int,
+    fetch_format: FetchFormat | int,
+    isolation_level: IsolationLevel | int,
+) -> pb.FetchByTimestampRequest:
+    return pb.FetchByTimestampRequest(
+        topic=check_topic(topic),
+        partition=check_partition(partition),
+        timestamp=check_int(timestamp_ms, "timestamp_ms", 0, INT64_MAX),
+        max_bytes=check_int(max_bytes, "max_bytes", 0, INT32_MAX),
+        format=_check_enum(fetch_format, FetchFormat, "fetch_format"),
+        isolation_level=_check_enum(isolation_level, IsolationLevel, "isolation_level"),
+    )
+
+
+def list_offsets_request(
+    topic: str, partition: int, timestamp_ms: int, isolation_level: IsolationLevel | int
+) -> pb.ListOffsetsRequest:
+    """``timestamp_ms``: EARLIEST (-2), LATEST (-1), MAX_TIMESTAMP (-3), or a time >= 0."""
+    return pb.ListOffsetsRequest(
+        topic=check_topic(topic),
+        partition=check_partition(partition),
+        timestamp=check_int(timestamp_ms, "timestamp_ms", MAX_TIMESTAMP, INT64_MAX),
+        isolation_level=_check_enum(isolation_level, IsolationLevel, "isolation_level"),
+    )
+
+
+def subscribe_request(
+    topic: str,
+    partition: int,
+    offset: int | None,
+    timestamp_ms: int | None,
+    max_bytes: int,
+    fetch_format: FetchFormat | int,
+    isolation_level: IsolationLevel | int,
+) -> pb.SubscribeRequest:
+    """Start at ``offset`` or at the first record with timestamp >= ``timestamp_ms`` (one)."""
+    if (offset is None) == (timestamp_ms is None):
+        raise ValueError("pass exactly one of offset and timestamp_ms")
+    request = pb.SubscribeRequest(
+        topic=check_topic(topic),
+        partition=check_partition(partition),
+        max_bytes=check_int(max_bytes, "max_bytes", 0, INT32_MAX),
+        format=_check_enum(fetch_format, FetchFormat, "fetch_format"),
+        isolation_level=_check_enum(isolation_level, IsolationLevel, "isolation_level"),
+    )
+    if offset is not None:
+        request.offset = check_int(offset, "offset", 0, INT64_MAX)
+    else:
+        request.timestamp = check_int(timestamp_ms, "timestamp_ms", 0, INT64_MAX)
+    return request
+
+
+def delete_records_request(
+    topic: str, partition: int, before_offset: int
+) -> pb.DeleteRecordsRequest:
+    """``before_offset`` = the new log start offset, or -1 for the high watermark."""
+    return pb.DeleteRecordsRequest(
+        topic=check_topic(topic),
+        partition=check_partition(partition),
+        before_offset=check_int(before_offset, "before_offset", -1, INT64_MAX),
+    )
+
+
+# --- responses -----------------------------------------------------------------------------------
+
+
+def topic_info(description: pb.TopicDescription) -> TopicInfo:
+    partitions = tuple(
+        PartitionInfo(
+            partition=p.partition,
+            log_start_offset=p.log_start_offset,
+            log_end_offset=p.log_end_offset,
+            size_bytes=p.size_bytes,
+            segment_count=p.segment_count,
+            log_dir=p.log_dir,
+            max_timestamp=p.max_timestamp,
+        )
+        for p in sorted(description.partitions, key=lambda p: p.partition)
+    )
+    return TopicInfo(description.name, dict(description.configs), partitions)
+
+
+def produce_result(response: pb.ProduceResponse) -> ProduceResult:
+    return ProduceResult(
+        base_offset=response.base_offset,
+        last_offset=response.last_offset,
+        log_append_time=response.log_append_time,
+        log_start_offset=response.log_start_offset,
+        record_count=response.record_count,
+    )
+
+
+def offset_and_timestamp(response: pb.ListOffsetsResponse) -> OffsetAndTimestamp:
+    return OffsetAndTimestamp(response.offset, response.timestamp)
+
+
+def _consumer_records(
+    topic: str, partition: int, records: Sequence[pb.Record]
+) -> list[ConsumerRecord]:
+    new = tuple.__new__
+    timestamp_types = _TIMESTAMP_TYPES
+    out = []
+    append = out.append
+    for r, t, p in zip(records, repeat(topic), repeat(partition)):
+        append(
+            new(
+                ConsumerRecord,
+                (
+                    t,
+                    p,
+                    r.offset,
+                    r.timestamp,
+                    timestamp_types.get(r.timestamp_type, TimestampType.CREATE_TIME),
+                    r.key if r.HasField("key") else None,
+                    r.value if r.HasField("value") else None,
+                    tuple((h.key, h.value if h.HasField("value") else None) for h in r.headers)
+                    if r.headers
+                    else (),
+                ),
+            )
+        )
+    return out
+
+
+def fetch_result(response: pb.FetchResponse, *, by_timestamp: bool) -> FetchResult:
+    """``by_timestamp``: the fetch started from a timestamp, so the matched_* fields mean
+    something; otherwise they are reported as -1 whatever proto3's defaults say."""
+    topic, partition = response.topic, response.partition
+    return FetchResult(
+        topic=topic,
+        partition=partition,
+        high_watermark=response.high_watermark,
+        log_start_offset=response.log_start_offset,
+        next_offset=response.next_offset,
+        records=_consumer_records(topic, partition, response.records),
+        record_batches=response.record_batches,
+        matched_offset=response.matched_offset if by_timestamp else -1,
+        matched_timestamp=response.matched_timestamp if by_timestamp else -1,
+        aborted_transactions=tuple(
+            AbortedTransaction(a.producer_id, a.first_offset)
+            for a in response.aborted_transactions
+        ),
+    )
