@@ -1,0 +1,1045 @@
+"""The LogManager: the log directories of one server, their topics, and the background jobs.
+
+Kafka's ``LogManager``: it owns ``log.dirs``, finds and loads every partition in them at startup,
+creates and deletes topics, and runs the periodic jobs that keep the directories durable and
+bounded (flush, retention, checkpoints, delayed deletes)::
+
+    <log dir>/                            one of log_dirs, locked for the life of the manager
+      .lock  meta.properties  .kafka_cleanshutdown
+      recovery-point-offset-checkpoint    written every log.flush.offset.checkpoint.interval.ms
+      log-start-offset-checkpoint         written every log.flush.start.offset.checkpoint...
+      stratalog-topics.json               the topic catalogue (topic_catalog.py)
+      orders-0/  orders-2/                partitions: a new one goes to the dir with the fewest
+      old-0.<hex>-delete/                 a deleted partition, removed file.delete.delay.ms later
+
+Lifecycle: :meth:`LogManager.open` locks every directory, consumes the clean-shutdown markers
+([B-56]), reads the checkpoints and the catalogue, and loads every partition (segment recovery
+only after an unclean shutdown, see ``recovery.py``). :meth:`LogManager.close` flushes and closes
+every log, writes both checkpoints and then the markers ([B-57]), and unlocks.
+
+Server defaults for topic configs and the job intervals come from Kafka's broker names
+(``log_defaults.py``); a topic's effective config is those defaults with its overrides on top.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .checkpoints import (
+    LOG_START_OFFSET_CHECKPOINT_FILE,
+    RECOVERY_POINT_CHECKPOINT_FILE,
+    OffsetCheckpointFile,
+)
+from .clean_shutdown import consume_marker, write_marker
+from .config import TOPIC_CONFIG_NAMES, LogConfig
+from .dir_lock import LogDirLock
+from .durable import fsync_directory
+from .errors import (
+    CorruptCheckpointError,
+    InvalidConfigError,
+    InvalidTopicError,
+    LogClosedError,
+    OffsetOutOfRangeError,
+    StorageError,
+    StorageIOError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
+from .log_defaults import ServerLogSettings, parse_server_defaults
+from .meta_properties import MetaProperties, read_meta_properties, write_meta_properties
+from .partition_log import PartitionLog
+from .topic_catalog import (
+    STATE_DELETING,
+    TopicCatalog,
+    TopicEntry,
+    read_catalog,
+    write_catalog,
+)
+from .topic_names import (
+    PartitionDirKind,
+    deleted_dir_name,
+    parse_partition_dir_name,
+    partition_dir_kind,
+    partition_dir_name,
+    topic_collision_key,
+    validate_topic_name,
+)
+
+__all__ = [
+    "DEFAULT_MAINTENANCE_INTERVAL_MS",
+    "LogManager",
+    "MaintenanceReport",
+    "PartitionDescription",
+    "TopicDescription",
+]
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+
+# How often the embedded background thread runs a maintenance pass; each job keeps its own
+# (longer) interval, so this is only the resolution of their schedules.
+DEFAULT_MAINTENANCE_INTERVAL_MS = 1000
+
+
+@dataclass(frozen=True)
+class PartitionDescription:
+    """One partition as :meth:`LogManager.describe_topic` reports it (a snapshot)."""
+
+    partition: int
+    log_start_offset: int
+    log_end_offset: int
+    size_bytes: int
+    segment_count: int
+    log_dir: str
+    max_timestamp: int  # the largest record timestamp; -1 when the log has none
+
+
+@dataclass(frozen=True)
+class TopicDescription:
+    """A topic: its name, every effective config (defaults included), its partitions."""
+
+    name: str
+    configs: dict[str, str]
+    partitions: list[PartitionDescription]
+
+
+@dataclass
+class MaintenanceReport:
+    """What one :meth:`LogManager.run_maintenance` pass did (counts, for logs and metrics).
+
+    ``more_work`` is True when a per-pass limit stopped a job early; ``errors`` holds one line
+    per failure (a failing partition does not stop the pass for the others).
+    """
+
+    now_ms: int
+    flushed_logs: int = 0
+    retention_checked: bool = False
+    segments_deleted: int = 0
+    log_start_offsets_moved: int = 0
+    files_deleted: int = 0
+    recovery_point_checkpoints_written: int = 0
+    log_start_offset_checkpoints_written: int = 0
+    deleted_dirs_removed: int = 0
+    more_work: bool = False
+    errors: list[str] = field(default_factory=list)
+
+
+def _wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass
+class _DirState:
+    """Per log directory: its lock, checkpoint files and what loading found."""
+
+    path: Path
+    lock: LogDirLock
+    recovery_points: OffsetCheckpointFile
+    log_start_offsets: OffsetCheckpointFile
+    had_clean_shutdown: bool
+    fully_loaded: bool = False
+
+
+class LogManager:
+    """The partition logs of one server across its log directories, and their topics.
+
+    Holds: the locked log directories (with their checkpoint files and clean-shutdown state),
+    the server defaults, the topic catalogue, the open :class:`PartitionLog` of every partition
+    and where it lives, the ``-delete`` directories waiting for removal, the job schedule.
+
+    Invariants: every live catalogue topic with ``n`` partitions has exactly the logs
+    ``(topic, 0) .. (topic, n - 1)`` open, each in one log directory; every partition directory
+    in a log directory belongs to a catalogue topic (directories written by Kafka, with no
+    catalogue, are adopted at open with the server defaults).
+
+    Crash behaviour: the catalogue is written before partition directories are created and,
+    on deletion, marked ``deleting`` before they are renamed, so :meth:`open` completes a
+    creation or deletion a crash interrupted. Logs are recovered from their recovery points
+    after an unclean shutdown; the clean-shutdown marker is written only after every log of the
+    directory was flushed, closed and checkpointed.
+
+    Concurrency: thread-safe. Admin calls (create, delete, alter, describe, delete_records,
+    close) are serialised by one lock; :meth:`get_log` is lock-free (a published dict).
+    :meth:`run_maintenance` may run in a worker thread while other threads append: it takes the
+    manager lock only to snapshot the logs, and each :class:`PartitionLog` guards its own state.
+    Blocking: every method does file I/O; call it from an executor, not an event loop.
+    """
+
+    def __init__(
+        self,
+        dirs: list[_DirState],
+        default_config: LogConfig,
+        settings: ServerLogSettings,
+        time_ms: Callable[[], int],
+    ) -> None:
+        """Use :meth:`open`."""
+        self._dirs = dirs
+        self._dir_by_path = {state.path: state for state in dirs}
+        self._default_config = default_config
+        self._settings = settings
+        self._time_ms = time_ms
+        self._lock = threading.RLock()
+        self._catalog = TopicCatalog()
+        self._logs: dict[TopicPartition, PartitionLog] = {}  # replaced whole, never mutated
+        self._log_dir_of: dict[TopicPartition, Path] = {}
+        self._deleted_dirs: list[tuple[int, Path]] = []  # (due ms, directory)
+        self._closed = False
+        self._maintenance_lock = threading.Lock()
+        self._background: threading.Thread | None = None
+        self._stop_background = threading.Event()
+        now_ms = time_ms()
+        self._next_retention_ms = now_ms + settings.retention_check_interval_ms
+        self._next_flush_check_ms = now_ms
+        self._next_recovery_point_checkpoint_ms = (
+            now_ms + settings.flush_offset_checkpoint_interval_ms
+        )
+        self._next_log_start_offset_checkpoint_ms = (
+            now_ms + settings.flush_start_offset_checkpoint_interval_ms
+        )
+        self.log_dirs: list[Path] = [state.path for state in dirs]
+        self.had_clean_shutdown: dict[Path, bool] = {
+            state.path: state.had_clean_shutdown for state in dirs
+        }
+        self.recovered_segments = 0
+
+    # ---------------------------------------------------------------- opening
+
+    @classmethod
+    def open(
+        cls,
+        log_dirs: Sequence[str | Path],
+        *,
+        defaults: Mapping[str, str] | None = None,
+        time_ms: Callable[[], int] | None = None,
+    ) -> LogManager:
+        """Lock and load ``log_dirs`` (created if missing).
+
+        ``defaults`` are server-level storage settings by Kafka's broker names (``log.*``) or
+        topic config names (see ``log_defaults.py``); ``time_ms`` the clock for every log and
+        job (default: the wall clock).
+
+        Raises:
+            InvalidConfigError: no directory, the same directory twice, a bad setting, or
+                directories of different clusters (``meta.properties``).
+            LogDirLockedError: another process (or manager) holds one of the directories.
+            CorruptCheckpointError: every copy of the topic catalogue is corrupt, or a
+                ``meta.properties`` is.
+            StorageError: a partition cannot be loaded, or lives in two log directories.
+        """
+        if isinstance(log_dirs, (str, Path)):
+            raise InvalidConfigError(
+                f"log_dirs must be a sequence of directories, not one path {str(log_dirs)!r}"
+            )
+        paths = [Path(directory) for directory in log_dirs]
+        if not paths:
+            raise InvalidConfigError("at least one log directory is needed")
+        default_config, settings = parse_server_defaults(defaults)
+        clock = time_ms if time_ms is not None else _wall_clock_ms
+        resolved: list[Path] = []
+        for path in paths:
+            try:
+                path.mkdir(parents=True, exist_ok=True)
+                real = path.resolve(strict=True)
+            except OSError as exc:
+                raise StorageIOError(f"cannot create log directory {path}: {exc}") from exc
+            if real in resolved:
+                raise InvalidConfigError(f"log directory {path} is listed twice (as {real})")
+            resolved.append(real)
+        locks: list[LogDirLock] = []
+        manager: LogManager | None = None
+        try:
+            for path in resolved:
+                locks.append(LogDirLock.acquire(path))
+            _check_meta_properties(resolved, settings.node_id)
+            dirs = []
+            for path, lock in zip(resolved, locks, strict=True):
+                had_clean_shutdown = consume_marker(path)
+                dirs.append(
+                    _DirState(
+                        path=path,
+                        lock=lock,
+                        recovery_points=OffsetCheckpointFile(path / RECOVERY_POINT_CHECKPOINT_FILE),
+                        log_start_offsets=OffsetCheckpointFile(
+                            path / LOG_START_OFFSET_CHECKPOINT_FILE
+                        ),
+                        had_clean_shutdown=had_clean_shutdown,
+                    )
+                )
+            manager = cls(dirs, default_config, settings, clock)
+            manager._load()
+        except BaseException:
+            if manager is not None:
+                manager._close_logs_quietly()
+            for lock in locks:
+                lock.release()
+            raise
+        return manager
+
+    def _load(self) -> None:
+        """Read the catalogue and load every partition directory (Kafka's ``loadLogs``)."""
+        catalog = read_catalog(self.log_dirs)
+        found: dict[TopicPartition, Path] = {}
+        now_ms = self._time_ms()
+        for state in self._dirs:
+            for entry in _list_dir(state.path):
+                if not entry.is_dir(follow_symlinks=False):
+                    continue
+                name = entry.name
+                try:
+                    kind = partition_dir_kind(name)
+                except InvalidTopicError:
+                    log.warning("ignoring directory %s: not a partition directory", entry.path)
+                    continue
+                if kind is PartitionDirKind.DELETE:
+                    self._deleted_dirs.append(
+                        (now_ms + self._default_config.file_delete_delay_ms, Path(entry.path))
+                    )
+                    continue
+                if kind is not PartitionDirKind.LIVE:
+                    log.warning("ignoring %s directory %s", kind.name.lower(), entry.path)
+                    continue
+                topic_partition = parse_partition_dir_name(name)
+                if topic_partition in found:
+                    raise StorageError(
+                        f"partition {name} exists in two log directories: "
+                        f"{found[topic_partition]} and {state.path}"
+                    )
+                found[topic_partition] = state.path
+        catalog = self._reconcile(catalog, found)
+        self._catalog = catalog
+        self._load_logs(catalog, found)
+        for state in self._dirs:
+            state.fully_loaded = True
+
+    def _reconcile(
+        self, catalog: TopicCatalog, found: dict[TopicPartition, Path]
+    ) -> TopicCatalog:
+        """Complete interrupted deletions, adopt partitions with no catalogue entry."""
+        changed = False
+        for entry in list(catalog.topics.values()):
+            if entry.is_deleting:
+                log.warning("completing the deletion of topic %s interrupted by a crash",
+                            entry.name)
+                for topic_partition in [tp for tp in found if tp[0] == entry.name]:
+                    directory = found.pop(topic_partition)
+                    self._rename_for_deletion(directory, *topic_partition)
+                catalog = catalog.without_topic(entry.name)
+                changed = True
+        by_topic: dict[str, int] = {}
+        for topic, partition in found:
+            by_topic[topic] = max(by_topic.get(topic, 0), partition + 1)
+        for topic, count in sorted(by_topic.items()):
+            entry = catalog.topics.get(topic)
+            if entry is None:
+                log.warning("adopting topic %s (%d partitions) found without a catalogue entry, "
+                            "with the server defaults", topic, count)
+                catalog = catalog.with_topic(TopicEntry(topic, count))
+                changed = True
+            elif count > entry.partitions:
+                log.warning("topic %s has partition directories up to %d but %d partitions in "
+                            "the catalogue; keeping them all", topic, count - 1, entry.partitions)
+                catalog = catalog.with_topic(
+                    TopicEntry(topic, count, dict(entry.configs), entry.state)
+                )
+                changed = True
+        if changed:
+            write_catalog(self.log_dirs, catalog)
+        return catalog
+
+    def _load_logs(self, catalog: TopicCatalog, found: dict[TopicPartition, Path]) -> None:
+        """Open every partition log; create the missing ones of catalogue topics."""
+        checkpoints: dict[Path, tuple[dict[TopicPartition, int], dict[TopicPartition, int]]] = {}
+        for state in self._dirs:
+            checkpoints[state.path] = (
+                _read_checkpoint_or_empty(state.recovery_points),
+                _read_checkpoint_or_empty(state.log_start_offsets),
+            )
+        jobs: list[tuple[TopicPartition, Path, LogConfig, bool]] = []
+        counts = {state.path: 0 for state in self._dirs}
+        for directory in found.values():
+            counts[directory] += 1
+        for entry in catalog.topics.values():
+            config = self._config_for(entry)
+            for partition in range(entry.partitions):
+                topic_partition = (entry.name, partition)
+                directory = found.get(topic_partition)
+                if directory is None:
+                    directory = min(counts, key=lambda path: (counts[path], self.log_dirs.index(path)))
+                    counts[directory] += 1
+                    log.warning("creating missing partition directory %s-%d in %s",
+                                entry.name, partition, directory)
+                    jobs.append((topic_partition, directory, config, False))
+                else:
+                    jobs.append((topic_partition, directory, config, True))
+        threads = max(1, self._settings.recovery_threads_per_data_dir * len(self._dirs))
+
+        def load(job: tuple[TopicPartition, Path, LogConfig, bool]) -> PartitionLog:
+            topic_partition, directory, config, existed = job
+            state = self._dir_by_path[directory]
+            recovery_points, log_start_offsets = checkpoints[directory]
+            return self._open_log(
+                directory / partition_dir_name(*topic_partition),
+                config,
+                had_clean_shutdown=state.had_clean_shutdown or not existed,
+                recovery_point=recovery_points.get(topic_partition),
+                log_start_offset=log_start_offsets.get(topic_partition),
+            )
+
+        logs: dict[TopicPartition, PartitionLog] = {}
+        log_dir_of: dict[TopicPartition, Path] = {}
+        with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="log-loader") as pool:
+            futures = [(job, pool.submit(load, job)) for job in jobs]
+            first_error: BaseException | None = None
+            for job, future in futures:
+                try:
+                    partition_log = future.result()
+                except BaseException as exc:  # keep collecting, to close what did open
+                    log.error("failed to load partition %s-%d in %s: %s",
+                              job[0][0], job[0][1], job[1], exc)
+                    first_error = first_error or exc
+                    continue
+                logs[job[0]] = partition_log
+                log_dir_of[job[0]] = job[1]
+        self._logs = logs
+        self._log_dir_of = log_dir_of
+        if first_error is not None:
+            raise first_error
+        if any(not existed for _, _, _, existed in jobs):
+            for state in self._dirs:
+                fsync_directory(state.path)
+        log.info("loaded %d partitions of %d topics from %s", len(logs), len(catalog.topics),
+                 ", ".join(str(path) for path in self.log_dirs))
+
+    def _open_log(
+        self,
+        directory: Path,
+        config: LogConfig,
+        *,
+        had_clean_shutdown: bool,
+        recovery_point: int | None,
+        log_start_offset: int | None,
+    ) -> PartitionLog:
+        """Open one partition log (creating it if needed)."""
+        # Recovery after an unclean shutdown and the log start offset checkpoint are applied by
+        # the loader in recovery.py once PartitionLog takes them; until then a log is opened as
+        # after a clean shutdown.
+        del had_clean_shutdown, recovery_point, log_start_offset
+        return PartitionLog.open(directory, config, time_ms=self._time_ms)
+
+    # ---------------------------------------------------------------- topics
+
+    def _config_for(self, entry: TopicEntry) -> LogConfig:
+        return LogConfig.from_mapping(entry.configs, defaults=self._default_config)
+
+    @property
+    def default_config(self) -> LogConfig:
+        """The topic config defaults of this server."""
+        return self._default_config
+
+    @property
+    def settings(self) -> ServerLogSettings:
+        return self._settings
+
+    def create_topic(
+        self, name: str, partitions: int, configs: Mapping[str, str] | None = None
+    ) -> TopicDescription:
+        """Create ``name`` with ``partitions`` partitions and the config overrides ``configs``.
+
+        Each partition goes to the log directory holding the fewest partitions (ties: the
+        first in ``log_dirs``), as Kafka's ``nextLogDirs``.
+
+        Raises:
+            InvalidTopicError: a bad name, a partition count below 1 or above
+                ``log.topic.partitions.max``, or a name that collides with an existing topic
+                once ``.`` and ``_`` are unified.
+            TopicAlreadyExistsError: the topic exists.
+            InvalidConfigError: an unknown config name or a bad value.
+            StorageIOError: a directory or file could not be created (the topic is removed
+                again as far as possible).
+        """
+        validate_topic_name(name)
+        if isinstance(partitions, bool) or not isinstance(partitions, int):
+            raise InvalidTopicError(f"partition count of topic {name} must be an int, "
+                                    f"not {partitions!r}")
+        limit = self._settings.topic_partitions_max
+        if not 1 <= partitions <= limit:
+            raise InvalidTopicError(
+                f"topic {name} cannot have {partitions} partitions: the count must be between 1 "
+                f"and {limit} (log.topic.partitions.max)"
+            )
+        partition_dir_name(name, partitions - 1)  # the longest directory name must fit
+        overrides = self._normalise_overrides(name, dict(configs or {}))
+        with self._lock:
+            self._ensure_open()
+            if name in self._catalog.topics:
+                raise TopicAlreadyExistsError(f"topic {name} already exists")
+            key = topic_collision_key(name)
+            for existing in self._catalog.topics:
+                if topic_collision_key(existing) == key:
+                    raise InvalidTopicError(
+                        f"topic {name} collides with existing topic {existing}: names that "
+                        "differ only in '.' versus '_' are not allowed together"
+                    )
+            entry = TopicEntry(name, partitions, overrides)
+            config = self._config_for(entry)
+            catalog = self._catalog.with_topic(entry)
+            write_catalog(self.log_dirs, catalog)
+            self._catalog = catalog
+            counts = {state.path: 0 for state in self._dirs}
+            for directory in self._log_dir_of.values():
+                counts[directory] += 1
+            logs = dict(self._logs)
+            log_dir_of = dict(self._log_dir_of)
+            try:
+                for partition in range(partitions):
+                    directory = min(
+                        counts, key=lambda path: (counts[path], self.log_dirs.index(path))
+                    )
+                    counts[directory] += 1
+                    logs[(name, partition)] = PartitionLog.open(
+                        directory / partition_dir_name(name, partition),
+                        config,
+                        time_ms=self._time_ms,
+                    )
+                    log_dir_of[(name, partition)] = directory
+                for directory in {log_dir_of[(name, p)] for p in range(partitions)}:
+                    fsync_directory(directory)
+            except BaseException:
+                log.exception("failed to create topic %s; removing it again", name)
+                self._logs, self._log_dir_of = logs, log_dir_of
+                with contextlib.suppress(Exception):
+                    self._delete_topic_locked(name)
+                raise
+            self._logs, self._log_dir_of = logs, log_dir_of
+            log.info("created topic %s with %d partitions and configs %s", name, partitions,
+                     overrides)
+            return self._describe_locked(name)
+
+    def _normalise_overrides(self, topic: str, configs: dict[str, str]) -> dict[str, str]:
+        """Validate overrides and return them in Kafka's canonical string form."""
+        for key, value in configs.items():
+            if not isinstance(key, str) or not isinstance(value, (str, int)):
+                raise InvalidConfigError(
+                    f"config {key!r} of topic {topic}: names and values must be strings"
+                )
+        config = LogConfig.from_mapping(configs, defaults=self._default_config)
+        canonical = config.to_mapping()
+        return {key: canonical[key] for key in sorted(configs)}
+
+    def delete_topic(self, name: str) -> None:
+        """Delete ``name``: its partition directories are renamed ``-delete`` and removed
+        ``file.delete.delay.ms`` (the server default) later by :meth:`run_maintenance`.
+
+        Raises:
+            UnknownTopicOrPartitionError: no such topic.
+            StorageIOError: a directory could not be renamed (the next open completes it).
+        """
+        with self._lock:
+            self._ensure_open()
+            if name not in self._catalog.topics:
+                raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
+            self._delete_topic_locked(name)
+            log.info("deleted topic %s", name)
+
+    def _delete_topic_locked(self, name: str) -> None:
+        entry = self._catalog.topics[name]
+        catalog = self._catalog.with_topic(
+            TopicEntry(entry.name, entry.partitions, dict(entry.configs), STATE_DELETING)
+        )
+        write_catalog(self.log_dirs, catalog)
+        self._catalog = catalog
+        doomed = {tp: log_ for tp, log_ in self._logs.items() if tp[0] == name}
+        self._logs = {tp: log_ for tp, log_ in self._logs.items() if tp[0] != name}
+        directories = {tp: self._log_dir_of[tp] for tp in doomed}
+        self._log_dir_of = {tp: d for tp, d in self._log_dir_of.items() if tp[0] != name}
+        for topic_partition, partition_log in sorted(doomed.items()):
+            try:
+                partition_log.close()
+            except Exception:
+                # Its files are about to go; a failing flush must not keep the topic alive.
+                log.warning("closing %s for deletion failed", partition_log.directory,
+                            exc_info=True)
+            self._rename_for_deletion(directories[topic_partition], *topic_partition)
+        for directory in set(directories.values()):
+            fsync_directory(directory)
+        catalog = self._catalog.without_topic(name)
+        write_catalog(self.log_dirs, catalog)
+        self._catalog = catalog
+
+    def _rename_for_deletion(self, log_dir: Path, topic: str, partition: int) -> None:
+        source = log_dir / partition_dir_name(topic, partition)
+        target = log_dir / deleted_dir_name(topic, partition)
+        try:
+            os.rename(source, target)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise StorageIOError(
+                f"cannot rename partition directory {source} to {target.name}: {exc}"
+            ) from exc
+        self._deleted_dirs.append(
+            (self._time_ms() + self._default_config.file_delete_delay_ms, target)
+        )
+
+    def list_topics(self) -> list[TopicDescription]:
+        """Every topic, by name."""
+        with self._lock:
+            self._ensure_open()
+            return [self._describe_locked(name) for name in sorted(self._catalog.topics)]
+
+    def describe_topic(self, name: str) -> TopicDescription:
+        """One topic: effective configs and a snapshot of every partition.
+
+        Raises:
+            UnknownTopicOrPartitionError: no such topic.
+        """
+        with self._lock:
+            self._ensure_open()
+            if name not in self._catalog.topics:
+                raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
+            return self._describe_locked(name)
+
+    def _describe_locked(self, name: str) -> TopicDescription:
+        entry = self._catalog.topics[name]
+        partitions = []
+        for partition in range(entry.partitions):
+            partition_log = self._logs.get((name, partition))
+            if partition_log is None:
+                continue
+            segments = list(partition_log.segments)
+            max_timestamp = max(
+                (segment.max_timestamp_so_far for segment in segments), default=-1
+            )
+            partitions.append(
+                PartitionDescription(
+                    partition=partition,
+                    log_start_offset=partition_log.log_start_offset,
+                    log_end_offset=partition_log.log_end_offset,
+                    size_bytes=sum(segment.size_bytes for segment in segments),
+                    segment_count=len(segments),
+                    log_dir=str(self._log_dir_of[(name, partition)]),
+                    max_timestamp=max(max_timestamp, -1),
+                )
+            )
+        return TopicDescription(name, self._config_for(entry).to_mapping(), partitions)
+
+    def alter_topic_configs(
+        self, name: str, set: Mapping[str, str], delete: Iterable[str] = ()
+    ) -> TopicDescription:
+        """Set and delete (back to the server default) config overrides of ``name``.
+
+        The new configuration applies to every partition at once: existing segments keep
+        their files, new segments and every later append, roll, flush and retention decision
+        follow it.
+
+        Raises:
+            UnknownTopicOrPartitionError: no such topic.
+            InvalidConfigError: an unknown name (in ``set`` or ``delete``), a bad value, or a
+                name both set and deleted.
+        """
+        set_configs = dict(set)
+        delete_names = list(delete)
+        for key in delete_names:
+            if key not in TOPIC_CONFIG_NAMES:
+                raise InvalidConfigError(
+                    f"cannot delete unknown config {key!r} of topic {name}; known configs: "
+                    + ", ".join(TOPIC_CONFIG_NAMES)
+                )
+            if key in set_configs:
+                raise InvalidConfigError(
+                    f"config {key!r} of topic {name} is both set and deleted"
+                )
+        with self._lock:
+            self._ensure_open()
+            entry = self._catalog.topics.get(name)
+            if entry is None:
+                raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
+            overrides = {k: v for k, v in entry.configs.items() if k not in delete_names}
+            overrides.update(set_configs)
+            overrides = self._normalise_overrides(name, overrides)
+            new_entry = TopicEntry(name, entry.partitions, overrides, entry.state)
+            config = self._config_for(new_entry)
+            catalog = self._catalog.with_topic(new_entry)
+            write_catalog(self.log_dirs, catalog)
+            self._catalog = catalog
+            for partition in range(entry.partitions):
+                self._apply_config((name, partition), config)
+            log.info("altered configs of topic %s: now %s", name, overrides)
+            return self._describe_locked(name)
+
+    def _apply_config(self, topic_partition: TopicPartition, config: LogConfig) -> None:
+        """Give a live log its new config (Kafka's ``UnifiedLog.updateConfig``)."""
+        partition_log = self._logs.get(topic_partition)
+        if partition_log is None:
+            return
+        update = getattr(partition_log, "update_config", None)
+        if update is not None:
+            update(config)
+            return
+        # Interim, until PartitionLog takes a new config in place: close and reopen it (a
+        # caller holding the old object gets LogClosedError and looks the log up again).
+        directory = self._log_dir_of[topic_partition]
+        partition_log.close()
+        reopened = PartitionLog.open(
+            directory / partition_dir_name(*topic_partition), config, time_ms=self._time_ms
+        )
+        logs = dict(self._logs)
+        logs[topic_partition] = reopened
+        self._logs = logs
+
+    # ---------------------------------------------------------------- partitions
+
+    def get_log(self, topic: str, partition: int) -> PartitionLog:
+        """The log of one partition. Lock-free.
+
+        Raises:
+            UnknownTopicOrPartitionError: no such topic, or no such partition of it.
+            LogClosedError: the manager is closed.
+        """
+        partition_log = self._logs.get((topic, partition))
+        if partition_log is not None:
+            return partition_log
+        if self._closed:
+            raise LogClosedError("the log manager is closed")
+        entry = self._catalog.topics.get(topic) if isinstance(topic, str) else None
+        if entry is None:
+            raise UnknownTopicOrPartitionError(f"unknown topic {topic!r}")
+        raise UnknownTopicOrPartitionError(
+            f"topic {topic} has partitions 0 .. {entry.partitions - 1}; there is no partition "
+            f"{partition!r}"
+        )
+
+    def log_dir_of(self, topic: str, partition: int) -> Path:
+        """The log directory holding a partition.
+
+        Raises:
+            UnknownTopicOrPartitionError: no such partition.
+        """
+        self.get_log(topic, partition)
+        return self._log_dir_of[(topic, partition)]
+
+    def logs(self) -> dict[TopicPartition, PartitionLog]:
+        """A snapshot of every open log by (topic, partition)."""
+        return dict(self._logs)
+
+    def delete_records(self, topic: str, partition: int, before_offset: int) -> int:
+        """Move the log start offset of a partition up to ``before_offset`` ([B-65]).
+
+        ``-1`` means the high watermark (the log end offset: stratalog has one replica).
+        Records below the new start become unreadable at once; segments wholly below it are
+        deleted by the next retention pass. Returns the new log start offset (never lower than
+        the old one).
+
+        Raises:
+            UnknownTopicOrPartitionError: no such partition.
+            OffsetOutOfRangeError: ``before_offset`` above the log end offset, or below -1.
+        """
+        partition_log = self.get_log(topic, partition)
+        end_offset = partition_log.log_end_offset
+        target = end_offset if before_offset == -1 else before_offset
+        if target < 0 or target > end_offset:
+            raise OffsetOutOfRangeError(
+                f"cannot delete records of {topic}-{partition} before offset {before_offset}: "
+                f"the log holds offsets [{partition_log.log_start_offset}, {end_offset})",
+                log_start_offset=partition_log.log_start_offset,
+                log_end_offset=end_offset,
+            )
+        increment = getattr(partition_log, "maybe_increment_log_start_offset", None)
+        if increment is None:
+            raise NotImplementedError(
+                "delete_records needs PartitionLog.maybe_increment_log_start_offset, which is "
+                "not written yet"
+            )
+        increment(target)
+        return partition_log.log_start_offset
+
+    # ---------------------------------------------------------------- background work
+
+    def run_maintenance(self, now_ms: int | None = None) -> MaintenanceReport:
+        """One bounded pass of every background job that is due at ``now_ms``.
+
+        Jobs: ``flush.ms`` flushes (every log at most once), retention (every
+        ``log.retention.check.interval.ms``), the two checkpoints (their intervals), removal
+        of ``-delete`` directories whose delay passed (at most ``log.delete.dirs.per.pass.max``).
+        A failing partition is logged and reported; the pass goes on. Passes do not overlap
+        (a second caller waits). Safe to call from a worker thread while others append.
+        """
+        now = self._time_ms() if now_ms is None else now_ms
+        report = MaintenanceReport(now_ms=now)
+        with self._maintenance_lock:
+            if self._closed:
+                return report
+            logs = dict(self._logs)
+            self._maybe_flush(logs, now, report)
+            self._maybe_write_checkpoints(now, report, force=False)
+            self._maybe_remove_deleted_dirs(now, report)
+        return report
+
+    def _maybe_flush(
+        self, logs: dict[TopicPartition, PartitionLog], now_ms: int, report: MaintenanceReport
+    ) -> None:
+        if now_ms < self._next_flush_check_ms:
+            return
+        self._next_flush_check_ms = now_ms + self._settings.flush_scheduler_interval_ms
+        for topic_partition, partition_log in logs.items():
+            flush_ms = partition_log.config.flush_ms
+            if now_ms - partition_log.last_flush_ms < flush_ms:
+                continue
+            if partition_log.recovery_point >= partition_log.log_end_offset:
+                continue
+            try:
+                partition_log.flush()
+                report.flushed_logs += 1
+            except LogClosedError:
+                continue  # deleted or closed meanwhile
+            except Exception as exc:
+                log.exception("flush of %s-%d failed", *topic_partition)
+                report.errors.append(f"flush {topic_partition[0]}-{topic_partition[1]}: {exc}")
+
+    def _maybe_write_checkpoints(
+        self, now_ms: int, report: MaintenanceReport, *, force: bool
+    ) -> set[Path]:
+        """Write the checkpoints that are due (all with ``force``); returns the failed dirs."""
+        write_recovery_points = force or now_ms >= self._next_recovery_point_checkpoint_ms
+        write_log_start_offsets = force or now_ms >= self._next_log_start_offset_checkpoint_ms
+        if write_recovery_points:
+            self._next_recovery_point_checkpoint_ms = (
+                now_ms + self._settings.flush_offset_checkpoint_interval_ms
+            )
+        if write_log_start_offsets:
+            self._next_log_start_offset_checkpoint_ms = (
+                now_ms + self._settings.flush_start_offset_checkpoint_interval_ms
+            )
+        failed: set[Path] = set()
+        if not (write_recovery_points or write_log_start_offsets):
+            return failed
+        with self._lock:
+            snapshot = [
+                (tp, partition_log, self._log_dir_of[tp])
+                for tp, partition_log in self._logs.items()
+            ]
+        for state in self._dirs:
+            in_dir = [(tp, lg) for tp, lg, directory in snapshot if directory == state.path]
+            try:
+                if write_recovery_points:
+                    state.recovery_points.write({tp: lg.recovery_point for tp, lg in in_dir})
+                    report.recovery_point_checkpoints_written += 1
+                if write_log_start_offsets:
+                    state.log_start_offsets.write(_log_start_offsets(in_dir))
+                    report.log_start_offset_checkpoints_written += 1
+            except StorageError as exc:
+                log.exception("writing the checkpoints of %s failed", state.path)
+                report.errors.append(f"checkpoints of {state.path}: {exc}")
+                failed.add(state.path)
+        return failed
+
+    def _maybe_remove_deleted_dirs(self, now_ms: int, report: MaintenanceReport) -> None:
+        with self._lock:
+            due = [item for item in self._deleted_dirs if item[0] <= now_ms]
+            limit = self._settings.deleted_dirs_per_pass_max
+            if len(due) > limit:
+                report.more_work = True
+                due = sorted(due)[:limit]
+            for item in due:
+                self._deleted_dirs.remove(item)
+        for _, directory in due:
+            try:
+                shutil.rmtree(directory)
+                report.deleted_dirs_removed += 1
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                log.error("cannot remove deleted partition directory %s: %s", directory, exc)
+                report.errors.append(f"remove {directory}: {exc}")
+                with self._lock:  # try again next pass
+                    self._deleted_dirs.append((now_ms, directory))
+
+    @property
+    def pending_deleted_dirs(self) -> list[Path]:
+        """The ``-delete`` directories not removed yet."""
+        with self._lock:
+            return [directory for _, directory in sorted(self._deleted_dirs)]
+
+    def start_background(self, interval_ms: int = DEFAULT_MAINTENANCE_INTERVAL_MS) -> None:
+        """Run :meth:`run_maintenance` every ``interval_ms`` in a daemon thread until
+        :meth:`close` (for embedded use; a server drives it from its own task instead).
+
+        Raises:
+            ValueError: ``interval_ms`` below 1.
+            StorageError: already started, or the manager is closed.
+        """
+        if interval_ms < 1:
+            raise ValueError(f"interval_ms must be at least 1, got {interval_ms}")
+        with self._lock:
+            self._ensure_open()
+            if self._background is not None:
+                raise StorageError("the background maintenance thread is already running")
+            self._stop_background.clear()
+            thread = threading.Thread(
+                target=self._background_loop,
+                args=(interval_ms / 1000,),
+                name="log-manager-maintenance",
+                daemon=True,
+            )
+            self._background = thread
+            thread.start()
+
+    def _background_loop(self, interval_s: float) -> None:
+        while not self._stop_background.wait(interval_s):
+            try:
+                self.run_maintenance()
+            except Exception:  # the thread must outlive a bad pass
+                log.exception("background maintenance pass failed")
+
+    def stop_background(self) -> None:
+        """Stop the background thread (if running) and wait for its pass to end."""
+        thread = self._background
+        if thread is None:
+            return
+        self._stop_background.set()
+        thread.join()
+        self._background = None
+
+    # ---------------------------------------------------------------- closing
+
+    def close(self) -> None:
+        """Stop background work, flush and close every log, write both checkpoints and the
+        clean-shutdown markers, unlock the directories. Idempotent.
+
+        A directory gets its marker only if every log in it closed without error ([B-57]); the
+        first error is raised after everything else was done.
+        """
+        self.stop_background()
+        with self._maintenance_lock, self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            first_error: BaseException | None = None
+            failed_dirs: set[Path] = set()
+            for topic_partition, partition_log in sorted(self._logs.items()):
+                try:
+                    partition_log.close()
+                except BaseException as exc:
+                    log.exception("closing %s failed", partition_log.directory)
+                    failed_dirs.add(self._log_dir_of[topic_partition])
+                    first_error = first_error or exc
+            report = MaintenanceReport(now_ms=self._time_ms())
+            failed_dirs |= self._maybe_write_checkpoints(report.now_ms, report, force=True)
+            if report.errors:
+                first_error = first_error or StorageIOError("; ".join(report.errors))
+            for state in self._dirs:
+                clean = state.path not in failed_dirs and state.fully_loaded
+                try:
+                    if clean:
+                        write_marker(state.path)
+                    else:
+                        log.warning("not writing the clean-shutdown marker of %s: the next "
+                                    "start recovers it", state.path)
+                except StorageError as exc:
+                    first_error = first_error or exc
+                state.lock.release()
+            self._logs = {}
+            if first_error is not None:
+                raise first_error
+            log.info("closed the log manager of %s",
+                     ", ".join(str(path) for path in self.log_dirs))
+
+    def _close_logs_quietly(self) -> None:
+        """After a failed open: close what was opened, write no marker."""
+        for partition_log in self._logs.values():
+            try:
+                partition_log.close()
+            except Exception:
+                log.warning("closing %s failed", partition_log.directory, exc_info=True)
+        self._logs = {}
+        self._closed = True
+
+    @property
+    def is_closed(self) -> bool:
+        return self._closed
+
+    def _ensure_open(self) -> None:
+        if self._closed:
+            raise LogClosedError("the log manager is closed")
+
+    def __enter__(self) -> LogManager:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"LogManager(log_dirs={[str(path) for path in self.log_dirs]}, "
+            f"topics={len(self._catalog.topics)}, partitions={len(self._logs)})"
+        )
+
+
+# -------------------------------------------------------------------- helpers
+
+
+def _list_dir(path: Path) -> list[os.DirEntry[str]]:
+    try:
+        with os.scandir(path) as entries:
+            return sorted(entries, key=lambda entry: entry.name)
+    except OSError as exc:
+        raise StorageIOError(f"cannot list log directory {path}: {exc}") from exc
+
+
+def _read_checkpoint_or_empty(checkpoint: OffsetCheckpointFile) -> dict[TopicPartition, int]:
+    """[B-58]: an unreadable checkpoint is treated as empty, with a warning."""
+    try:
+        return checkpoint.read()
+    except CorruptCheckpointError as exc:
+        log.warning("ignoring corrupt checkpoint (every log of the directory is recovered "
+                    "from its start): %s", exc)
+        return {}
+
+
+def _log_start_offsets(
+    logs: list[tuple[TopicPartition, PartitionLog]],
+) -> dict[TopicPartition, int]:
+    """Kafka writes only the partitions whose log start offset is above their first segment."""
+    entries = {}
+    for topic_partition, partition_log in logs:
+        first = partition_log.segments.first
+        if first is not None and partition_log.log_start_offset > first.base_offset:
+            entries[topic_partition] = partition_log.log_start_offset
+    return entries
+
+
+def _check_meta_properties(directories: list[Path], node_id: int) -> None:
+    """Every directory belongs to one cluster; write ``meta.properties`` where missing."""
+    metas = {directory: read_meta_properties(directory) for directory in directories}
+    cluster_ids = {meta.cluster_id for meta in metas.values() if meta is not None}
+    cluster_ids.discard(None)
+    if len(cluster_ids) > 1:
+        listing = ", ".join(
+            f"{directory}: {meta.cluster_id}" for directory, meta in metas.items() if meta
+        )
+        raise InvalidConfigError(
+            f"the log directories belong to different clusters ({listing}); a server's log "
+            "directories must share one cluster.id"
+        )
+    directory_ids = [meta.directory_id for meta in metas.values() if meta and meta.directory_id]
+    if len(directory_ids) != len(set(directory_ids)):
+        raise InvalidConfigError(
+            "two log directories have the same directory.id in meta.properties (a copied "
+            "directory?): " + ", ".join(str(d) for d in directories)
+        )
+    cluster_id = next(iter(cluster_ids)) if cluster_ids else None
+    for directory, meta in metas.items():
+        if meta is None:
+            new_meta = MetaProperties.create(node_id=node_id, cluster_id=cluster_id)
+            cluster_id = new_meta.cluster_id
+            write_meta_properties(directory, new_meta)

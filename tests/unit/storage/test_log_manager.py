@@ -1,0 +1,592 @@
+"""LogManager: log directories, topics (create, delete, list, describe, alter), persisted configs,
+placement, checkpoints and markers at close, background jobs, and the server defaults."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from pathlib import Path
+
+import pytest
+
+from stratalog.records.builder import build_batch
+from stratalog.server.storage.checkpoints import (
+    LOG_START_OFFSET_CHECKPOINT_FILE,
+    RECOVERY_POINT_CHECKPOINT_FILE,
+    OffsetCheckpointFile,
+)
+from stratalog.server.storage.clean_shutdown import CLEAN_SHUTDOWN_FILE, marker_exists
+from stratalog.server.storage.config import LogConfig
+from stratalog.server.storage.errors import (
+    CorruptCheckpointError,
+    InvalidConfigError,
+    InvalidTopicError,
+    LogClosedError,
+    LogDirLockedError,
+    OffsetOutOfRangeError,
+    StorageError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
+from stratalog.server.storage.log_defaults import parse_server_defaults
+from stratalog.server.storage.log_manager import LogManager
+from stratalog.server.storage.meta_properties import read_meta_properties
+from stratalog.server.storage.topic_catalog import CATALOG_FILE
+
+T0 = 1_700_000_000_000
+
+
+class Clock:
+    def __init__(self, now_ms: int = T0) -> None:
+        self.now_ms = now_ms
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+
+def batch(*values: bytes, timestamp: int = T0) -> bytes:
+    return build_batch([(timestamp, None, value, ()) for value in values])
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def dirs(tmp_path: Path) -> list[Path]:
+    return [tmp_path / "d0", tmp_path / "d1"]
+
+
+def open_manager(dirs: list[Path], clock: Clock, **defaults: str) -> LogManager:
+    return LogManager.open(dirs, defaults=defaults or None, time_ms=clock)
+
+
+# -------------------------------------------------------------------- opening and closing
+
+
+def test_open_creates_locks_and_identifies_directories(dirs: list[Path], clock: Clock) -> None:
+    manager = open_manager(dirs, clock)
+    try:
+        assert manager.log_dirs == [d.resolve() for d in dirs]
+        for directory in dirs:
+            assert (directory / ".lock").exists()
+            assert (directory / RECOVERY_POINT_CHECKPOINT_FILE).exists()
+            assert (directory / LOG_START_OFFSET_CHECKPOINT_FILE).exists()
+        metas = [read_meta_properties(d) for d in dirs]
+        assert all(meta is not None for meta in metas)
+        assert metas[0].cluster_id == metas[1].cluster_id  # type: ignore[union-attr]
+        assert metas[0].directory_id != metas[1].directory_id  # type: ignore[union-attr]
+        with pytest.raises(LogDirLockedError):
+            LogManager.open([dirs[1]], time_ms=clock)
+    finally:
+        manager.close()
+    # Unlocked after close: a new manager opens.
+    open_manager(dirs, clock).close()
+
+
+def test_open_refuses_bad_directory_lists(dirs: list[Path], clock: Clock) -> None:
+    with pytest.raises(InvalidConfigError, match="at least one"):
+        LogManager.open([], time_ms=clock)
+    with pytest.raises(InvalidConfigError, match="listed twice"):
+        LogManager.open([dirs[0], dirs[0] / ".." / "d0"], time_ms=clock)
+    with pytest.raises(InvalidConfigError, match="sequence"):
+        LogManager.open(str(dirs[0]), time_ms=clock)  # type: ignore[arg-type]
+    # A failed open leaves no directory locked.
+    open_manager(dirs, clock).close()
+
+
+def test_directories_of_different_clusters_are_refused(dirs: list[Path], clock: Clock) -> None:
+    open_manager([dirs[0]], clock).close()
+    open_manager([dirs[1]], clock).close()
+    with pytest.raises(InvalidConfigError, match="different clusters"):
+        open_manager(dirs, clock)
+    open_manager([dirs[0]], clock).close()  # and nothing stays locked
+
+
+def test_clean_and_unclean_shutdown_are_observable(dirs: list[Path], clock: Clock) -> None:
+    manager = open_manager(dirs, clock)
+    assert manager.had_clean_shutdown == {d.resolve(): False for d in dirs}
+    for directory in dirs:
+        assert not marker_exists(directory)
+    manager.close()
+    for directory in dirs:
+        assert marker_exists(directory)
+    manager = open_manager(dirs, clock)
+    assert manager.had_clean_shutdown == {d.resolve(): True for d in dirs}
+    # The marker is consumed at open: a crash now must count as unclean.
+    for directory in dirs:
+        assert not (directory / CLEAN_SHUTDOWN_FILE).exists()
+    manager.close()
+    manager.close()  # idempotent
+
+
+def test_closed_manager_refuses_work(dirs: list[Path], clock: Clock) -> None:
+    manager = open_manager(dirs, clock)
+    manager.create_topic("t", 1)
+    partition_log = manager.get_log("t", 0)
+    manager.close()
+    assert partition_log.is_closed
+    with pytest.raises(LogClosedError):
+        manager.get_log("t", 0)
+    with pytest.raises(LogClosedError):
+        manager.create_topic("u", 1)
+    assert manager.run_maintenance().flushed_logs == 0
+
+
+# -------------------------------------------------------------------- topics
+
+
+def test_create_describe_list_and_persist(dirs: list[Path], clock: Clock) -> None:
+    manager = open_manager(dirs, clock)
+    description = manager.create_topic("orders", 3, {"segment.bytes": "1048576"})
+    assert description.name == "orders"
+    assert description.configs["segment.bytes"] == "1048576"
+    assert description.configs["retention.ms"] == "604800000"  # a default, reported too
+    assert set(description.configs) == set(LogConfig().to_mapping())
+    assert [p.partition for p in description.partitions] == [0, 1, 2]
+    for p in description.partitions:
+        assert (p.log_start_offset, p.log_end_offset, p.size_bytes) == (0, 0, 0)
+        assert p.segment_count == 1
+        assert p.max_timestamp == -1
+    manager.get_log("orders", 1).append(batch(b"a", b"b", timestamp=T0 + 5))
+    manager.create_topic("audit", 1)
+    assert [t.name for t in manager.list_topics()] == ["audit", "orders"]
+    described = manager.describe_topic("orders").partitions[1]
+    assert (described.log_end_offset, described.max_timestamp) == (2, T0 + 5)
+    assert described.size_bytes > 0
+    manager.close()
+
+    manager = open_manager(dirs, clock)
+    try:
+        description = manager.describe_topic("orders")
+        assert description.configs["segment.bytes"] == "1048576"
+        assert manager.get_log("orders", 1).config.segment_bytes == 1048576
+        assert description.partitions[1].log_end_offset == 2
+        assert manager.get_log("orders", 1).read(0, 1 << 20)
+    finally:
+        manager.close()
+
+
+def test_partitions_go_to_the_directory_with_the_fewest(dirs: list[Path], clock: Clock) -> None:
+    manager = open_manager(dirs, clock)
+    try:
+        manager.create_topic("a", 3)  # d0, d1, d0
+        placed = [manager.log_dir_of("a", p) for p in range(3)]
+        assert placed == [dirs[0].resolve(), dirs[1].resolve(), dirs[0].resolve()]
+        manager.create_topic("b", 1)  # d1 has fewer
+        assert manager.log_dir_of("b", 0) == dirs[1].resolve()
+        assert (dirs[1] / "b-0").is_dir() and not (dirs[0] / "b-0").exists()
+        described = manager.describe_topic("a").partitions
+        assert [p.log_dir for p in described] == [str(d) for d in placed]
+    finally:
+        manager.close()
+
+
+@pytest.mark.parametrize(
+    "name", ["", ".", "..", "../x", "a/b", "x" * 250, "sp ace", "nul\x00", "ümlaut"]
+)
+def test_create_refuses_bad_names(dirs: list[Path], clock: Clock, name: str) -> None:
+    with open_manager(dirs, clock) as manager:
+        with pytest.raises(InvalidTopicError):
+            manager.create_topic(name, 1)
+        assert manager.list_topics() == []
+        for directory in dirs:
+            assert not [p for p in directory.iterdir() if p.is_dir()]
+
+
+def test_create_refuses_bad_counts_duplicates_and_collisions(
+    dirs: list[Path], clock: Clock
+) -> None:
+    with open_manager(dirs, clock, **{"log.topic.partitions.max": "8"}) as manager:
+        for count in (0, -1, 9):
+            with pytest.raises(InvalidTopicError, match="partition"):
+                manager.create_topic("t", count)
+        with pytest.raises(InvalidTopicError):
+            manager.create_topic("t", True)  # type: ignore[arg-type]
+        manager.create_topic("a.b", 1)
+        with pytest.raises(TopicAlreadyExistsError):
+            manager.create_topic("a.b", 2)
+        with pytest.raises(InvalidTopicError, match="collides"):
+            manager.create_topic("a_b", 1)
+        assert [t.name for t in manager.list_topics()] == ["a.b"]
+
+
+def test_long_topic_names_are_limited_by_directory_names(dirs: list[Path], clock: Clock) -> None:
+    with open_manager(dirs, clock, **{"log.topic.partitions.max": "200000"}) as manager:
+        manager.create_topic("x" * 249, 2)  # "x...x-1" is 251 characters
+        with pytest.raises(InvalidTopicError, match="255"):
+            manager.create_topic("y" * 249, 100_001)
+        assert [len(t.name) for t in manager.list_topics()] == [249]
+
+
+def test_create_refuses_bad_configs(dirs: list[Path], clock: Clock) -> None:
+    with open_manager(dirs, clock) as manager:
+        with pytest.raises(InvalidConfigError, match=re.escape("no.such.config")):
+            manager.create_topic("t", 1, {"no.such.config": "1"})
+        with pytest.raises(InvalidConfigError, match=re.escape("segment.bytes")):
+            manager.create_topic("t", 1, {"segment.bytes": "13"})
+        with pytest.raises(InvalidConfigError, match=re.escape("retention.ms")):
+            manager.create_topic("t", 1, {"retention.ms": "soon"})
+        assert manager.list_topics() == []
+        assert not (dirs[0] / "t-0").exists()
+
+
+def test_unknown_topics_and_partitions(dirs: list[Path], clock: Clock) -> None:
+    with open_manager(dirs, clock) as manager:
+        manager.create_topic("t", 2)
+        with pytest.raises(UnknownTopicOrPartitionError, match="unknown topic"):
+            manager.get_log("nope", 0)
+        with pytest.raises(UnknownTopicOrPartitionError, match=re.escape("partitions 0 .. 1")):
+            manager.get_log("t", 2)
+        with pytest.raises(UnknownTopicOrPartitionError):
+            manager.get_log("t", -1)
+        with pytest.raises(UnknownTopicOrPartitionError):
+            manager.describe_topic("nope")
+        with pytest.raises(UnknownTopicOrPartitionError):
+            manager.delete_topic("nope")
+        with pytest.raises(UnknownTopicOrPartitionError):
+            manager.alter_topic_configs("nope", {"retention.ms": "1"})
+        with pytest.raises(UnknownTopicOrPartitionError):
+            manager.delete_records("nope", 0, 0)
+
+
+def test_delete_topic_renames_then_removes_after_the_delay(
+    dirs: list[Path], clock: Clock
+) -> None:
+    manager = open_manager(dirs, clock, **{"log.segment.delete.delay.ms": "1000"})
+    try:
+        manager.create_topic("t", 2)
+        old_log = manager.get_log("t", 0)
+        old_log.append(batch(b"x"))
+        manager.delete_topic("t")
+        assert old_log.is_closed
+        with pytest.raises(UnknownTopicOrPartitionError):
+            manager.get_log("t", 0)
+        assert manager.list_topics() == []
+        assert not (dirs[0] / "t-0").exists() and not (dirs[1] / "t-1").exists()
+        deleted = [p.name for d in dirs for p in d.iterdir() if p.name.endswith("-delete")]
+        assert len(deleted) == 2 and all(name.startswith("t-") for name in deleted)
+        assert len(manager.pending_deleted_dirs) == 2
+
+        # The name is free again at once, and the new topic starts empty.
+        manager.create_topic("t", 1)
+        assert manager.get_log("t", 0).log_end_offset == 0
+
+        report = manager.run_maintenance(clock.now_ms + 999)
+        assert report.deleted_dirs_removed == 0
+        report = manager.run_maintenance(clock.now_ms + 1000)
+        assert report.deleted_dirs_removed == 2
+        assert not [p for d in dirs for p in d.iterdir() if p.name.endswith("-delete")]
+        assert manager.pending_deleted_dirs == []
+    finally:
+        manager.close()
+
+
+def test_leftover_delete_dirs_are_removed_after_a_restart(dirs: list[Path], clock: Clock) -> None:
+    manager = open_manager(dirs, clock, **{"log.segment.delete.delay.ms": "10"})
+    manager.create_topic("t", 1)
+    manager.delete_topic("t")
+    manager.close()  # before the delay: the directory stays
+    assert [p for p in dirs[0].iterdir() if p.name.endswith("-delete")]
+    manager = open_manager(dirs, clock, **{"log.segment.delete.delay.ms": "10"})
+    try:
+        assert manager.list_topics() == []
+        assert len(manager.pending_deleted_dirs) == 1
+        assert manager.run_maintenance(clock.now_ms + 10).deleted_dirs_removed == 1
+        assert not [p for p in dirs[0].iterdir() if p.name.endswith("-delete")]
+    finally:
+        manager.close()
+
+
+def test_deleted_dir_removal_is_bounded_per_pass(dirs: list[Path], clock: Clock) -> None:
+    settings = {"log.segment.delete.delay.ms": "0", "log.delete.dirs.per.pass.max": "2"}
+    with open_manager(dirs, clock, **settings) as manager:
+        manager.create_topic("t", 5)
+        manager.delete_topic("t")
+        first = manager.run_maintenance()
+        assert (first.deleted_dirs_removed, first.more_work) == (2, True)
+        second = manager.run_maintenance()
+        assert (second.deleted_dirs_removed, second.more_work) == (2, True)
+        third = manager.run_maintenance()
+        assert (third.deleted_dirs_removed, third.more_work) == (1, False)
+
+
+def test_alter_configs_sets_deletes_persists_and_applies(dirs: list[Path], clock: Clock) -> None:
+    manager = open_manager(dirs, clock, **{"log.retention.hours": "1"})
+    manager.create_topic("t", 2, {"segment.bytes": "2000000", "retention.ms": "5000"})
+    description = manager.alter_topic_configs(
+        "t", {"flush.messages": "10", "segment.bytes": "3000000"}, ["retention.ms"]
+    )
+    assert description.configs["flush.messages"] == "10"
+    assert description.configs["segment.bytes"] == "3000000"
+    assert description.configs["retention.ms"] == "3600000"  # back to the server default
+    for partition in (0, 1):
+        config = manager.get_log("t", partition).config
+        assert (config.flush_messages, config.segment_bytes, config.retention_ms) == (
+            10, 3000000, 3600000
+        )
+    with pytest.raises(InvalidConfigError, match="unknown"):
+        manager.alter_topic_configs("t", {}, ["no.such"])
+    with pytest.raises(InvalidConfigError, match="both set and deleted"):
+        manager.alter_topic_configs("t", {"retention.ms": "1"}, ["retention.ms"])
+    with pytest.raises(InvalidConfigError, match=re.escape("segment.index.bytes")):
+        manager.alter_topic_configs("t", {"segment.index.bytes": "3"})
+    assert manager.describe_topic("t").configs["segment.bytes"] == "3000000"  # unchanged
+    manager.close()
+
+    # Overrides persist; defaults come from the server's settings at each start.
+    manager = open_manager(dirs, clock, **{"log.retention.hours": "2"})
+    try:
+        configs = manager.describe_topic("t").configs
+        assert configs["flush.messages"] == "10"
+        assert configs["retention.ms"] == "7200000"
+    finally:
+        manager.close()
+
+
+# -------------------------------------------------------------------- crash leftovers
+
+
+def test_interrupted_deletion_is_completed_at_open(dirs: list[Path], clock: Clock) -> None:
+    manager = open_manager(dirs, clock)
+    manager.create_topic("gone", 2)
+    manager.create_topic("kept", 1)
+    manager.close()
+    # A crash after the catalogue said "deleting" and before the directories were renamed.
+    for directory in dirs:
+        path = directory / CATALOG_FILE
+        document = json.loads(path.read_text())
+        for topic in document["topics"]:
+            if topic["name"] == "gone":
+                topic["state"] = "deleting"
+        path.write_text(json.dumps(document))
+    manager = open_manager(dirs, clock)
+    try:
+        assert [t.name for t in manager.list_topics()] == ["kept"]
+        assert not (dirs[0] / "gone-0").exists() and not (dirs[1] / "gone-1").exists()
+        assert len(manager.pending_deleted_dirs) == 2
+    finally:
+        manager.close()
+
+
+def test_missing_partition_directories_are_created_at_open(dirs: list[Path], clock: Clock) -> None:
+    manager = open_manager(dirs, clock)
+    manager.create_topic("t", 3)
+    manager.close()
+    # As if the crash came after the catalogue write and before the directories.
+    for path in (dirs[1] / "t-1", dirs[0] / "t-2"):
+        for child in path.iterdir():
+            child.unlink()
+        path.rmdir()
+    manager = open_manager(dirs, clock)
+    try:
+        assert [p.partition for p in manager.describe_topic("t").partitions] == [0, 1, 2]
+        assert manager.get_log("t", 2).log_end_offset == 0
+    finally:
+        manager.close()
+
+
+def test_partition_directories_without_catalogue_are_adopted(
+    dirs: list[Path], clock: Clock
+) -> None:
+    manager = open_manager(dirs, clock)
+    manager.create_topic("t", 2)
+    manager.get_log("t", 1).append(batch(b"kafka"))
+    manager.close()
+    for directory in dirs:
+        (directory / CATALOG_FILE).unlink()  # a directory written by Kafka has none
+    (dirs[0] / "lost+found").mkdir()  # not a partition: ignored
+    manager = open_manager(dirs, clock, **{"log.segment.bytes": "1048576"})
+    try:
+        description = manager.describe_topic("t")
+        assert [p.partition for p in description.partitions] == [0, 1]
+        assert description.configs["segment.bytes"] == "1048576"
+        assert manager.get_log("t", 1).log_end_offset == 1
+        assert (dirs[0] / CATALOG_FILE).exists()
+    finally:
+        manager.close()
+
+
+def test_a_partition_in_two_directories_is_refused(dirs: list[Path], clock: Clock) -> None:
+    manager = open_manager(dirs, clock)
+    manager.create_topic("t", 1)
+    manager.close()
+    (dirs[1] / "t-0").mkdir()
+    with pytest.raises(StorageError, match="two log directories"):
+        open_manager(dirs, clock)
+    (dirs[1] / "t-0").rmdir()
+    open_manager(dirs, clock).close()
+
+
+def test_newest_catalogue_copy_wins_and_corrupt_copies_are_skipped(
+    dirs: list[Path], clock: Clock
+) -> None:
+    manager = open_manager(dirs, clock)
+    manager.create_topic("a", 1)
+    old_copy = (dirs[1] / CATALOG_FILE).read_bytes()
+    manager.create_topic("b", 1)
+    manager.close()
+    (dirs[1] / CATALOG_FILE).write_bytes(old_copy)  # a directory that missed the last change
+    (dirs[0] / CATALOG_FILE).write_bytes(b"{garbage")
+    # d0's copy is corrupt, d1's is old: the topics found on disk still come back (b adopted).
+    manager = open_manager(dirs, clock)
+    try:
+        assert [t.name for t in manager.list_topics()] == ["a", "b"]
+    finally:
+        manager.close()
+    for directory in dirs:
+        (directory / CATALOG_FILE).write_bytes(b'{"version": 7}')
+    with pytest.raises(CorruptCheckpointError, match="version"):
+        open_manager(dirs, clock)
+
+
+# -------------------------------------------------------------------- checkpoints and jobs
+
+
+def test_close_writes_checkpoints_then_markers(dirs: list[Path], clock: Clock) -> None:
+    manager = open_manager(dirs, clock)
+    manager.create_topic("t", 2)
+    manager.get_log("t", 0).append(batch(b"a", b"b", b"c"))
+    manager.close()
+    recovery_points = OffsetCheckpointFile(dirs[0] / RECOVERY_POINT_CHECKPOINT_FILE).read()
+    assert recovery_points == {("t", 0): 3}
+    assert OffsetCheckpointFile(dirs[1] / RECOVERY_POINT_CHECKPOINT_FILE).read() == {("t", 1): 0}
+    # No partition has its log start offset above its first segment: nothing to record.
+    assert OffsetCheckpointFile(dirs[0] / LOG_START_OFFSET_CHECKPOINT_FILE).read() == {}
+
+
+def test_flush_ms_flushes_in_maintenance(dirs: list[Path], clock: Clock) -> None:
+    with open_manager(dirs, clock) as manager:
+        manager.create_topic("t", 1, {"flush.ms": "100"})
+        manager.create_topic("never", 1)
+        partition_log = manager.get_log("t", 0)
+        partition_log.append(batch(b"a"))
+        manager.get_log("never", 0).append(batch(b"b"))
+        assert partition_log.recovery_point == 0
+        clock.now_ms += 50
+        assert manager.run_maintenance().flushed_logs == 0
+        clock.now_ms += 50
+        assert manager.run_maintenance().flushed_logs == 1
+        assert partition_log.recovery_point == 1
+        assert manager.get_log("never", 0).recovery_point == 0
+        clock.now_ms += 1000
+        assert manager.run_maintenance().flushed_logs == 0  # nothing new to flush
+
+
+def test_checkpoints_are_written_on_their_intervals(dirs: list[Path], clock: Clock) -> None:
+    settings = {
+        "log.flush.offset.checkpoint.interval.ms": "100",
+        "log.flush.start.offset.checkpoint.interval.ms": "200",
+    }
+    with open_manager(dirs, clock, **settings) as manager:
+        manager.create_topic("t", 1, {"flush.messages": "1"})
+        manager.get_log("t", 0).append(batch(b"a", b"b"))
+        path = dirs[0] / RECOVERY_POINT_CHECKPOINT_FILE
+        report = manager.run_maintenance(T0 + 99)
+        assert report.recovery_point_checkpoints_written == 0
+        assert OffsetCheckpointFile(path).read() == {}
+        report = manager.run_maintenance(T0 + 100)
+        assert report.recovery_point_checkpoints_written == 2  # one per log directory
+        assert report.log_start_offset_checkpoints_written == 0
+        assert OffsetCheckpointFile(path).read() == {("t", 0): 2}
+        report = manager.run_maintenance(T0 + 200)
+        assert report.recovery_point_checkpoints_written == 2
+        assert report.log_start_offset_checkpoints_written == 2
+
+
+def test_background_thread_runs_maintenance_and_stops_on_close(
+    dirs: list[Path], clock: Clock
+) -> None:
+    manager = open_manager(dirs, clock)
+    manager.create_topic("t", 1, {"flush.ms": "0"})
+    manager.get_log("t", 0).append(batch(b"a"))
+    flushed = threading.Event()
+    original = manager.run_maintenance
+
+    def watching(now_ms: int | None = None):  # type: ignore[no-untyped-def]
+        report = original(now_ms)
+        if report.flushed_logs:
+            flushed.set()
+        return report
+
+    manager.run_maintenance = watching  # type: ignore[method-assign]
+    manager.start_background(interval_ms=1)
+    with pytest.raises(StorageError, match="already running"):
+        manager.start_background()
+    assert flushed.wait(timeout=30)
+    assert manager.get_log("t", 0).recovery_point == 1
+    manager.close()
+    assert manager._background is None
+
+
+def test_delete_records_validates_the_offset(dirs: list[Path], clock: Clock) -> None:
+    with open_manager(dirs, clock) as manager:
+        manager.create_topic("t", 1)
+        manager.get_log("t", 0).append(batch(b"a", b"b"))
+        with pytest.raises(OffsetOutOfRangeError):
+            manager.delete_records("t", 0, 3)
+        with pytest.raises(OffsetOutOfRangeError):
+            manager.delete_records("t", 0, -2)
+
+
+# -------------------------------------------------------------------- server defaults
+
+
+def test_server_defaults_follow_kafkas_broker_names() -> None:
+    config, settings = parse_server_defaults(
+        {
+            "log.segment.bytes": "1048576",
+            "log.retention.hours": "1",
+            "log.retention.minutes": "2",  # minutes win over hours
+            "log.roll.hours": "3",
+            "log.segment.delete.delay.ms": "5",
+            "log.flush.interval.messages": "7",
+            "log.flush.scheduler.interval.ms": "9",  # flush.ms when log.flush.interval.ms unset
+            "log.index.interval.bytes": "100",
+            "log.message.timestamp.type": "LogAppendTime",
+            "log.retention.check.interval.ms": "11",
+            "log.flush.offset.checkpoint.interval.ms": "12",
+            "num.recovery.threads.per.data.dir": "4",
+        }
+    )
+    assert config.segment_bytes == 1048576
+    assert config.retention_ms == 120_000
+    assert config.segment_ms == 3 * 3_600_000
+    assert config.file_delete_delay_ms == 5
+    assert config.flush_messages == 7
+    assert config.flush_ms == 9
+    assert config.index_interval_bytes == 100
+    assert config.message_timestamp_type.name == "LOG_APPEND_TIME"
+    assert settings.retention_check_interval_ms == 11
+    assert settings.flush_scheduler_interval_ms == 9
+    assert settings.flush_offset_checkpoint_interval_ms == 12
+    assert settings.recovery_threads_per_data_dir == 4
+
+    config, _ = parse_server_defaults(
+        {"log.retention.ms": "-5", "log.retention.hours": "1", "log.flush.interval.ms": "3",
+         "log.flush.scheduler.interval.ms": "9", "retention.bytes": "10",
+         "log.retention.bytes": "-7"}
+    )
+    assert config.retention_ms == -1  # negative means unlimited; ms wins over hours
+    assert config.flush_ms == 3
+    assert config.retention_bytes == 10  # a topic name wins over its broker name
+
+
+@pytest.mark.parametrize(
+    ("defaults", "match"),
+    [
+        ({"log.segment.bytez": "1"}, "log.segment.bytez"),
+        ({"log.segment.bytes": "big"}, "segment.bytes"),
+        ({"log.retention.check.interval.ms": "0"}, "at least 1"),
+        ({"log.dirs": "/tmp"}, "log directories"),
+        ({"log.retention.hours": "1.5"}, "log.retention.hours"),
+    ],
+)
+def test_bad_server_defaults_are_refused(
+    defaults: dict[str, str], match: str, dirs: list[Path], clock: Clock
+) -> None:
+    with pytest.raises(InvalidConfigError, match=match):
+        LogManager.open(dirs, defaults=defaults, time_ms=clock)
+    open_manager(dirs, clock).close()  # nothing left locked
