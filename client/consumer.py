@@ -103,14 +103,12 @@ class Consumer:
         prefetch_batches: int = 4,
         verify_crc: bool = True,
     ) -> None:
-        if isinstance(client, str):
-            self._client = Client(client)
-            self._owns_client = True
-        elif isinstance(client, Client):
-            self._client = client
-            self._owns_client = False
-        else:
+        if not isinstance(client, Client | str):
             raise TypeError(f"client must be a Client or a target str, got {client!r}")
+        # A target string becomes a Client in start(), inside the event loop that uses it.
+        self._target = client if isinstance(client, str) else None
+        self._client: Client = client if isinstance(client, Client) else None  # type: ignore[assignment]
+        self._owns_client = isinstance(client, str)
         self._topic = wire.check_topic(topic)
         if partitions is not None:
             if isinstance(partitions, str | bytes) or not isinstance(partitions, Sequence):
@@ -188,6 +186,8 @@ class Consumer:
             raise ConsumerClosedError("start() on a closed Consumer")
         if self._started:
             return
+        if self._client is None:
+            self._client = Client(self._target)  # type: ignore[arg-type]
         info = await self._client.describe_topic(self._topic)
         if self._requested_partitions is None:
             partitions = [p.partition for p in info.partitions]
@@ -227,7 +227,7 @@ class Consumer:
             task.cancel()
         if fetchers:
             await asyncio.gather(*fetchers, return_exceptions=True)
-        if self._owns_client:
+        if self._owns_client and self._client is not None:
             await self._client.close()
 
     # --- positions -------------------------------------------------------------------------------

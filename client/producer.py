@@ -94,14 +94,16 @@ class _Batch:
         "future",
         "lingered",
         "partition",
+        "queue",
         "size_bytes",
         "timer",
         "topic",
     )
 
-    def __init__(self, topic: str, partition: int, builder: BatchBuilder, loop: Any) -> None:
-        self.topic = topic
-        self.partition = partition
+    def __init__(self, queue: _PartitionQueue, builder: BatchBuilder, loop: Any) -> None:
+        self.queue = queue
+        self.topic = queue.topic
+        self.partition = queue.partition
         self.builder: BatchBuilder | None = builder
         self.count = 0
         self.size_bytes = RECORD_BATCH_OVERHEAD
@@ -134,7 +136,9 @@ class RecordFuture:
         self._timestamp = timestamp
 
     def __await__(self) -> Generator[Any, None, RecordMetadata]:
-        yield from asyncio.ensure_future(self._batch.future).__await__()
+        # Shielded: cancelling the task that awaits one record must not cancel the batch,
+        # which other records (and the Producer) share.
+        yield from asyncio.shield(self._batch.future).__await__()
         return self.result()
 
     def done(self) -> bool:
@@ -172,7 +176,8 @@ class SendManyFuture:
     def __await__(self) -> Generator[Any, None, list[RecordMetadata]]:
         futures = {id(run[0].future): run[0].future for run in self._runs}
         if futures:
-            yield from asyncio.gather(*futures.values(), return_exceptions=True).__await__()
+            # asyncio.wait never cancels what it waits for (gather would, on cancellation).
+            yield from asyncio.wait(futures.values()).__await__()
         return self.result()
 
     def done(self) -> bool:
@@ -266,14 +271,12 @@ class Producer:
         flush: bool = False,
         rng: random.Random | None = None,
     ) -> None:
-        if isinstance(client, str):
-            self._client = Client(client)
-            self._owns_client = True
-        elif isinstance(client, Client):
-            self._client = client
-            self._owns_client = False
-        else:
+        if not isinstance(client, Client | str):
             raise TypeError(f"client must be a Client or a target str, got {client!r}")
+        # A target string becomes a Client on first use, inside the event loop that uses it.
+        self._target = client if isinstance(client, str) else None
+        self._client: Client = client if isinstance(client, Client) else None  # type: ignore[assignment]
+        self._owns_client = isinstance(client, str)
         self._linger_s = wire.check_int(linger_ms, "linger_ms", 0, 3_600_000) / 1000.0
         self._batch_bytes_max = wire.check_int(
             batch_bytes_max, "batch_bytes_max", RECORD_BATCH_OVERHEAD + 1, wire.INT32_MAX
@@ -335,6 +338,8 @@ class Producer:
         if state is not None:
             return state
         wire.check_topic(topic)
+        if self._client is None:
+            self._client = Client(self._target)  # type: ignore[arg-type]
         lock = self._topic_locks.setdefault(topic, asyncio.Lock())
         async with lock:
             state = self._topics.get(topic)
@@ -525,7 +530,7 @@ class Producer:
         builder = BatchBuilder(
             compression=self._compression, compression_level=self._compression_level
         )
-        batch = _Batch(queue.topic, queue.partition, builder, loop)
+        batch = _Batch(queue, builder, loop)
         self._buffered_bytes += batch.size_bytes
         self._pending.add(batch)
         queue.current = batch
@@ -541,7 +546,7 @@ class Producer:
             return
         batch.lingered = True
         if queue.in_flight < self._max_in_flight and not queue.ready:
-            self._close_batch(queue, self._topics[queue.topic], batch)
+            self._close_batch(queue, self._topics.get(queue.topic), batch)
         # Otherwise the batch keeps filling until a request slot frees (see _maybe_send).
 
     def _close_batch(self, queue: _PartitionQueue, state: _TopicState | None, batch: _Batch) -> None:
@@ -618,14 +623,16 @@ class Producer:
                     if isinstance(err, UnknownTopicOrPartitionError):
                         # The topic went away: ask for its partitions again next time.
                         self._topics.pop(batch.topic, None)
-                    batch.future.set_exception(err)
+                    if not batch.future.done():
+                        batch.future.set_exception(err)
                     return
                 if result.record_count not in (0, batch.count):
                     logger.warning(
                         "server acknowledged %d records of a batch of %d to %s-%d",
                         result.record_count, batch.count, batch.topic, batch.partition,
                     )
-                batch.future.set_result((result.base_offset, result.log_append_time))
+                if not batch.future.done():
+                    batch.future.set_result((result.base_offset, result.log_append_time))
                 return
         except asyncio.CancelledError:
             if not batch.future.done():
@@ -651,13 +658,14 @@ class Producer:
 
         Does not raise delivery errors (they are on the records' futures).
         """
-        while self._pending:
-            for state in list(self._topics.values()):
-                for queue in state.queues:
-                    if queue.current is not None:
-                        self._close_batch(queue, state, queue.current)
-            futures = [batch.future for batch in self._pending]
-            await asyncio.gather(*futures, return_exceptions=True)
+        pending = list(self._pending)
+        for batch in pending:
+            queue = batch.queue
+            if queue.current is batch:
+                self._close_batch(queue, self._topics.get(queue.topic), batch)
+        if pending:
+            # asyncio.wait, not gather: a cancelled flush must not cancel the batches.
+            await asyncio.wait([batch.future for batch in pending])
 
     async def close(self, timeout_s: float | None = None) -> None:
         """Stop accepting records, flush (up to ``timeout_s``; then cancel what is left), and
@@ -688,5 +696,5 @@ class Producer:
                 if not batch.future.done():
                     batch.future.set_exception(ProducerClosedError("the Producer was closed"))
             self._pending.clear()
-            if self._owns_client:
+            if self._owns_client and self._client is not None:
                 await self._client.close()
