@@ -17,10 +17,10 @@ from collections.abc import Sequence
 
 from stratalog import __version__
 
-from . import dump_log
+from . import dump_log, serve
 
 # Subcommand modules, in the order `stratalog --help` lists them.
-_COMMANDS = (dump_log,)
+_COMMANDS = (serve, dump_log)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,262 @@
+"""The running server: LogManager, grpc.aio on uvloop, health, reflection, metrics, maintenance.
+
+Life of a server process (``stratalog serve``)::
+
+    open the LogManager (locks the log dirs, recovers after an unclean shutdown)
+    build grpc.aio server: Broker + grpc.health.v1 (SERVING) + reflection; bind; start
+    print "stratalog: listening on HOST:PORT" (the bound port when asked for port 0)
+    start the Prometheus endpoint and the maintenance task
+    ... serve until SIGTERM or SIGINT ...
+    health NOT_SERVING; long polls answer, Subscribe streams end (SHUTTING_DOWN)
+    grpc stop(grace): no new RPCs; in-flight ones get shutdown_grace_ms, then are cancelled
+    stop the maintenance task (a pass under way finishes)
+    LogManager.close(): flush, checkpoints, clean-shutdown markers, unlock    -> exit 0
+
+The maintenance task calls ``LogManager.run_maintenance`` (flush.ms flushes, retention,
+checkpoints, delayed deletions; each pass bounded) in the thread pool every
+``maintenance_interval_ms``, then refreshes the log-size metrics. A failing pass is logged and
+the next one runs on schedule.
+
+The two lines printed on stdout are an interface: tests and scripts read the bound ports from
+them (``listening on`` and ``metrics on``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, TextIO
+
+import grpc
+import grpc.aio
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from stratalog.server.metrics import MetricsEndpoint, ServerMetrics
+from stratalog.server.service import BrokerService
+from stratalog.server.settings import Settings, configure_logging, describe
+from stratalog.v1 import broker_pb2, broker_pb2_grpc
+
+if TYPE_CHECKING:
+    from stratalog.server.storage.log_manager import LogManager
+
+__all__ = ["SERVICE_NAME", "Server", "StartupError", "main", "run"]
+
+logger = logging.getLogger(__name__)
+
+#: The Broker service's full name, as health checks and reflection know it.
+SERVICE_NAME = broker_pb2.DESCRIPTOR.services_by_name["Broker"].full_name
+
+
+class StartupError(Exception):
+    """The server could not start: a log dir is locked or broken, or the address is taken."""
+
+
+class Server:
+    """One stratalog server: the LogManager and everything that serves it.
+
+    Holds the settings, the LogManager (from :meth:`start` to :meth:`stop`), the grpc.aio
+    server, the health servicer, the metrics and their HTTP endpoint, the thread pool for
+    blocking calls and the maintenance task.
+
+    Crash behaviour: anything not flushed when the process dies is recovered by the LogManager
+    at the next start (Kafka's recovery after an unclean shutdown); :meth:`stop` is what makes a
+    shutdown clean.
+
+    Concurrency: event-loop only; :meth:`start` and :meth:`stop` once each, in that order.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.metrics = ServerMetrics()
+        self.port: int | None = None
+        self.metrics_port: int | None = None
+        self.log_manager: LogManager | None = None
+        self._executor = ThreadPoolExecutor(
+            max_workers=settings.io_threads, thread_name_prefix="stratalog-io"
+        )
+        self._grpc: grpc.aio.Server | None = None
+        self._health: health.aio.HealthServicer | None = None
+        self._service: BrokerService | None = None
+        self._endpoint = MetricsEndpoint(self.metrics)
+        self._maintenance: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Open the logs, bind and start serving.
+
+        Raises:
+            StartupError: the LogManager would not open or an address would not bind; what was
+                opened is closed again.
+        """
+        from stratalog.server.storage.log_manager import LogManager
+
+        settings = self.settings
+        loop = asyncio.get_running_loop()
+        try:
+            self.log_manager = await loop.run_in_executor(
+                self._executor,
+                lambda: LogManager.open(settings.log_dirs, defaults=settings.log_defaults),
+            )
+        except Exception as exc:
+            self._executor.shutdown(wait=False)
+            raise StartupError(f"cannot open the log directories {list(settings.log_dirs)}: "
+                               f"{exc}") from exc
+        try:
+            await self._start_serving()
+        except BaseException:
+            await self._close_everything()
+            raise
+
+    async def _start_serving(self) -> None:
+        assert self.log_manager is not None
+        settings = self.settings
+        address = settings.listen_address
+        self._grpc = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", settings.max_request_bytes),
+                ("grpc.max_send_message_length", settings.max_response_bytes),
+                # Without this, a second server could bind the same port and steal half the
+                # connections; a port in use must fail the start.
+                ("grpc.so_reuseport", 0),
+            ],
+            maximum_concurrent_rpcs=settings.max_concurrent_rpcs,
+        )
+        self._service = BrokerService(self.log_manager, settings, self.metrics, self._executor)
+        broker_pb2_grpc.add_BrokerServicer_to_server(self._service, self._grpc)
+        self._health = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, self._grpc)
+        reflection.enable_server_reflection(
+            (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self._grpc
+        )
+        try:
+            self.port = self._grpc.add_insecure_port(str(address))
+        except RuntimeError as exc:
+            raise StartupError(f"cannot listen on {address}: {exc}") from exc
+        await self._grpc.start()
+        for service in ("", SERVICE_NAME):
+            await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
+        if settings.metrics_port >= 0:
+            try:
+                self.metrics_port = self._endpoint.start(address.host, settings.metrics_port)
+            except OSError as exc:
+                raise StartupError(
+                    f"cannot serve metrics on {address.host}:{settings.metrics_port}: {exc}"
+                ) from exc
+        self._refresh_log_metrics()
+        self._maintenance = asyncio.create_task(self._maintain(), name="stratalog-maintenance")
+
+    def _refresh_log_metrics(self) -> None:
+        assert self.log_manager is not None
+        self.metrics.update_logs(self.log_manager.list_topics())
+
+    async def _maintain(self) -> None:
+        """Run a maintenance pass every ``maintenance_interval_ms`` until cancelled."""
+        assert self.log_manager is not None
+        interval_s = self.settings.maintenance_interval_ms / 1000
+        log_manager = self.log_manager
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                # The LogManager is thread-safe and its pass runs beside appends; the pool
+                # keeps the pass's file I/O off the loop.
+                report = await loop.run_in_executor(self._executor, log_manager.run_maintenance)
+                logger.debug("maintenance pass: %s", report)
+                await loop.run_in_executor(self._executor, self._refresh_log_metrics)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.exception("maintenance pass failed; the next runs in %.1f s", interval_s)
+
+    async def stop(self, grace_s: float | None = None) -> None:
+        """Stop gracefully: answer in-flight RPCs, then close the logs cleanly.
+
+        ``grace_s`` defaults to ``shutdown_grace_ms``. Raises what ``LogManager.close``
+        raised (the shutdown was not clean then).
+        """
+        if grace_s is None:
+            grace_s = self.settings.shutdown_grace_ms / 1000
+        if self._health is not None:
+            await self._health.enter_graceful_shutdown()
+        if self._service is not None:
+            self._service.begin_shutdown()
+        if self._grpc is not None:
+            await self._grpc.stop(grace_s)
+        await self._close_everything()
+
+    async def _close_everything(self) -> None:
+        if self._maintenance is not None:
+            self._maintenance.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._maintenance
+            self._maintenance = None
+        if self._grpc is not None:
+            await self._grpc.stop(0)
+        self._endpoint.close()
+        log_manager, self.log_manager = self.log_manager, None
+        try:
+            if log_manager is not None:
+                # The executor still runs a maintenance pass or an fsync that outlived its RPC:
+                # close after them (the pool finishes queued work in order of submission).
+                await asyncio.get_running_loop().run_in_executor(self._executor, log_manager.close)
+        finally:
+            self._executor.shutdown(wait=True)
+
+
+def _install_signal_handlers(stop: asyncio.Event) -> None:
+    loop = asyncio.get_running_loop()
+
+    def on_signal(signum: int) -> None:
+        if stop.is_set():
+            logger.info("%s again: already stopping", signal.Signals(signum).name)
+            return
+        logger.info("%s: stopping", signal.Signals(signum).name)
+        stop.set()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, on_signal, signum)
+
+
+async def main(settings: Settings, out: TextIO = sys.stdout) -> int:
+    """Serve until SIGTERM/SIGINT; the process's exit code (0 after a clean shutdown)."""
+    stop = asyncio.Event()
+    _install_signal_handlers(stop)
+    server = Server(settings)
+    try:
+        await server.start()
+    except StartupError as exc:
+        logger.error("%s", exc)
+        return 1
+    host = settings.listen_address.host
+    print(f"stratalog: listening on {host}:{server.port}", file=out, flush=True)
+    if server.metrics_port is not None:
+        print(f"stratalog: metrics on http://{host}:{server.metrics_port}/metrics",
+              file=out, flush=True)
+    logger.info("serving %s on %s:%s", SERVICE_NAME, host, server.port)
+    await stop.wait()
+    try:
+        await server.stop()
+    except Exception:
+        logger.exception("shutdown was not clean")
+        return 1
+    logger.info("stopped cleanly")
+    return 0
+
+
+def run(settings: Settings) -> int:
+    """Configure logging, run :func:`main` on uvloop (asyncio's own loop where uvloop is absent)."""
+    configure_logging(settings)
+    for line in describe(settings):
+        logger.info("setting %s", line)
+    try:
+        import uvloop
+    except ImportError:  # Windows: uvloop does not exist there
+        loop_factory = None
+    else:
+        loop_factory = uvloop.new_event_loop
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        return runner.run(main(settings))

@@ -1,0 +1,211 @@
+"""A real stratalog server process for integration tests, and gRPC channels to it.
+
+The server runs as ``python -m stratalog.server --listen 127.0.0.1:0 --metrics-port 0`` in its own
+process, on a data directory under pytest's tmp dir; the ports it bound are read from the two
+lines it prints on stdout (docs/configuration.md). Its log (stderr) goes to ``server.log`` beside
+the data directory and is printed when a test fails to start a server.
+
+Fixtures:
+
+``server``            one server per test module (tests share it; use topic names of your own)
+``server_target``     its ``"127.0.0.1:PORT"``, for ``stratalog.client`` and grpc channels
+``stub``              a blocking ``BrokerStub`` on a channel to ``server``, per module
+``rpc_error``         ``rpc_error(stub.Method, request)``: the error a failing call gives
+``start_server``      a factory for servers of a test's own (restarts, signals, other flags):
+                      ``start_server(data_dir, *extra_flags) -> ServerProcess``; every server it
+                      started is stopped (SIGKILL if still running) after the test
+
+A module-scoped ``server`` is stopped with SIGTERM at the end of its module, and the teardown
+fails if it did not exit 0: every test module also checks a clean shutdown.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+import pytest
+
+from stratalog.client.errors import StratalogError, from_rpc_error
+from stratalog.v1 import broker_pb2_grpc
+
+STARTUP_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 30.0
+#: Deadline of one RPC in the tests: generous, it only turns a hang into a failure.
+CALL_TIMEOUT_S = 30.0
+_LISTENING = re.compile(r"^stratalog: listening on (\S+):(\d+)$")
+_METRICS = re.compile(r"^stratalog: metrics on http://(\S+):(\d+)/metrics$")
+
+
+@dataclass
+class ServerProcess:
+    """A server process started by the fixtures: its ports, data dir and log file."""
+
+    process: subprocess.Popen[str]
+    data_dir: Path
+    log_path: Path
+    port: int
+    metrics_port: int | None
+    args: list[str] = field(default_factory=list)
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def metrics_url(self) -> str:
+        assert self.metrics_port is not None, "started with metrics off"
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def stop(self, signum: int = signal.SIGTERM, timeout_s: float = STOP_TIMEOUT_S) -> int:
+        """Send ``signum`` and wait for the exit code (SIGKILL after ``timeout_s``)."""
+        if self.process.poll() is None:
+            self.process.send_signal(signum)
+            try:
+                self.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+                raise AssertionError(
+                    f"server did not exit within {timeout_s} s of {signal.Signals(signum).name}; "
+                    f"log:\n{self.log_text()[-4000:]}"
+                ) from None
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+        return self.process.returncode
+
+    def kill(self) -> int:
+        """SIGKILL: the process dies at once, as in a crash."""
+        return self.stop(signal.SIGKILL)
+
+
+def launch_server(data_dir: Path, *extra_args: str, log_path: Path | None = None,
+                  env: dict[str, str] | None = None) -> ServerProcess:
+    """Start a server on ``data_dir`` and wait until it printed its ports.
+
+    Raises AssertionError with the server's log if it exits or stays silent for
+    :data:`STARTUP_TIMEOUT_S`.
+    """
+    data_dir = Path(data_dir)
+    log_path = log_path or data_dir.parent / f"{data_dir.name}-server.log"
+    args = [
+        sys.executable, "-m", "stratalog.server",
+        "--listen", "127.0.0.1:0",
+        "--metrics-port", "0",
+        "--log-dirs", str(data_dir),
+        *extra_args,
+    ]
+    # Append: a restarted server on the same dir keeps the earlier log for a failing test.
+    log_file = log_path.open("a")
+    process_env = {k: v for k, v in os.environ.items() if not k.startswith("STRATALOG_")}
+    process_env.update(env or {})
+    process = subprocess.Popen(
+        args, stdout=subprocess.PIPE, stderr=log_file, text=True, env=process_env,
+    )
+    log_file.close()
+    port: int | None = None
+    metrics_port: int | None = None
+    wants_metrics = True  # argparse takes the last --metrics-port given
+    for flag, value in itertools.pairwise(extra_args):
+        if flag == "--metrics-port":
+            wants_metrics = value != "-1"
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    assert process.stdout is not None
+    with selectors.DefaultSelector() as selector:
+        selector.register(process.stdout, selectors.EVENT_READ)
+        while port is None or (wants_metrics and metrics_port is None):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not selector.select(remaining):
+                process.kill()
+                process.wait()
+                raise AssertionError(
+                    f"server printed no ports within {STARTUP_TIMEOUT_S} s; log:\n"
+                    + log_path.read_text(errors="replace")[-4000:]
+                )
+            line = process.stdout.readline()
+            if not line:
+                code = process.wait()
+                raise AssertionError(
+                    f"server exited with {code} before serving; log:\n"
+                    + log_path.read_text(errors="replace")[-4000:]
+                )
+            if match := _LISTENING.match(line.strip()):
+                port = int(match.group(2))
+            elif match := _METRICS.match(line.strip()):
+                metrics_port = int(match.group(2))
+    return ServerProcess(process, data_dir, log_path, port, metrics_port, args)
+
+
+@pytest.fixture
+def start_server(tmp_path: Path) -> Iterator[Callable[..., ServerProcess]]:
+    started: list[ServerProcess] = []
+
+    def start(data_dir: Path | None = None, *extra_args: str, **kwargs: object) -> ServerProcess:
+        directory = data_dir or tmp_path / "data"
+        server = launch_server(directory, *extra_args, **kwargs)  # type: ignore[arg-type]
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        if server.process.poll() is None:
+            server.kill()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    data_dir = tmp_path_factory.mktemp("server") / "data"
+    process = launch_server(data_dir)
+    yield process
+    code = process.stop(signal.SIGTERM)
+    assert code == 0, f"server exited {code} on SIGTERM; log:\n{process.log_text()[-4000:]}"
+    assert (data_dir / ".kafka_cleanshutdown").exists(), "no clean-shutdown marker after SIGTERM"
+
+
+@pytest.fixture(scope="module")
+def server_target(server: ServerProcess) -> str:
+    return server.target
+
+
+@pytest.fixture(scope="module")
+def channel(server: ServerProcess) -> Iterator[grpc.Channel]:
+    with grpc.insecure_channel(server.target) as channel:
+        grpc.channel_ready_future(channel).result(timeout=STARTUP_TIMEOUT_S)
+        yield channel
+
+
+@pytest.fixture(scope="module")
+def stub(channel: grpc.Channel) -> broker_pb2_grpc.BrokerStub:
+    return broker_pb2_grpc.BrokerStub(channel)
+
+
+@pytest.fixture(scope="session")
+def rpc_error() -> Callable[..., StratalogError]:
+    """``rpc_error(stub.Method, request)``: the call must fail; its error as the client sees it.
+
+    The result is :func:`stratalog.client.errors.from_rpc_error` of the failure: ``code``,
+    ``reason`` (the ErrorInfo reason, None without one), ``metadata`` and the message.
+    """
+
+    def call(method: Callable[..., object], request: object) -> StratalogError:
+        with pytest.raises(grpc.RpcError) as caught:
+            result = method(request, timeout=CALL_TIMEOUT_S)
+            # A server stream fails when iterated, not when opened.
+            if hasattr(result, "__next__"):
+                list(result)  # type: ignore[call-overload]
+        return from_rpc_error(caught.value)
+
+    return call
