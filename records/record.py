@@ -172,6 +172,18 @@ def _corrupt(index: int, start: int, what: str) -> CorruptRecordError:
     return CorruptRecordError(f"record {index} (at records position {start}): {what}")
 
 
+def _ran_out(index: int, start: int, end: int, count: int) -> CorruptRecordError:
+    """The error for a read past the end of the records region while reading record ``index``."""
+    if start >= end:
+        return _corrupt(
+            index,
+            start,
+            f"missing: the batch declares {count} records but its {end} bytes of records "
+            f"end after {index}",
+        )
+    return _corrupt(index, start, f"truncated: the records region ends at {end}")
+
+
 def _read_headers(
     data: bytes, position: int, record_end: int, index: int, start: int
 ) -> tuple[tuple[Header, ...], int]:
@@ -236,14 +248,7 @@ def decode_records(
     start = 0
     try:
         for index in range(count):
-            start = position
-            if position >= end:
-                raise _corrupt(
-                    index,
-                    start,
-                    f"missing: the batch declares {count} records but its "
-                    f"{end} bytes of records end after {index}",
-                )
+            start = position  # a read at ``end`` here means a missing record (see below)
             # Each varint below is decoded inline when it takes one or two bytes (lengths under
             # 8 KiB, deltas under 8192: nearly all of them), zig-zag decoding by table lookup.
             # Longer ones go through read_varint/read_varlong.
@@ -342,7 +347,7 @@ def decode_records(
             append(record)
     except IndexError:
         # Only a read past the end of ``data`` gets here; lengths were checked against it.
-        raise _corrupt(index, start, f"truncated: the records region ends at {end}") from None
+        raise _ran_out(index, start, end, count) from None
     if position != end:
         raise CorruptRecordError(
             f"incorrect declared batch size: {end - position} bytes remain after the {count} "
@@ -381,14 +386,7 @@ def walk_records(data: bytes, count: int, *, zigzag: list[int] = _ZIGZAG_14_BITS
     contiguous = True
     try:
         for index in range(count):
-            start = position
-            if position >= end:
-                raise _corrupt(
-                    index,
-                    start,
-                    f"missing: the batch declares {count} records but its "
-                    f"{end} bytes of records end after {index}",
-                )
+            start = position  # a read at ``end`` here means a missing record (see below)
             b = data[position]
             if b < 0x80:
                 size = zigzag[b]
@@ -477,7 +475,7 @@ def walk_records(data: bytes, count: int, *, zigzag: list[int] = _ZIGZAG_14_BITS
                     f"says {record_end - start}",
                 )
     except IndexError:
-        raise _corrupt(index, start, f"truncated: the records region ends at {end}") from None
+        raise _ran_out(index, start, end, count) from None
     if position != end:
         raise CorruptRecordError(
             f"incorrect declared batch size: {end - position} bytes remain after the {count} "

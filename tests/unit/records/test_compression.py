@@ -169,3 +169,29 @@ def test_levels_change_output_not_readability():
     for stream in (fast, best, compress(Compression.ZSTD, SAMPLE, level=19)):
         codec = Compression.GZIP if stream in (fast, best) else Compression.ZSTD
         assert decompress(codec, stream, max_bytes=len(SAMPLE)) == SAMPLE
+
+
+@pytest.mark.parametrize(
+    ("tail", "message"),
+    [
+        (XERIAL_HEADER[:10], "truncated inside the xerial header"),
+        (b"\x00\x00", "truncated in the block length"),
+        (b"\xff\xff\xff\xff", "declares -1 bytes"),
+        (b"\x00\x00\x01\x00abc", "declares 256 bytes but 3 remain"),
+    ],
+)
+def test_xerial_framing_errors(tail, message):
+    stream = compress(Compression.SNAPPY, b"payload") + tail
+    with pytest.raises(CorruptRecordError, match=message):
+        decompress(Compression.SNAPPY, stream, max_bytes=1000)
+
+
+def test_codec_ids_outside_the_enum_are_unsupported():
+    with pytest.raises(UnsupportedCompressionError, match="codec id 6"):
+        compress(6, b"x")  # type: ignore[arg-type]
+    with pytest.raises(UnsupportedCompressionError, match="codec id 7"):
+        decompress(7, b"x", max_bytes=10)  # type: ignore[arg-type]
+    with pytest.raises(UnsupportedCompressionError):
+        max_compressed_size(5, 10)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="max_bytes"):
+        decompress(Compression.GZIP, b"", max_bytes=-1)
