@@ -49,7 +49,7 @@ from stratalog.records.errors import RecordError
 from stratalog.records.reader import decode_batch
 from stratalog.server import status
 from stratalog.server.storage.config import INT64_MAX
-from stratalog.server.storage.errors import LogClosedError, StorageError
+from stratalog.server.storage.errors import LogClosedError, OffsetOutOfRangeError, StorageError
 from stratalog.server.storage.topic_names import validate_topic_name
 from stratalog.v1 import broker_pb2, broker_pb2_grpc
 
@@ -322,12 +322,24 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         max_bytes = requested or self._settings.fetch_max_bytes_default
         return min(max_bytes, cap if cap is not None else self._settings.fetch_max_bytes_max)
 
-    async def _read(self, partition_log: PartitionLog, offset: int, max_bytes: int) -> bytes:
-        # Page-cache reads are cheaper inline than a thread hop; large ones, which may also be
-        # cold, go to the executor so that they cannot stall every other request.
-        if max_bytes >= self._settings.read_in_executor_min_bytes:
-            return await self._blocking(partition_log.read, offset, max_bytes)
-        return partition_log.read(offset, max_bytes)
+    async def _read(
+        self, topic: str, partition: int, partition_log: PartitionLog, offset: int, max_bytes: int
+    ) -> bytes:
+        try:
+            # Page-cache reads are cheaper inline than a thread hop; large ones, which may also
+            # be cold, go to the executor so that they cannot stall every other request.
+            if max_bytes >= self._settings.read_in_executor_min_bytes:
+                return await self._blocking(partition_log.read, offset, max_bytes)
+            return partition_log.read(offset, max_bytes)
+        except OffsetOutOfRangeError as exc:
+            # The engine names the log by its directory; the client named a topic partition,
+            # and must not learn the server's paths (docs/api.md).
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is out of range for {topic}-{partition}: the log holds "
+                f"offsets [{exc.log_start_offset}, {exc.log_end_offset})",
+                log_start_offset=exc.log_start_offset,
+                log_end_offset=exc.log_end_offset,
+            ) from None
 
     def begin_shutdown(self) -> None:
         """Refuse new work and wake every waiter (long polls answer, streams end)."""
@@ -504,7 +516,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         deadline = loop.time() + max_wait_ms / 1000
         while True:
             signal = gate.signal()
-            data = await self._read(partition_log, offset, max_bytes)
+            data = await self._read(topic, partition, partition_log, offset, max_bytes)
             remaining_s = deadline - loop.time()
             if len(data) >= enough_bytes or remaining_s <= 0 or gate.closed:
                 break
@@ -529,7 +541,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         if found is None:
             end = partition_log.log_end_offset
             return self._fetch_response(topic, partition, partition_log, end, b"", fetch_format)
-        data = await self._read(partition_log, found.offset, max_bytes)
+        data = await self._read(topic, partition, partition_log, found.offset, max_bytes)
         return self._fetch_response(
             topic, partition, partition_log, found.offset, data, fetch_format,
             (found.offset, found.timestamp),
@@ -582,7 +594,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         try:
             while True:
                 signal = gate.signal()
-                data = await self._read(partition_log, offset, max_bytes)
+                data = await self._read(topic, partition, partition_log, offset, max_bytes)
                 if data:
                     response = self._fetch_response(
                         topic, partition, partition_log, offset, data, fetch_format,

@@ -51,7 +51,7 @@ _METRICS = re.compile(r"^stratalog: metrics on http://(\S+):(\d+)/metrics$")
 class ServerProcess:
     """A server process started by the fixtures: its ports, data dir and log file."""
 
-    process: subprocess.Popen[str]
+    process: subprocess.Popen[bytes]
     data_dir: Path
     log_path: Path
     port: int
@@ -113,7 +113,7 @@ def launch_server(data_dir: Path, *extra_args: str, log_path: Path | None = None
     process_env = {k: v for k, v in os.environ.items() if not k.startswith("STRATALOG_")}
     process_env.update(env or {})
     process = subprocess.Popen(
-        args, stdout=subprocess.PIPE, stderr=log_file, text=True, env=process_env,
+        args, stdout=subprocess.PIPE, stderr=log_file, env=process_env,
     )
     log_file.close()
     port: int | None = None
@@ -124,27 +124,36 @@ def launch_server(data_dir: Path, *extra_args: str, log_path: Path | None = None
             wants_metrics = value != "-1"
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     assert process.stdout is not None
+    # Raw reads of the pipe, lines split here: a buffered readline could swallow both lines in
+    # one read and leave the selector waiting for data that already came.
+    fd = process.stdout.fileno()
+    pending = b""
     with selectors.DefaultSelector() as selector:
-        selector.register(process.stdout, selectors.EVENT_READ)
+        selector.register(fd, selectors.EVENT_READ)
         while port is None or (wants_metrics and metrics_port is None):
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or not selector.select(remaining):
-                process.kill()
-                process.wait()
-                raise AssertionError(
-                    f"server printed no ports within {STARTUP_TIMEOUT_S} s; log:\n"
-                    + log_path.read_text(errors="replace")[-4000:]
-                )
-            line = process.stdout.readline()
-            if not line:
-                code = process.wait()
-                raise AssertionError(
-                    f"server exited with {code} before serving; log:\n"
-                    + log_path.read_text(errors="replace")[-4000:]
-                )
-            if match := _LISTENING.match(line.strip()):
+            if b"\n" not in pending:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not selector.select(remaining):
+                    process.kill()
+                    process.wait()
+                    raise AssertionError(
+                        f"server printed no ports within {STARTUP_TIMEOUT_S} s; log:\n"
+                        + log_path.read_text(errors="replace")[-4000:]
+                    )
+                chunk = os.read(fd, 4096)
+                if not chunk:
+                    code = process.wait()
+                    raise AssertionError(
+                        f"server exited with {code} before serving; log:\n"
+                        + log_path.read_text(errors="replace")[-4000:]
+                    )
+                pending += chunk
+                continue
+            raw, pending = pending.split(b"\n", 1)
+            line = raw.decode(errors="replace").strip()
+            if match := _LISTENING.match(line):
                 port = int(match.group(2))
-            elif match := _METRICS.match(line.strip()):
+            elif match := _METRICS.match(line):
                 metrics_port = int(match.group(2))
     return ServerProcess(process, data_dir, log_path, port, metrics_port, args)
 

@@ -1,0 +1,278 @@
+"""The server process: health, reflection, metrics, settings, SIGTERM, SIGKILL and restart."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from stratalog.records import build_batch
+from stratalog.records.reader import iter_batches
+from stratalog.v1 import broker_pb2 as pb
+from stratalog.v1 import broker_pb2_grpc
+
+T0 = 1_700_000_000_000
+TIMEOUT = 30
+
+
+def _stub(target: str) -> tuple[grpc.Channel, broker_pb2_grpc.BrokerStub]:
+    channel = grpc.insecure_channel(target)
+    grpc.channel_ready_future(channel).result(timeout=TIMEOUT)
+    return channel, broker_pb2_grpc.BrokerStub(channel)
+
+
+def test_health_check_serving(channel) -> None:
+    health = health_pb2_grpc.HealthStub(channel)
+    for service in ("", "stratalog.v1.Broker"):
+        response = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=TIMEOUT)
+        assert response.status == health_pb2.HealthCheckResponse.SERVING
+    with pytest.raises(grpc.RpcError) as caught:
+        health.Check(health_pb2.HealthCheckRequest(service="no.such.Service"), timeout=TIMEOUT)
+    assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_reflection_lists_the_service_and_its_file(channel) -> None:
+    reflection = reflection_pb2_grpc.ServerReflectionStub(channel)
+    requests = [
+        reflection_pb2.ServerReflectionRequest(list_services=""),
+        reflection_pb2.ServerReflectionRequest(file_containing_symbol="stratalog.v1.Broker"),
+    ]
+    listed, described = reflection.ServerReflectionInfo(iter(requests), timeout=TIMEOUT)
+    names = {s.name for s in listed.list_services_response.service}
+    assert {"stratalog.v1.Broker", "grpc.health.v1.Health"} <= names
+    files = described.file_descriptor_response.file_descriptor_proto
+    assert any(b"stratalog/v1/broker.proto" in f for f in files)
+
+
+def test_metrics_endpoint_serves_text(server, stub) -> None:
+    stub.CreateTopic(pb.CreateTopicRequest(name="lc-metrics", partitions=2), timeout=TIMEOUT)
+    batch = build_batch([(T0, None, b"x" * 50, ())] * 4)
+    stub.Produce(pb.ProduceRequest(topic="lc-metrics", partition=1, record_batches=batch),
+                 timeout=TIMEOUT)
+    stub.FetchByOffset(pb.FetchByOffsetRequest(topic="lc-metrics", partition=1, offset=0),
+                       timeout=TIMEOUT)
+    deadline = time.monotonic() + TIMEOUT
+    while True:  # log sizes are refreshed by the maintenance pass (every second by default)
+        with urllib.request.urlopen(server.metrics_url, timeout=TIMEOUT) as response:
+            assert response.headers["Content-Type"].startswith("text/plain")
+            text = response.read().decode()
+        size = re.search(
+            r'^stratalog_log_size_bytes\{partition="1",topic="lc-metrics"\} (\S+)$', text, re.M)
+        if size is not None or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert size is not None and float(size.group(1)) == len(batch)
+    assert 'stratalog_records_in_total{topic="lc-metrics"} 4.0' in text
+    assert f'stratalog_bytes_in_total{{topic="lc-metrics"}} {float(len(batch))}' in text
+    assert 'stratalog_records_out_total{topic="lc-metrics"} 4.0' in text
+    assert re.search(r'^stratalog_requests_total\{code="OK",rpc="Produce"\} [1-9]', text, re.M)
+    assert re.search(r'^stratalog_request_duration_seconds_count\{rpc="FetchByOffset"\} [1-9]',
+                     text, re.M)
+    assert re.search(r'^stratalog_log_end_offset\{partition="1",topic="lc-metrics"\} 4\.0$',
+                     text, re.M)
+    assert "process_resident_memory_bytes" in text
+
+
+def test_sigterm_is_a_clean_shutdown_and_data_survives(start_server, tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    server = start_server(data_dir)
+    channel, stub = _stub(server.target)
+    with channel:
+        stub.CreateTopic(pb.CreateTopicRequest(name="lc-term", partitions=1), timeout=TIMEOUT)
+        batch = build_batch([(T0 + i, None, b"%d" % i, ()) for i in range(100)])
+        stub.Produce(pb.ProduceRequest(topic="lc-term", record_batches=batch), timeout=TIMEOUT)
+    assert server.stop(signal.SIGTERM) == 0, server.log_text()[-4000:]
+    assert (data_dir / ".kafka_cleanshutdown").exists()
+    assert not (data_dir / "lc-term-0" / "00000000000000000000.log.deleted").exists()
+
+    again = start_server(data_dir)
+    # Loading consumed the marker; it comes back only with the next clean close.
+    assert not (data_dir / ".kafka_cleanshutdown").exists()
+    channel, stub = _stub(again.target)
+    with channel:
+        fetched = stub.FetchByOffset(pb.FetchByOffsetRequest(topic="lc-term", offset=0),
+                                     timeout=TIMEOUT)
+        assert [r.value for r in fetched.records] == [b"%d" % i for i in range(100)]
+        configs = stub.DescribeTopic(pb.DescribeTopicRequest(name="lc-term"),
+                                     timeout=TIMEOUT).topic.configs
+        assert configs["segment.bytes"] == "1073741824"
+    assert again.stop(signal.SIGINT) == 0, again.log_text()[-4000:]
+    assert (data_dir / ".kafka_cleanshutdown").exists()
+
+
+def test_sigterm_with_open_streams_and_long_polls(start_server, tmp_path: Path) -> None:
+    """Streams and long polls end promptly on SIGTERM; the exit is still clean."""
+    server = start_server(tmp_path / "data", "--shutdown-grace-ms", "20000")
+    channel, stub = _stub(server.target)
+    outcomes: dict[str, object] = {}
+    with channel:
+        stub.CreateTopic(pb.CreateTopicRequest(name="lc-open", partitions=1), timeout=TIMEOUT)
+        stream = stub.Subscribe(pb.SubscribeRequest(topic="lc-open", offset=0), timeout=60)
+        poll = stub.FetchByOffset.future(
+            pb.FetchByOffsetRequest(topic="lc-open", offset=0, max_wait_ms=30_000), timeout=60)
+
+        def read_stream() -> None:
+            try:
+                outcomes["stream"] = list(stream)
+            except grpc.RpcError as exc:
+                outcomes["stream"] = exc.code()
+
+        reader = threading.Thread(target=read_stream)
+        reader.start()
+        time.sleep(0.5)
+        started = time.monotonic()
+        assert server.stop(signal.SIGTERM) == 0, server.log_text()[-4000:]
+        # Well within the 20 s grace: nothing waited for it.
+        assert time.monotonic() - started < 15
+        reader.join(TIMEOUT)
+        assert outcomes["stream"] == grpc.StatusCode.UNAVAILABLE
+        assert list(poll.result().records) == []  # the poll answered (empty) at shutdown
+    assert (tmp_path / "data" / ".kafka_cleanshutdown").exists()
+
+
+def test_sigkill_during_concurrent_produce_loses_no_acknowledged_record(
+    start_server, tmp_path: Path
+) -> None:
+    data_dir = tmp_path / "data"
+    server = start_server(data_dir, "--set", "log.segment.bytes=65536")
+    channel, stub = _stub(server.target)
+    acknowledged: dict[int, bytes] = {}
+    lock = threading.Lock()
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    stub.CreateTopic(pb.CreateTopicRequest(name="lc-crash", partitions=1), timeout=TIMEOUT)
+
+    def produce(worker: int) -> None:
+        sequence = 0
+        while not stop.is_set():
+            values = [b"w%d-s%d-r%d-" % (worker, sequence, r) + bytes(100) for r in range(5)]
+            batch = build_batch([(T0 + sequence, None, v, ()) for v in values])
+            try:
+                response = stub.Produce(
+                    pb.ProduceRequest(topic="lc-crash", record_batches=batch), timeout=TIMEOUT)
+            except grpc.RpcError:
+                return  # the server died: this request was not acknowledged
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+                return
+            with lock:
+                for i, value in enumerate(values):
+                    acknowledged[response.base_offset + i] = value
+            sequence += 1
+
+    workers = [threading.Thread(target=produce, args=(w,)) for w in range(4)]
+    for worker in workers:
+        worker.start()
+    deadline = time.monotonic() + TIMEOUT
+    while len(acknowledged) < 5_000 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    server.kill()  # mid-stream: requests are in flight
+    stop.set()
+    for worker in workers:
+        worker.join(TIMEOUT)
+    channel.close()
+    assert not errors
+    assert len(acknowledged) >= 5_000
+
+    again = start_server(data_dir, "--set", "log.segment.bytes=65536")
+    channel, stub = _stub(again.target)
+    with channel:
+        stored: dict[int, bytes] = {}
+        offset = 0
+        while True:
+            response = stub.FetchByOffset(
+                pb.FetchByOffsetRequest(topic="lc-crash", offset=offset,
+                                        format=pb.FETCH_FORMAT_RECORD_BATCHES), timeout=TIMEOUT)
+            for _, records in iter_batches(response.record_batches):
+                stored.update((r.offset, r.value) for r in records)
+            if response.next_offset == offset:
+                break
+            offset = response.next_offset
+        end = response.high_watermark
+        for offset, value in acknowledged.items():
+            assert stored.get(offset) == value, f"acknowledged offset {offset} lost or changed"
+        assert sorted(stored) == list(range(end))
+        # Appends go on after the recovered end.
+        batch = build_batch([(T0, None, b"after", ())])
+        response = stub.Produce(pb.ProduceRequest(topic="lc-crash", record_batches=batch),
+                                timeout=TIMEOUT)
+        assert response.base_offset == end
+    assert again.stop() == 0
+
+
+def test_a_second_server_on_the_same_dir_fails_fast(start_server, tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    first = start_server(data_dir)
+    result = subprocess.run(
+        [sys.executable, "-m", "stratalog.server", "--listen", "127.0.0.1:0",
+         "--metrics-port", "-1", "--log-dirs", str(data_dir)],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 1
+    assert "lock" in result.stderr.lower()
+    assert str(data_dir) in result.stderr
+    assert first.process.poll() is None  # the first one is unharmed
+    assert first.stop() == 0
+
+
+def test_bad_settings_exit_2_before_touching_the_disk(tmp_path: Path) -> None:
+    for flags in (["--max-request-bytes", "lots"], ["--listen", "nowhere"],
+                  ["--set", "no_such_setting=1"]):
+        result = subprocess.run(
+            [sys.executable, "-m", "stratalog.cli", "serve", "--log-dirs",
+             str(tmp_path / "data"), *flags],
+            capture_output=True, text=True, timeout=60,
+        )
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.startswith("stratalog serve: ")
+    assert not (tmp_path / "data").exists()
+
+
+def test_a_bad_storage_default_stops_the_start(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "stratalog.server", "--listen", "127.0.0.1:0",
+         "--metrics-port", "-1", "--log-dirs", str(tmp_path / "data"),
+         "--set", "log.segment.bytes=tiny"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 1
+    assert "log.segment.bytes" in result.stderr
+
+
+def test_serve_keeps_data_in_dot_data_by_default(tmp_path: Path) -> None:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "stratalog.cli", "serve", "--listen", "127.0.0.1:0",
+         "--metrics-port", "-1"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert re.match(r"^stratalog: listening on 127\.0\.0\.1:\d+$", line.strip()), line
+        assert (tmp_path / "data" / "meta.properties").exists()
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(TIMEOUT) == 0
+    assert (tmp_path / "data" / ".kafka_cleanshutdown").exists()
+
+
+def test_address_in_use_fails_the_start(server, tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "stratalog.server", "--listen", server.target,
+         "--metrics-port", "-1", "--log-dirs", str(tmp_path / "data")],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 1
+    assert server.target in result.stderr
+    # The log dir it opened was closed again: a server can use it now.
+    assert (tmp_path / "data" / ".kafka_cleanshutdown").exists()
