@@ -27,12 +27,14 @@ Decompression is bounded: ``decompress(..., max_bytes=n)`` stops as soon as the 
 Concatenated gzip members / zstd and lz4 frames are read as one stream; bytes after the last
 complete member or frame (which Kafka's writers never produce) are an error here.
 
-Sans-IO and stateless: every call works on whole ``bytes`` in memory.
+Sans-IO: every call works on whole ``bytes`` in memory. Thread-safe: the only state is a cache
+of zstd contexts, kept per thread.
 """
 
 from __future__ import annotations
 
 import struct
+import threading
 import zlib
 
 import cramjam
@@ -66,20 +68,29 @@ DEFAULT_LEVELS: dict[Compression, int] = {
     Compression.ZSTD: 3,
 }
 
-_ZSTD_COMPRESSORS: dict[int, zstandard.ZstdCompressor] = {}
-_ZSTD_DECOMPRESSOR = zstandard.ZstdDecompressor()
+# zstd contexts are costly to create and reusable, but not safe to share between threads (the
+# library releases the GIL while it works, and the server decodes batches in executor threads):
+# each thread keeps its own compressor per level and its own decompressor.
+_zstd_contexts = threading.local()
 
 
 def _zstd_compressor(level: int) -> zstandard.ZstdCompressor:
-    # Compressor objects are reusable across calls and costly to create; keep one per level.
-    # (ZstdCompressor is not safe for concurrent use from several threads; the codec is only
-    # called under the GIL from one thread at a time per object in practice, and compress()
-    # releases nothing in between, so sharing is fine for CPython.)
-    compressor = _ZSTD_COMPRESSORS.get(level)
+    compressors = getattr(_zstd_contexts, "compressors", None)
+    if compressors is None:
+        compressors = _zstd_contexts.compressors = {}
+    compressor = compressors.get(level)
     if compressor is None:
-        compressor = zstandard.ZstdCompressor(level=level, write_content_size=False)
-        _ZSTD_COMPRESSORS[level] = compressor
+        compressor = compressors[level] = zstandard.ZstdCompressor(
+            level=level, write_content_size=False
+        )
     return compressor
+
+
+def _zstd_decompressor() -> zstandard.ZstdDecompressor:
+    decompressor = getattr(_zstd_contexts, "decompressor", None)
+    if decompressor is None:
+        decompressor = _zstd_contexts.decompressor = zstandard.ZstdDecompressor()
+    return decompressor
 
 
 def compress(
@@ -298,7 +309,8 @@ def _zstd_decompress(data: bytes | bytearray | memoryview, max_bytes: int) -> by
     parts: list[bytes] = []
     produced = 0
     position = 0
-    decompressor = _ZSTD_DECOMPRESSOR.decompressobj()
+    context = _zstd_decompressor()
+    decompressor = context.decompressobj()
     while True:
         slice_bytes = max(_ZSTD_MIN_SLICE_BYTES, (max_bytes - produced) // _ZSTD_MAX_RATIO)
         chunk = decompressor.decompress(view[position : position + slice_bytes])
@@ -313,7 +325,7 @@ def _zstd_decompress(data: bytes | bytearray | memoryview, max_bytes: int) -> by
             position -= len(leftover)
             if position >= end:
                 return b"".join(parts)
-            decompressor = _ZSTD_DECOMPRESSOR.decompressobj()
+            decompressor = context.decompressobj()
         elif position >= end:
             raise CorruptRecordError(
                 f"zstd stream of {end} bytes is truncated after {produced} decompressed bytes"

@@ -6,6 +6,7 @@ import contextlib
 import gzip
 import os
 import struct
+import threading
 
 import cramjam
 import pytest
@@ -195,3 +196,26 @@ def test_codec_ids_outside_the_enum_are_unsupported():
         max_compressed_size(5, 10)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="max_bytes"):
         decompress(Compression.GZIP, b"", max_bytes=-1)
+
+
+def test_codecs_are_safe_to_use_from_several_threads():
+    # zstd contexts release the GIL while they work; one context shared between threads
+    # corrupts memory (it crashed the interpreter before contexts became per thread).
+    failures: list[str] = []
+
+    def work(seed: int) -> None:
+        data = bytes([seed]) * 50_000 + os.urandom(20_000)
+        try:
+            for codec in CODECS * 15:
+                stream = compress(codec, data)
+                if decompress(codec, stream, max_bytes=len(data)) != data:
+                    failures.append(f"{codec.name} round trip differs in thread {seed}")
+        except Exception as exc:  # report, do not lose it in the thread
+            failures.append(f"thread {seed}: {exc!r}")
+
+    threads = [threading.Thread(target=work, args=(seed,)) for seed in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
