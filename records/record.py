@@ -59,8 +59,6 @@ __all__ = [
 
 Header = tuple[str, bytes | None]
 
-_INT32_MAX = (1 << 31) - 1
-
 # Zig-zag decoding of every 1- and 2-byte varint payload (the 7- or 14-bit unsigned value):
 # one list index in the hot loops instead of the arithmetic (raw >> 1) ^ -(raw & 1).
 _ZIGZAG_14_BITS: list[int] = [(raw >> 1) ^ -(raw & 1) for raw in range(1 << 14)]
@@ -123,6 +121,7 @@ def encode_record(
     Raises ``ValueError`` for values the format cannot hold (a delta outside int32/int64, a key,
     value or header over 2 GiB) and ``UnicodeEncodeError`` for header keys that are not valid
     Unicode (lone surrogates); ``out`` is untouched then. O(size of the record).
+    ``_small``/``_limit`` only bind the varint table as fast locals; never pass them.
     """
     # The producer's hot path. Small varints come straight from the precomputed table (bound
     # as default arguments: fast local lookups); the body is joined once, then its length and
@@ -234,6 +233,7 @@ def decode_records(
 
     ``timestamp_override`` replaces every record timestamp (LogAppendTime batches).
     O(len(data)); never reads past ``data``, never allocates in proportion to ``count``.
+    The keyword-only parameters only bind module globals as fast locals; never pass them.
 
     Raises:
         CorruptRecordError: a record is truncated, over-long, has a bad length or count,
@@ -373,7 +373,7 @@ def walk_records(data: bytes, count: int, *, zigzag: list[int] = _ZIGZAG_14_BITS
     """Check the structure of ``count`` records filling ``data`` without building ``Record``s.
 
     Same checks and errors as :func:`decode_records` (header keys are not decoded), for the
-    server's validation of client batches. O(len(data)).
+    server's validation of client batches. O(len(data)). ``zigzag`` is a fast-local binding.
     """
     end = len(data)
     position = 0
