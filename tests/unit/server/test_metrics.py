@@ -7,6 +7,7 @@ import urllib.request
 from prometheus_client.parser import text_string_to_metric_families
 
 from stratalog.server.metrics import MetricsEndpoint, ServerMetrics
+from stratalog.server.storage.log_manager import PartitionDescription, TopicDescription
 
 
 def _samples(metrics: ServerMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -87,3 +88,28 @@ def test_endpoint_serves_text_on_a_free_port() -> None:
     finally:
         endpoint.close()
     endpoint.close()  # idempotent
+
+
+def test_log_gauges_come_from_the_last_snapshot() -> None:
+    metrics = ServerMetrics()
+
+    def partition(number: int, size_bytes: int, end: int) -> PartitionDescription:
+        return PartitionDescription(partition=number, log_start_offset=2, log_end_offset=end,
+                                    size_bytes=size_bytes, segment_count=3, log_dir="/d",
+                                    max_timestamp=-1)
+
+    metrics.update_logs([
+        TopicDescription("orders", {}, [partition(0, 1000, 10), partition(1, 2000, 20)]),
+        TopicDescription("empty", {}, []),
+    ])
+    samples = _samples(metrics)
+    labels = (("partition", "1"), ("topic", "orders"))
+    assert samples[("stratalog_log_size_bytes", labels)] == 2000
+    assert samples[("stratalog_log_segments", labels)] == 3
+    assert samples[("stratalog_log_start_offset", labels)] == 2
+    assert samples[("stratalog_log_end_offset", labels)] == 20
+    # A new snapshot replaces the old one whole: a deleted topic's gauges disappear.
+    metrics.update_logs([TopicDescription("orders", {}, [partition(0, 5, 1)])])
+    samples = _samples(metrics)
+    assert ("stratalog_log_size_bytes", labels) not in samples
+    assert samples[("stratalog_log_size_bytes", (("partition", "0"), ("topic", "orders")))] == 5

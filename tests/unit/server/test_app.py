@@ -1,0 +1,95 @@
+"""The Server object in-process: start, serve, maintenance, clean stop, and failed starts."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from pathlib import Path
+
+import grpc
+import grpc.aio
+import pytest
+
+from stratalog.records import build_batch
+from stratalog.server.app import Server, StartupError
+from stratalog.server.settings import Settings
+from stratalog.server.storage.log_manager import LogManager
+from stratalog.v1 import broker_pb2 as pb
+from stratalog.v1 import broker_pb2_grpc
+
+
+def _settings(data_dir: Path, **overrides: object) -> Settings:
+    values: dict[str, object] = {
+        "listen": "127.0.0.1:0", "log_dirs": (str(data_dir),), "metrics_port": -1,
+        "maintenance_interval_ms": 20, "io_threads": 2,
+    }
+    values.update(overrides)
+    return Settings(**values)  # type: ignore[arg-type]
+
+
+async def test_serves_runs_maintenance_and_stops_cleanly(tmp_path: Path) -> None:
+    server = Server(_settings(tmp_path / "d", metrics_port=0))
+    await server.start()
+    try:
+        assert server.port and server.metrics_port
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+            stub = broker_pb2_grpc.BrokerStub(channel)
+            await stub.CreateTopic(pb.CreateTopicRequest(name="t", partitions=1))
+            batch = build_batch([(1, None, b"v", ())])
+            response = await stub.Produce(pb.ProduceRequest(topic="t", record_batches=batch))
+            assert response.base_offset == 0
+        # The maintenance task refreshes the log gauges after each pass.
+        for _ in range(500):
+            if b'stratalog_log_end_offset{partition="0",topic="t"} 1.0' in server.metrics.render():
+                break
+            await asyncio.sleep(0.01)
+        else:
+            pytest.fail("the maintenance task never refreshed the log metrics")
+    finally:
+        await server.stop(grace_s=1)
+    assert server.log_manager is None
+    assert (tmp_path / "d" / ".kafka_cleanshutdown").exists()
+    # The directory is unlocked: another manager opens it and finds the record.
+    with LogManager.open([tmp_path / "d"]) as manager:
+        assert manager.get_log("t", 0).log_end_offset == 1
+
+
+async def test_a_locked_log_dir_is_a_startup_error(tmp_path: Path) -> None:
+    with LogManager.open([tmp_path / "d"]):
+        server = Server(_settings(tmp_path / "d"))
+        with pytest.raises(StartupError, match="cannot open the log directories") as caught:
+            await server.start()
+        assert "lock" in str(caught.value.__cause__).lower()
+
+
+async def test_an_address_in_use_is_a_startup_error_that_closes_the_logs(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        server = Server(_settings(tmp_path / "d", listen=f"127.0.0.1:{port}"))
+        with pytest.raises(StartupError, match=f"cannot listen on 127.0.0.1:{port}"):
+            await server.start()
+    # What start opened it closed again, cleanly.
+    assert (tmp_path / "d" / ".kafka_cleanshutdown").exists()
+    with LogManager.open([tmp_path / "d"]) as manager:
+        assert manager.had_clean_shutdown[(tmp_path / "d").resolve()]
+
+
+async def test_stop_ends_subscribe_streams_with_shutting_down(tmp_path: Path) -> None:
+    server = Server(_settings(tmp_path / "d"))
+    await server.start()
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        stub = broker_pb2_grpc.BrokerStub(channel)
+        await stub.CreateTopic(pb.CreateTopicRequest(name="t", partitions=1))
+        call = stub.Subscribe(pb.SubscribeRequest(topic="t", offset=0))
+        poll = asyncio.ensure_future(stub.FetchByOffset(
+            pb.FetchByOffsetRequest(topic="t", offset=0, max_wait_ms=30_000)))
+        await asyncio.sleep(0.2)  # both are waiting in the server
+        await server.stop(grace_s=30)
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await call.read()
+        assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert "shutting down" in (caught.value.details() or "")
+        assert list((await poll).records) == []
+    assert (tmp_path / "d" / ".kafka_cleanshutdown").exists()
