@@ -393,7 +393,7 @@ class Producer:
                 partition = state.sticky.partition()
             else:
                 partition = partition_for_key(key, state.num_partitions)
-        else:
+        elif type(partition) is not int or not 0 <= partition < state.num_partitions:
             self._check_partition(topic, partition, state)
         while self._buffered_bytes >= self._buffer_bytes_max:
             self._space.clear()
@@ -498,7 +498,8 @@ class Producer:
         value: bytes | None,
         headers: Sequence[Header],
     ) -> tuple[_Batch, int]:
-        """Encode one record into the open batch of ``queue``; close batches that fill up."""
+        """Encode one record into the open batch of ``queue``; close the batch first if the
+        record would not fit. O(size of the record)."""
         estimate = _RECORD_FRAMING_BYTES_MAX
         if value is not None:
             estimate += len(value)
@@ -510,19 +511,20 @@ class Producer:
                 for k, v in headers
             )
         batch = queue.current
-        if batch is not None and batch.size_bytes + estimate > self._batch_bytes_max:
-            self._close_batch(queue, state, batch)
-            batch = None
         if batch is None:
             batch = self._open_batch(queue)
-        builder = batch.builder
-        index = builder.append(timestamp, key, value, headers)  # type: ignore[union-attr]
-        batch.count = index + 1
-        size = RECORD_BATCH_OVERHEAD + builder.uncompressed_records_bytes  # type: ignore[union-attr]
-        self._buffered_bytes += size - batch.size_bytes
-        batch.size_bytes = size
-        if size + _RECORD_FRAMING_BYTES_MAX >= self._batch_bytes_max:
-            self._close_batch(queue, state, batch)
+        elif batch.size_bytes + estimate > self._batch_bytes_max:
+            # size_bytes is an upper bound (each record adds its worst-case framing); only near
+            # the limit is the exact size asked for, so the common path does no extra call.
+            exact = RECORD_BATCH_OVERHEAD + batch.builder.uncompressed_records_bytes  # type: ignore[union-attr]
+            self._buffered_bytes += exact - batch.size_bytes
+            batch.size_bytes = exact
+            if exact + estimate > self._batch_bytes_max:
+                self._close_batch(queue, state, batch)
+                batch = self._open_batch(queue)
+        index = batch.builder.append(timestamp, key, value, headers)  # type: ignore[union-attr]
+        batch.size_bytes += estimate
+        self._buffered_bytes += estimate
         return batch, index
 
     def _open_batch(self, queue: _PartitionQueue) -> _Batch:
@@ -591,6 +593,7 @@ class Producer:
         try:
             builder = batch.builder
             batch.builder = None
+            batch.count = builder.records_count  # type: ignore[union-attr]
             data = batch.data = builder.build()  # type: ignore[union-attr]
             deadline = time.monotonic() + self._delivery_timeout_s
             attempt = 0

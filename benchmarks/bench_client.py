@@ -1,0 +1,181 @@
+"""Client throughput against a real stratalog server: the Producer and the Consumer, records/s.
+
+Starts the server (``python -m stratalog.server``) as a separate process on 127.0.0.1 with a
+free port and a temporary log directory, then runs, in this one client process:
+
+  produce send()       Producer.send() per record, awaited in one task, futures awaited at the
+                       end (flush), one partition, null keys, 100-byte values
+  produce send_many()  Producer.send_many() with lists of 10,000 values, same records
+  consume records      ``async for record in Consumer`` over the partition, start to end
+  consume batches      ``async for batch in Consumer.batches()``, counting ``len(batch)``
+
+Each figure is records / wall-clock second of the whole operation (produce: from the first
+send to the last acknowledgement), the median of ``--runs`` runs, on a fresh topic per run.
+The server shares the machine's cores with the client, as it would in a one-machine deployment.
+Figures depend on whether the C codec (stratalog.records.accel) is built: the header says.
+
+Run: ``.venv/bin/python -m benchmarks.bench_client [--records 1000000] [--runs 3]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import platform
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+
+from stratalog.client import Client, Consumer, Producer
+
+VALUE_SIZE_BYTES = 100
+SEND_MANY_CHUNK = 10_000
+
+
+@contextlib.contextmanager
+def running_server() -> Iterator[str]:
+    """A stratalog server process on 127.0.0.1 with a free port; yields its target."""
+    data_dir = tempfile.mkdtemp(prefix="stratalog-bench-")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "stratalog.server", "--listen", "127.0.0.1:0",
+         "--log-dirs", data_dir, "--metrics-port", "0", "--logging-level", "WARNING"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        target = None
+        assert process.stdout is not None
+        for line in process.stdout:
+            match = re.search(r"listening on (\S+:\d+)", line)
+            if match:
+                target = match.group(1)
+                break
+        if target is None:
+            raise RuntimeError("the server exited before printing its port")
+        yield target
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def make_values(count: int) -> list[bytes]:
+    # Distinct values (a counter in front of filler), so nothing is shared between records.
+    filler = b"x" * VALUE_SIZE_BYTES
+    return [(b"%010d" % i + filler)[:VALUE_SIZE_BYTES] for i in range(count)]
+
+
+async def produce_send(client: Client, topic: str, values: list[bytes]) -> float:
+    started = time.perf_counter()
+    async with Producer(client, linger_ms=5) as producer:
+        send = producer.send
+        futures = [await send(topic, value, partition=0) for value in values]
+        await producer.flush()
+    elapsed = time.perf_counter() - started
+    assert (await futures[-1]).offset == len(values) - 1
+    return len(values) / elapsed
+
+
+async def produce_send_many(client: Client, topic: str, values: list[bytes]) -> float:
+    started = time.perf_counter()
+    async with Producer(client, linger_ms=5) as producer:
+        pending = [
+            await producer.send_many(topic, values[i : i + SEND_MANY_CHUNK], partition=0)
+            for i in range(0, len(values), SEND_MANY_CHUNK)
+        ]
+        await producer.flush()
+    elapsed = time.perf_counter() - started
+    assert pending[-1].done()
+    return len(values) / elapsed
+
+
+async def consume_records(client: Client, topic: str, expected: int) -> float:
+    started = time.perf_counter()
+    count = 0
+    async with Consumer(client, topic, start="earliest") as consumer:
+        async for _record in consumer:
+            count += 1
+    elapsed = time.perf_counter() - started
+    assert count == expected, (count, expected)
+    return count / elapsed
+
+
+async def consume_batches(client: Client, topic: str, expected: int) -> float:
+    started = time.perf_counter()
+    count = 0
+    async with Consumer(client, topic, start="earliest") as consumer:
+        async for batch in consumer.batches():
+            count += len(batch)
+    elapsed = time.perf_counter() - started
+    assert count == expected, (count, expected)
+    return count / elapsed
+
+
+async def run(target: str, records: int, runs: int) -> dict[str, list[float]]:
+    values = make_values(records)
+    figures: dict[str, list[float]] = {
+        "produce send()": [], "produce send_many()": [], "consume records": [],
+        "consume batches": [],
+    }
+    async with Client(target) as client:
+        for run_index in range(runs):
+            one = f"bench-send-{run_index}"
+            many = f"bench-many-{run_index}"
+            await client.create_topic(one, 1)
+            await client.create_topic(many, 1)
+            figures["produce send()"].append(await produce_send(client, one, values))
+            figures["produce send_many()"].append(await produce_send_many(client, many, values))
+            figures["consume records"].append(await consume_records(client, one, records))
+            figures["consume batches"].append(await consume_batches(client, many, records))
+            await client.delete_topic(one)
+            await client.delete_topic(many)
+    return figures
+
+
+def codec_path() -> str:
+    try:
+        from stratalog.records import accel  # type: ignore[attr-defined]
+    except ImportError:
+        return "pure Python (stratalog.records.accel not present)"
+    return "C extension" if getattr(accel, "ACCELERATED", False) else "pure Python fallback"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args(argv)
+    try:
+        import uvloop
+
+        uvloop.install()
+        loop_name = "uvloop"
+    except ImportError:
+        loop_name = "asyncio"
+    print(f"# bench_client: {args.records} records of {VALUE_SIZE_BYTES} bytes, "
+          f"median of {args.runs} runs")
+    print(f"# python {platform.python_version()}, {os.cpu_count()} cores, {loop_name}, "
+          f"record codec: {codec_path()}")
+    with running_server() as target:
+        figures = asyncio.run(run(target, args.records, args.runs))
+    print(f"{'operation':<22}{'median rec/s':>14}{'min':>12}{'max':>12}  goal 1,000,000")
+    for name, rates in figures.items():
+        print(f"{name:<22}{statistics.median(rates):>14,.0f}{min(rates):>12,.0f}"
+              f"{max(rates):>12,.0f}  {statistics.median(rates) / 1_000_000:.0%}")
+
+
+if __name__ == "__main__":
+    main()

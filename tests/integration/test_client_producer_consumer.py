@@ -1,0 +1,211 @@
+"""Producer and Consumer against the real server: placement, order, codecs, starts, seeks, follow.
+
+One server per module; each test uses topics of its own. No assertion depends on timing; waits
+are bounded by generous deadlines that only turn a hang into a failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import types
+
+import cramjam
+import pytest
+from kafka import codec as kafka_codec
+from kafka.record.default_records import DefaultRecordBatch
+
+from stratalog.client import (
+    Client,
+    Consumer,
+    FetchFormat,
+    Producer,
+    errors,
+    partition_for_key,
+)
+from stratalog.records import Compression, parse_header
+
+T0 = 1_700_000_000_000
+DEADLINE_S = 60
+
+
+@pytest.fixture(autouse=True)
+def _cramjam_as_python_snappy(monkeypatch):
+    """kafka-python takes raw snappy blocks from python-snappy (not installed); cramjam gives
+    the same two functions, and kafka-python's own xerial framing code still reads ours."""
+    if not kafka_codec.has_snappy():
+        shim = types.SimpleNamespace(
+            compress=lambda data: bytes(cramjam.snappy.compress_raw(bytes(data))),
+            decompress=lambda data: bytes(cramjam.snappy.decompress_raw(bytes(data))),
+        )
+        monkeypatch.setattr(kafka_codec, "snappy", shim)
+
+
+@pytest.fixture
+async def client(server_target):
+    async with Client(server_target, timeout_s=30) as client:
+        yield client
+
+
+async def _consume_all(client: Client, topic: str, **kwargs: object) -> list:
+    async def read() -> list:
+        async with Consumer(client, topic, **kwargs) as consumer:  # type: ignore[arg-type]
+            return [record async for record in consumer]
+
+    return await asyncio.wait_for(read(), DEADLINE_S)
+
+
+@pytest.mark.parametrize("codec", list(Compression))
+async def test_keyed_records_round_trip_in_order(client: Client, codec: Compression) -> None:
+    topic = f"pc-keys-{codec.name.lower()}"
+    await client.create_topic(topic, 3)
+    sent = [(b"key-%d" % (i % 17), b"value-%d" % i) for i in range(3000)]
+    async with Producer(client, compression=codec, batch_bytes_max=16384) as producer:
+        futures = [await producer.send(topic, v, key=k, timestamp_ms=T0 + i)
+                   for i, (k, v) in enumerate(sent)]
+    metadata = [await f for f in futures]
+    for (key, _), meta in zip(sent, metadata, strict=True):
+        assert meta.partition == partition_for_key(key, 3)
+    records = await _consume_all(client, topic)
+    assert len(records) == len(sent)
+    by_partition: dict[int, list] = collections.defaultdict(list)
+    for record in records:
+        by_partition[record.partition].append(record)
+    for partition, got in by_partition.items():
+        expected = [(k, v) for k, v in sent if partition_for_key(k, 3) == partition]
+        assert [(r.key, r.value) for r in got] == expected  # order kept per partition
+        assert [r.offset for r in got] == list(range(len(got)))
+    # Every record is where its future said.
+    where = {(r.partition, r.offset): r.value for r in records}
+    assert all(where[(m.partition, m.offset)] == v
+               for m, (_, v) in zip(metadata, sent, strict=True))
+    # The stored batches are Kafka v2 batches with the codec, readable by kafka-python.
+    raw = await client.fetch_by_offset(topic, 0, 0, fetch_format=FetchFormat.RECORD_BATCHES)
+    first_batch = raw.record_batches[: parse_header(raw.record_batches).size_bytes]
+    batch = DefaultRecordBatch(first_batch)
+    assert batch.compression_type == int(codec) and batch.validate_crc()
+
+
+async def test_unkeyed_records_spread_stickily(client: Client) -> None:
+    await client.create_topic("pc-sticky", 4)
+    async with Producer(client, batch_bytes_max=4096) as producer:
+        many = await producer.send_many("pc-sticky", [bytes(100)] * 2000)
+        results = await many
+    counts = collections.Counter(m.partition for m in results)
+    assert sum(counts.values()) == 2000
+    assert len(counts) >= 2  # batches moved between partitions
+    info = await client.describe_topic("pc-sticky")
+    assert sum(p.log_end_offset for p in info.partitions) == 2000
+
+
+async def test_consumer_starting_points(client: Client) -> None:
+    await client.create_topic("pc-start")
+    async with Producer(client) as producer:
+        await producer.send_many("pc-start", [b"%d" % i for i in range(100)],
+                                 timestamps_ms=[T0 + 10 * i for i in range(100)])
+    assert [r.offset for r in await _consume_all(client, "pc-start", start=95)] == list(
+        range(95, 100))
+    assert await _consume_all(client, "pc-start", start="latest") == []
+    from_time = await _consume_all(client, "pc-start", start_timestamp_ms=T0 + 955)
+    assert [r.offset for r in from_time] == list(range(96, 100))
+    assert await _consume_all(client, "pc-start", start_timestamp_ms=T0 + 10**9) == []
+    earliest = await _consume_all(client, "pc-start", start="earliest", partitions=[0])
+    assert [r.value for r in earliest] == [b"%d" % i for i in range(100)]
+    assert earliest[3].timestamp == T0 + 30
+
+
+async def test_seek_and_batch_iteration(client: Client) -> None:
+    await client.create_topic("pc-seek", 2)
+    async with Producer(client) as producer:
+        await producer.send_many("pc-seek", [b"a%d" % i for i in range(50)], partition=0,
+                                 timestamps_ms=[T0 + i for i in range(50)])
+        await producer.send_many("pc-seek", [b"b%d" % i for i in range(30)], partition=1)
+
+    async def run() -> None:
+        async with Consumer(client, "pc-seek", start="earliest") as consumer:
+            assert sorted(consumer.partitions) == [0, 1]
+            consumer.seek(0, 40)
+            await consumer.seek_to_end(1)
+            seen = []
+            async for batch in consumer.batches():
+                seen.extend(batch.offsets)
+                assert batch.partition == 0
+                assert batch.values == [b"a%d" % o for o in batch.offsets]
+            assert seen == list(range(40, 50))
+            assert consumer.position(0) == 50 and consumer.position(1) == 30
+            assert await consumer.seek_to_timestamp(0, T0 + 45) == 45
+            await consumer.seek_to_beginning(1)
+            rest = [(r.partition, r.offset) async for r in consumer]
+            assert sorted(rest) == [(0, o) for o in range(45, 50)] + [(1, o) for o in range(30)]
+            with pytest.raises(ValueError, match="not assigned"):
+                consumer.seek(5, 0)
+
+    await asyncio.wait_for(run(), DEADLINE_S)
+
+
+@pytest.mark.parametrize("use_subscribe", [False, True])
+async def test_follow_sees_records_produced_later(client: Client, use_subscribe: bool) -> None:
+    topic = f"pc-follow-{int(use_subscribe)}"
+    await client.create_topic(topic)
+    await client.produce(topic, 0, [b"first"])
+    consumer = Consumer(client, topic, follow=True, use_subscribe=use_subscribe,
+                        max_wait_ms=200)
+    received: list[bytes] = []
+
+    async def read() -> None:
+        async for record in consumer:
+            received.append(record.value)
+            if len(received) == 4:
+                return
+
+    reader = asyncio.ensure_future(read())
+    async with Producer(client, linger_ms=0) as producer:
+        for value in (b"second", b"third", b"fourth"):
+            await (await producer.send(topic, value))
+    await asyncio.wait_for(reader, DEADLINE_S)
+    await consumer.close()
+    assert received == [b"first", b"second", b"third", b"fourth"]
+
+
+async def test_offset_out_of_range_policies(client: Client) -> None:
+    await client.create_topic("pc-reset")
+    await client.produce("pc-reset", 0, [b"%d" % i for i in range(10)])
+    beyond = await _consume_all(client, "pc-reset", start=50, auto_offset_reset="earliest")
+    assert [r.offset for r in beyond] == list(range(10))
+    assert await _consume_all(client, "pc-reset", start=50, auto_offset_reset="latest") == []
+    with pytest.raises(errors.OffsetOutOfRangeError) as caught:
+        await _consume_all(client, "pc-reset", start=50, auto_offset_reset="error")
+    assert caught.value.log_end_offset == 10
+
+
+async def test_consumer_and_producer_argument_errors(client: Client) -> None:
+    with pytest.raises(ValueError, match="auto_offset_reset"):
+        Consumer(client, "t", auto_offset_reset="never")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="start"):
+        Consumer(client, "t", start=-1)
+    with pytest.raises(ValueError, match="duplicates"):
+        Consumer(client, "t", partitions=[0, 0])
+    with pytest.raises(errors.UnknownTopicOrPartitionError):
+        await _consume_all(client, "pc-missing")
+    await client.create_topic("pc-args", 2)
+    with pytest.raises(ValueError, match="do not exist"):
+        await _consume_all(client, "pc-args", partitions=[0, 7])
+    async with Producer(client) as producer:
+        with pytest.raises(ValueError, match="partition 2 does not exist"):
+            await producer.send("pc-args", b"v", partition=2)
+        with pytest.raises(TypeError, match="value"):
+            await producer.send("pc-args", "text")  # type: ignore[arg-type]
+    assert sum(p.log_end_offset for p in (await client.describe_topic("pc-args")).partitions) == 0
+
+
+async def test_large_records_and_batches(client: Client) -> None:
+    # A value near the default batch size travels alone and comes back whole.
+    await client.create_topic("pc-large")
+    big = bytes(range(256)) * 3000  # 768,000 bytes
+    async with Producer(client, compression="lz4") as producer:
+        futures = [await producer.send("pc-large", b"small"),
+                   await producer.send("pc-large", big),
+                   await producer.send("pc-large", b"after")]
+    assert [(await f).offset for f in futures] == [0, 1, 2]
+    records = await _consume_all(client, "pc-large", max_bytes=1024)
+    assert [r.value for r in records] == [b"small", big, b"after"]
