@@ -10,10 +10,12 @@ What this module adds is the part only an asyncio server has: coordination betwe
 the event loop. One :class:`PartitionGate` per partition holds
 
 * the *append lock*: appends (and DeleteRecords) to one partition are serialised with an
-  ``asyncio.Lock``. The write itself reaches the page cache inline on the loop; an fsync
-  (``flush = true``) runs in the thread pool after the lock is released, so it never stalls
-  the loop or the next append. Reads never take the lock (PartitionLog reads see only whole
-  published batches);
+  ``asyncio.Lock``. A small append (validation and a page-cache write) runs inline on the
+  loop; a large one (``append_in_executor_min_bytes``), or one that may fsync because the
+  topic sets ``flush.messages``, runs in the thread pool while the lock is held. An fsync
+  asked for by ``flush = true`` runs in the thread pool after the lock is released, so it
+  never stalls the loop or the next append. Reads never take the lock (PartitionLog reads see
+  only whole published batches);
 * the *append signal*: an ``asyncio.Event`` set and replaced after every append. A long poll
   or a Subscribe stream that found nothing to read waits on the event it took *before* reading,
   so an append between its read and its wait is never missed; nothing polls.
@@ -475,8 +477,11 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                     # The topic was deleted (or recreated) while this request waited: look again.
                     partition_log, gate = self._log(topic, partition)
                     continue
-                if partition_log.config.flush_messages != INT64_MAX:
-                    # The append itself fsyncs once flush.messages accumulate: off the loop.
+                if (len(payload) >= self._settings.append_in_executor_min_bytes
+                        or partition_log.config.flush_messages != INT64_MAX):
+                    # Validating a large append walks every record (milliseconds per MiB), and
+                    # with flush.messages the append itself may fsync: either would stall
+                    # every other request on the loop. The lock still serialises appends.
                     info = await self._blocking(partition_log.append, payload)
                 else:
                     info = partition_log.append(payload)

@@ -156,6 +156,12 @@ class Settings:
         " ones inline on the event loop (page-cache reads are cheaper inline)",
         0,
     )
+    append_in_executor_min_bytes: int = _setting(
+        64 * _KIB,
+        "Produce payloads of at least this many bytes are validated and appended in the thread"
+        " pool (still one append at a time per partition), smaller ones inline on the event loop",
+        0,
+    )
     max_concurrent_rpcs: int = _setting(
         1024, "RPCs served at once, streams included; more are refused RESOURCE_EXHAUSTED", 1
     )

@@ -1,0 +1,311 @@
+"""The server against the gRPC transport's ceiling: produce throughput and random-read latency.
+
+In one run on one machine, each server a separate process on 127.0.0.1, this client process
+measures:
+
+  no-op server (the ceiling)   a grpc.aio server on uvloop with the Broker service and the same
+                               options as stratalog's, whose methods return at once: Produce an
+                               empty response, FetchByOffset/FetchByTimestamp a response carrying
+                               a payload of the size the real server returns (one stored batch)
+  produce 1 MiB batches        pre-encoded batches of 100-byte records, ~1 MiB per request,
+                               ``--in-flight`` requests at once (grpc.aio client): MB/s, and the
+                               ratio to the same requests against the no-op server
+  random FetchByOffset         one request at a time (blocking stub), uniformly random offsets
+                               over a log of ``--records`` records in >= 100 segments, max_bytes=1
+                               (one stored batch of 100 records back, raw): p50 and p99 latency,
+                               and their ratios to the no-op's unary latency for the same sizes
+  random FetchByTimestamp      the same with uniformly random timestamps
+  ListOffsets latest           the server's fixed cost per unary RPC: no storage work but
+                               reading the log end offset, an empty-ish response
+  server RSS                   process_resident_memory_bytes from the metrics endpoint at the end
+
+The log is built from one template batch of 100 records (100-byte values, timestamps 1 ms
+apart) whose base timestamp is patched per batch and its CRC recomputed, so that building 10
+million records costs seconds, not the encoder's time (bench_client measures the encoder).
+Each figure is the median of ``--runs`` runs.
+
+Run: ``.venv/bin/python -m benchmarks.bench_server [--records 10000000] [--runs 3]``
+(``--records 1000000 --runs 1`` for a quick look). The data directory lives under /tmp and is
+removed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import platform
+import random
+import re
+import shutil
+import signal
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+
+import grpc
+
+from stratalog.records import build_batch
+from stratalog.records.batch import rewrite_crc
+from stratalog.v1 import broker_pb2 as pb
+from stratalog.v1 import broker_pb2_grpc
+
+RECORDS_PER_BATCH = 100
+VALUE_SIZE_BYTES = 100
+PRODUCE_REQUEST_BYTES = 1 << 20
+T0 = 1_700_000_000_000
+_BASE_TIMESTAMP_AT = 27  # RecordBatch v2: base timestamp, then max timestamp at 35
+_MAX_TIMESTAMP_AT = 35
+_INT64 = struct.Struct(">q")
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
+
+# ------------------------------------------------------------------------ the no-op server
+
+
+class _NoopBroker(broker_pb2_grpc.BrokerServicer):
+    """Answers at once; fetches carry ``payload`` (the size the real server would send)."""
+
+    def __init__(self, payload: bytes) -> None:
+        self._response = pb.FetchResponse(record_batches=payload, next_offset=1)
+
+    async def Produce(self, request, context):
+        return pb.ProduceResponse(record_count=1)
+
+    async def FetchByOffset(self, request, context):
+        return self._response
+
+    async def FetchByTimestamp(self, request, context):
+        return self._response
+
+
+async def _serve_noop(payload_bytes: int) -> None:
+    server = grpc.aio.server(options=[
+        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.so_reuseport", 0),
+    ])
+    broker_pb2_grpc.add_BrokerServicer_to_server(_NoopBroker(bytes(payload_bytes)), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    print(f"stratalog: listening on 127.0.0.1:{port}", flush=True)
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    await stop.wait()
+    await server.stop(0)
+
+
+@contextlib.contextmanager
+def _process(args: list[str]) -> Iterator[tuple[str, int | None]]:
+    """Start a server process; yield its target and metrics port; SIGTERM it at the end."""
+    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert process.stdout is not None
+        target, metrics_port = None, None
+        for line in process.stdout:
+            if match := re.search(r"listening on (\S+:\d+)", line):
+                target = match.group(1)
+            if match := re.search(r"metrics on http://\S+:(\d+)/", line):
+                metrics_port = int(match.group(1))
+            if target and ("--metrics-port" not in args or metrics_port):
+                break
+        if target is None:
+            raise RuntimeError(f"{args} exited with {process.wait()} before serving")
+        yield target, metrics_port
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+# ------------------------------------------------------------------------ payloads
+
+
+def _template_batch() -> bytes:
+    rng = random.Random(1)
+    return build_batch([
+        (T0 + i, None, bytes(rng.getrandbits(8) for _ in range(VALUE_SIZE_BYTES)), ())
+        for i in range(RECORDS_PER_BATCH)
+    ])
+
+
+def _stamped(template: bytes, batch_index: int) -> bytes:
+    """The template with timestamps moved to batch ``batch_index``'s, CRC recomputed."""
+    batch = bytearray(template)
+    base = T0 + batch_index * RECORDS_PER_BATCH
+    _INT64.pack_into(batch, _BASE_TIMESTAMP_AT, base)
+    _INT64.pack_into(batch, _MAX_TIMESTAMP_AT, base + RECORDS_PER_BATCH - 1)
+    rewrite_crc(batch, 0, len(batch))
+    return bytes(batch)
+
+
+def _requests(template: bytes, batches: int) -> Iterator[bytes]:
+    """Produce payloads of about 1 MiB: consecutive stamped batches."""
+    per_request = max(1, PRODUCE_REQUEST_BYTES // len(template))
+    for first in range(0, batches, per_request):
+        yield b"".join(_stamped(template, i) for i in range(first, min(first + per_request,
+                                                                         batches)))
+
+
+# ------------------------------------------------------------------------ measurements
+
+
+async def _produce_mb_s(target: str, topic: str, payloads: list[bytes], in_flight: int) -> float:
+    async with grpc.aio.insecure_channel(target, options=[
+        ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ]) as channel:
+        stub = broker_pb2_grpc.BrokerStub(channel)
+        queue = iter(payloads)
+
+        async def worker() -> None:
+            for payload in queue:
+                await stub.Produce(pb.ProduceRequest(topic=topic, record_batches=payload))
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(in_flight)))
+        elapsed = time.perf_counter() - started
+    return sum(len(p) for p in payloads) / elapsed / 1e6
+
+
+def _latencies_ms(stub, requests: list[object], method: str) -> list[float]:
+    call = getattr(stub, method)
+    for request in requests[:50]:  # warm up the channel and the server's caches
+        call(request)
+    samples = []
+    for request in requests:
+        started = time.perf_counter()
+        call(request)
+        samples.append((time.perf_counter() - started) * 1000)
+    return samples
+
+
+def _p(samples: list[float], q: float) -> float:
+    return statistics.quantiles(samples, n=100, method="inclusive")[int(q) - 1]
+
+
+def _rss_mib(metrics_port: int) -> float:
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=30) as r:
+        text = r.read().decode()
+    match = re.search(r"^process_resident_memory_bytes (\S+)$", text, re.M)
+    assert match is not None
+    return float(match.group(1)) / 2**20
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=10_000_000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--lookups", type=int, default=2000, help="random fetches per run")
+    parser.add_argument("--in-flight", type=int, default=4)
+    parser.add_argument("--produce-mib", type=int, default=512,
+                        help="MiB of 1 MiB requests per produce run")
+    parser.add_argument("--server-flag", action="append", default=[],
+                        help="extra flag for the stratalog server, e.g. "
+                             "--server-flag=--read-in-executor-min-bytes=0")
+    parser.add_argument("noop", nargs="?", help=argparse.SUPPRESS)
+    parser.add_argument("--payload-bytes", type=int, default=0, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.noop == "noop-server":
+        try:
+            import uvloop
+            uvloop.run(_serve_noop(args.payload_bytes))
+        except ImportError:
+            asyncio.run(_serve_noop(args.payload_bytes))
+        return
+
+    template = _template_batch()
+    batches = args.records // RECORDS_PER_BATCH
+    # >= 100 segments for the log: segment.bytes from the log's size.
+    segment_bytes = max(1 << 20, batches * len(template) // 110)
+    produce_payloads = list(_requests(template, args.produce_mib * (1 << 20) // len(template)))
+    print(f"# stratalog server benchmark: {platform.python_implementation()} "
+          f"{platform.python_version()}, {os.cpu_count()} cores, {args.records:,} records of "
+          f"{VALUE_SIZE_BYTES} B in batches of {RECORDS_PER_BATCH} ({len(template)} B), "
+          f"segment.bytes={segment_bytes}, runs={args.runs}")
+    data_dir = tempfile.mkdtemp(prefix="stratalog-bench-server-")
+    results: dict[str, list[float]] = {}
+
+    def record(name: str, value: float) -> None:
+        results.setdefault(name, []).append(value)
+
+    noop_args = [sys.executable, "-m", "benchmarks.bench_server", "noop-server",
+                 "--payload-bytes", str(len(template))]
+    server_args = [sys.executable, "-m", "stratalog.server", "--listen", "127.0.0.1:0",
+                   "--metrics-port", "0", "--log-dirs", data_dir, "--logging-level", "WARNING",
+                   "--max-request-bytes", str(MAX_MESSAGE_BYTES),
+                   "--set", f"log.segment.bytes={segment_bytes}", *args.server_flag]
+    try:
+        with _process(noop_args) as (noop_target, _), _process(server_args) as (target, mport):
+            with grpc.insecure_channel(target) as channel:
+                stub = broker_pb2_grpc.BrokerStub(channel)
+                stub.CreateTopic(pb.CreateTopicRequest(name="log", partitions=1))
+                started = time.perf_counter()
+                for payload in _requests(template, batches):
+                    stub.Produce(pb.ProduceRequest(topic="log", record_batches=payload))
+                build_s = time.perf_counter() - started
+                described = stub.DescribeTopic(pb.DescribeTopicRequest(name="log")).topic
+                partition = described.partitions[0]
+                print(f"# log built in {build_s:.1f} s: {partition.log_end_offset:,} records, "
+                      f"{partition.segment_count} segments, {partition.size_bytes / 2**20:.0f} MiB")
+            for run in range(args.runs):
+                topic = f"produce-{run}"
+                with grpc.insecure_channel(target) as channel:
+                    broker_pb2_grpc.BrokerStub(channel).CreateTopic(
+                        pb.CreateTopicRequest(name=topic, partitions=1))
+                record("noop produce MB/s", asyncio.run(_produce_mb_s(
+                    noop_target, topic, produce_payloads, args.in_flight)))
+                record("produce MB/s", asyncio.run(_produce_mb_s(
+                    target, topic, produce_payloads, args.in_flight)))
+                rng = random.Random(run)
+                end = partition.log_end_offset
+                by_offset = [pb.FetchByOffsetRequest(
+                    topic="log", offset=rng.randrange(end), max_bytes=1,
+                    format=pb.FETCH_FORMAT_RECORD_BATCHES) for _ in range(args.lookups)]
+                by_time = [pb.FetchByTimestampRequest(
+                    topic="log", timestamp=T0 + rng.randrange(end), max_bytes=1,
+                    format=pb.FETCH_FORMAT_RECORD_BATCHES) for _ in range(args.lookups)]
+                with grpc.insecure_channel(noop_target) as channel:
+                    noop = _latencies_ms(broker_pb2_grpc.BrokerStub(channel), by_offset,
+                                         "FetchByOffset")
+                latest = [pb.ListOffsetsRequest(topic="log", timestamp=-1)] * args.lookups
+                with grpc.insecure_channel(target) as channel:
+                    real = broker_pb2_grpc.BrokerStub(channel)
+                    fetch = _latencies_ms(real, by_offset, "FetchByOffset")
+                    lookup = _latencies_ms(real, by_time, "FetchByTimestamp")
+                    fixed = _latencies_ms(real, latest, "ListOffsets")
+                for name, samples in (("noop unary", noop), ("FetchByOffset", fetch),
+                                      ("FetchByTimestamp", lookup), ("ListOffsets latest", fixed)):
+                    record(f"{name} p50 ms", _p(samples, 50))
+                    record(f"{name} p99 ms", _p(samples, 99))
+            assert mport is not None
+            rss_mib = _rss_mib(mport)
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+    medians = {name: statistics.median(values) for name, values in results.items()}
+    print(f"{'measure':<28}{'median':>12}   runs")
+    for name, value in medians.items():
+        runs = ", ".join(f"{v:.3f}" for v in results[name])
+        print(f"{name:<28}{value:>12.3f}   {runs}")
+    print(f"{'server RSS MiB (end)':<28}{rss_mib:>12.1f}")
+    print(f"produce / no-op produce       {medians['produce MB/s'] / medians['noop produce MB/s']:.2f}"
+          "   (goal >= 0.80)")
+    for name in ("FetchByOffset", "FetchByTimestamp"):
+        p50 = medians[f"{name} p50 ms"] / medians["noop unary p50 ms"]
+        p99 = medians[f"{name} p99 ms"] / medians["noop unary p99 ms"]
+        print(f"{name:<18} p50 x{p50:.2f} (goal <= 1.2), p99 x{p99:.2f} (goal <= 2.0) "
+              "of the no-op unary latency")
+
+
+if __name__ == "__main__":
+    main()
