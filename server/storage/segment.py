@@ -443,6 +443,10 @@ class Segment:
         mapping = self.translate_offset(offset)
         offset_index = self.offset_index
         time_index = self.time_index
+        # Read the max timestamp before the time index loses entries. (Kafka reads it after,
+        # so a reopened segment whose every time entry is truncated away forgets the
+        # timestamps of the batches it keeps; found by the model test.)
+        had_timestamps = self.max_timestamp_so_far >= 0
         offset_index.truncate_to(offset)
         time_index.truncate_to(offset)
         self._txn_index.truncate_to(offset)
@@ -453,7 +457,7 @@ class Segment:
             self._created_ms = self._time_ms()
             self._rolling_based_timestamp = None
         self._bytes_since_last_index_entry = 0
-        if self.max_timestamp_so_far >= 0:
+        if had_timestamps:
             self._max_timestamp_and_offset = self._read_largest_timestamp()
         return bytes_truncated
 

@@ -869,3 +869,18 @@ def test_written_bytes_parse_as_the_batches_appended(tmp_path: Path) -> None:
     data = log_file(tmp_path, 0).read_bytes()
     assert data == b"".join(appended)
     assert [h.base_offset for h, _ in iter_batches(data)] == [0, 2, 4, 6, 8]
+
+
+def test_reopened_segment_truncated_below_every_time_entry_keeps_its_max(tmp_path: Path) -> None:
+    # Found by the model test: Kafka reads the max timestamp only after truncating the time
+    # index, so a reopened segment whose time entries are all cut forgets the timestamps of
+    # the batches it keeps. Here the max is read first and rebuilt by a scan.
+    segment = Segment.create(tmp_path, 0, config(index_interval_bytes=0))
+    append(segment, 0, [-1, T0])
+    append(segment, 2, [T0 + 1])  # the only time entry: (T0 + 1, 2)
+    segment.close()
+    reopened = Segment.open(tmp_path, 0, config(index_interval_bytes=0))
+    reopened.truncate_to(2)
+    assert reopened.max_timestamp_and_offset_so_far == TimestampOffset(T0, 1)
+    assert reopened.find_max_timestamp_record() == TimestampOffset(T0, 1)
+    reopened.close()
