@@ -39,12 +39,12 @@ from .errors import CorruptIndexError, InvalidOffsetError, StorageIOError
 from .files import (
     CLEANED_FILE_SUFFIX,
     DELETED_FILE_SUFFIX,
+    INDEX_FILE_SUFFIX,
     LOG_FILE_SUFFIX,
     SWAP_FILE_SUFFIX,
+    TIME_INDEX_FILE_SUFFIX,
     is_index_file,
     offset_from_file_name,
-    offset_index_file,
-    time_index_file,
 )
 from .segment import Segment
 from .segments import Segments
@@ -162,8 +162,10 @@ class LogLoader:
         """[B-48]: delete ``.deleted`` and ``.cleaned`` files and the swaps of a broken split."""
         swap_files: list[Path] = []
         cleaned_files: list[Path] = []
-        for path in self._list_files():
-            name = path.name
+        for name in self._list_names():
+            if not name.endswith((DELETED_FILE_SUFFIX, CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX)):
+                continue
+            path = self._directory / name
             if name.endswith(DELETED_FILE_SUFFIX):
                 if name.endswith(_KRAFT_SNAPSHOT_DELETED_SUFFIX):
                     continue
@@ -245,29 +247,33 @@ class LogLoader:
     # ---------------------------------------------------------------- pass 4
 
     def _load_segment_files(self) -> list[Segment]:
-        """[B-50]: orphan indexes deleted; segments opened; missing indexes rebuilt."""
-        log_offsets: set[int] = set()
-        index_files: list[Path] = []
-        for path in self._list_files():
-            name = path.name
+        """[B-50]: orphan indexes deleted; segments opened; missing indexes rebuilt.
+
+        Works from one directory listing (names, not per-file stats): with 10,000 segments
+        every avoided system call or ``Path`` object is worth ~0.1 s of startup.
+        """
+        log_offsets: dict[int, str] = {}
+        index_names: list[str] = []
+        names = self._list_names()
+        for name in names:
             if name.endswith(LOG_FILE_SUFFIX):
-                log_offsets.add(self._file_offset(path))
+                log_offsets[offset_from_file_name(name)] = name[: -len(LOG_FILE_SUFFIX)]
             elif is_index_file(name):
-                index_files.append(path)
-        for path in index_files:
-            if self._file_offset(path) not in log_offsets:
+                index_names.append(name)
+        for name in index_names:
+            if offset_from_file_name(name) not in log_offsets:
+                path = self._directory / name
                 log.warning("deleting orphaned index file %s", path)
                 self._unlink(path)
+        present = set(names)
         segments: list[Segment] = []
         try:
             for base_offset in sorted(log_offsets):
+                stem = log_offsets[base_offset]
                 missing = [
-                    path.name
-                    for path in (
-                        offset_index_file(self._directory, base_offset),
-                        time_index_file(self._directory, base_offset),
-                    )
-                    if not path.exists()
+                    stem + suffix
+                    for suffix in (INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX)
+                    if stem + suffix not in present
                 ]
                 segment = Segment.open(
                     self._directory, base_offset, self._config, time_ms=self._time_ms
@@ -393,15 +399,18 @@ class LogLoader:
 
     # ---------------------------------------------------------------- file helpers
 
-    def _list_files(self) -> list[Path]:
+    def _list_names(self) -> list[str]:
+        """Names of the regular files in the directory, sorted."""
         try:
             with os.scandir(self._directory) as entries:
                 return sorted(
-                    (Path(entry.path) for entry in entries if entry.is_file(follow_symlinks=False)),
-                    key=lambda path: path.name,
+                    entry.name for entry in entries if entry.is_file(follow_symlinks=False)
                 )
         except OSError as exc:
             raise StorageIOError(f"cannot list log directory {self._directory}: {exc}") from exc
+
+    def _list_files(self) -> list[Path]:
+        return [self._directory / name for name in self._list_names()]
 
     def _file_offset(self, path: Path) -> int:
         return offset_from_file_name(path.name)

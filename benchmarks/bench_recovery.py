@@ -1,0 +1,159 @@
+"""Log loading: opening a directory of 10,000 segments, and recovering a 1 GiB active segment.
+
+Two measurements through the embedded ``LogManager``, each the median of ``--runs`` runs:
+
+  open 10,000 segments   ``LogManager.open`` after a clean shutdown of one partition whose
+                         directory holds ``--segments`` segments (each a ``.log`` with one
+                         batch, a ``.index`` and a ``.timeindex``). Lazy indexes: no index file
+                         is read or mapped, so this is one open + fstat per ``.log``.
+                         Goal: under 1 s.
+  recover 1 GiB          ``LogManager.open`` after an unclean shutdown (no marker, no recovery
+                         point) of one partition whose only segment is a ``--recovery-mib`` MiB
+                         ``.log`` never flushed by us and without indexes: every batch is
+                         checked (size, magic, CRC-32C of the whole batch) and both indexes are
+                         rebuilt. MB/s = .log bytes / seconds. Goal: >= 500 MB/s. Run for each
+                         ``--batch-kib`` (the per-batch Python cost matters for small batches).
+
+The files are written directly (one template batch, base offsets patched: the CRC does not
+cover them), so building them takes seconds. The recovered file was just written, so it is in
+the page cache: the figure is the CPU cost of recovery, not the disk's read speed.
+
+Run: ``.venv/bin/python -m benchmarks.bench_recovery [--segments 10000] [--recovery-mib 1024]
+[--batch-kib 16 1] [--runs 3]``. Data lives under a temporary directory, removed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from stratalog.records.batch import set_base_offset
+from stratalog.records.builder import build_batch
+from stratalog.server.storage.checkpoints import RECOVERY_POINT_CHECKPOINT_FILE
+from stratalog.server.storage.clean_shutdown import CLEAN_SHUTDOWN_FILE, marker_exists
+from stratalog.server.storage.files import log_file, offset_index_file, time_index_file
+from stratalog.server.storage.log_manager import LogManager
+
+BASE_TIMESTAMP_MS = 1_700_000_000_000
+TOPIC = "bench"
+
+
+def template_batch(size_bytes: int) -> tuple[bytearray, int]:
+    """One batch of 100-byte-value records, about ``size_bytes`` long; and its record count."""
+    count = max(1, size_bytes // 110)
+    batch = build_batch(
+        [(BASE_TIMESTAMP_MS + i, None, b"x" * 100, ()) for i in range(count)]
+    )
+    return bytearray(batch), count
+
+
+def build_segments(partition_dir: Path, segments: int) -> None:
+    batch, count = template_batch(1024)
+    for index in range(segments):
+        base_offset = index * count
+        set_base_offset(batch, 0, base_offset)
+        log_file(partition_dir, base_offset).write_bytes(batch)
+        offset_index_file(partition_dir, base_offset).write_bytes(b"")
+        time_index_file(partition_dir, base_offset).write_bytes(b"")
+
+
+def build_active_segment(partition_dir: Path, size_bytes: int, batch_bytes: int) -> int:
+    for path in partition_dir.iterdir():
+        path.unlink()
+    batch, count = template_batch(batch_bytes)
+    chunk = bytearray()
+    written = 0
+    offset = 0
+    with log_file(partition_dir, 0).open("wb") as f:
+        while written < size_bytes:
+            set_base_offset(batch, 0, offset)
+            chunk += batch
+            offset += count
+            written += len(batch)
+            if len(chunk) >= 8 << 20:
+                f.write(chunk)
+                chunk = bytearray()
+        f.write(chunk)
+    return written
+
+
+def fresh_manager(log_dir: Path, segment_bytes: int) -> None:
+    with LogManager.open([log_dir], defaults={"log.segment.bytes": str(segment_bytes)}) as m:
+        if not m.list_topics():
+            m.create_topic(TOPIC, 1)
+
+
+def time_open(log_dir: Path, *, clean: bool) -> tuple[float, LogManager]:
+    if clean:
+        assert marker_exists(log_dir)
+    else:
+        (log_dir / CLEAN_SHUTDOWN_FILE).unlink(missing_ok=True)
+        (log_dir / RECOVERY_POINT_CHECKPOINT_FILE).unlink(missing_ok=True)
+    started = time.perf_counter()
+    manager = LogManager.open([log_dir], defaults={"log.segment.bytes": str(1 << 30)})
+    return time.perf_counter() - started, manager
+
+
+def bench_open(root: Path, segments: int, runs: int) -> float:
+    log_dir = root / "open"
+    fresh_manager(log_dir, 1 << 30)
+    partition_dir = log_dir / f"{TOPIC}-0"
+    for path in partition_dir.iterdir():
+        path.unlink()
+    build_segments(partition_dir, segments)
+    times = []
+    for _ in range(runs):
+        elapsed, manager = time_open(log_dir, clean=True)
+        assert len(manager.get_log(TOPIC, 0).segments) == segments
+        assert manager.recovered_segments == 0
+        times.append(elapsed)
+        manager.close()
+    shutil.rmtree(log_dir)
+    return statistics.median(times)
+
+
+def bench_recovery(root: Path, size_bytes: int, batch_bytes: int, runs: int) -> float:
+    log_dir = root / "recover"
+    fresh_manager(log_dir, 1 << 30)
+    written = build_active_segment(log_dir / f"{TOPIC}-0", size_bytes, batch_bytes)
+    rates = []
+    for _ in range(runs):
+        # The indexes go too: recovery rebuilds them from the .log each run.
+        for path in (log_dir / f"{TOPIC}-0").glob("*index"):
+            path.unlink()
+        elapsed, manager = time_open(log_dir, clean=False)
+        assert manager.recovered_segments == 1
+        assert manager.get_log(TOPIC, 0).size_bytes == written
+        rates.append(written / elapsed / 1e6)
+        manager.close()
+    shutil.rmtree(log_dir)
+    return statistics.median(rates)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--segments", type=int, default=10_000)
+    parser.add_argument("--recovery-mib", type=int, default=1024)
+    parser.add_argument("--batch-kib", type=int, nargs="+", default=[16, 1])
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args(argv)
+    print(f"python {sys.version.split()[0]} on {platform.machine()}, {os.cpu_count()} cpus")
+    with tempfile.TemporaryDirectory(prefix="stratalog-bench-recovery-") as tmp:
+        root = Path(tmp)
+        seconds = bench_open(root, args.segments, args.runs)
+        print(f"open {args.segments} segments (clean): {seconds * 1000:.0f} ms")
+        for batch_kib in args.batch_kib:
+            rate = bench_recovery(root, args.recovery_mib << 20, batch_kib << 10, args.runs)
+            print(f"recover {args.recovery_mib} MiB active segment, {batch_kib} KiB batches "
+                  f"(unclean): {rate:.0f} MB/s")
+
+
+if __name__ == "__main__":
+    main()
