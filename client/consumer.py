@@ -227,6 +227,12 @@ class Consumer:
             task.cancel()
         if fetchers:
             await asyncio.gather(*fetchers, return_exceptions=True)
+        queue = self._queue
+        if queue is not None:
+            # Wake a reader waiting in batches(): it sees the Consumer closed and ends.
+            while queue.full():
+                queue.get_nowait()
+            queue.put_nowait((-1, -1, _END))
         if self._owns_client and self._client is not None:
             await self._client.close()
 
@@ -311,6 +317,8 @@ class Consumer:
             if not self._follow and len(self._finished) == len(self._partitions):
                 return
             partition, epoch, item = await queue.get()
+            if self._closed:
+                return
             if epoch != self._epochs.get(partition):
                 continue  # fetched before a seek
             if item is _END:
@@ -414,6 +422,9 @@ class Consumer:
                 elif not self._follow and position >= result.high_watermark:
                     await queue.put((partition, epoch, _END))
                     return
+                elif max_wait_ms == 0:
+                    # Following without long poll: pause instead of asking again at once.
+                    await asyncio.sleep(self._retry_backoff_s)
         except asyncio.CancelledError:
             raise
         except BaseException as err:

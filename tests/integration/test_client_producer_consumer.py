@@ -209,3 +209,26 @@ async def test_large_records_and_batches(client: Client) -> None:
     assert [(await f).offset for f in futures] == [0, 1, 2]
     records = await _consume_all(client, "pc-large", max_bytes=1024)
     assert [r.value for r in records] == [b"small", big, b"after"]
+
+
+async def test_close_ends_a_following_reader(client: Client) -> None:
+    await client.create_topic("pc-close")
+    consumer = Consumer(client, "pc-close", follow=True, max_wait_ms=0, retry_backoff_ms=10)
+    await consumer.start()
+
+    async def read() -> list:
+        return [record async for record in consumer]
+
+    reader = asyncio.ensure_future(read())
+    await client.produce("pc-close", 0, [b"only"])
+
+    async def until_read() -> None:
+        while consumer.position(0) == 0:
+            await asyncio.sleep(0.01)
+
+    await asyncio.wait_for(until_read(), DEADLINE_S)  # the reader got the record
+    await consumer.close()
+    records = await asyncio.wait_for(reader, DEADLINE_S)
+    assert [r.value for r in records] == [b"only"]
+    with pytest.raises(Exception, match="closed"):
+        consumer.seek(0, 0)
