@@ -52,6 +52,9 @@ BROKER_TO_TOPIC_CONFIG: dict[str, str] = {
     "log.flush.interval.messages": "flush.messages",
     "log.cleanup.policy": "cleanup.policy",
     "message.max.bytes": "max.message.bytes",
+    # Not a Kafka name: message.max.bytes under the log. prefix, for settings layers that only
+    # pass log.* names (the server's TOML [log] table and STRATALOG_LOG_* variables).
+    "log.message.max.bytes": "max.message.bytes",
     "log.preallocate": "preallocate",
     "log.cleaner.max.compaction.lag.ms": "max.compaction.lag.ms",
     "log.local.retention.ms": "local.retention.ms",
