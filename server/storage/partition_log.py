@@ -26,6 +26,7 @@ which replaces :func:`_load_segments`; it is not written yet.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import os
 import threading
@@ -171,6 +172,11 @@ class PartitionLog:
         self._end = _LogEnd(end_offset, active.base_offset, active.size_bytes)
         self._recovery_point = end_offset
         self._last_flush_ms = time_ms()
+        # The running max of segment timestamps for time lookups (see _first_segment_reaching).
+        self._timestamp_lock = threading.Lock()
+        self._timestamp_cache_version = -1
+        self._timestamp_cache_segments: list[Segment] = []
+        self._timestamp_prefix_max: list[int] = []
 
     # ---------------------------------------------------------------- opening
 
@@ -469,8 +475,8 @@ class PartitionLog:
             return TimestampOffset(NO_TIMESTAMP, self._end.offset)
         if timestamp == LATEST_TIERED_TIMESTAMP:
             return None
-        segments = list(self._segments)
         if timestamp == MAX_TIMESTAMP:
+            segments = list(self._segments)
             best: Segment | None = None
             best_timestamp = NO_TIMESTAMP
             for segment in segments:
@@ -480,11 +486,44 @@ class PartitionLog:
             if best is None or best_timestamp < 0:
                 return None
             return best.find_max_timestamp_record()
-        log_start_offset = self._log_start_offset
-        for segment in segments:
-            if segment.largest_timestamp >= timestamp:
-                return segment.find_offset_by_timestamp(timestamp, log_start_offset)
-        return None
+        segment = self._first_segment_reaching(timestamp)
+        if segment is None:
+            return None
+        return segment.find_offset_by_timestamp(timestamp, self._log_start_offset)
+
+    def _first_segment_reaching(self, timestamp: int) -> Segment | None:
+        """The first segment whose largest timestamp is ``>= timestamp`` ([B-36]).
+
+        Kafka scans the segments in order. Here the running maximum of the non-active segments'
+        max timestamps (which cannot change until the segment map does) is kept, extended only
+        as far as lookups need, and searched by bisection: O(log n) per lookup instead of
+        O(n). Segments without timestamps (judged by their file's mtime, which can change)
+        and the active segment are evaluated live, in order, as Kafka does.
+        """
+        with self._timestamp_lock:
+            version = self._segments.version
+            if version != self._timestamp_cache_version:
+                self._timestamp_cache_version = version
+                self._timestamp_cache_segments = list(self._segments)
+                self._timestamp_prefix_max = []
+            segments = self._timestamp_cache_segments
+            prefix_max = self._timestamp_prefix_max
+            if prefix_max and prefix_max[-1] >= timestamp:
+                return segments[bisect.bisect_left(prefix_max, timestamp)]
+            index = len(prefix_max)
+            while index < len(segments) - 1:
+                segment_max = segments[index].max_timestamp_so_far
+                if segment_max < 0:
+                    break
+                running = max(prefix_max[-1], segment_max) if prefix_max else segment_max
+                prefix_max.append(running)
+                if running >= timestamp:
+                    return segments[index]
+                index += 1
+            for segment in segments[index:]:
+                if segment.largest_timestamp >= timestamp:
+                    return segment
+            return None
 
     # ---------------------------------------------------------------- truncation
 
@@ -528,7 +567,9 @@ class PartitionLog:
         Log start offset, log end offset and recovery point all become ``new_offset``.
         """
         if new_offset < 0:
-            raise ValueError(f"cannot restart log {self._directory} at negative offset {new_offset}")
+            raise ValueError(
+                f"cannot restart log {self._directory} at negative offset {new_offset}"
+            )
         with self._lock:
             self._ensure_open()
             self._truncate_fully_and_start_at(new_offset)

@@ -6,9 +6,9 @@ offsets are all ``>= B`` (its *base offset*) and below the next segment's base o
 are named after ``B`` (20 digits)::
 
     00000000000000000100.log        batches back to back, as a producer sent them, offsets assigned
-    00000000000000000100.index      (offset, position) every index.interval.bytes   (OffsetIndex)
-    00000000000000000100.timeindex  (max timestamp so far, offset) alongside        (TimeIndex)
-    00000000000000000100.txnindex   aborted transactions, only when there are any   (TransactionIndex)
+    00000000000000000100.index      (offset, position) every index.interval.bytes  OffsetIndex
+    00000000000000000100.timeindex  (max timestamp so far, offset) alongside       TimeIndex
+    00000000000000000100.txnindex   aborted transactions, only if there are any    TransactionIndex
 
 Finding offset ``o``: the offset index gives the position of the greatest indexed offset
 ``<= o``; batch headers are scanned forward from there to the first batch whose last offset is
@@ -67,8 +67,10 @@ _CRC_OFFSET = 17
 _ATTRIBUTES_OFFSET = 21
 # Kafka rejects a size field below the legacy v0 record overhead before looking at the magic.
 _MIN_SIZE_FIELD = 14
-# Header scans read this much at a time: one pread covers ~a hundred small batches.
-_SCAN_BLOCK_BYTES = 64 * 1024
+# Header scans start with a small read (an index lookup usually lands on or just before the
+# batch wanted) and double it on every refill, up to the maximum, for long scans.
+_SCAN_FIRST_BLOCK_BYTES = 4 * 1024
+_SCAN_MAX_BLOCK_BYTES = 256 * 1024
 # Recovery reads the log in blocks of this size and checksums batches in place.
 _RECOVERY_BLOCK_BYTES = 1024 * 1024
 # A batch larger than this is checksummed in pieces rather than read into memory whole.
@@ -693,19 +695,21 @@ class Segment:
 
         Kafka's ``FileLogInputStream``: stops quietly at a partial tail (17 bytes or fewer left,
         or a batch extending past ``end``); a size field below 14, a batch shorter than its
-        header or a magic other than 2 raises. Reads ``_SCAN_BLOCK_BYTES`` per ``pread``; a
-        file that shrinks under the scan (concurrent truncation) ends it early.
+        header or a magic other than 2 raises. Reads 4 KiB first, doubling per ``pread`` up to
+        256 KiB; a file that shrinks under the scan (concurrent truncation) ends it early.
         """
         buf = b""
         buf_start = start
         buf_end = start
+        block_bytes = _SCAN_FIRST_BLOCK_BYTES
         position = start
         limit = end - HEADER_SIZE_UP_TO_MAGIC
         unpack_length = _LENGTH.unpack_from
         unpack_header = _HEADER.unpack_from
         while position < limit:
             if position + RECORD_BATCH_OVERHEAD > buf_end:
-                buf = self._pread(min(_SCAN_BLOCK_BYTES, end - position), position)
+                buf = self._pread(min(block_bytes, end - position), position)
+                block_bytes = min(2 * block_bytes, _SCAN_MAX_BLOCK_BYTES)
                 buf_start = position
                 buf_end = position + len(buf)
                 if len(buf) <= HEADER_SIZE_UP_TO_MAGIC:

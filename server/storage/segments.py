@@ -36,12 +36,24 @@ class Segments:
     never see a half-applied mutation. Iteration is over a snapshot too.
     """
 
-    __slots__ = ("_map",)
+    __slots__ = ("_map", "_version")
 
     def __init__(self, segments: Iterator[Segment] | list[Segment] | None = None) -> None:
         self._map: SortedDict = SortedDict()
+        self._version = 0
         if segments:
             self._map = SortedDict((segment.base_offset, segment) for segment in segments)
+
+    def _publish(self, new_map: SortedDict) -> None:
+        # The map first, then the version: a reader that reads the version and then the map
+        # gets a map at least as new as that version (what caches keyed on it rely on).
+        self._map = new_map
+        self._version += 1
+
+    @property
+    def version(self) -> int:
+        """Increases with every mutation: a cheap key for caches derived from the map."""
+        return self._version
 
     # ---------------------------------------------------------------- mutation (writer only)
 
@@ -50,7 +62,7 @@ class Segments:
         new_map = self._map.copy()
         previous = new_map.get(segment.base_offset)
         new_map[segment.base_offset] = segment
-        self._map = new_map
+        self._publish(new_map)
         return previous
 
     def remove(self, base_offset: int) -> Segment | None:
@@ -59,20 +71,20 @@ class Segments:
             return None
         new_map = self._map.copy()
         segment = new_map.pop(base_offset)
-        self._map = new_map
+        self._publish(new_map)
         return segment
 
     def remove_many(self, base_offsets: list[int]) -> list[Segment]:
         """Remove several segments in one copy; returns those that were present."""
         new_map = self._map.copy()
         removed = [new_map.pop(base) for base in base_offsets if base in new_map]
-        self._map = new_map
+        self._publish(new_map)
         return removed
 
     def clear(self) -> list[Segment]:
         """Remove every segment; returns them in base-offset order."""
         removed = list(self._map.values())
-        self._map = SortedDict()
+        self._publish(SortedDict())
         return removed
 
     # ---------------------------------------------------------------- lookups
@@ -135,7 +147,7 @@ class Segments:
         """Every segment with base offset > ``offset``, in order."""
         snapshot = self._map
         index = snapshot.bisect_right(offset)
-        return [snapshot.peekitem(i)[1] for i in range(index, len(snapshot))]
+        return list(snapshot.values()[index:])
 
     def values(self, from_offset: int | None = None, to_offset: int | None = None) -> list[Segment]:
         """Segments that may hold offsets in ``[from_offset, to_offset)``, as Kafka's ``values``.
@@ -160,7 +172,7 @@ class Segments:
         start = snapshot.bisect_right(from_offset) - 1
         start = max(start, 0)
         stop = snapshot.bisect_left(to_offset)
-        return [snapshot.peekitem(i)[1] for i in range(start, stop)]
+        return list(snapshot.values()[start:stop]) if start < stop else []
 
     def non_active_from(self, from_offset: int) -> list[Segment]:
         """Segments from the one holding ``from_offset`` up to, excluding, the active segment."""

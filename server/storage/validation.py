@@ -4,19 +4,19 @@ A producer sends whole RecordBatch v2 batches with base offset 0. Before they re
 log checks them the way a Kafka leader does (``UnifiedLog.analyzeAndValidateRecords`` and
 ``LogValidator``, [B-1]..[B-3]) and then stamps them in a copy of the bytes:
 
-    per batch, in this order                                    error
-    whole batch present, size field >= 14, magic 2, >= 61 bytes   CorruptRecordError / InvalidRecordError
-    base offset 0                                                  InvalidRecordError
-    size <= max.message.bytes                                      RecordTooLargeError
-    CRC-32C matches                                                CorruptRecordError
-    last_offset_delta + 1 == records_count > 0                     InvalidRecordError
-    not a control batch; producer id set => base sequence >= 0     InvalidRecordError
-    records well formed, offset deltas 0..n-1, nothing left over   CorruptRecordError / InvalidRecordError
-    compacted topic: every record has a key                        InvalidRecordError
-    CreateTime topic: timestamps within before/after.max.ms;       InvalidTimestampError
+    per batch, in this order                                  error
+    whole, size field >= 14, magic 2, >= 61 bytes             CorruptRecord / InvalidRecord
+    base offset 0                                             InvalidRecord
+    size <= max.message.bytes                                 RecordTooLarge
+    CRC-32C matches                                           CorruptRecord
+    last_offset_delta + 1 == records_count > 0                InvalidRecord
+    not a control batch; producer id set => base seq >= 0     InvalidRecord
+    records well formed, deltas 0..n-1, nothing left over     CorruptRecord / InvalidRecord
+    compacted topic: every record has a key                   InvalidRecord
+    CreateTime topic: timestamps within before/after.max.ms;  InvalidTimestamp
       LogAppendTime attribute only with real timestamps
-    LogAppendTime topic: the batch must not claim LogAppendTime    InvalidTimestampError
-    the whole append <= segment.bytes                              RecordBatchTooLargeError
+    LogAppendTime topic: the batch must not claim it          InvalidTimestamp
+    the whole append <= segment.bytes                         RecordBatchTooLarge
 
     then, in a copy: base offset := next offset, partition leader epoch := the log's,
     max timestamp := append time (LogAppendTime topic) or the records' max (CreateTime; the

@@ -798,3 +798,29 @@ def test_kafka_written_segment_opens_and_serves(tmp_path: Path, kafka_written_di
     assert reopened.log_end_offset == 5
     assert reopened.read(1, 10_000)[: source.stat().st_size] == source.read_bytes()
     reopened.close()
+
+
+def test_timestamp_lookup_cache_follows_segment_changes_and_mtimes(directory: Path) -> None:
+    # The running max of segment timestamps is cached per segment map; segments judged by
+    # mtime are evaluated on every lookup, as Kafka does.
+    log = open_log(directory, file_delete_delay_ms=0)
+    log.append(client_batch([T0 + 10]))
+    log.roll()
+    log.append(client_batch([-1]))  # segment 1: no timestamps
+    log.roll()
+    log.append(client_batch([T0 + 30]))
+    middle = log.segments.get(1)
+    assert middle is not None
+    middle.set_last_modified_ms(T0)
+    assert log.offset_for_timestamp(T0 + 5) == TimestampOffset(T0 + 10, 0)  # cached prefix
+    assert log.offset_for_timestamp(T0 + 20) == TimestampOffset(T0 + 30, 2)
+    middle.set_last_modified_ms(T0 + 25)
+    assert log.offset_for_timestamp(T0 + 20) is None  # the middle segment wins, finds nothing
+    middle.set_last_modified_ms(T0)
+    log.truncate_to(2)
+    log.append(client_batch([T0 + 15]))
+    assert log.offset_for_timestamp(T0 + 12) == TimestampOffset(T0 + 15, 2)
+    log.roll()
+    log.append(client_batch([T0 + 40]))
+    assert log.offset_for_timestamp(T0 + 16) == TimestampOffset(T0 + 40, 3)
+    log.close()

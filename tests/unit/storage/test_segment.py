@@ -425,8 +425,9 @@ def test_should_roll_on_size(tmp_path: Path) -> None:
     # [B-11].1: size > max_segment_bytes - messages_size.
     segment = Segment.create(tmp_path, 0, config())
     size = len(append(segment, 0, [T0]))
-    assert not segment.should_roll(**roll_args(max_segment_bytes=size + 100, max_offset_in_messages=1))
-    assert segment.should_roll(**roll_args(max_segment_bytes=size + 99, max_offset_in_messages=1))
+    fits = roll_args(max_segment_bytes=size + 100, max_offset_in_messages=1)
+    assert not segment.should_roll(**fits)
+    assert segment.should_roll(**{**fits, "max_segment_bytes": size + 99})
     segment.close()
 
 
@@ -699,7 +700,8 @@ def test_recovery_fixes_corrupt_time_index(tmp_path: Path) -> None:
     fill(segment, 50)
     segment.close()
     size = time_index_file(tmp_path, 0).stat().st_size
-    time_index_file(tmp_path, 0).write_bytes(bytes(range(256)) * (size // 256) + b"\x00" * (size % 256))
+    garbage = bytes(range(256)) * (size // 256) + b"\x00" * (size % 256)
+    time_index_file(tmp_path, 0).write_bytes(garbage)
     reopened = Segment.open(tmp_path, 0, config(index_interval_bytes=1))
     reopened.recover()
     reopened.time_index.check()

@@ -1,0 +1,138 @@
+"""The storage engine in-process: append throughput, read and timestamp lookups, open time.
+
+Method (one process, one core for the engine, the page cache warm as after a write):
+
+  build     client batches of ``--batch-records`` records, 100-byte values, null keys,
+            timestamps increasing by 1 ms per record, uncompressed; built once, before timing
+  append    ``PartitionLog.append`` of every batch in turn (validation, offset assignment,
+            roll, write, index entries), ``segment.bytes`` chosen so the log spans
+            ``--segments`` segments; MB/s and records/s of the whole loop
+  read      ``read(offset, 1)`` at uniformly random offsets (min_one_message: one batch back)
+            -> lookups/s; and ``read(offset, 1 MiB)`` -> lookups/s and MB/s
+  timestamp ``offset_for_timestamp(T)`` at uniformly random T within the log's time range
+  open      close, then ``PartitionLog.open`` of the directory (lazy: only the active
+            segment's indexes are touched), and the first read after it
+
+Nothing is fsynced (the default flush.messages never triggers), as in Kafka where durability
+comes from replication and the OS flushes in the background.
+
+Run: ``.venv/bin/python -m benchmarks.bench_storage [--records 1000000] [--segments 55]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import random
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from stratalog.records.builder import build_batch
+from stratalog.server.storage import PartitionLog
+
+VALUE_SIZE_BYTES = 100
+T0 = 1_700_000_000_000
+
+
+def build_batches(records: int, batch_records: int) -> list[bytes]:
+    value = bytes(range(VALUE_SIZE_BYTES))
+    batches = []
+    for first in range(0, records, batch_records):
+        count = min(batch_records, records - first)
+        batches.append(
+            build_batch([(T0 + first + i, None, value, ()) for i in range(count)])
+        )
+    return batches
+
+
+def timed(function, repeat: int) -> float:
+    """Calls per second of ``function()`` over ``repeat`` calls."""
+    start = time.perf_counter()
+    for _ in range(repeat):
+        function()
+    return repeat / (time.perf_counter() - start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--batch-records", type=int, default=100)
+    parser.add_argument("--segments", type=int, default=55)
+    parser.add_argument("--lookups", type=int, default=20_000)
+    parser.add_argument("--directory", type=Path, default=None)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    rng = random.Random(args.seed)
+
+    print(f"stratalog storage benchmark: Python {platform.python_version()} on "
+          f"{platform.machine()}, {args.records:,} records of {VALUE_SIZE_BYTES} B in batches "
+          f"of {args.batch_records}")
+    start = time.perf_counter()
+    batches = build_batches(args.records, args.batch_records)
+    total_bytes = sum(len(b) for b in batches)
+    print(f"built {len(batches):,} batches, {total_bytes / 1e6:.1f} MB, in "
+          f"{time.perf_counter() - start:.1f} s (not timed below)")
+
+    root = Path(tempfile.mkdtemp(prefix="stratalog-bench-", dir=args.directory))
+    directory = root / "bench-0"
+    segment_bytes = total_bytes // args.segments + 1
+    config = {"segment.bytes": str(segment_bytes)}
+    try:
+        log = PartitionLog.open(directory, config)
+        append = log.append
+        start = time.perf_counter()
+        for data in batches:
+            append(data)
+        elapsed = time.perf_counter() - start
+        assert log.log_end_offset == args.records
+        print(f"append              {total_bytes / elapsed / 1e6:10.1f} MB/s "
+              f"{args.records / elapsed:12,.0f} records/s  ({elapsed:.2f} s, "
+              f"{len(log.segments)} segments of <= {segment_bytes:,} B)")
+
+        end = log.log_end_offset
+        offsets = [rng.randrange(end) for _ in range(args.lookups)]
+        it = iter(offsets)
+        rate = timed(lambda: log.read(next(it), 1), args.lookups)
+        print(f"read(offset, 1)     {rate:12,.0f} lookups/s (one batch of "
+              f"{args.batch_records} records back)")
+        it = iter(offsets)
+        fetched = 0
+
+        def read_big() -> None:
+            nonlocal fetched
+            fetched += len(log.read(next(it), 1 << 20))
+
+        big = min(args.lookups, 5000)
+        start = time.perf_counter()
+        for _ in range(big):
+            read_big()
+        elapsed = time.perf_counter() - start
+        print(f"read(offset, 1 MiB) {big / elapsed:12,.0f} lookups/s "
+              f"{fetched / elapsed / 1e6:10.1f} MB/s")
+
+        targets = [T0 + rng.randrange(args.records) for _ in range(args.lookups)]
+        it = iter(targets)
+        check = log.offset_for_timestamp(targets[0])
+        assert check is not None and check.offset == targets[0] - T0, check
+        rate = timed(lambda: log.offset_for_timestamp(next(it)), args.lookups)
+        print(f"offset_for_timestamp{rate:12,.0f} lookups/s")
+
+        log.close()
+        start = time.perf_counter()
+        log = PartitionLog.open(directory, config)
+        opened = time.perf_counter() - start
+        start = time.perf_counter()
+        log.read(rng.randrange(end), 1)
+        first_read = time.perf_counter() - start
+        print(f"open                {opened * 1e3:10.1f} ms for {len(log.segments)} segments "
+              f"(first read after it {first_read * 1e3:.2f} ms)")
+        log.close()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
