@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from typing import NamedTuple
 
 from .batch import (
+    HEADER_SIZE_UP_TO_MAGIC,
     LOG_OVERHEAD,
     NO_TIMESTAMP,
     RECORD_BATCH_OVERHEAD,
@@ -175,7 +176,7 @@ def iter_batches(
 ) -> Iterator[tuple[BatchHeader, list[Record]]]:
     """Decode every batch of ``buf``, a concatenation of batches (a fetch response, a segment).
 
-    A partial batch at the end (fewer than 12 bytes, or a length field running past the end) is
+    A partial batch at the end (17 bytes or fewer, or a length field running past the end) is
     an error unless ``allow_partial_tail``, in which case iteration stops before it, as Kafka's
     readers do for the tail of a fetch response or of an active segment. Other errors are those
     of :func:`decode_batch`.
@@ -184,7 +185,9 @@ def iter_batches(
     position = 0
     while position < end:
         remaining = end - position
-        partial = remaining < LOG_OVERHEAD
+        # Kafka's FileLogInputStream: 17 bytes or fewer (offset, length, epoch, magic) cannot
+        # even say what they are, whatever their length field claims.
+        partial = remaining <= HEADER_SIZE_UP_TO_MAGIC
         if not partial:
             (length,) = _LENGTH.unpack_from(buf, position + LOG_OVERHEAD - 4)
             partial = length + LOG_OVERHEAD > remaining

@@ -296,6 +296,16 @@ def test_iter_batches_partial_tail(tail):
     assert [h.position for h, _ in decoded] == [0]
 
 
+def test_iter_batches_tail_rules_follow_kafka():
+    # 17 bytes or fewer are a partial tail whatever their length field says ...
+    tiny = (0).to_bytes(8, "big") + (5).to_bytes(4, "big") + b"\x00" * 5
+    assert [h.position for h, _ in iter_batches(TWO_RECORDS + tiny, allow_partial_tail=True)] == [0]
+    # ... but a whole "batch" of 18 bytes is too small to be one, and corrupt.
+    small = (0).to_bytes(8, "big") + (6).to_bytes(4, "big") + b"\x00\x00\x00\x00\x02\x00"
+    with pytest.raises(CorruptRecordError, match="position 86"):
+        list(iter_batches(TWO_RECORDS + small, allow_partial_tail=True))
+
+
 def test_iter_batches_rejects_corruption_after_good_batches():
     bad = bytearray(HELLO_WORLD)
     bad[-1] ^= 0xFF
