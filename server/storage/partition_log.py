@@ -153,8 +153,19 @@ class PartitionLog:
         config: LogConfig,
         time_ms: Callable[[], int],
         segments: Segments,
+        *,
+        log_start_offset: int | None = None,
+        recovery_point: int | None = None,
+        directory_changed: bool = False,
     ) -> None:
-        """Use :meth:`open`."""
+        """Use :meth:`open`, or pass what a loader found.
+
+        ``segments`` must be non-empty, their indexes ready (the active one grown to
+        ``segment.index.bytes``). The log end offset is read from the active segment
+        ([B-55]); ``log_start_offset`` defaults to the first segment's base offset (a
+        checkpointed one may be higher), ``recovery_point`` to the log end offset (a clean
+        shutdown); ``directory_changed`` makes the next flush fsync the directory.
+        """
         self._directory = directory
         self._config = config
         self._time_ms = time_ms
@@ -162,15 +173,18 @@ class PartitionLog:
         self._lock = threading.RLock()
         self._closed = False
         self._pending_deletes: list[tuple[int, Segment]] = []  # (due time ms, segment)
-        self._directory_dirty = False  # a file was created or renamed since the last dir fsync
+        # A file was created or renamed since the last directory fsync.
+        self._directory_dirty = directory_changed
         active = segments.active
         assert active is not None, "a log always has an active segment"
         first = segments.first
         assert first is not None
-        self._log_start_offset = first.base_offset
         end_offset = active.read_next_offset()
         self._end = _LogEnd(end_offset, active.base_offset, active.size_bytes)
-        self._recovery_point = end_offset
+        start = first.base_offset if log_start_offset is None else log_start_offset
+        assert start <= end_offset, f"log start offset {start} above the log end {end_offset}"
+        self._log_start_offset = start
+        self._recovery_point = end_offset if recovery_point is None else recovery_point
         self._last_flush_ms = time_ms()
         # The running max of segment timestamps for time lookups (see _first_segment_reaching).
         self._timestamp_lock = threading.Lock()
@@ -268,6 +282,47 @@ class PartitionLog:
     @property
     def is_closed(self) -> bool:
         return self._closed
+
+    def update_config(self, config: LogConfig) -> LogConfig:
+        """Use ``config`` from now on; returns the old one (Kafka's ``updateConfig``).
+
+        Roll limits, validation and timestamps follow at once; ``index.interval.bytes`` and
+        ``segment.index.bytes`` apply to segments created from now on, as in Kafka.
+        """
+        with self._lock:
+            self._ensure_open()
+            old, self._config = self._config, config
+            return old
+
+    def maybe_increment_log_start_offset(self, new_offset: int) -> bool:
+        """Move the log start offset up to ``new_offset`` (DeleteRecords, [B-65]).
+
+        Offsets below it become unreadable at once (reads at or above it may still return
+        whole batches that start below it, [B-35]); segments wholly below it are for the next
+        retention pass to delete. Never moves down. The recovery point follows if it was
+        lower. Returns True if the start offset moved.
+
+        Raises:
+            OffsetOutOfRangeError: ``new_offset`` is above the log end offset (stratalog has
+                one replica, so its high watermark is the log end offset).
+        """
+        with self._lock:
+            self._ensure_open()
+            end_offset = self._end.offset
+            if new_offset > end_offset:
+                raise OffsetOutOfRangeError(
+                    f"cannot increment the log start offset of {self._directory} to "
+                    f"{new_offset}: it is above the high watermark (log end offset) "
+                    f"{end_offset}",
+                    log_start_offset=self._log_start_offset,
+                    log_end_offset=end_offset,
+                )
+            if new_offset <= self._log_start_offset:
+                return False
+            self._log_start_offset = new_offset
+            self._recovery_point = max(self._recovery_point, new_offset)
+            log.info("incremented the log start offset of %s to %d", self._directory, new_offset)
+            return True
 
     # ---------------------------------------------------------------- appends
 

@@ -824,3 +824,70 @@ def test_timestamp_lookup_cache_follows_segment_changes_and_mtimes(directory: Pa
     log.append(client_batch([T0 + 40]))
     assert log.offset_for_timestamp(T0 + 16) == TimestampOffset(T0 + 40, 3)
     log.close()
+
+
+def test_maybe_increment_log_start_offset(directory: Path) -> None:
+    # [B-65], [B-35]: DeleteRecords moves the start up, never down, never past the end.
+    log = open_log(directory)
+    log.append(client_batch([T0, T0 + 1, T0 + 2]))
+    log.append(client_batch([T0 + 3]))
+    assert log.maybe_increment_log_start_offset(1) is True
+    assert log.maybe_increment_log_start_offset(1) is False
+    assert log.maybe_increment_log_start_offset(0) is False
+    assert log.log_start_offset == 1 and log.recovery_point == 1  # moved up with it
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(0, 1000)
+    # A read at the start returns the whole batch, offsets below the start included.
+    assert [o for o, _, _ in decoded(log.read(1, 1000))][:3] == [0, 1, 2]
+    assert log.offset_for_timestamp(-2) == TimestampOffset(-1, 1)
+    assert log.offset_for_timestamp(T0) == TimestampOffset(T0 + 1, 1)  # offsets >= the start
+    with pytest.raises(OffsetOutOfRangeError, match="high watermark"):
+        log.maybe_increment_log_start_offset(5)
+    assert log.maybe_increment_log_start_offset(4) is True  # up to the end: everything gone
+    assert log.read(4, 1000) == b""
+    log.close()
+
+
+def test_recovery_point_follows_log_start_offset(directory: Path) -> None:
+    log = open_log(directory)
+    log.append(client_batch([T0, T0]))
+    log.flush()
+    log.append(client_batch([T0, T0]))
+    assert log.recovery_point == 2
+    log.maybe_increment_log_start_offset(3)
+    assert log.recovery_point == 3
+    log.close()
+
+
+def test_update_config_applies_to_rolls_and_validation(directory: Path) -> None:
+    one = client_batch([T0])
+    log = open_log(directory)
+    for _ in range(3):
+        log.append(one)
+    old = log.update_config(LogConfig(segment_bytes=3 * len(one), max_message_bytes=100))
+    assert old.segment_bytes == LogConfig().segment_bytes
+    log.append(one)  # 3 batches + 1 > segment.bytes: rolls
+    assert log.segments.base_offsets() == [0, 3]
+    with pytest.raises(RecordTooLargeError):
+        log.append(client_batch([T0], value=b"x" * 100))
+    log.close()
+
+
+def test_constructor_takes_what_a_loader_found(directory: Path) -> None:
+    # The crash-recovery loader hands its segments and offsets to the constructor.
+    log = open_log(directory)
+    log.append(client_batch([T0, T0, T0]))
+    log.close()
+    from stratalog.server.storage.segment import Segment
+    from stratalog.server.storage.segments import Segments
+
+    config = LogConfig()
+    segment = Segment.open(directory, 0, config)
+    segment.resize_indexes(config.segment_index_bytes)
+    loaded = PartitionLog(
+        directory, config, Clock(), Segments([segment]), log_start_offset=2, recovery_point=1
+    )
+    assert (loaded.log_start_offset, loaded.log_end_offset, loaded.recovery_point) == (2, 3, 1)
+    loaded.flush()
+    assert loaded.recovery_point == 3
+    loaded.close()
