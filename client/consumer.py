@@ -316,6 +316,9 @@ class Consumer:
         while not self._closed:
             if not self._follow and len(self._finished) == len(self._partitions):
                 return
+            # A reader with batches waiting would never let the loop run (get() does not
+            # suspend on a non-empty queue), starving the fetchers' RPCs: yield once per batch.
+            await asyncio.sleep(0)
             partition, epoch, item = await queue.get()
             if self._closed:
                 return

@@ -71,6 +71,8 @@ DEFAULT_BUFFER_BYTES_MAX = 64 * 1024 * 1024
 _RECORD_FRAMING_BYTES_MAX = 36
 # Per header: key length (5) and value length (5) varints.
 _HEADER_FRAMING_BYTES_MAX = 10
+# send()/send_many() let the event loop run after this many bytes of records (see _yield).
+_YIELD_EVERY_BYTES = 128 * 1024
 
 
 class ProducerClosedError(RuntimeError):
@@ -315,6 +317,7 @@ class Producer:
         self._pending: set[_Batch] = set()  # closed or open, not yet resolved
         self._tasks: set[asyncio.Task[None]] = set()
         self._buffered_bytes = 0
+        self._unyielded_bytes = 0
         self._space = asyncio.Event()
         self._closed = False
 
@@ -413,9 +416,21 @@ class Producer:
                 index = batch.builder.append(timestamp_ms, key, value, ())  # type: ignore[union-attr]
                 batch.size_bytes += estimate
                 self._buffered_bytes += estimate
+                self._unyielded_bytes += estimate
+                if self._unyielded_bytes >= _YIELD_EVERY_BYTES:
+                    await self._yield()
                 return RecordFuture(batch, index, timestamp_ms)
         batch, index = self._append(queue, state, timestamp_ms, key, value, headers)
+        if self._unyielded_bytes >= _YIELD_EVERY_BYTES:
+            await self._yield()
         return RecordFuture(batch, index, timestamp_ms)
+
+    async def _yield(self) -> None:
+        # send() has nothing to wait for while there is buffer space, so a loop of sends would
+        # never let the event loop run: no request would go out until the buffer filled up.
+        # Letting it run every _YIELD_EVERY_BYTES overlaps encoding with sending.
+        self._unyielded_bytes = 0
+        await asyncio.sleep(0)
 
     async def send_many(
         self,
@@ -483,13 +498,16 @@ class Producer:
             else:
                 target = partition_for_key(key, num_partitions)
             batch, position = append(queues[target], state, timestamp, key, values[index], ())
-            if batch is run_batch:
+            if batch is run_batch and position == run_first + run_count:
                 run_count += 1
                 run_timestamps.append(timestamp)
             else:
                 if run_batch is not None:
                     runs.append((run_batch, run_first, run_count, run_timestamps))
                 run_batch, run_first, run_count, run_timestamps = batch, position, 1, [timestamp]
+            if self._unyielded_bytes >= _YIELD_EVERY_BYTES:
+                # Other tasks may append meanwhile: runs check that positions stay contiguous.
+                await self._yield()
         if run_batch is not None:
             runs.append((run_batch, run_first, run_count, run_timestamps))
         return SendManyFuture(runs)
@@ -538,6 +556,7 @@ class Producer:
         index = batch.builder.append(timestamp, key, value, headers)  # type: ignore[union-attr]
         batch.size_bytes += estimate
         self._buffered_bytes += estimate
+        self._unyielded_bytes += estimate
         return batch, index
 
     def _open_batch(self, queue: _PartitionQueue) -> _Batch:
@@ -574,6 +593,7 @@ class Producer:
             if state is not None:
                 state.sticky.next_batch(queue.partition)
         queue.ready.append(batch)
+        self._unyielded_bytes = _YIELD_EVERY_BYTES  # let the request start at the next send
         self._maybe_send(queue)
 
     def _maybe_send(self, queue: _PartitionQueue) -> None:
