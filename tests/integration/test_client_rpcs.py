@@ -174,16 +174,6 @@ async def test_fetch_by_timestamp_and_list_offsets(client: Client) -> None:
     assert (await client.list_offsets("cr-time", 0, T0 + 10_000)).offset == -1
 
 
-# The server answers DeleteRecords with INTERNAL until the storage engine's
-# PartitionLog.maybe_increment_log_start_offset lands (LogManager.delete_records raises
-# NotImplementedError); these tests turn green then, and the mark must go.
-_DELETE_RECORDS_PENDING = pytest.mark.xfail(
-    raises=errors.StratalogError, strict=False,
-    reason="server DeleteRecords not implemented yet (storage engine)",
-)
-
-
-@_DELETE_RECORDS_PENDING
 async def test_delete_records_and_out_of_range(client: Client) -> None:
     await client.create_topic("cr-del")
     await client.produce("cr-del", 0, record_batches=_batch([b"%d" % i for i in range(10)]))
@@ -273,7 +263,6 @@ def test_sync_client_every_rpc(sync_client: SyncClient) -> None:
         sync_client.describe_topic("cs-all")
 
 
-@_DELETE_RECORDS_PENDING
 def test_sync_client_delete_records(sync_client: SyncClient) -> None:
     sync_client.create_topic("cs-del")
     sync_client.produce("cs-del", 0, [b"a", b"b", b"c"])
