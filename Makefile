@@ -30,15 +30,13 @@ run: install
 	$(VENV)/bin/stratalog serve --log-dirs $(DATA_DIR)
 
 # import-linter needs the package as one folder tree; ours is mapped from several folders
-# (pyproject's package-dir), so the contracts run on a tree of symlinks under build/.
-IMPORTLINT_ROOT := build/importlint
+# (pyproject's package-dir), so the contracts run on a private tree of symlinks.
 lint: install
 	$(VENV)/bin/ruff check .
-	rm -rf $(IMPORTLINT_ROOT) && mkdir -p $(IMPORTLINT_ROOT)/stratalog
-	cp stratalog_pkg/__init__.py $(IMPORTLINT_ROOT)/stratalog/
-	for p in records server client cli; do ln -s ../../../$$p $(IMPORTLINT_ROOT)/stratalog/$$p; done
-	ln -s ../../../proto/stratalog/v1 $(IMPORTLINT_ROOT)/stratalog/v1
-	PYTHONPATH=$(IMPORTLINT_ROOT) $(VENV)/bin/lint-imports
+	root=$$(mktemp -d) && mkdir -p $$root/stratalog && cp stratalog_pkg/__init__.py $$root/stratalog/ \
+	  && for p in records server client cli; do ln -s $(CURDIR)/$$p $$root/stratalog/$$p; done \
+	  && ln -s $(CURDIR)/proto/stratalog/v1 $$root/stratalog/v1 \
+	  && PYTHONPATH=$$root $(VENV)/bin/lint-imports; rc=$$?; rm -rf $$root; exit $$rc
 
 unit: install
 	$(VENV)/bin/pytest tests/unit
