@@ -123,44 +123,51 @@ def _log_unretrieved(future: asyncio.Future[tuple[int, int]]) -> None:
         logger.warning("record batch not delivered: %s", future.exception())
 
 
-class RecordFuture:
+class RecordFuture(tuple):
     """The pending outcome of one ``send()``: awaiting it gives its :class:`RecordMetadata`.
 
-    Holds its batch and its index in it; resolves when the batch's Produce answers (or fails
-    for good). Event-loop only, like the Producer.
+    Holds its batch, its index in it and its timestamp; resolves when the batch's Produce
+    answers (or fails for good). A tuple underneath because one is built per record and a
+    tuple is the cheapest object Python builds; compare futures by identity, not equality.
+    Event-loop only, like the Producer.
     """
 
-    __slots__ = ("_batch", "_index", "_timestamp")
-
-    def __init__(self, batch: _Batch, index: int, timestamp: int) -> None:
-        self._batch = batch
-        self._index = index
-        self._timestamp = timestamp
+    __slots__ = ()
 
     def __await__(self) -> Generator[Any, None, RecordMetadata]:
         # Shielded: cancelling the task that awaits one record must not cancel the batch,
         # which other records (and the Producer) share.
-        yield from asyncio.shield(self._batch.future).__await__()
+        yield from asyncio.shield(self[0].future).__await__()
         return self.result()
 
     def done(self) -> bool:
         """Whether the batch was acknowledged or failed for good."""
-        return self._batch.future.done()
+        return self[0].future.done()
 
     def result(self) -> RecordMetadata:
         """The record's metadata; raises the delivery error, or InvalidStateError if pending."""
-        batch = self._batch
+        batch, index, timestamp = self
         base_offset, log_append_time = batch.future.result()
-        timestamp = self._timestamp if log_append_time < 0 else log_append_time
-        return RecordMetadata(batch.topic, batch.partition, base_offset + self._index, timestamp)
+        if log_append_time >= 0:
+            timestamp = log_append_time
+        return RecordMetadata(batch.topic, batch.partition, base_offset + index, timestamp)
 
     def exception(self) -> BaseException | None:
         """The delivery error, ``None`` on success; InvalidStateError while pending."""
-        return self._batch.future.exception()
+        return self[0].future.exception()
 
     def add_done_callback(self, callback: Callable[[RecordFuture], object]) -> None:
         """Call ``callback(self)`` on the loop once the outcome is known."""
-        self._batch.future.add_done_callback(lambda _: callback(self))
+        self[0].future.add_done_callback(lambda _: callback(self))
+
+    def __repr__(self) -> str:
+        batch, index, _ = self
+        state = "done" if batch.future.done() else "pending"
+        return f"<RecordFuture {batch.topic}-{batch.partition} #{index} {state}>"
+
+
+# Building the tuple directly skips a Python-level __init__: this runs once per record.
+_new_record_future = tuple.__new__
 
 
 class SendManyFuture:
@@ -419,11 +426,11 @@ class Producer:
                 self._unyielded_bytes += estimate
                 if self._unyielded_bytes >= _YIELD_EVERY_BYTES:
                     await self._yield()
-                return RecordFuture(batch, index, timestamp_ms)
+                return _new_record_future(RecordFuture, (batch, index, timestamp_ms))
         batch, index = self._append(queue, state, timestamp_ms, key, value, headers)
         if self._unyielded_bytes >= _YIELD_EVERY_BYTES:
             await self._yield()
-        return RecordFuture(batch, index, timestamp_ms)
+        return _new_record_future(RecordFuture, (batch, index, timestamp_ms))
 
     async def _yield(self) -> None:
         # send() has nothing to wait for while there is buffer space, so a loop of sends would
