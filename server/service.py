@@ -171,7 +171,7 @@ class PartitionGate:
 
     Holds an ``asyncio.Lock`` (appends and DeleteRecords of the partition take it), the current
     ``asyncio.Event`` (set, then replaced, after each append), and ``closed`` (the topic was
-    deleted or the server is stopping: waiters wake and re-check). Event-loop only.
+    deleted: waiters wake and look the partition up again). Event-loop only.
     """
 
     __slots__ = ("_signal", "append_lock", "closed")
@@ -191,7 +191,7 @@ class PartitionGate:
         signal.set()
 
     def close(self) -> None:
-        """Wake every waiter for good: the partition is gone or the server is stopping."""
+        """Wake every waiter for good: the partition is gone."""
         self.closed = True
         self.notify()
 
@@ -270,7 +270,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
 
     Shutdown: :meth:`begin_shutdown` makes waiting long polls answer with what they have and ends
     Subscribe streams with SHUTTING_DOWN (retriable), so that the server's grace period is spent on
-    requests that finish, not on streams that never would.
+    requests that finish, not on streams that never would. Appends in flight complete.
 
     Concurrency: event-loop only (grpc.aio calls every method on the loop).
     """
@@ -313,9 +313,11 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         return gate
 
     def _log(self, topic: str, partition: int) -> tuple[PartitionLog, PartitionGate]:
-        """The partition's log (UnknownTopicOrPartitionError if none) and its gate."""
-        if self._shutting_down:
-            raise LogClosedError("the server is shutting down")
+        """The partition's log (UnknownTopicOrPartitionError if none) and its gate.
+
+        Still served while the server stops: gRPC refuses new RPCs then, and the ones already
+        in flight have the grace period to finish.
+        """
         partition_log = self._log_manager.get_log(topic, partition)
         return partition_log, self._gate(topic, partition)
 
@@ -344,10 +346,25 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             ) from None
 
     def begin_shutdown(self) -> None:
-        """Refuse new work and wake every waiter (long polls answer, streams end)."""
+        """Wake every waiter: long polls answer with what they have, streams end.
+
+        Appends in flight go on (they finish within the grace period); only waiting for
+        *future* appends stops.
+        """
         self._shutting_down = True
         for gate in self._gates.values():
-            gate.close()
+            gate.notify()
+
+    def _ensure_following(
+        self, topic: str, partition: int, partition_log: PartitionLog, gate: PartitionGate
+    ) -> tuple[PartitionLog, PartitionGate]:
+        """Before a follower reads again: SHUTTING_DOWN when stopping, and a fresh lookup
+        (UNKNOWN_TOPIC_OR_PARTITION) when the topic was deleted under it."""
+        if self._shutting_down:
+            raise LogClosedError("the server is shutting down; subscribe again later")
+        if gate.closed:
+            return self._log(topic, partition)
+        return partition_log, gate
 
     def forget_topic(self, topic: str) -> None:
         """Drop the gates of a deleted topic, waking their waiters."""
@@ -523,10 +540,10 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             signal = gate.signal()
             data = await self._read(topic, partition, partition_log, offset, max_bytes)
             remaining_s = deadline - loop.time()
-            if len(data) >= enough_bytes or remaining_s <= 0 or gate.closed:
+            if len(data) >= enough_bytes or remaining_s <= 0 or self._shutting_down:
                 break
             await gate.wait(signal, remaining_s)
-            if gate.closed and not self._shutting_down:
+            if gate.closed:
                 # Deleted while we waited: the lookup raises UNKNOWN_TOPIC_OR_PARTITION.
                 partition_log, gate = self._log(topic, partition)
         return self._fetch_response(topic, partition, partition_log, offset, data, fetch_format)
@@ -598,6 +615,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         self._metrics.subscribers.inc()
         try:
             while True:
+                partition_log, gate = self._ensure_following(topic, partition, partition_log, gate)
                 signal = gate.signal()
                 data = await self._read(topic, partition, partition_log, offset, max_bytes)
                 if data:
@@ -610,10 +628,6 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                         # Flow control: returns once gRPC took the message; only then read on.
                         await context.write(response)
                         matched = None  # the match is reported in the first message only
-                    continue
-                if gate.closed:
-                    # Stopping: end with SHUTTING_DOWN; deleted: UNKNOWN_TOPIC_OR_PARTITION.
-                    partition_log, gate = self._log(topic, partition)
                     continue
                 await gate.wait(signal, None)
         finally:
