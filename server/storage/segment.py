@@ -47,7 +47,14 @@ from stratalog.records.errors import CorruptRecordError, InvalidRecordError, Rec
 from stratalog.records.reader import iter_records
 
 from .config import LogConfig
-from .errors import CorruptIndexError, LogClosedError, OffsetOverflowError, StorageIOError
+from .errors import (
+    CorruptIndexError,
+    IndexFullError,
+    InvalidOffsetError,
+    LogClosedError,
+    OffsetOverflowError,
+    StorageIOError,
+)
 from .files import log_file, offset_index_file, time_index_file, transaction_index_file
 from .index import INT32_MAX
 from .offset_index import OffsetIndex
@@ -392,12 +399,16 @@ class Segment:
         physical_position = self._size
         if physical_position == 0:
             self._rolling_based_timestamp = largest_timestamp
-        if not self.offset_index.can_append_offset(largest_offset):
+        offset_index = self.offset_index
+        if not offset_index.can_append_offset(largest_offset):
             raise OffsetOverflowError(
                 f"cannot append offset {largest_offset} to segment {self._log_path} with base "
                 f"offset {self._base_offset}: offsets of a segment are within {INT32_MAX} of "
                 "its base offset"
             )
+        index_entry_due = self._bytes_since_last_index_entry > self._index_interval_bytes
+        if index_entry_due:
+            self._check_index_room(largest_offset)
         self._write_at(records, physical_position)
         # Published only now: readers stop at this size, so they never see a partial batch.
         self._size = physical_position + size
@@ -405,12 +416,38 @@ class Segment:
             self._max_timestamp_and_offset = TimestampOffset(
                 largest_timestamp, shallow_offset_of_max_timestamp
             )
-        if self._bytes_since_last_index_entry > self._index_interval_bytes:
-            self.offset_index.append(largest_offset, physical_position)
+        if index_entry_due:
+            offset_index.append(largest_offset, physical_position)
             max_so_far = self.max_timestamp_and_offset_so_far
             self.time_index.maybe_append(max_so_far.timestamp, max_so_far.offset)
             self._bytes_since_last_index_entry = 0
         self._bytes_since_last_index_entry += size
+
+    def _check_index_room(self, largest_offset: int) -> None:
+        """Fail before writing anything if the index entries due could not be written.
+
+        The log rolls before an index fills ([B-11]), so this only trips on a caller that did
+        not ask :meth:`should_roll`; without it the bytes would be in the file and the error
+        after them.
+        """
+        offset_index = self.offset_index
+        if offset_index.is_full:
+            raise IndexFullError(
+                f"the offset index {offset_index.path} is full ({offset_index.entries} "
+                f"entries): segment {self._log_path} must roll before appending offset "
+                f"{largest_offset}"
+            )
+        if offset_index.entries > 0 and largest_offset <= offset_index.last_offset:
+            raise InvalidOffsetError(
+                f"cannot append offset {largest_offset} to segment {self._log_path}: not above "
+                f"its last indexed offset {offset_index.last_offset}"
+            )
+        time_index = self.time_index
+        if time_index.is_full:  # Kafka's maybeAppend refuses a full index, entry or not
+            raise IndexFullError(
+                f"the time index {time_index.path} is full ({time_index.entries} entries): "
+                f"segment {self._log_path} must roll before appending offset {largest_offset}"
+            )
 
     def _write_at(self, data: bytes | bytearray | memoryview, position: int) -> None:
         fd = self._require_fd()

@@ -20,6 +20,8 @@ from stratalog.records.reader import iter_batches
 from stratalog.server.storage.config import LogConfig
 from stratalog.server.storage.errors import (
     CorruptIndexError,
+    IndexFullError,
+    InvalidOffsetError,
     LogClosedError,
     OffsetOverflowError,
     StorageIOError,
@@ -886,3 +888,41 @@ def test_reopened_segment_truncated_below_every_time_entry_keeps_its_max(tmp_pat
     assert reopened.max_timestamp_and_offset_so_far == TimestampOffset(T0, 1)
     assert reopened.find_max_timestamp_record() == TimestampOffset(T0, 1)
     reopened.close()
+
+
+def test_append_that_cannot_be_indexed_writes_nothing(tmp_path: Path) -> None:
+    # A caller that skipped should_roll gets the index error before any byte is written.
+    segment = Segment.create(tmp_path, 0, config(segment_index_bytes=24, index_interval_bytes=0))
+    for i in range(4):
+        append(segment, i, [-1])  # entries at appends 2, 3, 4: the 3 offset slots
+    assert segment.offset_index.is_full and not segment.time_index.is_full
+    size = segment.size_bytes
+    with pytest.raises(IndexFullError, match="must roll"):
+        append(segment, 4, [-1])
+    assert segment.size_bytes == size == log_file(tmp_path, 0).stat().st_size
+    assert segment.read_next_offset() == 4
+    segment.close()
+
+
+def test_append_with_offset_below_the_index_writes_nothing(tmp_path: Path) -> None:
+    segment = Segment.create(tmp_path, 0, config(index_interval_bytes=0))
+    for i in range(3):
+        append(segment, i, [-1])
+    size = segment.size_bytes
+    with pytest.raises(InvalidOffsetError, match="not above"):
+        segment.append(1, -1, 1, batch(1, [-1]))  # 1 <= last indexed offset 2
+    assert segment.size_bytes == size == log_file(tmp_path, 0).stat().st_size
+    segment.close()
+
+
+def test_append_refused_when_time_index_is_full(tmp_path: Path) -> None:
+    # Kafka's TimeIndex.maybeAppend refuses a full index even when no entry would be added.
+    segment = Segment.create(tmp_path, 0, config(segment_index_bytes=24, index_interval_bytes=0))
+    append(segment, 0, [T0])
+    append(segment, 1, [T0 + 1])  # time index full now (1 of 2 slots)
+    size = segment.size_bytes
+    for timestamp in (T0 + 2, T0):
+        with pytest.raises(IndexFullError, match="time index"):
+            append(segment, 2, [timestamp])
+    assert segment.size_bytes == size
+    segment.close()
