@@ -17,10 +17,10 @@ from collections.abc import Sequence
 
 from stratalog import __version__
 
-from . import dump_log, serve
+from . import consume, dump_log, offsets, produce, serve, topics
 
 # Subcommand modules, in the order `stratalog --help` lists them.
-_COMMANDS = (serve, dump_log)
+_COMMANDS = (serve, topics, produce, consume, offsets, dump_log)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,136 @@
+"""``stratalog topics create|list|describe|delete|alter``: topic administration.
+
+Output is for people by default (one line per topic, Kafka-style ``describe``) and for scripts
+with ``--json`` (one JSON document). Configs use Kafka's topic config names
+(``--config segment.bytes=1048576``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from stratalog.client import Client, TopicInfo
+
+from .connection import add_target_argument, fail, run_client_command
+from .timestamps import format_timestamp_ms
+
+__all__ = ["add_parser", "run"]
+
+
+def _parse_configs(pairs: list[str], command: str) -> dict[str, str]:
+    configs: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise ValueError(f"--config/--set takes NAME=VALUE, got {pair!r}")
+        configs[name.strip()] = value.strip()
+    return configs
+
+
+def _topic_json(topic: TopicInfo) -> dict:
+    return {
+        "name": topic.name,
+        "configs": dict(sorted(topic.configs.items())),
+        "partitions": [
+            {
+                "partition": p.partition,
+                "log_start_offset": p.log_start_offset,
+                "log_end_offset": p.log_end_offset,
+                "size_bytes": p.size_bytes,
+                "segment_count": p.segment_count,
+                "max_timestamp": p.max_timestamp,
+                "log_dir": p.log_dir,
+            }
+            for p in topic.partitions
+        ],
+    }
+
+
+def _print_description(topic: TopicInfo, show_defaults: bool) -> None:
+    configs = ",".join(f"{k}={v}" for k, v in sorted(topic.configs.items()))
+    print(f"Topic: {topic.name}\tPartitionCount: {topic.num_partitions}"
+          + (f"\tConfigs: {configs}" if show_defaults else ""))
+    for p in topic.partitions:
+        print(
+            f"\tTopic: {topic.name}\tPartition: {p.partition}\t"
+            f"LogStartOffset: {p.log_start_offset}\tLogEndOffset: {p.log_end_offset}\t"
+            f"Size: {p.size_bytes}\tSegments: {p.segment_count}\t"
+            f"MaxTimestamp: {format_timestamp_ms(p.max_timestamp)}\tLogDir: {p.log_dir}"
+        )
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("topics", help="create, list, describe, alter, delete topics")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    create = actions.add_parser("create", help="create a topic")
+    create.add_argument("name")
+    create.add_argument("--partitions", type=int, default=1, help="number of partitions (>= 1)")
+    create.add_argument("--config", action="append", default=[], metavar="NAME=VALUE",
+                        help="a topic config, e.g. segment.bytes=1048576 (repeatable)")
+
+    actions.add_parser("list", help="list topics")
+
+    describe = actions.add_parser("describe", help="show a topic's partitions and configs")
+    describe.add_argument("name")
+
+    delete = actions.add_parser("delete", help="delete a topic and all its data")
+    delete.add_argument("name")
+
+    alter = actions.add_parser("alter", help="change a topic's configs")
+    alter.add_argument("name")
+    alter.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                       help="set a config (repeatable)")
+    alter.add_argument("--delete", action="append", default=[], metavar="NAME",
+                       help="return a config to the server default (repeatable)")
+
+    for sub in (create, actions.choices["list"], describe, delete, alter):
+        add_target_argument(sub)
+        sub.add_argument("--json", action="store_true", help="print JSON for scripts")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    command = f"topics {args.action}"
+    try:
+        configs = _parse_configs(getattr(args, "config", []) + getattr(args, "set", []), command)
+    except ValueError as exc:
+        return fail(command, str(exc))
+    if args.action == "alter" and not configs and not args.delete:
+        return fail(command, "nothing to change: give --set NAME=VALUE or --delete NAME")
+
+    async def body() -> int:
+        async with Client(args.target) as client:
+            if args.action == "create":
+                topic = await client.create_topic(args.name, args.partitions, configs)
+            elif args.action == "alter":
+                topic = await client.alter_topic_configs(args.name, configs, args.delete)
+            elif args.action == "describe":
+                topic = await client.describe_topic(args.name)
+            elif args.action == "delete":
+                await client.delete_topic(args.name)
+                if args.json:
+                    print(json.dumps({"deleted": args.name}))
+                else:
+                    print(f"Deleted topic {args.name}.")
+                return 0
+            else:
+                topics = await client.list_topics()
+                if args.json:
+                    print(json.dumps([_topic_json(t) for t in topics], indent=2))
+                else:
+                    for t in topics:
+                        print(t.name)
+                return 0
+        if args.json:
+            json.dump(_topic_json(topic), sys.stdout, indent=2)
+            print()
+        elif args.action == "create":
+            print(f"Created topic {topic.name} with {topic.num_partitions} partition(s).")
+        else:
+            _print_description(topic, show_defaults=True)
+        return 0
+
+    return run_client_command(command, body)
