@@ -584,7 +584,8 @@ def test_max_timestamp_finds_the_exact_record(directory: Path) -> None:
 
 
 def test_offset_for_timestamp_out_of_order(directory: Path) -> None:
-    # [B-36]..[B-38]: the earliest offset whose timestamp >= T, across segments.
+    # [B-36]..[B-38]: the earliest offset whose timestamp >= T, across segments; None when no
+    # record reaches T ([B-39]).
     log = open_log(directory, segment_bytes=400, index_interval_bytes=50)
     timestamps = [5, 3, 8, 1, 9, 2, 15, 4, 12, 7, 20, 6]
     for ts in timestamps:
@@ -617,8 +618,8 @@ def test_timestamp_lookup_uses_mtime_of_segments_without_timestamps(directory: P
 
 
 def test_truncate_to(directory: Path) -> None:
-    # [B-27]: later segments deleted (.deleted, then gone after the delay), active truncated,
-    # LEO = target, indexes grown back, max timestamp recomputed.
+    # [B-27]: later segments deleted ([B-64]: .deleted, then gone after the delay), active
+    # truncated, LEO = target, indexes grown back, max timestamp recomputed.
     clock = Clock(T0)
     one = client_batch([T0])
     log = open_log(directory, clock, segment_bytes=3 * len(one), file_delete_delay_ms=1000)
@@ -669,7 +670,7 @@ def test_truncate_negative(directory: Path) -> None:
 
 
 def test_flush_moves_recovery_point_and_persists_empty_active(directory: Path) -> None:
-    # [B-66]
+    # [B-66], [B-67]: segments flushed (indexes materialised and synced), recovery point moved.
     log = open_log(directory)
     log.append(client_batch([T0]))
     log.roll()

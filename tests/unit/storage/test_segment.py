@@ -115,7 +115,7 @@ def test_default_index_preallocation(tmp_path: Path) -> None:
     assert offset_index_file(tmp_path, 0).stat().st_size == 10485760
     assert time_index_file(tmp_path, 0).stat().st_size == 10485756
     segment.close()
-    # Trimmed on close: no entry (first append), one final time entry.
+    # [B-68] Trimmed on close: no offset entry (first append), one final time entry.
     assert offset_index_file(tmp_path, 0).stat().st_size == 0
     assert time_entries(time_index_file(tmp_path, 0), 0) == [(T0, 0)]
 
@@ -583,7 +583,8 @@ def test_change_file_suffixes_and_delete(tmp_path: Path) -> None:
 
 
 def test_truncate(tmp_path: Path) -> None:
-    # LogSegmentTest.testTruncate, batch-granular ([B-26]).
+    # LogSegmentTest.testTruncate, batch-granular ([B-26]); the indexes lose every entry at or
+    # above the target ([B-24]).
     segment = Segment.create(tmp_path, 40, config(index_interval_bytes=1))
     offset = 40
     for _ in range(30):
@@ -807,6 +808,7 @@ def test_recovery_raises_on_offset_overflow(tmp_path: Path) -> None:
 
 
 def test_recovery_cuts_transaction_index_to_the_recovered_end(tmp_path: Path) -> None:
+    # [B-25]: the transaction index is cut at the first entry whose last offset is past the end.
     segment = Segment.create(tmp_path, 0, config())
     batches = fill(segment, 5)  # offsets 0..9
     segment.txn_index.append(AbortedTxn(1, 0, 3, 4))
@@ -905,6 +907,8 @@ def test_append_that_cannot_be_indexed_writes_nothing(tmp_path: Path) -> None:
 
 
 def test_append_with_offset_below_the_index_writes_nothing(tmp_path: Path) -> None:
+    # [B-8]: an offset not above the last indexed one is an InvalidOffsetError, raised here
+    # before the write.
     segment = Segment.create(tmp_path, 0, config(index_interval_bytes=0))
     for i in range(3):
         append(segment, i, [-1])
