@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import grpc
@@ -9,6 +10,7 @@ import pytest
 
 from stratalog.records import build_batch
 from stratalog.v1 import broker_pb2 as pb
+from stratalog.v1 import broker_pb2_grpc
 
 
 def _listing(data_dir: Path) -> list[str]:
@@ -162,3 +164,37 @@ def test_alter_errors(stub, rpc_error) -> None:
 def test_delete_unknown_topic(stub, rpc_error) -> None:
     error = rpc_error(stub.DeleteTopic, pb.DeleteTopicRequest(name="t-never"))
     assert (error.code, error.reason) == (grpc.StatusCode.NOT_FOUND, "UNKNOWN_TOPIC_OR_PARTITION")
+
+
+def test_delete_a_topic_while_it_is_produced_to(server, stub) -> None:
+    """Producers racing a DeleteTopic get offsets or NOT_FOUND (the append lock orders them),
+    never an internal error, and the name can be reused at once."""
+    stub.CreateTopic(pb.CreateTopicRequest(name="t-race", partitions=2), timeout=30)
+    outcomes: list[str] = []
+    stop = threading.Event()
+
+    def produce(partition: int) -> None:
+        with grpc.insecure_channel(server.target) as channel:
+            own = broker_pb2_grpc.BrokerStub(channel)
+            batch = build_batch([(1, None, b"x" * 100, ())] * 5)
+            while not stop.is_set():
+                try:
+                    own.Produce(pb.ProduceRequest(topic="t-race", partition=partition,
+                                                  record_batches=batch), timeout=30)
+                    outcomes.append("ok")
+                except grpc.RpcError as exc:
+                    outcomes.append(exc.code().name)
+
+    threads = [threading.Thread(target=produce, args=(p % 2,)) for p in range(4)]
+    for thread in threads:
+        thread.start()
+    while outcomes.count("ok") < 50:
+        stop.wait(0.01)
+    stub.DeleteTopic(pb.DeleteTopicRequest(name="t-race"), timeout=30)
+    while "NOT_FOUND" not in outcomes:
+        stop.wait(0.01)
+    stub.CreateTopic(pb.CreateTopicRequest(name="t-race", partitions=1), timeout=30)
+    stop.set()
+    for thread in threads:
+        thread.join(30)
+    assert set(outcomes) <= {"ok", "NOT_FOUND"}, set(outcomes)
