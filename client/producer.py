@@ -604,20 +604,19 @@ class Producer:
         self._maybe_send(queue)
 
     def _maybe_send(self, queue: _PartitionQueue) -> None:
-        current = queue.current
-        if (
-            current is not None
-            and current.lingered
-            and not queue.ready
-            and queue.in_flight < self._max_in_flight
-        ):
-            queue.current = None
-            state = self._topics.get(queue.topic)
-            if state is not None:
-                state.sticky.next_batch(queue.partition)
-            queue.ready.append(current)
-        while queue.ready and queue.in_flight < self._max_in_flight:
-            batch = queue.ready.popleft()
+        """Start requests for ``queue`` while it has free slots: closed batches first, in order,
+        then the open batch if its linger time is over."""
+        while queue.in_flight < self._max_in_flight:
+            if queue.ready:
+                batch = queue.ready.popleft()
+            elif queue.current is not None and queue.current.lingered:
+                batch = queue.current
+                queue.current = None
+                state = self._topics.get(queue.topic)
+                if state is not None:
+                    state.sticky.next_batch(queue.partition)
+            else:
+                return
             queue.in_flight += 1
             task = asyncio.get_running_loop().create_task(self._deliver(queue, batch))
             self._tasks.add(task)

@@ -373,3 +373,33 @@ async def test_random_records_read_back_by_kafka_python(broker, seed: int) -> No
     assert kafka_records(servicer, "events", 0) == [
         (i, ts, key, value, headers) for i, (ts, key, value, headers) in enumerate(sent)
     ]
+
+
+async def _until(condition, deadline_s: float = 30.0) -> None:
+    async def poll() -> None:
+        while not condition():
+            await asyncio.sleep(0.01)
+
+    await asyncio.wait_for(poll(), deadline_s)
+
+
+@pytest.mark.parametrize("in_flight", [1, 3])
+async def test_max_in_flight_per_partition(broker, in_flight: int) -> None:
+    servicer, target = broker
+    servicer.gate = asyncio.Event()  # the server holds every Produce until released
+    async with Client(target) as client:
+        producer = Producer(client, batch_bytes_max=300, linger_ms=60_000,
+                            max_in_flight_per_partition=in_flight)
+        futures = [await producer.send("events", bytes(100)) for _ in range(12)]
+        flushing = asyncio.ensure_future(producer.flush())
+        await _until(lambda: servicer.produce_calls >= in_flight)
+        await asyncio.sleep(0.2)  # room for a wrongly started extra request to arrive
+        assert servicer.produce_calls == in_flight
+        servicer.gate.set()
+        await flushing
+        await producer.close()
+    # Held requests were released together; with one in flight the order is the send order.
+    offsets = [(await f).offset for f in futures]
+    assert sorted(offsets) == list(range(12))
+    if in_flight == 1:
+        assert offsets == list(range(12))
