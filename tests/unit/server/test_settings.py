@@ -158,13 +158,13 @@ def test_broken_and_missing_files(tmp_path: Path) -> None:
 def test_wrong_types_in_file(tmp_path: Path) -> None:
     config = tmp_path / "c.toml"
     config.write_text("io_threads = true\n")
-    with pytest.raises(SettingsError, match="io_threads.*expected an integer"):
+    with pytest.raises(SettingsError, match=r"io_threads.*expected an integer"):
         load_settings(config_file=config, environ={})
     config.write_text("log_dirs = 5\n")
-    with pytest.raises(SettingsError, match="log_dirs.*list of paths"):
+    with pytest.raises(SettingsError, match=r"log_dirs.*list of paths"):
         load_settings(config_file=config, environ={})
     config.write_text("[log]\nsegment.bytes = 1.5\n")
-    with pytest.raises(SettingsError, match="log.segment.bytes.*unsupported value"):
+    with pytest.raises(SettingsError, match=r"log\.segment\.bytes.*unsupported value"):
         load_settings(config_file=config, environ={})
 
 
