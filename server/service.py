@@ -51,7 +51,12 @@ from stratalog.records.errors import RecordError
 from stratalog.records.reader import decode_batch
 from stratalog.server import status
 from stratalog.server.storage.config import INT64_MAX
-from stratalog.server.storage.errors import LogClosedError, OffsetOutOfRangeError, StorageError
+from stratalog.server.storage.errors import (
+    InvalidTopicError,
+    LogClosedError,
+    OffsetOutOfRangeError,
+    StorageError,
+)
 from stratalog.server.storage.topic_names import validate_topic_name
 from stratalog.v1 import broker_pb2, broker_pb2_grpc
 
@@ -67,9 +72,8 @@ logger = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
 
-# broker.proto's special ListOffsets targets.
-_LATEST = -1
-_EARLIEST = -2
+# The lowest special ListOffsets target of broker.proto (-1 latest, -2 earliest, -3 max
+# timestamp); -1 also stands for "no match" in responses.
 _MAX_TIMESTAMP = -3
 _NO_MATCH = -1
 
@@ -109,7 +113,7 @@ def _topic(name: str, field: str = "topic") -> str:
     """``name`` if it is a valid topic name; the engine's rules, the servicer's field name."""
     try:
         validate_topic_name(name)
-    except Exception as exc:  # InvalidTopicError, with the engine's description of the fault
+    except InvalidTopicError as exc:  # the engine's description of the fault
         raise BadRequestError(field, str(exc), "INVALID_TOPIC") from None
     return name
 
