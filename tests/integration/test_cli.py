@@ -170,3 +170,14 @@ def test_follow_prints_records_produced_later(server):
             follower.kill()
     assert follower.returncode == 0, err
     assert out.decode().splitlines() == ["x", "y", "z"]
+
+
+def test_bench_measures_and_cleans_up_after_itself(server):
+    result = stratalog(server, "bench", "--records", "20000", "--partitions", "2",
+                       "--fetches", "50", "--json")
+    assert result.returncode == 0, result.stderr
+    figures = json.loads(result.stdout)
+    assert figures["consumed"] == 20000
+    assert figures["produce_records_per_s"] > 0 and figures["consume_records_per_s"] > 0
+    assert 0 < figures["fetch_p50_ms"] <= figures["fetch_p99_ms"]
+    assert figures["topic"] not in stratalog(server, "topics", "list").stdout.decode().split()
