@@ -20,17 +20,22 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
 
 from stratalog.records import (
     DEFAULT_MAX_DECOMPRESSED_BYTES,
     LOG_OVERHEAD,
+    RECORD_BATCH_OVERHEAD,
+    BatchHeader,
+    Compression,
     ControlRecordType,
     Header,
     Record,
     TimestampType,
     decode_batch,
     decode_control_key,
+    decompress,
+    parse_header,
+    validate_batch,
 )
 from stratalog.records import CorruptRecordError as RecordCorruptError
 
@@ -40,66 +45,146 @@ __all__ = ["ConsumedBatch", "decode_fetched"]
 
 _LENGTH_END = LOG_OVERHEAD  # base offset (8) + length (4): enough to find the batch's end
 
+# offsets, timestamps, keys, values, headers: parallel lists.
+_Columns = tuple[list[int], list[int], list[bytes | None], list[bytes | None], list[tuple]]
 
-@dataclass(slots=True)
+# The compiled column decoder of stratalog.records, when it is built: it decodes a records
+# region into the five lists without building a Record per record. Without it the batches are
+# decoded with decode_batch (Record objects), and columns are derived only when asked for.
+try:
+    from stratalog.records import accel as _accel  # type: ignore[attr-defined]
+
+    _decode_columns = (
+        getattr(_accel, "decode_columns", None) if getattr(_accel, "ACCELERATED", False) else None
+    )
+except ImportError:  # the codec has no accelerated path on this install
+    _decode_columns = None
+
+
 class ConsumedBatch:
     """The records of one fetched batch that a consumer should see, in offset order.
 
-    ``records`` holds :class:`stratalog.records.Record` values (offset, timestamp, key, value,
-    headers); ``timestamp_type`` is the batch's. ``next_offset`` is the offset after the batch's
-    last record (where reading continues, even when trailing records were skipped).
-    ``high_watermark`` is the partition's end as the fetch saw it. Not thread-safe (plain data).
+    Holds them column-wise: ``offsets``, ``timestamps``, ``keys``, ``values``, ``headers`` are
+    parallel lists (``None`` for null keys and values), so a consumer that wants values or
+    offsets gets them without one Python object per record. ``records`` builds
+    :class:`stratalog.records.Record` values and :meth:`consumer_records` builds
+    :class:`ConsumerRecord` tuples when asked. ``timestamp_type`` is the batch's;
+    ``next_offset`` is the offset after the batch's last record (where reading continues, even
+    when trailing records were skipped); ``high_watermark`` is the partition's end as the fetch
+    saw it. Built from either representation (decoded ``Record`` values or columns); the other
+    is derived on first use. Not thread-safe (plain data).
     """
 
-    topic: str
-    partition: int
-    timestamp_type: TimestampType
-    next_offset: int
-    high_watermark: int
-    records: list[Record] = field(default_factory=list)
+    __slots__ = (
+        "_columns",
+        "_records",
+        "high_watermark",
+        "next_offset",
+        "partition",
+        "timestamp_type",
+        "topic",
+    )
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        timestamp_type: TimestampType,
+        next_offset: int,
+        high_watermark: int,
+        records: list[Record] | None = None,
+        *,
+        columns: _Columns | None = None,
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.timestamp_type = timestamp_type
+        self.next_offset = next_offset
+        self.high_watermark = high_watermark
+        if records is None and columns is None:
+            records = []
+        self._records = records
+        self._columns = columns
+
+    def __repr__(self) -> str:
+        return (
+            f"ConsumedBatch({self.topic!r}, {self.partition}, {len(self)} records, "
+            f"next_offset={self.next_offset})"
+        )
 
     def __len__(self) -> int:
-        return len(self.records)
+        if self._columns is not None:
+            return len(self._columns[0])
+        return len(self._records)  # type: ignore[arg-type]
 
     def __iter__(self) -> Iterator[Record]:
         return iter(self.records)
 
+    def _column(self, index: int) -> list:  # type: ignore[type-arg]
+        columns = self._columns
+        if columns is None:
+            records = self._records or []
+            columns = self._columns = (
+                [r.offset for r in records],
+                [r.timestamp for r in records],
+                [r.key for r in records],
+                [r.value for r in records],
+                [r.headers for r in records],
+            )
+        return columns[index]
+
     @property
     def offsets(self) -> list[int]:
         """The records' offsets."""
-        return [r.offset for r in self.records]
+        return self._column(0)
 
     @property
     def timestamps(self) -> list[int]:
         """The records' timestamps in ms."""
-        return [r.timestamp for r in self.records]
+        return self._column(1)
 
     @property
     def keys(self) -> list[bytes | None]:
         """The records' keys (``None`` for null keys)."""
-        return [r.key for r in self.records]
+        return self._column(2)
 
     @property
     def values(self) -> list[bytes | None]:
         """The records' values (``None`` for tombstones)."""
-        return [r.value for r in self.records]
+        return self._column(3)
 
     @property
     def headers(self) -> list[tuple[Header, ...]]:
         """The records' headers."""
-        return [r.headers for r in self.records]
+        return self._column(4)
+
+    @property
+    def records(self) -> list[Record]:
+        """The records as :class:`stratalog.records.Record` values."""
+        if self._records is None:
+            self._records = [
+                Record(o, t, k, v, h)
+                for o, t, k, v, h in zip(*self._columns, strict=True)  # type: ignore[misc]
+            ]
+        return self._records
 
     def consumer_records(self) -> list[ConsumerRecord]:
         """The records as :class:`ConsumerRecord` tuples (with topic and partition)."""
         new = tuple.__new__
         topic, partition, timestamp_type = self.topic, self.partition, self.timestamp_type
+        if self._records is None:
+            offsets, timestamps, keys, values, headers = self._columns  # type: ignore[misc]
+            return [
+                new(ConsumerRecord, (topic, partition, o, t, timestamp_type, k, v, h))
+                for o, t, k, v, h in zip(offsets, timestamps, keys, values, headers, strict=True)
+            ]
         return [
             new(
                 ConsumerRecord,
                 (topic, partition, r.offset, r.timestamp, timestamp_type, r.key, r.value,
                  r.headers),
             )
-            for r in self.records
+            for r in self._records
         ]
 
 
@@ -113,7 +198,7 @@ class _AbortedFilter:
         heapq.heapify(self._pending)
         self._aborted_producer_ids: set[int] = set()
 
-    def skip(self, header: object, records: Sequence[Record]) -> bool:
+    def skip(self, header: object, batch: ConsumedBatch) -> bool:
         """Whether the batch is dropped; a control batch updates the aborted set."""
         last_offset = header.last_offset  # type: ignore[attr-defined]
         pending = self._pending
@@ -121,12 +206,54 @@ class _AbortedFilter:
             self._aborted_producer_ids.add(heapq.heappop(pending)[1])
         producer_id = header.producer_id  # type: ignore[attr-defined]
         if header.is_control:  # type: ignore[attr-defined]
-            if records and producer_id in self._aborted_producer_ids:
-                _, control_type = decode_control_key(records[0].key)
+            if len(batch) and producer_id in self._aborted_producer_ids:
+                _, control_type = decode_control_key(batch.keys[0])
                 if control_type == ControlRecordType.ABORT:
                     self._aborted_producer_ids.discard(producer_id)
             return True
         return header.is_transactional and producer_id in self._aborted_producer_ids  # type: ignore[attr-defined]
+
+
+def _decode_batch_columns(
+    data: bytes, position: int, verify_crc: bool, max_decompressed_bytes: int
+) -> tuple[BatchHeader, _Columns]:
+    """The batch at ``position`` decoded into columns by the compiled decoder, with the same
+    checks and errors as :func:`stratalog.records.decode_batch`."""
+    if verify_crc:
+        header = validate_batch(data, position)
+    else:
+        header = parse_header(data, position)
+        if header.size_bytes > len(data) - position:
+            raise RecordCorruptError(
+                f"record batch at position {position} declares {header.size_bytes} bytes "
+                f"but only {len(data) - position} are present"
+            )
+    if header.records_count < 0:
+        raise RecordCorruptError(
+            f"record batch at position {position} declares {header.records_count} records"
+        )
+    start = position + RECORD_BATCH_OVERHEAD
+    codec = header.compression
+    with memoryview(data) as view:
+        if codec == Compression.NONE:
+            region = bytes(view[start : header.end_position])
+        else:
+            try:
+                region = decompress(
+                    codec, view[start : header.end_position], max_bytes=max_decompressed_bytes
+                )
+            except RecordCorruptError as exc:
+                raise RecordCorruptError(f"record batch at position {position}: {exc}") from None
+    override = (
+        header.max_timestamp if header.timestamp_type is TimestampType.LOG_APPEND_TIME else None
+    )
+    try:
+        columns = _decode_columns(  # type: ignore[misc]
+            region, header.records_count, header.base_offset, header.base_timestamp, override
+        )
+    except RecordCorruptError as exc:
+        raise RecordCorruptError(f"record batch at position {position}: {exc}") from None
+    return header, tuple(columns)  # type: ignore[return-value]
 
 
 def decode_fetched(
@@ -167,24 +294,44 @@ def decode_fetched(
             )
         if position + LOG_OVERHEAD + length > end:
             break  # partial tail
-        header, records = decode_batch(
-            data, position, verify_crc=verify_crc, max_decompressed_bytes=max_decompressed_bytes
-        )
-        position = header.end_position
+        header = parse_header(data, position)
         next_offset = header.next_offset
-        if next_offset <= from_offset or (filt is not None and filt.skip(header, records)):
+        if next_offset <= from_offset and filt is None:
+            # Wholly before the requested offset (a fetch may start mid-log): not even decoded.
+            # (READ_COMMITTED decodes it anyway: its ABORT markers update the aborted set.)
+            position = header.end_position
             skipped_next_offset = next_offset
             continue
-        if header.is_control:
+        if _decode_columns is not None:
+            header, columns = _decode_batch_columns(
+                data, position, verify_crc, max_decompressed_bytes
+            )
+            batch = ConsumedBatch(
+                topic, partition, header.timestamp_type, next_offset, high_watermark,
+                columns=columns,
+            )
+        else:
+            header, records = decode_batch(
+                data, position, verify_crc=verify_crc,
+                max_decompressed_bytes=max_decompressed_bytes,
+            )
+            batch = ConsumedBatch(
+                topic, partition, header.timestamp_type, next_offset, high_watermark, records
+            )
+        position = header.end_position
+        if (
+            (filt is not None and filt.skip(header, batch))
+            or header.is_control
+            or next_offset <= from_offset
+        ):
             skipped_next_offset = next_offset
             continue
         if header.base_offset < from_offset:
-            records = [r for r in records if r.offset >= from_offset]
-        out.append(
-            ConsumedBatch(
-                topic, partition, header.timestamp_type, next_offset, high_watermark, records
+            batch = ConsumedBatch(
+                topic, partition, header.timestamp_type, next_offset, high_watermark,
+                [r for r in batch.records if r.offset >= from_offset],
             )
-        )
+        out.append(batch)
         skipped_next_offset = -1
     if skipped_next_offset >= 0:
         # Trailing skipped batches still move the position forward.
