@@ -57,6 +57,7 @@ from .errors import (
 from .log_defaults import ServerLogSettings, parse_server_defaults
 from .meta_properties import MetaProperties, read_meta_properties, write_meta_properties
 from .partition_log import PartitionLog
+from .recovery import load_log
 from .topic_catalog import (
     STATE_DELETING,
     TopicCatalog,
@@ -211,6 +212,7 @@ class LogManager:
             state.path: state.had_clean_shutdown for state in dirs
         }
         self.recovered_segments = 0
+        self._counter_lock = threading.Lock()  # loader threads add to recovered_segments
 
     # ---------------------------------------------------------------- opening
 
@@ -429,12 +431,30 @@ class LogManager:
         recovery_point: int | None,
         log_start_offset: int | None,
     ) -> PartitionLog:
-        """Open one partition log (creating it if needed)."""
-        # Recovery after an unclean shutdown and the log start offset checkpoint are applied by
-        # the loader in recovery.py once PartitionLog takes them; until then a log is opened as
-        # after a clean shutdown.
-        del had_clean_shutdown, recovery_point, log_start_offset
-        return PartitionLog.open(directory, config, time_ms=self._time_ms)
+        """Load one partition log (creating it if needed) with the loader of ``recovery.py``."""
+        try:
+            directory.mkdir(exist_ok=True)
+        except OSError as exc:
+            raise StorageIOError(f"cannot create partition directory {directory}: {exc}") from exc
+        loaded = load_log(
+            directory,
+            config,
+            self._time_ms,
+            had_clean_shutdown=had_clean_shutdown,
+            recovery_point_checkpoint=recovery_point,
+            log_start_offset_checkpoint=log_start_offset,
+        )
+        with self._counter_lock:
+            self.recovered_segments += loaded.recovered_segments
+        return PartitionLog(
+            directory,
+            config,
+            self._time_ms,
+            loaded.segments,
+            log_start_offset=loaded.log_start_offset,
+            recovery_point=loaded.recovery_point,
+            directory_changed=loaded.directory_changed,
+        )
 
     # ---------------------------------------------------------------- topics
 
@@ -506,10 +526,12 @@ class LogManager:
                         counts, key=lambda path: (counts[path], self.log_dirs.index(path))
                     )
                     counts[directory] += 1
-                    logs[(name, partition)] = PartitionLog.open(
+                    logs[(name, partition)] = self._open_log(
                         directory / partition_dir_name(name, partition),
                         config,
-                        time_ms=self._time_ms,
+                        had_clean_shutdown=True,
+                        recovery_point=None,
+                        log_start_offset=None,
                     )
                     log_dir_of[(name, partition)] = directory
                 for directory in {log_dir_of[(name, p)] for p in range(partitions)}:
@@ -682,20 +704,7 @@ class LogManager:
         partition_log = self._logs.get(topic_partition)
         if partition_log is None:
             return
-        update = getattr(partition_log, "update_config", None)
-        if update is not None:
-            update(config)
-            return
-        # Interim, until PartitionLog takes a new config in place: close and reopen it (a
-        # caller holding the old object gets LogClosedError and looks the log up again).
-        directory = self._log_dir_of[topic_partition]
-        partition_log.close()
-        reopened = PartitionLog.open(
-            directory / partition_dir_name(*topic_partition), config, time_ms=self._time_ms
-        )
-        logs = dict(self._logs)
-        logs[topic_partition] = reopened
-        self._logs = logs
+        partition_log.update_config(config)
 
     # ---------------------------------------------------------------- partitions
 
@@ -754,13 +763,7 @@ class LogManager:
                 log_start_offset=partition_log.log_start_offset,
                 log_end_offset=end_offset,
             )
-        increment = getattr(partition_log, "maybe_increment_log_start_offset", None)
-        if increment is None:
-            raise NotImplementedError(
-                "delete_records needs PartitionLog.maybe_increment_log_start_offset, which is "
-                "not written yet"
-            )
-        increment(target)
+        partition_log.maybe_increment_log_start_offset(target)
         return partition_log.log_start_offset
 
     # ---------------------------------------------------------------- background work

@@ -529,6 +529,69 @@ def test_delete_records_validates_the_offset(dirs: list[Path], clock: Clock) -> 
             manager.delete_records("t", 0, 3)
         with pytest.raises(OffsetOutOfRangeError):
             manager.delete_records("t", 0, -2)
+        assert manager.get_log("t", 0).log_start_offset == 0
+
+
+def test_delete_records_moves_the_start_and_survives_restarts(
+    dirs: list[Path], clock: Clock
+) -> None:
+    manager = open_manager(dirs, clock)
+    manager.create_topic("t", 1)
+    partition_log = manager.get_log("t", 0)
+    partition_log.append(batch(b"a", b"b", b"c"))
+    assert manager.delete_records("t", 0, 2) == 2
+    with pytest.raises(OffsetOutOfRangeError):
+        partition_log.read(1, 1000)
+    assert partition_log.read(2, 1000)
+    assert manager.delete_records("t", 0, 1) == 2  # never moves down
+    assert manager.describe_topic("t").partitions[0].log_start_offset == 2
+    manager.close()
+    checkpoint = OffsetCheckpointFile(dirs[0] / LOG_START_OFFSET_CHECKPOINT_FILE).read()
+    assert checkpoint == {("t", 0): 2}
+
+    manager = open_manager(dirs, clock)
+    try:
+        assert manager.get_log("t", 0).log_start_offset == 2
+        assert manager.delete_records("t", 0, -1) == 3  # -1: the high watermark
+    finally:
+        manager.close()
+    # Kill-like: the checkpoint is what survives; an unclean open still honours it.
+    (dirs[0] / CLEAN_SHUTDOWN_FILE).unlink()
+    manager = open_manager(dirs, clock)
+    try:
+        assert manager.get_log("t", 0).log_start_offset == 3
+    finally:
+        manager.close()
+
+
+def test_unclean_restart_recovers_and_clean_restart_does_not(
+    dirs: list[Path], clock: Clock
+) -> None:
+    manager = open_manager(dirs, clock)
+    manager.create_topic("t", 2, {"segment.bytes": "1048576"})
+    for _ in range(3):
+        manager.get_log("t", 0).append(batch(b"x" * 100))
+    manager.close()
+    manager = open_manager(dirs, clock)
+    assert manager.recovered_segments == 0
+    manager.close()
+
+    # A crash: no marker, and a torn batch at the end of partition 0's active segment.
+    for directory in dirs:
+        (directory / CLEAN_SHUTDOWN_FILE).unlink()
+    active = dirs[0] / "t-0" / "00000000000000000000.log"
+    with active.open("ab") as f:
+        f.write(batch(b"torn")[:30])
+    manager = open_manager(dirs, clock)
+    try:
+        assert manager.had_clean_shutdown == {d.resolve(): False for d in dirs}
+        # Both partitions' active segments were scanned; the torn bytes are gone.
+        assert manager.recovered_segments == 2
+        partition_log = manager.get_log("t", 0)
+        assert partition_log.log_end_offset == 3
+        assert partition_log.append(batch(b"next")).first_offset == 3
+    finally:
+        manager.close()
 
 
 # -------------------------------------------------------------------- server defaults
