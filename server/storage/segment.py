@@ -69,6 +69,8 @@ log = logging.getLogger(__name__)
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 assert _HEADER.size == RECORD_BATCH_OVERHEAD
 _LENGTH = struct.Struct(">i")  # at byte 8 of a batch
+_OFFSET_AND_LENGTH = struct.Struct(">qi")  # base offset and length, at byte 0
+_LAST_OFFSET_DELTA_OFFSET = 23
 _UINT32 = struct.Struct(">I")
 _CRC_OFFSET = 17
 _ATTRIBUTES_OFFSET = 21
@@ -622,11 +624,56 @@ class Segment:
         mapping = self.offset_index.lookup(offset)
         start = max(mapping.position, starting_position)
         end = self._size if end_position is None else min(end_position, self._size)
-        for header in self._iter_headers(start, end):
-            last_offset = header.base_offset + header.last_offset_delta
+        return self._locate(offset, start, end)[0]
+
+    def _locate(
+        self, offset: int, start: int, end: int
+    ) -> tuple[LogOffsetPosition | None, bytes, int]:
+        """Scan headers in ``[start, end)`` for the first batch whose last offset >= ``offset``.
+
+        The hot loop of every read: the same rules as :meth:`_iter_headers`, without building
+        headers. Also returns the last block read and where it starts, so that a caller whose
+        bytes are in it needs no second ``pread``.
+        """
+        buf = b""
+        buf_start = start
+        buf_end = start
+        block_bytes = _SCAN_FIRST_BLOCK_BYTES
+        position = start
+        limit = end - HEADER_SIZE_UP_TO_MAGIC
+        unpack_offset_length = _OFFSET_AND_LENGTH.unpack_from
+        unpack_delta = _LENGTH.unpack_from
+        while position < limit:
+            if position + RECORD_BATCH_OVERHEAD > buf_end:
+                buf = self._pread(min(block_bytes, end - position), position)
+                block_bytes = min(2 * block_bytes, _SCAN_MAX_BLOCK_BYTES)
+                buf_start = position
+                buf_end = position + len(buf)
+                if len(buf) <= HEADER_SIZE_UP_TO_MAGIC:
+                    break
+            relative = position - buf_start
+            base_offset, length = unpack_offset_length(buf, relative)
+            size = length + LOG_OVERHEAD
+            if length < _MIN_SIZE_FIELD or position > end - size:
+                if length < _MIN_SIZE_FIELD:
+                    raise CorruptRecordError(
+                        f"found record size {length} at position {position} of segment "
+                        f"{self._log_path}, smaller than the minimum record overhead "
+                        f"({_MIN_SIZE_FIELD})"
+                    )
+                break
+            if buf[relative + 16] != MAGIC or size < RECORD_BATCH_OVERHEAD:
+                # The rare cases: let the general scanner raise its precise error.
+                for _ in self._iter_headers(position, position + size):
+                    pass
+                break
+            if relative + RECORD_BATCH_OVERHEAD > len(buf):
+                break  # the file shrank under us
+            last_offset = base_offset + unpack_delta(buf, relative + _LAST_OFFSET_DELTA_OFFSET)[0]
             if last_offset >= offset:
-                return LogOffsetPosition(last_offset, header.position, header.length + LOG_OVERHEAD)
-        return None
+                return LogOffsetPosition(last_offset, position, size), buf, buf_start
+            position += size
+        return None, buf, buf_start
 
     def read(
         self,
@@ -650,14 +697,21 @@ class Segment:
                 f"invalid max size {max_bytes} for a read from segment {self._log_path}"
             )
         end = self._size if max_position is None else min(max_position, self._size)
-        found = self.translate_offset(start_offset, end_position=end)
+        start = self.offset_index.lookup(start_offset).position
+        found, buf, buf_start = self._locate(start_offset, start, end)
         if found is None:
             return None
         position = found.position
         adjusted_max_bytes = max(max_bytes, found.size_bytes) if min_one_message else max_bytes
         incomplete = adjusted_max_bytes < found.size_bytes
         fetch_bytes = min(end - position, adjusted_max_bytes)
-        data = self._pread(fetch_bytes, position) if fetch_bytes > 0 else b""
+        if fetch_bytes <= 0:
+            data = b""
+        elif position + fetch_bytes <= buf_start + len(buf):
+            # Already read by the scan (small batches): no second pread.
+            data = buf[position - buf_start : position - buf_start + fetch_bytes]
+        else:
+            data = self._pread(fetch_bytes, position)
         return FetchSlice(start_offset, self._base_offset, position, data, incomplete)
 
     def read_batches(self, position: int, size_bytes: int) -> bytes:

@@ -930,3 +930,28 @@ def test_append_refused_when_time_index_is_full(tmp_path: Path) -> None:
             append(segment, 2, [timestamp])
     assert segment.size_bytes == size
     segment.close()
+
+
+@pytest.mark.parametrize(
+    ("patch_at", "value", "error"),
+    [
+        (16, b"\x01", InvalidRecordError),  # magic 1
+        (8, struct.pack(">i", 30), CorruptRecordError),  # a 42-byte "batch"
+        (8, struct.pack(">i", 3), CorruptRecordError),  # size field below 14
+    ],
+)
+def test_reads_of_a_corrupt_batch_raise_naming_the_file(
+    tmp_path: Path, patch_at: int, value: bytes, error: type[Exception]
+) -> None:
+    segment = Segment.create(tmp_path, 0, config())
+    first = append(segment, 0, [T0])
+    append(segment, 1, [T0])
+    segment.close()
+    with open(log_file(tmp_path, 0), "r+b") as handle:
+        handle.seek(len(first) + patch_at)
+        handle.write(value)
+    reopened = Segment.open(tmp_path, 0, config())
+    assert reopened.read(0, 10).data[:10] == first[:10]  # type: ignore[union-attr]
+    with pytest.raises(error, match=r"00000000000000000000\.log"):
+        reopened.read(1, 1000)
+    reopened.close_handlers()
