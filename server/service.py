@@ -84,6 +84,7 @@ _PROTO_TIMESTAMP_TYPES = {
     TimestampType.LOG_APPEND_TIME: broker_pb2.LOG_APPEND_TIME,
 }
 _FETCH_FORMATS = frozenset(broker_pb2.FetchFormat.values())
+_Header = broker_pb2.Header
 _ISOLATION_LEVELS = frozenset(broker_pb2.IsolationLevel.values())
 
 
@@ -705,15 +706,15 @@ def _decode_into(out: Any, data: bytes, offset: int) -> tuple[int, int]:
         for record in records:
             if record.offset < offset:
                 continue
-            message = add(offset=record.offset, timestamp=record.timestamp,
-                          timestamp_type=timestamp_type)
-            if record.key is not None:
-                message.key = record.key
-            if record.value is not None:
-                message.value = record.value
-            for key, value in record.headers:
-                header_message = message.headers.add(key=key)
-                if value is not None:
-                    header_message.value = value
+            # None leaves an optional field unset: a null key, value or header value.
+            add(
+                offset=record.offset,
+                timestamp=record.timestamp,
+                key=record.key,
+                value=record.value,
+                headers=[_Header(key=k, value=v) for k, v in record.headers]
+                if record.headers else None,
+                timestamp_type=timestamp_type,
+            )
             added += 1
     return next_offset, added
