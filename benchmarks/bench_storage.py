@@ -22,6 +22,7 @@ Run: ``.venv/bin/python -m benchmarks.bench_storage [--records 1000000] [--segme
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import random
 import shutil
@@ -48,12 +49,23 @@ def build_batches(records: int, batch_records: int) -> list[bytes]:
     return batches
 
 
-def timed(function, repeat: int) -> float:
-    """Calls per second of ``function()`` over ``repeat`` calls."""
-    start = time.perf_counter()
-    for _ in range(repeat):
-        function()
-    return repeat / (time.perf_counter() - start)
+class Stopwatch:
+    """Wall-clock and process CPU time of a block: on a shared machine the CPU figure is the
+    steadier one (it leaves out the time other processes held the core)."""
+
+    def __enter__(self) -> Stopwatch:
+        self.wall_start = time.perf_counter()
+        self.cpu_start = time.process_time()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.wall_s = time.perf_counter() - self.wall_start
+        self.cpu_s = time.process_time() - self.cpu_start
+
+    def rates(self, count: float, unit: str, scale: float = 1.0, fmt: str = ",.0f") -> str:
+        wall = format(count / self.wall_s / scale, fmt)
+        cpu = format(count / self.cpu_s / scale, fmt)
+        return f"{wall:>12} {unit} wall  {cpu:>12} {unit} CPU"
 
 
 def main() -> None:
@@ -68,8 +80,9 @@ def main() -> None:
     rng = random.Random(args.seed)
 
     print(f"stratalog storage benchmark: Python {platform.python_version()} on "
-          f"{platform.machine()}, {args.records:,} records of {VALUE_SIZE_BYTES} B in batches "
-          f"of {args.batch_records}")
+          f"{platform.machine()}, {os.cpu_count()} CPUs, load average "
+          f"{os.getloadavg()[0]:.1f}; {args.records:,} records of {VALUE_SIZE_BYTES} B in "
+          f"batches of {args.batch_records}")
     start = time.perf_counter()
     batches = build_batches(args.records, args.batch_records)
     total_bytes = sum(len(b) for b in batches)
@@ -83,42 +96,38 @@ def main() -> None:
     try:
         log = PartitionLog.open(directory, config)
         append = log.append
-        start = time.perf_counter()
-        for data in batches:
-            append(data)
-        elapsed = time.perf_counter() - start
+        with Stopwatch() as watch:
+            for data in batches:
+                append(data)
         assert log.log_end_offset == args.records
-        print(f"append              {total_bytes / elapsed / 1e6:10.1f} MB/s "
-              f"{args.records / elapsed:12,.0f} records/s  ({elapsed:.2f} s, "
+        print(f"append               {watch.rates(total_bytes, 'MB/s', 1e6, ',.1f')}")
+        print(f"                     {watch.rates(args.records, 'rec/s')}  ({watch.wall_s:.2f} s, "
               f"{len(log.segments)} segments of <= {segment_bytes:,} B)")
 
         end = log.log_end_offset
         offsets = [rng.randrange(end) for _ in range(args.lookups)]
-        it = iter(offsets)
-        rate = timed(lambda: log.read(next(it), 1), args.lookups)
-        print(f"read(offset, 1)     {rate:12,.0f} lookups/s (one batch of "
+        read = log.read
+        with Stopwatch() as watch:
+            for offset in offsets:
+                read(offset, 1)
+        print(f"read(offset, 1)      {watch.rates(len(offsets), 'op/s')}  (one batch of "
               f"{args.batch_records} records back)")
-        it = iter(offsets)
+        big = offsets[: min(args.lookups, 5000)]
         fetched = 0
+        with Stopwatch() as watch:
+            for offset in big:
+                fetched += len(read(offset, 1 << 20))
+        print(f"read(offset, 1 MiB)  {watch.rates(len(big), 'op/s')}")
+        print(f"                     {watch.rates(fetched, 'MB/s', 1e6, ',.1f')}")
 
-        def read_big() -> None:
-            nonlocal fetched
-            fetched += len(log.read(next(it), 1 << 20))
-
-        big = min(args.lookups, 5000)
-        start = time.perf_counter()
-        for _ in range(big):
-            read_big()
-        elapsed = time.perf_counter() - start
-        print(f"read(offset, 1 MiB) {big / elapsed:12,.0f} lookups/s "
-              f"{fetched / elapsed / 1e6:10.1f} MB/s")
-
-        targets = [T0 + rng.randrange(args.records) for _ in range(args.lookups)]
-        it = iter(targets)
+        targets = [T0 + rng.randrange(args.records) for _ in range(args.lookups // 4)]
         check = log.offset_for_timestamp(targets[0])
         assert check is not None and check.offset == targets[0] - T0, check
-        rate = timed(lambda: log.offset_for_timestamp(next(it)), args.lookups)
-        print(f"offset_for_timestamp{rate:12,.0f} lookups/s")
+        lookup = log.offset_for_timestamp
+        with Stopwatch() as watch:
+            for target in targets:
+                lookup(target)
+        print(f"offset_for_timestamp {watch.rates(len(targets), 'op/s')}")
 
         log.close()
         start = time.perf_counter()
@@ -127,7 +136,7 @@ def main() -> None:
         start = time.perf_counter()
         log.read(rng.randrange(end), 1)
         first_read = time.perf_counter() - start
-        print(f"open                {opened * 1e3:10.1f} ms for {len(log.segments)} segments "
+        print(f"open                 {opened * 1e3:10.1f} ms for {len(log.segments)} segments "
               f"(first read after it {first_read * 1e3:.2f} ms)")
         log.close()
     finally:
