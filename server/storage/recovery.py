@@ -138,6 +138,7 @@ class LogLoader:
         self._truncated_bytes = 0
         self._deleted_segments = 0
         self._directory_changed = False
+        self._recovered_at_load: dict[int, int] = {}  # base offset -> bytes cut, in pass 4
 
     def load(self) -> LoadedLog:
         """Run passes 1 to 6 and return the loaded segments and offsets.
@@ -286,7 +287,7 @@ class LogLoader:
                 if missing:
                     log.warning("rebuilding the indexes of segment %s: missing or corrupt %s",
                                 segment.log_path, ", ".join(missing))
-                    self._recover_segment(segment)
+                    self._recovered_at_load[base_offset] = self._recover_segment(segment)
         except BaseException:
             for segment in segments:
                 segment.close_handlers()
@@ -309,24 +310,15 @@ class LogLoader:
             start = segments[-1].base_offset
         else:
             start = self._recovery_point_checkpoint or 0
-        in_order = Segments(segments)
-        to_recover = in_order.values(start, None) if start <= segments[-1].base_offset else []
-        if not to_recover:
-            # The recovery point is past the active segment's base: it still gets scanned,
-            # because only a flush proves the active segment's bytes are whole.
-            to_recover = [segments[-1]]
-        for segment in to_recover:
-            position = segments.index(segment)
-            try:
+        first = Segments(segments).floor_segment(start)
+        first_position = 0 if first is None else segments.index(first)
+        # Past the active segment's base, the floor is the active segment itself: it is scanned
+        # anyway, because only a flush proves its bytes are whole.
+        for position in range(first_position, len(segments)):
+            segment = segments[position]
+            truncated = self._recovered_at_load.get(segment.base_offset)
+            if truncated is None:  # not rebuilt by pass 4 already
                 truncated = self._recover_segment(segment)
-            except InvalidOffsetError as exc:
-                # Kafka: batches with non-increasing offsets in one segment; nothing in it can
-                # be trusted past its start.
-                log.warning("segment %s holds non-monotonic offsets (%s): emptying it",
-                            segment.log_path, exc)
-                truncated = segment.size_bytes
-                segment.truncate_to(segment.base_offset)
-                self._truncated_bytes += truncated
             if truncated > 0 and position + 1 < len(segments):
                 doomed = segments[position + 1 :]
                 log.warning(
@@ -342,7 +334,16 @@ class LogLoader:
         return segments
 
     def _recover_segment(self, segment: Segment) -> int:
-        truncated = segment.recover()
+        """Recover one segment; returns the bytes cut from its ``.log``."""
+        try:
+            truncated = segment.recover()
+        except InvalidOffsetError as exc:
+            # Kafka: CRC-valid batches whose offsets do not increase; nothing in the segment
+            # can be trusted past its start, so it is emptied.
+            log.warning("segment %s holds non-monotonic offsets (%s): emptying it",
+                        segment.log_path, exc)
+            truncated = segment.size_bytes
+            segment.truncate_to(segment.base_offset)
         self._recovered_segments += 1
         self._truncated_bytes += truncated
         return truncated

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from stratalog.records.batch import parse_header
+from stratalog.records.batch import parse_header, set_base_offset
 from stratalog.records.builder import build_batch
 from stratalog.records.reader import iter_batches
 from stratalog.server.storage.config import LogConfig
@@ -452,4 +452,29 @@ def test_kafka_written_segment_without_indexes(tmp_path: Path, kafka_written_dir
     assert (loaded.log_start_offset, loaded.log_end_offset) == (1, 4)
     assert loaded.truncated_bytes == 0
     assert partition_log.read(1, 10_000) == source.read_bytes()
+    partition_log.close()
+
+
+def test_non_monotonic_offsets_empty_the_segment(directory: Path) -> None:
+    # Kafka: CRC-valid batches whose offsets go back mean nothing in the segment can be trusted.
+    write_log(directory, batches=7)  # segments 0 (5 batches) and 10 (2 batches)
+    one = bytearray(client_batch(0))
+    set_base_offset(one, 0, 10)
+    log_file(directory, 10).write_bytes(bytes(one) * 3)  # offsets 10-11 three times
+    loaded, partition_log = load(directory, clean=False, recovery_point=10)
+    assert loaded.segments.base_offsets() == [0, 10]
+    assert log_file(directory, 10).stat().st_size == 0
+    assert_serves(partition_log, 5)
+    append_more_and_check(partition_log, 5)
+    partition_log.close()
+
+
+def test_a_segment_rebuilt_for_a_missing_index_is_not_scanned_twice(directory: Path) -> None:
+    write_log(directory)
+    offset_index_file(directory, 50).unlink()
+    with log_file(directory, 50).open("ab") as f:
+        f.write(b"\x00" * 10)
+    loaded, partition_log = load(directory, clean=False, recovery_point=50)
+    assert (loaded.recovered_segments, loaded.truncated_bytes) == (1, 10)
+    assert_serves(partition_log, BATCHES)
     partition_log.close()
