@@ -27,6 +27,7 @@ which replaces :func:`_load_segments`; it is not written yet.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import logging
 import os
 import threading
@@ -70,6 +71,7 @@ __all__ = [
     "LATEST_TIMESTAMP",
     "MAX_TIMESTAMP",
     "AppendInfo",
+    "FlushScheduler",
     "PartitionLog",
     "TimestampOffset",
 ]
@@ -108,6 +110,10 @@ class AppendInfo:
     record_count: int
     size_bytes: int
     log_start_offset: int
+
+
+# Runs a job later, off the caller's thread (``concurrent.futures.Executor.submit`` fits).
+FlushScheduler = Callable[[Callable[[], None]], object]
 
 
 class _LogEnd(NamedTuple):
@@ -157,6 +163,7 @@ class PartitionLog:
         log_start_offset: int | None = None,
         recovery_point: int | None = None,
         directory_changed: bool = False,
+        flush_scheduler: FlushScheduler | None = None,
     ) -> None:
         """Use :meth:`open`, or pass what a loader found.
 
@@ -175,6 +182,8 @@ class PartitionLog:
         self._pending_deletes: list[tuple[int, Segment]] = []  # (due time ms, segment)
         # A file was created or renamed since the last directory fsync.
         self._directory_dirty = directory_changed
+        self._flush_scheduler = flush_scheduler
+        self._truncations = 0  # counts truncations, so a flush can tell one overlapped it
         active = segments.active
         assert active is not None, "a log always has an active segment"
         first = segments.first
@@ -201,13 +210,17 @@ class PartitionLog:
         config: LogConfig | Mapping[str, str | int | bool] | None = None,
         *,
         time_ms: Callable[[], int] | None = None,
+        flush_scheduler: FlushScheduler | None = None,
     ) -> PartitionLog:
         """Open the log in ``directory``, creating the directory and a first segment if needed.
 
         ``config`` is a :class:`LogConfig` or a mapping of Kafka topic config names (validated;
         unknown names rejected). ``time_ms`` is the clock (ms since the epoch) used for
         ``segment.ms``, LogAppendTime, timestamp validation and deferred deletes; default: the
-        wall clock. No index file of a non-active segment is opened.
+        wall clock. ``flush_scheduler`` (for example ``executor.submit``) runs, off the append
+        path, the flush Kafka schedules after every roll ([B-13]): it fsyncs the segments below
+        the new one and moves the recovery point there. Without it the recovery point moves
+        only on :meth:`flush`. No index file of a non-active segment is opened.
 
         Raises:
             InvalidConfigError: a bad config.
@@ -228,7 +241,7 @@ class PartitionLog:
         except OSError as exc:
             raise StorageIOError(f"failed to create log directory {path}: {exc}") from exc
         segments = _load_segments(path, log_config, clock)
-        partition_log = cls(path, log_config, clock, segments)
+        partition_log = cls(path, log_config, clock, segments, flush_scheduler=flush_scheduler)
         log.info(
             "opened log %s: %d segments, offsets [%d, %d)",
             path, len(segments), partition_log.log_start_offset, partition_log.log_end_offset,
@@ -443,7 +456,14 @@ class PartitionLog:
         self._directory_dirty = True
         # The log end offset does not change; only the segment holding it does.
         self._end = _LogEnd(end.offset, new_offset, 0)
+        if self._flush_scheduler is not None:
+            self._flush_scheduler(lambda: self._flush_after_roll(new_offset))
         return segment
+
+    def _flush_after_roll(self, new_base_offset: int) -> None:
+        """Kafka's ``flushUptoOffsetExclusive(newSegment.baseOffset)``, run by the scheduler."""
+        with contextlib.suppress(LogClosedError):  # closed meanwhile: close flushed it all
+            self.flush(new_base_offset)
 
     def _delete_stale_files(self, base_offset: int) -> None:
         for path in (
@@ -605,6 +625,7 @@ class PartitionLog:
             if first.base_offset > offset:
                 self._truncate_fully_and_start_at(offset)
                 return True
+            self._truncations += 1
             doomed = self._segments.higher_segments(offset)
             self._segments.remove_many([segment.base_offset for segment in doomed])
             self._schedule_delete(doomed)
@@ -630,6 +651,7 @@ class PartitionLog:
             self._truncate_fully_and_start_at(new_offset)
 
     def _truncate_fully_and_start_at(self, new_offset: int) -> None:
+        self._truncations += 1
         doomed = list(self._segments)
         # Rename the old files first, so that the new segment can take its name even when an
         # old segment had the same base offset.
@@ -694,6 +716,7 @@ class PartitionLog:
             to_flush = self._segments.values(self._recovery_point, flush_to)
             directory_dirty = self._directory_dirty
             self._directory_dirty = False
+            truncations = self._truncations
         try:
             for segment in to_flush:
                 if not segment.is_closed:
@@ -704,7 +727,10 @@ class PartitionLog:
             self._directory_dirty = self._directory_dirty or directory_dirty
             raise
         with self._lock:
-            self._recovery_point = max(self._recovery_point, new_recovery_point)
+            # A truncation while the fsyncs ran may have replaced what they covered: then the
+            # recovery point stays where the truncation put it.
+            if truncations == self._truncations:
+                self._recovery_point = max(self._recovery_point, new_recovery_point)
             self._last_flush_ms = self._time_ms()
 
     def close(self) -> None:

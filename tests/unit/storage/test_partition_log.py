@@ -892,3 +892,55 @@ def test_constructor_takes_what_a_loader_found(directory: Path) -> None:
     loaded.flush()
     assert loaded.recovery_point == 3
     loaded.close()
+
+
+def test_roll_schedules_a_flush_below_the_new_segment(directory: Path) -> None:
+    # [B-13]: after a roll Kafka flushes everything below the new segment, off the append
+    # path, and that moves the recovery point.
+    jobs: list[object] = []
+    one = client_batch([T0])
+    log = PartitionLog.open(
+        directory, {"segment.bytes": str(2 * len(one))}, time_ms=Clock(),
+        flush_scheduler=jobs.append,
+    )
+    for _ in range(5):
+        log.append(one)
+    assert log.segments.base_offsets() == [0, 2, 4]
+    assert len(jobs) == 2 and log.recovery_point == 0
+    jobs.pop()()  # the flush up to 4 (jobs may run in any order)
+    assert log.recovery_point == 4
+    jobs.pop()()  # the flush up to 2: already covered
+    assert log.recovery_point == 4
+    log.roll()
+    log.close()
+    jobs.pop()()  # runs after close: nothing to do, no error
+
+
+def test_flush_overlapped_by_truncation_does_not_move_recovery_point(directory: Path) -> None:
+    # A scheduled flush whose fsyncs overlap a truncation must not claim the offsets the
+    # truncation replaced (they may be rewritten, unflushed, by later appends).
+    jobs: list = []
+    one = client_batch([T0])
+    log = PartitionLog.open(
+        directory, {"segment.bytes": str(2 * len(one)), "file.delete.delay.ms": "60000"},
+        time_ms=Clock(), flush_scheduler=jobs.append,
+    )
+    for _ in range(3):
+        log.append(one)
+    assert len(jobs) == 1
+    segment = log.segments.first
+    assert segment is not None
+    original_flush = segment.flush
+
+    def flush_then_truncate() -> None:
+        original_flush()
+        log.truncate_to(1)  # happens while the scheduled flush is between its steps
+        for _ in range(3):
+            log.append(one)
+
+    # Not a fake: the real flush runs, and the truncation is interleaved right after it.
+    segment.flush = flush_then_truncate  # type: ignore[method-assign]
+    jobs.pop()()
+    assert log.log_end_offset == 4
+    assert log.recovery_point == 0  # not 2: offsets 1.. were replaced and are unflushed
+    log.close()
