@@ -301,7 +301,7 @@ class Consumer:
 
     async def _records(self) -> AsyncIterator[ConsumerRecord]:
         async for batch in self.batches():
-            for record in batch.consumer_records():
+            for record in batch.iter_consumer_records():
                 yield record
 
     async def batches(self) -> AsyncIterator[ConsumedBatch]:

@@ -161,6 +161,7 @@ def test_batch_views_agree() -> None:
     ]
     assert list(only) == only.records
     assert [r.value for r in only.consumer_records()] == only.values
+    assert list(only.iter_consumer_records()) == only.consumer_records()
     assert only.headers == [()] * 4
     assert "4 records" in repr(only)
 
