@@ -495,6 +495,9 @@ class Producer:
         sticky = state.sticky
         queues = state.queues
         append = self._append
+        if keys is None and timestamps_ms is None:
+            await self._send_stretches(state, values, partition, now, runs)
+            return SendManyFuture(runs)
         for index in range(count):
             key = keys[index] if keys is not None else None
             timestamp = timestamps_ms[index] if timestamps_ms is not None else now
@@ -518,6 +521,54 @@ class Producer:
         if run_batch is not None:
             runs.append((run_batch, run_first, run_count, run_timestamps))
         return SendManyFuture(runs)
+
+    async def _send_stretches(
+        self,
+        state: _TopicState,
+        values: Sequence[bytes | None],
+        partition: int | None,
+        timestamp: int,
+        runs: list[tuple[_Batch, int, int, list[int]]],
+    ) -> None:
+        """send_many() of unkeyed records stamped ``timestamp``: the same placement as record by
+        record, with the per-record work cut to one builder call while a batch has room.
+
+        Each stretch starts with one :meth:`_append` (which opens or closes batches as needed)
+        and then appends straight to that batch until it is full or a yield is due; a stretch is
+        one run of contiguous positions, since nothing else runs before the next await.
+        """
+        count = len(values)
+        limit = self._batch_bytes_max
+        queues = state.queues
+        sticky = state.sticky
+        index = 0
+        while index < count:
+            target = partition if partition is not None else sticky.partition()
+            batch, first = self._append(queues[target], state, timestamp, None, values[index], ())
+            index += 1
+            builder_append = batch.builder.append  # type: ignore[union-attr]
+            size = batch.size_bytes
+            budget = _YIELD_EVERY_BYTES - self._unyielded_bytes
+            added = 0
+            start = index
+            while index < count:
+                value = values[index]
+                estimate = _RECORD_FRAMING_BYTES_MAX if value is None else (
+                    _RECORD_FRAMING_BYTES_MAX + len(value)
+                )
+                if size + estimate > limit or added >= budget:
+                    break
+                builder_append(timestamp, None, value, ())
+                size += estimate
+                added += estimate
+                index += 1
+            batch.size_bytes = size
+            self._buffered_bytes += added
+            self._unyielded_bytes += added
+            stretch = index - start + 1
+            runs.append((batch, first, stretch, [timestamp] * stretch))
+            if self._unyielded_bytes >= _YIELD_EVERY_BYTES:
+                await self._yield()
 
     def _check_partition(self, topic: str, partition: object, state: _TopicState) -> None:
         wire.check_partition(partition)

@@ -403,3 +403,26 @@ async def test_max_in_flight_per_partition(broker, in_flight: int) -> None:
     assert sorted(offsets) == list(range(12))
     if in_flight == 1:
         assert offsets == list(range(12))
+
+
+async def test_send_many_unkeyed_fills_batches_stickily_in_order(broker) -> None:
+    servicer, target = broker
+    values = [b"%05d" % i + bytes(95) for i in range(3000)]
+    async with Producer(target, batch_bytes_max=2048, linger_ms=1000,
+                        rng=random.Random(5)) as producer:
+        others = [b"other-%d" % i for i in range(5)]
+        concurrent = asyncio.ensure_future(producer.send_many("multi", others))
+        results = await (await producer.send_many("multi", values))
+        await (await concurrent)
+    assert len(results) == 3000
+    # Stored per partition in input order, and every metadata points at its own value.
+    stored = {p: kafka_records(servicer, "multi", p) for p in range(4)}
+    for value, meta in zip(values, results, strict=True):
+        assert stored[meta.partition][meta.offset][3] == value
+    for p in range(4):
+        mine = [v for v, m in zip(values, results, strict=True) if m.partition == p]
+        assert [r[3] for r in stored[p] if r[3] in set(mine)] == mine
+    assert len({m.partition for m in results}) > 1
+    for p in range(4):
+        for data in servicer.logs[("multi", p)]:
+            assert parse_header(data).size_bytes <= 2048
