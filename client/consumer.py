@@ -331,7 +331,7 @@ class Consumer:
                 raise item
             for batch in item:
                 self._positions[partition] = batch.next_offset
-                if batch.records:
+                if len(batch):
                     yield batch
                     if epoch != self._epochs[partition]:
                         break  # the reader seeked while holding this batch

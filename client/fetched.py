@@ -18,6 +18,7 @@ with column accessors for code that wants lists of values or offsets.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections.abc import Iterable, Iterator, Sequence
 
@@ -167,6 +168,22 @@ class ConsumedBatch:
                 for o, t, k, v, h in zip(*self._columns, strict=True)  # type: ignore[misc]
             ]
         return self._records
+
+    def from_offset(self, offset: int) -> ConsumedBatch:
+        """The same batch without its records below ``offset``. O(log n + kept records)."""
+        if self._columns is not None:
+            offsets = self._columns[0]
+            # Offsets within a batch are ascending, even with compaction gaps.
+            start = bisect.bisect_left(offsets, offset)
+            columns = tuple(column[start:] for column in self._columns)
+            return ConsumedBatch(
+                self.topic, self.partition, self.timestamp_type, self.next_offset,
+                self.high_watermark, columns=columns,  # type: ignore[arg-type]
+            )
+        return ConsumedBatch(
+            self.topic, self.partition, self.timestamp_type, self.next_offset,
+            self.high_watermark, [r for r in self._records or () if r.offset >= offset],
+        )
 
     def iter_consumer_records(self) -> Iterator[ConsumerRecord]:
         """The records as :class:`ConsumerRecord` tuples, built one at a time.
@@ -347,10 +364,7 @@ def decode_fetched(
             skipped_next_offset = next_offset
             continue
         if header.base_offset < from_offset:
-            batch = ConsumedBatch(
-                topic, partition, header.timestamp_type, next_offset, high_watermark,
-                [r for r in batch.records if r.offset >= from_offset],
-            )
+            batch = batch.from_offset(from_offset)
         out.append(batch)
         skipped_next_offset = -1
     if skipped_next_offset >= 0:
