@@ -385,9 +385,15 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         offset: int,
         data: bytes,
         fetch_format: int,
+        max_bytes: int,
         matched: tuple[int, int] = (_NO_MATCH, _NO_MATCH),
     ) -> broker_pb2.FetchResponse:
-        """A FetchResponse for ``data`` (whole batches read at ``offset``)."""
+        """A FetchResponse for ``data`` (whole batches read at ``offset`` with ``max_bytes``).
+
+        Decoded records (FETCH_FORMAT_RECORDS) are bounded by ``max_bytes`` too, counting keys
+        and values: compressed batches can decode to far more than they store, and a response
+        must stay under the gRPC message limit. The batches left out are fetched next time.
+        """
         response = broker_pb2.FetchResponse(
             topic=topic,
             partition=partition,
@@ -396,18 +402,21 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         )
         next_offset = offset
         records_out = 0
+        bytes_out = len(data)
         if fetch_format == broker_pb2.FETCH_FORMAT_RECORD_BATCHES:
             for header in iter_batch_headers(data):
                 next_offset = header.last_offset + 1
                 records_out += header.records_count
             response.record_batches = data
         else:
-            next_offset, records_out = _decode_into(response.records, data, offset)
+            next_offset, records_out, bytes_out = _decode_into(
+                response.records, data, offset, max_bytes
+            )
         # Read after the data: the high watermark is never below next_offset.
         response.high_watermark = partition_log.log_end_offset
         response.log_start_offset = partition_log.log_start_offset
         response.next_offset = next_offset
-        self._metrics.observe_fetch(topic, records_out, len(data))
+        self._metrics.observe_fetch(topic, records_out, bytes_out)
         return response
 
     # ---------------------------------------------------------------- topics
@@ -551,7 +560,9 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             if gate.closed:
                 # Deleted while we waited: the lookup raises UNKNOWN_TOPIC_OR_PARTITION.
                 partition_log, gate = self._log(topic, partition)
-        return self._fetch_response(topic, partition, partition_log, offset, data, fetch_format)
+        return self._fetch_response(
+            topic, partition, partition_log, offset, data, fetch_format, max_bytes
+        )
 
     @_rpc()
     async def FetchByTimestamp(
@@ -567,10 +578,12 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         found = partition_log.offset_for_timestamp(timestamp)
         if found is None:
             end = partition_log.log_end_offset
-            return self._fetch_response(topic, partition, partition_log, end, b"", fetch_format)
+            return self._fetch_response(
+                topic, partition, partition_log, end, b"", fetch_format, max_bytes
+            )
         data = await self._read(topic, partition, partition_log, found.offset, max_bytes)
         return self._fetch_response(
-            topic, partition, partition_log, found.offset, data, fetch_format,
+            topic, partition, partition_log, found.offset, data, fetch_format, max_bytes,
             (found.offset, found.timestamp),
         )
 
@@ -625,7 +638,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 data = await self._read(topic, partition, partition_log, offset, max_bytes)
                 if data:
                     response = self._fetch_response(
-                        topic, partition, partition_log, offset, data, fetch_format,
+                        topic, partition, partition_log, offset, data, fetch_format, max_bytes,
                         matched or (_NO_MATCH, _NO_MATCH),
                     )
                     offset = response.next_offset
@@ -681,18 +694,23 @@ def _topic_message(description: TopicDescription) -> broker_pb2.TopicDescription
     )
 
 
-def _decode_into(out: Any, data: bytes, offset: int) -> tuple[int, int]:
+def _decode_into(
+    out: Any, data: bytes, offset: int, max_decoded_bytes: int
+) -> tuple[int, int, int]:
     """Append the records of ``data`` with offset >= ``offset`` to ``out`` (a repeated Record).
 
-    Control batches (transaction markers) are skipped, as Kafka's consumers skip them. Returns
-    the next offset to fetch and the number of records added.
+    Control batches (transaction markers) are skipped, as Kafka's consumers skip them. Stops
+    after the batch that took the keys and values added past ``max_decoded_bytes`` (the first
+    batch with records is always whole). Returns the next offset to fetch, the number of
+    records added and the bytes of ``data`` used.
     """
     next_offset = offset
     added = 0
+    decoded_bytes = 0
     position = 0
     end = len(data)
     add = out.add
-    while position < end:
+    while position < end and (added == 0 or decoded_bytes <= max_decoded_bytes):
         try:
             header, records = decode_batch(data, position)
         except RecordError as exc:
@@ -706,15 +724,17 @@ def _decode_into(out: Any, data: bytes, offset: int) -> tuple[int, int]:
         for record in records:
             if record.offset < offset:
                 continue
+            key, value = record.key, record.value
+            decoded_bytes += (len(key) if key else 0) + (len(value) if value else 0)
             # None leaves an optional field unset: a null key, value or header value.
             add(
                 offset=record.offset,
                 timestamp=record.timestamp,
-                key=record.key,
-                value=record.value,
+                key=key,
+                value=value,
                 headers=[_Header(key=k, value=v) for k, v in record.headers]
                 if record.headers else None,
                 timestamp_type=timestamp_type,
             )
             added += 1
-    return next_offset, added
+    return next_offset, added, position

@@ -542,3 +542,21 @@ def test_random_damage_is_refused_cleanly_and_never_corrupts_the_log(stub, rpc_e
             break
     assert response.high_watermark == offset
     assert _produce(stub, "pf-damage", originals[0]).base_offset == offset
+
+
+def test_decoded_records_are_bounded_by_max_bytes(stub) -> None:
+    """Compressed batches that decode to far more than they store: a RECORDS fetch stops after
+    the batch that passed max_bytes of keys and values, and next_offset says where to go on."""
+    _create(stub, "pf-bomb")
+    for i in range(4):  # each ~1 MB decoded, a few KB stored
+        _produce(stub, "pf-bomb", build_batch(
+            [(T0 + i, None, bytes(10_000), ()) for _ in range(100)], compression=4))
+    raw = _fetch(stub, "pf-bomb", 0, max_bytes=50_000, format=pb.FETCH_FORMAT_RECORD_BATCHES)
+    assert raw.next_offset == 400  # all four stored batches fit in 50 KB
+    decoded = _fetch(stub, "pf-bomb", 0, max_bytes=50_000)
+    assert [r.offset for r in decoded.records] == list(range(100))  # the first batch, whole
+    assert decoded.next_offset == 100
+    decoded = _fetch(stub, "pf-bomb", 150, max_bytes=1_000_000)  # 500 KB, then 1.5 MB: stop
+    assert [r.offset for r in decoded.records] == list(range(150, 300))
+    assert decoded.next_offset == 300
+    assert len(_fetch_all(stub, "pf-bomb")) == 400
