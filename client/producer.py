@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import itertools
 import logging
 import random
 import time
@@ -73,6 +72,7 @@ _RECORD_FRAMING_BYTES_MAX = 36
 # Per header: key length (5) and value length (5) varints.
 _HEADER_FRAMING_BYTES_MAX = 10
 _BYTES_OR_NONE = frozenset({bytes, type(None)})
+_END_OF_VALUES: Any = object()
 # send()/send_many() let the event loop run after this many bytes of records (see _yield).
 _YIELD_EVERY_BYTES = 128 * 1024
 
@@ -541,34 +541,32 @@ class Producer:
         and then appends straight to that batch until it is full or a yield is due; a stretch is
         one run of contiguous positions, since nothing else runs before the next await.
         """
-        count = len(values)
         limit = self._batch_bytes_max
         queues = state.queues
         sticky = state.sticky
-        index = 0
-        while index < count:
+        remaining = iter(values)
+        # The record that starts the next stretch; _END_OF_VALUES once all are placed.
+        pending: Any = next(remaining, _END_OF_VALUES)
+        while pending is not _END_OF_VALUES:
             target = partition if partition is not None else sticky.partition()
-            batch, first = self._append(queues[target], state, timestamp, None, values[index], ())
-            index += 1
+            batch, first = self._append(queues[target], state, timestamp, None, pending, ())
+            pending = _END_OF_VALUES
+            stretch = 1
             builder_append = batch.builder.append  # type: ignore[union-attr]
-            size = batch.size_bytes
-            budget = _YIELD_EVERY_BYTES - self._unyielded_bytes
-            added = 0
-            start = index
             # Stop before the batch limit or the yield budget, whichever comes first.
-            room = min(limit - size, budget)
-            for value in itertools.islice(values, index, None):
+            room = min(limit - batch.size_bytes, _YIELD_EVERY_BYTES - self._unyielded_bytes)
+            added = 0
+            for value in remaining:
                 estimate = _RECORD_FRAMING_BYTES_MAX + (0 if value is None else len(value))
                 if estimate > room - added:
+                    pending = value
                     break
                 builder_append(timestamp, None, value, ())
                 added += estimate
-                index += 1
-            size += added
-            batch.size_bytes = size
+                stretch += 1
+            batch.size_bytes += added
             self._buffered_bytes += added
             self._unyielded_bytes += added
-            stretch = index - start + 1
             runs.append((batch, first, stretch, [timestamp] * stretch))
             if self._unyielded_bytes >= _YIELD_EVERY_BYTES:
                 await self._yield()
