@@ -7,9 +7,10 @@ measures:
                                options as stratalog's, whose methods return at once: Produce an
                                empty response, FetchByOffset/FetchByTimestamp a response carrying
                                a payload of the size the real server returns (one stored batch)
-  produce 1 MiB batches        pre-encoded batches of 100-byte records, ~1 MiB per request,
-                               ``--in-flight`` requests at once (grpc.aio client): MB/s, and the
-                               ratio to the same requests against the no-op server
+  produce 1 MiB batches        pre-encoded batches of 100-byte records (~9,400 records, just
+                               under 1 MiB), one per request, ``--in-flight`` requests at once
+                               (grpc.aio client): MB/s, and the ratio to the same requests
+                               against the no-op server
   random FetchByOffset         one request at a time (blocking stub), uniformly random offsets
                                over a log of ``--records`` records in >= 100 segments, max_bytes=1
                                (one stored batch of 100 records back, raw): p50 and p99 latency,
@@ -149,12 +150,17 @@ def _stamped(template: bytes, batch_index: int) -> bytes:
     return bytes(batch)
 
 
-def _requests(template: bytes, batches: int) -> Iterator[bytes]:
-    """Produce payloads of about 1 MiB: consecutive stamped batches."""
-    per_request = max(1, PRODUCE_REQUEST_BYTES // len(template))
-    for first in range(0, batches, per_request):
-        yield b"".join(_stamped(template, i) for i in range(first, min(first + per_request,
-                                                                         batches)))
+def _mib_batch() -> bytes:
+    """One batch of 100-byte records as close to 1 MiB as fits (max.message.bytes default
+    is 1,048,588), as a producer with batch.size = 1 MiB sends."""
+    rng = random.Random(2)
+    values = [bytes(rng.getrandbits(8) for _ in range(VALUE_SIZE_BYTES)) for _ in range(64)]
+    count = PRODUCE_REQUEST_BYTES // (VALUE_SIZE_BYTES + 12)  # ~12 B of record framing
+    while True:
+        batch = build_batch([(T0 + i, None, values[i % 64], ()) for i in range(count)])
+        if len(batch) <= PRODUCE_REQUEST_BYTES:
+            return batch
+        count -= (len(batch) - PRODUCE_REQUEST_BYTES) // (VALUE_SIZE_BYTES + 8) + 1
 
 
 # ------------------------------------------------------------------------ measurements
@@ -245,7 +251,8 @@ def main() -> None:
     batches = args.records // RECORDS_PER_BATCH
     # >= 100 segments for the log: segment.bytes from the log's size.
     segment_bytes = max(1 << 20, batches * len(template) // 110)
-    produce_payloads = list(_requests(template, args.produce_mib * (1 << 20) // len(template)))
+    mib_batch = _mib_batch()
+    produce_payloads = [mib_batch] * args.produce_mib
     print(f"# stratalog server benchmark: {platform.python_implementation()} "
           f"{platform.python_version()}, {os.cpu_count()} cores, {args.records:,} records of "
           f"{VALUE_SIZE_BYTES} B in batches of {RECORDS_PER_BATCH} ({len(template)} B), "
