@@ -19,6 +19,9 @@ measures:
   ListOffsets latest           the server's fixed cost per unary RPC: no storage work but
                                reading the log end offset, an empty-ish response
   server RSS                   process_resident_memory_bytes from the metrics endpoint at the end
+  server CPU                   each server process's CPU time (/proc/PID/stat, all threads) per
+                               MiB produced and per fetch: a figure the machine's other load
+                               hardly moves, unlike the wall-clock ones
 
 The log is built from one template batch of 100 records (100-byte values, timestamps 1 ms
 apart) whose base timestamp is patched per batch and its CRC recomputed, so that building 10
@@ -66,6 +69,7 @@ _BASE_TIMESTAMP_AT = 27  # RecordBatch v2: base timestamp, then max timestamp at
 _MAX_TIMESTAMP_AT = 35
 _INT64 = struct.Struct(">q")
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+_WARM_UP_CALLS = 50
 
 
 # ------------------------------------------------------------------------ the no-op server
@@ -104,8 +108,8 @@ async def _serve_noop(payload_bytes: int) -> None:
 
 
 @contextlib.contextmanager
-def _process(args: list[str]) -> Iterator[tuple[str, int | None]]:
-    """Start a server process; yield its target and metrics port; SIGTERM it at the end."""
+def _process(args: list[str]) -> Iterator[tuple[str, int | None, int]]:
+    """Start a server process; yield its target, metrics port and pid; SIGTERM it at the end."""
     process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         assert process.stdout is not None
@@ -119,7 +123,7 @@ def _process(args: list[str]) -> Iterator[tuple[str, int | None]]:
                 break
         if target is None:
             raise RuntimeError(f"{args} exited with {process.wait()} before serving")
-        yield target, metrics_port
+        yield target, metrics_port, process.pid
     finally:
         process.send_signal(signal.SIGTERM)
         try:
@@ -203,7 +207,7 @@ async def _produce_mb_s(target: str, topic: str, payloads: list[bytes], in_fligh
 
 def _latencies_ms(stub, requests: list[object], method: str) -> list[float]:
     call = getattr(stub, method)
-    for request in requests[:50]:  # warm up the channel and the server's caches
+    for request in requests[:_WARM_UP_CALLS]:  # warm up the channel and the server's caches
         call(request)
     samples = []
     for request in requests:
@@ -215,6 +219,15 @@ def _latencies_ms(stub, requests: list[object], method: str) -> list[float]:
 
 def _p(samples: list[float], q: float) -> float:
     return statistics.quantiles(samples, n=100, method="inclusive")[int(q) - 1]
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system, every thread) a process used so far: /proc/PID/stat.
+
+    Unlike wall-clock rates, this hardly changes with what else the machine runs."""
+    with open(f"/proc/{pid}/stat") as handle:
+        fields = handle.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _rss_mib(metrics_port: int) -> float:
@@ -270,7 +283,8 @@ def main() -> None:
                    "--max-request-bytes", str(MAX_MESSAGE_BYTES),
                    "--set", f"log.segment.bytes={segment_bytes}", *args.server_flag]
     try:
-        with _process(noop_args) as (noop_target, _), _process(server_args) as (target, mport):
+        with _process(noop_args) as (noop_target, _, noop_pid), \
+                _process(server_args) as (target, mport, pid):
             with grpc.insecure_channel(target) as channel:
                 stub = broker_pb2_grpc.BrokerStub(channel)
                 stub.CreateTopic(pb.CreateTopicRequest(name="log", partitions=1))
@@ -284,12 +298,17 @@ def main() -> None:
             for run in range(args.runs):
                 topic = f"produce-{run}"
                 with grpc.insecure_channel(target) as channel:
-                    broker_pb2_grpc.BrokerStub(channel).CreateTopic(
-                        pb.CreateTopicRequest(name=topic, partitions=1))
-                record("noop produce MB/s", asyncio.run(_produce_mb_s(
-                    noop_target, topic, produce_payloads, args.in_flight)))
-                record("produce MB/s", asyncio.run(_produce_mb_s(
-                    target, topic, produce_payloads, args.in_flight)))
+                    # Kafka's default segment size: the produce figure is about appends, not
+                    # about the rolls the small segments of the read log would add.
+                    broker_pb2_grpc.BrokerStub(channel).CreateTopic(pb.CreateTopicRequest(
+                        name=topic, partitions=1, configs={"segment.bytes": str(1 << 30)}))
+                for name, server_target, server_pid in (("noop produce", noop_target, noop_pid),
+                                                        ("produce", target, pid)):
+                    cpu = _cpu_s(server_pid)
+                    record(f"{name} MB/s", asyncio.run(_produce_mb_s(
+                        server_target, topic, produce_payloads, args.in_flight)))
+                    record(f"{name} server CPU ms/MiB",
+                           (_cpu_s(server_pid) - cpu) * 1000 / len(produce_payloads))
                 rng = random.Random(run)
                 end = partition.log_end_offset
                 by_offset = [pb.FetchByOffsetRequest(
@@ -298,19 +317,22 @@ def main() -> None:
                 by_time = [pb.FetchByTimestampRequest(
                     topic="log", timestamp=T0 + rng.randrange(end), max_bytes=1,
                     format=pb.FETCH_FORMAT_RECORD_BATCHES) for _ in range(args.lookups)]
-                with grpc.insecure_channel(noop_target) as channel:
-                    noop = _latencies_ms(broker_pb2_grpc.BrokerStub(channel), by_offset,
-                                         "FetchByOffset")
                 latest = [pb.ListOffsetsRequest(topic="log", timestamp=-1)] * args.lookups
-                with grpc.insecure_channel(target) as channel:
-                    real = broker_pb2_grpc.BrokerStub(channel)
-                    fetch = _latencies_ms(real, by_offset, "FetchByOffset")
-                    lookup = _latencies_ms(real, by_time, "FetchByTimestamp")
-                    fixed = _latencies_ms(real, latest, "ListOffsets")
-                for name, samples in (("noop unary", noop), ("FetchByOffset", fetch),
-                                      ("FetchByTimestamp", lookup), ("ListOffsets latest", fixed)):
+                calls = len(by_offset) + _WARM_UP_CALLS
+                for name, server_target, server_pid, requests, method in (
+                    ("noop unary", noop_target, noop_pid, by_offset, "FetchByOffset"),
+                    ("FetchByOffset", target, pid, by_offset, "FetchByOffset"),
+                    ("FetchByTimestamp", target, pid, by_time, "FetchByTimestamp"),
+                    ("ListOffsets latest", target, pid, latest, "ListOffsets"),
+                ):
+                    with grpc.insecure_channel(server_target) as channel:
+                        cpu = _cpu_s(server_pid)
+                        samples = _latencies_ms(broker_pb2_grpc.BrokerStub(channel), requests,
+                                                method)
+                        cpu_us = (_cpu_s(server_pid) - cpu) * 1e6 / calls
                     record(f"{name} p50 ms", _p(samples, 50))
                     record(f"{name} p99 ms", _p(samples, 99))
+                    record(f"{name} server CPU us", cpu_us)
             assert mport is not None
             rss_mib = _rss_mib(mport)
     finally:
