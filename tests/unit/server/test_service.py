@@ -13,9 +13,17 @@ import pytest
 from aiokafka.record.default_records import DefaultRecordBatch as AioBatch
 from google.rpc import error_details_pb2, status_pb2
 
+from stratalog.records import build_batch
 from stratalog.records.batch import Compression, TimestampType, validate_batch
+from stratalog.records.control import ControlRecordType, encode_control_key
 from stratalog.records.reader import decode_batch
-from stratalog.server.service import BadRequestError, PartitionGate, encode_records
+from stratalog.server.service import (
+    BadRequestError,
+    PartitionGate,
+    _decode_into,
+    encode_records,
+)
+from stratalog.server.storage.errors import StorageError
 from stratalog.v1 import broker_pb2
 
 
@@ -126,3 +134,46 @@ async def test_append_lock_serialises_appenders() -> None:
 
     await asyncio.gather(appender("a"), appender("b"), appender("c"))
     assert order == ["a in", "a out", "b in", "b out", "c in", "c out"]
+
+
+# ------------------------------------------------------------------------ decoded fetches
+
+
+def _stored(first_offset: int, values: list[bytes | None], **builder: object) -> bytes:
+    """A batch as a log stores it: base offset set (not covered by the CRC)."""
+    batch = build_batch([(1_000 + i, None, v, ()) for i, v in enumerate(values)], **builder)
+    return first_offset.to_bytes(8, "big", signed=True) + batch[8:]
+
+
+def test_decode_skips_records_below_the_offset_and_control_batches() -> None:
+    data = (
+        _stored(0, [b"a", b"b", b"c"])
+        + _stored(3, [encode_control_key(ControlRecordType.COMMIT)], is_control=True,
+                  producer_id=7, producer_epoch=0, is_transactional=True)
+        + _stored(4, [None, b"e"])
+    )
+    response = broker_pb2.FetchResponse()
+    next_offset, added, used = _decode_into(response.records, data, 1, 1 << 20)
+    assert (next_offset, added, used) == (6, 4, len(data))
+    assert [(r.offset, r.HasField("value"), r.value) for r in response.records] == [
+        (1, True, b"b"), (2, True, b"c"), (4, False, b""), (5, True, b"e")]
+    assert [r.timestamp for r in response.records] == [1_001, 1_002, 1_000, 1_001]
+    assert {r.timestamp_type for r in response.records} == {broker_pb2.CREATE_TIME}
+
+
+def test_decode_stops_after_the_batch_that_passes_max_bytes() -> None:
+    batches = [_stored(i * 2, [bytes(100), bytes(100)]) for i in range(4)]
+    data = b"".join(batches)
+    response = broker_pb2.FetchResponse()
+    # 200 bytes of values per batch: the first batch is whole even over the limit ...
+    assert _decode_into(response.records, data, 0, 10) == (2, 2, len(batches[0]))
+    # ... and a batch that crosses the limit is the last one.
+    response = broker_pb2.FetchResponse()
+    assert _decode_into(response.records, data, 0, 300) == (4, 4, 2 * len(batches[0]))
+
+
+def test_a_stored_batch_that_does_not_decode_is_a_storage_error() -> None:
+    batch = bytearray(_stored(0, [b"x" * 20]))
+    batch[-5] ^= 0xFF  # damage covered by the CRC
+    with pytest.raises(StorageError, match="stored batch at fetch position 0"):
+        _decode_into(broker_pb2.FetchResponse().records, bytes(batch), 0, 1 << 20)
