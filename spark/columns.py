@@ -1,0 +1,278 @@
+"""From stored record batches to Arrow columns: what every read task of the connector runs.
+
+Intuition: a Spark task gets bytes exactly as the log stores them (Kafka v2 batches, from a
+FETCH_FORMAT_RECORD_BATCHES fetch or from a segment file) and must hand Spark Arrow record
+batches. Building a Python object per record and then converting rows would cost most of the
+time, so records go straight into per-column lists (offsets, timestamps, keys, values, headers:
+the codec's columnar decoder), and each list becomes one Arrow array at the end. Topic and
+partition are constants, so their columns are built by repetition, not per record.
+
+Walking a buffer of batches (``RecordColumns.append_batches``):
+
+* every batch is checked whole, with its CRC-32C (:func:`stratalog.records.validate_batch`),
+  then decompressed (bounded) and decoded;
+* control batches (transaction markers) are skipped, as Kafka's consumer skips them;
+* records outside ``[from_offset, until_offset)`` are dropped (the first batch of a fetch may
+  start before the offset asked for; the last may run past the range's end);
+* a partial batch at the end of the buffer ends the walk when the caller allows it (an active
+  segment being written, a fetch response cut at its size limit), as do zero bytes where the
+  next batch's length should be (the preallocated tail of a segment file).
+
+Errors in the bytes raise :class:`stratalog.records.CorruptRecordError` (or another
+``RecordError``) with the source (fetch or file) and the batch position in the message.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Callable
+from typing import NamedTuple
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from stratalog.records import (
+    DEFAULT_MAX_DECOMPRESSED_BYTES,
+    LOG_OVERHEAD,
+    RECORD_BATCH_OVERHEAD,
+    Compression,
+    CorruptRecordError,
+    RecordError,
+    TimestampType,
+    decompress,
+    validate_batch,
+)
+from stratalog.records.batch import HEADER_SIZE_UP_TO_MAGIC
+from stratalog.records.record import decode_records
+
+from .schema import HEADERS_ARROW_TYPE, arrow_schema
+
+__all__ = ["BatchWalk", "RecordColumns", "decode_columns"]
+
+ColumnsDecoder = Callable[
+    [bytes | memoryview, int, int, int, "int | None"],
+    tuple[list[int], list[int], list["bytes | None"], list["bytes | None"], list[tuple]],
+]
+
+
+def _decode_columns_reference(
+    data: bytes | memoryview, count: int, base_offset: int, base_timestamp: int,
+    timestamp_override: int | None = None,
+) -> tuple[list[int], list[int], list[bytes | None], list[bytes | None], list[tuple]]:
+    """The records of one records region as five lists: offsets, timestamps, keys, values,
+    headers. Pure Python, through the codec's ``decode_records``."""
+    records = decode_records(bytes(data), count, base_offset, base_timestamp, timestamp_override)
+    return (
+        [r.offset for r in records],
+        [r.timestamp for r in records],
+        [r.key for r in records],
+        [r.value for r in records],
+        [r.headers for r in records],
+    )
+
+
+def _columns_decoder() -> ColumnsDecoder:
+    # The codec's compiled columnar decoder when the records package has one (same results
+    # and errors as the reference, tested there); the pure-Python reference otherwise.
+    try:
+        from stratalog.records import accel
+    except ImportError:
+        return _decode_columns_reference
+    return getattr(accel, "decode_columns", _decode_columns_reference)
+
+
+#: ``decode_columns(data, count, base_offset, base_timestamp, timestamp_override=None)``
+decode_columns: ColumnsDecoder = _columns_decoder()
+
+_TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
+_ZERO_LENGTH_PREFIX = bytes(LOG_OVERHEAD)
+
+
+class BatchWalk(NamedTuple):
+    """Where :meth:`RecordColumns.append_batches` stopped.
+
+    ``position``: the first byte not consumed. ``next_offset``: the offset after the last batch
+    consumed (where reading continues; -1 if no batch was consumed). ``done``: a batch at or
+    past ``until_offset`` was reached, so the range is complete. ``end``: the buffer (or its
+    readable part) is exhausted.
+    """
+
+    position: int
+    next_offset: int
+    done: bool
+    end: bool
+
+
+class RecordColumns:
+    """The records of one topic-partition, column by column, until turned into Arrow.
+
+    Holds plain lists (one entry per record) and the timestamp types as runs. Invariant: every
+    list has ``len(self)`` entries. Not thread-safe; one per read task. Holds nothing on disk.
+    """
+
+    __slots__ = (
+        "_headers",
+        "_include_headers",
+        "_keys",
+        "_offsets",
+        "_partition",
+        "_timestamp_type_runs",
+        "_timestamps",
+        "_topic",
+        "_values",
+    )
+
+    def __init__(self, topic: str, partition: int, include_headers: bool) -> None:
+        self._topic = topic
+        self._partition = partition
+        self._include_headers = include_headers
+        self._reset()
+
+    def _reset(self) -> None:
+        self._offsets: list[int] = []
+        self._timestamps: list[int] = []
+        self._keys: list[bytes | None] = []
+        self._values: list[bytes | None] = []
+        self._headers: list[tuple] = []
+        self._timestamp_type_runs: list[list[int]] = []  # [type, count]
+
+    def __len__(self) -> int:
+        return len(self._offsets)
+
+    def append_batches(
+        self,
+        buf: bytes | bytearray | memoryview,
+        position: int,
+        from_offset: int,
+        until_offset: int | None,
+        *,
+        source: str,
+        records_max: int | None = None,
+        partial_tail_ok: bool = True,
+    ) -> BatchWalk:
+        """Decode the batches of ``buf`` from ``position`` and keep their records in range.
+
+        Stops at the end of the buffer, at a partial batch (an error unless
+        ``partial_tail_ok``), at a batch starting at or after ``until_offset`` (None: no end),
+        or once at least ``records_max`` records are held. ``source`` names the bytes in
+        error messages (a file path, or "fetch of topic-partition at offset N").
+
+        Raises:
+            CorruptRecordError, InvalidRecordError, UnsupportedCompressionError: bad bytes.
+        """
+        end = len(buf)
+        next_offset = -1
+        with memoryview(buf) as view:
+            while position < end:
+                if records_max is not None and len(self._offsets) >= records_max:
+                    return BatchWalk(position, next_offset, False, False)
+                remaining = end - position
+                if remaining > HEADER_SIZE_UP_TO_MAGIC:
+                    length = int.from_bytes(view[position + 8 : position + 12], "big", signed=True)
+                    partial = length + LOG_OVERHEAD > remaining
+                else:
+                    length, partial = -1, True
+                if partial or (length == 0 and view[position : position + LOG_OVERHEAD]
+                               == _ZERO_LENGTH_PREFIX):
+                    if partial and not partial_tail_ok:
+                        raise CorruptRecordError(
+                            f"{source}: partial record batch at position {position}: "
+                            f"{remaining} bytes remain, fewer than the batch needs"
+                        )
+                    # Zeros where a length belongs: the unwritten (preallocated) tail.
+                    return BatchWalk(position, next_offset, False, True)
+                try:
+                    header = validate_batch(view, position)
+                    if until_offset is not None and header.base_offset >= until_offset:
+                        return BatchWalk(position, next_offset, True, False)
+                    if header.next_offset > from_offset and not header.is_control:
+                        self._append_batch(view, header, from_offset, until_offset)
+                except RecordError as exc:
+                    raise type(exc)(f"{source}: {exc}") from None
+                position = header.end_position
+                next_offset = header.next_offset
+                if until_offset is not None and next_offset >= until_offset:
+                    return BatchWalk(position, next_offset, True, position >= end)
+        return BatchWalk(position, next_offset, False, True)
+
+    def _append_batch(
+        self, view: memoryview, header: object, from_offset: int, until_offset: int | None
+    ) -> None:
+        start = header.position + RECORD_BATCH_OVERHEAD  # type: ignore[attr-defined]
+        stop = header.end_position  # type: ignore[attr-defined]
+        codec = header.compression  # type: ignore[attr-defined]
+        if codec == Compression.NONE:
+            data: bytes | memoryview = view[start:stop]  # the decoder copies keys and values
+        else:
+            data = decompress(codec, view[start:stop], max_bytes=DEFAULT_MAX_DECOMPRESSED_BYTES)
+        timestamp_type = header.timestamp_type  # type: ignore[attr-defined]
+        override = (
+            header.max_timestamp  # type: ignore[attr-defined]
+            if timestamp_type is TimestampType.LOG_APPEND_TIME else None
+        )
+        offsets, timestamps, keys, values, headers = decode_columns(
+            data,
+            header.records_count,  # type: ignore[attr-defined]
+            header.base_offset,  # type: ignore[attr-defined]
+            header.base_timestamp,  # type: ignore[attr-defined]
+            override,
+        )
+        if offsets and (
+            offsets[0] < from_offset or (until_offset is not None and offsets[-1] >= until_offset)
+        ):
+            # Offsets rise within a batch (gaps only after compaction): slice the range.
+            low = bisect_left(offsets, from_offset)
+            high = len(offsets) if until_offset is None else bisect_left(offsets, until_offset)
+            offsets, timestamps = offsets[low:high], timestamps[low:high]
+            keys, values, headers = keys[low:high], values[low:high], headers[low:high]
+        count = len(offsets)
+        if not count:
+            return
+        self._offsets += offsets
+        self._timestamps += timestamps
+        self._keys += keys
+        self._values += values
+        if self._include_headers:
+            self._headers += headers
+        runs = self._timestamp_type_runs
+        if runs and runs[-1][0] == timestamp_type:
+            runs[-1][1] += count
+        else:
+            runs.append([int(timestamp_type), count])
+
+    def to_arrow(self) -> pa.RecordBatch:
+        """The records held as one Arrow batch (schema: :func:`arrow_schema`); then empty.
+
+        Raises CorruptRecordError if a stored timestamp does not fit Spark's microseconds.
+        """
+        count = len(self._offsets)
+        try:
+            timestamps = pc.multiply_checked(pa.array(self._timestamps, pa.int64()), 1000)
+        except pa.ArrowInvalid:
+            worst = max(self._timestamps, key=abs)
+            raise CorruptRecordError(
+                f"{self._topic}-{self._partition}: timestamp {worst} ms is outside the range "
+                "of Spark's timestamps"
+            ) from None
+        runs = self._timestamp_type_runs
+        if len(runs) == 1:
+            timestamp_types = pa.repeat(pa.scalar(runs[0][0], pa.int32()), count)
+        else:
+            expanded: list[int] = []
+            for timestamp_type, run in runs:
+                expanded += [timestamp_type] * run
+            timestamp_types = pa.array(expanded, pa.int32())
+        columns = [
+            pa.array(self._keys, pa.binary()),
+            pa.array(self._values, pa.binary()),
+            pa.repeat(pa.scalar(self._topic, pa.string()), count),
+            pa.repeat(pa.scalar(self._partition, pa.int32()), count),
+            pa.array(self._offsets, pa.int64()),
+            timestamps.view(_TIMESTAMP_TYPE),
+            timestamp_types,
+        ]
+        if self._include_headers:
+            columns.append(pa.array(self._headers, HEADERS_ARROW_TYPE))
+        batch = pa.RecordBatch.from_arrays(columns, schema=arrow_schema(self._include_headers))
+        self._reset()
+        return batch

@@ -1,0 +1,49 @@
+"""The error tree of ``stratalog.spark``: what a Spark query of the connector fails with.
+
+Spark wraps an exception raised in a Python data source (``AnalysisException`` at ``load()``,
+``PythonException`` inside a task), keeping its message; so each message here stands on its own:
+it names the option, the topic-partition and the offsets involved, and what to do about it.
+
+    ConnectorError
+    ├── OptionError       a read or write option is missing, malformed or not allowed here
+    │                     (also a ValueError); ``.option`` is the option's name as documented
+    ├── SchemaError       a DataFrame to write lacks ``value`` or has a column of the wrong
+    │                     type, or a row holds a null topic or header key (also a ValueError)
+    └── DataLossError     offsets the query needs are no longer in the log (retention,
+                          DeleteRecords, a recreated topic); raised only with failOnDataLoss=true
+
+Errors from the server arrive as :mod:`stratalog.client.errors` classes and errors in stored
+bytes as :mod:`stratalog.records.errors` classes; the connector adds context to neither tree.
+"""
+
+from __future__ import annotations
+
+__all__ = ["ConnectorError", "DataLossError", "OptionError", "SchemaError"]
+
+
+class ConnectorError(Exception):
+    """Base of the errors raised by the stratalog Spark connector itself."""
+
+
+class OptionError(ConnectorError, ValueError):
+    """An option of ``spark.read/readStream/write/writeStream.format("stratalog")`` is wrong.
+
+    ``option`` is the option's documented name (``startingOffsets``, not ``startingoffsets``).
+    """
+
+    def __init__(self, option: str, message: str) -> None:
+        super().__init__(f"option '{option}': {message}")
+        self.option = option
+
+
+class SchemaError(ConnectorError, ValueError):
+    """The DataFrame to write does not fit the sink's columns (names the column and row)."""
+
+
+class DataLossError(ConnectorError):
+    """Records the query was asked to read are gone from the log.
+
+    Raised, as Spark's Kafka source does, when ``failOnDataLoss`` is true (the default): a
+    starting offset below the log start offset (retention deleted the segments), or a log that
+    now ends before an offset the query already planned to read.
+    """

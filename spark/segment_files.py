@@ -1,0 +1,300 @@
+"""File mode: reading partitions straight from a log directory, one Spark task per segment.
+
+Intuition: stratalog stores every partition in Kafka's on-disk format, so the records can be
+read from the files without any server, by every executor at once (offline analysis, archived
+copies, a directory too big for one server to stream). The layout read is Kafka's::
+
+    <log dir>/
+        log-start-offset-checkpoint       "0", count, then "topic partition offset" lines
+        <topic>-<partition>/              e.g. events-0
+            00000000000000000000.log      segments, named by their base offset (20 digits)
+            00000000000000004096.log
+            ...
+
+``path`` may be such a log directory or one partition directory. Directories that are not
+partitions (``events-0.<id>-delete`` of a deleted topic, ``-future`` moves, anything else) and
+files that are not live segments (``.log.deleted``, ``.log.swap``, ``.log.cleaned``, indexes)
+are ignored. Segment ``i`` holds offsets ``[base_i, base_(i+1))``, so the planner knows every
+task's range from the file names alone; the indexes are not needed (a task scans batch
+headers up to its start, which costs about a microsecond per batch).
+
+The log start offset is the first segment's base offset, raised by the log directory's
+``log-start-offset-checkpoint`` when it names the partition (records below it were deleted by
+DeleteRecords and are not readable, as on the server; the server writes that file
+periodically, so a very recent DeleteRecords may not be in it yet).
+
+The last segment may be the active one, still being written: a partial batch at its end ends
+the read. A partial batch anywhere else is corruption and fails the task, naming the file.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+import pyarrow as pa
+from pyspark.sql.datasource import InputPartition
+
+from stratalog.client import TopicPartition
+
+from .columns import RecordColumns
+from .errors import DataLossError, OptionError
+from .options import EARLIEST, LATEST, ReadOptions, Subscription
+from .ranges import OffsetRange
+
+__all__ = [
+    "PartitionFiles",
+    "SegmentPartition",
+    "find_partitions",
+    "plan_segments",
+    "read_segment",
+]
+
+logger = logging.getLogger(__name__)
+
+_PARTITION_DIR = re.compile(r"^(?P<topic>[a-zA-Z0-9._-]+)-(?P<partition>[0-9]{1,10})$")
+_SEGMENT_FILE = re.compile(r"^(?P<base>[0-9]{20})\.log$")
+_LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+#: Records per Arrow batch yielded by a segment task.
+ARROW_BATCH_RECORDS = 65_536
+
+
+class PartitionFiles(NamedTuple):
+    """One partition directory: its live segments ``(base_offset, path)`` in offset order, and
+    its log start offset."""
+
+    topic_partition: TopicPartition
+    segments: list[tuple[int, str]]
+    log_start_offset: int
+
+
+def _segments(directory: Path) -> list[tuple[int, str]]:
+    found = []
+    for entry in os.scandir(directory):
+        match = _SEGMENT_FILE.match(entry.name)
+        if match and entry.is_file():
+            found.append((int(match.group("base")), entry.path))
+    return sorted(found)
+
+
+def _read_log_start_checkpoint(log_dir: Path) -> dict[TopicPartition, int]:
+    """The log directory's log start offsets; empty (with a warning) if unreadable."""
+    path = log_dir / _LOG_START_OFFSET_CHECKPOINT
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return {}
+    except (OSError, UnicodeDecodeError) as exc:
+        logger.warning("cannot read %s (%s); log start offsets from segment names only",
+                       path, exc)
+        return {}
+    out: dict[TopicPartition, int] = {}
+    try:
+        if lines[0].strip() != "0":
+            raise ValueError(f"version {lines[0].strip()!r}, expected 0")
+        count = int(lines[1])
+        for line in lines[2 : 2 + count]:
+            topic, partition, offset = line.split()
+            out[TopicPartition(topic, int(partition))] = int(offset)
+    except (IndexError, ValueError) as exc:
+        logger.warning("malformed %s (%s); log start offsets from segment names only", path, exc)
+        return {}
+    return out
+
+
+def find_partitions(
+    path: str, subscription: Subscription | None
+) -> dict[TopicPartition, PartitionFiles]:
+    """The partition directories under ``path`` (a log dir or one partition dir) that the
+    subscription selects (all of them without one), in topic-partition order.
+
+    Raises:
+        OptionError: ``path`` is not a directory or holds no partition; an unknown topic or
+            partition in ``subscribe``/``assign``.
+    """
+    root = Path(path)
+    if not root.is_dir():
+        raise OptionError("path", f"{path!r} is not a directory")
+    match = _PARTITION_DIR.match(root.name)
+    if match and _segments(root):
+        candidates = [(root, match)]
+        checkpoint = _read_log_start_checkpoint(root.parent)
+    else:
+        candidates = [
+            (Path(entry.path), m)
+            for entry in os.scandir(root)
+            if entry.is_dir() and (m := _PARTITION_DIR.match(entry.name))
+        ]
+        checkpoint = _read_log_start_checkpoint(root)
+    if not candidates:
+        raise OptionError(
+            "path", f"{path!r} holds no partition directory (<topic>-<partition>/ with .log "
+            "segment files) and is not one"
+        )
+    found: dict[TopicPartition, PartitionFiles] = {}
+    for directory, m in candidates:
+        tp = TopicPartition(m.group("topic"), int(m.group("partition")))
+        if subscription is not None and not subscription.matches(tp.topic):
+            continue
+        segments = _segments(directory)
+        first = segments[0][0] if segments else 0
+        found[tp] = PartitionFiles(tp, segments, max(first, checkpoint.get(tp, first)))
+    if subscription is not None and subscription.option != "subscribePattern":
+        wanted = (
+            subscription.assignment if subscription.option == "assign"
+            else [TopicPartition(t, -1) for t in subscription.topics]
+        )
+        for tp in wanted:
+            if not any(f.topic == tp.topic for f in found):
+                raise OptionError(
+                    subscription.option, f"topic {tp.topic!r} has no partition directory in "
+                    f"{path!r}"
+                )
+            if tp.partition >= 0 and tp not in found:
+                raise OptionError(
+                    "assign", f"partition {tp.partition} of topic {tp.topic!r} has no "
+                    f"directory in {path!r}"
+                )
+        if subscription.option == "assign":
+            found = {tp: f for tp, f in found.items() if tp in subscription.assignment}
+    return {tp: found[tp] for tp in sorted(found, key=lambda t: (t.topic, t.partition))}
+
+
+class SegmentPartition(InputPartition):
+    """One Spark task of a file-mode read: the records of ``offset_range`` in one segment file.
+
+    ``is_last``: the partition's newest segment (possibly still being written), the only one
+    whose end may be a partial batch. Pickled to the executor; holds only plain values.
+    """
+
+    def __init__(
+        self, offset_range: OffsetRange, path: str, *, is_last: bool, include_headers: bool
+    ) -> None:
+        super().__init__((path, offset_range.from_offset))
+        self.offset_range = offset_range
+        self.path = path
+        self.is_last = is_last
+        self.include_headers = include_headers
+
+    def __repr__(self) -> str:
+        r = self.offset_range
+        return f"SegmentPartition({self.path} [{r.from_offset}, {r.until_offset}))"
+
+
+def _bound(
+    options: ReadOptions, files: PartitionFiles, starting: bool
+) -> int | None:
+    spec = options.starting if starting else options.ending
+    tp = files.topic_partition
+    if spec is None or spec.kind == ("earliest" if starting else "latest"):
+        return files.log_start_offset if starting else None
+    if tp not in spec.offsets:
+        raise OptionError(
+            spec.option, f"must name every partition the query reads: no entry for "
+            f"{tp.topic}-{tp.partition}"
+        )
+    offset = spec.offsets[tp]
+    if offset == EARLIEST:
+        return files.log_start_offset
+    if offset == LATEST:
+        return None
+    return offset
+
+
+def plan_segments(options: ReadOptions) -> list[SegmentPartition]:
+    """The tasks of a file-mode read: one per segment holding offsets the query reads.
+
+    Raises:
+        OptionError: see :func:`find_partitions`; JSON offsets naming other partitions.
+        DataLossError: a starting offset below a partition's log start offset (only with
+            failOnDataLoss; otherwise the start moves up, with a warning).
+    """
+    assert options.path is not None
+    partitions = find_partitions(options.path, options.subscription)
+    for spec in (options.starting, options.ending):
+        if spec is not None and spec.kind == "offsets":
+            extra = [tp for tp in spec.offsets if tp not in partitions]
+            if extra:
+                raise OptionError(
+                    spec.option, "names partitions the query does not read: "
+                    + ", ".join(f"{t}-{p}" for t, p in extra)
+                )
+    tasks: list[SegmentPartition] = []
+    for tp, files in partitions.items():
+        start = _bound(options, files, starting=True)
+        end = _bound(options, files, starting=False)
+        assert start is not None
+        if start < files.log_start_offset:
+            message = (
+                f"offsets from {start} of {tp.topic}-{tp.partition} are below its log start "
+                f"offset {files.log_start_offset} in {options.path!r}"
+            )
+            if options.fail_on_data_loss:
+                raise DataLossError(
+                    message + ". Set the option failOnDataLoss=false to skip them instead."
+                )
+            logger.warning("%s; skipped (failOnDataLoss=false)", message)
+            start = files.log_start_offset
+        if end is not None and start > end:
+            raise OptionError(
+                options.starting.option, f"starting offset {start} of {tp.topic}-"
+                f"{tp.partition} is after its ending offset {end}"
+            )
+        segments = files.segments
+        for i, (base, segment_path) in enumerate(segments):
+            next_base = segments[i + 1][0] if i + 1 < len(segments) else None
+            seg_from = max(start, base)
+            seg_until = next_base if end is None else (
+                end if next_base is None else min(end, next_base)
+            )
+            if seg_until is not None and seg_from >= seg_until:
+                continue
+            tasks.append(
+                SegmentPartition(
+                    OffsetRange(tp.topic, tp.partition, seg_from, seg_until),
+                    segment_path,
+                    is_last=next_base is None,
+                    include_headers=options.include_headers,
+                )
+            )
+    return tasks
+
+
+def read_segment(partition: SegmentPartition) -> Iterator[pa.RecordBatch]:
+    """Yield the records of one segment task, about :data:`ARROW_BATCH_RECORDS` per batch.
+
+    Raises:
+        stratalog.records.RecordError: corrupt bytes (the message names the file and position).
+        OSError: the file cannot be opened or mapped.
+    """
+    r = partition.offset_range
+    columns = RecordColumns(r.topic, r.partition, partition.include_headers)
+    with open(partition.path, "rb") as file:
+        size = os.fstat(file.fileno()).st_size
+        if size == 0:
+            return
+        mapped = mmap.mmap(file.fileno(), size, access=mmap.ACCESS_READ)
+        try:
+            position = 0
+            while True:
+                walk = columns.append_batches(
+                    mapped,
+                    position,
+                    r.from_offset,
+                    r.until_offset,
+                    source=partition.path,
+                    records_max=ARROW_BATCH_RECORDS,
+                    partial_tail_ok=partition.is_last,
+                )
+                if len(columns):
+                    yield columns.to_arrow()
+                if walk.done or walk.end:
+                    break
+                position = walk.position
+        finally:
+            mapped.close()
