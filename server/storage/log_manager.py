@@ -57,7 +57,6 @@ from .errors import (
 from .log_defaults import ServerLogSettings, parse_server_defaults
 from .meta_properties import MetaProperties, read_meta_properties, write_meta_properties
 from .partition_log import PartitionLog
-from .recovery import load_log
 from .topic_catalog import (
     STATE_DELETING,
     TopicCatalog,
@@ -127,7 +126,7 @@ class MaintenanceReport:
     retention_checked: bool = False
     segments_deleted: int = 0
     log_start_offsets_moved: int = 0
-    files_deleted: int = 0
+    files_deleted: int = 0  # segments whose .deleted files were removed
     recovery_point_checkpoints_written: int = 0
     log_start_offset_checkpoints_written: int = 0
     deleted_dirs_removed: int = 0
@@ -200,6 +199,7 @@ class LogManager:
         self._stop_background = threading.Event()
         now_ms = time_ms()
         self._next_retention_ms = now_ms + settings.retention_check_interval_ms
+        self._retention_backlog = False  # a bounded pass left deletable segments behind
         self._next_flush_check_ms = now_ms
         self._next_recovery_point_checkpoint_ms = (
             now_ms + settings.flush_offset_checkpoint_interval_ms
@@ -213,6 +213,8 @@ class LogManager:
         }
         self.recovered_segments = 0
         self._counter_lock = threading.Lock()  # loader threads add to recovered_segments
+        # One thread for the flushes Kafka runs after each roll: fsyncs never hold up appends.
+        self._flusher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="log-flusher")
 
     # ---------------------------------------------------------------- opening
 
@@ -431,30 +433,32 @@ class LogManager:
         recovery_point: int | None,
         log_start_offset: int | None,
     ) -> PartitionLog:
-        """Load one partition log (creating it if needed) with the loader of ``recovery.py``."""
-        try:
-            directory.mkdir(exist_ok=True)
-        except OSError as exc:
-            raise StorageIOError(f"cannot create partition directory {directory}: {exc}") from exc
-        loaded = load_log(
+        """Load one partition log (creating it if needed); see ``recovery.py``."""
+        partition_log = PartitionLog.open(
             directory,
             config,
-            self._time_ms,
+            time_ms=self._time_ms,
+            flush_scheduler=self._schedule_flush,
             had_clean_shutdown=had_clean_shutdown,
-            recovery_point_checkpoint=recovery_point,
-            log_start_offset_checkpoint=log_start_offset,
+            recovery_point=recovery_point,
+            log_start_offset=log_start_offset,
         )
         with self._counter_lock:
-            self.recovered_segments += loaded.recovered_segments
-        return PartitionLog(
-            directory,
-            config,
-            self._time_ms,
-            loaded.segments,
-            log_start_offset=loaded.log_start_offset,
-            recovery_point=loaded.recovery_point,
-            directory_changed=loaded.directory_changed,
-        )
+            self.recovered_segments += partition_log.recovered_segments
+        return partition_log
+
+    def _schedule_flush(self, flush: Callable[[], None]) -> None:
+        """Run a log's post-roll flush ([B-13]) in the flusher thread, off the append path."""
+
+        def run() -> None:
+            try:
+                flush()
+            except Exception:
+                log.exception("flush after a segment roll failed")
+
+        # After shutdown the executor refuses work: close() flushes everything anyway.
+        with contextlib.suppress(RuntimeError):
+            self._flusher.submit(run)
 
     # ---------------------------------------------------------------- topics
 
@@ -784,9 +788,55 @@ class LogManager:
                 return report
             logs = dict(self._logs)
             self._maybe_flush(logs, now, report)
+            self._maybe_delete_old_segments(logs, now, report)
+            self._delete_pending_segments(logs, now, report)
             self._maybe_write_checkpoints(now, report, force=False)
             self._maybe_remove_deleted_dirs(now, report)
         return report
+
+    def _maybe_delete_old_segments(
+        self, logs: dict[TopicPartition, PartitionLog], now_ms: int, report: MaintenanceReport
+    ) -> None:
+        """Retention, every ``log.retention.check.interval.ms``, bounded per pass."""
+        if now_ms < self._next_retention_ms and not self._retention_backlog:
+            return
+        if now_ms >= self._next_retention_ms:
+            self._next_retention_ms = now_ms + self._settings.retention_check_interval_ms
+        report.retention_checked = True
+        budget = self._settings.retention_segments_per_pass_max
+        self._retention_backlog = False
+        for topic_partition, partition_log in sorted(logs.items()):
+            if budget <= 0:
+                report.more_work = self._retention_backlog = True
+                break
+            start_before = partition_log.log_start_offset
+            try:
+                plan = partition_log.delete_old_segments(now_ms, max_segments=budget)
+            except LogClosedError:
+                continue
+            except Exception as exc:
+                log.exception("retention of %s-%d failed", *topic_partition)
+                report.errors.append(f"retention {topic_partition[0]}-{topic_partition[1]}: {exc}")
+                continue
+            budget -= len(plan.segments)
+            report.segments_deleted += len(plan.segments)
+            if partition_log.log_start_offset != start_before:
+                report.log_start_offsets_moved += 1
+            if plan.limited:
+                report.more_work = self._retention_backlog = True
+
+    def _delete_pending_segments(
+        self, logs: dict[TopicPartition, PartitionLog], now_ms: int, report: MaintenanceReport
+    ) -> None:
+        """Delete the ``.deleted`` segments whose ``file.delete.delay.ms`` has passed."""
+        for topic_partition, partition_log in logs.items():
+            if not partition_log.pending_deletes:
+                continue
+            try:
+                report.files_deleted += partition_log.maybe_delete_pending(now_ms)
+            except Exception as exc:
+                log.exception("deleting old segments of %s-%d failed", *topic_partition)
+                report.errors.append(f"delete {topic_partition[0]}-{topic_partition[1]}: {exc}")
 
     def _maybe_flush(
         self, logs: dict[TopicPartition, PartitionLog], now_ms: int, report: MaintenanceReport
@@ -927,6 +977,7 @@ class LogManager:
             if self._closed:
                 return
             self._closed = True
+            self._flusher.shutdown(wait=True)
             first_error: BaseException | None = None
             failed_dirs: set[Path] = set()
             for topic_partition, partition_log in sorted(self._logs.items()):
@@ -966,6 +1017,7 @@ class LogManager:
                 log.warning("closing %s failed", partition_log.directory, exc_info=True)
         self._logs = {}
         self._closed = True
+        self._flusher.shutdown(wait=True)
 
     @property
     def is_closed(self) -> bool:

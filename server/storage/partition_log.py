@@ -17,11 +17,11 @@ stops at the end it saw. Removed segments (truncation, roll over an empty segmen
 ``*.deleted`` at once and closed and deleted ``file.delete.delay.ms`` later, as in Kafka, so a
 reader that still holds one keeps a valid file.
 
-Opening a directory loads it lazily: segments are opened from their ``.log`` files without touching
-any non-active index file; a segment whose ``.index`` is missing is recovered (rebuilt from its
-``.log``, [B-45]). This is the load after a clean close. The crash-recovery loader (unclean
-shutdown, ``.swap``/``.cleaned`` files, checkpoints, producer state) belongs in ``recovery.py``,
-which replaces :func:`_load_segments`; it is not written yet.
+Opening a directory is the job of :mod:`~stratalog.server.storage.recovery` (Kafka's
+``LogLoader``): segments are opened lazily from their ``.log`` files, leftovers of interrupted
+renames are resolved, and the segments a crash may have damaged are recovered (rebuilt from
+their ``.log`` and cut at the first invalid byte). Retention ([B-59]..[B-64]) is decided by
+:mod:`~stratalog.server.storage.retention` and carried out here.
 """
 
 from __future__ import annotations
@@ -41,24 +41,20 @@ from stratalog.records.batch import LOG_OVERHEAD, NO_TIMESTAMP
 
 from .config import LogConfig
 from .errors import (
-    CorruptIndexError,
     LogClosedError,
     OffsetOutOfRangeError,
     StorageError,
     StorageIOError,
 )
 from .files import (
-    CLEANED_FILE_SUFFIX,
     DELETED_FILE_SUFFIX,
-    LOG_FILE_SUFFIX,
-    SWAP_FILE_SUFFIX,
-    is_index_file,
     log_file,
-    offset_from_file_name,
     offset_index_file,
     time_index_file,
     transaction_index_file,
 )
+from .recovery import load_log
+from .retention import RetentionPlan, plan_retention
 from .segment import Segment
 from .segments import Segments
 from .time_index import TimestampOffset
@@ -141,8 +137,11 @@ class PartitionLog:
 
     Crash behaviour: appends reach the page cache; :meth:`flush` (or ``flush.messages``) makes
     them durable and advances the recovery point. After a crash the active segment may end in a
-    torn batch; reopening a directory here recovers only segments whose ``.index`` is missing;
-    full crash recovery is the job of the recovery module (not yet written).
+    torn batch, and segments above the recovery point may hold stale indexes: :meth:`open`
+    recovers them (``recovery.py``): from the recovery point when the caller knows the
+    shutdown was unclean, the active segment when it cannot know. Segments removed by
+    retention or truncation are renamed ``.deleted`` first; a crash before their deletion
+    leaves files the next open deletes.
 
     Concurrency: one writer at a time for :meth:`append`, :meth:`roll`, :meth:`truncate_to`,
     :meth:`truncate_fully_and_start_at` and :meth:`close` (the server serialises them per
@@ -151,6 +150,10 @@ class PartitionLog:
     the writer: reads never see a half-written batch. A reader that overlaps a truncation may
     see the data being truncated away (as in Kafka); it must finish within
     ``file.delete.delay.ms`` of the truncation, after which removed segments are closed.
+    Background work (:meth:`flush`, :meth:`delete_old_segments`, :meth:`maybe_delete_pending`,
+    :meth:`maybe_increment_log_start_offset`) may run in another thread while the writer
+    appends: every mutation of the segment map and offsets takes one internal lock
+    (uncontended in the common case), and fsyncs run outside it.
     """
 
     def __init__(
@@ -195,6 +198,8 @@ class PartitionLog:
         self._log_start_offset = start
         self._recovery_point = end_offset if recovery_point is None else recovery_point
         self._last_flush_ms = time_ms()
+        # Segments the loader rebuilt when this log was opened (set by open; observable).
+        self.recovered_segments = 0
         # The running max of segment timestamps for time lookups (see _first_segment_reaching).
         self._timestamp_lock = threading.Lock()
         self._timestamp_cache_version = -1
@@ -211,6 +216,9 @@ class PartitionLog:
         *,
         time_ms: Callable[[], int] | None = None,
         flush_scheduler: FlushScheduler | None = None,
+        had_clean_shutdown: bool | None = None,
+        recovery_point: int | None = None,
+        log_start_offset: int | None = None,
     ) -> PartitionLog:
         """Open the log in ``directory``, creating the directory and a first segment if needed.
 
@@ -220,13 +228,22 @@ class PartitionLog:
         wall clock. ``flush_scheduler`` (for example ``executor.submit``) runs, off the append
         path, the flush Kafka schedules after every roll ([B-13]): it fsyncs the segments below
         the new one and moves the recovery point there. Without it the recovery point moves
-        only on :meth:`flush`. No index file of a non-active segment is opened.
+        only on :meth:`flush`.
+
+        Loading (:class:`~stratalog.server.storage.recovery.LogLoader`) depends on what the
+        caller knows of the last shutdown: ``had_clean_shutdown=True`` (a LogManager found its
+        directory's clean-shutdown marker) opens segments without reading any index of a
+        non-active segment; False recovers every segment from the one holding
+        ``recovery_point`` (the checkpointed value; 0 when None); None, the default for a log
+        opened on its own, recovers the active segment only. ``log_start_offset`` is the
+        checkpointed log start offset (None: the first segment's base offset). Missing indexes
+        are rebuilt in every case. :attr:`recovered_segments` says how many segments were.
 
         Raises:
             InvalidConfigError: a bad config.
-            StorageIOError: the directory or a file cannot be created or read.
-            NotImplementedError: the directory holds ``.swap``/``.cleaned`` files, which only the
-                crash-recovery loader (not yet written) can resolve.
+            StorageIOError: the directory or a file cannot be created, read or repaired.
+            OffsetOverflowError, InvalidRecordError: a segment Kafka's legacy formats wrote,
+                which stratalog cannot serve (see ``recovery.py``).
         """
         if config is None:
             log_config = LogConfig()
@@ -240,11 +257,29 @@ class PartitionLog:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StorageIOError(f"failed to create log directory {path}: {exc}") from exc
-        segments = _load_segments(path, log_config, clock)
-        partition_log = cls(path, log_config, clock, segments, flush_scheduler=flush_scheduler)
-        log.info(
-            "opened log %s: %d segments, offsets [%d, %d)",
-            path, len(segments), partition_log.log_start_offset, partition_log.log_end_offset,
+        loaded = load_log(
+            path,
+            log_config,
+            clock,
+            had_clean_shutdown=had_clean_shutdown,
+            recovery_point_checkpoint=recovery_point,
+            log_start_offset_checkpoint=log_start_offset,
+        )
+        partition_log = cls(
+            path,
+            log_config,
+            clock,
+            loaded.segments,
+            log_start_offset=loaded.log_start_offset,
+            recovery_point=loaded.recovery_point,
+            directory_changed=loaded.directory_changed,
+            flush_scheduler=flush_scheduler,
+        )
+        partition_log.recovered_segments = loaded.recovered_segments
+        log.debug(
+            "opened log %s: %d segments, offsets [%d, %d), %d segments recovered",
+            path, len(loaded.segments), partition_log.log_start_offset,
+            partition_log.log_end_offset, loaded.recovered_segments,
         )
         return partition_log
 
@@ -668,6 +703,75 @@ class PartitionLog:
         self._recovery_point = new_offset
         self._maybe_delete_pending(self._time_ms())
 
+    # ---------------------------------------------------------------- retention
+
+    def delete_old_segments(
+        self, now_ms: int | None = None, max_segments: int | None = None
+    ) -> RetentionPlan:
+        """Delete the oldest segments retention lets go ([B-59]..[B-64]; see ``retention.py``).
+
+        By the log start offset always, by ``retention.bytes`` and ``retention.ms`` when
+        ``cleanup.policy`` contains ``delete``; at most ``max_segments``. If every segment goes,
+        the log rolls first so that an empty active segment remains ([B-63]). The log start
+        offset moves to the first kept segment's base offset (never down); the deleted segments
+        leave the segment map and are renamed ``.deleted`` now, and deleted
+        ``file.delete.delay.ms`` later. Returns the plan carried out (empty if nothing went).
+
+        Raises:
+            StorageIOError: a rename failed (the segments before it are already deleted).
+            LogClosedError: the log is closed.
+        """
+        with self._lock:
+            self._ensure_open()
+            now = self._time_ms() if now_ms is None else now_ms
+            end_offset = self._end.offset
+            plan = plan_retention(
+                list(self._segments),
+                self._config,
+                log_start_offset=self._log_start_offset,
+                log_end_offset=end_offset,
+                high_watermark=end_offset,
+                now_ms=now,
+                max_segments=max_segments,
+            )
+            if not plan:
+                return plan
+            doomed = list(plan.segments)
+            if doomed[-1] is self.active_segment:
+                self._roll(None)  # [B-63]: an empty active segment remains to append to
+            next_segment = self._segments.higher_segment(doomed[-1].base_offset)
+            assert next_segment is not None, "a segment after the deleted ones always remains"
+            self._log_start_offset = max(self._log_start_offset, next_segment.base_offset)
+            self._recovery_point = max(self._recovery_point, self._log_start_offset)
+            self._segments.remove_many([segment.base_offset for segment in doomed])
+            self._schedule_delete(doomed)
+            log.info(
+                "deleting %d segments of %s (%s): base offsets %d .. %d; log start offset now %d",
+                len(doomed), self._directory,
+                ", ".join(sorted({reason.value for reason in plan.reasons})),
+                doomed[0].base_offset, doomed[-1].base_offset, self._log_start_offset,
+            )
+            self._maybe_delete_pending(now)
+            return plan
+
+    def maybe_delete_pending(self, now_ms: int | None = None) -> int:
+        """Delete the ``.deleted`` segments whose ``file.delete.delay.ms`` has passed.
+
+        Appends and rolls do this too; a background job calls it for logs that see no writes.
+        Returns how many segments were deleted.
+        """
+        with self._lock:
+            if self._closed:
+                return 0
+            before = len(self._pending_deletes)
+            self._maybe_delete_pending(self._time_ms() if now_ms is None else now_ms)
+            return before - len(self._pending_deletes)
+
+    @property
+    def pending_deletes(self) -> int:
+        """Segments renamed ``.deleted`` and waiting for their delay to pass."""
+        return len(self._pending_deletes)
+
     # ---------------------------------------------------------------- deferred deletion
 
     def _schedule_delete(self, segments: list[Segment]) -> None:
@@ -781,61 +885,7 @@ class PartitionLog:
         )
 
 
-# -------------------------------------------------------------------- loading
-
-
-def _load_segments(directory: Path, config: LogConfig, time_ms: Callable[[], int]) -> Segments:
-    """Open the segments of a cleanly closed log directory (the part of Kafka's LogLoader
-    that does not deal with crashes).
-
-    1. ``*.deleted`` files are removed (their deletion was due); ``.swap``/``.cleaned`` files
-       stop the load (NotImplementedError: the crash-recovery loader must resolve them).
-    2. Index files without a ``.log`` are deleted ([B-50]).
-    3. Every ``.log`` is opened as a segment; one without its ``.index`` is recovered, a
-       missing ``.timeindex`` is created empty ([B-45]).
-    4. With no segment, one is created at offset 0. The active (last) segment's indexes are
-       grown to ``segment.index.bytes`` ([B-53]).
-    """
-    log_files: dict[int, Path] = {}
-    index_files: list[Path] = []
-    try:
-        entries = sorted(os.scandir(directory), key=lambda entry: entry.name)
-    except OSError as exc:
-        raise StorageIOError(f"failed to list log directory {directory}: {exc}") from exc
-    for entry in entries:
-        name = entry.name
-        path = Path(entry.path)
-        if name.endswith(DELETED_FILE_SUFFIX):
-            log.info("deleting leftover file %s", path)
-            path.unlink(missing_ok=True)
-        elif name.endswith((SWAP_FILE_SUFFIX, CLEANED_FILE_SUFFIX)):
-            raise NotImplementedError(
-                f"log directory {directory} holds {name}, left by an interrupted compaction or "
-                "segment split; resolving it needs the crash-recovery loader, which is not "
-                "implemented yet"
-            )
-        elif name.endswith(LOG_FILE_SUFFIX):
-            log_files[offset_from_file_name(name)] = path
-        elif is_index_file(name):
-            index_files.append(path)
-    for path in index_files:
-        if offset_from_file_name(path.name) not in log_files:
-            log.warning("deleting orphaned index file %s", path)
-            path.unlink(missing_ok=True)
-    loaded: list[Segment] = []
-    for base_offset in sorted(log_files):
-        time_index_newly_created = not time_index_file(directory, base_offset).exists()
-        segment = Segment.open(directory, base_offset, config, time_ms=time_ms)
-        try:
-            segment.sanity_check(time_index_newly_created)
-        except CorruptIndexError as exc:
-            log.warning("recovering segment %s: %s", segment.log_path, exc)
-            segment.recover()
-        loaded.append(segment)
-    if not loaded:
-        loaded.append(Segment.create(directory, 0, config, time_ms=time_ms))
-    loaded[-1].resize_indexes(config.segment_index_bytes)
-    return Segments(loaded)
+# -------------------------------------------------------------------- helpers
 
 
 def _whole_batches(data: bytes) -> bytes:

@@ -1,4 +1,5 @@
-"""Retention ([B-59]..[B-65]): the plan (which prefix goes, and why) on real segments."""
+"""Retention ([B-59]..[B-65]): the plan (which prefix goes, and why) on real segments, and
+its execution by PartitionLog and LogManager, including the asynchronous ``.deleted`` window."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import pytest
 
 from stratalog.records.builder import build_batch
 from stratalog.server.storage.config import LogConfig
+from stratalog.server.storage.errors import OffsetOutOfRangeError
+from stratalog.server.storage.log_manager import LogManager
 from stratalog.server.storage.partition_log import PartitionLog
 from stratalog.server.storage.retention import RetentionReason, plan_retention
 from stratalog.server.storage.segment import Segment
@@ -184,3 +187,151 @@ def test_plans_are_bounded(log: PartitionLog) -> None:
     assert bases(result.segments) == [0, 1, 2, 3, 4] and not result.limited
     result = plan(log, retention_ms=0, max_segments=0)
     assert result.segments == () and result.limited
+
+
+# -------------------------------------------------------------------- carried out by the log
+
+
+def deleted_files(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if p.name.endswith(".deleted"))
+
+
+def test_delete_old_segments_renames_then_deletes_after_the_delay(tmp_path: Path) -> None:
+    clock = Clock(T0 + 100 * HOUR_MS)
+    config = dataclasses.replace(CONFIG, retention_ms=int(97.5 * HOUR_MS),
+                                 file_delete_delay_ms=1000)
+    partition_log = PartitionLog.open(tmp_path / "t-0", config, time_ms=clock)
+    for i in range(5):
+        partition_log.append(batch(T0 + i * HOUR_MS))
+    directory = partition_log.directory
+    plan = partition_log.delete_old_segments()
+    assert bases(plan.segments) == [0, 1, 2]
+    assert partition_log.segments.base_offsets() == [3, 4]
+    assert partition_log.log_start_offset == 3
+    with pytest.raises(OffsetOutOfRangeError):
+        partition_log.read(2, 1000)
+    assert partition_log.read(3, 1000)
+    # [B-64]: renamed at once, deleted file.delete.delay.ms later.
+    assert deleted_files(directory) == sorted(
+        f"{base:020d}.{kind}.deleted" for base in (0, 1, 2) for kind in ("log", "index", "timeindex")
+    )
+    assert partition_log.pending_deletes == 3
+    clock.now_ms += 999
+    assert partition_log.maybe_delete_pending() == 0
+    clock.now_ms += 1
+    assert partition_log.maybe_delete_pending() == 3
+    assert deleted_files(directory) == []
+    assert not partition_log.delete_old_segments()  # nothing more
+    partition_log.close()
+
+
+def test_deleting_every_segment_rolls_first(tmp_path: Path) -> None:
+    # [B-63]: the active segment goes too, an empty one takes its place at the log end.
+    config = dataclasses.replace(CONFIG, segment_bytes=10 * BATCH_BYTES, retention_ms=0)
+    partition_log = PartitionLog.open(tmp_path / "t-0", config, time_ms=Clock(T0 + HOUR_MS))
+    for i in range(3):
+        partition_log.append(batch(T0 + i))
+    assert partition_log.segments.base_offsets() == [0]
+    plan = partition_log.delete_old_segments()
+    assert bases(plan.segments) == [0]
+    assert partition_log.segments.base_offsets() == [3]
+    assert (partition_log.log_start_offset, partition_log.log_end_offset) == (3, 3)
+    assert partition_log.read(3, 1000) == b""
+    assert partition_log.append(batch(T0 + HOUR_MS)).first_offset == 3
+    partition_log.close()
+
+
+def test_delete_records_then_retention(tmp_path: Path) -> None:
+    # [B-65]: the start moves at once; whole segments below it go at the next retention pass.
+    partition_log = PartitionLog.open(tmp_path / "t-0", CONFIG, time_ms=Clock(T0))
+    for i in range(5):
+        partition_log.append(batch(T0 + i))
+    assert partition_log.maybe_increment_log_start_offset(3)
+    assert partition_log.segments.base_offsets() == [0, 1, 2, 3, 4]
+    plan = partition_log.delete_old_segments()
+    assert plan.reasons == (RetentionReason.LOG_START_OFFSET,) * 3
+    assert partition_log.segments.base_offsets() == [3, 4]
+    assert partition_log.log_start_offset == 3
+    partition_log.close()
+
+
+def test_retention_is_bounded_and_resumes(tmp_path: Path) -> None:
+    config = dataclasses.replace(CONFIG, retention_bytes=0)
+    partition_log = PartitionLog.open(tmp_path / "t-0", config, time_ms=Clock(T0))
+    for i in range(5):
+        partition_log.append(batch(T0 + i))
+    first = partition_log.delete_old_segments(max_segments=2)
+    assert bases(first.segments) == [0, 1] and first.limited
+    assert partition_log.log_start_offset == 2
+    second = partition_log.delete_old_segments(max_segments=2)
+    assert bases(second.segments) == [2, 3] and second.limited
+    third = partition_log.delete_old_segments(max_segments=2)
+    assert bases(third.segments) == [4] and not third.limited
+    assert partition_log.segments.base_offsets() == [5]
+    partition_log.close()
+
+
+def test_a_crash_inside_the_deleted_window_leaves_nothing_behind(tmp_path: Path) -> None:
+    config = dataclasses.replace(CONFIG, retention_ms=0, file_delete_delay_ms=60_000)
+    partition_log = PartitionLog.open(tmp_path / "t-0", config, time_ms=Clock(T0 + HOUR_MS))
+    for i in range(4):
+        partition_log.append(batch(T0 + i))
+    partition_log.delete_old_segments()
+    directory = partition_log.directory
+    assert len(deleted_files(directory)) == 12
+    for segment in partition_log.segments:
+        segment.close_handlers()  # the process dies before the delay passes
+    reopened = PartitionLog.open(directory, config, time_ms=Clock(T0 + HOUR_MS),
+                                 had_clean_shutdown=False, log_start_offset=4)
+    assert deleted_files(directory) == []
+    assert reopened.segments.base_offsets() == [4]
+    assert (reopened.log_start_offset, reopened.log_end_offset) == (4, 4)
+    reopened.close()
+
+
+# -------------------------------------------------------------------- through the LogManager
+
+
+def test_log_manager_runs_retention_on_its_interval_and_bounded(tmp_path: Path) -> None:
+    clock = Clock(T0 + 100 * HOUR_MS)
+    defaults = {
+        "log.retention.check.interval.ms": "1000",
+        "log.retention.segments.per.pass.max": "3",
+        "log.segment.delete.delay.ms": "500",
+        "log.flush.start.offset.checkpoint.interval.ms": "1000",
+    }
+    manager = LogManager.open([tmp_path / "d"], defaults=defaults, time_ms=clock)
+    manager.create_topic("t", 2, {"segment.bytes": str(BATCH_BYTES), "retention.ms": str(HOUR_MS)})
+    for partition in (0, 1):
+        for i in range(3):
+            manager.get_log("t", partition).append(batch(T0 + i))
+    clock.now_ms += 999
+    report = manager.run_maintenance()
+    assert not report.retention_checked and report.segments_deleted == 0
+    clock.now_ms += 1
+    report = manager.run_maintenance()
+    assert report.retention_checked
+    assert (report.segments_deleted, report.more_work) == (3, True)
+    # The backlog is worked off at the next pass, without waiting for the interval.
+    clock.now_ms += 1
+    report = manager.run_maintenance()
+    assert (report.segments_deleted, report.more_work) == (3, False)
+    assert report.log_start_offsets_moved == 1
+    assert report.files_deleted == 0
+    clock.now_ms += 499
+    assert manager.run_maintenance().files_deleted == 3  # the first pass's, 500 ms later
+    clock.now_ms += 1
+    report = manager.run_maintenance()
+    assert report.files_deleted == 3
+    assert report.log_start_offset_checkpoints_written == 0
+    for partition in (0, 1):
+        partition_log = manager.get_log("t", partition)
+        assert (partition_log.log_start_offset, partition_log.log_end_offset) == (3, 3)
+        assert not deleted_files(partition_log.directory)
+    clock.now_ms += 500
+    report = manager.run_maintenance()
+    assert report.log_start_offset_checkpoints_written == 1
+    manager.close()
+    reopened = LogManager.open([tmp_path / "d"], defaults=defaults, time_ms=clock)
+    assert reopened.get_log("t", 0).log_start_offset == 3
+    reopened.close()
