@@ -22,6 +22,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Sequence
 
+from .accel import encode_record  # C when built, else record.encode_record (same bytes)
 from .batch import (
     ATTRIBUTES_OFFSET,
     CONTROL_FLAG_MASK,
@@ -39,7 +40,7 @@ from .batch import (
 )
 from .compression import compress, max_compressed_size
 from .crc import crc32c
-from .record import Header, encode_record
+from .record import Header
 
 __all__ = ["BatchBuilder", "build_batch"]
 

@@ -16,6 +16,12 @@ position and the record. Offsets are absolute (``base_offset + offset_delta``); 
 
 :func:`summarize_records` walks the same structure without building records: the server uses it
 to validate client batches (and additionally requires offset deltas 0..n-1 in order).
+:func:`decode_batch_columns` decodes a batch into five lists (offsets, timestamps, keys, values,
+headers) instead of ``Record`` objects, for consumers that work by column (Arrow, gRPC).
+
+The per-record loops run in C when the extension is built (:mod:`stratalog.records.accel`; same
+results and errors as the pure-Python reference in :mod:`stratalog.records.record`). The C loops
+read an uncompressed records region in place; the pure-Python ones get a copy of it.
 
 Sans-IO: every function takes a buffer (``bytes``, ``bytearray``, ``memoryview``) and positions.
 A batch is decoded all at once (a batch is bounded by the batch size limit), so an error means
@@ -28,6 +34,7 @@ import struct
 from collections.abc import Iterator
 from typing import NamedTuple
 
+from .accel import ACCELERATED, RecordColumns, decode_columns, decode_records, walk_records
 from .batch import (
     HEADER_SIZE_UP_TO_MAGIC,
     LOG_OVERHEAD,
@@ -41,12 +48,13 @@ from .batch import (
 )
 from .compression import decompress
 from .errors import CorruptRecordError, InvalidRecordError
-from .record import Record, decode_records, walk_records
+from .record import Record
 
 __all__ = [
     "DEFAULT_MAX_DECOMPRESSED_BYTES",
     "RecordsSummary",
     "decode_batch",
+    "decode_batch_columns",
     "iter_batches",
     "iter_records",
     "summarize_records",
@@ -100,10 +108,18 @@ def _checked_header(
 
 def _records_region(
     buf: bytes | bytearray | memoryview, header: BatchHeader, max_decompressed_bytes: int
-) -> bytes:
+) -> bytes | memoryview:
+    """The batch's records region, decompressed: a view into ``buf`` or new bytes.
+
+    A view only when uncompressed and the C loops run (they copy keys and values out as bytes;
+    the pure-Python ones would hand out slices of the view): the caller releases it with
+    :func:`_release`, so that a ``bytearray`` buffer is not left locked against resizing.
+    """
     start = header.position + RECORD_BATCH_OVERHEAD
     end = header.end_position
     codec = header.compression
+    if codec == Compression.NONE and ACCELERATED:
+        return memoryview(buf)[start:end]
     with memoryview(buf) as view:
         if codec == Compression.NONE:
             return bytes(view[start:end])
@@ -111,6 +127,11 @@ def _records_region(
             return decompress(codec, view[start:end], max_bytes=max_decompressed_bytes)
         except CorruptRecordError as exc:
             raise CorruptRecordError(f"record batch at position {header.position}: {exc}") from None
+
+
+def _release(data: bytes | memoryview) -> None:
+    if isinstance(data, memoryview):
+        data.release()
 
 
 def _decode(
@@ -130,6 +151,8 @@ def _decode(
         )
     except CorruptRecordError as exc:
         raise CorruptRecordError(f"record batch at position {position}: {exc}") from None
+    finally:
+        _release(data)
     return header, records
 
 
@@ -165,6 +188,41 @@ def decode_batch(
         UnsupportedCompressionError: codec id 5-7.
     """
     return _decode(buf, position, verify_crc, max_decompressed_bytes)
+
+
+def decode_batch_columns(
+    buf: bytes | bytearray | memoryview,
+    position: int = 0,
+    *,
+    verify_crc: bool = True,
+    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+) -> tuple[BatchHeader, RecordColumns]:
+    """Decode the batch at ``position`` into its header and five parallel lists.
+
+    The columns (:class:`~stratalog.records.accel.RecordColumns`: ``offsets``, ``timestamps``,
+    ``keys``, ``values``, ``headers``) hold what :func:`decode_batch`'s records hold, field by
+    field (``columns.offsets[i] == records[i].offset``; keys and values are ``bytes``), without
+    creating a ``Record`` per record: the form Arrow arrays, Spark rows and gRPC messages are
+    built from, and cheaper than :func:`decode_batch` when the C loops run.
+    Same checks and errors as :func:`decode_batch`. O(batch size).
+
+    Raises:
+        CorruptRecordError, InvalidRecordError, UnsupportedCompressionError: as decode_batch.
+    """
+    header = _checked_header(buf, position, verify_crc)
+    data = _records_region(buf, header, max_decompressed_bytes)
+    override = (
+        header.max_timestamp if header.timestamp_type is TimestampType.LOG_APPEND_TIME else None
+    )
+    try:
+        columns = decode_columns(
+            data, header.records_count, header.base_offset, header.base_timestamp, override
+        )
+    except CorruptRecordError as exc:
+        raise CorruptRecordError(f"record batch at position {position}: {exc}") from None
+    finally:
+        _release(data)
+    return header, columns
 
 
 def iter_batches(
@@ -223,10 +281,13 @@ def summarize_records(
     """
     header = _checked_header(buf, position, verify_crc)
     data = _records_region(buf, header, max_decompressed_bytes)
+    records_size_bytes = len(data)
     try:
         walk = walk_records(data, header.records_count)
     except CorruptRecordError as exc:
         raise CorruptRecordError(f"record batch at position {position}: {exc}") from None
+    finally:
+        _release(data)
     if require_contiguous_offsets:
         if not walk.offset_deltas_contiguous:
             raise InvalidRecordError(
@@ -240,7 +301,9 @@ def summarize_records(
             )
     base_offset = header.base_offset
     if walk.count == 0:
-        return RecordsSummary(0, NO_TIMESTAMP, NO_TIMESTAMP, -1, -1, False, True, len(data))
+        return RecordsSummary(
+            0, NO_TIMESTAMP, NO_TIMESTAMP, -1, -1, False, True, records_size_bytes
+        )
     if header.timestamp_type is TimestampType.LOG_APPEND_TIME:
         # Every record reads as the append time; the first record is the first to hold it.
         return RecordsSummary(
@@ -251,7 +314,7 @@ def summarize_records(
             base_offset + walk.last_offset_delta,
             walk.has_null_key,
             walk.offset_deltas_contiguous,
-            len(data),
+            records_size_bytes,
         )
     base_timestamp = header.base_timestamp
     return RecordsSummary(
@@ -262,5 +325,5 @@ def summarize_records(
         base_offset + walk.last_offset_delta,
         walk.has_null_key,
         walk.offset_deltas_contiguous,
-        len(data),
+        records_size_bytes,
     )

@@ -1,0 +1,154 @@
+"""The record codec's per-record loops, compiled when possible: which implementation runs, and columns.
+
+Decoding or encoding a record in pure Python costs about a microsecond (docs/records.md), a
+million records a second at best on one core, so the codec's three per-record loops also exist in
+C (``records/_speedups.c``): :func:`decode_records`, :func:`walk_records` and
+:func:`encode_record` here are the C functions when the extension was built, and the
+pure-Python reference functions of :mod:`stratalog.records.record` otherwise. Both give the same
+results and raise the same errors with the same messages (tests/unit/records/test_accel.py
+compares them on random, truncated and corrupted input), so callers never need to know which one
+runs; :data:`ACCELERATED` says it, for logs and benchmarks.
+
+The reader and the builder (:mod:`~stratalog.records.reader`, :mod:`~stratalog.records.builder`)
+call these, so ``BatchBuilder``, ``decode_batch``, ``iter_records``, ``iter_batches`` and
+``summarize_records`` are accelerated without any change for their callers.
+
+:func:`decode_columns` is the column-oriented decode: five lists (offsets, timestamps, keys,
+values, headers) instead of one ``Record`` per record, for consumers that hand records on by
+column (Arrow, Spark, gRPC responses). It skips the per-record object, which is about half of the
+cost of a decode. :func:`stratalog.records.reader.decode_batch_columns` applies it to a batch.
+
+Falling back: the extension is optional at build time (``optional=True`` in pyproject.toml), so a
+machine without a compiler installs and runs the pure-Python codec. Setting the environment
+variable ``STRATALOG_PURE_PYTHON=1`` before the first import forces the fallback (to compare, or
+to rule the C code out when chasing a bug). An extension that exists but fails to import is a
+``RuntimeWarning``, not a silent fallback.
+
+Sans-IO and thread-safe, as the reference: the C functions hold the GIL and keep no state.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from types import ModuleType
+from typing import NamedTuple
+
+from . import record as _reference
+from .record import Header
+
+__all__ = [
+    "ACCELERATED",
+    "PURE_PYTHON_ENV",
+    "RecordColumns",
+    "decode_columns",
+    "decode_columns_reference",
+    "decode_records",
+    "encode_record",
+    "walk_records",
+]
+
+PURE_PYTHON_ENV = "STRATALOG_PURE_PYTHON"
+
+
+def _load_speedups() -> ModuleType | None:
+    if os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0"):
+        return None
+    try:
+        from . import _speedups
+    except ModuleNotFoundError as exc:
+        if exc.name != f"{__package__}._speedups":
+            raise
+        return None  # not built (no compiler at install time): the pure-Python codec runs
+    except ImportError as exc:
+        warnings.warn(
+            f"stratalog.records._speedups exists but does not import ({exc}); "
+            "using the pure-Python record codec",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return None
+    return _speedups
+
+
+_speedups = _load_speedups()
+
+ACCELERATED: bool = _speedups is not None
+"""True when the C loops run, False when the pure-Python reference does."""
+
+
+class RecordColumns(NamedTuple):
+    """The records of one records region as five parallel lists, in record order.
+
+    ``offsets[i]`` and ``timestamps[i]`` are absolute (as ``Record.offset``/``.timestamp``);
+    ``keys[i]``/``values[i]`` are ``bytes`` or ``None``; ``headers[i]`` is a tuple of
+    ``(str, bytes | None)`` pairs. All five lists have the same length. Plain data.
+    """
+
+    offsets: list[int]
+    timestamps: list[int]
+    keys: list[bytes | None]
+    values: list[bytes | None]
+    headers: list[tuple[Header, ...]]
+
+
+def decode_columns_reference(
+    data: bytes | bytearray | memoryview,
+    count: int,
+    base_offset: int,
+    base_timestamp: int,
+    timestamp_override: int | None = None,
+) -> RecordColumns:
+    """The pure-Python columnar decode: :func:`record.decode_records`, transposed.
+
+    The reference the C :func:`decode_columns` is tested against, and its fallback.
+    """
+    records = _reference.decode_records(
+        bytes(data), count, base_offset, base_timestamp, timestamp_override
+    )
+    return RecordColumns(
+        [r.offset for r in records],
+        [r.timestamp for r in records],
+        [r.key for r in records],
+        [r.value for r in records],
+        [r.headers for r in records],
+    )
+
+
+if _speedups is not None:
+    decode_records = _speedups.decode_records
+    walk_records = _speedups.walk_records
+    encode_record = _speedups.encode_record
+    _decode_columns = _speedups.decode_columns
+else:
+    decode_records = _reference.decode_records
+    walk_records = _reference.walk_records
+    encode_record = _reference.encode_record
+    _decode_columns = None
+
+
+def decode_columns(
+    data: bytes | bytearray | memoryview,
+    count: int,
+    base_offset: int,
+    base_timestamp: int,
+    timestamp_override: int | None = None,
+) -> RecordColumns:
+    """Decode exactly ``count`` records filling all of ``data`` into five lists.
+
+    ``data`` is a records region after decompression (any buffer); ``timestamp_override``
+    replaces every timestamp (LogAppendTime batches). The same checks, errors and messages as
+    :func:`stratalog.records.record.decode_records`; ``keys``/``values`` are always ``bytes``.
+    O(len(data)); never allocates in proportion to ``count``.
+
+    Raises:
+        CorruptRecordError: as ``decode_records``: a record truncated, over-long or with a bad
+            length or count, fewer than ``count`` records, or bytes left after the last one.
+    """
+    if _decode_columns is None:
+        return decode_columns_reference(
+            data, count, base_offset, base_timestamp, timestamp_override
+        )
+    return RecordColumns._make(
+        _decode_columns(data, count, base_offset, base_timestamp, timestamp_override)
+    )
