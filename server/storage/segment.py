@@ -55,7 +55,13 @@ from .errors import (
     OffsetOverflowError,
     StorageIOError,
 )
-from .files import log_file, offset_index_file, time_index_file, transaction_index_file
+from .files import (
+    INDEX_FILE_SUFFIX,
+    LOG_FILE_SUFFIX,
+    TIME_INDEX_FILE_SUFFIX,
+    TXN_INDEX_FILE_SUFFIX,
+    filename_prefix_from_offset,
+)
 from .index import INT32_MAX
 from .offset_index import OffsetIndex
 from .time_index import TimeIndex, TimestampOffset
@@ -147,14 +153,18 @@ class Segment:
         time_ms: Callable[[], int] | None = None,
     ) -> None:
         """Use :meth:`open` or :meth:`create`; this takes an already opened descriptor."""
-        self._directory = Path(directory)
+        directory = directory if isinstance(directory, Path) else Path(directory)
+        self._directory = directory
         self._base_offset = base_offset
         self._config = config
         self._fd: int | None = fd
         self._size = size_bytes
-        self._log_path = log_file(directory, base_offset, file_suffix)
-        self._offset_index_path = offset_index_file(directory, base_offset, file_suffix)
-        self._time_index_path = time_index_file(directory, base_offset, file_suffix)
+        # One 20-digit stem and "/" on the directory Path: building these paths is a large
+        # part of opening a segment, which a log of 10,000 segments does 10,000 times.
+        stem = filename_prefix_from_offset(base_offset)
+        self._log_path = directory / f"{stem}{LOG_FILE_SUFFIX}{file_suffix}"
+        self._offset_index_path = directory / f"{stem}{INDEX_FILE_SUFFIX}{file_suffix}"
+        self._time_index_path = directory / f"{stem}{TIME_INDEX_FILE_SUFFIX}{file_suffix}"
         self._index_interval_bytes = config.index_interval_bytes
         self._max_index_size_bytes = config.segment_index_bytes
         self._roll_jitter_ms = roll_jitter_ms
@@ -170,7 +180,7 @@ class Segment:
         self._offset_index: OffsetIndex | None = None
         self._time_index: TimeIndex | None = None
         self._txn_index = TransactionIndex(
-            transaction_index_file(directory, base_offset, file_suffix), base_offset
+            directory / f"{stem}{TXN_INDEX_FILE_SUFFIX}{file_suffix}", base_offset
         )
 
     # ---------------------------------------------------------------- construction
@@ -197,8 +207,10 @@ class Segment:
         Raises:
             StorageIOError: the file is missing (or present, when creating), or cannot be opened.
         """
-        directory = Path(directory)
-        path = log_file(directory, base_offset, file_suffix)
+        directory = directory if isinstance(directory, Path) else Path(directory)
+        # A plain string for os.open; __init__ builds the Path objects once.
+        path = f"{directory}{os.sep}{filename_prefix_from_offset(base_offset)}{LOG_FILE_SUFFIX}"
+        path += file_suffix
         try:
             if file_already_exists:
                 fd = os.open(path, os.O_RDWR)
