@@ -21,7 +21,7 @@ $(PY):
 # Reinstall when the project's metadata changes; pip is idempotent, the stamp only saves time.
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet --upgrade pip setuptools wheel
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev,spark]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -34,7 +34,7 @@ run: install
 lint: install
 	$(VENV)/bin/ruff check .
 	root=$$(mktemp -d) && mkdir -p $$root/stratalog && cp stratalog_pkg/__init__.py $$root/stratalog/ \
-	  && for p in records server client cli; do ln -s $(CURDIR)/$$p $$root/stratalog/$$p; done \
+	  && for p in records server client cli spark; do ln -s $(CURDIR)/$$p $$root/stratalog/$$p; done \
 	  && ln -s $(CURDIR)/proto/stratalog/v1 $$root/stratalog/v1 \
 	  && PYTHONPATH=$$root $(VENV)/bin/lint-imports; rc=$$?; rm -rf $$root; exit $$rc
 
@@ -55,3 +55,9 @@ bench: install
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache
+
+# Builds the image and tests it against a live container: engine, base image, wheels, image,
+# integration checks, SIGTERM, restart on the same volume (deploy/docker-test.sh, docs/docker.md).
+.PHONY: docker-test
+docker-test: install
+	deploy/docker-test.sh
