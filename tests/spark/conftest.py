@@ -144,6 +144,7 @@ def spark() -> Iterator[object]:
         SparkSession.builder.master("local[2]")
         .appName("stratalog-spark-tests")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.host", "127.0.0.1")
