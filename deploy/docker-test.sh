@@ -1,0 +1,426 @@
+#!/usr/bin/env bash
+# make docker-test: build the image and test it against a live container, on a fresh machine too.
+#
+#  1. a Docker engine: the one DOCKER_HOST (or the default socket) reaches; else one of our own,
+#     started here as root (apt-get install docker.io first if needed): vfs storage, no iptables,
+#     no bridge, data root and socket under $STRATALOG_DOCKER_STATE (/tmp/stratalog-docker).
+#  2. the base image (local/python:3.11-bookworm from debootstrap, deploy/make-base-image.sh),
+#     unless it exists; any other base image is pulled.
+#  3. wheels of the project and its dependencies on the host (dist/wheels), the image built
+#     from them with no network (deploy/Dockerfile); build time and image size are printed.
+#  4. container 1 on the host network (free ports) and a new named volume; wait for health;
+#     checks from inside (non-root, server is PID 1, compiled extensions load, no pip/compiler);
+#     the core integration checks from the host (tests/docker, phase "first").
+#  5. docker stop (SIGTERM): exit code 0 within the stop timeout, clean-shutdown marker in the
+#     volume.
+#  6. container 2 on the same volume: healthy, every record still there (phase "restarted");
+#     stopped the same way, marker checked again.
+#  7. deploy/compose.yaml as shipped (on free host ports): the server healthy, the example
+#     producer and consumer run to completion, compose stop exits 0 (STRATALOG_DOCKER_TEST_COMPOSE=0
+#     skips this; docker compose v2, else docker-compose, installed from Debian if missing).
+#  8. everything it started is removed: containers, the volume, and the engine if it started it
+#     (STRATALOG_DOCKER_KEEP_ENGINE=1 leaves that running; the next run reuses it). The image
+#     (and the base image) stay, so a re-run builds from the cache.
+#
+# Idempotent and re-runnable; every step is bounded in time. Stops only what it started, by the
+# container ids and the engine pid it recorded. Settings (environment):
+#   STRATALOG_BASE_IMAGE   base image (default local/python:3.11-bookworm)
+#   STRATALOG_IMAGE        tag of the image it builds (default stratalog:dev)
+#   STRATALOG_DOCKER_STATE our engine's directory (default /tmp/stratalog-docker)
+#   STRATALOG_DOCKER_KEEP_ENGINE=1  do not stop the engine this run started
+#   VENV                   the project's virtualenv (default .venv; make docker-test creates it)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+base_image=${STRATALOG_BASE_IMAGE:-local/python:3.11-bookworm}
+image=${STRATALOG_IMAGE:-stratalog:dev}
+state=${STRATALOG_DOCKER_STATE:-/tmp/stratalog-docker}
+venv=${VENV:-.venv}
+stop_timeout_s=10 # Docker's default: what a user's `docker stop` gives the server
+health_timeout_s=120
+data_dir=/var/lib/stratalog
+run_id=sdt-$$-$RANDOM
+
+containers=()   # ids/names of containers this run created, removed at exit
+volumes=()      # volumes this run created, removed at exit
+engine_pid=""   # dockerd started by this run, stopped at exit
+compose=()      # the compose command
+compose_project=""  # the compose project this run started, taken down at exit
+workdir=$(mktemp -d /tmp/stratalog-docker-test.XXXXXX)
+declare -A timings=()
+script_started=$(date +%s.%N)
+
+log() { printf '\n== %s\n' "$*"; }
+die() { printf '\nFAILED: %s\n' "$*" >&2; exit 1; }
+now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+
+cleanup() {
+    local rc=$?
+    trap - EXIT INT TERM
+    set +e
+    if [[ -n $compose_project ]]; then
+        log "removing compose project $compose_project"
+        timeout 120 "${compose[@]}" -p "$compose_project" -f deploy/compose.yaml \
+            --profile example down --volumes --timeout 10 >/dev/null 2>&1
+    fi
+    if ((${#containers[@]})); then
+        log "removing containers: ${containers[*]}"
+        for c in "${containers[@]}"; do docker rm --force --volumes "$c" >/dev/null 2>&1; done
+    fi
+    for v in "${volumes[@]}"; do
+        docker volume rm --force "$v" >/dev/null 2>&1 && echo "removed volume $v"
+    done
+    if [[ -n $engine_pid ]]; then
+        if [[ ${STRATALOG_DOCKER_KEEP_ENGINE:-0} == 1 ]]; then
+            echo "left the engine running (pid $engine_pid): export DOCKER_HOST=$DOCKER_HOST"
+        else
+            stop_engine
+        fi
+    fi
+    rm -rf "$workdir"
+    if ((rc == 0)); then echo "docker-test: PASSED"; else echo "docker-test: FAILED ($rc)" >&2; fi
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# ----------------------------------------------------------------------------- 1. the engine
+
+engine_reachable() { timeout 20 docker info >/dev/null 2>&1; }
+
+apt_install() {
+    [[ $(id -u) == 0 ]] || die "$* not installed and not root: install them, or run as root"
+    echo "apt-get install $*"
+    export DEBIAN_FRONTEND=noninteractive
+    if ! timeout 900 apt-get install -y -q --no-install-recommends "$@" >"$workdir/apt.log" 2>&1
+    then
+        timeout 600 apt-get update -q >>"$workdir/apt.log" 2>&1 || true
+        timeout 900 apt-get install -y -q --no-install-recommends "$@" >>"$workdir/apt.log" 2>&1 \
+            || { tail -30 "$workdir/apt.log" >&2; die "apt-get install $* failed"; }
+    fi
+}
+
+start_engine() {
+    command -v dockerd >/dev/null || apt_install docker.io
+    [[ $(id -u) == 0 ]] || die "no Docker engine reachable, and starting one needs root"
+    mkdir -p "$state"
+    echo "starting dockerd (vfs, no bridge, no iptables), data root $state/root"
+    # setsid: its own session, so a Ctrl-C or a timeout's signal to this script's process group
+    # does not reach it; this script stops it at exit (it stops its containerd in turn).
+    setsid dockerd --data-root "$state/root" --exec-root "$state/exec" \
+        --pidfile "$state/dockerd.pid" --storage-driver vfs --iptables=false --ip6tables=false \
+        --bridge=none -H "unix://$state/docker.sock" >"$state/dockerd.log" 2>&1 </dev/null &
+    engine_pid=$!
+    local started; started=$(now)
+    for _ in $(seq 120); do
+        kill -0 "$engine_pid" 2>/dev/null \
+            || { tail -20 "$state/dockerd.log" >&2; engine_pid=""; die "dockerd exited"; }
+        engine_reachable && break
+        sleep 0.5
+    done
+    engine_reachable || { tail -20 "$state/dockerd.log" >&2; die "dockerd did not answer in 60 s"; }
+    timings[engine]=$(since "$started")
+    echo "dockerd $engine_pid answers after ${timings[engine]} s"
+}
+
+stop_engine() {
+    echo "stopping the dockerd this run started (pid $engine_pid)"
+    kill -TERM "$engine_pid" 2>/dev/null || return 0
+    for _ in $(seq 60); do kill -0 "$engine_pid" 2>/dev/null || return 0; sleep 0.5; done
+    echo "dockerd $engine_pid still running after 30 s: SIGKILL" >&2
+    kill -KILL "$engine_pid" 2>/dev/null || true
+}
+
+log "Docker engine"
+if engine_reachable; then
+    echo "using the engine at ${DOCKER_HOST:-the default socket}"
+else
+    export DOCKER_HOST="unix://$state/docker.sock"
+    if engine_reachable; then
+        echo "using the engine an earlier run left at $DOCKER_HOST"
+    else
+        start_engine
+    fi
+fi
+docker version --format 'engine {{.Server.Version}}, client {{.Client.Version}}' 2>/dev/null \
+    || true
+
+# ----------------------------------------------------------------------------- 2. base image
+
+log "base image $base_image"
+if docker image inspect "$base_image" >/dev/null 2>&1; then
+    echo "present"
+elif [[ $base_image == local/* ]]; then
+    command -v debootstrap >/dev/null || apt_install debootstrap
+    started=$(now)
+    timeout 1200 deploy/make-base-image.sh "$base_image"
+    timings[base_image]=$(since "$started")
+else
+    timeout 900 docker pull "$base_image"
+fi
+
+# ----------------------------------------------------------------------------- 3. wheels, image
+
+log "wheels (dist/wheels)"
+[[ -x $venv/bin/python ]] || die "no virtualenv at $venv: run make install (or make docker-test)"
+# Built from a copy of the sources git knows about (tracked or new, not ignored), so that no
+# build/ or egg-info is written into the working tree other people use.
+src=$workdir/src
+mkdir -p "$src"
+if git rev-parse --git-dir >/dev/null 2>&1; then
+    git ls-files -z --cached --others --exclude-standard \
+        | while IFS= read -r -d '' f; do [[ -e $f ]] && printf '%s\0' "$f"; done \
+        | tar --null -T - -c | tar -x -C "$src"
+else
+    tar --exclude=./.venv --exclude=./.git --exclude=./dist --exclude=./build --exclude=./data \
+        -c . | tar -x -C "$src"
+fi
+rm -rf dist/wheels
+mkdir -p dist/wheels
+started=$(now)
+timeout 900 "$venv/bin/python" -m pip wheel --disable-pip-version-check \
+    --wheel-dir dist/wheels "$src" >"$workdir/wheels.log" 2>&1 \
+    || { tail -40 "$workdir/wheels.log" >&2; die "pip wheel failed"; }
+timings[wheels]=$(since "$started")
+for wheel in dist/wheels/*.whl; do echo "  ${wheel##*/}"; done
+echo "wheels built in ${timings[wheels]} s"
+
+log "image $image"
+# BuildKit when the client has it: the legacy builder makes a container per Dockerfile step,
+# which the vfs driver turns into a full copy of the image each time (minutes instead of seconds).
+if docker buildx version >/dev/null 2>&1; then
+    build=(docker build)
+elif [[ -x /usr/bin/docker ]] && [[ $(/usr/bin/docker version --format '{{.Client.Version}}' \
+        2>/dev/null) =~ ^(19|20)\. ]]; then
+    build=(env DOCKER_BUILDKIT=1 /usr/bin/docker build --progress plain)  # docker.io 20.10
+else
+    build=(docker build)
+fi
+old_image=$(docker image inspect -f '{{.Id}}' "$image" 2>/dev/null || true)
+started=$(now)
+timeout 1200 "${build[@]}" --network none -f deploy/Dockerfile \
+    --build-arg BASE_IMAGE="$base_image" -t "$image" . >"$workdir/build.log" 2>&1 \
+    || { tail -40 "$workdir/build.log" >&2; die "docker build failed"; }
+timings[image_build]=$(since "$started")
+new_image=$(docker image inspect -f '{{.Id}}' "$image")
+if [[ -n $old_image && $old_image != "$new_image" ]]; then
+    # The previous build of this tag: no longer named, only taking space.
+    docker image rm "$old_image" >/dev/null 2>&1 || true
+fi
+image_bytes=$(docker image inspect -f '{{.Size}}' "$image")
+base_bytes=$(docker image inspect -f '{{.Size}}' "$base_image")
+echo "built $image (${new_image:7:12}) with '${build[*]}' in ${timings[image_build]} s"
+echo "image size $((image_bytes / 1000000)) MB ($image_bytes bytes;" \
+     "base $((base_bytes / 1000000)) MB + stratalog $(((image_bytes - base_bytes) / 1000000)) MB)"
+
+# ----------------------------------------------------------------------------- helpers
+
+free_ports() {  # two free TCP ports on every interface (the container binds 0.0.0.0)
+    "$venv/bin/python" - <<'EOF'
+import socket
+socks = [socket.socket() for _ in range(2)]
+for s in socks:
+    s.bind(("0.0.0.0", 0))
+print(*(s.getsockname()[1] for s in socks))
+EOF
+}
+
+start_container() {  # $1 = name suffix, $2 = volume, $3 = port, $4 = metrics port
+    local name=$run_id-$1 created started status
+    containers+=("$name")
+    created=$(now)
+    docker run --detach --name "$name" --network host \
+        --volume "$2:$data_dir" \
+        --env STRATALOG_LISTEN="0.0.0.0:$3" --env STRATALOG_METRICS_PORT="$4" \
+        --health-interval 1s --health-start-period 60s \
+        "$image" >/dev/null
+    timings[create_$1]=$(since "$created")  # on vfs mostly the copy of the image's files
+    started=$(now)
+    while :; do
+        status=$(docker inspect -f '{{.State.Status}} {{.State.Health.Status}}' "$name")
+        case $status in
+            "running healthy") break ;;
+            exited* | dead*) docker logs "$name" 2>&1 | tail -30 >&2; die "$name exited: $status" ;;
+        esac
+        awk -v t="$(since "$started")" -v m="$health_timeout_s" 'BEGIN { exit !(t > m) }' \
+            && { docker logs "$name" 2>&1 | tail -30 >&2; die "$name not healthy in time"; }
+        sleep 0.2
+    done
+    timings[healthy_$1]=$(since "$started")
+    echo "$name created in ${timings[create_$1]} s, healthy ${timings[healthy_$1]} s after it" \
+         "started (health checked every 1 s)"
+}
+
+run_phase() {  # $1 = phase, $2 = port, $3 = metrics port
+    STRATALOG_DOCKER_TEST_TARGET="127.0.0.1:$2" \
+    STRATALOG_DOCKER_TEST_METRICS_URL="http://127.0.0.1:$3/metrics" \
+    STRATALOG_DOCKER_TEST_PHASE="$1" \
+        timeout 900 "$venv/bin/pytest" tests/docker -v -p no:cacheprovider
+}
+
+stop_container() {  # $1 = name suffix: SIGTERM, exit code 0 within the stop timeout
+    local name=$run_id-$1 started elapsed code
+    started=$(now)
+    timeout 60 docker stop --time "$stop_timeout_s" "$name" >/dev/null
+    elapsed=$(since "$started")
+    code=$(docker inspect -f '{{.State.ExitCode}}' "$name")
+    echo "docker stop $name: exit code $code after $elapsed s (stop timeout ${stop_timeout_s} s)"
+    echo "  last lines of its log:"
+    docker logs "$name" 2>&1 | tail -4 | sed 's/^/    /'
+    # 143 = died of SIGTERM (no handler), 137 = SIGKILLed at the stop timeout.
+    [[ $code == 0 ]] || die "$name did not shut down cleanly on SIGTERM (exit code $code)"
+}
+
+check_volume() {  # $1 = name suffix of a stopped container: the marker, what the volume holds
+    # docker cp reads a stopped container's volume without creating another container (on vfs
+    # each new container is a full copy of the image: tens of seconds).
+    local copy=$workdir/volume-$1
+    mkdir -p "$copy"
+    timeout 120 docker cp "$run_id-$1:$data_dir/." "$copy"
+    "$venv/bin/python" - "$copy" <<'EOF'
+import os, sys
+root = sys.argv[1]
+for entry in sorted(os.listdir(root)):
+    path = os.path.join(root, entry)
+    if os.path.isdir(path):
+        logs = [os.path.join(path, n) for n in os.listdir(path) if n.endswith(".log")]
+        print(f"  {entry}/: {len(logs)} segment(s), {sum(map(os.path.getsize, logs))} log bytes")
+    else:
+        print(f"  {entry} ({os.path.getsize(path)} bytes)")
+marker = os.path.join(root, ".kafka_cleanshutdown")
+if not os.path.exists(marker):
+    sys.exit("no clean-shutdown marker .kafka_cleanshutdown in the volume")
+with open(marker) as f:
+    print(f"clean-shutdown marker present: {f.read()}")
+EOF
+}
+
+# ----------------------------------------------------------------------------- 4-6. containers
+
+volume=$run_id-data
+docker volume create "$volume" >/dev/null
+volumes+=("$volume")
+read -r port metrics_port < <(free_ports)
+
+log "container 1 on a new volume $volume (gRPC :$port, metrics :$metrics_port)"
+start_container first "$volume" "$port" "$metrics_port"
+pid1=$(docker exec "$run_id-first" cat /proc/1/cmdline | tr '\0' ' ')
+echo "PID 1 in the container: $pid1"
+[[ $pid1 == *"stratalog serve"* ]] || die "the server is not PID 1: $pid1"
+docker exec "$run_id-first" python /opt/stratalog/healthcheck.py
+# And it must fail where no server answers (port 1: nothing listens there).
+if docker exec "$run_id-first" python /opt/stratalog/healthcheck.py 127.0.0.1:1; then
+    die "the health check passes without a server"
+fi
+
+log "inside container 1"
+# shellcheck disable=SC2016  # expanded by the container's shell, not this one
+timeout 120 docker exec "$run_id-first" sh -c '
+    set -e
+    echo "user: $(id)"
+    [ "$(id -u)" != 0 ] || { echo "runs as root" >&2; exit 1; }
+    for tool in pip pip3 gcc cc; do
+        if command -v "$tool" >/dev/null; then echo "$tool is in the image" >&2; exit 1; fi
+    done
+    echo "no pip, no compiler"
+    python - <<EOF
+import importlib, pathlib, stratalog
+root = pathlib.Path(stratalog.__file__).parent
+names = sorted({
+    "stratalog." + ".".join(p.relative_to(root).parent.parts + (p.name.split(".")[0],))
+    for p in root.rglob("*.so")
+})
+for name in names:
+    importlib.import_module(name)
+print(f"compiled extensions of stratalog that load in the image: {names or None}")
+EOF
+'
+
+log "core integration checks against container 1 (tests/docker, phase first)"
+started=$(now)
+run_phase first "$port" "$metrics_port"
+timings[tests_first]=$(since "$started")
+
+log "docker stop (SIGTERM) container 1"
+stop_container first
+check_volume first
+
+log "container 2 on the same volume"
+read -r port metrics_port < <(free_ports)
+start_container restarted "$volume" "$port" "$metrics_port"
+
+log "every record still there (tests/docker, phase restarted)"
+started=$(now)
+run_phase restarted "$port" "$metrics_port"
+timings[tests_restarted]=$(since "$started")
+
+log "docker stop (SIGTERM) container 2"
+stop_container restarted
+check_volume restarted
+
+# ----------------------------------------------------------------------------- 7. compose
+
+compose_up() {  # the compose file as shipped: server healthy, example producer and consumer
+    if docker compose version >/dev/null 2>&1; then
+        compose=(docker compose)
+    else
+        command -v docker-compose >/dev/null || apt_install docker-compose
+        compose=(docker-compose)
+    fi
+    compose_project=${run_id//-/}  # compose v1 drops dashes from project names anyway
+    local run=("${compose[@]}" -p "$compose_project" -f deploy/compose.yaml --profile example)
+    local server started status code consumed
+    read -r STRATALOG_HOST_PORT STRATALOG_HOST_METRICS_PORT < <(free_ports)
+    export STRATALOG_IMAGE=$image STRATALOG_HOST_PORT STRATALOG_HOST_METRICS_PORT
+    echo "${compose[*]}: $("${compose[@]}" version 2>/dev/null | head -1)"
+    started=$(now)
+    timeout 300 "${run[@]}" up --detach --no-build server
+    server=$("${run[@]}" ps -q server)
+    while :; do
+        status=$(docker inspect -f '{{.State.Status}} {{.State.Health.Status}}' "$server")
+        case $status in
+            "running healthy") break ;;
+            exited* | dead*)
+                docker logs "$server" 2>&1 | tail -30 >&2
+                die "compose server exited" ;;
+        esac
+        awk -v t="$(since "$started")" -v m="$health_timeout_s" 'BEGIN { exit !(t > m) }' \
+            && die "compose server not healthy in time"
+        sleep 1
+    done
+    timings[compose_healthy]=$(since "$started")
+    echo "compose server healthy after ${timings[compose_healthy]} s (its health check: every 10 s)"
+    # The published port, from the host.
+    "$venv/bin/python" deploy/healthcheck.py "127.0.0.1:$STRATALOG_HOST_PORT"
+    local out=$workdir/compose.log
+    timeout 300 "${run[@]}" up --no-build --no-color producer consumer >"$out" 2>&1 \
+        || { tail -40 "$out" >&2; die "compose up producer consumer failed"; }
+    grep -E "produced partition 1 |consumed .* offset 0:" "$out" | head -4 \
+        | sed 's/^/  /'
+    for service in producer consumer; do
+        code=$(docker inspect -f '{{.State.ExitCode}}' "$("${run[@]}" ps -a -q "$service")")
+        [[ $code == 0 ]] || { tail -40 "$out" >&2; die "$service exit code $code"; }
+    done
+    consumed=$(grep -c "consumed partition" "$out" || true)
+    [[ $consumed == 20 ]] || { cat "$out" >&2; die "the consumer read $consumed of 20 records"; }
+    echo "producer and consumer exited 0; the consumer read all 20 records"
+    timeout 60 "${run[@]}" stop server >/dev/null 2>&1
+    code=$(docker inspect -f '{{.State.ExitCode}}' "$server")
+    [[ $code == 0 ]] || die "compose stop: server exit code $code"
+    echo "compose stop: server exit code 0"
+}
+
+if [[ ${STRATALOG_DOCKER_TEST_COMPOSE:-1} == 1 ]]; then
+    log "deploy/compose.yaml: server, example producer and consumer"
+    compose_up
+fi
+
+log "summary"
+timings[total]=$(since "$script_started")
+for key in engine base_image wheels image_build create_first healthy_first tests_first \
+        create_restarted healthy_restarted tests_restarted compose_healthy total; do
+    if [[ -n ${timings[$key]:-} ]]; then printf '  %-18s %6s s\n' "$key" "${timings[$key]}"; fi
+done
+echo "  image $image: $((image_bytes / 1000000)) MB ($image_bytes bytes)"
