@@ -40,6 +40,7 @@ stop_timeout_s=10 # Docker's default: what a user's `docker stop` gives the serv
 health_timeout_s=120
 data_dir=/var/lib/stratalog
 run_id=sdt-$$-$RANDOM
+label=org.stratalog.docker-test  # on the containers and volumes of every run
 
 containers=()   # ids/names of containers this run created, removed at exit
 volumes=()      # volumes this run created, removed at exit
@@ -146,6 +147,13 @@ else
 fi
 docker version --format 'engine {{.Server.Version}}, client {{.Client.Version}}' 2>/dev/null \
     || true
+# A run that was SIGKILLed could not clean up; say so, but leave them (not this run's to remove).
+leftovers=$(docker ps -a -q --filter "label=$label"; docker volume ls -q --filter "label=$label")
+if [[ -n $leftovers ]]; then
+    echo "warning: containers/volumes of an earlier run are still there; remove them with:"
+    echo "  docker rm -f -v \$(docker ps -aq --filter label=$label);" \
+         "docker volume rm \$(docker volume ls -q --filter label=$label)"
+fi
 
 # ----------------------------------------------------------------------------- 2. base image
 
@@ -231,7 +239,7 @@ start_container() {  # $1 = name suffix, $2 = volume, $3 = port, $4 = metrics po
     local name=$run_id-$1 created started status
     containers+=("$name")
     created=$(now)
-    docker run --detach --name "$name" --network host \
+    docker run --detach --name "$name" --network host --label "$label=$run_id" \
         --volume "$2:$data_dir" \
         --env STRATALOG_LISTEN="0.0.0.0:$3" --env STRATALOG_METRICS_PORT="$4" \
         --health-interval 1s --health-start-period 60s \
@@ -300,7 +308,7 @@ EOF
 # ----------------------------------------------------------------------------- 4-6. containers
 
 volume=$run_id-data
-docker volume create "$volume" >/dev/null
+docker volume create --label "$label=$run_id" "$volume" >/dev/null
 volumes+=("$volume")
 read -r port metrics_port < <(free_ports)
 
