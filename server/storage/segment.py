@@ -24,6 +24,7 @@ uses a shared file position, so reads need no lock.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import struct
@@ -161,12 +162,14 @@ class Segment:
         self._config = config
         self._fd: int | None = fd
         self._size = size_bytes
-        # One 20-digit stem and "/" on the directory Path: building these paths is a large
-        # part of opening a segment, which a log of 10,000 segments does 10,000 times.
-        stem = filename_prefix_from_offset(base_offset)
-        self._log_path = directory / f"{stem}{LOG_FILE_SUFFIX}{file_suffix}"
-        self._offset_index_path = directory / f"{stem}{INDEX_FILE_SUFFIX}{file_suffix}"
-        self._time_index_path = directory / f"{stem}{TIME_INDEX_FILE_SUFFIX}{file_suffix}"
+        # Only the .log path is built now; the index paths and the transaction index object on
+        # first use: opening a log of 10,000 segments builds 10,000 of each, most never used.
+        self._stem = filename_prefix_from_offset(base_offset)
+        self._file_suffix = file_suffix
+        self._log_path = directory / f"{self._stem}{LOG_FILE_SUFFIX}{file_suffix}"
+        self._offset_index_path: Path | None = None
+        self._time_index_path: Path | None = None
+        self._txn_index_path: Path | None = None
         self._index_interval_bytes = config.index_interval_bytes
         self._max_index_size_bytes = config.segment_index_bytes
         self._roll_jitter_ms = roll_jitter_ms
@@ -181,9 +184,7 @@ class Segment:
         self._index_lock = threading.Lock()
         self._offset_index: OffsetIndex | None = None
         self._time_index: TimeIndex | None = None
-        self._txn_index = TransactionIndex(
-            directory / f"{stem}{TXN_INDEX_FILE_SUFFIX}{file_suffix}", base_offset
-        )
+        self._txn_index: TransactionIndex | None = None
 
     # ---------------------------------------------------------------- construction
 
@@ -287,15 +288,30 @@ class Segment:
 
     @property
     def offset_index_path(self) -> Path:
-        return self._offset_index_path
+        path = self._offset_index_path
+        if path is None:
+            path = self._directory / f"{self._stem}{INDEX_FILE_SUFFIX}{self._file_suffix}"
+            self._offset_index_path = path
+        return path
 
     @property
     def time_index_path(self) -> Path:
-        return self._time_index_path
+        path = self._time_index_path
+        if path is None:
+            path = self._directory / f"{self._stem}{TIME_INDEX_FILE_SUFFIX}{self._file_suffix}"
+            self._time_index_path = path
+        return path
 
     @property
     def txn_index_path(self) -> Path:
-        return self._txn_index.path
+        index = self._txn_index
+        if index is not None:
+            return index.path
+        path = self._txn_index_path
+        if path is None:
+            path = self._directory / f"{self._stem}{TXN_INDEX_FILE_SUFFIX}{self._file_suffix}"
+            self._txn_index_path = path
+        return path
 
     @property
     def roll_jitter_ms(self) -> int:
@@ -314,7 +330,7 @@ class Segment:
                 index = self._offset_index
                 if index is None:
                     index = OffsetIndex(
-                        self._offset_index_path, self._base_offset, self._max_index_size_bytes
+                        self.offset_index_path, self._base_offset, self._max_index_size_bytes
                     )
                     self._offset_index = index
         return index
@@ -328,14 +344,22 @@ class Segment:
                 index = self._time_index
                 if index is None:
                     index = TimeIndex(
-                        self._time_index_path, self._base_offset, self._max_index_size_bytes
+                        self.time_index_path, self._base_offset, self._max_index_size_bytes
                     )
                     self._time_index = index
         return index
 
     @property
     def txn_index(self) -> TransactionIndex:
-        return self._txn_index
+        """The transaction index, opened on first use (its file is created on first append)."""
+        index = self._txn_index
+        if index is None:
+            with self._index_lock:
+                index = self._txn_index
+                if index is None:
+                    index = TransactionIndex(self.txn_index_path, self._base_offset)
+                    self._txn_index = index
+        return index
 
     @property
     def indexes_loaded(self) -> tuple[bool, bool]:
@@ -370,7 +394,7 @@ class Segment:
     def set_last_modified_ms(self, timestamp_ms: int) -> None:
         """Set the modification time of the ``.log`` and index files (tests, retention)."""
         nanoseconds = timestamp_ms * 1_000_000
-        for path in (self._log_path, self._offset_index_path, self._time_index_path):
+        for path in (self._log_path, self.offset_index_path, self.time_index_path):
             if path.exists():
                 os.utime(path, ns=(nanoseconds, nanoseconds))
 
@@ -504,7 +528,7 @@ class Segment:
         had_timestamps = self.max_timestamp_so_far >= 0
         offset_index.truncate_to(offset)
         time_index.truncate_to(offset)
-        self._txn_index.truncate_to(offset)
+        self.txn_index.truncate_to(offset)
         offset_index.resize(offset_index.max_index_size_bytes)
         time_index.resize(time_index.max_index_size_bytes)
         bytes_truncated = 0 if mapping is None else self._truncate_log(mapping.position)
@@ -867,13 +891,13 @@ class Segment:
         Raises:
             CorruptIndexError: the ``.index`` file is missing: the segment must be recovered.
         """
-        if not self._offset_index_path.exists():
+        if not self.offset_index_path.exists():
             raise CorruptIndexError(
-                f"offset index file {self._offset_index_path} does not exist"
+                f"offset index file {self.offset_index_path} does not exist"
             )
         if time_index_file_newly_created:
             self.time_index.resize(0)
-        self._txn_index.sanity_check()
+        self.txn_index.sanity_check()
 
     def recover(self, max_message_bytes: int | None = None) -> int:
         """Rebuild both indexes from the ``.log`` and cut it at the first invalid byte.
@@ -941,7 +965,7 @@ class Segment:
         self._size = file_size
         self._truncate_log(valid_bytes)
         self._max_timestamp_and_offset = max_so_far
-        self._txn_index.truncate_to(self.read_next_offset())
+        self.txn_index.truncate_to(self.read_next_offset())
         offset_index.trim_to_valid_size()
         time_index.maybe_append(max_so_far.timestamp, max_so_far.offset, skip_full_check=True)
         time_index.trim_to_valid_size()
@@ -1068,7 +1092,8 @@ class Segment:
             raise StorageIOError(f"failed to fsync segment {self._log_path}: {exc}") from exc
         self.offset_index.flush()
         self.time_index.flush()
-        self._txn_index.flush()
+        if self._txn_index is not None:  # never opened: nothing was appended to it
+            self._txn_index.flush()
 
     def close(self) -> None:
         """Final time entry, trim and close the indexes, fsync and trim the ``.log`` ([B-68]).
@@ -1086,12 +1111,13 @@ class Segment:
                     )
                 except Exception:  # Kafka swallows it too: closing must go on
                     log.warning("could not append the final time index entry of %s",
-                                self._time_index_path, exc_info=True)
+                                self.time_index_path, exc_info=True)
             if self._offset_index is not None:
                 self._offset_index.close()
             if self._time_index is not None:
                 self._time_index.close()
-            self._txn_index.close()
+            if self._txn_index is not None:
+                self._txn_index.close()
             try:
                 os.fsync(self._fd)
             except OSError as exc:
@@ -1112,7 +1138,8 @@ class Segment:
                     index._close_handler()
                 except Exception:
                     log.warning("could not close %s", index.path, exc_info=True)
-        self._txn_index.close()
+        if self._txn_index is not None:
+            self._txn_index.close()
         fd, self._fd = self._fd, None
         if fd is not None:
             os.close(fd)
@@ -1127,14 +1154,17 @@ class Segment:
         except OSError as exc:
             raise StorageIOError(f"failed to delete segment file {self._log_path}: {exc}") from exc
         for index, path in (
-            (self._offset_index, self._offset_index_path),
-            (self._time_index, self._time_index_path),
+            (self._offset_index, self.offset_index_path),
+            (self._time_index, self.time_index_path),
+            (self._txn_index, self.txn_index_path),
         ):
             if index is not None:
                 index.delete_if_exists()
             else:
-                path.unlink(missing_ok=True)
-        self._txn_index.delete_if_exists()
+                try:
+                    path.unlink(missing_ok=True)
+                except OSError as exc:
+                    raise StorageIOError(f"failed to delete segment file {path}: {exc}") from exc
 
     def change_file_suffixes(self, old_suffix: str, new_suffix: str) -> None:
         """Rename the segment's files from ``<name><old_suffix>`` to ``<name><new_suffix>``.
@@ -1159,19 +1189,22 @@ class Segment:
             ) from exc
         self._log_path = new_log_path
         with self._index_lock:
-            for attr, path_attr in (
-                ("_offset_index", "_offset_index_path"),
-                ("_time_index", "_time_index_path"),
+            for attr, path_property, path_attr in (
+                ("_offset_index", "offset_index_path", "_offset_index_path"),
+                ("_time_index", "time_index_path", "_time_index_path"),
+                ("_txn_index", "txn_index_path", "_txn_index_path"),
             ):
                 index = getattr(self, attr)
-                old_path = getattr(self, path_attr)
+                old_path = getattr(self, path_property)
                 new_path = renamed(old_path)
                 if index is not None:
                     index.rename_to(new_path)
-                elif old_path.exists():
-                    os.replace(old_path, new_path)
+                else:
+                    with contextlib.suppress(FileNotFoundError):  # never created ([B-18])
+                        os.replace(old_path, new_path)
                 setattr(self, path_attr, new_path)
-        self._txn_index.rename_to(renamed(self._txn_index.path))
+            kept = self._file_suffix[: len(self._file_suffix) - len(old_suffix)]
+            self._file_suffix = kept + new_suffix
 
     def _require_fd(self) -> int:
         fd = self._fd
