@@ -34,6 +34,7 @@ LogManager sees one admin operation at a time.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import functools
 import logging
@@ -48,7 +49,7 @@ import grpc.aio
 from stratalog.records.batch import Compression, TimestampType, iter_batch_headers
 from stratalog.records.builder import BatchBuilder
 from stratalog.records.errors import RecordError
-from stratalog.records.reader import decode_batch
+from stratalog.records.reader import decode_batch_columns
 from stratalog.server import status
 from stratalog.server.storage.config import INT64_MAX
 from stratalog.server.storage.errors import (
@@ -712,7 +713,7 @@ def _decode_into(
     add = out.add
     while position < end and (added == 0 or decoded_bytes <= max_decoded_bytes):
         try:
-            header, records = decode_batch(data, position)
+            header, columns = decode_batch_columns(data, position)
         except RecordError as exc:
             # The log holds a batch that passed validation when written: damage on disk.
             raise StorageError(f"stored batch at fetch position {position}: {exc}") from exc
@@ -721,20 +722,23 @@ def _decode_into(
         if header.is_control:
             continue
         timestamp_type = _PROTO_TIMESTAMP_TYPES[header.timestamp_type]
-        for record in records:
-            if record.offset < offset:
-                continue
-            key, value = record.key, record.value
+        offsets, timestamps, keys, values, headers = columns
+        # Only the first batch may start below the offset; offsets increase within a batch.
+        first = bisect.bisect_left(offsets, offset) if offsets and offsets[0] < offset else 0
+        for i in range(first, len(offsets)):
+            key = keys[i]
+            value = values[i]
             decoded_bytes += (len(key) if key else 0) + (len(value) if value else 0)
+            record_headers = headers[i]
             # None leaves an optional field unset: a null key, value or header value.
             add(
-                offset=record.offset,
-                timestamp=record.timestamp,
+                offset=offsets[i],
+                timestamp=timestamps[i],
                 key=key,
                 value=value,
-                headers=[_Header(key=k, value=v) for k, v in record.headers]
-                if record.headers else None,
+                headers=[_Header(key=k, value=v) for k, v in record_headers]
+                if record_headers else None,
                 timestamp_type=timestamp_type,
             )
-            added += 1
+        added += len(offsets) - first
     return next_offset, added, position
