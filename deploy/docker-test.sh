@@ -128,10 +128,18 @@ start_engine() {
 
 stop_engine() {
     echo "stopping the dockerd this run started (pid $engine_pid)"
-    kill -TERM "$engine_pid" 2>/dev/null || return 0
-    for _ in $(seq 60); do kill -0 "$engine_pid" 2>/dev/null || return 0; sleep 0.5; done
-    echo "dockerd $engine_pid still running after 30 s: SIGKILL" >&2
-    kill -KILL "$engine_pid" 2>/dev/null || true
+    if kill -TERM "$engine_pid" 2>/dev/null; then
+        for _ in $(seq 60); do kill -0 "$engine_pid" 2>/dev/null || break; sleep 0.5; done
+        if kill -0 "$engine_pid" 2>/dev/null; then
+            echo "dockerd $engine_pid still running after 30 s: SIGKILL" >&2
+            kill -KILL "$engine_pid" 2>/dev/null || true
+        fi
+    fi
+    # dockerd leaves its bind mount of the host's network namespace (for --network host) behind;
+    # without it, the state directory can be deleted. The next start makes it again.
+    if grep -q " $state/exec/netns/default " /proc/mounts; then
+        umount "$state/exec/netns/default" || true
+    fi
 }
 
 log "Docker engine"
