@@ -2,7 +2,8 @@
 
 The server runs as ``python -m stratalog.server --listen 127.0.0.1:0`` in its own process (the
 approach of tests/integration/conftest.py: the port is read from the line it prints), with
-retention checked every 200 ms so that data-loss tests do not wait. The SparkSession is started
+retention off by default (tests use fixed, old timestamps) and checked every 200 ms for the
+topics that set one, so that data-loss tests do not wait. The SparkSession is started
 once per test session (a JVM takes 6-18 s to start): ``PYSPARK_PYTHON`` is this interpreter, so
 Spark's Python workers import the same stratalog and pyarrow, and ``SPARK_LOCAL_IP`` is the
 loopback address. Tests use topic names of their own (``topic_name``).
@@ -98,6 +99,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         data_dir,
         "--maintenance-interval-ms", "100",
         "--set", "log.retention.check.interval.ms=200",
+        # Tests write records with fixed, old timestamps; only the data-loss test's topic
+        # sets a retention of its own.
+        "--set", "log.retention.ms=-1",
     )
     yield process
     process.process.send_signal(signal.SIGTERM)

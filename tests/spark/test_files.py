@@ -1,0 +1,167 @@
+"""File mode: reading log directories from disk, one task per segment, without a server."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from stratalog.client import ProducerRecord
+from stratalog.records import BatchBuilder, CorruptRecordError, iter_batches
+from stratalog.spark import DataLossError, OptionError, read_schema
+from stratalog.spark.options import parse_read_options
+from stratalog.spark.ranges import OffsetRange
+from stratalog.spark.segment_files import SegmentPartition, plan_segments, read_segment
+
+BASE_TS = 1_700_000_000_000
+
+
+def load(spark, **options: str):
+    builder = spark.read.format("stratalog")
+    for name, value in options.items():
+        builder = builder.option(name, value)
+    return builder.load()
+
+
+def rows_of(df) -> list[tuple]:
+    """Every row as a tuple, in (topic, partition, offset) order (sorted here: an orderBy
+    would cost Spark a shuffle)."""
+    return sorted(
+        (r["topic"], r["partition"], r["offset"], r["key"], r["value"], r["timestamp"],
+         r["timestampType"], [(h["key"], h["value"]) for h in r["headers"]])
+        for r in df.collect()
+    )
+
+
+def test_file_mode_equals_server_mode(spark, client, server, topic_name):
+    topic = topic_name()
+    client.create_topic(topic, partitions=2, configs={"segment.bytes": "2048"})
+    for partition in range(2):
+        for start in range(0, 120, 10):
+            client.produce(topic, partition, [
+                ProducerRecord(f"value-{partition}-{i}".encode() * 5,
+                               key=None if i % 4 == 0 else f"k{i % 3}".encode(),
+                               timestamp_ms=BASE_TS + i,
+                               headers=[("i", str(i).encode())] if i % 2 else [])
+                for i in range(start, start + 10)
+            ], compression="lz4" if start % 20 else "none")
+    segments = sorted(server.data_dir.glob(f"{topic}-*/*.log"))
+    assert len(segments) > 4  # several segments per partition
+    from_server = load(spark, target=server.target, subscribe=topic, includeHeaders="true")
+    from_files = load(spark, path=str(server.data_dir), subscribe=topic, includeHeaders="true")
+    assert from_files.schema == read_schema(True)
+    assert from_files.rdd.getNumPartitions() == len(segments)  # one task per segment
+    expected = rows_of(from_server)
+    assert len(expected) == 240
+    assert rows_of(from_files) == expected
+    # Offsets select the same rows in both modes.
+    bounds = {
+        "startingOffsets": f'{{"{topic}":{{"0":15,"1":-2}}}}',
+        "endingOffsets": f'{{"{topic}":{{"0":101,"1":-1}}}}',
+    }
+    ranged_server = load(spark, target=server.target, subscribe=topic, includeHeaders="true",
+                         **bounds)
+    ranged_files = load(spark, path=str(server.data_dir), subscribe=topic,
+                        includeHeaders="true", **bounds)
+    assert rows_of(ranged_files) == rows_of(ranged_server)
+    assert len(rows_of(ranged_files)) == 86 + 120
+    # One partition directory as the path.
+    single = load(spark, path=str(server.data_dir / f"{topic}-1"))
+    assert sorted(r["offset"] for r in single.select("offset").collect()) == list(range(120))
+
+
+def test_kafka_written_log_directory(spark, kafka_written_dir, tmp_path):
+    log_dir = tmp_path / "kafka-logs"
+    for partition, (name, base) in enumerate(
+        [("metadata-a-00000000000000000000.log", 0), ("metadata-b-00000000000000000001.log", 1)]
+    ):
+        directory = log_dir / f"__cluster_metadata-{partition}"
+        directory.mkdir(parents=True)
+        shutil.copy(kafka_written_dir / name, directory / f"{base:020d}.log")
+    expected = []
+    for partition in range(2):
+        segment = next((log_dir / f"__cluster_metadata-{partition}").glob("*.log"))
+        for header, records in iter_batches(segment.read_bytes()):
+            if not header.is_control:
+                expected += [(partition, r.offset, r.key, r.value, r.timestamp) for r in records]
+    df = load(spark, path=str(log_dir))
+    rows = df.collect()
+    got = sorted((r["partition"], r["offset"], r["key"], r["value"]) for r in rows)
+    assert got == [e[:4] for e in expected]
+    assert [g[1] for g in got] == [0, 1, 2, 3, 1, 2, 3]
+    assert {r["topic"] for r in rows} == {"__cluster_metadata"}
+
+
+def _segment(directory: Path, base_offset: int, count: int, *, batches: int = 1) -> Path:
+    """A segment of ``batches`` batches of ``count`` records each, starting at base_offset."""
+    data = b""
+    offset = base_offset
+    for _ in range(batches):
+        builder = BatchBuilder(base_offset=offset)
+        for i in range(count):
+            builder.append(BASE_TS + offset + i, None, f"r{offset + i}".encode())
+        data += builder.build()
+        offset += count
+    path = directory / f"{base_offset:020d}.log"
+    path.write_bytes(data)
+    return path
+
+
+def test_segment_reads_without_spark(tmp_path):
+    directory = tmp_path / "t-0"
+    directory.mkdir()
+    first = _segment(directory, 0, 5, batches=2)
+    last = _segment(directory, 10, 5)
+    # The log directory's checkpoint raises the log start offset above the first segment.
+    (tmp_path / "log-start-offset-checkpoint").write_text("0\n1\nt 0 3\n")
+    options = parse_read_options({"path": str(tmp_path)}, streaming=False)
+    tasks = plan_segments(options)
+    assert [(t.path, t.offset_range.from_offset, t.offset_range.until_offset, t.is_last)
+            for t in tasks] == [(str(first), 3, 10, False), (str(last), 10, None, True)]
+    offsets = [o for t in tasks for b in read_segment(t) for o in b.column("offset").to_pylist()]
+    assert offsets == [3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]
+    # A torn tail ends the active segment's read; elsewhere it is corruption, named.
+    with last.open("ab") as f:
+        f.write(b"\x00\x00\x00\x00\x00\x00\x00\x0f\x00\x00\x01\x00\x01")
+    assert sum(b.num_rows for b in read_segment(tasks[1])) == 5
+    torn = SegmentPartition(OffsetRange("t", 0, 10, None), str(last), is_last=False,
+                            include_headers=False)
+    with pytest.raises(CorruptRecordError, match=f"{last}: partial record batch"):
+        list(read_segment(torn))
+    # Zeros where the next batch would be (a preallocated tail) end the read too.
+    zeros = _segment(tmp_path, 20, 3)
+    with zeros.open("ab") as f:
+        f.write(bytes(4096))
+    zero_task = SegmentPartition(OffsetRange("t", 0, 20, None), str(zeros), is_last=True,
+                                 include_headers=False)
+    assert sum(b.num_rows for b in read_segment(zero_task)) == 3
+    # A flipped byte fails the CRC check, naming the file and position.
+    data = bytearray(first.read_bytes())
+    data[70] ^= 0xFF
+    first.write_bytes(bytes(data))
+    with pytest.raises(CorruptRecordError, match=f"{first}: record batch at position 0 .*CRC"):
+        list(read_segment(tasks[0]))
+    # Starting below the log start offset is data loss.
+    below = parse_read_options(
+        {"path": str(tmp_path), "startingOffsets": '{"t":{"0":1}}'}, streaming=False
+    )
+    with pytest.raises(DataLossError, match="below its log start offset 3"):
+        plan_segments(below)
+
+
+def test_bad_paths_and_file_mode_options(tmp_path):
+    with pytest.raises(OptionError, match="is not a directory"):
+        plan_segments(parse_read_options({"path": str(tmp_path / "nope")}, streaming=False))
+    with pytest.raises(OptionError, match="holds no partition directory"):
+        plan_segments(parse_read_options({"path": str(tmp_path)}, streaming=False))
+    (tmp_path / "t-0").mkdir()
+    with pytest.raises(OptionError, match="option 'subscribe': topic 'u' has no partition"):
+        plan_segments(parse_read_options({"path": str(tmp_path), "subscribe": "u"},
+                                         streaming=False))
+    with pytest.raises(OptionError, match="option 'startingTimestamp': is not supported in file"):
+        parse_read_options({"path": str(tmp_path), "startingTimestamp": "5"}, streaming=False)
+    with pytest.raises(OptionError, match="option 'path': and 'target' cannot both be set"):
+        parse_read_options({"path": str(tmp_path), "target": "h:1"}, streaming=False)
+    with pytest.raises(OptionError, match="option 'path': file mode reads only in batch"):
+        parse_read_options({"path": str(tmp_path)}, streaming=True)
