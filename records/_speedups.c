@@ -366,6 +366,12 @@ parse_args(const char *function, PyObject *const *args, Py_ssize_t nargs, PyObje
                      total, nargs);
         return -1;
     }
+    if (kwnames == NULL && nargs >= required) { /* the common call: positional only */
+        for (Py_ssize_t i = 0; i < total; i++) {
+            out[i] = i < nargs ? args[i] : NULL;
+        }
+        return 0;
+    }
     for (Py_ssize_t i = 0; i < total; i++) {
         out[i] = i < nargs ? args[i] : NULL;
     }
@@ -825,58 +831,52 @@ typedef struct {
     Blob value;
 } HeaderField;
 
-PyDoc_STRVAR(encode_record_doc,
-"encode_record(out, offset_delta, timestamp_delta, key, value, headers=())\n"
-"--\n\n"
-"Append one encoded record to the bytearray ``out``; return the number of bytes appended.\n\n"
-"Same bytes and errors (ValueError, UnicodeEncodeError; ``out`` untouched then) as\n"
-"stratalog.records.record.encode_record.");
-
-static const char *const encode_names[] = {
-    "out", "offset_delta", "timestamp_delta", "key", "value", "headers",
-};
-
-static PyObject *
-encode_record(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+/* Resize the bytearray out to size_bytes. PyByteArray_Resize over-allocates by only 1/8 when it
+ * grows, so a batch built record by record would be copied about 8 times over in reallocations;
+ * growing to 1.5x first and shrinking back (which only moves the end marker while at least
+ * half of the allocation stays used) makes that about 3 times. */
+static int
+resize_for_append(PyObject *out, Py_ssize_t size_bytes)
 {
-    PyObject *values[6];
-    if (parse_args("encode_record", args, nargs, kwnames, encode_names, 5, 6, values) < 0) {
-        return NULL;
+    if (size_bytes >= ((PyByteArrayObject *)out)->ob_alloc &&
+        size_bytes <= PY_SSIZE_T_MAX / 3 * 2) {
+        if (PyByteArray_Resize(out, size_bytes + size_bytes / 2) < 0) {
+            if (!PyErr_ExceptionMatches(PyExc_MemoryError)) {
+                return -1; /* BufferError: the bytearray is exported */
+            }
+            PyErr_Clear(); /* the exact size may still fit */
+        }
     }
-    PyObject *out = values[0];
-    if (!PyByteArray_Check(out)) {
-        PyErr_Format(PyExc_TypeError, "encode_record() needs a bytearray to append to, not %.100s",
-                     Py_TYPE(out)->tp_name);
-        return NULL;
-    }
-    /* The reference's order of checks: timestamp, offset, key, value, headers. */
-    long long timestamp_delta, offset_delta;
-    if (int_argument(values[2], "varlong", "int64", &timestamp_delta) < 0 ||
-        int_argument(values[1], "varint", "int32", &offset_delta) < 0 ||
-        check_int32(offset_delta) < 0) {
-        return NULL;
-    }
+    return PyByteArray_Resize(out, size_bytes);
+}
+
+/* Append one record to the bytearray out: record.encode_record from its offset delta on (the
+ * deltas already in range). Returns the bytes appended, or -1 with an exception set and out
+ * unchanged. headers may be NULL (none). */
+static Py_ssize_t
+encode_into(PyObject *out, long long offset_delta, long long timestamp_delta, PyObject *key_object,
+            PyObject *value_object, PyObject *headers_object)
+{
     Blob key, value;
     HeaderField *headers = NULL;
     PyObject *header_items = NULL; /* PySequence_Fast of the headers */
-    Py_ssize_t header_count = 0, headers_filled = 0;
-    PyObject *result = NULL;
+    Py_ssize_t header_count = 0, headers_filled = 0, result = -1;
     value.present = 0;
-    if (get_blob(values[3], &key) < 0) {
-        return NULL;
+    /* The reference's order of checks: (timestamp, offset by the caller), key, value, headers. */
+    if (check_int32(offset_delta) < 0 || get_blob(key_object, &key) < 0) {
+        return -1;
     }
-    if (get_blob(values[4], &value) < 0) {
+    if (get_blob(value_object, &value) < 0) {
         goto done;
     }
     Py_ssize_t body_size = 1 + varint_size(timestamp_delta) + varint_size(offset_delta) +
                            blob_size(&key) + blob_size(&value);
-    PyObject *headers_argument = values[5];
-    int has_headers = headers_argument == NULL ? 0 : PyObject_IsTrue(headers_argument);
+    int has_headers = headers_object == NULL ? 0 : PyObject_IsTrue(headers_object);
     if (has_headers < 0) {
         goto done;
     }
     if (has_headers) {
-        header_items = PySequence_Fast(headers_argument, "headers must be a sequence");
+        header_items = PySequence_Fast(headers_object, "headers must be a sequence");
         if (header_items == NULL) {
             goto done;
         }
@@ -936,11 +936,10 @@ encode_record(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nar
         PyErr_NoMemory();
         goto done;
     }
-    if (PyByteArray_Resize(out, old_size + total) < 0) {
+    if (resize_for_append(out, old_size + total) < 0) {
         goto done;
     }
     uint8_t *p = (uint8_t *)PyByteArray_AS_STRING(out) + old_size;
-    uint8_t *record_start = p;
     p = write_varint(p, body_size);
     *p++ = 0; /* attributes */
     p = write_varint(p, timestamp_delta);
@@ -961,9 +960,7 @@ encode_record(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nar
     else {
         *p++ = 0;
     }
-    assert(p - record_start == total);
-    (void)record_start;
-    result = PyLong_FromSsize_t(total);
+    result = total;
 done:
     release_blob(&key);
     release_blob(&value);
@@ -974,6 +971,171 @@ done:
     Py_XDECREF(header_items);
     return result;
 }
+
+PyDoc_STRVAR(encode_record_doc,
+"encode_record(out, offset_delta, timestamp_delta, key, value, headers=())\n"
+"--\n\n"
+"Append one encoded record to the bytearray ``out``; return the number of bytes appended.\n\n"
+"Same bytes and errors (ValueError, UnicodeEncodeError; ``out`` untouched then) as\n"
+"stratalog.records.record.encode_record.");
+
+static const char *const encode_names[] = {
+    "out", "offset_delta", "timestamp_delta", "key", "value", "headers",
+};
+
+static PyObject *
+encode_record(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs,
+              PyObject *kwnames)
+{
+    PyObject *values[6];
+    if (parse_args("encode_record", args, nargs, kwnames, encode_names, 5, 6, values) < 0) {
+        return NULL;
+    }
+    PyObject *out = values[0];
+    if (!PyByteArray_Check(out)) {
+        PyErr_Format(PyExc_TypeError, "encode_record() needs a bytearray to append to, not %.100s",
+                     Py_TYPE(out)->tp_name);
+        return NULL;
+    }
+    long long timestamp_delta, offset_delta;
+    if (int_argument(values[2], "varlong", "int64", &timestamp_delta) < 0 ||
+        int_argument(values[1], "varint", "int32", &offset_delta) < 0) {
+        return NULL;
+    }
+    Py_ssize_t written =
+        encode_into(out, offset_delta, timestamp_delta, values[3], values[4], values[5]);
+    return written < 0 ? NULL : PyLong_FromSsize_t(written);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* RecordsWriter: a records region being built, the state of a BatchBuilder.                    */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *records; /* bytearray; NULL until __init__ */
+    Py_ssize_t count;
+    long long base_timestamp;
+    long long max_timestamp;
+} RecordsWriter;
+
+static int
+writer_init(RecordsWriter *self, PyObject *args, PyObject *kwds)
+{
+    static char *no_arguments[] = {NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, ":RecordsWriter", no_arguments)) {
+        return -1;
+    }
+    PyObject *records = PyByteArray_FromStringAndSize(NULL, 0);
+    if (records == NULL) {
+        return -1;
+    }
+    Py_XSETREF(self->records, records);
+    self->count = 0;
+    self->base_timestamp = 0;
+    self->max_timestamp = 0;
+    return 0;
+}
+
+static void
+writer_dealloc(RecordsWriter *self)
+{
+    Py_XDECREF(self->records);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static const char *const append_names[] = {"timestamp", "key", "value", "headers"};
+
+PyDoc_STRVAR(writer_append_doc,
+"append(timestamp, key, value, headers=())\n"
+"--\n\n"
+"Encode one record at the next offset delta and return that delta (see BatchBuilder.append).");
+
+static PyObject *
+writer_append(RecordsWriter *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *values[4];
+    if (parse_args("append", args, nargs, kwnames, append_names, 3, 4, values) < 0) {
+        return NULL;
+    }
+    if (self->records == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "RecordsWriter.__init__() was not called");
+        return NULL;
+    }
+    int overflow = 0;
+    long long timestamp = PyLong_AsLongLongAndOverflow(values[0], &overflow);
+    if (timestamp == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (overflow != 0) {
+        PyErr_Format(PyExc_ValueError, "timestamp %S is outside int64", values[0]);
+        return NULL;
+    }
+    Py_ssize_t count = self->count;
+    long long base_timestamp = count == 0 ? timestamp : self->base_timestamp;
+    long long timestamp_delta;
+    if (__builtin_sub_overflow(timestamp, base_timestamp, &timestamp_delta)) {
+        /* The reference subtracts Python ints and encode_record refuses the result. */
+        PyObject *base = PyLong_FromLongLong(base_timestamp);
+        PyObject *delta = base == NULL ? NULL : PyNumber_Subtract(values[0], base);
+        if (delta != NULL) {
+            PyErr_Format(PyExc_ValueError, "varlong value %S is outside int64", delta);
+        }
+        Py_XDECREF(base);
+        Py_XDECREF(delta);
+        return NULL;
+    }
+    /* encode_into changes nothing on error, so neither does append. */
+    if (encode_into(self->records, count, timestamp_delta, values[1], values[2], values[3]) < 0) {
+        return NULL;
+    }
+    if (count == 0) {
+        self->base_timestamp = self->max_timestamp = timestamp;
+    }
+    else if (timestamp > self->max_timestamp) {
+        self->max_timestamp = timestamp;
+    }
+    self->count = count + 1;
+    return PyLong_FromSsize_t(count);
+}
+
+static PyMethodDef writer_methods[] = {
+    {"append", (PyCFunction)(void (*)(void))writer_append, METH_FASTCALL | METH_KEYWORDS,
+     writer_append_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef writer_members[] = {
+    {"_records", Py_T_OBJECT_EX, offsetof(RecordsWriter, records), Py_READONLY,
+     "the encoded records region (bytearray)"},
+    {"records_count", T_PYSSIZET, offsetof(RecordsWriter, count), Py_READONLY,
+     "records appended so far"},
+    {"_base_timestamp", T_LONGLONG, offsetof(RecordsWriter, base_timestamp), Py_READONLY,
+     "the first record's timestamp (0 before the first append)"},
+    {"_max_timestamp", T_LONGLONG, offsetof(RecordsWriter, max_timestamp), Py_READONLY,
+     "the largest timestamp appended (0 before the first append)"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+PyDoc_STRVAR(writer_doc,
+"RecordsWriter()\n"
+"--\n\n"
+"The records region of a batch being built: records appended with offset deltas 0, 1, ...\n"
+"and timestamp deltas from the first record's timestamp, plus the count and the first and\n"
+"largest timestamps. The base of BatchBuilder; same behaviour as accel.PyRecordsWriter.\n"
+"Not thread-safe (one producer task owns a builder).");
+
+static PyTypeObject RecordsWriterType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "stratalog.records._speedups.RecordsWriter",
+    .tp_basicsize = sizeof(RecordsWriter),
+    .tp_dealloc = (destructor)writer_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_doc = writer_doc,
+    .tp_methods = writer_methods,
+    .tp_members = writer_members,
+    .tp_init = (initproc)writer_init,
+    .tp_new = PyType_GenericNew,
+};
 
 /* ------------------------------------------------------------------------------------------ */
 /* Module initialisation.                                                                       */
@@ -1057,5 +1219,16 @@ PyInit__speedups(void)
     if (EmptyTuple == NULL) {
         return NULL;
     }
-    return PyModule_Create(&module_def);
+    if (PyType_Ready(&RecordsWriterType) < 0) {
+        return NULL;
+    }
+    PyObject *module = PyModule_Create(&module_def);
+    if (module == NULL) {
+        return NULL;
+    }
+    if (PyModule_AddObjectRef(module, "RecordsWriter", (PyObject *)&RecordsWriterType) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
 }

@@ -9,9 +9,13 @@ results and raise the same errors with the same messages (tests/unit/records/tes
 compares them on random, truncated and corrupted input), so callers never need to know which one
 runs; :data:`ACCELERATED` says it, for logs and benchmarks.
 
-The reader and the builder (:mod:`~stratalog.records.reader`, :mod:`~stratalog.records.builder`)
-call these, so ``BatchBuilder``, ``decode_batch``, ``iter_records``, ``iter_batches`` and
-``summarize_records`` are accelerated without any change for their callers.
+The reader (:mod:`~stratalog.records.reader`) calls these, so ``decode_batch``,
+``iter_records``, ``iter_batches`` and ``summarize_records`` are accelerated without any change
+for their callers. :class:`RecordsWriter` is the state of a batch being built (the records
+region, the count, the first and largest timestamps) with its ``append``: ``BatchBuilder``
+subclasses it, so that ``builder.append`` is the C method itself, with no Python frame per
+record (that frame cost as much as encoding the record in C). :class:`PyRecordsWriter` is its
+pure-Python reference and fallback.
 
 :func:`decode_columns` is the column-oriented decode: five lists (offsets, timestamps, keys,
 values, headers) instead of one ``Record`` per record, for consumers that hand records on by
@@ -31,16 +35,20 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Sequence
 from types import ModuleType
 from typing import NamedTuple
 
 from . import record as _reference
 from .record import Header
+from .record import encode_record as _encode_record_reference
 
 __all__ = [
     "ACCELERATED",
     "PURE_PYTHON_ENV",
+    "PyRecordsWriter",
     "RecordColumns",
+    "RecordsWriter",
     "decode_columns",
     "decode_columns_reference",
     "decode_records",
@@ -49,6 +57,9 @@ __all__ = [
 ]
 
 PURE_PYTHON_ENV = "STRATALOG_PURE_PYTHON"
+
+_INT64_MIN = -(1 << 63)
+_INT64_MAX = (1 << 63) - 1
 
 
 def _load_speedups() -> ModuleType | None:
@@ -115,16 +126,73 @@ def decode_columns_reference(
     )
 
 
+class PyRecordsWriter:
+    """The records region of a batch being built; the pure-Python :class:`RecordsWriter`.
+
+    Holds the encoded records (``_records``, a bytearray), ``records_count`` and the first and
+    largest timestamps appended (``_base_timestamp``, ``_max_timestamp``; 0 before the first
+    append). Invariant: ``_records`` holds ``records_count`` records with offset deltas
+    0 .. records_count - 1 and timestamp deltas from ``_base_timestamp``. Not thread-safe.
+    """
+
+    __slots__ = ("_base_timestamp", "_count", "_max_timestamp", "_records")
+
+    def __init__(self) -> None:
+        self._records = bytearray()
+        self._count = 0
+        self._base_timestamp = 0
+        self._max_timestamp = 0
+
+    @property
+    def records_count(self) -> int:
+        """Records appended so far."""
+        return self._count
+
+    def append(
+        self,
+        timestamp: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[Header] = (),
+    ) -> int:
+        """Encode one record at the next offset delta and return that delta.
+
+        ``timestamp`` is in ms, an int64; the delta from the first record's must fit int64.
+        Raises ``ValueError`` if the batch would exceed 2**31 - 1 records or a value exceeds
+        what the format holds; the writer is unchanged then. O(size of the record).
+        """
+        # Every timestamp is checked, not only the first: one outside int64 could have a delta
+        # that fits and then break the batch header.
+        if not _INT64_MIN <= timestamp <= _INT64_MAX:
+            raise ValueError(f"timestamp {timestamp} is outside int64")
+        count = self._count
+        base_timestamp = timestamp if count == 0 else self._base_timestamp
+        # encode_record appends only once every field encoded, so a ValueError leaves the
+        # writer as it was; the state below changes only after a successful append.
+        _encode_record_reference(
+            self._records, count, timestamp - base_timestamp, key, value, headers
+        )
+        if count == 0:
+            self._base_timestamp = self._max_timestamp = timestamp
+        elif timestamp > self._max_timestamp:
+            self._max_timestamp = timestamp
+        self._count = count + 1
+        return count
+
+
+RecordsWriter: type
 if _speedups is not None:
     decode_records = _speedups.decode_records
     walk_records = _speedups.walk_records
     encode_record = _speedups.encode_record
     _decode_columns = _speedups.decode_columns
+    RecordsWriter = _speedups.RecordsWriter
 else:
     decode_records = _reference.decode_records
     walk_records = _reference.walk_records
     encode_record = _reference.encode_record
     _decode_columns = None
+    RecordsWriter = PyRecordsWriter
 
 
 def decode_columns(

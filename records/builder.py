@@ -22,7 +22,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Sequence
 
-from .accel import encode_record  # C when built, else record.encode_record (same bytes)
+from .accel import RecordsWriter
 from .batch import (
     ATTRIBUTES_OFFSET,
     CONTROL_FLAG_MASK,
@@ -49,32 +49,34 @@ _HEADER_BEFORE_CRC = struct.Struct(">qiib")  # base_offset, length, partition_le
 _HEADER_AFTER_CRC = struct.Struct(">hiqqqhii")  # attributes ... records_count
 _UINT32 = struct.Struct(">I")
 _INT32_MAX = (1 << 31) - 1
-_INT64_MIN = -(1 << 63)
-_INT64_MAX = (1 << 63) - 1
 
 
-class BatchBuilder:
+class BatchBuilder(RecordsWriter):
     """Accumulates records for one batch and builds its bytes.
 
-    Holds the encoded records region (uncompressed) and the running count and timestamps.
+    Holds the encoded records region (uncompressed) and the running count and timestamps: the
+    state of its base :class:`~stratalog.records.accel.RecordsWriter`, which also provides
+    :meth:`append` (in C when the extension is built, so appending costs no Python frame).
     Invariant: the region holds ``records_count`` encoded records with offset deltas
     0 .. records_count - 1. ``build()`` does not consume the builder: appending more and building
     again gives the larger batch. Pure in-memory; not thread-safe (one producer task owns it).
+
+    ``append(timestamp, key, value, headers=()) -> int`` encodes one record at the next offset
+    delta and returns that delta. ``timestamp`` is in ms, an int64 (the delta from the first
+    record's must fit int64). Raises ``ValueError`` if the batch would exceed 2**31 - 1 records
+    or a field exceeds what the format holds, leaving the builder unchanged. O(size of the
+    record).
     """
 
     __slots__ = (
         "_attributes",
         "_base_offset",
         "_base_sequence",
-        "_base_timestamp",
         "_compression",
         "_compression_level",
-        "_count",
-        "_max_timestamp",
         "_partition_leader_epoch",
         "_producer_epoch",
         "_producer_id",
-        "_records",
     )
 
     def __init__(
@@ -91,6 +93,7 @@ class BatchBuilder:
         is_control: bool = False,
         compression_level: int | None = None,
     ) -> None:
+        super().__init__()
         self._compression = Compression(compression)
         self._compression_level = compression_level
         self._attributes = (
@@ -104,15 +107,6 @@ class BatchBuilder:
         self._producer_id = producer_id
         self._producer_epoch = producer_epoch
         self._base_sequence = base_sequence
-        self._records = bytearray()
-        self._count = 0
-        self._base_timestamp = 0
-        self._max_timestamp = 0
-
-    @property
-    def records_count(self) -> int:
-        """Records appended so far."""
-        return self._count
 
     @property
     def estimated_size_bytes(self) -> int:
@@ -128,43 +122,13 @@ class BatchBuilder:
         """Bytes of the encoded records region before compression."""
         return len(self._records)
 
-    def append(
-        self,
-        timestamp: int,
-        key: bytes | None,
-        value: bytes | None,
-        headers: Sequence[Header] = (),
-    ) -> int:
-        """Encode one record at the next offset delta and return that delta.
-
-        ``timestamp`` is in ms (any int64; the delta from the first record must fit int64).
-        Raises ``ValueError`` if the batch would exceed 2**31 - 1 records or a field exceeds
-        what the format holds. O(size of the record).
-        """
-        count = self._count
-        if count == 0:
-            if not _INT64_MIN <= timestamp <= _INT64_MAX:
-                raise ValueError(f"timestamp {timestamp} is outside int64")
-            base_timestamp = timestamp
-        else:
-            base_timestamp = self._base_timestamp
-        # encode_record appends only once every field encoded, so a ValueError leaves the
-        # builder as it was; the state below changes only after a successful append.
-        encode_record(self._records, count, timestamp - base_timestamp, key, value, headers)
-        if count == 0:
-            self._base_timestamp = self._max_timestamp = timestamp
-        elif timestamp > self._max_timestamp:
-            self._max_timestamp = timestamp
-        self._count = count + 1
-        return count
-
     def build(self) -> bytes:
         """The whole batch: header, (compressed) records, CRC. O(size of the records).
 
         Raises:
             ValueError: no records were appended, or the batch would exceed 2 GiB.
         """
-        if self._count == 0:
+        if self.records_count == 0:
             raise ValueError("cannot build an empty record batch: append at least one record")
         if self._compression == Compression.NONE:
             payload: bytes | bytearray = self._records
@@ -186,13 +150,13 @@ class BatchBuilder:
             header,
             ATTRIBUTES_OFFSET,
             self._attributes,
-            self._count - 1,
+            self.records_count - 1,
             self._base_timestamp,
             self._max_timestamp,
             self._producer_id,
             self._producer_epoch,
             self._base_sequence,
-            self._count,
+            self.records_count,
         )
         # The CRC runs over the header tail and then the payload, so the two are never copied
         # into one buffer before the final join.

@@ -434,6 +434,72 @@ def test_encode_rejects_programmer_errors_cleanly():
     assert out == b"ab"
 
 
+TIMESTAMPS = st.one_of(
+    st.integers(1_700_000_000_000, 1_700_000_100_000),
+    st.integers(INT64_MIN, INT64_MAX),
+    st.sampled_from([INT64_MIN, INT64_MAX, INT64_MAX + 1, INT64_MIN - 1, 2**100]),
+)
+APPEND = st.tuples(
+    TIMESTAMPS,
+    SMALL_FIELDS,
+    SMALL_FIELDS,
+    st.one_of(SMALL_HEADERS, st.just((("ok", None), ("\udc80", b"x")))),
+)
+
+
+def _writer_state(writer) -> tuple:
+    return (
+        bytes(writer._records),
+        writer.records_count,
+        writer._base_timestamp,
+        writer._max_timestamp,
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(APPEND, max_size=12))
+def test_records_writer_appends_the_same_as_the_reference(appends):
+    # Errors included (timestamps outside int64, deltas that overflow, bad header keys): the
+    # same outcome for each append, and the same state after it.
+    c_writer, py_writer = c_impl.RecordsWriter(), accel.PyRecordsWriter()
+    for timestamp, key, value, headers in appends:
+        expected = _outcome(py_writer.append, timestamp, key, value, headers)
+        assert _outcome(c_writer.append, timestamp, key, value, headers) == expected
+        assert _writer_state(c_writer) == _writer_state(py_writer)
+
+
+def test_records_writer_is_the_builder_base_and_checks_its_use():
+    assert issubclass(BatchBuilder, accel.RecordsWriter)
+    assert accel.RecordsWriter is (
+        accel.PyRecordsWriter if FORCED_PURE_PYTHON else c_impl.RecordsWriter
+    )
+    writer = c_impl.RecordsWriter()
+    assert writer.append(timestamp=10, key=None, value=b"v") == 0
+    assert writer.append(5, b"k", None, headers=[("h", b"x")]) == 1
+    assert _writer_state(writer)[1:] == (2, 10, 10)
+    with pytest.raises(AttributeError):
+        writer.records_count = 5  # read-only: the builder's invariants depend on it
+    with pytest.raises(TypeError):
+        c_impl.RecordsWriter(1)
+    with pytest.raises(TypeError):
+        writer.append(1.5, None, b"v")
+    uninitialised = c_impl.RecordsWriter.__new__(c_impl.RecordsWriter)
+    with pytest.raises(RuntimeError):
+        uninitialised.append(1, None, b"v")
+
+
+def test_a_later_timestamp_outside_int64_is_refused_before_it_breaks_the_header():
+    # Its delta from the first timestamp fits int64, but the header's max_timestamp could not
+    # hold it: refused at append (before: a struct.error at build), by both writers.
+    builder = BatchBuilder()
+    for writer in (builder, c_impl.RecordsWriter(), accel.PyRecordsWriter()):
+        writer.append(10, None, b"v")
+        with pytest.raises(ValueError, match="timestamp 9223372036854775808 is outside int64"):
+            writer.append(INT64_MAX + 1, None, b"w")
+        assert _writer_state(writer)[1:] == (1, 10, 10)
+    assert decode_batch(builder.build())[1] == [Record(0, 10, None, b"v")]
+
+
 # ------------------------------------------------------------------------------------------------
 # The public functions that run the C loops.
 
@@ -519,6 +585,12 @@ def test_no_references_leak_on_success_or_error():
             c_impl.encode_record(out, 2**31, 0, key, value, header)
         with pytest.raises(UnicodeEncodeError):
             c_impl.encode_record(out, 0, 0, key, value, (*header, ("\ud800", None)))
+        writer = c_impl.RecordsWriter()
+        writer.append(10**15, key, value, header)  # not a cached small int
+        with pytest.raises(ValueError):
+            writer.append(INT64_MIN, key, value, header)  # the delta overflows int64
+        with pytest.raises(ValueError):
+            writer.append(2**64, key, value, header)
 
     for _ in range(20):
         work()
