@@ -9,9 +9,10 @@ partition are constants, so their columns are built by repetition, not per recor
 
 Walking a buffer of batches (``RecordColumns.append_batches``):
 
-* every batch is checked whole, with its CRC-32C (:func:`stratalog.records.validate_batch`),
-  then decompressed (bounded) and decoded;
-* control batches (transaction markers) are skipped, as Kafka's consumer skips them;
+* every batch holding records in range is checked whole, with its CRC-32C
+  (:func:`stratalog.records.validate_batch`), then decompressed (bounded) and decoded;
+* control batches (transaction markers) are skipped, as Kafka's consumer skips them, and so are
+  batches wholly before the range, both on their header alone;
 * records outside ``[from_offset, until_offset)`` are dropped (the first batch of a fetch may
   start before the offset asked for; the last may run past the range's end);
 * a partial batch at the end of the buffer ends the walk when the caller allows it (an active
@@ -40,6 +41,7 @@ from stratalog.records import (
     RecordError,
     TimestampType,
     decompress,
+    parse_header,
     validate_batch,
 )
 from stratalog.records.batch import HEADER_SIZE_UP_TO_MAGIC
@@ -182,11 +184,15 @@ class RecordColumns:
                     # Zeros where a length belongs: the unwritten (preallocated) tail.
                     return BatchWalk(position, next_offset, False, True)
                 try:
-                    header = validate_batch(view, position)
+                    header = parse_header(view, position)
                     if until_offset is not None and header.base_offset >= until_offset:
                         return BatchWalk(position, next_offset, True, False)
+                    # Batches before the range (a task scanning to its start) and control
+                    # batches are stepped over on their header; the others are checked whole.
                     if header.next_offset > from_offset and not header.is_control:
-                        self._append_batch(view, header, from_offset, until_offset)
+                        self._append_batch(
+                            view, validate_batch(view, position), from_offset, until_offset
+                        )
                 except RecordError as exc:
                     raise type(exc)(f"{source}: {exc}") from None
                 position = header.end_position

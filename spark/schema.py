@@ -11,7 +11,7 @@ Every column is nullable, as in Spark's. ``read()`` yields ``pyarrow.RecordBatch
 accepts them only if their Arrow schema is *exactly* the one it derives from the Spark schema:
 ``binary`` (not ``large_binary``), ``string``, ``int32``/``int64``, ``timestamp[us, tz=UTC]``
 (Kafka's milliseconds times 1000), and a list whose item field is named ``element``.
-tests/spark/test_schema.py checks these against pyspark's own conversion.
+tests/spark/test_columns.py checks these against pyspark's own conversion.
 """
 
 from __future__ import annotations

@@ -1,0 +1,135 @@
+"""Option parsing and checking, without Spark: every refusal names its option."""
+
+from __future__ import annotations
+
+import pytest
+
+from stratalog.client import TopicPartition
+from stratalog.spark import OptionError
+from stratalog.spark.options import (
+    DEFAULT_MAX_TRIGGER_DELAY_MS,
+    parse_duration_ms,
+    parse_read_options,
+    parse_write_options,
+)
+
+SERVER = {"target": "127.0.0.1:1", "subscribe": "t"}
+
+
+def batch(**options: str):
+    return parse_read_options({**SERVER, **options}, streaming=False)
+
+
+def stream(**options: str):
+    return parse_read_options({**SERVER, **options}, streaming=True)
+
+
+def test_defaults_as_spark_kafka_source():
+    options = batch()
+    assert options.starting.kind == "earliest" and options.ending.kind == "latest"
+    assert options.fail_on_data_loss and not options.include_headers
+    assert options.starting_strategy == "error"
+    assert options.max_trigger_delay_ms == DEFAULT_MAX_TRIGGER_DELAY_MS
+    streaming = stream()
+    assert streaming.starting.kind == "latest" and streaming.ending is None
+    assert streaming.connection.target == "127.0.0.1:1"
+
+
+def test_keys_are_case_insensitive_and_values_checked():
+    options = parse_read_options(
+        {"TARGET": "h:1", "Subscribe": "a, b ,a", "STARTINGOFFSETS": "Earliest",
+         "failondataloss": "FALSE", "minpartitions": "8"},
+        streaming=False,
+    )
+    assert options.subscription.topics == ("a", "b")
+    assert not options.fail_on_data_loss and options.min_partitions == 8
+
+
+def test_precedence_timestamp_then_by_timestamp_then_offsets():
+    both = batch(startingTimestamp="5", startingOffsetsByTimestamp='{"t":{"0":7}}',
+                 startingOffsets='{"t":{"0":9}}')
+    assert (both.starting.kind, both.starting.timestamp, both.starting.option) == (
+        "timestamp", 5, "startingTimestamp")
+    by_ts = batch(startingOffsetsByTimestamp='{"t":{"0":7}}', startingOffsets="earliest")
+    assert by_ts.starting.timestamps == {TopicPartition("t", 0): 7}
+    ending = batch(endingOffsets='{"t":{"0":-1,"1":12}}')
+    assert ending.ending.offsets == {TopicPartition("t", 0): -1, TopicPartition("t", 1): 12}
+
+
+@pytest.mark.parametrize(
+    ("options", "option", "message"),
+    [
+        ({"assign": '{"t":[0]}'}, "assign", "only one of"),
+        ({"subscribe": "", "subscribePattern": "("}, "subscribePattern", "not a valid regular expression"),
+        ({"startingOffsets": "latest"}, "startingOffsets", "not allowed for batch"),
+        ({"startingOffsets": '{"t":{"0":-1}}'}, "startingOffsets", r"-1 \(latest\) for t-0"),
+        ({"endingOffsets": "earliest"}, "endingOffsets", "'earliest' is not allowed"),
+        ({"endingOffsets": '{"t":{"0":-2}}'}, "endingOffsets", r"-2 \(earliest\) for t-0"),
+        ({"startingOffsets": '{"t":{"0":-3}}'}, "startingOffsets", "must be an integer >= -2"),
+        ({"startingOffsets": '{"t":{"x":1}}'}, "startingOffsets", "not a partition number"),
+        ({"startingOffsets": '{"t":[1]}'}, "startingOffsets", "non-empty object of partitions"),
+        ({"startingOffsets": "{nope"}, "startingOffsets", "is not valid JSON"),
+        ({"startingTimestamp": "-1"}, "startingTimestamp", r"must be in \[0, "),
+        ({"startingTimestamp": "soon"}, "startingTimestamp", "must be an integer"),
+        ({"endingOffsetsByTimestamp": '{"t":{"0":true}}'}, "endingOffsetsByTimestamp",
+         "must be an integer >= 0"),
+        ({"startingOffsetsByTimestampStrategy": "oldest"}, "startingOffsetsByTimestampStrategy",
+         "'error' or 'latest'"),
+        ({"minPartitions": "0"}, "minPartitions", r"must be in \[1, "),
+        ({"maxRecordsPerPartition": "many"}, "maxRecordsPerPartition", "must be an integer"),
+        ({"failOnDataLoss": "yes"}, "failOnDataLoss", "'true' or 'false'"),
+        ({"maxTriggerDelay": "5 fortnights"}, "maxTriggerDelay", "must be a duration"),
+        ({"tls.rootCertificates": "/no/such/ca.pem"}, "tls.rootCertificates", "cannot read"),
+        ({"requestTimeoutMs": "0"}, "requestTimeoutMs", r"must be in \[1, "),
+        ({"kafka.bootstrap.servers": "x"}, "kafka.bootstrap.servers", "unknown option"),
+    ],
+)
+def test_bad_read_options(options, option, message):
+    with pytest.raises(OptionError, match=message) as caught:
+        batch(**options)
+    assert caught.value.option == option
+    assert str(caught.value).startswith(f"option '{option}': ")
+
+
+@pytest.mark.parametrize("name", ["endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp"])
+def test_ending_options_refused_in_streams(name):
+    with pytest.raises(OptionError, match=f"option '{name}': is not allowed in streaming"):
+        stream(**{name: "1" if name.endswith("Timestamp") else '{"t":{"0":1}}'})
+
+
+def test_streams_may_start_latest_and_assign_parses():
+    options = parse_read_options(
+        {"target": "h:1", "assign": '{"a":[1,0,1],"b":[2]}', "startingOffsets": '{"a":{"0":-1}}'},
+        streaming=True,
+    )
+    assert options.subscription.assignment == (
+        TopicPartition("a", 1), TopicPartition("a", 0), TopicPartition("b", 2))
+    assert options.subscription.matches("b") and not options.subscription.matches("c")
+
+
+def test_tls_material_is_read_on_the_driver(tmp_path):
+    ca = tmp_path / "ca.pem"
+    ca.write_bytes(b"-----BEGIN CERTIFICATE-----\n")
+    options = batch(**{"tls.rootCertificates": str(ca)})
+    assert options.connection.tls and options.connection.root_certificates.startswith(b"-----")
+    with pytest.raises(OptionError, match=r"tls\.certificateChain and tls\.privateKey go together"):
+        batch(**{"tls.certificateChain": str(ca)})
+    with pytest.raises(OptionError, match="option 'tls': is false but"):
+        batch(**{"tls": "false", "tls.rootCertificates": str(ca)})
+
+
+def test_durations():
+    assert parse_duration_ms("x", "15m") == 900_000
+    assert parse_duration_ms("x", "30 s") == 30_000
+    assert parse_duration_ms("x", "250") == 250
+    assert parse_duration_ms("x", "2h") == 7_200_000
+
+
+def test_write_options():
+    options = parse_write_options({"target": "h:1", "topic": " out ", "compression": "ZSTD",
+                                   "lingerMs": "0", "checkpointLocation": "/tmp/c"})
+    assert (options.topic, options.compression, options.linger_ms) == ("out", "zstd", 0)
+    with pytest.raises(OptionError, match="option 'subscribe': unknown option"):
+        parse_write_options({"target": "h:1", "subscribe": "t"})
+    with pytest.raises(OptionError, match="option 'target': is required"):
+        parse_write_options({"topic": "t"})
