@@ -27,6 +27,7 @@ import contextlib
 import logging
 import os
 import shutil
+import struct
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -57,6 +58,8 @@ from .errors import (
 from .log_defaults import ServerLogSettings, parse_server_defaults
 from .meta_properties import MetaProperties, read_meta_properties, write_meta_properties
 from .partition_log import PartitionLog
+from .segment import Segment
+from .time_index import TimeIndex
 from .topic_catalog import (
     STATE_DELETING,
     TopicCatalog,
@@ -85,6 +88,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
+
+# A time index entry starts with its timestamp, an int64 (time_index.py has the layout).
+_TIME_INDEX_TIMESTAMP = struct.Struct(">q")
 
 # How often the embedded background thread runs a maintenance pass; each job keeps its own
 # (longer) interval, so this is only the resolution of their schedules.
@@ -644,7 +650,8 @@ class LogManager:
                 continue
             segments = list(partition_log.segments)
             max_timestamp = max(
-                (segment.max_timestamp_so_far for segment in segments), default=-1
+                (_segment_max_timestamp(segment, segment is segments[-1]) for segment in segments),
+                default=-1,
             )
             partitions.append(
                 PartitionDescription(
@@ -1059,6 +1066,35 @@ def _read_checkpoint_or_empty(checkpoint: OffsetCheckpointFile) -> dict[TopicPar
         log.warning("ignoring corrupt checkpoint (every log of the directory is recovered "
                     "from its start): %s", exc)
         return {}
+
+
+def _segment_max_timestamp(segment: Segment, is_active: bool) -> int:
+    """A segment's largest record timestamp (-1 if none), without opening its time index.
+
+    An inactive segment's ``.timeindex`` was trimmed when it was rolled (or rebuilt at load),
+    and its last entry holds the segment's largest timestamp; reading those 12 bytes keeps a
+    describe of a log with 10,000 segments from mapping (and keeping open) 10,000 indexes.
+    The active segment, or a file that does not look trimmed, goes through the index itself.
+    """
+    if is_active or segment.indexes_loaded[1]:
+        return segment.max_timestamp_so_far
+    entry_size = TimeIndex.ENTRY_SIZE
+    try:
+        fd = os.open(segment.time_index_path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return segment.max_timestamp_so_far
+    try:
+        size = os.fstat(fd).st_size
+        if size == 0:
+            return -1
+        if size % entry_size:
+            return segment.max_timestamp_so_far
+        (timestamp,) = _TIME_INDEX_TIMESTAMP.unpack(os.pread(fd, 8, size - entry_size))
+        return max(timestamp, -1)
+    except OSError:
+        return segment.max_timestamp_so_far
+    finally:
+        os.close(fd)
 
 
 def _log_start_offsets(

@@ -653,3 +653,22 @@ def test_bad_server_defaults_are_refused(
     with pytest.raises(InvalidConfigError, match=match):
         LogManager.open(dirs, defaults=defaults, time_ms=clock)
     open_manager(dirs, clock).close()  # nothing left locked
+
+
+def test_describe_reads_max_timestamps_without_opening_indexes(
+    dirs: list[Path], clock: Clock
+) -> None:
+    manager = open_manager(dirs, clock)
+    manager.create_topic("t", 1, {"segment.bytes": str(len(batch(b"x")))})
+    partition_log = manager.get_log("t", 0)
+    for timestamp in (T0 + 5, T0 + 50, T0 + 7):  # one batch per segment; the largest in the middle
+        partition_log.append(batch(b"x", timestamp=timestamp))
+    manager.close()
+    manager = open_manager(dirs, clock)
+    try:
+        description = manager.describe_topic("t").partitions[0]
+        assert (description.segment_count, description.max_timestamp) == (3, T0 + 50)
+        segments = list(manager.get_log("t", 0).segments)
+        assert [s.indexes_loaded for s in segments[:-1]] == [(False, False)] * 2
+    finally:
+        manager.close()
