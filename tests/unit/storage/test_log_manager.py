@@ -32,7 +32,12 @@ from stratalog.server.storage.errors import (
 from stratalog.server.storage.log_defaults import parse_server_defaults
 from stratalog.server.storage.log_manager import LogManager
 from stratalog.server.storage.meta_properties import read_meta_properties
-from stratalog.server.storage.topic_catalog import CATALOG_FILE
+from stratalog.server.storage.topic_catalog import (
+    CATALOG_FILE,
+    TopicCatalog,
+    TopicEntry,
+    parse_catalog,
+)
 
 T0 = 1_700_000_000_000
 
@@ -672,3 +677,39 @@ def test_describe_reads_max_timestamps_without_opening_indexes(
         assert [s.indexes_loaded for s in segments[:-1]] == [(False, False)] * 2
     finally:
         manager.close()
+
+
+# -------------------------------------------------------------------- the catalogue file
+
+
+@pytest.mark.parametrize(
+    ("document", "match"),
+    [
+        (b"\xff", "UTF-8"),
+        (b"[]", "not a JSON object"),
+        (b'{"version":0,"generation":-1,"topics":[]}', "generation"),
+        (b'{"version":0,"generation":true,"topics":[]}', "generation"),
+        (b'{"version":0,"generation":1,"topics":{}}', "not a list"),
+        (b'{"version":0,"generation":1,"topics":[{"name":"../x","partitions":1}]}', "name"),
+        (b'{"version":0,"generation":1,"topics":[{"name":"a","partitions":0}]}', "partition"),
+        (b'{"version":0,"generation":1,"topics":[{"name":"a","partitions":1,"configs":{"k":1}}]}',
+         "strings"),
+        (b'{"version":0,"generation":1,"topics":[{"name":"a","partitions":1,"state":"x"}]}',
+         "state"),
+        (b'{"version":0,"generation":1,"topics":[{"name":"a","partitions":1},'
+         b'{"name":"a","partitions":2}]}', "twice"),
+    ],
+)
+def test_the_catalogue_is_parsed_strictly(document: bytes, match: str, tmp_path: Path) -> None:
+    with pytest.raises(CorruptCheckpointError, match=match) as caught:
+        parse_catalog(document, tmp_path / CATALOG_FILE)
+    assert caught.value.path == str(tmp_path / CATALOG_FILE)
+
+
+def test_the_catalogue_round_trips() -> None:
+    catalog = TopicCatalog().with_topic(TopicEntry("b", 2, {"retention.ms": "5"}))
+    catalog = catalog.with_topic(TopicEntry("a", 1, {}, "deleting")).without_topic("zz")
+    assert catalog.generation == 3
+    data = catalog.to_bytes()
+    assert parse_catalog(data, Path("x")) == catalog
+    assert data.startswith(b'{"version":0,"generation":3,"topics":[{"name":"a"')
