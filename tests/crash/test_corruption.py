@@ -12,7 +12,7 @@ random, in the ways a crash or a bad disk does:
 
 After the open the log must hold exactly the batches before the first damaged byte, serve every
 one of their records by offset and by timestamp, have nothing after them, and take appends at
-the right offset. ``STRATALOG_CORRUPTION_CASES`` sets the number of cases (default 40).
+the right offset. ``STRATALOG_CORRUPTION_CASES`` sets the number of cases (default 30).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from stratalog.server.storage.files import log_file, offset_index_file, time_ind
 from stratalog.server.storage.log_manager import LogManager
 from stratalog.server.storage.time_index import TimestampOffset
 
-CASES = int(os.environ.get("STRATALOG_CORRUPTION_CASES", "40"))
+CASES = int(os.environ.get("STRATALOG_CORRUPTION_CASES", "30"))
 T0 = 1_700_000_000_000
 TOPIC = "t"
 

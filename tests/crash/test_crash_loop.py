@@ -8,7 +8,7 @@ directory is opened here (an unclean shutdown, so recovery runs) and checked:
   and nothing is readable at or after the log end;
 * an append continues at the log end offset.
 
-The loop runs for ``STRATALOG_CRASH_SECONDS`` seconds (default 40; set more for a soak).
+The loop runs for ``STRATALOG_CRASH_SECONDS`` seconds (default 35; set more for a soak).
 Process kills leave the page cache intact, so an acknowledged append must survive whether or
 not it was flushed: this checks recovery's handling of torn writes, untrimmed preallocated
 indexes, stale checkpoints and interrupted deletions, not power loss.
@@ -43,7 +43,7 @@ from crash_child import (
 )
 
 CHILD = Path(__file__).parent / "crash_child.py"
-BUDGET_S = float(os.environ.get("STRATALOG_CRASH_SECONDS", "40"))
+BUDGET_S = float(os.environ.get("STRATALOG_CRASH_SECONDS", "35"))
 READY_TIMEOUT_S = 60
 
 
