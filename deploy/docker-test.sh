@@ -95,12 +95,14 @@ apt_install() {
     [[ $(id -u) == 0 ]] || die "$* not installed and not root: install them, or run as root"
     echo "apt-get install $*"
     export DEBIAN_FRONTEND=noninteractive
+    local started; started=$(now)
     if ! timeout 900 apt-get install -y -q --no-install-recommends "$@" >"$workdir/apt.log" 2>&1
     then
         timeout 600 apt-get update -q >>"$workdir/apt.log" 2>&1 || true
         timeout 900 apt-get install -y -q --no-install-recommends "$@" >>"$workdir/apt.log" 2>&1 \
             || { tail -30 "$workdir/apt.log" >&2; die "apt-get install $* failed"; }
     fi
+    timings[apt_$1]=$(since "$started")
 }
 
 start_engine() {
@@ -435,8 +437,9 @@ fi
 
 log "summary"
 timings[total]=$(since "$script_started")
-for key in engine base_image wheels image_build create_first healthy_first tests_first \
-        create_restarted healthy_restarted tests_restarted compose_healthy total; do
+for key in apt_docker.io engine apt_debootstrap base_image wheels image_build create_first healthy_first tests_first \
+        create_restarted healthy_restarted tests_restarted apt_docker-compose compose_healthy \
+        total; do
     if [[ -n ${timings[$key]:-} ]]; then printf '  %-18s %6s s\n' "$key" "${timings[$key]}"; fi
 done
 echo "  image $image: $((image_bytes / 1000000)) MB ($image_bytes bytes)"
