@@ -131,28 +131,40 @@ class ServerMetrics:
         self.subscribers = Gauge(
             "stratalog_subscribers", "Subscribe streams open now", registry=r
         )
+        # Labelled children by (metric, label values), so the hot path skips labels().
+        self._children: dict[tuple[Any, tuple[str, ...]], Any] = {}
         self.logs = LogSnapshotCollector()
         r.register(self.logs)
         ProcessCollector(registry=r)
 
     def observe_request(self, rpc: str, code_name: str, seconds: float | None) -> None:
         """Count one finished RPC; ``seconds`` None for streams (no latency observed)."""
-        self.requests.labels(rpc, code_name).inc()
+        self._child(self.requests, (rpc, code_name)).inc()
         if seconds is not None:
-            self.request_seconds.labels(rpc).observe(seconds)
+            self._child(self.request_seconds, (rpc,)).observe(seconds)
+
+    def _child(self, metric: Any, label_values: tuple[str, ...]) -> Any:
+        # labels() hashes and locks on every call (~10 µs); a request should not pay it.
+        # A plain dict: a lost race only looks the same child up twice (labels() returns it).
+        key = (metric, label_values)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*label_values)
+        return child
 
     def observe_produce(self, topic: str, records: int, size_bytes: int) -> None:
-        self.records_in.labels(topic).inc(records)
-        self.bytes_in.labels(topic).inc(size_bytes)
+        self._child(self.records_in, (topic,)).inc(records)
+        self._child(self.bytes_in, (topic,)).inc(size_bytes)
 
     def observe_fetch(self, topic: str, records: int, size_bytes: int) -> None:
         if records or size_bytes:
-            self.records_out.labels(topic).inc(records)
-            self.bytes_out.labels(topic).inc(size_bytes)
+            self._child(self.records_out, (topic,)).inc(records)
+            self._child(self.bytes_out, (topic,)).inc(size_bytes)
 
     def forget_topic(self, topic: str) -> None:
         """Drop a deleted topic's label sets, so that deleted topics do not pile up."""
         for counter in (self.records_in, self.bytes_in, self.records_out, self.bytes_out):
+            self._children.pop((counter, (topic,)), None)
             # KeyError: the topic was never produced to or fetched from.
             with contextlib.suppress(KeyError):
                 counter.remove(topic)

@@ -64,6 +64,9 @@ def test_forget_topic_drops_its_label_sets() -> None:
     samples = _samples(metrics)
     assert ("stratalog_records_in_total", (("topic", "gone"),)) not in samples
     assert ("stratalog_records_in_total", (("topic", "kept"),)) in samples
+    # A topic created again under the name counts from zero.
+    metrics.observe_produce("gone", 2, 20)
+    assert _samples(metrics)[("stratalog_records_in_total", (("topic", "gone"),))] == 2
 
 
 def test_two_servers_have_separate_registries() -> None:
