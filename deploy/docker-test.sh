@@ -184,8 +184,11 @@ fi
 log "wheels (dist/wheels)"
 [[ -x $venv/bin/python ]] || die "no virtualenv at $venv: run make install (or make docker-test)"
 # Built from a copy of the sources git knows about (tracked or new, not ignored), so that no
-# build/ or egg-info is written into the working tree other people use.
-src=$workdir/src
+# build/ or egg-info is written into the working tree other people use. The copy is always at
+# the same path (compilers record it) and SOURCE_DATE_EPOCH (1980) fixes the zip timestamps:
+# unchanged sources give byte-identical wheels, and Docker's cache then reuses every layer.
+src=$PWD/dist/src
+rm -rf "$src"
 mkdir -p "$src"
 if git rev-parse --git-dir >/dev/null 2>&1; then
     git ls-files -z --cached --others --exclude-standard \
@@ -198,6 +201,7 @@ fi
 rm -rf dist/wheels
 mkdir -p dist/wheels
 started=$(now)
+SOURCE_DATE_EPOCH=315532800 \
 timeout 900 "$venv/bin/python" -m pip wheel --disable-pip-version-check \
     --wheel-dir dist/wheels "$src" >"$workdir/wheels.log" 2>&1 \
     || { tail -40 "$workdir/wheels.log" >&2; die "pip wheel failed"; }
