@@ -441,9 +441,9 @@ fi
 
 log "summary"
 timings[total]=$(since "$script_started")
-for key in apt_docker.io engine apt_debootstrap base_image wheels image_build create_first healthy_first tests_first \
-        create_restarted healthy_restarted tests_restarted apt_docker-compose compose_healthy \
-        total; do
+for key in apt_docker.io engine apt_debootstrap base_image wheels image_build \
+        create_first healthy_first tests_first create_restarted healthy_restarted tests_restarted \
+        apt_docker-compose compose_healthy total; do
     if [[ -n ${timings[$key]:-} ]]; then printf '  %-18s %6s s\n' "$key" "${timings[$key]}"; fi
 done
 echo "  image $image: $((image_bytes / 1000000)) MB ($image_bytes bytes)"
