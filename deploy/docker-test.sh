@@ -28,6 +28,7 @@
 #   STRATALOG_IMAGE        tag of the image it builds (default stratalog:dev)
 #   STRATALOG_DOCKER_STATE our engine's directory (default /tmp/stratalog-docker)
 #   STRATALOG_DOCKER_KEEP_ENGINE=1  do not stop the engine this run started
+#   STRATALOG_DOCKER_TEST_COMPOSE=0 skip the compose check (step 7)
 #   VENV                   the project's virtualenv (default .venv; make docker-test creates it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -135,6 +136,13 @@ stop_engine() {
         if kill -0 "$engine_pid" 2>/dev/null; then
             echo "dockerd $engine_pid still running after 30 s: SIGKILL" >&2
             kill -KILL "$engine_pid" 2>/dev/null || true
+            # Killed, it cannot stop the containerd it started; that one's pid is in its exec root.
+            local containerd_pid
+            containerd_pid=$(cat "$state/exec/containerd/containerd.pid" 2>/dev/null || true)
+            if [[ -n $containerd_pid ]] \
+                    && grep -q "$state/exec" "/proc/$containerd_pid/cmdline" 2>/dev/null; then
+                kill -TERM "$containerd_pid" 2>/dev/null || true
+            fi
         fi
     fi
     # dockerd leaves its bind mount of the host's network namespace (for --network host) behind;
