@@ -851,10 +851,13 @@ class PartitionLog:
                 self.flush()
             except BaseException as exc:
                 first_error = exc
+            # After a successful flush every segment is below the recovery point, durable:
+            # closing need not fsync each one again.
+            durable = first_error is None
             self._closed = True
             for segment in self._segments:
                 try:
-                    segment.close()
+                    segment.close(flush=not durable)
                 except BaseException as exc:
                     log.exception("failed to close segment %s", segment.log_path)
                     first_error = first_error or exc

@@ -1095,10 +1095,12 @@ class Segment:
         if self._txn_index is not None:  # never opened: nothing was appended to it
             self._txn_index.flush()
 
-    def close(self) -> None:
+    def close(self, *, flush: bool = True) -> None:
         """Final time entry, trim and close the indexes, fsync and trim the ``.log`` ([B-68]).
 
-        Idempotent.
+        ``flush=False`` skips the fsync of the ``.log``, for a caller that knows it is durable
+        already (the log closes segments below its recovery point so after flushing them: an
+        fsync each would cost a clean shutdown of 10,000 segments seconds). Idempotent.
         """
         if self._fd is None:
             return
@@ -1118,12 +1120,13 @@ class Segment:
                 self._time_index.close()
             if self._txn_index is not None:
                 self._txn_index.close()
-            try:
-                os.fsync(self._fd)
-            except OSError as exc:
-                raise StorageIOError(
-                    f"failed to fsync segment {self._log_path} on close: {exc}"
-                ) from exc
+            if flush:
+                try:
+                    os.fsync(self._fd)
+                except OSError as exc:
+                    raise StorageIOError(
+                        f"failed to fsync segment {self._log_path} on close: {exc}"
+                    ) from exc
             self._trim_log()
         finally:
             fd, self._fd = self._fd, None
