@@ -99,6 +99,9 @@ def time_open(log_dir: Path, *, clean: bool) -> tuple[float, float, LogManager]:
     else:
         (log_dir / CLEAN_SHUTDOWN_FILE).unlink(missing_ok=True)
         (log_dir / RECOVERY_POINT_CHECKPOINT_FILE).unlink(missing_ok=True)
+    # The files were just written: their writeback must not land in the timed open (its first
+    # directory fsync would wait for it).
+    os.sync()
     started = time.perf_counter()
     started_cpu = time.process_time()
     manager = LogManager.open([log_dir], defaults={"log.segment.bytes": str(1 << 30)})
