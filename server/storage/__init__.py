@@ -13,6 +13,15 @@ by offset or by timestamp::
 
 Synchronous and single-writer per log; reads may run in other threads (see
 :class:`PartitionLog`). Nothing here imports grpc.
+
+A whole data directory of topics (what the server runs on) is a :class:`LogManager`::
+
+    from stratalog.server.storage import LogManager
+
+    with LogManager.open(["data"]) as manager:      # locks, recovers after a crash
+        manager.create_topic("orders", partitions=3, configs={"retention.ms": "86400000"})
+        log = manager.get_log("orders", 0)
+        manager.start_background()                  # flush.ms, retention, checkpoints
 """
 
 from __future__ import annotations
@@ -23,13 +32,17 @@ from .errors import (
     InvalidConfigError,
     InvalidOffsetError,
     InvalidTimestampError,
+    InvalidTopicError,
     LogClosedError,
     OffsetOutOfRangeError,
     OffsetOverflowError,
     RecordBatchTooLargeError,
     StorageError,
     StorageIOError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
 )
+from .log_manager import LogManager, PartitionDescription, TopicDescription
 from .partition_log import (
     EARLIEST_LOCAL_TIMESTAMP,
     EARLIEST_TIMESTAMP,
@@ -56,11 +69,14 @@ __all__ = [
     "InvalidConfigError",
     "InvalidOffsetError",
     "InvalidTimestampError",
+    "InvalidTopicError",
     "LogClosedError",
     "LogConfig",
+    "LogManager",
     "LogOffsetPosition",
     "OffsetOutOfRangeError",
     "OffsetOverflowError",
+    "PartitionDescription",
     "PartitionLog",
     "RecordBatchTooLargeError",
     "Segment",
@@ -68,4 +84,7 @@ __all__ = [
     "StorageError",
     "StorageIOError",
     "TimestampOffset",
+    "TopicAlreadyExistsError",
+    "TopicDescription",
+    "UnknownTopicOrPartitionError",
 ]
