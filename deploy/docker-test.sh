@@ -80,7 +80,7 @@ cleanup() {
             stop_engine
         fi
     fi
-    rm -rf "$workdir"
+    rm -rf "$workdir" dist/src
     if ((rc == 0)); then echo "docker-test: PASSED"; else echo "docker-test: FAILED ($rc)" >&2; fi
     exit "$rc"
 }
