@@ -268,12 +268,6 @@ def test_data_loss_after_retention(spark, client, server, topic_name):
          "option 'subscribe': topic 'no-such-topic-anywhere' does not exist"),
         ({"subscribe": "{topic}", "startingOffsets": '{{"{topic}":{{"0":1}}'},
          "option 'startingOffsets': is not valid JSON"),
-        ({"subscribe": "{topic}", "endingOffsets": '{{"{topic}":{{"0":99}}}}'},
-         "option 'endingOffsets': offset 99 of .* is past its log end offset 2"),
-        ({"subscribe": "{topic}", "startingOffsets": "latest"},
-         "option 'startingOffsets': 'latest' is not allowed for batch queries"),
-        ({"subscribe": "{topic}", "startingOfsets": "earliest"},
-         "option 'startingofsets': unknown option"),
     ],
 )
 def test_bad_options_fail_the_query_naming_the_option(
@@ -293,7 +287,32 @@ def test_user_schema_is_refused(spark, server):
          .option("target", server.target).option("subscribe", "x").load().collect())
 
 
-def test_option_errors_without_spark():
+def test_option_errors_found_at_planning(client, server, topic_name):
+    """Errors that need the server's answer, from the planner (no Spark: the same code runs in
+    Spark's planner process; the Spark-level tests above show such messages reach the user)."""
+    topic = topic_name()
+    client.create_topic(topic, partitions=1)
+    client.produce(topic, 0, [b"a", b"b"])
+
+    def plan(**options: str) -> None:
+        StratalogBatchReader(parse_read_options(
+            {"target": server.target, "subscribe": topic, **options}, streaming=False
+        )).partitions()
+
+    with pytest.raises(OptionError, match=r"option 'endingOffsets': offset 99 of .* is past "
+                                          "its log end offset 2"):
+        plan(endingOffsets=f'{{"{topic}":{{"0":99}}}}')
+    with pytest.raises(OptionError, match=r"option 'startingOffsets': starting offset 2 of .* "
+                                          "is after its ending offset 1"):
+        plan(startingOffsets=f'{{"{topic}":{{"0":2}}}}', endingOffsets=f'{{"{topic}":{{"0":1}}}}')
+    with pytest.raises(OptionError, match=r"option 'startingOffsets': must name every partition"
+                                          ".*no entry for .*-0"):
+        plan(startingOffsets='{"other":{"0":0}}')
+    with pytest.raises(OptionError, match=r"option 'assign': partition 3 of topic .* does not "
+                                          r"exist \(the topic has 1 partitions\)"):
+        StratalogBatchReader(parse_read_options(
+            {"target": server.target, "assign": f'{{"{topic}":[3]}}'}, streaming=False
+        )).partitions()
     with pytest.raises(OptionError, match="option 'target': is required"):
         parse_read_options({"subscribe": "t"}, streaming=False)
     with pytest.raises(OptionError, match="option 'subscribe': one of"):

@@ -17,6 +17,7 @@ from pyspark.sql.types import (
 )
 
 from stratalog.client import FetchFormat, SyncClient, decode_fetched, partition_for_key
+from stratalog.spark import OptionError, SchemaError, StratalogDataSource
 
 WRITE_SCHEMA = StructType([
     StructField("value", StringType()),
@@ -120,13 +121,8 @@ def test_topic_option_wins_over_the_column(spark, client, server, topic_name):
     ("ddl", "options", "mode", "message"),
     [
         ("key binary", {"topic": "t"}, "append", "has no 'value' column"),
-        ("value int", {"topic": "t"}, "append", "column 'value' must be of type binary or string"),
         ("value binary", {}, "append", "option 'topic': is required"),
         ("value binary", {"topic": "t"}, "overwrite", "option 'mode': only 'append'"),
-        ("value binary", {"topic": "t", "compression": "brotli"}, "append",
-         "option 'compression': must be one of"),
-        ("value binary, partition long", {"topic": "t"}, "append",
-         "column 'partition' must be of type int"),
     ],
 )
 def test_bad_writes_fail_with_a_clear_message(spark, server, ddl, options, mode, message):
@@ -136,6 +132,44 @@ def test_bad_writes_fail_with_a_clear_message(spark, server, ddl, options, mode,
         writer = writer.option(name, value)
     with pytest.raises(Exception, match=message):
         writer.save()
+
+
+@pytest.mark.parametrize(
+    ("ddl", "options", "message"),
+    [
+        ("value int", {"topic": "t"}, "column 'value' must be of type binary or string, got int"),
+        ("value binary, key int", {"topic": "t"}, "column 'key' must be of type binary or string"),
+        ("value binary, topic binary", {}, "column 'topic' must be of type string"),
+        ("value binary, partition long", {"topic": "t"}, "column 'partition' must be of type int"),
+        ("value binary, headers array<string>", {"topic": "t"},
+         r"column 'headers' must be of type array<struct<key:string,value:binary>>"),
+        ("value binary, timestamp long", {"topic": "t"}, "column 'timestamp' must be of type "
+         "timestamp"),
+        ("value binary", {"topic": "t", "compression": "brotli"},
+         "option 'compression': must be one of"),
+    ],
+)
+def test_write_schema_and_options_checked_by_the_source(ddl, options, message):
+    """What Spark asks the source when a write starts (the Spark-level tests above show that
+    these messages reach the user)."""
+    source = StratalogDataSource({"target": "127.0.0.1:1", **options})
+    with pytest.raises((SchemaError, OptionError), match=message):
+        source.writer(_parse_ddl(ddl), overwrite=False)
+
+
+_TYPES = {
+    "int": IntegerType(), "long": LongType(), "binary": BinaryType(), "string": StringType(),
+    "timestamp": TimestampType(), "array<string>": ArrayType(StringType()),
+}
+
+
+def _parse_ddl(ddl: str) -> StructType:
+    """``"name type, ..."`` as a StructType (Spark's own parser needs a running session)."""
+    fields = []
+    for part in ddl.split(", "):
+        name, type_name = part.split(" ", 1)
+        fields.append(StructField(name, _TYPES[type_name]))
+    return StructType(fields)
 
 
 def test_undeliverable_records_fail_the_write(spark, server, topic_name):
