@@ -162,6 +162,13 @@ class Settings:
         " pool (still one append at a time per partition), smaller ones inline on the event loop",
         0,
     )
+    gil_switch_interval_us: int = _setting(
+        200,
+        "Python's thread switch interval (sys.setswitchinterval): how long a thread that wants"
+        " the GIL waits before forcing a switch; short, so a request coming back from a read"
+        " is not kept waiting behind gRPC's poller thread",
+        1,
+    )
     max_concurrent_rpcs: int = _setting(
         1024, "RPCs served at once, streams included; more are refused RESOURCE_EXHAUSTED", 1
     )
