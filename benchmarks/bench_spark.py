@@ -13,6 +13,11 @@ each the median of ``--runs`` runs:
                                every column materialised in the JVM, two tasks (one per
                                partition) in two Python workers, after the session started and
                                one warm-up query ran (JVM and worker start-up excluded)
+  Spark ceiling                the same query on a Python data source that does no work: its
+                               two tasks yield one prebuilt Arrow batch of the same schema
+                               (62,500 records of 100 bytes) over and over. What Spark itself
+                               takes to move Arrow batches from Python workers into JVM rows:
+                               no connector can read faster through pyspark's Data Source API
 
 Figures are records per wall-clock second. The server, the Spark JVM and its two Python workers
 share the machine's cores (2 on the reference machines), so the Spark figure is bounded by the
@@ -83,6 +88,57 @@ def connector_in_process(target: str) -> int:
     return sum(b.num_rows for p in reader.partitions() for b in reader.read(p))
 
 
+class _PrebuiltSource:
+    """Builds the ceiling's data source (pyspark imported only when Spark runs)."""
+
+    @staticmethod
+    def register(spark, records: int) -> None:
+        import pyarrow as pa
+        from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+        from stratalog.spark import arrow_schema, read_schema
+
+        per_task = records // PARTITIONS
+
+        class Reader(DataSourceReader):
+            def partitions(self):
+                return [InputPartition(p) for p in range(PARTITIONS)]
+
+            def read(self, partition):
+                rows = 62_500
+                values = pa.array(
+                    [b"%010d" % i + b"x" * (VALUE_SIZE_BYTES - 10) for i in range(rows)],
+                    pa.binary(),
+                )
+                offsets = pa.array(range(rows), pa.int64())
+                batch = pa.RecordBatch.from_arrays(
+                    [pa.nulls(rows, pa.binary()), values,
+                     pa.repeat(pa.scalar(TOPIC, pa.string()), rows),
+                     pa.repeat(pa.scalar(partition.value, pa.int32()), rows), offsets,
+                     offsets.view(pa.timestamp("us", tz="UTC")),
+                     pa.repeat(pa.scalar(0, pa.int32()), rows)],
+                    schema=arrow_schema(False),
+                )
+                sent = 0
+                while sent < per_task:
+                    chunk = batch.slice(0, min(rows, per_task - sent))
+                    sent += chunk.num_rows
+                    yield chunk
+
+        class Prebuilt(DataSource):
+            @classmethod
+            def name(cls):
+                return "bench_prebuilt"
+
+            def schema(self):
+                return read_schema(False)
+
+            def reader(self, schema):
+                return Reader()
+
+        spark.dataSource.register(Prebuilt)
+
+
 def report(name: str, results: list[tuple[int, float, float]], expected: int,
            cpu_applies: bool = True) -> None:
     for count, _, _ in results:
@@ -145,6 +201,17 @@ def main() -> None:
         spark_read(1000)  # warm-up: the Python workers start, the plan code is loaded
         report("Spark local[2], noop sink",
                [timed(spark_read) for _ in range(args.runs)], count, cpu_applies=False)
+
+        _PrebuiltSource.register(spark, count)
+
+        def ceiling() -> int:
+            spark.read.format("bench_prebuilt").load().write.format("noop").mode(
+                "overwrite").save()
+            return count
+
+        ceiling()  # warm-up
+        report("Spark ceiling (prebuilt Arrow)",
+               [timed(ceiling) for _ in range(args.runs)], count, cpu_applies=False)
         spark.stop()
 
 

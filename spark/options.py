@@ -48,7 +48,7 @@ __all__ = [
 ]
 
 #: Bytes asked for per fetch by a read task (the server caps it at its fetch_max_bytes_max).
-DEFAULT_FETCH_BYTES_MAX = 8 * 1024 * 1024
+DEFAULT_FETCH_BYTES_MAX = 4 * 1024 * 1024
 #: Deadline of one RPC made by the connector.
 DEFAULT_REQUEST_TIMEOUT_MS = 30_000
 #: Spark's Kafka source default for maxTriggerDelay (15 minutes).
