@@ -33,6 +33,7 @@ Sans-IO and thread-safe, as the reference: the C functions hold the GIL and keep
 
 from __future__ import annotations
 
+import importlib
 import os
 import warnings
 from collections.abc import Sequence
@@ -65,21 +66,22 @@ _INT64_MAX = (1 << 63) - 1
 def _load_speedups() -> ModuleType | None:
     if os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0"):
         return None
+    name = f"{__package__}._speedups"
     try:
-        from . import _speedups
+        # import_module, not "from . import": that one reports a missing module as a plain
+        # ImportError, indistinguishable from a broken one.
+        return importlib.import_module(name)
     except ModuleNotFoundError as exc:
-        if exc.name != f"{__package__}._speedups":
+        if exc.name != name:
             raise
         return None  # not built (no compiler at install time): the pure-Python codec runs
     except ImportError as exc:
         warnings.warn(
-            f"stratalog.records._speedups exists but does not import ({exc}); "
-            "using the pure-Python record codec",
+            f"{name} exists but does not import ({exc}); using the pure-Python record codec",
             RuntimeWarning,
             stacklevel=2,
         )
         return None
-    return _speedups
 
 
 _speedups = _load_speedups()

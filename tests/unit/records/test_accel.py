@@ -180,6 +180,61 @@ def test_pure_python_fallback_runs_the_reference():
     ]
 
 
+def _run_python(script: str) -> list[str]:
+    """stdout of ``script`` in a fresh interpreter that tries to load the extension."""
+    env = {k: v for k, v in os.environ.items() if k != accel.PURE_PYTHON_ENV}
+    result = subprocess.run(
+        [sys.executable, "-W", "error::RuntimeWarning", "-c", script],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout.splitlines()
+
+
+def test_a_missing_extension_falls_back_silently():
+    # What a machine without a compiler installs: no _speedups at all. No warning (the -W
+    # error above would turn one into a failure), and the builder gets the Python writer.
+    assert _run_python(
+        "import sys\n"
+        "class NotBuilt:  # the finders' answer when the file is absent\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        "        if name == 'stratalog.records._speedups':\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+        "sys.meta_path.insert(0, NotBuilt())\n"
+        "from stratalog.records import BatchBuilder, accel, decode_batch\n"
+        "builder = BatchBuilder()\n"
+        "builder.append(5, b'k', b'v')\n"
+        "print(accel.ACCELERATED, BatchBuilder.__mro__[1].__name__)\n"
+        "print(decode_batch(builder.build())[1])\n"
+    ) == ["False PyRecordsWriter", repr([Record(0, 5, b"k", b"v")])]
+
+
+def test_a_broken_extension_falls_back_with_a_warning():
+    assert _run_python(
+        "import sys, warnings\n"
+        "class Broken:\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        "        if name == 'stratalog.records._speedups':\n"
+        "            raise ImportError('built for something else')\n"
+        "sys.meta_path.insert(0, Broken())\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        "    from stratalog.records import accel\n"
+        "print(accel.ACCELERATED)\n"
+        "print([str(w.message) for w in caught if w.category is RuntimeWarning])\n"
+    ) == [
+        "False",
+        repr(
+            [
+                "stratalog.records._speedups exists but does not import (built for something "
+                "else); using the pure-Python record codec"
+            ]
+        ),
+    ]
+
+
 def test_c_source_compiles_without_warnings(tmp_path):
     compiler = shutil.which("gcc") or shutil.which("cc")
     if compiler is None:
