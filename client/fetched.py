@@ -25,20 +25,17 @@ from collections.abc import Iterable, Iterator, Sequence
 from stratalog.records import (
     DEFAULT_MAX_DECOMPRESSED_BYTES,
     LOG_OVERHEAD,
-    RECORD_BATCH_OVERHEAD,
-    BatchHeader,
-    Compression,
     ControlRecordType,
     Header,
     Record,
     TimestampType,
+    accel,
     decode_batch,
     decode_control_key,
-    decompress,
     parse_header,
-    validate_batch,
 )
 from stratalog.records import CorruptRecordError as RecordCorruptError
+from stratalog.records.reader import decode_batch_columns
 
 from .types import AbortedTransaction, ConsumerRecord
 
@@ -49,17 +46,10 @@ _LENGTH_END = LOG_OVERHEAD  # base offset (8) + length (4): enough to find the b
 # offsets, timestamps, keys, values, headers: parallel lists.
 _Columns = tuple[list[int], list[int], list[bytes | None], list[bytes | None], list[tuple]]
 
-# The compiled column decoder of stratalog.records, when it is built: it decodes a records
-# region into the five lists without building a Record per record. Without it the batches are
-# decoded with decode_batch (Record objects), and columns are derived only when asked for.
-try:
-    from stratalog.records import accel as _accel  # type: ignore[attr-defined]
-
-    _decode_columns = (
-        getattr(_accel, "decode_columns", None) if getattr(_accel, "ACCELERATED", False) else None
-    )
-except ImportError:  # the codec has no accelerated path on this install
-    _decode_columns = None
+# With the compiled codec, batches are decoded into the five lists without building a Record per
+# record (records.reader.decode_batch_columns); without it, decode_batch builds Records (as
+# cheap as the pure-Python column decoder) and columns are derived only when asked for.
+_COLUMNAR = accel.ACCELERATED
 
 
 class ConsumedBatch:
@@ -251,48 +241,6 @@ class _AbortedFilter:
         return header.is_transactional and producer_id in self._aborted_producer_ids  # type: ignore[attr-defined]
 
 
-def _decode_batch_columns(
-    data: bytes, position: int, verify_crc: bool, max_decompressed_bytes: int
-) -> tuple[BatchHeader, _Columns]:
-    """The batch at ``position`` decoded into columns by the compiled decoder, with the same
-    checks and errors as :func:`stratalog.records.decode_batch`."""
-    if verify_crc:
-        header = validate_batch(data, position)
-    else:
-        header = parse_header(data, position)
-        if header.size_bytes > len(data) - position:
-            raise RecordCorruptError(
-                f"record batch at position {position} declares {header.size_bytes} bytes "
-                f"but only {len(data) - position} are present"
-            )
-    if header.records_count < 0:
-        raise RecordCorruptError(
-            f"record batch at position {position} declares {header.records_count} records"
-        )
-    start = position + RECORD_BATCH_OVERHEAD
-    codec = header.compression
-    with memoryview(data) as view:
-        if codec == Compression.NONE:
-            region = bytes(view[start : header.end_position])
-        else:
-            try:
-                region = decompress(
-                    codec, view[start : header.end_position], max_bytes=max_decompressed_bytes
-                )
-            except RecordCorruptError as exc:
-                raise RecordCorruptError(f"record batch at position {position}: {exc}") from None
-    override = (
-        header.max_timestamp if header.timestamp_type is TimestampType.LOG_APPEND_TIME else None
-    )
-    try:
-        columns = _decode_columns(  # type: ignore[misc]
-            region, header.records_count, header.base_offset, header.base_timestamp, override
-        )
-    except RecordCorruptError as exc:
-        raise RecordCorruptError(f"record batch at position {position}: {exc}") from None
-    return header, tuple(columns)  # type: ignore[return-value]
-
-
 def decode_fetched(
     topic: str,
     partition: int,
@@ -339,9 +287,10 @@ def decode_fetched(
             position = header.end_position
             skipped_next_offset = next_offset
             continue
-        if _decode_columns is not None:
-            header, columns = _decode_batch_columns(
-                data, position, verify_crc, max_decompressed_bytes
+        if _COLUMNAR:
+            header, columns = decode_batch_columns(
+                data, position, verify_crc=verify_crc,
+                max_decompressed_bytes=max_decompressed_bytes,
             )
             batch = ConsumedBatch(
                 topic, partition, header.timestamp_type, next_offset, high_watermark,

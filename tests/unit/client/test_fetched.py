@@ -23,25 +23,15 @@ from stratalog.records import (
     Record,
     TimestampType,
 )
-from stratalog.records.record import decode_records
 
 TS = 1_700_000_000_000
 
 
-def _pure_columns(data, count, base_offset, base_timestamp, timestamp_override=None):
-    records = decode_records(data, count, base_offset, base_timestamp, timestamp_override)
-    return (
-        [r.offset for r in records], [r.timestamp for r in records], [r.key for r in records],
-        [r.value for r in records], [r.headers for r in records],
-    )
-
-
 @pytest.fixture(autouse=True, params=["records", "columns"])
 def decoder(request, monkeypatch) -> str:
-    if request.param == "records":
-        monkeypatch.setattr(fetched_module, "_decode_columns", None)
-    elif fetched_module._decode_columns is None:
-        monkeypatch.setattr(fetched_module, "_decode_columns", _pure_columns)
+    # Both decode paths of decode_fetched, whichever the codec build would pick: Record objects,
+    # and columns (records.reader.decode_batch_columns, C or its pure-Python reference).
+    monkeypatch.setattr(fetched_module, "_COLUMNAR", request.param == "columns")
     return request.param
 
 
