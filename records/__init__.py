@@ -7,7 +7,8 @@ and the client share it, as Kafka's broker and clients share ``common.record``.
 * :mod:`.record`: :class:`Record` and the record-level encoder/decoder.
 * :mod:`.varint`: zig-zag varints. :mod:`.crc`: CRC-32C. :mod:`.compression`: the four codecs.
 * :mod:`.builder`: :class:`BatchBuilder`, :func:`build_batch`.
-* :mod:`.reader`: :func:`decode_batch`, :func:`iter_records`, :func:`iter_batches`,
+* :mod:`.reader`: :func:`decode_batch`, :func:`decode_batch_columns` (five parallel lists, no
+  object per record), :func:`iter_records`, :func:`iter_batches`,
   :func:`summarize_records`.
 * :mod:`.control`: transaction markers and other control records.
 * :mod:`.errors`: ``RecordError`` > ``CorruptRecordError``, ``InvalidRecordError`` > ...
@@ -45,6 +46,7 @@ from .reader import (
     DEFAULT_MAX_DECOMPRESSED_BYTES,
     RecordsSummary,
     decode_batch,
+    decode_batch_columns,
     iter_batches,
     iter_records,
     summarize_records,
@@ -73,6 +75,7 @@ __all__ = [
     "compress",
     "crc32c",
     "decode_batch",
+    "decode_batch_columns",
     "decode_control_key",
     "decompress",
     "errors",
