@@ -37,6 +37,8 @@ __all__ = [
     "DEFAULT_FETCH_BYTES_MAX",
     "DEFAULT_MAX_TRIGGER_DELAY_MS",
     "DEFAULT_REQUEST_TIMEOUT_MS",
+    "EARLIEST",
+    "LATEST",
     "ConnectionOptions",
     "OffsetSpec",
     "ReadOptions",
@@ -54,7 +56,8 @@ DEFAULT_REQUEST_TIMEOUT_MS = 30_000
 #: Spark's Kafka source default for maxTriggerDelay (15 minutes).
 DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
 
-EARLIEST = -2  # in offset JSON, as in Kafka's
+#: The special offsets of offset JSON, as in Kafka's: -2 the log start, -1 the log end.
+EARLIEST = -2
 LATEST = -1
 
 # Every option the connector knows, by its documented spelling. Spark lower-cases keys, so
