@@ -345,7 +345,17 @@ def _offset_index_insanity(data: bytes, base_offset: int) -> str | None:
             f"Index file is corrupt: its length {len(data)} is not a multiple of "
             f"{_OFFSET_INDEX_ENTRY.size}"
         )
-    return None  # the last offset is base + a non-negative relative offset by construction
+    entries = len(data) // _OFFSET_INDEX_ENTRY.size
+    if entries:
+        # [B-42]: relative offsets are signed on disk, so a corrupt last entry can point below
+        # the segment's base offset (lastOffset == baseOffset is legal).
+        last_relative, _ = _OFFSET_INDEX_ENTRY.unpack_from(data, (entries - 1) * 8)
+        if last_relative < 0:
+            return (
+                f"Index file is corrupt: its last offset {base_offset + last_relative} is below "
+                f"the base offset {base_offset}"
+            )
+    return None
 
 
 def _time_index_insanity(data: bytes, base_offset: int) -> str | None:

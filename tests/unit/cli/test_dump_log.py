@@ -150,6 +150,18 @@ def test_empty_index_and_sanity_check(tmp_path, capsys):
     assert (code, out.splitlines()[-1]) == (0, f"{index} passed sanity check.")
 
 
+def test_sanity_check_rejects_a_last_offset_below_the_base_offset(tmp_path, capsys):
+    # [B-42]: lastOffset < baseOffset is corrupt; lastOffset == baseOffset is legal.
+    index = tmp_path / "00000000000000000100.index"
+    index.write_bytes(struct.pack(">iiii", 3, 0, -2, 69))
+    code, out, _ = dump(capsys, "--index-sanity-check", str(index))
+    assert code == 1
+    assert "last offset 98 is below the base offset 100" in out
+    index.write_bytes(struct.pack(">ii", 0, 0))
+    code, out, _ = dump(capsys, "--index-sanity-check", str(index))
+    assert (code, out.splitlines()[-1]) == (0, f"{index} passed sanity check.")
+
+
 def test_time_index_is_verified(tmp_path, capsys):
     batches = [build_batch([(ts, None, b"v", ())]) for ts in (1000, 3000, 2000)]
     log = _log_with_batches(tmp_path, 0, batches)
