@@ -72,7 +72,6 @@ _RECORD_FRAMING_BYTES_MAX = 36
 # Per header: key length (5) and value length (5) varints.
 _HEADER_FRAMING_BYTES_MAX = 10
 _BYTES_OR_NONE = frozenset({bytes, type(None)})
-_END_OF_VALUES: Any = object()
 # send()/send_many() let the event loop run after this many bytes of records (see _yield).
 _YIELD_EVERY_BYTES = 128 * 1024
 
@@ -535,35 +534,33 @@ class Producer:
         runs: list[tuple[_Batch, int, int, list[int]]],
     ) -> None:
         """send_many() of unkeyed records stamped ``timestamp``: the same placement as record by
-        record, with the per-record work cut to one builder call while a batch has room.
+        record, with no Python call per record.
 
         Each stretch starts with one :meth:`_append` (which opens or closes batches as needed)
-        and then appends straight to that batch until it is full or a yield is due; a stretch is
-        one run of contiguous positions, since nothing else runs before the next await.
+        and then appends the following values straight to that batch with one
+        ``append_values`` call (the codec's C loop) until it is full or a yield is due; a
+        stretch is one run of contiguous positions, since nothing else runs before the next
+        await.
         """
         limit = self._batch_bytes_max
         queues = state.queues
         sticky = state.sticky
-        remaining = iter(values)
-        # The record that starts the next stretch; _END_OF_VALUES once all are placed.
-        pending: Any = next(remaining, _END_OF_VALUES)
-        while pending is not _END_OF_VALUES:
+        # The builder's append_values takes a list or tuple (checked there at C speed).
+        items = values if isinstance(values, list | tuple) else list(values)
+        count = len(items)
+        index = 0
+        while index < count:
             target = partition if partition is not None else sticky.partition()
-            batch, first = self._append(queues[target], state, timestamp, None, pending, ())
-            pending = _END_OF_VALUES
-            stretch = 1
-            builder_append = batch.builder.append  # type: ignore[union-attr]
-            # Stop before the batch limit or the yield budget, whichever comes first.
+            batch, first = self._append(queues[target], state, timestamp, None, items[index], ())
+            index += 1
+            # Then straight into that batch, stopping before the batch limit or the yield
+            # budget, whichever comes first (exact sizes: the builder measures each record).
             room = min(limit - batch.size_bytes, _YIELD_EVERY_BYTES - self._unyielded_bytes)
-            added = 0
-            for value in remaining:
-                estimate = _RECORD_FRAMING_BYTES_MAX + (0 if value is None else len(value))
-                if estimate > room - added:
-                    pending = value
-                    break
-                builder_append(timestamp, None, value, ())
-                added += estimate
-                stretch += 1
+            stop, added = batch.builder.append_values(  # type: ignore[union-attr]
+                timestamp, items, index, max(room, 0)
+            )
+            stretch = 1 + stop - index
+            index = stop
             batch.size_bytes += added
             self._buffered_bytes += added
             self._unyielded_bytes += added

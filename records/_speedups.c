@@ -1098,9 +1098,166 @@ writer_append(RecordsWriter *self, PyObject *const *args, Py_ssize_t nargs, PyOb
     return PyLong_FromSsize_t(count);
 }
 
+static const char *const append_values_names[] = {"timestamp", "values", "start", "max_bytes"};
+
+PyDoc_STRVAR(writer_append_values_doc,
+"append_values(timestamp, values, start=0, max_bytes=None)\n"
+"--\n\n"
+"Append values[start:] as records stamped ``timestamp`` with a null key and no headers, in\n"
+"order, while the records region grows by at most ``max_bytes`` in all (None: no limit).\n"
+"Return (stop, bytes_added): stop is the index of the first value not appended. The same\n"
+"records as append() once per value; all or nothing on error (see PyRecordsWriter).");
+
+/* The body size (after the length varint) of a record with a null key, no headers and a value of
+ * value_size bytes (-1: null) at the given deltas: attributes, deltas, key, value, header count. */
+static Py_ssize_t
+value_record_body_size(long long timestamp_delta, long long offset_delta, Py_ssize_t value_size)
+{
+    return 1 + varint_size(timestamp_delta) + varint_size(offset_delta) + 1 +
+           (value_size < 0 ? 1 : varint_size(value_size) + value_size) + 1;
+}
+
+static PyObject *
+writer_append_values(RecordsWriter *self, PyObject *const *args, Py_ssize_t nargs,
+                     PyObject *kwnames)
+{
+    PyObject *a[4];
+    if (parse_args("append_values", args, nargs, kwnames, append_values_names, 2, 4, a) < 0) {
+        return NULL;
+    }
+    if (self->records == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "RecordsWriter.__init__() was not called");
+        return NULL;
+    }
+    int overflow = 0;
+    long long timestamp = PyLong_AsLongLongAndOverflow(a[0], &overflow);
+    if (timestamp == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (overflow != 0) {
+        PyErr_Format(PyExc_ValueError, "timestamp %S is outside int64", a[0]);
+        return NULL;
+    }
+    PyObject *values = a[1];
+    if (!PyList_Check(values) && !PyTuple_Check(values)) {
+        PyErr_Format(PyExc_TypeError, "values must be a list or tuple, not %.100s",
+                     Py_TYPE(values)->tp_name);
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(values);
+    Py_ssize_t start = 0, max_bytes = PY_SSIZE_T_MAX;
+    if (a[2] != NULL && a[2] != Py_None) {
+        start = PyLong_AsSsize_t(a[2]);
+        if (start == -1 && PyErr_Occurred()) {
+            return NULL;
+        }
+        if (start < 0 || start > n) {
+            PyErr_Format(PyExc_ValueError, "start %zd is outside [0, %zd]", start, n);
+            return NULL;
+        }
+    }
+    if (a[3] != NULL && a[3] != Py_None) {
+        max_bytes = PyLong_AsSsize_t(a[3]);
+        if (max_bytes == -1 && PyErr_Occurred()) {
+            return NULL;
+        }
+        if (max_bytes < 0) {
+            PyErr_Format(PyExc_ValueError, "max_bytes must not be negative, got %zd", max_bytes);
+            return NULL;
+        }
+    }
+    Py_ssize_t count = self->count;
+    long long base_timestamp = count == 0 ? timestamp : self->base_timestamp;
+    long long timestamp_delta;
+    if (__builtin_sub_overflow(timestamp, base_timestamp, &timestamp_delta)) {
+        PyObject *base = PyLong_FromLongLong(base_timestamp);
+        PyObject *delta = base == NULL ? NULL : PyNumber_Subtract(a[0], base);
+        if (delta != NULL) {
+            PyErr_Format(PyExc_ValueError, "varlong value %S is outside int64", delta);
+        }
+        Py_XDECREF(base);
+        Py_XDECREF(delta);
+        return NULL;
+    }
+    /* Pass 1: check every value and find where the budget ends. Only bytes and None are
+     * accepted, so no Python code runs until the writes are done and the list cannot change
+     * under the second pass. */
+    PyObject **items = PySequence_Fast_ITEMS(values);
+    Py_ssize_t added = 0, stop = start;
+    for (; stop < n; stop++) {
+        PyObject *value = items[stop];
+        Py_ssize_t value_size = -1;
+        if (value != Py_None) {
+            if (!PyBytes_Check(value)) {
+                PyErr_Format(PyExc_TypeError, "values[%zd] must be bytes or None, not %.100s",
+                             stop, Py_TYPE(value)->tp_name);
+                return NULL;
+            }
+            value_size = PyBytes_GET_SIZE(value);
+            if (check_int32(value_size) < 0) {
+                return NULL;
+            }
+        }
+        long long offset_delta = (long long)count + (stop - start);
+        if (check_int32(offset_delta) < 0) {
+            return NULL;
+        }
+        Py_ssize_t body_size = value_record_body_size(timestamp_delta, offset_delta, value_size);
+        Py_ssize_t size = varint_size(body_size) + body_size;
+        if (size > max_bytes - added) {
+            break;
+        }
+        added += size;
+    }
+    if (stop == start) {
+        return Py_BuildValue("(nn)", stop, (Py_ssize_t)0);
+    }
+    PyObject *out = self->records;
+    Py_ssize_t old_size = PyByteArray_GET_SIZE(out);
+    if (added > PY_SSIZE_T_MAX - old_size) {
+        return PyErr_NoMemory();
+    }
+    if (resize_for_append(out, old_size + added) < 0) {
+        return NULL;
+    }
+    /* Pass 2: write. */
+    uint8_t *p = (uint8_t *)PyByteArray_AS_STRING(out) + old_size;
+    for (Py_ssize_t i = start; i < stop; i++) {
+        PyObject *value = items[i];
+        Py_ssize_t value_size = value == Py_None ? -1 : PyBytes_GET_SIZE(value);
+        long long offset_delta = (long long)count + (i - start);
+        p = write_varint(p, value_record_body_size(timestamp_delta, offset_delta, value_size));
+        *p++ = 0; /* attributes */
+        p = write_varint(p, timestamp_delta);
+        p = write_varint(p, offset_delta);
+        *p++ = 0x01; /* key: varint -1, null */
+        if (value_size < 0) {
+            *p++ = 0x01;
+        }
+        else {
+            p = write_varint(p, value_size);
+            if (value_size > 0) {
+                memcpy(p, PyBytes_AS_STRING(value), (size_t)value_size);
+            }
+            p += value_size;
+        }
+        *p++ = 0; /* header count */
+    }
+    if (count == 0) {
+        self->base_timestamp = self->max_timestamp = timestamp;
+    }
+    else if (timestamp > self->max_timestamp) {
+        self->max_timestamp = timestamp;
+    }
+    self->count = count + (stop - start);
+    return Py_BuildValue("(nn)", stop, added);
+}
+
 static PyMethodDef writer_methods[] = {
     {"append", (PyCFunction)(void (*)(void))writer_append, METH_FASTCALL | METH_KEYWORDS,
      writer_append_doc},
+    {"append_values", (PyCFunction)(void (*)(void))writer_append_values,
+     METH_FASTCALL | METH_KEYWORDS, writer_append_values_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -182,6 +182,64 @@ class PyRecordsWriter:
         self._count = count + 1
         return count
 
+    def append_values(
+        self,
+        timestamp: int,
+        values: list[bytes | None] | tuple[bytes | None, ...],
+        start: int = 0,
+        max_bytes: int | None = None,
+    ) -> tuple[int, int]:
+        """Append ``values[start:]`` as records stamped ``timestamp`` with a null key and no
+        headers, in order, while the records region grows by at most ``max_bytes`` in all.
+
+        Returns ``(stop, bytes_added)``: ``stop`` is the index of the first value not appended
+        (``len(values)`` when all were). The records are those of :meth:`append` called once
+        per value; what this saves is the call per record (a producer's batch-level send).
+        ``values`` must be a list or tuple of ``bytes`` (or subclasses) and ``None``.
+
+        All or nothing on error: a ValueError or TypeError (a value of another type, a value
+        or a count over int32, a timestamp outside int64) leaves the writer as it was.
+        """
+        # The checks of the C method, in its order.
+        if not _INT64_MIN <= timestamp <= _INT64_MAX:
+            raise ValueError(f"timestamp {timestamp} is outside int64")
+        if not isinstance(values, list | tuple):
+            raise TypeError(f"values must be a list or tuple, not {type(values).__name__}")
+        count = len(values)
+        if not 0 <= start <= count:
+            raise ValueError(f"start {start} is outside [0, {count}]")
+        if max_bytes is not None and max_bytes < 0:
+            raise ValueError(f"max_bytes must not be negative, got {max_bytes}")
+        delta = timestamp - (timestamp if self._count == 0 else self._base_timestamp)
+        if not _INT64_MIN <= delta <= _INT64_MAX:
+            raise ValueError(f"varlong value {delta} is outside int64")
+        records = self._records
+        saved = (len(records), self._count, self._base_timestamp, self._max_timestamp)
+        limit = saved[0] + max_bytes if max_bytes is not None else None
+        stop = start
+        try:
+            while stop < count:
+                value = values[stop]
+                if value is not None and not isinstance(value, bytes):
+                    raise TypeError(
+                        f"values[{stop}] must be bytes or None, not {type(value).__name__}"
+                    )
+                mark = len(records)
+                self.append(timestamp, None, value)
+                if limit is not None and len(records) > limit:
+                    # Over the budget: take this record back (it is the last one appended).
+                    del records[mark:]
+                    self._count -= 1
+                    if stop == start:
+                        self._base_timestamp, self._max_timestamp = saved[2], saved[3]
+                    break
+                stop += 1
+        except (ValueError, TypeError):
+            del records[saved[0]:]
+            self._count, self._base_timestamp, self._max_timestamp = saved[1:]
+            raise
+        return stop, len(records) - saved[0]
+
 
 RecordsWriter: type
 if _speedups is not None:

@@ -523,6 +523,79 @@ def test_records_writer_appends_the_same_as_the_reference(appends):
         assert _writer_state(c_writer) == _writer_state(py_writer)
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(APPEND, max_size=3),
+    TIMESTAMPS,
+    st.lists(SMALL_FIELDS, max_size=30),
+    st.integers(0, 30),
+    st.one_of(st.none(), st.integers(0, 3000)),
+)
+def test_append_values_is_append_per_value_in_c_and_in_the_reference(
+    before, timestamp, values, start, max_bytes
+):
+    # The same outcome (result or error) and state from C and the reference, and the records
+    # are exactly those of append() per value, up to the budget.
+    c_writer, py_writer, per_value = (
+        c_impl.RecordsWriter(), accel.PyRecordsWriter(), accel.PyRecordsWriter()
+    )
+    for writer in (c_writer, py_writer, per_value):
+        for args in before:
+            _outcome(writer.append, *args)
+    start = min(start, len(values))
+    expected = _outcome(py_writer.append_values, timestamp, values, start, max_bytes)
+    assert _outcome(c_writer.append_values, timestamp, values, start, max_bytes) == expected
+    assert _writer_state(c_writer) == _writer_state(py_writer)
+    if expected[0] == "raised":
+        # All or nothing: the writer is as before the call.
+        assert _writer_state(py_writer) == _writer_state(per_value)
+        return
+    stop, added = expected[1]
+    size_before = len(per_value._records)
+    for value in values[start:stop]:
+        per_value.append(timestamp, None, value)
+    assert _writer_state(py_writer) == _writer_state(per_value)
+    assert added == len(per_value._records) - size_before
+    if max_bytes is not None:
+        assert added <= max_bytes
+        if stop < len(values):  # it stopped because the next record would not fit
+            per_value.append(timestamp, None, values[stop])
+            assert len(per_value._records) - size_before > max_bytes
+
+
+def test_append_values_checks_its_arguments_alike():
+    for make in (c_impl.RecordsWriter, accel.PyRecordsWriter):
+        writer = make()
+        with pytest.raises(TypeError, match="values must be a list or tuple, not generator"):
+            writer.append_values(1, (v for v in [b"a"]))
+        with pytest.raises(TypeError, match=r"values\[1\] must be bytes or None, not str"):
+            writer.append_values(1, [b"a", "b"])
+        with pytest.raises(ValueError, match=r"start 3 is outside \[0, 2\]"):
+            writer.append_values(1, [b"a", b"b"], 3)
+        with pytest.raises(ValueError, match="max_bytes must not be negative, got -1"):
+            writer.append_values(1, [b"a"], 0, -1)
+        assert _writer_state(writer) == (b"", 0, 0, 0)
+        assert writer.append_values(7, (b"a", None), max_bytes=0) == (0, 0)
+        assert writer.append_values(7, (b"a", None)) == (2, 15)
+        assert writer.append_values(7, [b"xyz"], start=1) == (1, 0)
+        assert _writer_state(writer)[1:] == (2, 7, 7)
+
+
+def test_a_builder_filled_by_append_values_builds_the_batch_kafka_reads():
+    builder = BatchBuilder()
+    builder.append(1_000, b"k", b"first")
+    size_before = builder.uncompressed_records_bytes
+    stop, added = builder.append_values(2_000, [b"v%d" % i for i in range(100)] + [None])
+    assert (stop, added) == (101, builder.uncompressed_records_bytes - size_before)
+    batch = builder.build()
+    _, records = decode_batch(batch)
+    assert [(r.offset, r.timestamp, r.key, r.value) for r in records] == (
+        [(0, 1_000, b"k", b"first")]
+        + [(1 + i, 2_000, None, b"v%d" % i) for i in range(100)]
+        + [(101, 2_000, None, None)]
+    )
+
+
 def test_records_writer_is_the_builder_base_and_checks_its_use():
     assert issubclass(BatchBuilder, accel.RecordsWriter)
     assert accel.RecordsWriter is (
