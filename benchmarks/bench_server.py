@@ -14,13 +14,16 @@ measures:
   random FetchByOffset         one request at a time (blocking stub), uniformly random offsets
                                over a log of ``--records`` records in >= 100 segments, max_bytes=1
                                (one stored batch of 100 records back, raw): p50 and p99 latency,
-                               and their ratios to the no-op's unary latency for the same sizes
+                               and their ratios to the no-op's unary latency for the same sizes.
+                               The unary kinds (no-op, the two fetches, ListOffsets) are timed in
+                               turns, one request of each kind per round, so that the machine's
+                               other load falls on all of them alike
   random FetchByTimestamp      the same with uniformly random timestamps
   ListOffsets latest           the server's fixed cost per unary RPC: no storage work but
                                reading the log end offset, an empty-ish response
   server RSS                   process_resident_memory_bytes from the metrics endpoint at the end
   server CPU                   each server process's CPU time (/proc/PID/stat, all threads) per
-                               MiB produced and per fetch: a figure the machine's other load
+                               MiB produced and per unary call: a figure the machine's other load
                                hardly moves, unlike the wall-clock ones
 
 The log is built from one template batch of 100 records (100-byte values, timestamps 1 ms
@@ -205,15 +208,30 @@ async def _produce_mb_s(target: str, topic: str, payloads: list[bytes], in_fligh
     return sum(len(p) for p in payloads) / elapsed / 1e6
 
 
-def _latencies_ms(stub, requests: list[object], method: str) -> list[float]:
-    call = getattr(stub, method)
-    for request in requests[:_WARM_UP_CALLS]:  # warm up the channel and the server's caches
-        call(request)
-    samples = []
-    for request in requests:
-        started = time.perf_counter()
-        call(request)
-        samples.append((time.perf_counter() - started) * 1000)
+def _interleaved_latencies_ms(
+    calls: list[tuple[object, str, list[object]]],
+) -> list[list[float]]:
+    """Latency samples of several kinds of call, taken in turns: request i of every kind, then
+    request i + 1 of every kind, and so on (the order of kinds rotating each round).
+
+    Taking them in turns, not one kind after the other, exposes every kind to the same moments
+    of the machine's other load, so that the ratios between kinds hold even when a shared
+    machine's load changes during the run. Each ``(stub, method, requests)`` is one kind.
+    """
+    bound = [(getattr(stub, method), requests) for stub, method, requests in calls]
+    for call, requests in bound:  # warm up every channel and the server's caches
+        for request in requests[:_WARM_UP_CALLS]:
+            call(request)
+    samples: list[list[float]] = [[] for _ in bound]
+    rounds = min(len(requests) for _, requests in bound)
+    kinds = len(bound)
+    for index in range(rounds):
+        for turn in range(kinds):
+            kind = (index + turn) % kinds
+            call, requests = bound[kind]
+            started = time.perf_counter()
+            call(requests[index])
+            samples[kind].append((time.perf_counter() - started) * 1000)
     return samples
 
 
@@ -318,21 +336,29 @@ def main() -> None:
                     topic="log", timestamp=T0 + rng.randrange(end), max_bytes=1,
                     format=pb.FETCH_FORMAT_RECORD_BATCHES) for _ in range(args.lookups)]
                 latest = [pb.ListOffsetsRequest(topic="log", timestamp=-1)] * args.lookups
-                calls = len(by_offset) + _WARM_UP_CALLS
-                for name, server_target, server_pid, requests, method in (
-                    ("noop unary", noop_target, noop_pid, by_offset, "FetchByOffset"),
-                    ("FetchByOffset", target, pid, by_offset, "FetchByOffset"),
-                    ("FetchByTimestamp", target, pid, by_time, "FetchByTimestamp"),
-                    ("ListOffsets latest", target, pid, latest, "ListOffsets"),
-                ):
-                    with grpc.insecure_channel(server_target) as channel:
-                        cpu = _cpu_s(server_pid)
-                        samples = _latencies_ms(broker_pb2_grpc.BrokerStub(channel), requests,
-                                                method)
-                        cpu_us = (_cpu_s(server_pid) - cpu) * 1e6 / calls
+                kinds = (
+                    ("noop unary", noop_target, by_offset, "FetchByOffset"),
+                    ("FetchByOffset", target, by_offset, "FetchByOffset"),
+                    ("FetchByTimestamp", target, by_time, "FetchByTimestamp"),
+                    ("ListOffsets latest", target, latest, "ListOffsets"),
+                )
+                channels = [grpc.insecure_channel(t) for _, t, _, _ in kinds]
+                cpu_noop, cpu_real = _cpu_s(noop_pid), _cpu_s(pid)
+                try:
+                    all_samples = _interleaved_latencies_ms([
+                        (broker_pb2_grpc.BrokerStub(channel), method, requests)
+                        for channel, (_, _, requests, method) in zip(channels, kinds, strict=True)
+                    ])
+                finally:
+                    for channel in channels:
+                        channel.close()
+                calls = args.lookups + _WARM_UP_CALLS
+                record("noop unary server CPU us", (_cpu_s(noop_pid) - cpu_noop) * 1e6 / calls)
+                record("stratalog unary server CPU us (mean of 3 RPCs)",
+                       (_cpu_s(pid) - cpu_real) * 1e6 / (3 * calls))
+                for (name, _, _, _), samples in zip(kinds, all_samples, strict=True):
                     record(f"{name} p50 ms", _p(samples, 50))
                     record(f"{name} p99 ms", _p(samples, 99))
-                    record(f"{name} server CPU us", cpu_us)
             assert mport is not None
             rss_mib = _rss_mib(mport)
     finally:
