@@ -644,6 +644,226 @@ error:
     return NULL;
 }
 
+static int int_argument(PyObject *value, const char *what, const char *range, long long *out);
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "decode_arrow writes Arrow's little-endian buffers with native stores"
+#endif
+
+/* One binary column (keys or values) being filled in Arrow's layout: a validity bitmap (bit i
+ * set: record i present; least significant bit first), int32 offsets (n + 1 of them) and the
+ * bytes. Every buffer is a bytes object sized for the most records and bytes the region can
+ * hold, shrunk at the end. */
+typedef struct {
+    PyObject *validity, *offsets, *data;
+    Py_ssize_t nulls, data_size;
+} BinaryColumn;
+
+static int
+binary_column_init(BinaryColumn *column, Py_ssize_t capacity, Py_ssize_t data_capacity)
+{
+    column->nulls = 0;
+    column->data_size = 0;
+    column->validity = PyBytes_FromStringAndSize(NULL, (capacity + 7) / 8);
+    column->offsets = PyBytes_FromStringAndSize(NULL, (capacity + 1) * 4);
+    column->data = PyBytes_FromStringAndSize(NULL, data_capacity);
+    if (column->validity == NULL || column->offsets == NULL || column->data == NULL) {
+        return -1;
+    }
+    memset(PyBytes_AS_STRING(column->validity), 0, (size_t)((capacity + 7) / 8));
+    memset(PyBytes_AS_STRING(column->offsets), 0, 4);
+    return 0;
+}
+
+static void
+binary_column_clear(BinaryColumn *column)
+{
+    Py_CLEAR(column->validity);
+    Py_CLEAR(column->offsets);
+    Py_CLEAR(column->data);
+}
+
+/* Record i's field: size -1 (null) or size bytes at source. */
+static inline void
+binary_column_put(BinaryColumn *column, Py_ssize_t i, const uint8_t *source, int64_t size)
+{
+    if (size < 0) {
+        column->nulls++;
+    }
+    else {
+        ((uint8_t *)PyBytes_AS_STRING(column->validity))[i >> 3] |= (uint8_t)(1u << (i & 7));
+        memcpy(PyBytes_AS_STRING(column->data) + column->data_size, source, (size_t)size);
+        column->data_size += (Py_ssize_t)size;
+    }
+    int32_t end = (int32_t)column->data_size;
+    memcpy(PyBytes_AS_STRING(column->offsets) + (i + 1) * 4, &end, 4);
+}
+
+/* Shrink to n records; the validity bitmap becomes None when nothing is null. */
+static int
+binary_column_finish(BinaryColumn *column, Py_ssize_t n)
+{
+    if (_PyBytes_Resize(&column->validity, (n + 7) / 8) < 0 ||
+        _PyBytes_Resize(&column->offsets, (n + 1) * 4) < 0 ||
+        _PyBytes_Resize(&column->data, column->data_size) < 0) {
+        return -1;
+    }
+    if (column->nulls == 0) {
+        Py_SETREF(column->validity, Py_NewRef(Py_None));
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(decode_arrow_doc,
+"decode_arrow(data, count, base_offset, base_timestamp, timestamp_override=None,\n"
+"             from_offset=None, until_offset=None, with_headers=False)\n"
+"--\n\n"
+"Decode like decode_columns, straight into Arrow's buffer layout, keeping only the records\n"
+"with from_offset <= offset < until_offset (None: no bound). Returns (n, offsets, timestamps,\n"
+"key_validity, key_nulls, key_offsets, key_data, value_validity, value_nulls, value_offsets,\n"
+"value_data, headers): offsets and timestamps are n little-endian int64s, each binary column\n"
+"a validity bitmap (None: no nulls), its null count, n + 1 int32 offsets and the bytes;\n"
+"headers is the list of header tuples with with_headers, else None. Every record is checked\n"
+"as decode_columns checks it; an offset or timestamp outside int64 is a CorruptRecordError.");
+
+static const char *const decode_arrow_names[] = {
+    "data", "count", "base_offset", "base_timestamp", "timestamp_override",
+    "from_offset", "until_offset", "with_headers",
+};
+
+static int
+optional_int64(PyObject *object, long long fallback, long long *out)
+{
+    if (object == NULL || object == Py_None) {
+        *out = fallback;
+        return 0;
+    }
+    return int_argument(object, "offset", "int64", out);
+}
+
+static PyObject *
+decode_arrow(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs,
+             PyObject *kwnames)
+{
+    PyObject *v[8];
+    if (parse_args("decode_arrow", args, nargs, kwnames, decode_arrow_names, 4, 8, v) < 0) {
+        return NULL;
+    }
+    long long count, base_offset, base_timestamp, override = 0, from_offset, until_offset;
+    int with_headers = v[7] == NULL ? 0 : PyObject_IsTrue(v[7]);
+    if (with_headers < 0 || int_argument(v[1], "count", "int64", &count) < 0 ||
+        int_argument(v[2], "base_offset", "int64", &base_offset) < 0 ||
+        int_argument(v[3], "base_timestamp", "int64", &base_timestamp) < 0 ||
+        optional_int64(v[5], INT64_MIN, &from_offset) < 0 ||
+        optional_int64(v[6], INT64_MAX, &until_offset) < 0) {
+        return NULL;
+    }
+    int has_override = v[4] != NULL && v[4] != Py_None, override_outside = 0;
+    if (has_override && !PyLong_Check(v[4])) {
+        PyErr_Format(PyExc_TypeError, "timestamp_override must be an int or None, not %.100s",
+                     Py_TYPE(v[4])->tp_name);
+        return NULL;
+    }
+    if (has_override) {
+        /* Outside int64 it makes every record's timestamp unrepresentable: reported as such. */
+        override = PyLong_AsLongLongAndOverflow(v[4], &override_outside);
+        if (override == -1 && PyErr_Occurred()) {
+            return NULL;
+        }
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(v[0], &view, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    Cursor c = {
+        .data = (const uint8_t *)view.buf,
+        .end = view.len,
+        .position = 0,
+        .index = 0,
+        .start = 0,
+        .count = count,
+    };
+    /* A record takes at least 7 bytes, so no more than this many can be read before the
+     * region runs out (a larger declared count fails then): the buffers are bounded by the
+     * region's size, whatever the count says. */
+    Py_ssize_t capacity = count < 0 ? 0 : (count < view.len / 7 + 1 ? (Py_ssize_t)count
+                                                                     : view.len / 7 + 1);
+    PyObject *offsets = PyBytes_FromStringAndSize(NULL, capacity * 8);
+    PyObject *timestamps = PyBytes_FromStringAndSize(NULL, capacity * 8);
+    PyObject *headers = with_headers ? PyList_New(0) : Py_NewRef(Py_None);
+    BinaryColumn keys = {0}, values = {0};
+    PyObject *result = NULL;
+    if (offsets == NULL || timestamps == NULL || headers == NULL ||
+        binary_column_init(&keys, capacity, view.len) < 0 ||
+        binary_column_init(&values, capacity, view.len) < 0) {
+        goto done;
+    }
+    int64_t *offset_out = (int64_t *)PyBytes_AS_STRING(offsets);
+    int64_t *timestamp_out = (int64_t *)PyBytes_AS_STRING(timestamps);
+    Py_ssize_t n = 0, first_outside = -1;
+    for (c.index = 0; c.index < c.count; c.index++) {
+        Fields f;
+        PyObject *record_headers = NULL;
+        if (read_record(&c, &f, with_headers ? &record_headers : NULL) < 0) {
+            goto done;
+        }
+        long long offset, timestamp = override;
+        if (override_outside ||
+            __builtin_add_overflow(base_offset, (long long)f.offset_delta, &offset) ||
+            (!has_override &&
+             __builtin_add_overflow(base_timestamp, (long long)f.timestamp_delta, &timestamp))) {
+            /* Reported after the walk: an error in the bytes of a later record comes first,
+             * as in the reference, which decodes everything before it looks at the sums. */
+            if (first_outside < 0) {
+                first_outside = c.index;
+            }
+            Py_XDECREF(record_headers);
+            continue;
+        }
+        if (offset < from_offset || offset >= until_offset) {
+            Py_XDECREF(record_headers);
+            continue;
+        }
+        offset_out[n] = offset;
+        timestamp_out[n] = timestamp;
+        binary_column_put(&keys, n, c.data + f.key_position, f.key_size);
+        binary_column_put(&values, n, c.data + f.value_position, f.value_size);
+        if (with_headers) {
+            int appended = PyList_Append(headers, record_headers);
+            Py_DECREF(record_headers);
+            if (appended < 0) {
+                goto done;
+            }
+        }
+        n++;
+    }
+    if (check_region_consumed(&c) < 0) {
+        goto done;
+    }
+    if (first_outside >= 0) {
+        PyErr_Format(CorruptRecordError,
+                     "record %zd: its offset or timestamp is outside int64 (base offset %lld, "
+                     "base timestamp %lld)", first_outside, base_offset, base_timestamp);
+        goto done;
+    }
+    if (_PyBytes_Resize(&offsets, n * 8) < 0 ||
+        _PyBytes_Resize(&timestamps, n * 8) < 0 || binary_column_finish(&keys, n) < 0 ||
+        binary_column_finish(&values, n) < 0) {
+        goto done;
+    }
+    result = Py_BuildValue("(nOOOnOOOnOOO)", n, offsets, timestamps, keys.validity, keys.nulls,
+                           keys.offsets, keys.data, values.validity, values.nulls,
+                           values.offsets, values.data, headers);
+done:
+    Py_XDECREF(offsets);
+    Py_XDECREF(timestamps);
+    Py_XDECREF(headers);
+    binary_column_clear(&keys);
+    binary_column_clear(&values);
+    PyBuffer_Release(&view);
+    return result;
+}
+
 PyDoc_STRVAR(walk_records_doc,
 "walk_records(data, count)\n"
 "--\n\n"
@@ -1325,6 +1545,8 @@ static PyMethodDef methods[] = {
      METH_FASTCALL | METH_KEYWORDS, decode_columns_doc},
     {"walk_records", (PyCFunction)(void (*)(void))walk_records, METH_FASTCALL | METH_KEYWORDS,
      walk_records_doc},
+    {"decode_arrow", (PyCFunction)(void (*)(void))decode_arrow, METH_FASTCALL | METH_KEYWORDS,
+     decode_arrow_doc},
     {"encode_record", (PyCFunction)(void (*)(void))encode_record, METH_FASTCALL | METH_KEYWORDS,
      encode_record_doc},
     {NULL, NULL, 0, NULL},

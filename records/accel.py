@@ -36,7 +36,9 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 import warnings
+from array import array
 from collections.abc import Sequence
 from types import ModuleType
 from typing import NamedTuple
@@ -48,9 +50,12 @@ from .record import encode_record as _encode_record_reference
 __all__ = [
     "ACCELERATED",
     "PURE_PYTHON_ENV",
+    "ArrowColumns",
     "PyRecordsWriter",
     "RecordColumns",
     "RecordsWriter",
+    "decode_arrow",
+    "decode_arrow_reference",
     "decode_columns",
     "decode_columns_reference",
     "decode_records",
@@ -126,6 +131,98 @@ def decode_columns_reference(
         [r.key for r in records],
         [r.value for r in records],
         [r.headers for r in records],
+    )
+
+
+class ArrowColumns(NamedTuple):
+    """The records of one records region in Apache Arrow's buffer layout, ready for
+    ``pyarrow.Array.from_buffers`` (no Python object per record).
+
+    ``count`` records; ``offsets`` and ``timestamps``: ``count`` little-endian int64s each
+    (absolute, as ``Record.offset``/``.timestamp``). Each binary column (keys, values): a
+    validity bitmap (bit ``i``, least significant first, set when record ``i`` has the field;
+    ``None`` when no record lacks it), its null count, ``count + 1`` little-endian int32
+    offsets into the data and the data itself. ``headers``: one tuple of ``(str, bytes |
+    None)`` pairs per record when asked for, else ``None``. Plain data.
+    """
+
+    count: int
+    offsets: bytes
+    timestamps: bytes
+    key_validity: bytes | None
+    key_nulls: int
+    key_offsets: bytes
+    key_data: bytes
+    value_validity: bytes | None
+    value_nulls: int
+    value_offsets: bytes
+    value_data: bytes
+    headers: list[tuple[Header, ...]] | None
+
+
+def _binary_buffers(fields: list[bytes | None]) -> tuple[bytes | None, int, bytes, bytes]:
+    """Arrow's validity bitmap, null count, int32 offsets and data of a binary column."""
+    validity = bytearray((len(fields) + 7) // 8)
+    ends = array("i", [0])
+    position = 0
+    for index, field in enumerate(fields):
+        if field is not None:
+            validity[index >> 3] |= 1 << (index & 7)
+            position += len(field)
+        ends.append(position)
+    nulls = fields.count(None)
+    if sys.byteorder != "little":
+        ends.byteswap()
+    return (
+        None if nulls == 0 else bytes(validity),
+        nulls,
+        ends.tobytes(),
+        b"".join(field for field in fields if field is not None),
+    )
+
+
+def decode_arrow_reference(
+    data: bytes | bytearray | memoryview,
+    count: int,
+    base_offset: int,
+    base_timestamp: int,
+    timestamp_override: int | None = None,
+    from_offset: int | None = None,
+    until_offset: int | None = None,
+    with_headers: bool = False,
+) -> ArrowColumns:
+    """The pure-Python :func:`decode_arrow`: :func:`decode_columns_reference`, filtered to the
+    offset range and laid out as Arrow buffers. The reference the C one is tested against."""
+    if timestamp_override is not None and not isinstance(timestamp_override, int):
+        raise TypeError(
+            f"timestamp_override must be an int or None, not {type(timestamp_override).__name__}"
+        )
+    columns = decode_columns_reference(
+        data, count, base_offset, base_timestamp, timestamp_override
+    )
+    for index, (offset, timestamp) in enumerate(
+        zip(columns.offsets, columns.timestamps, strict=True)
+    ):
+        if not (_INT64_MIN <= offset <= _INT64_MAX and _INT64_MIN <= timestamp <= _INT64_MAX):
+            raise _reference.CorruptRecordError(
+                f"record {index}: its offset or timestamp is outside int64 (base offset "
+                f"{base_offset}, base timestamp {base_timestamp})"
+            )
+    low = _INT64_MIN if from_offset is None else from_offset
+    high = _INT64_MAX if until_offset is None else until_offset
+    keep = [i for i, offset in enumerate(columns.offsets) if low <= offset < high]
+    offsets = array("q", [columns.offsets[i] for i in keep])
+    timestamps = array("q", [columns.timestamps[i] for i in keep])
+    if sys.byteorder != "little":
+        offsets.byteswap()
+        timestamps.byteswap()
+    return ArrowColumns(
+        len(keep),
+        offsets.tobytes(),
+        timestamps.tobytes(),
+        *_binary_buffers([columns.keys[i] for i in keep]),
+        *_binary_buffers([columns.values[i] for i in keep]),
+        [columns.headers[i] for i in keep] if with_headers else None,
     )
 
 
@@ -247,12 +344,14 @@ if _speedups is not None:
     walk_records = _speedups.walk_records
     encode_record = _speedups.encode_record
     _decode_columns = _speedups.decode_columns
+    _decode_arrow = _speedups.decode_arrow
     RecordsWriter = _speedups.RecordsWriter
 else:
     decode_records = _reference.decode_records
     walk_records = _reference.walk_records
     encode_record = _reference.encode_record
     _decode_columns = None
+    _decode_arrow = None
     RecordsWriter = PyRecordsWriter
 
 
@@ -281,3 +380,33 @@ def decode_columns(
     return RecordColumns._make(
         _decode_columns(data, count, base_offset, base_timestamp, timestamp_override)
     )
+
+
+def decode_arrow(
+    data: bytes | bytearray | memoryview,
+    count: int,
+    base_offset: int,
+    base_timestamp: int,
+    timestamp_override: int | None = None,
+    from_offset: int | None = None,
+    until_offset: int | None = None,
+    with_headers: bool = False,
+) -> ArrowColumns:
+    """Decode exactly ``count`` records filling all of ``data`` into Arrow buffers, keeping
+    those with ``from_offset <= offset < until_offset`` (None: unbounded).
+
+    The checks and errors of :func:`decode_columns` for every record (those outside the range
+    included), plus a :class:`~stratalog.records.CorruptRecordError` for an offset or
+    timestamp outside int64 (Arrow's and Spark's longs cannot hold it). For readers that hand
+    records to Arrow (the Spark connector): in C no Python object is made per record.
+    O(len(data)); the buffers are bounded by the size of ``data``, whatever ``count`` says.
+    """
+    if _decode_arrow is None:
+        return decode_arrow_reference(
+            data, count, base_offset, base_timestamp, timestamp_override, from_offset,
+            until_offset, with_headers,
+        )
+    return ArrowColumns._make(_decode_arrow(
+        data, count, base_offset, base_timestamp, timestamp_override, from_offset,
+        until_offset, with_headers,
+    ))

@@ -128,6 +128,14 @@ def _assert_same_decoding(
                 assert value is None or type(value) is bytes
         else:
             assert columns == expected
+    if INT64_MIN <= base_offset <= INT64_MAX and INT64_MIN <= base_timestamp <= INT64_MAX:
+        # The Arrow layout: whole, and one offset range inside it.
+        low = min(base_offset + 1, INT64_MAX)
+        for bounds in ((None, None, False), (low, min(low + count // 2, INT64_MAX), True)):
+            arrow = _outcome(accel.decode_arrow_reference, data, *args, *bounds)
+            assert _outcome(c_impl.decode_arrow, data, *args, *bounds) == arrow
+            if expected[0] == "raised":
+                assert arrow == expected
     walked = _outcome(c_impl.walk_records, data, count)
     assert walked == _outcome(reference.walk_records, data, count)
     if walked[0] == "raised":
