@@ -824,6 +824,11 @@ decode_arrow(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t narg
             Py_XDECREF(record_headers);
             continue;
         }
+        if (n >= capacity) { /* cannot happen (see capacity); a guard, not a code path */
+            Py_XDECREF(record_headers);
+            corrupt(&c, "more records than %zd bytes can hold", view.len);
+            goto done;
+        }
         offset_out[n] = offset;
         timestamp_out[n] = timestamp;
         binary_column_put(&keys, n, c.data + f.key_position, f.key_size);
