@@ -3,8 +3,10 @@
 In one run on one machine, each server a separate process on 127.0.0.1, this client process
 measures:
 
-  no-op server (the ceiling)   a grpc.aio server on uvloop with the Broker service and the same
-                               options as stratalog's, whose methods return at once: Produce an
+  no-op server (the ceiling)   a grpc.aio server on uvloop with the Broker service, the same
+                               gRPC options as stratalog's and the same process settings (malloc
+                               thresholds, GIL switch interval; ``--untuned-noop``: the defaults),
+                               whose methods return at once: Produce an
                                empty response, FetchByOffset/FetchByTimestamp a response carrying
                                a payload of the size the real server returns (one stored batch)
   produce 1 MiB batches        pre-encoded batches of 100-byte records (~9,400 records, just
@@ -60,6 +62,8 @@ from collections.abc import Iterator
 import grpc
 
 from stratalog.records import build_batch
+from stratalog.server.allocator import tune_allocator
+from stratalog.server.settings import Settings
 from stratalog.records.batch import rewrite_crc
 from stratalog.v1 import broker_pb2 as pb
 from stratalog.v1 import broker_pb2_grpc
@@ -267,10 +271,18 @@ def main() -> None:
     parser.add_argument("--server-flag", action="append", default=[],
                         help="extra flag for the stratalog server, e.g. "
                              "--server-flag=--read-in-executor-min-bytes=0")
+    parser.add_argument("--untuned-noop", action="store_true",
+                        help="run the no-op server with CPython's and glibc's defaults instead "
+                             "of the allocator and GIL settings the stratalog server applies")
     parser.add_argument("noop", nargs="?", help=argparse.SUPPRESS)
     parser.add_argument("--payload-bytes", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.noop == "noop-server":
+        if not args.untuned_noop:
+            # The process settings the stratalog server applies at start-up (server/app.py):
+            # the ceiling gets them too, so that the ratio measures the server's own work.
+            tune_allocator(Settings().malloc_mmap_threshold_bytes)
+            sys.setswitchinterval(Settings().gil_switch_interval_us / 1e6)
         try:
             import uvloop
             uvloop.run(_serve_noop(args.payload_bytes))
@@ -295,7 +307,8 @@ def main() -> None:
         results.setdefault(name, []).append(value)
 
     noop_args = [sys.executable, "-m", "benchmarks.bench_server", "noop-server",
-                 "--payload-bytes", str(len(template))]
+                 "--payload-bytes", str(len(template)),
+                 *(["--untuned-noop"] if args.untuned_noop else [])]
     server_args = [sys.executable, "-m", "stratalog.server", "--listen", "127.0.0.1:0",
                    "--metrics-port", "0", "--log-dirs", data_dir, "--logging-level", "WARNING",
                    "--max-request-bytes", str(MAX_MESSAGE_BYTES),

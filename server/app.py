@@ -36,6 +36,7 @@ import grpc.aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from stratalog.server.allocator import tune_allocator
 from stratalog.server.metrics import MetricsEndpoint, ServerMetrics
 from stratalog.server.service import BrokerService
 from stratalog.server.settings import Settings, configure_logging, describe
@@ -254,6 +255,7 @@ def run(settings: Settings) -> int:
     # blocking read then waits for the switch interval (5 ms by default) at worst. Measured in
     # docs/server.md: FetchByOffset's handler time fell by a third with 200 µs.
     sys.setswitchinterval(settings.gil_switch_interval_us / 1e6)
+    tune_allocator(settings.malloc_mmap_threshold_bytes)
     for line in describe(settings):
         logger.info("setting %s", line)
     try:

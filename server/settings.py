@@ -162,6 +162,13 @@ class Settings:
         " pool (still one append at a time per partition), smaller ones inline on the event loop",
         0,
     )
+    malloc_mmap_threshold_bytes: int = _setting(
+        32 * _MIB,
+        "glibc malloc serves blocks under this size from its heap instead of a fresh mmap (and"
+        " trims its heap only above 4 times this): MiB-sized request buffers then cost no page"
+        " faults; 0 leaves the C allocator's defaults (see stratalog.server.allocator)",
+        0,
+    )
     gil_switch_interval_us: int = _setting(
         200,
         "Python's thread switch interval (sys.setswitchinterval): how long a thread that wants"
