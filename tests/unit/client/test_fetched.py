@@ -152,6 +152,18 @@ def test_batch_views_agree() -> None:
     assert list(only) == only.records
     assert [r.value for r in only.consumer_records()] == only.values
     assert list(only.iter_consumer_records()) == only.consumer_records()
+    # From columns (C codec) or from Record values (pure Python): the same ConsumerRecords.
+    expected = [
+        ConsumerRecord("t", 3, i, TS + i, only.timestamp_type, b"k%d" % i, b"v%d" % i, ())
+        for i in range(4)
+    ]
+    from_records = ConsumedBatch(
+        "t", 3, only.timestamp_type, only.next_offset, only.high_watermark, only.records
+    )
+    for consumed in (only, from_records):
+        produced = list(consumed.iter_consumer_records())
+        assert produced == expected
+        assert all(type(record) is ConsumerRecord for record in produced)
     assert only.headers == [()] * 4
     assert "4 records" in repr(only)
 
