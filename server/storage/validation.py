@@ -2,7 +2,7 @@
 
 A producer sends whole RecordBatch v2 batches with base offset 0. Before they reach a segment the
 log checks them the way a Kafka leader does (``UnifiedLog.analyzeAndValidateRecords`` and
-``LogValidator``, [B-1]..[B-3]) and then stamps them in a copy of the bytes:
+``LogValidator``, [B-1]..[B-3]) and then stamps them in copies of their headers:
 
     per batch, in this order                                  error
     whole, size field >= 14, magic 2, >= 61 bytes             CorruptRecord / InvalidRecord
@@ -18,7 +18,8 @@ log checks them the way a Kafka leader does (``UnifiedLog.analyzeAndValidateReco
     LogAppendTime topic: the batch must not claim it          InvalidTimestamp
     the whole append <= segment.bytes                         RecordBatchTooLarge
 
-    then, in a copy: base offset := next offset, partition leader epoch := the log's,
+    then, in a copy of the header: base offset := next offset, partition leader epoch := the
+    log's,
     max timestamp := append time (LogAppendTime topic) or the records' max (CreateTime; the
     CRC is recomputed only when the header changes)
 
@@ -42,6 +43,7 @@ from stratalog.records.batch import (
     ATTRIBUTES_OFFSET,
     LOG_OVERHEAD,
     NO_TIMESTAMP,
+    RECORD_BATCH_OVERHEAD,
     BatchHeader,
     TimestampType,
     parse_header,
@@ -71,14 +73,21 @@ _MIN_SIZE_FIELD = 14  # Kafka's LegacyRecord.RECORD_OVERHEAD_V0
 class ValidatedAppend:
     """Client batches that passed validation, with offsets assigned, ready for a segment.
 
-    ``records`` is a private copy of the input with base offsets, leader epochs and (where
-    needed) max timestamps, attributes and CRCs rewritten. ``max_timestamp`` and
-    ``shallow_offset_of_max_timestamp`` are what ``Segment.append`` indexes ([B-6]): the largest
-    timestamp and the last offset of the earliest batch holding it (CreateTime), or the append
-    time and the last offset of the append (LogAppendTime).
+    ``pieces`` are buffers whose concatenation is the append as it must be stored: per batch,
+    either a stamped copy of its 61-byte header (base offset and partition leader epoch set,
+    which the CRC does not cover) followed by a view of the rest of the input, or, when the
+    header's CRC-covered fields change (max timestamp, attributes: a new CRC), a stamped copy
+    of the whole batch. So a 1 MiB batch is never copied whole; a segment writes the pieces
+    with one gathered write. The views keep the input alive and must not outlive a mutation
+    of it (the input is a request's immutable bytes).
+
+    ``max_timestamp`` and ``shallow_offset_of_max_timestamp`` are what ``Segment.append``
+    indexes ([B-6]): the largest timestamp and the last offset of the earliest batch holding
+    it (CreateTime), or the append time and the last offset of the append (LogAppendTime).
     """
 
-    records: bytearray
+    pieces: tuple[bytes | bytearray | memoryview, ...]
+    size_bytes: int
     first_offset: int
     last_offset: int
     max_timestamp: int
@@ -88,8 +97,9 @@ class ValidatedAppend:
     batch_count: int
 
     @property
-    def size_bytes(self) -> int:
-        return len(self.records)
+    def records(self) -> bytes:
+        """The pieces joined: the append as one buffer (a copy)."""
+        return b"".join(self.pieces)
 
 
 def validate_and_assign_offsets(
@@ -100,10 +110,12 @@ def validate_and_assign_offsets(
     now_ms: int,
     partition_leader_epoch: int,
 ) -> ValidatedAppend:
-    """Validate client batches (table above) and return a copy with offsets from ``first_offset``.
+    """Validate client batches (table above) and return them stamped with offsets from
+    ``first_offset``, as :class:`ValidatedAppend` pieces.
 
-    The input is not modified. O(total bytes): one CRC pass and one record walk per batch, plus
-    one CRC per batch whose header is rewritten.
+    The input is not modified (and is referenced by the pieces). O(total bytes): one CRC pass
+    and one record walk per batch, plus a copy and a CRC per batch whose CRC-covered header
+    fields are rewritten; other batches have only their 61-byte header copied.
 
     Raises:
         CorruptRecordError: truncated or partial batches, CRC mismatch, malformed records.
@@ -129,33 +141,44 @@ def validate_and_assign_offsets(
             summary = _validate_batch(view, index, header, config, now_ms)
             batch_max_timestamps.append(max(summary.max_timestamp, NO_TIMESTAMP))
             record_count += summary.count
-        records = bytearray(view)
 
+    source = memoryview(record_batches)  # the pieces' views (the walk's view is released)
+    pieces: list[bytes | bytearray | memoryview] = []
     next_offset = first_offset
     max_timestamp = NO_TIMESTAMP
     shallow_offset_of_max = -1
     for header, batch_max in zip(headers, batch_max_timestamps, strict=True):
         position = header.position
-        set_base_offset(records, position, next_offset)
-        set_partition_leader_epoch(records, position, partition_leader_epoch)
+        end = position + header.size_bytes
+        rewrite_header = log_append_time or (
+            header.timestamp_type is not TimestampType.CREATE_TIME
+            or header.max_timestamp != batch_max
+        )
+        # A CRC-covered field changes: the CRC runs over the whole batch, so copy it whole.
+        # Otherwise only the 61 header bytes are copied and stamped.
+        stamped = bytearray(source[position : end if rewrite_header else
+                                   position + RECORD_BATCH_OVERHEAD])
+        set_base_offset(stamped, 0, next_offset)
+        set_partition_leader_epoch(stamped, 0, partition_leader_epoch)
         next_offset += header.records_count
         last_offset = next_offset - 1
         if log_append_time:
-            set_log_append_time(records, position, header.size_bytes, now_ms)
-        else:
-            if header.timestamp_type is not TimestampType.CREATE_TIME or (
-                header.max_timestamp != batch_max
-            ):
-                _set_create_time_max(records, position, header.size_bytes, batch_max)
-            if batch_max > max_timestamp:
-                max_timestamp = batch_max
-                shallow_offset_of_max = last_offset
+            set_log_append_time(stamped, 0, header.size_bytes, now_ms)
+        elif rewrite_header:
+            _set_create_time_max(stamped, 0, header.size_bytes, batch_max)
+        pieces.append(stamped)
+        if not rewrite_header:
+            pieces.append(source[position + RECORD_BATCH_OVERHEAD : end])
+        if not log_append_time and batch_max > max_timestamp:
+            max_timestamp = batch_max
+            shallow_offset_of_max = last_offset
     if log_append_time:
         # Kafka (LogValidator, v2): the append time, at the last offset of the append.
         max_timestamp = now_ms
         shallow_offset_of_max = next_offset - 1
     return ValidatedAppend(
-        records=records,
+        pieces=tuple(pieces),
+        size_bytes=total_bytes,
         first_offset=first_offset,
         last_offset=next_offset - 1,
         max_timestamp=max_timestamp,
