@@ -127,6 +127,15 @@ class OffsetIndex(Index):
         found = self._largest_lower_bound(target_offset, _OFFSET_COLUMN, self._parse)
         return OffsetPosition(self.base_offset, 0) if found is None else found
 
+    def lookup_position(self, target_offset: int) -> int:
+        """``lookup(target_offset).position``, without building the entry (the read path's call).
+
+        The position to scan the ``.log`` from for ``target_offset``: that of the entry with the
+        largest offset ``<= target_offset``, or 0. Runtime O(log entries).
+        """
+        found = self._largest_lower_bound(target_offset, _OFFSET_COLUMN, _read_position)
+        return 0 if found is None else found
+
     def entry(self, slot: int) -> OffsetPosition:
         """The entry in ``slot`` ([B-23]).
 
@@ -235,3 +244,7 @@ class OffsetIndex(Index):
     def _parse(self, mm: mmap.mmap, slot: int) -> OffsetPosition:
         relative, position = _ENTRY.unpack_from(mm, slot * 8)
         return OffsetPosition(self._base_offset + relative, position)
+
+
+def _read_position(mm: mmap.mmap, slot: int) -> int:
+    return _INT32.unpack_from(mm, slot * 8 + 4)[0]

@@ -11,6 +11,7 @@ import os
 import random
 import re
 import shutil
+import struct
 import tempfile
 import threading
 from pathlib import Path
@@ -29,6 +30,7 @@ from stratalog.server.storage.errors import (
     OffsetOverflowError,
     StorageIOError,
 )
+from stratalog.server.storage.index import _interpolation_search
 from stratalog.server.storage.offset_index import OffsetIndex, OffsetPosition
 
 BASE_OFFSET = 45
@@ -492,6 +494,92 @@ def test_warm_section_lookups_match_a_plain_binary_search(tmp_path: Path) -> Non
     idx.close()
 
 
+@pytest.mark.parametrize("shape", ["exponential", "clumped", "uniform"])
+def test_lookups_over_skewed_offsets_match_a_plain_binary_search(
+    tmp_path: Path, shape: str
+) -> None:
+    # The search guesses where the target lies from the values at the ends of the range:
+    # offsets far from linear in the slot make the guesses poor, never the answers wrong.
+    rng = random.Random(shape)
+    count = 3000
+    if shape == "exponential":
+        offsets = sorted({int(1.006**i) + i for i in range(count)})
+    elif shape == "clumped":
+        offsets, last = [], 0
+        for i in range(count):
+            last += 1 if (i // 100) % 2 else rng.randint(10_000, 1_000_000)
+            offsets.append(last)
+    else:
+        offsets = list(range(5, 5 + 7 * count, 7))
+    idx = OffsetIndex(tmp_path / "0.index", 0, len(offsets) * 8)
+    positions = list(range(0, 4 * len(offsets), 4))
+    for offset, position in zip(offsets, positions, strict=True):
+        idx.append(offset, position)
+    targets = offsets + [o - 1 for o in offsets] + [o + 1 for o in offsets]
+    targets += [rng.randrange(offsets[-1] + 10) for _ in range(3000)]
+    for target in targets:
+        slot = bisect.bisect_right(offsets, target) - 1
+        expected = (
+            OffsetPosition(0, 0) if slot < 0 else OffsetPosition(offsets[slot], positions[slot])
+        )
+        assert idx.lookup(target) == expected, target
+        assert idx.lookup_position(target) == expected.position, target
+    idx.close()
+
+
+def test_lookup_position(index: OffsetIndex) -> None:
+    assert index.lookup_position(BASE_OFFSET + 7) == 0, "empty index: scan from the start"
+    index.append(BASE_OFFSET + 5, 100)
+    index.append(BASE_OFFSET + 9, 250)
+    assert index.lookup_position(BASE_OFFSET + 4) == 0, "below every entry"
+    assert index.lookup_position(BASE_OFFSET + 5) == 100
+    assert index.lookup_position(BASE_OFFSET + 8) == 100
+    assert index.lookup_position(BASE_OFFSET + 9) == 250
+    assert index.lookup_position(2**40) == 250
+    index.close()
+    with pytest.raises(LogClosedError):
+        index.lookup_position(BASE_OFFSET)
+
+
+def test_lookups_in_an_unsorted_index_return_one_of_its_entries(tmp_path: Path) -> None:
+    # A corrupt file (as an untrimmed one is, or bytes gone bad) is trusted blindly when
+    # reopened: lookups must still end, with an entry of the file or the empty answer.
+    rng = random.Random(5)
+    path = tmp_path / "0.index"
+    entries = [(rng.randrange(0, 5000), rng.randrange(0, 10**6)) for _ in range(2000)]
+    path.write_bytes(b"".join(struct.pack(">ii", o, p) for o, p in entries))
+    idx = OffsetIndex(path, 0)
+    present = {OffsetPosition(o, p) for o, p in entries} | {OffsetPosition(0, 0)}
+    for target in [rng.randrange(-10, 5010) for _ in range(2000)]:
+        assert idx.lookup(target) in present
+    idx.close_handler()
+
+
+@given(
+    values=st.lists(st.integers(-(2**31), 2**31 - 1), min_size=1, max_size=60),
+    target=st.integers(-(2**31), 2**31 + 5),
+    data=st.data(),
+)
+def test_interpolation_search_is_a_binary_search(
+    values: list[int], target: int, data: st.DataObject
+) -> None:
+    # On a strictly increasing column: the binary search's answer. On any column: a slot in
+    # range, without an error or an endless loop.
+    column = struct.Struct(">i")
+    for increasing in (True, False):
+        if increasing:
+            values = sorted(set(values))
+        lo = data.draw(st.integers(0, len(values) - 1))
+        hi = data.draw(st.integers(lo, len(values) - 1))
+        if values[lo] > target:
+            continue  # outside the search's precondition: values[lo] <= target
+        buf = b"".join(column.pack(v) for v in values)
+        slot = _interpolation_search(buf, column.unpack_from, 4, 0, target, lo, values[lo], hi)
+        assert lo <= slot <= hi
+        if increasing:
+            assert slot == bisect.bisect_right(values, target, lo, hi + 1) - 1
+
+
 def test_concurrent_lookups_never_see_a_partial_or_unknown_entry(tmp_path: Path) -> None:
     # One writer appends while readers look up; every answer must be an entry that was (or is
     # being) appended, or the empty answer. No timing is asserted.
@@ -561,6 +649,7 @@ def test_warm_and_cold_searches_agree_with_bisect(
                 else OffsetPosition(offsets[slot], positions[slot])
             )
             assert idx.lookup(target) == expected
+            assert idx.lookup_position(target) == expected.position
             slot = bisect.bisect_left(positions, target)
             expected_upper = (
                 None if slot == len(positions) else OffsetPosition(offsets[slot], positions[slot])
