@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from stratalog.records.batch import LOG_OVERHEAD, NO_TIMESTAMP
 
@@ -55,7 +55,7 @@ from .files import (
 )
 from .recovery import load_log
 from .retention import RetentionPlan, plan_retention
-from .segment import Segment
+from .segment import FetchedBatches, Segment
 from .segments import Segments
 from .time_index import TimestampOffset
 from .validation import validate_and_assign_offsets
@@ -67,6 +67,7 @@ __all__ = [
     "LATEST_TIMESTAMP",
     "MAX_TIMESTAMP",
     "AppendInfo",
+    "FetchedBatches",
     "FlushScheduler",
     "PartitionLog",
     "TimestampOffset",
@@ -86,6 +87,8 @@ LATEST_TIERED_TIMESTAMP = -5
 LEADER_EPOCH = 0
 
 _LENGTH_AT = 8  # the length field of a batch
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,8 +149,9 @@ class PartitionLog:
     Concurrency: one writer at a time for :meth:`append`, :meth:`roll`, :meth:`truncate_to`,
     :meth:`truncate_fully_and_start_at` and :meth:`close` (the server serialises them per
     partition; an internal lock makes overlapping calls wait rather than corrupt). :meth:`read`,
-    :meth:`offset_for_timestamp` and :meth:`flush` may run in other threads concurrently with
-    the writer: reads never see a half-written batch. A reader that overlaps a truncation may
+    :meth:`fetch`, :meth:`offset_for_timestamp`, :meth:`fetch_by_timestamp` and :meth:`flush`
+    may run in other threads concurrently with the writer: reads never see a half-written
+    batch. A reader that overlaps a truncation may
     see the data being truncated away (as in Kafka); it must finish within
     ``file.delete.delay.ms`` of the truncation, after which removed segments are closed.
     Background work (:meth:`flush`, :meth:`delete_old_segments`, :meth:`maybe_delete_pending`,
@@ -531,6 +535,38 @@ class PartitionLog:
             OffsetOutOfRangeError: ``offset`` below the log start offset or above the log end.
             ValueError: ``max_bytes`` negative.
         """
+        fetched = self._read_segments(offset, max_bytes, min_one_message, Segment.read)
+        return b"" if fetched is None else _whole_batches(fetched.data)
+
+    def fetch(
+        self, offset: int, max_bytes: int, *, min_one_message: bool = True
+    ) -> FetchedBatches:
+        """:meth:`read`, with the next offset and the record count of the batches read.
+
+        What a fetch response reports, taken from the batch headers the read went over anyway
+        (:meth:`Segment.fetch`): ``next_offset`` is the last batch's last offset + 1 (``offset``
+        when no batch came back), ``records_count`` the sum of the batches' record counts. The
+        batches are those :meth:`read` returns, except that they stop before a batch whose
+        header is malformed (the next fetch at its offset raises). Thread-safe as :meth:`read`.
+
+        Raises:
+            OffsetOutOfRangeError: ``offset`` below the log start offset or above the log end.
+            ValueError: ``max_bytes`` negative.
+        """
+        fetched = self._read_segments(offset, max_bytes, min_one_message, Segment.fetch)
+        return FetchedBatches(b"", offset, 0) if fetched is None else fetched
+
+    def _read_segments(
+        self,
+        offset: int,
+        max_bytes: int,
+        min_one_message: bool,
+        segment_read: Callable[[Segment, int, int, int, bool], _T | None],
+    ) -> _T | None:
+        """``segment_read`` on the segment holding ``offset``, then on later ones while it says
+        None (a gap at the end of a segment), never past the published log end. None at the log
+        end.
+        """
         end = self._end
         log_start_offset = self._log_start_offset
         if offset < log_start_offset or offset > end.offset:
@@ -543,7 +579,7 @@ class PartitionLog:
         if max_bytes < 0:
             raise ValueError(f"max_bytes must not be negative, got {max_bytes}")
         if offset == end.offset:
-            return b""
+            return None
         segments = self._segments
         segment = segments.floor_segment(offset)
         if segment is None:
@@ -557,12 +593,47 @@ class PartitionLog:
                 max_position = end.position
             else:
                 max_position = segment.size_bytes
-            fetched = segment.read(offset, max_bytes, max_position, min_one_message)
+            fetched = segment_read(segment, offset, max_bytes, max_position, min_one_message)
             if fetched is not None:
-                return _whole_batches(fetched.data)
+                return fetched
             # A gap at the end of this segment: the offset's data is in a later one.
             segment = segments.higher_segment(segment.base_offset)
-        return b""
+        return None
+
+    def fetch_by_timestamp(
+        self, timestamp: int, max_bytes: int, *, min_one_message: bool = True
+    ) -> tuple[TimestampOffset | None, FetchedBatches]:
+        """:meth:`offset_for_timestamp` for a timestamp ``>= 0``, then :meth:`fetch` there.
+
+        Returns the record found (its timestamp and offset) and the whole batches from the one
+        holding it, as :meth:`fetch` at its offset returns them; the batch searched is read
+        once. Only records below the log end published when the call started are searched.
+        When none qualifies: ``(None, empty batches at the log end offset)``. Thread-safe
+        against a concurrent append.
+
+        Raises:
+            ValueError: ``timestamp`` or ``max_bytes`` negative (the special ListOffsets
+                targets are :meth:`offset_for_timestamp`'s).
+            CorruptRecordError, InvalidRecordError: a malformed or corrupt batch on the way.
+        """
+        if timestamp < 0:
+            raise ValueError(f"timestamp must not be negative, got {timestamp}")
+        if max_bytes < 0:
+            raise ValueError(f"max_bytes must not be negative, got {max_bytes}")
+        end = self._end
+        segment = self._first_segment_reaching(timestamp)
+        found = None
+        if segment is not None and segment.base_offset <= end.segment_base_offset:
+            if segment.base_offset == end.segment_base_offset:
+                max_position = end.position
+            else:
+                max_position = segment.size_bytes
+            found = segment.fetch_by_timestamp(
+                timestamp, self._log_start_offset, max_bytes, max_position, min_one_message
+            )
+        if found is None:
+            return None, FetchedBatches(b"", end.offset, 0)
+        return found
 
     def offset_for_timestamp(self, timestamp: int) -> TimestampOffset | None:
         """ListOffsets: the offset for a timestamp or a special target ([B-36]..[B-40]).

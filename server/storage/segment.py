@@ -25,6 +25,7 @@ uses a shared file position, so reads need no lock.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import os
 import struct
@@ -47,7 +48,7 @@ from stratalog.records.batch import (
 )
 from stratalog.records.crc import crc32c
 from stratalog.records.errors import CorruptRecordError, InvalidRecordError, RecordError
-from stratalog.records.reader import iter_records
+from stratalog.records.reader import decode_batch_columns, iter_records
 
 from .config import LogConfig
 from .errors import (
@@ -70,7 +71,7 @@ from .offset_index import OffsetIndex
 from .time_index import TimeIndex, TimestampOffset
 from .txn_index import TransactionIndex
 
-__all__ = ["FetchSlice", "LogOffsetPosition", "Segment"]
+__all__ = ["FetchSlice", "FetchedBatches", "LogOffsetPosition", "Segment"]
 
 log = logging.getLogger(__name__)
 
@@ -78,8 +79,24 @@ log = logging.getLogger(__name__)
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 assert _HEADER.size == RECORD_BATCH_OVERHEAD
 _LENGTH = struct.Struct(">i")  # at byte 8 of a batch
-_OFFSET_AND_LENGTH = struct.Struct(">qi")  # base offset and length, at byte 0
-_LAST_OFFSET_DELTA_OFFSET = 23
+# What a scan needs of a batch header, in one unpack: base offset, length, magic, last offset
+# delta, max timestamp, records count (the rest of the 61 bytes skipped).
+_SCAN_FIELDS = struct.Struct(
+    ">"
+    "q"  # 0 base_offset
+    "i"  # 8 length
+    "4x"  # 12 partition_leader_epoch
+    "B"  # 16 magic
+    "6x"  # 17 crc, attributes
+    "i"  # 23 last_offset_delta
+    "8x"  # 27 base_timestamp
+    "q"  # 35 max_timestamp
+    "14x"  # 43 producer_id, producer_epoch, base_sequence
+    "i"  # 57 records_count
+)
+assert _SCAN_FIELDS.size == RECORD_BATCH_OVERHEAD
+# Below every int64 timestamp: an offset scan takes batches whatever their timestamps.
+_ANY_TIMESTAMP = -(2**63) - 1
 _UINT32 = struct.Struct(">I")
 _CRC_OFFSET = 17
 _ATTRIBUTES_OFFSET = 21
@@ -113,6 +130,41 @@ class FetchSlice(NamedTuple):
     first_entry_incomplete: bool  # max_bytes cut the first batch
 
 
+class FetchedBatches(NamedTuple):
+    """Whole batches read for a fetch, and what a fetch response says of them."""
+
+    data: bytes  # whole batches back to back, from a batch boundary; b"" when none
+    next_offset: int  # the last batch's last offset + 1; the offset asked for when no data
+    records_count: int  # the records_count fields of the batches, summed
+
+
+# A batch found by a scan: (position, size_bytes, last_offset, records_count, block, block_start),
+# where block is the last bytes read (starting at position block_start of the .log).
+_Found = tuple[int, int, int, int, bytes, int]
+
+
+def _extend_run(
+    data: bytes, position: int, next_offset: int, records_count: int
+) -> tuple[int, int, int]:
+    """Walk the whole batches of ``data`` from ``position`` (a batch boundary).
+
+    Returns where they end (a partial batch, or a malformed header -- magic other than 2, a
+    size below the 61-byte header -- ends them) and ``next_offset`` and ``records_count``
+    carried over the batches walked.
+    """
+    end = len(data)
+    unpack = _SCAN_FIELDS.unpack_from
+    while position + RECORD_BATCH_OVERHEAD <= end:
+        base_offset, length, magic, last_offset_delta, _, count = unpack(data, position)
+        size = length + LOG_OVERHEAD
+        if magic != MAGIC or size < RECORD_BATCH_OVERHEAD or size > end - position:
+            break
+        position += size
+        next_offset = base_offset + last_offset_delta + 1
+        records_count += count
+    return position, next_offset, records_count
+
+
 def _wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -136,10 +188,10 @@ class Segment:
     both indexes from the ``.log`` and truncates it at the first invalid byte ([B-46], [B-47]).
 
     Concurrency: one writer (the owning ``PartitionLog`` serialises append, truncate, roll,
-    recover, flush and close). Reads (:meth:`read`, :meth:`translate_offset`,
-    :meth:`find_offset_by_timestamp`, :meth:`read_next_offset`) may run in other threads at the
-    same time as an append: they use ``pread`` and stop at the size published *after* a write
-    completed, so they never see a half-written batch. Reads must not overlap :meth:`close` or
+    recover, flush and close). Reads (:meth:`read`, :meth:`fetch`, :meth:`translate_offset`,
+    :meth:`find_offset_by_timestamp`, :meth:`fetch_by_timestamp`, :meth:`read_next_offset`) may
+    run in other threads at the same time as an append: they use ``pread`` and stop at the size
+    published *after* a write completed, so they never see a half-written batch. Reads must not overlap :meth:`close` or
     :meth:`delete` (the log defers those until no reader can hold the segment).
     """
 
@@ -659,59 +711,85 @@ class Segment:
         Starts at the offset index's floor entry (or ``starting_position`` if larger) and scans
         batch headers up to ``end_position`` (default: the published size). Thread-safe.
         """
-        mapping = self.offset_index.lookup(offset)
-        start = max(mapping.position, starting_position)
+        start = max(self.offset_index.lookup_position(offset), starting_position)
         end = self._size if end_position is None else min(end_position, self._size)
-        return self._locate(offset, start, end)[0]
+        found = self._scan(offset, _ANY_TIMESTAMP, start, end)
+        return None if found is None else LogOffsetPosition(found[2], found[0], found[1])
 
-    def _locate(
-        self, offset: int, start: int, end: int
-    ) -> tuple[LogOffsetPosition | None, bytes, int]:
-        """Scan headers in ``[start, end)`` for the first batch whose last offset >= ``offset``.
+    def _scan(self, offset: int, timestamp: int, start: int, end: int) -> _Found | None:
+        """Scan headers in ``[start, end)`` for the first batch whose last offset is ``>= offset``
+        and whose max timestamp is ``>= timestamp`` (``_ANY_TIMESTAMP``: any).
 
-        The hot loop of every read: the same rules as :meth:`_iter_headers`, without building
-        headers. Also returns the last block read and where it starts, so that a caller whose
-        bytes are in it needs no second ``pread``.
+        The hot loop of every read: the rules of :meth:`_iter_headers` (the same errors for a
+        malformed batch, the same quiet stop at a partial tail or a file that shrank), without
+        building headers: one ``unpack_from`` per batch. Returns the batch as a :data:`_Found`,
+        with the last block read, so that a caller whose bytes are in it needs no second
+        ``pread``.
+
+        The first ``pread`` takes 4 KiB; a refill takes at least the size of the batch just
+        skipped, so that when batches are alike (one producer's) the batch wanted arrives whole
+        with its header: a random read of one batch costs two ``pread`` calls, not three. The
+        block doubles per refill up to 256 KiB for long scans.
         """
         buf = b""
         buf_start = start
-        buf_end = start
+        buf_length = 0
         block_bytes = _SCAN_FIRST_BLOCK_BYTES
+        size = 0
         position = start
         limit = end - HEADER_SIZE_UP_TO_MAGIC
-        unpack_offset_length = _OFFSET_AND_LENGTH.unpack_from
-        unpack_delta = _LENGTH.unpack_from
+        unpack = _SCAN_FIELDS.unpack_from
         while position < limit:
-            if position + RECORD_BATCH_OVERHEAD > buf_end:
-                buf = self._pread(min(block_bytes, end - position), position)
+            relative = position - buf_start
+            if relative + RECORD_BATCH_OVERHEAD > buf_length:
+                # A batch larger than a block would not help the guess: its header is enough.
+                want = size if block_bytes < size <= _SCAN_MAX_BLOCK_BYTES else block_bytes
+                buf = self._pread(min(want, end - position), position)
                 block_bytes = min(2 * block_bytes, _SCAN_MAX_BLOCK_BYTES)
                 buf_start = position
-                buf_end = position + len(buf)
-                if len(buf) <= HEADER_SIZE_UP_TO_MAGIC:
-                    break
-            relative = position - buf_start
-            base_offset, length = unpack_offset_length(buf, relative)
+                buf_length = len(buf)
+                relative = 0
+                if buf_length < RECORD_BATCH_OVERHEAD:
+                    self._check_short_header(buf, position, end)
+                    return None
+            base_offset, length, magic, last_offset_delta, max_timestamp, records_count = unpack(
+                buf, relative
+            )
             size = length + LOG_OVERHEAD
-            if length < _MIN_SIZE_FIELD or position > end - size:
-                if length < _MIN_SIZE_FIELD:
-                    raise CorruptRecordError(
-                        f"found record size {length} at position {position} of segment "
-                        f"{self._log_path}, smaller than the minimum record overhead "
-                        f"({_MIN_SIZE_FIELD})"
-                    )
-                break
-            if buf[relative + 16] != MAGIC or size < RECORD_BATCH_OVERHEAD:
+            if length < _MIN_SIZE_FIELD:
+                raise CorruptRecordError(
+                    f"found record size {length} at position {position} of segment "
+                    f"{self._log_path}, smaller than the minimum record overhead "
+                    f"({_MIN_SIZE_FIELD})"
+                )
+            if position > end - size:
+                return None  # a partial tail: a write in progress or a torn end
+            if magic != MAGIC or size < RECORD_BATCH_OVERHEAD:
                 # The rare cases: let the general scanner raise its precise error.
                 for _ in self._iter_headers(position, position + size):
                     pass
-                break
-            if relative + RECORD_BATCH_OVERHEAD > len(buf):
-                break  # the file shrank under us
-            last_offset = base_offset + unpack_delta(buf, relative + _LAST_OFFSET_DELTA_OFFSET)[0]
-            if last_offset >= offset:
-                return LogOffsetPosition(last_offset, position, size), buf, buf_start
+                return None
+            last_offset = base_offset + last_offset_delta
+            if last_offset >= offset and max_timestamp >= timestamp:
+                return position, size, last_offset, records_count, buf, buf_start
             position += size
-        return None, buf, buf_start
+        return None
+
+    def _check_short_header(self, buf: bytes, position: int, end: int) -> None:
+        """Fewer than a header's bytes were read at ``position``: raise as :meth:`_iter_headers`
+        would for a malformed batch there, or return (a partial tail, a file that shrank)."""
+        if len(buf) <= HEADER_SIZE_UP_TO_MAGIC:
+            return
+        length = _LENGTH.unpack_from(buf, 8)[0]
+        if length < _MIN_SIZE_FIELD:
+            raise CorruptRecordError(
+                f"found record size {length} at position {position} of segment "
+                f"{self._log_path}, smaller than the minimum record overhead ({_MIN_SIZE_FIELD})"
+            )
+        size = length + LOG_OVERHEAD
+        if position <= end - size and (buf[16] != MAGIC or size < RECORD_BATCH_OVERHEAD):
+            for _ in self._iter_headers(position, position + size):
+                pass
 
     def read(
         self,
@@ -735,22 +813,84 @@ class Segment:
                 f"invalid max size {max_bytes} for a read from segment {self._log_path}"
             )
         end = self._size if max_position is None else min(max_position, self._size)
-        start = self.offset_index.lookup(start_offset).position
-        found, buf, buf_start = self._locate(start_offset, start, end)
+        start = self.offset_index.lookup_position(start_offset)
+        found = self._scan(start_offset, _ANY_TIMESTAMP, start, end)
         if found is None:
             return None
-        position = found.position
-        adjusted_max_bytes = max(max_bytes, found.size_bytes) if min_one_message else max_bytes
-        incomplete = adjusted_max_bytes < found.size_bytes
+        position, size, _, _, buf, buf_start = found
+        adjusted_max_bytes = max(max_bytes, size) if min_one_message else max_bytes
+        incomplete = adjusted_max_bytes < size
         fetch_bytes = min(end - position, adjusted_max_bytes)
+        relative = position - buf_start
         if fetch_bytes <= 0:
             data = b""
-        elif position + fetch_bytes <= buf_start + len(buf):
+        elif relative + fetch_bytes <= len(buf):
             # Already read by the scan (small batches): no second pread.
-            data = buf[position - buf_start : position - buf_start + fetch_bytes]
+            data = buf[relative : relative + fetch_bytes]
         else:
             data = self._pread(fetch_bytes, position)
         return FetchSlice(start_offset, self._base_offset, position, data, incomplete)
+
+    def fetch(
+        self,
+        start_offset: int,
+        max_bytes: int,
+        max_position: int | None = None,
+        min_one_message: bool = False,
+    ) -> FetchedBatches | None:
+        """:meth:`read` cut to whole batches, with what a fetch response says of them.
+
+        The whole batches of at most ``max_bytes`` bytes (``min_one_message``: the first one
+        whatever its size) from the batch holding ``start_offset``, never past ``max_position``;
+        their next offset and record count come from the headers the read went over anyway, so
+        a caller need not parse them again. The batches stop before a malformed header (the
+        next read at its offset raises the scan's error). Empty data (next offset
+        ``start_offset``) when the first batch does not fit; None past the end. Thread-safe.
+
+        Raises:
+            ValueError: ``max_bytes`` is negative.
+            CorruptRecordError, InvalidRecordError: the first batch at or after
+                ``start_offset`` is malformed.
+        """
+        if max_bytes < 0:
+            raise ValueError(
+                f"invalid max size {max_bytes} for a read from segment {self._log_path}"
+            )
+        end = self._size if max_position is None else min(max_position, self._size)
+        start = self.offset_index.lookup_position(start_offset)
+        found = self._scan(start_offset, _ANY_TIMESTAMP, start, end)
+        if found is None:
+            return None
+        return self._whole_batches_from(found, start_offset, max_bytes, end, min_one_message)
+
+    def _whole_batches_from(
+        self, found: _Found, start_offset: int, max_bytes: int, end: int, min_one_message: bool
+    ) -> FetchedBatches:
+        """The whole batches of at most ``max_bytes`` from the batch ``found``, up to ``end``."""
+        position, size, last_offset, records_count, buf, buf_start = found
+        if max_bytes >= size:
+            fetch_bytes = min(end - position, max_bytes)
+        elif min_one_message:
+            fetch_bytes = size
+        else:
+            return FetchedBatches(b"", start_offset, 0)
+        relative = position - buf_start
+        if relative + fetch_bytes <= len(buf):
+            # Read by the scan already; the whole block is the same object, not a copy.
+            data = buf[relative : relative + fetch_bytes]
+        else:
+            data = self._pread(fetch_bytes, position)
+        data_bytes = len(data)
+        if data_bytes == size:
+            return FetchedBatches(data, last_offset + 1, records_count)
+        if data_bytes < size:  # the file shrank under the read
+            return FetchedBatches(b"", start_offset, 0)
+        whole_bytes, next_offset, records_count = _extend_run(
+            data, size, last_offset + 1, records_count
+        )
+        if whole_bytes < data_bytes:
+            data = data[:whole_bytes]
+        return FetchedBatches(data, next_offset, records_count)
 
     def read_batches(self, position: int, size_bytes: int) -> bytes:
         """The raw bytes ``[position, position + size_bytes)`` of the ``.log``. Thread-safe."""
@@ -776,23 +916,74 @@ class Segment:
         decoded (later batches follow if none of its records qualify). Returns the record's own
         (timestamp, offset), or None when no record of this segment qualifies. Thread-safe.
         """
+        found = self._find_by_timestamp(timestamp, starting_offset, self._size)
+        return None if found is None else found[0]
+
+    def fetch_by_timestamp(
+        self,
+        timestamp: int,
+        starting_offset: int,
+        max_bytes: int,
+        max_position: int | None = None,
+        min_one_message: bool = False,
+    ) -> tuple[TimestampOffset, FetchedBatches] | None:
+        """:meth:`find_offset_by_timestamp` and :meth:`fetch` at the record found, in one pass.
+
+        The record is searched for only below ``max_position`` (default: the published size);
+        the batch decoded to find it is the first batch of the fetch, so it is read once. None
+        when no record of this segment qualifies. Thread-safe.
+
+        Raises:
+            ValueError: ``max_bytes`` is negative.
+            CorruptRecordError, InvalidRecordError: a malformed or corrupt batch on the way.
+        """
+        if max_bytes < 0:
+            raise ValueError(
+                f"invalid max size {max_bytes} for a read from segment {self._log_path}"
+            )
+        end = self._size if max_position is None else min(max_position, self._size)
+        found = self._find_by_timestamp(timestamp, starting_offset, end)
+        if found is None:
+            return None
+        record, batch = found
+        return record, self._whole_batches_from(
+            batch, record.offset, max_bytes, end, min_one_message
+        )
+
+    def _find_by_timestamp(
+        self, timestamp: int, starting_offset: int, end: int
+    ) -> tuple[TimestampOffset, _Found] | None:
+        """The first record with timestamp ``>= timestamp`` and offset ``>= starting_offset``
+        below ``end``, and its batch (whose bytes the returned block holds)."""
         entry = self.time_index.lookup(timestamp)
-        position = self.offset_index.lookup(max(entry.offset, starting_offset)).position
-        for header in self._iter_headers(position, self._size):
-            if header.max_timestamp < timestamp:
-                continue
-            if header.base_offset + header.last_offset_delta < starting_offset:
-                continue
-            batch = self._pread(header.length + LOG_OVERHEAD, header.position)
+        start = self.offset_index.lookup_position(max(entry.offset, starting_offset))
+        while True:
+            found = self._scan(starting_offset, timestamp, start, end)
+            if found is None:
+                return None
+            position, size, last_offset, records_count, buf, buf_start = found
+            relative = position - buf_start
+            if relative + size > len(buf):
+                buf = self._pread(size, position)
+                found = position, size, last_offset, records_count, buf, position
+                relative = 0
+            # The batch's own bytes, not copied: error positions are relative to the batch.
+            batch = buf if relative == 0 and size == len(buf) else (
+                memoryview(buf)[relative : relative + size]
+            )
             try:
-                for record in iter_records(batch):
-                    if record.timestamp >= timestamp and record.offset >= starting_offset:
-                        return TimestampOffset(record.timestamp, record.offset)
+                _, columns = decode_batch_columns(batch)
             except RecordError as exc:
                 raise type(exc)(
-                    f"segment {self._log_path}, batch at position {header.position}: {exc}"
+                    f"segment {self._log_path}, batch at position {position}: {exc}"
                 ) from exc
-        return None
+            offsets, timestamps = columns.offsets, columns.timestamps
+            # The records with a timestamp >= the target, in order; the first at or above the
+            # starting offset is the answer (the test per record runs in C).
+            for index in itertools.compress(itertools.count(), map(timestamp.__le__, timestamps)):
+                if offsets[index] >= starting_offset:
+                    return TimestampOffset(timestamps[index], offsets[index]), found
+            start = position + size
 
     def find_max_timestamp_record(self) -> TimestampOffset | None:
         """The first record holding this segment's max timestamp (ListOffsets -3, [B-36] table).

@@ -18,6 +18,7 @@ from kafka.record.memory_records import MemoryRecords
 from stratalog.records.batch import (
     Compression,
     TimestampType,
+    iter_batch_headers,
     parse_header,
     rewrite_crc,
     set_base_offset,
@@ -42,6 +43,7 @@ from stratalog.server.storage.files import (
     time_index_file,
     transaction_index_file,
 )
+from stratalog.server.storage.partition_log import FetchedBatches
 
 T0 = 1_700_000_000_000
 
@@ -551,6 +553,117 @@ def test_concurrent_reads_never_see_partial_batches(directory: Path) -> None:
     assert not failures, failures[0]
     assert reads > 0
     assert len(log.segments) > 3
+    log.close()
+
+
+def _summary_of(data: bytes, offset: int) -> FetchedBatches:
+    """What a fetch response says of ``data`` (read at ``offset``), by the records package."""
+    headers = list(iter_batch_headers(data))
+    next_offset = headers[-1].next_offset if headers else offset
+    return FetchedBatches(data, next_offset, sum(h.records_count for h in headers))
+
+
+def test_fetch_is_read_with_the_next_offset_and_record_count(directory: Path) -> None:
+    # Across segments, gaps and every max_bytes: the same bytes as read, and the summary a
+    # response needs, without parsing the headers again.
+    log = open_log(directory, segment_bytes=3000, index_interval_bytes=200)
+    for i in range(80):
+        log.append(client_batch([T0 + i] * (1 + i % 5), value=b"x" * (i * 7 % 300)))
+        if i == 40:
+            log.truncate_to(log.log_end_offset - 2)  # batch-granular: leaves a gap
+    assert len(log.segments) > 5
+    end = log.log_end_offset
+    for offset in range(end + 1):
+        for max_bytes in (0, 1, 250, 700, 5000):
+            for min_one in (True, False):
+                data = log.read(offset, max_bytes, min_one_message=min_one)
+                fetched = log.fetch(offset, max_bytes, min_one_message=min_one)
+                assert fetched == _summary_of(data, offset), (offset, max_bytes, min_one)
+    assert log.fetch(end, 100) == FetchedBatches(b"", end, 0)
+    log.close()
+
+
+def test_fetch_errors_are_reads(directory: Path) -> None:
+    log = open_log(directory)
+    log.append(client_batch([T0, T0]))
+    with pytest.raises(OffsetOutOfRangeError) as raised:
+        log.fetch(3, 100)
+    assert (raised.value.log_start_offset, raised.value.log_end_offset) == (0, 2)
+    with pytest.raises(ValueError, match="max_bytes"):
+        log.fetch(0, -1)
+    log.maybe_increment_log_start_offset(1)
+    with pytest.raises(OffsetOutOfRangeError, match=r"\[1, 2\)"):
+        log.fetch(0, 100)
+    log.close()
+
+
+def test_fetch_by_timestamp_is_offset_for_timestamp_then_fetch(directory: Path) -> None:
+    # Out-of-order timestamps, compressed batches, several segments, a log start offset inside
+    # the data: the record found is offset_for_timestamp's, the batches fetch's at its offset.
+    log = open_log(directory, segment_bytes=300, index_interval_bytes=50)
+    for i, ts in enumerate([5, 3, 8, 1, 9, 2, 15, 4, 12, 7, 20, 6, 18, 11]):
+        codec = Compression.GZIP if i % 3 == 0 else Compression.NONE
+        log.append(client_batch([T0 + ts, T0 + ts - 1], compression=codec))
+    assert len(log.segments) > 2
+    log.maybe_increment_log_start_offset(3)
+    for target in range(0, 23):
+        for max_bytes in (1, 200, 10_000):
+            expected = log.offset_for_timestamp(T0 + target)
+            found, fetched = log.fetch_by_timestamp(T0 + target, max_bytes)
+            assert found == expected, target
+            if found is None:
+                assert fetched == FetchedBatches(b"", log.log_end_offset, 0)
+            else:
+                assert fetched == log.fetch(found.offset, max_bytes), (target, max_bytes)
+    with pytest.raises(ValueError, match="timestamp"):
+        log.fetch_by_timestamp(-1, 100)
+    with pytest.raises(ValueError, match="max_bytes"):
+        log.fetch_by_timestamp(T0, -1)
+    log.close()
+
+
+def test_concurrent_fetches_see_whole_published_batches(directory: Path) -> None:
+    # As test_concurrent_reads_never_see_partial_batches, for fetch and fetch_by_timestamp:
+    # whole batches with valid CRCs, a summary that matches them, and never past the log end
+    # read afterwards (what a response's high watermark is).
+    log = open_log(directory, segment_bytes=20_000, index_interval_bytes=100)
+    stop = threading.Event()
+    failures: list[BaseException] = []
+    fetches = 0
+
+    def check(fetched: FetchedBatches, offset: int) -> None:
+        high_watermark = log.log_end_offset
+        batches = list(iter_batches(fetched.data))
+        assert batches, offset
+        first = batches[0][0]
+        assert first.base_offset <= offset <= first.last_offset
+        assert fetched.next_offset == batches[-1][0].next_offset <= high_watermark
+        assert fetched.records_count == sum(len(records) for _, records in batches)
+
+    def reader() -> None:
+        nonlocal fetches
+        try:
+            while not stop.is_set():
+                end = log.log_end_offset
+                for offset in range(0, end, max(1, end // 7)):
+                    check(log.fetch(offset, 3000), offset)
+                    found, fetched = log.fetch_by_timestamp(T0 + offset // 4, 3000)
+                    assert found is not None and found.timestamp >= T0 + offset // 4
+                    check(fetched, found.offset)
+                    fetches += 1
+        except BaseException as exc:  # reported to the main thread
+            failures.append(exc)
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        for i in range(600):
+            log.append(client_batch([T0 + i] * (1 + i % 4), value=b"x" * (i % 50)))
+    finally:
+        stop.set()
+        thread.join()
+    assert not failures, failures[0]
+    assert fetches > 0
     log.close()
 
 
