@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import threading
+import time
 import urllib.request
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.utils import floatToGoString
 
-from stratalog.server.metrics import MetricsEndpoint, ServerMetrics
+from stratalog.server.metrics import LATENCY_BUCKETS_SECONDS, MetricsEndpoint, ServerMetrics
 from stratalog.server.storage.log_manager import PartitionDescription, TopicDescription
 
 
@@ -53,6 +57,58 @@ def test_request_latency_histogram_and_codes() -> None:
     # A stream's life is not a latency.
     assert ("stratalog_request_duration_seconds_count", (("rpc", "Subscribe"),)) not in samples
     assert samples[("stratalog_requests_total", (("code", "CANCELLED"), ("rpc", "Subscribe")))] == 1
+
+
+def test_histogram_buckets_are_cumulative_with_count_sum_and_created() -> None:
+    # What prometheus-client's Histogram and Counter export, sample for sample.
+    metrics = ServerMetrics()
+    latencies = [0.00001, 0.00005, 0.00007, 0.0003, 0.004, 0.9, 2.0, 11.0, 30.0]
+    for seconds in latencies:
+        metrics.observe_request("FetchByOffset", "OK", seconds)
+    metrics.observe_fetch("orders", 3, 30)
+    samples = _samples(metrics)
+    rpc = ("rpc", "FetchByOffset")
+    for bound in LATENCY_BUCKETS_SECONDS:
+        expected = sum(1 for seconds in latencies if seconds <= bound)
+        le = ("le", floatToGoString(bound))
+        assert samples[("stratalog_request_duration_seconds_bucket", (le, rpc))] == expected
+    assert samples[("stratalog_request_duration_seconds_bucket", (("le", "+Inf"), rpc))] == 9
+    assert samples[("stratalog_request_duration_seconds_count", (rpc,))] == 9
+    assert samples[("stratalog_request_duration_seconds_sum", (rpc,))] == pytest.approx(
+        sum(latencies)
+    )
+    started = time.time()
+    for name, labels in (
+        ("stratalog_request_duration_seconds_created", (rpc,)),
+        ("stratalog_requests_created", (("code", "OK"), rpc)),
+        ("stratalog_records_out_created", (("topic", "orders"),)),
+        ("stratalog_bytes_out_created", (("topic", "orders"),)),
+    ):
+        assert started - 60 < samples[(name, labels)] <= started, name
+
+
+def test_observations_from_many_threads_are_all_counted() -> None:
+    metrics = ServerMetrics()
+
+    def observe() -> None:
+        for _ in range(5000):
+            metrics.observe_fetch("orders", 2, 10)
+            metrics.observe_produce("orders", 1, 5)
+            metrics.observe_request("FetchByOffset", "OK", 0.001)
+
+    threads = [threading.Thread(target=observe) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    samples = _samples(metrics)
+    assert samples[("stratalog_records_out_total", (("topic", "orders"),))] == 40_000
+    assert samples[("stratalog_bytes_out_total", (("topic", "orders"),))] == 200_000
+    assert samples[("stratalog_records_in_total", (("topic", "orders"),))] == 20_000
+    assert samples[("stratalog_bytes_in_total", (("topic", "orders"),))] == 100_000
+    rpc = ("rpc", "FetchByOffset")
+    assert samples[("stratalog_requests_total", (("code", "OK"), rpc))] == 20_000
+    assert samples[("stratalog_request_duration_seconds_count", (rpc,))] == 20_000
 
 
 def test_forget_topic_drops_its_label_sets() -> None:
