@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import grpc
 import grpc.aio
 
-from stratalog.records.batch import Compression, TimestampType, iter_batch_headers
+from stratalog.records.batch import Compression, TimestampType
 from stratalog.records.builder import BatchBuilder
 from stratalog.records.errors import RecordError
 from stratalog.records.reader import decode_batch_columns
@@ -65,7 +65,7 @@ if TYPE_CHECKING:
     from stratalog.server.metrics import ServerMetrics
     from stratalog.server.settings import Settings
     from stratalog.server.storage.log_manager import LogManager, TopicDescription
-    from stratalog.server.storage.partition_log import PartitionLog
+    from stratalog.server.storage.partition_log import FetchedBatches, PartitionLog
 
 __all__ = ["BadRequestError", "BrokerService", "PartitionGate", "encode_records"]
 
@@ -85,6 +85,7 @@ _PROTO_TIMESTAMP_TYPES = {
     TimestampType.LOG_APPEND_TIME: broker_pb2.LOG_APPEND_TIME,
 }
 _FETCH_FORMATS = frozenset(broker_pb2.FetchFormat.values())
+_RECORD_BATCHES = broker_pb2.FETCH_FORMAT_RECORD_BATCHES
 _Header = broker_pb2.Header
 _ISOLATION_LEVELS = frozenset(broker_pb2.IsolationLevel.values())
 
@@ -111,13 +112,39 @@ class BadRequestError(Exception):
         return status.invalid_request(str(self), self.reason, {"field": self.field})
 
 
+# Topic names that passed validation: every request names a topic, and most name the same few.
+# Bounded (emptied when full), so that clients sending ever new names cannot grow it; shared by
+# every servicer of the process (validity depends on the name only).
+_valid_topic_names: set[str] = set()
+_VALID_TOPIC_NAMES_MAX = 4096
+
+
 def _topic(name: str, field: str = "topic") -> str:
     """``name`` if it is a valid topic name; the engine's rules, the servicer's field name."""
+    if name in _valid_topic_names:
+        return name
     try:
         validate_topic_name(name)
     except InvalidTopicError as exc:  # the engine's description of the fault
         raise BadRequestError(field, str(exc), "INVALID_TOPIC") from None
+    if len(_valid_topic_names) >= _VALID_TOPIC_NAMES_MAX:
+        _valid_topic_names.clear()
+    _valid_topic_names.add(name)
     return name
+
+
+def _client_out_of_range(
+    topic: str, partition: int, offset: int, exc: OffsetOutOfRangeError
+) -> OffsetOutOfRangeError:
+    """The engine's error as the client should see it: the engine names the log by its
+    directory; the client named a topic partition, and must not learn the server's paths
+    (docs/api.md)."""
+    return OffsetOutOfRangeError(
+        f"offset {offset} is out of range for {topic}-{partition}: the log holds "
+        f"offsets [{exc.log_start_offset}, {exc.log_end_offset})",
+        log_start_offset=exc.log_start_offset,
+        log_end_offset=exc.log_end_offset,
+    )
 
 
 def _partition(value: int) -> int:
@@ -332,24 +359,26 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         max_bytes = requested or self._settings.fetch_max_bytes_default
         return min(max_bytes, cap if cap is not None else self._settings.fetch_max_bytes_max)
 
-    async def _read(
+    def _fetch_now(
         self, topic: str, partition: int, partition_log: PartitionLog, offset: int, max_bytes: int
-    ) -> bytes:
+    ) -> FetchedBatches:
+        """Read on the loop: page-cache reads are cheaper inline than a thread hop."""
         try:
-            # Page-cache reads are cheaper inline than a thread hop; large ones, which may also
-            # be cold, go to the executor so that they cannot stall every other request.
-            if max_bytes >= self._settings.read_in_executor_min_bytes:
-                return await self._blocking(partition_log.read, offset, max_bytes)
-            return partition_log.read(offset, max_bytes)
+            return partition_log.fetch(offset, max_bytes)
         except OffsetOutOfRangeError as exc:
-            # The engine names the log by its directory; the client named a topic partition,
-            # and must not learn the server's paths (docs/api.md).
-            raise OffsetOutOfRangeError(
-                f"offset {offset} is out of range for {topic}-{partition}: the log holds "
-                f"offsets [{exc.log_start_offset}, {exc.log_end_offset})",
-                log_start_offset=exc.log_start_offset,
-                log_end_offset=exc.log_end_offset,
-            ) from None
+            raise _client_out_of_range(topic, partition, offset, exc) from None
+
+    async def _fetch(
+        self, topic: str, partition: int, partition_log: PartitionLog, offset: int, max_bytes: int
+    ) -> FetchedBatches:
+        if max_bytes < self._settings.read_in_executor_min_bytes:
+            return self._fetch_now(topic, partition, partition_log, offset, max_bytes)
+        # Large reads, which may also be cold, go to the executor so that they cannot stall
+        # every other request.
+        try:
+            return await self._blocking(partition_log.fetch, offset, max_bytes)
+        except OffsetOutOfRangeError as exc:
+            raise _client_out_of_range(topic, partition, offset, exc) from None
 
     def begin_shutdown(self) -> None:
         """Wake every waiter: long polls answer with what they have, streams end.
@@ -384,36 +413,44 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         partition: int,
         partition_log: PartitionLog,
         offset: int,
-        data: bytes,
+        fetched: FetchedBatches,
         fetch_format: int,
         max_bytes: int,
         matched: tuple[int, int] = (_NO_MATCH, _NO_MATCH),
     ) -> broker_pb2.FetchResponse:
-        """A FetchResponse for ``data`` (whole batches read at ``offset`` with ``max_bytes``).
+        """A FetchResponse for ``fetched`` (whole batches read at ``offset`` with ``max_bytes``).
 
-        Decoded records (FETCH_FORMAT_RECORDS) are bounded by ``max_bytes`` too, counting keys
-        and values: compressed batches can decode to far more than they store, and a response
-        must stay under the gRPC message limit. The batches left out are fetched next time.
+        Raw batches come with the next offset and record count the read took from their
+        headers. Decoded records (FETCH_FORMAT_RECORDS) are bounded by ``max_bytes`` too,
+        counting keys and values: compressed batches can decode to far more than they store,
+        and a response must stay under the gRPC message limit. The batches left out are fetched
+        next time.
         """
+        data = fetched.data
+        if fetch_format == _RECORD_BATCHES:
+            records_out = fetched.records_count
+            # The high watermark is read after the data: it is never below next_offset.
+            response = broker_pb2.FetchResponse(
+                topic=topic,
+                partition=partition,
+                record_batches=data,
+                high_watermark=partition_log.log_end_offset,
+                log_start_offset=partition_log.log_start_offset,
+                next_offset=fetched.next_offset,
+                matched_offset=matched[0],
+                matched_timestamp=matched[1],
+            )
+            self._metrics.observe_fetch(topic, records_out, len(data))
+            return response
         response = broker_pb2.FetchResponse(
             topic=topic,
             partition=partition,
             matched_offset=matched[0],
             matched_timestamp=matched[1],
         )
-        next_offset = offset
-        records_out = 0
-        bytes_out = len(data)
-        if fetch_format == broker_pb2.FETCH_FORMAT_RECORD_BATCHES:
-            for header in iter_batch_headers(data):
-                next_offset = header.last_offset + 1
-                records_out += header.records_count
-            response.record_batches = data
-        else:
-            next_offset, records_out, bytes_out = _decode_into(
-                response.records, data, offset, max_bytes
-            )
-        # Read after the data: the high watermark is never below next_offset.
+        next_offset, records_out, bytes_out = _decode_into(
+            response.records, data, offset, max_bytes
+        )
         response.high_watermark = partition_log.log_end_offset
         response.log_start_offset = partition_log.log_start_offset
         response.next_offset = next_offset
@@ -549,20 +586,26 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         offset = request.offset
         # Answer as soon as this much is there; never more than one read can return.
         enough_bytes = max(1, min(min_bytes, max_bytes))
+        inline = max_bytes < self._settings.read_in_executor_min_bytes
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + max_wait_ms / 1000
+        deadline = loop.time() + max_wait_ms / 1000 if max_wait_ms else 0.0
         while True:
             signal = gate.signal()
-            data = await self._read(topic, partition, partition_log, offset, max_bytes)
+            if inline:  # the common case, without a coroutine per read
+                fetched = self._fetch_now(topic, partition, partition_log, offset, max_bytes)
+            else:
+                fetched = await self._fetch(topic, partition, partition_log, offset, max_bytes)
+            if len(fetched.data) >= enough_bytes or not max_wait_ms or self._shutting_down:
+                break
             remaining_s = deadline - loop.time()
-            if len(data) >= enough_bytes or remaining_s <= 0 or self._shutting_down:
+            if remaining_s <= 0:
                 break
             await gate.wait(signal, remaining_s)
             if gate.closed:
                 # Deleted while we waited: the lookup raises UNKNOWN_TOPIC_OR_PARTITION.
                 partition_log, gate = self._log(topic, partition)
         return self._fetch_response(
-            topic, partition, partition_log, offset, data, fetch_format, max_bytes
+            topic, partition, partition_log, offset, fetched, fetch_format, max_bytes
         )
 
     @_rpc()
@@ -576,15 +619,21 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         fetch_format = _enum("format", request.format, _FETCH_FORMATS)
         _enum("isolation_level", request.isolation_level, _ISOLATION_LEVELS)
         partition_log, _ = self._log(topic, partition)
-        found = partition_log.offset_for_timestamp(timestamp)
-        if found is None:
-            end = partition_log.log_end_offset
-            return self._fetch_response(
-                topic, partition, partition_log, end, b"", fetch_format, max_bytes
+        # The search decodes the batch it finds, which is also the first batch of the answer:
+        # one pass reads it once. Large reads go to the executor (see _fetch).
+        if max_bytes < self._settings.read_in_executor_min_bytes:
+            found, fetched = partition_log.fetch_by_timestamp(timestamp, max_bytes)
+        else:
+            found, fetched = await self._blocking(
+                partition_log.fetch_by_timestamp, timestamp, max_bytes
             )
-        data = await self._read(topic, partition, partition_log, found.offset, max_bytes)
+        if found is None:
+            return self._fetch_response(
+                topic, partition, partition_log, fetched.next_offset, fetched, fetch_format,
+                max_bytes,
+            )
         return self._fetch_response(
-            topic, partition, partition_log, found.offset, data, fetch_format, max_bytes,
+            topic, partition, partition_log, found.offset, fetched, fetch_format, max_bytes,
             (found.offset, found.timestamp),
         )
 
@@ -636,11 +685,11 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             while True:
                 partition_log, gate = self._ensure_following(topic, partition, partition_log, gate)
                 signal = gate.signal()
-                data = await self._read(topic, partition, partition_log, offset, max_bytes)
-                if data:
+                fetched = await self._fetch(topic, partition, partition_log, offset, max_bytes)
+                if fetched.data:
                     response = self._fetch_response(
-                        topic, partition, partition_log, offset, data, fetch_format, max_bytes,
-                        matched or (_NO_MATCH, _NO_MATCH),
+                        topic, partition, partition_log, offset, fetched, fetch_format,
+                        max_bytes, matched or (_NO_MATCH, _NO_MATCH),
                     )
                     offset = response.next_offset
                     if response.records or response.record_batches:

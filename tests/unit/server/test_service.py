@@ -7,6 +7,9 @@ parts that do not need one.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import grpc
 import pytest
@@ -14,16 +17,28 @@ from aiokafka.record.default_records import DefaultRecordBatch as AioBatch
 from google.rpc import error_details_pb2, status_pb2
 
 from stratalog.records import build_batch
-from stratalog.records.batch import Compression, TimestampType, validate_batch
+from stratalog.records.batch import (
+    Compression,
+    TimestampType,
+    iter_batch_headers,
+    validate_batch,
+)
 from stratalog.records.control import ControlRecordType, encode_control_key
-from stratalog.records.reader import decode_batch
+from stratalog.records.reader import decode_batch, iter_batches
+from stratalog.server import service as service_module
+from stratalog.server.metrics import ServerMetrics
 from stratalog.server.service import (
     BadRequestError,
+    BrokerService,
     PartitionGate,
     _decode_into,
+    _topic,
     encode_records,
 )
+from stratalog.server.settings import Settings
 from stratalog.server.storage.errors import StorageError
+from stratalog.server.storage.log_manager import LogManager
+from stratalog.server.storage.partition_log import PartitionLog
 from stratalog.v1 import broker_pb2
 
 
@@ -177,3 +192,119 @@ def test_a_stored_batch_that_does_not_decode_is_a_storage_error() -> None:
     batch[-5] ^= 0xFF  # damage covered by the CRC
     with pytest.raises(StorageError, match="stored batch at fetch position 0"):
         _decode_into(broker_pb2.FetchResponse().records, bytes(batch), 0, 1 << 20)
+
+
+# ------------------------------------------------------------------------ topic names
+
+
+def test_topic_names_are_checked_once_and_bad_ones_every_time() -> None:
+    service_module._valid_topic_names.clear()
+    assert _topic("orders") == "orders"
+    assert "orders" in service_module._valid_topic_names
+    assert _topic("orders") == "orders"
+    for _ in range(2):  # a refused name is never remembered as valid
+        with pytest.raises(BadRequestError) as caught:
+            _topic("bad/name", "name")
+        assert caught.value.field == "name"
+        assert caught.value.reason == "INVALID_TOPIC"
+        assert "Topic name is invalid" in str(caught.value)
+    assert "bad/name" not in service_module._valid_topic_names
+
+
+def test_remembered_topic_names_are_bounded() -> None:
+    service_module._valid_topic_names.clear()
+    limit = service_module._VALID_TOPIC_NAMES_MAX
+    for i in range(limit + 10):
+        _topic(f"topic-{i}")
+    assert 0 < len(service_module._valid_topic_names) <= limit
+    assert _topic("topic-0") == "topic-0"  # forgotten names are simply checked again
+
+
+# ------------------------------------------------------------------------ fetch responses
+
+
+T0 = 1_700_000_000_000
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[BrokerService]:
+    """A servicer over a real LogManager holding topic "log": 40 batches of 1..4 records over
+    several segments, timestamps increasing by batch."""
+    manager = LogManager.open([tmp_path / "data"])
+    manager.create_topic("log", 1, {"segment.bytes": "3000", "index.interval.bytes": "200"})
+    partition_log = manager.get_log("log", 0)
+    for i in range(40):
+        partition_log.append(build_batch(
+            [(T0 + 10 * i + j, None, b"v" * (i * 13 % 200), ()) for j in range(1 + i % 4)]
+        ))
+    partition_log.maybe_increment_log_start_offset(2)
+    executor = ThreadPoolExecutor(2)
+    yield BrokerService(manager, Settings(), ServerMetrics(), executor)
+    executor.shutdown()
+    manager.close()
+
+
+def _expected_batches(partition_log: PartitionLog, offset: int, max_bytes: int) -> tuple[bytes, int]:
+    """The stored batches a fetch at ``offset`` returns and its next offset, from the log's
+    read and the records package's header parser."""
+    data = partition_log.read(offset, max_bytes)
+    headers = list(iter_batch_headers(data))
+    return data, headers[-1].next_offset if headers else offset
+
+
+@pytest.mark.parametrize("max_bytes", [1, 700, 5_000_000])  # 5 MB: read in the executor
+async def test_fetch_by_offset_returns_the_stored_batches_and_what_they_hold(
+    service: BrokerService, max_bytes: int
+) -> None:
+    partition_log = service._log_manager.get_log("log", 0)
+    end = partition_log.log_end_offset
+    for offset in range(2, end + 1):
+        for fetch_format in (broker_pb2.FETCH_FORMAT_RECORD_BATCHES,
+                             broker_pb2.FETCH_FORMAT_RECORDS):
+            request = broker_pb2.FetchByOffsetRequest(
+                topic="log", offset=offset, max_bytes=max_bytes, format=fetch_format
+            )
+            response = await service.FetchByOffset(request, None)
+            data, next_offset = _expected_batches(partition_log, offset, max_bytes)
+            assert (response.topic, response.partition) == ("log", 0)
+            assert (response.high_watermark, response.log_start_offset) == (end, 2)
+            assert (response.matched_offset, response.matched_timestamp) == (-1, -1)
+            assert response.next_offset == next_offset, (offset, max_bytes)
+            if fetch_format == broker_pb2.FETCH_FORMAT_RECORD_BATCHES:
+                assert response.record_batches == data
+                assert not response.records
+            else:
+                assert not response.record_batches
+                records = [r for _, batch in iter_batches(data) for r in batch
+                           if r.offset >= offset]
+                assert [(r.offset, r.timestamp, r.value) for r in response.records] == [
+                    (r.offset, r.timestamp, r.value) for r in records
+                ]
+    # Every record of every raw batch sent is counted once.
+    samples = service._metrics.render().decode()
+    assert 'stratalog_records_out_total{topic="log"}' in samples
+
+
+@pytest.mark.parametrize("max_bytes", [1, 700, 5_000_000])
+async def test_fetch_by_timestamp_returns_the_batches_from_the_record_found(
+    service: BrokerService, max_bytes: int
+) -> None:
+    partition_log = service._log_manager.get_log("log", 0)
+    end = partition_log.log_end_offset
+    for timestamp in range(T0, T0 + 10 * 40 + 5, 3):
+        request = broker_pb2.FetchByTimestampRequest(
+            topic="log", timestamp=timestamp, max_bytes=max_bytes,
+            format=broker_pb2.FETCH_FORMAT_RECORD_BATCHES,
+        )
+        response = await service.FetchByTimestamp(request, None)
+        found = partition_log.offset_for_timestamp(timestamp)
+        assert (response.high_watermark, response.log_start_offset) == (end, 2)
+        if found is None:
+            assert (response.matched_offset, response.matched_timestamp) == (-1, -1)
+            assert (response.next_offset, response.record_batches) == (end, b"")
+            continue
+        data, next_offset = _expected_batches(partition_log, found.offset, max_bytes)
+        assert (response.matched_offset, response.matched_timestamp) == tuple(
+            reversed(found)
+        ), timestamp
+        assert (response.record_batches, response.next_offset) == (data, next_offset)
