@@ -411,17 +411,22 @@ class Index(abc.ABC):
         is strictly increasing (with equal values it returns one of them; an unsorted, corrupt
         column gives some slot, never an error). See :func:`_interpolation_search`.
         """
-        unpack, field, stride = column.fmt.unpack_from, column.field_offset, self.ENTRY_SIZE
-        if column.relative:
+        fmt, field, relative = column
+        unpack = fmt.unpack_from
+        stride = self.ENTRY_SIZE
+        if relative:
             target -= self._base_offset
         with self._remap_lock:
-            self._ensure_open()
+            if self._closed:
+                self._ensure_open()
             n = self._entries
             if n == 0:
                 return None
             mm = self._mmap
             assert mm is not None
-            first_warm = max(0, n - 1 - self.warm_section_bytes // stride)
+            first_warm = n - 1 - self.warm_section_bytes // stride
+            if first_warm < 0:
+                first_warm = 0
             known = unpack(mm, first_warm * stride + field)[0]
             if known < target:
                 lo, hi = first_warm, n - 1

@@ -24,27 +24,34 @@ uses a shared file position, so reads need no lock.
 
 from __future__ import annotations
 
+import array
+import bisect
 import contextlib
 import itertools
 import logging
 import os
 import struct
+import sys
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
 from crc32c import crc32c as _crc32c  # the C function: recovery's hot loop skips our wrapper
 
+from stratalog.records.accel import ACCELERATED, decode_arrow
 from stratalog.records.batch import (
+    COMPRESSION_CODEC_MASK,
     HEADER_SIZE_UP_TO_MAGIC,
     LOG_OVERHEAD,
     MAGIC,
     NO_TIMESTAMP,
     RECORD_BATCH_OVERHEAD,
+    TIMESTAMP_TYPE_MASK,
     BatchHeader,
+    validate_batch,
 )
 from stratalog.records.crc import crc32c
 from stratalog.records.errors import CorruptRecordError, InvalidRecordError, RecordError
@@ -163,6 +170,81 @@ def _extend_run(
         next_offset = base_offset + last_offset_delta + 1
         records_count += count
     return position, next_offset, records_count
+
+
+def _first_read_bytes(position: int, next_entry: int) -> int:
+    """How much a scan's first ``pread`` takes from ``position`` (an index entry's), given the
+    position of the next index entry (-1: none).
+
+    When the next entry is further than a first block, a first block could not reach the batch
+    after the one at ``position`` anyway: the first read then takes that batch's header only,
+    and the refill that follows is sized by it (see :meth:`Segment._scan`), so a random read of
+    one batch of a few KiB or more copies that batch and 61 bytes, not 4 KiB more. Bytes copied
+    are what a read costs in the server, whose buffers are rarely in the CPU's caches.
+    """
+    if next_entry - position > _SCAN_FIRST_BLOCK_BYTES:
+        return RECORD_BATCH_OVERHEAD
+    return _SCAN_FIRST_BLOCK_BYTES
+
+
+def _record_offsets_and_timestamps(
+    batch: bytes | memoryview,
+) -> tuple[Sequence[int], Sequence[int]]:
+    """The offsets and timestamps of the records of ``batch`` (one whole batch at position 0),
+    with every check and error of :func:`~stratalog.records.reader.decode_batch_columns`.
+
+    An uncompressed batch, with the C codec, is decoded by
+    :func:`~stratalog.records.accel.decode_arrow`, which makes no Python object per record (a
+    time lookup needs two numbers of each record, not its key, value and headers): less than
+    half the cost. Compressed batches, and the pure-Python codec, take decode_batch_columns.
+    """
+    if not ACCELERATED or batch[_ATTRIBUTES_OFFSET + 1] & COMPRESSION_CODEC_MASK:
+        _, columns = decode_batch_columns(batch)
+        return columns.offsets, columns.timestamps
+    header = validate_batch(batch)
+    count = header.records_count
+    if count < 0:
+        raise CorruptRecordError(f"record batch at position 0 declares {count} records")
+    override = header.max_timestamp if header.attributes & TIMESTAMP_TYPE_MASK else None
+    with memoryview(batch) as view:
+        region = view[RECORD_BATCH_OVERHEAD : header.length + LOG_OVERHEAD]
+        try:
+            columns = decode_arrow(
+                region, count, header.base_offset, header.base_timestamp, override
+            )
+        except CorruptRecordError as exc:
+            raise CorruptRecordError(f"record batch at position 0: {exc}") from None
+        finally:
+            region.release()
+    offsets = array.array("q", columns.offsets)  # little-endian int64s
+    timestamps = array.array("q", columns.timestamps)
+    if sys.byteorder != "little":
+        offsets.byteswap()
+        timestamps.byteswap()
+    return offsets, timestamps
+
+
+def _first_record_reaching(
+    offsets: Sequence[int], timestamps: Sequence[int], timestamp: int, starting_offset: int
+) -> int:
+    """The index of the first record with timestamp ``>= timestamp`` and offset ``>=
+    starting_offset``, in record order; -1 if none.
+
+    Timestamps within a batch are usually in order: a bisection then finds the answer, and
+    it is taken only once checked (every timestamp before it below the target), so records
+    out of order cost a scan, never a wrong answer. The scan runs its test per record in C.
+    """
+    index = bisect.bisect_left(timestamps, timestamp)
+    start = 0
+    if index < len(timestamps) and (index == 0 or max(timestamps[:index]) < timestamp):
+        if offsets[index] >= starting_offset:
+            return index
+        start = index + 1
+    reaching = map(timestamp.__le__, itertools.islice(timestamps, start, None))
+    for index in itertools.compress(itertools.count(start), reaching):
+        if offsets[index] >= starting_offset:
+            return index
+    return -1
 
 
 def _wall_clock_ms() -> int:
@@ -716,7 +798,14 @@ class Segment:
         found = self._scan(offset, _ANY_TIMESTAMP, start, end)
         return None if found is None else LogOffsetPosition(found[2], found[0], found[1])
 
-    def _scan(self, offset: int, timestamp: int, start: int, end: int) -> _Found | None:
+    def _scan(
+        self,
+        offset: int,
+        timestamp: int,
+        start: int,
+        end: int,
+        first_read_bytes: int = _SCAN_FIRST_BLOCK_BYTES,
+    ) -> _Found | None:
         """Scan headers in ``[start, end)`` for the first batch whose last offset is ``>= offset``
         and whose max timestamp is ``>= timestamp`` (``_ANY_TIMESTAMP``: any).
 
@@ -726,26 +815,39 @@ class Segment:
         with the last block read, so that a caller whose bytes are in it needs no second
         ``pread``.
 
-        The first ``pread`` takes 4 KiB; a refill takes at least the size of the batch just
+        The first ``pread`` takes ``first_read_bytes`` (4 KiB unless the caller knows better,
+        see :func:`_first_read_bytes`); a refill takes at least the size of the batch just
         skipped, so that when batches are alike (one producer's) the batch wanted arrives whole
-        with its header: a random read of one batch costs two ``pread`` calls, not three. The
-        block doubles per refill up to 256 KiB for long scans.
+        with its header. The block doubles per refill up to 256 KiB for long scans.
         """
+        fd = self._require_fd()
+        pread = os.pread
         buf = b""
         buf_start = start
         buf_length = 0
         block_bytes = _SCAN_FIRST_BLOCK_BYTES
         size = 0
+        read_bytes = first_read_bytes
         position = start
         limit = end - HEADER_SIZE_UP_TO_MAGIC
         unpack = _SCAN_FIELDS.unpack_from
         while position < limit:
             relative = position - buf_start
             if relative + RECORD_BATCH_OVERHEAD > buf_length:
-                # A batch larger than a block would not help the guess: its header is enough.
-                want = size if block_bytes < size <= _SCAN_MAX_BLOCK_BYTES else block_bytes
-                buf = self._pread(min(want, end - position), position)
-                block_bytes = min(2 * block_bytes, _SCAN_MAX_BLOCK_BYTES)
+                if buf_length:
+                    # A batch larger than a block would not help the guess: its header is
+                    # enough.
+                    read_bytes = (
+                        size if block_bytes < size <= _SCAN_MAX_BLOCK_BYTES else block_bytes
+                    )
+                if read_bytes > end - position:
+                    read_bytes = end - position
+                try:
+                    buf = pread(fd, read_bytes, position)
+                except OSError as exc:
+                    raise self._read_error(read_bytes, position, exc) from exc
+                if block_bytes < _SCAN_MAX_BLOCK_BYTES:
+                    block_bytes *= 2
                 buf_start = position
                 buf_length = len(buf)
                 relative = 0
@@ -857,8 +959,11 @@ class Segment:
                 f"invalid max size {max_bytes} for a read from segment {self._log_path}"
             )
         end = self._size if max_position is None else min(max_position, self._size)
-        start = self.offset_index.lookup_position(start_offset)
-        found = self._scan(start_offset, _ANY_TIMESTAMP, start, end)
+        start, next_entry = self.offset_index.lookup_position_and_next(start_offset)
+        found = self._scan(
+            start_offset, _ANY_TIMESTAMP, start, end,
+            _first_read_bytes(start, next_entry),
+        )
         if found is None:
             return None
         return self._whole_batches_from(found, start_offset, max_bytes, end, min_one_message)
@@ -956,9 +1061,12 @@ class Segment:
         """The first record with timestamp ``>= timestamp`` and offset ``>= starting_offset``
         below ``end``, and its batch (whose bytes the returned block holds)."""
         entry = self.time_index.lookup(timestamp)
-        start = self.offset_index.lookup_position(max(entry.offset, starting_offset))
+        start, next_entry = self.offset_index.lookup_position_and_next(
+            max(entry.offset, starting_offset)
+        )
+        first_read_bytes = _first_read_bytes(start, next_entry)
         while True:
-            found = self._scan(starting_offset, timestamp, start, end)
+            found = self._scan(starting_offset, timestamp, start, end, first_read_bytes)
             if found is None:
                 return None
             position, size, last_offset, records_count, buf, buf_start = found
@@ -972,18 +1080,16 @@ class Segment:
                 memoryview(buf)[relative : relative + size]
             )
             try:
-                _, columns = decode_batch_columns(batch)
+                offsets, timestamps = _record_offsets_and_timestamps(batch)
             except RecordError as exc:
                 raise type(exc)(
                     f"segment {self._log_path}, batch at position {position}: {exc}"
                 ) from exc
-            offsets, timestamps = columns.offsets, columns.timestamps
-            # The records with a timestamp >= the target, in order; the first at or above the
-            # starting offset is the answer (the test per record runs in C).
-            for index in itertools.compress(itertools.count(), map(timestamp.__le__, timestamps)):
-                if offsets[index] >= starting_offset:
-                    return TimestampOffset(timestamps[index], offsets[index]), found
+            index = _first_record_reaching(offsets, timestamps, timestamp, starting_offset)
+            if index >= 0:
+                return TimestampOffset(timestamps[index], offsets[index]), found
             start = position + size
+            first_read_bytes = _SCAN_FIRST_BLOCK_BYTES
 
     def find_max_timestamp_record(self) -> TimestampOffset | None:
         """The first record holding this segment's max timestamp (ListOffsets -3, [B-36] table).
@@ -1066,10 +1172,13 @@ class Segment:
         try:
             return os.pread(fd, size, position)
         except OSError as exc:
-            raise StorageIOError(
-                f"failed to read {size} bytes at position {position} of segment "
-                f"{self._log_path}: {exc}"
-            ) from exc
+            raise self._read_error(size, position, exc) from exc
+
+    def _read_error(self, size: int, position: int, exc: OSError) -> StorageIOError:
+        return StorageIOError(
+            f"failed to read {size} bytes at position {position} of segment "
+            f"{self._log_path}: {exc}"
+        )
 
     # ---------------------------------------------------------------- recovery
 

@@ -13,6 +13,7 @@ number of segments, which is fine because they happen once per roll or retention
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -36,11 +37,15 @@ class Segments:
     never see a half-applied mutation. Iteration is over a snapshot too.
     """
 
-    __slots__ = ("_map", "_version")
+    __slots__ = ("_lists", "_map", "_version")
 
     def __init__(self, segments: Iterator[Segment] | list[Segment] | None = None) -> None:
         self._map: SortedDict = SortedDict()
         self._version = 0
+        # (map, its base offsets, its segments) as plain lists, for floor lookups by the C
+        # bisect: a read's first step. Built on first use after each mutation; the map it was
+        # built from is part of the tuple, so a reader never pairs lists with another map.
+        self._lists: tuple[SortedDict, list[int], list[Segment]] | None = None
         if segments:
             self._map = SortedDict((segment.base_offset, segment) for segment in segments)
 
@@ -126,10 +131,18 @@ class Segments:
         return self.last
 
     def floor_segment(self, offset: int) -> Segment | None:
-        """The segment with the largest base offset <= ``offset``. O(log n)."""
+        """The segment with the largest base offset <= ``offset``. O(log n).
+
+        The first floor lookup after a mutation copies the map into two lists (O(n), as the
+        mutation was); every other one is a bisection of a plain list.
+        """
         snapshot = self._map
-        index = snapshot.bisect_right(offset)
-        return snapshot.peekitem(index - 1)[1] if index > 0 else None
+        lists = self._lists
+        if lists is None or lists[0] is not snapshot:
+            lists = (snapshot, list(snapshot.keys()), list(snapshot.values()))
+            self._lists = lists
+        index = bisect.bisect_right(lists[1], offset)
+        return lists[2][index - 1] if index > 0 else None
 
     def lower_segment(self, offset: int) -> Segment | None:
         """The segment with the largest base offset < ``offset``. O(log n)."""

@@ -541,6 +541,23 @@ def test_lookup_position(index: OffsetIndex) -> None:
         index.lookup_position(BASE_OFFSET)
 
 
+def test_lookup_position_and_next(index: OffsetIndex) -> None:
+    # The floor entry's position and the next entry's: the batch wanted starts between them.
+    assert index.lookup_position_and_next(BASE_OFFSET + 7) == (0, -1), "empty index"
+    index.append(BASE_OFFSET + 5, 100)
+    index.append(BASE_OFFSET + 9, 250)
+    assert index.lookup_position_and_next(BASE_OFFSET + 4) == (0, 100), "below every entry"
+    assert index.lookup_position_and_next(BASE_OFFSET + 5) == (100, 250)
+    assert index.lookup_position_and_next(BASE_OFFSET + 8) == (100, 250)
+    assert index.lookup_position_and_next(BASE_OFFSET + 9) == (250, -1)
+    assert index.lookup_position_and_next(2**40) == (250, -1)
+    index.truncate_to(BASE_OFFSET + 9)
+    assert index.lookup_position_and_next(BASE_OFFSET + 9) == (100, -1), "truncated away"
+    index.close()
+    with pytest.raises(LogClosedError):
+        index.lookup_position_and_next(BASE_OFFSET)
+
+
 def test_lookups_in_an_unsorted_index_return_one_of_its_entries(tmp_path: Path) -> None:
     # A corrupt file (as an untrimmed one is, or bytes gone bad) is trusted blindly when
     # reopened: lookups must still end, with an entry of the file or the empty answer.
@@ -650,6 +667,10 @@ def test_warm_and_cold_searches_agree_with_bisect(
             )
             assert idx.lookup(target) == expected
             assert idx.lookup_position(target) == expected.position
+            following = bisect.bisect_right(offsets, target)
+            assert idx.lookup_position_and_next(target) == (
+                expected.position, positions[following] if following < len(offsets) else -1
+            )
             slot = bisect.bisect_left(positions, target)
             expected_upper = (
                 None if slot == len(positions) else OffsetPosition(offsets[slot], positions[slot])

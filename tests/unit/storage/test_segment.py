@@ -12,11 +12,13 @@ import zlib
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from stratalog.records.batch import Compression, TimestampType, iter_batch_headers, parse_header
 from stratalog.records.builder import build_batch
 from stratalog.records.errors import CorruptRecordError, InvalidRecordError
-from stratalog.records.reader import iter_batches
+from stratalog.records.reader import decode_batch_columns, iter_batches
 from stratalog.server.storage.config import LogConfig
 from stratalog.server.storage.errors import (
     CorruptIndexError,
@@ -27,7 +29,14 @@ from stratalog.server.storage.errors import (
     StorageIOError,
 )
 from stratalog.server.storage.files import log_file, offset_index_file, time_index_file
-from stratalog.server.storage.segment import FetchedBatches, LogOffsetPosition, Segment
+from stratalog.server.storage.segment import (
+    FetchedBatches,
+    LogOffsetPosition,
+    Segment,
+    _first_read_bytes,
+    _first_record_reaching,
+    _record_offsets_and_timestamps,
+)
 from stratalog.server.storage.time_index import TimestampOffset
 from stratalog.server.storage.txn_index import AbortedTxn
 
@@ -1090,3 +1099,56 @@ def test_fetch_by_timestamp_names_the_file_of_a_corrupt_batch(tmp_path: Path) ->
     with pytest.raises(CorruptRecordError, match=r"00000000000000000000\.log.*position 0"):
         reopened.find_offset_by_timestamp(T0 + 1, 0)
     reopened.close_handlers()
+
+
+@given(
+    timestamps=st.lists(st.integers(-5, 40), min_size=1, max_size=30),
+    gaps=st.lists(st.integers(1, 3), min_size=30, max_size=30),
+    target=st.integers(-6, 42),
+    starting_offset=st.integers(0, 100),
+    in_order=st.booleans(),
+)
+def test_first_record_reaching_is_the_first_in_record_order(
+    timestamps: list[int], gaps: list[int], target: int, starting_offset: int, in_order: bool
+) -> None:
+    # The bisection is a shortcut for timestamps in order; out of order it must not be wrong.
+    if in_order:
+        timestamps = sorted(timestamps)
+    offsets = list(itertools.accumulate(gaps[: len(timestamps)]))
+    expected = next(
+        (i for i, (o, t) in enumerate(zip(offsets, timestamps, strict=True))
+         if t >= target and o >= starting_offset),
+        -1,
+    )
+    assert _first_record_reaching(offsets, timestamps, target, starting_offset) == expected
+
+
+@pytest.mark.parametrize("compression", [Compression.NONE, Compression.GZIP])
+@pytest.mark.parametrize(
+    "timestamp_type", [TimestampType.CREATE_TIME, TimestampType.LOG_APPEND_TIME]
+)
+def test_record_offsets_and_timestamps_are_the_decoders(
+    compression: Compression, timestamp_type: TimestampType
+) -> None:
+    data = build_batch(
+        [(T0 + (i * 7919) % 13, b"k" if i % 2 else None, b"v" * i, (("h", b"x"),) if i % 3 else ())
+         for i in range(40)],
+        base_offset=1000, compression=compression, timestamp_type=timestamp_type,
+    )
+    _, columns = decode_batch_columns(data)
+    offsets, timestamps = _record_offsets_and_timestamps(data)
+    assert list(offsets) == columns.offsets
+    assert list(timestamps) == columns.timestamps
+    # The same errors, whichever decoder ran.
+    for damaged in (data[:-1] + bytes([data[-1] ^ 1]), data[:100]):
+        with pytest.raises(CorruptRecordError) as ours:
+            _record_offsets_and_timestamps(damaged)
+        with pytest.raises(CorruptRecordError) as theirs:
+            decode_batch_columns(damaged)
+        assert str(ours.value) == str(theirs.value)
+
+
+def test_first_read_takes_a_header_when_the_next_entry_is_beyond_a_first_block() -> None:
+    assert _first_read_bytes(1000, 1000 + 4096) == 4096  # a block reaches the next entry
+    assert _first_read_bytes(1000, 1000 + 4097) == 61  # it would not: the header is enough
+    assert _first_read_bytes(1000, -1) == 4096  # no next entry: nothing known

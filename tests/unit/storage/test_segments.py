@@ -138,6 +138,27 @@ def test_readers_keep_their_snapshot(directory: Path) -> None:
     assert segments.base_offsets() == [3, 5]
 
 
+def test_floor_lookups_follow_every_mutation(directory: Path) -> None:
+    # Floor lookups bisect lists copied from the map on first use: each mutation publishes a
+    # new map, and the next lookup must see it, whatever the mutation was.
+    segments = Segments([make(directory, base) for base in (0, 10)])
+    assert segments.floor_segment(15).base_offset == 10  # type: ignore[union-attr]
+    segments.add(make(directory, 20))
+    assert segments.floor_segment(25).base_offset == 20  # type: ignore[union-attr]
+    replacement = make(directory, 5)
+    segments.add(replacement)
+    assert segments.floor_segment(7) is replacement
+    removed = [segments.remove(10)]
+    assert segments.floor_segment(15) is replacement
+    removed += segments.remove_many([0, 5])
+    assert segments.floor_segment(15) is None
+    assert segments.floor_segment(21).base_offset == 20  # type: ignore[union-attr]
+    removed += segments.clear()
+    assert segments.floor_segment(21) is None
+    for segment in removed:
+        segment.close()  # type: ignore[union-attr]
+
+
 @settings(max_examples=100, deadline=None)
 @given(
     bases=st.lists(st.integers(0, 1000), min_size=1, max_size=12, unique=True),
