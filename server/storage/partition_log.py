@@ -413,7 +413,7 @@ class PartitionLog:
                 validated.last_offset,
                 validated.max_timestamp,
                 validated.shallow_offset_of_max_timestamp,
-                validated.records,
+                validated.pieces,
             )
             self._end = _LogEnd(validated.last_offset + 1, segment.base_offset, segment.size_bytes)
             if self._end.offset - self._recovery_point >= self._config.flush_messages:
