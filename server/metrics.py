@@ -153,7 +153,7 @@ class TrafficCollector(Collector):
                 if latency is None:
                     latency = self._latency[rpc] = [0] * (_BUCKETS + 1) + [0.0, time.time()]
                 # Buckets are upper bounds, inclusive (Prometheus's "le").
-                latency[bisect.bisect_left(LATENCY_BUCKETS_SECONDS, seconds)] += 1
+                latency[_bisect_left(LATENCY_BUCKETS_SECONDS, seconds)] += 1
                 latency[_SUM_AT] += seconds
 
     def observe_traffic(self, inbound: bool, topic: str, records: int, size_bytes: int) -> None:
@@ -213,6 +213,7 @@ class TrafficCollector(Collector):
 
 
 _BUCKETS = len(LATENCY_BUCKETS_SECONDS)
+_bisect_left = bisect.bisect_left
 _SUM_AT = _BUCKETS + 1
 _BUCKET_NAMES = (*(floatToGoString(bound) for bound in LATENCY_BUCKETS_SECONDS), "+Inf")
 

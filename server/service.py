@@ -589,15 +589,16 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         # Answer as soon as this much is there; never more than one read can return.
         enough_bytes = max(1, min(min_bytes, max_bytes))
         inline = max_bytes < self._settings.read_in_executor_min_bytes
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + max_wait_ms / 1000 if max_wait_ms else 0.0
+        # The clock only matters to a request that may wait.
+        loop = asyncio.get_running_loop() if max_wait_ms else None
+        deadline = loop.time() + max_wait_ms / 1000 if loop is not None else 0.0
         while True:
             signal = gate.signal()
             if inline:  # the common case, without a coroutine per read
                 fetched = self._fetch_now(topic, partition, partition_log, offset, max_bytes)
             else:
                 fetched = await self._fetch(topic, partition, partition_log, offset, max_bytes)
-            if len(fetched.data) >= enough_bytes or not max_wait_ms or self._shutting_down:
+            if len(fetched.data) >= enough_bytes or loop is None or self._shutting_down:
                 break
             remaining_s = deadline - loop.time()
             if remaining_s <= 0:
