@@ -136,20 +136,20 @@ class OffsetIndex(Index):
         found = self._largest_lower_bound(target_offset, _OFFSET_COLUMN, _read_position)
         return 0 if found is None else found
 
-    def lookup_position_and_next(self, target_offset: int) -> tuple[int, int]:
-        """:meth:`lookup_position`, and the position of the entry after that one (-1 if none).
+    def lookup_floor_and_next(self, target_offset: int) -> tuple[int, int, int]:
+        """The floor entry's offset and position (as :meth:`lookup`; ``(-1, 0)`` when there
+        is none) and the position of the entry after it (-1 if none).
 
-        The batch holding ``target_offset`` starts between the two positions (when the next
-        entry exists): a reader can size one read to cover the scan and the batch. Runtime
-        O(log entries).
+        The batch holding ``target_offset`` starts between the two positions when the next
+        entry exists: a reader can guess where it is and how large. Runtime O(log entries).
         """
-        found = self._largest_lower_bound(target_offset, _OFFSET_COLUMN, self._position_and_next)
+        found = self._largest_lower_bound(target_offset, _OFFSET_COLUMN, self._floor_and_next)
         if found is not None:
             return found
         try:  # below every entry (or none): the scan starts at 0, the first entry is next
-            return 0, self._read_slot(0, _read_position)
+            return -1, 0, self._read_slot(0, _read_position)
         except ValueError:
-            return 0, -1
+            return -1, 0, -1
 
     def entry(self, slot: int) -> OffsetPosition:
         """The entry in ``slot`` ([B-23]).
@@ -256,12 +256,13 @@ class OffsetIndex(Index):
     def _slot_and_offset(self, mm: mmap.mmap, slot: int) -> tuple[int, int]:
         return slot, self._read_offset(mm, slot)
 
-    def _position_and_next(self, mm: mmap.mmap, slot: int) -> tuple[int, int]:
+    def _floor_and_next(self, mm: mmap.mmap, slot: int) -> tuple[int, int, int]:
         # Under the remap lock (a parser): slots below `entries` are whole and mapped.
-        position = _INT32.unpack_from(mm, slot * 8 + 4)[0]
+        relative, position = _ENTRY.unpack_from(mm, slot * 8)
+        following = -1
         if slot + 1 < self._entries:
-            return position, _INT32.unpack_from(mm, slot * 8 + 12)[0]
-        return position, -1
+            following = _INT32.unpack_from(mm, slot * 8 + 12)[0]
+        return self._base_offset + relative, position, following
 
     def _parse(self, mm: mmap.mmap, slot: int) -> OffsetPosition:
         relative, position = _ENTRY.unpack_from(mm, slot * 8)

@@ -86,6 +86,7 @@ log = logging.getLogger(__name__)
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 assert _HEADER.size == RECORD_BATCH_OVERHEAD
 _LENGTH = struct.Struct(">i")  # at byte 8 of a batch
+_BASE_OFFSET = struct.Struct(">q")  # at byte 0
 # What a scan needs of a batch header, in one unpack: base offset, length, magic, last offset
 # delta, max timestamp, records count (the rest of the 61 bytes skipped).
 _SCAN_FIELDS = struct.Struct(
@@ -808,6 +809,7 @@ class Segment:
         start: int,
         end: int,
         first_read_bytes: int = _SCAN_FIRST_BLOCK_BYTES,
+        block: bytes = b"",
     ) -> _Found | None:
         """Scan headers in ``[start, end)`` for the first batch whose last offset is ``>= offset``
         and whose max timestamp is ``>= timestamp`` (``_ANY_TIMESTAMP``: any).
@@ -818,16 +820,17 @@ class Segment:
         with the last block read, so that a caller whose bytes are in it needs no second
         ``pread``.
 
-        The first ``pread`` takes ``first_read_bytes`` (4 KiB unless the caller knows better,
-        see :func:`_first_read_bytes`); a refill takes at least the size of the batch just
-        skipped, so that when batches are alike (one producer's) the batch wanted arrives whole
-        with its header. The block doubles per refill up to 256 KiB for long scans.
+        ``block``, if given, holds bytes already read from ``start``. Else the first ``pread``
+        takes ``first_read_bytes`` (4 KiB unless the caller knows better, see
+        :func:`_first_read_bytes`). A refill takes at least the size of the batch just skipped,
+        so that when batches are alike (one producer's) the batch wanted arrives whole with its
+        header. The block doubles per refill up to 256 KiB for long scans.
         """
         fd = self._require_fd()
         pread = os.pread
-        buf = b""
+        buf = block
         buf_start = start
-        buf_length = 0
+        buf_length = len(block)
         block_bytes = _SCAN_FIRST_BLOCK_BYTES
         size = 0
         read_bytes = first_read_bytes
@@ -962,14 +965,39 @@ class Segment:
                 f"invalid max size {max_bytes} for a read from segment {self._log_path}"
             )
         end = self._size if max_position is None else min(max_position, self._size)
-        start, next_entry = self.offset_index.lookup_position_and_next(start_offset)
-        found = self._scan(
-            start_offset, _ANY_TIMESTAMP, start, end,
-            _first_read_bytes(start, next_entry),
-        )
+        found = self._scan_indexed(start_offset, _ANY_TIMESTAMP, start_offset, end, max_bytes)
         if found is None:
             return None
         return self._whole_batches_from(found, start_offset, max_bytes, end, min_one_message)
+
+    def _scan_indexed(
+        self, offset: int, timestamp: int, from_offset: int, end: int, max_bytes: int
+    ) -> _Found | None:
+        """:meth:`_scan` for ``offset`` and ``timestamp``, from where the offset index puts
+        ``from_offset`` (no batch ending below ``from_offset`` may qualify).
+
+        The index gives the floor entry and the next one. When the gap between them is more
+        than twice ``index.interval.bytes``, it holds one append only (an entry is written once
+        more than that many bytes came since the last one), and when ``from_offset`` is past the
+        floor entry's offset, that append ends below it: the batch wanted is then most likely
+        the one at the next entry, about as large as the gap. One ``pread`` there, of the gap
+        or ``max_bytes`` if larger, brings it whole; its base offset shows whether the guess
+        holds (every batch before it ends below its base offset). If not, the scan starts at
+        the floor entry as usual. A random read of one batch is then one ``pread``, where
+        each saved counts twice in the server: the copy, and the GIL given up and taken back.
+        """
+        floor_offset, start, following = self.offset_index.lookup_floor_and_next(from_offset)
+        gap = following - start
+        if (
+            floor_offset < from_offset
+            and following < end
+            and 2 * self._index_interval_bytes < gap <= _SCAN_MAX_BLOCK_BYTES
+        ):
+            read_bytes = max(gap, max_bytes) if max_bytes <= _SCAN_MAX_BLOCK_BYTES else gap
+            block = self._pread(min(read_bytes, end - following), following)
+            if len(block) >= LOG_OVERHEAD and _BASE_OFFSET.unpack_from(block)[0] <= from_offset:
+                return self._scan(offset, timestamp, following, end, block=block)
+        return self._scan(offset, timestamp, start, end, _first_read_bytes(start, following))
 
     def _whole_batches_from(
         self, found: _Found, start_offset: int, max_bytes: int, end: int, min_one_message: bool
@@ -1024,7 +1052,7 @@ class Segment:
         decoded (later batches follow if none of its records qualify). Returns the record's own
         (timestamp, offset), or None when no record of this segment qualifies. Thread-safe.
         """
-        found = self._find_by_timestamp(timestamp, starting_offset, self._size)
+        found = self._find_by_timestamp(timestamp, starting_offset, self._size, 0)
         return None if found is None else found[0]
 
     def fetch_by_timestamp(
@@ -1050,7 +1078,7 @@ class Segment:
                 f"invalid max size {max_bytes} for a read from segment {self._log_path}"
             )
         end = self._size if max_position is None else min(max_position, self._size)
-        found = self._find_by_timestamp(timestamp, starting_offset, end)
+        found = self._find_by_timestamp(timestamp, starting_offset, end, max_bytes)
         if found is None:
             return None
         record, batch = found
@@ -1059,17 +1087,21 @@ class Segment:
         )
 
     def _find_by_timestamp(
-        self, timestamp: int, starting_offset: int, end: int
+        self, timestamp: int, starting_offset: int, end: int, max_bytes: int
     ) -> tuple[TimestampOffset, _Found] | None:
         """The first record with timestamp ``>= timestamp`` and offset ``>= starting_offset``
-        below ``end``, and its batch (whose bytes the returned block holds)."""
+        below ``end``, and its batch (whose bytes the returned block holds); ``max_bytes``: what
+        the caller reads from that batch on (see :meth:`_scan_indexed`)."""
         entry = self.time_index.lookup(timestamp)
-        start, next_entry = self.offset_index.lookup_position_and_next(
-            max(entry.offset, starting_offset)
-        )
-        first_read_bytes = _first_read_bytes(start, next_entry)
+        # Every batch ending at or below the entry's offset has a max timestamp at or below the
+        # entry's (a running max): below the target, none of them qualifies. (No entry: the
+        # sentinel (-1, base offset) says nothing.)
+        if 0 <= entry.timestamp < timestamp:
+            from_offset = max(entry.offset + 1, starting_offset)
+        else:
+            from_offset = max(entry.offset, starting_offset)
+        found = self._scan_indexed(starting_offset, timestamp, from_offset, end, max_bytes)
         while True:
-            found = self._scan(starting_offset, timestamp, start, end, first_read_bytes)
             if found is None:
                 return None
             position, size, last_offset, records_count, buf, buf_start = found
@@ -1091,8 +1123,7 @@ class Segment:
             index = _first_record_reaching(offsets, timestamps, timestamp, starting_offset)
             if index >= 0:
                 return TimestampOffset(timestamps[index], offsets[index]), found
-            start = position + size
-            first_read_bytes = _SCAN_FIRST_BLOCK_BYTES
+            found = self._scan(starting_offset, timestamp, position + size, end)
 
     def find_max_timestamp_record(self) -> TimestampOffset | None:
         """The first record holding this segment's max timestamp (ListOffsets -3, [B-36] table).

@@ -541,21 +541,21 @@ def test_lookup_position(index: OffsetIndex) -> None:
         index.lookup_position(BASE_OFFSET)
 
 
-def test_lookup_position_and_next(index: OffsetIndex) -> None:
-    # The floor entry's position and the next entry's: the batch wanted starts between them.
-    assert index.lookup_position_and_next(BASE_OFFSET + 7) == (0, -1), "empty index"
+def test_lookup_floor_and_next(index: OffsetIndex) -> None:
+    # The floor entry and the next entry's position: the batch wanted starts between them.
+    assert index.lookup_floor_and_next(BASE_OFFSET + 7) == (-1, 0, -1), "empty index"
     index.append(BASE_OFFSET + 5, 100)
     index.append(BASE_OFFSET + 9, 250)
-    assert index.lookup_position_and_next(BASE_OFFSET + 4) == (0, 100), "below every entry"
-    assert index.lookup_position_and_next(BASE_OFFSET + 5) == (100, 250)
-    assert index.lookup_position_and_next(BASE_OFFSET + 8) == (100, 250)
-    assert index.lookup_position_and_next(BASE_OFFSET + 9) == (250, -1)
-    assert index.lookup_position_and_next(2**40) == (250, -1)
+    assert index.lookup_floor_and_next(BASE_OFFSET + 4) == (-1, 0, 100), "below every entry"
+    assert index.lookup_floor_and_next(BASE_OFFSET + 5) == (BASE_OFFSET + 5, 100, 250)
+    assert index.lookup_floor_and_next(BASE_OFFSET + 8) == (BASE_OFFSET + 5, 100, 250)
+    assert index.lookup_floor_and_next(BASE_OFFSET + 9) == (BASE_OFFSET + 9, 250, -1)
+    assert index.lookup_floor_and_next(2**40) == (BASE_OFFSET + 9, 250, -1)
     index.truncate_to(BASE_OFFSET + 9)
-    assert index.lookup_position_and_next(BASE_OFFSET + 9) == (100, -1), "truncated away"
+    assert index.lookup_floor_and_next(BASE_OFFSET + 9) == (BASE_OFFSET + 5, 100, -1)
     index.close()
     with pytest.raises(LogClosedError):
-        index.lookup_position_and_next(BASE_OFFSET)
+        index.lookup_floor_and_next(BASE_OFFSET)
 
 
 def test_lookups_in_an_unsorted_index_return_one_of_its_entries(tmp_path: Path) -> None:
@@ -668,8 +668,10 @@ def test_warm_and_cold_searches_agree_with_bisect(
             assert idx.lookup(target) == expected
             assert idx.lookup_position(target) == expected.position
             following = bisect.bisect_right(offsets, target)
-            assert idx.lookup_position_and_next(target) == (
-                expected.position, positions[following] if following < len(offsets) else -1
+            assert idx.lookup_floor_and_next(target) == (
+                offsets[slot] if slot >= 0 else -1,
+                expected.position,
+                positions[following] if following < len(offsets) else -1,
             )
             slot = bisect.bisect_left(positions, target)
             expected_upper = (

@@ -1152,3 +1152,39 @@ def test_first_read_takes_a_header_when_the_next_entry_is_beyond_a_first_block()
     assert _first_read_bytes(1000, 1000 + 4096) == 4096  # a block reaches the next entry
     assert _first_read_bytes(1000, 1000 + 4097) == 61  # it would not: the header is enough
     assert _first_read_bytes(1000, -1) == 4096  # no next entry: nothing known
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_time_lookups_match_a_scan_of_every_record(tmp_path: Path, seed: int) -> None:
+    # The time index lets the search skip what cannot qualify; a brute-force pass over every
+    # record (in log order) says what the answer must be. Timestamps mostly rise, sometimes go
+    # back; batches of one record and of many; sparse and dense index entries.
+    rng = random.Random(seed)
+    segment = Segment.create(
+        tmp_path, 0,
+        config(index_interval_bytes=rng.choice([0, 60, 500, 4096]), segment_index_bytes=1 << 16),
+    )
+    records: list[tuple[int, int]] = []  # (offset, timestamp) in log order
+    offset, clock = 0, T0
+    for _ in range(150):
+        count = rng.choice([1, 1, 2, 7])
+        timestamps = []
+        for _ in range(count):
+            clock += rng.choice([0, 1, 1, 2, 5])
+            timestamps.append(clock - rng.choice([0, 0, 0, 3]))
+        append(segment, offset, timestamps, value=b"x" * rng.choice([5, 100, 1500]))
+        records += [(offset + i, ts) for i, ts in enumerate(timestamps)]
+        offset += count + rng.choice([0, 0, 0, 0, 2])
+    for _ in range(400):
+        target = rng.randrange(T0 - 2, clock + 3)
+        starting_offset = rng.choice([0, 0, rng.randrange(offset + 1)])
+        expected = next(
+            (TimestampOffset(ts, o) for o, ts in records if ts >= target and o >= starting_offset),
+            None,
+        )
+        assert segment.find_offset_by_timestamp(target, starting_offset) == expected
+        both = segment.fetch_by_timestamp(target, starting_offset, 1, min_one_message=True)
+        assert (None if both is None else both[0]) == expected, (target, starting_offset)
+        if both is not None:
+            assert both[1] == segment.fetch(expected.offset, 1, None, True)  # type: ignore[union-attr]
+    segment.close()
