@@ -14,7 +14,9 @@ Finding offset ``o``: the offset index gives the position of the greatest indexe
 ``<= o``; batch headers are scanned forward from there to the first batch whose last offset is
 ``>= o`` ([B-29]). Finding time ``T``: the time index gives an offset before every record with
 timestamp ``>= T``; the scan starts there and decodes the first batch whose max timestamp is
-``>= T`` ([B-37]). The batch layout is in :mod:`stratalog.records.batch`; the index layouts in
+``>= T`` ([B-37]). The fetch path (:meth:`Segment.fetch`, :meth:`Segment.fetch_by_timestamp`)
+reads the batch wanted with one ``pread`` when the index entries say where it must be (see
+``_scan_indexed``), and returns whole batches with their next offset and record count. The batch layout is in :mod:`stratalog.records.batch`; the index layouts in
 :mod:`~stratalog.server.storage.offset_index` and :mod:`~stratalog.server.storage.time_index`.
 
 This is Kafka's ``LogSegment`` (``LogSegment.java``) with ``FileRecords`` folded in: the ``.log``
