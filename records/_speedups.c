@@ -1268,6 +1268,47 @@ writer_dealloc(RecordsWriter *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+/* The timestamp argument of append/append_values, after checking the writer was initialised. */
+static int
+writer_timestamp(RecordsWriter *self, PyObject *object, long long *timestamp)
+{
+    if (self->records == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "RecordsWriter.__init__() was not called");
+        return -1;
+    }
+    int overflow = 0;
+    *timestamp = PyLong_AsLongLongAndOverflow(object, &overflow);
+    if (*timestamp == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (overflow != 0) {
+        PyErr_Format(PyExc_ValueError, "timestamp %S is outside int64", object);
+        return -1;
+    }
+    return 0;
+}
+
+/* The delta of timestamp (given as object) from the writer's first timestamp (from itself
+ * when the writer is empty), or the reference's error when it leaves int64. */
+static int
+writer_timestamp_delta(RecordsWriter *self, PyObject *object, long long timestamp,
+                       long long *delta)
+{
+    long long base_timestamp = self->count == 0 ? timestamp : self->base_timestamp;
+    if (!__builtin_sub_overflow(timestamp, base_timestamp, delta)) {
+        return 0;
+    }
+    /* The reference subtracts Python ints and encode_record refuses the result. */
+    PyObject *base = PyLong_FromLongLong(base_timestamp);
+    PyObject *difference = base == NULL ? NULL : PyNumber_Subtract(object, base);
+    if (difference != NULL) {
+        PyErr_Format(PyExc_ValueError, "varlong value %S is outside int64", difference);
+    }
+    Py_XDECREF(base);
+    Py_XDECREF(difference);
+    return -1;
+}
+
 static const char *const append_names[] = {"timestamp", "key", "value", "headers"};
 
 PyDoc_STRVAR(writer_append_doc,
@@ -1282,33 +1323,12 @@ writer_append(RecordsWriter *self, PyObject *const *args, Py_ssize_t nargs, PyOb
     if (parse_args("append", args, nargs, kwnames, append_names, 3, 4, values) < 0) {
         return NULL;
     }
-    if (self->records == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "RecordsWriter.__init__() was not called");
-        return NULL;
-    }
-    int overflow = 0;
-    long long timestamp = PyLong_AsLongLongAndOverflow(values[0], &overflow);
-    if (timestamp == -1 && PyErr_Occurred()) {
-        return NULL;
-    }
-    if (overflow != 0) {
-        PyErr_Format(PyExc_ValueError, "timestamp %S is outside int64", values[0]);
+    long long timestamp, timestamp_delta;
+    if (writer_timestamp(self, values[0], &timestamp) < 0 ||
+        writer_timestamp_delta(self, values[0], timestamp, &timestamp_delta) < 0) {
         return NULL;
     }
     Py_ssize_t count = self->count;
-    long long base_timestamp = count == 0 ? timestamp : self->base_timestamp;
-    long long timestamp_delta;
-    if (__builtin_sub_overflow(timestamp, base_timestamp, &timestamp_delta)) {
-        /* The reference subtracts Python ints and encode_record refuses the result. */
-        PyObject *base = PyLong_FromLongLong(base_timestamp);
-        PyObject *delta = base == NULL ? NULL : PyNumber_Subtract(values[0], base);
-        if (delta != NULL) {
-            PyErr_Format(PyExc_ValueError, "varlong value %S is outside int64", delta);
-        }
-        Py_XDECREF(base);
-        Py_XDECREF(delta);
-        return NULL;
-    }
     /* encode_into changes nothing on error, so neither does append. */
     if (encode_into(self->records, count, timestamp_delta, values[1], values[2], values[3]) < 0) {
         return NULL;
@@ -1350,17 +1370,8 @@ writer_append_values(RecordsWriter *self, PyObject *const *args, Py_ssize_t narg
     if (parse_args("append_values", args, nargs, kwnames, append_values_names, 2, 4, a) < 0) {
         return NULL;
     }
-    if (self->records == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "RecordsWriter.__init__() was not called");
-        return NULL;
-    }
-    int overflow = 0;
-    long long timestamp = PyLong_AsLongLongAndOverflow(a[0], &overflow);
-    if (timestamp == -1 && PyErr_Occurred()) {
-        return NULL;
-    }
-    if (overflow != 0) {
-        PyErr_Format(PyExc_ValueError, "timestamp %S is outside int64", a[0]);
+    long long timestamp;
+    if (writer_timestamp(self, a[0], &timestamp) < 0) {
         return NULL;
     }
     PyObject *values = a[1];
@@ -1392,16 +1403,8 @@ writer_append_values(RecordsWriter *self, PyObject *const *args, Py_ssize_t narg
         }
     }
     Py_ssize_t count = self->count;
-    long long base_timestamp = count == 0 ? timestamp : self->base_timestamp;
     long long timestamp_delta;
-    if (__builtin_sub_overflow(timestamp, base_timestamp, &timestamp_delta)) {
-        PyObject *base = PyLong_FromLongLong(base_timestamp);
-        PyObject *delta = base == NULL ? NULL : PyNumber_Subtract(a[0], base);
-        if (delta != NULL) {
-            PyErr_Format(PyExc_ValueError, "varlong value %S is outside int64", delta);
-        }
-        Py_XDECREF(base);
-        Py_XDECREF(delta);
+    if (writer_timestamp_delta(self, a[0], timestamp, &timestamp_delta) < 0) {
         return NULL;
     }
     /* Pass 1: check every value and find where the budget ends. Only bytes and None are
