@@ -62,9 +62,9 @@ from collections.abc import Iterator
 import grpc
 
 from stratalog.records import build_batch
+from stratalog.records.batch import rewrite_crc
 from stratalog.server.allocator import tune_allocator
 from stratalog.server.settings import Settings
-from stratalog.records.batch import rewrite_crc
 from stratalog.v1 import broker_pb2 as pb
 from stratalog.v1 import broker_pb2_grpc
 
