@@ -3,9 +3,11 @@
 Intuition: a Spark task gets bytes exactly as the log stores them (Kafka v2 batches, from a
 FETCH_FORMAT_RECORD_BATCHES fetch or from a segment file) and must hand Spark Arrow record
 batches. Building a Python object per record and then converting rows would cost most of the
-time, so records go straight into per-column lists (offsets, timestamps, keys, values, headers:
-the codec's columnar decoder), and each list becomes one Arrow array at the end. Topic and
-partition are constants, so their columns are built by repetition, not per record.
+time. With the codec's C loops built, each batch is decoded straight into Arrow's buffers
+(:func:`stratalog.records.accel.decode_arrow`: no Python object per record), which pyarrow wraps
+without a copy; without them, records go into per-column lists (the codec's columnar decoder)
+that pyarrow converts. Topic and partition are constants, so their columns are built by
+repetition, not per record.
 
 Walking a buffer of batches (``RecordColumns.append_batches``):
 
