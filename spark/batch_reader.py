@@ -26,9 +26,9 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from .offsets import check_range, describe_partitions, resolve_offsets
 from .options import ReadOptions
-from .ranges import OffsetRange, split_ranges
+from .ranges import OffsetRange
 from .segment_files import SegmentPartition, plan_segments, read_segment
-from .server_read import RangePartition, read_range
+from .server_read import RangePartition, range_partitions, read_range
 
 __all__ = ["StratalogBatchReader", "plan_server_ranges"]
 
@@ -71,19 +71,7 @@ class StratalogBatchReader(DataSourceReader):
         options = self._options
         if options.path is not None:
             return list(plan_segments(options))
-        assert options.connection is not None
-        ranges = split_ranges(
-            plan_server_ranges(options), options.min_partitions, options.max_records_per_partition
-        )
-        return [
-            RangePartition(
-                r, options.connection,
-                include_headers=options.include_headers,
-                fail_on_data_loss=options.fail_on_data_loss,
-                fetch_max_bytes=options.fetch_max_bytes,
-            )
-            for r in ranges
-        ]
+        return list(range_partitions(plan_server_ranges(options), options))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, RangePartition):

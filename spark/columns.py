@@ -29,7 +29,6 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left
-from collections.abc import Callable
 from typing import NamedTuple
 
 import pyarrow as pa
@@ -50,46 +49,14 @@ from stratalog.records import (
 )
 from stratalog.records.accel import ArrowColumns
 from stratalog.records.batch import HEADER_SIZE_UP_TO_MAGIC
-from stratalog.records.record import decode_records
 
 from .schema import HEADERS_ARROW_TYPE, arrow_schema
 
 __all__ = ["BatchWalk", "RecordColumns", "decode_columns"]
 
-ColumnsDecoder = Callable[
-    [bytes | memoryview, int, int, int, "int | None"],
-    tuple[list[int], list[int], list["bytes | None"], list["bytes | None"], list[tuple]],
-]
-
-
-def _decode_columns_reference(
-    data: bytes | memoryview, count: int, base_offset: int, base_timestamp: int,
-    timestamp_override: int | None = None,
-) -> tuple[list[int], list[int], list[bytes | None], list[bytes | None], list[tuple]]:
-    """The records of one records region as five lists: offsets, timestamps, keys, values,
-    headers. Pure Python, through the codec's ``decode_records``."""
-    records = decode_records(bytes(data), count, base_offset, base_timestamp, timestamp_override)
-    return (
-        [r.offset for r in records],
-        [r.timestamp for r in records],
-        [r.key for r in records],
-        [r.value for r in records],
-        [r.headers for r in records],
-    )
-
-
-def _columns_decoder() -> ColumnsDecoder:
-    # The codec's compiled columnar decoder when the records package has one (same results
-    # and errors as the reference, tested there); the pure-Python reference otherwise.
-    try:
-        from stratalog.records import accel
-    except ImportError:
-        return _decode_columns_reference
-    return getattr(accel, "decode_columns", _decode_columns_reference)
-
-
-#: ``decode_columns(data, count, base_offset, base_timestamp, timestamp_override=None)``
-decode_columns: ColumnsDecoder = _columns_decoder()
+#: ``decode_columns(data, count, base_offset, base_timestamp, timestamp_override=None)``: the
+#: codec's columnar decode (its C loop when built, its pure-Python reference otherwise).
+decode_columns = accel.decode_columns
 
 # The codec's decode straight into Arrow buffers, when its C loops are built (no Python object
 # per record: about 4 times less work per record than the lists); the lists otherwise (the

@@ -18,7 +18,11 @@ bytes as :mod:`stratalog.records.errors` classes; the connector adds context to 
 
 from __future__ import annotations
 
-__all__ = ["ConnectorError", "DataLossError", "OptionError", "SchemaError"]
+import logging
+
+__all__ = ["ConnectorError", "DataLossError", "OptionError", "SchemaError", "report_data_loss"]
+
+logger = logging.getLogger("stratalog.spark")
 
 
 class ConnectorError(Exception):
@@ -47,3 +51,14 @@ class DataLossError(ConnectorError):
     starting offset below the log start offset (retention deleted the segments), or a log that
     now ends before an offset the query already planned to read.
     """
+
+
+def report_data_loss(message: str, fail_on_data_loss: bool, going_on: str) -> None:
+    """Records are gone: raise DataLossError with ``fail_on_data_loss``, else log a warning.
+
+    ``message`` says what is lost and why; ``going_on`` what the query does instead when the
+    option is false ("skip them", "go on without them"), for both the error and the warning.
+    """
+    if fail_on_data_loss:
+        raise DataLossError(f"{message}. Set the option failOnDataLoss=false to {going_on}.")
+    logger.warning("%s; the query will %s (failOnDataLoss=false)", message, going_on)

@@ -43,7 +43,7 @@ from pyspark.sql.datasource import InputPartition
 from stratalog.client import TopicPartition
 
 from .columns import RecordColumns
-from .errors import DataLossError, OptionError
+from .errors import OptionError, report_data_loss
 from .options import EARLIEST, LATEST, ReadOptions, Subscription
 from .ranges import OffsetRange
 
@@ -234,11 +234,7 @@ def plan_segments(options: ReadOptions) -> list[SegmentPartition]:
                 f"offsets from {start} of {tp.topic}-{tp.partition} are below its log start "
                 f"offset {files.log_start_offset} in {options.path!r}"
             )
-            if options.fail_on_data_loss:
-                raise DataLossError(
-                    message + ". Set the option failOnDataLoss=false to skip them instead."
-                )
-            logger.warning("%s; skipped (failOnDataLoss=false)", message)
+            report_data_loss(message, options.fail_on_data_loss, "skip them")
             start = files.log_start_offset
         if end is not None and start > end:
             raise OptionError(

@@ -21,7 +21,6 @@ returns the next batch that exists.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -32,14 +31,11 @@ from stratalog.client import FetchFormat, FetchResult, OffsetOutOfRangeError
 from stratalog.records import CorruptRecordError
 
 from .columns import RecordColumns
-from .errors import DataLossError
-from .options import ConnectionOptions
-from .ranges import OffsetRange
+from .errors import report_data_loss
+from .options import ConnectionOptions, ReadOptions
+from .ranges import OffsetRange, split_ranges
 
-__all__ = ["RangePartition", "read_range"]
-
-logger = logging.getLogger(__name__)
-
+__all__ = ["RangePartition", "range_partitions", "read_range"]
 
 class RangePartition(InputPartition):
     """One Spark task of a server-mode read: an :class:`OffsetRange` and how to read it.
@@ -68,12 +64,19 @@ class RangePartition(InputPartition):
         return f"RangePartition({r.topic}-{r.partition} [{r.from_offset}, {r.until_offset}))"
 
 
-def _lost(message: str, fail_on_data_loss: bool) -> None:
-    if fail_on_data_loss:
-        raise DataLossError(
-            message + ". Set the option failOnDataLoss=false to skip lost records instead."
+def range_partitions(ranges: list[OffsetRange], options: ReadOptions) -> list[RangePartition]:
+    """The tasks of a server-mode read (batch or micro-batch): ``ranges`` split by the
+    options' ``minPartitions``/``maxRecordsPerPartition``, each with the read options."""
+    assert options.connection is not None
+    return [
+        RangePartition(
+            r, options.connection,
+            include_headers=options.include_headers,
+            fail_on_data_loss=options.fail_on_data_loss,
+            fetch_max_bytes=options.fetch_max_bytes,
         )
-    logger.warning("%s; skipped (failOnDataLoss=false)", message)
+        for r in split_ranges(ranges, options.min_partitions, options.max_records_per_partition)
+    ]
 
 
 def read_range(partition: RangePartition) -> Iterator[pa.RecordBatch]:
@@ -122,11 +125,11 @@ def read_range(partition: RangePartition) -> Iterator[pa.RecordBatch]:
                         "bytes holding no whole record batch"
                     )
                 # Nothing at all: the log ends at ``offset``, before the range does.
-                _lost(
+                report_data_loss(
                     f"the log of {topic}-{number} ends at offset {result.high_watermark}, before "
                     f"offsets {offset}..{until - 1} that the query planned to read (was the "
                     "topic deleted and recreated?)",
-                    partition.fail_on_data_loss,
+                    partition.fail_on_data_loss, "skip the lost records",
                 )
                 break
             offset = walk.next_offset
@@ -150,17 +153,17 @@ def _out_of_range(
     log_start = exc.log_start_offset
     if log_start is not None and offset < log_start:
         resume = min(log_start, until)
-        _lost(
+        report_data_loss(
             f"offsets {offset}..{resume - 1} of {topic}-{number} are no longer in the log (its "
             f"log start offset is now {log_start}): retention or DeleteRecords removed them",
-            partition.fail_on_data_loss,
+            partition.fail_on_data_loss, "skip the lost records",
         )
         return resume
-    _lost(
+    report_data_loss(
         f"the log of {topic}-{number} ends at offset {exc.log_end_offset}, before offsets "
         f"{offset}..{until - 1} that the query planned to read (was the topic deleted and "
         "recreated?)",
-        partition.fail_on_data_loss,
+        partition.fail_on_data_loss, "skip the lost records",
     )
     return until
 

@@ -50,7 +50,7 @@ from pyspark.sql.streaming.datasource import (
 
 from stratalog.client import SyncClient, TopicPartition
 
-from .errors import DataLossError
+from .errors import report_data_loss
 from .offsets import (
     PartitionBounds,
     describe_partitions,
@@ -60,8 +60,8 @@ from .offsets import (
     sorted_partitions,
 )
 from .options import ReadOptions
-from .ranges import OffsetRange, rate_limit, split_ranges
-from .server_read import RangePartition, read_range
+from .ranges import OffsetRange, rate_limit
+from .server_read import RangePartition, range_partitions, read_range
 
 __all__ = ["StratalogStreamReader"]
 
@@ -141,11 +141,7 @@ class StratalogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             message = "partitions " + ", ".join(f"{t}-{p}" for t, p in gone) + (
                 " were read by this query but no longer exist"
             )
-            if self._options.fail_on_data_loss:
-                raise DataLossError(
-                    message + ". Set the option failOnDataLoss=false to go on without them."
-                )
-            logger.warning("%s; going on without them (failOnDataLoss=false)", message)
+            report_data_loss(message, self._options.fail_on_data_loss, "go on without them")
         return {
             tp: start.get(tp, b.log_start_offset) for tp, b in bounds.items()
         }
@@ -205,23 +201,10 @@ class StratalogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                     f"the offsets of {tp.topic}-{tp.partition} went back from {from_offset} to "
                     f"{until_offset} (was the topic deleted and recreated?)"
                 )
-                if options.fail_on_data_loss:
-                    raise DataLossError(
-                        message + ". Set the option failOnDataLoss=false to skip this."
-                    )
-                logger.warning("%s; skipped (failOnDataLoss=false)", message)
+                report_data_loss(message, options.fail_on_data_loss, "skip these offsets")
                 continue
             ranges.append(OffsetRange(tp.topic, tp.partition, from_offset, until_offset))
-        ranges = split_ranges(ranges, options.min_partitions, options.max_records_per_partition)
-        return [
-            RangePartition(
-                r, options.connection,
-                include_headers=options.include_headers,
-                fail_on_data_loss=options.fail_on_data_loss,
-                fetch_max_bytes=options.fetch_max_bytes,
-            )
-            for r in ranges
-        ]
+        return list(range_partitions(ranges, options))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, RangePartition)

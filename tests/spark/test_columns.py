@@ -14,9 +14,10 @@ from stratalog.records import (
     TimestampType,
     iter_batches,
 )
+from stratalog.records.accel import decode_columns_reference as _decode_columns_reference
 from stratalog.records.control import encode_control_key
 from stratalog.spark import arrow_schema, read_schema
-from stratalog.spark.columns import RecordColumns, _decode_columns_reference, decode_columns
+from stratalog.spark.columns import RecordColumns, decode_columns
 
 TS = 1_700_000_000_000
 
