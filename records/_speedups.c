@@ -75,6 +75,20 @@ typedef struct {
     long long count;     /* records the batch declares */
 } Cursor;
 
+/* A cursor at the start of the region in view, which declares count records. */
+static inline Cursor
+cursor_over(const Py_buffer *view, long long count)
+{
+    return (Cursor){
+        .data = (const uint8_t *)view->buf,
+        .end = view->len,
+        .position = 0,
+        .index = 0,
+        .start = 0,
+        .count = count,
+    };
+}
+
 /* CorruptRecordError("record {index} (at records position {start}): {what}"). Returns -1. */
 static int
 corrupt(const Cursor *c, const char *format, ...)
@@ -486,14 +500,7 @@ parse_decode_args(const char *function, PyObject *const *args, Py_ssize_t nargs,
     a->timestamp_override = values[4] == Py_None ? NULL : values[4];
     a->base_offset_fits = as_int64(values[2], &a->base_offset_value);
     a->base_timestamp_fits = as_int64(values[3], &a->base_timestamp_value);
-    a->cursor = (Cursor){
-        .data = (const uint8_t *)a->view.buf,
-        .end = a->view.len,
-        .position = 0,
-        .index = 0,
-        .start = 0,
-        .count = count,
-    };
+    a->cursor = cursor_over(&a->view, count);
     return 0;
 }
 
@@ -775,14 +782,7 @@ decode_arrow(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t narg
     if (PyObject_GetBuffer(v[0], &view, PyBUF_SIMPLE) < 0) {
         return NULL;
     }
-    Cursor c = {
-        .data = (const uint8_t *)view.buf,
-        .end = view.len,
-        .position = 0,
-        .index = 0,
-        .start = 0,
-        .count = count,
-    };
+    Cursor c = cursor_over(&view, count);
     /* A record takes at least 7 bytes, so no more than this many can be read before the
      * region runs out (a larger declared count fails then): the buffers are bounded by the
      * region's size, whatever the count says. */
@@ -892,14 +892,7 @@ walk_records(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t narg
     if (PyObject_GetBuffer(values[0], &view, PyBUF_SIMPLE) < 0) {
         return NULL;
     }
-    Cursor c = {
-        .data = (const uint8_t *)view.buf,
-        .end = view.len,
-        .position = 0,
-        .index = 0,
-        .start = 0,
-        .count = count,
-    };
+    Cursor c = cursor_over(&view, count);
     int64_t min_ts = 0, max_ts = 0;
     int64_t offset_of_max = -1, first_offset_delta = -1, offset_delta = -1;
     int has_null_key = 0, contiguous = 1;
