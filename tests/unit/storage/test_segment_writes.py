@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from stratalog.records import build_batch, iter_batches
 from stratalog.server.storage.config import LogConfig
 from stratalog.server.storage.partition_log import PartitionLog
@@ -47,3 +49,30 @@ def test_validated_pieces_are_the_stamped_append(tmp_path: Path) -> None:
     assert [h.base_offset for h, _ in iter_batches(data)] == [0, 1, 6, 36, 37, 42]
     assert [r.value for _, records in iter_batches(data) for r in records][:6] == [
         b"v0", b"v0", b"v1", b"v2", b"v3", b"v4"]
+
+
+def test_pwrite_all_goes_on_after_short_writes_and_refuses_a_zero_write(
+    tmp_path: Path, monkeypatch
+) -> None:
+    # A kernel may write less than asked: each call here writes at most 5 bytes, so every
+    # piece is cut somewhere and the rest must follow at the right position.
+    real_pwrite = os.pwrite
+
+    def short_pwrite(fd, data, position):
+        return real_pwrite(fd, bytes(data)[:5], position)
+
+    def short_pwritev(fd, buffers, position):
+        return real_pwrite(fd, b"".join(bytes(b) for b in buffers)[:5], position)
+
+    monkeypatch.setattr(os, "pwrite", short_pwrite)
+    monkeypatch.setattr(os, "pwritev", short_pwritev)
+    pieces = [b"header-1", b"", b"body of one", b"x", b"header-2", b"last body"]
+    fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT)
+    try:
+        assert _pwrite_all(fd, [memoryview(p) for p in pieces], 3) == len(b"".join(pieces))
+        assert os.pread(fd, 100, 3) == b"".join(pieces)
+        monkeypatch.setattr(os, "pwritev", lambda fd, buffers, position: 0)
+        with pytest.raises(OSError, match="write returned 0"):
+            _pwrite_all(fd, [memoryview(b"a"), memoryview(b"b")], 0)
+    finally:
+        os.close(fd)
