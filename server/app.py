@@ -38,9 +38,10 @@ from grpc_reflection.v1alpha import reflection
 
 from stratalog.server.allocator import tune_allocator
 from stratalog.server.metrics import MetricsEndpoint, ServerMetrics
+from stratalog.server.produce_request import add_broker_service
 from stratalog.server.service import BrokerService
 from stratalog.server.settings import Settings, configure_logging, describe
-from stratalog.v1 import broker_pb2, broker_pb2_grpc
+from stratalog.v1 import broker_pb2
 
 if TYPE_CHECKING:
     from stratalog.server.storage.log_manager import LogManager
@@ -127,7 +128,7 @@ class Server:
             maximum_concurrent_rpcs=settings.max_concurrent_rpcs,
         )
         self._service = BrokerService(self.log_manager, settings, self.metrics, self._executor)
-        broker_pb2_grpc.add_BrokerServicer_to_server(self._service, self._grpc)
+        add_broker_service(self._service, self._grpc)
         self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._grpc)
         reflection.enable_server_reflection(

@@ -51,6 +51,7 @@ from stratalog.records.builder import BatchBuilder
 from stratalog.records.errors import RecordError
 from stratalog.records.reader import decode_batch_columns
 from stratalog.server import status
+from stratalog.server.produce_request import ProduceRequestView
 from stratalog.server.storage.config import INT64_MAX
 from stratalog.server.storage.errors import (
     InvalidTopicError,
@@ -523,12 +524,13 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
 
     @_rpc()
     async def Produce(
-        self, request: broker_pb2.ProduceRequest, context: grpc.aio.ServicerContext
+        self, request: ProduceRequestView, context: grpc.aio.ServicerContext
     ) -> broker_pb2.ProduceResponse:
+        # ``request`` comes from produce_request.parse_produce_request: its record_batches is a
+        # view of the received message, appended without a copy.
         topic = _topic(request.topic)
         partition = _partition(request.partition)
         has_records = len(request.records) > 0
-        # Read once: each read of a bytes field copies it (34 us per MiB).
         record_batches = request.record_batches
         has_batches = len(record_batches) > 0
         if has_records == has_batches:
@@ -539,7 +541,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             )
         partition_log, gate = self._log(topic, partition)
         if has_records:
-            payload: bytes = encode_records(request.records, request.compression, self._time_ms())
+            payload: bytes | memoryview = encode_records(request.records, request.compression, self._time_ms())
         else:
             payload = record_batches
         while True:

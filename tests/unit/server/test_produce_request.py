@@ -1,0 +1,148 @@
+"""parse_produce_request: equal to protobuf's parse, field by field, without copying the batches."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+from google.protobuf.message import DecodeError
+from hypothesis import given
+from hypothesis import strategies as st
+
+from stratalog.server.produce_request import (
+    ProduceRequestView,
+    add_broker_service,
+    parse_produce_request,
+)
+from stratalog.v1 import broker_pb2 as pb
+
+
+def _fields(view: ProduceRequestView) -> tuple:
+    return (view.topic, view.partition, [(r.key, r.value) for r in view.records],
+            bytes(view.record_batches), view.compression, view.flush)
+
+
+def _expected(data: bytes) -> tuple:
+    return _fields(ProduceRequestView.of_message(pb.ProduceRequest.FromString(data)))
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _field(number: int, wire_type: int, value: bytes) -> bytes:
+    return _varint(number << 3 | wire_type) + value
+
+
+def _len_field(number: int, value: bytes) -> bytes:
+    return _field(number, 2, _varint(len(value)) + value)
+
+
+def test_batches_are_a_view_of_the_received_bytes_not_a_copy():
+    batches = bytes(range(256)) * 64
+    data = pb.ProduceRequest(topic="t", partition=3, record_batches=batches, flush=True,
+                             compression=pb.COMPRESSION_LZ4).SerializeToString()
+    view = parse_produce_request(data)
+    assert isinstance(view.record_batches, memoryview)
+    assert view.record_batches.obj is data
+    assert view.record_batches == batches
+    assert (view.topic, view.partition, view.flush, view.compression) == (
+        "t", 3, True, pb.COMPRESSION_LZ4)
+
+
+def test_records_requests_are_parsed_by_protobuf_whole():
+    data = pb.ProduceRequest(topic="t", records=[pb.Record(value=b"v", key=b"k")]).SerializeToString()
+    view = parse_produce_request(data)
+    assert [(r.key, r.value) for r in view.records] == [(b"k", b"v")]
+    assert view.record_batches == b""
+
+
+@given(
+    topic=st.text(max_size=20),
+    partition=st.integers(-(2**31), 2**31 - 1),
+    batches=st.binary(max_size=300),
+    compression=st.integers(0, 4),
+    flush=st.booleans(),
+    records=st.lists(st.binary(max_size=5), max_size=3),
+)
+def test_equal_to_protobuf_for_any_message(topic, partition, batches, compression, flush, records):
+    message = pb.ProduceRequest(topic=topic, partition=partition, record_batches=batches,
+                                compression=compression, flush=flush,
+                                records=[pb.Record(value=v) for v in records])
+    data = message.SerializeToString()
+    assert _fields(parse_produce_request(data)) == _expected(data)
+
+
+@given(pieces=st.lists(st.sampled_from([
+    _len_field(1, b"topic"),
+    _field(2, 0, _varint(7)),
+    _len_field(4, b"first"),
+    _len_field(4, b"second"),     # a repeat: the last one wins
+    _field(5, 0, _varint(2)),
+    _field(6, 0, b"\x01"),
+    _field(99, 0, _varint(300)),  # unknown fields of each wire type
+    _field(98, 1, b"\x00" * 8),
+    _field(97, 5, b"\x00" * 4),
+    _len_field(96, b"unknown"),
+    _field(4, 0, _varint(5)),     # field 4 with the wrong wire type
+]), max_size=8))
+def test_equal_to_protobuf_in_any_field_order_with_repeats_and_unknown_fields(pieces):
+    data = b"".join(pieces)
+    assert _fields(parse_produce_request(data)) == _expected(data)
+
+
+@pytest.mark.parametrize("data", [
+    _len_field(1, b"t") + _field(4, 2, _varint(10) + b"short"),  # length past the end
+    _len_field(1, b"t") + b"\x22",                               # tag without its length
+    _len_field(4, b"x") + b"\x80" * 11,                          # a varint too long
+    _len_field(1, b"\xff\xfe") + _len_field(4, b"batches"),      # a topic that is not UTF-8
+    _len_field(4, b"x") + _field(7, 3, b""),                      # a group
+])
+def test_malformed_input_gets_protobufs_own_error(data):
+    with pytest.raises(DecodeError):
+        pb.ProduceRequest.FromString(data)
+    with pytest.raises(DecodeError):
+        parse_produce_request(data)
+
+
+@given(data=st.binary(max_size=64))
+def test_arbitrary_bytes_parse_as_protobuf_does_or_fail_as_it_does(data):
+    try:
+        expected = _expected(data)
+    except DecodeError:
+        with pytest.raises(DecodeError):
+            parse_produce_request(data)
+    else:
+        assert _fields(parse_produce_request(data)) == expected
+
+
+def test_every_broker_method_is_registered_with_its_streaming_kind():
+    """The handlers built from the descriptor cover what the generated registration does."""
+
+    class Recorder:
+        def add_generic_rpc_handlers(self, handlers):
+            self.generic = handlers
+
+        def add_registered_method_handlers(self, service, handlers):
+            self.service, self.handlers = service, handlers
+
+    class Servicer:
+        def __getattr__(self, name):
+            return name
+
+    server = Recorder()
+    add_broker_service(Servicer(), server)
+    service = pb.DESCRIPTOR.services_by_name["Broker"]
+    assert server.service == "stratalog.v1.Broker"
+    assert set(server.handlers) == {m.name for m in service.methods}
+    for method in service.methods:
+        handler = server.handlers[method.name]
+        assert isinstance(handler, grpc.RpcMethodHandler)
+        assert handler.response_streaming == method.server_streaming
+        assert handler.unary_unary == (None if method.server_streaming else method.name)
+    assert server.handlers["Produce"].request_deserializer is parse_produce_request
+    assert server.handlers["FetchByOffset"].request_deserializer == pb.FetchByOffsetRequest.FromString
