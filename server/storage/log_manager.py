@@ -595,12 +595,8 @@ class LogManager:
         directories = {tp: self._log_dir_of[tp] for tp in doomed}
         self._log_dir_of = {tp: d for tp, d in self._log_dir_of.items() if tp[0] != name}
         for topic_partition, partition_log in sorted(doomed.items()):
-            try:
-                partition_log.close()
-            except Exception:
-                # Its files are about to go; a failing flush must not keep the topic alive.
-                log.warning("closing %s for deletion failed", partition_log.directory,
-                            exc_info=True)
+            # Closed without a flush, as Kafka does: its files are about to go.
+            partition_log.close_for_deletion()
             self._rename_for_deletion(directories[topic_partition], *topic_partition)
         for directory in set(directories.values()):
             fsync_directory(directory)

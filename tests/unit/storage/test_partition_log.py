@@ -118,6 +118,44 @@ def test_closed_log_refuses_operations_and_close_is_idempotent(directory: Path) 
         log.roll()
 
 
+def _open_files_under(directory: Path) -> list[str]:
+    paths = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(str(directory)):
+            paths.append(target)
+    return paths
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="Linux's /proc only")
+def test_close_for_deletion_closes_every_file_and_syncs_nothing(
+    directory: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Kafka closes a deleted log's handlers without flushing: a DeleteTopic must not wait for
+    # the disk to write data it is about to remove.
+    log = open_log(directory, segment_bytes=200)
+    for i in range(5):
+        log.append(client_batch([T0 + i], value=b"v" * 100))
+    log.read(0, 1000)
+    assert len(log.segments) > 2
+    assert _open_files_under(directory)
+    synced: list[int] = []
+    monkeypatch.setattr(os, "fsync", synced.append)
+    monkeypatch.setattr(os, "fdatasync", synced.append)
+    log.close_for_deletion()
+    assert synced == []
+    assert _open_files_under(directory) == []
+    assert log.is_closed
+    with pytest.raises(LogClosedError):
+        log.append(client_batch([T0]))
+    log.close_for_deletion()
+    log.close()
+    assert synced == []
+
+
 # ---------------------------------------------------------------- appends
 
 
