@@ -121,7 +121,7 @@ ran_out(const Cursor *c)
 
 /* varint.read_varint / read_varlong: LEB128 of up to max_size bytes, bits beyond 32 (64)
  * dropped, then zig-zag decoded. Errors carry varint.py's messages, unprefixed, as there. */
-static int
+static int __attribute__((noinline))
 read_varint_full(Cursor *c, int max_size, int64_t *value)
 {
     const char *what = max_size == MAX_VARINT_SIZE ? "varint" : "varlong";
@@ -155,10 +155,11 @@ read_varint_full(Cursor *c, int max_size, int64_t *value)
     return -1;
 }
 
-/* A record field as the reference's hot loops read it: one- and two-byte varints inline (a read
- * past the end is ran_out), longer ones through read_varint_full. */
-static inline int
-read_field(Cursor *c, int max_size, int64_t *value)
+/* read_field near the end of the region: every byte read is checked against it. One- and
+ * two-byte varints inline (a read past the end is ran_out, as the reference's IndexError),
+ * longer ones through read_varint_full. */
+static int __attribute__((noinline))
+read_field_checked(Cursor *c, int max_size, int64_t *value)
 {
     Py_ssize_t p = c->position;
     if (p >= c->end) {
@@ -181,6 +182,39 @@ read_field(Cursor *c, int max_size, int64_t *value)
         return 0;
     }
     return read_varint_full(c, max_size, value);
+}
+
+/* A record field as the reference's hot loops read it, with read_field_checked's results and
+ * errors. Away from the end of the region (three bytes left at least) the first three bytes
+ * need no bounds check, so one- to three-byte varints (three: offset and timestamp deltas from
+ * 8,192 to 1,048,575, most records of a large batch; 21 bits need no 32-bit mask) are decoded
+ * inline; a fourth byte goes to read_varint_full. A walk of 1 MiB of 100-byte records took 247
+ * instructions a record before (callgrind), with this function not inlined. */
+static inline __attribute__((always_inline)) int
+read_field(Cursor *restrict c, int max_size, int64_t *restrict value)
+{
+    Py_ssize_t p = c->position;
+    if (p + 3 > c->end) {
+        return read_field_checked(c, max_size, value);
+    }
+    const uint8_t *d = c->data + p;
+    uint32_t raw = d[0];
+    if (raw < 0x80) {
+        c->position = p + 1;
+    }
+    else if (d[1] < 0x80) {
+        raw = (raw & 0x7F) | ((uint32_t)d[1] << 7);
+        c->position = p + 2;
+    }
+    else if (d[2] < 0x80) {
+        raw = (raw & 0x7F) | ((uint32_t)(d[1] & 0x7F) << 7) | ((uint32_t)d[2] << 14);
+        c->position = p + 3;
+    }
+    else {
+        return read_varint_full(c, max_size, value);
+    }
+    *value = (int64_t)(raw >> 1) ^ -(int64_t)(raw & 1);
+    return 0;
 }
 
 /* What one record holds, as positions in the region; filled by read_record. */
@@ -284,7 +318,7 @@ error:
  * ends after the record. *headers receives the headers tuple (a new reference, or a new
  * reference to the empty tuple) when headers is not NULL. */
 static int
-read_record(Cursor *c, Fields *f, PyObject **headers)
+read_record(Cursor *restrict c, Fields *restrict f, PyObject **headers)
 {
     int64_t size;
     c->start = c->position;
@@ -352,6 +386,84 @@ read_record(Cursor *c, Fields *f, PyObject **headers)
     }
     return 0;
 }
+
+/* The common record read fast: every field inside the record, varints of one to three bytes,
+ * no headers. Returns 1 with *f filled and the cursor after the record, exactly what
+ * read_record(c, f, NULL) would give; 0, with the cursor untouched, for anything else (a longer
+ * varint, headers, a field past the record, every malformed record), which read_record then
+ * reads with its checks and errors. Bounds come from the record's own end, so once the size is
+ * read nothing is checked against the region again; the values are read as read_field reads
+ * them, so a record this accepts decodes to the same fields. */
+#define PLAIN_VARINT(q, limit, out)                                                            \
+    do {                                                                                       \
+        if ((limit) - (q) < 3) {                                                               \
+            return 0;                                                                          \
+        }                                                                                      \
+        uint32_t raw_ = (q)[0];                                                                \
+        if (raw_ < 0x80) {                                                                     \
+            (q) += 1;                                                                          \
+        }                                                                                      \
+        else if ((q)[1] < 0x80) {                                                              \
+            raw_ = (raw_ & 0x7F) | ((uint32_t)(q)[1] << 7);                                    \
+            (q) += 2;                                                                          \
+        }                                                                                      \
+        else if ((q)[2] < 0x80) {                                                              \
+            raw_ = (raw_ & 0x7F) | ((uint32_t)((q)[1] & 0x7F) << 7) | ((uint32_t)(q)[2] << 14); \
+            (q) += 3;                                                                          \
+        }                                                                                      \
+        else {                                                                                 \
+            return 0;                                                                          \
+        }                                                                                      \
+        (out) = (int64_t)(raw_ >> 1) ^ -(int64_t)(raw_ & 1);                                   \
+    } while (0)
+
+static inline __attribute__((always_inline)) int
+read_plain_record(Cursor *restrict c, Fields *restrict f)
+{
+    const uint8_t *start = c->data + c->position;
+    const uint8_t *q = start;
+    int64_t size;
+    PLAIN_VARINT(q, c->data + c->end, size);
+    /* The smallest record: attributes, four one-byte varints, no headers. */
+    if (size < 6 || size > (c->data + c->end) - q) {
+        return 0;
+    }
+    const uint8_t *record_end = q + size;
+    q += 1; /* attributes: unused, ignored as Kafka does */
+    PLAIN_VARINT(q, record_end, f->timestamp_delta);
+    PLAIN_VARINT(q, record_end, f->offset_delta);
+    PLAIN_VARINT(q, record_end, f->key_size);
+    f->key_position = q - c->data;
+    if (f->key_size >= 0) {
+        if (f->key_size > record_end - q) {
+            return 0;
+        }
+        q += f->key_size;
+    }
+    else if (f->key_size != -1) {
+        return 0;
+    }
+    PLAIN_VARINT(q, record_end, f->value_size);
+    f->value_position = q - c->data;
+    if (f->value_size >= 0) {
+        if (f->value_size > record_end - q) {
+            return 0;
+        }
+        q += f->value_size;
+    }
+    else if (f->value_size != -1) {
+        return 0;
+    }
+    /* No headers (a count of zero) ends the record exactly. */
+    if (record_end - q != 1 || *q != 0) {
+        return 0;
+    }
+    c->start = c->position;
+    c->position = record_end - c->data;
+    return 1;
+}
+
+#undef PLAIN_VARINT
 
 /* The reference's check after the last record. */
 static int
@@ -804,7 +916,8 @@ decode_arrow(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t narg
     for (c.index = 0; c.index < c.count; c.index++) {
         Fields f;
         PyObject *record_headers = NULL;
-        if (read_record(&c, &f, with_headers ? &record_headers : NULL) < 0) {
+        if (!(!with_headers && read_plain_record(&c, &f)) &&
+            read_record(&c, &f, with_headers ? &record_headers : NULL) < 0) {
             goto done;
         }
         long long offset, timestamp = override;
@@ -898,7 +1011,7 @@ walk_records(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t narg
     int has_null_key = 0, contiguous = 1;
     for (c.index = 0; c.index < c.count; c.index++) {
         Fields f;
-        if (read_record(&c, &f, NULL) < 0) {
+        if (!read_plain_record(&c, &f) && read_record(&c, &f, NULL) < 0) {
             PyBuffer_Release(&view);
             return NULL;
         }

@@ -429,6 +429,30 @@ def test_long_and_broken_varints_in_each_field(varint, field):
         _assert_same_decoding((data + b"\x00\x01\x02")[:cut], 1)
 
 
+def test_plain_and_checked_records_mixed_decode_and_walk_the_same():
+    # The C readers take a fast path for a record with one- to three-byte varints and no
+    # headers, and the checked path for anything else; a region that alternates between them
+    # (deltas of 1 to 4 bytes, headers, null and large keys and values) must read as one.
+    fields = []
+    for index in range(3000):
+        delta = (index * 997) % (1 << 22) - (1 << 21) if index % 7 == 0 else index
+        headers = ((f"h{index}", b"v"),) if index % 11 == 0 else ()
+        key = None if index % 3 else b"k" * (index % 200)
+        value = None if index % 13 == 0 else bytes([index % 256]) * (index % 300)
+        fields.append((index, delta, key, value, headers))
+    data = _region(fields)
+    outcome = _assert_same_decoding(data, len(fields), 0, 10**12)
+    assert outcome[0] == "returned" and len(outcome[1]) == len(fields)
+    # A record whose value length claims one byte more than it holds (its value then takes
+    # the header count's byte): the fast path must hand it to the checked path, which fails it
+    # with the reference's error.
+    damaged = bytearray(_region([(0, 0, None, b"abc", ()), (1, 1, None, b"de", ())]))
+    assert damaged[5:7] == b"\x06a"  # value length 3 (zig-zag 6), then "abc"
+    damaged[5] = 0x08
+    outcome = _assert_same_decoding(bytes(damaged), 2)
+    assert outcome[0] == "raised" and outcome[1] is CorruptRecordError
+
+
 def test_header_edge_cases_fail_the_same():
     # length | attrs | ts | off | key -1 | value -1 | header block ...
     def record(header_block: bytes) -> bytes:
