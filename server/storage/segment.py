@@ -59,6 +59,7 @@ from stratalog.records.crc import crc32c
 from stratalog.records.errors import CorruptRecordError, InvalidRecordError, RecordError
 from stratalog.records.reader import decode_batch_columns, iter_records
 
+from . import space
 from .config import LogConfig
 from .errors import (
     CorruptIndexError,
@@ -309,6 +310,9 @@ class Segment:
         self._txn_index_path: Path | None = None
         self._index_interval_bytes = config.index_interval_bytes
         self._max_index_size_bytes = config.segment_index_bytes
+        # Large appends allocate their blocks first (space.py), unless the file was sized to
+        # segment.bytes already (preallocate) or the file system cannot.
+        self._allocate_appends = not config.preallocate
         self._roll_jitter_ms = roll_jitter_ms
         self._time_ms = time_ms if time_ms is not None else _wall_clock_ms
         self._created_ms = self._time_ms()
@@ -637,6 +641,8 @@ class Segment:
         fd = self._require_fd()
         views = [memoryview(piece) for piece in pieces]
         size = sum(len(view) for view in views)
+        if self._allocate_appends and size >= space.ALLOCATE_MIN_BYTES:
+            self._allocate_appends = space.allocate(fd, position, size)
         try:
             _pwrite_all(fd, views, position)
         except OSError as exc:
@@ -680,8 +686,12 @@ class Segment:
             self._max_timestamp_and_offset = self._read_largest_timestamp()
         return bytes_truncated
 
-    def _truncate_log(self, target_size: int) -> int:
-        """Cut the ``.log`` to ``target_size`` bytes; returns the bytes removed."""
+    def _truncate_log(self, target_size: int, *, always: bool = False) -> int:
+        """Cut the ``.log`` to ``target_size`` bytes; returns the bytes removed.
+
+        The file is cut only when longer, unless ``always``: a cut to its own length frees
+        blocks allocated past its end.
+        """
         original = self._size
         if not 0 <= target_size <= original:
             raise ValueError(
@@ -691,7 +701,7 @@ class Segment:
         # Publish the smaller size first so that no reader starts a read past it.
         self._size = target_size
         try:
-            if os.fstat(fd).st_size > target_size:
+            if always or os.fstat(fd).st_size > target_size:
                 os.ftruncate(fd, target_size)
         except OSError as exc:
             raise StorageIOError(
@@ -1299,7 +1309,9 @@ class Segment:
                 truncated, valid_bytes, self._log_path,
             )
         self._size = file_size
-        self._truncate_log(valid_bytes)
+        # Cut even when nothing is invalid: it also frees blocks a crash left allocated past
+        # the end of the file (space.py).
+        self._truncate_log(valid_bytes, always=True)
         self._max_timestamp_and_offset = max_so_far
         self.txn_index.truncate_to(self.read_next_offset())
         offset_index.trim_to_valid_size()

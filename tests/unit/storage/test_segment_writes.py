@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from stratalog.records import build_batch, iter_batches
+from stratalog.server.storage import space
 from stratalog.server.storage.config import LogConfig
 from stratalog.server.storage.partition_log import PartitionLog
 from stratalog.server.storage.segment import _IOV_MAX, _pwrite_all
@@ -76,3 +77,84 @@ def test_pwrite_all_goes_on_after_short_writes_and_refuses_a_zero_write(
             _pwrite_all(fd, [memoryview(b"a"), memoryview(b"b")], 0)
     finally:
         os.close(fd)
+
+
+# ------------------------------------------------------------------ blocks allocated first
+
+
+def _allocated_bytes(path: Path) -> int:
+    return os.stat(path).st_blocks * 512
+
+
+def _large_batch() -> bytes:
+    return build_batch(
+        [(1_700_000_000_000 + i, None, bytes([i % 256]) * 100, ()) for i in range(3000)]
+    )
+
+
+def test_allocate_reserves_blocks_and_keeps_the_size(tmp_path: Path) -> None:
+    path = tmp_path / "f"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT)
+    try:
+        os.pwrite(fd, b"data", 0)
+        if not space.allocate(fd, 4, 1 << 20):
+            pytest.skip("this file system cannot allocate without changing the size")
+        assert os.fstat(fd).st_size == 4
+        assert _allocated_bytes(path) >= 1 << 20
+        os.ftruncate(fd, 4)  # a cut to its own length frees them
+        assert _allocated_bytes(path) <= 64 * 1024
+    finally:
+        os.close(fd)
+
+
+def test_a_large_append_leaves_no_block_past_its_data(tmp_path: Path) -> None:
+    log = PartitionLog.open(tmp_path / "t-0", {})
+    batch = _large_batch()
+    assert len(batch) >= space.ALLOCATE_MIN_BYTES
+    for _ in range(3):
+        log.append(batch)
+    path = log.active_segment.log_path
+    assert os.stat(path).st_size == 3 * len(batch)
+    assert _allocated_bytes(path) <= 3 * len(batch) + 64 * 1024
+    assert [h.records_count for h, _ in iter_batches(path.read_bytes())] == [3000] * 3
+    log.close()
+
+
+def test_recovery_frees_blocks_a_crash_left_past_the_end(tmp_path: Path) -> None:
+    # A crash between the allocation and the write leaves blocks past the end of the .log:
+    # invisible to reads, freed when recovery cuts the file to its valid length.
+    log = PartitionLog.open(tmp_path / "t-0", {})
+    log.append(_large_batch())
+    segment = log.active_segment
+    size = os.stat(segment.log_path).st_size
+    fd = os.open(segment.log_path, os.O_RDWR)
+    try:
+        if not space.allocate(fd, size, 8 << 20):
+            pytest.skip("this file system cannot allocate without changing the size")
+    finally:
+        os.close(fd)
+    assert _allocated_bytes(segment.log_path) >= 8 << 20
+    assert segment.recover() == 0
+    assert os.stat(segment.log_path).st_size == size
+    assert _allocated_bytes(segment.log_path) <= size + 64 * 1024
+    log.close()
+
+
+def test_preallocated_segments_are_not_allocated_again(tmp_path: Path, monkeypatch) -> None:
+    calls: list[tuple[int, int]] = []
+    def allocate(fd: int, offset: int, length: int) -> bool:
+        calls.append((offset, length))
+        return True
+
+    monkeypatch.setattr(space, "allocate", allocate)
+    log = PartitionLog.open(
+        tmp_path / "p-0", {"preallocate": "true", "segment.bytes": str(4 << 20)}
+    )
+    log.append(_large_batch())
+    assert calls == []
+    plain = PartitionLog.open(tmp_path / "q-0", {})
+    plain.append(_large_batch())
+    plain.append(build_batch([(1_700_000_000_000, None, b"small", ())]))
+    assert len(calls) == 1  # the large append only
+    log.close()
+    plain.close()

@@ -1,0 +1,65 @@
+"""Disk blocks for a large append, allocated in one call before it is written.
+
+Why: on ext4 (delayed allocation) a buffered write reserves and tracks space page by page; a
+1 MiB ``pwrite`` cost 0.25-0.30 ms of CPU here, and 0.19-0.22 ms when its range had been
+allocated first with ``fallocate(FALLOC_FL_KEEP_SIZE)`` (one extent allocation instead of 256
+page reservations; measured with a bare write loop, see docs/server.md). RocksDB allocates its
+files' space the same way (``fallocate_with_keep_size``). Kafka does not: its ``preallocate``
+option sizes the whole segment file instead, which this does not change.
+
+``FALLOC_FL_KEEP_SIZE`` leaves the file's length alone: the ``.log`` is exactly its batches at
+every moment, so readers, recovery and Kafka's tools see what they would without it. Only the
+range about to be written is allocated, never more, so nothing is reserved past the data except
+between the call and the write. Crash behaviour: a crash in that window leaves at most one
+append's blocks allocated past the end of the file, invisible to reads; recovery of the segment
+cuts the file to its valid length, which frees them.
+
+Where the call is missing (not Linux, no ``fallocate`` in the C library) or the file system
+does not support it (``EOPNOTSUPP``), :func:`allocate` says so and the caller stops asking; a
+full disk or any other failure is left to the write that follows, which reports it.
+
+Concurrency: a plain system call (ctypes releases the GIL for it).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import sys
+from collections.abc import Callable
+
+#: Appends smaller than this are written without the extra call: page reservations of a small
+#: write cost less than a system call.
+ALLOCATE_MIN_BYTES = 64 * 1024
+
+_FALLOC_FL_KEEP_SIZE = 0x01
+_UNSUPPORTED = frozenset({errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL})
+
+
+def _load_fallocate() -> Callable[[int, int, int, int], int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        function = ctypes.CDLL(None, use_errno=True).fallocate
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
+    function.restype = ctypes.c_int
+    return function
+
+
+_fallocate = _load_fallocate()
+
+
+def allocate(fd: int, offset: int, length: int) -> bool:
+    """Allocate the blocks of ``[offset, offset + length)`` of ``fd``; its size stays as it is.
+
+    Returns False when this platform or file system cannot do it (ask no more for this file),
+    True otherwise, including when the call failed for another reason (a full disk): the write
+    that follows meets the same condition and reports it.
+    """
+    if _fallocate is None or length <= 0:
+        return False
+    if _fallocate(fd, _FALLOC_FL_KEEP_SIZE, offset, length) == 0:
+        return True
+    return ctypes.get_errno() not in _UNSUPPORTED
