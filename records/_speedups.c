@@ -982,6 +982,62 @@ done:
     return result;
 }
 
+/* What walk_records learns, record by record. */
+typedef struct {
+    int64_t min_ts, max_ts, offset_of_max, first_offset_delta, offset_delta;
+    int has_null_key, contiguous;
+} Walk;
+
+static inline void
+walk_start(Walk *w)
+{
+    *w = (Walk){.offset_of_max = -1, .first_offset_delta = -1, .offset_delta = -1,
+                .contiguous = 1};
+}
+
+static inline void
+walk_note(Walk *w, const Fields *f, Py_ssize_t index)
+{
+    w->offset_delta = f->offset_delta;
+    if (f->offset_delta != index) {
+        w->contiguous = 0;
+    }
+    if (index == 0) {
+        w->min_ts = w->max_ts = f->timestamp_delta;
+        w->offset_of_max = w->first_offset_delta = f->offset_delta;
+    }
+    else if (f->timestamp_delta > w->max_ts) {
+        w->max_ts = f->timestamp_delta;
+        w->offset_of_max = f->offset_delta;
+    }
+    else if (f->timestamp_delta < w->min_ts) {
+        w->min_ts = f->timestamp_delta;
+    }
+    if (f->key_size < 0) {
+        w->has_null_key = 1;
+    }
+}
+
+/* Regions at least this large are first walked without the GIL. */
+#define WALK_WITHOUT_GIL_MIN_BYTES (64 * 1024)
+
+/* The walk of a region of plain records only (read_plain_record), calling no Python API, so
+ * that it can run without the GIL. Returns 1 when every declared record was plain and they
+ * fill the region exactly (then *w is what the checked walk would give), 0 otherwise. */
+static int
+walk_plain_region(Cursor *c, Walk *w)
+{
+    walk_start(w);
+    for (c->index = 0; c->index < c->count; c->index++) {
+        Fields f;
+        if (!read_plain_record(c, &f)) {
+            return 0;
+        }
+        walk_note(w, &f, c->index);
+    }
+    return c->position == c->end;
+}
+
 PyDoc_STRVAR(walk_records_doc,
 "walk_records(data, count)\n"
 "--\n\n"
@@ -1005,45 +1061,43 @@ walk_records(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t narg
     if (PyObject_GetBuffer(values[0], &view, PyBUF_SIMPLE) < 0) {
         return NULL;
     }
+    Walk w;
     Cursor c = cursor_over(&view, count);
-    int64_t min_ts = 0, max_ts = 0;
-    int64_t offset_of_max = -1, first_offset_delta = -1, offset_delta = -1;
-    int has_null_key = 0, contiguous = 1;
-    for (c.index = 0; c.index < c.count; c.index++) {
-        Fields f;
-        if (!read_plain_record(&c, &f) && read_record(&c, &f, NULL) < 0) {
+    int walked = 0;
+    if (view.len >= WALK_WITHOUT_GIL_MIN_BYTES) {
+        /* A large region is first walked with the GIL released (the server's appends validate
+         * a MiB per request: other threads run meanwhile). That pass takes plain records only
+         * and raises nothing; any other region is walked again below, with the GIL, by the
+         * path that reads every record and reports errors. The buffer export keeps the memory
+         * alive; a bytearray cannot be resized while exported. */
+        Py_BEGIN_ALLOW_THREADS
+        walked = walk_plain_region(&c, &w);
+        Py_END_ALLOW_THREADS
+        if (!walked) {
+            c = cursor_over(&view, count);
+        }
+    }
+    if (!walked) {
+        walk_start(&w);
+        for (c.index = 0; c.index < c.count; c.index++) {
+            Fields f;
+            if (!read_plain_record(&c, &f) && read_record(&c, &f, NULL) < 0) {
+                PyBuffer_Release(&view);
+                return NULL;
+            }
+            walk_note(&w, &f, c.index);
+        }
+        if (check_region_consumed(&c) < 0) {
             PyBuffer_Release(&view);
             return NULL;
         }
-        offset_delta = f.offset_delta;
-        if (offset_delta != c.index) {
-            contiguous = 0;
-        }
-        if (c.index == 0) {
-            min_ts = max_ts = f.timestamp_delta;
-            offset_of_max = first_offset_delta = offset_delta;
-        }
-        else if (f.timestamp_delta > max_ts) {
-            max_ts = f.timestamp_delta;
-            offset_of_max = offset_delta;
-        }
-        else if (f.timestamp_delta < min_ts) {
-            min_ts = f.timestamp_delta;
-        }
-        if (f.key_size < 0) {
-            has_null_key = 1;
-        }
     }
-    int consumed = check_region_consumed(&c);
     PyBuffer_Release(&view);
-    if (consumed < 0) {
-        return NULL;
-    }
     return PyObject_CallFunction(RecordsWalkType, "OLLLLLOO", values[1],
-                                 (long long)first_offset_delta, (long long)min_ts,
-                                 (long long)max_ts, (long long)offset_of_max,
-                                 (long long)offset_delta, has_null_key ? Py_True : Py_False,
-                                 contiguous ? Py_True : Py_False);
+                                 (long long)w.first_offset_delta, (long long)w.min_ts,
+                                 (long long)w.max_ts, (long long)w.offset_of_max,
+                                 (long long)w.offset_delta, w.has_null_key ? Py_True : Py_False,
+                                 w.contiguous ? Py_True : Py_False);
 }
 
 /* ------------------------------------------------------------------------------------------ */

@@ -453,6 +453,28 @@ def test_plain_and_checked_records_mixed_decode_and_walk_the_same():
     assert outcome[0] == "raised" and outcome[1] is CorruptRecordError
 
 
+def test_large_plain_regions_walk_the_same_without_the_gil():
+    # Regions of 64 KiB or more are walked first with the GIL released, by a pass that takes
+    # plain records only; a region it cannot take entirely (one record with headers, one
+    # damaged byte near the end) is walked again by the checked path.
+    fields = [(i, (i * 7919) % 40_000 - 20_000, None if i % 5 else b"key", b"v" * 100, ())
+              for i in range(2000)]
+    data = _region(fields)
+    assert len(data) >= 64 * 1024
+    walked = _outcome(c_impl.walk_records, data, len(fields))
+    assert walked[0] == "returned" and walked == _outcome(reference.walk_records, data, 2000)
+    with_headers = _region([*fields[:-1], (1999, 0, None, b"v", (("h", b"x"),))])
+    _assert_same_decoding(with_headers, len(fields))
+    for cut in (1, 2, 5):
+        outcome = _assert_same_decoding(data[:-cut], len(fields))
+        assert outcome[0] == "raised"
+    outcome = _assert_same_decoding(data + b"\x00", len(fields))
+    assert outcome[0] == "raised"
+    assert _outcome(c_impl.walk_records, data, len(fields) + 1)[0] == "raised"
+    assert _outcome(c_impl.walk_records, data, len(fields) - 1) == _outcome(
+        reference.walk_records, data, len(fields) - 1)
+
+
 def test_header_edge_cases_fail_the_same():
     # length | attrs | ts | off | key -1 | value -1 | header block ...
     def record(header_block: bytes) -> bytes:
