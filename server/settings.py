@@ -157,11 +157,20 @@ class Settings:
         0,
     )
     append_in_executor_min_bytes: int = _setting(
+        64 * _KIB,
+        "Produce payloads under this size are validated and appended inline on the event loop;"
+        " larger ones in the thread pool while the server is serving reads (any in the last"
+        " 100 ms), so that reads do not wait behind them (one append at a time per partition"
+        " either way)",
+        0,
+    )
+    append_inline_max_bytes: int = _setting(
         2 * _MIB,
-        "Produce payloads of at least this many bytes are validated and appended in the thread"
-        " pool (still one append at a time per partition), smaller ones inline on the event loop:"
-        " an inline append holds the loop ~0.6 ms per MiB, about what gRPC's receive of the"
-        " request costs it, while the hop to a thread and back costs ~0.4 ms of CPU per request",
+        "Produce payloads under this size run inline on the event loop, even above"
+        " append_in_executor_min_bytes, while no read is being served: the hop to a thread and"
+        " back costs ~0.4 ms of CPU per request, more than the append's page-cache write; at or"
+        " above it, always the thread pool (an inline append holds the loop ~0.6 ms per MiB)."
+        " At most append_in_executor_min_bytes turns this off",
         0,
     )
     malloc_mmap_threshold_bytes: int = _setting(

@@ -308,3 +308,60 @@ async def test_fetch_by_timestamp_returns_the_batches_from_the_record_found(
             reversed(found)
         ), timestamp
         assert (response.record_batches, response.next_offset) == (data, next_offset)
+
+
+class _CountingExecutor(ThreadPoolExecutor):
+    """A real thread pool that counts what it was given."""
+
+    def __init__(self) -> None:
+        super().__init__(1)
+        self.submitted = 0
+
+    def submit(self, *args, **kwargs):  # type: ignore[override]
+        self.submitted += 1
+        return super().submit(*args, **kwargs)
+
+
+async def test_large_appends_leave_the_loop_only_while_reads_are_served(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    manager = LogManager.open([tmp_path / "data"])
+    manager.create_topic("t", 1, {})
+    manager.create_topic("synced", 1, {"flush.messages": "1"})
+    executor = _CountingExecutor()
+    settings = Settings(append_in_executor_min_bytes=1000, append_inline_max_bytes=100_000)
+    service = BrokerService(manager, settings, ServerMetrics(), executor)
+
+    async def produce(topic: str, value_bytes: int) -> int:
+        before = executor.submitted
+        batch = build_batch([(T0, None, b"v" * value_bytes, ())])
+        request = broker_pb2.ProduceRequest(topic=topic, record_batches=batch)
+        await service.Produce(service_module.ProduceRequestView.of_message(request), None)
+        return executor.submitted - before
+
+    read = broker_pb2.ListOffsetsRequest(topic="t", timestamp=-1)
+    try:
+        # No read served yet: below append_inline_max_bytes everything runs inline.
+        assert await produce("t", 10) == 0
+        assert await produce("t", 5_000) == 0
+        assert await produce("t", 200_000) == 1  # at or above the maximum: always the pool
+        assert await produce("synced", 10) == 1  # flush.messages: the append may fsync
+        # A read was just served: appends of append_in_executor_min_bytes or more go to the
+        # pool so that the next reads do not wait behind them; small ones stay inline.
+        monkeypatch.setattr(service_module, "_READS_RECENT_S", 3600.0)
+        await service.ListOffsets(read, None)
+        assert await produce("t", 5_000) == 1
+        assert await produce("t", 10) == 0
+        # The reads stopped (longer ago than the window): back on the loop.
+        monkeypatch.setattr(service_module, "_READS_RECENT_S", 0.0)
+        assert await produce("t", 5_000) == 0
+        # Fetches count as reads too.
+        monkeypatch.setattr(service_module, "_READS_RECENT_S", 3600.0)
+        service._last_read_at = -3600.0
+        assert await produce("t", 5_000) == 0
+        await service.FetchByOffset(broker_pb2.FetchByOffsetRequest(topic="t", offset=0), None)
+        assert await produce("t", 5_000) == 1
+        assert manager.get_log("t", 0).log_end_offset == 8
+    finally:
+        executor.shutdown()
+        manager.close()
