@@ -11,8 +11,10 @@ measures:
                                a payload of the size the real server returns (one stored batch)
   produce 1 MiB batches        pre-encoded batches of 100-byte records (~9,400 records, just
                                under 1 MiB), one per request, ``--in-flight`` requests at once
-                               (grpc.aio client): MB/s, and the ratio to the same requests
-                               against the no-op server
+                               (grpc.aio client), to a topic with 1 GiB segments: MB/s, and the
+                               ratio to the same requests against the no-op server. The two
+                               servers take turns (``--produce-rounds`` each per run); after a
+                               run the topic is deleted and its files removed (see _drop_topic)
   random FetchByOffset         one request at a time (blocking stub), uniformly random offsets
                                over a log of ``--records`` records in >= 100 segments, max_bytes=1
                                (one stored batch of 100 records back, raw): p50 and p99 latency,
@@ -194,7 +196,8 @@ async def _build_log(target: str, template: bytes, batches: int) -> None:
         await asyncio.gather(*(worker() for _ in range(8)))
 
 
-async def _produce_mb_s(target: str, topic: str, payloads: list[bytes], in_flight: int) -> float:
+async def _produce(target: str, topic: str, payloads: list[bytes], in_flight: int) -> None:
+    """Send every payload as one Produce request, ``in_flight`` requests at once."""
     async with grpc.aio.insecure_channel(target, options=[
         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
@@ -206,10 +209,25 @@ async def _produce_mb_s(target: str, topic: str, payloads: list[bytes], in_fligh
             for payload in queue:
                 await stub.Produce(pb.ProduceRequest(topic=topic, record_batches=payload))
 
-        started = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(in_flight)))
-        elapsed = time.perf_counter() - started
-    return sum(len(p) for p in payloads) / elapsed / 1e6
+
+
+def _drop_topic(target: str, data_dir: str, topic: str) -> None:
+    """Delete a produce run's topic and remove its files at once (not file.delete.delay.ms
+    later), so that the next run writes into page cache the kernel has just freed.
+
+    Why: on these VMs the host backs guest memory lazily and takes freed memory back, so the
+    first write into page cache that grows past what the guest used before costs a host page
+    fault per page: pwrite of 1 MiB then takes ~4 ms of CPU instead of ~0.3 (measured with a
+    plain pwrite loop, no stratalog involved; docs/performance.md). Keeping every run's 512 MiB
+    made each later run pay that, a cost of the hypervisor, not of the server; a broker in a
+    steady state (retention deleting old segments) writes into reclaimed page cache.
+    """
+    with grpc.insecure_channel(target) as channel:
+        broker_pb2_grpc.BrokerStub(channel).DeleteTopic(pb.DeleteTopicRequest(name=topic))
+    for entry in os.listdir(data_dir):
+        if entry.startswith(f"{topic}-") and entry.endswith("-delete"):
+            shutil.rmtree(os.path.join(data_dir, entry))
 
 
 def _interleaved_latencies_ms(
@@ -267,7 +285,9 @@ def main() -> None:
     parser.add_argument("--lookups", type=int, default=2000, help="random fetches per run")
     parser.add_argument("--in-flight", type=int, default=4)
     parser.add_argument("--produce-mib", type=int, default=512,
-                        help="MiB of 1 MiB requests per produce run")
+                        help="MiB of 1 MiB requests per produce run and server")
+    parser.add_argument("--produce-rounds", type=int, default=4,
+                        help="turns each server takes per produce run (--produce-mib split)")
     parser.add_argument("--server-flag", action="append", default=[],
                         help="extra flag for the stratalog server, e.g. "
                              "--server-flag=--read-in-executor-min-bytes=0")
@@ -333,13 +353,27 @@ def main() -> None:
                     # about the rolls the small segments of the read log would add.
                     broker_pb2_grpc.BrokerStub(channel).CreateTopic(pb.CreateTopicRequest(
                         name=topic, partitions=1, configs={"segment.bytes": str(1 << 30)}))
-                for name, server_target, server_pid in (("noop produce", noop_target, noop_pid),
-                                                        ("produce", target, pid)):
-                    cpu = _cpu_s(server_pid)
-                    record(f"{name} MB/s", asyncio.run(_produce_mb_s(
-                        server_target, topic, produce_payloads, args.in_flight)))
-                    record(f"{name} server CPU ms/MiB",
-                           (_cpu_s(server_pid) - cpu) * 1000 / len(produce_payloads))
+                # The two servers take turns, --produce-rounds times, so that the machine's
+                # other load falls on both alike (a run of one then a run of the other swung the
+                # ratio by +-0.2 here); each server's MB/s is its bytes over its own seconds.
+                servers = (("noop produce", noop_target, noop_pid), ("produce", target, pid))
+                seconds = dict.fromkeys(("noop produce", "produce"), 0.0)
+                cpu_s = dict(seconds)
+                rounds = max(1, args.produce_rounds)
+                chunk = produce_payloads[: max(1, len(produce_payloads) // rounds)]
+                for turn in range(rounds):
+                    for name, server_target, server_pid in servers[turn % 2:] + servers[:turn % 2]:
+                        cpu = _cpu_s(server_pid)
+                        started = time.perf_counter()
+                        asyncio.run(_produce(server_target, topic, chunk, args.in_flight))
+                        seconds[name] += time.perf_counter() - started
+                        cpu_s[name] += _cpu_s(server_pid) - cpu
+                for name in seconds:
+                    record(f"{name} MB/s", rounds * len(chunk) * len(mib_batch) / seconds[name] / 1e6)
+                    record(f"{name} server CPU ms/MiB", cpu_s[name] * 1000 / (rounds * len(chunk)))
+                record("produce / no-op (this run)",
+                       seconds["noop produce"] / seconds["produce"])
+                _drop_topic(target, data_dir, topic)
                 rng = random.Random(run)
                 end = partition.log_end_offset
                 by_offset = [pb.FetchByOffsetRequest(
