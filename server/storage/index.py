@@ -148,7 +148,7 @@ class Index(abc.ABC):
             self._fd = fd
             self._length_bytes = length
             with _io_errors(self._path, "map"):
-                self._map()
+                self._map(used_bytes=0 if newly_created else length)
         except BaseException:
             os.close(fd)
             self._fd = None
@@ -264,7 +264,7 @@ class Index(abc.ABC):
             with _io_errors(self._path, f"resize to {rounded} bytes"):
                 os.ftruncate(self._fd, rounded)
                 self._length_bytes = rounded
-                self._map()
+                self._map(used_bytes=self._entries * self.ENTRY_SIZE)
             self._max_entries = rounded // self.ENTRY_SIZE
         log.debug(
             "resized index %s to %d bytes (%d of %d slots used)",
@@ -380,16 +380,20 @@ class Index(abc.ABC):
         if self._closed:
             raise LogClosedError(f"index {self._path} is closed")
 
-    def _map(self) -> None:
-        """Map the whole file, or nothing when it is empty (mmap refuses a zero length)."""
+    def _map(self, *, used_bytes: int) -> None:
+        """Map the whole file, or nothing when it is empty (mmap refuses a zero length).
+
+        ``used_bytes`` is how much of the file holds entries. A map with an unused (sparse,
+        preallocated) tail is advised MADV_RANDOM: with the default advice the first write into
+        the holes made the kernel read ahead read_ahead_kb of them (8 MiB on these machines:
+        2,048 zero pages, ~3.5 ms, inside the append after every roll), where an append needs
+        one page. A trimmed index keeps the default advice: its read faults map neighbouring
+        cached pages too (fault-around), which MADV_RANDOM would turn off.
+        """
         assert self._fd is not None
         if self._length_bytes > 0:
             self._mmap = mmap.mmap(self._fd, self._length_bytes, access=mmap.ACCESS_WRITE)
-            # No readahead on faults: lookups touch two or three pages, and appends one page at
-            # a time. With the default advice, the first write into a new (sparse, preallocated)
-            # index made the kernel read ahead read_ahead_kb of holes (8 MiB on these machines:
-            # 2,048 zero pages, ~3.5 ms, inside the append after every roll).
-            if _MADV_RANDOM is not None:
+            if _MADV_RANDOM is not None and used_bytes < self._length_bytes:
                 self._mmap.madvise(_MADV_RANDOM)
         else:
             self._mmap = None

@@ -708,18 +708,26 @@ def _vm_flags_of_mapping(path: Path) -> list[str]:
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="Linux's /proc only")
-def test_the_map_is_advised_random_so_a_first_write_reads_nothing_ahead(tmp_path: Path) -> None:
+def test_a_map_with_a_sparse_tail_is_advised_random_a_trimmed_one_is_not(tmp_path: Path) -> None:
     # Without MADV_RANDOM the first write into a new, sparse index made the kernel read ahead
-    # read_ahead_kb of holes (8 MiB, ~3.5 ms, in the append after every roll). "rr" is
-    # VM_RAND_READ, the flag MADV_RANDOM sets; the map made again by a resize keeps it.
+    # read_ahead_kb of holes (8 MiB, ~3.5 ms, in the append after every roll). A trimmed index
+    # keeps the default advice (fault-around for lookups). "rr" is VM_RAND_READ, the flag
+    # MADV_RANDOM sets.
     path = tmp_path / "0.index"
     idx = OffsetIndex(path, 0)
     idx.append(1, 100)
     assert [("rr" in flags) for flags in _vm_flags_of_mapping(path)] == [True]
-    idx.resize(80)
+    idx.resize(80)  # still room past the one entry
     assert [("rr" in flags) for flags in _vm_flags_of_mapping(path)] == [True]
+    idx.trim_to_valid_size()
+    assert [("rr" in flags) for flags in _vm_flags_of_mapping(path)] == [False]
     idx.close()
     assert _vm_flags_of_mapping(path) == []
+    reopened = OffsetIndex(path, 0)  # an existing file: every slot is an entry
+    assert [("rr" in flags) for flags in _vm_flags_of_mapping(path)] == [False]
+    reopened.resize(800)  # grown back, as the active segment's index after a load
+    assert [("rr" in flags) for flags in _vm_flags_of_mapping(path)] == [True]
+    reopened.close()
 
 
 # -------------------------------------------------------------------- model-based testing
