@@ -37,8 +37,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from stratalog.server.allocator import tune_allocator
+from stratalog.server.decoding import add_broker_service
 from stratalog.server.metrics import MetricsEndpoint, ServerMetrics
-from stratalog.server.produce_request import add_broker_service
 from stratalog.server.service import BrokerService
 from stratalog.server.settings import Settings, configure_logging, describe
 from stratalog.v1 import broker_pb2

@@ -56,7 +56,7 @@ from stratalog.records.builder import BatchBuilder
 from stratalog.records.errors import RecordError
 from stratalog.records.reader import decode_batch_columns
 from stratalog.server import status
-from stratalog.server.produce_request import ProduceRequestView
+from stratalog.server.decoding import ProduceRequestView, UndecodableRequest
 from stratalog.server.storage.config import INT64_MAX
 from stratalog.server.storage.errors import (
     InvalidTopicError,
@@ -259,7 +259,8 @@ class PartitionGate:
 def _rpc(stream: bool = False) -> Callable[[Callable[..., Awaitable[Any]]], Any]:
     """Wrap an RPC method: errors to statuses, and the request metrics.
 
-    Request-shape errors (:class:`BadRequestError`) become INVALID_ARGUMENT with their field;
+    Request bytes that were not a message (:class:`UndecodableRequest`) and request-shape errors
+    (:class:`BadRequestError`) become INVALID_ARGUMENT with their field;
     every other exception goes through :func:`status.abort_with_error` (engine errors to their
     reasons, anything unexpected to INTERNAL, logged). Unary RPCs observe their latency;
     streams count only their outcome.
@@ -275,6 +276,10 @@ def _rpc(stream: bool = False) -> Callable[[Callable[..., Awaitable[Any]]], Any]
             started = time.perf_counter()
             code = "OK"
             try:
+                if type(request) is UndecodableRequest:
+                    raise BadRequestError(
+                        "request", f"not a valid {request.message_type}: {request.error}"
+                    )
                 return await method(self, request, context)
             except BadRequestError as exc:
                 code = "INVALID_ARGUMENT"
@@ -556,7 +561,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     async def Produce(
         self, request: ProduceRequestView, context: grpc.aio.ServicerContext
     ) -> broker_pb2.ProduceResponse:
-        # ``request`` comes from produce_request.parse_produce_request: its record_batches is a
+        # ``request`` comes from decoding.parse_produce_request: its record_batches is a
         # view of the received message, appended without a copy.
         topic = _topic(request.topic)
         partition = _partition(request.partition)

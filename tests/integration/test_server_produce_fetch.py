@@ -108,6 +108,55 @@ def test_several_batches_in_one_request_get_consecutive_offsets(stub) -> None:
     assert values == [f"{i}-{j}".encode() for i in range(4) for j in range(i + 1)] + [b"next"]
 
 
+def _wire_field(number: int, value: bytes) -> bytes:
+    """A length-delimited protobuf field: tag (field < 16), varint length, value."""
+    length, size = bytearray(), len(value)
+    while size > 0x7F:
+        length.append(size & 0x7F | 0x80)
+        size >>= 7
+    length.append(size)
+    return bytes([number << 3 | 2]) + bytes(length) + value
+
+
+def test_produce_requests_in_any_wire_order_store_what_protobuf_parses(
+    channel, stub, rpc_error
+) -> None:
+    # The server parses Produce without copying the batches (server/decoding.py): a
+    # request whose fields come out of order, with the batches field twice (the last one
+    # wins, as in protobuf) and an unknown field, must store exactly what protobuf would read.
+    _create(stub, "pf-wire")
+    raw = channel.unary_unary(
+        "/stratalog.v1.Broker/Produce",
+        request_serializer=lambda data: data,
+        response_deserializer=pb.ProduceResponse.FromString,
+    )
+    first = build_batch([(T0, None, b"ignored", ())])
+    second = build_batch([(T0 + 1, None, b"stored", ()), (T0 + 2, None, b"too", ())])
+    request = (_wire_field(4, first) + _wire_field(15, b"unknown")
+               + _wire_field(1, b"pf-wire") + _wire_field(4, second))
+    assert pb.ProduceRequest.FromString(request).record_batches == second
+    response = raw(request, timeout=TIMEOUT)
+    assert (response.base_offset, response.last_offset, response.record_count) == (0, 1, 2)
+    assert [r.value for r in _fetch_all(stub, "pf-wire")] == [b"stored", b"too"]
+    # Bytes that are no ProduceRequest at all: INVALID_ARGUMENT naming the message type (not
+    # gRPC's UNKNOWN for a deserializer's exception), and the server serves on.
+    error = rpc_error(raw, b"\x22\xff\xff\xff\xff\x0f" + b"x" * 10)
+    assert (error.code, error.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_REQUEST")
+    assert "not a valid stratalog.v1.ProduceRequest" in str(error)
+    assert _produce(stub, "pf-wire", build_batch([(T0, None, b"after", ())])).base_offset == 2
+    # Every RPC: a FetchByOffset whose bytes end inside a field, and a Subscribe stream.
+    for path, response_type, streaming in (
+        ("FetchByOffset", pb.FetchResponse, False), ("Subscribe", pb.FetchResponse, True),
+    ):
+        call = (channel.unary_stream if streaming else channel.unary_unary)(
+            f"/stratalog.v1.Broker/{path}", request_serializer=lambda data: data,
+            response_deserializer=response_type.FromString,
+        )
+        error = rpc_error(call, b"\x0a\x05pf")
+        assert (error.code, error.reason) == (
+            grpc.StatusCode.INVALID_ARGUMENT, "INVALID_REQUEST"), path
+
+
 def test_fetch_from_inside_a_batch(stub) -> None:
     _create(stub, "pf-inside")
     _produce(stub, "pf-inside", build_batch([(T0 + i, None, b"%d" % i, ()) for i in range(10)]))

@@ -1,23 +1,32 @@
-"""A ProduceRequest off the wire without copying its record batches, and the Broker's handlers.
+"""Requests off the wire: Produce's batches without a copy, and bytes that are no message.
 
-Why: the record batches are the whole of a large Produce request. protobuf's Python runtime (upb)
-copies a ``bytes`` field twice, once into the message's arena when it parses and again into a
-new ``bytes`` object each time the field is read; at 1 MiB per request the two copies (and the
-allocations) were a tenth of the server's CPU per MiB produced. Kafka appends a produce
-request's batches as a view of the request buffer (``MemoryRecords`` over it); this does the
-same: :func:`parse_produce_request` finds field 4 (``record_batches``) in the serialized
-message, keeps it as a ``memoryview`` of the bytes gRPC received, and lets protobuf parse the
-rest (topic, partition, compression, flush, unknown fields: a few dozen bytes).
+Registered by :func:`add_broker_service` in place of the generated
+``add_BrokerServicer_to_server``, with two differences, both in how request bytes become the
+objects the servicer gets:
+
+* **Produce's record batches are a view, not two copies.** The batches are the whole of a large
+  Produce request. protobuf's Python runtime (upb) copies a ``bytes`` field twice, once into the
+  message's arena when it parses and again into a new ``bytes`` object each time the field is
+  read. Kafka appends a produce request's batches as a view of the request buffer
+  (``MemoryRecords`` over it); :func:`parse_produce_request` does the same: it finds field 4
+  (``record_batches``) in the serialized message, keeps it as a ``memoryview`` of the bytes gRPC
+  received, and lets protobuf parse the rest (topic, partition, compression, flush, unknown
+  fields: a few dozen bytes).
+* **Bytes that are no message are a value, not an exception.** gRPC answers a deserializer's
+  exception with UNKNOWN ("Unexpected DecodeError"); every request deserializer here returns an
+  :class:`UndecodableRequest` instead, which the servicer refuses with INVALID_ARGUMENT and
+  reason INVALID_REQUEST, naming the message type and protobuf's complaint.
 
 Format (protobuf's wire format): a sequence of (tag varint = field << 3 | wire type, value);
 wire type 0 varint, 1 eight bytes, 2 length varint + bytes, 5 four bytes; 3 and 4 (groups) are
 not in broker.proto. Serializers write fields in field order; a parser must accept any order and
 repeats, the last value of a singular field winning.
 
-Invariant: the result is equal, field by field, to ``ProduceRequest.FromString(data)``. Whatever
-this scanner does not handle (a ``records`` field, a second ``record_batches``, a group, a
-malformed tag or length) goes to ``FromString`` whole, so unusual and malformed input gets
-exactly protobuf's behaviour (its ``DecodeError``), never a second interpretation.
+Invariant: a :func:`parse_produce_request` result is equal, field by field, to
+``ProduceRequest.FromString(data)``. Whatever the scanner does not handle (a ``records`` field, a
+second ``record_batches``, a group, a malformed tag or length) goes to ``FromString`` whole, so
+unusual and malformed input gets exactly protobuf's reading (or its ``DecodeError``), never a
+second interpretation.
 
 Concurrency: pure functions over immutable ``bytes``; the view keeps the received message alive
 for as long as the append holds it.
@@ -25,11 +34,12 @@ for as long as the append holds it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from stratalog.v1 import broker_pb2
 
@@ -37,6 +47,28 @@ _RECORDS_FIELD = 3
 _RECORD_BATCHES_FIELD = 4
 _WIRE_VARINT, _WIRE_I64, _WIRE_LEN, _WIRE_I32 = 0, 1, 2, 5
 _MAX_VARINT_BYTES = 10
+
+
+@dataclass(frozen=True, slots=True)
+class UndecodableRequest:
+    """Request bytes that are not a valid ``message_type``; ``error`` is protobuf's complaint."""
+
+    message_type: str
+    error: str
+
+
+def _undecodable_as_value(
+    parse: Callable[[bytes], Any], message_type: str
+) -> Callable[[bytes], Any]:
+    """``parse``, returning an :class:`UndecodableRequest` where it raises DecodeError."""
+
+    def deserialize(data: bytes) -> Any:
+        try:
+            return parse(data)
+        except DecodeError as exc:
+            return UndecodableRequest(message_type, str(exc))
+
+    return deserialize
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,8 +167,9 @@ def _parse_whole(data: bytes) -> ProduceRequestView:
 def add_broker_service(servicer: Any, server: grpc.aio.Server) -> None:
     """Register ``servicer``'s methods as the Broker service on ``server``.
 
-    What ``broker_pb2_grpc.add_BrokerServicer_to_server`` does, with one difference: Produce's
-    requests are parsed by :func:`parse_produce_request`. The handlers come from the service's
+    What ``broker_pb2_grpc.add_BrokerServicer_to_server`` does, with two differences: Produce's
+    requests are parsed by :func:`parse_produce_request`, and every request that does not parse
+    reaches the servicer as an :class:`UndecodableRequest`. The handlers come from the service's
     descriptor, so a method added to broker.proto is registered without a change here.
     """
     service = broker_pb2.DESCRIPTOR.services_by_name["Broker"]
@@ -148,10 +181,10 @@ def add_broker_service(servicer: Any, server: grpc.aio.Server) -> None:
         response_class = getattr(broker_pb2, method.output_type.name)
         handler = (grpc.unary_stream_rpc_method_handler if method.server_streaming
                    else grpc.unary_unary_rpc_method_handler)
+        parse = parse_produce_request if method.name == "Produce" else request_class.FromString
         handlers[method.name] = handler(
             getattr(servicer, method.name),
-            request_deserializer=(parse_produce_request if method.name == "Produce"
-                                  else request_class.FromString),
+            request_deserializer=_undecodable_as_value(parse, method.input_type.full_name),
             response_serializer=response_class.SerializeToString,
         )
     server.add_generic_rpc_handlers(

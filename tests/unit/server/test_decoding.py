@@ -1,4 +1,4 @@
-"""parse_produce_request: equal to protobuf's parse, field by field, without copying the batches."""
+"""server.decoding: Produce parsed as protobuf does, batches not copied; bad bytes as values."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from google.protobuf.message import DecodeError
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stratalog.server.produce_request import (
+from stratalog.server.decoding import (
     ProduceRequestView,
+    UndecodableRequest,
     add_broker_service,
     parse_produce_request,
 )
@@ -144,5 +145,13 @@ def test_every_broker_method_is_registered_with_its_streaming_kind():
         assert isinstance(handler, grpc.RpcMethodHandler)
         assert handler.response_streaming == method.server_streaming
         assert handler.unary_unary == (None if method.server_streaming else method.name)
-    assert server.handlers["Produce"].request_deserializer is parse_produce_request
-    assert server.handlers["FetchByOffset"].request_deserializer == pb.FetchByOffsetRequest.FromString
+    produce = server.handlers["Produce"].request_deserializer
+    data = pb.ProduceRequest(topic="t", record_batches=b"batches").SerializeToString()
+    assert isinstance(produce(data).record_batches, memoryview)
+    fetch = server.handlers["FetchByOffset"].request_deserializer
+    assert fetch(pb.FetchByOffsetRequest(topic="t", offset=5).SerializeToString()).offset == 5
+    # Bytes that are no message become a value the servicer refuses, not an exception.
+    assert produce(b"\x22\xff") == UndecodableRequest(
+        "stratalog.v1.ProduceRequest", produce(b"\x22\xff").error)
+    assert isinstance(fetch(b"\x0a\x05pf"), UndecodableRequest)
+    assert fetch(b"\x0a\x05pf").message_type == "stratalog.v1.FetchByOffsetRequest"
