@@ -576,7 +576,9 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             )
         partition_log, gate = self._log(topic, partition)
         if has_records:
-            payload: bytes | memoryview = encode_records(request.records, request.compression, self._time_ms())
+            payload: bytes | memoryview = encode_records(
+                request.records, request.compression, self._time_ms()
+            )
         else:
             payload = record_batches
         while True:
