@@ -79,6 +79,9 @@ logger = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
 
+# Produce requests with this many decoded records are encoded in the thread pool.
+_ENCODE_IN_EXECUTOR_MIN_RECORDS = 1000
+
 # A read served this recently means readers are active: appends between
 # append_in_executor_min_bytes and append_inline_max_bytes then leave the loop to them.
 _READS_RECENT_S = 0.1
@@ -576,9 +579,15 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             )
         partition_log, gate = self._log(topic, partition)
         if has_records:
-            payload: bytes | memoryview = encode_records(
-                request.records, request.compression, self._time_ms()
-            )
+            records = request.records
+            if len(records) >= _ENCODE_IN_EXECUTOR_MIN_RECORDS:
+                # ~1 µs a record, and compression on top: a request of a million small records
+                # (max_request_bytes allows it) would hold the loop for seconds.
+                payload: bytes | memoryview = await self._blocking(
+                    encode_records, records, request.compression, self._time_ms()
+                )
+            else:
+                payload = encode_records(records, request.compression, self._time_ms())
         else:
             payload = record_batches
         while True:

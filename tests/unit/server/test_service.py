@@ -365,3 +365,36 @@ async def test_large_appends_leave_the_loop_only_while_reads_are_served(
     finally:
         executor.shutdown()
         manager.close()
+
+
+async def test_many_decoded_records_are_encoded_in_the_pool(tmp_path: Path) -> None:
+    # Encoding costs ~1 µs a record (and compression on top): a large records-form Produce
+    # must not hold the event loop; a small one is encoded inline.
+    manager = LogManager.open([tmp_path / "data"])
+    manager.create_topic("t", 1, {})
+    executor = _CountingExecutor()
+    service = BrokerService(manager, Settings(), ServerMetrics(), executor)
+
+    async def produce(count: int) -> int:
+        before = executor.submitted
+        request = broker_pb2.ProduceRequest(
+            topic="t", records=[_record(value=b"v%d" % i) for i in range(count)],
+            compression=broker_pb2.COMPRESSION_ZSTD,
+        )
+        response = await service.Produce(
+            service_module.ProduceRequestView.of_message(request), None
+        )
+        assert response.record_count == count
+        return executor.submitted - before
+
+    try:
+        assert await produce(10) == 0
+        assert await produce(service_module._ENCODE_IN_EXECUTOR_MIN_RECORDS) == 1
+        partition_log = manager.get_log("t", 0)
+        values = [r.value for _, batch in iter_batches(partition_log.read(0, 1 << 20))
+                  for r in batch]
+        assert values == [b"v%d" % i for i in range(10)] + [
+            b"v%d" % i for i in range(service_module._ENCODE_IN_EXECUTOR_MIN_RECORDS)]
+    finally:
+        executor.shutdown()
+        manager.close()
