@@ -31,9 +31,10 @@ after ``await context.write`` returned, i.e. after gRPC's flow control took the 
 slow reader holds at most one message of ``subscribe_buffer_bytes`` in the server beyond what
 HTTP/2's window lets through.
 
-Concurrency: event-loop only. Blocking storage calls (fsync, large reads, topic admin) go to the
-executor given at construction; topic admin calls are serialised by one asyncio lock so that the
-LogManager sees one admin operation at a time.
+Concurrency: event-loop only. Blocking storage calls (fsync, large reads, topic admin, appends
+as above) and the encoding of large records-form Produce requests go to the executor given at
+construction; topic admin calls are serialised by one asyncio lock so that the LogManager sees
+one admin operation at a time.
 """
 
 from __future__ import annotations
