@@ -53,6 +53,8 @@ __all__ = [
     "BatchHeader",
     "Compression",
     "TimestampType",
+    "check_crc",
+    "check_whole",
     "compute_crc",
     "iter_batch_headers",
     "parse_header",
@@ -253,19 +255,37 @@ def validate_batch(buf: bytes | bytearray | memoryview, position: int = 0) -> Ba
         InvalidRecordError: magic other than 2.
     """
     header = parse_header(buf, position)
-    available = len(buf) - position
+    check_whole(buf, header)
+    check_crc(buf, header)
+    return header
+
+
+def check_whole(buf: bytes | bytearray | memoryview, header: BatchHeader) -> None:
+    """Check that the batch of an already parsed ``header`` lies whole in ``buf``.
+
+    Raises:
+        CorruptRecordError: ``buf`` ends before the batch does.
+    """
+    available = len(buf) - header.position
     if header.size_bytes > available:
         raise CorruptRecordError(
-            f"record batch at position {position} declares {header.size_bytes} bytes "
+            f"record batch at position {header.position} declares {header.size_bytes} bytes "
             f"but only {available} are present"
         )
-    actual = compute_crc(buf, position, header.size_bytes)
+
+
+def check_crc(buf: bytes | bytearray | memoryview, header: BatchHeader) -> None:
+    """Check the CRC of the whole batch of an already parsed ``header`` (no second parse).
+
+    Raises:
+        CorruptRecordError: the stored and the computed CRC-32C differ.
+    """
+    actual = compute_crc(buf, header.position, header.size_bytes)
     if actual != header.crc:
         raise CorruptRecordError(
-            f"record batch at position {position} ({header.size_bytes} bytes) fails its "
+            f"record batch at position {header.position} ({header.size_bytes} bytes) fails its "
             f"CRC-32C check: stored 0x{header.crc:08x}, computed 0x{actual:08x}"
         )
-    return header
 
 
 def iter_batch_headers(

@@ -43,8 +43,9 @@ from .batch import (
     BatchHeader,
     Compression,
     TimestampType,
+    check_crc,
+    check_whole,
     parse_header,
-    validate_batch,
 )
 from .compression import decompress
 from .errors import CorruptRecordError, InvalidRecordError
@@ -87,18 +88,18 @@ class RecordsSummary(NamedTuple):
 
 
 def _checked_header(
-    buf: bytes | bytearray | memoryview, position: int, verify_crc: bool
+    buf: bytes | bytearray | memoryview,
+    position: int,
+    verify_crc: bool,
+    header: BatchHeader | None = None,
 ) -> BatchHeader:
-    if verify_crc:
-        header = validate_batch(buf, position)
-    else:
+    """The header at ``position`` (parsed unless given), its batch checked whole in ``buf``,
+    its CRC when ``verify_crc``, and its record count."""
+    if header is None:
         header = parse_header(buf, position)
-        available = len(buf) - position
-        if header.size_bytes > available:
-            raise CorruptRecordError(
-                f"record batch at position {position} declares {header.size_bytes} bytes "
-                f"but only {available} are present"
-            )
+    check_whole(buf, header)
+    if verify_crc:
+        check_crc(buf, header)
     if header.records_count < 0:
         raise CorruptRecordError(
             f"record batch at position {position} declares {header.records_count} records"
@@ -268,8 +269,12 @@ def summarize_records(
     verify_crc: bool = True,
     max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
     require_contiguous_offsets: bool = True,
+    header: BatchHeader | None = None,
 ) -> RecordsSummary:
     """Check every record of the batch at ``position`` and summarize it, without building records.
+
+    ``header``: the batch's header when the caller parsed it already (it is not parsed again;
+    the server's validation parses each batch once).
 
     Applies all the checks of :func:`decode_batch`. With ``require_contiguous_offsets`` (the
     rule for batches from clients) it also requires offset deltas 0, 1, ..., count - 1 and
@@ -279,7 +284,7 @@ def summarize_records(
         CorruptRecordError, InvalidRecordError, UnsupportedCompressionError: as decode_batch.
         InvalidRecordError: offset deltas not contiguous (only ``require_contiguous_offsets``).
     """
-    header = _checked_header(buf, position, verify_crc)
+    header = _checked_header(buf, position, verify_crc, header)
     data = _records_region(buf, header, max_decompressed_bytes)
     records_size_bytes = len(data)
     try:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import itertools
 import logging
 import os
 import threading
@@ -953,12 +954,8 @@ class PartitionLog:
             if self._closed:
                 return
             self._closed = True
-            for segment in self._segments:
-                try:
-                    segment.close_handlers()
-                except Exception:
-                    log.warning("closing %s failed", segment.log_path, exc_info=True)
-            for _, segment in self._pending_deletes:
+            pending = [segment for _, segment in self._pending_deletes]
+            for segment in itertools.chain(self._segments, pending):
                 try:
                     segment.close_handlers()
                 except Exception:

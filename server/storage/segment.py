@@ -595,7 +595,7 @@ class Segment:
         index_entry_due = self._bytes_since_last_index_entry > self._index_interval_bytes
         if index_entry_due:
             self._check_index_room(largest_offset)
-        self._write_at(records, physical_position)
+        self._write_at(records, physical_position, size)
         # Published only now: readers stop at this size, so they never see a partial batch.
         self._size = physical_position + size
         if largest_timestamp > self.max_timestamp_so_far:
@@ -636,11 +636,11 @@ class Segment:
             )
 
     def _write_at(
-        self, pieces: Sequence[bytes | bytearray | memoryview], position: int
+        self, pieces: Sequence[bytes | bytearray | memoryview], position: int, size: int
     ) -> None:
+        """Write ``pieces`` (``size`` bytes in all) at ``position``; all or nothing."""
         fd = self._require_fd()
         views = [memoryview(piece) for piece in pieces]
-        size = sum(len(view) for view in views)
         if self._allocate_appends and size >= space.ALLOCATE_MIN_BYTES:
             self._allocate_appends = space.allocate(fd, position, size)
         try:

@@ -46,12 +46,12 @@ from stratalog.records.batch import (
     RECORD_BATCH_OVERHEAD,
     BatchHeader,
     TimestampType,
+    check_crc,
     parse_header,
     rewrite_crc,
     set_base_offset,
     set_log_append_time,
     set_partition_leader_epoch,
-    validate_batch,
 )
 from stratalog.records.errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
 from stratalog.records.reader import RecordsSummary, iter_records, summarize_records
@@ -236,7 +236,7 @@ def _validate_batch(
     """Every per-batch check after framing; returns the records' summary."""
     position = header.position
     where = f"batch {index} at position {position}"
-    validate_batch(view, position)  # CRC
+    check_crc(view, header)  # framing and magic were checked by _walk_headers
     count_from_offsets = header.last_offset_delta + 1
     if count_from_offsets <= 0:
         raise InvalidRecordError(
@@ -256,7 +256,7 @@ def _validate_batch(
             f"{where}: invalid sequence number {header.base_sequence} in a batch with "
             f"producer id {header.producer_id}"
         )
-    summary = summarize_records(view, position, verify_crc=False)
+    summary = summarize_records(view, position, verify_crc=False, header=header)
     if config.is_compacted and summary.has_null_key:
         raise InvalidRecordError(
             f"{where}: a compacted topic cannot accept a record without a key"

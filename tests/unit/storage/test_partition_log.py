@@ -9,6 +9,7 @@ import os
 import shutil
 import struct
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -557,26 +558,22 @@ def test_read_in_gap_goes_to_the_next_data(directory: Path) -> None:
     log.close()
 
 
-def test_concurrent_reads_never_see_partial_batches(directory: Path) -> None:
-    # A reader thread races appends and rolls: every read parses whole, with valid CRCs,
-    # starting at the batch holding the offset asked for.
-    log = open_log(directory, segment_bytes=20_000, index_interval_bytes=100)
+def _race_appends(log: PartitionLog, read_once: Callable[[int], None]) -> int:
+    """Run ``read_once(offset)`` over offsets spread across the log, in a thread, while this
+    thread appends 600 batches (rolling segments); returns the rounds of reads done. A failure
+    in the reader is raised here."""
     stop = threading.Event()
     failures: list[BaseException] = []
-    reads = 0
+    rounds = 0
 
     def reader() -> None:
-        nonlocal reads
+        nonlocal rounds
         try:
             while not stop.is_set():
                 end = log.log_end_offset
                 for offset in range(0, end, max(1, end // 7)):
-                    data = log.read(offset, 3000)
-                    batches = list(iter_batches(data))
-                    assert batches, (offset, end)
-                    first = batches[0][0]
-                    assert first.base_offset <= offset <= first.last_offset
-                    reads += 1
+                    read_once(offset)
+                    rounds += 1
         except BaseException as exc:  # reported to the main thread
             failures.append(exc)
 
@@ -589,7 +586,22 @@ def test_concurrent_reads_never_see_partial_batches(directory: Path) -> None:
         stop.set()
         thread.join()
     assert not failures, failures[0]
-    assert reads > 0
+    return rounds
+
+
+def test_concurrent_reads_never_see_partial_batches(directory: Path) -> None:
+    # A reader thread races appends and rolls: every read parses whole, with valid CRCs,
+    # starting at the batch holding the offset asked for.
+    log = open_log(directory, segment_bytes=20_000, index_interval_bytes=100)
+
+    def read_once(offset: int) -> None:
+        data = log.read(offset, 3000)
+        batches = list(iter_batches(data))
+        assert batches, (offset, log.log_end_offset)
+        first = batches[0][0]
+        assert first.base_offset <= offset <= first.last_offset
+
+    assert _race_appends(log, read_once) > 0
     assert len(log.segments) > 3
     log.close()
 
@@ -665,9 +677,6 @@ def test_concurrent_fetches_see_whole_published_batches(directory: Path) -> None
     # whole batches with valid CRCs, a summary that matches them, and never past the log end
     # read afterwards (what a response's high watermark is).
     log = open_log(directory, segment_bytes=20_000, index_interval_bytes=100)
-    stop = threading.Event()
-    failures: list[BaseException] = []
-    fetches = 0
 
     def check(fetched: FetchedBatches, offset: int) -> None:
         high_watermark = log.log_end_offset
@@ -678,30 +687,13 @@ def test_concurrent_fetches_see_whole_published_batches(directory: Path) -> None
         assert fetched.next_offset == batches[-1][0].next_offset <= high_watermark
         assert fetched.records_count == sum(len(records) for _, records in batches)
 
-    def reader() -> None:
-        nonlocal fetches
-        try:
-            while not stop.is_set():
-                end = log.log_end_offset
-                for offset in range(0, end, max(1, end // 7)):
-                    check(log.fetch(offset, 3000), offset)
-                    found, fetched = log.fetch_by_timestamp(T0 + offset // 4, 3000)
-                    assert found is not None and found.timestamp >= T0 + offset // 4
-                    check(fetched, found.offset)
-                    fetches += 1
-        except BaseException as exc:  # reported to the main thread
-            failures.append(exc)
+    def fetch_once(offset: int) -> None:
+        check(log.fetch(offset, 3000), offset)
+        found, fetched = log.fetch_by_timestamp(T0 + offset // 4, 3000)
+        assert found is not None and found.timestamp >= T0 + offset // 4
+        check(fetched, found.offset)
 
-    thread = threading.Thread(target=reader)
-    thread.start()
-    try:
-        for i in range(600):
-            log.append(client_batch([T0 + i] * (1 + i % 4), value=b"x" * (i % 50)))
-    finally:
-        stop.set()
-        thread.join()
-    assert not failures, failures[0]
-    assert fetches > 0
+    assert _race_appends(log, fetch_once) > 0
     log.close()
 
 

@@ -52,6 +52,30 @@ def test_validated_pieces_are_the_stamped_append(tmp_path: Path) -> None:
         b"v0", b"v0", b"v1", b"v2", b"v3", b"v4"]
 
 
+def test_validation_parses_each_batch_header_once(monkeypatch) -> None:
+    # The append path of every produce: the framing walk parses a header, and the CRC check
+    # and the record walk reuse it (they parsed it again each, three parses a batch).
+    from stratalog.records import reader
+    from stratalog.server.storage import validation
+
+    parsed: list[int] = []
+    real_parse = validation.parse_header
+
+    def counting_parse(buf, position=0):
+        parsed.append(position)
+        return real_parse(buf, position)
+
+    monkeypatch.setattr(validation, "parse_header", counting_parse)
+    monkeypatch.setattr(reader, "parse_header", counting_parse)
+    batches = b"".join(build_batch([(1_700_000_000_000 + i, None, b"v", ())] * (i + 1))
+                       for i in range(3))
+    validated = validate_and_assign_offsets(
+        batches, LogConfig(), first_offset=0, now_ms=1_700_000_000_000, partition_leader_epoch=0
+    )
+    assert validated.batch_count == 3
+    assert len(parsed) == 3 and len(set(parsed)) == 3
+
+
 def test_pwrite_all_goes_on_after_short_writes_and_refuses_a_zero_write(
     tmp_path: Path, monkeypatch
 ) -> None:
