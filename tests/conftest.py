@@ -1,4 +1,4 @@
-"""Shared test fixtures: paths to the design material beside the project."""
+"""Shared test fixtures: the Kafka-written segment files kept in tests/fixtures."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-# ../shared beside the project holds the Kafka-written fixtures.
-KAFKA_WRITTEN = PROJECT_ROOT.parent / "shared" / "fixtures" / "kafka-written"
+# Real Apache Kafka output, committed byte for byte (tests/fixtures/kafka-written/README.md).
+KAFKA_WRITTEN = PROJECT_ROOT / "tests" / "fixtures" / "kafka-written"
 
 
 @pytest.fixture(scope="session")
