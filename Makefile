@@ -1,32 +1,60 @@
 # stratalog: `make run` and `make test` set everything up on a fresh machine, idempotently.
+# `make run` installs only what serving needs; `make test` adds the test and Spark dependencies.
 # Every tool comes from .venv, which this file creates; nothing is installed globally.
 
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.stamp-installed
+# pip at its default verbosity: a line per package (Collecting / Downloading with its size /
+# Installing), a progress bar for downloads on a terminal; without a terminal (CI, a pipe) the
+# bar is left out and the lines remain. No version check: it would only add a warning.
+PIP := $(PY) -m pip --disable-pip-version-check
+# What is installed, each stamp once per pyproject.toml: `make run` needs only the first, `make
+# test` both, so `make run` then `make test` installs only the difference.
+STAMP_SERVE := $(VENV)/.stamp-serve
+STAMP_TEST := $(VENV)/.stamp-test
+TEST_REQUIREMENTS := $(VENV)/test-requirements.txt
 DATA_DIR ?= ./data
 
-.PHONY: run test unit lint install proto bench clean help
+.PHONY: run test check-java unit lint install install-serve proto bench clean help
+# `make test` checks Java before installing anything, and lints before running the tests.
+.NOTPARALLEL: test
 
 help:
-	@echo "make run     set up .venv and start the server (data in $(DATA_DIR), 127.0.0.1:50051)"
-	@echo "make test    set up .venv and run every test (lint, unit, integration)"
+	@echo "make run     install what serving needs into .venv, start the server (data in $(DATA_DIR), 127.0.0.1:50051)"
+	@echo "make test    install the test and Spark dependencies too, run every test (lint, unit, integration, Spark)"
 	@echo "make lint    ruff and the import-linter contracts"
 	@echo "make bench   run the benchmarks and print their figures"
 
 $(PY):
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null \
+	  || { echo "stratalog needs Python 3.11+; '$(PYTHON)' is $$($(PYTHON) --version 2>&1 || echo missing): run make PYTHON=python3.11 (or newer)" >&2; exit 1; }
+	@echo "== creating $(VENV) with $$($(PYTHON) --version)"
 	$(PYTHON) -m venv $(VENV)
 
-# Reinstall when the project's metadata changes; pip is idempotent, the stamp only saves time.
-$(STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install --quiet --upgrade pip setuptools wheel
-	$(PY) -m pip install --quiet -e '.[dev,spark]'
-	touch $(STAMP)
+# Serving: stratalog itself (editable, with its C codec when a compiler is there) and its runtime
+# dependencies. Reinstalled when the project's metadata changes; pip is idempotent, the stamp
+# only saves time.
+$(STAMP_SERVE): pyproject.toml | $(PY)
+	@echo "== updating pip, setuptools and wheel in $(VENV)"
+	$(PIP) install --upgrade pip setuptools wheel
+	@echo "== installing stratalog and what serving needs (grpcio, protobuf, the codecs: ~100 MB; well under a minute)"
+	$(PIP) install -e .
+	@touch $@
 
-install: $(STAMP)
+# Testing: the [dev] and [spark] extras, without reinstalling stratalog itself (pip would rebuild
+# it): their requirements are read from pyproject.toml and installed as a list.
+$(STAMP_TEST): $(STAMP_SERVE)
+	@$(PY) -c 'import tomllib; extras = tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]; print("\n".join(extras["dev"] + extras["spark"]))' > $(TEST_REQUIREMENTS)
+	@echo "== installing the test and Spark dependencies (pyspark is a ~450 MB download, pyarrow ~55 MB; ~740 MB more in .venv; a first install takes a few minutes)"
+	$(PIP) install -r $(TEST_REQUIREMENTS)
+	@touch $@
 
-run: install
+install-serve: $(STAMP_SERVE)
+
+install: $(STAMP_TEST)
+
+run: install-serve
 	$(VENV)/bin/stratalog serve --log-dirs $(DATA_DIR)
 
 # import-linter needs the package as one folder tree; ours is mapped from several folders
@@ -41,7 +69,12 @@ lint: install
 unit: install
 	$(VENV)/bin/pytest tests/unit
 
-test: install lint
+# The Spark tests need Java 17+: checked first, so a missing JDK is one line, not a failure deep
+# inside PySpark after the install.
+check-java:
+	@.ci/check-java
+
+test: check-java install lint
 	$(VENV)/bin/pytest
 
 # Regenerates the committed gRPC/protobuf modules from the .proto; tests/unit/test_proto.py fails
