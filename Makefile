@@ -27,8 +27,10 @@ help:
 	@echo "make bench   run the benchmarks and print their figures"
 
 $(PY):
+	@command -v $(PYTHON) >/dev/null \
+	  || { echo "stratalog needs Python 3.11+, and there is no '$(PYTHON)' on PATH: run make PYTHON=python3.11 (or newer)" >&2; exit 1; }
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null \
-	  || { echo "stratalog needs Python 3.11+; '$(PYTHON)' is $$($(PYTHON) --version 2>&1 || echo missing): run make PYTHON=python3.11 (or newer)" >&2; exit 1; }
+	  || { echo "stratalog needs Python 3.11+; '$(PYTHON)' is $$($(PYTHON) --version 2>&1 | head -n 1): run make PYTHON=python3.11 (or newer)" >&2; exit 1; }
 	@echo "== creating $(VENV) with $$($(PYTHON) --version)"
 	$(PYTHON) -m venv $(VENV)
 
