@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import mmap
 import re
-import struct
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -31,14 +30,32 @@ from pathlib import Path
 from typing import TextIO
 
 from stratalog.records.batch import (
+    COMPRESSION_CODEC_MASK,
     NO_SEQUENCE,
     BatchHeader,
+    Compression,
     TimestampType,
     compute_crc,
     iter_batch_headers,
 )
 from stratalog.records.control import ControlRecordType, EndTransactionMarker, decode_control_key
-from stratalog.records.errors import RecordError
+from stratalog.records.errors import CorruptSnapshotError, InvalidFileNameError, RecordError
+from stratalog.records.log_layout import (
+    INDEX_FILE_SUFFIX,
+    LOG_FILE_SUFFIX,
+    OFFSET_INDEX_ENTRY,
+    SNAPSHOT_FILE_SUFFIX,
+    TIME_INDEX_ENTRY,
+    TIME_INDEX_FILE_SUFFIX,
+    TXN_INDEX_FILE_SUFFIX,
+    OffsetIndexEntry,
+    TimeIndexEntry,
+    offset_from_file_name,
+    unpack_offset_index,
+    unpack_producer_snapshot,
+    unpack_time_index,
+    unpack_txn_index,
+)
 from stratalog.records.reader import iter_records
 
 __all__ = ["DumpOptions", "add_parser", "dump_files", "run"]
@@ -48,16 +65,9 @@ _TIMESTAMP_TYPE_NAMES = {
     TimestampType.CREATE_TIME: "CreateTime",
     TimestampType.LOG_APPEND_TIME: "LogAppendTime",
 }
-_CODEC_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+_CODEC_NAMES = {codec: codec.name.lower() for codec in Compression}  # none, gzip, ..., zstd
 _RECORD_INDENT = "|"
 _INT32_MAX = 2**31 - 1
-
-# Index and snapshot entry layouts (big-endian), as in the storage engine's index modules.
-_OFFSET_INDEX_ENTRY = struct.Struct(">ii")  # relative offset, position
-_TIME_INDEX_ENTRY = struct.Struct(">qi")  # timestamp, relative offset
-_TXN_INDEX_ENTRY = struct.Struct(">hqqqq")  # version, producer id, first, last, last stable offset
-_SNAPSHOT_HEADER = struct.Struct(">hIi")  # version, crc, entry count
-_SNAPSHOT_ENTRY = struct.Struct(">qhiqiqiq")  # see kafka-storage-reference.md §1.7
 
 
 @dataclass
@@ -143,11 +153,15 @@ def _base_offset_of(path: Path) -> int:
 
     Kafka takes the digits before the first dot. Copies of segments are often renamed with a
     prefix (``metadata-a-00000000000000000000.log``), so the trailing digits of the stem are
-    accepted too.
+    accepted too: a leniency of this tool only, which the storage engine does not share.
 
     Raises:
         ValueError: the name holds no base offset at all.
     """
+    try:
+        return offset_from_file_name(path.name)
+    except InvalidFileNameError:
+        pass
     stem = path.name.split(".", 1)[0]
     match = _TRAILING_DIGITS.search(stem)
     if match is None:
@@ -182,7 +196,8 @@ def _batch_line(header: BatchHeader, position: int, crc_valid: bool) -> str:
         else "OptionalLong.empty"
     )
     ts_name = _TIMESTAMP_TYPE_NAMES[header.timestamp_type]
-    codec = _CODEC_NAMES.get(header.attributes & 0x07, f"unknown({header.attributes & 0x07})")
+    codec_id = header.attributes & COMPRESSION_CODEC_MASK
+    codec = _CODEC_NAMES.get(codec_id, f"unknown({codec_id})")
     return (
         f"baseOffset: {header.base_offset} lastOffset: {header.last_offset} "
         f"count: {header.records_count} baseSequence: {header.base_sequence} "
@@ -291,29 +306,28 @@ def _control_text(key: bytes | None, value: bytes | None) -> str:
         return f" controlType: unreadable ({exc})"
 
 
-def _index_entries(path: Path, entry: struct.Struct) -> tuple[bytes, int]:
-    data = path.read_bytes() if path.exists() else b""
-    return data, len(data) // entry.size
+def _read_or_empty(path: Path) -> bytes:
+    return path.read_bytes() if path.exists() else b""
 
 
 def _dump_index(path: Path, opts: DumpOptions, problems: _Problems, out: TextIO) -> None:
     base_offset = _base_offset_of(path)
-    data, entries = _index_entries(path, _OFFSET_INDEX_ENTRY)
-    if entries == 0:
+    data = _read_or_empty(path)
+    entries = unpack_offset_index(data)
+    if not entries:
         print(f"{path} is empty.", file=out)
         return
     if opts.index_sanity_check:
-        problem = _offset_index_insanity(data, base_offset)
+        problem = _offset_index_insanity(len(data), entries, base_offset)
         if problem:
             print(f"{path}: {problem}", file=out)
             problems.failures += 1
         else:
             print(f"{path} passed sanity check.", file=out)
         return
-    log_path = _sibling(path, ".log")
+    log_path = _sibling(path, LOG_FILE_SUFFIX)
     with _mapped(log_path) as log:
-        for slot in range(entries):
-            relative, position = _OFFSET_INDEX_ENTRY.unpack_from(data, slot * 8)
+        for slot, (relative, position) in enumerate(entries):
             offset = base_offset + relative
             # A preallocated (sparse) index left by a crash is full of zero entries: stop there.
             if offset == base_offset and slot > 0:
@@ -339,17 +353,18 @@ def _last_offset_of_batch_at(log: memoryview | bytes, position: int, max_size: i
     return -1
 
 
-def _offset_index_insanity(data: bytes, base_offset: int) -> str | None:
-    if len(data) % _OFFSET_INDEX_ENTRY.size != 0:
+def _offset_index_insanity(
+    size_bytes: int, entries: list[OffsetIndexEntry], base_offset: int
+) -> str | None:
+    if size_bytes % OFFSET_INDEX_ENTRY.size != 0:
         return (
-            f"Index file is corrupt: its length {len(data)} is not a multiple of "
-            f"{_OFFSET_INDEX_ENTRY.size}"
+            f"Index file is corrupt: its length {size_bytes} is not a multiple of "
+            f"{OFFSET_INDEX_ENTRY.size}"
         )
-    entries = len(data) // _OFFSET_INDEX_ENTRY.size
     if entries:
         # [B-42]: relative offsets are signed on disk, so a corrupt last entry can point below
         # the segment's base offset (lastOffset == baseOffset is legal).
-        last_relative, _ = _OFFSET_INDEX_ENTRY.unpack_from(data, (entries - 1) * 8)
+        last_relative = entries[-1].relative_offset
         if last_relative < 0:
             return (
                 f"Index file is corrupt: its last offset {base_offset + last_relative} is below "
@@ -358,16 +373,17 @@ def _offset_index_insanity(data: bytes, base_offset: int) -> str | None:
     return None
 
 
-def _time_index_insanity(data: bytes, base_offset: int) -> str | None:
-    if len(data) % _TIME_INDEX_ENTRY.size != 0:
+def _time_index_insanity(
+    size_bytes: int, entries: list[TimeIndexEntry], base_offset: int
+) -> str | None:
+    if size_bytes % TIME_INDEX_ENTRY.size != 0:
         return (
-            f"Time index file is corrupt: its length {len(data)} is not a multiple of "
-            f"{_TIME_INDEX_ENTRY.size}"
+            f"Time index file is corrupt: its length {size_bytes} is not a multiple of "
+            f"{TIME_INDEX_ENTRY.size}"
         )
-    entries = len(data) // _TIME_INDEX_ENTRY.size
     if entries:
-        first_ts, _ = _TIME_INDEX_ENTRY.unpack_from(data, 0)
-        last_ts, last_relative = _TIME_INDEX_ENTRY.unpack_from(data, (entries - 1) * 12)
+        first_ts = entries[0].timestamp
+        last_ts, last_relative = entries[-1]
         if last_ts < first_ts:
             return (
                 f"Time index is corrupt: the last entry's timestamp {last_ts} is below the "
@@ -383,25 +399,25 @@ def _time_index_insanity(data: bytes, base_offset: int) -> str | None:
 
 def _dump_time_index(path: Path, opts: DumpOptions, problems: _Problems, out: TextIO) -> None:
     base_offset = _base_offset_of(path)
-    data, entries = _index_entries(path, _TIME_INDEX_ENTRY)
+    data = _read_or_empty(path)
+    entries = unpack_time_index(data)
     if opts.index_sanity_check:
-        problem = _time_index_insanity(data, base_offset)
+        problem = _time_index_insanity(len(data), entries, base_offset)
         if problem:
             print(f"{path}: {problem}", file=out)
             problems.failures += 1
         else:
             print(f"{path} passed sanity check.", file=out)
         return
-    offset_data, offset_entries = _index_entries(_sibling(path, ".index"), _OFFSET_INDEX_ENTRY)
+    offset_entries = unpack_offset_index(_read_or_empty(_sibling(path, INDEX_FILE_SUFFIX)))
     name = str(path.absolute())
     previous_ts = -1
-    with _mapped(_sibling(path, ".log")) as log:
-        for slot in range(entries):
-            timestamp, relative = _TIME_INDEX_ENTRY.unpack_from(data, slot * 12)
+    with _mapped(_sibling(path, LOG_FILE_SUFFIX)) as log:
+        for slot, (timestamp, relative) in enumerate(entries):
             offset = base_offset + relative
             if offset == base_offset and slot > 0:
                 return
-            position = _offset_index_lookup(offset_data, offset_entries, base_offset, offset)
+            position = _offset_index_lookup(offset_entries, base_offset, offset)
             batch = _first_batch_ending_at_or_after(log, position, offset)
             if batch is None:
                 problems.time_offset_not_found.setdefault(name, []).append((offset, -1))
@@ -422,12 +438,16 @@ def _dump_time_index(path: Path, opts: DumpOptions, problems: _Problems, out: Te
             previous_ts = timestamp
 
 
-def _offset_index_lookup(data: bytes, entries: int, base_offset: int, target: int) -> int:
-    """Position of the largest offset-index entry <= target (0 when none): OffsetIndex.lookup."""
-    low, high, found = 0, entries - 1, 0
+def _offset_index_lookup(entries: list[OffsetIndexEntry], base_offset: int, target: int) -> int:
+    """Position of the largest offset-index entry <= target (0 when none): OffsetIndex.lookup.
+
+    The binary search the storage engine's lookup does, probe for probe, so that a corrupt
+    (unsorted) index is reported the same way on every run.
+    """
+    low, high, found = 0, len(entries) - 1, 0
     while low <= high:
         mid = (low + high) // 2
-        relative, position = _OFFSET_INDEX_ENTRY.unpack_from(data, mid * 8)
+        relative, position = entries[mid]
         if base_offset + relative <= target:
             found, low = position, mid + 1
         else:
@@ -458,9 +478,8 @@ def _max_record_timestamp(log: memoryview | bytes, header: BatchHeader) -> int:
 
 
 def _dump_txn_index(path: Path, out: TextIO) -> None:
-    data = path.read_bytes()
-    for slot in range(len(data) // _TXN_INDEX_ENTRY.size):
-        version, producer_id, first, last, lso = _TXN_INDEX_ENTRY.unpack_from(data, slot * 34)
+    # Versions are printed as stored, not checked: a dump shows what is there.
+    for version, producer_id, first, last, lso in unpack_txn_index(path.read_bytes()):
         print(
             f"version: {version} producerId: {producer_id} firstOffset: {first} "
             f"lastOffset: {last} lastStableOffset: {lso}",
@@ -469,29 +488,22 @@ def _dump_txn_index(path: Path, out: TextIO) -> None:
 
 
 def _dump_snapshot(path: Path, problems: _Problems, out: TextIO, err: TextIO) -> None:
-    data = path.read_bytes()
-    if len(data) < _SNAPSHOT_HEADER.size:
-        print(f"{path}: producer snapshot is truncated ({len(data)} bytes)", file=err)
+    try:
+        # The CRC is not checked: a dump shows what is there, as it always has.
+        snapshot = unpack_producer_snapshot(path.read_bytes(), verify_crc=False)
+    except CorruptSnapshotError as exc:
+        print(f"{path}: {exc}", file=err)
         problems.failures += 1
         return
-    _, _, count = _SNAPSHOT_HEADER.unpack_from(data, 0)
-    needed = _SNAPSHOT_HEADER.size + count * _SNAPSHOT_ENTRY.size
-    if count < 0 or needed > len(data):
-        print(f"{path}: producer snapshot declares {count} entries but holds "
-              f"{len(data)} bytes", file=err)
-        problems.failures += 1
-        return
-    for slot in range(count):
-        (pid, epoch, last_seq, last_offset, offset_delta, timestamp, coordinator_epoch,
-         txn_first) = _SNAPSHOT_ENTRY.unpack_from(
-            data, _SNAPSHOT_HEADER.size + slot * _SNAPSHOT_ENTRY.size
-        )
+    for entry in snapshot.entries:
+        last_seq, offset_delta, timestamp = entry.last_sequence, entry.offset_delta, entry.timestamp
         first_seq = last_seq - offset_delta if last_seq >= 0 else -1
         print(
-            f"producerId: {pid} producerEpoch: {epoch} coordinatorEpoch: {coordinator_epoch} "
-            f"currentTxnFirstOffset: {txn_first} lastTimestamp: {timestamp} "
-            f"firstSequence: {first_seq} lastSequence: {last_seq} lastOffset: {last_offset} "
-            f"offsetDelta: {offset_delta} timestamp: {timestamp}",
+            f"producerId: {entry.producer_id} producerEpoch: {entry.producer_epoch} "
+            f"coordinatorEpoch: {entry.coordinator_epoch} "
+            f"currentTxnFirstOffset: {entry.current_txn_first_offset} lastTimestamp: {timestamp} "
+            f"firstSequence: {first_seq} lastSequence: {last_seq} "
+            f"lastOffset: {entry.last_offset} offsetDelta: {offset_delta} timestamp: {timestamp}",
             file=out,
         )
 
@@ -510,15 +522,15 @@ def dump_files(
         print(f"Dumping {path}", file=out)
         suffix = path.suffix
         try:
-            if suffix == ".log":
+            if suffix == LOG_FILE_SUFFIX:
                 _dump_log(path, opts, problems, out, err)
-            elif suffix == ".index":
+            elif suffix == INDEX_FILE_SUFFIX:
                 _dump_index(path, opts, problems, out)
-            elif suffix == ".timeindex":
+            elif suffix == TIME_INDEX_FILE_SUFFIX:
                 _dump_time_index(path, opts, problems, out)
-            elif suffix == ".txnindex":
+            elif suffix == TXN_INDEX_FILE_SUFFIX:
                 _dump_txn_index(path, out)
-            elif suffix == ".snapshot":
+            elif suffix == SNAPSHOT_FILE_SUFFIX:
                 _dump_snapshot(path, problems, out, err)
             else:
                 print(f"Ignoring unknown file {path}", file=err)

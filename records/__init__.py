@@ -1,6 +1,6 @@
 """stratalog.records: the sans-IO codec of Kafka's RecordBatch v2 (magic 2) format.
 
-Bytes in, values out, errors from one small tree; no files, sockets or event loops. The server
+Bytes in, values out, errors from :mod:`.errors`; no files, sockets or event loops. The server
 and the client share it, as Kafka's broker and clients share ``common.record``.
 
 * :mod:`.batch`: the 61-byte batch header, validation, in-place patches (offset, append time).
@@ -11,7 +11,11 @@ and the client share it, as Kafka's broker and clients share ``common.record``.
   object per record), :func:`iter_records`, :func:`iter_batches`,
   :func:`summarize_records`.
 * :mod:`.control`: transaction markers and other control records.
-* :mod:`.errors`: ``RecordError`` > ``CorruptRecordError``, ``InvalidRecordError`` > ...
+* :mod:`.log_layout`: everything on disk around the batches: segment file and partition directory
+  names, index entries, the producer snapshot, the offset checkpoint text (import the module;
+  its names are not re-exported here).
+* :mod:`.errors`: ``RecordError`` > ``CorruptRecordError``, ``InvalidRecordError`` > ...;
+  ``LayoutError`` > ... for :mod:`.log_layout`.
 """
 
 from __future__ import annotations

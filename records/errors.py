@@ -1,9 +1,13 @@
-"""The error tree of ``stratalog.records``.
+"""The error trees of ``stratalog.records``.
 
-Every error raised while decoding or validating untrusted bytes is a :class:`RecordError`.
-Messages name the problem with positions and byte counts, so that a client or an operator can
-tell *where* a batch is broken, not only that it is. Programmer errors (calling an API with the
-wrong types) are ``TypeError``/``ValueError``/``AssertionError`` as usual, not part of this tree.
+Every error raised while decoding or validating the untrusted bytes of a record batch is a
+:class:`RecordError`; every error raised while parsing the names and small files around the
+batches (:mod:`stratalog.records.log_layout`) is a :class:`LayoutError`. Messages name the problem
+with positions, lines and byte counts, so that a client or an operator can tell *where* input is
+broken, not only that it is; they never name a file path, which only the caller that opened the
+file knows (the storage engine wraps these errors in its own, adding the path). Programmer errors
+(calling an API with the wrong types) are ``TypeError``/``ValueError``/``AssertionError`` as
+usual, not part of these trees.
 
     RecordError
     ├── CorruptRecordError        bytes do not form a valid batch: CRC mismatch, truncated input,
@@ -12,13 +16,32 @@ wrong types) are ``TypeError``/``ValueError``/``AssertionError`` as usual, not p
         │                         non-zero client base offset, bad record counts (InvalidRecordException)
         ├── UnsupportedCompressionError   codec id 5-7
         └── RecordTooLargeError           a batch over a size limit (RecordTooLargeException)
+
+    LayoutError                   a name or a metadata file of a log directory that does not parse
+    ├── InvalidFileNameError      not <offset>.<suffix> (also a ValueError, as Kafka's
+    │                             NumberFormatException)
+    ├── InvalidTopicNameError     a topic name, partition or partition directory name not allowed
+    ├── CorruptIndexEntryError    an index entry that cannot be read (a .txnindex version above 0)
+    ├── CorruptSnapshotError      a producer snapshot that does not parse (Kafka's
+    │                             CorruptSnapshotException)
+    └── CorruptOffsetCheckpointError  offset checkpoint text not in Kafka's format (names the line)
+
+The two trees are separate because their faults are: a bad batch comes from a client (or is
+damage in a segment), a bad name or checkpoint is damage in a log directory, which no client
+request can cause.
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "CorruptIndexEntryError",
+    "CorruptOffsetCheckpointError",
     "CorruptRecordError",
+    "CorruptSnapshotError",
+    "InvalidFileNameError",
     "InvalidRecordError",
+    "InvalidTopicNameError",
+    "LayoutError",
     "RecordError",
     "RecordTooLargeError",
     "UnsupportedCompressionError",
@@ -43,3 +66,39 @@ class UnsupportedCompressionError(InvalidRecordError):
 
 class RecordTooLargeError(InvalidRecordError):
     """A batch (or an append) is larger than the configured limit."""
+
+
+class LayoutError(Exception):
+    """Base of every error :mod:`stratalog.records.log_layout` raises for names and bytes."""
+
+
+class InvalidFileNameError(LayoutError, ValueError):
+    """A file name that does not start with a decimal offset followed by a dot."""
+
+
+class InvalidTopicNameError(LayoutError):
+    """A topic name, partition number or partition directory name that is not allowed."""
+
+
+class CorruptIndexEntryError(LayoutError):
+    """An index entry that cannot be read; ``version`` is the version byte found."""
+
+    def __init__(self, message: str, *, version: int) -> None:
+        super().__init__(message)
+        self.version = version
+
+
+class CorruptSnapshotError(LayoutError):
+    """A producer snapshot that is truncated, inconsistent or fails its CRC."""
+
+
+class CorruptOffsetCheckpointError(LayoutError):
+    """Offset checkpoint text that Kafka would refuse to read.
+
+    ``line_number`` is the 1-based line at fault, or ``None`` when the fault is not one line
+    (bytes that are not UTF-8, an entry count that does not match the entries).
+    """
+
+    def __init__(self, message: str, *, line_number: int | None = None) -> None:
+        super().__init__(message)
+        self.line_number = line_number

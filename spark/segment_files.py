@@ -12,16 +12,18 @@ copies, a directory too big for one server to stream). The layout read is Kafka'
             ...
 
 ``path`` may be such a log directory or one partition directory. Directories that are not
-partitions (``events-0.<id>-delete`` of a deleted topic, ``-future`` moves, anything else) and
-files that are not live segments (``.log.deleted``, ``.log.swap``, ``.log.cleaned``, indexes)
-are ignored. Segment ``i`` holds offsets ``[base_i, base_(i+1))``, so the planner knows every
+live partitions (``events-0.<id>-delete`` of a deleted topic, ``-future`` moves, anything else)
+and files that are not live segments (``.log.deleted``, ``.log.swap``, ``.log.cleaned``, indexes)
+are ignored. The names, and the checkpoint text, are read by :mod:`stratalog.records.log_layout`,
+the definitions the server writes them with, so both accept and refuse the same directories. Segment ``i`` holds offsets ``[base_i, base_(i+1))``, so the planner knows every
 task's range from the file names alone; the indexes are not needed (a task scans batch
 headers up to its start, which costs about a microsecond per batch).
 
 The log start offset is the first segment's base offset, raised by the log directory's
 ``log-start-offset-checkpoint`` when it names the partition (records below it were deleted by
 DeleteRecords and are not readable, as on the server; the server writes that file
-periodically, so a very recent DeleteRecords may not be in it yet).
+periodically, so a very recent DeleteRecords may not be in it yet). A checkpoint that does not
+parse is ignored with a warning, as the server ignores it at startup.
 
 The last segment may be the active one, still being written: a partial batch at its end ends
 the read. A partial batch anywhere else is corruption and fails the task, naming the file.
@@ -32,7 +34,6 @@ from __future__ import annotations
 import logging
 import mmap
 import os
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -41,6 +42,22 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from stratalog.client import TopicPartition
+from stratalog.records.errors import (
+    CorruptOffsetCheckpointError,
+    InvalidFileNameError,
+    InvalidTopicNameError,
+)
+from stratalog.records.log_layout import (
+    LOG_FILE_SUFFIX,
+    LOG_START_OFFSET_CHECKPOINT_FILE,
+    PartitionDirKind,
+    is_log_file,
+    offset_from_file_name,
+    parse_offset_checkpoint,
+    parse_partition_dir_name,
+    partition_dir_kind,
+    segment_file_name,
+)
 
 from .columns import RecordColumns
 from .errors import OptionError, report_data_loss
@@ -57,9 +74,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_PARTITION_DIR = re.compile(r"^(?P<topic>[a-zA-Z0-9._-]+)-(?P<partition>[0-9]{1,10})$")
-_SEGMENT_FILE = re.compile(r"^(?P<base>[0-9]{20})\.log$")
-_LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 #: Records per Arrow batch yielded by a segment task.
 ARROW_BATCH_RECORDS = 65_536
 
@@ -73,38 +87,49 @@ class PartitionFiles(NamedTuple):
     log_start_offset: int
 
 
+def _live_partition(name: str) -> TopicPartition | None:
+    """The partition a directory name stands for, or None if it is not a live partition's."""
+    try:
+        if partition_dir_kind(name) is not PartitionDirKind.LIVE:
+            return None
+        return TopicPartition(*parse_partition_dir_name(name))
+    except InvalidTopicNameError:
+        return None
+
+
 def _segments(directory: Path) -> list[tuple[int, str]]:
+    """The live segments of a partition directory: files named as the server names them."""
     found = []
     for entry in os.scandir(directory):
-        match = _SEGMENT_FILE.match(entry.name)
-        if match and entry.is_file():
-            found.append((int(match.group("base")), entry.path))
+        if not is_log_file(entry.name):
+            continue  # indexes, snapshots, .log.deleted/.swap/.cleaned
+        try:
+            base_offset = offset_from_file_name(entry.name)
+        except InvalidFileNameError:
+            continue  # e.g. a copy named "backup.log"
+        # Only the 20-digit names segments have: "5.log" parses, but no segment is named so.
+        if entry.name == segment_file_name(base_offset, LOG_FILE_SUFFIX) and entry.is_file():
+            found.append((base_offset, entry.path))
     return sorted(found)
 
 
 def _read_log_start_checkpoint(log_dir: Path) -> dict[TopicPartition, int]:
     """The log directory's log start offsets; empty (with a warning) if unreadable."""
-    path = log_dir / _LOG_START_OFFSET_CHECKPOINT
+    path = log_dir / LOG_START_OFFSET_CHECKPOINT_FILE
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        data = path.read_bytes()
     except FileNotFoundError:
         return {}
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
         logger.warning("cannot read %s (%s); log start offsets from segment names only",
                        path, exc)
         return {}
-    out: dict[TopicPartition, int] = {}
     try:
-        if lines[0].strip() != "0":
-            raise ValueError(f"version {lines[0].strip()!r}, expected 0")
-        count = int(lines[1])
-        for line in lines[2 : 2 + count]:
-            topic, partition, offset = line.split()
-            out[TopicPartition(topic, int(partition))] = int(offset)
-    except (IndexError, ValueError) as exc:
+        entries = parse_offset_checkpoint(data)
+    except CorruptOffsetCheckpointError as exc:
         logger.warning("malformed %s (%s); log start offsets from segment names only", path, exc)
         return {}
-    return out
+    return {TopicPartition(*topic_partition): offset for topic_partition, offset in entries.items()}
 
 
 def find_partitions(
@@ -120,15 +145,15 @@ def find_partitions(
     root = Path(path)
     if not root.is_dir():
         raise OptionError("path", f"{path!r} is not a directory")
-    match = _PARTITION_DIR.match(root.name)
-    if match and _segments(root):
-        candidates = [(root, match)]
+    root_partition = _live_partition(root.name)
+    if root_partition is not None and _segments(root):
+        candidates = [(root, root_partition)]
         checkpoint = _read_log_start_checkpoint(root.parent)
     else:
         candidates = [
-            (Path(entry.path), m)
+            (Path(entry.path), tp)
             for entry in os.scandir(root)
-            if entry.is_dir() and (m := _PARTITION_DIR.match(entry.name))
+            if entry.is_dir() and (tp := _live_partition(entry.name)) is not None
         ]
         checkpoint = _read_log_start_checkpoint(root)
     if not candidates:
@@ -137,8 +162,7 @@ def find_partitions(
             "segment files) and is not one"
         )
     found: dict[TopicPartition, PartitionFiles] = {}
-    for directory, m in candidates:
-        tp = TopicPartition(m.group("topic"), int(m.group("partition")))
+    for directory, tp in candidates:
         if subscription is not None and not subscription.matches(tp.topic):
             continue
         segments = _segments(directory)

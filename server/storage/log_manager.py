@@ -27,20 +27,22 @@ import contextlib
 import logging
 import os
 import shutil
-import struct
 import threading
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .checkpoints import (
+from stratalog.records.log_layout import (
     LOG_START_OFFSET_CHECKPOINT_FILE,
     RECOVERY_POINT_CHECKPOINT_FILE,
-    OffsetCheckpointFile,
+    TIME_INDEX_ENTRY,
+    TIME_INDEX_TIMESTAMP,
 )
+
+from .checkpoints import OffsetCheckpointFile
 from .clean_shutdown import consume_marker, write_marker
+from .clock import wall_clock_ms
 from .config import TOPIC_CONFIG_NAMES, LogConfig
 from .dir_lock import LogDirLock
 from .durable import fsync_directory
@@ -59,7 +61,6 @@ from .log_defaults import ServerLogSettings, parse_server_defaults
 from .meta_properties import MetaProperties, read_meta_properties, write_meta_properties
 from .partition_log import PartitionLog
 from .segment import Segment
-from .time_index import TimeIndex
 from .topic_catalog import (
     STATE_DELETING,
     TopicCatalog,
@@ -88,9 +89,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
-
-# A time index entry starts with its timestamp, an int64 (time_index.py has the layout).
-_TIME_INDEX_TIMESTAMP = struct.Struct(">q")
 
 # How often the embedded background thread runs a maintenance pass; each job keeps its own
 # (longer) interval, so this is only the resolution of their schedules.
@@ -138,10 +136,6 @@ class MaintenanceReport:
     deleted_dirs_removed: int = 0
     more_work: bool = False
     errors: list[str] = field(default_factory=list)
-
-
-def _wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @dataclass
@@ -254,7 +248,7 @@ class LogManager:
         if not paths:
             raise InvalidConfigError("at least one log directory is needed")
         default_config, settings = parse_server_defaults(defaults)
-        clock = time_ms if time_ms is not None else _wall_clock_ms
+        clock = time_ms if time_ms is not None else wall_clock_ms
         resolved: list[Path] = []
         for path in paths:
             try:
@@ -1074,7 +1068,7 @@ def _segment_max_timestamp(segment: Segment, is_active: bool) -> int:
     """
     if is_active or segment.indexes_loaded[1]:
         return segment.max_timestamp_so_far
-    entry_size = TimeIndex.ENTRY_SIZE
+    entry_size = TIME_INDEX_ENTRY.size
     try:
         fd = os.open(segment.time_index_path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
@@ -1085,8 +1079,8 @@ def _segment_max_timestamp(segment: Segment, is_active: bool) -> int:
             return -1
         if size % entry_size:
             return segment.max_timestamp_so_far
-        (timestamp,) = _TIME_INDEX_TIMESTAMP.unpack(os.pread(fd, 8, size - entry_size))
-        return max(timestamp, -1)
+        last_entry = os.pread(fd, entry_size, size - entry_size)
+        return max(TIME_INDEX_TIMESTAMP.read(last_entry), -1)
     except OSError:
         return segment.max_timestamp_so_far
     finally:

@@ -13,15 +13,21 @@ Byte layout: entries of 8 bytes, big-endian, no header, no checksum (Kafka's ``O
 
     base offset 100, entry (offset 105, position 4096) -> 00000005 00001000
 
-Entries are strictly increasing in offset (and, as written by a segment, in position).
+Entries are strictly increasing in offset (and, as written by a segment, in position). The layout
+is defined once, in :mod:`stratalog.records.log_layout` (§3), which ``dump-log`` reads it with.
 """
 
 from __future__ import annotations
 
 import mmap
-import struct
 from pathlib import Path
 from typing import NamedTuple
+
+from stratalog.records.log_layout import (
+    OFFSET_INDEX_ENTRY,
+    OFFSET_INDEX_POSITION,
+    OFFSET_INDEX_RELATIVE_OFFSET,
+)
 
 from .errors import CorruptIndexError, IndexFullError, InvalidOffsetError
 from .index import INT32_MAX, Column, Index
@@ -30,14 +36,14 @@ __all__ = ["DEFAULT_MAX_INDEX_SIZE_BYTES", "OffsetIndex", "OffsetPosition"]
 
 DEFAULT_MAX_INDEX_SIZE_BYTES = 10 * 1024 * 1024  # segment.index.bytes
 
-_ENTRY = struct.Struct(
-    ">"
-    "i"  # relative_offset
-    "i"  # position
-)
-_INT32 = struct.Struct(">i")
-_OFFSET_COLUMN = Column(_INT32, 0, relative=True)
-_POSITION_COLUMN = Column(_INT32, 4, relative=False)
+_ENTRY = OFFSET_INDEX_ENTRY
+_ENTRY_SIZE = OFFSET_INDEX_ENTRY.size
+_OFFSET_COLUMN = Column(*OFFSET_INDEX_RELATIVE_OFFSET, relative=True)
+_POSITION_COLUMN = Column(*OFFSET_INDEX_POSITION, relative=False)
+# The single-field reads of the lookup path, bound once.
+_unpack_relative_offset = OFFSET_INDEX_RELATIVE_OFFSET.fmt.unpack_from
+_unpack_position = OFFSET_INDEX_POSITION.fmt.unpack_from
+_POSITION_FIELD_OFFSET = OFFSET_INDEX_POSITION.field_offset
 
 
 class OffsetPosition(NamedTuple):
@@ -251,23 +257,23 @@ class OffsetIndex(Index):
         return self._read_slot(n - 1, self._read_offset)
 
     def _read_offset(self, mm: mmap.mmap, slot: int) -> int:
-        return self._base_offset + _INT32.unpack_from(mm, slot * 8)[0]
+        return self._base_offset + _unpack_relative_offset(mm, slot * _ENTRY_SIZE)[0]
 
     def _slot_and_offset(self, mm: mmap.mmap, slot: int) -> tuple[int, int]:
         return slot, self._read_offset(mm, slot)
 
     def _floor_and_next(self, mm: mmap.mmap, slot: int) -> tuple[int, int, int]:
         # Under the remap lock (a parser): slots below `entries` are whole and mapped.
-        relative, position = _ENTRY.unpack_from(mm, slot * 8)
+        relative, position = _ENTRY.unpack_from(mm, slot * _ENTRY_SIZE)
         following = -1
         if slot + 1 < self._entries:
-            following = _INT32.unpack_from(mm, slot * 8 + 12)[0]
+            following = _read_position(mm, slot + 1)
         return self._base_offset + relative, position, following
 
     def _parse(self, mm: mmap.mmap, slot: int) -> OffsetPosition:
-        relative, position = _ENTRY.unpack_from(mm, slot * 8)
+        relative, position = _ENTRY.unpack_from(mm, slot * _ENTRY_SIZE)
         return OffsetPosition(self._base_offset + relative, position)
 
 
 def _read_position(mm: mmap.mmap, slot: int) -> int:
-    return _INT32.unpack_from(mm, slot * 8 + 4)[0]
+    return _unpack_position(mm, slot * _ENTRY_SIZE + _POSITION_FIELD_OFFSET)[0]

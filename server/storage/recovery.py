@@ -34,9 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .config import LogConfig
-from .errors import CorruptIndexError, InvalidOffsetError, StorageIOError
-from .files import (
+from stratalog.records.log_layout import (
     CLEANED_FILE_SUFFIX,
     DELETED_FILE_SUFFIX,
     INDEX_FILE_SUFFIX,
@@ -45,8 +43,11 @@ from .files import (
     TIME_INDEX_FILE_SUFFIX,
     TXN_INDEX_FILE_SUFFIX,
     is_index_file,
-    offset_from_file_name,
 )
+
+from .config import LogConfig
+from .errors import CorruptIndexError, InvalidOffsetError, StorageIOError
+from .files import offset_from_file_name
 from .segment import Segment
 from .segments import Segments
 

@@ -18,16 +18,21 @@ Byte layout: entries of 12 bytes, big-endian, no header, no checksum (Kafka's ``
 Timestamps strictly increase; offsets never decrease. The default 10485760-byte file is
 preallocated to 10485756 bytes (873,813 entries), and the index counts as full one entry early
 (``entries >= max_entries - 1``): the last slot is kept for the entry written at roll or close.
+The layout is defined once, in :mod:`stratalog.records.log_layout` (§4).
 """
 
 from __future__ import annotations
 
 import mmap
-import struct
 from pathlib import Path
 from typing import NamedTuple
 
 from stratalog.records.batch import NO_TIMESTAMP
+from stratalog.records.log_layout import (
+    TIME_INDEX_ENTRY,
+    TIME_INDEX_RELATIVE_OFFSET,
+    TIME_INDEX_TIMESTAMP,
+)
 
 from .errors import CorruptIndexError, IndexFullError, InvalidOffsetError, InvalidTimestampError
 from .index import Column, Index
@@ -36,15 +41,10 @@ __all__ = ["DEFAULT_MAX_INDEX_SIZE_BYTES", "TimeIndex", "TimestampOffset"]
 
 DEFAULT_MAX_INDEX_SIZE_BYTES = 10 * 1024 * 1024  # segment.index.bytes
 
-_ENTRY = struct.Struct(
-    ">"
-    "q"  # timestamp
-    "i"  # relative_offset
-)
-_TIMESTAMP = struct.Struct(">q")
-_RELATIVE_OFFSET = struct.Struct(">i")
-_TIMESTAMP_COLUMN = Column(_TIMESTAMP, 0, relative=False)
-_OFFSET_COLUMN = Column(_RELATIVE_OFFSET, 8, relative=True)
+_ENTRY = TIME_INDEX_ENTRY
+_ENTRY_SIZE = TIME_INDEX_ENTRY.size
+_TIMESTAMP_COLUMN = Column(*TIME_INDEX_TIMESTAMP, relative=False)
+_OFFSET_COLUMN = Column(*TIME_INDEX_RELATIVE_OFFSET, relative=True)
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
 
@@ -263,12 +263,12 @@ class TimeIndex(Index):
         return self._read_slot(n - 1, self._parse)
 
     def _parse(self, mm: mmap.mmap, slot: int) -> TimestampOffset:
-        timestamp, relative = _ENTRY.unpack_from(mm, slot * 12)
+        timestamp, relative = _ENTRY.unpack_from(mm, slot * _ENTRY_SIZE)
         return TimestampOffset(timestamp, self._base_offset + relative)
 
 
 def _read_timestamp(mm: mmap.mmap, slot: int) -> int:
-    return _TIMESTAMP.unpack_from(mm, slot * 12)[0]
+    return TIME_INDEX_TIMESTAMP.read(mm, slot * _ENTRY_SIZE)
 
 
 def _slot_of(mm: mmap.mmap, slot: int) -> int:

@@ -1,33 +1,36 @@
-"""Topic names and the partition directory names made from them.
+"""Topic names and partition directory names, with the storage engine's error type.
 
 Every partition lives in a directory named ``<topic>-<partition>`` inside a log directory, so a
-topic name typed by a user becomes a path component. The rules below (Kafka's ``Topic.validate``
-and ``LocalLog``'s directory names) are what keeps that input inside the data directories: only
-ASCII letters, digits, ``.``, ``_`` and ``-``, never ``.`` or ``..`` on their own, at most 249
-characters. No ``/``, no NUL, no non-ASCII look-alikes, nothing a file system treats specially.
-
-Directory names, as Kafka writes them (``LocalLog.scala``)::
-
-    <topic>-<partition>                         a live partition, e.g. "orders-0"
-    <topic>-<partition>.<32 hex>-delete         renamed for deletion, removed in the background
-    <topic>-<partition>.<32 hex>-future         target of a move between log directories
-    <topic>-<partition>.<32 hex>-stray          a replica the cluster no longer assigns here
-
-The ``<32 hex>`` part is a random UUID without dashes, so deleting a topic twice never collides.
-``-delete`` and ``-stray`` names are capped at 255 characters (a file name's limit on Linux) by
-truncating the topic: they are only ever removed, never parsed back into a live partition.
-Parsing splits at the LAST ``-``, because topics may contain ``-`` but partitions cannot.
-
-Where stratalog is stricter than Kafka, it is so that one partition has exactly one name: a
-partition in a directory name must be canonical decimal (``7``, not ``+7`` or ``007``, which
-Java's ``Integer.parseInt`` accepts), and the topic part must be a valid topic name.
+topic name typed by a user becomes a path component. The rules that keep that input inside the
+data directories (Kafka's ``Topic.validate``), the four directory name forms (``LocalLog``) and
+their parser are defined once in :mod:`stratalog.records.log_layout` (§2), which the Spark file
+reader uses too. This module gives them to the engine and the server with the engine's error,
+:class:`~.errors.InvalidTopicError` (which ``server/status.py`` maps to ``INVALID_TOPIC``), and
+adds what is the engine's own: the random id of a deleted directory, and Kafka's rule that two
+topic names may not differ only in ``.`` versus ``_``.
 """
 
 from __future__ import annotations
 
-import enum
-import re
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from stratalog.records import log_layout
+from stratalog.records.errors import InvalidTopicNameError
+from stratalog.records.log_layout import (
+    DELETE_DIR_SUFFIX,
+    DIR_NAME_LENGTH_MAX,
+    FUTURE_DIR_SUFFIX,
+    PARTITION_MAX,
+    STRAY_DIR_SUFFIX,
+    TOPIC_NAME_LENGTH_MAX,
+    PartitionDirKind,
+    is_deleted_dir_name,
+    is_future_dir_name,
+    is_stray_dir_name,
+    is_valid_topic_name,
+)
 
 from .errors import InvalidTopicError
 
@@ -52,62 +55,14 @@ __all__ = [
     "validate_topic_name",
 ]
 
-# Kafka's Topic.MAX_NAME_LENGTH: 249 leaves room for "-" and a 5-digit partition within 255.
-TOPIC_NAME_LENGTH_MAX = 249
-# NAME_MAX of Linux file systems (ext4, xfs, btrfs): the longest single path component.
-DIR_NAME_LENGTH_MAX = 255
-# Partitions are Java ints in Kafka: 0 .. 2^31 - 1.
-PARTITION_MAX = 2**31 - 1
 
-DELETE_DIR_SUFFIX = "-delete"
-FUTURE_DIR_SUFFIX = "-future"
-STRAY_DIR_SUFFIX = "-stray"
-
-_LEGAL_TOPIC_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
-# Canonical decimal: "0", or digits without a leading zero. ASCII only (re.ASCII), so that no
-# Unicode digit such as "٣" passes as a partition.
-_PARTITION_RE = re.compile(r"0|[1-9][0-9]*", re.ASCII)
-# Kafka's DeleteDirPattern and friends: ^(\S+)-(\S+)\.(\S+)-delete$ (Java's \S is ASCII-only).
-_SPECIAL_DIR_RES = {
-    suffix: re.compile(r"(\S+)-(\S+)\.(\S+)" + re.escape(suffix), re.ASCII)
-    for suffix in (DELETE_DIR_SUFFIX, FUTURE_DIR_SUFFIX, STRAY_DIR_SUFFIX)
-}
-
-
-class PartitionDirKind(enum.Enum):
-    """What a partition directory name says about the directory."""
-
-    LIVE = "live"  # <topic>-<partition>
-    DELETE = "delete"  # pending deletion
-    FUTURE = "future"  # alter-log-dir move target
-    STRAY = "stray"  # no longer assigned here
-
-
-def _describe_char(char: str) -> str:
-    # repr() shows NUL, tabs and look-alikes unambiguously; the code point settles the rest.
-    return f"{char!r} (U+{ord(char):04X})"
-
-
-def _topic_name_problem(name: object) -> str | None:
-    """Why ``name`` is not a valid topic name, or ``None`` if it is (Kafka's order of checks)."""
-    if not isinstance(name, str):
-        return f"a topic name must be a string, not {type(name).__name__}"
-    if name == "":
-        return "the empty string is not allowed"
-    if name in (".", ".."):
-        return f"{name!r} is not allowed (it names a directory, not a topic)"
-    if len(name) > TOPIC_NAME_LENGTH_MAX:
-        return (
-            f"it is {len(name)} characters long, over the limit of {TOPIC_NAME_LENGTH_MAX} "
-            f"(starts with {name[:20]!r})"
-        )
-    for position, char in enumerate(name):
-        if char not in _LEGAL_TOPIC_CHARS:
-            return (
-                f"{name!r} contains {_describe_char(char)} at index {position}; only ASCII "
-                "letters, digits, '.', '_' and '-' are allowed"
-            )
-    return None
+@contextmanager
+def _as_invalid_topic() -> Iterator[None]:
+    """Re-raise the layout's InvalidTopicNameError as the engine's InvalidTopicError."""
+    try:
+        yield
+    except InvalidTopicNameError as exc:
+        raise InvalidTopicError(str(exc)) from exc
 
 
 def validate_topic_name(name: str) -> str:
@@ -119,15 +74,8 @@ def validate_topic_name(name: str) -> str:
         InvalidTopicError: with a message naming the problem: empty, too long (with the length),
             the offending character (with its code point and index), or ``.``/``..``.
     """
-    problem = _topic_name_problem(name)
-    if problem is not None:
-        raise InvalidTopicError(f"Topic name is invalid: {problem}")
-    return name
-
-
-def is_valid_topic_name(name: str) -> bool:
-    """Whether :func:`validate_topic_name` would accept ``name``."""
-    return _topic_name_problem(name) is None
+    with _as_invalid_topic():
+        return log_layout.validate_topic_name(name)
 
 
 def validate_partition(partition: int) -> int:
@@ -136,13 +84,8 @@ def validate_partition(partition: int) -> int:
     Raises:
         InvalidTopicError: not an int (bools are refused too), negative, or above 2^31 - 1.
     """
-    if isinstance(partition, bool) or not isinstance(partition, int):
-        raise InvalidTopicError(
-            f"a partition must be an int, not {type(partition).__name__} {partition!r}"
-        )
-    if not 0 <= partition <= PARTITION_MAX:
-        raise InvalidTopicError(f"partition {partition} is outside 0 .. {PARTITION_MAX}")
-    return partition
+    with _as_invalid_topic():
+        return log_layout.validate_partition(partition)
 
 
 def topic_collision_key(name: str) -> str:
@@ -161,91 +104,36 @@ def partition_dir_name(topic: str, partition: int) -> str:
         InvalidTopicError: an invalid topic or partition, or a name over 255 characters (a
             249-character topic leaves room for partitions up to 99999 only).
     """
-    validate_topic_name(topic)
-    validate_partition(partition)
-    name = f"{topic}-{partition}"
-    if len(name) > DIR_NAME_LENGTH_MAX:
-        raise InvalidTopicError(
-            f"partition directory name for topic {topic[:20]!r}... partition {partition} would be "
-            f"{len(name)} characters, over the file-name limit of {DIR_NAME_LENGTH_MAX}"
-        )
-    return name
+    with _as_invalid_topic():
+        return log_layout.partition_dir_name(topic, partition)
 
 
 def deleted_dir_name(topic: str, partition: int, unique_id: str | None = None) -> str:
     """The name a partition directory is renamed to when it is deleted.
 
     ``<topic>-<partition>.<unique_id>-delete``, where ``unique_id`` defaults to a random UUID
-    as 32 hex digits. Capped at 255 characters by truncating the topic (Kafka's
-    ``logDirNameWithSuffixCappedLength``).
+    as 32 hex digits, so that deleting a topic twice never collides. Capped at 255 characters by
+    truncating the topic (Kafka's ``logDirNameWithSuffixCappedLength``).
 
     Raises:
         InvalidTopicError: an invalid topic or partition, or a ``unique_id`` that is not 1 to 32
             lowercase hex digits.
     """
-    validate_topic_name(topic)
-    validate_partition(partition)
-    if unique_id is None:
-        unique_id = uuid.uuid4().hex
-    elif not re.fullmatch(r"[0-9a-f]{1,32}", unique_id, re.ASCII):
-        raise InvalidTopicError(f"unique id {unique_id!r} is not 1 to 32 lowercase hex digits")
-    full_suffix = f"-{partition}.{unique_id}{DELETE_DIR_SUFFIX}"
-    prefix_length = min(len(topic), DIR_NAME_LENGTH_MAX - len(full_suffix))
-    return topic[:prefix_length] + full_suffix
-
-
-def _special_suffix(name: str) -> str | None:
-    for suffix in _SPECIAL_DIR_RES:
-        if name.endswith(suffix):
-            return suffix
-    return None
-
-
-def _not_a_partition_dir(name: str, why: str) -> InvalidTopicError:
-    return InvalidTopicError(
-        f"directory name {name!r} is not of the form <topic>-<partition> or "
-        f"<topic>-<partition>.<unique id>-delete|-future|-stray: {why}"
-    )
+    with _as_invalid_topic():
+        return log_layout.deleted_dir_name(
+            topic, partition, uuid.uuid4().hex if unique_id is None else unique_id
+        )
 
 
 def parse_partition_dir_name(name: str) -> tuple[str, int]:
     """The (topic, partition) of a partition directory name, in any of its four forms.
 
-    Splits at the last ``-`` of the name (after dropping ``.<unique id>-delete`` and the like),
-    as Kafka's ``LocalLog.parseTopicPartitionName`` does. The topic of a capped ``-delete`` or
-    ``-stray`` name is the truncated topic.
-
     Raises:
-        InvalidTopicError: the name has no ``-``, a special suffix without ``.<unique id>``, an
-            empty or invalid topic, or a partition that is not canonical decimal in
-            0 .. 2^31 - 1 (``+1``, ``01``, ``-1``, ``1.5``, non-ASCII digits).
+        InvalidTopicError: ``name`` is not a partition directory name (see
+            :func:`stratalog.records.log_layout.parse_partition_dir_name` for the rules).
     """
-    if not isinstance(name, str) or name == "":
-        raise _not_a_partition_dir(str(name), "the name is empty")
-    if "-" not in name:
-        raise _not_a_partition_dir(name, "it contains no '-'")
-    suffix = _special_suffix(name)
-    if suffix is not None:
-        if not _SPECIAL_DIR_RES[suffix].fullmatch(name):
-            raise _not_a_partition_dir(name, f"{suffix!r} without '.<unique id>' before it")
-        name_part = name[: name.rindex(".")]
-    else:
-        name_part = name
-    topic, _, partition_text = name_part.rpartition("-")
-    if topic == "" or partition_text == "":
-        raise _not_a_partition_dir(name, "the topic or the partition is empty")
-    if not _PARTITION_RE.fullmatch(partition_text):
-        raise _not_a_partition_dir(
-            name,
-            f"partition {partition_text!r} is not a non-negative decimal without leading zeros",
-        )
-    partition = int(partition_text)
-    if partition > PARTITION_MAX:
-        raise _not_a_partition_dir(name, f"partition {partition} is over {PARTITION_MAX}")
-    problem = _topic_name_problem(topic)
-    if problem is not None:
-        raise _not_a_partition_dir(name, f"topic {topic!r} is invalid: {problem}")
-    return topic, partition
+    with _as_invalid_topic():
+        return log_layout.parse_partition_dir_name(name)
 
 
 def partition_dir_kind(name: str) -> PartitionDirKind:
@@ -254,34 +142,5 @@ def partition_dir_kind(name: str) -> PartitionDirKind:
     Raises:
         InvalidTopicError: ``name`` is not a partition directory name.
     """
-    parse_partition_dir_name(name)
-    suffix = _special_suffix(name)
-    if suffix == DELETE_DIR_SUFFIX:
-        return PartitionDirKind.DELETE
-    if suffix == FUTURE_DIR_SUFFIX:
-        return PartitionDirKind.FUTURE
-    if suffix == STRAY_DIR_SUFFIX:
-        return PartitionDirKind.STRAY
-    return PartitionDirKind.LIVE
-
-
-def _is_kind(name: str, kind: PartitionDirKind) -> bool:
-    try:
-        return partition_dir_kind(name) is kind
-    except InvalidTopicError:
-        return False
-
-
-def is_deleted_dir_name(name: str) -> bool:
-    """Whether ``name`` is a partition directory renamed for deletion (``…-delete``)."""
-    return _is_kind(name, PartitionDirKind.DELETE)
-
-
-def is_future_dir_name(name: str) -> bool:
-    """Whether ``name`` is the target of a move between log directories (``…-future``)."""
-    return _is_kind(name, PartitionDirKind.FUTURE)
-
-
-def is_stray_dir_name(name: str) -> bool:
-    """Whether ``name`` is a stray replica directory (``…-stray``)."""
-    return _is_kind(name, PartitionDirKind.STRAY)
+    with _as_invalid_topic():
+        return log_layout.partition_dir_kind(name)

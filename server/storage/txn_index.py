@@ -23,19 +23,27 @@ exists only once a first entry is appended (Kafka's ``TransactionIndex`` and ``A
         0000 00000000000f01c5 0000000000000089 000000000000012b 00000000000000c8
 
 Entries are appended in strictly increasing ``last_offset`` order. Trailing bytes that do not
-make a whole entry are ignored when reading.
+make a whole entry are ignored when reading. The layout and the version rule are defined once, in
+:mod:`stratalog.records.log_layout` (§5).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import struct
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
+
+from stratalog.records.errors import CorruptIndexEntryError
+from stratalog.records.log_layout import (
+    TXN_INDEX_ENTRY,
+    TXN_INDEX_VERSION,
+    pack_txn_index_entry,
+    unpack_txn_index_entry,
+)
 
 from .errors import CorruptIndexError, InvalidOffsetError, StorageIOError
 
@@ -43,20 +51,9 @@ __all__ = ["ABORTED_TXN_SIZE_BYTES", "AbortedTxn", "TransactionIndex", "TxnIndex
 
 log = logging.getLogger(__name__)
 
-_ENTRY = struct.Struct(
-    ">"
-    "h"  # version
-    "q"  # producer_id
-    "q"  # first_offset
-    "q"  # last_offset
-    "q"  # last_stable_offset
-)
-ABORTED_TXN_SIZE_BYTES = _ENTRY.size  # 34
-_CURRENT_VERSION = 0
+ABORTED_TXN_SIZE_BYTES = TXN_INDEX_ENTRY.size  # 34
 # Entries read per pread while scanning (a bound on the memory a scan holds).
 _READ_CHUNK_ENTRIES = 4096
-_INT64_MIN = -(2**63)
-_INT64_MAX = 2**63 - 1
 
 
 class AbortedTxn(NamedTuple):
@@ -73,10 +70,7 @@ class AbortedTxn(NamedTuple):
         Raises:
             ValueError: a field does not fit an int64.
         """
-        for name, value in zip(self._fields, self, strict=True):
-            if not _INT64_MIN <= value <= _INT64_MAX:
-                raise ValueError(f"aborted transaction field {name}={value} does not fit int64")
-        return _ENTRY.pack(_CURRENT_VERSION, *self)
+        return pack_txn_index_entry(*self)
 
     @classmethod
     def from_bytes(cls, data: bytes | bytearray | memoryview, path: Path | str = "") -> AbortedTxn:
@@ -110,15 +104,14 @@ def _parse_entry(
 ) -> AbortedTxn:
     """Parse the entry at ``start`` of ``buffer``; ``file_position`` (default ``start``) is where
     it lies in the file, for the error message."""
-    # Kafka's AbortedTxn.version() is buffer.get(0): one signed byte of the two-byte field.
-    version_byte = struct.unpack_from(">b", buffer, start)[0]
-    if version_byte > _CURRENT_VERSION:
+    try:
+        _, producer_id, first_offset, last_offset, lso = unpack_txn_index_entry(buffer, start)
+    except CorruptIndexEntryError as exc:
         where = start if file_position is None else file_position
         raise CorruptIndexError(
-            f"unexpected aborted transaction version {version_byte} at byte {where} of "
-            f"transaction index {path}, current version is {_CURRENT_VERSION}"
-        )
-    _, producer_id, first_offset, last_offset, lso = _ENTRY.unpack_from(buffer, start)
+            f"{exc} at byte {where} of transaction index {path}, current version is "
+            f"{TXN_INDEX_VERSION}"
+        ) from exc
     return AbortedTxn(producer_id, first_offset, last_offset, lso)
 
 

@@ -7,12 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from stratalog.client import ProducerRecord
+from stratalog.client import ProducerRecord, TopicPartition
 from stratalog.records import BatchBuilder, CorruptRecordError, iter_batches
 from stratalog.spark import DataLossError, OptionError, read_schema
 from stratalog.spark.options import parse_read_options
 from stratalog.spark.ranges import OffsetRange
-from stratalog.spark.segment_files import SegmentPartition, plan_segments, read_segment
+from stratalog.spark.segment_files import (
+    SegmentPartition,
+    find_partitions,
+    plan_segments,
+    read_segment,
+)
 
 BASE_TS = 1_700_000_000_000
 
@@ -165,3 +170,44 @@ def test_bad_paths_and_file_mode_options(tmp_path):
         parse_read_options({"path": str(tmp_path), "target": "h:1"}, streaming=False)
     with pytest.raises(OptionError, match="option 'path': file mode reads only in batch"):
         parse_read_options({"path": str(tmp_path)}, streaming=True)
+
+
+def test_file_mode_reads_names_and_checkpoints_with_the_servers_definitions():
+    # One parser for the server's names and checkpoint text: the reader imports the very objects
+    # the storage engine reads and writes them with.
+    from stratalog.records import log_layout
+    from stratalog.server.storage import checkpoints, topic_names
+    from stratalog.spark import segment_files
+
+    assert segment_files.parse_offset_checkpoint is log_layout.parse_offset_checkpoint
+    assert checkpoints.parse_offset_checkpoint is log_layout.parse_offset_checkpoint
+    assert segment_files.parse_partition_dir_name is log_layout.parse_partition_dir_name
+    assert topic_names.log_layout is log_layout
+    assert segment_files.offset_from_file_name is log_layout.offset_from_file_name
+
+
+def test_partition_directories_are_those_the_server_loads(tmp_path):
+    for name in ("t-0", "t-1", "t-007", "t-+2", "t-1.0123456789abcdef0123456789abcdef-delete",
+                 "t-3.0123456789abcdef0123456789abcdef-future", "..-4", "t_x-2147483648"):
+        (tmp_path / name).mkdir()
+        _segment(tmp_path / name, 0, 1)
+    (tmp_path / "t-1" / "5.log").write_bytes(b"")  # not a segment name: ignored, as before
+    (tmp_path / "t-1" / "00000000000000000000.log.deleted").write_bytes(b"")
+    found = find_partitions(str(tmp_path), None)
+    # The server's parse_partition_dir_name refuses "007", "+2", "..", 2^31 and the special forms.
+    assert list(found) == [TopicPartition("t", 0), TopicPartition("t", 1)]
+    assert [base for base, _ in found[TopicPartition("t", 1)].segments] == [0]
+
+
+def test_a_checkpoint_kafka_would_refuse_is_ignored_with_a_warning(tmp_path, caplog):
+    directory = tmp_path / "t-0"
+    directory.mkdir()
+    _segment(directory, 0, 5)
+    # Two entries announced, one present: Kafka (and the server at startup) refuse the file.
+    (tmp_path / "log-start-offset-checkpoint").write_text("0\n2\nt 0 3\n")
+    with caplog.at_level("WARNING", logger="stratalog.spark.segment_files"):
+        found = find_partitions(str(tmp_path), None)
+    assert found[TopicPartition("t", 0)].log_start_offset == 0
+    assert "Expected [2] entries, but found [1]" in caplog.text
+    (tmp_path / "log-start-offset-checkpoint").write_text("0\n1\nt 0 3\n")
+    assert find_partitions(str(tmp_path), None)[TopicPartition("t", 0)].log_start_offset == 3

@@ -223,3 +223,64 @@ def test_the_command_runs_as_a_program_and_accepts_kafkas_files_flag(kafka_writt
 @pytest.mark.parametrize("flag", ["--max-bytes", "--max-message-size"])
 def test_negative_limits_are_usage_errors(flag, tmp_path, capsys):
     assert dump(capsys, flag, "-1", str(tmp_path / "00000000000000000000.log"))[0] == 2
+
+
+def test_transaction_index_entries_are_printed_as_stored(tmp_path, capsys):
+    # Spec §1.6's example, then an entry whose version Kafka's reader would refuse (a dump shows
+    # it), then 20 bytes short of an entry (ignored, as by every reader).
+    txn_index = tmp_path / "00000000000000000000.txnindex"
+    txn_index.write_bytes(
+        bytes.fromhex("000000000000000f01c50000000000000089000000000000012b00000000000000c8")
+        + struct.pack(">hqqqq", 1, -1, 2, 3, -4) + bytes(20)
+    )
+    code, out, err = dump(capsys, str(txn_index))
+    assert (code, err) == (0, "")
+    assert out.splitlines() == [
+        f"Dumping {txn_index}",
+        "version: 0 producerId: 983493 firstOffset: 137 lastOffset: 299 lastStableOffset: 200",
+        "version: 1 producerId: -1 firstOffset: 2 lastOffset: 3 lastStableOffset: -4",
+    ]
+
+
+def test_producer_snapshots_are_printed_and_damaged_ones_reported(tmp_path, capsys):
+    # Spec §1.7: int16 version, uint32 crc, int32 count, 46-byte entries. The CRC is not checked.
+    entry = struct.Struct(">qhiqiqiq")
+    snapshot = tmp_path / "00000000000000000100.snapshot"
+    snapshot.write_bytes(
+        struct.pack(">hIi", 1, 12345, 2)
+        + entry.pack(7, 1, 41, 99, 2, 1700000000000, 5, 90)
+        + entry.pack(8, 0, -1, 100, 0, 1700000000001, -1, -1)
+    )
+    truncated = tmp_path / "00000000000000000200.snapshot"
+    truncated.write_bytes(b"\x00\x01\x00")
+    short = tmp_path / "00000000000000000300.snapshot"
+    short.write_bytes(struct.pack(">hIi", 1, 0, 3) + entry.pack(7, 1, 41, 99, 2, 0, 5, 90))
+    code, out, err = dump(capsys, str(snapshot), str(truncated), str(short))
+    assert code == 1
+    assert out.splitlines() == [
+        f"Dumping {snapshot}",
+        "producerId: 7 producerEpoch: 1 coordinatorEpoch: 5 currentTxnFirstOffset: 90 "
+        "lastTimestamp: 1700000000000 firstSequence: 39 lastSequence: 41 lastOffset: 99 "
+        "offsetDelta: 2 timestamp: 1700000000000",
+        "producerId: 8 producerEpoch: 0 coordinatorEpoch: -1 currentTxnFirstOffset: -1 "
+        "lastTimestamp: 1700000000001 firstSequence: -1 lastSequence: -1 lastOffset: 100 "
+        "offsetDelta: 0 timestamp: 1700000000001",
+        f"Dumping {truncated}",
+        f"Dumping {short}",
+    ]
+    assert err.splitlines() == [
+        f"{truncated}: producer snapshot is truncated (3 bytes)",
+        f"{short}: producer snapshot declares 3 entries but holds 56 bytes",
+    ]
+
+
+def test_index_files_of_renamed_copies_take_the_offset_after_the_prefix(tmp_path, capsys):
+    # Kafka's name rule first; the trailing digits of a prefixed copy's stem as a fallback.
+    index = tmp_path / "copy-of-00000000000000000010.index"
+    index.write_bytes(struct.pack(">ii", 3, 0))
+    code, out, _ = dump(capsys, "--index-sanity-check", str(index))
+    assert (code, out.splitlines()[-1]) == (0, f"{index} passed sanity check.")
+    index.write_bytes(struct.pack(">ii", -11, 0))
+    code, out, _ = dump(capsys, "--index-sanity-check", str(index))
+    assert code == 1
+    assert "its last offset -1 is below the base offset 10" in out

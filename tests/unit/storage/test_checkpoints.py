@@ -1,4 +1,8 @@
-"""OffsetCheckpointFile: Kafka's text format both ways, every read error of §1.8, atomic writes."""
+"""OffsetCheckpointFile: Kafka's text format both ways, every read error of §1.8, atomic writes.
+
+The text itself is records.log_layout's (tests/unit/records/test_log_layout.py runs the same
+cases on the parser); here every case goes through the file, whose errors name it.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from stratalog.records.log_layout import OFFSET_CHECKPOINT_VERSION
 from stratalog.server.storage.checkpoints import (
-    CHECKPOINT_VERSION,
     LOG_START_OFFSET_CHECKPOINT_FILE,
     RECOVERY_POINT_CHECKPOINT_FILE,
     OffsetCheckpointFile,
@@ -34,7 +38,7 @@ def checkpoint_with(tmp_path: Path, content: bytes) -> OffsetCheckpointFile:
 def test_file_names_are_kafkas() -> None:
     assert RECOVERY_POINT_CHECKPOINT_FILE == "recovery-point-offset-checkpoint"
     assert LOG_START_OFFSET_CHECKPOINT_FILE == "log-start-offset-checkpoint"
-    assert CHECKPOINT_VERSION == 0
+    assert OFFSET_CHECKPOINT_VERSION == 0
 
 
 def test_reads_kafkas_example(tmp_path: Path) -> None:

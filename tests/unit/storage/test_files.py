@@ -1,4 +1,8 @@
-"""Segment file naming (stratalog.server.storage.files), against LogFileUtils and spec §1.2."""
+"""Segment file paths (stratalog.server.storage.files), against LogFileUtils and spec §1.2.
+
+The names themselves are tested in tests/unit/records/test_log_layout.py; here, the paths built
+from them and the engine's error type for a bad name.
+"""
 
 from __future__ import annotations
 
@@ -8,39 +12,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from stratalog.records import log_layout
 from stratalog.server.storage import files
 from stratalog.server.storage.errors import InvalidSegmentFileNameError, StorageError
 
 LONG_MAX = 2**63 - 1
-
-
-@pytest.mark.parametrize(
-    ("offset", "prefix"),
-    [
-        (0, "00000000000000000000"),
-        (1234, "00000000000000001234"),
-        (LONG_MAX, "09223372036854775807"),
-    ],
-)
-def test_filename_prefix_is_twenty_zero_padded_digits(offset: int, prefix: str) -> None:
-    assert files.filename_prefix_from_offset(offset) == prefix
-
-
-@pytest.mark.parametrize("offset", [-1, LONG_MAX + 1])
-def test_filename_prefix_rejects_offsets_outside_a_java_long(offset: int) -> None:
-    with pytest.raises(ValueError, match=str(offset)):
-        files.filename_prefix_from_offset(offset)
-
-
-def test_suffix_constants_are_kafkas() -> None:
-    assert files.LOG_FILE_SUFFIX == ".log"
-    assert files.INDEX_FILE_SUFFIX == ".index"
-    assert files.TIME_INDEX_FILE_SUFFIX == ".timeindex"
-    assert files.TXN_INDEX_FILE_SUFFIX == ".txnindex"
-    assert files.SNAPSHOT_FILE_SUFFIX == ".snapshot"
-    assert files.DELETED_FILE_SUFFIX == ".deleted"
-    assert files.CLEANED_FILE_SUFFIX == ".cleaned"
-    assert files.SWAP_FILE_SUFFIX == ".swap"
 
 
 def test_segment_file_paths(tmp_path: Path) -> None:
@@ -53,15 +29,15 @@ def test_segment_file_paths(tmp_path: Path) -> None:
 
 def test_temporary_suffixes_go_after_the_normal_suffix(tmp_path: Path) -> None:
     assert (
-        files.log_file(tmp_path, 0, files.DELETED_FILE_SUFFIX).name
+        files.log_file(tmp_path, 0, log_layout.DELETED_FILE_SUFFIX).name
         == "00000000000000000000.log.deleted"
     )
     assert (
-        files.offset_index_file(tmp_path, 100, files.SWAP_FILE_SUFFIX).name
+        files.offset_index_file(tmp_path, 100, log_layout.SWAP_FILE_SUFFIX).name
         == "00000000000000000100.index.swap"
     )
     assert (
-        files.time_index_file(tmp_path, 100, files.CLEANED_FILE_SUFFIX).name
+        files.time_index_file(tmp_path, 100, log_layout.CLEANED_FILE_SUFFIX).name
         == "00000000000000000100.timeindex.cleaned"
     )
     assert (
@@ -121,37 +97,8 @@ def test_offset_from_file_name_rejects_bad_names(name: str) -> None:
     assert repr(name) in str(caught.value)
 
 
-@given(st.integers(min_value=0, max_value=LONG_MAX), st.sampled_from([".log", ".index.swap"]))
-def test_prefix_and_parse_round_trip(offset: int, suffix: str) -> None:
-    name = files.filename_prefix_from_offset(offset) + suffix
-    assert len(name) == 20 + len(suffix)
-    assert files.offset_from_file_name(name) == offset
-
-
-@given(st.lists(st.integers(min_value=0, max_value=LONG_MAX), min_size=2, max_size=20))
-def test_names_sort_like_offsets(offsets: list[int]) -> None:
-    # The reason for the padding: `ls` order is offset order.
-    names = [files.filename_prefix_from_offset(o) for o in offsets]
-    assert [files.offset_from_file_name(n + ".log") for n in sorted(names)] == sorted(offsets)
-
-
-@pytest.mark.parametrize(
-    ("name", "is_log", "is_index"),
-    [
-        ("00000000000000000000.log", True, False),
-        ("00000000000000000000.index", False, True),
-        ("00000000000000000000.timeindex", False, True),
-        ("00000000000000000000.txnindex", False, True),
-        ("00000000000000000000.snapshot", False, False),
-        ("00000000000000000000.log.deleted", False, False),
-        ("00000000000000000000.index.swap", False, False),
-        ("00000000000000000000.timeindex.cleaned", False, False),
-        ("leader-epoch-checkpoint", False, False),
-        ("partition.metadata", False, False),
-    ],
-)
-def test_is_log_file_and_is_index_file(name: str, is_log: bool, is_index: bool) -> None:
-    assert files.is_log_file(name) is is_log
-    assert files.is_index_file(name) is is_index
-    assert files.is_log_file(Path("/d") / name) is is_log
-    assert files.is_index_file(Path("/d") / name) is is_index
+@given(st.integers(min_value=0, max_value=LONG_MAX))
+def test_paths_parse_back_to_their_offset(offset: int) -> None:
+    for make in (files.log_file, files.offset_index_file, files.time_index_file,
+                 files.transaction_index_file, files.producer_snapshot_file):
+        assert files.offset_from_file(make("/d", offset)) == offset
