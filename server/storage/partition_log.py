@@ -39,7 +39,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple, TypeVar
 
@@ -139,11 +139,11 @@ class DeferredAppend:
     still hold. Immutable; holds views of the caller's batches, which must not change.
     """
 
-    record_batches: bytes | bytearray | memoryview
+    record_batches: bytes | bytearray | memoryview = field(repr=False)
     reason: WouldBlock
-    validated: ValidatedAppend | None = None
+    validated: ValidatedAppend | None = field(default=None, repr=False)
     first_offset: int = -1
-    config: LogConfig | None = None
+    config: LogConfig | None = field(default=None, repr=False)
     now_ms: int = -1
 
 
