@@ -3,24 +3,23 @@
 Each RPC method, named exactly as in broker.proto, does three things: check the request's shape
 (the field a bad value came in is named in the error), call the storage engine, and build the
 response message. Storage semantics (validation of batches, offsets, lookups, retention) live
-in the engine; errors become statuses in :mod:`stratalog.server.status`, the one place that
-decides them.
+in the engine; proto <-> records translation (records-form Produce, decoded fetches, topic
+descriptions) in :mod:`stratalog.server.translation`; where a Produce's work runs in
+:mod:`stratalog.server.append_placement`; errors become statuses in
+:mod:`stratalog.server.status`, the one place that decides them, through :func:`_rpc`.
 
 What this module adds is the part only an asyncio server has: coordination between requests on
 the event loop. One :class:`PartitionGate` per partition holds
 
 * the *append lock*: appends (and DeleteRecords) to one partition are serialised with an
-  ``asyncio.Lock``. Where an append runs is decided by :meth:`BrokerService._append_off_loop`:
-  a small one (validation and a page-cache write) runs inline on the loop; one that may fsync
-  (the topic sets ``flush.messages``), or of ``append_inline_max_bytes`` or more, runs in the
-  thread pool while the lock is held; in between (``append_in_executor_min_bytes`` up to
-  ``append_inline_max_bytes``) it runs in the thread pool while the server is serving reads
-  (one in the last ``_READS_RECENT_S``), so that they do not queue behind it, and inline when
-  it is not, because the hop to a thread and back costs more CPU than the append's own
-  page-cache write (docs/server.md, "where appends run"). An fsync asked for by
-  ``flush = true`` runs in the thread pool after the lock is released, so it never stalls the
-  loop or the next append. Reads never take the lock (PartitionLog reads see only whole
-  published batches);
+  ``asyncio.Lock``, held until the append is done wherever it runs. The placement says whether
+  an append is tried inline; an inline one goes through
+  ``PartitionLog.try_append_without_blocking``, and what storage gives back undone (a roll, an
+  fsync for ``flush.messages``, the log's lock held by maintenance) is finished in the thread
+  pool, so the loop never waits on the file system (docs/server.md, "Where appends run"). An
+  fsync asked for by ``flush = true`` runs in the thread pool after the lock is released, so it
+  never stalls the loop or the next append. Reads never take the lock (PartitionLog reads see
+  only whole published batches);
 * the *append signal*: an ``asyncio.Event`` set and replaced after every append. A long poll
   or a Subscribe stream that found nothing to read waits on the event it took *before* reading,
   so an append between its read and its wait is never missed; nothing polls.
@@ -40,67 +39,54 @@ one admin operation at a time.
 from __future__ import annotations
 
 import asyncio
-import bisect
 import contextlib
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 import grpc.aio
 
-from stratalog.records.batch import Compression, TimestampType
-from stratalog.records.builder import BatchBuilder
-from stratalog.records.errors import RecordError
-from stratalog.records.reader import decode_batch_columns
 from stratalog.server import status
+from stratalog.server.append_placement import AppendPlacement
 from stratalog.server.decoding import ProduceRequestView, UndecodableRequest
-from stratalog.server.storage.config import INT64_MAX
 from stratalog.server.storage.errors import (
     InvalidTopicError,
     LogClosedError,
     OffsetOutOfRangeError,
-    StorageError,
 )
-from stratalog.server.storage.topic_names import validate_topic_name
+from stratalog.server.storage.partition_log import AppendInfo
+from stratalog.server.topic_name_memo import ValidTopicNames
+from stratalog.server.translation import (
+    BadRequestError,
+    decode_records_into,
+    encode_records,
+    topic_message,
+)
 from stratalog.v1 import broker_pb2, broker_pb2_grpc
 
 if TYPE_CHECKING:
     from stratalog.server.metrics import ServerMetrics
     from stratalog.server.settings import Settings
-    from stratalog.server.storage.log_manager import LogManager, TopicDescription
+    from stratalog.server.storage.log_manager import LogManager
     from stratalog.server.storage.partition_log import FetchedBatches, PartitionLog
 
-__all__ = ["BadRequestError", "BrokerService", "PartitionGate", "encode_records"]
+__all__ = ["BadRequestError", "BrokerService", "PartitionGate"]
 
 logger = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
-
-# Produce requests with this many decoded records are encoded in the thread pool.
-_ENCODE_IN_EXECUTOR_MIN_RECORDS = 1000
-
-# A read served this recently means readers are active: appends between
-# append_in_executor_min_bytes and append_inline_max_bytes then leave the loop to them.
-_READS_RECENT_S = 0.1
 
 # The lowest special ListOffsets target of broker.proto (-1 latest, -2 earliest, -3 max
 # timestamp); -1 also stands for "no match" in responses.
 _MAX_TIMESTAMP = -3
 _NO_MATCH = -1
 
-# Records' TimestampType (Kafka's attribute bit: 0 CreateTime, 1 LogAppendTime) to the proto's
-# enum, which keeps 0 for "unspecified".
-_PROTO_TIMESTAMP_TYPES = {
-    TimestampType.CREATE_TIME: broker_pb2.CREATE_TIME,
-    TimestampType.LOG_APPEND_TIME: broker_pb2.LOG_APPEND_TIME,
-}
 _FETCH_FORMATS = frozenset(broker_pb2.FetchFormat.values())
 _RECORD_BATCHES = broker_pb2.FETCH_FORMAT_RECORD_BATCHES
-_Header = broker_pb2.Header
 _ISOLATION_LEVELS = frozenset(broker_pb2.IsolationLevel.values())
 
 
@@ -109,42 +95,6 @@ def _wall_clock_ms() -> int:
 
 
 # ------------------------------------------------------------------------ request checks
-
-
-class BadRequestError(Exception):
-    """A request whose shape is wrong: becomes INVALID_ARGUMENT naming ``field``.
-
-    ``reason`` is an ErrorReason sent with INVALID_ARGUMENT (INVALID_REQUEST by default).
-    """
-
-    def __init__(self, field: str, message: str, reason: str = "INVALID_REQUEST") -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.reason = reason
-
-    def to_status(self) -> grpc.Status:
-        return status.invalid_request(str(self), self.reason, {"field": self.field})
-
-
-# Topic names that passed validation: every request names a topic, and most name the same few.
-# Bounded (emptied when full), so that clients sending ever new names cannot grow it; shared by
-# every servicer of the process (validity depends on the name only).
-_valid_topic_names: set[str] = set()
-_VALID_TOPIC_NAMES_MAX = 4096
-
-
-def _topic(name: str, field: str = "topic") -> str:
-    """``name`` if it is a valid topic name; the engine's rules, the servicer's field name."""
-    if name in _valid_topic_names:
-        return name
-    try:
-        validate_topic_name(name)
-    except InvalidTopicError as exc:  # the engine's description of the fault
-        raise BadRequestError(field, str(exc), "INVALID_TOPIC") from None
-    if len(_valid_topic_names) >= _VALID_TOPIC_NAMES_MAX:
-        _valid_topic_names.clear()
-    _valid_topic_names.add(name)
-    return name
 
 
 def _client_out_of_range(
@@ -177,37 +127,6 @@ def _enum(field: str, value: int, allowed: frozenset[int]) -> int:
     if value not in allowed:
         raise BadRequestError(field, f"unknown value {value}; one of {sorted(allowed)}")
     return value
-
-
-def encode_records(
-    records: Sequence[broker_pb2.Record], compression: int, now_ms: int
-) -> bytes:
-    """The Produce ``records`` form as one Kafka v2 batch (base offset 0), as a client would.
-
-    A record without a timestamp gets ``now_ms`` (the server's clock at the append). Raises
-    :class:`BadRequestError` for an unknown codec or a record the format cannot hold.
-    """
-    try:
-        codec = Compression(compression)
-    except ValueError:
-        raise BadRequestError(
-            "compression", f"unknown codec {compression}; one of {[int(c) for c in Compression]}"
-        ) from None
-    builder = BatchBuilder(compression=codec)
-    append = builder.append
-    for index, record in enumerate(records):
-        timestamp = record.timestamp if record.HasField("timestamp") else now_ms
-        key = record.key if record.HasField("key") else None
-        value = record.value if record.HasField("value") else None
-        headers = [
-            (header.key, header.value if header.HasField("value") else None)
-            for header in record.headers
-        ]
-        try:
-            append(timestamp, key, value, headers)
-        except ValueError as exc:
-            raise BadRequestError(f"records[{index}]", str(exc), "INVALID_RECORD") from None
-    return builder.build()
 
 
 # ------------------------------------------------------------------------ per-partition state
@@ -315,10 +234,11 @@ def _code_name(context: grpc.aio.ServicerContext) -> str:
 class BrokerService(broker_pb2_grpc.BrokerServicer):
     """broker.proto's Broker service over one LogManager.
 
-    Holds the LogManager, the settings, the metrics, the executor for blocking calls, one
-    :class:`PartitionGate` per partition that has been produced to or read from (created after
-    the partition was found, so unknown names never create state; dropped when the topic is
-    deleted), and the admin lock.
+    Holds the LogManager, the settings, the metrics, the executor for blocking calls, the
+    :class:`~stratalog.server.append_placement.AppendPlacement` (where a Produce's work runs),
+    the memo of valid topic names, one :class:`PartitionGate` per partition that has been
+    produced to or read from (created after the partition was found, so unknown names never
+    create state; dropped when the topic is deleted), and the admin lock.
 
     Shutdown: :meth:`begin_shutdown` makes waiting long polls answer with what they have and ends
     Subscribe streams with SHUTTING_DOWN (retriable), so that the server's grace period is spent on
@@ -335,38 +255,46 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         executor: Executor,
         *,
         time_ms: Callable[[], int] | None = None,
+        placement: AppendPlacement | None = None,
+        topic_names: ValidTopicNames | None = None,
     ) -> None:
+        """``time_ms`` is the clock records-form Produce stamps records with (default: the
+        wall clock); ``placement`` defaults to the settings' rule, ``topic_names`` to an empty
+        memo of its own."""
         self._log_manager = log_manager
         self._settings = settings
         self._metrics = metrics
         self._executor = executor
         self._time_ms = time_ms if time_ms is not None else _wall_clock_ms
+        self._placement = placement if placement is not None else AppendPlacement(settings)
+        self._topic_names = topic_names if topic_names is not None else ValidTopicNames()
         self._gates: dict[tuple[str, int], PartitionGate] = {}
         self._admin_lock = asyncio.Lock()
         self._shutting_down = False
-        # time.monotonic() of the last read served (fetch, timestamp lookup, list offsets, a
-        # Subscribe message): see _append_off_loop.
-        self._last_read_at = -_READS_RECENT_S
 
     # ---------------------------------------------------------------- plumbing
 
-    def _append_off_loop(self, size_bytes: int, partition_log: PartitionLog) -> bool:
-        """Whether an append of ``size_bytes`` goes to the thread pool (True) or runs inline.
+    def _topic(self, name: str, field: str = "topic") -> str:
+        """``name`` if it is a valid topic name: the engine's rules, the request's field name."""
+        try:
+            return self._topic_names.check(name)
+        except InvalidTopicError as exc:  # the engine's description of the fault
+            raise BadRequestError(field, str(exc), "INVALID_TOPIC") from None
 
-        An inline append holds the loop for its validation and page-cache write (~0.6 ms per
-        MiB); a request that arrives meanwhile waits. The hop to the pool and back costs ~0.4 ms
-        of CPU per request on these VMs (wake-ups and GIL hand-offs): a third more CPU per MiB
-        produced. So the pool takes the appends that would keep reads waiting, and the loop
-        the ones nobody waits behind.
+    async def _append(
+        self, partition_log: PartitionLog, payload: bytes | memoryview
+    ) -> AppendInfo:
+        """Append ``payload`` where the placement says; the caller holds the append lock.
+
+        Tried inline, the append may come back undone from storage (it would roll, fsync or
+        wait for maintenance): the thread pool finishes it, reusing its validation.
         """
-        settings = self._settings
-        if partition_log.config.flush_messages != INT64_MAX:
-            return True  # the append itself may fsync
-        if size_bytes < settings.append_in_executor_min_bytes:
-            return False
-        if size_bytes >= settings.append_inline_max_bytes:
-            return True
-        return time.monotonic() - self._last_read_at < _READS_RECENT_S
+        if self._placement.tries_append_inline(len(payload)):
+            outcome = partition_log.try_append_without_blocking(payload)
+            if type(outcome) is AppendInfo:
+                return outcome
+            return await self._blocking(partition_log.append_deferred, outcome)
+        return await self._blocking(partition_log.append, payload)
 
     async def _blocking(self, function: Callable[..., _T], *args: Any) -> _T:
         """Run a blocking storage call in the executor."""
@@ -488,7 +416,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             matched_offset=matched[0],
             matched_timestamp=matched[1],
         )
-        next_offset, records_out, bytes_out = _decode_into(
+        next_offset, records_out, bytes_out = decode_records_into(
             response.records, data, offset, max_bytes
         )
         response.high_watermark = partition_log.log_end_offset
@@ -503,7 +431,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     async def CreateTopic(
         self, request: broker_pb2.CreateTopicRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.CreateTopicResponse:
-        name = _topic(request.name, "name")
+        name = self._topic(request.name, "name")
         if not 1 <= request.partitions <= self._settings.topic_partitions_max:
             raise BadRequestError(
                 "partitions",
@@ -513,13 +441,13 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         description = await self.admin(
             self._log_manager.create_topic, name, request.partitions, dict(request.configs)
         )
-        return broker_pb2.CreateTopicResponse(topic=_topic_message(description))
+        return broker_pb2.CreateTopicResponse(topic=topic_message(description))
 
     @_rpc()
     async def DeleteTopic(
         self, request: broker_pb2.DeleteTopicRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.DeleteTopicResponse:
-        name = _topic(request.name, "name")
+        name = self._topic(request.name, "name")
         async with self._admin_lock, contextlib.AsyncExitStack() as held:
             # No append may be half-way through a partition while its log closes.
             for key, gate in sorted(self._gates.items()):
@@ -534,21 +462,21 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         self, request: broker_pb2.ListTopicsRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.ListTopicsResponse:
         topics = await self.admin(self._log_manager.list_topics)
-        return broker_pb2.ListTopicsResponse(topics=[_topic_message(t) for t in topics])
+        return broker_pb2.ListTopicsResponse(topics=[topic_message(t) for t in topics])
 
     @_rpc()
     async def DescribeTopic(
         self, request: broker_pb2.DescribeTopicRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.DescribeTopicResponse:
-        name = _topic(request.name, "name")
+        name = self._topic(request.name, "name")
         description = await self.admin(self._log_manager.describe_topic, name)
-        return broker_pb2.DescribeTopicResponse(topic=_topic_message(description))
+        return broker_pb2.DescribeTopicResponse(topic=topic_message(description))
 
     @_rpc()
     async def AlterTopicConfigs(
         self, request: broker_pb2.AlterTopicConfigsRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.AlterTopicConfigsResponse:
-        name = _topic(request.name, "name")
+        name = self._topic(request.name, "name")
         both = set(request.set) & set(request.delete)
         if both:
             raise BadRequestError(
@@ -557,7 +485,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         description = await self.admin(
             self._log_manager.alter_topic_configs, name, dict(request.set), list(request.delete)
         )
-        return broker_pb2.AlterTopicConfigsResponse(topic=_topic_message(description))
+        return broker_pb2.AlterTopicConfigsResponse(topic=topic_message(description))
 
     # ---------------------------------------------------------------- produce
 
@@ -567,7 +495,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     ) -> broker_pb2.ProduceResponse:
         # ``request`` comes from decoding.parse_produce_request: its record_batches is a
         # view of the received message, appended without a copy.
-        topic = _topic(request.topic)
+        topic = self._topic(request.topic)
         partition = _partition(request.partition)
         has_records = len(request.records) > 0
         record_batches = request.record_batches
@@ -581,14 +509,14 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         partition_log, gate = self._log(topic, partition)
         if has_records:
             records = request.records
-            if len(records) >= _ENCODE_IN_EXECUTOR_MIN_RECORDS:
-                # ~1 µs a record, and compression on top: a request of a million small records
-                # (max_request_bytes allows it) would hold the loop for seconds.
-                payload: bytes | memoryview = await self._blocking(
-                    encode_records, records, request.compression, self._time_ms()
+            if self._placement.encodes_inline(len(records)):
+                payload: bytes | memoryview = encode_records(
+                    records, request.compression, self._time_ms()
                 )
             else:
-                payload = encode_records(records, request.compression, self._time_ms())
+                payload = await self._blocking(
+                    encode_records, records, request.compression, self._time_ms()
+                )
         else:
             payload = record_batches
         while True:
@@ -597,11 +525,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                     # The topic was deleted (or recreated) while this request waited: look again.
                     partition_log, gate = self._log(topic, partition)
                     continue
-                if self._append_off_loop(len(payload), partition_log):
-                    # The lock still serialises appends.
-                    info = await self._blocking(partition_log.append, payload)
-                else:
-                    info = partition_log.append(payload)
+                info = await self._append(partition_log, payload)
                 gate.notify()
                 break
         if request.flush:
@@ -621,8 +545,8 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     async def FetchByOffset(
         self, request: broker_pb2.FetchByOffsetRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.FetchResponse:
-        self._last_read_at = time.monotonic()
-        topic = _topic(request.topic)
+        self._placement.read_served()
+        topic = self._topic(request.topic)
         partition = _partition(request.partition)
         max_bytes = self._fetch_max_bytes(request.max_bytes)
         max_wait_ms = min(
@@ -662,8 +586,8 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     async def FetchByTimestamp(
         self, request: broker_pb2.FetchByTimestampRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.FetchResponse:
-        self._last_read_at = time.monotonic()
-        topic = _topic(request.topic)
+        self._placement.read_served()
+        topic = self._topic(request.topic)
         partition = _partition(request.partition)
         timestamp = _non_negative("timestamp", request.timestamp)
         max_bytes = self._fetch_max_bytes(request.max_bytes)
@@ -692,8 +616,8 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     async def ListOffsets(
         self, request: broker_pb2.ListOffsetsRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.ListOffsetsResponse:
-        self._last_read_at = time.monotonic()
-        topic = _topic(request.topic)
+        self._placement.read_served()
+        topic = self._topic(request.topic)
         partition = _partition(request.partition)
         target = request.timestamp
         if target < _MAX_TIMESTAMP:
@@ -712,7 +636,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     async def Subscribe(
         self, request: broker_pb2.SubscribeRequest, context: grpc.aio.ServicerContext
     ) -> None:
-        topic = _topic(request.topic)
+        topic = self._topic(request.topic)
         partition = _partition(request.partition)
         max_bytes = self._fetch_max_bytes(request.max_bytes, self._settings.subscribe_buffer_bytes)
         fetch_format = _enum("format", request.format, _FETCH_FORMATS)
@@ -745,7 +669,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                     )
                     offset = response.next_offset
                     if response.records or response.record_batches:
-                        self._last_read_at = time.monotonic()
+                        self._placement.read_served()
                         # Flow control: returns once gRPC took the message; only then read on.
                         await context.write(response)
                         matched = None  # the match is reported in the first message only
@@ -760,7 +684,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     async def DeleteRecords(
         self, request: broker_pb2.DeleteRecordsRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.DeleteRecordsResponse:
-        topic = _topic(request.topic)
+        topic = self._topic(request.topic)
         partition = _partition(request.partition)
         before_offset = request.before_offset
         if before_offset < -1:
@@ -773,74 +697,3 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 self._log_manager.delete_records, topic, partition, before_offset
             )
         return broker_pb2.DeleteRecordsResponse(log_start_offset=log_start_offset)
-
-
-# ------------------------------------------------------------------------ messages
-
-
-def _topic_message(description: TopicDescription) -> broker_pb2.TopicDescription:
-    return broker_pb2.TopicDescription(
-        name=description.name,
-        configs=dict(description.configs),
-        partitions=[
-            broker_pb2.PartitionDescription(
-                partition=p.partition,
-                log_start_offset=p.log_start_offset,
-                log_end_offset=p.log_end_offset,
-                size_bytes=p.size_bytes,
-                segment_count=p.segment_count,
-                log_dir=str(p.log_dir),
-                max_timestamp=p.max_timestamp,
-            )
-            for p in description.partitions
-        ],
-    )
-
-
-def _decode_into(
-    out: Any, data: bytes, offset: int, max_decoded_bytes: int
-) -> tuple[int, int, int]:
-    """Append the records of ``data`` with offset >= ``offset`` to ``out`` (a repeated Record).
-
-    Control batches (transaction markers) are skipped, as Kafka's consumers skip them. Stops
-    after the batch that took the keys and values added past ``max_decoded_bytes`` (the first
-    batch with records is always whole). Returns the next offset to fetch, the number of
-    records added and the bytes of ``data`` used.
-    """
-    next_offset = offset
-    added = 0
-    decoded_bytes = 0
-    position = 0
-    end = len(data)
-    add = out.add
-    while position < end and (added == 0 or decoded_bytes <= max_decoded_bytes):
-        try:
-            header, columns = decode_batch_columns(data, position)
-        except RecordError as exc:
-            # The log holds a batch that passed validation when written: damage on disk.
-            raise StorageError(f"stored batch at fetch position {position}: {exc}") from exc
-        position = header.end_position
-        next_offset = header.last_offset + 1
-        if header.is_control:
-            continue
-        timestamp_type = _PROTO_TIMESTAMP_TYPES[header.timestamp_type]
-        offsets, timestamps, keys, values, headers = columns
-        # Only the first batch may start below the offset; offsets increase within a batch.
-        first = bisect.bisect_left(offsets, offset) if offsets and offsets[0] < offset else 0
-        for i in range(first, len(offsets)):
-            key = keys[i]
-            value = values[i]
-            decoded_bytes += (len(key) if key else 0) + (len(value) if value else 0)
-            record_headers = headers[i]
-            # None leaves an optional field unset: a null key, value or header value.
-            add(
-                offset=offsets[i],
-                timestamp=timestamps[i],
-                key=key,
-                value=value,
-                headers=[_Header(key=k, value=v) for k, v in record_headers]
-                if record_headers else None,
-                timestamp_type=timestamp_type,
-            )
-        added += len(offsets) - first
-    return next_offset, added, position

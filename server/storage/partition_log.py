@@ -13,9 +13,13 @@ serves reads by offset and lookups by timestamp, truncates, and flushes::
 
 Reads never block appends: the writer publishes the end of the log as one immutable value
 (LEO, the active segment's base offset, its size) only after the bytes are written, and a read
-stops at the end it saw. Removed segments (truncation, roll over an empty segment) are renamed
-``*.deleted`` at once and closed and deleted ``file.delete.delay.ms`` later, as in Kafka, so a
-reader that still holds one keeps a valid file.
+stops at the end it saw. Removed segments (retention, truncation, roll over an empty segment)
+are renamed ``*.deleted`` at once and closed and deleted ``file.delete.delay.ms`` later, as in
+Kafka, so a reader that still holds one keeps a valid file. The deletion is background work
+(:meth:`PartitionLog.maybe_delete_pending`, which the LogManager's maintenance pass calls), never
+an append's: an append touches the file system only to write, and to roll when one is due.
+:meth:`PartitionLog.try_append_without_blocking` says when an append would do more than write
+(roll, fsync, wait for the lock), so that an event loop can hand those to a thread.
 
 Opening a directory is the job of :mod:`~stratalog.server.storage.recovery` (Kafka's
 ``LogLoader``): segments are opened lazily from their ``.log`` files, leftovers of interrupted
@@ -28,13 +32,14 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import enum
 import itertools
 import logging
 import os
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple, TypeVar
 
@@ -59,7 +64,7 @@ from .retention import RetentionPlan, plan_retention
 from .segment import FetchedBatches, Segment
 from .segments import Segments
 from .time_index import TimestampOffset
-from .validation import validate_and_assign_offsets
+from .validation import ValidatedAppend, validate_and_assign_offsets
 
 __all__ = [
     "EARLIEST_LOCAL_TIMESTAMP",
@@ -68,10 +73,12 @@ __all__ = [
     "LATEST_TIMESTAMP",
     "MAX_TIMESTAMP",
     "AppendInfo",
+    "DeferredAppend",
     "FetchedBatches",
     "FlushScheduler",
     "PartitionLog",
     "TimestampOffset",
+    "WouldBlock",
 ]
 
 log = logging.getLogger(__name__)
@@ -110,6 +117,34 @@ class AppendInfo:
     record_count: int
     size_bytes: int
     log_start_offset: int
+
+
+class WouldBlock(enum.Enum):
+    """Why :meth:`PartitionLog.try_append_without_blocking` left an append undone."""
+
+    LOCK_HELD = "the log's lock is held by another thread (maintenance, a flush, close)"
+    OPEN_INDEXES = "the active segment's index files are not open yet: opening creates them"
+    ROLL = "the append must roll a new segment: files created, the old segment trimmed"
+    FLUSH = "flush.messages: the append would fsync"
+
+
+@dataclass(frozen=True, slots=True)
+class DeferredAppend:
+    """An append :meth:`PartitionLog.try_append_without_blocking` did not do, and why.
+
+    ``record_batches`` are the caller's batches, ``reason`` what the append would have waited
+    for. ``validated`` is set when the batches passed validation before the reason was found
+    (a roll or a flush), with the log end offset (``first_offset``), the config and the clock
+    reading it was made against: :meth:`PartitionLog.append_deferred` reuses it while those
+    still hold. Immutable; holds views of the caller's batches, which must not change.
+    """
+
+    record_batches: bytes | bytearray | memoryview = field(repr=False)
+    reason: WouldBlock
+    validated: ValidatedAppend | None = field(default=None, repr=False)
+    first_offset: int = -1
+    config: LogConfig | None = field(default=None, repr=False)
+    now_ms: int = -1
 
 
 # Runs a job later, off the caller's thread (``concurrent.futures.Executor.submit`` fits).
@@ -159,6 +194,9 @@ class PartitionLog:
     :meth:`maybe_increment_log_start_offset`) may run in another thread while the writer
     appends: every mutation of the segment map and offsets takes one internal lock
     (uncontended in the common case), and fsyncs run outside it.
+    :meth:`try_append_without_blocking` and :meth:`append_deferred` are writers as
+    :meth:`append` is; the first never waits for the lock (an event loop's append: it gives
+    the append back, undone, when the lock is held, and when the append would roll or fsync).
     """
 
     def __init__(
@@ -385,7 +423,14 @@ class PartitionLog:
         ``record_batches`` is one or more whole RecordBatch v2 batches with base offset 0 (see
         :mod:`~stratalog.server.storage.validation` for every check). The log rolls first if
         the active segment cannot take the append ([B-4], [B-11]); the bytes are written with
-        one positioned write: all the batches or none. An empty input does nothing.
+        one positioned write: all the batches or none. An empty input does nothing. When the
+        topic sets ``flush.messages`` and enough messages are unflushed, the log is flushed
+        before this returns. Segments waiting for deletion are left to
+        :meth:`maybe_delete_pending`: an append deletes no file.
+
+        Blocking: waits for the log's lock (held by maintenance while it renames or deletes
+        segments) and may roll (create files, trim the old segment) or fsync. An event loop
+        calls :meth:`try_append_without_blocking` instead.
 
         Raises:
             CorruptRecordError, InvalidRecordError, RecordTooLargeError: bad batches.
@@ -397,60 +442,138 @@ class PartitionLog:
         with self._lock:
             self._ensure_open()
             if len(record_batches) == 0:
-                return AppendInfo(-1, -1, NO_TIMESTAMP, -1, NO_TIMESTAMP, 0, 0,
-                                  self._log_start_offset)
+                return self._empty_append_info()
             now_ms = self._time_ms()
-            validated = validate_and_assign_offsets(
-                record_batches,
-                self._config,
-                first_offset=self._end.offset,
-                now_ms=now_ms,
-                partition_leader_epoch=LEADER_EPOCH,
-            )
-            segment = self._maybe_roll(
-                validated.size_bytes, validated.max_timestamp, validated.last_offset, now_ms
-            )
-            segment.append(
-                validated.last_offset,
-                validated.max_timestamp,
-                validated.shallow_offset_of_max_timestamp,
-                validated.pieces,
-            )
-            self._end = _LogEnd(validated.last_offset + 1, segment.base_offset, segment.size_bytes)
-            if self._end.offset - self._recovery_point >= self._config.flush_messages:
-                self.flush()
-            self._maybe_delete_pending(now_ms)
-            return AppendInfo(
-                first_offset=validated.first_offset,
-                last_offset=validated.last_offset,
-                max_timestamp=validated.max_timestamp,
-                offset_of_max_timestamp=validated.shallow_offset_of_max_timestamp,
-                log_append_time=validated.log_append_time,
-                record_count=validated.record_count,
-                size_bytes=validated.size_bytes,
-                log_start_offset=self._log_start_offset,
-            )
+            return self._write(self._validate(record_batches, now_ms), now_ms)
 
-    def _maybe_roll(
-        self, size_bytes: int, max_timestamp: int, last_offset: int, now_ms: int
-    ) -> Segment:
-        """Roll before an append if the active segment says so ([B-4], [B-11], [B-12])."""
-        segment = self.active_segment
-        if segment.should_roll(
-            max_segment_bytes=self._config.segment_bytes,
-            max_segment_ms=self._config.max_segment_ms,
-            max_timestamp_in_messages=max_timestamp,
-            max_offset_in_messages=last_offset,
-            messages_size_bytes=size_bytes,
+    def try_append_without_blocking(
+        self, record_batches: bytes | bytearray | memoryview
+    ) -> AppendInfo | DeferredAppend:
+        """:meth:`append`, unless it would wait for the lock or touch the file system beyond
+        the write; then nothing changes and a :class:`DeferredAppend` says why.
+
+        The append is left undone (:class:`WouldBlock`) when the log's lock is held by another
+        thread (maintenance renaming or deleting segments, a flush's bookkeeping, close), when
+        the active segment's index files are not open yet (the first append to a segment rolled
+        by :meth:`roll` or retention creates them), when the append would roll, and when it
+        would fsync (``flush.messages``). Otherwise it validates, writes and indexes exactly as
+        :meth:`append` does: a page-cache write and index entries in mapped memory, with the
+        blocks of a large append allocated first. Batches that fail validation raise as in
+        :meth:`append`; the batches of a deferred append were validated already when the
+        reason is a roll or a flush, and :meth:`append_deferred` reuses that work.
+
+        Never waits: the lock is taken only if it is free. For an event loop, which hands a
+        :class:`DeferredAppend` to a thread that may block (:meth:`append_deferred`), still
+        serialising its appends to this log.
+
+        Raises:
+            the errors of :meth:`append` (and its validation), never from waiting.
+        """
+        if not self._lock.acquire(blocking=False):
+            return DeferredAppend(record_batches, WouldBlock.LOCK_HELD)
+        try:
+            self._ensure_open()
+            if len(record_batches) == 0:
+                return self._empty_append_info()
+            segment = self.active_segment
+            if segment.indexes_loaded != (True, True):
+                return DeferredAppend(record_batches, WouldBlock.OPEN_INDEXES)
+            now_ms = self._time_ms()
+            validated = self._validate(record_batches, now_ms)
+            if self._roll_due(segment, validated, now_ms):
+                reason = WouldBlock.ROLL
+            elif self._flush_due(validated.last_offset + 1):
+                reason = WouldBlock.FLUSH
+            else:
+                return self._write_to(segment, validated)
+            return DeferredAppend(
+                record_batches, reason, validated, self._end.offset, self._config, now_ms
+            )
+        finally:
+            self._lock.release()
+
+    def append_deferred(self, deferred: DeferredAppend) -> AppendInfo:
+        """Carry out an append :meth:`try_append_without_blocking` deferred; blocking, as
+        :meth:`append`.
+
+        The validation it did is reused when nothing moved the log end or replaced the config
+        since (the offsets and the stamped headers depend on both); otherwise the batches are
+        validated again. Raises what :meth:`append` raises.
+        """
+        with self._lock:
+            self._ensure_open()
+            validated = deferred.validated
+            if (
+                validated is None
+                or deferred.first_offset != self._end.offset
+                or deferred.config is not self._config
+            ):
+                return self.append(deferred.record_batches)
+            return self._write(validated, deferred.now_ms)
+
+    def _validate(
+        self, record_batches: bytes | bytearray | memoryview, now_ms: int
+    ) -> ValidatedAppend:
+        return validate_and_assign_offsets(
+            record_batches,
+            self._config,
+            first_offset=self._end.offset,
             now_ms=now_ms,
-        ):
+            partition_leader_epoch=LEADER_EPOCH,
+        )
+
+    def _empty_append_info(self) -> AppendInfo:
+        return AppendInfo(-1, -1, NO_TIMESTAMP, -1, NO_TIMESTAMP, 0, 0, self._log_start_offset)
+
+    def _write(self, validated: ValidatedAppend, now_ms: int) -> AppendInfo:
+        """Roll if due, write, flush if ``flush.messages`` says so. Under the lock."""
+        segment = self.active_segment
+        if self._roll_due(segment, validated, now_ms):
             log.debug(
                 "rolling log %s: segment %d has %d bytes, an append of %d bytes, max timestamp "
-                "%d", self._directory, segment.base_offset, segment.size_bytes, size_bytes,
-                max_timestamp,
+                "%d", self._directory, segment.base_offset, segment.size_bytes,
+                validated.size_bytes, validated.max_timestamp,
             )
-            return self._roll(self._end.offset)
-        return segment
+            segment = self._roll(self._end.offset)
+        info = self._write_to(segment, validated)
+        if self._flush_due(self._end.offset):
+            self.flush()
+        return info
+
+    def _write_to(self, segment: Segment, validated: ValidatedAppend) -> AppendInfo:
+        """Write and index the append in the active ``segment``, publish the new log end."""
+        segment.append(
+            validated.last_offset,
+            validated.max_timestamp,
+            validated.shallow_offset_of_max_timestamp,
+            validated.pieces,
+        )
+        self._end = _LogEnd(validated.last_offset + 1, segment.base_offset, segment.size_bytes)
+        return AppendInfo(
+            first_offset=validated.first_offset,
+            last_offset=validated.last_offset,
+            max_timestamp=validated.max_timestamp,
+            offset_of_max_timestamp=validated.shallow_offset_of_max_timestamp,
+            log_append_time=validated.log_append_time,
+            record_count=validated.record_count,
+            size_bytes=validated.size_bytes,
+            log_start_offset=self._log_start_offset,
+        )
+
+    def _roll_due(self, segment: Segment, validated: ValidatedAppend, now_ms: int) -> bool:
+        """Whether ``validated`` must go to a new segment ([B-4], [B-11], [B-12])."""
+        return segment.should_roll(
+            max_segment_bytes=self._config.segment_bytes,
+            max_segment_ms=self._config.max_segment_ms,
+            max_timestamp_in_messages=validated.max_timestamp,
+            max_offset_in_messages=validated.last_offset,
+            messages_size_bytes=validated.size_bytes,
+            now_ms=now_ms,
+        )
+
+    def _flush_due(self, end_offset: int) -> bool:
+        """Whether a log ending at ``end_offset`` holds ``flush.messages`` unflushed messages."""
+        return end_offset - self._recovery_point >= self._config.flush_messages
 
     def roll(self) -> Segment:
         """Start a new active segment at the log end offset ([B-13], [B-14]); returns it.
@@ -829,8 +952,11 @@ class PartitionLog:
     def maybe_delete_pending(self, now_ms: int | None = None) -> int:
         """Delete the ``.deleted`` segments whose ``file.delete.delay.ms`` has passed.
 
-        Appends and rolls do this too; a background job calls it for logs that see no writes.
-        Returns how many segments were deleted.
+        Closing and unlinking their files is background work: the LogManager's maintenance pass
+        calls this for every log with segments waiting. An embedded log without a LogManager
+        deletes them here, and in :meth:`roll`, :meth:`delete_old_segments`, the truncations
+        and :meth:`close` (every call that removes segments also deletes those that are due),
+        never in :meth:`append`. Returns how many segments were deleted.
         """
         with self._lock:
             if self._closed:
@@ -847,7 +973,8 @@ class PartitionLog:
     # ---------------------------------------------------------------- deferred deletion
 
     def _schedule_delete(self, segments: list[Segment]) -> None:
-        """Rename segments ``*.deleted`` now; close and delete them after the delay ([B-64])."""
+        """Rename segments ``*.deleted`` now; close and delete them after the delay ([B-64]),
+        in :meth:`_maybe_delete_pending`."""
         due_ms = self._time_ms() + self._config.file_delete_delay_ms
         for segment in segments:
             segment.change_file_suffixes("", DELETED_FILE_SUFFIX)

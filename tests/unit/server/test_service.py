@@ -1,44 +1,36 @@
-"""The servicer's own pieces: the Produce `records` encoding, request checks, partition gates.
+"""The servicer's own pieces: request checks, partition gates, fetch responses, where appends
+run. (Its translations are tested in test_translation.py, the placement rule in
+test_append_placement.py.)
 
 Every RPC is exercised against a real server process in tests/integration/; these tests pin the
-parts that do not need one.
+parts that do not need one, calling the servicer's RPC methods in-process over a real LogManager.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import NamedTuple
 
 import grpc
+import grpc.aio
 import pytest
-from aiokafka.record.default_records import DefaultRecordBatch as AioBatch
 from google.rpc import error_details_pb2, status_pb2
 
 from stratalog.records import build_batch
-from stratalog.records.batch import (
-    Compression,
-    TimestampType,
-    iter_batch_headers,
-    validate_batch,
-)
-from stratalog.records.control import ControlRecordType, encode_control_key
-from stratalog.records.reader import decode_batch, iter_batches
-from stratalog.server import service as service_module
+from stratalog.records.batch import iter_batch_headers
+from stratalog.records.reader import iter_batches
+from stratalog.server.append_placement import AppendPlacement
+from stratalog.server.decoding import ProduceRequestView
 from stratalog.server.metrics import ServerMetrics
-from stratalog.server.service import (
-    BadRequestError,
-    BrokerService,
-    PartitionGate,
-    _decode_into,
-    _topic,
-    encode_records,
-)
+from stratalog.server.service import BrokerService, PartitionGate
 from stratalog.server.settings import Settings
-from stratalog.server.storage.errors import StorageError
 from stratalog.server.storage.log_manager import LogManager
 from stratalog.server.storage.partition_log import PartitionLog
+from stratalog.server.topic_name_memo import ValidTopicNames
 from stratalog.v1 import broker_pb2
 
 
@@ -50,66 +42,6 @@ def _record(**fields: object) -> broker_pb2.Record:
         if value is not None:
             header.value = value
     return record
-
-
-@pytest.mark.parametrize("codec", list(Compression))
-def test_encode_records_builds_a_valid_batch_kafka_reads(codec: Compression) -> None:
-    records = [
-        _record(timestamp=1_700_000_000_000, key=b"k0", value=b"v0"),
-        _record(value=b"no key, server clock"),
-        _record(timestamp=1_700_000_000_005, key=b"k2"),  # null value: a tombstone
-        _record(timestamp=1_699_999_999_999, key=b"", value=b"",
-                headers=[("h1", b"x"), ("h-null", None), ("ünï", b"")]),
-    ]
-    batch = encode_records(records, int(codec), now_ms=1_700_000_000_123)
-    header = validate_batch(batch)
-    assert header.base_offset == 0
-    assert header.records_count == 4
-    assert header.compression == codec
-    assert header.timestamp_type == TimestampType.CREATE_TIME
-    _, decoded = decode_batch(batch)
-    assert [(r.offset, r.timestamp, r.key, r.value) for r in decoded] == [
-        (0, 1_700_000_000_000, b"k0", b"v0"),
-        (1, 1_700_000_000_123, None, b"no key, server clock"),
-        (2, 1_700_000_000_005, b"k2", None),
-        (3, 1_699_999_999_999, b"", b""),
-    ]
-    assert decoded[3].headers == (("h1", b"x"), ("h-null", None), ("ünï", b""))
-    # An independent implementation (aiokafka's compiled reader) reads the same records.
-    theirs = list(AioBatch(bytearray(batch)))
-    assert [(r.offset, r.timestamp, r.key, r.value) for r in theirs] == [
-        (r.offset, r.timestamp, r.key, r.value) for r in decoded
-    ]
-
-
-def test_encode_records_rejects_an_unknown_codec() -> None:
-    with pytest.raises(BadRequestError) as caught:
-        encode_records([_record(value=b"x")], 7, now_ms=0)
-    assert caught.value.field == "compression"
-    assert "unknown codec 7" in str(caught.value)
-
-
-def test_encode_records_names_the_record_that_cannot_be_encoded() -> None:
-    # The second timestamp's delta from the first does not fit in int64.
-    records = [_record(timestamp=1, value=b"a"), _record(timestamp=-(2**63), value=b"b")]
-    with pytest.raises(BadRequestError) as caught:
-        encode_records(records, 0, now_ms=0)
-    assert caught.value.field == "records[1]"
-    assert caught.value.reason == "INVALID_RECORD"
-
-
-def test_bad_request_status_names_the_field() -> None:
-    status = BadRequestError("max_bytes", "must be >= 0, got -1").to_status()
-    assert status.code is grpc.StatusCode.INVALID_ARGUMENT
-    assert status.details == "max_bytes: must be >= 0, got -1"
-    # The trailer holds a google.rpc.Status with one ErrorInfo.
-    ((key, value),) = status.trailing_metadata
-    assert key == "grpc-status-details-bin"
-    info = error_details_pb2.ErrorInfo()
-    status_pb2.Status.FromString(value).details[0].Unpack(info)
-    assert info.reason == "INVALID_REQUEST"
-    assert info.domain == "stratalog"
-    assert dict(info.metadata) == {"field": "max_bytes"}
 
 
 async def test_gate_signal_taken_before_a_read_sees_an_append_after_it() -> None:
@@ -151,73 +83,65 @@ async def test_append_lock_serialises_appenders() -> None:
     assert order == ["a in", "a out", "b in", "b out", "c in", "c out"]
 
 
-# ------------------------------------------------------------------------ decoded fetches
-
-
-def _stored(first_offset: int, values: list[bytes | None], **builder: object) -> bytes:
-    """A batch as a log stores it: base offset set (not covered by the CRC)."""
-    batch = build_batch([(1_000 + i, None, v, ()) for i, v in enumerate(values)], **builder)
-    return first_offset.to_bytes(8, "big", signed=True) + batch[8:]
-
-
-def test_decode_skips_records_below_the_offset_and_control_batches() -> None:
-    data = (
-        _stored(0, [b"a", b"b", b"c"])
-        + _stored(3, [encode_control_key(ControlRecordType.COMMIT)], is_control=True,
-                  producer_id=7, producer_epoch=0, is_transactional=True)
-        + _stored(4, [None, b"e"])
-    )
-    response = broker_pb2.FetchResponse()
-    next_offset, added, used = _decode_into(response.records, data, 1, 1 << 20)
-    assert (next_offset, added, used) == (6, 4, len(data))
-    assert [(r.offset, r.HasField("value"), r.value) for r in response.records] == [
-        (1, True, b"b"), (2, True, b"c"), (4, False, b""), (5, True, b"e")]
-    assert [r.timestamp for r in response.records] == [1_001, 1_002, 1_000, 1_001]
-    assert {r.timestamp_type for r in response.records} == {broker_pb2.CREATE_TIME}
-
-
-def test_decode_stops_after_the_batch_that_passes_max_bytes() -> None:
-    batches = [_stored(i * 2, [bytes(100), bytes(100)]) for i in range(4)]
-    data = b"".join(batches)
-    response = broker_pb2.FetchResponse()
-    # 200 bytes of values per batch: the first batch is whole even over the limit ...
-    assert _decode_into(response.records, data, 0, 10) == (2, 2, len(batches[0]))
-    # ... and a batch that crosses the limit is the last one.
-    response = broker_pb2.FetchResponse()
-    assert _decode_into(response.records, data, 0, 300) == (4, 4, 2 * len(batches[0]))
-
-
-def test_a_stored_batch_that_does_not_decode_is_a_storage_error() -> None:
-    batch = bytearray(_stored(0, [b"x" * 20]))
-    batch[-5] ^= 0xFF  # damage covered by the CRC
-    with pytest.raises(StorageError, match="stored batch at fetch position 0"):
-        _decode_into(broker_pb2.FetchResponse().records, bytes(batch), 0, 1 << 20)
-
-
 # ------------------------------------------------------------------------ topic names
 
 
-def test_topic_names_are_checked_once_and_bad_ones_every_time() -> None:
-    service_module._valid_topic_names.clear()
-    assert _topic("orders") == "orders"
-    assert "orders" in service_module._valid_topic_names
-    assert _topic("orders") == "orders"
-    for _ in range(2):  # a refused name is never remembered as valid
-        with pytest.raises(BadRequestError) as caught:
-            _topic("bad/name", "name")
-        assert caught.value.field == "name"
-        assert caught.value.reason == "INVALID_TOPIC"
-        assert "Topic name is invalid" in str(caught.value)
-    assert "bad/name" not in service_module._valid_topic_names
+class _Context:
+    """What the servicer's error path uses of a grpc.aio.ServicerContext: the status it aborts
+    with, kept for the test (grpc's context cannot be built outside a server)."""
+
+    def __init__(self) -> None:
+        self.status: grpc.Status | None = None
+
+    async def abort_with_status(self, status: grpc.Status) -> None:
+        self.status = status
+        raise grpc.aio.AbortError()
+
+    def code(self) -> grpc.StatusCode | None:
+        return self.status.code if self.status is not None else None
 
 
-def test_remembered_topic_names_are_bounded() -> None:
-    service_module._valid_topic_names.clear()
-    limit = service_module._VALID_TOPIC_NAMES_MAX
-    for i in range(limit + 10):
-        _topic(f"topic-{i}")
-    assert 0 < len(service_module._valid_topic_names) <= limit
-    assert _topic("topic-0") == "topic-0"  # forgotten names are simply checked again
+def _error_info(status: grpc.Status) -> error_details_pb2.ErrorInfo:
+    ((key, value),) = status.trailing_metadata
+    assert key == "grpc-status-details-bin"
+    info = error_details_pb2.ErrorInfo()
+    status_pb2.Status.FromString(value).details[0].Unpack(info)
+    return info
+
+
+async def test_topic_names_are_checked_once_and_bad_ones_every_time(tmp_path: Path) -> None:
+    # The servicer checks names with the memo it was given (the engine's rules), and a bad
+    # name is refused naming the request's field, every time.
+    names = ValidTopicNames()
+    manager = LogManager.open([tmp_path / "data"])
+    executor = ThreadPoolExecutor(1)
+    service = BrokerService(manager, Settings(), ServerMetrics(), executor, topic_names=names)
+    try:
+        manager.create_topic("orders", 1, {})
+        request = broker_pb2.DescribeTopicRequest(name="orders")
+        assert (await service.DescribeTopic(request, None)).topic.name == "orders"
+        assert "orders" in names
+        assert (await service.DescribeTopic(request, None)).topic.name == "orders"
+        for _ in range(2):  # a refused name is never remembered as valid
+            context = _Context()
+            with pytest.raises(grpc.aio.AbortError):
+                await service.DescribeTopic(
+                    broker_pb2.DescribeTopicRequest(name="bad/name"), context
+                )
+            assert context.status is not None
+            assert context.status.code is grpc.StatusCode.INVALID_ARGUMENT
+            assert context.status.details.startswith("name: Topic name is invalid")
+            info = _error_info(context.status)
+            assert (info.reason, dict(info.metadata)) == ("INVALID_TOPIC", {"field": "name"})
+        assert "bad/name" not in names
+        context = _Context()
+        with pytest.raises(grpc.aio.AbortError):  # the field of a data RPC is "topic"
+            await service.ListOffsets(broker_pb2.ListOffsetsRequest(topic=".."), context)
+        assert context.status is not None
+        assert dict(_error_info(context.status).metadata) == {"field": "topic"}
+    finally:
+        executor.shutdown()
+        manager.close()
 
 
 # ------------------------------------------------------------------------ fetch responses
@@ -226,8 +150,16 @@ def test_remembered_topic_names_are_bounded() -> None:
 T0 = 1_700_000_000_000
 
 
+class Served(NamedTuple):
+    """A servicer and what the test built it over."""
+
+    service: BrokerService
+    log_manager: LogManager
+    metrics: ServerMetrics
+
+
 @pytest.fixture
-def service(tmp_path: Path) -> Iterator[BrokerService]:
+def served(tmp_path: Path) -> Iterator[Served]:
     """A servicer over a real LogManager holding topic "log": 40 batches of 1..4 records over
     several segments, timestamps increasing by batch."""
     manager = LogManager.open([tmp_path / "data"])
@@ -239,7 +171,8 @@ def service(tmp_path: Path) -> Iterator[BrokerService]:
         ))
     partition_log.maybe_increment_log_start_offset(2)
     executor = ThreadPoolExecutor(2)
-    yield BrokerService(manager, Settings(), ServerMetrics(), executor)
+    metrics = ServerMetrics()
+    yield Served(BrokerService(manager, Settings(), metrics, executor), manager, metrics)
     executor.shutdown()
     manager.close()
 
@@ -254,9 +187,10 @@ def _expected_batches(partition_log: PartitionLog, offset: int, max_bytes: int) 
 
 @pytest.mark.parametrize("max_bytes", [1, 700, 5_000_000])  # 5 MB: read in the executor
 async def test_fetch_by_offset_returns_the_stored_batches_and_what_they_hold(
-    service: BrokerService, max_bytes: int
+    served: Served, max_bytes: int
 ) -> None:
-    partition_log = service._log_manager.get_log("log", 0)
+    service = served.service
+    partition_log = served.log_manager.get_log("log", 0)
     end = partition_log.log_end_offset
     for offset in range(2, end + 1):
         for fetch_format in (broker_pb2.FETCH_FORMAT_RECORD_BATCHES,
@@ -281,15 +215,16 @@ async def test_fetch_by_offset_returns_the_stored_batches_and_what_they_hold(
                     (r.offset, r.timestamp, r.value) for r in records
                 ]
     # Every record of every raw batch sent is counted once.
-    samples = service._metrics.render().decode()
+    samples = served.metrics.render().decode()
     assert 'stratalog_records_out_total{topic="log"}' in samples
 
 
 @pytest.mark.parametrize("max_bytes", [1, 700, 5_000_000])
 async def test_fetch_by_timestamp_returns_the_batches_from_the_record_found(
-    service: BrokerService, max_bytes: int
+    served: Served, max_bytes: int
 ) -> None:
-    partition_log = service._log_manager.get_log("log", 0)
+    service = served.service
+    partition_log = served.log_manager.get_log("log", 0)
     end = partition_log.log_end_offset
     for timestamp in range(T0, T0 + 10 * 40 + 5, 3):
         request = broker_pb2.FetchByTimestampRequest(
@@ -322,21 +257,36 @@ class _CountingExecutor(ThreadPoolExecutor):
         return super().submit(*args, **kwargs)
 
 
-async def test_large_appends_leave_the_loop_only_while_reads_are_served(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+class Clock:
+    """A monotonic clock the test moves by hand (seconds)."""
+
+    def __init__(self) -> None:
+        self.now_s = 1000.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+def _produce_request(topic: str, batch: bytes) -> ProduceRequestView:
+    return ProduceRequestView.of_message(
+        broker_pb2.ProduceRequest(topic=topic, record_batches=batch)
+    )
+
+
+async def test_large_appends_leave_the_loop_only_while_reads_are_served(tmp_path: Path) -> None:
     manager = LogManager.open([tmp_path / "data"])
     manager.create_topic("t", 1, {})
     manager.create_topic("synced", 1, {"flush.messages": "1"})
     executor = _CountingExecutor()
     settings = Settings(append_in_executor_min_bytes=1000, append_inline_max_bytes=100_000)
-    service = BrokerService(manager, settings, ServerMetrics(), executor)
+    clock = Clock()
+    service = BrokerService(manager, settings, ServerMetrics(), executor,
+                            placement=AppendPlacement(settings, clock=clock))
 
     async def produce(topic: str, value_bytes: int) -> int:
         before = executor.submitted
         batch = build_batch([(T0, None, b"v" * value_bytes, ())])
-        request = broker_pb2.ProduceRequest(topic=topic, record_batches=batch)
-        await service.Produce(service_module.ProduceRequestView.of_message(request), None)
+        await service.Produce(_produce_request(topic, batch), None)
         return executor.submitted - before
 
     read = broker_pb2.ListOffsetsRequest(topic="t", timestamp=-1)
@@ -348,16 +298,13 @@ async def test_large_appends_leave_the_loop_only_while_reads_are_served(
         assert await produce("synced", 10) == 1  # flush.messages: the append may fsync
         # A read was just served: appends of append_in_executor_min_bytes or more go to the
         # pool so that the next reads do not wait behind them; small ones stay inline.
-        monkeypatch.setattr(service_module, "_READS_RECENT_S", 3600.0)
         await service.ListOffsets(read, None)
         assert await produce("t", 5_000) == 1
         assert await produce("t", 10) == 0
         # The reads stopped (longer ago than the window): back on the loop.
-        monkeypatch.setattr(service_module, "_READS_RECENT_S", 0.0)
+        clock.now_s += 3600
         assert await produce("t", 5_000) == 0
         # Fetches count as reads too.
-        monkeypatch.setattr(service_module, "_READS_RECENT_S", 3600.0)
-        service._last_read_at = -3600.0
         assert await produce("t", 5_000) == 0
         await service.FetchByOffset(broker_pb2.FetchByOffsetRequest(topic="t", offset=0), None)
         assert await produce("t", 5_000) == 1
@@ -374,6 +321,7 @@ async def test_many_decoded_records_are_encoded_in_the_pool(tmp_path: Path) -> N
     manager.create_topic("t", 1, {})
     executor = _CountingExecutor()
     service = BrokerService(manager, Settings(), ServerMetrics(), executor)
+    many = AppendPlacement.ENCODE_IN_EXECUTOR_MIN_RECORDS
 
     async def produce(count: int) -> int:
         before = executor.submitted
@@ -381,20 +329,113 @@ async def test_many_decoded_records_are_encoded_in_the_pool(tmp_path: Path) -> N
             topic="t", records=[_record(value=b"v%d" % i) for i in range(count)],
             compression=broker_pb2.COMPRESSION_ZSTD,
         )
-        response = await service.Produce(
-            service_module.ProduceRequestView.of_message(request), None
-        )
+        response = await service.Produce(ProduceRequestView.of_message(request), None)
         assert response.record_count == count
         return executor.submitted - before
 
     try:
         assert await produce(10) == 0
-        assert await produce(service_module._ENCODE_IN_EXECUTOR_MIN_RECORDS) == 1
+        assert await produce(many) == 1
         partition_log = manager.get_log("t", 0)
         values = [r.value for _, batch in iter_batches(partition_log.read(0, 1 << 20))
                   for r in batch]
-        assert values == [b"v%d" % i for i in range(10)] + [
-            b"v%d" % i for i in range(service_module._ENCODE_IN_EXECUTOR_MIN_RECORDS)]
+        assert values == [b"v%d" % i for i in range(10)] + [b"v%d" % i for i in range(many)]
     finally:
+        executor.shutdown()
+        manager.close()
+
+
+async def test_appends_that_roll_finish_in_the_pool_and_reads_stay_correct(
+    tmp_path: Path,
+) -> None:
+    # Small appends are tried inline; the ones that must roll a segment (create and trim
+    # files) come back from storage undone and are finished in the pool.
+    manager = LogManager.open([tmp_path / "data"])
+    manager.create_topic("t", 1, {"segment.bytes": "2000", "index.interval.bytes": "200"})
+    executor = _CountingExecutor()
+    service = BrokerService(manager, Settings(), ServerMetrics(), executor)
+    produced: list[bytes] = []
+    try:
+        for i in range(60):
+            values = [b"%d.%d:" % (i, j) * (1 + i % 20) for j in range(1 + i % 3)]
+            batch = build_batch([(T0 + i, None, value, ()) for value in values])
+            response = await service.Produce(_produce_request("t", batch), None)
+            assert (response.base_offset, response.record_count) == (len(produced), len(values))
+            produced += values
+        partition_log = manager.get_log("t", 0)
+        rolls = len(partition_log.segments) - 1
+        assert rolls >= 5
+        # Every append that rolled went to the pool; so may one that found the log's lock held
+        # by the flush Kafka schedules after each roll (the LogManager's flusher thread takes it
+        # twice), and no other.
+        assert rolls <= executor.submitted <= 3 * rolls
+        for offset in range(len(produced)):
+            response = await service.FetchByOffset(broker_pb2.FetchByOffsetRequest(
+                topic="t", offset=offset, max_bytes=1, format=broker_pb2.FETCH_FORMAT_RECORDS,
+            ), None)
+            assert response.records[0].offset == offset
+            assert response.records[0].value == produced[offset]
+        raw = await service.FetchByOffset(broker_pb2.FetchByOffsetRequest(
+            topic="t", offset=0, max_bytes=1 << 20,
+            format=broker_pb2.FETCH_FORMAT_RECORD_BATCHES), None)
+        assert raw.record_batches == partition_log.read(0, 1 << 20)
+    finally:
+        executor.shutdown()
+        manager.close()
+
+
+class _HeldClock:
+    """The LogManager's wall clock; in the thread named by ``hold_in`` it waits until
+    ``release`` is set, so a maintenance call there stops where it first reads the time."""
+
+    def __init__(self) -> None:
+        self.hold_in: int | None = None
+        self.held = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self) -> int:
+        if threading.get_ident() == self.hold_in:
+            self.held.set()
+            self.release.wait(5)
+        return T0
+
+
+async def test_an_append_never_waits_on_the_loop_for_maintenance(tmp_path: Path) -> None:
+    # Retention runs in a maintenance thread and holds the log's lock (it stops where it
+    # reads the clock, under the lock). An append arriving meanwhile goes to the pool to wait
+    # there: the loop goes on serving reads.
+    clock = _HeldClock()
+    manager = LogManager.open([tmp_path / "data"], time_ms=clock)
+    manager.create_topic("t", 1, {})
+    executor = _CountingExecutor()
+    service = BrokerService(manager, Settings(), ServerMetrics(), executor)
+    partition_log = manager.get_log("t", 0)
+    batch = build_batch([(T0, None, b"v", ())])
+
+    def retention() -> None:
+        clock.hold_in = threading.get_ident()
+        partition_log.delete_old_segments()
+
+    try:
+        await service.Produce(_produce_request("t", batch), None)
+        assert executor.submitted == 0  # inline while nothing holds the lock
+        maintenance = threading.Thread(target=retention)
+        maintenance.start()
+        assert clock.held.wait(5)
+        produce = asyncio.create_task(service.Produce(_produce_request("t", batch), None))
+        await asyncio.sleep(0.05)
+        latest = await service.ListOffsets(
+            broker_pb2.ListOffsetsRequest(topic="t", timestamp=-1), None
+        )
+        assert latest.offset == 1  # served while the append waits
+        assert not produce.done()
+        assert executor.submitted == 1
+        clock.release.set()
+        response = await asyncio.wait_for(produce, 5)
+        maintenance.join(5)
+        assert response.base_offset == 1
+        assert partition_log.log_end_offset == 2
+    finally:
+        clock.release.set()
         executor.shutdown()
         manager.close()

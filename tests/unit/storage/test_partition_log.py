@@ -44,7 +44,11 @@ from stratalog.server.storage.files import (
     time_index_file,
     transaction_index_file,
 )
-from stratalog.server.storage.partition_log import FetchedBatches
+from stratalog.server.storage.partition_log import (
+    DeferredAppend,
+    FetchedBatches,
+    WouldBlock,
+)
 
 T0 = 1_700_000_000_000
 
@@ -490,6 +494,199 @@ def test_roll_on_empty_active_segment_recreates_it(directory: Path) -> None:
     ]
 
 
+# ---------------------------------------------------------------- appends that never block
+
+
+def _state(directory: Path, log: PartitionLog) -> tuple[object, ...]:
+    """Everything an append may change: every file's name and bytes (indexes included: their
+    mapped entries are in the page cache read() sees), offsets, segments, pending deletions."""
+    files = sorted((p.name, p.read_bytes()) for p in directory.iterdir())
+    return (files, log.log_start_offset, log.log_end_offset, log.recovery_point,
+            log.segments.base_offsets(), log.active_segment.size_bytes, log.pending_deletes)
+
+
+def _deferred(log: PartitionLog, data: bytes, reason: WouldBlock) -> DeferredAppend:
+    outcome = log.try_append_without_blocking(data)
+    assert isinstance(outcome, DeferredAppend), outcome
+    assert outcome.reason is reason
+    return outcome
+
+
+def test_non_blocking_append_appends_as_append_does(tmp_path: Path) -> None:
+    # Same batches, same config (rolls included): try_append_without_blocking, with the
+    # deferred ones finished by append_deferred, leaves the files append leaves.
+    batches = [client_batch([T0 + i] * (1 + i % 3), value=b"v" * (i * 7 % 50)) for i in range(30)]
+    config = {"segment_bytes": 4 * len(batches[0]), "segment_index_bytes": 4096,
+              "index_interval_bytes": 100}
+    plain = open_log(tmp_path / "plain-0", **config)
+    tried = open_log(tmp_path / "tried-0", **config)
+    deferred = 0
+    for data in batches:
+        expected = plain.append(data)
+        outcome = tried.try_append_without_blocking(data)
+        if isinstance(outcome, DeferredAppend):
+            deferred += 1
+            assert outcome.reason in (WouldBlock.ROLL, WouldBlock.OPEN_INDEXES)
+            outcome = tried.append_deferred(outcome)
+        assert outcome == expected
+    assert deferred == len(plain.segments) - 1  # only the appends that rolled
+    assert tried.read(0, 1 << 20) == plain.read(0, 1 << 20)
+    assert _state(tmp_path / "tried-0", tried)[1:] == _state(tmp_path / "plain-0", plain)[1:]
+    plain.close()
+    tried.close()
+    assert sorted((p.name, p.read_bytes()) for p in (tmp_path / "tried-0").iterdir()) == sorted(
+        (p.name, p.read_bytes()) for p in (tmp_path / "plain-0").iterdir())
+
+
+@pytest.mark.parametrize("due", ["size", "segment.ms", "full offset index", "full time index"])
+def test_non_blocking_append_changes_nothing_when_a_roll_is_due(
+    directory: Path, due: str
+) -> None:
+    one = client_batch([T0])
+    clock = Clock(T0)
+    if due == "size":
+        log = open_log(directory, clock, segment_bytes=3 * len(one), segment_index_bytes=4096)
+        appends, next_batch = [one] * 3, one
+    elif due == "segment.ms":
+        log = open_log(directory, clock, segment_ms=1000, segment_index_bytes=4096)
+        appends, next_batch = [client_batch([T0])], client_batch([T0 + 1001])
+    elif due == "full offset index":  # 4 slots, an entry per append after the first
+        log = open_log(directory, clock, segment_index_bytes=32, index_interval_bytes=0)
+        appends, next_batch = [client_batch([-1])] * 5, client_batch([-1])
+    else:  # 3 time slots, full at 2 entries
+        log = open_log(directory, clock, segment_index_bytes=36, index_interval_bytes=0)
+        appends = [client_batch([T0 + i]) for i in range(3)]
+        next_batch = client_batch([T0 + 3])
+    for data in appends:
+        assert isinstance(log.try_append_without_blocking(data), AppendInfo)
+    before = _state(directory, log)
+    deferred = _deferred(log, next_batch, WouldBlock.ROLL)
+    assert _state(directory, log) == before
+    assert deferred.validated is not None and deferred.first_offset == len(appends)
+    # The thread that may block finishes it: the roll, then the append.
+    info = log.append_deferred(deferred)
+    assert info.first_offset == len(appends)
+    assert log.segments.base_offsets() == [0, len(appends)]
+    assert [o for o, _, _ in decoded(log.read(len(appends), 1000))] == [len(appends)]
+    log.close()
+
+
+def test_non_blocking_append_leaves_an_fsync_to_a_thread(directory: Path) -> None:
+    log = open_log(directory, flush_messages=3)
+    for _ in range(2):
+        assert isinstance(log.try_append_without_blocking(client_batch([T0])), AppendInfo)
+    before = _state(directory, log)
+    deferred = _deferred(log, client_batch([T0]), WouldBlock.FLUSH)
+    assert _state(directory, log) == before
+    assert log.recovery_point == 0
+    assert log.append_deferred(deferred).first_offset == 2
+    assert log.recovery_point == 3  # flush.messages reached: flushed
+    log.close()
+
+
+def test_non_blocking_append_does_not_wait_for_maintenance(directory: Path) -> None:
+    # A real retention pass in another thread holds the log's lock: retention.ms lets every
+    # segment go, so it rolls first ([B-63]), and the roll hands the scheduler a flush; this
+    # scheduler keeps the pass (and the lock) there until the test lets it go.
+    in_pass, release = threading.Event(), threading.Event()
+    armed = False
+
+    def scheduler(job: Callable[[], None]) -> None:
+        if armed:
+            in_pass.set()
+            assert release.wait(10)
+
+    log = PartitionLog.open(directory, {"segment.index.bytes": "4096", "retention.ms": "1000"},
+                            time_ms=Clock(T0 + 5000), flush_scheduler=scheduler)
+    for _ in range(3):
+        log.append(client_batch([T0]))
+    armed = True
+    retention = threading.Thread(target=log.delete_old_segments)
+    retention.start()
+    try:
+        assert in_pass.wait(10)
+        before = _state(directory, log)
+        _deferred(log, client_batch([T0]), WouldBlock.LOCK_HELD)
+        assert _state(directory, log) == before
+    finally:
+        release.set()
+        retention.join(10)
+    assert log.segments.base_offsets() == [3]
+    # The segment retention rolled has no index files yet: creating them is not for a loop.
+    deferred = _deferred(log, client_batch([T0]), WouldBlock.OPEN_INDEXES)
+    assert deferred.validated is None
+    assert log.append_deferred(deferred).first_offset == 3
+    info = log.try_append_without_blocking(client_batch([T0]))
+    assert isinstance(info, AppendInfo) and info.first_offset == 4
+    log.close()
+
+
+def test_append_deferred_reuses_the_validation_only_while_the_log_end_stands(
+    directory: Path,
+) -> None:
+    one = client_batch([T0])
+    clock = Clock(T0)
+    log = open_log(directory, clock, segment_bytes=2 * len(one), segment_index_bytes=4096,
+                   message_timestamp_type="LogAppendTime")
+    log.append(one)
+    log.append(one)
+    deferred = _deferred(log, one, WouldBlock.ROLL)
+    # Validated at T0: LogAppendTime stamped then. A second later the append reuses it ...
+    clock.now_ms = T0 + 1000
+    info = log.append_deferred(deferred)
+    assert (info.first_offset, info.log_append_time) == (2, T0)
+    # ... but not once the log end moved: the offsets are assigned (and stamped) again.
+    log.append(one)  # offset 3
+    deferred = _deferred(log, one, WouldBlock.ROLL)
+    assert deferred.first_offset == 4
+    log.append(one)  # offset 4: the deferred append's offsets are taken
+    clock.now_ms = T0 + 2000
+    info = log.append_deferred(deferred)
+    assert (info.first_offset, info.log_append_time) == (5, T0 + 2000)
+    offsets = [o for s in log.segments for o, _, _ in decoded(log.read(s.base_offset, 1 << 20))]
+    assert offsets == [0, 1, 2, 3, 4, 5]
+    log.close()
+
+
+def test_appends_never_delete_files_maintenance_does(directory: Path) -> None:
+    # Segments removed by retention wait as .deleted files for file.delete.delay.ms; then
+    # appends of either kind leave them, and maybe_delete_pending (the LogManager's
+    # maintenance pass), roll() or close() deletes them: an embedded log needs no LogManager.
+    clock = Clock(T0)
+    one = client_batch([T0])
+    log = open_log(directory, clock, segment_bytes=3 * len(one), segment_index_bytes=4096,
+                   file_delete_delay_ms=1000)
+
+    def deleted() -> list[str]:
+        return sorted(p.name for p in directory.iterdir() if p.name.endswith(".deleted"))
+
+    def retire_all_but_the_active() -> None:
+        log.maybe_increment_log_start_offset(log.active_segment.base_offset)
+        assert log.delete_old_segments()
+
+    for _ in range(4):  # segments [0, 1, 2] and [3]
+        log.append(one)
+    retire_all_but_the_active()
+    retired = deleted()
+    assert "00000000000000000000.log.deleted" in retired
+    clock.now_ms = T0 + 1000  # due
+    log.append(one)
+    assert isinstance(log.try_append_without_blocking(one), AppendInfo)  # no roll: indexes open
+    assert deleted() == retired and log.pending_deletes == 1
+    assert log.maybe_delete_pending() == 1
+    assert deleted() == []
+    log.append(one)  # rolls: segments [3, 4, 5] and [6]
+    retire_all_but_the_active()
+    clock.now_ms = T0 + 2000
+    log.roll()
+    assert deleted() == []
+    log.append(one)
+    retire_all_but_the_active()
+    assert deleted() != []
+    log.close()  # close finishes them whatever their delay
+    assert deleted() == []
+
+
 # ---------------------------------------------------------------- reads
 
 
@@ -779,6 +976,9 @@ def test_truncate_to(directory: Path) -> None:
     assert offset_index_file(directory, 3).stat().st_size == log.config.segment_index_bytes
     clock.now_ms = T0 + 1000
     log.append(client_batch([T0 + 100]))
+    # Deleting them is maintenance's job (an append touches no other file), once due.
+    assert "00000000000000000006.log.deleted" in os.listdir(directory)
+    assert log.maybe_delete_pending() == 1
     assert not any(name.endswith(".deleted") for name in os.listdir(directory))
     assert [o for o, _, _ in decoded(log.read(3, 1000))] == [3, 4]
     log.close()

@@ -1,0 +1,197 @@
+"""broker.proto's messages to the engine's values and back: records, batches, topics.
+
+The storage engine speaks Kafka's record batches and its own description objects; clients speak
+broker.proto. Everything that turns one into the other lives here, with no I/O and no event
+loop, so that each translation is tested on its own (tests/unit/server/test_translation.py)::
+
+    Produce.records (proto Records)  --encode_records-->      one Kafka v2 batch, base offset 0
+    stored batches (bytes)           --decode_records_into--> FetchResponse.records, bounded
+    TopicDescription (engine)        --topic_message-->       broker_pb2.TopicDescription
+    TimestampType (records)          --PROTO_TIMESTAMP_TYPES--> broker_pb2.TimestampType
+
+A request that cannot be translated (an unknown codec, a record the format cannot hold) raises
+:class:`BadRequestError`, which names the request's field; the servicer's ``_rpc`` wrapper turns
+it into ``INVALID_ARGUMENT``. A stored batch that does not decode is damage on disk:
+:class:`~stratalog.server.storage.errors.StorageError`.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import grpc
+
+from stratalog.records.batch import Compression, TimestampType
+from stratalog.records.builder import BatchBuilder
+from stratalog.records.errors import RecordError
+from stratalog.records.reader import decode_batch_columns
+from stratalog.server import status
+from stratalog.server.storage.errors import StorageError
+from stratalog.v1 import broker_pb2
+
+if TYPE_CHECKING:
+    from stratalog.server.storage.log_manager import TopicDescription
+
+__all__ = [
+    "PROTO_TIMESTAMP_TYPES",
+    "BadRequestError",
+    "DecodedRecords",
+    "decode_records_into",
+    "encode_records",
+    "topic_message",
+]
+
+#: Records' TimestampType (Kafka's attribute bit: 0 CreateTime, 1 LogAppendTime) to the proto's
+#: enum, which keeps 0 for "unspecified".
+PROTO_TIMESTAMP_TYPES = {
+    TimestampType.CREATE_TIME: broker_pb2.CREATE_TIME,
+    TimestampType.LOG_APPEND_TIME: broker_pb2.LOG_APPEND_TIME,
+}
+_Header = broker_pb2.Header
+
+
+class BadRequestError(Exception):
+    """A request whose shape is wrong: becomes INVALID_ARGUMENT naming ``field``.
+
+    ``reason`` is an ErrorReason sent with INVALID_ARGUMENT (INVALID_REQUEST by default).
+    """
+
+    def __init__(self, field: str, message: str, reason: str = "INVALID_REQUEST") -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.reason = reason
+
+    def to_status(self) -> grpc.Status:
+        return status.invalid_request(str(self), self.reason, {"field": self.field})
+
+
+# ------------------------------------------------------------------------ produce
+
+
+def encode_records(
+    records: Sequence[broker_pb2.Record], compression: int, now_ms: int
+) -> bytes:
+    """The Produce ``records`` form as one Kafka v2 batch (base offset 0), as a client would.
+
+    A record without a timestamp gets ``now_ms`` (the server's clock at the append); a key,
+    value or header value left unset is null. ~1 µs a record plus the codec's work: the
+    servicer's placement (``append_placement.py``) decides whether this runs on the loop.
+
+    Raises:
+        BadRequestError: an unknown codec (field ``compression``), or a record the format
+            cannot hold (field ``records[i]``, reason INVALID_RECORD).
+    """
+    try:
+        codec = Compression(compression)
+    except ValueError:
+        raise BadRequestError(
+            "compression", f"unknown codec {compression}; one of {[int(c) for c in Compression]}"
+        ) from None
+    builder = BatchBuilder(compression=codec)
+    append = builder.append
+    for index, record in enumerate(records):
+        timestamp = record.timestamp if record.HasField("timestamp") else now_ms
+        key = record.key if record.HasField("key") else None
+        value = record.value if record.HasField("value") else None
+        headers = [
+            (header.key, header.value if header.HasField("value") else None)
+            for header in record.headers
+        ]
+        try:
+            append(timestamp, key, value, headers)
+        except ValueError as exc:
+            raise BadRequestError(f"records[{index}]", str(exc), "INVALID_RECORD") from None
+    return builder.build()
+
+
+# ------------------------------------------------------------------------ fetch
+
+
+class DecodedRecords(NamedTuple):
+    """What :func:`decode_records_into` added, and where the next fetch starts."""
+
+    next_offset: int  # one past the last batch decoded (the offset asked for if none was)
+    records_added: int
+    bytes_used: int  # bytes of the stored batches decoded, from the start of the data
+
+
+def decode_records_into(
+    out: Any, data: bytes, offset: int, max_decoded_bytes: int
+) -> DecodedRecords:
+    """Append the records of the stored batches ``data`` with offset >= ``offset`` to ``out``
+    (a repeated ``broker_pb2.Record``, such as ``FetchResponse.records``).
+
+    Control batches (transaction markers) are skipped, as Kafka's consumers skip them. Decoding
+    stops after the batch whose keys and values took the records added past
+    ``max_decoded_bytes``: compressed batches may decode to far more than they store, and a
+    response must stay under the gRPC message limit. The first batch with records is always
+    whole. A null key, value or header value leaves the optional field unset.
+
+    Raises:
+        StorageError: a batch does not decode (it passed validation when it was written:
+            damage on disk), naming its position in ``data``.
+    """
+    next_offset = offset
+    added = 0
+    decoded_bytes = 0
+    position = 0
+    end = len(data)
+    add = out.add
+    while position < end and (added == 0 or decoded_bytes <= max_decoded_bytes):
+        try:
+            header, columns = decode_batch_columns(data, position)
+        except RecordError as exc:
+            raise StorageError(f"stored batch at fetch position {position}: {exc}") from exc
+        position = header.end_position
+        next_offset = header.last_offset + 1
+        if header.is_control:
+            continue
+        timestamp_type = PROTO_TIMESTAMP_TYPES[header.timestamp_type]
+        offsets, timestamps, keys, values, headers = columns
+        # Only the first batch may start below the offset; offsets increase within a batch.
+        first = bisect.bisect_left(offsets, offset) if offsets and offsets[0] < offset else 0
+        for i in range(first, len(offsets)):
+            key = keys[i]
+            value = values[i]
+            decoded_bytes += (len(key) if key else 0) + (len(value) if value else 0)
+            record_headers = headers[i]
+            # None leaves an optional field unset: a null key, value or header value.
+            add(
+                offset=offsets[i],
+                timestamp=timestamps[i],
+                key=key,
+                value=value,
+                headers=[_Header(key=k, value=v) for k, v in record_headers]
+                if record_headers else None,
+                timestamp_type=timestamp_type,
+            )
+        added += len(offsets) - first
+    return DecodedRecords(next_offset, added, position)
+
+
+# ------------------------------------------------------------------------ topics
+
+
+def topic_message(description: TopicDescription) -> broker_pb2.TopicDescription:
+    """The engine's description of a topic and its partitions as broker.proto's message.
+
+    ``log_dir`` is the partition's log directory on the server, as the engine reports it.
+    """
+    return broker_pb2.TopicDescription(
+        name=description.name,
+        configs=dict(description.configs),
+        partitions=[
+            broker_pb2.PartitionDescription(
+                partition=p.partition,
+                log_start_offset=p.log_start_offset,
+                log_end_offset=p.log_end_offset,
+                size_bytes=p.size_bytes,
+                segment_count=p.segment_count,
+                log_dir=str(p.log_dir),
+                max_timestamp=p.max_timestamp,
+            )
+            for p in description.partitions
+        ],
+    )

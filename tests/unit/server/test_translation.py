@@ -1,0 +1,180 @@
+"""server.translation: records-form Produce to a batch, stored batches to proto Records within a
+byte budget, topic descriptions to messages, timestamp types, and the request-shape error."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+from aiokafka.record.default_records import DefaultRecordBatch as AioBatch
+from google.rpc import error_details_pb2, status_pb2
+
+from stratalog.records import build_batch
+from stratalog.records.batch import Compression, TimestampType, validate_batch
+from stratalog.records.control import ControlRecordType, encode_control_key
+from stratalog.records.reader import decode_batch
+from stratalog.server.storage.errors import StorageError
+from stratalog.server.storage.log_manager import PartitionDescription, TopicDescription
+from stratalog.server.translation import (
+    PROTO_TIMESTAMP_TYPES,
+    BadRequestError,
+    DecodedRecords,
+    decode_records_into,
+    encode_records,
+    topic_message,
+)
+from stratalog.v1 import broker_pb2
+
+
+def _record(**fields: object) -> broker_pb2.Record:
+    headers = fields.pop("headers", [])
+    record = broker_pb2.Record(**fields)
+    for key, value in headers:  # type: ignore[attr-defined]
+        header = record.headers.add(key=key)
+        if value is not None:
+            header.value = value
+    return record
+
+
+# ------------------------------------------------------------------------ produce
+
+
+@pytest.mark.parametrize("codec", list(Compression))
+def test_encode_records_builds_a_valid_batch_kafka_reads(codec: Compression) -> None:
+    records = [
+        _record(timestamp=1_700_000_000_000, key=b"k0", value=b"v0"),
+        _record(value=b"no key, server clock"),
+        _record(timestamp=1_700_000_000_005, key=b"k2"),  # null value: a tombstone
+        _record(timestamp=1_699_999_999_999, key=b"", value=b"",
+                headers=[("h1", b"x"), ("h-null", None), ("ünï", b"")]),
+    ]
+    batch = encode_records(records, int(codec), now_ms=1_700_000_000_123)
+    header = validate_batch(batch)
+    assert header.base_offset == 0
+    assert header.records_count == 4
+    assert header.compression == codec
+    assert header.timestamp_type == TimestampType.CREATE_TIME
+    _, decoded = decode_batch(batch)
+    assert [(r.offset, r.timestamp, r.key, r.value) for r in decoded] == [
+        (0, 1_700_000_000_000, b"k0", b"v0"),
+        (1, 1_700_000_000_123, None, b"no key, server clock"),
+        (2, 1_700_000_000_005, b"k2", None),
+        (3, 1_699_999_999_999, b"", b""),
+    ]
+    assert decoded[3].headers == (("h1", b"x"), ("h-null", None), ("ünï", b""))
+    # An independent implementation (aiokafka's compiled reader) reads the same records.
+    theirs = list(AioBatch(bytearray(batch)))
+    assert [(r.offset, r.timestamp, r.key, r.value) for r in theirs] == [
+        (r.offset, r.timestamp, r.key, r.value) for r in decoded
+    ]
+
+
+def test_encode_records_rejects_an_unknown_codec() -> None:
+    with pytest.raises(BadRequestError) as caught:
+        encode_records([_record(value=b"x")], 7, now_ms=0)
+    assert caught.value.field == "compression"
+    assert "unknown codec 7" in str(caught.value)
+
+
+def test_encode_records_names_the_record_that_cannot_be_encoded() -> None:
+    # The second timestamp's delta from the first does not fit in int64.
+    records = [_record(timestamp=1, value=b"a"), _record(timestamp=-(2**63), value=b"b")]
+    with pytest.raises(BadRequestError) as caught:
+        encode_records(records, 0, now_ms=0)
+    assert caught.value.field == "records[1]"
+    assert caught.value.reason == "INVALID_RECORD"
+
+
+def test_bad_request_status_names_the_field() -> None:
+    status = BadRequestError("max_bytes", "must be >= 0, got -1").to_status()
+    assert status.code is grpc.StatusCode.INVALID_ARGUMENT
+    assert status.details == "max_bytes: must be >= 0, got -1"
+    # The trailer holds a google.rpc.Status with one ErrorInfo.
+    ((key, value),) = status.trailing_metadata
+    assert key == "grpc-status-details-bin"
+    info = error_details_pb2.ErrorInfo()
+    status_pb2.Status.FromString(value).details[0].Unpack(info)
+    assert info.reason == "INVALID_REQUEST"
+    assert info.domain == "stratalog"
+    assert dict(info.metadata) == {"field": "max_bytes"}
+
+
+# ------------------------------------------------------------------------ decoded fetches
+
+
+def _stored(first_offset: int, values: list[bytes | None], **builder: object) -> bytes:
+    """A batch as a log stores it: base offset set (not covered by the CRC)."""
+    batch = build_batch([(1_000 + i, None, v, ()) for i, v in enumerate(values)], **builder)
+    return first_offset.to_bytes(8, "big", signed=True) + batch[8:]
+
+
+def test_decode_skips_records_below_the_offset_and_control_batches() -> None:
+    data = (
+        _stored(0, [b"a", b"b", b"c"])
+        + _stored(3, [encode_control_key(ControlRecordType.COMMIT)], is_control=True,
+                  producer_id=7, producer_epoch=0, is_transactional=True)
+        + _stored(4, [None, b"e"])
+    )
+    response = broker_pb2.FetchResponse()
+    next_offset, added, used = decode_records_into(response.records, data, 1, 1 << 20)
+    assert (next_offset, added, used) == (6, 4, len(data))
+    assert [(r.offset, r.HasField("value"), r.value) for r in response.records] == [
+        (1, True, b"b"), (2, True, b"c"), (4, False, b""), (5, True, b"e")]
+    assert [r.timestamp for r in response.records] == [1_001, 1_002, 1_000, 1_001]
+    assert {r.timestamp_type for r in response.records} == {broker_pb2.CREATE_TIME}
+
+
+def test_decode_stops_after_the_batch_that_passes_max_bytes() -> None:
+    batches = [_stored(i * 2, [bytes(100), bytes(100)]) for i in range(4)]
+    data = b"".join(batches)
+    response = broker_pb2.FetchResponse()
+    # 200 bytes of values per batch: the first batch is whole even over the limit ...
+    assert decode_records_into(response.records, data, 0, 10) == (2, 2, len(batches[0]))
+    # ... and a batch that crosses the limit is the last one.
+    response = broker_pb2.FetchResponse()
+    assert decode_records_into(response.records, data, 0, 300) == (4, 4, 2 * len(batches[0]))
+
+
+def test_decode_of_nothing_stays_at_the_offset() -> None:
+    response = broker_pb2.FetchResponse()
+    assert decode_records_into(response.records, b"", 42, 1 << 20) == DecodedRecords(42, 0, 0)
+    assert not response.records
+
+
+def test_decode_reports_log_append_time_and_null_headers() -> None:
+    data = _stored(0, [b"x"], timestamp_type=TimestampType.LOG_APPEND_TIME)
+    response = broker_pb2.FetchResponse()
+    decode_records_into(response.records, data, 0, 1 << 20)
+    (record,) = response.records
+    assert record.timestamp_type == broker_pb2.LOG_APPEND_TIME
+    assert not record.HasField("key") and not record.headers
+    assert PROTO_TIMESTAMP_TYPES == {TimestampType.CREATE_TIME: broker_pb2.CREATE_TIME,
+                                     TimestampType.LOG_APPEND_TIME: broker_pb2.LOG_APPEND_TIME}
+
+
+def test_a_stored_batch_that_does_not_decode_is_a_storage_error() -> None:
+    batch = bytearray(_stored(0, [b"x" * 20]))
+    batch[-5] ^= 0xFF  # damage covered by the CRC
+    with pytest.raises(StorageError, match="stored batch at fetch position 0"):
+        decode_records_into(broker_pb2.FetchResponse().records, bytes(batch), 0, 1 << 20)
+
+
+# ------------------------------------------------------------------------ topics
+
+
+def test_topic_message_carries_every_field_of_the_description() -> None:
+    description = TopicDescription(
+        name="orders",
+        configs={"segment.bytes": "1048576", "cleanup.policy": "delete"},
+        partitions=[
+            PartitionDescription(0, 10, 250, 4096, 3, "/data/a", 1_700_000_000_000),
+            PartitionDescription(1, 0, 0, 0, 1, "/data/b", -1),
+        ],
+    )
+    message = topic_message(description)
+    assert message.name == "orders"
+    assert dict(message.configs) == description.configs
+    assert [(p.partition, p.log_start_offset, p.log_end_offset, p.size_bytes, p.segment_count,
+             p.log_dir, p.max_timestamp) for p in message.partitions] == [
+        (0, 10, 250, 4096, 3, "/data/a", 1_700_000_000_000),
+        (1, 0, 0, 0, 1, "/data/b", -1),
+    ]
