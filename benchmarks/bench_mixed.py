@@ -19,7 +19,8 @@ process (``--in-flight`` at once, as fast as it can), and the producer's MB/s. T
                          deletions beside the reads
 
 ``--baseline-python PATH`` compares two checkouts instead of the placements: the server of the
-checkout whose virtualenv holds PATH (``/work/wt/base/.venv/bin/python``: the "before") beside
+checkout whose virtualenv holds PATH (e.g. ``../before/.venv/bin/python``, a ``git worktree``
+of the commit to compare with, set up by its own ``make install``: the "before") beside
 this checkout's (the "after"), both with their default settings, in the same run.
 
 Each round loads one server after the other (the order rotating), so that the machine's other
@@ -27,7 +28,7 @@ load falls on all alike; every figure is the median over ``--rounds`` rounds. Th
 deleted (and its files removed) after each phase (bench_server._drop_topic).
 
 Run: ``.venv/bin/python -m benchmarks.bench_mixed [--rounds 3] [--lookups 1000]``;
-``... --rolling --baseline-python /work/wt/base/.venv/bin/python --rounds 5 --lookups 3000``.
+``... --rolling --baseline-python ../before/.venv/bin/python --rounds 5 --lookups 3000``.
 """
 
 from __future__ import annotations

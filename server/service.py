@@ -53,6 +53,7 @@ import grpc.aio
 from stratalog.server import status
 from stratalog.server.append_placement import AppendPlacement
 from stratalog.server.decoding import ProduceRequestView, UndecodableRequest
+from stratalog.server.storage.clock import wall_clock_ms
 from stratalog.server.storage.errors import (
     InvalidTopicError,
     LogClosedError,
@@ -88,10 +89,6 @@ _NO_MATCH = -1
 _FETCH_FORMATS = frozenset(broker_pb2.FetchFormat.values())
 _RECORD_BATCHES = broker_pb2.FETCH_FORMAT_RECORD_BATCHES
 _ISOLATION_LEVELS = frozenset(broker_pb2.IsolationLevel.values())
-
-
-def _wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 # ------------------------------------------------------------------------ request checks
@@ -265,7 +262,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         self._settings = settings
         self._metrics = metrics
         self._executor = executor
-        self._time_ms = time_ms if time_ms is not None else _wall_clock_ms
+        self._time_ms = time_ms if time_ms is not None else wall_clock_ms
         self._placement = placement if placement is not None else AppendPlacement(settings)
         self._topic_names = topic_names if topic_names is not None else ValidTopicNames()
         self._gates: dict[tuple[str, int], PartitionGate] = {}
