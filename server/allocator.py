@@ -5,10 +5,9 @@ protobuf hands out the bytes field, validation copies it to assign offsets) that
 millisecond. glibc's malloc serves blocks above ``M_MMAP_THRESHOLD`` (128 KiB at first, raised
 dynamically up to 32 MiB as such blocks are freed) with a fresh ``mmap`` and returns them with
 ``munmap``, and gives the top of its heap back to the kernel above ``M_TRIM_THRESHOLD``: so each
-of those buffers costs 256 page faults, a zeroed page each, and an unmap. Measured on the
-project's 2-vCPU machines (docs/performance.md): a no-op gRPC server receiving 1 MiB messages
-spent 4.6 ms of CPU per MiB with the defaults and 1.25 ms with the thresholds below; stratalog's
-produce path went from 5.5 to 4.2 ms per MiB and from ~150 to ~200-240 MB/s.
+of those buffers costs 256 page faults, a zeroed page each, and an unmap: more CPU than the
+append itself (figures in docs/configuration.md, ``malloc_mmap_threshold_bytes``, and
+docs/performance.md).
 
 :func:`tune_allocator` sets ``M_MMAP_THRESHOLD`` (blocks below it come from the heap, reused
 without faults) and ``M_TRIM_THRESHOLD`` (the free heap kept before it is trimmed) through

@@ -1,9 +1,9 @@
 """Disk blocks for a large append, allocated in one call before it is written.
 
 Why: on ext4 (delayed allocation) a buffered write reserves and tracks space page by page; a
-1 MiB ``pwrite`` cost 0.25-0.30 ms of CPU here, and 0.19-0.22 ms when its range had been
-allocated first with ``fallocate(FALLOC_FL_KEEP_SIZE)`` (one extent allocation instead of 256
-page reservations; measured with a bare write loop, see docs/server.md). RocksDB allocates its
+range allocated first with ``fallocate(FALLOC_FL_KEEP_SIZE)`` takes one extent allocation instead
+of 256 page reservations per MiB, which makes a large ``pwrite`` cheaper in CPU (measured with a
+bare write loop: docs/server.md, "Where appends run"). RocksDB allocates its
 files' space the same way (``fallocate_with_keep_size``). Kafka does not: its ``preallocate``
 option sizes the whole segment file instead, which this does not change.
 
