@@ -1,0 +1,639 @@
+"""The ``.log`` file of a segment: record batches back to back, and the one way to read them.
+
+This is Kafka's ``FileRecords`` with ``FileLogInputStream``. A :class:`LogFile` owns the file:
+its descriptor, its path, and its *published size*, the end of the last whole batch written,
+where every read stops. Appends are gathered ``pwrite`` calls at the published end, which moves
+only once the bytes are written; reads are ``pread`` calls. No file position is shared, so reads
+need no lock.
+
+Every reader of batch headers goes through one walker, :meth:`LogFile.walk`. It reads the file
+in blocks and unpacks one header per batch (:data:`~stratalog.records.batch.SCAN_FIELDS`),
+stopping at the first batch that meets its stop condition::
+
+    stop at the first batch whose last offset >= o   and   max timestamp >= t
+
+(``ANY_OFFSET``, ``ANY_TIMESTAMP``: the first batch). Given a list, it collects every such batch
+of a block instead and says where to go on. The callers' questions are walks: a read by offset
+or time, a segment's first batch, its last (:meth:`LogFile.last_batch`), every batch
+(:meth:`LogFile.batches`, :meth:`LogFile.headers`), the whole batches of a fetched range, and
+recovery (:meth:`LogFile.valid_batches`).
+
+Framing rules, the same in every walk (:func:`~stratalog.records.batch.check_framing`, Kafka's
+``FileLogInputStream.nextBatch``): 17 bytes or fewer left is the end; a size field below 14 is
+corrupt; a batch running past the end is a partial tail (a write in progress, a torn end, or a
+file that shrank under the walk: a short read makes the end where the read stopped), which ends
+the walk quietly; a magic other than 2 is invalid; a v2 batch below 61 bytes is corrupt. What a
+walk does with a malformed header depends on its *mode*:
+
+    STRICT     raise CorruptRecordError / InvalidRecordError naming the file and position (reads)
+    LENIENT    stop before it, quietly (the rest of a fetch: the next read at its offset raises)
+    RECOVERY   also check each batch's CRC-32C and max.message.bytes; stop at the first batch
+               failing a rule with a warning, except a legacy v0/v1 message whose own CRC holds,
+               which raises InvalidRecordError (data in a format stratalog cannot read is not
+               corruption to cut away)
+
+Blocks: a read walk first reads ``read_bytes`` (4 KiB unless the caller knows better), then,
+per refill, the size of the batch it just stepped over (batches of one producer are alike, so
+the one wanted then arrives whole with its header) or its current block size, doubling per
+refill up to 256 KiB for long walks. Recovery reads 1 MiB blocks and checksums batches in
+place (a batch larger than a block in 8 MiB pieces).
+
+Crash behaviour: an append is all or nothing (a failed or short write is cut back). A crash
+can leave a torn last batch or a preallocated tail of zeros; walks end quietly there and
+recovery cuts it off.
+
+Concurrency: one writer (the segment's owner serialises append, truncate, trim, rename,
+close). Walks and reads may run in other threads meanwhile: they stop at the size published
+when they started, so they never see a half-written batch. They must not overlap
+:meth:`LogFile.close` or :meth:`LogFile.delete`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from crc32c import crc32c as _crc32c  # the C function: recovery's hot loop skips our wrapper
+
+from stratalog.records.batch import (
+    ATTRIBUTES_OFFSET,
+    HEADER,
+    HEADER_SIZE_UP_TO_MAGIC,
+    LOG_OVERHEAD,
+    MAGIC,
+    RECORD_BATCH_OVERHEAD,
+    SCAN_FIELDS,
+    BatchHeader,
+    check_framing,
+    is_intact_legacy_message,
+)
+from stratalog.records.crc import crc32c
+from stratalog.records.errors import CorruptRecordError, InvalidRecordError, RecordError
+
+from . import space
+from .errors import LogClosedError, StorageIOError
+from .index import INT32_MAX
+
+__all__ = [
+    "ANY_OFFSET",
+    "ANY_TIMESTAMP",
+    "FIRST_BLOCK_BYTES",
+    "LENIENT",
+    "MAX_BLOCK_BYTES",
+    "RECOVERY",
+    "RECOVERY_BLOCK_BYTES",
+    "STRICT",
+    "FoundBatch",
+    "LogFile",
+]
+
+log = logging.getLogger(__name__)
+
+# Below every int64: a walk with these stops at the first batch whatever its offsets and
+# timestamps.
+ANY_OFFSET = -(2**63) - 1
+ANY_TIMESTAMP = -(2**63) - 1
+
+# A read walk's first block (an index lookup usually lands on or just before the batch wanted)
+# and the most a refill takes.
+FIRST_BLOCK_BYTES = 4 * 1024
+MAX_BLOCK_BYTES = 256 * 1024
+# Recovery reads the log in blocks of this size and checksums batches in place.
+RECOVERY_BLOCK_BYTES = 1024 * 1024
+# A batch larger than a recovery block is checksummed in pieces of this size, not read whole.
+CRC_CHUNK_BYTES = 8 * 1024 * 1024
+
+# What a walk does with a malformed header (see the module docstring).
+STRICT = 0
+LENIENT = 1
+RECOVERY = 2
+
+# A batch a walk stopped at or collected: (position, size_bytes, last_offset, records_count,
+# max_timestamp, block, block_start). ``block`` is the bytes the walk had read last, from
+# position ``block_start`` of the file; it holds the batch's header (in recovery, the whole
+# batch unless larger than a block). A plain tuple: one is built per batch of a recovery.
+FoundBatch = tuple[int, int, int, int, int, bytes, int]
+
+# Linux's IOV_MAX: the most buffers one pwritev takes.
+_IOV_MAX = 1024
+# The size fields below this cannot be a whole v2 batch: the hot loop's one test for the rare
+# cases (size field < 14, a batch below 61 bytes) before check_framing says which.
+_MIN_V2_LENGTH = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD
+
+
+class LogFile:
+    """One segment's ``.log``: the descriptor, the path and the published size.
+
+    Invariants: ``size_bytes`` is the end of the last whole batch written through this object
+    (for a file opened from disk, its length until recovery says otherwise); the file may be
+    longer (a preallocated tail, blocks being written), never read past ``size_bytes``.
+    """
+
+    __slots__ = ("_allocate_appends", "_fd", "_name", "_path", "_size")
+
+    def __init__(self, name: str, fd: int, size_bytes: int, *, allocate_appends: bool) -> None:
+        """Use :meth:`open`; this takes an opened descriptor and the file's path as a string."""
+        self._name = name
+        self._path: Path | None = None  # built on first use: most segments never need it
+        self._fd: int | None = fd
+        self._size = size_bytes
+        # Large appends allocate their blocks first (space.py), until the file system says it
+        # cannot (or the file was sized in advance: preallocate).
+        self._allocate_appends = allocate_appends
+
+    @classmethod
+    def open(
+        cls,
+        name: str,
+        *,
+        create: bool = False,
+        preallocate_bytes: int = 0,
+        allocate_appends: bool = True,
+    ) -> LogFile:
+        """Open the ``.log`` at path ``name``, or create it (``create``; it must not exist).
+
+        A created file is preallocated to ``preallocate_bytes`` when that is positive (Kafka's
+        ``FileRecords.open`` with ``preallocate``); its size is 0 all the same.
+        ``allocate_appends``: allocate the blocks of a large append before writing it (not for
+        a file sized in advance).
+
+        Raises:
+            StorageIOError: the file is missing (or present, when creating), cannot be opened,
+                or is longer than a segment can be (2^31 - 1 bytes).
+        """
+        try:
+            if create:
+                # O_EXCL: the log deletes stale files before it creates a segment ([B-13]); an
+                # existing file here would be someone's data, never to be overwritten silently.
+                fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+                size = 0
+                if preallocate_bytes > 0:
+                    try:
+                        os.posix_fallocate(fd, 0, preallocate_bytes)
+                    except OSError:
+                        # Not every file system allocates; a sparse length does as well.
+                        os.ftruncate(fd, preallocate_bytes)
+            else:
+                fd = os.open(name, os.O_RDWR)
+                size = os.fstat(fd).st_size
+        except OSError as exc:
+            action = "create" if create else "open"
+            raise StorageIOError(f"failed to {action} segment file {name}: {exc}") from exc
+        if size > INT32_MAX:
+            os.close(fd)
+            raise StorageIOError(
+                f"segment file {name} is {size} bytes; a segment holds at most {INT32_MAX}"
+            )
+        return cls(name, fd, size, allocate_appends=allocate_appends)
+
+    # ---------------------------------------------------------------- properties
+
+    @property
+    def path(self) -> Path:
+        path = self._path
+        if path is None:
+            path = self._path = Path(self._name)
+        return path
+
+    @property
+    def size_bytes(self) -> int:
+        """The published size: bytes of whole batches, where reads stop."""
+        return self._size
+
+    @property
+    def is_closed(self) -> bool:
+        return self._fd is None
+
+    def file_size(self) -> int:
+        """The file's length on disk (``fstat``), which may exceed the published size."""
+        fd = self._require_fd()
+        try:
+            return os.fstat(fd).st_size
+        except OSError as exc:
+            raise StorageIOError(f"failed to stat segment file {self._name}: {exc}") from exc
+
+    # ---------------------------------------------------------------- reads and writes
+
+    def read(self, size_bytes: int, position: int) -> bytes:
+        """Up to ``size_bytes`` bytes at ``position`` (fewer at the end of the file).
+
+        Raises:
+            StorageIOError: the read failed. LogClosedError: the file is closed.
+        """
+        fd = self._require_fd()
+        try:
+            return os.pread(fd, size_bytes, position)
+        except OSError as exc:
+            raise self._read_error(size_bytes, position, exc) from exc
+
+    def append(self, pieces: Sequence[bytes | bytearray | memoryview], size_bytes: int) -> int:
+        """Write ``pieces`` (``size_bytes`` in all) back to back at the published end, then
+        publish the new end. Returns the position written at.
+
+        All or nothing: on a failed or short write the file is cut back to where it was and
+        the published size does not move.
+
+        Raises:
+            StorageIOError: the write failed (the file is unchanged).
+        """
+        fd = self._require_fd()
+        position = self._size
+        views = [memoryview(piece) for piece in pieces]
+        if self._allocate_appends and size_bytes >= space.ALLOCATE_MIN_BYTES:
+            self._allocate_appends = space.allocate(fd, position, size_bytes)
+        try:
+            _pwrite_all(fd, views, position)
+        except OSError as exc:
+            try:
+                os.ftruncate(fd, position)
+            except OSError:
+                log.exception("could not cut %s back to %d bytes", self._name, position)
+            raise StorageIOError(
+                f"failed to append {size_bytes} bytes at position {position} of segment "
+                f"{self._name} (cut back to {position}): {exc}"
+            ) from exc
+        # Published only now: readers stop at this size, so they never see a partial batch.
+        self._size = position + size_bytes
+        return position
+
+    def truncate_to(self, size_bytes: int) -> int:
+        """Cut the file to ``size_bytes`` (at most the published size); returns the bytes
+        removed. The smaller size is published first, so no read starts past it.
+
+        Raises:
+            ValueError: ``size_bytes`` is negative or above the published size.
+            StorageIOError: the file could not be truncated.
+        """
+        original = self._size
+        if not 0 <= size_bytes <= original:
+            raise ValueError(
+                f"cannot truncate segment {self._name} of {original} bytes to {size_bytes}"
+            )
+        fd = self._require_fd()
+        self._size = size_bytes
+        try:
+            if os.fstat(fd).st_size > size_bytes:
+                os.ftruncate(fd, size_bytes)
+        except OSError as exc:
+            raise StorageIOError(
+                f"failed to truncate segment {self._name} to {size_bytes} bytes: {exc}"
+            ) from exc
+        return original - size_bytes
+
+    def cut_at(self, size_bytes: int) -> None:
+        """Publish ``size_bytes`` and cut the file there, even if it is that long already: a
+        cut also frees blocks allocated past the end (space.py). Recovery's last step.
+
+        Raises:
+            StorageIOError: the file could not be truncated.
+        """
+        fd = self._require_fd()
+        self._size = size_bytes
+        try:
+            os.ftruncate(fd, size_bytes)
+        except OSError as exc:
+            raise StorageIOError(
+                f"failed to truncate segment {self._name} to {size_bytes} bytes: {exc}"
+            ) from exc
+
+    def trim(self) -> None:
+        """Cut a preallocated file down to the published size."""
+        fd = self._require_fd()
+        try:
+            if os.fstat(fd).st_size > self._size:
+                os.ftruncate(fd, self._size)
+        except OSError as exc:
+            raise StorageIOError(
+                f"failed to trim segment {self._name} to {self._size} bytes: {exc}"
+            ) from exc
+
+    def flush(self) -> None:
+        """fsync the file."""
+        fd = self._require_fd()
+        try:
+            os.fsync(fd)
+        except OSError as exc:
+            raise StorageIOError(f"failed to fsync segment {self._name}: {exc}") from exc
+
+    def close(self, *, flush: bool = True) -> None:
+        """fsync (unless ``flush=False``), trim and close the file ([B-68]). Idempotent; the
+        descriptor is closed even when the fsync or the trim fails."""
+        if self._fd is None:
+            return
+        try:
+            if flush:
+                self.flush()
+            self.trim()
+        finally:
+            self.close_handler()
+
+    def close_handler(self) -> None:
+        """Close the descriptor without writing anything (the disk may have failed)."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+    def delete(self) -> None:
+        """Close the file and delete it (a missing file is fine)."""
+        self.close_handler()
+        try:
+            self.path.unlink(missing_ok=True)
+        except OSError as exc:
+            raise StorageIOError(f"failed to delete segment file {self._name}: {exc}") from exc
+
+    def rename_to(self, path: Path) -> None:
+        """Rename the file to ``path``; the open descriptor stays valid.
+
+        Raises:
+            StorageIOError: the rename failed (the file keeps its name).
+        """
+        try:
+            os.replace(self._name, path)
+        except OSError as exc:
+            raise StorageIOError(
+                f"failed to rename segment file {self._name} to {path}: {exc}"
+            ) from exc
+        self._name = str(path)
+        self._path = path
+
+    # ---------------------------------------------------------------- walks
+
+    def walk(
+        self,
+        start: int,
+        end: int,
+        offset: int = ANY_OFFSET,
+        timestamp: int = ANY_TIMESTAMP,
+        block: bytes = b"",
+        block_start: int = 0,
+        read_bytes: int = FIRST_BLOCK_BYTES,
+        into: list[FoundBatch] | None = None,
+        mode: int = STRICT,
+        max_message_bytes: int = INT32_MAX,
+    ) -> FoundBatch | int | None:
+        """Walk the batches in ``[start, end)`` (``start`` a batch boundary) to the first whose
+        last offset is ``>= offset`` and max timestamp ``>= timestamp``.
+
+        Without ``into``: returns that batch as a :data:`FoundBatch` (the block holding its
+        header included, so a caller whose bytes are in it needs no second read), or None when
+        no batch before ``end`` qualifies. With a list ``into``: appends every qualifying batch
+        of the first block to it and returns the position to walk on from (a later call with
+        ``start`` there reads the next block), or -1 when the walk is over.
+
+        ``block``, if given, holds bytes already read from position ``block_start``
+        (``<= start``); otherwise the first read takes ``read_bytes``. ``mode``: STRICT, LENIENT
+        or RECOVERY (module docstring); ``max_message_bytes`` is RECOVERY's batch size limit.
+
+        O(batches walked) header unpacks and O(bytes walked / block size) reads. Thread-safe
+        against appends (``end`` must not exceed the published size the caller read).
+
+        Raises:
+            CorruptRecordError, InvalidRecordError: a malformed header (STRICT), a legacy
+                message (RECOVERY).
+            StorageIOError: a read failed. LogClosedError: the file is closed.
+        """
+        # The per-batch path is kept to locals and one unpack: a read scans a few batches, a
+        # recovery of 1 KiB batches a million per GiB.
+        fd = self._require_fd()
+        pread = os.pread
+        unpack = SCAN_FIELDS.unpack_from
+        buf = block
+        buf_start = block_start if block else start
+        buf_length = len(block)
+        verify = mode == RECOVERY
+        view = memoryview(buf) if verify else None  # CRCs are computed on views of the block
+        block_bytes = RECOVERY_BLOCK_BYTES if verify else FIRST_BLOCK_BYTES
+        max_block_bytes = RECOVERY_BLOCK_BYTES if verify else MAX_BLOCK_BYTES
+        size = 0
+        position = start
+        limit = end - HEADER_SIZE_UP_TO_MAGIC
+        while position < limit:
+            relative = position - buf_start
+            if relative + RECORD_BATCH_OVERHEAD > buf_length:
+                if buf_length:
+                    if into is not None:
+                        return position  # the block is walked: the caller reads on
+                    # A batch larger than a block would not help the guess: its header is
+                    # enough.
+                    read_bytes = (
+                        size if block_bytes < size <= max_block_bytes else block_bytes
+                    )
+                if read_bytes > end - position:
+                    read_bytes = end - position
+                try:
+                    buf = pread(fd, read_bytes, position)
+                except OSError as exc:
+                    raise self._read_error(read_bytes, position, exc) from exc
+                if block_bytes < max_block_bytes:
+                    block_bytes *= 2
+                buf_start = position
+                buf_length = len(buf)
+                relative = 0
+                if verify:
+                    view = memoryview(buf)
+                if buf_length < read_bytes:
+                    # The file shrank under the walk (a truncation): it ends where the read did.
+                    end = position + buf_length
+                    limit = end - HEADER_SIZE_UP_TO_MAGIC
+                    if position >= limit:
+                        break
+                if buf_length < RECORD_BATCH_OVERHEAD:
+                    # Fewer bytes than a header before the end: only a framing rule can apply.
+                    self._stop(buf, buf_start, position, end, mode)
+                    break
+            base_offset, length, magic, crc, last_offset_delta, max_timestamp, records_count = (
+                unpack(buf, relative)
+            )
+            size = length + LOG_OVERHEAD
+            if length < _MIN_V2_LENGTH or magic != MAGIC or size > end - position:
+                self._stop(buf, buf_start, position, end, mode)
+                break
+            last_offset = base_offset + last_offset_delta
+            if last_offset >= offset and max_timestamp >= timestamp:
+                if verify:
+                    whole = relative + size <= buf_length
+                    if not whole and relative and into is not None:
+                        return position  # the batch is not whole in this block: read from it
+                    if not (
+                        whole
+                        and size <= max_message_bytes
+                        and _crc32c(view[relative + ATTRIBUTES_OFFSET : relative + size]) == crc
+                    ) and not self._valid(buf, relative, position, size, crc, max_message_bytes):
+                        break
+                found = (
+                    position, size, last_offset, records_count, max_timestamp, buf, buf_start
+                )
+                if into is None:
+                    return found
+                into.append(found)
+            position += size
+        return None if into is None else -1
+
+    def batches(self, start: int, end: int) -> Iterator[FoundBatch]:
+        """Every whole batch in ``[start, end)`` (STRICT), as walks of a block at a time."""
+        read_bytes = FIRST_BLOCK_BYTES
+        position = start
+        while position >= 0:
+            found: list[FoundBatch] = []
+            position = self.walk(position, end, read_bytes=read_bytes, into=found)  # type: ignore[assignment]
+            yield from found
+            read_bytes = min(2 * read_bytes, MAX_BLOCK_BYTES)
+
+    def headers(self, start: int, end: int) -> Iterator[BatchHeader]:
+        """The header of every whole batch in ``[start, end)`` (STRICT)."""
+        for position, _, _, _, _, block, block_start in self.batches(start, end):
+            yield BatchHeader(*HEADER.unpack_from(block, position - block_start), position)
+
+    def last_batch(self, start: int, end: int) -> FoundBatch | None:
+        """The last whole batch in ``[start, end)`` (STRICT), or None."""
+        last = None
+        for last in self.batches(start, end):  # noqa: B007 (the last one is the answer)
+            pass
+        return last
+
+    def valid_batches(
+        self, end: int, max_message_bytes: int | None = None
+    ) -> Iterator[list[FoundBatch]]:
+        """Recovery's walk from position 0: per block read, the valid batches in it, up to the
+        first invalid batch (RECOVERY: logged, not raised).
+
+        Raises:
+            InvalidRecordError: a legacy v0/v1 message whose CRC holds.
+            StorageIOError: a read failed.
+        """
+        limit = INT32_MAX if max_message_bytes is None else max_message_bytes
+        position = 0
+        while position >= 0:
+            found: list[FoundBatch] = []
+            position = self.walk(  # type: ignore[assignment]
+                position, end, read_bytes=RECOVERY_BLOCK_BYTES, into=found, mode=RECOVERY,
+                max_message_bytes=limit,
+            )
+            if found:
+                yield found
+
+    def _stop(self, buf: bytes, buf_start: int, position: int, end: int, mode: int) -> None:
+        """The batch at ``position`` breaks a framing rule or runs past ``end``: raise (STRICT),
+        return (a partial tail; LENIENT), or warn and return (RECOVERY), which raises for an
+        intact legacy message only."""
+        source = f" of segment {self._name}"
+        try:
+            whole = check_framing(buf, position, end, buf_start=buf_start, source=source)
+        except InvalidRecordError as exc:
+            if mode == RECOVERY:
+                self._reject_legacy(buf, buf_start, position, exc)
+            elif mode == STRICT:
+                raise
+            return
+        except CorruptRecordError as exc:
+            if mode == RECOVERY:
+                log.warning("recovery stops: %s", exc)
+            elif mode == STRICT:
+                raise
+            return
+        assert not whole, f"a whole batch at position {position} of {self._name} reached _stop"
+        if mode == RECOVERY:
+            log.warning("recovery stops at a partial batch at position %d of segment %s",
+                        position, self._name)
+
+    def _valid(
+        self, buf: bytes, relative: int, position: int, size: int, stored_crc: int,
+        max_message_bytes: int,
+    ) -> bool:
+        """RECOVERY's checks of a well-framed batch (size limit, CRC), for the cases the walk's
+        fast path leaves: a batch larger than its block, or one failing a check, which is
+        logged."""
+        if size > max_message_bytes:
+            log.warning(
+                "recovery stops at a batch of %d bytes at position %d of segment %s, larger "
+                "than max.message.bytes (%d)", size, position, self._name, max_message_bytes,
+            )
+            return False
+        if relative + size <= len(buf):
+            with memoryview(buf) as view:
+                actual = _crc32c(view[relative + ATTRIBUTES_OFFSET : relative + size])
+        else:  # larger than a block: in pieces, never read whole
+            actual = self._crc_of_range(position + ATTRIBUTES_OFFSET, position + size)
+        if actual != stored_crc:
+            log.warning(
+                "recovery stops at a batch of %d bytes at position %d of segment %s failing "
+                "its CRC (stored 0x%08x, computed 0x%08x)", size, position, self._name,
+                stored_crc, actual,
+            )
+            return False
+        return True
+
+    def _crc_of_range(self, start: int, end: int) -> int:
+        crc = 0
+        position = start
+        while position < end:
+            chunk = self.read(min(CRC_CHUNK_BYTES, end - position), position)
+            if not chunk:
+                break
+            crc = crc32c(chunk, crc)
+            position += len(chunk)
+        return crc
+
+    def _reject_legacy(
+        self, buf: bytes, buf_start: int, position: int, exc: RecordError
+    ) -> None:
+        """RECOVERY at a batch of magic other than 2: a v0/v1 message whose checksum holds
+        raises; anything else is corruption, cut away after a warning."""
+        relative = position - buf_start
+        length = int.from_bytes(buf[relative + 8 : relative + LOG_OVERHEAD], "big", signed=True)
+        size = length + LOG_OVERHEAD
+        if relative + size <= len(buf):
+            message = buf[relative : relative + size]
+        else:
+            message = self.read(size, position)
+        if is_intact_legacy_message(message):
+            raise InvalidRecordError(
+                f"segment {self._name} holds a message in the legacy format "
+                f"v{message[16]} at position {position}; only RecordBatch v2 is supported"
+            )
+        log.warning("recovery stops: %s", exc)
+
+    def _require_fd(self) -> int:
+        fd = self._fd
+        if fd is None:
+            raise LogClosedError(f"segment {self._name} is closed")
+        return fd
+
+    def _read_error(self, size_bytes: int, position: int, exc: OSError) -> StorageIOError:
+        return StorageIOError(
+            f"failed to read {size_bytes} bytes at position {position} of segment "
+            f"{self._name}: {exc}"
+        )
+
+    def __repr__(self) -> str:
+        return f"LogFile({self._name!r}, size_bytes={self._size})"
+
+
+def _pwrite_all(fd: int, views: list[memoryview], position: int) -> int:
+    """Write ``views`` back to back at ``position``; returns the bytes written (all of them).
+
+    Gathered writes (``pwritev``, at most ``_IOV_MAX`` buffers each), continued after a short
+    write where it stopped; one joined ``pwrite`` where the platform has no ``pwritev``.
+    ``views`` is consumed. Raises OSError (a write returning 0 included).
+    """
+    if not hasattr(os, "pwritev"):
+        views = [memoryview(b"".join(views))]
+    written = 0
+    index = 0
+    while index < len(views):
+        if index == len(views) - 1:
+            count = os.pwrite(fd, views[index], position + written)
+        else:
+            count = os.pwritev(fd, views[index : index + _IOV_MAX], position + written)
+        if count <= 0:
+            raise OSError(f"write returned {count}")
+        written += count
+        # Step over the buffers written whole; keep the rest of a partly written one.
+        while index < len(views) and count >= len(views[index]):
+            count -= len(views[index])
+            index += 1
+        if count:
+            views[index] = views[index][count:]
+    return written
