@@ -76,6 +76,7 @@ __all__ = [
     "RECORDS_COUNT_OFFSET",
     "RECORD_BATCH_OVERHEAD",
     "SCAN_FIELDS",
+    "SCAN_FIELD_NAMES",
     "TIMESTAMP_TYPE_MASK",
     "TRANSACTIONAL_FLAG_MASK",
     "BatchHeader",
@@ -155,8 +156,8 @@ def header_struct(*names: str) -> struct.Struct:
 
 
 # What a walk of a log reads of each batch header, in one unpack (the 61 bytes; the others
-# skipped).
-SCAN_FIELDS = header_struct(
+# skipped), in this order.
+SCAN_FIELD_NAMES = (
     "base_offset",  # the batch's first offset: offset searches, the base offset guess of a read
     "length",  # the batch's size, and the framing rules
     "magic",  # must be 2
@@ -165,6 +166,7 @@ SCAN_FIELDS = header_struct(
     "max_timestamp",  # timestamp searches, the time index
     "records_count",  # what a fetch response reports
 )
+SCAN_FIELDS = header_struct(*SCAN_FIELD_NAMES)
 assert SCAN_FIELDS.size == RECORD_BATCH_OVERHEAD
 
 

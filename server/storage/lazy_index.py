@@ -21,7 +21,6 @@ Crash behaviour: nothing of its own; the index classes say what their files hold
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 from collections.abc import Callable
@@ -57,15 +56,24 @@ class LazyIndex(Generic[IndexT]):
     Invariant: while loaded, :attr:`path` is the index's own path.
     """
 
-    __slots__ = ("_directory", "_index", "_lock", "_name", "_open_index", "_path")
+    __slots__ = ("_directory", "_lock", "_name", "_open_index", "_path", "loaded")
 
-    def __init__(self, directory: Path, name: str, open_index: Callable[[Path], IndexT]) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        name: str,
+        open_index: Callable[[Path], IndexT],
+        lock: threading.Lock | None = None,
+    ) -> None:
+        """``lock``: a lock to share (a segment's three indexes share one), else a new one."""
         self._directory = directory
         self._name = name
         self._path: Path | None = None
         self._open_index = open_index
-        self._index: IndexT | None = None
-        self._lock = threading.Lock()
+        # The index once opened, None before: read it (never set it) for the cost of an
+        # attribute where a call to get() costs a call, as the segment's read path does.
+        self.loaded: IndexT | None = None
+        self._lock = threading.Lock() if lock is None else lock
 
     @property
     def path(self) -> Path:
@@ -78,23 +86,19 @@ class LazyIndex(Generic[IndexT]):
 
     @property
     def is_loaded(self) -> bool:
-        return self._index is not None
+        return self.loaded is not None
 
     def get(self) -> IndexT:
         """The index, opened (for a new offset or time index: created, preallocated) on the
         first call. Thread-safe."""
-        index = self._index
+        index = self.loaded
         if index is None:
             with self._lock:
-                index = self._index
+                index = self.loaded
                 if index is None:
                     index = self._open_index(self.path)
-                    self._index = index
+                    self.loaded = index
         return index
-
-    def get_if_loaded(self) -> IndexT | None:
-        """The index if it was opened, else None (nothing is opened)."""
-        return self._index
 
     def rename_to(self, path: Path) -> None:
         """Rename the file to ``path``: through the index if loaded, else the file alone (a
@@ -105,38 +109,43 @@ class LazyIndex(Generic[IndexT]):
             StorageIOError: the rename failed.
         """
         with self._lock:
-            index = self._index
+            index = self.loaded
             try:
                 if index is not None:
                     index.rename_to(path)
                 else:
                     old_path = self.path
                     try:
-                        with contextlib.suppress(FileNotFoundError):
-                            os.replace(old_path, path)
+                        os.replace(old_path, path)
                     except OSError as exc:
-                        raise StorageIOError(
-                            f"failed to rename index file {old_path} to {path}: {exc}"
-                        ) from exc
+                        # A file never created: nothing to rename. (The stat only on failure:
+                        # a missing target directory is an ENOENT too.)
+                        if not (isinstance(exc, FileNotFoundError) and not old_path.exists()):
+                            raise StorageIOError(
+                                f"failed to rename index file {old_path} to {path}: {exc}"
+                            ) from exc
             finally:
                 self._path = path
                 self._name = path.name
                 self._directory = path.parent
 
     def close(self) -> None:
-        """Close the index (which trims a mapped one) if loaded; else nothing."""
-        with self._lock:
-            if self._index is not None:
-                self._index.close()
+        """Close the index (which trims a mapped one) if loaded; else nothing.
+
+        Like every method but :meth:`get`, for the writer, which no first use overlaps then
+        (the segment's reads do not overlap its close).
+        """
+        index = self.loaded
+        if index is not None:
+            index.close()
 
     def close_handler(self) -> None:
         """Close the index without writing to it, if loaded (Kafka's ``closeHandler``; an index
         with nothing to write on close, the transaction index, is simply closed)."""
-        with self._lock:
-            index = self._index
-            if index is not None:
-                close_handler = getattr(index, "close_handler", None)
-                (close_handler or index.close)()
+        index = self.loaded
+        if index is not None:
+            close_handler = getattr(index, "close_handler", None)
+            (close_handler or index.close)()
 
     def delete_if_exists(self) -> bool:
         """Close and delete the file (through the index if loaded); True if this call deleted it.
@@ -145,8 +154,8 @@ class LazyIndex(Generic[IndexT]):
             StorageIOError: the file exists and could not be deleted.
         """
         with self._lock:
-            if self._index is not None:
-                return self._index.delete_if_exists()
+            if self.loaded is not None:
+                return self.loaded.delete_if_exists()
             path = self.path
             try:
                 path.unlink()
@@ -157,5 +166,5 @@ class LazyIndex(Generic[IndexT]):
             return True
 
     def __repr__(self) -> str:
-        state = "loaded" if self._index is not None else "not loaded"
+        state = "loaded" if self.loaded is not None else "not loaded"
         return f"LazyIndex({str(self.path)!r}, {state})"

@@ -53,6 +53,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterator, Sequence
+from operator import itemgetter
 from pathlib import Path
 
 from crc32c import crc32c as _crc32c  # the C function: recovery's hot loop skips our wrapper
@@ -64,6 +65,7 @@ from stratalog.records.batch import (
     LOG_OVERHEAD,
     MAGIC,
     RECORD_BATCH_OVERHEAD,
+    SCAN_FIELD_NAMES,
     SCAN_FIELDS,
     BatchHeader,
     check_framing,
@@ -87,6 +89,9 @@ __all__ = [
     "STRICT",
     "FoundBatch",
     "LogFile",
+    "ScannedBatch",
+    "Walked",
+    "summarize",
 ]
 
 log = logging.getLogger(__name__)
@@ -110,11 +115,17 @@ STRICT = 0
 LENIENT = 1
 RECOVERY = 2
 
-# A batch a walk stopped at or collected: (position, size_bytes, last_offset, records_count,
-# max_timestamp, block, block_start). ``block`` is the bytes the walk had read last, from
-# position ``block_start`` of the file; it holds the batch's header (in recovery, the whole
-# batch unless larger than a block). A plain tuple: one is built per batch of a recovery.
+# A batch a walk found: (position, size_bytes, last_offset, records_count, max_timestamp,
+# block, block_start). ``block`` is the bytes the walk had read last, from position
+# ``block_start`` of the file; it holds the batch's header.
 FoundBatch = tuple[int, int, int, int, int, bytes, int]
+# A batch a walk collected: its header fields as SCAN_FIELDS unpacks them (SCAN_FIELD_NAMES:
+# base_offset, length, magic, crc, last_offset_delta, max_timestamp, records_count); the
+# unpacked tuple itself, so that collecting a batch builds nothing.
+ScannedBatch = tuple[int, int, int, int, int, int, int]
+# What a collecting walk returns: (where to go on from, None when the walk is over; the block
+# walked; its position in the file).
+Walked = tuple[int | None, bytes, int]
 
 # Linux's IOV_MAX: the most buffers one pwritev takes.
 _IOV_MAX = 1024
@@ -131,14 +142,16 @@ class LogFile:
     longer (a preallocated tail, blocks being written), never read past ``size_bytes``.
     """
 
-    __slots__ = ("_allocate_appends", "_fd", "_name", "_path", "_size")
+    __slots__ = ("_allocate_appends", "_fd", "_name", "_path", "size_bytes")
 
     def __init__(self, name: str, fd: int, size_bytes: int, *, allocate_appends: bool) -> None:
         """Use :meth:`open`; this takes an opened descriptor and the file's path as a string."""
         self._name = name
         self._path: Path | None = None  # built on first use: most segments never need it
         self._fd: int | None = fd
-        self._size = size_bytes
+        # The published size: bytes of whole batches, where reads stop. An attribute, not a
+        # property, for the read path; only this class's methods change it.
+        self.size_bytes = size_bytes
         # Large appends allocate their blocks first (space.py), until the file system says it
         # cannot (or the file was sized in advance: preallocate).
         self._allocate_appends = allocate_appends
@@ -198,11 +211,6 @@ class LogFile:
         return path
 
     @property
-    def size_bytes(self) -> int:
-        """The published size: bytes of whole batches, where reads stop."""
-        return self._size
-
-    @property
     def is_closed(self) -> bool:
         return self._fd is None
 
@@ -239,7 +247,7 @@ class LogFile:
             StorageIOError: the write failed (the file is unchanged).
         """
         fd = self._require_fd()
-        position = self._size
+        position = self.size_bytes
         views = [memoryview(piece) for piece in pieces]
         if self._allocate_appends and size_bytes >= space.ALLOCATE_MIN_BYTES:
             self._allocate_appends = space.allocate(fd, position, size_bytes)
@@ -255,7 +263,7 @@ class LogFile:
                 f"{self._name} (cut back to {position}): {exc}"
             ) from exc
         # Published only now: readers stop at this size, so they never see a partial batch.
-        self._size = position + size_bytes
+        self.size_bytes = position + size_bytes
         return position
 
     def truncate_to(self, size_bytes: int) -> int:
@@ -266,13 +274,13 @@ class LogFile:
             ValueError: ``size_bytes`` is negative or above the published size.
             StorageIOError: the file could not be truncated.
         """
-        original = self._size
+        original = self.size_bytes
         if not 0 <= size_bytes <= original:
             raise ValueError(
                 f"cannot truncate segment {self._name} of {original} bytes to {size_bytes}"
             )
         fd = self._require_fd()
-        self._size = size_bytes
+        self.size_bytes = size_bytes
         try:
             if os.fstat(fd).st_size > size_bytes:
                 os.ftruncate(fd, size_bytes)
@@ -290,7 +298,7 @@ class LogFile:
             StorageIOError: the file could not be truncated.
         """
         fd = self._require_fd()
-        self._size = size_bytes
+        self.size_bytes = size_bytes
         try:
             os.ftruncate(fd, size_bytes)
         except OSError as exc:
@@ -302,11 +310,11 @@ class LogFile:
         """Cut a preallocated file down to the published size."""
         fd = self._require_fd()
         try:
-            if os.fstat(fd).st_size > self._size:
-                os.ftruncate(fd, self._size)
+            if os.fstat(fd).st_size > self.size_bytes:
+                os.ftruncate(fd, self.size_bytes)
         except OSError as exc:
             raise StorageIOError(
-                f"failed to trim segment {self._name} to {self._size} bytes: {exc}"
+                f"failed to trim segment {self._name} to {self.size_bytes} bytes: {exc}"
             ) from exc
 
     def flush(self) -> None:
@@ -369,22 +377,27 @@ class LogFile:
         block: bytes = b"",
         block_start: int = 0,
         read_bytes: int = FIRST_BLOCK_BYTES,
-        into: list[FoundBatch] | None = None,
+        into: list[ScannedBatch] | None = None,
         mode: int = STRICT,
         max_message_bytes: int = INT32_MAX,
-    ) -> FoundBatch | int | None:
-        """Walk the batches in ``[start, end)`` (``start`` a batch boundary) to the first whose
-        last offset is ``>= offset`` and max timestamp ``>= timestamp``.
+    ) -> FoundBatch | Walked | None:
+        """Walk the batches of ``[start, end)`` (``start`` a batch boundary).
 
-        Without ``into``: returns that batch as a :data:`FoundBatch` (the block holding its
-        header included, so a caller whose bytes are in it needs no second read), or None when
-        no batch before ``end`` qualifies. With a list ``into``: appends every qualifying batch
-        of the first block to it and returns the position to walk on from (a later call with
-        ``start`` there reads the next block), or -1 when the walk is over.
+        Find (no ``into``): returns the first batch whose last offset is ``>= offset`` and max
+        timestamp ``>= timestamp`` as a :data:`FoundBatch` (the block holding its header
+        included, so a caller whose bytes are in it needs no second read), or None when no
+        batch before ``end`` qualifies. Reads block after block as needed.
+
+        Collect (a list ``into``): appends every batch of one block, from ``start`` on, to
+        ``into`` as its :data:`ScannedBatch` (the batches are consecutive: their positions
+        follow from their sizes), and returns :data:`Walked`: where to go on from (the first
+        batch not in the block; in RECOVERY, not whole in it), or None when the walk is over,
+        and the block. ``offset`` and ``timestamp`` are not used.
 
         ``block``, if given, holds bytes already read from position ``block_start``
-        (``<= start``); otherwise the first read takes ``read_bytes``. ``mode``: STRICT, LENIENT
-        or RECOVERY (module docstring); ``max_message_bytes`` is RECOVERY's batch size limit.
+        (``<= start``); otherwise the first read takes ``read_bytes``. ``mode``: STRICT,
+        LENIENT or RECOVERY (module docstring); RECOVERY collects, and ``max_message_bytes``
+        is its batch size limit.
 
         O(batches walked) header unpacks and O(bytes walked / block size) reads. Thread-safe
         against appends (``end`` must not exceed the published size the caller read).
@@ -394,39 +407,42 @@ class LogFile:
                 message (RECOVERY).
             StorageIOError: a read failed. LogClosedError: the file is closed.
         """
-        # The per-batch path is kept to locals and one unpack: a read scans a few batches, a
-        # recovery of 1 KiB batches a million per GiB.
-        fd = self._require_fd()
-        pread = os.pread
+        # The per-batch path is kept to locals, one unpack and no new object: a read walks a
+        # few batches, the rest of a 1 MiB fetch a few thousand, a recovery of 1 KiB batches a
+        # million per GiB.
+        fd = self._fd
+        if fd is None:
+            raise LogClosedError(f"segment {self._name} is closed")
         unpack = SCAN_FIELDS.unpack_from
         buf = block
-        buf_start = block_start if block else start
+        buf_start = block_start  # (without a block, the first read sets it)
         buf_length = len(block)
         verify = mode == RECOVERY
         view = memoryview(buf) if verify else None  # CRCs are computed on views of the block
-        block_bytes = RECOVERY_BLOCK_BYTES if verify else FIRST_BLOCK_BYTES
-        max_block_bytes = RECOVERY_BLOCK_BYTES if verify else MAX_BLOCK_BYTES
+        block_bytes = FIRST_BLOCK_BYTES
         size = 0
         position = start
         limit = end - HEADER_SIZE_UP_TO_MAGIC
         while position < limit:
             relative = position - buf_start
             if relative + RECORD_BATCH_OVERHEAD > buf_length:
+                if buf_start + buf_length >= end:
+                    # Fewer bytes than a header before the end: only a framing rule can apply.
+                    self._stop(buf, buf_start, position, end, mode)
+                    break
                 if buf_length:
                     if into is not None:
-                        return position  # the block is walked: the caller reads on
+                        return position, buf, buf_start  # the block is walked
                     # A batch larger than a block would not help the guess: its header is
                     # enough.
-                    read_bytes = (
-                        size if block_bytes < size <= max_block_bytes else block_bytes
-                    )
+                    read_bytes = size if block_bytes < size <= MAX_BLOCK_BYTES else block_bytes
                 if read_bytes > end - position:
                     read_bytes = end - position
                 try:
-                    buf = pread(fd, read_bytes, position)
+                    buf = os.pread(fd, read_bytes, position)
                 except OSError as exc:
                     raise self._read_error(read_bytes, position, exc) from exc
-                if block_bytes < max_block_bytes:
+                if block_bytes < MAX_BLOCK_BYTES:
                     block_bytes *= 2
                 buf_start = position
                 buf_length = len(buf)
@@ -443,42 +459,48 @@ class LogFile:
                     # Fewer bytes than a header before the end: only a framing rule can apply.
                     self._stop(buf, buf_start, position, end, mode)
                     break
+            fields = unpack(buf, relative)
             base_offset, length, magic, crc, last_offset_delta, max_timestamp, records_count = (
-                unpack(buf, relative)
+                fields
             )
             size = length + LOG_OVERHEAD
             if length < _MIN_V2_LENGTH or magic != MAGIC or size > end - position:
                 self._stop(buf, buf_start, position, end, mode)
                 break
             last_offset = base_offset + last_offset_delta
-            if last_offset >= offset and max_timestamp >= timestamp:
+            if last_offset >= offset and max_timestamp >= timestamp:  # (collecting: always)
                 if verify:
                     whole = relative + size <= buf_length
-                    if not whole and relative and into is not None:
-                        return position  # the batch is not whole in this block: read from it
+                    if not whole and relative:
+                        return position, buf, buf_start  # not whole in this block: read on
                     if not (
                         whole
                         and size <= max_message_bytes
                         and _crc32c(view[relative + ATTRIBUTES_OFFSET : relative + size]) == crc
                     ) and not self._valid(buf, relative, position, size, crc, max_message_bytes):
                         break
-                found = (
-                    position, size, last_offset, records_count, max_timestamp, buf, buf_start
-                )
                 if into is None:
-                    return found
-                into.append(found)
+                    return position, size, last_offset, records_count, max_timestamp, buf, buf_start
+                into.append(fields)
             position += size
-        return None if into is None else -1
+        return None if into is None else (None, buf, buf_start)
 
     def batches(self, start: int, end: int) -> Iterator[FoundBatch]:
-        """Every whole batch in ``[start, end)`` (STRICT), as walks of a block at a time."""
-        read_bytes = FIRST_BLOCK_BYTES
+        """Every whole batch in ``[start, end)`` (STRICT), as :data:`FoundBatch` tuples."""
         position = start
-        while position >= 0:
-            found: list[FoundBatch] = []
-            position = self.walk(position, end, read_bytes=read_bytes, into=found)  # type: ignore[assignment]
-            yield from found
+        read_bytes = FIRST_BLOCK_BYTES
+        while True:
+            scanned: list[ScannedBatch] = []
+            next_position, block, block_start = self.walk(  # type: ignore[misc]
+                position, end, read_bytes=read_bytes, into=scanned
+            )
+            for base_offset, length, _, _, last_offset_delta, max_timestamp, count in scanned:
+                size = length + LOG_OVERHEAD
+                last_offset = base_offset + last_offset_delta
+                yield position, size, last_offset, count, max_timestamp, block, block_start
+                position += size
+            if next_position is None:
+                return
             read_bytes = min(2 * read_bytes, MAX_BLOCK_BYTES)
 
     def headers(self, start: int, end: int) -> Iterator[BatchHeader]:
@@ -495,24 +517,25 @@ class LogFile:
 
     def valid_batches(
         self, end: int, max_message_bytes: int | None = None
-    ) -> Iterator[list[FoundBatch]]:
-        """Recovery's walk from position 0: per block read, the valid batches in it, up to the
-        first invalid batch (RECOVERY: logged, not raised).
+    ) -> Iterator[list[ScannedBatch]]:
+        """Recovery's walk from position 0: per block read, the valid batches in it (their
+        positions follow from their sizes), up to the first invalid batch (RECOVERY: logged,
+        not raised).
 
         Raises:
             InvalidRecordError: a legacy v0/v1 message whose CRC holds.
             StorageIOError: a read failed.
         """
         limit = INT32_MAX if max_message_bytes is None else max_message_bytes
-        position = 0
-        while position >= 0:
-            found: list[FoundBatch] = []
-            position = self.walk(  # type: ignore[assignment]
-                position, end, read_bytes=RECOVERY_BLOCK_BYTES, into=found, mode=RECOVERY,
+        position: int | None = 0
+        while position is not None:
+            scanned: list[ScannedBatch] = []
+            position, _, _ = self.walk(  # type: ignore[misc]
+                position, end, read_bytes=RECOVERY_BLOCK_BYTES, into=scanned, mode=RECOVERY,
                 max_message_bytes=limit,
             )
-            if found:
-                yield found
+            if scanned:
+                yield scanned
 
     def _stop(self, buf: bytes, buf_start: int, position: int, end: int, mode: int) -> None:
         """The batch at ``position`` breaks a framing rule or runs past ``end``: raise (STRICT),
@@ -608,7 +631,20 @@ class LogFile:
         )
 
     def __repr__(self) -> str:
-        return f"LogFile({self._name!r}, size_bytes={self._size})"
+        return f"LogFile({self._name!r}, size_bytes={self.size_bytes})"
+
+
+_LENGTH = SCAN_FIELD_NAMES.index("length")
+_RECORDS_COUNT = SCAN_FIELD_NAMES.index("records_count")
+
+
+def summarize(scanned: list[ScannedBatch]) -> tuple[int, int, int]:
+    """(bytes, next offset, records) of consecutive batches a walk collected (not empty): their
+    total size, the last one's last offset + 1 and the sum of their records counts."""
+    base_offset, _, _, _, last_offset_delta, _, _ = scanned[-1]
+    size_bytes = sum(map(itemgetter(_LENGTH), scanned)) + LOG_OVERHEAD * len(scanned)
+    records_count = sum(map(itemgetter(_RECORDS_COUNT), scanned))
+    return size_bytes, base_offset + last_offset_delta + 1, records_count
 
 
 def _pwrite_all(fd: int, views: list[memoryview], position: int) -> int:

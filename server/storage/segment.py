@@ -34,6 +34,7 @@ import itertools
 import logging
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -78,6 +79,8 @@ from .log_file import (
     MAX_BLOCK_BYTES,
     FoundBatch,
     LogFile,
+    ScannedBatch,
+    summarize,
 )
 from .offset_index import OffsetIndex
 from .time_index import TimeIndex, TimestampOffset
@@ -215,32 +218,44 @@ class Segment:
         directory: Path,
         base_offset: int,
         config: LogConfig,
-        log_file: LogFile,
         *,
-        file_suffix: str = "",
-        roll_jitter_ms: int = 0,
-        time_ms: Callable[[], int] | None = None,
+        create: bool,
+        file_suffix: str,
+        roll_jitter_ms: int,
+        time_ms: Callable[[], int] | None,
     ) -> None:
-        """Use :meth:`open` or :meth:`create`; this takes an opened ``.log``."""
-        directory = directory if isinstance(directory, Path) else Path(directory)
-        self._base_offset = base_offset
-        self._log = log_file
+        """Use :meth:`open` or :meth:`create`."""
         stem = filename_prefix_from_offset(base_offset)
+        self._base_offset = base_offset
+        # A plain string for os.open: LogFile builds its Path only if asked for it.
+        self._log = LogFile.open(
+            f"{directory}{os.sep}{stem}{LOG_FILE_SUFFIX}{file_suffix}",
+            create=create,
+            preallocate_bytes=config.init_file_size if create and config.preallocate else 0,
+            # A file sized to segment.bytes in advance needs no allocation per append.
+            allocate_appends=not config.preallocate,
+        )
+        # The indexes are opened on first use: loading a log of 10,000 segments opens none.
+        # One lock for the three: a reader's first use of one waits for a rename of another.
+        lock = threading.Lock()
         max_index_size_bytes = config.segment_index_bytes
         self._offset_index = LazyIndex(
             directory,
             f"{stem}{INDEX_FILE_SUFFIX}{file_suffix}",
             lambda path: OffsetIndex(path, base_offset, max_index_size_bytes),
+            lock,
         )
         self._time_index = LazyIndex(
             directory,
             f"{stem}{TIME_INDEX_FILE_SUFFIX}{file_suffix}",
             lambda path: TimeIndex(path, base_offset, max_index_size_bytes),
+            lock,
         )
         self._txn_index = LazyIndex(
             directory,
             f"{stem}{TXN_INDEX_FILE_SUFFIX}{file_suffix}",
             lambda path: TransactionIndex(path, base_offset),
+            lock,
         )
         self._index_interval_bytes = config.index_interval_bytes
         self._roll_jitter_ms = roll_jitter_ms
@@ -277,28 +292,15 @@ class Segment:
             StorageIOError: the file is missing (or present, when creating), cannot be opened,
                 or is longer than a segment can be.
         """
-        directory = directory if isinstance(directory, Path) else Path(directory)
-        # A plain string for os.open: LogFile builds its Path only if asked for it.
-        name = f"{directory}{os.sep}{filename_prefix_from_offset(base_offset)}{LOG_FILE_SUFFIX}"
-        name += file_suffix
-        preallocate_bytes = 0
-        if not file_already_exists and config.preallocate:
-            preallocate_bytes = config.init_file_size
-        log_file = LogFile.open(
-            name,
-            create=not file_already_exists,
-            preallocate_bytes=preallocate_bytes,
-            # A file sized to segment.bytes in advance needs no allocation per append.
-            allocate_appends=not config.preallocate,
-        )
-        jitter = config.random_segment_jitter_ms() if roll_jitter_ms is None else roll_jitter_ms
         return cls(
-            directory,
+            directory if isinstance(directory, Path) else Path(directory),
             base_offset,
             config,
-            log_file,
+            create=not file_already_exists,
             file_suffix=file_suffix,
-            roll_jitter_ms=jitter,
+            roll_jitter_ms=(
+                config.random_segment_jitter_ms() if roll_jitter_ms is None else roll_jitter_ms
+            ),
             time_ms=time_ms,
         )
 
@@ -362,17 +364,23 @@ class Segment:
     @property
     def offset_index(self) -> OffsetIndex:
         """The offset index, opened (and created, preallocated) on first use."""
-        return self._offset_index.get()
+        lazy = self._offset_index
+        index = lazy.loaded
+        return index if index is not None else lazy.get()
 
     @property
     def time_index(self) -> TimeIndex:
         """The time index, opened (and created, preallocated) on first use."""
-        return self._time_index.get()
+        lazy = self._time_index
+        index = lazy.loaded
+        return index if index is not None else lazy.get()
 
     @property
     def txn_index(self) -> TransactionIndex:
         """The transaction index, opened on first use (its file is created on first append)."""
-        return self._txn_index.get()
+        lazy = self._txn_index
+        index = lazy.loaded
+        return index if index is not None else lazy.get()
 
     @property
     def indexes_loaded(self) -> tuple[bool, bool]:
@@ -735,19 +743,18 @@ class Segment:
         if data_bytes < size:  # the file shrank under the read
             return FetchedBatches(b"", start_offset, 0)
         # The whole batches after the first, up to the end of the data or a malformed header.
-        following: list[FoundBatch] = []
+        following: list[ScannedBatch] = []
         self._log.walk(
             position + size, position + data_bytes, block=data, block_start=position,
             into=following, mode=LENIENT,
         )
         if not following:
             return FetchedBatches(data[:size], last_offset + 1, records_count)
-        last_position, last_size, last_offset = following[-1][:3]
-        whole_bytes = last_position + last_size - position
+        following_bytes, next_offset, following_count = summarize(following)
+        whole_bytes = size + following_bytes
         if whole_bytes < data_bytes:
             data = data[:whole_bytes]
-        records_count += sum(batch[3] for batch in following)
-        return FetchedBatches(data, last_offset + 1, records_count)
+        return FetchedBatches(data, next_offset, records_count + following_count)
 
     def read_next_offset(self) -> int:
         """The offset after the last batch, or the base offset if empty ([B-55])."""
@@ -923,13 +930,14 @@ class Segment:
         max_timestamp = NO_TIMESTAMP
         offset_of_max_timestamp = base_offset
         # The per-batch work is kept to locals and plain tuples: with 1 KiB batches a 1 GiB
-        # segment is a million iterations.
+        # segment is a million iterations. Batches are consecutive: each starts at valid_bytes.
         for batches in log_file.valid_batches(file_size, max_message_bytes):
-            for position, size, last_offset, _, batch_max_timestamp, _, _ in batches:
+            for first_offset, length, _, _, last_offset_delta, batch_max_timestamp, _ in batches:
+                last_offset = first_offset + last_offset_delta
                 if not base_offset <= last_offset <= highest_offset:
                     raise OffsetOverflowError(
                         f"segment {log_file.path} (base offset {base_offset}) holds a batch "
-                        f"with last offset {last_offset} at position {position}, beyond the "
+                        f"with last offset {last_offset} at position {valid_bytes}, beyond the "
                         f"{INT32_MAX} offsets one segment can index"
                     )
                 if batch_max_timestamp > max_timestamp:
@@ -938,7 +946,7 @@ class Segment:
                     offset_index.append(last_offset, valid_bytes)
                     time_index.maybe_append(max_timestamp, offset_of_max_timestamp)
                     last_index_entry = valid_bytes
-                valid_bytes += size
+                valid_bytes += length + LOG_OVERHEAD
         max_so_far = TimestampOffset(max_timestamp, offset_of_max_timestamp)
         truncated = file_size - valid_bytes
         if truncated > 0:
@@ -964,7 +972,7 @@ class Segment:
         self._log.flush()
         self.offset_index.flush()
         self.time_index.flush()
-        txn_index = self._txn_index.get_if_loaded()
+        txn_index = self._txn_index.loaded
         if txn_index is not None:  # never opened: nothing was appended to it
             txn_index.flush()
 
@@ -978,7 +986,7 @@ class Segment:
         if self._log.is_closed:
             return
         try:
-            time_index = self._time_index.get_if_loaded()
+            time_index = self._time_index.loaded
             max_so_far = self._max_timestamp_and_offset
             if max_so_far is not None and time_index is not None:
                 try:
