@@ -313,16 +313,20 @@ class BatchHeader(NamedTuple):
 assert BatchHeader._fields[:-1] == tuple(name for name, _ in _FIELDS)
 
 
-def _magic_error(position: int, magic: int, source: str) -> InvalidRecordError:
+def _of(where: str) -> str:
+    return f" of {where}" if where else ""
+
+
+def _magic_error(position: int, magic: int, where: str) -> InvalidRecordError:
     return InvalidRecordError(
-        f"record batch at position {position}{source} has magic {magic}; "
+        f"record batch at position {position}{_of(where)} has magic {magic}; "
         f"only magic {MAGIC} (RecordBatch v2) is supported"
     )
 
 
-def _undersized_error(position: int, size_bytes: int, source: str) -> CorruptRecordError:
+def _undersized_error(position: int, size_bytes: int, where: str) -> CorruptRecordError:
     return CorruptRecordError(
-        f"record batch at position {position}{source} declares {size_bytes} bytes, less than "
+        f"record batch at position {position}{_of(where)} declares {size_bytes} bytes, less than "
         f"the {RECORD_BATCH_OVERHEAD}-byte batch header"
     )
 
@@ -352,15 +356,14 @@ def check_framing(
     buf: bytes | bytearray | memoryview,
     position: int,
     end: int,
-    *,
     buf_start: int = 0,
-    source: str = "",
+    where: str = "",
 ) -> bool:
     """Kafka's framing rules for the batch at ``position`` of a log or buffer ending at ``end``.
 
     ``buf`` holds the bytes from position ``buf_start`` on (0: the buffer is the whole log), at
-    least the 17 bytes at ``position``, and the whole batch if it ends by ``end``. ``source``
-    is appended to the position in error messages (" of segment <path>").
+    least the 17 bytes at ``position``, and the whole batch if it ends by ``end``. ``where``
+    names the log in error messages ("at position 90 of <where>").
 
     Returns True when a whole batch of magic 2 and at least 61 bytes lies in ``[position,
     end)``; False when the batch runs past ``end``: a partial tail, which ends a walk quietly (a
@@ -376,7 +379,7 @@ def check_framing(
     (length,) = LENGTH_FIELD.unpack_from(buf, relative + LENGTH_OFFSET)
     if length < MIN_SIZE_FIELD:
         raise CorruptRecordError(
-            f"found record size {length} at position {position}{source}, smaller than the "
+            f"found record size {length} at position {position}{_of(where)}, smaller than the "
             f"minimum record overhead ({MIN_SIZE_FIELD})"
         )
     size_bytes = length + LOG_OVERHEAD
@@ -384,9 +387,9 @@ def check_framing(
         return False
     (magic,) = _MAGIC_FIELD.unpack_from(buf, relative + MAGIC_OFFSET)
     if magic != MAGIC:
-        raise _magic_error(position, magic, source)
+        raise _magic_error(position, magic, where)
     if size_bytes < RECORD_BATCH_OVERHEAD:
-        raise _undersized_error(position, size_bytes, source)
+        raise _undersized_error(position, size_bytes, where)
     return True
 
 

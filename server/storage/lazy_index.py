@@ -13,8 +13,10 @@ One class serves the three indexes of a segment::
 
 Concurrency: :meth:`~LazyIndex.get` is thread-safe: two racing first uses open one index, not
 two (a double-checked lock; KAFKA-9156 was the race that mapped one file twice). The other
-methods are the segment's single writer's, and take the same lock, so that a reader's first use
-never opens the file under a name being changed.
+methods are the segment's single writer's. :meth:`~LazyIndex.rename_to` and
+:meth:`~LazyIndex.delete_if_exists` take the same lock, so that a reader's first use never
+opens the file under a name being changed or deleted; close does not need it (no read of the
+segment overlaps its close). A segment's three indexes share one lock.
 
 Crash behaviour: nothing of its own; the index classes say what their files hold after a crash.
 """

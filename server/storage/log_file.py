@@ -12,11 +12,12 @@ stopping at the first batch that meets its stop condition::
 
     stop at the first batch whose last offset >= o   and   max timestamp >= t
 
-(``ANY_OFFSET``, ``ANY_TIMESTAMP``: the first batch). Given a list, it collects every such batch
-of a block instead and says where to go on. The callers' questions are walks: a read by offset
-or time, a segment's first batch, its last (:meth:`LogFile.last_batch`), every batch
-(:meth:`LogFile.batches`, :meth:`LogFile.headers`), the whole batches of a fetched range, and
-recovery (:meth:`LogFile.valid_batches`).
+(``ANY_OFFSET``, ``ANY_TIMESTAMP``: the first batch). Given a list, it collects every batch of
+one block instead (the header tuples it unpacked, nothing built per batch) and says where to go
+on. The callers' questions are walks: a read by offset or time, a segment's first batch, its
+last (:meth:`LogFile.last_batch`), every batch (:meth:`LogFile.batches`,
+:meth:`LogFile.headers`), the whole batches of a fetched range, and recovery
+(:meth:`LogFile.valid_batches`).
 
 Framing rules, the same in every walk (:func:`~stratalog.records.batch.check_framing`, Kafka's
 ``FileLogInputStream.nextBatch``): 17 bytes or fewer left is the end; a size field below 14 is
@@ -32,11 +33,12 @@ walk does with a malformed header depends on its *mode*:
                which raises InvalidRecordError (data in a format stratalog cannot read is not
                corruption to cut away)
 
-Blocks: a read walk first reads ``read_bytes`` (4 KiB unless the caller knows better), then,
-per refill, the size of the batch it just stepped over (batches of one producer are alike, so
-the one wanted then arrives whole with its header) or its current block size, doubling per
-refill up to 256 KiB for long walks. Recovery reads 1 MiB blocks and checksums batches in
-place (a batch larger than a block in 8 MiB pieces).
+Blocks: a walk first reads ``read_bytes`` (4 KiB unless the caller knows better), then, per
+refill, the size of the batch it just stepped over (batches of one producer are alike, so the
+one wanted then arrives whole with its header) or its current block size, doubling per refill
+up to 256 KiB for long walks; a collecting walk reads one block per call, growing as its caller
+asks. Recovery reads 1 MiB blocks and checksums batches in place (a batch larger than a block
+in 8 MiB pieces, never read whole).
 
 Crash behaviour: an append is all or nothing (a failed or short write is cut back). A crash
 can leave a torn last batch or a preallocated tail of zeros; walks end quietly there and
@@ -135,7 +137,8 @@ _MIN_V2_LENGTH = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD
 
 
 class LogFile:
-    """One segment's ``.log``: the descriptor, the path and the published size.
+    """One segment's ``.log``: the descriptor, the path and the published size (the attribute
+    ``size_bytes``, read by anyone, changed by this class's methods only).
 
     Invariants: ``size_bytes`` is the end of the last whole batch written through this object
     (for a file opened from disk, its length until recovery says otherwise); the file may be
@@ -407,9 +410,11 @@ class LogFile:
                 message (RECOVERY).
             StorageIOError: a read failed. LogClosedError: the file is closed.
         """
-        # The per-batch path is kept to locals, one unpack and no new object: a read walks a
-        # few batches, the rest of a 1 MiB fetch a few thousand, a recovery of 1 KiB batches a
-        # million per GiB.
+        # A loop over blocks around a loop over the batches whose header lies in the block,
+        # in two shapes (stop at the first batch meeting the condition, or collect every
+        # batch), each kept to locals, one unpack, no new object and positions relative to the
+        # block: a read walks a few batches, the rest of a 1 MiB fetch up to a few thousand, a
+        # recovery of 1 KiB batches a million per GiB.
         fd = self._fd
         if fd is None:
             raise LogClosedError(f"segment {self._name} is closed")
@@ -417,72 +422,86 @@ class LogFile:
         buf = block
         buf_start = block_start  # (without a block, the first read sets it)
         buf_length = len(block)
-        verify = mode == RECOVERY
-        view = memoryview(buf) if verify else None  # CRCs are computed on views of the block
         block_bytes = FIRST_BLOCK_BYTES
         size = 0
         position = start
-        limit = end - HEADER_SIZE_UP_TO_MAGIC
-        while position < limit:
-            relative = position - buf_start
-            if relative + RECORD_BATCH_OVERHEAD > buf_length:
-                if buf_start + buf_length >= end:
-                    # Fewer bytes than a header before the end: only a framing rule can apply.
-                    self._stop(buf, buf_start, position, end, mode)
-                    break
-                if buf_length:
-                    if into is not None:
-                        return position, buf, buf_start  # the block is walked
-                    # A batch larger than a block would not help the guess: its header is
-                    # enough.
-                    read_bytes = size if block_bytes < size <= MAX_BLOCK_BYTES else block_bytes
-                if read_bytes > end - position:
-                    read_bytes = end - position
-                try:
-                    buf = os.pread(fd, read_bytes, position)
-                except OSError as exc:
-                    raise self._read_error(read_bytes, position, exc) from exc
-                if block_bytes < MAX_BLOCK_BYTES:
-                    block_bytes *= 2
-                buf_start = position
-                buf_length = len(buf)
-                relative = 0
-                if verify:
-                    view = memoryview(buf)
-                if buf_length < read_bytes:
-                    # The file shrank under the walk (a truncation): it ends where the read did.
-                    end = position + buf_length
-                    limit = end - HEADER_SIZE_UP_TO_MAGIC
-                    if position >= limit:
-                        break
-                if buf_length < RECORD_BATCH_OVERHEAD:
-                    # Fewer bytes than a header before the end: only a framing rule can apply.
-                    self._stop(buf, buf_start, position, end, mode)
-                    break
-            fields = unpack(buf, relative)
-            base_offset, length, magic, crc, last_offset_delta, max_timestamp, records_count = (
-                fields
-            )
-            size = length + LOG_OVERHEAD
-            if length < _MIN_V2_LENGTH or magic != MAGIC or size > end - position:
-                self._stop(buf, buf_start, position, end, mode)
-                break
-            last_offset = base_offset + last_offset_delta
-            if last_offset >= offset and max_timestamp >= timestamp:  # (collecting: always)
-                if verify:
-                    whole = relative + size <= buf_length
-                    if not whole and relative:
-                        return position, buf, buf_start  # not whole in this block: read on
-                    if not (
-                        whole
-                        and size <= max_message_bytes
-                        and _crc32c(view[relative + ATTRIBUTES_OFFSET : relative + size]) == crc
-                    ) and not self._valid(buf, relative, position, size, crc, max_message_bytes):
-                        break
+        if into is not None:
+            append = into.append
+            verify = mode == RECOVERY
+        while True:
+            if buf_length:
                 if into is None:
-                    return position, size, last_offset, records_count, max_timestamp, buf, buf_start
-                into.append(fields)
-            position += size
+                    # A header starting at or before this lies whole in the block.
+                    header_end = buf_start + buf_length - RECORD_BATCH_OVERHEAD
+                    while position <= header_end:
+                        base_offset, length, magic, _, last_offset_delta, max_timestamp, count = (
+                            unpack(buf, position - buf_start)
+                        )
+                        size = length + LOG_OVERHEAD
+                        if length < _MIN_V2_LENGTH or magic != MAGIC or position + size > end:
+                            self._stop(buf, buf_start, position, end, mode)
+                            return None
+                        last_offset = base_offset + last_offset_delta
+                        if last_offset >= offset and max_timestamp >= timestamp:
+                            return position, size, last_offset, count, max_timestamp, buf, buf_start
+                        position += size
+                else:
+                    # Many batches a block: positions relative to it, one addition a batch.
+                    relative = position - buf_start
+                    end_relative = end - buf_start
+                    header_limit = buf_length - RECORD_BATCH_OVERHEAD
+                    while relative <= header_limit:
+                        fields = unpack(buf, relative)
+                        _, length, magic, crc, _, _, _ = fields
+                        following = relative + length + LOG_OVERHEAD
+                        if length < _MIN_V2_LENGTH or magic != MAGIC or following > end_relative:
+                            self._stop(buf, buf_start, buf_start + relative, end, mode)
+                            return None, buf, buf_start
+                        if verify:
+                            if following <= buf_length:
+                                actual = _crc32c(
+                                    memoryview(buf)[relative + ATTRIBUTES_OFFSET : following]
+                                )
+                            elif relative:
+                                return buf_start + relative, buf, buf_start  # not whole: read on
+                            else:
+                                actual = None  # larger than a block: _valid checksums in pieces
+                            if (
+                                actual != crc or following - relative > max_message_bytes
+                            ) and not self._valid(
+                                buf, relative, buf_start + relative, following - relative, crc,
+                                max_message_bytes,
+                            ):
+                                return None, buf, buf_start
+                        append(fields)
+                        relative = following
+                    position = buf_start + relative
+                # The header at ``position`` is not all in the block: the end, or read on.
+                if buf_start + buf_length >= end:
+                    # Nothing more to read. 17 bytes or fewer left are the end; more, but fewer
+                    # than a header: only a framing rule can apply.
+                    if position < end - HEADER_SIZE_UP_TO_MAGIC:
+                        self._stop(buf, buf_start, position, end, mode)
+                    break
+                if into is not None:
+                    return position, buf, buf_start  # the block is walked
+                # A batch larger than a block would not help the guess: its header is enough.
+                read_bytes = size if block_bytes < size <= MAX_BLOCK_BYTES else block_bytes
+            elif position >= end - HEADER_SIZE_UP_TO_MAGIC:
+                break  # 17 bytes or fewer: nothing to walk
+            if read_bytes > end - position:
+                read_bytes = end - position
+            try:
+                buf = os.pread(fd, read_bytes, position)
+            except OSError as exc:
+                raise self._read_error(read_bytes, position, exc) from exc
+            if block_bytes < MAX_BLOCK_BYTES:
+                block_bytes *= 2
+            buf_start = position
+            buf_length = len(buf)
+            if buf_length < read_bytes:
+                # The file shrank under the walk (a truncation): it ends where the read did.
+                end = position + buf_length
         return None if into is None else (None, buf, buf_start)
 
     def batches(self, start: int, end: int) -> Iterator[FoundBatch]:
@@ -541,9 +560,8 @@ class LogFile:
         """The batch at ``position`` breaks a framing rule or runs past ``end``: raise (STRICT),
         return (a partial tail; LENIENT), or warn and return (RECOVERY), which raises for an
         intact legacy message only."""
-        source = f" of segment {self._name}"
         try:
-            whole = check_framing(buf, position, end, buf_start=buf_start, source=source)
+            whole = check_framing(buf, position, end, buf_start, self._name)
         except InvalidRecordError as exc:
             if mode == RECOVERY:
                 self._reject_legacy(buf, buf_start, position, exc)
@@ -562,12 +580,17 @@ class LogFile:
                         position, self._name)
 
     def _valid(
-        self, buf: bytes, relative: int, position: int, size: int, stored_crc: int,
+        self,
+        buf: bytes,
+        relative: int,
+        position: int,
+        size: int,
+        stored_crc: int,
         max_message_bytes: int,
     ) -> bool:
-        """RECOVERY's checks of a well-framed batch (size limit, CRC), for the cases the walk's
-        fast path leaves: a batch larger than its block, or one failing a check, which is
-        logged."""
+        """RECOVERY's checks of the well-framed batch at ``position`` (``relative`` in ``buf``,
+        whole in it unless larger than a block): its size limit and its CRC, computed in place
+        (in pieces, for a batch larger than the block). A batch failing one is logged."""
         if size > max_message_bytes:
             log.warning(
                 "recovery stops at a batch of %d bytes at position %d of segment %s, larger "

@@ -73,6 +73,7 @@ from .files import (
 from .index import INT32_MAX
 from .lazy_index import LazyIndex
 from .log_file import (
+    ANY_OFFSET,
     ANY_TIMESTAMP,
     FIRST_BLOCK_BYTES,
     LENIENT,
@@ -105,21 +106,6 @@ class FetchedBatches(NamedTuple):
     data: bytes  # whole batches back to back, from a batch boundary; b"" when none
     next_offset: int  # the last batch's last offset + 1; the offset asked for when no data
     records_count: int  # the records_count fields of the batches, summed
-
-
-def _first_read_bytes(position: int, next_entry: int) -> int:
-    """How much a walk's first ``pread`` takes from ``position`` (an index entry's), given the
-    position of the next index entry (-1: none).
-
-    When the next entry is further than a first block, a first block could not reach the batch
-    after the one at ``position`` anyway: the first read then takes that batch's header only,
-    and the refill that follows is sized by it (see :meth:`LogFile.walk`), so a random read of
-    one batch of a few KiB or more copies that batch and 61 bytes, not 4 KiB more. Bytes copied
-    are what a read costs in the server, whose buffers are rarely in the CPU's caches.
-    """
-    if next_entry - position > FIRST_BLOCK_BYTES:
-        return RECORD_BATCH_OVERHEAD
-    return FIRST_BLOCK_BYTES
 
 
 def _record_offsets_and_timestamps(
@@ -640,7 +626,9 @@ class Segment:
             CorruptRecordError, InvalidRecordError: a malformed header on the way.
         """
         log_file = self._log
-        start = max(self.offset_index.lookup_position(offset), starting_position)
+        # The read paths take a loaded index without the property's call.
+        offset_index = self._offset_index.loaded or self._offset_index.get()
+        start = max(offset_index.lookup_position(offset), starting_position)
         size = log_file.size_bytes
         end = size if end_position is None else min(end_position, size)
         found = log_file.walk(start, end, offset)
@@ -697,7 +685,8 @@ class Segment:
         each saved counts twice in the server: the copy, and the GIL given up and taken back.
         """
         log_file = self._log
-        floor_offset, start, following = self.offset_index.lookup_floor_and_next(from_offset)
+        offset_index = self._offset_index.loaded or self._offset_index.get()
+        floor_offset, start, following = offset_index.lookup_floor_and_next(from_offset)
         gap = following - start
         if (
             floor_offset < from_offset
@@ -711,9 +700,14 @@ class Segment:
                 and BASE_OFFSET_FIELD.unpack_from(block)[0] <= from_offset
             ):
                 return log_file.walk(following, end, offset, timestamp, block, following)
-        return log_file.walk(
-            start, end, offset, timestamp, b"", start, _first_read_bytes(start, following)
-        )
+        # When the next entry is further than a first block, a first block could not reach the
+        # batch after the one at the floor entry anyway: the first read takes that batch's
+        # header only, and the refill that follows is sized by it (LogFile.walk), so a random
+        # read of one batch of a few KiB or more copies that batch and 61 bytes, not 4 KiB
+        # more. Bytes copied are what a read costs in the server, whose buffers are rarely in
+        # the CPU's caches.
+        read_bytes = FIRST_BLOCK_BYTES if gap <= FIRST_BLOCK_BYTES else RECORD_BATCH_OVERHEAD
+        return log_file.walk(start, end, offset, timestamp, b"", start, read_bytes)
 
     def _whole_batches_from(
         self,
@@ -744,9 +738,9 @@ class Segment:
             return FetchedBatches(b"", start_offset, 0)
         # The whole batches after the first, up to the end of the data or a malformed header.
         following: list[ScannedBatch] = []
-        self._log.walk(
-            position + size, position + data_bytes, block=data, block_start=position,
-            into=following, mode=LENIENT,
+        self._log.walk(  # (positional: a call with keywords costs more, on every large fetch)
+            position + size, position + data_bytes, ANY_OFFSET, ANY_TIMESTAMP, data, position,
+            0, following, LENIENT,
         )
         if not following:
             return FetchedBatches(data[:size], last_offset + 1, records_count)
@@ -815,7 +809,7 @@ class Segment:
         """The first record with timestamp ``>= timestamp`` and offset ``>= starting_offset``
         below ``end``, and its batch (whose bytes the returned block holds); ``max_bytes``: what
         the caller reads from that batch on (see :meth:`_find`)."""
-        entry = self.time_index.lookup(timestamp)
+        entry = (self._time_index.loaded or self._time_index.get()).lookup(timestamp)
         # Every batch ending at or below the entry's offset has a max timestamp at or below the
         # entry's (a running max): below the target, none of them qualifies. (No entry: the
         # sentinel (-1, base offset) says nothing.)

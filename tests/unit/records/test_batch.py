@@ -159,7 +159,7 @@ def test_check_framing_whole_partial_and_each_error():
     tiny = bytearray(TWO_RECORDS)
     tiny[8:12] = (13).to_bytes(4, "big")
     with pytest.raises(CorruptRecordError, match=r"record size 13 at position 1000 of x\.log"):
-        batch.check_framing(bytes(tiny), 1000, 1005, buf_start=1000, source=" of x.log")
+        batch.check_framing(bytes(tiny), 1000, 1005, buf_start=1000, where="x.log")
     old = bytearray(TWO_RECORDS)
     old[16] = 1
     with pytest.raises(InvalidRecordError, match="position 0 has magic 1"):

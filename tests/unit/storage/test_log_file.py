@@ -211,7 +211,7 @@ def test_each_framing_rule_gives_the_same_error_in_every_mode_that_raises(
     log_file = open_log(tmp_path, data)
     path = str(tmp_path / "00000000000000000000.log")
     error, message = MALFORMED[kind]
-    expected = message.format(p=len(first), s=f" of segment {path}")
+    expected = message.format(p=len(first), s=f" of {path}")
     # The buffer walker of records.batch: the same rule, the message without the file.
     with pytest.raises(error) as buffer_error:
         list(iter_batch_headers(data))
@@ -230,7 +230,7 @@ def test_each_framing_rule_gives_the_same_error_in_every_mode_that_raises(
         with pytest.raises(error) as file_error:
             walk()
         assert str(file_error.value).startswith(expected)
-        assert str(file_error.value).replace(f" of segment {path}", "") == str(buffer_error.value)
+        assert str(file_error.value).replace(f" of {path}", "") == str(buffer_error.value)
     # A walk that stops before it does not raise.
     assert as_model(log_file.walk(0, len(data))) == Batch(0, len(first), 0, 1, T0)
     # Lenient (the rest of a fetch): the walk ends before it, quietly.
@@ -372,7 +372,7 @@ def test_recovery_stops_at_a_malformed_header_with_the_rule_as_warning(
     with caplog.at_level(logging.WARNING, logger="stratalog.server.storage.log_file"):
         assert recovered(log_file) == [Batch(0, len(first), 0, 1, T0)]
     _, message = MALFORMED[kind]
-    assert message.format(p=len(first), s=f" of segment {path}") in caplog.text
+    assert message.format(p=len(first), s=f" of {path}") in caplog.text
     log_file.close()
 
 

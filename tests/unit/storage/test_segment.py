@@ -33,7 +33,6 @@ from stratalog.server.storage.segment import (
     FetchedBatches,
     LogOffsetPosition,
     Segment,
-    _first_read_bytes,
     _first_record_reaching,
     _record_offsets_and_timestamps,
 )
@@ -1160,10 +1159,38 @@ def test_record_offsets_and_timestamps_are_the_decoders(
         assert str(ours.value) == str(theirs.value)
 
 
-def test_first_read_takes_a_header_when_the_next_entry_is_beyond_a_first_block() -> None:
-    assert _first_read_bytes(1000, 1000 + 4096) == 4096  # a block reaches the next entry
-    assert _first_read_bytes(1000, 1000 + 4097) == 61  # it would not: the header is enough
-    assert _first_read_bytes(1000, -1) == 4096  # no next entry: nothing known
+def sized_batch(base_offset: int, size_bytes: int) -> bytes:
+    """One batch of exactly ``size_bytes`` (a value of the length that makes it so)."""
+    value_bytes = size_bytes - len(batch(base_offset, [T0], value=b""))
+    while len(data := batch(base_offset, [T0], value=b"v" * value_bytes)) > size_bytes:
+        value_bytes -= 1
+    assert len(data) == size_bytes
+    return data
+
+
+def test_first_read_takes_a_header_when_the_next_entry_is_beyond_a_first_block(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A fetch at an indexed offset walks from that entry: the first read takes 4 KiB when the
+    # next entry is that close (a block reaches the batch after), only a header when it is
+    # further, and 4 KiB when there is no next entry (nothing known).
+    segment = Segment.create(tmp_path, 0, config(index_interval_bytes=1))
+    batches = [sized_batch(i, size) for i, size in enumerate([100, 4096, 4097, 5000])]
+    for i, data in enumerate(batches):
+        segment.append(i, T0, i, data)  # entries (1, 100), (2, 4196), (3, 8293)
+    reads: list[tuple[int, int]] = []
+    real_pread = os.pread
+
+    def recording_pread(fd: int, size: int, position: int) -> bytes:
+        reads.append((size, position))
+        return real_pread(fd, size, position)
+
+    monkeypatch.setattr(os, "pread", recording_pread)
+    for offset, first_read in [(1, 4096), (2, 61), (3, 4096)]:
+        reads.clear()
+        assert segment.fetch(offset, 1, None, True) == FetchedBatches(batches[offset], offset + 1, 1)
+        assert reads[0] == (first_read, sum(len(b) for b in batches[:offset]))
+    segment.close()
 
 
 @pytest.mark.parametrize("seed", range(4))
