@@ -398,9 +398,9 @@ class LogFile:
         and the block. ``offset`` and ``timestamp`` are not used.
 
         ``block``, if given, holds bytes already read from position ``block_start``
-        (``<= start``); otherwise the first read takes ``read_bytes``. ``mode``: STRICT,
-        LENIENT or RECOVERY (module docstring); RECOVERY collects, and ``max_message_bytes``
-        is its batch size limit.
+        (``<= start``), and ends by ``end``; otherwise the first read takes ``read_bytes``.
+        ``mode``: STRICT, LENIENT or RECOVERY (module docstring); RECOVERY collects, and
+        ``max_message_bytes`` is its batch size limit.
 
         O(batches walked) header unpacks and O(bytes walked / block size) reads. Thread-safe
         against appends (``end`` must not exceed the published size the caller read).
@@ -410,11 +410,13 @@ class LogFile:
                 message (RECOVERY).
             StorageIOError: a read failed. LogClosedError: the file is closed.
         """
-        # A loop over blocks around a loop over the batches whose header lies in the block,
-        # in two shapes (stop at the first batch meeting the condition, or collect every
-        # batch), each kept to locals, one unpack, no new object and positions relative to the
-        # block: a read walks a few batches, the rest of a 1 MiB fetch up to a few thousand, a
-        # recovery of 1 KiB batches a million per GiB.
+        # A loop over blocks (one reader, one set of rules) around a loop over the batches
+        # whose header lies in the block, in the two shapes of the stop condition, each kept to
+        # locals and one unpack a batch. A find walks a few batches and reads one or two
+        # blocks: its loop works in file positions. A collecting walk (the rest of a 1 MiB
+        # fetch, recovery: a million batches per GiB of 1 KiB batches) walks thousands of
+        # batches a block: its loop works in block positions, one addition a batch, and
+        # appends the tuple it unpacked.
         fd = self._fd
         if fd is None:
             raise LogClosedError(f"segment {self._name} is closed")
@@ -446,7 +448,6 @@ class LogFile:
                             return position, size, last_offset, count, max_timestamp, buf, buf_start
                         position += size
                 else:
-                    # Many batches a block: positions relative to it, one addition a batch.
                     relative = position - buf_start
                     end_relative = end - buf_start
                     header_limit = buf_length - RECORD_BATCH_OVERHEAD

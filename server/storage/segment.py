@@ -628,7 +628,9 @@ class Segment:
         log_file = self._log
         # The read paths take a loaded index without the property's call.
         offset_index = self._offset_index.loaded or self._offset_index.get()
-        start = max(offset_index.lookup_position(offset), starting_position)
+        start = offset_index.lookup_position(offset)
+        if start < starting_position:
+            start = starting_position
         size = log_file.size_bytes
         end = size if end_position is None else min(end_position, size)
         found = log_file.walk(start, end, offset)
@@ -661,8 +663,9 @@ class Segment:
             raise ValueError(
                 f"invalid max size {max_bytes} for a read from segment {self._log.path}"
             )
-        size = self._log.size_bytes
-        end = size if max_position is None else min(max_position, size)
+        end = self._log.size_bytes
+        if max_position is not None and max_position < end:
+            end = max_position
         found = self._find(start_offset, ANY_TIMESTAMP, start_offset, end, max_bytes)
         if found is None:
             return None
@@ -720,7 +723,9 @@ class Segment:
         """The whole batches of at most ``max_bytes`` from the batch ``found``, up to ``end``."""
         position, size, last_offset, records_count, _, buf, buf_start = found
         if max_bytes >= size:
-            fetch_bytes = min(end - position, max_bytes)
+            fetch_bytes = end - position
+            if fetch_bytes > max_bytes:
+                fetch_bytes = max_bytes
         elif min_one_message:
             fetch_bytes = size
         else:
@@ -793,8 +798,9 @@ class Segment:
             raise ValueError(
                 f"invalid max size {max_bytes} for a read from segment {self._log.path}"
             )
-        size = self._log.size_bytes
-        end = size if max_position is None else min(max_position, size)
+        end = self._log.size_bytes
+        if max_position is not None and max_position < end:
+            end = max_position
         found = self._find_by_timestamp(timestamp, starting_offset, end, max_bytes)
         if found is None:
             return None
