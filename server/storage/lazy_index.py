@@ -3,13 +3,13 @@
 A partition of 10,000 segments opens 10,000 ``.log`` files when it loads, but reads rarely touch
 the indexes of more than the active segment and a few others: mapping every ``.index`` and
 ``.timeindex`` and probing every ``.txnindex`` up front makes loading slow (KAFKA-7283). A
-:class:`LazyIndex` holds the file's name and a function that opens it; :meth:`LazyIndex.get`
-calls that function the first time, and the file operations a segment makes on all of its
+:class:`LazyIndex` holds the file's name and how to open it (a function and its arguments after
+the path); :meth:`LazyIndex.get` opens it the first time, and the file operations a segment makes on all of its
 files (rename, close, delete) act on the file alone while the index is not loaded.
 
 One class serves the three indexes of a segment::
 
-    LazyIndex(directory, "00000000000000000100.index", lambda path: OffsetIndex(path, 100, n))
+    LazyIndex(directory, "00000000000000000100.index", OffsetIndex, (100, max_index_size_bytes))
 
 Concurrency: :meth:`~LazyIndex.get` is thread-safe: two racing first uses open one index, not
 two (a double-checked lock; KAFKA-9156 was the race that mapped one file twice). The other
@@ -51,20 +51,23 @@ IndexT = TypeVar("IndexT", bound=IndexFile)
 
 
 class LazyIndex(Generic[IndexT]):
-    """The index file ``directory / name``, opened by ``open_index(path)`` on first use.
+    """The index file ``directory / name``, opened by ``open_index(path, *args)`` on first use.
 
     Holds the directory, the file name (its path is built on first use too: most segments'
-    index paths are never needed), the function that opens the index, and the index once open.
-    Invariant: while loaded, :attr:`path` is the index's own path.
+    index paths are never needed), how to open the index, and the index once open. No object
+    of its own beyond that (no closure): a log of 10,000 segments holds 30,000 of these, and
+    every object is one more for the garbage collector to visit. Invariant: while loaded,
+    :attr:`path` is the index's own path.
     """
 
-    __slots__ = ("_directory", "_lock", "_name", "_open_index", "_path", "loaded")
+    __slots__ = ("_args", "_directory", "_lock", "_name", "_open_index", "_path", "loaded")
 
     def __init__(
         self,
         directory: Path,
         name: str,
-        open_index: Callable[[Path], IndexT],
+        open_index: Callable[..., IndexT],
+        args: tuple[object, ...] = (),
         lock: threading.Lock | None = None,
     ) -> None:
         """``lock``: a lock to share (a segment's three indexes share one), else a new one."""
@@ -72,6 +75,7 @@ class LazyIndex(Generic[IndexT]):
         self._name = name
         self._path: Path | None = None
         self._open_index = open_index
+        self._args = args
         # The index once opened, None before: read it (never set it) for the cost of an
         # attribute where a call to get() costs a call, as the segment's read path does.
         self.loaded: IndexT | None = None
@@ -98,7 +102,7 @@ class LazyIndex(Generic[IndexT]):
             with self._lock:
                 index = self.loaded
                 if index is None:
-                    index = self._open_index(self.path)
+                    index = self._open_index(self.path, *self._args)
                     self.loaded = index
         return index
 

@@ -163,7 +163,6 @@ class LogFile:
     def open(
         cls,
         name: str,
-        *,
         create: bool = False,
         preallocate_bytes: int = 0,
         allocate_appends: bool = True,

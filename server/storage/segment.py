@@ -204,7 +204,6 @@ class Segment:
         directory: Path,
         base_offset: int,
         config: LogConfig,
-        *,
         create: bool,
         file_suffix: str,
         roll_jitter_ms: int,
@@ -214,33 +213,29 @@ class Segment:
         stem = filename_prefix_from_offset(base_offset)
         self._base_offset = base_offset
         # A plain string for os.open: LogFile builds its Path only if asked for it.
+        preallocate = config.preallocate
         self._log = LogFile.open(
             f"{directory}{os.sep}{stem}{LOG_FILE_SUFFIX}{file_suffix}",
-            create=create,
-            preallocate_bytes=config.init_file_size if create and config.preallocate else 0,
+            create,
+            config.init_file_size if create and preallocate else 0,
             # A file sized to segment.bytes in advance needs no allocation per append.
-            allocate_appends=not config.preallocate,
+            not preallocate,
         )
         # The indexes are opened on first use: loading a log of 10,000 segments opens none.
         # One lock for the three: a reader's first use of one waits for a rename of another.
         lock = threading.Lock()
-        max_index_size_bytes = config.segment_index_bytes
+        index_args = (base_offset, config.segment_index_bytes)
         self._offset_index = LazyIndex(
-            directory,
-            f"{stem}{INDEX_FILE_SUFFIX}{file_suffix}",
-            lambda path: OffsetIndex(path, base_offset, max_index_size_bytes),
-            lock,
+            directory, f"{stem}{INDEX_FILE_SUFFIX}{file_suffix}", OffsetIndex, index_args, lock
         )
         self._time_index = LazyIndex(
-            directory,
-            f"{stem}{TIME_INDEX_FILE_SUFFIX}{file_suffix}",
-            lambda path: TimeIndex(path, base_offset, max_index_size_bytes),
-            lock,
+            directory, f"{stem}{TIME_INDEX_FILE_SUFFIX}{file_suffix}", TimeIndex, index_args, lock
         )
         self._txn_index = LazyIndex(
             directory,
             f"{stem}{TXN_INDEX_FILE_SUFFIX}{file_suffix}",
-            lambda path: TransactionIndex(path, base_offset),
+            TransactionIndex,
+            (base_offset,),
             lock,
         )
         self._index_interval_bytes = config.index_interval_bytes
@@ -282,12 +277,10 @@ class Segment:
             directory if isinstance(directory, Path) else Path(directory),
             base_offset,
             config,
-            create=not file_already_exists,
-            file_suffix=file_suffix,
-            roll_jitter_ms=(
-                config.random_segment_jitter_ms() if roll_jitter_ms is None else roll_jitter_ms
-            ),
-            time_ms=time_ms,
+            not file_already_exists,
+            file_suffix,
+            config.random_segment_jitter_ms() if roll_jitter_ms is None else roll_jitter_ms,
+            time_ms,
         )
 
     @classmethod
@@ -350,23 +343,17 @@ class Segment:
     @property
     def offset_index(self) -> OffsetIndex:
         """The offset index, opened (and created, preallocated) on first use."""
-        lazy = self._offset_index
-        index = lazy.loaded
-        return index if index is not None else lazy.get()
+        return self._offset_index.loaded or self._offset_index.get()
 
     @property
     def time_index(self) -> TimeIndex:
         """The time index, opened (and created, preallocated) on first use."""
-        lazy = self._time_index
-        index = lazy.loaded
-        return index if index is not None else lazy.get()
+        return self._time_index.loaded or self._time_index.get()
 
     @property
     def txn_index(self) -> TransactionIndex:
         """The transaction index, opened on first use (its file is created on first append)."""
-        lazy = self._txn_index
-        index = lazy.loaded
-        return index if index is not None else lazy.get()
+        return self._txn_index.loaded or self._txn_index.get()
 
     @property
     def indexes_loaded(self) -> tuple[bool, bool]:
@@ -452,7 +439,9 @@ class Segment:
         log_file = self._log
         if log_file.size_bytes == 0:
             self._rolling_based_timestamp = largest_timestamp
-        offset_index = self.offset_index
+        # Every produce comes here: the loaded indexes and the known max without the
+        # properties' calls.
+        offset_index = self._offset_index.loaded or self._offset_index.get()
         if not offset_index.can_append_offset(largest_offset):
             raise OffsetOverflowError(
                 f"cannot append offset {largest_offset} to segment {log_file.path} with base "
@@ -463,14 +452,14 @@ class Segment:
         if index_entry_due:
             self._check_index_room(largest_offset)
         physical_position = log_file.append(records, size)
-        if largest_timestamp > self.max_timestamp_so_far:
-            self._max_timestamp_and_offset = TimestampOffset(
-                largest_timestamp, shallow_offset_of_max_timestamp
-            )
+        max_so_far = self._max_timestamp_and_offset or self.max_timestamp_and_offset_so_far
+        if largest_timestamp > max_so_far.timestamp:
+            max_so_far = TimestampOffset(largest_timestamp, shallow_offset_of_max_timestamp)
+            self._max_timestamp_and_offset = max_so_far
         if index_entry_due:
             offset_index.append(largest_offset, physical_position)
-            max_so_far = self.max_timestamp_and_offset_so_far
-            self.time_index.maybe_append(max_so_far.timestamp, max_so_far.offset)
+            time_index = self._time_index.loaded or self._time_index.get()
+            time_index.maybe_append(max_so_far.timestamp, max_so_far.offset)
             self._bytes_since_last_index_entry = 0
         self._bytes_since_last_index_entry += size
 
@@ -580,10 +569,10 @@ class Segment:
         waited_ms = self.time_waited_for_roll(now_ms, max_timestamp_in_messages)
         if size > 0 and waited_ms > max_segment_ms - self._roll_jitter_ms:
             return True
-        offset_index = self.offset_index
+        offset_index = self._offset_index.loaded or self._offset_index.get()
         return (
             offset_index.is_full
-            or self.time_index.is_full
+            or (self._time_index.loaded or self._time_index.get()).is_full
             or not offset_index.can_append_offset(max_offset_in_messages)
         )
 

@@ -42,6 +42,8 @@ from stratalog.records.batch import (
     LENGTH_FIELD,
     LENGTH_OFFSET,
     LOG_OVERHEAD,
+    MAGIC,
+    MAGIC_OFFSET,
     NO_TIMESTAMP,
     RECORD_BATCH_OVERHEAD,
     BatchHeader,
@@ -66,6 +68,10 @@ from .config import INT64_MAX, LogConfig
 from .errors import InvalidTimestampError, RecordBatchTooLargeError
 
 __all__ = ["ValidatedAppend", "validate_and_assign_offsets"]
+
+# Size fields below this cannot be a whole v2 batch: the one test of the common path before the
+# framing rules say which error it is.
+_MIN_V2_LENGTH = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,21 +209,21 @@ def _walk_headers(view: memoryview, config: LogConfig) -> list[BatchHeader]:
                 f"{remaining} bytes after the last whole batch (batch {index} at position "
                 f"{position}): a partial batch"
             )
-        # The framing rules of every batch reader (a size field below 14, magic, the 61-byte
-        # header), except that a partial batch is an error here: a client sent it whole.
-        try:
-            whole = check_framing(view, position, end)
-        except RecordError as exc:
-            raise type(exc)(f"batch {index}: {exc}") from None
-        if not whole:
-            (length,) = LENGTH_FIELD.unpack_from(view, position + LENGTH_OFFSET)
-            size = length + LOG_OVERHEAD
+        (length,) = LENGTH_FIELD.unpack_from(view, position + LENGTH_OFFSET)
+        size = length + LOG_OVERHEAD
+        if length < _MIN_V2_LENGTH or size > remaining or view[position + MAGIC_OFFSET] != MAGIC:
+            # The framing rules of every batch reader say which error (a size field below 14,
+            # magic, the 61-byte header), except that a partial batch is an error here: a
+            # client sent it whole.
+            try:
+                check_framing(view, position, end)
+            except RecordError as exc:
+                raise type(exc)(f"batch {index}: {exc}") from None
             raise CorruptRecordError(
                 f"batch {index} at position {position} declares {size} bytes but only "
                 f"{remaining} remain: a partial batch"
             )
         header = parse_header(view, position)  # the one parse (framing holds: it cannot fail)
-        size = header.size_bytes
         if header.base_offset != 0:
             raise InvalidRecordError(
                 f"batch {index} at position {position}: the base offset of a client batch "

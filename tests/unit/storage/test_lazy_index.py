@@ -21,13 +21,13 @@ NAME = "00000000000000000100.index"
 
 
 def lazy_offset_index(directory: Path, opened: list[Path] | None = None) -> LazyIndex[OffsetIndex]:
-    def open_index(path: Path) -> OffsetIndex:
+    def open_index(path: Path, base_offset: int, max_index_size_bytes: int) -> OffsetIndex:
         if opened is not None:
             opened.append(path)
             time.sleep(0.02)  # widen the window in which a second first use could slip in
-        return OffsetIndex(path, BASE_OFFSET, 4096)
+        return OffsetIndex(path, base_offset, max_index_size_bytes)
 
-    return LazyIndex(directory, NAME, open_index)
+    return LazyIndex(directory, NAME, open_index, (BASE_OFFSET, 4096))
 
 
 def snapshot(directory: Path) -> dict[str, tuple[int, int, bytes]]:
@@ -137,7 +137,7 @@ def test_close_of_a_loaded_index_trims_it_and_close_handler_does_not(tmp_path: P
     lazy.get().append(105, 4096)
     lazy.close_handler()
     assert (tmp_path / NAME).stat().st_size == 4096
-    other = LazyIndex(tmp_path, "other.index", lambda path: OffsetIndex(path, BASE_OFFSET, 4096))
+    other = LazyIndex(tmp_path, "other.index", OffsetIndex, (BASE_OFFSET, 4096))
     other.get().append(105, 4096)
     other.close()
     assert (tmp_path / "other.index").stat().st_size == 8
@@ -165,10 +165,8 @@ def test_delete_of_a_loaded_index_closes_and_deletes_it(tmp_path: Path) -> None:
 
 
 def test_the_same_helper_serves_the_time_and_transaction_indexes(tmp_path: Path) -> None:
-    time_index = LazyIndex(
-        tmp_path, "a.timeindex", lambda path: TimeIndex(path, BASE_OFFSET, 4096)
-    )
-    txn_index = LazyIndex(tmp_path, "a.txnindex", lambda path: TransactionIndex(path, BASE_OFFSET))
+    time_index = LazyIndex(tmp_path, "a.timeindex", TimeIndex, (BASE_OFFSET, 4096))
+    txn_index = LazyIndex(tmp_path, "a.txnindex", TransactionIndex, (BASE_OFFSET,))
     time_index.get().maybe_append(1_700_000_000_000, 105)
     txn_index.get().append(AbortedTxn(1, 100, 105, 106))
     txn_index.close_handler()  # the transaction index has no handler to close: it is closed
@@ -184,7 +182,7 @@ def test_the_same_helper_serves_the_time_and_transaction_indexes(tmp_path: Path)
 
 def test_a_shared_lock_is_used(tmp_path: Path) -> None:
     lock = threading.Lock()
-    lazy = LazyIndex(tmp_path, NAME, lambda path: OffsetIndex(path, BASE_OFFSET, 4096), lock)
+    lazy = LazyIndex(tmp_path, NAME, OffsetIndex, (BASE_OFFSET, 4096), lock)
     with lock:  # a writer holding the segment's lock: a first use waits for it
         waiter = threading.Thread(target=lazy.get)
         waiter.start()
