@@ -20,8 +20,19 @@ records region (plain, or one compressed stream). Every integer is big-endian::
         57    4 records_count          number of records (before compression)
         61    … records
 
+The table is written once, as :data:`_FIELDS`; the header struct (:data:`HEADER`), the field
+offsets (``*_OFFSET``) and the partial struct a log walk unpacks (:data:`SCAN_FIELDS`) are
+derived from it. The storage engine, the CLI and the clients import them from here.
+
+Framing (Kafka's ``FileLogInputStream.nextBatch``): a reader of batches laid back to back, in a
+buffer or a ``.log``, applies :func:`check_framing` to each: a size field below 14 is corrupt, a
+batch running past the end is a partial tail (a write in progress, or a torn end after a crash),
+a magic other than 2 is invalid, a v2 batch below its 61-byte header is corrupt. The storage
+engine's file walker (``server/storage/log_file.py``) and :func:`iter_batch_headers` apply the
+same function, so a malformed header gives the same error from either.
+
 This module never decodes records: the produce path of the server (validate, assign offsets,
-append) and the scans of the storage engine (find a batch by offset, rebuild an index) need only
+append) and the walks of the storage engine (find a batch by offset, rebuild an index) need only
 headers and checksums. Records are decoded by :mod:`stratalog.records.record`.
 
 Sans-IO: functions take ``bytes``/``bytearray``/``memoryview`` and positions, and return values
@@ -32,6 +43,7 @@ from __future__ import annotations
 
 import enum
 import struct
+import zlib
 from collections.abc import Iterator
 from typing import NamedTuple
 
@@ -40,68 +52,154 @@ from .errors import CorruptRecordError, InvalidRecordError, UnsupportedCompressi
 
 __all__ = [
     "ATTRIBUTES_OFFSET",
+    "BASE_OFFSET_FIELD",
+    "BASE_OFFSET_OFFSET",
+    "COMPRESSION_CODEC_MASK",
+    "CONTROL_FLAG_MASK",
     "CRC_OFFSET",
+    "DELETE_HORIZON_FLAG_MASK",
+    "HEADER",
     "HEADER_SIZE_UP_TO_MAGIC",
+    "LENGTH_FIELD",
+    "LENGTH_OFFSET",
     "LOG_OVERHEAD",
     "MAGIC",
+    "MAGIC_OFFSET",
+    "MAX_TIMESTAMP_OFFSET",
+    "MIN_SIZE_FIELD",
     "NO_PARTITION_LEADER_EPOCH",
     "NO_PRODUCER_EPOCH",
     "NO_PRODUCER_ID",
     "NO_SEQUENCE",
     "NO_TIMESTAMP",
+    "PARTITION_LEADER_EPOCH_OFFSET",
+    "RECORDS_COUNT_OFFSET",
     "RECORD_BATCH_OVERHEAD",
+    "SCAN_FIELDS",
+    "SCAN_FIELD_NAMES",
+    "TIMESTAMP_TYPE_MASK",
+    "TRANSACTIONAL_FLAG_MASK",
     "BatchHeader",
     "Compression",
     "TimestampType",
     "check_crc",
+    "check_framing",
     "check_whole",
     "compute_crc",
+    "field_struct",
+    "header_struct",
+    "is_intact_legacy_message",
     "iter_batch_headers",
     "parse_header",
     "rewrite_crc",
     "set_base_offset",
     "set_log_append_time",
+    "set_max_timestamp",
     "set_partition_leader_epoch",
     "validate_batch",
 ]
 
-# The header, written once. Field order and widths are Kafka's; see the table above.
-_HEADER = struct.Struct(
-    ">"
-    "q"  # base_offset
-    "i"  # length
-    "i"  # partition_leader_epoch
-    "b"  # magic
-    "I"  # crc (unsigned)
-    "h"  # attributes
-    "i"  # last_offset_delta
-    "q"  # base_timestamp
-    "q"  # max_timestamp
-    "q"  # producer_id
-    "h"  # producer_epoch
-    "i"  # base_sequence
-    "i"  # records_count
+# The header, written once: (field, struct code) in Kafka's order and widths; see the table
+# above. BatchHeader's fields, HEADER, the *_OFFSET constants and SCAN_FIELDS all follow it.
+_FIELDS = (
+    ("base_offset", "q"),  # first offset of the batch
+    ("length", "i"),  # bytes after this field: batch size - LOG_OVERHEAD
+    ("partition_leader_epoch", "i"),  # outside the CRC: the broker may rewrite it
+    ("magic", "b"),  # 2
+    ("crc", "I"),  # CRC-32C of [ATTRIBUTES_OFFSET, end of batch), unsigned
+    ("attributes", "h"),  # codec, timestamp type, transactional, control, delete horizon
+    ("last_offset_delta", "i"),  # last offset - base offset
+    ("base_timestamp", "q"),  # first record's timestamp (-1: none)
+    ("max_timestamp", "q"),  # max record timestamp, or the append time (LogAppendTime)
+    ("producer_id", "q"),  # -1: none
+    ("producer_epoch", "h"),  # -1: none
+    ("base_sequence", "i"),  # -1: none
+    ("records_count", "i"),  # records in the batch (before compression)
 )
-RECORD_BATCH_OVERHEAD = _HEADER.size  # 61
+_FIELD_CODES = dict(_FIELDS)
+_FIELD_OFFSETS = {}
+_offset = 0
+for _name, _code in _FIELDS:
+    _FIELD_OFFSETS[_name] = _offset
+    _offset += struct.calcsize(">" + _code)
+del _name, _code, _offset
+
+# Every field, in one unpack: what BatchHeader is built from.
+HEADER = struct.Struct(">" + "".join(code for _, code in _FIELDS))
+RECORD_BATCH_OVERHEAD = HEADER.size  # 61
 assert RECORD_BATCH_OVERHEAD == 61
 
-# Offsets of the fields we read or patch on their own, derived from the layout.
-BASE_OFFSET_OFFSET = 0
-LENGTH_OFFSET = struct.calcsize(">q")  # 8
-PARTITION_LEADER_EPOCH_OFFSET = struct.calcsize(">qi")  # 12
-MAGIC_OFFSET = struct.calcsize(">qii")  # 16
-CRC_OFFSET = struct.calcsize(">qiib")  # 17
-ATTRIBUTES_OFFSET = struct.calcsize(">qiibI")  # 21
-MAX_TIMESTAMP_OFFSET = struct.calcsize(">qiibIhiq")  # 35
-RECORDS_COUNT_OFFSET = struct.calcsize(">qiibIhiqqqhi")  # 57
 
-LOG_OVERHEAD = LENGTH_OFFSET + 4  # 12: base_offset + length, the part before `length` counts from
+def header_struct(*names: str) -> struct.Struct:
+    """A struct that unpacks only the header fields ``names`` (in layout order), skipping the
+    others with pad bytes: one ``unpack_from`` at a batch's position reads what a caller needs.
+
+    Raises:
+        ValueError: a name that is no header field, or names out of layout order.
+    """
+    codes = []
+    position = 0
+    for name in names:
+        if name not in _FIELD_OFFSETS:
+            raise ValueError(f"{name!r} is not a field of the batch header")
+        offset = _FIELD_OFFSETS[name]
+        if offset < position:
+            raise ValueError(f"header fields must be named in layout order: {names}")
+        if offset > position:
+            codes.append(f"{offset - position}x")
+        code = _FIELD_CODES[name]
+        codes.append(code)
+        position = offset + struct.calcsize(">" + code)
+    if position < RECORD_BATCH_OVERHEAD:
+        codes.append(f"{RECORD_BATCH_OVERHEAD - position}x")
+    return struct.Struct(">" + "".join(codes))
+
+
+# What a walk of a log reads of each batch header, in one unpack (the 61 bytes; the others
+# skipped), in this order.
+SCAN_FIELD_NAMES = (
+    "base_offset",  # the batch's first offset: offset searches, the base offset guess of a read
+    "length",  # the batch's size, and the framing rules
+    "magic",  # must be 2
+    "crc",  # recovery checks it
+    "last_offset_delta",  # last offset = base_offset + last_offset_delta
+    "max_timestamp",  # timestamp searches, the time index
+    "records_count",  # what a fetch response reports
+)
+SCAN_FIELDS = header_struct(*SCAN_FIELD_NAMES)
+assert SCAN_FIELDS.size == RECORD_BATCH_OVERHEAD
+
+
+def field_struct(name: str) -> struct.Struct:
+    """The struct of the one header field ``name``, to unpack at its ``*_OFFSET``."""
+    return struct.Struct(">" + _FIELD_CODES[name])
+
+
+# The fields read on their own, and their offsets.
+BASE_OFFSET_FIELD = field_struct("base_offset")
+LENGTH_FIELD = field_struct("length")
+_MAGIC_FIELD = field_struct("magic")
+BASE_OFFSET_OFFSET = _FIELD_OFFSETS["base_offset"]  # 0
+LENGTH_OFFSET = _FIELD_OFFSETS["length"]  # 8
+PARTITION_LEADER_EPOCH_OFFSET = _FIELD_OFFSETS["partition_leader_epoch"]  # 12
+MAGIC_OFFSET = _FIELD_OFFSETS["magic"]  # 16
+CRC_OFFSET = _FIELD_OFFSETS["crc"]  # 17
+ATTRIBUTES_OFFSET = _FIELD_OFFSETS["attributes"]  # 21: the CRC covers the batch from here
+MAX_TIMESTAMP_OFFSET = _FIELD_OFFSETS["max_timestamp"]  # 35
+RECORDS_COUNT_OFFSET = _FIELD_OFFSETS["records_count"]  # 57
+
+LOG_OVERHEAD = LENGTH_OFFSET + LENGTH_FIELD.size  # 12: the bytes `length` does not count
 HEADER_SIZE_UP_TO_MAGIC = MAGIC_OFFSET + 1  # 17: enough to learn a batch's size and magic
-# Kafka rejects a size field below the legacy v0 record overhead before looking at the magic.
+# Kafka rejects a size field below the legacy v0 record overhead (LegacyRecord.RECORD_OVERHEAD_V0)
+# before looking at the magic.
 MIN_SIZE_FIELD = 14
 MAGIC = 2
 
-_OFFSET_AND_LENGTH = struct.Struct(">qi")
+# A legacy (v0/v1) message, which shares the first 17 bytes' layout with a batch: offset (8),
+# size (4), crc (4: zlib CRC-32 of everything after it), magic (1), ...
+_LEGACY_CRC_OFFSET = LOG_OVERHEAD  # 12
+_LEGACY_MAGICS = (0, 1)
+
 _INT64 = struct.Struct(">q")
 _INT32 = struct.Struct(">i")
 _UINT32 = struct.Struct(">I")
@@ -212,6 +310,27 @@ class BatchHeader(NamedTuple):
         return bool(self.attributes & DELETE_HORIZON_FLAG_MASK)
 
 
+assert BatchHeader._fields[:-1] == tuple(name for name, _ in _FIELDS)
+
+
+def _of(where: str) -> str:
+    return f" of {where}" if where else ""
+
+
+def _magic_error(position: int, magic: int, where: str) -> InvalidRecordError:
+    return InvalidRecordError(
+        f"record batch at position {position}{_of(where)} has magic {magic}; "
+        f"only magic {MAGIC} (RecordBatch v2) is supported"
+    )
+
+
+def _undersized_error(position: int, size_bytes: int, where: str) -> CorruptRecordError:
+    return CorruptRecordError(
+        f"record batch at position {position}{_of(where)} declares {size_bytes} bytes, less than "
+        f"the {RECORD_BATCH_OVERHEAD}-byte batch header"
+    )
+
+
 def parse_header(buf: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:
     """Parse the v2 header at ``position`` of ``buf``; does not check the CRC.
 
@@ -225,18 +344,66 @@ def parse_header(buf: bytes | bytearray | memoryview, position: int = 0) -> Batc
             f"record batch header at position {position} is truncated: "
             f"{max(available, 0)} bytes available, {RECORD_BATCH_OVERHEAD} needed"
         )
-    header = BatchHeader(*_HEADER.unpack_from(buf, position), position)
+    header = BatchHeader(*HEADER.unpack_from(buf, position), position)
     if header.magic != MAGIC:
-        raise InvalidRecordError(
-            f"record batch at position {position} has magic {header.magic}; "
-            f"only magic {MAGIC} (RecordBatch v2) is supported"
-        )
+        raise _magic_error(position, header.magic, "")
     if header.length + LOG_OVERHEAD < RECORD_BATCH_OVERHEAD:
-        raise CorruptRecordError(
-            f"record batch at position {position} declares length {header.length}: "
-            f"a batch is at least {RECORD_BATCH_OVERHEAD} bytes"
-        )
+        raise _undersized_error(position, header.length + LOG_OVERHEAD, "")
     return header
+
+
+def check_framing(
+    buf: bytes | bytearray | memoryview,
+    position: int,
+    end: int,
+    buf_start: int = 0,
+    where: str = "",
+) -> bool:
+    """Kafka's framing rules for the batch at ``position`` of a log or buffer ending at ``end``.
+
+    ``buf`` holds the bytes from position ``buf_start`` on (0: the buffer is the whole log), at
+    least the 17 bytes at ``position``, and the whole batch if it ends by ``end``. ``where``
+    names the log in error messages ("at position 90 of <where>").
+
+    Returns True when a whole batch of magic 2 and at least 61 bytes lies in ``[position,
+    end)``; False when the batch runs past ``end``: a partial tail, which ends a walk quietly (a
+    write in progress, a torn end, a file that shrank). Rules, in Kafka's order
+    (``FileLogInputStream.nextBatch``, then ``DefaultRecordBatch``): size field, end, magic,
+    header size.
+
+    Raises:
+        CorruptRecordError: a size field below 14, or a v2 batch smaller than its 61-byte header.
+        InvalidRecordError: a magic other than 2 (legacy v0/v1 messages included).
+    """
+    relative = position - buf_start
+    (length,) = LENGTH_FIELD.unpack_from(buf, relative + LENGTH_OFFSET)
+    if length < MIN_SIZE_FIELD:
+        raise CorruptRecordError(
+            f"found record size {length} at position {position}{_of(where)}, smaller than the "
+            f"minimum record overhead ({MIN_SIZE_FIELD})"
+        )
+    size_bytes = length + LOG_OVERHEAD
+    if position > end - size_bytes:
+        return False
+    (magic,) = _MAGIC_FIELD.unpack_from(buf, relative + MAGIC_OFFSET)
+    if magic != MAGIC:
+        raise _magic_error(position, magic, where)
+    if size_bytes < RECORD_BATCH_OVERHEAD:
+        raise _undersized_error(position, size_bytes, where)
+    return True
+
+
+def is_intact_legacy_message(message: bytes | bytearray | memoryview) -> bool:
+    """Whether ``message`` (from its offset field to its end) is a legacy v0/v1 message whose
+    zlib CRC-32 holds: data in an older format, not corruption to cut away.
+    """
+    if len(message) <= HEADER_SIZE_UP_TO_MAGIC:
+        return False
+    with memoryview(message) as view:
+        if view[MAGIC_OFFSET] not in _LEGACY_MAGICS:
+            return False
+        (stored,) = _UINT32.unpack_from(view, _LEGACY_CRC_OFFSET)
+        return zlib.crc32(view[MAGIC_OFFSET:]) == stored
 
 
 def compute_crc(buf: bytes | bytearray | memoryview, position: int, size_bytes: int) -> int:
@@ -293,30 +460,23 @@ def iter_batch_headers(
 ) -> Iterator[BatchHeader]:
     """Yield the header of every whole batch in ``buf[start:end]``, as Kafka reads a log file.
 
-    Follows ``FileLogInputStream.nextBatch``: iteration stops quietly at a partial tail (17 bytes
-    or fewer left, or a batch extending past ``end``), because the tail of an active segment may
-    be a write in progress or the torn end of a crash. CRCs are not checked (call
-    :func:`validate_batch`); callers that rebuild indexes do.
+    Each batch passes :func:`check_framing` (the rules of a ``.log`` walk): iteration stops
+    quietly at a partial tail (17 bytes or fewer left, or a batch extending past ``end``),
+    because the tail of an active segment may be a write in progress or the torn end of a
+    crash. CRCs are not checked (call :func:`validate_batch`); callers that rebuild indexes do.
 
     Raises:
         CorruptRecordError: a size field below 14 or below the v2 header size.
         InvalidRecordError: a batch with magic other than 2.
     """
-    if end is None:
-        end = len(buf)
+    end = len(buf) if end is None else min(end, len(buf))
     position = start
     while position < end - HEADER_SIZE_UP_TO_MAGIC:
-        _, length = _OFFSET_AND_LENGTH.unpack_from(buf, position)
-        if length < MIN_SIZE_FIELD:
-            raise CorruptRecordError(
-                f"found record size {length} at position {position}, smaller than the "
-                f"minimum record overhead ({MIN_SIZE_FIELD})"
-            )
-        if position > end - LOG_OVERHEAD - length:
+        if not check_framing(buf, position, end):
             return
-        header = parse_header(buf, position)
+        header = BatchHeader(*HEADER.unpack_from(buf, position), position)
         yield header
-        position += length + LOG_OVERHEAD
+        position += header.length + LOG_OVERHEAD
 
 
 def set_base_offset(buf: bytearray | memoryview, position: int, base_offset: int) -> None:
@@ -336,16 +496,32 @@ def rewrite_crc(buf: bytearray | memoryview, position: int, size_bytes: int) -> 
     return crc
 
 
+def set_max_timestamp(
+    buf: bytearray | memoryview,
+    position: int,
+    size_bytes: int,
+    timestamp_type: TimestampType,
+    max_timestamp: int,
+) -> None:
+    """Kafka's ``setMaxTimestamp``: the timestamp-type attribute bit, ``max_timestamp`` and the
+    CRC (both fields are covered by it) of the batch at ``position``."""
+    (attributes,) = _INT16.unpack_from(buf, position + ATTRIBUTES_OFFSET)
+    if timestamp_type is TimestampType.LOG_APPEND_TIME:
+        attributes |= TIMESTAMP_TYPE_MASK
+    else:
+        attributes &= ~TIMESTAMP_TYPE_MASK
+    _INT16.pack_into(buf, position + ATTRIBUTES_OFFSET, attributes)
+    _INT64.pack_into(buf, position + MAX_TIMESTAMP_OFFSET, max_timestamp)
+    rewrite_crc(buf, position, size_bytes)
+
+
 def set_log_append_time(
     buf: bytearray | memoryview, position: int, size_bytes: int, timestamp_ms: int
 ) -> None:
     """Stamp the batch at ``position`` with LogAppendTime ``timestamp_ms``, as a broker does.
 
-    Sets the timestamp-type attribute bit, writes ``max_timestamp`` and recomputes the CRC (both
-    fields are covered by it). Record timestamp deltas are left as they are: readers of a
-    LogAppendTime batch take every record's timestamp from ``max_timestamp``.
+    Sets the timestamp-type attribute bit, writes ``max_timestamp`` and recomputes the CRC.
+    Record timestamp deltas are left as they are: readers of a LogAppendTime batch take every
+    record's timestamp from ``max_timestamp``.
     """
-    (attributes,) = _INT16.unpack_from(buf, position + ATTRIBUTES_OFFSET)
-    _INT16.pack_into(buf, position + ATTRIBUTES_OFFSET, attributes | TIMESTAMP_TYPE_MASK)
-    _INT64.pack_into(buf, position + MAX_TIMESTAMP_OFFSET, timestamp_ms)
-    rewrite_crc(buf, position, size_bytes)
+    set_max_timestamp(buf, position, size_bytes, TimestampType.LOG_APPEND_TIME, timestamp_ms)

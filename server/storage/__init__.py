@@ -52,7 +52,7 @@ from .partition_log import (
     AppendInfo,
     PartitionLog,
 )
-from .segment import FetchSlice, LogOffsetPosition, Segment
+from .segment import LogOffsetPosition, Segment
 from .segments import Segments
 from .time_index import TimestampOffset
 
@@ -65,7 +65,6 @@ __all__ = [
     "TOPIC_CONFIG_NAMES",
     "AppendInfo",
     "CorruptIndexError",
-    "FetchSlice",
     "InvalidConfigError",
     "InvalidOffsetError",
     "InvalidTimestampError",

@@ -334,9 +334,6 @@ class Index(abc.ABC):
                 self._fd = None
             self._closed = True
 
-    # Earlier name, still used by segment.py's close_handlers; prefer close_handler().
-    _close_handler = close_handler
-
     def rename_to(self, path: Path | str) -> None:
         """Rename the backing file atomically (mapped or not); the index follows the new name.
 

@@ -41,9 +41,9 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple, TypeVar
+from typing import NamedTuple
 
-from stratalog.records.batch import LOG_OVERHEAD, NO_TIMESTAMP
+from stratalog.records.batch import NO_TIMESTAMP
 
 from .config import LogConfig
 from .errors import (
@@ -93,10 +93,6 @@ LATEST_TIERED_TIMESTAMP = -5
 # stratalog has one leader per partition for the life of the log: every batch is stamped with
 # epoch 0, as a Kafka partition whose first leader never changed. (Clients send -1.)
 LEADER_EPOCH = 0
-
-_LENGTH_AT = 8  # the length field of a batch
-
-_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -645,12 +641,28 @@ class PartitionLog:
     # ---------------------------------------------------------------- reads
 
     def read(self, offset: int, max_bytes: int, *, min_one_message: bool = True) -> bytes:
-        """Whole batches from the one holding ``offset``, at most ``max_bytes`` bytes.
+        """Whole batches from the one holding ``offset``: :meth:`fetch`'s data.
+
+        Raises:
+            OffsetOutOfRangeError: ``offset`` below the log start offset or above the log end.
+            ValueError: ``max_bytes`` negative.
+        """
+        return self.fetch(offset, max_bytes, min_one_message=min_one_message).data
+
+    def fetch(
+        self, offset: int, max_bytes: int, *, min_one_message: bool = True
+    ) -> FetchedBatches:
+        """Whole batches from the one holding ``offset``, at most ``max_bytes`` bytes, with
+        their next offset and record count ([B-29]..[B-33]).
 
         The first batch may start before ``offset`` (a batch is never split; consumers skip
         earlier records, [B-31]). With ``min_one_message`` the first batch is returned even when
         larger than ``max_bytes``; without it such a read returns nothing. Only batches of one
-        segment are returned per call. Reading at the log end returns ``b""``.
+        segment are returned per call; they stop before a batch whose header is malformed (the
+        next fetch at its offset raises). ``next_offset`` is the last batch's last offset + 1
+        (``offset`` when no batch came back), ``records_count`` the sum of the batches' record
+        counts, both from the headers the read went over anyway (:meth:`Segment.fetch`).
+        Reading at the log end returns no batches. Thread-safe against a concurrent append.
 
         Deliberate difference from Kafka: Kafka may return a partial last batch (the consumer
         drops it); this returns whole batches only.
@@ -659,37 +671,15 @@ class PartitionLog:
             OffsetOutOfRangeError: ``offset`` below the log start offset or above the log end.
             ValueError: ``max_bytes`` negative.
         """
-        fetched = self._read_segments(offset, max_bytes, min_one_message, Segment.read)
-        return b"" if fetched is None else _whole_batches(fetched.data)
-
-    def fetch(
-        self, offset: int, max_bytes: int, *, min_one_message: bool = True
-    ) -> FetchedBatches:
-        """:meth:`read`, with the next offset and the record count of the batches read.
-
-        What a fetch response reports, taken from the batch headers the read went over anyway
-        (:meth:`Segment.fetch`): ``next_offset`` is the last batch's last offset + 1 (``offset``
-        when no batch came back), ``records_count`` the sum of the batches' record counts. The
-        batches are those :meth:`read` returns, except that they stop before a batch whose
-        header is malformed (the next fetch at its offset raises). Thread-safe as :meth:`read`.
-
-        Raises:
-            OffsetOutOfRangeError: ``offset`` below the log start offset or above the log end.
-            ValueError: ``max_bytes`` negative.
-        """
-        fetched = self._read_segments(offset, max_bytes, min_one_message, Segment.fetch)
+        fetched = self._read_segments(offset, max_bytes, min_one_message)
         return FetchedBatches(b"", offset, 0) if fetched is None else fetched
 
     def _read_segments(
-        self,
-        offset: int,
-        max_bytes: int,
-        min_one_message: bool,
-        segment_read: Callable[[Segment, int, int, int, bool], _T | None],
-    ) -> _T | None:
-        """``segment_read`` on the segment holding ``offset``, then on later ones while it says
-        None (a gap at the end of a segment), never past the published log end. None at the log
-        end.
+        self, offset: int, max_bytes: int, min_one_message: bool
+    ) -> FetchedBatches | None:
+        """:meth:`Segment.fetch` on the segment holding ``offset``, then on later ones while it
+        says None (a gap at the end of a segment), never past the published log end. None at
+        the log end.
         """
         end = self._end
         log_start_offset = self._log_start_offset
@@ -717,7 +707,7 @@ class PartitionLog:
                 max_position = end.position
             else:
                 max_position = segment.size_bytes
-            fetched = segment_read(segment, offset, max_bytes, max_position, min_one_message)
+            fetched = segment.fetch(offset, max_bytes, max_position, min_one_message)
             if fetched is not None:
                 return fetched
             # A gap at the end of this segment: the offset's data is in a later one.
@@ -1108,19 +1098,6 @@ class PartitionLog:
 
 
 # -------------------------------------------------------------------- helpers
-
-
-def _whole_batches(data: bytes) -> bytes:
-    """``data`` cut after its last whole batch (a segment slice may end inside one)."""
-    end = len(data)
-    position = 0
-    while position + LOG_OVERHEAD <= end:
-        size = int.from_bytes(data[position + _LENGTH_AT : position + LOG_OVERHEAD], "big",
-                              signed=True) + LOG_OVERHEAD
-        if size < LOG_OVERHEAD or position + size > end:
-            break
-        position += size
-    return data if position == end else data[:position]
 
 
 def _fsync_directory(directory: Path) -> None:

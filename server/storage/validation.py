@@ -36,24 +36,32 @@ than v2).
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 
 from stratalog.records.batch import (
-    ATTRIBUTES_OFFSET,
+    LENGTH_FIELD,
+    LENGTH_OFFSET,
     LOG_OVERHEAD,
+    MAGIC,
+    MAGIC_OFFSET,
     NO_TIMESTAMP,
     RECORD_BATCH_OVERHEAD,
     BatchHeader,
     TimestampType,
     check_crc,
+    check_framing,
     parse_header,
-    rewrite_crc,
     set_base_offset,
     set_log_append_time,
+    set_max_timestamp,
     set_partition_leader_epoch,
 )
-from stratalog.records.errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
+from stratalog.records.errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    RecordError,
+    RecordTooLargeError,
+)
 from stratalog.records.reader import RecordsSummary, iter_records, summarize_records
 
 from .config import INT64_MAX, LogConfig
@@ -61,12 +69,9 @@ from .errors import InvalidTimestampError, RecordBatchTooLargeError
 
 __all__ = ["ValidatedAppend", "validate_and_assign_offsets"]
 
-_INT16 = struct.Struct(">h")
-_INT64 = struct.Struct(">q")
-_LENGTH = struct.Struct(">i")
-_MAX_TIMESTAMP_OFFSET = 35
-_TIMESTAMP_TYPE_MASK = 0x08
-_MIN_SIZE_FIELD = 14  # Kafka's LegacyRecord.RECORD_OVERHEAD_V0
+# Size fields below this cannot be a whole v2 batch: the one test of the common path before the
+# framing rules say which error it is.
+_MIN_V2_LENGTH = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +170,9 @@ def validate_and_assign_offsets(
         if log_append_time:
             set_log_append_time(stamped, 0, header.size_bytes, now_ms)
         elif rewrite_header:
-            _set_create_time_max(stamped, 0, header.size_bytes, batch_max)
+            set_max_timestamp(
+                stamped, 0, header.size_bytes, TimestampType.CREATE_TIME, batch_max
+            )
         pieces.append(stamped)
         if not rewrite_header:
             pieces.append(source[position + RECORD_BATCH_OVERHEAD : end])
@@ -202,19 +209,21 @@ def _walk_headers(view: memoryview, config: LogConfig) -> list[BatchHeader]:
                 f"{remaining} bytes after the last whole batch (batch {index} at position "
                 f"{position}): a partial batch"
             )
-        (length,) = _LENGTH.unpack_from(view, position + 8)
-        if length < _MIN_SIZE_FIELD:
-            raise CorruptRecordError(
-                f"batch {index} at position {position}: record size {length} is smaller than "
-                f"the minimum record overhead ({_MIN_SIZE_FIELD})"
-            )
+        (length,) = LENGTH_FIELD.unpack_from(view, position + LENGTH_OFFSET)
         size = length + LOG_OVERHEAD
-        if size > remaining:
+        if length < _MIN_V2_LENGTH or size > remaining or view[position + MAGIC_OFFSET] != MAGIC:
+            # The framing rules of every batch reader say which error (a size field below 14,
+            # magic, the 61-byte header), except that a partial batch is an error here: a
+            # client sent it whole.
+            try:
+                check_framing(view, position, end)
+            except RecordError as exc:
+                raise type(exc)(f"batch {index}: {exc}") from None
             raise CorruptRecordError(
                 f"batch {index} at position {position} declares {size} bytes but only "
                 f"{remaining} remain: a partial batch"
             )
-        header = parse_header(view, position)  # magic 2 and the 61-byte minimum
+        header = parse_header(view, position)  # the one parse (framing holds: it cannot fail)
         if header.base_offset != 0:
             raise InvalidRecordError(
                 f"batch {index} at position {position}: the base offset of a client batch "
@@ -320,12 +329,3 @@ def _java_long(value: int) -> int:
     value &= (1 << 64) - 1
     return value - (1 << 64) if value >= 1 << 63 else value
 
-
-def _set_create_time_max(
-    buf: bytearray, position: int, size_bytes: int, max_timestamp: int
-) -> None:
-    """Kafka's ``setMaxTimestamp(CREATE_TIME, max)``: attribute bit, max timestamp, CRC."""
-    (attributes,) = _INT16.unpack_from(buf, position + ATTRIBUTES_OFFSET)
-    _INT16.pack_into(buf, position + ATTRIBUTES_OFFSET, attributes & ~_TIMESTAMP_TYPE_MASK)
-    _INT64.pack_into(buf, position + _MAX_TIMESTAMP_OFFSET, max_timestamp)
-    rewrite_crc(buf, position, size_bytes)

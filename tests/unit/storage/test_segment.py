@@ -33,7 +33,6 @@ from stratalog.server.storage.segment import (
     FetchedBatches,
     LogOffsetPosition,
     Segment,
-    _first_read_bytes,
     _first_record_reaching,
     _record_offsets_and_timestamps,
 )
@@ -248,70 +247,63 @@ def test_multi_batch_append_is_indexed_once(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- reads
 
 
-def test_read_on_empty_segment(tmp_path: Path) -> None:
+def test_fetch_on_empty_segment(tmp_path: Path) -> None:
     segment = Segment.create(tmp_path, 40, config())
-    assert segment.read(40, 300) is None
+    assert segment.fetch(40, 300) is None
     assert segment.read_next_offset() == 40
     segment.close()
 
 
-def test_read_before_first_offset_returns_first_batch(tmp_path: Path) -> None:
+def test_fetch_before_first_offset_returns_first_batch(tmp_path: Path) -> None:
     segment = Segment.create(tmp_path, 40, config())
     data = append(segment, 50, [T0, T0, T0])
-    fetched = segment.read(41, 300)
-    assert fetched is not None
-    assert fetched.data == data
-    assert (fetched.offset, fetched.segment_base_offset, fetched.position) == (41, 40, 0)
+    assert segment.fetch(41, 300) == FetchedBatches(data, 53, 3)
+    assert segment.translate_offset(41) == LogOffsetPosition(52, 0, len(data))
     segment.close()
 
 
-def test_read_inside_a_batch_starts_at_the_batch(tmp_path: Path) -> None:
+def test_fetch_inside_a_batch_starts_at_the_batch(tmp_path: Path) -> None:
     # [B-31]: a batch is never split; the reader skips the records before its offset.
     segment = Segment.create(tmp_path, 0, config())
     first = append(segment, 0, [T0])
     second = append(segment, 1, [T0, T0, T0])
-    fetched = segment.read(2, 1000)
-    assert fetched is not None and fetched.data == second and fetched.position == len(first)
+    assert segment.fetch(2, 1000) == FetchedBatches(second, 4, 3)
+    assert segment.translate_offset(2).position == len(first)  # type: ignore[union-attr]
     segment.close()
 
 
-def test_read_after_last_offset_is_none(tmp_path: Path) -> None:
+def test_fetch_after_last_offset_is_none(tmp_path: Path) -> None:
     segment = Segment.create(tmp_path, 40, config())
     append(segment, 50, [T0, T0])
-    assert segment.read(52, 200) is None
+    assert segment.fetch(52, 200) is None
     segment.close()
 
 
-def test_read_from_gap_returns_the_next_batch(tmp_path: Path) -> None:
+def test_fetch_from_gap_returns_the_next_batch_of_the_gap(tmp_path: Path) -> None:
     segment = Segment.create(tmp_path, 40, config())
     append(segment, 50, [T0, T0])
     second = append(segment, 60, [T0, T0])
-    fetched = segment.read(55, 200)
+    fetched = segment.fetch(55, 200)
     assert fetched is not None and fetched.data == second
     segment.close()
 
 
-def test_read_limits(tmp_path: Path) -> None:
-    # [B-30]: max_bytes bounds a raw slice (may end mid-batch); min_one_message lifts it to the
-    # first batch; max_position bounds everything.
+def test_fetch_limits(tmp_path: Path) -> None:
+    # [B-30]: max_bytes bounds the batches (Kafka's raw slice may end mid-batch: here only the
+    # whole batches of it come back); min_one_message lifts it to the first batch;
+    # max_position bounds everything.
     segment = Segment.create(tmp_path, 0, config())
     batches = [append(segment, i, [T0]) for i in range(3)]
     size = len(batches[0])
-    whole = b"".join(batches)
-    cut = segment.read(0, size + 10)
-    assert cut is not None and cut.data == whole[: size + 10]
-    assert not cut.first_entry_incomplete
-    small = segment.read(0, 10)
-    assert small is not None and small.data == whole[:10] and small.first_entry_incomplete
-    lifted = segment.read(0, 10, min_one_message=True)
-    assert lifted is not None and lifted.data == batches[0] and not lifted.first_entry_incomplete
-    empty = segment.read(0, 0)
-    assert empty is not None and empty.data == b""
-    bounded = segment.read(1, 10_000, max_position=2 * size)
+    assert segment.fetch(0, size + 10) == FetchedBatches(batches[0], 1, 1)
+    assert segment.fetch(0, 10) == FetchedBatches(b"", 0, 0)  # the first batch is incomplete
+    assert segment.fetch(0, 10, min_one_message=True) == FetchedBatches(batches[0], 1, 1)
+    assert segment.fetch(0, 0) == FetchedBatches(b"", 0, 0)
+    bounded = segment.fetch(1, 10_000, max_position=2 * size)
     assert bounded is not None and bounded.data == batches[1]
-    assert segment.read(2, 10_000, max_position=2 * size) is None
+    assert segment.fetch(2, 10_000, max_position=2 * size) is None
     with pytest.raises(ValueError, match="max size"):
-        segment.read(0, -1)
+        segment.fetch(0, -1)
     segment.close()
 
 
@@ -547,7 +539,7 @@ def test_preallocated_log_is_trimmed_on_close(tmp_path: Path) -> None:
     assert log_file(tmp_path, 40).stat().st_size == 512 * 1024
     assert segment.size_bytes == 0
     data = append(segment, 40, [T0, T0])
-    assert segment.read(40, 1000).data == data  # type: ignore[union-attr]
+    assert segment.fetch(40, 1000).data == data  # type: ignore[union-attr]
     segment.close()
     assert log_file(tmp_path, 40).read_bytes() == data
     reopened = Segment.open(tmp_path, 40, cfg)
@@ -562,7 +554,7 @@ def test_close_is_idempotent_and_closed_segment_refuses_io(tmp_path: Path) -> No
     segment.close()
     assert segment.is_closed
     with pytest.raises(LogClosedError):
-        segment.read(0, 100)
+        segment.fetch(0, 100)
 
 
 def test_change_file_suffixes_and_delete(tmp_path: Path) -> None:
@@ -580,7 +572,7 @@ def test_change_file_suffixes_and_delete(tmp_path: Path) -> None:
         "00000000000000000010.log.deleted",
     ]
     # The descriptor follows the rename: reads still work.
-    assert segment.read(0, 1000).data == data  # type: ignore[union-attr]
+    assert segment.fetch(0, 1000).data == data  # type: ignore[union-attr]
     segment.change_file_suffixes(".deleted", "")
     assert log_file(tmp_path, 0).exists()
     segment.delete()
@@ -604,7 +596,7 @@ def test_truncate(tmp_path: Path) -> None:
         removed = segment.truncate_to(target)
         batch_base = target - (target - 40) % 2
         assert segment.read_next_offset() == batch_base
-        assert segment.read(batch_base, 1000) is None
+        assert segment.fetch(batch_base, 1000) is None
         assert removed == before - segment.size_bytes
         expected_max = T0 + batch_base - 1 if batch_base > 40 else -1
         assert segment.max_timestamp_so_far == expected_max
@@ -699,7 +691,7 @@ def test_recovery_fixes_corrupt_index(tmp_path: Path) -> None:
     reopened = Segment.open(tmp_path, 0, config(index_interval_bytes=1))
     reopened.recover()
     for offset in range(100):
-        fetched = reopened.read(offset, 1000)
+        fetched = reopened.fetch(offset, 1000)
         assert fetched is not None
         assert parse_header(fetched.data).base_offset == offset - offset % 2
     reopened.offset_index.check()
@@ -960,13 +952,31 @@ def test_reads_of_a_corrupt_batch_raise_naming_the_file(
         handle.seek(len(first) + patch_at)
         handle.write(value)
     reopened = Segment.open(tmp_path, 0, config())
-    assert reopened.read(0, 10).data[:10] == first[:10]  # type: ignore[union-attr]
+    # The walk to offset 0 stops at the first batch, before the corrupt one.
+    assert reopened.fetch(0, 10) == FetchedBatches(b"", 0, 0)
+    assert reopened.fetch(0, 10, min_one_message=True) == FetchedBatches(first, 1, 1)
     with pytest.raises(error, match=r"00000000000000000000\.log"):
-        reopened.read(1, 1000)
+        reopened.fetch(1, 1000)
     reopened.close_handlers()
 
 
 # ---------------------------------------------------------------- fetch: whole batches and summary
+
+
+def _kafka_slice(
+    log: bytes, offset: int, max_bytes: int, max_position: int | None, min_one_message: bool
+) -> bytes | None:
+    """Reference for a segment read as Kafka's ``LogSegment.read`` makes it: the raw bytes
+    from the first batch whose last offset is >= ``offset`` (below ``max_position``), at most
+    ``max_bytes`` of them (``min_one_message``: at least that batch), possibly ending inside a
+    batch; None when there is no such batch. Computed from the file's bytes by the records
+    package's header parser."""
+    end = len(log) if max_position is None else min(max_position, len(log))
+    for header in iter_batch_headers(log, 0, end):
+        if header.last_offset >= offset:
+            limit = max(max_bytes, header.size_bytes) if min_one_message else max_bytes
+            return log[header.position : header.position + min(end - header.position, limit)]
+    return None
 
 
 def _whole_batches_of(data: bytes) -> tuple[bytes, int | None, int]:
@@ -1015,9 +1025,9 @@ def test_fetch_from_a_gap_returns_the_next_batch(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_fetch_agrees_with_read_cut_to_whole_batches(tmp_path: Path, seed: int) -> None:
-    # Batches from a few bytes to past the largest scan block, so that every refill path of
-    # the scan runs (the first 4 KiB block, the size guess from the batch skipped, the 256 KiB
+def test_fetch_agrees_with_kafkas_slice_cut_to_whole_batches(tmp_path: Path, seed: int) -> None:
+    # Batches from a few bytes to past the largest walk block, so that every refill path of
+    # the walk runs (the first 4 KiB block, the size guess from the batch skipped, the 256 KiB
     # cap); index entries sparse or dense.
     rng = random.Random(seed)
     interval = rng.choice([0, 100, 4096, 50_000])
@@ -1030,17 +1040,18 @@ def test_fetch_agrees_with_read_cut_to_whole_batches(tmp_path: Path, seed: int) 
         value = rng.randbytes(rng.choice([10, 200, 3000, 12_000, 300_000 // count]))
         append(segment, offset, [T0 + offset + i for i in range(count)], value=value)
         offset += count + rng.choice([0, 0, 0, 3])  # an occasional gap, as compaction leaves
+    log = log_file(tmp_path, 0).read_bytes()
     for _ in range(300):
         target = rng.randrange(offset + 2)
         max_bytes = rng.choice([0, 1, 100, 5000, 20_000, 400_000, 10_000_000])
         min_one = rng.random() < 0.7
         max_position = rng.choice([None, rng.randrange(segment.size_bytes + 1)])
-        sliced = segment.read(target, max_bytes, max_position, min_one)
+        sliced = _kafka_slice(log, target, max_bytes, max_position, min_one)
         fetched = segment.fetch(target, max_bytes, max_position, min_one)
         if sliced is None:
             assert fetched is None, (target, max_bytes, max_position)
             continue
-        data, next_offset, records = _whole_batches_of(sliced.data)
+        data, next_offset, records = _whole_batches_of(sliced)
         expected = FetchedBatches(data, target if next_offset is None else next_offset, records)
         assert fetched == expected, (target, max_bytes, max_position, min_one)
     segment.close()
@@ -1148,10 +1159,38 @@ def test_record_offsets_and_timestamps_are_the_decoders(
         assert str(ours.value) == str(theirs.value)
 
 
-def test_first_read_takes_a_header_when_the_next_entry_is_beyond_a_first_block() -> None:
-    assert _first_read_bytes(1000, 1000 + 4096) == 4096  # a block reaches the next entry
-    assert _first_read_bytes(1000, 1000 + 4097) == 61  # it would not: the header is enough
-    assert _first_read_bytes(1000, -1) == 4096  # no next entry: nothing known
+def sized_batch(base_offset: int, size_bytes: int) -> bytes:
+    """One batch of exactly ``size_bytes`` (a value of the length that makes it so)."""
+    value_bytes = size_bytes - len(batch(base_offset, [T0], value=b""))
+    while len(data := batch(base_offset, [T0], value=b"v" * value_bytes)) > size_bytes:
+        value_bytes -= 1
+    assert len(data) == size_bytes
+    return data
+
+
+def test_first_read_takes_a_header_when_the_next_entry_is_beyond_a_first_block(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A fetch at an indexed offset walks from that entry: the first read takes 4 KiB when the
+    # next entry is that close (a block reaches the batch after), only a header when it is
+    # further, and 4 KiB when there is no next entry (nothing known).
+    segment = Segment.create(tmp_path, 0, config(index_interval_bytes=1))
+    batches = [sized_batch(i, size) for i, size in enumerate([100, 4096, 4097, 5000])]
+    for i, data in enumerate(batches):
+        segment.append(i, T0, i, data)  # entries (1, 100), (2, 4196), (3, 8293)
+    reads: list[tuple[int, int]] = []
+    real_pread = os.pread
+
+    def recording_pread(fd: int, size: int, position: int) -> bytes:
+        reads.append((size, position))
+        return real_pread(fd, size, position)
+
+    monkeypatch.setattr(os, "pread", recording_pread)
+    for offset, first_read in [(1, 4096), (2, 61), (3, 4096)]:
+        reads.clear()
+        assert segment.fetch(offset, 1, None, True) == FetchedBatches(batches[offset], offset + 1, 1)
+        assert reads[0] == (first_read, sum(len(b) for b in batches[:offset]))
+    segment.close()
 
 
 @pytest.mark.parametrize("seed", range(4))

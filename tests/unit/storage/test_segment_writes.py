@@ -10,21 +10,29 @@ import pytest
 from stratalog.records import build_batch, iter_batches
 from stratalog.server.storage import space
 from stratalog.server.storage.config import LogConfig
+from stratalog.server.storage.errors import StorageIOError
+from stratalog.server.storage.log_file import LogFile
 from stratalog.server.storage.partition_log import PartitionLog
-from stratalog.server.storage.segment import _IOV_MAX, _pwrite_all
 from stratalog.server.storage.validation import validate_and_assign_offsets
 
+_IOV_MAX = 1024  # Linux's: the most buffers one pwritev takes
 
-def test_pwrite_all_writes_every_piece_in_order_past_iov_max(tmp_path: Path) -> None:
+
+def _log_file_holding(path: Path, data: bytes) -> LogFile:
+    path.write_bytes(data)
+    return LogFile.open(str(path))
+
+
+def test_append_writes_every_piece_in_order_past_iov_max(tmp_path: Path) -> None:
     pieces = [bytes([i % 251]) * (i % 7) for i in range(2 * _IOV_MAX + 5)]  # empty ones too
     expected = b"".join(pieces)
-    fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT)
+    log_file = _log_file_holding(tmp_path / "f", b"keep")
     try:
-        os.pwrite(fd, b"keep", 0)
-        assert _pwrite_all(fd, [memoryview(p) for p in pieces], 4) == len(expected)
-        assert os.pread(fd, len(expected) + 10, 0) == b"keep" + expected
+        assert log_file.append(pieces, len(expected)) == 4
+        assert log_file.size_bytes == 4 + len(expected)
+        assert log_file.read(len(expected) + 10, 0) == b"keep" + expected
     finally:
-        os.close(fd)
+        log_file.close()
 
 
 def test_validated_pieces_are_the_stamped_append(tmp_path: Path) -> None:
@@ -76,7 +84,7 @@ def test_validation_parses_each_batch_header_once(monkeypatch) -> None:
     assert len(parsed) == 3 and len(set(parsed)) == 3
 
 
-def test_pwrite_all_goes_on_after_short_writes_and_refuses_a_zero_write(
+def test_append_goes_on_after_short_writes_and_refuses_a_zero_write(
     tmp_path: Path, monkeypatch
 ) -> None:
     # A kernel may write less than asked: each call here writes at most 5 bytes, so every
@@ -92,15 +100,19 @@ def test_pwrite_all_goes_on_after_short_writes_and_refuses_a_zero_write(
     monkeypatch.setattr(os, "pwrite", short_pwrite)
     monkeypatch.setattr(os, "pwritev", short_pwritev)
     pieces = [b"header-1", b"", b"body of one", b"x", b"header-2", b"last body"]
-    fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT)
+    log_file = _log_file_holding(tmp_path / "f", b"abc")
     try:
-        assert _pwrite_all(fd, [memoryview(p) for p in pieces], 3) == len(b"".join(pieces))
-        assert os.pread(fd, 100, 3) == b"".join(pieces)
+        joined = b"".join(pieces)
+        assert log_file.append(pieces, len(joined)) == 3
+        assert log_file.size_bytes == 3 + len(joined)
+        assert log_file.read(100, 3) == joined
         monkeypatch.setattr(os, "pwritev", lambda fd, buffers, position: 0)
-        with pytest.raises(OSError, match="write returned 0"):
-            _pwrite_all(fd, [memoryview(b"a"), memoryview(b"b")], 0)
+        with pytest.raises(StorageIOError, match="write returned 0"):
+            log_file.append([b"a", b"b"], 2)
+        # All or nothing: the file is cut back and the size did not move.
+        assert log_file.size_bytes == 3 + len(joined) == log_file.file_size()
     finally:
-        os.close(fd)
+        log_file.close()
 
 
 # ------------------------------------------------------------------ blocks allocated first
