@@ -18,18 +18,12 @@ import os
 from pathlib import Path
 
 from stratalog.records.errors import InvalidFileNameError
-
-# segment.py and partition_log.py import the suffixes and filename_prefix_from_offset from here;
-# once they import them from stratalog.records.log_layout, as the rest of the engine does, the
-# two names marked "re-exported" go.
 from stratalog.records.log_layout import (
-    DELETED_FILE_SUFFIX,  # noqa: F401  (re-exported)
     INDEX_FILE_SUFFIX,
     LOG_FILE_SUFFIX,
     SNAPSHOT_FILE_SUFFIX,
     TIME_INDEX_FILE_SUFFIX,
     TXN_INDEX_FILE_SUFFIX,
-    filename_prefix_from_offset,  # noqa: F401  (re-exported)
     segment_file_name,
 )
 from stratalog.records.log_layout import offset_from_file_name as _offset_from_file_name

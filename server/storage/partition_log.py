@@ -35,17 +35,18 @@ import contextlib
 import enum
 import itertools
 import logging
-import os
 import threading
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
 from stratalog.records.batch import NO_TIMESTAMP
+from stratalog.records.log_layout import DELETED_FILE_SUFFIX
 
+from .clock import wall_clock_ms
 from .config import LogConfig
+from .durable import fsync_directory
 from .errors import (
     LogClosedError,
     OffsetOutOfRangeError,
@@ -53,7 +54,6 @@ from .errors import (
     StorageIOError,
 )
 from .files import (
-    DELETED_FILE_SUFFIX,
     log_file,
     offset_index_file,
     time_index_file,
@@ -153,10 +153,6 @@ class _LogEnd(NamedTuple):
     offset: int  # the log end offset (next offset to assign)
     segment_base_offset: int  # the active segment holding the end
     position: int  # readable bytes of that segment
-
-
-def _wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class PartitionLog:
@@ -290,7 +286,7 @@ class PartitionLog:
             log_config = config
         else:
             log_config = LogConfig.from_mapping(config)
-        clock = time_ms if time_ms is not None else _wall_clock_ms
+        clock = time_ms if time_ms is not None else wall_clock_ms
         path = Path(directory)
         try:
             path.mkdir(parents=True, exist_ok=True)
@@ -1015,7 +1011,7 @@ class PartitionLog:
                 if not segment.is_closed:
                     segment.flush()
             if directory_dirty:
-                _fsync_directory(self._directory)
+                fsync_directory(self._directory)
         except BaseException:
             self._directory_dirty = self._directory_dirty or directory_dirty
             raise
@@ -1096,16 +1092,3 @@ class PartitionLog:
             f"segments={len(self._segments)})"
         )
 
-
-# -------------------------------------------------------------------- helpers
-
-
-def _fsync_directory(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError as exc:
-        raise StorageIOError(f"failed to fsync log directory {directory}: {exc}") from exc

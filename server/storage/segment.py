@@ -35,7 +35,6 @@ import logging
 import os
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -53,8 +52,16 @@ from stratalog.records.batch import (
     validate_batch,
 )
 from stratalog.records.errors import CorruptRecordError, RecordError
+from stratalog.records.log_layout import (
+    INDEX_FILE_SUFFIX,
+    LOG_FILE_SUFFIX,
+    TIME_INDEX_FILE_SUFFIX,
+    TXN_INDEX_FILE_SUFFIX,
+    filename_prefix_from_offset,
+)
 from stratalog.records.reader import decode_batch_columns, iter_records
 
+from .clock import wall_clock_ms
 from .config import LogConfig
 from .errors import (
     CorruptIndexError,
@@ -62,13 +69,6 @@ from .errors import (
     InvalidOffsetError,
     OffsetOverflowError,
     StorageIOError,
-)
-from .files import (
-    INDEX_FILE_SUFFIX,
-    LOG_FILE_SUFFIX,
-    TIME_INDEX_FILE_SUFFIX,
-    TXN_INDEX_FILE_SUFFIX,
-    filename_prefix_from_offset,
 )
 from .index import INT32_MAX
 from .lazy_index import LazyIndex
@@ -168,10 +168,6 @@ def _first_record_reaching(
     return -1
 
 
-def _wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class Segment:
     """A ``.log`` file plus its lazily opened offset, time and transaction indexes.
 
@@ -240,7 +236,7 @@ class Segment:
         )
         self._index_interval_bytes = config.index_interval_bytes
         self._roll_jitter_ms = roll_jitter_ms
-        self._time_ms = time_ms if time_ms is not None else _wall_clock_ms
+        self._time_ms = time_ms if time_ms is not None else wall_clock_ms
         self._created_ms = self._time_ms()
         # None until known: loaded lazily from the first batch ([B-12]).
         self._rolling_based_timestamp: int | None = None
