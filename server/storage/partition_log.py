@@ -932,8 +932,9 @@ class PartitionLog:
                 ", ".join(sorted({reason.value for reason in plan.reasons})),
                 doomed[0].base_offset, doomed[-1].base_offset, self._log_start_offset,
             )
-            self._maybe_delete_pending(now)
-            return plan
+            due = self._take_due_deletes(now)
+        _delete_segments(due)  # off the lock, as maybe_delete_pending does
+        return plan
 
     def maybe_delete_pending(self, now_ms: int | None = None) -> int:
         """Delete the ``.deleted`` segments whose ``file.delete.delay.ms`` has passed.
@@ -947,9 +948,11 @@ class PartitionLog:
         with self._lock:
             if self._closed:
                 return 0
-            before = len(self._pending_deletes)
-            self._maybe_delete_pending(self._time_ms() if now_ms is None else now_ms)
-            return before - len(self._pending_deletes)
+            due = self._take_due_deletes(self._time_ms() if now_ms is None else now_ms)
+        # Off the lock: the segments left the map and were renamed when they were scheduled;
+        # only this call holds them now.
+        _delete_segments(due)
+        return len(due)
 
     @property
     def pending_deletes(self) -> int:
@@ -968,16 +971,22 @@ class PartitionLog:
         if segments:
             self._directory_dirty = True
 
-    def _maybe_delete_pending(self, now_ms: int) -> None:
+    def _take_due_deletes(self, now_ms: int) -> list[Segment]:
+        """Take the ``.deleted`` segments whose delay has passed off the pending list; the
+        caller holds the lock and deletes them with :func:`_delete_segments` after releasing
+        it (unlinking a large file can take milliseconds, and appends wait for the lock)."""
         if not self._pending_deletes:
-            return
-        remaining = []
+            return []
+        due, remaining = [], []
         for due_ms, segment in self._pending_deletes:
-            if due_ms <= now_ms:
-                segment.delete()
-            else:
-                remaining.append((due_ms, segment))
+            (due if due_ms <= now_ms else remaining).append((due_ms, segment))
         self._pending_deletes = remaining
+        return [segment for _, segment in due]
+
+    def _maybe_delete_pending(self, now_ms: int) -> None:
+        """Delete the due segments now, under the lock (the embedded log's calls that remove
+        segments: truncations, :meth:`roll`; :meth:`close`)."""
+        _delete_segments(self._take_due_deletes(now_ms))
 
     # ---------------------------------------------------------------- durability
 
@@ -1092,3 +1101,19 @@ class PartitionLog:
             f"segments={len(self._segments)})"
         )
 
+
+def _delete_segments(segments: list[Segment]) -> None:
+    """Close and unlink the files of segments no log holds any more.
+
+    Goes on past a failing segment and raises the first error: a file left behind still ends
+    in ``.deleted``, and the next open of the log removes it (recovery's first pass).
+    """
+    first_error: BaseException | None = None
+    for segment in segments:
+        try:
+            segment.delete()
+        except BaseException as exc:
+            log.exception("failed to delete segment %s", segment.log_path)
+            first_error = first_error or exc
+    if first_error is not None:
+        raise first_error

@@ -49,6 +49,7 @@ from stratalog.server.storage.partition_log import (
     FetchedBatches,
     WouldBlock,
 )
+from stratalog.server.storage.segment import Segment
 
 T0 = 1_700_000_000_000
 
@@ -685,6 +686,49 @@ def test_appends_never_delete_files_maintenance_does(directory: Path) -> None:
     assert deleted() != []
     log.close()  # close finishes them whatever their delay
     assert deleted() == []
+
+
+
+def test_maintenance_unlinks_files_without_holding_the_log_lock(
+    directory: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Unlinking a large file can take milliseconds; appends on the event loop must not find the
+    # lock held meanwhile. The segments left the map and were renamed when retention scheduled
+    # them, so maybe_delete_pending takes them off the list under the lock and deletes them
+    # after releasing it: an append in the middle of the deletion goes through inline.
+    clock = Clock(T0)
+    one = client_batch([T0])
+    log = open_log(directory, clock, segment_bytes=3 * len(one), segment_index_bytes=4096,
+                   file_delete_delay_ms=1000)
+    for _ in range(4):  # segments [0, 1, 2] and [3]
+        log.append(one)
+    log.maybe_increment_log_start_offset(log.active_segment.base_offset)
+    assert log.delete_old_segments()
+    clock.now_ms = T0 + 1000  # due
+    log.append(one)  # opens the active segment's indexes
+    deleting, release = threading.Event(), threading.Event()
+    real_delete = Segment.delete
+
+    def slow_delete(segment: Segment) -> None:
+        deleting.set()
+        assert release.wait(10)
+        real_delete(segment)
+
+    monkeypatch.setattr(Segment, "delete", slow_delete)
+    deleted: list[int] = []
+    maintenance = threading.Thread(target=lambda: deleted.append(log.maybe_delete_pending()))
+    maintenance.start()
+    try:
+        assert deleting.wait(10)
+        info = log.try_append_without_blocking(one)
+        assert isinstance(info, AppendInfo) and info.first_offset == 5
+        assert log.pending_deletes == 0  # taken by the deletion under way
+    finally:
+        release.set()
+        maintenance.join(10)
+    assert deleted == [1]
+    assert not [p for p in directory.iterdir() if p.name.endswith(".deleted")]
+    log.close()
 
 
 # ---------------------------------------------------------------- reads
