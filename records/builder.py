@@ -19,7 +19,6 @@ only appear after compaction, and brokers reject client batches without records)
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterable, Sequence
 
 from .accel import RecordsWriter
@@ -27,6 +26,7 @@ from .batch import (
     ATTRIBUTES_OFFSET,
     CONTROL_FLAG_MASK,
     CRC_OFFSET,
+    HEADER,
     LOG_OVERHEAD,
     MAGIC,
     NO_PARTITION_LEADER_EPOCH,
@@ -37,6 +37,7 @@ from .batch import (
     TRANSACTIONAL_FLAG_MASK,
     Compression,
     TimestampType,
+    field_struct,
 )
 from .compression import compress, max_compressed_size
 from .crc import crc32c
@@ -44,10 +45,9 @@ from .record import Header
 
 __all__ = ["BatchBuilder", "build_batch"]
 
-# The header of batch.py, without the CRC (filled in last) — the same field order.
-_HEADER_BEFORE_CRC = struct.Struct(">qiib")  # base_offset, length, partition_leader_epoch, magic
-_HEADER_AFTER_CRC = struct.Struct(">hiqqqhii")  # attributes ... records_count
-_UINT32 = struct.Struct(">I")
+# The CRC is packed last, over the header tail and the payload: batch.py's HEADER is written
+# with a CRC of 0, then this struct puts the real one in place.
+_CRC_FIELD = field_struct("crc")
 _INT32_MAX = (1 << 31) - 1
 
 
@@ -138,17 +138,14 @@ class BatchBuilder(RecordsWriter):
         if size_bytes - LOG_OVERHEAD > _INT32_MAX:
             raise ValueError(f"record batch of {size_bytes} bytes exceeds the int32 length field")
         header = bytearray(RECORD_BATCH_OVERHEAD)
-        _HEADER_BEFORE_CRC.pack_into(
+        HEADER.pack_into(
             header,
             0,
             self._base_offset,
             size_bytes - LOG_OVERHEAD,
             self._partition_leader_epoch,
             MAGIC,
-        )
-        _HEADER_AFTER_CRC.pack_into(
-            header,
-            ATTRIBUTES_OFFSET,
+            0,  # the CRC, packed below once computed
             self._attributes,
             self.records_count - 1,
             self._base_timestamp,
@@ -162,7 +159,7 @@ class BatchBuilder(RecordsWriter):
         # into one buffer before the final join.
         with memoryview(header) as view:
             crc = crc32c(payload, crc32c(view[ATTRIBUTES_OFFSET:]))
-        _UINT32.pack_into(header, CRC_OFFSET, crc)
+        _CRC_FIELD.pack_into(header, CRC_OFFSET, crc)
         return b"".join((header, payload))
 
 

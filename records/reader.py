@@ -30,13 +30,14 @@ no record of that batch was returned.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterator
 from typing import NamedTuple
 
 from .accel import ACCELERATED, RecordColumns, decode_columns, decode_records, walk_records
 from .batch import (
     HEADER_SIZE_UP_TO_MAGIC,
+    LENGTH_FIELD,
+    LENGTH_OFFSET,
     LOG_OVERHEAD,
     NO_TIMESTAMP,
     RECORD_BATCH_OVERHEAD,
@@ -65,8 +66,6 @@ __all__ = [
 # by default) compressed, not decompressed; 64 MiB leaves room for highly compressible batches
 # at the largest sizes operators configure while stopping decompression bombs.
 DEFAULT_MAX_DECOMPRESSED_BYTES = 64 * 1024 * 1024
-
-_LENGTH = struct.Struct(">i")
 
 
 class RecordsSummary(NamedTuple):
@@ -248,7 +247,7 @@ def iter_batches(
         # even say what they are, whatever their length field claims.
         partial = remaining <= HEADER_SIZE_UP_TO_MAGIC
         if not partial:
-            (length,) = _LENGTH.unpack_from(buf, position + LOG_OVERHEAD - 4)
+            (length,) = LENGTH_FIELD.unpack_from(buf, position + LENGTH_OFFSET)
             partial = length + LOG_OVERHEAD > remaining
         if partial:
             if allow_partial_tail:

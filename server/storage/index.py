@@ -382,10 +382,11 @@ class Index(abc.ABC):
 
         ``used_bytes`` is how much of the file holds entries. A map with an unused (sparse,
         preallocated) tail is advised MADV_RANDOM: with the default advice the first write into
-        the holes made the kernel read ahead read_ahead_kb of them (8 MiB on these machines:
-        2,048 zero pages, ~3.5 ms, inside the append after every roll), where an append needs
-        one page. A trimmed index keeps the default advice: its read faults map neighbouring
-        cached pages too (fault-around), which MADV_RANDOM would turn off.
+        the holes made the kernel read ahead ``read_ahead_kb`` of them (thousands of zero
+        pages, milliseconds, inside the append after every roll; docs/performance.md has the
+        measurement), where an append needs one page. A trimmed index keeps the default
+        advice: its read faults map neighbouring cached pages too (fault-around), which
+        MADV_RANDOM would turn off.
         """
         assert self._fd is not None
         if self._length_bytes > 0:
