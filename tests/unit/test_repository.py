@@ -7,7 +7,7 @@ fails, naming file, line and text, on:
 
 * **relative paths that climb out of the repository root.** Plain relative paths are taken from
   the repository root, the working directory of make, pytest, ``.ci/run`` and the ``deploy/``
-  scripts (which ``cd`` there): ``../shared``, ``cd ..``, ``Path("../x")``. Paths anchored at the
+  scripts (which ``cd`` there): ``../outside``, ``cd ..``, ``Path("../x")``. Paths anchored at the
   file itself may climb as far as the root and no further: ``$(dirname "$0")/..`` in ``.ci/run``
   is the root, ``$(dirname "$0")/../..`` is not; in a compose file ``..`` is taken from the file's
   directory, as compose does. In Python the climb is followed through the module's assignments:
@@ -344,44 +344,45 @@ def _found(path: str, text: str, kind: str = "python") -> list[tuple[int, str, s
             for f in find_outside_paths(PurePosixPath(path), text, kind)]
 
 
-# tests/conftest.py and tests/unit/test_proto.py as they were before the fixtures moved in.
+# tests/conftest.py and tests/unit/test_proto.py as they were before the fixtures moved in (the
+# sibling directory renamed: any directory beside the repository is outside it).
 OLD_CONFTEST = '''\
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-# ../shared beside the project holds the Kafka-written fixtures.
-KAFKA_WRITTEN = PROJECT_ROOT.parent / "shared" / "fixtures" / "kafka-written"
+# ../outside beside the project holds the Kafka-written fixtures.
+KAFKA_WRITTEN = PROJECT_ROOT.parent / "outside" / "fixtures" / "kafka-written"
 '''
 OLD_TEST_PROTO = '''\
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 PROTO_ROOT = PROJECT_ROOT / "proto"
 OUR_PROTO = PROTO_ROOT / "stratalog" / "v1" / "broker.proto"
-CONTRACT_PROTO = PROJECT_ROOT.parent / "shared" / "design" / "broker.proto"
+CONTRACT_PROTO = PROJECT_ROOT.parent / "outside" / "design" / "broker.proto"
 '''
 
 
 def test_the_detector_catches_the_project_roots_parent() -> None:
     assert _found("tests/conftest.py", OLD_CONFTEST) == [
-        (3, 'PROJECT_ROOT.parent / "shared" / "fixtures" / "kafka-written"', CLIMBS_OUT)
+        (3, 'PROJECT_ROOT.parent / "outside" / "fixtures" / "kafka-written"', CLIMBS_OUT)
     ]
     assert _found("tests/unit/test_proto.py", OLD_TEST_PROTO) == [
-        (4, 'PROJECT_ROOT.parent / "shared" / "design" / "broker.proto"', CLIMBS_OUT)
+        (4, 'PROJECT_ROOT.parent / "outside" / "design" / "broker.proto"', CLIMBS_OUT)
     ]
 
 
 def test_the_detector_catches_dot_dot_shared() -> None:
-    assert _found("Makefile", "fixtures:\n\tcp -r ../shared/fixtures tests/\n", "text") == [
-        (2, "cp -r ../shared/fixtures tests/", CLIMBS_OUT)
+    assert _found("Makefile", "fixtures:\n\tcp -r ../outside/fixtures tests/\n", "text") == [
+        (2, "cp -r ../outside/fixtures tests/", CLIMBS_OUT)
     ]
-    assert _found(".ci/run", 'cd "$(dirname "$0")/.."\nls ../shared\n', "text") == [
-        (2, "ls ../shared", CLIMBS_OUT)
+    assert _found(".ci/run", 'cd "$(dirname "$0")/.."\nls ../outside\n', "text") == [
+        (2, "ls ../outside", CLIMBS_OUT)
     ]
-    assert _found("tests/unit/test_x.py", 'PROTO = Path("../shared/design/broker.proto")\n') == [
-        (1, 'Path("../shared/design/broker.proto")', CLIMBS_OUT)
+    assert _found("tests/unit/test_x.py", 'PROTO = Path("../outside/design/broker.proto")\n') == [
+        (1, 'Path("../outside/design/broker.proto")', CLIMBS_OUT)
     ]
-    assert _found("tests/unit/test_x.py", 'data = open("../shared/x.log", "rb").read()\n') == [
-        (1, '"../shared/x.log"', CLIMBS_OUT)
+    assert _found("tests/unit/test_x.py", 'data = open("../outside/x.log", "rb").read()\n') == [
+        (1, '"../outside/x.log"', CLIMBS_OUT)
     ]
-    assert _found("pyproject.toml", 'testpaths = ["tests", "../shared/tests"]\n', "text") == [
-        (1, 'testpaths = ["tests", "../shared/tests"]', CLIMBS_OUT)
+    assert _found("pyproject.toml", 'testpaths = ["tests", "../outside/tests"]\n', "text") == [
+        (1, 'testpaths = ["tests", "../outside/tests"]', CLIMBS_OUT)
     ]
 
 
@@ -392,7 +393,7 @@ def test_the_detector_catches_dot_dot_shared() -> None:
         (".ci/run", 'cd "$(dirname "$0")/.."', "text", False),
         (".ci/run", 'cd "$(dirname "$0")/../.."', "text", True),
         ("deploy/x.sh", 'here=$(dirname "${BASH_SOURCE[0]}")/../..', "text", True),
-        ("Makefile", "\tln -s $(CURDIR)/../shared x", "text", True),
+        ("Makefile", "\tln -s $(CURDIR)/../outside x", "text", True),
         ("deploy/compose.yaml", "      context: ..", "text", False),
         ("deploy/compose.yaml", "      context: ../..", "text", True),
         ("deploy/x.sh", "cd ..", "text", True),
@@ -410,13 +411,13 @@ def test_the_detector_catches_dot_dot_shared() -> None:
          "python", True),
         ("tests/unit/test_x.py", "from conftest import PROJECT_ROOT\nX = PROJECT_ROOT / '..'",
          "python", True),
-        ("tests/unit/test_x.py", "X = (Path(__file__).parents[2]).joinpath('../shared')",
+        ("tests/unit/test_x.py", "X = (Path(__file__).parents[2]).joinpath('../outside')",
          "python", True),
         ("tests/unit/test_x.py", "subprocess.run(['ls'], cwd='..')", "python", True),
         # Strings that are not paths, and climbs from directories that are not the repository.
         ("tests/unit/test_x.py", 'client.create_topic("../x")', "python", False),
         ("tests/unit/test_x.py", 'other = tmp_path / ".." / "d0"', "python", False),
-        ("tests/unit/test_x.py", "# ../shared beside the project", "python", False),
+        ("tests/unit/test_x.py", "# ../outside beside the project", "python", False),
         # Absolute paths: machine-specific ones are flagged, system ones and in-image ones are not.
         ("tests/unit/test_x.py", 'FIXTURES = Path("/work/shared/fixtures")', "python", True),
         ("tests/unit/test_x.py", "# copied from /home/alice/kafka/data", "python", True),
