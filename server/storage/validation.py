@@ -100,6 +100,9 @@ class ValidatedAppend:
     log_append_time: int  # -1 unless the topic uses LogAppendTime
     record_count: int
     batch_count: int
+    # The client's batch headers as parsed (base offset 0; positions in the input), one per
+    # batch in order: the producer state reads producer id, epoch, sequence and flags here.
+    headers: tuple[BatchHeader, ...] = ()
 
     @property
     def records(self) -> bytes:
@@ -193,6 +196,7 @@ def validate_and_assign_offsets(
         log_append_time=now_ms if log_append_time else NO_TIMESTAMP,
         record_count=record_count,
         batch_count=len(headers),
+        headers=tuple(headers),
     )
 
 
