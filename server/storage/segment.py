@@ -85,7 +85,7 @@ from .log_file import (
 )
 from .offset_index import OffsetIndex
 from .time_index import TimeIndex, TimestampOffset
-from .txn_index import TransactionIndex
+from .txn_index import AbortedTxn, TransactionIndex
 
 __all__ = ["FetchedBatches", "LogOffsetPosition", "Segment"]
 
@@ -106,6 +106,9 @@ class FetchedBatches(NamedTuple):
     data: bytes  # whole batches back to back, from a batch boundary; b"" when none
     next_offset: int  # the last batch's last offset + 1; the offset asked for when no data
     records_count: int  # the records_count fields of the batches, summed
+    # read_committed fetches only (PartitionLog.fetch): the aborted transactions overlapping
+    # the batches returned, from the .txnindex files (Kafka's FetchResponse.abortedTransactions).
+    aborted_transactions: tuple[AbortedTxn, ...] = ()
 
 
 def _record_offsets_and_timestamps(
