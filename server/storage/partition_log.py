@@ -67,7 +67,7 @@ from .producer_state import (
     ProducerBatch,
     ProducerStateManager,
 )
-from .recovery import load_log
+from .recovery import load_log, rebuild_producer_state
 from .retention import RetentionPlan, plan_retention
 from .segment import FetchedBatches, Segment
 from .segments import Segments
@@ -282,6 +282,7 @@ class PartitionLog:
         had_clean_shutdown: bool | None = None,
         recovery_point: int | None = None,
         log_start_offset: int | None = None,
+        producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS_DEFAULT,
     ) -> PartitionLog:
         """Open the log in ``directory``, creating the directory and a first segment if needed.
 
@@ -301,6 +302,9 @@ class PartitionLog:
         opened on its own, recovers the active segment only. ``log_start_offset`` is the
         checkpointed log start offset (None: the first segment's base offset). Missing indexes
         are rebuilt in every case. :attr:`recovered_segments` says how many segments were.
+        The producer state is loaded from the ``.snapshot`` files and the log after the latest
+        usable one (``recovery.py`` pass 7); ``producer_id_expiration_ms`` is Kafka's
+        ``producer.id.expiration.ms``.
 
         Raises:
             InvalidConfigError: a bad config.
@@ -327,6 +331,7 @@ class PartitionLog:
             had_clean_shutdown=had_clean_shutdown,
             recovery_point_checkpoint=recovery_point,
             log_start_offset_checkpoint=log_start_offset,
+            producer_id_expiration_ms=producer_id_expiration_ms,
         )
         partition_log = cls(
             path,
@@ -337,6 +342,8 @@ class PartitionLog:
             recovery_point=loaded.recovery_point,
             directory_changed=loaded.directory_changed,
             flush_scheduler=flush_scheduler,
+            producer_state=loaded.producer_state,
+            producer_id_expiration_ms=producer_id_expiration_ms,
         )
         partition_log.recovered_segments = loaded.recovered_segments
         log.debug(
@@ -457,6 +464,7 @@ class PartitionLog:
                 return False
             self._log_start_offset = new_offset
             self._recovery_point = max(self._recovery_point, new_offset)
+            self._producer_state.delete_snapshots(below=new_offset)
             log.info("incremented the log start offset of %s to %d", self._directory, new_offset)
             return True
 
@@ -786,6 +794,12 @@ class PartitionLog:
         )
         self._segments.add(segment)
         self._directory_dirty = True
+        # Kafka's snapshot on roll, named by the new segment's base offset (the state reflects
+        # every batch below it). Not fsynced here: a torn snapshot fails its CRC and an older
+        # one (or the log) is used; the clean close writes a durable one.
+        if self._producer_state.producers:
+            self._producer_state.map_end_offset = new_offset
+            self._producer_state.take_snapshot(fsync=False)
         # The log end offset does not change; only the segment holding it does.
         self._end = _LogEnd(end.offset, new_offset, 0)
         if self._flush_scheduler is not None:
@@ -1080,6 +1094,7 @@ class PartitionLog:
             self._end = _LogEnd(offset, active.base_offset, active.size_bytes)
             self._log_start_offset = min(offset, self._log_start_offset)
             self._recovery_point = min(self._recovery_point, offset)
+            self._reload_producer_state(offset)
             self._maybe_delete_pending(self._time_ms())
             return True
 
@@ -1095,6 +1110,17 @@ class PartitionLog:
         with self._lock:
             self._ensure_open()
             self._truncate_fully_and_start_at(new_offset)
+
+    def _reload_producer_state(self, end_offset: int) -> None:
+        """After a truncation to ``end_offset``: snapshots above it deleted, the state reloaded
+        from the latest one at or below it plus a scan of the log after it (Kafka's
+        ``truncateAndReload``)."""
+        state = self._producer_state
+        state.delete_snapshots(above=end_offset)
+        state.load_latest_snapshot(end_offset, self._log_start_offset, self._time_ms())
+        if state.map_end_offset < end_offset:
+            rebuild_producer_state(state, self._segments, end_offset)
+        state.map_end_offset = end_offset
 
     def _truncate_fully_and_start_at(self, new_offset: int) -> None:
         self._truncations += 1
@@ -1112,6 +1138,9 @@ class PartitionLog:
         self._end = _LogEnd(new_offset, new_offset, 0)
         self._log_start_offset = new_offset
         self._recovery_point = new_offset
+        self._producer_state.delete_snapshots(below=new_offset + 1)
+        self._producer_state.delete_snapshots(above=new_offset)
+        self._producer_state.reset(new_offset)
         self._maybe_delete_pending(self._time_ms())
 
     # ---------------------------------------------------------------- retention
@@ -1154,6 +1183,8 @@ class PartitionLog:
             assert next_segment is not None, "a segment after the deleted ones always remains"
             self._log_start_offset = max(self._log_start_offset, next_segment.base_offset)
             self._recovery_point = max(self._recovery_point, self._log_start_offset)
+            # Their snapshots go with the segments (Kafka deletes a segment's snapshot with it).
+            self._producer_state.delete_snapshots(below=self._log_start_offset)
             self._segments.remove_many([segment.base_offset for segment in doomed])
             self._schedule_delete(doomed)
             log.info(
@@ -1275,6 +1306,14 @@ class PartitionLog:
                 self.flush()
             except BaseException as exc:
                 first_error = exc
+            state = self._producer_state
+            if first_error is None and (state.producers or state.snapshots_seen):
+                # The snapshot at the log end that the next (clean) open loads.
+                try:
+                    self._producer_state.map_end_offset = self._end.offset
+                    self._producer_state.take_snapshot()
+                except BaseException as exc:
+                    first_error = exc
             # After a successful flush every segment is below the recovery point, durable:
             # closing need not fsync each one again.
             durable = first_error is None

@@ -285,6 +285,9 @@ class ProducerStateManager:
         self._ongoing: dict[int, int] = {}  # first offset -> producer id
         self._first_unstable: int | None = None
         self.map_end_offset = 0
+        # A snapshot file was written or found: the clean close writes one even when no
+        # producer is left, so that an older snapshot cannot bring back expired producers.
+        self.snapshots_seen = False
 
     # ------------------------------------------------------------------- reading the state
 
@@ -530,6 +533,7 @@ class ProducerStateManager:
         """
         path = producer_snapshot_file(self._directory, self.map_end_offset)
         atomic_write(path, self.snapshot_bytes(), fsync=fsync)
+        self.snapshots_seen = True
         return path
 
     def load_latest_snapshot(self, at_or_below: int, log_start_offset: int, now_ms: int) -> bool:
@@ -539,7 +543,9 @@ class ProducerStateManager:
         state of producers expired by ``now_ms`` is not loaded (Kafka's ``loadFromSnapshot``).
         Returns False (state reset to ``log_start_offset``) when no snapshot could be used.
         """
-        for offset in reversed(list_snapshot_offsets(self._directory)):
+        offsets = list_snapshot_offsets(self._directory)
+        self.snapshots_seen = self.snapshots_seen or bool(offsets)
+        for offset in reversed(offsets):
             if offset > at_or_below or offset < log_start_offset:
                 continue
             path = producer_snapshot_file(self._directory, offset)

@@ -892,7 +892,8 @@ class Segment:
         entry). Everything from the first invalid batch to the end of the file is truncated.
         ``max_message_bytes``, when given, also treats a larger batch as invalid (Kafka before
         2.1 did; trunk has no such limit, which is the default here). The transaction index is
-        cut to the recovered end; rebuilding it needs producer state (not yet implemented).
+        cut to the recovered end; its entries are rebuilt from the ABORT markers by the
+        loader's producer-state pass (``recovery.py`` pass 7), which has the producer state.
 
         Returns the number of bytes truncated.
 
