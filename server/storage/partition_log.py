@@ -797,7 +797,7 @@ class PartitionLog:
         # Kafka's snapshot on roll, named by the new segment's base offset (the state reflects
         # every batch below it). Not fsynced here: a torn snapshot fails its CRC and an older
         # one (or the log) is used; the clean close writes a durable one.
-        if self._producer_state.producers:
+        if self._producer_state.producers or self._producer_state.snapshots_seen:
             self._producer_state.map_end_offset = new_offset
             self._producer_state.take_snapshot(fsync=False)
         # The log end offset does not change; only the segment holding it does.
@@ -1138,8 +1138,7 @@ class PartitionLog:
         self._end = _LogEnd(new_offset, new_offset, 0)
         self._log_start_offset = new_offset
         self._recovery_point = new_offset
-        self._producer_state.delete_snapshots(below=new_offset + 1)
-        self._producer_state.delete_snapshots(above=new_offset)
+        self._producer_state.delete_snapshots(below=new_offset + 1, above=new_offset)  # all
         self._producer_state.reset(new_offset)
         self._maybe_delete_pending(self._time_ms())
 
