@@ -536,14 +536,22 @@ class ProducerStateManager:
         self.snapshots_seen = True
         return path
 
-    def load_latest_snapshot(self, at_or_below: int, log_start_offset: int, now_ms: int) -> bool:
+    def load_latest_snapshot(
+        self,
+        at_or_below: int,
+        log_start_offset: int,
+        now_ms: int,
+        offsets: list[int] | None = None,
+    ) -> bool:
         """Load the latest readable snapshot with offset in ``[log_start_offset, at_or_below]``.
 
         Corrupt or truncated snapshots on the way are logged (file and why) and skipped; the
         state of producers expired by ``now_ms`` is not loaded (Kafka's ``loadFromSnapshot``).
         Returns False (state reset to ``log_start_offset``) when no snapshot could be used.
+        ``offsets`` are the snapshot offsets present, when the caller listed the directory.
         """
-        offsets = list_snapshot_offsets(self._directory)
+        if offsets is None:
+            offsets = list_snapshot_offsets(self._directory)
         self.snapshots_seen = self.snapshots_seen or bool(offsets)
         for offset in reversed(offsets):
             if offset > at_or_below or offset < log_start_offset:
@@ -568,10 +576,17 @@ class ProducerStateManager:
         self.reset(log_start_offset)
         return False
 
-    def delete_snapshots(self, *, below: int | None = None, above: int | None = None) -> int:
-        """Delete snapshot files with offset ``< below`` or ``> above``; returns how many."""
+    def delete_snapshots(
+        self,
+        *,
+        below: int | None = None,
+        above: int | None = None,
+        offsets: list[int] | None = None,
+    ) -> int:
+        """Delete snapshot files with offset ``< below`` or ``> above``; returns how many.
+        ``offsets`` are the snapshot offsets present, when the caller listed the directory."""
         deleted = 0
-        for offset in list_snapshot_offsets(self._directory):
+        for offset in list_snapshot_offsets(self._directory) if offsets is None else offsets:
             if (below is not None and offset < below) or (above is not None and offset > above):
                 path = producer_snapshot_file(self._directory, offset)
                 try:

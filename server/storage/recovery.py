@@ -49,6 +49,7 @@ from stratalog.records.log_layout import (
     DELETED_FILE_SUFFIX,
     INDEX_FILE_SUFFIX,
     LOG_FILE_SUFFIX,
+    SNAPSHOT_FILE_SUFFIX,
     SWAP_FILE_SUFFIX,
     TIME_INDEX_FILE_SUFFIX,
     TXN_INDEX_FILE_SUFFIX,
@@ -59,7 +60,7 @@ from stratalog.records.reader import iter_records
 from .config import PRODUCER_ID_EXPIRATION_MS_DEFAULT, LogConfig
 from .errors import CorruptIndexError, InvalidOffsetError, StorageIOError
 from .files import offset_from_file_name
-from .producer_state import ProducerBatch, ProducerStateManager, list_snapshot_offsets
+from .producer_state import ProducerBatch, ProducerStateManager
 from .segment import Segment
 from .segments import Segments
 from .txn_index import AbortedTxn
@@ -150,6 +151,7 @@ class LogLoader:
         self._directory = Path(directory)
         self._producer_id_expiration_ms = producer_id_expiration_ms
         self._first_recovered: int | None = None  # lowest base offset recovered by pass 4/5
+        self._snapshot_offsets: list[int] = []  # the .snapshot files pass 4's listing saw
         self._config = config
         self._time_ms = time_ms
         self._had_clean_shutdown = had_clean_shutdown
@@ -283,6 +285,9 @@ class LogLoader:
                 log_offsets[offset_from_file_name(name)] = name[: -len(LOG_FILE_SUFFIX)]
             elif is_index_file(name):
                 index_names.append(name)
+            elif name.endswith(SNAPSHOT_FILE_SUFFIX):
+                # Passes 1 to 6 never touch snapshots: pass 7 works from this listing.
+                self._snapshot_offsets.append(offset_from_file_name(name))
         for name in index_names:
             if offset_from_file_name(name) not in log_offsets:
                 path = self._directory / name
@@ -388,13 +393,15 @@ class LogLoader:
         end = loaded.log_end_offset
         start = loaded.log_start_offset
         state = ProducerStateManager(self._directory, self._producer_id_expiration_ms)
-        if state.delete_snapshots(below=start, above=end):
+        offsets = sorted(self._snapshot_offsets)
+        if state.delete_snapshots(below=start, above=end, offsets=offsets):
             self._directory_changed = True
+            offsets = [offset for offset in offsets if start <= offset <= end]
         bound = end if self._first_recovered is None else min(self._first_recovered, end)
-        if not list_snapshot_offsets(self._directory):
+        if not offsets:
             state.reset(end if self._had_clean_shutdown is True else max(bound, start))
         else:
-            state.load_latest_snapshot(bound, start, self._time_ms())
+            state.load_latest_snapshot(bound, start, self._time_ms(), offsets)
         if state.map_end_offset < end:
             rebuild_producer_state(
                 state, loaded.segments, end, rebuild_txn_index_from=self._first_recovered

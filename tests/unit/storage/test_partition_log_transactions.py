@@ -412,3 +412,13 @@ def test_producers_expire_in_the_log_managers_maintenance_pass(tmp_path) -> None
             log.append(pbatch(7, 1, ts=T0 + 1000))
     finally:
         manager.close()
+
+
+def test_open_deletes_snapshots_above_the_log_end(directory) -> None:
+    with open_log(directory) as log:
+        log.append(pbatch(7, 0))
+    stray = directory / "00000000000000000099.snapshot"
+    stray.write_bytes((directory / "00000000000000000001.snapshot").read_bytes())
+    with PartitionLog.open(directory, time_ms=Clock(), had_clean_shutdown=True) as log:
+        assert not stray.exists()
+        assert log.append(pbatch(7, 0)).duplicate
