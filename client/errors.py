@@ -53,12 +53,15 @@ __all__ = [
     "BrokerUnavailableError",
     "CorruptRecordError",
     "InvalidConfigError",
+    "InvalidProducerEpochError",
     "InvalidRecordError",
     "InvalidRequestError",
     "InvalidTimestampError",
     "InvalidTopicError",
+    "InvalidTxnStateError",
     "NotAuthorizedError",
     "OffsetOutOfRangeError",
+    "OutOfOrderSequenceError",
     "RecordTooLargeError",
     "RequestTimeoutError",
     "ShuttingDownError",
@@ -66,6 +69,8 @@ __all__ = [
     "StorageFullError",
     "StratalogError",
     "TopicAlreadyExistsError",
+    "TransactionCoordinatorFencedError",
+    "UnknownProducerIdError",
     "UnknownTopicOrPartitionError",
     "from_rpc_error",
 ]
@@ -229,6 +234,45 @@ class ShuttingDownError(StratalogError):
     retriable = True
 
 
+# The producer-state reasons of issue 12 (the partition refused a batch; nothing was written).
+# Not retried as they are: the producer must resend in order, bump its epoch or stop.
+
+
+class OutOfOrderSequenceError(StratalogError):
+    """A batch whose sequence does not follow the producer's last one in the partition."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+    reason = "OUT_OF_ORDER_SEQUENCE"
+
+
+class InvalidProducerEpochError(StratalogError):
+    """The producer's epoch is older than the partition's: a newer instance fenced it."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+    reason = "INVALID_PRODUCER_EPOCH"
+
+
+class UnknownProducerIdError(StratalogError):
+    """The partition has no state for the producer (expired) and the sequence is not 0."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+    reason = "UNKNOWN_PRODUCER_ID"
+
+
+class InvalidTxnStateError(StratalogError):
+    """A write that the producer's transaction state does not allow."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+    reason = "INVALID_TXN_STATE"
+
+
+class TransactionCoordinatorFencedError(StratalogError):
+    """A transaction marker from an older transaction coordinator epoch."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+    reason = "TRANSACTION_COORDINATOR_FENCED"
+
+
 class AuthenticationError(StratalogError):
     """The server (or a proxy before it) did not accept the caller's credentials."""
 
@@ -281,6 +325,11 @@ ERRORS_BY_REASON: Mapping[str, type[StratalogError]] = _table_by_reason(
     ShuttingDownError,
     AuthenticationError,
     NotAuthorizedError,
+    OutOfOrderSequenceError,
+    InvalidProducerEpochError,
+    UnknownProducerIdError,
+    InvalidTxnStateError,
+    TransactionCoordinatorFencedError,
 )
 
 # Statuses without ErrorInfo that still have a class of their own: transport failures, and

@@ -103,6 +103,11 @@ REASON_CODES: Mapping[str, grpc.StatusCode] = types.MappingProxyType({
     _reason("SHUTTING_DOWN"): _Code.UNAVAILABLE,
     _reason("AUTHENTICATION_FAILED"): _Code.UNAUTHENTICATED,
     _reason("NOT_AUTHORIZED"): _Code.PERMISSION_DENIED,
+    _reason("OUT_OF_ORDER_SEQUENCE"): _Code.FAILED_PRECONDITION,
+    _reason("INVALID_PRODUCER_EPOCH"): _Code.FAILED_PRECONDITION,
+    _reason("UNKNOWN_PRODUCER_ID"): _Code.FAILED_PRECONDITION,
+    _reason("INVALID_TXN_STATE"): _Code.FAILED_PRECONDITION,
+    _reason("TRANSACTION_COORDINATOR_FENCED"): _Code.FAILED_PRECONDITION,
 })
 
 #: Exception class -> ErrorReason name. Looked up along the exception's MRO (nearest ancestor).
@@ -120,6 +125,12 @@ ERROR_TABLE: Mapping[type[BaseException], str] = types.MappingProxyType({
     storage_errors.InvalidConfigError: "INVALID_CONFIG",
     storage_errors.InvalidTimestampError: "INVALID_TIMESTAMP",
     storage_errors.RecordBatchTooLargeError: "RECORD_TOO_LARGE",
+    # The producer state of a partition (idempotent and transactional produce).
+    storage_errors.OutOfOrderSequenceError: "OUT_OF_ORDER_SEQUENCE",
+    storage_errors.InvalidProducerEpochError: "INVALID_PRODUCER_EPOCH",
+    storage_errors.UnknownProducerIdError: "UNKNOWN_PRODUCER_ID",
+    storage_errors.InvalidTxnStateError: "INVALID_TXN_STATE",
+    storage_errors.TransactionCoordinatorFencedError: "TRANSACTION_COORDINATOR_FENCED",
     # The storage engine: the server's own trouble. A closed log means shutdown (or a topic being
     # deleted under the request); a retry gets either the answer or UNKNOWN_TOPIC_OR_PARTITION.
     storage_errors.LogClosedError: "SHUTTING_DOWN",

@@ -28,6 +28,7 @@ from .errors import InvalidConfigError
 __all__ = [
     "CLEANUP_POLICY_COMPACT",
     "CLEANUP_POLICY_DELETE",
+    "PRODUCER_ID_EXPIRATION_MS_DEFAULT",
     "TOPIC_CONFIG_NAMES",
     "LogConfig",
 ]
@@ -36,6 +37,11 @@ INT32_MAX = 2**31 - 1
 INT32_MIN = -(2**31)
 INT64_MAX = 2**63 - 1
 INT64_MIN = -(2**63)
+
+# Kafka's producer.id.expiration.ms default (a broker setting, not a topic config: the
+# LogManager's ServerLogSettings carries it to every PartitionLog): how long a producer's state
+# outlives its last write.
+PRODUCER_ID_EXPIRATION_MS_DEFAULT = 86_400_000
 
 CLEANUP_POLICY_DELETE = "delete"
 CLEANUP_POLICY_COMPACT = "compact"

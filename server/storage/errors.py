@@ -21,6 +21,12 @@ one place that turns both into gRPC statuses. Programmer errors are assertions.
     ├── TopicAlreadyExistsError
     ├── LogDirLockedError          another process holds a log directory's .lock
     ├── LogClosedError             an operation on a closed log
+    ├── ProducerStateError         a batch the producer state refuses (nothing is written)
+    │   ├── OutOfOrderSequenceError   a sequence that does not follow the producer's last one
+    │   ├── InvalidProducerEpochError an epoch older than the producer's (a fenced producer)
+    │   ├── UnknownProducerIdError    a non-zero sequence from a producer the log does not know
+    │   ├── InvalidTxnStateError      a non-transactional write inside an open transaction
+    │   └── TransactionCoordinatorFencedError  a marker from an older coordinator epoch
     └── StorageIOError             an OSError while reading or writing a log (disk full, EIO)
 """
 
@@ -32,17 +38,23 @@ __all__ = [
     "IndexFullError",
     "InvalidConfigError",
     "InvalidOffsetError",
+    "InvalidProducerEpochError",
     "InvalidSegmentFileNameError",
     "InvalidTimestampError",
     "InvalidTopicError",
+    "InvalidTxnStateError",
     "LogClosedError",
     "LogDirLockedError",
     "OffsetOutOfRangeError",
     "OffsetOverflowError",
+    "OutOfOrderSequenceError",
+    "ProducerStateError",
     "RecordBatchTooLargeError",
     "StorageError",
     "StorageIOError",
     "TopicAlreadyExistsError",
+    "TransactionCoordinatorFencedError",
+    "UnknownProducerIdError",
     "UnknownTopicOrPartitionError",
 ]
 
@@ -135,6 +147,40 @@ class LogDirLockedError(StorageError):
 
 class LogClosedError(StorageError):
     """The log was closed (or is shutting down) and takes no more operations."""
+
+
+class ProducerStateError(StorageError):
+    """A batch (or transaction marker) that the partition's producer state refuses.
+
+    Raised before anything is written. ``producer_id`` names the producer at fault.
+    """
+
+    def __init__(self, message: str, *, producer_id: int) -> None:
+        super().__init__(message)
+        self.producer_id = producer_id
+
+
+class OutOfOrderSequenceError(ProducerStateError):
+    """A sequence number that is not the producer's last one + 1 (Kafka's
+    OUT_OF_ORDER_SEQUENCE_NUMBER); also a new epoch that does not start at sequence 0."""
+
+
+class InvalidProducerEpochError(ProducerStateError):
+    """An epoch below the producer's current one: a zombie, fenced (INVALID_PRODUCER_EPOCH)."""
+
+
+class UnknownProducerIdError(ProducerStateError):
+    """A non-zero sequence from a producer the log has no state for, for example because it
+    expired after ``producer.id.expiration.ms`` (UNKNOWN_PRODUCER_ID)."""
+
+
+class InvalidTxnStateError(ProducerStateError):
+    """A non-transactional batch from a producer whose transaction is open (INVALID_TXN_STATE)."""
+
+
+class TransactionCoordinatorFencedError(ProducerStateError):
+    """A transaction marker whose coordinator epoch is below the last one seen for the producer
+    (TRANSACTION_COORDINATOR_FENCED)."""
 
 
 class StorageIOError(StorageError):

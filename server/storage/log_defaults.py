@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
-from .config import TOPIC_CONFIG_NAMES, LogConfig
+from .config import PRODUCER_ID_EXPIRATION_MS_DEFAULT, TOPIC_CONFIG_NAMES, LogConfig
 from .errors import InvalidConfigError
 
 __all__ = [
@@ -93,6 +93,9 @@ class ServerLogSettings:
     retention_segments_per_pass_max: int = 1000  # log.retention.segments.per.pass.max
     deleted_dirs_per_pass_max: int = 100  # log.delete.dirs.per.pass.max
     topic_partitions_max: int = 10_000  # log.topic.partitions.max
+    producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS_DEFAULT  # producer.id.expiration.ms
+    # producer.id.expiration.check.interval.ms
+    producer_id_expiration_check_interval_ms: int = 600_000
 
 
 # Broker name -> (field, minimum).
@@ -108,6 +111,8 @@ _SERVER_SETTINGS: dict[str, tuple[str, int]] = {
     "log.retention.segments.per.pass.max": ("retention_segments_per_pass_max", 1),
     "log.delete.dirs.per.pass.max": ("deleted_dirs_per_pass_max", 1),
     "log.topic.partitions.max": ("topic_partitions_max", 1),
+    "producer.id.expiration.ms": ("producer_id_expiration_ms", 1),
+    "producer.id.expiration.check.interval.ms": ("producer_id_expiration_check_interval_ms", 1),
 }
 assert {field for field, _ in _SERVER_SETTINGS.values()} == {f.name for f in fields(ServerLogSettings)}
 

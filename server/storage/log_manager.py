@@ -134,6 +134,7 @@ class MaintenanceReport:
     recovery_point_checkpoints_written: int = 0
     log_start_offset_checkpoints_written: int = 0
     deleted_dirs_removed: int = 0
+    producers_expired: int = 0  # producer ids forgotten after producer.id.expiration.ms
     more_work: bool = False
     errors: list[str] = field(default_factory=list)
 
@@ -199,6 +200,9 @@ class LogManager:
         self._stop_background = threading.Event()
         now_ms = time_ms()
         self._next_retention_ms = now_ms + settings.retention_check_interval_ms
+        self._next_producer_expiration_ms = (
+            now_ms + settings.producer_id_expiration_check_interval_ms
+        )
         self._retention_backlog = False  # a bounded pass left deletable segments behind
         self._next_flush_check_ms = now_ms
         self._next_recovery_point_checkpoint_ms = (
@@ -442,6 +446,7 @@ class LogManager:
             had_clean_shutdown=had_clean_shutdown,
             recovery_point=recovery_point,
             log_start_offset=log_start_offset,
+            producer_id_expiration_ms=self._settings.producer_id_expiration_ms,
         )
         with self._counter_lock:
             self.recovered_segments += partition_log.recovered_segments
@@ -786,6 +791,7 @@ class LogManager:
             logs = dict(self._logs)
             self._maybe_flush(logs, now, report)
             self._maybe_delete_old_segments(logs, now, report)
+            self._maybe_expire_producers(logs, now, report)
             self._delete_pending_segments(logs, now, report)
             self._maybe_write_checkpoints(now, report, force=False)
             self._maybe_remove_deleted_dirs(now, report)
@@ -821,6 +827,23 @@ class LogManager:
                 report.log_start_offsets_moved += 1
             if plan.limited:
                 report.more_work = self._retention_backlog = True
+
+    def _maybe_expire_producers(
+        self, logs: dict[TopicPartition, PartitionLog], now_ms: int, report: MaintenanceReport
+    ) -> None:
+        """Forget producers idle for ``producer.id.expiration.ms``, every
+        ``producer.id.expiration.check.interval.ms`` (Kafka's ``removeExpiredProducers`` job)."""
+        if now_ms < self._next_producer_expiration_ms:
+            return
+        self._next_producer_expiration_ms = (
+            now_ms + self._settings.producer_id_expiration_check_interval_ms
+        )
+        for topic_partition, partition_log in logs.items():
+            try:
+                report.producers_expired += len(partition_log.remove_expired_producers(now_ms))
+            except Exception as exc:
+                log.exception("expiring producers of %s-%d failed", *topic_partition)
+                report.errors.append(f"expire {topic_partition[0]}-{topic_partition[1]}: {exc}")
 
     def _delete_pending_segments(
         self, logs: dict[TopicPartition, PartitionLog], now_ms: int, report: MaintenanceReport

@@ -41,11 +41,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-from stratalog.records.batch import NO_TIMESTAMP
+from stratalog.records.batch import NO_PRODUCER_ID, NO_SEQUENCE, NO_TIMESTAMP, parse_header
+from stratalog.records.builder import BatchBuilder
+from stratalog.records.control import ControlRecordType, EndTransactionMarker
 from stratalog.records.log_layout import DELETED_FILE_SUFFIX
 
 from .clock import wall_clock_ms
-from .config import LogConfig
+from .config import PRODUCER_ID_EXPIRATION_MS_DEFAULT, LogConfig
 from .durable import fsync_directory
 from .errors import (
     LogClosedError,
@@ -59,11 +61,18 @@ from .files import (
     time_index_file,
     transaction_index_file,
 )
-from .recovery import load_log
+from .producer_state import (
+    DuplicateAppend,
+    ProducerAppend,
+    ProducerBatch,
+    ProducerStateManager,
+)
+from .recovery import load_log, rebuild_producer_state
 from .retention import RetentionPlan, plan_retention
 from .segment import FetchedBatches, Segment
 from .segments import Segments
 from .time_index import TimestampOffset
+from .txn_index import AbortedTxn
 from .validation import ValidatedAppend, validate_and_assign_offsets
 
 __all__ = [
@@ -76,6 +85,7 @@ __all__ = [
     "DeferredAppend",
     "FetchedBatches",
     "FlushScheduler",
+    "IsolationLevel",
     "PartitionLog",
     "TimestampOffset",
     "WouldBlock",
@@ -113,6 +123,16 @@ class AppendInfo:
     record_count: int
     size_bytes: int
     log_start_offset: int
+    # True when every batch repeated one of its producer's last 5: nothing was written and the
+    # offsets are those of the original append (Kafka answers a duplicate so).
+    duplicate: bool = False
+
+
+class IsolationLevel(enum.IntEnum):
+    """Kafka's fetch isolation levels (the values of its FetchRequest)."""
+
+    READ_UNCOMMITTED = 0
+    READ_COMMITTED = 1
 
 
 class WouldBlock(enum.Enum):
@@ -202,6 +222,8 @@ class PartitionLog:
         recovery_point: int | None = None,
         directory_changed: bool = False,
         flush_scheduler: FlushScheduler | None = None,
+        producer_state: ProducerStateManager | None = None,
+        producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS_DEFAULT,
     ) -> None:
         """Use :meth:`open`, or pass what a loader found.
 
@@ -210,6 +232,8 @@ class PartitionLog:
         ([B-55]); ``log_start_offset`` defaults to the first segment's base offset (a
         checkpointed one may be higher), ``recovery_point`` to the log end offset (a clean
         shutdown); ``directory_changed`` makes the next flush fsync the directory.
+        ``producer_state`` is the state as of the log end (default: no producer known);
+        ``producer_id_expiration_ms`` Kafka's ``producer.id.expiration.ms``.
         """
         self._directory = directory
         self._config = config
@@ -233,6 +257,10 @@ class PartitionLog:
         self._log_start_offset = start
         self._recovery_point = end_offset if recovery_point is None else recovery_point
         self._last_flush_ms = time_ms()
+        if producer_state is None:
+            producer_state = ProducerStateManager(directory, producer_id_expiration_ms)
+            producer_state.reset(end_offset)
+        self._producer_state = producer_state
         # Segments the loader rebuilt when this log was opened (set by open; observable).
         self.recovered_segments = 0
         # The running max of segment timestamps for time lookups (see _first_segment_reaching).
@@ -254,6 +282,7 @@ class PartitionLog:
         had_clean_shutdown: bool | None = None,
         recovery_point: int | None = None,
         log_start_offset: int | None = None,
+        producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS_DEFAULT,
     ) -> PartitionLog:
         """Open the log in ``directory``, creating the directory and a first segment if needed.
 
@@ -273,6 +302,9 @@ class PartitionLog:
         opened on its own, recovers the active segment only. ``log_start_offset`` is the
         checkpointed log start offset (None: the first segment's base offset). Missing indexes
         are rebuilt in every case. :attr:`recovered_segments` says how many segments were.
+        The producer state is loaded from the ``.snapshot`` files and the log after the latest
+        usable one (``recovery.py`` pass 7); ``producer_id_expiration_ms`` is Kafka's
+        ``producer.id.expiration.ms``.
 
         Raises:
             InvalidConfigError: a bad config.
@@ -299,6 +331,7 @@ class PartitionLog:
             had_clean_shutdown=had_clean_shutdown,
             recovery_point_checkpoint=recovery_point,
             log_start_offset_checkpoint=log_start_offset,
+            producer_id_expiration_ms=producer_id_expiration_ms,
         )
         partition_log = cls(
             path,
@@ -309,6 +342,8 @@ class PartitionLog:
             recovery_point=loaded.recovery_point,
             directory_changed=loaded.directory_changed,
             flush_scheduler=flush_scheduler,
+            producer_state=loaded.producer_state,
+            producer_id_expiration_ms=producer_id_expiration_ms,
         )
         partition_log.recovered_segments = loaded.recovered_segments
         log.debug(
@@ -347,6 +382,31 @@ class PartitionLog:
     def log_end_offset(self) -> int:
         """The offset the next appended record will get."""
         return self._end.offset
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The LSO: the first offset of the earliest open transaction, or the log end offset
+        when none is open (Kafka's ``lastStableOffset``; stratalog's high watermark is the log
+        end). read_committed fetches and ListOffsets stop here. Thread-safe without the lock:
+        the end is read before the first unstable offset (see :meth:`_write_to`)."""
+        end = self._end.offset
+        first_unstable = self._producer_state.first_unstable_offset
+        return end if first_unstable is None else min(first_unstable, end)
+
+    @property
+    def producer_state(self) -> ProducerStateManager:
+        """The producer state (read-only for callers; the log mutates it under its lock)."""
+        return self._producer_state
+
+    def remove_expired_producers(self, now_ms: int | None = None) -> list[int]:
+        """Forget the producers idle for ``producer.id.expiration.ms`` with no open transaction
+        (run by the LogManager's maintenance pass); returns their ids."""
+        with self._lock:
+            if self._closed:
+                return []
+            return self._producer_state.remove_expired_producers(
+                self._time_ms() if now_ms is None else now_ms
+            )
 
     @property
     def recovery_point(self) -> int:
@@ -404,6 +464,7 @@ class PartitionLog:
                 return False
             self._log_start_offset = new_offset
             self._recovery_point = max(self._recovery_point, new_offset)
+            self._producer_state.delete_snapshots(below=new_offset)
             log.info("incremented the log start offset of %s to %d", self._directory, new_offset)
             return True
 
@@ -437,6 +498,63 @@ class PartitionLog:
                 return self._empty_append_info()
             now_ms = self._time_ms()
             return self._write(self._validate(record_batches, now_ms), now_ms)
+
+    def write_txn_marker(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        commit: bool,
+    ) -> AppendInfo:
+        """Append a COMMIT (``commit``) or ABORT control batch ending ``producer_id``'s
+        transaction, as a transaction coordinator does (Kafka's ``appendAsLeader`` with the
+        COORDINATOR origin).
+
+        The batch is a one-record control batch (attributes: control and transactional) with
+        the producer's id and epoch, no sequence, and the marker of :mod:`records.control`
+        holding ``coordinator_epoch``, stamped with the log's clock. It completes the producer's
+        open transaction: an ABORT appends ``AbortedTxn(producer id, first offset, marker
+        offset, LSO)`` to the active segment's ``.txnindex`` before the marker becomes visible,
+        and the last stable offset moves past the transaction. A marker for a producer with no
+        open transaction is written and completes nothing (as in Kafka).
+
+        Raises:
+            InvalidProducerEpochError: ``producer_epoch`` is older than the producer's.
+            TransactionCoordinatorFencedError: ``coordinator_epoch`` is older than the last one
+                that wrote a marker for the producer.
+            ValueError: ``producer_id`` is negative.
+            StorageIOError, LogClosedError: as :meth:`append`.
+        """
+        if producer_id < 0:
+            raise ValueError(f"a transaction marker needs a producer id, got {producer_id}")
+        marker = EndTransactionMarker(
+            ControlRecordType.COMMIT if commit else ControlRecordType.ABORT, coordinator_epoch
+        )
+        with self._lock:
+            self._ensure_open()
+            now_ms = self._time_ms()
+            builder = BatchBuilder(
+                producer_id=producer_id,
+                producer_epoch=producer_epoch,
+                base_sequence=NO_SEQUENCE,
+                is_transactional=True,
+                is_control=True,
+            )
+            builder.append(now_ms, marker.encode_key(), marker.encode_value(), ())
+            validated = validate_and_assign_offsets(
+                builder.build(),
+                self._config,
+                first_offset=self._end.offset,
+                now_ms=now_ms,
+                partition_leader_epoch=LEADER_EPOCH,
+                allow_control=True,
+            )
+            offset = validated.first_offset
+            control = ProducerBatch(
+                producer_id, producer_epoch, NO_SEQUENCE, offset, offset,
+                validated.max_timestamp, True, marker.type, coordinator_epoch,
+            )
+            return self._write(validated, now_ms, (control,))
 
     def try_append_without_blocking(
         self, record_batches: bytes | bytearray | memoryview
@@ -472,12 +590,15 @@ class PartitionLog:
                 return DeferredAppend(record_batches, WouldBlock.OPEN_INDEXES)
             now_ms = self._time_ms()
             validated = self._validate(record_batches, now_ms)
+            judged = self._judge_producers(validated, None)
+            if isinstance(judged, DuplicateAppend):
+                return self._duplicate_append_info(judged)
             if self._roll_due(segment, validated, now_ms):
                 reason = WouldBlock.ROLL
             elif self._flush_due(validated.last_offset + 1):
                 reason = WouldBlock.FLUSH
             else:
-                return self._write_to(segment, validated)
+                return self._write_to(segment, validated, judged)
             return DeferredAppend(
                 record_batches, reason, validated, self._end.offset, self._config, now_ms
             )
@@ -517,8 +638,52 @@ class PartitionLog:
     def _empty_append_info(self) -> AppendInfo:
         return AppendInfo(-1, -1, NO_TIMESTAMP, -1, NO_TIMESTAMP, 0, 0, self._log_start_offset)
 
-    def _write(self, validated: ValidatedAppend, now_ms: int) -> AppendInfo:
-        """Roll if due, write, flush if ``flush.messages`` says so. Under the lock."""
+    def _duplicate_append_info(self, duplicate: DuplicateAppend) -> AppendInfo:
+        return AppendInfo(
+            first_offset=duplicate.first_offset,
+            last_offset=duplicate.last_offset,
+            max_timestamp=duplicate.timestamp,
+            offset_of_max_timestamp=duplicate.last_offset,
+            log_append_time=NO_TIMESTAMP,
+            record_count=duplicate.last_offset - duplicate.first_offset + 1,
+            size_bytes=0,
+            log_start_offset=self._log_start_offset,
+            duplicate=True,
+        )
+
+    def _judge_producers(
+        self, validated: ValidatedAppend, producer_batches: tuple[ProducerBatch, ...] | None
+    ) -> ProducerAppend | DuplicateAppend | None:
+        """The producer state's verdict on an append (under the lock); None when no batch has a
+        producer id. ``producer_batches`` defaults to those of the client headers."""
+        if producer_batches is None:
+            batches = []
+            next_offset = validated.first_offset
+            for header in validated.headers:
+                first_offset = next_offset
+                next_offset += header.records_count
+                if header.producer_id != NO_PRODUCER_ID:
+                    batches.append(ProducerBatch(
+                        header.producer_id, header.producer_epoch, header.base_sequence,
+                        first_offset, next_offset - 1, header.max_timestamp,
+                        header.is_transactional,
+                    ))
+            if not batches:
+                return None
+            producer_batches = tuple(batches)
+        return self._producer_state.prepare(producer_batches, validated.last_offset + 1)
+
+    def _write(
+        self,
+        validated: ValidatedAppend,
+        now_ms: int,
+        producer_batches: tuple[ProducerBatch, ...] | None = None,
+    ) -> AppendInfo:
+        """Judge the producers, roll if due, write, flush if ``flush.messages`` says so. Under
+        the lock. A duplicate writes nothing."""
+        judged = self._judge_producers(validated, producer_batches)
+        if isinstance(judged, DuplicateAppend):
+            return self._duplicate_append_info(judged)
         segment = self.active_segment
         if self._roll_due(segment, validated, now_ms):
             log.debug(
@@ -527,19 +692,39 @@ class PartitionLog:
                 validated.size_bytes, validated.max_timestamp,
             )
             segment = self._roll(self._end.offset)
-        info = self._write_to(segment, validated)
+        info = self._write_to(segment, validated, judged)
         if self._flush_due(self._end.offset):
             self.flush()
         return info
 
-    def _write_to(self, segment: Segment, validated: ValidatedAppend) -> AppendInfo:
-        """Write and index the append in the active ``segment``, publish the new log end."""
+    def _write_to(
+        self, segment: Segment, validated: ValidatedAppend, judged: ProducerAppend | None
+    ) -> AppendInfo:
+        """Write and index the append in the active ``segment``, record its producer state,
+        publish the new log end.
+
+        Order matters to lock-free readers of the LSO (:attr:`last_stable_offset` reads the log
+        end, then the first unstable offset): the ``.txnindex`` entries of aborted transactions
+        are written before the state completes them, and the state records a new transaction
+        before the end that holds its first batch is published.
+        """
         segment.append(
             validated.last_offset,
             validated.max_timestamp,
             validated.shallow_offset_of_max_timestamp,
             validated.pieces,
         )
+        if judged is not None:
+            state = self._producer_state
+            for txn in judged.completed_txns:
+                if txn.is_aborted:
+                    segment.txn_index.append(AbortedTxn(
+                        txn.producer_id, txn.first_offset, txn.last_offset,
+                        state.last_stable_offset_for(txn),
+                    ))
+            state.apply(judged)
+        else:
+            self._producer_state.map_end_offset = validated.last_offset + 1
         self._end = _LogEnd(validated.last_offset + 1, segment.base_offset, segment.size_bytes)
         return AppendInfo(
             first_offset=validated.first_offset,
@@ -609,6 +794,12 @@ class PartitionLog:
         )
         self._segments.add(segment)
         self._directory_dirty = True
+        # Kafka's snapshot on roll, named by the new segment's base offset (the state reflects
+        # every batch below it). Not fsynced here: a torn snapshot fails its CRC and an older
+        # one (or the log) is used; the clean close writes a durable one.
+        if self._producer_state.producers or self._producer_state.snapshots_seen:
+            self._producer_state.map_end_offset = new_offset
+            self._producer_state.take_snapshot(fsync=False)
         # The log end offset does not change; only the segment holding it does.
         self._end = _LogEnd(end.offset, new_offset, 0)
         if self._flush_scheduler is not None:
@@ -646,7 +837,12 @@ class PartitionLog:
         return self.fetch(offset, max_bytes, min_one_message=min_one_message).data
 
     def fetch(
-        self, offset: int, max_bytes: int, *, min_one_message: bool = True
+        self,
+        offset: int,
+        max_bytes: int,
+        *,
+        min_one_message: bool = True,
+        isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
     ) -> FetchedBatches:
         """Whole batches from the one holding ``offset``, at most ``max_bytes`` bytes, with
         their next offset and record count ([B-29]..[B-33]).
@@ -663,12 +859,44 @@ class PartitionLog:
         Deliberate difference from Kafka: Kafka may return a partial last batch (the consumer
         drops it); this returns whole batches only.
 
+        ``isolation_level`` READ_COMMITTED stops before the last stable offset (batches from
+        the LSO on are left out; the LSO is always a batch boundary) and fills
+        ``aborted_transactions`` with the aborted transactions overlapping the offsets returned,
+        from the ``.txnindex`` of the segment read and the later ones until a search is
+        complete ([B-70], [B-71]); the consumer drops their records and every control batch.
+
         Raises:
             OffsetOutOfRangeError: ``offset`` below the log start offset or above the log end.
             ValueError: ``max_bytes`` negative.
         """
+        if isolation_level != IsolationLevel.READ_COMMITTED:
+            fetched = self._read_segments(offset, max_bytes, min_one_message)
+            return FetchedBatches(b"", offset, 0) if fetched is None else fetched
+        stable = self.last_stable_offset
         fetched = self._read_segments(offset, max_bytes, min_one_message)
-        return FetchedBatches(b"", offset, 0) if fetched is None else fetched
+        if fetched is None or offset >= stable:
+            return FetchedBatches(b"", offset, 0)
+        data, next_offset, records_count = fetched.data, fetched.next_offset, fetched.records_count
+        if next_offset > stable:
+            data, next_offset, records_count = _cut_batches_at(data, stable, offset)
+            if not data:
+                return FetchedBatches(b"", offset, 0)
+        aborted = self._collect_aborted_txns(offset, next_offset)
+        return FetchedBatches(data, next_offset, records_count, aborted)
+
+    def _collect_aborted_txns(self, start_offset: int, upper_bound: int) -> tuple[AbortedTxn, ...]:
+        """Aborted transactions overlapping ``[start_offset, upper_bound)``, from the segment
+        holding ``start_offset`` on (Kafka's ``LocalLog.collectAbortedTransactions``)."""
+        found: list[AbortedTxn] = []
+        segments = self._segments
+        segment = segments.floor_segment(start_offset)
+        while segment is not None:
+            result = segment.txn_index.collect_aborted_txns(start_offset, upper_bound)
+            found.extend(result.aborted_txns)
+            if result.is_complete:
+                break
+            segment = segments.higher_segment(segment.base_offset)
+        return tuple(found)
 
     def _read_segments(
         self, offset: int, max_bytes: int, min_one_message: bool
@@ -745,7 +973,12 @@ class PartitionLog:
             return None, FetchedBatches(b"", end.offset, 0)
         return found
 
-    def offset_for_timestamp(self, timestamp: int) -> TimestampOffset | None:
+    def offset_for_timestamp(
+        self,
+        timestamp: int,
+        *,
+        isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+    ) -> TimestampOffset | None:
         """ListOffsets: the offset for a timestamp or a special target ([B-36]..[B-40]).
 
         * ``-2`` (earliest) and ``-4`` (earliest local): ``(-1, log_start_offset)``;
@@ -758,8 +991,19 @@ class PartitionLog:
           timestamps, its file's mtime) is ``>= timestamp``; returns that record's own
           timestamp. None when there is none.
 
+        With ``isolation_level`` READ_COMMITTED, latest is the last stable offset and a record
+        found at or above it is not returned (Kafka's ListOffsets).
+
         Thread-safe against a concurrent append.
         """
+        if isolation_level == IsolationLevel.READ_COMMITTED:
+            if timestamp == LATEST_TIMESTAMP:
+                return TimestampOffset(NO_TIMESTAMP, self.last_stable_offset)
+            stable = self.last_stable_offset
+            found = self.offset_for_timestamp(timestamp)
+            if found is not None and found.offset >= stable and timestamp >= 0:
+                return None
+            return found
         if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
             return TimestampOffset(NO_TIMESTAMP, self._log_start_offset)
         if timestamp == LATEST_TIMESTAMP:
@@ -850,6 +1094,7 @@ class PartitionLog:
             self._end = _LogEnd(offset, active.base_offset, active.size_bytes)
             self._log_start_offset = min(offset, self._log_start_offset)
             self._recovery_point = min(self._recovery_point, offset)
+            self._reload_producer_state(offset)
             self._maybe_delete_pending(self._time_ms())
             return True
 
@@ -865,6 +1110,17 @@ class PartitionLog:
         with self._lock:
             self._ensure_open()
             self._truncate_fully_and_start_at(new_offset)
+
+    def _reload_producer_state(self, end_offset: int) -> None:
+        """After a truncation to ``end_offset``: snapshots above it deleted, the state reloaded
+        from the latest one at or below it plus a scan of the log after it (Kafka's
+        ``truncateAndReload``)."""
+        state = self._producer_state
+        state.delete_snapshots(above=end_offset)
+        state.load_latest_snapshot(end_offset, self._log_start_offset, self._time_ms())
+        if state.map_end_offset < end_offset:
+            rebuild_producer_state(state, self._segments, end_offset)
+        state.map_end_offset = end_offset
 
     def _truncate_fully_and_start_at(self, new_offset: int) -> None:
         self._truncations += 1
@@ -882,6 +1138,8 @@ class PartitionLog:
         self._end = _LogEnd(new_offset, new_offset, 0)
         self._log_start_offset = new_offset
         self._recovery_point = new_offset
+        self._producer_state.delete_snapshots(below=new_offset + 1, above=new_offset)  # all
+        self._producer_state.reset(new_offset)
         self._maybe_delete_pending(self._time_ms())
 
     # ---------------------------------------------------------------- retention
@@ -924,6 +1182,8 @@ class PartitionLog:
             assert next_segment is not None, "a segment after the deleted ones always remains"
             self._log_start_offset = max(self._log_start_offset, next_segment.base_offset)
             self._recovery_point = max(self._recovery_point, self._log_start_offset)
+            # Their snapshots go with the segments (Kafka deletes a segment's snapshot with it).
+            self._producer_state.delete_snapshots(below=self._log_start_offset)
             self._segments.remove_many([segment.base_offset for segment in doomed])
             self._schedule_delete(doomed)
             log.info(
@@ -1045,6 +1305,14 @@ class PartitionLog:
                 self.flush()
             except BaseException as exc:
                 first_error = exc
+            state = self._producer_state
+            if first_error is None and (state.producers or state.snapshots_seen):
+                # The snapshot at the log end that the next (clean) open loads.
+                try:
+                    self._producer_state.map_end_offset = self._end.offset
+                    self._producer_state.take_snapshot()
+                except BaseException as exc:
+                    first_error = exc
             # After a successful flush every segment is below the recovery point, durable:
             # closing need not fsync each one again.
             durable = first_error is None
@@ -1100,6 +1368,22 @@ class PartitionLog:
             f"offsets=[{self._log_start_offset}, {self._end.offset}), "
             f"segments={len(self._segments)})"
         )
+
+
+def _cut_batches_at(data: bytes, stable: int, offset: int) -> tuple[bytes, int, int]:
+    """The whole batches of ``data`` that start below ``stable``: (bytes, next offset, records)."""
+    position = 0
+    next_offset = offset
+    records = 0
+    view = memoryview(data)
+    while position < len(data):
+        header = parse_header(view, position)
+        if header.base_offset >= stable:
+            break
+        position = header.end_position
+        next_offset = header.next_offset
+        records += header.records_count
+    return data[:position], next_offset, records
 
 
 def _delete_segments(segments: list[Segment]) -> None:

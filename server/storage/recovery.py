@@ -17,6 +17,12 @@ passes, each making the directory simpler for the next ([B-48]..[B-53])::
     pass 6  offsets: log end offset from the last segment, log start offset from the
             checkpoint, recovery point; a log with no segment gets one; the active segment's
             indexes are grown back to segment.index.bytes
+    pass 7  producer state ([B-53], [B-72]): snapshots above the log end or below the log
+            start are deleted; the latest readable snapshot at or below the first segment
+            passes 4/5 recovered (clean shutdown: the log end) is loaded, corrupt ones skipped
+            with a warning; the batches after it are scanned (headers, plus the marker of each
+            control batch) and the .txnindex entries of the ABORT markers in recovered segments
+            rebuilt; after a scan a snapshot at the log end is written
 
 Only the segments pass 5 recovers (and those with a missing index) have their index files
 read; a clean start with 10,000 segments opens 10,000 ``.log`` descriptors and nothing else.
@@ -28,30 +34,38 @@ back to the file's mtime, which misdirects timestamp lookups and time retention.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from stratalog.records.batch import NO_PRODUCER_ID, NO_TIMESTAMP, BatchHeader
+from stratalog.records.control import EndTransactionMarker
+from stratalog.records.errors import RecordError
 from stratalog.records.log_layout import (
     CLEANED_FILE_SUFFIX,
     DELETED_FILE_SUFFIX,
     INDEX_FILE_SUFFIX,
     LOG_FILE_SUFFIX,
+    SNAPSHOT_FILE_SUFFIX,
     SWAP_FILE_SUFFIX,
     TIME_INDEX_FILE_SUFFIX,
     TXN_INDEX_FILE_SUFFIX,
     is_index_file,
 )
+from stratalog.records.reader import iter_records
 
-from .config import LogConfig
+from .config import PRODUCER_ID_EXPIRATION_MS_DEFAULT, LogConfig
 from .errors import CorruptIndexError, InvalidOffsetError, StorageIOError
 from .files import offset_from_file_name
+from .producer_state import ProducerBatch, ProducerStateManager
 from .segment import Segment
 from .segments import Segments
+from .txn_index import AbortedTxn
 
-__all__ = ["LoadedLog", "LogLoader", "load_log"]
+__all__ = ["LoadedLog", "LogLoader", "load_log", "rebuild_producer_state"]
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +92,7 @@ class LoadedLog:
     truncated_bytes: int
     deleted_segments: int
     directory_changed: bool
+    producer_state: ProducerStateManager | None = None
 
 
 def load_log(
@@ -88,6 +103,7 @@ def load_log(
     had_clean_shutdown: bool | None,
     recovery_point_checkpoint: int | None = None,
     log_start_offset_checkpoint: int | None = None,
+    producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS_DEFAULT,
 ) -> LoadedLog:
     """Run every pass of :class:`LogLoader` on ``directory``; see there."""
     return LogLoader(
@@ -97,6 +113,7 @@ def load_log(
         had_clean_shutdown=had_clean_shutdown,
         recovery_point_checkpoint=recovery_point_checkpoint,
         log_start_offset_checkpoint=log_start_offset_checkpoint,
+        producer_id_expiration_ms=producer_id_expiration_ms,
     ).load()
 
 
@@ -129,8 +146,12 @@ class LogLoader:
         had_clean_shutdown: bool | None,
         recovery_point_checkpoint: int | None = None,
         log_start_offset_checkpoint: int | None = None,
+        producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS_DEFAULT,
     ) -> None:
         self._directory = Path(directory)
+        self._producer_id_expiration_ms = producer_id_expiration_ms
+        self._first_recovered: int | None = None  # lowest base offset recovered by pass 4/5
+        self._snapshot_offsets: list[int] = []  # the .snapshot files pass 4's listing saw
         self._config = config
         self._time_ms = time_ms
         self._had_clean_shutdown = had_clean_shutdown
@@ -157,7 +178,8 @@ class LogLoader:
         segments = self._load_segment_files()  # pass 4
         if self._had_clean_shutdown is not True:
             segments = self._recover_log(segments)  # pass 5
-        return self._finish(segments)  # pass 6
+        loaded = self._finish(segments)  # pass 6
+        return self._load_producer_state(loaded)  # pass 7
 
     # ---------------------------------------------------------------- pass 1
 
@@ -263,6 +285,9 @@ class LogLoader:
                 log_offsets[offset_from_file_name(name)] = name[: -len(LOG_FILE_SUFFIX)]
             elif is_index_file(name):
                 index_names.append(name)
+            elif name.endswith(SNAPSHOT_FILE_SUFFIX):
+                # Passes 1 to 6 never touch snapshots: pass 7 works from this listing.
+                self._snapshot_offsets.append(offset_from_file_name(name))
         for name in index_names:
             if offset_from_file_name(name) not in log_offsets:
                 path = self._directory / name
@@ -349,7 +374,45 @@ class LogLoader:
             segment.truncate_to(segment.base_offset)
         self._recovered_segments += 1
         self._truncated_bytes += truncated
+        if self._first_recovered is None or segment.base_offset < self._first_recovered:
+            self._first_recovered = segment.base_offset
         return truncated
+
+    # ---------------------------------------------------------------- pass 7
+
+    def _load_producer_state(self, loaded: LoadedLog) -> LoadedLog:
+        """[B-53]/[B-72]: the producer state as of the log end (see the module docstring).
+
+        Where the scan starts: after the latest readable snapshot at or below the first
+        recovered segment (the log end after a clean shutdown). Without any snapshot file the
+        log never had a producer alive at a roll or a clean close (both write one whenever a
+        producer is known), so a clean shutdown needs no scan and an unclean one scans only
+        from the first recovered segment; when snapshots exist but none is readable, the whole
+        log is scanned.
+        """
+        end = loaded.log_end_offset
+        start = loaded.log_start_offset
+        state = ProducerStateManager(self._directory, self._producer_id_expiration_ms)
+        offsets = sorted(self._snapshot_offsets)
+        if state.delete_snapshots(below=start, above=end, offsets=offsets):
+            self._directory_changed = True
+            offsets = [offset for offset in offsets if start <= offset <= end]
+        bound = end if self._first_recovered is None else min(self._first_recovered, end)
+        if not offsets:
+            state.reset(end if self._had_clean_shutdown is True else max(bound, start))
+        else:
+            state.load_latest_snapshot(bound, start, self._time_ms(), offsets)
+        if state.map_end_offset < end:
+            rebuild_producer_state(
+                state, loaded.segments, end, rebuild_txn_index_from=self._first_recovered
+            )
+            if state.producers:
+                state.take_snapshot()
+                self._directory_changed = True
+        state.map_end_offset = end
+        return dataclasses.replace(
+            loaded, producer_state=state, directory_changed=self._directory_changed
+        )
 
     # ---------------------------------------------------------------- pass 6
 
@@ -425,3 +488,81 @@ class LogLoader:
         except OSError as exc:
             raise StorageIOError(f"cannot delete {path}: {exc}") from exc
         self._directory_changed = True
+
+
+def rebuild_producer_state(
+    state: ProducerStateManager,
+    segments: Segments,
+    end_offset: int,
+    *,
+    rebuild_txn_index_from: int | None = None,
+) -> int:
+    """Scan the batches in ``[state.map_end_offset, end_offset)`` into ``state``; returns how
+    many batches were read (Kafka's ``loadProducersFromRecords``).
+
+    Only headers are read, and the one record of each control batch (its marker). Each ABORT
+    marker that completes a transaction yields an ``AbortedTxn`` with the LSO of that moment;
+    in segments at or above ``rebuild_txn_index_from`` (those recovery rebuilt) the entry is
+    appended to the segment's ``.txnindex`` (whose entries are reset first when the scan covers
+    the segment from its start; otherwise appended when past its last entry).
+    """
+    start = state.map_end_offset
+    first = segments.floor_segment(start) or segments.first
+    scanned = 0
+    segment = first
+    while segment is not None and segment.base_offset < end_offset:
+        rebuild_index = (
+            rebuild_txn_index_from is not None and segment.base_offset >= rebuild_txn_index_from
+        )
+        if rebuild_index and start <= segment.base_offset:
+            segment.txn_index.reset()
+        position = 0
+        if start > segment.base_offset:
+            found = segment.translate_offset(start)
+            if found is None:
+                segment = segments.higher_segment(segment.base_offset)
+                continue
+            position = found.position
+        for header in segment.iter_batch_headers(position):
+            if header.base_offset >= end_offset:
+                break
+            scanned += 1
+            if header.last_offset < start or header.producer_id == NO_PRODUCER_ID:
+                continue
+            batch = _producer_batch(segment, header)
+            if batch is None:
+                continue
+            for txn in state.load_batches([batch], header.last_offset + 1):
+                if not (txn.is_aborted and rebuild_index):
+                    continue
+                txn_index = segment.txn_index
+                if txn_index.last_offset is None or txn_index.last_offset < txn.last_offset:
+                    txn_index.append(AbortedTxn(
+                        txn.producer_id, txn.first_offset, txn.last_offset,
+                        state.last_stable_offset_for(txn),
+                    ))
+        segment = segments.higher_segment(segment.base_offset)
+    state.map_end_offset = max(state.map_end_offset, end_offset)
+    return scanned
+
+
+def _producer_batch(segment: Segment, header: BatchHeader) -> ProducerBatch | None:
+    """The producer-state view of one stored batch; None for a control batch that is not a
+    transaction marker (or whose marker does not parse: logged, skipped)."""
+    control_type = None
+    coordinator_epoch = -1
+    if header.is_control:
+        fetched = segment.fetch(header.base_offset, header.size_bytes)
+        try:
+            record = next(iter(iter_records(fetched.data if fetched else b"", 0)))
+            marker = EndTransactionMarker.decode(record.key, record.value)
+        except (RecordError, StopIteration) as exc:
+            log.warning("control batch at offset %d of %s is not a transaction marker: %s",
+                        header.base_offset, segment.log_path, exc)
+            return None
+        control_type, coordinator_epoch = marker.type, marker.coordinator_epoch
+    return ProducerBatch(
+        header.producer_id, header.producer_epoch, header.base_sequence, header.base_offset,
+        header.last_offset, max(header.max_timestamp, NO_TIMESTAMP), header.is_transactional,
+        control_type, coordinator_epoch,
+    )

@@ -85,7 +85,7 @@ from .log_file import (
 )
 from .offset_index import OffsetIndex
 from .time_index import TimeIndex, TimestampOffset
-from .txn_index import TransactionIndex
+from .txn_index import AbortedTxn, TransactionIndex
 
 __all__ = ["FetchedBatches", "LogOffsetPosition", "Segment"]
 
@@ -106,6 +106,9 @@ class FetchedBatches(NamedTuple):
     data: bytes  # whole batches back to back, from a batch boundary; b"" when none
     next_offset: int  # the last batch's last offset + 1; the offset asked for when no data
     records_count: int  # the records_count fields of the batches, summed
+    # read_committed fetches only (PartitionLog.fetch): the aborted transactions overlapping
+    # the batches returned, from the .txnindex files (Kafka's FetchResponse.abortedTransactions).
+    aborted_transactions: tuple[AbortedTxn, ...] = ()
 
 
 def _record_offsets_and_timestamps(
@@ -889,7 +892,8 @@ class Segment:
         entry). Everything from the first invalid batch to the end of the file is truncated.
         ``max_message_bytes``, when given, also treats a larger batch as invalid (Kafka before
         2.1 did; trunk has no such limit, which is the default here). The transaction index is
-        cut to the recovered end; rebuilding it needs producer state (not yet implemented).
+        cut to the recovered end; its entries are rebuilt from the ABORT markers by the
+        loader's producer-state pass (``recovery.py`` pass 7), which has the producer state.
 
         Returns the number of bytes truncated.
 

@@ -100,6 +100,9 @@ class ValidatedAppend:
     log_append_time: int  # -1 unless the topic uses LogAppendTime
     record_count: int
     batch_count: int
+    # The client's batch headers as parsed (base offset 0; positions in the input), one per
+    # batch in order: the producer state reads producer id, epoch, sequence and flags here.
+    headers: tuple[BatchHeader, ...] = ()
 
     @property
     def records(self) -> bytes:
@@ -114,6 +117,7 @@ def validate_and_assign_offsets(
     first_offset: int,
     now_ms: int,
     partition_leader_epoch: int,
+    allow_control: bool = False,
 ) -> ValidatedAppend:
     """Validate client batches (table above) and return them stamped with offsets from
     ``first_offset``, as :class:`ValidatedAppend` pieces.
@@ -130,6 +134,9 @@ def validate_and_assign_offsets(
         InvalidTimestampError: a timestamp outside the accepted window, or a LogAppendTime
             attribute Kafka refuses.
         RecordBatchTooLargeError: the whole append is larger than ``segment.bytes``.
+
+    ``allow_control`` is for the log's own transaction markers (Kafka's COORDINATOR origin):
+    control batches, without a sequence, are accepted. Client batches never set it.
     """
     with memoryview(record_batches) as view:
         headers = _walk_headers(view, config)
@@ -143,7 +150,7 @@ def validate_and_assign_offsets(
         batch_max_timestamps = []
         record_count = 0
         for index, header in enumerate(headers):
-            summary = _validate_batch(view, index, header, config, now_ms)
+            summary = _validate_batch(view, index, header, config, now_ms, allow_control)
             batch_max_timestamps.append(max(summary.max_timestamp, NO_TIMESTAMP))
             record_count += summary.count
 
@@ -193,6 +200,7 @@ def validate_and_assign_offsets(
         log_append_time=now_ms if log_append_time else NO_TIMESTAMP,
         record_count=record_count,
         batch_count=len(headers),
+        headers=tuple(headers),
     )
 
 
@@ -240,7 +248,12 @@ def _walk_headers(view: memoryview, config: LogConfig) -> list[BatchHeader]:
 
 
 def _validate_batch(
-    view: memoryview, index: int, header: BatchHeader, config: LogConfig, now_ms: int
+    view: memoryview,
+    index: int,
+    header: BatchHeader,
+    config: LogConfig,
+    now_ms: int,
+    allow_control: bool = False,
 ) -> RecordsSummary:
     """Every per-batch check after framing; returns the records' summary."""
     position = header.position
@@ -258,9 +271,9 @@ def _validate_batch(
             f"{where}: inconsistent offset range [0, {header.last_offset_delta}] and count of "
             f"records {header.records_count}"
         )
-    if header.is_control:
+    if header.is_control and not allow_control:
         raise InvalidRecordError(f"{where}: clients are not allowed to write control records")
-    if header.producer_id >= 0 and header.base_sequence < 0:
+    if header.producer_id >= 0 and header.base_sequence < 0 and not header.is_control:
         raise InvalidRecordError(
             f"{where}: invalid sequence number {header.base_sequence} in a batch with "
             f"producer id {header.producer_id}"

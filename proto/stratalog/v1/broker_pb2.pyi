@@ -25,6 +25,11 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     SHUTTING_DOWN: _ClassVar[ErrorReason]
     AUTHENTICATION_FAILED: _ClassVar[ErrorReason]
     NOT_AUTHORIZED: _ClassVar[ErrorReason]
+    OUT_OF_ORDER_SEQUENCE: _ClassVar[ErrorReason]
+    INVALID_PRODUCER_EPOCH: _ClassVar[ErrorReason]
+    UNKNOWN_PRODUCER_ID: _ClassVar[ErrorReason]
+    INVALID_TXN_STATE: _ClassVar[ErrorReason]
+    TRANSACTION_COORDINATOR_FENCED: _ClassVar[ErrorReason]
 
 class Compression(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -65,6 +70,11 @@ STORAGE_ERROR: ErrorReason
 SHUTTING_DOWN: ErrorReason
 AUTHENTICATION_FAILED: ErrorReason
 NOT_AUTHORIZED: ErrorReason
+OUT_OF_ORDER_SEQUENCE: ErrorReason
+INVALID_PRODUCER_EPOCH: ErrorReason
+UNKNOWN_PRODUCER_ID: ErrorReason
+INVALID_TXN_STATE: ErrorReason
+TRANSACTION_COORDINATOR_FENCED: ErrorReason
 COMPRESSION_NONE: Compression
 COMPRESSION_GZIP: Compression
 COMPRESSION_SNAPPY: Compression

@@ -1,0 +1,424 @@
+"""PartitionLog with producer state: idempotent appends, transaction markers, the LSO and
+read_committed fetches (the read_committed cases of Kafka's UnifiedLogTest), snapshots and
+recovery of producer state after a crash."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from stratalog.records.batch import iter_batch_headers
+from stratalog.records.builder import build_batch
+from stratalog.records.control import ControlRecordType, EndTransactionMarker
+from stratalog.records.errors import InvalidRecordError
+from stratalog.records.reader import iter_batches
+from stratalog.server.storage import PartitionLog
+from stratalog.server.storage.errors import (
+    InvalidProducerEpochError,
+    InvalidTxnStateError,
+    OutOfOrderSequenceError,
+    TransactionCoordinatorFencedError,
+    UnknownProducerIdError,
+)
+from stratalog.server.storage.partition_log import (
+    DeferredAppend,
+    IsolationLevel,
+    WouldBlock,
+)
+from stratalog.server.storage.txn_index import AbortedTxn
+
+T0 = 1_700_000_000_000
+COMMITTED = IsolationLevel.READ_COMMITTED
+
+
+class Clock:
+    def __init__(self, now_ms: int = T0) -> None:
+        self.now_ms = now_ms
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+
+def pbatch(pid: int, seq: int, count: int = 1, *, epoch: int = 0, txn: bool = False,
+           value: bytes = b"v", ts: int = T0) -> bytes:
+    """A client batch with producer fields, built as a producer builds it."""
+    return build_batch(
+        [(ts, None, value, ())] * count,
+        producer_id=pid, producer_epoch=epoch, base_sequence=seq, is_transactional=txn,
+    )
+
+
+def open_log(directory: Path, clock: Clock | None = None, **config: object) -> PartitionLog:
+    return PartitionLog.open(directory, config or None, time_ms=clock or Clock())
+
+
+def values(data: bytes) -> list[bytes | None]:
+    return [
+        record.value for header, records in iter_batches(data) if not header.is_control
+        for record in records
+    ]
+
+
+@pytest.fixture
+def directory(tmp_path: Path) -> Path:
+    return tmp_path / "topic-0"
+
+
+# ------------------------------------------------------------------- idempotent appends
+
+
+def test_duplicate_append_returns_original_offsets_and_writes_nothing(directory) -> None:
+    with open_log(directory) as log:
+        log.append(pbatch(7, 0, 3))
+        first = log.append(pbatch(7, 3, 2))
+        size = log.size_bytes
+        again = log.append(pbatch(7, 3, 2))
+        assert (again.first_offset, again.last_offset) == (first.first_offset, first.last_offset)
+        assert again.duplicate and not first.duplicate
+        assert log.size_bytes == size and log.log_end_offset == 5
+
+
+def test_sequence_errors_write_nothing(directory) -> None:
+    with open_log(directory) as log:
+        log.append(pbatch(7, 0, 2, epoch=1))
+        with pytest.raises(OutOfOrderSequenceError):
+            log.append(pbatch(7, 5, epoch=1))
+        with pytest.raises(InvalidProducerEpochError):
+            log.append(pbatch(7, 2, epoch=0))
+        with pytest.raises(UnknownProducerIdError):
+            log.append(pbatch(8, 4))
+        with pytest.raises(OutOfOrderSequenceError, match="new epoch"):
+            log.append(pbatch(7, 2, epoch=2))
+        assert log.log_end_offset == 2
+        log.append(pbatch(7, 0, epoch=2))  # an epoch bump restarts at 0
+        assert log.log_end_offset == 3
+
+
+def test_batches_without_producer_id_are_untouched(directory) -> None:
+    with open_log(directory) as log:
+        plain = build_batch([(T0, None, b"x", ())])
+        assert log.append(plain).first_offset == 0
+        assert log.append(plain).first_offset == 1  # no dedup without a producer id
+        assert not log.producer_state.producers
+
+
+def test_client_control_batches_are_still_refused(directory) -> None:
+    marker = EndTransactionMarker(ControlRecordType.COMMIT, 0)
+    batch = build_batch([(T0, marker.encode_key(), marker.encode_value(), ())],
+                        producer_id=1, producer_epoch=0, is_transactional=True, is_control=True)
+    with open_log(directory) as log, pytest.raises(InvalidRecordError, match="control"):
+        log.append(batch)
+
+
+def test_non_blocking_append_detects_duplicates_and_defers_rolls(directory) -> None:
+    with open_log(directory, **{"segment.bytes": 100}) as log:  # one batch per segment
+        info = log.try_append_without_blocking(pbatch(7, 0))
+        if isinstance(info, DeferredAppend):  # the first append opens the indexes
+            assert info.reason is WouldBlock.OPEN_INDEXES
+            info = log.append_deferred(info)
+        again = log.try_append_without_blocking(pbatch(7, 0))
+        assert not isinstance(again, DeferredAppend) and again.duplicate
+        assert again.first_offset == info.first_offset
+        deferred = log.try_append_without_blocking(pbatch(7, 1))
+        assert isinstance(deferred, DeferredAppend) and deferred.reason is WouldBlock.ROLL
+        assert log.append_deferred(deferred).first_offset == 1
+        # A deferred append that became a duplicate meanwhile is acknowledged, not written.
+        deferred = log.try_append_without_blocking(pbatch(7, 2))
+        assert isinstance(deferred, DeferredAppend)
+        log.append(pbatch(7, 2))
+        assert log.append_deferred(deferred).duplicate
+        assert log.log_end_offset == 3
+
+
+# ------------------------------------------------------------------- transactions
+
+
+def test_markers_complete_transactions_and_move_the_lso(directory) -> None:
+    with open_log(directory) as log:
+        log.append(pbatch(1, 0, 2, txn=True))  # 0-1
+        assert log.last_stable_offset == 0
+        log.append(pbatch(2, 0, 1, txn=True))  # 2
+        log.append(build_batch([(T0, None, b"plain", ())]))  # 3
+        commit = log.write_txn_marker(1, 0, coordinator_epoch=0, commit=True)  # 4
+        assert commit.first_offset == 4
+        assert log.last_stable_offset == 2
+        abort = log.write_txn_marker(2, 0, coordinator_epoch=0, commit=False)  # 5
+        assert abort.first_offset == 5
+        assert log.last_stable_offset == log.log_end_offset == 6
+        assert log.active_segment.txn_index.all_aborted_txns() == [AbortedTxn(2, 2, 5, 6)]
+        headers = list(iter_batch_headers(log.read(0, 1 << 20)))
+        assert [(h.base_offset, h.is_control, h.is_transactional) for h in headers][-2:] == [
+            (4, True, True), (5, True, True)
+        ]
+
+
+def test_aborted_txn_lso_is_the_earliest_other_open_transaction(directory) -> None:
+    with open_log(directory) as log:
+        log.append(pbatch(1, 0, txn=True))  # 0
+        log.append(pbatch(2, 0, txn=True))  # 1
+        log.write_txn_marker(2, 0, 0, commit=False)  # 2
+        assert log.active_segment.txn_index.all_aborted_txns() == [AbortedTxn(2, 1, 2, 0)]
+
+
+def test_marker_errors(directory) -> None:
+    with open_log(directory) as log:
+        log.append(pbatch(1, 0, epoch=3, txn=True))
+        with pytest.raises(InvalidProducerEpochError):
+            log.write_txn_marker(1, 2, 0, commit=True)
+        log.write_txn_marker(1, 3, 5, commit=True)
+        with pytest.raises(TransactionCoordinatorFencedError):
+            log.write_txn_marker(1, 3, 4, commit=False)
+        log.append(pbatch(1, 1, epoch=3, txn=True))
+        with pytest.raises(InvalidTxnStateError):
+            log.append(pbatch(1, 2, epoch=3))
+        with pytest.raises(ValueError):
+            log.write_txn_marker(-1, 0, 0, commit=True)
+
+
+def test_read_committed_stops_at_the_lso_and_returns_aborted_txns(directory) -> None:
+    with open_log(directory) as log:
+        log.append(pbatch(1, 0, 2, txn=True, value=b"aborted"))  # 0-1
+        log.append(build_batch([(T0, None, b"plain", ())]))  # 2
+        log.write_txn_marker(1, 0, 0, commit=False)  # 3
+        log.append(pbatch(2, 0, txn=True, value=b"open"))  # 4
+        log.append(build_batch([(T0, None, b"after", ())]))  # 5
+        assert log.last_stable_offset == 4
+        uncommitted = log.fetch(0, 1 << 20)
+        assert values(uncommitted.data) == [b"aborted", b"aborted", b"plain", b"open", b"after"]
+        assert uncommitted.aborted_transactions == ()
+        committed = log.fetch(0, 1 << 20, isolation_level=COMMITTED)
+        assert values(committed.data) == [b"aborted", b"aborted", b"plain"]
+        assert committed.next_offset == 4
+        assert committed.aborted_transactions == (AbortedTxn(1, 0, 3, 4),)
+        assert log.fetch(4, 1 << 20, isolation_level=COMMITTED).data == b""
+        # A fetch after the aborted transaction gets no entry for it.
+        log.write_txn_marker(2, 0, 0, commit=True)  # 6
+        later = log.fetch(4, 1 << 20, isolation_level=COMMITTED)
+        assert values(later.data) == [b"open", b"after"]
+        assert later.aborted_transactions == ()
+        assert log.offset_for_timestamp(-1, isolation_level=COMMITTED).offset == 7
+
+
+def test_read_committed_collects_aborted_txns_across_segments(directory) -> None:
+    with open_log(directory) as log:
+        log.append(pbatch(1, 0, txn=True))  # 0
+        log.roll()
+        log.append(pbatch(2, 0, txn=True))  # 1
+        log.write_txn_marker(2, 0, 0, commit=False)  # 2, in segment 1
+        log.roll()
+        log.write_txn_marker(1, 0, 0, commit=False)  # 3, in segment 3
+        fetched = log.fetch(0, 1 << 20, isolation_level=COMMITTED)
+        assert fetched.next_offset == 1  # one segment per fetch
+        assert fetched.aborted_transactions == (AbortedTxn(1, 0, 3, 4),)
+        fetched = log.fetch(1, 1 << 20, isolation_level=COMMITTED)
+        assert fetched.aborted_transactions == (AbortedTxn(2, 1, 2, 0), AbortedTxn(1, 0, 3, 4))
+
+
+def test_lso_with_only_uncommitted_data_hides_everything(directory) -> None:
+    with open_log(directory) as log:
+        log.append(pbatch(1, 0, 3, txn=True))
+        fetched = log.fetch(0, 1 << 20, isolation_level=COMMITTED)
+        assert (fetched.data, fetched.next_offset, fetched.records_count) == (b"", 0, 0)
+        assert log.offset_for_timestamp(-1, isolation_level=COMMITTED).offset == 0
+        assert log.offset_for_timestamp(-1).offset == 3
+
+
+# ------------------------------------------------------------------- snapshots and recovery
+
+
+def snapshot_names(directory: Path) -> list[str]:
+    return sorted(path.name for path in directory.glob("*.snapshot"))
+
+
+def test_snapshots_on_roll_and_clean_close_in_kafka_format(directory) -> None:
+    from tests.unit.storage.test_producer_state import parse_snapshot_independently
+
+    log = open_log(directory)
+    log.append(pbatch(7, 0, 2, ts=T0 + 5))  # 0-1
+    log.roll()
+    assert snapshot_names(directory) == ["00000000000000000002.snapshot"]
+    log.append(pbatch(9, 0, 1, epoch=4, txn=True, ts=T0 + 6))  # 2
+    log.close()
+    assert snapshot_names(directory) == [
+        "00000000000000000002.snapshot", "00000000000000000003.snapshot"
+    ]
+    entries = parse_snapshot_independently((directory / "00000000000000000003.snapshot").read_bytes())
+    assert entries == [(7, 0, 1, 1, 1, T0 + 5, -1, -1), (9, 4, 0, 2, 0, T0 + 6, -1, 2)]
+
+
+def test_clean_reopen_loads_the_snapshot(directory) -> None:
+    with open_log(directory) as log:
+        log.append(pbatch(7, 0, 2))
+        log.append(pbatch(9, 0, txn=True))
+    reopened = PartitionLog.open(directory, time_ms=Clock(), had_clean_shutdown=True)
+    with reopened:
+        assert reopened.append(pbatch(7, 0, 2)).duplicate
+        assert reopened.last_stable_offset == 2
+        with pytest.raises(OutOfOrderSequenceError):
+            reopened.append(pbatch(7, 5))
+
+
+def test_logs_without_producers_write_no_snapshot(directory) -> None:
+    with open_log(directory) as log:
+        log.append(build_batch([(T0, None, b"x", ())]))
+        log.roll()
+        log.append(build_batch([(T0, None, b"y", ())]))
+    with PartitionLog.open(directory, time_ms=Clock(), had_clean_shutdown=False) as log:
+        assert log.log_end_offset == 2
+    assert snapshot_names(directory) == []
+
+
+_CRASHING_WRITER = r"""
+import os, signal, sys
+from stratalog.records.builder import build_batch
+from stratalog.server.storage import PartitionLog
+
+T0 = 1_700_000_000_000
+
+def pbatch(pid, seq, count=1, txn=False, value=b"v"):
+    return build_batch([(T0, None, value, ())] * count, producer_id=pid, producer_epoch=0,
+                       base_sequence=seq, is_transactional=txn)
+
+log = PartitionLog.open(sys.argv[1], {"segment.bytes": "400"}, time_ms=lambda: T0)
+seq = 0
+for i in range(6):
+    log.append(pbatch(7, seq, 2)); seq += 2
+log.append(pbatch(8, 0, 1, txn=True, value=b"aborted"))
+log.append(pbatch(7, seq, 2)); seq += 2
+log.write_txn_marker(8, 0, 0, commit=False)
+log.append(pbatch(8, 1, 1, txn=True, value=b"open"))
+log.append(pbatch(7, seq, 2))
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_kill_then_reopen_rebuilds_producer_state_from_snapshot_and_scan(directory, tmp_path) -> None:
+    import subprocess
+    import sys
+
+    script = tmp_path / "writer.py"
+    script.write_text(_CRASHING_WRITER)
+    result = subprocess.run([sys.executable, str(script), str(directory)], check=False)
+    assert result.returncode == -9
+    snapshots = snapshot_names(directory)
+    assert snapshots  # rolls wrote some; the newest state is only in the log
+    txn_indexes = sorted(directory.glob("*.txnindex"))
+    assert txn_indexes
+    for path in txn_indexes:
+        path.unlink()  # recovery must rebuild them from the ABORT markers it scans
+    log = PartitionLog.open(directory, {"segment.bytes": "400"}, time_ms=Clock(),
+                            had_clean_shutdown=False, recovery_point=0)
+    with log:
+        end = log.log_end_offset
+        assert end == 12 + 1 + 2 + 1 + 1 + 2
+        # The last batch of producer 7 (sequences 14-15) and an older one (4-5) are duplicates.
+        last = log.append(pbatch(7, 14, 2))
+        assert last.duplicate and (last.first_offset, last.last_offset) == (end - 2, end - 1)
+        assert log.append(pbatch(7, 12, 2)).duplicate
+        assert log.log_end_offset == end
+        with pytest.raises(OutOfOrderSequenceError):
+            log.append(pbatch(7, 17))
+        # The open transaction of producer 8 holds the LSO; the aborted one is indexed again.
+        assert log.last_stable_offset == 16
+        aborted = [txn for segment in log.segments for txn in segment.txn_index.all_aborted_txns()]
+        assert aborted == [AbortedTxn(8, 12, 15, 16)]
+        committed = log.fetch(12, 1 << 20, isolation_level=COMMITTED)
+        assert AbortedTxn(8, 12, 15, 16) in committed.aborted_transactions
+        log.write_txn_marker(8, 0, 0, commit=True)
+        assert log.last_stable_offset == log.log_end_offset
+
+
+def test_corrupt_snapshot_is_skipped_and_state_rebuilt_from_the_log(directory, caplog) -> None:
+    with open_log(directory) as log:
+        log.append(pbatch(7, 0, 2))
+        log.roll()
+        log.append(pbatch(7, 2, 2))
+    newest = directory / "00000000000000000004.snapshot"
+    newest.write_bytes(newest.read_bytes()[:-3])
+    oldest = directory / "00000000000000000002.snapshot"
+    oldest.write_bytes(b"\x00\x01garbage")
+    with caplog.at_level("WARNING"):
+        reopened = PartitionLog.open(directory, time_ms=Clock(), had_clean_shutdown=True)
+    with reopened:
+        assert str(newest) in caplog.text and str(oldest) in caplog.text
+        assert reopened.append(pbatch(7, 0, 2)).duplicate
+        assert reopened.append(pbatch(7, 2, 2)).duplicate
+        assert reopened.append(pbatch(7, 4)).first_offset == 4
+
+
+def test_truncation_reloads_producer_state(directory) -> None:
+    with open_log(directory) as log:
+        log.append(pbatch(7, 0, 2))  # 0-1
+        log.roll()
+        log.append(pbatch(7, 2, 2))  # 2-3
+        log.roll()
+        log.append(pbatch(7, 4, 2))  # 4-5
+        assert snapshot_names(directory)[-1] == "00000000000000000004.snapshot"
+        log.truncate_to(3)
+        assert snapshot_names(directory) == ["00000000000000000002.snapshot"]
+        # The batch 2-3 was cut (truncation is batch-granular; the log end is 3): sequence 2
+        # is the next one again, 4 is out of order.
+        with pytest.raises(OutOfOrderSequenceError):
+            log.append(pbatch(7, 4))
+        assert log.append(pbatch(7, 2, 2)).first_offset == 3
+        log.truncate_fully_and_start_at(10)
+        assert snapshot_names(directory) == []
+        assert not log.producer_state.producers
+
+
+def test_truncation_below_a_marker_reopens_the_transaction(directory) -> None:
+    with open_log(directory) as log:
+        log.append(pbatch(7, 0, txn=True))  # 0
+        log.write_txn_marker(7, 0, 0, commit=False)  # 1
+        log.truncate_to(1)
+        assert log.last_stable_offset == 0
+        assert log.active_segment.txn_index.all_aborted_txns() == []
+
+
+def test_snapshots_below_the_log_start_are_deleted(directory) -> None:
+    clock = Clock()
+    with open_log(directory, clock, **{"file.delete.delay.ms": "0"}) as log:
+        for seq in range(4):
+            log.append(pbatch(7, seq))
+            log.roll()
+        assert snapshot_names(directory) == [f"{n:020d}.snapshot" for n in (1, 2, 3, 4)]
+        log.maybe_increment_log_start_offset(2)  # DeleteRecords
+        assert snapshot_names(directory) == [f"{n:020d}.snapshot" for n in (2, 3, 4)]
+        log.update_config(log.config.__class__(retention_ms=1, file_delete_delay_ms=0))
+        clock.now_ms = T0 + 10_000  # every closed segment is past retention.ms
+        log.delete_old_segments()
+        assert log.log_start_offset == 4
+        assert snapshot_names(directory) == ["00000000000000000004.snapshot"]
+
+
+def test_producers_expire_in_the_log_managers_maintenance_pass(tmp_path) -> None:
+    from stratalog.server.storage import LogManager
+
+    clock = Clock()
+    manager = LogManager.open([tmp_path / "data"], time_ms=clock, defaults={
+        "producer.id.expiration.ms": "1000", "producer.id.expiration.check.interval.ms": "10",
+    })
+    try:
+        manager.create_topic("t", 1)
+        log = manager.get_log("t", 0)
+        log.append(pbatch(7, 0, ts=T0))
+        log.append(pbatch(8, 0, ts=T0, txn=True))
+        clock.now_ms = T0 + 1000
+        report = manager.run_maintenance()
+        assert report.producers_expired == 1
+        assert set(log.producer_state.producers) == {8}  # an open transaction never expires
+        with pytest.raises(UnknownProducerIdError):
+            log.append(pbatch(7, 1, ts=T0 + 1000))
+    finally:
+        manager.close()
+
+
+def test_open_deletes_snapshots_above_the_log_end(directory) -> None:
+    with open_log(directory) as log:
+        log.append(pbatch(7, 0))
+    stray = directory / "00000000000000000099.snapshot"
+    stray.write_bytes((directory / "00000000000000000001.snapshot").read_bytes())
+    with PartitionLog.open(directory, time_ms=Clock(), had_clean_shutdown=True) as log:
+        assert not stray.exists()
+        assert log.append(pbatch(7, 0)).duplicate
