@@ -25,6 +25,13 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     SHUTTING_DOWN: _ClassVar[ErrorReason]
     AUTHENTICATION_FAILED: _ClassVar[ErrorReason]
     NOT_AUTHORIZED: _ClassVar[ErrorReason]
+    CONCURRENT_TRANSACTIONS: _ClassVar[ErrorReason]
+    COORDINATOR_LOAD_IN_PROGRESS: _ClassVar[ErrorReason]
+    PRODUCER_FENCED: _ClassVar[ErrorReason]
+    INVALID_PRODUCER_ID_MAPPING: _ClassVar[ErrorReason]
+    TRANSACTIONAL_ID_NOT_FOUND: _ClassVar[ErrorReason]
+    INVALID_TXN_STATE: _ClassVar[ErrorReason]
+    INVALID_TRANSACTION_TIMEOUT: _ClassVar[ErrorReason]
 
 class Compression(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -65,6 +72,13 @@ STORAGE_ERROR: ErrorReason
 SHUTTING_DOWN: ErrorReason
 AUTHENTICATION_FAILED: ErrorReason
 NOT_AUTHORIZED: ErrorReason
+CONCURRENT_TRANSACTIONS: ErrorReason
+COORDINATOR_LOAD_IN_PROGRESS: ErrorReason
+PRODUCER_FENCED: ErrorReason
+INVALID_PRODUCER_ID_MAPPING: ErrorReason
+TRANSACTIONAL_ID_NOT_FOUND: ErrorReason
+INVALID_TXN_STATE: ErrorReason
+INVALID_TRANSACTION_TIMEOUT: ErrorReason
 COMPRESSION_NONE: Compression
 COMPRESSION_GZIP: Compression
 COMPRESSION_SNAPPY: Compression
