@@ -51,17 +51,22 @@ __all__ = [
     "ERRORS_BY_REASON",
     "AuthenticationError",
     "BrokerUnavailableError",
+    "ConcurrentTransactionsError",
+    "CoordinatorLoadInProgressError",
     "CorruptRecordError",
     "InvalidConfigError",
     "InvalidProducerEpochError",
+    "InvalidProducerIdMappingError",
     "InvalidRecordError",
     "InvalidRequestError",
     "InvalidTimestampError",
     "InvalidTopicError",
+    "InvalidTransactionTimeoutError",
     "InvalidTxnStateError",
     "NotAuthorizedError",
     "OffsetOutOfRangeError",
     "OutOfOrderSequenceError",
+    "ProducerFencedError",
     "RecordTooLargeError",
     "RequestTimeoutError",
     "ShuttingDownError",
@@ -70,6 +75,7 @@ __all__ = [
     "StratalogError",
     "TopicAlreadyExistsError",
     "TransactionCoordinatorFencedError",
+    "TransactionalIdNotFoundError",
     "UnknownProducerIdError",
     "UnknownTopicOrPartitionError",
     "from_rpc_error",
@@ -273,6 +279,53 @@ class TransactionCoordinatorFencedError(StratalogError):
     reason = "TRANSACTION_COORDINATOR_FENCED"
 
 
+# The transaction coordinator's reasons (docs/transactions.md).
+
+
+class ConcurrentTransactionsError(StratalogError):
+    """The transactional id's previous transaction is still completing; retry shortly."""
+
+    code = grpc.StatusCode.ABORTED
+    reason = "CONCURRENT_TRANSACTIONS"
+    retriable = True
+
+
+class CoordinatorLoadInProgressError(StratalogError):
+    """The transaction coordinator is still loading its state log; retry shortly."""
+
+    code = grpc.StatusCode.UNAVAILABLE
+    reason = "COORDINATOR_LOAD_IN_PROGRESS"
+    retriable = True
+
+
+class ProducerFencedError(StratalogError):
+    """A newer instance with the same transactional id bumped the epoch: this one must stop."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+    reason = "PRODUCER_FENCED"
+
+
+class InvalidProducerIdMappingError(StratalogError):
+    """The producer id does not belong to the transactional id."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+    reason = "INVALID_PRODUCER_ID_MAPPING"
+
+
+class TransactionalIdNotFoundError(StratalogError):
+    """The coordinator knows no such transactional id (never initialised, or expired)."""
+
+    code = grpc.StatusCode.NOT_FOUND
+    reason = "TRANSACTIONAL_ID_NOT_FOUND"
+
+
+class InvalidTransactionTimeoutError(StratalogError):
+    """transaction.timeout.ms outside 1 .. transaction.max.timeout.ms."""
+
+    code = grpc.StatusCode.INVALID_ARGUMENT
+    reason = "INVALID_TRANSACTION_TIMEOUT"
+
+
 class AuthenticationError(StratalogError):
     """The server (or a proxy before it) did not accept the caller's credentials."""
 
@@ -330,6 +383,12 @@ ERRORS_BY_REASON: Mapping[str, type[StratalogError]] = _table_by_reason(
     UnknownProducerIdError,
     InvalidTxnStateError,
     TransactionCoordinatorFencedError,
+    ConcurrentTransactionsError,
+    CoordinatorLoadInProgressError,
+    ProducerFencedError,
+    InvalidProducerIdMappingError,
+    TransactionalIdNotFoundError,
+    InvalidTransactionTimeoutError,
 )
 
 # Statuses without ErrorInfo that still have a class of their own: transport failures, and

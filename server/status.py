@@ -53,6 +53,7 @@ from grpc_status import rpc_status
 
 from stratalog.records import errors as record_errors
 from stratalog.server.storage import errors as storage_errors
+from stratalog.server.transactions import errors as transaction_errors
 from stratalog.v1 import broker_pb2
 
 __all__ = [
@@ -108,6 +109,12 @@ REASON_CODES: Mapping[str, grpc.StatusCode] = types.MappingProxyType({
     _reason("UNKNOWN_PRODUCER_ID"): _Code.FAILED_PRECONDITION,
     _reason("INVALID_TXN_STATE"): _Code.FAILED_PRECONDITION,
     _reason("TRANSACTION_COORDINATOR_FENCED"): _Code.FAILED_PRECONDITION,
+    _reason("CONCURRENT_TRANSACTIONS"): _Code.ABORTED,
+    _reason("COORDINATOR_LOAD_IN_PROGRESS"): _Code.UNAVAILABLE,
+    _reason("PRODUCER_FENCED"): _Code.FAILED_PRECONDITION,
+    _reason("INVALID_PRODUCER_ID_MAPPING"): _Code.FAILED_PRECONDITION,
+    _reason("TRANSACTIONAL_ID_NOT_FOUND"): _Code.NOT_FOUND,
+    _reason("INVALID_TRANSACTION_TIMEOUT"): _Code.INVALID_ARGUMENT,
 })
 
 #: Exception class -> ErrorReason name. Looked up along the exception's MRO (nearest ancestor).
@@ -142,6 +149,20 @@ ERROR_TABLE: Mapping[type[BaseException], str] = types.MappingProxyType({
     storage_errors.OffsetOverflowError: "STORAGE_ERROR",
     storage_errors.LogDirLockedError: "STORAGE_ERROR",
     storage_errors.StorageIOError: "STORAGE_ERROR",
+    # The transaction coordinator. Retriable: CONCURRENT_TRANSACTIONS (the markers of the id's
+    # last commit or abort are still being written) and COORDINATOR_LOAD_IN_PROGRESS.
+    transaction_errors.TransactionError: "INVALID_REQUEST",
+    transaction_errors.ConcurrentTransactionsError: "CONCURRENT_TRANSACTIONS",
+    transaction_errors.CoordinatorLoadInProgressError: "COORDINATOR_LOAD_IN_PROGRESS",
+    transaction_errors.ProducerFencedError: "PRODUCER_FENCED",
+    transaction_errors.InvalidProducerIdMappingError: "INVALID_PRODUCER_ID_MAPPING",
+    transaction_errors.TransactionalIdNotFoundError: "TRANSACTIONAL_ID_NOT_FOUND",
+    transaction_errors.InvalidTxnStateError: "INVALID_TXN_STATE",
+    transaction_errors.InvalidTransactionTimeoutError: "INVALID_TRANSACTION_TIMEOUT",
+    transaction_errors.InvalidTransactionalIdError: "INVALID_REQUEST",
+    # The server's own trouble: its state log is damaged, or it ran out of producer ids.
+    transaction_errors.CorruptTransactionLogError: "STORAGE_ERROR",
+    transaction_errors.ProducerIdsExhaustedError: "STORAGE_ERROR",
 })
 
 # Reasons whose cause is on the server's side: their exception messages name server files.

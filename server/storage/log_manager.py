@@ -11,6 +11,7 @@ bounded (flush, retention, checkpoints, delayed deletes)::
       stratalog-topics.json               the topic catalogue (topic_catalog.py)
       orders-0/  orders-2/                partitions: a new one goes to the dir with the fewest
       old-0.<hex>-delete/                 a deleted partition, removed file.delete.delay.ms later
+      __transaction_state-0/              an internal topic: opened by its owner, not listed here
 
 Lifecycle: :meth:`LogManager.open` locks every directory, consumes the clean-shutdown markers
 ([B-56]), reads the checkpoints and the catalogue, and loads every partition (segment recovery
@@ -80,6 +81,8 @@ from .topic_names import (
 
 __all__ = [
     "DEFAULT_MAINTENANCE_INTERVAL_MS",
+    "INTERNAL_TOPICS",
+    "TRANSACTION_STATE_TOPIC",
     "LogManager",
     "MaintenanceReport",
     "PartitionDescription",
@@ -93,6 +96,13 @@ TopicPartition = tuple[str, int]
 # How often the embedded background thread runs a maintenance pass; each job keeps its own
 # (longer) interval, so this is only the resolution of their schedules.
 DEFAULT_MAINTENANCE_INTERVAL_MS = 1000
+
+# Internal topics: logs the server keeps for itself in a log directory (the transaction
+# coordinator's state, server/transactions). Their owners open them; the manager neither loads,
+# lists nor lets anyone create them.
+TRANSACTION_STATE_TOPIC = "__transaction_state"
+INTERNAL_TOPICS = frozenset({TRANSACTION_STATE_TOPIC})
+_INTERNAL_COLLISION_KEYS = frozenset(topic_collision_key(name) for name in INTERNAL_TOPICS)
 
 
 @dataclass(frozen=True)
@@ -160,7 +170,7 @@ class LogManager:
 
     Invariants: every live catalogue topic with ``n`` partitions has exactly the logs
     ``(topic, 0) .. (topic, n - 1)`` open, each in one log directory; every partition directory
-    in a log directory belongs to a catalogue topic (directories written by Kafka, with no
+    in a log directory belongs to a catalogue topic or is an internal topic's (directories written by Kafka, with no
     catalogue, are adopted at open with the server defaults).
 
     Crash behaviour: the catalogue is written before partition directories are created and,
@@ -317,12 +327,19 @@ class LogManager:
                     log.warning("ignoring %s directory %s", kind.name.lower(), entry.path)
                     continue
                 topic_partition = parse_partition_dir_name(name)
+                if topic_partition[0] in INTERNAL_TOPICS:
+                    continue  # its owner opens it
                 if topic_partition in found:
                     raise StorageError(
                         f"partition {name} exists in two log directories: "
                         f"{found[topic_partition]} and {state.path}"
                     )
                 found[topic_partition] = state.path
+        for name in sorted(INTERNAL_TOPICS & catalog.topics.keys()):
+            # A topic created before its name was reserved: its owner opens that directory now.
+            log.warning("ignoring topic %s of the catalogue: the name is reserved for an "
+                        "internal topic", name)
+            catalog = catalog.without_topic(name)
         catalog = self._reconcile(catalog, found)
         self._catalog = catalog
         self._load_logs(catalog, found)
@@ -488,7 +505,8 @@ class LogManager:
         first in ``log_dirs``), as Kafka's ``nextLogDirs``.
 
         Raises:
-            InvalidTopicError: a bad name, a partition count below 1 or above
+            InvalidTopicError: a bad name, an internal topic's name (``INTERNAL_TOPICS``, or one
+                colliding with it), a partition count below 1 or above
                 ``log.topic.partitions.max``, or a name that collides with an existing topic
                 once ``.`` and ``_`` are unified.
             TopicAlreadyExistsError: the topic exists.
@@ -497,6 +515,8 @@ class LogManager:
                 again as far as possible).
         """
         validate_topic_name(name)
+        if topic_collision_key(name) in _INTERNAL_COLLISION_KEYS:
+            raise InvalidTopicError(f"topic {name} is reserved for the server's internal use")
         if isinstance(partitions, bool) or not isinstance(partitions, int):
             raise InvalidTopicError(f"partition count of topic {name} must be an int, "
                                     f"not {partitions!r}")

@@ -30,6 +30,12 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     UNKNOWN_PRODUCER_ID: _ClassVar[ErrorReason]
     INVALID_TXN_STATE: _ClassVar[ErrorReason]
     TRANSACTION_COORDINATOR_FENCED: _ClassVar[ErrorReason]
+    CONCURRENT_TRANSACTIONS: _ClassVar[ErrorReason]
+    COORDINATOR_LOAD_IN_PROGRESS: _ClassVar[ErrorReason]
+    PRODUCER_FENCED: _ClassVar[ErrorReason]
+    INVALID_PRODUCER_ID_MAPPING: _ClassVar[ErrorReason]
+    TRANSACTIONAL_ID_NOT_FOUND: _ClassVar[ErrorReason]
+    INVALID_TRANSACTION_TIMEOUT: _ClassVar[ErrorReason]
 
 class Compression(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -75,6 +81,12 @@ INVALID_PRODUCER_EPOCH: ErrorReason
 UNKNOWN_PRODUCER_ID: ErrorReason
 INVALID_TXN_STATE: ErrorReason
 TRANSACTION_COORDINATOR_FENCED: ErrorReason
+CONCURRENT_TRANSACTIONS: ErrorReason
+COORDINATOR_LOAD_IN_PROGRESS: ErrorReason
+PRODUCER_FENCED: ErrorReason
+INVALID_PRODUCER_ID_MAPPING: ErrorReason
+TRANSACTIONAL_ID_NOT_FOUND: ErrorReason
+INVALID_TRANSACTION_TIMEOUT: ErrorReason
 COMPRESSION_NONE: Compression
 COMPRESSION_GZIP: Compression
 COMPRESSION_SNAPPY: Compression

@@ -315,7 +315,9 @@ def test_client_and_server_agree_on_codes_and_domain() -> None:
 
 def test_retriable_flags_are_the_documented_ones() -> None:
     retriable = {reason for reason, cls in errors.ERRORS_BY_REASON.items() if cls.retriable}
-    assert retriable == {"SHUTTING_DOWN", "STORAGE_ERROR"}
+    assert retriable == {
+        "SHUTTING_DOWN", "STORAGE_ERROR", "CONCURRENT_TRANSACTIONS", "COORDINATOR_LOAD_IN_PROGRESS",
+    }
     assert errors.BrokerUnavailableError.retriable and errors.RequestTimeoutError.retriable
 
 

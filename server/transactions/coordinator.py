@@ -1,0 +1,594 @@
+"""The transaction coordinator: Kafka's ``TransactionCoordinator`` for a single server.
+
+It answers the three transaction requests of a producer, and keeps every transactional id's state
+in ``__transaction_state`` (:mod:`.transaction_state_manager`)::
+
+    InitProducerId(None)            -> a new producer id, epoch 0 (an idempotent producer)
+    InitProducerId("t", timeout)    -> t's producer id, epoch + 1: the previous instance is fenced;
+                                       an open transaction of t is aborted first; at epoch
+                                       32766 t gets a new producer id with epoch 0
+    AddPartitionsToTxn(t, pid, epoch, partitions)  Empty/Complete* -> Ongoing (a transaction
+                                       begins), Ongoing -> Ongoing with more partitions
+    EndTxn(t, pid, epoch, commit)   Ongoing -> Prepare{Commit,Abort} logged -> a COMMIT/ABORT
+                                       marker written to every partition (``write_markers``)
+                                       -> Complete{Commit,Abort} logged
+
+``write_markers(topic, partition, producer_id, producer_epoch, coordinator_epoch, commit)`` is
+injected: the server passes the call that appends a control batch to a partition log. Markers
+must be idempotent (the coordinator writes them again after a crash or a failed write).
+
+Once Prepare* is logged the outcome is decided: EndTxn succeeds even if a marker write fails
+then (as in Kafka, where markers are sent after the answer); the markers are retried by
+:meth:`TransactionCoordinator.run_maintenance` and by the next request for the id, which gets
+CONCURRENT_TRANSACTIONS (retriable) until they are all written. On load, every transaction
+found in Prepare* is completed; one found Ongoing is left to time out. The maintenance pass
+aborts transactions open past their timeout, fencing their producer (epoch + 1) as Kafka does,
+and expires ids unused for ``transactional.id.expiration.ms``.
+
+Differences from Kafka, all from having one server: no coordinator partitions, leadership or
+FindCoordinator (this server coordinates every id; the coordinator epoch is always 0); markers
+are written in-process and synchronously, so an InitProducerId that must abort an open
+transaction answers once the abort is complete instead of asking the client to retry
+(CONCURRENT_TRANSACTIONS); an unknown transactional id gets TRANSACTIONAL_ID_NOT_FOUND rather
+than INVALID_PRODUCER_ID_MAPPING; no KIP-360 epoch-bump recovery (``expected producer id and
+epoch``) and no transaction version 2 (KIP-890).
+
+Concurrency: thread-safe; the servicer calls it from its thread pool (every method blocks on
+file I/O and on ``write_markers``). Requests for one transactional id are serialised by a lock
+(one of :data:`LOCK_STRIPES`, by the id's hash), held across the state log appends and the
+marker writes, so each answer is given after its state change is in the log.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NamedTuple, Protocol
+
+from stratalog.server.storage.clock import wall_clock_ms
+from stratalog.server.storage.errors import (
+    InvalidTopicError,
+    LogClosedError,
+    UnknownTopicOrPartitionError,
+)
+from stratalog.server.storage.topic_names import validate_partition, validate_topic_name
+
+from .config import DEFAULT_TRANSACTION_TIMEOUT_MS, TransactionConfig
+from .errors import (
+    ConcurrentTransactionsError,
+    CoordinatorLoadInProgressError,
+    InvalidProducerIdMappingError,
+    InvalidTransactionalIdError,
+    InvalidTransactionTimeoutError,
+    InvalidTxnStateError,
+    ProducerFencedError,
+    TransactionalIdNotFoundError,
+)
+from .producer_ids import ProducerIdManager
+from .transaction_log import TRANSACTIONAL_ID_BYTES_MAX
+from .transaction_metadata import TopicPartition, TransactionMetadata, TransactionState
+from .transaction_state_manager import TransactionStateManager
+
+__all__ = [
+    "COORDINATOR_EPOCH",
+    "LOCK_STRIPES",
+    "CoordinatorMaintenanceReport",
+    "ProducerIdAndEpoch",
+    "TransactionCoordinator",
+    "WriteMarkers",
+]
+
+log = logging.getLogger(__name__)
+
+#: Kafka's coordinator epoch is the leader epoch of the id's __transaction_state partition; one
+#: server leads its only partition for ever.
+COORDINATOR_EPOCH = 0
+#: Locks serialising the requests of one transactional id (ids share a lock by hash).
+LOCK_STRIPES = 64
+
+
+class WriteMarkers(Protocol):
+    """Writes one COMMIT (``commit``) or ABORT marker for a producer to one partition.
+
+    Raises what the partition log raises; ``UnknownTopicOrPartitionError`` means the partition
+    is gone, and the coordinator then skips it (as Kafka's marker channel does).
+    """
+
+    def __call__(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
+                 coordinator_epoch: int, commit: bool) -> None: ...
+
+
+class ProducerIdAndEpoch(NamedTuple):
+    """What InitProducerId answers."""
+
+    producer_id: int
+    producer_epoch: int
+
+
+@dataclass
+class CoordinatorMaintenanceReport:
+    """What one :meth:`TransactionCoordinator.run_maintenance` pass did."""
+
+    now_ms: int
+    completed: int = 0  # Prepare* transactions whose markers were written
+    aborted_timed_out: int = 0
+    expired_ids: int = 0
+    compacted: bool = False
+    errors: list[str] = field(default_factory=list)
+
+
+class TransactionCoordinator:
+    """Transactional ids, their producers and transactions; producer ids for every producer.
+
+    Holds: the state manager (the log and the latest metadata per id) once loaded, the producer
+    id manager, ``write_markers``, the settings, the clock, the id locks and the maintenance
+    schedule. Invariants: see :class:`TransactionStateManager`; a transactional id's state
+    changes only under its lock, and only by appending the new state first.
+
+    Crash behaviour: whatever was answered is in the log (fsynced); a crash between Prepare*
+    and Complete* is completed at the next load.
+
+    Lifecycle: ``TransactionCoordinator(...)`` does no I/O; :meth:`load` opens and replays the
+    log (requests before it get COORDINATOR_LOAD_IN_PROGRESS); :meth:`close` closes it (requests
+    after it get LogClosedError, SHUTTING_DOWN). :meth:`open` is both first steps.
+    """
+
+    def __init__(
+        self,
+        log_dirs: Sequence[Path | str],
+        write_markers: WriteMarkers | Callable[..., None],
+        *,
+        config: TransactionConfig | None = None,
+        time_ms: Callable[[], int] | None = None,
+        flush_each_append: bool = True,
+        broker_id: int = 0,
+    ) -> None:
+        assert log_dirs, "at least one log directory"
+        self._log_dirs = [Path(d) for d in log_dirs]
+        self._write_markers = write_markers
+        self._config = config if config is not None else TransactionConfig()
+        self._time_ms = time_ms if time_ms is not None else wall_clock_ms
+        self._flush_each_append = flush_each_append
+        self._broker_id = broker_id
+        self._stripes = [threading.Lock() for _ in range(LOCK_STRIPES)]
+        self._state: TransactionStateManager | None = None
+        self._producer_ids: ProducerIdManager | None = None
+        self._closed = False
+        self._lifecycle_lock = threading.Lock()
+        self._maintenance_lock = threading.Lock()
+        self._next_abort_check_ms = 0
+        self._next_expiry_check_ms = 0
+
+    @classmethod
+    def open(
+        cls,
+        log_dirs: Sequence[Path | str],
+        write_markers: WriteMarkers | Callable[..., None],
+        **kwargs: object,
+    ) -> TransactionCoordinator:
+        """Construct (``kwargs`` as for the constructor) and :meth:`load`."""
+        coordinator = cls(log_dirs, write_markers, **kwargs)  # type: ignore[arg-type]
+        coordinator.load()
+        return coordinator
+
+    def load(self) -> None:
+        """Open and replay the state log, then complete the transactions found in Prepare*.
+
+        A completion that fails (a marker write) is logged and retried by the maintenance pass.
+
+        Raises:
+            StorageError: the state log cannot be opened or read.
+            CorruptTransactionLogError: a record of it does not decode.
+        """
+        with self._lifecycle_lock:
+            if self._closed:
+                raise LogClosedError("the transaction coordinator is closed")
+            assert self._state is None, "load() once"
+            state = TransactionStateManager.open(
+                self._log_dirs, time_ms=self._time_ms,
+                flush_each_append=self._flush_each_append, broker_id=self._broker_id,
+            )
+            self._producer_ids = ProducerIdManager(state.append_producer_ids,
+                                                   state.next_producer_id)
+            self._state = state
+        report = CoordinatorMaintenanceReport(self._time_ms())
+        self._complete_pending(report)
+        for error in report.errors:
+            log.error("completing a transaction at load failed (retried later): %s", error)
+
+    def close(self) -> None:
+        """Close the state log. Idempotent. Requests in flight finish or fail with LogClosedError."""
+        with self._lifecycle_lock:
+            self._closed = True
+            if self._state is not None:
+                self._state.close()
+
+    @property
+    def config(self) -> TransactionConfig:
+        return self._config
+
+    @property
+    def state_manager(self) -> TransactionStateManager:
+        """The loaded state (for tests and tools).
+
+        Raises:
+            CoordinatorLoadInProgressError, LogClosedError: not loaded yet, or closed.
+        """
+        return self._loaded()
+
+    def _loaded(self) -> TransactionStateManager:
+        if self._closed:
+            raise LogClosedError("the transaction coordinator is closed")
+        state = self._state
+        if state is None:
+            raise CoordinatorLoadInProgressError(
+                "the transaction coordinator is loading its state log; retry"
+            )
+        return state
+
+    def _lock_for(self, transactional_id: str) -> threading.Lock:
+        return self._stripes[hash(transactional_id) % LOCK_STRIPES]
+
+    # ---------------------------------------------------------------- requests
+
+    def init_producer_id(
+        self,
+        transactional_id: str | None = None,
+        transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS,
+    ) -> ProducerIdAndEpoch:
+        """Kafka's InitProducerId: a producer id and epoch for a producer that starts.
+
+        Without ``transactional_id``: a producer id never handed out before, epoch 0 (the
+        timeout is ignored). With one: the id's producer id (allocated on its first call) with
+        its epoch bumped, fencing every earlier instance; a transaction left open is aborted
+        first (its markers written); at an exhausted epoch (32766) the id gets a new producer
+        id with epoch 0. The timeout is stored for the id's transactions.
+
+        Raises:
+            InvalidTransactionalIdError: an empty or oversized transactional id.
+            InvalidTransactionTimeoutError: timeout not in 1 .. transaction.max.timeout.ms.
+            ConcurrentTransactionsError: a commit or abort of the id cannot complete yet.
+            CoordinatorLoadInProgressError, LogClosedError, StorageError, ProducerIdsExhaustedError.
+        """
+        state = self._loaded()
+        if transactional_id is None:
+            return ProducerIdAndEpoch(self._generate_producer_id(), 0)
+        _check_transactional_id(transactional_id)
+        self._check_timeout(transactional_id, transaction_timeout_ms)
+        with self._lock_for(transactional_id):
+            now_ms = self._time_ms()
+            metadata = state.get(transactional_id)
+            if metadata is None:
+                metadata = TransactionMetadata.new(
+                    transactional_id, self._generate_producer_id(), transaction_timeout_ms, now_ms)
+            else:
+                metadata = self._complete_or_refuse(metadata)
+            if metadata.state is TransactionState.ONGOING:
+                log.info("InitProducerId for %s: aborting its open transaction",
+                         metadata.describe())
+                metadata = self._fence_and_abort(metadata, now_ms, refuse_on_failure=True)
+            if metadata.is_producer_epoch_exhausted:
+                new = metadata.prepare_producer_id_rotation(
+                    self._generate_producer_id(), transaction_timeout_ms, now_ms)
+                log.info("%s: epoch exhausted, new producer id %d", metadata.describe(),
+                         new.producer_id)
+            else:
+                new = metadata.prepare_increment_epoch(transaction_timeout_ms, now_ms)
+            state.append_transaction(new)
+            return ProducerIdAndEpoch(new.producer_id, new.producer_epoch)
+
+    def add_partitions_to_txn(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: Iterable[TopicPartition],
+    ) -> None:
+        """Kafka's AddPartitionsToTxn: ``partitions`` join the id's transaction, which begins if
+        none is open (state Ongoing). Adding partitions already in it writes nothing.
+
+        Raises:
+            InvalidTransactionalIdError: empty/oversized id, no partitions, or more than
+                transaction.partitions.max in the transaction.
+            InvalidTopicError: a bad topic name or partition number.
+            TransactionalIdNotFoundError: the id has no state (InitProducerId first).
+            InvalidProducerIdMappingError: ``producer_id`` is not the id's.
+            ProducerFencedError: ``producer_epoch`` is not the id's current epoch.
+            ConcurrentTransactionsError: a commit or abort of the id cannot complete yet.
+            CoordinatorLoadInProgressError, LogClosedError, StorageError.
+        """
+        state = self._loaded()
+        _check_transactional_id(transactional_id)
+        requested = self._check_partitions(transactional_id, partitions)
+        with self._lock_for(transactional_id):
+            metadata = self._complete_or_refuse(self._require(state, transactional_id))
+            self._check_producer(metadata, producer_id, producer_epoch)
+            if metadata.state is TransactionState.ONGOING and requested <= metadata.partitions:
+                return
+            if metadata.state is TransactionState.ONGOING:
+                total = len(metadata.partitions | requested)
+            else:
+                total = len(requested)
+            if total > self._config.transaction_partitions_max:
+                raise InvalidTransactionalIdError(
+                    f"transactional id {transactional_id!r}: a transaction of {total} partitions "
+                    f"exceeds transaction.partitions.max={self._config.transaction_partitions_max}"
+                )
+            state.append_transaction(metadata.prepare_add_partitions(requested, self._time_ms()))
+
+    def end_txn(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
+    ) -> None:
+        """Kafka's EndTxn: commit or abort the id's transaction.
+
+        Logs PrepareCommit/PrepareAbort, writes a marker to every partition of the transaction,
+        logs CompleteCommit/CompleteAbort. Returns once the decision is logged: if a marker
+        write fails after that, the completion is retried (see the module docstring). Ending a
+        transaction that already completed the same way succeeds again (a client's retry).
+
+        Raises:
+            InvalidTransactionalIdError: an empty or oversized id.
+            TransactionalIdNotFoundError, InvalidProducerIdMappingError, ProducerFencedError:
+                as for :meth:`add_partitions_to_txn`.
+            InvalidTxnStateError: no transaction open (Empty), or the opposite outcome already
+                decided (commit after an abort, abort after a commit).
+            ConcurrentTransactionsError: the previous commit or abort cannot complete yet.
+            CoordinatorLoadInProgressError, LogClosedError, StorageError.
+        """
+        state = self._loaded()
+        _check_transactional_id(transactional_id)
+        with self._lock_for(transactional_id):
+            metadata = self._complete_or_refuse(self._require(state, transactional_id))
+            self._check_producer(metadata, producer_id, producer_epoch)
+            completed = (TransactionState.COMPLETE_COMMIT if commit
+                         else TransactionState.COMPLETE_ABORT)
+            if metadata.state is completed:
+                return  # a retry of the EndTxn that completed it
+            if metadata.state is not TransactionState.ONGOING:
+                outcome = "commit" if commit else "abort"
+                raise InvalidTxnStateError(
+                    f"cannot {outcome} {metadata.describe()}: "
+                    + ("no transaction is open (add partitions first)"
+                       if metadata.state is TransactionState.EMPTY
+                       else "the transaction already ended the other way")
+                )
+            prepared = metadata.prepare_end(commit, self._time_ms())
+            state.append_transaction(prepared)
+            try:
+                self._write_markers_and_complete(prepared)
+            except Exception as exc:  # the outcome is logged: completion is retried
+                log.warning("%s: markers not all written, retried later: %s",
+                            prepared.describe(), exc)
+
+    def describe_transaction(self, transactional_id: str) -> TransactionMetadata:
+        """The id's latest logged metadata (Kafka's DescribeTransactions).
+
+        Raises:
+            TransactionalIdNotFoundError, CoordinatorLoadInProgressError, LogClosedError.
+        """
+        return self._require(self._loaded(), transactional_id)
+
+    # ---------------------------------------------------------------- maintenance
+
+    def run_maintenance(self, now_ms: int | None = None) -> CoordinatorMaintenanceReport:
+        """One background pass: complete Prepare* transactions, abort the timed-out ones
+        (every ``transaction.abort.timed.out.transaction.cleanup.interval.ms``), expire
+        unused ids (every ``transaction.remove.expired.transaction.cleanup.interval.ms``),
+        and compact the state log when it is due. A failure of one id does not stop the pass
+        (``errors``). Passes do not overlap (a second caller waits).
+        """
+        now = self._time_ms() if now_ms is None else now_ms
+        report = CoordinatorMaintenanceReport(now)
+        with self._maintenance_lock:
+            state = self._loaded()
+            self._complete_pending(report)
+            if now >= self._next_abort_check_ms:
+                self._next_abort_check_ms = now + self._config.abort_timed_out_interval_ms
+                report.aborted_timed_out = self._abort_timed_out(now, report)
+            if now >= self._next_expiry_check_ms:
+                self._next_expiry_check_ms = now + self._config.remove_expired_interval_ms
+                report.expired_ids = self._remove_expired(now, report)
+            try:
+                report.compacted = state.maybe_compact()
+            except Exception as exc:
+                report.errors.append(f"compacting the transaction state log: {exc}")
+        return report
+
+    def abort_timed_out_transactions(self, now_ms: int | None = None) -> int:
+        """Abort every transaction Ongoing for longer than its timeout, bumping its producer's
+        epoch (Kafka's ``abortTimedOutTransactions``). Returns how many were aborted.
+        """
+        report = CoordinatorMaintenanceReport(self._time_ms() if now_ms is None else now_ms)
+        self._loaded()
+        count = self._abort_timed_out(report.now_ms, report)
+        for error in report.errors:
+            log.error("%s", error)
+        return count
+
+    def remove_expired_transactional_ids(self, now_ms: int | None = None) -> int:
+        """Forget every id with no open transaction and no state change for
+        ``transactional.id.expiration.ms`` (a tombstone each). Returns how many.
+        """
+        report = CoordinatorMaintenanceReport(self._time_ms() if now_ms is None else now_ms)
+        self._loaded()
+        count = self._remove_expired(report.now_ms, report)
+        for error in report.errors:
+            log.error("%s", error)
+        return count
+
+    def _complete_pending(self, report: CoordinatorMaintenanceReport) -> None:
+        state = self._loaded()
+        for metadata in state.transactions():
+            if not metadata.state.is_prepare:
+                continue
+            with self._lock_for(metadata.transactional_id):
+                current = state.get(metadata.transactional_id)
+                if current is None or not current.state.is_prepare:
+                    continue
+                try:
+                    self._write_markers_and_complete(current)
+                    report.completed += 1
+                except Exception as exc:
+                    report.errors.append(f"completing {current.describe()}: {exc}")
+
+    def _abort_timed_out(self, now_ms: int, report: CoordinatorMaintenanceReport) -> int:
+        state = self._loaded()
+        aborted = 0
+        for metadata in state.transactions():
+            if not metadata.is_timed_out(now_ms):
+                continue
+            with self._lock_for(metadata.transactional_id):
+                current = state.get(metadata.transactional_id)
+                if current is None or not current.is_timed_out(now_ms):
+                    continue
+                log.info("aborting the transaction of %s: open since %d, timeout %d ms",
+                         current.describe(), current.txn_start_timestamp_ms,
+                         current.txn_timeout_ms)
+                try:
+                    self._fence_and_abort(current, now_ms, refuse_on_failure=False)
+                    aborted += 1
+                except Exception as exc:
+                    report.errors.append(f"aborting timed-out {current.describe()}: {exc}")
+        return aborted
+
+    def _remove_expired(self, now_ms: int, report: CoordinatorMaintenanceReport) -> int:
+        state = self._loaded()
+        horizon_ms = now_ms - self._config.transactional_id_expiration_ms
+        expired = 0
+        for metadata in state.transactions():
+            if not _expired(metadata, horizon_ms):
+                continue
+            with self._lock_for(metadata.transactional_id):
+                current = state.get(metadata.transactional_id)
+                if current is None or not _expired(current, horizon_ms):
+                    continue
+                try:
+                    state.append_transaction(current.prepare_dead(now_ms))
+                    expired += 1
+                    log.info("expired %s: unused since %d", current.describe(),
+                             current.txn_last_update_timestamp_ms)
+                except Exception as exc:
+                    report.errors.append(f"expiring {current.describe()}: {exc}")
+        return expired
+
+    # ---------------------------------------------------------------- steps
+
+    def _generate_producer_id(self) -> int:
+        producer_ids = self._producer_ids
+        assert producer_ids is not None
+        return producer_ids.generate()
+
+    def _check_timeout(self, transactional_id: str, timeout_ms: int) -> None:
+        maximum = self._config.transaction_max_timeout_ms
+        if (isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int)
+                or not 0 < timeout_ms <= maximum):
+            raise InvalidTransactionTimeoutError(
+                f"transactional id {transactional_id!r}: transaction timeout {timeout_ms!r} ms "
+                f"is not in 1 .. {maximum} (transaction.max.timeout.ms)"
+            )
+
+    def _check_partitions(
+        self, transactional_id: str, partitions: Iterable[TopicPartition]
+    ) -> frozenset[TopicPartition]:
+        requested = frozenset(partitions)
+        if not requested:
+            raise InvalidTransactionalIdError(
+                f"transactional id {transactional_id!r}: no partitions to add"
+            )
+        if len(requested) > self._config.transaction_partitions_max:
+            raise InvalidTransactionalIdError(
+                f"transactional id {transactional_id!r}: {len(requested)} partitions exceed "
+                f"transaction.partitions.max={self._config.transaction_partitions_max}"
+            )
+        for item in requested:
+            if not (isinstance(item, tuple) and len(item) == 2):
+                raise InvalidTopicError(
+                    f"transactional id {transactional_id!r}: {item!r} is not (topic, partition)"
+                )
+            validate_topic_name(item[0])
+            validate_partition(item[1])
+        return requested
+
+    @staticmethod
+    def _require(state: TransactionStateManager, transactional_id: str) -> TransactionMetadata:
+        metadata = state.get(transactional_id)
+        if metadata is None:
+            raise TransactionalIdNotFoundError(
+                f"transactional id {transactional_id!r} is unknown: InitProducerId was not "
+                "called for it, or it expired (transactional.id.expiration.ms)"
+            )
+        return metadata
+
+    @staticmethod
+    def _check_producer(metadata: TransactionMetadata, producer_id: int, epoch: int) -> None:
+        if producer_id != metadata.producer_id:
+            raise InvalidProducerIdMappingError(
+                f"producer id {producer_id} does not belong to {metadata.describe()}"
+            )
+        if epoch != metadata.producer_epoch:
+            raise ProducerFencedError(
+                f"producer epoch {epoch} is not the current one of {metadata.describe()}: "
+                + ("a newer producer instance fenced this one" if epoch < metadata.producer_epoch
+                   else "the epoch is from the future")
+            )
+
+    def _complete_or_refuse(self, metadata: TransactionMetadata) -> TransactionMetadata:
+        """A Prepare* transaction completed (markers written), or ConcurrentTransactionsError."""
+        if not metadata.state.is_prepare:
+            return metadata
+        try:
+            return self._write_markers_and_complete(metadata)
+        except Exception as exc:
+            raise ConcurrentTransactionsError(
+                f"{metadata.describe()}: the markers of its "
+                f"{'commit' if metadata.state is TransactionState.PREPARE_COMMIT else 'abort'} "
+                f"are not all written yet ({exc}); retry"
+            ) from exc
+
+    def _fence_and_abort(
+        self, metadata: TransactionMetadata, now_ms: int, *, refuse_on_failure: bool
+    ) -> TransactionMetadata:
+        """Ongoing -> (epoch + 1) PrepareAbort logged -> markers -> CompleteAbort logged."""
+        state = self._loaded()
+        prepared = metadata.prepare_fence_producer_epoch(now_ms).prepare_end(False, now_ms)
+        state.append_transaction(prepared)
+        if refuse_on_failure:
+            return self._complete_or_refuse(prepared)
+        return self._write_markers_and_complete(prepared)
+
+    def _write_markers_and_complete(self, prepared: TransactionMetadata) -> TransactionMetadata:
+        """Write the marker of a Prepare* transaction to each of its partitions (sorted), then
+        log Complete*. Raises what a marker write or the append raises (state stays Prepare*).
+        """
+        assert prepared.state.is_prepare
+        commit = prepared.state is TransactionState.PREPARE_COMMIT
+        for topic, partition in sorted(prepared.partitions):
+            try:
+                self._write_markers(topic, partition, prepared.producer_id,
+                                    prepared.producer_epoch, COORDINATOR_EPOCH, commit)
+            except UnknownTopicOrPartitionError:
+                log.warning("%s: partition %s-%d no longer exists; its marker is skipped",
+                            prepared.describe(), topic, partition)
+        completed = prepared.prepare_complete(self._time_ms())
+        self._loaded().append_transaction(completed)
+        return completed
+
+
+def _check_transactional_id(transactional_id: str) -> None:
+    if not isinstance(transactional_id, str) or not transactional_id:
+        raise InvalidTransactionalIdError(
+            f"transactional id must be a non-empty string, got {transactional_id!r}"
+        )
+    size = len(transactional_id.encode("utf-8"))
+    if size > TRANSACTIONAL_ID_BYTES_MAX:
+        raise InvalidTransactionalIdError(
+            f"transactional id of {size} UTF-8 bytes exceeds {TRANSACTIONAL_ID_BYTES_MAX}"
+        )
+
+
+def _expired(metadata: TransactionMetadata, horizon_ms: int) -> bool:
+    return (metadata.state.is_complete_or_empty
+            and metadata.txn_last_update_timestamp_ms <= horizon_ms)
