@@ -37,7 +37,11 @@ from stratalog.server.storage import (
     RecordBatchTooLargeError,
     TimestampOffset,
 )
-from stratalog.server.storage.errors import InvalidConfigError, InvalidTimestampError
+from stratalog.server.storage.errors import (
+    InvalidConfigError,
+    InvalidTimestampError,
+    StorageIOError,
+)
 from stratalog.server.storage.files import (
     log_file,
     offset_index_file,
@@ -728,6 +732,38 @@ def test_maintenance_unlinks_files_without_holding_the_log_lock(
         maintenance.join(10)
     assert deleted == [1]
     assert not [p for p in directory.iterdir() if p.name.endswith(".deleted")]
+    log.close()
+
+
+
+def test_maintenance_deletes_the_other_due_segments_past_a_failing_one(
+    directory: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Segments taken off the pending list are this call's alone: one that fails to delete must
+    # not keep the others' files, and the error still reaches the caller (the LogManager logs
+    # it; recovery removes a leftover .deleted file at the next open).
+    clock = Clock(T0)
+    one = client_batch([T0])
+    log = open_log(directory, clock, segment_bytes=2 * len(one), segment_index_bytes=4096,
+                   file_delete_delay_ms=1000)
+    for _ in range(5):  # segments [0, 1], [2, 3], [4]
+        log.append(one)
+    log.maybe_increment_log_start_offset(log.active_segment.base_offset)
+    assert len(log.delete_old_segments().segments) == 2
+    clock.now_ms = T0 + 1000  # both due
+    real_delete = Segment.delete
+
+    def delete(segment: Segment) -> None:
+        if segment.base_offset == 0:
+            raise StorageIOError("injected: cannot unlink segment 0")
+        real_delete(segment)
+
+    monkeypatch.setattr(Segment, "delete", delete)
+    with pytest.raises(StorageIOError, match="injected"):
+        log.maybe_delete_pending()
+    left = sorted(p.name for p in directory.iterdir() if p.name.endswith(".deleted"))
+    assert left and all(name.startswith("00000000000000000000.") for name in left)
+    assert log.pending_deletes == 0
     log.close()
 
 
