@@ -89,6 +89,26 @@ class BrokerStub:
                 request_serializer=stratalog_dot_v1_dot_broker__pb2.DeleteRecordsRequest.SerializeToString,
                 response_deserializer=stratalog_dot_v1_dot_broker__pb2.DeleteRecordsResponse.FromString,
                 _registered_method=True)
+        self.InitProducerId = channel.unary_unary(
+                '/stratalog.v1.Broker/InitProducerId',
+                request_serializer=stratalog_dot_v1_dot_broker__pb2.InitProducerIdRequest.SerializeToString,
+                response_deserializer=stratalog_dot_v1_dot_broker__pb2.InitProducerIdResponse.FromString,
+                _registered_method=True)
+        self.AddPartitionsToTxn = channel.unary_unary(
+                '/stratalog.v1.Broker/AddPartitionsToTxn',
+                request_serializer=stratalog_dot_v1_dot_broker__pb2.AddPartitionsToTxnRequest.SerializeToString,
+                response_deserializer=stratalog_dot_v1_dot_broker__pb2.AddPartitionsToTxnResponse.FromString,
+                _registered_method=True)
+        self.EndTxn = channel.unary_unary(
+                '/stratalog.v1.Broker/EndTxn',
+                request_serializer=stratalog_dot_v1_dot_broker__pb2.EndTxnRequest.SerializeToString,
+                response_deserializer=stratalog_dot_v1_dot_broker__pb2.EndTxnResponse.FromString,
+                _registered_method=True)
+        self.DescribeTransaction = channel.unary_unary(
+                '/stratalog.v1.Broker/DescribeTransaction',
+                request_serializer=stratalog_dot_v1_dot_broker__pb2.DescribeTransactionRequest.SerializeToString,
+                response_deserializer=stratalog_dot_v1_dot_broker__pb2.DescribeTransactionResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -169,6 +189,39 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def InitProducerId(self, request, context):
+        """Exactly-once (docs/transactions.md; Kafka's requests of the same names).
+        A producer id and epoch: a new id for an idempotent producer (no transactional_id), or the
+        transactional id's own id with its epoch bumped, which fences every older instance and
+        aborts the transaction it left open.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AddPartitionsToTxn(self, request, context):
+        """Adds partitions to the producer's transaction, beginning one if none is open. A
+        transactional batch is accepted only on a partition added this way.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def EndTxn(self, request, context):
+        """Commits or aborts the open transaction: a COMMIT or ABORT control batch is written to every
+        partition of it before the answer.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeTransaction(self, request, context):
+        """The coordinator's state of one transactional id (for tools and operators).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -226,6 +279,26 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.DeleteRecords,
                     request_deserializer=stratalog_dot_v1_dot_broker__pb2.DeleteRecordsRequest.FromString,
                     response_serializer=stratalog_dot_v1_dot_broker__pb2.DeleteRecordsResponse.SerializeToString,
+            ),
+            'InitProducerId': grpc.unary_unary_rpc_method_handler(
+                    servicer.InitProducerId,
+                    request_deserializer=stratalog_dot_v1_dot_broker__pb2.InitProducerIdRequest.FromString,
+                    response_serializer=stratalog_dot_v1_dot_broker__pb2.InitProducerIdResponse.SerializeToString,
+            ),
+            'AddPartitionsToTxn': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddPartitionsToTxn,
+                    request_deserializer=stratalog_dot_v1_dot_broker__pb2.AddPartitionsToTxnRequest.FromString,
+                    response_serializer=stratalog_dot_v1_dot_broker__pb2.AddPartitionsToTxnResponse.SerializeToString,
+            ),
+            'EndTxn': grpc.unary_unary_rpc_method_handler(
+                    servicer.EndTxn,
+                    request_deserializer=stratalog_dot_v1_dot_broker__pb2.EndTxnRequest.FromString,
+                    response_serializer=stratalog_dot_v1_dot_broker__pb2.EndTxnResponse.SerializeToString,
+            ),
+            'DescribeTransaction': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeTransaction,
+                    request_deserializer=stratalog_dot_v1_dot_broker__pb2.DescribeTransactionRequest.FromString,
+                    response_serializer=stratalog_dot_v1_dot_broker__pb2.DescribeTransactionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -525,6 +598,114 @@ class Broker:
             '/stratalog.v1.Broker/DeleteRecords',
             stratalog_dot_v1_dot_broker__pb2.DeleteRecordsRequest.SerializeToString,
             stratalog_dot_v1_dot_broker__pb2.DeleteRecordsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def InitProducerId(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stratalog.v1.Broker/InitProducerId',
+            stratalog_dot_v1_dot_broker__pb2.InitProducerIdRequest.SerializeToString,
+            stratalog_dot_v1_dot_broker__pb2.InitProducerIdResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddPartitionsToTxn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stratalog.v1.Broker/AddPartitionsToTxn',
+            stratalog_dot_v1_dot_broker__pb2.AddPartitionsToTxnRequest.SerializeToString,
+            stratalog_dot_v1_dot_broker__pb2.AddPartitionsToTxnResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EndTxn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stratalog.v1.Broker/EndTxn',
+            stratalog_dot_v1_dot_broker__pb2.EndTxnRequest.SerializeToString,
+            stratalog_dot_v1_dot_broker__pb2.EndTxnResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeTransaction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stratalog.v1.Broker/DescribeTransaction',
+            stratalog_dot_v1_dot_broker__pb2.DescribeTransactionRequest.SerializeToString,
+            stratalog_dot_v1_dot_broker__pb2.DescribeTransactionResponse.FromString,
             options,
             channel_credentials,
             insecure,
