@@ -232,7 +232,7 @@ def snapshot_names(directory: Path) -> list[str]:
 
 
 def test_snapshots_on_roll_and_clean_close_in_kafka_format(directory) -> None:
-    from tests.unit.storage.test_producer_state import parse_snapshot_independently
+    from tests.unit.storage.test_snapshot_format import parse_snapshot_independently
 
     log = open_log(directory)
     log.append(pbatch(7, 0, 2, ts=T0 + 5))  # 0-1

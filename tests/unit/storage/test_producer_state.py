@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import struct
 
 import pytest
 
@@ -27,6 +26,7 @@ from stratalog.server.storage.producer_state import (
     increment_sequence,
     list_snapshot_offsets,
 )
+from tests.unit.storage.test_snapshot_format import parse_snapshot_independently
 
 PID = 1
 EXPIRATION_MS = 60 * 60 * 1000
@@ -192,26 +192,6 @@ def test_expiry_removes_idle_producers_but_not_open_transactions(state) -> None:
 
 
 # ------------------------------------------------------------------- snapshots
-
-
-def _crc32c(data: bytes) -> int:
-    crc = 0xFFFFFFFF
-    for byte in data:
-        crc ^= byte
-        for _ in range(8):
-            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
-    return crc ^ 0xFFFFFFFF
-
-
-def parse_snapshot_independently(data: bytes) -> list[tuple]:
-    """The reference's §1.7: int16 version (1), uint32 CRC-32C of [6, end), int32 count, then
-    46-byte entries (int64 pid, int16 epoch, int32 last seq, int64 last offset, int32 offset
-    delta, int64 timestamp, int32 coordinator epoch, int64 current txn first offset)."""
-    version, crc, count = struct.unpack(">hIi", data[:10])
-    assert version == 1
-    assert crc == _crc32c(data[6:])
-    assert len(data) == 10 + 46 * count
-    return [struct.unpack(">qhiqiqiq", data[10 + 46 * i : 56 + 46 * i]) for i in range(count)]
 
 
 def test_snapshot_bytes_match_the_reference_layout(state, tmp_path) -> None:
