@@ -23,8 +23,9 @@ Snapshot files (``<20-digit offset>.snapshot``, byte layout in
 :mod:`stratalog.records.log_layout` §6, Kafka's ``ProducerSnapshot``) hold the state as of
 (exclusive) that offset: one entry per producer with its LAST batch only, as Kafka's. They are
 written atomically (temporary file, rename) on roll and on clean close and read at open. A
-snapshot that does not parse or whose CRC does not match is skipped with a warning naming the
-file and why, and an older one (or the log itself) is used instead.
+snapshot that does not parse, has a version other than 1 or whose CRC does not match is deleted
+with a warning naming the file and why (as Kafka does), and an older one (or the log itself) is
+used instead.
 
 Differences from Kafka, on purpose: an append may hold several batches (stratalog's Produce
 takes "one or more"): either every batch of it is a duplicate (acknowledged with the original
@@ -357,7 +358,7 @@ class ProducerStateManager:
                     completed.append(done)
             else:
                 first_txn = entry.current_txn_first_offset
-                self._append_data(entry, current, batch)
+                self._append_data(entry, batch)
                 if first_txn == NO_TXN and entry.current_txn_first_offset != NO_TXN:
                     started.append((batch.producer_id, entry.current_txn_first_offset))
         if duplicates:
@@ -372,9 +373,7 @@ class ProducerStateManager:
             )
         return ProducerAppend(updated, tuple(started), tuple(completed), end_offset)
 
-    def _append_data(
-        self, entry: ProducerStateEntry, current: ProducerStateEntry | None, batch: ProducerBatch
-    ) -> None:
+    def _append_data(self, entry: ProducerStateEntry, batch: ProducerBatch) -> None:
         """Kafka's ``ProducerAppendInfo.appendDataBatch``: epoch, sequence, transaction."""
         producer_id, epoch = batch.producer_id, batch.producer_epoch
         if epoch < entry.producer_epoch:
@@ -399,10 +398,10 @@ class ProducerStateManager:
                     producer_id=producer_id,
                 )
         else:
+            # A producer whose entry holds no batch of this epoch (a marker bumped or closed it,
+            # or a snapshot kept only its marker) starts at 0: NO_SEQUENCE + 1, as in Kafka.
             last_seq = entry.last_seq
-            if last_seq == NO_SEQUENCE and current is not None:
-                last_seq = current.last_seq
-            if last_seq != NO_SEQUENCE and not _in_sequence(last_seq, sequence):
+            if not _in_sequence(last_seq, sequence):
                 raise OutOfOrderSequenceError(
                     f"out of order sequence {sequence} from producer {producer_id} (epoch {epoch}) "
                     f"at offset {batch.first_offset}: expected {increment_sequence(last_seq, 1)}",
@@ -545,7 +544,7 @@ class ProducerStateManager:
     ) -> bool:
         """Load the latest readable snapshot with offset in ``[log_start_offset, at_or_below]``.
 
-        Corrupt or truncated snapshots on the way are logged (file and why) and skipped; the
+        Corrupt or truncated snapshots on the way are logged (file and why) and deleted; the
         state of producers expired by ``now_ms`` is not loaded (Kafka's ``loadFromSnapshot``).
         Returns False (state reset to ``log_start_offset``) when no snapshot could be used.
         ``offsets`` are the snapshot offsets present, when the caller listed the directory.
@@ -559,8 +558,14 @@ class ProducerStateManager:
             path = producer_snapshot_file(self._directory, offset)
             try:
                 snapshot = unpack_producer_snapshot(path.read_bytes(), verify_crc=True)
-            except (CorruptSnapshotError, OSError) as exc:
-                log.warning("ignoring producer snapshot %s: %s", path, exc)
+            except CorruptSnapshotError as exc:
+                # Deleted, as Kafka does: kept, it would be read (and skipped) at every open,
+                # and make every open without a newer snapshot scan the whole log.
+                log.warning("deleting corrupt producer snapshot %s: %s", path, exc)
+                self._delete_snapshot_file(path)
+                continue
+            except OSError as exc:  # unreadable now, perhaps not later: left in place
+                log.warning("ignoring unreadable producer snapshot %s: %s", path, exc)
                 continue
             self.reset(offset)
             for raw in snapshot.entries:
@@ -595,6 +600,15 @@ class ProducerStateManager:
                     raise StorageIOError(f"cannot delete producer snapshot {path}: {exc}") from exc
                 deleted += 1
         return deleted
+
+    @staticmethod
+    def _delete_snapshot_file(path: Path) -> None:
+        """Unlink a snapshot that cannot be used; a failure is logged, not raised (the file is
+        skipped again at the next open)."""
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as exc:
+            log.warning("cannot delete corrupt producer snapshot %s: %s", path, exc)
 
     def __repr__(self) -> str:
         return (f"ProducerStateManager(directory={str(self._directory)!r}, "
