@@ -19,7 +19,7 @@ passes, each making the directory simpler for the next ([B-48]..[B-53])::
             indexes are grown back to segment.index.bytes
     pass 7  producer state ([B-53], [B-72]): snapshots above the log end or below the log
             start are deleted; the latest readable snapshot at or below the first segment
-            passes 4/5 recovered (clean shutdown: the log end) is loaded, corrupt ones skipped
+            passes 4/5 recovered (clean shutdown: the log end) is loaded, corrupt ones deleted
             with a warning; the batches after it are scanned (headers, plus the marker of each
             control batch) and the .txnindex entries of the ABORT markers in recovered segments
             rebuilt; after a scan a snapshot at the log end is written
