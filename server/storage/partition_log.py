@@ -387,11 +387,16 @@ class PartitionLog:
     def last_stable_offset(self) -> int:
         """The LSO: the first offset of the earliest open transaction, or the log end offset
         when none is open (Kafka's ``lastStableOffset``; stratalog's high watermark is the log
-        end). read_committed fetches and ListOffsets stop here. Thread-safe without the lock:
-        the end is read before the first unstable offset (see :meth:`_write_to`)."""
+        end), never below the log start offset: a transaction may have begun below it
+        (DeleteRecords, retention), and offsets there cannot be read (Kafka bounds its first
+        unstable offset so too). read_committed fetches and ListOffsets stop here.
+        Thread-safe without the lock: the end is read before the first unstable offset (see
+        :meth:`_write_to`)."""
         end = self._end.offset
         first_unstable = self._producer_state.first_unstable_offset
-        return end if first_unstable is None else min(first_unstable, end)
+        if first_unstable is None:
+            return end
+        return min(max(first_unstable, self._log_start_offset), end)
 
     @property
     def producer_state(self) -> ProducerStateManager:
