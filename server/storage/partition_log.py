@@ -712,22 +712,35 @@ class PartitionLog:
         end, then the first unstable offset): the ``.txnindex`` entries of aborted transactions
         are written before the state completes them, and the state records a new transaction
         before the end that holds its first batch is published.
+
+        All or nothing: the ``.txnindex`` entries of an ABORT marker are written before the
+        marker, and taken back if the marker's write fails. (Kafka writes the marker first; an
+        index write failing after it takes the log directory offline. Here it fails the call,
+        and the log stays as it was.)
         """
-        segment.append(
-            validated.last_offset,
-            validated.max_timestamp,
-            validated.shallow_offset_of_max_timestamp,
-            validated.pieces,
-        )
+        aborted: list[AbortedTxn] = []
         if judged is not None:
             state = self._producer_state
-            for txn in judged.completed_txns:
-                if txn.is_aborted:
-                    segment.txn_index.append(AbortedTxn(
-                        txn.producer_id, txn.first_offset, txn.last_offset,
-                        state.last_stable_offset_for(txn),
-                    ))
-            state.apply(judged)
+            aborted = [
+                AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset,
+                           state.last_stable_offset_for(txn))
+                for txn in judged.completed_txns if txn.is_aborted
+            ]
+        for entry in aborted:
+            segment.txn_index.append(entry)
+        try:
+            segment.append(
+                validated.last_offset,
+                validated.max_timestamp,
+                validated.shallow_offset_of_max_timestamp,
+                validated.pieces,
+            )
+        except BaseException:
+            if aborted:
+                self._take_back_txn_index_entries(segment, aborted[0].last_offset)
+            raise
+        if judged is not None:
+            self._producer_state.apply(judged)
         else:
             self._producer_state.map_end_offset = validated.last_offset + 1
         self._end = _LogEnd(validated.last_offset + 1, segment.base_offset, segment.size_bytes)
@@ -741,6 +754,16 @@ class PartitionLog:
             size_bytes=validated.size_bytes,
             log_start_offset=self._log_start_offset,
         )
+
+    def _take_back_txn_index_entries(self, segment: Segment, from_offset: int) -> None:
+        """Cut the ``.txnindex`` entries of a marker whose write failed. If that fails too, the
+        entries stay: they name offsets from the log end on, which the next marker's entries
+        must pass (a retry fails until a restart rebuilds the index from the log)."""
+        try:
+            segment.txn_index.truncate_to(from_offset)
+        except StorageError:
+            log.exception("cannot take back the transaction index entries from offset %d of %s",
+                          from_offset, segment.log_path)
 
     def _roll_due(self, segment: Segment, validated: ValidatedAppend, now_ms: int) -> bool:
         """Whether ``validated`` must go to a new segment ([B-4], [B-11], [B-12])."""
