@@ -480,7 +480,9 @@ class ProducerStateManager:
                 if batch.producer_epoch != entry.producer_epoch:
                     entry.batches.clear()
                     entry.producer_epoch = batch.producer_epoch
-                entry.coordinator_epoch = max(entry.coordinator_epoch, batch.coordinator_epoch)
+                # The latest marker's, even if lower (KAFKA-9144: the live log took it because
+                # the producer had expired in between), as Kafka's replay does.
+                entry.coordinator_epoch = batch.coordinator_epoch
                 entry.current_txn_first_offset = NO_TXN
                 entry.last_timestamp = batch.max_timestamp
                 if txn is not None:

@@ -18,6 +18,7 @@ from stratalog.server.storage.errors import (
     InvalidProducerEpochError,
     InvalidTxnStateError,
     OutOfOrderSequenceError,
+    StorageIOError,
     TransactionCoordinatorFencedError,
     UnknownProducerIdError,
 )
@@ -422,3 +423,89 @@ def test_open_deletes_snapshots_above_the_log_end(directory) -> None:
     with PartitionLog.open(directory, time_ms=Clock(), had_clean_shutdown=True) as log:
         assert not stray.exists()
         assert log.append(pbatch(7, 0)).duplicate
+
+
+# ------------------------------------------------------------------- more of Kafka's cases
+
+
+class Txn:
+    """LogTestUtils.appendTransactionalAsLeader: count records in one transactional batch of a
+    producer, sequences kept."""
+
+    def __init__(self, log: PartitionLog, pid: int, epoch: int = 0) -> None:
+        self.log, self.pid, self.epoch, self.seq = log, pid, epoch, 0
+
+    def __call__(self, count: int) -> None:
+        self.log.append(pbatch(self.pid, self.seq, count, epoch=self.epoch, txn=True))
+        self.seq += count
+
+
+def plain(log: PartitionLog, count: int) -> None:
+    log.append(build_batch([(T0, None, b"p", ())] * count))
+
+
+def test_last_stable_offset_does_not_go_below_the_log_start_offset(directory) -> None:
+    # UnifiedLogTest.testLastStableOffsetDoesNotExceedLogStartOffset{MidSegment,AfterSegmentDeletion}
+    with open_log(directory, **{"file.delete.delay.ms": "0"}) as log:
+        append = Txn(log, 1)
+        append(5)
+        plain(log, 3)
+        log.roll()
+        append(5)
+        assert log.last_stable_offset == 0
+        log.maybe_increment_log_start_offset(5)
+        assert log.last_stable_offset == 5
+        assert log.offset_for_timestamp(-1, isolation_level=COMMITTED).offset == 5
+        assert log.fetch(5, 1 << 20, isolation_level=COMMITTED).data == b""
+        log.maybe_increment_log_start_offset(8)
+        log.delete_old_segments()
+        assert len(log.segments) == 1
+        assert log.last_stable_offset == 8
+
+
+def test_a_failed_txn_index_write_writes_no_marker(directory, tmp_path) -> None:
+    # UnifiedLogTest.testAppendToTransactionIndexFailure. Kafka's marker reaches the log, the
+    # index write fails and the log directory goes offline; here the index entry is written
+    # first, so its failure leaves nothing written, and a retry once the index works succeeds.
+    with open_log(directory) as log:
+        Txn(log, 1)(10)
+        size = log.size_bytes
+        index = log.active_segment.txn_index
+        good = index.path
+        index.rename_to(tmp_path / "missing" / good.name)  # cannot be created there
+        for _ in range(2):
+            with pytest.raises(StorageIOError):
+                log.write_txn_marker(1, 0, coordinator_epoch=1, commit=False)
+            assert (log.log_end_offset, log.last_stable_offset, log.size_bytes) == (10, 0, size)
+        index.rename_to(good)
+        assert log.write_txn_marker(1, 0, coordinator_epoch=1, commit=False).first_offset == 10
+        plain(log, 1)
+        assert log.last_stable_offset == log.log_end_offset == 12
+        assert [h.base_offset for h in iter_batch_headers(log.read(0, 1 << 20))] == [0, 10, 11]
+    reopened = PartitionLog.open(directory, time_ms=Clock(), had_clean_shutdown=False,
+                                 recovery_point=0)
+    with reopened:
+        assert reopened.log_end_offset == 12
+        assert reopened.active_segment.txn_index.all_aborted_txns() == [AbortedTxn(1, 0, 10, 11)]
+        assert reopened.last_stable_offset == 12
+
+
+def test_recovery_takes_the_latest_coordinator_epoch_even_if_it_went_back(directory) -> None:
+    # LogLoaderTest.testRecoverAfterNonMonotonicCoordinatorEpochWrite (KAFKA-9144): the
+    # producer expired between two markers, so the second, from an older coordinator epoch,
+    # was accepted; a scan of the log replays both and keeps the latest, as the live log did.
+    clock = Clock()
+    day_ms = 86_400_000
+    log = open_log(directory, clock)
+    log.write_txn_marker(1, 0, coordinator_epoch=5, commit=False)
+    clock.now_ms = T0 + day_ms
+    assert log.remove_expired_producers() == [1]
+    log.write_txn_marker(1, 0, coordinator_epoch=4, commit=False)
+    log.close()
+    with PartitionLog.open(directory, time_ms=clock, had_clean_shutdown=False,
+                           recovery_point=0) as reopened:
+        entry = reopened.producer_state.last_entry(1)
+        assert (entry.last_timestamp, entry.coordinator_epoch) == (T0 + day_ms, 4)
+        reopened.write_txn_marker(1, 0, coordinator_epoch=4, commit=True)
+        with pytest.raises(TransactionCoordinatorFencedError):
+            reopened.write_txn_marker(1, 0, coordinator_epoch=3, commit=True)
