@@ -554,34 +554,76 @@ class ProducerStateManager:
         if offsets is None:
             offsets = list_snapshot_offsets(self._directory)
         self.snapshots_seen = self.snapshots_seen or bool(offsets)
+        found = self._read_latest_snapshot(offsets, log_start_offset, at_or_below)
+        if found is None:
+            self.reset(log_start_offset)
+            return False
+        offset, entries = found
+        self.reset(offset)
+        for entry in entries:
+            self._load_entry(entry, now_ms)
+        self._first_unstable = min(self._ongoing) if self._ongoing else None
+        return True
+
+    def load_unknown_producers(
+        self, offsets: list[int], scanned_from: int, at_or_below: int, now_ms: int
+    ) -> int:
+        """Add the producers this state does not know from the latest readable snapshot with
+        offset in ``[scanned_from, at_or_below]``; returns how many were added.
+
+        For a state rebuilt by a scan of the log from ``scanned_from`` on with nothing known
+        before it (no usable snapshot there, so the scan began at the log start): a producer
+        the scan did not meet has no batch in the log from there on, so a later snapshot's
+        entry for it is its state still. Kafka keeps such producers because it loads its latest snapshot;
+        without this, a producer whose batches all lie below the log start (DeleteRecords) is
+        forgotten by an unclean restart.
+        """
+        found = self._read_latest_snapshot(offsets, scanned_from, at_or_below)
+        if found is None:
+            return 0
+        added = 0
+        for entry in found[1]:
+            if entry.producer_id not in self._producers and self._load_entry(entry, now_ms):
+                added += 1
+        self._first_unstable = min(self._ongoing) if self._ongoing else None
+        return added
+
+    def _load_entry(self, entry: ProducerStateEntry, now_ms: int) -> bool:
+        """Take one snapshot entry unless it expired by ``now_ms``; True if taken."""
+        if (entry.current_txn_first_offset == NO_TXN
+                and now_ms - entry.last_timestamp >= self.producer_id_expiration_ms):
+            return False
+        self._producers[entry.producer_id] = entry
+        if entry.current_txn_first_offset != NO_TXN:
+            self._ongoing[entry.current_txn_first_offset] = entry.producer_id
+        return True
+
+    def _read_latest_snapshot(
+        self, offsets: list[int], low: int, high: int
+    ) -> tuple[int, list[ProducerStateEntry]] | None:
+        """(offset, entries) of the latest readable snapshot with offset in ``[low, high]``.
+
+        A corrupt one on the way is deleted, as Kafka does: kept, it would be read (and
+        skipped) at every open, and make every open without a newer snapshot scan the whole
+        log. One that cannot be read now (an I/O error) is left in place.
+        """
         for offset in reversed(offsets):
-            if offset > at_or_below or offset < log_start_offset:
+            if offset > high or offset < low:
                 continue
             path = producer_snapshot_file(self._directory, offset)
             try:
                 snapshot = unpack_producer_snapshot(path.read_bytes(), verify_crc=True)
             except CorruptSnapshotError as exc:
-                # Deleted, as Kafka does: kept, it would be read (and skipped) at every open,
-                # and make every open without a newer snapshot scan the whole log.
                 log.warning("deleting corrupt producer snapshot %s: %s", path, exc)
                 self._delete_snapshot_file(path)
                 continue
-            except OSError as exc:  # unreadable now, perhaps not later: left in place
+            except FileNotFoundError:
+                continue  # deleted since the directory was listed
+            except OSError as exc:
                 log.warning("ignoring unreadable producer snapshot %s: %s", path, exc)
                 continue
-            self.reset(offset)
-            for raw in snapshot.entries:
-                entry = ProducerStateEntry.from_snapshot_entry(raw)
-                if (entry.current_txn_first_offset == NO_TXN
-                        and now_ms - entry.last_timestamp >= self.producer_id_expiration_ms):
-                    continue
-                self._producers[entry.producer_id] = entry
-                if entry.current_txn_first_offset != NO_TXN:
-                    self._ongoing[entry.current_txn_first_offset] = entry.producer_id
-            self._first_unstable = min(self._ongoing) if self._ongoing else None
-            return True
-        self.reset(log_start_offset)
-        return False
+            return offset, [ProducerStateEntry.from_snapshot_entry(raw) for raw in snapshot.entries]
+        return None
 
     def delete_snapshots(
         self,

@@ -22,7 +22,9 @@ passes, each making the directory simpler for the next ([B-48]..[B-53])::
             passes 4/5 recovered (clean shutdown: the log end) is loaded, corrupt ones deleted
             with a warning; the batches after it are scanned (headers, plus the marker of each
             control batch) and the .txnindex entries of the ABORT markers in recovered segments
-            rebuilt; after a scan a snapshot at the log end is written
+            rebuilt; a scan that began at the log start with nothing known takes the producers
+            it did not meet from the latest later snapshot; after a scan a snapshot at the log
+            end is written
 
 Only the segments pass 5 recovers (and those with a missing index) have their index files
 read; a clean start with 10,000 segments opens 10,000 ``.log`` descriptors and nothing else.
@@ -402,10 +404,15 @@ class LogLoader:
             state.reset(end if self._had_clean_shutdown is True else max(bound, start))
         else:
             state.load_latest_snapshot(bound, start, self._time_ms(), offsets)
-        if state.map_end_offset < end:
+        scan_from = state.map_end_offset
+        if scan_from < end:
             rebuild_producer_state(
                 state, loaded.segments, end, rebuild_txn_index_from=self._first_recovered
             )
+            if scan_from == start and offsets:
+                # The scan knew nothing before the log start: a later snapshot still knows the
+                # producers whose batches all lie below it (see load_unknown_producers).
+                state.load_unknown_producers(offsets, scan_from, end, self._time_ms())
             if state.producers:
                 state.take_snapshot()
                 self._directory_changed = True

@@ -680,6 +680,7 @@ def test_read_committed_never_returns_an_open_transaction_to_a_racing_reader(dir
     # in place of the high-watermark thread: whatever the interleaving, a transactional batch
     # comes back only with the marker that completed it (they are adjacent, and the data stops
     # at the LSO, which passes a transaction only once its marker is written).
+    import sys
     import threading
 
     rounds = 300
@@ -689,7 +690,8 @@ def test_read_committed_never_returns_an_open_transaction_to_a_racing_reader(dir
 
         def read() -> None:
             while not done.is_set():
-                data = log.fetch(0, 1 << 24, isolation_level=COMMITTED).data
+                start = max(0, log.log_end_offset - 6)
+                data = log.fetch(start, 1 << 20, isolation_level=COMMITTED).data
                 headers = list(iter_batch_headers(data))
                 for index, header in enumerate(headers):
                     if header.is_transactional and not header.is_control and not (
@@ -697,6 +699,8 @@ def test_read_committed_never_returns_an_open_transaction_to_a_racing_reader(dir
                     ):
                         problems.append(f"open transaction at {header.base_offset}")
 
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(1e-5)  # switch threads often: more interleavings per round
         reader = threading.Thread(target=read)
         reader.start()
         try:
@@ -708,5 +712,39 @@ def test_read_committed_never_returns_an_open_transaction_to_a_racing_reader(dir
         finally:
             done.set()
             reader.join()
+            sys.setswitchinterval(interval)
         assert problems == []
         assert log.log_end_offset == 2 * rounds
+
+
+@pytest.mark.parametrize("recovery_point", [0, 1, None])
+def test_producers_below_the_log_start_survive_an_unclean_reopen(directory, recovery_point) -> None:
+    # LogLoaderTest.testLoadProducersAfterDeleteRecordsMidSegment: producer 1's only batch is
+    # below the log start; the scan from the log start cannot see it, the snapshot at close
+    # still holds it.
+    with open_log(directory) as log:
+        log.append(pbatch(1, 0))
+        log.append(pbatch(2, 0))
+        log.maybe_increment_log_start_offset(1)
+        assert set(log.producer_state.producers) == {1, 2}
+    kwargs = {} if recovery_point is None else {"had_clean_shutdown": False,
+                                                "recovery_point": recovery_point}
+    with PartitionLog.open(directory, time_ms=Clock(), log_start_offset=1, **kwargs) as log:
+        assert {pid: e.last_seq for pid, e in log.producer_state.producers.items()} == {1: 0, 2: 0}
+        assert log.append(pbatch(1, 1)).first_offset == 2
+
+
+def test_producers_of_deleted_segments_survive_an_unclean_reopen(directory) -> None:
+    # LogLoaderTest.testLoadProducersAfterDeleteRecordsOnSegment, where stratalog keeps more
+    # than Kafka: Kafka deletes the snapshot at the log start offset when it reloads, and
+    # forgets producer 1; the snapshot at the log start holds it here, and it stays known.
+    with open_log(directory, **{"file.delete.delay.ms": "0"}) as log:
+        log.append(pbatch(1, 0))
+        log.roll()
+        log.append(pbatch(2, 0))
+        log.maybe_increment_log_start_offset(1)
+        log.delete_old_segments()
+        assert len(log.segments) == 1 and set(log.producer_state.producers) == {1, 2}
+    with PartitionLog.open(directory, time_ms=Clock(), log_start_offset=1,
+                           had_clean_shutdown=False, recovery_point=0) as log:
+        assert set(log.producer_state.producers) == {1, 2}
