@@ -1142,12 +1142,26 @@ class PartitionLog:
     def _reload_producer_state(self, end_offset: int) -> None:
         """After a truncation to ``end_offset``: snapshots above it deleted, the state reloaded
         from the latest one at or below it plus a scan of the log after it (Kafka's
-        ``truncateAndReload``)."""
+        ``truncateAndReload``), then written as a snapshot at ``end_offset`` (Kafka's
+        ``rebuildProducerState`` takes one too).
+
+        The snapshot keeps true what an unclean open relies on: with no snapshot file at all,
+        no producer was known at any roll. The truncation may have deleted every snapshot
+        (those above the end, and a damaged one the reload skipped) while producers of earlier
+        segments remain; without it, a crash now would forget them and their open
+        transactions.
+        """
         state = self._producer_state
         state.delete_snapshots(above=end_offset)
         state.load_latest_snapshot(end_offset, self._log_start_offset, self._time_ms())
         if state.map_end_offset < end_offset:
             rebuild_producer_state(state, self._segments, end_offset)
+        if state.producers or state.snapshots_seen:
+            # Named by the end of the batches kept: a truncation inside a batch removes it
+            # whole, so a reopened log ends there (below end_offset) and would delete a
+            # snapshot named end_offset as "above the log end". Nothing lies in between.
+            state.map_end_offset = self.active_segment.read_next_offset()
+            state.take_snapshot()
         state.map_end_offset = end_offset
 
     def _truncate_fully_and_start_at(self, new_offset: int) -> None:

@@ -748,3 +748,28 @@ def test_producers_of_deleted_segments_survive_an_unclean_reopen(directory) -> N
     with PartitionLog.open(directory, time_ms=Clock(), log_start_offset=1,
                            had_clean_shutdown=False, recovery_point=0) as log:
         assert set(log.producer_state.producers) == {1, 2}
+
+
+def test_a_truncation_that_deleted_every_snapshot_writes_one_before_a_crash(directory, tmp_path) -> None:
+    # Found by the model (test_producer_state_model.py): the only snapshot is damaged, the
+    # truncation's reload deletes it and rebuilds the state from the log; without a snapshot
+    # at the truncation point, a crash then left no snapshot file at all, and the unclean open
+    # (which takes that to mean no producer was ever known at a roll) forgot the transaction
+    # open since offset 0.
+    import shutil
+
+    log = open_log(directory)
+    log.append(pbatch(1, 0, txn=True))  # 0
+    log.roll()  # the snapshot at 1
+    plain(log, 2)  # 1-2
+    (directory / "00000000000000000001.snapshot").write_bytes(b"")
+    log.truncate_to(2)  # inside the batch 1-2: the log keeps offset 0 only
+    assert log.last_stable_offset == 0
+    # The reloaded state is written (as Kafka's truncation does) at the end of what is kept.
+    assert snapshot_names(directory) == ["00000000000000000001.snapshot"]
+    crashed = tmp_path / "crashed" / directory.name
+    shutil.copytree(directory, crashed)  # what a process crash leaves: no close
+    log.close()
+    with PartitionLog.open(crashed, time_ms=Clock()) as reopened:
+        assert reopened.last_stable_offset == 0
+        assert reopened.producer_state.ongoing_txns == {0: 1}
