@@ -38,7 +38,7 @@ import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
@@ -350,7 +350,7 @@ class ProducerStateMachine(RuleBasedStateMachine):
             return InvalidTxnStateError
         return None
 
-    @rule(data=st.data(), pid=st.sampled_from(PIDS))
+    @rule(data=st.data(), pid=st.sampled_from([*PIDS, WRAP_PID]))
     def append(self, data: st.DataObject, pid: int) -> None:
         assert self.log is not None
         epoch, seq, count, txn = self.client_batch(data, pid)
@@ -358,6 +358,12 @@ class ProducerStateMachine(RuleBasedStateMachine):
         batch = build_batch([(ts, None, b"v", ())] * count, producer_id=pid,
                             producer_epoch=epoch, base_sequence=seq, is_transactional=txn)
         expected = self.judge(pid, epoch, seq, count, txn)
+        event(f"append: {getattr(expected, '__name__', None) or (expected or ('ok',))[0]}")
+        producer = self.producers.get(pid)
+        if expected is None and (inc(seq, count - 1) < seq or (
+                seq == 0 and producer is not None and producer.batches
+                and producer.batches[-1][0] == INT32_MAX)):
+            event("append: the sequence wraps past Int32.MAX")
         if isinstance(expected, type):
             try:
                 self.log.append(batch)
