@@ -458,14 +458,18 @@ class ProducerStateManager:
             self._first_unstable = min(self._ongoing) if self._ongoing else None
         self.map_end_offset = max(self.map_end_offset, append.end_offset)
 
-    def load_batches(self, batches: Iterable[ProducerBatch], end_offset: int) -> list[CompletedTxn]:
+    def load_batches(
+        self, batches: Iterable[ProducerBatch], end_offset: int
+    ) -> list[tuple[CompletedTxn, int]]:
         """Replay batches read from the log (recovery), without the client-side checks.
 
         As Kafka's replication origin: sequences are not checked, duplicates are not dropped.
-        Returns the transactions the markers completed, each with the LSO at its marker filled
-        in by :meth:`last_stable_offset_for` (the caller indexes the aborted ones).
+        Returns the transactions the markers completed, each with the LSO of the moment its
+        marker was replayed (:meth:`last_stable_offset_for`; the caller indexes the aborted
+        ones). One call may replay a whole segment: the first unstable offset is computed once,
+        at the end (per batch it cost as much as the rest of the replay).
         """
-        done: list[CompletedTxn] = []
+        done: list[tuple[CompletedTxn, int]] = []
         for batch in batches:
             entry = self._producers.get(batch.producer_id)
             if entry is None:
@@ -476,7 +480,7 @@ class ProducerStateManager:
                     txn = CompletedTxn(batch.producer_id, entry.current_txn_first_offset,
                                        batch.first_offset,
                                        batch.control_type is ControlRecordType.ABORT)
-                    done.append(txn)
+                    done.append((txn, self.last_stable_offset_for(txn)))
                 if batch.producer_epoch != entry.producer_epoch:
                     entry.batches.clear()
                     entry.producer_epoch = batch.producer_epoch

@@ -39,7 +39,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -503,19 +503,19 @@ def rebuild_producer_state(
     end_offset: int,
     *,
     rebuild_txn_index_from: int | None = None,
-) -> int:
-    """Scan the batches in ``[state.map_end_offset, end_offset)`` into ``state``; returns how
-    many batches were read (Kafka's ``loadProducersFromRecords``).
+) -> None:
+    """Scan the batches in ``[state.map_end_offset, end_offset)`` into ``state`` (Kafka's
+    ``loadProducersFromRecords``).
 
     Only headers are read, and the one record of each control batch (its marker). Each ABORT
     marker that completes a transaction yields an ``AbortedTxn`` with the LSO of that moment;
     in segments at or above ``rebuild_txn_index_from`` (those recovery rebuilt) the entry is
     appended to the segment's ``.txnindex`` (whose entries are reset first when the scan covers
-    the segment from its start; otherwise appended when past its last entry).
+    the segment from its start; otherwise appended when past its last entry). Each segment is
+    replayed in one call of :meth:`ProducerStateManager.load_batches`.
     """
     start = state.map_end_offset
     first = segments.floor_segment(start) or segments.first
-    scanned = 0
     segment = first
     while segment is not None and segment.base_offset < end_offset:
         rebuild_index = (
@@ -530,27 +530,35 @@ def rebuild_producer_state(
                 segment = segments.higher_segment(segment.base_offset)
                 continue
             position = found.position
-        for header in segment.iter_batch_headers(position):
-            if header.base_offset >= end_offset:
-                break
-            scanned += 1
-            if header.last_offset < start or header.producer_id == NO_PRODUCER_ID:
+        following = segments.higher_segment(segment.base_offset)
+        segment_end = end_offset if following is None else min(following.base_offset, end_offset)
+        for txn, last_stable_offset in state.load_batches(
+            _producer_batches(segment, position, start, end_offset), segment_end
+        ):
+            if not (txn.is_aborted and rebuild_index):
                 continue
-            batch = _producer_batch(segment, header)
-            if batch is None:
-                continue
-            for txn in state.load_batches([batch], header.last_offset + 1):
-                if not (txn.is_aborted and rebuild_index):
-                    continue
-                txn_index = segment.txn_index
-                if txn_index.last_offset is None or txn_index.last_offset < txn.last_offset:
-                    txn_index.append(AbortedTxn(
-                        txn.producer_id, txn.first_offset, txn.last_offset,
-                        state.last_stable_offset_for(txn),
-                    ))
-        segment = segments.higher_segment(segment.base_offset)
+            txn_index = segment.txn_index
+            if txn_index.last_offset is None or txn_index.last_offset < txn.last_offset:
+                txn_index.append(AbortedTxn(
+                    txn.producer_id, txn.first_offset, txn.last_offset, last_stable_offset
+                ))
+        segment = following
     state.map_end_offset = max(state.map_end_offset, end_offset)
-    return scanned
+
+
+def _producer_batches(
+    segment: Segment, position: int, start: int, end_offset: int
+) -> Iterator[ProducerBatch]:
+    """The producer-state view of the batches of ``segment`` from ``position`` that end at or
+    after ``start`` and begin below ``end_offset``, those with a producer id only."""
+    for header in segment.iter_batch_headers(position):
+        if header.base_offset >= end_offset:
+            return
+        if header.last_offset < start or header.producer_id == NO_PRODUCER_ID:
+            continue
+        batch = _producer_batch(segment, header)
+        if batch is not None:
+            yield batch
 
 
 def _producer_batch(segment: Segment, header: BatchHeader) -> ProducerBatch | None:

@@ -283,7 +283,8 @@ def test_load_batches_rebuilds_transactions_from_a_scan(state) -> None:
         marker(ControlRecordType.ABORT, 2),
         batch(1, 3, pid=2, txn=True),
     ], 4)
-    assert done == [CompletedTxn(PID, 0, 2, True)]
+    # The LSO at the abort is producer 2's open transaction's first offset.
+    assert done == [(CompletedTxn(PID, 0, 2, True), 1)]
     assert state.first_unstable_offset == 1
     assert state.map_end_offset == 4
 
