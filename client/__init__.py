@@ -51,10 +51,12 @@ from .types import (
     OffsetAndTimestamp,
     PartitionInfo,
     ProduceResult,
+    ProducerIdAndEpoch,
     ProducerRecord,
     RecordMetadata,
     TopicInfo,
     TopicPartition,
+    TransactionDescription,
 )
 from .wire import EARLIEST, LATEST, MAX_TIMESTAMP, FetchFormat, IsolationLevel
 
@@ -83,6 +85,7 @@ __all__ = [
     "ProduceResult",
     "Producer",
     "ProducerClosedError",
+    "ProducerIdAndEpoch",
     "ProducerRecord",
     "RecordFuture",
     "RecordMetadata",
@@ -94,6 +97,7 @@ __all__ = [
     "TopicAlreadyExistsError",
     "TopicInfo",
     "TopicPartition",
+    "TransactionDescription",
     "UnknownTopicOrPartitionError",
     "decode_fetched",
     "errors",
