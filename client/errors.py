@@ -28,8 +28,8 @@ listening, connection lost, deadline passed) have no ErrorInfo and map by status
     ├── (the producer-state and transaction reasons of broker.proto, one class each)
     ├── BrokerUnavailableError        UNAVAILABLE        (no ErrorInfo)        retriable
     ├── RequestTimeoutError           DEADLINE_EXCEEDED  (no ErrorInfo)        retriable
-    │   └── DeliveryTimeoutError      raised by the Producer: not delivered in delivery_timeout_ms
-    └── TransactionAbortedError       raised by the Producer: the batch's transaction was aborted
+    │   └── DeliveryTimeoutError      (the Producer's) not acknowledged in delivery_timeout_ms
+    └── TransactionAbortedError       (the Producer's) the batch's transaction was aborted
 
 Any other status (INTERNAL, UNKNOWN, UNIMPLEMENTED, a reason this client does not know yet)
 becomes a plain :class:`StratalogError` carrying the code and reason it got; it is retriable only

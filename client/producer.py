@@ -885,7 +885,8 @@ class Producer:
                 batch.expiry = None
             if queue.sequences is not None:
                 batch.count = batch.builder.records_count  # type: ignore[union-attr]
-                queue.sequences.stamp(batch, self._manager.producer)  # type: ignore[union-attr, arg-type]
+                producer = self._manager.producer  # type: ignore[union-attr]
+                queue.sequences.stamp(batch, producer)  # type: ignore[arg-type]
             queue.in_flight += 1
             self._spawn(self._deliver(queue, batch))
 
@@ -926,7 +927,9 @@ class Producer:
         delay = min(self._retry_backoff_max_s, self._retry_backoff_s * (2 ** min(attempt - 1, 62)))
         return delay * self._rng.uniform(0.8, 1.2)
 
-    def _error_action(self, queue: _PartitionQueue, batch: _Batch, error: StratalogError) -> ErrorAction:
+    def _error_action(
+        self, queue: _PartitionQueue, batch: _Batch, error: StratalogError
+    ) -> ErrorAction:
         if queue.sequences is None:
             return ErrorAction.RETRY if error.retriable else ErrorAction.FAIL
         return produce_error_action(
@@ -1546,7 +1549,8 @@ class Producer:
         try:
             await self.commit_transaction()
         except StratalogError as exc:
-            if self._manager is not None and self._manager.state is TransactionState.ABORTABLE_ERROR:
+            manager = self._manager
+            if manager is not None and manager.state is TransactionState.ABORTABLE_ERROR:
                 await self._abort_after(exc)
             raise
 

@@ -73,7 +73,8 @@ class PartitionSequences:
     Invariants (:meth:`check`): every unacked batch is stamped with ``producer``; their base
     sequences increase in deque order (modulo the wrap); each one's base sequence plus its count
     is the next one's unless a batch between them failed for good; ``next_sequence`` follows the
-    last batch stamped (at or after the end of the last unacked one). Pure bookkeeping, no I/O; event-loop only, like the Producer that owns it.
+    last batch stamped (at or after the end of the last unacked one). Pure bookkeeping, no
+    I/O; event-loop only, like the Producer that owns it.
     """
 
     __slots__ = ("next_sequence", "producer", "unacked")
@@ -138,7 +139,9 @@ class PartitionSequences:
             ValueError: ``producer`` is the current one (sequences would repeat under it).
         """
         if producer == self.producer:
-            raise ValueError(f"restarting sequences needs a new producer id or epoch, not {producer}")
+            raise ValueError(
+                f"restarting sequences needs a new producer id or epoch, not {producer}"
+            )
         self.producer = producer
         sequence = 0
         for batch in self.unacked:
@@ -152,7 +155,8 @@ class PartitionSequences:
         """Assert the invariants (for tests: call after every mutation)."""
         previous_end: int | None = None
         for batch in self.unacked:
-            assert (batch.producer_id, batch.producer_epoch) == self.producer, (batch, self.producer)
+            stamp = (batch.producer_id, batch.producer_epoch)
+            assert stamp == self.producer, (batch, self.producer)
             assert 0 <= batch.base_sequence <= SEQUENCE_MAX and batch.count >= 1
             if previous_end is not None:
                 assert _not_before(batch.base_sequence, previous_end), (previous_end, batch)

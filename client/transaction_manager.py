@@ -217,7 +217,9 @@ class TransactionManager:
                 f"({self.last_error})"
             )
         if self.state not in _VALID_SOURCES[target]:
-            raise TransactionStateError(f"invalid transition from {self.state.name} to {target.name}")
+            raise TransactionStateError(
+                f"invalid transition from {self.state.name} to {target.name}"
+            )
         if target in (S.ABORTABLE_ERROR, S.FATAL_ERROR):
             self.last_error = error
         self.state = target

@@ -48,6 +48,9 @@ class RecordingBroker(broker_pb2_grpc.BrokerServicer):
         self.gate: asyncio.Event | None = None  # when set to an unset Event, Produce waits on it
         self.log_append_time = -1  # >= 0: answer as a LogAppendTime topic would
         self.init_producer_id_calls = 0
+        self.init_failures: collections.deque[BaseException | grpc.StatusCode] = (
+            collections.deque()
+        )
 
     def records(self, topic: str, partition: int) -> int:
         return self.log_end[(topic, partition)]
@@ -74,6 +77,8 @@ class RecordingBroker(broker_pb2_grpc.BrokerServicer):
 
     async def InitProducerId(self, request, context):
         self.init_producer_id_calls += 1
+        if self.init_failures:
+            await self._fail(context, self.init_failures.popleft())
         return pb.InitProducerIdResponse(producer_id=1000 + self.init_producer_id_calls)
 
     async def Produce(self, request, context):
