@@ -9,7 +9,9 @@ to end. On the way, as Kafka's consumer (``CompletedFetch``) does, it:
 * skips control batches (transaction markers are not application records);
 * with READ_COMMITTED, skips the batches of aborted transactions: a transactional batch whose
   producer id has an aborted transaction starting at or before the batch's last offset is
-  dropped, until that producer's ABORT marker is passed.
+  dropped, until that producer's ABORT marker is passed
+  (:class:`stratalog.records.AbortedTransactionFilter`, which the server's decoded fetches use
+  too).
 
 The result is one :class:`ConsumedBatch` per data batch: the batch-level view that a fast
 consumer iterates (records are :class:`stratalog.records.Record` values, no per-record wrapper),
@@ -19,20 +21,18 @@ with column accessors for code that wants lists of values or offsets.
 from __future__ import annotations
 
 import bisect
-import heapq
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from itertools import repeat
 
 from stratalog.records import (
     DEFAULT_MAX_DECOMPRESSED_BYTES,
     LOG_OVERHEAD,
-    ControlRecordType,
+    AbortedTransactionFilter,
     Header,
     Record,
     TimestampType,
     accel,
     decode_batch,
-    decode_control_key,
     parse_header,
 )
 from stratalog.records import CorruptRecordError as RecordCorruptError
@@ -222,32 +222,6 @@ class ConsumedBatch:
         ]
 
 
-class _AbortedFilter:
-    """Kafka's consumer-side READ_COMMITTED filter over one fetch response's batches."""
-
-    __slots__ = ("_aborted_producer_ids", "_pending")
-
-    def __init__(self, aborted: Iterable[AbortedTransaction]) -> None:
-        self._pending = [(a.first_offset, a.producer_id) for a in aborted]
-        heapq.heapify(self._pending)
-        self._aborted_producer_ids: set[int] = set()
-
-    def skip(self, header: object, batch: ConsumedBatch) -> bool:
-        """Whether the batch is dropped; a control batch updates the aborted set."""
-        last_offset = header.last_offset  # type: ignore[attr-defined]
-        pending = self._pending
-        while pending and pending[0][0] <= last_offset:
-            self._aborted_producer_ids.add(heapq.heappop(pending)[1])
-        producer_id = header.producer_id  # type: ignore[attr-defined]
-        if header.is_control:  # type: ignore[attr-defined]
-            if len(batch) and producer_id in self._aborted_producer_ids:
-                _, control_type = decode_control_key(batch.keys[0])
-                if control_type == ControlRecordType.ABORT:
-                    self._aborted_producer_ids.discard(producer_id)
-            return True
-        return header.is_transactional and producer_id in self._aborted_producer_ids  # type: ignore[attr-defined]
-
-
 def decode_fetched(
     topic: str,
     partition: int,
@@ -273,7 +247,8 @@ def decode_fetched(
         stratalog.records.InvalidRecordError, UnsupportedCompressionError: as decode_batch.
     """
     out: list[ConsumedBatch] = []
-    filt = _AbortedFilter(aborted_transactions) if read_committed else None
+    filt = (AbortedTransactionFilter((a.producer_id, a.first_offset) for a in aborted_transactions)
+            if read_committed else None)
     end = len(data)
     position = 0
     skipped_next_offset = -1
@@ -313,7 +288,8 @@ def decode_fetched(
             )
         position = header.end_position
         if (
-            (filt is not None and filt.skip(header, batch))
+            (filt is not None
+             and filt.skips(header, batch.keys[0] if header.is_control and len(batch) else None))
             or header.is_control
             or next_offset <= from_offset
         ):

@@ -12,6 +12,7 @@ and the client share it, as Kafka's broker and clients share ``common.record``.
   object per record), :func:`iter_records`, :func:`iter_batches`,
   :func:`summarize_records`.
 * :mod:`.control`: transaction markers and other control records.
+* :mod:`.aborted_filter`: which batches a READ_COMMITTED reader drops (aborted transactions).
 * :mod:`.log_layout`: everything on disk around the batches: segment file and partition directory
   names, index entries, the producer snapshot, the offset checkpoint text (import the module;
   its names are not re-exported here).
@@ -22,6 +23,7 @@ and the client share it, as Kafka's broker and clients share ``common.record``.
 from __future__ import annotations
 
 from . import errors
+from .aborted_filter import AbortedTransactionFilter
 from .batch import (
     LOG_OVERHEAD,
     RECORD_BATCH_OVERHEAD,
@@ -63,6 +65,7 @@ __all__ = [
     "DEFAULT_MAX_DECOMPRESSED_BYTES",
     "LOG_OVERHEAD",
     "RECORD_BATCH_OVERHEAD",
+    "AbortedTransactionFilter",
     "BatchBuilder",
     "BatchHeader",
     "Compression",

@@ -3,6 +3,8 @@
 Life of a server process (``stratalog serve``)::
 
     open the LogManager (locks the log dirs, recovers after an unclean shutdown)
+    open the TransactionCoordinator: replay __transaction_state, complete the commits and
+        aborts a crash left half-written (their markers go to the LogManager's partitions)
     build grpc.aio server: Broker + grpc.health.v1 (SERVING) + reflection; bind; start
     print "stratalog: listening on HOST:PORT" (the bound port when asked for port 0)
     start the Prometheus endpoint and the maintenance task
@@ -10,12 +12,21 @@ Life of a server process (``stratalog serve``)::
     health NOT_SERVING; long polls answer, Subscribe streams end (SHUTTING_DOWN)
     grpc stop(grace): no new RPCs; in-flight ones get shutdown_grace_ms, then are cancelled
     stop the maintenance task (a pass under way finishes)
-    LogManager.close(): flush, checkpoints, clean-shutdown markers, unlock    -> exit 0
+    TransactionCoordinator.close(), then LogManager.close(): flush, checkpoints,
+        clean-shutdown markers, unlock                                        -> exit 0
 
 The maintenance task calls ``LogManager.run_maintenance`` (flush.ms flushes, retention,
 checkpoints, delayed deletions; each pass bounded) in the thread pool every
-``maintenance_interval_ms``, then refreshes the log-size metrics. A failing pass is logged and
-the next one runs on schedule.
+``maintenance_interval_ms``, then refreshes the log-size metrics, then
+``TransactionCoordinator.run_maintenance`` (aborts transactions open past their timeout,
+forgets expired transactional ids, retries markers that failed; each job at its own interval).
+A failing pass is logged and the next one runs on schedule.
+
+The coordinator writes transaction markers from pool threads, through :meth:`Server.write_marker`:
+the partition log appends the control batch and fsyncs it (the coordinator logs the transaction
+complete next, and one server has no replica to keep the marker if the machine loses power),
+and the servicer's readers of the partition are woken on the event loop, since a marker moves
+the last stable offset that READ_COMMITTED long polls and Subscribe streams wait for.
 
 The two lines printed on stdout are an interface: tests and scripts read the bound ports from
 them (``listening on`` and ``metrics on``).
@@ -45,6 +56,7 @@ from stratalog.v1 import broker_pb2
 
 if TYPE_CHECKING:
     from stratalog.server.storage.log_manager import LogManager
+    from stratalog.server.transactions import TransactionConfig, TransactionCoordinator
 
 __all__ = ["SERVICE_NAME", "Server", "StartupError", "main", "run"]
 
@@ -55,15 +67,16 @@ SERVICE_NAME = broker_pb2.DESCRIPTOR.services_by_name["Broker"].full_name
 
 
 class StartupError(Exception):
-    """The server could not start: a log dir is locked or broken, or the address is taken."""
+    """The server could not start: a log dir is locked or broken, the transaction state log
+    does not load, or the address is taken."""
 
 
 class Server:
     """One stratalog server: the LogManager and everything that serves it.
 
-    Holds the settings, the LogManager (from :meth:`start` to :meth:`stop`), the grpc.aio
-    server, the health servicer, the metrics and their HTTP endpoint, the thread pool for
-    blocking calls and the maintenance task.
+    Holds the settings, the LogManager and the TransactionCoordinator (from :meth:`start` to
+    :meth:`stop`), the grpc.aio server, the health servicer, the metrics and their HTTP
+    endpoint, the thread pool for blocking calls and the maintenance task.
 
     Crash behaviour: anything not flushed when the process dies is recovered by the LogManager
     at the next start (Kafka's recovery after an unclean shutdown); :meth:`stop` is what makes a
@@ -78,6 +91,8 @@ class Server:
         self.port: int | None = None
         self.metrics_port: int | None = None
         self.log_manager: LogManager | None = None
+        self.coordinator: TransactionCoordinator | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._executor = ThreadPoolExecutor(
             max_workers=settings.io_threads, thread_name_prefix="stratalog-io"
         )
@@ -91,13 +106,15 @@ class Server:
         """Open the logs, bind and start serving.
 
         Raises:
-            StartupError: the LogManager would not open or an address would not bind; what was
-                opened is closed again.
+            StartupError: the LogManager would not open, the transaction coordinator would not
+                load its state log, or an address would not bind; what was opened is closed
+                again.
         """
         from stratalog.server.storage.log_manager import LogManager
+        from stratalog.server.transactions import TransactionCoordinator
 
         settings = self.settings
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         try:
             self.log_manager = await loop.run_in_executor(
                 self._executor,
@@ -108,6 +125,19 @@ class Server:
             raise StartupError(f"cannot open the log directories {list(settings.log_dirs)}: "
                                f"{exc}") from exc
         try:
+            try:
+                self.coordinator = await loop.run_in_executor(
+                    self._executor,
+                    lambda: TransactionCoordinator.open(
+                        settings.log_dirs, self.write_marker,
+                        config=transaction_config(settings),
+                    ),
+                )
+            except Exception as exc:
+                raise StartupError(
+                    "cannot load the transaction coordinator's state log (__transaction_state)"
+                    f" in {list(settings.log_dirs)}: {exc}"
+                ) from exc
             await self._start_serving()
         except BaseException:
             await self._close_everything()
@@ -127,7 +157,10 @@ class Server:
             ],
             maximum_concurrent_rpcs=settings.max_concurrent_rpcs,
         )
-        self._service = BrokerService(self.log_manager, settings, self.metrics, self._executor)
+        assert self.coordinator is not None
+        self._service = BrokerService(
+            self.log_manager, settings, self.metrics, self._executor, coordinator=self.coordinator
+        )
         add_broker_service(self._service, self._grpc)
         self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._grpc)
@@ -151,15 +184,47 @@ class Server:
         self._refresh_log_metrics()
         self._maintenance = asyncio.create_task(self._maintain(), name="stratalog-maintenance")
 
+    def write_marker(
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        commit: bool,
+    ) -> None:
+        """The coordinator's ``write_markers``: append a COMMIT or ABORT marker to a partition,
+        fsync it, and wake the partition's readers on the event loop. Called from pool threads.
+
+        Raises:
+            UnknownTopicOrPartitionError: the partition is gone (the coordinator skips it).
+            LogClosedError: the server is stopping (the coordinator retries at the next load).
+            what the append or the flush raises (the coordinator retries).
+        """
+        from stratalog.server.storage.errors import LogClosedError
+
+        log_manager = self.log_manager
+        if log_manager is None:
+            raise LogClosedError("the server is stopping: its logs are closed")
+        partition_log = log_manager.get_log(topic, partition)
+        partition_log.write_txn_marker(producer_id, producer_epoch, coordinator_epoch, commit)
+        partition_log.flush()
+        loop, service = self._loop, self._service
+        if loop is None or service is None:
+            return  # while loading: nobody reads yet
+        # A closed loop (the process is exiting) has nobody waiting any more.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(service.wake_readers, topic, partition)
+
     def _refresh_log_metrics(self) -> None:
         assert self.log_manager is not None
         self.metrics.update_logs(self.log_manager.list_topics())
 
     async def _maintain(self) -> None:
         """Run a maintenance pass every ``maintenance_interval_ms`` until cancelled."""
-        assert self.log_manager is not None
+        assert self.log_manager is not None and self.coordinator is not None
         interval_s = self.settings.maintenance_interval_ms / 1000
-        log_manager = self.log_manager
+        log_manager, coordinator = self.log_manager, self.coordinator
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(interval_s)
@@ -173,6 +238,18 @@ class Server:
                 raise
             except Exception:
                 logger.exception("maintenance pass failed; the next runs in %.1f s", interval_s)
+            try:
+                # Apart from the storage pass: one failing must not hold the other back.
+                txn_report = await loop.run_in_executor(
+                    self._executor, coordinator.run_maintenance
+                )
+                for error in txn_report.errors:
+                    logger.warning("transaction maintenance: %s (retried next pass)", error)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.exception("transaction maintenance pass failed; the next runs in %.1f s",
+                                 interval_s)
 
     async def stop(self, grace_s: float | None = None) -> None:
         """Stop gracefully: answer in-flight RPCs, then close the logs cleanly.
@@ -199,14 +276,37 @@ class Server:
         if self._grpc is not None:
             await self._grpc.stop(0)
         self._endpoint.close()
-        log_manager, self.log_manager = self.log_manager, None
+        coordinator, self.coordinator = self.coordinator, None
+        log_manager = self.log_manager
+        loop = asyncio.get_running_loop()
         try:
+            # The executor still runs a maintenance pass or an fsync that outlived its RPC:
+            # close after them (the pool finishes queued work in order of submission). The
+            # coordinator first: it writes markers into the LogManager's logs, never the
+            # other way round.
+            if coordinator is not None:
+                await loop.run_in_executor(self._executor, coordinator.close)
+            self.log_manager = None
             if log_manager is not None:
-                # The executor still runs a maintenance pass or an fsync that outlived its RPC:
-                # close after them (the pool finishes queued work in order of submission).
-                await asyncio.get_running_loop().run_in_executor(self._executor, log_manager.close)
+                await loop.run_in_executor(self._executor, log_manager.close)
         finally:
+            self.log_manager = None
             self._executor.shutdown(wait=True)
+
+
+def transaction_config(settings: Settings) -> TransactionConfig:
+    """The coordinator's config from the server's settings (already range-checked)."""
+    from stratalog.server.transactions import TransactionConfig
+
+    return TransactionConfig(
+        transaction_max_timeout_ms=settings.transaction_max_timeout_ms,
+        transactional_id_expiration_ms=settings.transactional_id_expiration_ms,
+        abort_timed_out_interval_ms=(
+            settings.transaction_abort_timed_out_transaction_cleanup_interval_ms),
+        remove_expired_interval_ms=(
+            settings.transaction_remove_expired_transaction_cleanup_interval_ms),
+        transaction_partitions_max=settings.transaction_partitions_max,
+    )
 
 
 def _install_signal_handlers(stop: asyncio.Event) -> None:

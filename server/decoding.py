@@ -10,8 +10,8 @@ objects the servicer gets:
   read. Kafka appends a produce request's batches as a view of the request buffer
   (``MemoryRecords`` over it); :func:`parse_produce_request` does the same: it finds field 4
   (``record_batches``) in the serialized message, keeps it as a ``memoryview`` of the bytes gRPC
-  received, and lets protobuf parse the rest (topic, partition, compression, flush, unknown
-  fields: a few dozen bytes).
+  received, and lets protobuf parse the rest (topic, partition, compression, flush, the producer
+  fields, unknown fields: a few dozen bytes).
 * **Bytes that are no message are a value, not an exception.** gRPC answers a deserializer's
   exception with UNKNOWN ("Unexpected DecodeError"); every request deserializer here returns an
   :class:`UndecodableRequest` instead, which the servicer refuses with INVALID_ARGUMENT and
@@ -77,6 +77,8 @@ class ProduceRequestView:
 
     ``record_batches`` is a ``memoryview`` into the received message when it came off the wire
     through :func:`parse_produce_request` (``bytes`` when built from a message).
+    ``producer_id`` is None when the field is unset (proto3 ``optional``: a plain produce), the
+    value otherwise, 0 included.
     """
 
     topic: str
@@ -85,6 +87,10 @@ class ProduceRequestView:
     record_batches: bytes | memoryview
     compression: int
     flush: bool
+    producer_id: int | None = None
+    producer_epoch: int = 0
+    base_sequence: int = 0
+    transactional: bool = False
 
     @classmethod
     def of_message(
@@ -98,6 +104,10 @@ class ProduceRequestView:
             message.record_batches if record_batches is None else record_batches,
             message.compression,
             message.flush,
+            message.producer_id if message.HasField("producer_id") else None,
+            message.producer_epoch,
+            message.base_sequence,
+            message.transactional,
         )
 
 

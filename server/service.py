@@ -1,11 +1,12 @@
 """The Broker servicer: broker.proto's RPCs translated to calls on the LogManager, and back.
 
 Each RPC method, named exactly as in broker.proto, does three things: check the request's shape
-(the field a bad value came in is named in the error), call the storage engine, and build the
-response message. Storage semantics (validation of batches, offsets, lookups, retention) live
-in the engine; proto <-> records translation (records-form Produce, decoded fetches, topic
-descriptions) in :mod:`stratalog.server.translation`; where a Produce's work runs in
-:mod:`stratalog.server.append_placement`; errors become statuses in
+(the field a bad value came in is named in the error), call the storage engine or the
+transaction coordinator, and build the response message. Storage semantics (validation of
+batches, offsets, lookups, retention, producer state, the LSO) live in the engine; transactions
+in :mod:`stratalog.server.transactions`; proto <-> records translation (records-form Produce,
+decoded fetches, topic descriptions) in :mod:`stratalog.server.translation`; where a Produce's
+work runs in :mod:`stratalog.server.append_placement`; errors become statuses in
 :mod:`stratalog.server.status`, the one place that decides them, through :func:`_rpc`.
 
 What this module adds is the part only an asyncio server has: coordination between requests on
@@ -20,9 +21,15 @@ the event loop. One :class:`PartitionGate` per partition holds
   fsync asked for by ``flush = true`` runs in the thread pool after the lock is released, so it
   never stalls the loop or the next append. Reads never take the lock (PartitionLog reads see
   only whole published batches);
-* the *append signal*: an ``asyncio.Event`` set and replaced after every append. A long poll
-  or a Subscribe stream that found nothing to read waits on the event it took *before* reading,
-  so an append between its read and its wait is never missed; nothing polls.
+* the *append signal*: an ``asyncio.Event`` set and replaced after every append, and after
+  every transaction marker the coordinator writes (:meth:`BrokerService.wake_readers`, which
+  the server calls on the loop after a marker write in a pool thread: a marker moves the last
+  stable offset, which READ_COMMITTED readers wait for). A long poll or a Subscribe stream that
+  found nothing to read waits on the event it took *before* reading, so an append or marker
+  between its read and its wait is never missed; nothing polls;
+* the partition's *transaction verifier*: the coordinator's check that a transactional batch
+  belongs to an Ongoing transaction holding the partition, bound once per partition and handed
+  to every append (the log runs it, for transactional batches only, under its lock).
 
 Request limits come from :class:`~stratalog.server.settings.Settings` (``max_bytes`` defaults and
 caps, the long-poll cap, the Subscribe buffer). A Subscribe stream reads its next message only
@@ -31,9 +38,10 @@ slow reader holds at most one message of ``subscribe_buffer_bytes`` in the serve
 HTTP/2's window lets through.
 
 Concurrency: event-loop only. Blocking storage calls (fsync, large reads, topic admin, appends
-as above) and the encoding of large records-form Produce requests go to the executor given at
-construction; topic admin calls are serialised by one asyncio lock so that the LogManager sees
-one admin operation at a time.
+as above), the coordinator's requests (they fsync its state log and write markers) and the
+encoding of large records-form Produce requests go to the executor given at construction; topic
+admin calls are serialised by one asyncio lock so that the LogManager sees one admin operation
+at a time.
 """
 
 from __future__ import annotations
@@ -59,10 +67,13 @@ from stratalog.server.storage.errors import (
     LogClosedError,
     OffsetOutOfRangeError,
 )
-from stratalog.server.storage.partition_log import AppendInfo
+from stratalog.server.storage.partition_log import AppendInfo, IsolationLevel
 from stratalog.server.topic_name_memo import ValidTopicNames
+from stratalog.server.transactions import DEFAULT_TRANSACTION_TIMEOUT_MS
 from stratalog.server.translation import (
+    PRODUCER_EPOCH_MAX,
     BadRequestError,
+    ProducerFields,
     decode_records_into,
     encode_records,
     topic_message,
@@ -73,7 +84,12 @@ if TYPE_CHECKING:
     from stratalog.server.metrics import ServerMetrics
     from stratalog.server.settings import Settings
     from stratalog.server.storage.log_manager import LogManager
-    from stratalog.server.storage.partition_log import FetchedBatches, PartitionLog
+    from stratalog.server.storage.partition_log import (
+        FetchedBatches,
+        PartitionLog,
+        TransactionVerifier,
+    )
+    from stratalog.server.transactions import TransactionCoordinator, TransactionMetadata
 
 __all__ = ["BadRequestError", "BrokerService", "PartitionGate"]
 
@@ -84,6 +100,7 @@ _T = TypeVar("_T")
 # The lowest special ListOffsets target of broker.proto (-1 latest, -2 earliest, -3 max
 # timestamp); -1 also stands for "no match" in responses.
 _MAX_TIMESTAMP = -3
+_LATEST = -1
 _NO_MATCH = -1
 
 _FETCH_FORMATS = frozenset(broker_pb2.FetchFormat.values())
@@ -126,6 +143,28 @@ def _enum(field: str, value: int, allowed: frozenset[int]) -> int:
     return value
 
 
+def _isolation_level(value: int) -> IsolationLevel:
+    # broker.proto's IsolationLevel values are Kafka's, as the engine's are.
+    return IsolationLevel(_enum("isolation_level", value, _ISOLATION_LEVELS))
+
+
+def _transactional_id(value: str) -> str:
+    if not value:
+        raise BadRequestError("transactional_id", "must not be empty")
+    return value
+
+
+def _producer(producer_id: int, producer_epoch: int) -> tuple[int, int]:
+    """The producer id and epoch of a transaction request, range-checked."""
+    if producer_id < 0:
+        raise BadRequestError("producer_id", f"must be >= 0, got {producer_id}")
+    if not 0 <= producer_epoch <= PRODUCER_EPOCH_MAX:
+        raise BadRequestError(
+            "producer_epoch", f"must be in 0..{PRODUCER_EPOCH_MAX}, got {producer_epoch}"
+        )
+    return producer_id, producer_epoch
+
+
 # ------------------------------------------------------------------------ per-partition state
 
 
@@ -133,23 +172,25 @@ class PartitionGate:
     """Event-loop coordination for one partition: the append lock and the append signal.
 
     Holds an ``asyncio.Lock`` (appends and DeleteRecords of the partition take it), the current
-    ``asyncio.Event`` (set, then replaced, after each append), and ``closed`` (the topic was
-    deleted: waiters wake and look the partition up again). Event-loop only.
+    ``asyncio.Event`` (set, then replaced, after each append or transaction marker), ``closed``
+    (the topic was deleted: waiters wake and look the partition up again), and the partition's
+    transaction verifier (None: transactional batches are not checked). Event-loop only.
     """
 
-    __slots__ = ("_signal", "append_lock", "closed")
+    __slots__ = ("_signal", "append_lock", "closed", "verify_transaction")
 
-    def __init__(self) -> None:
+    def __init__(self, verify_transaction: TransactionVerifier | None = None) -> None:
         self.append_lock = asyncio.Lock()
         self._signal = asyncio.Event()
         self.closed = False
+        self.verify_transaction = verify_transaction
 
     def signal(self) -> asyncio.Event:
         """The event the next append sets; take it *before* reading, then wait on it."""
         return self._signal
 
     def notify(self) -> None:
-        """Wake everyone waiting for an append that happened."""
+        """Wake everyone waiting for an append (or a marker) that happened."""
         signal, self._signal = self._signal, asyncio.Event()
         signal.set()
 
@@ -229,9 +270,10 @@ def _code_name(context: grpc.aio.ServicerContext) -> str:
 
 
 class BrokerService(broker_pb2_grpc.BrokerServicer):
-    """broker.proto's Broker service over one LogManager.
+    """broker.proto's Broker service over one LogManager and its transaction coordinator.
 
-    Holds the LogManager, the settings, the metrics, the executor for blocking calls, the
+    Holds the LogManager, the coordinator, the settings, the metrics, the executor for blocking
+    calls, the
     :class:`~stratalog.server.append_placement.AppendPlacement` (where a Produce's work runs),
     the memo of valid topic names, one :class:`PartitionGate` per partition that has been
     produced to or read from (created after the partition was found, so unknown names never
@@ -251,6 +293,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         metrics: ServerMetrics,
         executor: Executor,
         *,
+        coordinator: TransactionCoordinator,
         time_ms: Callable[[], int] | None = None,
         placement: AppendPlacement | None = None,
         topic_names: ValidTopicNames | None = None,
@@ -259,6 +302,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         wall clock); ``placement`` defaults to the settings' rule, ``topic_names`` to an empty
         memo of its own."""
         self._log_manager = log_manager
+        self._coordinator = coordinator
         self._settings = settings
         self._metrics = metrics
         self._executor = executor
@@ -279,19 +323,23 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             raise BadRequestError(field, str(exc), "INVALID_TOPIC") from None
 
     async def _append(
-        self, partition_log: PartitionLog, payload: bytes | memoryview
+        self, partition_log: PartitionLog, gate: PartitionGate, payload: bytes | memoryview
     ) -> AppendInfo:
-        """Append ``payload`` where the placement says; the caller holds the append lock.
+        """Append ``payload`` where the placement says, with the gate's transaction verifier;
+        the caller holds the gate's append lock.
 
         Tried inline, the append may come back undone from storage (it would roll, fsync or
         wait for maintenance): the thread pool finishes it, reusing its validation.
         """
+        verify = gate.verify_transaction
         if self._placement.tries_append_inline(len(payload)):
-            outcome = partition_log.try_append_without_blocking(payload)
+            outcome = partition_log.try_append_without_blocking(payload, verify_transaction=verify)
             if type(outcome) is AppendInfo:
                 return outcome
             return await self._blocking(partition_log.append_deferred, outcome)
-        return await self._blocking(partition_log.append, payload)
+        return await self._blocking(
+            functools.partial(partition_log.append, verify_transaction=verify), payload
+        )
 
     async def _blocking(self, function: Callable[..., _T], *args: Any) -> _T:
         """Run a blocking storage call in the executor."""
@@ -307,8 +355,19 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         key = (topic, partition)
         gate = self._gates.get(key)
         if gate is None:
-            gate = self._gates[key] = PartitionGate()
+            verify = functools.partial(
+                self._coordinator.verify_transactional_append, topic, partition
+            )
+            gate = self._gates[key] = PartitionGate(verify)
         return gate
+
+    def wake_readers(self, topic: str, partition: int) -> None:
+        """Wake the partition's long polls and Subscribe streams: something they may wait for
+        happened outside the servicer (the coordinator wrote a transaction marker, moving the
+        last stable offset). Event-loop only; a partition nobody reads from has no gate."""
+        gate = self._gates.get((topic, partition))
+        if gate is not None:
+            gate.notify()
 
     def _log(self, topic: str, partition: int) -> tuple[PartitionLog, PartitionGate]:
         """The partition's log (UnknownTopicOrPartitionError if none) and its gate.
@@ -325,23 +384,40 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         return min(max_bytes, cap if cap is not None else self._settings.fetch_max_bytes_max)
 
     def _fetch_now(
-        self, topic: str, partition: int, partition_log: PartitionLog, offset: int, max_bytes: int
+        self,
+        topic: str,
+        partition: int,
+        partition_log: PartitionLog,
+        offset: int,
+        max_bytes: int,
+        isolation_level: IsolationLevel,
     ) -> FetchedBatches:
         """Read on the loop: page-cache reads are cheaper inline than a thread hop."""
         try:
-            return partition_log.fetch(offset, max_bytes)
+            return partition_log.fetch(offset, max_bytes, isolation_level=isolation_level)
         except OffsetOutOfRangeError as exc:
             raise _client_out_of_range(topic, partition, offset, exc) from None
 
     async def _fetch(
-        self, topic: str, partition: int, partition_log: PartitionLog, offset: int, max_bytes: int
+        self,
+        topic: str,
+        partition: int,
+        partition_log: PartitionLog,
+        offset: int,
+        max_bytes: int,
+        isolation_level: IsolationLevel,
     ) -> FetchedBatches:
         if max_bytes < self._settings.read_in_executor_min_bytes:
-            return self._fetch_now(topic, partition, partition_log, offset, max_bytes)
+            return self._fetch_now(
+                topic, partition, partition_log, offset, max_bytes, isolation_level
+            )
         # Large reads, which may also be cold, go to the executor so that they cannot stall
         # every other request.
         try:
-            return await self._blocking(partition_log.fetch, offset, max_bytes)
+            return await self._blocking(
+                functools.partial(partition_log.fetch, isolation_level=isolation_level),
+                offset, max_bytes,
+            )
         except OffsetOutOfRangeError as exc:
             raise _client_out_of_range(topic, partition, offset, exc) from None
 
@@ -381,20 +457,26 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         fetched: FetchedBatches,
         fetch_format: int,
         max_bytes: int,
+        isolation_level: IsolationLevel,
         matched: tuple[int, int] = (_NO_MATCH, _NO_MATCH),
     ) -> broker_pb2.FetchResponse:
         """A FetchResponse for ``fetched`` (whole batches read at ``offset`` with ``max_bytes``).
 
         Raw batches come with the next offset and record count the read took from their
-        headers. Decoded records (FETCH_FORMAT_RECORDS) are bounded by ``max_bytes`` too,
-        counting keys and values: compressed batches can decode to far more than they store,
-        and a response must stay under the gRPC message limit. The batches left out are fetched
-        next time.
+        headers, and for READ_COMMITTED with the aborted transactions overlapping them (the
+        client drops their records, as Kafka's consumer does). Decoded records
+        (FETCH_FORMAT_RECORDS) never include control records, and for READ_COMMITTED not the
+        records of aborted transactions; they are bounded by ``max_bytes`` too, counting keys
+        and values: compressed batches can decode to far more than they store, and a response
+        must stay under the gRPC message limit. The batches left out are fetched next time.
+        Every response carries the high watermark and the last stable offset, read after the
+        data: the high watermark is never below ``next_offset``, nor is the LSO for
+        READ_COMMITTED.
         """
         data = fetched.data
+        committed = isolation_level == IsolationLevel.READ_COMMITTED
         if fetch_format == _RECORD_BATCHES:
             records_out = fetched.records_count
-            # The high watermark is read after the data: it is never below next_offset.
             response = broker_pb2.FetchResponse(
                 topic=topic,
                 partition=partition,
@@ -404,7 +486,12 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 next_offset=fetched.next_offset,
                 matched_offset=matched[0],
                 matched_timestamp=matched[1],
+                last_stable_offset=partition_log.last_stable_offset,
             )
+            if committed and fetched.aborted_transactions:
+                add = response.aborted_transactions.add
+                for txn in fetched.aborted_transactions:
+                    add(producer_id=txn.producer_id, first_offset=txn.first_offset)
             self._metrics.observe_fetch(topic, records_out, len(data))
             return response
         response = broker_pb2.FetchResponse(
@@ -414,10 +501,12 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             matched_timestamp=matched[1],
         )
         next_offset, records_out, bytes_out = decode_records_into(
-            response.records, data, offset, max_bytes
+            response.records, data, offset, max_bytes,
+            fetched.aborted_transactions if committed else None,
         )
         response.high_watermark = partition_log.log_end_offset
         response.log_start_offset = partition_log.log_start_offset
+        response.last_stable_offset = partition_log.last_stable_offset
         response.next_offset = next_offset
         self._metrics.observe_fetch(topic, records_out, bytes_out)
         return response
@@ -503,16 +592,26 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 "set exactly one of records and record_batches "
                 + ("(both are set)" if has_records else "(neither is set)"),
             )
+        if has_batches and request.producer_id is not None:
+            raise BadRequestError(
+                "producer_id",
+                "set only with records: record_batches carry their producer id, epoch and "
+                "sequence in their own headers",
+            )
         partition_log, gate = self._log(topic, partition)
         if has_records:
             records = request.records
+            producer = ProducerFields.of_request(
+                request.producer_id, request.producer_epoch, request.base_sequence,
+                request.transactional,
+            )
             if self._placement.encodes_inline(len(records)):
                 payload: bytes | memoryview = encode_records(
-                    records, request.compression, self._time_ms()
+                    records, request.compression, self._time_ms(), producer
                 )
             else:
                 payload = await self._blocking(
-                    encode_records, records, request.compression, self._time_ms()
+                    encode_records, records, request.compression, self._time_ms(), producer
                 )
         else:
             payload = record_batches
@@ -522,7 +621,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                     # The topic was deleted (or recreated) while this request waited: look again.
                     partition_log, gate = self._log(topic, partition)
                     continue
-                info = await self._append(partition_log, payload)
+                info = await self._append(partition_log, gate, payload)
                 gate.notify()
                 break
         if request.flush:
@@ -534,6 +633,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             log_append_time=info.log_append_time,
             log_start_offset=info.log_start_offset,
             record_count=info.record_count,
+            duplicate=info.duplicate,
         )
 
     # ---------------------------------------------------------------- fetch
@@ -551,7 +651,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         )
         min_bytes = _non_negative("min_bytes", request.min_bytes)
         fetch_format = _enum("format", request.format, _FETCH_FORMATS)
-        _enum("isolation_level", request.isolation_level, _ISOLATION_LEVELS)
+        isolation_level = _isolation_level(request.isolation_level)
         partition_log, gate = self._log(topic, partition)
         offset = request.offset
         # Answer as soon as this much is there; never more than one read can return.
@@ -560,12 +660,18 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         # The clock only matters to a request that may wait.
         loop = asyncio.get_running_loop() if max_wait_ms else None
         deadline = loop.time() + max_wait_ms / 1000 if loop is not None else 0.0
+        # READ_COMMITTED reads stop at the LSO: a long poll there waits for a marker to move
+        # it (the coordinator's marker writes wake the gate too).
         while True:
             signal = gate.signal()
             if inline:  # the common case, without a coroutine per read
-                fetched = self._fetch_now(topic, partition, partition_log, offset, max_bytes)
+                fetched = self._fetch_now(
+                    topic, partition, partition_log, offset, max_bytes, isolation_level
+                )
             else:
-                fetched = await self._fetch(topic, partition, partition_log, offset, max_bytes)
+                fetched = await self._fetch(
+                    topic, partition, partition_log, offset, max_bytes, isolation_level
+                )
             if len(fetched.data) >= enough_bytes or loop is None or self._shutting_down:
                 break
             remaining_s = deadline - loop.time()
@@ -576,7 +682,8 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 # Deleted while we waited: the lookup raises UNKNOWN_TOPIC_OR_PARTITION.
                 partition_log, gate = self._log(topic, partition)
         return self._fetch_response(
-            topic, partition, partition_log, offset, fetched, fetch_format, max_bytes
+            topic, partition, partition_log, offset, fetched, fetch_format, max_bytes,
+            isolation_level,
         )
 
     @_rpc()
@@ -589,24 +696,24 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         timestamp = _non_negative("timestamp", request.timestamp)
         max_bytes = self._fetch_max_bytes(request.max_bytes)
         fetch_format = _enum("format", request.format, _FETCH_FORMATS)
-        _enum("isolation_level", request.isolation_level, _ISOLATION_LEVELS)
+        isolation_level = _isolation_level(request.isolation_level)
         partition_log, _ = self._log(topic, partition)
         # The search decodes the batch it finds, which is also the first batch of the answer:
-        # one pass reads it once. Large reads go to the executor (see _fetch).
+        # one pass reads it once. Large reads go to the executor (see _fetch). READ_COMMITTED
+        # matches only a record below the LSO (the engine's rule, Kafka's).
+        lookup = functools.partial(partition_log.fetch_by_timestamp, isolation_level=isolation_level)
         if max_bytes < self._settings.read_in_executor_min_bytes:
-            found, fetched = partition_log.fetch_by_timestamp(timestamp, max_bytes)
+            found, fetched = lookup(timestamp, max_bytes)
         else:
-            found, fetched = await self._blocking(
-                partition_log.fetch_by_timestamp, timestamp, max_bytes
-            )
+            found, fetched = await self._blocking(lookup, timestamp, max_bytes)
         if found is None:
             return self._fetch_response(
                 topic, partition, partition_log, fetched.next_offset, fetched, fetch_format,
-                max_bytes,
+                max_bytes, isolation_level,
             )
         return self._fetch_response(
             topic, partition, partition_log, found.offset, fetched, fetch_format, max_bytes,
-            (found.offset, found.timestamp),
+            isolation_level, (found.offset, found.timestamp),
         )
 
     @_rpc()
@@ -622,9 +729,9 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 "timestamp", f"must be -2 (earliest), -1 (latest), -3 (max timestamp) or a "
                 f"timestamp >= 0, got {target}"
             )
-        _enum("isolation_level", request.isolation_level, _ISOLATION_LEVELS)
+        isolation_level = _isolation_level(request.isolation_level)
         partition_log, _ = self._log(topic, partition)
-        found = partition_log.offset_for_timestamp(target)
+        found = partition_log.offset_for_timestamp(target, isolation_level=isolation_level)
         if found is None:
             return broker_pb2.ListOffsetsResponse(offset=_NO_MATCH, timestamp=_NO_MATCH)
         return broker_pb2.ListOffsetsResponse(offset=found.offset, timestamp=found.timestamp)
@@ -637,7 +744,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         partition = _partition(request.partition)
         max_bytes = self._fetch_max_bytes(request.max_bytes, self._settings.subscribe_buffer_bytes)
         fetch_format = _enum("format", request.format, _FETCH_FORMATS)
-        _enum("isolation_level", request.isolation_level, _ISOLATION_LEVELS)
+        isolation_level = _isolation_level(request.isolation_level)
         start = request.WhichOneof("start")
         if start is None:
             raise BadRequestError("start", "set offset or timestamp")
@@ -645,10 +752,16 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         matched: tuple[int, int] | None = None
         if start == "timestamp":
             timestamp = _non_negative("timestamp", request.timestamp)
-            found = partition_log.offset_for_timestamp(timestamp)
+            found = partition_log.offset_for_timestamp(timestamp, isolation_level=isolation_level)
             if found is None:
-                # Nothing at or after the timestamp yet: follow from the end.
-                matched, offset = (_NO_MATCH, _NO_MATCH), partition_log.log_end_offset
+                # Nothing (readable at this isolation level) at or after the timestamp yet:
+                # follow from the end a reader of this level sees, the LSO for READ_COMMITTED
+                # (a Kafka consumer seeks to the end when offsetsForTimes finds nothing).
+                latest = partition_log.offset_for_timestamp(
+                    _LATEST, isolation_level=isolation_level
+                )
+                assert latest is not None
+                matched, offset = (_NO_MATCH, _NO_MATCH), latest.offset
             else:
                 matched, offset = (found.offset, found.timestamp), found.offset
         else:
@@ -658,11 +771,13 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             while True:
                 partition_log, gate = self._ensure_following(topic, partition, partition_log, gate)
                 signal = gate.signal()
-                fetched = await self._fetch(topic, partition, partition_log, offset, max_bytes)
+                fetched = await self._fetch(
+                    topic, partition, partition_log, offset, max_bytes, isolation_level
+                )
                 if fetched.data:
                     response = self._fetch_response(
                         topic, partition, partition_log, offset, fetched, fetch_format,
-                        max_bytes, matched or (_NO_MATCH, _NO_MATCH),
+                        max_bytes, isolation_level, matched or (_NO_MATCH, _NO_MATCH),
                     )
                     offset = response.next_offset
                     if response.records or response.record_batches:
@@ -694,3 +809,102 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 self._log_manager.delete_records, topic, partition, before_offset
             )
         return broker_pb2.DeleteRecordsResponse(log_start_offset=log_start_offset)
+
+    # ---------------------------------------------------------------- transactions
+
+    @_rpc()
+    async def InitProducerId(
+        self, request: broker_pb2.InitProducerIdRequest, context: grpc.aio.ServicerContext
+    ) -> broker_pb2.InitProducerIdResponse:
+        transactional_id: str | None = None
+        if request.HasField("transactional_id"):
+            if not request.transactional_id:
+                raise BadRequestError(
+                    "transactional_id",
+                    "must not be empty; leave it unset for an idempotent producer",
+                )
+            transactional_id = request.transactional_id
+        # 0 is proto3's unset: Kafka's producer default. A negative timeout is the
+        # coordinator's to refuse (INVALID_TRANSACTION_TIMEOUT, with the allowed range).
+        timeout_ms = request.transaction_timeout_ms or DEFAULT_TRANSACTION_TIMEOUT_MS
+        producer = await self._blocking(
+            self._coordinator.init_producer_id, transactional_id, timeout_ms
+        )
+        return broker_pb2.InitProducerIdResponse(
+            producer_id=producer.producer_id, producer_epoch=producer.producer_epoch
+        )
+
+    @_rpc()
+    async def AddPartitionsToTxn(
+        self, request: broker_pb2.AddPartitionsToTxnRequest, context: grpc.aio.ServicerContext
+    ) -> broker_pb2.AddPartitionsToTxnResponse:
+        transactional_id = _transactional_id(request.transactional_id)
+        producer_id, producer_epoch = _producer(request.producer_id, request.producer_epoch)
+        count = len(request.partitions)
+        if not count:
+            raise BadRequestError("partitions", "add at least one partition")
+        limit = self._settings.transaction_partitions_max
+        if count > limit:
+            raise BadRequestError(
+                "partitions", f"{count} partitions exceed transaction_partitions_max={limit}"
+            )
+        partitions = []
+        for index, item in enumerate(request.partitions):
+            topic = self._topic(item.topic, f"partitions[{index}].topic")
+            if item.partition < 0:
+                raise BadRequestError(
+                    f"partitions[{index}].partition", f"must be >= 0, got {item.partition}"
+                )
+            # Only existing partitions join a transaction (Kafka answers
+            # UNKNOWN_TOPIC_OR_PARTITION): a marker could never be written to another.
+            self._log_manager.get_log(topic, item.partition)
+            partitions.append((topic, item.partition))
+        await self._blocking(
+            self._coordinator.add_partitions_to_txn,
+            transactional_id, producer_id, producer_epoch, partitions,
+        )
+        return broker_pb2.AddPartitionsToTxnResponse()
+
+    @_rpc()
+    async def EndTxn(
+        self, request: broker_pb2.EndTxnRequest, context: grpc.aio.ServicerContext
+    ) -> broker_pb2.EndTxnResponse:
+        transactional_id = _transactional_id(request.transactional_id)
+        producer_id, producer_epoch = _producer(request.producer_id, request.producer_epoch)
+        # The markers are written (and their partitions' readers woken) before this returns.
+        await self._blocking(
+            functools.partial(self._coordinator.end_txn, commit=request.commit),
+            transactional_id, producer_id, producer_epoch,
+        )
+        return broker_pb2.EndTxnResponse()
+
+    @_rpc()
+    async def DescribeTransaction(
+        self, request: broker_pb2.DescribeTransactionRequest, context: grpc.aio.ServicerContext
+    ) -> broker_pb2.DescribeTransactionResponse:
+        transactional_id = _transactional_id(request.transactional_id)
+        # In the pool: the state's lock is held across the state log's fsyncs.
+        metadata = await self._blocking(self._coordinator.describe_transaction, transactional_id)
+        return _transaction_message(metadata)
+
+
+def _transaction_message(
+    metadata: TransactionMetadata,
+) -> broker_pb2.DescribeTransactionResponse:
+    """The coordinator's metadata of one transactional id as DescribeTransaction answers it,
+    with Kafka's state names, the partitions sorted, and no start time when no transaction is
+    open (broker.proto's contract; the metadata keeps the last one's)."""
+    is_open = not metadata.state.is_complete_or_empty
+    return broker_pb2.DescribeTransactionResponse(
+        transactional_id=metadata.transactional_id,
+        producer_id=metadata.producer_id,
+        producer_epoch=metadata.producer_epoch,
+        state=metadata.state.kafka_name,
+        transaction_timeout_ms=metadata.txn_timeout_ms,
+        transaction_start_time_ms=metadata.txn_start_timestamp_ms if is_open else -1,
+        last_update_time_ms=metadata.txn_last_update_timestamp_ms,
+        partitions=[
+            broker_pb2.TopicPartition(topic=topic, partition=partition)
+            for topic, partition in sorted(metadata.partitions)
+        ],
+    )

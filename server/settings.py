@@ -20,6 +20,14 @@ Environment variables are ``STRATALOG_`` + the setting name in capitals (``STRAT
 ``STRATALOG_LOG_DIRS`` as a comma-separated list); a storage default is ``STRATALOG_`` + its
 Kafka name in capitals with dots as underscores (``STRATALOG_LOG_SEGMENT_BYTES`` is
 ``log.segment.bytes``; no Kafka ``log.*`` name holds an underscore, so the mapping is exact).
+Two storage defaults have Kafka names outside ``log.*``, and are taken as they are:
+``producer.id.expiration.ms`` and ``producer.id.expiration.check.interval.ms``
+(``STRATALOG_PRODUCER_ID_EXPIRATION_MS``, or a ``[producer]`` table in the file).
+
+The transaction coordinator's settings are server settings named after Kafka's broker configs
+with dots as underscores (``transaction_max_timeout_ms`` is ``transaction.max.timeout.ms``);
+Kafka's dotted names are accepted as keys too (a ``[transaction]`` table in the file, or
+``--set transaction.max.timeout.ms=...``).
 Other ``STRATALOG_*`` variables are not settings and are ignored. Flags are ``--listen``,
 ``--log-dirs``, ``--max-request-bytes`` ... (one per setting, the name with dashes) and
 ``--set NAME=VALUE`` for any setting or ``log.*`` default.
@@ -63,6 +71,11 @@ CONFIG_ENV_VAR = "STRATALOG_CONFIG"
 #: Prefix of every environment variable read as a setting.
 ENV_PREFIX = "STRATALOG_"
 _LOG_PREFIX = "log."
+#: Storage defaults whose Kafka names do not start with ``log.``: passed to the LogManager too.
+_STORAGE_NAMES_OUTSIDE_LOG = frozenset({
+    "producer.id.expiration.ms",
+    "producer.id.expiration.check.interval.ms",
+})
 
 _KIB = 1024
 _MIB = 1024 * _KIB
@@ -206,6 +219,35 @@ class Settings:
         "on SIGTERM/SIGINT, time in-flight RPCs get to finish before they are cancelled",
         0,
     )
+    transaction_max_timeout_ms: int = _setting(
+        900_000,
+        "longest transaction timeout InitProducerId accepts (Kafka's transaction.max.timeout.ms)",
+        1,
+    )
+    transactional_id_expiration_ms: int = _setting(
+        604_800_000,
+        "a transactional id with no transaction open and no request for this long is forgotten"
+        " (Kafka's transactional.id.expiration.ms)",
+        1,
+    )
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = _setting(
+        10_000,
+        "how often the maintenance pass looks for transactions open past their timeout and"
+        " aborts them (Kafka's transaction.abort.timed.out.transaction.cleanup.interval.ms)",
+        1,
+    )
+    transaction_remove_expired_transaction_cleanup_interval_ms: int = _setting(
+        3_600_000,
+        "how often the maintenance pass forgets expired transactional ids (Kafka's"
+        " transaction.remove.expired.transaction.cleanup.interval.ms)",
+        1,
+    )
+    transaction_partitions_max: int = _setting(
+        1000,
+        "most partitions one transaction may hold (stratalog's: the state record listing them"
+        " must fit one batch of the transaction state log)",
+        1,
+    )
     metrics_port: int = _setting(
         9464,
         "port of the Prometheus endpoint (/metrics) on the listen host; 0 = any free port"
@@ -242,8 +284,11 @@ class Settings:
             )
         object.__setattr__(self, "logging_level", self.logging_level.upper())
         for name in self.log_defaults:
-            if not name.startswith(_LOG_PREFIX):
-                raise SettingsError(f"storage default {name!r} is not a log.* name")
+            if not name.startswith(_LOG_PREFIX) and name not in _STORAGE_NAMES_OUTSIDE_LOG:
+                raise SettingsError(
+                    f"storage default {name!r} is not a log.* name nor one of "
+                    f"{sorted(_STORAGE_NAMES_OUTSIDE_LOG)}"
+                )
         object.__setattr__(self, "log_defaults", dict(self.log_defaults))
 
     @property
@@ -265,7 +310,17 @@ SETTING_NAMES: tuple[str, ...] = tuple(
 )
 _FIELDS = {f.name: f for f in dataclasses.fields(Settings) if f.name != "log_defaults"}
 # Kafka's name for a setting, accepted as a key wherever our name is.
-_KAFKA_ALIASES = {"log.dirs": "log_dirs"}
+_KAFKA_ALIASES = {
+    "log.dirs": "log_dirs",
+    "transaction.max.timeout.ms": "transaction_max_timeout_ms",
+    "transactional.id.expiration.ms": "transactional_id_expiration_ms",
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms":
+        "transaction_abort_timed_out_transaction_cleanup_interval_ms",
+    "transaction.remove.expired.transaction.cleanup.interval.ms":
+        "transaction_remove_expired_transaction_cleanup_interval_ms",
+    "transaction.partitions.max": "transaction_partitions_max",
+}
+assert all(setting in _FIELDS for setting in _KAFKA_ALIASES.values())
 
 
 # ------------------------------------------------------------------------ parsing one value
@@ -349,7 +404,9 @@ def _canonical(name: str) -> str | None:
     name = _KAFKA_ALIASES.get(name, name)
     if name in _FIELDS:
         return name
-    if name.startswith(_LOG_PREFIX) and len(name) > len(_LOG_PREFIX):
+    if (name.startswith(_LOG_PREFIX) and len(name) > len(_LOG_PREFIX)) or (
+        name in _STORAGE_NAMES_OUTSIDE_LOG
+    ):
         return name
     return None
 
@@ -362,7 +419,7 @@ def _from_environment(environ: Mapping[str, str]) -> dict[str, str]:
         suffix = variable[len(ENV_PREFIX):].lower()
         if suffix in _FIELDS:
             values[suffix] = raw
-        elif suffix.startswith("log_"):
+        elif suffix.startswith("log_") or suffix.replace("_", ".") in _STORAGE_NAMES_OUTSIDE_LOG:
             values[suffix.replace("_", ".")] = raw
         # Anything else is some other tool's STRATALOG_ variable, not a setting.
     return values

@@ -5,7 +5,10 @@ broker.proto. Everything that turns one into the other lives here, with no I/O a
 loop, so that each translation is tested on its own (tests/unit/server/test_translation.py)::
 
     Produce.records (proto Records)  --encode_records-->      one Kafka v2 batch, base offset 0
+                                                              (with the producer fields if set)
     stored batches (bytes)           --decode_records_into--> FetchResponse.records, bounded
+                                                              (aborted records dropped for
+                                                              READ_COMMITTED)
     TopicDescription (engine)        --topic_message-->       broker_pb2.TopicDescription
     TimestampType (records)          --PROTO_TIMESTAMP_TYPES--> broker_pb2.TimestampType
 
@@ -23,6 +26,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import grpc
 
+from stratalog.records.aborted_filter import AbortedTransactionFilter
 from stratalog.records.batch import Compression, TimestampType
 from stratalog.records.builder import BatchBuilder
 from stratalog.records.errors import RecordError
@@ -33,15 +37,21 @@ from stratalog.v1 import broker_pb2
 
 if TYPE_CHECKING:
     from stratalog.server.storage.log_manager import TopicDescription
+    from stratalog.server.storage.txn_index import AbortedTxn
 
 __all__ = [
+    "PRODUCER_EPOCH_MAX",
     "PROTO_TIMESTAMP_TYPES",
     "BadRequestError",
     "DecodedRecords",
+    "ProducerFields",
     "decode_records_into",
     "encode_records",
     "topic_message",
 ]
+
+#: A producer epoch is an int16 in the batch header (Kafka's Short.MAX_VALUE).
+PRODUCER_EPOCH_MAX = 32767
 
 #: Records' TimestampType (Kafka's attribute bit: 0 CreateTime, 1 LogAppendTime) to the proto's
 #: enum, which keeps 0 for "unspecified".
@@ -70,13 +80,60 @@ class BadRequestError(Exception):
 # ------------------------------------------------------------------------ produce
 
 
+class ProducerFields(NamedTuple):
+    """The producer fields of a records-form Produce, for the batch header (Kafka's names)."""
+
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    is_transactional: bool
+
+    @classmethod
+    def of_request(
+        cls, producer_id: int | None, producer_epoch: int, base_sequence: int, transactional: bool
+    ) -> ProducerFields | None:
+        """The fields of a ProduceRequest (None for a plain produce: ``producer_id`` unset),
+        range-checked against what a batch header holds.
+
+        Raises:
+            BadRequestError: naming the field: a negative producer id, an epoch outside
+                0..32767, a negative base sequence, or epoch, sequence or the transactional
+                flag set without a producer id.
+        """
+        if producer_id is None:
+            for name, value in (("producer_epoch", producer_epoch),
+                                ("base_sequence", base_sequence),
+                                ("transactional", transactional)):
+                if value:
+                    raise BadRequestError(
+                        name, f"is set ({value}) but producer_id is not: an idempotent or "
+                        "transactional produce sets producer_id (from InitProducerId)"
+                    )
+            return None
+        if producer_id < 0:
+            raise BadRequestError("producer_id", f"must be >= 0, got {producer_id}")
+        if not 0 <= producer_epoch <= PRODUCER_EPOCH_MAX:
+            raise BadRequestError(
+                "producer_epoch", f"must be in 0..{PRODUCER_EPOCH_MAX} (an int16), got "
+                f"{producer_epoch}"
+            )
+        if base_sequence < 0:
+            raise BadRequestError("base_sequence", f"must be >= 0, got {base_sequence}")
+        return cls(producer_id, producer_epoch, base_sequence, transactional)
+
+
 def encode_records(
-    records: Sequence[broker_pb2.Record], compression: int, now_ms: int
+    records: Sequence[broker_pb2.Record],
+    compression: int,
+    now_ms: int,
+    producer: ProducerFields | None = None,
 ) -> bytes:
     """The Produce ``records`` form as one Kafka v2 batch (base offset 0), as a client would.
 
     A record without a timestamp gets ``now_ms`` (the server's clock at the append); a key,
-    value or header value left unset is null. ~1 µs a record plus the codec's work: the
+    value or header value left unset is null. With ``producer`` the batch carries its producer
+    id, epoch, base sequence and transactional flag, as a producer's batch does (the log then
+    deduplicates and orders it); without, none (-1s). ~1 µs a record plus the codec's work: the
     servicer's placement (``append_placement.py``) decides whether this runs on the loop.
 
     Raises:
@@ -89,7 +146,10 @@ def encode_records(
         raise BadRequestError(
             "compression", f"unknown codec {compression}; one of {[int(c) for c in Compression]}"
         ) from None
-    builder = BatchBuilder(compression=codec)
+    if producer is None:
+        builder = BatchBuilder(compression=codec)
+    else:
+        builder = BatchBuilder(compression=codec, **producer._asdict())
     append = builder.append
     for index, record in enumerate(records):
         timestamp = record.timestamp if record.HasField("timestamp") else now_ms
@@ -118,16 +178,23 @@ class DecodedRecords(NamedTuple):
 
 
 def decode_records_into(
-    out: Any, data: bytes, offset: int, max_decoded_bytes: int
+    out: Any,
+    data: bytes,
+    offset: int,
+    max_decoded_bytes: int,
+    aborted_transactions: Sequence[AbortedTxn] | None = None,
 ) -> DecodedRecords:
     """Append the records of the stored batches ``data`` with offset >= ``offset`` to ``out``
     (a repeated ``broker_pb2.Record``, such as ``FetchResponse.records``).
 
-    Control batches (transaction markers) are skipped, as Kafka's consumers skip them. Decoding
-    stops after the batch whose keys and values took the records added past
-    ``max_decoded_bytes``: compressed batches may decode to far more than they store, and a
-    response must stay under the gRPC message limit. The first batch with records is always
-    whole. A null key, value or header value leaves the optional field unset.
+    Control batches (transaction markers) are skipped, as Kafka's consumers skip them. With
+    ``aborted_transactions`` (a READ_COMMITTED fetch's, from the ``.txnindex``; an empty
+    sequence counts) the batches of aborted transactions are skipped too, by Kafka's consumer
+    algorithm (:class:`~stratalog.records.AbortedTransactionFilter`). Decoding stops after the
+    batch whose keys and values took the records added past ``max_decoded_bytes``: compressed
+    batches may decode to far more than they store, and a response must stay under the gRPC
+    message limit. The first batch with records is always whole. A null key, value or header
+    value leaves the optional field unset.
 
     Raises:
         StorageError: a batch does not decode (it passed validation when it was written:
@@ -139,17 +206,23 @@ def decode_records_into(
     position = 0
     end = len(data)
     add = out.add
+    skips = (None if aborted_transactions is None else AbortedTransactionFilter(
+        (txn.producer_id, txn.first_offset) for txn in aborted_transactions).skips)
     while position < end and (added == 0 or decoded_bytes <= max_decoded_bytes):
         try:
             header, columns = decode_batch_columns(data, position)
+            offsets, timestamps, keys, values, headers = columns
+            # Under READ_COMMITTED control batches go through the filter too: an ABORT marker
+            # ends its producer's aborted transaction.
+            skipped = header.is_control if skips is None else skips(
+                header, keys[0] if header.is_control and keys else None)
         except RecordError as exc:
             raise StorageError(f"stored batch at fetch position {position}: {exc}") from exc
         position = header.end_position
         next_offset = header.last_offset + 1
-        if header.is_control:
+        if skipped:
             continue
         timestamp_type = PROTO_TIMESTAMP_TYPES[header.timestamp_type]
-        offsets, timestamps, keys, values, headers = columns
         # Only the first batch may start below the offset; offsets increase within a batch.
         first = bisect.bisect_left(offsets, offset) if offsets and offsets[0] < offset else 0
         for i in range(first, len(offsets)):

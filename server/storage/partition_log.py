@@ -88,6 +88,7 @@ __all__ = [
     "IsolationLevel",
     "PartitionLog",
     "TimestampOffset",
+    "TransactionVerifier",
     "WouldBlock",
 ]
 
@@ -152,7 +153,9 @@ class DeferredAppend:
     for. ``validated`` is set when the batches passed validation before the reason was found
     (a roll or a flush), with the log end offset (``first_offset``), the config and the clock
     reading it was made against: :meth:`PartitionLog.append_deferred` reuses it while those
-    still hold. Immutable; holds views of the caller's batches, which must not change.
+    still hold. ``verify_transaction`` is the caller's verifier, run again when the append is
+    carried out (the coordinator's state may have moved meanwhile). Immutable; holds views of
+    the caller's batches, which must not change.
     """
 
     record_batches: bytes | bytearray | memoryview = field(repr=False)
@@ -161,10 +164,19 @@ class DeferredAppend:
     first_offset: int = -1
     config: LogConfig | None = field(default=None, repr=False)
     now_ms: int = -1
+    verify_transaction: TransactionVerifier | None = field(default=None, repr=False)
 
 
 # Runs a job later, off the caller's thread (``concurrent.futures.Executor.submit`` fits).
 FlushScheduler = Callable[[Callable[[], None]], object]
+
+#: Checks a client's transactional batch against the transaction coordinator before it is
+#: appended: called as ``verify(producer_id, producer_epoch)`` under the log's lock, once per
+#: transactional batch, it raises to refuse the append (nothing is written). It must not block:
+#: an event loop's append runs it. The server binds one per partition; the log never imports
+#: the coordinator. (Kafka's ReplicaManager verifies a transactional produce with the
+#: coordinator before the append, KIP-890.)
+TransactionVerifier = Callable[[int, int], None]
 
 
 class _LogEnd(NamedTuple):
@@ -470,7 +482,12 @@ class PartitionLog:
 
     # ---------------------------------------------------------------- appends
 
-    def append(self, record_batches: bytes | bytearray | memoryview) -> AppendInfo:
+    def append(
+        self,
+        record_batches: bytes | bytearray | memoryview,
+        *,
+        verify_transaction: TransactionVerifier | None = None,
+    ) -> AppendInfo:
         """Validate client batches, assign offsets from the log end, and append them.
 
         ``record_batches`` is one or more whole RecordBatch v2 batches with base offset 0 (see
@@ -480,6 +497,11 @@ class PartitionLog:
         topic sets ``flush.messages`` and enough messages are unflushed, the log is flushed
         before this returns. Segments waiting for deletion are left to
         :meth:`maybe_delete_pending`: an append deletes no file.
+
+        ``verify_transaction`` (see :data:`TransactionVerifier`) is called for every
+        transactional batch after validation and before the producer state judges it, under the
+        lock that transaction markers also take: a batch it accepted is written before any
+        marker that ends its transaction. Batches without the transactional flag never call it.
 
         Blocking: waits for the log's lock (held by maintenance while it renames or deletes
         segments) and may roll (create files, trim the old segment) or fsync. An event loop
@@ -491,13 +513,16 @@ class PartitionLog:
             RecordBatchTooLargeError: the append is larger than ``segment.bytes``.
             StorageIOError: the write failed; nothing was appended.
             LogClosedError: the log is closed.
+            what ``verify_transaction`` raises; nothing was appended.
         """
         with self._lock:
             self._ensure_open()
             if len(record_batches) == 0:
                 return self._empty_append_info()
             now_ms = self._time_ms()
-            return self._write(self._validate(record_batches, now_ms), now_ms)
+            return self._write(
+                self._validate(record_batches, now_ms), now_ms, verify=verify_transaction
+            )
 
     def write_txn_marker(
         self,
@@ -557,7 +582,10 @@ class PartitionLog:
             return self._write(validated, now_ms, (control,))
 
     def try_append_without_blocking(
-        self, record_batches: bytes | bytearray | memoryview
+        self,
+        record_batches: bytes | bytearray | memoryview,
+        *,
+        verify_transaction: TransactionVerifier | None = None,
     ) -> AppendInfo | DeferredAppend:
         """:meth:`append`, unless it would wait for the lock or touch the file system beyond
         the write; then nothing changes and a :class:`DeferredAppend` says why.
@@ -580,17 +608,21 @@ class PartitionLog:
             the errors of :meth:`append` (and its validation), never from waiting.
         """
         if not self._lock.acquire(blocking=False):
-            return DeferredAppend(record_batches, WouldBlock.LOCK_HELD)
+            return DeferredAppend(
+                record_batches, WouldBlock.LOCK_HELD, verify_transaction=verify_transaction
+            )
         try:
             self._ensure_open()
             if len(record_batches) == 0:
                 return self._empty_append_info()
             segment = self.active_segment
             if segment.indexes_loaded != (True, True):
-                return DeferredAppend(record_batches, WouldBlock.OPEN_INDEXES)
+                return DeferredAppend(
+                    record_batches, WouldBlock.OPEN_INDEXES, verify_transaction=verify_transaction
+                )
             now_ms = self._time_ms()
             validated = self._validate(record_batches, now_ms)
-            judged = self._judge_producers(validated, None)
+            judged = self._judge_producers(validated, None, verify_transaction)
             if isinstance(judged, DuplicateAppend):
                 return self._duplicate_append_info(judged)
             if self._roll_due(segment, validated, now_ms):
@@ -600,7 +632,8 @@ class PartitionLog:
             else:
                 return self._write_to(segment, validated, judged)
             return DeferredAppend(
-                record_batches, reason, validated, self._end.offset, self._config, now_ms
+                record_batches, reason, validated, self._end.offset, self._config, now_ms,
+                verify_transaction,
             )
         finally:
             self._lock.release()
@@ -621,8 +654,10 @@ class PartitionLog:
                 or deferred.first_offset != self._end.offset
                 or deferred.config is not self._config
             ):
-                return self.append(deferred.record_batches)
-            return self._write(validated, deferred.now_ms)
+                return self.append(
+                    deferred.record_batches, verify_transaction=deferred.verify_transaction
+                )
+            return self._write(validated, deferred.now_ms, verify=deferred.verify_transaction)
 
     def _validate(
         self, record_batches: bytes | bytearray | memoryview, now_ms: int
@@ -652,10 +687,14 @@ class PartitionLog:
         )
 
     def _judge_producers(
-        self, validated: ValidatedAppend, producer_batches: tuple[ProducerBatch, ...] | None
+        self,
+        validated: ValidatedAppend,
+        producer_batches: tuple[ProducerBatch, ...] | None,
+        verify: TransactionVerifier | None = None,
     ) -> ProducerAppend | DuplicateAppend | None:
         """The producer state's verdict on an append (under the lock); None when no batch has a
-        producer id. ``producer_batches`` defaults to those of the client headers."""
+        producer id. ``producer_batches`` defaults to those of the client headers, whose
+        transactional batches ``verify`` checks first."""
         if producer_batches is None:
             batches = []
             next_offset = validated.first_offset
@@ -663,6 +702,8 @@ class PartitionLog:
                 first_offset = next_offset
                 next_offset += header.records_count
                 if header.producer_id != NO_PRODUCER_ID:
+                    if verify is not None and header.is_transactional:
+                        verify(header.producer_id, header.producer_epoch)
                     batches.append(ProducerBatch(
                         header.producer_id, header.producer_epoch, header.base_sequence,
                         first_offset, next_offset - 1, header.max_timestamp,
@@ -678,10 +719,12 @@ class PartitionLog:
         validated: ValidatedAppend,
         now_ms: int,
         producer_batches: tuple[ProducerBatch, ...] | None = None,
+        *,
+        verify: TransactionVerifier | None = None,
     ) -> AppendInfo:
-        """Judge the producers, roll if due, write, flush if ``flush.messages`` says so. Under
-        the lock. A duplicate writes nothing."""
-        judged = self._judge_producers(validated, producer_batches)
+        """Judge the producers (``verify`` first), roll if due, write, flush if
+        ``flush.messages`` says so. Under the lock. A duplicate writes nothing."""
+        judged = self._judge_producers(validated, producer_batches, verify)
         if isinstance(judged, DuplicateAppend):
             return self._duplicate_append_info(judged)
         segment = self.active_segment
@@ -874,7 +917,17 @@ class PartitionLog:
             return FetchedBatches(b"", offset, 0) if fetched is None else fetched
         stable = self.last_stable_offset
         fetched = self._read_segments(offset, max_bytes, min_one_message)
-        if fetched is None or offset >= stable:
+        if fetched is None:
+            return FetchedBatches(b"", offset, 0)
+        return self._committed_part(fetched, offset, stable)
+
+    def _committed_part(
+        self, fetched: FetchedBatches, offset: int, stable: int
+    ) -> FetchedBatches:
+        """What a READ_COMMITTED reader may see of ``fetched`` (read at ``offset``): the whole
+        batches starting below ``stable`` (an LSO read before the data), with the aborted
+        transactions overlapping them. Empty at ``offset`` when none is left."""
+        if offset >= stable:
             return FetchedBatches(b"", offset, 0)
         data, next_offset, records_count = fetched.data, fetched.next_offset, fetched.records_count
         if next_offset > stable:
@@ -939,7 +992,12 @@ class PartitionLog:
         return None
 
     def fetch_by_timestamp(
-        self, timestamp: int, max_bytes: int, *, min_one_message: bool = True
+        self,
+        timestamp: int,
+        max_bytes: int,
+        *,
+        min_one_message: bool = True,
+        isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
     ) -> tuple[TimestampOffset | None, FetchedBatches]:
         """:meth:`offset_for_timestamp` for a timestamp ``>= 0``, then :meth:`fetch` there.
 
@@ -948,6 +1006,12 @@ class PartitionLog:
         once. Only records below the log end published when the call started are searched.
         When none qualifies: ``(None, empty batches at the log end offset)``. Thread-safe
         against a concurrent append.
+
+        With ``isolation_level`` READ_COMMITTED only a record below the last stable offset
+        matches (Kafka's ``fetchOffsetForTimestamp`` filters the lookup by the last fetchable
+        offset); when none does: ``(None, empty batches at the LSO)``, where a READ_COMMITTED
+        reader's "latest" is. The batches are cut at the LSO and carry the aborted transactions
+        overlapping them, as :meth:`fetch` returns them.
 
         Raises:
             ValueError: ``timestamp`` or ``max_bytes`` negative (the special ListOffsets
@@ -958,6 +1022,9 @@ class PartitionLog:
             raise ValueError(f"timestamp must not be negative, got {timestamp}")
         if max_bytes < 0:
             raise ValueError(f"max_bytes must not be negative, got {max_bytes}")
+        committed = isolation_level == IsolationLevel.READ_COMMITTED
+        # The LSO before the end: the end read next is never below it.
+        stable = self.last_stable_offset if committed else -1
         end = self._end
         segment = self._first_segment_reaching(timestamp)
         found = None
@@ -969,9 +1036,14 @@ class PartitionLog:
             found = segment.fetch_by_timestamp(
                 timestamp, self._log_start_offset, max_bytes, max_position, min_one_message
             )
-        if found is None:
-            return None, FetchedBatches(b"", end.offset, 0)
-        return found
+        if not committed:
+            if found is None:
+                return None, FetchedBatches(b"", end.offset, 0)
+            return found
+        if found is None or found[0].offset >= stable:
+            return None, FetchedBatches(b"", stable, 0)
+        record, fetched = found
+        return record, self._committed_part(fetched, record.offset, stable)
 
     def offset_for_timestamp(
         self,
@@ -991,8 +1063,10 @@ class PartitionLog:
           timestamps, its file's mtime) is ``>= timestamp``; returns that record's own
           timestamp. None when there is none.
 
-        With ``isolation_level`` READ_COMMITTED, latest is the last stable offset and a record
-        found at or above it is not returned (Kafka's ListOffsets).
+        With ``isolation_level`` READ_COMMITTED, latest is the last stable offset, and a record
+        found at or above it for a timestamp or max timestamp is not returned (Kafka's
+        ``Partition.fetchOffsetForTimestamp``: every target but latest and earliest is filtered
+        by the last fetchable offset).
 
         Thread-safe against a concurrent append.
         """
@@ -1001,7 +1075,8 @@ class PartitionLog:
                 return TimestampOffset(NO_TIMESTAMP, self.last_stable_offset)
             stable = self.last_stable_offset
             found = self.offset_for_timestamp(timestamp)
-            if found is not None and found.offset >= stable and timestamp >= 0:
+            if (found is not None and found.offset >= stable
+                    and timestamp not in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP)):
                 return None
             return found
         if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):

@@ -33,10 +33,19 @@ transaction answers once the abort is complete instead of asking the client to r
 than INVALID_PRODUCER_ID_MAPPING; no KIP-360 epoch-bump recovery (``expected producer id and
 epoch``) and no transaction version 2 (KIP-890).
 
+Transactional produce: a transactional batch is appended only to a partition of its producer's
+Ongoing transaction, at the producer's current epoch: the server hands each partition log
+``verify_transactional_append`` as its verifier. Without the check, a batch sent to a partition
+never added, or after the transaction ended, would open a transaction in that partition that no
+marker ever closes, and its last stable offset would stay behind it for ever. The log calls the
+check under the lock its markers also take, so a batch the check accepted is written before the
+marker that ends its transaction (Kafka's KIP-890 verification, done in-process).
+
 Concurrency: thread-safe; the servicer calls it from its thread pool (every method blocks on
-file I/O and on ``write_markers``). Requests for one transactional id are serialised by a lock
-(one of :data:`LOCK_STRIPES`, by the id's hash), held across the state log appends and the
-marker writes, so each answer is given after its state change is in the log.
+file I/O and on ``write_markers``), except ``verify_transactional_append``, which never blocks
+(the produce path calls it, on the event loop too). Requests for one transactional id are
+serialised by a lock (one of :data:`LOCK_STRIPES`, by the id's hash), held across the state log
+appends and the marker writes, so each answer is given after its state change is in the log.
 """
 
 from __future__ import annotations
@@ -50,6 +59,7 @@ from typing import NamedTuple, Protocol
 
 from stratalog.server.storage.clock import wall_clock_ms
 from stratalog.server.storage.errors import (
+    InvalidProducerEpochError,
     InvalidTopicError,
     LogClosedError,
     UnknownTopicOrPartitionError,
@@ -362,6 +372,56 @@ class TransactionCoordinator:
             except Exception as exc:  # the outcome is logged: completion is retried
                 log.warning("%s: markers not all written, retried later: %s",
                             prepared.describe(), exc)
+
+    def verify_transactional_append(
+        self, topic: str, partition: int, producer_id: int, producer_epoch: int
+    ) -> None:
+        """Check that a transactional batch of ``producer_id`` at ``producer_epoch`` may be
+        appended to ``topic``-``partition``: the partition is in the Ongoing transaction of the
+        producer's transactional id, and the epoch is the id's current one (Kafka's
+        ``handleVerifyPartitionsInTransaction``, with its produce-side error mapping).
+
+        O(1): a lookup by producer id, without a lock and without I/O (safe on an event loop).
+
+        Raises:
+            InvalidProducerIdMappingError: no transactional id has this producer id.
+            InvalidProducerEpochError: the epoch is not the id's current one (a newer
+                InitProducerId, or a timeout abort, fenced it); Kafka answers a produce so.
+            ConcurrentTransactionsError: the id's transaction is being committed or aborted
+                (retriable: once it completes the answer is INVALID_TXN_STATE).
+            InvalidTxnStateError: no transaction is open, or the partition is not in it.
+            CoordinatorLoadInProgressError, LogClosedError: not loaded yet, or closed.
+        """
+        metadata = self._loaded().get_by_producer_id(producer_id)
+        if metadata is None:
+            raise InvalidProducerIdMappingError(
+                f"a transactional batch for {topic}-{partition} from producer id {producer_id}, "
+                "which belongs to no transactional id: a transactional producer gets its id "
+                "from InitProducerId with a transactional id (or the id expired)"
+            )
+        if producer_epoch != metadata.producer_epoch:
+            raise InvalidProducerEpochError(
+                f"producer {producer_id} (transactional id {metadata.transactional_id!r}) wrote "
+                f"to {topic}-{partition} with epoch {producer_epoch}, but the current epoch is "
+                f"{metadata.producer_epoch}: "
+                + ("a newer InitProducerId or a transaction timeout fenced this producer"
+                   if producer_epoch < metadata.producer_epoch else "the epoch is from the future"),
+                producer_id=producer_id,
+            )
+        state = metadata.state
+        if state.is_prepare:
+            raise ConcurrentTransactionsError(
+                f"partition {topic}-{partition}: the transaction of producer {producer_id} "
+                f"(transactional id {metadata.transactional_id!r}) is being "
+                f"{'committed' if state is TransactionState.PREPARE_COMMIT else 'aborted'}; "
+                "no batch may join it now"
+            )
+        if state is not TransactionState.ONGOING or (topic, partition) not in metadata.partitions:
+            raise InvalidTxnStateError(
+                f"partition {topic}-{partition} was not added to the transaction of producer "
+                f"{producer_id} (transactional id {metadata.transactional_id!r}, state "
+                f"{state.kafka_name}); call AddPartitionsToTxn first"
+            )
 
     def describe_transaction(self, transactional_id: str) -> TransactionMetadata:
         """The id's latest logged metadata (Kafka's DescribeTransactions).

@@ -31,7 +31,10 @@ the same transition.
 
 Concurrency: thread-safe. One lock serialises appends, cache installs and compaction; reads
 of the cache (:meth:`get`, :meth:`transactions`) take it briefly. Blocking (file I/O): call from
-an executor, not an event loop.
+an executor, not an event loop. :meth:`get_by_producer_id` is the exception: it takes no lock
+(the lock is held across an append's fsync, and a produce on the event loop must not wait for
+one), reading a dict that writers replace entries of one at a time, under the GIL, with
+immutable values.
 """
 
 from __future__ import annotations
@@ -99,9 +102,11 @@ class TransactionStateManager:
     """The ``__transaction_state`` log and the latest metadata of every transactional id.
 
     Holds: the open state log, the cache (transactional id -> latest logged metadata, Dead ids
-    removed), the latest producer id block, and how many records were appended since the log
-    was last compacted or opened. Invariants: the cache equals a replay of the log; every
-    metadata in it has a state other than Dead and PrepareEpochFence.
+    removed), the same metadata by producer id (for the produce path), the latest producer id
+    block, and how many records were appended since the log was last compacted or opened.
+    Invariants: the cache equals a replay of the log; every metadata in it has a state other
+    than Dead and PrepareEpochFence; the producer id index holds exactly the cache's values,
+    each under its own producer id (two ids never share one: producer ids are allocated once).
     """
 
     def __init__(
@@ -118,6 +123,7 @@ class TransactionStateManager:
         """Use :meth:`open`."""
         self._log = partition_log
         self._transactions = transactions
+        self._by_producer_id = {m.producer_id: m for m in transactions.values()}
         self._next_producer_id = next_producer_id
         self._time_ms = time_ms
         self._flush_each_append = flush_each_append
@@ -193,6 +199,12 @@ class TransactionStateManager:
         with self._lock:
             return list(self._transactions.values())
 
+    def get_by_producer_id(self, producer_id: int) -> TransactionMetadata | None:
+        """The latest logged metadata of the transactional id whose producer id is
+        ``producer_id``; None when no transactional id has it (an idempotent producer's id, an
+        id rotated away or expired). O(1), without a lock: see the module docstring."""
+        return self._by_producer_id.get(producer_id)
+
     # ---------------------------------------------------------------- appends
 
     def append_transaction(self, metadata: TransactionMetadata) -> None:
@@ -206,10 +218,17 @@ class TransactionStateManager:
         value = None if dead else encode_transaction_value(metadata)
         with self._lock:
             self._append([(key, value)])
+            transactional_id = metadata.transactional_id
+            previous = self._transactions.get(transactional_id)
+            # Install the new entry before dropping a rotated-away producer id: a reader without
+            # the lock never sees the id's current producer id missing.
             if dead:
-                self._transactions.pop(metadata.transactional_id, None)
+                self._transactions.pop(transactional_id, None)
             else:
-                self._transactions[metadata.transactional_id] = metadata
+                self._transactions[transactional_id] = metadata
+                self._by_producer_id[metadata.producer_id] = metadata
+            if previous is not None and (dead or previous.producer_id != metadata.producer_id):
+                self._by_producer_id.pop(previous.producer_id, None)
 
     def append_producer_ids(self, next_producer_id: int) -> None:
         """Log a producer id block ending before ``next_producer_id`` (durably, see above).

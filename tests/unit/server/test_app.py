@@ -93,3 +93,53 @@ async def test_stop_ends_subscribe_streams_with_shutting_down(tmp_path: Path) ->
         assert "shutting down" in (caught.value.details() or "")
         assert list((await poll).records) == []
     assert (tmp_path / "d" / ".kafka_cleanshutdown").exists()
+
+
+async def test_a_corrupt_transaction_state_log_is_a_startup_error_that_closes_the_logs(
+    tmp_path: Path,
+) -> None:
+    from stratalog.server.storage.partition_log import PartitionLog
+
+    # A record the coordinator's replay cannot read (an unknown key version), in a batch that
+    # is whole and valid: recovery keeps it, and the coordinator must refuse to guess.
+    state_dir = tmp_path / "d" / "__transaction_state-0"
+    with PartitionLog.open(state_dir) as state_log:
+        state_log.append(build_batch([(1, b"\x7f\x7f", b"value", ())]))
+    server = Server(_settings(tmp_path / "d"))
+    with pytest.raises(StartupError) as caught:
+        await server.start()
+    message = str(caught.value)
+    assert "transaction coordinator's state log (__transaction_state)" in message
+    assert "unknown key version" in message and "offset 0" in message
+    assert server.log_manager is None and server.coordinator is None
+    # The LogManager it had opened was closed cleanly.
+    assert (tmp_path / "d" / ".kafka_cleanshutdown").exists()
+
+
+async def test_a_commit_wakes_a_read_committed_long_poll(tmp_path: Path) -> None:
+    server = Server(_settings(tmp_path / "d"))
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+            stub = broker_pb2_grpc.BrokerStub(channel)
+            await stub.CreateTopic(pb.CreateTopicRequest(name="t", partitions=1))
+            producer = await stub.InitProducerId(pb.InitProducerIdRequest(transactional_id="x"))
+            ids = {"transactional_id": "x", "producer_id": producer.producer_id,
+                   "producer_epoch": producer.producer_epoch}
+            await stub.AddPartitionsToTxn(pb.AddPartitionsToTxnRequest(
+                **ids, partitions=[pb.TopicPartition(topic="t", partition=0)]))
+            await stub.Produce(pb.ProduceRequest(
+                topic="t", records=[pb.Record(value=b"v")], producer_id=producer.producer_id,
+                producer_epoch=producer.producer_epoch, transactional=True))
+            poll = asyncio.ensure_future(stub.FetchByOffset(pb.FetchByOffsetRequest(
+                topic="t", offset=0, max_wait_ms=30_000,
+                isolation_level=pb.READ_COMMITTED)))
+            await asyncio.sleep(0.2)  # the poll waits: the record is above the LSO
+            assert not poll.done()
+            await stub.EndTxn(pb.EndTxnRequest(**ids, commit=True))
+            response = await poll
+            assert [r.value for r in response.records] == [b"v"]
+            assert response.last_stable_offset == response.high_watermark == 2
+    finally:
+        await server.stop(grace_s=1)
+    assert server.coordinator is None

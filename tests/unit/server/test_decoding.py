@@ -19,11 +19,17 @@ from stratalog.v1 import broker_pb2 as pb
 
 def _fields(view: ProduceRequestView) -> tuple:
     return (view.topic, view.partition, [(r.key, r.value) for r in view.records],
-            bytes(view.record_batches), view.compression, view.flush)
+            bytes(view.record_batches), view.compression, view.flush, view.producer_id,
+            view.producer_epoch, view.base_sequence, view.transactional)
 
 
 def _expected(data: bytes) -> tuple:
-    return _fields(ProduceRequestView.of_message(pb.ProduceRequest.FromString(data)))
+    """The fields as protobuf reads them from the whole message (not through the view)."""
+    message = pb.ProduceRequest.FromString(data)
+    return (message.topic, message.partition, [(r.key, r.value) for r in message.records],
+            message.record_batches, message.compression, message.flush,
+            message.producer_id if message.HasField("producer_id") else None,
+            message.producer_epoch, message.base_sequence, message.transactional)
 
 
 def _varint(value: int) -> bytes:
@@ -55,6 +61,20 @@ def test_batches_are_a_view_of_the_received_bytes_not_a_copy():
         "t", 3, True, pb.COMPRESSION_LZ4)
 
 
+def test_producer_fields_come_with_the_batch_view():
+    data = pb.ProduceRequest(topic="t", record_batches=b"batches", producer_id=0,
+                             producer_epoch=2, base_sequence=9,
+                             transactional=True).SerializeToString()
+    view = parse_produce_request(data)
+    assert isinstance(view.record_batches, memoryview)
+    assert (view.producer_id, view.producer_epoch, view.base_sequence, view.transactional) == (
+        0, 2, 9, True)
+    unset = parse_produce_request(pb.ProduceRequest(topic="t", record_batches=b"b")
+                                  .SerializeToString())
+    assert (unset.producer_id, unset.producer_epoch, unset.base_sequence,
+            unset.transactional) == (None, 0, 0, False)
+
+
 def test_records_requests_are_parsed_by_protobuf_whole():
     data = pb.ProduceRequest(topic="t", records=[pb.Record(value=b"v", key=b"k")]).SerializeToString()
     view = parse_produce_request(data)
@@ -69,11 +89,19 @@ def test_records_requests_are_parsed_by_protobuf_whole():
     compression=st.integers(0, 4),
     flush=st.booleans(),
     records=st.lists(st.binary(max_size=5), max_size=3),
+    producer=st.one_of(st.none(), st.tuples(
+        st.integers(-(2**63), 2**63 - 1), st.integers(-(2**31), 2**31 - 1),
+        st.integers(-(2**31), 2**31 - 1), st.booleans(),
+    )),
 )
-def test_equal_to_protobuf_for_any_message(topic, partition, batches, compression, flush, records):
+def test_equal_to_protobuf_for_any_message(topic, partition, batches, compression, flush, records,
+                                           producer):
     message = pb.ProduceRequest(topic=topic, partition=partition, record_batches=batches,
                                 compression=compression, flush=flush,
                                 records=[pb.Record(value=v) for v in records])
+    if producer is not None:
+        (message.producer_id, message.producer_epoch, message.base_sequence,
+         message.transactional) = producer
     data = message.SerializeToString()
     assert _fields(parse_produce_request(data)) == _expected(data)
 
@@ -90,6 +118,11 @@ def test_equal_to_protobuf_for_any_message(topic, partition, batches, compressio
     _field(97, 5, b"\x00" * 4),
     _len_field(96, b"unknown"),
     _field(4, 0, _varint(5)),     # field 4 with the wrong wire type
+    _field(7, 0, _varint(0)),     # producer_id present and 0: not the same as unset
+    _field(7, 0, _varint(2**64 - 1)),  # producer_id -1
+    _field(8, 0, _varint(3)),
+    _field(9, 0, _varint(2**64 - 5)),  # base_sequence -5 (an int32 as a 10-byte varint)
+    _field(10, 0, b"\x01"),
 ]), max_size=8))
 def test_equal_to_protobuf_in_any_field_order_with_repeats_and_unknown_fields(pieces):
     data = b"".join(pieces)

@@ -31,7 +31,30 @@ from stratalog.server.settings import Settings
 from stratalog.server.storage.log_manager import LogManager
 from stratalog.server.storage.partition_log import PartitionLog
 from stratalog.server.topic_name_memo import ValidTopicNames
+from stratalog.server.transactions import TransactionCoordinator
 from stratalog.v1 import broker_pb2
+
+_coordinators: list[TransactionCoordinator] = []
+
+
+def _service(manager: LogManager, *args: object, **kwargs: object) -> BrokerService:
+    """A BrokerService over ``manager``, with a transaction coordinator in its log directories
+    whose markers go to ``manager``'s logs (closed after the test)."""
+
+    def write_marker(topic, partition, producer_id, producer_epoch, coordinator_epoch, commit):
+        manager.get_log(topic, partition).write_txn_marker(
+            producer_id, producer_epoch, coordinator_epoch, commit)
+
+    coordinator = TransactionCoordinator.open(manager.log_dirs, write_marker)
+    _coordinators.append(coordinator)
+    return BrokerService(manager, *args, coordinator=coordinator, **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.fixture(autouse=True)
+def _close_coordinators() -> Iterator[None]:
+    yield
+    while _coordinators:
+        _coordinators.pop().close()
 
 
 def _record(**fields: object) -> broker_pb2.Record:
@@ -115,7 +138,7 @@ async def test_topic_names_are_checked_once_and_bad_ones_every_time(tmp_path: Pa
     names = ValidTopicNames()
     manager = LogManager.open([tmp_path / "data"])
     executor = ThreadPoolExecutor(1)
-    service = BrokerService(manager, Settings(), ServerMetrics(), executor, topic_names=names)
+    service = _service(manager, Settings(), ServerMetrics(), executor, topic_names=names)
     try:
         manager.create_topic("orders", 1, {})
         request = broker_pb2.DescribeTopicRequest(name="orders")
@@ -172,7 +195,7 @@ def served(tmp_path: Path) -> Iterator[Served]:
     partition_log.maybe_increment_log_start_offset(2)
     executor = ThreadPoolExecutor(2)
     metrics = ServerMetrics()
-    yield Served(BrokerService(manager, Settings(), metrics, executor), manager, metrics)
+    yield Served(_service(manager, Settings(), metrics, executor), manager, metrics)
     executor.shutdown()
     manager.close()
 
@@ -280,7 +303,7 @@ async def test_large_appends_leave_the_loop_only_while_reads_are_served(tmp_path
     executor = _CountingExecutor()
     settings = Settings(append_in_executor_min_bytes=1000, append_inline_max_bytes=100_000)
     clock = Clock()
-    service = BrokerService(manager, settings, ServerMetrics(), executor,
+    service = _service(manager, settings, ServerMetrics(), executor,
                             placement=AppendPlacement(settings, clock=clock))
 
     async def produce(topic: str, value_bytes: int) -> int:
@@ -320,7 +343,7 @@ async def test_many_decoded_records_are_encoded_in_the_pool(tmp_path: Path) -> N
     manager = LogManager.open([tmp_path / "data"])
     manager.create_topic("t", 1, {})
     executor = _CountingExecutor()
-    service = BrokerService(manager, Settings(), ServerMetrics(), executor)
+    service = _service(manager, Settings(), ServerMetrics(), executor)
     many = AppendPlacement.ENCODE_IN_EXECUTOR_MIN_RECORDS
 
     async def produce(count: int) -> int:
@@ -353,7 +376,7 @@ async def test_appends_that_roll_finish_in_the_pool_and_reads_stay_correct(
     manager = LogManager.open([tmp_path / "data"])
     manager.create_topic("t", 1, {"segment.bytes": "2000", "index.interval.bytes": "200"})
     executor = _CountingExecutor()
-    service = BrokerService(manager, Settings(), ServerMetrics(), executor)
+    service = _service(manager, Settings(), ServerMetrics(), executor)
     produced: list[bytes] = []
     try:
         for i in range(60):
@@ -408,7 +431,7 @@ async def test_an_append_never_waits_on_the_loop_for_maintenance(tmp_path: Path)
     manager = LogManager.open([tmp_path / "data"], time_ms=clock)
     manager.create_topic("t", 1, {})
     executor = _CountingExecutor()
-    service = BrokerService(manager, Settings(), ServerMetrics(), executor)
+    service = _service(manager, Settings(), ServerMetrics(), executor)
     partition_log = manager.get_log("t", 0)
     batch = build_batch([(T0, None, b"v", ())])
 

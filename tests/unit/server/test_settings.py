@@ -89,6 +89,63 @@ def test_kafka_name_log_dirs_in_a_log_table(tmp_path: Path) -> None:
     assert settings.log_defaults == {"log.segment.bytes": "20000000"}
 
 
+def test_transaction_settings_by_our_names_and_kafkas(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text(
+        "transaction_partitions_max = 10\n"
+        "[transaction]\n"
+        "max.timeout.ms = 60000\n"
+        "remove.expired.transaction.cleanup.interval.ms = 5000\n"
+        "[transactional]\n"
+        "id.expiration.ms = 70000\n"
+    )
+    environ = {
+        "STRATALOG_TRANSACTION_ABORT_TIMED_OUT_TRANSACTION_CLEANUP_INTERVAL_MS": "250",
+        "STRATALOG_TRANSACTION_MAX_TIMEOUT_MS": "30000",
+    }
+    args = _parse_flags("--config", str(config), "--set", "transaction.partitions.max=20",
+                        "--transactional-id-expiration-ms", "80000")
+    settings = settings_from_args(args, environ=environ)
+    assert settings.transaction_max_timeout_ms == 30000  # environment over file
+    assert settings.transaction_remove_expired_transaction_cleanup_interval_ms == 5000
+    assert settings.transaction_abort_timed_out_transaction_cleanup_interval_ms == 250
+    assert settings.transaction_partitions_max == 20  # --set over file
+    assert settings.transactional_id_expiration_ms == 80000  # flag over file
+    assert settings.log_defaults == {}
+
+
+def test_producer_id_expiration_is_a_storage_default_under_kafkas_name(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text("[producer]\nid.expiration.check.interval.ms = 1000\n")
+    settings = load_settings(
+        config_file=config, environ={"STRATALOG_PRODUCER_ID_EXPIRATION_MS": "5000"}
+    )
+    assert settings.log_defaults == {
+        "producer.id.expiration.ms": "5000",
+        "producer.id.expiration.check.interval.ms": "1000",
+    }
+    args = _parse_flags("--set", "producer.id.expiration.ms=6000")
+    assert settings_from_args(args, environ={}).log_defaults == {
+        "producer.id.expiration.ms": "6000"}
+    with pytest.raises(SettingsError, match=r"unknown setting 'producer\.linger\.ms'"):
+        settings_from_args(_parse_flags("--set", "producer.linger.ms=1"), environ={})
+
+
+@pytest.mark.parametrize(
+    ("environ", "words"),
+    [
+        ({"STRATALOG_TRANSACTION_MAX_TIMEOUT_MS": "0"}, ["transaction_max_timeout_ms", ">= 1"]),
+        ({"STRATALOG_TRANSACTION_PARTITIONS_MAX": "many"},
+         ["transaction_partitions_max", "STRATALOG_TRANSACTION_PARTITIONS_MAX", "'many'"]),
+    ],
+)
+def test_bad_transaction_settings_name_themselves(environ, words) -> None:
+    with pytest.raises(SettingsError) as raised:
+        load_settings(environ=environ)
+    for word in words:
+        assert word in str(raised.value)
+
+
 def test_log_dirs_comma_separated_from_flags_and_environment() -> None:
     settings = load_settings(environ={"STRATALOG_LOG_DIRS": "/d1, /d2,"})
     assert settings.log_dirs == ("/d1", "/d2")

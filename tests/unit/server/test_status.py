@@ -19,6 +19,7 @@ from google.rpc import error_details_pb2, status_pb2
 from stratalog.records import errors as record_errors
 from stratalog.server import status
 from stratalog.server.storage import errors as storage_errors
+from stratalog.server.transactions import errors as transaction_errors
 from stratalog.v1 import broker_pb2
 
 DETAILS_KEY = "grpc-status-details-bin"
@@ -84,6 +85,39 @@ CLIENT_CASES = [
      "INVALID_ARGUMENT", "INVALID_TIMESTAMP"),
     (storage_errors.RecordBatchTooLargeError("2000000 bytes over segment.bytes 1048576"),
      "INVALID_ARGUMENT", "RECORD_TOO_LARGE"),
+    # The partition's producer state (idempotent and transactional produce).
+    (storage_errors.OutOfOrderSequenceError("producer 7: sequence 5 after 2", producer_id=7),
+     "FAILED_PRECONDITION", "OUT_OF_ORDER_SEQUENCE"),
+    (storage_errors.InvalidProducerEpochError("producer 7: epoch 1 below 2", producer_id=7),
+     "FAILED_PRECONDITION", "INVALID_PRODUCER_EPOCH"),
+    (storage_errors.UnknownProducerIdError("producer 7 unknown, sequence 9", producer_id=7),
+     "FAILED_PRECONDITION", "UNKNOWN_PRODUCER_ID"),
+    (storage_errors.InvalidTxnStateError("producer 7: plain batch in a transaction",
+                                         producer_id=7), "FAILED_PRECONDITION",
+     "INVALID_TXN_STATE"),
+    (storage_errors.TransactionCoordinatorFencedError("coordinator epoch 3 below 4",
+                                                      producer_id=7),
+     "FAILED_PRECONDITION", "TRANSACTION_COORDINATOR_FENCED"),
+    # The transaction coordinator: what the producer asked for does not fit its state.
+    (transaction_errors.ProducerFencedError("epoch 3 is not 4"), "FAILED_PRECONDITION",
+     "PRODUCER_FENCED"),
+    (transaction_errors.InvalidTxnStateError(
+        "partition orders-1 was not added to the transaction of producer 7 (transactional id "
+        "'x', state Ongoing); call AddPartitionsToTxn first"),
+     "FAILED_PRECONDITION", "INVALID_TXN_STATE"),
+    (transaction_errors.InvalidProducerIdMappingError("producer id 7 is not 'x''s"),
+     "FAILED_PRECONDITION", "INVALID_PRODUCER_ID_MAPPING"),
+    (transaction_errors.TransactionalIdNotFoundError("'x' is unknown"), "NOT_FOUND",
+     "TRANSACTIONAL_ID_NOT_FOUND"),
+    (transaction_errors.InvalidTransactionTimeoutError("0 ms is not in 1 .. 900000"),
+     "INVALID_ARGUMENT", "INVALID_TRANSACTION_TIMEOUT"),
+    (transaction_errors.InvalidTransactionalIdError("no partitions to add"), "INVALID_ARGUMENT",
+     "INVALID_REQUEST"),
+    # Retriable: the same request succeeds later (the client's table says so too).
+    (transaction_errors.ConcurrentTransactionsError("markers being written; retry"), "ABORTED",
+     "CONCURRENT_TRANSACTIONS"),
+    (transaction_errors.CoordinatorLoadInProgressError("loading; retry"), "UNAVAILABLE",
+     "COORDINATOR_LOAD_IN_PROGRESS"),
 ]
 
 
@@ -232,6 +266,27 @@ def test_every_storage_error_maps_to_a_contract_reason(name) -> None:
     mapping = status.classify(_instance(getattr(storage_errors, name)))
     assert mapping is not None
     assert mapping.code is status.REASON_CODES[mapping.reason]
+
+
+@pytest.mark.parametrize("name", transaction_errors.__all__)
+def test_every_transaction_error_maps_to_a_contract_reason(name) -> None:
+    mapping = status.classify(_instance(getattr(transaction_errors, name)))
+    assert mapping is not None
+    assert mapping.code is status.REASON_CODES[mapping.reason]
+
+
+def test_the_coordinators_own_trouble_is_a_storage_error_without_its_paths(caplog) -> None:
+    for exc in (
+        transaction_errors.CorruptTransactionLogError(
+            "transaction state log /srv/data/__transaction_state-0, record at offset 4: "
+            "unknown key version 32639"),
+        transaction_errors.ProducerIdsExhaustedError("no producer id left below 2^63 - 1"),
+    ):
+        grpc_status = status.to_status(exc)
+        _, info = decode(grpc_status)
+        assert grpc_status.code is grpc.StatusCode.UNAVAILABLE
+        assert info.reason == "STORAGE_ERROR"
+        assert "/srv" not in grpc_status.details and "producer id" not in grpc_status.details
 
 
 _RECORD_ERROR_NAMES = [

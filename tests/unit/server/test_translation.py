@@ -14,10 +14,12 @@ from stratalog.records.control import ControlRecordType, encode_control_key
 from stratalog.records.reader import decode_batch
 from stratalog.server.storage.errors import StorageError
 from stratalog.server.storage.log_manager import PartitionDescription, TopicDescription
+from stratalog.server.storage.txn_index import AbortedTxn
 from stratalog.server.translation import (
     PROTO_TIMESTAMP_TYPES,
     BadRequestError,
     DecodedRecords,
+    ProducerFields,
     decode_records_into,
     encode_records,
     topic_message,
@@ -66,6 +68,47 @@ def test_encode_records_builds_a_valid_batch_kafka_reads(codec: Compression) -> 
     assert [(r.offset, r.timestamp, r.key, r.value) for r in theirs] == [
         (r.offset, r.timestamp, r.key, r.value) for r in decoded
     ]
+
+
+@pytest.mark.parametrize("transactional", [False, True])
+def test_encode_records_with_producer_fields_builds_a_producers_batch(transactional) -> None:
+    producer = ProducerFields(producer_id=7, producer_epoch=3, base_sequence=41,
+                              is_transactional=transactional)
+    batch = encode_records([_record(value=b"a"), _record(value=b"b")], 0, now_ms=5,
+                           producer=producer)
+    header = validate_batch(batch)
+    assert (header.producer_id, header.producer_epoch, header.base_sequence) == (7, 3, 41)
+    assert header.is_transactional is transactional and not header.is_control
+    theirs = AioBatch(bytearray(batch))
+    assert (theirs.producer_id, theirs.producer_epoch, theirs.base_sequence,
+            theirs.is_transactional) == (7, 3, 41, transactional)
+    plain = validate_batch(encode_records([_record(value=b"a")], 0, now_ms=5))
+    assert (plain.producer_id, plain.producer_epoch, plain.base_sequence) == (-1, -1, -1)
+    assert not plain.is_transactional
+
+
+def test_producer_fields_of_a_request() -> None:
+    assert ProducerFields.of_request(None, 0, 0, False) is None
+    assert ProducerFields.of_request(0, 32767, 2**31 - 1, True) == (0, 32767, 2**31 - 1, True)
+
+
+@pytest.mark.parametrize(
+    ("fields", "field", "words"),
+    [
+        ((-1, 0, 0, False), "producer_id", "must be >= 0, got -1"),
+        ((5, -1, 0, False), "producer_epoch", "0..32767"),
+        ((5, 32768, 0, False), "producer_epoch", "got 32768"),
+        ((5, 0, -3, False), "base_sequence", "must be >= 0, got -3"),
+        ((None, 2, 0, False), "producer_epoch", "producer_id is not"),
+        ((None, 0, 9, False), "base_sequence", "producer_id is not"),
+        ((None, 0, 0, True), "transactional", "producer_id is not"),
+    ],
+)
+def test_producer_fields_out_of_range_name_their_field(fields, field, words) -> None:
+    with pytest.raises(BadRequestError) as caught:
+        ProducerFields.of_request(*fields)
+    assert caught.value.field == field
+    assert words in str(caught.value)
 
 
 def test_encode_records_rejects_an_unknown_codec() -> None:
@@ -178,3 +221,40 @@ def test_topic_message_carries_every_field_of_the_description() -> None:
         (0, 10, 250, 4096, 3, "/data/a", 1_700_000_000_000),
         (1, 0, 0, 0, 1, "/data/b", -1),
     ]
+
+
+def _marker(offset: int, producer_id: int, control_type: ControlRecordType) -> bytes:
+    batch = build_batch([(1_000, encode_control_key(control_type), b"\x00" * 6, ())],
+                        is_control=True, producer_id=producer_id, producer_epoch=0,
+                        is_transactional=True)
+    return offset.to_bytes(8, "big", signed=True) + batch[8:]
+
+
+def _txn(offset: int, producer_id: int, values: list[bytes]) -> bytes:
+    return _stored(offset, values, producer_id=producer_id, producer_epoch=0, base_sequence=0,
+                   is_transactional=True)
+
+
+def test_decode_read_committed_drops_aborted_transactions_and_every_marker() -> None:
+    data = (
+        _txn(0, 7, [b"aborted-1", b"aborted-2"])     # 0-1: 7's aborted transaction
+        + _txn(2, 8, [b"committed"])                # 2: 8's, committed
+        + _stored(3, [b"plain"])                    # 3
+        + _marker(4, 8, ControlRecordType.COMMIT)   # 4
+        + _marker(5, 7, ControlRecordType.ABORT)    # 5
+        + _txn(6, 7, [b"later"])                    # 6: 7 again, a new transaction
+    )
+    aborted = [AbortedTxn(7, 0, 5, 6)]
+    committed = broker_pb2.FetchResponse()
+    result = decode_records_into(committed.records, data, 1, 1 << 20, aborted)
+    assert [(r.offset, r.value) for r in committed.records] == [
+        (2, b"committed"), (3, b"plain"), (6, b"later")]
+    assert result == (7, 3, len(data))
+    # READ_UNCOMMITTED (no list): everything but the markers.
+    uncommitted = broker_pb2.FetchResponse()
+    decode_records_into(uncommitted.records, data, 1, 1 << 20)
+    assert [r.offset for r in uncommitted.records] == [1, 2, 3, 6]
+    # READ_COMMITTED with nothing aborted keeps the data and still drops the markers.
+    none_aborted = broker_pb2.FetchResponse()
+    decode_records_into(none_aborted.records, data, 0, 1 << 20, [])
+    assert [r.offset for r in none_aborted.records] == [0, 1, 2, 3, 6]

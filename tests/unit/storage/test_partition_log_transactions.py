@@ -224,6 +224,90 @@ def test_lso_with_only_uncommitted_data_hides_everything(directory) -> None:
         assert log.offset_for_timestamp(-1).offset == 3
 
 
+def test_read_committed_timestamp_lookups_match_only_below_the_lso(directory) -> None:
+    with open_log(directory) as log:
+        log.append(pbatch(1, 0, txn=True, value=b"aborted", ts=T0 + 1))  # 0
+        log.write_txn_marker(1, 0, 0, commit=False)  # 1
+        log.append(build_batch([(T0 + 2, None, b"plain", ())]))  # 2
+        log.append(pbatch(2, 0, txn=True, value=b"open", ts=T0 + 3))  # 3
+        log.append(build_batch([(T0 + 4, None, b"after", ())]))  # 4
+        assert log.last_stable_offset == 3
+        # A match below the LSO: the batches from it, cut at the LSO.
+        found, fetched = log.fetch_by_timestamp(T0 + 2, 1 << 20, isolation_level=COMMITTED)
+        assert (found.offset, found.timestamp) == (2, T0 + 2)
+        assert values(fetched.data) == [b"plain"] and fetched.next_offset == 3
+        # From the first record: the aborted transaction comes with it.
+        found, fetched = log.fetch_by_timestamp(T0, 1 << 20, isolation_level=COMMITTED)
+        assert found.offset == 0
+        assert fetched.aborted_transactions == (AbortedTxn(1, 0, 1, 2),)
+        # The first record at or after T0 + 3 is in the open transaction: no match, and the
+        # reader is told to go on from the LSO.
+        found, fetched = log.fetch_by_timestamp(T0 + 3, 1 << 20, isolation_level=COMMITTED)
+        assert found is None and (fetched.data, fetched.next_offset) == (b"", 3)
+        assert log.fetch_by_timestamp(T0 + 3, 1 << 20)[0].offset == 3
+        assert log.offset_for_timestamp(T0 + 3, isolation_level=COMMITTED) is None
+        assert log.offset_for_timestamp(T0 + 2, isolation_level=COMMITTED).offset == 2
+        # Max timestamp is filtered as Kafka filters it; earliest is not.
+        assert log.offset_for_timestamp(-3).offset == 4
+        assert log.offset_for_timestamp(-3, isolation_level=COMMITTED) is None
+        assert log.offset_for_timestamp(-2, isolation_level=COMMITTED).offset == 0
+        log.write_txn_marker(2, 0, 0, commit=True)  # 5
+        assert log.offset_for_timestamp(-3, isolation_level=COMMITTED).offset == 4
+        assert log.fetch_by_timestamp(T0 + 3, 1 << 20, isolation_level=COMMITTED)[0].offset == 3
+
+
+class Verifier:
+    """A transaction verifier that accepts the producers in ``allowed`` and records its calls."""
+
+    def __init__(self, *allowed: tuple[int, int]) -> None:
+        self.allowed = set(allowed)
+        self.calls: list[tuple[int, int]] = []
+
+    def __call__(self, producer_id: int, producer_epoch: int) -> None:
+        self.calls.append((producer_id, producer_epoch))
+        if (producer_id, producer_epoch) not in self.allowed:
+            raise LookupError(f"producer {producer_id} epoch {producer_epoch} not verified")
+
+
+def test_the_verifier_sees_every_transactional_batch_and_only_those(directory) -> None:
+    verify = Verifier((1, 0))
+    with open_log(directory) as log:
+        log.append(build_batch([(T0, None, b"plain", ())]), verify_transaction=verify)
+        log.append(pbatch(5, 0), verify_transaction=verify)  # idempotent, not transactional
+        assert verify.calls == []
+        log.append(pbatch(1, 0, txn=True) + pbatch(1, 1, txn=True), verify_transaction=verify)
+        assert verify.calls == [(1, 0), (1, 0)]
+        # Markers are the coordinator's own: never verified.
+        log.write_txn_marker(1, 0, 0, commit=True)
+        assert verify.calls == [(1, 0), (1, 0)]
+
+
+def test_a_refused_transactional_batch_writes_nothing_on_every_append_path(directory) -> None:
+    verify = Verifier()
+    with open_log(directory, **{"segment.bytes": 300}) as log:
+        log.append(build_batch([(T0, None, b"x" * 50, ())]))
+        end, size = log.log_end_offset, log.size_bytes
+        with pytest.raises(LookupError):
+            log.append(pbatch(1, 0, txn=True), verify_transaction=verify)
+        with pytest.raises(LookupError):
+            log.try_append_without_blocking(pbatch(1, 0, txn=True), verify_transaction=verify)
+        assert (log.log_end_offset, log.size_bytes) == (end, size)
+        assert log.last_stable_offset == end and not log.producer_state.producers
+        # A deferred append is verified again when it is carried out: the coordinator may have
+        # ended the transaction meanwhile.
+        verify.allowed.add((1, 0))
+        deferred = log.try_append_without_blocking(pbatch(1, 0, txn=True, value=b"y" * 150),
+                                                   verify_transaction=verify)
+        assert isinstance(deferred, DeferredAppend) and deferred.reason is WouldBlock.ROLL
+        verify.allowed.clear()
+        with pytest.raises(LookupError):
+            log.append_deferred(deferred)
+        assert log.log_end_offset == end
+        verify.allowed.add((1, 0))
+        assert log.append_deferred(deferred).first_offset == end
+        assert log.last_stable_offset == end
+
+
 # ------------------------------------------------------------------- snapshots and recovery
 
 

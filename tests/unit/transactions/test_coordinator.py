@@ -332,6 +332,92 @@ def test_unused_transactional_ids_expire(tmp_path, markers, clock) -> None:
     reopened.close()
 
 
+# ---------------------------------------------------------------- transactional produce
+
+
+def test_verify_accepts_a_partition_of_the_ongoing_transaction_at_the_current_epoch(
+    coordinator,
+) -> None:
+    producer = coordinator.init_producer_id("t")
+    coordinator.add_partitions_to_txn("t", *producer, [("orders", 1)])
+    coordinator.verify_transactional_append("orders", 1, *producer)
+
+
+def test_verify_refuses_a_partition_not_added_naming_it_and_the_producer(coordinator) -> None:
+    producer = coordinator.init_producer_id("x")
+    message = (rf"partition orders-1 was not added to the transaction of producer "
+               rf"{producer.producer_id} \(transactional id 'x', state Empty\); call "
+               rf"AddPartitionsToTxn first")
+    with pytest.raises(InvalidTxnStateError, match=message):
+        coordinator.verify_transactional_append("orders", 1, *producer)
+    coordinator.add_partitions_to_txn("x", *producer, [("orders", 0)])
+    with pytest.raises(InvalidTxnStateError, match="orders-1 was not added"):
+        coordinator.verify_transactional_append("orders", 1, *producer)
+    # After the commit the transaction is over: its partitions take no more batches.
+    coordinator.end_txn("x", *producer, commit=True)
+    with pytest.raises(InvalidTxnStateError, match="state CompleteCommit"):
+        coordinator.verify_transactional_append("orders", 0, *producer)
+
+
+def test_verify_refuses_a_stale_or_future_epoch_as_kafka_answers_a_produce(coordinator) -> None:
+    from stratalog.server.storage.errors import InvalidProducerEpochError
+
+    old = coordinator.init_producer_id("t")
+    new = coordinator.init_producer_id("t")
+    coordinator.add_partitions_to_txn("t", *new, [("a", 0)])
+    with pytest.raises(InvalidProducerEpochError, match="fenced this producer"):
+        coordinator.verify_transactional_append("a", 0, *old)
+    with pytest.raises(InvalidProducerEpochError, match="from the future"):
+        coordinator.verify_transactional_append("a", 0, new.producer_id, new.producer_epoch + 1)
+
+
+def test_verify_refuses_a_producer_id_of_no_transactional_id(coordinator) -> None:
+    idempotent = coordinator.init_producer_id()
+    with pytest.raises(InvalidProducerIdMappingError, match="belongs to no transactional id"):
+        coordinator.verify_transactional_append("a", 0, *idempotent)
+
+
+def test_verify_during_a_commit_is_concurrent_transactions(coordinator, markers) -> None:
+    producer = coordinator.init_producer_id("t")
+    coordinator.add_partitions_to_txn("t", *producer, [("a", 0), ("b", 0)])
+    markers.fail[("b", 0)] = OSError("disk")
+    coordinator.end_txn("t", *producer, commit=True)  # decided; b's marker is pending
+    with pytest.raises(ConcurrentTransactionsError, match="being committed") as raised:
+        coordinator.verify_transactional_append("a", 0, *producer)
+    assert raised.value.retriable
+    markers.heal()
+    coordinator.run_maintenance()
+    with pytest.raises(InvalidTxnStateError):
+        coordinator.verify_transactional_append("a", 0, *producer)
+
+
+def test_verify_follows_rotation_expiry_and_restart(tmp_path, markers, clock) -> None:
+    config = TransactionConfig(transactional_id_expiration_ms=10_000)
+    coordinator = TransactionCoordinator.open([tmp_path], markers, time_ms=clock, config=config)
+    first = coordinator.init_producer_id("t")
+    _install(coordinator, TransactionMetadata(
+        "t", first.producer_id, 32766, 60000, S.EMPTY, frozenset(), -1, T0))
+    rotated = coordinator.init_producer_id("t")
+    assert rotated.producer_id != first.producer_id
+    coordinator.add_partitions_to_txn("t", *rotated, [("a", 0)])
+    coordinator.verify_transactional_append("a", 0, *rotated)
+    with pytest.raises(InvalidProducerIdMappingError):  # the old id is no one's now
+        coordinator.verify_transactional_append("a", 0, first.producer_id, 32766)
+    coordinator.close()
+    # The index is rebuilt by the replay.
+    coordinator = TransactionCoordinator.open([tmp_path], markers, time_ms=clock, config=config)
+    coordinator.verify_transactional_append("a", 0, *rotated)
+    with pytest.raises(InvalidProducerIdMappingError):
+        coordinator.verify_transactional_append("a", 0, first.producer_id, 32766)
+    coordinator.end_txn("t", *rotated, commit=False)
+    clock.now += 3_600_000
+    assert coordinator.remove_expired_transactional_ids() == 1
+    assert coordinator.state_manager.get_by_producer_id(rotated.producer_id) is None
+    coordinator.close()
+    with pytest.raises(LogClosedError):
+        coordinator.verify_transactional_append("a", 0, *rotated)
+
+
 # ---------------------------------------------------------------- restart
 
 
