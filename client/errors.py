@@ -31,9 +31,9 @@ listening, connection lost, deadline passed) have no ErrorInfo and map by status
     │   └── DeliveryTimeoutError      (the Producer's) not acknowledged in delivery_timeout_ms
     └── TransactionAbortedError       (the Producer's) the batch's transaction was aborted
 
-Any other status (INTERNAL, UNKNOWN, UNIMPLEMENTED, a reason this client does not know yet)
-becomes a plain :class:`StratalogError` carrying the code and reason it got; it is retriable only
-for UNAVAILABLE and DEADLINE_EXCEEDED. Why each flag is what it is: docs/api.md, "Errors".
+Any other status (INTERNAL, UNKNOWN, UNIMPLEMENTED, CANCELLED, a reason this client does not know
+yet) becomes a plain :class:`StratalogError` carrying the code and reason it got; it is retriable
+only for UNAVAILABLE, DEADLINE_EXCEEDED and CANCELLED (the server cancelled the call). Why each flag is what it is: docs/api.md, "Errors".
 """
 
 from __future__ import annotations
@@ -95,7 +95,12 @@ DOMAIN = "stratalog"
 _STATUS_DETAILS_KEY = "grpc-status-details-bin"
 
 # Status codes that mean "try again" whatever sent them (gRPC's own guidance for UNAVAILABLE).
-_RETRIABLE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+# CANCELLED reaches a caller only when the other side cancelled the call (a cancel of our own
+# raises asyncio.CancelledError instead): a server stopping cancels what is left after its
+# shutdown grace, and the request's outcome is then unknown, as after a lost connection.
+_RETRIABLE_CODES = frozenset(
+    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
+)
 
 
 class StratalogError(Exception):
