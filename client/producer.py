@@ -30,7 +30,8 @@ Delivery semantics, per mode:
   transactions: :meth:`Producer.begin_transaction`, ``send()``..., then
   :meth:`Producer.commit_transaction` or :meth:`Producer.abort_transaction` (or ``async with
   producer.transaction():``). A partition is added to the transaction (AddPartitionsToTxn,
-  one request for the partitions collected meanwhile) before its first batch of it is sent.
+  one request for the partitions collected meanwhile) when its first record of the transaction
+  is sent, and its batches go out only once that is acknowledged.
   READ_COMMITTED consumers see every record of a committed transaction and none of an aborted
   one. If a batch of the transaction fails, the transaction can only be aborted. The states
   and what each call needs are those of Kafka's TransactionManager
@@ -835,6 +836,13 @@ class Producer:
         # even be sent (no producer id, its partition not yet in the transaction, a server
         # down) fails then too.
         batch.expiry = loop.call_at(batch.deadline, self._expire, batch)
+        manager = self._manager
+        if manager is not None and self._transactional and manager.needs_adding(
+            queue.topic_partition
+        ):
+            # As Kafka's send(): the partition joins the transaction with its first record, so
+            # that AddPartitionsToTxn overlaps the batch's linger instead of delaying its send.
+            self._maybe_add_partitions()
         return batch
 
     def _on_linger(self, queue: _PartitionQueue, batch: _Batch) -> None:

@@ -42,7 +42,10 @@ async def test_batches_carry_the_producer_id_and_consecutive_sequences_per_parti
     broker,
 ) -> None:
     servicer, target = broker
-    async with Producer(target, batch_bytes_max=400, linger_ms=1000) as producer:
+    # One in flight: this broker stores batches in the order they arrive, and only the real
+    # server's sequence checks put concurrent ones back in order.
+    async with Producer(target, batch_bytes_max=400, linger_ms=1000,
+                        max_in_flight_per_partition=1) as producer:
         futures = [
             await producer.send("multi", b"%03d" % i + bytes(40), partition=i % 2,
                                 timestamp_ms=TS)
@@ -121,7 +124,10 @@ async def test_fenced_is_fatal_every_record_fails_and_later_sends_raise(broker, 
     servicer.gate = asyncio.Event()
     servicer.failures.append(Failure(error))
     async with Client(target) as client:
-        producer = Producer(client, batch_bytes_max=200, linger_ms=0, retry_backoff_ms=1)
+        # One in flight: the batches after the refused one are never sent (this broker would
+        # store them, having no producer state to judge their epoch by).
+        producer = Producer(client, batch_bytes_max=200, linger_ms=0, retry_backoff_ms=1,
+                            max_in_flight_per_partition=1)
         futures = [await producer.send("events", bytes(50)) for _ in range(30)]
         servicer.gate.set()
         await producer.flush()
