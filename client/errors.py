@@ -388,6 +388,8 @@ class TransactionAbortedError(StratalogError):
     """The record's batch was dropped unsent because its transaction was aborted, or failed
     and must be aborted (Kafka's TransactionAbortedException)."""
 
+    code = grpc.StatusCode.ABORTED
+
 
 def _table_by_reason(*classes: type[StratalogError]) -> Mapping[str, type[StratalogError]]:
     for cls in classes:

@@ -194,9 +194,12 @@ class _Batch:
 
 def _log_unretrieved(future: asyncio.Future[tuple[int, int]]) -> None:
     # Marks the exception retrieved (no "never retrieved" noise at garbage collection) and
-    # makes sure a failure is visible to fire-and-forget callers.
-    if not future.cancelled() and future.exception() is not None:
-        logger.warning("record batch not delivered: %s", future.exception())
+    # makes sure a failure is visible to fire-and-forget callers (a batch dropped by an abort
+    # the caller asked for is no news).
+    if not future.cancelled():
+        error = future.exception()
+        if error is not None and not isinstance(error, TransactionAbortedError):
+            logger.warning("record batch not delivered: %s", error)
 
 
 class RecordFuture(tuple):
