@@ -57,7 +57,7 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 from stratalog.records import (
@@ -77,6 +77,7 @@ from .errors import (
     UnknownTopicOrPartitionError,
 )
 from .partitioner import StickyPartitioner, partition_for_key
+from .producer_batch import ProducerBatch, RecordFuture, SendManyFuture, new_record_future
 from .sequences import PartitionSequences
 from .transaction_manager import (
     ErrorAction,
@@ -87,7 +88,7 @@ from .transaction_manager import (
     produce_error_action,
     unsupported_error,
 )
-from .types import ProducerIdAndEpoch, RecordMetadata, TopicPartition
+from .types import ProducerIdAndEpoch, TopicPartition
 
 __all__ = [
     "DEFAULT_BATCH_BYTES_MAX",
@@ -133,161 +134,6 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class _Batch:
-    """One batch of one partition: its builder while open, its bytes once drained, its outcome.
-
-    ``future`` resolves to ``(base_offset, log_append_time)`` or to the delivery error.
-    ``deadline`` (loop time) is ``delivery_timeout_ms`` after the batch was opened; ``expiry``
-    fails it then if it was never drained. With idempotence, ``producer_id``,
-    ``producer_epoch`` and ``base_sequence`` are its stamp (set when drained, changed when its
-    partition's sequences restart) and ``needs_resend`` says it waits to be sent again.
-    """
-
-    __slots__ = (
-        "base_sequence",
-        "builder",
-        "count",
-        "data",
-        "deadline",
-        "drained",
-        "expiry",
-        "future",
-        "lingered",
-        "needs_resend",
-        "partition",
-        "producer_epoch",
-        "producer_id",
-        "queue",
-        "size_bytes",
-        "timer",
-        "topic",
-    )
-
-    def __init__(
-        self, queue: _PartitionQueue, builder: BatchBuilder, loop: Any, deadline: float
-    ) -> None:
-        self.queue = queue
-        self.topic = queue.topic
-        self.partition = queue.partition
-        self.builder: BatchBuilder | None = builder
-        self.count = 0
-        self.size_bytes = RECORD_BATCH_OVERHEAD
-        self.data: bytes | None = None
-        self.future: asyncio.Future[tuple[int, int]] = loop.create_future()
-        self.future.add_done_callback(_log_unretrieved)
-        self.lingered = False
-        self.timer: asyncio.TimerHandle | None = None
-        self.deadline = deadline
-        self.expiry: asyncio.TimerHandle | None = None
-        self.drained = False
-        self.needs_resend = False
-        self.producer_id = -1
-        self.producer_epoch = -1
-        self.base_sequence = -1
-
-    def __repr__(self) -> str:
-        return (
-            f"<batch of {self.count} records to {self.topic}-{self.partition}, producer "
-            f"{self.producer_id} epoch {self.producer_epoch} sequence {self.base_sequence}>"
-        )
-
-
-def _log_unretrieved(future: asyncio.Future[tuple[int, int]]) -> None:
-    # Marks the exception retrieved (no "never retrieved" noise at garbage collection) and
-    # makes sure a failure is visible to fire-and-forget callers (a batch dropped by an abort
-    # the caller asked for is no news).
-    if not future.cancelled():
-        error = future.exception()
-        if error is not None and not isinstance(error, TransactionAbortedError):
-            logger.warning("record batch not delivered: %s", error)
-
-
-class RecordFuture(tuple):
-    """The pending outcome of one ``send()``: awaiting it gives its :class:`RecordMetadata`.
-
-    Holds its batch, its index in it and its timestamp; resolves when the batch's Produce
-    answers (or fails for good). A tuple underneath because one is built per record and a
-    tuple is the cheapest object Python builds; compare futures by identity, not equality.
-    Event-loop only, like the Producer.
-    """
-
-    __slots__ = ()
-
-    def __await__(self) -> Generator[Any, None, RecordMetadata]:
-        # Shielded: cancelling the task that awaits one record must not cancel the batch,
-        # which other records (and the Producer) share.
-        yield from asyncio.shield(self[0].future).__await__()
-        return self.result()
-
-    def done(self) -> bool:
-        """Whether the batch was acknowledged or failed for good."""
-        return self[0].future.done()
-
-    def result(self) -> RecordMetadata:
-        """The record's metadata; raises the delivery error, or InvalidStateError if pending."""
-        batch, index, timestamp = self
-        base_offset, log_append_time = batch.future.result()
-        if log_append_time >= 0:
-            timestamp = log_append_time
-        return RecordMetadata(batch.topic, batch.partition, base_offset + index, timestamp)
-
-    def exception(self) -> BaseException | None:
-        """The delivery error, ``None`` on success; InvalidStateError while pending."""
-        return self[0].future.exception()
-
-    def add_done_callback(self, callback: Callable[[RecordFuture], object]) -> None:
-        """Call ``callback(self)`` on the loop once the outcome is known."""
-        self[0].future.add_done_callback(lambda _: callback(self))
-
-    def __repr__(self) -> str:
-        batch, index, _ = self
-        state = "done" if batch.future.done() else "pending"
-        return f"<RecordFuture {batch.topic}-{batch.partition} #{index} {state}>"
-
-
-# Building the tuple directly skips a Python-level __init__: this runs once per record.
-_new_record_future = tuple.__new__
-
-
-class SendManyFuture:
-    """The pending outcome of one ``send_many()``: awaiting it gives a list of RecordMetadata.
-
-    Holds the (batch, first index, count, timestamps) runs that the records went into, in input
-    order; builds the per-record metadata only when awaited or asked for.
-    """
-
-    __slots__ = ("_runs",)
-
-    def __init__(self, runs: list[tuple[_Batch, int, int, list[int]]]) -> None:
-        self._runs = runs
-
-    def __await__(self) -> Generator[Any, None, list[RecordMetadata]]:
-        futures = {id(run[0].future): run[0].future for run in self._runs}
-        if futures:
-            # asyncio.wait never cancels what it waits for (gather would, on cancellation).
-            yield from asyncio.wait(futures.values()).__await__()
-        return self.result()
-
-    def done(self) -> bool:
-        """Whether every batch the records went into was acknowledged or failed for good."""
-        return all(run[0].future.done() for run in self._runs)
-
-    def result(self) -> list[RecordMetadata]:
-        """Metadata in input order; raises the first delivery error among the batches."""
-        out: list[RecordMetadata] = []
-        for batch, first, count, timestamps in self._runs:
-            base_offset, log_append_time = batch.future.result()
-            start = base_offset + first
-            topic, partition = batch.topic, batch.partition
-            if log_append_time >= 0:
-                timestamps = [log_append_time] * count
-            out.extend(
-                RecordMetadata(topic, partition, offset, ts)
-                for offset, ts in zip(range(start, start + count), timestamps, strict=True)
-            )
-        return out
-
-
 class _PartitionQueue:
     """The batches of one partition: the open one, the closed ones waiting, the in-flight count.
 
@@ -316,8 +162,8 @@ class _PartitionQueue:
         self.topic = topic
         self.partition = partition
         self.topic_partition = TopicPartition(topic, partition)
-        self.current: _Batch | None = None
-        self.ready: collections.deque[_Batch] = collections.deque()
+        self.current: ProducerBatch | None = None
+        self.ready: collections.deque[ProducerBatch] = collections.deque()
         self.in_flight = 0
         self.sequences = PartitionSequences() if sequenced else None
         self.sending = 0
@@ -475,7 +321,7 @@ class Producer:
         self._rng = rng or random.Random()
         self._topics: dict[str, _TopicState] = {}
         self._topic_locks: dict[str, asyncio.Lock] = {}
-        self._pending: set[_Batch] = set()  # closed or open, not yet resolved
+        self._pending: set[ProducerBatch] = set()  # closed or open, not yet resolved
         self._tasks: set[asyncio.Task[Any]] = set()
         self._buffered_bytes = 0
         self._unyielded_bytes = 0
@@ -628,11 +474,11 @@ class Producer:
                 self._unyielded_bytes += estimate
                 if self._unyielded_bytes >= _YIELD_EVERY_BYTES:
                     await self._yield()
-                return _new_record_future(RecordFuture, (batch, index, timestamp_ms))
+                return new_record_future(RecordFuture, (batch, index, timestamp_ms))
         batch, index = self._append(queue, state, timestamp_ms, key, value, headers)
         if self._unyielded_bytes >= _YIELD_EVERY_BYTES:
             await self._yield()
-        return _new_record_future(RecordFuture, (batch, index, timestamp_ms))
+        return new_record_future(RecordFuture, (batch, index, timestamp_ms))
 
 
     async def _yield(self) -> None:
@@ -695,8 +541,8 @@ class Producer:
             if self._closed:
                 raise ProducerClosedError("the Producer closed while send_many() waited")
         now = _now_ms()
-        runs: list[tuple[_Batch, int, int, list[int]]] = []
-        run_batch: _Batch | None = None
+        runs: list[tuple[ProducerBatch, int, int, list[int]]] = []
+        run_batch: ProducerBatch | None = None
         run_first = run_count = 0
         run_timestamps: list[int] = []
         num_partitions = state.num_partitions
@@ -736,7 +582,7 @@ class Producer:
         values: Sequence[bytes | None],
         partition: int | None,
         timestamp: int,
-        runs: list[tuple[_Batch, int, int, list[int]]],
+        runs: list[tuple[ProducerBatch, int, int, list[int]]],
     ) -> None:
         """send_many() of unkeyed records stamped ``timestamp``: the same placement as record by
         record, with no Python call per record.
@@ -789,7 +635,7 @@ class Producer:
         key: bytes | None,
         value: bytes | None,
         headers: Sequence[Header],
-    ) -> tuple[_Batch, int]:
+    ) -> tuple[ProducerBatch, int]:
         """Encode one record into the open batch of ``queue``; close the batch first if the
         record would not fit. O(size of the record)."""
         estimate = _RECORD_FRAMING_BYTES_MAX
@@ -820,14 +666,14 @@ class Producer:
         self._unyielded_bytes += estimate
         return batch, index
 
-    def _open_batch(self, queue: _PartitionQueue) -> _Batch:
+    def _open_batch(self, queue: _PartitionQueue) -> ProducerBatch:
         loop = asyncio.get_running_loop()
         builder = BatchBuilder(
             compression=self._compression,
             compression_level=self._compression_level,
             is_transactional=self._transactional,
         )
-        batch = _Batch(queue, builder, loop, loop.time() + self._delivery_timeout_s)
+        batch = ProducerBatch(queue, builder, loop, loop.time() + self._delivery_timeout_s)
         self._buffered_bytes += batch.size_bytes
         self._pending.add(batch)
         queue.current = batch
@@ -848,7 +694,7 @@ class Producer:
             self._maybe_add_partitions()
         return batch
 
-    def _on_linger(self, queue: _PartitionQueue, batch: _Batch) -> None:
+    def _on_linger(self, queue: _PartitionQueue, batch: ProducerBatch) -> None:
         batch.timer = None
         if queue.current is not batch:
             return
@@ -857,7 +703,7 @@ class Producer:
             self._close_batch(queue, self._topics.get(queue.topic), batch)
         # Otherwise the batch keeps filling until a request slot frees (see _maybe_send).
 
-    def _close_batch(self, queue: _PartitionQueue, state: _TopicState | None, batch: _Batch) -> None:
+    def _close_batch(self, queue: _PartitionQueue, state: _TopicState | None, batch: ProducerBatch) -> None:
         """Move the open batch to ``ready`` (encoding is finished by build()) and send."""
         if batch.timer is not None:
             batch.timer.cancel()
@@ -939,7 +785,7 @@ class Producer:
         return delay * self._rng.uniform(0.8, 1.2)
 
     def _error_action(
-        self, queue: _PartitionQueue, batch: _Batch, error: StratalogError
+        self, queue: _PartitionQueue, batch: ProducerBatch, error: StratalogError
     ) -> ErrorAction:
         if queue.sequences is None:
             return ErrorAction.RETRY if error.retriable else ErrorAction.FAIL
@@ -947,7 +793,7 @@ class Producer:
             error, transactional=self._transactional, is_head=queue.sequences.is_head(batch)
         )
 
-    async def _deliver(self, queue: _PartitionQueue, batch: _Batch) -> None:
+    async def _deliver(self, queue: _PartitionQueue, batch: ProducerBatch) -> None:
         """Send one batch until it is acknowledged or fails for good; then free its slot.
 
         With idempotence a resend waits for its turn (every earlier batch of the partition
@@ -1054,7 +900,7 @@ class Producer:
             if not self._stopping:
                 self._maybe_send(queue)
 
-    def _release(self, batch: _Batch) -> None:
+    def _release(self, batch: ProducerBatch) -> None:
         """Give back the buffer space of a resolved batch."""
         if batch in self._pending:
             self._pending.discard(batch)
@@ -1062,7 +908,7 @@ class Producer:
             self._space.set()
 
     def _failed(
-        self, queue: _PartitionQueue, batch: _Batch, error: BaseException, *, restart: bool
+        self, queue: _PartitionQueue, batch: ProducerBatch, error: BaseException, *, restart: bool
     ) -> None:
         """``batch`` failed for good with ``error``. With idempotence its sequences leave a gap:
         a transaction must then be aborted; an idempotent producer restarts the partition's
@@ -1087,7 +933,7 @@ class Producer:
     def _expired(
         self,
         queue: _PartitionQueue,
-        batch: _Batch,
+        batch: ProducerBatch,
         attempts: int,
         last_error: BaseException | None,
     ) -> None:
@@ -1103,7 +949,7 @@ class Producer:
 
     # --- exactly-once: sequences, producer id, transactions' partitions --------------------------
 
-    async def _wait_for_turn(self, queue: _PartitionQueue, batch: _Batch) -> bool:
+    async def _wait_for_turn(self, queue: _PartitionQueue, batch: ProducerBatch) -> bool:
         """Wait until ``batch`` may be resent: it is the first unresolved batch of its partition
         and the partition's sequences are not restarting. False once its deadline passed."""
         loop = asyncio.get_running_loop()
@@ -1236,7 +1082,7 @@ class Producer:
             return None
         return state.queues[topic_partition.partition]
 
-    def _expire(self, batch: _Batch) -> None:
+    def _expire(self, batch: ProducerBatch) -> None:
         """A batch never drained reached its delivery timeout: drop it, say why."""
         batch.expiry = None
         if batch.drained or batch.future.done():
@@ -1262,7 +1108,7 @@ class Producer:
         if self._transactional:
             self._abortable(error)
 
-    def _drop(self, batch: _Batch, error: BaseException) -> None:
+    def _drop(self, batch: ProducerBatch, error: BaseException) -> None:
         """Fail a batch that was never drained and forget it."""
         queue = batch.queue
         if queue.current is batch:
