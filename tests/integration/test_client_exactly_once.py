@@ -22,6 +22,7 @@ from stratalog.client import (
     FetchFormat,
     IsolationLevel,
     Producer,
+    SyncClient,
     errors,
 )
 from stratalog.client.transaction_manager import TransactionState
@@ -377,3 +378,37 @@ async def test_a_failed_batch_makes_the_commit_raise_and_the_block_abort(client:
         async with producer.transaction():
             await producer.send(topic, b"next")
     assert values(await read_all(client, topic, COMMITTED)) == [b"next"]
+
+
+# --- the RPCs themselves, through the blocking client --------------------------------------------
+
+
+def test_sync_client_idempotent_and_transactional_rpcs(server_target: str) -> None:
+    topic = "eo-sync"
+    with SyncClient(server_target) as client:
+        client.create_topic(topic, 1)
+        idempotent = client.init_producer_id()
+        stamp = {"producer_id": idempotent.producer_id,
+                 "producer_epoch": idempotent.producer_epoch}
+        first = client.produce(topic, 0, [b"a", b"b"], base_sequence=0, **stamp)
+        again = client.produce(topic, 0, [b"a", b"b"], base_sequence=0, **stamp)
+        assert not first.duplicate and again.duplicate
+        assert (again.base_offset, again.last_offset) == (first.base_offset, first.last_offset)
+        with pytest.raises(errors.OutOfOrderSequenceError):
+            client.produce(topic, 0, [b"c"], base_sequence=5, **stamp)
+
+        txn = client.init_producer_id("eo-sync-app", transaction_timeout_ms=30_000)
+        client.add_partitions_to_txn("eo-sync-app", txn.producer_id, txn.producer_epoch,
+                                     [(topic, 0)])
+        client.produce(topic, 0, [b"t"], producer_id=txn.producer_id,
+                       producer_epoch=txn.producer_epoch, base_sequence=0, transactional=True)
+        described = client.describe_transaction("eo-sync-app")
+        assert described.state == "Ongoing" and described.partitions == ((topic, 0),)
+        open_fetch = client.fetch_by_offset(topic, 0, 0, isolation_level=COMMITTED)
+        assert open_fetch.last_stable_offset == 2 < open_fetch.high_watermark == 3
+        assert [r.value for r in open_fetch.records] == [b"a", b"b"]
+        client.end_txn("eo-sync-app", txn.producer_id, txn.producer_epoch, True)
+        done = client.fetch_by_offset(topic, 0, 0, isolation_level=COMMITTED)
+        assert done.last_stable_offset == done.high_watermark == 4  # the marker took offset 3
+        assert [r.value for r in done.records] == [b"a", b"b", b"t"]
+        assert client.describe_transaction("eo-sync-app").state == "CompleteCommit"
