@@ -853,8 +853,13 @@ class Producer:
                     return
                 finally:
                     queue.sending -= 1
-                    self._maybe_restart(queue)
+                # Judged before a pending restart may run (now that this request is back) and
+                # make this batch the head of its restamped partition; that restart restamps
+                # this batch too, so it needs no other.
                 action = self._error_action(queue, batch, last_error)
+                if action is ErrorAction.RESTART_SEQUENCES and queue.restart_pending:
+                    action = ErrorAction.RESEND_IN_TURN
+                self._maybe_restart(queue)
                 if action is ErrorAction.FATAL:
                     self._fail_fatal(last_error)
                     return
@@ -978,6 +983,8 @@ class Producer:
     def _request_restart(self, queue: _PartitionQueue) -> None:
         """Restart ``queue``'s sequences at 0 under a new producer id (asked for now unless a
         newer one than the partition's is there), once none of its requests is in flight."""
+        if queue.restart_pending:
+            return  # the restart on its way restamps this batch too
         queue.restart_pending = True
         manager = self._manager
         assert manager is not None and queue.sequences is not None
