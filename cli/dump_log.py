@@ -56,6 +56,8 @@ from stratalog.records.batch import (
     Compression,
     TimestampType,
     compute_crc,
+    decrement_sequence,
+    increment_sequence,
     iter_batch_headers,
 )
 from stratalog.records.control import ControlRecordType, EndTransactionMarker, decode_control_key
@@ -218,22 +220,7 @@ def _java_absolute_path(shown: str) -> str:
 def _last_sequence(header: BatchHeader) -> int:
     if header.base_sequence == NO_SEQUENCE:
         return NO_SEQUENCE
-    return _increment_sequence(header.base_sequence, header.last_offset_delta)
-
-
-def _increment_sequence(sequence: int, increment: int) -> int:
-    # Kafka's DefaultRecordBatch.incrementSequence: wraps past Integer.MAX_VALUE to 0.
-    if sequence > _INT32_MAX - increment:
-        return increment - (_INT32_MAX - sequence) - 1
-    return sequence + increment
-
-
-def _decrement_sequence(sequence: int, decrement: int) -> int:
-    # Kafka's DefaultRecordBatch.decrementSequence, as BatchMetadata.firstSeq uses it (for a
-    # last sequence of -1 it gives Integer.MAX_VALUE, and so does Kafka's dump).
-    if sequence < decrement:
-        return _INT32_MAX - (decrement - sequence) + 1
-    return sequence - decrement
+    return increment_sequence(header.base_sequence, header.last_offset_delta)
 
 
 def _batch_line(header: BatchHeader, position: int, crc_valid: bool) -> str:
@@ -322,7 +309,7 @@ def _dump_records(
             sequence = (
                 NO_SEQUENCE
                 if header.base_sequence == NO_SEQUENCE
-                else _increment_sequence(header.base_sequence, record.offset - header.base_offset)
+                else increment_sequence(header.base_sequence, record.offset - header.base_offset)
             )
             header_keys = ",".join(key for key, _ in record.headers)
             parts.append(
@@ -565,7 +552,7 @@ def _dump_snapshot(path: Path, problems: _Problems, out: TextIO, err: TextIO) ->
             f"lastTimestamp: {entry.timestamp} "
         )
         if entry.last_offset >= 0:  # Kafka keeps batch metadata only then
-            first_seq = _decrement_sequence(entry.last_sequence, entry.offset_delta)
+            first_seq = decrement_sequence(entry.last_sequence, entry.offset_delta)
             line += (
                 f"firstSequence: {first_seq} lastSequence: {entry.last_sequence} "
                 f"lastOffset: {entry.last_offset} offsetDelta: {entry.offset_delta} "

@@ -48,7 +48,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-from stratalog.records.batch import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
+from stratalog.records.batch import (
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    SEQUENCE_MAX,
+    decrement_sequence,
+    increment_sequence,
+)
 from stratalog.records.control import ControlRecordType
 from stratalog.records.errors import CorruptSnapshotError
 from stratalog.records.log_layout import (
@@ -86,23 +93,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 NUM_BATCHES_TO_RETAIN = 5  # Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN
-INT32_MAX = (1 << 31) - 1
+INT32_MAX = SEQUENCE_MAX
 NO_TXN = -1  # current_txn_first_offset when no transaction is open (the snapshot's -1)
-
-
-def increment_sequence(sequence: int, increment: int) -> int:
-    """``sequence + increment`` wrapping past Int32.MAX to 0 (Kafka's
-    ``DefaultRecordBatch.incrementSequence``)."""
-    if sequence > INT32_MAX - increment:
-        return increment - (INT32_MAX - sequence) - 1
-    return sequence + increment
-
-
-def decrement_sequence(sequence: int, decrement: int) -> int:
-    """``sequence - decrement`` wrapping below 0 to Int32.MAX (``decrementSequence``)."""
-    if sequence < decrement:
-        return INT32_MAX - (decrement - sequence) + 1
-    return sequence - decrement
 
 
 def _in_sequence(last_sequence: int, next_sequence: int) -> bool:
