@@ -1220,11 +1220,11 @@ class PartitionLog:
         ``truncateAndReload``), then written as a snapshot at ``end_offset`` (Kafka's
         ``rebuildProducerState`` takes one too).
 
-        The snapshot keeps true what an unclean open relies on: with no snapshot file at all,
-        no producer was known at any roll. The truncation may have deleted every snapshot
-        (those above the end, and a damaged one the reload skipped) while producers of earlier
-        segments remain; without it, a crash now would forget them and their open
-        transactions.
+        The truncation may have deleted every snapshot (those above the end, and a damaged one
+        the reload skipped) while producers of earlier segments remain. Without this snapshot
+        a crash now would make an unclean open rebuild them from the log start, and an open
+        without a marker to go by (which takes no snapshot file at all to mean no producer was
+        known at any roll, see ``recovery.py`` pass 7) forget them and their open transactions.
         """
         state = self._producer_state
         state.delete_snapshots(above=end_offset)

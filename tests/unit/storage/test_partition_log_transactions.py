@@ -857,3 +857,139 @@ def test_a_truncation_that_deleted_every_snapshot_writes_one_before_a_crash(dire
     with PartitionLog.open(crashed, time_ms=Clock()) as reopened:
         assert reopened.last_stable_offset == 0
         assert reopened.producer_state.ongoing_txns == {0: 1}
+
+
+# ------------------------------------------------------------------- no snapshot file at all
+
+
+def write_producers_below_the_active_segment(log: PartitionLog) -> None:
+    """Idempotent and transactional producers in segments 0 and 4, none in the active one (7):
+    producer 7's batches 0-1 and 4-5, producer 8's transaction at 2 aborted at 3, producer 9's
+    transaction open since 6 (the LSO)."""
+    log.append(pbatch(7, 0, 2))  # 0-1
+    log.append(pbatch(8, 0, txn=True))  # 2
+    log.write_txn_marker(8, 0, 0, commit=False)  # 3
+    log.roll()
+    log.append(pbatch(7, 2, 2))  # 4-5
+    log.append(pbatch(9, 0, epoch=3, txn=True))  # 6
+    log.roll()
+    plain(log, 2)  # 7-8
+
+
+def producer_entries(log: PartitionLog) -> dict[int, tuple]:
+    return {
+        pid: (e.producer_epoch, tuple(e.batches), e.coordinator_epoch,
+              e.current_txn_first_offset, e.last_timestamp)
+        for pid, e in log.producer_state.producers.items()
+    }
+
+
+def assert_producers_as_written(log: PartitionLog, before: dict[int, tuple]) -> None:
+    assert producer_entries(log) == before
+    # Resent batches are acknowledged with their original offsets: the older one too, which
+    # no snapshot holds (a snapshot keeps each producer's last batch only).
+    resent = log.append(pbatch(7, 2, 2))
+    assert resent.duplicate and (resent.first_offset, resent.last_offset) == (4, 5)
+    resent = log.append(pbatch(7, 0, 2))
+    assert resent.duplicate and (resent.first_offset, resent.last_offset) == (0, 1)
+    assert log.log_end_offset == 9
+    # The open transaction holds the LSO; the aborted one is still returned.
+    assert log.producer_state.ongoing_txns == {6: 9}
+    assert log.last_stable_offset == 6
+    fetched = log.fetch(0, 1 << 20, isolation_level=COMMITTED)
+    assert list(fetched.aborted_transactions) == [AbortedTxn(8, 2, 3, 4)]
+    with pytest.raises(OutOfOrderSequenceError):
+        log.append(pbatch(9, 5, epoch=3, txn=True))
+    assert log.append(pbatch(8, 1)).first_offset == 9
+
+
+@pytest.mark.parametrize("recovery_point", [0, 4, 7, 9])
+def test_an_unclean_open_without_snapshots_rebuilds_producers_from_the_log_start(
+    directory, recovery_point
+) -> None:
+    # Kafka's UnifiedLog.rebuildProducerState: only a clean shutdown makes "no snapshot"
+    # mean "no producer". After an unclean one (a power loss can take the snapshots of the
+    # last rolls; files get lost) the state is rebuilt from the log start offset, whatever
+    # the recovery point: from 7 or 9 only the active segment is recovered, and its batches
+    # carry no producer id.
+    with open_log(directory) as log:
+        write_producers_below_the_active_segment(log)
+        before = producer_entries(log)
+        assert set(before) == {7, 8, 9}
+    for path in directory.glob("*.snapshot"):
+        path.unlink()
+    with PartitionLog.open(directory, time_ms=Clock(), had_clean_shutdown=False,
+                           recovery_point=recovery_point) as log:
+        assert log.recovered_segments == (3 if recovery_point == 0 else
+                                          2 if recovery_point == 4 else 1)
+        # The rebuilt state is written at the log end, for the next open.
+        assert snapshot_names(directory) == ["00000000000000000009.snapshot"]
+        assert_producers_as_written(log, before)
+
+
+def test_a_log_manager_restart_without_its_marker_or_snapshots_keeps_producers(tmp_path) -> None:
+    # The case that was broken: the recovery point checkpoint written at the clean close is
+    # the log end, so recovery only re-validates the active segment; without the clean-
+    # shutdown marker and with every snapshot gone, the producers must still come back.
+    from stratalog.server.storage import LogManager
+    from stratalog.server.storage.clean_shutdown import CLEAN_SHUTDOWN_FILE
+
+    data = tmp_path / "data"
+    manager = LogManager.open([data], time_ms=Clock())
+    try:
+        manager.create_topic("t", 1)
+        log = manager.get_log("t", 0)
+        write_producers_below_the_active_segment(log)
+        before = producer_entries(log)
+    finally:
+        manager.close()
+    (data / CLEAN_SHUTDOWN_FILE).unlink()
+    partition = data / "t-0"
+    assert snapshot_names(partition)
+    for path in partition.glob("*.snapshot"):
+        path.unlink()
+    manager = LogManager.open([data], time_ms=Clock())
+    try:
+        log = manager.get_log("t", 0)
+        assert log.recovered_segments == 1  # the active segment only: its base 7 < 9
+        assert_producers_as_written(log, before)
+    finally:
+        manager.close()
+
+
+def test_a_clean_open_without_snapshots_knows_no_producer(directory) -> None:
+    # Kafka's rule for the upgrade path (reloadFromCleanShutdown and no snapshot file): the
+    # close writes a snapshot whenever a producer is known, so with none there is nothing to
+    # scan for. Snapshots deleted by hand are then lost state, as in Kafka: the producers are
+    # unknown (a resent batch is refused, not deduplicated) and the open transaction no
+    # longer holds the LSO.
+    with open_log(directory) as log:
+        write_producers_below_the_active_segment(log)
+    for path in directory.glob("*.snapshot"):
+        path.unlink()
+    with PartitionLog.open(directory, time_ms=Clock(), had_clean_shutdown=True) as log:
+        assert log.producer_state.producers == {}
+        assert snapshot_names(directory) == []  # nothing scanned, nothing written
+        assert log.last_stable_offset == log.log_end_offset == 9
+        with pytest.raises(UnknownProducerIdError):
+            log.append(pbatch(7, 2, 2))
+        assert log.append(pbatch(7, 0)).first_offset == 9
+
+
+def test_an_open_without_a_marker_scans_the_active_segment_when_no_snapshot_exists(
+    directory,
+) -> None:
+    # had_clean_shutdown=None (an embedded log opened on its own) is recovered as after a
+    # process crash: the page cache survived, and with it every snapshot a roll wrote, so no
+    # snapshot file at all means no producer was known at a roll; the active segment, where
+    # producers may have appeared since, is scanned. (Deleting snapshots by hand is not a
+    # process crash: producers of older segments are then unknown.)
+    with open_log(directory) as log:
+        write_producers_below_the_active_segment(log)
+        log.append(pbatch(10, 0, 2, txn=True))  # 9-10, in the active segment
+    for path in directory.glob("*.snapshot"):
+        path.unlink()
+    with PartitionLog.open(directory, time_ms=Clock()) as log:
+        assert set(log.producer_state.producers) == {10}
+        assert log.last_stable_offset == 9
+
