@@ -4,6 +4,8 @@ recovery of producer state after a crash."""
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 
 import pytest
@@ -993,3 +995,103 @@ def test_an_open_without_a_marker_scans_the_active_segment_when_no_snapshot_exis
         assert set(log.producer_state.producers) == {10}
         assert log.last_stable_offset == 9
 
+
+# ------------------------------------------------------------------- the roll's snapshot made durable
+
+
+class FsyncSpy:
+    """Stands in for ``os.fsync`` (the system call, not our code): records the path of every
+    fsynced descriptor with the log's recovery point at that moment, then really fsyncs; or
+    fails (EIO) for paths ending in ``fail_suffix``."""
+
+    def __init__(self, log: PartitionLog) -> None:
+        self._log = log
+        self._fsync = os.fsync
+        self.synced: list[tuple[str, int]] = []
+        self.fail_suffix: str | None = None
+        self.on_first_call = None
+
+    def __call__(self, fd: int) -> None:
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        if self.fail_suffix is not None and path.endswith(self.fail_suffix):
+            raise OSError(errno.EIO, "injected fsync failure")
+        if self.on_first_call is not None:
+            call, self.on_first_call = self.on_first_call, None
+            call()
+        self.synced.append((path, self._log.recovery_point))
+        self._fsync(fd)
+
+    def paths(self) -> list[str]:
+        return [path for path, _ in self.synced]
+
+
+linux_proc = pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="Linux's /proc only")
+
+
+@linux_proc
+def test_the_roll_snapshot_is_fsynced_before_the_recovery_point_reaches_it(
+    directory, monkeypatch
+) -> None:
+    # Kafka's roll: takeSnapshot without an fsync, then the scheduled flush runs
+    # flushProducerStateSnapshot before flushUptoOffsetExclusive moves the recovery point.
+    scheduled: list = []
+    log = PartitionLog.open(directory, time_ms=Clock(), flush_scheduler=scheduled.append)
+    log.append(pbatch(7, 0, 2))
+    spy = FsyncSpy(log)
+    monkeypatch.setattr(os, "fsync", spy)
+    log.roll()
+    snapshot = str((directory / "00000000000000000002.snapshot").resolve())
+    assert os.path.exists(snapshot)
+    assert snapshot not in spy.paths()  # the roll (maybe an append's) fsyncs no snapshot
+    assert log.recovery_point == 0 and len(scheduled) == 1
+    scheduled.pop()()  # the flush after the roll
+    assert log.recovery_point == 2
+    assert (snapshot, 0) in spy.synced  # before the recovery point moved
+    # Then the directory, which makes its name durable (fsynced after the rename).
+    assert spy.paths().index(str(directory.resolve())) > spy.paths().index(snapshot)
+    monkeypatch.undo()
+    log.close()
+
+
+@linux_proc
+def test_a_failed_snapshot_fsync_keeps_the_recovery_point(directory, monkeypatch) -> None:
+    # UnifiedLogTest.testRecoveryPointNotIncrementedOnProducerStateSnapshotFlushFailure; the
+    # next flush tries again.
+    log = open_log(directory)
+    log.append(pbatch(7, 0))
+    log.roll()
+    spy = FsyncSpy(log)
+    spy.fail_suffix = ".snapshot"
+    monkeypatch.setattr(os, "fsync", spy)
+    with pytest.raises(StorageIOError, match=r"00000000000000000001\.snapshot"):
+        log.flush(1)
+    assert log.recovery_point == 0
+    spy.fail_suffix = None
+    log.flush(1)
+    assert log.recovery_point == 1
+    assert str((directory / "00000000000000000001.snapshot").resolve()) in spy.paths()
+    monkeypatch.undo()
+    log.close()
+
+
+@linux_proc
+def test_a_roll_during_a_flush_has_its_snapshot_fsynced_by_the_flush_after_it(
+    directory, monkeypatch
+) -> None:
+    # A flush captures the log end (1), releases the lock for its fsyncs, and a roll at 1
+    # writes its snapshot meanwhile: that flush then moves the recovery point to 1 without
+    # having fsynced it. The roll's own scheduled flush (to 1, nothing left to flush) must
+    # still fsync it.
+    scheduled: list = []
+    log = PartitionLog.open(directory, time_ms=Clock(), flush_scheduler=scheduled.append)
+    log.append(pbatch(7, 0))
+    spy = FsyncSpy(log)
+    spy.on_first_call = log.roll
+    monkeypatch.setattr(os, "fsync", spy)
+    log.flush()
+    snapshot = str((directory / "00000000000000000001.snapshot").resolve())
+    assert log.recovery_point == 1 and snapshot not in spy.paths()
+    scheduled.pop()()
+    assert snapshot in spy.paths()
+    monkeypatch.undo()
+    log.close()
