@@ -25,7 +25,7 @@ Producer state (issue 12), through ``PartitionLog.open`` of one partition of
 ``--producers`` producers in turn, one batch each of ``--producer-batch-records`` records of
 100-byte values (148: ~16 KiB batches; 9: ~1 KiB): four in five idempotent, one in five
 transactional with a marker after each ~1,000 of its records (one marker in ten an ABORT). Closed cleanly, so it has a snapshot per
-roll and one at the log end. Four opens, each the median of ``--runs``; MB/s = ``.log`` bytes
+roll and one at the log end. Six opens, each the median of ``--runs``; MB/s = ``.log`` bytes
 / seconds:
 
   with snapshot          clean open: the snapshot at the log end is loaded, nothing scanned
@@ -38,6 +38,12 @@ roll and one at the log end. Four opens, each the median of ``--runs``; MB/s = `
                          from the log start (no snapshot lies at or below the first segment)
   recovery, no producers the same unclean open of a partition of the same size written
                          without producer ids: plain recovery, for comparison
+  unclean, no snapshot   unclean open from a recovery point at the last segment's base (what a
+                         LogManager checkpoints) with every ``.snapshot`` deleted: the last
+                         segment recovered, producer state rebuilt from the log start
+  unclean, no producers  the same open of the partition without producer ids (which never has
+                         a snapshot): the last segment recovered, every segment's headers
+                         walked for producers (Kafka would start from its empty roll snapshots)
 
 Run: ``.venv/bin/python -m benchmarks.bench_recovery [--segments 10000] [--recovery-mib 1024]
 [--batch-kib 16 1] [--producer-mib 256] [--producers 1000] [--producer-batch-records 148 9]
@@ -216,11 +222,19 @@ def timed_open(directory: Path, **kwargs: object) -> tuple[float, float, Partiti
     return time.perf_counter() - started, time.process_time() - started_cpu, log
 
 
-def restore_snapshots(directory: Path, snapshots: dict[str, bytes], *, unreadable: bool) -> None:
+def restore_snapshots(directory: Path, snapshots: dict[str, bytes], *, how: str) -> None:
+    """Put the snapshots back as written (``how`` "intact"), as 0-byte files ("unreadable"),
+    or not at all ("deleted")."""
     for path in directory.glob("*.snapshot"):
         path.unlink()
+    if how == "deleted":
+        return
     for name, data in snapshots.items():
-        (directory / name).write_bytes(b"" if unreadable else data)
+        (directory / name).write_bytes(b"" if how == "unreadable" else data)
+
+
+def last_segment_base(directory: Path) -> int:
+    return max(int(path.name[:20]) for path in directory.glob("*.log"))
 
 
 def bench_producer_state(
@@ -233,22 +247,27 @@ def bench_producer_state(
     plain = root / "plain" / "bench-0"
     plain_bytes = build_producer_partition(plain, size_bytes, producers, batch_records, False)
     cases = [
-        ("with snapshot", directory, False, {"had_clean_shutdown": True}),
-        ("snapshot missing", directory, True, {"had_clean_shutdown": True}),
-        ("recovery, snapshots", directory, False,
+        ("with snapshot", directory, "intact", {"had_clean_shutdown": True}),
+        ("snapshot missing", directory, "unreadable", {"had_clean_shutdown": True}),
+        ("recovery, snapshots", directory, "intact",
          {"had_clean_shutdown": False, "recovery_point": 0}),
-        ("recovery, no producers", plain, False,
-         {"had_clean_shutdown": False, "recovery_point": 0}),
+        ("recovery, no producers", plain, "", {"had_clean_shutdown": False, "recovery_point": 0}),
+        ("unclean, no snapshot", directory, "deleted",
+         {"had_clean_shutdown": False, "recovery_point": last_segment_base(directory)}),
+        ("unclean, no producers", plain, "",
+         {"had_clean_shutdown": False, "recovery_point": last_segment_base(plain)}),
     ]
     results = []
-    for name, where, unreadable, kwargs in cases:
+    for name, where, how, kwargs in cases:
         walls, cpus = [], []
         for _ in range(runs):
             if where is directory:
-                restore_snapshots(directory, snapshots, unreadable=unreadable)
+                restore_snapshots(directory, snapshots, how=how)
             wall, cpu, log = timed_open(where, **kwargs)
             if where is directory:
                 assert len(log.producer_state.producers) == producers, name
+            else:
+                assert not log.producer_state.producers, name
             log.close()
             walls.append(wall)
             cpus.append(cpu)

@@ -273,6 +273,9 @@ class PartitionLog:
             producer_state = ProducerStateManager(directory, producer_id_expiration_ms)
             producer_state.reset(end_offset)
         self._producer_state = producer_state
+        # The roll snapshots written without an fsync, by offset: flush fsyncs each before the
+        # recovery point reaches it (see _roll).
+        self._unflushed_snapshots: set[int] = set()
         # Segments the loader rebuilt when this log was opened (set by open; observable).
         self.recovered_segments = 0
         # The running max of segment timestamps for time lookups (see _first_segment_reaching).
@@ -866,11 +869,16 @@ class PartitionLog:
         self._segments.add(segment)
         self._directory_dirty = True
         # Kafka's snapshot on roll, named by the new segment's base offset (the state reflects
-        # every batch below it). Not fsynced here: a torn snapshot fails its CRC and an older
-        # one (or the log) is used; the clean close writes a durable one.
+        # every batch below it). Not fsynced here: the roll holds the log's lock (and may run
+        # on an append), and an fsync would stall every append behind it. As Kafka's scheduled
+        # flushProducerStateSnapshot, the flush that moves the recovery point to this offset
+        # fsyncs it first (flush: it runs off the append path), so the snapshot an unclean
+        # open starts from (the latest at or below the recovery point) survives a power loss;
+        # one lost before that flush costs a longer scan, never producer state.
         if self._producer_state.producers or self._producer_state.snapshots_seen:
             self._producer_state.map_end_offset = new_offset
             self._producer_state.take_snapshot(fsync=False)
+            self._unflushed_snapshots.add(new_offset)
         # The log end offset does not change; only the segment holding it does.
         self._end = _LogEnd(end.offset, new_offset, 0)
         if self._flush_scheduler is not None:
@@ -1220,11 +1228,11 @@ class PartitionLog:
         ``truncateAndReload``), then written as a snapshot at ``end_offset`` (Kafka's
         ``rebuildProducerState`` takes one too).
 
-        The snapshot keeps true what an unclean open relies on: with no snapshot file at all,
-        no producer was known at any roll. The truncation may have deleted every snapshot
-        (those above the end, and a damaged one the reload skipped) while producers of earlier
-        segments remain; without it, a crash now would forget them and their open
-        transactions.
+        The truncation may have deleted every snapshot (those above the end, and a damaged one
+        the reload skipped) while producers of earlier segments remain. Without this snapshot
+        a crash now would make an unclean open rebuild them from the log start, and an open
+        without a marker to go by (which takes no snapshot file at all to mean no producer was
+        known at any roll, see ``recovery.py`` pass 7) forget them and their open transactions.
         """
         state = self._producer_state
         state.delete_snapshots(above=end_offset)
@@ -1371,8 +1379,10 @@ class PartitionLog:
         """fsync every segment holding offsets in ``[recovery_point, offset)`` ([B-66]).
 
         With no ``offset``: everything up to the log end, including the files of an empty active
-        segment (what a clean shutdown does). Then the directory is fsynced if segments were
-        created or renamed, and the recovery point moves to ``offset`` (or the log end).
+        segment (what a clean shutdown does). The producer snapshots rolls wrote at offsets up
+        to the new recovery point are fsynced too (Kafka's ``flushProducerStateSnapshot`` before
+        ``flushUptoOffsetExclusive``). Then the directory is fsynced if segments or snapshots
+        were created or renamed, and the recovery point moves to ``offset`` (or the log end).
 
         Raises:
             StorageIOError: an fsync failed (the recovery point does not move).
@@ -1386,9 +1396,20 @@ class PartitionLog:
             else:
                 new_recovery_point = min(offset, end_offset)
                 flush_to = new_recovery_point
-            if flush_to <= self._recovery_point:
+            # Also those the recovery point already passed: a roll while an earlier flush
+            # ran its fsyncs (at the offset that flush then moved it to), or retention moving
+            # the recovery point to the new log start.
+            snapshots = sorted(
+                o for o in self._unflushed_snapshots
+                if o <= max(new_recovery_point, self._recovery_point)
+            )
+            if flush_to <= self._recovery_point and not snapshots:
                 return
-            to_flush = self._segments.values(self._recovery_point, flush_to)
+            to_flush = self._segments.values(
+                self._recovery_point, max(flush_to, self._recovery_point)
+            )
+            self._unflushed_snapshots.difference_update(snapshots)
+            # The roll that wrote each snapshot set this flag, under the lock, with its rename.
             directory_dirty = self._directory_dirty
             self._directory_dirty = False
             truncations = self._truncations
@@ -1396,10 +1417,14 @@ class PartitionLog:
             for segment in to_flush:
                 if not segment.is_closed:
                     segment.flush()
+            for snapshot_offset in snapshots:
+                self._producer_state.flush_snapshot(snapshot_offset)
             if directory_dirty:
                 fsync_directory(self._directory)
         except BaseException:
-            self._directory_dirty = self._directory_dirty or directory_dirty
+            with self._lock:
+                self._directory_dirty = self._directory_dirty or directory_dirty
+                self._unflushed_snapshots.update(snapshots)
             raise
         with self._lock:
             # A truncation while the fsyncs ran may have replaced what they covered: then the

@@ -22,7 +22,9 @@ is the *first unstable offset*; the last stable offset (LSO) is that, or the log
 Snapshot files (``<20-digit offset>.snapshot``, byte layout in
 :mod:`stratalog.records.log_layout` §6, Kafka's ``ProducerSnapshot``) hold the state as of
 (exclusive) that offset: one entry per producer with its LAST batch only, as Kafka's. They are
-written atomically (temporary file, rename) on roll and on clean close and read at open. A
+written atomically (temporary file, rename) on roll (fsynced later, by the flush that moves the
+recovery point past the roll: :meth:`ProducerStateManager.flush_snapshot`) and on clean close
+(fsynced), and read at open. A
 snapshot that does not parse, has a version other than 1 or whose CRC does not match is deleted
 with a warning naming the file and why (as Kafka does), and an older one (or the log itself) is
 used instead.
@@ -265,10 +267,12 @@ class ProducerStateManager:
 
     Crash behaviour: the state lives in memory; snapshots are written whole through a
     temporary file and a rename (fsynced when asked), so a crash leaves the old file set or the
-    new. Recovery rebuilds the state from the latest readable snapshot plus a scan of the log
-    after it (``recovery.py``).
+    new; a power loss before the fsync may leave a torn one, which its CRC rejects. Recovery
+    rebuilds the state from the latest readable snapshot plus a scan of the log after it, or
+    from the log start when there is none (``recovery.py``).
 
-    Concurrency: single-threaded: its :class:`PartitionLog` calls it under the log's lock.
+    Concurrency: single-threaded: its :class:`PartitionLog` calls it under the log's lock
+    (all but :meth:`flush_snapshot`, which touches no state).
     """
 
     def __init__(self, directory: Path, producer_id_expiration_ms: int) -> None:
@@ -532,6 +536,32 @@ class ProducerStateManager:
         atomic_write(path, self.snapshot_bytes(), fsync=fsync)
         self.snapshots_seen = True
         return path
+
+    def flush_snapshot(self, offset: int) -> bool:
+        """fsync the snapshot file at ``offset`` if it still exists (Kafka's
+        ``flushProducerStateSnapshot``, ``Utils.flushFileIfExists``); False if it does not.
+
+        For a snapshot written with ``fsync=False``; its name is made durable by the caller's
+        fsync of the directory. Touches no state: safe off the log's lock, concurrently with
+        the writer (a snapshot deleted meanwhile is simply not there).
+
+        Raises:
+            StorageIOError: the file exists but cannot be opened or fsynced.
+        """
+        path = producer_snapshot_file(self._directory, offset)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return False  # deleted since (retention, truncation): nothing to make durable
+        except OSError as exc:
+            raise StorageIOError(f"cannot open producer snapshot {path} to fsync it: {exc}") from exc
+        try:
+            os.fsync(fd)
+        except OSError as exc:
+            raise StorageIOError(f"fsync of producer snapshot {path} failed: {exc}") from exc
+        finally:
+            os.close(fd)
+        return True
 
     def load_latest_snapshot(
         self,

@@ -20,7 +20,9 @@ passes, each making the directory simpler for the next ([B-48]..[B-53])::
     pass 7  producer state ([B-53], [B-72]): snapshots above the log end or below the log
             start are deleted; the latest readable snapshot at or below the first segment
             passes 4/5 recovered (clean shutdown: the log end) is loaded, corrupt ones deleted
-            with a warning; the batches after it are scanned (headers, plus the marker of each
+            with a warning, and without one the scan starts at the log start (as Kafka's
+            rebuildProducerState; only a clean shutdown with no snapshot file at all scans
+            nothing); the batches after it are scanned (headers, plus the marker of each
             control batch) and the .txnindex entries of the ABORT markers in recovered segments
             rebuilt; a scan that began at the log start with nothing known takes the producers
             it did not meet from the latest later snapshot; after a scan a snapshot at the log
@@ -385,12 +387,22 @@ class LogLoader:
     def _load_producer_state(self, loaded: LoadedLog) -> LoadedLog:
         """[B-53]/[B-72]: the producer state as of the log end (see the module docstring).
 
-        Where the scan starts: after the latest readable snapshot at or below the first
-        recovered segment (the log end after a clean shutdown). Without any snapshot file the
-        log never had a producer alive at a roll or a clean close (both write one whenever a
-        producer is known), so a clean shutdown needs no scan and an unclean one scans only
-        from the first recovered segment; when snapshots exist but none is readable, the whole
-        log is scanned.
+        Where the scan starts (Kafka's ``UnifiedLog.rebuildProducerState``): after the latest
+        readable snapshot at or below the first recovered segment (the log end after a clean
+        shutdown); without one, at the log start offset, so every segment's batch headers are
+        read. The one exception is Kafka's too: after a clean shutdown, no snapshot file at
+        all means no producer was known at the close (which writes one whenever a producer
+        is), so nothing is scanned and no producer is known.
+
+        An unclean shutdown gets no such trust: a power loss can take snapshots written
+        shortly before it (those of recent rolls, fsynced only by the flush that moves the
+        recovery point past them), and snapshot files can be lost or deleted by hand; a log
+        whose producers all wrote below the recovery point would otherwise forget them, their
+        duplicates and their open transactions (the LSO). A log opened without a marker to go
+        by (``had_clean_shutdown`` None) is recovered as after a process crash (pass 5: the
+        active segment only): the page cache, and every snapshot written at a roll, survived
+        it, so without any snapshot file the active segment is scanned, where producers may
+        have appeared since the last roll.
         """
         end = loaded.log_end_offset
         start = loaded.log_start_offset
@@ -400,9 +412,12 @@ class LogLoader:
             self._directory_changed = True
             offsets = [offset for offset in offsets if start <= offset <= end]
         bound = end if self._first_recovered is None else min(self._first_recovered, end)
-        if not offsets:
-            state.reset(end if self._had_clean_shutdown is True else max(bound, start))
+        if not offsets and self._had_clean_shutdown is True:
+            state.reset(end)
+        elif not offsets and self._had_clean_shutdown is None:
+            state.reset(max(bound, start))
         else:
+            # No usable snapshot at or below the bound resets the state to the log start.
             state.load_latest_snapshot(bound, start, self._time_ms(), offsets)
         scan_from = state.map_end_offset
         if scan_from < end:

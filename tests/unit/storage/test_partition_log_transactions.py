@@ -4,6 +4,8 @@ recovery of producer state after a crash."""
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 
 import pytest
@@ -857,3 +859,239 @@ def test_a_truncation_that_deleted_every_snapshot_writes_one_before_a_crash(dire
     with PartitionLog.open(crashed, time_ms=Clock()) as reopened:
         assert reopened.last_stable_offset == 0
         assert reopened.producer_state.ongoing_txns == {0: 1}
+
+
+# ------------------------------------------------------------------- no snapshot file at all
+
+
+def write_producers_below_the_active_segment(log: PartitionLog) -> None:
+    """Idempotent and transactional producers in segments 0 and 4, none in the active one (7):
+    producer 7's batches 0-1 and 4-5, producer 8's transaction at 2 aborted at 3, producer 9's
+    transaction open since 6 (the LSO)."""
+    log.append(pbatch(7, 0, 2))  # 0-1
+    log.append(pbatch(8, 0, txn=True))  # 2
+    log.write_txn_marker(8, 0, 0, commit=False)  # 3
+    log.roll()
+    log.append(pbatch(7, 2, 2))  # 4-5
+    log.append(pbatch(9, 0, epoch=3, txn=True))  # 6
+    log.roll()
+    plain(log, 2)  # 7-8
+
+
+def producer_entries(log: PartitionLog) -> dict[int, tuple]:
+    return {
+        pid: (e.producer_epoch, tuple(e.batches), e.coordinator_epoch,
+              e.current_txn_first_offset, e.last_timestamp)
+        for pid, e in log.producer_state.producers.items()
+    }
+
+
+def assert_producers_as_written(log: PartitionLog, before: dict[int, tuple]) -> None:
+    assert producer_entries(log) == before
+    # Resent batches are acknowledged with their original offsets: the older one too, which
+    # no snapshot holds (a snapshot keeps each producer's last batch only).
+    resent = log.append(pbatch(7, 2, 2))
+    assert resent.duplicate and (resent.first_offset, resent.last_offset) == (4, 5)
+    resent = log.append(pbatch(7, 0, 2))
+    assert resent.duplicate and (resent.first_offset, resent.last_offset) == (0, 1)
+    assert log.log_end_offset == 9
+    # The open transaction holds the LSO; the aborted one is still returned.
+    assert log.producer_state.ongoing_txns == {6: 9}
+    assert log.last_stable_offset == 6
+    fetched = log.fetch(0, 1 << 20, isolation_level=COMMITTED)
+    assert list(fetched.aborted_transactions) == [AbortedTxn(8, 2, 3, 4)]
+    with pytest.raises(OutOfOrderSequenceError):
+        log.append(pbatch(9, 5, epoch=3, txn=True))
+    assert log.append(pbatch(8, 1)).first_offset == 9
+
+
+@pytest.mark.parametrize("recovery_point", [0, 4, 7, 9])
+def test_an_unclean_open_without_snapshots_rebuilds_producers_from_the_log_start(
+    directory, recovery_point
+) -> None:
+    # Kafka's UnifiedLog.rebuildProducerState: only a clean shutdown makes "no snapshot"
+    # mean "no producer". After an unclean one (a power loss can take the snapshots of the
+    # last rolls; files get lost) the state is rebuilt from the log start offset, whatever
+    # the recovery point: from 7 or 9 only the active segment is recovered, and its batches
+    # carry no producer id.
+    with open_log(directory) as log:
+        write_producers_below_the_active_segment(log)
+        before = producer_entries(log)
+        assert set(before) == {7, 8, 9}
+    for path in directory.glob("*.snapshot"):
+        path.unlink()
+    with PartitionLog.open(directory, time_ms=Clock(), had_clean_shutdown=False,
+                           recovery_point=recovery_point) as log:
+        assert log.recovered_segments == (3 if recovery_point == 0 else
+                                          2 if recovery_point == 4 else 1)
+        # The rebuilt state is written at the log end, for the next open.
+        assert snapshot_names(directory) == ["00000000000000000009.snapshot"]
+        assert_producers_as_written(log, before)
+
+
+def test_a_log_manager_restart_without_its_marker_or_snapshots_keeps_producers(tmp_path) -> None:
+    # The case that was broken: the recovery point checkpoint written at the clean close is
+    # the log end, so recovery only re-validates the active segment; without the clean-
+    # shutdown marker and with every snapshot gone, the producers must still come back.
+    from stratalog.server.storage import LogManager
+    from stratalog.server.storage.clean_shutdown import CLEAN_SHUTDOWN_FILE
+
+    data = tmp_path / "data"
+    manager = LogManager.open([data], time_ms=Clock())
+    try:
+        manager.create_topic("t", 1)
+        log = manager.get_log("t", 0)
+        write_producers_below_the_active_segment(log)
+        before = producer_entries(log)
+    finally:
+        manager.close()
+    (data / CLEAN_SHUTDOWN_FILE).unlink()
+    partition = data / "t-0"
+    assert snapshot_names(partition)
+    for path in partition.glob("*.snapshot"):
+        path.unlink()
+    manager = LogManager.open([data], time_ms=Clock())
+    try:
+        log = manager.get_log("t", 0)
+        assert log.recovered_segments == 1  # the active segment only: its base 7 < 9
+        assert_producers_as_written(log, before)
+    finally:
+        manager.close()
+
+
+def test_a_clean_open_without_snapshots_knows_no_producer(directory) -> None:
+    # Kafka's rule for the upgrade path (reloadFromCleanShutdown and no snapshot file): the
+    # close writes a snapshot whenever a producer is known, so with none there is nothing to
+    # scan for. Snapshots deleted by hand are then lost state, as in Kafka: the producers are
+    # unknown (a resent batch is refused, not deduplicated) and the open transaction no
+    # longer holds the LSO.
+    with open_log(directory) as log:
+        write_producers_below_the_active_segment(log)
+    for path in directory.glob("*.snapshot"):
+        path.unlink()
+    with PartitionLog.open(directory, time_ms=Clock(), had_clean_shutdown=True) as log:
+        assert log.producer_state.producers == {}
+        assert snapshot_names(directory) == []  # nothing scanned, nothing written
+        assert log.last_stable_offset == log.log_end_offset == 9
+        with pytest.raises(UnknownProducerIdError):
+            log.append(pbatch(7, 2, 2))
+        assert log.append(pbatch(7, 0)).first_offset == 9
+
+
+def test_an_open_without_a_marker_scans_the_active_segment_when_no_snapshot_exists(
+    directory,
+) -> None:
+    # had_clean_shutdown=None (an embedded log opened on its own) is recovered as after a
+    # process crash: the page cache survived, and with it every snapshot a roll wrote, so no
+    # snapshot file at all means no producer was known at a roll; the active segment, where
+    # producers may have appeared since, is scanned. (Deleting snapshots by hand is not a
+    # process crash: producers of older segments are then unknown.)
+    with open_log(directory) as log:
+        write_producers_below_the_active_segment(log)
+        log.append(pbatch(10, 0, 2, txn=True))  # 9-10, in the active segment
+    for path in directory.glob("*.snapshot"):
+        path.unlink()
+    with PartitionLog.open(directory, time_ms=Clock()) as log:
+        assert set(log.producer_state.producers) == {10}
+        assert log.last_stable_offset == 9
+
+
+# ------------------------------------------------------------------- the roll's snapshot made durable
+
+
+class FsyncSpy:
+    """Stands in for ``os.fsync`` (the system call, not our code): records the path of every
+    fsynced descriptor with the log's recovery point at that moment, then really fsyncs; or
+    fails (EIO) for paths ending in ``fail_suffix``."""
+
+    def __init__(self, log: PartitionLog) -> None:
+        self._log = log
+        self._fsync = os.fsync
+        self.synced: list[tuple[str, int]] = []
+        self.fail_suffix: str | None = None
+        self.on_first_call = None
+
+    def __call__(self, fd: int) -> None:
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        if self.fail_suffix is not None and path.endswith(self.fail_suffix):
+            raise OSError(errno.EIO, "injected fsync failure")
+        if self.on_first_call is not None:
+            call, self.on_first_call = self.on_first_call, None
+            call()
+        self.synced.append((path, self._log.recovery_point))
+        self._fsync(fd)
+
+    def paths(self) -> list[str]:
+        return [path for path, _ in self.synced]
+
+
+linux_proc = pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="Linux's /proc only")
+
+
+@linux_proc
+def test_the_roll_snapshot_is_fsynced_before_the_recovery_point_reaches_it(
+    directory, monkeypatch
+) -> None:
+    # Kafka's roll: takeSnapshot without an fsync, then the scheduled flush runs
+    # flushProducerStateSnapshot before flushUptoOffsetExclusive moves the recovery point.
+    scheduled: list = []
+    log = PartitionLog.open(directory, time_ms=Clock(), flush_scheduler=scheduled.append)
+    log.append(pbatch(7, 0, 2))
+    spy = FsyncSpy(log)
+    monkeypatch.setattr(os, "fsync", spy)
+    log.roll()
+    snapshot = str((directory / "00000000000000000002.snapshot").resolve())
+    assert os.path.exists(snapshot)
+    assert snapshot not in spy.paths()  # the roll (maybe an append's) fsyncs no snapshot
+    assert log.recovery_point == 0 and len(scheduled) == 1
+    scheduled.pop()()  # the flush after the roll
+    assert log.recovery_point == 2
+    assert (snapshot, 0) in spy.synced  # before the recovery point moved
+    # Then the directory, which makes its name durable (fsynced after the rename).
+    assert spy.paths().index(str(directory.resolve())) > spy.paths().index(snapshot)
+    monkeypatch.undo()
+    log.close()
+
+
+@linux_proc
+def test_a_failed_snapshot_fsync_keeps_the_recovery_point(directory, monkeypatch) -> None:
+    # UnifiedLogTest.testRecoveryPointNotIncrementedOnProducerStateSnapshotFlushFailure; the
+    # next flush tries again.
+    log = open_log(directory)
+    log.append(pbatch(7, 0))
+    log.roll()
+    spy = FsyncSpy(log)
+    spy.fail_suffix = ".snapshot"
+    monkeypatch.setattr(os, "fsync", spy)
+    with pytest.raises(StorageIOError, match=r"00000000000000000001\.snapshot"):
+        log.flush(1)
+    assert log.recovery_point == 0
+    spy.fail_suffix = None
+    log.flush(1)
+    assert log.recovery_point == 1
+    assert str((directory / "00000000000000000001.snapshot").resolve()) in spy.paths()
+    monkeypatch.undo()
+    log.close()
+
+
+@linux_proc
+def test_a_roll_during_a_flush_has_its_snapshot_fsynced_by_the_flush_after_it(
+    directory, monkeypatch
+) -> None:
+    # A flush captures the log end (1), releases the lock for its fsyncs, and a roll at 1
+    # writes its snapshot meanwhile: that flush then moves the recovery point to 1 without
+    # having fsynced it. The roll's own scheduled flush (to 1, nothing left to flush) must
+    # still fsync it.
+    scheduled: list = []
+    log = PartitionLog.open(directory, time_ms=Clock(), flush_scheduler=scheduled.append)
+    log.append(pbatch(7, 0))
+    spy = FsyncSpy(log)
+    spy.on_first_call = log.roll
+    monkeypatch.setattr(os, "fsync", spy)
+    log.flush()
+    snapshot = str((directory / "00000000000000000001.snapshot").resolve())
+    assert log.recovery_point == 1 and snapshot not in spy.paths()
+    scheduled.pop()()
+    assert snapshot in spy.paths()
+    monkeypatch.undo()
+    log.close()

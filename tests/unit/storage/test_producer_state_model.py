@@ -1,6 +1,6 @@
 """Model-based test of producer state in a PartitionLog: random idempotent and transactional
 appends from several producers, markers, rolls, truncations, expiry, clean and unclean
-reopens and damaged snapshots, checked after every step against a plain Python model.
+reopens and damaged or lost snapshots, checked after every step against a plain Python model.
 
 The model is written from Kafka's rules (``ProducerStateManager``, ``ProducerAppendInfo``,
 ``UnifiedLog.analyzeAndValidateProducerState``), not from stratalog's code:
@@ -17,7 +17,8 @@ The model is written from Kafka's rules (``ProducerStateManager``, ``ProducerApp
   ``.txnindex``, the LSO being the first offset of the earliest other open transaction;
 * the log's state is rebuilt by loading a snapshot (the last batch of each producer, producers
   idle for ``producer.id.expiration.ms`` without a transaction left out) and replaying the log
-  after it without any check; snapshots are written on roll and on clean close (stratalog: not
+  after it without any check, or, after an unclean shutdown without one, replaying the log
+  from its start (``UnifiedLog.rebuildProducerState``); snapshots are written on roll and on clean close (stratalog: not
   while no producer was ever known), deleted above a truncation point, and a damaged one is
   deleted when read.
 
@@ -248,16 +249,21 @@ class ProducerStateMachine(RuleBasedStateMachine):
         self.log_end_offset = self.retained_end()
         return self.log_end_offset
 
-    def load(self, bound: int, recovered_from: int | None, clean: bool) -> None:
-        """Recovery's producer-state pass, as the model sees it (see the module docstring)."""
+    def load(self, bound: int, recovered_from: int | None, clean: bool | None) -> None:
+        """Recovery's producer-state pass, as the model sees it (see the module docstring).
+        ``clean`` is the open's ``had_clean_shutdown``."""
         end = self.log_end_offset
         self.snapshots = {o: c for o, c in self.snapshots.items() if 0 <= o <= end}
         offsets_present = bool(self.snapshots)
         self.snapshots_seen = offsets_present
         state: dict[int, Producer] = {}
-        if not offsets_present:
-            # No snapshot at all: no producer was known at any roll or close (stratalog).
+        if not offsets_present and clean is not False:
+            # No snapshot at all: after a clean shutdown no producer was known at the close
+            # (Kafka's rule); after a process crash (no marker to go by) none at any roll
+            # either, as the page cache kept the roll snapshots (stratalog).
             scan_from = end if clean else bound
+        elif not offsets_present:
+            scan_from = 0  # unclean (Kafka): rebuilt from the log start
         else:
             found = self.read_latest_snapshot(0, bound)
             if found is None:
@@ -504,6 +510,28 @@ class ProducerStateMachine(RuleBasedStateMachine):
             self.log = PartitionLog.open(self.directory(), CONFIG, time_ms=self.clock,
                                          producer_id_expiration_ms=EXPIRATION_MS)
             recovered_from = self.segments[-1]
+        self.load(min(recovered_from, self.reopened_end()), recovered_from,
+                  clean=False if full else None)
+
+    @rule()
+    def lose_every_snapshot_and_crash(self) -> None:
+        """A crash that leaves no snapshot file (a power loss before the roll snapshots were
+        fsynced, or files lost), reopened as a LogManager does without its clean-shutdown
+        marker: from the checkpointed recovery point, here the active segment's base. The
+        producers of every older segment must come back from a scan from the log start."""
+        assert self.log is not None
+        old = self.directory()
+        self.generation += 1
+        shutil.copytree(old, self.directory())
+        self.log.close()
+        shutil.rmtree(old.parent)
+        for path in self.directory().glob("*.snapshot"):
+            path.unlink()
+        self.snapshots = {}
+        recovered_from = self.segments[-1]
+        self.log = PartitionLog.open(self.directory(), CONFIG, time_ms=self.clock,
+                                     had_clean_shutdown=False, recovery_point=recovered_from,
+                                     producer_id_expiration_ms=EXPIRATION_MS)
         self.load(min(recovered_from, self.reopened_end()), recovered_from, clean=False)
 
     @precondition(lambda self: any(c is not None for c in self.snapshots.values()))
@@ -513,8 +541,9 @@ class ProducerStateMachine(RuleBasedStateMachine):
         offset = data.draw(st.sampled_from(whole), label="snapshot")
         path = self.directory() / f"{offset:020d}.snapshot"
         if delete and len(self.snapshots) > 1:
-            # Deleting every snapshot is the upgrade path (no producer ever known), which
-            # stratalog trusts as Kafka does after a clean shutdown: not exercised here.
+            # Deleting every snapshot before a clean (or marker-less) open is the upgrade
+            # path (no producer ever known), trusted as Kafka trusts it after a clean
+            # shutdown: not exercised here (lose_every_snapshot_and_crash is the unclean case).
             path.unlink()
             del self.snapshots[offset]
         else:
