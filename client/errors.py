@@ -23,6 +23,7 @@ listening, connection lost, deadline passed) have no ErrorInfo and map by status
     ├── StorageFullError              RESOURCE_EXHAUSTED STORAGE_FULL
     ├── StorageError                  UNAVAILABLE        STORAGE_ERROR         retriable
     ├── ShuttingDownError             UNAVAILABLE        SHUTTING_DOWN         retriable
+    ├── ResourceLimitExceededError    RESOURCE_EXHAUSTED RESOURCE_LIMIT_EXCEEDED retriable .limit
     ├── AuthenticationError           UNAUTHENTICATED    AUTHENTICATION_FAILED
     ├── NotAuthorizedError            PERMISSION_DENIED  NOT_AUTHORIZED
     ├── (the producer-state and transaction reasons of broker.proto, one class each)
@@ -74,6 +75,7 @@ __all__ = [
     "ProducerFencedError",
     "RecordTooLargeError",
     "RequestTimeoutError",
+    "ResourceLimitExceededError",
     "ShuttingDownError",
     "StorageError",
     "StorageFullError",
@@ -251,6 +253,21 @@ class ShuttingDownError(StratalogError):
     retriable = True
 
 
+class ResourceLimitExceededError(StratalogError):
+    """A limit on what one client, or the server as a whole, may hold was reached (concurrent
+    streams or long polls of a connection or principal, connections, open files); retriable:
+    the limit frees as other requests end. ``limit`` names the server setting."""
+
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+    reason = "RESOURCE_LIMIT_EXCEEDED"
+    retriable = True
+
+    @property
+    def limit(self) -> str | None:
+        """The name of the setting whose limit was reached, when the server said."""
+        return self.metadata.get("limit")
+
+
 # The producer-state reasons of issue 12 (the partition refused a batch; nothing was written).
 # Not retried as they are: the producer must resend in order, bump its epoch or stop.
 
@@ -414,6 +431,7 @@ ERRORS_BY_REASON: Mapping[str, type[StratalogError]] = _table_by_reason(
     StorageFullError,
     StorageError,
     ShuttingDownError,
+    ResourceLimitExceededError,
     AuthenticationError,
     NotAuthorizedError,
     OutOfOrderSequenceError,

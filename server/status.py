@@ -115,6 +115,7 @@ REASON_CODES: Mapping[str, grpc.StatusCode] = types.MappingProxyType({
     _reason("INVALID_PRODUCER_ID_MAPPING"): _Code.FAILED_PRECONDITION,
     _reason("TRANSACTIONAL_ID_NOT_FOUND"): _Code.NOT_FOUND,
     _reason("INVALID_TRANSACTION_TIMEOUT"): _Code.INVALID_ARGUMENT,
+    _reason("RESOURCE_LIMIT_EXCEEDED"): _Code.RESOURCE_EXHAUSTED,
 })
 
 #: Exception class -> ErrorReason name. Looked up along the exception's MRO (nearest ancestor).
@@ -181,7 +182,9 @@ _DISK_FULL_ERRNOS = frozenset(
 _CAUSE_CHAIN_MAX = 16
 
 # Exception attributes copied into ErrorInfo.metadata when present (int or str values only).
-_METADATA_ATTRIBUTES = ("topic", "partition", "offset", "log_start_offset", "log_end_offset")
+_METADATA_ATTRIBUTES = (
+    "topic", "partition", "offset", "log_start_offset", "log_end_offset", "limit",
+)
 
 
 class ErrorMapping(NamedTuple):

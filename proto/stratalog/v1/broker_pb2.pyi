@@ -36,6 +36,7 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     INVALID_PRODUCER_ID_MAPPING: _ClassVar[ErrorReason]
     TRANSACTIONAL_ID_NOT_FOUND: _ClassVar[ErrorReason]
     INVALID_TRANSACTION_TIMEOUT: _ClassVar[ErrorReason]
+    RESOURCE_LIMIT_EXCEEDED: _ClassVar[ErrorReason]
 
 class Compression(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -60,6 +61,46 @@ class IsolationLevel(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     READ_UNCOMMITTED: _ClassVar[IsolationLevel]
     READ_COMMITTED: _ClassVar[IsolationLevel]
+
+class ResourceType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RESOURCE_TYPE_UNKNOWN: _ClassVar[ResourceType]
+    RESOURCE_TYPE_ANY: _ClassVar[ResourceType]
+    RESOURCE_TYPE_TOPIC: _ClassVar[ResourceType]
+    RESOURCE_TYPE_GROUP: _ClassVar[ResourceType]
+    RESOURCE_TYPE_CLUSTER: _ClassVar[ResourceType]
+    RESOURCE_TYPE_TRANSACTIONAL_ID: _ClassVar[ResourceType]
+
+class PatternType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PATTERN_TYPE_UNKNOWN: _ClassVar[PatternType]
+    PATTERN_TYPE_ANY: _ClassVar[PatternType]
+    PATTERN_TYPE_MATCH: _ClassVar[PatternType]
+    PATTERN_TYPE_LITERAL: _ClassVar[PatternType]
+    PATTERN_TYPE_PREFIXED: _ClassVar[PatternType]
+
+class AclOperation(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ACL_OPERATION_UNKNOWN: _ClassVar[AclOperation]
+    ACL_OPERATION_ANY: _ClassVar[AclOperation]
+    ACL_OPERATION_ALL: _ClassVar[AclOperation]
+    ACL_OPERATION_READ: _ClassVar[AclOperation]
+    ACL_OPERATION_WRITE: _ClassVar[AclOperation]
+    ACL_OPERATION_CREATE: _ClassVar[AclOperation]
+    ACL_OPERATION_DELETE: _ClassVar[AclOperation]
+    ACL_OPERATION_ALTER: _ClassVar[AclOperation]
+    ACL_OPERATION_DESCRIBE: _ClassVar[AclOperation]
+    ACL_OPERATION_CLUSTER_ACTION: _ClassVar[AclOperation]
+    ACL_OPERATION_DESCRIBE_CONFIGS: _ClassVar[AclOperation]
+    ACL_OPERATION_ALTER_CONFIGS: _ClassVar[AclOperation]
+    ACL_OPERATION_IDEMPOTENT_WRITE: _ClassVar[AclOperation]
+
+class AclPermissionType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ACL_PERMISSION_TYPE_UNKNOWN: _ClassVar[AclPermissionType]
+    ACL_PERMISSION_TYPE_ANY: _ClassVar[AclPermissionType]
+    ACL_PERMISSION_TYPE_DENY: _ClassVar[AclPermissionType]
+    ACL_PERMISSION_TYPE_ALLOW: _ClassVar[AclPermissionType]
 ERROR_REASON_UNSPECIFIED: ErrorReason
 UNKNOWN_TOPIC_OR_PARTITION: ErrorReason
 OFFSET_OUT_OF_RANGE: ErrorReason
@@ -87,6 +128,7 @@ PRODUCER_FENCED: ErrorReason
 INVALID_PRODUCER_ID_MAPPING: ErrorReason
 TRANSACTIONAL_ID_NOT_FOUND: ErrorReason
 INVALID_TRANSACTION_TIMEOUT: ErrorReason
+RESOURCE_LIMIT_EXCEEDED: ErrorReason
 COMPRESSION_NONE: Compression
 COMPRESSION_GZIP: Compression
 COMPRESSION_SNAPPY: Compression
@@ -99,6 +141,34 @@ FETCH_FORMAT_RECORDS: FetchFormat
 FETCH_FORMAT_RECORD_BATCHES: FetchFormat
 READ_UNCOMMITTED: IsolationLevel
 READ_COMMITTED: IsolationLevel
+RESOURCE_TYPE_UNKNOWN: ResourceType
+RESOURCE_TYPE_ANY: ResourceType
+RESOURCE_TYPE_TOPIC: ResourceType
+RESOURCE_TYPE_GROUP: ResourceType
+RESOURCE_TYPE_CLUSTER: ResourceType
+RESOURCE_TYPE_TRANSACTIONAL_ID: ResourceType
+PATTERN_TYPE_UNKNOWN: PatternType
+PATTERN_TYPE_ANY: PatternType
+PATTERN_TYPE_MATCH: PatternType
+PATTERN_TYPE_LITERAL: PatternType
+PATTERN_TYPE_PREFIXED: PatternType
+ACL_OPERATION_UNKNOWN: AclOperation
+ACL_OPERATION_ANY: AclOperation
+ACL_OPERATION_ALL: AclOperation
+ACL_OPERATION_READ: AclOperation
+ACL_OPERATION_WRITE: AclOperation
+ACL_OPERATION_CREATE: AclOperation
+ACL_OPERATION_DELETE: AclOperation
+ACL_OPERATION_ALTER: AclOperation
+ACL_OPERATION_DESCRIBE: AclOperation
+ACL_OPERATION_CLUSTER_ACTION: AclOperation
+ACL_OPERATION_DESCRIBE_CONFIGS: AclOperation
+ACL_OPERATION_ALTER_CONFIGS: AclOperation
+ACL_OPERATION_IDEMPOTENT_WRITE: AclOperation
+ACL_PERMISSION_TYPE_UNKNOWN: AclPermissionType
+ACL_PERMISSION_TYPE_ANY: AclPermissionType
+ACL_PERMISSION_TYPE_DENY: AclPermissionType
+ACL_PERMISSION_TYPE_ALLOW: AclPermissionType
 
 class Header(_message.Message):
     __slots__ = ("key", "value")
@@ -149,20 +219,22 @@ class ProduceRequest(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., records: _Optional[_Iterable[_Union[Record, _Mapping]]] = ..., record_batches: _Optional[bytes] = ..., compression: _Optional[_Union[Compression, str]] = ..., flush: _Optional[bool] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., base_sequence: _Optional[int] = ..., transactional: _Optional[bool] = ...) -> None: ...
 
 class ProduceResponse(_message.Message):
-    __slots__ = ("base_offset", "last_offset", "log_append_time", "log_start_offset", "record_count", "duplicate")
+    __slots__ = ("base_offset", "last_offset", "log_append_time", "log_start_offset", "record_count", "duplicate", "throttle_time_ms")
     BASE_OFFSET_FIELD_NUMBER: _ClassVar[int]
     LAST_OFFSET_FIELD_NUMBER: _ClassVar[int]
     LOG_APPEND_TIME_FIELD_NUMBER: _ClassVar[int]
     LOG_START_OFFSET_FIELD_NUMBER: _ClassVar[int]
     RECORD_COUNT_FIELD_NUMBER: _ClassVar[int]
     DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    THROTTLE_TIME_MS_FIELD_NUMBER: _ClassVar[int]
     base_offset: int
     last_offset: int
     log_append_time: int
     log_start_offset: int
     record_count: int
     duplicate: bool
-    def __init__(self, base_offset: _Optional[int] = ..., last_offset: _Optional[int] = ..., log_append_time: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., record_count: _Optional[int] = ..., duplicate: _Optional[bool] = ...) -> None: ...
+    throttle_time_ms: int
+    def __init__(self, base_offset: _Optional[int] = ..., last_offset: _Optional[int] = ..., log_append_time: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., record_count: _Optional[int] = ..., duplicate: _Optional[bool] = ..., throttle_time_ms: _Optional[int] = ...) -> None: ...
 
 class FetchByOffsetRequest(_message.Message):
     __slots__ = ("topic", "partition", "offset", "max_bytes", "max_wait_ms", "min_bytes", "format", "isolation_level")
@@ -201,7 +273,7 @@ class FetchByTimestampRequest(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., timestamp: _Optional[int] = ..., max_bytes: _Optional[int] = ..., format: _Optional[_Union[FetchFormat, str]] = ..., isolation_level: _Optional[_Union[IsolationLevel, str]] = ...) -> None: ...
 
 class FetchResponse(_message.Message):
-    __slots__ = ("topic", "partition", "high_watermark", "log_start_offset", "next_offset", "records", "record_batches", "matched_offset", "matched_timestamp", "aborted_transactions", "last_stable_offset")
+    __slots__ = ("topic", "partition", "high_watermark", "log_start_offset", "next_offset", "records", "record_batches", "matched_offset", "matched_timestamp", "aborted_transactions", "last_stable_offset", "throttle_time_ms")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     HIGH_WATERMARK_FIELD_NUMBER: _ClassVar[int]
@@ -213,6 +285,7 @@ class FetchResponse(_message.Message):
     MATCHED_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
     ABORTED_TRANSACTIONS_FIELD_NUMBER: _ClassVar[int]
     LAST_STABLE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    THROTTLE_TIME_MS_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     high_watermark: int
@@ -224,7 +297,8 @@ class FetchResponse(_message.Message):
     matched_timestamp: int
     aborted_transactions: _containers.RepeatedCompositeFieldContainer[AbortedTransaction]
     last_stable_offset: int
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., high_watermark: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., next_offset: _Optional[int] = ..., records: _Optional[_Iterable[_Union[Record, _Mapping]]] = ..., record_batches: _Optional[bytes] = ..., matched_offset: _Optional[int] = ..., matched_timestamp: _Optional[int] = ..., aborted_transactions: _Optional[_Iterable[_Union[AbortedTransaction, _Mapping]]] = ..., last_stable_offset: _Optional[int] = ...) -> None: ...
+    throttle_time_ms: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., high_watermark: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., next_offset: _Optional[int] = ..., records: _Optional[_Iterable[_Union[Record, _Mapping]]] = ..., record_batches: _Optional[bytes] = ..., matched_offset: _Optional[int] = ..., matched_timestamp: _Optional[int] = ..., aborted_transactions: _Optional[_Iterable[_Union[AbortedTransaction, _Mapping]]] = ..., last_stable_offset: _Optional[int] = ..., throttle_time_ms: _Optional[int] = ...) -> None: ...
 
 class AbortedTransaction(_message.Message):
     __slots__ = ("producer_id", "first_offset")
@@ -482,3 +556,87 @@ class DescribeTransactionResponse(_message.Message):
     last_update_time_ms: int
     partitions: _containers.RepeatedCompositeFieldContainer[TopicPartition]
     def __init__(self, transactional_id: _Optional[str] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., state: _Optional[str] = ..., transaction_timeout_ms: _Optional[int] = ..., transaction_start_time_ms: _Optional[int] = ..., last_update_time_ms: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[TopicPartition, _Mapping]]] = ...) -> None: ...
+
+class AclBinding(_message.Message):
+    __slots__ = ("resource_type", "resource_name", "pattern_type", "principal", "host", "operation", "permission_type")
+    RESOURCE_TYPE_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_NAME_FIELD_NUMBER: _ClassVar[int]
+    PATTERN_TYPE_FIELD_NUMBER: _ClassVar[int]
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    OPERATION_FIELD_NUMBER: _ClassVar[int]
+    PERMISSION_TYPE_FIELD_NUMBER: _ClassVar[int]
+    resource_type: ResourceType
+    resource_name: str
+    pattern_type: PatternType
+    principal: str
+    host: str
+    operation: AclOperation
+    permission_type: AclPermissionType
+    def __init__(self, resource_type: _Optional[_Union[ResourceType, str]] = ..., resource_name: _Optional[str] = ..., pattern_type: _Optional[_Union[PatternType, str]] = ..., principal: _Optional[str] = ..., host: _Optional[str] = ..., operation: _Optional[_Union[AclOperation, str]] = ..., permission_type: _Optional[_Union[AclPermissionType, str]] = ...) -> None: ...
+
+class AclBindingFilter(_message.Message):
+    __slots__ = ("resource_type", "resource_name", "pattern_type", "principal", "host", "operation", "permission_type")
+    RESOURCE_TYPE_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_NAME_FIELD_NUMBER: _ClassVar[int]
+    PATTERN_TYPE_FIELD_NUMBER: _ClassVar[int]
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    OPERATION_FIELD_NUMBER: _ClassVar[int]
+    PERMISSION_TYPE_FIELD_NUMBER: _ClassVar[int]
+    resource_type: ResourceType
+    resource_name: str
+    pattern_type: PatternType
+    principal: str
+    host: str
+    operation: AclOperation
+    permission_type: AclPermissionType
+    def __init__(self, resource_type: _Optional[_Union[ResourceType, str]] = ..., resource_name: _Optional[str] = ..., pattern_type: _Optional[_Union[PatternType, str]] = ..., principal: _Optional[str] = ..., host: _Optional[str] = ..., operation: _Optional[_Union[AclOperation, str]] = ..., permission_type: _Optional[_Union[AclPermissionType, str]] = ...) -> None: ...
+
+class CreateAclsRequest(_message.Message):
+    __slots__ = ("creations",)
+    CREATIONS_FIELD_NUMBER: _ClassVar[int]
+    creations: _containers.RepeatedCompositeFieldContainer[AclBinding]
+    def __init__(self, creations: _Optional[_Iterable[_Union[AclBinding, _Mapping]]] = ...) -> None: ...
+
+class CreateAclsResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class DeleteAclsRequest(_message.Message):
+    __slots__ = ("filters",)
+    FILTERS_FIELD_NUMBER: _ClassVar[int]
+    filters: _containers.RepeatedCompositeFieldContainer[AclBindingFilter]
+    def __init__(self, filters: _Optional[_Iterable[_Union[AclBindingFilter, _Mapping]]] = ...) -> None: ...
+
+class DeleteAclsResponse(_message.Message):
+    __slots__ = ("deleted",)
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    deleted: _containers.RepeatedCompositeFieldContainer[AclBinding]
+    def __init__(self, deleted: _Optional[_Iterable[_Union[AclBinding, _Mapping]]] = ...) -> None: ...
+
+class DescribeAclsRequest(_message.Message):
+    __slots__ = ("filter",)
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    filter: AclBindingFilter
+    def __init__(self, filter: _Optional[_Union[AclBindingFilter, _Mapping]] = ...) -> None: ...
+
+class DescribeAclsResponse(_message.Message):
+    __slots__ = ("acls",)
+    ACLS_FIELD_NUMBER: _ClassVar[int]
+    acls: _containers.RepeatedCompositeFieldContainer[AclBinding]
+    def __init__(self, acls: _Optional[_Iterable[_Union[AclBinding, _Mapping]]] = ...) -> None: ...
+
+class WhoAmIRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class WhoAmIResponse(_message.Message):
+    __slots__ = ("principal", "authenticated_by", "host")
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    AUTHENTICATED_BY_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    principal: str
+    authenticated_by: str
+    host: str
+    def __init__(self, principal: _Optional[str] = ..., authenticated_by: _Optional[str] = ..., host: _Optional[str] = ...) -> None: ...

@@ -109,6 +109,26 @@ class BrokerStub:
                 request_serializer=stratalog_dot_v1_dot_broker__pb2.DescribeTransactionRequest.SerializeToString,
                 response_deserializer=stratalog_dot_v1_dot_broker__pb2.DescribeTransactionResponse.FromString,
                 _registered_method=True)
+        self.CreateAcls = channel.unary_unary(
+                '/stratalog.v1.Broker/CreateAcls',
+                request_serializer=stratalog_dot_v1_dot_broker__pb2.CreateAclsRequest.SerializeToString,
+                response_deserializer=stratalog_dot_v1_dot_broker__pb2.CreateAclsResponse.FromString,
+                _registered_method=True)
+        self.DeleteAcls = channel.unary_unary(
+                '/stratalog.v1.Broker/DeleteAcls',
+                request_serializer=stratalog_dot_v1_dot_broker__pb2.DeleteAclsRequest.SerializeToString,
+                response_deserializer=stratalog_dot_v1_dot_broker__pb2.DeleteAclsResponse.FromString,
+                _registered_method=True)
+        self.DescribeAcls = channel.unary_unary(
+                '/stratalog.v1.Broker/DescribeAcls',
+                request_serializer=stratalog_dot_v1_dot_broker__pb2.DescribeAclsRequest.SerializeToString,
+                response_deserializer=stratalog_dot_v1_dot_broker__pb2.DescribeAclsResponse.FromString,
+                _registered_method=True)
+        self.WhoAmI = channel.unary_unary(
+                '/stratalog.v1.Broker/WhoAmI',
+                request_serializer=stratalog_dot_v1_dot_broker__pb2.WhoAmIRequest.SerializeToString,
+                response_deserializer=stratalog_dot_v1_dot_broker__pb2.WhoAmIResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -222,6 +242,34 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateAcls(self, request, context):
+        """Security (docs/security.md; Kafka's requests of the same names). Creating and deleting ACLs
+        needs ALTER on the cluster, describing them DESCRIBE on the cluster (or a super user).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteAcls(self, request, context):
+        """Deletes every ACL matching any of the filters; answers the ACLs deleted.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeAcls(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WhoAmI(self, request, context):
+        """The principal the server authenticated this call as (open to every client, as health is).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -299,6 +347,26 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.DescribeTransaction,
                     request_deserializer=stratalog_dot_v1_dot_broker__pb2.DescribeTransactionRequest.FromString,
                     response_serializer=stratalog_dot_v1_dot_broker__pb2.DescribeTransactionResponse.SerializeToString,
+            ),
+            'CreateAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateAcls,
+                    request_deserializer=stratalog_dot_v1_dot_broker__pb2.CreateAclsRequest.FromString,
+                    response_serializer=stratalog_dot_v1_dot_broker__pb2.CreateAclsResponse.SerializeToString,
+            ),
+            'DeleteAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteAcls,
+                    request_deserializer=stratalog_dot_v1_dot_broker__pb2.DeleteAclsRequest.FromString,
+                    response_serializer=stratalog_dot_v1_dot_broker__pb2.DeleteAclsResponse.SerializeToString,
+            ),
+            'DescribeAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeAcls,
+                    request_deserializer=stratalog_dot_v1_dot_broker__pb2.DescribeAclsRequest.FromString,
+                    response_serializer=stratalog_dot_v1_dot_broker__pb2.DescribeAclsResponse.SerializeToString,
+            ),
+            'WhoAmI': grpc.unary_unary_rpc_method_handler(
+                    servicer.WhoAmI,
+                    request_deserializer=stratalog_dot_v1_dot_broker__pb2.WhoAmIRequest.FromString,
+                    response_serializer=stratalog_dot_v1_dot_broker__pb2.WhoAmIResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -706,6 +774,114 @@ class Broker:
             '/stratalog.v1.Broker/DescribeTransaction',
             stratalog_dot_v1_dot_broker__pb2.DescribeTransactionRequest.SerializeToString,
             stratalog_dot_v1_dot_broker__pb2.DescribeTransactionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stratalog.v1.Broker/CreateAcls',
+            stratalog_dot_v1_dot_broker__pb2.CreateAclsRequest.SerializeToString,
+            stratalog_dot_v1_dot_broker__pb2.CreateAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stratalog.v1.Broker/DeleteAcls',
+            stratalog_dot_v1_dot_broker__pb2.DeleteAclsRequest.SerializeToString,
+            stratalog_dot_v1_dot_broker__pb2.DeleteAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stratalog.v1.Broker/DescribeAcls',
+            stratalog_dot_v1_dot_broker__pb2.DescribeAclsRequest.SerializeToString,
+            stratalog_dot_v1_dot_broker__pb2.DescribeAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WhoAmI(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stratalog.v1.Broker/WhoAmI',
+            stratalog_dot_v1_dot_broker__pb2.WhoAmIRequest.SerializeToString,
+            stratalog_dot_v1_dot_broker__pb2.WhoAmIResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -321,6 +321,7 @@ def test_retriable_flags_are_the_documented_ones() -> None:
     retriable = {reason for reason, cls in errors.ERRORS_BY_REASON.items() if cls.retriable}
     assert retriable == {
         "SHUTTING_DOWN", "STORAGE_ERROR", "CONCURRENT_TRANSACTIONS", "COORDINATOR_LOAD_IN_PROGRESS",
+        "RESOURCE_LIMIT_EXCEEDED",
     }
     assert errors.BrokerUnavailableError.retriable and errors.RequestTimeoutError.retriable
 
