@@ -7,8 +7,8 @@ asyncio future for the outcome of the whole batch: ``(base_offset, log_append_ti
 delivery error. A record's future is a :class:`RecordFuture`, a tuple ``(batch, index,
 timestamp)`` that reads its metadata from the batch's outcome (record ``i`` is at offset
 ``base_offset + i``), so no object per record is resolved; :class:`SendManyFuture` does the same
-for runs of records. Event-loop only, like the Producer (:mod:`stratalog.client.producer`) that
-creates and resolves them.
+for runs of records. Event-loop only, like the accumulator (:mod:`stratalog.client.accumulator`)
+that creates them and the Sender (:mod:`stratalog.client.sender`) that resolves them.
 """
 
 from __future__ import annotations

@@ -15,8 +15,9 @@ allowed in some of them only::
 :class:`TransactionManager` holds the state, the producer id and epoch, the partitions of the
 open transaction, and decides what an error means (:func:`produce_error_action`,
 :func:`coordinator_error_action`, after Kafka's ``canRetry`` and the response handlers of
-``TransactionManager``). The :class:`~stratalog.client.Producer` does the RPCs and calls it;
-a call in the wrong state raises :class:`TransactionStateError` naming the state.
+``TransactionManager``). The :class:`~stratalog.client.sender.Sender` does the RPCs and calls
+it, and so do the :class:`~stratalog.client.Producer`'s transaction calls; a call in the wrong
+state raises :class:`TransactionStateError` naming the state.
 
 Differences from Kafka: InitProducerId of broker.proto v1 carries no current producer id and
 epoch (Kafka's KIP-360), so an idempotent producer that must restart its sequences asks for a

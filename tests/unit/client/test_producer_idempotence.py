@@ -230,9 +230,9 @@ def test_bad_exactly_once_settings(kwargs, error, message) -> None:
 def test_exactly_once_defaults() -> None:
     idempotent = Producer("127.0.0.1:1")
     assert idempotent.idempotent and idempotent.transactional_id is None
-    assert idempotent._max_in_flight == 5 and idempotent._retries is None
+    assert idempotent._sender.max_in_flight == 5 and idempotent._sender._retries is None
     plain = Producer("127.0.0.1:1", idempotent=False)
-    assert plain._max_in_flight == 1 and plain.transaction_state is None
+    assert plain._sender.max_in_flight == 1 and plain.transaction_state is None
     Producer("127.0.0.1:1", idempotent=False, max_in_flight_per_partition=50, retries=0)
     transactional = Producer("127.0.0.1:1", transactional_id="t")
     assert transactional.idempotent and transactional.transactional_id == "t"
