@@ -9,7 +9,9 @@ source refuses, with an :class:`~stratalog.spark.errors.OptionError` naming the 
 * not exactly one of ``subscribe``, ``subscribePattern`` and ``assign``;
 * JSON that does not parse, or does not have the documented shape;
 * ``latest`` as a batch query's start, ``earliest`` as its end, any ending option on a stream;
-* numbers out of range (``minPartitions`` 0, a negative timestamp, ...).
+* numbers out of range (``minPartitions`` 0, a negative timestamp, ...);
+* an ``isolationLevel`` other than ``read_committed``/``read_uncommitted``, or its Kafka-style
+  alias ``kafka.isolation.level`` given with another value.
 
 Option names, defaults and meanings follow Spark's Kafka source (docs/spark.md has the table);
 ``target`` stands in for ``kafka.bootstrap.servers`` and ``path`` selects file mode.
@@ -29,7 +31,7 @@ from typing import Any
 
 import grpc
 
-from stratalog.client import Client, SyncClient, TopicPartition
+from stratalog.client import Client, IsolationLevel, SyncClient, TopicPartition
 
 from .errors import OptionError
 
@@ -59,6 +61,14 @@ DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
 #: The special offsets of offset JSON, as in Kafka's: -2 the log start, -1 the log end.
 EARLIEST = -2
 LATEST = -1
+
+# Spark's Kafka source takes the consumer's setting under Spark's "kafka." prefix; accepted as
+# an alias, so a job moved from format("kafka") keeps its isolation.
+_ISOLATION_LEVEL_ALIAS = "kafka.isolation.level"
+_ISOLATION_LEVELS = {
+    "read_committed": IsolationLevel.READ_COMMITTED,
+    "read_uncommitted": IsolationLevel.READ_UNCOMMITTED,
+}
 
 # Every option the connector knows, by its documented spelling. Spark lower-cases keys, so
 # lookups go through the lower-case form and messages use the documented one.
@@ -91,6 +101,8 @@ _READ_OPTIONS = (
     "minOffsetsPerTrigger",
     "maxTriggerDelay",
     "fetchMaxBytes",
+    "isolationLevel",
+    _ISOLATION_LEVEL_ALIAS,
 )
 _WRITE_OPTIONS = (
     *_CONNECTION_OPTIONS,
@@ -438,6 +450,34 @@ class ReadOptions:
     min_offsets_per_trigger: int | None = None
     max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
     fetch_max_bytes: int = DEFAULT_FETCH_BYTES_MAX
+    isolation_level: IsolationLevel = IsolationLevel.READ_COMMITTED
+
+    @property
+    def read_committed(self) -> bool:
+        """Whether the query reads only committed records (ends at the last stable offset)."""
+        return self.isolation_level == IsolationLevel.READ_COMMITTED
+
+
+def _isolation_level(options: _Options) -> IsolationLevel:
+    """``isolationLevel`` (or its alias ``kafka.isolation.level``); read_committed by default."""
+    given = {
+        name: value.strip().lower()
+        for name in ("isolationLevel", _ISOLATION_LEVEL_ALIAS)
+        if (value := options.get(name)) is not None
+    }
+    for name, value in given.items():
+        if value not in _ISOLATION_LEVELS:
+            raise OptionError(
+                name, f"must be 'read_committed' or 'read_uncommitted', got {value!r}"
+            )
+    if len(set(given.values())) > 1:
+        raise OptionError(
+            "isolationLevel", f"is {given['isolationLevel']!r} but its alias "
+            f"{_ISOLATION_LEVEL_ALIAS} is {given[_ISOLATION_LEVEL_ALIAS]!r}; set only one"
+        )
+    if not given:
+        return IsolationLevel.READ_COMMITTED
+    return _ISOLATION_LEVELS[next(iter(given.values()))]
 
 
 def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
@@ -500,6 +540,7 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
             else parse_duration_ms("maxTriggerDelay", max_delay)
         ),
         fetch_max_bytes=opts.int("fetchMaxBytes", 1024, 2**31 - 1) or DEFAULT_FETCH_BYTES_MAX,
+        isolation_level=_isolation_level(opts),
     )
 
 
