@@ -110,7 +110,15 @@ _WRITE_OPTIONS = (
     "compression",
     "lingerMs",
     "batchBytesMax",
+    "transactionalIdPrefix",
+    "transactionTimeoutMs",
 )
+#: A transactional id is at most 32767 bytes (Kafka's string); the connector appends
+#: "-<partition id>" (at most 11 bytes) to the prefix.
+TRANSACTIONAL_ID_PREFIX_BYTES_MAX = 32767 - 11
+#: transaction_timeout_ms is an int32 on the wire. The server refuses a timeout above its own
+#: transaction.max.timeout.ms (15 min by default) when a task starts (INVALID_TRANSACTION_TIMEOUT).
+_TRANSACTION_TIMEOUT_MS_MAX = 2**31 - 1
 # Keys Spark itself may put into a source's or sink's option map.
 _SPARK_OWN_OPTIONS = ("checkpointLocation", "queryName", "path")
 
@@ -148,6 +156,10 @@ class _Options:
 
     def has(self, name: str) -> bool:
         return self.get(name) is not None
+
+    def given(self, name: str) -> bool:
+        """Whether the option is in the map at all (even blank)."""
+        return name.lower() in self._values
 
     def bool(self, name: str, default: bool) -> bool:
         value = self.get(name)
@@ -549,6 +561,9 @@ class WriteOptions:
     """A batch or streaming write: where to, and the Producer's batching and compression.
 
     ``topic`` (the option) wins over a ``topic`` column, as in Spark's Kafka sink.
+    ``transactional_id_prefix``: None for an idempotent, non-transactional write; otherwise
+    each task writes in one transaction with transactional id ``<prefix>-<partition id>``,
+    open at most ``transaction_timeout_ms`` (None: the Producer's default, 60 s).
     """
 
     connection: ConnectionOptions
@@ -556,6 +571,14 @@ class WriteOptions:
     compression: str = "none"
     linger_ms: int = 5
     batch_bytes_max: int | None = None
+    transactional_id_prefix: str | None = None
+    transaction_timeout_ms: int | None = None
+
+    def transactional_id(self, partition_id: int) -> str | None:
+        """The transactional id of the task writing Spark partition ``partition_id``."""
+        if self.transactional_id_prefix is None:
+            return None
+        return f"{self.transactional_id_prefix}-{partition_id}"
 
 
 def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
@@ -567,10 +590,31 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
                           f"got {compression!r}")
     topic = opts.get("topic")
     linger_ms = opts.int("lingerMs", 0, 60_000)
+    prefix = opts.get("transactionalIdPrefix")
+    if prefix is None and opts.given("transactionalIdPrefix"):
+        raise OptionError(
+            "transactionalIdPrefix", "is blank; give a prefix unique to this query (the "
+            "transactional ids are '<prefix>-<partition id>'), or leave the option out"
+        )
+    prefix = prefix.strip() if prefix is not None else None
+    if prefix is not None and len(prefix.encode("utf-8")) > TRANSACTIONAL_ID_PREFIX_BYTES_MAX:
+        raise OptionError(
+            "transactionalIdPrefix", f"is {len(prefix.encode('utf-8'))} bytes in UTF-8; at most "
+            f"{TRANSACTIONAL_ID_PREFIX_BYTES_MAX} fit a transactional id with the task's "
+            "'-<partition id>'"
+        )
+    timeout_ms = opts.int("transactionTimeoutMs", 1, _TRANSACTION_TIMEOUT_MS_MAX)
+    if timeout_ms is not None and prefix is None:
+        raise OptionError(
+            "transactionTimeoutMs", "applies to transactional writes only: set "
+            "transactionalIdPrefix too"
+        )
     return WriteOptions(
         connection=_connection(opts),
         topic=topic.strip() if topic is not None else None,
         compression=compression,
         linger_ms=5 if linger_ms is None else linger_ms,
         batch_bytes_max=opts.int("batchBytesMax", 1024, 2**31 - 1),
+        transactional_id_prefix=prefix,
+        transaction_timeout_ms=timeout_ms,
     )

@@ -152,3 +152,34 @@ def test_write_options():
         parse_write_options({"target": "h:1", "subscribe": "t"})
     with pytest.raises(OptionError, match="option 'target': is required"):
         parse_write_options({"topic": "t"})
+
+
+def test_transactional_write_options():
+    plain = parse_write_options({"target": "h:1", "topic": "t"})
+    assert plain.transactional_id_prefix is None and plain.transactional_id(3) is None
+    options = parse_write_options({"target": "h:1", "topic": "t",
+                                   "transactionalIdPrefix": " orders-job ",
+                                   "transactionTimeoutMs": "120000"})
+    assert options.transactional_id(7) == "orders-job-7"
+    assert options.transaction_timeout_ms == 120_000
+
+
+@pytest.mark.parametrize(
+    ("options", "option", "message"),
+    [
+        ({"transactionalIdPrefix": "  "}, "transactionalIdPrefix", "is blank"),
+        ({"transactionalIdPrefix": "x" * 32757}, "transactionalIdPrefix",
+         "is 32757 bytes in UTF-8; at most 32756"),
+        ({"transactionTimeoutMs": "60000"}, "transactionTimeoutMs",
+         "applies to transactional writes only: set transactionalIdPrefix too"),
+        ({"transactionalIdPrefix": "p", "transactionTimeoutMs": "0"}, "transactionTimeoutMs",
+         r"must be in \[1, 2147483647\], got 0"),
+        ({"transactionalIdPrefix": "p", "transactionTimeoutMs": "1m"}, "transactionTimeoutMs",
+         "must be an integer"),
+        ({"transactional.id": "p"}, "transactional.id", "unknown option"),
+    ],
+)
+def test_bad_transactional_write_options(options, option, message):
+    with pytest.raises(OptionError, match=message) as caught:
+        parse_write_options({"target": "h:1", "topic": "t", **options})
+    assert caught.value.option == option
