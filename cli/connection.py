@@ -26,6 +26,7 @@ from stratalog.client.errors import BrokerUnavailableError, RequestTimeoutError,
 
 __all__ = [
     "DEFAULT_TARGET",
+    "EXIT_INTERRUPTED",
     "EXIT_OK",
     "EXIT_REFUSED",
     "EXIT_UNAVAILABLE",

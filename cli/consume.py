@@ -11,6 +11,11 @@ Keys, values and header values are UTF-8 text; bytes that are not valid UTF-8 ar
 ``{"base64": "..."}`` instead, so that no byte is lost. Without ``--follow`` the command stops at
 the end of every partition; with it, it waits for new records until interrupted or until
 ``--max-records`` were printed.
+
+``--isolation-level read_committed`` prints only records of committed transactions (and those
+written outside transactions), and without ``--follow`` stops at each partition's last stable
+offset; ``read_uncommitted`` (the default, as Kafka's console consumer) prints every record.
+Transaction markers are never printed.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import base64
 import json
 import sys
 
-from stratalog.client import Consumer, ConsumerRecord
+from stratalog.client import Consumer, ConsumerRecord, IsolationLevel
 
 from .connection import add_target_argument, fail, run_client_command
 from .timestamps import format_timestamp_ms, parse_timestamp_ms
@@ -41,6 +46,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--follow", "-f", action="store_true",
                         help="keep waiting for new records")
     parser.add_argument("--max-records", type=int, metavar="N", help="stop after N records")
+    parser.add_argument("--isolation-level", default="read_uncommitted",
+                        choices=("read_uncommitted", "read_committed"),
+                        help="read_committed: only records of committed transactions "
+                             "(default read_uncommitted)")
     parser.add_argument("--format", choices=("text", "json"), default="text")
     parser.add_argument("--print-key", action="store_true", help="text: print keys too")
     parser.add_argument("--print-metadata", action="store_true",
@@ -105,6 +114,7 @@ def run(args: argparse.Namespace) -> int:
         async with Consumer(
             args.target, args.topic, partitions=args.partitions, start=start,
             start_timestamp_ms=start_timestamp_ms, follow=args.follow,
+            isolation_level=IsolationLevel[args.isolation_level.upper()],
         ) as consumer:
             async for record in consumer:
                 if args.format == "json":

@@ -2,9 +2,16 @@
 
 Each line (without its line ending) is a record value; with ``--key-separator SEP`` the text
 before the first SEP is the key. Records go through the client's batching ``Producer``
-(partitioned by key like a Kafka producer, sticky for unkeyed lines, or all to ``--partition``).
-A file shows a progress bar on stderr when stderr is a terminal. The summary line on stderr says
-how many records were acknowledged; the exit status is 1 if any record failed.
+(partitioned by key like a Kafka producer, sticky for unkeyed lines, or all to ``--partition``),
+idempotent unless ``--no-idempotence``. A file shows a progress bar on stderr when stderr is a
+terminal. The summary line on stderr says how many records were acknowledged; the exit status is
+1 if any record failed.
+
+With ``--transactional-id ID`` the records are sent in transactions: one for the whole input, or
+one per ``--transaction-records N`` records. A transaction is committed once all its records
+are acknowledged; on an error or an interrupt the open one is aborted (none of its records is
+visible to read_committed consumers), the transactions committed before stay, and the exit status
+is non-zero (1, 3 when the server could not be reached, 130 for an interrupt).
 """
 
 from __future__ import annotations
@@ -14,14 +21,21 @@ import collections
 import os
 import sys
 import time
+from collections.abc import Iterator
 from typing import BinaryIO
 
 from tqdm import tqdm
 
-from stratalog.client import Producer, StratalogError
+from stratalog.client import Producer, StratalogError, TransactionState
 from stratalog.records import Compression
 
-from .connection import EXIT_REFUSED, add_target_argument, fail, run_client_command
+from .connection import (
+    EXIT_INTERRUPTED,
+    EXIT_REFUSED,
+    add_target_argument,
+    fail,
+    run_client_command,
+)
 
 __all__ = ["add_parser", "run"]
 
@@ -43,6 +57,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="batch compression codec (default none)")
     parser.add_argument("--linger-ms", type=int, default=5,
                         help="how long a batch waits for more records (default 5)")
+    parser.add_argument("--no-idempotence", action="store_true",
+                        help="send without producer ids and sequences (at least once: a retry "
+                             "may store a batch twice)")
+    parser.add_argument("--transactional-id", metavar="ID",
+                        help="send in transactions under this transactional id")
+    parser.add_argument("--transaction-records", type=int, metavar="N",
+                        help="with --transactional-id: commit every N records (default: one "
+                             "transaction for the whole input)")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                         help="show a progress bar (default: for files, when stderr is a tty)")
     add_target_argument(parser)
@@ -63,6 +85,16 @@ def run(args: argparse.Namespace) -> int:
         return fail("produce", f"--partition must be >= 0, got {args.partition}")
     if args.key_separator == "":
         return fail("produce", "--key-separator must not be empty")
+    if args.transactional_id is not None and args.no_idempotence:
+        return fail("produce", "--transactional-id needs idempotence: drop --no-idempotence")
+    if args.transactional_id == "":
+        return fail("produce", "--transactional-id must not be empty")
+    if args.transaction_records is not None:
+        if args.transactional_id is None:
+            return fail("produce", "--transaction-records needs --transactional-id")
+        if args.transaction_records < 1:
+            return fail("produce",
+                        f"--transaction-records must be >= 1, got {args.transaction_records}")
     separator = args.key_separator.encode() if args.key_separator is not None else None
     if args.file is not None:
         try:
@@ -76,8 +108,51 @@ def run(args: argparse.Namespace) -> int:
         args.progress if args.progress is not None
         else args.file is not None and sys.stderr.isatty()
     )
+    bar = tqdm(total=total_bytes, unit="B", unit_scale=True, disable=not show_progress,
+               file=sys.stderr, desc=args.topic)
+    try:
+        chunks = _chunks(args, source, separator, bar)
+        if args.transactional_id is not None:
+            return _produce_transactionally(args, chunks)
+        return _produce(args, chunks)
+    finally:
+        bar.close()
+        if args.file is not None:
+            source.close()
+
+
+def _chunks(
+    args: argparse.Namespace, source: BinaryIO, separator: bytes | None, bar: tqdm
+) -> Iterator[tuple[list[bytes | None] | None, list[bytes]]]:
+    """(keys or None, values) of the next lines, a chunk at a time."""
     # Someone typing lines wants each sent at once; a pipe is read in chunks.
     chunk_lines = 1 if args.file is None and sys.stdin.isatty() else _CHUNK_LINES
+    while True:
+        lines = source.readlines(_CHUNK_LINES * 128) if args.file else [
+            line for _, line in zip(range(chunk_lines), source, strict=False)
+        ]
+        if not lines:
+            return
+        bar.update(sum(map(len, lines)))
+        keys: list[bytes | None] = []
+        values: list[bytes] = []
+        for raw in lines:
+            key, value = _split(raw.rstrip(b"\r\n"), separator)
+            keys.append(key)
+            values.append(value)
+        yield (keys if separator is not None else None), values
+
+
+def _producer(args: argparse.Namespace) -> Producer:
+    return Producer(
+        args.target, linger_ms=args.linger_ms, compression=args.compression,
+        idempotent=not args.no_idempotence, transactional_id=args.transactional_id,
+    )
+
+
+def _produce(
+    args: argparse.Namespace, chunks: Iterator[tuple[list[bytes | None] | None, list[bytes]]]
+) -> int:
     counts = {"acked": 0, "failed": 0}
     first_error: list[str] = []
 
@@ -92,38 +167,18 @@ def run(args: argparse.Namespace) -> int:
 
     async def body() -> int:
         started = time.monotonic()
-        bar = tqdm(total=total_bytes, unit="B", unit_scale=True, disable=not show_progress,
-                   file=sys.stderr, desc=args.topic)
         pending: collections.deque = collections.deque()
-        try:
-            async with Producer(args.target, linger_ms=args.linger_ms,
-                                compression=args.compression) as producer:
-                while True:
-                    lines = source.readlines(_CHUNK_LINES * 128) if args.file else [
-                        line for _, line in zip(range(chunk_lines), source, strict=False)
-                    ]
-                    if not lines:
-                        break
-                    bar.update(sum(map(len, lines)))
-                    keys, values = [], []
-                    for raw in lines:
-                        key, value = _split(raw.rstrip(b"\r\n"), separator)
-                        keys.append(key)
-                        values.append(value)
-                    future = await producer.send_many(
-                        args.topic, values, keys if separator is not None else None,
-                        partition=args.partition,
-                    )
-                    pending.append((future, len(values)))
-                    while len(pending) > _CHUNKS_IN_FLIGHT:
-                        await settle(pending)
-                await producer.flush()
-                while pending:
+        async with _producer(args) as producer:
+            for keys, values in chunks:
+                future = await producer.send_many(
+                    args.topic, values, keys, partition=args.partition
+                )
+                pending.append((future, len(values)))
+                while len(pending) > _CHUNKS_IN_FLIGHT:
                     await settle(pending)
-        finally:
-            bar.close()
-            if args.file is not None:
-                source.close()
+            await producer.flush()
+            while pending:
+                await settle(pending)
         elapsed = time.monotonic() - started
         print(f"produced {counts['acked']} records to {args.topic} in {elapsed:.2f} s"
               + (f"; {counts['failed']} failed: {first_error[0]}" if counts["failed"] else ""),
@@ -131,3 +186,82 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_REFUSED if counts["failed"] else 0
 
     return run_client_command("produce", body)
+
+
+def _produce_transactionally(
+    args: argparse.Namespace, chunks: Iterator[tuple[list[bytes | None] | None, list[bytes]]]
+) -> int:
+    """Send the input in transactions of ``--transaction-records`` records (or one); abort the
+    open one on any error or interrupt and say how many records were committed before."""
+    per_transaction = args.transaction_records
+    committed = {"records": 0, "transactions": 0}
+    aftermath: list[str] = []  # what became of the open transaction after an error
+
+    async def body() -> int:
+        started = time.monotonic()
+        async with _producer(args) as producer:
+            in_transaction = 0  # records sent in the open transaction
+            try:
+                await producer.begin_transaction()
+                for keys, values in chunks:
+                    start = 0
+                    while start < len(values):
+                        room = len(values) - start
+                        if per_transaction is not None:
+                            room = min(room, per_transaction - in_transaction)
+                        end = start + room
+                        await producer.send_many(
+                            args.topic, values[start:end],
+                            keys[start:end] if keys is not None else None,
+                            partition=args.partition,
+                        )
+                        in_transaction += room
+                        start = end
+                        if per_transaction is not None and in_transaction == per_transaction:
+                            await producer.commit_transaction()
+                            committed["records"] += in_transaction
+                            committed["transactions"] += 1
+                            in_transaction = 0
+                            await producer.begin_transaction()
+                if in_transaction:
+                    await producer.commit_transaction()
+                    committed["records"] += in_transaction
+                    committed["transactions"] += 1
+                else:
+                    await producer.abort_transaction()  # an empty one: nothing to commit
+            except BaseException as exc:
+                aftermath.append(await _abort(producer, exc))
+                raise
+        elapsed = time.monotonic() - started
+        print(f"produced {committed['records']} records to {args.topic} in "
+              f"{committed['transactions']} transactions in {elapsed:.2f} s", file=sys.stderr)
+        return 0
+
+    code = run_client_command("produce", body)
+    if code != 0:
+        what = "interrupted" if code == EXIT_INTERRUPTED else "stopped"
+        if not aftermath:  # a second interrupt during the abort
+            aftermath.append("the open transaction is left to time out on the server")
+        print(f"stratalog produce: {what}: {aftermath[0]}; {committed['records']} records in "
+              f"{committed['transactions']} transactions were committed before",
+              file=sys.stderr)
+    return code
+
+
+async def _abort(producer: Producer, exc: BaseException) -> str:
+    """Abort the open transaction after ``exc`` if there is one; say what became of it."""
+    state = producer.transaction_state
+    if state is TransactionState.COMMITTING:
+        return "the last commit was not confirmed: its transaction may be committed or not"
+    if state is TransactionState.FATAL_ERROR:
+        return "the producer was fenced or failed for good: its open transaction is aborted " \
+               "by the server"
+    if state not in (TransactionState.IN_TRANSACTION, TransactionState.ABORTABLE_ERROR):
+        return "no transaction was open"
+    try:
+        await producer.abort_transaction()
+    except Exception as abort_error:
+        exc.add_note(f"abort_transaction() failed too: {abort_error}")
+        return (f"aborting the open transaction failed ({abort_error}): the server aborts it "
+                f"after its timeout")
+    return "the open transaction was aborted"

@@ -4,9 +4,10 @@
   service, plain Python values in and out, errors as :mod:`stratalog.client.errors` exceptions.
 * :class:`Producer`: batches records per partition, encodes Kafka v2 batches client-side,
   compresses, partitions like a Kafka producer (murmur2 for keys, sticky otherwise), retries
-  retriable errors, and resolves a future per record with its (partition, offset).
+  retriable errors, and resolves a future per record with its (partition, offset). Idempotent
+  by default (each record stored once, in order); with a ``transactional_id``, transactions.
 * :class:`Consumer`: reads partitions from an offset, a timestamp, the beginning or the end,
-  optionally following new records; per record or per batch.
+  optionally following new records; per record or per batch; READ_COMMITTED or not.
 
 Quick start::
 
@@ -27,10 +28,13 @@ from .client import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_TIMEOUT_S, Client
 from .consumer import DEFAULT_FETCH_BYTES_MAX, Consumer, ConsumerClosedError
 from .errors import (
     BrokerUnavailableError,
+    DeliveryTimeoutError,
     OffsetOutOfRangeError,
+    ProducerFencedError,
     RequestTimeoutError,
     StratalogError,
     TopicAlreadyExistsError,
+    TransactionAbortedError,
     UnknownTopicOrPartitionError,
 )
 from .fetched import ConsumedBatch, decode_fetched
@@ -44,6 +48,7 @@ from .producer import (
     SendManyFuture,
 )
 from .sync_client import SyncClient
+from .transaction_manager import TransactionState, TransactionStateError
 from .types import (
     AbortedTransaction,
     ConsumerRecord,
@@ -51,10 +56,12 @@ from .types import (
     OffsetAndTimestamp,
     PartitionInfo,
     ProduceResult,
+    ProducerIdAndEpoch,
     ProducerRecord,
     RecordMetadata,
     TopicInfo,
     TopicPartition,
+    TransactionDescription,
 )
 from .wire import EARLIEST, LATEST, MAX_TIMESTAMP, FetchFormat, IsolationLevel
 
@@ -74,6 +81,7 @@ __all__ = [
     "Consumer",
     "ConsumerClosedError",
     "ConsumerRecord",
+    "DeliveryTimeoutError",
     "FetchFormat",
     "FetchResult",
     "IsolationLevel",
@@ -83,6 +91,8 @@ __all__ = [
     "ProduceResult",
     "Producer",
     "ProducerClosedError",
+    "ProducerFencedError",
+    "ProducerIdAndEpoch",
     "ProducerRecord",
     "RecordFuture",
     "RecordMetadata",
@@ -94,6 +104,10 @@ __all__ = [
     "TopicAlreadyExistsError",
     "TopicInfo",
     "TopicPartition",
+    "TransactionAbortedError",
+    "TransactionDescription",
+    "TransactionState",
+    "TransactionStateError",
     "UnknownTopicOrPartitionError",
     "decode_fetched",
     "errors",

@@ -32,8 +32,11 @@ from .types import (
     FetchResult,
     OffsetAndTimestamp,
     ProduceResult,
+    ProducerIdAndEpoch,
     ProducerRecord,
     TopicInfo,
+    TopicPartition,
+    TransactionDescription,
 )
 from .wire import FetchFormat, IsolationLevel
 
@@ -217,15 +220,27 @@ class Client:
         record_batches: bytes | None = None,
         compression: Compression | str = Compression.NONE,
         flush: bool = False,
+        producer_id: int | None = None,
+        producer_epoch: int = 0,
+        base_sequence: int = 0,
+        transactional: bool = False,
         timeout_s: float | None = _UNSET,
     ) -> ProduceResult:
         """Append to one partition, atomically: ``records`` (the server encodes them as one
         batch, compressed with ``compression``) or ``record_batches`` (Kafka v2 batches with base
         offset 0, as :class:`~stratalog.records.BatchBuilder` builds them). ``flush``: fsync
         before answering. Not retried: see :class:`~stratalog.client.Producer` for that.
+
+        ``producer_id`` (from :meth:`init_producer_id`), ``producer_epoch``, ``base_sequence``
+        (the sequence of the first record) and ``transactional`` make a ``records`` produce
+        idempotent or transactional; a repeat of a batch already stored comes back with
+        ``duplicate=True`` and the original offsets. ``record_batches`` carry these in their
+        headers instead. Raises OutOfOrderSequenceError, InvalidProducerEpochError,
+        UnknownProducerIdError, InvalidTxnStateError as the partition's producer state decides.
         """
         request = wire.produce_request(
-            topic, partition, records, record_batches, compression, flush
+            topic, partition, records, record_batches, compression, flush,
+            producer_id, producer_epoch, base_sequence, transactional,
         )
         response = await self._call(self._stub.Produce, request, self._deadline(timeout_s))
         return wire.produce_result(response)
@@ -346,3 +361,73 @@ class Client:
         request = wire.delete_records_request(topic, partition, before_offset)
         response = await self._call(self._stub.DeleteRecords, request, self._deadline(timeout_s))
         return response.log_start_offset
+
+    # --- exactly-once ----------------------------------------------------------------------------
+
+    async def init_producer_id(
+        self,
+        transactional_id: str | None = None,
+        *,
+        transaction_timeout_ms: int = 0,
+        timeout_s: float | None = _UNSET,
+    ) -> ProducerIdAndEpoch:
+        """A producer id and epoch: a new id (epoch 0) for an idempotent producer, or, with a
+        ``transactional_id``, that id's own producer id with its epoch bumped, which fences every
+        older instance and aborts the transaction it left open. ``transaction_timeout_ms``: how
+        long a transaction may stay open before the server aborts it (0: 60000).
+
+        Raises ConcurrentTransactionsError, CoordinatorLoadInProgressError (both retriable),
+        InvalidTransactionTimeoutError.
+        """
+        request = wire.init_producer_id_request(transactional_id, transaction_timeout_ms)
+        response = await self._call(self._stub.InitProducerId, request, self._deadline(timeout_s))
+        return wire.producer_id_and_epoch(response)
+
+    async def add_partitions_to_txn(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: Sequence[TopicPartition | tuple[str, int]],
+        *,
+        timeout_s: float | None = _UNSET,
+    ) -> None:
+        """Add ``partitions`` to the producer's transaction, beginning one if none is open; a
+        transactional batch is accepted only on a partition added this way.
+
+        Raises ProducerFencedError, InvalidProducerIdMappingError, ConcurrentTransactionsError
+        (retriable), UnknownTopicOrPartitionError.
+        """
+        request = wire.add_partitions_to_txn_request(
+            transactional_id, producer_id, producer_epoch, partitions
+        )
+        await self._call(self._stub.AddPartitionsToTxn, request, self._deadline(timeout_s))
+
+    async def end_txn(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        *,
+        timeout_s: float | None = _UNSET,
+    ) -> None:
+        """Commit (``commit=True``) or abort the open transaction: the server writes a COMMIT or
+        ABORT marker to every partition of it before answering.
+
+        Raises ProducerFencedError, InvalidTxnStateError (nothing open, or the other outcome
+        already decided), ConcurrentTransactionsError (retriable).
+        """
+        request = wire.end_txn_request(transactional_id, producer_id, producer_epoch, commit)
+        await self._call(self._stub.EndTxn, request, self._deadline(timeout_s))
+
+    async def describe_transaction(
+        self, transactional_id: str, *, timeout_s: float | None = _UNSET
+    ) -> TransactionDescription:
+        """The coordinator's state of ``transactional_id``. Raises
+        TransactionalIdNotFoundError."""
+        request = wire.describe_transaction_request(transactional_id)
+        response = await self._call(
+            self._stub.DescribeTransaction, request, self._deadline(timeout_s)
+        )
+        return wire.transaction_description(response)

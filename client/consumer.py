@@ -16,6 +16,12 @@ a partition later on. Without ``follow`` the iteration ends once every partition
 to the end it had when the consumer got there; with ``follow`` it waits for new records, by
 long-poll fetches (``max_wait_ms``) or over a Subscribe stream (``use_subscribe=True``).
 
+Isolation (Kafka's ``isolation.level``): READ_UNCOMMITTED (the default) reads every data record,
+those of open and aborted transactions included; READ_COMMITTED reads up to the last stable
+offset (LSO: the first offset of the earliest open transaction) and drops the records of aborted
+transactions, so it sees only committed records, each transaction whole; without ``follow`` it
+ends at the LSO. Transaction markers (control batches) never reach the reader in either mode.
+
 Errors: a fetch that fails with a retriable error is retried (reads are idempotent) with
 backoff, up to ``retries`` times in a row; an offset that fell out of the log (retention,
 DeleteRecords) is reset by ``auto_offset_reset`` ("earliest", "latest", or "error" to raise
@@ -36,7 +42,7 @@ from . import wire
 from .client import Client
 from .errors import OffsetOutOfRangeError, StratalogError
 from .fetched import ConsumedBatch, decode_fetched
-from .types import ConsumerRecord, FetchResult
+from .types import ConsumerRecord, FetchResult, OffsetAndTimestamp
 from .wire import EARLIEST, LATEST, FetchFormat, IsolationLevel
 
 __all__ = ["DEFAULT_FETCH_BYTES_MAX", "Consumer", "ConsumerClosedError"]
@@ -76,7 +82,7 @@ class Consumer:
         max_bytes: bytes asked per fetch (or per streamed message).
         max_wait_ms: how long one long-poll fetch waits at the log end (``follow`` only).
         auto_offset_reset: where to go when the position is outside the log.
-        isolation_level: READ_COMMITTED skips aborted transactions.
+        isolation_level: READ_COMMITTED reads committed records only, up to the LSO.
         retries: consecutive retriable failures of one partition before its error is raised.
         retry_backoff_ms, retry_backoff_max_ms: first and largest wait before a retry.
         prefetch_batches: fetch responses decoded ahead of the reader, in all.
@@ -206,9 +212,9 @@ class Consumer:
             if self._start_timestamp_ms is not None:
                 offset = await self._offset_for_timestamp(partition, self._start_timestamp_ms)
             elif self._start == "earliest":
-                offset = (await self._client.list_offsets(self._topic, partition, EARLIEST)).offset
+                offset = (await self._list_offsets(partition, EARLIEST)).offset
             elif self._start == "latest":
-                offset = (await self._client.list_offsets(self._topic, partition, LATEST)).offset
+                offset = (await self._list_offsets(partition, LATEST)).offset
             else:
                 offset = self._start  # type: ignore[assignment]
             self._positions[partition] = offset
@@ -270,14 +276,14 @@ class Consumer:
         """Continue the given partitions (default: all) at their log start offsets."""
         for partition in partitions or tuple(self._partitions):
             self._check_assigned(partition)
-            result = await self._client.list_offsets(self._topic, partition, EARLIEST)
+            result = await self._list_offsets(partition, EARLIEST)
             self.seek(partition, result.offset)
 
     async def seek_to_end(self, *partitions: int) -> None:
         """Continue the given partitions (default: all) at their log end offsets."""
         for partition in partitions or tuple(self._partitions):
             self._check_assigned(partition)
-            result = await self._client.list_offsets(self._topic, partition, LATEST)
+            result = await self._list_offsets(partition, LATEST)
             self.seek(partition, result.offset)
 
     def _check_assigned(self, partition: int) -> None:
@@ -289,10 +295,10 @@ class Consumer:
 
     async def _offset_for_timestamp(self, partition: int, timestamp_ms: int) -> int:
         wire.check_int(timestamp_ms, "timestamp_ms", 0, wire.INT64_MAX)
-        result = await self._client.list_offsets(self._topic, partition, timestamp_ms)
+        result = await self._list_offsets(partition, timestamp_ms)
         if result.offset >= 0:
             return result.offset
-        return (await self._client.list_offsets(self._topic, partition, LATEST)).offset
+        return (await self._list_offsets(partition, LATEST)).offset
 
     # --- reading ---------------------------------------------------------------------------------
 
@@ -369,6 +375,22 @@ class Consumer:
             )
         return batches
 
+    async def _list_offsets(self, partition: int, timestamp_ms: int) -> OffsetAndTimestamp:
+        # At this consumer's isolation level: for READ_COMMITTED, LATEST is the last stable
+        # offset and a timestamp lookup finds no record past it (Kafka's ListOffsets).
+        return await self._client.list_offsets(
+            self._topic, partition, timestamp_ms, isolation_level=self._isolation_level
+        )
+
+    def _end_of(self, result: FetchResult) -> int:
+        """Where reading a partition ends without ``follow``: the high watermark, or for
+        READ_COMMITTED the last stable offset (Kafka's end offsets for read_committed), since
+        nothing past the first open transaction is readable until it ends."""
+        committed = self._isolation_level == IsolationLevel.READ_COMMITTED
+        if committed and result.last_stable_offset >= 0:
+            return result.last_stable_offset
+        return result.high_watermark
+
     async def _reset_position(self, partition: int, err: OffsetOutOfRangeError) -> int:
         """Where to continue after an out-of-range position, by ``auto_offset_reset``."""
         if self._auto_offset_reset == "error":
@@ -376,10 +398,10 @@ class Consumer:
         if self._auto_offset_reset == "earliest":
             if err.log_start_offset is not None:
                 return err.log_start_offset
-            return (await self._client.list_offsets(self._topic, partition, EARLIEST)).offset
+            return (await self._list_offsets(partition, EARLIEST)).offset
         if err.log_end_offset is not None:
             return err.log_end_offset
-        return (await self._client.list_offsets(self._topic, partition, LATEST)).offset
+        return (await self._list_offsets(partition, LATEST)).offset
 
     async def _fetch_loop(self, partition: int, epoch: int, position: int) -> None:
         queue = self._queue
@@ -422,7 +444,7 @@ class Consumer:
                     await queue.put((partition, epoch, batches))
                 elif result.next_offset > position:
                     position = result.next_offset  # e.g. a gap the server skipped over
-                elif not self._follow and position >= result.high_watermark:
+                elif not self._follow and position >= self._end_of(result):
                     await queue.put((partition, epoch, _END))
                     return
                 elif max_wait_ms == 0:

@@ -25,12 +25,15 @@ listening, connection lost, deadline passed) have no ErrorInfo and map by status
     ├── ShuttingDownError             UNAVAILABLE        SHUTTING_DOWN         retriable
     ├── AuthenticationError           UNAUTHENTICATED    AUTHENTICATION_FAILED
     ├── NotAuthorizedError            PERMISSION_DENIED  NOT_AUTHORIZED
+    ├── (the producer-state and transaction reasons of broker.proto, one class each)
     ├── BrokerUnavailableError        UNAVAILABLE        (no ErrorInfo)        retriable
-    └── RequestTimeoutError           DEADLINE_EXCEEDED  (no ErrorInfo)        retriable
+    ├── RequestTimeoutError           DEADLINE_EXCEEDED  (no ErrorInfo)        retriable
+    │   └── DeliveryTimeoutError      (the Producer's) not acknowledged in delivery_timeout_ms
+    └── TransactionAbortedError       (the Producer's) the batch's transaction was aborted
 
-Any other status (INTERNAL, UNKNOWN, UNIMPLEMENTED, a reason this client does not know yet)
-becomes a plain :class:`StratalogError` carrying the code and reason it got; it is retriable only
-for UNAVAILABLE and DEADLINE_EXCEEDED. Why each flag is what it is: docs/api.md, "Errors".
+Any other status (INTERNAL, UNKNOWN, UNIMPLEMENTED, CANCELLED, a reason this client does not know
+yet) becomes a plain :class:`StratalogError` carrying the code and reason it got; it is retriable
+only for UNAVAILABLE, DEADLINE_EXCEEDED and CANCELLED (the server cancelled the call). Why each flag is what it is: docs/api.md, "Errors".
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ __all__ = [
     "ConcurrentTransactionsError",
     "CoordinatorLoadInProgressError",
     "CorruptRecordError",
+    "DeliveryTimeoutError",
     "InvalidConfigError",
     "InvalidProducerEpochError",
     "InvalidProducerIdMappingError",
@@ -74,6 +78,7 @@ __all__ = [
     "StorageFullError",
     "StratalogError",
     "TopicAlreadyExistsError",
+    "TransactionAbortedError",
     "TransactionCoordinatorFencedError",
     "TransactionalIdNotFoundError",
     "UnknownProducerIdError",
@@ -90,7 +95,12 @@ DOMAIN = "stratalog"
 _STATUS_DETAILS_KEY = "grpc-status-details-bin"
 
 # Status codes that mean "try again" whatever sent them (gRPC's own guidance for UNAVAILABLE).
-_RETRIABLE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+# CANCELLED reaches a caller only when the other side cancelled the call (a cancel of our own
+# raises asyncio.CancelledError instead): a server stopping cancels what is left after its
+# shutdown grace, and the request's outcome is then unknown, as after a lost connection.
+_RETRIABLE_CODES = frozenset(
+    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
+)
 
 
 class StratalogError(Exception):
@@ -352,6 +362,33 @@ class RequestTimeoutError(StratalogError):
 
     code = grpc.StatusCode.DEADLINE_EXCEEDED
     retriable = True
+
+
+# Raised by the Producer itself, for what no single server answer says.
+
+
+class DeliveryTimeoutError(RequestTimeoutError):
+    """A batch was not acknowledged within the Producer's ``delivery_timeout_ms`` (Kafka's
+    "Expiring N record(s)" TimeoutException). If it was sent, it may still have been stored.
+
+    ``attempts`` is how many Produce requests carried it (0: it was never sent, e.g. no
+    producer id could be had); ``last_error`` is the error of the last attempt, if any.
+    """
+
+    def __init__(
+        self, message: str, *, attempts: int = 0, last_error: BaseException | None = None,
+        **kwargs,
+    ) -> None:
+        super().__init__(message, **kwargs)
+        self.attempts = attempts
+        self.last_error = last_error
+
+
+class TransactionAbortedError(StratalogError):
+    """The record's batch was dropped unsent because its transaction was aborted, or failed
+    and must be aborted (Kafka's TransactionAbortedException)."""
+
+    code = grpc.StatusCode.ABORTED
 
 
 def _table_by_reason(*classes: type[StratalogError]) -> Mapping[str, type[StratalogError]]:

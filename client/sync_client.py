@@ -21,7 +21,16 @@ from stratalog.v1 import broker_pb2, broker_pb2_grpc
 from . import wire
 from .client import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_TIMEOUT_S, channel_options, check_timeout
 from .errors import BrokerUnavailableError, from_rpc_error
-from .types import FetchResult, OffsetAndTimestamp, ProduceResult, ProducerRecord, TopicInfo
+from .types import (
+    FetchResult,
+    OffsetAndTimestamp,
+    ProduceResult,
+    ProducerIdAndEpoch,
+    ProducerRecord,
+    TopicInfo,
+    TopicPartition,
+    TransactionDescription,
+)
 from .wire import FetchFormat, IsolationLevel
 
 __all__ = ["SyncClient"]
@@ -152,11 +161,16 @@ class SyncClient:
         record_batches: bytes | None = None,
         compression: Compression | str = Compression.NONE,
         flush: bool = False,
+        producer_id: int | None = None,
+        producer_epoch: int = 0,
+        base_sequence: int = 0,
+        transactional: bool = False,
         timeout_s: float | None = _UNSET,
     ) -> ProduceResult:
         """See :meth:`Client.produce <stratalog.client.Client.produce>`."""
         request = wire.produce_request(
-            topic, partition, records, record_batches, compression, flush
+            topic, partition, records, record_batches, compression, flush,
+            producer_id, producer_epoch, base_sequence, transactional,
         )
         response = self._call(self._stub.Produce, request, self._deadline(timeout_s))
         return wire.produce_result(response)
@@ -264,3 +278,55 @@ class SyncClient:
         request = wire.delete_records_request(topic, partition, before_offset)
         response = self._call(self._stub.DeleteRecords, request, self._deadline(timeout_s))
         return response.log_start_offset
+
+    # --- exactly-once ----------------------------------------------------------------------------
+
+    def init_producer_id(
+        self,
+        transactional_id: str | None = None,
+        *,
+        transaction_timeout_ms: int = 0,
+        timeout_s: float | None = _UNSET,
+    ) -> ProducerIdAndEpoch:
+        """See :meth:`Client.init_producer_id <stratalog.client.Client.init_producer_id>`."""
+        request = wire.init_producer_id_request(transactional_id, transaction_timeout_ms)
+        response = self._call(self._stub.InitProducerId, request, self._deadline(timeout_s))
+        return wire.producer_id_and_epoch(response)
+
+    def add_partitions_to_txn(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: Sequence[TopicPartition | tuple[str, int]],
+        *,
+        timeout_s: float | None = _UNSET,
+    ) -> None:
+        """See :meth:`Client.add_partitions_to_txn
+        <stratalog.client.Client.add_partitions_to_txn>`."""
+        request = wire.add_partitions_to_txn_request(
+            transactional_id, producer_id, producer_epoch, partitions
+        )
+        self._call(self._stub.AddPartitionsToTxn, request, self._deadline(timeout_s))
+
+    def end_txn(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        *,
+        timeout_s: float | None = _UNSET,
+    ) -> None:
+        """See :meth:`Client.end_txn <stratalog.client.Client.end_txn>`."""
+        request = wire.end_txn_request(transactional_id, producer_id, producer_epoch, commit)
+        self._call(self._stub.EndTxn, request, self._deadline(timeout_s))
+
+    def describe_transaction(
+        self, transactional_id: str, *, timeout_s: float | None = _UNSET
+    ) -> TransactionDescription:
+        """See :meth:`Client.describe_transaction
+        <stratalog.client.Client.describe_transaction>`."""
+        request = wire.describe_transaction_request(transactional_id)
+        response = self._call(self._stub.DescribeTransaction, request, self._deadline(timeout_s))
+        return wire.transaction_description(response)

@@ -23,10 +23,12 @@ __all__ = [
     "OffsetAndTimestamp",
     "PartitionInfo",
     "ProduceResult",
+    "ProducerIdAndEpoch",
     "ProducerRecord",
     "RecordMetadata",
     "TopicInfo",
     "TopicPartition",
+    "TransactionDescription",
 ]
 
 
@@ -72,6 +74,8 @@ class ProduceResult:
     """Where one Produce request's records went: offsets ``base_offset .. last_offset``.
 
     ``log_append_time`` is -1 unless the topic stamps records with LogAppendTime.
+    ``duplicate``: the batches repeated ones their producer (same producer id, epoch and
+    sequences) had already stored, so nothing was written and the offsets are the original ones.
     """
 
     base_offset: int
@@ -79,6 +83,7 @@ class ProduceResult:
     log_append_time: int
     log_start_offset: int
     record_count: int
+    duplicate: bool = False
 
 
 class ProducerRecord(NamedTuple):
@@ -133,6 +138,34 @@ class OffsetAndTimestamp(NamedTuple):
     timestamp: int
 
 
+class ProducerIdAndEpoch(NamedTuple):
+    """What InitProducerId gives (Kafka's ``ProducerIdAndEpoch``): the id an idempotent or
+    transactional producer stamps its batches with, and its epoch (a newer epoch of the same id
+    fences the older ones)."""
+
+    producer_id: int
+    producer_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionDescription:
+    """The transaction coordinator's state of one transactional id (DescribeTransaction).
+
+    ``state`` is one of Kafka's names: Empty, Ongoing, PrepareCommit, PrepareAbort,
+    CompleteCommit, CompleteAbort, Dead, PrepareEpochFence. ``transaction_start_time_ms`` is -1
+    when no transaction is open; ``partitions`` are those of the open (or completing) one.
+    """
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    state: str
+    transaction_timeout_ms: int
+    transaction_start_time_ms: int
+    last_update_time_ms: int
+    partitions: tuple[TopicPartition, ...] = ()
+
+
 class AbortedTransaction(NamedTuple):
     """A transaction that was aborted: its producer and the first offset it wrote."""
 
@@ -149,7 +182,10 @@ class FetchResult:
     stored; the first may start before the requested offset) is filled for a given format.
     ``next_offset`` is where the next fetch should start; ``high_watermark`` is one past the last
     readable offset. ``matched_offset``/``matched_timestamp`` are set by fetches by timestamp
-    (-1 and -1 when no record is that recent), and are -1 otherwise.
+    (-1 and -1 when no record is that recent), and are -1 otherwise. ``aborted_transactions``
+    (READ_COMMITTED, RECORD_BATCHES) name the aborted transactions the batches overlap.
+    ``last_stable_offset`` is one past the last offset a READ_COMMITTED reader may see: the first
+    offset of the earliest open transaction, or the high watermark when none is open.
     """
 
     topic: str
@@ -162,3 +198,4 @@ class FetchResult:
     matched_offset: int = -1
     matched_timestamp: int = -1
     aborted_transactions: tuple[AbortedTransaction, ...] = ()
+    last_stable_offset: int = -1

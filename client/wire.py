@@ -25,40 +25,54 @@ from .types import (
     OffsetAndTimestamp,
     PartitionInfo,
     ProduceResult,
+    ProducerIdAndEpoch,
     ProducerRecord,
     TopicInfo,
+    TopicPartition,
+    TransactionDescription,
 )
 
 __all__ = [
     "EARLIEST",
+    "INT16_MAX",
     "INT32_MAX",
     "INT64_MAX",
     "LATEST",
     "MAX_TIMESTAMP",
     "FetchFormat",
     "IsolationLevel",
+    "add_partitions_to_txn_request",
     "alter_topic_configs_request",
     "check_bytes_or_none",
     "check_headers",
     "check_int",
     "check_partition",
+    "check_producer_epoch",
+    "check_producer_id",
     "check_topic",
+    "check_transactional_id",
     "create_topic_request",
     "delete_records_request",
     "delete_topic_request",
     "describe_topic_request",
+    "describe_transaction_request",
+    "end_txn_request",
     "fetch_by_offset_request",
     "fetch_by_timestamp_request",
     "fetch_result",
+    "init_producer_id_request",
     "list_offsets_request",
     "offset_and_timestamp",
     "parse_compression",
     "produce_request",
     "produce_result",
+    "producer_id_and_epoch",
     "subscribe_request",
     "topic_info",
+    "transaction_description",
 ]
 
+INT16_MAX = (1 << 15) - 1
 INT32_MAX = (1 << 31) - 1
 INT64_MAX = (1 << 63) - 1
 
@@ -119,6 +133,25 @@ def check_topic(topic: object, name: str = "topic") -> str:
 def check_partition(partition: object) -> int:
     """A partition number in [0, 2**31 - 1]."""
     return check_int(partition, "partition", 0, INT32_MAX)
+
+
+def check_transactional_id(value: object, name: str = "transactional_id") -> str:
+    """A non-empty str (Kafka's transactional.id)."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, got {type(value).__name__}")
+    if not value:
+        raise ValueError(f"{name} must not be empty")
+    return value
+
+
+def check_producer_id(value: object) -> int:
+    """A producer id from InitProducerId: an int64 >= 0."""
+    return check_int(value, "producer_id", 0, INT64_MAX)
+
+
+def check_producer_epoch(value: object) -> int:
+    """A producer epoch: an int16 >= 0 (the batch header's field is 16 bits)."""
+    return check_int(value, "producer_epoch", 0, INT16_MAX)
 
 
 def check_bytes_or_none(value: object, name: str) -> bytes | None:
@@ -252,15 +285,41 @@ def produce_request(
     record_batches: bytes | None,
     compression: Compression | str,
     flush: bool,
+    producer_id: int | None = None,
+    producer_epoch: int = 0,
+    base_sequence: int = 0,
+    transactional: bool = False,
 ) -> pb.ProduceRequest:
-    """Exactly one of ``records`` (encoded by the server) and ``record_batches`` (v2 batches)."""
+    """Exactly one of ``records`` (encoded by the server) and ``record_batches`` (v2 batches).
+
+    ``producer_id`` (with ``producer_epoch``, ``base_sequence``, ``transactional``): an
+    idempotent or transactional produce of ``records``; batches in ``record_batches`` carry
+    these fields in their own headers, so the two do not go together.
+    """
     topic = check_topic(topic)
     partition = check_partition(partition)
     if (records is None) == (record_batches is None):
         raise ValueError("pass exactly one of records and record_batches")
     if not isinstance(flush, bool):
         raise TypeError(f"flush must be a bool, got {type(flush).__name__}")
+    if not isinstance(transactional, bool):
+        raise TypeError(f"transactional must be a bool, got {type(transactional).__name__}")
     codec = parse_compression(compression)
+    if producer_id is None:
+        if producer_epoch != 0 or base_sequence != 0 or transactional:
+            raise ValueError(
+                "producer_epoch, base_sequence and transactional need a producer_id "
+                "(from init_producer_id)"
+            )
+    else:
+        check_producer_id(producer_id)
+        check_producer_epoch(producer_epoch)
+        check_int(base_sequence, "base_sequence", 0, INT32_MAX)
+        if record_batches is not None:
+            raise ValueError(
+                "producer_id, producer_epoch, base_sequence and transactional are for the "
+                "records form; record_batches carry them in their batch headers"
+            )
     if record_batches is not None:
         batches = check_bytes_or_none(record_batches, "record_batches")
         if not batches:
@@ -273,13 +332,19 @@ def produce_request(
     proto_records = [_proto_record(item, index) for index, item in enumerate(records)]
     if not proto_records:
         raise ValueError("records must not be empty")
-    return pb.ProduceRequest(
+    request = pb.ProduceRequest(
         topic=topic,
         partition=partition,
         records=proto_records,
         compression=int(codec),
         flush=flush,
     )
+    if producer_id is not None:
+        request.producer_id = producer_id
+        request.producer_epoch = producer_epoch
+        request.base_sequence = base_sequence
+        request.transactional = transactional
+    return request
 
 
 def fetch_by_offset_request(
@@ -371,6 +436,80 @@ def delete_records_request(
     )
 
 
+def init_producer_id_request(
+    transactional_id: str | None, transaction_timeout_ms: int
+) -> pb.InitProducerIdRequest:
+    """A new producer id (``transactional_id=None``), or the transactional id's own with its
+    epoch bumped; ``transaction_timeout_ms`` 0 = the server's default (60000)."""
+    timeout_ms = check_int(transaction_timeout_ms, "transaction_timeout_ms", 0, INT32_MAX)
+    if transactional_id is None:
+        if timeout_ms:
+            raise ValueError(
+                "transaction_timeout_ms applies to a transactional_id: pass one, or leave the "
+                "timeout 0 for an idempotent producer id"
+            )
+        return pb.InitProducerIdRequest()
+    return pb.InitProducerIdRequest(
+        transactional_id=check_transactional_id(transactional_id),
+        transaction_timeout_ms=timeout_ms,
+    )
+
+
+def _topic_partitions(partitions: object) -> list[pb.TopicPartition]:
+    """``TopicPartition`` values or ``(topic, partition)`` pairs, each once, in order."""
+    if isinstance(partitions, str | bytes) or not isinstance(partitions, Iterable):
+        raise TypeError("partitions must be a sequence of (topic, partition) pairs")
+    seen: set[tuple[str, int]] = set()
+    out = []
+    for index, pair in enumerate(partitions):
+        if not isinstance(pair, tuple | list) or len(pair) != 2:
+            raise TypeError(
+                f"partitions[{index}] must be a TopicPartition or a (topic, partition) pair, "
+                f"got {pair!r}"
+            )
+        topic = check_topic(pair[0], f"partitions[{index}] topic")
+        partition = check_int(pair[1], f"partitions[{index}] partition", 0, INT32_MAX)
+        if (topic, partition) not in seen:
+            seen.add((topic, partition))
+            out.append(pb.TopicPartition(topic=topic, partition=partition))
+    if not out:
+        raise ValueError("partitions must not be empty")
+    return out
+
+
+def add_partitions_to_txn_request(
+    transactional_id: str,
+    producer_id: int,
+    producer_epoch: int,
+    partitions: Iterable[TopicPartition | tuple[str, int]],
+) -> pb.AddPartitionsToTxnRequest:
+    return pb.AddPartitionsToTxnRequest(
+        transactional_id=check_transactional_id(transactional_id),
+        producer_id=check_producer_id(producer_id),
+        producer_epoch=check_producer_epoch(producer_epoch),
+        partitions=_topic_partitions(partitions),
+    )
+
+
+def end_txn_request(
+    transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
+) -> pb.EndTxnRequest:
+    if not isinstance(commit, bool):
+        raise TypeError(f"commit must be a bool, got {type(commit).__name__}")
+    return pb.EndTxnRequest(
+        transactional_id=check_transactional_id(transactional_id),
+        producer_id=check_producer_id(producer_id),
+        producer_epoch=check_producer_epoch(producer_epoch),
+        commit=commit,
+    )
+
+
+def describe_transaction_request(transactional_id: str) -> pb.DescribeTransactionRequest:
+    return pb.DescribeTransactionRequest(
+        transactional_id=check_transactional_id(transactional_id)
+    )
+
+
 # --- responses -----------------------------------------------------------------------------------
 
 
@@ -397,6 +536,28 @@ def produce_result(response: pb.ProduceResponse) -> ProduceResult:
         log_append_time=response.log_append_time,
         log_start_offset=response.log_start_offset,
         record_count=response.record_count,
+        duplicate=response.duplicate,
+    )
+
+
+def producer_id_and_epoch(response: pb.InitProducerIdResponse) -> ProducerIdAndEpoch:
+    return ProducerIdAndEpoch(response.producer_id, response.producer_epoch)
+
+
+def transaction_description(
+    response: pb.DescribeTransactionResponse,
+) -> TransactionDescription:
+    return TransactionDescription(
+        transactional_id=response.transactional_id,
+        producer_id=response.producer_id,
+        producer_epoch=response.producer_epoch,
+        state=response.state,
+        transaction_timeout_ms=response.transaction_timeout_ms,
+        transaction_start_time_ms=response.transaction_start_time_ms,
+        last_update_time_ms=response.last_update_time_ms,
+        partitions=tuple(
+            TopicPartition(tp.topic, tp.partition) for tp in response.partitions
+        ),
     )
 
 
@@ -450,4 +611,5 @@ def fetch_result(response: pb.FetchResponse, *, by_timestamp: bool) -> FetchResu
             AbortedTransaction(a.producer_id, a.first_offset)
             for a in response.aborted_transactions
         ),
+        last_stable_offset=response.last_stable_offset,
     )

@@ -3,7 +3,8 @@
 Bytes in, values out, errors from :mod:`.errors`; no files, sockets or event loops. The server
 and the client share it, as Kafka's broker and clients share ``common.record``.
 
-* :mod:`.batch`: the 61-byte batch header, validation, in-place patches (offset, append time).
+* :mod:`.batch`: the 61-byte batch header, validation, in-place patches (offset, append time,
+  producer state).
 * :mod:`.record`: :class:`Record` and the record-level encoder/decoder.
 * :mod:`.varint`: zig-zag varints. :mod:`.crc`: CRC-32C. :mod:`.compression`: the four codecs.
 * :mod:`.builder`: :class:`BatchBuilder`, :func:`build_batch`.
@@ -35,6 +36,7 @@ from .batch import (
     set_base_offset,
     set_log_append_time,
     set_partition_leader_epoch,
+    set_producer_state,
     validate_batch,
 )
 from .builder import BatchBuilder, build_batch
@@ -94,6 +96,7 @@ __all__ = [
     "set_base_offset",
     "set_log_append_time",
     "set_partition_leader_epoch",
+    "set_producer_state",
     "summarize_records",
     "validate_batch",
 ]

@@ -73,6 +73,7 @@ __all__ = [
     "NO_SEQUENCE",
     "NO_TIMESTAMP",
     "PARTITION_LEADER_EPOCH_OFFSET",
+    "PRODUCER_ID_OFFSET",
     "RECORDS_COUNT_OFFSET",
     "RECORD_BATCH_OVERHEAD",
     "SCAN_FIELDS",
@@ -96,6 +97,7 @@ __all__ = [
     "set_log_append_time",
     "set_max_timestamp",
     "set_partition_leader_epoch",
+    "set_producer_state",
     "validate_batch",
 ]
 
@@ -186,6 +188,7 @@ MAGIC_OFFSET = _FIELD_OFFSETS["magic"]  # 16
 CRC_OFFSET = _FIELD_OFFSETS["crc"]  # 17
 ATTRIBUTES_OFFSET = _FIELD_OFFSETS["attributes"]  # 21: the CRC covers the batch from here
 MAX_TIMESTAMP_OFFSET = _FIELD_OFFSETS["max_timestamp"]  # 35
+PRODUCER_ID_OFFSET = _FIELD_OFFSETS["producer_id"]  # 43: then producer_epoch, base_sequence
 RECORDS_COUNT_OFFSET = _FIELD_OFFSETS["records_count"]  # 57
 
 LOG_OVERHEAD = LENGTH_OFFSET + LENGTH_FIELD.size  # 12: the bytes `length` does not count
@@ -204,6 +207,11 @@ _INT64 = struct.Struct(">q")
 _INT32 = struct.Struct(">i")
 _UINT32 = struct.Struct(">I")
 _INT16 = struct.Struct(">h")
+# producer_id, producer_epoch, base_sequence: adjacent in the layout, patched together.
+_PRODUCER_STATE = struct.Struct(
+    ">" + "".join(_FIELD_CODES[name] for name in ("producer_id", "producer_epoch", "base_sequence"))
+)
+assert _FIELD_OFFSETS["records_count"] == PRODUCER_ID_OFFSET + _PRODUCER_STATE.size
 
 NO_TIMESTAMP = -1
 NO_PRODUCER_ID = -1
@@ -494,6 +502,24 @@ def rewrite_crc(buf: bytearray | memoryview, position: int, size_bytes: int) -> 
     crc = compute_crc(buf, position, size_bytes)
     _UINT32.pack_into(buf, position + CRC_OFFSET, crc)
     return crc
+
+
+def set_producer_state(
+    buf: bytearray | memoryview,
+    position: int,
+    size_bytes: int,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+) -> None:
+    """Write the producer id, epoch and base sequence of the batch at ``position`` and
+    recompute the CRC (the three fields are covered by it): Kafka's
+    ``MemoryRecordsBuilder.reopenAndRewriteProducerState``, what an idempotent producer does to
+    a batch it sends again under a new producer id or epoch, its sequences restarted."""
+    _PRODUCER_STATE.pack_into(
+        buf, position + PRODUCER_ID_OFFSET, producer_id, producer_epoch, base_sequence
+    )
+    rewrite_crc(buf, position, size_bytes)
 
 
 def set_max_timestamp(

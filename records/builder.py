@@ -108,6 +108,16 @@ class BatchBuilder(RecordsWriter):
         self._producer_epoch = producer_epoch
         self._base_sequence = base_sequence
 
+    def set_producer_state(
+        self, producer_id: int, producer_epoch: int, base_sequence: int
+    ) -> None:
+        """The producer id, epoch and base sequence the next :meth:`build` writes (Kafka's
+        ``MemoryRecordsBuilder.setProducerState``): an idempotent producer knows a batch's base
+        sequence only when the batch is drained, after its records were appended. O(1)."""
+        self._producer_id = producer_id
+        self._producer_epoch = producer_epoch
+        self._base_sequence = base_sequence
+
     @property
     def estimated_size_bytes(self) -> int:
         """An upper bound of ``len(self.build())`` (exact when uncompressed). O(1).

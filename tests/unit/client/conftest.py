@@ -4,7 +4,10 @@ It is not the stratalog server (that one is exercised by tests/integration/): it
 partition as the list of batches it received, byte for byte, so the tests can hand them to an
 independent Kafka reader (kafka-python) and count them; and it can be told to fail the next
 Produce calls, before or after appending, with the same statuses the real server sends (built by
-``stratalog.server.status``), which a real server cannot be made to do on cue.
+``stratalog.server.status``), which a real server cannot be made to do on cue. It hands out
+producer ids (InitProducerId) but keeps no producer state: it stores what it gets, duplicates
+and all, so the batches' producer fields can be checked here and the server's judgement of them
+is tested against the real server.
 """
 
 from __future__ import annotations
@@ -44,6 +47,10 @@ class RecordingBroker(broker_pb2_grpc.BrokerServicer):
         self.produce_calls = 0
         self.gate: asyncio.Event | None = None  # when set to an unset Event, Produce waits on it
         self.log_append_time = -1  # >= 0: answer as a LogAppendTime topic would
+        self.init_producer_id_calls = 0
+        self.init_failures: collections.deque[BaseException | grpc.StatusCode] = (
+            collections.deque()
+        )
 
     def records(self, topic: str, partition: int) -> int:
         return self.log_end[(topic, partition)]
@@ -67,6 +74,12 @@ class RecordingBroker(broker_pb2_grpc.BrokerServicer):
                 ],
             )
         )
+
+    async def InitProducerId(self, request, context):
+        self.init_producer_id_calls += 1
+        if self.init_failures:
+            await self._fail(context, self.init_failures.popleft())
+        return pb.InitProducerIdResponse(producer_id=1000 + self.init_producer_id_calls)
 
     async def Produce(self, request, context):
         self.produce_calls += 1

@@ -136,6 +136,10 @@ class FailingBroker(broker_pb2_grpc.BrokerServicer):
                 await asyncio.sleep(60)
             if request.topic == "uncaught":
                 raise RuntimeError("escaped the servicer")
+            if request.topic == "cancelled":
+                # What a stopping server's calls can end with (the real server's, in
+                # tests/integration/test_client_exactly_once.py's restarts).
+                await context.abort(grpc.StatusCode.CANCELLED, "CANCELLED")
             if request.topic in HANDCRAFTED:
                 code, details, trailer = HANDCRAFTED[request.topic]()
                 await context.abort(code, details, ((DETAILS_KEY, trailer),))
@@ -334,3 +338,12 @@ def test_a_bare_rpc_error_without_call_methods_maps_to_unknown() -> None:
     error = errors.from_rpc_error(grpc.RpcError())
     assert type(error) is errors.StratalogError
     assert (error.code, error.reason, error.message) == (grpc.StatusCode.UNKNOWN, None, "")
+
+
+
+async def test_a_call_the_server_cancels_is_retriable(stub) -> None:
+    # A stopping server cuts the calls still running short; the client may see CANCELLED. The
+    # outcome is unknown, as after a lost connection, and a restarted server answers the retry.
+    error = await _produce_error(stub, "cancelled", timeout=30)
+    assert type(error) is errors.StratalogError
+    assert (error.code, error.reason, error.retriable) == (grpc.StatusCode.CANCELLED, None, True)

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from stratalog.client import FetchFormat, IsolationLevel, ProducerRecord, wire
+from stratalog.client import (
+    FetchFormat,
+    IsolationLevel,
+    ProducerIdAndEpoch,
+    ProducerRecord,
+    TopicPartition,
+    TransactionDescription,
+    wire,
+)
 from stratalog.records import Compression, TimestampType
 from stratalog.v1 import broker_pb2 as pb
 
@@ -62,6 +70,44 @@ from stratalog.v1 import broker_pb2 as pb
         (lambda: wire.create_topic_request("t", 1, [("a", "b")]), TypeError, "configs"),
         (lambda: wire.alter_topic_configs_request("t", None, "retention.ms"), TypeError,
          "delete"),
+        # Exactly-once: producer fields of a produce, and the transaction RPCs.
+        (lambda: wire.produce_request("t", 0, [b"v"], None, "none", False, -1), ValueError,
+         "producer_id"),
+        (lambda: wire.produce_request("t", 0, [b"v"], None, "none", False, 1, 2**15),
+         ValueError, "producer_epoch"),
+        (lambda: wire.produce_request("t", 0, [b"v"], None, "none", False, 1, 0, -1),
+         ValueError, "base_sequence"),
+        (lambda: wire.produce_request("t", 0, [b"v"], None, "none", False, 1, 0, 2**31),
+         ValueError, "base_sequence"),
+        (lambda: wire.produce_request("t", 0, [b"v"], None, "none", False, None, 0, 5),
+         ValueError, "need a producer_id"),
+        (lambda: wire.produce_request("t", 0, [b"v"], None, "none", False, None, 0, 0, True),
+         ValueError, "need a producer_id"),
+        (lambda: wire.produce_request("t", 0, [b"v"], None, "none", False, 1, 0, 0, 1),
+         TypeError, "transactional"),
+        (lambda: wire.produce_request("t", 0, None, b"x", "none", False, 1), ValueError,
+         "record_batches carry them"),
+        (lambda: wire.init_producer_id_request("", 0), ValueError, "transactional_id"),
+        (lambda: wire.init_producer_id_request(b"t", 0), TypeError, "transactional_id"),
+        (lambda: wire.init_producer_id_request("t", -1), ValueError, "transaction_timeout_ms"),
+        (lambda: wire.init_producer_id_request(None, 1000), ValueError,
+         "transaction_timeout_ms applies to a transactional_id"),
+        (lambda: wire.add_partitions_to_txn_request("t", 1, 0, []), ValueError,
+         "partitions must not be empty"),
+        (lambda: wire.add_partitions_to_txn_request("t", 1, 0, "topic"), TypeError,
+         "partitions"),
+        (lambda: wire.add_partitions_to_txn_request("t", 1, 0, [("a", 0, 1)]), TypeError,
+         r"partitions\[0\]"),
+        (lambda: wire.add_partitions_to_txn_request("t", 1, 0, [("a", -1)]), ValueError,
+         r"partitions\[0\] partition"),
+        (lambda: wire.add_partitions_to_txn_request("t", 1, 0, [("", 0)]), ValueError,
+         r"partitions\[0\] topic"),
+        (lambda: wire.add_partitions_to_txn_request("t", -1, 0, [("a", 0)]), ValueError,
+         "producer_id"),
+        (lambda: wire.end_txn_request("t", 1, -1, True), ValueError, "producer_epoch"),
+        (lambda: wire.end_txn_request("t", 1, 0, "yes"), TypeError, "commit"),
+        (lambda: wire.end_txn_request(None, 1, 0, True), TypeError, "transactional_id"),
+        (lambda: wire.describe_transaction_request(""), ValueError, "transactional_id"),
     ],
 )
 def test_bad_arguments_are_named(call, error: type[Exception], message: str) -> None:
@@ -89,6 +135,36 @@ def test_produce_request_records_form() -> None:
     assert not tombstone.HasField("value") and tombstone.HasField("key") and tombstone.key == b""
     assert tombstone.timestamp == 5
     assert [(h.key, h.HasField("value")) for h in tombstone.headers] == [("a", False), ("b", True)]
+
+
+def test_produce_request_producer_fields() -> None:
+    plain = wire.produce_request("t", 0, [b"v"], None, "none", False)
+    assert not plain.HasField("producer_id")  # unset: a plain produce
+    request = wire.produce_request("t", 0, [b"v"], None, "none", False, 0, 7, 2**31 - 1, True)
+    assert request.HasField("producer_id") and request.producer_id == 0  # id 0 is an id
+    assert (request.producer_epoch, request.base_sequence, request.transactional) == (
+        7, 2**31 - 1, True)
+
+
+def test_transaction_requests_and_results() -> None:
+    assert not wire.init_producer_id_request(None, 0).HasField("transactional_id")
+    init = wire.init_producer_id_request("app", 5000)
+    assert (init.transactional_id, init.transaction_timeout_ms) == ("app", 5000)
+    add = wire.add_partitions_to_txn_request(
+        "app", 9, 2, [TopicPartition("a", 1), ("b", 0), ("a", 1)])
+    assert (add.transactional_id, add.producer_id, add.producer_epoch) == ("app", 9, 2)
+    assert [(tp.topic, tp.partition) for tp in add.partitions] == [("a", 1), ("b", 0)]
+    end = wire.end_txn_request("app", 9, 2, False)
+    assert not end.commit and end.producer_id == 9
+    assert wire.producer_id_and_epoch(
+        pb.InitProducerIdResponse(producer_id=9, producer_epoch=3)) == ProducerIdAndEpoch(9, 3)
+    described = wire.transaction_description(pb.DescribeTransactionResponse(
+        transactional_id="app", producer_id=9, producer_epoch=3, state="Ongoing",
+        transaction_timeout_ms=60000, transaction_start_time_ms=5, last_update_time_ms=6,
+        partitions=[pb.TopicPartition(topic="a", partition=1)]))
+    assert described == TransactionDescription(
+        "app", 9, 3, "Ongoing", 60000, 5, 6, (TopicPartition("a", 1),))
+    assert wire.produce_result(pb.ProduceResponse(base_offset=4, duplicate=True)).duplicate
 
 
 def test_produce_request_batches_form_accepts_bytes_like() -> None:
@@ -121,6 +197,7 @@ def test_fetch_result_translation() -> None:
         ],
         matched_offset=0, matched_timestamp=0,
         aborted_transactions=[pb.AbortedTransaction(producer_id=3, first_offset=1)],
+        last_stable_offset=8,
     )
     by_offset = wire.fetch_result(response, by_timestamp=False)
     assert (by_offset.high_watermark, by_offset.log_start_offset, by_offset.next_offset) == (
@@ -134,6 +211,7 @@ def test_fetch_result_translation() -> None:
     assert second.key is None and second.value is None
     assert second.timestamp_type is TimestampType.CREATE_TIME
     assert by_offset.aborted_transactions[0].producer_id == 3
+    assert by_offset.last_stable_offset == 8
     by_time = wire.fetch_result(response, by_timestamp=True)
     assert (by_time.matched_offset, by_time.matched_timestamp) == (0, 0)
 

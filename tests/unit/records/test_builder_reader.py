@@ -22,7 +22,12 @@ from stratalog.records import (
     summarize_records,
     validate_batch,
 )
-from stratalog.records.batch import rewrite_crc, set_base_offset, set_log_append_time
+from stratalog.records.batch import (
+    rewrite_crc,
+    set_base_offset,
+    set_log_append_time,
+    set_producer_state,
+)
 from stratalog.records.record import encode_record
 from stratalog.records.varint import varint_bytes
 
@@ -97,6 +102,26 @@ def test_header_fields_from_builder_arguments():
     assert (header.base_timestamp, header.max_timestamp) == (10, 30)  # first, max
     assert (header.last_offset_delta, header.records_count) == (2, 3)
     assert [(r.offset, r.timestamp) for r in records] == [(1000, 10), (1001, 5), (1002, 30)]
+
+
+def test_producer_state_set_after_the_records_equals_it_given_up_front():
+    # What an idempotent producer does: append first, learn the base sequence when draining.
+    records = [(10, b"a", b"1", ()), (30, None, b"2", ())]
+    expected = build_batch(records, producer_id=42, producer_epoch=3, base_sequence=99,
+                           is_transactional=True, compression=Compression.LZ4)
+    builder = BatchBuilder(is_transactional=True, compression=Compression.LZ4)
+    for timestamp, key, value, headers in records:
+        builder.append(timestamp, key, value, headers)
+    builder.set_producer_state(42, 3, 99)
+    built = builder.build()
+    assert built == expected
+    # Restamped in place (a resend under a new producer id, sequences from 0): CRC still valid.
+    patched = bytearray(built)
+    set_producer_state(patched, 0, len(patched), 7, 0, 2**31 - 1)
+    header, decoded = decode_batch(bytes(patched))
+    assert (header.producer_id, header.producer_epoch, header.base_sequence) == (7, 0, 2**31 - 1)
+    assert header.is_transactional and decoded == decode_batch(built)[1]
+    assert patched[61:] == built[61:]
 
 
 def test_empty_builder_refuses_to_build():
