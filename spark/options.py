@@ -563,7 +563,8 @@ class WriteOptions:
     ``topic`` (the option) wins over a ``topic`` column, as in Spark's Kafka sink.
     ``transactional_id_prefix``: None for an idempotent, non-transactional write; otherwise
     each task writes in one transaction with transactional id ``<prefix>-<partition id>``,
-    open at most ``transaction_timeout_ms`` (None: the Producer's default, 60 s).
+    open at most ``transaction_timeout_ms`` (None: the connector's default, 15 minutes, in
+    :mod:`stratalog.spark.write_transactions`).
     """
 
     connection: ConnectionOptions
