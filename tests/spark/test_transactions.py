@@ -15,20 +15,34 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
+import pyarrow as pa
 import pytest
+from pyspark.sql.types import StringType, StructType
 
-from stratalog.client import IsolationLevel, SyncClient
-from stratalog.records import BatchBuilder, ControlRecordType, EndTransactionMarker
+from stratalog.client import FetchFormat, IsolationLevel, SyncClient
+from stratalog.records import (
+    BatchBuilder,
+    ControlRecordType,
+    EndTransactionMarker,
+    decode_control_key,
+    iter_batches,
+)
 from stratalog.records.log_layout import (
     ProducerSnapshotEntry,
     pack_producer_snapshot,
     pack_txn_index_entry,
 )
-from stratalog.spark import OptionError
+from stratalog.spark import OptionError, TransactionCommitError
 from stratalog.spark.batch_reader import StratalogBatchReader, plan_server_ranges
 from stratalog.spark.file_transactions import AbortedTxn, scan_transactions
-from stratalog.spark.options import parse_read_options
+from stratalog.spark.options import parse_read_options, parse_write_options
 from stratalog.spark.segment_files import plan_segments, read_segment
+from stratalog.spark.write_transactions import (
+    WriteCommitMessage,
+    abort_transactions,
+    commit_transactions,
+)
+from stratalog.spark.writer import plan_write, write_batches
 from stratalog.v1 import broker_pb2 as pb
 from stratalog.v1 import broker_pb2_grpc
 
@@ -411,3 +425,192 @@ def test_file_transactions_from_a_snapshot_the_txnindex_and_the_markers(tmp_path
     tp_rows = [v.decode() for t in plan_segments(options) for b in read_segment(t)
                for v in b.column("value").to_pylist()]
     assert tp_rows == ["x3", "x6", "x7", "x8", "x9", "x11", "x13", "9a", "x15"]
+
+
+# ------------------------------------------------------------------------ transactional writes
+
+
+def stored_batches(client: SyncClient, topic: str, partitions: int) -> list[tuple]:
+    """(partition, header, records) of every stored batch of ``topic``, markers included."""
+    out = []
+    for partition in range(partitions):
+        offset, end = 0, client.list_offsets(topic, partition, -1).offset
+        while offset < end:
+            result = client.fetch_by_offset(topic, partition, offset,
+                                            fetch_format=FetchFormat.RECORD_BATCHES)
+            found = list(iter_batches(result.record_batches))
+            out.extend((partition, header, records) for header, records in found)
+            offset = found[-1][0].next_offset
+    return out
+
+
+def markers_of(stored: list[tuple]) -> list[tuple[int, int, ControlRecordType]]:
+    """(partition, producer id, COMMIT/ABORT) of every marker."""
+    return [(p, h.producer_id, decode_control_key(records[0].key)[1])
+            for p, h, records in stored if h.is_control]
+
+
+def write_rows(spark, server, topic: str, names: list[str], *, tasks: int, **options: str):
+    df = spark.createDataFrame([(n,) for n in names], "value string").repartition(tasks)
+    writer = df.write.format("stratalog").mode("append").option("target", server.target)
+    writer = writer.option("topic", topic)
+    for name, value in options.items():
+        writer = writer.option(name, value)
+    writer.save()
+
+
+def names_read(spark, server, topic: str, level: str) -> list[str]:
+    df = load(spark, target=server.target, subscribe=topic, isolationLevel=level)
+    return [r["value"].decode() for r in df.collect()]
+
+
+def assert_nothing_open(client: SyncClient, topic: str, partitions: int) -> None:
+    for partition in range(partitions):
+        stable = client.list_offsets(topic, partition, -1,
+                                     isolation_level=IsolationLevel.READ_COMMITTED)
+        assert stable.offset == client.list_offsets(topic, partition, -1).offset
+
+
+def test_transactional_write_commits_each_task_once(spark, client, server, topic_name):
+    topic = topic_name()
+    client.create_topic(topic, partitions=2)
+    names = [f"row-{i}" for i in range(60)]
+    write_rows(spark, server, topic, names, tasks=3, transactionalIdPrefix=f"{topic}-job")
+    assert sorted(names_read(spark, server, topic, "read_committed")) == sorted(names)
+    # Written in transactions, one per task (three producer ids), each ended by one COMMIT
+    # marker in every partition it wrote to; nothing is left open.
+    stored = stored_batches(client, topic, 2)
+    data = {(p, h.producer_id) for p, h, _ in stored if not h.is_control}
+    assert all(h.is_transactional for _, h, _ in stored)
+    assert len({pid for _, pid in data}) == 3
+    assert sorted(markers_of(stored)) == sorted((p, pid, ControlRecordType.COMMIT)
+                                                for p, pid in data)
+    assert_nothing_open(client, topic, 2)
+
+
+def test_a_failed_transactional_task_leaves_nothing_visible(spark, client, server, topic_name):
+    from pyspark.sql.functions import udf
+
+    topic = topic_name()
+    client.create_topic(topic, partitions=1)
+    prefix = f"{topic}-job"
+
+    @udf("string")
+    def fail_on_2500(value: str) -> str:
+        if value == "u-2500":
+            raise ValueError("row u-2500 is bad")
+        return value
+
+    # A UDF raising in the task ends the writer's input as if it were complete: the rows
+    # before the bad one reach the server, in the task's transaction, which is never committed.
+    df = spark.createDataFrame([(f"u-{i}",) for i in range(3000)], "value string").coalesce(1)
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "5")
+    try:
+        with pytest.raises(Exception, match="row u-2500 is bad"):
+            (df.select(fail_on_2500("value").alias("value")).write.format("stratalog")
+             .mode("append").option("target", server.target).option("topic", topic)
+             .option("transactionalIdPrefix", prefix).option("lingerMs", "0").save())
+        sent = names_read(spark, server, topic, "read_uncommitted")
+        assert sent and set(sent) <= {f"u-{i}" for i in range(2500)}
+        assert names_read(spark, server, topic, "read_committed") == []
+        # The driver's abort() aborted the transaction at once (no wait for its timeout).
+        stored = stored_batches(client, topic, 1)
+        assert markers_of(stored) == [(0, stored[0][1].producer_id, ControlRecordType.ABORT)]
+        assert_nothing_open(client, topic, 1)
+        # A bad row (a null topic) in a later Arrow batch fails the task in the writer itself.
+        rows = [(f"bad-{i}", None if i == 249 else topic) for i in range(250)]
+        bad = spark.createDataFrame(rows, "value string, topic string").coalesce(1)
+        with pytest.raises(Exception, match="row 4 of the batch has a null 'topic'"):
+            (bad.write.format("stratalog").mode("append").option("target", server.target)
+             .option("transactionalIdPrefix", prefix).option("lingerMs", "0").save())
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    assert names_read(spark, server, topic, "read_committed") == []
+    assert_nothing_open(client, topic, 1)
+    # The next write with the same prefix (the same transactional id for partition 0) commits.
+    names = [f"good-{i}" for i in range(20)]
+    write_rows(spark, server, topic, names, tasks=1, transactionalIdPrefix=prefix)
+    assert sorted(names_read(spark, server, topic, "read_committed")) == sorted(names)
+
+
+def test_transactional_stream_write_one_transaction_per_task_and_micro_batch(
+    spark, client, server, topic_name, tmp_path
+):
+    source, sink = topic_name("source"), topic_name("sink")
+    client.create_topic(source, partitions=2)
+    client.create_topic(sink, partitions=2)
+    for partition in range(2):
+        client.produce(source, partition, [f"s{partition}-{i}".encode() for i in range(30)])
+    query = (
+        spark.readStream.format("stratalog").option("target", server.target)
+        .option("subscribe", source).option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", "20").load()
+        .select("key", "value")
+        .writeStream.format("stratalog").option("target", server.target)
+        .option("topic", sink).option("transactionalIdPrefix", f"{sink}-stream")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True).start()
+    )
+    assert query.awaitTermination(QUERY_TIMEOUT_S), "the AvailableNow query did not finish"
+    assert query.exception() is None
+    batches = [p for p in query.recentProgress if p["numInputRows"] > 0]
+    assert len(batches) >= 3  # 60 records, at most 20 per micro-batch
+    expected = sorted(f"s{p}-{i}" for p in range(2) for i in range(30))
+    assert sorted(names_read(spark, server, sink, "read_committed")) == expected
+    # One transactional id per Spark partition, reused by every micro-batch: the same producer
+    # ids, a new epoch each time, and one COMMIT per transaction and partition written.
+    stored = stored_batches(client, sink, 2)
+    data = [h for _, h, _ in stored if not h.is_control]
+    assert all(h.is_transactional for h in data)
+    producer_ids = {h.producer_id for h in data}
+    assert len(producer_ids) <= 2  # the source has two partitions: two tasks per micro-batch
+    epochs = {(h.producer_id, h.producer_epoch) for h in data}
+    assert len(epochs) >= len(batches)
+    commits = {(p, h.producer_id, h.producer_epoch) for p, h, _ in stored if h.is_control}
+    assert commits == {(p, h.producer_id, h.producer_epoch) for p, h, _ in stored
+                       if not h.is_control}
+    assert {kind for _, _, kind in markers_of(stored)} == {ControlRecordType.COMMIT}
+    assert_nothing_open(client, sink, 2)
+
+
+def test_the_driver_commits_or_aborts_the_tasks_transactions(client, server, topic_name):
+    """The protocol without Spark: tasks leave their transactions open; the driver commits
+    them, aborts them (also for a task that never reported), or names the one it cannot
+    commit."""
+    topic = topic_name()
+    client.create_topic(topic, partitions=1)
+    options = parse_write_options({"target": server.target, "topic": topic,
+                                   "transactionalIdPrefix": f"{topic}-job"})
+    plan = plan_write(StructType().add("value", StringType()), options)
+
+    def task(partition_id: int, names: list[str]) -> WriteCommitMessage:
+        batch = pa.record_batch([pa.array(names, pa.string())], names=["value"])
+        return write_batches(options, plan, iter([batch]), options.transactional_id(partition_id))
+
+    def committed() -> list[str]:
+        result = client.fetch_by_offset(topic, 0, 0, isolation_level=IsolationLevel.READ_COMMITTED)
+        return [r.value.decode() for r in result.records]
+
+    first, second = task(0, ["a0", "a1"]), task(1, ["b0"])
+    assert (first.records, first.transactional_id) == (2, f"{topic}-job-0")
+    assert committed() == []  # written, not committed: the LSO is at a0
+    assert commit_transactions(options, [first, second], "the write") == 3
+    assert sorted(committed()) == ["a0", "a1", "b0"]
+    # abort(): a task that reported and one that did not (None) are both aborted at once.
+    third = task(0, ["c0"])
+    task(1, ["d0"])
+    abort_transactions(options, [third, None], "the write")
+    assert_nothing_open(client, topic, 1)
+    assert sorted(committed()) == ["a0", "a1", "b0"]
+    # A transaction aborted before the driver commits it (its timeout, or a newer attempt of
+    # the task): the commit fails, naming it and what was committed before.
+    fourth, fifth = task(0, ["e0"]), task(1, ["f0"])
+    client.init_producer_id(f"{topic}-job-1", transaction_timeout_ms=60_000)
+    with pytest.raises(TransactionCommitError, match=(
+            f"the write: could not commit the transaction of {topic}-job-1 .*Transactions "
+            f"committed before it: {topic}-job-0. .*transactionTimeoutMs")):
+        commit_transactions(options, [fourth, fifth], "the write")
+    assert sorted(committed()) == ["a0", "a1", "b0", "e0"]
+    # A task that wrote nothing has no transaction to commit.
+    assert commit_transactions(options, [task(0, [])], "the write") == 0
+    assert_nothing_open(client, topic, 1)
