@@ -91,7 +91,9 @@ class PartitionTransactions(NamedTuple):
     last_stable_offset: int
     aborted: tuple[AbortedTxn, ...]
 
-    def aborted_overlapping(self, from_offset: int, until_offset: int) -> tuple[tuple[int, int], ...]:
+    def aborted_overlapping(
+        self, from_offset: int, until_offset: int
+    ) -> tuple[tuple[int, int], ...]:
         """``(producer_id, first_offset)`` of the aborted transactions with records in
         ``[from_offset, until_offset)``: the list a fetch of that range would carry (Kafka's
         ``collectAbortedTransactions``), for an AbortedTransactionFilter."""
@@ -265,7 +267,8 @@ def scan_transactions(segments: list[tuple[int, str]]) -> PartitionTransactions:
         start = first_base
         walk = _walk(segments, start, {})
         assert walk is not None, "the first segment's base is always where the walk can start"
-    aborted = _txn_index_entries(segments, start) + walk.aborted
-    return PartitionTransactions(
-        walk.last_stable_offset, tuple(sorted(aborted, key=lambda a: (a.first_offset, a.last_offset)))
+    aborted = sorted(
+        _txn_index_entries(segments, start) + walk.aborted,
+        key=lambda a: (a.first_offset, a.last_offset),
     )
+    return PartitionTransactions(walk.last_stable_offset, tuple(aborted))

@@ -25,8 +25,9 @@ holds a record that may still be aborted; a transaction open at one trigger is r
 micro-batch, once its commit moved the LSO past it (its aborted records never are).
 
 ``Trigger.AvailableNow``: :meth:`~StratalogStreamReader.prepareForTriggerAvailableNow` records
-the latest offsets (log end or LSO) once; later triggers never go past them (limits still apply, so a large
-backlog is read in several micro-batches), and the query stops when they are reached.
+the latest offsets (log end, or LSO) once; later triggers never go past them (limits still
+apply, so a large backlog is read in several micro-batches), and the query stops when they are
+reached.
 ``minOffsetsPerTrigger`` is ignored then, since waiting for records would never end.
 
 Partitions appear (new topics matching ``subscribePattern``) and are read from their log start;
