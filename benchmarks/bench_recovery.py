@@ -20,8 +20,29 @@ The files are written directly (one template batch, base offsets patched: the CR
 cover them), so building them takes seconds. The recovered file was just written, so it is in
 the page cache: the figure is the CPU cost of recovery, not the disk's read speed.
 
+Producer state (issue 12), through ``PartitionLog.open`` of one partition of
+``--producer-mib`` MiB in 64 MiB segments, written by ``PartitionLog.append`` from
+``--producers`` producers in turn, one batch each of ``--producer-batch-records`` records of
+100-byte values (148: ~16 KiB batches; 9: ~1 KiB): four in five idempotent, one in five
+transactional with a marker after each ~1,000 of its records (one marker in ten an ABORT). Closed cleanly, so it has a snapshot per
+roll and one at the log end. Four opens, each the median of ``--runs``; MB/s = ``.log`` bytes
+/ seconds:
+
+  with snapshot          clean open: the snapshot at the log end is loaded, nothing scanned
+  snapshot missing       clean open with every ``.snapshot`` unreadable (0 bytes, as a crash
+                         may leave one): they are deleted and the producer state is rebuilt
+                         from the whole log (batch headers, plus the marker of each control
+                         batch)
+  recovery, snapshots    unclean open from recovery point 0, snapshots intact: every batch
+                         CRC-checked, indexes and ``.txnindex`` rebuilt, producer state scanned
+                         from the log start (no snapshot lies at or below the first segment)
+  recovery, no producers the same unclean open of a partition of the same size written
+                         without producer ids: plain recovery, for comparison
+
 Run: ``.venv/bin/python -m benchmarks.bench_recovery [--segments 10000] [--recovery-mib 1024]
-[--batch-kib 16 1] [--runs 3]``. Data lives under a temporary directory, removed at the end.
+[--batch-kib 16 1] [--producer-mib 256] [--producers 1000] [--producer-batch-records 148 9]
+[--runs 3]``. Data lives under a
+temporary directory, removed at the end.
 """
 
 from __future__ import annotations
@@ -42,6 +63,7 @@ from stratalog.server.storage.checkpoints import RECOVERY_POINT_CHECKPOINT_FILE
 from stratalog.server.storage.clean_shutdown import CLEAN_SHUTDOWN_FILE, marker_exists
 from stratalog.server.storage.files import log_file, offset_index_file, time_index_file
 from stratalog.server.storage.log_manager import LogManager
+from stratalog.server.storage.partition_log import PartitionLog
 
 BASE_TIMESTAMP_MS = 1_700_000_000_000
 TOPIC = "bench"
@@ -147,11 +169,104 @@ def bench_recovery(
     return statistics.median(walls), statistics.median(cpus)
 
 
+PRODUCER_SEGMENT_BYTES = 64 << 20
+RECORDS_PER_TXN = 1000
+
+
+def build_producer_partition(directory: Path, size_bytes: int, producers: int,
+                             batch_records: int, with_producer_ids: bool) -> int:
+    """Write ``size_bytes`` of batches through ``PartitionLog.append`` (see the module
+    docstring), close cleanly; returns the ``.log`` bytes."""
+    value = bytes(range(100))
+    records = [(BASE_TIMESTAMP_MS, None, value, ())] * batch_records
+    batches_per_marker = max(1, RECORDS_PER_TXN // batch_records)
+    log = PartitionLog.open(directory, {"segment.bytes": str(PRODUCER_SEGMENT_BYTES)},
+                            time_ms=lambda: BASE_TIMESTAMP_MS)
+    sequences = [0] * (producers + 1)
+    txn_batches = [0] * (producers + 1)
+    markers = 0
+    written = 0
+    turn = 0
+    while written < size_bytes:
+        pid = turn % producers + 1
+        turn += 1
+        if not with_producer_ids:
+            batch = build_batch(records)
+        else:
+            transactional = pid % 5 == 0
+            batch = build_batch(records, producer_id=pid, producer_epoch=0,
+                                base_sequence=sequences[pid], is_transactional=transactional)
+            sequences[pid] += batch_records
+        written += log.append(batch).size_bytes
+        if with_producer_ids and pid % 5 == 0:
+            txn_batches[pid] += 1
+            if txn_batches[pid] % batches_per_marker == 0:
+                markers += 1
+                log.write_txn_marker(pid, 0, 0, commit=markers % 10 != 0)
+    log.close()
+    return sum(path.stat().st_size for path in directory.glob("*.log"))
+
+
+def timed_open(directory: Path, **kwargs: object) -> tuple[float, float, PartitionLog]:
+    os.sync()  # the writeback of files just written must not land in the timed open
+    started = time.perf_counter()
+    started_cpu = time.process_time()
+    log = PartitionLog.open(directory, {"segment.bytes": str(PRODUCER_SEGMENT_BYTES)},
+                            time_ms=lambda: BASE_TIMESTAMP_MS, **kwargs)  # type: ignore[arg-type]
+    return time.perf_counter() - started, time.process_time() - started_cpu, log
+
+
+def restore_snapshots(directory: Path, snapshots: dict[str, bytes], *, unreadable: bool) -> None:
+    for path in directory.glob("*.snapshot"):
+        path.unlink()
+    for name, data in snapshots.items():
+        (directory / name).write_bytes(b"" if unreadable else data)
+
+
+def bench_producer_state(
+    root: Path, size_bytes: int, producers: int, batch_records: int, runs: int
+) -> list[tuple[str, float, float, float]]:
+    """(name, wall seconds, CPU seconds, MB) of each open of the module docstring, medians."""
+    directory = root / "producers" / "bench-0"
+    log_bytes = build_producer_partition(directory, size_bytes, producers, batch_records, True)
+    snapshots = {p.name: p.read_bytes() for p in sorted(directory.glob("*.snapshot"))}
+    plain = root / "plain" / "bench-0"
+    plain_bytes = build_producer_partition(plain, size_bytes, producers, batch_records, False)
+    cases = [
+        ("with snapshot", directory, False, {"had_clean_shutdown": True}),
+        ("snapshot missing", directory, True, {"had_clean_shutdown": True}),
+        ("recovery, snapshots", directory, False,
+         {"had_clean_shutdown": False, "recovery_point": 0}),
+        ("recovery, no producers", plain, False,
+         {"had_clean_shutdown": False, "recovery_point": 0}),
+    ]
+    results = []
+    for name, where, unreadable, kwargs in cases:
+        walls, cpus = [], []
+        for _ in range(runs):
+            if where is directory:
+                restore_snapshots(directory, snapshots, unreadable=unreadable)
+            wall, cpu, log = timed_open(where, **kwargs)
+            if where is directory:
+                assert len(log.producer_state.producers) == producers, name
+            log.close()
+            walls.append(wall)
+            cpus.append(cpu)
+        mb = (log_bytes if where is directory else plain_bytes) / 1e6
+        results.append((name, statistics.median(walls), statistics.median(cpus), mb))
+    shutil.rmtree(root / "producers")
+    shutil.rmtree(root / "plain")
+    return results
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--segments", type=int, default=10_000)
     parser.add_argument("--recovery-mib", type=int, default=1024)
     parser.add_argument("--batch-kib", type=int, nargs="+", default=[16, 1])
+    parser.add_argument("--producer-mib", type=int, default=256)
+    parser.add_argument("--producers", type=int, default=1000)
+    parser.add_argument("--producer-batch-records", type=int, nargs="+", default=[148, 9])
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args(argv)
     print(f"python {sys.version.split()[0]} on {platform.machine()}, {os.cpu_count()} cpus")
@@ -166,6 +281,13 @@ def main(argv: list[str] | None = None) -> None:
             )
             print(f"recover {args.recovery_mib} MiB active segment, {batch_kib} KiB batches "
                   f"(unclean): {wall_rate:.0f} MB/s (per CPU second: {cpu_rate:.0f} MB/s)")
+        for batch_records in args.producer_batch_records:
+            for name, wall, cpu, mb in bench_producer_state(
+                root, args.producer_mib << 20, args.producers, batch_records, args.runs
+            ):
+                print(f"producer state, {args.producers} producers, {mb:.0f} MB in batches of "
+                      f"{batch_records} records, {name}: {wall * 1000:.0f} ms = "
+                      f"{mb / wall:.0f} MB/s (CPU {cpu * 1000:.0f} ms = {mb / cpu:.0f} MB/s)")
 
 
 if __name__ == "__main__":

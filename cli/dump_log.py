@@ -8,11 +8,30 @@ a stratalog directory against one made by Kafka's own tool:
     baseOffset: 0 lastOffset: 1 count: 2 baseSequence: -1 lastSequence: -1 producerId: -1 ...
     | offset: 0 CreateTime: 1700000000000 keySize: -1 valueSize: 5 sequence: -1 headerKeys: [] ...
 
+``.snapshot`` files print one line per producer as Kafka's ``dumpProducerIdSnapshot`` (Kafka
+3.9/4.0) does: ``currentTxnFirstOffset`` as Java prints an ``OptionalLong``
+(``OptionalLong[90]``, ``OptionalLong.empty``), and a producer without batch metadata (last
+offset -1: only a marker of its epoch was seen) ends its line after ``lastTimestamp: <t> ``,
+trailing space included (each example below is one line)::
+
+    producerId: 7 producerEpoch: 1 coordinatorEpoch: 5 currentTxnFirstOffset: OptionalLong[90]
+      lastTimestamp: 1700000000000 firstSequence: 39 lastSequence: 41 lastOffset: 99
+      offsetDelta: 2 timestamp: 1700000000000
+    producerId: 8 producerEpoch: 2 coordinatorEpoch: 3 currentTxnFirstOffset: OptionalLong.empty
+      lastTimestamp: 1700000000001
+
+File names print as ``java.io.File`` prints the argument (``Dumping ./a//b.log`` shows
+``./a/b.log``), so that the header lines match too.
+
 Problems found while verifying indexes against their log go to stderr in Kafka's words
-("Mismatches in :<file>", "Found timestamp mismatch in :<file>", ...), and make the command exit 1.
-Where this tool differs from Kafka's, it is on purpose: control records other than transaction
-markers print their type (``controlType: LEADER_CHANGE(2)``) instead of Kafka's KRaft JSON, and a
-corrupt batch is reported and skipped instead of ending the run with a stack trace.
+("Mismatches in :<file>", "Found timestamp mismatch in :<file>", ...), and make the command exit 1;
+so do Kafka's snapshot errors ("Snapshot is corrupt (CRC is no longer valid). Stored crc: ...",
+"Snapshot failed schema validation: ..."). Where this tool differs from Kafka's, it is on purpose:
+control records other than transaction markers print their type (``controlType:
+LEADER_CHANGE(2)``) instead of Kafka's KRaft JSON; a corrupt batch is reported and skipped instead
+of ending the run with a stack trace; a snapshot too short for its header or its entries says so
+after "Snapshot failed schema validation: " where Kafka prints the null message of a
+``BufferUnderflowException``; and any of these problems makes the exit status 1 (Kafka's is 0).
 
 The files are only read (mapped read-only); dumping the files of a running server is safe.
 """
@@ -21,9 +40,10 @@ from __future__ import annotations
 
 import argparse
 import mmap
+import os
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,14 +56,18 @@ from stratalog.records.batch import (
     Compression,
     TimestampType,
     compute_crc,
+    decrement_sequence,
+    increment_sequence,
     iter_batch_headers,
 )
 from stratalog.records.control import ControlRecordType, EndTransactionMarker, decode_control_key
+from stratalog.records.crc import crc32c
 from stratalog.records.errors import CorruptSnapshotError, InvalidFileNameError, RecordError
 from stratalog.records.log_layout import (
     INDEX_FILE_SUFFIX,
     LOG_FILE_SUFFIX,
     OFFSET_INDEX_ENTRY,
+    PRODUCER_SNAPSHOT_CRC_START,
     SNAPSHOT_FILE_SUFFIX,
     TIME_INDEX_ENTRY,
     TIME_INDEX_FILE_SUFFIX,
@@ -176,17 +200,27 @@ def _sibling(path: Path, suffix: str) -> Path:
     return path.with_name(path.name.split(".", 1)[0] + suffix)
 
 
+_REPEATED_SLASHES = re.compile("/{2,}")
+
+
+def _java_file_string(name: str) -> str:
+    """``name`` as ``new java.io.File(name).toString()`` gives it (Kafka prints files so):
+    repeated slashes collapsed, a trailing slash dropped; ``.`` and ``..`` kept, unlike
+    ``pathlib``."""
+    normal = _REPEATED_SLASHES.sub("/", name)
+    return normal[:-1] if len(normal) > 1 and normal.endswith("/") else normal
+
+
+def _java_absolute_path(shown: str) -> str:
+    """``File.getAbsolutePath()`` of a file shown as ``shown``: resolved against the working
+    directory, not normalized further."""
+    return shown if shown.startswith("/") else _java_file_string(f"{os.getcwd()}/{shown}")
+
+
 def _last_sequence(header: BatchHeader) -> int:
     if header.base_sequence == NO_SEQUENCE:
         return NO_SEQUENCE
-    return _increment_sequence(header.base_sequence, header.last_offset_delta)
-
-
-def _increment_sequence(sequence: int, increment: int) -> int:
-    # Kafka's DefaultRecordBatch.incrementSequence: wraps past Integer.MAX_VALUE to 0.
-    if sequence > _INT32_MAX - increment:
-        return increment - (_INT32_MAX - sequence) - 1
-    return sequence + increment
+    return increment_sequence(header.base_sequence, header.last_offset_delta)
 
 
 def _batch_line(header: BatchHeader, position: int, crc_valid: bool) -> str:
@@ -217,7 +251,9 @@ def _text(data: bytes) -> str:
     return data.decode("utf-8", errors="replace")
 
 
-def _dump_log(path: Path, opts: DumpOptions, problems: _Problems, out: TextIO, err: TextIO) -> None:
+def _dump_log(
+    path: Path, shown: str, opts: DumpOptions, problems: _Problems, out: TextIO, err: TextIO
+) -> None:
     print(f"Log starting offset: {_base_offset_of(path)}", file=out)
     deep = opts.deep_iteration or opts.print_data_log
     with _mapped(path) as data:
@@ -230,11 +266,11 @@ def _dump_log(path: Path, opts: DumpOptions, problems: _Problems, out: TextIO, e
                 print(_batch_line(header, valid_bytes, crc_valid), file=out)
                 if deep:
                     last_offset = _dump_records(
-                        path, data, header, opts, problems, last_offset, out, err
+                        shown, data, header, opts, problems, last_offset, out, err
                     )
                 valid_bytes += header.size_bytes
         except RecordError as exc:
-            print(f"{path}: {exc}", file=err)
+            print(f"{shown}: {exc}", file=err)
             problems.failures += 1
         trailing = len(data) - valid_bytes
         if trailing > 0 and opts.max_bytes == _INT32_MAX:
@@ -242,7 +278,7 @@ def _dump_log(path: Path, opts: DumpOptions, problems: _Problems, out: TextIO, e
 
 
 def _dump_records(
-    path: Path,
+    shown: str,
     data: memoryview | bytes,
     header: BatchHeader,
     opts: DumpOptions,
@@ -255,13 +291,13 @@ def _dump_records(
     try:
         records = list(iter_records(data, header.position, verify_crc=False))
     except RecordError as exc:
-        print(f"{path}: cannot decode the records of the batch at position "
+        print(f"{shown}: cannot decode the records of the batch at position "
               f"{header.position}: {exc}", file=err)
         problems.failures += 1
         return last_offset
     for record in records:
         if last_offset != -1 and record.offset != last_offset + 1:
-            problems.non_consecutive.setdefault(str(path.absolute()), []).append(
+            problems.non_consecutive.setdefault(_java_absolute_path(shown), []).append(
                 (last_offset, record.offset)
             )
         last_offset = record.offset
@@ -273,7 +309,7 @@ def _dump_records(
             sequence = (
                 NO_SEQUENCE
                 if header.base_sequence == NO_SEQUENCE
-                else _increment_sequence(header.base_sequence, record.offset - header.base_offset)
+                else increment_sequence(header.base_sequence, record.offset - header.base_offset)
             )
             header_keys = ",".join(key for key, _ in record.headers)
             parts.append(
@@ -310,20 +346,22 @@ def _read_or_empty(path: Path) -> bytes:
     return path.read_bytes() if path.exists() else b""
 
 
-def _dump_index(path: Path, opts: DumpOptions, problems: _Problems, out: TextIO) -> None:
+def _dump_index(
+    path: Path, shown: str, opts: DumpOptions, problems: _Problems, out: TextIO
+) -> None:
     base_offset = _base_offset_of(path)
     data = _read_or_empty(path)
     entries = unpack_offset_index(data)
     if not entries:
-        print(f"{path} is empty.", file=out)
+        print(f"{shown} is empty.", file=out)
         return
     if opts.index_sanity_check:
         problem = _offset_index_insanity(len(data), entries, base_offset)
         if problem:
-            print(f"{path}: {problem}", file=out)
+            print(f"{shown}: {problem}", file=out)
             problems.failures += 1
         else:
-            print(f"{path} passed sanity check.", file=out)
+            print(f"{shown} passed sanity check.", file=out)
         return
     log_path = _sibling(path, LOG_FILE_SUFFIX)
     with _mapped(log_path) as log:
@@ -334,7 +372,7 @@ def _dump_index(path: Path, opts: DumpOptions, problems: _Problems, out: TextIO)
                 return
             batch_last = _last_offset_of_batch_at(log, position, opts.max_message_size)
             if batch_last != offset:
-                problems.index_mismatches.setdefault(str(path.absolute()), []).append(
+                problems.index_mismatches.setdefault(_java_absolute_path(shown), []).append(
                     (offset, batch_last)
                 )
             if not opts.verify_index_only:
@@ -397,20 +435,22 @@ def _time_index_insanity(
     return None
 
 
-def _dump_time_index(path: Path, opts: DumpOptions, problems: _Problems, out: TextIO) -> None:
+def _dump_time_index(
+    path: Path, shown: str, opts: DumpOptions, problems: _Problems, out: TextIO
+) -> None:
     base_offset = _base_offset_of(path)
     data = _read_or_empty(path)
     entries = unpack_time_index(data)
     if opts.index_sanity_check:
         problem = _time_index_insanity(len(data), entries, base_offset)
         if problem:
-            print(f"{path}: {problem}", file=out)
+            print(f"{shown}: {problem}", file=out)
             problems.failures += 1
         else:
-            print(f"{path} passed sanity check.", file=out)
+            print(f"{shown} passed sanity check.", file=out)
         return
     offset_entries = unpack_offset_index(_read_or_empty(_sibling(path, INDEX_FILE_SUFFIX)))
-    name = str(path.absolute())
+    name = _java_absolute_path(shown)
     previous_ts = -1
     with _mapped(_sibling(path, LOG_FILE_SUFFIX)) as log:
         for slot, (timestamp, relative) in enumerate(entries):
@@ -488,57 +528,76 @@ def _dump_txn_index(path: Path, out: TextIO) -> None:
 
 
 def _dump_snapshot(path: Path, problems: _Problems, out: TextIO, err: TextIO) -> None:
+    """Kafka's ``dumpProducerIdSnapshot``: ``ProducerStateManager.readSnapshot`` (schema, then
+    CRC), then a line per entry; a snapshot that does not read prints its error only."""
+    data = path.read_bytes()
     try:
-        # The CRC is not checked: a dump shows what is there, as it always has.
-        snapshot = unpack_producer_snapshot(path.read_bytes(), verify_crc=False)
+        snapshot = unpack_producer_snapshot(data, verify_crc=False)
     except CorruptSnapshotError as exc:
-        print(f"{path}: {exc}", file=err)
+        print(f"Snapshot failed schema validation: {exc}", file=err)
+        problems.failures += 1
+        return
+    computed = crc32c(memoryview(data)[PRODUCER_SNAPSHOT_CRC_START:])
+    if computed != snapshot.crc:
+        print(f"Snapshot is corrupt (CRC is no longer valid). Stored crc: {snapshot.crc}. "
+              f"Computed crc: {computed}", file=err)
         problems.failures += 1
         return
     for entry in snapshot.entries:
-        last_seq, offset_delta, timestamp = entry.last_sequence, entry.offset_delta, entry.timestamp
-        first_seq = last_seq - offset_delta if last_seq >= 0 else -1
-        print(
+        txn_first = entry.current_txn_first_offset
+        line = (
             f"producerId: {entry.producer_id} producerEpoch: {entry.producer_epoch} "
-            f"coordinatorEpoch: {entry.coordinator_epoch} "
-            f"currentTxnFirstOffset: {entry.current_txn_first_offset} lastTimestamp: {timestamp} "
-            f"firstSequence: {first_seq} lastSequence: {last_seq} "
-            f"lastOffset: {entry.last_offset} offsetDelta: {offset_delta} timestamp: {timestamp}",
-            file=out,
+            f"coordinatorEpoch: {entry.coordinator_epoch} currentTxnFirstOffset: "
+            f"{'OptionalLong.empty' if txn_first < 0 else f'OptionalLong[{txn_first}]'} "
+            f"lastTimestamp: {entry.timestamp} "
         )
+        if entry.last_offset >= 0:  # Kafka keeps batch metadata only then
+            first_seq = decrement_sequence(entry.last_sequence, entry.offset_delta)
+            line += (
+                f"firstSequence: {first_seq} lastSequence: {entry.last_sequence} "
+                f"lastOffset: {entry.last_offset} offsetDelta: {entry.offset_delta} "
+                f"timestamp: {entry.timestamp}"
+            )
+        print(line, file=out)
 
 
 def dump_files(
-    paths: list[Path], opts: DumpOptions, out: TextIO | None = None, err: TextIO | None = None
+    paths: Sequence[str | os.PathLike[str]],
+    opts: DumpOptions,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
 ) -> int:
     """Dump every file; returns 0, or 1 when a file was unreadable or verification found problems.
 
+    ``paths`` are printed as given (as ``java.io.File`` prints them, see the module docstring).
     ``out``/``err`` default to the *current* ``sys.stdout``/``sys.stderr``.
     """
     out = out or sys.stdout
     err = err or sys.stderr
     problems = _Problems()
-    for path in paths:
-        print(f"Dumping {path}", file=out)
+    for arg in paths:
+        shown = _java_file_string(os.fspath(arg))
+        path = Path(os.fspath(arg))
+        print(f"Dumping {shown}", file=out)
         suffix = path.suffix
         try:
             if suffix == LOG_FILE_SUFFIX:
-                _dump_log(path, opts, problems, out, err)
+                _dump_log(path, shown, opts, problems, out, err)
             elif suffix == INDEX_FILE_SUFFIX:
-                _dump_index(path, opts, problems, out)
+                _dump_index(path, shown, opts, problems, out)
             elif suffix == TIME_INDEX_FILE_SUFFIX:
-                _dump_time_index(path, opts, problems, out)
+                _dump_time_index(path, shown, opts, problems, out)
             elif suffix == TXN_INDEX_FILE_SUFFIX:
                 _dump_txn_index(path, out)
             elif suffix == SNAPSHOT_FILE_SUFFIX:
                 _dump_snapshot(path, problems, out, err)
             else:
-                print(f"Ignoring unknown file {path}", file=err)
+                print(f"Ignoring unknown file {shown}", file=err)
         except OSError as exc:
-            print(f"{path}: {exc.strerror or exc}", file=err)
+            print(f"{shown}: {exc.strerror or exc}", file=err)
             problems.failures += 1
         except ValueError as exc:
-            print(f"{path}: {exc}", file=err)
+            print(f"{shown}: {exc}", file=err)
             problems.failures += 1
     problems.print(err)
     return 1 if problems.any() else 0
@@ -552,7 +611,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "kafka-dump-log.sh does. Exit status 1 when a file is unreadable or an index does not "
         "match its log.",
     )
-    parser.add_argument("files", nargs="*", type=Path, metavar="FILE", help="files to dump")
+    parser.add_argument("files", nargs="*", metavar="FILE", help="files to dump")
     parser.add_argument(
         "--files", dest="files_csv", default="", metavar="F1,F2",
         help="comma-separated files, as kafka-dump-log.sh takes them",
@@ -575,7 +634,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    paths = list(args.files) + [Path(p) for p in args.files_csv.split(",") if p]
+    paths = list(args.files) + [p for p in args.files_csv.split(",") if p]
     if not paths:
         print("stratalog dump-log: no files given (FILE... or --files F1,F2)", file=sys.stderr)
         return 2

@@ -28,12 +28,13 @@ listening, connection lost, deadline passed) have no ErrorInfo and map by status
     ├── (the producer-state and transaction reasons of broker.proto, one class each)
     ├── BrokerUnavailableError        UNAVAILABLE        (no ErrorInfo)        retriable
     ├── RequestTimeoutError           DEADLINE_EXCEEDED  (no ErrorInfo)        retriable
-    │   └── DeliveryTimeoutError      (the Producer's) not acknowledged in delivery_timeout_ms
-    └── TransactionAbortedError       (the Producer's) the batch's transaction was aborted
+    │   └── DeliveryTimeoutError      (Producer) not acknowledged within delivery_timeout_ms
+    └── TransactionAbortedError       (Producer) ABORTED: the batch's transaction was aborted
 
 Any other status (INTERNAL, UNKNOWN, UNIMPLEMENTED, CANCELLED, a reason this client does not know
 yet) becomes a plain :class:`StratalogError` carrying the code and reason it got; it is retriable
-only for UNAVAILABLE, DEADLINE_EXCEEDED and CANCELLED (the server cancelled the call). Why each flag is what it is: docs/api.md, "Errors".
+only for UNAVAILABLE, DEADLINE_EXCEEDED and CANCELLED (the server cancelled the call). Why each
+flag is what it is: docs/api.md, "Errors".
 """
 
 from __future__ import annotations

@@ -703,7 +703,9 @@ class Producer:
             self._close_batch(queue, self._topics.get(queue.topic), batch)
         # Otherwise the batch keeps filling until a request slot frees (see _maybe_send).
 
-    def _close_batch(self, queue: _PartitionQueue, state: _TopicState | None, batch: ProducerBatch) -> None:
+    def _close_batch(
+        self, queue: _PartitionQueue, state: _TopicState | None, batch: ProducerBatch
+    ) -> None:
         """Move the open batch to ``ready`` (encoding is finished by build()) and send."""
         if batch.timer is not None:
             batch.timer.cancel()

@@ -29,6 +29,8 @@ import collections
 import contextlib
 from typing import Protocol
 
+from stratalog.records.batch import SEQUENCE_MAX, increment_sequence
+
 from .types import ProducerIdAndEpoch
 
 __all__ = [
@@ -39,19 +41,9 @@ __all__ = [
     "increment_sequence",
 ]
 
-#: The largest sequence; the one after it is 0 (a batch's base_sequence is an int32).
-SEQUENCE_MAX = (1 << 31) - 1
 
 #: The producer of a partition that has stamped nothing yet.
 NO_PRODUCER = ProducerIdAndEpoch(-1, -1)
-
-
-def increment_sequence(sequence: int, increment: int) -> int:
-    """``sequence + increment``, wrapping past :data:`SEQUENCE_MAX` to 0 (Kafka's
-    ``DefaultRecordBatch.incrementSequence``). O(1)."""
-    if sequence > SEQUENCE_MAX - increment:
-        return increment - (SEQUENCE_MAX - sequence) - 1
-    return sequence + increment
 
 
 class Sequenced(Protocol):

@@ -78,6 +78,7 @@ __all__ = [
     "RECORD_BATCH_OVERHEAD",
     "SCAN_FIELDS",
     "SCAN_FIELD_NAMES",
+    "SEQUENCE_MAX",
     "TIMESTAMP_TYPE_MASK",
     "TRANSACTIONAL_FLAG_MASK",
     "BatchHeader",
@@ -87,8 +88,10 @@ __all__ = [
     "check_framing",
     "check_whole",
     "compute_crc",
+    "decrement_sequence",
     "field_struct",
     "header_struct",
+    "increment_sequence",
     "is_intact_legacy_message",
     "iter_batch_headers",
     "parse_header",
@@ -218,6 +221,8 @@ NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
 NO_PARTITION_LEADER_EPOCH = -1
+#: The largest sequence number: a batch's base_sequence is an int32, and 0 follows this one.
+SEQUENCE_MAX = (1 << 31) - 1
 
 # Attribute bits (low byte; the high byte is written 0).
 COMPRESSION_CODEC_MASK = 0x07
@@ -319,6 +324,24 @@ class BatchHeader(NamedTuple):
 
 
 assert BatchHeader._fields[:-1] == tuple(name for name, _ in _FIELDS)
+
+
+def increment_sequence(sequence: int, increment: int) -> int:
+    """``sequence + increment``, wrapping past :data:`SEQUENCE_MAX` to 0 (Kafka's
+    ``DefaultRecordBatch.incrementSequence``): the sequence of a batch's last record, or the
+    next sequence a producer sends. Producers and the broker must wrap alike. O(1)."""
+    if sequence > SEQUENCE_MAX - increment:
+        return increment - (SEQUENCE_MAX - sequence) - 1
+    return sequence + increment
+
+
+def decrement_sequence(sequence: int, decrement: int) -> int:
+    """``sequence - decrement``, wrapping below 0 to :data:`SEQUENCE_MAX` (Kafka's
+    ``DefaultRecordBatch.decrementSequence``; for a last sequence of -1 it gives
+    ``SEQUENCE_MAX``, as Kafka's does). O(1)."""
+    if sequence < decrement:
+        return SEQUENCE_MAX - (decrement - sequence) + 1
+    return sequence - decrement
 
 
 def _of(where: str) -> str:

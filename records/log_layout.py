@@ -714,12 +714,16 @@ def unpack_producer_snapshot(data: Buffer, *, verify_crc: bool) -> ProducerSnaps
         verify_crc: compare the stored CRC with the CRC-32C of bytes [6, end), as Kafka's
             ``readSnapshot`` does; a dump that shows what is there passes False.
     Raises:
-        CorruptSnapshotError: fewer than 10 bytes, a negative entry count or more entries than
-            the bytes hold, or (with ``verify_crc``) a CRC mismatch.
+        CorruptSnapshotError: fewer than 10 bytes, a version other than 1 (Kafka's
+            ``readSnapshot`` knows no other), a negative entry count or more entries than the
+            bytes hold, or (with ``verify_crc``) a CRC mismatch.
     """
     if len(data) < PRODUCER_SNAPSHOT_HEADER.size:
         raise CorruptSnapshotError(f"producer snapshot is truncated ({len(data)} bytes)")
     version, crc, count = PRODUCER_SNAPSHOT_HEADER.unpack_from(data, 0)
+    if version != PRODUCER_SNAPSHOT_VERSION:
+        # Kafka's words, so that logs and dumps read alike.
+        raise CorruptSnapshotError(f"Snapshot contained an unknown file version {version}")
     needed = PRODUCER_SNAPSHOT_HEADER.size + count * PRODUCER_SNAPSHOT_ENTRY.size
     if count < 0 or needed > len(data):
         raise CorruptSnapshotError(

@@ -399,11 +399,16 @@ class PartitionLog:
     def last_stable_offset(self) -> int:
         """The LSO: the first offset of the earliest open transaction, or the log end offset
         when none is open (Kafka's ``lastStableOffset``; stratalog's high watermark is the log
-        end). read_committed fetches and ListOffsets stop here. Thread-safe without the lock:
-        the end is read before the first unstable offset (see :meth:`_write_to`)."""
+        end), never below the log start offset: a transaction may have begun below it
+        (DeleteRecords, retention), and offsets there cannot be read (Kafka bounds its first
+        unstable offset so too). read_committed fetches and ListOffsets stop here.
+        Thread-safe without the lock: the end is read before the first unstable offset (see
+        :meth:`_write_to`)."""
         end = self._end.offset
         first_unstable = self._producer_state.first_unstable_offset
-        return end if first_unstable is None else min(first_unstable, end)
+        if first_unstable is None:
+            return end
+        return min(max(first_unstable, self._log_start_offset), end)
 
     @property
     def producer_state(self) -> ProducerStateManager:
@@ -750,22 +755,35 @@ class PartitionLog:
         end, then the first unstable offset): the ``.txnindex`` entries of aborted transactions
         are written before the state completes them, and the state records a new transaction
         before the end that holds its first batch is published.
+
+        All or nothing: the ``.txnindex`` entries of an ABORT marker are written before the
+        marker, and taken back if the marker's write fails. (Kafka writes the marker first; an
+        index write failing after it takes the log directory offline. Here it fails the call,
+        and the log stays as it was.)
         """
-        segment.append(
-            validated.last_offset,
-            validated.max_timestamp,
-            validated.shallow_offset_of_max_timestamp,
-            validated.pieces,
-        )
+        aborted: list[AbortedTxn] = []
         if judged is not None:
             state = self._producer_state
-            for txn in judged.completed_txns:
-                if txn.is_aborted:
-                    segment.txn_index.append(AbortedTxn(
-                        txn.producer_id, txn.first_offset, txn.last_offset,
-                        state.last_stable_offset_for(txn),
-                    ))
-            state.apply(judged)
+            aborted = [
+                AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset,
+                           state.last_stable_offset_for(txn))
+                for txn in judged.completed_txns if txn.is_aborted
+            ]
+        for entry in aborted:
+            segment.txn_index.append(entry)
+        try:
+            segment.append(
+                validated.last_offset,
+                validated.max_timestamp,
+                validated.shallow_offset_of_max_timestamp,
+                validated.pieces,
+            )
+        except BaseException:
+            if aborted:
+                self._take_back_txn_index_entries(segment, aborted[0].last_offset)
+            raise
+        if judged is not None:
+            self._producer_state.apply(judged)
         else:
             self._producer_state.map_end_offset = validated.last_offset + 1
         self._end = _LogEnd(validated.last_offset + 1, segment.base_offset, segment.size_bytes)
@@ -779,6 +797,16 @@ class PartitionLog:
             size_bytes=validated.size_bytes,
             log_start_offset=self._log_start_offset,
         )
+
+    def _take_back_txn_index_entries(self, segment: Segment, from_offset: int) -> None:
+        """Cut the ``.txnindex`` entries of a marker whose write failed. If that fails too, the
+        entries stay: they name offsets from the log end on, which the next marker's entries
+        must pass (a retry fails until a restart rebuilds the index from the log)."""
+        try:
+            segment.txn_index.truncate_to(from_offset)
+        except StorageError:
+            log.exception("cannot take back the transaction index entries from offset %d of %s",
+                          from_offset, segment.log_path)
 
     def _roll_due(self, segment: Segment, validated: ValidatedAppend, now_ms: int) -> bool:
         """Whether ``validated`` must go to a new segment ([B-4], [B-11], [B-12])."""
@@ -1189,12 +1217,26 @@ class PartitionLog:
     def _reload_producer_state(self, end_offset: int) -> None:
         """After a truncation to ``end_offset``: snapshots above it deleted, the state reloaded
         from the latest one at or below it plus a scan of the log after it (Kafka's
-        ``truncateAndReload``)."""
+        ``truncateAndReload``), then written as a snapshot at ``end_offset`` (Kafka's
+        ``rebuildProducerState`` takes one too).
+
+        The snapshot keeps true what an unclean open relies on: with no snapshot file at all,
+        no producer was known at any roll. The truncation may have deleted every snapshot
+        (those above the end, and a damaged one the reload skipped) while producers of earlier
+        segments remain; without it, a crash now would forget them and their open
+        transactions.
+        """
         state = self._producer_state
         state.delete_snapshots(above=end_offset)
         state.load_latest_snapshot(end_offset, self._log_start_offset, self._time_ms())
         if state.map_end_offset < end_offset:
             rebuild_producer_state(state, self._segments, end_offset)
+        if state.producers or state.snapshots_seen:
+            # Named by the end of the batches kept: a truncation inside a batch removes it
+            # whole, so a reopened log ends there (below end_offset) and would delete a
+            # snapshot named end_offset as "above the log end". Nothing lies in between.
+            state.map_end_offset = self.active_segment.read_next_offset()
+            state.take_snapshot()
         state.map_end_offset = end_offset
 
     def _truncate_fully_and_start_at(self, new_offset: int) -> None:

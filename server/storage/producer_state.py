@@ -23,8 +23,9 @@ Snapshot files (``<20-digit offset>.snapshot``, byte layout in
 :mod:`stratalog.records.log_layout` §6, Kafka's ``ProducerSnapshot``) hold the state as of
 (exclusive) that offset: one entry per producer with its LAST batch only, as Kafka's. They are
 written atomically (temporary file, rename) on roll and on clean close and read at open. A
-snapshot that does not parse or whose CRC does not match is skipped with a warning naming the
-file and why, and an older one (or the log itself) is used instead.
+snapshot that does not parse, has a version other than 1 or whose CRC does not match is deleted
+with a warning naming the file and why (as Kafka does), and an older one (or the log itself) is
+used instead.
 
 Differences from Kafka, on purpose: an append may hold several batches (stratalog's Produce
 takes "one or more"): either every batch of it is a duplicate (acknowledged with the original
@@ -47,7 +48,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-from stratalog.records.batch import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
+from stratalog.records.batch import (
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    SEQUENCE_MAX,
+    decrement_sequence,
+    increment_sequence,
+)
 from stratalog.records.control import ControlRecordType
 from stratalog.records.errors import CorruptSnapshotError
 from stratalog.records.log_layout import (
@@ -85,23 +93,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 NUM_BATCHES_TO_RETAIN = 5  # Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN
-INT32_MAX = (1 << 31) - 1
+INT32_MAX = SEQUENCE_MAX
 NO_TXN = -1  # current_txn_first_offset when no transaction is open (the snapshot's -1)
-
-
-def increment_sequence(sequence: int, increment: int) -> int:
-    """``sequence + increment`` wrapping past Int32.MAX to 0 (Kafka's
-    ``DefaultRecordBatch.incrementSequence``)."""
-    if sequence > INT32_MAX - increment:
-        return increment - (INT32_MAX - sequence) - 1
-    return sequence + increment
-
-
-def decrement_sequence(sequence: int, decrement: int) -> int:
-    """``sequence - decrement`` wrapping below 0 to Int32.MAX (``decrementSequence``)."""
-    if sequence < decrement:
-        return INT32_MAX - (decrement - sequence) + 1
-    return sequence - decrement
 
 
 def _in_sequence(last_sequence: int, next_sequence: int) -> bool:
@@ -357,7 +350,7 @@ class ProducerStateManager:
                     completed.append(done)
             else:
                 first_txn = entry.current_txn_first_offset
-                self._append_data(entry, current, batch)
+                self._append_data(entry, batch)
                 if first_txn == NO_TXN and entry.current_txn_first_offset != NO_TXN:
                     started.append((batch.producer_id, entry.current_txn_first_offset))
         if duplicates:
@@ -372,9 +365,7 @@ class ProducerStateManager:
             )
         return ProducerAppend(updated, tuple(started), tuple(completed), end_offset)
 
-    def _append_data(
-        self, entry: ProducerStateEntry, current: ProducerStateEntry | None, batch: ProducerBatch
-    ) -> None:
+    def _append_data(self, entry: ProducerStateEntry, batch: ProducerBatch) -> None:
         """Kafka's ``ProducerAppendInfo.appendDataBatch``: epoch, sequence, transaction."""
         producer_id, epoch = batch.producer_id, batch.producer_epoch
         if epoch < entry.producer_epoch:
@@ -399,10 +390,10 @@ class ProducerStateManager:
                     producer_id=producer_id,
                 )
         else:
+            # A producer whose entry holds no batch of this epoch (a marker bumped or closed it,
+            # or a snapshot kept only its marker) starts at 0: NO_SEQUENCE + 1, as in Kafka.
             last_seq = entry.last_seq
-            if last_seq == NO_SEQUENCE and current is not None:
-                last_seq = current.last_seq
-            if last_seq != NO_SEQUENCE and not _in_sequence(last_seq, sequence):
+            if not _in_sequence(last_seq, sequence):
                 raise OutOfOrderSequenceError(
                     f"out of order sequence {sequence} from producer {producer_id} (epoch {epoch}) "
                     f"at offset {batch.first_offset}: expected {increment_sequence(last_seq, 1)}",
@@ -459,14 +450,18 @@ class ProducerStateManager:
             self._first_unstable = min(self._ongoing) if self._ongoing else None
         self.map_end_offset = max(self.map_end_offset, append.end_offset)
 
-    def load_batches(self, batches: Iterable[ProducerBatch], end_offset: int) -> list[CompletedTxn]:
+    def load_batches(
+        self, batches: Iterable[ProducerBatch], end_offset: int
+    ) -> list[tuple[CompletedTxn, int]]:
         """Replay batches read from the log (recovery), without the client-side checks.
 
         As Kafka's replication origin: sequences are not checked, duplicates are not dropped.
-        Returns the transactions the markers completed, each with the LSO at its marker filled
-        in by :meth:`last_stable_offset_for` (the caller indexes the aborted ones).
+        Returns the transactions the markers completed, each with the LSO of the moment its
+        marker was replayed (:meth:`last_stable_offset_for`; the caller indexes the aborted
+        ones). One call may replay a whole segment: the first unstable offset is computed once,
+        at the end (per batch it cost as much as the rest of the replay).
         """
-        done: list[CompletedTxn] = []
+        done: list[tuple[CompletedTxn, int]] = []
         for batch in batches:
             entry = self._producers.get(batch.producer_id)
             if entry is None:
@@ -477,11 +472,13 @@ class ProducerStateManager:
                     txn = CompletedTxn(batch.producer_id, entry.current_txn_first_offset,
                                        batch.first_offset,
                                        batch.control_type is ControlRecordType.ABORT)
-                    done.append(txn)
+                    done.append((txn, self.last_stable_offset_for(txn)))
                 if batch.producer_epoch != entry.producer_epoch:
                     entry.batches.clear()
                     entry.producer_epoch = batch.producer_epoch
-                entry.coordinator_epoch = max(entry.coordinator_epoch, batch.coordinator_epoch)
+                # The latest marker's, even if lower (KAFKA-9144: the live log took it because
+                # the producer had expired in between), as Kafka's replay does.
+                entry.coordinator_epoch = batch.coordinator_epoch
                 entry.current_txn_first_offset = NO_TXN
                 entry.last_timestamp = batch.max_timestamp
                 if txn is not None:
@@ -545,7 +542,7 @@ class ProducerStateManager:
     ) -> bool:
         """Load the latest readable snapshot with offset in ``[log_start_offset, at_or_below]``.
 
-        Corrupt or truncated snapshots on the way are logged (file and why) and skipped; the
+        Corrupt or truncated snapshots on the way are logged (file and why) and deleted; the
         state of producers expired by ``now_ms`` is not loaded (Kafka's ``loadFromSnapshot``).
         Returns False (state reset to ``log_start_offset``) when no snapshot could be used.
         ``offsets`` are the snapshot offsets present, when the caller listed the directory.
@@ -553,28 +550,76 @@ class ProducerStateManager:
         if offsets is None:
             offsets = list_snapshot_offsets(self._directory)
         self.snapshots_seen = self.snapshots_seen or bool(offsets)
+        found = self._read_latest_snapshot(offsets, log_start_offset, at_or_below)
+        if found is None:
+            self.reset(log_start_offset)
+            return False
+        offset, entries = found
+        self.reset(offset)
+        for entry in entries:
+            self._load_entry(entry, now_ms)
+        self._first_unstable = min(self._ongoing) if self._ongoing else None
+        return True
+
+    def load_unknown_producers(
+        self, offsets: list[int], scanned_from: int, at_or_below: int, now_ms: int
+    ) -> int:
+        """Add the producers this state does not know from the latest readable snapshot with
+        offset in ``[scanned_from, at_or_below]``; returns how many were added.
+
+        For a state rebuilt by a scan of the log from ``scanned_from`` on with nothing known
+        before it (no usable snapshot there, so the scan began at the log start): a producer
+        the scan did not meet has no batch in the log from there on, so a later snapshot's
+        entry for it is its state still. Kafka keeps such producers because it loads its latest snapshot;
+        without this, a producer whose batches all lie below the log start (DeleteRecords) is
+        forgotten by an unclean restart.
+        """
+        found = self._read_latest_snapshot(offsets, scanned_from, at_or_below)
+        if found is None:
+            return 0
+        added = 0
+        for entry in found[1]:
+            if entry.producer_id not in self._producers and self._load_entry(entry, now_ms):
+                added += 1
+        self._first_unstable = min(self._ongoing) if self._ongoing else None
+        return added
+
+    def _load_entry(self, entry: ProducerStateEntry, now_ms: int) -> bool:
+        """Take one snapshot entry unless it expired by ``now_ms``; True if taken."""
+        if (entry.current_txn_first_offset == NO_TXN
+                and now_ms - entry.last_timestamp >= self.producer_id_expiration_ms):
+            return False
+        self._producers[entry.producer_id] = entry
+        if entry.current_txn_first_offset != NO_TXN:
+            self._ongoing[entry.current_txn_first_offset] = entry.producer_id
+        return True
+
+    def _read_latest_snapshot(
+        self, offsets: list[int], low: int, high: int
+    ) -> tuple[int, list[ProducerStateEntry]] | None:
+        """(offset, entries) of the latest readable snapshot with offset in ``[low, high]``.
+
+        A corrupt one on the way is deleted, as Kafka does: kept, it would be read (and
+        skipped) at every open, and make every open without a newer snapshot scan the whole
+        log. One that cannot be read now (an I/O error) is left in place.
+        """
         for offset in reversed(offsets):
-            if offset > at_or_below or offset < log_start_offset:
+            if offset > high or offset < low:
                 continue
             path = producer_snapshot_file(self._directory, offset)
             try:
                 snapshot = unpack_producer_snapshot(path.read_bytes(), verify_crc=True)
-            except (CorruptSnapshotError, OSError) as exc:
-                log.warning("ignoring producer snapshot %s: %s", path, exc)
+            except CorruptSnapshotError as exc:
+                log.warning("deleting corrupt producer snapshot %s: %s", path, exc)
+                self._delete_snapshot_file(path)
                 continue
-            self.reset(offset)
-            for raw in snapshot.entries:
-                entry = ProducerStateEntry.from_snapshot_entry(raw)
-                if (entry.current_txn_first_offset == NO_TXN
-                        and now_ms - entry.last_timestamp >= self.producer_id_expiration_ms):
-                    continue
-                self._producers[entry.producer_id] = entry
-                if entry.current_txn_first_offset != NO_TXN:
-                    self._ongoing[entry.current_txn_first_offset] = entry.producer_id
-            self._first_unstable = min(self._ongoing) if self._ongoing else None
-            return True
-        self.reset(log_start_offset)
-        return False
+            except FileNotFoundError:
+                continue  # deleted since the directory was listed
+            except OSError as exc:
+                log.warning("ignoring unreadable producer snapshot %s: %s", path, exc)
+                continue
+            return offset, [ProducerStateEntry.from_snapshot_entry(raw) for raw in snapshot.entries]
+        return None
 
     def delete_snapshots(
         self,
@@ -595,6 +640,15 @@ class ProducerStateManager:
                     raise StorageIOError(f"cannot delete producer snapshot {path}: {exc}") from exc
                 deleted += 1
         return deleted
+
+    @staticmethod
+    def _delete_snapshot_file(path: Path) -> None:
+        """Unlink a snapshot that cannot be used; a failure is logged, not raised (the file is
+        skipped again at the next open)."""
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as exc:
+            log.warning("cannot delete corrupt producer snapshot %s: %s", path, exc)
 
     def __repr__(self) -> str:
         return (f"ProducerStateManager(directory={str(self._directory)!r}, "

@@ -19,10 +19,12 @@ passes, each making the directory simpler for the next ([B-48]..[B-53])::
             indexes are grown back to segment.index.bytes
     pass 7  producer state ([B-53], [B-72]): snapshots above the log end or below the log
             start are deleted; the latest readable snapshot at or below the first segment
-            passes 4/5 recovered (clean shutdown: the log end) is loaded, corrupt ones skipped
+            passes 4/5 recovered (clean shutdown: the log end) is loaded, corrupt ones deleted
             with a warning; the batches after it are scanned (headers, plus the marker of each
             control batch) and the .txnindex entries of the ABORT markers in recovered segments
-            rebuilt; after a scan a snapshot at the log end is written
+            rebuilt; a scan that began at the log start with nothing known takes the producers
+            it did not meet from the latest later snapshot; after a scan a snapshot at the log
+            end is written
 
 Only the segments pass 5 recovers (and those with a missing index) have their index files
 read; a clean start with 10,000 segments opens 10,000 ``.log`` descriptors and nothing else.
@@ -37,7 +39,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -402,10 +404,15 @@ class LogLoader:
             state.reset(end if self._had_clean_shutdown is True else max(bound, start))
         else:
             state.load_latest_snapshot(bound, start, self._time_ms(), offsets)
-        if state.map_end_offset < end:
+        scan_from = state.map_end_offset
+        if scan_from < end:
             rebuild_producer_state(
                 state, loaded.segments, end, rebuild_txn_index_from=self._first_recovered
             )
+            if scan_from == start and offsets:
+                # The scan knew nothing before the log start: a later snapshot still knows the
+                # producers whose batches all lie below it (see load_unknown_producers).
+                state.load_unknown_producers(offsets, scan_from, end, self._time_ms())
             if state.producers:
                 state.take_snapshot()
                 self._directory_changed = True
@@ -496,19 +503,19 @@ def rebuild_producer_state(
     end_offset: int,
     *,
     rebuild_txn_index_from: int | None = None,
-) -> int:
-    """Scan the batches in ``[state.map_end_offset, end_offset)`` into ``state``; returns how
-    many batches were read (Kafka's ``loadProducersFromRecords``).
+) -> None:
+    """Scan the batches in ``[state.map_end_offset, end_offset)`` into ``state`` (Kafka's
+    ``loadProducersFromRecords``).
 
     Only headers are read, and the one record of each control batch (its marker). Each ABORT
     marker that completes a transaction yields an ``AbortedTxn`` with the LSO of that moment;
     in segments at or above ``rebuild_txn_index_from`` (those recovery rebuilt) the entry is
     appended to the segment's ``.txnindex`` (whose entries are reset first when the scan covers
-    the segment from its start; otherwise appended when past its last entry).
+    the segment from its start; otherwise appended when past its last entry). Each segment is
+    replayed in one call of :meth:`ProducerStateManager.load_batches`.
     """
     start = state.map_end_offset
     first = segments.floor_segment(start) or segments.first
-    scanned = 0
     segment = first
     while segment is not None and segment.base_offset < end_offset:
         rebuild_index = (
@@ -523,27 +530,35 @@ def rebuild_producer_state(
                 segment = segments.higher_segment(segment.base_offset)
                 continue
             position = found.position
-        for header in segment.iter_batch_headers(position):
-            if header.base_offset >= end_offset:
-                break
-            scanned += 1
-            if header.last_offset < start or header.producer_id == NO_PRODUCER_ID:
+        following = segments.higher_segment(segment.base_offset)
+        segment_end = end_offset if following is None else min(following.base_offset, end_offset)
+        for txn, last_stable_offset in state.load_batches(
+            _producer_batches(segment, position, start, end_offset), segment_end
+        ):
+            if not (txn.is_aborted and rebuild_index):
                 continue
-            batch = _producer_batch(segment, header)
-            if batch is None:
-                continue
-            for txn in state.load_batches([batch], header.last_offset + 1):
-                if not (txn.is_aborted and rebuild_index):
-                    continue
-                txn_index = segment.txn_index
-                if txn_index.last_offset is None or txn_index.last_offset < txn.last_offset:
-                    txn_index.append(AbortedTxn(
-                        txn.producer_id, txn.first_offset, txn.last_offset,
-                        state.last_stable_offset_for(txn),
-                    ))
-        segment = segments.higher_segment(segment.base_offset)
+            txn_index = segment.txn_index
+            if txn_index.last_offset is None or txn_index.last_offset < txn.last_offset:
+                txn_index.append(AbortedTxn(
+                    txn.producer_id, txn.first_offset, txn.last_offset, last_stable_offset
+                ))
+        segment = following
     state.map_end_offset = max(state.map_end_offset, end_offset)
-    return scanned
+
+
+def _producer_batches(
+    segment: Segment, position: int, start: int, end_offset: int
+) -> Iterator[ProducerBatch]:
+    """The producer-state view of the batches of ``segment`` from ``position`` that end at or
+    after ``start`` and begin below ``end_offset``, those with a producer id only."""
+    for header in segment.iter_batch_headers(position):
+        if header.base_offset >= end_offset:
+            return
+        if header.last_offset < start or header.producer_id == NO_PRODUCER_ID:
+            continue
+        batch = _producer_batch(segment, header)
+        if batch is not None:
+            yield batch
 
 
 def _producer_batch(segment: Segment, header: BatchHeader) -> ProducerBatch | None:

@@ -14,6 +14,8 @@ from stratalog.cli.main import main
 from stratalog.records import BatchBuilder, Compression, build_batch
 from stratalog.records.batch import set_base_offset
 from stratalog.records.control import ControlRecordType, EndTransactionMarker
+from stratalog.records.crc import crc32c
+from stratalog.server.storage import PartitionLog
 
 # kafka-storage-reference.md §1.4: two records, ts 1700000000000 and ...005, CRC 0xd1f723ec.
 TWO_RECORDS = bytes.fromhex(
@@ -242,35 +244,131 @@ def test_transaction_index_entries_are_printed_as_stored(tmp_path, capsys):
     ]
 
 
-def test_producer_snapshots_are_printed_and_damaged_ones_reported(tmp_path, capsys):
-    # Spec §1.7: int16 version, uint32 crc, int32 count, 46-byte entries. The CRC is not checked.
-    entry = struct.Struct(">qhiqiqiq")
+SNAPSHOT_ENTRY = struct.Struct(">qhiqiqiq")  # spec §1.7, 46 bytes
+
+
+def snapshot_bytes(*entries: tuple, version: int = 1, crc: int | None = None) -> bytes:
+    """A ``.snapshot`` laid out from spec §1.7 (int16 version, uint32 CRC-32C of bytes [6,
+    end), int32 count, entries)."""
+    body = struct.pack(">i", len(entries)) + b"".join(SNAPSHOT_ENTRY.pack(*e) for e in entries)
+    return struct.pack(">hI", version, crc32c(body) if crc is None else crc) + body
+
+
+def test_producer_snapshots_are_printed_as_kafkas_dump_prints_them(tmp_path, capsys):
+    # DumpLogSegments.dumpProducerIdSnapshot: currentTxnFirstOffset is an OptionalLong;
+    # firstSequence is BatchMetadata.firstSeq (decrementSequence, so Int32.MAX for a last
+    # sequence of -1); a producer without batch metadata (last offset -1) ends its line after
+    # "lastTimestamp: <t> ", trailing space included.
     snapshot = tmp_path / "00000000000000000100.snapshot"
-    snapshot.write_bytes(
-        struct.pack(">hIi", 1, 12345, 2)
-        + entry.pack(7, 1, 41, 99, 2, 1700000000000, 5, 90)
-        + entry.pack(8, 0, -1, 100, 0, 1700000000001, -1, -1)
+    snapshot.write_bytes(snapshot_bytes(
+        (7, 1, 41, 99, 2, 1700000000000, 5, 90),
+        (8, 0, -1, 100, 0, 1700000000001, -1, -1),
+        (9, 2, -1, -1, 0, 1700000000002, 3, -1),
+        (10, 0, 1, 2147483650, 3, 1700000000003, -1, -1),  # a batch that wrapped
+    ))
+    code, out, err = dump(capsys, str(snapshot))
+    assert (code, err) == (0, "")
+    assert out == (
+        f"Dumping {snapshot}\n"
+        "producerId: 7 producerEpoch: 1 coordinatorEpoch: 5 currentTxnFirstOffset: "
+        "OptionalLong[90] lastTimestamp: 1700000000000 firstSequence: 39 lastSequence: 41 "
+        "lastOffset: 99 offsetDelta: 2 timestamp: 1700000000000\n"
+        "producerId: 8 producerEpoch: 0 coordinatorEpoch: -1 currentTxnFirstOffset: "
+        "OptionalLong.empty lastTimestamp: 1700000000001 firstSequence: 2147483647 "
+        "lastSequence: -1 lastOffset: 100 offsetDelta: 0 timestamp: 1700000000001\n"
+        "producerId: 9 producerEpoch: 2 coordinatorEpoch: 3 currentTxnFirstOffset: "
+        "OptionalLong.empty lastTimestamp: 1700000000002 \n"
+        "producerId: 10 producerEpoch: 0 coordinatorEpoch: -1 currentTxnFirstOffset: "
+        "OptionalLong.empty lastTimestamp: 1700000000003 firstSequence: 2147483646 "
+        "lastSequence: 1 lastOffset: 2147483650 offsetDelta: 3 timestamp: 1700000000003\n"
     )
-    truncated = tmp_path / "00000000000000000200.snapshot"
-    truncated.write_bytes(b"\x00\x01\x00")
-    short = tmp_path / "00000000000000000300.snapshot"
-    short.write_bytes(struct.pack(">hIi", 1, 0, 3) + entry.pack(7, 1, 41, 99, 2, 0, 5, 90))
-    code, out, err = dump(capsys, str(snapshot), str(truncated), str(short))
+
+
+def test_damaged_producer_snapshots_report_kafkas_errors(tmp_path, capsys):
+    # ProducerStateManager.readSnapshot's messages: schema problems after "Snapshot failed
+    # schema validation: " (Kafka's own reason for a short buffer is a null message; ours
+    # says what is short), then the CRC. Nothing else is printed for such a file.
+    entry = (7, 1, 41, 99, 2, 0, 5, 90)
+    good = snapshot_bytes(entry)
+    files = {
+        "00000000000000000100.snapshot": snapshot_bytes(entry, crc=12345),
+        "00000000000000000200.snapshot": b"\x00\x01\x00",
+        "00000000000000000300.snapshot": good[:6] + struct.pack(">i", 3) + good[10:],
+        "00000000000000000400.snapshot": snapshot_bytes(entry, version=2),
+    }
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    paths = [str(tmp_path / name) for name in files]
+    code, out, err = dump(capsys, *paths)
     assert code == 1
-    assert out.splitlines() == [
-        f"Dumping {snapshot}",
-        "producerId: 7 producerEpoch: 1 coordinatorEpoch: 5 currentTxnFirstOffset: 90 "
-        "lastTimestamp: 1700000000000 firstSequence: 39 lastSequence: 41 lastOffset: 99 "
-        "offsetDelta: 2 timestamp: 1700000000000",
-        "producerId: 8 producerEpoch: 0 coordinatorEpoch: -1 currentTxnFirstOffset: -1 "
-        "lastTimestamp: 1700000000001 firstSequence: -1 lastSequence: -1 lastOffset: 100 "
-        "offsetDelta: 0 timestamp: 1700000000001",
-        f"Dumping {truncated}",
-        f"Dumping {short}",
-    ]
+    assert out.splitlines() == [f"Dumping {path}" for path in paths]
     assert err.splitlines() == [
-        f"{truncated}: producer snapshot is truncated (3 bytes)",
-        f"{short}: producer snapshot declares 3 entries but holds 56 bytes",
+        "Snapshot is corrupt (CRC is no longer valid). Stored crc: 12345. Computed crc: "
+        f"{crc32c(good[6:])}",
+        "Snapshot failed schema validation: producer snapshot is truncated (3 bytes)",
+        "Snapshot failed schema validation: producer snapshot declares 3 entries but holds 56 "
+        "bytes",
+        "Snapshot failed schema validation: Snapshot contained an unknown file version 2",
+    ]
+
+
+def test_snapshots_written_by_the_engine(tmp_path, capsys):
+    # Several producers, a transaction open, one fenced by a marker (no batch of its epoch),
+    # and the empty snapshot of a log whose producers all expired: whole output compared.
+    t0 = 1_700_000_000_000
+    now = [t0]
+    directory = tmp_path / "t-0"
+    log = PartitionLog.open(directory, time_ms=lambda: now[0])
+
+    def batch(pid, seq, count=1, *, txn=False, ts=t0):
+        return build_batch([(ts, None, b"v", ())] * count, producer_id=pid, producer_epoch=0,
+                           base_sequence=seq, is_transactional=txn)
+
+    log.append(batch(1, 0, 3))  # 0-2
+    log.append(batch(1, 3, 2, ts=t0 + 1))  # 3-4
+    log.append(batch(2, 0, 1, txn=True))  # 5
+    now[0] = t0 + 10
+    log.write_txn_marker(2, 0, coordinator_epoch=3, commit=True)  # 6
+    log.append(batch(3, 0, 2, txn=True, ts=t0 + 20))  # 7-8: left open
+    log.append(batch(4, 0, 1, txn=True))  # 9
+    now[0] = t0 + 30
+    log.write_txn_marker(4, 1, coordinator_epoch=0, commit=False)  # 10: fenced, epoch 1
+    log.roll()
+    log.write_txn_marker(3, 0, coordinator_epoch=0, commit=True)  # 11
+    now[0] = t0 + 10 * 86_400_000
+    log.remove_expired_producers()
+    log.close()
+    with_producers = directory / "00000000000000000011.snapshot"
+    empty = directory / "00000000000000000012.snapshot"
+    code, out, err = dump(capsys, str(with_producers), str(empty))
+    assert (code, err) == (0, "")
+    assert out == (
+        f"Dumping {with_producers}\n"
+        "producerId: 1 producerEpoch: 0 coordinatorEpoch: -1 currentTxnFirstOffset: "
+        f"OptionalLong.empty lastTimestamp: {t0 + 1} firstSequence: 3 lastSequence: 4 "
+        f"lastOffset: 4 offsetDelta: 1 timestamp: {t0 + 1}\n"
+        "producerId: 2 producerEpoch: 0 coordinatorEpoch: 3 currentTxnFirstOffset: "
+        f"OptionalLong.empty lastTimestamp: {t0 + 10} firstSequence: 0 lastSequence: 0 "
+        f"lastOffset: 5 offsetDelta: 0 timestamp: {t0 + 10}\n"
+        "producerId: 3 producerEpoch: 0 coordinatorEpoch: -1 currentTxnFirstOffset: "
+        f"OptionalLong[7] lastTimestamp: {t0 + 20} firstSequence: 0 lastSequence: 1 "
+        f"lastOffset: 8 offsetDelta: 1 timestamp: {t0 + 20}\n"
+        "producerId: 4 producerEpoch: 1 coordinatorEpoch: 0 currentTxnFirstOffset: "
+        f"OptionalLong.empty lastTimestamp: {t0 + 30} \n"
+        f"Dumping {empty}\n"
+    )
+
+
+def test_file_names_print_as_java_prints_them(tmp_path, capsys, monkeypatch):
+    # Kafka prints `new File(arg)`: repeated slashes collapsed, a trailing slash dropped, "./"
+    # kept (pathlib would drop it).
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "00000000000000000000.snapshot").write_bytes(snapshot_bytes())
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = dump(capsys, ".//d//00000000000000000000.snapshot", "./d/x.txt/")
+    assert code == 0
+    assert out.splitlines() == [
+        "Dumping ./d/00000000000000000000.snapshot", "Dumping ./d/x.txt"
     ]
 
 

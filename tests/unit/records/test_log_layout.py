@@ -399,6 +399,13 @@ def test_damaged_producer_snapshots() -> None:
     assert layout.unpack_producer_snapshot(flipped, verify_crc=False).entries[1] != entry
     with pytest.raises(CorruptSnapshotError, match="CRC"):
         layout.unpack_producer_snapshot(flipped, verify_crc=True)
+    # Kafka's readSnapshot knows version 1 only, CRC or not.
+    for version in (0, 2, -1):
+        other = struct.pack(">h", version) + data[2:]
+        with pytest.raises(
+            CorruptSnapshotError, match=f"^Snapshot contained an unknown file version {version}$"
+        ):
+            layout.unpack_producer_snapshot(other, verify_crc=False)
 
 
 # --- §7 offset checkpoint text ---------------------------------------------------------------

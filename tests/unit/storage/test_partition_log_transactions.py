@@ -18,6 +18,7 @@ from stratalog.server.storage.errors import (
     InvalidProducerEpochError,
     InvalidTxnStateError,
     OutOfOrderSequenceError,
+    StorageIOError,
     TransactionCoordinatorFencedError,
     UnknownProducerIdError,
 )
@@ -316,7 +317,7 @@ def snapshot_names(directory: Path) -> list[str]:
 
 
 def test_snapshots_on_roll_and_clean_close_in_kafka_format(directory) -> None:
-    from tests.unit.storage.test_producer_state import parse_snapshot_independently
+    from tests.unit.storage.test_snapshot_format import parse_snapshot_independently
 
     log = open_log(directory)
     log.append(pbatch(7, 0, 2, ts=T0 + 5))  # 0-1
@@ -506,3 +507,353 @@ def test_open_deletes_snapshots_above_the_log_end(directory) -> None:
     with PartitionLog.open(directory, time_ms=Clock(), had_clean_shutdown=True) as log:
         assert not stray.exists()
         assert log.append(pbatch(7, 0)).duplicate
+
+
+# ------------------------------------------------------------------- more of Kafka's cases
+
+
+class Txn:
+    """LogTestUtils.appendTransactionalAsLeader: count records in one transactional batch of a
+    producer, sequences kept."""
+
+    def __init__(self, log: PartitionLog, pid: int, epoch: int = 0) -> None:
+        self.log, self.pid, self.epoch, self.seq = log, pid, epoch, 0
+
+    def __call__(self, count: int) -> None:
+        self.log.append(pbatch(self.pid, self.seq, count, epoch=self.epoch, txn=True))
+        self.seq += count
+
+
+def plain(log: PartitionLog, count: int) -> None:
+    log.append(build_batch([(T0, None, b"p", ())] * count))
+
+
+def test_last_stable_offset_does_not_go_below_the_log_start_offset(directory) -> None:
+    # UnifiedLogTest.testLastStableOffsetDoesNotExceedLogStartOffset{MidSegment,AfterSegmentDeletion}
+    with open_log(directory, **{"file.delete.delay.ms": "0"}) as log:
+        append = Txn(log, 1)
+        append(5)
+        plain(log, 3)
+        log.roll()
+        append(5)
+        assert log.last_stable_offset == 0
+        log.maybe_increment_log_start_offset(5)
+        assert log.last_stable_offset == 5
+        assert log.offset_for_timestamp(-1, isolation_level=COMMITTED).offset == 5
+        assert log.fetch(5, 1 << 20, isolation_level=COMMITTED).data == b""
+        log.maybe_increment_log_start_offset(8)
+        log.delete_old_segments()
+        assert len(log.segments) == 1
+        assert log.last_stable_offset == 8
+
+
+def test_a_failed_txn_index_write_writes_no_marker(directory, tmp_path) -> None:
+    # UnifiedLogTest.testAppendToTransactionIndexFailure. Kafka's marker reaches the log, the
+    # index write fails and the log directory goes offline; here the index entry is written
+    # first, so its failure leaves nothing written, and a retry once the index works succeeds.
+    with open_log(directory) as log:
+        Txn(log, 1)(10)
+        size = log.size_bytes
+        index = log.active_segment.txn_index
+        good = index.path
+        index.rename_to(tmp_path / "missing" / good.name)  # cannot be created there
+        for _ in range(2):
+            with pytest.raises(StorageIOError):
+                log.write_txn_marker(1, 0, coordinator_epoch=1, commit=False)
+            assert (log.log_end_offset, log.last_stable_offset, log.size_bytes) == (10, 0, size)
+        index.rename_to(good)
+        assert log.write_txn_marker(1, 0, coordinator_epoch=1, commit=False).first_offset == 10
+        plain(log, 1)
+        assert log.last_stable_offset == log.log_end_offset == 12
+        assert [h.base_offset for h in iter_batch_headers(log.read(0, 1 << 20))] == [0, 10, 11]
+    reopened = PartitionLog.open(directory, time_ms=Clock(), had_clean_shutdown=False,
+                                 recovery_point=0)
+    with reopened:
+        assert reopened.log_end_offset == 12
+        assert reopened.active_segment.txn_index.all_aborted_txns() == [AbortedTxn(1, 0, 10, 11)]
+        assert reopened.last_stable_offset == 12
+
+
+def test_recovery_takes_the_latest_coordinator_epoch_even_if_it_went_back(directory) -> None:
+    # LogLoaderTest.testRecoverAfterNonMonotonicCoordinatorEpochWrite (KAFKA-9144): the
+    # producer expired between two markers, so the second, from an older coordinator epoch,
+    # was accepted; a scan of the log replays both and keeps the latest, as the live log did.
+    clock = Clock()
+    day_ms = 86_400_000
+    log = open_log(directory, clock)
+    log.write_txn_marker(1, 0, coordinator_epoch=5, commit=False)
+    clock.now_ms = T0 + day_ms
+    assert log.remove_expired_producers() == [1]
+    log.write_txn_marker(1, 0, coordinator_epoch=4, commit=False)
+    log.close()
+    with PartitionLog.open(directory, time_ms=clock, had_clean_shutdown=False,
+                           recovery_point=0) as reopened:
+        entry = reopened.producer_state.last_entry(1)
+        assert (entry.last_timestamp, entry.coordinator_epoch) == (T0 + day_ms, 4)
+        reopened.write_txn_marker(1, 0, coordinator_epoch=4, commit=True)
+        with pytest.raises(TransactionCoordinatorFencedError):
+            reopened.write_txn_marker(1, 0, coordinator_epoch=3, commit=True)
+
+
+@pytest.mark.parametrize("how", ["truncate_to", "truncate_fully_and_start_at"])
+def test_truncation_below_the_first_unstable_offset(directory, how) -> None:
+    # UnifiedLogTest.testTruncateBelowFirstUnstableOffset, testTruncateFullyAndStart...: after
+    # a reopen (the state came from the snapshot), truncating below the open transaction
+    # forgets it.
+    with open_log(directory) as log:
+        plain(log, 3)
+        log.append(pbatch(17, 0, 2, epoch=10, txn=True))  # 3-4
+        assert log.last_stable_offset == 3
+    with PartitionLog.open(directory, time_ms=Clock(), had_clean_shutdown=True) as log:
+        assert log.producer_state.first_unstable_offset == 3
+        getattr(log, how)(2)
+        assert log.producer_state.first_unstable_offset is None
+        assert log.last_stable_offset == log.log_end_offset == 2
+        if how == "truncate_fully_and_start_at":
+            assert not log.producer_state.producers and log.log_start_offset == 2
+
+
+def test_fetches_are_bounded_by_the_last_stable_offset(directory) -> None:
+    # UnifiedLogTest.testFetchUpToLastStableOffset: below the LSO every offset reads something,
+    # from it to the log end nothing.
+    with open_log(directory) as log:
+        producer1, producer2 = Txn(log, 1), Txn(log, 2)
+        producer1(5)
+        plain(log, 3)
+        producer2(2)
+        producer1(4)
+        plain(log, 2)
+        producer1(10)
+
+        def assert_lso_bounded_fetches() -> None:
+            for offset in range(log.log_start_offset, log.last_stable_offset):
+                assert log.fetch(offset, 1 << 20, isolation_level=COMMITTED).data
+            for offset in range(log.last_stable_offset, log.log_end_offset + 1):
+                assert log.fetch(offset, 1 << 20, isolation_level=COMMITTED).data == b""
+
+        assert_lso_bounded_fetches()
+        log.write_txn_marker(1, 0, 0, commit=True)
+        assert log.last_stable_offset == 8
+        assert_lso_bounded_fetches()
+        log.write_txn_marker(2, 0, 0, commit=False)
+        assert log.last_stable_offset == log.log_end_offset
+        assert_lso_bounded_fetches()
+
+
+def test_truncation_rebuilds_producer_state_without_snapshots(directory) -> None:
+    # UnifiedLogTest.testProducerIdMapTruncateToWithNoSnapshots.
+    with open_log(directory) as log:
+        log.append(pbatch(1, 0))
+        log.append(pbatch(1, 1))
+        for path in directory.glob("*.snapshot"):
+            path.unlink()
+        log.truncate_to(1)
+        assert set(log.producer_state.producers) == {1}
+        assert log.producer_state.last_entry(1).last_seq == 0
+
+
+def test_deleting_segments_keeps_producer_state(directory) -> None:
+    # UnifiedLogTest.testProducerIdExpirationOnSegmentDeletion and testDeleteSnapshotsOn-
+    # IncrementLogStartOffset: retention drops segments and snapshots, never producers.
+    with open_log(directory, **{"file.delete.delay.ms": "0"}) as log:
+        log.append(pbatch(1, 0))
+        log.roll()
+        log.append(pbatch(2, 0))
+        log.append(pbatch(2, 1))
+        log.roll()
+        log.maybe_increment_log_start_offset(2)
+        log.delete_old_segments()
+        assert len(log.segments) == 2
+        assert set(log.producer_state.producers) == {1, 2}
+        assert snapshot_names(directory) == ["00000000000000000003.snapshot"]
+
+
+def test_truncation_reloads_the_snapshot_of_a_roll_on_append(directory) -> None:
+    # UnifiedLogTest.testProducerSnapshotAfterSegmentRollOnAppend.
+    with open_log(directory, **{"segment.bytes": "1024"}) as log:
+        log.append(pbatch(1, 0, value=bytes(512)))
+        log.append(pbatch(1, 1, value=bytes(512)))  # rolls: the snapshot at 1 is written
+        assert log.segments.base_offsets() == [0, 1]
+        assert snapshot_names(directory) == ["00000000000000000001.snapshot"]
+        log.truncate_to(1)
+        assert log.segments.base_offsets() == [0, 1] and log.active_segment.size_bytes == 0
+        assert snapshot_names(directory) == ["00000000000000000001.snapshot"]
+        entry = log.producer_state.last_entry(1)
+        assert (entry.batches[0].first_offset, entry.last_data_offset) == (0, 0)
+
+
+def test_an_aborted_transaction_is_not_unstable_after_an_unclean_reopen(directory) -> None:
+    # UnifiedLogTest.testRebuildTransactionalState.
+    with open_log(directory) as log:
+        log.append(pbatch(137, 0, 3, epoch=5, txn=True))
+        log.write_txn_marker(137, 5, 0, commit=False)
+        assert log.producer_state.first_unstable_offset is None
+    with PartitionLog.open(directory, time_ms=Clock(), had_clean_shutdown=False,
+                           recovery_point=0) as log:
+        assert log.producer_state.first_unstable_offset is None
+        assert log.last_stable_offset == 4
+
+
+def test_duplicate_appends(directory) -> None:
+    # UnifiedLogTest.testDuplicateAppends.
+    with open_log(directory) as log:
+        for seq in range(6):
+            log.append(pbatch(1, seq))
+        multi = log.append(pbatch(1, 6, 3))
+        assert multi.last_offset - multi.first_offset + 1 == 3
+        again = log.append(pbatch(1, 6, 3))  # a duplicate of the tail, of several records
+        assert (again.first_offset, again.last_offset) == (multi.first_offset, multi.last_offset)
+        with pytest.raises(OutOfOrderSequenceError):  # a partial duplicate of the tail
+            log.append(pbatch(1, 7, 2))
+        fourth = log.append(pbatch(1, 2))  # the 4th batch from the tail: still remembered
+        assert fourth.duplicate and fourth.first_offset == 2
+        with pytest.raises(OutOfOrderSequenceError):  # older than the last 5 batches
+            log.append(pbatch(1, 1))
+        original = log.append(pbatch(1, 9))
+        duplicate = log.append(pbatch(1, 9))
+        assert (duplicate.first_offset, duplicate.last_offset) == (
+            original.first_offset, original.last_offset)
+        assert log.log_end_offset == 10
+
+
+def test_several_producers_in_one_append(directory) -> None:
+    # UnifiedLogTest.testMultipleProducersWithDuplicatesInSingleAppend, for a client append:
+    # batches of several producers in one append are judged per producer; one that repeats
+    # a batch beside new ones is refused (stratalog's rule for mixed appends).
+    with open_log(directory) as log:
+        info = log.append(pbatch(1, 0) + pbatch(2, 0) + pbatch(1, 1) + pbatch(2, 1))
+        assert (info.first_offset, info.last_offset) == (0, 3)
+        assert {pid: e.last_seq for pid, e in log.producer_state.producers.items()} == {1: 1, 2: 1}
+        with pytest.raises(OutOfOrderSequenceError, match="mixes"):
+            log.append(pbatch(1, 1) + pbatch(1, 2))
+        assert log.append(pbatch(2, 1)).duplicate
+
+
+def test_markers_without_a_transaction_fence_older_coordinators_and_epochs(directory) -> None:
+    # UnifiedLogTest.testZombieCoordinatorFencedEmptyTransaction, testEndTxnWithFenced-
+    # ProducerEpoch: markers for a producer with nothing open complete nothing, and still set
+    # its epoch and coordinator epoch.
+    with open_log(directory) as log:
+        log.write_txn_marker(1, 0, coordinator_epoch=2, commit=False)
+        log.write_txn_marker(1, 0, coordinator_epoch=2, commit=False)
+        assert log.active_segment.txn_index.all_aborted_txns() == []
+        assert log.last_stable_offset == log.log_end_offset == 2
+        with pytest.raises(TransactionCoordinatorFencedError):
+            log.write_txn_marker(1, 0, coordinator_epoch=1, commit=False)
+        log.write_txn_marker(5, 5, coordinator_epoch=1, commit=False)
+        with pytest.raises(InvalidProducerEpochError):
+            log.write_txn_marker(5, 4, coordinator_epoch=1, commit=False)
+
+
+def test_an_aborted_transaction_spanning_segments_is_returned_from_its_start(directory) -> None:
+    # UnifiedLogTest.testAbortedTransactionSpanningMultipleSegments.
+    first = pbatch(137, 0, 3, epoch=5, txn=True)
+    with open_log(directory, **{"segment.bytes": str(len(first))}) as log:
+        log.append(first)
+        log.append(pbatch(137, 3, 3, epoch=5, txn=True))  # spills into a second segment
+        assert log.active_segment.base_offset == 3 and log.last_stable_offset == 0
+        log.write_txn_marker(137, 5, 0, commit=False)
+        assert log.producer_state.first_unstable_offset is None
+        fetched = log.fetch(0, 2048, isolation_level=COMMITTED)
+        assert [(t.producer_id, t.first_offset) for t in fetched.aborted_transactions] == [
+            (137, 0)]
+
+
+def test_read_committed_never_returns_an_open_transaction_to_a_racing_reader(directory) -> None:
+    # UnifiedLogTest.testReadCommittedWithConcurrentHighWatermarkUpdates, with a reader thread
+    # in place of the high-watermark thread: whatever the interleaving, a transactional batch
+    # comes back only with the marker that completed it (they are adjacent, and the data stops
+    # at the LSO, which passes a transaction only once its marker is written).
+    import sys
+    import threading
+
+    rounds = 300
+    done = threading.Event()
+    problems: list[str] = []
+    with open_log(directory) as log:
+
+        def read() -> None:
+            while not done.is_set():
+                start = max(0, log.log_end_offset - 6)
+                data = log.fetch(start, 1 << 20, isolation_level=COMMITTED).data
+                headers = list(iter_batch_headers(data))
+                for index, header in enumerate(headers):
+                    if header.is_transactional and not header.is_control and not (
+                        index + 1 < len(headers) and headers[index + 1].is_control
+                    ):
+                        problems.append(f"open transaction at {header.base_offset}")
+
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(1e-5)  # switch threads often: more interleavings per round
+        reader = threading.Thread(target=read)
+        reader.start()
+        try:
+            for seq in range(rounds):
+                log.append(pbatch(15, seq, txn=True))
+                assert log.fetch(log.log_end_offset - 1, 1 << 20,
+                                 isolation_level=COMMITTED).data == b""
+                log.write_txn_marker(15, 0, 0, commit=False)
+        finally:
+            done.set()
+            reader.join()
+            sys.setswitchinterval(interval)
+        assert problems == []
+        assert log.log_end_offset == 2 * rounds
+
+
+@pytest.mark.parametrize("recovery_point", [0, 1, None])
+def test_producers_below_the_log_start_survive_an_unclean_reopen(directory, recovery_point) -> None:
+    # LogLoaderTest.testLoadProducersAfterDeleteRecordsMidSegment: producer 1's only batch is
+    # below the log start; the scan from the log start cannot see it, the snapshot at close
+    # still holds it.
+    with open_log(directory) as log:
+        log.append(pbatch(1, 0))
+        log.append(pbatch(2, 0))
+        log.maybe_increment_log_start_offset(1)
+        assert set(log.producer_state.producers) == {1, 2}
+    kwargs = {} if recovery_point is None else {"had_clean_shutdown": False,
+                                                "recovery_point": recovery_point}
+    with PartitionLog.open(directory, time_ms=Clock(), log_start_offset=1, **kwargs) as log:
+        assert {pid: e.last_seq for pid, e in log.producer_state.producers.items()} == {1: 0, 2: 0}
+        assert log.append(pbatch(1, 1)).first_offset == 2
+
+
+def test_producers_of_deleted_segments_survive_an_unclean_reopen(directory) -> None:
+    # LogLoaderTest.testLoadProducersAfterDeleteRecordsOnSegment, where stratalog keeps more
+    # than Kafka: Kafka deletes the snapshot at the log start offset when it reloads, and
+    # forgets producer 1; the snapshot at the log start holds it here, and it stays known.
+    with open_log(directory, **{"file.delete.delay.ms": "0"}) as log:
+        log.append(pbatch(1, 0))
+        log.roll()
+        log.append(pbatch(2, 0))
+        log.maybe_increment_log_start_offset(1)
+        log.delete_old_segments()
+        assert len(log.segments) == 1 and set(log.producer_state.producers) == {1, 2}
+    with PartitionLog.open(directory, time_ms=Clock(), log_start_offset=1,
+                           had_clean_shutdown=False, recovery_point=0) as log:
+        assert set(log.producer_state.producers) == {1, 2}
+
+
+def test_a_truncation_that_deleted_every_snapshot_writes_one_before_a_crash(directory, tmp_path) -> None:
+    # Found by the model (test_producer_state_model.py): the only snapshot is damaged, the
+    # truncation's reload deletes it and rebuilds the state from the log; without a snapshot
+    # at the truncation point, a crash then left no snapshot file at all, and the unclean open
+    # (which takes that to mean no producer was ever known at a roll) forgot the transaction
+    # open since offset 0.
+    import shutil
+
+    log = open_log(directory)
+    log.append(pbatch(1, 0, txn=True))  # 0
+    log.roll()  # the snapshot at 1
+    plain(log, 2)  # 1-2
+    (directory / "00000000000000000001.snapshot").write_bytes(b"")
+    log.truncate_to(2)  # inside the batch 1-2: the log keeps offset 0 only
+    assert log.last_stable_offset == 0
+    # The reloaded state is written (as Kafka's truncation does) at the end of what is kept.
+    assert snapshot_names(directory) == ["00000000000000000001.snapshot"]
+    crashed = tmp_path / "crashed" / directory.name
+    shutil.copytree(directory, crashed)  # what a process crash leaves: no close
+    log.close()
+    with PartitionLog.open(crashed, time_ms=Clock()) as reopened:
+        assert reopened.last_stable_offset == 0
+        assert reopened.producer_state.ongoing_txns == {0: 1}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import struct
 
 import pytest
 
@@ -27,6 +26,7 @@ from stratalog.server.storage.producer_state import (
     increment_sequence,
     list_snapshot_offsets,
 )
+from tests.unit.storage.test_snapshot_format import parse_snapshot_independently
 
 PID = 1
 EXPIRATION_MS = 60 * 60 * 1000
@@ -194,26 +194,6 @@ def test_expiry_removes_idle_producers_but_not_open_transactions(state) -> None:
 # ------------------------------------------------------------------- snapshots
 
 
-def _crc32c(data: bytes) -> int:
-    crc = 0xFFFFFFFF
-    for byte in data:
-        crc ^= byte
-        for _ in range(8):
-            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
-    return crc ^ 0xFFFFFFFF
-
-
-def parse_snapshot_independently(data: bytes) -> list[tuple]:
-    """The reference's §1.7: int16 version (1), uint32 CRC-32C of [6, end), int32 count, then
-    46-byte entries (int64 pid, int16 epoch, int32 last seq, int64 last offset, int32 offset
-    delta, int64 timestamp, int32 coordinator epoch, int64 current txn first offset)."""
-    version, crc, count = struct.unpack(">hIi", data[:10])
-    assert version == 1
-    assert crc == _crc32c(data[6:])
-    assert len(data) == 10 + 46 * count
-    return [struct.unpack(">qhiqiqiq", data[10 + 46 * i : 56 + 46 * i]) for i in range(count)]
-
-
 def test_snapshot_bytes_match_the_reference_layout(state, tmp_path) -> None:
     append(state, batch(0, 0, count=3, ts=500))
     append(state, batch(3, 3, count=2, ts=700))
@@ -303,6 +283,183 @@ def test_load_batches_rebuilds_transactions_from_a_scan(state) -> None:
         marker(ControlRecordType.ABORT, 2),
         batch(1, 3, pid=2, txn=True),
     ], 4)
-    assert done == [CompletedTxn(PID, 0, 2, True)]
+    # The LSO at the abort is producer 2's open transaction's first offset.
+    assert done == [(CompletedTxn(PID, 0, 2, True), 1)]
     assert state.first_unstable_offset == 1
     assert state.map_end_offset == 4
+
+
+# ------------------------------------------------------------------- more ProducerStateManagerTest
+
+
+def test_append_txn_marker_with_no_producer_state(state) -> None:
+    # testAppendTxnMarkerWithNoProducerState: a marker alone creates the entry, which fences
+    # older epochs and wants sequence 0 from the marker's epoch.
+    append(state, marker(ControlRecordType.COMMIT, 27, epoch=2))
+    entry = state.last_entry(PID)
+    assert (entry.producer_epoch, entry.last_seq) == (2, -1)
+    with pytest.raises(InvalidProducerEpochError):
+        state.prepare([batch(0, 28, epoch=0)], 29)
+    with pytest.raises(OutOfOrderSequenceError):
+        state.prepare([batch(17, 28, epoch=2)], 29)
+    append(state, batch(0, 28, epoch=2))
+    assert state.last_entry(PID).last_seq == 0
+
+
+def test_control_record_bumps_producer_epoch(state) -> None:
+    # testControlRecordBumpsProducerEpoch and testOutOfSequenceAfterControlRecordEpochBump.
+    append(state, batch(0, 0, txn=True))
+    append(state, batch(1, 1, txn=True))
+    append(state, marker(ControlRecordType.ABORT, 2, epoch=1))
+    entry = state.last_entry(PID)
+    assert (entry.producer_epoch, entry.current_txn_first_offset, entry.last_seq) == (1, -1, -1)
+    with pytest.raises(OutOfOrderSequenceError):
+        state.prepare([batch(2, 3, epoch=1, txn=True)], 4)
+    with pytest.raises(OutOfOrderSequenceError):
+        state.prepare([batch(2, 3, epoch=2, txn=True)], 4)
+    append(state, batch(0, 3, epoch=1, txn=True))
+    assert (state.last_entry(PID).producer_epoch, state.last_entry(PID).last_seq) == (1, 0)
+
+
+def test_producer_state_after_a_fencing_abort_marker(state) -> None:
+    # testProducerStateAfterFencingAbortMarker: the old epoch's batches are forgotten.
+    append(state, batch(0, 0, txn=True))
+    append(state, marker(ControlRecordType.ABORT, 1, epoch=1))
+    entry = state.last_entry(PID)
+    assert entry.current_txn_first_offset == -1 and entry.last_data_offset == -1
+    assert state.remove_expired_producers(1000) == []  # it was just written
+
+
+def test_prepare_does_not_mutate_until_applied(state) -> None:
+    # testPrepareUpdateDoesNotMutate.
+    first = state.prepare([batch(0, 15, count=6)], 21)
+    assert state.last_entry(PID) is None and state.map_end_offset == 0
+    state.apply(first)
+    second = state.prepare([batch(6, 26, count=5)], 31)
+    entry = state.last_entry(PID)
+    assert (entry.batches[0].first_seq, entry.last_seq, entry.last_data_offset) == (0, 5, 20)
+    state.apply(second)
+    entry = state.last_entry(PID)
+    assert (entry.batches[0].first_seq, entry.last_seq, entry.last_data_offset) == (0, 10, 30)
+
+
+def test_a_commit_keeps_the_batch_metadata_for_duplicates(state) -> None:
+    # updateProducerTransactionState: a marker of the same epoch leaves the cached batches.
+    append(state, batch(0, 9))
+    append(state, batch(1, 16, count=5, txn=True))
+    append(state, batch(6, 26, count=5, txn=True))
+    result = append(state, marker(ControlRecordType.COMMIT, 40, coordinator_epoch=15))
+    assert result.completed_txns == (CompletedTxn(PID, 16, 40, False),)
+    entry = state.last_entry(PID)
+    assert (entry.last_seq, entry.last_data_offset, entry.current_txn_first_offset) == (10, 30, -1)
+    assert state.prepare([batch(6, 41, count=5, txn=True)], 46) == DuplicateAppend(26, 30, 1000)
+
+
+def test_sequence_wrap_after_a_scanned_batch(state) -> None:
+    # testProducerSequenceWrapAround, testProducerSequenceInvalidWrapAround and
+    # testNoValidationOnFirstEntryWhenLoadingLog: a scan takes any first sequence; a client
+    # then continues at 0 after Int32.MAX, and 1 is out of order.
+    state.load_batches([batch(INT32_MAX, 735, epoch=15)], 736)
+    entry = state.last_entry(PID)
+    assert (entry.producer_epoch, entry.last_seq, entry.last_data_offset) == (15, INT32_MAX, 735)
+    with pytest.raises(OutOfOrderSequenceError):
+        state.prepare([batch(1, 1235, epoch=15)], 1236)
+    append(state, batch(0, 1235, epoch=15))
+    entry = state.last_entry(PID)
+    assert (entry.batches[0].first_seq, entry.last_seq) == (INT32_MAX, 0)
+
+
+def test_a_scan_accepts_gaps_and_duplicates(state) -> None:
+    # testAcceptAppendWithSequenceGapsOnReplica: what the log holds is replayed, unchecked.
+    append(state, batch(0, 0))
+    with pytest.raises(OutOfOrderSequenceError):
+        state.prepare([batch(3, 1)], 2)
+    state.load_batches([batch(3, 1), batch(3, 2)], 3)
+    assert state.last_entry(PID).last_seq == 3 and state.map_end_offset == 3
+
+
+def test_recover_from_snapshot_with_unfinished_finished_and_empty_transactions(tmp_path) -> None:
+    # testRecoverFromSnapshot{Unfinished,Finished,Empty}Transaction: a snapshot keeps the last
+    # batch only, the open transaction, and a marker-only producer's timestamp.
+    state = ProducerStateManager(tmp_path, EXPIRATION_MS)
+    append(state, batch(0, 0, txn=True))
+    append(state, batch(1, 1, txn=True))
+    append(state, batch(0, 2, pid=2, txn=True))
+    append(state, marker(ControlRecordType.ABORT, 3, pid=2))
+    append(state, marker(ControlRecordType.ABORT, 4, pid=3, ts=777))
+    state.take_snapshot()
+    reloaded = ProducerStateManager(tmp_path, EXPIRATION_MS)
+    assert reloaded.load_latest_snapshot(5, 0, now_ms=1000)
+    unfinished = reloaded.last_entry(PID)
+    assert len(unfinished.batches) == 1
+    assert (unfinished.batches[0].first_offset, unfinished.batches[0].first_seq) == (1, 1)
+    assert (unfinished.last_data_offset, unfinished.last_seq) == (1, 1)
+    assert unfinished.current_txn_first_offset == 0 and reloaded.first_unstable_offset == 0
+    append(reloaded, batch(2, 5, txn=True))
+    finished = reloaded.last_entry(2)
+    assert (finished.last_data_offset, finished.last_seq, finished.current_txn_first_offset) == (
+        2, 0, -1)
+    empty = reloaded.last_entry(3)
+    assert (empty.last_timestamp, empty.current_txn_first_offset, empty.is_empty) == (777, -1, True)
+
+
+def test_coordinator_fencing_and_after_reload(tmp_path) -> None:
+    # testCoordinatorFencing and testCoordinatorFencedAfterReload.
+    state = ProducerStateManager(tmp_path, EXPIRATION_MS)
+    append(state, batch(0, 99, epoch=5, txn=True))
+    append(state, marker(ControlRecordType.COMMIT, 100, epoch=5, coordinator_epoch=1))
+    assert state.last_entry(PID).coordinator_epoch == 1
+    append(state, marker(ControlRecordType.COMMIT, 101, epoch=5, coordinator_epoch=1))
+    append(state, marker(ControlRecordType.COMMIT, 102, epoch=5, coordinator_epoch=2))
+    with pytest.raises(TransactionCoordinatorFencedError):
+        state.prepare([marker(ControlRecordType.COMMIT, 103, epoch=5, coordinator_epoch=1)], 104)
+    state.take_snapshot()
+    reloaded = ProducerStateManager(tmp_path, EXPIRATION_MS)
+    reloaded.load_latest_snapshot(103, 0, now_ms=1000)
+    with pytest.raises(TransactionCoordinatorFencedError):
+        reloaded.prepare([marker(ControlRecordType.ABORT, 103, epoch=5, coordinator_epoch=1)], 104)
+
+
+def test_last_stable_offset_of_completed_transactions(state) -> None:
+    # testLastStableOffsetCompletedTxn: the LSO recorded for a completed transaction is the
+    # first offset of the earliest other open one.
+    append(state, batch(0, 992342, pid=1, txn=True))
+    append(state, batch(0, 992367, pid=2, txn=True))
+    append(state, batch(0, 992399, pid=3, txn=True))
+    done1 = CompletedTxn(1, 992342, 992414, False)
+    assert state.last_stable_offset_for(done1) == 992367
+    append(state, marker(ControlRecordType.COMMIT, 992414, pid=1))
+    assert state.first_unstable_offset == 992367
+    done3 = CompletedTxn(3, 992399, 992434, False)
+    assert state.last_stable_offset_for(done3) == 992367
+    append(state, marker(ControlRecordType.COMMIT, 992434, pid=3))
+    assert state.first_unstable_offset == 992367
+    done2 = CompletedTxn(2, 992367, 992512, False)
+    assert state.last_stable_offset_for(done2) == 992513
+    append(state, marker(ControlRecordType.COMMIT, 992512, pid=2))
+    assert state.first_unstable_offset is None
+
+
+@pytest.mark.parametrize("damage", ["empty", "truncated", "garbage", "version"])
+def test_a_damaged_snapshot_is_deleted_and_the_previous_one_loaded(
+    state, tmp_path, damage, caplog
+) -> None:
+    # testLoadFrom{Empty,Truncated,Corrupt}SnapshotFile, and a version Kafka's readSnapshot
+    # does not know (it supports 1 only).
+    append(state, batch(0, 0))
+    state.take_snapshot()  # 1
+    append(state, batch(1, 1))
+    latest = state.take_snapshot()  # 2
+    data = latest.read_bytes()
+    latest.write_bytes({
+        "empty": b"",
+        "truncated": data[: len(data) // 2],
+        "garbage": data[:20] + bytes(37) + data[57:],
+        "version": b"\x00\x02" + data[2:],
+    }[damage])
+    reloaded = ProducerStateManager(tmp_path, EXPIRATION_MS)
+    with caplog.at_level(logging.WARNING):
+        assert reloaded.load_latest_snapshot(20, 0, now_ms=1000)
+    assert str(latest) in caplog.text
+    assert not latest.exists()
+    assert reloaded.map_end_offset == 1 and reloaded.last_entry(PID).last_data_offset == 0
