@@ -26,9 +26,10 @@ Example (one producer, 7)::
     end of the files at 110                    LSO = 105
 
 The walk also yields the aborted transactions whose marker lies at or after the snapshot (the
-ABORT markers it meets): the ``.txnindex`` entry is appended after its marker, so for the segment
-being written the index may lag the log (a copy may catch one without the other). Entries of
-the ``.txnindex`` files are therefore taken only below the snapshot the walk started from.
+ABORT markers it meets). An ABORT marker and its ``.txnindex`` entry are two writes (stratalog
+writes the entry first, Kafka the marker), so in the segment being written one may be on disk
+without the other (a crash between them, a copy taken between them). Below the snapshot both
+are (the snapshot was taken after them), so ``.txnindex`` entries are taken only there.
 
 Cost, on the planner: the ``.txnindex`` and ``.snapshot`` files (small), plus the batch headers
 after the snapshot: the active segment of a running server's directory (it writes a snapshot at
