@@ -14,7 +14,8 @@ commit protocol carried over to the log:
   were complete, so a task that committed at the end of its input would commit a part of its
   rows. Its open transaction is aborted by the driver's ``abort()``, by the retried attempt
   (InitProducerId with the same id bumps the epoch, which fences the failed attempt and aborts
-  what it left open, Kafka's rule), or by the server after ``transactionTimeoutMs``.
+  what it left open, Kafka's rule), or by the server after ``transactionTimeoutMs``. Spark may
+  let a failed task's writer run on for a while: the fencing refuses its later batches.
 * A job (or micro-batch) whose tasks all succeeded becomes visible to read_committed readers
   when the driver commits, all its tasks together, except if the driver fails in the middle of
   its commit loop: the tasks committed by then stay committed, the others are aborted (by the
