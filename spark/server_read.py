@@ -145,9 +145,9 @@ def read_range(partition: RangePartition) -> Iterator[pa.RecordBatch]:
                 if read_committed and result.high_watermark > offset:
                     # Records exist, but none is stable: the LSO is below the planned range.
                     message = (
-                        f"the last stable offset of {topic}-{number} is now at or below offset "
-                        f"{offset}, below the end {until} that the query planned from it (was "
-                        "the log truncated?)"
+                        f"the last stable offset of {topic}-{number} is now "
+                        f"{result.last_stable_offset}, below the end {until} that the query "
+                        "planned from it (was the log truncated?)"
                     )
                 else:
                     # Nothing at all: the log ends at ``offset``, before the range does.
