@@ -14,10 +14,12 @@ the ``spark`` extra (``pip install 'stratalog[spark]'``) and register it once pe
 
 * Batch and streaming reads from a server (``target``), in parallel over partitions and offset
   sub-ranges, by offsets or timestamps; streams keep Spark's ``{"topic":{"partition":offset}}``
-  offsets in their checkpoints and support ``Trigger.AvailableNow``.
-* Batch and streaming writes through the client's batching Producer (at-least-once).
+  offsets in their checkpoints and support ``Trigger.AvailableNow``. ``isolationLevel``
+  read_committed (the default) reads only committed transactions, up to the last stable offset.
+* Batch and streaming writes through the client's batching, idempotent Producer (at-least-once),
+  or with ``transactionalIdPrefix`` in one transaction per task, committed by the driver.
 * File mode (``path``): reads log directories in Kafka's format straight from disk, one task per
-  segment, no server.
+  segment, no server (read_committed from the ``.snapshot``/``.txnindex`` files and markers).
 
 docs/spark.md has every option; :mod:`stratalog.spark.errors` the errors queries fail with.
 """
@@ -27,7 +29,13 @@ from __future__ import annotations
 from typing import Any
 
 from .datasource import StratalogDataSource
-from .errors import ConnectorError, DataLossError, OptionError, SchemaError
+from .errors import (
+    ConnectorError,
+    DataLossError,
+    OptionError,
+    SchemaError,
+    TransactionCommitError,
+)
 from .schema import arrow_schema, read_schema
 
 __all__ = [
@@ -36,6 +44,7 @@ __all__ = [
     "OptionError",
     "SchemaError",
     "StratalogDataSource",
+    "TransactionCommitError",
     "arrow_schema",
     "read_schema",
     "register",

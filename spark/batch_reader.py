@@ -2,11 +2,13 @@
 
 Planning (:meth:`StratalogBatchReader.partitions`, on the driver, once per query):
 
-* server mode: DescribeTopic gives the partitions and their bounds; the start and end options
-  are resolved to one offset per partition (:mod:`stratalog.spark.offsets`: timestamps through
-  ListOffsets), checked (data loss below the log start, an end past the log end, a start after
-  the end), and each partition's range is split into tasks by ``minPartitions`` /
-  ``maxRecordsPerPartition`` (:func:`stratalog.spark.ranges.split_ranges`);
+* server mode: DescribeTopic gives the partitions and their bounds (under read_committed,
+  ListOffsets gives each one's last stable offset, which "latest" then means); the start and
+  end options are resolved to one offset per partition (:mod:`stratalog.spark.offsets`:
+  timestamps through ListOffsets), checked (data loss below the log start, an end past the log
+  end, a start after the end; an end above the LSO comes down to it), and each partition's range
+  is split into tasks by ``minPartitions`` / ``maxRecordsPerPartition``
+  (:func:`stratalog.spark.ranges.split_ranges`);
 * file mode (``path``): one task per segment file (:mod:`stratalog.spark.segment_files`).
 
 Reading (:meth:`StratalogBatchReader.read`, on an executor, once per task) yields Arrow record
@@ -43,20 +45,26 @@ def plan_server_ranges(options: ReadOptions) -> list[OffsetRange]:
     assert options.connection is not None and options.subscription is not None
     assert options.ending is not None
     with options.connection.sync_client() as client:
-        partitions = describe_partitions(client, options.subscription)
-        starts = resolve_offsets(
-            client, options.starting, partitions, starting=True, strategy=options.starting_strategy
+        partitions = describe_partitions(
+            client, options.subscription, isolation_level=options.isolation_level
         )
-        ends = resolve_offsets(client, options.ending, partitions, starting=False)
+        starts = resolve_offsets(
+            client, options.starting, partitions, starting=True,
+            strategy=options.starting_strategy, isolation_level=options.isolation_level,
+        )
+        ends = resolve_offsets(
+            client, options.ending, partitions, starting=False,
+            isolation_level=options.isolation_level,
+        )
     ranges = []
     for tp, bounds in partitions.items():
-        start = check_range(
+        start, end = check_range(
             tp, starts[tp], ends[tp], bounds,
             fail_on_data_loss=options.fail_on_data_loss,
             starting_option=options.starting.option,
             ending_option=options.ending.option,
         )
-        ranges.append(OffsetRange(tp.topic, tp.partition, start, ends[tp]))
+        ranges.append(OffsetRange(tp.topic, tp.partition, start, end))
     return ranges
 
 

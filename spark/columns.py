@@ -15,6 +15,11 @@ Walking a buffer of batches (``RecordColumns.append_batches``):
   (:func:`stratalog.records.validate_batch`), then decompressed (bounded) and decoded;
 * control batches (transaction markers) are skipped, as Kafka's consumer skips them, and so are
   batches wholly before the range, both on their header alone;
+* under read_committed the caller passes the aborted transactions that overlap the bytes (a
+  fetch's ``aborted_transactions``, or those of the ``.txnindex`` files) as a
+  :class:`stratalog.records.AbortedTransactionFilter`; it sees every transactional batch in
+  range, in offset order, and the batches of aborted transactions are skipped whole (Kafka's
+  ``CompletedFetch``). Non-transactional batches never reach it, so they cost nothing more;
 * records outside ``[from_offset, until_offset)`` are dropped (the first batch of a fetch may
   start before the offset asked for; the last may run past the range's end);
 * a partial batch at the end of the buffer ends the walk when the caller allows it (an active
@@ -29,6 +34,7 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left
+from collections.abc import Iterator
 from typing import NamedTuple
 
 import pyarrow as pa
@@ -38,11 +44,14 @@ from stratalog.records import (
     DEFAULT_MAX_DECOMPRESSED_BYTES,
     LOG_OVERHEAD,
     RECORD_BATCH_OVERHEAD,
+    AbortedTransactionFilter,
+    BatchHeader,
     Compression,
     CorruptRecordError,
     RecordError,
     TimestampType,
     accel,
+    decode_batch_columns,
     decompress,
     parse_header,
     validate_batch,
@@ -52,7 +61,7 @@ from stratalog.records.batch import HEADER_SIZE_UP_TO_MAGIC
 
 from .schema import HEADERS_ARROW_TYPE, arrow_schema
 
-__all__ = ["BatchWalk", "RecordColumns", "decode_columns"]
+__all__ = ["BatchWalk", "RecordColumns", "control_first_key", "decode_columns", "iter_headers"]
 
 #: ``decode_columns(data, count, base_offset, base_timestamp, timestamp_override=None)``: the
 #: codec's columnar decode (its C loop when built, its pure-Python reference otherwise).
@@ -152,54 +161,46 @@ class RecordColumns:
         source: str,
         records_max: int | None = None,
         partial_tail_ok: bool = True,
+        aborted: AbortedTransactionFilter | None = None,
     ) -> BatchWalk:
         """Decode the batches of ``buf`` from ``position`` and keep their records in range.
 
         Stops at the end of the buffer, at a partial batch (an error unless
         ``partial_tail_ok``), at a batch starting at or after ``until_offset`` (None: no end),
         or once at least ``records_max`` records are held. ``source`` names the bytes in
-        error messages (a file path, or "fetch of topic-partition at offset N").
+        error messages (a file path, or "fetch of topic-partition at offset N"). ``aborted``
+        (read_committed only): the filter that drops the batches of aborted transactions; it
+        is given the transactional batches in range, in order, across calls.
 
         Raises:
             CorruptRecordError, InvalidRecordError, UnsupportedCompressionError: bad bytes.
         """
-        end = len(buf)
         next_offset = -1
         with memoryview(buf) as view:
-            while position < end:
+            for header in iter_headers(
+                view, position, source=source, partial_tail_ok=partial_tail_ok
+            ):
                 if records_max is not None and self._count >= records_max:
                     return BatchWalk(position, next_offset, False, False)
-                remaining = end - position
-                if remaining > HEADER_SIZE_UP_TO_MAGIC:
-                    length = int.from_bytes(view[position + 8 : position + 12], "big", signed=True)
-                    partial = length + LOG_OVERHEAD > remaining
-                else:
-                    length, partial = -1, True
-                if partial or (length == 0 and view[position : position + LOG_OVERHEAD]
-                               == _ZERO_LENGTH_PREFIX):
-                    if partial and not partial_tail_ok:
-                        raise CorruptRecordError(
-                            f"{source}: partial record batch at position {position}: "
-                            f"{remaining} bytes remain, fewer than the batch needs"
-                        )
-                    # Zeros where a length belongs: the unwritten (preallocated) tail.
-                    return BatchWalk(position, next_offset, False, True)
+                if until_offset is not None and header.base_offset >= until_offset:
+                    return BatchWalk(position, next_offset, True, False)
                 try:
-                    header = parse_header(view, position)
-                    if until_offset is not None and header.base_offset >= until_offset:
-                        return BatchWalk(position, next_offset, True, False)
                     # Batches before the range (a task scanning to its start) and control
                     # batches are stepped over on their header; the others are checked whole.
-                    if header.next_offset > from_offset and not header.is_control:
+                    keep = header.next_offset > from_offset
+                    if keep and aborted is not None and header.is_transactional:
+                        first_key = control_first_key(view, header) if header.is_control else None
+                        keep = not aborted.skips(header, first_key)
+                    if keep and not header.is_control:
                         self._append_batch(
-                            view, validate_batch(view, position), from_offset, until_offset
+                            view, validate_batch(view, header.position), from_offset, until_offset
                         )
                 except RecordError as exc:
                     raise type(exc)(f"{source}: {exc}") from None
                 position = header.end_position
                 next_offset = header.next_offset
                 if until_offset is not None and next_offset >= until_offset:
-                    return BatchWalk(position, next_offset, True, position >= end)
+                    return BatchWalk(position, next_offset, True, position >= len(view))
         return BatchWalk(position, next_offset, False, True)
 
     def _append_batch(
@@ -304,6 +305,55 @@ class RecordColumns:
         batch = pa.RecordBatch.from_arrays(columns, schema=arrow_schema(self._include_headers))
         self._reset()
         return batch
+
+
+def iter_headers(
+    view: memoryview, position: int, *, source: str, partial_tail_ok: bool
+) -> Iterator[BatchHeader]:
+    """The headers of the whole batches in ``view`` from ``position`` on, in order.
+
+    Ends at the end of the buffer, at a partial batch (allowed only with ``partial_tail_ok``:
+    an active segment being written, a fetch response cut at its size limit), or at zeros
+    where the next batch's length should be (the preallocated tail of a segment file). CRCs
+    are not checked here (:func:`stratalog.records.validate_batch` does it for the batches
+    decoded). ``source`` names the bytes in errors.
+
+    Raises:
+        CorruptRecordError: a partial batch without ``partial_tail_ok``, or a malformed header.
+        InvalidRecordError: a batch of another magic than 2.
+    """
+    end = len(view)
+    while position < end:
+        remaining = end - position
+        if remaining > HEADER_SIZE_UP_TO_MAGIC:
+            length = int.from_bytes(view[position + 8 : position + 12], "big", signed=True)
+            partial = length + LOG_OVERHEAD > remaining
+        else:
+            length, partial = -1, True
+        if partial or (length == 0 and view[position : position + LOG_OVERHEAD]
+                       == _ZERO_LENGTH_PREFIX):
+            if partial and not partial_tail_ok:
+                raise CorruptRecordError(
+                    f"{source}: partial record batch at position {position}: "
+                    f"{remaining} bytes remain, fewer than the batch needs"
+                )
+            return
+        try:
+            header = parse_header(view, position)
+        except RecordError as exc:
+            raise type(exc)(f"{source}: {exc}") from None
+        yield header
+        position = header.end_position
+
+
+def control_first_key(view: memoryview, header: BatchHeader) -> bytes | None:
+    """The key of a control batch's first record (its marker type), the batch checked whole.
+
+    Raises:
+        CorruptRecordError, InvalidRecordError: the batch does not decode.
+    """
+    _, columns = decode_batch_columns(view, header.position)
+    return columns.keys[0] if columns.keys else None
 
 
 def _concat(arrays: list[pa.Array], arrow_type: pa.DataType) -> pa.Array:

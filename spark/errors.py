@@ -9,8 +9,11 @@ it names the option, the topic-partition and the offsets involved, and what to d
     │                     (also a ValueError); ``.option`` is the option's name as documented
     ├── SchemaError       a DataFrame to write lacks ``value`` or has a column of the wrong
     │                     type, or a row holds a null topic or header key (also a ValueError)
-    └── DataLossError     offsets the query needs are no longer in the log (retention,
-                          DeleteRecords, a recreated topic); raised only with failOnDataLoss=true
+    ├── DataLossError     offsets the query needs are no longer in the log (retention,
+    │                     DeleteRecords, a recreated topic); raised only with failOnDataLoss=true
+    └── TransactionCommitError
+                          the driver could not commit a task's transaction of a transactional
+                          write (timed out on the server, or fenced by a newer attempt)
 
 Errors from the server arrive as :mod:`stratalog.client.errors` classes and errors in stored
 bytes as :mod:`stratalog.records.errors` classes; the connector adds context to neither tree.
@@ -20,7 +23,14 @@ from __future__ import annotations
 
 import logging
 
-__all__ = ["ConnectorError", "DataLossError", "OptionError", "SchemaError", "report_data_loss"]
+__all__ = [
+    "ConnectorError",
+    "DataLossError",
+    "OptionError",
+    "SchemaError",
+    "TransactionCommitError",
+    "report_data_loss",
+]
 
 logger = logging.getLogger("stratalog.spark")
 
@@ -51,6 +61,13 @@ class DataLossError(ConnectorError):
     starting offset below the log start offset (retention deleted the segments), or a log that
     now ends before an offset the query already planned to read.
     """
+
+
+class TransactionCommitError(ConnectorError):
+    """The driver could not commit the transaction of a task of a transactional write (it
+    timed out on the server, or a newer attempt fenced it): that task's rows are not visible to
+    read_committed readers. The message names the transactional id and the transactions
+    committed before it."""
 
 
 def report_data_loss(message: str, fail_on_data_loss: bool, going_on: str) -> None:

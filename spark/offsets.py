@@ -8,10 +8,15 @@ every task reads a fixed range and a retried task reads the same records again.
 * Partitions and their bounds come from DescribeTopic (one RPC per topic: the log start and log
   end offset of every partition). An unknown topic or partition fails the query, naming the
   option.
-* ``earliest``/``latest``/-2/-1 are the log start and log end offsets; a timestamp T is
-  ListOffsets(T): the earliest offset whose record timestamp is >= T (Kafka's offsetsForTimes).
-  With no such record, a start fails (strategy ``error``, naming the option) or takes the log
-  end (strategy ``latest``), and an end takes the log end, as in Spark's Kafka source.
+* ``earliest``/``latest``/-2/-1 are the log start offset and the *latest* offset: the log end
+  offset under read_uncommitted, the last stable offset (LSO, ListOffsets latest with
+  READ_COMMITTED: the first offset of the earliest open transaction, else the log end) under
+  read_committed, as Spark's Kafka source lists offsets at the consumer's isolation level. A
+  timestamp T is ListOffsets(T) at the query's isolation level: the earliest offset whose record
+  timestamp is >= T (Kafka's offsetsForTimes; under read_committed only records below the LSO
+  match). With no such record, a start fails (strategy ``error``, naming the option) or takes
+  the latest offset (strategy ``latest``), and an end takes the latest offset, as in Spark's
+  Kafka source.
 * JSON offsets and timestamps must name exactly the partitions read (Spark's rule: "you must
   specify all TopicPartitions").
 
@@ -29,6 +34,7 @@ from typing import NamedTuple
 from stratalog.client import (
     EARLIEST,
     LATEST,
+    IsolationLevel,
     SyncClient,
     TopicInfo,
     TopicPartition,
@@ -52,10 +58,13 @@ logger = logging.getLogger(__name__)
 
 
 class PartitionBounds(NamedTuple):
-    """The readable offsets of a partition: ``[log_start_offset, log_end_offset)``."""
+    """The offsets of a partition: ``[log_start_offset, log_end_offset)`` are stored, and a
+    query reads up to ``latest_offset``: the log end offset under read_uncommitted, the last
+    stable offset under read_committed. Invariant: ``latest_offset <= log_end_offset``."""
 
     log_start_offset: int
     log_end_offset: int
+    latest_offset: int
 
 
 def sorted_partitions(partitions: object) -> list[TopicPartition]:
@@ -65,22 +74,62 @@ def sorted_partitions(partitions: object) -> list[TopicPartition]:
 
 def _bounds_of(info: TopicInfo) -> dict[TopicPartition, PartitionBounds]:
     return {
-        TopicPartition(info.name, p.partition): PartitionBounds(p.log_start_offset, p.log_end_offset)
+        TopicPartition(info.name, p.partition): PartitionBounds(
+            p.log_start_offset, p.log_end_offset, p.log_end_offset
+        )
         for p in info.partitions
     }
 
 
+def _with_last_stable_offsets(
+    client: SyncClient, found: Mapping[TopicPartition, PartitionBounds]
+) -> dict[TopicPartition, PartitionBounds]:
+    """``found`` with each latest offset lowered to the partition's last stable offset.
+
+    One ListOffsets(latest, READ_COMMITTED) per partition (DescribeTopic does not carry the
+    LSO). A partition deleted in between is left out, as DescribeTopic would have left it.
+    """
+    out = {}
+    for tp, bounds in found.items():
+        try:
+            stable = client.list_offsets(
+                tp.topic, tp.partition, LATEST, isolation_level=IsolationLevel.READ_COMMITTED
+            ).offset
+        except UnknownTopicOrPartitionError:
+            continue
+        # The LSO was read after the log end: records appended in between may put it above
+        # the log end seen, which then moves up with it (the invariant latest <= log end).
+        out[tp] = PartitionBounds(
+            bounds.log_start_offset, max(bounds.log_end_offset, stable), stable
+        )
+    return out
+
+
 def describe_partitions(
-    client: SyncClient, subscription: Subscription, *, missing_ok: bool = False
+    client: SyncClient,
+    subscription: Subscription,
+    *,
+    isolation_level: IsolationLevel,
+    missing_ok: bool = False,
 ) -> dict[TopicPartition, PartitionBounds]:
     """The subscribed partitions and their bounds, in topic-partition order.
 
-    ``missing_ok``: a subscribed topic that no longer exists is left out instead of failing
-    (a running stream decides itself whether that is data loss).
+    ``isolation_level`` decides what ``latest_offset`` is (READ_COMMITTED: the LSO, one
+    ListOffsets per partition). ``missing_ok``: a subscribed topic that no longer exists is left
+    out instead of failing (a running stream decides itself whether that is data loss).
 
     Raises:
         OptionError: an unknown topic (``subscribe``, ``assign``) or partition (``assign``).
     """
+    found = _describe(client, subscription, missing_ok=missing_ok)
+    if isolation_level == IsolationLevel.READ_COMMITTED:
+        found = _with_last_stable_offsets(client, found)
+    return found
+
+
+def _describe(
+    client: SyncClient, subscription: Subscription, *, missing_ok: bool
+) -> dict[TopicPartition, PartitionBounds]:
     found: dict[TopicPartition, PartitionBounds] = {}
     if subscription.option == "subscribePattern":
         for info in client.list_topics():
@@ -141,10 +190,12 @@ def resolve_offsets(
     *,
     starting: bool,
     strategy: str = "error",
+    isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
 ) -> dict[TopicPartition, int]:
     """One offset per partition for ``spec``: a start (``starting``) or an end.
 
-    ``client`` may be None when ``spec`` needs no timestamp lookup (file mode).
+    ``client`` may be None when ``spec`` needs no timestamp lookup (file mode). "latest" (and
+    -1) is each partition's ``latest_offset``; timestamps are looked up at ``isolation_level``.
 
     Raises:
         OptionError: JSON naming other partitions than those read; a start timestamp with no
@@ -153,7 +204,7 @@ def resolve_offsets(
     if spec.kind == "earliest":
         return {tp: b.log_start_offset for tp, b in partitions.items()}
     if spec.kind == "latest":
-        return {tp: b.log_end_offset for tp, b in partitions.items()}
+        return {tp: b.latest_offset for tp, b in partitions.items()}
     if spec.kind == "offsets":
         _check_covers(spec, spec.offsets, partitions)
         out = {}
@@ -162,7 +213,7 @@ def resolve_offsets(
             if offset == EARLIEST:
                 offset = bounds.log_start_offset
             elif offset == LATEST:
-                offset = bounds.log_end_offset
+                offset = bounds.latest_offset
             out[tp] = offset
         return out
     if spec.kind == "timestamp":
@@ -173,7 +224,9 @@ def resolve_offsets(
     assert client is not None, "timestamps need a server"
     out = {}
     for tp, bounds in partitions.items():
-        found = client.list_offsets(tp.topic, tp.partition, timestamps[tp])
+        found = client.list_offsets(
+            tp.topic, tp.partition, timestamps[tp], isolation_level=isolation_level
+        )
         if found.offset >= 0:
             out[tp] = found.offset
         elif starting and strategy == "error":
@@ -183,7 +236,7 @@ def resolve_offsets(
                 "such partitions at their end instead"
             )
         else:
-            out[tp] = bounds.log_end_offset
+            out[tp] = bounds.latest_offset
     return out
 
 
@@ -196,23 +249,29 @@ def check_range(
     fail_on_data_loss: bool,
     starting_option: str,
     ending_option: str,
-) -> int:
-    """Check a batch query's planned range of one partition; return its (maybe moved) start.
+) -> tuple[int, int]:
+    """Check a batch query's planned range of one partition; return it, maybe narrowed.
+
+    The start moves up to the log start offset when records below it are gone and
+    ``fail_on_data_loss`` is false. The end moves down to ``bounds.latest_offset`` when it is
+    above it, which happens only under read_committed (an ending offset given in JSON above the
+    last stable offset): records past the LSO are not known to be committed, so they are not
+    read (with a warning); if that leaves nothing, the range is empty (``start, start``).
 
     Raises:
-        DataLossError: ``start`` below the log start offset, with ``fail_on_data_loss``
-            (without it the start moves up to the log start, with a warning).
+        DataLossError: ``start`` below the log start offset, with ``fail_on_data_loss``.
         OptionError: a start after the end, or an end past the log end offset.
     """
+    name = f"{tp.topic}-{tp.partition}"
     if end > bounds.log_end_offset:
         raise OptionError(
-            ending_option, f"offset {end} of {tp.topic}-{tp.partition} is past its log end "
+            ending_option, f"offset {end} of {name} is past its log end "
             f"offset {bounds.log_end_offset}"
         )
     if start < bounds.log_start_offset:
         message = (
             f"offsets {start}..{min(end, bounds.log_start_offset) - 1} of "
-            f"{tp.topic}-{tp.partition} are no longer in the log (its log start offset is "
+            f"{name} are no longer in the log (its log start offset is "
             f"{bounds.log_start_offset}): retention or DeleteRecords removed them"
         )
         if fail_on_data_loss:
@@ -222,11 +281,25 @@ def check_range(
         logger.warning("%s; skipped (failOnDataLoss=false)", message)
         start = bounds.log_start_offset
     if start > end:
+        unstable = ""
+        if bounds.latest_offset == end < bounds.log_end_offset:
+            unstable = (
+                "; that is its last stable offset (isolationLevel=read_committed): a "
+                "transaction open there is not committed yet"
+            )
         raise OptionError(
-            starting_option, f"starting offset {start} of {tp.topic}-{tp.partition} is after "
-            f"its ending offset {end} (from {ending_option})"
+            starting_option, f"starting offset {start} of {name} is after "
+            f"its ending offset {end} (from {ending_option}){unstable}"
         )
-    return start
+    if end > bounds.latest_offset:
+        logger.warning(
+            "%s: ending offset %d of %s is above its last stable offset %d, where a "
+            "transaction not committed yet begins; reading up to %d "
+            "(isolationLevel=read_committed)",
+            ending_option, end, name, bounds.latest_offset, max(bounds.latest_offset, start),
+        )
+        end = max(bounds.latest_offset, start)
+    return start, end
 
 
 def offsets_to_json(offsets: Mapping[TopicPartition, int]) -> dict[str, dict[str, int]]:

@@ -9,7 +9,9 @@ source refuses, with an :class:`~stratalog.spark.errors.OptionError` naming the 
 * not exactly one of ``subscribe``, ``subscribePattern`` and ``assign``;
 * JSON that does not parse, or does not have the documented shape;
 * ``latest`` as a batch query's start, ``earliest`` as its end, any ending option on a stream;
-* numbers out of range (``minPartitions`` 0, a negative timestamp, ...).
+* numbers out of range (``minPartitions`` 0, a negative timestamp, ...);
+* an ``isolationLevel`` other than ``read_committed``/``read_uncommitted``, or its Kafka-style
+  alias ``kafka.isolation.level`` given with another value.
 
 Option names, defaults and meanings follow Spark's Kafka source (docs/spark.md has the table);
 ``target`` stands in for ``kafka.bootstrap.servers`` and ``path`` selects file mode.
@@ -29,7 +31,7 @@ from typing import Any
 
 import grpc
 
-from stratalog.client import Client, SyncClient, TopicPartition
+from stratalog.client import Client, IsolationLevel, SyncClient, TopicPartition
 
 from .errors import OptionError
 
@@ -59,6 +61,14 @@ DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
 #: The special offsets of offset JSON, as in Kafka's: -2 the log start, -1 the log end.
 EARLIEST = -2
 LATEST = -1
+
+# Spark's Kafka source takes the consumer's setting under Spark's "kafka." prefix; accepted as
+# an alias, so a job moved from format("kafka") keeps its isolation.
+_ISOLATION_LEVEL_ALIAS = "kafka.isolation.level"
+_ISOLATION_LEVELS = {
+    "read_committed": IsolationLevel.READ_COMMITTED,
+    "read_uncommitted": IsolationLevel.READ_UNCOMMITTED,
+}
 
 # Every option the connector knows, by its documented spelling. Spark lower-cases keys, so
 # lookups go through the lower-case form and messages use the documented one.
@@ -91,6 +101,8 @@ _READ_OPTIONS = (
     "minOffsetsPerTrigger",
     "maxTriggerDelay",
     "fetchMaxBytes",
+    "isolationLevel",
+    _ISOLATION_LEVEL_ALIAS,
 )
 _WRITE_OPTIONS = (
     *_CONNECTION_OPTIONS,
@@ -98,7 +110,15 @@ _WRITE_OPTIONS = (
     "compression",
     "lingerMs",
     "batchBytesMax",
+    "transactionalIdPrefix",
+    "transactionTimeoutMs",
 )
+#: A transactional id is at most 32767 bytes (Kafka's string); the connector appends
+#: "-<partition id>" (at most 11 bytes) to the prefix.
+TRANSACTIONAL_ID_PREFIX_BYTES_MAX = 32767 - 11
+#: transaction_timeout_ms is an int32 on the wire. The server refuses a timeout above its own
+#: transaction.max.timeout.ms (15 min by default) when a task starts (INVALID_TRANSACTION_TIMEOUT).
+_TRANSACTION_TIMEOUT_MS_MAX = 2**31 - 1
 # Keys Spark itself may put into a source's or sink's option map.
 _SPARK_OWN_OPTIONS = ("checkpointLocation", "queryName", "path")
 
@@ -136,6 +156,10 @@ class _Options:
 
     def has(self, name: str) -> bool:
         return self.get(name) is not None
+
+    def given(self, name: str) -> bool:
+        """Whether the option is in the map at all (even blank)."""
+        return name.lower() in self._values
 
     def bool(self, name: str, default: bool) -> bool:
         value = self.get(name)
@@ -438,6 +462,34 @@ class ReadOptions:
     min_offsets_per_trigger: int | None = None
     max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
     fetch_max_bytes: int = DEFAULT_FETCH_BYTES_MAX
+    isolation_level: IsolationLevel = IsolationLevel.READ_COMMITTED
+
+    @property
+    def read_committed(self) -> bool:
+        """Whether the query reads only committed records (ends at the last stable offset)."""
+        return self.isolation_level == IsolationLevel.READ_COMMITTED
+
+
+def _isolation_level(options: _Options) -> IsolationLevel:
+    """``isolationLevel`` (or its alias ``kafka.isolation.level``); read_committed by default."""
+    given = {
+        name: value.strip().lower()
+        for name in ("isolationLevel", _ISOLATION_LEVEL_ALIAS)
+        if (value := options.get(name)) is not None
+    }
+    for name, value in given.items():
+        if value not in _ISOLATION_LEVELS:
+            raise OptionError(
+                name, f"must be 'read_committed' or 'read_uncommitted', got {value!r}"
+            )
+    if len(set(given.values())) > 1:
+        raise OptionError(
+            "isolationLevel", f"is {given['isolationLevel']!r} but its alias "
+            f"{_ISOLATION_LEVEL_ALIAS} is {given[_ISOLATION_LEVEL_ALIAS]!r}; set only one"
+        )
+    if not given:
+        return IsolationLevel.READ_COMMITTED
+    return _ISOLATION_LEVELS[next(iter(given.values()))]
 
 
 def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
@@ -500,6 +552,7 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
             else parse_duration_ms("maxTriggerDelay", max_delay)
         ),
         fetch_max_bytes=opts.int("fetchMaxBytes", 1024, 2**31 - 1) or DEFAULT_FETCH_BYTES_MAX,
+        isolation_level=_isolation_level(opts),
     )
 
 
@@ -508,6 +561,10 @@ class WriteOptions:
     """A batch or streaming write: where to, and the Producer's batching and compression.
 
     ``topic`` (the option) wins over a ``topic`` column, as in Spark's Kafka sink.
+    ``transactional_id_prefix``: None for an idempotent, non-transactional write; otherwise
+    each task writes in one transaction with transactional id ``<prefix>-<partition id>``,
+    open at most ``transaction_timeout_ms`` (None: the connector's default, 15 minutes, in
+    :mod:`stratalog.spark.write_transactions`).
     """
 
     connection: ConnectionOptions
@@ -515,6 +572,14 @@ class WriteOptions:
     compression: str = "none"
     linger_ms: int = 5
     batch_bytes_max: int | None = None
+    transactional_id_prefix: str | None = None
+    transaction_timeout_ms: int | None = None
+
+    def transactional_id(self, partition_id: int) -> str | None:
+        """The transactional id of the task writing Spark partition ``partition_id``."""
+        if self.transactional_id_prefix is None:
+            return None
+        return f"{self.transactional_id_prefix}-{partition_id}"
 
 
 def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
@@ -526,10 +591,31 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
                           f"got {compression!r}")
     topic = opts.get("topic")
     linger_ms = opts.int("lingerMs", 0, 60_000)
+    prefix = opts.get("transactionalIdPrefix")
+    if prefix is None and opts.given("transactionalIdPrefix"):
+        raise OptionError(
+            "transactionalIdPrefix", "is blank; give a prefix unique to this query (the "
+            "transactional ids are '<prefix>-<partition id>'), or leave the option out"
+        )
+    prefix = prefix.strip() if prefix is not None else None
+    if prefix is not None and len(prefix.encode("utf-8")) > TRANSACTIONAL_ID_PREFIX_BYTES_MAX:
+        raise OptionError(
+            "transactionalIdPrefix", f"is {len(prefix.encode('utf-8'))} bytes in UTF-8; at most "
+            f"{TRANSACTIONAL_ID_PREFIX_BYTES_MAX} fit a transactional id with the task's "
+            "'-<partition id>'"
+        )
+    timeout_ms = opts.int("transactionTimeoutMs", 1, _TRANSACTION_TIMEOUT_MS_MAX)
+    if timeout_ms is not None and prefix is None:
+        raise OptionError(
+            "transactionTimeoutMs", "applies to transactional writes only: set "
+            "transactionalIdPrefix too"
+        )
     return WriteOptions(
         connection=_connection(opts),
         topic=topic.strip() if topic is not None else None,
         compression=compression,
         linger_ms=5 if linger_ms is None else linger_ms,
         batch_bytes_max=opts.int("batchBytesMax", 1024, 2**31 - 1),
+        transactional_id_prefix=prefix,
+        transaction_timeout_ms=timeout_ms,
     )

@@ -27,6 +27,12 @@ parse is ignored with a warning, as the server ignores it at startup.
 
 The last segment may be the active one, still being written: a partial batch at its end ends
 the read. A partial batch anywhere else is corruption and fails the task, naming the file.
+
+Under read_committed (the default ``isolationLevel``) the planner first reads what the files say
+about transactions (:mod:`stratalog.spark.file_transactions`): the partition's last stable
+offset, which ends every range (an ending offset above it comes down to it, with a warning),
+and the aborted transactions, of which each task gets those overlapping its range, to drop
+their batches as a read_committed fetch's reader does.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from stratalog.client import TopicPartition
+from stratalog.records import AbortedTransactionFilter
 from stratalog.records.errors import (
     CorruptOffsetCheckpointError,
     InvalidFileNameError,
@@ -61,6 +68,7 @@ from stratalog.records.log_layout import (
 
 from .columns import RecordColumns
 from .errors import OptionError, report_data_loss
+from .file_transactions import scan_transactions
 from .options import EARLIEST, LATEST, ReadOptions, Subscription
 from .ranges import OffsetRange
 
@@ -193,17 +201,26 @@ class SegmentPartition(InputPartition):
     """One Spark task of a file-mode read: the records of ``offset_range`` in one segment file.
 
     ``is_last``: the partition's newest segment (possibly still being written), the only one
-    whose end may be a partial batch. Pickled to the executor; holds only plain values.
+    whose end may be a partial batch. ``aborted``: None under read_uncommitted; under
+    read_committed the ``(producer_id, first_offset)`` of the aborted transactions overlapping
+    the range. Pickled to the executor; holds only plain values.
     """
 
     def __init__(
-        self, offset_range: OffsetRange, path: str, *, is_last: bool, include_headers: bool
+        self,
+        offset_range: OffsetRange,
+        path: str,
+        *,
+        is_last: bool,
+        include_headers: bool,
+        aborted: tuple[tuple[int, int], ...] | None = None,
     ) -> None:
         super().__init__((path, offset_range.from_offset))
         self.offset_range = offset_range
         self.path = path
         self.is_last = is_last
         self.include_headers = include_headers
+        self.aborted = aborted
 
     def __repr__(self) -> str:
         r = self.offset_range
@@ -265,6 +282,18 @@ def plan_segments(options: ReadOptions) -> list[SegmentPartition]:
                 options.starting.option, f"starting offset {start} of {tp.topic}-"
                 f"{tp.partition} is after its ending offset {end}"
             )
+        transactions = scan_transactions(files.segments) if options.read_committed else None
+        if transactions is not None:
+            stable = transactions.last_stable_offset
+            if end is not None and end > stable:
+                assert options.ending is not None
+                logger.warning(
+                    "%s: ending offset %d of %s-%d is above its last stable offset %d in %r "
+                    "(a transaction with no marker in the files begins there); reading up to "
+                    "it (isolationLevel=read_committed)",
+                    options.ending.option, end, tp.topic, tp.partition, stable, options.path,
+                )
+            end = stable if end is None else min(end, stable)
         segments = files.segments
         for i, (base, segment_path) in enumerate(segments):
             next_base = segments[i + 1][0] if i + 1 < len(segments) else None
@@ -274,12 +303,17 @@ def plan_segments(options: ReadOptions) -> list[SegmentPartition]:
             )
             if seg_until is not None and seg_from >= seg_until:
                 continue
+            aborted = None
+            if transactions is not None:
+                assert seg_until is not None  # read_committed always ends at the LSO
+                aborted = transactions.aborted_overlapping(seg_from, seg_until)
             tasks.append(
                 SegmentPartition(
                     OffsetRange(tp.topic, tp.partition, seg_from, seg_until),
                     segment_path,
                     is_last=next_base is None,
                     include_headers=options.include_headers,
+                    aborted=aborted,
                 )
             )
     return tasks
@@ -294,6 +328,8 @@ def read_segment(partition: SegmentPartition) -> Iterator[pa.RecordBatch]:
     """
     r = partition.offset_range
     columns = RecordColumns(r.topic, r.partition, partition.include_headers)
+    # One filter for the whole segment: it sees the segment's batches in order.
+    aborted = None if partition.aborted is None else AbortedTransactionFilter(partition.aborted)
     with open(partition.path, "rb") as file:
         size = os.fstat(file.fileno()).st_size
         if size == 0:
@@ -310,6 +346,7 @@ def read_segment(partition: SegmentPartition) -> Iterator[pa.RecordBatch]:
                     source=partition.path,
                     records_max=ARROW_BATCH_RECORDS,
                     partial_tail_ok=partition.is_last,
+                    aborted=aborted,
                 )
                 if len(columns):
                     yield columns.to_arrow()

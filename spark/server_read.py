@@ -15,8 +15,17 @@ Data loss, as Spark's Kafka source treats it (``failOnDataLoss``):
 * the log ends before the range does (the topic was deleted and recreated, or truncated):
   likewise, and the read stops at the log end.
 
-Gaps inside the range (compacted topics, transaction markers) are not data loss: the fetch
-returns the next batch that exists.
+Gaps inside the range (compacted topics, transaction markers, aborted records) are not data
+loss: the fetch returns the next batch that exists.
+
+Under read_committed (``isolation_level`` READ_COMMITTED) every fetch is READ_COMMITTED: the
+server returns only batches below the partition's last stable offset, with the aborted
+transactions that overlap them, and :class:`~stratalog.spark.columns.RecordColumns` drops those
+transactions' batches with a :class:`stratalog.records.AbortedTransactionFilter` (one per
+response, as Kafka's consumer has one per completed fetch). The planner ends every range at or
+below the LSO it saw, and the LSO only moves up, so a task never waits for a transaction; a
+fetch that returns nothing below the range's end although the log goes further means the LSO
+went back below the plan (the log was truncated), which is data loss like a log that ends early.
 """
 
 from __future__ import annotations
@@ -27,8 +36,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
-from stratalog.client import FetchFormat, FetchResult, OffsetOutOfRangeError
-from stratalog.records import CorruptRecordError
+from stratalog.client import FetchFormat, FetchResult, IsolationLevel, OffsetOutOfRangeError
+from stratalog.records import AbortedTransactionFilter, CorruptRecordError
 
 from .columns import RecordColumns
 from .errors import report_data_loss
@@ -51,6 +60,7 @@ class RangePartition(InputPartition):
         include_headers: bool,
         fail_on_data_loss: bool,
         fetch_max_bytes: int,
+        isolation_level: IsolationLevel,
     ) -> None:
         super().__init__(offset_range)
         self.offset_range = offset_range
@@ -58,6 +68,7 @@ class RangePartition(InputPartition):
         self.include_headers = include_headers
         self.fail_on_data_loss = fail_on_data_loss
         self.fetch_max_bytes = fetch_max_bytes
+        self.isolation_level = isolation_level
 
     def __repr__(self) -> str:
         r = self.offset_range
@@ -74,6 +85,7 @@ def range_partitions(ranges: list[OffsetRange], options: ReadOptions) -> list[Ra
             include_headers=options.include_headers,
             fail_on_data_loss=options.fail_on_data_loss,
             fetch_max_bytes=options.fetch_max_bytes,
+            isolation_level=options.isolation_level,
         )
         for r in split_ranges(ranges, options.min_partitions, options.max_records_per_partition)
     ]
@@ -91,12 +103,14 @@ def read_range(partition: RangePartition) -> Iterator[pa.RecordBatch]:
     topic, number, until = r.topic, r.partition, r.until_offset
     assert until is not None, "a server range always has an end"
     columns = RecordColumns(topic, number, partition.include_headers)
+    read_committed = partition.isolation_level == IsolationLevel.READ_COMMITTED
     with partition.connection.sync_client() as client, ThreadPoolExecutor(1) as pool:
 
         def fetch(offset: int) -> FetchResult:
             return client.fetch_by_offset(
                 topic, number, offset, max_bytes=partition.fetch_max_bytes,
                 fetch_format=FetchFormat.RECORD_BATCHES,
+                isolation_level=partition.isolation_level,
             )
 
         offset = r.from_offset
@@ -115,8 +129,12 @@ def read_range(partition: RangePartition) -> Iterator[pa.RecordBatch]:
             if r.from_offset <= result.next_offset < until and result.next_offset > offset:
                 pending = (result.next_offset, pool.submit(fetch, result.next_offset))
             data = result.record_batches
+            aborted = AbortedTransactionFilter(
+                (a.producer_id, a.first_offset) for a in result.aborted_transactions
+            ) if read_committed else None
             walk = columns.append_batches(
-                data, 0, offset, until, source=f"fetch of {topic}-{number} at offset {offset}"
+                data, 0, offset, until, source=f"fetch of {topic}-{number} at offset {offset}",
+                aborted=aborted,
             )
             if walk.next_offset < 0:
                 if data:
@@ -124,13 +142,21 @@ def read_range(partition: RangePartition) -> Iterator[pa.RecordBatch]:
                         f"fetch of {topic}-{number} at offset {offset} returned {len(data)} "
                         "bytes holding no whole record batch"
                     )
-                # Nothing at all: the log ends at ``offset``, before the range does.
-                report_data_loss(
-                    f"the log of {topic}-{number} ends at offset {result.high_watermark}, before "
-                    f"offsets {offset}..{until - 1} that the query planned to read (was the "
-                    "topic deleted and recreated?)",
-                    partition.fail_on_data_loss, "skip the lost records",
-                )
+                if read_committed and result.high_watermark > offset:
+                    # Records exist, but none is stable: the LSO is below the planned range.
+                    message = (
+                        f"the last stable offset of {topic}-{number} is now "
+                        f"{result.last_stable_offset}, below the end {until} that the query "
+                        "planned from it (was the log truncated?)"
+                    )
+                else:
+                    # Nothing at all: the log ends at ``offset``, before the range does.
+                    message = (
+                        f"the log of {topic}-{number} ends at offset {result.high_watermark}, "
+                        f"before offsets {offset}..{until - 1} that the query planned to read "
+                        "(was the topic deleted and recreated?)"
+                    )
+                report_data_loss(message, partition.fail_on_data_loss, "skip the lost records")
                 break
             offset = walk.next_offset
             if len(columns):

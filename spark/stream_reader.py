@@ -19,9 +19,15 @@ One trigger (Spark's calls, in order):
 2. ``partitions(start, end)``: the ranges ``[start, end)`` split like a batch query's.
 3. ``read(partition)`` on executors: :func:`~stratalog.spark.server_read.read_range`.
 
+Under ``isolationLevel=read_committed`` (the default) the end of every micro-batch is at most
+each partition's last stable offset (ListOffsets latest, READ_COMMITTED), so a micro-batch never
+holds a record that may still be aborted; a transaction open at one trigger is read by a later
+micro-batch, once its commit moved the LSO past it (its aborted records never are).
+
 ``Trigger.AvailableNow``: :meth:`~StratalogStreamReader.prepareForTriggerAvailableNow` records
-the log end offsets once; later triggers never go past them (limits still apply, so a large
-backlog is read in several micro-batches), and the query stops when they are reached.
+the latest offsets (log end, or LSO) once; later triggers never go past them (limits still
+apply, so a large backlog is read in several micro-batches), and the query stops when they are
+reached.
 ``minOffsetsPerTrigger`` is ignored then, since waiting for records would never end.
 
 Partitions appear (new topics matching ``subscribePattern``) and are read from their log start;
@@ -102,7 +108,8 @@ class StratalogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def _bounds(self, *, missing_ok: bool) -> dict[TopicPartition, PartitionBounds]:
         assert self._options.subscription is not None
         return describe_partitions(
-            self._connection(), self._options.subscription, missing_ok=missing_ok
+            self._connection(), self._options.subscription,
+            isolation_level=self._options.isolation_level, missing_ok=missing_ok,
         )
 
     # --- offsets ---------------------------------------------------------------------------------
@@ -112,6 +119,7 @@ class StratalogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         offsets = resolve_offsets(
             self._connection(), self._options.starting, partitions,
             starting=True, strategy=self._options.starting_strategy,
+            isolation_level=self._options.isolation_level,
         )
         return offsets_to_json(offsets)
 
@@ -127,7 +135,7 @@ class StratalogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def prepareForTriggerAvailableNow(self) -> None:
         bounds = self._bounds(missing_ok=True)
-        self._available_now_target = {tp: b.log_end_offset for tp, b in bounds.items()}
+        self._available_now_target = {tp: b.latest_offset for tp, b in bounds.items()}
         logger.info("Trigger.AvailableNow: reading up to %s",
                     offsets_to_json(self._available_now_target))
 
@@ -154,10 +162,14 @@ class StratalogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             # Partitions that appeared after the AvailableNow target was taken are not read.
             bounds = {tp: b for tp, b in bounds.items() if tp in target or tp in begin_json}
         begin = self._begin_offsets(begin_json, bounds)
-        latest = {
-            tp: b.log_end_offset if target is None else min(b.log_end_offset, target.get(tp, 0))
-            for tp, b in bounds.items()
-        }
+        latest = {}
+        for tp, b in bounds.items():
+            end = b.latest_offset if target is None else min(b.latest_offset, target.get(tp, 0))
+            if end < begin[tp] <= b.log_end_offset:
+                # Under read_committed the LSO can be below where the stream is (its checkpoint
+                # was written reading uncommitted): the records are there, so wait for the LSO.
+                end = begin[tp]
+            latest[tp] = end
         # An end below the start (a recreated topic) is kept: partitions() reports the loss.
         if isinstance(limit, ReadAllAvailable):
             return offsets_to_json(latest)
@@ -179,7 +191,7 @@ class StratalogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def reportLatestOffset(self) -> dict | None:
         bounds = self._bounds(missing_ok=True)
-        return offsets_to_json({tp: b.log_end_offset for tp, b in bounds.items()})
+        return offsets_to_json({tp: b.latest_offset for tp, b in bounds.items()})
 
     # --- planning and reading --------------------------------------------------------------------
 

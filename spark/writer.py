@@ -4,8 +4,17 @@ Each Spark task gets its rows as Arrow record batches and produces them through 
 library's batching :class:`~stratalog.client.Producer` (its own event loop, its own channel),
 so records travel as Kafka v2 batches, compressed as asked, partitioned as a Kafka producer
 would partition them. The task ends once every record is acknowledged; a record that could not
-be delivered fails the task (Spark then retries it or fails the query). Delivery is therefore
-at-least-once, as with Spark's Kafka sink: a retried task sends its records again.
+be delivered fails the task (Spark then retries it or fails the query).
+
+Delivery, per mode:
+
+* Default: the Producer is idempotent (its default), so its own retries inside a task never
+  store a batch twice; a retried *task* sends its records again. At-least-once, as Spark's
+  Kafka sink.
+* ``transactionalIdPrefix``: each task writes all its rows in one transaction, with
+  transactional id ``<prefix>-<partition id>``, which it leaves open; the driver commits every
+  task's transaction once all succeeded, and aborts them if the write fails
+  (:mod:`stratalog.spark.write_transactions` has the protocol and what it guarantees).
 
 Columns (Spark's Kafka sink's; others are ignored):
 
@@ -35,6 +44,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
     DataSourceStreamArrowWriter,
@@ -54,6 +64,13 @@ from stratalog.client import Producer
 
 from .errors import OptionError, SchemaError
 from .options import WriteOptions
+from .write_transactions import (
+    DEFAULT_TRANSACTION_TIMEOUT_MS,
+    WriteCommitMessage,
+    abort_transactions,
+    commit_transactions,
+    produce_in_transaction,
+)
 
 __all__ = [
     "StratalogStreamWriter",
@@ -220,43 +237,81 @@ def _raise_failed(pending: list[Any]) -> list[Any]:
     return still
 
 
-async def _produce(
-    options: WriteOptions, plan: WritePlan, batches: Iterable[pa.RecordBatch]
+async def _send_all(
+    producer: Producer, options: WriteOptions, plan: WritePlan, batches: Iterable[pa.RecordBatch]
 ) -> int:
-    kwargs: dict[str, Any] = {"linger_ms": options.linger_ms, "compression": options.compression}
-    if options.batch_bytes_max is not None:
-        kwargs["batch_bytes_max"] = options.batch_bytes_max
+    """Hand every row to the Producer and wait until each is acknowledged.
+
+    Raises the first delivery error (or the error of a bad row, or of the input).
+    """
     count = 0
     pending: list[Any] = []
-    async with options.connection.async_client() as client, Producer(client, **kwargs) as producer:
-        for batch in batches:
-            rows = _Rows(batch, plan, options)
-            await _send_rows(producer, rows, pending)
-            count += rows.count
-            pending = _raise_failed(pending)
-        await producer.flush()
+    for batch in batches:
+        rows = _Rows(batch, plan, options)
+        await _send_rows(producer, rows, pending)
+        count += rows.count
+        pending = _raise_failed(pending)
+    await producer.flush()
     _raise_failed(pending)
     return count
 
 
+async def _produce(
+    options: WriteOptions,
+    plan: WritePlan,
+    batches: Iterable[pa.RecordBatch],
+    transactional_id: str | None,
+) -> WriteCommitMessage:
+    kwargs: dict[str, Any] = {"linger_ms": options.linger_ms, "compression": options.compression}
+    if options.batch_bytes_max is not None:
+        kwargs["batch_bytes_max"] = options.batch_bytes_max
+    if transactional_id is not None:
+        kwargs["transactional_id"] = transactional_id
+        kwargs["transaction_timeout_ms"] = (
+            options.transaction_timeout_ms or DEFAULT_TRANSACTION_TIMEOUT_MS
+        )
+    async with options.connection.async_client() as client, Producer(client, **kwargs) as producer:
+        if transactional_id is None:
+            return WriteCommitMessage(await _send_all(producer, options, plan, batches))
+        records, producer_id, epoch = await produce_in_transaction(
+            producer, lambda: _send_all(producer, options, plan, batches)
+        )
+        # Closing the Producer leaves the transaction open: the driver commits it.
+        return WriteCommitMessage(records, transactional_id, producer_id, epoch)
+
+
+def task_partition_id() -> int:
+    """The Spark partition id of the running task (0 outside a Spark task: tests in-process)."""
+    context = TaskContext.get()
+    return 0 if context is None else context.partitionId()
+
+
 def write_batches(
-    options: WriteOptions, plan: WritePlan, batches: Iterator[pa.RecordBatch]
-) -> int:
-    """Produce every row of ``batches``; return how many. Blocks until all are acknowledged.
+    options: WriteOptions,
+    plan: WritePlan,
+    batches: Iterator[pa.RecordBatch],
+    transactional_id: str | None = None,
+) -> WriteCommitMessage:
+    """Produce every row of ``batches``; blocks until all are acknowledged.
+
+    ``transactional_id``: produce them in a transaction under that id and leave it open (the
+    message carries its producer id and epoch, for the driver to commit); aborted if this
+    raises.
 
     Raises:
         SchemaError: a null topic or header key in a row.
-        stratalog.client.StratalogError: a record that could not be delivered.
+        stratalog.client.StratalogError: a record that could not be delivered; with a
+            transactional id also ProducerFencedError (a newer attempt of the task took over)
+            or the server's refusal of the transaction (INVALID_TRANSACTION_TIMEOUT, ...).
         ValueError/TypeError: a value the Producer refuses (a negative timestamp, ...).
     """
-    return asyncio.run(_produce(options, plan, batches))
+    return asyncio.run(_produce(options, plan, batches, transactional_id))
 
 
-@dataclass
-class WriteCommitMessage(WriterCommitMessage):
-    """What one write task reports to the driver: the records it produced."""
-
-    records: int
+def _write_task(
+    options: WriteOptions, plan: WritePlan, iterator: Iterator[pa.RecordBatch]
+) -> WriteCommitMessage:
+    return write_batches(options, plan, iterator, options.transactional_id(task_partition_id()))
 
 
 class StratalogWriter(DataSourceArrowWriter):
@@ -267,15 +322,24 @@ class StratalogWriter(DataSourceArrowWriter):
         self._plan = plan
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteCommitMessage:
-        return WriteCommitMessage(write_batches(self._options, self._plan, iterator))
+        return _write_task(self._options, self._plan, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        options = self._options
+        if options.transactional_id_prefix is not None:
+            commit_transactions(options, messages, "the write")
         total = sum(m.records for m in messages if isinstance(m, WriteCommitMessage))
-        logger.info("wrote %d records to %s", total, self._options.connection.target)
+        logger.info("wrote %d records to %s", total, options.connection.target)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        # Records already acknowledged stay in their topics: a log cannot take them back.
+        options = self._options
         written = sum(m.records for m in messages if isinstance(m, WriteCommitMessage))
+        if options.transactional_id_prefix is not None:
+            abort_transactions(options, messages, "the write")
+            logger.warning("write aborted: the transactions of its tasks (%d records) were "
+                           "aborted", written)
+            return
+        # Records already acknowledged stay in their topics: a log cannot take them back.
         logger.warning("write aborted after %d records were acknowledged", written)
 
 
@@ -287,13 +351,20 @@ class StratalogStreamWriter(DataSourceStreamArrowWriter):
         self._plan = plan
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteCommitMessage:
-        return WriteCommitMessage(write_batches(self._options, self._plan, iterator))
+        return _write_task(self._options, self._plan, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        if self._options.transactional_id_prefix is not None:
+            commit_transactions(self._options, messages, f"micro-batch {batchId}")
         total = sum(m.records for m in messages if isinstance(m, WriteCommitMessage))
         logger.info("micro-batch %d: wrote %d records", batchId, total)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         written = sum(m.records for m in messages if isinstance(m, WriteCommitMessage))
+        if self._options.transactional_id_prefix is not None:
+            abort_transactions(self._options, messages, f"micro-batch {batchId}")
+            logger.warning("micro-batch %d aborted: the transactions of its tasks (%d "
+                           "records) were aborted", batchId, written)
+            return
         logger.warning("micro-batch %d aborted after %d records were acknowledged",
                        batchId, written)

@@ -120,10 +120,17 @@ def test_segment_reads_without_spark(tmp_path):
     last = _segment(directory, 10, 5)
     # The log directory's checkpoint raises the log start offset above the first segment.
     (tmp_path / "log-start-offset-checkpoint").write_text("0\n1\nt 0 3\n")
-    options = parse_read_options({"path": str(tmp_path)}, streaming=False)
+    # read_uncommitted reads the newest segment to its end when the task runs (None) ...
+    options = parse_read_options({"path": str(tmp_path), "isolationLevel": "read_uncommitted"},
+                                 streaming=False)
     tasks = plan_segments(options)
     assert [(t.path, t.offset_range.from_offset, t.offset_range.until_offset, t.is_last)
             for t in tasks] == [(str(first), 3, 10, False), (str(last), 10, None, True)]
+    # ... read_committed to the last stable offset found at planning (here the end: no
+    # transaction), with no aborted transaction to drop.
+    committed = plan_segments(parse_read_options({"path": str(tmp_path)}, streaming=False))
+    assert [(t.offset_range.from_offset, t.offset_range.until_offset, t.aborted)
+            for t in committed] == [(3, 10, ()), (10, 15, ())]
     offsets = [o for t in tasks for b in read_segment(t) for o in b.column("offset").to_pylist()]
     assert offsets == [3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]
     # A torn tail ends the active segment's read; elsewhere it is corruption, named.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from stratalog.client import TopicPartition
+from stratalog.client import IsolationLevel, TopicPartition
 from stratalog.spark import OptionError
 from stratalog.spark.options import (
     DEFAULT_MAX_TRIGGER_DELAY_MS,
@@ -33,6 +33,19 @@ def test_defaults_as_spark_kafka_source():
     streaming = stream()
     assert streaming.starting.kind == "latest" and streaming.ending is None
     assert streaming.connection.target == "127.0.0.1:1"
+
+
+def test_isolation_level_read_committed_by_default_and_its_kafka_alias():
+    assert batch().isolation_level == IsolationLevel.READ_COMMITTED and batch().read_committed
+    assert stream(isolationLevel=" Read_Uncommitted ").isolation_level == (
+        IsolationLevel.READ_UNCOMMITTED)
+    alias = batch(**{"kafka.isolation.level": "read_uncommitted"})
+    assert not alias.read_committed
+    same = batch(**{"kafka.isolation.level": "read_committed", "ISOLATIONLEVEL": "read_committed"})
+    assert same.read_committed
+    files = parse_read_options({"path": "/data", "isolationLevel": "read_uncommitted"},
+                               streaming=False)
+    assert not files.read_committed
 
 
 def test_keys_are_case_insensitive_and_values_checked():
@@ -82,6 +95,12 @@ def test_precedence_timestamp_then_by_timestamp_then_offsets():
         ({"tls.rootCertificates": "/no/such/ca.pem"}, "tls.rootCertificates", "cannot read"),
         ({"requestTimeoutMs": "0"}, "requestTimeoutMs", r"must be in \[1, "),
         ({"kafka.bootstrap.servers": "x"}, "kafka.bootstrap.servers", "unknown option"),
+        ({"isolationLevel": "serializable"}, "isolationLevel",
+         "must be 'read_committed' or 'read_uncommitted', got 'serializable'"),
+        ({"kafka.isolation.level": "committed"}, "kafka.isolation.level",
+         "must be 'read_committed' or 'read_uncommitted'"),
+        ({"isolationLevel": "read_committed", "kafka.isolation.level": "read_uncommitted"},
+         "isolationLevel", "its alias kafka.isolation.level is 'read_uncommitted'; set only one"),
     ],
 )
 def test_bad_read_options(options, option, message):
@@ -133,3 +152,34 @@ def test_write_options():
         parse_write_options({"target": "h:1", "subscribe": "t"})
     with pytest.raises(OptionError, match="option 'target': is required"):
         parse_write_options({"topic": "t"})
+
+
+def test_transactional_write_options():
+    plain = parse_write_options({"target": "h:1", "topic": "t"})
+    assert plain.transactional_id_prefix is None and plain.transactional_id(3) is None
+    options = parse_write_options({"target": "h:1", "topic": "t",
+                                   "transactionalIdPrefix": " orders-job ",
+                                   "transactionTimeoutMs": "120000"})
+    assert options.transactional_id(7) == "orders-job-7"
+    assert options.transaction_timeout_ms == 120_000
+
+
+@pytest.mark.parametrize(
+    ("options", "option", "message"),
+    [
+        ({"transactionalIdPrefix": "  "}, "transactionalIdPrefix", "is blank"),
+        ({"transactionalIdPrefix": "x" * 32757}, "transactionalIdPrefix",
+         "is 32757 bytes in UTF-8; at most 32756"),
+        ({"transactionTimeoutMs": "60000"}, "transactionTimeoutMs",
+         "applies to transactional writes only: set transactionalIdPrefix too"),
+        ({"transactionalIdPrefix": "p", "transactionTimeoutMs": "0"}, "transactionTimeoutMs",
+         r"must be in \[1, 2147483647\], got 0"),
+        ({"transactionalIdPrefix": "p", "transactionTimeoutMs": "1m"}, "transactionTimeoutMs",
+         "must be an integer"),
+        ({"transactional.id": "p"}, "transactional.id", "unknown option"),
+    ],
+)
+def test_bad_transactional_write_options(options, option, message):
+    with pytest.raises(OptionError, match=message) as caught:
+        parse_write_options({"target": "h:1", "topic": "t", **options})
+    assert caught.value.option == option

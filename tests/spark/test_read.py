@@ -249,12 +249,12 @@ def test_data_loss_after_retention(spark, client, server, topic_name):
     )
     lost = RangePartition(OffsetRange(topic, 0, 0, 63), options.connection,
                           include_headers=False, fail_on_data_loss=True,
-                          fetch_max_bytes=1 << 20)
+                          fetch_max_bytes=1 << 20, isolation_level=options.isolation_level)
     with pytest.raises(DataLossError, match=f"offsets 0..{log_start - 1} of {topic}-0"):
         list(read_range(lost))
     skipped = RangePartition(OffsetRange(topic, 0, 0, 63), options.connection,
                              include_headers=False, fail_on_data_loss=False,
-                             fetch_max_bytes=1 << 20)
+                             fetch_max_bytes=1 << 20, isolation_level=options.isolation_level)
     got = [o for b in read_range(skipped) for o in b.column("offset").to_pylist()]
     assert got == list(range(log_start, 63))
 
