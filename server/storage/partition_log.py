@@ -869,16 +869,18 @@ class PartitionLog:
         self._segments.add(segment)
         self._directory_dirty = True
         # Kafka's snapshot on roll, named by the new segment's base offset (the state reflects
-        # every batch below it). Not fsynced here: the roll holds the log's lock (and may run
-        # on an append), and an fsync would stall every append behind it. As Kafka's scheduled
+        # every batch below it), written whatever the producers, as UnifiedLog.roll does: an
+        # empty one (header, 0 entries) is what lets an unclean open of a log that never had a
+        # producer start its scan at the latest roll instead of the log start (recovery.py,
+        # pass 7). Not fsynced here: the roll holds the log's lock (and may run on an
+        # append), and an fsync would stall every append behind it. As Kafka's scheduled
         # flushProducerStateSnapshot, the flush that moves the recovery point to this offset
         # fsyncs it first (flush: it runs off the append path), so the snapshot an unclean
         # open starts from (the latest at or below the recovery point) survives a power loss;
         # one lost before that flush costs a longer scan, never producer state.
-        if self._producer_state.producers or self._producer_state.snapshots_seen:
-            self._producer_state.map_end_offset = new_offset
-            self._producer_state.take_snapshot(fsync=False)
-            self._unflushed_snapshots.add(new_offset)
+        self._producer_state.map_end_offset = new_offset
+        self._producer_state.take_snapshot(fsync=False)
+        self._unflushed_snapshots.add(new_offset)
         # The log end offset does not change; only the segment holding it does.
         self._end = _LogEnd(end.offset, new_offset, 0)
         if self._flush_scheduler is not None:
@@ -1449,7 +1451,11 @@ class PartitionLog:
                 first_error = exc
             state = self._producer_state
             if first_error is None and (state.producers or state.snapshots_seen):
-                # The snapshot at the log end that the next (clean) open loads.
+                # The snapshot at the log end that the next (clean) open loads. Kafka's close
+                # takes one whatever the producers; a log with no producer and no snapshot
+                # file (it never rolled, as every roll writes one) needs none: a clean open
+                # without any snapshot scans nothing (Kafka's rule), and an unclean one starts
+                # no later than the recovered segment's base: the log start, in such a log.
                 try:
                     self._producer_state.map_end_offset = self._end.offset
                     self._producer_state.take_snapshot()
