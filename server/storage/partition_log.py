@@ -180,11 +180,18 @@ TransactionVerifier = Callable[[int, int], None]
 
 
 class _LogEnd(NamedTuple):
-    """The end of the log as readers may see it, published as one value after each write."""
+    """The end of the log as readers may see it, published as one value after each write.
+
+    ``first_unstable`` is the producer state's first unstable offset as of that end (None: no
+    transaction open), published with it so that a lock-free reader computes the LSO from one
+    consistent moment: two separate reads could pair an end from before a marker with the state
+    from after it, an LSO past a marker the reader's data does not hold.
+    """
 
     offset: int  # the log end offset (next offset to assign)
     segment_base_offset: int  # the active segment holding the end
     position: int  # readable bytes of that segment
+    first_unstable: int | None = None
 
 
 class PartitionLog:
@@ -263,7 +270,6 @@ class PartitionLog:
         first = segments.first
         assert first is not None
         end_offset = active.read_next_offset()
-        self._end = _LogEnd(end_offset, active.base_offset, active.size_bytes)
         start = first.base_offset if log_start_offset is None else log_start_offset
         assert start <= end_offset, f"log start offset {start} above the log end {end_offset}"
         self._log_start_offset = start
@@ -273,6 +279,9 @@ class PartitionLog:
             producer_state = ProducerStateManager(directory, producer_id_expiration_ms)
             producer_state.reset(end_offset)
         self._producer_state = producer_state
+        self._end = _LogEnd(
+            end_offset, active.base_offset, active.size_bytes, producer_state.first_unstable_offset
+        )
         # The roll snapshots written without an fsync, by offset: flush fsyncs each before the
         # recovery point reaches it (see _roll).
         self._unflushed_snapshots: set[int] = set()
@@ -405,13 +414,13 @@ class PartitionLog:
         end), never below the log start offset: a transaction may have begun below it
         (DeleteRecords, retention), and offsets there cannot be read (Kafka bounds its first
         unstable offset so too). read_committed fetches and ListOffsets stop here.
-        Thread-safe without the lock: the end is read before the first unstable offset (see
-        :meth:`_write_to`)."""
-        end = self._end.offset
-        first_unstable = self._producer_state.first_unstable_offset
+        Thread-safe without the lock: the end and the first unstable offset come from one
+        published :class:`_LogEnd`."""
+        end = self._end
+        first_unstable = end.first_unstable
         if first_unstable is None:
-            return end
-        return min(max(first_unstable, self._log_start_offset), end)
+            return end.offset
+        return min(max(first_unstable, self._log_start_offset), end.offset)
 
     @property
     def producer_state(self) -> ProducerStateManager:
@@ -754,10 +763,11 @@ class PartitionLog:
         """Write and index the append in the active ``segment``, record its producer state,
         publish the new log end.
 
-        Order matters to lock-free readers of the LSO (:attr:`last_stable_offset` reads the log
-        end, then the first unstable offset): the ``.txnindex`` entries of aborted transactions
-        are written before the state completes them, and the state records a new transaction
-        before the end that holds its first batch is published.
+        Order matters to lock-free readers: the ``.txnindex`` entries of aborted transactions
+        are written before the marker that completes them, and the new end is published last,
+        with the producer state's first unstable offset after the append (one value: a reader
+        computes the LSO from one moment, so it never passes a transaction whose marker the
+        reader cannot see, nor a transaction whose start it can).
 
         All or nothing: the ``.txnindex`` entries of an ABORT marker are written before the
         marker, and taken back if the marker's write fails. (Kafka writes the marker first; an
@@ -785,11 +795,15 @@ class PartitionLog:
             if aborted:
                 self._take_back_txn_index_entries(segment, aborted[0].last_offset)
             raise
+        state = self._producer_state
         if judged is not None:
-            self._producer_state.apply(judged)
+            state.apply(judged)
         else:
-            self._producer_state.map_end_offset = validated.last_offset + 1
-        self._end = _LogEnd(validated.last_offset + 1, segment.base_offset, segment.size_bytes)
+            state.map_end_offset = validated.last_offset + 1
+        self._end = _LogEnd(
+            validated.last_offset + 1, segment.base_offset, segment.size_bytes,
+            state.first_unstable_offset,
+        )
         return AppendInfo(
             first_offset=validated.first_offset,
             last_offset=validated.last_offset,
@@ -882,7 +896,7 @@ class PartitionLog:
         self._producer_state.take_snapshot(fsync=False)
         self._unflushed_snapshots.add(new_offset)
         # The log end offset does not change; only the segment holding it does.
-        self._end = _LogEnd(end.offset, new_offset, 0)
+        self._end = _LogEnd(end.offset, new_offset, 0, end.first_unstable)
         if self._flush_scheduler is not None:
             self._flush_scheduler(lambda: self._flush_after_roll(new_offset))
         return segment
@@ -1204,10 +1218,18 @@ class PartitionLog:
             self._schedule_delete(doomed)
             active = self.active_segment
             active.truncate_to(offset)
-            self._end = _LogEnd(offset, active.base_offset, active.size_bytes)
+            # The first unstable offset as it was: one above the new end shows as the end.
+            self._end = _LogEnd(
+                offset, active.base_offset, active.size_bytes, self._end.first_unstable
+            )
             self._log_start_offset = min(offset, self._log_start_offset)
             self._recovery_point = min(self._recovery_point, offset)
             self._reload_producer_state(offset)
+            # Again, with the reloaded state's first unstable offset.
+            self._end = _LogEnd(
+                offset, active.base_offset, active.size_bytes,
+                self._producer_state.first_unstable_offset,
+            )
             self._maybe_delete_pending(self._time_ms())
             return True
 
