@@ -70,6 +70,7 @@ from stratalog.records import (
 
 from . import wire
 from .client import Client
+from .credentials import Credentials, TlsConfig, channel_security
 from .errors import (
     DeliveryTimeoutError,
     StratalogError,
@@ -197,6 +198,8 @@ class Producer:
 
     Args:
         client: a :class:`Client`, or a target string (the Producer then owns and closes it).
+        tls, auth: TLS and credentials of the Client made from a target string (see
+            :class:`Client`).
         idempotent: stamp batches with a producer id and sequences so that the server stores
             each once and in order (see the module docstring). On by default, as in Kafka 3.
         transactional_id: send in transactions under this stable id (implies idempotent).
@@ -245,6 +248,8 @@ class Producer:
         buffer_bytes_max: int = DEFAULT_BUFFER_BYTES_MAX,
         flush: bool = False,
         rng: random.Random | None = None,
+        tls: TlsConfig | None = None,
+        auth: Credentials | None = None,
     ) -> None:
         if not isinstance(client, Client | str):
             raise TypeError(f"client must be a Client or a target str, got {client!r}")
@@ -252,6 +257,11 @@ class Producer:
         self._target = client if isinstance(client, str) else None
         self._client: Client = client if isinstance(client, Client) else None  # type: ignore[assignment]
         self._owns_client = isinstance(client, str)
+        if isinstance(client, Client) and (tls is not None or auth is not None):
+            raise TypeError("tls= and auth= are for a target string; a Client has its own")
+        self._tls, self._auth = tls, auth
+        if isinstance(client, str):
+            channel_security(client, tls, auth, None)  # refuses what the Client would, now
         if not isinstance(idempotent, bool):
             raise TypeError(f"idempotent must be a bool, got {type(idempotent).__name__}")
         if transactional_id is not None:
@@ -376,7 +386,7 @@ class Producer:
 
     def _ensure_client(self) -> Client:
         if self._client is None:
-            self._client = Client(self._target)  # type: ignore[arg-type]
+            self._client = Client(self._target, tls=self._tls, auth=self._auth)  # type: ignore[arg-type]
         return self._client
 
     async def _topic_state(self, topic: str) -> _TopicState:
