@@ -45,7 +45,7 @@ class TestPki:
     CLIENT_SUBJECT = "CN=client-1,O=example"
 
 
-def _make_pki(directory: Path) -> TestPki:
+def make_test_pki(directory: Path) -> TestPki:
     import datetime
     import ipaddress
 
@@ -123,4 +123,4 @@ def _make_pki(directory: Path) -> TestPki:
 @pytest.fixture(scope="session")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> TestPki:
     """A test CA with server and client certificates (see :class:`TestPki`)."""
-    return _make_pki(tmp_path_factory.mktemp("pki"))
+    return make_test_pki(tmp_path_factory.mktemp("pki"))
