@@ -220,10 +220,13 @@ class TokenEntry:
     secret: ScramSecret
 
 
-# A secret checked when the user or token does not exist, so that a refusal takes as long
-# either way and its timing does not tell a client which user names exist.
+# Secrets checked when the user or token does not exist, so that a refusal takes as long
+# either way (at the default iterations) and its timing does not tell a client which user
+# names or token ids exist.
 _DECOY = ScramSecret(PASSWORD_ITERATIONS_DEFAULT, b"\0" * _SALT_BYTES,
                      b"\0" * _KEY_BYTES, b"\0" * _KEY_BYTES)
+_TOKEN_DECOY = ScramSecret(TOKEN_ITERATIONS_DEFAULT, b"\0" * _SALT_BYTES,
+                           b"\0" * _KEY_BYTES, b"\0" * _KEY_BYTES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -392,7 +395,7 @@ class CredentialFile:
         token_id, sep, secret = token.partition(".")
         entry = self.tokens.get(token_id) if sep else None
         if entry is None:
-            _DECOY.verify(secret or token)
+            _TOKEN_DECOY.verify(secret or token)
             return None
         return entry.principal if entry.secret.verify(secret) else None
 

@@ -37,7 +37,6 @@ import ssl
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import grpc
 
@@ -210,7 +209,3 @@ def certificate_principal(auth_context: Mapping[str, Sequence[bytes]]) -> Princi
         return None
     return Principal.user(subject.decode("utf-8", "replace"))
 
-
-def check_readable(path: str | Path, what: str) -> None:
-    """Raise SecurityConfigError unless ``path`` is a readable PEM file (for start-up checks)."""
-    _read_pem(str(path), what)
