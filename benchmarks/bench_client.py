@@ -18,7 +18,11 @@ machine disturbs much less than wall-clock rates.
 The server shares the machine's cores with the client, as it would in a one-machine deployment.
 Figures depend on whether the C codec (stratalog.records.accel) is built: the header says.
 
-Run: ``.venv/bin/python -m benchmarks.bench_client [--records 1000000] [--runs 3]``.
+With ``--secure`` a second server runs beside the first with TLS and password authentication
+on (benchmarks/security_setup.py), and each run measures both, in alternating order, so that
+the machine's other load falls on both alike; a third table gives secure / plain per operation.
+
+Run: ``.venv/bin/python -m benchmarks.bench_client [--records 1000000] [--runs 3] [--secure]``.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 from stratalog.client import Client, Consumer, Producer
 
@@ -45,12 +50,13 @@ SEND_MANY_CHUNK = 10_000
 
 
 @contextlib.contextmanager
-def running_server() -> Iterator[str]:
+def running_server(*extra_flags: str) -> Iterator[str]:
     """A stratalog server process on 127.0.0.1 with a free port; yields its target."""
     data_dir = tempfile.mkdtemp(prefix="stratalog-bench-")
     process = subprocess.Popen(
         [sys.executable, "-m", "stratalog.server", "--listen", "127.0.0.1:0",
-         "--log-dirs", data_dir, "--metrics-port", "0", "--logging-level", "WARNING"],
+         "--log-dirs", data_dir, "--metrics-port", "0", "--logging-level", "WARNING",
+         *extra_flags],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -139,25 +145,53 @@ async def consume_batches(client: Client, topic: str, expected: int) -> tuple[fl
     return count / elapsed, cpu / count * 1e6
 
 
-async def run(target: str, records: int, runs: int) -> dict[str, list[tuple[float, float]]]:
+_OPERATIONS = ("produce send()", "produce send_many()", "consume records", "consume batches")
+Figures = dict[str, list[tuple[float, float]]]
+
+
+async def one_run(client: Client, values: list[bytes], run_index: int, figures: Figures) -> None:
+    records = len(values)
+    one = f"bench-send-{run_index}"
+    many = f"bench-many-{run_index}"
+    await client.create_topic(one, 1)
+    await client.create_topic(many, 1)
+    figures["produce send()"].append(await produce_send(client, one, values))
+    figures["produce send_many()"].append(await produce_send_many(client, many, values))
+    figures["consume records"].append(await consume_records(client, one, records))
+    figures["consume batches"].append(await consume_batches(client, many, records))
+    await client.delete_topic(one)
+    await client.delete_topic(many)
+
+
+async def run(
+    targets: list[tuple[str, dict[str, object]]], records: int, runs: int
+) -> list[Figures]:
+    """Every run against every target (``(target, Client keyword arguments)``), the targets'
+    order rotating from run to run."""
     values = make_values(records)
-    figures: dict[str, list[tuple[float, float]]] = {
-        "produce send()": [], "produce send_many()": [], "consume records": [],
-        "consume batches": [],
-    }
-    async with Client(target) as client:
+    figures: list[Figures] = [{name: [] for name in _OPERATIONS} for _ in targets]
+    clients = [Client(target, **kwargs) for target, kwargs in targets]  # type: ignore[arg-type]
+    try:
         for run_index in range(runs):
-            one = f"bench-send-{run_index}"
-            many = f"bench-many-{run_index}"
-            await client.create_topic(one, 1)
-            await client.create_topic(many, 1)
-            figures["produce send()"].append(await produce_send(client, one, values))
-            figures["produce send_many()"].append(await produce_send_many(client, many, values))
-            figures["consume records"].append(await consume_records(client, one, records))
-            figures["consume batches"].append(await consume_batches(client, many, records))
-            await client.delete_topic(one)
-            await client.delete_topic(many)
+            for turn in range(len(targets)):
+                index = (run_index + turn) % len(targets)
+                await one_run(clients[index], values, run_index, figures[index])
+    finally:
+        for client in clients:
+            await client.close()
     return figures
+
+
+def print_table(title: str, figures: Figures) -> None:
+    print(f"## {title}")
+    print(f"{'operation':<22}{'median rec/s':>14}{'min':>12}{'max':>12}{'of goal':>9}"
+          f"{'client CPU us/rec':>19}")
+    for name, results in figures.items():
+        rates = [rate for rate, _ in results]
+        cpu_us = statistics.median(cpu for _, cpu in results)
+        print(f"{name:<22}{statistics.median(rates):>14,.0f}{min(rates):>12,.0f}"
+              f"{max(rates):>12,.0f}{statistics.median(rates) / 1_000_000:>9.0%}"
+              f"{cpu_us:>19.2f}")
 
 
 def codec_path() -> str:
@@ -172,6 +206,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--secure", action="store_true",
+                        help="also measure a TLS + password server in the same run")
     args = parser.parse_args(argv)
     try:
         import uvloop
@@ -184,16 +220,26 @@ def main(argv: list[str] | None = None) -> None:
           f"median of {args.runs} runs")
     print(f"# python {platform.python_version()}, {os.cpu_count()} cores, {loop_name}, "
           f"record codec: {codec_path()}")
-    with running_server() as target:
-        figures = asyncio.run(run(target, args.records, args.runs))
-    print(f"{'operation':<22}{'median rec/s':>14}{'min':>12}{'max':>12}{'of goal':>9}"
-          f"{'client CPU us/rec':>19}")
-    for name, results in figures.items():
-        rates = [rate for rate, _ in results]
-        cpu_us = statistics.median(cpu for _, cpu in results)
-        print(f"{name:<22}{statistics.median(rates):>14,.0f}{min(rates):>12,.0f}"
-              f"{max(rates):>12,.0f}{statistics.median(rates) / 1_000_000:>9.0%}"
-              f"{cpu_us:>19.2f}")
+    if not args.secure:
+        with running_server() as target:
+            (figures,) = asyncio.run(run([(target, {})], args.records, args.runs))
+        print_table("plaintext, no authentication", figures)
+        return
+    from benchmarks.security_setup import make_secure_setup
+
+    with tempfile.TemporaryDirectory(prefix="stratalog-bench-pki-") as pki_dir:
+        setup = make_secure_setup(Path(pki_dir))
+        with running_server() as plain, running_server(*setup.server_flags) as secure:
+            plain_figures, secure_figures = asyncio.run(run(
+                [(plain, {}), (secure, {"tls": setup.tls, "auth": setup.auth})],
+                args.records, args.runs))
+    print_table("plaintext, no authentication", plain_figures)
+    print_table("TLS + password authentication", secure_figures)
+    print("## secure / plain (median rec/s)")
+    for name in _OPERATIONS:
+        plain_rate = statistics.median(rate for rate, _ in plain_figures[name])
+        secure_rate = statistics.median(rate for rate, _ in secure_figures[name])
+        print(f"{name:<22}{secure_rate / plain_rate:>8.2f}")
 
 
 if __name__ == "__main__":

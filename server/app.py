@@ -5,10 +5,13 @@ Life of a server process (``stratalog serve``)::
     open the LogManager (locks the log dirs, recovers after an unclean shutdown)
     open the TransactionCoordinator: replay __transaction_state, complete the commits and
         aborts a crash left half-written (their markers go to the LogManager's partitions)
-    build grpc.aio server: Broker + grpc.health.v1 (SERVING) + reflection; bind; start
+    load the TLS files and the credential file (server/security/), if configured
+    build grpc.aio server: the interceptors (authentication first), Broker + grpc.health.v1
+        (SERVING) + reflection; bind (TLS when configured); start
     print "stratalog: listening on HOST:PORT" (the bound port when asked for port 0)
     start the Prometheus endpoint and the maintenance task
-    ... serve until SIGTERM or SIGINT ...
+    ... serve until SIGTERM or SIGINT; SIGHUP reloads the TLS files and the credential
+        file (new connections and calls use them; open connections keep working) ...
     health NOT_SERVING; long polls answer, Subscribe streams end (SHUTTING_DOWN)
     grpc stop(grace): no new RPCs; in-flight ones get shutdown_grace_ms, then are cancelled
     stop the maintenance task (a pass under way finishes)
@@ -38,7 +41,9 @@ import asyncio
 import contextlib
 import logging
 import signal
+import ssl
 import sys
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, TextIO
 
@@ -50,6 +55,10 @@ from grpc_reflection.v1alpha import reflection
 from stratalog.server.allocator import tune_allocator
 from stratalog.server.decoding import add_broker_service
 from stratalog.server.metrics import MetricsEndpoint, ServerMetrics
+from stratalog.server.security.authentication import AuthenticationInterceptor, Authenticator
+from stratalog.server.security.credentials import CredentialFile
+from stratalog.server.security.errors import SecurityConfigError
+from stratalog.server.security.tls import ServerTls, TlsFiles
 from stratalog.server.service import BrokerService
 from stratalog.server.settings import Settings, configure_logging, describe
 from stratalog.v1 import broker_pb2
@@ -101,6 +110,12 @@ class Server:
         self._service: BrokerService | None = None
         self._endpoint = MetricsEndpoint(self.metrics)
         self._maintenance: asyncio.Task[None] | None = None
+        # Security (server/security/): from _load_security() until the process ends.
+        self._tls: ServerTls | None = None
+        self._authenticator: Authenticator | None = None
+        self._auth_executor = ThreadPoolExecutor(
+            max_workers=settings.authentication_threads, thread_name_prefix="stratalog-auth"
+        )
 
     async def start(self) -> None:
         """Open the logs, bind and start serving.
@@ -116,12 +131,20 @@ class Server:
         settings = self.settings
         loop = self._loop = asyncio.get_running_loop()
         try:
+            # Before the logs: a bad certificate must not cost a recovery pass first.
+            await loop.run_in_executor(self._executor, self._load_security)
+        except SecurityConfigError as exc:
+            self._executor.shutdown(wait=False)
+            self._auth_executor.shutdown(wait=False)
+            raise StartupError(str(exc)) from exc
+        try:
             self.log_manager = await loop.run_in_executor(
                 self._executor,
                 lambda: LogManager.open(settings.log_dirs, defaults=settings.log_defaults),
             )
         except Exception as exc:
             self._executor.shutdown(wait=False)
+            self._auth_executor.shutdown(wait=False)
             raise StartupError(f"cannot open the log directories {list(settings.log_dirs)}: "
                                f"{exc}") from exc
         try:
@@ -156,6 +179,7 @@ class Server:
                 ("grpc.so_reuseport", 0),
             ],
             maximum_concurrent_rpcs=settings.max_concurrent_rpcs,
+            interceptors=self._interceptors(),
         )
         assert self.coordinator is not None
         self._service = BrokerService(
@@ -168,7 +192,10 @@ class Server:
             (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self._grpc
         )
         try:
-            self.port = self._grpc.add_insecure_port(str(address))
+            if self._tls is not None:
+                self.port = self._grpc.add_secure_port(str(address), self._tls.grpc_credentials())
+            else:
+                self.port = self._grpc.add_insecure_port(str(address))
         except RuntimeError as exc:
             raise StartupError(f"cannot listen on {address}: {exc}") from exc
         await self._grpc.start()
@@ -176,13 +203,74 @@ class Server:
             await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
         if settings.metrics_port >= 0:
             try:
-                self.metrics_port = self._endpoint.start(address.host, settings.metrics_port)
+                self.metrics_port = self._endpoint.start(
+                    address.host, settings.metrics_port,
+                    None if self._tls is None else _context_source(self._tls),
+                )
             except OSError as exc:
                 raise StartupError(
                     f"cannot serve metrics on {address.host}:{settings.metrics_port}: {exc}"
                 ) from exc
         self._refresh_log_metrics()
         self._maintenance = asyncio.create_task(self._maintain(), name="stratalog-maintenance")
+
+    # ---------------------------------------------------------------- security
+
+    def _load_security(self) -> None:
+        """Load the TLS files and the credential file (blocking). Raises SecurityConfigError."""
+        settings = self.settings
+        if settings.tls_enabled:
+            self._tls = ServerTls(TlsFiles(
+                settings.tls_cert_file, settings.tls_key_file, settings.tls_ca_file,
+                settings.tls_client_auth,
+            ))
+        credentials = None
+        if settings.authentication_credentials_file:
+            credentials = CredentialFile.load(settings.authentication_credentials_file)
+        self._authenticator = Authenticator(
+            credentials,
+            anonymous_allowed=settings.anonymous_allowed,
+            executor=self._auth_executor,
+            cache_entries_max=settings.authentication_cache_entries_max,
+        )
+
+    def _interceptors(self) -> list[grpc.aio.ServerInterceptor]:
+        """The server interceptors in call order (server/security/__init__.py's table)."""
+        assert self._authenticator is not None
+        return [
+            AuthenticationInterceptor(
+                self._authenticator,
+                client_certificates=self.settings.tls_client_auth == "required",
+                reflection_open=self.settings.reflection_open,
+            ),
+        ]
+
+    async def reload_security(self) -> bool:
+        """SIGHUP: read the TLS files and the credential file again; whatever fails to load
+        keeps its previous version, and the error is logged. True if everything reloaded."""
+        loop = asyncio.get_running_loop()
+        settings, ok = self.settings, True
+        if self._tls is not None:
+            try:
+                await loop.run_in_executor(self._auth_executor, self._tls.reload)
+                logger.info("reloaded the TLS certificate %s", settings.tls_cert_file)
+            except SecurityConfigError as exc:
+                ok = False
+                logger.error("TLS reload failed, the previous certificate stays: %s", exc)
+        path = settings.authentication_credentials_file
+        if path and self._authenticator is not None:
+            try:
+                credentials = await loop.run_in_executor(
+                    self._auth_executor, CredentialFile.load, path
+                )
+            except SecurityConfigError as exc:
+                ok = False
+                logger.error("credential file reload failed, the previous one stays: %s", exc)
+            else:
+                self._authenticator.replace_credentials(credentials)
+                logger.info("reloaded the credential file %s: %d users, %d tokens",
+                            path, len(credentials.users), len(credentials.tokens))
+        return ok
 
     def write_marker(
         self,
@@ -292,6 +380,11 @@ class Server:
         finally:
             self.log_manager = None
             self._executor.shutdown(wait=True)
+            self._auth_executor.shutdown(wait=True)
+
+
+def _context_source(tls: ServerTls) -> Callable[[], ssl.SSLContext]:
+    return lambda: tls.ssl_context
 
 
 def transaction_config(settings: Settings) -> TransactionConfig:
@@ -309,8 +402,17 @@ def transaction_config(settings: Settings) -> TransactionConfig:
     )
 
 
-def _install_signal_handlers(stop: asyncio.Event) -> None:
+def _install_signal_handlers(stop: asyncio.Event, server: Server) -> None:
     loop = asyncio.get_running_loop()
+    reloads: set[asyncio.Task[bool]] = set()
+
+    def on_hangup() -> None:
+        logger.info("SIGHUP: reloading the TLS files and the credential file")
+        task = loop.create_task(server.reload_security(), name="stratalog-reload")
+        reloads.add(task)  # a reference until done: the loop keeps only weak ones
+        task.add_done_callback(reloads.discard)
+
+    loop.add_signal_handler(signal.SIGHUP, on_hangup)
 
     def on_signal(signum: int) -> None:
         if stop.is_set():
@@ -326,8 +428,8 @@ def _install_signal_handlers(stop: asyncio.Event) -> None:
 async def main(settings: Settings, out: TextIO = sys.stdout) -> int:
     """Serve until SIGTERM/SIGINT; the process's exit code (0 after a clean shutdown)."""
     stop = asyncio.Event()
-    _install_signal_handlers(stop)
     server = Server(settings)
+    _install_signal_handlers(stop, server)
     try:
         await server.start()
     except StartupError as exc:
@@ -336,7 +438,8 @@ async def main(settings: Settings, out: TextIO = sys.stdout) -> int:
     host = settings.listen_address.host
     print(f"stratalog: listening on {host}:{server.port}", file=out, flush=True)
     if server.metrics_port is not None:
-        print(f"stratalog: metrics on http://{host}:{server.metrics_port}/metrics",
+        scheme = "https" if settings.tls_enabled else "http"
+        print(f"stratalog: metrics on {scheme}://{host}:{server.metrics_port}/metrics",
               file=out, flush=True)
     logger.info("serving %s on %s:%s", SERVICE_NAME, host, server.port)
     await stop.wait()

@@ -61,6 +61,8 @@ import grpc.aio
 from stratalog.server import status
 from stratalog.server.append_placement import AppendPlacement
 from stratalog.server.decoding import ProduceRequestView, UndecodableRequest
+from stratalog.server.security.authentication import peer_host
+from stratalog.server.security.principal import ANONYMOUS, CallIdentity, current_identity
 from stratalog.server.storage.clock import wall_clock_ms
 from stratalog.server.storage.errors import (
     InvalidTopicError,
@@ -886,6 +888,23 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         # In the pool: the state's lock is held across the state log's fsyncs.
         metadata = await self._blocking(self._coordinator.describe_transaction, transactional_id)
         return _transaction_message(metadata)
+
+    # ---------------------------------------------------------------- security
+
+    @_rpc()
+    async def WhoAmI(
+        self, request: broker_pb2.WhoAmIRequest, context: grpc.aio.ServicerContext
+    ) -> broker_pb2.WhoAmIResponse:
+        # The authentication interceptor decided the identity; without one installed (a test
+        # servicer) the caller is anonymous.
+        identity = current_identity.get(None)
+        if identity is None:
+            identity = CallIdentity(ANONYMOUS, peer_host(context.peer()))
+        return broker_pb2.WhoAmIResponse(
+            principal=str(identity.principal),
+            authenticated_by=identity.authenticated_by,
+            host=identity.host,
+        )
 
 
 def _transaction_message(

@@ -257,6 +257,48 @@ class Settings:
     logging_level: str = _setting(
         "INFO", "level of the server's log on stderr: DEBUG, INFO, WARNING, ERROR"
     )
+    # ---- security: TLS and authentication (docs/security.md; server/security/) ----
+    tls_cert_file: str = _setting(
+        "",
+        "PEM certificate chain of the server: set with tls_key_file to serve TLS on the gRPC"
+        " port and the metrics endpoint (reloaded on SIGHUP); empty = plaintext",
+    )
+    tls_key_file: str = _setting("", "PEM private key of tls_cert_file")
+    tls_ca_file: str = _setting(
+        "", "PEM CA certificates that client certificates must chain to (mTLS)"
+    )
+    tls_client_auth: str = _setting(
+        "none",
+        "client certificates (Kafka's ssl.client.auth): none, or required (every client shows"
+        " one that chains to tls_ca_file; its subject becomes the principal)",
+    )
+    authentication_credentials_file: str = _setting(
+        "",
+        "credential file of salted password and token hashes (stratalog credentials add);"
+        " reloaded on SIGHUP; empty = no passwords or tokens accepted",
+    )
+    authentication_anonymous: str = _setting(
+        "auto",
+        "calls without credentials: allowed, refused, or auto (allowed only when no"
+        " authentication is configured)",
+    )
+    authentication_plaintext_allowed: bool = _setting(
+        False,
+        "accept passwords and tokens without TLS (they cross the network readable by anyone on"
+        " the path): only behind a TLS-terminating proxy or on loopback",
+    )
+    authentication_threads: int = _setting(
+        1, "threads that check new credentials (one PBKDF2 each), apart from io_threads", 1
+    )
+    authentication_cache_entries_max: int = _setting(
+        10_000,
+        "verified credentials remembered (keyed hashes, least recently used dropped first);"
+        " 0 = check every call",
+        0,
+    )
+    reflection_open: bool = _setting(
+        False, "serve gRPC reflection to callers without credentials when authentication is on"
+    )
     log_defaults: Mapping[str, str] = field(
         default_factory=dict,
         metadata={"doc": "log.* storage defaults by Kafka name, passed to the LogManager"},
@@ -283,6 +325,7 @@ class Settings:
                 f"got {self.logging_level!r}"
             )
         object.__setattr__(self, "logging_level", self.logging_level.upper())
+        self._check_security()
         for name in self.log_defaults:
             if not name.startswith(_LOG_PREFIX) and name not in _STORAGE_NAMES_OUTSIDE_LOG:
                 raise SettingsError(
@@ -290,6 +333,57 @@ class Settings:
                     f"{sorted(_STORAGE_NAMES_OUTSIDE_LOG)}"
                 )
         object.__setattr__(self, "log_defaults", dict(self.log_defaults))
+
+    def _check_security(self) -> None:
+        if self.tls_client_auth == "requested":
+            raise SettingsError(
+                "setting 'tls_client_auth': 'requested' (verify a certificate only if the client"
+                " sends one) is not available: gRPC's Python server can only ask for none or"
+                " require one; use 'none' or 'required'"
+            )
+        if self.tls_client_auth not in _CLIENT_AUTH_MODES:
+            raise SettingsError(f"setting 'tls_client_auth' must be one of "
+                                f"{', '.join(_CLIENT_AUTH_MODES)}, got {self.tls_client_auth!r}")
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            raise SettingsError("settings 'tls_cert_file' and 'tls_key_file' go together: "
+                                "set both for TLS, or neither")
+        if not self.tls_enabled and (self.tls_ca_file or self.tls_client_auth != "none"):
+            raise SettingsError("settings 'tls_ca_file' and 'tls_client_auth' need TLS: "
+                                "set 'tls_cert_file' and 'tls_key_file' too")
+        if self.tls_client_auth == "required" and not self.tls_ca_file:
+            raise SettingsError("setting 'tls_client_auth' is 'required' but 'tls_ca_file' is "
+                                "empty: name the CA that client certificates must chain to")
+        if self.authentication_anonymous not in _ANONYMOUS_MODES:
+            raise SettingsError(
+                f"setting 'authentication_anonymous' must be one of "
+                f"{', '.join(_ANONYMOUS_MODES)}, got {self.authentication_anonymous!r}"
+            )
+        if (self.authentication_credentials_file and not self.tls_enabled
+                and not self.authentication_plaintext_allowed):
+            raise SettingsError(
+                "setting 'authentication_credentials_file' is set but TLS is off: passwords and"
+                " tokens would cross the network in the clear, for anyone on the path to read"
+                " and replay. Set 'tls_cert_file' and 'tls_key_file', or"
+                " 'authentication_plaintext_allowed = true' where a proxy terminates TLS or"
+                " clients connect over loopback"
+            )
+
+    @property
+    def tls_enabled(self) -> bool:
+        """Whether the listeners serve TLS."""
+        return bool(self.tls_cert_file)
+
+    @property
+    def authentication_configured(self) -> bool:
+        """Whether callers can prove who they are: passwords/tokens or client certificates."""
+        return bool(self.authentication_credentials_file) or self.tls_client_auth == "required"
+
+    @property
+    def anonymous_allowed(self) -> bool:
+        """Whether a call without credentials is served (as ``User:ANONYMOUS``)."""
+        if self.authentication_anonymous == "auto":
+            return not self.authentication_configured
+        return self.authentication_anonymous == "allowed"
 
     @property
     def listen_address(self) -> Address:
@@ -303,6 +397,11 @@ class Settings:
 
 
 _LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+# The values of the security settings (server/security/ owns their meaning).
+_CLIENT_AUTH_MODES = ("none", "required")
+_ANONYMOUS_MODES = ("auto", "allowed", "refused")
+_TRUE = frozenset({"true", "1", "yes", "on"})
+_FALSE = frozenset({"false", "0", "no", "off"})
 
 #: The server settings' names (``log_defaults`` excluded), in the order of the docs.
 SETTING_NAMES: tuple[str, ...] = tuple(
@@ -339,6 +438,12 @@ def _parse_value(name: str, raw: object, source: str) -> Any:
         else:
             raise SettingsError(f"{where}: expected a list of paths, got {raw!r}")
         return tuple(item for item in items if item)
+    if isinstance(default, bool):
+        if isinstance(raw, bool):
+            return raw
+        if isinstance(raw, str) and raw.strip().lower() in _TRUE | _FALSE:
+            return raw.strip().lower() in _TRUE
+        raise SettingsError(f"{where}: expected true or false, got {raw!r}")
     if isinstance(default, int):
         if isinstance(raw, bool):
             raise SettingsError(f"{where}: expected an integer, got {raw!r}")
@@ -503,7 +608,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             help_text = f"{f.metadata['doc']}; comma-separated (default: ./data)"
             parser.add_argument(_flag(name), metavar="PATH[,PATH]", default=None, help=help_text)
             continue
-        metavar = "HOST:PORT" if name == "listen" else ("N" if isinstance(default, int) else "VALUE")
+        if isinstance(default, bool):
+            metavar = "true|false"
+        elif isinstance(default, int):
+            metavar = "N"
+        else:
+            metavar = "HOST:PORT" if name == "listen" else "VALUE"
         parser.add_argument(
             _flag(name), metavar=metavar, default=None,
             help=f"{f.metadata['doc']} (default: {default})",

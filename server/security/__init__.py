@@ -8,4 +8,26 @@ certificates.
 | module | what it holds |
 |---|---|
 | ``principal.py`` | :class:`Principal` (Kafka's ``KafkaPrincipal``), the identity of one call |
+| ``errors.py`` | the package's error tree (``AuthenticationFailedError`` ...) |
+| ``tls.py`` | the listeners' TLS material (certificate, key, client CA), its SIGHUP reload, the principal of an mTLS certificate |
+| ``credentials.py`` | the credential file: users' and tokens' salted SCRAM-SHA-256 secrets |
+| ``authentication.py`` | the authentication interceptor, its credential cache, ``wrap_handler`` |
+
+The interceptors, in the order ``Server._interceptors()`` (server/app.py) installs them; gRPC
+calls the first one first:
+
+| # | interceptor | decides | refuses with |
+|---|---|---|---|
+| 1 | ``AuthenticationInterceptor`` | the call's :class:`CallIdentity` | UNAUTHENTICATED + AUTHENTICATION_FAILED |
+| 2 | authorization and quotas (after 1) | what the identity may do, how fast | PERMISSION_DENIED + NOT_AUTHORIZED, RESOURCE_EXHAUSTED |
+
+The identity contract: interceptor 1 checks the call's metadata in ``intercept_service`` and
+finishes the identity (client certificate, client address) in the handler it returns, through
+:func:`~stratalog.server.security.authentication.wrap_handler`; it sets
+:data:`~stratalog.server.security.principal.current_identity` there, for the call's task, and
+resets it when the handler ends. An interceptor after it reads ``current_identity`` *inside the
+handler it returns* (wrap the handler with ``wrap_handler``), never in its own
+``intercept_service``, which runs before the identity is set. Calls to ``grpc.health.v1`` (and
+to reflection when ``reflection_open``) pass interceptor 1 untouched: ``current_identity`` is
+unset there, which readers take as ``User:ANONYMOUS``.
 """

@@ -44,7 +44,7 @@ STOP_TIMEOUT_S = 30.0
 #: Deadline of one RPC in the tests: generous, it only turns a hang into a failure.
 CALL_TIMEOUT_S = 30.0
 _LISTENING = re.compile(r"^stratalog: listening on (\S+):(\d+)$")
-_METRICS = re.compile(r"^stratalog: metrics on http://(\S+):(\d+)/metrics$")
+_METRICS = re.compile(r"^stratalog: metrics on https?://(\S+):(\d+)/metrics$")
 
 
 @dataclass
