@@ -345,6 +345,20 @@ class LogFile:
         if fd is not None:
             os.close(fd)
 
+    def reopen(self) -> None:
+        """Open the file again after :meth:`close_handler` (its segment's files were closed to
+        save descriptors); the published size is kept. A no-op while open.
+
+        Raises:
+            StorageIOError: the file cannot be opened (gone, or no descriptor left: EMFILE).
+        """
+        if self._fd is not None:
+            return
+        try:
+            self._fd = os.open(self._name, os.O_RDWR)
+        except OSError as exc:
+            raise StorageIOError(f"failed to reopen segment file {self._name}: {exc}") from exc
+
     def delete(self) -> None:
         """Close the file and delete it (a missing file is fine)."""
         self.close_handler()

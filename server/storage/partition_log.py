@@ -61,6 +61,7 @@ from .files import (
     time_index_file,
     transaction_index_file,
 )
+from .open_segments import DEFAULT_OPEN_SEGMENTS_MAX, OpenSegments
 from .producer_state import (
     DuplicateAppend,
     ProducerAppend,
@@ -236,6 +237,7 @@ class PartitionLog:
         flush_scheduler: FlushScheduler | None = None,
         producer_state: ProducerStateManager | None = None,
         producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS_DEFAULT,
+        open_segments: OpenSegments | None = None,
     ) -> None:
         """Use :meth:`open`, or pass what a loader found.
 
@@ -258,8 +260,12 @@ class PartitionLog:
         self._directory_dirty = directory_changed
         self._flush_scheduler = flush_scheduler
         self._truncations = 0  # counts truncations, so a flush can tell one overlapped it
+        # The cache that closes the files of inactive segments (segments.py's Segment docs);
+        # new segments get it. One per server (the LogManager's), or one per embedded log.
+        self._open_segments = open_segments
         active = segments.active
         assert active is not None, "a log always has an active segment"
+        active.activate()
         first = segments.first
         assert first is not None
         end_offset = active.read_next_offset()
@@ -298,6 +304,7 @@ class PartitionLog:
         recovery_point: int | None = None,
         log_start_offset: int | None = None,
         producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS_DEFAULT,
+        open_segments: OpenSegments | None = None,
     ) -> PartitionLog:
         """Open the log in ``directory``, creating the directory and a first segment if needed.
 
@@ -307,7 +314,10 @@ class PartitionLog:
         wall clock. ``flush_scheduler`` (for example ``executor.submit``) runs, off the append
         path, the flush Kafka schedules after every roll ([B-13]): it fsyncs the segments below
         the new one and moves the recovery point there. Without it the recovery point moves
-        only on :meth:`flush`.
+        only on :meth:`flush`. ``open_segments`` is the cache that closes the files of inactive
+        segments beyond its capacity (a LogManager passes its one cache to every log); None
+        gives this log a cache of its own with the default capacity
+        (:data:`~stratalog.server.storage.open_segments.DEFAULT_OPEN_SEGMENTS_MAX`).
 
         Loading (:class:`~stratalog.server.storage.recovery.LogLoader`) depends on what the
         caller knows of the last shutdown: ``had_clean_shutdown=True`` (a LogManager found its
@@ -339,6 +349,8 @@ class PartitionLog:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StorageIOError(f"failed to create log directory {path}: {exc}") from exc
+        if open_segments is None:
+            open_segments = OpenSegments(DEFAULT_OPEN_SEGMENTS_MAX)
         loaded = load_log(
             path,
             log_config,
@@ -347,6 +359,7 @@ class PartitionLog:
             recovery_point_checkpoint=recovery_point,
             log_start_offset_checkpoint=log_start_offset,
             producer_id_expiration_ms=producer_id_expiration_ms,
+            open_segments=open_segments,
         )
         partition_log = cls(
             path,
@@ -359,6 +372,7 @@ class PartitionLog:
             flush_scheduler=flush_scheduler,
             producer_state=loaded.producer_state,
             producer_id_expiration_ms=producer_id_expiration_ms,
+            open_segments=open_segments,
         )
         partition_log.recovered_segments = loaded.recovered_segments
         log.debug(
@@ -864,7 +878,8 @@ class PartitionLog:
             self._delete_stale_files(new_offset)
             active.on_become_inactive()
         segment = Segment.create(
-            self._directory, new_offset, self._config, time_ms=self._time_ms
+            self._directory, new_offset, self._config, time_ms=self._time_ms,
+            open_segments=self._open_segments, active=True,
         )
         self._segments.add(segment)
         self._directory_dirty = True
@@ -980,7 +995,7 @@ class PartitionLog:
         segments = self._segments
         segment = segments.floor_segment(start_offset)
         while segment is not None:
-            result = segment.txn_index.collect_aborted_txns(start_offset, upper_bound)
+            result = segment.collect_aborted_txns(start_offset, upper_bound)
             found.extend(result.aborted_txns)
             if result.is_complete:
                 break
@@ -1201,6 +1216,8 @@ class PartitionLog:
             self._segments.remove_many([segment.base_offset for segment in doomed])
             self._schedule_delete(doomed)
             active = self.active_segment
+            # Active (files held open) before truncate_to grows its indexes back.
+            active.activate()
             active.truncate_to(offset)
             self._end = _LogEnd(offset, active.base_offset, active.size_bytes)
             self._log_start_offset = min(offset, self._log_start_offset)
@@ -1253,7 +1270,10 @@ class PartitionLog:
         # Rename the old files first, so that the new segment can take its name even when an
         # old segment had the same base offset.
         self._schedule_delete(doomed)
-        segment = Segment.create(self._directory, new_offset, self._config, time_ms=self._time_ms)
+        segment = Segment.create(
+            self._directory, new_offset, self._config, time_ms=self._time_ms,
+            open_segments=self._open_segments, active=True,
+        )
         # Add before removing, so that a reader always finds a segment.
         self._segments.add(segment)
         self._segments.remove_many(
