@@ -150,6 +150,12 @@ ERROR_TABLE: Mapping[type[BaseException], str] = types.MappingProxyType({
     storage_errors.OffsetOverflowError: "STORAGE_ERROR",
     storage_errors.LogDirLockedError: "STORAGE_ERROR",
     storage_errors.StorageIOError: "STORAGE_ERROR",
+    # Issue 13, storage: a CreateTopic the open files limit cannot take (``limit`` names it),
+    # a partition whose log directory went offline after an I/O error, a start that needs
+    # more descriptors than it may have.
+    storage_errors.ResourceLimitExceededError: "RESOURCE_LIMIT_EXCEEDED",
+    storage_errors.LogDirOfflineError: "STORAGE_ERROR",
+    storage_errors.TooManyOpenFilesError: "STORAGE_ERROR",
     # The transaction coordinator. Retriable: CONCURRENT_TRANSACTIONS (the markers of the id's
     # last commit or abort are still being written) and COORDINATOR_LOAD_IN_PROGRESS.
     transaction_errors.TransactionError: "INVALID_REQUEST",
@@ -173,6 +179,9 @@ _SERVER_SIDE_MESSAGES = {
     "SHUTTING_DOWN": "the server is shutting down or the partition's log is closed; retry",
 }
 _INTERNAL_MESSAGE = "internal server error"
+# Server-side errors whose own message names no path (built from the topic-partition only), so
+# the client gets it: which partition is offline, and why, is what it needs to act on.
+_MESSAGES_WITHOUT_PATHS: tuple[type[BaseException], ...] = (storage_errors.LogDirOfflineError,)
 
 # errno values that mean "no space", not "broken": ENOSPC, and EDQUOT where the platform has it.
 _DISK_FULL_ERRNOS = frozenset(
@@ -271,7 +280,10 @@ def to_rpc_status(exc: BaseException) -> status_pb2.Status:
         )
     metadata = _metadata(exc, mapping.reason)
     fixed = _SERVER_SIDE_MESSAGES.get(mapping.reason)
-    if fixed is None:
+    if isinstance(exc, _MESSAGES_WITHOUT_PATHS):
+        logger.warning("request refused with %s: %s", mapping.reason, exc)
+        message = str(exc)
+    elif fixed is None:
         logger.debug("request refused with %s: %s", mapping.reason, exc)
         message = str(exc) or type(exc).__name__
     else:
