@@ -168,6 +168,9 @@ class _DirState:
     log_start_offsets: OffsetCheckpointFile
     had_clean_shutdown: bool
     fully_loaded: bool = False
+    # After an I/O error in one of its logs (Kafka's offline log dir): its logs refuse reads
+    # and writes, nothing more is written to it, and it gets no clean-shutdown marker.
+    offline: bool = False
 
 
 class LogManager:
@@ -506,6 +509,7 @@ class LogManager:
             log_start_offset=log_start_offset,
             producer_id_expiration_ms=self._settings.producer_id_expiration_ms,
             open_segments=self.open_segments,
+            io_failure_handler=self._log_dir_failed,
         )
         with self._counter_lock:
             self.recovered_segments += partition_log.recovered_segments
@@ -523,6 +527,52 @@ class LogManager:
         # After shutdown the executor refuses work: close() flushes everything anyway.
         with contextlib.suppress(RuntimeError):
             self._flusher.submit(run)
+
+    def _log_dir_failed(self, failed_log: PartitionLog, exc: BaseException) -> None:
+        """A log had an I/O error on a write path (it is offline already): take its whole
+        log directory offline, as Kafka's ``LogDirFailureChannel`` and
+        ``ReplicaManager.handleLogDirFailure`` do. Its partitions refuse reads and writes with
+        LogDirOfflineError until the next start, which recovers them (the directory gets no
+        clean-shutdown marker); the other directories go on serving.
+
+        Called under the failing log's lock, from any thread: sets flags only, takes no lock
+        (another thread may hold the manager's lock and wait for that log's).
+        """
+        logs = self._logs  # a published dict, never mutated
+        log_dir_of = self._log_dir_of
+        directory = next(
+            (log_dir_of.get(tp) for tp, lg in logs.items() if lg is failed_log), None
+        )
+        state = self._dir_by_path.get(directory) if directory is not None else None
+        if state is None or state.offline:
+            return
+        state.offline = True
+        in_dir = [lg for tp, lg in logs.items() if log_dir_of.get(tp) == directory]
+        for partition_log in in_dir:
+            partition_log.take_offline()
+        log.error(
+            "log directory %s is offline after an I/O error in %s (%s): its %d partitions "
+            "refuse reads and writes until the server restarts and recovers them",
+            directory, failed_log.directory.name, exc, len(in_dir),
+        )
+        if all(other.offline for other in self._dirs):
+            log.error("every log directory is offline: no partition can be served")
+
+    @property
+    def offline_log_dirs(self) -> list[Path]:
+        """The log directories taken offline by an I/O error."""
+        return [state.path for state in self._dirs if state.offline]
+
+    def _online_log_dirs(self) -> list[Path]:
+        """The log directories still online; the catalogue is written to these.
+
+        Raises:
+            StorageIOError: every log directory is offline.
+        """
+        online = [state.path for state in self._dirs if not state.offline]
+        if not online:
+            raise StorageIOError("every log directory is offline after an I/O error")
+        return online
 
     def _update_open_segments_capacity(self) -> None:
         """Give the open segments cache what the partitions leave of the descriptor budget."""
@@ -610,10 +660,12 @@ class LogManager:
             # The catalogue first: a crash after it leaves a topic whose missing partition
             # directories the next open creates. In memory only once every log opened.
             pending = self._catalog.with_topic(entry)
-            write_catalog(self.log_dirs, pending)
-            counts = {state.path: 0 for state in self._dirs}
+            write_catalog(self._online_log_dirs(), pending)
+            # New partitions go to the online directories only.
+            counts = {state.path: 0 for state in self._dirs if not state.offline}
             for directory in self._log_dir_of.values():
-                counts[directory] += 1
+                if directory in counts:
+                    counts[directory] += 1
             logs = dict(self._logs)
             log_dir_of = dict(self._log_dir_of)
             try:
@@ -671,7 +723,7 @@ class LogManager:
             TopicEntry(name, partitions, dict(pending.topics[name].configs), STATE_DELETING)
         )
         try:
-            write_catalog(self.log_dirs, deleting)
+            write_catalog(self._online_log_dirs(), deleting)
             renamed_in: set[Path] = set()
             for state in self._dirs:
                 for partition in range(partitions):
@@ -681,7 +733,7 @@ class LogManager:
             for directory in renamed_in:
                 fsync_directory(directory)
             removed = deleting.without_topic(name)
-            write_catalog(self.log_dirs, removed)
+            write_catalog(self._online_log_dirs(), removed)
         except Exception as rollback_error:
             # The newest catalogue the disk may hold: the next open completes the removal.
             self._catalog = deleting
@@ -724,7 +776,7 @@ class LogManager:
         catalog = self._catalog.with_topic(
             TopicEntry(entry.name, entry.partitions, dict(entry.configs), STATE_DELETING)
         )
-        write_catalog(self.log_dirs, catalog)
+        write_catalog(self._online_log_dirs(), catalog)
         self._catalog = catalog
         doomed = {tp: log_ for tp, log_ in self._logs.items() if tp[0] == name}
         self._logs = {tp: log_ for tp, log_ in self._logs.items() if tp[0] != name}
@@ -737,7 +789,7 @@ class LogManager:
         for directory in set(directories.values()):
             fsync_directory(directory)
         catalog = self._catalog.without_topic(name)
-        write_catalog(self.log_dirs, catalog)
+        write_catalog(self._online_log_dirs(), catalog)
         self._catalog = catalog
 
     def _rename_for_deletion(self, log_dir: Path, topic: str, partition: int) -> None:
@@ -840,7 +892,7 @@ class LogManager:
             new_entry = TopicEntry(name, entry.partitions, overrides, entry.state)
             config = self._config_for(new_entry)
             catalog = self._catalog.with_topic(new_entry)
-            write_catalog(self.log_dirs, catalog)
+            write_catalog(self._online_log_dirs(), catalog)
             self._catalog = catalog
             for partition in range(entry.partitions):
                 self._apply_config((name, partition), config)
@@ -930,7 +982,7 @@ class LogManager:
         with self._maintenance_lock:
             if self._closed:
                 return report
-            logs = dict(self._logs)
+            logs = {tp: lg for tp, lg in self._logs.items() if not lg.is_offline}
             self._maybe_flush(logs, now, report)
             self._maybe_delete_old_segments(logs, now, report)
             self._maybe_expire_producers(logs, now, report)
@@ -1044,6 +1096,9 @@ class LogManager:
                 for tp, partition_log in self._logs.items()
             ]
         for state in self._dirs:
+            if state.offline:  # nothing more is written there: the next start recovers it
+                failed.add(state.path)
+                continue
             in_dir = [(tp, lg) for tp, lg, directory in snapshot if directory == state.path]
             try:
                 if write_recovery_points:
@@ -1132,7 +1187,9 @@ class LogManager:
         clean-shutdown markers, unlock the directories. Idempotent.
 
         A directory gets its marker only if every log in it closed without error ([B-57]); the
-        first error is raised after everything else was done.
+        first error is raised after everything else was done. An offline directory's logs are
+        closed without writing anything, and it gets no checkpoint and no marker: the next
+        start recovers it (not an error of the close: it was reported when it went offline).
         """
         self.stop_background()
         with self._maintenance_lock, self._lock:
@@ -1143,6 +1200,10 @@ class LogManager:
             first_error: BaseException | None = None
             failed_dirs: set[Path] = set()
             for topic_partition, partition_log in sorted(self._logs.items()):
+                if partition_log.is_offline:
+                    partition_log.close_for_deletion()  # closes without writing
+                    failed_dirs.add(self._log_dir_of[topic_partition])
+                    continue
                 try:
                     partition_log.close()
                 except BaseException as exc:
@@ -1151,6 +1212,10 @@ class LogManager:
                     first_error = first_error or exc
             report = MaintenanceReport(now_ms=self._time_ms())
             failed_dirs |= self._maybe_write_checkpoints(report.now_ms, report, force=True)
+            offline = set(self.offline_log_dirs)
+            if offline:
+                log.warning("not closing %s cleanly: offline after an I/O error",
+                            ", ".join(str(path) for path in sorted(offline)))
             if report.errors:
                 first_error = first_error or StorageIOError("; ".join(report.errors))
             for state in self._dirs:
