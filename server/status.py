@@ -156,6 +156,7 @@ ERROR_TABLE: Mapping[type[BaseException], str] = types.MappingProxyType({
     storage_errors.ResourceLimitExceededError: "RESOURCE_LIMIT_EXCEEDED",
     storage_errors.LogDirOfflineError: "STORAGE_ERROR",
     storage_errors.TooManyOpenFilesError: "STORAGE_ERROR",
+    storage_errors.InsufficientSpaceError: "STORAGE_FULL",
     # The transaction coordinator. Retriable: CONCURRENT_TRANSACTIONS (the markers of the id's
     # last commit or abort are still being written) and COORDINATOR_LOAD_IN_PROGRESS.
     transaction_errors.TransactionError: "INVALID_REQUEST",
@@ -181,7 +182,10 @@ _SERVER_SIDE_MESSAGES = {
 _INTERNAL_MESSAGE = "internal server error"
 # Server-side errors whose own message names no path (built from the topic-partition only), so
 # the client gets it: which partition is offline, and why, is what it needs to act on.
-_MESSAGES_WITHOUT_PATHS: tuple[type[BaseException], ...] = (storage_errors.LogDirOfflineError,)
+_MESSAGES_WITHOUT_PATHS: tuple[type[BaseException], ...] = (
+    storage_errors.LogDirOfflineError,
+    storage_errors.InsufficientSpaceError,
+)
 
 # errno values that mean "no space", not "broken": ENOSPC, and EDQUOT where the platform has it.
 _DISK_FULL_ERRNOS = frozenset(
@@ -193,6 +197,7 @@ _CAUSE_CHAIN_MAX = 16
 # Exception attributes copied into ErrorInfo.metadata when present (int or str values only).
 _METADATA_ATTRIBUTES = (
     "topic", "partition", "offset", "log_start_offset", "log_end_offset", "limit",
+    "need_bytes", "free_bytes",
 )
 
 

@@ -33,6 +33,7 @@ one place that turns both into gRPC statuses. Programmer errors are assertions.
     │                              may open: the server cannot start
     ├── LogDirOfflineError         a partition whose log directory went offline after an I/O
     │                              error (names the topic-partition, never a path)
+    ├── InsufficientSpaceError     segment files to preallocate that the disk has no room for
     └── StorageIOError             an OSError while reading or writing a log (disk full, EIO)
 """
 
@@ -42,6 +43,7 @@ __all__ = [
     "CorruptCheckpointError",
     "CorruptIndexError",
     "IndexFullError",
+    "InsufficientSpaceError",
     "InvalidConfigError",
     "InvalidOffsetError",
     "InvalidProducerEpochError",
@@ -230,3 +232,16 @@ class LogDirOfflineError(StorageError):
         )
         self.topic = topic
         self.partition = partition
+
+
+class InsufficientSpaceError(StorageError):
+    """Segment files to preallocate (``preallocate=true``) that need more bytes than the log
+    directory's file system has free: refused before anything is created (STORAGE_FULL).
+
+    ``need_bytes`` and ``free_bytes`` say how far off it is; the message names no path.
+    """
+
+    def __init__(self, message: str, *, need_bytes: int, free_bytes: int) -> None:
+        super().__init__(message)
+        self.need_bytes = need_bytes
+        self.free_bytes = free_bytes

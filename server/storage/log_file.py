@@ -177,7 +177,13 @@ class LogFile:
         Raises:
             StorageIOError: the file is missing (or present, when creating), cannot be opened,
                 or is longer than a segment can be (2^31 - 1 bytes).
+            InsufficientSpaceError: the file system has fewer than ``preallocate_bytes`` free
+                (nothing was created).
         """
+        if create and preallocate_bytes > 0:
+            space.check_free_space(
+                os.path.dirname(name) or ".", preallocate_bytes, "a new segment"
+            )
         try:
             if create:
                 # O_EXCL: the log deletes stale files before it creates a segment ([B-13]); an

@@ -43,6 +43,7 @@ from stratalog.records.log_layout import (
     TIME_INDEX_TIMESTAMP,
 )
 
+from . import space
 from .checkpoints import OffsetCheckpointFile
 from .clean_shutdown import consume_marker, write_marker
 from .clock import wall_clock_ms
@@ -616,6 +617,8 @@ class LogManager:
                 once ``.`` and ``_`` are unified.
             TopicAlreadyExistsError: the topic exists.
             InvalidConfigError: an unknown config name or a bad value.
+            InsufficientSpaceError: ``preallocate`` is set and a log directory has not the
+                space for the partitions' first segments; nothing was written.
             ResourceLimitExceededError: the partitions' active segments would not fit in the
                 open files limit beside the existing ones (``descriptor_budget.py``); nothing
                 was written.
@@ -657,23 +660,24 @@ class LogManager:
             self.descriptor_budget.check_new_partitions(name, len(self._logs), partitions)
             entry = TopicEntry(name, partitions, overrides)
             config = self._config_for(entry)
+            placement = self._place_partitions(partitions)
+            if config.preallocate:
+                # Each partition's first segment is preallocated to segment.bytes at once.
+                for directory in set(placement):
+                    count = placement.count(directory)
+                    space.check_free_space(
+                        directory, count * config.segment_bytes,
+                        f"creating topic {name} ({count:,} partitions of segment.bytes "
+                        f"{config.segment_bytes:,} in one log directory)",
+                    )
             # The catalogue first: a crash after it leaves a topic whose missing partition
             # directories the next open creates. In memory only once every log opened.
             pending = self._catalog.with_topic(entry)
             write_catalog(self._online_log_dirs(), pending)
-            # New partitions go to the online directories only.
-            counts = {state.path: 0 for state in self._dirs if not state.offline}
-            for directory in self._log_dir_of.values():
-                if directory in counts:
-                    counts[directory] += 1
             logs = dict(self._logs)
             log_dir_of = dict(self._log_dir_of)
             try:
-                for partition in range(partitions):
-                    directory = min(
-                        counts, key=lambda path: (counts[path], self.log_dirs.index(path))
-                    )
-                    counts[directory] += 1
+                for partition, directory in enumerate(placement):
                     logs[(name, partition)] = self._open_log(
                         directory / partition_dir_name(name, partition),
                         config,
@@ -695,6 +699,25 @@ class LogManager:
             log.info("created topic %s with %d partitions and configs %s", name, partitions,
                      overrides)
             return self._describe_locked(name)
+
+    def _place_partitions(self, partitions: int) -> list[Path]:
+        """The log directory of each new partition: the online one holding the fewest
+        partitions at the time (ties: the first in ``log_dirs``), as Kafka's ``nextLogDirs``.
+
+        Raises:
+            StorageIOError: every log directory is offline.
+        """
+        online = self._online_log_dirs()
+        counts = {path: 0 for path in online}
+        for directory in self._log_dir_of.values():
+            if directory in counts:
+                counts[directory] += 1
+        placement = []
+        for _ in range(partitions):
+            directory = min(counts, key=lambda path: (counts[path], self.log_dirs.index(path)))
+            counts[directory] += 1
+            placement.append(directory)
+        return placement
 
     def _roll_back_creation(
         self,
