@@ -22,8 +22,9 @@ each flagged one a second chance. A strict LRU would take a lock and move an ent
 
 Closing is the segment's business (:meth:`Segment.try_close_files`): it refuses while a reader
 or writer holds the segment (a reference count of users: no file is ever closed under a read),
-and the hand goes on to the next one. When every segment in the cache is in use the cache stays
-over capacity until they are released: the excess is bounded by the threads reading at once.
+and the hand goes on to the next one. A segment in use when the hand passes stays in the cache
+beyond its capacity until the next segment opened (the one just reopened for a read is in use
+while it is added): the excess is bounded by the threads reading at once.
 
 Crash behaviour: nothing of its own; a segment's files closed here hold no unwritten state
 (closing unmaps an index, whose pages stay in the page cache, and closes descriptors; an fsync
