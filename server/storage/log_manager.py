@@ -750,7 +750,7 @@ class LogManager:
             renamed_in: set[Path] = set()
             for state in self._dirs:
                 for partition in range(partitions):
-                    if (state.path / partition_dir_name(name, partition)).exists():
+                    if (state.path / partition_dir_name(name, partition)).is_dir():
                         self._rename_for_deletion(state.path, name, partition)
                         renamed_in.add(state.path)
             for directory in renamed_in:
