@@ -131,3 +131,66 @@ def test_thousands_of_small_segments_hold_a_bounded_number_of_descriptors(
             assert fetched.records[0].value == b"v%d" % index
         assert _open_descriptors(pid) <= bound
     assert server.stop(signal.SIGTERM) == 0
+
+
+def test_a_full_disk_takes_its_log_directory_offline_and_the_others_serve(
+    start_server, tmp_path, rpc_error
+) -> None:
+    # RLIMIT_FSIZE stands in for a full file system: a write past 16 MiB fails with EFBIG.
+    dirs = [tmp_path / "d0", tmp_path / "d1"]
+    log_dirs = ",".join(str(d) for d in dirs)
+    file_size_max = 16 * 1024 * 1024
+    server = start_server(dirs[0], "--log-dirs", log_dirs,
+                          rlimits={resource.RLIMIT_FSIZE: (file_size_max, file_size_max)})
+    value = b"x" * (512 * 1024)
+    channel, stub = _stub(server)
+    with channel:
+        for name in ("full", "other"):  # one partition in each directory
+            stub.CreateTopic(pb.CreateTopicRequest(name=name, partitions=1), timeout=TIMEOUT)
+        assert (dirs[0] / "full-0").is_dir() and (dirs[1] / "other-0").is_dir()
+        acknowledged = 0
+        request = pb.ProduceRequest(topic="full",
+                                    record_batches=build_batch([(T0, None, value, ())]))
+        while True:
+            try:
+                response = stub.Produce(request, timeout=TIMEOUT)
+            except grpc.RpcError as exc:
+                failure = exc
+                break
+            assert response.base_offset == acknowledged
+            acknowledged += 1
+            assert acknowledged < 40, "the file size limit did not stop the writes"
+        from stratalog.client.errors import from_rpc_error
+
+        error = from_rpc_error(failure)
+        assert error.reason == "STORAGE_ERROR" and error.metadata.get("errno") == "EFBIG"
+        for method, request in (
+            (stub.FetchByOffset, pb.FetchByOffsetRequest(topic="full", offset=0)),
+            (stub.Produce, pb.ProduceRequest(topic="full", record_batches=build_batch(
+                [(T0, None, b"small", ())]))),
+        ):
+            offline = rpc_error(method, request)
+            assert offline.reason == "STORAGE_ERROR"
+            assert "partition full-0 is unavailable: its log directory is offline" in str(offline)
+            assert str(tmp_path) not in str(offline)
+        # The other directory serves.
+        produced = stub.Produce(pb.ProduceRequest(topic="other", record_batches=build_batch(
+            [(T0, None, b"fine", ())])), timeout=TIMEOUT)
+        fetched = stub.FetchByOffset(pb.FetchByOffsetRequest(topic="other", offset=0),
+                                     timeout=TIMEOUT)
+        assert produced.base_offset == 0 and [r.value for r in fetched.records] == [b"fine"]
+    assert server.stop(signal.SIGTERM) == 0
+    assert "offline after a failed write" in server.log_text()
+    # The next start recovers it: every acknowledged record, and appends go on after them.
+    again = start_server(dirs[0], "--log-dirs", log_dirs)
+    channel, stub = _stub(again)
+    with channel:
+        offset, values = 0, []
+        while offset < acknowledged:
+            fetched = stub.FetchByOffset(pb.FetchByOffsetRequest(topic="full", offset=offset),
+                                         timeout=TIMEOUT)
+            values.extend(r.value for r in fetched.records)
+            offset = fetched.next_offset
+        assert fetched.high_watermark == acknowledged and values == [value] * acknowledged
+        assert _produce_one(stub, "full", 0).base_offset == acknowledged
+    assert again.stop(signal.SIGTERM) == 0
