@@ -75,6 +75,28 @@ def allocate(fd: int, offset: int, length: int) -> bool:
     return ctypes.get_errno() not in _UNSUPPORTED
 
 
+def reserve(fd: int, offset: int, length: int) -> bool:
+    """Allocate the blocks of ``[offset, offset + length)`` of ``fd`` before a mapped index
+    writes into them. A write through a map into a hole that the file system cannot fill (a
+    full disk) is not an error but SIGBUS, which kills the process: reserved first, a full
+    disk is an OSError here instead.
+
+    Returns False when this platform or file system cannot allocate (ask no more for this
+    file), True once allocated.
+
+    Raises:
+        OSError: the allocation failed (ENOSPC, EDQUOT, EIO ...).
+    """
+    if _fallocate is None or length <= 0:
+        return False
+    if _fallocate(fd, _FALLOC_FL_KEEP_SIZE, offset, length) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in _UNSUPPORTED:
+        return False
+    raise OSError(code, os.strerror(code))
+
+
 def free_bytes(directory: Path | str) -> int:
     """Bytes an unprivileged process may still allocate in ``directory``'s file system.
 

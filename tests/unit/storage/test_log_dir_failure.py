@@ -10,6 +10,7 @@ next open recovers the directory as after a crash.
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
 from pathlib import Path
@@ -171,3 +172,34 @@ def test_the_directory_goes_offline_and_the_others_serve(tmp_path: Path, monkeyp
         assert values(manager.get_log(topic, 0)) == [b"v0"]
         assert values(manager.get_log(topic, 1)) == [b"v0", b"v1"]
     manager.close()
+
+
+def test_an_index_that_cannot_get_its_blocks_fails_the_append_not_the_process(
+    tmp_path: Path, monkeypatch
+) -> None:
+    # A full disk under a sparse, mapped index would be SIGBUS at the map write; the blocks
+    # are reserved with fallocate first, which says ENOSPC instead.
+    from stratalog.server.storage import space
+
+    if space._fallocate is None:
+        pytest.skip("no fallocate here")
+    real = space._fallocate
+
+    def fallocate_on_a_full_disk(fd: int, mode: int, offset: int, length: int) -> int:
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(".index"):
+            ctypes.set_errno(errno.ENOSPC)
+            return -1
+        return real(fd, mode, offset, length)
+
+    log = PartitionLog.open(tmp_path / "t-0", {"index.interval.bytes": "0"})
+    log.append(one_record(0))  # the first append gets no index entry
+    monkeypatch.setattr(space, "_fallocate", fallocate_on_a_full_disk)
+    with pytest.raises(StorageIOError, match="reserve") as failed:
+        log.append(one_record(1))  # its entry is the index's first
+    assert "STORAGE_FULL" in str(to_rpc_status(failed.value).details[0].value)
+    assert log.is_offline and log.log_end_offset == 1
+    monkeypatch.undo()
+    log.close_for_deletion()
+    log = PartitionLog.open(tmp_path / "t-0", {"index.interval.bytes": "0"})
+    assert values(log)[0] == b"v0"
+    log.close()
