@@ -31,7 +31,9 @@ Three rules decide the mapping (the table is :data:`ERROR_TABLE`, the codes
    Errors the server suffered (``STORAGE_ERROR``, ``STORAGE_FULL``, ``SHUTTING_DOWN``) and any
    unexpected exception (``INTERNAL``, no ErrorInfo) get a fixed sentence plus an incident id;
    the full message and traceback go to this module's logger under the same id, because those
-   messages name files and directories on the server's disk.
+   messages name files and directories on the server's disk. The exceptions whose messages
+   are built without a path (:data:`_MESSAGES_WITHOUT_PATHS`: an offline log directory names
+   the topic-partition, a preallocation beyond the free space the byte counts) keep them.
 
 Messages are cut to :data:`MESSAGE_CHARS_MAX`: they travel twice in the trailers (grpc-message
 and inside the serialized Status) and gRPC's default metadata limit is 8 KiB.
