@@ -372,6 +372,8 @@ class LogManager:
         partitions = sum(entry.partitions for entry in catalog.topics.values())
         budget = self.descriptor_budget
         budget.check_startup(partitions)
+        # Loading opens every segment's .log once: the cache keeps what the budget leaves.
+        self.open_segments.set_capacity(budget.open_segments_capacity(partitions))
         try:
             self._load_logs(catalog, found)
         except StorageError as exc:
