@@ -190,7 +190,12 @@ class LogManager:
     on deletion, marked ``deleting`` before they are renamed, so :meth:`open` completes a
     creation or deletion a crash interrupted. Logs are recovered from their recovery points
     after an unclean shutdown; the clean-shutdown marker is written only after every log of the
-    directory was flushed, closed and checkpointed.
+    directory was flushed, closed and checkpointed. An I/O error on a log's write path takes its
+    whole directory offline (``_log_dir_failed``, Kafka's ``LogDirFailureChannel``): its logs
+    refuse reads and writes, nothing more is written there, it gets no marker, and the next
+    open recovers it; the other directories go on. A CreateTopic is checked against the
+    descriptor budget (``descriptor_budget.py``) and the free space (``preallocate``) before
+    anything is written, and removed from the catalogue and the disk if it fails half-way.
 
     Concurrency: thread-safe. Admin calls (create, delete, alter, describe, delete_records,
     close) are serialised by one lock; :meth:`get_log` is lock-free (a published dict).

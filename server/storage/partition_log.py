@@ -213,7 +213,10 @@ class PartitionLog:
     recovers them (``recovery.py``): from the recovery point when the caller knows the
     shutdown was unclean, the active segment when it cannot know. Segments removed by
     retention or truncation are renamed ``.deleted`` first; a crash before their deletion
-    leaves files the next open deletes.
+    leaves files the next open deletes. An I/O error on a write path (write, index entry,
+    fsync, roll) publishes nothing and takes the log offline (:meth:`_io_failed`): every later
+    call raises LogDirOfflineError, and the next open decides, as after a crash, what the failed
+    write left.
 
     Concurrency: one writer at a time for :meth:`append`, :meth:`roll`, :meth:`truncate_to`,
     :meth:`truncate_fully_and_start_at` and :meth:`close` (the server serialises them per
