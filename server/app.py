@@ -39,7 +39,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
+import os
 import signal
 import ssl
 import sys
@@ -130,6 +132,7 @@ class Server:
 
         settings = self.settings
         loop = self._loop = asyncio.get_running_loop()
+        open_files_limit = _raise_open_files_limit()
         try:
             # Before the logs: a bad certificate must not cost a recovery pass first.
             await loop.run_in_executor(self._executor, self._load_security)
@@ -140,7 +143,10 @@ class Server:
         try:
             self.log_manager = await loop.run_in_executor(
                 self._executor,
-                lambda: LogManager.open(settings.log_dirs, defaults=settings.log_defaults),
+                lambda: LogManager.open(
+                    settings.log_dirs, defaults=settings.log_defaults,
+                    open_files_limit=open_files_limit,
+                ),
             )
         except Exception as exc:
             self._executor.shutdown(wait=False)
@@ -197,7 +203,11 @@ class Server:
             else:
                 self.port = self._grpc.add_insecure_port(str(address))
         except RuntimeError as exc:
-            raise StartupError(f"cannot listen on {address}: {exc}") from exc
+            # gRPC says "Failed to bind" for any failure to make the socket, a process out of
+            # descriptors included: say so when that is the cause.
+            raise StartupError(
+                f"cannot listen on {address}: {_out_of_descriptors() or exc}"
+            ) from exc
         await self._grpc.start()
         for service in ("", SERVICE_NAME):
             await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
@@ -385,6 +395,38 @@ class Server:
 
 def _context_source(tls: ServerTls) -> Callable[[], ssl.SSLContext]:
     return lambda: tls.ssl_context
+
+
+def _raise_open_files_limit() -> int:
+    """Raise the soft RLIMIT_NOFILE to the hard limit (the storage budgets descriptors
+    within it: server/storage/descriptor_budget.py), log both; returns the limit in force."""
+    from stratalog.server.storage.descriptor_budget import raise_open_files_limit
+
+    before, after = raise_open_files_limit()
+    if after != before:
+        logger.info("open files limit (RLIMIT_NOFILE) raised from %d to %d, the hard limit",
+                    before, after)
+    else:
+        logger.info("open files limit (RLIMIT_NOFILE) %d", after)
+    return after
+
+
+def _out_of_descriptors() -> str | None:
+    """"Too many open files ..." when the process has no descriptor left (EMFILE), else None."""
+    from stratalog.server.storage.descriptor_budget import read_open_files_limit
+
+    try:
+        fd = os.open(os.devnull, os.O_RDONLY)
+    except OSError as exc:
+        if exc.errno not in (errno.EMFILE, errno.ENFILE):
+            return None
+        return (
+            f"Too many open files: the process holds all {read_open_files_limit()[0]:,} "
+            "descriptors of its RLIMIT_NOFILE; raise it with ulimit -n, or serve fewer "
+            "partitions (see log.descriptors.reserved in docs/configuration.md)"
+        )
+    os.close(fd)
+    return None
 
 
 def transaction_config(settings: Settings) -> TransactionConfig:

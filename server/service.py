@@ -325,15 +325,26 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             raise BadRequestError(field, str(exc), "INVALID_TOPIC") from None
 
     async def _append(
-        self, partition_log: PartitionLog, gate: PartitionGate, payload: bytes | memoryview
+        self,
+        partition_log: PartitionLog,
+        gate: PartitionGate,
+        payload: bytes | memoryview,
+        flush: bool = False,
     ) -> AppendInfo:
         """Append ``payload`` where the placement says, with the gate's transaction verifier;
         the caller holds the gate's append lock.
 
         Tried inline, the append may come back undone from storage (it would roll, fsync or
-        wait for maintenance): the thread pool finishes it, reusing its validation.
+        wait for maintenance): the thread pool finishes it, reusing its validation. ``flush``
+        (a Produce with ``flush=true``): in the thread pool, fsynced before its records are
+        visible (PartitionLog.append).
         """
         verify = gate.verify_transaction
+        if flush:
+            return await self._blocking(
+                functools.partial(partition_log.append, verify_transaction=verify, flush=True),
+                payload,
+            )
         if self._placement.tries_append_inline(len(payload)):
             outcome = partition_log.try_append_without_blocking(payload, verify_transaction=verify)
             if type(outcome) is AppendInfo:
@@ -623,11 +634,9 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                     # The topic was deleted (or recreated) while this request waited: look again.
                     partition_log, gate = self._log(topic, partition)
                     continue
-                info = await self._append(partition_log, gate, payload)
+                info = await self._append(partition_log, gate, payload, request.flush)
                 gate.notify()
                 break
-        if request.flush:
-            await self._blocking(partition_log.flush)
         self._metrics.observe_produce(topic, info.record_count, info.size_bytes)
         return broker_pb2.ProduceResponse(
             base_offset=info.first_offset,

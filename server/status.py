@@ -31,7 +31,9 @@ Three rules decide the mapping (the table is :data:`ERROR_TABLE`, the codes
    Errors the server suffered (``STORAGE_ERROR``, ``STORAGE_FULL``, ``SHUTTING_DOWN``) and any
    unexpected exception (``INTERNAL``, no ErrorInfo) get a fixed sentence plus an incident id;
    the full message and traceback go to this module's logger under the same id, because those
-   messages name files and directories on the server's disk.
+   messages name files and directories on the server's disk. The exceptions whose messages
+   are built without a path (:data:`_MESSAGES_WITHOUT_PATHS`: an offline log directory names
+   the topic-partition, a preallocation beyond the free space the byte counts) keep them.
 
 Messages are cut to :data:`MESSAGE_CHARS_MAX`: they travel twice in the trailers (grpc-message
 and inside the serialized Status) and gRPC's default metadata limit is 8 KiB.
@@ -151,6 +153,13 @@ ERROR_TABLE: Mapping[type[BaseException], str] = types.MappingProxyType({
     storage_errors.OffsetOverflowError: "STORAGE_ERROR",
     storage_errors.LogDirLockedError: "STORAGE_ERROR",
     storage_errors.StorageIOError: "STORAGE_ERROR",
+    # Issue 13, storage: a CreateTopic the open files limit cannot take (``limit`` names it),
+    # a partition whose log directory went offline after an I/O error, a start that needs
+    # more descriptors than it may have.
+    storage_errors.ResourceLimitExceededError: "RESOURCE_LIMIT_EXCEEDED",
+    storage_errors.LogDirOfflineError: "STORAGE_ERROR",
+    storage_errors.TooManyOpenFilesError: "STORAGE_ERROR",
+    storage_errors.InsufficientSpaceError: "STORAGE_FULL",
     # The transaction coordinator. Retriable: CONCURRENT_TRANSACTIONS (the markers of the id's
     # last commit or abort are still being written) and COORDINATOR_LOAD_IN_PROGRESS.
     transaction_errors.TransactionError: "INVALID_REQUEST",
@@ -177,6 +186,12 @@ _SERVER_SIDE_MESSAGES = {
     "SHUTTING_DOWN": "the server is shutting down or the partition's log is closed; retry",
 }
 _INTERNAL_MESSAGE = "internal server error"
+# Server-side errors whose own message names no path (built from the topic-partition only), so
+# the client gets it: which partition is offline, and why, is what it needs to act on.
+_MESSAGES_WITHOUT_PATHS: tuple[type[BaseException], ...] = (
+    storage_errors.LogDirOfflineError,
+    storage_errors.InsufficientSpaceError,
+)
 
 # errno values that mean "no space", not "broken": ENOSPC, and EDQUOT where the platform has it.
 _DISK_FULL_ERRNOS = frozenset(
@@ -188,6 +203,7 @@ _CAUSE_CHAIN_MAX = 16
 # Exception attributes copied into ErrorInfo.metadata when present (int or str values only).
 _METADATA_ATTRIBUTES = (
     "topic", "partition", "offset", "log_start_offset", "log_end_offset", "limit",
+    "need_bytes", "free_bytes",
 )
 
 
@@ -275,7 +291,10 @@ def to_rpc_status(exc: BaseException) -> status_pb2.Status:
         )
     metadata = _metadata(exc, mapping.reason)
     fixed = _SERVER_SIDE_MESSAGES.get(mapping.reason)
-    if fixed is None:
+    if isinstance(exc, _MESSAGES_WITHOUT_PATHS):
+        logger.warning("request refused with %s: %s", mapping.reason, exc)
+        message = str(exc)
+    elif fixed is None:
         logger.debug("request refused with %s: %s", mapping.reason, exc)
         message = str(exc) or type(exc).__name__
     else:

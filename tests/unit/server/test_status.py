@@ -395,3 +395,41 @@ async def test_abort_with_error_reraises_what_is_not_an_error(exc) -> None:
     with pytest.raises(type(exc)) as raised:
         await status.abort_with_error(None, exc)
     assert raised.value is exc
+
+
+# ------------------------------------------------------------------ issue 13, storage limits
+
+
+def _error_info(rpc: status_pb2.Status) -> error_details_pb2.ErrorInfo:
+    info = error_details_pb2.ErrorInfo()
+    assert rpc.details[0].Unpack(info)
+    return info
+
+
+def test_the_open_files_limit_is_named_in_the_answer() -> None:
+    exc = storage_errors.ResourceLimitExceededError("cannot create topic t ...", limit="RLIMIT_NOFILE")
+    rpc = status.to_rpc_status(exc)
+    assert rpc.code == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
+    info = _error_info(rpc)
+    assert info.reason == "RESOURCE_LIMIT_EXCEEDED" and info.metadata["limit"] == "RLIMIT_NOFILE"
+    assert rpc.message == "cannot create topic t ..."
+
+
+def test_an_offline_partition_is_named_without_a_path() -> None:
+    exc = storage_errors.LogDirOfflineError("orders", 3)
+    rpc = status.to_rpc_status(exc)
+    assert rpc.code == grpc.StatusCode.UNAVAILABLE.value[0]
+    info = _error_info(rpc)
+    assert info.reason == "STORAGE_ERROR"
+    assert dict(info.metadata) == {"topic": "orders", "partition": "3"}
+    assert rpc.message.startswith("partition orders-3 is unavailable: its log directory is offline")
+
+
+def test_preallocation_beyond_the_free_space_is_storage_full_with_the_numbers() -> None:
+    exc = storage_errors.InsufficientSpaceError("creating topic t needs ...", need_bytes=10,
+                                                free_bytes=3)
+    rpc = status.to_rpc_status(exc)
+    info = _error_info(rpc)
+    assert (info.reason, info.metadata["need_bytes"], info.metadata["free_bytes"]) == (
+        "STORAGE_FULL", "10", "3")
+    assert rpc.message == "creating topic t needs ..."
