@@ -48,10 +48,12 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from stratalog.server.allocator import tune_allocator
+from stratalog.server.client_limits import ClientLimits
 from stratalog.server.decoding import add_broker_service
 from stratalog.server.metrics import MetricsEndpoint, ServerMetrics
 from stratalog.server.service import BrokerService
 from stratalog.server.settings import Settings, configure_logging, describe
+from stratalog.server.subscribe_budget import SubscribeBudget
 from stratalog.v1 import broker_pb2
 
 if TYPE_CHECKING:
@@ -154,12 +156,24 @@ class Server:
                 # Without this, a second server could bind the same port and steal half the
                 # connections; a port in use must fail the start.
                 ("grpc.so_reuseport", 0),
+                *client_limit_options(settings),
             ],
             maximum_concurrent_rpcs=settings.max_concurrent_rpcs,
         )
         assert self.coordinator is not None
+        limits = ClientLimits(
+            settings.waiting_rpcs_per_connection_max,
+            settings.waiting_rpcs_per_client_max,
+            settings.waiting_rpcs_max,
+            self.metrics,
+        )
+        budget = SubscribeBudget(settings.subscribe_buffer_bytes_total,
+                                 settings.subscribe_buffer_bytes)
+        # Read by the scrape thread: one int, read whole.
+        self.metrics.subscribe_buffer_bytes.set_function(lambda: budget.in_use_bytes)
         self._service = BrokerService(
-            self.log_manager, settings, self.metrics, self._executor, coordinator=self.coordinator
+            self.log_manager, settings, self.metrics, self._executor, coordinator=self.coordinator,
+            limits=limits, subscribe_budget=budget,
         )
         add_broker_service(self._service, self._grpc)
         self._health = health.aio.HealthServicer()
@@ -292,6 +306,22 @@ class Server:
         finally:
             self.log_manager = None
             self._executor.shutdown(wait=True)
+
+
+def client_limit_options(settings: Settings) -> list[tuple[str, int]]:
+    """gRPC core's part of the per-client limits (server/client_limits.py has the rest): what
+    one connection may open, how many connections there may be, and when an idle one closes.
+
+    gRPC shows a Python server no connections, so these are the limits on them there are:
+    HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS per connection (a client's further calls wait in
+    the client), and the server's connections in all (Kafka's ``max.connections``; a connection
+    beyond it is closed as it comes). Neither can be set per host.
+    """
+    return [
+        ("grpc.max_concurrent_streams", settings.rpcs_per_connection_max),
+        ("grpc.max_allowed_incoming_connections", settings.max_connections),
+        ("grpc.max_connection_idle_ms", settings.connections_max_idle_ms),
+    ]
 
 
 def transaction_config(settings: Settings) -> TransactionConfig:

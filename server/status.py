@@ -52,6 +52,7 @@ from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from stratalog.records import errors as record_errors
+from stratalog.server import client_limits
 from stratalog.server.storage import errors as storage_errors
 from stratalog.server.transactions import errors as transaction_errors
 from stratalog.v1 import broker_pb2
@@ -164,6 +165,9 @@ ERROR_TABLE: Mapping[type[BaseException], str] = types.MappingProxyType({
     # The server's own trouble: its state log is damaged, or it ran out of producer ids.
     transaction_errors.CorruptTransactionLogError: "STORAGE_ERROR",
     transaction_errors.ProducerIdsExhaustedError: "STORAGE_ERROR",
+    # Per-client limits on Subscribe streams and long polls (retriable: the client's own
+    # waiting RPCs free the slot as they end); ``limit`` names the setting.
+    client_limits.ClientLimitExceededError: "RESOURCE_LIMIT_EXCEEDED",
 })
 
 # Reasons whose cause is on the server's side: their exception messages name server files.
