@@ -34,7 +34,11 @@ Concurrency: event-loop only.
 
 from __future__ import annotations
 
-__all__ = ["Lease", "SubscribeBudget"]
+__all__ = ["MESSAGE_COPIES_HELD", "Lease", "SubscribeBudget"]
+
+#: Copies of a message in flight that live while gRPC's flow control waits: the serialized
+#: bytes the stream wrote, and gRPC core's copy of them.
+MESSAGE_COPIES_HELD = 2
 
 
 class Lease:
