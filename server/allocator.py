@@ -24,7 +24,7 @@ after they cancelled still +150 MiB; after ``malloc_trim`` +37 MiB, in 20 ms).
 :func:`trim_heap` calls glibc's ``malloc_trim(0)``, which returns the free pages of every arena;
 :class:`TrimWatch` says when that is worth it: when what the server holds for something (the
 server watches its waiting RPCs and Subscribe messages) fell by ``min_fall_bytes`` since its
-peak. A trim on every maintenance pass would hold each arena's lock for milliseconds every
+peak, and while it goes on falling after that. A trim on every maintenance pass would hold each arena's lock for milliseconds every
 second, for nothing most of the time.
 """
 
@@ -115,24 +115,37 @@ def trim_heap() -> bool:
 
 
 class TrimWatch:
-    """Says when a trim is due: what is watched fell by ``min_fall_bytes`` since its peak.
+    """Says when a trim is due: what is watched fell by ``min_fall_bytes`` since its peak, or
+    is still falling after such a fall.
 
-    Holds the peak seen since the last trim that was due. :meth:`trim_due` is O(1). Not
-    thread-safe: one caller (the server's maintenance task).
+    A crowd of streams does not end at one instant: a trim made while half of it is gone would
+    leave the other half's memory resident. So after a due trim every further fall (each call
+    that sees less than the last) is due too, until what is held stops falling.
+
+    Holds the peak since the last due trim, the last value seen and whether a fall is under
+    way. :meth:`trim_due` is O(1). Not thread-safe: one caller (the server's maintenance task).
     """
 
     def __init__(self, min_fall_bytes: int) -> None:
         assert min_fall_bytes >= 1
         self.min_fall_bytes = min_fall_bytes
         self._peak_bytes = 0
+        self._last_bytes = 0
+        self._falling = False
 
     def trim_due(self, held_bytes: int) -> bool:
-        """Record ``held_bytes`` (what is held now); True when it is ``min_fall_bytes`` or more
-        below the peak since the last True, which then starts a new peak from here."""
+        """Record ``held_bytes`` (what is held now); True when a trim is due."""
+        last, self._last_bytes = self._last_bytes, held_bytes
+        if held_bytes >= last:
+            self._falling = False
+        elif self._falling:
+            self._peak_bytes = held_bytes
+            return True
         if held_bytes > self._peak_bytes:
             self._peak_bytes = held_bytes
             return False
         if self._peak_bytes - held_bytes < self.min_fall_bytes:
             return False
         self._peak_bytes = held_bytes
+        self._falling = True
         return True

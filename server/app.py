@@ -336,16 +336,18 @@ class Server:
 
 
 def client_limit_options(settings: Settings) -> list[tuple[str, int]]:
-    """gRPC core's part of the per-client limits (server/client_limits.py has the rest): what
-    one connection may open, how many connections there may be, and when an idle one closes.
+    """gRPC core's part of the per-client limits (server/client_limits.py has the rest): how
+    many connections there may be, and when an idle one closes.
 
-    gRPC shows a Python server no connections, so these are the limits on them there are:
-    HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS per connection (a client's further calls wait in
-    the client), and the server's connections in all (Kafka's ``max.connections``; a connection
-    beyond it is closed as it comes). Neither can be set per host.
+    gRPC shows a Python server no connections, so these are the limits on them there are: the
+    server's connections in all (Kafka's ``max.connections``; a connection beyond it is closed
+    as it comes), not per host. HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS
+    (``grpc.max_concurrent_streams``) is left unlimited on purpose: at its cap gRPC resets
+    streams that race with ones just ended (REFUSED_STREAM, which reaches the client as
+    UNAVAILABLE instead of waiting), and a client opens a second connection anyway; the waiting
+    RPC limits are what holds a client back.
     """
     return [
-        ("grpc.max_concurrent_streams", settings.rpcs_per_connection_max),
         ("grpc.max_allowed_incoming_connections", settings.max_connections),
         ("grpc.max_connection_idle_ms", settings.connections_max_idle_ms),
     ]

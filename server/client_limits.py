@@ -29,9 +29,8 @@ What is not limited here: connections. grpc.aio does not show a server its conne
 accept hook, no per-connection callback): only a call's peer. The server caps the connections of
 all clients together (``max_connections``, gRPC core's ``grpc.max_allowed_incoming_connections``)
 and closes idle ones (``connections_max_idle_ms``); a per-host connection count, Kafka's
-``max.connections.per.ip``, has no place to be enforced. What a connection can do is bounded:
-``max_concurrent_streams_per_connection`` (HTTP/2's own ``SETTINGS_MAX_CONCURRENT_STREAMS``) and the
-waiting RPC limits above.
+``max.connections.per.ip``, has no place to be enforced. What connections can hold is bounded by
+the waiting RPC limits above, per host too.
 
 Invariants (:meth:`ClientLimits.check`): every count is the number of admissions not yet
 released; no count is kept at 0 (the dictionaries hold only connections and clients with a

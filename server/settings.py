@@ -233,12 +233,6 @@ class Settings:
         " RESOURCE_LIMIT_EXCEEDED. Must be below max_concurrent_rpcs",
         1,
     )
-    rpcs_per_connection_max: int = _setting(
-        1024,
-        "RPCs one connection may have open at once (HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS,"
-        " gRPC's grpc.max_concurrent_streams); a client's further calls wait in the client",
-        1,
-    )
     max_connections: int = _setting(
         1024,
         "connections the server accepts at once, all clients (Kafka's max.connections; gRPC's"

@@ -55,10 +55,12 @@ def test_tuned_heap_reuses_large_blocks_instead_of_faulting_them_in():
 
 def test_trim_watch_is_due_once_what_is_held_fell_enough_below_its_peak():
     watch = TrimWatch(min_fall_bytes=100)
-    assert [watch.trim_due(held) for held in (0, 50, 300, 250, 201)] == [False] * 5
+    assert [watch.trim_due(held) for held in (0, 50, 300, 250, 250, 201)] == [False] * 6
     assert watch.trim_due(200)  # 100 below the peak of 300
-    assert not watch.trim_due(150)  # a new peak started at 200
-    assert watch.trim_due(100)
+    # Still falling: each further fall is due (the rest of a crowd ending), until it stops.
+    assert watch.trim_due(150) and watch.trim_due(149)
+    assert not watch.trim_due(149) and not watch.trim_due(120)  # stopped, then a small fall
+    assert watch.trim_due(49)  # 100 below the peak of 149 (a new one since the last trim)
     assert not watch.trim_due(500) and not watch.trim_due(401)
     assert watch.trim_due(0)
 
