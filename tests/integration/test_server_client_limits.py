@@ -263,3 +263,33 @@ async def test_subscribers_memory_is_bounded_and_given_back(start_server) -> Non
                      f"(baseline {baseline / MIB:.0f} MiB)", timeout_s=60)
         assert _metric(server, "stratalog_subscribe_buffer_bytes") == 0
     assert server.stop() == 0
+
+
+async def test_connections_beyond_max_connections_are_closed_until_one_ends(start_server) -> None:  # type: ignore[no-untyped-def]
+    server: ServerProcess = start_server(None, "--max-connections", "2")
+    options = [("grpc.use_local_subchannel_pool", 1)]
+    request = broker_pb2.ListTopicsRequest()
+    first = grpc.aio.insecure_channel(server.target, options=options)
+    second = grpc.aio.insecure_channel(server.target, options=options)
+    third = grpc.aio.insecure_channel(server.target, options=options)
+    try:
+        for channel in (first, second):
+            await broker_pb2_grpc.BrokerStub(channel).ListTopics(request, timeout=10)
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await broker_pb2_grpc.BrokerStub(third).ListTopics(request, timeout=10)
+        assert caught.value.code() is grpc.StatusCode.UNAVAILABLE  # retriable for clients
+        await first.close()
+        # The slot is free again: the third connects on one of its reconnection attempts.
+        for _ in range(60):
+            try:
+                await broker_pb2_grpc.BrokerStub(third).ListTopics(
+                    request, timeout=10, wait_for_ready=True)
+                break
+            except grpc.aio.AioRpcError:
+                await asyncio.sleep(0.5)
+        else:
+            raise AssertionError("the third connection never got the slot of the first")
+    finally:
+        for channel in (first, second, third):
+            await channel.close()
+    assert server.stop() == 0
