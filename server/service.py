@@ -32,10 +32,14 @@ the event loop. One :class:`PartitionGate` per partition holds
   to every append (the log runs it, for transactional batches only, under its lock).
 
 Request limits come from :class:`~stratalog.server.settings.Settings` (``max_bytes`` defaults and
-caps, the long-poll cap, the Subscribe buffer). A Subscribe stream reads its next message only
-after ``await context.write`` returned, i.e. after gRPC's flow control took the previous one, so a
-slow reader holds at most one message of ``subscribe_buffer_bytes`` in the server beyond what
-HTTP/2's window lets through.
+caps, the long-poll cap, the Subscribe buffer). Subscribe streams and long polls that wait are
+admitted by :class:`~stratalog.server.client_limits.ClientLimits` (per connection, per client,
+in all; a refusal names the setting). A Subscribe stream reads its next message only after
+``await context.write`` returned, i.e. after gRPC's flow control took the previous one, within
+a lease of the server-wide :class:`~stratalog.server.subscribe_budget.SubscribeBudget`, and
+holds only the serialized message meanwhile: a reader that stops reading costs the server one
+message (twice: gRPC copies it), and all of them together at most the budget plus one batch
+each.
 
 Concurrency: event-loop only. Blocking storage calls (fsync, large reads, topic admin, appends
 as above), the coordinator's requests (they fsync its state log and write markers) and the
