@@ -54,7 +54,8 @@ import grpc.aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from stratalog.server.allocator import tune_allocator
+from stratalog.server.allocator import TrimWatch, trim_heap, tune_allocator
+from stratalog.server.client_limits import WAITING_RPC_BYTES_ESTIMATE, ClientLimits
 from stratalog.server.decoding import add_broker_service
 from stratalog.server.metrics import MetricsEndpoint, ServerMetrics
 from stratalog.server.security.authentication import AuthenticationInterceptor, Authenticator
@@ -63,6 +64,7 @@ from stratalog.server.security.errors import SecurityConfigError
 from stratalog.server.security.tls import ServerTls, TlsFiles
 from stratalog.server.service import BrokerService
 from stratalog.server.settings import Settings, configure_logging, describe
+from stratalog.server.subscribe_budget import MESSAGE_COPIES_HELD, SubscribeBudget
 from stratalog.v1 import broker_pb2
 
 if TYPE_CHECKING:
@@ -72,6 +74,11 @@ if TYPE_CHECKING:
 __all__ = ["SERVICE_NAME", "Server", "StartupError", "main", "run"]
 
 logger = logging.getLogger(__name__)
+
+#: When the memory held for waiting RPCs and Subscribe messages fell this much below its peak,
+#: the maintenance task gives the C allocator's free memory back (allocator.trim_heap): e.g.
+#: after 1,000 stalled subscribers went away, about 110 MiB.
+TRIM_AFTER_FALL_BYTES = 32 * 1024 * 1024
 
 #: The Broker service's full name, as health checks and reflection know it.
 SERVICE_NAME = broker_pb2.DESCRIPTOR.services_by_name["Broker"].full_name
@@ -118,6 +125,9 @@ class Server:
         self._auth_executor = ThreadPoolExecutor(
             max_workers=settings.authentication_threads, thread_name_prefix="stratalog-auth"
         )
+        self._limits: ClientLimits | None = None
+        self._subscribe_budget: SubscribeBudget | None = None
+        self._trim_watch = TrimWatch(TRIM_AFTER_FALL_BYTES)
 
     async def start(self) -> None:
         """Open the logs, bind and start serving.
@@ -183,13 +193,26 @@ class Server:
                 # Without this, a second server could bind the same port and steal half the
                 # connections; a port in use must fail the start.
                 ("grpc.so_reuseport", 0),
+                *client_limit_options(settings),
             ],
             maximum_concurrent_rpcs=settings.max_concurrent_rpcs,
             interceptors=self._interceptors(),
         )
         assert self.coordinator is not None
+        limits = self._limits = ClientLimits(
+            settings.waiting_rpcs_per_connection_max,
+            settings.waiting_rpcs_per_client_max,
+            settings.waiting_rpcs_max,
+            self.metrics,
+        )
+        budget = self._subscribe_budget = SubscribeBudget(
+            settings.subscribe_buffer_bytes_total, settings.subscribe_buffer_bytes
+        )
+        # Read by the scrape thread: one int, read whole.
+        self.metrics.subscribe_buffer_bytes.set_function(lambda: budget.in_use_bytes)
         self._service = BrokerService(
-            self.log_manager, settings, self.metrics, self._executor, coordinator=self.coordinator
+            self.log_manager, settings, self.metrics, self._executor, coordinator=self.coordinator,
+            limits=limits, subscribe_budget=budget,
         )
         add_broker_service(self._service, self._grpc)
         self._health = health.aio.HealthServicer()
@@ -314,6 +337,23 @@ class Server:
         with contextlib.suppress(RuntimeError):
             loop.call_soon_threadsafe(service.wake_readers, topic, partition)
 
+    def held_for_waiting_rpcs_bytes(self) -> int:
+        """An estimate of the memory held for Subscribe streams and long polls: their idle
+        cost each, and the Subscribe messages in flight as gRPC holds them. Event-loop only."""
+        limits, budget = self._limits, self._subscribe_budget
+        if limits is None or budget is None:
+            return 0
+        return (limits.total * WAITING_RPC_BYTES_ESTIMATE
+                + budget.in_use_bytes * MESSAGE_COPIES_HELD)
+
+    async def _maybe_trim_heap(self) -> None:
+        """Give freed memory back to the kernel once many waiting RPCs went away (their
+        messages and call state, freed, would otherwise stay resident: allocator.py)."""
+        if self._trim_watch.trim_due(self.held_for_waiting_rpcs_bytes()):
+            loop = asyncio.get_running_loop()
+            released = await loop.run_in_executor(self._executor, trim_heap)
+            logger.debug("waiting RPCs went away: heap trimmed (released: %s)", released)
+
     def _refresh_log_metrics(self) -> None:
         assert self.log_manager is not None
         self.metrics.update_logs(self.log_manager.list_topics())
@@ -332,6 +372,7 @@ class Server:
                 report = await loop.run_in_executor(self._executor, log_manager.run_maintenance)
                 logger.debug("maintenance pass: %s", report)
                 await loop.run_in_executor(self._executor, self._refresh_log_metrics)
+                await self._maybe_trim_heap()
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -427,6 +468,24 @@ def _out_of_descriptors() -> str | None:
         )
     os.close(fd)
     return None
+
+
+def client_limit_options(settings: Settings) -> list[tuple[str, int]]:
+    """gRPC core's part of the per-client limits (server/client_limits.py has the rest): how
+    many connections there may be, and when an idle one closes.
+
+    gRPC shows a Python server no connections, so these are the limits on them there are: the
+    server's connections in all (Kafka's ``max.connections``; a connection beyond it is closed
+    as it comes), not per host. HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS
+    (``grpc.max_concurrent_streams``) is left unlimited on purpose: at its cap gRPC resets
+    streams that race with ones just ended (REFUSED_STREAM, which reaches the client as
+    UNAVAILABLE instead of waiting), and a client opens a second connection anyway; the waiting
+    RPC limits are what holds a client back.
+    """
+    return [
+        ("grpc.max_allowed_incoming_connections", settings.max_connections),
+        ("grpc.max_connection_idle_ms", settings.connections_max_idle_ms),
+    ]
 
 
 def transaction_config(settings: Settings) -> TransactionConfig:

@@ -11,6 +11,14 @@ What an operator watches, in Prometheus's text format at ``http://HOST:metrics_p
                                                whole life is not a latency: it is not observed)
     stratalog_requests_total{rpc,code}         RPCs finished, by gRPC status code name
     stratalog_subscribers                      Subscribe streams open now
+    stratalog_waiting_rpcs{kind}               RPCs admitted by the per-client limits and
+                                               holding a slot: kind "subscribe" (streams, for
+                                               their life) or "long_poll" (while waiting)
+    stratalog_waiting_rpcs_refused_total{limit}  waiting RPCs refused, by the setting whose
+                                               limit was reached (never by client: a label
+                                               per principal would grow without bound)
+    stratalog_subscribe_buffer_bytes           bytes of Subscribe messages read and not yet
+                                               taken by gRPC's flow control (the budget's use)
     stratalog_log_size_bytes{topic,partition}  bytes of the partition's .log files
     stratalog_log_segments{topic,partition}    segment count
     stratalog_log_start_offset{topic,partition}, stratalog_log_end_offset{topic,partition}
@@ -41,6 +49,7 @@ from wsgiref.simple_server import WSGIRequestHandler
 
 from prometheus_client import (
     CollectorRegistry,
+    Counter,
     Gauge,
     ProcessCollector,
     generate_latest,
@@ -228,7 +237,9 @@ class ServerMetrics:
     """The metrics of one server, in a registry of their own.
 
     Holds the registry, the :class:`TrafficCollector` (traffic counters and the request
-    histogram), the ``subscribers`` gauge, the :class:`LogSnapshotCollector` and the process
+    histogram), the ``subscribers`` gauge, the per-client limits' ``waiting_rpcs`` gauge and
+    ``waiting_rpcs_refused`` counter, the ``subscribe_buffer_bytes`` gauge (bound to the
+    servicer's budget by the server), the :class:`LogSnapshotCollector` and the process
     collector.
 
     Concurrency: every method may be called from any thread (the traffic collector and the
@@ -242,6 +253,22 @@ class ServerMetrics:
         r.register(self.traffic)
         self.subscribers = Gauge(
             "stratalog_subscribers", "Subscribe streams open now", registry=r
+        )
+        # Labels from fixed sets only (kinds, setting names): never a client's name.
+        self.waiting_rpcs = Gauge(
+            "stratalog_waiting_rpcs",
+            "Subscribe streams and waiting long polls admitted by the per-client limits",
+            labelnames=("kind",), registry=r,
+        )
+        self.waiting_rpcs_refused = Counter(
+            "stratalog_waiting_rpcs_refused",
+            "Subscribe streams and long polls refused, by the limit reached",
+            labelnames=("limit",), registry=r,
+        )
+        self.subscribe_buffer_bytes = Gauge(
+            "stratalog_subscribe_buffer_bytes",
+            "Bytes of Subscribe messages read and not yet taken by gRPC flow control",
+            registry=r,
         )
         self.logs = LogSnapshotCollector()
         r.register(self.logs)

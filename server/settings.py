@@ -163,6 +163,12 @@ class Settings:
         " gRPC flow control accepted the last",
         1,
     )
+    subscribe_buffer_bytes_total: int = _setting(
+        32 * _MIB,
+        "bytes of Subscribe messages read and not yet taken by gRPC flow control, all streams"
+        " together; when stalled streams hold it all, the others read one batch per message",
+        0,
+    )
     read_in_executor_min_bytes: int = _setting(
         256 * _KIB,
         "fetches allowed to read at least this many bytes read in the thread pool, smaller"
@@ -201,7 +207,43 @@ class Settings:
         1,
     )
     max_concurrent_rpcs: int = _setting(
-        1024, "RPCs served at once, streams included; more are refused RESOURCE_EXHAUSTED", 1
+        8192,
+        "RPCs served at once, all clients, streams included; more are refused"
+        " RESOURCE_EXHAUSTED by gRPC. Kept above waiting_rpcs_max, so that unary RPCs always"
+        " find a slot",
+        1,
+    )
+    # ---- per-client limits (server/client_limits.py): streams, long polls, connections
+    waiting_rpcs_per_connection_max: int = _setting(
+        1024,
+        "Subscribe streams and long polls (FetchByOffset waiting with max_wait_ms > 0) one"
+        " connection may hold at once; more are refused RESOURCE_LIMIT_EXCEEDED",
+        1,
+    )
+    waiting_rpcs_per_client_max: int = _setting(
+        1024,
+        "Subscribe streams and long polls one client may hold at once over all its"
+        " connections: one principal when calls are authenticated, else one host; more are"
+        " refused RESOURCE_LIMIT_EXCEEDED",
+        1,
+    )
+    waiting_rpcs_max: int = _setting(
+        4096,
+        "Subscribe streams and long polls of all clients at once; more are refused"
+        " RESOURCE_LIMIT_EXCEEDED. Must be below max_concurrent_rpcs",
+        1,
+    )
+    max_connections: int = _setting(
+        1024,
+        "connections the server accepts at once, all clients (Kafka's max.connections; gRPC's"
+        " grpc.max_allowed_incoming_connections); more are closed at once",
+        1,
+    )
+    connections_max_idle_ms: int = _setting(
+        600_000,
+        "a connection with no RPC for this long is closed (Kafka's connections.max.idle.ms;"
+        " gRPC's grpc.max_connection_idle_ms); clients reconnect on their next call",
+        1,
     )
     topic_partitions_max: int = _setting(
         10_000, "most partitions CreateTopic may ask for", 1
@@ -317,6 +359,12 @@ class Settings:
         if not self.log_dirs or any(not d for d in self.log_dirs):
             raise SettingsError(f"setting 'log_dirs' needs at least one non-empty path, got "
                                 f"{list(self.log_dirs)}")
+        if self.waiting_rpcs_max >= self.max_concurrent_rpcs:
+            raise SettingsError(
+                f"setting 'waiting_rpcs_max' ({self.waiting_rpcs_max}) must be below"
+                f" 'max_concurrent_rpcs' ({self.max_concurrent_rpcs}): the difference is what"
+                " unary RPCs keep when streams and long polls hold every slot they may"
+            )
         if self.metrics_port > 65535:
             raise SettingsError(f"setting 'metrics_port' must be <= 65535, got {self.metrics_port}")
         if self.logging_level.upper() not in _LEVELS:
@@ -418,6 +466,8 @@ _KAFKA_ALIASES = {
     "transaction.remove.expired.transaction.cleanup.interval.ms":
         "transaction_remove_expired_transaction_cleanup_interval_ms",
     "transaction.partitions.max": "transaction_partitions_max",
+    "max.connections": "max_connections",
+    "connections.max.idle.ms": "connections_max_idle_ms",
 }
 assert all(setting in _FIELDS for setting in _KAFKA_ALIASES.values())
 

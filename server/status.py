@@ -54,6 +54,7 @@ from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from stratalog.records import errors as record_errors
+from stratalog.server import client_limits
 from stratalog.server.security import errors as security_errors
 from stratalog.server.storage import errors as storage_errors
 from stratalog.server.transactions import errors as transaction_errors
@@ -177,6 +178,9 @@ ERROR_TABLE: Mapping[type[BaseException], str] = types.MappingProxyType({
     # Security (server/security): who the caller is. The message is the client's to read and
     # names no user or file (security/errors.py).
     security_errors.AuthenticationFailedError: "AUTHENTICATION_FAILED",
+    # Per-client limits on Subscribe streams and long polls (retriable: the client's own
+    # waiting RPCs free the slot as they end); ``limit`` names the setting.
+    client_limits.ClientLimitExceededError: "RESOURCE_LIMIT_EXCEEDED",
 })
 
 # Reasons whose cause is on the server's side: their exception messages name server files.

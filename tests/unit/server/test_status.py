@@ -18,6 +18,7 @@ from google.rpc import error_details_pb2, status_pb2
 
 from stratalog.records import errors as record_errors
 from stratalog.server import status
+from stratalog.server.client_limits import ClientLimitExceededError
 from stratalog.server.storage import errors as storage_errors
 from stratalog.server.transactions import errors as transaction_errors
 from stratalog.v1 import broker_pb2
@@ -433,3 +434,16 @@ def test_preallocation_beyond_the_free_space_is_storage_full_with_the_numbers() 
     assert (info.reason, info.metadata["need_bytes"], info.metadata["free_bytes"]) == (
         "STORAGE_FULL", "10", "3")
     assert rpc.message == "creating topic t needs ..."
+
+
+def test_a_client_limit_is_resource_exhausted_with_the_setting_named() -> None:
+    exc = ClientLimitExceededError(
+        "Subscribe stream refused: User:alice already holds 256 ...",
+        limit="waiting_rpcs_per_client_max",
+    )
+    grpc_status = status.to_status(exc)
+    _, info = decode(grpc_status)
+    assert grpc_status.code is grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert grpc_status.details == str(exc)  # the client's own doing: said as it is
+    assert info.reason == "RESOURCE_LIMIT_EXCEEDED"
+    assert dict(info.metadata) == {"limit": "waiting_rpcs_per_client_max"}
