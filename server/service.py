@@ -59,7 +59,7 @@ import grpc
 import grpc.aio
 
 from stratalog.server import status
-from stratalog.server.append_placement import AppendPlacement
+from stratalog.server.append_placement import AppendPlacement, holds_compressed_batches
 from stratalog.server.decoding import ProduceRequestView, UndecodableRequest
 from stratalog.server.storage.clock import wall_clock_ms
 from stratalog.server.storage.errors import (
@@ -323,22 +323,34 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             raise BadRequestError(field, str(exc), "INVALID_TOPIC") from None
 
     async def _append(
-        self, partition_log: PartitionLog, gate: PartitionGate, payload: bytes | memoryview
+        self,
+        partition_log: PartitionLog,
+        gate: PartitionGate,
+        payload: bytes | memoryview,
+        size_bytes: int,
+        compressed: bool,
     ) -> AppendInfo:
-        """Append ``payload`` where the placement says, with the gate's transaction verifier;
-        the caller holds the gate's append lock.
+        """Append ``payload`` where the placement says for ``size_bytes`` and ``compressed``,
+        with the gate's transaction verifier and the bound on decompressed bytes; the caller
+        holds the gate's append lock.
 
         Tried inline, the append may come back undone from storage (it would roll, fsync or
         wait for maintenance): the thread pool finishes it, reusing its validation.
         """
         verify = gate.verify_transaction
-        if self._placement.tries_append_inline(len(payload)):
-            outcome = partition_log.try_append_without_blocking(payload, verify_transaction=verify)
+        bound = self._settings.produce_decompressed_bytes_max
+        if self._placement.tries_append_inline(size_bytes, compressed=compressed):
+            outcome = partition_log.try_append_without_blocking(
+                payload, verify_transaction=verify, decompressed_bytes_max=bound
+            )
             if type(outcome) is AppendInfo:
                 return outcome
             return await self._blocking(partition_log.append_deferred, outcome)
         return await self._blocking(
-            functools.partial(partition_log.append, verify_transaction=verify), payload
+            functools.partial(
+                partition_log.append, verify_transaction=verify, decompressed_bytes_max=bound
+            ),
+            payload,
         )
 
     async def _blocking(self, function: Callable[..., _T], *args: Any) -> _T:
@@ -605,7 +617,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 request.producer_id, request.producer_epoch, request.base_sequence,
                 request.transactional,
             )
-            if self._placement.encodes_inline(len(records)):
+            if self._placement.encodes_inline(len(records), request.request_bytes):
                 payload: bytes | memoryview = encode_records(
                     records, request.compression, self._time_ms(), producer
                 )
@@ -613,15 +625,18 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 payload = await self._blocking(
                     encode_records, records, request.compression, self._time_ms(), producer
                 )
+            # The server's own batch decompresses to about the request: sized by it.
+            size_bytes, compressed = request.request_bytes, False
         else:
             payload = record_batches
+            size_bytes, compressed = len(payload), holds_compressed_batches(payload)
         while True:
             async with gate.append_lock:
                 if gate.closed:
                     # The topic was deleted (or recreated) while this request waited: look again.
                     partition_log, gate = self._log(topic, partition)
                     continue
-                info = await self._append(partition_log, gate, payload)
+                info = await self._append(partition_log, gate, payload, size_bytes, compressed)
                 gate.notify()
                 break
         if request.flush:
