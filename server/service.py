@@ -83,7 +83,7 @@ from stratalog.v1 import broker_pb2, broker_pb2_grpc
 if TYPE_CHECKING:
     from stratalog.server.metrics import ServerMetrics
     from stratalog.server.settings import Settings
-    from stratalog.server.storage.log_manager import LogManager
+    from stratalog.server.storage.log_manager import LogManager, TopicDescription
     from stratalog.server.storage.partition_log import (
         FetchedBatches,
         PartitionLog,
@@ -525,6 +525,10 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
 
     # ---------------------------------------------------------------- topics
 
+    def _topic_message(self, description: TopicDescription) -> broker_pb2.TopicDescription:
+        # Log directories by their index in log_dirs: clients never learn the server's paths.
+        return topic_message(description, self._log_manager.log_dirs)
+
     @_rpc()
     async def CreateTopic(
         self, request: broker_pb2.CreateTopicRequest, context: grpc.aio.ServicerContext
@@ -539,7 +543,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         description = await self.admin(
             self._log_manager.create_topic, name, request.partitions, dict(request.configs)
         )
-        return broker_pb2.CreateTopicResponse(topic=topic_message(description))
+        return broker_pb2.CreateTopicResponse(topic=self._topic_message(description))
 
     @_rpc()
     async def DeleteTopic(
@@ -560,7 +564,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         self, request: broker_pb2.ListTopicsRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.ListTopicsResponse:
         topics = await self.admin(self._log_manager.list_topics)
-        return broker_pb2.ListTopicsResponse(topics=[topic_message(t) for t in topics])
+        return broker_pb2.ListTopicsResponse(topics=[self._topic_message(t) for t in topics])
 
     @_rpc()
     async def DescribeTopic(
@@ -568,7 +572,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     ) -> broker_pb2.DescribeTopicResponse:
         name = self._topic(request.name, "name")
         description = await self.admin(self._log_manager.describe_topic, name)
-        return broker_pb2.DescribeTopicResponse(topic=topic_message(description))
+        return broker_pb2.DescribeTopicResponse(topic=self._topic_message(description))
 
     @_rpc()
     async def AlterTopicConfigs(
@@ -583,7 +587,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         description = await self.admin(
             self._log_manager.alter_topic_configs, name, dict(request.set), list(request.delete)
         )
-        return broker_pb2.AlterTopicConfigsResponse(topic=topic_message(description))
+        return broker_pb2.AlterTopicConfigsResponse(topic=self._topic_message(description))
 
     # ---------------------------------------------------------------- produce
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
+from os import PathLike
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import grpc
@@ -286,11 +287,17 @@ def _java_long(value: int) -> int:
 # ------------------------------------------------------------------------ topics
 
 
-def topic_message(description: TopicDescription) -> broker_pb2.TopicDescription:
+def topic_message(
+    description: TopicDescription, log_dirs: Sequence[str | PathLike[str]]
+) -> broker_pb2.TopicDescription:
     """The engine's description of a topic and its partitions as broker.proto's message.
 
-    ``log_dir`` is the partition's log directory on the server, as the engine reports it.
+    ``log_dir`` says which of the server's log directories holds a partition without naming
+    its path, which clients must not learn (docs/api.md): the index of the directory in
+    ``log_dirs`` (the server's ``log_dirs`` setting, in its order; the engine's paths), as a
+    decimal string, "0" for the first.
     """
+    index_of = {str(directory): str(index) for index, directory in enumerate(log_dirs)}
     return broker_pb2.TopicDescription(
         name=description.name,
         configs=dict(description.configs),
@@ -301,7 +308,7 @@ def topic_message(description: TopicDescription) -> broker_pb2.TopicDescription:
                 log_end_offset=p.log_end_offset,
                 size_bytes=p.size_bytes,
                 segment_count=p.segment_count,
-                log_dir=str(p.log_dir),
+                log_dir=index_of[str(p.log_dir)],
                 max_timestamp=p.max_timestamp,
             )
             for p in description.partitions
