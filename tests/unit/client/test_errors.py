@@ -365,14 +365,13 @@ async def test_grpcs_own_resource_exhausted_is_told_apart_by_its_details() -> No
             assert "larger than max" in too_large.message
             assert (too_large.code, too_large.reason, too_large.retriable) == (
                 grpc.StatusCode.RESOURCE_EXHAUSTED, None, False)
-            # Two slow calls hold both slots; the third is refused by gRPC.
+            # Three slow calls for two slots: gRPC refuses one at once (whichever reaches the
+            # server last); the two others hold their slots.
             slow = [asyncio.ensure_future(_produce_error(stub, "slow", timeout=30))
-                    for _ in range(2)]
-            for _ in range(200):  # until both are in flight (bounded; no time is asserted)
-                error = await _produce_error(stub, "uncaught", timeout=30)
-                if type(error) is errors.ConcurrentRpcLimitError:
-                    break
-                await asyncio.sleep(0.05)
+                    for _ in range(3)]
+            done, _ = await asyncio.wait(slow, return_when=asyncio.FIRST_COMPLETED, timeout=30)
+            assert len(done) == 1
+            error = done.pop().result()
             assert type(error) is errors.ConcurrentRpcLimitError, error
             assert isinstance(error, errors.ResourceLimitExceededError)
             assert (error.code, error.reason, error.retriable) == (
