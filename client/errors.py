@@ -24,6 +24,8 @@ listening, connection lost, deadline passed) have no ErrorInfo and map by status
     ├── StorageError                  UNAVAILABLE        STORAGE_ERROR         retriable
     ├── ShuttingDownError             UNAVAILABLE        SHUTTING_DOWN         retriable
     ├── ResourceLimitExceededError    RESOURCE_EXHAUSTED RESOURCE_LIMIT_EXCEEDED retriable .limit
+    │   └── ConcurrentRpcLimitError   RESOURCE_EXHAUSTED (no ErrorInfo: gRPC's)  retriable
+    ├── MessageTooLargeError          RESOURCE_EXHAUSTED (no ErrorInfo: gRPC's)
     ├── AuthenticationError           UNAUTHENTICATED    AUTHENTICATION_FAILED
     ├── NotAuthorizedError            PERMISSION_DENIED  NOT_AUTHORIZED
     ├── (the producer-state and transaction reasons of broker.proto, one class each)
@@ -32,10 +34,17 @@ listening, connection lost, deadline passed) have no ErrorInfo and map by status
     │   └── DeliveryTimeoutError      (Producer) not acknowledged within delivery_timeout_ms
     └── TransactionAbortedError       (Producer) ABORTED: the batch's transaction was aborted
 
-Any other status (INTERNAL, UNKNOWN, UNIMPLEMENTED, CANCELLED, a reason this client does not know
-yet) becomes a plain :class:`StratalogError` carrying the code and reason it got; it is retriable
-only for UNAVAILABLE, DEADLINE_EXCEEDED and CANCELLED (the server cancelled the call). Why each
-flag is what it is: docs/api.md, "Errors".
+gRPC itself answers RESOURCE_EXHAUSTED, without ErrorInfo, in two cases that call for opposite
+handling, told apart by the status details (grpc core's wording, :data:`_GRPC_RESOURCE_EXHAUSTED`):
+the server already serves ``max_concurrent_rpcs`` calls ("Concurrent RPC limit exceeded!"),
+which frees as they end, so :class:`ConcurrentRpcLimitError` is retriable; a message is larger
+than a side's limit ("SERVER: Received message larger than max (N vs. M)", also "Sent" and
+"CLIENT:"), which the same request hits again, so :class:`MessageTooLargeError` is not.
+
+Any other status (INTERNAL, UNKNOWN, UNIMPLEMENTED, CANCELLED, another RESOURCE_EXHAUSTED without
+ErrorInfo, a reason this client does not know yet) becomes a plain :class:`StratalogError`
+carrying the code and reason it got; it is retriable only for UNAVAILABLE, DEADLINE_EXCEEDED and
+CANCELLED (the server cancelled the call). Why each flag is what it is: docs/api.md, "Errors".
 """
 
 from __future__ import annotations
@@ -56,6 +65,7 @@ __all__ = [
     "ERRORS_BY_REASON",
     "AuthenticationError",
     "BrokerUnavailableError",
+    "ConcurrentRpcLimitError",
     "ConcurrentTransactionsError",
     "CoordinatorLoadInProgressError",
     "CorruptRecordError",
@@ -69,6 +79,7 @@ __all__ = [
     "InvalidTopicError",
     "InvalidTransactionTimeoutError",
     "InvalidTxnStateError",
+    "MessageTooLargeError",
     "NotAuthorizedError",
     "OffsetOutOfRangeError",
     "OutOfOrderSequenceError",
@@ -268,6 +279,28 @@ class ResourceLimitExceededError(StratalogError):
         return self.metadata.get("limit")
 
 
+class ConcurrentRpcLimitError(ResourceLimitExceededError):
+    """gRPC's own refusal, without ErrorInfo: the server was already serving as many calls as
+    its ``max_concurrent_rpcs`` allows ("Concurrent RPC limit exceeded!"). Retriable, as the
+    server's own limits are: the limit frees as calls end. ``limit`` is
+    ``"max_concurrent_rpcs"``, the setting of a stratalog server that gRPC enforces."""
+
+    reason = None
+
+    def __init__(self, message: str, **kwargs) -> None:
+        super().__init__(message, **kwargs)
+        self.metadata.setdefault("limit", "max_concurrent_rpcs")
+
+
+class MessageTooLargeError(StratalogError):
+    """gRPC's own refusal, without ErrorInfo: a message larger than one side allows (a request
+    over the server's ``max_request_bytes`` or the client's ``max_message_bytes``, an answer
+    over the server's ``max_response_bytes`` or the client's ``max_message_bytes``). Not
+    retriable: the same request fails again; send less, ask for less, or raise the limit."""
+
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
 # The producer-state reasons of issue 12 (the partition refused a batch; nothing was written).
 # Not retried as they are: the producer must resend in order, bump its epoch or stop.
 
@@ -457,6 +490,29 @@ _ERRORS_BY_CODE_WITHOUT_INFO: Mapping[grpc.StatusCode, type[StratalogError]] = {
 }
 
 
+# gRPC's own RESOURCE_EXHAUSTED answers carry no ErrorInfo: the words of grpc core's status
+# details are all that tells them apart (the same since grpc 1.x's message size filter and the
+# aio server's concurrency limit). The first entry found in the details wins.
+_GRPC_RESOURCE_EXHAUSTED: tuple[tuple[str, type[StratalogError]], ...] = (
+    ("Concurrent RPC limit exceeded", ConcurrentRpcLimitError),
+    ("message larger than max", MessageTooLargeError),
+)
+
+
+def _without_info(code: grpc.StatusCode, message: str) -> StratalogError:
+    """The error for a status that carried no ErrorInfo of ours: by its code (and for gRPC's
+    own RESOURCE_EXHAUSTED, by its details)."""
+    cls = _ERRORS_BY_CODE_WITHOUT_INFO.get(code, StratalogError)
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        for words, candidate in _GRPC_RESOURCE_EXHAUSTED:
+            if words in message:
+                cls = candidate
+                break
+    if cls is StratalogError:
+        return StratalogError(message, code=code, retriable=code in _RETRIABLE_CODES)
+    return cls(message, code=code)
+
+
 def _int_or_none(text: str | None) -> int | None:
     try:
         return int(text) if text is not None else None
@@ -521,10 +577,7 @@ def from_rpc_error(err: grpc.RpcError) -> StratalogError:
     message = _call_details(err)
     info = _error_info(_rich_status(err, code))
     if info is None:
-        cls = _ERRORS_BY_CODE_WITHOUT_INFO.get(code, StratalogError)
-        if cls is StratalogError:
-            return StratalogError(message, code=code, retriable=code in _RETRIABLE_CODES)
-        return cls(message, code=code)
+        return _without_info(code, message)
     metadata = dict(info.metadata)
     cls = ERRORS_BY_REASON.get(info.reason)
     if cls is None:

@@ -43,7 +43,9 @@ class TopicPartition(NamedTuple):
 class PartitionInfo:
     """What the server says about one partition (``PartitionDescription``).
 
-    ``max_timestamp`` is -1 for an empty partition; ``log_dir`` is the server's directory path.
+    ``max_timestamp`` is -1 for an empty partition; ``log_dir`` says which of the server's log
+    directories holds the partition, by its index in the server's ``log_dirs`` ("0" for the
+    first), never its path.
     """
 
     partition: int

@@ -36,13 +36,14 @@ from __future__ import annotations
 import struct
 import threading
 import zlib
+from typing import NoReturn
 
 import cramjam
 import lz4.frame
 import zstandard
 
 from .batch import Compression
-from .errors import CorruptRecordError, UnsupportedCompressionError
+from .errors import CorruptRecordError, DecompressionLimitError, UnsupportedCompressionError
 
 __all__ = [
     "DEFAULT_LEVELS",
@@ -171,8 +172,10 @@ def decompress(
     """Decompress one Kafka compressed records stream, producing at most ``max_bytes`` bytes.
 
     Raises:
-        CorruptRecordError: the stream is truncated, malformed, has trailing bytes, or would
-            decompress to more than ``max_bytes`` bytes. The message names the codec.
+        CorruptRecordError: the stream is truncated, malformed or has trailing bytes. The
+            message names the codec.
+        DecompressionLimitError: (a CorruptRecordError) the stream would decompress to more
+            than ``max_bytes`` bytes; at most ``max_bytes`` plus one codec block was produced.
         UnsupportedCompressionError: ``codec`` is not one of Kafka's.
     """
     if max_bytes < 0:
@@ -200,8 +203,8 @@ def decompress(
     raise UnsupportedCompressionError(f"compression codec id {int(codec)} is not defined")
 
 
-def _raise_too_large(codec: Compression, compressed_bytes: int, max_bytes: int) -> None:
-    raise CorruptRecordError(
+def _raise_too_large(codec: Compression, compressed_bytes: int, max_bytes: int) -> NoReturn:
+    raise DecompressionLimitError(
         f"{codec.name.lower()} stream of {compressed_bytes} bytes decompresses to more than "
         f"{max_bytes} bytes (the decompression limit)"
     )

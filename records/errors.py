@@ -11,7 +11,10 @@ usual, not part of these trees.
 
     RecordError
     ├── CorruptRecordError        bytes do not form a valid batch: CRC mismatch, truncated input,
-    │                             impossible lengths, bytes left over (Kafka: CorruptRecordException)
+    │   │                         impossible lengths, bytes left over (Kafka: CorruptRecordException)
+    │   └── DecompressionLimitError  a compressed records region that decompresses to more than
+    │                             the caller's limit (a decompression bomb); decompression stopped
+    │                             at the limit
     └── InvalidRecordError        well-formed bytes with a value we must refuse: unsupported magic,
         │                         non-zero client base offset, bad record counts (InvalidRecordException)
         ├── UnsupportedCompressionError   codec id 5-7
@@ -38,6 +41,7 @@ __all__ = [
     "CorruptOffsetCheckpointError",
     "CorruptRecordError",
     "CorruptSnapshotError",
+    "DecompressionLimitError",
     "InvalidFileNameError",
     "InvalidRecordError",
     "InvalidTopicNameError",
@@ -54,6 +58,15 @@ class RecordError(Exception):
 
 class CorruptRecordError(RecordError):
     """The bytes are not a valid record batch (CRC mismatch, truncation, bad length fields)."""
+
+
+class DecompressionLimitError(CorruptRecordError):
+    """A compressed records region would decompress to more bytes than the caller allowed.
+
+    Raised as soon as the output passes the limit, so no more than the limit (plus one codec
+    block) was ever held. A caller that passed a budget of its own (the server's bound per
+    Produce) catches this class to say which limit it was.
+    """
 
 
 class InvalidRecordError(RecordError):

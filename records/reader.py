@@ -126,7 +126,9 @@ def _records_region(
         try:
             return decompress(codec, view[start:end], max_bytes=max_decompressed_bytes)
         except CorruptRecordError as exc:
-            raise CorruptRecordError(f"record batch at position {header.position}: {exc}") from None
+            # The same class (a DecompressionLimitError stays one: callers with a budget of
+            # their own tell it from corruption), with the batch's position.
+            raise type(exc)(f"record batch at position {header.position}: {exc}") from None
 
 
 def _release(data: bytes | memoryview) -> None:

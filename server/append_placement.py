@@ -8,13 +8,23 @@ MiB. So the rule trades the two (docs/server.md, "Where appends run"; figures in
 docs/performance.md)::
 
     append of size_bytes              where it is tried
+    client batches, any compressed    the thread pool, whatever their size
     < append_in_executor_min_bytes    inline
     < append_inline_max_bytes         inline while no read was served in the last
                                       READS_RECENT_S, else the thread pool
     otherwise                         the thread pool
 
-    records-form Produce of n records: encoded inline below ENCODE_IN_EXECUTOR_MIN_RECORDS,
-                                       in the thread pool from there on
+    records-form Produce of n records in a request of b bytes: encoded inline below
+                                      ENCODE_IN_EXECUTOR_MIN_RECORDS records and
+                                      append_inline_max_bytes bytes, in the thread pool
+                                      otherwise; its append is sized by b (see below)
+
+Compressed client batches always leave the loop because their size says nothing of their cost:
+validation decompresses every one of them, and a few KiB of zstd can hold 64 MiB of zeros (one
+1 MiB request of such batches held the loop for 25 s before produce_decompressed_bytes_max bounded
+it). In the pool, the loop keeps answering other clients while they are decompressed (zstd, zlib,
+lz4 and snappy release the GIL while they work). A batch the server encoded from a records-form
+request decompresses to about the request's size, which is what its append is judged by.
 
 "Tried" inline, because only storage knows whether an append would do more than write: an
 inline append goes through ``PartitionLog.try_append_without_blocking``, which gives the append
@@ -32,10 +42,29 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from stratalog.records.batch import Compression, iter_batch_headers
+from stratalog.records.errors import RecordError
+
 if TYPE_CHECKING:
     from stratalog.server.settings import Settings
 
-__all__ = ["AppendPlacement"]
+__all__ = ["AppendPlacement", "holds_compressed_batches"]
+
+
+def holds_compressed_batches(record_batches: bytes | memoryview) -> bool:
+    """Whether a batch of ``record_batches`` (client batches laid back to back) names a codec.
+
+    Reads only the 61-byte headers, up to the first compressed one: O(batches). Stops at
+    bytes that are not a well-framed batch (validation refuses them before it decompresses
+    anything past them), and then says False.
+    """
+    try:
+        for header in iter_batch_headers(record_batches):
+            if header.compression != Compression.NONE:
+                return True
+    except RecordError:
+        pass
+    return False
 
 
 class AppendPlacement:
@@ -78,15 +107,23 @@ class AppendPlacement:
         """Whether a read was served in the last :attr:`READS_RECENT_S`."""
         return self._clock() - self._last_read_at < self.READS_RECENT_S
 
-    def tries_append_inline(self, size_bytes: int) -> bool:
+    def tries_append_inline(self, size_bytes: int, *, compressed: bool = False) -> bool:
         """Whether an append of ``size_bytes`` is tried on the event loop (True) or goes to
-        the thread pool (False); see the module's table."""
+        the thread pool (False); see the module's table. ``compressed``: client batches of
+        which at least one is compressed (:func:`holds_compressed_batches`)."""
+        if compressed:
+            return False
         if size_bytes < self._in_executor_min_bytes:
             return True
         if size_bytes >= self._inline_max_bytes:
             return False
         return not self.reads_recent
 
-    def encodes_inline(self, record_count: int) -> bool:
-        """Whether a records-form Produce of ``record_count`` records is encoded on the loop."""
-        return record_count < self.ENCODE_IN_EXECUTOR_MIN_RECORDS
+    def encodes_inline(self, record_count: int, request_bytes: int) -> bool:
+        """Whether a records-form Produce of ``record_count`` records in a request of
+        ``request_bytes`` is encoded on the loop: few records (the per-record cost) and few
+        bytes (compression's cost)."""
+        return (
+            record_count < self.ENCODE_IN_EXECUTOR_MIN_RECORDS
+            and request_bytes < self._inline_max_bytes
+        )

@@ -78,7 +78,8 @@ class ProduceRequestView:
     ``record_batches`` is a ``memoryview`` into the received message when it came off the wire
     through :func:`parse_produce_request` (``bytes`` when built from a message).
     ``producer_id`` is None when the field is unset (proto3 ``optional``: a plain produce), the
-    value otherwise, 0 included.
+    value otherwise, 0 included. ``request_bytes`` is the serialized request's size (what a
+    records-form request's work is judged by: ``append_placement.py``).
     """
 
     topic: str
@@ -91,12 +92,17 @@ class ProduceRequestView:
     producer_epoch: int = 0
     base_sequence: int = 0
     transactional: bool = False
+    request_bytes: int = 0
 
     @classmethod
     def of_message(
-        cls, message: broker_pb2.ProduceRequest, record_batches: bytes | memoryview | None = None
+        cls,
+        message: broker_pb2.ProduceRequest,
+        record_batches: bytes | memoryview | None = None,
+        request_bytes: int | None = None,
     ) -> ProduceRequestView:
-        """The view of a parsed message (its own ``record_batches`` unless one is given)."""
+        """The view of a parsed message (its own ``record_batches`` unless one is given;
+        ``request_bytes`` the message's serialized size unless given)."""
         return cls(
             message.topic,
             message.partition,
@@ -108,6 +114,7 @@ class ProduceRequestView:
             message.producer_epoch,
             message.base_sequence,
             message.transactional,
+            message.ByteSize() if request_bytes is None else request_bytes,
         )
 
 
@@ -167,11 +174,11 @@ def parse_produce_request(data: bytes) -> ProduceRequestView:
     # Everything but field 4 (tens of bytes) goes to protobuf: it decodes and checks the topic's
     # UTF-8, the enum, unknown fields, exactly as it would in the whole message.
     message = broker_pb2.ProduceRequest.FromString(data[:field_start] + data[end:])
-    return ProduceRequestView.of_message(message, memoryview(data)[start:end])
+    return ProduceRequestView.of_message(message, memoryview(data)[start:end], len(data))
 
 
 def _parse_whole(data: bytes) -> ProduceRequestView:
-    return ProduceRequestView.of_message(broker_pb2.ProduceRequest.FromString(data))
+    return ProduceRequestView.of_message(broker_pb2.ProduceRequest.FromString(data), None, len(data))
 
 
 def _bytes_or(serialize: Callable[[Any], bytes]) -> Callable[[Any], bytes]:

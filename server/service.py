@@ -63,7 +63,7 @@ import grpc
 import grpc.aio
 
 from stratalog.server import status
-from stratalog.server.append_placement import AppendPlacement
+from stratalog.server.append_placement import AppendPlacement, holds_compressed_batches
 from stratalog.server.client_limits import ClientLimits, WaitingRpc, WaitingRpcKind, call_origin
 from stratalog.server.decoding import ProduceRequestView, UndecodableRequest
 from stratalog.server.security.authentication import peer_host
@@ -91,7 +91,7 @@ from stratalog.v1 import broker_pb2, broker_pb2_grpc
 if TYPE_CHECKING:
     from stratalog.server.metrics import ServerMetrics
     from stratalog.server.settings import Settings
-    from stratalog.server.storage.log_manager import LogManager
+    from stratalog.server.storage.log_manager import LogManager, TopicDescription
     from stratalog.server.storage.partition_log import (
         FetchedBatches,
         PartitionLog,
@@ -346,10 +346,13 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         partition_log: PartitionLog,
         gate: PartitionGate,
         payload: bytes | memoryview,
+        size_bytes: int,
+        compressed: bool,
         flush: bool = False,
     ) -> AppendInfo:
-        """Append ``payload`` where the placement says, with the gate's transaction verifier;
-        the caller holds the gate's append lock.
+        """Append ``payload`` where the placement says for ``size_bytes`` and ``compressed``,
+        with the gate's transaction verifier and the bound on decompressed bytes; the caller
+        holds the gate's append lock.
 
         Tried inline, the append may come back undone from storage (it would roll, fsync or
         wait for maintenance): the thread pool finishes it, reusing its validation. ``flush``
@@ -357,18 +360,27 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         visible (PartitionLog.append).
         """
         verify = gate.verify_transaction
+        bound = self._settings.produce_decompressed_bytes_max
         if flush:
             return await self._blocking(
-                functools.partial(partition_log.append, verify_transaction=verify, flush=True),
+                functools.partial(
+                    partition_log.append, verify_transaction=verify, flush=True,
+                    decompressed_bytes_max=bound,
+                ),
                 payload,
             )
-        if self._placement.tries_append_inline(len(payload)):
-            outcome = partition_log.try_append_without_blocking(payload, verify_transaction=verify)
+        if self._placement.tries_append_inline(size_bytes, compressed=compressed):
+            outcome = partition_log.try_append_without_blocking(
+                payload, verify_transaction=verify, decompressed_bytes_max=bound
+            )
             if type(outcome) is AppendInfo:
                 return outcome
             return await self._blocking(partition_log.append_deferred, outcome)
         return await self._blocking(
-            functools.partial(partition_log.append, verify_transaction=verify), payload
+            functools.partial(
+                partition_log.append, verify_transaction=verify, decompressed_bytes_max=bound
+            ),
+            payload,
         )
 
     async def _blocking(self, function: Callable[..., _T], *args: Any) -> _T:
@@ -543,6 +555,10 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
 
     # ---------------------------------------------------------------- topics
 
+    def _topic_message(self, description: TopicDescription) -> broker_pb2.TopicDescription:
+        # Log directories by their index in log_dirs: clients never learn the server's paths.
+        return topic_message(description, self._log_manager.log_dirs)
+
     @_rpc()
     async def CreateTopic(
         self, request: broker_pb2.CreateTopicRequest, context: grpc.aio.ServicerContext
@@ -557,7 +573,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         description = await self.admin(
             self._log_manager.create_topic, name, request.partitions, dict(request.configs)
         )
-        return broker_pb2.CreateTopicResponse(topic=topic_message(description))
+        return broker_pb2.CreateTopicResponse(topic=self._topic_message(description))
 
     @_rpc()
     async def DeleteTopic(
@@ -578,7 +594,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         self, request: broker_pb2.ListTopicsRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.ListTopicsResponse:
         topics = await self.admin(self._log_manager.list_topics)
-        return broker_pb2.ListTopicsResponse(topics=[topic_message(t) for t in topics])
+        return broker_pb2.ListTopicsResponse(topics=[self._topic_message(t) for t in topics])
 
     @_rpc()
     async def DescribeTopic(
@@ -586,7 +602,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     ) -> broker_pb2.DescribeTopicResponse:
         name = self._topic(request.name, "name")
         description = await self.admin(self._log_manager.describe_topic, name)
-        return broker_pb2.DescribeTopicResponse(topic=topic_message(description))
+        return broker_pb2.DescribeTopicResponse(topic=self._topic_message(description))
 
     @_rpc()
     async def AlterTopicConfigs(
@@ -601,7 +617,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         description = await self.admin(
             self._log_manager.alter_topic_configs, name, dict(request.set), list(request.delete)
         )
-        return broker_pb2.AlterTopicConfigsResponse(topic=topic_message(description))
+        return broker_pb2.AlterTopicConfigsResponse(topic=self._topic_message(description))
 
     # ---------------------------------------------------------------- produce
 
@@ -635,7 +651,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 request.producer_id, request.producer_epoch, request.base_sequence,
                 request.transactional,
             )
-            if self._placement.encodes_inline(len(records)):
+            if self._placement.encodes_inline(len(records), request.request_bytes):
                 payload: bytes | memoryview = encode_records(
                     records, request.compression, self._time_ms(), producer
                 )
@@ -643,15 +659,20 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 payload = await self._blocking(
                     encode_records, records, request.compression, self._time_ms(), producer
                 )
+            # The server's own batch decompresses to about the request: sized by it.
+            size_bytes, compressed = request.request_bytes, False
         else:
             payload = record_batches
+            size_bytes, compressed = len(payload), holds_compressed_batches(payload)
         while True:
             async with gate.append_lock:
                 if gate.closed:
                     # The topic was deleted (or recreated) while this request waited: look again.
                     partition_log, gate = self._log(topic, partition)
                     continue
-                info = await self._append(partition_log, gate, payload, request.flush)
+                info = await self._append(
+                    partition_log, gate, payload, size_bytes, compressed, request.flush
+                )
                 gate.notify()
                 break
         self._metrics.observe_produce(topic, info.record_count, info.size_bytes)

@@ -147,6 +147,14 @@ class Settings:
     max_response_bytes: int = _setting(
         100 * _MIB, "largest gRPC response the server sends", 1
     )
+    # -- request bounds (issue 13, part 2) --
+    produce_decompressed_bytes_max: int = _setting(
+        64 * _MIB,
+        "most bytes the record batches of one Produce may decompress to, all batches together;"
+        " more is refused with RECORD_TOO_LARGE as soon as decompression passes it (compressed"
+        " payloads are validated in the thread pool, never on the event loop)",
+        1,
+    )
     fetch_max_bytes_default: int = _setting(
         1 * _MIB, "batch bytes per fetch when the request's max_bytes is 0", 1
     )

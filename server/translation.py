@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
+from os import PathLike
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import grpc
@@ -194,7 +195,8 @@ def decode_records_into(
     batch whose keys and values took the records added past ``max_decoded_bytes``: compressed
     batches may decode to far more than they store, and a response must stay under the gRPC
     message limit. The first batch with records is always whole. A null key, value or header
-    value leaves the optional field unset.
+    value leaves the optional field unset. A stored timestamp outside int64 (a log written
+    before validation refused them) is wrapped to 64 bits, the value Kafka's reader sees.
 
     Raises:
         StorageError: a batch does not decode (it passed validation when it was written:
@@ -225,33 +227,77 @@ def decode_records_into(
         timestamp_type = PROTO_TIMESTAMP_TYPES[header.timestamp_type]
         # Only the first batch may start below the offset; offsets increase within a batch.
         first = bisect.bisect_left(offsets, offset) if offsets and offsets[0] < offset else 0
-        for i in range(first, len(offsets)):
-            key = keys[i]
-            value = values[i]
-            decoded_bytes += (len(key) if key else 0) + (len(value) if value else 0)
-            record_headers = headers[i]
-            # None leaves an optional field unset: a null key, value or header value.
-            add(
-                offset=offsets[i],
-                timestamp=timestamps[i],
-                key=key,
-                value=value,
-                headers=[_Header(key=k, value=v) for k, v in record_headers]
-                if record_headers else None,
-                timestamp_type=timestamp_type,
+        start = len(out)
+        try:
+            decoded_bytes += _add_records(
+                add, first, offsets, timestamps, keys, values, headers, timestamp_type
+            )
+        except ValueError:
+            # A timestamp outside int64 (base + delta): validation refuses them, but a log
+            # written before it did, or by another writer, may hold one. Kafka's reader adds
+            # the two as Java longs, which wrap around; the answer gives what it would read
+            # (docs/api.md), instead of failing every read of the partition.
+            del out[start:]
+            decoded_bytes += _add_records(
+                add, first, offsets, [_java_long(t) for t in timestamps], keys, values,
+                headers, timestamp_type,
             )
         added += len(offsets) - first
     return DecodedRecords(next_offset, added, position)
 
 
+def _add_records(
+    add: Any,
+    first: int,
+    offsets: Sequence[int],
+    timestamps: Sequence[int],
+    keys: Sequence[bytes | None],
+    values: Sequence[bytes | None],
+    headers: Sequence[Any],
+    timestamp_type: int,
+) -> int:
+    """Add records ``first`` onwards of one batch's columns with ``add``; returns the bytes
+    of their keys and values. ValueError (from protobuf): a value outside its field's range;
+    the records added before it stay added."""
+    decoded_bytes = 0
+    for i in range(first, len(offsets)):
+        key = keys[i]
+        value = values[i]
+        decoded_bytes += (len(key) if key else 0) + (len(value) if value else 0)
+        record_headers = headers[i]
+        # None leaves an optional field unset: a null key, value or header value.
+        add(
+            offset=offsets[i],
+            timestamp=timestamps[i],
+            key=key,
+            value=value,
+            headers=[_Header(key=k, value=v) for k, v in record_headers]
+            if record_headers else None,
+            timestamp_type=timestamp_type,
+        )
+    return decoded_bytes
+
+
+def _java_long(value: int) -> int:
+    """``value`` as Java's long arithmetic leaves it: its low 64 bits, two's complement."""
+    value &= (1 << 64) - 1
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
 # ------------------------------------------------------------------------ topics
 
 
-def topic_message(description: TopicDescription) -> broker_pb2.TopicDescription:
+def topic_message(
+    description: TopicDescription, log_dirs: Sequence[str | PathLike[str]]
+) -> broker_pb2.TopicDescription:
     """The engine's description of a topic and its partitions as broker.proto's message.
 
-    ``log_dir`` is the partition's log directory on the server, as the engine reports it.
+    ``log_dir`` says which of the server's log directories holds a partition without naming
+    its path, which clients must not learn (docs/api.md): the index of the directory in
+    ``log_dirs`` (the server's ``log_dirs`` setting, in its order; the engine's paths), as a
+    decimal string, "0" for the first.
     """
+    index_of = {str(directory): str(index) for index, directory in enumerate(log_dirs)}
     return broker_pb2.TopicDescription(
         name=description.name,
         configs=dict(description.configs),
@@ -262,7 +308,7 @@ def topic_message(description: TopicDescription) -> broker_pb2.TopicDescription:
                 log_end_offset=p.log_end_offset,
                 size_bytes=p.size_bytes,
                 segment_count=p.segment_count,
-                log_dir=str(p.log_dir),
+                log_dir=index_of[str(p.log_dir)],
                 max_timestamp=p.max_timestamp,
             )
             for p in description.partitions

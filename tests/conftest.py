@@ -1,8 +1,11 @@
-"""Shared test fixtures: the Kafka-written segment files kept in tests/fixtures, and a test PKI
-(a CA, server and client certificates) for the TLS and mTLS tests."""
+"""Shared test fixtures: the Kafka-written segment files kept in tests/fixtures, a test PKI
+(a CA, server and client certificates) for the TLS and mTLS tests, and batches no builder
+writes."""
 
 from __future__ import annotations
 
+import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -124,3 +127,30 @@ def make_test_pki(directory: Path) -> TestPki:
 def pki(tmp_path_factory: pytest.TempPathFactory) -> TestPki:
     """A test CA with server and client certificates (see :class:`TestPki`)."""
     return make_test_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture(scope="session")
+def batch_with_timestamp_delta() -> Callable[[int, int], bytes]:
+    """``make(base_timestamp, delta)``: a CRC-valid one-record batch (base offset 0, value
+    ``b"v"``) whose record's timestamp is ``base_timestamp + delta``, any int64s, even when the
+    sum leaves int64 (which no builder writes: the probe's batches of issue 13, defect 5).
+
+    The batch is built with a timestamp delta of 0, whose one-byte varint is then replaced by
+    the delta's (small deltas only), the base and max timestamps set, and the CRC recomputed.
+    """
+    from stratalog.records.batch import rewrite_crc
+    from stratalog.records.builder import build_batch
+    from stratalog.records.varint import varlong_bytes
+
+    delta_position = 61 + 2  # after the header: the record's length varint and attributes
+
+    def make(base_timestamp: int, delta: int) -> bytes:
+        batch = bytearray(build_batch([(0, None, b"v", ())]))
+        encoded = varlong_bytes(delta)
+        assert len(encoded) == 1 and batch[delta_position] == 0, "a small delta, in place of 0"
+        batch[delta_position] = encoded[0]
+        struct.pack_into(">qq", batch, 27, base_timestamp, base_timestamp)  # base, max
+        rewrite_crc(batch, 0, len(batch))
+        return bytes(batch)
+
+    return make

@@ -158,7 +158,8 @@ class DeferredAppend:
     (a roll or a flush), with the log end offset (``first_offset``), the config and the clock
     reading it was made against: :meth:`PartitionLog.append_deferred` reuses it while those
     still hold. ``verify_transaction`` is the caller's verifier, run again when the append is
-    carried out (the coordinator's state may have moved meanwhile). Immutable; holds views of
+    carried out (the coordinator's state may have moved meanwhile), and
+    ``decompressed_bytes_max`` the caller's bound, applied again if the batches are. Immutable; holds views of
     the caller's batches, which must not change.
     """
 
@@ -169,6 +170,7 @@ class DeferredAppend:
     config: LogConfig | None = field(default=None, repr=False)
     now_ms: int = -1
     verify_transaction: TransactionVerifier | None = field(default=None, repr=False)
+    decompressed_bytes_max: int | None = None
 
 
 # Runs a job later, off the caller's thread (``concurrent.futures.Executor.submit`` fits).
@@ -539,6 +541,7 @@ class PartitionLog:
         *,
         verify_transaction: TransactionVerifier | None = None,
         flush: bool = False,
+        decompressed_bytes_max: int | None = None,
     ) -> AppendInfo:
         """Validate client batches, assign offsets from the log end, and append them.
 
@@ -560,6 +563,8 @@ class PartitionLog:
         transactional batch after validation and before the producer state judges it, under the
         lock that transaction markers also take: a batch it accepted is written before any
         marker that ends its transaction. Batches without the transactional flag never call it.
+        ``decompressed_bytes_max`` bounds the bytes the batches' records decompress to, all
+        together (validation's ``decompressed_bytes_max``; None: each batch by the default).
 
         Blocking: waits for the log's lock (held by maintenance while it renames or deletes
         segments) and may roll (create files, trim the old segment) or fsync. An event loop
@@ -568,7 +573,8 @@ class PartitionLog:
         Raises:
             CorruptRecordError, InvalidRecordError, RecordTooLargeError: bad batches.
             InvalidTimestampError: a timestamp outside the accepted window.
-            RecordBatchTooLargeError: the append is larger than ``segment.bytes``.
+            RecordBatchTooLargeError: the append is larger than ``segment.bytes`` or
+                decompresses to more than ``decompressed_bytes_max``.
             StorageIOError: the write, fsync or roll failed; nothing was published and the log
                 is offline.
             LogClosedError: the log is closed. LogDirOfflineError: the log is offline.
@@ -579,10 +585,8 @@ class PartitionLog:
             if len(record_batches) == 0:
                 return self._empty_append_info()
             now_ms = self._time_ms()
-            return self._write(
-                self._validate(record_batches, now_ms), now_ms, verify=verify_transaction,
-                flush=flush,
-            )
+            validated = self._validate(record_batches, now_ms, decompressed_bytes_max)
+            return self._write(validated, now_ms, verify=verify_transaction, flush=flush)
 
     def write_txn_marker(
         self,
@@ -646,6 +650,7 @@ class PartitionLog:
         record_batches: bytes | bytearray | memoryview,
         *,
         verify_transaction: TransactionVerifier | None = None,
+        decompressed_bytes_max: int | None = None,
     ) -> AppendInfo | DeferredAppend:
         """:meth:`append`, unless it would wait for the lock or touch the file system beyond
         the write; then nothing changes and a :class:`DeferredAppend` says why.
@@ -669,7 +674,8 @@ class PartitionLog:
         """
         if not self._lock.acquire(blocking=False):
             return DeferredAppend(
-                record_batches, WouldBlock.LOCK_HELD, verify_transaction=verify_transaction
+                record_batches, WouldBlock.LOCK_HELD, verify_transaction=verify_transaction,
+                decompressed_bytes_max=decompressed_bytes_max,
             )
         try:
             self._ensure_open()
@@ -678,10 +684,11 @@ class PartitionLog:
             segment = self.active_segment
             if segment.indexes_loaded != (True, True):
                 return DeferredAppend(
-                    record_batches, WouldBlock.OPEN_INDEXES, verify_transaction=verify_transaction
+                    record_batches, WouldBlock.OPEN_INDEXES, verify_transaction=verify_transaction,
+                    decompressed_bytes_max=decompressed_bytes_max,
                 )
             now_ms = self._time_ms()
-            validated = self._validate(record_batches, now_ms)
+            validated = self._validate(record_batches, now_ms, decompressed_bytes_max)
             judged = self._judge_producers(validated, None, verify_transaction)
             if isinstance(judged, DuplicateAppend):
                 return self._duplicate_append_info(judged)
@@ -693,7 +700,7 @@ class PartitionLog:
                 return self._write_to(segment, validated, judged)
             return DeferredAppend(
                 record_batches, reason, validated, self._end.offset, self._config, now_ms,
-                verify_transaction,
+                verify_transaction, decompressed_bytes_max,
             )
         finally:
             self._lock.release()
@@ -715,12 +722,17 @@ class PartitionLog:
                 or deferred.config is not self._config
             ):
                 return self.append(
-                    deferred.record_batches, verify_transaction=deferred.verify_transaction
+                    deferred.record_batches,
+                    verify_transaction=deferred.verify_transaction,
+                    decompressed_bytes_max=deferred.decompressed_bytes_max,
                 )
             return self._write(validated, deferred.now_ms, verify=deferred.verify_transaction)
 
     def _validate(
-        self, record_batches: bytes | bytearray | memoryview, now_ms: int
+        self,
+        record_batches: bytes | bytearray | memoryview,
+        now_ms: int,
+        decompressed_bytes_max: int | None,
     ) -> ValidatedAppend:
         return validate_and_assign_offsets(
             record_batches,
@@ -728,6 +740,7 @@ class PartitionLog:
             first_offset=self._end.offset,
             now_ms=now_ms,
             partition_leader_epoch=LEADER_EPOCH,
+            decompressed_bytes_max=decompressed_bytes_max,
         )
 
     def _empty_append_info(self) -> AppendInfo:

@@ -12,7 +12,11 @@ log checks them the way a Kafka leader does (``UnifiedLog.analyzeAndValidateReco
     last_offset_delta + 1 == records_count > 0                InvalidRecord
     not a control batch; producer id set => base seq >= 0     InvalidRecord
     records well formed, deltas 0..n-1, nothing left over     CorruptRecord / InvalidRecord
+    the append's records decompress to at most                RecordBatchTooLarge
+      decompressed_bytes_max, all batches together
     compacted topic: every record has a key                   InvalidRecord
+    CreateTime topic: every record's timestamp -1 (none) or   InvalidTimestamp
+      in 0..2^63-1
     CreateTime topic: timestamps within before/after.max.ms;  InvalidTimestamp
       LogAppendTime attribute only with real timestamps
     LogAppendTime topic: the batch must not claim it          InvalidTimestamp
@@ -26,6 +30,19 @@ log checks them the way a Kafka leader does (``UnifiedLog.analyzeAndValidateReco
 Records are walked (:func:`stratalog.records.reader.summarize_records`), never built into
 objects, except to name the offending record of a timestamp error or when a batch mixes records
 without timestamps with a configured timestamp window.
+
+Bounded work: a compressed batch is decompressed to be checked (Kafka's broker does the same), so
+an append's cost is its decompressed size, which a small request can make huge (a batch of a few
+KiB of zstd can hold 64 MiB of zeros). ``decompressed_bytes_max`` bounds the whole append, not
+only each batch: the budget left is each batch's decompression limit, so decompression stops as
+soon as the append passes it (:func:`stratalog.records.compression.decompress` is bounded
+incrementally for every codec) and nothing larger than the budget is ever allocated.
+
+Timestamps: a record's timestamp is ``base_timestamp + timestamp_delta``, two int64s whose sum
+can leave int64 (Kafka's Java reader would wrap it around). Like Kafka's record builder
+(``MemoryRecordsBuilder``: "Invalid negative timestamp"), the log accepts only -1 (no timestamp)
+and 0..2^63-1, for every record of a CreateTime topic, whatever its timestamp window (a
+LogAppendTime topic stamps every batch with the append time, which its records then read as).
 
 Differences from Kafka, on purpose: several batches per append are accepted (Kafka takes exactly
 one v2 batch per partition per produce request; stratalog's Produce takes "one or more"); bytes
@@ -47,6 +64,7 @@ from stratalog.records.batch import (
     NO_TIMESTAMP,
     RECORD_BATCH_OVERHEAD,
     BatchHeader,
+    Compression,
     TimestampType,
     check_crc,
     check_framing,
@@ -58,11 +76,17 @@ from stratalog.records.batch import (
 )
 from stratalog.records.errors import (
     CorruptRecordError,
+    DecompressionLimitError,
     InvalidRecordError,
     RecordError,
     RecordTooLargeError,
 )
-from stratalog.records.reader import RecordsSummary, iter_records, summarize_records
+from stratalog.records.reader import (
+    DEFAULT_MAX_DECOMPRESSED_BYTES,
+    RecordsSummary,
+    iter_records,
+    summarize_records,
+)
 
 from .config import INT64_MAX, LogConfig
 from .errors import InvalidTimestampError, RecordBatchTooLargeError
@@ -118,6 +142,7 @@ def validate_and_assign_offsets(
     now_ms: int,
     partition_leader_epoch: int,
     allow_control: bool = False,
+    decompressed_bytes_max: int | None = None,
 ) -> ValidatedAppend:
     """Validate client batches (table above) and return them stamped with offsets from
     ``first_offset``, as :class:`ValidatedAppend` pieces.
@@ -131,12 +156,17 @@ def validate_and_assign_offsets(
         InvalidRecordError: a value Kafka refuses (magic, base offset, counts, control batch,
             sequence, records without keys on a compacted topic).
         RecordTooLargeError: a batch larger than ``max.message.bytes``.
-        InvalidTimestampError: a timestamp outside the accepted window, or a LogAppendTime
-            attribute Kafka refuses.
-        RecordBatchTooLargeError: the whole append is larger than ``segment.bytes``.
+        InvalidTimestampError: a timestamp outside the accepted window or outside -1 and
+            0..2^63-1, or a LogAppendTime attribute Kafka refuses.
+        RecordBatchTooLargeError: the whole append is larger than ``segment.bytes``, or its
+            records decompress to more than ``decompressed_bytes_max`` bytes.
 
     ``allow_control`` is for the log's own transaction markers (Kafka's COORDINATOR origin):
     control batches, without a sequence, are accepted. Client batches never set it.
+    ``decompressed_bytes_max`` bounds the bytes all the batches' records decompress to (the
+    server passes its ``produce_decompressed_bytes_max``); None bounds each batch alone, by
+    :data:`~stratalog.records.reader.DEFAULT_MAX_DECOMPRESSED_BYTES`, which also caps each
+    batch under a larger budget.
     """
     with memoryview(record_batches) as view:
         headers = _walk_headers(view, config)
@@ -149,8 +179,11 @@ def validate_and_assign_offsets(
         log_append_time = config.message_timestamp_type is TimestampType.LOG_APPEND_TIME
         batch_max_timestamps = []
         record_count = 0
+        budget = _DecompressionBudget(decompressed_bytes_max)
         for index, header in enumerate(headers):
-            summary = _validate_batch(view, index, header, config, now_ms, allow_control)
+            summary = _validate_batch(
+                view, index, header, config, now_ms, allow_control, budget
+            )
             batch_max_timestamps.append(max(summary.max_timestamp, NO_TIMESTAMP))
             record_count += summary.count
 
@@ -247,13 +280,67 @@ def _walk_headers(view: memoryview, config: LogConfig) -> list[BatchHeader]:
     return headers
 
 
+class _DecompressionBudget:
+    """What is left of an append's decompressed bytes; spent batch by batch.
+
+    ``total_bytes`` None: no bound on the append, each batch has the per-batch default.
+    """
+
+    __slots__ = ("spent_bytes", "total_bytes")
+
+    def __init__(self, total_bytes: int | None) -> None:
+        self.total_bytes = total_bytes
+        self.spent_bytes = 0
+
+    def batch_limit_bytes(self) -> int:
+        """The most the next batch may decompress to: what is left, and never more than one
+        batch may (the records reader's default)."""
+        if self.total_bytes is None:
+            return DEFAULT_MAX_DECOMPRESSED_BYTES
+        return min(DEFAULT_MAX_DECOMPRESSED_BYTES, self.total_bytes - self.spent_bytes)
+
+    def binds(self, batch_limit_bytes: int) -> bool:
+        """Whether a batch that passed ``batch_limit_bytes`` ran out of this budget (rather
+        than past the per-batch limit alone)."""
+        return (
+            self.total_bytes is not None
+            and batch_limit_bytes == self.total_bytes - self.spent_bytes
+        )
+
+
+def _summarize(
+    view: memoryview, where: str, header: BatchHeader, budget: _DecompressionBudget
+) -> RecordsSummary:
+    """The batch's records walked (:func:`summarize_records`), its decompression bounded by
+    what is left of the append's budget, which it then spends."""
+    limit_bytes = budget.batch_limit_bytes()
+    try:
+        summary = summarize_records(
+            view, header.position, verify_crc=False, header=header,
+            max_decompressed_bytes=limit_bytes,
+        )
+    except DecompressionLimitError:
+        if not budget.binds(limit_bytes):
+            raise
+        raise RecordBatchTooLargeError(
+            f"{where}: its records decompress to more than the {limit_bytes} bytes left of the "
+            f"append's bound after {budget.spent_bytes} decompressed bytes in the batches before "
+            f"it: all the batches of one Produce may decompress to at most "
+            f"{budget.total_bytes} bytes (produce_decompressed_bytes_max)"
+        ) from None
+    if header.compression != Compression.NONE:
+        budget.spent_bytes += summary.records_size_bytes
+    return summary
+
+
 def _validate_batch(
     view: memoryview,
     index: int,
     header: BatchHeader,
     config: LogConfig,
     now_ms: int,
-    allow_control: bool = False,
+    allow_control: bool,
+    budget: _DecompressionBudget,
 ) -> RecordsSummary:
     """Every per-batch check after framing; returns the records' summary."""
     position = header.position
@@ -278,13 +365,48 @@ def _validate_batch(
             f"{where}: invalid sequence number {header.base_sequence} in a batch with "
             f"producer id {header.producer_id}"
         )
-    summary = summarize_records(view, position, verify_crc=False, header=header)
+    summary = _summarize(view, where, header, budget)
     if config.is_compacted and summary.has_null_key:
         raise InvalidRecordError(
             f"{where}: a compacted topic cannot accept a record without a key"
         )
+    if config.message_timestamp_type is TimestampType.CREATE_TIME:
+        # (A LogAppendTime topic stamps the batch: its records all read as the append time.)
+        _check_timestamps_representable(view, where, header, summary)
     _validate_timestamps(view, where, header, summary, config, now_ms)
     return summary
+
+
+def _check_timestamps_representable(
+    view: memoryview, where: str, header: BatchHeader, summary: RecordsSummary
+) -> None:
+    """Every record's timestamp is -1 (none) or in 0..2^63-1: the values Kafka's record
+    builder writes, and all an int64 field (the index, the header's max, a reader's long)
+    holds."""
+    if summary.count == 0 or (
+        summary.min_timestamp >= NO_TIMESTAMP and summary.max_timestamp <= INT64_MAX
+    ):
+        return
+    if header.timestamp_type is TimestampType.LOG_APPEND_TIME:
+        # Every record reads as the header's max timestamp (an int64: only a negative fails).
+        raise InvalidTimestampError(
+            f"{where}: its LogAppendTime timestamp {header.max_timestamp}, which every record "
+            f"reads as, is negative; a timestamp is -1 (none) or in 0..{INT64_MAX}"
+        )
+    # Only on this error path are records built, to name the first one at fault.
+    for record in iter_records(
+        view, header.position, verify_crc=False,
+        max_decompressed_bytes=summary.records_size_bytes,
+    ):
+        timestamp = record.timestamp
+        if timestamp < NO_TIMESTAMP or timestamp > INT64_MAX:
+            raise InvalidTimestampError(
+                f"{where}: the record with offset delta {record.offset - header.base_offset} "
+                f"has timestamp {timestamp} (base timestamp {header.base_timestamp} + delta "
+                f"{timestamp - header.base_timestamp}); a timestamp is -1 (none) or in "
+                f"0..{INT64_MAX}"
+            )
+    raise AssertionError(f"{where}: the summary's timestamps disagree with its records")
 
 
 def _validate_timestamps(
@@ -319,7 +441,10 @@ def _validate_timestamps(
         or _out_of_window(summary.max_timestamp, now_ms, before_ms, after_ms)
     ):
         return
-    for record in iter_records(view, header.position, verify_crc=False):
+    for record in iter_records(
+        view, header.position, verify_crc=False,
+        max_decompressed_bytes=summary.records_size_bytes,
+    ):
         if record.timestamp != NO_TIMESTAMP and _out_of_window(
             record.timestamp, now_ms, before_ms, after_ms
         ):

@@ -116,6 +116,8 @@ HANDCRAFTED: dict[str, Callable[[], tuple[grpc.StatusCode, str, bytes]]] = {
         grpc.StatusCode.UNAVAILABLE, "m",
         _rich(grpc.StatusCode.NOT_FOUND, "m", "UNKNOWN_TOPIC_OR_PARTITION").SerializeToString()),
     "garbage": lambda: (grpc.StatusCode.UNAVAILABLE, "g", b"\xff\xff\xff not a proto"),
+    # A RESOURCE_EXHAUSTED without ErrorInfo that is none of gRPC's own (a proxy's quota, say).
+    "quota": lambda: (grpc.StatusCode.RESOURCE_EXHAUSTED, "quota exceeded by a proxy", b""),
 }
 
 
@@ -142,7 +144,7 @@ class FailingBroker(broker_pb2_grpc.BrokerServicer):
                 await context.abort(grpc.StatusCode.CANCELLED, "CANCELLED")
             if request.topic in HANDCRAFTED:
                 code, details, trailer = HANDCRAFTED[request.topic]()
-                await context.abort(code, details, ((DETAILS_KEY, trailer),))
+                await context.abort(code, details, ((DETAILS_KEY, trailer),) if trailer else ())
             raise DOMAIN_ERRORS[request.topic]()
         except (RuntimeError, asyncio.CancelledError):
             raise
@@ -340,6 +342,63 @@ def test_a_bare_rpc_error_without_call_methods_maps_to_unknown() -> None:
     assert type(error) is errors.StratalogError
     assert (error.code, error.reason, error.message) == (grpc.StatusCode.UNKNOWN, None, "")
 
+
+
+async def test_grpcs_own_resource_exhausted_is_told_apart_by_its_details() -> None:
+    # gRPC answers RESOURCE_EXHAUSTED itself, without ErrorInfo, for a message over a limit
+    # (not retriable: the same request fails again) and for a server at its concurrent-RPC
+    # limit (retriable: it frees as calls end). A real server and channel produce each.
+    server = grpc.aio.server(
+        options=[("grpc.max_receive_message_length", 1000)], maximum_concurrent_rpcs=2
+    )
+    broker_pb2_grpc.add_BrokerServicer_to_server(FailingBroker(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = broker_pb2_grpc.BrokerStub(channel)
+            request = broker_pb2.ProduceRequest(topic="x", record_batches=bytes(5000))
+            with pytest.raises(grpc.aio.AioRpcError) as raised:
+                await stub.Produce(request, timeout=30)
+            too_large = errors.from_rpc_error(raised.value)
+            assert type(too_large) is errors.MessageTooLargeError
+            assert "larger than max" in too_large.message
+            assert (too_large.code, too_large.reason, too_large.retriable) == (
+                grpc.StatusCode.RESOURCE_EXHAUSTED, None, False)
+            # Three slow calls for two slots: gRPC refuses one at once (whichever reaches the
+            # server last); the two others hold their slots.
+            slow = [asyncio.ensure_future(_produce_error(stub, "slow", timeout=30))
+                    for _ in range(3)]
+            done, _ = await asyncio.wait(slow, return_when=asyncio.FIRST_COMPLETED, timeout=30)
+            assert len(done) == 1
+            error = done.pop().result()
+            assert type(error) is errors.ConcurrentRpcLimitError, error
+            assert isinstance(error, errors.ResourceLimitExceededError)
+            assert (error.code, error.reason, error.retriable) == (
+                grpc.StatusCode.RESOURCE_EXHAUSTED, None, True)
+            assert error.limit == "max_concurrent_rpcs"
+            for call in slow:
+                call.cancel()
+    finally:
+        await server.stop(None)
+
+
+async def test_a_client_side_message_limit_is_not_retriable(target) -> None:
+    async with grpc.aio.insecure_channel(
+        target, options=[("grpc.max_send_message_length", 100)]
+    ) as channel:
+        request = broker_pb2.ProduceRequest(topic="x", record_batches=bytes(500))
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await broker_pb2_grpc.BrokerStub(channel).Produce(request, timeout=30)
+    error = errors.from_rpc_error(raised.value)
+    assert type(error) is errors.MessageTooLargeError and not error.retriable
+
+
+async def test_another_resource_exhausted_without_error_info_is_not_retried(stub) -> None:
+    error = await _produce_error(stub, "quota")
+    assert type(error) is errors.StratalogError
+    assert (error.code, error.reason, error.retriable) == (
+        grpc.StatusCode.RESOURCE_EXHAUSTED, None, False)
 
 
 async def test_a_call_the_server_cancels_is_retriable(stub) -> None:

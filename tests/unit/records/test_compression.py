@@ -6,6 +6,8 @@ import contextlib
 import gzip
 import os
 import struct
+import subprocess
+import sys
 import threading
 
 import cramjam
@@ -30,6 +32,7 @@ from stratalog.records.compression import (
     decompress,
     max_compressed_size,
 )
+from stratalog.records.errors import DecompressionLimitError
 
 CODECS = [c for c in Compression if c != Compression.NONE]
 SAMPLE = b"".join(b"record %d of a test batch; " % i for i in range(4000))  # ~110 KB
@@ -112,10 +115,59 @@ def test_gzip_is_a_standard_gzip_stream():
 @pytest.mark.parametrize("codec", list(Compression))
 def test_decompression_bomb_is_stopped(codec):
     bomb = compress(codec, bytes(5_000_000))
-    with pytest.raises(CorruptRecordError, match=r"more than 4999999 bytes"):
+    with pytest.raises(DecompressionLimitError, match=r"more than 4999999 bytes"):
         decompress(codec, bomb, max_bytes=4_999_999)
     with pytest.raises(CorruptRecordError, match=r"more than 0 bytes"):
         decompress(codec, bomb, max_bytes=0)
+
+
+# Run in a fresh interpreter: a process's peak RSS only grows, so the measure needs one that did
+# nothing large before. The bomb is 63 MiB of zeros (issue 13's probe), compressed by streaming
+# 1 MiB at a time, so that making it allocates little either.
+_BOMB_CHILD = """
+import resource, struct, sys, zlib
+import cramjam, lz4.frame, zstandard
+from stratalog.records.batch import Compression
+from stratalog.records.compression import XERIAL_HEADER, decompress
+from stratalog.records.errors import DecompressionLimitError
+
+codec = Compression[sys.argv[1]]
+chunk, chunks = bytes(1 << 20), 63
+if codec == Compression.GZIP:
+    writer = zlib.compressobj(6, zlib.DEFLATED, 31)
+    bomb = b"".join([writer.compress(chunk) for _ in range(chunks)] + [writer.flush()])
+elif codec == Compression.ZSTD:
+    writer = zstandard.ZstdCompressor().compressobj()
+    bomb = b"".join([writer.compress(chunk) for _ in range(chunks)] + [writer.flush()])
+elif codec == Compression.LZ4:
+    writer = lz4.frame.LZ4FrameCompressor(block_size=lz4.frame.BLOCKSIZE_MAX64KB)
+    bomb = b"".join([writer.begin()] + [writer.compress(chunk) for _ in range(chunks)]
+                    + [writer.flush()])
+else:
+    block = bytes(cramjam.snappy.compress_raw(bytes(32 * 1024)))
+    bomb = XERIAL_HEADER + (struct.pack(">i", len(block)) + block) * (chunks * 32)
+before_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+try:
+    decompress(codec, bomb, max_bytes=1 << 20)
+except DecompressionLimitError:
+    pass
+else:
+    raise SystemExit("not stopped")
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before_kib)
+"""
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_a_bomb_is_stopped_before_it_allocates_much_past_the_limit(codec):
+    # Decompression is incremental for every codec: with a 1 MiB limit, a 63 MiB bomb costs a
+    # few MiB of memory (a codec block and the output so far), never its decompressed size.
+    child = subprocess.run(
+        [sys.executable, "-c", _BOMB_CHILD, codec.name],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert child.returncode == 0, child.stderr
+    growth_kib = int(child.stdout)
+    assert growth_kib < 16 * 1024, f"{codec.name}: peak RSS grew {growth_kib} KiB"
 
 
 @pytest.mark.parametrize("codec", CODECS)

@@ -3,7 +3,8 @@ whether reads are being served."""
 
 from __future__ import annotations
 
-from stratalog.server.append_placement import AppendPlacement
+from stratalog.records import Compression, build_batch
+from stratalog.server.append_placement import AppendPlacement, holds_compressed_batches
 from stratalog.server.settings import Settings
 
 
@@ -49,8 +50,33 @@ def test_the_settings_turn_either_path_off() -> None:
     assert always_inline.tries_append_inline(3 << 20)
 
 
-def test_records_form_produce_is_encoded_in_the_pool_from_many_records() -> None:
-    placement = AppendPlacement(Settings())
+def test_records_form_produce_is_encoded_in_the_pool_from_many_records_or_bytes() -> None:
+    settings = Settings()
+    placement = AppendPlacement(settings)
     many = AppendPlacement.ENCODE_IN_EXECUTOR_MIN_RECORDS
-    assert placement.encodes_inline(many - 1)
-    assert not placement.encodes_inline(many)
+    assert placement.encodes_inline(many - 1, 1000)
+    assert not placement.encodes_inline(many, 1000)
+    # Few records, but large ones: compressing them is the cost.
+    assert placement.encodes_inline(10, settings.append_inline_max_bytes - 1)
+    assert not placement.encodes_inline(10, settings.append_inline_max_bytes)
+
+
+def test_compressed_client_batches_always_go_to_the_pool() -> None:
+    # Their size says nothing of their cost: validation decompresses them.
+    placement = AppendPlacement(Settings(), clock=Clock())
+    assert not placement.reads_recent
+    assert placement.tries_append_inline(100)
+    assert not placement.tries_append_inline(100, compressed=True)
+
+
+def test_holds_compressed_batches_reads_every_header() -> None:
+    plain = build_batch([(0, None, b"v", ())])
+    zstd = build_batch([(0, None, b"v", ())], compression=Compression.ZSTD)
+    assert not holds_compressed_batches(plain)
+    assert not holds_compressed_batches(plain * 3)
+    assert holds_compressed_batches(zstd)
+    # A compressed batch behind uncompressed ones is found.
+    assert holds_compressed_batches(memoryview(plain * 2 + zstd))
+    # Bytes that are not batches: validation refuses them before decompressing anything.
+    assert not holds_compressed_batches(b"")
+    assert not holds_compressed_batches(b"\xff" * 100)

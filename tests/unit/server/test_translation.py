@@ -3,6 +3,8 @@ byte budget, topic descriptions to messages, timestamp types, and the request-sh
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import grpc
 import pytest
 from aiokafka.record.default_records import DefaultRecordBatch as AioBatch
@@ -194,6 +196,27 @@ def test_decode_reports_log_append_time_and_null_headers() -> None:
                                      TimestampType.LOG_APPEND_TIME: broker_pb2.LOG_APPEND_TIME}
 
 
+@pytest.mark.parametrize(
+    ("base", "delta", "kafka_reads"),
+    [
+        (-(2**63) + 1, -5, 2**63 - 4),  # below int64: Java's long wraps to the top
+        (2**63 - 2, 5, -(2**63) + 3),  # above int64: wraps to the bottom
+        (0, -5, -5),  # negative, but an int64: as it is
+    ],
+)
+def test_a_stored_timestamp_outside_int64_decodes_as_kafkas_reader_wraps_it(
+    batch_with_timestamp_delta, base: int, delta: int, kafka_reads: int
+) -> None:
+    # A log written before validation refused such records (issue 13, defect 5): each read in
+    # the records format raised ValueError (INTERNAL) instead of answering.
+    bad = batch_with_timestamp_delta(base, delta)
+    data = _stored(0, [b"a"]) + (1).to_bytes(8, "big") + bad[8:] + _stored(2, [b"c"])
+    response = broker_pb2.FetchResponse()
+    assert decode_records_into(response.records, data, 0, 1 << 20)[:2] == (3, 3)
+    assert [(r.offset, r.timestamp, r.value) for r in response.records] == [
+        (0, 1_000, b"a"), (1, kafka_reads, b"v"), (2, 1_000, b"c")]
+
+
 def test_a_stored_batch_that_does_not_decode_is_a_storage_error() -> None:
     batch = bytearray(_stored(0, [b"x" * 20]))
     batch[-5] ^= 0xFF  # damage covered by the CRC
@@ -213,13 +236,14 @@ def test_topic_message_carries_every_field_of_the_description() -> None:
             PartitionDescription(1, 0, 0, 0, 1, "/data/b", -1),
         ],
     )
-    message = topic_message(description)
+    message = topic_message(description, [Path("/data/b"), "/data/a"])
     assert message.name == "orders"
     assert dict(message.configs) == description.configs
+    # The log directory by its index in the server's log_dirs, never its path (docs/api.md).
     assert [(p.partition, p.log_start_offset, p.log_end_offset, p.size_bytes, p.segment_count,
              p.log_dir, p.max_timestamp) for p in message.partitions] == [
-        (0, 10, 250, 4096, 3, "/data/a", 1_700_000_000_000),
-        (1, 0, 0, 0, 1, "/data/b", -1),
+        (0, 10, 250, 4096, 3, "1", 1_700_000_000_000),
+        (1, 0, 0, 0, 1, "0", -1),
     ]
 
 
