@@ -1,0 +1,77 @@
+"""The security package's errors: one small tree, mapped to statuses by server/status.py only.
+
+    SecurityError                        base of every refusal this package decides
+    ├── NotAuthorizedError               PERMISSION_DENIED + NOT_AUTHORIZED: the caller's
+    │                                    principal may not do this operation on this resource
+    ├── InvalidAclError                  INVALID_ARGUMENT + INVALID_REQUEST: an ACL binding or
+    │                                    filter in CreateAcls/DeleteAcls/DescribeAcls is malformed
+    ├── AclLimitError                    RESOURCE_EXHAUSTED + RESOURCE_LIMIT_EXCEEDED: the ACL
+    │                                    set or one request would exceed a limit (``limit``)
+    ├── SecurityDisabledError            INVALID_ARGUMENT + INVALID_REQUEST: an ACL request to a
+    │                                    server without an authorizer (Kafka's SECURITY_DISABLED)
+    └── SecurityConfigError              a security file will not load (the ACL file: a start-up
+                                         failure, never sent to a client)
+
+Messages of :class:`NotAuthorizedError` go to the client: they name the operation and the
+resource the client asked about (which it already knows), never whether a topic exists, so a
+principal without DESCRIBE cannot probe for topic names (Kafka answers
+TOPIC_AUTHORIZATION_FAILED for an unknown topic too).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AclLimitError",
+    "InvalidAclError",
+    "NotAuthorizedError",
+    "SecurityConfigError",
+    "SecurityDisabledError",
+    "SecurityError",
+]
+
+
+class SecurityError(Exception):
+    """Base of the security package's errors."""
+
+
+class NotAuthorizedError(SecurityError):
+    """The authorizer refused the call: ``operation`` (Kafka's name, e.g. ``"WRITE"``) on
+    ``resource`` (``"Topic:orders"``, ``"Cluster:kafka-cluster"``,
+    ``"TransactionalId:t1"``); ``topic`` is set for topic resources. All three travel to the
+    client in the ErrorInfo metadata."""
+
+    def __init__(
+        self, message: str, *, operation: str, resource: str, topic: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.operation = operation
+        self.resource = resource
+        if topic is not None:
+            self.topic = topic
+
+
+class InvalidAclError(SecurityError):
+    """An ACL binding or filter that cannot be stored or applied; the message names the field
+    (``creations[2].host``) and what is wrong with it."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+class AclLimitError(SecurityError):
+    """Creating these ACLs would exceed ``acl_bindings_max``, or a request carries more
+    entries than ``acl_request_entries_max``; ``limit`` names the setting."""
+
+    def __init__(self, message: str, *, limit: str) -> None:
+        super().__init__(message)
+        self.limit = limit
+
+
+class SecurityDisabledError(SecurityError):
+    """CreateAcls, DeleteAcls or DescribeAcls on a server with ``authorizer = "none"``: ACLs
+    would have no effect there, so none are stored (Kafka answers SECURITY_DISABLED)."""
+
+
+class SecurityConfigError(SecurityError):
+    """A security file (the ACL file) is unreadable or malformed; the message names it."""
