@@ -61,6 +61,12 @@ import grpc.aio
 from stratalog.server import status
 from stratalog.server.append_placement import AppendPlacement
 from stratalog.server.decoding import ProduceRequestView, UndecodableRequest
+from stratalog.server.security.acl_messages import (
+    binding_from_message,
+    binding_message,
+    filter_from_message,
+)
+from stratalog.server.security.errors import SecurityDisabledError
 from stratalog.server.storage.clock import wall_clock_ms
 from stratalog.server.storage.errors import (
     InvalidTopicError,
@@ -82,6 +88,7 @@ from stratalog.v1 import broker_pb2, broker_pb2_grpc
 
 if TYPE_CHECKING:
     from stratalog.server.metrics import ServerMetrics
+    from stratalog.server.security.authorizer import Authorizer
     from stratalog.server.settings import Settings
     from stratalog.server.storage.log_manager import LogManager
     from stratalog.server.storage.partition_log import (
@@ -297,10 +304,12 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         time_ms: Callable[[], int] | None = None,
         placement: AppendPlacement | None = None,
         topic_names: ValidTopicNames | None = None,
+        authorizer: Authorizer | None = None,
     ) -> None:
         """``time_ms`` is the clock records-form Produce stamps records with (default: the
         wall clock); ``placement`` defaults to the settings' rule, ``topic_names`` to an empty
-        memo of its own."""
+        memo of its own. ``authorizer`` (None: authorization is off) holds the ACLs that the
+        ACL RPCs manage; it checks calls in its own interceptor, not here."""
         self._log_manager = log_manager
         self._coordinator = coordinator
         self._settings = settings
@@ -312,6 +321,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         self._gates: dict[tuple[str, int], PartitionGate] = {}
         self._admin_lock = asyncio.Lock()
         self._shutting_down = False
+        self._authorizer = authorizer
 
     # ---------------------------------------------------------------- plumbing
 
@@ -886,6 +896,42 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         # In the pool: the state's lock is held across the state log's fsyncs.
         metadata = await self._blocking(self._coordinator.describe_transaction, transactional_id)
         return _transaction_message(metadata)
+
+
+    # ---------------------------------------------------------------- ACLs
+
+    def _acl_authorizer(self) -> Authorizer:
+        if self._authorizer is None:
+            raise SecurityDisabledError(
+                "this server has no authorizer (authorizer = \"none\"), so ACLs would have no"
+                " effect and none are stored; start it with authorizer = \"acl\" (and"
+                " super_users) to manage them"
+            )
+        return self._authorizer
+
+    @_rpc()
+    async def CreateAcls(
+        self, request: broker_pb2.CreateAclsRequest, context: grpc.aio.ServicerContext
+    ) -> broker_pb2.CreateAclsResponse:
+        authorizer = self._acl_authorizer()
+        await authorizer.create_acls([binding_from_message(b) for b in request.creations])
+        return broker_pb2.CreateAclsResponse()
+
+    @_rpc()
+    async def DeleteAcls(
+        self, request: broker_pb2.DeleteAclsRequest, context: grpc.aio.ServicerContext
+    ) -> broker_pb2.DeleteAclsResponse:
+        authorizer = self._acl_authorizer()
+        deleted = await authorizer.delete_acls([filter_from_message(f) for f in request.filters])
+        return broker_pb2.DeleteAclsResponse(deleted=[binding_message(b) for b in deleted])
+
+    @_rpc()
+    async def DescribeAcls(
+        self, request: broker_pb2.DescribeAclsRequest, context: grpc.aio.ServicerContext
+    ) -> broker_pb2.DescribeAclsResponse:
+        authorizer = self._acl_authorizer()
+        acls = authorizer.describe_acls(filter_from_message(request.filter))
+        return broker_pb2.DescribeAclsResponse(acls=[binding_message(b) for b in acls])
 
 
 def _transaction_message(

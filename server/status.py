@@ -52,6 +52,7 @@ from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from stratalog.records import errors as record_errors
+from stratalog.server.security import errors as security_errors
 from stratalog.server.storage import errors as storage_errors
 from stratalog.server.transactions import errors as transaction_errors
 from stratalog.v1 import broker_pb2
@@ -164,6 +165,11 @@ ERROR_TABLE: Mapping[type[BaseException], str] = types.MappingProxyType({
     # The server's own trouble: its state log is damaged, or it ran out of producer ids.
     transaction_errors.CorruptTransactionLogError: "STORAGE_ERROR",
     transaction_errors.ProducerIdsExhaustedError: "STORAGE_ERROR",
+    # Authorization (server/security): what the caller may do, and the ACL requests.
+    security_errors.NotAuthorizedError: "NOT_AUTHORIZED",
+    security_errors.InvalidAclError: "INVALID_REQUEST",
+    security_errors.AclLimitError: "RESOURCE_LIMIT_EXCEEDED",
+    security_errors.SecurityDisabledError: "INVALID_REQUEST",
 })
 
 # Reasons whose cause is on the server's side: their exception messages name server files.
@@ -184,6 +190,7 @@ _CAUSE_CHAIN_MAX = 16
 # Exception attributes copied into ErrorInfo.metadata when present (int or str values only).
 _METADATA_ATTRIBUTES = (
     "topic", "partition", "offset", "log_start_offset", "log_end_offset", "limit",
+    "operation", "resource", "field",
 )
 
 
