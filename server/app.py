@@ -5,10 +5,13 @@ Life of a server process (``stratalog serve``)::
     open the LogManager (locks the log dirs, recovers after an unclean shutdown)
     open the TransactionCoordinator: replay __transaction_state, complete the commits and
         aborts a crash left half-written (their markers go to the LogManager's partitions)
-    build grpc.aio server: Broker + grpc.health.v1 (SERVING) + reflection; bind; start
+    with authorizer = "acl": read the ACL file (server/security/acl_store.py)
+    build grpc.aio server: the interceptors (authorization, then quotas), Broker +
+        grpc.health.v1 (SERVING) + reflection; bind; start
     print "stratalog: listening on HOST:PORT" (the bound port when asked for port 0)
     start the Prometheus endpoint and the maintenance task
-    ... serve until SIGTERM or SIGINT ...
+    ... serve until SIGTERM or SIGINT; SIGHUP reads the settings again and applies the
+        quotas (server/security/quotas.py) ...
     health NOT_SERVING; long polls answer, Subscribe streams end (SHUTTING_DOWN)
     grpc stop(grace): no new RPCs; in-flight ones get shutdown_grace_ms, then are cancelled
     stop the maintenance task (a pass under way finishes)
@@ -50,8 +53,12 @@ from grpc_reflection.v1alpha import reflection
 from stratalog.server.allocator import tune_allocator
 from stratalog.server.decoding import add_broker_service
 from stratalog.server.metrics import MetricsEndpoint, ServerMetrics
+from stratalog.server.security.acl_store import AclStore
+from stratalog.server.security.authorizer import AuthorizationInterceptor, Authorizer
+from stratalog.server.security.errors import SecurityConfigError
+from stratalog.server.security.quotas import QuotaConfig, QuotaInterceptor, QuotaManager
 from stratalog.server.service import BrokerService
-from stratalog.server.settings import Settings, configure_logging, describe
+from stratalog.server.settings import Settings, SettingsError, configure_logging, describe
 from stratalog.v1 import broker_pb2
 
 if TYPE_CHECKING:
@@ -101,6 +108,9 @@ class Server:
         self._service: BrokerService | None = None
         self._endpoint = MetricsEndpoint(self.metrics)
         self._maintenance: asyncio.Task[None] | None = None
+        # Authorization and quotas (server/security/): from start() until the process ends.
+        self.authorizer: Authorizer | None = None
+        self.quotas = QuotaManager(QuotaConfig.of_settings(settings))
 
     async def start(self) -> None:
         """Open the logs, bind and start serving.
@@ -138,6 +148,23 @@ class Server:
                     "cannot load the transaction coordinator's state log (__transaction_state)"
                     f" in {list(settings.log_dirs)}: {exc}"
                 ) from exc
+            if settings.authorizer == "acl":
+                try:
+                    # After the LogManager: the ACL file lives in a log dir it has locked.
+                    store = await loop.run_in_executor(
+                        self._executor, AclStore.open, settings.log_dirs
+                    )
+                except SecurityConfigError as exc:
+                    raise StartupError(str(exc)) from exc
+                self.authorizer = Authorizer(
+                    store,
+                    super_users=settings.super_users,
+                    allow_everyone_if_no_acl_found=settings.allow_everyone_if_no_acl_found,
+                    cache_entries_max=settings.authorizer_cache_entries_max,
+                    bindings_max=settings.acl_bindings_max,
+                    request_entries_max=settings.acl_request_entries_max,
+                    executor=self._executor,
+                )
             await self._start_serving()
         except BaseException:
             await self._close_everything()
@@ -156,10 +183,12 @@ class Server:
                 ("grpc.so_reuseport", 0),
             ],
             maximum_concurrent_rpcs=settings.max_concurrent_rpcs,
+            interceptors=self._interceptors(),
         )
         assert self.coordinator is not None
         self._service = BrokerService(
-            self.log_manager, settings, self.metrics, self._executor, coordinator=self.coordinator
+            self.log_manager, settings, self.metrics, self._executor, coordinator=self.coordinator,
+            authorizer=self.authorizer,
         )
         add_broker_service(self._service, self._grpc)
         self._health = health.aio.HealthServicer()
@@ -183,6 +212,32 @@ class Server:
                 ) from exc
         self._refresh_log_metrics()
         self._maintenance = asyncio.create_task(self._maintain(), name="stratalog-maintenance")
+
+    def _interceptors(self) -> list[grpc.aio.ServerInterceptor]:
+        """The server interceptors in call order (server/security/__init__.py's table)."""
+        interceptors: list[grpc.aio.ServerInterceptor] = []
+        if self.authorizer is not None:
+            interceptors.append(AuthorizationInterceptor(self.authorizer))
+        interceptors.append(QuotaInterceptor(self.quotas, self.settings.fetch_max_bytes_default))
+        return interceptors
+
+    async def reload_quotas(self) -> bool:
+        """SIGHUP: read the settings again (file, environment, flags) and apply their quotas.
+        A file that no longer reads keeps the quotas in force, and the error is logged. True
+        if the quotas were reloaded."""
+        loop = asyncio.get_running_loop()
+        try:
+            settings = await loop.run_in_executor(self._executor, self.settings.reloaded)
+        except (SettingsError, RuntimeError) as exc:  # RuntimeError: the pool is shut (stopping)
+            logger.error("reloading the quotas failed, the previous ones stay: %s", exc)
+            return False
+        config = QuotaConfig.of_settings(settings)
+        if config != self.quotas.config:
+            self.quotas.update(config)
+            logger.info("quotas reloaded: producer_byte_rate %d, consumer_byte_rate %d, "
+                        "%d principals with their own", config.producer_byte_rate,
+                        config.consumer_byte_rate, len(config.overrides))
+        return True
 
     def write_marker(
         self,
@@ -309,8 +364,17 @@ def transaction_config(settings: Settings) -> TransactionConfig:
     )
 
 
-def _install_signal_handlers(stop: asyncio.Event) -> None:
+def _install_signal_handlers(stop: asyncio.Event, server: Server) -> None:
     loop = asyncio.get_running_loop()
+    reloads: set[asyncio.Task[bool]] = set()
+
+    def on_hangup() -> None:
+        logger.info("SIGHUP: reloading the quotas")
+        task = loop.create_task(server.reload_quotas(), name="stratalog-reload-quotas")
+        reloads.add(task)  # a reference until done: the loop keeps only weak ones
+        task.add_done_callback(reloads.discard)
+
+    loop.add_signal_handler(signal.SIGHUP, on_hangup)
 
     def on_signal(signum: int) -> None:
         if stop.is_set():
@@ -326,8 +390,8 @@ def _install_signal_handlers(stop: asyncio.Event) -> None:
 async def main(settings: Settings, out: TextIO = sys.stdout) -> int:
     """Serve until SIGTERM/SIGINT; the process's exit code (0 after a clean shutdown)."""
     stop = asyncio.Event()
-    _install_signal_handlers(stop)
     server = Server(settings)
+    _install_signal_handlers(stop, server)
     try:
         await server.start()
     except StartupError as exc:

@@ -252,7 +252,10 @@ def test_every_setting_is_documented_with_its_default() -> None:
         row = re.search(rf"^\| `{name}` \|(.*)$", text, re.MULTILINE)
         assert row is not None, f"docs/configuration.md has no row for {name}"
         default = getattr(defaults, name)
-        shown = ",".join(default) if isinstance(default, tuple) else str(default)
+        if isinstance(default, bool):
+            shown = "true" if default else "false"
+        else:
+            shown = ",".join(default) if isinstance(default, tuple) else str(default)
         assert f"`{shown}`" in row.group(1), f"{name}: default {shown} not in its docs row"
         assert f"STRATALOG_{name.upper()}" in row.group(1)
         assert f"--{name.replace('_', '-')}" in row.group(1)
