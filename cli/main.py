@@ -17,10 +17,10 @@ from collections.abc import Sequence
 
 from stratalog import __version__
 
-from . import bench, consume, dump_log, offsets, produce, serve, topics
+from . import acls, bench, consume, dump_log, offsets, produce, serve, topics
 
 # Subcommand modules, in the order `stratalog --help` lists them.
-_COMMANDS = (serve, topics, produce, consume, offsets, dump_log, bench)
+_COMMANDS = (serve, topics, produce, consume, offsets, acls, dump_log, bench)
 
 
 def build_parser() -> argparse.ArgumentParser:
