@@ -125,7 +125,7 @@ class Rate:
     def idle(self, now_ms: float) -> bool:
         """Whether nothing was recorded in the whole span (the rate is 0 and stays so)."""
         expire_ms = self._samples_max * self._window_ms
-        return all(now_ms - s[0] >= expire_ms for s in self._samples)
+        return all(not s[1] or now_ms - s[0] >= expire_ms for s in self._samples)
 
 
 @dataclass(frozen=True, slots=True)
