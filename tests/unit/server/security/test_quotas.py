@@ -31,7 +31,10 @@ def test_rate_counts_at_least_samples_minus_one_windows() -> None:
     # Past the whole span (11 windows) every old sample is dropped.
     assert rate.measure(12_000) == 0.0
     assert rate.idle(12_000)
-    assert not rate.idle(11_999)
+    fresh = Rate(window_ms=1000, samples_max=11)
+    fresh.record(1, 0)
+    assert not fresh.idle(10_999)
+    assert fresh.idle(11_000)
 
 
 def test_rate_reuses_its_samples_as_a_ring() -> None:
