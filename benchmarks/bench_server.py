@@ -30,13 +30,18 @@ measures:
                                MiB produced and per unary call: a figure the machine's other load
                                hardly moves, unlike the wall-clock ones
 
+``--secured`` adds, in the same run and in turns with the others, a second stratalog server with
+the authorizer on (one ACL: ALL on every topic for ``User:ANONYMOUS``, the caller) and byte-rate
+quotas far above what the benchmark moves (every answer measured, none delayed): its produce
+MB/s and fetch latencies are printed beside the plain server's, as secured / plain ratios.
+
 The log is built from one template batch of 100 records (100-byte values, timestamps 1 ms
 apart) whose base timestamp is patched per batch and its CRC recomputed, so that building 10
 million records costs the server's append path, not the encoder's time (bench_client measures
 the encoder); one batch per Produce request, as a Kafka producer sends them.
 Each figure is the median of ``--runs`` runs.
 
-Run: ``.venv/bin/python -m benchmarks.bench_server [--records 10000000] [--runs 3]``
+Run: ``.venv/bin/python -m benchmarks.bench_server [--records 10000000] [--runs 3] [--secured]``
 (``--records 1000000 --runs 1`` for a quick look). The data directory lives under /tmp and is
 removed at the end.
 """
@@ -69,6 +74,8 @@ from stratalog.server.allocator import tune_allocator
 from stratalog.server.settings import Settings
 from stratalog.v1 import broker_pb2 as pb
 from stratalog.v1 import broker_pb2_grpc
+
+from .bench_client import secured_flags
 
 RECORDS_PER_BATCH = 100
 VALUE_SIZE_BYTES = 100
@@ -294,6 +301,8 @@ def main() -> None:
     parser.add_argument("--untuned-noop", action="store_true",
                         help="run the no-op server with CPython's and glibc's defaults instead "
                              "of the allocator and GIL settings the stratalog server applies")
+    parser.add_argument("--secured", action="store_true",
+                        help="also a server with the authorizer (one ACL) and quotas")
     parser.add_argument("noop", nargs="?", help=argparse.SUPPRESS)
     parser.add_argument("--payload-bytes", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -321,6 +330,7 @@ def main() -> None:
           f"{VALUE_SIZE_BYTES} B in batches of {RECORDS_PER_BATCH} ({len(template)} B), "
           f"segment.bytes={segment_bytes}, runs={args.runs}")
     data_dir = tempfile.mkdtemp(prefix="stratalog-bench-server-")
+    secured_dir = tempfile.mkdtemp(prefix="stratalog-bench-secured-")
     results: dict[str, list[float]] = {}
 
     def record(name: str, value: float) -> None:
@@ -329,40 +339,54 @@ def main() -> None:
     noop_args = [sys.executable, "-m", "benchmarks.bench_server", "noop-server",
                  "--payload-bytes", str(len(template)),
                  *(["--untuned-noop"] if args.untuned_noop else [])]
-    server_args = [sys.executable, "-m", "stratalog.server", "--listen", "127.0.0.1:0",
-                   "--metrics-port", "0", "--log-dirs", data_dir, "--logging-level", "WARNING",
-                   "--max-request-bytes", str(MAX_MESSAGE_BYTES),
-                   "--set", f"log.segment.bytes={segment_bytes}", *args.server_flag]
+    def server_args(directory: str, *extra: str) -> list[str]:
+        return [sys.executable, "-m", "stratalog.server", "--listen", "127.0.0.1:0",
+                "--metrics-port", "0", "--log-dirs", directory, "--logging-level", "WARNING",
+                "--max-request-bytes", str(MAX_MESSAGE_BYTES),
+                "--set", f"log.segment.bytes={segment_bytes}", *args.server_flag, *extra]
+
     try:
-        with _process(noop_args) as (noop_target, _, noop_pid), \
-                _process(server_args) as (target, mport, pid):
-            with grpc.insecure_channel(target) as channel:
-                stub = broker_pb2_grpc.BrokerStub(channel)
-                stub.CreateTopic(pb.CreateTopicRequest(name="log", partitions=1))
-                started = time.perf_counter()
-                asyncio.run(_build_log(target, template, batches))
-                build_s = time.perf_counter() - started
-                described = stub.DescribeTopic(pb.DescribeTopicRequest(name="log")).topic
-                partition = described.partitions[0]
-                print(f"# log built in {build_s:.1f} s: {partition.log_end_offset:,} records, "
-                      f"{partition.segment_count} segments, {partition.size_bytes / 2**20:.0f} MiB")
+        with contextlib.ExitStack() as stack:
+            noop_target, _, noop_pid = stack.enter_context(_process(noop_args))
+            target, mport, pid = stack.enter_context(_process(server_args(data_dir)))
+            # name -> (target, pid, data dir) of every stratalog server measured
+            stratalogs = {"": (target, pid, data_dir)}
+            if args.secured:
+                secured_target, _, secured_pid = stack.enter_context(
+                    _process(server_args(secured_dir, *secured_flags(secured_dir))))
+                stratalogs["secured "] = (secured_target, secured_pid, secured_dir)
+            for prefix, (server_target, _, _) in stratalogs.items():
+                with grpc.insecure_channel(server_target) as channel:
+                    stub = broker_pb2_grpc.BrokerStub(channel)
+                    stub.CreateTopic(pb.CreateTopicRequest(name="log", partitions=1))
+                    started = time.perf_counter()
+                    asyncio.run(_build_log(server_target, template, batches))
+                    build_s = time.perf_counter() - started
+                    described = stub.DescribeTopic(pb.DescribeTopicRequest(name="log")).topic
+                    partition = described.partitions[0]
+                    print(f"# {prefix}log built in {build_s:.1f} s: "
+                          f"{partition.log_end_offset:,} records, {partition.segment_count} "
+                          f"segments, {partition.size_bytes / 2**20:.0f} MiB")
             for run in range(args.runs):
                 topic = f"produce-{run}"
-                with grpc.insecure_channel(target) as channel:
-                    # Kafka's default segment size: the produce figure is about appends, not
-                    # about the rolls the small segments of the read log would add.
-                    broker_pb2_grpc.BrokerStub(channel).CreateTopic(pb.CreateTopicRequest(
-                        name=topic, partitions=1, configs={"segment.bytes": str(1 << 30)}))
-                # The two servers take turns, --produce-rounds times, so that the machine's
-                # other load falls on both alike (a run of one then a run of the other swung the
+                for server_target, _, _ in stratalogs.values():
+                    with grpc.insecure_channel(server_target) as channel:
+                        # Kafka's default segment size: the produce figure is about appends,
+                        # not about the rolls the small segments of the read log would add.
+                        broker_pb2_grpc.BrokerStub(channel).CreateTopic(pb.CreateTopicRequest(
+                            name=topic, partitions=1, configs={"segment.bytes": str(1 << 30)}))
+                # The servers take turns, --produce-rounds times, so that the machine's other
+                # load falls on all alike (a run of one then a run of the other swung the
                 # ratio by +-0.2 here); each server's MB/s is its bytes over its own seconds.
-                servers = (("noop produce", noop_target, noop_pid), ("produce", target, pid))
-                seconds = dict.fromkeys(("noop produce", "produce"), 0.0)
+                servers = (("noop produce", noop_target, noop_pid),
+                           *((f"{prefix}produce", t, p) for prefix, (t, p, _) in stratalogs.items()))
+                seconds = dict.fromkeys((name for name, _, _ in servers), 0.0)
                 cpu_s = dict(seconds)
                 rounds = max(1, args.produce_rounds)
                 chunk = produce_payloads[: max(1, len(produce_payloads) // rounds)]
                 for turn in range(rounds):
-                    for name, server_target, server_pid in servers[turn % 2:] + servers[:turn % 2]:
+                    shift = turn % len(servers)
+                    for name, server_target, server_pid in servers[shift:] + servers[:shift]:
                         cpu = _cpu_s(server_pid)
                         started = time.perf_counter()
                         asyncio.run(_produce(server_target, topic, chunk, args.in_flight))
@@ -373,7 +397,8 @@ def main() -> None:
                     record(f"{name} server CPU ms/MiB", cpu_s[name] * 1000 / (rounds * len(chunk)))
                 record("produce / no-op (this run)",
                        seconds["noop produce"] / seconds["produce"])
-                _drop_topic(target, data_dir, topic)
+                for server_target, _, directory in stratalogs.values():
+                    _drop_topic(server_target, directory, topic)
                 rng = random.Random(run)
                 end = partition.log_end_offset
                 by_offset = [pb.FetchByOffsetRequest(
@@ -385,12 +410,15 @@ def main() -> None:
                 latest = [pb.ListOffsetsRequest(topic="log", timestamp=-1)] * args.lookups
                 kinds = (
                     ("noop unary", noop_target, by_offset, "FetchByOffset"),
-                    ("FetchByOffset", target, by_offset, "FetchByOffset"),
-                    ("FetchByTimestamp", target, by_time, "FetchByTimestamp"),
-                    ("ListOffsets latest", target, latest, "ListOffsets"),
+                    *(kind for prefix, (t, _, _) in stratalogs.items() for kind in (
+                        (f"{prefix}FetchByOffset", t, by_offset, "FetchByOffset"),
+                        (f"{prefix}FetchByTimestamp", t, by_time, "FetchByTimestamp"),
+                        (f"{prefix}ListOffsets latest", t, latest, "ListOffsets"),
+                    )),
                 )
                 channels = [grpc.insecure_channel(t) for _, t, _, _ in kinds]
-                cpu_noop, cpu_real = _cpu_s(noop_pid), _cpu_s(pid)
+                cpu_noop = _cpu_s(noop_pid)
+                cpu_real = {prefix: _cpu_s(p) for prefix, (_, p, _) in stratalogs.items()}
                 try:
                     all_samples = _interleaved_latencies_ms([
                         (broker_pb2_grpc.BrokerStub(channel), method, requests)
@@ -401,8 +429,9 @@ def main() -> None:
                         channel.close()
                 calls = args.lookups + _WARM_UP_CALLS
                 record("noop unary server CPU us", (_cpu_s(noop_pid) - cpu_noop) * 1e6 / calls)
-                record("stratalog unary server CPU us (mean of 3 RPCs)",
-                       (_cpu_s(pid) - cpu_real) * 1e6 / (3 * calls))
+                for prefix, (_, server_pid, _) in stratalogs.items():
+                    record(f"{prefix}stratalog unary server CPU us (mean of 3 RPCs)",
+                           (_cpu_s(server_pid) - cpu_real[prefix]) * 1e6 / (3 * calls))
                 for (name, _, _, _), samples in zip(kinds, all_samples, strict=True):
                     record(f"{name} p50 ms", _p(samples, 50))
                     record(f"{name} p99 ms", _p(samples, 99))
@@ -410,6 +439,7 @@ def main() -> None:
             rss_mib = _rss_mib(mport)
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
+        shutil.rmtree(secured_dir, ignore_errors=True)
 
     medians = {name: statistics.median(values) for name, values in results.items()}
     print(f"{'measure':<28}{'median':>12}   runs")
@@ -424,6 +454,15 @@ def main() -> None:
         p99 = medians[f"{name} p99 ms"] / medians["noop unary p99 ms"]
         print(f"{name:<18} p50 x{p50:.2f} (goal <= 1.2), p99 x{p99:.2f} (goal <= 2.0) "
               "of the no-op unary latency")
+    if args.secured:
+        print("secured / plain (authorizer on, one ACL, quotas not reached):")
+        print(f"  produce MB/s x{medians['secured produce MB/s'] / medians['produce MB/s']:.2f}"
+              " (goal with TLS + authentication >= 0.85)")
+        for name in ("FetchByOffset", "FetchByTimestamp", "ListOffsets latest"):
+            p50 = medians[f"secured {name} p50 ms"] / medians[f"{name} p50 ms"]
+            p99 = medians[f"secured {name} p99 ms"] / medians[f"{name} p99 ms"]
+            print(f"  {name:<18} p50 x{p50:.2f}, p99 x{p99:.2f} (goal with TLS + authentication"
+                  " <= 1.3)")
 
 
 if __name__ == "__main__":

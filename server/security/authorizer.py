@@ -54,6 +54,7 @@ Concurrency: event-loop only (the file writes run in the executor given).
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -313,10 +314,17 @@ Answer = Callable[[Decider, Any], None]
 class Rule:
     """How one RPC is authorized: ``check`` raises NotAuthorizedError to refuse the request
     (None: open to every caller), ``answer`` removes from the response what the caller may not
-    see (None: the response as it is)."""
+    see (None: the response as it is).
+
+    ``single`` describes a ``check`` that asks one operation on one resource: (operation,
+    resource type, the request field naming the resource, or None for the cluster). The
+    interceptor then decides it inline, with one cache lookup and no objects made (the hot
+    path of Produce and the fetches); ``check`` says the same, for every other caller.
+    """
 
     check: Check | None
     answer: Answer | None = None
+    single: tuple[AclOperation, ResourceType, str | None] | None = None
 
 
 _TOPIC = ResourceType.TOPIC
@@ -325,25 +333,31 @@ _TRANSACTIONAL_ID = ResourceType.TRANSACTIONAL_ID
 _Op = AclOperation
 
 
-def _on_topic(operation: AclOperation, field: str = "topic") -> Check:
+def _one(
+    operation: AclOperation, resource_type: ResourceType, field: str | None,
+    answer: Answer | None = None,
+) -> Rule:
+    """The rule "``operation`` on the resource the request's ``field`` names" (the cluster
+    when ``field`` is None)."""
+
     def check(decider: Decider, request: Any) -> None:
-        decider.require(operation, _TOPIC, getattr(request, field))
+        decider.require(operation, resource_type,
+                        CLUSTER_NAME if field is None else getattr(request, field))
 
-    return check
-
-
-def _on_cluster(operation: AclOperation) -> Check:
-    def check(decider: Decider, request: Any) -> None:
-        decider.require(operation, _CLUSTER, CLUSTER_NAME)
-
-    return check
+    return Rule(check, answer, (operation, resource_type, field))
 
 
-def _on_transactional_id(operation: AclOperation) -> Check:
-    def check(decider: Decider, request: Any) -> None:
-        decider.require(operation, _TRANSACTIONAL_ID, request.transactional_id)
+def _on_topic(operation: AclOperation, field: str = "topic", answer: Answer | None = None
+              ) -> Rule:
+    return _one(operation, _TOPIC, field, answer)
 
-    return check
+
+def _on_cluster(operation: AclOperation) -> Rule:
+    return _one(operation, _CLUSTER, None)
+
+
+def _on_transactional_id(operation: AclOperation, answer: Answer | None = None) -> Rule:
+    return _one(operation, _TRANSACTIONAL_ID, "transactional_id", answer)
 
 
 def _create_topic(decider: Decider, request: broker_pb2.CreateTopicRequest) -> None:
@@ -407,30 +421,28 @@ def _describe_transaction_answer(
 #: Broker RPC name -> how it is authorized (the table of the module docstring).
 RULES: Mapping[str, Rule] = {
     "CreateTopic": Rule(_create_topic, _topic_answer),
-    "DeleteTopic": Rule(_on_topic(_Op.DELETE, "name")),
+    "DeleteTopic": _on_topic(_Op.DELETE, "name"),
     "ListTopics": Rule(lambda decider, request: None, _list_topics_answer),
-    "DescribeTopic": Rule(_on_topic(_Op.DESCRIBE, "name"), _topic_answer),
-    "AlterTopicConfigs": Rule(_on_topic(_Op.ALTER_CONFIGS, "name"), _topic_answer),
-    "Produce": Rule(_on_topic(_Op.WRITE)),
-    "FetchByOffset": Rule(_on_topic(_Op.READ)),
-    "FetchByTimestamp": Rule(_on_topic(_Op.READ)),
-    "ListOffsets": Rule(_on_topic(_Op.DESCRIBE)),
-    "Subscribe": Rule(_on_topic(_Op.READ)),
-    "DeleteRecords": Rule(_on_topic(_Op.DELETE)),
+    "DescribeTopic": _on_topic(_Op.DESCRIBE, "name", _topic_answer),
+    "AlterTopicConfigs": _on_topic(_Op.ALTER_CONFIGS, "name", _topic_answer),
+    "Produce": _on_topic(_Op.WRITE),
+    "FetchByOffset": _on_topic(_Op.READ),
+    "FetchByTimestamp": _on_topic(_Op.READ),
+    "ListOffsets": _on_topic(_Op.DESCRIBE),
+    "Subscribe": _on_topic(_Op.READ),
+    "DeleteRecords": _on_topic(_Op.DELETE),
     "InitProducerId": Rule(_init_producer_id),
     "AddPartitionsToTxn": Rule(_add_partitions_to_txn),
-    "EndTxn": Rule(_on_transactional_id(_Op.WRITE)),
-    "DescribeTransaction": Rule(
-        _on_transactional_id(_Op.DESCRIBE), _describe_transaction_answer
-    ),
-    "CreateAcls": Rule(_on_cluster(_Op.ALTER)),
-    "DeleteAcls": Rule(_on_cluster(_Op.ALTER)),
-    "DescribeAcls": Rule(_on_cluster(_Op.DESCRIBE)),
+    "EndTxn": _on_transactional_id(_Op.WRITE),
+    "DescribeTransaction": _on_transactional_id(_Op.DESCRIBE, _describe_transaction_answer),
+    "CreateAcls": _on_cluster(_Op.ALTER),
+    "DeleteAcls": _on_cluster(_Op.ALTER),
+    "DescribeAcls": _on_cluster(_Op.DESCRIBE),
     "WhoAmI": Rule(None),
 }
 
 _OPEN = Rule(None)
-_REFLECTION = Rule(_on_cluster(_Op.DESCRIBE))
+_REFLECTION = _on_cluster(_Op.DESCRIBE)
 
 
 def _refuse_unknown_method(decider: Decider, request: Any) -> None:
@@ -472,12 +484,18 @@ def peer_host(peer: str | None) -> str:
     return peer
 
 
+@functools.lru_cache(maxsize=4096)
+def _anonymous_identity(peer: str) -> CallIdentity:
+    # Made once per connection (the peer string holds the client's port), not per call.
+    return CallIdentity(ANONYMOUS, peer_host(peer))
+
+
 def call_identity(context: grpc.aio.ServicerContext) -> CallIdentity:
     """The identity the authentication interceptor set for this call; without one (no
     authentication interceptor installed), ``User:ANONYMOUS`` from the peer's address."""
     identity = current_identity.get(None)
     if identity is None:
-        identity = CallIdentity(ANONYMOUS, peer_host(context.peer()))
+        identity = _anonymous_identity(context.peer() or "")
     return identity
 
 
@@ -524,6 +542,10 @@ def _wrap(handler: grpc.RpcMethodHandler, authorizer: Authorizer, rule: Rule) ->
     inner = getattr(handler, kind)
     check, answer = rule.check, rule.answer
     request_streaming = kind.startswith("stream_")
+    if rule.single is not None and not request_streaming and not inspect.isasyncgenfunction(
+        inner
+    ):
+        return handler._replace(**{kind: _single_check(inner, authorizer, rule)})
 
     async def admit(request: Any, context: grpc.aio.ServicerContext) -> Decider:
         decider = Decider(authorizer, call_identity(context))
@@ -553,3 +575,27 @@ def _wrap(handler: grpc.RpcMethodHandler, authorizer: Authorizer, rule: Rule) ->
         return response
 
     return handler._replace(**{kind: behaviour})
+
+
+def _single_check(inner: Any, authorizer: Authorizer, rule: Rule) -> Any:
+    """The behaviour ``inner`` behind a rule of one operation on one resource: the hot path
+    (Produce, the fetches), decided with one cache lookup on a cache hit."""
+    assert rule.single is not None
+    operation, resource_type, field = rule.single
+    answer = rule.answer
+    authorize = authorizer.authorize
+
+    async def behaviour(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        identity = current_identity.get(None) or _anonymous_identity(context.peer() or "")
+        # A request that did not parse reaches the servicer, which refuses it.
+        if type(request) is not UndecodableRequest:
+            name = CLUSTER_NAME if field is None else getattr(request, field)
+            if not authorize(identity, operation, resource_type, name):
+                refusal = Decider(authorizer, identity).refusal(operation, resource_type, name)
+                await context.abort_with_status(status.to_status(refusal))
+        response = await inner(request, context)
+        if answer is not None and response is not None:
+            answer(Decider(authorizer, identity), response)
+        return response
+
+    return behaviour

@@ -39,6 +39,7 @@ Concurrency: event-loop only.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -51,7 +52,7 @@ import grpc.aio
 from stratalog.server.decoding import UndecodableRequest
 from stratalog.v1 import broker_pb2
 
-from .principal import ANONYMOUS, current_identity
+from .principal import ANONYMOUS, Principal, current_identity
 
 __all__ = ["QuotaConfig", "QuotaInterceptor", "QuotaManager", "Rate"]
 
@@ -69,11 +70,14 @@ _SWEEP_MIN = 1024
 class Rate:
     """A rate over sliding samples (Kafka's ``Rate`` over a ``SampledStat``).
 
-    Holds up to ``samples_max`` samples of ``[start_ms, total]``, the current one's index.
-    Invariant: samples are in ring order; the current one started last. Not thread-safe.
+    Holds up to ``samples_max`` samples of ``[start_ms, total]``, the current one's index, the
+    sum of the samples and the oldest start. Invariants (:meth:`check`): at most
+    ``samples_max`` samples in ring order; ``_total`` is the sum of the samples' totals and ``_oldest_ms`` the
+    smallest start (both kept as samples change, so a measure costs no pass over the samples
+    unless one has expired). Not thread-safe.
     """
 
-    __slots__ = ("_current", "_samples", "_samples_max", "_window_ms")
+    __slots__ = ("_current", "_oldest_ms", "_samples", "_samples_max", "_total", "_window_ms")
 
     def __init__(self, window_ms: int, samples_max: int) -> None:
         assert window_ms >= 1 and samples_max >= 2
@@ -81,6 +85,8 @@ class Rate:
         self._samples_max = samples_max
         self._samples: list[list[float]] = []
         self._current = 0
+        self._total = 0.0
+        self._oldest_ms = 0.0
 
     def record(self, value: float, now_ms: float) -> None:
         """Add ``value`` at ``now_ms``: to the current sample, or a new one if it is over."""
@@ -88,6 +94,7 @@ class Rate:
         if not samples:
             samples.append([now_ms, 0.0])
             self._current = 0
+            self._oldest_ms = now_ms
         sample = samples[self._current]
         if now_ms - sample[0] >= self._window_ms:
             self._current = (self._current + 1) % self._samples_max
@@ -96,22 +103,28 @@ class Rate:
                 samples.append(sample)
             else:
                 sample = samples[self._current]
+                self._total -= sample[1]
                 sample[0], sample[1] = now_ms, 0.0
+            self._oldest_ms = min(s[0] for s in samples)
         sample[1] += value
+        self._total += value
 
     def _purge(self, now_ms: float) -> None:
         # Samples older than the whole span no longer count (SampledStat.purgeObsoleteSamples).
         expire_ms = self._samples_max * self._window_ms
+        if not self._samples or now_ms - self._oldest_ms < expire_ms:
+            return
         for sample in self._samples:
             if now_ms - sample[0] >= expire_ms:
+                self._total -= sample[1]
                 sample[0], sample[1] = now_ms, 0.0
+        self._oldest_ms = min(s[0] for s in self._samples)
 
     def window_ms(self, now_ms: float) -> float:
         """The time the rate is measured over: since the oldest sample began, and at least
         ``samples_max - 1`` windows (Kafka's ``Rate.windowSize``)."""
         self._purge(now_ms)
-        oldest = min((s[0] for s in self._samples), default=now_ms)
-        elapsed = now_ms - oldest
+        elapsed = now_ms - self._oldest_ms if self._samples else 0.0
         full_windows = int(elapsed // self._window_ms)
         if full_windows < self._samples_max - 1:
             elapsed += (self._samples_max - 1 - full_windows) * self._window_ms
@@ -119,8 +132,17 @@ class Rate:
 
     def measure(self, now_ms: float) -> float:
         """Units per second at ``now_ms``."""
-        window_ms = self.window_ms(now_ms)
-        return sum(s[1] for s in self._samples) * 1000.0 / window_ms
+        window_ms = self.window_ms(now_ms)  # first: it drops the expired samples
+        return self._total * 1000.0 / window_ms
+
+    def check(self) -> None:
+        """Assert the invariants (tests call it after every change)."""
+        samples = self._samples
+        assert len(samples) <= self._samples_max
+        assert abs(self._total - sum(s[1] for s in samples)) < 1e-6, "running total drifted"
+        if samples:
+            assert self._oldest_ms == min(s[0] for s in samples), "oldest start drifted"
+            assert 0 <= self._current < len(samples)
 
     def idle(self, now_ms: float) -> bool:
         """Whether nothing was recorded in the whole span (the rate is 0 and stays so)."""
@@ -237,10 +259,11 @@ class QuotaManager:
                 self._sweep(now_ms)
             rate = self._rates[key] = Rate(config.window_size_ms, config.window_num)
         rate.record(size_bytes, now_ms)
+        window_ms = rate.window_ms(now_ms)
         observed = rate.measure(now_ms)
         if observed <= quota:
             return 0
-        throttle_ms = (observed - quota) / quota * rate.window_ms(now_ms)
+        throttle_ms = (observed - quota) / quota * window_ms
         return int(min(round(throttle_ms), config.span_ms))
 
     def _sweep(self, now_ms: float) -> None:
@@ -254,7 +277,12 @@ class QuotaManager:
 
 def _principal() -> str:
     identity = current_identity.get(None)
-    return _ANONYMOUS if identity is None else str(identity.principal)
+    return _ANONYMOUS if identity is None else _name(identity.principal)
+
+
+@functools.lru_cache(maxsize=4096)
+def _name(principal: Principal) -> str:
+    return str(principal)
 
 
 def _produce_bytes(request: Any) -> int:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from stratalog.server.security.quotas import QuotaConfig, QuotaManager, Rate
 from stratalog.server.settings import load_settings
@@ -44,6 +46,61 @@ def test_rate_reuses_its_samples_as_a_ring() -> None:
     # Three samples of 10 each are kept; they span 200 ms + the current one's 0 ms, padded to
     # two windows: 30 units over 0.2 s.
     assert rate.measure(900) == pytest.approx(30 / 0.2)
+
+
+class PlainRate:
+    """Kafka's SampledStat and Rate, written plainly: every measure sums the samples again.
+    As in Kafka, a measure resets the samples that expired (their start becomes now)."""
+
+    def __init__(self, window_ms: int, samples_max: int) -> None:
+        self.window_ms, self.samples_max = window_ms, samples_max
+        self.samples: list[list[float]] = []
+        self.current = 0
+
+    def record(self, value: float, now_ms: float) -> None:
+        if not self.samples:
+            self.samples.append([now_ms, 0.0])
+        if now_ms - self.samples[self.current][0] >= self.window_ms:
+            self.current = (self.current + 1) % self.samples_max
+            if self.current >= len(self.samples):
+                self.samples.append([now_ms, 0.0])
+            else:
+                self.samples[self.current] = [now_ms, 0.0]
+        self.samples[self.current][1] += value
+
+    def measure(self, now_ms: float) -> float:
+        for sample in self.samples:
+            if now_ms - sample[0] >= self.samples_max * self.window_ms:
+                sample[:] = [now_ms, 0.0]
+        elapsed = now_ms - min(s[0] for s in self.samples)
+        full = int(elapsed // self.window_ms)
+        if full < self.samples_max - 1:
+            elapsed += (self.samples_max - 1 - full) * self.window_ms
+        return sum(s[1] for s in self.samples) * 1000 / elapsed
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    steps=st.lists(st.tuples(st.integers(0, 700), st.integers(0, 10_000), st.booleans()),
+                   max_size=60),
+    samples_max=st.integers(2, 5),
+)
+def test_rate_equals_the_plain_computation(steps, samples_max) -> None:
+    """Random records and measures: the rate kept incrementally (running total, oldest start)
+    equals the one summed again from the samples each time."""
+    rate = Rate(window_ms=250, samples_max=samples_max)
+    plain = PlainRate(250, samples_max)
+    now = 0.0
+    recorded = False
+    for advance_ms, value, measure in steps:
+        now += advance_ms
+        if measure and recorded:
+            assert rate.measure(now) == pytest.approx(plain.measure(now))
+        else:
+            rate.record(value, now)
+            plain.record(value, now)
+            recorded = True
+        rate.check()
 
 
 def test_throttle_time_is_kafkas_formula() -> None:
