@@ -28,6 +28,15 @@ The transaction coordinator's settings are server settings named after Kafka's b
 with dots as underscores (``transaction_max_timeout_ms`` is ``transaction.max.timeout.ms``);
 Kafka's dotted names are accepted as keys too (a ``[transaction]`` table in the file, or
 ``--set transaction.max.timeout.ms=...``).
+The authorization and quota settings (docs/security.md) take Kafka's names as keys too
+(``super.users``, ``allow.everyone.if.no.acl.found``, ``quota.window.num``); ``super_users`` is
+semicolon-separated in the environment and flags, as Kafka's (a certificate's subject holds
+commas). Per-principal quotas are tables of the file only, never flattened (principal names hold
+dots)::
+
+    [quotas."User:alice"]
+    producer_byte_rate = 1048576
+
 Other ``STRATALOG_*`` variables are not settings and are ignored. Flags are ``--listen``,
 ``--log-dirs``, ``--max-request-bytes`` ... (one per setting, the name with dashes) and
 ``--set NAME=VALUE`` for any setting or ``log.*`` default.
