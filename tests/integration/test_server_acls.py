@@ -68,6 +68,17 @@ def outcome(call: Callable[[], Any]) -> StratalogError | Any:
         return from_rpc_error(err)
 
 
+def list_services(channel: grpc.Channel) -> list[str]:
+    """The services server reflection lists."""
+    from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+    stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+    answers = stub.ServerReflectionInfo(
+        iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=CALL_TIMEOUT_S
+    )
+    return [s.name for a in answers for s in a.list_services_response.service]
+
+
 def first_message(stub: broker_pb2_grpc.BrokerStub, request: pb.SubscribeRequest) -> Any:
     stream = stub.Subscribe(request, timeout=CALL_TIMEOUT_S)
     try:
@@ -169,6 +180,10 @@ def test_every_rpc_is_refused_without_its_acls_and_served_with_them(start_server
                 assert isinstance(result, NotAuthorizedError), (name, result)
                 assert result.code == grpc.StatusCode.PERMISSION_DENIED
                 assert result.operation and result.resource, name
+        # Server reflection needs DESCRIBE on the cluster.
+        reflection = outcome(lambda: list_services(channel))
+        assert isinstance(reflection, NotAuthorizedError)
+        assert reflection.resource == "Cluster:kafka-cluster"
     stopped(server)
 
     # 3. A super user grants ANONYMOUS exactly what the calls need (stratalog acls add).
@@ -197,6 +212,7 @@ def test_every_rpc_is_refused_without_its_acls_and_served_with_them(start_server
                 assert "retention.ms" in result.topics[0].configs
             if name == "DescribeTransaction":
                 assert [p.topic for p in result.partitions] == ["orders"]
+        assert "stratalog.v1.Broker" in list_services(channel)
     stopped(server)
 
 
