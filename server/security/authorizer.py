@@ -57,6 +57,7 @@ import asyncio
 import functools
 import inspect
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -103,6 +104,8 @@ _REFLECTION_PREFIXES = (
 
 # The cache key of authorize_by_resource_type's decisions (no resource name).
 _ANY_NAME = None
+# Denials logged per second at most (each is logged once, when first decided).
+_DENIALS_LOGGED_PER_S = 20
 
 
 class Authorizer:
@@ -139,6 +142,9 @@ class Authorizer:
         self._request_entries_max = request_entries_max
         self._executor = executor
         self._update_lock = asyncio.Lock()
+        self._denials_second = 0.0
+        self._denials_logged = 0
+        self._denials_unlogged = 0
 
     @property
     def acls(self) -> AclIndex:
@@ -170,9 +176,24 @@ class Authorizer:
             )
             self._remember(key, decision)
             if not decision:
-                logger.info("denied %s from %s: %s on %s", principal, identity.host,
-                            operation.name, resource_label(resource_type, name))
+                self._log_denial(principal, identity.host, operation, resource_type, name)
         return decision
+
+    def _log_denial(self, principal: Principal, host: str, operation: AclOperation,
+                    resource_type: ResourceType, name: str) -> None:
+        # At most _DENIALS_LOGGED_PER_S lines a second: a client asking for many names it may
+        # not use must not fill the server's log (the rest are counted in the next line).
+        now = time.monotonic()
+        if now - self._denials_second >= 1.0:
+            self._denials_second, self._denials_logged = now, 0
+        if self._denials_logged >= _DENIALS_LOGGED_PER_S:
+            self._denials_unlogged += 1
+            return
+        self._denials_logged += 1
+        unlogged, self._denials_unlogged = self._denials_unlogged, 0
+        logger.info("denied %s from %s: %s on %s%s", principal, host, operation.name,
+                    resource_label(resource_type, name),
+                    f" ({unlogged} more denials not logged)" if unlogged else "")
 
     def authorize_by_resource_type(
         self, identity: CallIdentity, operation: AclOperation, resource_type: ResourceType

@@ -331,6 +331,16 @@ async def test_concurrent_updates_are_serialised(tmp_path: Path) -> None:
     assert AclStore.open([tmp_path]).bindings == authorizer.acls.bindings
 
 
+def test_denials_are_logged_but_not_without_bound(tmp_path: Path, caplog) -> None:
+    authorizer = authorizer_with(tmp_path)
+    with caplog.at_level("INFO", logger="stratalog.server.security.authorizer"):
+        for index in range(100):
+            authorizer.authorize(ALICE, Op.READ, TOPIC, f"t{index}")
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines[0] == "denied User:alice from 10.0.0.1: READ on Topic:t0"
+    assert 1 <= len(lines) <= 40  # 20 a second; the test may straddle a second
+
+
 def test_peer_host() -> None:
     assert peer_host("ipv4:10.0.0.5:41234") == "10.0.0.5"
     assert peer_host("ipv6:[::1]:41234") == "::1"
