@@ -232,11 +232,13 @@ class Server:
             logger.error("reloading the quotas failed, the previous ones stay: %s", exc)
             return False
         config = QuotaConfig.of_settings(settings)
-        if config != self.quotas.config:
-            self.quotas.update(config)
-            logger.info("quotas reloaded: producer_byte_rate %d, consumer_byte_rate %d, "
-                        "%d principals with their own", config.producer_byte_rate,
-                        config.consumer_byte_rate, len(config.overrides))
+        if config == self.quotas.config:
+            logger.info("quotas reloaded: unchanged")
+            return True
+        self.quotas.update(config)
+        logger.info("quotas reloaded: producer_byte_rate %d, consumer_byte_rate %d, "
+                    "%d principals with their own", config.producer_byte_rate,
+                    config.consumer_byte_rate, len(config.overrides))
         return True
 
     def write_marker(

@@ -400,6 +400,21 @@ def test_kill_9_during_acl_updates_keeps_every_acknowledged_acl(start_server, tm
     assert created > 0
 
 
+def test_a_broken_acl_file_stops_the_start_naming_it(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "acls.json").write_text('{"version": 1, "acls": [{"torn')
+    result = subprocess.run(
+        [sys.executable, "-m", "stratalog.server", "--listen", "127.0.0.1:0", "--metrics-port",
+         "-1", "--log-dirs", str(data), *ACL_SERVER],
+        capture_output=True, timeout=120,
+    )
+    assert result.returncode == 1
+    assert f"ACL file {data / 'acls.json'} is not UTF-8 JSON" in result.stderr.decode()
+    # The log directory was closed cleanly on the way out.
+    assert (data / ".kafka_cleanshutdown").exists()
+
+
 # ------------------------------------------------------------------------ stratalog acls
 
 
