@@ -18,13 +18,16 @@ machine disturbs much less than wall-clock rates.
 The server shares the machine's cores with the client, as it would in a one-machine deployment.
 Figures depend on whether the C codec (stratalog.records.accel) is built: the header says.
 
-``--secured`` runs the same operations, in the same run and in turns with the plain server,
-against a second server with the authorizer on (``authorizer = "acl"``, one ACL: ALL on every
-topic for the caller, ``User:ANONYMOUS``) and byte-rate quotas set far above what the benchmark
-moves (so every answer is measured and none delayed): the cost of issue 13's authorization and
-quotas, printed as the secured / plain ratio of each figure.
+With ``--secure`` a second server runs beside the first with TLS and password authentication
+on (benchmarks/security_setup.py), and each run measures both, in alternating order, so that
+the machine's other load falls on both alike; a third table gives secure / plain per operation.
+``--acl`` turns the authorizer on in that second server, with one ACL (ALL on every topic for
+its caller) and byte-rate quotas it never reaches (every answer measured, none delayed): with
+``--secure`` the issue 13 goal's configuration (TLS + authentication + one ACL), without it the
+authorizer and quotas alone on a plaintext server.
 
-Run: ``.venv/bin/python -m benchmarks.bench_client [--records 1000000] [--runs 3] [--secured]``.
+Run: ``.venv/bin/python -m benchmarks.bench_client [--records 1000000] [--runs 3] [--secure]
+[--acl]``.
 """
 
 from __future__ import annotations
@@ -43,48 +46,27 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 from stratalog.client import Client, Consumer, Producer
 
 VALUE_SIZE_BYTES = 100
 SEND_MANY_CHUNK = 10_000
-#: Quotas no benchmark reaches (bytes per second): every answer is measured, none delayed.
-UNREACHED_BYTE_RATE = 10**12
-
-
-def secured_flags(data_dir: str) -> list[str]:
-    """Server flags for the authorizer with one ACL (written into ``data_dir`` now: ALL on every
-    topic for ``User:ANONYMOUS``, the principal of calls without credentials) and quotas far
-    above what a benchmark moves."""
-    from pathlib import Path
-
-    from stratalog.server.security.acl_store import AclStore
-    from stratalog.server.security.acls import (
-        AclBinding,
-        AclOperation,
-        AclPermissionType,
-        PatternType,
-        ResourceType,
-    )
-
-    AclStore.open([Path(data_dir)]).write([AclBinding(
-        ResourceType.TOPIC, "*", PatternType.LITERAL, "User:ANONYMOUS", "*", AclOperation.ALL,
-        AclPermissionType.ALLOW,
-    )])
-    return ["--authorizer", "acl",
-            "--quota-producer-byte-rate", str(UNREACHED_BYTE_RATE),
-            "--quota-consumer-byte-rate", str(UNREACHED_BYTE_RATE)]
 
 
 @contextlib.contextmanager
-def running_server(secured: bool = False) -> Iterator[str]:
-    """A stratalog server process on 127.0.0.1 with a free port (with ``secured``: see
-    :func:`secured_flags`); yields its target."""
+def running_server(*extra_flags: str, acl_principal: str | None = None) -> Iterator[str]:
+    """A stratalog server process on 127.0.0.1 with a free port; yields its target. With
+    ``acl_principal``: the authorizer on, one ACL for that principal, unreached quotas."""
     data_dir = tempfile.mkdtemp(prefix="stratalog-bench-")
-    extra = secured_flags(data_dir) if secured else []
+    if acl_principal is not None:
+        from benchmarks.security_setup import authorizer_flags
+
+        extra_flags += authorizer_flags(Path(data_dir), acl_principal)
     process = subprocess.Popen(
         [sys.executable, "-m", "stratalog.server", "--listen", "127.0.0.1:0",
-         "--log-dirs", data_dir, "--metrics-port", "0", "--logging-level", "WARNING", *extra],
+         "--log-dirs", data_dir, "--metrics-port", "0", "--logging-level", "WARNING",
+         *extra_flags],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -173,6 +155,7 @@ async def consume_batches(client: Client, topic: str, expected: int) -> tuple[fl
     return count / elapsed, cpu / count * 1e6
 
 
+_OPERATIONS = ("produce send()", "produce send_many()", "consume records", "consume batches")
 Figures = dict[str, list[tuple[float, float]]]
 
 
@@ -190,27 +173,35 @@ async def one_run(client: Client, values: list[bytes], run_index: int, figures: 
     await client.delete_topic(many)
 
 
-def _empty_figures() -> Figures:
-    return {"produce send()": [], "produce send_many()": [], "consume records": [],
-            "consume batches": []}
-
-
-async def run(targets: dict[str, str], records: int, runs: int) -> dict[str, Figures]:
-    """Every run on every server, the servers taking turns (their order rotating each run), so
-    that the machine's other load falls on them alike."""
+async def run(
+    targets: list[tuple[str, dict[str, object]]], records: int, runs: int
+) -> list[Figures]:
+    """Every run against every target (``(target, Client keyword arguments)``), the targets'
+    order rotating from run to run."""
     values = make_values(records)
-    figures = {name: _empty_figures() for name in targets}
-    clients = {name: Client(target) for name, target in targets.items()}
-    names = list(targets)
+    figures: list[Figures] = [{name: [] for name in _OPERATIONS} for _ in targets]
+    clients = [Client(target, **kwargs) for target, kwargs in targets]  # type: ignore[arg-type]
     try:
         for run_index in range(runs):
-            shift = run_index % len(names)
-            for name in names[shift:] + names[:shift]:
-                await one_run(clients[name], values, run_index, figures[name])
+            for turn in range(len(targets)):
+                index = (run_index + turn) % len(targets)
+                await one_run(clients[index], values, run_index, figures[index])
     finally:
-        for client in clients.values():
+        for client in clients:
             await client.close()
     return figures
+
+
+def print_table(title: str, figures: Figures) -> None:
+    print(f"## {title}")
+    print(f"{'operation':<22}{'median rec/s':>14}{'min':>12}{'max':>12}{'of goal':>9}"
+          f"{'client CPU us/rec':>19}")
+    for name, results in figures.items():
+        rates = [rate for rate, _ in results]
+        cpu_us = statistics.median(cpu for _, cpu in results)
+        print(f"{name:<22}{statistics.median(rates):>14,.0f}{min(rates):>12,.0f}"
+              f"{max(rates):>12,.0f}{statistics.median(rates) / 1_000_000:>9.0%}"
+              f"{cpu_us:>19.2f}")
 
 
 def codec_path() -> str:
@@ -225,8 +216,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--secured", action="store_true",
-                        help="also against a server with the authorizer (one ACL) and quotas")
+    parser.add_argument("--secure", action="store_true",
+                        help="also measure a TLS + password server in the same run")
+    parser.add_argument("--acl", action="store_true",
+                        help="the second server also has the authorizer on (one ACL) and"
+                             " unreached quotas; without --secure it is plaintext")
     args = parser.parse_args(argv)
     try:
         import uvloop
@@ -239,32 +233,35 @@ def main(argv: list[str] | None = None) -> None:
           f"median of {args.runs} runs")
     print(f"# python {platform.python_version()}, {os.cpu_count()} cores, {loop_name}, "
           f"record codec: {codec_path()}")
-    with contextlib.ExitStack() as stack:
-        targets = {"plain": stack.enter_context(running_server())}
-        if args.secured:
-            targets["secured"] = stack.enter_context(running_server(secured=True))
-        by_server = asyncio.run(run(targets, args.records, args.runs))
-    for server, figures in by_server.items():
-        if args.secured:
-            print(f"# {server} server"
-                  + (": authorizer on, one ACL, quotas not reached" if server == "secured"
-                     else ": authorizer none, no quotas"))
-        print(f"{'operation':<22}{'median rec/s':>14}{'min':>12}{'max':>12}{'of goal':>9}"
-              f"{'client CPU us/rec':>19}")
-        for name, results in figures.items():
-            rates = [rate for rate, _ in results]
-            cpu_us = statistics.median(cpu for _, cpu in results)
-            print(f"{name:<22}{statistics.median(rates):>14,.0f}{min(rates):>12,.0f}"
-                  f"{max(rates):>12,.0f}{statistics.median(rates) / 1_000_000:>9.0%}"
-                  f"{cpu_us:>19.2f}")
-    if args.secured:
-        print(f"{'secured / plain':<22}{'median rec/s':>14}   per run")
-        for name in by_server["plain"]:
-            plain = [rate for rate, _ in by_server["plain"][name]]
-            secured = [rate for rate, _ in by_server["secured"][name]]
-            ratios = ", ".join(f"{s / p:.2f}" for s, p in zip(secured, plain, strict=True))
-            print(f"{name:<22}{statistics.median(secured) / statistics.median(plain):>14.2f}"
-                  f"   {ratios}")
+    if not args.secure and not args.acl:
+        with running_server() as target:
+            (figures,) = asyncio.run(run([(target, {})], args.records, args.runs))
+        print_table("plaintext, no authentication", figures)
+        return
+    from benchmarks.security_setup import ANONYMOUS, USER, make_secure_setup
+
+    with tempfile.TemporaryDirectory(prefix="stratalog-bench-pki-") as pki_dir:
+        flags: tuple[str, ...] = ()
+        client_options: dict[str, object] = {}
+        title = "plaintext"
+        if args.secure:
+            setup = make_secure_setup(Path(pki_dir))
+            flags, title = setup.server_flags, "TLS + password authentication"
+            client_options = {"tls": setup.tls, "auth": setup.auth}
+        principal = None
+        if args.acl:
+            principal = f"User:{USER}" if args.secure else ANONYMOUS
+            title += " + authorizer (one ACL) + quotas (not reached)"
+        with running_server() as plain, running_server(*flags, acl_principal=principal) as secure:
+            plain_figures, secure_figures = asyncio.run(run(
+                [(plain, {}), (secure, client_options)], args.records, args.runs))
+    print_table("plaintext, no authentication", plain_figures)
+    print_table(title, secure_figures)
+    print("## secure / plain (median rec/s)")
+    for name in _OPERATIONS:
+        plain_rate = statistics.median(rate for rate, _ in plain_figures[name])
+        secure_rate = statistics.median(rate for rate, _ in secure_figures[name])
+        print(f"{name:<22}{secure_rate / plain_rate:>8.2f}")
 
 
 if __name__ == "__main__":

@@ -41,9 +41,9 @@ roll and one at the log end. Six opens, each the median of ``--runs``; MB/s = ``
   unclean, no snapshot   unclean open from a recovery point at the last segment's base (what a
                          LogManager checkpoints) with every ``.snapshot`` deleted: the last
                          segment recovered, producer state rebuilt from the log start
-  unclean, no producers  the same open of the partition without producer ids (which never has
-                         a snapshot): the last segment recovered, every segment's headers
-                         walked for producers (Kafka would start from its empty roll snapshots)
+  unclean, no producers  the same open of the partition without producer ids, whose rolls
+                         wrote empty snapshots (as Kafka's): the last segment recovered, and
+                         scanned for producers from the empty snapshot at its base
 
 Run: ``.venv/bin/python -m benchmarks.bench_recovery [--segments 10000] [--recovery-mib 1024]
 [--batch-kib 16 1] [--producer-mib 256] [--producers 1000] [--producer-batch-records 148 9]
@@ -246,6 +246,8 @@ def bench_producer_state(
     snapshots = {p.name: p.read_bytes() for p in sorted(directory.glob("*.snapshot"))}
     plain = root / "plain" / "bench-0"
     plain_bytes = build_producer_partition(plain, size_bytes, producers, batch_records, False)
+    assert last_segment_base(plain) > 0 and (plain / f"{last_segment_base(plain):020d}.snapshot"
+                                             ).stat().st_size == 10  # the roll's, empty
     cases = [
         ("with snapshot", directory, "intact", {"had_clean_shutdown": True}),
         ("snapshot missing", directory, "unreadable", {"had_clean_shutdown": True}),

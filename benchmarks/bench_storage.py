@@ -12,11 +12,19 @@ Method (one process, one core for the engine, the page cache warm as after a wri
   timestamp ``offset_for_timestamp(T)`` at uniformly random T within the log's time range
   open      close, then ``PartitionLog.open`` of the directory (lazy: only the active
             segment's indexes are touched), and the first read after it
+  roll      a new log without producers, ``--rolls`` times: one batch appended, then
+            ``PartitionLog.roll()`` timed (the old active segment's indexes trimmed, the new
+            segment's ``.log``, ``.index`` and ``.timeindex`` created, and whatever producer
+            snapshot the roll writes, not fsynced), then the flush the LogManager's
+            scheduler runs after a roll, ``flush(new base offset)``, timed apart (fsyncs of
+            the old segment's files, of the roll's snapshot if any, and of the directory);
+            median and mean of each
 
 Nothing is fsynced (the default flush.messages never triggers), as in Kafka where durability
 comes from replication and the OS flushes in the background.
 
-Run: ``.venv/bin/python -m benchmarks.bench_storage [--records 1000000] [--segments 55]``.
+Run: ``.venv/bin/python -m benchmarks.bench_storage [--records 1000000] [--segments 55]
+[--rolls 2000]``.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ import os
 import platform
 import random
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -68,6 +77,32 @@ class Stopwatch:
         return f"{wall:>12} {unit} wall  {cpu:>12} {unit} CPU"
 
 
+def bench_roll(
+    directory: Path, rolls: int, batch: bytes
+) -> tuple[list[float], list[float], list[float]]:
+    """(wall seconds, CPU seconds) of each of ``rolls`` rolls of a log without producers, each
+    after one append of ``batch`` (so that each roll leaves a non-empty segment behind), and
+    the wall seconds of the flush after each."""
+    log = PartitionLog.open(directory, {"segment.bytes": str(1 << 30)})
+    walls: list[float] = []
+    cpus: list[float] = []
+    flushes: list[float] = []
+    try:
+        for _ in range(rolls):
+            log.append(batch)
+            wall_start, cpu_start = time.perf_counter(), time.process_time()
+            log.roll()
+            cpus.append(time.process_time() - cpu_start)
+            walls.append(time.perf_counter() - wall_start)
+            wall_start = time.perf_counter()
+            log.flush(log.active_segment.base_offset)
+            flushes.append(time.perf_counter() - wall_start)
+        assert len(log.segments) == rolls + 1
+    finally:
+        log.close()
+    return walls, cpus, flushes
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=1_000_000)
@@ -76,6 +111,7 @@ def main() -> None:
     parser.add_argument("--lookups", type=int, default=20_000)
     parser.add_argument("--directory", type=Path, default=None)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--rolls", type=int, default=2000)
     args = parser.parse_args()
     rng = random.Random(args.seed)
 
@@ -139,6 +175,15 @@ def main() -> None:
         print(f"open                 {opened * 1e3:10.1f} ms for {len(log.segments)} segments "
               f"(first read after it {first_read * 1e3:.2f} ms)")
         log.close()
+
+        if args.rolls:
+            walls, cpus, flushes = bench_roll(root / "roll-0", args.rolls, batches[0])
+            print(f"roll (no producers)  {statistics.median(walls) * 1e6:10.0f} us wall "
+                  f"{statistics.median(cpus) * 1e6:10.0f} us CPU  (median; mean "
+                  f"{statistics.fmean(walls) * 1e6:.0f} us wall, "
+                  f"{statistics.fmean(cpus) * 1e6:.0f} us CPU; {args.rolls} rolls)")
+            print(f"flush after the roll {statistics.median(flushes) * 1e6:10.0f} us wall "
+                  f"{'':>21}  (median; mean {statistics.fmean(flushes) * 1e6:.0f} us)")
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

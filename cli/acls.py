@@ -28,7 +28,9 @@ mean "any"). With no resource, it refuses unless ``--all`` says to consider ever
 ``*`` and the prefixes). Patterns: ``literal`` (default) or ``prefixed`` for ``add``; also
 ``any`` and ``match`` for ``remove`` and ``list``.
 
-Exit codes are connection.py's: 0 done, 1 refused by the server (NOT_AUTHORIZED: the caller
+The connection's TLS and credential options are connection.py's (``--tls``, ``--ca-file``,
+``--user`` with ``--password-file``, ``--token-file`` ...): the caller's principal is the one the
+ACLs are checked for. Exit codes are connection.py's too: 0 done, 1 refused by the server (NOT_AUTHORIZED: the caller
 needs ALTER on the cluster to change ACLs, DESCRIBE to list them), 2 bad usage, 3 unreachable.
 """
 
@@ -39,7 +41,6 @@ import json
 from collections.abc import Iterable, Sequence
 from itertools import product
 
-from stratalog.client import Client
 from stratalog.client.acls import (
     CLUSTER_NAME,
     AclBinding,
@@ -50,7 +51,7 @@ from stratalog.client.acls import (
     ResourceType,
 )
 
-from .connection import EXIT_OK, add_target_argument, fail, run_client_command
+from .connection import EXIT_OK, add_target_argument, connect, fail, run_client_command
 
 __all__ = ["add_parser", "run"]
 
@@ -281,7 +282,7 @@ def run(args: argparse.Namespace) -> int:
         return fail(command, str(exc))
 
     async def body() -> int:
-        async with Client(args.target) as client:
+        async with connect(args) as client:
             if args.action == "add":
                 await client.create_acls(bindings)
                 if args.json:

@@ -22,10 +22,10 @@ import random
 import statistics
 import time
 
-from stratalog.client import Client, Consumer, FetchFormat, Producer
+from stratalog.client import Consumer, FetchFormat, Producer
 from stratalog.records import Compression
 
-from .connection import add_target_argument, fail, run_client_command
+from .connection import add_target_argument, connect, fail, run_client_command
 
 __all__ = ["add_parser", "run"]
 
@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
             "partitions": args.partitions, "compression": args.compression,
         }
         payload = os.urandom(args.record_size)
-        async with Client(args.target) as client:
+        async with connect(args) as client:
             created = False
             if args.topic is None or topic not in {t.name for t in await client.list_topics()}:
                 await client.create_topic(topic, args.partitions)

@@ -2,8 +2,22 @@
 
 Every subcommand that talks to a server takes ``--target HOST:PORT`` (default: the
 ``STRATALOG_TARGET`` environment variable, else ``127.0.0.1:50051``, where ``stratalog serve``
-listens by default) and runs one coroutine through :func:`run_client_command`, which maps errors
-to exit codes that scripts can rely on:
+listens by default) and the connection's security options, given before the subcommand
+(``stratalog --tls --ca-file ca.crt topics list``) or after it (``stratalog topics list --tls
+...``), each with an environment variable (stratalog.client.credentials)::
+
+    --tls                          STRATALOG_TLS            TLS with the system's roots
+    --ca-file PATH                 STRATALOG_TLS_CA_FILE    CA that signed the server (implies TLS)
+    --cert-file, --key-file PATH   STRATALOG_TLS_CERT_FILE, STRATALOG_TLS_KEY_FILE   mTLS
+    --server-name NAME             STRATALOG_TLS_SERVER_NAME  name to check the certificate for
+    --user NAME                    STRATALOG_USER           with --password-file
+    --password-file PATH           STRATALOG_PASSWORD_FILE  its first line is the password
+    --token-file PATH              STRATALOG_TOKEN_FILE     its first line is the token
+    --allow-plaintext-credentials  send the password or token without TLS (loopback, a proxy)
+
+Secrets are read from files only: a flag or a variable holding one shows in ``ps``. The
+subcommand runs one coroutine through :func:`run_client_command`, which maps errors to exit
+codes that scripts can rely on:
 
     0    success
     1    the server refused the request (unknown topic, offset out of range, invalid config, ...)
@@ -20,8 +34,11 @@ import argparse
 import asyncio
 import os
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
+from stratalog.client import Client
+from stratalog.client.credentials import TlsConfig, credentials_from
 from stratalog.client.errors import BrokerUnavailableError, RequestTimeoutError, StratalogError
 
 __all__ = [
@@ -31,7 +48,10 @@ __all__ = [
     "EXIT_REFUSED",
     "EXIT_UNAVAILABLE",
     "EXIT_USAGE",
+    "add_connection_arguments",
     "add_target_argument",
+    "connect",
+    "connection_options",
     "fail",
     "run_client_command",
 ]
@@ -45,12 +65,87 @@ EXIT_INTERRUPTED = 130
 
 
 def add_target_argument(parser: argparse.ArgumentParser) -> None:
+    """``--target`` and the security options, on a subcommand that talks to a server."""
     parser.add_argument(
         "--target",
         default=os.environ.get("STRATALOG_TARGET", DEFAULT_TARGET),
         metavar="HOST:PORT",
         help=f"the server to talk to (default: $STRATALOG_TARGET or {DEFAULT_TARGET})",
     )
+    add_connection_arguments(parser, global_options=False)
+
+
+def add_connection_arguments(
+    parser: argparse.ArgumentParser,
+    *,
+    global_options: bool,
+    environ: Mapping[str, str] | None = None,
+) -> None:
+    """The security options (module docstring). On the top-level parser (``global_options``)
+    they default to the environment; on a subcommand they default to nothing at all, so that
+    a value given before the subcommand is not overwritten by the subcommand's default."""
+    env = os.environ if environ is None else environ
+    group = parser.add_argument_group(
+        "connection security" + (" (also accepted after the subcommand)" if global_options
+                                 else " (also accepted before the subcommand)"))
+
+    def default(variable: str) -> Any:
+        return (env.get(variable) or None) if global_options else argparse.SUPPRESS
+
+    tls_default: Any = argparse.SUPPRESS
+    if global_options:
+        tls_default = env.get("STRATALOG_TLS", "").strip().lower() in ("1", "true", "yes", "on")
+    group.add_argument("--tls", action="store_true", default=tls_default,
+                       help="connect with TLS, trusting the system's CAs ($STRATALOG_TLS)")
+    group.add_argument("--ca-file", metavar="PATH", default=default("STRATALOG_TLS_CA_FILE"),
+                       help="PEM CA certificates that signed the server's certificate; implies"
+                            " --tls ($STRATALOG_TLS_CA_FILE)")
+    group.add_argument("--cert-file", metavar="PATH",
+                       default=default("STRATALOG_TLS_CERT_FILE"),
+                       help="PEM client certificate for mTLS ($STRATALOG_TLS_CERT_FILE)")
+    group.add_argument("--key-file", metavar="PATH", default=default("STRATALOG_TLS_KEY_FILE"),
+                       help="PEM key of --cert-file ($STRATALOG_TLS_KEY_FILE)")
+    group.add_argument("--server-name", metavar="NAME",
+                       default=default("STRATALOG_TLS_SERVER_NAME"),
+                       help="name to check the server's certificate against, when it is not"
+                            " the target's host ($STRATALOG_TLS_SERVER_NAME)")
+    group.add_argument("--user", metavar="NAME", default=default("STRATALOG_USER"),
+                       help="user to authenticate as, with --password-file ($STRATALOG_USER)")
+    group.add_argument("--password-file", metavar="PATH",
+                       default=default("STRATALOG_PASSWORD_FILE"),
+                       help="file whose first line is the password ($STRATALOG_PASSWORD_FILE)")
+    group.add_argument("--token-file", metavar="PATH", default=default("STRATALOG_TOKEN_FILE"),
+                       help="file whose first line is a token from `stratalog credentials add"
+                            " --token` ($STRATALOG_TOKEN_FILE)")
+    group.add_argument("--allow-plaintext-credentials", action="store_true",
+                       default=False if global_options else argparse.SUPPRESS,
+                       help="send the password or token even without TLS (only on loopback or"
+                            " behind a TLS-terminating proxy: anyone on the path can read it)")
+
+
+def connection_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``tls=`` and ``auth=`` for a Client, a Producer or a Consumer, from the options.
+
+    Raises:
+        ValueError: a file that cannot be read, or options that do not go together (the
+            command exits 2 with the message).
+    """
+    ca, cert, key = (getattr(args, n, None) for n in ("ca_file", "cert_file", "key_file"))
+    server_name = getattr(args, "server_name", None)
+    tls = None
+    if getattr(args, "tls", False) or ca or cert or key or server_name:
+        tls = TlsConfig.from_files(ca, cert, key, server_name)
+    auth = credentials_from(
+        getattr(args, "user", None), getattr(args, "password_file", None),
+        getattr(args, "token_file", None),
+        plaintext_allowed=getattr(args, "allow_plaintext_credentials", False),
+    )
+    return {"tls": tls, "auth": auth}
+
+
+def connect(args: argparse.Namespace) -> Client:
+    """A :class:`Client` to ``--target`` with the connection's security options."""
+    return Client(args.target, **connection_options(args))
 
 
 def fail(command: str, message: str, code: int = EXIT_USAGE) -> int:

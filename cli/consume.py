@@ -27,7 +27,7 @@ import sys
 
 from stratalog.client import Consumer, ConsumerRecord, IsolationLevel
 
-from .connection import add_target_argument, fail, run_client_command
+from .connection import add_target_argument, connection_options, fail, run_client_command
 from .timestamps import format_timestamp_ms, parse_timestamp_ms
 
 __all__ = ["add_parser", "run"]
@@ -115,6 +115,7 @@ def run(args: argparse.Namespace) -> int:
             args.target, args.topic, partitions=args.partitions, start=start,
             start_timestamp_ms=start_timestamp_ms, follow=args.follow,
             isolation_level=IsolationLevel[args.isolation_level.upper()],
+            **connection_options(args),
         ) as consumer:
             async for record in consumer:
                 if args.format == "json":

@@ -17,10 +17,22 @@ from collections.abc import Sequence
 
 from stratalog import __version__
 
-from . import acls, bench, consume, dump_log, offsets, produce, serve, topics
+from . import (
+    acls,
+    bench,
+    consume,
+    credentials,
+    dump_log,
+    offsets,
+    produce,
+    serve,
+    topics,
+    whoami,
+)
+from .connection import add_connection_arguments
 
 # Subcommand modules, in the order `stratalog --help` lists them.
-_COMMANDS = (serve, topics, produce, consume, offsets, acls, dump_log, bench)
+_COMMANDS = (serve, topics, produce, consume, offsets, acls, dump_log, bench, whoami, credentials)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="A partitioned-log storage server in Apache Kafka's on-disk format.",
     )
     parser.add_argument("--version", action="version", version=f"stratalog {__version__}")
+    # TLS and credentials for every subcommand that talks to a server (cli/connection.py).
+    add_connection_arguments(parser, global_options=True)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in _COMMANDS:
         module.add_parser(subparsers)

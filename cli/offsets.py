@@ -11,9 +11,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from stratalog.client import EARLIEST, LATEST, MAX_TIMESTAMP, Client
+from stratalog.client import EARLIEST, LATEST, MAX_TIMESTAMP
 
-from .connection import add_target_argument, fail, run_client_command
+from .connection import add_target_argument, connect, fail, run_client_command
 from .timestamps import format_timestamp_ms, parse_timestamp_ms
 
 __all__ = ["add_parser", "run"]
@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
         return fail("offsets", f"--time: {exc}")
 
     async def body() -> int:
-        async with Client(args.target) as client:
+        async with connect(args) as client:
             if args.partition is None:
                 partitions = range((await client.describe_topic(args.topic)).num_partitions)
             else:

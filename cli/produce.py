@@ -33,6 +33,7 @@ from .connection import (
     EXIT_INTERRUPTED,
     EXIT_REFUSED,
     add_target_argument,
+    connection_options,
     fail,
     run_client_command,
 )
@@ -147,6 +148,7 @@ def _producer(args: argparse.Namespace) -> Producer:
     return Producer(
         args.target, linger_ms=args.linger_ms, compression=args.compression,
         idempotent=not args.no_idempotence, transactional_id=args.transactional_id,
+        **connection_options(args),
     )
 
 

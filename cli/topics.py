@@ -11,9 +11,9 @@ import argparse
 import json
 import sys
 
-from stratalog.client import Client, TopicInfo
+from stratalog.client import TopicInfo
 
-from .connection import add_target_argument, fail, run_client_command
+from .connection import add_target_argument, connect, fail, run_client_command
 from .timestamps import format_timestamp_ms
 
 __all__ = ["add_parser", "run"]
@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
         return fail(command, "nothing to change: give --set NAME=VALUE or --delete NAME")
 
     async def body() -> int:
-        async with Client(args.target) as client:
+        async with connect(args) as client:
             if args.action == "create":
                 topic = await client.create_topic(args.name, args.partitions, configs)
             elif args.action == "alter":

@@ -6,6 +6,8 @@
   compresses, partitions like a Kafka producer (murmur2 for keys, sticky otherwise), retries
   retriable errors, and resolves a future per record with its (partition, offset). Idempotent
   by default (each record stored once, in order); with a ``transactional_id``, transactions.
+* :class:`TlsConfig` and :class:`Credentials`: TLS (and mTLS) towards the server, and a user
+  and password or a token sent with every call (``Client(target, tls=..., auth=...)``).
 * :class:`Consumer`: reads partitions from an offset, a timestamp, the beginning or the end,
   optionally following new records; per record or per batch; READ_COMMITTED or not.
 
@@ -34,6 +36,7 @@ from .acls import (
 )
 from .client import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_TIMEOUT_S, Client
 from .consumer import DEFAULT_FETCH_BYTES_MAX, Consumer, ConsumerClosedError
+from .credentials import Credentials, TlsConfig
 from .errors import (
     BrokerUnavailableError,
     DeliveryTimeoutError,
@@ -61,6 +64,7 @@ from .types import (
     AbortedTransaction,
     ConsumerRecord,
     FetchResult,
+    Identity,
     OffsetAndTimestamp,
     PartitionInfo,
     ProduceResult,
@@ -93,9 +97,11 @@ __all__ = [
     "Consumer",
     "ConsumerClosedError",
     "ConsumerRecord",
+    "Credentials",
     "DeliveryTimeoutError",
     "FetchFormat",
     "FetchResult",
+    "Identity",
     "IsolationLevel",
     "OffsetAndTimestamp",
     "OffsetOutOfRangeError",
@@ -115,6 +121,7 @@ __all__ = [
     "StickyPartitioner",
     "StratalogError",
     "SyncClient",
+    "TlsConfig",
     "TopicAlreadyExistsError",
     "TopicInfo",
     "TopicPartition",

@@ -28,9 +28,11 @@ from stratalog.v1 import broker_pb2, broker_pb2_grpc
 
 from . import wire
 from .acls import AclBinding, AclBindingFilter
+from .credentials import Credentials, TlsConfig, channel_security
 from .errors import BrokerUnavailableError, from_rpc_error
 from .types import (
     FetchResult,
+    Identity,
     OffsetAndTimestamp,
     ProduceResult,
     ProducerIdAndEpoch,
@@ -104,7 +106,13 @@ class Client:
         target: gRPC target, e.g. ``"127.0.0.1:50051"`` or ``"dns:///broker:50051"``.
         timeout_s: default deadline of each unary call in seconds; ``None`` for none.
         max_message_bytes: largest message sent or received.
-        credentials: ``grpc.ssl_channel_credentials(...)`` for TLS; ``None`` for plaintext.
+        credentials: raw ``grpc.ssl_channel_credentials(...)`` for TLS; ``None`` for plaintext
+            (or ``tls``).
+        tls: TLS towards the server (:class:`~stratalog.client.credentials.TlsConfig`): the CA
+            to trust and, for mTLS, the client certificate.
+        auth: a user and password or a token
+            (:class:`~stratalog.client.credentials.Credentials`), sent with every call; refused
+            without TLS unless the credentials allow plaintext.
         options: more gRPC channel arguments, e.g. ``[("grpc.keepalive_time_ms", 30000)]``.
     """
 
@@ -116,12 +124,17 @@ class Client:
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         credentials: grpc.ChannelCredentials | None = None,
         options: Sequence[tuple[str, Any]] = (),
+        tls: TlsConfig | None = None,
+        auth: Credentials | None = None,
     ) -> None:
         if not isinstance(target, str) or not target:
             raise TypeError("target must be a non-empty str such as '127.0.0.1:50051'")
         self._target = target
         self._timeout_s = check_timeout(timeout_s)
-        channel_args = channel_options(max_message_bytes, options)
+        credentials, tls_options, self._metadata = channel_security(
+            target, tls, auth, credentials
+        )
+        channel_args = channel_options(max_message_bytes, [*tls_options, *options])
         if credentials is None:
             self._channel = grpc.aio.insecure_channel(target, options=channel_args)
         else:
@@ -164,7 +177,7 @@ class Client:
 
     async def _call(self, method: Any, request: Any, timeout: float | None) -> Any:
         try:
-            return await method(request, timeout=timeout)
+            return await method(request, timeout=timeout, metadata=self._metadata)
         except grpc.aio.AioRpcError as err:
             raise from_rpc_error(err) from err
 
@@ -353,7 +366,7 @@ class Client:
     async def _stream(
         self, request: broker_pb2.SubscribeRequest, timeout: float | None, *, by_timestamp: bool
     ) -> AsyncIterator[FetchResult]:
-        call = self._stub.Subscribe(request, timeout=timeout)
+        call = self._stub.Subscribe(request, timeout=timeout, metadata=self._metadata)
         try:
             async for response in call:
                 log_throttle("subscription to", request.topic, request.partition,
@@ -446,6 +459,18 @@ class Client:
             self._stub.DescribeTransaction, request, self._deadline(timeout_s)
         )
         return wire.transaction_description(response)
+
+    # --- security --------------------------------------------------------------------------------
+
+    async def who_am_i(self, *, timeout_s: float | None = _UNSET) -> Identity:
+        """The principal the server authenticated this client as, how, and from which host.
+
+        Raises AuthenticationFailedError (wrong credentials).
+        """
+        response = await self._call(
+            self._stub.WhoAmI, broker_pb2.WhoAmIRequest(), self._deadline(timeout_s)
+        )
+        return Identity(response.principal, response.authenticated_by, response.host)
 
     # --- ACLs ------------------------------------------------------------------------------------
 

@@ -40,6 +40,7 @@ from stratalog.records import CorruptRecordError as RecordCorruptError
 
 from . import wire
 from .client import Client
+from .credentials import Credentials, TlsConfig, channel_security
 from .errors import OffsetOutOfRangeError, StratalogError
 from .fetched import ConsumedBatch, decode_fetched
 from .types import ConsumerRecord, FetchResult, OffsetAndTimestamp
@@ -72,6 +73,8 @@ class Consumer:
 
     Args:
         client: a :class:`Client`, or a target string (the Consumer owns and closes it).
+        tls, auth: TLS and credentials of the Client made from a target string (see
+            :class:`Client`).
         topic: the topic to read.
         partitions: which partitions (default: all of them).
         start: "earliest", "latest" or an offset, for every partition.
@@ -108,6 +111,8 @@ class Consumer:
         retry_backoff_max_ms: int = 2000,
         prefetch_batches: int = 4,
         verify_crc: bool = True,
+        tls: TlsConfig | None = None,
+        auth: Credentials | None = None,
     ) -> None:
         if not isinstance(client, Client | str):
             raise TypeError(f"client must be a Client or a target str, got {client!r}")
@@ -115,6 +120,11 @@ class Consumer:
         self._target = client if isinstance(client, str) else None
         self._client: Client = client if isinstance(client, Client) else None  # type: ignore[assignment]
         self._owns_client = isinstance(client, str)
+        if isinstance(client, Client) and (tls is not None or auth is not None):
+            raise TypeError("tls= and auth= are for a target string; a Client has its own")
+        self._tls, self._auth = tls, auth
+        if isinstance(client, str):
+            channel_security(client, tls, auth, None)  # refuses what the Client would, now
         self._topic = wire.check_topic(topic)
         if partitions is not None:
             if isinstance(partitions, str | bytes) or not isinstance(partitions, Sequence):
@@ -193,7 +203,7 @@ class Consumer:
         if self._started:
             return
         if self._client is None:
-            self._client = Client(self._target)  # type: ignore[arg-type]
+            self._client = Client(self._target, tls=self._tls, auth=self._auth)  # type: ignore[arg-type]
         info = await self._client.describe_topic(self._topic)
         if self._requested_partitions is None:
             partitions = [p.partition for p in info.partitions]

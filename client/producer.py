@@ -77,6 +77,7 @@ from .accumulator import (
     TopicState,
 )
 from .client import Client
+from .credentials import Credentials, TlsConfig, channel_security
 from .errors import StratalogError, TransactionAbortedError
 from .partitioner import partition_for_key
 from .producer_batch import ProducerBatch, RecordFuture, SendManyFuture, new_record_future
@@ -137,6 +138,8 @@ class Producer:
 
     Args:
         client: a :class:`Client`, or a target string (the Producer then owns and closes it).
+        tls, auth: TLS and credentials of the Client made from a target string (see
+            :class:`Client`).
         idempotent: stamp batches with a producer id and sequences so that the server stores
             each once and in order (see the module docstring). On by default, as in Kafka 3.
         transactional_id: send in transactions under this stable id (implies idempotent).
@@ -185,9 +188,15 @@ class Producer:
         buffer_bytes_max: int = DEFAULT_BUFFER_BYTES_MAX,
         flush: bool = False,
         rng: random.Random | None = None,
+        tls: TlsConfig | None = None,
+        auth: Credentials | None = None,
     ) -> None:
         if not isinstance(client, Client | str):
             raise TypeError(f"client must be a Client or a target str, got {client!r}")
+        if isinstance(client, Client) and (tls is not None or auth is not None):
+            raise TypeError("tls= and auth= are for a target string; a Client has its own")
+        if isinstance(client, str):
+            channel_security(client, tls, auth, None)  # refuses what the Client would, now
         if not isinstance(idempotent, bool):
             raise TypeError(f"idempotent must be a bool, got {type(idempotent).__name__}")
         if transactional_id is not None:
@@ -264,6 +273,8 @@ class Producer:
             max_block_ms=max_block_ms,
             flush=flush,
             rng=rng,
+            tls=tls,
+            auth=auth,
         )
         self._topic_locks: dict[str, asyncio.Lock] = {}
         self._txn_lock = asyncio.Lock()  # serialises the transaction calls

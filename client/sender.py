@@ -50,6 +50,7 @@ from stratalog.records import set_producer_state
 
 from .accumulator import PartitionQueue, ProducerClosedError, RecordAccumulator
 from .client import Client
+from .credentials import Credentials, TlsConfig
 from .errors import (
     DeliveryTimeoutError,
     StratalogError,
@@ -107,13 +108,17 @@ class Sender:
         max_block_ms: int,
         flush: bool,
         rng: random.Random,
+        tls: TlsConfig | None = None,
+        auth: Credentials | None = None,
     ) -> None:
-        """Arguments are checked by the Producer. Registers as ``accumulator.sender``."""
+        """Arguments are checked by the Producer. Registers as ``accumulator.sender``.
+        ``tls`` and ``auth`` are for the Client made from a target string."""
         self._accumulator = accumulator
         accumulator.sender = self
         # A target string becomes a Client on first use, inside the event loop that uses it.
         self._target = client if isinstance(client, str) else None
         self._client: Client = client if isinstance(client, Client) else None  # type: ignore[assignment]
+        self._tls, self._auth = tls, auth
         self._manager = manager
         self._transactional = manager is not None and manager.is_transactional
         self.max_in_flight = max_in_flight
@@ -136,7 +141,7 @@ class Sender:
     def client(self) -> Client:
         """The Client, made from the target on first use."""
         if self._client is None:
-            self._client = Client(self._target)  # type: ignore[arg-type]
+            self._client = Client(self._target, tls=self._tls, auth=self._auth)  # type: ignore[arg-type]
         return self._client
 
     async def describe_topic(self, topic: str) -> TopicInfo:

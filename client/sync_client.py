@@ -27,9 +27,11 @@ from .client import (
     check_timeout,
     log_throttle,
 )
+from .credentials import Credentials, TlsConfig, channel_security
 from .errors import BrokerUnavailableError, from_rpc_error
 from .types import (
     FetchResult,
+    Identity,
     OffsetAndTimestamp,
     ProduceResult,
     ProducerIdAndEpoch,
@@ -62,12 +64,17 @@ class SyncClient:
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         credentials: grpc.ChannelCredentials | None = None,
         options: Sequence[tuple[str, Any]] = (),
+        tls: TlsConfig | None = None,
+        auth: Credentials | None = None,
     ) -> None:
         if not isinstance(target, str) or not target:
             raise TypeError("target must be a non-empty str such as '127.0.0.1:50051'")
         self._target = target
         self._timeout_s = check_timeout(timeout_s)
-        channel_args = channel_options(max_message_bytes, options)
+        credentials, tls_options, self._metadata = channel_security(
+            target, tls, auth, credentials
+        )
+        channel_args = channel_options(max_message_bytes, [*tls_options, *options])
         if credentials is None:
             self._channel = grpc.insecure_channel(target, options=channel_args)
         else:
@@ -107,7 +114,7 @@ class SyncClient:
 
     def _call(self, method: Any, request: Any, timeout: float | None) -> Any:
         try:
-            return method(request, timeout=timeout)
+            return method(request, timeout=timeout, metadata=self._metadata)
         except grpc.RpcError as err:
             raise from_rpc_error(err) from err
 
@@ -267,7 +274,7 @@ class SyncClient:
     def _stream(
         self, request: broker_pb2.SubscribeRequest, timeout: float | None, *, by_timestamp: bool
     ) -> Iterator[FetchResult]:
-        call = self._stub.Subscribe(request, timeout=timeout)
+        call = self._stub.Subscribe(request, timeout=timeout, metadata=self._metadata)
         try:
             for response in call:
                 log_throttle("subscription to", request.topic, request.partition,
@@ -342,6 +349,15 @@ class SyncClient:
         request = wire.describe_transaction_request(transactional_id)
         response = self._call(self._stub.DescribeTransaction, request, self._deadline(timeout_s))
         return wire.transaction_description(response)
+
+    # --- security --------------------------------------------------------------------------------
+
+    def who_am_i(self, *, timeout_s: float | None = _UNSET) -> Identity:
+        """See :meth:`Client.who_am_i <stratalog.client.Client.who_am_i>`."""
+        response = self._call(
+            self._stub.WhoAmI, broker_pb2.WhoAmIRequest(), self._deadline(timeout_s)
+        )
+        return Identity(response.principal, response.authenticated_by, response.host)
 
     # --- ACLs ------------------------------------------------------------------------------------
 

@@ -169,6 +169,17 @@ class TransactionDescription:
     partitions: tuple[TopicPartition, ...] = ()
 
 
+class Identity(NamedTuple):
+    """Who the server believes the caller is (WhoAmI): ``principal`` such as ``"User:alice"``
+    or ``"User:CN=client-1,O=example"``; ``authenticated_by`` one of ``"none"`` (anonymous),
+    ``"tls"`` (a client certificate), ``"password"``, ``"token"``; ``host``, the client address
+    the server sees."""
+
+    principal: str
+    authenticated_by: str
+    host: str
+
+
 class AbortedTransaction(NamedTuple):
     """A transaction that was aborted: its producer and the first offset it wrote."""
 

@@ -15,6 +15,10 @@
 #     volume.
 #  6. container 2 on the same volume: healthy, every record still there (phase "restarted");
 #     stopped the same way, marker checked again.
+#  6b. container 3 with TLS and a credential file (certificates and credentials made on the host,
+#     mounted read-only): healthy over TLS; a client without credentials is refused
+#     (AUTHENTICATION_FAILED), a plaintext one cannot connect, one with the CA and a password
+#     gets in (stratalog whoami); stopped cleanly.
 #  7. deploy/compose.yaml as shipped (on free host ports): the server healthy, the example
 #     producer and consumer run to completion, compose stop exits 0 (STRATALOG_DOCKER_TEST_COMPOSE=0
 #     skips this; docker compose v2, else docker-compose, installed from Debian if missing).
@@ -265,7 +269,8 @@ print(*(s.getsockname()[1] for s in socks))
 EOF
 }
 
-start_container() {  # $1 = name suffix, $2 = volume, $3 = port, $4 = metrics port
+start_container() {  # $1 = name suffix, $2 = volume, $3 = port, $4 = metrics port, then more
+                    # `docker run` arguments
     local name=$run_id-$1 created started status
     containers+=("$name")
     created=$(now)
@@ -273,7 +278,7 @@ start_container() {  # $1 = name suffix, $2 = volume, $3 = port, $4 = metrics po
         --volume "$2:$data_dir" \
         --env STRATALOG_LISTEN="0.0.0.0:$3" --env STRATALOG_METRICS_PORT="$4" \
         --health-interval 1s --health-start-period 60s \
-        "$image" >/dev/null
+        "${@:5}" "$image" >/dev/null
     timings[create_$1]=$(since "$created")  # on vfs mostly the copy of the image's files
     started=$(now)
     while :; do
@@ -397,6 +402,55 @@ timings[tests_restarted]=$(since "$started")
 log "docker stop (SIGTERM) container 2"
 stop_container restarted
 check_volume restarted
+
+# ----------------------------------------------------------------------------- 6b. TLS + passwords
+
+log "container 3 with TLS and a credential file: refuses an unauthenticated client"
+tls_dir=$workdir/tls
+mkdir -p "$tls_dir"
+"$venv/bin/python" - "$tls_dir" <<'EOF'
+import sys
+from pathlib import Path
+
+from stratalog.server.security.credentials import CredentialFile
+from tests.conftest import make_test_pki
+
+directory = Path(sys.argv[1])
+make_test_pki(directory)
+CredentialFile().with_user("alice", "alice-secret").save(directory / "credentials.json")
+(directory / "password").write_text("alice-secret\n")
+EOF
+# The container's user (uid 10001) reads them; a test setup, not a way to keep real keys.
+chmod 0755 "$tls_dir" && chmod 0644 "$tls_dir"/*
+secure_volume=$run_id-secure
+docker volume create --label "$label=$run_id" "$secure_volume" >/dev/null
+volumes+=("$secure_volume")
+read -r port metrics_port < <(free_ports)
+start_container secure "$secure_volume" "$port" "$metrics_port" \
+    --volume "$tls_dir:/etc/stratalog/tls:ro" \
+    --env STRATALOG_TLS_CERT_FILE=/etc/stratalog/tls/server.crt \
+    --env STRATALOG_TLS_KEY_FILE=/etc/stratalog/tls/server.key \
+    --env STRATALOG_AUTHENTICATION_CREDENTIALS_FILE=/etc/stratalog/tls/credentials.json \
+    --env STRATALOG_HEALTHCHECK_CA_FILE=/etc/stratalog/tls/ca.crt
+cli=(env -u STRATALOG_TLS_CA_FILE -u STRATALOG_USER -u STRATALOG_PASSWORD_FILE
+     -u STRATALOG_TOKEN_FILE "$venv/bin/stratalog")
+target=(--target "127.0.0.1:$port")
+set +e
+refused=$("${cli[@]}" --ca-file "$tls_dir/ca.crt" topics list "${target[@]}" 2>&1); code=$?
+set -e
+echo "no credentials: exit $code: $refused"
+[[ $code == 1 && $refused == *AUTHENTICATION_FAILED* ]] \
+    || die "the secured container did not refuse an unauthenticated client"
+set +e
+"${cli[@]}" topics list "${target[@]}" >/dev/null 2>&1; code=$?
+set -e
+echo "plaintext: exit $code"
+[[ $code == 3 ]] || die "a plaintext client reached the TLS listener (exit $code)"
+me=$("${cli[@]}" --ca-file "$tls_dir/ca.crt" --user alice \
+     --password-file "$tls_dir/password" whoami "${target[@]}")
+echo "with a password: $me"
+[[ $me == "User:alice (password) from 127.0.0.1" ]] || die "stratalog whoami said: $me"
+stop_container secure
 
 # ----------------------------------------------------------------------------- 7. compose
 

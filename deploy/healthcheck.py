@@ -15,6 +15,13 @@ Which address to ask, first match wins:
 Flags given to ``stratalog serve`` on the command line are not visible here: configure the
 container through the environment (or a config file), or set ``STRATALOG_HEALTHCHECK_TARGET``.
 
+TLS (docs/security.md): when the server's settings name a certificate (``tls_cert_file``), the
+check connects with TLS, trusting ``$STRATALOG_HEALTHCHECK_CA_FILE``, else ``tls_ca_file``,
+else the server's own certificate file, and checks the name
+``$STRATALOG_HEALTHCHECK_SERVER_NAME`` (default ``localhost``: give the server's certificate
+that name). With ``tls_client_auth = required`` it presents the server's own certificate and
+key (which then need the clientAuth usage too). Health needs no credentials.
+
     python healthcheck.py [HOST:PORT] [--service NAME] [--timeout-s SECONDS]
 """
 
@@ -27,6 +34,8 @@ import sys
 __all__ = ["check", "default_target", "main"]
 
 TARGET_ENV_VAR = "STRATALOG_HEALTHCHECK_TARGET"
+CA_FILE_ENV_VAR = "STRATALOG_HEALTHCHECK_CA_FILE"
+SERVER_NAME_ENV_VAR = "STRATALOG_HEALTHCHECK_SERVER_NAME"
 #: Below Docker's default health-check timeout (30 s) and the image's (5 s).
 DEFAULT_TIMEOUT_S = 3.0
 _WILDCARDS = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}
@@ -44,7 +53,37 @@ def default_target() -> str:
     return f"[{host}]:{address.port}" if ":" in host else f"{host}:{address.port}"
 
 
-def check(target: str, service: str, timeout_s: float) -> str:
+def channel_security() -> tuple[object | None, list[tuple[str, str]]]:
+    """gRPC channel credentials and options for the server's own TLS settings (None: plaintext).
+
+    Raises:
+        ValueError: the settings do not load (SettingsError), or a file does not read.
+    """
+    from stratalog.server.settings import load_settings
+
+    settings = load_settings()
+    if not settings.tls_enabled:
+        return None, []
+    import grpc
+
+    def read(path: str) -> bytes:
+        try:
+            with open(path, "rb") as handle:
+                return handle.read()
+        except OSError as exc:
+            raise ValueError(f"cannot read {path}: {exc.strerror}") from None
+
+    ca = os.environ.get(CA_FILE_ENV_VAR) or settings.tls_ca_file or settings.tls_cert_file
+    key = cert = None
+    if settings.tls_client_auth == "required":
+        key, cert = read(settings.tls_key_file), read(settings.tls_cert_file)
+    credentials = grpc.ssl_channel_credentials(read(ca), key, cert)
+    name = os.environ.get(SERVER_NAME_ENV_VAR) or "localhost"
+    return credentials, [("grpc.ssl_target_name_override", name)]
+
+
+def check(target: str, service: str, timeout_s: float,
+          security: tuple[object | None, list[tuple[str, str]]] = (None, [])) -> str:
     """The serving status ``target`` reports for ``service`` (e.g. ``"SERVING"``).
 
     Raises:
@@ -54,7 +93,12 @@ def check(target: str, service: str, timeout_s: float) -> str:
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    with grpc.insecure_channel(target) as channel:
+    credentials, options = security
+    if credentials is None:
+        channel = grpc.insecure_channel(target)
+    else:
+        channel = grpc.secure_channel(target, credentials, options=options)  # type: ignore[arg-type]
+    with channel:
         stub = health_pb2_grpc.HealthStub(channel)
         response = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout_s)
     return health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
@@ -72,13 +116,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         target = args.target or default_target()
+        security = channel_security()
     except ValueError as exc:  # SettingsError: the same message the server would stop with
-        print(f"unhealthy: cannot tell where the server listens: {exc}")
+        print(f"unhealthy: cannot tell where and how the server listens: {exc}")
         return 1
     import grpc
 
     try:
-        status = check(target, args.service, args.timeout_s)
+        status = check(target, args.service, args.timeout_s, security)
     except grpc.RpcError as err:
         print(f"unhealthy: {target} {args.service}: {err.code().name} {err.details()}")
         return 1

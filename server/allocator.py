@@ -16,6 +16,16 @@ arena after a burst of large requests, instead of going back to the kernel at on
 
 Only glibc has ``mallopt`` with these parameters; elsewhere (musl, macOS, Windows) nothing is
 changed and the function says so. Call it once, at start-up, before serving.
+
+Giving memory back after a crowd leaves: freed blocks go back to malloc, not to the kernel. A
+thousand Subscribe streams that held messages and then ended left their memory resident, spread
+over the heaps of every thread that touched it (measured: 1,000 stalled subscribers, +150 MiB;
+after they cancelled still +150 MiB; after ``malloc_trim`` +37 MiB, in 20 ms).
+:func:`trim_heap` calls glibc's ``malloc_trim(0)``, which returns the free pages of every arena;
+:class:`TrimWatch` says when that is worth it: when what the server holds for something (the
+server watches its waiting RPCs and Subscribe messages) fell by ``min_fall_bytes`` since its
+peak, and while it goes on falling after that. A trim on every maintenance pass would hold each arena's lock for milliseconds every
+second, for nothing most of the time.
 """
 
 from __future__ import annotations
@@ -24,7 +34,7 @@ import ctypes
 import ctypes.util
 import logging
 
-__all__ = ["TRIM_TO_MMAP_THRESHOLD_RATIO", "tune_allocator"]
+__all__ = ["TRIM_TO_MMAP_THRESHOLD_RATIO", "TrimWatch", "trim_heap", "tune_allocator"]
 
 logger = logging.getLogger(__name__)
 
@@ -76,3 +86,66 @@ def tune_allocator(mmap_threshold_bytes: int) -> bool:
     else:
         logger.warning("glibc refused the malloc thresholds; left as they were")
     return applied
+
+
+def _glibc() -> ctypes.CDLL | None:
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None)
+        libc.gnu_get_libc_version  # noqa: B018  (glibc only: AttributeError elsewhere)
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
+def trim_heap() -> bool:
+    """Return malloc's free memory to the kernel (glibc's ``malloc_trim(0)``: every arena,
+    not only the top of the main heap); True if glibc released any.
+
+    Blocking, and it holds each arena's lock while it works on it (milliseconds per hundred MiB
+    released): call it in the thread pool, and rarely (see :class:`TrimWatch`). Does nothing
+    and returns False where the C library is not glibc.
+    """
+    libc = _glibc()
+    if libc is None:
+        return False
+    malloc_trim = libc.malloc_trim
+    malloc_trim.argtypes = [ctypes.c_size_t]
+    malloc_trim.restype = ctypes.c_int
+    return bool(malloc_trim(0))
+
+
+class TrimWatch:
+    """Says when a trim is due: what is watched fell by ``min_fall_bytes`` since its peak, or
+    is still falling after such a fall.
+
+    A crowd of streams does not end at one instant: a trim made while half of it is gone would
+    leave the other half's memory resident. So after a due trim every further fall (each call
+    that sees less than the last) is due too, until what is held stops falling.
+
+    Holds the peak since the last due trim, the last value seen and whether a fall is under
+    way. :meth:`trim_due` is O(1). Not thread-safe: one caller (the server's maintenance task).
+    """
+
+    def __init__(self, min_fall_bytes: int) -> None:
+        assert min_fall_bytes >= 1
+        self.min_fall_bytes = min_fall_bytes
+        self._peak_bytes = 0
+        self._last_bytes = 0
+        self._falling = False
+
+    def trim_due(self, held_bytes: int) -> bool:
+        """Record ``held_bytes`` (what is held now); True when a trim is due."""
+        last, self._last_bytes = self._last_bytes, held_bytes
+        if held_bytes >= last:
+            self._falling = False
+        elif self._falling:
+            self._peak_bytes = held_bytes
+            return True
+        if held_bytes > self._peak_bytes:
+            self._peak_bytes = held_bytes
+            return False
+        if self._peak_bytes - held_bytes < self.min_fall_bytes:
+            return False
+        self._peak_bytes = held_bytes
+        self._falling = True
+        return True

@@ -5,13 +5,15 @@ Life of a server process (``stratalog serve``)::
     open the LogManager (locks the log dirs, recovers after an unclean shutdown)
     open the TransactionCoordinator: replay __transaction_state, complete the commits and
         aborts a crash left half-written (their markers go to the LogManager's partitions)
+    load the TLS files and the credential file (server/security/), if configured
     with authorizer = "acl": read the ACL file (server/security/acl_store.py)
-    build grpc.aio server: the interceptors (authorization, then quotas), Broker +
-        grpc.health.v1 (SERVING) + reflection; bind; start
+    build grpc.aio server: the interceptors (authentication, then authorization and quotas),
+        Broker + grpc.health.v1 (SERVING) + reflection; bind (TLS when configured); start
     print "stratalog: listening on HOST:PORT" (the bound port when asked for port 0)
     start the Prometheus endpoint and the maintenance task
-    ... serve until SIGTERM or SIGINT; SIGHUP reads the settings again and applies the
-        quotas (server/security/quotas.py) ...
+    ... serve until SIGTERM or SIGINT; SIGHUP reloads the TLS files and the credential
+        file (new connections and calls use them; open connections keep working), and reads
+        the settings again for the byte-rate quotas (server/security/quotas.py) ...
     health NOT_SERVING; long polls answer, Subscribe streams end (SHUTTING_DOWN)
     grpc stop(grace): no new RPCs; in-flight ones get shutdown_grace_ms, then are cancelled
     stop the maintenance task (a pass under way finishes)
@@ -39,9 +41,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
+import os
 import signal
+import ssl
 import sys
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, TextIO
 
@@ -50,15 +56,20 @@ import grpc.aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from stratalog.server.allocator import tune_allocator
+from stratalog.server.allocator import TrimWatch, trim_heap, tune_allocator
+from stratalog.server.client_limits import WAITING_RPC_BYTES_ESTIMATE, ClientLimits
 from stratalog.server.decoding import add_broker_service
 from stratalog.server.metrics import MetricsEndpoint, ServerMetrics
 from stratalog.server.security.acl_store import AclStore
+from stratalog.server.security.authentication import AuthenticationInterceptor, Authenticator
 from stratalog.server.security.authorizer import AuthorizationInterceptor, Authorizer
+from stratalog.server.security.credentials import CredentialFile
 from stratalog.server.security.errors import SecurityConfigError
 from stratalog.server.security.quotas import QuotaConfig, QuotaInterceptor, QuotaManager
+from stratalog.server.security.tls import ServerTls, TlsFiles
 from stratalog.server.service import BrokerService
 from stratalog.server.settings import Settings, SettingsError, configure_logging, describe
+from stratalog.server.subscribe_budget import MESSAGE_COPIES_HELD, SubscribeBudget
 from stratalog.v1 import broker_pb2
 
 if TYPE_CHECKING:
@@ -68,6 +79,11 @@ if TYPE_CHECKING:
 __all__ = ["SERVICE_NAME", "Server", "StartupError", "main", "run"]
 
 logger = logging.getLogger(__name__)
+
+#: When the memory held for waiting RPCs and Subscribe messages fell this much below its peak,
+#: the maintenance task gives the C allocator's free memory back (allocator.trim_heap): e.g.
+#: after 1,000 stalled subscribers went away, about 110 MiB.
+TRIM_AFTER_FALL_BYTES = 32 * 1024 * 1024
 
 #: The Broker service's full name, as health checks and reflection know it.
 SERVICE_NAME = broker_pb2.DESCRIPTOR.services_by_name["Broker"].full_name
@@ -108,6 +124,15 @@ class Server:
         self._service: BrokerService | None = None
         self._endpoint = MetricsEndpoint(self.metrics)
         self._maintenance: asyncio.Task[None] | None = None
+        # Security (server/security/): from _load_security() until the process ends.
+        self._tls: ServerTls | None = None
+        self._authenticator: Authenticator | None = None
+        self._auth_executor = ThreadPoolExecutor(
+            max_workers=settings.authentication_threads, thread_name_prefix="stratalog-auth"
+        )
+        self._limits: ClientLimits | None = None
+        self._subscribe_budget: SubscribeBudget | None = None
+        self._trim_watch = TrimWatch(TRIM_AFTER_FALL_BYTES)
         # Authorization and quotas (server/security/): from start() until the process ends.
         self.authorizer: Authorizer | None = None
         self.quotas = QuotaManager(QuotaConfig.of_settings(settings))
@@ -125,13 +150,25 @@ class Server:
 
         settings = self.settings
         loop = self._loop = asyncio.get_running_loop()
+        open_files_limit = _raise_open_files_limit()
+        try:
+            # Before the logs: a bad certificate must not cost a recovery pass first.
+            await loop.run_in_executor(self._executor, self._load_security)
+        except SecurityConfigError as exc:
+            self._executor.shutdown(wait=False)
+            self._auth_executor.shutdown(wait=False)
+            raise StartupError(str(exc)) from exc
         try:
             self.log_manager = await loop.run_in_executor(
                 self._executor,
-                lambda: LogManager.open(settings.log_dirs, defaults=settings.log_defaults),
+                lambda: LogManager.open(
+                    settings.log_dirs, defaults=settings.log_defaults,
+                    open_files_limit=open_files_limit,
+                ),
             )
         except Exception as exc:
             self._executor.shutdown(wait=False)
+            self._auth_executor.shutdown(wait=False)
             raise StartupError(f"cannot open the log directories {list(settings.log_dirs)}: "
                                f"{exc}") from exc
         try:
@@ -181,14 +218,26 @@ class Server:
                 # Without this, a second server could bind the same port and steal half the
                 # connections; a port in use must fail the start.
                 ("grpc.so_reuseport", 0),
+                *client_limit_options(settings),
             ],
             maximum_concurrent_rpcs=settings.max_concurrent_rpcs,
             interceptors=self._interceptors(),
         )
         assert self.coordinator is not None
+        limits = self._limits = ClientLimits(
+            settings.waiting_rpcs_per_connection_max,
+            settings.waiting_rpcs_per_client_max,
+            settings.waiting_rpcs_max,
+            self.metrics,
+        )
+        budget = self._subscribe_budget = SubscribeBudget(
+            settings.subscribe_buffer_bytes_total, settings.subscribe_buffer_bytes
+        )
+        # Read by the scrape thread: one int, read whole.
+        self.metrics.subscribe_buffer_bytes.set_function(lambda: budget.in_use_bytes)
         self._service = BrokerService(
             self.log_manager, settings, self.metrics, self._executor, coordinator=self.coordinator,
-            authorizer=self.authorizer,
+            limits=limits, subscribe_budget=budget, authorizer=self.authorizer,
         )
         add_broker_service(self._service, self._grpc)
         self._health = health.aio.HealthServicer()
@@ -197,15 +246,25 @@ class Server:
             (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self._grpc
         )
         try:
-            self.port = self._grpc.add_insecure_port(str(address))
+            if self._tls is not None:
+                self.port = self._grpc.add_secure_port(str(address), self._tls.grpc_credentials())
+            else:
+                self.port = self._grpc.add_insecure_port(str(address))
         except RuntimeError as exc:
-            raise StartupError(f"cannot listen on {address}: {exc}") from exc
+            # gRPC says "Failed to bind" for any failure to make the socket, a process out of
+            # descriptors included: say so when that is the cause.
+            raise StartupError(
+                f"cannot listen on {address}: {_out_of_descriptors() or exc}"
+            ) from exc
         await self._grpc.start()
         for service in ("", SERVICE_NAME):
             await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
         if settings.metrics_port >= 0:
             try:
-                self.metrics_port = self._endpoint.start(address.host, settings.metrics_port)
+                self.metrics_port = self._endpoint.start(
+                    address.host, settings.metrics_port,
+                    None if self._tls is None else _context_source(self._tls),
+                )
             except OSError as exc:
                 raise StartupError(
                     f"cannot serve metrics on {address.host}:{settings.metrics_port}: {exc}"
@@ -213,13 +272,75 @@ class Server:
         self._refresh_log_metrics()
         self._maintenance = asyncio.create_task(self._maintain(), name="stratalog-maintenance")
 
+    # ---------------------------------------------------------------- security
+
+    def _load_security(self) -> None:
+        """Load the TLS files and the credential file (blocking). Raises SecurityConfigError."""
+        settings = self.settings
+        if settings.tls_enabled:
+            self._tls = ServerTls(TlsFiles(
+                settings.tls_cert_file, settings.tls_key_file, settings.tls_ca_file,
+                settings.tls_client_auth,
+            ))
+        credentials = None
+        if settings.authentication_credentials_file:
+            credentials = CredentialFile.load(settings.authentication_credentials_file)
+        self._authenticator = Authenticator(
+            credentials,
+            anonymous_allowed=settings.anonymous_allowed,
+            executor=self._auth_executor,
+            cache_entries_max=settings.authentication_cache_entries_max,
+        )
+
     def _interceptors(self) -> list[grpc.aio.ServerInterceptor]:
         """The server interceptors in call order (server/security/__init__.py's table)."""
-        interceptors: list[grpc.aio.ServerInterceptor] = []
+        assert self._authenticator is not None
+        interceptors: list[grpc.aio.ServerInterceptor] = [
+            AuthenticationInterceptor(
+                self._authenticator,
+                client_certificates=self.settings.tls_client_auth == "required",
+                reflection_open=self.settings.reflection_open,
+            ),
+        ]
         if self.authorizer is not None:
-            interceptors.append(AuthorizationInterceptor(self.authorizer))
+            interceptors.append(AuthorizationInterceptor(
+                self.authorizer, reflection_open=self.settings.reflection_open
+            ))
         interceptors.append(QuotaInterceptor(self.quotas, self.settings.fetch_max_bytes_default))
         return interceptors
+
+    async def reload(self) -> bool:
+        """SIGHUP: :meth:`reload_security`, then :meth:`reload_quotas`; True if both did."""
+        security = await self.reload_security()
+        quotas = await self.reload_quotas()
+        return security and quotas
+
+    async def reload_security(self) -> bool:
+        """SIGHUP: read the TLS files and the credential file again; whatever fails to load
+        keeps its previous version, and the error is logged. True if everything reloaded."""
+        loop = asyncio.get_running_loop()
+        settings, ok = self.settings, True
+        if self._tls is not None:
+            try:
+                await loop.run_in_executor(self._auth_executor, self._tls.reload)
+                logger.info("reloaded the TLS certificate %s", settings.tls_cert_file)
+            except SecurityConfigError as exc:
+                ok = False
+                logger.error("TLS reload failed, the previous certificate stays: %s", exc)
+        path = settings.authentication_credentials_file
+        if path and self._authenticator is not None:
+            try:
+                credentials = await loop.run_in_executor(
+                    self._auth_executor, CredentialFile.load, path
+                )
+            except SecurityConfigError as exc:
+                ok = False
+                logger.error("credential file reload failed, the previous one stays: %s", exc)
+            else:
+                self._authenticator.replace_credentials(credentials)
+                logger.info("reloaded the credential file %s: %d users, %d tokens",
+                            path, len(credentials.users), len(credentials.tokens))
+        return ok
 
     async def reload_quotas(self) -> bool:
         """SIGHUP: read the settings again (file, environment, flags) and apply their quotas.
@@ -273,6 +394,23 @@ class Server:
         with contextlib.suppress(RuntimeError):
             loop.call_soon_threadsafe(service.wake_readers, topic, partition)
 
+    def held_for_waiting_rpcs_bytes(self) -> int:
+        """An estimate of the memory held for Subscribe streams and long polls: their idle
+        cost each, and the Subscribe messages in flight as gRPC holds them. Event-loop only."""
+        limits, budget = self._limits, self._subscribe_budget
+        if limits is None or budget is None:
+            return 0
+        return (limits.total * WAITING_RPC_BYTES_ESTIMATE
+                + budget.in_use_bytes * MESSAGE_COPIES_HELD)
+
+    async def _maybe_trim_heap(self) -> None:
+        """Give freed memory back to the kernel once many waiting RPCs went away (their
+        messages and call state, freed, would otherwise stay resident: allocator.py)."""
+        if self._trim_watch.trim_due(self.held_for_waiting_rpcs_bytes()):
+            loop = asyncio.get_running_loop()
+            released = await loop.run_in_executor(self._executor, trim_heap)
+            logger.debug("waiting RPCs went away: heap trimmed (released: %s)", released)
+
     def _refresh_log_metrics(self) -> None:
         assert self.log_manager is not None
         self.metrics.update_logs(self.log_manager.list_topics())
@@ -291,6 +429,7 @@ class Server:
                 report = await loop.run_in_executor(self._executor, log_manager.run_maintenance)
                 logger.debug("maintenance pass: %s", report)
                 await loop.run_in_executor(self._executor, self._refresh_log_metrics)
+                await self._maybe_trim_heap()
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -349,6 +488,61 @@ class Server:
         finally:
             self.log_manager = None
             self._executor.shutdown(wait=True)
+            self._auth_executor.shutdown(wait=True)
+
+
+def _context_source(tls: ServerTls) -> Callable[[], ssl.SSLContext]:
+    return lambda: tls.ssl_context
+
+
+def _raise_open_files_limit() -> int:
+    """Raise the soft RLIMIT_NOFILE to the hard limit (the storage budgets descriptors
+    within it: server/storage/descriptor_budget.py), log both; returns the limit in force."""
+    from stratalog.server.storage.descriptor_budget import raise_open_files_limit
+
+    before, after = raise_open_files_limit()
+    if after != before:
+        logger.info("open files limit (RLIMIT_NOFILE) raised from %d to %d, the hard limit",
+                    before, after)
+    else:
+        logger.info("open files limit (RLIMIT_NOFILE) %d", after)
+    return after
+
+
+def _out_of_descriptors() -> str | None:
+    """"Too many open files ..." when the process has no descriptor left (EMFILE), else None."""
+    from stratalog.server.storage.descriptor_budget import read_open_files_limit
+
+    try:
+        fd = os.open(os.devnull, os.O_RDONLY)
+    except OSError as exc:
+        if exc.errno not in (errno.EMFILE, errno.ENFILE):
+            return None
+        return (
+            f"Too many open files: the process holds all {read_open_files_limit()[0]:,} "
+            "descriptors of its RLIMIT_NOFILE; raise it with ulimit -n, or serve fewer "
+            "partitions (see log.descriptors.reserved in docs/configuration.md)"
+        )
+    os.close(fd)
+    return None
+
+
+def client_limit_options(settings: Settings) -> list[tuple[str, int]]:
+    """gRPC core's part of the per-client limits (server/client_limits.py has the rest): how
+    many connections there may be, and when an idle one closes.
+
+    gRPC shows a Python server no connections, so these are the limits on them there are: the
+    server's connections in all (Kafka's ``max.connections``; a connection beyond it is closed
+    as it comes), not per host. HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS
+    (``grpc.max_concurrent_streams``) is left unlimited on purpose: at its cap gRPC resets
+    streams that race with ones just ended (REFUSED_STREAM, which reaches the client as
+    UNAVAILABLE instead of waiting), and a client opens a second connection anyway; the waiting
+    RPC limits are what holds a client back.
+    """
+    return [
+        ("grpc.max_allowed_incoming_connections", settings.max_connections),
+        ("grpc.max_connection_idle_ms", settings.connections_max_idle_ms),
+    ]
 
 
 def transaction_config(settings: Settings) -> TransactionConfig:
@@ -371,8 +565,8 @@ def _install_signal_handlers(stop: asyncio.Event, server: Server) -> None:
     reloads: set[asyncio.Task[bool]] = set()
 
     def on_hangup() -> None:
-        logger.info("SIGHUP: reloading the quotas")
-        task = loop.create_task(server.reload_quotas(), name="stratalog-reload-quotas")
+        logger.info("SIGHUP: reloading the TLS files, the credential file and the quotas")
+        task = loop.create_task(server.reload(), name="stratalog-reload")
         reloads.add(task)  # a reference until done: the loop keeps only weak ones
         task.add_done_callback(reloads.discard)
 
@@ -402,7 +596,8 @@ async def main(settings: Settings, out: TextIO = sys.stdout) -> int:
     host = settings.listen_address.host
     print(f"stratalog: listening on {host}:{server.port}", file=out, flush=True)
     if server.metrics_port is not None:
-        print(f"stratalog: metrics on http://{host}:{server.metrics_port}/metrics",
+        scheme = "https" if settings.tls_enabled else "http"
+        print(f"stratalog: metrics on {scheme}://{host}:{server.metrics_port}/metrics",
               file=out, flush=True)
     logger.info("serving %s on %s:%s", SERVICE_NAME, host, server.port)
     await stop.wait()

@@ -174,12 +174,24 @@ def _parse_whole(data: bytes) -> ProduceRequestView:
     return ProduceRequestView.of_message(broker_pb2.ProduceRequest.FromString(data))
 
 
+def _bytes_or(serialize: Callable[[Any], bytes]) -> Callable[[Any], bytes]:
+    """A response serializer that sends ``bytes`` as they are (a message the servicer
+    serialized itself) and serializes anything else with ``serialize``."""
+
+    def serialize_unless_bytes(message: Any) -> bytes:
+        return message if type(message) is bytes else serialize(message)
+
+    return serialize_unless_bytes
+
+
 def add_broker_service(servicer: Any, server: grpc.aio.Server) -> None:
     """Register ``servicer``'s methods as the Broker service on ``server``.
 
-    What ``broker_pb2_grpc.add_BrokerServicer_to_server`` does, with two differences: Produce's
-    requests are parsed by :func:`parse_produce_request`, and every request that does not parse
-    reaches the servicer as an :class:`UndecodableRequest`. The handlers come from the service's
+    What ``broker_pb2_grpc.add_BrokerServicer_to_server`` does, with three differences:
+    Produce's requests are parsed by :func:`parse_produce_request`, every request that does not
+    parse reaches the servicer as an :class:`UndecodableRequest`, and a streaming method may
+    write a message it serialized itself (``bytes``): Subscribe does, so that it holds only
+    the serialized message while gRPC's flow control waits for the client. The handlers come from the service's
     descriptor, so a method added to broker.proto is registered without a change here.
     """
     service = broker_pb2.DESCRIPTOR.services_by_name["Broker"]
@@ -192,10 +204,13 @@ def add_broker_service(servicer: Any, server: grpc.aio.Server) -> None:
         handler = (grpc.unary_stream_rpc_method_handler if method.server_streaming
                    else grpc.unary_unary_rpc_method_handler)
         parse = parse_produce_request if method.name == "Produce" else request_class.FromString
+        serialize = response_class.SerializeToString
+        if method.server_streaming:
+            serialize = _bytes_or(serialize)
         handlers[method.name] = handler(
             getattr(servicer, method.name),
             request_deserializer=_undecodable_as_value(parse, method.input_type.full_name),
-            response_serializer=response_class.SerializeToString,
+            response_serializer=serialize,
         )
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler(service.full_name, handlers),)

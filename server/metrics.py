@@ -11,6 +11,14 @@ What an operator watches, in Prometheus's text format at ``http://HOST:metrics_p
                                                whole life is not a latency: it is not observed)
     stratalog_requests_total{rpc,code}         RPCs finished, by gRPC status code name
     stratalog_subscribers                      Subscribe streams open now
+    stratalog_waiting_rpcs{kind}               RPCs admitted by the per-client limits and
+                                               holding a slot: kind "subscribe" (streams, for
+                                               their life) or "long_poll" (while waiting)
+    stratalog_waiting_rpcs_refused_total{limit}  waiting RPCs refused, by the setting whose
+                                               limit was reached (never by client: a label
+                                               per principal would grow without bound)
+    stratalog_subscribe_buffer_bytes           bytes of Subscribe messages read and not yet
+                                               taken by gRPC's flow control (the budget's use)
     stratalog_log_size_bytes{topic,partition}  bytes of the partition's .log files
     stratalog_log_segments{topic,partition}    segment count
     stratalog_log_start_offset{topic,partition}, stratalog_log_end_offset{topic,partition}
@@ -30,16 +38,22 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import logging
+import socket
+import ssl
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
+from wsgiref.simple_server import WSGIRequestHandler
 
 from prometheus_client import (
     CollectorRegistry,
+    Counter,
     Gauge,
     ProcessCollector,
     generate_latest,
+    make_wsgi_app,
     start_http_server,
 )
 from prometheus_client.core import (
@@ -48,6 +62,7 @@ from prometheus_client.core import (
     HistogramMetricFamily,
     Metric,
 )
+from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
@@ -222,7 +237,9 @@ class ServerMetrics:
     """The metrics of one server, in a registry of their own.
 
     Holds the registry, the :class:`TrafficCollector` (traffic counters and the request
-    histogram), the ``subscribers`` gauge, the :class:`LogSnapshotCollector` and the process
+    histogram), the ``subscribers`` gauge, the per-client limits' ``waiting_rpcs`` gauge and
+    ``waiting_rpcs_refused`` counter, the ``subscribe_buffer_bytes`` gauge (bound to the
+    servicer's budget by the server), the :class:`LogSnapshotCollector` and the process
     collector.
 
     Concurrency: every method may be called from any thread (the traffic collector and the
@@ -236,6 +253,22 @@ class ServerMetrics:
         r.register(self.traffic)
         self.subscribers = Gauge(
             "stratalog_subscribers", "Subscribe streams open now", registry=r
+        )
+        # Labels from fixed sets only (kinds, setting names): never a client's name.
+        self.waiting_rpcs = Gauge(
+            "stratalog_waiting_rpcs",
+            "Subscribe streams and waiting long polls admitted by the per-client limits",
+            labelnames=("kind",), registry=r,
+        )
+        self.waiting_rpcs_refused = Counter(
+            "stratalog_waiting_rpcs_refused",
+            "Subscribe streams and long polls refused, by the limit reached",
+            labelnames=("limit",), registry=r,
+        )
+        self.subscribe_buffer_bytes = Gauge(
+            "stratalog_subscribe_buffer_bytes",
+            "Bytes of Subscribe messages read and not yet taken by gRPC flow control",
+            registry=r,
         )
         self.logs = LogSnapshotCollector()
         r.register(self.logs)
@@ -265,11 +298,51 @@ class ServerMetrics:
         return generate_latest(self.registry)
 
 
-class MetricsEndpoint:
-    """The HTTP server of ``/metrics`` on a daemon thread (prometheus-client's WSGI server).
+#: A TLS client of the metrics endpoint must finish its handshake within this time, or its
+#: connection is closed (the handshake runs on the connection's own thread).
+METRICS_TLS_HANDSHAKE_TIMEOUT_S = 10.0
 
-    Holds the listening socket from :meth:`start` until :meth:`close`. Blocking calls; the
-    server calls them outside the event loop's hot path (once at start and stop).
+_logger = logging.getLogger(__name__)
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """Scrapes are not logged (one line per scrape would drown the server's log)."""
+
+
+class _TlsWSGIServer(ThreadingWSGIServer):
+    """prometheus-client's threading WSGI server, each accepted socket wrapped in TLS with the
+    context :attr:`ssl_context_source` gives at that moment: a reloaded certificate serves the
+    next connection, open ones keep theirs."""
+
+    ssl_context_source: Callable[[], ssl.SSLContext]
+
+    def get_request(self) -> tuple[Any, Any]:
+        sock, address = self.socket.accept()
+        # The handshake waits for the connection's thread (finish_request): a client that
+        # never sends its hello must not stall the accept loop.
+        return (self.ssl_context_source().wrap_socket(
+            sock, server_side=True, do_handshake_on_connect=False), address)
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        request.settimeout(METRICS_TLS_HANDSHAKE_TIMEOUT_S)
+        request.do_handshake()
+        request.settimeout(None)
+        super().finish_request(request, client_address)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A failed handshake (no certificate, another CA, a plaintext client) is the client's
+        # business: one line at DEBUG, not a traceback on stderr.
+        _logger.debug("metrics connection from %s failed", client_address, exc_info=True)
+
+
+class MetricsEndpoint:
+    """The HTTP(S) server of ``/metrics`` on a daemon thread (prometheus-client's WSGI server).
+
+    Holds the listening socket from :meth:`start` until :meth:`close`. With TLS, each new
+    connection is wrapped with the context the server's TLS material gives at that moment (see
+    server/security/tls.py: reloaded on SIGHUP). Blocking calls; the server calls them outside
+    the event loop's hot path (once at start and stop).
     """
 
     def __init__(self, metrics: ServerMetrics) -> None:
@@ -277,13 +350,32 @@ class MetricsEndpoint:
         self._httpd: WSGIServer | None = None
         self._thread: threading.Thread | None = None
 
-    def start(self, host: str, port: int) -> int:
-        """Listen on ``host:port`` (0 = any free port) and return the bound port.
+    def start(
+        self,
+        host: str,
+        port: int,
+        ssl_context_source: Callable[[], ssl.SSLContext] | None = None,
+    ) -> int:
+        """Listen on ``host:port`` (0 = any free port) and return the bound port; HTTPS with
+        the contexts ``ssl_context_source`` returns, plain HTTP without one.
 
         Raises:
             OSError: the address cannot be bound (in use, not local).
         """
-        httpd, thread = start_http_server(port, addr=host, registry=self._metrics.registry)
+        if ssl_context_source is None:
+            httpd, thread = start_http_server(port, addr=host, registry=self._metrics.registry)
+        else:
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+
+            class Server(_TlsWSGIServer):
+                address_family = family
+
+            Server.ssl_context_source = staticmethod(ssl_context_source)  # type: ignore[assignment]
+            httpd = Server((host, port), _QuietHandler)
+            httpd.set_app(make_wsgi_app(self._metrics.registry))
+            thread = threading.Thread(target=httpd.serve_forever, name="stratalog-metrics",
+                                      daemon=True)
+            thread.start()
         self._httpd, self._thread = httpd, thread
         bound: Any = httpd.server_address[1]
         return int(bound)

@@ -32,10 +32,14 @@ the event loop. One :class:`PartitionGate` per partition holds
   to every append (the log runs it, for transactional batches only, under its lock).
 
 Request limits come from :class:`~stratalog.server.settings.Settings` (``max_bytes`` defaults and
-caps, the long-poll cap, the Subscribe buffer). A Subscribe stream reads its next message only
-after ``await context.write`` returned, i.e. after gRPC's flow control took the previous one, so a
-slow reader holds at most one message of ``subscribe_buffer_bytes`` in the server beyond what
-HTTP/2's window lets through.
+caps, the long-poll cap, the Subscribe buffer). Subscribe streams and long polls that wait are
+admitted by :class:`~stratalog.server.client_limits.ClientLimits` (per connection, per client,
+in all; a refusal names the setting). A Subscribe stream reads its next message only after
+``await context.write`` returned, i.e. after gRPC's flow control took the previous one, within
+a lease of the server-wide :class:`~stratalog.server.subscribe_budget.SubscribeBudget`, and
+holds only the serialized message meanwhile: a reader that stops reading costs the server one
+message (twice: gRPC copies it), and all of them together at most the budget plus one batch
+each.
 
 Concurrency: event-loop only. Blocking storage calls (fsync, large reads, topic admin, appends
 as above), the coordinator's requests (they fsync its state log and write markers) and the
@@ -60,13 +64,16 @@ import grpc.aio
 
 from stratalog.server import status
 from stratalog.server.append_placement import AppendPlacement
+from stratalog.server.client_limits import ClientLimits, WaitingRpc, WaitingRpcKind, call_origin
 from stratalog.server.decoding import ProduceRequestView, UndecodableRequest
 from stratalog.server.security.acl_messages import (
     binding_from_message,
     binding_message,
     filter_from_message,
 )
+from stratalog.server.security.authentication import peer_host
 from stratalog.server.security.errors import SecurityDisabledError
+from stratalog.server.security.principal import ANONYMOUS, CallIdentity, current_identity
 from stratalog.server.storage.clock import wall_clock_ms
 from stratalog.server.storage.errors import (
     InvalidTopicError,
@@ -74,6 +81,7 @@ from stratalog.server.storage.errors import (
     OffsetOutOfRangeError,
 )
 from stratalog.server.storage.partition_log import AppendInfo, IsolationLevel
+from stratalog.server.subscribe_budget import Lease, SubscribeBudget
 from stratalog.server.topic_name_memo import ValidTopicNames
 from stratalog.server.transactions import DEFAULT_TRANSACTION_TIMEOUT_MS
 from stratalog.server.translation import (
@@ -304,12 +312,15 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         time_ms: Callable[[], int] | None = None,
         placement: AppendPlacement | None = None,
         topic_names: ValidTopicNames | None = None,
+        limits: ClientLimits | None = None,
+        subscribe_budget: SubscribeBudget | None = None,
         authorizer: Authorizer | None = None,
     ) -> None:
         """``time_ms`` is the clock records-form Produce stamps records with (default: the
         wall clock); ``placement`` defaults to the settings' rule, ``topic_names`` to an empty
-        memo of its own. ``authorizer`` (None: authorization is off) holds the ACLs that the
-        ACL RPCs manage; it checks calls in its own interceptor, not here."""
+        memo of its own, ``limits`` and ``subscribe_budget`` to the settings' limits.
+        ``authorizer`` (None: authorization is off) holds the ACLs that the ACL RPCs manage;
+        it checks calls in its own interceptor, not here."""
         self._log_manager = log_manager
         self._coordinator = coordinator
         self._settings = settings
@@ -318,6 +329,15 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         self._time_ms = time_ms if time_ms is not None else wall_clock_ms
         self._placement = placement if placement is not None else AppendPlacement(settings)
         self._topic_names = topic_names if topic_names is not None else ValidTopicNames()
+        self._limits = limits if limits is not None else ClientLimits(
+            settings.waiting_rpcs_per_connection_max,
+            settings.waiting_rpcs_per_client_max,
+            settings.waiting_rpcs_max,
+            metrics,
+        )
+        self._subscribe_budget = subscribe_budget if subscribe_budget is not None else (
+            SubscribeBudget(settings.subscribe_buffer_bytes_total, settings.subscribe_buffer_bytes)
+        )
         self._gates: dict[tuple[str, int], PartitionGate] = {}
         self._admin_lock = asyncio.Lock()
         self._shutting_down = False
@@ -333,15 +353,26 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             raise BadRequestError(field, str(exc), "INVALID_TOPIC") from None
 
     async def _append(
-        self, partition_log: PartitionLog, gate: PartitionGate, payload: bytes | memoryview
+        self,
+        partition_log: PartitionLog,
+        gate: PartitionGate,
+        payload: bytes | memoryview,
+        flush: bool = False,
     ) -> AppendInfo:
         """Append ``payload`` where the placement says, with the gate's transaction verifier;
         the caller holds the gate's append lock.
 
         Tried inline, the append may come back undone from storage (it would roll, fsync or
-        wait for maintenance): the thread pool finishes it, reusing its validation.
+        wait for maintenance): the thread pool finishes it, reusing its validation. ``flush``
+        (a Produce with ``flush=true``): in the thread pool, fsynced before its records are
+        visible (PartitionLog.append).
         """
         verify = gate.verify_transaction
+        if flush:
+            return await self._blocking(
+                functools.partial(partition_log.append, verify_transaction=verify, flush=True),
+                payload,
+            )
         if self._placement.tries_append_inline(len(payload)):
             outcome = partition_log.try_append_without_blocking(payload, verify_transaction=verify)
             if type(outcome) is AppendInfo:
@@ -631,11 +662,9 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                     # The topic was deleted (or recreated) while this request waited: look again.
                     partition_log, gate = self._log(topic, partition)
                     continue
-                info = await self._append(partition_log, gate, payload)
+                info = await self._append(partition_log, gate, payload, request.flush)
                 gate.notify()
                 break
-        if request.flush:
-            await self._blocking(partition_log.flush)
         self._metrics.observe_produce(topic, info.record_count, info.size_bytes)
         return broker_pb2.ProduceResponse(
             base_offset=info.first_offset,
@@ -672,25 +701,34 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         deadline = loop.time() + max_wait_ms / 1000 if loop is not None else 0.0
         # READ_COMMITTED reads stop at the LSO: a long poll there waits for a marker to move
         # it (the coordinator's marker writes wake the gate too).
-        while True:
-            signal = gate.signal()
-            if inline:  # the common case, without a coroutine per read
-                fetched = self._fetch_now(
-                    topic, partition, partition_log, offset, max_bytes, isolation_level
-                )
-            else:
-                fetched = await self._fetch(
-                    topic, partition, partition_log, offset, max_bytes, isolation_level
-                )
-            if len(fetched.data) >= enough_bytes or loop is None or self._shutting_down:
-                break
-            remaining_s = deadline - loop.time()
-            if remaining_s <= 0:
-                break
-            await gate.wait(signal, remaining_s)
-            if gate.closed:
-                # Deleted while we waited: the lookup raises UNKNOWN_TOPIC_OR_PARTITION.
-                partition_log, gate = self._log(topic, partition)
+        # A long poll takes a slot of its client's waiting RPCs when it first waits (one that
+        # finds its data at once never does), and gives it back when it answers.
+        waiting: WaitingRpc | None = None
+        try:
+            while True:
+                signal = gate.signal()
+                if inline:  # the common case, without a coroutine per read
+                    fetched = self._fetch_now(
+                        topic, partition, partition_log, offset, max_bytes, isolation_level
+                    )
+                else:
+                    fetched = await self._fetch(
+                        topic, partition, partition_log, offset, max_bytes, isolation_level
+                    )
+                if len(fetched.data) >= enough_bytes or loop is None or self._shutting_down:
+                    break
+                remaining_s = deadline - loop.time()
+                if remaining_s <= 0:
+                    break
+                if waiting is None:
+                    waiting = self._limits.admit(call_origin(context), WaitingRpcKind.LONG_POLL)
+                await gate.wait(signal, remaining_s)
+                if gate.closed:
+                    # Deleted while we waited: the lookup raises UNKNOWN_TOPIC_OR_PARTITION.
+                    partition_log, gate = self._log(topic, partition)
+        finally:
+            if waiting is not None:
+                waiting.release()
         return self._fetch_response(
             topic, partition, partition_log, offset, fetched, fetch_format, max_bytes,
             isolation_level,
@@ -776,29 +814,86 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 matched, offset = (found.offset, found.timestamp), found.offset
         else:
             offset = request.offset
-        self._metrics.subscribers.inc()
-        try:
-            while True:
-                partition_log, gate = self._ensure_following(topic, partition, partition_log, gate)
-                signal = gate.signal()
-                fetched = await self._fetch(
-                    topic, partition, partition_log, offset, max_bytes, isolation_level
+        # Admitted once the request is known good: a bad one is INVALID_ARGUMENT, not a limit.
+        with self._limits.admit(call_origin(context), WaitingRpcKind.SUBSCRIBE):
+            self._metrics.subscribers.inc()
+            try:
+                await self._follow(
+                    context, topic, partition, partition_log, gate, offset, max_bytes,
+                    fetch_format, isolation_level, matched,
                 )
-                if fetched.data:
-                    response = self._fetch_response(
-                        topic, partition, partition_log, offset, fetched, fetch_format,
-                        max_bytes, isolation_level, matched or (_NO_MATCH, _NO_MATCH),
-                    )
-                    offset = response.next_offset
-                    if response.records or response.record_batches:
-                        self._placement.read_served()
-                        # Flow control: returns once gRPC took the message; only then read on.
-                        await context.write(response)
-                        matched = None  # the match is reported in the first message only
-                    continue
-                await gate.wait(signal, None)
-        finally:
-            self._metrics.subscribers.dec()
+            finally:
+                self._metrics.subscribers.dec()
+
+    async def _follow(
+        self,
+        context: grpc.aio.ServicerContext,
+        topic: str,
+        partition: int,
+        partition_log: PartitionLog,
+        gate: PartitionGate,
+        offset: int,
+        max_bytes: int,
+        fetch_format: int,
+        isolation_level: IsolationLevel,
+        matched: tuple[int, int] | None,
+    ) -> None:
+        """Subscribe's loop: read a message within a lease of the budget, write it, read on;
+        wait for an append at the end. Returns only by an exception (the stream ends)."""
+        budget = self._subscribe_budget
+        while True:
+            partition_log, gate = self._ensure_following(topic, partition, partition_log, gate)
+            signal = gate.signal()
+            lease = budget.lease(max_bytes)
+            try:
+                message, offset, read_any = await self._subscribe_message(
+                    topic, partition, partition_log, offset, lease, fetch_format,
+                    isolation_level, matched or (_NO_MATCH, _NO_MATCH),
+                )
+                if message is not None:
+                    lease.hold(len(message))
+                    self._placement.read_served()
+                    # Flow control: returns once gRPC took the message; only then read on.
+                    # The serialized bytes (and gRPC's copy) are all the stream holds meanwhile.
+                    await context.write(message)
+                    matched = None  # the match is reported in the first message only
+            finally:
+                lease.release()
+            if not read_any:
+                await gate.wait(signal, None)  # idle: no lease, no message, only this task
+
+    async def _subscribe_message(
+        self,
+        topic: str,
+        partition: int,
+        partition_log: PartitionLog,
+        offset: int,
+        lease: Lease,
+        fetch_format: int,
+        isolation_level: IsolationLevel,
+        matched: tuple[int, int],
+    ) -> tuple[bytes | None, int, bool]:
+        """The next Subscribe message from ``offset``, serialized, within ``lease``: (the
+        message, or None when there is nothing to send; the offset to read next; whether
+        anything was read at all, so that the stream waits only at the end of what it may read).
+
+        Serialized here, so that the batches read and the protobuf message are garbage when
+        this returns, before the stream waits for gRPC to take the message (Subscribe's
+        serializer passes bytes through: :func:`stratalog.server.decoding.add_broker_service`).
+        """
+        fetched = await self._fetch(
+            topic, partition, partition_log, offset, lease.max_bytes, isolation_level
+        )
+        if not fetched.data:
+            return None, offset, False
+        response = self._fetch_response(
+            topic, partition, partition_log, offset, fetched, fetch_format, lease.max_bytes,
+            isolation_level, matched,
+        )
+        if not (response.records or response.record_batches):
+            # Left empty by the filters (aborted records, markers): move past, send nothing.
+            return None, response.next_offset, True
+        return response.SerializeToString(), response.next_offset, True
 
     # ---------------------------------------------------------------- delete records
 
@@ -897,6 +992,22 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         metadata = await self._blocking(self._coordinator.describe_transaction, transactional_id)
         return _transaction_message(metadata)
 
+    # ---------------------------------------------------------------- security
+
+    @_rpc()
+    async def WhoAmI(
+        self, request: broker_pb2.WhoAmIRequest, context: grpc.aio.ServicerContext
+    ) -> broker_pb2.WhoAmIResponse:
+        # The authentication interceptor decided the identity; without one installed (a test
+        # servicer) the caller is anonymous.
+        identity = current_identity.get(None)
+        if identity is None:
+            identity = CallIdentity(ANONYMOUS, peer_host(context.peer()))
+        return broker_pb2.WhoAmIResponse(
+            principal=str(identity.principal),
+            authenticated_by=identity.authenticated_by,
+            host=identity.host,
+        )
 
     # ---------------------------------------------------------------- ACLs
 

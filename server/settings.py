@@ -172,6 +172,12 @@ class Settings:
         " gRPC flow control accepted the last",
         1,
     )
+    subscribe_buffer_bytes_total: int = _setting(
+        32 * _MIB,
+        "bytes of Subscribe messages read and not yet taken by gRPC flow control, all streams"
+        " together; when stalled streams hold it all, the others read one batch per message",
+        0,
+    )
     read_in_executor_min_bytes: int = _setting(
         256 * _KIB,
         "fetches allowed to read at least this many bytes read in the thread pool, smaller"
@@ -210,7 +216,43 @@ class Settings:
         1,
     )
     max_concurrent_rpcs: int = _setting(
-        1024, "RPCs served at once, streams included; more are refused RESOURCE_EXHAUSTED", 1
+        8192,
+        "RPCs served at once, all clients, streams included; more are refused"
+        " RESOURCE_EXHAUSTED by gRPC. Kept above waiting_rpcs_max, so that unary RPCs always"
+        " find a slot",
+        1,
+    )
+    # ---- per-client limits (server/client_limits.py): streams, long polls, connections
+    waiting_rpcs_per_connection_max: int = _setting(
+        1024,
+        "Subscribe streams and long polls (FetchByOffset waiting with max_wait_ms > 0) one"
+        " connection may hold at once; more are refused RESOURCE_LIMIT_EXCEEDED",
+        1,
+    )
+    waiting_rpcs_per_client_max: int = _setting(
+        1024,
+        "Subscribe streams and long polls one client may hold at once over all its"
+        " connections: one principal when calls are authenticated, else one host; more are"
+        " refused RESOURCE_LIMIT_EXCEEDED",
+        1,
+    )
+    waiting_rpcs_max: int = _setting(
+        4096,
+        "Subscribe streams and long polls of all clients at once; more are refused"
+        " RESOURCE_LIMIT_EXCEEDED. Must be below max_concurrent_rpcs",
+        1,
+    )
+    max_connections: int = _setting(
+        1024,
+        "connections the server accepts at once, all clients (Kafka's max.connections; gRPC's"
+        " grpc.max_allowed_incoming_connections); more are closed at once",
+        1,
+    )
+    connections_max_idle_ms: int = _setting(
+        600_000,
+        "a connection with no RPC for this long is closed (Kafka's connections.max.idle.ms;"
+        " gRPC's grpc.max_connection_idle_ms); clients reconnect on their next call",
+        1,
     )
     topic_partitions_max: int = _setting(
         10_000, "most partitions CreateTopic may ask for", 1
@@ -265,6 +307,48 @@ class Settings:
     )
     logging_level: str = _setting(
         "INFO", "level of the server's log on stderr: DEBUG, INFO, WARNING, ERROR"
+    )
+    # ---- security: TLS and authentication (docs/security.md; server/security/) ----
+    tls_cert_file: str = _setting(
+        "",
+        "PEM certificate chain of the server: set with tls_key_file to serve TLS on the gRPC"
+        " port and the metrics endpoint (reloaded on SIGHUP); empty = plaintext",
+    )
+    tls_key_file: str = _setting("", "PEM private key of tls_cert_file")
+    tls_ca_file: str = _setting(
+        "", "PEM CA certificates that client certificates must chain to (mTLS)"
+    )
+    tls_client_auth: str = _setting(
+        "none",
+        "client certificates (Kafka's ssl.client.auth): none, or required (every client shows"
+        " one that chains to tls_ca_file; its subject becomes the principal)",
+    )
+    authentication_credentials_file: str = _setting(
+        "",
+        "credential file of salted password and token hashes (stratalog credentials add);"
+        " reloaded on SIGHUP; empty = no passwords or tokens accepted",
+    )
+    authentication_anonymous: str = _setting(
+        "auto",
+        "calls without credentials: allowed, refused, or auto (allowed only when no"
+        " authentication is configured)",
+    )
+    authentication_plaintext_allowed: bool = _setting(
+        False,
+        "accept passwords and tokens without TLS (they cross the network readable by anyone on"
+        " the path): only behind a TLS-terminating proxy or on loopback",
+    )
+    authentication_threads: int = _setting(
+        1, "threads that check new credentials (one PBKDF2 each), apart from io_threads", 1
+    )
+    authentication_cache_entries_max: int = _setting(
+        10_000,
+        "verified credentials remembered (keyed hashes, least recently used dropped first);"
+        " 0 = check every call",
+        0,
+    )
+    reflection_open: bool = _setting(
+        False, "serve gRPC reflection to callers without credentials when authentication is on"
     )
     # ---- security: authorization and quotas (docs/security.md; server/security/) ----
     authorizer: str = _setting(
@@ -336,6 +420,12 @@ class Settings:
         if not self.log_dirs or any(not d for d in self.log_dirs):
             raise SettingsError(f"setting 'log_dirs' needs at least one non-empty path, got "
                                 f"{list(self.log_dirs)}")
+        if self.waiting_rpcs_max >= self.max_concurrent_rpcs:
+            raise SettingsError(
+                f"setting 'waiting_rpcs_max' ({self.waiting_rpcs_max}) must be below"
+                f" 'max_concurrent_rpcs' ({self.max_concurrent_rpcs}): the difference is what"
+                " unary RPCs keep when streams and long polls hold every slot they may"
+            )
         if self.metrics_port > 65535:
             raise SettingsError(f"setting 'metrics_port' must be <= 65535, got {self.metrics_port}")
         if self.logging_level.upper() not in _LEVELS:
@@ -344,6 +434,7 @@ class Settings:
                 f"got {self.logging_level!r}"
             )
         object.__setattr__(self, "logging_level", self.logging_level.upper())
+        self._check_security()
         for name in self.log_defaults:
             if not name.startswith(_LOG_PREFIX) and name not in _STORAGE_NAMES_OUTSIDE_LOG:
                 raise SettingsError(
@@ -387,6 +478,57 @@ class Settings:
             config_file=sources.config_file, environ=sources.environ, overrides=sources.overrides
         )
 
+    def _check_security(self) -> None:
+        if self.tls_client_auth == "requested":
+            raise SettingsError(
+                "setting 'tls_client_auth': 'requested' (verify a certificate only if the client"
+                " sends one) is not available: gRPC's Python server can only ask for none or"
+                " require one; use 'none' or 'required'"
+            )
+        if self.tls_client_auth not in _CLIENT_AUTH_MODES:
+            raise SettingsError(f"setting 'tls_client_auth' must be one of "
+                                f"{', '.join(_CLIENT_AUTH_MODES)}, got {self.tls_client_auth!r}")
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            raise SettingsError("settings 'tls_cert_file' and 'tls_key_file' go together: "
+                                "set both for TLS, or neither")
+        if not self.tls_enabled and (self.tls_ca_file or self.tls_client_auth != "none"):
+            raise SettingsError("settings 'tls_ca_file' and 'tls_client_auth' need TLS: "
+                                "set 'tls_cert_file' and 'tls_key_file' too")
+        if self.tls_client_auth == "required" and not self.tls_ca_file:
+            raise SettingsError("setting 'tls_client_auth' is 'required' but 'tls_ca_file' is "
+                                "empty: name the CA that client certificates must chain to")
+        if self.authentication_anonymous not in _ANONYMOUS_MODES:
+            raise SettingsError(
+                f"setting 'authentication_anonymous' must be one of "
+                f"{', '.join(_ANONYMOUS_MODES)}, got {self.authentication_anonymous!r}"
+            )
+        if (self.authentication_credentials_file and not self.tls_enabled
+                and not self.authentication_plaintext_allowed):
+            raise SettingsError(
+                "setting 'authentication_credentials_file' is set but TLS is off: passwords and"
+                " tokens would cross the network in the clear, for anyone on the path to read"
+                " and replay. Set 'tls_cert_file' and 'tls_key_file', or"
+                " 'authentication_plaintext_allowed = true' where a proxy terminates TLS or"
+                " clients connect over loopback"
+            )
+
+    @property
+    def tls_enabled(self) -> bool:
+        """Whether the listeners serve TLS."""
+        return bool(self.tls_cert_file)
+
+    @property
+    def authentication_configured(self) -> bool:
+        """Whether callers can prove who they are: passwords/tokens or client certificates."""
+        return bool(self.authentication_credentials_file) or self.tls_client_auth == "required"
+
+    @property
+    def anonymous_allowed(self) -> bool:
+        """Whether a call without credentials is served (as ``User:ANONYMOUS``)."""
+        if self.authentication_anonymous == "auto":
+            return not self.authentication_configured
+        return self.authentication_anonymous == "allowed"
+
     @property
     def listen_address(self) -> Address:
         return parse_address(self.listen)
@@ -425,6 +567,9 @@ def _check_principal(where: str, principal: str) -> None:
 
 
 _LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+# The values of the security settings (server/security/ owns their meaning).
+_CLIENT_AUTH_MODES = ("none", "required")
+_ANONYMOUS_MODES = ("auto", "allowed", "refused")
 _TRUE = frozenset({"true", "1", "yes", "on"})
 _FALSE = frozenset({"false", "0", "no", "off"})
 
@@ -447,6 +592,8 @@ _KAFKA_ALIASES = {
     "super.users": "super_users",
     "allow.everyone.if.no.acl.found": "allow_everyone_if_no_acl_found",
     "quota.window.num": "quota_window_num",
+    "max.connections": "max_connections",
+    "connections.max.idle.ms": "connections_max_idle_ms",
 }
 assert all(setting in _FIELDS for setting in _KAFKA_ALIASES.values())
 
@@ -659,7 +806,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             help_text = f"{f.metadata['doc']}; comma-separated (default: ./data)"
             parser.add_argument(_flag(name), metavar="PATH[,PATH]", default=None, help=help_text)
             continue
-        metavar = "HOST:PORT" if name == "listen" else ("N" if isinstance(default, int) else "VALUE")
+        if isinstance(default, bool):
+            metavar = "true|false"
+        elif isinstance(default, int):
+            metavar = "N"
+        else:
+            metavar = "HOST:PORT" if name == "listen" else "VALUE"
         parser.add_argument(
             _flag(name), metavar=metavar, default=None,
             help=f"{f.metadata['doc']} (default: {default})",

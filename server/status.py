@@ -31,7 +31,9 @@ Three rules decide the mapping (the table is :data:`ERROR_TABLE`, the codes
    Errors the server suffered (``STORAGE_ERROR``, ``STORAGE_FULL``, ``SHUTTING_DOWN``) and any
    unexpected exception (``INTERNAL``, no ErrorInfo) get a fixed sentence plus an incident id;
    the full message and traceback go to this module's logger under the same id, because those
-   messages name files and directories on the server's disk.
+   messages name files and directories on the server's disk. The exceptions whose messages
+   are built without a path (:data:`_MESSAGES_WITHOUT_PATHS`: an offline log directory names
+   the topic-partition, a preallocation beyond the free space the byte counts) keep them.
 
 Messages are cut to :data:`MESSAGE_CHARS_MAX`: they travel twice in the trailers (grpc-message
 and inside the serialized Status) and gRPC's default metadata limit is 8 KiB.
@@ -52,6 +54,7 @@ from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from stratalog.records import errors as record_errors
+from stratalog.server import client_limits
 from stratalog.server.security import errors as security_errors
 from stratalog.server.storage import errors as storage_errors
 from stratalog.server.transactions import errors as transaction_errors
@@ -151,6 +154,13 @@ ERROR_TABLE: Mapping[type[BaseException], str] = types.MappingProxyType({
     storage_errors.OffsetOverflowError: "STORAGE_ERROR",
     storage_errors.LogDirLockedError: "STORAGE_ERROR",
     storage_errors.StorageIOError: "STORAGE_ERROR",
+    # Issue 13, storage: a CreateTopic the open files limit cannot take (``limit`` names it),
+    # a partition whose log directory went offline after an I/O error, a start that needs
+    # more descriptors than it may have.
+    storage_errors.ResourceLimitExceededError: "RESOURCE_LIMIT_EXCEEDED",
+    storage_errors.LogDirOfflineError: "STORAGE_ERROR",
+    storage_errors.TooManyOpenFilesError: "STORAGE_ERROR",
+    storage_errors.InsufficientSpaceError: "STORAGE_FULL",
     # The transaction coordinator. Retriable: CONCURRENT_TRANSACTIONS (the markers of the id's
     # last commit or abort are still being written) and COORDINATOR_LOAD_IN_PROGRESS.
     transaction_errors.TransactionError: "INVALID_REQUEST",
@@ -165,11 +175,17 @@ ERROR_TABLE: Mapping[type[BaseException], str] = types.MappingProxyType({
     # The server's own trouble: its state log is damaged, or it ran out of producer ids.
     transaction_errors.CorruptTransactionLogError: "STORAGE_ERROR",
     transaction_errors.ProducerIdsExhaustedError: "STORAGE_ERROR",
+    # Security (server/security): who the caller is. The message is the client's to read and
+    # names no user or file (security/errors.py).
+    security_errors.AuthenticationFailedError: "AUTHENTICATION_FAILED",
     # Authorization (server/security): what the caller may do, and the ACL requests.
     security_errors.NotAuthorizedError: "NOT_AUTHORIZED",
     security_errors.InvalidAclError: "INVALID_REQUEST",
     security_errors.AclLimitError: "RESOURCE_LIMIT_EXCEEDED",
     security_errors.SecurityDisabledError: "INVALID_REQUEST",
+    # Per-client limits on Subscribe streams and long polls (retriable: the client's own
+    # waiting RPCs free the slot as they end); ``limit`` names the setting.
+    client_limits.ClientLimitExceededError: "RESOURCE_LIMIT_EXCEEDED",
 })
 
 # Reasons whose cause is on the server's side: their exception messages name server files.
@@ -179,6 +195,12 @@ _SERVER_SIDE_MESSAGES = {
     "SHUTTING_DOWN": "the server is shutting down or the partition's log is closed; retry",
 }
 _INTERNAL_MESSAGE = "internal server error"
+# Server-side errors whose own message names no path (built from the topic-partition only), so
+# the client gets it: which partition is offline, and why, is what it needs to act on.
+_MESSAGES_WITHOUT_PATHS: tuple[type[BaseException], ...] = (
+    storage_errors.LogDirOfflineError,
+    storage_errors.InsufficientSpaceError,
+)
 
 # errno values that mean "no space", not "broken": ENOSPC, and EDQUOT where the platform has it.
 _DISK_FULL_ERRNOS = frozenset(
@@ -190,7 +212,7 @@ _CAUSE_CHAIN_MAX = 16
 # Exception attributes copied into ErrorInfo.metadata when present (int or str values only).
 _METADATA_ATTRIBUTES = (
     "topic", "partition", "offset", "log_start_offset", "log_end_offset", "limit",
-    "operation", "resource", "field",
+    "need_bytes", "free_bytes", "operation", "resource", "field",
 )
 
 
@@ -278,7 +300,10 @@ def to_rpc_status(exc: BaseException) -> status_pb2.Status:
         )
     metadata = _metadata(exc, mapping.reason)
     fixed = _SERVER_SIDE_MESSAGES.get(mapping.reason)
-    if fixed is None:
+    if isinstance(exc, _MESSAGES_WITHOUT_PATHS):
+        logger.warning("request refused with %s: %s", mapping.reason, exc)
+        message = str(exc)
+    elif fixed is None:
         logger.debug("request refused with %s: %s", mapping.reason, exc)
         message = str(exc) or type(exc).__name__
     else:

@@ -29,9 +29,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import grpc
-
-from stratalog.client import Client, IsolationLevel, SyncClient, TopicPartition
+from stratalog.client import (
+    Client,
+    Credentials,
+    IsolationLevel,
+    SyncClient,
+    TlsConfig,
+    TopicPartition,
+)
+from stratalog.client.credentials import credentials_from
 
 from .errors import OptionError
 
@@ -79,6 +85,11 @@ _CONNECTION_OPTIONS = (
     "tls.rootCertificates",
     "tls.certificateChain",
     "tls.privateKey",
+    "tls.serverName",
+    "user",
+    "passwordFile",
+    "tokenFile",
+    "allowPlaintextCredentials",
 )
 _READ_OPTIONS = (
     *_CONNECTION_OPTIONS,
@@ -243,10 +254,13 @@ def _parse_partition_map(
 
 @dataclass(frozen=True)
 class ConnectionOptions:
-    """How to reach the server: target, deadline, and TLS material (PEM bytes, not paths).
+    """How to reach the server: target, deadline, TLS material and credentials (PEM bytes and
+    secrets, not paths).
 
-    The PEM files are read where the options are parsed (the driver), so executors need no
-    copy of them. Picklable; :meth:`sync_client` / :meth:`async_client` open a new channel.
+    The PEM, password and token files are read where the options are parsed (the driver), so
+    executors need no copy of them; the password or token travels to the tasks inside the
+    pickled options, as the PEMs do, and never shows in ``repr``. Picklable;
+    :meth:`sync_client` / :meth:`async_client` open a new channel.
     """
 
     target: str
@@ -255,23 +269,24 @@ class ConnectionOptions:
     root_certificates: bytes | None = None
     certificate_chain: bytes | None = None
     private_key: bytes | None = field(default=None, repr=False)
+    server_name: str | None = None
+    credentials: Credentials | None = field(default=None, repr=False)
 
-    def _credentials(self) -> grpc.ChannelCredentials | None:
+    def _tls(self) -> TlsConfig | None:
         if not self.tls:
             return None
-        return grpc.ssl_channel_credentials(
-            root_certificates=self.root_certificates,
-            private_key=self.private_key,
-            certificate_chain=self.certificate_chain,
-        )
+        return TlsConfig(self.root_certificates, self.certificate_chain, self.private_key,
+                         self.server_name)
 
     def sync_client(self) -> SyncClient:
         """A new :class:`stratalog.client.SyncClient` to the target."""
-        return SyncClient(self.target, timeout_s=self.timeout_s, credentials=self._credentials())
+        return SyncClient(self.target, timeout_s=self.timeout_s, tls=self._tls(),
+                          auth=self.credentials)
 
     def async_client(self) -> Client:
         """A new :class:`stratalog.client.Client`; create it on the loop that will use it."""
-        return Client(self.target, timeout_s=self.timeout_s, credentials=self._credentials())
+        return Client(self.target, timeout_s=self.timeout_s, tls=self._tls(),
+                      auth=self.credentials)
 
 
 def _read_pem(name: str, path: str) -> bytes:
@@ -279,6 +294,31 @@ def _read_pem(name: str, path: str) -> bytes:
         return Path(path).read_bytes()
     except OSError as exc:
         raise OptionError(name, f"cannot read {path!r}: {exc.strerror}") from None
+
+
+def _credentials(options: _Options, tls: bool) -> Credentials | None:
+    user, password_file, token_file = (
+        options.get(name) for name in ("user", "passwordFile", "tokenFile")
+    )
+    plaintext_allowed = options.bool("allowPlaintextCredentials", False)
+    if token_file is not None and (user is not None or password_file is not None):
+        raise OptionError("tokenFile", "give user and passwordFile, or tokenFile, not both")
+    if (user is None) != (password_file is None) and token_file is None:
+        raise OptionError("passwordFile" if user is not None else "user",
+                          "user and passwordFile go together")
+    try:
+        credentials = credentials_from(user, password_file, token_file,
+                                       plaintext_allowed=plaintext_allowed)
+    except ValueError as exc:
+        raise OptionError("tokenFile" if token_file is not None else "passwordFile",
+                          str(exc)) from None
+    if credentials is not None and not tls and not plaintext_allowed:
+        raise OptionError(
+            "tls", "is off but credentials are set: anyone on the path could read them; set"
+            " tls (and tls.rootCertificates), or allowPlaintextCredentials on loopback or"
+            " behind a TLS-terminating proxy"
+        )
+    return credentials
 
 
 def _connection(options: _Options) -> ConnectionOptions:
@@ -291,7 +331,8 @@ def _connection(options: _Options) -> ConnectionOptions:
         for name in ("tls.rootCertificates", "tls.certificateChain", "tls.privateKey")
         if (path := options.get(name)) is not None
     }
-    tls = options.bool("tls", bool(pems))
+    server_name = options.get("tls.serverName")
+    tls = options.bool("tls", bool(pems) or server_name is not None)
     if pems and not tls:
         raise OptionError("tls", f"is false but {', '.join(pems)} is set")
     if ("tls.certificateChain" in pems) != ("tls.privateKey" in pems):
@@ -306,6 +347,8 @@ def _connection(options: _Options) -> ConnectionOptions:
         pems.get("tls.rootCertificates"),
         pems.get("tls.certificateChain"),
         pems.get("tls.privateKey"),
+        server_name,
+        _credentials(options, tls),
     )
 
 

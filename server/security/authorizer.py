@@ -29,7 +29,8 @@ operations on resources as Kafka's ``KafkaApis`` does for the request of the sam
     * a topic's configs are left out of the answer unless the caller may DESCRIBE_CONFIGS it
       (Kafka's CreateTopics answer does the same).
 
-Health (``grpc.health.v1``) is always open; server reflection needs DESCRIBE on the cluster.
+Health (``grpc.health.v1``) is always open; server reflection needs DESCRIBE on the cluster,
+unless ``reflection_open`` opens it to everyone (as it opens it to callers without credentials).
 A method with no rule is refused (fail closed); a test over broker.proto's service makes sure
 every RPC has one. A transactional Produce carries no transactional id in broker.proto: it is
 covered by AddPartitionsToTxn's check, since the partition refuses a transactional batch of a
@@ -80,6 +81,7 @@ from .acls import (
     ResourceType,
     resource_label,
 )
+from .authentication import peer_host
 from .errors import AclLimitError, NotAuthorizedError
 from .principal import ANONYMOUS, CallIdentity, Principal, current_identity
 
@@ -476,33 +478,23 @@ def _refuse_unknown_method(decider: Decider, request: Any) -> None:
 _UNKNOWN = Rule(_refuse_unknown_method)
 
 
-def rule_for(method: str, rules: Mapping[str, Rule] = RULES) -> Rule:
-    """The rule of a full method path (``/stratalog.v1.Broker/Produce``)."""
+def rule_for(
+    method: str, rules: Mapping[str, Rule] = RULES, *, reflection_open: bool = False
+) -> Rule:
+    """The rule of a full method path (``/stratalog.v1.Broker/Produce``). Server reflection
+    is open with ``reflection_open`` (the setting that opens it to callers without
+    credentials), and needs DESCRIBE on the cluster otherwise."""
     service, _, name = method.lstrip("/").partition("/")
     if service == BROKER_SERVICE:
         return rules.get(name, _UNKNOWN)
     if method.startswith(_HEALTH_PREFIX):
         return _OPEN
     if method.startswith(_REFLECTION_PREFIXES):
-        return _REFLECTION
+        return _OPEN if reflection_open else _REFLECTION
     return _UNKNOWN
 
 
 # ------------------------------------------------------------------------ the interceptor
-
-
-def peer_host(peer: str | None) -> str:
-    """The client's address from ``ServicerContext.peer()``: ``"ipv4:10.0.0.5:41234"`` ->
-    ``"10.0.0.5"``, ``"ipv6:[::1]:41234"`` -> ``"::1"``; anything else as it is."""
-    if not peer:
-        return ""
-    kind, _, address = peer.partition(":")
-    if kind == "ipv4":
-        return address.rpartition(":")[0]
-    if kind == "ipv6":
-        host = address.rpartition(":")[0]
-        return host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    return peer
 
 
 @functools.lru_cache(maxsize=4096)
@@ -512,8 +504,9 @@ def _anonymous_identity(peer: str) -> CallIdentity:
 
 
 def call_identity(context: grpc.aio.ServicerContext) -> CallIdentity:
-    """The identity the authentication interceptor set for this call; without one (no
-    authentication interceptor installed), ``User:ANONYMOUS`` from the peer's address."""
+    """The identity the authentication interceptor set for this call; without one (a call it
+    let through untouched: health, open reflection; or no authentication interceptor, as in
+    tests), ``User:ANONYMOUS`` from the peer's address."""
     identity = current_identity.get(None)
     if identity is None:
         identity = _anonymous_identity(context.peer() or "")
@@ -531,9 +524,13 @@ class AuthorizationInterceptor(grpc.aio.ServerInterceptor):
     Concurrency: event-loop only.
     """
 
-    def __init__(self, authorizer: Authorizer, rules: Mapping[str, Rule] = RULES) -> None:
+    def __init__(
+        self, authorizer: Authorizer, rules: Mapping[str, Rule] = RULES, *,
+        reflection_open: bool = False,
+    ) -> None:
         self._authorizer = authorizer
         self._rules = rules
+        self._reflection_open = reflection_open
         self._wrapped: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
 
     async def intercept_service(
@@ -548,7 +545,7 @@ class AuthorizationInterceptor(grpc.aio.ServerInterceptor):
         cached = self._wrapped.get(method)
         if cached is not None and cached[0] is handler:
             return cached[1]
-        rule = rule_for(method, self._rules)
+        rule = rule_for(method, self._rules, reflection_open=self._reflection_open)
         wrapped = handler if rule is _OPEN else _wrap(handler, self._authorizer, rule)
         self._wrapped[method] = (handler, wrapped)
         return wrapped

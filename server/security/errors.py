@@ -1,6 +1,9 @@
 """The security package's errors: one small tree, mapped to statuses by server/status.py only.
 
     SecurityError                        base of every refusal this package decides
+    ├── AuthenticationFailedError        UNAUTHENTICATED + AUTHENTICATION_FAILED: the call's
+    │                                    credentials are wrong, missing where required, or sent
+    │                                    where they may not be
     ├── NotAuthorizedError               PERMISSION_DENIED + NOT_AUTHORIZED: the caller's
     │                                    principal may not do this operation on this resource
     ├── InvalidAclError                  INVALID_ARGUMENT + INVALID_REQUEST: an ACL binding or
@@ -9,19 +12,23 @@
     │                                    set or one request would exceed a limit (``limit``)
     ├── SecurityDisabledError            INVALID_ARGUMENT + INVALID_REQUEST: an ACL request to a
     │                                    server without an authorizer (Kafka's SECURITY_DISABLED)
-    └── SecurityConfigError              a security file will not load (the ACL file: a start-up
-                                         failure, never sent to a client)
+    └── SecurityConfigError              the TLS, credential or ACL files will not load (a
+                                         start-up or SIGHUP-reload failure; never sent to a
+                                         client)
 
-Messages of :class:`NotAuthorizedError` go to the client: they name the operation and the
-resource the client asked about (which it already knows), never whether a topic exists, so a
-principal without DESCRIBE cannot probe for topic names (Kafka answers
-TOPIC_AUTHORIZATION_FAILED for an unknown topic too).
+Messages of :class:`AuthenticationFailedError` go to the client, so they never say whether a user
+exists (that would let a client list the users) nor name a file on the server. Messages of
+:class:`NotAuthorizedError` go to the client too: they name the operation and the resource the
+client asked about (which it already knows), never whether a topic exists, so a principal
+without DESCRIBE cannot probe for topic names (Kafka answers TOPIC_AUTHORIZATION_FAILED for an
+unknown topic too).
 """
 
 from __future__ import annotations
 
 __all__ = [
     "AclLimitError",
+    "AuthenticationFailedError",
     "InvalidAclError",
     "NotAuthorizedError",
     "SecurityConfigError",
@@ -32,6 +39,10 @@ __all__ = [
 
 class SecurityError(Exception):
     """Base of the security package's errors."""
+
+
+class AuthenticationFailedError(SecurityError):
+    """The call is refused before it reaches the servicer: who is asking is not established."""
 
 
 class NotAuthorizedError(SecurityError):
@@ -74,4 +85,4 @@ class SecurityDisabledError(SecurityError):
 
 
 class SecurityConfigError(SecurityError):
-    """A security file (the ACL file) is unreadable or malformed; the message names it."""
+    """A TLS, credential or ACL file is missing, unreadable or malformed; the message names it."""

@@ -387,9 +387,30 @@ class QuotaInterceptor(grpc.aio.ServerInterceptor):
         return handler._replace(unary_stream=subscribe)
 
 
+# FetchResponse.throttle_time_ms as protobuf wire bytes: its tag (field number, varint type).
+# Appended to a serialized message it sets the field: the last value of a scalar field wins,
+# and the servicer never sets this one itself.
+_THROTTLE_TAG = bytes([broker_pb2.FetchResponse.DESCRIPTOR.fields_by_name[
+    "throttle_time_ms"].number << 3])
+assert len(_THROTTLE_TAG) == 1 and _THROTTLE_TAG[0] < 0x80
+
+
+def _with_throttle_time(serialized: bytes, throttle_ms: int) -> bytes:
+    """``serialized`` (a FetchResponse) with ``throttle_time_ms`` set to ``throttle_ms``."""
+    assert throttle_ms > 0
+    varint = bytearray()
+    while throttle_ms >= 0x80:
+        varint.append((throttle_ms & 0x7F) | 0x80)
+        throttle_ms >>= 7
+    varint.append(throttle_ms)
+    return serialized + _THROTTLE_TAG + varint
+
+
 class _ThrottledStream:
     """A Subscribe call's context whose ``write`` holds each message back by the throttle time
-    it earns (and says so in it); everything else is the call's own context."""
+    it earns (and says so in it); everything else is the call's own context. Messages come
+    as FetchResponse objects or, as the servicer sends them, already serialized (``bytes``:
+    counted by their length, the throttle time appended as its field)."""
 
     __slots__ = ("_context", "_manager", "_principal")
 
@@ -403,9 +424,14 @@ class _ThrottledStream:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._context, name)
 
-    async def write(self, message: broker_pb2.FetchResponse) -> None:
-        throttle_ms = self._manager.record_fetch(self._principal, _fetch_bytes(message))
+    async def write(self, message: broker_pb2.FetchResponse | bytes) -> None:
+        serialized = isinstance(message, bytes)
+        size = len(message) if serialized else _fetch_bytes(message)  # type: ignore[arg-type]
+        throttle_ms = self._manager.record_fetch(self._principal, size)
         if throttle_ms:
-            message.throttle_time_ms = throttle_ms
+            if serialized:
+                message = _with_throttle_time(message, throttle_ms)  # type: ignore[arg-type]
+            else:
+                message.throttle_time_ms = throttle_ms  # type: ignore[union-attr]
             await asyncio.sleep(throttle_ms / 1000)
         await self._context.write(message)

@@ -27,6 +27,13 @@ one place that turns both into gRPC statuses. Programmer errors are assertions.
     │   ├── UnknownProducerIdError    a non-zero sequence from a producer the log does not know
     │   ├── InvalidTxnStateError      a non-transactional write inside an open transaction
     │   └── TransactionCoordinatorFencedError  a marker from an older coordinator epoch
+    ├── ResourceLimitExceededError a request the server's resources cannot take (``limit``
+    │                              names the limit: RLIMIT_NOFILE for file descriptors)
+    ├── TooManyOpenFilesError      the log directories need more descriptors than the process
+    │                              may open: the server cannot start
+    ├── LogDirOfflineError         a partition whose log directory went offline after an I/O
+    │                              error (names the topic-partition, never a path)
+    ├── InsufficientSpaceError     segment files to preallocate that the disk has no room for
     └── StorageIOError             an OSError while reading or writing a log (disk full, EIO)
 """
 
@@ -36,6 +43,7 @@ __all__ = [
     "CorruptCheckpointError",
     "CorruptIndexError",
     "IndexFullError",
+    "InsufficientSpaceError",
     "InvalidConfigError",
     "InvalidOffsetError",
     "InvalidProducerEpochError",
@@ -45,13 +53,16 @@ __all__ = [
     "InvalidTxnStateError",
     "LogClosedError",
     "LogDirLockedError",
+    "LogDirOfflineError",
     "OffsetOutOfRangeError",
     "OffsetOverflowError",
     "OutOfOrderSequenceError",
     "ProducerStateError",
     "RecordBatchTooLargeError",
+    "ResourceLimitExceededError",
     "StorageError",
     "StorageIOError",
+    "TooManyOpenFilesError",
     "TopicAlreadyExistsError",
     "TransactionCoordinatorFencedError",
     "UnknownProducerIdError",
@@ -185,3 +196,52 @@ class TransactionCoordinatorFencedError(ProducerStateError):
 
 class StorageIOError(StorageError):
     """An ``OSError`` while reading or writing log files (disk full, I/O error, permissions)."""
+
+
+class ResourceLimitExceededError(StorageError):
+    """A request that would take the server past one of its limits (RESOURCE_LIMIT_EXCEEDED).
+
+    ``limit`` names the limit, as an operator would raise it (``RLIMIT_NOFILE``: the process's
+    open files limit). Raised before anything is written; the message names no path.
+    """
+
+    def __init__(self, message: str, *, limit: str) -> None:
+        super().__init__(message)
+        self.limit = limit
+
+
+class TooManyOpenFilesError(StorageError):
+    """The log directories hold more partitions than the open files limit lets the server
+    keep open (or opening them ran out of descriptors): the message says how many are needed
+    and what to raise. A start-up error."""
+
+
+class LogDirOfflineError(StorageError):
+    """The partition's log directory went offline after an I/O error (Kafka's
+    KAFKA_STORAGE_ERROR for an offline log dir): reads and writes are refused until the
+    server restarts and recovers it.
+
+    Names the topic-partition only (``topic``, ``partition``): the message is safe to send to
+    a client, which must not learn the server's paths.
+    """
+
+    def __init__(self, topic: str, partition: int) -> None:
+        super().__init__(
+            f"partition {topic}-{partition} is unavailable: its log directory is offline after "
+            "an I/O error (the server recovers it at its next start)"
+        )
+        self.topic = topic
+        self.partition = partition
+
+
+class InsufficientSpaceError(StorageError):
+    """Segment files to preallocate (``preallocate=true``) that need more bytes than the log
+    directory's file system has free: refused before anything is created (STORAGE_FULL).
+
+    ``need_bytes`` and ``free_bytes`` say how far off it is; the message names no path.
+    """
+
+    def __init__(self, message: str, *, need_bytes: int, free_bytes: int) -> None:
+        super().__init__(message)
+        self.need_bytes = need_bytes
+        self.free_bytes = free_bytes

@@ -38,6 +38,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple, TypeVar
 
+from . import space
 from .errors import (
     CorruptIndexError,
     InvalidConfigError,
@@ -55,6 +56,8 @@ INT32_MAX = 2**31 - 1
 # page of it on a 4 KiB-page machine, so in-sync lookups keep exactly those pages warm).
 WARM_SECTION_BYTES = 8192
 _MADV_RANDOM: int | None = getattr(mmap, "MADV_RANDOM", None)  # absent where madvise is
+# The blocks of a sparse index are reserved this many bytes at a time, before entries go there.
+_RESERVE_BYTES = 64 * 1024
 
 T = TypeVar("T")
 
@@ -159,6 +162,9 @@ class Index(abc.ABC):
         self._max_entries = length // self.ENTRY_SIZE
         # A new file starts empty; an existing one is trusted blindly ([B-15]).
         self._entries = 0 if newly_created else self._max_entries
+        # Bytes from the start known to have their blocks (see _write_entry); None: the file
+        # system cannot reserve, do not ask.
+        self._reserved_bytes: int | None = 0 if newly_created else length
         log.debug(
             "opened index %s: base offset %d, %d bytes, %d entries, newly created %s",
             self._path,
@@ -266,6 +272,10 @@ class Index(abc.ABC):
                 self._length_bytes = rounded
                 self._map(used_bytes=self._entries * self.ENTRY_SIZE)
             self._max_entries = rounded // self.ENTRY_SIZE
+            if self._reserved_bytes is not None:
+                # The used entries' pages have blocks; a grown tail is a hole.
+                used = self._entries * self.ENTRY_SIZE
+                self._reserved_bytes = min(self._reserved_bytes, used - used % _RESERVE_BYTES)
         log.debug(
             "resized index %s to %d bytes (%d of %d slots used)",
             self._path,
@@ -402,10 +412,29 @@ class Index(abc.ABC):
             self._mmap = None
 
     def _write_entry(self, slot: int, entry_bytes: bytes) -> None:
-        """Put an entry's bytes in ``slot`` (the caller counts it only afterwards)."""
+        """Put an entry's bytes in ``slot`` (the caller counts it only afterwards).
+
+        The preallocated file is sparse: before the first entry of each ``_RESERVE_BYTES``
+        the blocks are reserved (:func:`space.reserve`), so that a full disk is an error here,
+        not a SIGBUS from the map write (one system call per 8,192 offset entries).
+
+        Raises:
+            StorageIOError: the blocks could not be reserved (nothing was written).
+        """
         assert self._mmap is not None and len(entry_bytes) == self.ENTRY_SIZE
         start = slot * self.ENTRY_SIZE
-        self._mmap[start : start + self.ENTRY_SIZE] = entry_bytes
+        end = start + self.ENTRY_SIZE
+        reserved = self._reserved_bytes
+        if reserved is not None and end > reserved:
+            self._reserve(reserved, end)
+        self._mmap[start:end] = entry_bytes
+
+    def _reserve(self, reserved: int, end: int) -> None:
+        assert self._fd is not None
+        chunk_end = min(self._length_bytes, -(-end // _RESERVE_BYTES) * _RESERVE_BYTES)
+        with _io_errors(self._path, f"reserve {chunk_end - reserved} bytes of"):
+            supported = space.reserve(self._fd, reserved, chunk_end - reserved)
+        self._reserved_bytes = chunk_end if supported else None
 
     def _truncate_to_entries(self, entries: int) -> None:
         """Keep the first ``entries`` entries; subclasses refresh their cached last entry."""

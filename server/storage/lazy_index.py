@@ -145,6 +145,22 @@ class LazyIndex(Generic[IndexT]):
         if index is not None:
             index.close()
 
+    def unload(self) -> None:
+        """Close the index if loaded and forget it: the next :meth:`get` opens the file again
+        (an inactive segment's files closed to save descriptors). The index is closed by
+        :meth:`close`, which trims it to its entries (nothing to do for an index trimmed when
+        its segment became inactive), so that a reopen counts no preallocated slot as an entry.
+
+        Raises:
+            StorageIOError: the trim failed; the index stays loaded and open.
+        """
+        with self._lock:
+            index = self.loaded
+            if index is None:
+                return
+            index.close()
+            self.loaded = None
+
     def close_handler(self) -> None:
         """Close the index without writing to it, if loaded (Kafka's ``closeHandler``; an index
         with nothing to write on close, the transaction index, is simply closed)."""

@@ -24,7 +24,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
 from .config import PRODUCER_ID_EXPIRATION_MS_DEFAULT, TOPIC_CONFIG_NAMES, LogConfig
+from .descriptor_budget import DEFAULT_DESCRIPTORS_RESERVED
 from .errors import InvalidConfigError
+from .open_segments import DEFAULT_OPEN_SEGMENTS_MAX
 
 __all__ = [
     "BROKER_TO_TOPIC_CONFIG",
@@ -96,6 +98,11 @@ class ServerLogSettings:
     producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS_DEFAULT  # producer.id.expiration.ms
     # producer.id.expiration.check.interval.ms
     producer_id_expiration_check_interval_ms: int = 600_000
+    # stratalog's, for the file descriptors (descriptor_budget.py): inactive segments whose
+    # files stay open (log.open.segments.max), and descriptors left to everything but the
+    # segments (log.descriptors.reserved).
+    open_segments_max: int = DEFAULT_OPEN_SEGMENTS_MAX
+    descriptors_reserved: int = DEFAULT_DESCRIPTORS_RESERVED
 
 
 # Broker name -> (field, minimum).
@@ -113,6 +120,8 @@ _SERVER_SETTINGS: dict[str, tuple[str, int]] = {
     "log.topic.partitions.max": ("topic_partitions_max", 1),
     "producer.id.expiration.ms": ("producer_id_expiration_ms", 1),
     "producer.id.expiration.check.interval.ms": ("producer_id_expiration_check_interval_ms", 1),
+    "log.open.segments.max": ("open_segments_max", 0),
+    "log.descriptors.reserved": ("descriptors_reserved", 0),
 }
 assert {field for field, _ in _SERVER_SETTINGS.values()} == {f.name for f in fields(ServerLogSettings)}
 

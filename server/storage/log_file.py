@@ -177,7 +177,13 @@ class LogFile:
         Raises:
             StorageIOError: the file is missing (or present, when creating), cannot be opened,
                 or is longer than a segment can be (2^31 - 1 bytes).
+            InsufficientSpaceError: the file system has fewer than ``preallocate_bytes`` free
+                (nothing was created).
         """
+        if create and preallocate_bytes > 0:
+            space.check_free_space(
+                os.path.dirname(name) or ".", preallocate_bytes, "a new segment"
+            )
         try:
             if create:
                 # O_EXCL: the log deletes stale files before it creates a segment ([B-13]); an
@@ -344,6 +350,20 @@ class LogFile:
         fd, self._fd = self._fd, None
         if fd is not None:
             os.close(fd)
+
+    def reopen(self) -> None:
+        """Open the file again after :meth:`close_handler` (its segment's files were closed to
+        save descriptors); the published size is kept. A no-op while open.
+
+        Raises:
+            StorageIOError: the file cannot be opened (gone, or no descriptor left: EMFILE).
+        """
+        if self._fd is not None:
+            return
+        try:
+            self._fd = os.open(self._name, os.O_RDWR)
+        except OSError as exc:
+            raise StorageIOError(f"failed to reopen segment file {self._name}: {exc}") from exc
 
     def delete(self) -> None:
         """Close the file and delete it (a missing file is fine)."""

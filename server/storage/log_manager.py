@@ -25,6 +25,7 @@ Server defaults for topic configs and the job intervals come from Kafka's broker
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import shutil
@@ -35,16 +36,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from stratalog.records.log_layout import (
+    LOG_FILE_SUFFIX,
     LOG_START_OFFSET_CHECKPOINT_FILE,
     RECOVERY_POINT_CHECKPOINT_FILE,
     TIME_INDEX_ENTRY,
     TIME_INDEX_TIMESTAMP,
 )
 
+from . import space
 from .checkpoints import OffsetCheckpointFile
 from .clean_shutdown import consume_marker, write_marker
 from .clock import wall_clock_ms
 from .config import TOPIC_CONFIG_NAMES, LogConfig
+from .descriptor_budget import (
+    DESCRIPTORS_PER_PARTITION,
+    DescriptorBudget,
+    read_open_files_limit,
+)
 from .dir_lock import LogDirLock
 from .durable import fsync_directory
 from .errors import (
@@ -55,11 +63,13 @@ from .errors import (
     OffsetOutOfRangeError,
     StorageError,
     StorageIOError,
+    TooManyOpenFilesError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
 from .log_defaults import ServerLogSettings, parse_server_defaults
 from .meta_properties import MetaProperties, read_meta_properties, write_meta_properties
+from .open_segments import OpenSegments
 from .partition_log import PartitionLog
 from .segment import Segment
 from .topic_catalog import (
@@ -159,6 +169,9 @@ class _DirState:
     log_start_offsets: OffsetCheckpointFile
     had_clean_shutdown: bool
     fully_loaded: bool = False
+    # After an I/O error in one of its logs (Kafka's offline log dir): its logs refuse reads
+    # and writes, nothing more is written to it, and it gets no clean-shutdown marker.
+    offline: bool = False
 
 
 class LogManager:
@@ -177,7 +190,12 @@ class LogManager:
     on deletion, marked ``deleting`` before they are renamed, so :meth:`open` completes a
     creation or deletion a crash interrupted. Logs are recovered from their recovery points
     after an unclean shutdown; the clean-shutdown marker is written only after every log of the
-    directory was flushed, closed and checkpointed.
+    directory was flushed, closed and checkpointed. An I/O error on a log's write path takes its
+    whole directory offline (``_log_dir_failed``, Kafka's ``LogDirFailureChannel``): its logs
+    refuse reads and writes, nothing more is written there, it gets no marker, and the next
+    open recovers it; the other directories go on. A CreateTopic is checked against the
+    descriptor budget (``descriptor_budget.py``) and the free space (``preallocate``) before
+    anything is written, and removed from the catalogue and the disk if it fails half-way.
 
     Concurrency: thread-safe. Admin calls (create, delete, alter, describe, delete_records,
     close) are serialised by one lock; :meth:`get_log` is lock-free (a published dict).
@@ -192,9 +210,16 @@ class LogManager:
         default_config: LogConfig,
         settings: ServerLogSettings,
         time_ms: Callable[[], int],
+        open_files_limit: int,
     ) -> None:
         """Use :meth:`open`."""
         self._dirs = dirs
+        # The descriptors the logs may hold, and the cache that closes inactive segments'
+        # files beyond what the partitions leave (descriptor_budget.py, open_segments.py).
+        self.descriptor_budget = DescriptorBudget(
+            open_files_limit, settings.descriptors_reserved, settings.open_segments_max
+        )
+        self.open_segments = OpenSegments(settings.open_segments_max)
         self._dir_by_path = {state.path: state for state in dirs}
         self._default_config = default_config
         self._settings = settings
@@ -239,12 +264,15 @@ class LogManager:
         *,
         defaults: Mapping[str, str] | None = None,
         time_ms: Callable[[], int] | None = None,
+        open_files_limit: int | None = None,
     ) -> LogManager:
         """Lock and load ``log_dirs`` (created if missing).
 
         ``defaults`` are server-level storage settings by Kafka's broker names (``log.*``) or
         topic config names (see ``log_defaults.py``); ``time_ms`` the clock for every log and
-        job (default: the wall clock).
+        job (default: the wall clock); ``open_files_limit`` the descriptors the process may
+        hold (default: its soft ``RLIMIT_NOFILE`` now; a server raises it to the hard limit
+        first, see ``descriptor_budget.py``).
 
         Raises:
             InvalidConfigError: no directory, the same directory twice, a bad setting, or
@@ -253,6 +281,8 @@ class LogManager:
             CorruptCheckpointError: every copy of the topic catalogue is corrupt, or a
                 ``meta.properties`` is.
             StorageError: a partition cannot be loaded, or lives in two log directories.
+            TooManyOpenFilesError: the partitions need more descriptors than the limit (or
+                loading them ran out): the message gives the counts and what to raise.
         """
         if isinstance(log_dirs, (str, Path)):
             raise InvalidConfigError(
@@ -293,7 +323,9 @@ class LogManager:
                         had_clean_shutdown=had_clean_shutdown,
                     )
                 )
-            manager = cls(dirs, default_config, settings, clock)
+            if open_files_limit is None:
+                open_files_limit = read_open_files_limit()[0]
+            manager = cls(dirs, default_config, settings, clock, open_files_limit)
             manager._load()
         except BaseException:
             if manager is not None:
@@ -342,7 +374,27 @@ class LogManager:
             catalog = catalog.without_topic(name)
         catalog = self._reconcile(catalog, found)
         self._catalog = catalog
-        self._load_logs(catalog, found)
+        partitions = sum(entry.partitions for entry in catalog.topics.values())
+        budget = self.descriptor_budget
+        budget.check_startup(partitions)
+        # Loading opens every segment's .log once: the cache keeps what the budget leaves.
+        self.open_segments.set_capacity(budget.open_segments_capacity(partitions))
+        try:
+            self._load_logs(catalog, found)
+        except StorageError as exc:
+            if not _ran_out_of_descriptors(exc):
+                raise
+            raise TooManyOpenFilesError(
+                budget.shortage(partitions, _count_segments(found.items()), ran_out=True)
+            ) from exc
+        self._update_open_segments_capacity()
+        log.info(
+            "file descriptors: RLIMIT_NOFILE %d, %d reserved (log.descriptors.reserved), %d "
+            "per partition for %d partitions (room for %d); up to %d inactive segments kept "
+            "open (log.open.segments.max %d)", budget.limit, budget.reserved,
+            DESCRIPTORS_PER_PARTITION, partitions, budget.partitions_max,
+            self.open_segments.capacity, budget.open_segments_max,
+        )
         for state in self._dirs:
             state.fully_loaded = True
 
@@ -464,6 +516,8 @@ class LogManager:
             recovery_point=recovery_point,
             log_start_offset=log_start_offset,
             producer_id_expiration_ms=self._settings.producer_id_expiration_ms,
+            open_segments=self.open_segments,
+            io_failure_handler=self._log_dir_failed,
         )
         with self._counter_lock:
             self.recovered_segments += partition_log.recovered_segments
@@ -481,6 +535,65 @@ class LogManager:
         # After shutdown the executor refuses work: close() flushes everything anyway.
         with contextlib.suppress(RuntimeError):
             self._flusher.submit(run)
+
+    def _log_dir_failed(self, failed_log: PartitionLog, exc: BaseException) -> None:
+        """A log had an I/O error on a write path (it is offline already): take its whole
+        log directory offline, as Kafka's ``LogDirFailureChannel`` and
+        ``ReplicaManager.handleLogDirFailure`` do. Its partitions refuse reads and writes with
+        LogDirOfflineError until the next start, which recovers them (the directory gets no
+        clean-shutdown marker); the other directories go on serving.
+
+        Called under the failing log's lock, from any thread: sets flags only, takes no lock
+        (another thread may hold the manager's lock and wait for that log's).
+        """
+        logs = self._logs  # a published dict, never mutated
+        log_dir_of = self._log_dir_of
+        directory = next(
+            (log_dir_of.get(tp) for tp, lg in logs.items() if lg is failed_log), None
+        )
+        state = self._dir_by_path.get(directory) if directory is not None else None
+        if state is None or state.offline:
+            return
+        state.offline = True
+        in_dir = [lg for tp, lg in logs.items() if log_dir_of.get(tp) == directory]
+        for partition_log in in_dir:
+            partition_log.take_offline()
+        log.error(
+            "log directory %s is offline after an I/O error in %s (%s): its %d partitions "
+            "refuse reads and writes until the server restarts and recovers them",
+            directory, failed_log.directory.name, exc, len(in_dir),
+        )
+        if all(other.offline for other in self._dirs):
+            log.error("every log directory is offline: no partition can be served")
+
+    @property
+    def offline_log_dirs(self) -> list[Path]:
+        """The log directories taken offline by an I/O error."""
+        return [state.path for state in self._dirs if state.offline]
+
+    def _online_log_dirs(self) -> list[Path]:
+        """The log directories still online; the catalogue is written to these.
+
+        Raises:
+            StorageIOError: every log directory is offline.
+        """
+        online = [state.path for state in self._dirs if not state.offline]
+        if not online:
+            raise StorageIOError("every log directory is offline after an I/O error")
+        return online
+
+    def _update_open_segments_capacity(self) -> None:
+        """Give the open segments cache what the partitions leave of the descriptor budget."""
+        capacity = self.descriptor_budget.open_segments_capacity(len(self._logs))
+        if capacity != self.open_segments.capacity:
+            if capacity < self.descriptor_budget.open_segments_max:
+                log.warning(
+                    "keeping at most %d inactive segments open (log.open.segments.max is %d): "
+                    "%d partitions leave no more of RLIMIT_NOFILE %d", capacity,
+                    self.descriptor_budget.open_segments_max, len(self._logs),
+                    self.descriptor_budget.limit,
+                )
+            self.open_segments.set_capacity(capacity)
 
     # ---------------------------------------------------------------- topics
 
@@ -511,8 +624,14 @@ class LogManager:
                 once ``.`` and ``_`` are unified.
             TopicAlreadyExistsError: the topic exists.
             InvalidConfigError: an unknown config name or a bad value.
-            StorageIOError: a directory or file could not be created (the topic is removed
-                again as far as possible).
+            InsufficientSpaceError: ``preallocate`` is set and a log directory has not the
+                space for the partitions' first segments; nothing was written.
+            ResourceLimitExceededError: the partitions' active segments would not fit in the
+                open files limit beside the existing ones (``descriptor_budget.py``); nothing
+                was written.
+            StorageIOError: a directory or file could not be created: the topic was removed
+                again, from the catalogue and the disk (``_roll_back_creation``); if that
+                failed too, the error says so and the next start completes the removal.
         """
         validate_topic_name(name)
         if topic_collision_key(name) in _INTERNAL_COLLISION_KEYS:
@@ -530,7 +649,13 @@ class LogManager:
         overrides = self._normalise_overrides(name, dict(configs or {}))
         with self._lock:
             self._ensure_open()
-            if name in self._catalog.topics:
+            existing_entry = self._catalog.topics.get(name)
+            if existing_entry is not None and existing_entry.is_deleting:
+                raise TopicAlreadyExistsError(
+                    f"topic {name} is still being deleted (its removal failed; the server "
+                    "completes it at its next start)"
+                )
+            if existing_entry is not None:
                 raise TopicAlreadyExistsError(f"topic {name} already exists")
             key = topic_collision_key(name)
             for existing in self._catalog.topics:
@@ -539,22 +664,27 @@ class LogManager:
                         f"topic {name} collides with existing topic {existing}: names that "
                         "differ only in '.' versus '_' are not allowed together"
                     )
+            self.descriptor_budget.check_new_partitions(name, len(self._logs), partitions)
             entry = TopicEntry(name, partitions, overrides)
             config = self._config_for(entry)
-            catalog = self._catalog.with_topic(entry)
-            write_catalog(self.log_dirs, catalog)
-            self._catalog = catalog
-            counts = {state.path: 0 for state in self._dirs}
-            for directory in self._log_dir_of.values():
-                counts[directory] += 1
+            placement = self._place_partitions(partitions)
+            if config.preallocate:
+                # Each partition's first segment is preallocated to segment.bytes at once.
+                for directory in set(placement):
+                    count = placement.count(directory)
+                    space.check_free_space(
+                        directory, count * config.segment_bytes,
+                        f"creating topic {name} ({count:,} partitions of segment.bytes "
+                        f"{config.segment_bytes:,} in one log directory)",
+                    )
+            # The catalogue first: a crash after it leaves a topic whose missing partition
+            # directories the next open creates. In memory only once every log opened.
+            pending = self._catalog.with_topic(entry)
+            write_catalog(self._online_log_dirs(), pending)
             logs = dict(self._logs)
             log_dir_of = dict(self._log_dir_of)
             try:
-                for partition in range(partitions):
-                    directory = min(
-                        counts, key=lambda path: (counts[path], self.log_dirs.index(path))
-                    )
-                    counts[directory] += 1
+                for partition, directory in enumerate(placement):
                     logs[(name, partition)] = self._open_log(
                         directory / partition_dir_name(name, partition),
                         config,
@@ -565,16 +695,84 @@ class LogManager:
                     log_dir_of[(name, partition)] = directory
                 for directory in {log_dir_of[(name, p)] for p in range(partitions)}:
                     fsync_directory(directory)
-            except BaseException:
+            except BaseException as exc:
                 log.exception("failed to create topic %s; removing it again", name)
-                self._logs, self._log_dir_of = logs, log_dir_of
-                with contextlib.suppress(Exception):
-                    self._delete_topic_locked(name)
+                created = {tp: lg for tp, lg in logs.items() if tp[0] == name}
+                self._roll_back_creation(pending, name, partitions, created, exc)
                 raise
+            self._catalog = pending
             self._logs, self._log_dir_of = logs, log_dir_of
+            self._update_open_segments_capacity()
             log.info("created topic %s with %d partitions and configs %s", name, partitions,
                      overrides)
             return self._describe_locked(name)
+
+    def _place_partitions(self, partitions: int) -> list[Path]:
+        """The log directory of each new partition: the online one holding the fewest
+        partitions at the time (ties: the first in ``log_dirs``), as Kafka's ``nextLogDirs``.
+
+        Raises:
+            StorageIOError: every log directory is offline.
+        """
+        online = self._online_log_dirs()
+        counts = {path: 0 for path in online}
+        for directory in self._log_dir_of.values():
+            if directory in counts:
+                counts[directory] += 1
+        placement = []
+        for _ in range(partitions):
+            directory = min(counts, key=lambda path: (counts[path], self.log_dirs.index(path)))
+            counts[directory] += 1
+            placement.append(directory)
+        return placement
+
+    def _roll_back_creation(
+        self,
+        pending: TopicCatalog,
+        name: str,
+        partitions: int,
+        created: dict[TopicPartition, PartitionLog],
+        cause: BaseException,
+    ) -> None:
+        """Remove a topic whose creation failed, from the disk and the catalogue.
+
+        The logs it opened are closed first, without writing (which also gives back the
+        descriptors a creation that ran out of them took); then the catalogue marks it
+        ``deleting`` (``pending`` is the catalogue written with it), every partition directory it may have created in any log directory
+        (opened or not: a failed open may leave its directory) is renamed ``-delete``, and the
+        catalogue drops it. A crash in between leaves a ``deleting`` topic, whose removal the
+        next open completes. The live logs and the in-memory catalogue never saw it.
+
+        Raises:
+            StorageIOError: the removal failed (chained to ``cause``): the catalogue may still
+                hold the topic as ``deleting``, and the next start completes the removal.
+        """
+        for partition_log in created.values():
+            partition_log.close_for_deletion()
+        deleting = pending.with_topic(
+            TopicEntry(name, partitions, dict(pending.topics[name].configs), STATE_DELETING)
+        )
+        try:
+            write_catalog(self._online_log_dirs(), deleting)
+            renamed_in: set[Path] = set()
+            for state in self._dirs:
+                for partition in range(partitions):
+                    if (state.path / partition_dir_name(name, partition)).is_dir():
+                        self._rename_for_deletion(state.path, name, partition)
+                        renamed_in.add(state.path)
+            for directory in renamed_in:
+                fsync_directory(directory)
+            removed = deleting.without_topic(name)
+            write_catalog(self._online_log_dirs(), removed)
+        except Exception as rollback_error:
+            # The newest catalogue the disk may hold: the next open completes the removal.
+            self._catalog = deleting
+            raise StorageIOError(
+                f"creating topic {name} failed ({cause}), and so did removing it again "
+                f"({rollback_error}): the next start completes the removal"
+            ) from rollback_error
+        self._catalog = removed
+        log.info("removed topic %s, whose creation failed", name)
 
     def _normalise_overrides(self, topic: str, configs: dict[str, str]) -> dict[str, str]:
         """Validate overrides and return them in Kafka's canonical string form."""
@@ -600,6 +798,7 @@ class LogManager:
             if name not in self._catalog.topics:
                 raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
             self._delete_topic_locked(name)
+            self._update_open_segments_capacity()
             log.info("deleted topic %s", name)
 
     def _delete_topic_locked(self, name: str) -> None:
@@ -607,7 +806,7 @@ class LogManager:
         catalog = self._catalog.with_topic(
             TopicEntry(entry.name, entry.partitions, dict(entry.configs), STATE_DELETING)
         )
-        write_catalog(self.log_dirs, catalog)
+        write_catalog(self._online_log_dirs(), catalog)
         self._catalog = catalog
         doomed = {tp: log_ for tp, log_ in self._logs.items() if tp[0] == name}
         self._logs = {tp: log_ for tp, log_ in self._logs.items() if tp[0] != name}
@@ -620,7 +819,7 @@ class LogManager:
         for directory in set(directories.values()):
             fsync_directory(directory)
         catalog = self._catalog.without_topic(name)
-        write_catalog(self.log_dirs, catalog)
+        write_catalog(self._online_log_dirs(), catalog)
         self._catalog = catalog
 
     def _rename_for_deletion(self, log_dir: Path, topic: str, partition: int) -> None:
@@ -642,7 +841,11 @@ class LogManager:
         """Every topic, by name."""
         with self._lock:
             self._ensure_open()
-            return [self._describe_locked(name) for name in sorted(self._catalog.topics)]
+            topics = self._catalog.topics
+            return [
+                self._describe_locked(name) for name in sorted(topics)
+                if not topics[name].is_deleting
+            ]
 
     def describe_topic(self, name: str) -> TopicDescription:
         """One topic: effective configs and a snapshot of every partition.
@@ -652,7 +855,8 @@ class LogManager:
         """
         with self._lock:
             self._ensure_open()
-            if name not in self._catalog.topics:
+            entry = self._catalog.topics.get(name)
+            if entry is None or entry.is_deleting:
                 raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
             return self._describe_locked(name)
 
@@ -718,7 +922,7 @@ class LogManager:
             new_entry = TopicEntry(name, entry.partitions, overrides, entry.state)
             config = self._config_for(new_entry)
             catalog = self._catalog.with_topic(new_entry)
-            write_catalog(self.log_dirs, catalog)
+            write_catalog(self._online_log_dirs(), catalog)
             self._catalog = catalog
             for partition in range(entry.partitions):
                 self._apply_config((name, partition), config)
@@ -808,7 +1012,7 @@ class LogManager:
         with self._maintenance_lock:
             if self._closed:
                 return report
-            logs = dict(self._logs)
+            logs = {tp: lg for tp, lg in self._logs.items() if not lg.is_offline}
             self._maybe_flush(logs, now, report)
             self._maybe_delete_old_segments(logs, now, report)
             self._maybe_expire_producers(logs, now, report)
@@ -922,6 +1126,9 @@ class LogManager:
                 for tp, partition_log in self._logs.items()
             ]
         for state in self._dirs:
+            if state.offline:  # nothing more is written there: the next start recovers it
+                failed.add(state.path)
+                continue
             in_dir = [(tp, lg) for tp, lg, directory in snapshot if directory == state.path]
             try:
                 if write_recovery_points:
@@ -1010,7 +1217,9 @@ class LogManager:
         clean-shutdown markers, unlock the directories. Idempotent.
 
         A directory gets its marker only if every log in it closed without error ([B-57]); the
-        first error is raised after everything else was done.
+        first error is raised after everything else was done. An offline directory's logs are
+        closed without writing anything, and it gets no checkpoint and no marker: the next
+        start recovers it (not an error of the close: it was reported when it went offline).
         """
         self.stop_background()
         with self._maintenance_lock, self._lock:
@@ -1021,6 +1230,10 @@ class LogManager:
             first_error: BaseException | None = None
             failed_dirs: set[Path] = set()
             for topic_partition, partition_log in sorted(self._logs.items()):
+                if partition_log.is_offline:
+                    partition_log.close_for_deletion()  # closes without writing
+                    failed_dirs.add(self._log_dir_of[topic_partition])
+                    continue
                 try:
                     partition_log.close()
                 except BaseException as exc:
@@ -1029,6 +1242,10 @@ class LogManager:
                     first_error = first_error or exc
             report = MaintenanceReport(now_ms=self._time_ms())
             failed_dirs |= self._maybe_write_checkpoints(report.now_ms, report, force=True)
+            offline = set(self.offline_log_dirs)
+            if offline:
+                log.warning("not closing %s cleanly: offline after an I/O error",
+                            ", ".join(str(path) for path in sorted(offline)))
             if report.errors:
                 first_error = first_error or StorageIOError("; ".join(report.errors))
             for state in self._dirs:
@@ -1081,6 +1298,31 @@ class LogManager:
 
 
 # -------------------------------------------------------------------- helpers
+
+
+def _ran_out_of_descriptors(exc: BaseException) -> bool:
+    """Whether an EMFILE or ENFILE is in ``exc``'s cause chain."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in (errno.EMFILE, errno.ENFILE):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def _count_segments(partitions: Iterable[tuple[TopicPartition, Path]]) -> int | None:
+    """The ``.log`` files of the partition directories (for a start-up message); None if
+    they cannot be listed (no descriptor left)."""
+    count = 0
+    try:
+        for (topic, partition), log_dir in partitions:
+            with os.scandir(log_dir / partition_dir_name(topic, partition)) as entries:
+                count += sum(1 for entry in entries if entry.name.endswith(LOG_FILE_SUFFIX))
+    except OSError:
+        return None
+    return count
 
 
 def _list_dir(path: Path) -> list[os.DirEntry[str]]:

@@ -50,7 +50,9 @@ from .clock import wall_clock_ms
 from .config import PRODUCER_ID_EXPIRATION_MS_DEFAULT, LogConfig
 from .durable import fsync_directory
 from .errors import (
+    InvalidTopicError,
     LogClosedError,
+    LogDirOfflineError,
     OffsetOutOfRangeError,
     StorageError,
     StorageIOError,
@@ -61,6 +63,7 @@ from .files import (
     time_index_file,
     transaction_index_file,
 )
+from .open_segments import DEFAULT_OPEN_SEGMENTS_MAX, OpenSegments
 from .producer_state import (
     DuplicateAppend,
     ProducerAppend,
@@ -72,6 +75,7 @@ from .retention import RetentionPlan, plan_retention
 from .segment import FetchedBatches, Segment
 from .segments import Segments
 from .time_index import TimestampOffset
+from .topic_names import parse_partition_dir_name
 from .txn_index import AbortedTxn
 from .validation import ValidatedAppend, validate_and_assign_offsets
 
@@ -170,6 +174,11 @@ class DeferredAppend:
 # Runs a job later, off the caller's thread (``concurrent.futures.Executor.submit`` fits).
 FlushScheduler = Callable[[Callable[[], None]], object]
 
+#: Told of an I/O error on a log's write path (a write, an fsync, a roll): called as
+#: ``handler(log, error)`` once, when the log goes offline; Kafka's ``LogDirFailureChannel``.
+#: Called under the log's lock: it must not wait for another log's lock.
+IoFailureHandler = Callable[["PartitionLog", BaseException], None]
+
 #: Checks a client's transactional batch against the transaction coordinator before it is
 #: appended: called as ``verify(producer_id, producer_epoch)`` under the log's lock, once per
 #: transactional batch, it raises to refuse the append (nothing is written). It must not block:
@@ -180,11 +189,18 @@ TransactionVerifier = Callable[[int, int], None]
 
 
 class _LogEnd(NamedTuple):
-    """The end of the log as readers may see it, published as one value after each write."""
+    """The end of the log as readers may see it, published as one value after each write.
+
+    ``first_unstable`` is the producer state's first unstable offset as of that end (None: no
+    transaction open), published with it so that a lock-free reader computes the LSO from one
+    consistent moment: two separate reads could pair an end from before a marker with the state
+    from after it, an LSO past a marker the reader's data does not hold.
+    """
 
     offset: int  # the log end offset (next offset to assign)
     segment_base_offset: int  # the active segment holding the end
     position: int  # readable bytes of that segment
+    first_unstable: int | None = None
 
 
 class PartitionLog:
@@ -204,7 +220,10 @@ class PartitionLog:
     recovers them (``recovery.py``): from the recovery point when the caller knows the
     shutdown was unclean, the active segment when it cannot know. Segments removed by
     retention or truncation are renamed ``.deleted`` first; a crash before their deletion
-    leaves files the next open deletes.
+    leaves files the next open deletes. An I/O error on a write path (write, index entry,
+    fsync, roll) publishes nothing and takes the log offline (:meth:`_io_failed`): every later
+    call raises LogDirOfflineError, and the next open decides, as after a crash, what the failed
+    write left.
 
     Concurrency: one writer at a time for :meth:`append`, :meth:`roll`, :meth:`truncate_to`,
     :meth:`truncate_fully_and_start_at` and :meth:`close` (the server serialises them per
@@ -236,6 +255,8 @@ class PartitionLog:
         flush_scheduler: FlushScheduler | None = None,
         producer_state: ProducerStateManager | None = None,
         producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS_DEFAULT,
+        open_segments: OpenSegments | None = None,
+        io_failure_handler: IoFailureHandler | None = None,
     ) -> None:
         """Use :meth:`open`, or pass what a loader found.
 
@@ -258,12 +279,19 @@ class PartitionLog:
         self._directory_dirty = directory_changed
         self._flush_scheduler = flush_scheduler
         self._truncations = 0  # counts truncations, so a flush can tell one overlapped it
+        # The cache that closes the files of inactive segments (segments.py's Segment docs);
+        # new segments get it. One per server (the LogManager's), or one per embedded log.
+        self._open_segments = open_segments
+        # Told of an I/O error on a write path (the log is offline then): the LogManager
+        # takes the log's directory offline. See _io_failed.
+        self._io_failure_handler = io_failure_handler
+        self._offline = False
         active = segments.active
         assert active is not None, "a log always has an active segment"
+        active.activate()
         first = segments.first
         assert first is not None
         end_offset = active.read_next_offset()
-        self._end = _LogEnd(end_offset, active.base_offset, active.size_bytes)
         start = first.base_offset if log_start_offset is None else log_start_offset
         assert start <= end_offset, f"log start offset {start} above the log end {end_offset}"
         self._log_start_offset = start
@@ -273,6 +301,9 @@ class PartitionLog:
             producer_state = ProducerStateManager(directory, producer_id_expiration_ms)
             producer_state.reset(end_offset)
         self._producer_state = producer_state
+        self._end = _LogEnd(
+            end_offset, active.base_offset, active.size_bytes, producer_state.first_unstable_offset
+        )
         # The roll snapshots written without an fsync, by offset: flush fsyncs each before the
         # recovery point reaches it (see _roll).
         self._unflushed_snapshots: set[int] = set()
@@ -298,6 +329,8 @@ class PartitionLog:
         recovery_point: int | None = None,
         log_start_offset: int | None = None,
         producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS_DEFAULT,
+        open_segments: OpenSegments | None = None,
+        io_failure_handler: IoFailureHandler | None = None,
     ) -> PartitionLog:
         """Open the log in ``directory``, creating the directory and a first segment if needed.
 
@@ -307,7 +340,12 @@ class PartitionLog:
         wall clock. ``flush_scheduler`` (for example ``executor.submit``) runs, off the append
         path, the flush Kafka schedules after every roll ([B-13]): it fsyncs the segments below
         the new one and moves the recovery point there. Without it the recovery point moves
-        only on :meth:`flush`.
+        only on :meth:`flush`. ``open_segments`` is the cache that closes the files of inactive
+        segments beyond its capacity (a LogManager passes its one cache to every log); None
+        gives this log a cache of its own with the default capacity
+        (:data:`~stratalog.server.storage.open_segments.DEFAULT_OPEN_SEGMENTS_MAX`).
+        ``io_failure_handler`` is told of an I/O error on a write path, after which the log is
+        offline (see :meth:`take_offline`).
 
         Loading (:class:`~stratalog.server.storage.recovery.LogLoader`) depends on what the
         caller knows of the last shutdown: ``had_clean_shutdown=True`` (a LogManager found its
@@ -339,6 +377,8 @@ class PartitionLog:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StorageIOError(f"failed to create log directory {path}: {exc}") from exc
+        if open_segments is None:
+            open_segments = OpenSegments(DEFAULT_OPEN_SEGMENTS_MAX)
         loaded = load_log(
             path,
             log_config,
@@ -347,6 +387,7 @@ class PartitionLog:
             recovery_point_checkpoint=recovery_point,
             log_start_offset_checkpoint=log_start_offset,
             producer_id_expiration_ms=producer_id_expiration_ms,
+            open_segments=open_segments,
         )
         partition_log = cls(
             path,
@@ -359,6 +400,8 @@ class PartitionLog:
             flush_scheduler=flush_scheduler,
             producer_state=loaded.producer_state,
             producer_id_expiration_ms=producer_id_expiration_ms,
+            open_segments=open_segments,
+            io_failure_handler=io_failure_handler,
         )
         partition_log.recovered_segments = loaded.recovered_segments
         log.debug(
@@ -405,13 +448,13 @@ class PartitionLog:
         end), never below the log start offset: a transaction may have begun below it
         (DeleteRecords, retention), and offsets there cannot be read (Kafka bounds its first
         unstable offset so too). read_committed fetches and ListOffsets stop here.
-        Thread-safe without the lock: the end is read before the first unstable offset (see
-        :meth:`_write_to`)."""
-        end = self._end.offset
-        first_unstable = self._producer_state.first_unstable_offset
+        Thread-safe without the lock: the end and the first unstable offset come from one
+        published :class:`_LogEnd`."""
+        end = self._end
+        first_unstable = end.first_unstable
         if first_unstable is None:
-            return end
-        return min(max(first_unstable, self._log_start_offset), end)
+            return end.offset
+        return min(max(first_unstable, self._log_start_offset), end.offset)
 
     @property
     def producer_state(self) -> ProducerStateManager:
@@ -495,6 +538,7 @@ class PartitionLog:
         record_batches: bytes | bytearray | memoryview,
         *,
         verify_transaction: TransactionVerifier | None = None,
+        flush: bool = False,
     ) -> AppendInfo:
         """Validate client batches, assign offsets from the log end, and append them.
 
@@ -503,8 +547,14 @@ class PartitionLog:
         the active segment cannot take the append ([B-4], [B-11]); the bytes are written with
         one positioned write: all the batches or none. An empty input does nothing. When the
         topic sets ``flush.messages`` and enough messages are unflushed, the log is flushed
-        before this returns. Segments waiting for deletion are left to
+        before this returns, and so with ``flush`` (a Produce with ``flush=true``): then the
+        records are published (readers see them, the log end moves) only once fsynced, so a
+        failed fsync never lets them be read. Segments waiting for deletion are left to
         :meth:`maybe_delete_pending`: an append deletes no file.
+
+        An I/O error (the write, the fsync, the roll) takes the log offline: the records are
+        not published, the call raises it, and every later call raises LogDirOfflineError;
+        the next start recovers the directory (or not) as after a crash.
 
         ``verify_transaction`` (see :data:`TransactionVerifier`) is called for every
         transactional batch after validation and before the producer state judges it, under the
@@ -519,8 +569,9 @@ class PartitionLog:
             CorruptRecordError, InvalidRecordError, RecordTooLargeError: bad batches.
             InvalidTimestampError: a timestamp outside the accepted window.
             RecordBatchTooLargeError: the append is larger than ``segment.bytes``.
-            StorageIOError: the write failed; nothing was appended.
-            LogClosedError: the log is closed.
+            StorageIOError: the write, fsync or roll failed; nothing was published and the log
+                is offline.
+            LogClosedError: the log is closed. LogDirOfflineError: the log is offline.
             what ``verify_transaction`` raises; nothing was appended.
         """
         with self._lock:
@@ -529,7 +580,8 @@ class PartitionLog:
                 return self._empty_append_info()
             now_ms = self._time_ms()
             return self._write(
-                self._validate(record_batches, now_ms), now_ms, verify=verify_transaction
+                self._validate(record_batches, now_ms), now_ms, verify=verify_transaction,
+                flush=flush,
             )
 
     def write_txn_marker(
@@ -729,9 +781,11 @@ class PartitionLog:
         producer_batches: tuple[ProducerBatch, ...] | None = None,
         *,
         verify: TransactionVerifier | None = None,
+        flush: bool = False,
     ) -> AppendInfo:
-        """Judge the producers (``verify`` first), roll if due, write, flush if
-        ``flush.messages`` says so. Under the lock. A duplicate writes nothing."""
+        """Judge the producers (``verify`` first), roll if due, write, and flush if ``flush``
+        or ``flush.messages`` says so, before the new end is published. Under the lock. A
+        duplicate writes nothing."""
         judged = self._judge_producers(validated, producer_batches, verify)
         if isinstance(judged, DuplicateAppend):
             return self._duplicate_append_info(judged)
@@ -743,21 +797,39 @@ class PartitionLog:
                 validated.size_bytes, validated.max_timestamp,
             )
             segment = self._roll(self._end.offset)
-        info = self._write_to(segment, validated, judged)
-        if self._flush_due(self._end.offset):
-            self.flush()
+        if not (flush or self._flush_due(validated.last_offset + 1)):
+            return self._write_to(segment, validated, judged)
+        # Durable before visible: the records are published only once fsynced, so that a
+        # failed fsync (the log goes offline) never lets a reader see them.
+        info = self._write_to(segment, validated, judged, publish=False)
+        new_end = _LogEnd(
+            validated.last_offset + 1, segment.base_offset, segment.size_bytes,
+            self._producer_state.first_unstable_offset,
+        )
+        self._flush(None, new_end.offset)
+        self._end = new_end
         return info
 
     def _write_to(
-        self, segment: Segment, validated: ValidatedAppend, judged: ProducerAppend | None
+        self,
+        segment: Segment,
+        validated: ValidatedAppend,
+        judged: ProducerAppend | None,
+        *,
+        publish: bool = True,
     ) -> AppendInfo:
         """Write and index the append in the active ``segment``, record its producer state,
-        publish the new log end.
+        publish the new log end (unless ``publish`` is False: the caller fsyncs first).
 
-        Order matters to lock-free readers of the LSO (:attr:`last_stable_offset` reads the log
-        end, then the first unstable offset): the ``.txnindex`` entries of aborted transactions
-        are written before the state completes them, and the state records a new transaction
-        before the end that holds its first batch is published.
+        A write that fails publishes nothing: the log end does not move past it, and the log
+        goes offline (:meth:`_io_failed`) when the failure was an I/O error, since the file
+        may now hold bytes past the published end that later appends must not follow.
+
+        Order matters to lock-free readers: the ``.txnindex`` entries of aborted transactions
+        are written before the marker that completes them, and the new end is published last,
+        with the producer state's first unstable offset after the append (one value: a reader
+        computes the LSO from one moment, so it never passes a transaction whose marker the
+        reader cannot see, nor a transaction whose start it can).
 
         All or nothing: the ``.txnindex`` entries of an ABORT marker are written before the
         marker, and taken back if the marker's write fails. (Kafka writes the marker first; an
@@ -781,15 +853,21 @@ class PartitionLog:
                 validated.shallow_offset_of_max_timestamp,
                 validated.pieces,
             )
-        except BaseException:
+        except BaseException as exc:
             if aborted:
                 self._take_back_txn_index_entries(segment, aborted[0].last_offset)
+            self._io_failed(exc, "write")
             raise
+        state = self._producer_state
         if judged is not None:
-            self._producer_state.apply(judged)
+            state.apply(judged)
         else:
-            self._producer_state.map_end_offset = validated.last_offset + 1
-        self._end = _LogEnd(validated.last_offset + 1, segment.base_offset, segment.size_bytes)
+            state.map_end_offset = validated.last_offset + 1
+        if publish:
+            self._end = _LogEnd(
+                validated.last_offset + 1, segment.base_offset, segment.size_bytes,
+                state.first_unstable_offset,
+            )
         return AppendInfo(
             first_offset=validated.first_offset,
             last_offset=validated.last_offset,
@@ -838,6 +916,14 @@ class PartitionLog:
             return segment
 
     def _roll(self, expected_next_offset: int | None) -> Segment:
+        """:meth:`roll` under the lock; an I/O error takes the log offline."""
+        try:
+            return self._roll_locked(expected_next_offset)
+        except BaseException as exc:
+            self._io_failed(exc, "roll")
+            raise
+
+    def _roll_locked(self, expected_next_offset: int | None) -> Segment:
         end = self._end
         new_offset = max(expected_next_offset or 0, end.offset)
         active = self.active_segment
@@ -864,23 +950,26 @@ class PartitionLog:
             self._delete_stale_files(new_offset)
             active.on_become_inactive()
         segment = Segment.create(
-            self._directory, new_offset, self._config, time_ms=self._time_ms
+            self._directory, new_offset, self._config, time_ms=self._time_ms,
+            open_segments=self._open_segments, active=True,
         )
         self._segments.add(segment)
         self._directory_dirty = True
         # Kafka's snapshot on roll, named by the new segment's base offset (the state reflects
-        # every batch below it). Not fsynced here: the roll holds the log's lock (and may run
-        # on an append), and an fsync would stall every append behind it. As Kafka's scheduled
+        # every batch below it), written whatever the producers, as UnifiedLog.roll does: an
+        # empty one (header, 0 entries) is what lets an unclean open of a log that never had a
+        # producer start its scan at the latest roll instead of the log start (recovery.py,
+        # pass 7). Not fsynced here: the roll holds the log's lock (and may run on an
+        # append), and an fsync would stall every append behind it. As Kafka's scheduled
         # flushProducerStateSnapshot, the flush that moves the recovery point to this offset
         # fsyncs it first (flush: it runs off the append path), so the snapshot an unclean
         # open starts from (the latest at or below the recovery point) survives a power loss;
         # one lost before that flush costs a longer scan, never producer state.
-        if self._producer_state.producers or self._producer_state.snapshots_seen:
-            self._producer_state.map_end_offset = new_offset
-            self._producer_state.take_snapshot(fsync=False)
-            self._unflushed_snapshots.add(new_offset)
+        self._producer_state.map_end_offset = new_offset
+        self._producer_state.take_snapshot(fsync=False)
+        self._unflushed_snapshots.add(new_offset)
         # The log end offset does not change; only the segment holding it does.
-        self._end = _LogEnd(end.offset, new_offset, 0)
+        self._end = _LogEnd(end.offset, new_offset, 0, end.first_unstable)
         if self._flush_scheduler is not None:
             self._flush_scheduler(lambda: self._flush_after_roll(new_offset))
         return segment
@@ -980,7 +1069,7 @@ class PartitionLog:
         segments = self._segments
         segment = segments.floor_segment(start_offset)
         while segment is not None:
-            result = segment.txn_index.collect_aborted_txns(start_offset, upper_bound)
+            result = segment.collect_aborted_txns(start_offset, upper_bound)
             found.extend(result.aborted_txns)
             if result.is_complete:
                 break
@@ -994,6 +1083,8 @@ class PartitionLog:
         says None (a gap at the end of a segment), never past the published log end. None at
         the log end.
         """
+        if self._offline:
+            raise self._offline_error()
         end = self._end
         log_start_offset = self._log_start_offset
         if offset < log_start_offset or offset > end.offset:
@@ -1058,6 +1149,8 @@ class PartitionLog:
             raise ValueError(f"timestamp must not be negative, got {timestamp}")
         if max_bytes < 0:
             raise ValueError(f"max_bytes must not be negative, got {max_bytes}")
+        if self._offline:
+            raise self._offline_error()
         committed = isolation_level == IsolationLevel.READ_COMMITTED
         # The LSO before the end: the end read next is never below it.
         stable = self.last_stable_offset if committed else -1
@@ -1106,6 +1199,8 @@ class PartitionLog:
 
         Thread-safe against a concurrent append.
         """
+        if self._offline:
+            raise self._offline_error()
         if isolation_level == IsolationLevel.READ_COMMITTED:
             if timestamp == LATEST_TIMESTAMP:
                 return TimestampOffset(NO_TIMESTAMP, self.last_stable_offset)
@@ -1201,11 +1296,21 @@ class PartitionLog:
             self._segments.remove_many([segment.base_offset for segment in doomed])
             self._schedule_delete(doomed)
             active = self.active_segment
+            # Active (files held open) before truncate_to grows its indexes back.
+            active.activate()
             active.truncate_to(offset)
-            self._end = _LogEnd(offset, active.base_offset, active.size_bytes)
+            # The first unstable offset as it was: one above the new end shows as the end.
+            self._end = _LogEnd(
+                offset, active.base_offset, active.size_bytes, self._end.first_unstable
+            )
             self._log_start_offset = min(offset, self._log_start_offset)
             self._recovery_point = min(self._recovery_point, offset)
             self._reload_producer_state(offset)
+            # Again, with the reloaded state's first unstable offset.
+            self._end = _LogEnd(
+                offset, active.base_offset, active.size_bytes,
+                self._producer_state.first_unstable_offset,
+            )
             self._maybe_delete_pending(self._time_ms())
             return True
 
@@ -1253,7 +1358,10 @@ class PartitionLog:
         # Rename the old files first, so that the new segment can take its name even when an
         # old segment had the same base offset.
         self._schedule_delete(doomed)
-        segment = Segment.create(self._directory, new_offset, self._config, time_ms=self._time_ms)
+        segment = Segment.create(
+            self._directory, new_offset, self._config, time_ms=self._time_ms,
+            open_segments=self._open_segments, active=True,
+        )
         # Add before removing, so that a reader always finds a segment.
         self._segments.add(segment)
         self._segments.remove_many(
@@ -1384,12 +1492,25 @@ class PartitionLog:
         ``flushUptoOffsetExclusive``). Then the directory is fsynced if segments or snapshots
         were created or renamed, and the recovery point moves to ``offset`` (or the log end).
 
+        An fsync that fails takes the log offline (:meth:`_io_failed`): after a failed fsync
+        the page cache may have dropped what it could not write, so nothing written since the
+        last good one may be trusted before recovery.
+
         Raises:
-            StorageIOError: an fsync failed (the recovery point does not move).
+            StorageIOError: an fsync failed (the recovery point does not move; the log is
+                offline).
+            LogDirOfflineError: the log is offline.
         """
+        self._flush(offset, None)
+
+    def _flush(self, offset: int | None, end_offset: int | None) -> None:
+        """:meth:`flush`; ``end_offset``: the log end to flush through when it is not the
+        published one (an append whose records are published only once durable, under the
+        lock)."""
         with self._lock:
             self._ensure_open()
-            end_offset = self._end.offset
+            if end_offset is None:
+                end_offset = self._end.offset
             if offset is None:
                 new_recovery_point = end_offset
                 flush_to = end_offset + 1
@@ -1421,10 +1542,11 @@ class PartitionLog:
                 self._producer_state.flush_snapshot(snapshot_offset)
             if directory_dirty:
                 fsync_directory(self._directory)
-        except BaseException:
+        except BaseException as exc:
             with self._lock:
                 self._directory_dirty = self._directory_dirty or directory_dirty
                 self._unflushed_snapshots.update(snapshots)
+            self._io_failed(exc, "fsync")
             raise
         with self._lock:
             # A truncation while the fsyncs ran may have replaced what they covered: then the
@@ -1449,7 +1571,11 @@ class PartitionLog:
                 first_error = exc
             state = self._producer_state
             if first_error is None and (state.producers or state.snapshots_seen):
-                # The snapshot at the log end that the next (clean) open loads.
+                # The snapshot at the log end that the next (clean) open loads. Kafka's close
+                # takes one whatever the producers; a log with no producer and no snapshot
+                # file (it never rolled, as every roll writes one) needs none: a clean open
+                # without any snapshot scans nothing (Kafka's rule), and an unclean one starts
+                # no later than the recovered segment's base: the log start, in such a log.
                 try:
                     self._producer_state.map_end_offset = self._end.offset
                     self._producer_state.take_snapshot()
@@ -1501,8 +1627,48 @@ class PartitionLog:
         self.close()
 
     def _ensure_open(self) -> None:
+        if self._offline:
+            raise self._offline_error()
         if self._closed:
             raise LogClosedError(f"log {self._directory} is closed")
+
+    # ---------------------------------------------------------------- log directory failure
+
+    @property
+    def is_offline(self) -> bool:
+        """The log refuses reads and writes after an I/O error in its directory."""
+        return self._offline
+
+    def take_offline(self) -> None:
+        """Refuse every read and write from now on (Kafka's offline partition): the log's
+        directory had an I/O error. The files stay as they are, closed without writing by
+        :meth:`close`; the next start recovers them. Thread-safe (one flag, read first by every
+        call)."""
+        self._offline = True
+
+    def _io_failed(self, exc: BaseException, action: str) -> None:
+        """After ``exc`` on a write path (``action``: write, fsync, roll, truncate, rename): an
+        I/O error takes the log offline and reports it to the failure handler (the LogManager
+        takes the whole directory offline, as Kafka's ``LogDirFailureChannel`` does). Other
+        errors (bad input, a closed log) change nothing."""
+        if not isinstance(exc, StorageIOError | OSError) or self._offline:
+            return
+        self._offline = True
+        log.error("log %s is offline after a failed %s: %s", self._directory, action, exc)
+        handler = self._io_failure_handler
+        if handler is not None:
+            try:
+                handler(self, exc)
+            except Exception:
+                log.exception("the log directory failure handler failed for %s",
+                              self._directory)
+
+    def _offline_error(self) -> LogDirOfflineError:
+        try:
+            topic, partition = parse_partition_dir_name(self._directory.name)
+        except InvalidTopicError:  # an embedded log in a directory of any name
+            topic, partition = self._directory.name, -1
+        return LogDirOfflineError(topic, partition)
 
     def __repr__(self) -> str:
         return (

@@ -21,13 +21,13 @@ is the *first unstable offset*; the last stable offset (LSO) is that, or the log
 
 Snapshot files (``<20-digit offset>.snapshot``, byte layout in
 :mod:`stratalog.records.log_layout` §6, Kafka's ``ProducerSnapshot``) hold the state as of
-(exclusive) that offset: one entry per producer with its LAST batch only, as Kafka's. They are
-written atomically (temporary file, rename) on roll (fsynced later, by the flush that moves the
-recovery point past the roll: :meth:`ProducerStateManager.flush_snapshot`) and on clean close
-(fsynced), and read at open. A
-snapshot that does not parse, has a version other than 1 or whose CRC does not match is deleted
-with a warning naming the file and why (as Kafka does), and an older one (or the log itself) is
-used instead.
+(exclusive) that offset: one entry per producer with its LAST batch only, as Kafka's (none
+at all in the 10-byte snapshot of a log without producers). They are written atomically
+(temporary file, rename) on every roll, whatever the producers (fsynced later, by the flush
+that moves the recovery point past the roll: :meth:`ProducerStateManager.flush_snapshot`),
+and on clean close (fsynced), and read at open. A snapshot that does not parse, has a version
+other than 1 or whose CRC does not match is deleted with a warning naming the file and why (as
+Kafka does), and an older one (or the log itself) is used instead.
 
 Differences from Kafka, on purpose: an append may hold several batches (stratalog's Produce
 takes "one or more"): either every batch of it is a duplicate (acknowledged with the original

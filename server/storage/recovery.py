@@ -64,6 +64,7 @@ from stratalog.records.reader import iter_records
 from .config import PRODUCER_ID_EXPIRATION_MS_DEFAULT, LogConfig
 from .errors import CorruptIndexError, InvalidOffsetError, StorageIOError
 from .files import offset_from_file_name
+from .open_segments import OpenSegments
 from .producer_state import ProducerBatch, ProducerStateManager
 from .segment import Segment
 from .segments import Segments
@@ -108,6 +109,7 @@ def load_log(
     recovery_point_checkpoint: int | None = None,
     log_start_offset_checkpoint: int | None = None,
     producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS_DEFAULT,
+    open_segments: OpenSegments | None = None,
 ) -> LoadedLog:
     """Run every pass of :class:`LogLoader` on ``directory``; see there."""
     return LogLoader(
@@ -118,6 +120,7 @@ def load_log(
         recovery_point_checkpoint=recovery_point_checkpoint,
         log_start_offset_checkpoint=log_start_offset_checkpoint,
         producer_id_expiration_ms=producer_id_expiration_ms,
+        open_segments=open_segments,
     ).load()
 
 
@@ -151,8 +154,12 @@ class LogLoader:
         recovery_point_checkpoint: int | None = None,
         log_start_offset_checkpoint: int | None = None,
         producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS_DEFAULT,
+        open_segments: OpenSegments | None = None,
     ) -> None:
+        """``open_segments``: the cache that may close the files of the inactive segments
+        (None: every segment's files stay open)."""
         self._directory = Path(directory)
+        self._open_segments = open_segments
         self._producer_id_expiration_ms = producer_id_expiration_ms
         self._first_recovered: int | None = None  # lowest base offset recovered by pass 4/5
         self._snapshot_offsets: list[int] = []  # the .snapshot files pass 4's listing saw
@@ -308,12 +315,14 @@ class LogLoader:
                     if stem + suffix not in present
                 ]
                 segment = Segment.open(
-                    self._directory, base_offset, self._config, time_ms=self._time_ms
+                    self._directory, base_offset, self._config, time_ms=self._time_ms,
+                    open_segments=self._open_segments,
                 )
                 segments.append(segment)
                 if stem + TXN_INDEX_FILE_SUFFIX in present:  # most segments have none
                     try:
-                        segment.txn_index.sanity_check()
+                        with segment.pinned():
+                            segment.txn_index.sanity_check()
                     except CorruptIndexError as exc:
                         missing.append(f"{segment.txn_index_path.name} ({exc})")
                 if missing:
@@ -456,9 +465,14 @@ class LogLoader:
                 segments = []
         if not segments:
             start = checkpoint_start if checkpoint_start is not None else 0
-            segments = [Segment.create(self._directory, start, self._config, time_ms=self._time_ms)]
+            segments = [Segment.create(
+                self._directory, start, self._config, time_ms=self._time_ms,
+                open_segments=self._open_segments, active=True,
+            )]
             self._directory_changed = True
         active = segments[-1]
+        # Active before its indexes grow: the cache must never close a preallocated index.
+        active.activate()
         active.resize_indexes(self._config.segment_index_bytes)
         log_end_offset = active.read_next_offset()
         first_base_offset = segments[0].base_offset
@@ -536,27 +550,30 @@ def rebuild_producer_state(
         rebuild_index = (
             rebuild_txn_index_from is not None and segment.base_offset >= rebuild_txn_index_from
         )
-        if rebuild_index and start <= segment.base_offset:
-            segment.txn_index.reset()
-        position = 0
-        if start > segment.base_offset:
-            found = segment.translate_offset(start)
-            if found is None:
-                segment = segments.higher_segment(segment.base_offset)
-                continue
-            position = found.position
         following = segments.higher_segment(segment.base_offset)
-        segment_end = end_offset if following is None else min(following.base_offset, end_offset)
-        for txn, last_stable_offset in state.load_batches(
-            _producer_batches(segment, position, start, end_offset), segment_end
-        ):
-            if not (txn.is_aborted and rebuild_index):
-                continue
-            txn_index = segment.txn_index
-            if txn_index.last_offset is None or txn_index.last_offset < txn.last_offset:
-                txn_index.append(AbortedTxn(
-                    txn.producer_id, txn.first_offset, txn.last_offset, last_stable_offset
-                ))
+        with segment.pinned():  # its .txnindex is used directly
+            if rebuild_index and start <= segment.base_offset:
+                segment.txn_index.reset()
+            position = 0
+            if start > segment.base_offset:
+                found = segment.translate_offset(start)
+                if found is None:
+                    segment = following
+                    continue
+                position = found.position
+            segment_end = (
+                end_offset if following is None else min(following.base_offset, end_offset)
+            )
+            for txn, last_stable_offset in state.load_batches(
+                _producer_batches(segment, position, start, end_offset), segment_end
+            ):
+                if not (txn.is_aborted and rebuild_index):
+                    continue
+                txn_index = segment.txn_index
+                if txn_index.last_offset is None or txn_index.last_offset < txn.last_offset:
+                    txn_index.append(AbortedTxn(
+                        txn.producer_id, txn.first_offset, txn.last_offset, last_stable_offset
+                    ))
         segment = following
     state.map_end_offset = max(state.map_end_offset, end_offset)
 

@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import array
 import bisect
+import contextlib
+import functools
 import itertools
 import logging
 import os
@@ -37,7 +39,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import Concatenate, NamedTuple, ParamSpec, TypeVar
 
 from stratalog.records.accel import ACCELERATED, decode_arrow
 from stratalog.records.batch import (
@@ -67,7 +69,9 @@ from .errors import (
     CorruptIndexError,
     IndexFullError,
     InvalidOffsetError,
+    LogClosedError,
     OffsetOverflowError,
+    StorageError,
     StorageIOError,
 )
 from .index import INT32_MAX
@@ -84,8 +88,9 @@ from .log_file import (
     summarize,
 )
 from .offset_index import OffsetIndex
+from .open_segments import OpenSegments
 from .time_index import TimeIndex, TimestampOffset
-from .txn_index import AbortedTxn, TransactionIndex
+from .txn_index import AbortedTxn, TransactionIndex, TxnIndexSearchResult
 
 __all__ = ["FetchedBatches", "LogOffsetPosition", "Segment"]
 
@@ -171,6 +176,28 @@ def _first_record_reaching(
     return -1
 
 
+_T = TypeVar("_T")
+_P = ParamSpec("_P")
+
+
+def _using_files(method: Callable[Concatenate[Segment, _P], _T]) -> Callable[
+    Concatenate[Segment, _P], _T
+]:
+    """Hold the segment (its files open) for the call: :meth:`Segment.pinned` as a decorator,
+    for the methods off the read path (those on it count themselves inline, a call less)."""
+
+    @functools.wraps(method)
+    def using_files(self: Segment, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        users = self._users
+        self._pin()
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            users.pop()
+
+    return using_files
+
+
 class Segment:
     """A ``.log`` file plus its lazily opened offset, time and transaction indexes.
 
@@ -189,13 +216,29 @@ class Segment:
     a torn last batch, an untrimmed preallocated file or stale indexes; :meth:`recover` rebuilds
     both indexes from the ``.log`` and truncates it at the first invalid byte ([B-46], [B-47]).
 
+    Open files: an inactive segment given an :class:`OpenSegments` cache may have its files
+    closed by it (:meth:`try_close_files`) to save descriptors; the Segment object stays, with
+    everything it knows (size, max timestamp, roll state), and its files are reopened by the
+    next use. Every method that uses the files holds the segment for the duration of the call:
+    a *reference count* of users (a list that each use appends to and pops from: both atomic
+    under the GIL, ~0.1 µs a use, no lock), which :meth:`try_close_files` checks after raising
+    a flag that users check after counting themselves, so that either the closer sees the user
+    and gives up, or the user sees the flag and waits on the segment's lock for the close to
+    finish, then reopens. No file is ever closed under a reader. The active segment holds one
+    count for as long as it is active (:meth:`activate`), so its files never close: every
+    append and the reads at the end of the log find them open. Its indexes are preallocated
+    and untrimmed, which a close and a reopen would misread (trimmed on
+    :meth:`on_become_inactive`, before the count is released). The index objects
+    (:attr:`offset_index`, :attr:`time_index`, :attr:`txn_index`) are only to be used inside
+    :meth:`pinned`, or on the active segment.
+
     Concurrency: one writer (the owning ``PartitionLog`` serialises append, truncate, roll,
     recover, flush and close). Reads (:meth:`fetch`, :meth:`translate_offset`,
     :meth:`find_offset_by_timestamp`, :meth:`fetch_by_timestamp`, :meth:`read_next_offset`) may
     run in other threads at the same time as an append: they use ``pread`` and stop at the size
     published *after* a write completed, so they never see a half-written batch. Reads must not
     overlap :meth:`close` or :meth:`delete` (the log defers those until no reader can hold the
-    segment).
+    segment); they may overlap the cache's :meth:`try_close_files` (see above).
     """
 
     def __init__(
@@ -207,6 +250,8 @@ class Segment:
         file_suffix: str,
         roll_jitter_ms: int,
         time_ms: Callable[[], int] | None,
+        open_segments: OpenSegments | None,
+        active: bool,
     ) -> None:
         """Use :meth:`open` or :meth:`create`."""
         stem = filename_prefix_from_offset(base_offset)
@@ -246,6 +291,111 @@ class Segment:
         # None = unknown: read from the time index on first use (Kafka's UNKNOWN).
         self._max_timestamp_and_offset: TimestampOffset | None = None
         self._bytes_since_last_index_entry = 0
+        # The users holding the files open (one item each; the active segment holds one for
+        # as long as it is active): see the class docstring.
+        self._users: list[None] = [None] if active else []
+        self._active = active
+        # Raised by try_close_files before it looks at the users, and left raised while the
+        # files are closed: a user who sees it takes the lock and reopens them.
+        self._files_closed = False
+        self._closed = False  # closed for good (close, delete): no reopening
+        # Guards opening and closing the files (and renames, which a reopen must not overlap).
+        self._files_lock = threading.Lock()
+        self.referenced = True  # set by every use; cleared by the cache's hand (CLOCK)
+        self._open_segments = open_segments
+        if open_segments is not None and not active:
+            open_segments.add(self)
+
+    # ---------------------------------------------------------------- open files
+
+    def _pin(self) -> None:
+        """Count one more user of the files, reopening them if the cache closed them. The
+        caller pops ``self._users`` when done (in a ``finally``)."""
+        users = self._users
+        users.append(None)
+        self.referenced = True
+        if self._files_closed:
+            users.pop()
+            self._pin_reopening()
+
+    def _pin_reopening(self) -> None:
+        """:meth:`_pin`'s slow path: wait for a close under way, reopen, count the user."""
+        with self._files_lock:
+            if self._closed:
+                raise LogClosedError(f"segment {self._log.path} is closed")
+            reopened = self._log.is_closed
+            if reopened:
+                self._log.reopen()
+            self._users.append(None)
+            self._files_closed = False
+        # Outside the lock: the cache may close other segments (taking their locks).
+        if reopened and self._open_segments is not None and not self._active:
+            self._open_segments.add(self)
+
+    @contextlib.contextmanager
+    def pinned(self) -> Iterator[Segment]:
+        """Hold the segment's files open for the block (reopening them if they were closed):
+        the index objects are only to be used inside one, unless the segment is active."""
+        self._pin()
+        try:
+            yield self
+        finally:
+            self._users.pop()
+
+    @property
+    def files_open(self) -> bool:
+        """Whether the ``.log`` is open now (False after the cache closed it, or after close)."""
+        return not self._log.is_closed
+
+    @property
+    def is_active(self) -> bool:
+        return self._active
+
+    def activate(self) -> None:
+        """This segment takes the appends from now on: its files are opened if closed and stay
+        open until :meth:`on_become_inactive` (it leaves the cache). Idempotent. Writer only.
+
+        Raises:
+            StorageIOError: a closed file could not be reopened. LogClosedError: closed.
+        """
+        if self._active:
+            return
+        self._pin()  # held while active: the cache never closes a segment in use
+        self._active = True
+        if self._open_segments is not None:
+            self._open_segments.remove(self)
+
+    def try_close_files(self) -> bool:
+        """Close the files unless the segment is in use (a user counted, or the active
+        segment); True when they are closed on return. Never waits: a segment whose lock is
+        held (a reopen, a rename) is in use. Called by the :class:`OpenSegments` cache.
+
+        An index is closed by trimming it to its entries (a no-op for an inactive segment's,
+        trimmed when it stopped being active) so that a reopen counts no preallocated slot.
+        """
+        if not self._files_lock.acquire(blocking=False):
+            return False
+        try:
+            if self._closed or self._log.is_closed:
+                return True
+            self._files_closed = True
+            if self._users:
+                self._files_closed = False
+                return False
+            try:
+                for index in (self._offset_index, self._time_index, self._txn_index):
+                    index.unload()
+            except StorageError:
+                # An index that would not trim stays open (a reopen would misread it); the
+                # others are closed, and the next use reopens them.
+                log.warning("keeping the files of segment %s open", self._log.path,
+                            exc_info=True)
+                self._files_closed = False
+                return False
+            self._log.close_handler()
+            return True
+        finally:
+            self._files_lock.release()
 
     # ---------------------------------------------------------------- construction
 
@@ -260,13 +410,17 @@ class Segment:
         file_suffix: str = "",
         roll_jitter_ms: int | None = None,
         time_ms: Callable[[], int] | None = None,
+        open_segments: OpenSegments | None = None,
+        active: bool = False,
     ) -> Segment:
         """Open the segment at ``base_offset`` in ``directory``; no index file is touched.
 
         ``file_already_exists=True`` opens an existing ``.log`` (its length is the segment size);
         False creates a new one, preallocated to ``segment.bytes`` when ``preallocate`` is set
         (Kafka's ``FileRecords.open``). ``roll_jitter_ms`` defaults to a fresh draw of
-        ``config.random_segment_jitter_ms()``.
+        ``config.random_segment_jitter_ms()``. ``open_segments``: the cache that may close the
+        files of this segment while it is inactive (None: they stay open until :meth:`close`);
+        ``active``: the segment takes appends (see :meth:`activate`).
 
         Raises:
             StorageIOError: the file is missing (or present, when creating), cannot be opened,
@@ -280,6 +434,8 @@ class Segment:
             file_suffix,
             config.random_segment_jitter_ms() if roll_jitter_ms is None else roll_jitter_ms,
             time_ms,
+            open_segments,
+            active,
         )
 
     @classmethod
@@ -292,6 +448,8 @@ class Segment:
         file_suffix: str = "",
         roll_jitter_ms: int | None = None,
         time_ms: Callable[[], int] | None = None,
+        open_segments: OpenSegments | None = None,
+        active: bool = False,
     ) -> Segment:
         """Create a new, empty segment (``open`` with ``file_already_exists=False``)."""
         return cls.open(
@@ -302,6 +460,8 @@ class Segment:
             file_suffix=file_suffix,
             roll_jitter_ms=roll_jitter_ms,
             time_ms=time_ms,
+            open_segments=open_segments,
+            active=active,
         )
 
     # ---------------------------------------------------------------- properties
@@ -337,11 +497,13 @@ class Segment:
 
     @property
     def is_closed(self) -> bool:
-        return self._log.is_closed
+        """Closed for good (:meth:`close`, :meth:`delete`); not the cache closing the files."""
+        return self._closed
 
     @property
     def offset_index(self) -> OffsetIndex:
-        """The offset index, opened (and created, preallocated) on first use."""
+        """The offset index, opened (and created, preallocated) on first use. Inside
+        :meth:`pinned` only, unless the segment is active (as the other two)."""
         return self._offset_index.loaded or self._offset_index.get()
 
     @property
@@ -368,7 +530,8 @@ class Segment:
         """
         known = self._max_timestamp_and_offset
         if known is None:
-            known = self.time_index.last_entry
+            with self.pinned():
+                known = self.time_index.last_entry
             self._max_timestamp_and_offset = known
         return known
 
@@ -435,6 +598,26 @@ class Segment:
         size = sum(len(piece) for piece in records)
         if size == 0:
             return
+        if self._active:  # holds its files open while active: no count needed (writer only)
+            self._append(largest_offset, largest_timestamp, shallow_offset_of_max_timestamp,
+                         records, size)
+            return
+        users = self._users
+        self._pin()
+        try:
+            self._append(largest_offset, largest_timestamp, shallow_offset_of_max_timestamp,
+                         records, size)
+        finally:
+            users.pop()
+
+    def _append(
+        self,
+        largest_offset: int,
+        largest_timestamp: int,
+        shallow_offset_of_max_timestamp: int,
+        records: Sequence[bytes | bytearray | memoryview],
+        size: int,
+    ) -> None:
         log_file = self._log
         if log_file.size_bytes == 0:
             self._rolling_based_timestamp = largest_timestamp
@@ -488,6 +671,7 @@ class Segment:
                 f"segment {self._log.path} must roll before appending offset {largest_offset}"
             )
 
+    @_using_files
     def truncate_to(self, offset: int) -> int:
         """Remove every batch with offsets ``>= offset``, whole batches only ([B-26]).
 
@@ -532,13 +716,31 @@ class Segment:
         return best
 
     def on_become_inactive(self) -> None:
-        """The segment stops being active ([B-13]): final time entry, trim indexes and ``.log``."""
-        max_so_far = self.max_timestamp_and_offset_so_far
-        self.time_index.maybe_append(max_so_far.timestamp, max_so_far.offset, skip_full_check=True)
-        self.offset_index.trim_to_valid_size()
-        self.time_index.trim_to_valid_size()
-        self._log.trim()
+        """The segment stops being active ([B-13]): final time entry, trim indexes and ``.log``;
+        then the cache may close its files (the count :meth:`activate` took is released, even
+        when trimming failed: the untrimmed index then stays open, as the cache closes an index
+        by trimming it first).
 
+        Raises:
+            StorageIOError: an index or the ``.log`` could not be trimmed.
+        """
+        with self.pinned():
+            try:
+                max_so_far = self.max_timestamp_and_offset_so_far
+                self.time_index.maybe_append(
+                    max_so_far.timestamp, max_so_far.offset, skip_full_check=True
+                )
+                self.offset_index.trim_to_valid_size()
+                self.time_index.trim_to_valid_size()
+                self._log.trim()
+            finally:
+                if self._active:
+                    self._active = False
+                    self._users.pop()
+        if self._open_segments is not None:
+            self._open_segments.add(self)
+
+    @_using_files
     def resize_indexes(self, size_bytes: int) -> None:
         """Resize both indexes (the loader grows the active segment's to the maximum)."""
         self.offset_index.resize(size_bytes)
@@ -562,6 +764,26 @@ class Segment:
         not empty and has waited longer than ``max_segment_ms`` minus its jitter ([B-12]); or
         either index is full; or ``max_offset_in_messages`` is too far from the base offset.
         """
+        if not self._active:  # the active segment's files stay open (every append asks)
+            with self.pinned():
+                return self._should_roll(
+                    max_segment_bytes, max_segment_ms, max_timestamp_in_messages,
+                    max_offset_in_messages, messages_size_bytes, now_ms,
+                )
+        return self._should_roll(
+            max_segment_bytes, max_segment_ms, max_timestamp_in_messages,
+            max_offset_in_messages, messages_size_bytes, now_ms,
+        )
+
+    def _should_roll(
+        self,
+        max_segment_bytes: int,
+        max_segment_ms: int,
+        max_timestamp_in_messages: int,
+        max_offset_in_messages: int,
+        messages_size_bytes: int,
+        now_ms: int,
+    ) -> bool:
         size = self._log.size_bytes
         if size > max_segment_bytes - messages_size_bytes:
             return True
@@ -596,7 +818,8 @@ class Segment:
 
     def _load_first_batch_timestamp(self) -> None:
         if self._rolling_based_timestamp is None:
-            first = self._log.walk(0, self._log.size_bytes)
+            with self.pinned():
+                first = self._log.walk(0, self._log.size_bytes)
             if first is not None:
                 self._rolling_based_timestamp = first[4]
 
@@ -613,15 +836,24 @@ class Segment:
         Raises:
             CorruptRecordError, InvalidRecordError: a malformed header on the way.
         """
-        log_file = self._log
-        # The read paths take a loaded index without the property's call.
-        offset_index = self._offset_index.loaded or self._offset_index.get()
-        start = offset_index.lookup_position(offset)
-        if start < starting_position:
-            start = starting_position
-        size = log_file.size_bytes
-        end = size if end_position is None else min(end_position, size)
-        found = log_file.walk(start, end, offset)
+        users = self._users
+        users.append(None)
+        self.referenced = True
+        if self._files_closed:
+            users.pop()
+            self._pin_reopening()
+        try:
+            log_file = self._log
+            # The read paths take a loaded index without the property's call.
+            offset_index = self._offset_index.loaded or self._offset_index.get()
+            start = offset_index.lookup_position(offset)
+            if start < starting_position:
+                start = starting_position
+            size = log_file.size_bytes
+            end = size if end_position is None else min(end_position, size)
+            found = log_file.walk(start, end, offset)
+        finally:
+            users.pop()
         return None if found is None else LogOffsetPosition(found[2], found[0], found[1])
 
     def fetch(
@@ -654,10 +886,20 @@ class Segment:
         end = self._log.size_bytes
         if max_position is not None and max_position < end:
             end = max_position
-        found = self._find(start_offset, ANY_TIMESTAMP, start_offset, end, max_bytes)
-        if found is None:
-            return None
-        return self._whole_batches_from(found, start_offset, max_bytes, end, min_one_message)
+        # Counted inline (see the class docstring): this is every fetch's call.
+        users = self._users
+        users.append(None)
+        self.referenced = True
+        if self._files_closed:
+            users.pop()
+            self._pin_reopening()
+        try:
+            found = self._find(start_offset, ANY_TIMESTAMP, start_offset, end, max_bytes)
+            if found is None:
+                return None
+            return self._whole_batches_from(found, start_offset, max_bytes, end, min_one_message)
+        finally:
+            users.pop()
 
     def _find(
         self, offset: int, timestamp: int, from_offset: int, end: int, max_bytes: int
@@ -743,6 +985,7 @@ class Segment:
             data = data[:whole_bytes]
         return FetchedBatches(data, next_offset, records_count + following_count)
 
+    @_using_files
     def read_next_offset(self) -> int:
         """The offset after the last batch, or the base offset if empty ([B-55])."""
         found = self.translate_offset(self.offset_index.last_offset)
@@ -761,7 +1004,12 @@ class Segment:
         decoded (later batches follow if none of its records qualify). Returns the record's own
         (timestamp, offset), or None when no record of this segment qualifies. Thread-safe.
         """
-        found = self._find_by_timestamp(timestamp, starting_offset, self._log.size_bytes, 0)
+        users = self._users
+        self._pin()  # inline rather than pinned(): a context manager costs ~1 µs a lookup
+        try:
+            found = self._find_by_timestamp(timestamp, starting_offset, self._log.size_bytes, 0)
+        finally:
+            users.pop()
         return None if found is None else found[0]
 
     def fetch_by_timestamp(
@@ -789,13 +1037,18 @@ class Segment:
         end = self._log.size_bytes
         if max_position is not None and max_position < end:
             end = max_position
-        found = self._find_by_timestamp(timestamp, starting_offset, end, max_bytes)
-        if found is None:
-            return None
-        record, batch = found
-        return record, self._whole_batches_from(
-            batch, record.offset, max_bytes, end, min_one_message
-        )
+        users = self._users
+        self._pin()
+        try:
+            found = self._find_by_timestamp(timestamp, starting_offset, end, max_bytes)
+            if found is None:
+                return None
+            record, batch = found
+            return record, self._whole_batches_from(
+                batch, record.offset, max_bytes, end, min_one_message
+            )
+        finally:
+            users.pop()
 
     def _find_by_timestamp(
         self, timestamp: int, starting_offset: int, end: int, max_bytes: int
@@ -836,6 +1089,7 @@ class Segment:
             found = log_file.walk(position + size, end, starting_offset, timestamp)
         return None
 
+    @_using_files
     def find_max_timestamp_record(self) -> TimestampOffset | None:
         """The first record holding this segment's max timestamp (ListOffsets -3, [B-36] table).
 
@@ -860,11 +1114,21 @@ class Segment:
         return None
 
     def iter_batch_headers(self, start_position: int = 0) -> Iterator[BatchHeader]:
-        """Headers of the whole batches from ``start_position`` to the published size."""
-        return self._log.headers(start_position, self._log.size_bytes)
+        """Headers of the whole batches from ``start_position`` to the published size (the
+        files held open until the iterator is exhausted or closed)."""
+        with self.pinned():
+            yield from self._log.headers(start_position, self._log.size_bytes)
+
+    @_using_files
+    def collect_aborted_txns(self, fetch_offset: int, upper_bound_offset: int) -> (
+        TxnIndexSearchResult
+    ):
+        """The ``.txnindex``'s :meth:`TransactionIndex.collect_aborted_txns`, files held open."""
+        return self.txn_index.collect_aborted_txns(fetch_offset, upper_bound_offset)
 
     # ---------------------------------------------------------------- recovery
 
+    @_using_files
     def sanity_check(self, time_index_file_newly_created: bool) -> None:
         """Kafka's load-time check ([B-45]): the offset index file must exist.
 
@@ -882,6 +1146,7 @@ class Segment:
             self.time_index.resize(0)
         self.txn_index.sanity_check()
 
+    @_using_files
     def recover(self, max_message_bytes: int | None = None) -> int:
         """Rebuild both indexes from the ``.log`` and cut it at the first invalid byte.
 
@@ -956,8 +1221,10 @@ class Segment:
 
     # ---------------------------------------------------------------- durability and files
 
+    @_using_files
     def flush(self) -> None:
-        """fsync the ``.log``, both mapped indexes and the txn index ([B-67])."""
+        """fsync the ``.log``, both mapped indexes and the txn index ([B-67]); closed files
+        are reopened for it (an fsync writes what any descriptor of the file left dirty)."""
         self._log.flush()
         self.offset_index.flush()
         self.time_index.flush()
@@ -970,8 +1237,23 @@ class Segment:
 
         ``flush=False`` skips the fsync of the ``.log``, for a caller that knows it is durable
         already (the log closes segments below its recovery point so after flushing them: an
-        fsync each would cost a clean shutdown of 10,000 segments seconds). Idempotent.
+        fsync each would cost a clean shutdown of 10,000 segments seconds). Idempotent. Files
+        the cache closed are reopened only for the fsync (their indexes were trimmed before).
         """
+        with self._files_lock:
+            if self._closed:
+                return
+            self._closed = self._files_closed = True
+            if self._log.is_closed and flush:
+                self._log.reopen()
+            try:
+                self._close_files(flush)
+            finally:
+                self._log.close_handler()
+        if self._open_segments is not None:
+            self._open_segments.remove(self)
+
+    def _close_files(self, flush: bool) -> None:
         if self._log.is_closed:
             return
         try:
@@ -992,19 +1274,29 @@ class Segment:
             self._log.close_handler()
 
     def close_handlers(self) -> None:
-        """Close the files without writing anything (the disk may have failed)."""
-        for index in (self._offset_index, self._time_index, self._txn_index):
-            try:
-                index.close_handler()
-            except Exception:
-                log.warning("could not close %s", index.path, exc_info=True)
-        self._log.close_handler()
+        """Close the files without writing anything (the disk may have failed), for good."""
+        with self._files_lock:
+            self._closed = self._files_closed = True
+            for index in (self._offset_index, self._time_index, self._txn_index):
+                try:
+                    index.close_handler()
+                except Exception:
+                    log.warning("could not close %s", index.path, exc_info=True)
+            self._log.close_handler()
+        if self._open_segments is not None:
+            self._open_segments.remove(self)
 
     def delete(self) -> None:
-        """Close the files and delete the four of them (missing ones are fine)."""
-        self._log.delete()
-        for index in (self._offset_index, self._time_index, self._txn_index):
-            index.delete_if_exists()
+        """Close the files and delete the four of them (missing ones are fine), for good."""
+        with self._files_lock:
+            self._closed = self._files_closed = True
+            try:
+                self._log.delete()
+                for index in (self._offset_index, self._time_index, self._txn_index):
+                    index.delete_if_exists()
+            finally:
+                if self._open_segments is not None:
+                    self._open_segments.remove(self)
 
     def change_file_suffixes(self, old_suffix: str, new_suffix: str) -> None:
         """Rename the segment's files from ``<name><old_suffix>`` to ``<name><new_suffix>``.
@@ -1024,9 +1316,11 @@ class Segment:
             stem = name[: len(name) - len(old_suffix)] if old_suffix else name
             return path.with_name(stem + new_suffix)
 
-        self._log.rename_to(renamed(self._log.path))
-        for index in (self._offset_index, self._time_index, self._txn_index):
-            index.rename_to(renamed(index.path))
+        # Under the files' lock: a reopen must not open the old name of a file just renamed.
+        with self._files_lock:
+            self._log.rename_to(renamed(self._log.path))
+            for index in (self._offset_index, self._time_index, self._txn_index):
+                index.rename_to(renamed(index.path))
 
     def __repr__(self) -> str:
         return (

@@ -24,6 +24,7 @@ from __future__ import annotations
 import itertools
 import os
 import re
+import resource
 import selectors
 import signal
 import subprocess
@@ -44,7 +45,7 @@ STOP_TIMEOUT_S = 30.0
 #: Deadline of one RPC in the tests: generous, it only turns a hang into a failure.
 CALL_TIMEOUT_S = 30.0
 _LISTENING = re.compile(r"^stratalog: listening on (\S+):(\d+)$")
-_METRICS = re.compile(r"^stratalog: metrics on http://(\S+):(\d+)/metrics$")
+_METRICS = re.compile(r"^stratalog: metrics on https?://(\S+):(\d+)/metrics$")
 
 
 @dataclass
@@ -93,8 +94,14 @@ class ServerProcess:
 
 
 def launch_server(data_dir: Path, *extra_args: str, log_path: Path | None = None,
-                  env: dict[str, str] | None = None) -> ServerProcess:
+                  env: dict[str, str] | None = None,
+                  rlimits: dict[int, tuple[int, int]] | None = None) -> ServerProcess:
     """Start a server on ``data_dir`` and wait until it printed its ports.
+
+    ``rlimits``: ``resource`` limits set in the child before it runs the server, e.g.
+    ``{resource.RLIMIT_NOFILE: (1024, 1024)}`` (the server raises the soft limit to the hard one
+    at start; SIGXFSZ is ignored in the child, so that RLIMIT_FSIZE makes writes fail with EFBIG
+    rather than kill it).
 
     Raises AssertionError with the server's log if it exits or stays silent for
     :data:`STARTUP_TIMEOUT_S`.
@@ -114,6 +121,7 @@ def launch_server(data_dir: Path, *extra_args: str, log_path: Path | None = None
     process_env.update(env or {})
     process = subprocess.Popen(
         args, stdout=subprocess.PIPE, stderr=log_file, env=process_env,
+        preexec_fn=_limits_setter(rlimits) if rlimits else None,
     )
     log_file.close()
     port: int | None = None
@@ -156,6 +164,15 @@ def launch_server(data_dir: Path, *extra_args: str, log_path: Path | None = None
             elif match := _METRICS.match(line):
                 metrics_port = int(match.group(2))
     return ServerProcess(process, data_dir, log_path, port, metrics_port, args)
+
+
+def _limits_setter(rlimits: dict[int, tuple[int, int]]) -> Callable[[], None]:
+    def set_limits() -> None:  # in the child, between fork and exec
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # an ignored signal stays so over exec
+        for limit, values in rlimits.items():
+            resource.setrlimit(limit, values)
+
+    return set_limits
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ deny over allow, hosts, listings, persistence across restarts and kill -9, `stra
 Until the authentication interceptor lands, every call here is ``User:ANONYMOUS`` from
 127.0.0.1 (no credentials): the tests give that principal ACLs, or make it a super user, by
 starting servers with different settings on one data directory. The principal's rules are the
-same as any other's (tests/unit/server/security/test_authorizer.py runs them for many).
+same as any other's (tests/unit/security/test_authorizer.py runs them for many).
 """
 
 from __future__ import annotations

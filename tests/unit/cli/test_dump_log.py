@@ -359,6 +359,20 @@ def test_snapshots_written_by_the_engine(tmp_path, capsys):
     )
 
 
+def test_the_empty_snapshot_of_a_roll_without_producers(tmp_path, capsys):
+    # Every roll writes a snapshot, as Kafka's UnifiedLog.roll: for a log without producers
+    # it has no entry, and DumpLogSegments prints nothing after its "Dumping" line.
+    directory = tmp_path / "t-0"
+    log = PartitionLog.open(directory)
+    log.append(build_batch([(1_700_000_000_000, None, b"v", ())]))
+    log.roll()
+    snapshot = directory / "00000000000000000001.snapshot"
+    assert len(snapshot.read_bytes()) == 10  # version, CRC, entry count 0
+    code, out, err = dump(capsys, str(snapshot))
+    log.close()
+    assert (code, out, err) == (0, f"Dumping {snapshot}\n", "")
+
+
 def test_file_names_print_as_java_prints_them(tmp_path, capsys, monkeypatch):
     # Kafka prints `new File(arg)`: repeated slashes collapsed, a trailing slash dropped, "./"
     # kept (pathlib would drop it).

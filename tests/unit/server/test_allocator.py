@@ -9,13 +9,13 @@ import sys
 
 import pytest
 
-from stratalog.server.allocator import tune_allocator
+from stratalog.server.allocator import TrimWatch, tune_allocator
 
 # Allocate and free 1 MiB buffers, as a server does per 1 MiB request, and count the minor page
 # faults: with glibc's defaults the first ones are fresh mmaps; after tuning, heap reuse.
 _FAULTS_SCRIPT = """
 import resource, sys
-from stratalog.server.allocator import tune_allocator
+from stratalog.server.allocator import TrimWatch, tune_allocator
 if sys.argv[1] == "tuned":
     assert tune_allocator(32 * 1024 * 1024)
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -51,3 +51,49 @@ def test_tuned_heap_reuses_large_blocks_instead_of_faulting_them_in():
     # tuned, the first round's pages are reused.
     assert untuned > 40 * 4 * 256, (untuned, tuned)
     assert tuned < 3 * 4 * 256, (untuned, tuned)
+
+
+def test_trim_watch_is_due_once_what_is_held_fell_enough_below_its_peak():
+    watch = TrimWatch(min_fall_bytes=100)
+    assert [watch.trim_due(held) for held in (0, 50, 300, 250, 250, 201)] == [False] * 6
+    assert watch.trim_due(200)  # 100 below the peak of 300
+    # Still falling: each further fall is due (the rest of a crowd ending), until it stops.
+    assert watch.trim_due(150) and watch.trim_due(149)
+    assert not watch.trim_due(149) and not watch.trim_due(120)  # stopped, then a small fall
+    assert watch.trim_due(49)  # 100 below the peak of 149 (a new one since the last trim)
+    assert not watch.trim_due(500) and not watch.trim_due(401)
+    assert watch.trim_due(0)
+
+
+# Hold 200 MiB in 1 MiB blocks from the heap (as tuned), free all but every 16th (what a crowd
+# of streams ending leaves: freed blocks between live ones, which the top-of-heap trim cannot
+# return), then trim: the resident size must fall back near where it began.
+_TRIM_SCRIPT = """
+import ctypes, sys
+from stratalog.server.allocator import trim_heap, tune_allocator
+def rss_mib():
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * 4096 / 2**20
+tune_allocator(32 * 1024 * 1024)
+start = rss_mib()
+blocks = [ctypes.create_string_buffer(1024 * 1024) for _ in range(200)]
+held = rss_mib()
+kept = blocks[::16]
+del blocks
+freed = rss_mib()
+released = trim_heap()
+print(start, held, freed, rss_mib(), released)
+"""
+
+
+@pytest.mark.skipif(not _GLIBC, reason="malloc_trim exists in glibc only")
+def test_trim_heap_gives_freed_blocks_between_live_ones_back():
+    result = subprocess.run(
+        [sys.executable, "-c", _TRIM_SCRIPT], capture_output=True, text=True, check=True
+    )
+    start, held, freed, trimmed, released = result.stdout.split()
+    start, held, freed, trimmed = float(start), float(held), float(freed), float(trimmed)
+    assert held - start > 190, result.stdout
+    assert freed - start > 150, result.stdout  # free, but still resident: the defect
+    assert released == "True"
+    assert trimmed - start < 40, result.stdout  # 13 blocks kept, ~13 MiB

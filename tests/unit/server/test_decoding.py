@@ -188,3 +188,11 @@ def test_every_broker_method_is_registered_with_its_streaming_kind():
         "stratalog.v1.ProduceRequest", produce(b"\x22\xff").error)
     assert isinstance(fetch(b"\x0a\x05pf"), UndecodableRequest)
     assert fetch(b"\x0a\x05pf").message_type == "stratalog.v1.FetchByOffsetRequest"
+    # A streaming method may write bytes it serialized itself (Subscribe does): sent as they
+    # are; a message is serialized as usual. A unary method's serializer takes messages only.
+    subscribe = server.handlers["Subscribe"].response_serializer
+    response = pb.FetchResponse(topic="t", record_batches=b"batches", next_offset=9)
+    serialized = response.SerializeToString()
+    assert subscribe(serialized) is serialized
+    assert subscribe(response) == serialized
+    assert server.handlers["FetchByOffset"].response_serializer(response) == serialized

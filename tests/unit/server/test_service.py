@@ -35,6 +35,7 @@ from stratalog.server.transactions import TransactionCoordinator
 from stratalog.v1 import broker_pb2
 
 _coordinators: list[TransactionCoordinator] = []
+_executors: list[ThreadPoolExecutor] = []
 
 
 def _service(manager: LogManager, *args: object, **kwargs: object) -> BrokerService:
@@ -55,6 +56,8 @@ def _close_coordinators() -> Iterator[None]:
     yield
     while _coordinators:
         _coordinators.pop().close()
+    while _executors:
+        _executors.pop().shutdown()
 
 
 def _record(**fields: object) -> broker_pb2.Record:
@@ -462,3 +465,155 @@ async def test_an_append_never_waits_on_the_loop_for_maintenance(tmp_path: Path)
         clock.release.set()
         executor.shutdown()
         manager.close()
+
+
+# ------------------------------------------------------------------------ waiting RPCs
+
+
+class _StreamContext(_Context):
+    """A Subscribe's context whose client reads only when the test lets it: each ``write``
+    waits until the test released one message (gRPC's flow control, in the test's hands)."""
+
+    def __init__(self, peer: str = "ipv4:10.0.0.1:5000") -> None:
+        super().__init__()
+        self._peer = peer
+        self.messages: list[broker_pb2.FetchResponse] = []
+        self.written_bytes: list[int] = []
+        self.reads = asyncio.Semaphore(0)
+
+    def peer(self) -> str:
+        return self._peer
+
+    async def write(self, message: bytes) -> None:
+        assert type(message) is bytes  # serialized by the servicer: nothing else held
+        self.written_bytes.append(len(message))
+        await self.reads.acquire()
+        self.messages.append(broker_pb2.FetchResponse.FromString(message))
+
+
+def _limited_service(served: Served, **limits: int) -> BrokerService:
+    """A servicer over ``served``'s logs with these settings (and a pool of its own, shut down
+    after the test)."""
+    settings = Settings(**limits)  # type: ignore[arg-type]
+    executor = ThreadPoolExecutor(1)
+    _executors.append(executor)
+    return _service(served.log_manager, settings, served.metrics, executor)
+
+
+async def _until(condition, what: str) -> None:  # type: ignore[no-untyped-def]
+    for _ in range(2000):
+        if condition():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"never: {what}")
+
+
+async def test_stalled_streams_hold_the_budget_and_others_go_on_one_batch_per_message(
+    served: Served,
+) -> None:
+    partition_log = served.log_manager.get_log("log", 0)
+    end = partition_log.log_end_offset
+    request = broker_pb2.SubscribeRequest(
+        topic="log", offset=2, format=broker_pb2.FETCH_FORMAT_RECORD_BATCHES
+    )
+    # While the budget lasts, a message holds every batch the read reached.
+    roomy = _limited_service(served)
+    first = _StreamContext()
+    task = asyncio.create_task(roomy.Subscribe(request, first))
+    first.reads.release()
+    await _until(lambda: first.messages, "a first message")
+    assert len(list(iter_batch_headers(first.messages[0].record_batches))) > 1
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+    service = _limited_service(served, subscribe_buffer_bytes_total=1)
+    budget = service._subscribe_budget
+    stalled, reader = _StreamContext("ipv4:10.0.0.1:1"), _StreamContext("ipv4:10.0.0.2:1")
+    stalled_task = asyncio.create_task(service.Subscribe(request, stalled))
+    await _until(lambda: stalled.written_bytes, "the stalled stream's first message")
+    # Its client reads nothing: the stream holds that one message (one batch: the budget is
+    # all but nothing), and the budget counts it.
+    assert budget.in_use_bytes == stalled.written_bytes[0] > 1
+    reader_task = asyncio.create_task(service.Subscribe(request, reader))
+    next_offset = 2
+    while next_offset < end:
+        reader.reads.release()
+        count = len(reader.messages)
+        await _until(lambda: len(reader.messages) > count,  # noqa: B023 (awaited at once)
+                     "the reader's next message")
+        message = reader.messages[-1]
+        # One batch per message while the stalled stream holds the budget: never stopped.
+        (batch,) = list(iter_batch_headers(message.record_batches))
+        assert batch.next_offset == message.next_offset
+        next_offset = message.next_offset
+    # The reader is at the end, waiting for appends: it holds no lease.
+    await _until(lambda: budget.leases == 1, "the reader idle, without a lease")
+    assert budget.in_use_bytes == stalled.written_bytes[0]
+    assert service._limits.total == 2
+    for task in (stalled_task, reader_task):
+        task.cancel()
+    await asyncio.gather(stalled_task, reader_task, return_exceptions=True)
+    assert (budget.in_use_bytes, budget.leases, service._limits.total) == (0, 0, 0)
+    budget.check()
+    service._limits.check()
+
+
+async def test_a_subscribe_beyond_the_connections_limit_is_refused_naming_it(
+    served: Served,
+) -> None:
+    service = _limited_service(served, waiting_rpcs_per_connection_max=1)
+    first, second, other = (_StreamContext("ipv4:10.0.0.1:7"), _StreamContext("ipv4:10.0.0.1:7"),
+                            _StreamContext("ipv4:10.0.0.1:8"))
+    request = broker_pb2.SubscribeRequest(topic="log", offset=2)
+    first_task = asyncio.create_task(service.Subscribe(request, first))
+    await _until(lambda: first.written_bytes, "the first stream's message")
+    with pytest.raises(grpc.aio.AbortError):
+        await service.Subscribe(request, second)
+    assert second.status is not None
+    assert second.status.code is grpc.StatusCode.RESOURCE_EXHAUSTED
+    info = _error_info(second.status)
+    assert (info.reason, dict(info.metadata)) == (
+        "RESOURCE_LIMIT_EXCEEDED", {"limit": "waiting_rpcs_per_connection_max"})
+    # A bad request is refused for what it is, not for the limit.
+    with pytest.raises(grpc.aio.AbortError):
+        await service.Subscribe(broker_pb2.SubscribeRequest(topic="log"), second)
+    assert second.status.code is grpc.StatusCode.INVALID_ARGUMENT
+    # Another connection of the same host is within the (per-host) client limit of 256.
+    other_task = asyncio.create_task(service.Subscribe(request, other))
+    await _until(lambda: other.written_bytes, "the other connection's message")
+    for task in (first_task, other_task):
+        task.cancel()
+    await asyncio.gather(first_task, other_task, return_exceptions=True)
+    assert service._limits.total == 0
+    text = served.metrics.render().decode()
+    assert ('stratalog_waiting_rpcs_refused_total{limit="waiting_rpcs_per_connection_max"} 1.0'
+            in text)
+
+
+async def test_a_long_poll_takes_a_slot_only_while_it_waits(served: Served) -> None:
+    service = _limited_service(served, waiting_rpcs_per_client_max=1)
+    partition_log = served.log_manager.get_log("log", 0)
+    end = partition_log.log_end_offset
+    at_end = broker_pb2.FetchByOffsetRequest(topic="log", offset=end, max_wait_ms=20_000)
+    waiting = asyncio.create_task(service.FetchByOffset(at_end, _StreamContext("ipv4:10.0.0.1:1")))
+    await _until(lambda: service._limits.total == 1, "the long poll waiting")
+    # A second long poll of the same host, on another connection: refused when it would wait.
+    refused = _StreamContext("ipv4:10.0.0.1:2")
+    with pytest.raises(grpc.aio.AbortError):
+        await service.FetchByOffset(at_end, refused)
+    assert refused.status is not None
+    assert _error_info(refused.status).metadata["limit"] == "waiting_rpcs_per_client_max"
+    assert "long poll refused" in refused.status.details
+    # One that finds its data at once never waits, and is never refused.
+    found = await service.FetchByOffset(
+        broker_pb2.FetchByOffsetRequest(topic="log", offset=2, max_wait_ms=20_000),
+        _StreamContext("ipv4:10.0.0.1:3"),
+    )
+    assert found.records
+    # An append answers the waiting poll, and its slot is free again.
+    batch = build_batch([(T0 + 1000, None, b"new", ())])
+    await service.Produce(_produce_request("log", batch), _StreamContext())
+    response = await waiting
+    assert response.next_offset == end + 1
+    assert service._limits.total == 0
+    service._limits.check()

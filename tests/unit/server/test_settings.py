@@ -259,3 +259,28 @@ def test_every_setting_is_documented_with_its_default() -> None:
         assert f"`{shown}`" in row.group(1), f"{name}: default {shown} not in its docs row"
         assert f"STRATALOG_{name.upper()}" in row.group(1)
         assert f"--{name.replace('_', '-')}" in row.group(1)
+
+
+# ---- per-client limits (server/client_limits.py)
+
+
+def test_waiting_rpcs_must_stay_below_the_concurrent_rpc_cap() -> None:
+    with pytest.raises(SettingsError) as raised:
+        load_settings(environ={"STRATALOG_WAITING_RPCS_MAX": "8192"})
+    for word in ("waiting_rpcs_max", "(8192)", "max_concurrent_rpcs", "unary RPCs"):
+        assert word in str(raised.value)
+    # Raised together, they are fine.
+    settings = load_settings(
+        environ={"STRATALOG_WAITING_RPCS_MAX": "9000", "STRATALOG_MAX_CONCURRENT_RPCS": "10000"}
+    )
+    assert (settings.waiting_rpcs_max, settings.max_concurrent_rpcs) == (9000, 10000)
+
+
+def test_connection_limits_by_kafkas_names(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text("[connections.max]\nidle.ms = 1000\n")
+    settings = load_settings(config_file=config, environ={},
+                             overrides={"max.connections": "10"})
+    assert (settings.connections_max_idle_ms, settings.max_connections) == (1000, 10)
+    with pytest.raises(SettingsError, match=r"waiting_rpcs_per_client_max.*>= 1"):
+        load_settings(environ={"STRATALOG_WAITING_RPCS_PER_CLIENT_MAX": "0"})

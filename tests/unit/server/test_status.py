@@ -18,6 +18,7 @@ from google.rpc import error_details_pb2, status_pb2
 
 from stratalog.records import errors as record_errors
 from stratalog.server import status
+from stratalog.server.client_limits import ClientLimitExceededError
 from stratalog.server.storage import errors as storage_errors
 from stratalog.server.transactions import errors as transaction_errors
 from stratalog.v1 import broker_pb2
@@ -395,3 +396,54 @@ async def test_abort_with_error_reraises_what_is_not_an_error(exc) -> None:
     with pytest.raises(type(exc)) as raised:
         await status.abort_with_error(None, exc)
     assert raised.value is exc
+
+
+# ------------------------------------------------------------------ issue 13, storage limits
+
+
+def _error_info(rpc: status_pb2.Status) -> error_details_pb2.ErrorInfo:
+    info = error_details_pb2.ErrorInfo()
+    assert rpc.details[0].Unpack(info)
+    return info
+
+
+def test_the_open_files_limit_is_named_in_the_answer() -> None:
+    exc = storage_errors.ResourceLimitExceededError("cannot create topic t ...", limit="RLIMIT_NOFILE")
+    rpc = status.to_rpc_status(exc)
+    assert rpc.code == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
+    info = _error_info(rpc)
+    assert info.reason == "RESOURCE_LIMIT_EXCEEDED" and info.metadata["limit"] == "RLIMIT_NOFILE"
+    assert rpc.message == "cannot create topic t ..."
+
+
+def test_an_offline_partition_is_named_without_a_path() -> None:
+    exc = storage_errors.LogDirOfflineError("orders", 3)
+    rpc = status.to_rpc_status(exc)
+    assert rpc.code == grpc.StatusCode.UNAVAILABLE.value[0]
+    info = _error_info(rpc)
+    assert info.reason == "STORAGE_ERROR"
+    assert dict(info.metadata) == {"topic": "orders", "partition": "3"}
+    assert rpc.message.startswith("partition orders-3 is unavailable: its log directory is offline")
+
+
+def test_preallocation_beyond_the_free_space_is_storage_full_with_the_numbers() -> None:
+    exc = storage_errors.InsufficientSpaceError("creating topic t needs ...", need_bytes=10,
+                                                free_bytes=3)
+    rpc = status.to_rpc_status(exc)
+    info = _error_info(rpc)
+    assert (info.reason, info.metadata["need_bytes"], info.metadata["free_bytes"]) == (
+        "STORAGE_FULL", "10", "3")
+    assert rpc.message == "creating topic t needs ..."
+
+
+def test_a_client_limit_is_resource_exhausted_with_the_setting_named() -> None:
+    exc = ClientLimitExceededError(
+        "Subscribe stream refused: User:alice already holds 256 ...",
+        limit="waiting_rpcs_per_client_max",
+    )
+    grpc_status = status.to_status(exc)
+    _, info = decode(grpc_status)
+    assert grpc_status.code is grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert grpc_status.details == str(exc)  # the client's own doing: said as it is
+    assert info.reason == "RESOURCE_LIMIT_EXCEEDED"
+    assert dict(info.metadata) == {"limit": "waiting_rpcs_per_client_max"}

@@ -19,6 +19,7 @@ from stratalog.server.storage import PartitionLog
 from stratalog.server.storage.errors import (
     InvalidProducerEpochError,
     InvalidTxnStateError,
+    LogDirOfflineError,
     OutOfOrderSequenceError,
     StorageIOError,
     TransactionCoordinatorFencedError,
@@ -346,14 +347,69 @@ def test_clean_reopen_loads_the_snapshot(directory) -> None:
             reopened.append(pbatch(7, 5))
 
 
-def test_logs_without_producers_write_no_snapshot(directory) -> None:
+def test_every_roll_writes_a_snapshot_even_without_producers(directory) -> None:
+    # Kafka's UnifiedLog.roll takes a snapshot whatever the producers: for a log that never
+    # had one, an empty snapshot (version 1, its CRC, 0 entries: 10 bytes).
+    from tests.unit.storage.test_snapshot_format import parse_snapshot_independently
+
     with open_log(directory) as log:
-        log.append(build_batch([(T0, None, b"x", ())]))
+        plain(log, 1)  # 0
         log.roll()
-        log.append(build_batch([(T0, None, b"y", ())]))
-    with PartitionLog.open(directory, time_ms=Clock(), had_clean_shutdown=False) as log:
-        assert log.log_end_offset == 2
-    assert snapshot_names(directory) == []
+        plain(log, 1)  # 1
+        plain(log, 1)  # 2
+        log.roll()
+        plain(log, 1)  # 3
+        assert snapshot_names(directory) == [f"{n:020d}.snapshot" for n in (1, 3)]
+    # The clean close writes one at the log end too, as it does once a snapshot exists.
+    assert snapshot_names(directory) == [f"{n:020d}.snapshot" for n in (1, 3, 4)]
+    for name in snapshot_names(directory):
+        assert parse_snapshot_independently((directory / name).read_bytes()) == []
+    # An unclean open loads the roll's snapshot below the recovered segment; an empty state
+    # scanned from there is not written again.
+    with PartitionLog.open(directory, time_ms=Clock(), had_clean_shutdown=False,
+                           recovery_point=3) as log:
+        assert log.recovered_segments == 1
+        assert log.producer_state.producers == {}
+        assert log.log_end_offset == 4
+        assert snapshot_names(directory) == [f"{n:020d}.snapshot" for n in (1, 3, 4)]
+        # A truncation deletes those above its point and writes the state there, as with
+        # producers (test_truncation_reloads_producer_state).
+        log.truncate_to(2)
+        assert snapshot_names(directory) == [f"{n:020d}.snapshot" for n in (1, 2)]
+        assert parse_snapshot_independently((directory / f"{2:020d}.snapshot").read_bytes()) == []
+        log.truncate_fully_and_start_at(10)
+        assert snapshot_names(directory) == []
+
+
+def test_an_unclean_open_scans_from_the_empty_snapshot_of_the_latest_roll(
+    directory, tmp_path
+) -> None:
+    # What the empty snapshot is for: an unclean open starts its scan at the latest roll at or
+    # below the recovered segment instead of walking every segment from the log start. Seen
+    # here through a producer that expired before the roll: the roll's snapshot says "no
+    # producer", so the open does not meet its batch; without that snapshot (as when rolls
+    # wrote none for a log without producers) the scan from the log start brings it back.
+    import shutil
+
+    clock = Clock()
+    with open_log(directory, clock) as log:
+        log.append(pbatch(7, 0))  # 0
+        clock.now_ms = T0 + 86_400_000
+        assert log.remove_expired_producers() == [7]
+        log.roll()
+        plain(log, 2)  # 1-2
+        # A crash now: the directory as the page cache holds it (no close, no snapshot at
+        # the end), twice, one copy without the roll's snapshot.
+        crashed, without = tmp_path / "crashed" / "t-0", tmp_path / "without" / "t-0"
+        shutil.copytree(directory, crashed)
+        shutil.copytree(directory, without)
+    assert snapshot_names(crashed) == ["00000000000000000001.snapshot"]
+    (without / "00000000000000000001.snapshot").unlink()
+    for where, known in ((crashed, set()), (without, {7})):
+        with PartitionLog.open(where, time_ms=clock, had_clean_shutdown=False,
+                               recovery_point=1) as log:
+            assert log.recovered_segments == 1
+            assert set(log.producer_state.producers) == known
 
 
 _CRASHING_WRITER = r"""
@@ -463,11 +519,13 @@ def test_truncation_below_a_marker_reopens_the_transaction(directory) -> None:
         assert log.active_segment.txn_index.all_aborted_txns() == []
 
 
-def test_snapshots_below_the_log_start_are_deleted(directory) -> None:
+@pytest.mark.parametrize("producers", [True, False])
+def test_snapshots_below_the_log_start_are_deleted(directory, producers) -> None:
+    # With or without producers: every roll wrote one, each goes with its segment.
     clock = Clock()
     with open_log(directory, clock, **{"file.delete.delay.ms": "0"}) as log:
         for seq in range(4):
-            log.append(pbatch(7, seq))
+            log.append(pbatch(7, seq) if producers else build_batch([(T0, None, b"p", ())]))
             log.roll()
         assert snapshot_names(directory) == [f"{n:020d}.snapshot" for n in (1, 2, 3, 4)]
         log.maybe_increment_log_start_offset(2)  # DeleteRecords
@@ -1055,8 +1113,9 @@ def test_the_roll_snapshot_is_fsynced_before_the_recovery_point_reaches_it(
 
 @linux_proc
 def test_a_failed_snapshot_fsync_keeps_the_recovery_point(directory, monkeypatch) -> None:
-    # UnifiedLogTest.testRecoveryPointNotIncrementedOnProducerStateSnapshotFlushFailure; the
-    # next flush tries again.
+    # UnifiedLogTest.testRecoveryPointNotIncrementedOnProducerStateSnapshotFlushFailure. Here
+    # (issue 13) a failed fsync also takes the log offline, as Kafka's LogDirFailureChannel
+    # does: the next start recovers it, and its flush writes the snapshot.
     log = open_log(directory)
     log.append(pbatch(7, 0))
     log.roll()
@@ -1065,13 +1124,17 @@ def test_a_failed_snapshot_fsync_keeps_the_recovery_point(directory, monkeypatch
     monkeypatch.setattr(os, "fsync", spy)
     with pytest.raises(StorageIOError, match=r"00000000000000000001\.snapshot"):
         log.flush(1)
-    assert log.recovery_point == 0
+    assert log.recovery_point == 0 and log.is_offline
     spy.fail_suffix = None
-    log.flush(1)
-    assert log.recovery_point == 1
-    assert str((directory / "00000000000000000001.snapshot").resolve()) in spy.paths()
+    with pytest.raises(LogDirOfflineError):
+        log.flush(1)
+    assert log.recovery_point == 0
+    log.close_for_deletion()
     monkeypatch.undo()
-    log.close()
+    reopened = open_log(directory)
+    assert reopened.log_end_offset == 1 and not reopened.is_offline
+    assert 7 in reopened.producer_state.producers
+    reopened.close()
 
 
 @linux_proc

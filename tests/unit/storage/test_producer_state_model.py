@@ -18,9 +18,10 @@ The model is written from Kafka's rules (``ProducerStateManager``, ``ProducerApp
 * the log's state is rebuilt by loading a snapshot (the last batch of each producer, producers
   idle for ``producer.id.expiration.ms`` without a transaction left out) and replaying the log
   after it without any check, or, after an unclean shutdown without one, replaying the log
-  from its start (``UnifiedLog.rebuildProducerState``); snapshots are written on roll and on clean close (stratalog: not
-  while no producer was ever known), deleted above a truncation point, and a damaged one is
-  deleted when read.
+  from its start (``UnifiedLog.rebuildProducerState``); snapshots are written on every roll,
+  whatever the producers (``UnifiedLog.roll``), and on clean close (stratalog: not while no
+  producer and no snapshot file was ever known), deleted above a truncation point, and a
+  damaged one is deleted when read.
 
 After every step the log must agree with the model on: the log end offset, the last stable
 offset, every producer's state, every segment's ``.txnindex`` entries, and (invariant) what a
@@ -184,12 +185,17 @@ class ProducerStateMachine(RuleBasedStateMachine):
     def directory(self) -> Path:
         return self.tmp / f"gen-{self.generation}" / "t-0"
 
-    @initialize(wrap_count=st.integers(1, 3))
+    @initialize(wrap_count=st.integers(0, 3))
     def start(self, wrap_count: int) -> None:
         # Producer WRAP_PID's first batch ends a few sequences before Int32.MAX: written into
         # segment 0 directly (a log replays any sequence), then opened: recovery scans it.
+        # Without it (0) the log starts empty, with no producer and no snapshot.
         directory = self.directory()
         directory.mkdir(parents=True)
+        if wrap_count == 0:
+            self.log = PartitionLog.open(directory, CONFIG, time_ms=self.clock,
+                                         producer_id_expiration_ms=EXPIRATION_MS)
+            return
         seq = INT32_MAX - 3
         data = build_batch([(T0, None, b"w", ())] * wrap_count, producer_id=WRAP_PID,
                            producer_epoch=0, base_sequence=seq)
@@ -439,8 +445,7 @@ class ProducerStateMachine(RuleBasedStateMachine):
         if self.segments[-1] != end:
             self.segments.append(end)
             self.txn_entries[end] = []
-        if self.producers or self.snapshots_seen:
-            self.take_snapshot(end, self.producers)
+        self.take_snapshot(end, self.producers)  # Kafka's roll: whatever the producers
 
     @rule(data=st.data())
     def truncate(self, data: st.DataObject) -> None:

@@ -28,7 +28,6 @@ from stratalog.server.security.authorizer import (
     RULES,
     Authorizer,
     Decider,
-    peer_host,
     rule_for,
 )
 from stratalog.server.security.errors import AclLimitError, InvalidAclError, NotAuthorizedError
@@ -211,6 +210,9 @@ def test_health_is_open_reflection_needs_describe_unknown_methods_are_refused(
     describe = Decider(authorizer_with(tmp_path, grant(CLUSTER, CLUSTER_NAME, Op.DESCRIBE)),
                        ALICE)
     reflection.check(describe, None)  # type: ignore[misc]
+    opened = rule_for("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+                      reflection_open=True)
+    assert opened.check is None
     for method in ("/stratalog.v1.Broker/NotYetWritten", "/other.Service/Method"):
         with pytest.raises(NotAuthorizedError):
             rule_for(method).check(describe, None)  # type: ignore[misc]
@@ -339,10 +341,3 @@ def test_denials_are_logged_but_not_without_bound(tmp_path: Path, caplog) -> Non
     lines = [r.getMessage() for r in caplog.records]
     assert lines[0] == "denied User:alice from 10.0.0.1: READ on Topic:t0"
     assert 1 <= len(lines) <= 40  # 20 a second; the test may straddle a second
-
-
-def test_peer_host() -> None:
-    assert peer_host("ipv4:10.0.0.5:41234") == "10.0.0.5"
-    assert peer_host("ipv6:[::1]:41234") == "::1"
-    assert peer_host("unix:/tmp/s") == "unix:/tmp/s"
-    assert peer_host(None) == ""

@@ -6,8 +6,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stratalog.server.security.quotas import QuotaConfig, QuotaManager, Rate
+from stratalog.server.security.quotas import (
+    QuotaConfig,
+    QuotaManager,
+    Rate,
+    _with_throttle_time,
+)
 from stratalog.server.settings import load_settings
+from stratalog.v1 import broker_pb2 as pb
 
 
 class Clock:
@@ -201,3 +207,14 @@ def test_quota_config_of_settings(tmp_path) -> None:
     assert QuotaConfig.of_settings(settings) == QuotaConfig(
         1000, 2000, {"User:CN=client.example.com,O=Ex": {"consumer_byte_rate": 7}}, 5, 1000
     )
+
+
+@pytest.mark.parametrize("throttle_ms", [1, 127, 128, 11_000, 2**31 - 1])
+def test_throttle_time_appended_to_a_serialized_answer(throttle_ms: int) -> None:
+    message = pb.FetchResponse(topic="t", record_batches=b"x" * 300, next_offset=7)
+    parsed = pb.FetchResponse.FromString(
+        _with_throttle_time(message.SerializeToString(), throttle_ms)
+    )
+    assert parsed.throttle_time_ms == throttle_ms
+    parsed.throttle_time_ms = 0
+    assert parsed == message

@@ -1,0 +1,406 @@
+"""The credential file: users' passwords and API tokens as salted SCRAM-SHA-256 secrets.
+
+The server reads this file (``authentication_credentials_file``) at start and on SIGHUP;
+``stratalog credentials add|remove|list --file F`` writes it. No password or token is ever
+stored: each entry keeps what SCRAM-SHA-256 (RFC 5802/7677) keeps and Kafka stores for a SCRAM
+user, from which the password cannot be read back::
+
+    SaltedPassword = PBKDF2-HMAC-SHA-256(password, salt, iterations)   32 bytes, never stored
+    ClientKey      = HMAC-SHA-256(SaltedPassword, "Client Key")        never stored
+    StoredKey      = SHA-256(ClientKey)                                stored
+    ServerKey      = HMAC-SHA-256(SaltedPassword, "Server Key")        stored (for a SCRAM
+                                                                       exchange; unused today)
+
+A password arrives over TLS in the call's metadata (see authentication.py); checking it means
+computing StoredKey again with the entry's salt and iteration count and comparing in constant
+time (:func:`hmac.compare_digest`). The salt is 16 random bytes per entry, so equal passwords get
+unequal entries and no table precomputed for one file serves another.
+
+Format: UTF-8 JSON, one document, written by :meth:`CredentialFile.dumps`::
+
+    {
+      "format": "stratalog-credentials",
+      "version": 1,
+      "users": {
+        "alice": {"mechanism": "SCRAM-SHA-256", "iterations": 100000,
+                  "salt": "<base64>", "stored_key": "<base64>", "server_key": "<base64>"}
+      },
+      "tokens": {
+        "5f0c2a9be13d": {"principal": "User:etl", "mechanism": "SCRAM-SHA-256",
+                         "iterations": 4096, "salt": "...", "stored_key": "...",
+                         "server_key": "..."}
+      }
+    }
+
+A user ``alice`` authenticates as the principal ``User:alice``. A token is
+``<id>.<secret>``: the id (12 hex digits) is the public key of its entry, so the server finds
+the one entry to check without trying them all; the secret (32 random bytes, URL-safe base64)
+is what the salted hash protects. A token's entry names the principal it stands for.
+
+Iterations: 100,000 by default for passwords (people choose guessable ones; each guess of an
+attacker who stole the file costs that many HMACs), 4,096 (Kafka's SCRAM minimum) for tokens,
+whose 256 random bits no number of guesses finds. At most :data:`ITERATIONS_MAX`, so that a file
+cannot make one check take minutes.
+
+Crash behaviour: :meth:`CredentialFile.save` writes a temporary file in the same directory,
+fsyncs it, renames it over the old one and fsyncs the directory: a reader sees the old file or
+the new one, never a torn one, and the new one survives power loss once ``save`` returned.
+
+Concurrency: :class:`CredentialFile` is immutable (every change returns a new one); checks are
+blocking (PBKDF2) and run in a thread pool of the server's, never on the event loop.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import tempfile
+import types
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import SecurityConfigError
+from .principal import Principal
+
+__all__ = [
+    "FILE_BYTES_MAX",
+    "ITERATIONS_MAX",
+    "ITERATIONS_MIN",
+    "MECHANISM",
+    "PASSWORD_BYTES_MAX",
+    "PASSWORD_ITERATIONS_DEFAULT",
+    "TOKEN_ITERATIONS_DEFAULT",
+    "USER_NAME_CHARS_MAX",
+    "CredentialFile",
+    "ScramSecret",
+    "TokenEntry",
+    "check_user_name",
+]
+
+MECHANISM = "SCRAM-SHA-256"
+_FORMAT = "stratalog-credentials"
+_VERSION = 1
+
+#: Kafka's minimum for SCRAM-SHA-256 (``ScramMechanism.minIterations``).
+ITERATIONS_MIN = 4096
+#: A check costs this many HMACs at most (~4 s on one core today): a bound on what one entry
+#: of the file can make the server spend per new credential.
+ITERATIONS_MAX = 10_000_000
+PASSWORD_ITERATIONS_DEFAULT = 100_000
+TOKEN_ITERATIONS_DEFAULT = ITERATIONS_MIN
+#: The file is read whole; anything larger is refused rather than read into memory.
+FILE_BYTES_MAX = 16 * 1024 * 1024
+#: Longest password (or token) checked, in UTF-8 bytes; longer ones fail without hashing.
+PASSWORD_BYTES_MAX = 1024
+USER_NAME_CHARS_MAX = 256
+
+_SALT_BYTES = 16
+_KEY_BYTES = 32  # SHA-256
+_TOKEN_ID_HEX_CHARS = 12
+_TOKEN_SECRET_BYTES = 32
+
+
+def check_user_name(name: str) -> str:
+    """``name`` if it may be a user name: 1..256 printable characters, no ``:`` or whitespace
+    (``user:password`` is how Basic credentials are sent, and a principal is ``User:<name>``).
+
+    Raises:
+        ValueError: naming what is wrong with it.
+    """
+    if not isinstance(name, str) or not 0 < len(name) <= USER_NAME_CHARS_MAX:
+        raise ValueError(f"a user name has 1 to {USER_NAME_CHARS_MAX} characters, got {name!r}")
+    if ":" in name or any(c.isspace() or not c.isprintable() for c in name):
+        raise ValueError(f"a user name has no ':', spaces or control characters, got {name!r}")
+    return name
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _salted_password(password: bytes, salt: bytes, iterations: int) -> bytes:
+    return hashlib.pbkdf2_hmac("sha256", password, salt, iterations)
+
+
+@dataclass(frozen=True, slots=True)
+class ScramSecret:
+    """One SCRAM-SHA-256 credential as stored: salt, iteration count, StoredKey, ServerKey.
+
+    Invariant: 16-byte salt, 32-byte keys, ``ITERATIONS_MIN <= iterations <= ITERATIONS_MAX``.
+    """
+
+    iterations: int
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+
+    def __post_init__(self) -> None:
+        assert ITERATIONS_MIN <= self.iterations <= ITERATIONS_MAX, self.iterations
+        assert len(self.stored_key) == len(self.server_key) == _KEY_BYTES
+
+    @classmethod
+    def derive(cls, password: str, iterations: int, salt: bytes | None = None) -> ScramSecret:
+        """The stored form of ``password`` with a new random salt (or ``salt``). Blocking.
+
+        Raises:
+            ValueError: ``iterations`` out of range, or an empty or too long password.
+        """
+        if not ITERATIONS_MIN <= iterations <= ITERATIONS_MAX:
+            raise ValueError(f"iterations must be in {ITERATIONS_MIN}..{ITERATIONS_MAX}, "
+                             f"got {iterations}")
+        encoded = password.encode()
+        if not 0 < len(encoded) <= PASSWORD_BYTES_MAX:
+            raise ValueError(f"a password has 1 to {PASSWORD_BYTES_MAX} bytes in UTF-8, "
+                             f"got {len(encoded)}")
+        salt = secrets.token_bytes(_SALT_BYTES) if salt is None else salt
+        salted = _salted_password(encoded, salt, iterations)
+        client_key = hmac.digest(salted, b"Client Key", "sha256")
+        server_key = hmac.digest(salted, b"Server Key", "sha256")
+        return cls(iterations, salt, hashlib.sha256(client_key).digest(), server_key)
+
+    def verify(self, password: str) -> bool:
+        """Whether ``password`` is the one this secret was derived from. Blocking: one PBKDF2
+        of ``iterations`` rounds; the comparison takes the same time wherever the keys differ."""
+        encoded = password.encode()
+        if not 0 < len(encoded) <= PASSWORD_BYTES_MAX:
+            return False
+        salted = _salted_password(encoded, self.salt, self.iterations)
+        client_key = hmac.digest(salted, b"Client Key", "sha256")
+        return hmac.compare_digest(hashlib.sha256(client_key).digest(), self.stored_key)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "mechanism": MECHANISM,
+            "iterations": self.iterations,
+            "salt": _b64(self.salt),
+            "stored_key": _b64(self.stored_key),
+            "server_key": _b64(self.server_key),
+        }
+
+    @classmethod
+    def from_json(cls, value: object, where: str) -> ScramSecret:
+        """Raises ValueError naming ``where`` and the field at fault."""
+        if not isinstance(value, dict):
+            raise ValueError(f"{where}: expected an object, got {type(value).__name__}")
+        if value.get("mechanism") != MECHANISM:
+            raise ValueError(f"{where}: mechanism must be {MECHANISM!r}, "
+                             f"got {value.get('mechanism')!r}")
+        iterations = value.get("iterations")
+        if (not isinstance(iterations, int) or isinstance(iterations, bool)
+                or not ITERATIONS_MIN <= iterations <= ITERATIONS_MAX):
+            raise ValueError(f"{where}: iterations must be an integer in "
+                             f"{ITERATIONS_MIN}..{ITERATIONS_MAX}, got {iterations!r}")
+        fields: dict[str, bytes] = {}
+        for name, size in (("salt", None), ("stored_key", _KEY_BYTES),
+                           ("server_key", _KEY_BYTES)):
+            raw = value.get(name)
+            try:
+                decoded = base64.b64decode(raw, validate=True) if isinstance(raw, str) else None
+            except binascii.Error:
+                decoded = None
+            if decoded is None or (size is not None and len(decoded) != size) or not decoded:
+                expected = f"{size} bytes" if size else "bytes"
+                raise ValueError(f"{where}: {name} must be base64 of {expected}")
+            fields[name] = decoded
+        return cls(iterations, fields["salt"], fields["stored_key"], fields["server_key"])
+
+
+@dataclass(frozen=True, slots=True)
+class TokenEntry:
+    """A token's entry: the principal it authenticates as and its secret's stored form."""
+
+    principal: Principal
+    secret: ScramSecret
+
+
+# Secrets checked when the user or token does not exist, so that a refusal takes as long
+# either way (at the default iterations) and its timing does not tell a client which user
+# names or token ids exist.
+_DECOY = ScramSecret(PASSWORD_ITERATIONS_DEFAULT, b"\0" * _SALT_BYTES,
+                     b"\0" * _KEY_BYTES, b"\0" * _KEY_BYTES)
+_TOKEN_DECOY = ScramSecret(TOKEN_ITERATIONS_DEFAULT, b"\0" * _SALT_BYTES,
+                           b"\0" * _KEY_BYTES, b"\0" * _KEY_BYTES)
+
+
+@dataclass(frozen=True, slots=True)
+class CredentialFile:
+    """The contents of one credential file: users by name, tokens by id. Immutable.
+
+    Build it with :meth:`load`, :meth:`parse` or ``CredentialFile()`` (empty); change it with
+    the ``with_*``/``without_*`` methods, which return a new one.
+    """
+
+    users: Mapping[str, ScramSecret] = field(
+        default_factory=lambda: types.MappingProxyType({}))
+    tokens: Mapping[str, TokenEntry] = field(
+        default_factory=lambda: types.MappingProxyType({}))
+
+    # ------------------------------------------------------------------ reading and writing
+
+    @classmethod
+    def load(cls, path: str | Path) -> CredentialFile:
+        """Read and check the file at ``path``.
+
+        Raises:
+            SecurityConfigError: unreadable, larger than FILE_BYTES_MAX, not the format above;
+                the message names the path and the entry at fault.
+        """
+        path = Path(path)
+        try:
+            with path.open("rb") as handle:
+                data = handle.read(FILE_BYTES_MAX + 1)
+        except OSError as exc:
+            raise SecurityConfigError(f"cannot read the credential file {path}: "
+                                      f"{exc.strerror or exc}") from None
+        if len(data) > FILE_BYTES_MAX:
+            raise SecurityConfigError(f"credential file {path} is larger than "
+                                      f"{FILE_BYTES_MAX} bytes")
+        return cls.parse(data, str(path))
+
+    @classmethod
+    def parse(cls, data: bytes, source: str = "<credentials>") -> CredentialFile:
+        """The file's contents from its bytes; ``source`` names it in errors.
+
+        Raises:
+            SecurityConfigError: see :meth:`load`.
+        """
+        try:
+            document = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise SecurityConfigError(f"credential file {source} is not UTF-8 JSON: "
+                                      f"{exc}") from None
+        try:
+            return cls._from_document(document)
+        except ValueError as exc:
+            raise SecurityConfigError(f"credential file {source}: {exc}") from None
+
+    @classmethod
+    def _from_document(cls, document: object) -> CredentialFile:
+        if not isinstance(document, dict) or document.get("format") != _FORMAT:
+            raise ValueError(f"not a stratalog credential file (no \"format\": \"{_FORMAT}\")")
+        if document.get("version") != _VERSION:
+            raise ValueError(f"version {document.get('version')!r} is not supported "
+                             f"(this server reads version {_VERSION})")
+        users_doc = document.get("users", {})
+        tokens_doc = document.get("tokens", {})
+        if not isinstance(users_doc, dict) or not isinstance(tokens_doc, dict):
+            raise ValueError("\"users\" and \"tokens\" must be objects")
+        users = {}
+        for name, entry in users_doc.items():
+            check_user_name(name)
+            users[name] = ScramSecret.from_json(entry, f"user {name!r}")
+        tokens = {}
+        for token_id, entry in tokens_doc.items():
+            where = f"token {token_id!r}"
+            if not _is_token_id(token_id):
+                raise ValueError(f"{where}: an id is {_TOKEN_ID_HEX_CHARS} lower-case hex digits")
+            if not isinstance(entry, dict) or not isinstance(entry.get("principal"), str):
+                raise ValueError(f"{where}: needs a \"principal\" such as \"User:etl\"")
+            principal = Principal.parse(entry["principal"])
+            tokens[token_id] = TokenEntry(principal, ScramSecret.from_json(entry, where))
+        return cls(types.MappingProxyType(users), types.MappingProxyType(tokens))
+
+    def dumps(self) -> bytes:
+        """The file's bytes: sorted keys, so that a change shows as a small diff."""
+        document = {
+            "format": _FORMAT,
+            "version": _VERSION,
+            "users": {name: secret.to_json() for name, secret in sorted(self.users.items())},
+            "tokens": {
+                token_id: {"principal": str(entry.principal), **entry.secret.to_json()}
+                for token_id, entry in sorted(self.tokens.items())
+            },
+        }
+        return (json.dumps(document, indent=2) + "\n").encode()
+
+    def save(self, path: str | Path) -> None:
+        """Write atomically (tmp + fsync + rename + directory fsync), mode 0600: the hashes
+        are not secrets an attacker can use directly, but they let one guess offline."""
+        path = Path(path)
+        directory = path.parent if str(path.parent) else Path(".")
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(self.dumps())
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.chmod(tmp_name, 0o600)
+            os.replace(tmp_name, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp_name)
+            raise
+        dir_fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+    # ------------------------------------------------------------------ changes
+
+    def with_user(self, name: str, password: str,
+                  iterations: int = PASSWORD_ITERATIONS_DEFAULT) -> CredentialFile:
+        """A copy with user ``name`` set to ``password`` (added, or its password replaced)."""
+        users = dict(self.users)
+        users[check_user_name(name)] = ScramSecret.derive(password, iterations)
+        return CredentialFile(types.MappingProxyType(users), self.tokens)
+
+    def without_user(self, name: str) -> CredentialFile:
+        """A copy without user ``name``. Raises KeyError if there is none."""
+        if name not in self.users:
+            raise KeyError(name)
+        users = {n: s for n, s in self.users.items() if n != name}
+        return CredentialFile(types.MappingProxyType(users), self.tokens)
+
+    def with_new_token(self, principal: Principal,
+                       iterations: int = TOKEN_ITERATIONS_DEFAULT) -> tuple[CredentialFile, str]:
+        """A copy with a new random token for ``principal``, and the token (shown once: only
+        its hash is kept)."""
+        while True:
+            token_id = secrets.token_hex(_TOKEN_ID_HEX_CHARS // 2)
+            if token_id not in self.tokens:
+                break
+        secret = secrets.token_urlsafe(_TOKEN_SECRET_BYTES)
+        tokens = dict(self.tokens)
+        tokens[token_id] = TokenEntry(principal, ScramSecret.derive(secret, iterations))
+        return CredentialFile(self.users, types.MappingProxyType(tokens)), f"{token_id}.{secret}"
+
+    def without_token(self, token_id: str) -> CredentialFile:
+        """A copy without the token ``token_id``. Raises KeyError if there is none."""
+        if token_id not in self.tokens:
+            raise KeyError(token_id)
+        tokens = {i: e for i, e in self.tokens.items() if i != token_id}
+        return CredentialFile(self.users, types.MappingProxyType(tokens))
+
+    # ------------------------------------------------------------------ checks (blocking)
+
+    def verify_password(self, user: str, password: str) -> Principal | None:
+        """``User:<user>`` if ``password`` is the user's, else None. Blocking (one PBKDF2,
+        also for an unknown user: see ``_DECOY``)."""
+        secret = self.users.get(user)
+        if secret is None:
+            _DECOY.verify(password)
+            return None
+        return Principal.user(user) if secret.verify(password) else None
+
+    def verify_token(self, token: str) -> Principal | None:
+        """The token's principal if ``token`` is one of the file's, else None. Blocking."""
+        token_id, sep, secret = token.partition(".")
+        entry = self.tokens.get(token_id) if sep else None
+        if entry is None:
+            _TOKEN_DECOY.verify(secret or token)
+            return None
+        return entry.principal if entry.secret.verify(secret) else None
+
+
+def _is_token_id(text: object) -> bool:
+    return (isinstance(text, str) and len(text) == _TOKEN_ID_HEX_CHARS
+            and all(c in "0123456789abcdef" for c in text))
+

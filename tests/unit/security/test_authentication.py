@@ -1,0 +1,150 @@
+"""The Authenticator (its cache and shared checks), the metadata it reads, peer addresses and
+the certificate principal; the settings that configure them."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from stratalog.server.security import authentication, tls
+from stratalog.server.security.authentication import Authenticator, peer_host
+from stratalog.server.security.credentials import ITERATIONS_MIN, CredentialFile
+from stratalog.server.security.errors import AuthenticationFailedError
+from stratalog.server.security.principal import Principal
+from stratalog.server.settings import Settings, SettingsError, load_settings
+
+
+class CountingExecutor(ThreadPoolExecutor):
+    """A thread pool that counts what it was given: one submission is one PBKDF2."""
+
+    def __init__(self) -> None:
+        super().__init__(max_workers=2)
+        self.submitted = 0
+
+    def submit(self, *args, **kwargs):  # type: ignore[override]
+        self.submitted += 1
+        return super().submit(*args, **kwargs)
+
+
+def basic(user: str, password: str) -> list[tuple[str, str]]:
+    return [("authorization", "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode())]
+
+
+@pytest.fixture
+def executor():
+    pool = CountingExecutor()
+    yield pool
+    pool.shutdown()
+
+
+def make(executor, cache_entries_max: int = 100, **users: str) -> Authenticator:
+    store = CredentialFile()
+    for name, password in users.items():
+        store = store.with_user(name, password, ITERATIONS_MIN)
+    return Authenticator(store, anonymous_allowed=False, executor=executor,
+                         cache_entries_max=cache_entries_max)
+
+
+async def test_a_verified_credential_is_cached(executor) -> None:
+    authenticator = make(executor, alice="pw")
+    first = await authenticator.authenticate(basic("alice", "pw"))
+    assert first is not None and first.principal == Principal.user("alice")
+    again = await authenticator.authenticate(basic("alice", "pw"))
+    assert again == first and executor.submitted == 1
+    with pytest.raises(AuthenticationFailedError, match="unknown user or token"):
+        await authenticator.authenticate(basic("alice", "wrong"))
+    with pytest.raises(AuthenticationFailedError):
+        await authenticator.authenticate(basic("alice", "wrong"))
+    assert executor.submitted == 3  # failures are checked every time, never cached
+    assert authenticator.cached_entries == 1
+
+
+async def test_concurrent_checks_of_one_credential_share_one_hash(executor) -> None:
+    authenticator = make(executor, alice="pw")
+    results = await asyncio.gather(
+        *(authenticator.authenticate(basic("alice", "pw")) for _ in range(20)))
+    assert {r.principal for r in results if r} == {Principal.user("alice")}
+    assert executor.submitted == 1
+
+
+async def test_the_cache_is_bounded_and_emptied_by_a_reload(executor) -> None:
+    authenticator = make(executor, 2, a="1", b="2", c="3")
+    for name, password in (("a", "1"), ("b", "2"), ("c", "3")):
+        await authenticator.authenticate(basic(name, password))
+    assert authenticator.cached_entries == 2
+    await authenticator.authenticate(basic("a", "1"))  # evicted first: checked again
+    assert executor.submitted == 4
+    authenticator.replace_credentials(CredentialFile())
+    assert authenticator.cached_entries == 0
+    with pytest.raises(AuthenticationFailedError):
+        await authenticator.authenticate(basic("b", "2"))
+
+
+@pytest.mark.parametrize("metadata", [
+    [("authorization", "Basic abc"), ("authorization", "Basic abc")],
+    [("authorization", "Negotiate xyz")],
+    [("authorization", "Bearer ")],
+    [("authorization", b"Bearer bytes")],
+])
+async def test_malformed_metadata_is_refused(executor, metadata) -> None:
+    with pytest.raises(AuthenticationFailedError):
+        await make(executor, alice="pw").authenticate(metadata)
+    assert executor.submitted == 0
+
+
+async def test_no_metadata_is_no_credentials(executor) -> None:
+    assert await make(executor).authenticate([("x-other", "1")]) is None
+    assert await make(executor).authenticate(None) is None
+
+
+@pytest.mark.parametrize(("peer", "host"), [
+    ("ipv4:10.0.0.5:41234", "10.0.0.5"),
+    ("ipv6:[::1]:41234", "::1"),
+    ("unix:/tmp/sock", "unix:/tmp/sock"),
+    ("", ""),
+])
+def test_peer_host(peer: str, host: str) -> None:
+    assert peer_host(peer) == host
+
+
+def test_certificate_principal() -> None:
+    context = {"transport_security_type": [b"ssl"], "x509_subject": [b"CN=client-1,O=example"]}
+    assert tls.certificate_principal(context) == Principal.user("CN=client-1,O=example")
+    assert tls.certificate_principal({"transport_security_type": [b"ssl"]}) is None
+    assert tls.certificate_principal({"x509_subject": [b"CN=x"]}) is None  # not TLS
+
+
+def test_modes_agree_with_the_settings() -> None:
+    from stratalog.server import settings
+
+    assert settings._CLIENT_AUTH_MODES == tls.CLIENT_AUTH_MODES
+    assert settings._ANONYMOUS_MODES == authentication.ANONYMOUS_MODES
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    ({"tls_client_auth": "requested"}, "'requested'"),
+    ({"tls_cert_file": "c.pem"}, "go together"),
+    ({"tls_ca_file": "ca.pem"}, "need TLS"),
+    ({"tls_cert_file": "c", "tls_key_file": "k", "tls_client_auth": "required"}, "tls_ca_file"),
+    ({"authentication_credentials_file": "c.json"}, "TLS is off"),
+    ({"authentication_anonymous": "maybe"}, "authentication_anonymous"),
+    ({"reflection_open": "perhaps"}, "true or false"),
+])
+def test_security_settings_refused(overrides: dict[str, str], message: str) -> None:
+    with pytest.raises(SettingsError, match=message):
+        load_settings(environ={}, overrides=overrides)
+
+
+def test_anonymous_follows_the_authentication_configured() -> None:
+    assert Settings().anonymous_allowed
+    with_file = load_settings(environ={}, overrides={
+        "authentication_credentials_file": "c.json", "authentication_plaintext_allowed": "yes"})
+    assert with_file.authentication_plaintext_allowed is True
+    assert not with_file.anonymous_allowed
+    allowed = load_settings(environ={"STRATALOG_AUTHENTICATION_ANONYMOUS": "allowed"},
+                            overrides={"tls_cert_file": "c", "tls_key_file": "k",
+                                       "tls_ca_file": "ca", "tls_client_auth": "required"})
+    assert allowed.anonymous_allowed and allowed.tls_enabled

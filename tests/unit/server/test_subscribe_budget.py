@@ -1,0 +1,89 @@
+"""server/subscribe_budget.py: what Subscribe messages in flight may hold, all streams together.
+
+The budget is checked against a plain model (a list of open leases) over random leases, holds
+and releases, with ``check()`` after every step. The budget at work in a servicer:
+test_service.py; the memory it bounds in a real server process:
+tests/integration/test_server_client_limits.py.
+"""
+
+from __future__ import annotations
+
+import random
+
+from stratalog.server.subscribe_budget import Lease, SubscribeBudget
+
+MIB = 1024 * 1024
+
+
+def test_leases_take_what_is_free_then_one_batch() -> None:
+    budget = SubscribeBudget(total_bytes=3 * MIB, message_bytes_max=MIB)
+    first = budget.lease(8 * MIB)  # capped by the message limit
+    assert first.max_bytes == MIB
+    second = budget.lease(MIB // 2)  # what the stream asked for
+    assert second.max_bytes == MIB // 2
+    third = budget.lease(MIB)  # 1.5 MiB are free
+    assert third.max_bytes == MIB
+    assert budget.free_bytes == MIB // 2
+    fourth = budget.lease(MIB)
+    assert fourth.max_bytes == MIB // 2
+    fifth = budget.lease(MIB)  # nothing free: one batch, whatever its size
+    assert fifth.max_bytes == 0 and budget.free_bytes == 0
+    budget.check()
+    for lease in (first, second, third, fourth, fifth):
+        lease.release()
+    assert budget.in_use_bytes == 0 and budget.leases == 0
+    budget.check()
+
+
+def test_hold_counts_the_message_built_even_beyond_the_lease() -> None:
+    budget = SubscribeBudget(total_bytes=MIB, message_bytes_max=MIB)
+    lease = budget.lease(MIB)
+    lease.hold(1000)  # a short read: the rest is free again at once
+    assert budget.in_use_bytes == 1000
+    other = budget.lease(MIB)
+    assert other.max_bytes == MIB - 1000
+    other.hold(2 * MIB)  # one batch larger than the lease is sent whole, and counted
+    assert budget.free_bytes < 0
+    assert budget.lease(MIB).max_bytes == 0  # the budget is over: one batch per message
+    lease.release()
+    lease.release()  # once only
+    assert budget.in_use_bytes == 2 * MIB
+    other.release()
+    assert budget.in_use_bytes == 0  # (the 0-byte lease above still open)
+    assert budget.leases == 1
+
+
+def test_a_zero_budget_always_reads_one_batch() -> None:
+    budget = SubscribeBudget(total_bytes=0, message_bytes_max=MIB)
+    lease = budget.lease(MIB)
+    assert lease.max_bytes == 0
+    lease.hold(4096)
+    assert budget.in_use_bytes == 4096
+    lease.release()
+    budget.check()
+
+
+def test_random_leases_agree_with_a_plain_model() -> None:
+    rng = random.Random(4)
+    total, message_max = 10_000, 3_000
+    budget = SubscribeBudget(total, message_max)
+    open_leases: list[Lease] = []
+    for _ in range(5000):
+        action = rng.random()
+        if open_leases and action < 0.4:
+            open_leases.pop(rng.randrange(len(open_leases))).release()
+        elif open_leases and action < 0.7:
+            lease = rng.choice(open_leases)
+            lease.hold(rng.randrange(0, 2 * message_max))
+        else:
+            wanted = rng.randrange(1, 2 * message_max)
+            free = total - sum(lease.size_bytes for lease in open_leases)
+            lease = budget.lease(wanted)
+            assert lease.max_bytes == min(wanted, message_max, max(free, 0))
+            open_leases.append(lease)
+        budget.check()
+        assert budget.in_use_bytes == sum(lease.size_bytes for lease in open_leases)
+        assert budget.leases == len(open_leases)
+    for lease in open_leases:
+        lease.release()
+    assert budget.in_use_bytes == 0 and budget.leases == 0
