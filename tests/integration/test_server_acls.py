@@ -1,10 +1,11 @@
 """Authorization against a real server process: every RPC without and with its ACLs, patterns,
 deny over allow, hosts, listings, persistence across restarts and kill -9, `stratalog acls`.
 
-Until the authentication interceptor lands, every call here is ``User:ANONYMOUS`` from
-127.0.0.1 (no credentials): the tests give that principal ACLs, or make it a super user, by
-starting servers with different settings on one data directory. The principal's rules are the
-same as any other's (tests/unit/security/test_authorizer.py runs them for many).
+Every call here is ``User:ANONYMOUS`` from 127.0.0.1 (no credentials, on plaintext servers): the
+tests give that principal ACLs, or make it a super user, by starting servers with different
+settings on one data directory. The principal's rules are the same as any other's:
+test_server_acls_authenticated.py runs them with passwords, a token and a client certificate,
+and tests/unit/security/test_authorizer.py for many principals.
 """
 
 from __future__ import annotations
@@ -32,10 +33,11 @@ from stratalog.client import (
     ResourceType,
     SyncClient,
 )
-from stratalog.client.errors import NotAuthorizedError, StratalogError, from_rpc_error
+from stratalog.client.errors import NotAuthorizedError, StratalogError
 from stratalog.v1 import broker_pb2 as pb
 from stratalog.v1 import broker_pb2_grpc
 
+from .acl_calls import ACLS_FOR_EVERY_CALL, list_services, outcome, rpc_calls
 from .conftest import CALL_TIMEOUT_S, ServerProcess, launch_server
 
 CLI = [sys.executable, "-m", "stratalog.cli"]
@@ -60,100 +62,6 @@ def stopped(server: ServerProcess) -> None:
     assert code == 0, f"exit {code}; log:\n{server.log_text()[-3000:]}"
 
 
-def outcome(call: Callable[[], Any]) -> StratalogError | Any:
-    """The call's answer, or the error it failed with (as the client maps it)."""
-    try:
-        return call()
-    except grpc.RpcError as err:
-        return from_rpc_error(err)
-
-
-def list_services(channel: grpc.Channel) -> list[str]:
-    """The services server reflection lists."""
-    from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
-
-    stub = reflection_pb2_grpc.ServerReflectionStub(channel)
-    answers = stub.ServerReflectionInfo(
-        iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=CALL_TIMEOUT_S
-    )
-    return [s.name for a in answers for s in a.list_services_response.service]
-
-
-def first_message(stub: broker_pb2_grpc.BrokerStub, request: pb.SubscribeRequest) -> Any:
-    stream = stub.Subscribe(request, timeout=CALL_TIMEOUT_S)
-    try:
-        return next(stream)
-    finally:
-        stream.cancel()
-
-
-# ------------------------------------------------------------------------ every RPC
-
-
-class _Transaction:
-    producer_id = 0
-    producer_epoch = 0
-
-
-def _rpc_calls(stub: broker_pb2_grpc.BrokerStub) -> list[tuple[str, Callable[[], Any]]]:
-    """One call of every Broker RPC, in an order in which all succeed with the ACLs below."""
-    txn = _Transaction()
-    t = CALL_TIMEOUT_S
-
-    def init_producer_id() -> Any:
-        response = stub.InitProducerId(pb.InitProducerIdRequest(transactional_id="app-1"),
-                                       timeout=t)
-        txn.producer_id, txn.producer_epoch = response.producer_id, response.producer_epoch
-        return response
-
-    everything = pb.AclBindingFilter(resource_type=1, pattern_type=1, operation=1,
-                                     permission_type=1)
-    harmless = pb.AclBinding(resource_type=2, resource_name="zzz", pattern_type=3,
-                             principal="User:nobody", host="*", operation=3, permission_type=3)
-    return [
-        ("WhoAmI", lambda: stub.WhoAmI(pb.WhoAmIRequest(), timeout=t)),
-        ("ListTopics", lambda: stub.ListTopics(pb.ListTopicsRequest(), timeout=t)),
-        ("DescribeTopic", lambda: stub.DescribeTopic(pb.DescribeTopicRequest(name="orders"),
-                                                     timeout=t)),
-        ("AlterTopicConfigs", lambda: stub.AlterTopicConfigs(
-            pb.AlterTopicConfigsRequest(name="orders", set={"retention.ms": "86400000"}),
-            timeout=t)),
-        ("Produce", lambda: stub.Produce(
-            pb.ProduceRequest(topic="orders", records=[pb.Record(value=b"v")]), timeout=t)),
-        ("FetchByOffset", lambda: stub.FetchByOffset(
-            pb.FetchByOffsetRequest(topic="orders", offset=0), timeout=t)),
-        ("FetchByTimestamp", lambda: stub.FetchByTimestamp(
-            pb.FetchByTimestampRequest(topic="orders", timestamp=0), timeout=t)),
-        ("ListOffsets", lambda: stub.ListOffsets(
-            pb.ListOffsetsRequest(topic="orders", timestamp=-1), timeout=t)),
-        ("Subscribe", lambda: first_message(stub, pb.SubscribeRequest(topic="orders",
-                                                                      offset=0))),
-        ("DeleteRecords", lambda: stub.DeleteRecords(
-            pb.DeleteRecordsRequest(topic="orders", before_offset=0), timeout=t)),
-        ("InitProducerId", init_producer_id),
-        ("AddPartitionsToTxn", lambda: stub.AddPartitionsToTxn(pb.AddPartitionsToTxnRequest(
-            transactional_id="app-1", producer_id=txn.producer_id,
-            producer_epoch=txn.producer_epoch,
-            partitions=[pb.TopicPartition(topic="orders", partition=0)]), timeout=t)),
-        ("DescribeTransaction", lambda: stub.DescribeTransaction(
-            pb.DescribeTransactionRequest(transactional_id="app-1"), timeout=t)),
-        ("EndTxn", lambda: stub.EndTxn(pb.EndTxnRequest(
-            transactional_id="app-1", producer_id=txn.producer_id,
-            producer_epoch=txn.producer_epoch, commit=False), timeout=t)),
-        ("CreateAcls", lambda: stub.CreateAcls(pb.CreateAclsRequest(creations=[harmless]),
-                                               timeout=t)),
-        ("DescribeAcls", lambda: stub.DescribeAcls(pb.DescribeAclsRequest(filter=everything),
-                                                   timeout=t)),
-        ("DeleteAcls", lambda: stub.DeleteAcls(pb.DeleteAclsRequest(filters=[
-            pb.AclBindingFilter(resource_type=2, resource_name="zzz", pattern_type=3,
-                                operation=1, permission_type=1)]), timeout=t)),
-        ("CreateTopic", lambda: stub.CreateTopic(
-            pb.CreateTopicRequest(name="orders2", partitions=1), timeout=t)),
-        ("DeleteTopic", lambda: stub.DeleteTopic(pb.DeleteTopicRequest(name="orders2"),
-                                                 timeout=t)),
-    ]
-
-
 def test_every_rpc_is_refused_without_its_acls_and_served_with_them(start_server, tmp_path):
     data = tmp_path / "data"
     # 1. A super user makes the topic; the server then holds no ACL at all.
@@ -166,14 +74,13 @@ def test_every_rpc_is_refused_without_its_acls_and_served_with_them(start_server
     # 2. No ACL: every RPC is refused, except the open ones; nothing is listed.
     server = start_server(data, *ACL_SERVER)
     with grpc.insecure_channel(server.target) as channel:
-        calls = _rpc_calls(broker_pb2_grpc.BrokerStub(channel))
+        calls = rpc_calls(broker_pb2_grpc.BrokerStub(channel))
         methods = {m.name for m in pb.DESCRIPTOR.services_by_name["Broker"].methods}
         assert {name for name, _ in calls} == methods, "a new RPC needs a call here"
         for name, call in calls:
             result = outcome(call)
             if name == "WhoAmI":
-                # Open to everyone (its servicer method comes with authentication).
-                assert not isinstance(result, NotAuthorizedError)
+                assert result.principal == ANONYMOUS  # open to everyone
             elif name == "ListTopics":
                 assert list(result.topics) == []
             else:
@@ -188,23 +95,15 @@ def test_every_rpc_is_refused_without_its_acls_and_served_with_them(start_server
 
     # 3. A super user grants ANONYMOUS exactly what the calls need (stratalog acls add).
     server = start_server(data, *SUPER_ANONYMOUS)
-    acls_add(server.target, "--topic", "orders", "--operation", "Read", "--operation", "Write",
-             "--operation", "Delete", "--operation", "AlterConfigs")
-    acls_add(server.target, "--topic", "orders2", "--operation", "Create", "--operation",
-             "Delete")
-    acls_add(server.target, "--transactional-id", "app-1", "--operation", "Write",
-             "--operation", "Describe")
-    acls_add(server.target, "--cluster", "--operation", "Alter", "--operation", "Describe")
+    for grant in ACLS_FOR_EVERY_CALL:
+        acls_add(server.target, *grant)
     stopped(server)
 
     # 4. Restarted without super users: the ACLs were kept, and every RPC is served.
     server = start_server(data, *ACL_SERVER)
     with grpc.insecure_channel(server.target) as channel:
-        for name, call in _rpc_calls(broker_pb2_grpc.BrokerStub(channel)):
+        for name, call in rpc_calls(broker_pb2_grpc.BrokerStub(channel)):
             result = outcome(call)
-            if name == "WhoAmI":
-                assert not isinstance(result, NotAuthorizedError)
-                continue
             assert not isinstance(result, StratalogError), (name, result)
             if name == "ListTopics":
                 assert [t.name for t in result.topics] == ["orders"]
