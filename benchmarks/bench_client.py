@@ -21,8 +21,13 @@ Figures depend on whether the C codec (stratalog.records.accel) is built: the he
 With ``--secure`` a second server runs beside the first with TLS and password authentication
 on (benchmarks/security_setup.py), and each run measures both, in alternating order, so that
 the machine's other load falls on both alike; a third table gives secure / plain per operation.
+``--acl`` turns the authorizer on in that second server, with one ACL (ALL on every topic for
+its caller) and byte-rate quotas it never reaches (every answer measured, none delayed): with
+``--secure`` the issue 13 goal's configuration (TLS + authentication + one ACL), without it the
+authorizer and quotas alone on a plaintext server.
 
-Run: ``.venv/bin/python -m benchmarks.bench_client [--records 1000000] [--runs 3] [--secure]``.
+Run: ``.venv/bin/python -m benchmarks.bench_client [--records 1000000] [--runs 3] [--secure]
+[--acl]``.
 """
 
 from __future__ import annotations
@@ -50,9 +55,14 @@ SEND_MANY_CHUNK = 10_000
 
 
 @contextlib.contextmanager
-def running_server(*extra_flags: str) -> Iterator[str]:
-    """A stratalog server process on 127.0.0.1 with a free port; yields its target."""
+def running_server(*extra_flags: str, acl_principal: str | None = None) -> Iterator[str]:
+    """A stratalog server process on 127.0.0.1 with a free port; yields its target. With
+    ``acl_principal``: the authorizer on, one ACL for that principal, unreached quotas."""
     data_dir = tempfile.mkdtemp(prefix="stratalog-bench-")
+    if acl_principal is not None:
+        from benchmarks.security_setup import authorizer_flags
+
+        extra_flags += authorizer_flags(Path(data_dir), acl_principal)
     process = subprocess.Popen(
         [sys.executable, "-m", "stratalog.server", "--listen", "127.0.0.1:0",
          "--log-dirs", data_dir, "--metrics-port", "0", "--logging-level", "WARNING",
@@ -208,6 +218,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--secure", action="store_true",
                         help="also measure a TLS + password server in the same run")
+    parser.add_argument("--acl", action="store_true",
+                        help="the second server also has the authorizer on (one ACL) and"
+                             " unreached quotas; without --secure it is plaintext")
     args = parser.parse_args(argv)
     try:
         import uvloop
@@ -220,21 +233,30 @@ def main(argv: list[str] | None = None) -> None:
           f"median of {args.runs} runs")
     print(f"# python {platform.python_version()}, {os.cpu_count()} cores, {loop_name}, "
           f"record codec: {codec_path()}")
-    if not args.secure:
+    if not args.secure and not args.acl:
         with running_server() as target:
             (figures,) = asyncio.run(run([(target, {})], args.records, args.runs))
         print_table("plaintext, no authentication", figures)
         return
-    from benchmarks.security_setup import make_secure_setup
+    from benchmarks.security_setup import ANONYMOUS, USER, make_secure_setup
 
     with tempfile.TemporaryDirectory(prefix="stratalog-bench-pki-") as pki_dir:
-        setup = make_secure_setup(Path(pki_dir))
-        with running_server() as plain, running_server(*setup.server_flags) as secure:
+        flags: tuple[str, ...] = ()
+        client_options: dict[str, object] = {}
+        title = "plaintext"
+        if args.secure:
+            setup = make_secure_setup(Path(pki_dir))
+            flags, title = setup.server_flags, "TLS + password authentication"
+            client_options = {"tls": setup.tls, "auth": setup.auth}
+        principal = None
+        if args.acl:
+            principal = f"User:{USER}" if args.secure else ANONYMOUS
+            title += " + authorizer (one ACL) + quotas (not reached)"
+        with running_server() as plain, running_server(*flags, acl_principal=principal) as secure:
             plain_figures, secure_figures = asyncio.run(run(
-                [(plain, {}), (secure, {"tls": setup.tls, "auth": setup.auth})],
-                args.records, args.runs))
+                [(plain, {}), (secure, client_options)], args.records, args.runs))
     print_table("plaintext, no authentication", plain_figures)
-    print_table("TLS + password authentication", secure_figures)
+    print_table(title, secure_figures)
     print("## secure / plain (median rec/s)")
     for name in _OPERATIONS:
         plain_rate = statistics.median(rate for rate, _ in plain_figures[name])

@@ -40,9 +40,13 @@ With ``--secure`` a third server runs: stratalog with TLS and password authentic
 (benchmarks/security_setup.py), with its own copy of the log; it takes its turns in the produce
 runs and its fetches and ListOffsets are timed in the same rounds ("secure ..." rows), and the
 last lines give secure / plain for produce MB/s and the fetch percentiles (issue 13's goal:
-at most 15% fewer records/s, p99 fetch at most 1.3 times).
+at most 15% fewer records/s, p99 fetch at most 1.3 times). ``--acl`` turns the authorizer on in
+that server, with one ACL (ALL on every topic for its caller) and byte-rate quotas it never
+reaches: with ``--secure``, the goal's TLS + authentication + one ACL; alone, a plaintext
+server with the authorizer and quotas (the "secure" rows then measure only those).
 
-Run: ``.venv/bin/python -m benchmarks.bench_server [--records 10000000] [--runs 3] [--secure]``
+Run: ``.venv/bin/python -m benchmarks.bench_server [--records 10000000] [--runs 3] [--secure]
+[--acl]``
 (``--records 1000000 --runs 1`` for a quick look). The data directory lives under /tmp and is
 removed at the end.
 """
@@ -341,6 +345,9 @@ def main() -> None:
     parser.add_argument("--secure", action="store_true",
                         help="also measure a stratalog server with TLS and password "
                              "authentication, in the same rounds")
+    parser.add_argument("--acl", action="store_true",
+                        help="that server also has the authorizer on (one ACL) and unreached"
+                             " quotas; without --secure it is plaintext")
     parser.add_argument("noop", nargs="?", help=argparse.SUPPRESS)
     parser.add_argument("--payload-bytes", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -385,19 +392,26 @@ def main() -> None:
                 "--set", f"log.segment.bytes={segment_bytes}", *args.server_flag, *security]
 
     secure = _PLAIN
+    security_flags: tuple[str, ...] = ()
     if args.secure:
         from benchmarks.security_setup import make_secure_setup
 
         secure = _Connection(make_secure_setup(Path(secure_dir)))
+        security_flags = secure.setup.server_flags
+    if args.acl:
+        from benchmarks.security_setup import ANONYMOUS, USER, authorizer_flags
+
+        security_flags += authorizer_flags(Path(secure_dir, "data"),
+                                           f"User:{USER}" if args.secure else ANONYMOUS)
     try:
         with contextlib.ExitStack() as stack:
             noop_target, _, noop_pid = stack.enter_context(_process(noop_args))
             target, mport, pid = stack.enter_context(_process(server_args(data_dir)))
             # (name prefix, target, pid, connection, data dir) of each stratalog server.
             stratalogs = [("", target, pid, _PLAIN, data_dir)]
-            if args.secure:
+            if args.secure or args.acl:
                 secure_target, _, secure_pid = stack.enter_context(_process(server_args(
-                    os.path.join(secure_dir, "data"), *secure.setup.server_flags)))
+                    os.path.join(secure_dir, "data"), *security_flags)))
                 stratalogs.append(("secure ", secure_target, secure_pid, secure,
                                    os.path.join(secure_dir, "data")))
             for prefix, server_target, _, connection, _ in stratalogs:
@@ -507,7 +521,10 @@ def main() -> None:
         p99 = medians[f"{name} p99 ms"] / medians["noop unary p99 ms"]
         print(f"{name:<18} p50 x{p50:.2f} (goal <= 1.2), p99 x{p99:.2f} (goal <= 2.0) "
               "of the no-op unary latency")
-    if args.secure:
+    if args.secure or args.acl:
+        print("secure: " + " + ".join(
+            (["TLS + password"] if args.secure else ["plaintext"])
+            + (["authorizer (one ACL) + quotas (not reached)"] if args.acl else [])))
         produce = medians["secure produce MB/s"] / medians["produce MB/s"]
         print(f"secure / plain produce MB/s   {produce:.2f}   (issue 13's goal >= 0.85)")
         for name in ("FetchByOffset", "FetchByTimestamp", "ListOffsets latest"):

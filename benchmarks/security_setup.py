@@ -1,8 +1,13 @@
-"""What the benchmarks need to run a server with TLS and authentication on (issue 13).
+"""What the benchmarks need to run a server with TLS, authentication and ACLs on (issue 13).
 
 A test PKI (tests/conftest.py's, made with the ``cryptography`` package of the dev extras) and a
 credential file with one user, ``bench``, at the CLI's default 100,000 PBKDF2 iterations: the
 figures then include the first, uncached check, as a real deployment's would.
+
+:func:`authorizer_flags` turns the authorizer on with one ACL (ALL on every topic for the
+benchmark's principal, written into the server's log directory before it starts) and byte-rate
+quotas far above what a benchmark moves, so that every call is authorized and every answer
+measured by the quota code, and none delayed.
 """
 
 from __future__ import annotations
@@ -12,10 +17,14 @@ from pathlib import Path
 
 from stratalog.client import Credentials, TlsConfig
 
-__all__ = ["SecureSetup", "make_secure_setup"]
+__all__ = ["ANONYMOUS", "SecureSetup", "authorizer_flags", "make_secure_setup"]
 
 USER = "bench"
 PASSWORD = "bench-password"
+#: The principal of calls without credentials (the plaintext servers').
+ANONYMOUS = "User:ANONYMOUS"
+#: Quotas no benchmark reaches (bytes per second).
+UNREACHED_BYTE_RATE = 10**12
 
 
 @dataclass(frozen=True)
@@ -44,3 +53,26 @@ def make_secure_setup(directory: Path) -> SecureSetup:
         auth=Credentials.password(USER, PASSWORD),
         ca_file=pki.ca,
     )
+
+
+def authorizer_flags(log_dir: Path, principal: str) -> tuple[str, ...]:
+    """Server flags for the authorizer with one ACL, ALL on every topic for ``principal``
+    (``User:bench`` with :func:`make_secure_setup`'s credentials, :data:`ANONYMOUS` without),
+    written into ``log_dir`` now, and quotas that are measured but never reached."""
+    from stratalog.server.security.acl_store import AclStore
+    from stratalog.server.security.acls import (
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        PatternType,
+        ResourceType,
+    )
+
+    log_dir.mkdir(parents=True, exist_ok=True)
+    AclStore.open([log_dir]).write([AclBinding(
+        ResourceType.TOPIC, "*", PatternType.LITERAL, principal, "*", AclOperation.ALL,
+        AclPermissionType.ALLOW,
+    )])
+    return ("--authorizer", "acl",
+            "--quota-producer-byte-rate", str(UNREACHED_BYTE_RATE),
+            "--quota-consumer-byte-rate", str(UNREACHED_BYTE_RATE))

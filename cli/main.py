@@ -17,11 +17,22 @@ from collections.abc import Sequence
 
 from stratalog import __version__
 
-from . import bench, consume, credentials, dump_log, offsets, produce, serve, topics, whoami
+from . import (
+    acls,
+    bench,
+    consume,
+    credentials,
+    dump_log,
+    offsets,
+    produce,
+    serve,
+    topics,
+    whoami,
+)
 from .connection import add_connection_arguments
 
 # Subcommand modules, in the order `stratalog --help` lists them.
-_COMMANDS = (serve, topics, produce, consume, offsets, dump_log, bench, whoami, credentials)
+_COMMANDS = (serve, topics, produce, consume, offsets, acls, dump_log, bench, whoami, credentials)
 
 
 def build_parser() -> argparse.ArgumentParser:

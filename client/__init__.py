@@ -26,6 +26,14 @@ Quick start::
 from __future__ import annotations
 
 from . import errors
+from .acls import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourceType,
+)
 from .client import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_TIMEOUT_S, Client
 from .consumer import DEFAULT_FETCH_BYTES_MAX, Consumer, ConsumerClosedError
 from .credentials import Credentials, TlsConfig
@@ -79,6 +87,10 @@ __all__ = [
     "LATEST",
     "MAX_TIMESTAMP",
     "AbortedTransaction",
+    "AclBinding",
+    "AclBindingFilter",
+    "AclOperation",
+    "AclPermissionType",
     "BrokerUnavailableError",
     "Client",
     "ConsumedBatch",
@@ -94,6 +106,7 @@ __all__ = [
     "OffsetAndTimestamp",
     "OffsetOutOfRangeError",
     "PartitionInfo",
+    "PatternType",
     "ProduceResult",
     "Producer",
     "ProducerClosedError",
@@ -103,6 +116,7 @@ __all__ = [
     "RecordFuture",
     "RecordMetadata",
     "RequestTimeoutError",
+    "ResourceType",
     "SendManyFuture",
     "StickyPartitioner",
     "StratalogError",

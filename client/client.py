@@ -27,6 +27,7 @@ from stratalog.records import Compression
 from stratalog.v1 import broker_pb2, broker_pb2_grpc
 
 from . import wire
+from .acls import AclBinding, AclBindingFilter
 from .credentials import Credentials, TlsConfig, channel_security
 from .errors import BrokerUnavailableError, from_rpc_error
 from .types import (
@@ -47,6 +48,7 @@ __all__ = [
     "DEFAULT_TIMEOUT_S",
     "Client",
     "channel_options",
+    "log_throttle",
 ]
 
 logger = logging.getLogger(__name__)
@@ -71,6 +73,14 @@ def channel_options(
         ("grpc.max_receive_message_length", max_message_bytes),
         *options,
     ]
+
+
+def log_throttle(what: str, topic: str, partition: int, throttle_time_ms: int) -> None:
+    """Log (DEBUG) an answer the server held back for the principal's byte-rate quota; the
+    result's ``throttle_time_ms`` says it too."""
+    if throttle_time_ms:
+        logger.debug("%s %s-%d: the server held the answer back %d ms (byte-rate quota)",
+                     what, topic, partition, throttle_time_ms)
 
 
 def check_timeout(timeout_s: object, name: str = "timeout_s") -> float | None:
@@ -256,6 +266,7 @@ class Client:
             producer_id, producer_epoch, base_sequence, transactional,
         )
         response = await self._call(self._stub.Produce, request, self._deadline(timeout_s))
+        log_throttle("produce to", topic, partition, response.throttle_time_ms)
         return wire.produce_result(response)
 
     async def fetch_by_offset(
@@ -284,6 +295,7 @@ class Client:
         response = await self._call(
             self._stub.FetchByOffset, request, self._deadline(timeout_s, max_wait_ms)
         )
+        log_throttle("fetch from", topic, partition, response.throttle_time_ms)
         return wire.fetch_result(response, by_timestamp=False)
 
     async def fetch_by_timestamp(
@@ -308,6 +320,7 @@ class Client:
         response = await self._call(
             self._stub.FetchByTimestamp, request, self._deadline(timeout_s)
         )
+        log_throttle("fetch from", topic, partition, response.throttle_time_ms)
         return wire.fetch_result(response, by_timestamp=True)
 
     async def list_offsets(
@@ -356,6 +369,8 @@ class Client:
         call = self._stub.Subscribe(request, timeout=timeout, metadata=self._metadata)
         try:
             async for response in call:
+                log_throttle("subscription to", request.topic, request.partition,
+                             response.throttle_time_ms)
                 yield wire.fetch_result(response, by_timestamp=by_timestamp)
         except grpc.aio.AioRpcError as err:
             raise from_rpc_error(err) from err
@@ -456,3 +471,34 @@ class Client:
             self._stub.WhoAmI, broker_pb2.WhoAmIRequest(), self._deadline(timeout_s)
         )
         return Identity(response.principal, response.authenticated_by, response.host)
+
+    # --- ACLs ------------------------------------------------------------------------------------
+
+    async def create_acls(
+        self, bindings: Sequence[AclBinding], *, timeout_s: float | None = _UNSET
+    ) -> None:
+        """Create ACL bindings, all or none (one already there is not repeated). Needs ALTER on
+        the cluster. Raises InvalidRequestError naming the first bad binding
+        (``creations[2].host``), ResourceLimitExceededError past the server's ACL limits."""
+        request = wire.create_acls_request(bindings)
+        await self._call(self._stub.CreateAcls, request, self._deadline(timeout_s))
+
+    async def delete_acls(
+        self, filters: Sequence[AclBindingFilter], *, timeout_s: float | None = _UNSET
+    ) -> list[AclBinding]:
+        """Delete every binding any of ``filters`` selects; the bindings deleted. Needs ALTER
+        on the cluster."""
+        request = wire.delete_acls_request(filters)
+        response = await self._call(self._stub.DeleteAcls, request, self._deadline(timeout_s))
+        return [wire.acl_binding(b) for b in response.deleted]
+
+    async def describe_acls(
+        self, acl_filter: AclBindingFilter | None = None, *, timeout_s: float | None = _UNSET
+    ) -> list[AclBinding]:
+        """The bindings ``acl_filter`` selects (default: all), in creation order. Needs
+        DESCRIBE on the cluster."""
+        request = wire.describe_acls_request(
+            AclBindingFilter() if acl_filter is None else acl_filter
+        )
+        response = await self._call(self._stub.DescribeAcls, request, self._deadline(timeout_s))
+        return [wire.acl_binding(b) for b in response.acls]

@@ -395,10 +395,21 @@ class AuthenticationError(StratalogError):
 
 
 class NotAuthorizedError(StratalogError):
-    """The caller is known but may not do this."""
+    """The caller is known but may not do this: ``operation`` (``"WRITE"``) on ``resource``
+    (``"Topic:orders"``), when the server said."""
 
     code = grpc.StatusCode.PERMISSION_DENIED
     reason = "NOT_AUTHORIZED"
+
+    @property
+    def operation(self) -> str | None:
+        """The ACL operation refused (Kafka's name), when the server said."""
+        return self.metadata.get("operation")
+
+    @property
+    def resource(self) -> str | None:
+        """The resource it was refused on, ``"<type>:<name>"``, when the server said."""
+        return self.metadata.get("resource")
 
 
 class BrokerUnavailableError(StratalogError):

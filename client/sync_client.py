@@ -19,7 +19,14 @@ from stratalog.records import Compression
 from stratalog.v1 import broker_pb2, broker_pb2_grpc
 
 from . import wire
-from .client import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_TIMEOUT_S, channel_options, check_timeout
+from .acls import AclBinding, AclBindingFilter
+from .client import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    DEFAULT_TIMEOUT_S,
+    channel_options,
+    check_timeout,
+    log_throttle,
+)
 from .credentials import Credentials, TlsConfig, channel_security
 from .errors import BrokerUnavailableError, from_rpc_error
 from .types import (
@@ -180,6 +187,7 @@ class SyncClient:
             producer_id, producer_epoch, base_sequence, transactional,
         )
         response = self._call(self._stub.Produce, request, self._deadline(timeout_s))
+        log_throttle("produce to", topic, partition, response.throttle_time_ms)
         return wire.produce_result(response)
 
     def fetch_by_offset(
@@ -203,6 +211,7 @@ class SyncClient:
         response = self._call(
             self._stub.FetchByOffset, request, self._deadline(timeout_s, max_wait_ms)
         )
+        log_throttle("fetch from", topic, partition, response.throttle_time_ms)
         return wire.fetch_result(response, by_timestamp=False)
 
     def fetch_by_timestamp(
@@ -221,6 +230,7 @@ class SyncClient:
             topic, partition, timestamp_ms, max_bytes, fetch_format, isolation_level
         )
         response = self._call(self._stub.FetchByTimestamp, request, self._deadline(timeout_s))
+        log_throttle("fetch from", topic, partition, response.throttle_time_ms)
         return wire.fetch_result(response, by_timestamp=True)
 
     def list_offsets(
@@ -267,6 +277,8 @@ class SyncClient:
         call = self._stub.Subscribe(request, timeout=timeout, metadata=self._metadata)
         try:
             for response in call:
+                log_throttle("subscription to", request.topic, request.partition,
+                             response.throttle_time_ms)
                 yield wire.fetch_result(response, by_timestamp=by_timestamp)
         except grpc.RpcError as err:
             raise from_rpc_error(err) from err
@@ -346,3 +358,30 @@ class SyncClient:
             self._stub.WhoAmI, broker_pb2.WhoAmIRequest(), self._deadline(timeout_s)
         )
         return Identity(response.principal, response.authenticated_by, response.host)
+
+    # --- ACLs ------------------------------------------------------------------------------------
+
+    def create_acls(
+        self, bindings: Sequence[AclBinding], *, timeout_s: float | None = _UNSET
+    ) -> None:
+        """See :meth:`Client.create_acls <stratalog.client.Client.create_acls>`."""
+        request = wire.create_acls_request(bindings)
+        self._call(self._stub.CreateAcls, request, self._deadline(timeout_s))
+
+    def delete_acls(
+        self, filters: Sequence[AclBindingFilter], *, timeout_s: float | None = _UNSET
+    ) -> list[AclBinding]:
+        """See :meth:`Client.delete_acls <stratalog.client.Client.delete_acls>`."""
+        request = wire.delete_acls_request(filters)
+        response = self._call(self._stub.DeleteAcls, request, self._deadline(timeout_s))
+        return [wire.acl_binding(b) for b in response.deleted]
+
+    def describe_acls(
+        self, acl_filter: AclBindingFilter | None = None, *, timeout_s: float | None = _UNSET
+    ) -> list[AclBinding]:
+        """See :meth:`Client.describe_acls <stratalog.client.Client.describe_acls>`."""
+        request = wire.describe_acls_request(
+            AclBindingFilter() if acl_filter is None else acl_filter
+        )
+        response = self._call(self._stub.DescribeAcls, request, self._deadline(timeout_s))
+        return [wire.acl_binding(b) for b in response.acls]

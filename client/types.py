@@ -78,6 +78,8 @@ class ProduceResult:
     ``log_append_time`` is -1 unless the topic stamps records with LogAppendTime.
     ``duplicate``: the batches repeated ones their producer (same producer id, epoch and
     sequences) had already stored, so nothing was written and the offsets are the original ones.
+    ``throttle_time_ms``: how long the server held the answer back because the principal was
+    over its produce byte-rate quota (0: not throttled).
     """
 
     base_offset: int
@@ -86,6 +88,7 @@ class ProduceResult:
     log_start_offset: int
     record_count: int
     duplicate: bool = False
+    throttle_time_ms: int = 0
 
 
 class ProducerRecord(NamedTuple):
@@ -199,6 +202,8 @@ class FetchResult:
     (READ_COMMITTED, RECORD_BATCHES) name the aborted transactions the batches overlap.
     ``last_stable_offset`` is one past the last offset a READ_COMMITTED reader may see: the first
     offset of the earliest open transaction, or the high watermark when none is open.
+    ``throttle_time_ms``: how long the server held this answer back because the principal was
+    over its fetch byte-rate quota (0: not throttled).
     """
 
     topic: str
@@ -212,3 +217,4 @@ class FetchResult:
     matched_timestamp: int = -1
     aborted_transactions: tuple[AbortedTransaction, ...] = ()
     last_stable_offset: int = -1
+    throttle_time_ms: int = 0

@@ -18,6 +18,14 @@ from itertools import repeat
 from stratalog.records import Compression, Header, TimestampType
 from stratalog.v1 import broker_pb2 as pb
 
+from .acls import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourceType,
+)
 from .types import (
     AbortedTransaction,
     ConsumerRecord,
@@ -41,6 +49,7 @@ __all__ = [
     "MAX_TIMESTAMP",
     "FetchFormat",
     "IsolationLevel",
+    "acl_binding",
     "add_partitions_to_txn_request",
     "alter_topic_configs_request",
     "check_bytes_or_none",
@@ -51,9 +60,12 @@ __all__ = [
     "check_producer_id",
     "check_topic",
     "check_transactional_id",
+    "create_acls_request",
     "create_topic_request",
+    "delete_acls_request",
     "delete_records_request",
     "delete_topic_request",
+    "describe_acls_request",
     "describe_topic_request",
     "describe_transaction_request",
     "end_txn_request",
@@ -537,6 +549,7 @@ def produce_result(response: pb.ProduceResponse) -> ProduceResult:
         log_start_offset=response.log_start_offset,
         record_count=response.record_count,
         duplicate=response.duplicate,
+        throttle_time_ms=response.throttle_time_ms,
     )
 
 
@@ -612,4 +625,94 @@ def fetch_result(response: pb.FetchResponse, *, by_timestamp: bool) -> FetchResu
             for a in response.aborted_transactions
         ),
         last_stable_offset=response.last_stable_offset,
+        throttle_time_ms=response.throttle_time_ms,
+    )
+
+
+# --- ACLs ----------------------------------------------------------------------------------------
+
+
+def _acl_enum(enum_type: type[enum.IntEnum], value: object, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be a {enum_type.__name__}, got {value!r}")
+    return int(value)
+
+
+def _acl_text(value: object, name: str, optional: bool = False) -> str | None:
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str{' or None' if optional else ''}, got {value!r}")
+    return value
+
+
+def _binding_message(binding: AclBinding, name: str) -> pb.AclBinding:
+    if not isinstance(binding, AclBinding):
+        raise TypeError(f"{name} must be an AclBinding, got {type(binding).__name__}")
+    return pb.AclBinding(
+        resource_type=_acl_enum(ResourceType, binding.resource_type, f"{name}.resource_type"),
+        resource_name=_acl_text(binding.resource_name, f"{name}.resource_name"),
+        pattern_type=_acl_enum(PatternType, binding.pattern_type, f"{name}.pattern_type"),
+        principal=_acl_text(binding.principal, f"{name}.principal"),
+        host=_acl_text(binding.host, f"{name}.host"),
+        operation=_acl_enum(AclOperation, binding.operation, f"{name}.operation"),
+        permission_type=_acl_enum(
+            AclPermissionType, binding.permission_type, f"{name}.permission_type"
+        ),
+    )
+
+
+def _filter_message(acl_filter: AclBindingFilter, name: str) -> pb.AclBindingFilter:
+    if not isinstance(acl_filter, AclBindingFilter):
+        raise TypeError(f"{name} must be an AclBindingFilter, got {type(acl_filter).__name__}")
+    message = pb.AclBindingFilter(
+        resource_type=_acl_enum(ResourceType, acl_filter.resource_type, f"{name}.resource_type"),
+        pattern_type=_acl_enum(PatternType, acl_filter.pattern_type, f"{name}.pattern_type"),
+        operation=_acl_enum(AclOperation, acl_filter.operation, f"{name}.operation"),
+        permission_type=_acl_enum(
+            AclPermissionType, acl_filter.permission_type, f"{name}.permission_type"
+        ),
+    )
+    # Unset optional strings match everything; set ones (even empty) match exactly.
+    for field in ("resource_name", "principal", "host"):
+        value = _acl_text(getattr(acl_filter, field), f"{name}.{field}", optional=True)
+        if value is not None:
+            setattr(message, field, value)
+    return message
+
+
+def create_acls_request(bindings: Iterable[AclBinding]) -> pb.CreateAclsRequest:
+    if isinstance(bindings, AclBinding):
+        raise TypeError("bindings must be a sequence of AclBinding, got one AclBinding")
+    return pb.CreateAclsRequest(
+        creations=[_binding_message(b, f"bindings[{i}]") for i, b in enumerate(bindings)]
+    )
+
+
+def delete_acls_request(filters: Iterable[AclBindingFilter]) -> pb.DeleteAclsRequest:
+    if isinstance(filters, AclBindingFilter):
+        raise TypeError("filters must be a sequence of AclBindingFilter, got one filter")
+    return pb.DeleteAclsRequest(
+        filters=[_filter_message(f, f"filters[{i}]") for i, f in enumerate(filters)]
+    )
+
+
+def describe_acls_request(acl_filter: AclBindingFilter) -> pb.DescribeAclsRequest:
+    return pb.DescribeAclsRequest(filter=_filter_message(acl_filter, "acl_filter"))
+
+
+def _known(enum_type: type[enum.IntEnum], value: int) -> int:
+    # A number this client does not know (a newer server) stays a plain int.
+    return enum_type._value2member_map_.get(value, value)  # type: ignore[return-value]
+
+
+def acl_binding(message: pb.AclBinding) -> AclBinding:
+    return AclBinding(
+        resource_type=_known(ResourceType, message.resource_type),
+        resource_name=message.resource_name,
+        pattern_type=_known(PatternType, message.pattern_type),
+        principal=message.principal,
+        host=message.host,
+        operation=_known(AclOperation, message.operation),
+        permission_type=_known(AclPermissionType, message.permission_type),
     )

@@ -6,12 +6,14 @@ Life of a server process (``stratalog serve``)::
     open the TransactionCoordinator: replay __transaction_state, complete the commits and
         aborts a crash left half-written (their markers go to the LogManager's partitions)
     load the TLS files and the credential file (server/security/), if configured
-    build grpc.aio server: the interceptors (authentication first), Broker + grpc.health.v1
-        (SERVING) + reflection; bind (TLS when configured); start
+    with authorizer = "acl": read the ACL file (server/security/acl_store.py)
+    build grpc.aio server: the interceptors (authentication, then authorization and quotas),
+        Broker + grpc.health.v1 (SERVING) + reflection; bind (TLS when configured); start
     print "stratalog: listening on HOST:PORT" (the bound port when asked for port 0)
     start the Prometheus endpoint and the maintenance task
     ... serve until SIGTERM or SIGINT; SIGHUP reloads the TLS files and the credential
-        file (new connections and calls use them; open connections keep working) ...
+        file (new connections and calls use them; open connections keep working), and reads
+        the settings again for the byte-rate quotas (server/security/quotas.py) ...
     health NOT_SERVING; long polls answer, Subscribe streams end (SHUTTING_DOWN)
     grpc stop(grace): no new RPCs; in-flight ones get shutdown_grace_ms, then are cancelled
     stop the maintenance task (a pass under way finishes)
@@ -58,12 +60,15 @@ from stratalog.server.allocator import TrimWatch, trim_heap, tune_allocator
 from stratalog.server.client_limits import WAITING_RPC_BYTES_ESTIMATE, ClientLimits
 from stratalog.server.decoding import add_broker_service
 from stratalog.server.metrics import MetricsEndpoint, ServerMetrics
+from stratalog.server.security.acl_store import AclStore
 from stratalog.server.security.authentication import AuthenticationInterceptor, Authenticator
+from stratalog.server.security.authorizer import AuthorizationInterceptor, Authorizer
 from stratalog.server.security.credentials import CredentialFile
 from stratalog.server.security.errors import SecurityConfigError
+from stratalog.server.security.quotas import QuotaConfig, QuotaInterceptor, QuotaManager
 from stratalog.server.security.tls import ServerTls, TlsFiles
 from stratalog.server.service import BrokerService
-from stratalog.server.settings import Settings, configure_logging, describe
+from stratalog.server.settings import Settings, SettingsError, configure_logging, describe
 from stratalog.server.subscribe_budget import MESSAGE_COPIES_HELD, SubscribeBudget
 from stratalog.v1 import broker_pb2
 
@@ -128,6 +133,9 @@ class Server:
         self._limits: ClientLimits | None = None
         self._subscribe_budget: SubscribeBudget | None = None
         self._trim_watch = TrimWatch(TRIM_AFTER_FALL_BYTES)
+        # Authorization and quotas (server/security/): from start() until the process ends.
+        self.authorizer: Authorizer | None = None
+        self.quotas = QuotaManager(QuotaConfig.of_settings(settings))
 
     async def start(self) -> None:
         """Open the logs, bind and start serving.
@@ -177,6 +185,23 @@ class Server:
                     "cannot load the transaction coordinator's state log (__transaction_state)"
                     f" in {list(settings.log_dirs)}: {exc}"
                 ) from exc
+            if settings.authorizer == "acl":
+                try:
+                    # After the LogManager: the ACL file lives in a log dir it has locked.
+                    store = await loop.run_in_executor(
+                        self._executor, AclStore.open, settings.log_dirs
+                    )
+                except SecurityConfigError as exc:
+                    raise StartupError(str(exc)) from exc
+                self.authorizer = Authorizer(
+                    store,
+                    super_users=settings.super_users,
+                    allow_everyone_if_no_acl_found=settings.allow_everyone_if_no_acl_found,
+                    cache_entries_max=settings.authorizer_cache_entries_max,
+                    bindings_max=settings.acl_bindings_max,
+                    request_entries_max=settings.acl_request_entries_max,
+                    executor=self._executor,
+                )
             await self._start_serving()
         except BaseException:
             await self._close_everything()
@@ -212,7 +237,7 @@ class Server:
         self.metrics.subscribe_buffer_bytes.set_function(lambda: budget.in_use_bytes)
         self._service = BrokerService(
             self.log_manager, settings, self.metrics, self._executor, coordinator=self.coordinator,
-            limits=limits, subscribe_budget=budget,
+            limits=limits, subscribe_budget=budget, authorizer=self.authorizer,
         )
         add_broker_service(self._service, self._grpc)
         self._health = health.aio.HealthServicer()
@@ -270,13 +295,25 @@ class Server:
     def _interceptors(self) -> list[grpc.aio.ServerInterceptor]:
         """The server interceptors in call order (server/security/__init__.py's table)."""
         assert self._authenticator is not None
-        return [
+        interceptors: list[grpc.aio.ServerInterceptor] = [
             AuthenticationInterceptor(
                 self._authenticator,
                 client_certificates=self.settings.tls_client_auth == "required",
                 reflection_open=self.settings.reflection_open,
             ),
         ]
+        if self.authorizer is not None:
+            interceptors.append(AuthorizationInterceptor(
+                self.authorizer, reflection_open=self.settings.reflection_open
+            ))
+        interceptors.append(QuotaInterceptor(self.quotas, self.settings.fetch_max_bytes_default))
+        return interceptors
+
+    async def reload(self) -> bool:
+        """SIGHUP: :meth:`reload_security`, then :meth:`reload_quotas`; True if both did."""
+        security = await self.reload_security()
+        quotas = await self.reload_quotas()
+        return security and quotas
 
     async def reload_security(self) -> bool:
         """SIGHUP: read the TLS files and the credential file again; whatever fails to load
@@ -304,6 +341,26 @@ class Server:
                 logger.info("reloaded the credential file %s: %d users, %d tokens",
                             path, len(credentials.users), len(credentials.tokens))
         return ok
+
+    async def reload_quotas(self) -> bool:
+        """SIGHUP: read the settings again (file, environment, flags) and apply their quotas.
+        A file that no longer reads keeps the quotas in force, and the error is logged. True
+        if the quotas were reloaded."""
+        loop = asyncio.get_running_loop()
+        try:
+            settings = await loop.run_in_executor(self._executor, self.settings.reloaded)
+        except (SettingsError, RuntimeError) as exc:  # RuntimeError: the pool is shut (stopping)
+            logger.error("reloading the quotas failed, the previous ones stay: %s", exc)
+            return False
+        config = QuotaConfig.of_settings(settings)
+        if config == self.quotas.config:
+            logger.info("quotas reloaded: unchanged")
+            return True
+        self.quotas.update(config)
+        logger.info("quotas reloaded: producer_byte_rate %d, consumer_byte_rate %d, "
+                    "%d principals with their own", config.producer_byte_rate,
+                    config.consumer_byte_rate, len(config.overrides))
+        return True
 
     def write_marker(
         self,
@@ -508,8 +565,8 @@ def _install_signal_handlers(stop: asyncio.Event, server: Server) -> None:
     reloads: set[asyncio.Task[bool]] = set()
 
     def on_hangup() -> None:
-        logger.info("SIGHUP: reloading the TLS files and the credential file")
-        task = loop.create_task(server.reload_security(), name="stratalog-reload")
+        logger.info("SIGHUP: reloading the TLS files, the credential file and the quotas")
+        task = loop.create_task(server.reload(), name="stratalog-reload")
         reloads.add(task)  # a reference until done: the loop keeps only weak ones
         task.add_done_callback(reloads.discard)
 

@@ -66,7 +66,13 @@ from stratalog.server import status
 from stratalog.server.append_placement import AppendPlacement, holds_compressed_batches
 from stratalog.server.client_limits import ClientLimits, WaitingRpc, WaitingRpcKind, call_origin
 from stratalog.server.decoding import ProduceRequestView, UndecodableRequest
+from stratalog.server.security.acl_messages import (
+    binding_from_message,
+    binding_message,
+    filter_from_message,
+)
 from stratalog.server.security.authentication import peer_host
+from stratalog.server.security.errors import SecurityDisabledError
 from stratalog.server.security.principal import ANONYMOUS, CallIdentity, current_identity
 from stratalog.server.storage.clock import wall_clock_ms
 from stratalog.server.storage.errors import (
@@ -90,6 +96,7 @@ from stratalog.v1 import broker_pb2, broker_pb2_grpc
 
 if TYPE_CHECKING:
     from stratalog.server.metrics import ServerMetrics
+    from stratalog.server.security.authorizer import Authorizer
     from stratalog.server.settings import Settings
     from stratalog.server.storage.log_manager import LogManager, TopicDescription
     from stratalog.server.storage.partition_log import (
@@ -307,10 +314,13 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         topic_names: ValidTopicNames | None = None,
         limits: ClientLimits | None = None,
         subscribe_budget: SubscribeBudget | None = None,
+        authorizer: Authorizer | None = None,
     ) -> None:
         """``time_ms`` is the clock records-form Produce stamps records with (default: the
         wall clock); ``placement`` defaults to the settings' rule, ``topic_names`` to an empty
-        memo of its own, ``limits`` and ``subscribe_budget`` to the settings' limits."""
+        memo of its own, ``limits`` and ``subscribe_budget`` to the settings' limits.
+        ``authorizer`` (None: authorization is off) holds the ACLs that the ACL RPCs manage;
+        it checks calls in its own interceptor, not here."""
         self._log_manager = log_manager
         self._coordinator = coordinator
         self._settings = settings
@@ -331,6 +341,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         self._gates: dict[tuple[str, int], PartitionGate] = {}
         self._admin_lock = asyncio.Lock()
         self._shutting_down = False
+        self._authorizer = authorizer
 
     # ---------------------------------------------------------------- plumbing
 
@@ -1018,6 +1029,41 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             authenticated_by=identity.authenticated_by,
             host=identity.host,
         )
+
+    # ---------------------------------------------------------------- ACLs
+
+    def _acl_authorizer(self) -> Authorizer:
+        if self._authorizer is None:
+            raise SecurityDisabledError(
+                "this server has no authorizer (authorizer = \"none\"), so ACLs would have no"
+                " effect and none are stored; start it with authorizer = \"acl\" (and"
+                " super_users) to manage them"
+            )
+        return self._authorizer
+
+    @_rpc()
+    async def CreateAcls(
+        self, request: broker_pb2.CreateAclsRequest, context: grpc.aio.ServicerContext
+    ) -> broker_pb2.CreateAclsResponse:
+        authorizer = self._acl_authorizer()
+        await authorizer.create_acls([binding_from_message(b) for b in request.creations])
+        return broker_pb2.CreateAclsResponse()
+
+    @_rpc()
+    async def DeleteAcls(
+        self, request: broker_pb2.DeleteAclsRequest, context: grpc.aio.ServicerContext
+    ) -> broker_pb2.DeleteAclsResponse:
+        authorizer = self._acl_authorizer()
+        deleted = await authorizer.delete_acls([filter_from_message(f) for f in request.filters])
+        return broker_pb2.DeleteAclsResponse(deleted=[binding_message(b) for b in deleted])
+
+    @_rpc()
+    async def DescribeAcls(
+        self, request: broker_pb2.DescribeAclsRequest, context: grpc.aio.ServicerContext
+    ) -> broker_pb2.DescribeAclsResponse:
+        authorizer = self._acl_authorizer()
+        acls = authorizer.describe_acls(filter_from_message(request.filter))
+        return broker_pb2.DescribeAclsResponse(acls=[binding_message(b) for b in acls])
 
 
 def _transaction_message(

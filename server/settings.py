@@ -28,6 +28,15 @@ The transaction coordinator's settings are server settings named after Kafka's b
 with dots as underscores (``transaction_max_timeout_ms`` is ``transaction.max.timeout.ms``);
 Kafka's dotted names are accepted as keys too (a ``[transaction]`` table in the file, or
 ``--set transaction.max.timeout.ms=...``).
+The authorization and quota settings (docs/security.md) take Kafka's names as keys too
+(``super.users``, ``allow.everyone.if.no.acl.found``, ``quota.window.num``); ``super_users`` is
+semicolon-separated in the environment and flags, as Kafka's (a certificate's subject holds
+commas). Per-principal quotas are tables of the file only, never flattened (principal names hold
+dots)::
+
+    [quotas."User:alice"]
+    producer_byte_rate = 1048576
+
 Other ``STRATALOG_*`` variables are not settings and are ignored. Flags are ``--listen``,
 ``--log-dirs``, ``--max-request-bytes`` ... (one per setting, the name with dashes) and
 ``--set NAME=VALUE`` for any setting or ``log.*`` default.
@@ -349,10 +358,62 @@ class Settings:
     reflection_open: bool = _setting(
         False, "serve gRPC reflection to callers without credentials when authentication is on"
     )
+    # ---- security: authorization and quotas (docs/security.md; server/security/) ----
+    authorizer: str = _setting(
+        "none",
+        "none (every caller may do everything), or acl: every RPC is checked against the ACLs"
+        " (Kafka's authorizer.class.name)",
+    )
+    super_users: tuple[str, ...] = _setting(
+        (),
+        "principals allowed everything whatever the ACLs (Kafka's super.users);"
+        " semicolon-separated in the environment and flags, e.g. User:admin;User:ops",
+    )
+    allow_everyone_if_no_acl_found: bool = _setting(
+        False,
+        "with the authorizer on, a resource that no ACL names is open to every principal"
+        " (Kafka's allow.everyone.if.no.acl.found); off, only super users may use it",
+    )
+    acl_bindings_max: int = _setting(
+        10_000, "most ACL bindings the server stores (the ACL file is rewritten whole)", 0
+    )
+    acl_request_entries_max: int = _setting(
+        1_000, "most bindings one CreateAcls, or filters one DeleteAcls, may carry", 1
+    )
+    authorizer_cache_entries_max: int = _setting(
+        100_000,
+        "authorization decisions remembered per (principal, host, operation, resource);"
+        " emptied when the ACLs change; 0 = decide every call",
+        0,
+    )
+    quota_producer_byte_rate: int = _setting(
+        0,
+        "produce bytes per second a principal may send before its answers are delayed"
+        " (Kafka's producer_byte_rate quota); 0 = no quota; per principal in [quotas]",
+        0,
+    )
+    quota_consumer_byte_rate: int = _setting(
+        0,
+        "fetch bytes per second a principal may receive before its answers are delayed"
+        " (Kafka's consumer_byte_rate quota); 0 = no quota; per principal in [quotas]",
+        0,
+    )
+    quota_window_num: int = _setting(
+        11, "samples the byte rates are measured over (Kafka's quota.window.num)", 2
+    )
+    quota_window_size_ms: int = _setting(
+        1_000, "length of one sample (Kafka's quota.window.size.seconds, in ms)", 1
+    )
     log_defaults: Mapping[str, str] = field(
         default_factory=dict,
         metadata={"doc": "log.* storage defaults by Kafka name, passed to the LogManager"},
     )
+    quota_overrides: Mapping[str, Mapping[str, int]] = field(
+        default_factory=dict,
+        metadata={"doc": "per-principal byte-rate quotas from the file's [quotas] table"},
+    )
+    #: Where these settings came from, so that SIGHUP can read them again (:meth:`reloaded`).
+    sources: SettingsSources | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -389,6 +450,41 @@ class Settings:
                     f"{sorted(_STORAGE_NAMES_OUTSIDE_LOG)}"
                 )
         object.__setattr__(self, "log_defaults", dict(self.log_defaults))
+        self._check_authorization_and_quotas()
+
+    def _check_authorization_and_quotas(self) -> None:
+        if self.authorizer not in AUTHORIZERS:
+            raise SettingsError(f"setting 'authorizer' must be one of {', '.join(AUTHORIZERS)},"
+                                f" got {self.authorizer!r}")
+        for principal in self.super_users:
+            _check_principal(f"setting 'super_users': {principal!r}", principal)
+        overrides = {}
+        for principal, quotas in self.quota_overrides.items():
+            where = f"quota override [quotas.{principal!r}]"
+            _check_principal(where, principal)
+            if not isinstance(quotas, Mapping):
+                raise SettingsError(f"{where}: expected a table of {', '.join(QUOTA_NAMES)}")
+            for name, value in quotas.items():
+                if name not in QUOTA_NAMES:
+                    raise SettingsError(f"{where}: unknown quota {name!r}; quotas are "
+                                        f"{', '.join(QUOTA_NAMES)} (bytes per second)")
+                if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                    raise SettingsError(f"{where}: {name} must be an integer >= 0 (bytes per"
+                                        f" second, 0 = no quota), got {value!r}")
+            overrides[principal] = dict(quotas)
+        object.__setattr__(self, "quota_overrides", overrides)
+
+    def reloaded(self) -> Settings:
+        """These settings read again from the same file, environment and flags (SIGHUP).
+
+        Raises:
+            SettingsError: the file no longer reads or holds a bad value (the caller keeps the
+                settings it has).
+        """
+        sources = self.sources or SettingsSources(None, {}, {})
+        return load_settings(
+            config_file=sources.config_file, environ=sources.environ, overrides=sources.overrides
+        )
 
     def _check_security(self) -> None:
         if self.tls_client_auth == "requested":
@@ -449,7 +545,33 @@ class Settings:
         """Every setting by name, ``log.*`` defaults included, for the startup log line."""
         values: dict[str, object] = {n: getattr(self, n) for n in SETTING_NAMES}
         values.update(sorted(self.log_defaults.items()))
+        for principal, quotas in sorted(self.quota_overrides.items()):
+            values.update((f"quotas.{principal}.{name}", value)
+                          for name, value in sorted(quotas.items()))
         return values
+
+
+class SettingsSources(NamedTuple):
+    """What :func:`load_settings` read: the file (None: none), the environment and the flags."""
+
+    config_file: str | None
+    environ: Mapping[str, str]
+    overrides: Mapping[str, object]
+
+
+#: Values of ``authorizer`` (server/security/authorizer.py owns their meaning).
+AUTHORIZERS = ("none", "acl")
+#: The quotas a principal may have (Kafka's names), in ``[quotas."User:alice"]`` tables.
+QUOTA_NAMES = ("producer_byte_rate", "consumer_byte_rate")
+#: The TOML table of per-principal quotas; principal names hold dots and colons, so its keys
+#: are never flattened into dotted setting names.
+_QUOTAS_TABLE = "quotas"
+
+
+def _check_principal(where: str, principal: str) -> None:
+    kind, sep, name = principal.partition(":")
+    if not sep or not kind or not name:
+        raise SettingsError(f"{where}: a principal is '<type>:<name>', e.g. 'User:alice'")
 
 
 _LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -460,10 +582,11 @@ _TRUE = frozenset({"true", "1", "yes", "on"})
 _FALSE = frozenset({"false", "0", "no", "off"})
 
 #: The server settings' names (``log_defaults`` excluded), in the order of the docs.
+_NOT_SETTINGS = frozenset({"log_defaults", "quota_overrides", "sources"})
 SETTING_NAMES: tuple[str, ...] = tuple(
-    f.name for f in dataclasses.fields(Settings) if f.name != "log_defaults"
+    f.name for f in dataclasses.fields(Settings) if f.name not in _NOT_SETTINGS
 )
-_FIELDS = {f.name: f for f in dataclasses.fields(Settings) if f.name != "log_defaults"}
+_FIELDS = {f.name: f for f in dataclasses.fields(Settings) if f.name not in _NOT_SETTINGS}
 # Kafka's name for a setting, accepted as a key wherever our name is.
 _KAFKA_ALIASES = {
     "log.dirs": "log_dirs",
@@ -474,6 +597,9 @@ _KAFKA_ALIASES = {
     "transaction.remove.expired.transaction.cleanup.interval.ms":
         "transaction_remove_expired_transaction_cleanup_interval_ms",
     "transaction.partitions.max": "transaction_partitions_max",
+    "super.users": "super_users",
+    "allow.everyone.if.no.acl.found": "allow_everyone_if_no_acl_found",
+    "quota.window.num": "quota_window_num",
     "max.connections": "max_connections",
     "connections.max.idle.ms": "connections_max_idle_ms",
 }
@@ -490,11 +616,14 @@ def _parse_value(name: str, raw: object, source: str) -> Any:
     where = f"setting {name!r} from {source}"
     if isinstance(default, tuple):
         if isinstance(raw, str):
-            items = [part.strip() for part in raw.split(",")]
+            # Principals may hold commas (an mTLS subject): Kafka separates them with ';'.
+            separator = ";" if name == "super_users" else ","
+            items = [part.strip() for part in raw.split(separator)]
         elif isinstance(raw, list | tuple) and all(isinstance(p, str) for p in raw):
             items = [part.strip() for part in raw]
         else:
-            raise SettingsError(f"{where}: expected a list of paths, got {raw!r}")
+            kind = "principals" if name == "super_users" else "paths"
+            raise SettingsError(f"{where}: expected a list of {kind}, got {raw!r}")
         return tuple(item for item in items if item)
     if isinstance(default, bool):
         if isinstance(raw, bool):
@@ -552,13 +681,20 @@ def _from_file(path: Path) -> dict[str, Any]:
         raise SettingsError(f"cannot read the config file {path}: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
         raise SettingsError(f"config file {path} is not valid TOML: {exc}") from None
+    quotas = document.pop(_QUOTAS_TABLE, {})
+    if not isinstance(quotas, dict):
+        raise SettingsError(f"config file {path}: {_QUOTAS_TABLE} must be a table of"
+                            ' principals, e.g. [quotas."User:alice"]')
     values = _flatten(document)
     for name in values:
         if _canonical(name) is None:
             raise SettingsError(
                 f"config file {path}: unknown setting {name!r}; settings are "
-                + ", ".join(SETTING_NAMES) + ", and log.* storage defaults in a [log] table"
+                + ", ".join(SETTING_NAMES) + ", log.* storage defaults in a [log] table"
+                + ', and per-principal quotas in [quotas."User:<name>"] tables'
             )
+    if quotas:
+        values[_QUOTAS_TABLE] = quotas  # kept whole: principal names hold dots
     return values
 
 
@@ -617,8 +753,12 @@ def load_settings(
 
     values: dict[str, Any] = {}
     log_defaults: dict[str, str] = {}
+    quota_overrides: dict[str, Any] = {}
     for source_name, layer in layers:
         for key, raw in layer.items():
+            if key == _QUOTAS_TABLE and source_name.startswith("config file"):
+                quota_overrides = raw
+                continue
             name = _canonical(key)
             if source_name == "environment":
                 source = ENV_PREFIX + key.replace(".", "_").upper()
@@ -635,8 +775,16 @@ def load_settings(
                 values[name] = _parse_value(name, raw, source)
             else:
                 log_defaults[name] = _log_value(name, raw, source)
+    sources = SettingsSources(
+        None if config_file is None else str(config_file),
+        {k: v for k, v in env.items() if k.startswith(ENV_PREFIX)},
+        dict(overrides or {}),
+    )
     try:
-        return Settings(**values, log_defaults=log_defaults)
+        return Settings(
+            **values, log_defaults=log_defaults, quota_overrides=quota_overrides,
+            sources=sources,
+        )
     except SettingsError as exc:
         sources = ", ".join(source for source, _ in layers)
         raise SettingsError(f"{exc} (sources: defaults, {sources})") from None

@@ -178,6 +178,11 @@ ERROR_TABLE: Mapping[type[BaseException], str] = types.MappingProxyType({
     # Security (server/security): who the caller is. The message is the client's to read and
     # names no user or file (security/errors.py).
     security_errors.AuthenticationFailedError: "AUTHENTICATION_FAILED",
+    # Authorization (server/security): what the caller may do, and the ACL requests.
+    security_errors.NotAuthorizedError: "NOT_AUTHORIZED",
+    security_errors.InvalidAclError: "INVALID_REQUEST",
+    security_errors.AclLimitError: "RESOURCE_LIMIT_EXCEEDED",
+    security_errors.SecurityDisabledError: "INVALID_REQUEST",
     # Per-client limits on Subscribe streams and long polls (retriable: the client's own
     # waiting RPCs free the slot as they end); ``limit`` names the setting.
     client_limits.ClientLimitExceededError: "RESOURCE_LIMIT_EXCEEDED",
@@ -207,7 +212,7 @@ _CAUSE_CHAIN_MAX = 16
 # Exception attributes copied into ErrorInfo.metadata when present (int or str values only).
 _METADATA_ATTRIBUTES = (
     "topic", "partition", "offset", "log_start_offset", "log_end_offset", "limit",
-    "need_bytes", "free_bytes",
+    "need_bytes", "free_bytes", "operation", "resource", "field",
 )
 
 

@@ -8,10 +8,15 @@ certificates.
 | module | what it holds |
 |---|---|
 | ``principal.py`` | :class:`Principal` (Kafka's ``KafkaPrincipal``), the identity of one call |
-| ``errors.py`` | the package's error tree (``AuthenticationFailedError`` ...) |
+| ``errors.py`` | the package's error tree (``AuthenticationFailedError``, ``NotAuthorizedError`` ...) |
 | ``tls.py`` | the listeners' TLS material (certificate, key, client CA), its SIGHUP reload, the principal of an mTLS certificate |
 | ``credentials.py`` | the credential file: users' and tokens' salted SCRAM-SHA-256 secrets |
 | ``authentication.py`` | the authentication interceptor, its credential cache, ``wrap_handler`` |
+| ``acls.py`` | Kafka's ACL model (bindings, filters, enums) and its matching rules |
+| ``acl_store.py`` | the ACL file (``acls.json`` in a log dir), replaced atomically |
+| ``acl_messages.py`` | broker.proto's ACL messages to the model and back |
+| ``authorizer.py`` | the decisions (cached), the RPC -> (operation, resource) table, the interceptor |
+| ``quotas.py`` | byte rates per principal, throttle times, the interceptor that delays answers |
 
 The interceptors, in the order ``Server._interceptors()`` (server/app.py) installs them; gRPC
 calls the first one first:
@@ -19,15 +24,17 @@ calls the first one first:
 | # | interceptor | decides | refuses with |
 |---|---|---|---|
 | 1 | ``AuthenticationInterceptor`` | the call's :class:`CallIdentity` | UNAUTHENTICATED + AUTHENTICATION_FAILED |
-| 2 | authorization and quotas (after 1) | what the identity may do, how fast | PERMISSION_DENIED + NOT_AUTHORIZED, RESOURCE_EXHAUSTED |
+| 2 | ``AuthorizationInterceptor`` (``authorizer = "acl"`` only) | what the identity may do | PERMISSION_DENIED + NOT_AUTHORIZED |
+| 3 | ``QuotaInterceptor`` | how fast: delays answers past a byte-rate quota (idle without quotas) | (delays, never refuses) |
 
 The identity contract: interceptor 1 checks the call's metadata in ``intercept_service`` and
 finishes the identity (client certificate, client address) in the handler it returns, through
 :func:`~stratalog.server.security.authentication.wrap_handler`; it sets
 :data:`~stratalog.server.security.principal.current_identity` there, for the call's task, and
 resets it when the handler ends. An interceptor after it reads ``current_identity`` *inside the
-handler it returns* (wrap the handler with ``wrap_handler``), never in its own
-``intercept_service``, which runs before the identity is set. Calls to ``grpc.health.v1`` (and
-to reflection when ``reflection_open``) pass interceptor 1 untouched: ``current_identity`` is
-unset there, which readers take as ``User:ANONYMOUS``.
+handler it returns*, never in its own ``intercept_service``, which runs before the identity is
+set (interceptors 2 and 3 wrap the handler they are given once per method, and read it in the
+wrapper). Calls to ``grpc.health.v1`` (and to reflection when ``reflection_open``) pass
+interceptor 1 untouched: ``current_identity`` is unset there, which readers take as
+``User:ANONYMOUS``; interceptor 2 lets them through too.
 """

@@ -4,16 +4,37 @@
     ├── AuthenticationFailedError        UNAUTHENTICATED + AUTHENTICATION_FAILED: the call's
     │                                    credentials are wrong, missing where required, or sent
     │                                    where they may not be
-    └── SecurityConfigError              the TLS or credential files will not load (a start-up
-                                         or SIGHUP-reload failure; never sent to a client)
+    ├── NotAuthorizedError               PERMISSION_DENIED + NOT_AUTHORIZED: the caller's
+    │                                    principal may not do this operation on this resource
+    ├── InvalidAclError                  INVALID_ARGUMENT + INVALID_REQUEST: an ACL binding or
+    │                                    filter in CreateAcls/DeleteAcls/DescribeAcls is malformed
+    ├── AclLimitError                    RESOURCE_EXHAUSTED + RESOURCE_LIMIT_EXCEEDED: the ACL
+    │                                    set or one request would exceed a limit (``limit``)
+    ├── SecurityDisabledError            INVALID_ARGUMENT + INVALID_REQUEST: an ACL request to a
+    │                                    server without an authorizer (Kafka's SECURITY_DISABLED)
+    └── SecurityConfigError              the TLS, credential or ACL files will not load (a
+                                         start-up or SIGHUP-reload failure; never sent to a
+                                         client)
 
 Messages of :class:`AuthenticationFailedError` go to the client, so they never say whether a user
-exists (that would let a client list the users) nor name a file on the server.
+exists (that would let a client list the users) nor name a file on the server. Messages of
+:class:`NotAuthorizedError` go to the client too: they name the operation and the resource the
+client asked about (which it already knows), never whether a topic exists, so a principal
+without DESCRIBE cannot probe for topic names (Kafka answers TOPIC_AUTHORIZATION_FAILED for an
+unknown topic too).
 """
 
 from __future__ import annotations
 
-__all__ = ["AuthenticationFailedError", "SecurityConfigError", "SecurityError"]
+__all__ = [
+    "AclLimitError",
+    "AuthenticationFailedError",
+    "InvalidAclError",
+    "NotAuthorizedError",
+    "SecurityConfigError",
+    "SecurityDisabledError",
+    "SecurityError",
+]
 
 
 class SecurityError(Exception):
@@ -24,5 +45,44 @@ class AuthenticationFailedError(SecurityError):
     """The call is refused before it reaches the servicer: who is asking is not established."""
 
 
+class NotAuthorizedError(SecurityError):
+    """The authorizer refused the call: ``operation`` (Kafka's name, e.g. ``"WRITE"``) on
+    ``resource`` (``"Topic:orders"``, ``"Cluster:kafka-cluster"``,
+    ``"TransactionalId:t1"``); ``topic`` is set for topic resources. All three travel to the
+    client in the ErrorInfo metadata."""
+
+    def __init__(
+        self, message: str, *, operation: str, resource: str, topic: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.operation = operation
+        self.resource = resource
+        if topic is not None:
+            self.topic = topic
+
+
+class InvalidAclError(SecurityError):
+    """An ACL binding or filter that cannot be stored or applied; the message names the field
+    (``creations[2].host``) and what is wrong with it."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+class AclLimitError(SecurityError):
+    """Creating these ACLs would exceed ``acl_bindings_max``, or a request carries more
+    entries than ``acl_request_entries_max``; ``limit`` names the setting."""
+
+    def __init__(self, message: str, *, limit: str) -> None:
+        super().__init__(message)
+        self.limit = limit
+
+
+class SecurityDisabledError(SecurityError):
+    """CreateAcls, DeleteAcls or DescribeAcls on a server with ``authorizer = "none"``: ACLs
+    would have no effect there, so none are stored (Kafka answers SECURITY_DISABLED)."""
+
+
 class SecurityConfigError(SecurityError):
-    """A TLS or credential file is missing, unreadable or malformed; the message names it."""
+    """A TLS, credential or ACL file is missing, unreadable or malformed; the message names it."""

@@ -1,0 +1,205 @@
+"""The ACL file: every ACL binding of the server, in one small file replaced atomically.
+
+Kafka keeps ACLs in its metadata log (KRaft) or in ZooKeeper; a single stratalog server keeps
+them in ``acls.json`` in a log directory, rewritten whole on every change through
+:func:`~stratalog.server.storage.durable.atomic_write` (write ``acls.json.tmp``, fsync, rename,
+fsync the directory), as the checkpoints are. Format, UTF-8 JSON::
+
+    {
+      "version": 1,
+      "acls": [
+        {"resource_type": "TOPIC", "resource_name": "orders-", "pattern_type": "PREFIXED",
+         "principal": "User:alice", "host": "*", "operation": "READ",
+         "permission_type": "ALLOW"},
+        ...
+      ]
+    }
+
+Enum values are the names of :mod:`.acls`'s enums (broker.proto's without their prefix), in
+the order the bindings were created. The file is small: ``acl_bindings_max`` bindings of at
+most a few hundred bytes each.
+
+Which directory: the one log directory that holds ``acls.json``, or the first of ``log_dirs``
+for a server that has none yet (as ``__transaction_state`` is placed). The LogManager has locked
+every log directory before the store opens, so no second server writes the file. Two
+directories holding one each is refused at start: which set applies would be a guess.
+
+Crash behaviour: a crash at any point of a write leaves the old file or the new one, complete
+(durable.py's steps); a stray ``acls.json.tmp`` is ignored and overwritten by the next write. A
+file that does not parse, has an unknown version or holds an invalid binding stops the server
+at start with a message naming the file and the entry (it is never "repaired": dropping an ACL
+would silently open or close access). An update whose write failed leaves the file and the
+authorizer's bindings as they were.
+
+Concurrency: not thread-safe. Blocking (file I/O): call from an executor. The authorizer
+serialises its updates (one write at a time) and only then swaps its in-memory set.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from stratalog.server.storage.durable import atomic_write
+
+from .acls import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
+from .errors import InvalidAclError, SecurityConfigError
+
+__all__ = ["ACL_FILE_NAME", "FORMAT_VERSION", "AclStore", "decode_acls", "encode_acls"]
+
+logger = logging.getLogger(__name__)
+
+#: The file's name in its log directory.
+ACL_FILE_NAME = "acls.json"
+#: The ``version`` this code writes and the only one it reads.
+FORMAT_VERSION = 1
+
+_FIELDS = (
+    "resource_type", "resource_name", "pattern_type", "principal", "host", "operation",
+    "permission_type",
+)
+_ENUMS: dict[str, type[Any]] = {
+    "resource_type": ResourceType,
+    "pattern_type": PatternType,
+    "operation": AclOperation,
+    "permission_type": AclPermissionType,
+}
+
+
+def encode_acls(bindings: Sequence[AclBinding]) -> bytes:
+    """The file's bytes for ``bindings`` (one binding per line, for people reading it)."""
+    lines = []
+    for binding in bindings:
+        entry = {
+            name: (value.name if name in _ENUMS else value)
+            for name in _FIELDS
+            for value in (getattr(binding, name),)
+        }
+        lines.append("    " + json.dumps(entry, ensure_ascii=False))
+    body = ",\n".join(lines)
+    text = f'{{\n  "version": {FORMAT_VERSION},\n  "acls": [\n{body}\n  ]\n}}\n' if lines else (
+        f'{{\n  "version": {FORMAT_VERSION},\n  "acls": []\n}}\n'
+    )
+    return text.encode("utf-8")
+
+
+def decode_acls(data: bytes, path: Path | str = ACL_FILE_NAME) -> list[AclBinding]:
+    """The bindings of a file's bytes, each validated as CreateAcls validates one.
+
+    Raises:
+        SecurityConfigError: not UTF-8 JSON, not this format, an unknown version, or an invalid
+            binding; the message names ``path`` and the entry's index.
+    """
+    try:
+        document = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SecurityConfigError(f"ACL file {path} is not UTF-8 JSON: {exc}") from None
+    if not isinstance(document, dict) or not isinstance(document.get("acls"), list):
+        raise SecurityConfigError(
+            f"ACL file {path}: expected an object with \"version\" and an \"acls\" list"
+        )
+    version = document.get("version")
+    if version != FORMAT_VERSION:
+        raise SecurityConfigError(
+            f"ACL file {path}: version {version!r} is not supported (this server reads "
+            f"version {FORMAT_VERSION})"
+        )
+    bindings = []
+    for index, entry in enumerate(document["acls"]):
+        where = f"ACL file {path}: acls[{index}]"
+        if not isinstance(entry, dict) or set(entry) != set(_FIELDS):
+            raise SecurityConfigError(f"{where}: expected an object with exactly the keys "
+                                      f"{', '.join(_FIELDS)}; got {entry!r}")
+        values: dict[str, Any] = {}
+        for name in _FIELDS:
+            raw = entry[name]
+            if not isinstance(raw, str):
+                raise SecurityConfigError(f"{where}.{name}: expected a string, got {raw!r}")
+            enum_type = _ENUMS.get(name)
+            if enum_type is None:
+                values[name] = raw
+            elif raw in enum_type.__members__:
+                values[name] = enum_type[raw]
+            else:
+                raise SecurityConfigError(
+                    f"{where}.{name}: {raw!r} is not one of {', '.join(enum_type.__members__)}"
+                )
+        try:
+            bindings.append(AclBinding(**values).validated(f"acls[{index}]"))
+        except InvalidAclError as exc:
+            raise SecurityConfigError(f"ACL file {path}: {exc}") from None
+    return bindings
+
+
+class AclStore:
+    """The ACL file of one server: where it is, and what it held when last read or written.
+
+    Holds the file's path and the bindings it holds (as loaded, then as last written). Crash
+    behaviour and concurrency: see the module docstring (blocking; one writer at a time).
+    """
+
+    def __init__(self, path: Path, bindings: Sequence[AclBinding]) -> None:
+        self.path = path
+        self.bindings: tuple[AclBinding, ...] = tuple(bindings)
+
+    @classmethod
+    def open(cls, log_dirs: Sequence[str | Path]) -> AclStore:
+        """Find and read the ACL file of a server with these log directories (none yet: an
+        empty set, to be written in the first directory).
+
+        Raises:
+            SecurityConfigError: more than one directory holds an ACL file, or the file is
+                unreadable or invalid (see :func:`decode_acls`).
+        """
+        assert log_dirs, "a server has at least one log directory"
+        candidates = [Path(d) / ACL_FILE_NAME for d in log_dirs]
+        found = [path for path in candidates if path.exists()]
+        if len(found) > 1:
+            raise SecurityConfigError(
+                f"more than one ACL file: {', '.join(map(str, found))}; keep the one whose "
+                "ACLs apply and move the others away"
+            )
+        if not found:
+            return cls(candidates[0], ())
+        path = found[0]
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise SecurityConfigError(f"cannot read the ACL file {path}: {exc}") from None
+        bindings = decode_acls(data, path)
+        logger.info("loaded %d ACL bindings from %s", len(bindings), path)
+        return cls(path, bindings)
+
+    def write(self, bindings: Sequence[AclBinding]) -> None:
+        """Replace the file's bindings with ``bindings``, atomically and durably.
+
+        Raises:
+            StorageIOError: the write failed (disk full, I/O error). :attr:`bindings` is then
+                what the file holds, read back: the old set, or the new one if only the fsync
+                of the directory failed after the rename.
+        """
+        try:
+            atomic_write(self.path, encode_acls(bindings))
+        except BaseException:
+            self._read_back()
+            raise
+        self.bindings = tuple(bindings)
+
+    def _read_back(self) -> None:
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            self.bindings = ()
+            return
+        except OSError:
+            logger.exception("cannot read the ACL file %s back after a failed write; the ACLs"
+                             " in force stay as they were", self.path)
+            return
+        try:
+            self.bindings = tuple(decode_acls(data, self.path))
+        except SecurityConfigError:
+            logger.exception("the ACL file %s does not read back after a failed write; the ACLs"
+                             " in force stay as they were", self.path)

@@ -1,0 +1,619 @@
+"""Authorization: may this caller do this RPC? Decided in a gRPC server interceptor, per call.
+
+With ``authorizer = "acl"`` every RPC of the Broker service is checked against the ACLs before
+the servicer sees it (DESIGN.md decision 11: at the edge, never in storage). Each RPC asks for
+operations on resources as Kafka's ``KafkaApis`` does for the request of the same meaning
+(:data:`RULES`)::
+
+    RPC                      operation on resource                      answer filtered
+    CreateTopic              CREATE on the cluster, or CREATE on the topic   configs*
+    DeleteTopic              DELETE on the topic
+    ListTopics               (none)                                      topics without DESCRIBE
+                                                                         dropped; configs*
+    DescribeTopic            DESCRIBE on the topic                       configs*
+    AlterTopicConfigs        ALTER_CONFIGS on the topic
+    Produce                  WRITE on the topic
+    FetchByOffset, FetchByTimestamp, Subscribe     READ on the topic
+    ListOffsets              DESCRIBE on the topic
+    DeleteRecords            DELETE on the topic
+    InitProducerId           with a transactional id: WRITE on it; without (idempotent):
+                             IDEMPOTENT_WRITE on the cluster, or WRITE on some topic (KIP-679)
+    AddPartitionsToTxn       WRITE on the transactional id and on every topic
+    EndTxn                   WRITE on the transactional id
+    DescribeTransaction      DESCRIBE on the transactional id            partitions of topics
+                                                                         without DESCRIBE dropped
+    CreateAcls, DeleteAcls   ALTER on the cluster
+    DescribeAcls             DESCRIBE on the cluster
+    WhoAmI                   (none: open, as health is)
+
+    * a topic's configs are left out of the answer unless the caller may DESCRIBE_CONFIGS it
+      (Kafka's CreateTopics answer does the same).
+
+Health (``grpc.health.v1``) is always open; server reflection needs DESCRIBE on the cluster,
+unless ``reflection_open`` opens it to everyone (as it opens it to callers without credentials).
+A method with no rule is refused (fail closed); a test over broker.proto's service makes sure
+every RPC has one. A transactional Produce carries no transactional id in broker.proto: it is
+covered by AddPartitionsToTxn's check, since the partition refuses a transactional batch of a
+transaction it was not added to.
+
+A refusal is PERMISSION_DENIED + NOT_AUTHORIZED naming the operation and the resource asked
+about, the same whether the topic exists or not, so a principal without DESCRIBE learns nothing
+about which topics exist (Kafka's TOPIC_AUTHORIZATION_FAILED for unknown topics).
+
+Cost: every decision is cached per (principal, host, operation, resource type, name) until
+the ACLs change, so an authorized Produce costs one dict lookup after its first. The cache
+holds at most ``authorizer_cache_entries_max`` decisions (the oldest dropped first).
+
+ACL updates (CreateAcls, DeleteAcls) are serialised by one lock: the new set is written to the
+ACL file (acl_store.py; in the thread pool, fsynced) and only then installed, replacing the
+index and emptying the cache in one step on the event loop. A decision under way uses the index
+it started with: the new ACLs apply to calls that begin after the update answered.
+
+Concurrency: event-loop only (the file writes run in the executor given).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from stratalog.server import status
+from stratalog.server.decoding import UndecodableRequest
+from stratalog.v1 import broker_pb2
+
+from .acl_store import AclStore
+from .acls import (
+    CLUSTER_NAME,
+    AclBinding,
+    AclBindingFilter,
+    AclIndex,
+    AclOperation,
+    ResourceType,
+    resource_label,
+)
+from .authentication import peer_host
+from .errors import AclLimitError, NotAuthorizedError
+from .principal import ANONYMOUS, CallIdentity, Principal, current_identity
+
+__all__ = [
+    "BROKER_SERVICE",
+    "RULES",
+    "AuthorizationInterceptor",
+    "Authorizer",
+    "Decider",
+    "Rule",
+]
+
+logger = logging.getLogger(__name__)
+
+#: The Broker service's full name, the prefix of its method paths.
+BROKER_SERVICE = broker_pb2.DESCRIPTOR.services_by_name["Broker"].full_name
+_HEALTH_PREFIX = "/grpc.health.v1.Health/"
+_REFLECTION_PREFIXES = (
+    "/grpc.reflection.v1alpha.ServerReflection/",
+    "/grpc.reflection.v1.ServerReflection/",
+)
+
+# The cache key of authorize_by_resource_type's decisions (no resource name).
+_ANY_NAME = None
+# Denials logged per second at most (each is logged once, when first decided).
+_DENIALS_LOGGED_PER_S = 20
+
+
+class Authorizer:
+    """The ACLs, the super users, and the decisions made from them.
+
+    Holds the :class:`~.acls.AclIndex` in force, the :class:`~.acl_store.AclStore` it was
+    read from and is written to, the super users, ``allow.everyone.if.no.acl.found``, the
+    decision cache and the update lock. Invariant: the index holds exactly the bindings of the
+    store (the file), and the cache only decisions made from that index.
+
+    Concurrency: event-loop only; updates run their file writes in ``executor``, one at a
+    time.
+    """
+
+    def __init__(
+        self,
+        store: AclStore,
+        *,
+        super_users: Iterable[str] = (),
+        allow_everyone_if_no_acl_found: bool = False,
+        cache_entries_max: int = 100_000,
+        bindings_max: int = 10_000,
+        request_entries_max: int = 1_000,
+        executor: Executor | None = None,
+    ) -> None:
+        assert cache_entries_max >= 0 and bindings_max >= 0 and request_entries_max >= 1
+        self._store = store
+        self._acls = AclIndex(store.bindings)
+        self._super_users = frozenset(Principal.parse(p) for p in super_users)
+        self._allow_if_no_acl = allow_everyone_if_no_acl_found
+        self._cache: dict[tuple[Any, ...], bool] = {}
+        self._cache_entries_max = cache_entries_max
+        self._bindings_max = bindings_max
+        self._request_entries_max = request_entries_max
+        self._executor = executor
+        self._update_lock = asyncio.Lock()
+        self._denials_second = 0.0
+        self._denials_logged = 0
+        self._denials_unlogged = 0
+
+    @property
+    def acls(self) -> AclIndex:
+        """The ACLs in force."""
+        return self._acls
+
+    @property
+    def cached_decisions(self) -> int:
+        return len(self._cache)
+
+    def is_super_user(self, principal: Principal) -> bool:
+        return principal in self._super_users
+
+    # ---------------------------------------------------------------- decisions
+
+    def authorize(
+        self, identity: CallIdentity, operation: AclOperation, resource_type: ResourceType,
+        name: str,
+    ) -> bool:
+        """Whether ``identity`` may do ``operation`` on (``resource_type``, ``name``):
+        super users always, others as the ACLs decide (acls.py's rules)."""
+        key = (identity.principal, identity.host, operation, resource_type, name)
+        decision = self._cache.get(key)
+        if decision is None:
+            principal = identity.principal
+            decision = principal in self._super_users or self._acls.authorize(
+                str(principal), identity.host, operation, resource_type, name,
+                allow_if_no_acl=self._allow_if_no_acl,
+            )
+            self._remember(key, decision)
+            if not decision:
+                self._log_denial(principal, identity.host, operation, resource_type, name)
+        return decision
+
+    def _log_denial(self, principal: Principal, host: str, operation: AclOperation,
+                    resource_type: ResourceType, name: str) -> None:
+        # At most _DENIALS_LOGGED_PER_S lines a second: a client asking for many names it may
+        # not use must not fill the server's log (the rest are counted in the next line).
+        now = time.monotonic()
+        if now - self._denials_second >= 1.0:
+            self._denials_second, self._denials_logged = now, 0
+        if self._denials_logged >= _DENIALS_LOGGED_PER_S:
+            self._denials_unlogged += 1
+            return
+        self._denials_logged += 1
+        unlogged, self._denials_unlogged = self._denials_unlogged, 0
+        logger.info("denied %s from %s: %s on %s%s", principal, host, operation.name,
+                    resource_label(resource_type, name),
+                    f" ({unlogged} more denials not logged)" if unlogged else "")
+
+    def authorize_by_resource_type(
+        self, identity: CallIdentity, operation: AclOperation, resource_type: ResourceType
+    ) -> bool:
+        """Whether ``identity`` may do ``operation`` on at least one resource of
+        ``resource_type`` (Kafka's ``authorizeByResourceType``)."""
+        key = (identity.principal, identity.host, operation, resource_type, _ANY_NAME)
+        decision = self._cache.get(key)
+        if decision is None:
+            principal = identity.principal
+            decision = principal in self._super_users or self._acls.authorize_by_resource_type(
+                str(principal), identity.host, operation, resource_type,
+                allow_if_no_acl=self._allow_if_no_acl,
+            )
+            self._remember(key, decision)
+        return decision
+
+    def _remember(self, key: tuple[Any, ...], decision: bool) -> None:
+        cache = self._cache
+        if len(cache) >= self._cache_entries_max:
+            if not self._cache_entries_max:
+                return
+            del cache[next(iter(cache))]  # the oldest decision (dicts keep insertion order)
+        cache[key] = decision
+
+    # ---------------------------------------------------------------- ACL updates
+
+    async def create_acls(self, bindings: Sequence[AclBinding]) -> None:
+        """Store ``bindings`` (validated here; all or none), durably, then apply them.
+
+        Raises:
+            InvalidAclError: a binding is malformed (named by its index: ``creations[2]``).
+            AclLimitError: more than ``acl_request_entries_max`` bindings, or the set would
+                exceed ``acl_bindings_max``.
+            StorageIOError: the ACL file could not be written; nothing changed.
+        """
+        self._check_entries(len(bindings), "bindings")
+        validated = [binding.validated(f"creations[{i}]") for i, binding in enumerate(bindings)]
+        async with self._update_lock:
+            updated = self._acls.with_added(validated)
+            if len(updated) == len(self._acls):
+                return  # every binding was there already (creating one twice is no change)
+            if len(updated) > self._bindings_max:
+                raise AclLimitError(
+                    f"the server would hold {len(updated)} ACL bindings; acl_bindings_max is "
+                    f"{self._bindings_max}",
+                    limit="acl_bindings_max",
+                )
+            await self._write(updated)
+
+    async def delete_acls(self, filters: Sequence[AclBindingFilter]) -> list[AclBinding]:
+        """Delete every binding any of ``filters`` selects; the bindings deleted.
+
+        Raises:
+            InvalidAclError: a filter is malformed (``filters[1].operation``).
+            AclLimitError: more than ``acl_request_entries_max`` filters.
+            StorageIOError: the ACL file could not be written; nothing changed.
+        """
+        self._check_entries(len(filters), "filters")
+        validated = [f.validated(f"filters[{i}]") for i, f in enumerate(filters)]
+        async with self._update_lock:
+            deleted = [b for b in self._acls.bindings if any(f.matches(b) for f in validated)]
+            if deleted:
+                await self._write(self._acls.without(deleted))
+        return deleted
+
+    def describe_acls(self, acl_filter: AclBindingFilter) -> list[AclBinding]:
+        """The bindings ``acl_filter`` selects, in creation order.
+
+        Raises:
+            InvalidAclError: the filter is malformed.
+        """
+        return self._acls.matching(acl_filter.validated("filter"))
+
+    def _check_entries(self, count: int, what: str) -> None:
+        if count > self._request_entries_max:
+            raise AclLimitError(
+                f"{count} {what} in one request; acl_request_entries_max is "
+                f"{self._request_entries_max}",
+                limit="acl_request_entries_max",
+            )
+
+    async def _write(self, updated: AclIndex) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self._executor, self._store.write, updated.bindings)
+        finally:
+            # Whatever the file holds now (the new set, or after a failed write the set the
+            # store read back) is what applies: memory never differs from the file.
+            if self._store.bindings != self._acls.bindings:
+                self._acls = AclIndex(self._store.bindings)
+                self._cache.clear()
+                logger.info("ACLs changed: %d bindings in force", len(self._acls))
+
+
+# ------------------------------------------------------------------------ the rules
+
+
+class Decider:
+    """The questions one call's rule asks: :meth:`require` (raise if refused) and
+    :meth:`allowed` (a yes/no for filtering an answer), for one identity."""
+
+    __slots__ = ("_authorizer", "identity")
+
+    def __init__(self, authorizer: Authorizer, identity: CallIdentity) -> None:
+        self._authorizer = authorizer
+        self.identity = identity
+
+    def allowed(self, operation: AclOperation, resource_type: ResourceType, name: str) -> bool:
+        return self._authorizer.authorize(self.identity, operation, resource_type, name)
+
+    def allowed_on_some(self, operation: AclOperation, resource_type: ResourceType) -> bool:
+        return self._authorizer.authorize_by_resource_type(
+            self.identity, operation, resource_type
+        )
+
+    def require(self, operation: AclOperation, resource_type: ResourceType, name: str) -> None:
+        """Raises NotAuthorizedError unless the call may do ``operation`` on the resource."""
+        if not self._authorizer.authorize(self.identity, operation, resource_type, name):
+            raise self.refusal(operation, resource_type, name)
+
+    def refusal(
+        self, operation: AclOperation, resource_type: ResourceType, name: str
+    ) -> NotAuthorizedError:
+        label = resource_label(resource_type, name)
+        return NotAuthorizedError(
+            f"not authorized: {self.identity.principal} may not {operation.name} {label}",
+            operation=operation.name,
+            resource=label,
+            topic=name if resource_type == ResourceType.TOPIC else None,
+        )
+
+
+Check = Callable[[Decider, Any], None]
+Answer = Callable[[Decider, Any], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """How one RPC is authorized: ``check`` raises NotAuthorizedError to refuse the request
+    (None: open to every caller), ``answer`` removes from the response what the caller may not
+    see (None: the response as it is).
+
+    ``single`` describes a ``check`` that asks one operation on one resource: (operation,
+    resource type, the request field naming the resource, or None for the cluster). The
+    interceptor then decides it inline, with one cache lookup and no objects made (the hot
+    path of Produce and the fetches); ``check`` says the same, for every other caller.
+    """
+
+    check: Check | None
+    answer: Answer | None = None
+    single: tuple[AclOperation, ResourceType, str | None] | None = None
+
+
+_TOPIC = ResourceType.TOPIC
+_CLUSTER = ResourceType.CLUSTER
+_TRANSACTIONAL_ID = ResourceType.TRANSACTIONAL_ID
+_Op = AclOperation
+
+
+def _one(
+    operation: AclOperation, resource_type: ResourceType, field: str | None,
+    answer: Answer | None = None,
+) -> Rule:
+    """The rule "``operation`` on the resource the request's ``field`` names" (the cluster
+    when ``field`` is None)."""
+
+    def check(decider: Decider, request: Any) -> None:
+        decider.require(operation, resource_type,
+                        CLUSTER_NAME if field is None else getattr(request, field))
+
+    return Rule(check, answer, (operation, resource_type, field))
+
+
+def _on_topic(operation: AclOperation, field: str = "topic", answer: Answer | None = None
+              ) -> Rule:
+    return _one(operation, _TOPIC, field, answer)
+
+
+def _on_cluster(operation: AclOperation) -> Rule:
+    return _one(operation, _CLUSTER, None)
+
+
+def _on_transactional_id(operation: AclOperation, answer: Answer | None = None) -> Rule:
+    return _one(operation, _TRANSACTIONAL_ID, "transactional_id", answer)
+
+
+def _create_topic(decider: Decider, request: broker_pb2.CreateTopicRequest) -> None:
+    if not decider.allowed(_Op.CREATE, _CLUSTER, CLUSTER_NAME):
+        decider.require(_Op.CREATE, _TOPIC, request.name)
+
+
+def _init_producer_id(decider: Decider, request: broker_pb2.InitProducerIdRequest) -> None:
+    if request.HasField("transactional_id"):
+        if request.transactional_id:  # an empty one is the servicer's to refuse
+            decider.require(_Op.WRITE, _TRANSACTIONAL_ID, request.transactional_id)
+        return
+    # An idempotent producer: Kafka's rule since KIP-679 (3.0).
+    if not decider.allowed(_Op.IDEMPOTENT_WRITE, _CLUSTER, CLUSTER_NAME) and not (
+        decider.allowed_on_some(_Op.WRITE, _TOPIC)
+    ):
+        raise decider.refusal(_Op.IDEMPOTENT_WRITE, _CLUSTER, CLUSTER_NAME)
+
+
+def _add_partitions_to_txn(
+    decider: Decider, request: broker_pb2.AddPartitionsToTxnRequest
+) -> None:
+    decider.require(_Op.WRITE, _TRANSACTIONAL_ID, request.transactional_id)
+    for item in request.partitions:
+        decider.require(_Op.WRITE, _TOPIC, item.topic)
+
+
+def _visible_configs(decider: Decider, description: broker_pb2.TopicDescription) -> None:
+    if not decider.allowed(_Op.DESCRIBE_CONFIGS, _TOPIC, description.name):
+        description.ClearField("configs")
+
+
+def _topic_answer(decider: Decider, response: Any) -> None:
+    _visible_configs(decider, response.topic)
+
+
+def _list_topics_answer(decider: Decider, response: broker_pb2.ListTopicsResponse) -> None:
+    visible = [t for t in response.topics if decider.allowed(_Op.DESCRIBE, _TOPIC, t.name)]
+    if len(visible) != len(response.topics):
+        kept = [broker_pb2.TopicDescription() for _ in visible]
+        for copy, topic in zip(kept, visible, strict=True):
+            copy.CopyFrom(topic)
+        del response.topics[:]
+        response.topics.extend(kept)
+    for topic in response.topics:
+        _visible_configs(decider, topic)
+
+
+def _describe_transaction_answer(
+    decider: Decider, response: broker_pb2.DescribeTransactionResponse
+) -> None:
+    # Kafka's DescribeTransactions leaves out the partitions of topics the caller may not see.
+    visible = [(p.topic, p.partition) for p in response.partitions
+               if decider.allowed(_Op.DESCRIBE, _TOPIC, p.topic)]
+    if len(visible) != len(response.partitions):
+        del response.partitions[:]
+        for topic, partition in visible:
+            response.partitions.add(topic=topic, partition=partition)
+
+
+#: Broker RPC name -> how it is authorized (the table of the module docstring).
+RULES: Mapping[str, Rule] = {
+    "CreateTopic": Rule(_create_topic, _topic_answer),
+    "DeleteTopic": _on_topic(_Op.DELETE, "name"),
+    "ListTopics": Rule(lambda decider, request: None, _list_topics_answer),
+    "DescribeTopic": _on_topic(_Op.DESCRIBE, "name", _topic_answer),
+    "AlterTopicConfigs": _on_topic(_Op.ALTER_CONFIGS, "name", _topic_answer),
+    "Produce": _on_topic(_Op.WRITE),
+    "FetchByOffset": _on_topic(_Op.READ),
+    "FetchByTimestamp": _on_topic(_Op.READ),
+    "ListOffsets": _on_topic(_Op.DESCRIBE),
+    "Subscribe": _on_topic(_Op.READ),
+    "DeleteRecords": _on_topic(_Op.DELETE),
+    "InitProducerId": Rule(_init_producer_id),
+    "AddPartitionsToTxn": Rule(_add_partitions_to_txn),
+    "EndTxn": _on_transactional_id(_Op.WRITE),
+    "DescribeTransaction": _on_transactional_id(_Op.DESCRIBE, _describe_transaction_answer),
+    "CreateAcls": _on_cluster(_Op.ALTER),
+    "DeleteAcls": _on_cluster(_Op.ALTER),
+    "DescribeAcls": _on_cluster(_Op.DESCRIBE),
+    "WhoAmI": Rule(None),
+}
+
+_OPEN = Rule(None)
+_REFLECTION = _on_cluster(_Op.DESCRIBE)
+
+
+def _refuse_unknown_method(decider: Decider, request: Any) -> None:
+    raise NotAuthorizedError(
+        "not authorized: this method has no authorization rule", operation="ANY",
+        resource=resource_label(_CLUSTER, CLUSTER_NAME),
+    )
+
+
+_UNKNOWN = Rule(_refuse_unknown_method)
+
+
+def rule_for(
+    method: str, rules: Mapping[str, Rule] = RULES, *, reflection_open: bool = False
+) -> Rule:
+    """The rule of a full method path (``/stratalog.v1.Broker/Produce``). Server reflection
+    is open with ``reflection_open`` (the setting that opens it to callers without
+    credentials), and needs DESCRIBE on the cluster otherwise."""
+    service, _, name = method.lstrip("/").partition("/")
+    if service == BROKER_SERVICE:
+        return rules.get(name, _UNKNOWN)
+    if method.startswith(_HEALTH_PREFIX):
+        return _OPEN
+    if method.startswith(_REFLECTION_PREFIXES):
+        return _OPEN if reflection_open else _REFLECTION
+    return _UNKNOWN
+
+
+# ------------------------------------------------------------------------ the interceptor
+
+
+@functools.lru_cache(maxsize=4096)
+def _anonymous_identity(peer: str) -> CallIdentity:
+    # Made once per connection (the peer string holds the client's port), not per call.
+    return CallIdentity(ANONYMOUS, peer_host(peer))
+
+
+def call_identity(context: grpc.aio.ServicerContext) -> CallIdentity:
+    """The identity the authentication interceptor set for this call; without one (a call it
+    let through untouched: health, open reflection; or no authentication interceptor, as in
+    tests), ``User:ANONYMOUS`` from the peer's address."""
+    identity = current_identity.get(None)
+    if identity is None:
+        identity = _anonymous_identity(context.peer() or "")
+    return identity
+
+
+class AuthorizationInterceptor(grpc.aio.ServerInterceptor):
+    """The authorizer at the edge: checks each call against its :class:`Rule` before the
+    handler runs, and filters the answer.
+
+    Order (server/security/__init__.py): after the authentication interceptor, whose
+    :data:`current_identity` it reads, and before the quota interceptor, so a refused call
+    costs no quota. The handlers it wraps are made once per method and reused.
+
+    Concurrency: event-loop only.
+    """
+
+    def __init__(
+        self, authorizer: Authorizer, rules: Mapping[str, Rule] = RULES, *,
+        reflection_open: bool = False,
+    ) -> None:
+        self._authorizer = authorizer
+        self._rules = rules
+        self._reflection_open = reflection_open
+        self._wrapped: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return handler
+        method = handler_call_details.method
+        cached = self._wrapped.get(method)
+        if cached is not None and cached[0] is handler:
+            return cached[1]
+        rule = rule_for(method, self._rules, reflection_open=self._reflection_open)
+        wrapped = handler if rule is _OPEN else _wrap(handler, self._authorizer, rule)
+        self._wrapped[method] = (handler, wrapped)
+        return wrapped
+
+
+def _wrap(handler: grpc.RpcMethodHandler, authorizer: Authorizer, rule: Rule) -> Any:
+    """``handler`` with ``rule`` checked before its behaviour and applied to its answer."""
+    kind = next(
+        name for name in ("unary_unary", "unary_stream", "stream_unary", "stream_stream")
+        if getattr(handler, name) is not None
+    )
+    inner = getattr(handler, kind)
+    check, answer = rule.check, rule.answer
+    request_streaming = kind.startswith("stream_")
+    if rule.single is not None and not request_streaming and not inspect.isasyncgenfunction(
+        inner
+    ):
+        return handler._replace(**{kind: _single_check(inner, authorizer, rule)})
+
+    async def admit(request: Any, context: grpc.aio.ServicerContext) -> Decider:
+        decider = Decider(authorizer, call_identity(context))
+        # A request that did not parse reaches the servicer, which refuses it: there is no
+        # resource to decide on, and nothing is done for it.
+        if check is not None and (request_streaming or type(request) is not UndecodableRequest):
+            try:
+                check(decider, request)
+            except NotAuthorizedError as exc:
+                await context.abort_with_status(status.to_status(exc))
+        return decider
+
+    if inspect.isasyncgenfunction(inner):
+
+        async def generator(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            await admit(request, context)
+            async for response in inner(request, context):
+                yield response
+
+        return handler._replace(**{kind: generator})
+
+    async def behaviour(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        decider = await admit(request, context)
+        response = await inner(request, context)
+        if answer is not None and response is not None:
+            answer(decider, response)
+        return response
+
+    return handler._replace(**{kind: behaviour})
+
+
+def _single_check(inner: Any, authorizer: Authorizer, rule: Rule) -> Any:
+    """The behaviour ``inner`` behind a rule of one operation on one resource: the hot path
+    (Produce, the fetches), decided with one cache lookup on a cache hit."""
+    assert rule.single is not None
+    operation, resource_type, field = rule.single
+    answer = rule.answer
+    authorize = authorizer.authorize
+
+    async def behaviour(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        identity = current_identity.get(None) or _anonymous_identity(context.peer() or "")
+        # A request that did not parse reaches the servicer, which refuses it.
+        if type(request) is not UndecodableRequest:
+            name = CLUSTER_NAME if field is None else getattr(request, field)
+            if not authorize(identity, operation, resource_type, name):
+                refusal = Decider(authorizer, identity).refusal(operation, resource_type, name)
+                await context.abort_with_status(status.to_status(refusal))
+        response = await inner(request, context)
+        if answer is not None and response is not None:
+            answer(Decider(authorizer, identity), response)
+        return response
+
+    return behaviour

@@ -1,0 +1,437 @@
+"""Byte-rate quotas per principal: Kafka's ClientQuotaManager, throttling by delaying answers.
+
+Each principal may have a produce quota (``producer_byte_rate``: bytes of Produce requests per
+second) and a fetch quota (``consumer_byte_rate``: bytes of fetch answers and Subscribe messages
+per second): the server defaults ``quota_producer_byte_rate`` and ``quota_consumer_byte_rate``,
+or the principal's own in the settings file::
+
+    [quotas."User:alice"]
+    producer_byte_rate = 1048576
+    consumer_byte_rate = 0          # 0 = no quota
+
+**Measuring** (Kafka's ``Rate`` over a ``SampledStat``): the bytes of each call are added to
+the current sample of the principal's :class:`Rate`; a sample lasts ``quota_window_size_ms``
+and ``quota_window_num`` of them are kept (11 × 1 s by default). The rate is the sum of the
+samples over the time they span, counted as at least ``(quota_window_num - 1)`` windows, so a
+new principal is not throttled by its first burst.
+
+**Throttling**: when a call takes the rate O above the quota T, the time that brings it back
+to T if nothing more came, over the window W the rate was measured on, is::
+
+    throttle = (O - T) / T × W                         (Kafka's ClientQuotaManager.throttleTime)
+
+and the answer is *delayed* by it (as Kafka did before KIP-219: the call's task sleeps, holding
+no lock and not the event loop), with ``throttle_time_ms`` in the answer. A client that waits
+for its answers before sending more (every stratalog client does, up to its in-flight limit) is
+thereby held to the quota. The delay never exceeds the span the rate is measured over
+(``quota_window_num × quota_window_size_ms``): bytes older than that no longer count. A fetch
+never asks for more than that span's worth (Kafka's ``getMaxValueInQuotaWindow``), so that one
+answer cannot go far past the quota. A failed call's bytes count, but its error is not delayed.
+
+Sensors of principals that sent nothing for a whole span hold nothing and are dropped, so the
+memory follows the principals active in the last span.
+
+Reloading (SIGHUP) replaces the quotas; the measured rates stay, unless the window changed.
+
+Concurrency: event-loop only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from stratalog.server.decoding import UndecodableRequest
+from stratalog.v1 import broker_pb2
+
+from .principal import ANONYMOUS, Principal, current_identity
+
+__all__ = ["QuotaConfig", "QuotaInterceptor", "QuotaManager", "Rate"]
+
+logger = logging.getLogger(__name__)
+
+_PRODUCE = "producer_byte_rate"
+_FETCH = "consumer_byte_rate"
+_SERVICE = broker_pb2.DESCRIPTOR.services_by_name["Broker"].full_name
+_ANONYMOUS = str(ANONYMOUS)
+# Sensors are swept for idle ones when there are more than this many, and then at twice the
+# number left: the sweep's cost is spread over as many calls as it keeps sensors.
+_SWEEP_MIN = 1024
+
+
+class Rate:
+    """A rate over sliding samples (Kafka's ``Rate`` over a ``SampledStat``).
+
+    Holds up to ``samples_max`` samples of ``[start_ms, total]``, the current one's index, the
+    sum of the samples and the oldest start. Invariants (:meth:`check`): at most
+    ``samples_max`` samples in ring order; ``_total`` is the sum of the samples' totals and ``_oldest_ms`` the
+    smallest start (both kept as samples change, so a measure costs no pass over the samples
+    unless one has expired). Not thread-safe.
+    """
+
+    __slots__ = ("_current", "_oldest_ms", "_samples", "_samples_max", "_total", "_window_ms")
+
+    def __init__(self, window_ms: int, samples_max: int) -> None:
+        assert window_ms >= 1 and samples_max >= 2
+        self._window_ms = window_ms
+        self._samples_max = samples_max
+        self._samples: list[list[float]] = []
+        self._current = 0
+        self._total = 0.0
+        self._oldest_ms = 0.0
+
+    def record(self, value: float, now_ms: float) -> None:
+        """Add ``value`` at ``now_ms``: to the current sample, or a new one if it is over."""
+        samples = self._samples
+        if not samples:
+            samples.append([now_ms, 0.0])
+            self._current = 0
+            self._oldest_ms = now_ms
+        sample = samples[self._current]
+        if now_ms - sample[0] >= self._window_ms:
+            self._current = (self._current + 1) % self._samples_max
+            if self._current >= len(samples):
+                sample = [now_ms, 0.0]
+                samples.append(sample)
+            else:
+                sample = samples[self._current]
+                self._total -= sample[1]
+                sample[0], sample[1] = now_ms, 0.0
+            self._oldest_ms = min(s[0] for s in samples)
+        sample[1] += value
+        self._total += value
+
+    def _purge(self, now_ms: float) -> None:
+        # Samples older than the whole span no longer count (SampledStat.purgeObsoleteSamples).
+        expire_ms = self._samples_max * self._window_ms
+        if not self._samples or now_ms - self._oldest_ms < expire_ms:
+            return
+        for sample in self._samples:
+            if now_ms - sample[0] >= expire_ms:
+                self._total -= sample[1]
+                sample[0], sample[1] = now_ms, 0.0
+        self._oldest_ms = min(s[0] for s in self._samples)
+
+    def window_ms(self, now_ms: float) -> float:
+        """The time the rate is measured over: since the oldest sample began, and at least
+        ``samples_max - 1`` windows (Kafka's ``Rate.windowSize``)."""
+        self._purge(now_ms)
+        elapsed = now_ms - self._oldest_ms if self._samples else 0.0
+        full_windows = int(elapsed // self._window_ms)
+        if full_windows < self._samples_max - 1:
+            elapsed += (self._samples_max - 1 - full_windows) * self._window_ms
+        return elapsed
+
+    def measure(self, now_ms: float) -> float:
+        """Units per second at ``now_ms``."""
+        window_ms = self.window_ms(now_ms)  # first: it drops the expired samples
+        return self._total * 1000.0 / window_ms
+
+    def check(self) -> None:
+        """Assert the invariants (tests call it after every change)."""
+        samples = self._samples
+        assert len(samples) <= self._samples_max
+        assert abs(self._total - sum(s[1] for s in samples)) < 1e-6, "running total drifted"
+        if samples:
+            assert self._oldest_ms == min(s[0] for s in samples), "oldest start drifted"
+            assert 0 <= self._current < len(samples)
+
+    def idle(self, now_ms: float) -> bool:
+        """Whether nothing was recorded in the whole span (the rate is 0 and stays so)."""
+        expire_ms = self._samples_max * self._window_ms
+        return all(not s[1] or now_ms - s[0] >= expire_ms for s in self._samples)
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaConfig:
+    """The quotas: defaults, per-principal overrides (``{"User:alice": {"producer_byte_rate":
+    1048576}}``), both in bytes per second (0 = none), and the measuring window."""
+
+    producer_byte_rate: int = 0
+    consumer_byte_rate: int = 0
+    overrides: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    window_num: int = 11
+    window_size_ms: int = 1000
+
+    @classmethod
+    def of_settings(cls, settings: Any) -> QuotaConfig:
+        """The quotas of the server's :class:`~stratalog.server.settings.Settings`."""
+        return cls(
+            settings.quota_producer_byte_rate,
+            settings.quota_consumer_byte_rate,
+            settings.quota_overrides,
+            settings.quota_window_num,
+            settings.quota_window_size_ms,
+        )
+
+    def quota(self, kind: str, principal: str) -> int:
+        """Bytes per second ``principal`` may move of ``kind``; 0 = no quota."""
+        own = self.overrides.get(principal)
+        if own is not None and kind in own:
+            return own[kind]
+        return self.producer_byte_rate if kind == _PRODUCE else self.consumer_byte_rate
+
+    @property
+    def enabled(self) -> bool:
+        """Whether any principal has any quota."""
+        return bool(self.producer_byte_rate or self.consumer_byte_rate or any(
+            rate for quotas in self.overrides.values() for rate in quotas.values()
+        ))
+
+    @property
+    def span_ms(self) -> int:
+        """The time the rates are measured over: every sample."""
+        return self.window_num * self.window_size_ms
+
+
+def _monotonic_ms() -> float:
+    return time.monotonic() * 1000.0
+
+
+class QuotaManager:
+    """Every principal's measured byte rates and the throttle times they earn.
+
+    Holds the :class:`QuotaConfig` and one :class:`Rate` per (kind, principal) that has a
+    quota and moved bytes in the last span. Event-loop only.
+    """
+
+    def __init__(
+        self, config: QuotaConfig, clock_ms: Callable[[], float] = _monotonic_ms
+    ) -> None:
+        self._config = config
+        self._clock_ms = clock_ms
+        self._rates: dict[tuple[str, str], Rate] = {}
+        self._sweep_at = _SWEEP_MIN
+        self.enabled = config.enabled
+
+    @property
+    def config(self) -> QuotaConfig:
+        return self._config
+
+    @property
+    def sensors(self) -> int:
+        """How many principal rates are held."""
+        return len(self._rates)
+
+    def update(self, config: QuotaConfig) -> None:
+        """Use ``config`` from now on (SIGHUP). Measured rates stay unless the window changed."""
+        old = self._config
+        if (old.window_num, old.window_size_ms) != (config.window_num, config.window_size_ms):
+            self._rates.clear()
+        self._config = config
+        self.enabled = config.enabled
+
+    def record_produce(self, principal: str, size_bytes: int) -> int:
+        """Record a Produce of ``size_bytes``; the throttle time it earns, in ms."""
+        return self._record(_PRODUCE, principal, size_bytes)
+
+    def record_fetch(self, principal: str, size_bytes: int) -> int:
+        """Record a fetch answer (or Subscribe message) of ``size_bytes``; its throttle ms."""
+        return self._record(_FETCH, principal, size_bytes)
+
+    def fetch_bytes_max(self, principal: str) -> int | None:
+        """The most one fetch of ``principal`` should ask for (None: no quota): what the
+        quota allows over ``window_num - 1`` windows (Kafka's ``getMaxValueInQuotaWindow``)."""
+        config = self._config
+        quota = config.quota(_FETCH, principal)
+        if not quota:
+            return None
+        return max(1, quota * (config.window_num - 1) * config.window_size_ms // 1000)
+
+    def _record(self, kind: str, principal: str, size_bytes: int) -> int:
+        config = self._config
+        quota = config.quota(kind, principal)
+        if not quota:
+            return 0
+        now_ms = self._clock_ms()
+        key = (kind, principal)
+        rate = self._rates.get(key)
+        if rate is None:
+            if len(self._rates) >= self._sweep_at:
+                self._sweep(now_ms)
+            rate = self._rates[key] = Rate(config.window_size_ms, config.window_num)
+        rate.record(size_bytes, now_ms)
+        window_ms = rate.window_ms(now_ms)
+        observed = rate.measure(now_ms)
+        if observed <= quota:
+            return 0
+        throttle_ms = (observed - quota) / quota * window_ms
+        return int(min(round(throttle_ms), config.span_ms))
+
+    def _sweep(self, now_ms: float) -> None:
+        for key in [key for key, rate in self._rates.items() if rate.idle(now_ms)]:
+            del self._rates[key]
+        self._sweep_at = max(_SWEEP_MIN, 2 * len(self._rates))
+
+
+# ------------------------------------------------------------------------ the interceptor
+
+
+def _principal() -> str:
+    identity = current_identity.get(None)
+    return _ANONYMOUS if identity is None else _name(identity.principal)
+
+
+@functools.lru_cache(maxsize=4096)
+def _name(principal: Principal) -> str:
+    return str(principal)
+
+
+def _produce_bytes(request: Any) -> int:
+    batches = request.record_batches
+    if batches:
+        return len(batches)
+    return sum(record.ByteSize() for record in request.records)
+
+
+def _fetch_bytes(response: broker_pb2.FetchResponse) -> int:
+    batches = response.record_batches
+    return len(batches) if batches else response.ByteSize()
+
+
+class QuotaInterceptor(grpc.aio.ServerInterceptor):
+    """Applies the quotas to Produce (request bytes), FetchByOffset and FetchByTimestamp
+    (answer bytes) and Subscribe (each message's bytes): records, delays, and sets
+    ``throttle_time_ms``. Other methods pass untouched, and all do while no quota is set.
+
+    Order: the last interceptor, after authorization (a refused call costs no quota). The
+    handlers it wraps are made once per method and reused. Event-loop only.
+    """
+
+    def __init__(self, manager: QuotaManager, fetch_max_bytes_default: int) -> None:
+        self._manager = manager
+        self._fetch_max_bytes_default = fetch_max_bytes_default
+        self._wrapped: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
+        self._wrappers = {
+            f"/{_SERVICE}/Produce": self._produce,
+            f"/{_SERVICE}/FetchByOffset": self._fetch,
+            f"/{_SERVICE}/FetchByTimestamp": self._fetch,
+            f"/{_SERVICE}/Subscribe": self._subscribe,
+        }
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        if handler is None or not self._manager.enabled:
+            return handler
+        method = handler_call_details.method
+        wrap = self._wrappers.get(method)
+        if wrap is None:
+            return handler
+        cached = self._wrapped.get(method)
+        if cached is not None and cached[0] is handler:
+            return cached[1]
+        wrapped = wrap(handler)
+        self._wrapped[method] = (handler, wrapped)
+        return wrapped
+
+    def _produce(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        inner = handler.unary_unary
+        manager = self._manager
+
+        async def produce(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            if type(request) is UndecodableRequest:
+                return await inner(request, context)
+            principal = _principal()
+            try:
+                response = await inner(request, context)
+            finally:
+                # Refused requests count too: their bytes crossed the network all the same.
+                throttle_ms = manager.record_produce(principal, _produce_bytes(request))
+            if throttle_ms:
+                response.throttle_time_ms = throttle_ms
+                await asyncio.sleep(throttle_ms / 1000)
+            return response
+
+        return handler._replace(unary_unary=produce)
+
+    def _fetch(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        inner = handler.unary_unary
+        manager = self._manager
+        default_bytes = self._fetch_max_bytes_default
+
+        async def fetch(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            if type(request) is UndecodableRequest:
+                return await inner(request, context)
+            principal = _principal()
+            limit_bytes = manager.fetch_bytes_max(principal)
+            if limit_bytes is not None and (request.max_bytes or default_bytes) > limit_bytes:
+                request.max_bytes = limit_bytes
+            response = await inner(request, context)
+            throttle_ms = manager.record_fetch(principal, _fetch_bytes(response))
+            if throttle_ms:
+                response.throttle_time_ms = throttle_ms
+                await asyncio.sleep(throttle_ms / 1000)
+            return response
+
+        return handler._replace(unary_unary=fetch)
+
+    def _subscribe(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        inner = handler.unary_stream
+        manager = self._manager
+
+        async def subscribe(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            return await inner(request, _ThrottledStream(context, manager, _principal()))
+
+        return handler._replace(unary_stream=subscribe)
+
+
+# FetchResponse.throttle_time_ms as protobuf wire bytes: its tag (field number, varint type).
+# Appended to a serialized message it sets the field: the last value of a scalar field wins,
+# and the servicer never sets this one itself.
+_THROTTLE_TAG = bytes([broker_pb2.FetchResponse.DESCRIPTOR.fields_by_name[
+    "throttle_time_ms"].number << 3])
+assert len(_THROTTLE_TAG) == 1 and _THROTTLE_TAG[0] < 0x80
+
+
+def _with_throttle_time(serialized: bytes, throttle_ms: int) -> bytes:
+    """``serialized`` (a FetchResponse) with ``throttle_time_ms`` set to ``throttle_ms``."""
+    assert throttle_ms > 0
+    varint = bytearray()
+    while throttle_ms >= 0x80:
+        varint.append((throttle_ms & 0x7F) | 0x80)
+        throttle_ms >>= 7
+    varint.append(throttle_ms)
+    return serialized + _THROTTLE_TAG + varint
+
+
+class _ThrottledStream:
+    """A Subscribe call's context whose ``write`` holds each message back by the throttle time
+    it earns (and says so in it); everything else is the call's own context. Messages come
+    as FetchResponse objects or, as the servicer sends them, already serialized (``bytes``:
+    counted by their length, the throttle time appended as its field)."""
+
+    __slots__ = ("_context", "_manager", "_principal")
+
+    def __init__(
+        self, context: grpc.aio.ServicerContext, manager: QuotaManager, principal: str
+    ) -> None:
+        self._context = context
+        self._manager = manager
+        self._principal = principal
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._context, name)
+
+    async def write(self, message: broker_pb2.FetchResponse | bytes) -> None:
+        serialized = isinstance(message, bytes)
+        size = len(message) if serialized else _fetch_bytes(message)  # type: ignore[arg-type]
+        throttle_ms = self._manager.record_fetch(self._principal, size)
+        if throttle_ms:
+            if serialized:
+                message = _with_throttle_time(message, throttle_ms)  # type: ignore[arg-type]
+            else:
+                message.throttle_time_ms = throttle_ms  # type: ignore[union-attr]
+            await asyncio.sleep(throttle_ms / 1000)
+        await self._context.write(message)

@@ -1,0 +1,125 @@
+"""One call of every Broker RPC, for the authorization tests (test_server_acls.py and
+test_server_acls_authenticated.py): in an order in which all succeed once the caller holds the
+ACLs the tests grant, on a server that has the topic ``orders``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+
+from stratalog.client.errors import StratalogError, from_rpc_error
+from stratalog.v1 import broker_pb2 as pb
+from stratalog.v1 import broker_pb2_grpc
+
+from .conftest import CALL_TIMEOUT_S
+
+__all__ = ["ACLS_FOR_EVERY_CALL", "list_services", "outcome", "rpc_calls"]
+
+#: ``stratalog acls add`` arguments granting what rpc_calls needs (each after
+#: ``--allow-principal P``).
+ACLS_FOR_EVERY_CALL = (
+    ("--topic", "orders", "--operation", "Read", "--operation", "Write", "--operation",
+     "Delete", "--operation", "AlterConfigs"),
+    ("--topic", "orders2", "--operation", "Create", "--operation", "Delete"),
+    ("--transactional-id", "app-1", "--operation", "Write", "--operation", "Describe"),
+    ("--cluster", "--operation", "Alter", "--operation", "Describe"),
+)
+
+
+def outcome(call: Callable[[], Any]) -> StratalogError | Any:
+    """The call's answer, or the error it failed with (as the client maps it)."""
+    try:
+        return call()
+    except grpc.RpcError as err:
+        return from_rpc_error(err)
+
+
+def list_services(channel: grpc.Channel) -> list[str]:
+    """The services server reflection lists."""
+    from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+    stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+    answers = stub.ServerReflectionInfo(
+        iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=CALL_TIMEOUT_S
+    )
+    return [s.name for a in answers for s in a.list_services_response.service]
+
+
+def first_message(stub: broker_pb2_grpc.BrokerStub, request: pb.SubscribeRequest) -> Any:
+    stream = stub.Subscribe(request, timeout=CALL_TIMEOUT_S)
+    try:
+        return next(stream)
+    finally:
+        stream.cancel()
+
+
+# ------------------------------------------------------------------------ every RPC
+
+
+class _Transaction:
+    producer_id = 0
+    producer_epoch = 0
+
+
+def rpc_calls(stub: broker_pb2_grpc.BrokerStub) -> list[tuple[str, Callable[[], Any]]]:
+    """One call of every Broker RPC, in an order in which all succeed with
+    :data:`ACLS_FOR_EVERY_CALL` (``stub`` may add call credentials to each call)."""
+    txn = _Transaction()
+    t = CALL_TIMEOUT_S
+
+    def init_producer_id() -> Any:
+        response = stub.InitProducerId(pb.InitProducerIdRequest(transactional_id="app-1"),
+                                       timeout=t)
+        txn.producer_id, txn.producer_epoch = response.producer_id, response.producer_epoch
+        return response
+
+    everything = pb.AclBindingFilter(resource_type=1, pattern_type=1, operation=1,
+                                     permission_type=1)
+    harmless = pb.AclBinding(resource_type=2, resource_name="zzz", pattern_type=3,
+                             principal="User:nobody", host="*", operation=3, permission_type=3)
+    return [
+        ("WhoAmI", lambda: stub.WhoAmI(pb.WhoAmIRequest(), timeout=t)),
+        ("ListTopics", lambda: stub.ListTopics(pb.ListTopicsRequest(), timeout=t)),
+        ("DescribeTopic", lambda: stub.DescribeTopic(pb.DescribeTopicRequest(name="orders"),
+                                                     timeout=t)),
+        ("AlterTopicConfigs", lambda: stub.AlterTopicConfigs(
+            pb.AlterTopicConfigsRequest(name="orders", set={"retention.ms": "86400000"}),
+            timeout=t)),
+        ("Produce", lambda: stub.Produce(
+            pb.ProduceRequest(topic="orders", records=[pb.Record(value=b"v")]), timeout=t)),
+        ("FetchByOffset", lambda: stub.FetchByOffset(
+            pb.FetchByOffsetRequest(topic="orders", offset=0), timeout=t)),
+        ("FetchByTimestamp", lambda: stub.FetchByTimestamp(
+            pb.FetchByTimestampRequest(topic="orders", timestamp=0), timeout=t)),
+        ("ListOffsets", lambda: stub.ListOffsets(
+            pb.ListOffsetsRequest(topic="orders", timestamp=-1), timeout=t)),
+        ("Subscribe", lambda: first_message(stub, pb.SubscribeRequest(topic="orders",
+                                                                      offset=0))),
+        ("DeleteRecords", lambda: stub.DeleteRecords(
+            pb.DeleteRecordsRequest(topic="orders", before_offset=0), timeout=t)),
+        ("InitProducerId", init_producer_id),
+        ("AddPartitionsToTxn", lambda: stub.AddPartitionsToTxn(pb.AddPartitionsToTxnRequest(
+            transactional_id="app-1", producer_id=txn.producer_id,
+            producer_epoch=txn.producer_epoch,
+            partitions=[pb.TopicPartition(topic="orders", partition=0)]), timeout=t)),
+        ("DescribeTransaction", lambda: stub.DescribeTransaction(
+            pb.DescribeTransactionRequest(transactional_id="app-1"), timeout=t)),
+        ("EndTxn", lambda: stub.EndTxn(pb.EndTxnRequest(
+            transactional_id="app-1", producer_id=txn.producer_id,
+            producer_epoch=txn.producer_epoch, commit=False), timeout=t)),
+        ("CreateAcls", lambda: stub.CreateAcls(pb.CreateAclsRequest(creations=[harmless]),
+                                               timeout=t)),
+        ("DescribeAcls", lambda: stub.DescribeAcls(pb.DescribeAclsRequest(filter=everything),
+                                                   timeout=t)),
+        ("DeleteAcls", lambda: stub.DeleteAcls(pb.DeleteAclsRequest(filters=[
+            pb.AclBindingFilter(resource_type=2, resource_name="zzz", pattern_type=3,
+                                operation=1, permission_type=1)]), timeout=t)),
+        ("CreateTopic", lambda: stub.CreateTopic(
+            pb.CreateTopicRequest(name="orders2", partitions=1), timeout=t)),
+        ("DeleteTopic", lambda: stub.DeleteTopic(pb.DeleteTopicRequest(name="orders2"),
+                                                 timeout=t)),
+    ]
+
+
