@@ -1034,7 +1034,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         import uvloop
 
-        loop_name = "uvloop"
+        loop_name = f"uvloop {_package_version('uvloop')}"
     except ImportError:
         uvloop = None
         loop_name = "asyncio"
@@ -1043,7 +1043,8 @@ def main(argv: list[str] | None = None) -> None:
           f" {args.reads:,} reads, {args.round_trips:,} round trips, {args.clients} clients,"
           f" median of {args.runs} runs (systems' order rotated per run)")
     print(f"# python {platform.python_version()}, {os.cpu_count()} cores, {loop_name}, "
-          f"stratalog record codec: {codec_path()}; clients: nats-py "
+          f"stratalog record codec: {codec_path()}, grpcio {_package_version('grpcio')}; "
+          f"clients: nats-py "
           f"{_package_version('nats-py')}, redis-py {_package_version('redis')} "
           f"(hiredis {_package_version('hiredis')})")
     with tempfile.TemporaryDirectory(prefix="stratalog-bench-peers-") as work, \
@@ -1079,7 +1080,8 @@ def main(argv: list[str] | None = None) -> None:
                         "load_average": os.getloadavg()},
             "servers": {s.system: {"version": s.version, "settings": s.settings}
                         for s in servers},
-            "clients": {p: _package_version(p) for p in ("nats-py", "redis", "hiredis")},
+            "clients": {p: _package_version(p)
+                        for p in ("grpcio", "protobuf", "nats-py", "redis", "hiredis")},
             "medians": results,
             "runs": figures,
         }, indent=1))
