@@ -255,9 +255,13 @@ def server_process(argv: list[str], ready: re.Pattern[str], log_path: Path
 
 
 def _version(argv: list[str], pattern: str) -> str:
-    output = subprocess.run(argv, capture_output=True, text=True, check=False).stdout
+    """What ``argv`` prints, ``pattern``'s group 1 if it matches; "unknown" when it cannot run."""
+    try:
+        output = subprocess.run(argv, capture_output=True, text=True, check=False).stdout
+    except OSError:
+        return "unknown"
     match = re.search(pattern, output)
-    return match.group(1) if match else output.strip()
+    return match.group(1) if match else (output.strip() or "unknown")
 
 
 def _package_version(name: str) -> str:
@@ -275,9 +279,8 @@ def stratalog_server(work_dir: Path) -> Iterator[Server]:
     with server_process(server_argv(str(data_dir)), ready, work_dir / "stratalog.log") as (
         process, match,
     ):
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, check=False).stdout.strip()
-        version = f"{_package_version('stratalog')} (commit {commit or 'unknown'})"
+        commit = _version(["git", "rev-parse", "--short", "HEAD"], r"(\w+)")
+        version = f"{_package_version('stratalog')} (commit {commit})"
         yield Server(STRATALOG, match.group(1), process.pid, version,
                      "defaults: appends to the page cache, fsync when a segment rolls "
                      "(log.flush.interval.* unset, as Kafka's)")
