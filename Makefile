@@ -13,7 +13,9 @@ PIP := $(PY) -m pip --disable-pip-version-check
 # test` both, so `make run` then `make test` installs only the difference.
 STAMP_SERVE := $(VENV)/.stamp-serve
 STAMP_TEST := $(VENV)/.stamp-test
+STAMP_BENCH := $(VENV)/.stamp-bench
 TEST_REQUIREMENTS := $(VENV)/test-requirements.txt
+BENCH_REQUIREMENTS := $(VENV)/bench-requirements.txt
 DATA_DIR ?= ./data
 
 .PHONY: run test check-java unit lint install install-serve proto bench clean help
@@ -56,6 +58,14 @@ install-serve: $(STAMP_SERVE)
 
 install: $(STAMP_TEST)
 
+# Benchmarking: the [bench] extra too (the peers' Python clients for benchmarks/bench_peers.py;
+# their servers come from the distribution: apt-get install nats-server redis-server).
+$(STAMP_BENCH): $(STAMP_TEST)
+	@$(PY) -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["bench"]))' > $(BENCH_REQUIREMENTS)
+	@echo "== installing the benchmark dependencies (nats-py, redis with hiredis: a few MB)"
+	$(PIP) install -r $(BENCH_REQUIREMENTS)
+	@touch $@
+
 run: install-serve
 	$(VENV)/bin/stratalog serve --log-dirs $(DATA_DIR)
 
@@ -85,7 +95,7 @@ proto: install
 	$(PY) -m grpc_tools.protoc -Iproto --python_out=proto --pyi_out=proto --grpc_python_out=proto \
 		proto/stratalog/v1/broker.proto
 
-bench: install
+bench: $(STAMP_BENCH)
 	$(PY) -m benchmarks.run
 
 clean:

@@ -54,6 +54,14 @@ VALUE_SIZE_BYTES = 100
 SEND_MANY_CHUNK = 10_000
 
 
+def server_argv(data_dir: str, *extra_flags: str) -> list[str]:
+    """The command line of a benchmark's stratalog server: 127.0.0.1 with a free port (it prints
+    ``listening on HOST:PORT``), log directory ``data_dir``, warnings only."""
+    return [sys.executable, "-m", "stratalog.server", "--listen", "127.0.0.1:0",
+            "--log-dirs", data_dir, "--metrics-port", "0", "--logging-level", "WARNING",
+            *extra_flags]
+
+
 @contextlib.contextmanager
 def running_server(*extra_flags: str, acl_principal: str | None = None) -> Iterator[str]:
     """A stratalog server process on 127.0.0.1 with a free port; yields its target. With
@@ -64,9 +72,7 @@ def running_server(*extra_flags: str, acl_principal: str | None = None) -> Itera
 
         extra_flags += authorizer_flags(Path(data_dir), acl_principal)
     process = subprocess.Popen(
-        [sys.executable, "-m", "stratalog.server", "--listen", "127.0.0.1:0",
-         "--log-dirs", data_dir, "--metrics-port", "0", "--logging-level", "WARNING",
-         *extra_flags],
+        server_argv(data_dir, *extra_flags),
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
