@@ -12,7 +12,8 @@ GRPC_EXPERIMENTS once per process). Figures per variant, medians of ``--rounds``
   MB/s             payload bytes over the wall-clock seconds of the turn
   client ms/MiB    the client process's CPU time (all threads) per MiB sent
   server ms/MiB    the server process's CPU time (/proc/PID/stat, all threads) per MiB received
-  x first          MB/s over the first variant's (plaintext in every sweep)
+  x plain          MB/s over the plaintext variant's with the same message size in the same
+                   round, the median over the rounds
 
 When the two processes share two cores the rate follows the sum of the two CPU figures, so the
 sum's growth is what TLS costs here; where the clients run elsewhere each side pays its own.
@@ -309,15 +310,19 @@ def bulk(variants: list[Variant], rounds: int, mib: int, in_flight: int, pki: Pa
                 result.rates.append(sent_mib * MIB / wall / 1e6)
                 result.client_ms.append(client_cpu * 1000 / sent_mib)
                 result.server_ms.append(server_cpu * 1000 / sent_mib)
-    first = statistics.median(figures[variants[0].name].rates)
-    print(f"{'variant':<34}{'MB/s':>8}{'x first':>9}{'client ms/MiB':>15}{'server ms/MiB':>15}"
+    print(f"{'variant':<34}{'MB/s':>8}{'x plain':>9}{'client ms/MiB':>15}{'server ms/MiB':>15}"
           f"{'sum':>7}   MB/s per turn")
     for variant in variants:
         result = figures[variant.name]
-        rate = statistics.median(result.rates)
+        plain = next((v for v in variants
+                      if not v.tls and v.message_bytes == variant.message_bytes), variants[0])
+        # The ratio of each round's two turns, then the median: the turns of one round met the
+        # same load, the rounds did not.
+        ratio = statistics.median(r / p for r, p in zip(
+            result.rates, figures[plain.name].rates, strict=True))
         client, server = statistics.median(result.client_ms), statistics.median(result.server_ms)
-        print(f"{variant.name[:33]:<34}{rate:>8.0f}{rate / first:>9.2f}{client:>15.3f}"
-              f"{server:>15.3f}{client + server:>7.3f}   "
+        print(f"{variant.name[:33]:<34}{statistics.median(result.rates):>8.0f}{ratio:>9.2f}"
+              f"{client:>15.3f}{server:>15.3f}{client + server:>7.3f}   "
               + " ".join(f"{r:.0f}" for r in result.rates))
 
 
