@@ -246,13 +246,14 @@ def _run_loop(coroutine: Any) -> Any:
 
 
 @contextlib.contextmanager
-def _server(variant_tls: tuple[str, str] | None, options: GrpcOptions,
+def _server(tls_files: tuple[str, str] | None, options: GrpcOptions,
             experiments: str = "") -> Iterator[tuple[str, int]]:
-    """A no-op server process (TLS with ``(cert, key)``); yields its target and pid."""
+    """A no-op server process, with TLS if ``tls_files`` = (certificate file, key file); yields
+    its target and pid, and stops it at the end."""
     args = [sys.executable, "-m", "benchmarks.bench_tls", "serve",
             "--grpc-options", json.dumps(options)]
-    if variant_tls is not None:
-        args += ["--cert", variant_tls[0], "--key", variant_tls[1]]
+    if tls_files is not None:
+        args += ["--cert", tls_files[0], "--key", tls_files[1]]
     env = dict(os.environ, GRPC_EXPERIMENTS=experiments) if experiments else None
     process = subprocess.Popen(args, stdout=subprocess.PIPE, text=True, env=env)
     try:
@@ -281,16 +282,17 @@ class _Figures:
 
 
 def bulk(variants: list[Variant], rounds: int, mib: int, in_flight: int, pki: Path) -> None:
+    """The bulk part: every variant's server, ``rounds`` turns each; prints the table."""
     cert, key = make_certificate(pki, "ECDSA P-256")
     figures = {variant.name: _Figures() for variant in variants}
     with contextlib.ExitStack() as stack:
         servers = [stack.enter_context(_server(
             (str(cert), str(key)) if v.tls else None, v.server_options, v.experiments))
             for v in variants]
+        pairs = list(zip(variants, servers, strict=True))
         for turn in range(rounds):
-            shift = turn % len(variants)
-            for variant, (target, pid) in (list(zip(variants, servers, strict=True))[shift:]
-                                           + list(zip(variants, servers, strict=True))[:shift]):
+            shift = turn % len(pairs)
+            for variant, (target, pid) in pairs[shift:] + pairs[:shift]:
                 requests = max(1, mib * MIB // variant.message_bytes)
                 env = dict(os.environ)
                 if variant.experiments:
@@ -302,7 +304,10 @@ def bulk(variants: list[Variant], rounds: int, mib: int, in_flight: int, pki: Pa
                      "--in-flight", str(in_flight),
                      "--grpc-options", json.dumps(variant.client_options),
                      *(["--ca", str(cert)] if variant.tls else [])],
-                    env=env, capture_output=True, text=True, check=True)
+                    env=env, capture_output=True, text=True, check=False)
+                if sent.returncode != 0:
+                    raise RuntimeError(f"the client of {variant.name!r} exited with "
+                                       f"{sent.returncode}:\n{sent.stderr}")
                 server_cpu = cpu_s(pid) - server_cpu
                 wall, client_cpu = json.loads(sent.stdout.strip().splitlines()[-1])
                 sent_mib = requests * variant.message_bytes / MIB
@@ -336,6 +341,7 @@ def _cpu_hz() -> float | None:
 
 
 def ciphers(records: int = 4000, repeats: int = 5) -> None:
+    """Seal ``records`` 16 KiB records with each AEAD, best of ``repeats``."""
     from cryptography.hazmat.backends.openssl import backend
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
 
@@ -367,6 +373,7 @@ async def _connect_and_call(target: str, ca_file: str | None, connections: int) 
 
 
 def handshake(connections: int, rounds: int, pki: Path) -> None:
+    """New channels with one call each, against a server per certificate key type."""
     kinds: list[tuple[str, tuple[str, str] | None]] = [("plaintext", None)]
     for key_type in KEY_TYPES:
         cert, key = make_certificate(pki, key_type)
