@@ -74,7 +74,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -117,13 +117,15 @@ class _NoopBroker(broker_pb2_grpc.BrokerServicer):
         return self._response
 
 
-async def _serve_noop(payload_bytes: int, tls: tuple[str, str] | None = None) -> None:
+async def _serve_noop(payload_bytes: int, tls: tuple[str, str] | None = None,
+                      options: Sequence[tuple[str, int]] = ()) -> None:
     """The no-op server; with ``tls`` = (certificate file, key file), TLS as stratalog's has it
-    (gRPC's defaults: TLS 1.3, AES-128-GCM)."""
+    (gRPC's defaults: TLS 1.3, AES-128-GCM); ``options``: more gRPC server arguments."""
     server = grpc.aio.server(options=[
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         ("grpc.so_reuseport", 0),
+        *options,
     ])
     broker_pb2_grpc.add_BrokerServicer_to_server(_NoopBroker(bytes(payload_bytes)), server)
     if tls is None:
@@ -140,9 +142,12 @@ async def _serve_noop(payload_bytes: int, tls: tuple[str, str] | None = None) ->
 
 
 @contextlib.contextmanager
-def _process(args: list[str]) -> Iterator[tuple[str, int | None, int]]:
-    """Start a server process; yield its target, metrics port and pid; SIGTERM it at the end."""
-    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+def _process(args: list[str],
+             env: dict[str, str] | None = None) -> Iterator[tuple[str, int | None, int]]:
+    """Start a server process (in ``env``, or this one's environment); yield its target,
+    metrics port and pid; SIGTERM it at the end."""
+    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                               env=env)
     try:
         assert process.stdout is not None
         target, metrics_port = None, None

@@ -56,7 +56,6 @@ import ipaddress
 import json
 import os
 import re
-import signal
 import statistics
 import subprocess
 import sys
@@ -69,6 +68,7 @@ from typing import Any
 
 import grpc
 
+from benchmarks.bench_server import _cpu_s, _process, _serve_noop
 from stratalog.v1 import broker_pb2 as pb
 from stratalog.v1 import broker_pb2_grpc
 
@@ -176,32 +176,6 @@ def make_certificate(directory: Path, key_type: str) -> tuple[Path, Path]:
 # ------------------------------------------------------------------------ the two processes
 
 
-class _NoopBroker(broker_pb2_grpc.BrokerServicer):
-    async def Produce(self, request, context):
-        return pb.ProduceResponse(record_count=1)
-
-
-async def _serve(cert: str | None, key: str | None, options: GrpcOptions) -> None:
-    server = grpc.aio.server(options=[
-        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-        ("grpc.so_reuseport", 0),
-        *options,
-    ])
-    broker_pb2_grpc.add_BrokerServicer_to_server(_NoopBroker(), server)
-    if cert and key:
-        credentials = grpc.ssl_server_credentials([(Path(key).read_bytes(),
-                                                    Path(cert).read_bytes())])
-        port = server.add_secure_port("127.0.0.1:0", credentials)
-    else:
-        port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    print(f"listening on 127.0.0.1:{port}", flush=True)
-    stop = asyncio.Event()
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    await stop.wait()
-    await server.stop(0)
-
-
 def _channel(target: str, ca_file: str | None, options: Sequence[tuple[str, Any]]) -> Any:
     options = [("grpc.max_send_message_length", MAX_MESSAGE_BYTES), *options]
     if ca_file is None:
@@ -230,13 +204,6 @@ async def _send(target: str, ca_file: str | None, options: GrpcOptions, requests
         return time.perf_counter() - started, time.process_time() - cpu
 
 
-def cpu_s(pid: int) -> float:
-    """CPU seconds (user + system, every thread) a process used so far: /proc/PID/stat."""
-    with open(f"/proc/{pid}/stat") as handle:
-        fields = handle.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _run_loop(coroutine: Any) -> Any:
     try:
         import uvloop
@@ -255,20 +222,8 @@ def _server(tls_files: tuple[str, str] | None, options: GrpcOptions,
     if tls_files is not None:
         args += ["--cert", tls_files[0], "--key", tls_files[1]]
     env = dict(os.environ, GRPC_EXPERIMENTS=experiments) if experiments else None
-    process = subprocess.Popen(args, stdout=subprocess.PIPE, text=True, env=env)
-    try:
-        assert process.stdout is not None
-        match = re.search(r"listening on (\S+:\d+)", process.stdout.readline())
-        if match is None:
-            raise RuntimeError(f"the no-op server exited with {process.wait()} before serving")
-        yield match.group(1), process.pid
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    with _process(args, env) as (target, _, pid):
+        yield target, pid
 
 
 # ------------------------------------------------------------------------ the three parts
@@ -297,7 +252,7 @@ def bulk(variants: list[Variant], rounds: int, mib: int, in_flight: int, pki: Pa
                 env = dict(os.environ)
                 if variant.experiments:
                     env["GRPC_EXPERIMENTS"] = variant.experiments
-                server_cpu = cpu_s(pid)
+                server_cpu = _cpu_s(pid)
                 sent = subprocess.run(
                     [sys.executable, "-m", "benchmarks.bench_tls", "send", target,
                      "--requests", str(requests), "--message-bytes", str(variant.message_bytes),
@@ -308,7 +263,7 @@ def bulk(variants: list[Variant], rounds: int, mib: int, in_flight: int, pki: Pa
                 if sent.returncode != 0:
                     raise RuntimeError(f"the client of {variant.name!r} exited with "
                                        f"{sent.returncode}:\n{sent.stderr}")
-                server_cpu = cpu_s(pid) - server_cpu
+                server_cpu = _cpu_s(pid) - server_cpu
                 wall, client_cpu = json.loads(sent.stdout.strip().splitlines()[-1])
                 sent_mib = requests * variant.message_bytes / MIB
                 result = figures[variant.name]
@@ -385,13 +340,13 @@ def handshake(connections: int, rounds: int, pki: Path) -> None:
             shift = turn % len(kinds)
             pairs = list(zip(kinds, servers, strict=True))
             for (name, files), (target, pid) in pairs[shift:] + pairs[:shift]:
-                server_cpu, client_cpu = cpu_s(pid), time.process_time()
+                server_cpu, client_cpu = _cpu_s(pid), time.process_time()
                 started = time.perf_counter()
                 _run_loop(_connect_and_call(target, files[0] if files else None, connections))
                 samples[name].append((
                     (time.perf_counter() - started) * 1000 / connections,
                     (time.process_time() - client_cpu) * 1000 / connections,
-                    (cpu_s(pid) - server_cpu) * 1000 / connections))
+                    (_cpu_s(pid) - server_cpu) * 1000 / connections))
     print(f"# {connections} connections a turn (new channel, one Produce, close), "
           f"median of {rounds} turns")
     print(f"{'server certificate':<20}{'wall ms':>9}{'client CPU ms':>15}{'server CPU ms':>15}")
@@ -424,7 +379,8 @@ def _child(argv: list[str]) -> None:
 
         tune_allocator(Settings().malloc_mmap_threshold_bytes)
         sys.setswitchinterval(Settings().gil_switch_interval_us / 1e6)
-        _run_loop(_serve(args.cert, args.key, options))
+        tls = (args.cert, args.key) if args.cert and args.key else None
+        _run_loop(_serve_noop(0, tls, options))
         return
     wall, cpu = _run_loop(_send(args.target, args.ca, options, args.requests,
                                 args.message_bytes, args.in_flight))
