@@ -29,6 +29,8 @@ measures:
   server CPU                   each server process's CPU time (/proc/PID/stat, all threads) per
                                MiB produced and per unary call: a figure the machine's other load
                                hardly moves, unlike the wall-clock ones
+  client CPU                   this process's CPU time per MiB produced, per server: the sending
+                               side's share of the two cores
 
 The log is built from one template batch of 100 records (100-byte values, timestamps 1 ms
 apart) whose base timestamp is patched per batch and its CRC recomputed, so that building 10
@@ -40,7 +42,9 @@ With ``--secure`` a third server runs: stratalog with TLS and password authentic
 (benchmarks/security_setup.py), with its own copy of the log; it takes its turns in the produce
 runs and its fetches and ListOffsets are timed in the same rounds ("secure ..." rows), and the
 last lines give secure / plain for produce MB/s and the fetch percentiles (issue 13's goal:
-at most 15% fewer records/s, p99 fetch at most 1.3 times). ``--acl`` turns the authorizer on in
+at most 15% fewer records/s, p99 fetch at most 1.3 times). A fourth server, the no-op with TLS
+("secure noop produce"), takes produce turns too: TLS / plain no-op is what TLS costs gRPC's
+transport alone, the bound for the secure / plain ratio of a server that adds nothing else. ``--acl`` turns the authorizer on in
 that server, with one ACL (ALL on every topic for its caller) and byte-rate quotas it never
 reaches: with ``--secure``, the goal's TLS + authentication + one ACL; alone, a plaintext
 server with the authorizer and quotas (the "secure" rows then measure only those).
@@ -70,7 +74,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -113,14 +117,22 @@ class _NoopBroker(broker_pb2_grpc.BrokerServicer):
         return self._response
 
 
-async def _serve_noop(payload_bytes: int) -> None:
+async def _serve_noop(payload_bytes: int, tls: tuple[str, str] | None = None,
+                      options: Sequence[tuple[str, int]] = ()) -> None:
+    """The no-op server; with ``tls`` = (certificate file, key file), TLS as stratalog's has it
+    (gRPC's defaults: TLS 1.3, AES-128-GCM); ``options``: more gRPC server arguments."""
     server = grpc.aio.server(options=[
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         ("grpc.so_reuseport", 0),
+        *options,
     ])
     broker_pb2_grpc.add_BrokerServicer_to_server(_NoopBroker(bytes(payload_bytes)), server)
-    port = server.add_insecure_port("127.0.0.1:0")
+    if tls is None:
+        port = server.add_insecure_port("127.0.0.1:0")
+    else:
+        cert, key = (Path(name).read_bytes() for name in tls)
+        port = server.add_secure_port("127.0.0.1:0", grpc.ssl_server_credentials([(key, cert)]))
     await server.start()
     print(f"stratalog: listening on 127.0.0.1:{port}", flush=True)
     stop = asyncio.Event()
@@ -130,9 +142,12 @@ async def _serve_noop(payload_bytes: int) -> None:
 
 
 @contextlib.contextmanager
-def _process(args: list[str]) -> Iterator[tuple[str, int | None, int]]:
-    """Start a server process; yield its target, metrics port and pid; SIGTERM it at the end."""
-    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+def _process(args: list[str],
+             env: dict[str, str] | None = None) -> Iterator[tuple[str, int | None, int]]:
+    """Start a server process (in ``env``, or this one's environment); yield its target,
+    metrics port and pid; SIGTERM it at the end."""
+    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                               env=env)
     try:
         assert process.stdout is not None
         target, metrics_port = None, None
@@ -350,6 +365,7 @@ def main() -> None:
                              " quotas; without --secure it is plaintext")
     parser.add_argument("noop", nargs="?", help=argparse.SUPPRESS)
     parser.add_argument("--payload-bytes", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--noop-tls", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.noop == "noop-server":
         if not args.untuned_noop:
@@ -359,9 +375,9 @@ def main() -> None:
             sys.setswitchinterval(Settings().gil_switch_interval_us / 1e6)
         try:
             import uvloop
-            uvloop.run(_serve_noop(args.payload_bytes))
+            uvloop.run(_serve_noop(args.payload_bytes, args.noop_tls))
         except ImportError:
-            asyncio.run(_serve_noop(args.payload_bytes))
+            asyncio.run(_serve_noop(args.payload_bytes, args.noop_tls))
         return
 
     template = _template_batch()
@@ -406,6 +422,14 @@ def main() -> None:
     try:
         with contextlib.ExitStack() as stack:
             noop_target, _, noop_pid = stack.enter_context(_process(noop_args))
+            # With --secure, the ceiling with TLS too: what TLS costs the transport alone.
+            noops = [("noop produce", noop_target, noop_pid, _PLAIN)]
+            if args.secure:
+                secure_noop_target, _, secure_noop_pid = stack.enter_context(_process([
+                    *noop_args, "--noop-tls", str(secure.setup.cert_file),
+                    str(secure.setup.key_file)]))
+                noops.append(("secure noop produce", secure_noop_target, secure_noop_pid,
+                              secure))
             target, mport, pid = stack.enter_context(_process(server_args(data_dir)))
             # (name prefix, target, pid, connection, data dir) of each stratalog server.
             stratalogs = [("", target, pid, _PLAIN, data_dir)]
@@ -439,25 +463,29 @@ def main() -> None:
                 # The servers take turns, --produce-rounds times, so that the machine's
                 # other load falls on all alike (a run of one then a run of the other swung
                 # the ratio by +-0.2 here); each server's MB/s is its bytes over its own seconds.
-                servers = [("noop produce", noop_target, noop_pid, _PLAIN)] + [
+                servers = noops + [
                     (f"{prefix}produce", t, p, c) for prefix, t, p, c, _ in stratalogs]
                 seconds = {name: 0.0 for name, _, _, _ in servers}
                 cpu_s = dict(seconds)
+                client_cpu_s = dict(seconds)
                 rounds = max(1, args.produce_rounds)
                 chunk = produce_payloads[: max(1, len(produce_payloads) // rounds)]
                 for turn in range(rounds):
                     shift = turn % len(servers)
                     for name, server_target, server_pid, connection in (
                             servers[shift:] + servers[:shift]):
-                        cpu = _cpu_s(server_pid)
+                        cpu, client_cpu = _cpu_s(server_pid), time.process_time()
                         started = time.perf_counter()
                         asyncio.run(_produce(server_target, topic, chunk, args.in_flight,
                                              connection))
                         seconds[name] += time.perf_counter() - started
                         cpu_s[name] += _cpu_s(server_pid) - cpu
+                        client_cpu_s[name] += time.process_time() - client_cpu
                 for name in seconds:
                     record(f"{name} MB/s", rounds * len(chunk) * len(mib_batch) / seconds[name] / 1e6)
                     record(f"{name} server CPU ms/MiB", cpu_s[name] * 1000 / (rounds * len(chunk)))
+                    record(f"{name} client CPU ms/MiB",
+                           client_cpu_s[name] * 1000 / (rounds * len(chunk)))
                 record("produce / no-op (this run)",
                        seconds["noop produce"] / seconds["produce"])
                 for _, server_target, _, connection, log_dir in stratalogs:
@@ -527,6 +555,10 @@ def main() -> None:
             + (["authorizer (one ACL) + quotas (not reached)"] if args.acl else [])))
         produce = medians["secure produce MB/s"] / medians["produce MB/s"]
         print(f"secure / plain produce MB/s   {produce:.2f}   (issue 13's goal >= 0.85)")
+        if args.secure:
+            noop = medians["secure noop produce MB/s"] / medians["noop produce MB/s"]
+            print(f"TLS / plain no-op produce MB/s {noop:.2f}   (what TLS costs the transport "
+                  "alone: benchmarks/bench_tls.py)")
         for name in ("FetchByOffset", "FetchByTimestamp", "ListOffsets latest"):
             p50 = medians[f"secure {name} p50 ms"] / medians[f"{name} p50 ms"]
             p99 = medians[f"secure {name} p99 ms"] / medians[f"{name} p99 ms"]

@@ -35,6 +35,9 @@ class SecureSetup:
     tls: TlsConfig
     auth: Credentials
     ca_file: Path
+    #: The server's certificate and key (also in ``server_flags``).
+    cert_file: Path
+    key_file: Path
 
 
 def make_secure_setup(directory: Path) -> SecureSetup:
@@ -52,6 +55,8 @@ def make_secure_setup(directory: Path) -> SecureSetup:
         tls=TlsConfig.from_files(pki.ca),
         auth=Credentials.password(USER, PASSWORD),
         ca_file=pki.ca,
+        cert_file=pki.server[0],
+        key_file=pki.server[1],
     )
 
 
