@@ -188,8 +188,10 @@ class Settings:
     )
     read_in_executor_min_bytes: int = _setting(
         256 * _KIB,
-        "fetches allowed to read at least this many bytes read in the thread pool, smaller"
-        " ones inline on the event loop (page-cache reads are cheaper inline)",
+        "fetches that may return at least this many bytes read in the thread pool, smaller"
+        " ones inline on the event loop (page-cache reads are cheaper inline); a fetch may"
+        " return its max_bytes, or less when the partition holds less past its offset:"
+        " nothing at the log end, the active segment's size when it reads there",
         0,
     )
     append_in_executor_min_bytes: int = _setting(

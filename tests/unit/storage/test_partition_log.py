@@ -910,6 +910,28 @@ def test_fetch_is_read_with_the_next_offset_and_record_count(directory: Path) ->
     log.close()
 
 
+def test_fetchable_bytes_max_bounds_every_fetch_it_knows_of(directory: Path) -> None:
+    # Over several segments and every offset: 0 at the end, the active segment's size in it
+    # (never less than a fetch there returns), None in older segments.
+    log = open_log(directory, segment_bytes=3000, index_interval_bytes=200)
+    assert log.fetchable_bytes_max(0) == 0  # empty
+    for i in range(60):
+        log.append(client_batch([T0 + i] * (1 + i % 3), value=b"x" * (i * 11 % 250)))
+    active = log.active_segment
+    assert len(log.segments) > 3
+    end = log.log_end_offset
+    for offset in range(log.log_start_offset, end + 2):
+        bound = log.fetchable_bytes_max(offset)
+        if offset >= end:
+            assert bound == 0
+        elif offset >= active.base_offset:
+            assert bound == active.size_bytes
+            assert len(log.read(offset, 10**9)) <= bound
+        else:
+            assert bound is None
+    log.close()
+
+
 def test_fetch_errors_are_reads(directory: Path) -> None:
     log = open_log(directory)
     log.append(client_batch([T0, T0]))
