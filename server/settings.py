@@ -225,6 +225,14 @@ class Settings:
         " is not kept waiting behind gRPC's poller thread",
         1,
     )
+    gc_young_objects_max: int = _setting(
+        10_000,
+        "container objects allocated (net of those freed) before CPython's cyclic garbage"
+        " collector examines its youngest generation (threshold0; CPython's default is 700):"
+        " fewer collections, and fewer full ones, which hold the event loop; 0 keeps"
+        " CPython's default (see stratalog.server.garbage_collector)",
+        0,
+    )
     max_concurrent_rpcs: int = _setting(
         8192,
         "RPCs served at once, all clients, streams included; more are refused"
