@@ -301,13 +301,17 @@ class Server:
                 self._authenticator,
                 client_certificates=self.settings.tls_client_auth == "required",
                 reflection_open=self.settings.reflection_open,
+                metrics=self.metrics,
             ),
         ]
         if self.authorizer is not None:
             interceptors.append(AuthorizationInterceptor(
-                self.authorizer, reflection_open=self.settings.reflection_open
+                self.authorizer, reflection_open=self.settings.reflection_open,
+                metrics=self.metrics,
             ))
-        interceptors.append(QuotaInterceptor(self.quotas, self.settings.fetch_max_bytes_default))
+        interceptors.append(QuotaInterceptor(
+            self.quotas, self.settings.fetch_max_bytes_default, self.metrics
+        ))
         return interceptors
 
     async def reload(self) -> bool:

@@ -60,7 +60,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Executor
 from contextvars import Token
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import grpc.aio
@@ -71,6 +71,9 @@ from .credentials import CredentialFile
 from .errors import AuthenticationFailedError
 from .principal import ANONYMOUS, CallIdentity, Principal, current_identity
 from .tls import certificate_principal
+
+if TYPE_CHECKING:
+    from stratalog.server.metrics import ServerMetrics
 
 __all__ = [
     "ANONYMOUS_MODES",
@@ -93,6 +96,7 @@ _REFLECTION_PREFIXES = (
 )
 _WHO_AM_I = "/stratalog.v1.Broker/WhoAmI"
 
+_MALFORMED = "malformed_credentials"
 # One message for every wrong credential: it must not tell a client which user names exist.
 _WRONG = "authentication failed: unknown user or token, or wrong password"
 
@@ -134,17 +138,20 @@ def _parse_authorization(value: str) -> tuple[str, str, str]:
             decoded = base64.b64decode(credential, validate=True).decode("utf-8")
         except (binascii.Error, UnicodeDecodeError):
             raise AuthenticationFailedError(
-                "authentication failed: Basic credentials are not base64 of UTF-8 user:password"
+                "authentication failed: Basic credentials are not base64 of UTF-8 user:password",
+                failure=_MALFORMED,
             ) from None
         user, sep, password = decoded.partition(":")
         if not sep or not user:
             raise AuthenticationFailedError(
-                "authentication failed: Basic credentials are not user:password"
+                "authentication failed: Basic credentials are not user:password",
+                failure=_MALFORMED,
             )
         return "password", user, password
     raise AuthenticationFailedError(
         "authentication failed: the authorization metadata must be 'Basic <base64 user:password>'"
-        " or 'Bearer <token>'"
+        " or 'Bearer <token>'",
+        failure=_MALFORMED,
     )
 
 
@@ -198,19 +205,22 @@ class Authenticator:
             if key == _AUTHORIZATION:
                 if value is not None:
                     raise AuthenticationFailedError(
-                        "authentication failed: more than one authorization metadata entry"
+                        "authentication failed: more than one authorization metadata entry",
+                        failure=_MALFORMED,
                     )
                 value = item
         if value is None:
             return None
         if not isinstance(value, str):
-            raise AuthenticationFailedError("authentication failed: authorization is not text")
+            raise AuthenticationFailedError("authentication failed: authorization is not text",
+                                            failure=_MALFORMED)
         mechanism, name, secret = _parse_authorization(value)
         credentials = self._credentials
         if credentials is None:
             raise AuthenticationFailedError(
                 "authentication failed: this server accepts no passwords or tokens"
-                " (it has no credential file); connect without credentials"
+                " (it has no credential file); connect without credentials",
+                failure="credentials_not_accepted",
             )
         # hmac.new, not the one-shot hmac.digest: that one releases the GIL on every call, and
         # with pool threads waiting for it the loop then waits up to gil_switch_interval_us
@@ -234,7 +244,7 @@ class Authenticator:
             )
         verified = await asyncio.shield(check)
         if verified is None:
-            raise AuthenticationFailedError(_WRONG)
+            raise AuthenticationFailedError(_WRONG, failure="wrong_credentials")
         return verified
 
     async def _check(
@@ -336,7 +346,9 @@ class AuthenticationInterceptor(grpc.aio.ServerInterceptor):
     """The first server interceptor: establishes each call's identity or refuses the call.
 
     Order (server/security/__init__.py): this one first; interceptors after it (authorization,
-    quotas) read :data:`current_identity` inside their wrapped handlers. Event-loop only.
+    quotas) read :data:`current_identity` inside their wrapped handlers. Each refusal is
+    counted in ``metrics`` by its failure (``stratalog_authentication_failures_total``).
+    Event-loop only.
     """
 
     def __init__(
@@ -345,10 +357,12 @@ class AuthenticationInterceptor(grpc.aio.ServerInterceptor):
         *,
         client_certificates: bool,
         reflection_open: bool,
+        metrics: ServerMetrics,
     ) -> None:
         self._authenticator = authenticator
         self._client_certificates = client_certificates
         self._reflection_open = reflection_open
+        self._metrics = metrics
 
     async def intercept_service(
         self,
@@ -366,9 +380,11 @@ class AuthenticationInterceptor(grpc.aio.ServerInterceptor):
                 handler_call_details.invocation_metadata
             )
         except AuthenticationFailedError as exc:
+            self._metrics.observe_authentication_failure(exc.failure)
             return _refusing(handler, exc)
         anonymous_allowed = self._authenticator.anonymous_allowed or method == _WHO_AM_I
         client_certificates = self._client_certificates
+        metrics = self._metrics
 
         async def enter(context: grpc.aio.ServicerContext) -> Token[CallIdentity]:
             host = peer_host(context.peer())
@@ -382,9 +398,11 @@ class AuthenticationInterceptor(grpc.aio.ServerInterceptor):
                 elif anonymous_allowed:
                     identity = CallIdentity(ANONYMOUS, host, "none")
                 else:
+                    metrics.observe_authentication_failure("credentials_required")
                     await context.abort_with_status(status.to_status(AuthenticationFailedError(
                         "authentication required: send a user and password or a token"
-                        " (authorization metadata), or a client certificate"
+                        " (authorization metadata), or a client certificate",
+                        failure="credentials_required",
                     )))
                     raise AssertionError("abort_with_status returned")  # pragma: no cover
             return current_identity.set(identity)

@@ -62,7 +62,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import grpc.aio
@@ -84,6 +84,9 @@ from .acls import (
 from .authentication import peer_host
 from .errors import AclLimitError, NotAuthorizedError
 from .principal import ANONYMOUS, CallIdentity, Principal, current_identity
+
+if TYPE_CHECKING:
+    from stratalog.server.metrics import ServerMetrics
 
 __all__ = [
     "BROKER_SERVICE",
@@ -519,18 +522,21 @@ class AuthorizationInterceptor(grpc.aio.ServerInterceptor):
 
     Order (server/security/__init__.py): after the authentication interceptor, whose
     :data:`current_identity` it reads, and before the quota interceptor, so a refused call
-    costs no quota. The handlers it wraps are made once per method and reused.
+    costs no quota. The handlers it wraps are made once per method and reused. Each refused
+    call is counted in ``metrics`` by the operation refused
+    (``stratalog_authorization_denials_total``).
 
     Concurrency: event-loop only.
     """
 
     def __init__(
         self, authorizer: Authorizer, rules: Mapping[str, Rule] = RULES, *,
-        reflection_open: bool = False,
+        reflection_open: bool = False, metrics: ServerMetrics,
     ) -> None:
         self._authorizer = authorizer
         self._rules = rules
         self._reflection_open = reflection_open
+        self._metrics = metrics
         self._wrapped: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
 
     async def intercept_service(
@@ -546,13 +552,17 @@ class AuthorizationInterceptor(grpc.aio.ServerInterceptor):
         if cached is not None and cached[0] is handler:
             return cached[1]
         rule = rule_for(method, self._rules, reflection_open=self._reflection_open)
-        wrapped = handler if rule is _OPEN else _wrap(handler, self._authorizer, rule)
+        wrapped = (handler if rule is _OPEN
+                   else _wrap(handler, self._authorizer, rule, self._metrics))
         self._wrapped[method] = (handler, wrapped)
         return wrapped
 
 
-def _wrap(handler: grpc.RpcMethodHandler, authorizer: Authorizer, rule: Rule) -> Any:
-    """``handler`` with ``rule`` checked before its behaviour and applied to its answer."""
+def _wrap(
+    handler: grpc.RpcMethodHandler, authorizer: Authorizer, rule: Rule, metrics: ServerMetrics
+) -> Any:
+    """``handler`` with ``rule`` checked before its behaviour and applied to its answer; a
+    refusal counted in ``metrics``."""
     kind = next(
         name for name in ("unary_unary", "unary_stream", "stream_unary", "stream_stream")
         if getattr(handler, name) is not None
@@ -563,7 +573,7 @@ def _wrap(handler: grpc.RpcMethodHandler, authorizer: Authorizer, rule: Rule) ->
     if rule.single is not None and not request_streaming and not inspect.isasyncgenfunction(
         inner
     ):
-        return handler._replace(**{kind: _single_check(inner, authorizer, rule)})
+        return handler._replace(**{kind: _single_check(inner, authorizer, rule, metrics)})
 
     async def admit(request: Any, context: grpc.aio.ServicerContext) -> Decider:
         decider = Decider(authorizer, call_identity(context))
@@ -573,6 +583,7 @@ def _wrap(handler: grpc.RpcMethodHandler, authorizer: Authorizer, rule: Rule) ->
             try:
                 check(decider, request)
             except NotAuthorizedError as exc:
+                metrics.observe_authorization_denial(exc.operation)
                 await context.abort_with_status(status.to_status(exc))
         return decider
 
@@ -595,7 +606,8 @@ def _wrap(handler: grpc.RpcMethodHandler, authorizer: Authorizer, rule: Rule) ->
     return handler._replace(**{kind: behaviour})
 
 
-def _single_check(inner: Any, authorizer: Authorizer, rule: Rule) -> Any:
+def _single_check(inner: Any, authorizer: Authorizer, rule: Rule, metrics: ServerMetrics
+                  ) -> Any:
     """The behaviour ``inner`` behind a rule of one operation on one resource: the hot path
     (Produce, the fetches), decided with one cache lookup on a cache hit."""
     assert rule.single is not None
@@ -609,6 +621,7 @@ def _single_check(inner: Any, authorizer: Authorizer, rule: Rule) -> Any:
         if type(request) is not UndecodableRequest:
             name = CLUSTER_NAME if field is None else getattr(request, field)
             if not authorize(identity, operation, resource_type, name):
+                metrics.observe_authorization_denial(operation.name)
                 refusal = Decider(authorizer, identity).refusal(operation, resource_type, name)
                 await context.abort_with_status(status.to_status(refusal))
         response = await inner(request, context)

@@ -44,7 +44,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import grpc.aio
@@ -54,12 +54,18 @@ from stratalog.v1 import broker_pb2
 
 from .principal import ANONYMOUS, Principal, current_identity
 
+if TYPE_CHECKING:
+    from stratalog.server.metrics import ServerMetrics
+
 __all__ = ["QuotaConfig", "QuotaInterceptor", "QuotaManager", "Rate"]
 
 logger = logging.getLogger(__name__)
 
 _PRODUCE = "producer_byte_rate"
 _FETCH = "consumer_byte_rate"
+# The metrics' names of the two quotas (their "quota" label).
+_PRODUCE_QUOTA = "produce"
+_FETCH_QUOTA = "fetch"
 _SERVICE = broker_pb2.DESCRIPTOR.services_by_name["Broker"].full_name
 _ANONYMOUS = str(ANONYMOUS)
 # Sensors are swept for idle ones when there are more than this many, and then at twice the
@@ -303,11 +309,16 @@ class QuotaInterceptor(grpc.aio.ServerInterceptor):
     ``throttle_time_ms``. Other methods pass untouched, and all do while no quota is set.
 
     Order: the last interceptor, after authorization (a refused call costs no quota). The
-    handlers it wraps are made once per method and reused. Event-loop only.
+    handlers it wraps are made once per method and reused. Each delayed answer is counted in
+    ``metrics``, with its delay (``stratalog_quota_throttles_total``,
+    ``stratalog_quota_throttle_seconds_total``, by quota: produce or fetch). Event-loop only.
     """
 
-    def __init__(self, manager: QuotaManager, fetch_max_bytes_default: int) -> None:
+    def __init__(
+        self, manager: QuotaManager, fetch_max_bytes_default: int, metrics: ServerMetrics
+    ) -> None:
         self._manager = manager
+        self._metrics = metrics
         self._fetch_max_bytes_default = fetch_max_bytes_default
         self._wrapped: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
         self._wrappers = {
@@ -339,6 +350,7 @@ class QuotaInterceptor(grpc.aio.ServerInterceptor):
     def _produce(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         inner = handler.unary_unary
         manager = self._manager
+        metrics = self._metrics
 
         async def produce(request: Any, context: grpc.aio.ServicerContext) -> Any:
             if type(request) is UndecodableRequest:
@@ -350,6 +362,7 @@ class QuotaInterceptor(grpc.aio.ServerInterceptor):
                 # Refused requests count too: their bytes crossed the network all the same.
                 throttle_ms = manager.record_produce(principal, _produce_bytes(request))
             if throttle_ms:
+                metrics.observe_throttle(_PRODUCE_QUOTA, throttle_ms)
                 response.throttle_time_ms = throttle_ms
                 await asyncio.sleep(throttle_ms / 1000)
             return response
@@ -359,6 +372,7 @@ class QuotaInterceptor(grpc.aio.ServerInterceptor):
     def _fetch(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         inner = handler.unary_unary
         manager = self._manager
+        metrics = self._metrics
         default_bytes = self._fetch_max_bytes_default
 
         async def fetch(request: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -371,6 +385,7 @@ class QuotaInterceptor(grpc.aio.ServerInterceptor):
             response = await inner(request, context)
             throttle_ms = manager.record_fetch(principal, _fetch_bytes(response))
             if throttle_ms:
+                metrics.observe_throttle(_FETCH_QUOTA, throttle_ms)
                 response.throttle_time_ms = throttle_ms
                 await asyncio.sleep(throttle_ms / 1000)
             return response
@@ -380,9 +395,10 @@ class QuotaInterceptor(grpc.aio.ServerInterceptor):
     def _subscribe(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         inner = handler.unary_stream
         manager = self._manager
+        metrics = self._metrics
 
         async def subscribe(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            return await inner(request, _ThrottledStream(context, manager, _principal()))
+            return await inner(request, _ThrottledStream(context, manager, metrics, _principal()))
 
         return handler._replace(unary_stream=subscribe)
 
@@ -412,13 +428,15 @@ class _ThrottledStream:
     as FetchResponse objects or, as the servicer sends them, already serialized (``bytes``:
     counted by their length, the throttle time appended as its field)."""
 
-    __slots__ = ("_context", "_manager", "_principal")
+    __slots__ = ("_context", "_manager", "_metrics", "_principal")
 
     def __init__(
-        self, context: grpc.aio.ServicerContext, manager: QuotaManager, principal: str
+        self, context: grpc.aio.ServicerContext, manager: QuotaManager, metrics: ServerMetrics,
+        principal: str,
     ) -> None:
         self._context = context
         self._manager = manager
+        self._metrics = metrics
         self._principal = principal
 
     def __getattr__(self, name: str) -> Any:
@@ -429,6 +447,7 @@ class _ThrottledStream:
         size = len(message) if serialized else _fetch_bytes(message)  # type: ignore[arg-type]
         throttle_ms = self._manager.record_fetch(self._principal, size)
         if throttle_ms:
+            self._metrics.observe_throttle(_FETCH_QUOTA, throttle_ms)
             if serialized:
                 message = _with_throttle_time(message, throttle_ms)  # type: ignore[arg-type]
             else:
