@@ -23,7 +23,7 @@ access is refused, so a client can see why it is refused (wrong credentials are 
 too).
 
 The outcome is published in :data:`~stratalog.server.security.principal.current_identity`
-while the method's handler runs (see :func:`wrap_handler`), where the authorizer, the quotas
+while the method's handler runs (see :func:`.handlers.wrap_handler`), where the authorizer, the quotas
 and ``WhoAmI`` read it. Metadata is checked in :meth:`AuthenticationInterceptor.intercept_service`,
 before the request is even deserialized: a refused call costs no parsing of its body. The
 certificate and the client's address are known only to the handler's ``ServicerContext``, so
@@ -49,10 +49,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import contextlib
 import hashlib
 import hmac
-import inspect
 import logging
 import secrets
 from collections import OrderedDict
@@ -69,6 +67,7 @@ from stratalog.server import status
 
 from .credentials import CredentialFile
 from .errors import AuthenticationFailedError
+from .handlers import HEALTH_PREFIX, REFLECTION_PREFIXES, wrap_handler
 from .principal import ANONYMOUS, CallIdentity, Principal, current_identity
 from .tls import certificate_principal
 
@@ -80,7 +79,6 @@ __all__ = [
     "AuthenticationInterceptor",
     "Authenticator",
     "peer_host",
-    "wrap_handler",
 ]
 
 logger = logging.getLogger(__name__)
@@ -89,11 +87,6 @@ logger = logging.getLogger(__name__)
 ANONYMOUS_MODES = ("auto", "allowed", "refused")
 
 _AUTHORIZATION = "authorization"
-_HEALTH_PREFIX = "/grpc.health.v1.Health/"
-_REFLECTION_PREFIXES = (
-    "/grpc.reflection.v1alpha.ServerReflection/",
-    "/grpc.reflection.v1.ServerReflection/",
-)
 _WHO_AM_I = "/stratalog.v1.Broker/WhoAmI"
 
 _MALFORMED = "malformed_credentials"
@@ -280,52 +273,7 @@ class Authenticator:
             self._cache.popitem(last=False)
 
 
-# ------------------------------------------------------------------------ handlers
-
-
-Enter = Callable[[grpc.aio.ServicerContext], Awaitable[Token[CallIdentity] | None]]
-
-
-def _reset(token: Token[CallIdentity] | None) -> None:
-    if token is not None:
-        # A stream's generator closed from another context cannot reset; its task is ending.
-        with contextlib.suppress(ValueError):
-            current_identity.reset(token)
-
-
-def wrap_handler(handler: grpc.RpcMethodHandler, enter: Enter) -> grpc.RpcMethodHandler:
-    """``handler`` with ``await enter(context)`` run before its behaviour, in the call's own
-    task, and the context variable token it returns reset after.
-
-    For any of gRPC's four handler kinds, coroutine or async-generator behaviours alike. An
-    interceptor that needs the call's identity (the authorizer, the quotas) wraps the handler
-    the same way: it runs inside this one's ``enter``, so :data:`current_identity` is set.
-    """
-    kind = next(
-        name for name in ("unary_unary", "unary_stream", "stream_unary", "stream_stream")
-        if getattr(handler, name) is not None
-    )
-    inner = getattr(handler, kind)
-    if inspect.isasyncgenfunction(inner):
-
-        async def generator(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            token = await enter(context)
-            try:
-                async for response in inner(request, context):
-                    yield response
-            finally:
-                _reset(token)
-
-        return handler._replace(**{kind: generator})
-
-    async def behaviour(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        token = await enter(context)
-        try:
-            return await inner(request, context)
-        finally:
-            _reset(token)
-
-    return handler._replace(**{kind: behaviour})
+# ------------------------------------------------------------------------ the interceptor
 
 
 def _refusing(handler: grpc.RpcMethodHandler, exc: Exception) -> grpc.RpcMethodHandler:
@@ -371,9 +319,9 @@ class AuthenticationInterceptor(grpc.aio.ServerInterceptor):
     ) -> grpc.RpcMethodHandler:
         handler = await continuation(handler_call_details)
         method = handler_call_details.method
-        if handler is None or method.startswith(_HEALTH_PREFIX):
+        if handler is None or method.startswith(HEALTH_PREFIX):
             return handler
-        if self._reflection_open and method.startswith(_REFLECTION_PREFIXES):
+        if self._reflection_open and method.startswith(REFLECTION_PREFIXES):
             return handler
         try:
             verified = await self._authenticator.authenticate(

@@ -83,6 +83,7 @@ from .acls import (
 )
 from .authentication import peer_host
 from .errors import AclLimitError, NotAuthorizedError
+from .handlers import HEALTH_PREFIX, REFLECTION_PREFIXES, WrappedHandlers, behaviour_of
 from .principal import ANONYMOUS, CallIdentity, Principal, current_identity
 
 if TYPE_CHECKING:
@@ -101,11 +102,6 @@ logger = logging.getLogger(__name__)
 
 #: The Broker service's full name, the prefix of its method paths.
 BROKER_SERVICE = broker_pb2.DESCRIPTOR.services_by_name["Broker"].full_name
-_HEALTH_PREFIX = "/grpc.health.v1.Health/"
-_REFLECTION_PREFIXES = (
-    "/grpc.reflection.v1alpha.ServerReflection/",
-    "/grpc.reflection.v1.ServerReflection/",
-)
 
 # The cache key of authorize_by_resource_type's decisions (no resource name).
 _ANY_NAME = None
@@ -490,9 +486,9 @@ def rule_for(
     service, _, name = method.lstrip("/").partition("/")
     if service == BROKER_SERVICE:
         return rules.get(name, _UNKNOWN)
-    if method.startswith(_HEALTH_PREFIX):
+    if method.startswith(HEALTH_PREFIX):
         return _OPEN
-    if method.startswith(_REFLECTION_PREFIXES):
+    if method.startswith(REFLECTION_PREFIXES):
         return _OPEN if reflection_open else _REFLECTION
     return _UNKNOWN
 
@@ -537,7 +533,7 @@ class AuthorizationInterceptor(grpc.aio.ServerInterceptor):
         self._rules = rules
         self._reflection_open = reflection_open
         self._metrics = metrics
-        self._wrapped: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
+        self._wrapped = WrappedHandlers()
 
     async def intercept_service(
         self,
@@ -547,15 +543,13 @@ class AuthorizationInterceptor(grpc.aio.ServerInterceptor):
         handler = await continuation(handler_call_details)
         if handler is None:
             return handler
-        method = handler_call_details.method
-        cached = self._wrapped.get(method)
-        if cached is not None and cached[0] is handler:
-            return cached[1]
+        return self._wrapped.get(handler_call_details.method, handler, self._wrap)
+
+    def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         rule = rule_for(method, self._rules, reflection_open=self._reflection_open)
-        wrapped = (handler if rule is _OPEN
-                   else _wrap(handler, self._authorizer, rule, self._metrics))
-        self._wrapped[method] = (handler, wrapped)
-        return wrapped
+        if rule is _OPEN:
+            return handler
+        return _wrap(handler, self._authorizer, rule, self._metrics)
 
 
 def _wrap(
@@ -563,11 +557,7 @@ def _wrap(
 ) -> Any:
     """``handler`` with ``rule`` checked before its behaviour and applied to its answer; a
     refusal counted in ``metrics``."""
-    kind = next(
-        name for name in ("unary_unary", "unary_stream", "stream_unary", "stream_stream")
-        if getattr(handler, name) is not None
-    )
-    inner = getattr(handler, kind)
+    kind, inner = behaviour_of(handler)
     check, answer = rule.check, rule.answer
     request_streaming = kind.startswith("stream_")
     if rule.single is not None and not request_streaming and not inspect.isasyncgenfunction(

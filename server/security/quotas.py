@@ -52,6 +52,7 @@ import grpc.aio
 from stratalog.server.decoding import UndecodableRequest
 from stratalog.v1 import broker_pb2
 
+from .handlers import WrappedHandlers
 from .principal import ANONYMOUS, Principal, current_identity
 
 if TYPE_CHECKING:
@@ -320,7 +321,7 @@ class QuotaInterceptor(grpc.aio.ServerInterceptor):
         self._manager = manager
         self._metrics = metrics
         self._fetch_max_bytes_default = fetch_max_bytes_default
-        self._wrapped: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
+        self._wrapped = WrappedHandlers()
         self._wrappers = {
             f"/{_SERVICE}/Produce": self._produce,
             f"/{_SERVICE}/FetchByOffset": self._fetch,
@@ -337,15 +338,12 @@ class QuotaInterceptor(grpc.aio.ServerInterceptor):
         if handler is None or not self._manager.enabled:
             return handler
         method = handler_call_details.method
-        wrap = self._wrappers.get(method)
-        if wrap is None:
+        if method not in self._wrappers:
             return handler
-        cached = self._wrapped.get(method)
-        if cached is not None and cached[0] is handler:
-            return cached[1]
-        wrapped = wrap(handler)
-        self._wrapped[method] = (handler, wrapped)
-        return wrapped
+        return self._wrapped.get(method, handler, self._wrap)
+
+    def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        return self._wrappers[method](handler)
 
     def _produce(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         inner = handler.unary_unary
@@ -362,9 +360,8 @@ class QuotaInterceptor(grpc.aio.ServerInterceptor):
                 # Refused requests count too: their bytes crossed the network all the same.
                 throttle_ms = manager.record_produce(principal, _produce_bytes(request))
             if throttle_ms:
-                metrics.observe_throttle(_PRODUCE_QUOTA, throttle_ms)
                 response.throttle_time_ms = throttle_ms
-                await asyncio.sleep(throttle_ms / 1000)
+                await _hold_back(metrics, _PRODUCE_QUOTA, throttle_ms)
             return response
 
         return handler._replace(unary_unary=produce)
@@ -385,9 +382,8 @@ class QuotaInterceptor(grpc.aio.ServerInterceptor):
             response = await inner(request, context)
             throttle_ms = manager.record_fetch(principal, _fetch_bytes(response))
             if throttle_ms:
-                metrics.observe_throttle(_FETCH_QUOTA, throttle_ms)
                 response.throttle_time_ms = throttle_ms
-                await asyncio.sleep(throttle_ms / 1000)
+                await _hold_back(metrics, _FETCH_QUOTA, throttle_ms)
             return response
 
         return handler._replace(unary_unary=fetch)
@@ -401,6 +397,13 @@ class QuotaInterceptor(grpc.aio.ServerInterceptor):
             return await inner(request, _ThrottledStream(context, manager, metrics, _principal()))
 
         return handler._replace(unary_stream=subscribe)
+
+
+async def _hold_back(metrics: ServerMetrics, quota: str, throttle_ms: int) -> None:
+    """Hold an answer of ``quota`` ("produce" or "fetch") back ``throttle_ms``, counted in
+    ``metrics``: the call's task sleeps, holding no lock and not the event loop."""
+    metrics.observe_throttle(quota, throttle_ms)
+    await asyncio.sleep(throttle_ms / 1000)
 
 
 # FetchResponse.throttle_time_ms as protobuf wire bytes: its tag (field number, varint type).
@@ -447,10 +450,9 @@ class _ThrottledStream:
         size = len(message) if serialized else _fetch_bytes(message)  # type: ignore[arg-type]
         throttle_ms = self._manager.record_fetch(self._principal, size)
         if throttle_ms:
-            self._metrics.observe_throttle(_FETCH_QUOTA, throttle_ms)
             if serialized:
                 message = _with_throttle_time(message, throttle_ms)  # type: ignore[arg-type]
             else:
                 message.throttle_time_ms = throttle_ms  # type: ignore[union-attr]
-            await asyncio.sleep(throttle_ms / 1000)
+            await _hold_back(self._metrics, _FETCH_QUOTA, throttle_ms)
         await self._context.write(message)
