@@ -17,12 +17,16 @@ Fixtures:
 ``bomb_request``      the issue 13 probe's zstd bomb: a Produce of about 1 MiB to topic "bomb"
                       that decompresses to 31 GB
 
+``until(condition, what)`` (a coroutine) polls a condition every 200 ms, bounded: a wait on the
+server's own counters instead of a sleep.
+
 A module-scoped ``server`` is stopped with SIGTERM at the end of its module, and the teardown
 fails if it did not exit 0: every test module also checks a clean shutdown.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 import re
@@ -108,6 +112,17 @@ class ServerProcess:
     def kill(self) -> int:
         """SIGKILL: the process dies at once, as in a crash."""
         return self.stop(signal.SIGKILL)
+
+
+async def until(condition: Callable[[], bool], what: str, timeout_s: float = 120.0) -> None:
+    """Wait, polling every 200 ms, until ``condition()`` holds; AssertionError naming ``what``
+    after ``timeout_s`` (generous: it only turns a hang into a failure)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not condition():
+        if loop.time() > deadline:
+            raise AssertionError(f"not within {timeout_s} s: {what}")
+        await asyncio.sleep(0.2)
 
 
 def launch_server(data_dir: Path, *extra_args: str, log_path: Path | None = None,

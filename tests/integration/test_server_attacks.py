@@ -51,7 +51,7 @@ from stratalog.server.security.credentials import CredentialFile
 from stratalog.v1 import broker_pb2 as pb
 from stratalog.v1 import broker_pb2_grpc
 
-from .conftest import CALL_TIMEOUT_S, ServerProcess
+from .conftest import CALL_TIMEOUT_S, ServerProcess, until
 
 #: The issue's "another client is still served within 1 s": each of its calls' deadline.
 OTHER_CLIENT_DEADLINE_S = 1.0
@@ -198,15 +198,6 @@ def _loop_thread_times(pid: int) -> tuple[float, float]:
     return int(on_cpu_ns) / 1e9, int(waiting_ns) / 1e9
 
 
-async def _until(condition: Callable[[], bool], what: str, timeout_s: float = 120.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not condition():
-        if loop.time() > deadline:
-            raise AssertionError(f"not within {timeout_s} s: {what}")
-        await asyncio.sleep(0.2)
-
-
 def _setup(server: ServerProcess) -> None:
     with grpc.insecure_channel(server.target) as channel:
         stub = broker_pb2_grpc.BrokerStub(channel)
@@ -259,14 +250,14 @@ async def test_the_probes_attacks_at_once_leave_another_client_served_and_a_rest
         attack.phase("start")
         repeated = asyncio.gather(attack.create_huge_topics(), attack.bombs())
         await attack.subscribe_idle()
-        await _until(lambda: server.metric('stratalog_waiting_rpcs{kind="subscribe"}')
+        await until(lambda: server.metric('stratalog_waiting_rpcs{kind="subscribe"}')
                      == SUBSCRIBERS, "every idle subscriber admitted")
         attack.phase("subscribers in")
-        await _until(lambda: server.metric('stratalog_waiting_rpcs{kind="long_poll"}')
+        await until(lambda: server.metric('stratalog_waiting_rpcs{kind="long_poll"}')
                      == LONG_POLLS_ADMITTED, "the long polls the connection may hold admitted")
         attack.phase("long polls in")
         await asyncio.sleep(ATTACK_S)
-        await _until(lambda: min(attack.creates_refused, attack.bombs_refused) >= ROUNDS,
+        await until(lambda: min(attack.creates_refused, attack.bombs_refused) >= ROUNDS,
                      f"{ROUNDS} huge CreateTopics and {ROUNDS} bombs refused")
         assert attack.polls_refused >= LONG_POLLS - LONG_POLLS_ADMITTED
         attack.phase("stopping")
@@ -284,7 +275,7 @@ async def test_the_probes_attacks_at_once_leave_another_client_served_and_a_rest
     print("\n" + report)
     assert result["failures"] == [], f"{result['failures']}\n{report}"
     assert result["rounds"] >= ROUNDS  # type: ignore[operator]
-    await _until(lambda: server.metric('stratalog_waiting_rpcs{kind="subscribe"}') == 0
+    await until(lambda: server.metric('stratalog_waiting_rpcs{kind="subscribe"}') == 0
                  and server.metric('stratalog_waiting_rpcs{kind="long_poll"}') == 0,
                  "the attackers' waiting RPCs ended on the server")
     assert server.stop() == 0, server.log_text()[-4000:]

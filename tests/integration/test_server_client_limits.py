@@ -28,7 +28,7 @@ from stratalog.client.errors import ResourceLimitExceededError, from_rpc_error
 from stratalog.records import build_batch
 from stratalog.v1 import broker_pb2, broker_pb2_grpc
 
-from .conftest import ServerProcess, launch_server
+from .conftest import ServerProcess, launch_server, until
 
 MIB = 1024 * 1024
 #: Deadline of the other client's calls: generous, it only turns a hang into a failure (the
@@ -48,15 +48,6 @@ def _rss_bytes(server: ServerProcess) -> int:
     match = re.search(r"^VmRSS:\s+(\d+) kB$", status, re.MULTILINE)
     assert match is not None, status
     return int(match.group(1)) * 1024
-
-
-async def _until(condition, what: str, timeout_s: float = 120.0) -> None:  # type: ignore[no-untyped-def]
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not condition():
-        if loop.time() > deadline:
-            raise AssertionError(f"not within {timeout_s} s: {what}")
-        await asyncio.sleep(0.2)
 
 
 async def _other_client_is_served(server: ServerProcess, topic: str) -> None:
@@ -110,7 +101,7 @@ async def test_one_clients_1030_streams_get_its_limit_and_others_are_served(
         calls = [stub.Subscribe(broker_pb2.SubscribeRequest(topic="streams", offset=0))
                  for _ in range(CLIENT_FLOODS)]
         reads = [asyncio.ensure_future(call.read()) for call in calls]
-        await _until(lambda: sum(read.done() for read in reads) >= CLIENT_FLOODS - 256,
+        await until(lambda: sum(read.done() for read in reads) >= CLIENT_FLOODS - 256,
                      "the streams beyond the connection's limit refused")
         refused = [read for read in reads if read.done()]
         assert len(refused) == CLIENT_FLOODS - 256
@@ -146,7 +137,7 @@ async def test_one_clients_1030_streams_get_its_limit_and_others_are_served(
         assert {message.next_offset for message in messages} == {1}
         for call in calls:
             call.cancel()
-    await _until(lambda: server.metric('stratalog_waiting_rpcs{kind="subscribe"}') == 0,
+    await until(lambda: server.metric('stratalog_waiting_rpcs{kind="subscribe"}') == 0,
                  "the streams ended on the server")
 
 
@@ -161,7 +152,7 @@ async def test_one_clients_1030_long_polls_get_its_limit_and_others_are_served(
         request = broker_pb2.FetchByOffsetRequest(topic="polls", offset=0, max_wait_ms=30_000)
         polls = [asyncio.ensure_future(stub.FetchByOffset(request, timeout=120))
                  for _ in range(CLIENT_FLOODS)]
-        await _until(lambda: sum(poll.done() for poll in polls) >= CLIENT_FLOODS - 256,
+        await until(lambda: sum(poll.done() for poll in polls) >= CLIENT_FLOODS - 256,
                      "the long polls beyond the connection's limit refused")
         assert server.metric('stratalog_waiting_rpcs{kind="long_poll"}') == 256
         for poll in (poll for poll in polls if poll.done()):
@@ -212,7 +203,7 @@ async def test_subscribers_memory_is_bounded_and_given_back(start_server) -> Non
                     broker_pb2.SubscribeRequest(topic="crowd", offset=1))
                 for i in range(streams)
             ]
-            await _until(
+            await until(
                 lambda: server.metric('stratalog_waiting_rpcs{kind="subscribe"}') == streams,
                 "every subscriber admitted")
             idle = _rss_bytes(server) - baseline
@@ -232,7 +223,7 @@ async def test_subscribers_memory_is_bounded_and_given_back(start_server) -> Non
                 settled, previous = sent == previous and sent > 0, sent
                 return settled
 
-            await _until(quiet, "the stalled streams settled")
+            await until(quiet, "the stalled streams settled")
             stalled = _rss_bytes(server) - baseline
             bound = 2 * (budget_bytes + streams * batch_bytes) + streams * STREAM_OVERHEAD_BYTES
             assert stalled < bound, (
@@ -246,12 +237,12 @@ async def test_subscribers_memory_is_bounded_and_given_back(start_server) -> Non
         finally:
             for channel in channels:
                 await channel.close()
-        await _until(
+        await until(
             lambda: server.metric('stratalog_waiting_rpcs{kind="subscribe"}') == 0,
             "the streams ended on the server")
         # Given back: near where it began (the maintenance pass trims the heap).
         given_back_bound = baseline + 64 * MIB
-        await _until(lambda: _rss_bytes(server) < given_back_bound,
+        await until(lambda: _rss_bytes(server) < given_back_bound,
                      f"RSS back under {given_back_bound / MIB:.0f} MiB "
                      f"(baseline {baseline / MIB:.0f} MiB)", timeout_s=60)
         assert server.metric("stratalog_subscribe_buffer_bytes") == 0
