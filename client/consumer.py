@@ -176,6 +176,7 @@ class Consumer:
         self._started = False
         self._closed = False
         self._rng = random.Random()
+        self._throttle_time_ms_total = 0
 
     # --- lifecycle -------------------------------------------------------------------------------
 
@@ -190,6 +191,14 @@ class Consumer:
     def topic(self) -> str:
         """The topic being read."""
         return self._topic
+
+    @property
+    def throttle_time_ms_total(self) -> int:
+        """How long the server held back this consumer's fetch answers and Subscribe messages
+        in all, in ms, for its principal's fetch byte-rate quota (the sum of their
+        ``throttle_time_ms``; Kafka's consumer reports ``fetch-throttle-time-avg`` and
+        ``-max``). 0 while never throttled."""
+        return self._throttle_time_ms_total
 
     @property
     def partitions(self) -> list[int]:
@@ -448,6 +457,7 @@ class Consumer:
                     await asyncio.sleep(self._backoff_s(failures))
                     continue
                 failures = 0
+                self._throttle_time_ms_total += result.throttle_time_ms
                 batches = self._decode(partition, result, position)
                 if batches:
                     position = batches[-1].next_offset
@@ -483,6 +493,7 @@ class Consumer:
                     try:
                         async for result in stream:
                             failures = 0
+                            self._throttle_time_ms_total += result.throttle_time_ms
                             batches = self._decode(partition, result, position)
                             if batches:
                                 position = batches[-1].next_offset

@@ -293,6 +293,14 @@ class Producer:
         return self._accumulator.buffered_bytes
 
     @property
+    def throttle_time_ms_total(self) -> int:
+        """How long the server held back this producer's Produce answers in all, in ms, for
+        its principal's produce byte-rate quota (the sum of their ``throttle_time_ms``; Kafka's
+        producer reports ``produce-throttle-time-avg`` and ``-max``). 0 while never throttled.
+        A throttled producer waits for its answers, so its delivery slows to the quota."""
+        return self._sender.throttle_time_ms_total
+
+    @property
     def idempotent(self) -> bool:
         """Whether batches carry a producer id and sequences (see the module docstring)."""
         return self._manager is not None

@@ -137,6 +137,8 @@ class Sender:
         self._add_task: asyncio.Task[None] | None = None
         self._producer_id_error: BaseException | None = None
         self._stopping = False  # stop() is cancelling the tasks: start no new ones
+        # The throttle_time_ms of every Produce answer, summed (the Producer's property).
+        self.throttle_time_ms_total = 0
 
     def client(self) -> Client:
         """The Client, made from the target on first use."""
@@ -269,6 +271,7 @@ class Sender:
                 except StratalogError as err:
                     last_error = err
                 else:
+                    self.throttle_time_ms_total += result.throttle_time_ms
                     if result.record_count not in (0, batch.count):
                         logger.warning(
                             "server acknowledged %d records of a batch of %d to %s-%d",

@@ -59,7 +59,7 @@ from .reader import (
     iter_records,
     summarize_records,
 )
-from .record import Header, Record
+from .record import Header, Record, wrap_int64
 
 __all__ = [
     "DEFAULT_MAX_DECOMPRESSED_BYTES",
@@ -99,4 +99,5 @@ __all__ = [
     "set_producer_state",
     "summarize_records",
     "validate_batch",
+    "wrap_int64",
 ]

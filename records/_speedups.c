@@ -843,7 +843,8 @@ PyDoc_STRVAR(decode_arrow_doc,
 "value_data, headers): offsets and timestamps are n little-endian int64s, each binary column\n"
 "a validity bitmap (None: no nulls), its null count, n + 1 int32 offsets and the bytes;\n"
 "headers is the list of header tuples with with_headers, else None. Every record is checked\n"
-"as decode_columns checks it; an offset or timestamp outside int64 is a CorruptRecordError.");
+"as decode_columns checks it; an offset outside int64 is a CorruptRecordError, a timestamp\n"
+"outside int64 (base + delta) is wrapped to 64 bits, as Kafka's Java reader adds them.");
 
 static const char *const decode_arrow_names[] = {
     "data", "count", "base_offset", "base_timestamp", "timestamp_override",
@@ -877,18 +878,19 @@ decode_arrow(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t narg
         optional_int64(v[6], INT64_MAX, &until_offset) < 0) {
         return NULL;
     }
-    int has_override = v[4] != NULL && v[4] != Py_None, override_outside = 0;
+    int has_override = v[4] != NULL && v[4] != Py_None;
     if (has_override && !PyLong_Check(v[4])) {
         PyErr_Format(PyExc_TypeError, "timestamp_override must be an int or None, not %.100s",
                      Py_TYPE(v[4])->tp_name);
         return NULL;
     }
     if (has_override) {
-        /* Outside int64 it makes every record's timestamp unrepresentable: reported as such. */
-        override = PyLong_AsLongLongAndOverflow(v[4], &override_outside);
-        if (override == -1 && PyErr_Occurred()) {
+        /* Its low 64 bits: a timestamp outside int64 is wrapped, as every record's is below. */
+        unsigned long long low_bits = PyLong_AsUnsignedLongLongMask(v[4]);
+        if (low_bits == (unsigned long long)-1 && PyErr_Occurred()) {
             return NULL;
         }
+        override = (long long)low_bits;
     }
     Py_buffer view;
     if (PyObject_GetBuffer(v[0], &view, PyBUF_SIMPLE) < 0) {
@@ -921,10 +923,14 @@ decode_arrow(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t narg
             goto done;
         }
         long long offset, timestamp = override;
-        if (override_outside ||
-            __builtin_add_overflow(base_offset, (long long)f.offset_delta, &offset) ||
-            (!has_override &&
-             __builtin_add_overflow(base_timestamp, (long long)f.timestamp_delta, &timestamp))) {
+        if (!has_override) {
+            /* Java's long addition (DefaultRecord.readFrom): wraps past int64's ends. In
+             * unsigned arithmetic, where wrapping is defined; the conversion back is two's
+             * complement on every compiler this builds with. */
+            timestamp = (long long)((unsigned long long)base_timestamp +
+                                    (unsigned long long)f.timestamp_delta);
+        }
+        if (__builtin_add_overflow(base_offset, (long long)f.offset_delta, &offset)) {
             /* Reported after the walk: an error in the bytes of a later record comes first,
              * as in the reference, which decodes everything before it looks at the sums. */
             if (first_outside < 0) {
@@ -960,8 +966,8 @@ decode_arrow(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t narg
     }
     if (first_outside >= 0) {
         PyErr_Format(CorruptRecordError,
-                     "record %zd: its offset or timestamp is outside int64 (base offset %lld, "
-                     "base timestamp %lld)", first_outside, base_offset, base_timestamp);
+                     "record %zd: its offset is outside int64 (base offset %lld)",
+                     first_outside, base_offset);
         goto done;
     }
     if (_PyBytes_Resize(&offsets, n * 8) < 0 ||

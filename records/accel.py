@@ -200,19 +200,16 @@ def decode_arrow_reference(
     columns = decode_columns_reference(
         data, count, base_offset, base_timestamp, timestamp_override
     )
-    for index, (offset, timestamp) in enumerate(
-        zip(columns.offsets, columns.timestamps, strict=True)
-    ):
-        if not (_INT64_MIN <= offset <= _INT64_MAX and _INT64_MIN <= timestamp <= _INT64_MAX):
+    for index, offset in enumerate(columns.offsets):
+        if not _INT64_MIN <= offset <= _INT64_MAX:
             raise _reference.CorruptRecordError(
-                f"record {index}: its offset or timestamp is outside int64 (base offset "
-                f"{base_offset}, base timestamp {base_timestamp})"
+                f"record {index}: its offset is outside int64 (base offset {base_offset})"
             )
     low = _INT64_MIN if from_offset is None else from_offset
     high = _INT64_MAX if until_offset is None else until_offset
     keep = [i for i, offset in enumerate(columns.offsets) if low <= offset < high]
     offsets = array("q", [columns.offsets[i] for i in keep])
-    timestamps = array("q", [columns.timestamps[i] for i in keep])
+    timestamps = array("q", [_reference.wrap_int64(columns.timestamps[i]) for i in keep])
     if sys.byteorder != "little":
         offsets.byteswap()
         timestamps.byteswap()
@@ -396,9 +393,11 @@ def decode_arrow(
     those with ``from_offset <= offset < until_offset`` (None: unbounded).
 
     The checks and errors of :func:`decode_columns` for every record (those outside the range
-    included), plus a :class:`~stratalog.records.CorruptRecordError` for an offset or
-    timestamp outside int64 (Arrow's and Spark's longs cannot hold it). For readers that hand
-    records to Arrow (the Spark connector): in C no Python object is made per record.
+    included), plus a :class:`~stratalog.records.CorruptRecordError` for an offset outside
+    int64 (Arrow's longs cannot hold it). A timestamp outside int64 (base + delta; or a
+    ``timestamp_override`` outside it) is wrapped to 64 bits (:func:`~.record.wrap_int64`), the
+    value Kafka's Java reader computes. For readers that hand records to Arrow (the Spark
+    connector): in C no Python object is made per record.
     O(len(data)); the buffers are bounded by the size of ``data``, whatever ``count`` says.
     """
     if _decode_arrow is None:

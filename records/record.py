@@ -55,6 +55,7 @@ __all__ = [
     "encode_record",
     "encoded_record_size",
     "walk_records",
+    "wrap_int64",
 ]
 
 Header = tuple[str, bytes | None]
@@ -62,6 +63,21 @@ Header = tuple[str, bytes | None]
 # Zig-zag decoding of every 1- and 2-byte varint payload (the 7- or 14-bit unsigned value):
 # one list index in the hot loops instead of the arithmetic (raw >> 1) ^ -(raw & 1).
 _ZIGZAG_14_BITS: list[int] = [(raw >> 1) ^ -(raw & 1) for raw in range(1 << 14)]
+
+
+_UINT64_MASK = (1 << 64) - 1
+_INT64_SIGN = 1 << 63
+
+
+def wrap_int64(value: int) -> int:
+    """``value`` as Java's long arithmetic leaves it: its low 64 bits, two's complement; the
+    identity within int64. A record's timestamp is its batch's base timestamp plus its delta,
+    both int64s: Kafka's reader (``DefaultRecord.readFrom``) adds them as longs, so a sum past
+    int64's ends wraps around. Writers never store such a record (stratalog's validation
+    refuses them since issue 13), but a log may hold one; readers that hand timestamps on as
+    int64s (protobuf, Arrow) give this value, as a Kafka consumer would see. O(1)."""
+    value &= _UINT64_MASK
+    return value - (1 << 64) if value >= _INT64_SIGN else value
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,10 +19,24 @@ What an operator watches, in Prometheus's text format at ``http://HOST:metrics_p
                                                per principal would grow without bound)
     stratalog_subscribe_buffer_bytes           bytes of Subscribe messages read and not yet
                                                taken by gRPC's flow control (the budget's use)
+    stratalog_authentication_failures_total{reason}  calls refused UNAUTHENTICATED, by what was
+                                               wrong: wrong_credentials, malformed_credentials,
+                                               credentials_not_accepted, credentials_required
+    stratalog_authorization_denials_total{operation}  calls refused by the ACLs, by the
+                                               operation refused (READ, WRITE, ...)
+    stratalog_quota_throttles_total{quota}     answers delayed by a byte-rate quota (quota
+                                               "produce" or "fetch"; Subscribe messages count
+                                               as fetch)
+    stratalog_quota_throttle_seconds_total{quota}  the delays of those answers, summed
     stratalog_log_size_bytes{topic,partition}  bytes of the partition's .log files
     stratalog_log_segments{topic,partition}    segment count
     stratalog_log_start_offset{topic,partition}, stratalog_log_end_offset{topic,partition}
     process_*                                  RSS, CPU, open files (prometheus-client's collector)
+
+Labels come from fixed sets only (RPC names, status codes, kinds, setting names, operations,
+reasons), and topics: never a principal or a client's address, which would grow the series
+without bound (a client choosing its user name or port would choose the server's memory).
+A counter without a sample has not been incremented yet: read it as 0.
 
 The ``log_*`` gauges come from a snapshot of the LogManager's topic descriptions that the
 maintenance task refreshes after each pass (see app.py); a scrape reads that snapshot and never
@@ -239,8 +253,9 @@ class ServerMetrics:
     Holds the registry, the :class:`TrafficCollector` (traffic counters and the request
     histogram), the ``subscribers`` gauge, the per-client limits' ``waiting_rpcs`` gauge and
     ``waiting_rpcs_refused`` counter, the ``subscribe_buffer_bytes`` gauge (bound to the
-    servicer's budget by the server), the :class:`LogSnapshotCollector` and the process
-    collector.
+    servicer's budget by the server), the security interceptors' counters (authentication
+    failures, ACL denials, quota throttles and their delays), the
+    :class:`LogSnapshotCollector` and the process collector.
 
     Concurrency: every method may be called from any thread (the traffic collector and the
     gauge lock internally; the log snapshot is swapped whole).
@@ -270,6 +285,27 @@ class ServerMetrics:
             "Bytes of Subscribe messages read and not yet taken by gRPC flow control",
             registry=r,
         )
+        # Security (server/security/): totals by reason, operation or quota, never by principal.
+        self.authentication_failures = Counter(
+            "stratalog_authentication_failures",
+            "Calls refused UNAUTHENTICATED, by what was wrong with their credentials",
+            labelnames=("reason",), registry=r,
+        )
+        self.authorization_denials = Counter(
+            "stratalog_authorization_denials",
+            "Calls refused PERMISSION_DENIED by the ACLs, by the operation refused",
+            labelnames=("operation",), registry=r,
+        )
+        self.quota_throttles = Counter(
+            "stratalog_quota_throttles",
+            "Answers delayed by a byte-rate quota, by quota (produce, fetch)",
+            labelnames=("quota",), registry=r,
+        )
+        self.quota_throttle_seconds = Counter(
+            "stratalog_quota_throttle_seconds",
+            "Delays of the answers held back by a byte-rate quota, summed, by quota",
+            labelnames=("quota",), registry=r,
+        )
         self.logs = LogSnapshotCollector()
         r.register(self.logs)
         ProcessCollector(registry=r)
@@ -285,6 +321,20 @@ class ServerMetrics:
         """Count what a fetch sent; an empty fetch creates no label set."""
         if records or size_bytes:
             self.traffic.observe_traffic(False, topic, records, size_bytes)
+
+    def observe_authentication_failure(self, reason: str) -> None:
+        """Count a call refused UNAUTHENTICATED; ``reason`` one of
+        :data:`~stratalog.server.security.errors.AUTHENTICATION_FAILURES`."""
+        self.authentication_failures.labels(reason).inc()
+
+    def observe_authorization_denial(self, operation: str) -> None:
+        """Count a call the ACLs refused; ``operation`` is the AclOperation's name."""
+        self.authorization_denials.labels(operation).inc()
+
+    def observe_throttle(self, quota: str, throttle_ms: int) -> None:
+        """Count an answer held back ``throttle_ms`` by the ``quota`` ("produce" or "fetch")."""
+        self.quota_throttles.labels(quota).inc()
+        self.quota_throttle_seconds.labels(quota).inc(throttle_ms / 1000)
 
     def forget_topic(self, topic: str) -> None:
         """Drop a deleted topic's label sets, so that deleted topics do not pile up."""

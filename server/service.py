@@ -451,6 +451,18 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         except OffsetOutOfRangeError as exc:
             raise _client_out_of_range(topic, partition, offset, exc) from None
 
+    def _reads_inline(self, partition_log: PartitionLog, offset: int, max_bytes: int) -> bool:
+        """Whether a fetch at ``offset`` is read on the loop: when it can return fewer than
+        ``read_in_executor_min_bytes``, by its ``max_bytes`` or by what the partition holds
+        past ``offset`` (nothing at the log end; no more than the active segment when it
+        reads there). Such reads are page-cache reads, cheaper inline than a thread hop, and
+        a burst of them (1,000 long polls at the log end) must not queue in the pool ahead
+        of other clients' reads."""
+        fetchable = partition_log.fetchable_bytes_max(offset)
+        if fetchable is not None and fetchable < max_bytes:
+            max_bytes = fetchable
+        return max_bytes < self._settings.read_in_executor_min_bytes
+
     async def _fetch(
         self,
         topic: str,
@@ -460,7 +472,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         max_bytes: int,
         isolation_level: IsolationLevel,
     ) -> FetchedBatches:
-        if max_bytes < self._settings.read_in_executor_min_bytes:
+        if self._reads_inline(partition_log, offset, max_bytes):
             return self._fetch_now(
                 topic, partition, partition_log, offset, max_bytes, isolation_level
             )
@@ -716,7 +728,6 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         offset = request.offset
         # Answer as soon as this much is there; never more than one read can return.
         enough_bytes = max(1, min(min_bytes, max_bytes))
-        inline = max_bytes < self._settings.read_in_executor_min_bytes
         # The clock only matters to a request that may wait.
         loop = asyncio.get_running_loop() if max_wait_ms else None
         deadline = loop.time() + max_wait_ms / 1000 if loop is not None else 0.0
@@ -728,7 +739,8 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         try:
             while True:
                 signal = gate.signal()
-                if inline:  # the common case, without a coroutine per read
+                # The common case, without a coroutine per read.
+                if self._reads_inline(partition_log, offset, max_bytes):
                     fetched = self._fetch_now(
                         topic, partition, partition_log, offset, max_bytes, isolation_level
                     )

@@ -188,8 +188,10 @@ class Settings:
     )
     read_in_executor_min_bytes: int = _setting(
         256 * _KIB,
-        "fetches allowed to read at least this many bytes read in the thread pool, smaller"
-        " ones inline on the event loop (page-cache reads are cheaper inline)",
+        "fetches that may return at least this many bytes read in the thread pool, smaller"
+        " ones inline on the event loop (page-cache reads are cheaper inline); a fetch may"
+        " return its max_bytes, or less when the partition holds less past its offset:"
+        " nothing at the log end, the active segment's size when it reads there",
         0,
     )
     append_in_executor_min_bytes: int = _setting(
@@ -222,6 +224,14 @@ class Settings:
         " the GIL waits before forcing a switch; short, so a request coming back from a read"
         " is not kept waiting behind gRPC's poller thread",
         1,
+    )
+    gc_young_objects_max: int = _setting(
+        10_000,
+        "container objects allocated (net of those freed) before CPython's cyclic garbage"
+        " collector examines its youngest generation (threshold0; CPython's default is 700):"
+        " fewer collections, and fewer full ones, which hold the event loop; 0 keeps"
+        " CPython's default (see stratalog.server.garbage_collector)",
+        0,
     )
     max_concurrent_rpcs: int = _setting(
         8192,

@@ -32,6 +32,7 @@ from stratalog.records.batch import Compression, TimestampType
 from stratalog.records.builder import BatchBuilder
 from stratalog.records.errors import RecordError
 from stratalog.records.reader import decode_batch_columns
+from stratalog.records.record import wrap_int64
 from stratalog.server import status
 from stratalog.server.storage.errors import StorageError
 from stratalog.v1 import broker_pb2
@@ -239,7 +240,7 @@ def decode_records_into(
             # (docs/api.md), instead of failing every read of the partition.
             del out[start:]
             decoded_bytes += _add_records(
-                add, first, offsets, [_java_long(t) for t in timestamps], keys, values,
+                add, first, offsets, [wrap_int64(t) for t in timestamps], keys, values,
                 headers, timestamp_type,
             )
         added += len(offsets) - first
@@ -276,12 +277,6 @@ def _add_records(
             timestamp_type=timestamp_type,
         )
     return decoded_bytes
-
-
-def _java_long(value: int) -> int:
-    """``value`` as Java's long arithmetic leaves it: its low 64 bits, two's complement."""
-    value &= (1 << 64) - 1
-    return value - (1 << 64) if value >= 1 << 63 else value
 
 
 # ------------------------------------------------------------------------ topics

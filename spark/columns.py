@@ -27,7 +27,11 @@ Walking a buffer of batches (``RecordColumns.append_batches``):
   next batch's length should be (the preallocated tail of a segment file).
 
 Errors in the bytes raise :class:`stratalog.records.CorruptRecordError` (or another
-``RecordError``) with the source (fetch or file) and the batch position in the message.
+``RecordError``) with the source (fetch or file) and the batch position in the message. A
+record timestamp past int64 (base + delta; stored before the server refused them) is not an
+error: it is wrapped to 64 bits as Kafka's reader computes it (the server answers the same), and
+a timestamp Spark's microseconds cannot hold, that one included, is a null ``timestamp``
+(docs/spark.md).
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ from stratalog.records import (
     decompress,
     parse_header,
     validate_batch,
+    wrap_int64,
 )
 from stratalog.records.accel import ArrowColumns
 from stratalog.records.batch import HEADER_SIZE_UP_TO_MAGIC
@@ -73,6 +78,10 @@ decode_columns = accel.decode_columns
 _decode_arrow = accel.decode_arrow if accel.ACCELERATED else None
 
 _TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+# The milliseconds Spark's timestamps (int64 microseconds) can hold.
+_SPARK_TIMESTAMP_MS_MIN = -(_INT64_MAX // 1000)
+_SPARK_TIMESTAMP_MS_MAX = _INT64_MAX // 1000
 
 
 def _int64_buffer_array(data: bytes, count: int) -> pa.Array:
@@ -233,6 +242,9 @@ class RecordColumns:
             header.base_timestamp,  # type: ignore[attr-defined]
             override,
         )
+        if timestamps and not _INT64_MIN <= min(timestamps) <= max(timestamps) <= _INT64_MAX:
+            # base + delta past int64: Kafka's reader wraps the sum, as decode_arrow does.
+            timestamps = [wrap_int64(timestamp) for timestamp in timestamps]
         if offsets and (
             offsets[0] < from_offset or (until_offset is not None and offsets[-1] >= until_offset)
         ):
@@ -279,18 +291,22 @@ class RecordColumns:
     def to_arrow(self) -> pa.RecordBatch:
         """The records held as one Arrow batch (schema: :func:`arrow_schema`); then empty.
 
-        Raises CorruptRecordError if a stored timestamp does not fit Spark's microseconds.
+        A record whose timestamp does not fit Spark's (microseconds in an int64: about
+        ±292,000 years) gets a null ``timestamp``; its other columns are as stored.
         """
         count = self._count
         timestamps_ms = _concat(self._timestamps, pa.int64())
         try:
             timestamps = pc.multiply_checked(timestamps_ms, 1000)
         except pa.ArrowInvalid:
-            worst = max(timestamps_ms.to_pylist(), key=abs)
-            raise CorruptRecordError(
-                f"{self._topic}-{self._partition}: timestamp {worst} ms is outside the range "
-                "of Spark's timestamps"
-            ) from None
+            # Rare (a record written with such a timestamp, or one wrapped past int64's ends):
+            # the read goes on, as Kafka's consumer reads the record; Spark's Kafka source
+            # would fail the task (ArithmeticException) instead. docs/spark.md.
+            fits = pc.and_(pc.greater_equal(timestamps_ms, _SPARK_TIMESTAMP_MS_MIN),
+                           pc.less_equal(timestamps_ms, _SPARK_TIMESTAMP_MS_MAX))
+            timestamps = pc.multiply(
+                pc.if_else(fits, timestamps_ms, pa.scalar(None, pa.int64())), 1000
+            )
         columns = [
             _concat(self._keys, pa.binary()),
             _concat(self._values, pa.binary()),

@@ -11,7 +11,8 @@ certificates.
 | ``errors.py`` | the package's error tree (``AuthenticationFailedError``, ``NotAuthorizedError`` ...) |
 | ``tls.py`` | the listeners' TLS material (certificate, key, client CA), its SIGHUP reload, the principal of an mTLS certificate |
 | ``credentials.py`` | the credential file: users' and tokens' salted SCRAM-SHA-256 secrets |
-| ``authentication.py`` | the authentication interceptor, its credential cache, ``wrap_handler`` |
+| ``handlers.py`` | what the interceptors share: a handler's kind, ``wrap_handler``, the cache of wrapped handlers, the open services' paths |
+| ``authentication.py`` | the authentication interceptor, its credential cache |
 | ``acls.py`` | Kafka's ACL model (bindings, filters, enums) and its matching rules |
 | ``acl_store.py`` | the ACL file (``acls.json`` in a log dir), replaced atomically |
 | ``acl_messages.py`` | broker.proto's ACL messages to the model and back |
@@ -29,7 +30,7 @@ calls the first one first:
 
 The identity contract: interceptor 1 checks the call's metadata in ``intercept_service`` and
 finishes the identity (client certificate, client address) in the handler it returns, through
-:func:`~stratalog.server.security.authentication.wrap_handler`; it sets
+:func:`~stratalog.server.security.handlers.wrap_handler`; it sets
 :data:`~stratalog.server.security.principal.current_identity` there, for the call's task, and
 resets it when the handler ends. An interceptor after it reads ``current_identity`` *inside the
 handler it returns*, never in its own ``intercept_service``, which runs before the identity is

@@ -62,7 +62,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import grpc.aio
@@ -83,7 +83,11 @@ from .acls import (
 )
 from .authentication import peer_host
 from .errors import AclLimitError, NotAuthorizedError
+from .handlers import HEALTH_PREFIX, REFLECTION_PREFIXES, WrappedHandlers, behaviour_of
 from .principal import ANONYMOUS, CallIdentity, Principal, current_identity
+
+if TYPE_CHECKING:
+    from stratalog.server.metrics import ServerMetrics
 
 __all__ = [
     "BROKER_SERVICE",
@@ -98,11 +102,6 @@ logger = logging.getLogger(__name__)
 
 #: The Broker service's full name, the prefix of its method paths.
 BROKER_SERVICE = broker_pb2.DESCRIPTOR.services_by_name["Broker"].full_name
-_HEALTH_PREFIX = "/grpc.health.v1.Health/"
-_REFLECTION_PREFIXES = (
-    "/grpc.reflection.v1alpha.ServerReflection/",
-    "/grpc.reflection.v1.ServerReflection/",
-)
 
 # The cache key of authorize_by_resource_type's decisions (no resource name).
 _ANY_NAME = None
@@ -487,9 +486,9 @@ def rule_for(
     service, _, name = method.lstrip("/").partition("/")
     if service == BROKER_SERVICE:
         return rules.get(name, _UNKNOWN)
-    if method.startswith(_HEALTH_PREFIX):
+    if method.startswith(HEALTH_PREFIX):
         return _OPEN
-    if method.startswith(_REFLECTION_PREFIXES):
+    if method.startswith(REFLECTION_PREFIXES):
         return _OPEN if reflection_open else _REFLECTION
     return _UNKNOWN
 
@@ -519,19 +518,22 @@ class AuthorizationInterceptor(grpc.aio.ServerInterceptor):
 
     Order (server/security/__init__.py): after the authentication interceptor, whose
     :data:`current_identity` it reads, and before the quota interceptor, so a refused call
-    costs no quota. The handlers it wraps are made once per method and reused.
+    costs no quota. The handlers it wraps are made once per method and reused. Each refused
+    call is counted in ``metrics`` by the operation refused
+    (``stratalog_authorization_denials_total``).
 
     Concurrency: event-loop only.
     """
 
     def __init__(
         self, authorizer: Authorizer, rules: Mapping[str, Rule] = RULES, *,
-        reflection_open: bool = False,
+        reflection_open: bool = False, metrics: ServerMetrics,
     ) -> None:
         self._authorizer = authorizer
         self._rules = rules
         self._reflection_open = reflection_open
-        self._wrapped: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
+        self._metrics = metrics
+        self._wrapped = WrappedHandlers()
 
     async def intercept_service(
         self,
@@ -541,29 +543,27 @@ class AuthorizationInterceptor(grpc.aio.ServerInterceptor):
         handler = await continuation(handler_call_details)
         if handler is None:
             return handler
-        method = handler_call_details.method
-        cached = self._wrapped.get(method)
-        if cached is not None and cached[0] is handler:
-            return cached[1]
+        return self._wrapped.get(handler_call_details.method, handler, self._wrap)
+
+    def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         rule = rule_for(method, self._rules, reflection_open=self._reflection_open)
-        wrapped = handler if rule is _OPEN else _wrap(handler, self._authorizer, rule)
-        self._wrapped[method] = (handler, wrapped)
-        return wrapped
+        if rule is _OPEN:
+            return handler
+        return _wrap(handler, self._authorizer, rule, self._metrics)
 
 
-def _wrap(handler: grpc.RpcMethodHandler, authorizer: Authorizer, rule: Rule) -> Any:
-    """``handler`` with ``rule`` checked before its behaviour and applied to its answer."""
-    kind = next(
-        name for name in ("unary_unary", "unary_stream", "stream_unary", "stream_stream")
-        if getattr(handler, name) is not None
-    )
-    inner = getattr(handler, kind)
+def _wrap(
+    handler: grpc.RpcMethodHandler, authorizer: Authorizer, rule: Rule, metrics: ServerMetrics
+) -> Any:
+    """``handler`` with ``rule`` checked before its behaviour and applied to its answer; a
+    refusal counted in ``metrics``."""
+    kind, inner = behaviour_of(handler)
     check, answer = rule.check, rule.answer
     request_streaming = kind.startswith("stream_")
     if rule.single is not None and not request_streaming and not inspect.isasyncgenfunction(
         inner
     ):
-        return handler._replace(**{kind: _single_check(inner, authorizer, rule)})
+        return handler._replace(**{kind: _single_check(inner, authorizer, rule, metrics)})
 
     async def admit(request: Any, context: grpc.aio.ServicerContext) -> Decider:
         decider = Decider(authorizer, call_identity(context))
@@ -573,6 +573,7 @@ def _wrap(handler: grpc.RpcMethodHandler, authorizer: Authorizer, rule: Rule) ->
             try:
                 check(decider, request)
             except NotAuthorizedError as exc:
+                metrics.observe_authorization_denial(exc.operation)
                 await context.abort_with_status(status.to_status(exc))
         return decider
 
@@ -595,7 +596,8 @@ def _wrap(handler: grpc.RpcMethodHandler, authorizer: Authorizer, rule: Rule) ->
     return handler._replace(**{kind: behaviour})
 
 
-def _single_check(inner: Any, authorizer: Authorizer, rule: Rule) -> Any:
+def _single_check(inner: Any, authorizer: Authorizer, rule: Rule, metrics: ServerMetrics
+                  ) -> Any:
     """The behaviour ``inner`` behind a rule of one operation on one resource: the hot path
     (Produce, the fetches), decided with one cache lookup on a cache hit."""
     assert rule.single is not None
@@ -609,6 +611,7 @@ def _single_check(inner: Any, authorizer: Authorizer, rule: Rule) -> Any:
         if type(request) is not UndecodableRequest:
             name = CLUSTER_NAME if field is None else getattr(request, field)
             if not authorize(identity, operation, resource_type, name):
+                metrics.observe_authorization_denial(operation.name)
                 refusal = Decider(authorizer, identity).refusal(operation, resource_type, name)
                 await context.abort_with_status(status.to_status(refusal))
         response = await inner(request, context)

@@ -27,6 +27,7 @@ unknown topic too).
 from __future__ import annotations
 
 __all__ = [
+    "AUTHENTICATION_FAILURES",
     "AclLimitError",
     "AuthenticationFailedError",
     "InvalidAclError",
@@ -41,8 +42,26 @@ class SecurityError(Exception):
     """Base of the security package's errors."""
 
 
+#: What an :class:`AuthenticationFailedError` was, for the server's metrics (never told to the
+#: client, whose message is the same for an unknown user and a wrong password):
+#: ``wrong_credentials`` (an unknown user or token, a wrong password), ``malformed_credentials``
+#: (the ``authorization`` metadata is not Basic or Bearer, not base64, not text, or given
+#: twice), ``credentials_not_accepted`` (sent to a server without a credential file) and
+#: ``credentials_required`` (none sent where anonymous access is refused).
+AUTHENTICATION_FAILURES = (
+    "wrong_credentials", "malformed_credentials", "credentials_not_accepted",
+    "credentials_required",
+)
+
+
 class AuthenticationFailedError(SecurityError):
-    """The call is refused before it reaches the servicer: who is asking is not established."""
+    """The call is refused before it reaches the servicer: who is asking is not established.
+    ``failure`` is which of :data:`AUTHENTICATION_FAILURES` it was."""
+
+    def __init__(self, message: str, *, failure: str) -> None:
+        assert failure in AUTHENTICATION_FAILURES, failure
+        super().__init__(message)
+        self.failure = failure
 
 
 class NotAuthorizedError(SecurityError):

@@ -44,7 +44,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import grpc.aio
@@ -52,7 +52,11 @@ import grpc.aio
 from stratalog.server.decoding import UndecodableRequest
 from stratalog.v1 import broker_pb2
 
+from .handlers import WrappedHandlers
 from .principal import ANONYMOUS, Principal, current_identity
+
+if TYPE_CHECKING:
+    from stratalog.server.metrics import ServerMetrics
 
 __all__ = ["QuotaConfig", "QuotaInterceptor", "QuotaManager", "Rate"]
 
@@ -60,6 +64,9 @@ logger = logging.getLogger(__name__)
 
 _PRODUCE = "producer_byte_rate"
 _FETCH = "consumer_byte_rate"
+# The metrics' names of the two quotas (their "quota" label).
+_PRODUCE_QUOTA = "produce"
+_FETCH_QUOTA = "fetch"
 _SERVICE = broker_pb2.DESCRIPTOR.services_by_name["Broker"].full_name
 _ANONYMOUS = str(ANONYMOUS)
 # Sensors are swept for idle ones when there are more than this many, and then at twice the
@@ -303,13 +310,18 @@ class QuotaInterceptor(grpc.aio.ServerInterceptor):
     ``throttle_time_ms``. Other methods pass untouched, and all do while no quota is set.
 
     Order: the last interceptor, after authorization (a refused call costs no quota). The
-    handlers it wraps are made once per method and reused. Event-loop only.
+    handlers it wraps are made once per method and reused. Each delayed answer is counted in
+    ``metrics``, with its delay (``stratalog_quota_throttles_total``,
+    ``stratalog_quota_throttle_seconds_total``, by quota: produce or fetch). Event-loop only.
     """
 
-    def __init__(self, manager: QuotaManager, fetch_max_bytes_default: int) -> None:
+    def __init__(
+        self, manager: QuotaManager, fetch_max_bytes_default: int, metrics: ServerMetrics
+    ) -> None:
         self._manager = manager
+        self._metrics = metrics
         self._fetch_max_bytes_default = fetch_max_bytes_default
-        self._wrapped: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
+        self._wrapped = WrappedHandlers()
         self._wrappers = {
             f"/{_SERVICE}/Produce": self._produce,
             f"/{_SERVICE}/FetchByOffset": self._fetch,
@@ -326,19 +338,17 @@ class QuotaInterceptor(grpc.aio.ServerInterceptor):
         if handler is None or not self._manager.enabled:
             return handler
         method = handler_call_details.method
-        wrap = self._wrappers.get(method)
-        if wrap is None:
+        if method not in self._wrappers:
             return handler
-        cached = self._wrapped.get(method)
-        if cached is not None and cached[0] is handler:
-            return cached[1]
-        wrapped = wrap(handler)
-        self._wrapped[method] = (handler, wrapped)
-        return wrapped
+        return self._wrapped.get(method, handler, self._wrap)
+
+    def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        return self._wrappers[method](handler)
 
     def _produce(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         inner = handler.unary_unary
         manager = self._manager
+        metrics = self._metrics
 
         async def produce(request: Any, context: grpc.aio.ServicerContext) -> Any:
             if type(request) is UndecodableRequest:
@@ -351,7 +361,7 @@ class QuotaInterceptor(grpc.aio.ServerInterceptor):
                 throttle_ms = manager.record_produce(principal, _produce_bytes(request))
             if throttle_ms:
                 response.throttle_time_ms = throttle_ms
-                await asyncio.sleep(throttle_ms / 1000)
+                await _hold_back(metrics, _PRODUCE_QUOTA, throttle_ms)
             return response
 
         return handler._replace(unary_unary=produce)
@@ -359,6 +369,7 @@ class QuotaInterceptor(grpc.aio.ServerInterceptor):
     def _fetch(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         inner = handler.unary_unary
         manager = self._manager
+        metrics = self._metrics
         default_bytes = self._fetch_max_bytes_default
 
         async def fetch(request: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -372,7 +383,7 @@ class QuotaInterceptor(grpc.aio.ServerInterceptor):
             throttle_ms = manager.record_fetch(principal, _fetch_bytes(response))
             if throttle_ms:
                 response.throttle_time_ms = throttle_ms
-                await asyncio.sleep(throttle_ms / 1000)
+                await _hold_back(metrics, _FETCH_QUOTA, throttle_ms)
             return response
 
         return handler._replace(unary_unary=fetch)
@@ -380,11 +391,19 @@ class QuotaInterceptor(grpc.aio.ServerInterceptor):
     def _subscribe(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         inner = handler.unary_stream
         manager = self._manager
+        metrics = self._metrics
 
         async def subscribe(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            return await inner(request, _ThrottledStream(context, manager, _principal()))
+            return await inner(request, _ThrottledStream(context, manager, metrics, _principal()))
 
         return handler._replace(unary_stream=subscribe)
+
+
+async def _hold_back(metrics: ServerMetrics, quota: str, throttle_ms: int) -> None:
+    """Hold an answer of ``quota`` ("produce" or "fetch") back ``throttle_ms``, counted in
+    ``metrics``: the call's task sleeps, holding no lock and not the event loop."""
+    metrics.observe_throttle(quota, throttle_ms)
+    await asyncio.sleep(throttle_ms / 1000)
 
 
 # FetchResponse.throttle_time_ms as protobuf wire bytes: its tag (field number, varint type).
@@ -412,13 +431,15 @@ class _ThrottledStream:
     as FetchResponse objects or, as the servicer sends them, already serialized (``bytes``:
     counted by their length, the throttle time appended as its field)."""
 
-    __slots__ = ("_context", "_manager", "_principal")
+    __slots__ = ("_context", "_manager", "_metrics", "_principal")
 
     def __init__(
-        self, context: grpc.aio.ServicerContext, manager: QuotaManager, principal: str
+        self, context: grpc.aio.ServicerContext, manager: QuotaManager, metrics: ServerMetrics,
+        principal: str,
     ) -> None:
         self._context = context
         self._manager = manager
+        self._metrics = metrics
         self._principal = principal
 
     def __getattr__(self, name: str) -> Any:
@@ -433,5 +454,5 @@ class _ThrottledStream:
                 message = _with_throttle_time(message, throttle_ms)  # type: ignore[arg-type]
             else:
                 message.throttle_time_ms = throttle_ms  # type: ignore[union-attr]
-            await asyncio.sleep(throttle_ms / 1000)
+            await _hold_back(self._metrics, _FETCH_QUOTA, throttle_ms)
         await self._context.write(message)

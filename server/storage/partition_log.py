@@ -1008,6 +1008,20 @@ class PartitionLog:
 
     # ---------------------------------------------------------------- reads
 
+    def fetchable_bytes_max(self, offset: int) -> int | None:
+        """At most how many bytes :meth:`fetch` at ``offset`` can return, known from the
+        published end alone: 0 at or past the log end (nothing to read, or an error), the
+        active segment's readable size when ``offset`` lies in it, None when it lies in an
+        older segment (up to that segment's size: knowing more takes an index lookup). O(1),
+        thread-safe without the lock (one published :class:`_LogEnd`); it lets a caller judge
+        a read's cost before making it."""
+        end = self._end
+        if offset >= end.offset:
+            return 0
+        if offset >= end.segment_base_offset:
+            return end.position
+        return None
+
     def read(self, offset: int, max_bytes: int, *, min_one_message: bool = True) -> bytes:
         """Whole batches from the one holding ``offset``: :meth:`fetch`'s data.
 

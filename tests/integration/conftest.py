@@ -14,6 +14,11 @@ Fixtures:
 ``start_server``      a factory for servers of a test's own (restarts, signals, other flags):
                       ``start_server(data_dir, *extra_flags) -> ServerProcess``; every server it
                       started is stopped (SIGKILL if still running) after the test
+``bomb_request``      the issue 13 probe's zstd bomb: a Produce of about 1 MiB to topic "bomb"
+                      that decompresses to 31 GB
+
+``until(condition, what)`` (a coroutine) polls a condition every 200 ms, bounded: a wait on the
+server's own counters instead of a sleep.
 
 A module-scoped ``server`` is stopped with SIGTERM at the end of its module, and the teardown
 fails if it did not exit 0: every test module also checks a clean shutdown.
@@ -21,6 +26,7 @@ fails if it did not exit 0: every test module also checks a clean shutdown.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 import re
@@ -30,6 +36,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,12 +45,17 @@ import grpc
 import pytest
 
 from stratalog.client.errors import StratalogError, from_rpc_error
-from stratalog.v1 import broker_pb2_grpc
+from stratalog.records import Compression, build_batch
+from stratalog.v1 import broker_pb2, broker_pb2_grpc
 
 STARTUP_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
 #: Deadline of one RPC in the tests: generous, it only turns a hang into a failure.
 CALL_TIMEOUT_S = 30.0
+#: The probe's zstd bomb (issue 13, defect 2): this many copies of one batch ...
+BOMB_BATCHES = 498
+#: ... of one record of this many zero bytes.
+BOMB_RECORD_BYTES = 63 << 20
 _LISTENING = re.compile(r"^stratalog: listening on (\S+):(\d+)$")
 _METRICS = re.compile(r"^stratalog: metrics on https?://(\S+):(\d+)/metrics$")
 
@@ -68,6 +80,15 @@ class ServerProcess:
         assert self.metrics_port is not None, "started with metrics off"
         return f"http://127.0.0.1:{self.metrics_port}/metrics"
 
+    def metric(self, sample: str) -> float:
+        """The value of one sample of the server's /metrics (plain HTTP), named as Prometheus
+        prints it (``stratalog_waiting_rpcs{kind="subscribe"}``); 0 when it is absent (a
+        counter not yet incremented has no sample)."""
+        with urllib.request.urlopen(self.metrics_url, timeout=CALL_TIMEOUT_S) as response:
+            text = response.read().decode()
+        match = re.search(rf"^{re.escape(sample)} (\S+)$", text, re.MULTILINE)
+        return float(match.group(1)) if match else 0.0
+
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
@@ -91,6 +112,17 @@ class ServerProcess:
     def kill(self) -> int:
         """SIGKILL: the process dies at once, as in a crash."""
         return self.stop(signal.SIGKILL)
+
+
+async def until(condition: Callable[[], bool], what: str, timeout_s: float = 120.0) -> None:
+    """Wait, polling every 200 ms, until ``condition()`` holds; AssertionError naming ``what``
+    after ``timeout_s`` (generous: it only turns a hang into a failure)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not condition():
+        if loop.time() > deadline:
+            raise AssertionError(f"not within {timeout_s} s: {what}")
+        await asyncio.sleep(0.2)
 
 
 def launch_server(data_dir: Path, *extra_args: str, log_path: Path | None = None,
@@ -235,3 +267,14 @@ def rpc_error() -> Callable[..., StratalogError]:
         return from_rpc_error(caught.value)
 
     return call
+
+
+@pytest.fixture(scope="session")
+def bomb_request() -> broker_pb2.ProduceRequest:
+    """The probe's request: 498 copies of one zstd batch holding one record of 63 MiB of zeros
+    (31 GB once decompressed), in one request of about 1 MiB, to topic "bomb"."""
+    batch = build_batch([(1_700_000_000_000, None, bytes(BOMB_RECORD_BYTES), ())],
+                        compression=Compression.ZSTD)
+    request = broker_pb2.ProduceRequest(topic="bomb", record_batches=batch * BOMB_BATCHES)
+    assert request.ByteSize() < 1_100_000
+    return request

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,7 +28,7 @@ from stratalog.client.errors import ResourceLimitExceededError, from_rpc_error
 from stratalog.records import build_batch
 from stratalog.v1 import broker_pb2, broker_pb2_grpc
 
-from .conftest import ServerProcess, launch_server
+from .conftest import ServerProcess, launch_server, until
 
 MIB = 1024 * 1024
 #: Deadline of the other client's calls: generous, it only turns a hang into a failure (the
@@ -49,22 +48,6 @@ def _rss_bytes(server: ServerProcess) -> int:
     match = re.search(r"^VmRSS:\s+(\d+) kB$", status, re.MULTILINE)
     assert match is not None, status
     return int(match.group(1)) * 1024
-
-
-def _metric(server: ServerProcess, name: str) -> float:
-    with urllib.request.urlopen(server.metrics_url, timeout=OTHER_CLIENT_TIMEOUT_S) as response:
-        text = response.read().decode()
-    match = re.search(rf"^{re.escape(name)} (\S+)$", text, re.MULTILINE)
-    return float(match.group(1)) if match else 0.0
-
-
-async def _until(condition, what: str, timeout_s: float = 120.0) -> None:  # type: ignore[no-untyped-def]
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not condition():
-        if loop.time() > deadline:
-            raise AssertionError(f"not within {timeout_s} s: {what}")
-        await asyncio.sleep(0.2)
 
 
 async def _other_client_is_served(server: ServerProcess, topic: str) -> None:
@@ -118,7 +101,7 @@ async def test_one_clients_1030_streams_get_its_limit_and_others_are_served(
         calls = [stub.Subscribe(broker_pb2.SubscribeRequest(topic="streams", offset=0))
                  for _ in range(CLIENT_FLOODS)]
         reads = [asyncio.ensure_future(call.read()) for call in calls]
-        await _until(lambda: sum(read.done() for read in reads) >= CLIENT_FLOODS - 256,
+        await until(lambda: sum(read.done() for read in reads) >= CLIENT_FLOODS - 256,
                      "the streams beyond the connection's limit refused")
         refused = [read for read in reads if read.done()]
         assert len(refused) == CLIENT_FLOODS - 256
@@ -128,10 +111,9 @@ async def test_one_clients_1030_streams_get_its_limit_and_others_are_served(
             assert error.limit == "waiting_rpcs_per_connection_max"
             assert error.retriable
             assert "waiting_rpcs_per_connection_max=256" in str(error)
-        assert _metric(server, 'stratalog_waiting_rpcs{kind="subscribe"}') == 256
-        assert _metric(
-            server,
-            'stratalog_waiting_rpcs_refused_total{limit="waiting_rpcs_per_connection_max"}',
+        assert server.metric('stratalog_waiting_rpcs{kind="subscribe"}') == 256
+        assert server.metric(
+            'stratalog_waiting_rpcs_refused_total{limit="waiting_rpcs_per_connection_max"}'
         ) == CLIENT_FLOODS - 256
         # Every other client's unary RPCs are answered.
         await _other_client_is_served(server, "streams")
@@ -155,7 +137,7 @@ async def test_one_clients_1030_streams_get_its_limit_and_others_are_served(
         assert {message.next_offset for message in messages} == {1}
         for call in calls:
             call.cancel()
-    await _until(lambda: _metric(server, 'stratalog_waiting_rpcs{kind="subscribe"}') == 0,
+    await until(lambda: server.metric('stratalog_waiting_rpcs{kind="subscribe"}') == 0,
                  "the streams ended on the server")
 
 
@@ -170,9 +152,9 @@ async def test_one_clients_1030_long_polls_get_its_limit_and_others_are_served(
         request = broker_pb2.FetchByOffsetRequest(topic="polls", offset=0, max_wait_ms=30_000)
         polls = [asyncio.ensure_future(stub.FetchByOffset(request, timeout=120))
                  for _ in range(CLIENT_FLOODS)]
-        await _until(lambda: sum(poll.done() for poll in polls) >= CLIENT_FLOODS - 256,
+        await until(lambda: sum(poll.done() for poll in polls) >= CLIENT_FLOODS - 256,
                      "the long polls beyond the connection's limit refused")
-        assert _metric(server, 'stratalog_waiting_rpcs{kind="long_poll"}') == 256
+        assert server.metric('stratalog_waiting_rpcs{kind="long_poll"}') == 256
         for poll in (poll for poll in polls if poll.done()):
             error = from_rpc_error(poll.exception())  # type: ignore[arg-type]
             assert isinstance(error, ResourceLimitExceededError), error
@@ -186,7 +168,7 @@ async def test_one_clients_1030_long_polls_get_its_limit_and_others_are_served(
         )
         assert len(answers) == 256
         assert {answer.next_offset for answer in answers} == {1}
-    assert _metric(server, 'stratalog_waiting_rpcs{kind="long_poll"}') == 0
+    assert server.metric('stratalog_waiting_rpcs{kind="long_poll"}') == 0
 
 
 async def test_subscribers_memory_is_bounded_and_given_back(start_server) -> None:  # type: ignore[no-untyped-def]
@@ -221,8 +203,8 @@ async def test_subscribers_memory_is_bounded_and_given_back(start_server) -> Non
                     broker_pb2.SubscribeRequest(topic="crowd", offset=1))
                 for i in range(streams)
             ]
-            await _until(
-                lambda: _metric(server, 'stratalog_waiting_rpcs{kind="subscribe"}') == streams,
+            await until(
+                lambda: server.metric('stratalog_waiting_rpcs{kind="subscribe"}') == streams,
                 "every subscriber admitted")
             idle = _rss_bytes(server) - baseline
             assert idle < streams * STREAM_OVERHEAD_BYTES, f"{idle / MIB:.1f} MiB idle"
@@ -237,33 +219,33 @@ async def test_subscribers_memory_is_bounded_and_given_back(start_server) -> Non
 
             def quiet() -> bool:
                 nonlocal previous
-                sent = _metric(server, 'stratalog_bytes_out_total{topic="crowd"}')
+                sent = server.metric('stratalog_bytes_out_total{topic="crowd"}')
                 settled, previous = sent == previous and sent > 0, sent
                 return settled
 
-            await _until(quiet, "the stalled streams settled")
+            await until(quiet, "the stalled streams settled")
             stalled = _rss_bytes(server) - baseline
             bound = 2 * (budget_bytes + streams * batch_bytes) + streams * STREAM_OVERHEAD_BYTES
             assert stalled < bound, (
                 f"{stalled / MIB:.1f} MiB for {streams} stalled subscribers, bound "
                 f"{bound / MIB:.1f} MiB"
             )
-            assert _metric(server, "stratalog_subscribe_buffer_bytes") > 0
+            assert server.metric("stratalog_subscribe_buffer_bytes") > 0
             await _other_client_is_served(server, "crowd")
             for call in calls:
                 call.cancel()
         finally:
             for channel in channels:
                 await channel.close()
-        await _until(
-            lambda: _metric(server, 'stratalog_waiting_rpcs{kind="subscribe"}') == 0,
+        await until(
+            lambda: server.metric('stratalog_waiting_rpcs{kind="subscribe"}') == 0,
             "the streams ended on the server")
         # Given back: near where it began (the maintenance pass trims the heap).
         given_back_bound = baseline + 64 * MIB
-        await _until(lambda: _rss_bytes(server) < given_back_bound,
+        await until(lambda: _rss_bytes(server) < given_back_bound,
                      f"RSS back under {given_back_bound / MIB:.0f} MiB "
                      f"(baseline {baseline / MIB:.0f} MiB)", timeout_s=60)
-        assert _metric(server, "stratalog_subscribe_buffer_bytes") == 0
+        assert server.metric("stratalog_subscribe_buffer_bytes") == 0
     assert server.stop() == 0
 
 

@@ -1,5 +1,6 @@
 """Byte-rate quotas against a real server: produce, fetch and Subscribe held near the quota by
-delayed answers, per-principal quotas from the settings file, reloaded on SIGHUP.
+delayed answers, per-principal quotas from the settings file, reloaded on SIGHUP; the Producer's
+and the Consumer's total throttle time, against the server's own count.
 
 The bounds are generous on purpose (these machines are shared and noisy): a client sending as
 fast as it can is measured over a few seconds, and the rate must come out within a factor of
@@ -15,7 +16,7 @@ import signal
 import time
 from pathlib import Path
 
-from stratalog.client import SyncClient
+from stratalog.client import Consumer, Producer, SyncClient
 from stratalog.client.wire import FetchFormat
 
 from .conftest import ServerProcess
@@ -128,3 +129,51 @@ def test_per_principal_quota_from_the_file_reloaded_on_sighup(start_server, tmp_
         _wait_for_log(server, "reloading the quotas failed")
         assert _burst_throttle_ms(client, "reloaded") == 0
     assert server.stop() == 0
+
+
+def _throttled_ms(server: ServerProcess, quota: str) -> float:
+    """What the server's metrics say it held back for ``quota``, in ms."""
+    return server.metric(f'stratalog_quota_throttle_seconds_total{{quota="{quota}"}}') * 1000
+
+
+async def test_the_producer_totals_the_throttle_time_it_was_given(start_server) -> None:
+    server = start_server(None, "--quota-producer-byte-rate", str(QUOTA), *WINDOW)
+    with SyncClient(server.target) as client:
+        client.create_topic("producer-throttled", partitions=2)
+    async with Producer(server.target, linger_ms=0) as producer:
+        assert producer.throttle_time_ms_total == 0
+        sent = [await producer.send("producer-throttled", VALUE, partition=i % 2)
+                for i in range(30)]  # 1.2 MB: about 3 s at the quota
+        await producer.flush()
+        for delivery in sent:
+            await delivery
+        total_ms = producer.throttle_time_ms_total
+    # The server's count of what it held back: this producer was its only client.
+    assert total_ms > 0
+    assert total_ms == round(_throttled_ms(server, "produce"))
+
+
+async def test_the_consumer_totals_the_throttle_time_it_was_given(start_server) -> None:
+    server = start_server(None, "--quota-consumer-byte-rate", str(QUOTA), *WINDOW)
+    records = 30  # 1.2 MB: about 3 s at the quota
+    with SyncClient(server.target) as client:
+        _fill(client, "consumer-throttled", records * len(VALUE))
+    # Fetches, to the end: every answer the server held back reached the consumer.
+    async with Consumer(server.target, "consumer-throttled") as consumer:
+        assert consumer.throttle_time_ms_total == 0
+        assert sum([len(batch) async for batch in consumer.batches()]) == records
+        total_ms = consumer.throttle_time_ms_total
+    assert total_ms > 0
+    assert total_ms == round(_throttled_ms(server, "fetch"))
+    # A Subscribe stream, left once the records are in: a message read ahead and throttled may
+    # not have reached the consumer yet, so it is told of at most what the server held back.
+    before = _throttled_ms(server, "fetch")
+    async with Consumer(server.target, "consumer-throttled", follow=True,
+                        use_subscribe=True) as consumer:
+        received = 0
+        async for batch in consumer.batches():
+            received += len(batch)
+            if received == records:
+                break
+        total_ms = consumer.throttle_time_ms_total
+    assert 0 < total_ms <= round(_throttled_ms(server, "fetch") - before)

@@ -33,7 +33,7 @@ from stratalog.client.errors import (
     ResourceLimitExceededError,
     from_rpc_error,
 )
-from stratalog.records import Compression, build_batch, iter_batches
+from stratalog.records import iter_batches
 from stratalog.v1 import broker_pb2 as pb
 from stratalog.v1 import broker_pb2_grpc
 
@@ -42,18 +42,6 @@ from .conftest import CALL_TIMEOUT_S, ServerProcess
 T0 = 1_700_000_000_000
 INT64_MAX = 2**63 - 1
 INT64_MIN = -(2**63)
-BOMB_BATCHES = 498
-BOMB_RECORD_BYTES = 63 << 20
-
-
-@pytest.fixture(scope="module")
-def bomb_request() -> pb.ProduceRequest:
-    """The probe's request: 498 copies of one zstd batch holding one record of 63 MiB of zeros
-    (31 GB once decompressed), in one request of about 1 MiB."""
-    batch = build_batch([(T0, None, bytes(BOMB_RECORD_BYTES), ())], compression=Compression.ZSTD)
-    request = pb.ProduceRequest(topic="bomb", record_batches=batch * BOMB_BATCHES)
-    assert request.ByteSize() < 1_100_000
-    return request
 
 
 def _create(stub: broker_pb2_grpc.BrokerStub, topic: str, partitions: int = 1) -> pb.TopicDescription:

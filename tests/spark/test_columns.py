@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import struct
+
 import pyarrow as pa
 import pytest
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -140,13 +142,45 @@ def test_partial_tail_and_corruption_name_the_source():
     assert columns.to_arrow().column("offset").to_pylist()[0] == 6
 
 
-def test_timestamps_beyond_spark_range_are_an_error():
-    builder = BatchBuilder()
-    builder.append(2**62, None, b"x")
+def at_offset(batch_bytes: bytes, base_offset: int) -> bytes:
+    """``batch_bytes`` (one batch) moved to ``base_offset`` (outside the CRC)."""
+    moved = bytearray(batch_bytes)
+    struct.pack_into(">q", moved, 0, base_offset)
+    return bytes(moved)
+
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+@pytest.mark.parametrize("decoder", ["arrow buffers", "python lists"])
+def test_timestamps_past_int64_are_wrapped_and_those_spark_cannot_hold_are_null(
+    monkeypatch, batch_with_timestamp_delta, decoder
+):
+    # The probe's records of issue 13 (base + delta leaves int64), which Kafka's reader wraps
+    # to 64 bits, and a record Spark's microseconds cannot hold though int64 can: each gets a
+    # null timestamp, and the read goes on. It used to fail with CorruptRecordError.
+    from stratalog.records import accel
+    from stratalog.spark import columns as module
+
+    monkeypatch.setattr(module, "_decode_arrow",
+                        accel.decode_arrow if decoder == "arrow buffers" else None)
+    huge = BatchBuilder(base_offset=3)
+    huge.append(2**62, None, b"huge")
+    log = b"".join([
+        batch(0, 1),
+        at_offset(batch_with_timestamp_delta(INT64_MIN + 1, -5), 1),  # wraps to 2^63 - 4
+        at_offset(batch_with_timestamp_delta(INT64_MAX - 1, 5), 2),  # wraps to -2^63 + 3
+        huge.build(),
+        batch(4, 1),
+    ])
     columns = RecordColumns("t", 0, False)
-    columns.append_batches(builder.build(), 0, 0, None, source="test")
-    with pytest.raises(CorruptRecordError, match="outside the range of Spark's timestamps"):
-        columns.to_arrow()
+    columns.append_batches(log, 0, 0, None, source="test")
+    table = columns.to_arrow()
+    table.validate(full=True)
+    assert table.column("offset").to_pylist() == [0, 1, 2, 3, 4]
+    assert table.column("value").to_pylist()[1:4] == [b"v", b"v", b"huge"]
+    assert table.column("timestamp").cast(pa.int64()).to_pylist() == [
+        TS * 1000, None, None, None, (TS + 4) * 1000]
 
 
 def test_reference_decoder_equals_the_codec_decoder():

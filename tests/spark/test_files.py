@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import shutil
+import signal
+import struct
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from stratalog.client import ProducerRecord, TopicPartition
+from stratalog.client import ProducerRecord, SyncClient, TopicPartition
 from stratalog.records import BatchBuilder, CorruptRecordError, iter_batches
 from stratalog.spark import DataLossError, OptionError, read_schema
 from stratalog.spark.options import parse_read_options
@@ -18,6 +21,8 @@ from stratalog.spark.segment_files import (
     plan_segments,
     read_segment,
 )
+
+from .conftest import STARTUP_TIMEOUT_S, _launch
 
 BASE_TS = 1_700_000_000_000
 
@@ -218,3 +223,39 @@ def test_a_checkpoint_kafka_would_refuse_is_ignored_with_a_warning(tmp_path, cap
     assert "Expected [2] entries, but found [1]" in caplog.text
     (tmp_path / "log-start-offset-checkpoint").write_text("0\n1\nt 0 3\n")
     assert find_partitions(str(tmp_path), None)[TopicPartition("t", 0)].log_start_offset == 3
+
+
+def test_a_timestamp_past_int64_is_read_in_file_mode_and_through_the_server(
+    spark, tmp_path, batch_with_timestamp_delta
+):
+    # A log written before stratalog refused such records (issue 13, defect 5): the probe's
+    # two batches whose record timestamp (base + delta) leaves int64, put on disk behind the
+    # server's back. Kafka's reader wraps the sum to 64 bits, far outside what Spark's
+    # timestamps hold: the rows come with a null timestamp, in both modes, where the read used
+    # to fail with CorruptRecordError.
+    data_dir = tmp_path / "data"
+    server = _launch(data_dir)
+    with SyncClient(server.target) as client:
+        client.wait_ready(STARTUP_TIMEOUT_S)
+        client.create_topic("wrapped")
+        client.produce("wrapped", 0, [ProducerRecord(b"good", timestamp_ms=BASE_TS)])
+    server.process.send_signal(signal.SIGTERM)
+    assert server.process.wait(30) == 0, server.log_text()[-4000:]
+    with (data_dir / "wrapped-0" / f"{0:020d}.log").open("ab") as segment:
+        for offset, (base, delta) in enumerate([(-(2**63) + 1, -5), (2**63 - 2, 5)], start=1):
+            bad = bytearray(batch_with_timestamp_delta(base, delta))
+            struct.pack_into(">q", bad, 0, offset)  # its base offset (outside the CRC)
+            segment.write(bad)
+    expected = [(0, b"good", datetime.fromtimestamp(BASE_TS / 1000, UTC).replace(tzinfo=None)),
+                (1, b"v", None), (2, b"v", None)]
+
+    def rows(df) -> list[tuple]:
+        return sorted((r["offset"], r["value"], r["timestamp"]) for r in df.collect())
+
+    server = _launch(data_dir)
+    try:
+        assert rows(load(spark, target=server.target, subscribe="wrapped")) == expected
+    finally:
+        server.process.send_signal(signal.SIGTERM)
+        assert server.process.wait(30) == 0, server.log_text()[-4000:]
+    assert rows(load(spark, path=str(data_dir), subscribe="wrapped")) == expected

@@ -14,6 +14,7 @@ test_extension_is_built fails when it is missing, rather than the comparisons be
 
 from __future__ import annotations
 
+import array
 import gc
 import os
 import shutil
@@ -38,6 +39,7 @@ from stratalog.records import (
     decode_batch,
     iter_records,
     summarize_records,
+    wrap_int64,
 )
 from stratalog.records import record as reference
 from stratalog.records.reader import decode_batch_columns
@@ -349,6 +351,33 @@ def test_sums_past_int64_stay_exact():
     records = c_impl.decode_records(data, 2, INT64_MAX, INT64_MAX)
     assert records[0].offset == INT64_MAX + INT32_MAX
     assert records[0].timestamp == 2 * INT64_MAX
+
+
+@pytest.mark.parametrize("decode_arrow", ["c", "reference"])
+def test_arrow_wraps_timestamps_past_int64_as_kafkas_reader_and_refuses_such_offsets(
+    decode_arrow: str,
+) -> None:
+    decode = c_impl.decode_arrow if decode_arrow == "c" else accel.decode_arrow_reference
+    data = _region([(0, -5, None, b"v", ()), (1, 5, None, b"w", ())])
+
+    def timestamps(*args: object) -> list[int]:
+        columns = accel.ArrowColumns._make(decode(data, 2, *args))
+        return list(array.array("q", columns.timestamps))
+
+    # The probe's records of issue 13: base -2^63 + 1 with delta -5, base 2^63 - 2 with +5.
+    assert timestamps(0, INT64_MIN + 1) == [INT64_MAX - 3, INT64_MIN + 6]
+    assert timestamps(0, INT64_MAX - 1) == [INT64_MAX - 6, INT64_MIN + 3]
+    assert timestamps(0, INT64_MAX - 1) == [wrap_int64(INT64_MAX - 1 + d) for d in (-5, 5)]
+    assert timestamps(0, 0, 2**64 + 7) == [7, 7]  # an override too
+    with pytest.raises(CorruptRecordError, match="record 1: its offset is outside int64"):
+        decode(data, 2, INT64_MAX, 0)
+
+
+def test_wrap_int64_is_javas_long_arithmetic() -> None:
+    assert [wrap_int64(v) for v in (0, -1, INT64_MAX, INT64_MIN)] == [0, -1, INT64_MAX, INT64_MIN]
+    assert wrap_int64(INT64_MAX + 1) == INT64_MIN
+    assert wrap_int64(INT64_MIN - 4) == INT64_MAX - 3
+    assert wrap_int64(2**64 + 5) == 5
 
 
 def test_timestamp_override_is_passed_through_as_is():

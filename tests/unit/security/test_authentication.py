@@ -54,8 +54,9 @@ async def test_a_verified_credential_is_cached(executor) -> None:
     assert first is not None and first.principal == Principal.user("alice")
     again = await authenticator.authenticate(basic("alice", "pw"))
     assert again == first and executor.submitted == 1
-    with pytest.raises(AuthenticationFailedError, match="unknown user or token"):
+    with pytest.raises(AuthenticationFailedError, match="unknown user or token") as raised:
         await authenticator.authenticate(basic("alice", "wrong"))
+    assert raised.value.failure == "wrong_credentials"
     with pytest.raises(AuthenticationFailedError):
         await authenticator.authenticate(basic("alice", "wrong"))
     assert executor.submitted == 3  # failures are checked every time, never cached
@@ -90,9 +91,20 @@ async def test_the_cache_is_bounded_and_emptied_by_a_reload(executor) -> None:
     [("authorization", b"Bearer bytes")],
 ])
 async def test_malformed_metadata_is_refused(executor, metadata) -> None:
-    with pytest.raises(AuthenticationFailedError):
+    with pytest.raises(AuthenticationFailedError) as raised:
         await make(executor, alice="pw").authenticate(metadata)
+    assert raised.value.failure == "malformed_credentials"
     assert executor.submitted == 0
+
+
+async def test_credentials_to_a_server_without_a_credential_file_are_not_accepted(
+    executor,
+) -> None:
+    authenticator = Authenticator(None, anonymous_allowed=True, executor=executor,
+                                  cache_entries_max=10)
+    with pytest.raises(AuthenticationFailedError, match="accepts no passwords") as raised:
+        await authenticator.authenticate(basic("alice", "pw"))
+    assert raised.value.failure == "credentials_not_accepted"
 
 
 async def test_no_metadata_is_no_credentials(executor) -> None:

@@ -38,6 +38,27 @@ def test_produce_and_fetch_counters_per_topic() -> None:
     assert ("stratalog_records_out_total", (("topic", "clicks"),)) not in samples
 
 
+def test_security_counters_by_reason_operation_and_quota() -> None:
+    metrics = ServerMetrics()
+    metrics.observe_authentication_failure("wrong_credentials")
+    metrics.observe_authentication_failure("wrong_credentials")
+    metrics.observe_authentication_failure("credentials_required")
+    metrics.observe_authorization_denial("WRITE")
+    metrics.observe_throttle("produce", 250)
+    metrics.observe_throttle("produce", 1500)
+    metrics.observe_throttle("fetch", 40)
+    samples = _samples(metrics)
+    assert samples[("stratalog_authentication_failures_total",
+                    (("reason", "wrong_credentials"),))] == 2
+    assert samples[("stratalog_authentication_failures_total",
+                    (("reason", "credentials_required"),))] == 1
+    assert samples[("stratalog_authorization_denials_total", (("operation", "WRITE"),))] == 1
+    assert samples[("stratalog_quota_throttles_total", (("quota", "produce"),))] == 2
+    assert samples[("stratalog_quota_throttle_seconds_total", (("quota", "produce"),))] == 1.75
+    assert samples[("stratalog_quota_throttles_total", (("quota", "fetch"),))] == 1
+    assert samples[("stratalog_quota_throttle_seconds_total", (("quota", "fetch"),))] == 0.04
+
+
 def test_request_latency_histogram_and_codes() -> None:
     metrics = ServerMetrics()
     metrics.observe_request("Produce", "OK", 0.0003)

@@ -340,6 +340,43 @@ async def test_large_appends_leave_the_loop_only_while_reads_are_served(tmp_path
         manager.close()
 
 
+async def test_fetches_that_can_return_little_are_read_on_the_loop(tmp_path: Path) -> None:
+    # max_bytes (1 MiB by default) allows a large read, but the partition holds less past the
+    # offset: nothing at the log end (a long poll, a subscriber at the end), a small active
+    # segment. Those reads stay on the loop; a burst of them must not queue in the pool ahead
+    # of other clients' reads. Reads in older segments, or in a large active one, go there.
+    manager = LogManager.open([tmp_path / "data"])
+    manager.create_topic("t", 1, {"segment.bytes": "600000"})
+    partition_log = manager.get_log("t", 0)
+    executor = _CountingExecutor()
+    settings = Settings()  # read_in_executor_min_bytes 256 KiB, fetch_max_bytes_default 1 MiB
+    service = _service(manager, settings, ServerMetrics(), executor)
+
+    async def pool_reads(offset: int, **fields: int) -> int:
+        before = executor.submitted
+        await service.FetchByOffset(
+            broker_pb2.FetchByOffsetRequest(topic="t", offset=offset, **fields), _StreamContext())
+        return executor.submitted - before
+
+    try:
+        assert await pool_reads(0) == 0  # an empty log
+        assert await pool_reads(0, max_wait_ms=10) == 0  # a long poll that waited, read twice
+        for i in range(2):
+            partition_log.append(build_batch([(T0 + i, None, b"v" * 100_000, ())]))
+        assert await pool_reads(0) == 0  # 200 KB in the active segment: a small read ...
+        assert await pool_reads(1, max_bytes=1_000_000) == 0
+        partition_log.append(build_batch([(T0, None, b"v" * 100_000, ())]))
+        assert await pool_reads(0) == 1  # ... 300 KB, more than 256 KiB: the pool
+        assert await pool_reads(0, max_bytes=100_000) == 0  # max_bytes says it is small
+        assert await pool_reads(3) == 0  # at the end
+        partition_log.roll()
+        assert await pool_reads(0, max_bytes=1_000_000) == 1  # an older segment: unknown
+        assert await pool_reads(3) == 0  # the new active segment is empty
+    finally:
+        executor.shutdown()
+        manager.close()
+
+
 async def test_many_decoded_records_are_encoded_in_the_pool(tmp_path: Path) -> None:
     # Encoding costs ~1 µs a record (and compression on top): a large records-form Produce
     # must not hold the event loop; a small one is encoded inline.

@@ -910,6 +910,51 @@ def test_fetch_is_read_with_the_next_offset_and_record_count(directory: Path) ->
     log.close()
 
 
+def test_fetchable_bytes_max_bounds_every_fetch_it_knows_of(directory: Path) -> None:
+    # Over several segments and every offset: 0 at the end, the active segment's size in it
+    # (never less than a fetch there returns), None in older segments.
+    log = open_log(directory, segment_bytes=3000, index_interval_bytes=200)
+    assert log.fetchable_bytes_max(0) == 0  # empty
+    for i in range(60):
+        log.append(client_batch([T0 + i] * (1 + i % 3), value=b"x" * (i * 11 % 250)))
+    active = log.active_segment
+    assert len(log.segments) > 3
+    end = log.log_end_offset
+    for offset in range(log.log_start_offset, end + 2):
+        bound = log.fetchable_bytes_max(offset)
+        if offset >= end:
+            assert bound == 0
+        elif offset >= active.base_offset:
+            assert bound == active.size_bytes
+            assert len(log.read(offset, 10**9)) <= bound
+        else:
+            assert bound is None
+    log.close()
+
+
+def test_a_stored_timestamp_past_int64_is_looked_up_as_kafkas_reader_wraps_it(
+    directory: Path, batch_with_timestamp_delta: Callable[[int, int], bytes]
+) -> None:
+    # A log written before validation refused such records (issue 13, defect 5): base
+    # 2^63 - 2 and delta +5 wrap to -2^63 + 3, below every target, as a Kafka broker compares
+    # it; the lookup decodes the batch (its max_timestamp is above the target) and goes on.
+    # It used to raise CorruptRecordError (answered CORRUPT_RECORD).
+    log = open_log(directory)
+    log.append(client_batch([T0]))
+    log.close()
+    bad = bytearray(batch_with_timestamp_delta(2**63 - 2, 5))
+    struct.pack_into(">q", bad, 0, 1)  # base offset 1 (outside the CRC)
+    with (directory / f"{0:020d}.log").open("ab") as segment:
+        segment.write(bad)
+    log = open_log(directory)
+    assert log.log_end_offset == 2
+    found, fetched = log.fetch_by_timestamp(T0 + 1, 1000)
+    assert (found, fetched.data, fetched.next_offset) == (None, b"", 2)
+    found, _ = log.fetch_by_timestamp(T0, 1000)
+    assert found is not None and (found.offset, found.timestamp) == (0, T0)
+    log.close()
+
+
 def test_fetch_errors_are_reads(directory: Path) -> None:
     log = open_log(directory)
     log.append(client_batch([T0, T0]))
