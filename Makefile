@@ -37,9 +37,10 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 
 # Serving: stratalog itself (editable, with its C codec when a compiler is there) and its runtime
-# dependencies. Reinstalled when the project's metadata changes; pip is idempotent, the stamp
-# only saves time.
-$(STAMP_SERVE): pyproject.toml | $(PY)
+# dependencies. Reinstalled when the project's metadata or the C codec's source changes (an
+# editable install compiles the extension once: a changed .c would otherwise go on running the
+# old build); pip is idempotent, the stamp only saves time.
+$(STAMP_SERVE): pyproject.toml $(wildcard records/*.c) | $(PY)
 	@echo "== updating pip, setuptools and wheel in $(VENV)"
 	$(PIP) install --upgrade pip setuptools wheel
 	@echo "== installing stratalog and what serving needs (grpcio, protobuf, the codecs: ~100 MB; well under a minute)"
