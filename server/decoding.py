@@ -191,6 +191,15 @@ def _bytes_or(serialize: Callable[[Any], bytes]) -> Callable[[Any], bytes]:
     return serialize_unless_bytes
 
 
+# gRPC's handler factory for each (client streaming, server streaming) kind of method.
+_HANDLERS = {
+    (False, False): grpc.unary_unary_rpc_method_handler,
+    (False, True): grpc.unary_stream_rpc_method_handler,
+    (True, False): grpc.stream_unary_rpc_method_handler,
+    (True, True): grpc.stream_stream_rpc_method_handler,
+}
+
+
 def add_broker_service(servicer: Any, server: grpc.aio.Server) -> None:
     """Register ``servicer``'s methods as the Broker service on ``server``.
 
@@ -204,12 +213,9 @@ def add_broker_service(servicer: Any, server: grpc.aio.Server) -> None:
     service = broker_pb2.DESCRIPTOR.services_by_name["Broker"]
     handlers = {}
     for method in service.methods:
-        if method.client_streaming:
-            raise NotImplementedError(f"client-streaming method {method.name} is not supported")
         request_class = getattr(broker_pb2, method.input_type.name)
         response_class = getattr(broker_pb2, method.output_type.name)
-        handler = (grpc.unary_stream_rpc_method_handler if method.server_streaming
-                   else grpc.unary_unary_rpc_method_handler)
+        handler = _HANDLERS[method.client_streaming, method.server_streaming]
         parse = parse_produce_request if method.name == "Produce" else request_class.FromString
         serialize = response_class.SerializeToString
         if method.server_streaming:

@@ -177,7 +177,11 @@ def test_every_broker_method_is_registered_with_its_streaming_kind():
         handler = server.handlers[method.name]
         assert isinstance(handler, grpc.RpcMethodHandler)
         assert handler.response_streaming == method.server_streaming
-        assert handler.unary_unary == (None if method.server_streaming else method.name)
+        assert handler.request_streaming == method.client_streaming
+        kind = {(False, False): "unary_unary", (False, True): "unary_stream",
+                (True, False): "stream_unary", (True, True): "stream_stream"}[
+                    method.client_streaming, method.server_streaming]
+        assert getattr(handler, kind) == method.name
     produce = server.handlers["Produce"].request_deserializer
     data = pb.ProduceRequest(topic="t", record_batches=b"batches").SerializeToString()
     assert isinstance(produce(data).record_batches, memoryview)
