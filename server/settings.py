@@ -250,6 +250,13 @@ class Settings:
         " RESOURCE_LIMIT_EXCEEDED. Must be below max_concurrent_rpcs",
         1,
     )
+    session_requests_in_flight_max: int = _setting(
+        128,
+        "requests one Session stream has being served or answered at once; the server reads"
+        " the stream's next request only when one of them is done, so a client sending faster"
+        " is held back by gRPC's flow control (each answer waits for the client to take it)",
+        1,
+    )
     max_connections: int = _setting(
         1024,
         "connections the server accepts at once, all clients (Kafka's max.connections; gRPC's"
