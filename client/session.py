@@ -239,10 +239,17 @@ class ClientSession:
             ))
 
     async def _write_loop(self) -> None:
-        outbox, write = self._outbox, self._call.write
+        call = self._call
+        outbox, write = self._outbox, call.write
         try:
+            # The server sends its headers once it admitted the stream; one that refuses it
+            # (no Session RPC, a limit) ends it instead, and a write racing that end would
+            # replace its status with gRPC's INTERNAL: so nothing is written before them.
+            await call.initial_metadata()
             while True:
                 while outbox:
+                    if call.done():
+                        return  # the reader learns why
                     await write(outbox.popleft())
                 self._wake = self._loop.create_future()
                 await self._wake

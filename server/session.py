@@ -241,6 +241,8 @@ class Sessions:
         if self.stopping:
             raise LogClosedError(_SHUTTING_DOWN)
         with self._limits.admit(call_origin(context), WaitingRpcKind.SESSION):
+            # Admitted: the headers tell the client so; it writes nothing before them.
+            await context.send_initial_metadata(())
             stream = SessionStream(self, context)
             self._streams.add(stream)
             self._metrics.sessions.inc()
