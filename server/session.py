@@ -22,8 +22,8 @@ One stream (:class:`SessionStream`)::
     reader task    reads a request when fewer than session_requests_in_flight_max are in
                    flight (else it waits: gRPC's flow control then holds the client back),
                    and starts a task for it
-    request task   [a Produce: waits until the previous Produce of the same partition on this
-                   stream is done] -> the RPC's behaviour -> its answer serialized into a
+    request task   [a Produce: waits until the servicer is done with the previous Produce of
+                   the same partition on this stream] -> the RPC's behaviour -> its answer serialized into a
                    SessionResponse -> written (one write at a time) -> its slot freed
     handler task   waits until the client half-closed and every request was answered (the
                    stream ends OK), or the server stops (below); cancelled when the client
@@ -141,12 +141,16 @@ class RequestContext:
     """The context one session request's behaviour runs with: what the servicer and the
     interceptors ask of a unary call's ``ServicerContext`` (``peer``, ``abort_with_status``,
     ``code``), answered for the request. ``abort_with_status`` keeps the status, which becomes
-    the request's SessionError, and raises as gRPC's does. Event-loop only."""
+    the request's SessionError, and raises as gRPC's does. ``served`` (None: nothing) is
+    resolved when the servicer's method is done with the request, before the interceptors
+    are (a quota's delay of the answer): what the next Produce of the partition waits for.
+    Event-loop only."""
 
-    __slots__ = ("_peer", "status")
+    __slots__ = ("_peer", "served", "status")
 
-    def __init__(self, peer: str) -> None:
+    def __init__(self, peer: str, served: asyncio.Future[None] | None = None) -> None:
         self._peer = peer
+        self.served = served
         self.status: grpc.Status | None = None
 
     def peer(self) -> str:
@@ -182,7 +186,7 @@ class RequestHandlers:
     def __init__(self, servicer: Any, interceptors: Iterable[grpc.aio.ServerInterceptor]) -> None:
         self._interceptors = tuple(interceptors)
         self._handlers = {
-            rpc: grpc.unary_unary_rpc_method_handler(getattr(servicer, rpc))
+            rpc: grpc.unary_unary_rpc_method_handler(_serving(getattr(servicer, rpc)))
             for rpc in SESSION_RPCS
         }
         self._details = {rpc: _CallDetails(f"/{_SERVICE}/{rpc}", ()) for rpc in SESSION_RPCS}
@@ -201,6 +205,21 @@ class RequestHandlers:
         return await self._interceptors[index].intercept_service(
             functools.partial(self._resolve, index + 1), details
         )
+
+
+def _serving(method: Behaviour) -> Behaviour:
+    """``method`` (a servicer's), resolving its :class:`RequestContext`'s ``served`` when
+    done, whether it answered or failed."""
+
+    async def behaviour(request: Any, context: RequestContext) -> Any:
+        try:
+            return await method(request, context)
+        finally:
+            served = context.served
+            if served is not None and not served.done():
+                served.set_result(None)
+
+    return behaviour
 
 
 class Sessions:
@@ -391,16 +410,21 @@ class SessionStream:
         try:
             if previous is not None:
                 await previous
-            answer = await self._call(request_id, "Produce", request)
+            # ``mine`` is resolved once the servicer appended (or refused) this request, so
+            # the next one of the partition does not wait for this one's quota delay.
+            answer = await self._call(request_id, "Produce", request, mine)
         finally:
-            mine.set_result(None)
+            if not mine.done():
+                mine.set_result(None)
             if self._produce_tails.get(key) is mine:
                 del self._produce_tails[key]
         await self._write(answer)
 
-    async def _call(self, request_id: int, rpc: str, request: Any) -> bytes:
+    async def _call(
+        self, request_id: int, rpc: str, request: Any, served: asyncio.Future[None] | None = None
+    ) -> bytes:
         """The serialized answer of one request: its RPC's response, or its SessionError."""
-        context = RequestContext(self._peer)
+        context = RequestContext(self._peer, served)
         try:
             behaviour = await self._sessions.handlers.behaviour(rpc)
             response = await behaviour(request, context)
