@@ -20,11 +20,14 @@ connection): every request of the stream runs as that identity.
 One stream (:class:`SessionStream`)::
 
     reader task    reads a request when fewer than session_requests_in_flight_max are in
-                   flight (else it waits: gRPC's flow control then holds the client back),
-                   and starts a task for it
+                   flight (else it waits: gRPC's flow control then holds the client back)
+                   and runs it: the RPC's behaviour -> its answer serialized into a
+                   SessionResponse -> written (one write at a time); then reads the next.
+                   A request that must wait goes on in a task of its own from where it
+                   stopped, and the reader reads on
     request task   [a Produce: waits until the servicer is done with the previous Produce of
-                   the same partition on this stream] -> the RPC's behaviour -> its answer serialized into a
-                   SessionResponse -> written (one write at a time) -> its slot freed
+                   the same partition on this stream] -> the rest of the RPC's behaviour ->
+                   its answer -> written -> its slot freed
     handler task   waits until the client half-closed and every request was answered (the
                    stream ends OK), or the server stops (below); cancelled when the client
                    cancels the stream, and then cancels the rest
@@ -278,13 +281,52 @@ class Sessions:
             stream.stop()
 
 
-class SessionStream:
-    """One Session stream: its requests in flight (a task each) and the ids they hold, the tail
-    of each partition's Produce requests, the write lock, and the reader's wait for a slot.
+class _Resumed:
+    """Awaiting this finishes ``coroutine``, which already ran up to yielding ``yielded``: a
+    request started in the reader's own step (most answer without ever waiting) is handed to
+    a task only when it must wait, and the task goes on where the request stopped, passing
+    what the task sends or throws (a wake-up, a cancellation) on to it."""
 
-    Invariants (:meth:`check`): at most ``in_flight_max`` tasks; every pending id is held by
-    one of them; a partition's entry in ``_produce_tails`` is the done-future of its last
-    Produce started and not yet done.
+    __slots__ = ("_coroutine", "_yielded")
+
+    def __init__(self, coroutine: Any, yielded: Any) -> None:
+        self._coroutine = coroutine
+        self._yielded = yielded
+
+    def __await__(self) -> Any:
+        coroutine, value = self._coroutine, self._yielded
+        while True:
+            try:
+                sent = yield value
+            except GeneratorExit:
+                coroutine.close()
+                raise
+            except BaseException as exc:
+                try:
+                    value = coroutine.throw(exc)
+                except StopIteration as stop:
+                    return stop.value
+            else:
+                try:
+                    value = coroutine.send(sent)
+                except StopIteration as stop:
+                    return stop.value
+
+
+class SessionStream:
+    """One Session stream: the ids of its requests not yet answered, its requests in flight
+    (the reader's own, and a task for each that had to wait), the tail of each partition's
+    Produce requests, the write lock, and the reader's wait for a slot.
+
+    A request runs in the reader's step first: one that needs no wait (a point read from the
+    page cache, an uncontended append) is answered and written before the next is read, as a
+    unary call would be, without a task; one that waits (a long poll, a read or append in the
+    thread pool, a Produce behind another of its partition) goes on in a task of its own, and
+    the reader reads on.
+
+    Invariants (:meth:`check`): at most ``in_flight_max`` requests in flight; every task holds
+    one of them; a partition's entry in ``_produce_tails`` is the future of its last Produce
+    started and not yet served.
 
     Concurrency: event-loop only; the reader, the request tasks and the handler's task share
     it.
@@ -296,6 +338,7 @@ class SessionStream:
         self._peer = context.peer() or "unknown"
         self._loop = asyncio.get_running_loop()
         self._in_flight_max = sessions.in_flight_max
+        self._in_flight = 0
         self._pending: set[int] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._produce_tails: dict[tuple[str, int], asyncio.Future[None]] = {}
@@ -308,11 +351,12 @@ class SessionStream:
     @property
     def in_flight(self) -> int:
         """Requests being served or answered."""
-        return len(self._tasks)
+        return self._in_flight
 
     def check(self) -> None:
         """Assert the invariants (for tests)."""
-        assert len(self._pending) <= len(self._tasks) <= self._in_flight_max
+        assert len(self._tasks) <= self._in_flight <= self._in_flight_max
+        assert len(self._pending) <= self._in_flight
         assert all(not tail.done() for tail in self._produce_tails.values())
 
     async def run(self) -> None:
@@ -335,7 +379,7 @@ class SessionStream:
         self._maybe_finish()
 
     def _maybe_finish(self) -> None:
-        done = not self._tasks and (self._stopping or not self._reading)
+        done = not self._in_flight and (self._stopping or not self._reading)
         if done and not self._finished.done():
             self._finished.set_result(None)
 
@@ -343,88 +387,131 @@ class SessionStream:
         read = self._context.read
         try:
             while True:
-                if len(self._tasks) >= self._in_flight_max:
+                if self._in_flight >= self._in_flight_max:
                     self._slot = self._loop.create_future()
                     await self._slot
                     continue
                 request = await read()
                 if request is grpc.aio.EOF:
                     return  # half-closed: the stream ends once every request is answered
-                self._start(request)
+                answer = self._start(request)
+                if answer is not None:  # answered in this step: written before reading on
+                    try:
+                        await self._write(answer)
+                    finally:
+                        self._release()
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            # The client went away (or the call ended) mid-read: nobody is left to answer.
-            logger.debug("session from %s ended reading: %r", self._peer, exc)
+            # The client went away (or the call ended) mid-read or mid-write: nobody is left
+            # to answer.
+            logger.debug("session from %s ended: %r", self._peer, exc)
             if not self._finished.done():
                 self._finished.set_result(None)
         finally:
             self._reading = False
             self._maybe_finish()
 
-    def _start(self, view: SessionRequestView) -> None:
-        """Start ``view``'s task (a slot is free)."""
+    def _start(self, view: SessionRequestView) -> bytes | None:
+        """Serve ``view`` (a slot is free) in this step as far as it goes: its answer, or None
+        when it went on in a task."""
         request_id, rpc, request = view.id, view.rpc, view.request
-        problem: grpc.Status | None = None
-        holds_id = request_id not in self._pending
-        if not holds_id:
+        self._in_flight += 1
+        self._sessions.in_flight += 1
+        if request_id in self._pending:
             # The pending request keeps its id; this one is answered and forgotten.
-            problem = status.invalid_request(
+            return _error_response(request_id, status.invalid_request(
                 f"request id {request_id} is already in use by a request not yet answered;"
                 " ids must be unique among a session's pending requests",
                 metadata={"field": "id"},
-            )
-        elif self._stopping:
-            problem = status.to_status(LogClosedError(_SHUTTING_DOWN))
-        elif rpc is None:
-            problem = _malformed(request)
-        if problem is not None:
-            coroutine = self._write(_error_response(request_id, problem))
-        elif rpc == "Produce" and type(request) is not UndecodableRequest:
+            ))
+        if self._stopping:
+            return _error_response(request_id, status.to_status(LogClosedError(_SHUTTING_DOWN)))
+        if rpc is None:
+            return _error_response(request_id, _malformed(request))
+        tail: tuple[tuple[str, int], asyncio.Future[None]] | None = None
+        previous = None
+        if rpc == "Produce" and type(request) is not UndecodableRequest:
             # Appended after the previous Produce of the partition on this stream, as sent.
             key = (request.topic, request.partition)
             previous = self._produce_tails.get(key)
-            mine = self._produce_tails[key] = self._loop.create_future()
-            coroutine = self._produce(request_id, request, key, previous, mine)
+            tail = (key, self._loop.create_future())
+            self._produce_tails[key] = tail[1]
+        if previous is None:
+            coroutine = self._call(request_id, rpc, request, tail)
+            try:
+                yielded = coroutine.send(None)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            work: Awaitable[bytes] = _Resumed(coroutine, yielded)
         else:
-            assert rpc is not None
-            coroutine = self._serve(request_id, rpc, request)
-        if holds_id:
-            self._pending.add(request_id)
-        task = self._loop.create_task(coroutine)
+            work = self._after(previous, request_id, rpc, request, tail)
+        self._pending.add(request_id)
+        task = self._loop.create_task(self._finish(request_id, work))
         self._tasks.add(task)
-        self._sessions.in_flight += 1
-        task.add_done_callback(functools.partial(self._done, request_id if holds_id else None))
+        task.add_done_callback(self._tasks.discard)
+        return None
 
-    async def _serve(self, request_id: int, rpc: str, request: Any) -> None:
-        await self._write(await self._call(request_id, rpc, request))
-
-    async def _produce(
+    async def _after(
         self,
+        previous: asyncio.Future[None],
         request_id: int,
+        rpc: str,
         request: Any,
-        key: tuple[str, int],
-        previous: asyncio.Future[None] | None,
-        mine: asyncio.Future[None],
-    ) -> None:
+        tail: tuple[tuple[str, int], asyncio.Future[None]] | None,
+    ) -> bytes:
         try:
-            if previous is not None:
-                await previous
-            # ``mine`` is resolved once the servicer appended (or refused) this request, so
-            # the next one of the partition does not wait for this one's quota delay.
-            answer = await self._call(request_id, "Produce", request, mine)
+            await previous
+        except BaseException:
+            self._serve_tail(tail)
+            raise
+        return await self._call(request_id, rpc, request, tail)
+
+    async def _finish(self, request_id: int, work: Awaitable[bytes]) -> None:
+        """A request that had to wait: its answer, written; then its slot is free."""
+        try:
+            answer = await work
+            self._pending.discard(request_id)  # answered: the client may use the id again
+            await self._write(answer)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            # A write to a stream that is going away; the stream ends by its reader.
+            logger.debug("session request %d from %s not answered: %r", request_id,
+                         self._peer, exc)
         finally:
-            if not mine.done():
-                mine.set_result(None)
-            if self._produce_tails.get(key) is mine:
-                del self._produce_tails[key]
-        await self._write(answer)
+            self._pending.discard(request_id)
+            self._release()
+
+    def _release(self) -> None:
+        self._in_flight -= 1
+        self._sessions.in_flight -= 1
+        slot = self._slot
+        if slot is not None and not slot.done():
+            slot.set_result(None)
+        self._maybe_finish()
+
+    def _serve_tail(self, tail: tuple[tuple[str, int], asyncio.Future[None]] | None) -> None:
+        """The Produce's turn is over: the next one of its partition may go."""
+        if tail is None:
+            return
+        key, mine = tail
+        if not mine.done():
+            mine.set_result(None)
+        if self._produce_tails.get(key) is mine:
+            del self._produce_tails[key]
 
     async def _call(
-        self, request_id: int, rpc: str, request: Any, served: asyncio.Future[None] | None = None
+        self,
+        request_id: int,
+        rpc: str,
+        request: Any,
+        tail: tuple[tuple[str, int], asyncio.Future[None]] | None = None,
     ) -> bytes:
-        """The serialized answer of one request: its RPC's response, or its SessionError."""
-        context = RequestContext(self._peer, served)
+        """The serialized answer of one request: its RPC's response, or its SessionError. A
+        Produce's ``tail`` is served once the servicer is done with it (before a quota's delay
+        of its answer), and in any case when this returns."""
+        context = RequestContext(self._peer, None if tail is None else tail[1])
         try:
             behaviour = await self._sessions.handlers.behaviour(rpc)
             response = await behaviour(request, context)
@@ -435,6 +522,8 @@ class SessionStream:
             # The servicer turns every error into a status itself; this is an interceptor's
             # failure, answered as gRPC would answer it (INTERNAL, logged).
             return _error_response(request_id, status.to_status(exc))
+        finally:
+            self._serve_tail(tail)
         return session_response(request_id, SESSION_RPCS[rpc], response.SerializeToString())
 
     async def _write(self, answer: bytes) -> None:
@@ -442,20 +531,6 @@ class SessionStream:
         # gRPC's flow control took the message.
         async with self._write_lock:
             await self._context.write(answer)
-
-    def _done(self, request_id: int | None, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        if request_id is not None:
-            self._pending.discard(request_id)
-        self._sessions.in_flight -= 1
-        if not task.cancelled() and task.exception() is not None:
-            # A write to a stream that is going away; the stream ends by its reader.
-            logger.debug("session request %s from %s not answered: %r", request_id, self._peer,
-                         task.exception())
-        slot = self._slot
-        if slot is not None and not slot.done():
-            slot.set_result(None)
-        self._maybe_finish()
 
 
 def _malformed(request: Any) -> grpc.Status:
