@@ -27,7 +27,10 @@ Failures, as a unary call would see them:
   ``max_wait_ms``);
 * when the stream breaks (the server restarted or stopped, the connection dropped) every
   request in flight fails with the stream's error (BrokerUnavailableError, ShuttingDownError:
-  retriable), and the session is closed; the Client opens a new one for the next request;
+  retriable), and the session is closed; the Client opens a new one for the next request. (A
+  stream that ends while a request is being written reaches grpc.aio as INTERNAL "Internal
+  error from Core", the write's error replacing the status: that is a broken stream too, and
+  answered as BrokerUnavailableError);
 * a stream refused before the server read anything (a server without the Session RPC:
   UNIMPLEMENTED; the client's waiting RPC limit: RESOURCE_LIMIT_EXCEEDED) fails its requests
   with :class:`SessionRefusedError`, which the Client answers by sending them as unary calls.
@@ -56,6 +59,7 @@ import grpc.aio
 from stratalog.v1 import broker_pb2
 
 from .errors import (
+    BrokerUnavailableError,
     RequestTimeoutError,
     StratalogError,
     from_rpc_error,
@@ -148,6 +152,18 @@ class SessionRefusedError(Exception):
 _WAITING_RPC_LIMITS = frozenset({
     "waiting_rpcs_per_connection_max", "waiting_rpcs_per_client_max", "waiting_rpcs_max",
 })
+
+
+# What grpc.aio makes the status of a call that ended while a message was being written to it
+# (the write's C-core error replaces the status the server sent): the stream broke, whatever
+# the server said, so it is as retriable as the connection lost that it usually is.
+_WRITE_RACE_DETAILS = "Internal error from Core"
+
+
+def _write_race(err: grpc.aio.AioRpcError) -> bool:
+    return err.code() == grpc.StatusCode.INTERNAL and (err.details() or "").startswith(
+        _WRITE_RACE_DETAILS
+    )
 
 
 def _refusal(error: StratalogError) -> SessionRefusedError | None:
@@ -281,6 +297,12 @@ class ClientSession:
             raise
         except grpc.aio.AioRpcError as err:
             error = from_rpc_error(err)
+            if _write_race(err):
+                error = BrokerUnavailableError(
+                    f"the session broke (the server ended it or the connection was lost) while a"
+                    f" request was being written: {err.details()}",
+                    code=grpc.StatusCode.UNAVAILABLE,
+                )
             refusal = None if self._answered else _refusal(error)
             self._fail(refusal if refusal is not None else error)
         except Exception as exc:  # an answer that does not parse: the stream is not ours

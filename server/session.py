@@ -325,8 +325,8 @@ class SessionStream:
     the reader reads on.
 
     Invariants (:meth:`check`): at most ``in_flight_max`` requests in flight; every task holds
-    one of them; a partition's entry in ``_produce_tails`` is the future of its last Produce
-    started and not yet served.
+    one of them, and every pending id is a task's; a partition's entry in ``_produce_tails`` is
+    the future of its last Produce started, resolved once the servicer is done with it.
 
     Concurrency: event-loop only; the reader, the request tasks and the handler's task share
     it.
@@ -355,9 +355,7 @@ class SessionStream:
 
     def check(self) -> None:
         """Assert the invariants (for tests)."""
-        assert len(self._tasks) <= self._in_flight <= self._in_flight_max
-        assert len(self._pending) <= self._in_flight
-        assert all(not tail.done() for tail in self._produce_tails.values())
+        assert len(self._pending) <= len(self._tasks) <= self._in_flight <= self._in_flight_max
 
     async def run(self) -> None:
         """Read, serve and answer until the stream is over (see :meth:`Sessions.serve`)."""
