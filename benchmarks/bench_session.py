@@ -98,9 +98,12 @@ class Ways:
     async def open(self) -> None:
         await self.unary.create_topic(self.topic, 1)
         await self.unary.create_topic(self.produce_topic, 1)
-        batches = b"".join(build_batch([(1_700_000_000_000 + i, None, VALUE, ())])
-                           for i in range(RECORDS))
-        await self.unary.produce(self.topic, 0, record_batches=batches)
+        # One Produce per batch, so that the offset index gets its entries as a Producer's
+        # appends would give them (one append of all 1,000 would leave one entry, and every
+        # fetch would scan the batches from the first).
+        for i in range(RECORDS):
+            await self.unary.produce(
+                self.topic, 0, record_batches=build_batch([(1_700_000_000_000 + i, None, VALUE, ())]))
         self.echo_call = self.echo_channel.stream_stream(ECHO_METHOD)()
 
     async def close(self) -> None:

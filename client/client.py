@@ -76,6 +76,9 @@ DEFAULT_TIMEOUT_S = 30.0
 #: unary calls for this long before a session is tried again.
 SESSION_RETRY_AFTER_S = 5.0
 
+# A SessionRequest's bytes beyond its unary request: the id and the member's tag and length.
+_SESSION_REQUEST_OVERHEAD_BYTES = 32
+
 # The SessionRequest member of each RPC a session carries, and its unary response class.
 _PRODUCE = (broker_pb2.SessionRequest.PRODUCE_FIELD_NUMBER, broker_pb2.ProduceResponse)
 _FETCH_BY_OFFSET = (broker_pb2.SessionRequest.FETCH_BY_OFFSET_FIELD_NUMBER,
@@ -173,6 +176,7 @@ class Client:
         self._sessions = sessions
         self._session: ClientSession | None = None
         self._session_retry_at = 0.0
+        self._request_bytes_max: int | None = None
 
     @property
     def target(self) -> str:
@@ -228,27 +232,31 @@ class Client:
         self, rpc: tuple[int, Any], unary: Any, request: Any, timeout: float | None
     ) -> Any:
         """``request`` on the session (opened if there is none), or as the unary call
-        ``unary`` when sessions are off or the server refused the stream."""
+        ``unary`` when sessions are off, the server refused the stream, or the request is over
+        the server's largest (learnt when one broke a stream: a unary call fails alone)."""
         if self._sessions and time.monotonic() >= self._session_retry_at:
             session = self._session
             if session is None or session.closed:
+                if session is not None and session.request_bytes_max is not None:
+                    self._request_bytes_max = session.request_bytes_max
                 session = self._session = ClientSession(self._channel, self._metadata)
-            field, response_class = rpc
-            try:
-                _, answer = await session.request(
-                    field, request.SerializeToString(), timeout
-                )
-            except SessionRefusedError as refused:
-                if refused.permanent:
-                    self._sessions = False
-                    logger.info("%s has no Session RPC: unary calls from now on (%s)",
-                                self._target, refused.error)
+            body = request.SerializeToString()
+            limit = self._request_bytes_max
+            if limit is None or len(body) + _SESSION_REQUEST_OVERHEAD_BYTES <= limit:
+                field, response_class = rpc
+                try:
+                    _, answer = await session.request(field, body, timeout)
+                except SessionRefusedError as refused:
+                    if refused.permanent:
+                        self._sessions = False
+                        logger.info("%s has no Session RPC: unary calls from now on (%s)",
+                                    self._target, refused.error)
+                    else:
+                        self._session_retry_at = time.monotonic() + SESSION_RETRY_AFTER_S
+                        logger.info("%s refused a session, unary calls for %.0f s: %s",
+                                    self._target, SESSION_RETRY_AFTER_S, refused.error)
                 else:
-                    self._session_retry_at = time.monotonic() + SESSION_RETRY_AFTER_S
-                    logger.info("%s refused a session, unary calls for %.0f s: %s",
-                                self._target, SESSION_RETRY_AFTER_S, refused.error)
-            else:
-                return response_class.FromString(answer)
+                    return response_class.FromString(answer)
         return await self._call(unary, request, timeout)
 
     # --- topics ----------------------------------------------------------------------------------

@@ -31,6 +31,10 @@ Failures, as a unary call would see them:
   stream that ends while a request is being written reaches grpc.aio as INTERNAL "Internal
   error from Core", the write's error replacing the status: that is a broken stream too, and
   answered as BrokerUnavailableError);
+* a request larger than the server accepts (``max_request_bytes``) ends the whole stream in
+  gRPC: that request fails with :class:`~.errors.MessageTooLargeError` as its unary call would,
+  the others on the stream with BrokerUnavailableError (retriable), and the Client sends
+  requests over the limit (gRPC's error says it) as unary calls from then on, which fail alone;
 * a stream refused before the server read anything (a server without the Session RPC:
   UNIMPLEMENTED; the client's waiting RPC limit: RESOURCE_LIMIT_EXCEEDED) fails its requests
   with :class:`SessionRefusedError`, which the Client answers by sending them as unary calls.
@@ -50,6 +54,7 @@ import asyncio
 import collections
 import contextlib
 import logging
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -60,6 +65,7 @@ from stratalog.v1 import broker_pb2
 
 from .errors import (
     BrokerUnavailableError,
+    MessageTooLargeError,
     RequestTimeoutError,
     StratalogError,
     from_rpc_error,
@@ -166,6 +172,11 @@ def _write_race(err: grpc.aio.AioRpcError) -> bool:
     )
 
 
+# gRPC's words for a message over a side's limit: "SERVER: Received message larger than max
+# (100048 vs. 65536)" (the request's size, the limit).
+_TOO_LARGE = re.compile(r"larger than max \((\d+) vs\. (\d+)\)")
+
+
 def _refusal(error: StratalogError) -> SessionRefusedError | None:
     if error.code == grpc.StatusCode.UNIMPLEMENTED:
         return SessionRefusedError(error, permanent=True)
@@ -195,7 +206,11 @@ class ClientSession:
         self._loop = asyncio.get_running_loop()
         self._call: Any = method(metadata=metadata)
         self._pending: dict[int, asyncio.Future[tuple[int, memoryview]]] = {}
+        self._sizes: dict[int, int] = {}  # each pending request's message size
         self._next_id = 1
+        #: The server's largest request, once a request over it broke a stream (else None):
+        #: larger ones go as unary calls, which fail alone.
+        self.request_bytes_max: int | None = None
         self._outbox: collections.deque[bytes] = collections.deque()
         self._wake: asyncio.Future[None] | None = None
         self._answered = False  # the server answered something: it read from the stream
@@ -226,7 +241,9 @@ class ClientSession:
         self._next_id = request_id + 1
         future: asyncio.Future[tuple[int, memoryview]] = self._loop.create_future()
         self._pending[request_id] = future
-        self._outbox.append(session_request(request_id, field, body))
+        message = session_request(request_id, field, body)
+        self._sizes[request_id] = len(message)
+        self._outbox.append(message)
         wake = self._wake
         if wake is not None:
             self._wake = None
@@ -240,6 +257,7 @@ class ClientSession:
             self._pending.pop(request_id, None)  # its answer is dropped when it comes
             raise
         finally:
+            self._sizes.pop(request_id, None)
             if timer is not None:
                 timer.cancel()
         if answer_field == _ERROR_FIELD:
@@ -304,21 +322,44 @@ class ClientSession:
                     code=grpc.StatusCode.UNAVAILABLE,
                 )
             refusal = None if self._answered else _refusal(error)
-            self._fail(refusal if refusal is not None else error)
+            if refusal is not None:
+                self._fail(refusal)
+            elif isinstance(error, MessageTooLargeError):
+                self._fail_too_large(error)
+            else:
+                self._fail(error)
         except Exception as exc:  # an answer that does not parse: the stream is not ours
             self._fail(StratalogError(f"the session's answers do not parse: {exc}",
                                       code=grpc.StatusCode.INTERNAL))
         finally:
             self.closed = True
 
-    def _fail(self, error: BaseException) -> None:
-        """Close: every pending request fails with ``error``; nothing more is written."""
+    def _fail_too_large(self, error: MessageTooLargeError) -> None:
+        """A message over a side's limit ended the stream: gRPC fails the whole call. Only the
+        request of that size gets the error (as its unary call would); the others were
+        innocent, and fail retriably, as on any broken stream."""
+        match = _TOO_LARGE.search(error.message)
+        size = int(match.group(1)) if match else None
+        if match and error.message.startswith("SERVER"):
+            self.request_bytes_max = int(match.group(2))
+        broken = BrokerUnavailableError(
+            f"the session broke: another request on it was too large ({error.message})",
+            code=grpc.StatusCode.UNAVAILABLE,
+        )
+        sizes = self._sizes
+        self._fail(broken, {id_: error for id_, future in self._pending.items()
+                            if sizes.get(id_) == size})
+
+    def _fail(self, error: BaseException,
+              errors: dict[int, BaseException] | None = None) -> None:
+        """Close: every pending request fails with ``error`` (or its own in ``errors``);
+        nothing more is written."""
         self.closed = True
-        pending = list(self._pending.values())
+        pending = list(self._pending.items())
         self._pending.clear()
-        for future in pending:
+        for request_id, future in pending:
             if not future.done():
-                future.set_exception(error)
+                future.set_exception((errors or {}).get(request_id, error))
         self._outbox.clear()
         self._writer.cancel()
         self._call.cancel()

@@ -25,6 +25,7 @@ from stratalog.client import Client, FetchFormat, Producer
 from stratalog.client.errors import (
     InvalidRequestError,
     InvalidTopicError,
+    MessageTooLargeError,
     OffsetOutOfRangeError,
     ResourceLimitExceededError,
     StratalogError,
@@ -364,6 +365,31 @@ async def test_a_cancelled_request_is_forgotten_and_the_session_goes_on(clients)
     await unary.produce("cancelled", 0, [b"late"])  # the server answers the poll; dropped
     assert (await session.fetch_by_offset("cancelled", 0, 0)).records[0].value == b"late"
     assert (await session.list_offsets("cancelled", 0, -1)).offset == 1
+
+
+async def test_a_request_over_the_servers_limit_fails_alone(start_server) -> None:
+    """gRPC ends the whole stream on a message over the server's max_request_bytes: that
+    request fails as its unary call would (not retriable), the others on the stream
+    retriably, and the client sends requests over the limit as unary calls from then on."""
+    server = start_server(None, "--max-request-bytes", "65536")
+    async with Client(server.target) as client:
+        await client.create_topic("large", 1)
+        poll = asyncio.ensure_future(client.fetch_by_offset(
+            "large", 0, 0, max_wait_ms=LONG_POLL_MS))
+        await _until(lambda: _metric(server, 'stratalog_waiting_rpcs{kind="long_poll"}') == 1,
+                     "the poll waiting")
+        too_large = await _outcome(client.produce("large", 0, [bytes(100_000)]))
+        assert isinstance(too_large, MessageTooLargeError) and not too_large.retriable
+        innocent = await _outcome(asyncio.wait_for(poll, CALL_TIMEOUT_S))
+        assert isinstance(innocent, StratalogError) and innocent.retriable, innocent
+        # Now known to be over the limit: a unary call, which fails alone.
+        await client.list_offsets("large", 0, -1)  # a new session
+        poll = asyncio.ensure_future(client.fetch_by_offset(
+            "large", 0, 0, max_wait_ms=LONG_POLL_MS))
+        again = await _outcome(client.produce("large", 0, [bytes(100_000)]))
+        assert isinstance(again, MessageTooLargeError)
+        await client.produce("large", 0, [b"small"])
+        assert (await asyncio.wait_for(poll, CALL_TIMEOUT_S)).records[0].value == b"small"
 
 
 # ------------------------------------------------------------------------ the Producer
