@@ -61,6 +61,7 @@ from typing import Any
 import grpc
 import grpc.aio
 
+from stratalog.records.varint import unsigned_varint_bytes
 from stratalog.v1 import broker_pb2
 
 from .errors import (
@@ -84,17 +85,6 @@ _WIRE_VARINT, _WIRE_LEN = 0, 2
 _ID_TAG = b"\x08"
 
 
-def _varint(value: int) -> bytes:
-    if value < 0x80:
-        return bytes((value,))
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def _read_varint(data: bytes, position: int) -> tuple[int, int]:
     """The varint at ``position`` and the position after it. Raises IndexError if cut."""
     result = shift = 0
@@ -112,8 +102,9 @@ def _read_varint(data: bytes, position: int) -> tuple[int, int]:
 def session_request(request_id: int, field: int, body: bytes) -> bytes:
     """A serialized SessionRequest: ``request_id`` and ``body`` (a serialized unary request)
     as its oneof member numbered ``field``; what protobuf would serialize."""
-    return b"".join((_ID_TAG, _varint(request_id), _varint(field << 3 | _WIRE_LEN),
-                     _varint(len(body)), body))
+    return b"".join((_ID_TAG, unsigned_varint_bytes(request_id),
+                     unsigned_varint_bytes(field << 3 | _WIRE_LEN),
+                     unsigned_varint_bytes(len(body)), body))
 
 
 def parse_session_response(data: bytes) -> tuple[int, int, memoryview]:

@@ -73,6 +73,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import grpc
 import grpc.aio
 
+from stratalog.records.varint import unsigned_varint_bytes
 from stratalog.server import status
 from stratalog.server.client_limits import ClientLimits, WaitingRpcKind, call_origin
 from stratalog.server.decoding import SessionRequestView, UndecodableRequest
@@ -109,26 +110,17 @@ _SHUTTING_DOWN = "the server is shutting down; open a new session (or retry) lat
 Behaviour = Callable[[Any, Any], Awaitable[Any]]
 
 
-def _varint(value: int) -> bytes:
-    if value < 0x80:
-        return bytes((value,))
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 # Tags of the length-delimited answer fields, made once.
-_FIELD_TAGS = {field: _varint(field << 3 | 2) for field in (2, 3, 4, _ERROR_FIELD)}
+_FIELD_TAGS = {
+    field: unsigned_varint_bytes(field << 3 | 2) for field in (2, 3, 4, _ERROR_FIELD)
+}
 
 
 def session_response(request_id: int, field: int, body: bytes) -> bytes:
     """A serialized SessionResponse: ``request_id``, and ``body`` (a serialized answer) as
     field ``field``; equal to protobuf's serialization of the same message."""
-    head = (_ID_TAG + _varint(request_id)) if request_id else b""
-    return b"".join((head, _FIELD_TAGS[field], _varint(len(body)), body))
+    head = (_ID_TAG + unsigned_varint_bytes(request_id)) if request_id else b""
+    return b"".join((head, _FIELD_TAGS[field], unsigned_varint_bytes(len(body)), body))
 
 
 def _error_response(request_id: int, grpc_status: grpc.Status) -> bytes:
