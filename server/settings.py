@@ -251,10 +251,12 @@ class Settings:
         1,
     )
     session_requests_in_flight_max: int = _setting(
-        128,
+        1024,
         "requests one Session stream has being served or answered at once; the server reads"
         " the stream's next request only when one of them is done, so a client sending faster"
-        " is held back by gRPC's flow control (each answer waits for the client to take it)",
+        " is held back by gRPC's flow control (each answer counts until the client took it)."
+        " As many as one connection may hold waiting RPCs by default, so that long polls"
+        " within their own limit never stop a session's other requests",
         1,
     )
     max_connections: int = _setting(
