@@ -7,14 +7,17 @@ ListOffsets requests on it, each a ``SessionRequest`` with an id of its own; the
 each as soon as it is done, so a long poll does not hold up a point read sent after it.
 
     caller       serializes the request, gives it an id and a future, queues it, waits
-    writer task  writes the queued requests in order, one at a time (gRPC allows one write
-                 in flight per call, and a write that is cancelled cancels the whole call:
-                 no caller's cancellation may reach it)
+    writer task  waits for the server's headers (it sends them once it admitted the stream),
+                 then writes the queued requests in order, one at a time (gRPC allows one
+                 write in flight per call, and a write that is cancelled cancels the whole
+                 call: no caller's cancellation may reach it)
     reader task  reads answers and resolves the future of each id
 
-Requests of one partition are written in the order they were made, and the server appends a
-stream's Produce requests of one partition in the order they came (server/session.py), so the
-Producer's in-flight batches keep their order as on separate unary calls, and better.
+Requests are written in the order they were made, and the server appends a stream's Produce
+requests of one partition in the order they came (server/session.py): the Producer's batches in
+flight of a partition are appended in the order sent (as separate unary calls they could
+overtake one another on the way to the partition's lock, and the later be refused
+OUT_OF_ORDER_SEQUENCE).
 
 Failures, as a unary call would see them:
 

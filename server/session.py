@@ -24,7 +24,8 @@ One stream (:class:`SessionStream`)::
                    and runs it: the RPC's behaviour -> its answer serialized into a
                    SessionResponse -> written (one write at a time); then reads the next.
                    A request that must wait goes on in a task of its own from where it
-                   stopped, and the reader reads on
+                   stopped, and the reader reads on (from Python 3.12 on, every request
+                   gets a task from the start: SERVE_IN_READER)
     request task   [a Produce: waits until the servicer is done with the previous Produce of
                    the same partition on this stream] -> the rest of the RPC's behaviour ->
                    its answer -> written -> its slot freed
