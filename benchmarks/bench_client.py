@@ -26,8 +26,12 @@ its caller) and byte-rate quotas it never reaches (every answer measured, none d
 ``--secure`` the issue 13 goal's configuration (TLS + authentication + one ACL), without it the
 authorizer and quotas alone on a plaintext server.
 
+With ``--compare-unary`` each run measures the same server twice, in alternating order: through
+a default Client (Produce and the fetches on its Session stream) and through
+``Client(sessions=False)`` (unary calls), and a third table gives session / unary.
+
 Run: ``.venv/bin/python -m benchmarks.bench_client [--records 1000000] [--runs 3] [--secure]
-[--acl]``.
+[--acl] [--compare-unary]``.
 """
 
 from __future__ import annotations
@@ -227,6 +231,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--acl", action="store_true",
                         help="the second server also has the authorizer on (one ACL) and"
                              " unreached quotas; without --secure it is plaintext")
+    parser.add_argument("--compare-unary", action="store_true",
+                        help="measure a default Client (sessions) and Client(sessions=False)"
+                             " in the same run")
     args = parser.parse_args(argv)
     try:
         import uvloop
@@ -239,6 +246,18 @@ def main(argv: list[str] | None = None) -> None:
           f"median of {args.runs} runs")
     print(f"# python {platform.python_version()}, {os.cpu_count()} cores, {loop_name}, "
           f"record codec: {codec_path()}")
+    if args.compare_unary:
+        with running_server() as target:
+            session_figures, unary_figures = asyncio.run(run(
+                [(target, {}), (target, {"sessions": False})], args.records, args.runs))
+        print_table("sessions (the default Client)", session_figures)
+        print_table("unary calls (Client(sessions=False))", unary_figures)
+        print("## sessions / unary (median rec/s)")
+        for name in _OPERATIONS:
+            session_rate = statistics.median(rate for rate, _ in session_figures[name])
+            unary_rate = statistics.median(rate for rate, _ in unary_figures[name])
+            print(f"{name:<22}{session_rate / unary_rate:>8.2f}")
+        return
     if not args.secure and not args.acl:
         with running_server() as target:
             (figures,) = asyncio.run(run([(target, {})], args.records, args.runs))

@@ -35,7 +35,9 @@ measures, through each system's Python client in this one process (uvloop for al
                      this process; reads/s and p50/p99 over all reads
 
 Extra rows, so that the docs can show both the default and the tuned call: stratalog's round
-trip with ``Producer(linger_ms=0)`` and with the unary ``Client.produce``; its point read and
+trip with ``Producer(linger_ms=0)`` and with ``Client.produce``; each default workload of
+stratalog's also through ``Client(sessions=False)`` (every request a unary RPC, as before issue
+14's Session stream: "sessions=False" rows); its point read and
 lookup with ``fetch_format=RECORD_BATCHES`` (decoded by the client), with and without
 ``max_bytes=1``; NATS's lookup with a consumer per lookup (a pull consumer created with
 ``deliver_policy=by_start_time``, one message fetched, the consumer deleted).
@@ -488,6 +490,7 @@ class System(abc.ABC):
     async def run(self, inputs: RunInputs, clients: int) -> dict[str, Measurement]:
         """Every workload of one run, in the order of :data:`ROWS`."""
         self.expected = inputs.values
+        self.clients = clients
         await self.create(inputs.run_index)
         try:
             out = {
@@ -528,10 +531,14 @@ class Stratalog(System):
 
     async def open(self) -> None:
         self.client = Client(self.server.address)
+        # The same calls as unary RPCs (each on a new HTTP/2 stream), as before issue 14: the
+        # "sessions=False" rows, measured in the same run as the default Client's.
+        self.unary_client = Client(self.server.address, sessions=False)
         self._readers: list[Client] = []
 
     async def close(self) -> None:
         await self.client.close()
+        await self.unary_client.close()
 
     async def create(self, run_index: int) -> None:
         self.topic = f"peers-{run_index}"
@@ -568,17 +575,18 @@ class Stratalog(System):
         assert count == len(values) and size == len(values) * VALUE_SIZE_BYTES, (count, size)
         return self.meter.measurement(count)
 
-    async def round_trips(self, values: list[bytes], **producer_options: Any) -> Measurement:
-        async with Producer(self.client, **producer_options) as producer:
+    async def round_trips(self, values: list[bytes], client: Client | None = None,
+                          **producer_options: Any) -> Measurement:
+        async with Producer(client or self.client, **producer_options) as producer:
             with self.meter:
                 for value in values:
                     await (await producer.send(self.round_trip_topic, value, partition=0))
         return self.meter.measurement(len(values))
 
-    async def round_trips_unary(self, values: list[bytes]) -> Measurement:
+    async def round_trips_client(self, values: list[bytes], client: Client) -> Measurement:
         with self.meter:
             for value in values:
-                await self.client.produce(self.round_trip_topic, 0, [value])
+                await client.produce(self.round_trip_topic, 0, [value])
         return self.meter.measurement(len(values))
 
     async def read_at(self, offset: int, client: Client | None = None) -> None:
@@ -599,9 +607,9 @@ class Stratalog(System):
     def _time_of(self, fraction: float) -> int:
         return self.first_ms + int(fraction * (self.last_ms - self.first_ms))
 
-    async def lookup(self, fraction: float) -> None:
+    async def lookup(self, fraction: float, client: Client | None = None) -> None:
         target = self._time_of(fraction)
-        result = await self.client.fetch_by_timestamp(self.topic, 0, target)
+        result = await (client or self.client).fetch_by_timestamp(self.topic, 0, target)
         record = result.records[0]
         assert record.offset == result.matched_offset, (record.offset, result.matched_offset)
         _check_time(self.name, target, record.timestamp)
@@ -615,11 +623,13 @@ class Stratalog(System):
         assert batch.offsets[0] == result.matched_offset, (batch.offsets[0], result)
         _check_time(self.name, target, batch.timestamps[0])
 
-    async def readers(self, count: int) -> list[Callable[[int], Awaitable[None]]]:
+    async def readers(self, count: int, **client_options: Any
+                      ) -> list[Callable[[int], Awaitable[None]]]:
         # gRPC shares one TCP connection between channels to the same target with the same
         # arguments (its global subchannel pool); a local pool gives each client its own.
         self._readers = [Client(self.server.address,
-                                options=[("grpc.use_local_subchannel_pool", 1)])
+                                options=[("grpc.use_local_subchannel_pool", 1)],
+                                **client_options)
                          for _ in range(count)]
         return [functools.partial(self.read_at, client=c) for c in self._readers]
 
@@ -635,9 +645,26 @@ class Stratalog(System):
                              ) -> Measurement:
             return await timed_one_by_one(meter, call, arguments)
 
+        async def concurrently_unary(inputs: RunInputs) -> Measurement:
+            calls = await self.readers(self.clients, sessions=False)
+            try:
+                return await timed_concurrently(meter, calls, inputs.concurrent_offsets)
+            finally:
+                await self.close_readers()
+
+        unary = self.unary_client
         return {
+            "round_trip.unary_rpc": lambda i: self.round_trips(i.round_trip_values, unary),
             "round_trip.linger0": lambda i: self.round_trips(i.round_trip_values, linger_ms=0),
-            "round_trip.unary": lambda i: self.round_trips_unary(i.round_trip_values),
+            "round_trip.client": lambda i: self.round_trips_client(i.round_trip_values,
+                                                                   self.client),
+            "round_trip.client_unary": lambda i: self.round_trips_client(i.round_trip_values,
+                                                                         unary),
+            "point_read.unary_rpc": lambda i: one_by_one(
+                functools.partial(self.read_at, client=unary), i.read_offsets),
+            "lookup.unary_rpc": lambda i: one_by_one(
+                functools.partial(self.lookup, client=unary), i.lookup_fractions),
+            "concurrent_reads.unary_rpc": concurrently_unary,
             "point_read.batches": lambda i: one_by_one(self.read_batches_at, i.read_offsets),
             "point_read.batches_small": lambda i: one_by_one(
                 lambda o: self.read_batches_at(o, max_bytes=1), i.read_offsets),
@@ -868,13 +895,18 @@ ROWS = (
     ("produce", "produce, fast API (rec/s)", "produce", "rate"),
     ("consume", "consume all (rec/s)", "consume", "rate"),
     ("round_trip", "round trip per record (rec/s)", "round trip", "rate"),
+    ("round_trip.unary_rpc", "  stratalog, sessions=False", "  sessions=False", "rate"),
     ("round_trip.linger0", "  stratalog Producer(linger_ms=0)", "  linger_ms=0", "rate"),
-    ("round_trip.unary", "  stratalog Client.produce (unary)", "  Client.produce", "rate"),
+    ("round_trip.client", "  stratalog Client.produce", "  Client.produce", "rate"),
+    ("round_trip.client_unary", "  stratalog Client.produce, sessions=False",
+     "  Client.produce, sessions=False", "rate"),
     ("point_read", "point read by offset, p50/p99 (µs)", "point read", "latency"),
+    ("point_read.unary_rpc", "  stratalog, sessions=False", "  sessions=False", "latency"),
     ("point_read.batches", "  stratalog RECORD_BATCHES", "  RECORD_BATCHES", "latency"),
     ("point_read.batches_small", "  stratalog RECORD_BATCHES, max_bytes=1",
      "  RECORD_BATCHES, max_bytes=1", "latency"),
     ("lookup", "lookup by time, p50/p99 (µs)", "lookup by time", "latency"),
+    ("lookup.unary_rpc", "  stratalog, sessions=False", "  sessions=False", "latency"),
     ("lookup.batches", "  stratalog RECORD_BATCHES", "  RECORD_BATCHES", "latency"),
     ("lookup.batches_small", "  stratalog RECORD_BATCHES, max_bytes=1",
      "  RECORD_BATCHES, max_bytes=1", "latency"),
@@ -883,6 +915,9 @@ ROWS = (
     ("concurrent_reads", "{clients} clients' point reads (reads/s)",
      "{clients} clients' point reads", "rate"),
     ("concurrent_reads", "  the same, p50/p99 (µs)", None, "latency"),
+    ("concurrent_reads.unary_rpc", "  stratalog, sessions=False (reads/s)",
+     "  sessions=False", "rate"),
+    ("concurrent_reads.unary_rpc", "  the same, p50/p99 (µs)", None, "latency"),
 )
 
 

@@ -8,15 +8,25 @@ A failed RPC raises the :mod:`stratalog.client.errors` exception for its status 
 the same request again may succeed. The client itself never retries: the
 :class:`~stratalog.client.Producer` and :class:`~stratalog.client.Consumer` do, where it is safe.
 
+Sessions: by default, Produce, FetchByOffset, FetchByTimestamp and ListOffsets travel on one
+long-lived ``Session`` stream per Client (:mod:`stratalog.client.session`), opened at the first
+of them, each request matched to its answer by id: a message on an open stream costs a fraction
+of a unary call. Their results and errors are the unary calls' own. ``sessions=False`` sends
+them as unary calls, as every other RPC always is; a server without the Session RPC, or one that
+refuses the stream for the client's limit of waiting RPCs, gets unary calls too (the requests
+were not read: they are sent again as unary calls). A broken stream (a server restart) fails
+its requests in flight with the stream's retriable error, and the next request opens a new one.
+
 Deadlines: every call gets ``timeout_s`` (per call, overridable); a long-poll fetch gets its
 ``max_wait_ms`` on top, so the deadline never cuts a wait the server was asked to do.
-Subscribe streams have no deadline unless one is passed.
+Subscribe streams and sessions have no deadline of their own unless one is passed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
@@ -30,6 +40,7 @@ from . import wire
 from .acls import AclBinding, AclBindingFilter
 from .credentials import Credentials, TlsConfig, channel_security
 from .errors import BrokerUnavailableError, from_rpc_error
+from .session import ClientSession, SessionRefusedError
 from .types import (
     FetchResult,
     Identity,
@@ -46,6 +57,7 @@ from .wire import FetchFormat, IsolationLevel
 __all__ = [
     "DEFAULT_MAX_MESSAGE_BYTES",
     "DEFAULT_TIMEOUT_S",
+    "SESSION_RETRY_AFTER_S",
     "Client",
     "channel_options",
     "log_throttle",
@@ -59,6 +71,22 @@ DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 #: Deadline of each unary call unless the call passes its own (``timeout_s=None``: none).
 DEFAULT_TIMEOUT_S = 30.0
+
+#: After the server refused a session for the client's limit of waiting RPCs, requests go as
+#: unary calls for this long before a session is tried again.
+SESSION_RETRY_AFTER_S = 5.0
+
+# A SessionRequest's bytes beyond its unary request: the id and the member's tag and length.
+_SESSION_REQUEST_OVERHEAD_BYTES = 32
+
+# The SessionRequest member of each RPC a session carries, and its unary response class.
+_PRODUCE = (broker_pb2.SessionRequest.PRODUCE_FIELD_NUMBER, broker_pb2.ProduceResponse)
+_FETCH_BY_OFFSET = (broker_pb2.SessionRequest.FETCH_BY_OFFSET_FIELD_NUMBER,
+                    broker_pb2.FetchResponse)
+_FETCH_BY_TIMESTAMP = (broker_pb2.SessionRequest.FETCH_BY_TIMESTAMP_FIELD_NUMBER,
+                       broker_pb2.FetchResponse)
+_LIST_OFFSETS = (broker_pb2.SessionRequest.LIST_OFFSETS_FIELD_NUMBER,
+                 broker_pb2.ListOffsetsResponse)
 
 _UNSET: Any = object()
 
@@ -114,6 +142,8 @@ class Client:
             (:class:`~stratalog.client.credentials.Credentials`), sent with every call; refused
             without TLS unless the credentials allow plaintext.
         options: more gRPC channel arguments, e.g. ``[("grpc.keepalive_time_ms", 30000)]``.
+        sessions: carry Produce, the fetches and ListOffsets on a Session stream (the
+            default); ``False``: unary calls for every RPC.
     """
 
     def __init__(
@@ -126,6 +156,7 @@ class Client:
         options: Sequence[tuple[str, Any]] = (),
         tls: TlsConfig | None = None,
         auth: Credentials | None = None,
+        sessions: bool = True,
     ) -> None:
         if not isinstance(target, str) or not target:
             raise TypeError("target must be a non-empty str such as '127.0.0.1:50051'")
@@ -140,6 +171,12 @@ class Client:
         else:
             self._channel = grpc.aio.secure_channel(target, credentials, options=channel_args)
         self._stub = broker_pb2_grpc.BrokerStub(self._channel)
+        if not isinstance(sessions, bool):
+            raise TypeError(f"sessions must be a bool, got {sessions!r}")
+        self._sessions = sessions
+        self._session: ClientSession | None = None
+        self._session_retry_at = 0.0
+        self._request_bytes_max: int | None = None
 
     @property
     def target(self) -> str:
@@ -152,8 +189,18 @@ class Client:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
+    @property
+    def sessions(self) -> bool:
+        """Whether Produce, the fetches and ListOffsets go on a Session stream now (False when
+        turned off, or after the server refused one: see the module docstring)."""
+        return self._sessions and time.monotonic() >= self._session_retry_at
+
     async def close(self, grace_s: float | None = None) -> None:
-        """Close the channel; calls still running are cancelled after ``grace_s`` seconds."""
+        """Close the channel; calls still running are cancelled after ``grace_s`` seconds,
+        requests on the session at once."""
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
         await self._channel.close(grace_s)
 
     async def wait_ready(self, timeout_s: float | None = DEFAULT_TIMEOUT_S) -> None:
@@ -180,6 +227,37 @@ class Client:
             return await method(request, timeout=timeout, metadata=self._metadata)
         except grpc.aio.AioRpcError as err:
             raise from_rpc_error(err) from err
+
+    async def _request(
+        self, rpc: tuple[int, Any], unary: Any, request: Any, timeout: float | None
+    ) -> Any:
+        """``request`` on the session (opened if there is none), or as the unary call
+        ``unary`` when sessions are off, the server refused the stream, or the request is over
+        the server's largest (learnt when one broke a stream: a unary call fails alone)."""
+        if self._sessions and time.monotonic() >= self._session_retry_at:
+            session = self._session
+            if session is None or session.closed:
+                if session is not None and session.request_bytes_max is not None:
+                    self._request_bytes_max = session.request_bytes_max
+                session = self._session = ClientSession(self._channel, self._metadata)
+            body = request.SerializeToString()
+            limit = self._request_bytes_max
+            if limit is None or len(body) + _SESSION_REQUEST_OVERHEAD_BYTES <= limit:
+                field, response_class = rpc
+                try:
+                    _, answer = await session.request(field, body, timeout)
+                except SessionRefusedError as refused:
+                    if refused.permanent:
+                        self._sessions = False
+                        logger.info("%s has no Session RPC: unary calls from now on (%s)",
+                                    self._target, refused.error)
+                    else:
+                        self._session_retry_at = time.monotonic() + SESSION_RETRY_AFTER_S
+                        logger.info("%s refused a session, unary calls for %.0f s: %s",
+                                    self._target, SESSION_RETRY_AFTER_S, refused.error)
+                else:
+                    return response_class.FromString(answer)
+        return await self._call(unary, request, timeout)
 
     # --- topics ----------------------------------------------------------------------------------
 
@@ -265,7 +343,9 @@ class Client:
             topic, partition, records, record_batches, compression, flush,
             producer_id, producer_epoch, base_sequence, transactional,
         )
-        response = await self._call(self._stub.Produce, request, self._deadline(timeout_s))
+        response = await self._request(
+            _PRODUCE, self._stub.Produce, request, self._deadline(timeout_s)
+        )
         log_throttle("produce to", topic, partition, response.throttle_time_ms)
         return wire.produce_result(response)
 
@@ -292,8 +372,9 @@ class Client:
             topic, partition, offset, max_bytes, max_wait_ms, min_bytes, fetch_format,
             isolation_level,
         )
-        response = await self._call(
-            self._stub.FetchByOffset, request, self._deadline(timeout_s, max_wait_ms)
+        response = await self._request(
+            _FETCH_BY_OFFSET, self._stub.FetchByOffset, request,
+            self._deadline(timeout_s, max_wait_ms),
         )
         log_throttle("fetch from", topic, partition, response.throttle_time_ms)
         return wire.fetch_result(response, by_timestamp=False)
@@ -317,8 +398,8 @@ class Client:
         request = wire.fetch_by_timestamp_request(
             topic, partition, timestamp_ms, max_bytes, fetch_format, isolation_level
         )
-        response = await self._call(
-            self._stub.FetchByTimestamp, request, self._deadline(timeout_s)
+        response = await self._request(
+            _FETCH_BY_TIMESTAMP, self._stub.FetchByTimestamp, request, self._deadline(timeout_s)
         )
         log_throttle("fetch from", topic, partition, response.throttle_time_ms)
         return wire.fetch_result(response, by_timestamp=True)
@@ -335,7 +416,9 @@ class Client:
         """Resolve ``timestamp_ms``: :data:`~stratalog.client.wire.EARLIEST` (-2), ``LATEST``
         (-1), ``MAX_TIMESTAMP`` (-3), or the first offset with a timestamp >= a time >= 0."""
         request = wire.list_offsets_request(topic, partition, timestamp_ms, isolation_level)
-        response = await self._call(self._stub.ListOffsets, request, self._deadline(timeout_s))
+        response = await self._request(
+            _LIST_OFFSETS, self._stub.ListOffsets, request, self._deadline(timeout_s)
+        )
         return wire.offset_and_timestamp(response)
 
     def subscribe(

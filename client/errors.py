@@ -41,6 +41,11 @@ which frees as they end, so :class:`ConcurrentRpcLimitError` is retriable; a mes
 than a side's limit ("SERVER: Received message larger than max (N vs. M)", also "Sent" and
 "CLIENT:"), which the same request hits again, so :class:`MessageTooLargeError` is not.
 
+A request on a Session stream (docs/api.md, "Sessions") that fails is answered with a
+``SessionError`` holding the same status code, message, reason and metadata its unary call would
+have ended with; :func:`from_session_error` reads it into the same exception, through the same
+table.
+
 Any other status (INTERNAL, UNKNOWN, UNIMPLEMENTED, CANCELLED, another RESOURCE_EXHAUSTED without
 ErrorInfo, a reason this client does not know yet) becomes a plain :class:`StratalogError`
 carrying the code and reason it got; it is retriable only for UNAVAILABLE, DEADLINE_EXCEEDED and
@@ -98,6 +103,7 @@ __all__ = [
     "UnknownProducerIdError",
     "UnknownTopicOrPartitionError",
     "from_rpc_error",
+    "from_session_error",
 ]
 
 logger = logging.getLogger(__name__)
@@ -589,12 +595,39 @@ def from_rpc_error(err: grpc.RpcError) -> StratalogError:
     info = _error_info(_rich_status(err, code))
     if info is None:
         return _without_info(code, message)
-    metadata = dict(info.metadata)
-    cls = ERRORS_BY_REASON.get(info.reason)
+    return _with_reason(code, message, info.reason, dict(info.metadata))
+
+
+#: grpc.StatusCode by its numeric value, for SessionError.code.
+_CODES_BY_VALUE: Mapping[int, grpc.StatusCode] = {code.value[0]: code for code in grpc.StatusCode}
+_REASON_UNSPECIFIED = broker_pb2.ERROR_REASON_UNSPECIFIED
+
+
+def from_session_error(error: broker_pb2.SessionError) -> StratalogError:
+    """The exception for a request answered with a ``SessionError`` on a Session stream: the
+    same class, code, message, reason and metadata as :func:`from_rpc_error` gives for the
+    unary call the server would have ended with that status (a SessionError is that status:
+    broker.proto). A reason this client does not know, or a code that is no gRPC code, is
+    kept as it came in a plain StratalogError. Use as ``raise from_session_error(e)``.
+    """
+    code = _CODES_BY_VALUE.get(error.code, grpc.StatusCode.UNKNOWN)
+    if error.reason == _REASON_UNSPECIFIED:
+        return _without_info(code, error.message)
+    try:
+        reason = broker_pb2.ErrorReason.Name(error.reason)
+    except ValueError:  # a reason from a newer server, by its number
+        reason = str(error.reason)
+    return _with_reason(code, error.message, reason, dict(error.metadata))
+
+
+def _with_reason(
+    code: grpc.StatusCode, message: str, reason: str, metadata: dict[str, str]
+) -> StratalogError:
+    cls = ERRORS_BY_REASON.get(reason)
     if cls is None:
         # A reason from a newer server: keep what it said, decide retrying by the code.
         return StratalogError(
-            message, code=code, reason=info.reason, metadata=metadata,
+            message, code=code, reason=reason, metadata=metadata,
             retriable=code in _RETRIABLE_CODES,
         )
     # The code the server sent wins over the class default, so nothing it said is lost.

@@ -34,6 +34,7 @@ __all__ = [
     "read_varlong",
     "size_of_varint",
     "size_of_varlong",
+    "unsigned_varint_bytes",
     "varint_bytes",
     "varlong_bytes",
     "write_varint",
@@ -66,6 +67,17 @@ def _encode_unsigned(raw: int) -> bytes:
     out.append(raw)
     return bytes(out)
 
+
+def unsigned_varint_bytes(value: int) -> bytes:
+    """``value`` (0..2**64-1) as an unsigned LEB128 varint, step 2 alone (Kafka's
+    ``ByteUtils.writeUnsignedVarint``; also protobuf's tags, lengths and ``uint64`` fields,
+    which the Session stream's envelopes are written with)."""
+    if not 0 <= value <= _UINT64_MASK:
+        raise ValueError(f"unsigned varint out of range: {value}")
+    return _SMALL_UNSIGNED[value] if value < 0x80 else _encode_unsigned(value)
+
+
+_SMALL_UNSIGNED = [bytes((v,)) for v in range(0x80)]
 
 SMALL_VARINT_BYTES: list[bytes] = [
     _encode_unsigned((v << 1) ^ (v >> 63)) for v in range(-_TABLE_LIMIT, _TABLE_LIMIT)

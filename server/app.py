@@ -212,6 +212,7 @@ class Server:
         assert self.log_manager is not None
         settings = self.settings
         address = settings.listen_address
+        interceptors = self._interceptors()
         self._grpc = grpc.aio.server(
             options=[
                 ("grpc.max_receive_message_length", settings.max_request_bytes),
@@ -222,7 +223,7 @@ class Server:
                 *client_limit_options(settings),
             ],
             maximum_concurrent_rpcs=settings.max_concurrent_rpcs,
-            interceptors=self._interceptors(),
+            interceptors=interceptors,
         )
         assert self.coordinator is not None
         limits = self._limits = ClientLimits(
@@ -239,6 +240,11 @@ class Server:
         self._service = BrokerService(
             self.log_manager, settings, self.metrics, self._executor, coordinator=self.coordinator,
             limits=limits, subscribe_budget=budget, authorizer=self.authorizer,
+            # A Session request goes through these as a unary call of its RPC does; who the
+            # caller is was decided once, when its stream was authenticated.
+            request_interceptors=[
+                i for i in interceptors if not isinstance(i, AuthenticationInterceptor)
+            ],
         )
         add_broker_service(self._service, self._grpc)
         self._health = health.aio.HealthServicer()

@@ -1,9 +1,13 @@
 """Per-client limits on waiting RPCs: no client may hold all of the server's call slots.
 
-Intuition: most RPCs are over in milliseconds, but two kinds can hold a call slot for as long as
-their client likes while costing it nothing: a **Subscribe stream** (for ever) and a **long
-poll** (a FetchByOffset with ``max_wait_ms`` > 0 that found too little and waits, up to
-``fetch_max_wait_ms_max``). These are the *waiting RPCs*. gRPC's own cap,
+Intuition: most RPCs are over in milliseconds, but three kinds can hold a call slot for as long
+as their client likes while costing it nothing: a **Subscribe stream** (for ever), a **Session
+stream** (for ever: server/session.py) and a **long poll** (a FetchByOffset with ``max_wait_ms``
+> 0 that found too little and waits, up to ``fetch_max_wait_ms_max``, whether it came as a unary
+call or on a session). These are the *waiting RPCs*. A long poll on a session holds no call
+slot of its own, but a task and its frames as a unary one does, and is admitted the same way
+(the same code path serves both), so that moving long polls into sessions does not lift their
+limit. gRPC's own cap,
 ``max_concurrent_rpcs``, counts every RPC of every client together: one client with 1,030
 streams used to take every slot, and everyone else's RPCs failed with RESOURCE_EXHAUSTED
 ("Concurrent RPC limit exceeded!"). :class:`ClientLimits` admits each waiting RPC against three
@@ -90,10 +94,11 @@ class ClientLimitExceededError(Exception):
 
 
 class WaitingRpcKind(enum.Enum):
-    """What a waiting RPC waits in: a Subscribe stream or a long poll."""
+    """What a waiting RPC waits in: a Subscribe stream, a Session stream or a long poll."""
 
     SUBSCRIBE = "Subscribe stream"
     LONG_POLL = "long poll"
+    SESSION = "Session stream"
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,22 +204,23 @@ class ClientLimits:
             self._refuse(
                 PER_CONNECTION_LIMIT,
                 f"this connection ({origin.connection}) already holds {connection_count}"
-                f" Subscribe streams and long polls, its limit ({PER_CONNECTION_LIMIT}="
+                f" waiting RPCs (Subscribe streams, sessions, long polls), its limit"
+                f" ({PER_CONNECTION_LIMIT}="
                 f"{self.per_connection_max}); end one, or spread them over more connections",
                 kind,
             )
         if client_count >= self.per_client_max:
             self._refuse(
                 PER_CLIENT_LIMIT,
-                f"{origin.client} already holds {client_count} Subscribe streams and long polls,"
-                f" its limit ({PER_CLIENT_LIMIT}={self.per_client_max}); end one first",
+                f"{origin.client} already holds {client_count} waiting RPCs (Subscribe streams,"
+                f" sessions, long polls), its limit ({PER_CLIENT_LIMIT}={self.per_client_max}); end one first",
                 kind,
             )
         if self.total >= self.total_max:
             self._refuse(
                 TOTAL_LIMIT,
-                f"the server already holds {self.total} Subscribe streams and long polls of all"
-                f" clients, its limit ({TOTAL_LIMIT}={self.total_max}); retry later",
+                f"the server already holds {self.total} waiting RPCs (Subscribe streams, sessions,"
+                f" long polls) of all clients, its limit ({TOTAL_LIMIT}={self.total_max}); retry later",
                 kind,
             )
         self._by_connection[origin.connection] = connection_count + 1

@@ -12,8 +12,14 @@ What an operator watches, in Prometheus's text format at ``http://HOST:metrics_p
     stratalog_requests_total{rpc,code}         RPCs finished, by gRPC status code name
     stratalog_subscribers                      Subscribe streams open now
     stratalog_waiting_rpcs{kind}               RPCs admitted by the per-client limits and
-                                               holding a slot: kind "subscribe" (streams, for
-                                               their life) or "long_poll" (while waiting)
+                                               holding a slot: kind "subscribe" or "session"
+                                               (streams, for their life) or "long_poll" (while
+                                               waiting, unary or on a session)
+    stratalog_sessions                         Session streams open now
+    stratalog_session_requests                 requests on Session streams being served or
+                                               answered now, all streams (each one is counted
+                                               in requests_total and request_duration_seconds
+                                               under its unary RPC's name, as a unary call)
     stratalog_waiting_rpcs_refused_total{limit}  waiting RPCs refused, by the setting whose
                                                limit was reached (never by client: a label
                                                per principal would grow without bound)
@@ -272,13 +278,22 @@ class ServerMetrics:
         # Labels from fixed sets only (kinds, setting names): never a client's name.
         self.waiting_rpcs = Gauge(
             "stratalog_waiting_rpcs",
-            "Subscribe streams and waiting long polls admitted by the per-client limits",
+            "Subscribe streams, Session streams and waiting long polls admitted by the"
+            " per-client limits",
             labelnames=("kind",), registry=r,
         )
         self.waiting_rpcs_refused = Counter(
             "stratalog_waiting_rpcs_refused",
-            "Subscribe streams and long polls refused, by the limit reached",
+            "Subscribe streams, Session streams and long polls refused, by the limit reached",
             labelnames=("limit",), registry=r,
+        )
+        self.sessions = Gauge("stratalog_sessions", "Session streams open now", registry=r)
+        # Read at scrape time from the server's session count (set_function): nothing per
+        # request.
+        self.session_requests = Gauge(
+            "stratalog_session_requests",
+            "Requests on Session streams being served or answered now, all streams",
+            registry=r,
         )
         self.subscribe_buffer_bytes = Gauge(
             "stratalog_subscribe_buffer_bytes",

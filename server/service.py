@@ -41,6 +41,9 @@ holds only the serialized message meanwhile: a reader that stops reading costs t
 message (twice: gRPC copies it), and all of them together at most the budget plus one batch
 each.
 
+Session streams (server/session.py) carry Produce, fetch and ListOffsets requests by id, each
+served by this servicer's method of that RPC, as a unary call is.
+
 Concurrency: event-loop only. Blocking storage calls (fsync, large reads, topic admin, appends
 as above), the coordinator's requests (they fsync its state log and write markers) and the
 encoding of large records-form Produce requests go to the executor given at construction; topic
@@ -55,7 +58,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -74,6 +77,7 @@ from stratalog.server.security.acl_messages import (
 from stratalog.server.security.authentication import peer_host
 from stratalog.server.security.errors import SecurityDisabledError
 from stratalog.server.security.principal import ANONYMOUS, CallIdentity, current_identity
+from stratalog.server.session import RequestHandlers, Sessions
 from stratalog.server.storage.clock import wall_clock_ms
 from stratalog.server.storage.errors import (
     InvalidTopicError,
@@ -315,12 +319,15 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         limits: ClientLimits | None = None,
         subscribe_budget: SubscribeBudget | None = None,
         authorizer: Authorizer | None = None,
+        request_interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
     ) -> None:
         """``time_ms`` is the clock records-form Produce stamps records with (default: the
         wall clock); ``placement`` defaults to the settings' rule, ``topic_names`` to an empty
         memo of its own, ``limits`` and ``subscribe_budget`` to the settings' limits.
         ``authorizer`` (None: authorization is off) holds the ACLs that the ACL RPCs manage;
-        it checks calls in its own interceptor, not here."""
+        it checks calls in its own interceptor, not here. ``request_interceptors`` are the
+        server's interceptors that apply to each request (authorization, quotas: all but
+        authentication), which Session requests go through as unary calls do."""
         self._log_manager = log_manager
         self._coordinator = coordinator
         self._settings = settings
@@ -342,6 +349,10 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         self._admin_lock = asyncio.Lock()
         self._shutting_down = False
         self._authorizer = authorizer
+        self._sessions = Sessions(
+            RequestHandlers(self, request_interceptors), self._limits, metrics,
+            settings.session_requests_in_flight_max,
+        )
 
     # ---------------------------------------------------------------- plumbing
 
@@ -490,11 +501,12 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         """Wake every waiter: long polls answer with what they have, streams end.
 
         Appends in flight go on (they finish within the grace period); only waiting for
-        *future* appends stops.
+        *future* appends stops. Session streams answer what they hold and end (SHUTTING_DOWN).
         """
         self._shutting_down = True
         for gate in self._gates.values():
             gate.notify()
+        self._sessions.begin_shutdown()
 
     def _ensure_following(
         self, topic: str, partition: int, partition_log: PartitionLog, gate: PartitionGate
@@ -927,6 +939,16 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             # Left empty by the filters (aborted records, markers): move past, send nothing.
             return None, response.next_offset, True
         return response.SerializeToString(), response.next_offset, True
+
+    # ---------------------------------------------------------------- sessions
+
+    @_rpc(stream=True)
+    async def Session(
+        self, request_iterator: Any, context: grpc.aio.ServicerContext
+    ) -> None:
+        # Each request is served by this servicer's method of its RPC, as the interceptors wrap
+        # it (server/session.py); the stream only carries them.
+        await self._sessions.serve(context)
 
     # ---------------------------------------------------------------- delete records
 

@@ -260,6 +260,15 @@ class Settings:
         " RESOURCE_LIMIT_EXCEEDED. Must be below max_concurrent_rpcs",
         1,
     )
+    session_requests_in_flight_max: int = _setting(
+        1024,
+        "requests one Session stream has being served or answered at once; the server reads"
+        " the stream's next request only when one of them is done, so a client sending faster"
+        " is held back by gRPC's flow control (each answer counts until the client took it)."
+        " As many as one connection may hold waiting RPCs by default, so that long polls"
+        " within their own limit never stop a session's other requests",
+        1,
+    )
     max_connections: int = _setting(
         1024,
         "connections the server accepts at once, all clients (Kafka's max.connections; gRPC's"

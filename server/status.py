@@ -35,6 +35,10 @@ Three rules decide the mapping (the table is :data:`ERROR_TABLE`, the codes
    are built without a path (:data:`_MESSAGES_WITHOUT_PATHS`: an offline log directory names
    the topic-partition, a preallocation beyond the free space the byte counts) keep them.
 
+A request on a Session stream (server/session.py) fails with exactly the status its unary call
+would have ended with, carried in the answer as a ``SessionError`` (:func:`session_error`: the
+code, the message, the ErrorInfo's reason and metadata) instead of the call's trailers.
+
 Messages are cut to :data:`MESSAGE_CHARS_MAX`: they travel twice in the trailers (grpc-message
 and inside the serialized Status) and gRPC's default metadata limit is 8 KiB.
 """
@@ -69,6 +73,7 @@ __all__ = [
     "abort_with_error",
     "classify",
     "invalid_request",
+    "session_error",
     "to_rpc_status",
     "to_status",
 ]
@@ -343,6 +348,32 @@ def invalid_request(
     return rpc_status.to_status(
         _rich_status(grpc.StatusCode.INVALID_ARGUMENT, message, reason, dict(metadata or {}))
     )
+
+
+_STATUS_DETAILS_KEY = "grpc-status-details-bin"
+_ERROR_INFO = error_details_pb2.ErrorInfo
+
+
+def session_error(status: grpc.Status) -> broker_pb2.SessionError:
+    """The ``SessionError`` answering a Session request whose unary call would have ended with
+    ``status`` (what :func:`to_status`, :func:`invalid_request` or gRPC made): the same code and
+    message, and the reason and metadata of its ErrorInfo (``ERROR_REASON_UNSPECIFIED`` and no
+    metadata when it carries none, as INTERNAL does).
+
+    Runtime: O(size of the status); on the error path only.
+    """
+    error = broker_pb2.SessionError(code=status.code.value[0], message=status.details or "")
+    for key, value in status.trailing_metadata or ():
+        if key != _STATUS_DETAILS_KEY:
+            continue
+        for detail in status_pb2.Status.FromString(value).details:
+            if detail.Is(_ERROR_INFO.DESCRIPTOR):
+                info = _ERROR_INFO()
+                detail.Unpack(info)
+                if info.domain == DOMAIN:
+                    error.reason = broker_pb2.ErrorReason.Value(info.reason)
+                    error.metadata.update(info.metadata)
+    return error
 
 
 async def abort_with_error(context: grpc.aio.ServicerContext, exc: BaseException) -> NoReturn:

@@ -25,6 +25,8 @@ operations on resources as Kafka's ``KafkaApis`` does for the request of the sam
     CreateAcls, DeleteAcls   ALTER on the cluster
     DescribeAcls             DESCRIBE on the cluster
     WhoAmI                   (none: open, as health is)
+    Session                  (none for the stream: each request on it needs what its unary
+                             RPC needs, checked by the servicer with these same rules)
 
     * a topic's configs are left out of the answer unless the caller may DESCRIBE_CONFIGS it
       (Kafka's CreateTopics answer does the same).
@@ -461,6 +463,9 @@ RULES: Mapping[str, Rule] = {
     "DeleteAcls": _on_cluster(_Op.ALTER),
     "DescribeAcls": _on_cluster(_Op.DESCRIBE),
     "WhoAmI": Rule(None),
+    # The stream is open; its requests are authorized one by one (issue 14: the servicer's
+    # Session handler applies the rule of each request's unary RPC).
+    "Session": Rule(None),
 }
 
 _OPEN = Rule(None)

@@ -9,13 +9,13 @@ from typing import Any
 
 import grpc
 
-from stratalog.client.errors import StratalogError, from_rpc_error
+from stratalog.client.errors import StratalogError, from_rpc_error, from_session_error
 from stratalog.v1 import broker_pb2 as pb
 from stratalog.v1 import broker_pb2_grpc
 
 from .conftest import CALL_TIMEOUT_S
 
-__all__ = ["ACLS_FOR_EVERY_CALL", "list_services", "outcome", "rpc_calls"]
+__all__ = ["ACLS_FOR_EVERY_CALL", "list_services", "outcome", "rpc_calls", "session_answer"]
 
 #: ``stratalog acls add`` arguments granting what rpc_calls needs (each after
 #: ``--allow-principal P``).
@@ -53,6 +53,16 @@ def first_message(stub: broker_pb2_grpc.BrokerStub, request: pb.SubscribeRequest
         return next(stream)
     finally:
         stream.cancel()
+
+
+def session_answer(stub: broker_pb2_grpc.BrokerStub, request: pb.SessionRequest) -> Any:
+    """The answer to one request on a Session stream of its own: the unary response it
+    carries, or its SessionError as the client maps it (a StratalogError, returned)."""
+    answers = stub.Session(iter([request]), timeout=CALL_TIMEOUT_S)
+    answer = next(answers)
+    if answer.HasField("error"):
+        return from_session_error(answer.error)
+    return getattr(answer, answer.WhichOneof("response"))
 
 
 # ------------------------------------------------------------------------ every RPC
@@ -97,6 +107,9 @@ def rpc_calls(stub: broker_pb2_grpc.BrokerStub) -> list[tuple[str, Callable[[], 
             pb.ListOffsetsRequest(topic="orders", timestamp=-1), timeout=t)),
         ("Subscribe", lambda: first_message(stub, pb.SubscribeRequest(topic="orders",
                                                                       offset=0))),
+        # The stream is open to all; the fetch on it needs READ on the topic, as unary.
+        ("Session", lambda: session_answer(stub, pb.SessionRequest(
+            id=1, fetch_by_offset=pb.FetchByOffsetRequest(topic="orders", offset=0)))),
         ("DeleteRecords", lambda: stub.DeleteRecords(
             pb.DeleteRecordsRequest(topic="orders", before_offset=0), timeout=t)),
         ("InitProducerId", init_producer_id),

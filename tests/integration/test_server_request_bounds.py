@@ -212,7 +212,9 @@ async def test_grpcs_own_resource_exhausted_reaches_the_client_as_what_it_is(
     # waiting_rpcs_max must stay below max_concurrent_rpcs (the settings refuse otherwise).
     server = start_server(tmp_path / "data", "--max-request-bytes", "65536",
                           "--max-concurrent-rpcs", "2", "--waiting-rpcs-max", "1")
-    async with Client(server.target) as client:
+    # Unary calls: gRPC's own limits are on calls (a Session stream is one call, and its own
+    # too-large request: tests/integration/test_session.py).
+    async with Client(server.target, sessions=False) as client:
         await client.create_topic("limits", 1)
         # Over the server's max_request_bytes: gRPC refuses it; sending it again cannot help.
         with pytest.raises(MessageTooLargeError) as too_large:

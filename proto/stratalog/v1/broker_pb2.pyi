@@ -237,7 +237,7 @@ class ProduceResponse(_message.Message):
     def __init__(self, base_offset: _Optional[int] = ..., last_offset: _Optional[int] = ..., log_append_time: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., record_count: _Optional[int] = ..., duplicate: _Optional[bool] = ..., throttle_time_ms: _Optional[int] = ...) -> None: ...
 
 class FetchByOffsetRequest(_message.Message):
-    __slots__ = ("topic", "partition", "offset", "max_bytes", "max_wait_ms", "min_bytes", "format", "isolation_level")
+    __slots__ = ("topic", "partition", "offset", "max_bytes", "max_wait_ms", "min_bytes", "format", "isolation_level", "max_records")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
@@ -246,6 +246,7 @@ class FetchByOffsetRequest(_message.Message):
     MIN_BYTES_FIELD_NUMBER: _ClassVar[int]
     FORMAT_FIELD_NUMBER: _ClassVar[int]
     ISOLATION_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    MAX_RECORDS_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     offset: int
@@ -254,23 +255,26 @@ class FetchByOffsetRequest(_message.Message):
     min_bytes: int
     format: FetchFormat
     isolation_level: IsolationLevel
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., max_bytes: _Optional[int] = ..., max_wait_ms: _Optional[int] = ..., min_bytes: _Optional[int] = ..., format: _Optional[_Union[FetchFormat, str]] = ..., isolation_level: _Optional[_Union[IsolationLevel, str]] = ...) -> None: ...
+    max_records: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., max_bytes: _Optional[int] = ..., max_wait_ms: _Optional[int] = ..., min_bytes: _Optional[int] = ..., format: _Optional[_Union[FetchFormat, str]] = ..., isolation_level: _Optional[_Union[IsolationLevel, str]] = ..., max_records: _Optional[int] = ...) -> None: ...
 
 class FetchByTimestampRequest(_message.Message):
-    __slots__ = ("topic", "partition", "timestamp", "max_bytes", "format", "isolation_level")
+    __slots__ = ("topic", "partition", "timestamp", "max_bytes", "format", "isolation_level", "max_records")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
     MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
     FORMAT_FIELD_NUMBER: _ClassVar[int]
     ISOLATION_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    MAX_RECORDS_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     timestamp: int
     max_bytes: int
     format: FetchFormat
     isolation_level: IsolationLevel
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., timestamp: _Optional[int] = ..., max_bytes: _Optional[int] = ..., format: _Optional[_Union[FetchFormat, str]] = ..., isolation_level: _Optional[_Union[IsolationLevel, str]] = ...) -> None: ...
+    max_records: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., timestamp: _Optional[int] = ..., max_bytes: _Optional[int] = ..., format: _Optional[_Union[FetchFormat, str]] = ..., isolation_level: _Optional[_Union[IsolationLevel, str]] = ..., max_records: _Optional[int] = ...) -> None: ...
 
 class FetchResponse(_message.Message):
     __slots__ = ("topic", "partition", "high_watermark", "log_start_offset", "next_offset", "records", "record_batches", "matched_offset", "matched_timestamp", "aborted_transactions", "last_stable_offset", "throttle_time_ms")
@@ -640,3 +644,50 @@ class WhoAmIResponse(_message.Message):
     authenticated_by: str
     host: str
     def __init__(self, principal: _Optional[str] = ..., authenticated_by: _Optional[str] = ..., host: _Optional[str] = ...) -> None: ...
+
+class SessionRequest(_message.Message):
+    __slots__ = ("id", "produce", "fetch_by_offset", "fetch_by_timestamp", "list_offsets")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCE_FIELD_NUMBER: _ClassVar[int]
+    FETCH_BY_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    FETCH_BY_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    LIST_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    produce: ProduceRequest
+    fetch_by_offset: FetchByOffsetRequest
+    fetch_by_timestamp: FetchByTimestampRequest
+    list_offsets: ListOffsetsRequest
+    def __init__(self, id: _Optional[int] = ..., produce: _Optional[_Union[ProduceRequest, _Mapping]] = ..., fetch_by_offset: _Optional[_Union[FetchByOffsetRequest, _Mapping]] = ..., fetch_by_timestamp: _Optional[_Union[FetchByTimestampRequest, _Mapping]] = ..., list_offsets: _Optional[_Union[ListOffsetsRequest, _Mapping]] = ...) -> None: ...
+
+class SessionResponse(_message.Message):
+    __slots__ = ("id", "produce", "fetch", "list_offsets", "error")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCE_FIELD_NUMBER: _ClassVar[int]
+    FETCH_FIELD_NUMBER: _ClassVar[int]
+    LIST_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    produce: ProduceResponse
+    fetch: FetchResponse
+    list_offsets: ListOffsetsResponse
+    error: SessionError
+    def __init__(self, id: _Optional[int] = ..., produce: _Optional[_Union[ProduceResponse, _Mapping]] = ..., fetch: _Optional[_Union[FetchResponse, _Mapping]] = ..., list_offsets: _Optional[_Union[ListOffsetsResponse, _Mapping]] = ..., error: _Optional[_Union[SessionError, _Mapping]] = ...) -> None: ...
+
+class SessionError(_message.Message):
+    __slots__ = ("code", "message", "reason", "metadata")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    message: str
+    reason: ErrorReason
+    metadata: _containers.ScalarMap[str, str]
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., reason: _Optional[_Union[ErrorReason, str]] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...

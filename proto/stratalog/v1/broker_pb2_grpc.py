@@ -129,6 +129,11 @@ class BrokerStub:
                 request_serializer=stratalog_dot_v1_dot_broker__pb2.WhoAmIRequest.SerializeToString,
                 response_deserializer=stratalog_dot_v1_dot_broker__pb2.WhoAmIResponse.FromString,
                 _registered_method=True)
+        self.Session = channel.stream_stream(
+                '/stratalog.v1.Broker/Session',
+                request_serializer=stratalog_dot_v1_dot_broker__pb2.SessionRequest.SerializeToString,
+                response_deserializer=stratalog_dot_v1_dot_broker__pb2.SessionResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -270,6 +275,18 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Session(self, request_iterator, context):
+        """The cost of one request (docs/api.md): many Produce, FetchByOffset, FetchByTimestamp and
+        ListOffsets requests on one long-lived stream, each answered by its id as soon as it is
+        done (answers may come in another order), as Kafka's protocol pipelines requests on one
+        connection. Each request is checked, authorized and limited as the unary RPC of the same
+        name; a failed one is answered with a SessionError and the stream goes on. The unary RPCs
+        stay for simple clients and other languages.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -367,6 +384,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.WhoAmI,
                     request_deserializer=stratalog_dot_v1_dot_broker__pb2.WhoAmIRequest.FromString,
                     response_serializer=stratalog_dot_v1_dot_broker__pb2.WhoAmIResponse.SerializeToString,
+            ),
+            'Session': grpc.stream_stream_rpc_method_handler(
+                    servicer.Session,
+                    request_deserializer=stratalog_dot_v1_dot_broker__pb2.SessionRequest.FromString,
+                    response_serializer=stratalog_dot_v1_dot_broker__pb2.SessionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -882,6 +904,33 @@ class Broker:
             '/stratalog.v1.Broker/WhoAmI',
             stratalog_dot_v1_dot_broker__pb2.WhoAmIRequest.SerializeToString,
             stratalog_dot_v1_dot_broker__pb2.WhoAmIResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Session(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/stratalog.v1.Broker/Session',
+            stratalog_dot_v1_dot_broker__pb2.SessionRequest.SerializeToString,
+            stratalog_dot_v1_dot_broker__pb2.SessionResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -60,6 +60,11 @@ class RecordingBroker(broker_pb2_grpc.BrokerServicer):
             await context.abort(error, "injected transport-level failure")
         await context.abort_with_status(status.to_status(error))  # type: ignore[arg-type]
 
+    async def Session(self, request_iterator, context):
+        # As a server without the Session RPC answers (gRPC's "Method not found!"): the client
+        # sends its requests as unary calls, which this broker records.
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
+
     async def DescribeTopic(self, request, context):
         if request.name not in self.topics:
             await self._fail(

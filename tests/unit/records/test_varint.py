@@ -12,11 +12,13 @@ from stratalog.records.varint import (
     read_varlong,
     size_of_varint,
     size_of_varlong,
+    unsigned_varint_bytes,
     varint_bytes,
     varlong_bytes,
     write_varint,
     write_varlong,
 )
+from stratalog.v1 import broker_pb2
 
 INT32 = st.integers(-(2**31), 2**31 - 1)
 INT64 = st.integers(-(2**63), 2**63 - 1)
@@ -108,3 +110,16 @@ def test_excess_bits_in_the_last_byte_are_dropped_as_java_does():
     # 5th byte 0x7f carries bits 28-34; Java's int keeps bits 28-31 only.
     assert read_varint(b"\xfe\xff\xff\xff\x7f", 0) == (2**31 - 1, 5)
     assert read_varlong(b"\xff" * 9 + b"\x7f", 0) == (-(2**63), 10)
+
+
+@given(st.integers(0, 2**64 - 1))
+def test_unsigned_varints_are_leb128_as_protobuf_writes_uint64(value: int) -> None:
+    # A SessionRequest holding only its id is field 1's tag (08) and the id as a uint64.
+    expected = broker_pb2.SessionRequest(id=value).SerializeToString()[1:] if value else b"\x00"
+    assert unsigned_varint_bytes(value) == expected
+
+
+def test_unsigned_varints_refuse_what_is_not_a_uint64() -> None:
+    for value in (-1, 2**64):
+        with pytest.raises(ValueError, match="out of range"):
+            unsigned_varint_bytes(value)

@@ -93,6 +93,7 @@ RPC_CASES: dict[str, tuple[Callable[[], Any], list[AclBinding] | None]] = {
     "DescribeAcls": (lambda: pb.DescribeAclsRequest(),
                      [grant(CLUSTER, CLUSTER_NAME, Op.DESCRIBE)]),
     "WhoAmI": (lambda: pb.WhoAmIRequest(), None),
+    "Session": (lambda: pb.SessionRequest(), None),
 }
 
 

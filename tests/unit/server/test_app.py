@@ -143,3 +143,30 @@ async def test_a_commit_wakes_a_read_committed_long_poll(tmp_path: Path) -> None
     finally:
         await server.stop(grace_s=1)
     assert server.coordinator is None
+
+
+@pytest.mark.parametrize("in_reader", [True, False], ids=["in-reader", "task-each"])
+async def test_a_session_serves_in_the_readers_step_or_a_task_each(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, in_reader: bool
+) -> None:
+    """Both ways server/session.py may start a request (SERVE_IN_READER: Python 3.11's, and
+    3.12's): answers by id, a long poll not holding up a point read, a Produce that waits."""
+    from stratalog.client import Client
+    from stratalog.server import session
+
+    monkeypatch.setattr(session, "SERVE_IN_READER", in_reader)
+    server = Server(_settings(tmp_path / "d"))
+    await server.start()
+    try:
+        async with Client(f"127.0.0.1:{server.port}") as client:
+            await client.create_topic("t", 1)
+            poll = asyncio.ensure_future(client.fetch_by_offset("t", 0, 1, max_wait_ms=30_000))
+            await client.produce("t", 0, [b"first"])
+            assert (await client.fetch_by_offset("t", 0, 0)).records[0].value == b"first"
+            produced = await asyncio.gather(*(client.produce("t", 0, [b"%d" % i])
+                                              for i in range(20)))
+            assert [p.base_offset for p in produced] == list(range(1, 21))
+            assert (await asyncio.wait_for(poll, 30)).records[0].value == b"0"
+            assert client.sessions
+    finally:
+        await server.stop(grace_s=30)

@@ -13,6 +13,7 @@ from stratalog.server.decoding import (
     UndecodableRequest,
     add_broker_service,
     parse_produce_request,
+    parse_session_request,
 )
 from stratalog.v1 import broker_pb2 as pb
 
@@ -177,7 +178,11 @@ def test_every_broker_method_is_registered_with_its_streaming_kind():
         handler = server.handlers[method.name]
         assert isinstance(handler, grpc.RpcMethodHandler)
         assert handler.response_streaming == method.server_streaming
-        assert handler.unary_unary == (None if method.server_streaming else method.name)
+        assert handler.request_streaming == method.client_streaming
+        kind = {(False, False): "unary_unary", (False, True): "unary_stream",
+                (True, False): "stream_unary", (True, True): "stream_stream"}[
+                    method.client_streaming, method.server_streaming]
+        assert getattr(handler, kind) == method.name
     produce = server.handlers["Produce"].request_deserializer
     data = pb.ProduceRequest(topic="t", record_batches=b"batches").SerializeToString()
     assert isinstance(produce(data).record_batches, memoryview)
@@ -196,3 +201,116 @@ def test_every_broker_method_is_registered_with_its_streaming_kind():
     assert subscribe(serialized) is serialized
     assert subscribe(response) == serialized
     assert server.handlers["FetchByOffset"].response_serializer(response) == serialized
+
+
+# ------------------------------------------------------------------------ Session requests
+
+
+def _inner_fields(request) -> object:  # type: ignore[no-untyped-def]
+    if isinstance(request, ProduceRequestView):
+        return _fields(request)
+    return request
+
+
+def _expected_session(data: bytes) -> tuple:
+    """(id, rpc, the inner request) as protobuf reads the whole SessionRequest."""
+    message = pb.SessionRequest.FromString(data)
+    member = message.WhichOneof("request")
+    if member is None:
+        return message.id, None, None
+    inner = getattr(message, member).SerializeToString()
+    rpc = {"produce": "Produce", "fetch_by_offset": "FetchByOffset",
+           "fetch_by_timestamp": "FetchByTimestamp", "list_offsets": "ListOffsets"}[member]
+    if rpc == "Produce":
+        return message.id, rpc, _fields(parse_produce_request(inner))
+    return message.id, rpc, getattr(message, member)
+
+
+def _session_fields(data: bytes) -> tuple:
+    view = parse_session_request(data)
+    return view.id, view.rpc, _inner_fields(view.request)
+
+
+def test_a_sessions_produce_batches_are_a_view_of_the_received_bytes():
+    batches = bytes(range(256)) * 64
+    data = pb.SessionRequest(id=2**64 - 1, produce=pb.ProduceRequest(
+        topic="t", partition=3, record_batches=batches)).SerializeToString()
+    view = parse_session_request(data)
+    assert (view.id, view.rpc) == (2**64 - 1, "Produce")
+    assert isinstance(view.request.record_batches, memoryview)
+    assert view.request.record_batches.obj is data
+    assert view.request.record_batches == batches
+    assert view.request.request_bytes == len(pb.ProduceRequest(
+        topic="t", partition=3, record_batches=batches).SerializeToString())
+
+
+@given(
+    request_id=st.integers(0, 2**64 - 1),
+    kind=st.sampled_from(["produce", "fetch_by_offset", "fetch_by_timestamp", "list_offsets",
+                          None]),
+    topic=st.text(max_size=10),
+    number=st.integers(-(2**31), 2**31 - 1),
+    batches=st.binary(max_size=40),
+)
+def test_session_requests_equal_to_protobuf_for_any_message(request_id, kind, topic, number,
+                                                            batches):
+    inner = {
+        "produce": lambda: pb.ProduceRequest(topic=topic, partition=number,
+                                             record_batches=batches),
+        "fetch_by_offset": lambda: pb.FetchByOffsetRequest(topic=topic, offset=number,
+                                                           max_records=1),
+        "fetch_by_timestamp": lambda: pb.FetchByTimestampRequest(topic=topic,
+                                                                 timestamp=number),
+        "list_offsets": lambda: pb.ListOffsetsRequest(topic=topic, timestamp=number),
+    }
+    message = pb.SessionRequest(id=request_id)
+    if kind is not None:
+        getattr(message, kind).CopyFrom(inner[kind]())
+    data = message.SerializeToString()
+    assert _session_fields(data) == _expected_session(data)
+
+
+@given(pieces=st.lists(st.sampled_from([
+    _field(1, 0, _varint(5)),
+    _field(1, 0, _varint(2**70)),  # an id past 64 bits: truncated, as protobuf does
+    _len_field(2, _len_field(1, b"p") + _len_field(4, b"batch")),
+    _len_field(2, _field(2, 0, _varint(3))),          # a second produce merges into the first
+    _len_field(3, _len_field(1, b"f") + _field(3, 0, _varint(9))),
+    _len_field(4, _len_field(1, b"t")),
+    _len_field(5, _len_field(1, b"l")),
+    _len_field(31, b"a newer kind"),                  # unknown fields
+    _field(30, 0, _varint(1)),
+    _field(1, 2, _varint(0)),                          # the id with the wrong wire type
+]), max_size=6))
+def test_session_requests_equal_to_protobuf_in_any_order_with_repeats_and_unknown_fields(pieces):
+    data = b"".join(pieces)
+    try:
+        expected = _expected_session(data)
+    except DecodeError:
+        view = parse_session_request(data)
+        assert view.rpc is None and isinstance(view.request, UndecodableRequest)
+        return
+    assert _session_fields(data) == expected
+
+
+@given(data=st.binary(max_size=64))
+def test_arbitrary_bytes_as_a_session_request_never_raise(data):
+    view = parse_session_request(data)
+    try:
+        expected = _expected_session(data)
+    except DecodeError:
+        assert view.rpc is None and isinstance(view.request, UndecodableRequest)
+        assert view.request.message_type == "stratalog.v1.SessionRequest"
+        return
+    if view.rpc is not None and isinstance(view.request, UndecodableRequest):
+        # The envelope parsed, its request did not: named as the unary call would name it.
+        assert expected[1] == view.rpc
+        return
+    assert _session_fields(data) == expected
+
+
+def test_a_request_inside_that_does_not_parse_is_named_by_its_type():
+    view = parse_session_request(_field(1, 0, _varint(3)) + _len_field(3, b"\xff\xff"))
+    assert (view.id, view.rpc) == (3, "FetchByOffset")
+    assert isinstance(view.request, UndecodableRequest)
+    assert view.request.message_type == "stratalog.v1.FetchByOffsetRequest"

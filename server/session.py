@@ -1,0 +1,553 @@
+"""Sessions: many Produce, fetch and ListOffsets requests on one long-lived stream, by id.
+
+Intuition: a unary call costs ~0.5 ms of gRPC's asyncio Python on both sides (a new HTTP/2
+stream, its headers and trailers, a task), more than a point read or a one-record append costs
+the storage engine. Kafka's protocol pipelines requests on one connection and matches answers by
+correlation id; the ``Session`` RPC does the same on one bidirectional gRPC stream: the client
+writes ``SessionRequest`` messages (an id and one unary request), the server answers each with a
+``SessionResponse`` carrying the same id, as soon as it is done, so answers may come in another
+order than their requests (docs/api.md, "Sessions").
+
+What a request on a session gets is exactly what its unary call gets, because it runs the same
+code: the servicer's method of that RPC (the request checks, the engine call, the metrics of
+that RPC) as the per-request interceptors wrap it (authorization, quotas:
+:class:`RequestHandlers`), with a :class:`RequestContext` standing in for the call's context. A
+refusal or failure, which would have ended a unary call with a status, is that status as a
+``SessionError`` (:func:`stratalog.server.status.session_error`); the stream goes on. Who the
+caller is was decided once, when the stream was authenticated (as Kafka authenticates a
+connection): every request of the stream runs as that identity.
+
+One stream (:class:`SessionStream`)::
+
+    reader task    reads a request when fewer than session_requests_in_flight_max are in
+                   flight (else it waits: gRPC's flow control then holds the client back)
+                   and runs it: the RPC's behaviour -> its answer serialized into a
+                   SessionResponse -> written (one write at a time); then reads the next.
+                   A request that must wait goes on in a task of its own from where it
+                   stopped, and the reader reads on (from Python 3.12 on, every request
+                   gets a task from the start: SERVE_IN_READER)
+    request task   [a Produce: waits until the servicer is done with the previous Produce of
+                   the same partition on this stream] -> the rest of the RPC's behaviour ->
+                   its answer -> written -> its slot freed
+    handler task   waits until the client half-closed and every request was answered (the
+                   stream ends OK), or the server stops (below); cancelled when the client
+                   cancels the stream, and then cancels the rest
+
+Order: requests are served concurrently, so a long poll does not hold up a point read behind it;
+but two Produce requests of one partition are appended in the order they came, as on a Kafka
+connection: the idempotent producer's five batches in flight per partition arrive in order and
+are never refused OUT_OF_ORDER_SEQUENCE for being overtaken.
+
+Limits: at most ``session_requests_in_flight_max`` requests per stream are being served or
+answered, an answer counting until gRPC's flow control took it, so the answers held for a client
+that stops reading are bounded too. A session is a waiting RPC of its connection and client
+(:class:`~stratalog.server.client_limits.ClientLimits`, kind SESSION), admitted before anything
+is read; a long poll on it is admitted as a unary one is (the same code path).
+
+Malformed input: a request that is no SessionRequest, one that sets no request kind this server
+knows, or one whose id is already pending is answered with a SessionError (INVALID_ARGUMENT,
+INVALID_REQUEST) naming the problem, with the id it carried (0 when none could be read); the
+stream goes on.
+
+Shutdown: :meth:`Sessions.begin_shutdown` makes each stream answer the requests it reads from
+then on with SHUTTING_DOWN (retriable), let those in flight finish (long polls answer at once:
+the servicer wakes them), then end with SHUTTING_DOWN.
+
+Format of an answer (written by :func:`session_response`, not by protobuf, so that the unary
+response is serialized once and not copied into a SessionResponse first)::
+
+    08 <varint id>                          field 1 (id), omitted when 0 as protobuf does
+    <field << 3 | 2> <varint length> <body> field 2 produce, 3 fetch, 4 list_offsets, 5 error
+
+Concurrency: event-loop only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import sys
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import grpc
+import grpc.aio
+
+from stratalog.records.varint import unsigned_varint_bytes
+from stratalog.server import status
+from stratalog.server.client_limits import ClientLimits, WaitingRpcKind, call_origin
+from stratalog.server.decoding import SessionRequestView, UndecodableRequest
+from stratalog.server.storage.errors import LogClosedError
+from stratalog.v1 import broker_pb2
+
+if TYPE_CHECKING:
+    from stratalog.server.metrics import ServerMetrics
+
+__all__ = [
+    "SESSION_RPCS",
+    "RequestContext",
+    "RequestHandlers",
+    "SessionStream",
+    "Sessions",
+    "session_response",
+]
+
+logger = logging.getLogger(__name__)
+
+_SERVICE = broker_pb2.DESCRIPTOR.services_by_name["Broker"].full_name
+
+#: The unary RPCs a session carries, and the SessionResponse field of each one's answer.
+SESSION_RPCS: dict[str, int] = {
+    "Produce": 2,
+    "FetchByOffset": 3,
+    "FetchByTimestamp": 3,
+    "ListOffsets": 4,
+}
+_ERROR_FIELD = 5
+_ID_TAG = b"\x08"  # field 1, varint
+_SHUTTING_DOWN = "the server is shutting down; open a new session (or retry) later"
+
+Behaviour = Callable[[Any, Any], Awaitable[Any]]
+
+#: Run each request in the reader's own step first (:class:`_Resumed`). Sound while nothing on
+#: a request's path asks ``asyncio.current_task()``, which is the reader there: so on Python
+#: 3.11, where ``asyncio.wait_for`` (a long poll's wait) does not; 3.12's ``wait_for`` is built
+#: on ``asyncio.timeout``, which does, and there every request gets a task of its own from the
+#: start (the same code, minus the first step; tests run both ways).
+SERVE_IN_READER = sys.version_info < (3, 12)
+
+
+# Tags of the length-delimited answer fields, made once.
+_FIELD_TAGS = {
+    field: unsigned_varint_bytes(field << 3 | 2) for field in (2, 3, 4, _ERROR_FIELD)
+}
+
+
+def session_response(request_id: int, field: int, body: bytes) -> bytes:
+    """A serialized SessionResponse: ``request_id``, and ``body`` (a serialized answer) as
+    field ``field``; equal to protobuf's serialization of the same message."""
+    head = (_ID_TAG + unsigned_varint_bytes(request_id)) if request_id else b""
+    return b"".join((head, _FIELD_TAGS[field], unsigned_varint_bytes(len(body)), body))
+
+
+def _error_response(request_id: int, grpc_status: grpc.Status) -> bytes:
+    error = status.session_error(grpc_status)
+    return session_response(request_id, _ERROR_FIELD, error.SerializeToString())
+
+
+class _Aborted(grpc.aio.AbortError):
+    """Raised by :meth:`RequestContext.abort_with_status`, as gRPC's context raises AbortError."""
+
+
+class RequestContext:
+    """The context one session request's behaviour runs with: what the servicer and the
+    interceptors ask of a unary call's ``ServicerContext`` (``peer``, ``abort_with_status``,
+    ``code``), answered for the request. ``abort_with_status`` keeps the status, which becomes
+    the request's SessionError, and raises as gRPC's does. ``served`` (None: nothing) is
+    resolved when the servicer's method is done with the request, before the interceptors
+    are (a quota's delay of the answer): what the next Produce of the partition waits for.
+    Event-loop only."""
+
+    __slots__ = ("_peer", "served", "status")
+
+    def __init__(self, peer: str, served: asyncio.Future[None] | None = None) -> None:
+        self._peer = peer
+        self.served = served
+        self.status: grpc.Status | None = None
+
+    def peer(self) -> str:
+        return self._peer
+
+    async def abort_with_status(self, grpc_status: grpc.Status) -> None:
+        self.status = grpc_status
+        raise _Aborted()
+
+    def code(self) -> grpc.StatusCode | None:
+        return None if self.status is None else self.status.code
+
+
+class _CallDetails(NamedTuple):
+    """grpc.HandlerCallDetails of a session request: its unary method's path."""
+
+    method: str
+    invocation_metadata: tuple[tuple[str, Any], ...]
+
+
+class RequestHandlers:
+    """Each session RPC's behaviour as the per-request interceptors wrap it, resolved per
+    request exactly as gRPC resolves a unary call's handler: the interceptors in their order,
+    the last one's continuation giving the servicer's own handler. The interceptors cache the
+    handlers they wrap per method, so a resolution costs a few lookups; doing it per request
+    means a change of theirs (quotas turned on by a reload) applies to the next request, as it
+    does to the next unary call.
+
+    ``interceptors`` are the server's interceptors without the authentication one: the stream's
+    identity was established when it opened. Event-loop only.
+    """
+
+    def __init__(self, servicer: Any, interceptors: Iterable[grpc.aio.ServerInterceptor]) -> None:
+        self._interceptors = tuple(interceptors)
+        self._handlers = {
+            rpc: grpc.unary_unary_rpc_method_handler(_serving(getattr(servicer, rpc)))
+            for rpc in SESSION_RPCS
+        }
+        self._details = {rpc: _CallDetails(f"/{_SERVICE}/{rpc}", ()) for rpc in SESSION_RPCS}
+        self._methods = {details.method: rpc for rpc, details in self._details.items()}
+
+    async def behaviour(self, rpc: str) -> Behaviour:
+        """The behaviour a unary ``rpc`` call would run now."""
+        if not self._interceptors:
+            return self._handlers[rpc].unary_unary
+        handler = await self._resolve(0, self._details[rpc])
+        return handler.unary_unary
+
+    async def _resolve(self, index: int, details: _CallDetails) -> grpc.RpcMethodHandler:
+        if index == len(self._interceptors):
+            return self._handlers[self._methods[details.method]]
+        return await self._interceptors[index].intercept_service(
+            functools.partial(self._resolve, index + 1), details
+        )
+
+
+def _serving(method: Behaviour) -> Behaviour:
+    """``method`` (a servicer's), resolving its :class:`RequestContext`'s ``served`` when
+    done, whether it answered or failed."""
+
+    async def behaviour(request: Any, context: RequestContext) -> Any:
+        try:
+            return await method(request, context)
+        finally:
+            served = context.served
+            if served is not None and not served.done():
+                served.set_result(None)
+
+    return behaviour
+
+
+class Sessions:
+    """The server's Session streams: the request handlers, the limits, the metrics, the streams
+    open now (for shutdown) and their requests in flight (a gauge). Event-loop only."""
+
+    def __init__(
+        self,
+        handlers: RequestHandlers,
+        limits: ClientLimits,
+        metrics: ServerMetrics,
+        in_flight_max: int,
+    ) -> None:
+        assert in_flight_max >= 1
+        self.handlers = handlers
+        self.in_flight_max = in_flight_max
+        self._limits = limits
+        self._metrics = metrics
+        self._streams: set[SessionStream] = set()
+        self.stopping = False
+        self.in_flight = 0  # requests of every stream, for the gauge
+        metrics.session_requests.set_function(lambda: self.in_flight)
+
+    @property
+    def streams(self) -> int:
+        """How many streams are open."""
+        return len(self._streams)
+
+    async def serve(self, context: grpc.aio.ServicerContext) -> None:
+        """Serve one Session stream until the client half-closes it (and every request was
+        answered), cancels it, or the server stops (LogClosedError: SHUTTING_DOWN).
+
+        Raises:
+            ClientLimitExceededError: the connection, client or server holds its limit of
+                waiting RPCs; nothing was read.
+            LogClosedError: the server is stopping.
+        """
+        if self.stopping:
+            raise LogClosedError(_SHUTTING_DOWN)
+        with self._limits.admit(call_origin(context), WaitingRpcKind.SESSION):
+            # Admitted: the headers tell the client so; it writes nothing before them.
+            await context.send_initial_metadata(())
+            stream = SessionStream(self, context)
+            self._streams.add(stream)
+            self._metrics.sessions.inc()
+            try:
+                await stream.run()
+            finally:
+                self._streams.discard(stream)
+                self._metrics.sessions.dec()
+
+    def begin_shutdown(self) -> None:
+        """Make every stream finish what it holds and end with SHUTTING_DOWN."""
+        self.stopping = True
+        for stream in list(self._streams):
+            stream.stop()
+
+
+class _Resumed:
+    """Awaiting this finishes ``coroutine``, which already ran up to yielding ``yielded``: a
+    request started in the reader's own step (most answer without ever waiting) is handed to
+    a task only when it must wait, and the task goes on where the request stopped, passing
+    what the task sends or throws (a wake-up, a cancellation) on to it."""
+
+    __slots__ = ("_coroutine", "_yielded")
+
+    def __init__(self, coroutine: Any, yielded: Any) -> None:
+        self._coroutine = coroutine
+        self._yielded = yielded
+
+    def __await__(self) -> Any:
+        coroutine, value = self._coroutine, self._yielded
+        while True:
+            try:
+                sent = yield value
+            except GeneratorExit:
+                coroutine.close()
+                raise
+            except BaseException as exc:
+                try:
+                    value = coroutine.throw(exc)
+                except StopIteration as stop:
+                    return stop.value
+            else:
+                try:
+                    value = coroutine.send(sent)
+                except StopIteration as stop:
+                    return stop.value
+
+
+class SessionStream:
+    """One Session stream: the ids of its requests not yet answered, its requests in flight
+    (the reader's own, and a task for each that had to wait), the tail of each partition's
+    Produce requests, the write lock, and the reader's wait for a slot.
+
+    A request runs in the reader's step first: one that needs no wait (a point read from the
+    page cache, an uncontended append) is answered and written before the next is read, as a
+    unary call would be, without a task; one that waits (a long poll, a read or append in the
+    thread pool, a Produce behind another of its partition) goes on in a task of its own, and
+    the reader reads on.
+
+    Invariants (:meth:`check`): at most ``in_flight_max`` requests in flight; every task holds
+    one of them, and every pending id is a task's; a partition's entry in ``_produce_tails`` is
+    the future of its last Produce started, resolved once the servicer is done with it.
+
+    Concurrency: event-loop only; the reader, the request tasks and the handler's task share
+    it.
+    """
+
+    def __init__(self, sessions: Sessions, context: grpc.aio.ServicerContext) -> None:
+        self._sessions = sessions
+        self._context = context
+        self._peer = context.peer() or "unknown"
+        self._loop = asyncio.get_running_loop()
+        self._in_flight_max = sessions.in_flight_max
+        self._in_flight = 0
+        self._pending: set[int] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._produce_tails: dict[tuple[str, int], asyncio.Future[None]] = {}
+        self._write_lock = asyncio.Lock()
+        self._slot: asyncio.Future[None] | None = None  # the reader waits for a free slot
+        self._finished: asyncio.Future[None] = self._loop.create_future()
+        self._reading = True
+        self._stopping = False
+
+    @property
+    def in_flight(self) -> int:
+        """Requests being served or answered."""
+        return self._in_flight
+
+    def check(self) -> None:
+        """Assert the invariants (for tests)."""
+        assert len(self._pending) <= len(self._tasks) <= self._in_flight <= self._in_flight_max
+
+    async def run(self) -> None:
+        """Read, serve and answer until the stream is over (see :meth:`Sessions.serve`)."""
+        reader = self._loop.create_task(self._read())
+        try:
+            await self._finished
+        finally:
+            reader.cancel()
+            for task in list(self._tasks):
+                task.cancel()
+            with contextlib.suppress(BaseException):
+                await reader
+        if self._stopping:
+            raise LogClosedError(_SHUTTING_DOWN)
+
+    def stop(self) -> None:
+        """Answer what comes from now on with SHUTTING_DOWN, end once nothing is in flight."""
+        self._stopping = True
+        self._maybe_finish()
+
+    def _maybe_finish(self) -> None:
+        done = not self._in_flight and (self._stopping or not self._reading)
+        if done and not self._finished.done():
+            self._finished.set_result(None)
+
+    async def _read(self) -> None:
+        read = self._context.read
+        try:
+            while True:
+                if self._in_flight >= self._in_flight_max:
+                    self._slot = self._loop.create_future()
+                    await self._slot
+                    continue
+                request = await read()
+                if request is grpc.aio.EOF:
+                    return  # half-closed: the stream ends once every request is answered
+                answer = self._start(request)
+                if answer is not None:  # answered in this step: written before reading on
+                    try:
+                        await self._write(answer)
+                    finally:
+                        self._release()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            # The client went away (or the call ended) mid-read or mid-write: nobody is left
+            # to answer.
+            logger.debug("session from %s ended: %r", self._peer, exc)
+            if not self._finished.done():
+                self._finished.set_result(None)
+        finally:
+            self._reading = False
+            self._maybe_finish()
+
+    def _start(self, view: SessionRequestView) -> bytes | None:
+        """Serve ``view`` (a slot is free) in this step as far as it goes: its answer, or None
+        when it went on in a task."""
+        request_id, rpc, request = view.id, view.rpc, view.request
+        self._in_flight += 1
+        self._sessions.in_flight += 1
+        if request_id in self._pending:
+            # The pending request keeps its id; this one is answered and forgotten.
+            return _error_response(request_id, status.invalid_request(
+                f"request id {request_id} is already in use by a request not yet answered;"
+                " ids must be unique among a session's pending requests",
+                metadata={"field": "id"},
+            ))
+        if self._stopping:
+            return _error_response(request_id, status.to_status(LogClosedError(_SHUTTING_DOWN)))
+        if rpc is None:
+            return _error_response(request_id, _malformed(request))
+        tail: tuple[tuple[str, int], asyncio.Future[None]] | None = None
+        previous = None
+        if rpc == "Produce" and type(request) is not UndecodableRequest:
+            # Appended after the previous Produce of the partition on this stream, as sent.
+            key = (request.topic, request.partition)
+            previous = self._produce_tails.get(key)
+            tail = (key, self._loop.create_future())
+            self._produce_tails[key] = tail[1]
+        if previous is None:
+            coroutine = self._call(request_id, rpc, request, tail)
+            if not SERVE_IN_READER:
+                work: Awaitable[bytes] = coroutine
+            else:
+                try:
+                    yielded = coroutine.send(None)
+                except StopIteration as done:
+                    return done.value  # type: ignore[no-any-return]
+                work = _Resumed(coroutine, yielded)
+        else:
+            work = self._after(previous, request_id, rpc, request, tail)
+        self._pending.add(request_id)
+        task = self._loop.create_task(self._finish(request_id, work))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return None
+
+    async def _after(
+        self,
+        previous: asyncio.Future[None],
+        request_id: int,
+        rpc: str,
+        request: Any,
+        tail: tuple[tuple[str, int], asyncio.Future[None]] | None,
+    ) -> bytes:
+        try:
+            await previous
+        except BaseException:
+            self._serve_tail(tail)
+            raise
+        return await self._call(request_id, rpc, request, tail)
+
+    async def _finish(self, request_id: int, work: Awaitable[bytes]) -> None:
+        """A request that had to wait: its answer, written; then its slot is free."""
+        try:
+            answer = await work
+            self._pending.discard(request_id)  # answered: the client may use the id again
+            await self._write(answer)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            # A write to a stream that is going away; the stream ends by its reader.
+            logger.debug("session request %d from %s not answered: %r", request_id,
+                         self._peer, exc)
+        finally:
+            self._pending.discard(request_id)
+            self._release()
+
+    def _release(self) -> None:
+        self._in_flight -= 1
+        self._sessions.in_flight -= 1
+        slot = self._slot
+        if slot is not None and not slot.done():
+            slot.set_result(None)
+        self._maybe_finish()
+
+    def _serve_tail(self, tail: tuple[tuple[str, int], asyncio.Future[None]] | None) -> None:
+        """The Produce's turn is over: the next one of its partition may go."""
+        if tail is None:
+            return
+        key, mine = tail
+        if not mine.done():
+            mine.set_result(None)
+        if self._produce_tails.get(key) is mine:
+            del self._produce_tails[key]
+
+    async def _call(
+        self,
+        request_id: int,
+        rpc: str,
+        request: Any,
+        tail: tuple[tuple[str, int], asyncio.Future[None]] | None = None,
+    ) -> bytes:
+        """The serialized answer of one request: its RPC's response, or its SessionError. A
+        Produce's ``tail`` is served once the servicer is done with it (before a quota's delay
+        of its answer), and in any case when this returns."""
+        context = RequestContext(self._peer, None if tail is None else tail[1])
+        try:
+            behaviour = await self._sessions.handlers.behaviour(rpc)
+            response = await behaviour(request, context)
+        except grpc.aio.AbortError:
+            assert context.status is not None
+            return _error_response(request_id, context.status)
+        except Exception as exc:
+            # The servicer turns every error into a status itself; this is an interceptor's
+            # failure, answered as gRPC would answer it (INTERNAL, logged).
+            return _error_response(request_id, status.to_status(exc))
+        finally:
+            self._serve_tail(tail)
+        return session_response(request_id, SESSION_RPCS[rpc], response.SerializeToString())
+
+    async def _write(self, answer: bytes) -> None:
+        # One write at a time (gRPC allows one message in flight per call); it returns when
+        # gRPC's flow control took the message.
+        async with self._write_lock:
+            await self._context.write(answer)
+
+
+def _malformed(request: Any) -> grpc.Status:
+    """The status of a SessionRequest that names no request this server serves."""
+    if type(request) is UndecodableRequest:
+        return status.invalid_request(
+            f"request: not a valid {request.message_type}: {request.error}",
+            metadata={"field": "request"},
+        )
+    kinds = ", ".join(
+        field.name for field in broker_pb2.SessionRequest.DESCRIPTOR.oneofs_by_name[
+            "request"].fields
+    )
+    return status.invalid_request(
+        f"request: sets no request kind this server serves (one of {kinds}); a newer"
+        " client's kind, or none at all",
+        metadata={"field": "request"},
+    )
