@@ -90,6 +90,7 @@ from stratalog.server.translation import (
     ProducerFields,
     decode_records_into,
     encode_records,
+    slice_batches,
     topic_message,
 )
 from stratalog.v1 import broker_pb2, broker_pb2_grpc
@@ -444,10 +445,13 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         offset: int,
         max_bytes: int,
         isolation_level: IsolationLevel,
+        max_records: int = 0,
     ) -> FetchedBatches:
         """Read on the loop: page-cache reads are cheaper inline than a thread hop."""
         try:
-            return partition_log.fetch(offset, max_bytes, isolation_level=isolation_level)
+            return partition_log.fetch(
+                offset, max_bytes, isolation_level=isolation_level, max_records=max_records
+            )
         except OffsetOutOfRangeError as exc:
             raise _client_out_of_range(topic, partition, offset, exc) from None
 
@@ -512,8 +516,15 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         max_bytes: int,
         isolation_level: IsolationLevel,
         matched: tuple[int, int] = (_NO_MATCH, _NO_MATCH),
+        max_records: int = 0,
     ) -> broker_pb2.FetchResponse:
         """A FetchResponse for ``fetched`` (whole batches read at ``offset`` with ``max_bytes``).
+
+        With ``max_records`` > 0 the answer holds at most that many records from ``offset``,
+        in either format: the stored batches are cut to them first
+        (:func:`~stratalog.server.translation.slice_batches`: record batches re-framed to hold
+        just those records, control batches and for READ_COMMITTED aborted ones left out, so
+        no aborted transactions come with them), and RECORDS decodes only what was cut.
 
         Raw batches come with the next offset and record count the read took from their
         headers, and for READ_COMMITTED with the aborted transactions overlapping them (the
@@ -528,6 +539,11 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         """
         data = fetched.data
         committed = isolation_level == IsolationLevel.READ_COMMITTED
+        if max_records:
+            return self._partial_fetch_response(
+                topic, partition, partition_log, offset, fetched, fetch_format, max_bytes,
+                committed, matched, max_records,
+            )
         if fetch_format == _RECORD_BATCHES:
             records_out = fetched.records_count
             response = broker_pb2.FetchResponse(
@@ -557,6 +573,49 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             response.records, data, offset, max_bytes,
             fetched.aborted_transactions if committed else None,
         )
+        response.high_watermark = partition_log.log_end_offset
+        response.log_start_offset = partition_log.log_start_offset
+        response.last_stable_offset = partition_log.last_stable_offset
+        response.next_offset = next_offset
+        self._metrics.observe_fetch(topic, records_out, bytes_out)
+        return response
+
+    def _partial_fetch_response(
+        self,
+        topic: str,
+        partition: int,
+        partition_log: PartitionLog,
+        offset: int,
+        fetched: FetchedBatches,
+        fetch_format: int,
+        max_bytes: int,
+        committed: bool,
+        matched: tuple[int, int],
+        max_records: int,
+    ) -> broker_pb2.FetchResponse:
+        """:meth:`_fetch_response` for a ``max_records`` read."""
+        sliced = slice_batches(
+            fetched.data, offset, max_records, max_bytes,
+            fetched.aborted_transactions if committed else None,
+        )
+        response = broker_pb2.FetchResponse(
+            topic=topic,
+            partition=partition,
+            matched_offset=matched[0],
+            matched_timestamp=matched[1],
+        )
+        next_offset = sliced.next_offset
+        if fetch_format == _RECORD_BATCHES:
+            response.record_batches = sliced.data
+            bytes_out = len(sliced.data)
+            records_out = sliced.records_count
+        else:
+            decoded_next, records_out, bytes_out = decode_records_into(
+                response.records, sliced.data, offset, max_bytes
+            )
+            if bytes_out < len(sliced.data):
+                # A whole compressed batch decoded past max_bytes: the rest comes next time.
+                next_offset = decoded_next
         response.high_watermark = partition_log.log_end_offset
         response.log_start_offset = partition_log.log_start_offset
         response.last_stable_offset = partition_log.last_stable_offset
@@ -712,11 +771,14 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         min_bytes = _non_negative("min_bytes", request.min_bytes)
         fetch_format = _enum("format", request.format, _FETCH_FORMATS)
         isolation_level = _isolation_level(request.isolation_level)
+        max_records = _non_negative("max_records", request.max_records)
         partition_log, gate = self._log(topic, partition)
         offset = request.offset
         # Answer as soon as this much is there; never more than one read can return.
         enough_bytes = max(1, min(min_bytes, max_bytes))
-        inline = max_bytes < self._settings.read_in_executor_min_bytes
+        # A max_records read takes the batch holding the offset (when it holds the records
+        # asked for, which a point read's always does): one batch, read inline as small ones.
+        inline = max_records > 0 or max_bytes < self._settings.read_in_executor_min_bytes
         # The clock only matters to a request that may wait.
         loop = asyncio.get_running_loop() if max_wait_ms else None
         deadline = loop.time() + max_wait_ms / 1000 if loop is not None else 0.0
@@ -730,7 +792,8 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 signal = gate.signal()
                 if inline:  # the common case, without a coroutine per read
                     fetched = self._fetch_now(
-                        topic, partition, partition_log, offset, max_bytes, isolation_level
+                        topic, partition, partition_log, offset, max_bytes, isolation_level,
+                        max_records,
                     )
                 else:
                     fetched = await self._fetch(
@@ -752,7 +815,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 waiting.release()
         return self._fetch_response(
             topic, partition, partition_log, offset, fetched, fetch_format, max_bytes,
-            isolation_level,
+            isolation_level, max_records=max_records,
         )
 
     @_rpc()
@@ -766,23 +829,28 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         max_bytes = self._fetch_max_bytes(request.max_bytes)
         fetch_format = _enum("format", request.format, _FETCH_FORMATS)
         isolation_level = _isolation_level(request.isolation_level)
+        max_records = _non_negative("max_records", request.max_records)
         partition_log, _ = self._log(topic, partition)
         # The search decodes the batch it finds, which is also the first batch of the answer:
-        # one pass reads it once. Large reads go to the executor (see _fetch). READ_COMMITTED
-        # matches only a record below the LSO (the engine's rule, Kafka's).
-        lookup = functools.partial(partition_log.fetch_by_timestamp, isolation_level=isolation_level)
-        if max_bytes < self._settings.read_in_executor_min_bytes:
+        # one pass reads it once. Large reads go to the executor (see _fetch), not a
+        # max_records read's one batch. READ_COMMITTED matches only a record below the LSO
+        # (the engine's rule, Kafka's).
+        lookup = functools.partial(
+            partition_log.fetch_by_timestamp, isolation_level=isolation_level,
+            max_records=max_records,
+        )
+        if max_records > 0 or max_bytes < self._settings.read_in_executor_min_bytes:
             found, fetched = lookup(timestamp, max_bytes)
         else:
             found, fetched = await self._blocking(lookup, timestamp, max_bytes)
         if found is None:
             return self._fetch_response(
                 topic, partition, partition_log, fetched.next_offset, fetched, fetch_format,
-                max_bytes, isolation_level,
+                max_bytes, isolation_level, max_records=max_records,
             )
         return self._fetch_response(
             topic, partition, partition_log, found.offset, fetched, fetch_format, max_bytes,
-            isolation_level, (found.offset, found.timestamp),
+            isolation_level, (found.offset, found.timestamp), max_records,
         )
 
     @_rpc()

@@ -46,10 +46,12 @@ from stratalog.records.batch import (
     ATTRIBUTES_OFFSET,
     BASE_OFFSET_FIELD,
     COMPRESSION_CODEC_MASK,
+    CONTROL_FLAG_MASK,
     LOG_OVERHEAD,
     NO_TIMESTAMP,
     RECORD_BATCH_OVERHEAD,
     TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_FLAG_MASK,
     BatchHeader,
     validate_batch,
 )
@@ -114,6 +116,12 @@ class FetchedBatches(NamedTuple):
     # read_committed fetches only (PartitionLog.fetch): the aborted transactions overlapping
     # the batches returned, from the .txnindex files (Kafka's FetchResponse.abortedTransactions).
     aborted_transactions: tuple[AbortedTxn, ...] = ()
+
+
+# The low byte of a batch's attributes: the flags that decide whether a point read may stop
+# after the batch holding its offset.
+_TRANSACTIONAL_OR_CONTROL = TRANSACTIONAL_FLAG_MASK | CONTROL_FLAG_MASK
+assert _TRANSACTIONAL_OR_CONTROL < 0x100
 
 
 def _record_offsets_and_timestamps(
@@ -862,12 +870,16 @@ class Segment:
         max_bytes: int,
         max_position: int | None = None,
         min_one_message: bool = False,
+        max_records: int = 0,
     ) -> FetchedBatches | None:
         """The whole batches from the one holding ``start_offset`` ([B-30]), with what a fetch
         response says of them.
 
         At most ``max_bytes`` bytes of whole batches (``min_one_message``: the first one whatever
-        its size), never past ``max_position`` (default: the published size). Their next offset
+        its size), never past ``max_position`` (default: the published size). ``max_records`` >
+        0 says the caller wants no more records than that from ``start_offset`` on: when the
+        first batch holds them all, it alone is read (a point read reads one batch, not
+        ``max_bytes``). Their next offset
         and record count come from the headers the read went over anyway, so a caller need not
         parse them again. The batches stop before a malformed header (the next read at its
         offset raises). Empty data (next offset ``start_offset``) when the first batch does not
@@ -894,10 +906,14 @@ class Segment:
             users.pop()
             self._pin_reopening()
         try:
-            found = self._find(start_offset, ANY_TIMESTAMP, start_offset, end, max_bytes)
+            # A point read takes one batch: no read ahead past it for the batches after.
+            ahead_bytes = 0 if max_records else max_bytes
+            found = self._find(start_offset, ANY_TIMESTAMP, start_offset, end, ahead_bytes)
             if found is None:
                 return None
-            return self._whole_batches_from(found, start_offset, max_bytes, end, min_one_message)
+            return self._whole_batches_from(
+                found, start_offset, max_bytes, end, min_one_message, max_records
+            )
         finally:
             users.pop()
 
@@ -949,13 +965,23 @@ class Segment:
         max_bytes: int,
         end: int,
         min_one_message: bool,
+        max_records: int = 0,
     ) -> FetchedBatches:
-        """The whole batches of at most ``max_bytes`` from the batch ``found``, up to ``end``."""
+        """The whole batches of at most ``max_bytes`` from the batch ``found``, up to ``end``;
+        only that batch when it holds the ``max_records`` (> 0) records from ``start_offset``."""
         position, size, last_offset, records_count, _, buf, buf_start = found
         if max_bytes >= size:
             fetch_bytes = end - position
             if fetch_bytes > max_bytes:
                 fetch_bytes = max_bytes
+            if max_records and last_offset - start_offset >= max_records - 1:
+                relative = position - buf_start
+                # Not past a transactional or control batch: a READ_COMMITTED reader may drop
+                # it (aborted, a marker) and take its records from the batches after it.
+                if len(buf) > relative + ATTRIBUTES_OFFSET + 1 and not (
+                    buf[relative + ATTRIBUTES_OFFSET + 1] & _TRANSACTIONAL_OR_CONTROL
+                ):
+                    fetch_bytes = size
         elif min_one_message:
             fetch_bytes = size
         else:
@@ -1019,11 +1045,13 @@ class Segment:
         max_bytes: int,
         max_position: int | None = None,
         min_one_message: bool = False,
+        max_records: int = 0,
     ) -> tuple[TimestampOffset, FetchedBatches] | None:
         """:meth:`find_offset_by_timestamp` and :meth:`fetch` at the record found, in one pass.
 
         The record is searched for only below ``max_position`` (default: the published size);
-        the batch decoded to find it is the first batch of the fetch, so it is read once. None
+        the batch decoded to find it is the first batch of the fetch, so it is read once.
+        ``max_records`` as for :meth:`fetch`, from the record found. None
         when no record of this segment qualifies. Thread-safe.
 
         Raises:
@@ -1040,12 +1068,13 @@ class Segment:
         users = self._users
         self._pin()
         try:
-            found = self._find_by_timestamp(timestamp, starting_offset, end, max_bytes)
+            ahead_bytes = 0 if max_records else max_bytes
+            found = self._find_by_timestamp(timestamp, starting_offset, end, ahead_bytes)
             if found is None:
                 return None
             record, batch = found
             return record, self._whole_batches_from(
-                batch, record.offset, max_bytes, end, min_one_message
+                batch, record.offset, max_bytes, end, min_one_message, max_records
             )
         finally:
             users.pop()
