@@ -1214,7 +1214,7 @@ find_records(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t narg
             goto error;
         }
         c.position = record_end;
-        if (offset_delta < from_delta) {
+        if (taken == 0 && offset_delta < from_delta) {
             continue;
         }
         if (taken == 0) {

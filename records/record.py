@@ -525,7 +525,7 @@ def find_records(
 ) -> RecordsSpan:
     """The span of the records of ``data`` (a records region declaring ``count`` records) that
     a read from ``from_offset_delta`` takes: the first record whose offset delta is >= it, and
-    those after it, at most ``max_records`` in all and, after the first, no more than
+    the records after it (offset deltas increase in a batch), at most ``max_records`` in all and, after the first, no more than
     ``max_bytes`` bytes of records (the first is taken whatever its size).
 
     Only each record's framing is read (its length, timestamp delta and offset delta), never
@@ -566,7 +566,7 @@ def find_records(
         )
         offset_delta, _ = _span_field(data, position, read_varint, index, start, record_end)
         position = record_end
-        if offset_delta < from_offset_delta:
+        if taken == 0 and offset_delta < from_offset_delta:
             continue
         if taken == 0:
             span_start = start
