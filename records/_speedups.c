@@ -1152,30 +1152,34 @@ span_field(Cursor *restrict c, int max_size, Py_ssize_t record_end, int64_t *res
 }
 
 PyDoc_STRVAR(find_records_doc,
-"find_records(data, count, from_offset_delta, max_records, max_bytes)\n"
+"find_records(data, count, from_offset_delta, max_records, max_bytes,\n"
+"             from_timestamp_delta=-2**63)\n"
 "--\n\n"
 "The span of the records a read from from_offset_delta takes; a RecordsSpan. Same results\n"
 "and errors as stratalog.records.record.find_records.");
 
 static const char *const find_names[] = {"data", "count", "from_offset_delta", "max_records",
-                                         "max_bytes"};
+                                         "max_bytes", "from_timestamp_delta"};
 
 static PyObject *
 find_records(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    PyObject *values[5];
-    if (parse_args("find_records", args, nargs, kwnames, find_names, 5, 5, values) < 0) {
+    PyObject *values[6];
+    if (parse_args("find_records", args, nargs, kwnames, find_names, 5, 6, values) < 0) {
         return NULL;
     }
-    long long numbers[4];
-    for (int i = 0; i < 4; i++) {
+    long long numbers[5] = {0, 0, 0, 0, LLONG_MIN};
+    for (int i = 0; i < 5; i++) {
+        if (values[i + 1] == NULL) {
+            continue;
+        }
         numbers[i] = PyLong_AsLongLong(values[i + 1]);
         if (numbers[i] == -1 && PyErr_Occurred()) {
             return NULL;
         }
     }
     long long count = numbers[0], from_delta = numbers[1], max_records = numbers[2],
-              max_bytes = numbers[3];
+              max_bytes = numbers[3], from_ts_delta = numbers[4];
     if (max_records < 1 || max_bytes < 0) {
         PyErr_Format(PyExc_ValueError,
                      "max_records must be >= 1 and max_bytes >= 0, got %lld, %lld",
@@ -1214,7 +1218,7 @@ find_records(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t narg
             goto error;
         }
         c.position = record_end;
-        if (taken == 0 && offset_delta < from_delta) {
+        if (taken == 0 && (offset_delta < from_delta || timestamp_delta < from_ts_delta)) {
             continue;
         }
         if (taken == 0) {

@@ -521,12 +521,14 @@ def _span_field(data: bytes, position: int, read: Callable[[bytes, int], tuple[i
 
 def find_records(
     data: bytes | memoryview, count: int, from_offset_delta: int, max_records: int,
-    max_bytes: int,
+    max_bytes: int, from_timestamp_delta: int = -(1 << 63),
 ) -> RecordsSpan:
     """The span of the records of ``data`` (a records region declaring ``count`` records) that
     a read from ``from_offset_delta`` takes: the first record whose offset delta is >= it, and
-    the records after it (offset deltas increase in a batch), at most ``max_records`` in all and, after the first, no more than
-    ``max_bytes`` bytes of records (the first is taken whatever its size).
+    the records after it (offset deltas increase in a batch), at most ``max_records`` in all
+    and, after the first, no more than ``max_bytes`` bytes of records (the first is taken
+    whatever its size). With ``from_timestamp_delta`` the first record must also have a
+    timestamp delta >= it: a lookup by time, in record order (timestamps may be out of order).
 
     Only each record's framing is read (its length, timestamp delta and offset delta), never
     its key, value or headers: a point read in a batch of thousands of records walks their
@@ -566,7 +568,8 @@ def find_records(
         )
         offset_delta, _ = _span_field(data, position, read_varint, index, start, record_end)
         position = record_end
-        if taken == 0 and offset_delta < from_offset_delta:
+        if taken == 0 and (offset_delta < from_offset_delta
+                           or timestamp_delta < from_timestamp_delta):
             continue
         if taken == 0:
             span_start = start

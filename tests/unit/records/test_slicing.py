@@ -179,7 +179,8 @@ def _assert_same(data: bytes, count: int, args: tuple) -> tuple:
     return expected
 
 
-FIND_ARGS = st.tuples(st.integers(-3, 40), st.integers(0, 8), st.integers(-1, 600))
+FIND_ARGS = st.tuples(st.integers(-3, 40), st.integers(0, 8), st.integers(-1, 600),
+                      st.one_of(st.integers(-120, 120), st.integers(-(2**63), 2**63 - 1)))
 FIELDS = st.tuples(
     st.one_of(st.integers(0, 100), st.integers(-(2**31), 2**31 - 1)),
     st.one_of(st.integers(-100, 100), st.integers(-(2**63), 2**63 - 1)),
@@ -194,7 +195,8 @@ def test_find_records_agrees_on_valid_regions(fields, args):
     outcome = _assert_same(_region(fields), len(fields), args)
     if outcome[0] == "returned" and outcome[1].count:
         span = outcome[1]
-        assert fields[0] is not None and span.first_offset_delta >= args[0]
+        first = next(f for f in fields if f[0] >= args[0] and f[1] >= args[3])
+        assert (span.first_offset_delta, span.max_timestamp_delta >= first[1]) == (first[0], True)
 
 
 @pytest.mark.skipif(c_impl is None, reason="the C extension is not built")
@@ -209,7 +211,7 @@ def test_find_records_agrees_on_random_bytes(data, count, args):
 @given(st.lists(FIELDS, min_size=1, max_size=4), st.integers(0, 5), st.integers(0, 255))
 def test_find_records_agrees_on_every_prefix_and_damage(fields, args_seed, byte):
     data = _region(fields)
-    args = (args_seed, 1 + args_seed, 50 * args_seed)
+    args = (args_seed, 1 + args_seed, 50 * args_seed, args_seed - 2)
     for cut in range(len(data)):
         _assert_same(data[:cut], len(fields), args)
         damaged = bytearray(data)
