@@ -22,9 +22,9 @@ difference that nothing polls: the accumulator tells the Sender when there is wo
   adapts to the server's speed.
 * Without a linger time (``linger_ms=None``, the default) a batch's "linger" ends at the next
   turn of the event loop, and it is closed then only if its partition has *no* request in
-  flight: a lone record goes out at once (one round trip, no wait), and while a request is
-  out the records sent meanwhile gather in the open batch, which the Sender drains when that
-  request answers (or which closes when full). Batches so form from the traffic itself, as
+  flight: a lone record goes out at once (one round trip, no wait), and while requests are
+  out the records sent meanwhile gather in the open batch, which the Sender drains when the
+  last of them answers (or which closes when full). Batches so form from the traffic itself, as
   Nagle's algorithm forms TCP segments, with no timer.
 * A batch never drained by its deadline (``delivery_timeout_ms`` after it was opened): the
   accumulator calls ``sender.expire(batch)``. Once drained, the Sender enforces the deadline.
@@ -418,11 +418,15 @@ class RecordAccumulator:
 
     def next_ready(self, queue: PartitionQueue) -> ProducerBatch | None:
         """The batch of ``queue`` to drain next, if any: the first closed one, else the open
-        one once its linger is over."""
+        one once its linger is over (without a linger time: once no request of the partition
+        is in flight, so that a stream of sends fills batches while any request is out)."""
         if queue.ready:
             return queue.ready[0]
-        if queue.current is not None and queue.current.lingered:
-            return queue.current
+        current = queue.current
+        if current is not None and current.lingered and (
+            self._linger_s is not None or queue.in_flight == 0
+        ):
+            return current
         return None
 
     def drain(self, queue: PartitionQueue, batch: ProducerBatch) -> None:

@@ -437,6 +437,14 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         max_bytes = requested or self._settings.fetch_max_bytes_default
         return min(max_bytes, cap if cap is not None else self._settings.fetch_max_bytes_max)
 
+    def _records_read_bytes(self, max_bytes: int) -> int:
+        """The bytes a ``max_records`` read may take: the batch holding its offset whole (the
+        storage reads only that batch when it holds the records asked for, as a point read's
+        does), and beyond it at most ``read_in_executor_min_bytes``, so that such a read is
+        small enough to run on the loop, without a thread hop. An answer cut short by it says
+        where to go on (``next_offset``), as any fetch."""
+        return min(max_bytes, self._settings.read_in_executor_min_bytes)
+
     def _fetch_now(
         self,
         topic: str,
@@ -772,12 +780,12 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         fetch_format = _enum("format", request.format, _FETCH_FORMATS)
         isolation_level = _isolation_level(request.isolation_level)
         max_records = _non_negative("max_records", request.max_records)
+        if max_records:
+            max_bytes = self._records_read_bytes(max_bytes)
         partition_log, gate = self._log(topic, partition)
         offset = request.offset
         # Answer as soon as this much is there; never more than one read can return.
         enough_bytes = max(1, min(min_bytes, max_bytes))
-        # A max_records read takes the batch holding the offset (when it holds the records
-        # asked for, which a point read's always does): one batch, read inline as small ones.
         inline = max_records > 0 or max_bytes < self._settings.read_in_executor_min_bytes
         # The clock only matters to a request that may wait.
         loop = asyncio.get_running_loop() if max_wait_ms else None
@@ -830,11 +838,13 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         fetch_format = _enum("format", request.format, _FETCH_FORMATS)
         isolation_level = _isolation_level(request.isolation_level)
         max_records = _non_negative("max_records", request.max_records)
+        if max_records:
+            max_bytes = self._records_read_bytes(max_bytes)
         partition_log, _ = self._log(topic, partition)
         # The search decodes the batch it finds, which is also the first batch of the answer:
-        # one pass reads it once. Large reads go to the executor (see _fetch), not a
-        # max_records read's one batch. READ_COMMITTED matches only a record below the LSO
-        # (the engine's rule, Kafka's).
+        # one pass reads it once. Large reads go to the executor (see _fetch), never a
+        # max_records read (_records_read_bytes). READ_COMMITTED matches only a record below
+        # the LSO (the engine's rule, Kafka's).
         lookup = functools.partial(
             partition_log.fetch_by_timestamp, isolation_level=isolation_level,
             max_records=max_records,

@@ -130,7 +130,8 @@ async def test_without_a_linger_time_a_batch_goes_when_its_partition_is_idle() -
     await asyncio.sleep(0)
     assert acc.append(queue, state, TS, None, b"z", ()) == (second, 1)
     assert second.lingered and queue.current is second and sender.ready == [queue]
-    # ...which the Sender drains as it is when the request answers.
+    assert acc.next_ready(queue) is None  # a free slot is not enough: a request is out
+    # ...which the Sender drains as it is when the last request answers.
     queue.in_flight = 0
     assert acc.next_ready(queue) is second
     check(acc)
