@@ -18,13 +18,14 @@ measures, through each system's Python client in this one process (uvloop for al
                      acknowledged before the next: ``await (await Producer().send(...))``;
                      ``js.publish``; ``XADD``
   point read         ``--reads`` reads of one record at random offsets, each checked against
-                     the value produced there: ``Client.fetch_by_offset`` with its defaults;
+                     the value produced there: ``Client.fetch_by_offset(..., max_records=1)``,
+                     the point read of docs/client.md, all else its defaults;
                      JetStream's direct get by sequence (``$JS.API.DIRECT.GET``, the stream
                      created with ``allow_direct``); ``XRANGE id id`` with the id XADD returned
                      for that offset (Redis has no offsets: the client keeps the ids)
   lookup by time     ``--reads`` lookups of the first record at or after a random time
-                     between the first and last record's: ``Client.fetch_by_timestamp`` with
-                     its defaults; NATS 2.9 has no get-by-time (2.11's direct get has
+                     between the first and last record's: ``Client.fetch_by_timestamp(...,
+                     max_records=1)``, all else its defaults; NATS 2.9 has no get-by-time (2.11's direct get has
                      ``start_time``), so the best it offers is a binary search over direct gets
                      on the ``Nats-Time-Stamp`` header (~log2(records) + 1 round trips; the
                      stream's times never decrease); ``XRANGE <ms> + COUNT 1`` (Redis ids are
@@ -37,9 +38,10 @@ measures, through each system's Python client in this one process (uvloop for al
 Extra rows, so that the docs can show both the default and the tuned call: stratalog's round
 trip with ``Producer(linger_ms=0)`` and with ``Client.produce``; each default workload of
 stratalog's also through ``Client(sessions=False)`` (every request a unary RPC, as before issue
-14's Session stream: "sessions=False" rows); its point read and
-lookup with ``fetch_format=RECORD_BATCHES`` (decoded by the client), with and without
-``max_bytes=1``; NATS's lookup with a consumer per lookup (a pull consumer created with
+14's Session stream: "sessions=False" rows); its point read and lookup with ``max_records=1``
+and ``fetch_format=RECORD_BATCHES`` (decoded by the client), and without ``max_records``
+(Kafka's fetch: the whole batches from the record's on); NATS's lookup with a consumer per
+lookup (a pull consumer created with
 ``deliver_policy=by_start_time``, one message fetched, the consumer deleted).
 
 Method. The systems take turns: run r runs every system's workloads, the systems in an order
@@ -559,8 +561,8 @@ class Stratalog(System):
                 await producer.flush()
         end = await self.client.list_offsets(self.topic, 0, -1)
         assert end.offset == len(values), (end, len(values))
-        first = await self.client.fetch_by_offset(self.topic, 0, 0)
-        last = await self.client.fetch_by_offset(self.topic, 0, len(values) - 1)
+        first = await self.client.fetch_by_offset(self.topic, 0, 0, max_records=1)
+        last = await self.client.fetch_by_offset(self.topic, 0, len(values) - 1, max_records=1)
         self.first_ms, self.last_ms = first.records[0].timestamp, last.records[0].timestamp
         return self.meter.measurement(len(values))
 
@@ -589,16 +591,17 @@ class Stratalog(System):
                 await client.produce(self.round_trip_topic, 0, [value])
         return self.meter.measurement(len(values))
 
-    async def read_at(self, offset: int, client: Client | None = None) -> None:
-        result = await (client or self.client).fetch_by_offset(self.topic, 0, offset)
+    async def read_at(self, offset: int, client: Client | None = None,
+                      max_records: int = 1) -> None:
+        result = await (client or self.client).fetch_by_offset(
+            self.topic, 0, offset, max_records=max_records)
         record = result.records[0]
         assert record.offset == offset, (record.offset, offset)
         _check_value(self.name, offset, record.value, self.expected)
 
-    async def read_batches_at(self, offset: int, max_bytes: int = 0) -> None:
+    async def read_batches_at(self, offset: int) -> None:
         result = await self.client.fetch_by_offset(
-            self.topic, 0, offset, max_bytes=max_bytes,
-            fetch_format=FetchFormat.RECORD_BATCHES)
+            self.topic, 0, offset, max_records=1, fetch_format=FetchFormat.RECORD_BATCHES)
         batch = decode_fetched(self.topic, 0, result.record_batches, offset,
                                result.high_watermark)[0]
         assert batch.offsets[0] == offset, (batch.offsets[0], offset)
@@ -607,17 +610,19 @@ class Stratalog(System):
     def _time_of(self, fraction: float) -> int:
         return self.first_ms + int(fraction * (self.last_ms - self.first_ms))
 
-    async def lookup(self, fraction: float, client: Client | None = None) -> None:
+    async def lookup(self, fraction: float, client: Client | None = None,
+                     max_records: int = 1) -> None:
         target = self._time_of(fraction)
-        result = await (client or self.client).fetch_by_timestamp(self.topic, 0, target)
+        result = await (client or self.client).fetch_by_timestamp(
+            self.topic, 0, target, max_records=max_records)
         record = result.records[0]
         assert record.offset == result.matched_offset, (record.offset, result.matched_offset)
         _check_time(self.name, target, record.timestamp)
 
-    async def lookup_batches(self, fraction: float, max_bytes: int = 0) -> None:
+    async def lookup_batches(self, fraction: float) -> None:
         target = self._time_of(fraction)
         result = await self.client.fetch_by_timestamp(
-            self.topic, 0, target, max_bytes=max_bytes, fetch_format=FetchFormat.RECORD_BATCHES)
+            self.topic, 0, target, max_records=1, fetch_format=FetchFormat.RECORD_BATCHES)
         batch = decode_fetched(self.topic, 0, result.record_batches, result.matched_offset,
                                result.high_watermark)[0]
         assert batch.offsets[0] == result.matched_offset, (batch.offsets[0], result)
@@ -666,11 +671,11 @@ class Stratalog(System):
                 functools.partial(self.lookup, client=unary), i.lookup_fractions),
             "concurrent_reads.unary_rpc": concurrently_unary,
             "point_read.batches": lambda i: one_by_one(self.read_batches_at, i.read_offsets),
-            "point_read.batches_small": lambda i: one_by_one(
-                lambda o: self.read_batches_at(o, max_bytes=1), i.read_offsets),
+            "point_read.whole": lambda i: one_by_one(
+                lambda o: self.read_at(o, max_records=0), i.read_offsets),
             "lookup.batches": lambda i: one_by_one(self.lookup_batches, i.lookup_fractions),
-            "lookup.batches_small": lambda i: one_by_one(
-                lambda f: self.lookup_batches(f, max_bytes=1), i.lookup_fractions),
+            "lookup.whole": lambda i: one_by_one(
+                lambda f: self.lookup(f, max_records=0), i.lookup_fractions),
         }
 
 
@@ -903,13 +908,13 @@ ROWS = (
     ("point_read", "point read by offset, p50/p99 (µs)", "point read", "latency"),
     ("point_read.unary_rpc", "  stratalog, sessions=False", "  sessions=False", "latency"),
     ("point_read.batches", "  stratalog RECORD_BATCHES", "  RECORD_BATCHES", "latency"),
-    ("point_read.batches_small", "  stratalog RECORD_BATCHES, max_bytes=1",
-     "  RECORD_BATCHES, max_bytes=1", "latency"),
+    ("point_read.whole", "  stratalog whole batches (no max_records)", "  whole batches",
+     "latency"),
     ("lookup", "lookup by time, p50/p99 (µs)", "lookup by time", "latency"),
     ("lookup.unary_rpc", "  stratalog, sessions=False", "  sessions=False", "latency"),
     ("lookup.batches", "  stratalog RECORD_BATCHES", "  RECORD_BATCHES", "latency"),
-    ("lookup.batches_small", "  stratalog RECORD_BATCHES, max_bytes=1",
-     "  RECORD_BATCHES, max_bytes=1", "latency"),
+    ("lookup.whole", "  stratalog whole batches (no max_records)", "  whole batches",
+     "latency"),
     ("lookup.consumer", "  NATS a consumer per lookup", "  NATS consumer per lookup",
      "latency"),
     ("concurrent_reads", "{clients} clients' point reads (reads/s)",

@@ -20,6 +20,12 @@ difference that nothing polls: the accumulator tells the Sender when there is wo
   (``queue.in_flight < sender.max_in_flight``) and no closed batch waits; otherwise it keeps
   filling, and the Sender drains it as it is (``lingered``) when a slot frees. Batching so
   adapts to the server's speed.
+* Without a linger time (``linger_ms=None``, the default) a batch's "linger" ends at the next
+  turn of the event loop, and it is closed then only if its partition has *no* request in
+  flight: a lone record goes out at once (one round trip, no wait), and while requests are
+  out the records sent meanwhile gather in the open batch, which the Sender drains when the
+  last of them answers (or which closes when full). Batches so form from the traffic itself, as
+  Nagle's algorithm forms TCP segments, with no timer.
 * A batch never drained by its deadline (``delivery_timeout_ms`` after it was opened): the
   accumulator calls ``sender.expire(batch)``. Once drained, the Sender enforces the deadline.
 * With a transaction, opening a batch calls ``sender.maybe_add_partition(queue)``, so that the
@@ -185,7 +191,7 @@ class RecordAccumulator:
         *,
         batch_bytes_max: int,
         buffer_bytes_max: int,
-        linger_ms: int,
+        linger_ms: int | None,
         compression: Compression,
         compression_level: int | None,
         delivery_timeout_ms: int,
@@ -197,7 +203,8 @@ class RecordAccumulator:
         (each queue keeps sequences); ``transactional``: batches are transactional."""
         self.batch_bytes_max = batch_bytes_max
         self.buffer_bytes_max = buffer_bytes_max
-        self._linger_s = linger_ms / 1000.0
+        # None: close a batch at the next loop turn when its partition is idle (see above).
+        self._linger_s = None if linger_ms is None else linger_ms / 1000.0
         self._compression = compression
         self._compression_level = compression_level
         self._delivery_timeout_s = delivery_timeout_ms / 1000.0
@@ -348,7 +355,11 @@ class RecordAccumulator:
         self.buffered_bytes += batch.size_bytes
         self.pending.add(batch)
         queue.current = batch
-        if self._linger_s > 0:
+        if self._linger_s is None:
+            batch.timer = loop.call_soon(  # type: ignore[assignment]
+                self._on_linger, queue, batch, 1
+            )
+        elif self._linger_s > 0:
             batch.timer = loop.call_later(self._linger_s, self._on_linger, queue, batch)
         else:
             batch.timer = loop.call_soon(self._on_linger, queue, batch)  # type: ignore[assignment]
@@ -362,12 +373,18 @@ class RecordAccumulator:
             self.sender.maybe_add_partition(queue)
         return batch
 
-    def _on_linger(self, queue: PartitionQueue, batch: ProducerBatch) -> None:
+    def _on_linger(
+        self, queue: PartitionQueue, batch: ProducerBatch, slots_max: int | None = None
+    ) -> None:
+        """The end of ``batch``'s linger: closed if its partition has fewer than ``slots_max``
+        requests in flight (default: the Sender's limit; 1 without a linger time: idle)."""
         batch.timer = None
         if queue.current is not batch:
             return
         batch.lingered = True
-        if queue.in_flight < self.sender.max_in_flight and not queue.ready:
+        if slots_max is None:
+            slots_max = self.sender.max_in_flight
+        if queue.in_flight < slots_max and not queue.ready:
             self.close_batch(queue, self.topics.get(queue.topic), batch)
         # Otherwise the batch keeps filling until a request slot frees (see Sender.maybe_send).
 
@@ -401,11 +418,15 @@ class RecordAccumulator:
 
     def next_ready(self, queue: PartitionQueue) -> ProducerBatch | None:
         """The batch of ``queue`` to drain next, if any: the first closed one, else the open
-        one once its linger is over."""
+        one once its linger is over (without a linger time: once no request of the partition
+        is in flight, so that a stream of sends fills batches while any request is out)."""
         if queue.ready:
             return queue.ready[0]
-        if queue.current is not None and queue.current.lingered:
-            return queue.current
+        current = queue.current
+        if current is not None and current.lingered and (
+            self._linger_s is not None or queue.in_flight == 0
+        ):
+            return current
         return None
 
     def drain(self, queue: PartitionQueue, batch: ProducerBatch) -> None:

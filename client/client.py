@@ -360,17 +360,23 @@ class Client:
         min_bytes: int = 0,
         fetch_format: FetchFormat = FetchFormat.RECORDS,
         isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+        max_records: int = 0,
         timeout_s: float | None = _UNSET,
     ) -> FetchResult:
         """Read from the batch holding ``offset``, up to about ``max_bytes`` (0 = server default;
         the first batch always comes whole). With ``max_wait_ms`` > 0 and ``offset`` at the log
         end, wait up to that long for ``min_bytes`` of new data (long poll).
 
+        ``max_records`` > 0: at most that many records from ``offset`` on, cut out of their
+        batches by the server (in RECORD_BATCHES too: re-framed batches holding just them,
+        without control batches or, for READ_COMMITTED, aborted ones). A point read is
+        ``max_records=1`` (docs/client.md); 0 (the default) is Kafka's fetch: whole batches.
+
         Raises OffsetOutOfRangeError (with the log's bounds), UnknownTopicOrPartitionError.
         """
         request = wire.fetch_by_offset_request(
             topic, partition, offset, max_bytes, max_wait_ms, min_bytes, fetch_format,
-            isolation_level,
+            isolation_level, max_records,
         )
         response = await self._request(
             _FETCH_BY_OFFSET, self._stub.FetchByOffset, request,
@@ -388,15 +394,18 @@ class Client:
         max_bytes: int = 0,
         fetch_format: FetchFormat = FetchFormat.RECORDS,
         isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+        max_records: int = 0,
         timeout_s: float | None = _UNSET,
     ) -> FetchResult:
         """Read from the earliest record whose timestamp is >= ``timestamp_ms``.
 
         ``matched_offset``/``matched_timestamp`` of the result name that record (-1, -1 and no
-        records when none is that recent).
+        records when none is that recent). ``max_records`` as for :meth:`fetch_by_offset`,
+        from that record on (``max_records=1``: the record found, alone).
         """
         request = wire.fetch_by_timestamp_request(
-            topic, partition, timestamp_ms, max_bytes, fetch_format, isolation_level
+            topic, partition, timestamp_ms, max_bytes, fetch_format, isolation_level,
+            max_records,
         )
         response = await self._request(
             _FETCH_BY_TIMESTAMP, self._stub.FetchByTimestamp, request, self._deadline(timeout_s)

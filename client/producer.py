@@ -4,8 +4,9 @@ Intuition: calling Produce once per record would spend all the time on round tri
 Producer does what Kafka's does. Each ``send()`` picks a partition (Kafka's murmur2 of the key,
 or the current sticky partition for unkeyed records), encodes the record straight into that
 partition's open batch (:class:`~stratalog.records.BatchBuilder`, the shared codec) and returns a
-:class:`RecordFuture`. A batch is closed when it reaches ``batch_bytes_max`` or ``linger_ms``
-after its first record, compressed, and sent as ``record_batches`` in one Produce; its response
+:class:`RecordFuture`. A batch is closed when it reaches ``batch_bytes_max``, or (by default)
+as soon as its partition has no request in flight, or ``linger_ms`` after its first record when
+one is given; it is compressed and sent as ``record_batches`` in one Produce; its response
 (the base offset) resolves the futures of all its records at once: record ``i`` of the batch
 has offset ``base_offset + i``.
 
@@ -146,7 +147,12 @@ class Producer:
         transaction_timeout_ms: how long a transaction may stay open before the server aborts
             it (default 60000; only with ``transactional_id``).
         linger_ms: how long a batch waits for more records after its first (0: send at the next
-            turn of the event loop, which still batches what was sent in the same turn).
+            turn of the event loop, which still batches what was sent in the same turn). The
+            default, ``None``: no timer; a batch goes out at the next turn of the event loop
+            when its partition has no request in flight, and while one is, the records sent
+            meanwhile gather until it answers (or the batch is full): one record awaited at a
+            time costs one round trip, and a stream of records forms batches as large as the
+            server's speed calls for (docs/client.md).
         batch_bytes_max: uncompressed size at which a batch is closed and sent. A record larger
             than this goes alone in its batch.
         compression: codec of the batches (Compression or "none", "gzip", "snappy", "lz4",
@@ -174,7 +180,7 @@ class Producer:
         idempotent: bool = True,
         transactional_id: str | None = None,
         transaction_timeout_ms: int | None = None,
-        linger_ms: int = 5,
+        linger_ms: int | None = None,
         batch_bytes_max: int = DEFAULT_BATCH_BYTES_MAX,
         compression: Compression | str = Compression.NONE,
         compression_level: int | None = None,
@@ -214,7 +220,8 @@ class Producer:
         self._manager = (
             TransactionManager(transactional_id, transaction_timeout_ms) if idempotent else None
         )
-        wire.check_int(linger_ms, "linger_ms", 0, 3_600_000)
+        if linger_ms is not None:
+            wire.check_int(linger_ms, "linger_ms", 0, 3_600_000)
         wire.check_int(
             batch_bytes_max, "batch_bytes_max", RECORD_BATCH_OVERHEAD + 1, wire.INT32_MAX
         )

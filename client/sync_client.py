@@ -201,12 +201,13 @@ class SyncClient:
         min_bytes: int = 0,
         fetch_format: FetchFormat = FetchFormat.RECORDS,
         isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+        max_records: int = 0,
         timeout_s: float | None = _UNSET,
     ) -> FetchResult:
         """See :meth:`Client.fetch_by_offset <stratalog.client.Client.fetch_by_offset>`."""
         request = wire.fetch_by_offset_request(
             topic, partition, offset, max_bytes, max_wait_ms, min_bytes, fetch_format,
-            isolation_level,
+            isolation_level, max_records,
         )
         response = self._call(
             self._stub.FetchByOffset, request, self._deadline(timeout_s, max_wait_ms)
@@ -223,11 +224,13 @@ class SyncClient:
         max_bytes: int = 0,
         fetch_format: FetchFormat = FetchFormat.RECORDS,
         isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+        max_records: int = 0,
         timeout_s: float | None = _UNSET,
     ) -> FetchResult:
         """See :meth:`Client.fetch_by_timestamp <stratalog.client.Client.fetch_by_timestamp>`."""
         request = wire.fetch_by_timestamp_request(
-            topic, partition, timestamp_ms, max_bytes, fetch_format, isolation_level
+            topic, partition, timestamp_ms, max_bytes, fetch_format, isolation_level,
+            max_records,
         )
         response = self._call(self._stub.FetchByTimestamp, request, self._deadline(timeout_s))
         log_throttle("fetch from", topic, partition, response.throttle_time_ms)

@@ -368,6 +368,7 @@ def fetch_by_offset_request(
     min_bytes: int,
     fetch_format: FetchFormat | int,
     isolation_level: IsolationLevel | int,
+    max_records: int = 0,
 ) -> pb.FetchByOffsetRequest:
     return pb.FetchByOffsetRequest(
         topic=check_topic(topic),
@@ -378,6 +379,7 @@ def fetch_by_offset_request(
         min_bytes=check_int(min_bytes, "min_bytes", 0, INT32_MAX),
         format=_check_enum(fetch_format, FetchFormat, "fetch_format"),
         isolation_level=_check_enum(isolation_level, IsolationLevel, "isolation_level"),
+        max_records=check_int(max_records, "max_records", 0, INT32_MAX),
     )
 
 
@@ -388,6 +390,7 @@ def fetch_by_timestamp_request(
     max_bytes: int,
     fetch_format: FetchFormat | int,
     isolation_level: IsolationLevel | int,
+    max_records: int = 0,
 ) -> pb.FetchByTimestampRequest:
     return pb.FetchByTimestampRequest(
         topic=check_topic(topic),
@@ -396,6 +399,7 @@ def fetch_by_timestamp_request(
         max_bytes=check_int(max_bytes, "max_bytes", 0, INT32_MAX),
         format=_check_enum(fetch_format, FetchFormat, "fetch_format"),
         isolation_level=_check_enum(isolation_level, IsolationLevel, "isolation_level"),
+        max_records=check_int(max_records, "max_records", 0, INT32_MAX),
     )
 
 

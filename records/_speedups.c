@@ -56,6 +56,7 @@
 static PyObject *CorruptRecordError;
 static PyTypeObject *RecordType;
 static PyObject *RecordsWalkType;
+static PyObject *RecordsSpanType;
 static PyObject *EmptyTuple;
 
 /* Byte offsets of Record's five slots inside a Record object. */
@@ -1107,6 +1108,164 @@ walk_records(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t narg
 }
 
 /* ------------------------------------------------------------------------------------------ */
+/* Finding records: record.find_records, the framing walk of a point read.                     */
+
+/* One framing field for find_records: one- to three-byte varints inline when three bytes are
+ * left, anything else through read_varint_full (its message, prefixed with the record's). */
+static inline __attribute__((always_inline)) int
+span_field(Cursor *restrict c, int max_size, Py_ssize_t record_end, int64_t *restrict value)
+{
+    Py_ssize_t p = c->position;
+    const uint8_t *d = c->data + p;
+    int done = 0;
+    if (p >= 0 && p + 3 <= c->end) {
+        uint32_t raw = d[0];
+        done = 1;
+        if (raw < 0x80) {
+            c->position = p + 1;
+        }
+        else if (d[1] < 0x80) {
+            raw = (raw & 0x7F) | ((uint32_t)d[1] << 7);
+            c->position = p + 2;
+        }
+        else if (d[2] < 0x80) {
+            raw = (raw & 0x7F) | ((uint32_t)(d[1] & 0x7F) << 7) | ((uint32_t)d[2] << 14);
+            c->position = p + 3;
+        }
+        else {
+            done = 0;
+        }
+        if (done) {
+            *value = (int64_t)(raw >> 1) ^ -(int64_t)(raw & 1);
+        }
+    }
+    if (!done && read_varint_full(c, max_size, value) < 0) {
+        PyObject *type, *message, *traceback;
+        PyErr_Fetch(&type, &message, &traceback);
+        PyErr_NormalizeException(&type, &message, &traceback);
+        if (message != NULL) {
+            corrupt(c, "%S", message);
+        }
+        Py_XDECREF(type);
+        Py_XDECREF(message);
+        Py_XDECREF(traceback);
+        return -1;
+    }
+    if (c->position > record_end) {
+        return corrupt(c, "its framing runs past its length");
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(find_records_doc,
+"find_records(data, count, from_offset_delta, max_records, max_bytes,\n"
+"             from_timestamp_delta=-2**63)\n"
+"--\n\n"
+"The span of the records a read from from_offset_delta takes; a RecordsSpan. Same results\n"
+"and errors as stratalog.records.record.find_records.");
+
+static const char *const find_names[] = {"data", "count", "from_offset_delta", "max_records",
+                                         "max_bytes", "from_timestamp_delta"};
+
+static PyObject *
+find_records(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *values[6];
+    if (parse_args("find_records", args, nargs, kwnames, find_names, 5, 6, values) < 0) {
+        return NULL;
+    }
+    long long numbers[5] = {0, 0, 0, 0, LLONG_MIN};
+    for (int i = 0; i < 5; i++) {
+        if (values[i + 1] == NULL) {
+            continue;
+        }
+        numbers[i] = PyLong_AsLongLong(values[i + 1]);
+        if (numbers[i] == -1 && PyErr_Occurred()) {
+            return NULL;
+        }
+    }
+    long long count = numbers[0], from_delta = numbers[1], max_records = numbers[2],
+              max_bytes = numbers[3], from_ts_delta = numbers[4];
+    if (max_records < 1 || max_bytes < 0) {
+        PyErr_Format(PyExc_ValueError,
+                     "max_records must be >= 1 and max_bytes >= 0, got %lld, %lld",
+                     max_records, max_bytes);
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(values[0], &view, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    Cursor c = cursor_over(&view, count);
+    long long taken = 0;
+    int64_t first_delta = -1, last_delta = -1, max_ts = 0;
+    Py_ssize_t span_start = 0, span_end = 0;
+    int through_last = 1;
+    for (c.index = 0; c.index < count; c.index++) {
+        c.start = c.position;
+        if (c.position >= c.end) {
+            corrupt(&c, "missing: the batch declares %lld records but its %zd bytes of records "
+                        "end after %zd", count, c.end, c.index);
+            goto error;
+        }
+        int64_t size, timestamp_delta, offset_delta;
+        if (span_field(&c, MAX_VARINT_SIZE, c.end, &size) < 0) {
+            goto error;
+        }
+        if (size < 0 || size > c.end - c.position) {
+            corrupt(&c, "length %lld but %zd bytes remain in the batch", (long long)size,
+                    c.end - c.position);
+            goto error;
+        }
+        Py_ssize_t record_end = c.position + (Py_ssize_t)size;
+        c.position += 1; /* attributes */
+        if (span_field(&c, MAX_VARLONG_SIZE, record_end, &timestamp_delta) < 0 ||
+            span_field(&c, MAX_VARINT_SIZE, record_end, &offset_delta) < 0) {
+            goto error;
+        }
+        c.position = record_end;
+        if (taken == 0 && (offset_delta < from_delta || timestamp_delta < from_ts_delta)) {
+            continue;
+        }
+        if (taken == 0) {
+            span_start = c.start;
+            first_delta = offset_delta;
+            max_ts = timestamp_delta;
+        }
+        else if (record_end - span_start > max_bytes) {
+            span_end = c.start;
+            through_last = 0;
+            break;
+        }
+        else if (timestamp_delta > max_ts) {
+            max_ts = timestamp_delta;
+        }
+        taken++;
+        last_delta = offset_delta;
+        span_end = record_end;
+        if (taken == max_records && c.index + 1 < count) {
+            through_last = 0;
+            break;
+        }
+    }
+    if (through_last) {
+        if (check_region_consumed(&c) < 0) {
+            goto error;
+        }
+        if (taken == 0) {
+            span_start = span_end = c.end;
+        }
+    }
+    PyBuffer_Release(&view);
+    return PyObject_CallFunction(RecordsSpanType, "nnLLLLO", span_start, span_end, taken,
+                                 (long long)first_delta, (long long)last_delta,
+                                 (long long)max_ts, through_last ? Py_True : Py_False);
+error:
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------------------------ */
 /* Encoding.                                                                                    */
 
 /* Zig-zag LEB128: the encoding of varint.varint_bytes / varlong_bytes (equal for int32). */
@@ -1719,6 +1878,8 @@ static PyMethodDef methods[] = {
      METH_FASTCALL | METH_KEYWORDS, decode_columns_doc},
     {"walk_records", (PyCFunction)(void (*)(void))walk_records, METH_FASTCALL | METH_KEYWORDS,
      walk_records_doc},
+    {"find_records", (PyCFunction)(void (*)(void))find_records, METH_FASTCALL | METH_KEYWORDS,
+     find_records_doc},
     {"decode_arrow", (PyCFunction)(void (*)(void))decode_arrow, METH_FASTCALL | METH_KEYWORDS,
      decode_arrow_doc},
     {"encode_record", (PyCFunction)(void (*)(void))encode_record, METH_FASTCALL | METH_KEYWORDS,
@@ -1752,8 +1913,9 @@ PyInit__speedups(void)
     }
     PyObject *record_type = PyObject_GetAttrString(record, "Record");
     RecordsWalkType = PyObject_GetAttrString(record, "RecordsWalk");
+    RecordsSpanType = PyObject_GetAttrString(record, "RecordsSpan");
     Py_DECREF(record);
-    if (record_type == NULL || RecordsWalkType == NULL) {
+    if (record_type == NULL || RecordsWalkType == NULL || RecordsSpanType == NULL) {
         Py_XDECREF(record_type);
         return NULL;
     }

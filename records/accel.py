@@ -60,6 +60,7 @@ __all__ = [
     "decode_columns_reference",
     "decode_records",
     "encode_record",
+    "find_records",
     "walk_records",
 ]
 
@@ -339,6 +340,7 @@ RecordsWriter: type
 if _speedups is not None:
     decode_records = _speedups.decode_records
     walk_records = _speedups.walk_records
+    find_records = _speedups.find_records
     encode_record = _speedups.encode_record
     _decode_columns = _speedups.decode_columns
     _decode_arrow = _speedups.decode_arrow
@@ -346,6 +348,7 @@ if _speedups is not None:
 else:
     decode_records = _reference.decode_records
     walk_records = _reference.walk_records
+    find_records = _reference.find_records
     encode_record = _reference.encode_record
     _decode_columns = None
     _decode_arrow = None

@@ -50,10 +50,12 @@ from .varint import (
 __all__ = [
     "Header",
     "Record",
+    "RecordsSpan",
     "RecordsWalk",
     "decode_records",
     "encode_record",
     "encoded_record_size",
+    "find_records",
     "walk_records",
     "wrap_int64",
 ]
@@ -507,3 +509,102 @@ def walk_records(data: bytes, count: int, *, zigzag: list[int] = _ZIGZAG_14_BITS
         has_null_key,
         contiguous,
     )
+
+
+class RecordsSpan(NamedTuple):
+    """Where :func:`find_records` found the records asked for, in a records region."""
+
+    start: int  # position of the first record taken; where the walk stopped when none was
+    end: int  # position after the last record taken (== start when none was)
+    count: int  # records taken; 0 when no record has an offset delta >= the one asked for
+    first_offset_delta: int  # -1 when count == 0
+    last_offset_delta: int  # -1 when count == 0
+    max_timestamp_delta: int  # the largest of the records taken; 0 when count == 0
+    through_last: bool  # the region's last record was taken (or no record was left to take)
+
+
+def _span_field(data: bytes, position: int, read: Callable[[bytes, int], tuple[int, int]],
+                index: int, start: int, record_end: int) -> tuple[int, int]:
+    """One framing field of record ``index`` (at ``start``), checked to end inside it."""
+    try:
+        value, position = read(data, position)
+    except CorruptRecordError as exc:
+        raise _corrupt(index, start, str(exc)) from None
+    if position > record_end:
+        raise _corrupt(index, start, "its framing runs past its length")
+    return value, position
+
+
+def find_records(
+    data: bytes | memoryview, count: int, from_offset_delta: int, max_records: int,
+    max_bytes: int, from_timestamp_delta: int = -(1 << 63),
+) -> RecordsSpan:
+    """The span of the records of ``data`` (a records region declaring ``count`` records) that
+    a read from ``from_offset_delta`` takes: the first record whose offset delta is >= it, and
+    the records after it (offset deltas increase in a batch), at most ``max_records`` in all
+    and, after the first, no more than ``max_bytes`` bytes of records (the first is taken
+    whatever its size). With ``from_timestamp_delta`` the first record must also have a
+    timestamp delta >= it: a lookup by time, in record order (timestamps may be out of order).
+
+    Only each record's framing is read (its length, timestamp delta and offset delta), never
+    its key, value or headers: a point read in a batch of thousands of records walks their
+    lengths, and the records taken are copied as they are (:mod:`~stratalog.records.slicing`).
+    The walk stops after the last record taken; when it reaches the region's last record, the
+    region must end there. O(bytes walked).
+
+    Raises:
+        CorruptRecordError: a record's framing does not decode, runs past the record or the
+            region, fewer than ``count`` records fill the region, or bytes follow the last.
+        ValueError: ``max_records`` below 1 or ``max_bytes`` negative (a programming error).
+    """
+    if max_records < 1 or max_bytes < 0:
+        raise ValueError(f"max_records must be >= 1 and max_bytes >= 0, got {max_records}, "
+                         f"{max_bytes}")
+    end = len(data)
+    position = 0
+    taken = 0
+    first_delta = last_delta = -1
+    max_ts = 0
+    span_start = 0
+    for index in range(count):
+        start = position
+        if position >= end:
+            raise _corrupt(
+                index, start, f"missing: the batch declares {count} records but its {end} bytes "
+                f"of records end after {index}"
+            )
+        size, position = _span_field(data, position, read_varint, index, start, end)
+        record_end = position + size
+        if size < 0 or record_end > end:
+            raise _corrupt(
+                index, start, f"length {size} but {end - position} bytes remain in the batch"
+            )
+        timestamp_delta, position = _span_field(
+            data, position + 1, read_varlong, index, start, record_end
+        )
+        offset_delta, _ = _span_field(data, position, read_varint, index, start, record_end)
+        position = record_end
+        if taken == 0 and (offset_delta < from_offset_delta
+                           or timestamp_delta < from_timestamp_delta):
+            continue
+        if taken == 0:
+            span_start = start
+            first_delta = offset_delta
+            max_ts = timestamp_delta
+        elif record_end - span_start > max_bytes:
+            return RecordsSpan(span_start, start, taken, first_delta, last_delta, max_ts, False)
+        elif timestamp_delta > max_ts:
+            max_ts = timestamp_delta
+        taken += 1
+        last_delta = offset_delta
+        if taken == max_records and index + 1 < count:
+            return RecordsSpan(span_start, position, taken, first_delta, last_delta, max_ts,
+                               False)
+    if position != end:
+        raise CorruptRecordError(
+            f"incorrect declared batch size: {end - position} bytes remain after the {count} "
+            f"declared records (records region of {end} bytes)"
+        )
+    if taken == 0:
+        return RecordsSpan(end, end, 0, -1, -1, 0, True)
+    return RecordsSpan(span_start, end, taken, first_delta, last_delta, max_ts, True)

@@ -94,6 +94,7 @@ from stratalog.server.translation import (
     ProducerFields,
     decode_records_into,
     encode_records,
+    slice_batches,
     topic_message,
 )
 from stratalog.v1 import broker_pb2, broker_pb2_grpc
@@ -447,6 +448,14 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         max_bytes = requested or self._settings.fetch_max_bytes_default
         return min(max_bytes, cap if cap is not None else self._settings.fetch_max_bytes_max)
 
+    def _records_read_bytes(self, max_bytes: int) -> int:
+        """The bytes a ``max_records`` read may take: the batch holding its offset whole (the
+        storage reads only that batch when it holds the records asked for, as a point read's
+        does), and beyond it at most ``read_in_executor_min_bytes``, so that such a read is
+        small enough to run on the loop, without a thread hop. An answer cut short by it says
+        where to go on (``next_offset``), as any fetch."""
+        return min(max_bytes, self._settings.read_in_executor_min_bytes)
+
     def _fetch_now(
         self,
         topic: str,
@@ -455,20 +464,28 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         offset: int,
         max_bytes: int,
         isolation_level: IsolationLevel,
+        max_records: int = 0,
     ) -> FetchedBatches:
         """Read on the loop: page-cache reads are cheaper inline than a thread hop."""
         try:
-            return partition_log.fetch(offset, max_bytes, isolation_level=isolation_level)
+            return partition_log.fetch(
+                offset, max_bytes, isolation_level=isolation_level, max_records=max_records
+            )
         except OffsetOutOfRangeError as exc:
             raise _client_out_of_range(topic, partition, offset, exc) from None
 
-    def _reads_inline(self, partition_log: PartitionLog, offset: int, max_bytes: int) -> bool:
+    def _reads_inline(
+        self, partition_log: PartitionLog, offset: int, max_bytes: int, max_records: int = 0
+    ) -> bool:
         """Whether a fetch at ``offset`` is read on the loop: when it can return fewer than
         ``read_in_executor_min_bytes``, by its ``max_bytes`` or by what the partition holds
         past ``offset`` (nothing at the log end; no more than the active segment when it
-        reads there). Such reads are page-cache reads, cheaper inline than a thread hop, and
-        a burst of them (1,000 long polls at the log end) must not queue in the pool ahead
-        of other clients' reads."""
+        reads there), or when it asks for ``max_records`` (the storage then reads the batch
+        holding the offset and at most ``read_in_executor_min_bytes`` more). Such reads are
+        page-cache reads, cheaper inline than a thread hop, and a burst of them (1,000 long
+        polls at the log end) must not queue in the pool ahead of other clients' reads."""
+        if max_records > 0:
+            return True
         fetchable = partition_log.fetchable_bytes_max(offset)
         if fetchable is not None and fetchable < max_bytes:
             max_bytes = fetchable
@@ -536,8 +553,15 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         max_bytes: int,
         isolation_level: IsolationLevel,
         matched: tuple[int, int] = (_NO_MATCH, _NO_MATCH),
+        max_records: int = 0,
     ) -> broker_pb2.FetchResponse:
         """A FetchResponse for ``fetched`` (whole batches read at ``offset`` with ``max_bytes``).
+
+        With ``max_records`` > 0 the answer holds at most that many records from ``offset``,
+        in either format: the stored batches are cut to them first
+        (:func:`~stratalog.server.translation.slice_batches`: record batches re-framed to hold
+        just those records, control batches and for READ_COMMITTED aborted ones left out, so
+        no aborted transactions come with them), and RECORDS decodes only what was cut.
 
         Raw batches come with the next offset and record count the read took from their
         headers, and for READ_COMMITTED with the aborted transactions overlapping them (the
@@ -552,6 +576,11 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         """
         data = fetched.data
         committed = isolation_level == IsolationLevel.READ_COMMITTED
+        if max_records:
+            return self._partial_fetch_response(
+                topic, partition, partition_log, offset, fetched, fetch_format, max_bytes,
+                committed, matched, max_records,
+            )
         if fetch_format == _RECORD_BATCHES:
             records_out = fetched.records_count
             response = broker_pb2.FetchResponse(
@@ -581,6 +610,49 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             response.records, data, offset, max_bytes,
             fetched.aborted_transactions if committed else None,
         )
+        response.high_watermark = partition_log.log_end_offset
+        response.log_start_offset = partition_log.log_start_offset
+        response.last_stable_offset = partition_log.last_stable_offset
+        response.next_offset = next_offset
+        self._metrics.observe_fetch(topic, records_out, bytes_out)
+        return response
+
+    def _partial_fetch_response(
+        self,
+        topic: str,
+        partition: int,
+        partition_log: PartitionLog,
+        offset: int,
+        fetched: FetchedBatches,
+        fetch_format: int,
+        max_bytes: int,
+        committed: bool,
+        matched: tuple[int, int],
+        max_records: int,
+    ) -> broker_pb2.FetchResponse:
+        """:meth:`_fetch_response` for a ``max_records`` read."""
+        sliced = slice_batches(
+            fetched.data, offset, max_records, max_bytes,
+            fetched.aborted_transactions if committed else None,
+        )
+        response = broker_pb2.FetchResponse(
+            topic=topic,
+            partition=partition,
+            matched_offset=matched[0],
+            matched_timestamp=matched[1],
+        )
+        next_offset = sliced.next_offset
+        if fetch_format == _RECORD_BATCHES:
+            response.record_batches = sliced.data
+            bytes_out = len(sliced.data)
+            records_out = sliced.records_count
+        else:
+            decoded_next, records_out, bytes_out = decode_records_into(
+                response.records, sliced.data, offset, max_bytes
+            )
+            if bytes_out < len(sliced.data):
+                # A whole compressed batch decoded past max_bytes: the rest comes next time.
+                next_offset = decoded_next
         response.high_watermark = partition_log.log_end_offset
         response.log_start_offset = partition_log.log_start_offset
         response.last_stable_offset = partition_log.last_stable_offset
@@ -736,6 +808,9 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         min_bytes = _non_negative("min_bytes", request.min_bytes)
         fetch_format = _enum("format", request.format, _FETCH_FORMATS)
         isolation_level = _isolation_level(request.isolation_level)
+        max_records = _non_negative("max_records", request.max_records)
+        if max_records:
+            max_bytes = self._records_read_bytes(max_bytes)
         partition_log, gate = self._log(topic, partition)
         offset = request.offset
         # Answer as soon as this much is there; never more than one read can return.
@@ -752,9 +827,10 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             while True:
                 signal = gate.signal()
                 # The common case, without a coroutine per read.
-                if self._reads_inline(partition_log, offset, max_bytes):
+                if self._reads_inline(partition_log, offset, max_bytes, max_records):
                     fetched = self._fetch_now(
-                        topic, partition, partition_log, offset, max_bytes, isolation_level
+                        topic, partition, partition_log, offset, max_bytes, isolation_level,
+                        max_records,
                     )
                 else:
                     fetched = await self._fetch(
@@ -776,7 +852,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 waiting.release()
         return self._fetch_response(
             topic, partition, partition_log, offset, fetched, fetch_format, max_bytes,
-            isolation_level,
+            isolation_level, max_records=max_records,
         )
 
     @_rpc()
@@ -790,23 +866,30 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         max_bytes = self._fetch_max_bytes(request.max_bytes)
         fetch_format = _enum("format", request.format, _FETCH_FORMATS)
         isolation_level = _isolation_level(request.isolation_level)
+        max_records = _non_negative("max_records", request.max_records)
+        if max_records:
+            max_bytes = self._records_read_bytes(max_bytes)
         partition_log, _ = self._log(topic, partition)
         # The search decodes the batch it finds, which is also the first batch of the answer:
-        # one pass reads it once. Large reads go to the executor (see _fetch). READ_COMMITTED
-        # matches only a record below the LSO (the engine's rule, Kafka's).
-        lookup = functools.partial(partition_log.fetch_by_timestamp, isolation_level=isolation_level)
-        if max_bytes < self._settings.read_in_executor_min_bytes:
+        # one pass reads it once. Large reads go to the executor (see _fetch), never a
+        # max_records read (_records_read_bytes). READ_COMMITTED matches only a record below
+        # the LSO (the engine's rule, Kafka's).
+        lookup = functools.partial(
+            partition_log.fetch_by_timestamp, isolation_level=isolation_level,
+            max_records=max_records,
+        )
+        if max_records > 0 or max_bytes < self._settings.read_in_executor_min_bytes:
             found, fetched = lookup(timestamp, max_bytes)
         else:
             found, fetched = await self._blocking(lookup, timestamp, max_bytes)
         if found is None:
             return self._fetch_response(
                 topic, partition, partition_log, fetched.next_offset, fetched, fetch_format,
-                max_bytes, isolation_level,
+                max_bytes, isolation_level, max_records=max_records,
             )
         return self._fetch_response(
             topic, partition, partition_log, found.offset, fetched, fetch_format, max_bytes,
-            isolation_level, (found.offset, found.timestamp),
+            isolation_level, (found.offset, found.timestamp), max_records,
         )
 
     @_rpc()

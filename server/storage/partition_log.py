@@ -1038,9 +1038,15 @@ class PartitionLog:
         *,
         min_one_message: bool = True,
         isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+        max_records: int = 0,
     ) -> FetchedBatches:
         """Whole batches from the one holding ``offset``, at most ``max_bytes`` bytes, with
         their next offset and record count ([B-29]..[B-33]).
+
+        ``max_records`` > 0: the caller takes at most that many records from ``offset``; when
+        the batch holding ``offset`` holds them all, only that batch is read (a point read
+        reads one batch whatever ``max_bytes``). The caller cuts the records it wants out of
+        the whole batches (``stratalog.records.slicing``).
 
         The first batch may start before ``offset`` (a batch is never split; consumers skip
         earlier records, [B-31]). With ``min_one_message`` the first batch is returned even when
@@ -1065,10 +1071,10 @@ class PartitionLog:
             ValueError: ``max_bytes`` negative.
         """
         if isolation_level != IsolationLevel.READ_COMMITTED:
-            fetched = self._read_segments(offset, max_bytes, min_one_message)
+            fetched = self._read_segments(offset, max_bytes, min_one_message, max_records)
             return FetchedBatches(b"", offset, 0) if fetched is None else fetched
         stable = self.last_stable_offset
-        fetched = self._read_segments(offset, max_bytes, min_one_message)
+        fetched = self._read_segments(offset, max_bytes, min_one_message, max_records)
         if fetched is None:
             return FetchedBatches(b"", offset, 0)
         return self._committed_part(fetched, offset, stable)
@@ -1104,7 +1110,7 @@ class PartitionLog:
         return tuple(found)
 
     def _read_segments(
-        self, offset: int, max_bytes: int, min_one_message: bool
+        self, offset: int, max_bytes: int, min_one_message: bool, max_records: int = 0
     ) -> FetchedBatches | None:
         """:meth:`Segment.fetch` on the segment holding ``offset``, then on later ones while it
         says None (a gap at the end of a segment), never past the published log end. None at
@@ -1138,7 +1144,7 @@ class PartitionLog:
                 max_position = end.position
             else:
                 max_position = segment.size_bytes
-            fetched = segment.fetch(offset, max_bytes, max_position, min_one_message)
+            fetched = segment.fetch(offset, max_bytes, max_position, min_one_message, max_records)
             if fetched is not None:
                 return fetched
             # A gap at the end of this segment: the offset's data is in a later one.
@@ -1152,8 +1158,10 @@ class PartitionLog:
         *,
         min_one_message: bool = True,
         isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+        max_records: int = 0,
     ) -> tuple[TimestampOffset | None, FetchedBatches]:
-        """:meth:`offset_for_timestamp` for a timestamp ``>= 0``, then :meth:`fetch` there.
+        """:meth:`offset_for_timestamp` for a timestamp ``>= 0``, then :meth:`fetch` there
+        (``max_records`` as there, from the record found).
 
         Returns the record found (its timestamp and offset) and the whole batches from the one
         holding it, as :meth:`fetch` at its offset returns them; the batch searched is read
@@ -1190,7 +1198,8 @@ class PartitionLog:
             else:
                 max_position = segment.size_bytes
             found = segment.fetch_by_timestamp(
-                timestamp, self._log_start_offset, max_bytes, max_position, min_one_message
+                timestamp, self._log_start_offset, max_bytes, max_position, min_one_message,
+                max_records,
             )
         if not committed:
             if found is None:

@@ -28,31 +28,30 @@ in :mod:`stratalog.records.batch`, :mod:`~stratalog.server.storage.offset_index`
 
 from __future__ import annotations
 
-import array
-import bisect
 import contextlib
 import functools
-import itertools
 import logging
 import os
-import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Concatenate, NamedTuple, ParamSpec, TypeVar
 
-from stratalog.records.accel import ACCELERATED, decode_arrow
+from stratalog.records.accel import find_records
 from stratalog.records.batch import (
     ATTRIBUTES_OFFSET,
     BASE_OFFSET_FIELD,
-    COMPRESSION_CODEC_MASK,
+    CONTROL_FLAG_MASK,
     LOG_OVERHEAD,
     NO_TIMESTAMP,
     RECORD_BATCH_OVERHEAD,
     TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_FLAG_MASK,
     BatchHeader,
+    Compression,
     validate_batch,
 )
+from stratalog.records.compression import decompress
 from stratalog.records.errors import CorruptRecordError, RecordError
 from stratalog.records.log_layout import (
     INDEX_FILE_SUFFIX,
@@ -61,7 +60,7 @@ from stratalog.records.log_layout import (
     TXN_INDEX_FILE_SUFFIX,
     filename_prefix_from_offset,
 )
-from stratalog.records.reader import decode_batch_columns, iter_records
+from stratalog.records.reader import DEFAULT_MAX_DECOMPRESSED_BYTES, iter_records
 
 from .clock import wall_clock_ms
 from .config import LogConfig
@@ -116,64 +115,64 @@ class FetchedBatches(NamedTuple):
     aborted_transactions: tuple[AbortedTxn, ...] = ()
 
 
-def _record_offsets_and_timestamps(
-    batch: bytes | memoryview,
-) -> tuple[Sequence[int], Sequence[int]]:
-    """The offsets and timestamps of the records of ``batch`` (one whole batch at position 0),
-    with every check and error of :func:`~stratalog.records.reader.decode_batch_columns`.
+# The low byte of a batch's attributes: the flags that decide whether a point read may stop
+# after the batch holding its offset.
+_TRANSACTIONAL_OR_CONTROL = TRANSACTIONAL_FLAG_MASK | CONTROL_FLAG_MASK
+assert _TRANSACTIONAL_OR_CONTROL < 0x100
 
-    An uncompressed batch, with the C codec, is decoded by
-    :func:`~stratalog.records.accel.decode_arrow`, which makes no Python object per record: a
-    time lookup needs two numbers of each record, not its key, value and headers. Compressed
-    batches, and the pure-Python codec, take decode_batch_columns.
+
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def _first_record_at(
+    batch: bytes | memoryview, timestamp: int, starting_offset: int
+) -> TimestampOffset | None:
+    """The first record of ``batch`` (one whole batch at position 0), in record order, with
+    timestamp ``>= timestamp`` and offset ``>= starting_offset``: its own (timestamp, offset),
+    or None.
+
+    The batch is checked whole and by its CRC, then only its records' framing is walked
+    (:func:`~stratalog.records.accel.find_records`: lengths, timestamp and offset deltas; no
+    key, value or header is copied), so a lookup in a batch of thousands of records costs a
+    walk of their lengths. Records out of timestamp order cost nothing more: the walk is in
+    record order anyway. A LogAppendTime batch's records all read as its max timestamp.
+
+    Raises:
+        CorruptRecordError, InvalidRecordError, UnsupportedCompressionError: the batch is
+            damaged (positions relative to it).
     """
-    if not ACCELERATED or batch[ATTRIBUTES_OFFSET + 1] & COMPRESSION_CODEC_MASK:
-        _, columns = decode_batch_columns(batch)
-        return columns.offsets, columns.timestamps
     header = validate_batch(batch)
     count = header.records_count
     if count < 0:
         raise CorruptRecordError(f"record batch at position 0 declares {count} records")
-    override = header.max_timestamp if header.attributes & TIMESTAMP_TYPE_MASK else None
+    log_append_time = header.attributes & TIMESTAMP_TYPE_MASK
+    if log_append_time:
+        if header.max_timestamp < timestamp:
+            return None
+        from_timestamp_delta = _INT64_MIN
+    else:
+        # Deltas are int64s: a target beyond every base + delta matches nothing.
+        from_timestamp_delta = max(timestamp - header.base_timestamp, _INT64_MIN)
+        if from_timestamp_delta > _INT64_MAX:
+            return None
+    from_offset_delta = min(max(starting_offset - header.base_offset, _INT64_MIN), _INT64_MAX)
     with memoryview(batch) as view:
         region = view[RECORD_BATCH_OVERHEAD : header.length + LOG_OVERHEAD]
         try:
-            columns = decode_arrow(
-                region, count, header.base_offset, header.base_timestamp, override
-            )
+            codec = header.compression
+            if codec != Compression.NONE:
+                region = decompress(codec, region, max_bytes=DEFAULT_MAX_DECOMPRESSED_BYTES)
+            span = find_records(region, count, from_offset_delta, 1, 0, from_timestamp_delta)
         except CorruptRecordError as exc:
             raise CorruptRecordError(f"record batch at position 0: {exc}") from None
         finally:
-            region.release()
-    offsets = array.array("q", columns.offsets)  # little-endian int64s
-    timestamps = array.array("q", columns.timestamps)
-    if sys.byteorder != "little":
-        offsets.byteswap()
-        timestamps.byteswap()
-    return offsets, timestamps
-
-
-def _first_record_reaching(
-    offsets: Sequence[int], timestamps: Sequence[int], timestamp: int, starting_offset: int
-) -> int:
-    """The index of the first record with timestamp ``>= timestamp`` and offset ``>=
-    starting_offset``, in record order; -1 if none.
-
-    Timestamps within a batch are usually in order: a bisection then finds the answer, and
-    it is taken only once checked (every timestamp before it below the target), so records
-    out of order cost a scan, never a wrong answer. The scan runs its test per record in C.
-    """
-    index = bisect.bisect_left(timestamps, timestamp)
-    start = 0
-    if index < len(timestamps) and (index == 0 or max(timestamps[:index]) < timestamp):
-        if offsets[index] >= starting_offset:
-            return index
-        start = index + 1
-    reaching = map(timestamp.__le__, itertools.islice(timestamps, start, None))
-    for index in itertools.compress(itertools.count(start), reaching):
-        if offsets[index] >= starting_offset:
-            return index
-    return -1
+            if isinstance(region, memoryview):
+                region.release()
+    if span.count == 0:
+        return None
+    record_timestamp = (header.max_timestamp if log_append_time
+                        else header.base_timestamp + span.max_timestamp_delta)
+    return TimestampOffset(record_timestamp, header.base_offset + span.first_offset_delta)
 
 
 _T = TypeVar("_T")
@@ -862,12 +861,16 @@ class Segment:
         max_bytes: int,
         max_position: int | None = None,
         min_one_message: bool = False,
+        max_records: int = 0,
     ) -> FetchedBatches | None:
         """The whole batches from the one holding ``start_offset`` ([B-30]), with what a fetch
         response says of them.
 
         At most ``max_bytes`` bytes of whole batches (``min_one_message``: the first one whatever
-        its size), never past ``max_position`` (default: the published size). Their next offset
+        its size), never past ``max_position`` (default: the published size). ``max_records`` >
+        0 says the caller wants no more records than that from ``start_offset`` on: when the
+        first batch holds them all, it alone is read (a point read reads one batch, not
+        ``max_bytes``). Their next offset
         and record count come from the headers the read went over anyway, so a caller need not
         parse them again. The batches stop before a malformed header (the next read at its
         offset raises). Empty data (next offset ``start_offset``) when the first batch does not
@@ -894,10 +897,14 @@ class Segment:
             users.pop()
             self._pin_reopening()
         try:
-            found = self._find(start_offset, ANY_TIMESTAMP, start_offset, end, max_bytes)
+            # A point read takes one batch: no read ahead past it for the batches after.
+            ahead_bytes = 0 if max_records else max_bytes
+            found = self._find(start_offset, ANY_TIMESTAMP, start_offset, end, ahead_bytes)
             if found is None:
                 return None
-            return self._whole_batches_from(found, start_offset, max_bytes, end, min_one_message)
+            return self._whole_batches_from(
+                found, start_offset, max_bytes, end, min_one_message, max_records
+            )
         finally:
             users.pop()
 
@@ -949,13 +956,23 @@ class Segment:
         max_bytes: int,
         end: int,
         min_one_message: bool,
+        max_records: int = 0,
     ) -> FetchedBatches:
-        """The whole batches of at most ``max_bytes`` from the batch ``found``, up to ``end``."""
+        """The whole batches of at most ``max_bytes`` from the batch ``found``, up to ``end``;
+        only that batch when it holds the ``max_records`` (> 0) records from ``start_offset``."""
         position, size, last_offset, records_count, _, buf, buf_start = found
         if max_bytes >= size:
             fetch_bytes = end - position
             if fetch_bytes > max_bytes:
                 fetch_bytes = max_bytes
+            if max_records and last_offset - start_offset >= max_records - 1:
+                relative = position - buf_start
+                # Not past a transactional or control batch: a READ_COMMITTED reader may drop
+                # it (aborted, a marker) and take its records from the batches after it.
+                if len(buf) > relative + ATTRIBUTES_OFFSET + 1 and not (
+                    buf[relative + ATTRIBUTES_OFFSET + 1] & _TRANSACTIONAL_OR_CONTROL
+                ):
+                    fetch_bytes = size
         elif min_one_message:
             fetch_bytes = size
         else:
@@ -1019,11 +1036,13 @@ class Segment:
         max_bytes: int,
         max_position: int | None = None,
         min_one_message: bool = False,
+        max_records: int = 0,
     ) -> tuple[TimestampOffset, FetchedBatches] | None:
         """:meth:`find_offset_by_timestamp` and :meth:`fetch` at the record found, in one pass.
 
         The record is searched for only below ``max_position`` (default: the published size);
-        the batch decoded to find it is the first batch of the fetch, so it is read once. None
+        the batch decoded to find it is the first batch of the fetch, so it is read once.
+        ``max_records`` as for :meth:`fetch`, from the record found. None
         when no record of this segment qualifies. Thread-safe.
 
         Raises:
@@ -1040,12 +1059,13 @@ class Segment:
         users = self._users
         self._pin()
         try:
-            found = self._find_by_timestamp(timestamp, starting_offset, end, max_bytes)
+            ahead_bytes = 0 if max_records else max_bytes
+            found = self._find_by_timestamp(timestamp, starting_offset, end, ahead_bytes)
             if found is None:
                 return None
             record, batch = found
             return record, self._whole_batches_from(
-                batch, record.offset, max_bytes, end, min_one_message
+                batch, record.offset, max_bytes, end, min_one_message, max_records
             )
         finally:
             users.pop()
@@ -1078,14 +1098,13 @@ class Segment:
                 memoryview(buf)[relative : relative + size]
             )
             try:
-                offsets, timestamps = _record_offsets_and_timestamps(batch)
+                record = _first_record_at(batch, timestamp, starting_offset)
             except RecordError as exc:
                 raise type(exc)(
                     f"segment {log_file.path}, batch at position {position}: {exc}"
                 ) from exc
-            index = _first_record_reaching(offsets, timestamps, timestamp, starting_offset)
-            if index >= 0:
-                return TimestampOffset(timestamps[index], offsets[index]), found
+            if record is not None:
+                return record, found
             found = log_file.walk(position + size, end, starting_offset, timestamp)
         return None
 

@@ -114,6 +114,29 @@ async def test_a_lingered_batch_closes_only_with_a_free_slot() -> None:
     check(acc)
 
 
+async def test_without_a_linger_time_a_batch_goes_when_its_partition_is_idle() -> None:
+    sender = RecordingSender(max_in_flight=5)
+    acc = accumulator(sender, linger_ms=None)
+    state = acc.add_topic("t", 1)
+    queue = state.queues[0]
+    # Idle: the lone record's batch closes at the next loop turn, without a timer.
+    first, _ = acc.append(queue, state, TS, None, b"x", ())
+    await asyncio.sleep(0)
+    assert list(queue.ready) == [first] and sender.ready == [queue]
+    acc.drain(queue, first)
+    queue.in_flight = 1
+    # One request out (of 5 slots): what is sent meanwhile gathers in one open batch...
+    second, _ = acc.append(queue, state, TS, None, b"y", ())
+    await asyncio.sleep(0)
+    assert acc.append(queue, state, TS, None, b"z", ()) == (second, 1)
+    assert second.lingered and queue.current is second and sender.ready == [queue]
+    assert acc.next_ready(queue) is None  # a free slot is not enough: a request is out
+    # ...which the Sender drains as it is when the last request answers.
+    queue.in_flight = 0
+    assert acc.next_ready(queue) is second
+    check(acc)
+
+
 async def test_an_undrained_batch_expires_and_a_dropped_one_fails() -> None:
     sender = RecordingSender()
     acc = accumulator(sender, delivery_timeout_ms=10, transactional=True)
