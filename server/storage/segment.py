@@ -60,7 +60,12 @@ from stratalog.records.log_layout import (
     TXN_INDEX_FILE_SUFFIX,
     filename_prefix_from_offset,
 )
-from stratalog.records.reader import DEFAULT_MAX_DECOMPRESSED_BYTES, iter_records
+from stratalog.records.reader import (
+    DEFAULT_MAX_DECOMPRESSED_BYTES,
+    decode_batch_columns,
+    iter_records,
+)
+from stratalog.records.record import wrap_int64
 
 from .clock import wall_clock_ms
 from .config import LogConfig
@@ -151,6 +156,10 @@ def _first_record_at(
             return None
         from_timestamp_delta = _INT64_MIN
     else:
+        if header.base_timestamp < 0 or timestamp < 0:
+            # base + delta may wrap below int64 (or a negative target may meet a value that
+            # wrapped above it): only a decode compares as Kafka's reader does.
+            return _first_record_at_wrapping(batch, timestamp, starting_offset)
         # Deltas are int64s: a target beyond every base + delta matches nothing.
         from_timestamp_delta = max(timestamp - header.base_timestamp, _INT64_MIN)
         if from_timestamp_delta > _INT64_MAX:
@@ -170,9 +179,29 @@ def _first_record_at(
                 region.release()
     if span.count == 0:
         return None
-    record_timestamp = (header.max_timestamp if log_append_time
-                        else header.base_timestamp + span.max_timestamp_delta)
+    if log_append_time:
+        record_timestamp = header.max_timestamp
+    else:
+        record_timestamp = header.base_timestamp + span.max_timestamp_delta
+        if record_timestamp > _INT64_MAX:
+            # Stored before validation refused it (issue 13): Kafka's reader wraps this
+            # record's time below every target, and a later record may be the answer.
+            return _first_record_at_wrapping(batch, timestamp, starting_offset)
     return TimestampOffset(record_timestamp, header.base_offset + span.first_offset_delta)
+
+
+def _first_record_at_wrapping(
+    batch: bytes | memoryview, timestamp: int, starting_offset: int
+) -> TimestampOffset | None:
+    """:func:`_first_record_at` by decoding every offset and timestamp, each timestamp wrapped
+    to int64 as Kafka's reader does: the exact answer for batches whose base + delta leaves
+    int64's range, which the framing walk compares unwrapped."""
+    _, columns = decode_batch_columns(batch)
+    for offset, unwrapped in zip(columns.offsets, columns.timestamps, strict=True):
+        record_timestamp = wrap_int64(unwrapped)
+        if offset >= starting_offset and record_timestamp >= timestamp:
+            return TimestampOffset(record_timestamp, offset)
+    return None
 
 
 _T = TypeVar("_T")
