@@ -21,13 +21,19 @@ from __future__ import annotations
 import datetime as dt
 import re
 import time
+from collections.abc import Sequence
 
 __all__ = [
     "TIMESTAMP_HELP",
+    "TIMESTAMP_OPTIONS",
     "describe_timestamp_ms",
     "format_timestamp_ms",
+    "join_relative_times",
     "parse_timestamp_ms",
 ]
+
+#: The options that take a timestamp (see :func:`join_relative_times`).
+TIMESTAMP_OPTIONS = frozenset({"--from-timestamp", "--time"})
 
 #: The accepted forms, for the commands' ``--help``.
 TIMESTAMP_HELP = (
@@ -38,6 +44,32 @@ TIMESTAMP_HELP = (
 # Milliseconds per unit of a relative time. No months or years: their lengths vary.
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
 _RELATIVE = re.compile(r"-?(\d+)(ms|s|m|h|d|w)", re.ASCII)
+
+
+def join_relative_times(argv: Sequence[str]) -> list[str]:
+    """``argv`` with ``--time -1h`` written ``--time=-1h``.
+
+    argparse takes a value that starts with ``-`` and is not a plain negative number for an
+    option, so ``--from-timestamp -1h`` would fail with "expected one argument"; joined to its
+    option, the value is unambiguous. Only the options in :data:`TIMESTAMP_OPTIONS` followed by
+    a relative time are joined; everything after ``--`` is left alone.
+    """
+    joined: list[str] = []
+    index = 0
+    while index < len(argv):
+        token = argv[index]
+        if token == "--":
+            joined.extend(argv[index:])
+            break
+        following = argv[index + 1] if index + 1 < len(argv) else None
+        if (token in TIMESTAMP_OPTIONS and following is not None
+                and following.startswith("-") and _RELATIVE.fullmatch(following)):
+            joined.append(f"{token}={following}")
+            index += 2
+            continue
+        joined.append(token)
+        index += 1
+    return joined
 
 
 def parse_timestamp_ms(text: str, *, now_ms: int | None = None) -> int:

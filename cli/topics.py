@@ -1,7 +1,7 @@
 """``stratalog topics create|list|describe|delete|alter``: topic administration.
 
 Output is for people by default (one line per topic, Kafka-style ``describe``) and for scripts
-with ``--json`` (one JSON document). Configs use Kafka's topic config names
+with ``--format json`` (one JSON document). Configs use Kafka's topic config names
 (``--config segment.bytes=1048576``).
 """
 
@@ -14,6 +14,7 @@ import sys
 from stratalog.client import TopicInfo
 
 from .connection import add_target_argument, connect, fail, run_client_command
+from .output_format import add_format_argument, wants_json
 from .timestamps import format_timestamp_ms
 
 __all__ = ["add_parser", "run"]
@@ -88,7 +89,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
     for sub in (create, actions.choices["list"], describe, delete, alter):
         add_target_argument(sub)
-        sub.add_argument("--json", action="store_true", help="print JSON for scripts")
+        add_format_argument(sub)
     parser.set_defaults(run=run)
 
 
@@ -111,20 +112,20 @@ def run(args: argparse.Namespace) -> int:
                 topic = await client.describe_topic(args.name)
             elif args.action == "delete":
                 await client.delete_topic(args.name)
-                if args.json:
+                if wants_json(args):
                     print(json.dumps({"deleted": args.name}))
                 else:
                     print(f"Deleted topic {args.name}.")
                 return 0
             else:
                 topics = await client.list_topics()
-                if args.json:
+                if wants_json(args):
                     print(json.dumps([_topic_json(t) for t in topics], indent=2))
                 else:
                     for t in topics:
                         print(t.name)
                 return 0
-        if args.json:
+        if wants_json(args):
             json.dump(_topic_json(topic), sys.stdout, indent=2)
             print()
         elif args.action == "create":
