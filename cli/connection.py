@@ -1,6 +1,6 @@
 """How the client subcommands reach a server, and how their failures become exit codes.
 
-Every subcommand that talks to a server takes ``--target HOST:PORT`` (default: the
+Every subcommand that talks to a server takes ``--target HOST[:PORT]`` (default: the
 ``STRATALOG_TARGET`` environment variable, else ``127.0.0.1:50051``, where ``stratalog serve``
 listens by default) and the connection's security options, given before the subcommand
 (``stratalog --target db1:50051 --tls topics list``) or after it (``stratalog topics list

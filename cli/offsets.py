@@ -16,7 +16,7 @@ import sys
 
 from stratalog.client import EARLIEST, LATEST, MAX_TIMESTAMP
 
-from .connection import add_target_argument, connect, fail, run_client_command
+from .connection import EXIT_REFUSED, add_target_argument, connect, fail, run_client_command
 from .output_format import add_format_argument, wants_json
 from .partitions import add_partition_argument, chosen_or_all
 from .timestamps import (
@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
             missing = [p for p in partitions if p >= count]
             if missing:
                 return fail("offsets", f"partitions {missing} do not exist: topic "
-                                       f"{args.topic!r} has {count} partitions", 1)
+                                       f"{args.topic!r} has {count} partitions", EXIT_REFUSED)
             rows = []
             for partition in partitions:
                 found = await client.list_offsets(args.topic, partition, target)
