@@ -8,7 +8,7 @@ The options are kafka-acls.sh's::
     stratalog acls add --deny-principal User:bob --deny-host 10.0.0.7 --operation All --topic '*'
     stratalog acls add --allow-principal User:ops --operation Alter --cluster
     stratalog acls remove --allow-principal User:alice --topic orders
-    stratalog acls list [--topic orders] [--principal User:alice] [--json]
+    stratalog acls list [--topic orders] [--principal User:alice] [--format json]
 
 ``add`` creates, for every resource named (``--topic``, ``--cluster``, ``--transactional-id``,
 each repeatable), an ALLOW binding per allowed principal × ``--allow-host`` × operation and a
@@ -52,6 +52,7 @@ from stratalog.client.acls import (
 )
 
 from .connection import EXIT_OK, add_target_argument, connect, fail, run_client_command
+from .output_format import add_format_argument, wants_json
 
 __all__ = ["add_parser", "run"]
 
@@ -90,7 +91,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                     " that apply to the name)"),
         )
         add_target_argument(sub)
-        sub.add_argument("--json", action="store_true", help="print JSON for scripts")
+        add_format_argument(sub)
     for sub in (add, remove):
         entries = sub.add_argument_group("who and what")
         entries.add_argument("--allow-principal", action="append", default=[],
@@ -285,14 +286,14 @@ def run(args: argparse.Namespace) -> int:
         async with connect(args) as client:
             if args.action == "add":
                 await client.create_acls(bindings)
-                if args.json:
+                if wants_json(args):
                     print(json.dumps({"added": [_binding_json(b) for b in bindings]}, indent=2))
                 else:
                     _print_by_resource("Added ACLs for resource", bindings)
                 return EXIT_OK
             if args.action == "remove":
                 deleted = await client.delete_acls(filters)
-                if args.json:
+                if wants_json(args):
                     print(json.dumps({"removed": [_binding_json(b) for b in deleted]}, indent=2))
                 elif deleted:
                     _print_by_resource("Removed ACLs for resource", deleted)
@@ -302,7 +303,7 @@ def run(args: argparse.Namespace) -> int:
             found: dict[AclBinding, None] = {}
             for acl_filter in filters:
                 found.update(dict.fromkeys(await client.describe_acls(acl_filter)))
-            if args.json:
+            if wants_json(args):
                 print(json.dumps([_binding_json(b) for b in found], indent=2))
             else:
                 _print_by_resource("Current ACLs for resource", found)

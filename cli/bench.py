@@ -8,7 +8,7 @@ unless ``--topic`` names one, deleted afterwards unless ``--keep``) and reports:
 * consume: the same records read back through the Consumer (records/s, MB/s);
 * fetch latency: ``--fetches`` random FetchByOffset requests (1 batch each), p50/p99 in ms.
 
-Results print as a table, or as JSON with ``--json``. These are end-to-end figures (client and
+Results print as a table, or as JSON with ``--format json``. These are end-to-end figures (client and
 server on their machines, with whatever else runs there); the repository's ``benchmarks/``
 harness measures the parts in isolation against baselines.
 """
@@ -26,6 +26,7 @@ from stratalog.client import Consumer, FetchFormat, Producer
 from stratalog.records import Compression
 
 from .connection import add_target_argument, connect, fail, run_client_command
+from .output_format import add_format_argument, wants_json
 
 __all__ = ["add_parser", "run"]
 
@@ -43,7 +44,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="random FetchByOffset requests to time (default 1000)")
     parser.add_argument("--topic", help="use this topic (created if missing)")
     parser.add_argument("--keep", action="store_true", help="keep the topic afterwards")
-    parser.add_argument("--json", action="store_true", help="print JSON for scripts")
+    add_format_argument(parser)
     add_target_argument(parser)
     parser.set_defaults(run=run)
 
@@ -123,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
             finally:
                 if created and not args.keep:
                     await client.delete_topic(topic)
-        if args.json:
+        if wants_json(args):
             print(json.dumps(results))
         else:
             width = max(map(len, results))

@@ -1,10 +1,13 @@
 """How the client subcommands reach a server, and how their failures become exit codes.
 
-Every subcommand that talks to a server takes ``--target HOST:PORT`` (default: the
+Every subcommand that talks to a server takes ``--target HOST[:PORT]`` (default: the
 ``STRATALOG_TARGET`` environment variable, else ``127.0.0.1:50051``, where ``stratalog serve``
 listens by default) and the connection's security options, given before the subcommand
-(``stratalog --tls --ca-file ca.crt topics list``) or after it (``stratalog topics list --tls
-...``), each with an environment variable (stratalog.client.credentials)::
+(``stratalog --target db1:50051 --tls topics list``) or after it (``stratalog topics list
+--target db1:50051 --tls``; after wins), each with an environment variable
+(stratalog.client.credentials)::
+
+    --target HOST[:PORT]           STRATALOG_TARGET         port 50051 when left out
 
     --tls                          STRATALOG_TLS            TLS with the system's roots
     --ca-file PATH                 STRATALOG_TLS_CA_FILE    CA that signed the server (implies TLS)
@@ -15,7 +18,10 @@ listens by default) and the connection's security options, given before the subc
     --token-file PATH              STRATALOG_TOKEN_FILE     its first line is the token
     --allow-plaintext-credentials  send the password or token without TLS (loopback, a proxy)
 
-Secrets are read from files only: a flag or a variable holding one shows in ``ps``. The
+A target is ``HOST``, ``HOST:PORT``, ``[IPV6]:PORT`` or a gRPC name (``dns:///host:port``,
+``unix:/path``); a URL (``http://host``, ``https://host``) is a usage error (exit 2) that says to
+give ``HOST:PORT``, and ``--tls`` for TLS: gRPC would take ``http`` for a host name and dial port
+443. Secrets are read from files only: a flag or a variable holding one shows in ``ps``. The
 subcommand runs one coroutine through :func:`run_client_command`, which maps errors to exit
 codes that scripts can rely on:
 
@@ -33,6 +39,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import sys
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -53,10 +60,12 @@ __all__ = [
     "connect",
     "connection_options",
     "fail",
+    "parse_target",
     "run_client_command",
 ]
 
-DEFAULT_TARGET = "127.0.0.1:50051"
+DEFAULT_PORT = 50051
+DEFAULT_TARGET = f"127.0.0.1:{DEFAULT_PORT}"
 EXIT_OK = 0
 EXIT_REFUSED = 1
 EXIT_USAGE = 2
@@ -64,15 +73,64 @@ EXIT_UNAVAILABLE = 3
 EXIT_INTERRUPTED = 130
 
 
-def add_target_argument(parser: argparse.ArgumentParser) -> None:
-    """``--target`` and the security options, on a subcommand that talks to a server."""
+# gRPC's own name schemes, passed through as they are (grpc/doc/naming.md).
+_GRPC_SCHEMES = ("dns:", "unix:", "unix-abstract:", "ipv4:", "ipv6:", "vsock:")
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def parse_target(text: str) -> str:
+    """The gRPC target for ``--target``: ``HOST`` gets port 50051, as ``stratalog serve``.
+
+    Raises:
+        argparse.ArgumentTypeError: a URL, an empty host or a port that is not 1-65535 (argparse
+            turns it into a usage error, exit 2, naming ``--target``).
+    """
+    target = text.strip()
+    if target.lower().startswith(_GRPC_SCHEMES):
+        return target
+    if _URL.match(target):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is a URL: give HOST:PORT (e.g. localhost:{DEFAULT_PORT}), and --tls "
+            "to connect with TLS"
+        )
+    if target.startswith("["):  # [IPv6] or [IPv6]:PORT
+        host, bracket, rest = target[1:].partition("]")
+        if not bracket or not host or (rest and not rest.startswith(":")):
+            raise argparse.ArgumentTypeError(f"{text!r}: expected [IPV6] or [IPV6]:PORT")
+        host, port = f"[{host}]", rest[1:] if rest else None
+    elif target.count(":") > 1:  # a bare IPv6 address: no port can be told apart
+        host, port = f"[{target}]", None
+    else:
+        host, _, port = target.partition(":")
+        port = port if ":" in target else None
+    if not host:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected HOST or HOST:PORT")
+    if port is None:
+        return f"{host}:{DEFAULT_PORT}"
+    if not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+        raise argparse.ArgumentTypeError(f"{text!r}: the port must be 1-65535, got {port!r}")
+    return f"{host}:{int(port)}"
+
+
+def add_target_argument(
+    parser: argparse.ArgumentParser, *, global_options: bool = False
+) -> None:
+    """``--target`` and the security options, on a subcommand that talks to a server (or on
+    the top-level parser with ``global_options``: see :func:`add_connection_arguments`)."""
+    default: Any = argparse.SUPPRESS
+    if global_options:
+        default = os.environ.get("STRATALOG_TARGET") or DEFAULT_TARGET
     parser.add_argument(
         "--target",
-        default=os.environ.get("STRATALOG_TARGET", DEFAULT_TARGET),
-        metavar="HOST:PORT",
-        help=f"the server to talk to (default: $STRATALOG_TARGET or {DEFAULT_TARGET})",
+        type=parse_target,
+        default=default,
+        metavar="HOST[:PORT]",
+        help=f"the server to talk to (default: $STRATALOG_TARGET or {DEFAULT_TARGET}; port "
+             f"{DEFAULT_PORT} when left out; also accepted "
+             + ("after" if global_options else "before") + " the subcommand)",
     )
-    add_connection_arguments(parser, global_options=False)
+    if not global_options:
+        add_connection_arguments(parser, global_options=False)
 
 
 def add_connection_arguments(

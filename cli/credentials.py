@@ -9,7 +9,7 @@ stratalog.server.security.credentials); this command writes it atomically, mode 
     stratalog credentials add --file creds.json --user etl --token      # prints the token once
     stratalog credentials remove --file creds.json --user alice
     stratalog credentials remove --file creds.json --token 5f0c2a9be13d
-    stratalog credentials list --file creds.json [--json]
+    stratalog credentials list --file creds.json [--format json]
 
 A password comes from ``--password-file`` (its first line), else from a prompt on a terminal
 (asked twice), else from the first line of standard input; never from a flag, which ``ps``
@@ -38,6 +38,7 @@ from stratalog.server.security.errors import SecurityConfigError
 from stratalog.server.security.principal import Principal
 
 from .connection import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, fail
+from .output_format import add_format_argument, wants_json
 
 __all__ = ["add_parser", "run"]
 
@@ -72,7 +73,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     which = remove.add_mutually_exclusive_group(required=True)
     which.add_argument("--user", dest="entry_user", metavar="NAME", help="the user to remove")
     which.add_argument("--token", dest="token_id", metavar="ID", help="the token id to remove")
-    listing.add_argument("--json", action="store_true", help="one JSON document")
+    add_format_argument(listing)
 
 
 def _load(path: Path, *, create: bool) -> CredentialFile:
@@ -158,7 +159,7 @@ def _list(args: argparse.Namespace) -> int:
     tokens = [{"token_id": token_id, "principal": str(entry.principal),
                "iterations": entry.secret.iterations}
               for token_id, entry in sorted(store.tokens.items())]
-    if args.json:
+    if wants_json(args):
         print(json.dumps({"users": users, "tokens": tokens}, indent=2))
         return EXIT_OK
     for user in users:

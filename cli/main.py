@@ -29,7 +29,8 @@ from . import (
     topics,
     whoami,
 )
-from .connection import add_connection_arguments
+from .connection import add_connection_arguments, add_target_argument
+from .timestamps import join_relative_times
 
 # Subcommand modules, in the order `stratalog --help` lists them.
 _COMMANDS = (serve, topics, produce, consume, offsets, acls, dump_log, bench, whoami, credentials)
@@ -41,7 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="A partitioned-log storage server in Apache Kafka's on-disk format.",
     )
     parser.add_argument("--version", action="version", version=f"stratalog {__version__}")
-    # TLS and credentials for every subcommand that talks to a server (cli/connection.py).
+    # The target, TLS and credentials of every subcommand that talks to a server, accepted
+    # before the subcommand as well as after it (cli/connection.py).
+    add_target_argument(parser, global_options=True)
     add_connection_arguments(parser, global_options=True)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in _COMMANDS:
@@ -51,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(join_relative_times(sys.argv[1:] if argv is None else argv))
     try:
         return args.run(args)
     except KeyboardInterrupt:

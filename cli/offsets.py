@@ -1,20 +1,30 @@
-"""``stratalog offsets TOPIC``: ListOffsets for every partition (or one).
+"""``stratalog offsets TOPIC``: ListOffsets for every partition (or those given).
 
 ``--time`` is ``earliest`` (the log start offset), ``latest`` (the log end offset, default),
-``max`` (the record with the largest timestamp) or a timestamp (ms or ISO-8601: the earliest
-record at or after it). Prints ``topic partition offset timestamp`` per line, or JSON with
-``--json``; an offset of -1 means no record matched.
+``max`` (the record with the largest timestamp) or a timestamp (ms, ISO-8601 with a time
+without a zone read as UTC, or a relative time such as ``-1h``: the earliest record at or after
+it; the instant it was read as is printed on stderr). ``--partition`` is repeatable: those
+partitions, in the order given (default: all). Prints ``topic partition offset timestamp`` per
+line, or a JSON list with ``--format json``; an offset of -1 means no record matched.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from stratalog.client import EARLIEST, LATEST, MAX_TIMESTAMP
 
-from .connection import add_target_argument, connect, fail, run_client_command
-from .timestamps import format_timestamp_ms, parse_timestamp_ms
+from .connection import EXIT_REFUSED, add_target_argument, connect, fail, run_client_command
+from .output_format import add_format_argument, wants_json
+from .partitions import add_partition_argument, chosen_or_all
+from .timestamps import (
+    TIMESTAMP_HELP,
+    describe_timestamp_ms,
+    format_timestamp_ms,
+    parse_timestamp_ms,
+)
 
 __all__ = ["add_parser", "run"]
 
@@ -24,35 +34,40 @@ _SPECIAL = {"earliest": EARLIEST, "latest": LATEST, "max": MAX_TIMESTAMP}
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("offsets", help="look up offsets by position or timestamp")
     parser.add_argument("topic")
-    parser.add_argument("--partition", type=int, metavar="N", help="only this partition")
+    add_partition_argument(parser, repeatable=True,
+                           help="only this partition (repeatable: these partitions; default all)")
     parser.add_argument("--time", default="latest", metavar="WHEN",
-                        help="earliest, latest (default), max, or a timestamp (ms or ISO-8601)")
-    parser.add_argument("--json", action="store_true", help="print JSON for scripts")
+                        help=f"earliest, latest (default), max, or a timestamp: {TIMESTAMP_HELP}")
+    add_format_argument(parser)
     add_target_argument(parser)
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.partition is not None and args.partition < 0:
-        return fail("offsets", f"--partition must be >= 0, got {args.partition}")
-    try:
-        target = _SPECIAL.get(args.time.lower()) if args.time.lower() in _SPECIAL else (
-            parse_timestamp_ms(args.time)
-        )
-    except ValueError as exc:
-        return fail("offsets", f"--time: {exc}")
+    special = _SPECIAL.get(args.time.strip().lower())
+    if special is not None:
+        target = special
+    else:
+        try:
+            target = parse_timestamp_ms(args.time)
+        except ValueError as exc:
+            return fail("offsets", f"--time: {exc}")
+        print(f"looking up the first offsets at or after {describe_timestamp_ms(target)}",
+              file=sys.stderr)
 
     async def body() -> int:
         async with connect(args) as client:
-            if args.partition is None:
-                partitions = range((await client.describe_topic(args.topic)).num_partitions)
-            else:
-                partitions = [args.partition]
+            count = (await client.describe_topic(args.topic)).num_partitions
+            partitions = chosen_or_all(args.partitions, count)
+            missing = [p for p in partitions if p >= count]
+            if missing:
+                return fail("offsets", f"partitions {missing} do not exist: topic "
+                                       f"{args.topic!r} has {count} partitions", EXIT_REFUSED)
             rows = []
             for partition in partitions:
                 found = await client.list_offsets(args.topic, partition, target)
                 rows.append((partition, found.offset, found.timestamp))
-        if args.json:
+        if wants_json(args):
             print(json.dumps([{"topic": args.topic, "partition": p, "offset": o, "timestamp": t}
                               for p, o, t in rows]))
         else:

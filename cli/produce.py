@@ -37,6 +37,7 @@ from .connection import (
     fail,
     run_client_command,
 )
+from .partitions import add_partition_argument
 
 __all__ = ["add_parser", "run"]
 
@@ -52,7 +53,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--file", metavar="PATH", help="read lines from PATH instead of stdin")
     parser.add_argument("--key-separator", metavar="SEP",
                         help="split each line at the first SEP into key and value")
-    parser.add_argument("--partition", type=int, help="send every record to this partition")
+    add_partition_argument(parser, repeatable=False,
+                           help="send every record to this partition (one; given twice is a "
+                                "usage error)")
     parser.add_argument("--compression", default="none",
                         choices=[c.name.lower() for c in Compression],
                         help="batch compression codec (default none)")
@@ -82,8 +85,6 @@ def _split(line: bytes, separator: bytes | None) -> tuple[bytes | None, bytes]:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.partition is not None and args.partition < 0:
-        return fail("produce", f"--partition must be >= 0, got {args.partition}")
     if args.key_separator == "":
         return fail("produce", "--key-separator must not be empty")
     if args.transactional_id is not None and args.no_idempotence:

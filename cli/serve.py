@@ -5,8 +5,10 @@ setting has a flag (``--listen``, ``--log-dirs``, ``--max-request-bytes`` ...), 
 reads a TOML file, ``--set NAME=VALUE`` sets anything including ``log.*`` storage defaults; the
 environment (``STRATALOG_*``) sits between the file and the flags. See docs/configuration.md.
 
-Exit codes: 0 after a clean shutdown (SIGTERM/SIGINT), 1 when the server could not start or
-stop cleanly, 2 for a bad setting.
+Exit codes: 0 after a clean shutdown (SIGTERM/SIGINT), 1 when the server could not start (a
+port in use: ``port 50051 is already in use on 127.0.0.1``, checked before the data directory is
+created) or stop cleanly, 2 for a bad setting (an unknown name, ``log.*`` ones included, names
+the closest known one).
 """
 
 from __future__ import annotations

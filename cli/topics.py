@@ -1,8 +1,15 @@
 """``stratalog topics create|list|describe|delete|alter``: topic administration.
 
 Output is for people by default (one line per topic, Kafka-style ``describe``) and for scripts
-with ``--json`` (one JSON document). Configs use Kafka's topic config names
+with ``--format json`` (one JSON document). Configs use Kafka's topic config names
 (``--config segment.bytes=1048576``).
+
+``describe`` (and ``alter``) show the configs set on the topic, as ``kafka-topics --describe``
+and ``kafka-configs --describe`` do; ``describe --all`` shows every effective config, the
+server's defaults included, with Long.MAX_VALUE (9223372036854775807, "no limit" for
+``flush.ms``, ``max.compaction.lag.ms``, ``message.timestamp.*.max.ms`` ...) shown as ``none``.
+JSON always carries every config as the server stores it (``configs``) and the names set on the
+topic (``overridden_configs``).
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import sys
 from stratalog.client import TopicInfo
 
 from .connection import add_target_argument, connect, fail, run_client_command
+from .output_format import add_format_argument, wants_json
 from .timestamps import format_timestamp_ms
 
 __all__ = ["add_parser", "run"]
@@ -29,10 +37,19 @@ def _parse_configs(pairs: list[str], command: str) -> dict[str, str]:
     return configs
 
 
+# Kafka's "no limit" for long configs (Long.MAX_VALUE), as people read it.
+_INT64_MAX_TEXT = str(2**63 - 1)
+
+
+def _shown_value(value: str) -> str:
+    return "none" if value == _INT64_MAX_TEXT else value
+
+
 def _topic_json(topic: TopicInfo) -> dict:
     return {
         "name": topic.name,
         "configs": dict(sorted(topic.configs.items())),
+        "overridden_configs": sorted(topic.overridden_configs),
         "partitions": [
             {
                 "partition": p.partition,
@@ -49,9 +66,12 @@ def _topic_json(topic: TopicInfo) -> dict:
 
 
 def _print_description(topic: TopicInfo, show_defaults: bool) -> None:
-    configs = ",".join(f"{k}={v}" for k, v in sorted(topic.configs.items()))
-    print(f"Topic: {topic.name}\tPartitionCount: {topic.num_partitions}"
-          + (f"\tConfigs: {configs}" if show_defaults else ""))
+    shown = sorted(topic.configs.items()) if show_defaults else sorted(
+        (name, value) for name, value in topic.configs.items()
+        if name in topic.overridden_configs
+    )
+    configs = ",".join(f"{k}={_shown_value(v)}" for k, v in shown)
+    print(f"Topic: {topic.name}\tPartitionCount: {topic.num_partitions}\tConfigs: {configs}")
     for p in topic.partitions:
         print(
             f"\tTopic: {topic.name}\tPartition: {p.partition}\t"
@@ -75,6 +95,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
     describe = actions.add_parser("describe", help="show a topic's partitions and configs")
     describe.add_argument("name")
+    describe.add_argument("--all", action="store_true",
+                          help="every config, the server's defaults too (default: those set "
+                               "on the topic); Long.MAX_VALUE is shown as none (no limit)")
 
     delete = actions.add_parser("delete", help="delete a topic and all its data")
     delete.add_argument("name")
@@ -88,7 +111,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
     for sub in (create, actions.choices["list"], describe, delete, alter):
         add_target_argument(sub)
-        sub.add_argument("--json", action="store_true", help="print JSON for scripts")
+        add_format_argument(sub)
     parser.set_defaults(run=run)
 
 
@@ -111,26 +134,26 @@ def run(args: argparse.Namespace) -> int:
                 topic = await client.describe_topic(args.name)
             elif args.action == "delete":
                 await client.delete_topic(args.name)
-                if args.json:
+                if wants_json(args):
                     print(json.dumps({"deleted": args.name}))
                 else:
                     print(f"Deleted topic {args.name}.")
                 return 0
             else:
                 topics = await client.list_topics()
-                if args.json:
+                if wants_json(args):
                     print(json.dumps([_topic_json(t) for t in topics], indent=2))
                 else:
                     for t in topics:
                         print(t.name)
                 return 0
-        if args.json:
+        if wants_json(args):
             json.dump(_topic_json(topic), sys.stdout, indent=2)
             print()
         elif args.action == "create":
             print(f"Created topic {topic.name} with {topic.num_partitions} partition(s).")
         else:
-            _print_description(topic, show_defaults=True)
+            _print_description(topic, show_defaults=getattr(args, "all", False))
         return 0
 
     return run_client_command(command, body)

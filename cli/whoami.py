@@ -1,7 +1,7 @@
 """``stratalog whoami``: who the server takes this client for (the WhoAmI RPC).
 
 Prints the principal, how it was authenticated and the client address the server sees, as one
-line for people or one JSON document with ``--json``::
+line for people or one JSON document with ``--format json``::
 
     User:alice (password) from 127.0.0.1
 
@@ -16,6 +16,7 @@ import argparse
 import json
 
 from .connection import add_target_argument, connect, run_client_command
+from .output_format import add_format_argument, wants_json
 
 __all__ = ["add_parser", "run"]
 
@@ -28,7 +29,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                     " authenticated (none, tls, password, token) and the client's address.",
     )
     add_target_argument(parser)
-    parser.add_argument("--json", action="store_true", help="one JSON document")
+    add_format_argument(parser)
     parser.set_defaults(run=run)
 
 
@@ -36,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     async def body() -> int:
         async with connect(args) as client:
             me = await client.who_am_i()
-        if args.json:
+        if wants_json(args):
             print(json.dumps(me._asdict()))
         else:
             print(f"{me.principal} ({me.authenticated_by}) from {me.host}")

@@ -35,7 +35,7 @@ from .acls import (
     ResourceType,
 )
 from .client import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_TIMEOUT_S, Client
-from .consumer import DEFAULT_FETCH_BYTES_MAX, Consumer, ConsumerClosedError
+from .consumer import DEFAULT_FETCH_BYTES_MAX, Consumer, ConsumerClosedError, OffsetReset
 from .credentials import Credentials, TlsConfig
 from .errors import (
     BrokerUnavailableError,
@@ -105,6 +105,7 @@ __all__ = [
     "IsolationLevel",
     "OffsetAndTimestamp",
     "OffsetOutOfRangeError",
+    "OffsetReset",
     "PartitionInfo",
     "PatternType",
     "ProduceResult",

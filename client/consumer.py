@@ -23,9 +23,13 @@ transactions, so it sees only committed records, each transaction whole; without
 ends at the LSO. Transaction markers (control batches) never reach the reader in either mode.
 
 Errors: a fetch that fails with a retriable error is retried (reads are idempotent) with
-backoff, up to ``retries`` times in a row; an offset that fell out of the log (retention,
-DeleteRecords) is reset by ``auto_offset_reset`` ("earliest", "latest", or "error" to raise
-:class:`~stratalog.client.errors.OffsetOutOfRangeError`); anything else is raised to the reader.
+backoff, up to ``retries`` times in a row; anything else is raised to the reader, except an
+offset outside the log (retention or DeleteRecords moved the start past it, or it was asked for
+past the end), which ``auto_offset_reset`` decides, with Kafka's ``auto.offset.reset`` names:
+"earliest" (the default: continue at the log start), "latest" (at the log end), or "none" (raise
+:class:`~stratalog.client.errors.OffsetOutOfRangeError`; "error" is its older name). A reset
+is never silent: it is logged at WARNING and handed to ``on_offset_reset`` as an
+:class:`OffsetReset`, since a position that jumps re-reads or skips records.
 """
 
 from __future__ import annotations
@@ -33,8 +37,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import AsyncIterator, Sequence
-from typing import Any, Literal
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any, Literal, NamedTuple
 
 from stratalog.records import CorruptRecordError as RecordCorruptError
 
@@ -46,7 +50,8 @@ from .fetched import ConsumedBatch, decode_fetched
 from .types import ConsumerRecord, FetchResult, OffsetAndTimestamp
 from .wire import EARLIEST, LATEST, FetchFormat, IsolationLevel
 
-__all__ = ["DEFAULT_FETCH_BYTES_MAX", "Consumer", "ConsumerClosedError"]
+__all__ = ["DEFAULT_FETCH_BYTES_MAX", "OFFSET_RESET_POLICIES", "Consumer", "ConsumerClosedError",
+           "OffsetReset"]
 
 logger = logging.getLogger(__name__)
 
@@ -56,8 +61,28 @@ DEFAULT_FETCH_BYTES_MAX = 8 * 1024 * 1024
 _END: Any = object()  # a fetcher's "this partition is read to its end" message
 
 
+#: ``auto_offset_reset`` values, Kafka's names; "error" is accepted as an older name of "none".
+OFFSET_RESET_POLICIES = ("earliest", "latest", "none")
+
+
 class ConsumerClosedError(RuntimeError):
     """Iterating or seeking a closed Consumer."""
+
+
+class OffsetReset(NamedTuple):
+    """A partition's position was outside its log and ``auto_offset_reset`` moved it.
+
+    ``offset`` is where the reader was going to read; ``log_start_offset`` and
+    ``log_end_offset`` the log's bounds then (None when the server did not say); ``new_offset``
+    where reading continues.
+    """
+
+    topic: str
+    partition: int
+    offset: int
+    log_start_offset: int | None
+    log_end_offset: int | None
+    new_offset: int
 
 
 class Consumer:
@@ -84,7 +109,10 @@ class Consumer:
         use_subscribe: follow over Subscribe streams instead of long-poll fetches.
         max_bytes: bytes asked per fetch (or per streamed message).
         max_wait_ms: how long one long-poll fetch waits at the log end (``follow`` only).
-        auto_offset_reset: where to go when the position is outside the log.
+        auto_offset_reset: where to go when the position is outside the log: "earliest",
+            "latest", or "none" to raise OffsetOutOfRangeError (module docstring).
+        on_offset_reset: called with an :class:`OffsetReset` on the event loop each time
+            ``auto_offset_reset`` moves a position (e.g. to tell a user); it must not block.
         isolation_level: READ_COMMITTED reads committed records only, up to the LSO.
         retries: consecutive retriable failures of one partition before its error is raised.
         retry_backoff_ms, retry_backoff_max_ms: first and largest wait before a retry.
@@ -104,7 +132,8 @@ class Consumer:
         use_subscribe: bool = False,
         max_bytes: int = DEFAULT_FETCH_BYTES_MAX,
         max_wait_ms: int = 500,
-        auto_offset_reset: Literal["earliest", "latest", "error"] = "earliest",
+        auto_offset_reset: Literal["earliest", "latest", "none", "error"] = "earliest",
+        on_offset_reset: Callable[[OffsetReset], None] | None = None,
         isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
         retries: int = 10,
         retry_backoff_ms: int = 100,
@@ -149,12 +178,17 @@ class Consumer:
         self._use_subscribe = use_subscribe
         self._max_bytes = wire.check_int(max_bytes, "max_bytes", 1, wire.INT32_MAX)
         self._max_wait_ms = wire.check_int(max_wait_ms, "max_wait_ms", 0, wire.INT32_MAX)
-        if auto_offset_reset not in ("earliest", "latest", "error"):
+        if auto_offset_reset == "error":
+            auto_offset_reset = "none"
+        if auto_offset_reset not in OFFSET_RESET_POLICIES:
             raise ValueError(
-                f"auto_offset_reset must be 'earliest', 'latest' or 'error', "
+                f"auto_offset_reset must be 'earliest', 'latest' or 'none', "
                 f"got {auto_offset_reset!r}"
             )
         self._auto_offset_reset = auto_offset_reset
+        if on_offset_reset is not None and not callable(on_offset_reset):
+            raise TypeError(f"on_offset_reset must be callable, got {on_offset_reset!r}")
+        self._on_offset_reset = on_offset_reset
         self._isolation_level = IsolationLevel(
             wire.check_int(int(isolation_level), "isolation_level", 0, 1)
         )
@@ -410,17 +444,35 @@ class Consumer:
             return result.last_stable_offset
         return result.high_watermark
 
-    async def _reset_position(self, partition: int, err: OffsetOutOfRangeError) -> int:
-        """Where to continue after an out-of-range position, by ``auto_offset_reset``."""
-        if self._auto_offset_reset == "error":
+    async def _reset_position(
+        self, partition: int, position: int, err: OffsetOutOfRangeError
+    ) -> int:
+        """Where to continue after ``position`` was out of range, by ``auto_offset_reset``;
+        logs the reset and tells ``on_offset_reset``. Raises ``err`` for "none", and when the
+        reset lands where it was (the log moved under it twice: let the reader know)."""
+        if self._auto_offset_reset == "none":
             raise err
         if self._auto_offset_reset == "earliest":
-            if err.log_start_offset is not None:
-                return err.log_start_offset
-            return (await self._list_offsets(partition, EARLIEST)).offset
-        if err.log_end_offset is not None:
-            return err.log_end_offset
-        return (await self._list_offsets(partition, LATEST)).offset
+            new_position = err.log_start_offset
+            if new_position is None:
+                new_position = (await self._list_offsets(partition, EARLIEST)).offset
+        else:
+            new_position = err.log_end_offset
+            if new_position is None:
+                new_position = (await self._list_offsets(partition, LATEST)).offset
+        if new_position == position:
+            raise err
+        logger.warning(
+            "%s-%d: offset %d out of range [%s, %s); auto_offset_reset=%s: continuing at %d",
+            self._topic, partition, position, err.log_start_offset, err.log_end_offset,
+            self._auto_offset_reset, new_position,
+        )
+        if self._on_offset_reset is not None:
+            self._on_offset_reset(OffsetReset(
+                self._topic, partition, position, err.log_start_offset, err.log_end_offset,
+                new_position,
+            ))
+        return new_position
 
     async def _fetch_loop(self, partition: int, epoch: int, position: int) -> None:
         queue = self._queue
@@ -440,15 +492,7 @@ class Consumer:
                         isolation_level=self._isolation_level,
                     )
                 except OffsetOutOfRangeError as err:
-                    new_position = await self._reset_position(partition, err)
-                    logger.info(
-                        "%s-%d: offset %d out of range [%s, %s]; resetting to %d",
-                        self._topic, partition, position, err.log_start_offset,
-                        err.log_end_offset, new_position,
-                    )
-                    if new_position == position:
-                        raise
-                    position = new_position
+                    position = await self._reset_position(partition, position, err)
                     continue
                 except StratalogError as err:
                     failures += 1
@@ -501,10 +545,7 @@ class Consumer:
                     finally:
                         await stream.aclose()  # type: ignore[attr-defined]
                 except OffsetOutOfRangeError as err:
-                    new_position = await self._reset_position(partition, err)
-                    if new_position == position:
-                        raise
-                    position = new_position
+                    position = await self._reset_position(partition, position, err)
                     continue
                 except StratalogError as err:
                     failures += 1

@@ -59,11 +59,16 @@ class PartitionInfo:
 
 @dataclass(frozen=True, slots=True)
 class TopicInfo:
-    """A topic, its effective configs (defaults included) and its partitions in order."""
+    """A topic, its effective configs (defaults included) and its partitions in order.
+
+    ``overridden_configs`` names the configs set on the topic itself (by ``create_topic`` or
+    ``alter_topic_configs``); the other ``configs`` are the server's defaults.
+    """
 
     name: str
     configs: Mapping[str, str]
     partitions: tuple[PartitionInfo, ...]
+    overridden_configs: frozenset[str] = frozenset()
 
     @property
     def num_partitions(self) -> int:

@@ -542,7 +542,8 @@ def topic_info(description: pb.TopicDescription) -> TopicInfo:
         )
         for p in sorted(description.partitions, key=lambda p: p.partition)
     )
-    return TopicInfo(description.name, dict(description.configs), partitions)
+    return TopicInfo(description.name, dict(description.configs), partitions,
+                     frozenset(description.overridden_configs))
 
 
 def produce_result(response: pb.ProduceResponse) -> ProduceResult:

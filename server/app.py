@@ -2,6 +2,8 @@
 
 Life of a server process (``stratalog serve``)::
 
+    check that the listen (and metrics) port is free: a busy port is one line of ours, and
+        leaves no data directory behind
     open the LogManager (locks the log dirs, recovers after an unclean shutdown)
     open the TransactionCoordinator: replay __transaction_state, complete the commits and
         aborts a crash left half-written (their markers go to the LogManager's partitions)
@@ -45,9 +47,11 @@ import errno
 import logging
 import os
 import signal
+import socket
 import ssl
 import sys
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, TextIO
 
@@ -151,6 +155,14 @@ class Server:
 
         settings = self.settings
         loop = self._loop = asyncio.get_running_loop()
+        try:
+            # First of all: a busy port must not cost a recovery pass, nor create the log
+            # directories of a server that will not run.
+            _check_ports_free(settings)
+        except StartupError:
+            self._executor.shutdown(wait=False)
+            self._auth_executor.shutdown(wait=False)
+            raise
         open_files_limit = _raise_open_files_limit()
         try:
             # Before the logs: a bad certificate must not cost a recovery pass first.
@@ -253,10 +265,14 @@ class Server:
             (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self._grpc
         )
         try:
-            if self._tls is not None:
-                self.port = self._grpc.add_secure_port(str(address), self._tls.grpc_credentials())
-            else:
-                self.port = self._grpc.add_insecure_port(str(address))
+            # gRPC logs its own line for a failed bind (E1125 ... add_port.cc:83 ...) on the
+            # process's stderr: kept back when the bind fails, as the error below says it.
+            with _grpc_log_kept_on_failure():
+                if self._tls is not None:
+                    self.port = self._grpc.add_secure_port(
+                        str(address), self._tls.grpc_credentials())
+                else:
+                    self.port = self._grpc.add_insecure_port(str(address))
         except RuntimeError as exc:
             # gRPC says "Failed to bind" for any failure to make the socket, a process out of
             # descriptors included: say so when that is the cause.
@@ -518,6 +534,63 @@ def _raise_open_files_limit() -> int:
     else:
         logger.info("open files limit (RLIMIT_NOFILE) %d", after)
     return after
+
+
+def _check_ports_free(settings: Settings) -> None:
+    """Raise StartupError when the listen port (or the metrics port) is already taken.
+
+    A bind test on each address the host resolves to, with SO_REUSEADDR as gRPC binds (a port
+    whose last connections linger in TIME_WAIT is free), closed at once. Port 0 (any free one)
+    is not tested. Another process may still take the port between this test and the real
+    bind; that bind then fails with its own StartupError.
+    """
+    address = settings.listen_address
+    ports = [(address.port, "")]
+    if settings.metrics_port > 0:
+        ports.append((settings.metrics_port, " (the metrics port)"))
+    for port, what in ports:
+        if port == 0:
+            continue
+        try:
+            resolved = socket.getaddrinfo(address.host, port, type=socket.SOCK_STREAM,
+                                          flags=socket.AI_PASSIVE)
+        except socket.gaierror as exc:
+            raise StartupError(f"cannot listen on {address}: {exc.strerror}") from exc
+        for family, kind, proto, _, sockaddr in resolved:
+            with socket.socket(family, kind, proto) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:
+                    probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                try:
+                    probe.bind(sockaddr)
+                except OSError as exc:
+                    if exc.errno == errno.EADDRINUSE:
+                        raise StartupError(
+                            f"port {port}{what} is already in use on {address.host}"
+                        ) from exc
+                    # Anything else (an address this host lacks, a privileged port) is for
+                    # the real bind to report.
+
+
+@contextlib.contextmanager
+def _grpc_log_kept_on_failure() -> Iterator[None]:
+    """Hold back what is written to file descriptor 2 inside the block; write it out again
+    unless the block raised. Not thread-safe with other writers to fd 2 (start-up only)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with tempfile.TemporaryFile() as held:
+            os.dup2(held.fileno(), 2)
+            try:
+                yield
+            finally:
+                os.dup2(saved, 2)
+            held.seek(0)  # only after success: an exception skips the replay
+            written = held.read()
+            if written:
+                os.write(2, written)
+    finally:
+        os.close(saved)
 
 
 def _out_of_descriptors() -> str | None:

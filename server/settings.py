@@ -42,8 +42,10 @@ Other ``STRATALOG_*`` variables are not settings and are ignored. Flags are ``--
 ``--set NAME=VALUE`` for any setting or ``log.*`` default.
 
 Every value is checked here, where the message can name the setting and where it came from;
-``log.*`` names and values are checked by the LogManager when the server opens it (the one
-owner of their meaning). docs/configuration.md lists every setting with its default; a unit test
+``log.*`` names and values are checked here too, before anything touches the disk, by the
+LogManager's own parser (``parse_server_defaults``, the one owner of their meaning). An unknown
+name is refused with the closest known one (``unknown setting 'log.segmnt.bytes' (did you mean
+'log.segment.bytes'?)``). docs/configuration.md lists every setting with its default; a unit test
 keeps the two in step.
 """
 
@@ -51,6 +53,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import ipaddress
 import logging
 import os
@@ -59,6 +62,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
+
+from stratalog.server.storage.errors import InvalidConfigError
+from stratalog.server.storage.log_defaults import SERVER_SETTING_NAMES, parse_server_defaults
 
 __all__ = [
     "CONFIG_ENV_VAR",
@@ -469,6 +475,10 @@ class Settings:
                     f"{sorted(_STORAGE_NAMES_OUTSIDE_LOG)}"
                 )
         object.__setattr__(self, "log_defaults", dict(self.log_defaults))
+        try:
+            parse_server_defaults(self.log_defaults)  # the LogManager's check, before any I/O
+        except InvalidConfigError as exc:
+            raise SettingsError(f"storage default: {exc}") from None
         self._check_authorization_and_quotas()
 
     def _check_authorization_and_quotas(self) -> None:
@@ -606,6 +616,12 @@ SETTING_NAMES: tuple[str, ...] = tuple(
     f.name for f in dataclasses.fields(Settings) if f.name not in _NOT_SETTINGS
 )
 _FIELDS = {f.name: f for f in dataclasses.fields(Settings) if f.name not in _NOT_SETTINGS}
+#: The storage defaults a settings layer may hold: the LogManager's broker names under
+#: ``log.`` and the two outside it.
+_STORAGE_NAMES = frozenset(
+    {name for name in SERVER_SETTING_NAMES if name.startswith(_LOG_PREFIX)}
+    | _STORAGE_NAMES_OUTSIDE_LOG
+)
 # Kafka's name for a setting, accepted as a key wherever our name is.
 _KAFKA_ALIASES = {
     "log.dirs": "log_dirs",
@@ -707,11 +723,7 @@ def _from_file(path: Path) -> dict[str, Any]:
     values = _flatten(document)
     for name in values:
         if _canonical(name) is None:
-            raise SettingsError(
-                f"config file {path}: unknown setting {name!r}; settings are "
-                + ", ".join(SETTING_NAMES) + ", log.* storage defaults in a [log] table"
-                + ', and per-principal quotas in [quotas."User:<name>"] tables'
-            )
+            raise _unknown(name, f"config file {path}")
     if quotas:
         values[_QUOTAS_TABLE] = quotas  # kept whole: principal names hold dots
     return values
@@ -720,13 +732,23 @@ def _from_file(path: Path) -> dict[str, Any]:
 def _canonical(name: str) -> str | None:
     """The setting or ``log.*`` name a key stands for, or None if it is neither."""
     name = _KAFKA_ALIASES.get(name, name)
-    if name in _FIELDS:
-        return name
-    if (name.startswith(_LOG_PREFIX) and len(name) > len(_LOG_PREFIX)) or (
-        name in _STORAGE_NAMES_OUTSIDE_LOG
-    ):
+    if name in _FIELDS or name in _STORAGE_NAMES:
         return name
     return None
+
+
+def _unknown(name: str, source: str) -> SettingsError:
+    """``unknown setting 'x' (did you mean 'y'?)``: the closest known name, not all 80."""
+    candidates = [*SETTING_NAMES, *_KAFKA_ALIASES, *_STORAGE_NAMES]
+    close = difflib.get_close_matches(name, candidates, n=1)
+    # A flag's name with dashes (--max-request-bytes given to --set) is a setting's too.
+    if not close:
+        close = difflib.get_close_matches(name.replace("-", "_"), candidates, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return SettingsError(
+        f"unknown setting {name!r}{hint} from {source}; every setting is listed by "
+        "`stratalog serve --help` and in docs/configuration.md"
+    )
 
 
 def _from_environment(environ: Mapping[str, str]) -> dict[str, str]:
@@ -786,10 +808,7 @@ def load_settings(
             else:
                 source = source_name
             if name is None:
-                raise SettingsError(
-                    f"unknown setting {key!r} from {source}; settings are "
-                    + ", ".join(SETTING_NAMES) + ", and log.* storage defaults"
-                )
+                raise _unknown(key, "--set" if source_name == "flags" else source)
             if name in _FIELDS:
                 values[name] = _parse_value(name, raw, source)
             else:

@@ -386,4 +386,5 @@ def topic_message(
             )
             for p in description.partitions
         ],
+        overridden_configs=list(description.overridden_configs),
     )

@@ -412,6 +412,7 @@ def _add_partitions_to_txn(
 def _visible_configs(decider: Decider, description: broker_pb2.TopicDescription) -> None:
     if not decider.allowed(_Op.DESCRIBE_CONFIGS, _TOPIC, description.name):
         description.ClearField("configs")
+        description.ClearField("overridden_configs")  # which are set says something too
 
 
 def _topic_answer(decider: Decider, response: Any) -> None:

@@ -130,11 +130,14 @@ class PartitionDescription:
 
 @dataclass(frozen=True)
 class TopicDescription:
-    """A topic: its name, every effective config (defaults included), its partitions."""
+    """A topic: its name, every effective config (defaults included), its partitions, and
+    which configs are set on the topic itself (``overridden_configs``, sorted; the others are
+    the server's defaults)."""
 
     name: str
     configs: dict[str, str]
     partitions: list[PartitionDescription]
+    overridden_configs: tuple[str, ...] = ()
 
 
 @dataclass
@@ -883,7 +886,8 @@ class LogManager:
                     max_timestamp=max(max_timestamp, -1),
                 )
             )
-        return TopicDescription(name, self._config_for(entry).to_mapping(), partitions)
+        return TopicDescription(name, self._config_for(entry).to_mapping(), partitions,
+                                tuple(sorted(entry.configs)))
 
     def alter_topic_configs(
         self, name: str, set: Mapping[str, str], delete: Iterable[str] = ()

@@ -85,7 +85,8 @@ def test_refusals_exit_1_with_the_reason(server, args, reason):
 def test_bad_usage_exits_2_naming_the_option(server, args):
     result = stratalog(server, *args)
     assert result.returncode == 2
-    assert result.stderr.decode().startswith("stratalog ")
+    # Ours ("stratalog consume: --from ...") or argparse's, after its usage lines.
+    assert result.stderr.decode().splitlines()[-1].startswith("stratalog ")
 
 
 def test_an_unreachable_server_exits_3(server):
@@ -138,7 +139,9 @@ def test_stdin_partition_offsets_and_timestamp_reads(server):
     from_time = stratalog(server, "consume", "cli-time", "--partition", "1",
                           "--from-timestamp", str(boundary_ms))
     assert from_time.stdout.decode().splitlines() == ["d", "e"]
-    from_offset = stratalog(server, "consume", "cli-time", "--from", "1", "--max-records", "2")
+    # Partition 0 is empty: --from 1 is out of its range (an error), so only partition 1.
+    from_offset = stratalog(server, "consume", "cli-time", "--partition", "1", "--from", "1",
+                            "--max-records", "2")
     assert from_offset.stdout.decode().splitlines() == ["b", "c"]
     iso = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(boundary_ms / 1000 - 3600)) + "Z"
     from_iso = stratalog(server, "consume", "cli-time", "--partition", "1",
@@ -181,3 +184,141 @@ def test_bench_measures_and_cleans_up_after_itself(server):
     assert figures["produce_records_per_s"] > 0 and figures["consume_records_per_s"] > 0
     assert 0 < figures["fetch_p50_ms"] <= figures["fetch_p99_ms"]
     assert figures["topic"] not in stratalog(server, "topics", "list").stdout.decode().split()
+
+
+# ------------------------------------------------------------------------ issue 15
+
+
+def _produced(server, topic: str, partitions: int, lines_by_partition: dict[int, bytes]) -> None:
+    assert stratalog(server, "topics", "create", topic, "--partitions",
+                     str(partitions)).returncode == 0
+    for partition, lines in lines_by_partition.items():
+        result = stratalog(server, "produce", topic, "--partition", str(partition), stdin=lines)
+        assert result.returncode == 0, result.stderr
+
+
+def test_an_offset_past_the_end_is_an_error_naming_partition_offset_and_range(server):
+    # Issue 15: --from 99999999 silently restarted at offset 0 and exited 0.
+    _produced(server, "cli-range", 2, {0: b"a\nb\nc\n", 1: b"d\n"})
+    result = stratalog(server, "consume", "cli-range", "--partition", "0", "--from", "99999999")
+    assert result.returncode == 1
+    assert result.stdout == b""
+    err = result.stderr.decode()
+    assert err.startswith("stratalog consume: offset 99999999 is out of range for cli-range-0:"
+                          " the log holds offsets [0, 3)")
+    assert "--reset earliest" in err
+
+    # An offset one partition holds and the other does not: the shorter one is the error.
+    shorter = stratalog(server, "consume", "cli-range", "--from", "2")
+    assert shorter.returncode == 1
+    assert "offset 2 is out of range for cli-range-1" in shorter.stderr.decode()
+    # The log end itself is in range: nothing to print, no error.
+    at_end = stratalog(server, "consume", "cli-range", "--partition", "0", "--from", "3")
+    assert (at_end.returncode, at_end.stdout) == (0, b"")
+
+
+def test_reset_earliest_or_latest_says_so_on_stderr(server):
+    _produced(server, "cli-reset", 1, {0: b"a\nb\nc\n"})
+    earliest = stratalog(server, "consume", "cli-reset", "--from", "99", "--reset", "earliest")
+    assert earliest.returncode == 0, earliest.stderr
+    assert earliest.stdout.decode().splitlines() == ["a", "b", "c"]
+    assert earliest.stderr.decode().splitlines() == [
+        "stratalog consume: cli-reset-0: offset 99 is out of range [0, 3); --reset earliest: "
+        "reading from offset 0"]
+    latest = stratalog(server, "consume", "cli-reset", "--from", "99", "--reset", "latest")
+    assert latest.returncode == 0, latest.stderr
+    assert latest.stdout == b""
+    assert "--reset latest: reading from offset 3" in latest.stderr.decode()
+
+
+def test_offsets_with_repeated_partitions_lists_each(server):
+    # Issue 15: `offsets T --partition 0 --partition 2` printed partition 2 only.
+    _produced(server, "cli-parts", 3, {0: b"a\n", 1: b"b\nc\n", 2: b"d\ne\nf\n"})
+    result = stratalog(server, "offsets", "cli-parts", "--partition", "0", "--partition", "2",
+                       "--format", "json")
+    assert result.returncode == 0, result.stderr
+    assert [(r["partition"], r["offset"]) for r in json.loads(result.stdout)] == [(0, 1), (2, 3)]
+    missing = stratalog(server, "offsets", "cli-parts", "--partition", "7")
+    assert missing.returncode == 1
+    assert "partitions [7] do not exist" in missing.stderr.decode()
+    twice = stratalog(server, "produce", "cli-parts", "--partition", "0", "--partition", "1",
+                      stdin=b"x\n")
+    assert twice.returncode == 2
+    assert stratalog(server, "offsets", "cli-parts", "--partition", "0").stdout.split()[2] == b"1"
+
+
+def test_global_options_go_before_the_subcommand_and_urls_are_usage_errors(server):
+    env = {k: v for k, v in os.environ.items() if k != "STRATALOG_TARGET"}
+    before = subprocess.run([*CLI, "--target", server.target, "topics", "list"],
+                            capture_output=True, timeout=60, env=env)
+    assert before.returncode == 0, before.stderr
+    url = stratalog(server, "topics", "list", target=f"http://{server.target}")
+    assert url.returncode == 2  # was 3, "server unreachable"
+    assert "give HOST:PORT" in url.stderr.decode() and "--tls" in url.stderr.decode()
+
+
+def test_timestamps_without_zone_are_utc_relative_times_work_and_the_instant_is_shown(server):
+    from stratalog.cli.timestamps import format_timestamp_ms
+
+    _produced(server, "cli-utc", 1, {0: b"old\n"})
+    time.sleep(0.05)
+    boundary_ms = int(time.time() * 1000)
+    time.sleep(0.05)
+    assert stratalog(server, "produce", "cli-utc", stdin=b"new\n").returncode == 0
+    naive = format_timestamp_ms(boundary_ms).removesuffix("Z")
+    # In a zone 5 hours behind UTC, a local reading would be 5 hours in the future: nothing.
+    env = {k: v for k, v in os.environ.items() if k != "STRATALOG_TARGET"}
+    env["TZ"] = "America/New_York"
+    result = subprocess.run(
+        [*CLI, "consume", "cli-utc", "--from-timestamp", naive, "--target", server.target],
+        capture_output=True, timeout=60, env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.decode().splitlines() == ["new"]
+    assert result.stderr.decode().splitlines() == [
+        f"reading from {format_timestamp_ms(boundary_ms)} ({boundary_ms} ms)"]
+
+    relative = stratalog(server, "consume", "cli-utc", "--from-timestamp", "-1h")
+    assert relative.stdout.decode().splitlines() == ["old", "new"]
+    assert relative.stderr.decode().startswith("reading from ")
+    looked_up = stratalog(server, "offsets", "cli-utc", "--time", "-1h", "--format", "json")
+    assert json.loads(looked_up.stdout)[0]["offset"] == 0
+    assert looked_up.stderr.decode().startswith("looking up the first offsets at or after ")
+
+
+def test_json_headers_are_key_value_pairs_keeping_duplicates(server):
+    import asyncio
+
+    from stratalog.client import Client, ProducerRecord
+
+    assert stratalog(server, "topics", "create", "cli-headers").returncode == 0
+
+    async def produce() -> None:
+        async with Client(server.target) as client:
+            await client.produce("cli-headers", 0, [ProducerRecord(
+                b"v", headers=[("trace", b"1"), ("trace", b"2"), ("bin", b"\xff"),
+                               ("none", None)])])
+
+    asyncio.run(produce())
+    [line] = stratalog(server, "consume", "cli-headers", "--format", "json").stdout.splitlines()
+    assert json.loads(line)["headers"] == [
+        ["trace", "1"], ["trace", "2"], ["bin", {"base64": "/w=="}], ["none", None]]
+
+
+def test_describe_shows_overrides_and_all_shows_sentinels_as_none(server):
+    assert stratalog(server, "topics", "create", "cli-configs", "--config",
+                     "retention.ms=1000", "--config", "segment.bytes=1048576").returncode == 0
+    described = stratalog(server, "topics", "describe", "cli-configs").stdout.decode()
+    first = described.splitlines()[0]
+    assert first == ("Topic: cli-configs\tPartitionCount: 1\tConfigs: "
+                     "retention.ms=1000,segment.bytes=1048576")
+    everything = stratalog(server, "topics", "describe", "cli-configs", "--all").stdout.decode()
+    first = everything.splitlines()[0]
+    assert "flush.ms=none" in first and "max.compaction.lag.ms=none" in first
+    assert "retention.bytes=-1" in first and "cleanup.policy=delete" in first
+    assert "9223372036854775807" not in everything
+    as_json = json.loads(stratalog(server, "topics", "describe", "cli-configs", "--format",
+                                   "json").stdout)
+    assert as_json["overridden_configs"] == ["retention.ms", "segment.bytes"]
+    assert as_json["configs"]["flush.ms"] == "9223372036854775807"  # as stored, for scripts
+    altered = stratalog(server, "topics", "alter", "cli-configs", "--delete", "retention.ms")
+    assert altered.stdout.decode().splitlines()[0].endswith("Configs: segment.bytes=1048576")

@@ -19,6 +19,7 @@ from stratalog.client import (
     Client,
     Consumer,
     FetchFormat,
+    OffsetReset,
     Producer,
     errors,
     partition_for_key,
@@ -173,14 +174,39 @@ async def test_offset_out_of_range_policies(client: Client) -> None:
     beyond = await _consume_all(client, "pc-reset", start=50, auto_offset_reset="earliest")
     assert [r.offset for r in beyond] == list(range(10))
     assert await _consume_all(client, "pc-reset", start=50, auto_offset_reset="latest") == []
-    with pytest.raises(errors.OffsetOutOfRangeError) as caught:
-        await _consume_all(client, "pc-reset", start=50, auto_offset_reset="error")
-    assert caught.value.log_end_offset == 10
+    for none in ("none", "error"):  # Kafka's name, and the one it had before
+        with pytest.raises(errors.OffsetOutOfRangeError) as caught:
+            await _consume_all(client, "pc-reset", start=50, auto_offset_reset=none)
+        assert caught.value.log_end_offset == 10
+
+
+async def test_a_reset_is_told_to_on_offset_reset_never_silent(client: Client, caplog) -> None:
+    # Issue 15: the reset was logged at INFO only, which nobody sees.
+    await client.create_topic("pc-reset-told")
+    await client.produce("pc-reset-told", 0, [b"%d" % i for i in range(10)])
+    await client.delete_records("pc-reset-told", 0, 4)
+    told: list[OffsetReset] = []
+    below = await _consume_all(client, "pc-reset-told", start=2, on_offset_reset=told.append)
+    assert [r.offset for r in below] == list(range(4, 10))
+    assert told == [OffsetReset("pc-reset-told", 0, 2, 4, 10, 4)]
+    assert "pc-reset-told-0: offset 2 out of range [4, 10)" in caplog.text
+    assert any(r.levelname == "WARNING" for r in caplog.records)
+    told.clear()
+    assert await _consume_all(client, "pc-reset-told", start=99, auto_offset_reset="latest",
+                              on_offset_reset=told.append) == []
+    assert told == [OffsetReset("pc-reset-told", 0, 99, 4, 10, 10)]
+    # In range: nothing to tell.
+    told.clear()
+    assert len(await _consume_all(client, "pc-reset-told", start=4,
+                                  on_offset_reset=told.append)) == 6
+    assert told == []
 
 
 async def test_consumer_and_producer_argument_errors(client: Client) -> None:
     with pytest.raises(ValueError, match="auto_offset_reset"):
         Consumer(client, "t", auto_offset_reset="never")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="on_offset_reset"):
+        Consumer(client, "t", on_offset_reset="print")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="start"):
         Consumer(client, "t", start=-1)
     with pytest.raises(ValueError, match="duplicates"):

@@ -445,7 +445,7 @@ class AlterTopicConfigsResponse(_message.Message):
     def __init__(self, topic: _Optional[_Union[TopicDescription, _Mapping]] = ...) -> None: ...
 
 class TopicDescription(_message.Message):
-    __slots__ = ("name", "configs", "partitions")
+    __slots__ = ("name", "configs", "partitions", "overridden_configs")
     class ConfigsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -456,10 +456,12 @@ class TopicDescription(_message.Message):
     NAME_FIELD_NUMBER: _ClassVar[int]
     CONFIGS_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    OVERRIDDEN_CONFIGS_FIELD_NUMBER: _ClassVar[int]
     name: str
     configs: _containers.ScalarMap[str, str]
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionDescription]
-    def __init__(self, name: _Optional[str] = ..., configs: _Optional[_Mapping[str, str]] = ..., partitions: _Optional[_Iterable[_Union[PartitionDescription, _Mapping]]] = ...) -> None: ...
+    overridden_configs: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., configs: _Optional[_Mapping[str, str]] = ..., partitions: _Optional[_Iterable[_Union[PartitionDescription, _Mapping]]] = ..., overridden_configs: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class PartitionDescription(_message.Message):
     __slots__ = ("partition", "log_start_offset", "log_end_offset", "size_bytes", "segment_count", "log_dir", "max_timestamp")

@@ -218,12 +218,14 @@ def test_fetch_result_translation() -> None:
 
 def test_topic_info_sorts_partitions() -> None:
     description = pb.TopicDescription(
-        name="t", configs={"segment.bytes": "1024"},
+        name="t", configs={"segment.bytes": "1024", "retention.ms": "1"},
         partitions=[pb.PartitionDescription(partition=1, log_end_offset=5),
                     pb.PartitionDescription(partition=0, max_timestamp=-1)],
+        overridden_configs=["segment.bytes"],
     )
     info = wire.topic_info(description)
+    assert info.overridden_configs == {"segment.bytes"}
     assert info.num_partitions == 2
     assert [p.partition for p in info.partitions] == [0, 1]
     assert info.partitions[1].log_end_offset == 5
-    assert info.configs == {"segment.bytes": "1024"}
+    assert info.configs == {"segment.bytes": "1024", "retention.ms": "1"}

@@ -224,6 +224,7 @@ def test_health_is_open_reflection_needs_describe_unknown_methods_are_refused(
 
 def _topic(name: str) -> pb.TopicDescription:
     return pb.TopicDescription(name=name, configs={"retention.ms": "1"},
+                               overridden_configs=["retention.ms"],
                                partitions=[pb.PartitionDescription(partition=0)])
 
 
@@ -249,10 +250,12 @@ def test_topic_answers_carry_configs_only_with_describe_configs(tmp_path: Path) 
     response = pb.CreateTopicResponse(topic=_topic("orders"))
     RULES["CreateTopic"].answer(Decider(authorizer, ALICE), response)  # type: ignore[misc]
     assert dict(response.topic.configs) == {}
+    assert list(response.topic.overridden_configs) == []  # which are set is hidden too
     authorizer = authorizer_with(tmp_path, grant(TOPIC, "orders", Op.DESCRIBE_CONFIGS))
     response = pb.DescribeTopicResponse(topic=_topic("orders"))
     RULES["DescribeTopic"].answer(Decider(authorizer, ALICE), response)  # type: ignore[misc]
     assert dict(response.topic.configs) == {"retention.ms": "1"}
+    assert list(response.topic.overridden_configs) == ["retention.ms"]
 
 
 def test_describe_transaction_hides_partitions_of_topics_without_describe(

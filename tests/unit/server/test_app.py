@@ -62,7 +62,40 @@ async def test_a_locked_log_dir_is_a_startup_error(tmp_path: Path) -> None:
         assert "lock" in str(caught.value.__cause__).lower()
 
 
-async def test_an_address_in_use_is_a_startup_error_that_closes_the_logs(tmp_path: Path) -> None:
+async def test_a_port_in_use_is_one_line_before_any_log_dir_is_created(tmp_path: Path) -> None:
+    # Issue 15: the server created its data directory, then failed on the port with gRPC's
+    # own log line. The port is tested first now, and the message is ours.
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        server = Server(_settings(tmp_path / "d", listen=f"127.0.0.1:{port}"))
+        with pytest.raises(StartupError) as caught:
+            await server.start()
+    assert str(caught.value) == f"port {port} is already in use on 127.0.0.1"
+    assert not (tmp_path / "d").exists()
+    assert server.log_manager is None
+
+
+async def test_a_metrics_port_in_use_is_refused_before_any_log_dir_too(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        server = Server(_settings(tmp_path / "d", metrics_port=port))
+        with pytest.raises(StartupError, match=f"port {port} \\(the metrics port\\) is already"):
+            await server.start()
+    assert not (tmp_path / "d").exists()
+
+
+async def test_a_bind_lost_after_the_check_still_closes_the_logs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str],
+) -> None:
+    # Another process may take the port between the check and gRPC's bind: that bind fails
+    # with our message, without gRPC's log line, and what start opened is closed again.
+    from stratalog.server import app
+
+    monkeypatch.setattr(app, "_check_ports_free", lambda settings: None)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -70,10 +103,26 @@ async def test_an_address_in_use_is_a_startup_error_that_closes_the_logs(tmp_pat
         server = Server(_settings(tmp_path / "d", listen=f"127.0.0.1:{port}"))
         with pytest.raises(StartupError, match=f"cannot listen on 127.0.0.1:{port}"):
             await server.start()
-    # What start opened it closed again, cleanly.
+    assert "add_port" not in capfd.readouterr().err
     assert (tmp_path / "d" / ".kafka_cleanshutdown").exists()
     with LogManager.open([tmp_path / "d"]) as manager:
         assert manager.had_clean_shutdown[(tmp_path / "d").resolve()]
+
+
+def test_what_grpc_writes_during_a_successful_bind_is_written_out(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    import os
+
+    from stratalog.server.app import _grpc_log_kept_on_failure
+
+    with _grpc_log_kept_on_failure():
+        os.write(2, b"kept\n")
+    with pytest.raises(RuntimeError), _grpc_log_kept_on_failure():
+        os.write(2, b"dropped\n")
+        raise RuntimeError("bind failed")
+    err = capfd.readouterr().err
+    assert "kept" in err and "dropped" not in err
 
 
 async def test_stop_ends_subscribe_streams_with_shutting_down(tmp_path: Path) -> None:

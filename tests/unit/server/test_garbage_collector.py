@@ -42,7 +42,9 @@ def test_freeze_moves_the_loaded_objects_out_of_every_collection(
 ) -> None:
     loaded = [[index] for index in range(1000)]  # containers the collector tracks
     frozen = freeze_loaded_objects()
-    assert frozen == gc.get_freeze_count() >= len(loaded)
+    # Frozen objects that die leave the permanent generation: in a long test process another
+    # thread (a gRPC poller of an earlier test) may drop some between the two counts.
+    assert frozen >= gc.get_freeze_count() >= len(loaded)
     tracked = {id(o) for o in gc.get_objects()}
     assert not any(id(item) in tracked for item in loaded)  # no generation holds them now
 

@@ -237,10 +237,12 @@ def test_topic_message_carries_every_field_of_the_description() -> None:
             PartitionDescription(0, 10, 250, 4096, 3, "/data/a", 1_700_000_000_000),
             PartitionDescription(1, 0, 0, 0, 1, "/data/b", -1),
         ],
+        overridden_configs=("segment.bytes",),
     )
     message = topic_message(description, [Path("/data/b"), "/data/a"])
     assert message.name == "orders"
     assert dict(message.configs) == description.configs
+    assert list(message.overridden_configs) == ["segment.bytes"]
     # The log directory by its index in the server's log_dirs, never its path (docs/api.md).
     assert [(p.partition, p.log_start_offset, p.log_end_offset, p.size_bytes, p.segment_count,
              p.log_dir, p.max_timestamp) for p in message.partitions] == [

@@ -327,6 +327,7 @@ def test_alter_configs_sets_deletes_persists_and_applies(dirs: list[Path], clock
     assert description.configs["flush.messages"] == "10"
     assert description.configs["segment.bytes"] == "3000000"
     assert description.configs["retention.ms"] == "3600000"  # back to the server default
+    assert description.overridden_configs == ("flush.messages", "segment.bytes")
     for partition in (0, 1):
         config = manager.get_log("t", partition).config
         assert (config.flush_messages, config.segment_bytes, config.retention_ms) == (
@@ -345,6 +346,8 @@ def test_alter_configs_sets_deletes_persists_and_applies(dirs: list[Path], clock
     manager = open_manager(dirs, clock, **{"log.retention.hours": "2"})
     try:
         configs = manager.describe_topic("t").configs
+        assert manager.describe_topic("t").overridden_configs == (
+            "flush.messages", "segment.bytes")
         assert configs["flush.messages"] == "10"
         assert configs["retention.ms"] == "7200000"
     finally:
