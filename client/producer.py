@@ -169,7 +169,10 @@ class Producer:
         max_block_ms: how long a call waits for the server's metadata or transaction
             coordinator (DescribeTopic on a topic's first send, InitProducerId of
             ``begin_transaction()``, EndTxn of commit and abort) through retriable errors
-            before raising (Kafka's max.block.ms).
+            before raising (Kafka's max.block.ms). The first send's wait ends at
+            ``delivery_timeout_ms`` if that is shorter, with a
+            :class:`~stratalog.client.errors.DeliveryTimeoutError` naming the timeout and
+            the last error (no server listening, ...).
         buffer_bytes_max: bytes of records held before ``send()`` waits.
         flush: ask the server to fsync before answering each Produce.
     """
@@ -370,6 +373,9 @@ class Producer:
         Raises:
             TypeError/ValueError: a bad argument (named), before anything is buffered.
             UnknownTopicOrPartitionError: no such topic (from the server).
+            DeliveryTimeoutError: the topic's first send got no answer from the server
+                within ``delivery_timeout_ms`` (or ``max_block_ms``): it names which, the
+                attempts and the last error.
             ProducerClosedError: the Producer is closing.
             TransactionStateError: a transactional producer outside a transaction.
             ProducerFencedError (or the error that made the producer fail for good), or for a
