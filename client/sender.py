@@ -15,7 +15,11 @@ Delivery of one batch:
   ``retry_backoff_ms * 2**(attempt - 1)``, at most ``retry_backoff_max_ms``, +-20% jitter. The
   batch then fails with :class:`~.errors.DeliveryTimeoutError`; one never drained (no producer
   id yet, its partition not yet in the transaction, earlier batches stuck) fails at the same
-  deadline, saying why.
+  deadline, saying why. The last backoff is cut at the deadline, so that a batch fails when
+  its time is up, not a backoff early. Before any batch, a topic's first send waits for the
+  topic's partition count (DescribeTopic) the same way, until ``delivery_timeout_ms`` or
+  ``max_block_ms``, whichever is shorter. A server down or not yet started is one more
+  retriable error (UNAVAILABLE).
 * With idempotence, the producer id and epoch come from the server (InitProducerId, on first
   use). A batch is drained only when it can be stamped (:meth:`Sender._may_stamp`, Kafka's
   ``shouldStopDrainBatchesForPartition``), and is then stamped with them and the next
