@@ -49,7 +49,7 @@ from typing import Protocol
 
 from stratalog.records import RECORD_BATCH_OVERHEAD, BatchBuilder, Compression, Header
 
-from .partitioner import STINT_BYTES, StickyPartitioner
+from .partitioner import STINT_BYTES_MAX, StickyPartitioner
 from .producer_batch import ProducerBatch
 from .sequences import PartitionSequences
 from .types import TopicPartition
@@ -133,10 +133,10 @@ class TopicState:
         num_partitions: int,
         rng: random.Random,
         sequenced: bool,
-        stint_bytes: int = STINT_BYTES,
+        stint_bytes_max: int = STINT_BYTES_MAX,
     ) -> None:
         self.num_partitions = num_partitions
-        self.sticky = StickyPartitioner(num_partitions, stint_bytes=stint_bytes, rng=rng)
+        self.sticky = StickyPartitioner(num_partitions, stint_bytes_max=stint_bytes_max, rng=rng)
         self.queues = [PartitionQueue(topic, p, sequenced) for p in range(num_partitions)]
 
 
@@ -229,11 +229,10 @@ class RecordAccumulator:
 
     def add_topic(self, topic: str, num_partitions: int) -> TopicState:
         """Start accumulating for ``topic`` (its partition count just asked for)."""
-        # A stint no longer than a batch: small batches switch partitions as often (as Kafka,
-        # whose stint is batch.size).
+        # A stint no longer than a batch (Kafka's stint is batch.size): a long run fills whole
+        # batches, one partition at a time.
         state = self.topics[topic] = TopicState(
-            topic, num_partitions, self._rng, self._sequenced,
-            min(STINT_BYTES, self.batch_bytes_max),
+            topic, num_partitions, self._rng, self._sequenced, self.batch_bytes_max
         )
         return state
 

@@ -2,7 +2,7 @@
 
 Intuition: calling Produce once per record would spend all the time on round trips, so the
 Producer does what Kafka's does. Each ``send()`` picks a partition (Kafka's murmur2 of the key,
-or the current sticky partition for unkeyed records, which moves on every 64 KiB to the
+or the current sticky partition for unkeyed records, which moves on after a stint to the
 partition that got the fewest bytes), encodes the record straight into that
 partition's open batch (:class:`~stratalog.records.BatchBuilder`, the shared codec) and returns a
 :class:`RecordFuture`. A batch is closed when it reaches ``batch_bytes_max``, or (by default)
