@@ -8,6 +8,9 @@ free port and a temporary log directory, then runs, in this one client process:
                        garbage collector walk them over and over: about +0.8 us per record);
                        one partition, null keys, 100-byte values
   produce send_many()  Producer.send_many() with lists of 10,000 values, same records
+  produce send_many() unkeyed  (with ``--unkeyed``) the same send_many() without a partition,
+                       to a topic of 3 partitions: the sticky partitioner's cost, and how
+                       evenly it spread the records (printed after the table)
   consume records      ``async for record in Consumer`` over the partition, start to end
   consume batches      ``async for batch in Consumer.batches()``, counting ``len(batch)``
 
@@ -139,6 +142,29 @@ async def produce_send_many(
     return len(values) / elapsed, cpu / len(values) * 1e6
 
 
+async def produce_send_many_unkeyed(
+    client: Client, topic: str, values: list[bytes]
+) -> tuple[float, float]:
+    cpu = time.process_time()
+    started = time.perf_counter()
+    async with Producer(client, linger_ms=5) as producer:
+        pending = [
+            await producer.send_many(topic, values[i : i + SEND_MANY_CHUNK])
+            for i in range(0, len(values), SEND_MANY_CHUNK)
+        ]
+        await producer.flush()
+    elapsed = time.perf_counter() - started
+    cpu = time.process_time() - cpu
+    assert pending[-1].done()
+    info = await client.describe_topic(topic)
+    SPREADS.append([p.log_end_offset for p in info.partitions])
+    return len(values) / elapsed, cpu / len(values) * 1e6
+
+
+#: Records per partition of each unkeyed run (--unkeyed), printed after the table.
+SPREADS: list[list[int]] = []
+
+
 async def consume_records(client: Client, topic: str, expected: int) -> tuple[float, float]:
     cpu = time.process_time()
     started = time.perf_counter()
@@ -177,6 +203,12 @@ async def one_run(client: Client, values: list[bytes], run_index: int, figures: 
     await client.create_topic(many, 1)
     figures["produce send()"].append(await produce_send(client, one, values))
     figures["produce send_many()"].append(await produce_send_many(client, many, values))
+    if "produce send_many() unkeyed" in figures:
+        spread = f"bench-unkeyed-{run_index}"
+        await client.create_topic(spread, 3)
+        figures["produce send_many() unkeyed"].append(
+            await produce_send_many_unkeyed(client, spread, values))
+        await client.delete_topic(spread)
     figures["consume records"].append(await consume_records(client, one, records))
     figures["consume batches"].append(await consume_batches(client, many, records))
     await client.delete_topic(one)
@@ -184,12 +216,13 @@ async def one_run(client: Client, values: list[bytes], run_index: int, figures: 
 
 
 async def run(
-    targets: list[tuple[str, dict[str, object]]], records: int, runs: int
+    targets: list[tuple[str, dict[str, object]]], records: int, runs: int,
+    operations: tuple[str, ...] = _OPERATIONS,
 ) -> list[Figures]:
     """Every run against every target (``(target, Client keyword arguments)``), the targets'
     order rotating from run to run."""
     values = make_values(records)
-    figures: list[Figures] = [{name: [] for name in _OPERATIONS} for _ in targets]
+    figures: list[Figures] = [{name: [] for name in operations} for _ in targets]
     clients = [Client(target, **kwargs) for target, kwargs in targets]  # type: ignore[arg-type]
     try:
         for run_index in range(runs):
@@ -204,12 +237,12 @@ async def run(
 
 def print_table(title: str, figures: Figures) -> None:
     print(f"## {title}")
-    print(f"{'operation':<22}{'median rec/s':>14}{'min':>12}{'max':>12}{'of goal':>9}"
+    print(f"{'operation':<28}{'median rec/s':>14}{'min':>12}{'max':>12}{'of goal':>9}"
           f"{'client CPU us/rec':>19}")
     for name, results in figures.items():
         rates = [rate for rate, _ in results]
         cpu_us = statistics.median(cpu for _, cpu in results)
-        print(f"{name:<22}{statistics.median(rates):>14,.0f}{min(rates):>12,.0f}"
+        print(f"{name:<28}{statistics.median(rates):>14,.0f}{min(rates):>12,.0f}"
               f"{max(rates):>12,.0f}{statistics.median(rates) / 1_000_000:>9.0%}"
               f"{cpu_us:>19.2f}")
 
@@ -234,6 +267,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--compare-unary", action="store_true",
                         help="measure a default Client (sessions) and Client(sessions=False)"
                              " in the same run")
+    parser.add_argument("--unkeyed", action="store_true",
+                        help="also send_many() without a partition to 3 partitions (sticky)")
     args = parser.parse_args(argv)
     try:
         import uvloop
@@ -259,9 +294,14 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{name:<22}{session_rate / unary_rate:>8.2f}")
         return
     if not args.secure and not args.acl:
+        operations = _OPERATIONS
+        if args.unkeyed:
+            operations = (*_OPERATIONS[:2], "produce send_many() unkeyed", *_OPERATIONS[2:])
         with running_server() as target:
-            (figures,) = asyncio.run(run([(target, {})], args.records, args.runs))
+            (figures,) = asyncio.run(run([(target, {})], args.records, args.runs, operations))
         print_table("plaintext, no authentication", figures)
+        for spread in SPREADS:
+            print(f"unkeyed run: records per partition {spread}")
         return
     from benchmarks.security_setup import ANONYMOUS, USER, make_secure_setup
 

@@ -49,7 +49,7 @@ from typing import Protocol
 
 from stratalog.records import RECORD_BATCH_OVERHEAD, BatchBuilder, Compression, Header
 
-from .partitioner import StickyPartitioner
+from .partitioner import STINT_BYTES_MAX, StickyPartitioner
 from .producer_batch import ProducerBatch
 from .sequences import PartitionSequences
 from .types import TopicPartition
@@ -128,10 +128,15 @@ class TopicState:
     __slots__ = ("num_partitions", "queues", "sticky")
 
     def __init__(
-        self, topic: str, num_partitions: int, rng: random.Random, sequenced: bool
+        self,
+        topic: str,
+        num_partitions: int,
+        rng: random.Random,
+        sequenced: bool,
+        stint_bytes_max: int = STINT_BYTES_MAX,
     ) -> None:
         self.num_partitions = num_partitions
-        self.sticky = StickyPartitioner(num_partitions, rng=rng)
+        self.sticky = StickyPartitioner(num_partitions, stint_bytes_max=stint_bytes_max, rng=rng)
         self.queues = [PartitionQueue(topic, p, sequenced) for p in range(num_partitions)]
 
 
@@ -224,7 +229,11 @@ class RecordAccumulator:
 
     def add_topic(self, topic: str, num_partitions: int) -> TopicState:
         """Start accumulating for ``topic`` (its partition count just asked for)."""
-        state = self.topics[topic] = TopicState(topic, num_partitions, self._rng, self._sequenced)
+        # A stint no longer than a batch (Kafka's stint is batch.size): a long run fills whole
+        # batches, one partition at a time.
+        state = self.topics[topic] = TopicState(
+            topic, num_partitions, self._rng, self._sequenced, self.batch_bytes_max
+        )
         return state
 
     def forget_topic(self, topic: str) -> None:
@@ -275,7 +284,7 @@ class RecordAccumulator:
             self.buffered_bytes += exact - batch.size_bytes
             batch.size_bytes = exact
             if exact + estimate > self.batch_bytes_max:
-                self.close_batch(queue, state, batch)
+                self.close_batch(queue, batch)
                 batch = self._open_batch(queue)
         index = batch.builder.append(timestamp, key, value, headers)  # type: ignore[union-attr]
         batch.size_bytes += estimate
@@ -309,15 +318,26 @@ class RecordAccumulator:
         count = len(items)
         index = 0
         while index < count:
-            target = partition if partition is not None else sticky.partition()
+            if partition is not None:
+                target = partition
+            else:
+                value = items[index]
+                target = sticky.partition(
+                    RECORD_FRAMING_BYTES_MAX + (len(value) if value is not None else 0)
+                )
             batch, first = self.append(queues[target], state, timestamp, None, items[index], ())
             index += 1
-            # Then straight into that batch, stopping before the batch limit or the yield
-            # budget, whichever comes first (exact sizes: the builder measures each record).
+            # Then straight into that batch, stopping before the batch limit, the yield budget
+            # or the end of the sticky partition's stint, whichever comes first (exact sizes:
+            # the builder measures each record).
             room = min(limit - batch.size_bytes, YIELD_EVERY_BYTES - self.unyielded_bytes)
+            if partition is None:
+                room = min(room, sticky.stint_left_bytes)
             stop, added = batch.builder.append_values(  # type: ignore[union-attr]
                 timestamp, items, index, max(room, 0)
             )
+            if partition is None:
+                sticky.spend(added)
             stretch = 1 + stop - index
             index = stop
             batch.size_bytes += added
@@ -385,12 +405,10 @@ class RecordAccumulator:
         if slots_max is None:
             slots_max = self.sender.max_in_flight
         if queue.in_flight < slots_max and not queue.ready:
-            self.close_batch(queue, self.topics.get(queue.topic), batch)
+            self.close_batch(queue, batch)
         # Otherwise the batch keeps filling until a request slot frees (see Sender.maybe_send).
 
-    def close_batch(
-        self, queue: PartitionQueue, state: TopicState | None, batch: ProducerBatch
-    ) -> None:
+    def close_batch(self, queue: PartitionQueue, batch: ProducerBatch) -> None:
         """Move the open batch to ``ready`` (encoding is finished by build()) and tell the
         Sender."""
         if batch.timer is not None:
@@ -398,8 +416,6 @@ class RecordAccumulator:
             batch.timer = None
         if queue.current is batch:
             queue.current = None
-            if state is not None:
-                state.sticky.next_batch(queue.partition)
         queue.ready.append(batch)
         self.unyielded_bytes = YIELD_EVERY_BYTES  # let the request start at the next send
         self.sender.maybe_send(queue)
@@ -411,7 +427,7 @@ class RecordAccumulator:
         for batch in pending:
             queue = batch.queue
             if queue.current is batch:
-                self.close_batch(queue, self.topics.get(queue.topic), batch)
+                self.close_batch(queue, batch)
         return pending
 
     # --- the Sender's side -----------------------------------------------------------------------
@@ -436,9 +452,6 @@ class RecordAccumulator:
             queue.ready.popleft()
         else:
             queue.current = None
-            state = self.topics.get(queue.topic)
-            if state is not None:
-                state.sticky.next_batch(queue.partition)
         batch.drained = True
         if batch.expiry is not None:
             batch.expiry.cancel()

@@ -57,6 +57,8 @@ from .wire import FetchFormat, IsolationLevel
 __all__ = [
     "DEFAULT_MAX_MESSAGE_BYTES",
     "DEFAULT_TIMEOUT_S",
+    "RECONNECT_BACKOFF_MAX_MS",
+    "RECONNECT_BACKOFF_MS",
     "SESSION_RETRY_AFTER_S",
     "Client",
     "channel_options",
@@ -91,14 +93,25 @@ _LIST_OFFSETS = (broker_pb2.SessionRequest.LIST_OFFSETS_FIELD_NUMBER,
 _UNSET: Any = object()
 
 
+#: First and largest wait of gRPC before it connects again after a failed connection (Kafka's
+#: reconnect.backoff.ms and reconnect.backoff.max.ms are 50 ms and 1 s). gRPC's own defaults
+#: (1 s growing to 120 s) would keep a channel failing calls at once for up to two minutes after
+#: its server came back, whatever the Producer's retries and delivery timeout.
+RECONNECT_BACKOFF_MS = 100
+RECONNECT_BACKOFF_MAX_MS = 1000
+
+
 def channel_options(
     max_message_bytes: int, options: Sequence[tuple[str, Any]] = ()
 ) -> list[tuple[str, Any]]:
-    """gRPC channel arguments: message size limits first, then the caller's (which win)."""
+    """gRPC channel arguments: message size limits and reconnect backoff first, then the
+    caller's (which win)."""
     wire.check_int(max_message_bytes, "max_message_bytes", 1024, wire.INT32_MAX)
     return [
         ("grpc.max_send_message_length", max_message_bytes),
         ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.initial_reconnect_backoff_ms", RECONNECT_BACKOFF_MS),
+        ("grpc.max_reconnect_backoff_ms", RECONNECT_BACKOFF_MAX_MS),
         *options,
     ]
 

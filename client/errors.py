@@ -438,6 +438,8 @@ class RequestTimeoutError(StratalogError):
 class DeliveryTimeoutError(RequestTimeoutError):
     """A batch was not acknowledged within the Producer's ``delivery_timeout_ms`` (Kafka's
     "Expiring N record(s)" TimeoutException). If it was sent, it may still have been stored.
+    Raised by ``send()`` itself when the topic's partition count could not be had in that time
+    (or ``max_block_ms``, if shorter; the message names the one), e.g. no server listening.
 
     ``attempts`` is how many Produce requests carried it (0: it was never sent, e.g. no
     producer id could be had); ``last_error`` is the error of the last attempt, if any.

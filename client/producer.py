@@ -2,7 +2,8 @@
 
 Intuition: calling Produce once per record would spend all the time on round trips, so the
 Producer does what Kafka's does. Each ``send()`` picks a partition (Kafka's murmur2 of the key,
-or the current sticky partition for unkeyed records), encodes the record straight into that
+or the current sticky partition for unkeyed records, which moves on after a stint to the
+partition that got the fewest bytes), encodes the record straight into that
 partition's open batch (:class:`~stratalog.records.BatchBuilder`, the shared codec) and returns a
 :class:`RecordFuture`. A batch is closed when it reaches ``batch_bytes_max``, or (by default)
 as soon as its partition has no request in flight, or ``linger_ms`` after its first record when
@@ -168,7 +169,10 @@ class Producer:
         max_block_ms: how long a call waits for the server's metadata or transaction
             coordinator (DescribeTopic on a topic's first send, InitProducerId of
             ``begin_transaction()``, EndTxn of commit and abort) through retriable errors
-            before raising (Kafka's max.block.ms).
+            before raising (Kafka's max.block.ms). The first send's wait ends at
+            ``delivery_timeout_ms`` if that is shorter, with a
+            :class:`~stratalog.client.errors.DeliveryTimeoutError` naming the timeout and
+            the last error (no server listening, ...).
         buffer_bytes_max: bytes of records held before ``send()`` waits.
         flush: ask the server to fsync before answering each Produce.
     """
@@ -369,6 +373,9 @@ class Producer:
         Raises:
             TypeError/ValueError: a bad argument (named), before anything is buffered.
             UnknownTopicOrPartitionError: no such topic (from the server).
+            DeliveryTimeoutError: the topic's first send got no answer from the server
+                within ``delivery_timeout_ms`` (or ``max_block_ms``): it names which, the
+                attempts and the last error.
             ProducerClosedError: the Producer is closing.
             TransactionStateError: a transactional producer outside a transaction.
             ProducerFencedError (or the error that made the producer fail for good), or for a
@@ -395,7 +402,9 @@ class Producer:
             state = await self._topic_state(topic)
         if partition is None:
             if key is None:
-                partition = state.sticky.partition()
+                partition = state.sticky.partition(
+                    RECORD_FRAMING_BYTES_MAX + (len(value) if value is not None else 0)
+                )
             else:
                 partition = partition_for_key(key, state.num_partitions)
         elif type(partition) is not int or not 0 <= partition < state.num_partitions:
@@ -439,8 +448,8 @@ class Producer:
         """Send many records in one call: the batch-level API, with no per-record future.
 
         ``values[i]`` goes with ``keys[i]`` and ``timestamps_ms[i]`` (when given; same lengths).
-        Partitioning is that of :meth:`send` record by record; unkeyed records all go to the
-        sticky partition (moving on as batches fill). The buffer limit is checked once, before
+        Partitioning is that of :meth:`send` record by record; unkeyed records go to the
+        sticky partition, which moves on after each stint of bytes (:mod:`.partitioner`). The buffer limit is checked once, before
         the records are added. Returns a :class:`SendManyFuture` (metadata in input order).
         """
         accumulator = self._accumulator
@@ -497,7 +506,10 @@ class Producer:
             if partition is not None:
                 target = partition
             elif key is None:
-                target = sticky.partition()
+                value = values[index]
+                target = sticky.partition(
+                    RECORD_FRAMING_BYTES_MAX + (len(value) if value is not None else 0)
+                )
             else:
                 target = partition_for_key(key, num_partitions)
             batch, position = append(queues[target], state, timestamp, key, values[index], ())

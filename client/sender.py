@@ -15,7 +15,11 @@ Delivery of one batch:
   ``retry_backoff_ms * 2**(attempt - 1)``, at most ``retry_backoff_max_ms``, +-20% jitter. The
   batch then fails with :class:`~.errors.DeliveryTimeoutError`; one never drained (no producer
   id yet, its partition not yet in the transaction, earlier batches stuck) fails at the same
-  deadline, saying why.
+  deadline, saying why. The last backoff is cut at the deadline, so that a batch fails when
+  its time is up, not a backoff early. Before any batch, a topic's first send waits for the
+  topic's partition count (DescribeTopic) the same way, until ``delivery_timeout_ms`` or
+  ``max_block_ms``, whichever is shorter. A server down or not yet started is one more
+  retriable error (UNAVAILABLE).
 * With idempotence, the producer id and epoch come from the server (InitProducerId, on first
   use). A batch is drained only when it can be stamped (:meth:`Sender._may_stamp`, Kafka's
   ``shouldStopDrainBatchesForPartition``), and is then stamped with them and the next
@@ -73,6 +77,10 @@ __all__ = ["Sender"]
 # The Producer's logger: what happens to its batches is the Producer's news, wherever the code
 # lives (as in producer_batch.py).
 logger = logging.getLogger("stratalog.client.producer")
+
+# An attempt with less time than this left before its deadline could only time out (and its
+# DEADLINE_EXCEEDED would hide the error worth reporting): the deadline is taken as reached.
+_ATTEMPT_TIME_MIN_S = 0.001
 
 
 class Sender:
@@ -147,13 +155,40 @@ class Sender:
         return self._client
 
     async def describe_topic(self, topic: str) -> TopicInfo:
-        """DescribeTopic through retriable errors for up to ``max_block_ms``."""
+        """DescribeTopic through retriable errors (a server not yet up, restarting) until
+        ``delivery_timeout_ms`` or ``max_block_ms``, whichever comes first: a record cannot be
+        delivered later than its delivery timeout, so its topic's partition count is not worth
+        waiting longer for (Kafka's send() waits ``max.block.ms`` for metadata alone).
+
+        Raises:
+            DeliveryTimeoutError: no answer in that time, naming the timeout that decided,
+                the attempts and the last error (``last_error``).
+            StratalogError: a non-retriable answer (UnknownTopicOrPartitionError, ...).
+        """
         client = self.client()
-        return await self._retrying(
-            "DescribeTopic",
-            lambda timeout_s: client.describe_topic(topic, timeout_s=timeout_s),
-            asyncio.get_running_loop().time() + self._max_block_s,
-        )
+        if self._delivery_timeout_s <= self._max_block_s:
+            wait_s, setting = self._delivery_timeout_s, "delivery_timeout_ms"
+        else:
+            wait_s, setting = self._max_block_s, "max_block_ms"
+        attempts = [0]
+
+        def describe(timeout_s: float) -> Awaitable[TopicInfo]:
+            attempts[0] += 1
+            return client.describe_topic(topic, timeout_s=timeout_s)
+
+        try:
+            return await self._retrying(
+                "DescribeTopic", describe, asyncio.get_running_loop().time() + wait_s
+            )
+        except StratalogError as err:
+            if not err.retriable:
+                raise
+            raise DeliveryTimeoutError(
+                f"topic {topic!r}: no answer to DescribeTopic from {client.target} within "
+                f"{setting}={wait_s * 1000:.0f} ({attempts[0]} attempts; last error: {err})",
+                attempts=attempts[0],
+                last_error=err,
+            ) from err
 
     # --- draining --------------------------------------------------------------------------------
 
@@ -255,7 +290,7 @@ class Sender:
                     stamp = (batch.producer_id, batch.producer_epoch, batch.base_sequence)
                     data = batch.data = _restamped(data, *stamp)
                 remaining_s = batch.deadline - loop.time()
-                if remaining_s <= 0:
+                if remaining_s <= _ATTEMPT_TIME_MIN_S:
                     self._expired(queue, batch, attempts, last_error)
                     return
                 attempts += 1
@@ -306,16 +341,17 @@ class Sender:
                     logger.info("%r: %s; restarting the partition's sequences", batch, last_error)
                     self._request_restart(queue)
                 elif action is ErrorAction.RETRY:
-                    delay_s = self._backoff_s(attempts)
-                    if loop.time() + delay_s >= batch.deadline:
-                        self._expired(queue, batch, attempts, last_error)
-                        return
-                    logger.info(
+                    # The backoff is cut at the deadline (the loop's check then expires the
+                    # batch): the error comes at delivery_timeout_ms, not a backoff early.
+                    delay_s = min(self._backoff_s(attempts), batch.deadline - loop.time())
+                    log = logger.warning if attempts == 1 else logger.info
+                    log(
                         "retrying %r (attempt %d%s) in %.3f s after %s", batch, attempts,
-                        "" if self._retries is None else f" of {self._retries + 1}", delay_s,
-                        last_error,
+                        "" if self._retries is None else f" of {self._retries + 1}",
+                        max(delay_s, 0.0), last_error,
                     )
-                    await asyncio.sleep(delay_s)
+                    if delay_s > 0:
+                        await asyncio.sleep(delay_s)
                 # RESEND_IN_TURN: no backoff, the turn comes when the earlier batches resolve.
         except asyncio.CancelledError:
             if not batch.future.done():
@@ -543,28 +579,43 @@ class Sender:
         keep_going: Callable[[], bool] | None = None,
     ) -> Any:
         """``call(timeout_s)`` again after retriable errors, with backoff, until ``deadline``
-        (loop time) or ``keep_going()`` is false; then the last error is raised."""
+        (loop time) or ``keep_going()`` is false; then the last error is raised. Each attempt
+        gets ``request_timeout_s`` or what is left before the deadline, and the last backoff
+        is cut at the deadline: the error comes when the deadline passes, not a backoff
+        early."""
         loop = asyncio.get_running_loop()
         attempts = 0
+        last_error: StratalogError | None = None
         while True:
             timeout_s = self._request_timeout_s
             if deadline is not None:
-                timeout_s = min(timeout_s, max(0.001, deadline - loop.time()))
+                remaining_s = deadline - loop.time()
+                if remaining_s <= _ATTEMPT_TIME_MIN_S and last_error is not None:
+                    raise last_error  # the backoff reached the deadline: no attempt left
+                timeout_s = min(timeout_s, max(0.001, remaining_s))
             try:
                 return await call(timeout_s)
             except StratalogError as err:
                 if not err.retriable:
                     raise
+                last_error = err
                 if what == "InitProducerId":
                     self._producer_id_error = err
                 attempts += 1
                 delay_s = self._backoff_s(attempts)
-                if deadline is not None and loop.time() + delay_s >= deadline:
-                    raise
+                if deadline is not None:
+                    remaining_s = deadline - loop.time()
+                    if remaining_s <= 0:
+                        raise
+                    delay_s = min(delay_s, remaining_s)
                 if keep_going is not None and not keep_going():
                     raise
-                logger.info("%s failed (attempt %d), retrying in %.3f s: %s",
-                            what, attempts, delay_s, err)
+                # The first failure is worth a warning (a server down shows at once in the
+                # log, as Kafka's "could not be established" does); the retries are not.
+                (logger.warning if attempts == 1 else logger.info)(
+                    "%s failed (attempt %d), retrying in %.3f s: %s", what, attempts, delay_s,
+                    err,
+                )
                 await asyncio.sleep(delay_s)
 
     # --- failures --------------------------------------------------------------------------------

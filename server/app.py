@@ -65,6 +65,7 @@ from stratalog.server.client_limits import WAITING_RPC_BYTES_ESTIMATE, ClientLim
 from stratalog.server.decoding import add_broker_service
 from stratalog.server.garbage_collector import freeze_loaded_objects, set_young_objects_max
 from stratalog.server.metrics import MetricsEndpoint, ServerMetrics
+from stratalog.server.metrics_interceptor import MetricsInterceptor
 from stratalog.server.security.acl_store import AclStore
 from stratalog.server.security.authentication import AuthenticationInterceptor, Authenticator
 from stratalog.server.security.authorizer import AuthorizationInterceptor, Authorizer
@@ -316,9 +317,11 @@ class Server:
         )
 
     def _interceptors(self) -> list[grpc.aio.ServerInterceptor]:
-        """The server interceptors in call order (server/security/__init__.py's table)."""
+        """The server interceptors in call order (server/security/__init__.py's table), after
+        the metrics one, which counts every call the others refuse too."""
         assert self._authenticator is not None
         interceptors: list[grpc.aio.ServerInterceptor] = [
+            MetricsInterceptor(self.metrics.grpc_server),
             AuthenticationInterceptor(
                 self._authenticator,
                 client_certificates=self.settings.tls_client_auth == "required",

@@ -38,6 +38,25 @@ What an operator watches, in Prometheus's text format at ``http://HOST:metrics_p
     stratalog_log_segments{topic,partition}    segment count
     stratalog_log_start_offset{topic,partition}, stratalog_log_end_offset{topic,partition}
     process_*                                  RSS, CPU, open files (prometheus-client's collector)
+    stratalog_build_info{version,python,grpc}  1, labelled with what the server runs
+
+The standard gRPC server metrics too, named and labelled as go-grpc-prometheus (and
+py-grpc-prometheus) name them, so that the dashboards and alerts written for those work as they
+are; counted by the outermost server interceptor (server/metrics_interceptor.py), so every call
+that reached a method is counted, refused ones (authentication, ACLs, limits) included, and
+each request on a Session stream once more under its own RPC's name as a unary call::
+
+    grpc_server_started_total{grpc_type,grpc_service,grpc_method}    calls started
+    grpc_server_handled_total{grpc_type,grpc_service,grpc_method,grpc_code}  calls finished
+    grpc_server_handling_seconds{grpc_type,grpc_service,grpc_method}  histogram of their time
+                                               (streams: their whole life, as go-grpc-prometheus)
+
+``grpc_type`` is ``unary``, ``client_stream``, ``server_stream`` or ``bidi_stream`` and
+``grpc_code`` a code as Go spells it (``OK``, ``InvalidArgument``, ``Canceled`` ...), as
+go-grpc-prometheus labels them (py-grpc-prometheus writes Java's ``UNARY`` ...); the histogram
+has this module's buckets (:data:`LATENCY_BUCKETS_SECONDS`), not Prometheus's default ones.
+Methods are the server's own (a call to an unknown method is not counted), so the label sets
+are bounded.
 
 Labels come from fixed sets only (RPC names, status codes, kinds, setting names, operations,
 reasons), and topics: never a principal or a client's address, which would grow the series
@@ -59,6 +78,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import logging
+import platform
 import socket
 import ssl
 import threading
@@ -67,6 +87,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIRequestHandler
 
+import grpc
 from prometheus_client import (
     CollectorRegistry,
     Counter,
@@ -93,7 +114,9 @@ if TYPE_CHECKING:
     from stratalog.server.storage.log_manager import TopicDescription
 
 __all__ = [
+    "GRPC_CODE_NAMES",
     "LATENCY_BUCKETS_SECONDS",
+    "GrpcServerCollector",
     "LogSnapshotCollector",
     "MetricsEndpoint",
     "ServerMetrics",
@@ -253,6 +276,103 @@ _SUM_AT = _BUCKETS + 1
 _BUCKET_NAMES = (*(floatToGoString(bound) for bound in LATENCY_BUCKETS_SECONDS), "+Inf")
 
 
+#: grpc.StatusCode -> the name go-grpc-prometheus gives it in ``grpc_code`` (Go's
+#: ``codes.Code.String()``: ``OK``, ``Canceled``, ``InvalidArgument`` ...).
+GRPC_CODE_NAMES: dict[grpc.StatusCode, str] = {
+    code: {"OK": "OK", "CANCELLED": "Canceled"}.get(
+        code.name, "".join(part.capitalize() for part in code.name.split("_"))
+    )
+    for code in grpc.StatusCode
+}
+
+
+class GrpcServerCollector(Collector):
+    """The standard gRPC server metrics (``grpc_server_*``), as plain numbers under one lock.
+
+    Holds, per (grpc_type, grpc_service, grpc_method), the calls started and the histogram of
+    their handling time (a count per bucket of :data:`LATENCY_BUCKETS_SECONDS`, one above them,
+    the sum), and per (those, grpc_code) the calls handled; when each label set was first seen.
+    Exported as prometheus-client's ``Counter`` and ``Histogram`` would be (see
+    :class:`TrafficCollector`, which does the same for the same reason: one lock and a few
+    additions per call). Concurrency: any thread.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        # labels -> [count, created]
+        self._started: dict[tuple[str, str, str], list[float]] = {}
+        self._handled: dict[tuple[str, str, str, str], list[float]] = {}
+        # labels -> [one count per bucket, the count above the last bucket, sum, created]
+        self._handling: dict[tuple[str, str, str], list[float]] = {}
+
+    def observe_started(self, labels: tuple[str, str, str]) -> None:
+        """A call of ``labels`` (grpc_type, grpc_service, grpc_method) started."""
+        with self._lock:
+            counted = self._started.get(labels)
+            if counted is None:
+                counted = self._started[labels] = [0, time.time()]
+            counted[0] += 1
+
+    def observe_handled(self, labels: tuple[str, str, str], code: str, seconds: float) -> None:
+        """A call of ``labels`` finished with ``code`` (a :data:`GRPC_CODE_NAMES` value)
+        after ``seconds``."""
+        with self._lock:
+            key = (*labels, code)
+            counted = self._handled.get(key)
+            if counted is None:
+                counted = self._handled[key] = [0, time.time()]
+            counted[0] += 1
+            latency = self._handling.get(labels)
+            if latency is None:
+                latency = self._handling[labels] = [0] * (_BUCKETS + 1) + [0.0, time.time()]
+            latency[_bisect_left(LATENCY_BUCKETS_SECONDS, seconds)] += 1
+            latency[_SUM_AT] += seconds
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            started = [(key, *counted) for key, counted in self._started.items()]
+            handled = [(key, *counted) for key, counted in self._handled.items()]
+            handling = [(key, list(counts)) for key, counts in self._handling.items()]
+        names = ("grpc_type", "grpc_service", "grpc_method")
+        family = CounterMetricFamily(
+            "grpc_server_started", "Total number of RPCs started on the server.", labels=names
+        )
+        for key, count, created in started:
+            family.add_metric(key, count, created=created)
+        yield family
+        family = CounterMetricFamily(
+            "grpc_server_handled",
+            "Total number of RPCs completed on the server, regardless of success or failure.",
+            labels=(*names, "grpc_code"),
+        )
+        for key, count, created in handled:
+            family.add_metric(key, count, created=created)
+        yield family
+        histogram = HistogramMetricFamily(
+            "grpc_server_handling_seconds",
+            "Histogram of response latency (seconds) of gRPC that had been application-level "
+            "handled by the server.",
+            labels=names,
+        )
+        for key, counts in handling:
+            cumulative = list(itertools.accumulate(counts[: _BUCKETS + 1]))
+            histogram.add_metric(
+                key, list(zip(_BUCKET_NAMES, cumulative, strict=True)), counts[_SUM_AT]
+            )
+            histogram.samples.append(Sample(
+                f"{histogram.name}_created", dict(zip(names, key, strict=True)),
+                counts[_SUM_AT + 1],
+            ))
+        yield histogram
+
+
+def build_labels() -> tuple[str, str, str]:
+    """(version, python, grpc) of ``stratalog_build_info``."""
+    from stratalog import __version__
+
+    return __version__, platform.python_version(), grpc.__version__
+
+
 class ServerMetrics:
     """The metrics of one server, in a registry of their own.
 
@@ -261,7 +381,8 @@ class ServerMetrics:
     ``waiting_rpcs_refused`` counter, the ``subscribe_buffer_bytes`` gauge (bound to the
     servicer's budget by the server), the security interceptors' counters (authentication
     failures, ACL denials, quota throttles and their delays), the
-    :class:`LogSnapshotCollector` and the process collector.
+    :class:`LogSnapshotCollector`, the :class:`GrpcServerCollector` (``grpc_server_*``, fed by
+    the metrics interceptor), the ``build_info`` gauge and the process collector.
 
     Concurrency: every method may be called from any thread (the traffic collector and the
     gauge lock internally; the log snapshot is swapped whole).
@@ -323,6 +444,14 @@ class ServerMetrics:
         )
         self.logs = LogSnapshotCollector()
         r.register(self.logs)
+        self.grpc_server = GrpcServerCollector()
+        r.register(self.grpc_server)
+        self.build_info = Gauge(
+            "stratalog_build_info",
+            "1, labelled with the stratalog, Python and gRPC versions the server runs",
+            labelnames=("version", "python", "grpc"), registry=r,
+        )
+        self.build_info.labels(*build_labels()).set(1)
         ProcessCollector(registry=r)
 
     def observe_request(self, rpc: str, code_name: str, seconds: float | None) -> None:

@@ -24,6 +24,7 @@ calls the first one first:
 
 | # | interceptor | decides | refuses with |
 |---|---|---|---|
+| 0 | ``MetricsInterceptor`` (server/metrics_interceptor.py) | nothing: counts every call, refused ones too (``grpc_server_*``) | (never refuses) |
 | 1 | ``AuthenticationInterceptor`` | the call's :class:`CallIdentity` | UNAUTHENTICATED + AUTHENTICATION_FAILED |
 | 2 | ``AuthorizationInterceptor`` (``authorizer = "acl"`` only) | what the identity may do | PERMISSION_DENIED + NOT_AUTHORIZED |
 | 3 | ``QuotaInterceptor`` | how fast: delays answers past a byte-rate quota (idle without quotas) | (delays, never refuses) |

@@ -165,3 +165,30 @@ def test_no_metric_is_labelled_by_principal(server: ServerProcess) -> None:
     assert "stratalog_authorization_denials_total" in text  # the module's refusals are there
     for user in PASSWORDS:
         assert user not in text, f"User {user} in the metrics"
+
+
+def _handled(method: str, code: str) -> str:
+    return (f'grpc_server_handled_total{{grpc_code="{code}",grpc_method="{method}",'
+            f'grpc_service="stratalog.v1.Broker",grpc_type="unary"}}')
+
+
+def test_refused_calls_are_counted_in_the_grpc_server_metrics(server: ServerProcess) -> None:
+    # The metrics interceptor is the first of the chain: what the later ones refuse is
+    # counted with the code it was refused with, as go-grpc-prometheus counts it.
+    with _client(server, "admin") as admin:
+        admin.create_topic("refused")
+    samples = [_handled("ListTopics", "Unauthenticated"), _handled("Produce", "PermissionDenied"),
+               _handled("Produce", "OK")]
+    since = _counted(server, samples)
+    wrong = base64.b64encode(b"alice:not-her-password").decode()
+    with grpc.insecure_channel(server.target) as channel:
+        stub = broker_pb2_grpc.BrokerStub(channel)
+        for _ in range(2):
+            assert _refused(stub.ListTopics, pb.ListTopicsRequest(),
+                            (("authorization", f"Basic {wrong}"),)) \
+                == grpc.StatusCode.UNAUTHENTICATED
+    with _client(server, "alice") as alice, pytest.raises(NotAuthorizedError):
+        alice.produce("refused", 0, [b"v"])
+    with _client(server, "admin") as admin:
+        admin.produce("refused", 0, [b"v"])
+    assert since() == {samples[0]: 2, samples[1]: 1, samples[2]: 1}

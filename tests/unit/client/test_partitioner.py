@@ -1,5 +1,8 @@
 """Kafka's murmur2 partitioner and sticky partitioning (stratalog.client.partitioner).
 
+The sticky partitioner's tests state its invariant (partitions never trail by more than a stint
+and a record) over random operations, and the issue 15 case (100,000 records, 3 partitions).
+
 kafka-python's ``murmur2`` (a port of Kafka's ``Utils.murmur2``) is the oracle; the fixed vectors
 are the ones Kafka's own ``UtilsTest.testMurmur2`` asserts.
 """
@@ -16,6 +19,7 @@ from kafka.partitioner.default import DefaultPartitioner
 from kafka.partitioner.default import murmur2 as kafka_murmur2
 
 from stratalog.client.partitioner import (
+    STINT_BYTES_MIN,
     StickyPartitioner,
     murmur2,
     partition_for_key,
@@ -95,44 +99,114 @@ def test_partition_for_key_argument_errors() -> None:
         partition_for_key("k", 3)  # type: ignore[arg-type]
 
 
-def test_sticky_partition_stays_until_next_batch() -> None:
-    sticky = StickyPartitioner(5, rng=random.Random(1))
-    first = sticky.partition()
-    assert all(sticky.partition() == first for _ in range(100))
-    sticky.next_batch(first)
-    second = sticky.partition()
+def test_sticky_partition_stays_for_a_stint_then_moves() -> None:
+    sticky = StickyPartitioner(5, stint_bytes_max=1000, rng=random.Random(1))
+    first = sticky.partition(100)
+    # 1000 bytes in all: this record and nine more stay; the eleventh moves on.
+    assert all(sticky.partition(100) == first for _ in range(9))
+    second = sticky.partition(100)
     assert second != first
-    assert all(sticky.partition() == second for _ in range(100))
+    assert all(sticky.partition(100) == second for _ in range(9))
 
 
-def test_sticky_next_batch_of_another_partition_does_not_move() -> None:
-    # Kafka's StickyPartitionCache.nextPartition only switches if the full batch was the sticky one.
-    sticky = StickyPartitioner(4, rng=random.Random(2))
-    current = sticky.partition()
-    sticky.next_batch((current + 1) % 4)
-    assert sticky.partition() == current
+def test_a_record_larger_than_the_stint_goes_whole_and_ends_it() -> None:
+    sticky = StickyPartitioner(3, stint_bytes_max=100, rng=random.Random(2))
+    first = sticky.partition(5000)
+    assert sticky.stint_left_bytes < 0
+    assert sticky.partition(1) != first
+    assert sticky.sent_bytes()[first] == 5000
 
 
-def test_sticky_never_repeats_and_spreads_evenly() -> None:
-    sticky = StickyPartitioner(6, rng=random.Random(3))
+def test_spend_counts_a_run_of_appends_against_the_stint() -> None:
+    sticky = StickyPartitioner(2, stint_bytes_max=1000, rng=random.Random(3))
+    first = sticky.partition(10)
+    room = sticky.stint_left_bytes
+    assert room == 990
+    sticky.spend(room)
+    assert sticky.partition(10) != first
+    assert sorted(sticky.sent_bytes()) == [10, 1000]
+
+
+def test_the_next_partition_is_one_with_the_fewest_bytes() -> None:
+    sticky = StickyPartitioner(3, stint_bytes_max=100, rng=random.Random(4))
+    first = sticky.partition(300)  # one record: three stints' worth
+    second = sticky.partition(100)
+    third = sticky.partition(100)
+    assert len({first, second, third}) == 3
+    sizes = sticky.sent_bytes()
+    assert sizes[first] == 300 and sizes[second] == sizes[third] == 100
+    # The first partition is ahead by 200: the next two stints go to the other two.
+    assert {sticky.partition(100), sticky.partition(100)} == {second, third}
+
+
+def test_stints_grow_with_the_run_from_16_kib_to_the_most() -> None:
+    sticky = StickyPartitioner(4, stint_bytes_max=1 << 20, rng=random.Random(5))
+    sticky.partition(100)
+    assert sticky.stint_bytes == STINT_BYTES_MIN  # Kafka's batch.size to begin with
+    lengths = []
+    for _ in range(400_000):
+        sticky.partition(100)
+        if sticky.stint_bytes not in lengths:
+            lengths.append(sticky.stint_bytes)
+    # 40 MB sent, an eighth of a partition's share is over 1 MiB: a batch at a time.
+    assert lengths == sorted(lengths) and lengths[-1] == 1 << 20
+    assert sum(sticky.sent_bytes()) == 400_001 * 100
+
+
+def test_ties_are_broken_at_random() -> None:
+    firsts = {StickyPartitioner(6, rng=random.Random(seed)).partition() for seed in range(200)}
+    assert firsts == set(range(6))
+
+
+@pytest.mark.parametrize("records", [30_000, 100_000, 1_000_000])
+def test_unkeyed_records_fill_three_partitions_evenly(records: int) -> None:
+    # Issue 15: 100,000 unkeyed records landed 80,692 / 0 / 19,308 under the old partitioner.
+    # (A run of a few stints of 16 KiB, Kafka's batch.size, is as even as a stint allows.)
+    rng = random.Random(records)
+    sticky = StickyPartitioner(3, rng=rng)
     counts: collections.Counter[int] = collections.Counter()
-    previous = sticky.partition()
-    for _ in range(6000):
-        sticky.next_batch(previous)
-        current = sticky.partition()
-        assert current != previous
-        assert 0 <= current < 6
-        counts[current] += 1
-        previous = current
-    # Uniform over the other five each time: every partition gets about 1000 of 6000 switches.
-    assert set(counts) == set(range(6))
-    assert all(800 < n < 1200 for n in counts.values()), counts
+    for _ in range(records):
+        counts[sticky.partition(36 + rng.randrange(5, 60))] += 1
+    third = records / 3
+    assert all(0.8 * third <= counts[p] <= 1.2 * third for p in range(3)), counts
+
+
+@settings(max_examples=300)
+@given(
+    st.integers(min_value=1, max_value=12),
+    st.integers(min_value=1, max_value=50_000),
+    st.lists(st.tuples(st.booleans(), st.integers(min_value=0, max_value=3000)), max_size=400),
+    st.integers(min_value=0, max_value=2**32),
+)
+def test_partitions_never_trail_by_more_than_a_stint_and_a_record(
+    count: int, stint_bytes_max: int, operations: list[tuple[bool, int]], seed: int
+) -> None:
+    """Random records, one at a time (partition) or as runs (partition, then spend up to what
+    the stint has left, as the accumulator's append_values does): the invariant holds
+    throughout, and the counts agree with a model that adds up what each call was told."""
+    sticky = StickyPartitioner(count, stint_bytes_max=stint_bytes_max, rng=random.Random(seed))
+    model = [0] * count
+    largest = 0
+    for as_run, size in operations:
+        target = sticky.partition(size)
+        assert 0 <= target < count
+        model[target] += size
+        largest = max(largest, size)
+        if as_run and sticky.stint_left_bytes > 0:
+            extra = min(sticky.stint_left_bytes, size)
+            sticky.spend(extra)
+            model[target] += extra
+            largest = max(largest, extra)
+        sent = sticky.sent_bytes()
+        assert sent == model
+        stint_max = min(stint_bytes_max, max(STINT_BYTES_MIN, sum(sent) // (8 * count)))
+        assert max(sent) - min(sent) <= stint_max + largest
 
 
 def test_sticky_single_partition() -> None:
-    sticky = StickyPartitioner(1)
-    assert sticky.partition() == 0
-    sticky.next_batch(0)
-    assert sticky.partition() == 0
+    sticky = StickyPartitioner(1, stint_bytes_max=10)
+    assert all(sticky.partition(7) == 0 for _ in range(10))
     with pytest.raises(ValueError, match="num_partitions"):
         StickyPartitioner(0)
+    with pytest.raises(ValueError, match="stint_bytes_max"):
+        StickyPartitioner(2, stint_bytes_max=0)

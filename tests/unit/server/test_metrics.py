@@ -193,3 +193,53 @@ def test_log_gauges_come_from_the_last_snapshot() -> None:
     samples = _samples(metrics)
     assert ("stratalog_log_size_bytes", labels) not in samples
     assert samples[("stratalog_log_size_bytes", (("partition", "0"), ("topic", "orders")))] == 5
+
+
+_PRODUCE = (("grpc_method", "Produce"), ("grpc_service", "stratalog.v1.Broker"),
+            ("grpc_type", "unary"))
+
+
+def test_grpc_server_metrics_are_named_and_labelled_as_go_grpc_prometheus() -> None:
+    metrics = ServerMetrics()
+    labels = ("unary", "stratalog.v1.Broker", "Produce")
+    for seconds in (0.0001, 0.003):
+        metrics.grpc_server.observe_started(labels)
+        metrics.grpc_server.observe_handled(labels, "OK", seconds)
+    metrics.grpc_server.observe_started(labels)
+    metrics.grpc_server.observe_handled(labels, "ResourceExhausted", 20.0)
+    metrics.grpc_server.observe_started(labels)  # still running: started, not handled
+    samples = _samples(metrics)
+    assert samples[("grpc_server_started_total", _PRODUCE)] == 4
+    assert samples[("grpc_server_handled_total", (("grpc_code", "OK"), *_PRODUCE))] == 2
+    assert samples[("grpc_server_handled_total",
+                    (("grpc_code", "ResourceExhausted"), *_PRODUCE))] == 1
+    assert samples[("grpc_server_handling_seconds_count", _PRODUCE)] == 3
+    assert samples[("grpc_server_handling_seconds_sum", _PRODUCE)] == pytest.approx(20.0031)
+    assert samples[("grpc_server_handling_seconds_bucket", (*_PRODUCE, ("le", "0.005")))] == 2
+    assert samples[("grpc_server_handling_seconds_bucket", (*_PRODUCE, ("le", "+Inf")))] == 3
+
+
+def test_grpc_code_names_are_go_s() -> None:
+    import grpc
+
+    from stratalog.server.metrics import GRPC_CODE_NAMES
+
+    assert GRPC_CODE_NAMES[grpc.StatusCode.OK] == "OK"
+    assert GRPC_CODE_NAMES[grpc.StatusCode.CANCELLED] == "Canceled"
+    assert GRPC_CODE_NAMES[grpc.StatusCode.INVALID_ARGUMENT] == "InvalidArgument"
+    assert GRPC_CODE_NAMES[grpc.StatusCode.DEADLINE_EXCEEDED] == "DeadlineExceeded"
+    assert GRPC_CODE_NAMES[grpc.StatusCode.UNAUTHENTICATED] == "Unauthenticated"
+    assert len(set(GRPC_CODE_NAMES.values())) == len(grpc.StatusCode)
+
+
+def test_build_info_is_one_with_the_versions() -> None:
+    import platform
+
+    import grpc
+
+    import stratalog
+
+    samples = _samples(ServerMetrics())
+    labels = (("grpc", grpc.__version__), ("python", platform.python_version()),
+              ("version", stratalog.__version__))
+    assert samples[("stratalog_build_info", labels)] == 1
