@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import logging
 import os
 import sys
 import time
@@ -61,6 +62,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="batch compression codec (default none)")
     parser.add_argument("--linger-ms", type=int, default=5,
                         help="how long a batch waits for more records (default 5)")
+    parser.add_argument("--delivery-timeout-ms", type=int, default=30_000, metavar="MS",
+                        help="give up on a record (and on reaching the server at all) after MS "
+                             "milliseconds of retrying (default 30000; the library's default "
+                             "is Kafka's 120000)")
     parser.add_argument("--no-idempotence", action="store_true",
                         help="send without producer ids and sequences (at least once: a retry "
                              "may store a batch twice)")
@@ -97,6 +102,9 @@ def run(args: argparse.Namespace) -> int:
         if args.transaction_records < 1:
             return fail("produce",
                         f"--transaction-records must be >= 1, got {args.transaction_records}")
+    if args.delivery_timeout_ms < 1:
+        return fail("produce", f"--delivery-timeout-ms must be >= 1, got {args.delivery_timeout_ms}")
+    _show_producer_warnings()
     separator = args.key_separator.encode() if args.key_separator is not None else None
     if args.file is not None:
         try:
@@ -145,9 +153,24 @@ def _chunks(
         yield (keys if separator is not None else None), values
 
 
+def _show_producer_warnings() -> None:
+    """The Producer logs its first failure of a request at WARNING (then retries until the
+    delivery timeout): a user whose server is down sees that at once on stderr, instead of a
+    silent wait."""
+    producer_log = logging.getLogger("stratalog.client")
+    if not any(isinstance(h, logging.StreamHandler) for h in producer_log.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("stratalog produce: %(message)s"))
+        handler.setLevel(logging.WARNING)
+        producer_log.addHandler(handler)
+        if producer_log.level == logging.NOTSET or producer_log.level > logging.WARNING:
+            producer_log.setLevel(logging.WARNING)
+
+
 def _producer(args: argparse.Namespace) -> Producer:
     return Producer(
         args.target, linger_ms=args.linger_ms, compression=args.compression,
+        delivery_timeout_ms=args.delivery_timeout_ms,
         idempotent=not args.no_idempotence, transactional_id=args.transactional_id,
         **connection_options(args),
     )
