@@ -27,7 +27,7 @@ from .errors import OptionError
 from .options import ReadOptions, parse_read_options, parse_write_options
 from .schema import read_schema
 from .stream_reader import StratalogStreamReader
-from .writer import StratalogStreamWriter, StratalogWriter, plan_write
+from .writer import StratalogStreamWriter, StratalogWriter, plan_write, prepare_sink
 
 __all__ = ["StratalogDataSource"]
 
@@ -76,11 +76,15 @@ class StratalogDataSource(DataSource):
             raise OptionError("mode", "only 'append' is supported: records are appended to "
                               "topics, never replaced")
         options = parse_write_options(self.options)
-        return StratalogWriter(options, plan_write(schema, options))
+        plan = plan_write(schema, options)
+        prepare_sink(options)
+        return StratalogWriter(options, plan)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         if overwrite:
             raise OptionError("outputMode", "only 'append' is supported: records are appended "
                               "to topics, never replaced")
         options = parse_write_options(self.options)
-        return StratalogStreamWriter(options, plan_write(schema, options))
+        plan = plan_write(schema, options)
+        prepare_sink(options)
+        return StratalogStreamWriter(options, plan)
