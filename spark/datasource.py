@@ -5,7 +5,8 @@
 ``df.writeStream``. Spark creates the source with the query's options and asks it, on the
 driver, for the read schema and for a reader or a writer; that is where the options are parsed
 and checked (:mod:`stratalog.spark.options`), so a bad option fails the query before any task
-runs, with an :class:`~stratalog.spark.errors.OptionError` naming it.
+runs, with an :class:`~stratalog.spark.errors.OptionError` naming it. A write's sink topic is
+checked there too (created with ``createTopic``: :func:`stratalog.spark.writer.prepare_sink`).
 
 The schema is fixed (Spark's Kafka source schema, :mod:`stratalog.spark.schema`): a query that
 passes its own schema with ``.schema(...)`` fails, as it does with Spark's Kafka source.

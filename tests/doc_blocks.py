@@ -17,7 +17,8 @@ the docs cannot drift from what the code does (issue 15). The conventions, in th
   already); the reason is required, so that a skipped block says why.
 
 Every block is run with ``127.0.0.1:50051`` (the server's default address in the docs) replaced
-by the test server's target, and with ``STRATALOG_TARGET`` set to it: nothing else is changed.
+by the test server's target (in the commands and in the output they show), and with
+``STRATALOG_TARGET`` set to it: nothing else is changed.
 """
 
 from __future__ import annotations
@@ -117,9 +118,9 @@ def commands(block: Block) -> list[Command]:
             raise AssertionError(f"{block.where}: output {line!r} before any $ command")
         start = i
         text = line[2:] if prompted else line
-        while text.endswith("\\"):
+        while text.endswith("\\"):  # kept: bash joins the lines itself
             i += 1
-            text = text[:-1] + "\n" + raw[i]
+            text += "\n" + raw[i]
         i += 1
         expected = None
         if prompted:
@@ -188,7 +189,7 @@ class Reader:
                 f"{where}\nexited {result.returncode}; it printed:\n{result.stdout[-4000:]}"
             )
             if command.expected is not None:
-                assert output_matches(command.expected, result.stdout), (
+                assert output_matches(self.substitute(command.expected), result.stdout), (
                     f"{where}\nprinted:\n{result.stdout[-4000:]}\nthe doc shows:\n"
                     f"{command.expected}"
                 )

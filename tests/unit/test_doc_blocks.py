@@ -52,13 +52,13 @@ def test_blocks_of_a_section_with_their_markers(tmp_path: Path) -> None:
 def test_commands_and_their_output(tmp_path: Path) -> None:
     block = blocks(_write(tmp_path, DOC), "## Quick start")[1]
     assert [(c.line, c.text, c.expected) for c in commands(block)] == [
-        (11, "echo one \n    two", "one two\n"),
+        (11, "echo one \\\n    two", "one two\n"),
         (14, "true", None),
         (15, "printf 'a\\nb\\n'", "...\n"),
     ]
     plain = Block(Path("x"), 1, "sh", "echo a\necho b \\\n  c\n", None)
     assert [(c.text, c.expected) for c in commands(plain)] == [
-        ("echo a", None), ("echo b \n  c", None)]
+        ("echo a", None), ("echo b \\\n  c", None)]
 
 
 @pytest.mark.parametrize(
