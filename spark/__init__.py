@@ -64,10 +64,13 @@ def register(spark: Any) -> None:
     local (the workers run on this machine), the source is registered to run in *this*
     interpreter (``sys.executable``), which imports stratalog since it is running this
     function. Only this source's workers change: the session's own Python (for UDFs) stays.
-    An explicit ``PYSPARK_PYTHON`` (or ``spark.pyspark.python`` through spark-submit) always
-    wins, and on a cluster the executors' Python must be set that way (docs/spark.md).
+    An explicit ``PYSPARK_PYTHON`` or ``spark.pyspark.python`` always wins, and on a cluster
+    the executors' Python must be set that way (docs/spark.md).
     """
-    context = getattr(spark, "sparkContext", None)  # Spark Connect sessions have none
+    try:
+        context = spark.sparkContext
+    except Exception:  # Spark Connect sessions have none (pyspark raises its own error)
+        context = None
     python = _worker_python(context)
     if context is None or python is None:
         spark.dataSource.register(StratalogDataSource)
@@ -84,8 +87,11 @@ def register(spark: Any) -> None:
 
 def _worker_python(context: Any) -> str | None:
     """The interpreter this source's workers should run, when it is not the session's own:
-    ``sys.executable`` for a local master without ``PYSPARK_PYTHON``; else None."""
+    ``sys.executable`` for a local master without ``PYSPARK_PYTHON`` or
+    ``spark.pyspark.python``; else None."""
     if context is None or os.environ.get("PYSPARK_PYTHON"):
+        return None
+    if context.getConf().get("spark.pyspark.python"):
         return None
     if not str(context.master).startswith("local") or not sys.executable:
         return None

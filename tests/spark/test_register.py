@@ -7,7 +7,7 @@ tests/spark/test_docs_spark.py's; these check the choice and that the session is
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pytest
 
@@ -16,10 +16,13 @@ from stratalog.spark import _worker_python, register
 
 @dataclass
 class _Context:
-    """The two attributes of pyspark's SparkContext that the choice reads."""
+    """What the choice reads of pyspark's SparkContext: its master and configuration."""
 
     master: str
-    pythonExec: str = "python3"  # pyspark's name
+    conf: dict[str, str] = field(default_factory=dict)
+
+    def getConf(self) -> dict[str, str]:  # pyspark's name
+        return self.conf
 
 
 @pytest.mark.parametrize(
@@ -39,6 +42,8 @@ def test_worker_python(monkeypatch, master, env, expected):
         monkeypatch.setenv("PYSPARK_PYTHON", env)
     assert _worker_python(_Context(master)) == expected
     assert _worker_python(None) is None  # Spark Connect: no SparkContext
+    # spark.pyspark.python set on the session wins too.
+    assert _worker_python(_Context(master, {"spark.pyspark.python": "/opt/py"})) is None
 
 
 def test_register_leaves_the_session_python_alone(spark, client, server, topic_name,
