@@ -61,10 +61,9 @@ RESULT_SCHEMA = (
     .add("value", StringType())
     .add("timestamp", TimestampType())
 )
-# The connector's error, as Spark's exceptions quote it at the end of a Python traceback.
-_CONNECTOR_ERROR = re.compile(
-    r"^(?:stratalog\.[\w.]*\.)?(\w+Error): (.+)$", re.MULTILINE
-)
+# An error of stratalog (the connector's, the client's), as Spark's exceptions quote it at the
+# end of a Python traceback: "stratalog.spark.errors.DataLossError: offsets ...".
+_STRATALOG_ERROR = re.compile(r"^stratalog\.[\w.]*\.(\w+Error): (.+)$", re.MULTILINE)
 
 
 def read_options(target: str, source: str, since_ms: int, strategy: str = "latest") -> dict:
@@ -147,8 +146,8 @@ def run(
 
 
 def _one_line(exc: PySparkException) -> str | None:
-    """The connector's message inside a Spark exception (the last one quoted), if any."""
-    found = _CONNECTOR_ERROR.findall(str(exc))
+    """stratalog's error inside a Spark exception (the last one quoted), if any."""
+    found = _STRATALOG_ERROR.findall(str(exc))
     return f"{found[-1][0]}: {found[-1][1]}" if found else None
 
 

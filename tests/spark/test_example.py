@@ -107,3 +107,23 @@ def test_strategy_error_and_missing_source_are_one_line(client, server, topic_na
     err = capsys.readouterr().err
     assert err == (f"pipeline: option 'subscribe': topic 'no-such-topic' does not exist on "
                    f"{server.target}\n")
+
+
+def test_a_stratalog_error_inside_a_spark_exception_is_one_line():
+    """Errors met while the job runs reach the driver wrapped in Spark's exception, after a
+    Python traceback; the example prints only stratalog's line of it."""
+    from pyspark.errors import PySparkException
+
+    pipeline = load_pipeline()
+    wrapped = PySparkException(message=(
+        "[PYTHON_DATA_SOURCE_ERROR] Failed to plan: Traceback (most recent call last):\n"
+        '  File "spark/offsets.py", line 233, in resolve_offsets\n'
+        "stratalog.spark.errors.DataLossError: offsets [0, 5) of t-0 are gone. Set the option "
+        "failOnDataLoss=false to skip them.\n SQLSTATE: 38000"
+    ))
+    assert pipeline._one_line(wrapped) == (
+        "DataLossError: offsets [0, 5) of t-0 are gone. Set the option failOnDataLoss=false "
+        "to skip them."
+    )
+    other = PySparkException(message="Traceback ...\nValueError: a bug of the job's own\n")
+    assert pipeline._one_line(other) is None
