@@ -26,6 +26,8 @@ docs/spark.md has every option; :mod:`stratalog.spark.errors` the errors queries
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any
 
 from .datasource import StratalogDataSource
@@ -52,5 +54,45 @@ __all__ = [
 
 
 def register(spark: Any) -> None:
-    """Make ``format("stratalog")`` available in the SparkSession ``spark``."""
-    spark.dataSource.register(StratalogDataSource)
+    """Make ``format("stratalog")`` available in the SparkSession ``spark``.
+
+    Spark runs the connector in Python worker processes of the interpreter the session was
+    started with in ``PYSPARK_PYTHON`` (pyspark reads it once, when the SparkContext starts),
+    else ``python3`` from ``PATH``: rarely the one stratalog is installed in (a venv's
+    ``bin/python`` run without activating it), and then every query fails in the workers with
+    ``No module named 'stratalog'``. So when ``PYSPARK_PYTHON`` is not set and the master is
+    local (the workers run on this machine), the source is registered to run in *this*
+    interpreter (``sys.executable``), which imports stratalog since it is running this
+    function. Only this source's workers change: the session's own Python (for UDFs) stays.
+    An explicit ``PYSPARK_PYTHON`` or ``spark.pyspark.python`` always wins, and on a cluster
+    the executors' Python must be set that way (docs/spark.md).
+    """
+    try:
+        context = spark.sparkContext
+    except Exception:  # Spark Connect sessions have none (pyspark raises its own error)
+        context = None
+    python = _worker_python(context)
+    if context is None or python is None:
+        spark.dataSource.register(StratalogDataSource)
+        return
+    # pyspark wraps the source with sc.pythonExec, read when the wrapping is made: swap it
+    # for the registration only.
+    session_python = context.pythonExec
+    context.pythonExec = python
+    try:
+        spark.dataSource.register(StratalogDataSource)
+    finally:
+        context.pythonExec = session_python
+
+
+def _worker_python(context: Any) -> str | None:
+    """The interpreter this source's workers should run, when it is not the session's own:
+    ``sys.executable`` for a local master without ``PYSPARK_PYTHON`` or
+    ``spark.pyspark.python``; else None."""
+    if context is None or os.environ.get("PYSPARK_PYTHON"):
+        return None
+    if context.getConf().get("spark.pyspark.python"):
+        return None
+    if not str(context.master).startswith("local") or not sys.executable:
+        return None
+    return sys.executable

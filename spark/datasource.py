@@ -5,7 +5,8 @@
 ``df.writeStream``. Spark creates the source with the query's options and asks it, on the
 driver, for the read schema and for a reader or a writer; that is where the options are parsed
 and checked (:mod:`stratalog.spark.options`), so a bad option fails the query before any task
-runs, with an :class:`~stratalog.spark.errors.OptionError` naming it.
+runs, with an :class:`~stratalog.spark.errors.OptionError` naming it. A write's sink topic is
+checked there too (created with ``createTopic``: :func:`stratalog.spark.writer.prepare_sink`).
 
 The schema is fixed (Spark's Kafka source schema, :mod:`stratalog.spark.schema`): a query that
 passes its own schema with ``.schema(...)`` fails, as it does with Spark's Kafka source.
@@ -27,7 +28,7 @@ from .errors import OptionError
 from .options import ReadOptions, parse_read_options, parse_write_options
 from .schema import read_schema
 from .stream_reader import StratalogStreamReader
-from .writer import StratalogStreamWriter, StratalogWriter, plan_write
+from .writer import StratalogStreamWriter, StratalogWriter, plan_write, prepare_sink
 
 __all__ = ["StratalogDataSource"]
 
@@ -76,11 +77,15 @@ class StratalogDataSource(DataSource):
             raise OptionError("mode", "only 'append' is supported: records are appended to "
                               "topics, never replaced")
         options = parse_write_options(self.options)
-        return StratalogWriter(options, plan_write(schema, options))
+        plan = plan_write(schema, options)
+        prepare_sink(options)
+        return StratalogWriter(options, plan)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         if overwrite:
             raise OptionError("outputMode", "only 'append' is supported: records are appended "
                               "to topics, never replaced")
         options = parse_write_options(self.options)
-        return StratalogStreamWriter(options, plan_write(schema, options))
+        plan = plan_write(schema, options)
+        prepare_sink(options)
+        return StratalogStreamWriter(options, plan)

@@ -123,6 +123,8 @@ _WRITE_OPTIONS = (
     "batchBytesMax",
     "transactionalIdPrefix",
     "transactionTimeoutMs",
+    "createTopic",
+    "createTopicPartitions",
 )
 #: A transactional id is at most 32767 bytes (Kafka's string); the connector appends
 #: "-<partition id>" (at most 11 bytes) to the prefix.
@@ -604,6 +606,9 @@ class WriteOptions:
     """A batch or streaming write: where to, and the Producer's batching and compression.
 
     ``topic`` (the option) wins over a ``topic`` column, as in Spark's Kafka sink.
+    ``create_topic``: create the ``topic`` option's topic, with ``create_topic_partitions``
+    partitions, when the driver finds it missing (otherwise a missing topic fails the write on
+    the driver, before any task runs).
     ``transactional_id_prefix``: None for an idempotent, non-transactional write; otherwise
     each task writes in one transaction with transactional id ``<prefix>-<partition id>``,
     open at most ``transaction_timeout_ms`` (None: the connector's default, 15 minutes, in
@@ -617,6 +622,8 @@ class WriteOptions:
     batch_bytes_max: int | None = None
     transactional_id_prefix: str | None = None
     transaction_timeout_ms: int | None = None
+    create_topic: bool = False
+    create_topic_partitions: int = 1
 
     def transactional_id(self, partition_id: int) -> str | None:
         """The transactional id of the task writing Spark partition ``partition_id``."""
@@ -653,6 +660,15 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
             "transactionTimeoutMs", "applies to transactional writes only: set "
             "transactionalIdPrefix too"
         )
+    create_topic = opts.bool("createTopic", False)
+    if create_topic and topic is None:
+        raise OptionError(
+            "createTopic", "needs the 'topic' option: topics named by a 'topic' column are "
+            "known only row by row, so create them beforehand (stratalog topics create)"
+        )
+    partitions = opts.int("createTopicPartitions", 1, 2**31 - 1)
+    if partitions is not None and not create_topic:
+        raise OptionError("createTopicPartitions", "applies only with createTopic=true")
     return WriteOptions(
         connection=_connection(opts),
         topic=topic.strip() if topic is not None else None,
@@ -661,4 +677,6 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
         batch_bytes_max=opts.int("batchBytesMax", 1024, 2**31 - 1),
         transactional_id_prefix=prefix,
         transaction_timeout_ms=timeout_ms,
+        create_topic=create_topic,
+        create_topic_partitions=1 if partitions is None else partitions,
     )

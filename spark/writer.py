@@ -31,6 +31,13 @@ timestamp  timestamp                        the record timestamp (null: now)
 ========== ================================ ===========================================
 
 Strings are written as UTF-8. Only ``mode("append")`` exists (records are always appended).
+
+The sink topic (the ``topic`` option) is checked on the driver before any task runs
+(:func:`prepare_sink`): a missing one fails the write at once, naming it, or is created with
+``createTopic=true`` (``createTopicPartitions``, default 1). Spark's Kafka sink has no such
+option (a Kafka broker may create topics on first use, ``auto.create.topics.enable``);
+stratalog's server never does, so without it a job would run to its end and fail in every
+write task.
 """
 
 from __future__ import annotations
@@ -60,7 +67,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from stratalog.client import Producer
+from stratalog.client import Producer, TopicAlreadyExistsError, UnknownTopicOrPartitionError
 
 from .errors import OptionError, SchemaError
 from .options import WriteOptions
@@ -78,6 +85,7 @@ __all__ = [
     "WriteCommitMessage",
     "WritePlan",
     "plan_write",
+    "prepare_sink",
 ]
 
 logger = logging.getLogger(__name__)
@@ -148,6 +156,39 @@ def plan_write(schema: StructType, options: WriteOptions) -> WritePlan:
         has_headers="headers" in types,
         has_timestamp="timestamp" in types,
     )
+
+
+def prepare_sink(options: WriteOptions) -> None:
+    """On the driver, before any task runs: make sure the ``topic`` option's topic exists.
+
+    Creates it with ``createTopic=true`` (another writer creating it first is fine). Does
+    nothing without the ``topic`` option (topics named row by row are checked by the tasks).
+
+    Raises:
+        OptionError: the topic does not exist and ``createTopic`` is not set.
+        stratalog.client.StratalogError: the server could not answer, or refused the creation
+            (an invalid name, not authorized).
+    """
+    if options.topic is None:
+        return
+    with options.connection.sync_client() as client:
+        try:
+            client.describe_topic(options.topic)
+            return
+        except UnknownTopicOrPartitionError:
+            if not options.create_topic:
+                raise OptionError(
+                    "topic", f"topic {options.topic!r} does not exist on "
+                    f"{options.connection.target}: create it first (stratalog topics create "
+                    f"{options.topic} --partitions N) or set createTopic=true "
+                    "(and createTopicPartitions)"
+                ) from None
+        try:
+            client.create_topic(options.topic, options.create_topic_partitions)
+            logger.info("created topic %s with %d partition(s) (createTopic)", options.topic,
+                        options.create_topic_partitions)
+        except TopicAlreadyExistsError:
+            pass
 
 
 def _utf8(values: list[Any]) -> list[bytes | None]:

@@ -56,3 +56,74 @@ def test_activity_per_minute(spark, client, server, topic_name):
                 minute = (int(record.timestamp) // MINUTE_MS) * MINUTE_MS
                 got[(row["key"], minute)] = (row["records"], row["bytes"])
     assert got == {k: (expected[k], expected_bytes[k]) for k in expected}
+
+
+def _sink_rows(client, sink):
+    rows = []
+    for partition in range(client.describe_topic(sink).num_partitions):
+        result = client.fetch_by_offset(sink, partition, 0)
+        rows += [json.loads(r.value) for r in result.records]
+    return rows
+
+
+def test_empty_partition_and_missing_sink(spark, client, server, topic_name):
+    """Issue 15: a partition with no record after the start (here an empty one) reads nothing
+    instead of failing the job, and the sink is created by the writer (createTopic)."""
+    pipeline = load_pipeline()
+    source, sink = topic_name("events"), topic_name("activity")
+    client.create_topic(source, partitions=3)  # partition 2 stays empty
+    for partition in range(2):
+        client.produce(source, partition, [
+            ProducerRecord(b"x" * 5, key=b"user-1", timestamp_ms=START_MS + i * 1_000)
+            for i in range(30)
+        ])
+    read = pipeline.read_options(server.target, source, START_MS)
+    write = pipeline.write_options(server.target, sink, 2)
+    assert pipeline.check(read, write) == 60
+    assert client.describe_topic(sink).num_partitions == 2  # the driver created it
+    written = pipeline.run(spark, server.target, source, sink, START_MS, sink_partitions=2)
+    assert written == 1
+    assert _sink_rows(client, sink) == [
+        {"key": "user-1", "minute": "2025-11-22T08:27:00.000Z", "records": 60, "bytes": 300}
+    ]
+
+
+def test_strategy_error_and_missing_source_are_one_line(client, server, topic_name, capsys):
+    """User errors stop the example on the driver, before Spark starts, with one line."""
+    pipeline = load_pipeline()
+    source = topic_name("events")
+    client.create_topic(source, partitions=2)
+    client.produce(source, 0, [ProducerRecord(b"v", timestamp_ms=START_MS)])
+    args = ["--target", server.target, "--source", source, "--since-ms", str(START_MS),
+            "--sink", topic_name("sink")]
+    assert pipeline.main([*args, "--starting-strategy", "error"]) == 1
+    err = capsys.readouterr().err
+    assert err == (
+        f"pipeline: option 'startingTimestamp': no record of {source}-1 has a timestamp >= "
+        f"{START_MS} ms; set startingOffsetsByTimestampStrategy=latest to start such "
+        "partitions at their end instead\n"
+    )
+    assert pipeline.main(["--target", server.target, "--source", "no-such-topic"]) == 1
+    err = capsys.readouterr().err
+    assert err == (f"pipeline: option 'subscribe': topic 'no-such-topic' does not exist on "
+                   f"{server.target}\n")
+
+
+def test_a_stratalog_error_inside_a_spark_exception_is_one_line():
+    """Errors met while the job runs reach the driver wrapped in Spark's exception, after a
+    Python traceback; the example prints only stratalog's line of it."""
+    from pyspark.errors import PySparkException
+
+    pipeline = load_pipeline()
+    wrapped = PySparkException(message=(
+        "[PYTHON_DATA_SOURCE_ERROR] Failed to plan: Traceback (most recent call last):\n"
+        '  File "spark/offsets.py", line 233, in resolve_offsets\n'
+        "stratalog.spark.errors.DataLossError: offsets [0, 5) of t-0 are gone. Set the option "
+        "failOnDataLoss=false to skip them.\n SQLSTATE: 38000"
+    ))
+    assert pipeline._one_line(wrapped) == (
+        "DataLossError: offsets [0, 5) of t-0 are gone. Set the option failOnDataLoss=false "
+        "to skip them."
+    )
+    other = PySparkException(message="Traceback ...\nValueError: a bug of the job's own\n")
+    assert pipeline._one_line(other) is None

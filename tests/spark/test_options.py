@@ -154,6 +154,22 @@ def test_write_options():
         parse_write_options({"topic": "t"})
 
 
+def test_create_topic_options():
+    plain = parse_write_options({"target": "h:1", "topic": "t"})
+    assert (plain.create_topic, plain.create_topic_partitions) == (False, 1)
+    options = parse_write_options({"target": "h:1", "topic": "t", "createtopic": "TRUE",
+                                   "createTopicPartitions": "6"})
+    assert (options.create_topic, options.create_topic_partitions) == (True, 6)
+    with pytest.raises(OptionError, match="option 'createTopic': needs the 'topic' option"):
+        parse_write_options({"target": "h:1", "createTopic": "true"})
+    with pytest.raises(OptionError, match="option 'createTopicPartitions': applies only with "
+                       "createTopic=true"):
+        parse_write_options({"target": "h:1", "topic": "t", "createTopicPartitions": "2"})
+    with pytest.raises(OptionError, match=r"option 'createTopicPartitions': must be in \[1, "):
+        parse_write_options({"target": "h:1", "topic": "t", "createTopic": "true",
+                             "createTopicPartitions": "0"})
+
+
 def test_transactional_write_options():
     plain = parse_write_options({"target": "h:1", "topic": "t"})
     assert plain.transactional_id_prefix is None and plain.transactional_id(3) is None

@@ -173,7 +173,31 @@ def _parse_ddl(ddl: str) -> StructType:
 
 
 def test_undeliverable_records_fail_the_write(spark, server, topic_name):
-    df = spark.createDataFrame([(b"x",)], "value binary")
+    # A 'topic' column is known only row by row: its topics are found missing by the tasks.
+    df = spark.createDataFrame([(b"x", topic_name("missing"))], "value binary, topic string")
     with pytest.raises(Exception, match=r"UnknownTopicOrPartitionError"):
-        (df.write.format("stratalog").mode("append").option("target", server.target)
-         .option("topic", topic_name("missing")).save())
+        df.write.format("stratalog").mode("append").option("target", server.target).save()
+
+
+def test_a_missing_sink_topic_fails_on_the_driver_or_is_created(spark, client, server, topic_name):
+    """Issue 15: the sink topic is checked before any task runs: missing, the write fails with
+    one message naming it (not after the job, in every task); createTopic creates it."""
+    missing = topic_name("missing")
+    df = spark.createDataFrame([(b"x",), (b"y",)], "value binary")
+    writer = df.write.format("stratalog").mode("append").option("target", server.target)
+    with pytest.raises(Exception, match=(
+        f"option 'topic': topic '{missing}' does not exist on {server.target}: create it first "
+        rf"\(stratalog topics create {missing} --partitions N\) or set createTopic=true"
+    )):
+        writer.option("topic", missing).save()
+    assert missing not in {t.name for t in client.list_topics()}
+
+    created = topic_name("created")
+    (writer.option("topic", created).option("createTopic", "true")
+     .option("createTopicPartitions", "4").save())
+    assert client.describe_topic(created).num_partitions == 4
+    assert sorted(r[3] for r in read_topic(client, created)) == [b"x", b"y"]
+    # An existing topic is written as it is (its partitions are not changed).
+    writer.option("topic", created).option("createTopic", "true").save()
+    assert client.describe_topic(created).num_partitions == 4
+    assert len(read_topic(client, created)) == 4

@@ -1,0 +1,220 @@
+"""Running the fenced examples of the documentation as written (the docs tests' shared part).
+
+A reader copies the README's and docs/'s examples; these helpers run them the same way, so that
+the docs cannot drift from what the code does (issue 15). The conventions, in the markdown:
+
+* A fenced block is a shell block (```` ``` ````, ```` ```sh ````, ```` ```console ````) or a
+  Python one (```` ```python ````); other languages (toml, json, ...) are not run.
+* In a shell block, a line starting with ``$ `` is a command (a trailing ``\\`` continues it
+  on the next line); the lines after it, up to the next ``$ ``, are what it prints (stdout and
+  stderr together, as a terminal shows them). ``...`` stands for any text within a line, and a
+  line of just ``...`` for any number of lines (none included). A command with no lines after
+  it has its output unchecked. A shell block without any ``$ `` line is a list of commands,
+  one a line (with ``\\`` continuations), outputs unchecked. Every command must exit 0; it
+  runs under ``bash -c`` (the docs use bash's ``$'\\t'``).
+* ``<!-- docs-test: skip (why) -->`` on the line just before a fence: the block is not run
+  (it never ends, needs a cluster or TLS material, starts the server the test started
+  already); the reason is required, so that a skipped block says why.
+
+Every block is run with ``127.0.0.1:50051`` (the server's default address in the docs) replaced
+by the test server's target (in the commands and in the output they show), and with
+``STRATALOG_TARGET`` set to it: nothing else is changed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+DOC_TARGET = "127.0.0.1:50051"
+SHELL_LANGUAGES = ("", "sh", "shell", "bash", "console")
+#: A command's time limit: generous; it only turns a hang into a failure.
+COMMAND_TIMEOUT_S = 300.0
+
+_FENCE = re.compile(r"^```(\S*)\s*$")
+_SKIP = re.compile(r"^<!-- docs-test: skip \((.+)\) -->$")
+_MARKER = re.compile(r"^<!-- docs-test:")
+
+
+@dataclass(frozen=True)
+class Block:
+    """One fenced block: its file, the line of its opening fence, language, text, and the
+    reason it is skipped (None: it runs)."""
+
+    path: Path
+    line: int
+    language: str
+    text: str
+    skip: str | None
+
+    @property
+    def where(self) -> str:
+        return f"{self.path.relative_to(PROJECT_ROOT)}:{self.line}"
+
+
+@dataclass(frozen=True)
+class Command:
+    """A shell command of a block and what it prints (None: unchecked)."""
+
+    line: int
+    text: str
+    expected: str | None
+
+
+def blocks(path: Path, section: str | None = None) -> list[Block]:
+    """The fenced blocks of ``path`` (only those under the heading ``section``, up to the next
+    heading of the same level, when given).
+
+    Raises AssertionError for a marker this module does not understand, or one not followed
+    by a fence: a typo must not silently run (or skip) a block.
+    """
+    lines = path.read_text().splitlines()
+    if section is not None:
+        start = lines.index(section)
+        level = section.split(" ", 1)[0]
+        end = next((i for i in range(start + 1, len(lines))
+                    if lines[i].startswith(level + " ")), len(lines))
+        first, lines = start, lines[start:end]
+    else:
+        first = 0
+    found: list[Block] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        skip = None
+        if _MARKER.match(line):
+            match = _SKIP.match(line)
+            assert match, f"{path}:{first + i + 1}: unknown docs-test marker {line!r}"
+            assert i + 1 < len(lines) and _FENCE.match(lines[i + 1]), (
+                f"{path}:{first + i + 1}: a docs-test marker must be just before a fence"
+            )
+            skip = match.group(1)
+            i += 1
+            line = lines[i]
+        fence = _FENCE.match(line)
+        if fence:
+            end = next(j for j in range(i + 1, len(lines)) if lines[j].startswith("```"))
+            found.append(Block(path, first + i + 1, fence.group(1).lower(),
+                               "\n".join(lines[i + 1:end]) + "\n", skip))
+            i = end
+        i += 1
+    return found
+
+
+def commands(block: Block) -> list[Command]:
+    """The shell commands of ``block``, each with its expected output."""
+    raw = block.text.splitlines()
+    prompted = any(line.startswith("$ ") for line in raw)
+    out: list[Command] = []
+    i = 0
+    while i < len(raw):
+        line = raw[i]
+        if prompted and not line.startswith("$ "):
+            raise AssertionError(f"{block.where}: output {line!r} before any $ command")
+        start = i
+        text = line[2:] if prompted else line
+        while text.endswith("\\"):  # kept: bash joins the lines itself
+            i += 1
+            text += "\n" + raw[i]
+        i += 1
+        expected = None
+        if prompted:
+            output = []
+            while i < len(raw) and not raw[i].startswith("$ "):
+                output.append(raw[i])
+                i += 1
+            expected = "\n".join(output) + "\n" if output else None
+        if text.strip():
+            out.append(Command(block.line + 1 + start, text, expected))
+    return out
+
+
+def output_matches(expected: str, actual: str) -> bool:
+    """Whether ``actual`` is what ``expected`` shows, with the ``...`` rules of the module
+    docstring; trailing spaces are ignored."""
+    pattern = ""
+    for line in expected.splitlines():
+        line = line.rstrip()
+        if line == "...":
+            pattern += r"(?:[^\n]*\n)*?"
+        else:
+            pattern += r"[^\n]*".join(re.escape(part) for part in line.split("...")) + r"\n"
+    text = "\n".join(line.rstrip() for line in actual.splitlines()) + "\n"
+    return re.fullmatch(pattern, text) is not None
+
+
+@dataclass(frozen=True)
+class Reader:
+    """Where a reader runs the examples: a directory with ``.venv`` (a link to the Python
+    environment running the tests), ``examples`` (a link to the repository's), the server's
+    data directory ``data``, and the test server's target."""
+
+    directory: Path
+    target: str
+
+    @staticmethod
+    def prepare(directory: Path, target: str) -> Reader:
+        directory.mkdir(parents=True, exist_ok=True)
+        for name, source in ((".venv", Path(sys.prefix)), ("examples", PROJECT_ROOT / "examples")):
+            link = directory / name
+            if not link.exists():
+                link.symlink_to(source, target_is_directory=True)
+        return Reader(directory, target)
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("STRATALOG_")}
+        env["STRATALOG_TARGET"] = self.target
+        env.update(extra)
+        return env
+
+    def substitute(self, text: str) -> str:
+        return text.replace(DOC_TARGET, self.target)
+
+    def run_shell(self, block: Block, env: dict[str, str] | None = None) -> None:
+        """Run every command of a shell block, in order: each must exit 0 and print what the
+        block shows."""
+        for command in commands(block):
+            result = subprocess.run(
+                ["bash", "-c", self.substitute(command.text)], cwd=self.directory,
+                env=env or self.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                text=True, timeout=COMMAND_TIMEOUT_S,
+            )
+            where = f"{block.path.name}:{command.line}: $ {command.text}"
+            assert result.returncode == 0, (
+                f"{where}\nexited {result.returncode}; it printed:\n{result.stdout[-4000:]}"
+            )
+            if command.expected is not None:
+                assert output_matches(self.substitute(command.expected), result.stdout), (
+                    f"{where}\nprinted:\n{result.stdout[-4000:]}\nthe doc shows:\n"
+                    f"{command.expected}"
+                )
+
+    def run_python(self, source: str, where: str, env: dict[str, str] | None = None) -> str:
+        """Run ``source`` as a script with the environment's Python (``.venv/bin/python``, as
+        a reader would); it must exit 0. Returns what it printed."""
+        script = self.directory / f"doc-{re.sub(r'[^a-zA-Z0-9]+', '-', where)}.py"
+        script.write_text(self.substitute(source))
+        result = subprocess.run(
+            [str(self.directory / ".venv" / "bin" / "python"), script.name],
+            cwd=self.directory, env=env or self.env(), stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True, timeout=COMMAND_TIMEOUT_S,
+        )
+        assert result.returncode == 0, (
+            f"{where}: the example exited {result.returncode}; it printed:\n"
+            f"{result.stdout[-6000:]}"
+        )
+        return result.stdout
+
+    def run(self, block: Block) -> None:
+        """Run one block (shell or Python); skipped and other-language blocks are not run."""
+        if block.skip is not None:
+            return
+        if block.language in SHELL_LANGUAGES:
+            self.run_shell(block)
+        elif block.language == "python":
+            self.run_python(block.text, block.where)
