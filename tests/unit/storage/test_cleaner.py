@@ -397,7 +397,7 @@ def test_the_new_segment_ends_where_its_group_ended(tmp_path: Path) -> None:
     put(log, b"a", b"newest")
     log.roll()
     clean(log)
-    first = list(log.segments)[0]
+    first = log.segments.first
     assert first.read_next_offset() == 8
     last = parse_header(first.read_bytes(first.size_bytes - 61, 61))
     assert (last.base_offset, last.records_count, last.producer_id) == (7, 0, -1)
