@@ -414,7 +414,7 @@ def _empty_batch(header: BatchHeader, *, keep_producer: bool = True) -> bytes:
     """Kafka's ``writeEmptyHeader``: the batch's offsets and producer fields, no records,
     codec cleared, both timestamps the batch's max timestamp. Without ``keep_producer`` (the
     group's end marker, which no producer needs) it is a plain batch: no producer, not
-    transactional nor control, no timestamp, so that nothing reads meaning into it."""
+    transactional nor control (its max timestamp stays: time retention still sees it)."""
     out = bytearray(RECORD_BATCH_OVERHEAD)
     attributes = header.attributes & ~0x07
     producer = (header.producer_id, header.producer_epoch, header.base_sequence)
@@ -422,7 +422,6 @@ def _empty_batch(header: BatchHeader, *, keep_producer: bool = True) -> bytes:
     if not keep_producer:
         attributes &= ~(TRANSACTIONAL_FLAG_MASK | CONTROL_FLAG_MASK)
         producer = (-1, -1, -1)
-        timestamp = -1
     HEADER.pack_into(
         out, 0, header.base_offset, RECORD_BATCH_OVERHEAD - LOG_OVERHEAD,
         header.partition_leader_epoch, header.magic, 0, attributes, header.last_offset_delta,
@@ -777,7 +776,7 @@ class Cleaner:
             # the group did (recovery's swap range, see the module docstring).
             header = last_header
             writer.add(_empty_batch(header, keep_producer=False),
-                       header.base_offset + header.last_offset_delta, -1)
+                       header.base_offset + header.last_offset_delta, header.max_timestamp)
 
 
 def _reframe(header: BatchHeader, region: bytes | memoryview, kept: list[_RecordSpan]) -> bytes:

@@ -402,3 +402,12 @@ def test_the_new_segment_ends_where_its_group_ended(tmp_path: Path) -> None:
     last = parse_header(first.read_bytes(first.size_bytes - 61, 61))
     assert (last.base_offset, last.records_count, last.producer_id) == (7, 0, -1)
     log.close()
+
+
+def test_a_full_table_answers_absent_keys_without_probing_forever() -> None:
+    offset_map = OffsetMap(24 * 2, load_factor=1.0)
+    offset_map.put(b"a", 1)
+    offset_map.put(b"b", 2)
+    assert offset_map.get(b"c") == -1
+    with pytest.raises(OverflowError):
+        offset_map.put(b"c", 3)
