@@ -79,7 +79,7 @@ def test_cleaner_settings_have_kafkas_names_and_defaults() -> None:
             topic.min_compaction_lag_ms) == (0.1, 5, 7)
     for bad in ({"log.cleaner.enable": "yes"}, {"log.cleaner.io.buffer.load.factor": "0"},
                 {"log.cleaner.threads": "0"}):
-        with pytest.raises(InvalidConfigError, match="log.cleaner"):
+        with pytest.raises(InvalidConfigError, match=r"log\.cleaner"):
             parse_server_defaults(bad)
 
 
