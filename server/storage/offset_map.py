@@ -87,8 +87,12 @@ class OffsetMap:
     def clear(self) -> None:
         """Empty the map: a fresh zeroed buffer of the same size (the old one is freed; the
         kernel hands out zeroed pages, cheaper than zeroing in place)."""
+        if self.entries == 0 and self.latest_offset == -1:
+            return  # never used since the last clear: already zero
+        size = len(self._buffer)
         self._view.release()
-        self._buffer = bytearray(len(self._buffer))
+        self._buffer = bytearray()  # the old buffer goes before the new one comes
+        self._buffer = bytearray(size)
         self._view = memoryview(self._buffer)
         self.entries = 0
         self.latest_offset = -1
