@@ -65,12 +65,14 @@ log's lock.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import struct
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from stratalog.records.accel import RecordColumns, decode_columns, encode_record
@@ -90,6 +92,7 @@ from stratalog.records.compression import compress, decompress
 from stratalog.records.control import ControlRecordType, decode_control_key
 from stratalog.records.log_layout import CLEANED_FILE_SUFFIX
 
+from .files import log_file, offset_index_file, time_index_file, transaction_index_file
 from .offset_map import OffsetMap
 from .segment import Segment
 from .txn_index import AbortedTxn
@@ -628,6 +631,7 @@ class Cleaner:
         """Rewrite ``group`` into one ``.cleaned`` segment and swap it in."""
         directory = log_.directory
         base_offset = group[0].base_offset
+        _remove_stale_cleaned_files(directory, base_offset)
         cleaned = Segment.create(
             directory, base_offset, log_.config, file_suffix=CLEANED_FILE_SUFFIX,
             roll_jitter_ms=0, open_segments=log_.open_segments,
@@ -772,6 +776,16 @@ def _aborted_txns(segments: Sequence[Segment], upper_bound: int) -> list[tuple[i
         for txn in result.aborted_txns:
             found.append((txn.first_offset, txn.producer_id))
     return sorted(set(found))
+
+
+def _remove_stale_cleaned_files(directory: Path, base_offset: int) -> None:
+    """Delete ``.cleaned`` files an earlier, failed cleaning left at ``base_offset`` (the new
+    segment is created exclusively); recovery would delete them at the next start anyway."""
+    for make in (log_file, offset_index_file, time_index_file, transaction_index_file):
+        path = make(directory, base_offset, CLEANED_FILE_SUFFIX)
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+            log.warning("deleted the stale cleaner output %s", path)
 
 
 def _discard(segment: Segment) -> None:

@@ -411,3 +411,15 @@ def test_a_full_table_answers_absent_keys_without_probing_forever() -> None:
     assert offset_map.get(b"c") == -1
     with pytest.raises(OverflowError):
         offset_map.put(b"c", 3)
+
+
+def test_stale_cleaner_output_of_a_failed_cleaning_is_replaced(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0", segment_bytes=1 << 20)
+    for i in range(10):
+        put(log, b"k", b"v%d" % i)
+    log.roll()
+    (log.directory / "00000000000000000000.log.cleaned").write_bytes(b"torn")
+    clean(log)
+    assert records(log) == [(9, T0, b"k", b"v9")]
+    assert not [n for n in os.listdir(log.directory) if n.endswith(".cleaned")]
+    log.close()
