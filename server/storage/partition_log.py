@@ -1151,7 +1151,14 @@ class PartitionLog:
                 max_position = segment.size_bytes
             fetched = segment.fetch(offset, max_bytes, max_position, min_one_message, max_records)
             if fetched is not None:
-                return fetched
+                if (fetched.records_count or not fetched.data
+                        or fetched.next_offset <= offset or fetched.next_offset >= end.offset):
+                    return fetched
+                # Only empty batches (a compacted log's: cleaner.py keeps some): a read
+                # returns records, so it goes on from after them.
+                offset = fetched.next_offset
+                segment = segments.floor_segment(offset)
+                continue
             # A gap at the end of this segment: the offset's data is in a later one.
             segment = segments.higher_segment(segment.base_offset)
         return None

@@ -423,3 +423,20 @@ def test_stale_cleaner_output_of_a_failed_cleaning_is_replaced(tmp_path: Path) -
     assert records(log) == [(9, T0, b"k", b"v9")]
     assert not [n for n in os.listdir(log.directory) if n.endswith(".cleaned")]
     log.close()
+
+
+def test_point_reads_over_holes_and_empty_batches_take_the_next_record(tmp_path: Path) -> None:
+    from stratalog.server.translation import slice_batches
+
+    log = open_log(tmp_path / "t-0", segment_bytes=600)
+    for i in range(8):
+        put(log, b"dup", b"v%d" % i, T0 + i)  # offsets 0..7 go: "dup" is written again at 9
+    put(log, b"a", b"x", T0 + 8)
+    put(log, b"dup", b"last", T0 + 9)
+    log.roll()
+    clean(log)
+    for offset, expected in [(0, (8, b"x")), (3, (8, b"x")), (8, (8, b"x")), (9, (9, b"last"))]:
+        fetched = log.fetch(offset, 1 << 20, max_records=1)
+        sliced = slice_batches(fetched.data, offset, 1, 1 << 20)
+        found = [(r.offset, r.value) for _, rs in iter_batches(sliced.data) for r in rs]
+        assert found == [expected], (offset, found, sliced.next_offset)
