@@ -415,5 +415,25 @@ class CleanerManager:
         )
 
     def stats(self) -> CleanerStats:
+        """The cumulative figures; without running threads the max dirty ratio is computed
+        now (O(compacted partitions)), else it is the threads' last look."""
+        if not self._threads:
+            now = self._time_ms()
+            with self._lock:
+                checkpoints = dict(self._checkpoints)
+            ratio = 0.0
+            for topic_partition, (partition_log, _) in self._logs().items():
+                if (partition_log.config.is_compacted and not partition_log.is_closed
+                        and not partition_log.is_offline):
+                    cleanable = cleanable_range(
+                        partition_log, checkpoints.get(topic_partition), now
+                    )
+                    ratio = max(ratio, cleanable.dirty_ratio)
+            with self._lock:
+                stats = self._stats
+                self._stats = CleanerStats(
+                    stats.bytes_read, stats.bytes_written, stats.records_removed,
+                    stats.cleanings, stats.last_run_ms, ratio,
+                )
         with self._lock:
             return self._stats

@@ -89,6 +89,7 @@ def test_clean_now_cleans_checkpoints_and_reports(tmp_path: Path) -> None:
         manager.create_topic("changelog", 1, configs={"cleanup.policy": "compact"})
         fill(manager, "changelog", 200, keys=5)
         log = manager.get_log("changelog", 0)
+        assert manager.cleaner_stats().max_dirty_ratio == 1.0
         before = manager.cleaner_status("changelog", 0)
         assert before.cleaned_offset == 0 and before.last_clean_ms == -1
         assert before.dirty_ratio == 1.0 and before.dirty_bytes == before.cleanable_bytes > 0
@@ -104,6 +105,7 @@ def test_clean_now_cleans_checkpoints_and_reports(tmp_path: Path) -> None:
         assert after.last_clean_ms == T0
         stats = manager.cleaner_stats()
         assert stats.cleanings == 1 and stats.last_run_ms == T0
+        assert stats.max_dirty_ratio == 0.0  # the only compacted log is clean now
         assert stats.bytes_read == result.bytes_read and stats.bytes_written == result.bytes_written
         assert stats.records_removed == result.records_read - result.records_kept
         checkpoint = (tmp_path / CLEANER_OFFSET_CHECKPOINT_FILE).read_text()
