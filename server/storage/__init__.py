@@ -21,19 +21,25 @@ A whole data directory of topics (what the server runs on) is a :class:`LogManag
     with LogManager.open(["data"]) as manager:      # locks, recovers after a crash
         manager.create_topic("orders", partitions=3, configs={"retention.ms": "86400000"})
         log = manager.get_log("orders", 0)
-        manager.start_background()                  # flush.ms, retention, checkpoints
+        manager.start_background()                  # flush.ms, retention, checkpoints,
+                                                    # and the log cleaner's threads
+        manager.clean_now("changelog", 0)           # compact one partition now
 """
 
 from __future__ import annotations
 
+from .cleaner import CleaningResult
+from .cleaner_manager import CleanerPartitionStatus, CleanerStats
 from .config import TOPIC_CONFIG_NAMES, LogConfig
 from .errors import (
+    CleaningAbortedError,
     CorruptIndexError,
     InvalidConfigError,
     InvalidOffsetError,
     InvalidTimestampError,
     InvalidTopicError,
     LogClosedError,
+    LogNotCompactedError,
     OffsetOutOfRangeError,
     OffsetOverflowError,
     RecordBatchTooLargeError,
@@ -64,6 +70,10 @@ __all__ = [
     "MAX_TIMESTAMP",
     "TOPIC_CONFIG_NAMES",
     "AppendInfo",
+    "CleanerPartitionStatus",
+    "CleanerStats",
+    "CleaningAbortedError",
+    "CleaningResult",
     "CorruptIndexError",
     "InvalidConfigError",
     "InvalidOffsetError",
@@ -72,6 +82,7 @@ __all__ = [
     "LogClosedError",
     "LogConfig",
     "LogManager",
+    "LogNotCompactedError",
     "LogOffsetPosition",
     "OffsetOutOfRangeError",
     "OffsetOverflowError",

@@ -46,6 +46,8 @@ from stratalog.records.log_layout import (
 from . import space
 from .checkpoints import OffsetCheckpointFile
 from .clean_shutdown import consume_marker, write_marker
+from .cleaner import CleaningResult
+from .cleaner_manager import CleanerManager, CleanerPartitionStatus, CleanerStats
 from .clock import wall_clock_ms
 from .config import TOPIC_CONFIG_NAMES, LogConfig
 from .descriptor_budget import (
@@ -257,6 +259,17 @@ class LogManager:
         self._counter_lock = threading.Lock()  # loader threads add to recovered_segments
         # One thread for the flushes Kafka runs after each roll: fsyncs never hold up appends.
         self._flusher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="log-flusher")
+        # The log cleaner (compacted topics): its threads start with start_cleaner.
+        self.cleaner = CleanerManager(
+            self.log_dirs,
+            self._cleanable_logs,
+            time_ms,
+            threads=settings.cleaner_threads,
+            dedupe_buffer_bytes=settings.cleaner_dedupe_buffer_size,
+            load_factor=settings.cleaner_io_buffer_load_factor,
+            io_buffer_bytes=settings.cleaner_io_buffer_size,
+            backoff_ms=settings.cleaner_backoff_ms,
+        )
 
     # ---------------------------------------------------------------- opening
 
@@ -400,6 +413,7 @@ class LogManager:
         )
         for state in self._dirs:
             state.fully_loaded = True
+        self.cleaner.load_checkpoints()
 
     def _reconcile(
         self, catalog: TopicCatalog, found: dict[TopicPartition, Path]
@@ -815,10 +829,15 @@ class LogManager:
         self._logs = {tp: log_ for tp, log_ in self._logs.items() if tp[0] != name}
         directories = {tp: self._log_dir_of[tp] for tp in doomed}
         self._log_dir_of = {tp: d for tp, d in self._log_dir_of.items() if tp[0] != name}
+        for topic_partition in sorted(doomed):
+            # Kafka's abortAndPauseCleaning: a cleaning stops before the files go.
+            self.cleaner.abort_and_pause(topic_partition)
         for topic_partition, partition_log in sorted(doomed.items()):
             # Closed without a flush, as Kafka does: its files are about to go.
             partition_log.close_for_deletion()
             self._rename_for_deletion(directories[topic_partition], *topic_partition)
+            self.cleaner.forget(topic_partition, directories[topic_partition])
+            self.cleaner.resume(topic_partition)
         for directory in set(directories.values()):
             fsync_directory(directory)
         catalog = self._catalog.without_topic(name)
@@ -999,6 +1018,62 @@ class LogManager:
             )
         partition_log.maybe_increment_log_start_offset(target)
         return partition_log.log_start_offset
+
+    # ---------------------------------------------------------------- the log cleaner
+
+    def clean_now(self, topic: str, partition: int) -> CleaningResult:
+        """Clean one compacted partition once now, whatever its dirty ratio.
+
+        Still never cleans the active segment, nor records younger than
+        ``min.compaction.lag.ms``, nor from the first unstable offset (an open transaction)
+        on. Blocking (reads and rewrites the cleanable section): call it from a thread. Waits
+        for a cleaner thread cleaning the same partition to finish first.
+
+        Raises:
+            UnknownTopicOrPartitionError: no such partition.
+            LogNotCompactedError: the topic's ``cleanup.policy`` does not contain ``compact``.
+            CleaningAbortedError: the log was truncated, deleted or closed meanwhile.
+        """
+        partition_log = self.get_log(topic, partition)
+        return self.cleaner.clean_now(
+            (topic, partition), partition_log, self._log_dir_of[(topic, partition)]
+        )
+
+    def cleaner_status(self, topic: str, partition: int) -> CleanerPartitionStatus:
+        """Where the cleaner stands on one partition (any cleanup policy; a log that is not
+        compacted reports its whole non-active part as dirty, never cleaned).
+
+        Raises:
+            UnknownTopicOrPartitionError: no such partition.
+        """
+        partition_log = self.get_log(topic, partition)
+        return self.cleaner.status((topic, partition), partition_log)
+
+    def cleaner_stats(self) -> CleanerStats:
+        """Cumulative figures of every cleaning since this manager opened."""
+        return self.cleaner.stats()
+
+    def start_cleaner(self) -> bool:
+        """Start the ``log.cleaner.threads`` cleaner threads unless ``log.cleaner.enable`` is
+        false (or they run already); they stop on :meth:`close`. Returns whether they run.
+        :meth:`start_background` starts them too; a server that drives
+        :meth:`run_maintenance` itself calls this."""
+        with self._lock:
+            self._ensure_open()
+            if not self._settings.cleaner_enable:
+                return False
+            self.cleaner.start()
+            return True
+
+    def _cleanable_logs(self) -> dict[TopicPartition, tuple[PartitionLog, Path]]:
+        """The cleaner's view: every live log and its log directory (offline ones left out)."""
+        logs = self._logs
+        dirs = self._log_dir_of
+        offline = {state.path for state in self._dirs if state.offline}
+        return {
+            tp: (partition_log, dirs[tp]) for tp, partition_log in logs.items()
+            if tp in dirs and dirs[tp] not in offline
+        }
 
     # ---------------------------------------------------------------- background work
 
@@ -1197,6 +1272,7 @@ class LogManager:
             )
             self._background = thread
             thread.start()
+        self.start_cleaner()
 
     def _background_loop(self, interval_s: float) -> None:
         while not self._stop_background.wait(interval_s):
@@ -1226,6 +1302,7 @@ class LogManager:
         start recovers it (not an error of the close: it was reported when it went offline).
         """
         self.stop_background()
+        self.cleaner.shutdown()
         with self._maintenance_lock, self._lock:
             if self._closed:
                 return
@@ -1279,6 +1356,7 @@ class LogManager:
         self._logs = {}
         self._closed = True
         self._flusher.shutdown(wait=True)
+        self.cleaner.shutdown()
 
     @property
     def is_closed(self) -> bool:
