@@ -277,6 +277,7 @@ class Server:
                     f"cannot serve metrics on {address.host}:{settings.metrics_port}: {exc}"
                 ) from exc
         self._refresh_log_metrics()
+        self.metrics.bind_cleaner(self.log_manager)
         self._maintenance = asyncio.create_task(self._maintain(), name="stratalog-maintenance")
 
     # ---------------------------------------------------------------- security
@@ -483,6 +484,7 @@ class Server:
         if self._grpc is not None:
             await self._grpc.stop(0)
         self._endpoint.close()
+        self.metrics.bind_cleaner(None)
         coordinator, self.coordinator = self.coordinator, None
         log_manager = self.log_manager
         loop = asyncio.get_running_loop()
