@@ -60,8 +60,9 @@ class _Spec:
 
     name: str  # Kafka's topic config name
     field: str  # LogConfig field
-    kind: str  # "int" (Java int), "long", "bool", "timestamp_type", "list"
-    minimum: int | None = None  # inclusive lower bound for int/long (Kafka's atLeast)
+    kind: str  # "int" (Java int), "long", "double", "bool", "timestamp_type", "list"
+    minimum: int | None = None  # inclusive lower bound for int/long/double (Kafka's atLeast)
+    maximum: int | None = None  # inclusive upper bound (Kafka's between), or None
 
 
 # One line per Kafka topic config, in the order of the reference table (§2).
@@ -86,6 +87,10 @@ _SPECS: tuple[_Spec, ...] = (
     _Spec("max.message.bytes", "max_message_bytes", "int", 0),
     _Spec("preallocate", "preallocate", "bool"),
     _Spec("max.compaction.lag.ms", "max_compaction_lag_ms", "long", 1),
+    # The log cleaner's (cleanup.policy=compact): cleaner.py and cleaner_manager.py.
+    _Spec("min.compaction.lag.ms", "min_compaction_lag_ms", "long", 0),
+    _Spec("min.cleanable.dirty.ratio", "min_cleanable_dirty_ratio", "double", 0, 1),
+    _Spec("delete.retention.ms", "delete_retention_ms", "long", 0),
     _Spec("local.retention.ms", "local_retention_ms", "long", -2),
     _Spec("local.retention.bytes", "local_retention_bytes", "long", -2),
 )
@@ -127,6 +132,9 @@ class LogConfig:
     max_message_bytes: int = 1048588
     preallocate: bool = False
     max_compaction_lag_ms: int = INT64_MAX
+    min_compaction_lag_ms: int = 0
+    min_cleanable_dirty_ratio: float = 0.5
+    delete_retention_ms: int = 86400000
     local_retention_ms: int = -2
     local_retention_bytes: int = -2
 
@@ -177,6 +185,8 @@ class LogConfig:
                 result[spec.name] = _TIMESTAMP_TYPE_NAMES[value]
             elif spec.kind == "list":
                 result[spec.name] = ",".join(value)
+            elif spec.kind == "double":
+                result[spec.name] = repr(float(value))
             else:
                 result[spec.name] = str(value)
         return result
@@ -249,6 +259,18 @@ def _parse(spec: _Spec, raw: object) -> Any:
                 raise _invalid(spec, raw, "not an integer")
             return int(text)
         raise _invalid(spec, raw, f"expected a string or an int, got {type(raw).__name__}")
+    if spec.kind == "double":
+        if isinstance(raw, bool):
+            raise _invalid(spec, raw, "expected a number, not a boolean")
+        if isinstance(raw, int | float):
+            return float(raw)
+        if isinstance(raw, str):
+            try:
+                value = float(raw.strip())
+            except ValueError:
+                raise _invalid(spec, raw, "not a number") from None
+            return value
+        raise _invalid(spec, raw, f"expected a string or a number, got {type(raw).__name__}")
     if spec.kind == "bool":
         if isinstance(raw, bool):
             return raw
@@ -282,6 +304,17 @@ def _check_typed(spec: _Spec, value: object) -> Any:
             raise _invalid(spec, value, f"does not fit a Java {java_type} [{low}, {high}]")
         if spec.minimum is not None and value < spec.minimum:
             raise _invalid(spec, value, f"value must be at least {spec.minimum}")
+        return value
+    if spec.kind == "double":
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise _invalid(spec, value, "expected a number")
+        value = float(value)
+        if value != value:  # NaN
+            raise _invalid(spec, value, "not a number")
+        if spec.minimum is not None and value < spec.minimum:
+            raise _invalid(spec, value, f"value must be at least {spec.minimum}")
+        if spec.maximum is not None and value > spec.maximum:
+            raise _invalid(spec, value, f"value must be at most {spec.maximum}")
         return value
     if spec.kind == "bool":
         if not isinstance(value, bool):

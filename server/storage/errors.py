@@ -16,11 +16,14 @@ one place that turns both into gRPC statuses. Programmer errors are assertions.
     ├── RecordBatchTooLargeError   an append larger than segment.bytes
     ├── InvalidTimestampError      a CreateTime outside message.timestamp.{before,after}.max.ms
     ├── InvalidConfigError         an unknown config name or a value out of its range
+    │   └── LogNotCompactedError   a clean asked of a log whose cleanup.policy has no compact
     ├── InvalidTopicError          a topic name or partition count that is not allowed
     ├── UnknownTopicOrPartitionError
     ├── TopicAlreadyExistsError
     ├── LogDirLockedError          another process holds a log directory's .lock
     ├── LogClosedError             an operation on a closed log
+    ├── CleaningAbortedError       a cleaning given up because its log changed under it
+    │                              (truncated, deleted, closed): nothing was replaced
     ├── ProducerStateError         a batch the producer state refuses (nothing is written)
     │   ├── OutOfOrderSequenceError   a sequence that does not follow the producer's last one
     │   ├── InvalidProducerEpochError an epoch older than the producer's (a fenced producer)
@@ -44,6 +47,7 @@ __all__ = [
     "CorruptIndexError",
     "IndexFullError",
     "InsufficientSpaceError",
+    "CleaningAbortedError",
     "InvalidConfigError",
     "InvalidOffsetError",
     "InvalidProducerEpochError",
@@ -54,6 +58,7 @@ __all__ = [
     "LogClosedError",
     "LogDirLockedError",
     "LogDirOfflineError",
+    "LogNotCompactedError",
     "OffsetOutOfRangeError",
     "OffsetOverflowError",
     "OutOfOrderSequenceError",
@@ -138,6 +143,17 @@ class InvalidTimestampError(StorageError):
 
 class InvalidConfigError(StorageError):
     """An unknown config name, or a value that does not parse or is out of range."""
+
+
+class LogNotCompactedError(InvalidConfigError):
+    """A cleaning asked of a partition whose ``cleanup.policy`` does not contain ``compact``."""
+
+
+class CleaningAbortedError(StorageError):
+    """A cleaning that gave up before replacing anything: its log was truncated, had segments
+    deleted, was closed or went offline while the cleaner read it (Kafka's
+    ``LogCleaningAbortedException``). The ``.cleaned`` files written so far are removed; the
+    log is as it was, and a later cleaning starts again."""
 
 
 class InvalidTopicError(StorageError):

@@ -59,6 +59,9 @@ BROKER_TO_TOPIC_CONFIG: dict[str, str] = {
     "log.message.max.bytes": "max.message.bytes",
     "log.preallocate": "preallocate",
     "log.cleaner.max.compaction.lag.ms": "max.compaction.lag.ms",
+    "log.cleaner.min.compaction.lag.ms": "min.compaction.lag.ms",
+    "log.cleaner.min.cleanable.ratio": "min.cleanable.dirty.ratio",
+    "log.cleaner.delete.retention.ms": "delete.retention.ms",
     "log.local.retention.ms": "local.retention.ms",
     "log.local.retention.bytes": "local.retention.bytes",
 }
@@ -103,6 +106,13 @@ class ServerLogSettings:
     # segments (log.descriptors.reserved).
     open_segments_max: int = DEFAULT_OPEN_SEGMENTS_MAX
     descriptors_reserved: int = DEFAULT_DESCRIPTORS_RESERVED
+    # The log cleaner (cleaner_manager.py), Kafka's names and defaults.
+    cleaner_enable: bool = True  # log.cleaner.enable
+    cleaner_threads: int = 1  # log.cleaner.threads
+    cleaner_dedupe_buffer_size: int = 134_217_728  # log.cleaner.dedupe.buffer.size (all threads)
+    cleaner_io_buffer_size: int = 524_288  # log.cleaner.io.buffer.size
+    cleaner_io_buffer_load_factor: float = 0.9  # log.cleaner.io.buffer.load.factor
+    cleaner_backoff_ms: int = 15_000  # log.cleaner.backoff.ms
 
 
 # Broker name -> (field, minimum).
@@ -122,14 +132,28 @@ _SERVER_SETTINGS: dict[str, tuple[str, int]] = {
     "producer.id.expiration.check.interval.ms": ("producer_id_expiration_check_interval_ms", 1),
     "log.open.segments.max": ("open_segments_max", 0),
     "log.descriptors.reserved": ("descriptors_reserved", 0),
+    "log.cleaner.threads": ("cleaner_threads", 1),
+    "log.cleaner.dedupe.buffer.size": ("cleaner_dedupe_buffer_size", 1024),
+    "log.cleaner.io.buffer.size": ("cleaner_io_buffer_size", 0),
+    "log.cleaner.backoff.ms": ("cleaner_backoff_ms", 0),
 }
-assert {field for field, _ in _SERVER_SETTINGS.values()} == {f.name for f in fields(ServerLogSettings)}
+# The settings that are not longs: broker name -> field.
+_BOOL_SETTINGS: dict[str, str] = {"log.cleaner.enable": "cleaner_enable"}
+# Broker name -> (field, minimum, maximum): Kafka's load factor is a double in (0, 1].
+_DOUBLE_SETTINGS: dict[str, tuple[str, float, float]] = {
+    "log.cleaner.io.buffer.load.factor": ("cleaner_io_buffer_load_factor", 0.0, 1.0),
+}
+assert {field for field, _ in _SERVER_SETTINGS.values()} | set(_BOOL_SETTINGS.values()) | {
+    field for field, _, _ in _DOUBLE_SETTINGS.values()
+} == {f.name for f in fields(ServerLogSettings)}
 
 SERVER_SETTING_NAMES: tuple[str, ...] = tuple(
     sorted(
         set(BROKER_TO_TOPIC_CONFIG)
         | {name for synonyms in _TIME_SYNONYMS.values() for name, _ in synonyms}
         | set(_SERVER_SETTINGS)
+        | set(_BOOL_SETTINGS)
+        | set(_DOUBLE_SETTINGS)
     )
 )
 """Every broker-level name :func:`parse_server_defaults` understands (topic names aside)."""
@@ -155,6 +179,26 @@ def _parse_long(name: str, raw: object) -> int:
     return value
 
 
+def _parse_bool(name: str, raw: object) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    if isinstance(raw, str) and raw.strip().lower() in ("true", "false"):
+        return raw.strip().lower() == "true"
+    raise InvalidConfigError(f"invalid value {raw!r} for {name!r}: expected true or false")
+
+
+def _parse_double(name: str, raw: object) -> float:
+    if isinstance(raw, bool) or not isinstance(raw, int | float | str):
+        raise InvalidConfigError(f"invalid value {raw!r} for {name!r}: expected a number")
+    try:
+        value = float(raw.strip() if isinstance(raw, str) else raw)
+    except ValueError:
+        raise InvalidConfigError(f"invalid value {raw!r} for {name!r}: not a number") from None
+    if value != value:  # NaN
+        raise InvalidConfigError(f"invalid value {raw!r} for {name!r}: not a number")
+    return value
+
+
 def parse_server_defaults(
     defaults: Mapping[str, str | int | bool] | None,
 ) -> tuple[LogConfig, ServerLogSettings]:
@@ -166,7 +210,7 @@ def parse_server_defaults(
     """
     defaults = dict(defaults or {})
     topic_values: dict[str, str | int | bool] = {}
-    server_values: dict[str, int] = {}
+    server_values: dict[str, int | float | bool] = {}
     for name, raw in defaults.items():
         if not isinstance(name, str):
             raise InvalidConfigError(f"setting names must be strings, got {name!r}")
@@ -180,6 +224,19 @@ def parse_server_defaults(
                     f"invalid value {raw!r} for {name!r}: value must be at least {minimum}"
                 )
             server_values[field_name] = value
+            continue
+        if name in _BOOL_SETTINGS:
+            server_values[_BOOL_SETTINGS[name]] = _parse_bool(name, raw)
+            continue
+        if name in _DOUBLE_SETTINGS:
+            field_name, low, high = _DOUBLE_SETTINGS[name]
+            number = _parse_double(name, raw)
+            if not low < number <= high:
+                raise InvalidConfigError(
+                    f"invalid value {raw!r} for {name!r}: value must be above {low} and at "
+                    f"most {high}"
+                )
+            server_values[field_name] = number
             continue
         if any(name == synonym for synonyms in _TIME_SYNONYMS.values() for synonym, _ in synonyms):
             continue

@@ -45,6 +45,8 @@ from stratalog.records.log_layout import (
 
 from . import space
 from .checkpoints import OffsetCheckpointFile
+from .cleaner import CleaningResult
+from .cleaner_manager import CleanerPartitionStatus, CleanerStats
 from .clean_shutdown import consume_marker, write_marker
 from .clock import wall_clock_ms
 from .config import TOPIC_CONFIG_NAMES, LogConfig
@@ -995,6 +997,36 @@ class LogManager:
             )
         partition_log.maybe_increment_log_start_offset(target)
         return partition_log.log_start_offset
+
+    # ---------------------------------------------------------------- the log cleaner
+
+    def clean_now(self, topic: str, partition: int) -> CleaningResult:
+        """Clean one compacted partition once now, whatever its dirty ratio.
+
+        Still never cleans the active segment, nor records younger than
+        ``min.compaction.lag.ms``, nor from the first unstable offset (an open transaction)
+        on. Blocking (reads and rewrites the cleanable section): call it from a thread. Waits
+        for a cleaner thread cleaning the same partition to finish first.
+
+        Raises:
+            UnknownTopicOrPartitionError: no such partition.
+            LogNotCompactedError: the topic's ``cleanup.policy`` does not contain ``compact``.
+            CleaningAbortedError: the log was truncated, deleted or closed meanwhile.
+        """
+        raise NotImplementedError("LogManager.clean_now: the log cleaner is being written")
+
+    def cleaner_status(self, topic: str, partition: int) -> CleanerPartitionStatus:
+        """Where the cleaner stands on one partition (any cleanup policy; a log that is not
+        compacted reports its whole non-active part as dirty, never cleaned).
+
+        Raises:
+            UnknownTopicOrPartitionError: no such partition.
+        """
+        raise NotImplementedError("LogManager.cleaner_status: the log cleaner is being written")
+
+    def cleaner_stats(self) -> CleanerStats:
+        """Cumulative figures of every cleaning since this manager opened."""
+        raise NotImplementedError("LogManager.cleaner_stats: the log cleaner is being written")
 
     # ---------------------------------------------------------------- background work
 

@@ -33,6 +33,9 @@ KAFKA_DEFAULTS = {
     "max.message.bytes": "1048588",
     "preallocate": "false",
     "max.compaction.lag.ms": str(LONG_MAX),
+    "min.compaction.lag.ms": "0",
+    "min.cleanable.dirty.ratio": "0.5",
+    "delete.retention.ms": "86400000",
     "local.retention.ms": "-2",
     "local.retention.bytes": "-2",
 }
@@ -213,3 +216,19 @@ def test_config_is_frozen_and_hashable() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         config.segment_bytes = 5  # type: ignore[misc]
     assert hash(config) == hash(LogConfig())
+
+
+def test_min_cleanable_dirty_ratio_is_a_double_between_0_and_1() -> None:
+    assert LogConfig.from_mapping({"min.cleanable.dirty.ratio": " 0.25 "}).min_cleanable_dirty_ratio == 0.25
+    assert LogConfig.from_mapping({"min.cleanable.dirty.ratio": "1"}).min_cleanable_dirty_ratio == 1.0
+    for bad in ("1.5", "-0.1", "nan", "half", True):
+        with pytest.raises(InvalidConfigError, match="min.cleanable.dirty.ratio"):
+            LogConfig.from_mapping({"min.cleanable.dirty.ratio": bad})
+
+
+def test_cleaner_lag_and_retention_configs_have_kafka_ranges() -> None:
+    config = LogConfig.from_mapping({"min.compaction.lag.ms": "5", "delete.retention.ms": "0"})
+    assert (config.min_compaction_lag_ms, config.delete_retention_ms) == (5, 0)
+    for name in ("min.compaction.lag.ms", "delete.retention.ms"):
+        with pytest.raises(InvalidConfigError, match=name):
+            LogConfig.from_mapping({name: "-1"})
