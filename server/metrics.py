@@ -112,6 +112,7 @@ from stratalog.server.storage.errors import UnknownTopicOrPartitionError
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
 
+    from stratalog.server.storage.cleaner_manager import CleanerPartitionStatus, CleanerStats
     from stratalog.server.storage.log_manager import LogManager, TopicDescription
 
 __all__ = [
@@ -176,8 +177,8 @@ class CleanerSnapshot(NamedTuple):
     ``CleanerStats``) and ``(topic, partition, status)`` for every partition of a compacted
     topic (its ``CleanerPartitionStatus``)."""
 
-    stats: Any
-    partitions: Sequence[tuple[str, int, Any]]
+    stats: CleanerStats
+    partitions: Sequence[tuple[str, int, CleanerPartitionStatus]]
 
 
 def cleaner_snapshot(log_manager: LogManager) -> CleanerSnapshot:
