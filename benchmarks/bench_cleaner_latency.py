@@ -98,6 +98,15 @@ def _probe_once(stub: broker_pb2_grpc.BrokerStub, rng: random.Random, probe_end:
     fetch_ms.append((time.perf_counter() - started) * 1000)
 
 
+def _clean(stub: broker_pb2_grpc.BrokerStub, outcome: dict[str, object]) -> None:
+    """CleanPartition of ``dirty`` (in a thread of its own): its answer or error in ``outcome``."""
+    try:
+        outcome["result"] = stub.CleanPartition(pb.CleanPartitionRequest(topic="dirty"),
+                                                timeout=3600)
+    except grpc.RpcError as exc:
+        outcome["error"] = exc
+
+
 def _row(name: str, produce_ms: list[float], fetch_ms: list[float]) -> str:
     return (f"{name:<10} {len(produce_ms):>8} {_p(produce_ms, 50):>9.2f} "
             f"{_p(produce_ms, 99):>9.2f} {_p(fetch_ms, 50):>9.2f} {_p(fetch_ms, 99):>9.2f}")
@@ -133,15 +142,7 @@ def main() -> None:
         for round_number in range(args.rounds):
             log_bytes = _build_dirty(stub, batches)
             outcome: dict[str, object] = {}
-
-            def clean() -> None:
-                try:
-                    outcome["result"] = stub.CleanPartition(
-                        pb.CleanPartitionRequest(topic="dirty"), timeout=3600)
-                except grpc.RpcError as exc:
-                    outcome["error"] = exc
-
-            cleaner = threading.Thread(target=clean)
+            cleaner = threading.Thread(target=_clean, args=(stub, outcome))
             produce_ms, fetch_ms = [], []
             started = time.perf_counter()
             cleaner.start()
@@ -160,9 +161,9 @@ def main() -> None:
             samples["idle"][0].extend(idle_produce)
             samples["idle"][1].extend(idle_fetch)
             cleanings.append((log_bytes, result, elapsed_s))
+            rate = log_bytes / 2**20 / max(result.duration_ms, 1) * 1000
             print(f"round {round_number + 1}: cleaned {log_bytes / 2**20:.0f} MiB in "
-                  f"{result.duration_ms} ms ({log_bytes / 2**20 / max(result.duration_ms, 1)
-                                                * 1000:.0f} MB/s of log), kept "
+                  f"{result.duration_ms} ms ({rate:.0f} MB/s of log), kept "
                   f"{result.records_kept} of {result.records_read} records; "
                   f"{len(produce_ms)} probes during it", flush=True)
             _drop_topic(target, data_dir, "dirty")
