@@ -43,11 +43,11 @@ one place that turns both into gRPC statuses. Programmer errors are assertions.
 from __future__ import annotations
 
 __all__ = [
+    "CleaningAbortedError",
     "CorruptCheckpointError",
     "CorruptIndexError",
     "IndexFullError",
     "InsufficientSpaceError",
-    "CleaningAbortedError",
     "InvalidConfigError",
     "InvalidOffsetError",
     "InvalidProducerEpochError",

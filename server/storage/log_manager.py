@@ -45,9 +45,9 @@ from stratalog.records.log_layout import (
 
 from . import space
 from .checkpoints import OffsetCheckpointFile
-from .cleaner import CleaningResult
-from .cleaner_manager import CleanerPartitionStatus, CleanerStats
 from .clean_shutdown import consume_marker, write_marker
+from .cleaner import CleaningResult
+from .cleaner_manager import CleanerManager, CleanerPartitionStatus, CleanerStats
 from .clock import wall_clock_ms
 from .config import TOPIC_CONFIG_NAMES, LogConfig
 from .descriptor_budget import (
@@ -256,6 +256,17 @@ class LogManager:
         self._counter_lock = threading.Lock()  # loader threads add to recovered_segments
         # One thread for the flushes Kafka runs after each roll: fsyncs never hold up appends.
         self._flusher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="log-flusher")
+        # The log cleaner (compacted topics): its threads start with start_cleaner.
+        self.cleaner = CleanerManager(
+            self.log_dirs,
+            self._cleanable_logs,
+            time_ms,
+            threads=settings.cleaner_threads,
+            dedupe_buffer_bytes=settings.cleaner_dedupe_buffer_size,
+            load_factor=settings.cleaner_io_buffer_load_factor,
+            io_buffer_bytes=settings.cleaner_io_buffer_size,
+            backoff_ms=settings.cleaner_backoff_ms,
+        )
 
     # ---------------------------------------------------------------- opening
 
@@ -399,6 +410,7 @@ class LogManager:
         )
         for state in self._dirs:
             state.fully_loaded = True
+        self.cleaner.load_checkpoints()
 
     def _reconcile(
         self, catalog: TopicCatalog, found: dict[TopicPartition, Path]
@@ -814,10 +826,15 @@ class LogManager:
         self._logs = {tp: log_ for tp, log_ in self._logs.items() if tp[0] != name}
         directories = {tp: self._log_dir_of[tp] for tp in doomed}
         self._log_dir_of = {tp: d for tp, d in self._log_dir_of.items() if tp[0] != name}
+        for topic_partition in sorted(doomed):
+            # Kafka's abortAndPauseCleaning: a cleaning stops before the files go.
+            self.cleaner.abort_and_pause(topic_partition)
         for topic_partition, partition_log in sorted(doomed.items()):
             # Closed without a flush, as Kafka does: its files are about to go.
             partition_log.close_for_deletion()
             self._rename_for_deletion(directories[topic_partition], *topic_partition)
+            self.cleaner.forget(topic_partition, directories[topic_partition])
+            self.cleaner.resume(topic_partition)
         for directory in set(directories.values()):
             fsync_directory(directory)
         catalog = self._catalog.without_topic(name)
@@ -1013,7 +1030,10 @@ class LogManager:
             LogNotCompactedError: the topic's ``cleanup.policy`` does not contain ``compact``.
             CleaningAbortedError: the log was truncated, deleted or closed meanwhile.
         """
-        raise NotImplementedError("LogManager.clean_now: the log cleaner is being written")
+        partition_log = self.get_log(topic, partition)
+        return self.cleaner.clean_now(
+            (topic, partition), partition_log, self._log_dir_of[(topic, partition)]
+        )
 
     def cleaner_status(self, topic: str, partition: int) -> CleanerPartitionStatus:
         """Where the cleaner stands on one partition (any cleanup policy; a log that is not
@@ -1022,11 +1042,34 @@ class LogManager:
         Raises:
             UnknownTopicOrPartitionError: no such partition.
         """
-        raise NotImplementedError("LogManager.cleaner_status: the log cleaner is being written")
+        partition_log = self.get_log(topic, partition)
+        return self.cleaner.status((topic, partition), partition_log)
 
     def cleaner_stats(self) -> CleanerStats:
         """Cumulative figures of every cleaning since this manager opened."""
-        raise NotImplementedError("LogManager.cleaner_stats: the log cleaner is being written")
+        return self.cleaner.stats()
+
+    def start_cleaner(self) -> bool:
+        """Start the ``log.cleaner.threads`` cleaner threads unless ``log.cleaner.enable`` is
+        false (or they run already); they stop on :meth:`close`. Returns whether they run.
+        :meth:`start_background` starts them too; a server that drives
+        :meth:`run_maintenance` itself calls this."""
+        with self._lock:
+            self._ensure_open()
+            if not self._settings.cleaner_enable:
+                return False
+            self.cleaner.start()
+            return True
+
+    def _cleanable_logs(self) -> dict[TopicPartition, tuple[PartitionLog, Path]]:
+        """The cleaner's view: every live log and its log directory (offline ones left out)."""
+        logs = self._logs
+        dirs = self._log_dir_of
+        offline = {state.path for state in self._dirs if state.offline}
+        return {
+            tp: (partition_log, dirs[tp]) for tp, partition_log in logs.items()
+            if tp in dirs and dirs[tp] not in offline
+        }
 
     # ---------------------------------------------------------------- background work
 
@@ -1225,6 +1268,7 @@ class LogManager:
             )
             self._background = thread
             thread.start()
+        self.start_cleaner()
 
     def _background_loop(self, interval_s: float) -> None:
         while not self._stop_background.wait(interval_s):
@@ -1254,6 +1298,7 @@ class LogManager:
         start recovers it (not an error of the close: it was reported when it went offline).
         """
         self.stop_background()
+        self.cleaner.shutdown()
         with self._maintenance_lock, self._lock:
             if self._closed:
                 return
@@ -1307,6 +1352,7 @@ class LogManager:
         self._logs = {}
         self._closed = True
         self._flusher.shutdown(wait=True)
+        self.cleaner.shutdown()
 
     @property
     def is_closed(self) -> bool:

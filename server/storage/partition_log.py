@@ -44,12 +44,17 @@ from typing import NamedTuple
 from stratalog.records.batch import NO_PRODUCER_ID, NO_SEQUENCE, NO_TIMESTAMP, parse_header
 from stratalog.records.builder import BatchBuilder
 from stratalog.records.control import ControlRecordType, EndTransactionMarker
-from stratalog.records.log_layout import DELETED_FILE_SUFFIX
+from stratalog.records.log_layout import (
+    CLEANED_FILE_SUFFIX,
+    DELETED_FILE_SUFFIX,
+    SWAP_FILE_SUFFIX,
+)
 
 from .clock import wall_clock_ms
 from .config import PRODUCER_ID_EXPIRATION_MS_DEFAULT, LogConfig
 from .durable import fsync_directory
 from .errors import (
+    CleaningAbortedError,
     InvalidTopicError,
     LogClosedError,
     LogDirOfflineError,
@@ -1464,6 +1469,99 @@ class PartitionLog:
             due = self._take_due_deletes(now)
         _delete_segments(due)  # off the lock, as maybe_delete_pending does
         return plan
+
+    # ---------------------------------------------------------------- segment replacement
+
+    @property
+    def open_segments(self) -> OpenSegments | None:
+        """The cache that closes inactive segments' files (new segments join it)."""
+        return self._open_segments
+
+    def last_data_offsets_of_producers(self) -> dict[int, int]:
+        """Producer id -> the last offset of its last data batch, for every producer the log
+        tracks (the cleaner keeps those batches, empty if need be: Kafka's RETAIN_EMPTY)."""
+        with self._lock:
+            return {
+                producer_id: entry.last_data_offset
+                for producer_id, entry in self._producer_state.producers.items()
+            }
+
+    def replace_segments(
+        self,
+        new_segment: Segment,
+        old_segments: list[Segment],
+        *,
+        step_hook: Callable[[str], None] | None = None,
+    ) -> None:
+        """Swap ``new_segment`` (written as ``.cleaned``, flushed) in for ``old_segments``,
+        consecutive non-active segments of this log starting at its base offset (Kafka's
+        ``LocalLog.replaceSegments``, [B-74]).
+
+        The steps, each a crash point that recovery resolves ([B-48]/[B-49]):
+
+        1. ``.cleaned`` -> ``.swap`` (all four files of the new segment);
+        2. each old segment, in descending base-offset order, -> ``.deleted``;
+        3. ``.swap`` -> the final names; the directory is fsynced.
+
+        A crash before step 1 ends leaves ``.cleaned`` files (and perhaps some ``.swap``
+        ones): recovery deletes them, the old segments stay: *before*. From step 1's end on,
+        recovery completes the swap: it deletes every segment file in ``[base offset, the
+        swap segment's next offset)`` and renames the ``.swap`` files: *after* (the cleaner
+        ends the new segment where the group ended, see ``cleaner.py``). ``step_hook`` is
+        called with ``"swap"``, ``"delete <base offset>"`` and ``"rename"`` before each step
+        (crash tests inject failures there).
+
+        Only this takes the lock: appends and fetches wait for the renames, not the cleaning.
+        The segment map switches from the old segments to the new one in one publish after
+        the renames; readers holding an old segment keep a valid file, closed and deleted
+        ``file.delete.delay.ms`` later as retention's are.
+
+        Raises:
+            CleaningAbortedError: the log is closed or offline, or ``old_segments`` are no
+                longer this log's (truncated, deleted by retention): nothing is renamed, and
+                the ``.cleaned`` segment is deleted.
+            StorageIOError: a rename failed; the log goes offline and the next start
+                resolves the files as after a crash.
+        """
+        hook = step_hook or (lambda step: None)
+        with self._lock:
+            current = self._segments
+            active = current.active
+            stale = (
+                self._closed or self._offline or not old_segments
+                or old_segments[0].base_offset != new_segment.base_offset
+                or any(current.get(old.base_offset) is not old or old is active
+                       for old in old_segments)
+            )
+            if stale:
+                _delete_segments([new_segment])
+                raise CleaningAbortedError(
+                    f"cleaning of {self._directory} aborted: the segments from offset "
+                    f"{new_segment.base_offset} changed while they were cleaned (truncated, "
+                    "deleted or closed)"
+                )
+            try:
+                hook("swap")
+                new_segment.change_file_suffixes(CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX)
+                for old in sorted(old_segments, key=lambda s: s.base_offset, reverse=True):
+                    hook(f"delete {old.base_offset}")
+                    old.change_file_suffixes("", DELETED_FILE_SUFFIX)
+                hook("rename")
+                new_segment.change_file_suffixes(SWAP_FILE_SUFFIX, "")
+                fsync_directory(self._directory)
+            except BaseException as exc:
+                self._io_failed(exc, "rename")
+                # Whatever failed, the files are mid-swap: only a reopen (recovery) can say
+                # what the log holds now.
+                self._offline = True
+                raise
+            current.replace(new_segment, [old.base_offset for old in old_segments])
+            due_ms = self._time_ms() + self._config.file_delete_delay_ms
+            self._pending_deletes.extend((due_ms, old) for old in old_segments)
+            log.info(
+                "cleaned %d segments of %s into segment %d (%d bytes)", len(old_segments),
+                self._directory, new_segment.base_offset, new_segment.size_bytes,
+            )
 
     def maybe_delete_pending(self, now_ms: int | None = None) -> int:
         """Delete the ``.deleted`` segments whose ``file.delete.delay.ms`` has passed.

@@ -1132,6 +1132,17 @@ class Segment:
             return None
         return None
 
+    @_using_files
+    def read_bytes(self, position: int, size_bytes: int) -> bytes:
+        """Up to ``size_bytes`` bytes of the ``.log`` at ``position``, never past the published
+        size (the cleaner's reads).
+
+        Raises:
+            StorageIOError: the read failed.
+        """
+        size_bytes = max(0, min(size_bytes, self._log.size_bytes - position))
+        return self._log.read(size_bytes, position) if size_bytes else b""
+
     def iter_batch_headers(self, start_position: int = 0) -> Iterator[BatchHeader]:
         """Headers of the whole batches from ``start_position`` to the published size (the
         files held open until the iterator is exhausted or closed)."""

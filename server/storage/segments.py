@@ -86,6 +86,19 @@ class Segments:
         self._publish(new_map)
         return removed
 
+    def replace(self, new_segment: Segment, old_base_offsets: list[int]) -> list[Segment]:
+        """Remove the segments at ``old_base_offsets`` and add ``new_segment``, in one copy
+        (a reader sees the old segments or the new one, never neither: the cleaner's swap).
+        Returns the segments removed or replaced."""
+        new_map = self._map.copy()
+        removed = [new_map.pop(base) for base in old_base_offsets if base in new_map]
+        previous = new_map.get(new_segment.base_offset)
+        if previous is not None:
+            removed.append(previous)
+        new_map[new_segment.base_offset] = new_segment
+        self._publish(new_map)
+        return removed
+
     def clear(self) -> list[Segment]:
         """Remove every segment; returns them in base-offset order."""
         removed = list(self._map.values())

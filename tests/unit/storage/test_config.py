@@ -219,10 +219,11 @@ def test_config_is_frozen_and_hashable() -> None:
 
 
 def test_min_cleanable_dirty_ratio_is_a_double_between_0_and_1() -> None:
-    assert LogConfig.from_mapping({"min.cleanable.dirty.ratio": " 0.25 "}).min_cleanable_dirty_ratio == 0.25
-    assert LogConfig.from_mapping({"min.cleanable.dirty.ratio": "1"}).min_cleanable_dirty_ratio == 1.0
+    ratio = LogConfig.from_mapping({"min.cleanable.dirty.ratio": " 0.25 "})
+    assert ratio.min_cleanable_dirty_ratio == 0.25
+    assert LogConfig.from_mapping({"min.cleanable.dirty.ratio": 1}).min_cleanable_dirty_ratio == 1.0
     for bad in ("1.5", "-0.1", "nan", "half", True):
-        with pytest.raises(InvalidConfigError, match="min.cleanable.dirty.ratio"):
+        with pytest.raises(InvalidConfigError, match=r"min\.cleanable\.dirty\.ratio"):
             LogConfig.from_mapping({"min.cleanable.dirty.ratio": bad})
 
 
