@@ -278,6 +278,15 @@ class Server:
                 ) from exc
         self._refresh_log_metrics()
         self.metrics.bind_cleaner(self.log_manager)
+        # The log cleaner's threads (log.cleaner.threads; none with log.cleaner.enable=false):
+        # the maintenance task below drives the other background jobs, the cleaner runs on its
+        # own schedule (log.cleaner.backoff.ms) and stops in LogManager.close.
+        log_manager = self.log_manager
+        if await asyncio.get_running_loop().run_in_executor(
+            self._executor, log_manager.start_cleaner
+        ):
+            logger.info("log cleaner started (log.cleaner.threads=%s)",
+                        settings.log_defaults.get("log.cleaner.threads", "1"))
         self._maintenance = asyncio.create_task(self._maintain(), name="stratalog-maintenance")
 
     # ---------------------------------------------------------------- security

@@ -64,8 +64,10 @@ The ``log_*`` gauges come from a snapshot of the LogManager's topic descriptions
 maintenance task refreshes after each pass (see app.py); a scrape reads that snapshot and never
 touches the storage engine from the HTTP thread. The ``cleaner_*`` metrics are the exception,
 read at scrape time by :class:`CleanerCollector` from the LogManager's cleaner
-(``cleaner_stats()``, ``cleaner_status()``): counters and sizes the cleaner keeps in memory, no
-file I/O, so a scrape shows a cleaning's figures the moment it ends instead of a pass later.
+(``cleaner_stats()``, ``cleaner_status()``): counters and segment sizes the cleaner and the logs
+keep in memory (a topic with ``min.compaction.lag.ms`` set also has its dirty segments' largest
+timestamps read, from their cached indexes), so a scrape shows a cleaning's figures the moment
+it ends instead of a pass later.
 
 Each :class:`ServerMetrics` has its own registry, so tests may run several servers in one
 process. The counters and the histogram are plain numbers under one lock
@@ -182,8 +184,8 @@ class CleanerSnapshot(NamedTuple):
 
 
 def cleaner_snapshot(log_manager: LogManager) -> CleanerSnapshot:
-    """The cleaner's figures, read from ``log_manager`` (in memory: no file I/O). A partition
-    deleted between the listing and its status is left out."""
+    """The cleaner's figures, read from ``log_manager`` (mostly in memory: see the module
+    docstring). A partition deleted between the listing and its status is left out."""
     partitions = []
     for (topic, partition), partition_log in sorted(log_manager.logs().items()):
         if not partition_log.config.is_compacted:
