@@ -1197,7 +1197,12 @@ class PartitionLog:
         end = self._end
         segment = self._first_segment_reaching(timestamp)
         found = None
-        if segment is not None and segment.base_offset <= end.segment_base_offset:
+        # In a compacted log a segment whose max timestamp reaches the target may hold no
+        # record that does (the cleaner removed it; empty batches keep their max timestamps,
+        # as Kafka's): the search goes on in the next segments. Otherwise Kafka's rule: the
+        # first segment reaching the target, alone.
+        compacted = self._config.is_compacted
+        while segment is not None and segment.base_offset <= end.segment_base_offset:
             if segment.base_offset == end.segment_base_offset:
                 max_position = end.position
             else:
@@ -1206,6 +1211,9 @@ class PartitionLog:
                 timestamp, self._log_start_offset, max_bytes, max_position, min_one_message,
                 max_records,
             )
+            if found is not None or not compacted:
+                break
+            segment = self._segments.higher_segment(segment.base_offset)
         if not committed:
             if found is None:
                 return None, FetchedBatches(b"", end.offset, 0)
@@ -1269,9 +1277,14 @@ class PartitionLog:
                 return None
             return best.find_max_timestamp_record()
         segment = self._first_segment_reaching(timestamp)
-        if segment is None:
-            return None
-        return segment.find_offset_by_timestamp(timestamp, self._log_start_offset)
+        compacted = self._config.is_compacted
+        while segment is not None:
+            found = segment.find_offset_by_timestamp(timestamp, self._log_start_offset)
+            if found is not None or not compacted:
+                return found
+            # Cleaned away (see fetch_by_timestamp): the next segments may hold one.
+            segment = self._segments.higher_segment(segment.base_offset)
+        return None
 
     def _first_segment_reaching(self, timestamp: int) -> Segment | None:
         """The first segment whose largest timestamp is ``>= timestamp`` ([B-36]).
