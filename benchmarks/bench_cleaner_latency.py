@@ -128,7 +128,7 @@ def main() -> None:
     cleanings = []
     with tempfile.TemporaryDirectory(prefix="bench-cleaner-latency-") as data_dir, _process([
         sys.executable, "-m", "stratalog.server", "--listen", "127.0.0.1:0",
-        "--metrics-port", "-1", "--log-dirs", data_dir, "--set", "log.cleaner.enable=false",
+        "--metrics-port", "0", "--log-dirs", data_dir, "--set", "log.cleaner.enable=false",
     ]) as (target, _, _pid), grpc.insecure_channel(target) as channel:
         stub = broker_pb2_grpc.BrokerStub(channel)
         stub.CreateTopic(pb.CreateTopicRequest(name="probe", partitions=1))
