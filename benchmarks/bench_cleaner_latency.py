@@ -21,7 +21,8 @@ cleaner): either way it shares the interpreter's GIL with the event loop that se
 which is what this measures. The figures are the p50 and p99 of each phase over all rounds,
 their ratios (cleaning over idle), and the cleaner's MB/s of log cleaned as the RPC reports it.
 
-Run: ``.venv/bin/python -m benchmarks.bench_cleaner_latency [--rounds 3] [--log-mib 128]``.
+Run: ``.venv/bin/python -m benchmarks.bench_cleaner_latency [--rounds 3] [--log-mib 128]``
+(``--server-args '--gil-switch-interval-us 50'``: the server with other flags).
 """
 
 from __future__ import annotations
@@ -119,6 +120,8 @@ def main() -> None:
                         help="size of the log cleaned in each round (MiB)")
     parser.add_argument("--rounds-of-updates", type=int, default=4,
                         help="how many times each key of the cleaned log is written")
+    parser.add_argument("--server-args", default="",
+                        help="more flags for the server, e.g. '--gil-switch-interval-us 50'")
     args = parser.parse_args()
 
     batches = _dirty_batches(args.log_mib, args.rounds_of_updates)
@@ -129,6 +132,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-cleaner-latency-") as data_dir, _process([
         sys.executable, "-m", "stratalog.server", "--listen", "127.0.0.1:0",
         "--metrics-port", "0", "--log-dirs", data_dir, "--set", "log.cleaner.enable=false",
+        *args.server_args.split(),
     ]) as (target, _, _pid), grpc.insecure_channel(target) as channel:
         stub = broker_pb2_grpc.BrokerStub(channel)
         stub.CreateTopic(pb.CreateTopicRequest(name="probe", partitions=1))
