@@ -65,14 +65,17 @@ log's lock.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import struct
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from stratalog.records.accel import RecordColumns, decode_columns, encode_record
 from stratalog.records.batch import (
     CONTROL_FLAG_MASK,
     HEADER,
@@ -87,10 +90,9 @@ from stratalog.records.batch import (
 )
 from stratalog.records.compression import compress, decompress
 from stratalog.records.control import ControlRecordType, decode_control_key
-from stratalog.records.errors import CorruptRecordError
 from stratalog.records.log_layout import CLEANED_FILE_SUFFIX
-from stratalog.records.varint import read_varint, read_varlong
 
+from .files import log_file, offset_index_file, time_index_file, transaction_index_file
 from .offset_map import OffsetMap
 from .segment import Segment
 from .txn_index import AbortedTxn
@@ -329,50 +331,6 @@ class _TransactionTracker:
 # ------------------------------------------------------------------------- records
 
 
-class _RecordSpan:
-    """One record of a batch as the cleaner needs it (built only when a batch is filtered)."""
-
-    __slots__ = ("end", "key", "offset_delta", "start", "timestamp_delta", "value_null")
-
-    def __init__(self, start: int, end: int, timestamp_delta: int, offset_delta: int,
-                 key: bytes | None, value_null: bool) -> None:
-        self.start = start
-        self.end = end
-        self.timestamp_delta = timestamp_delta
-        self.offset_delta = offset_delta
-        self.key = key
-        self.value_null = value_null
-
-
-def _walk_records(data: bytes | memoryview, count: int) -> Iterator[_RecordSpan]:
-    """The records of a records region: spans, deltas, keys (the varint framing of Kafka's
-    ``DefaultRecord``: length, attributes, timestamp delta, offset delta, key, value, headers).
-
-    Raises:
-        CorruptRecordError: a record that does not frame (a CRC-valid batch never has one).
-    """
-    position = 0
-    end_all = len(data)
-    for _ in range(count):
-        start = position
-        length, position = read_varint(data, position)
-        record_end = position + length
-        if length < 0 or record_end > end_all:
-            raise CorruptRecordError(f"record at position {start} runs past its batch")
-        position += 1  # attributes
-        timestamp_delta, position = read_varlong(data, position)
-        offset_delta, position = read_varint(data, position)
-        key_length, position = read_varint(data, position)
-        if key_length < 0:
-            key = None
-        else:
-            key = bytes(data[position:position + key_length])
-            position += key_length
-        value_length, _ = read_varint(data, position)
-        yield _RecordSpan(start, record_end, timestamp_delta, offset_delta, key, value_length < 0)
-        position = record_end
-
-
 def _records_region(batch: memoryview, header: BatchHeader) -> bytes | memoryview:
     payload = batch[RECORD_BATCH_OVERHEAD:]
     codec = header.attributes & 0x07
@@ -383,19 +341,29 @@ def _records_region(batch: memoryview, header: BatchHeader) -> bytes | memoryvie
     return decompress(Compression(codec), payload, max_bytes=max(64 << 20, len(payload) * 256))
 
 
+def _columns(batch: memoryview, header: BatchHeader) -> RecordColumns:
+    """The records of a data batch as columns (the C decoder: offsets, timestamps, keys,
+    values, headers). LogAppendTime batches read every timestamp as their max, as Kafka's
+    readers do; the cleaner re-encodes their records with delta 0."""
+    return decode_columns(
+        _records_region(batch, header), header.records_count, header.base_offset,
+        header.base_timestamp,
+    )
+
+
 def _control_type(batch: memoryview, header: BatchHeader) -> int | None:
-    """The control record type of a control batch (None if it holds no record)."""
+    """The control record type of a control batch (None if it holds no record or an unknown
+    key: such a batch is kept)."""
     if header.records_count < 1:
         return None
-    for record in _walk_records(_records_region(batch, header), 1):
-        try:
-            return decode_control_key(record.key)[1]
-        except Exception:  # an unknown control key: keep the batch (type None)
-            return None
-    return None
+    try:
+        key = _columns(batch, header).keys[0]
+        return decode_control_key(key)[1]
+    except Exception:
+        return None
 
 
-def _frame_batch(header: BatchHeader, records: bytes | memoryview, count: int,
+def _frame_batch(header: BatchHeader, records: bytes | bytearray | memoryview, count: int,
                  max_timestamp: int) -> bytes:
     """A batch with ``header``'s fields and a new records region (already compressed if the
     codec asks), ``count`` records and ``max_timestamp``; CRC recomputed."""
@@ -414,7 +382,7 @@ def _empty_batch(header: BatchHeader, *, keep_producer: bool = True) -> bytes:
     """Kafka's ``writeEmptyHeader``: the batch's offsets and producer fields, no records,
     codec cleared, both timestamps the batch's max timestamp. Without ``keep_producer`` (the
     group's end marker, which no producer needs) it is a plain batch: no producer, not
-    transactional nor control, no timestamp, so that nothing reads meaning into it."""
+    transactional nor control (its max timestamp stays: time retention still sees it)."""
     out = bytearray(RECORD_BATCH_OVERHEAD)
     attributes = header.attributes & ~0x07
     producer = (header.producer_id, header.producer_epoch, header.base_sequence)
@@ -422,7 +390,6 @@ def _empty_batch(header: BatchHeader, *, keep_producer: bool = True) -> bytes:
     if not keep_producer:
         attributes &= ~(TRANSACTIONAL_FLAG_MASK | CONTROL_FLAG_MASK)
         producer = (-1, -1, -1)
-        timestamp = -1
     HEADER.pack_into(
         out, 0, header.base_offset, RECORD_BATCH_OVERHEAD - LOG_OVERHEAD,
         header.partition_leader_epoch, header.magic, 0, attributes, header.last_offset_delta,
@@ -556,7 +523,6 @@ class Cleaner:
         offset_map.clear()
         tracker = _TransactionTracker(aborted)
         put = offset_map.put
-        max_entries = offset_map.max_entries
         for segment in segments:
             self._check_done()
             for header, batch in self._batches(segment):
@@ -568,15 +534,14 @@ class Cleaner:
                 if header.attributes & CONTROL_FLAG_MASK:
                     tracker.on_control_batch_read(header, _control_type(batch, header))
                 elif not tracker.on_batch_read(header) and header.records_count:
-                    base = header.base_offset
-                    for record in _walk_records(_records_region(batch, header),
-                                                header.records_count):
-                        offset = base + record.offset_delta
-                        if record.key is None or offset < start:
+                    columns = _columns(batch, header)
+                    for offset, key in zip(columns.offsets, columns.keys, strict=True):
+                        if key is None or offset < start:
                             continue
-                        if offset_map.entries >= max_entries and offset_map.get(record.key) < 0:
-                            return offset_map.latest_offset + 1 if offset_map.entries else start
-                        put(record.key, offset)
+                        try:
+                            put(key, offset)
+                        except OverflowError:  # full: this round ends before this record
+                            return offset_map.latest_offset + 1
                 offset_map.update_latest_offset(last_offset)
         return end
 
@@ -666,6 +631,7 @@ class Cleaner:
         """Rewrite ``group`` into one ``.cleaned`` segment and swap it in."""
         directory = log_.directory
         base_offset = group[0].base_offset
+        _remove_stale_cleaned_files(directory, base_offset)
         cleaned = Segment.create(
             directory, base_offset, log_.config, file_suffix=CLEANED_FILE_SUFFIX,
             roll_jitter_ms=0, open_segments=log_.open_segments,
@@ -743,29 +709,26 @@ class Cleaner:
                 else:
                     kept_last = False
                 continue
-            region = _records_region(batch, header)
-            base = header.base_offset
-            kept: list[_RecordSpan] = []
-            all_kept = True
-            for record in _walk_records(region, header.records_count):
-                offset = base + record.offset_delta
+            columns = _columns(batch, header)
+            kept: list[int] = []  # indexes of the records kept
+            keys = columns.keys
+            values = columns.values
+            for index, offset in enumerate(columns.offsets):
+                key = keys[index]
                 if offset > latest_mapped:
-                    keep = True  # not mapped yet: the next round judges it
-                elif record.key is None:
-                    keep = False  # no key: a compacted log cannot keep it (Kafka drops it)
-                else:
-                    keep = offset >= get(record.key) and (not record.value_null or retain_deletes)
-                if keep:
-                    kept.append(record)
-                else:
-                    all_kept = False
+                    kept.append(index)  # not mapped yet: the next round judges it
+                elif key is None:
+                    continue  # no key: a compacted log cannot keep it (Kafka drops it)
+                elif offset >= get(key) and (values[index] is not None or retain_deletes):
+                    kept.append(index)
+            all_kept = len(kept) == header.records_count
             counts.records_kept += len(kept)
             if all_kept:
                 writer.add(batch, last_offset, header.max_timestamp)
                 kept_last = True
             elif kept:
-                writer.add(_reframe(header, region, kept), last_offset,
-                           _max_timestamp_of(header, kept))
+                batch_bytes, max_timestamp = _reframe(header, columns, kept)
+                writer.add(batch_bytes, last_offset, max_timestamp)
                 kept_last = True
             elif keep_empty:
                 writer.add(_empty_batch(header), last_offset, header.max_timestamp)
@@ -777,23 +740,31 @@ class Cleaner:
             # the group did (recovery's swap range, see the module docstring).
             header = last_header
             writer.add(_empty_batch(header, keep_producer=False),
-                       header.base_offset + header.last_offset_delta, -1)
+                       header.base_offset + header.last_offset_delta, header.max_timestamp)
 
 
-def _reframe(header: BatchHeader, region: bytes | memoryview, kept: list[_RecordSpan]) -> bytes:
-    """A batch of the ``kept`` records' bytes under ``header``'s fields."""
-    view = memoryview(region)
-    records = b"".join(view[record.start:record.end] for record in kept)
+def _reframe(header: BatchHeader, columns: RecordColumns, kept: list[int]) -> tuple[bytes, int]:
+    """A batch of the ``kept`` records (indexes into ``columns``) under ``header``'s fields,
+    and its max timestamp. Each record is encoded as it was: same offset delta, same timestamp
+    (the base timestamp is kept, so same delta), key, value and headers."""
+    base_offset = header.base_offset
+    base_timestamp = header.base_timestamp
+    log_append_time = (header.attributes >> 3) & 1 == TimestampType.LOG_APPEND_TIME
+    out = bytearray()
+    offsets, timestamps = columns.offsets, columns.timestamps
+    keys, values, headers = columns.keys, columns.values, columns.headers
+    max_delta = -(1 << 63)
+    for index in kept:
+        delta = 0 if log_append_time else timestamps[index] - base_timestamp
+        max_delta = max(max_delta, delta)
+        encode_record(out, offsets[index] - base_offset, delta, keys[index], values[index],
+                      headers[index])
+    max_timestamp = header.max_timestamp if log_append_time else base_timestamp + max_delta
     codec = header.attributes & 0x07
+    records: bytes | bytearray = out
     if codec != Compression.NONE:
-        records = compress(Compression(codec), records)
-    return _frame_batch(header, records, len(kept), _max_timestamp_of(header, kept))
-
-
-def _max_timestamp_of(header: BatchHeader, kept: list[_RecordSpan]) -> int:
-    if (header.attributes >> 3) & 1 == TimestampType.LOG_APPEND_TIME:
-        return header.max_timestamp
-    return header.base_timestamp + max(record.timestamp_delta for record in kept)
+        records = compress(Compression(codec), out)
+    return _frame_batch(header, records, len(kept), max_timestamp), max_timestamp
 
 
 def _aborted_txns(segments: Sequence[Segment], upper_bound: int) -> list[tuple[int, int]]:
@@ -805,6 +776,16 @@ def _aborted_txns(segments: Sequence[Segment], upper_bound: int) -> list[tuple[i
         for txn in result.aborted_txns:
             found.append((txn.first_offset, txn.producer_id))
     return sorted(set(found))
+
+
+def _remove_stale_cleaned_files(directory: Path, base_offset: int) -> None:
+    """Delete ``.cleaned`` files an earlier, failed cleaning left at ``base_offset`` (the new
+    segment is created exclusively); recovery would delete them at the next start anyway."""
+    for make in (log_file, offset_index_file, time_index_file, transaction_index_file):
+        path = make(directory, base_offset, CLEANED_FILE_SUFFIX)
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+            log.warning("deleted the stale cleaner output %s", path)
 
 
 def _discard(segment: Segment) -> None:

@@ -87,26 +87,31 @@ class OffsetMap:
     def clear(self) -> None:
         """Empty the map: a fresh zeroed buffer of the same size (the old one is freed; the
         kernel hands out zeroed pages, cheaper than zeroing in place)."""
+        if self.entries == 0 and self.latest_offset == -1:
+            return  # never used since the last clear: already zero
+        size = len(self._buffer)
         self._view.release()
-        self._buffer = bytearray(len(self._buffer))
+        self._buffer = bytearray()  # the old buffer goes before the new one comes
+        self._buffer = bytearray(size)
         self._view = memoryview(self._buffer)
         self.entries = 0
         self.latest_offset = -1
 
     def _slot_of(self, digest: bytes) -> int:
-        """The position of ``digest``'s slot, or of the empty slot where it would go."""
+        """The position of ``digest``'s slot, or of the empty slot where it would go; -1 when
+        every slot is taken by other keys (a full table, load factor 1)."""
         buffer = self._buffer
         slots = self._slots
-        slot = int.from_bytes(digest[:8], "big") % slots
-        position = slot * SLOT_BYTES
+        position = int.from_bytes(digest[:8], "big") % slots * SLOT_BYTES
         limit = slots * SLOT_BYTES
-        while True:
+        for _ in range(slots):
             stored = buffer[position:position + _DIGEST_BYTES]
             if stored in (digest, _EMPTY_DIGEST):
                 return position
             position += SLOT_BYTES
             if position == limit:
                 position = 0
+        return -1
 
     def put(self, key: bytes | bytearray | memoryview, offset: int) -> None:
         """Map ``key`` to ``offset`` (a later put of the same key replaces it).
@@ -119,6 +124,8 @@ class OffsetMap:
         digest = hashlib.md5(key, usedforsecurity=False).digest()
         position = self._slot_of(digest)
         buffer = self._buffer
+        if position < 0:
+            raise OverflowError("attempt to add a new entry to a full offset map")
         if buffer[position:position + _DIGEST_BYTES] == _EMPTY_DIGEST:
             if self.entries >= self._max_entries:
                 raise OverflowError("attempt to add a new entry to a full offset map")
@@ -132,7 +139,7 @@ class OffsetMap:
         """The offset mapped for ``key``, or -1 if none."""
         digest = hashlib.md5(key, usedforsecurity=False).digest()
         position = self._slot_of(digest)
-        if self._buffer[position:position + _DIGEST_BYTES] == _EMPTY_DIGEST:
+        if position < 0 or self._buffer[position:position + _DIGEST_BYTES] == _EMPTY_DIGEST:
             return -1
         return _OFFSET.unpack_from(self._buffer, position + _DIGEST_BYTES)[0]
 

@@ -397,8 +397,29 @@ def test_the_new_segment_ends_where_its_group_ended(tmp_path: Path) -> None:
     put(log, b"a", b"newest")
     log.roll()
     clean(log)
-    first = list(log.segments)[0]
+    first = log.segments.first
     assert first.read_next_offset() == 8
     last = parse_header(first.read_bytes(first.size_bytes - 61, 61))
     assert (last.base_offset, last.records_count, last.producer_id) == (7, 0, -1)
+    log.close()
+
+
+def test_a_full_table_answers_absent_keys_without_probing_forever() -> None:
+    offset_map = OffsetMap(24 * 2, load_factor=1.0)
+    offset_map.put(b"a", 1)
+    offset_map.put(b"b", 2)
+    assert offset_map.get(b"c") == -1
+    with pytest.raises(OverflowError):
+        offset_map.put(b"c", 3)
+
+
+def test_stale_cleaner_output_of_a_failed_cleaning_is_replaced(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0", segment_bytes=1 << 20)
+    for i in range(10):
+        put(log, b"k", b"v%d" % i)
+    log.roll()
+    (log.directory / "00000000000000000000.log.cleaned").write_bytes(b"torn")
+    clean(log)
+    assert records(log) == [(9, T0, b"k", b"v9")]
+    assert not [n for n in os.listdir(log.directory) if n.endswith(".cleaned")]
     log.close()
