@@ -1,4 +1,4 @@
-"""``stratalog topics create|list|describe|delete|alter``: topic administration.
+"""``stratalog topics create|list|describe|delete|alter|clean``: topic administration.
 
 Output is for people by default (one line per topic, Kafka-style ``describe``) and for scripts
 with ``--format json`` (one JSON document). Configs use Kafka's topic config names
@@ -10,6 +10,9 @@ server's defaults included, with Long.MAX_VALUE (9223372036854775807, "no limit"
 ``flush.ms``, ``max.compaction.lag.ms``, ``message.timestamp.*.max.ms`` ...) shown as ``none``.
 JSON always carries every config as the server stores it (``configs``) and the names set on the
 topic (``overridden_configs``).
+``describe`` also shows the log cleaner's position in each partition of a compacted topic;
+``clean`` cleans partitions of a compacted topic now (the CleanPartition RPC;
+docs/durability.md, "Compaction: operating it").
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import argparse
 import json
 import sys
 
-from stratalog.client import TopicInfo
+from stratalog.client import CleaningResult, Client, PartitionInfo, TopicInfo
 
 from .connection import add_target_argument, connect, fail, run_client_command
 from .output_format import add_format_argument, wants_json
@@ -59,6 +62,7 @@ def _topic_json(topic: TopicInfo) -> dict:
                 "segment_count": p.segment_count,
                 "max_timestamp": p.max_timestamp,
                 "log_dir": p.log_dir,
+                **_cleaner_json(p),
             }
             for p in topic.partitions
         ],
@@ -78,7 +82,70 @@ def _print_description(topic: TopicInfo, show_defaults: bool) -> None:
             f"LogStartOffset: {p.log_start_offset}\tLogEndOffset: {p.log_end_offset}\t"
             f"Size: {p.size_bytes}\tSegments: {p.segment_count}\t"
             f"MaxTimestamp: {format_timestamp_ms(p.max_timestamp)}\tLogDir: {p.log_dir}"
+            + _cleaner_columns(p)
         )
+
+
+# ---------------------------------------------------------------- the log cleaner (issue 16)
+
+
+def _cleaner_json(p: PartitionInfo) -> dict:
+    """The cleaner's position, for the partitions of compacted topics only."""
+    if p.cleaned_offset is None:
+        return {}
+    return {"cleaned_offset": p.cleaned_offset, "dirty_ratio": p.dirty_ratio,
+            "last_clean_ms": p.last_clean_ms}
+
+
+def _cleaner_columns(p: PartitionInfo) -> str:
+    """``describe``'s columns for the cleaner's position; none unless the topic is compacted."""
+    if p.cleaned_offset is None or p.last_clean_ms is None:
+        return ""
+    last_clean = "never" if p.last_clean_ms < 0 else format_timestamp_ms(p.last_clean_ms)
+    return (f"\tCleanedOffset: {p.cleaned_offset}\tDirtyRatio: {p.dirty_ratio:.3f}"
+            f"\tLastClean: {last_clean}")
+
+
+def _cleaning_json(result: CleaningResult) -> dict:
+    return {
+        "topic": result.topic,
+        "partition": result.partition,
+        "first_dirty_offset_before": result.first_dirty_offset_before,
+        "end_offset": result.end_offset,
+        "bytes_read": result.bytes_read,
+        "bytes_written": result.bytes_written,
+        "records_read": result.records_read,
+        "records_kept": result.records_kept,
+        "segments_before": result.segments_before,
+        "segments_after": result.segments_after,
+        "duration_ms": result.duration_ms,
+    }
+
+
+def _print_cleaning(result: CleaningResult) -> None:
+    print(
+        f"Cleaned {result.topic}-{result.partition} up to offset {result.end_offset} "
+        f"(was {result.first_dirty_offset_before}): kept {result.records_kept} of "
+        f"{result.records_read} records, segments {result.segments_before} -> "
+        f"{result.segments_after}, read {result.bytes_read} bytes, wrote "
+        f"{result.bytes_written} bytes, {result.duration_ms} ms."
+    )
+
+
+async def _clean(client: Client, args: argparse.Namespace) -> int:
+    partitions = args.partition
+    if not partitions:
+        partitions = range((await client.describe_topic(args.name)).num_partitions)
+    results = []
+    for partition in partitions:
+        result = await client.clean_partition(args.name, partition, timeout_s=args.timeout_s)
+        if args.json:
+            results.append(_cleaning_json(result))
+        else:
+            _print_cleaning(result)
+    if args.json:
+        print(json.dumps(results, indent=2))
+    return 0
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -109,7 +176,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     alter.add_argument("--delete", action="append", default=[], metavar="NAME",
                        help="return a config to the server default (repeatable)")
 
-    for sub in (create, actions.choices["list"], describe, delete, alter):
+    clean = actions.add_parser(
+        "clean", help="clean partitions of a compacted topic now (keep each key's latest record)"
+    )
+    clean.add_argument("name")
+    clean.add_argument("--partition", type=int, action="append", default=[], metavar="N",
+                       help="a partition to clean (repeatable; default: every partition)")
+    clean.add_argument("--timeout-s", type=float, default=600.0, metavar="SECONDS",
+                       help="how long to wait for each cleaning (default: 600)")
+
+    for sub in (create, actions.choices["list"], describe, delete, alter, clean):
         add_target_argument(sub)
         add_format_argument(sub)
     parser.set_defaults(run=run)
@@ -132,6 +208,8 @@ def run(args: argparse.Namespace) -> int:
                 topic = await client.alter_topic_configs(args.name, configs, args.delete)
             elif args.action == "describe":
                 topic = await client.describe_topic(args.name)
+            elif args.action == "clean":
+                return await _clean(client, args)
             elif args.action == "delete":
                 await client.delete_topic(args.name)
                 if wants_json(args):

@@ -62,6 +62,7 @@ from .sync_client import SyncClient
 from .transaction_manager import TransactionState, TransactionStateError
 from .types import (
     AbortedTransaction,
+    CleaningResult,
     ConsumerRecord,
     FetchResult,
     Identity,
@@ -92,6 +93,7 @@ __all__ = [
     "AclOperation",
     "AclPermissionType",
     "BrokerUnavailableError",
+    "CleaningResult",
     "Client",
     "ConsumedBatch",
     "Consumer",

@@ -42,6 +42,7 @@ from .credentials import Credentials, TlsConfig, channel_security
 from .errors import BrokerUnavailableError, from_rpc_error
 from .session import ClientSession, SessionRefusedError
 from .types import (
+    CleaningResult,
     FetchResult,
     Identity,
     OffsetAndTimestamp,
@@ -494,6 +495,20 @@ class Client:
         request = wire.delete_records_request(topic, partition, before_offset)
         response = await self._call(self._stub.DeleteRecords, request, self._deadline(timeout_s))
         return response.log_start_offset
+
+    async def clean_partition(
+        self, topic: str, partition: int, *, timeout_s: float | None = _UNSET
+    ) -> CleaningResult:
+        """Clean one partition of a compacted topic now, whatever its dirty ratio (the
+        CleanPartition RPC; needs ALTER on the topic), and say what the cleaning did. As the
+        server's background cleaner, it keeps each key's latest record and never cleans the
+        active segment. A cleaning of a large log takes seconds: give ``timeout_s``.
+
+        Raises InvalidConfigError (the topic is not compacted), UnknownTopicOrPartitionError.
+        """
+        request = wire.clean_partition_request(topic, partition)
+        response = await self._call(self._stub.CleanPartition, request, self._deadline(timeout_s))
+        return wire.cleaning_result(topic, partition, response)
 
     # --- exactly-once ----------------------------------------------------------------------------
 

@@ -30,6 +30,7 @@ from .client import (
 from .credentials import Credentials, TlsConfig, channel_security
 from .errors import BrokerUnavailableError, from_rpc_error
 from .types import (
+    CleaningResult,
     FetchResult,
     Identity,
     OffsetAndTimestamp,
@@ -300,6 +301,14 @@ class SyncClient:
         request = wire.delete_records_request(topic, partition, before_offset)
         response = self._call(self._stub.DeleteRecords, request, self._deadline(timeout_s))
         return response.log_start_offset
+
+    def clean_partition(
+        self, topic: str, partition: int, *, timeout_s: float | None = _UNSET
+    ) -> CleaningResult:
+        """See :meth:`Client.clean_partition <stratalog.client.Client.clean_partition>`."""
+        request = wire.clean_partition_request(topic, partition)
+        response = self._call(self._stub.CleanPartition, request, self._deadline(timeout_s))
+        return wire.cleaning_result(topic, partition, response)
 
     # --- exactly-once ----------------------------------------------------------------------------
 

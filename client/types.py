@@ -18,6 +18,7 @@ from stratalog.records import Header, TimestampType
 
 __all__ = [
     "AbortedTransaction",
+    "CleaningResult",
     "ConsumerRecord",
     "FetchResult",
     "OffsetAndTimestamp",
@@ -46,6 +47,12 @@ class PartitionInfo:
     ``max_timestamp`` is -1 for an empty partition; ``log_dir`` says which of the server's log
     directories holds the partition, by its index in the server's ``log_dirs`` ("0" for the
     first), never its path.
+
+    The log cleaner's position, for a partition of a compacted topic (``None`` for any other
+    topic): ``cleaned_offset``, the first offset not yet cleaned; ``dirty_ratio``, the bytes
+    past it over the bytes of the cleanable log (0..1; the cleaner picks the partition at
+    ``min.cleanable.dirty.ratio``); ``last_clean_ms``, when it was last cleaned (ms since the
+    epoch; -1: not since the server started).
     """
 
     partition: int
@@ -55,6 +62,9 @@ class PartitionInfo:
     segment_count: int
     log_dir: str
     max_timestamp: int
+    cleaned_offset: int | None = None
+    dirty_ratio: float | None = None
+    last_clean_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +84,34 @@ class TopicInfo:
     def num_partitions(self) -> int:
         """How many partitions the topic has."""
         return len(self.partitions)
+
+
+@dataclass(frozen=True, slots=True)
+class CleaningResult:
+    """What one cleaning of a partition did (``Client.clean_partition``, CleanPartition).
+
+    The partition is cleaned from its log start up to ``end_offset`` (the first offset not
+    cleaned, the cleaner's position now; it was ``first_dirty_offset_before``): of the
+    ``records_read`` records of the ``segments_before`` segments rewritten, ``records_kept``
+    survive, in ``segments_after`` segments. ``bytes_read`` counts both passes over the log (the
+    offset map's and the rewrite's), ``bytes_written`` the cleaned segments.
+    """
+
+    topic: str
+    partition: int
+    first_dirty_offset_before: int
+    end_offset: int
+    bytes_read: int
+    bytes_written: int
+    records_read: int
+    records_kept: int
+    segments_before: int
+    segments_after: int
+    duration_ms: int
+
+    @property
+    def records_removed(self) -> int:
+        return self.records_read - self.records_kept
 
 
 @dataclass(frozen=True, slots=True)

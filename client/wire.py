@@ -14,6 +14,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import repeat
+from typing import Any
 
 from stratalog.records import Compression, Header, TimestampType
 from stratalog.v1 import broker_pb2 as pb
@@ -28,6 +29,7 @@ from .acls import (
 )
 from .types import (
     AbortedTransaction,
+    CleaningResult,
     ConsumerRecord,
     FetchResult,
     OffsetAndTimestamp,
@@ -60,6 +62,8 @@ __all__ = [
     "check_producer_id",
     "check_topic",
     "check_transactional_id",
+    "clean_partition_request",
+    "cleaning_result",
     "create_acls_request",
     "create_topic_request",
     "delete_acls_request",
@@ -452,6 +456,10 @@ def delete_records_request(
     )
 
 
+def clean_partition_request(topic: str, partition: int) -> pb.CleanPartitionRequest:
+    return pb.CleanPartitionRequest(topic=check_topic(topic), partition=check_partition(partition))
+
+
 def init_producer_id_request(
     transactional_id: str | None, transaction_timeout_ms: int
 ) -> pb.InitProducerIdRequest:
@@ -539,11 +547,42 @@ def topic_info(description: pb.TopicDescription) -> TopicInfo:
             segment_count=p.segment_count,
             log_dir=p.log_dir,
             max_timestamp=p.max_timestamp,
+            **_cleaner_position(p),
         )
         for p in sorted(description.partitions, key=lambda p: p.partition)
     )
     return TopicInfo(description.name, dict(description.configs), partitions,
                      frozenset(description.overridden_configs))
+
+
+def _cleaner_position(p: pb.PartitionDescription) -> dict[str, Any]:
+    # cleaned_offset is set for the partitions of compacted topics only (and never by a
+    # server older than issue 16): the three fields are None otherwise.
+    if not p.HasField("cleaned_offset"):
+        return {}
+    return {
+        "cleaned_offset": p.cleaned_offset,
+        "dirty_ratio": p.dirty_ratio,
+        "last_clean_ms": p.last_clean_ms,
+    }
+
+
+def cleaning_result(
+    topic: str, partition: int, response: pb.CleanPartitionResponse
+) -> CleaningResult:
+    return CleaningResult(
+        topic=topic,
+        partition=partition,
+        first_dirty_offset_before=response.first_dirty_offset_before,
+        end_offset=response.end_offset,
+        bytes_read=response.bytes_read,
+        bytes_written=response.bytes_written,
+        records_read=response.records_read,
+        records_kept=response.records_kept,
+        segments_before=response.segments_before,
+        segments_after=response.segments_after,
+        duration_ms=response.duration_ms,
+    )
 
 
 def produce_result(response: pb.ProduceResponse) -> ProduceResult:

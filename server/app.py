@@ -294,6 +294,16 @@ class Server:
                     f"cannot serve metrics on {address.host}:{settings.metrics_port}: {exc}"
                 ) from exc
         self._refresh_log_metrics()
+        self.metrics.bind_cleaner(self.log_manager)
+        # The log cleaner's threads (log.cleaner.threads; none with log.cleaner.enable=false):
+        # the maintenance task below drives the other background jobs, the cleaner runs on its
+        # own schedule (log.cleaner.backoff.ms) and stops in LogManager.close.
+        log_manager = self.log_manager
+        if await asyncio.get_running_loop().run_in_executor(
+            self._executor, log_manager.start_cleaner
+        ):
+            logger.info("log cleaner started (log.cleaner.threads=%s)",
+                        settings.log_defaults.get("log.cleaner.threads", "1"))
         self._maintenance = asyncio.create_task(self._maintain(), name="stratalog-maintenance")
 
     # ---------------------------------------------------------------- security
@@ -502,6 +512,7 @@ class Server:
         if self._grpc is not None:
             await self._grpc.stop(0)
         self._endpoint.close()
+        self.metrics.bind_cleaner(None)
         coordinator, self.coordinator = self.coordinator, None
         log_manager = self.log_manager
         loop = asyncio.get_running_loop()

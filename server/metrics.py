@@ -37,6 +37,22 @@ What an operator watches, in Prometheus's text format at ``http://HOST:metrics_p
     stratalog_log_size_bytes{topic,partition}  bytes of the partition's .log files
     stratalog_log_segments{topic,partition}    segment count
     stratalog_log_start_offset{topic,partition}, stratalog_log_end_offset{topic,partition}
+    stratalog_cleaner_bytes_read_total         the log cleaner (issue 16): bytes of log read
+                                               (both passes: offset map and rewrite)
+    stratalog_cleaner_bytes_written_total      bytes of cleaned segments written
+    stratalog_cleaner_records_removed_total    records the cleanings removed
+    stratalog_cleaner_cleanings_total          cleanings finished (background and RPC)
+    stratalog_cleaner_last_run_timestamp_seconds  when the last cleaning ended (no sample
+                                               before the first)
+    stratalog_cleaner_max_dirty_ratio          the dirtiest compacted partition's dirty ratio
+                                               (Kafka's max-dirty-percent, as a ratio)
+    stratalog_cleaner_dirty_ratio{topic,partition}      bytes past the cleaner's position
+                                               over the cleanable bytes (0..1), compacted
+                                               topics only
+    stratalog_cleaner_cleaned_offset{topic,partition}   the cleaner's position (first dirty
+                                               offset)
+    stratalog_cleaner_last_clean_timestamp_seconds{topic,partition}  the partition's last
+                                               cleaning (no sample before its first)
     process_*                                  RSS, CPU, open files (prometheus-client's collector)
     stratalog_build_info{version,python,grpc}  1, labelled with what the server runs
 
@@ -65,7 +81,12 @@ A counter without a sample has not been incremented yet: read it as 0.
 
 The ``log_*`` gauges come from a snapshot of the LogManager's topic descriptions that the
 maintenance task refreshes after each pass (see app.py); a scrape reads that snapshot and never
-touches the storage engine from the HTTP thread.
+touches the storage engine from the HTTP thread. The ``cleaner_*`` metrics are the exception,
+read at scrape time by :class:`CleanerCollector` from the LogManager's cleaner
+(``cleaner_stats()``, ``cleaner_status()``): counters and segment sizes the cleaner and the logs
+keep in memory (a topic with ``min.compaction.lag.ms`` set also has its dirty segments' largest
+timestamps read, from their cached indexes), so a scrape shows a cleaning's figures the moment
+it ends instead of a pass later.
 
 Each :class:`ServerMetrics` has its own registry, so tests may run several servers in one
 process. The counters and the histogram are plain numbers under one lock
@@ -76,6 +97,7 @@ prometheus-client's metric objects, and thread-safe as they are.
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import logging
 import platform
@@ -84,7 +106,7 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 from wsgiref.simple_server import WSGIRequestHandler
 
 import grpc
@@ -108,15 +130,20 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
+from stratalog.server.storage.errors import UnknownTopicOrPartitionError
+
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
 
-    from stratalog.server.storage.log_manager import TopicDescription
+    from stratalog.server.storage.cleaner_manager import CleanerPartitionStatus, CleanerStats
+    from stratalog.server.storage.log_manager import LogManager, TopicDescription
 
 __all__ = [
     "GRPC_CODE_NAMES",
     "LATENCY_BUCKETS_SECONDS",
     "GrpcServerCollector",
+    "CleanerCollector",
+    "CleanerSnapshot",
     "LogSnapshotCollector",
     "MetricsEndpoint",
     "ServerMetrics",
@@ -168,6 +195,99 @@ class LogSnapshotCollector(Collector):
             for row in rows:
                 family.add_metric(row[:2], row[column])
             yield family
+
+
+class CleanerSnapshot(NamedTuple):
+    """The log cleaner's figures at one moment: its cumulative ``stats`` (the LogManager's
+    ``CleanerStats``) and ``(topic, partition, status)`` for every partition of a compacted
+    topic (its ``CleanerPartitionStatus``)."""
+
+    stats: CleanerStats
+    partitions: Sequence[tuple[str, int, CleanerPartitionStatus]]
+
+
+def cleaner_snapshot(log_manager: LogManager) -> CleanerSnapshot:
+    """The cleaner's figures, read from ``log_manager`` (mostly in memory: see the module
+    docstring). A partition deleted between the listing and its status is left out."""
+    partitions = []
+    for (topic, partition), partition_log in sorted(log_manager.logs().items()):
+        if not partition_log.config.is_compacted:
+            continue
+        try:
+            status = log_manager.cleaner_status(topic, partition)
+        except UnknownTopicOrPartitionError:
+            continue
+        partitions.append((topic, partition, status))
+    return CleanerSnapshot(log_manager.cleaner_stats(), partitions)
+
+
+class CleanerCollector(Collector):
+    """Exports the log cleaner's counters and per-partition gauges, read at scrape time.
+
+    Holds the function that reads them (:func:`cleaner_snapshot` bound to the server's
+    LogManager once it is open, by :meth:`bind`); exports nothing before, or when the read fails
+    (a LogManager closing under the scrape), which is logged at DEBUG.
+
+    Concurrency: :meth:`collect` runs on the scrape's thread; the LogManager's cleaner calls are
+    thread-safe.
+    """
+
+    def __init__(self) -> None:
+        self._source: Callable[[], CleanerSnapshot] | None = None
+
+    def bind(self, source: Callable[[], CleanerSnapshot] | None) -> None:
+        self._source = source
+
+    def collect(self) -> Iterator[Metric]:
+        source = self._source
+        if source is None:
+            return
+        try:
+            stats, partitions = source()
+        except Exception:  # a closing LogManager: no cleaner figures in this scrape
+            _logger.debug("cannot read the cleaner's figures for a scrape", exc_info=True)
+            return
+        for name, documentation, value in (
+            ("bytes_read", "Bytes of log the cleaner read (offset map and rewrite passes)",
+             stats.bytes_read),
+            ("bytes_written", "Bytes of cleaned segments the cleaner wrote", stats.bytes_written),
+            ("records_removed", "Records the cleaner removed", stats.records_removed),
+            ("cleanings", "Cleanings finished, background and CleanPartition", stats.cleanings),
+        ):
+            yield CounterMetricFamily(f"stratalog_cleaner_{name}", documentation, value=value)
+        last_run = GaugeMetricFamily(
+            "stratalog_cleaner_last_run_timestamp_seconds", "When the last cleaning ended"
+        )
+        if stats.last_run_ms >= 0:
+            last_run.add_metric((), stats.last_run_ms / 1000)
+        yield last_run
+        yield GaugeMetricFamily(
+            "stratalog_cleaner_max_dirty_ratio",
+            "Dirty ratio of the dirtiest compacted partition",
+            value=stats.max_dirty_ratio,
+        )
+        labels = ("topic", "partition")
+        dirty = GaugeMetricFamily(
+            "stratalog_cleaner_dirty_ratio",
+            "Bytes past the cleaner's position over the cleanable bytes", labels=labels,
+        )
+        cleaned = GaugeMetricFamily(
+            "stratalog_cleaner_cleaned_offset", "First offset the cleaner has not cleaned",
+            labels=labels,
+        )
+        last_clean = GaugeMetricFamily(
+            "stratalog_cleaner_last_clean_timestamp_seconds",
+            "When the partition was last cleaned", labels=labels,
+        )
+        for topic, partition, status in partitions:
+            key = (topic, str(partition))
+            dirty.add_metric(key, status.dirty_ratio)
+            cleaned.add_metric(key, status.cleaned_offset)
+            if status.last_clean_ms >= 0:
+                last_clean.add_metric(key, status.last_clean_ms / 1000)
+        yield dirty
+        yield cleaned
+        yield last_clean
 
 
 class TrafficCollector(Collector):
@@ -452,6 +572,8 @@ class ServerMetrics:
             labelnames=("version", "python", "grpc"), registry=r,
         )
         self.build_info.labels(*build_labels()).set(1)
+        self.cleaner = CleanerCollector()
+        r.register(self.cleaner)
         ProcessCollector(registry=r)
 
     def observe_request(self, rpc: str, code_name: str, seconds: float | None) -> None:
@@ -486,6 +608,12 @@ class ServerMetrics:
 
     def update_logs(self, topics: Sequence[TopicDescription]) -> None:
         self.logs.update(topics)
+
+    def bind_cleaner(self, log_manager: LogManager | None) -> None:
+        """Read the cleaner's figures from ``log_manager`` at each scrape (None: stop)."""
+        self.cleaner.bind(
+            None if log_manager is None else functools.partial(cleaner_snapshot, log_manager)
+        )
 
     def render(self) -> bytes:
         """The text exposition of every metric (what /metrics serves)."""

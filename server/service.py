@@ -79,10 +79,12 @@ from stratalog.server.security.errors import SecurityDisabledError
 from stratalog.server.security.principal import ANONYMOUS, CallIdentity, current_identity
 from stratalog.server.session import RequestHandlers, Sessions
 from stratalog.server.storage.clock import wall_clock_ms
+from stratalog.server.storage.config import LogConfig
 from stratalog.server.storage.errors import (
     InvalidTopicError,
     LogClosedError,
     OffsetOutOfRangeError,
+    UnknownTopicOrPartitionError,
 )
 from stratalog.server.storage.partition_log import AppendInfo, IsolationLevel
 from stratalog.server.subscribe_budget import Lease, SubscribeBudget
@@ -91,6 +93,7 @@ from stratalog.server.transactions import DEFAULT_TRANSACTION_TIMEOUT_MS
 from stratalog.server.translation import (
     PRODUCER_EPOCH_MAX,
     BadRequestError,
+    CleanerPositions,
     ProducerFields,
     decode_records_into,
     encode_records,
@@ -143,6 +146,20 @@ def _client_out_of_range(
         log_start_offset=exc.log_start_offset,
         log_end_offset=exc.log_end_offset,
     )
+
+
+def cleaner_positions(
+    log_manager: LogManager, description: TopicDescription
+) -> CleanerPositions:
+    """Blocking: the cleaner's position in each partition of a compacted topic (empty for
+    any other topic; a partition deleted meanwhile is left out)."""
+    if not LogConfig.from_mapping(description.configs).is_compacted:
+        return {}
+    positions = {}
+    for p in description.partitions:
+        with contextlib.suppress(UnknownTopicOrPartitionError):
+            positions[p.partition] = log_manager.cleaner_status(description.name, p.partition)
+    return positions
 
 
 def _partition(value: int) -> int:
@@ -662,9 +679,23 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
 
     # ---------------------------------------------------------------- topics
 
-    def _topic_message(self, description: TopicDescription) -> broker_pb2.TopicDescription:
+    def _topic_message(
+        self, description: TopicDescription, cleaner: CleanerPositions | None = None
+    ) -> broker_pb2.TopicDescription:
         # Log directories by their index in log_dirs: clients never learn the server's paths.
-        return topic_message(description, self._log_manager.log_dirs)
+        return topic_message(description, self._log_manager.log_dirs, cleaner)
+
+    def _described(self, name: str) -> tuple[TopicDescription, CleanerPositions]:
+        """Blocking: a topic and, if it is compacted, its cleaner's position per partition."""
+        description = self._log_manager.describe_topic(name)
+        return description, cleaner_positions(self._log_manager, description)
+
+    def _listed(self) -> list[tuple[TopicDescription, CleanerPositions]]:
+        """Blocking: every topic, each with its cleaner's positions (as :meth:`_described`)."""
+        return [
+            (description, cleaner_positions(self._log_manager, description))
+            for description in self._log_manager.list_topics()
+        ]
 
     @_rpc()
     async def CreateTopic(
@@ -700,16 +731,18 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     async def ListTopics(
         self, request: broker_pb2.ListTopicsRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.ListTopicsResponse:
-        topics = await self.admin(self._log_manager.list_topics)
-        return broker_pb2.ListTopicsResponse(topics=[self._topic_message(t) for t in topics])
+        topics = await self.admin(self._listed)
+        return broker_pb2.ListTopicsResponse(
+            topics=[self._topic_message(t, cleaner) for t, cleaner in topics]
+        )
 
     @_rpc()
     async def DescribeTopic(
         self, request: broker_pb2.DescribeTopicRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.DescribeTopicResponse:
         name = self._topic(request.name, "name")
-        description = await self.admin(self._log_manager.describe_topic, name)
-        return broker_pb2.DescribeTopicResponse(topic=self._topic_message(description))
+        description, cleaner = await self.admin(self._described, name)
+        return broker_pb2.DescribeTopicResponse(topic=self._topic_message(description, cleaner))
 
     @_rpc()
     async def AlterTopicConfigs(
@@ -1052,6 +1085,30 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 self._log_manager.delete_records, topic, partition, before_offset
             )
         return broker_pb2.DeleteRecordsResponse(log_start_offset=log_start_offset)
+
+    # ---------------------------------------------------------------- compaction
+
+    @_rpc()
+    async def CleanPartition(
+        self, request: broker_pb2.CleanPartitionRequest, context: grpc.aio.ServicerContext
+    ) -> broker_pb2.CleanPartitionResponse:
+        topic = self._topic(request.topic)
+        partition = _partition(request.partition)
+        # Neither the append lock nor the admin lock: a cleaning runs beside appends and reads
+        # (the log's own lock is taken only for the swap of segments) and may take seconds;
+        # the LogManager pauses it against a deletion of the topic.
+        result = await self._blocking(self._log_manager.clean_now, topic, partition)
+        return broker_pb2.CleanPartitionResponse(
+            first_dirty_offset_before=result.first_dirty_offset_before,
+            end_offset=result.end_offset,
+            bytes_read=result.bytes_read,
+            bytes_written=result.bytes_written,
+            records_read=result.records_read,
+            records_kept=result.records_kept,
+            segments_before=result.segments_before,
+            segments_after=result.segments_after,
+            duration_ms=result.duration_ms,
+        )
 
     # ---------------------------------------------------------------- transactions
 

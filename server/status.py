@@ -166,6 +166,12 @@ ERROR_TABLE: Mapping[type[BaseException], str] = types.MappingProxyType({
     storage_errors.LogDirOfflineError: "STORAGE_ERROR",
     storage_errors.TooManyOpenFilesError: "STORAGE_ERROR",
     storage_errors.InsufficientSpaceError: "STORAGE_FULL",
+    # Issue 16, the log cleaner: CleanPartition on a topic that is not compacted is the
+    # request's fault (its message names the topic and its cleanup.policy); a cleaning given up
+    # because the log was truncated, deleted or closed under it left the log as it was and may
+    # be retried (retriable, as any STORAGE_ERROR).
+    storage_errors.LogNotCompactedError: "INVALID_CONFIG",
+    storage_errors.CleaningAbortedError: "STORAGE_ERROR",
     # The transaction coordinator. Retriable: CONCURRENT_TRANSACTIONS (the markers of the id's
     # last commit or abort are still being written) and COORDINATOR_LOAD_IN_PROGRESS.
     transaction_errors.TransactionError: "INVALID_REQUEST",

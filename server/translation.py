@@ -24,9 +24,9 @@ it into ``INVALID_ARGUMENT``. A stored batch that does not decode is damage on d
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from os import PathLike
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import grpc
 
@@ -49,6 +49,8 @@ __all__ = [
     "PRODUCER_EPOCH_MAX",
     "PROTO_TIMESTAMP_TYPES",
     "BadRequestError",
+    "CleanerPosition",
+    "CleanerPositions",
     "DecodedRecords",
     "ProducerFields",
     "SlicedBatches",
@@ -360,18 +362,38 @@ def _add_records(
 # ------------------------------------------------------------------------ topics
 
 
+class CleanerPosition(Protocol):
+    """What a partition description says of the log cleaner (the engine's
+    ``CleanerPartitionStatus`` has these fields and more)."""
+
+    @property
+    def cleaned_offset(self) -> int: ...
+    @property
+    def dirty_ratio(self) -> float: ...
+    @property
+    def last_clean_ms(self) -> int: ...
+
+
+#: Partition -> the cleaner's position in it, for the partitions of a compacted topic.
+CleanerPositions = Mapping[int, CleanerPosition]
+
+
 def topic_message(
-    description: TopicDescription, log_dirs: Sequence[str | PathLike[str]]
+    description: TopicDescription,
+    log_dirs: Sequence[str | PathLike[str]],
+    cleaner: CleanerPositions | None = None,
 ) -> broker_pb2.TopicDescription:
     """The engine's description of a topic and its partitions as broker.proto's message.
 
     ``log_dir`` says which of the server's log directories holds a partition without naming
     its path, which clients must not learn (docs/api.md): the index of the directory in
     ``log_dirs`` (the server's ``log_dirs`` setting, in its order; the engine's paths), as a
-    decimal string, "0" for the first.
+    decimal string, "0" for the first. ``cleaner`` gives the partitions of a compacted topic
+    their ``cleaned_offset``, ``dirty_ratio`` and ``last_clean_ms``; a partition without a
+    position leaves ``cleaned_offset`` unset.
     """
     index_of = {str(directory): str(index) for index, directory in enumerate(log_dirs)}
-    return broker_pb2.TopicDescription(
+    message = broker_pb2.TopicDescription(
         name=description.name,
         configs=dict(description.configs),
         partitions=[
@@ -388,3 +410,10 @@ def topic_message(
         ],
         overridden_configs=list(description.overridden_configs),
     )
+    for partition_message in message.partitions if cleaner else ():
+        position = cleaner.get(partition_message.partition)
+        if position is not None:
+            partition_message.cleaned_offset = position.cleaned_offset
+            partition_message.dirty_ratio = position.dirty_ratio
+            partition_message.last_clean_ms = position.last_clean_ms
+    return message

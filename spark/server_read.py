@@ -137,6 +137,11 @@ def read_range(partition: RangePartition) -> Iterator[pa.RecordBatch]:
                 aborted=aborted,
             )
             if walk.next_offset < 0:
+                if walk.done:
+                    # The first batch answered starts at or past the range's end: a compacted
+                    # log's cleaner removed every record of [offset, until), and a fetch at a
+                    # removed offset answers from the next batch that is left.
+                    break
                 if data:
                     raise CorruptRecordError(
                         f"fetch of {topic}-{number} at offset {offset} returned {len(data)} "

@@ -16,6 +16,8 @@ operations on resources as Kafka's ``KafkaApis`` does for the request of the sam
     FetchByOffset, FetchByTimestamp, Subscribe     READ on the topic
     ListOffsets              DESCRIBE on the topic
     DeleteRecords            DELETE on the topic
+    CleanPartition           ALTER on the topic (a maintenance action, as Kafka's admin
+                             requests on a topic's partitions, e.g. CreatePartitions)
     InitProducerId           with a transactional id: WRITE on it; without (idempotent):
                              IDEMPOTENT_WRITE on the cluster, or WRITE on some topic (KIP-679)
     AddPartitionsToTxn       WRITE on the transactional id and on every topic
@@ -456,6 +458,7 @@ RULES: Mapping[str, Rule] = {
     "ListOffsets": _on_topic(_Op.DESCRIBE),
     "Subscribe": _on_topic(_Op.READ),
     "DeleteRecords": _on_topic(_Op.DELETE),
+    "CleanPartition": _on_topic(_Op.ALTER),
     "InitProducerId": Rule(_init_producer_id),
     "AddPartitionsToTxn": Rule(_add_partitions_to_txn),
     "EndTxn": _on_transactional_id(_Op.WRITE),

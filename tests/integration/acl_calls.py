@@ -22,7 +22,8 @@ __all__ = ["ACLS_FOR_EVERY_CALL", "list_services", "outcome", "rpc_calls", "sess
 ACLS_FOR_EVERY_CALL = (
     ("--topic", "orders", "--operation", "Read", "--operation", "Write", "--operation",
      "Delete", "--operation", "AlterConfigs"),
-    ("--topic", "orders2", "--operation", "Create", "--operation", "Delete"),
+    ("--topic", "orders2", "--operation", "Create", "--operation", "Delete", "--operation",
+     "Alter"),
     ("--transactional-id", "app-1", "--operation", "Write", "--operation", "Describe"),
     ("--cluster", "--operation", "Alter", "--operation", "Describe"),
 )
@@ -129,8 +130,12 @@ def rpc_calls(stub: broker_pb2_grpc.BrokerStub) -> list[tuple[str, Callable[[], 
         ("DeleteAcls", lambda: stub.DeleteAcls(pb.DeleteAclsRequest(filters=[
             pb.AclBindingFilter(resource_type=2, resource_name="zzz", pattern_type=3,
                                 operation=1, permission_type=1)]), timeout=t)),
+        # orders2 is compacted, so that CleanPartition has something it may clean.
         ("CreateTopic", lambda: stub.CreateTopic(
-            pb.CreateTopicRequest(name="orders2", partitions=1), timeout=t)),
+            pb.CreateTopicRequest(name="orders2", partitions=1,
+                                  configs={"cleanup.policy": "compact"}), timeout=t)),
+        ("CleanPartition", lambda: stub.CleanPartition(
+            pb.CleanPartitionRequest(topic="orders2"), timeout=t)),
         ("DeleteTopic", lambda: stub.DeleteTopic(pb.DeleteTopicRequest(name="orders2"),
                                                  timeout=t)),
     ]

@@ -464,7 +464,7 @@ class TopicDescription(_message.Message):
     def __init__(self, name: _Optional[str] = ..., configs: _Optional[_Mapping[str, str]] = ..., partitions: _Optional[_Iterable[_Union[PartitionDescription, _Mapping]]] = ..., overridden_configs: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class PartitionDescription(_message.Message):
-    __slots__ = ("partition", "log_start_offset", "log_end_offset", "size_bytes", "segment_count", "log_dir", "max_timestamp")
+    __slots__ = ("partition", "log_start_offset", "log_end_offset", "size_bytes", "segment_count", "log_dir", "max_timestamp", "cleaned_offset", "dirty_ratio", "last_clean_ms")
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     LOG_START_OFFSET_FIELD_NUMBER: _ClassVar[int]
     LOG_END_OFFSET_FIELD_NUMBER: _ClassVar[int]
@@ -472,6 +472,9 @@ class PartitionDescription(_message.Message):
     SEGMENT_COUNT_FIELD_NUMBER: _ClassVar[int]
     LOG_DIR_FIELD_NUMBER: _ClassVar[int]
     MAX_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    CLEANED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DIRTY_RATIO_FIELD_NUMBER: _ClassVar[int]
+    LAST_CLEAN_MS_FIELD_NUMBER: _ClassVar[int]
     partition: int
     log_start_offset: int
     log_end_offset: int
@@ -479,7 +482,10 @@ class PartitionDescription(_message.Message):
     segment_count: int
     log_dir: str
     max_timestamp: int
-    def __init__(self, partition: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., log_end_offset: _Optional[int] = ..., size_bytes: _Optional[int] = ..., segment_count: _Optional[int] = ..., log_dir: _Optional[str] = ..., max_timestamp: _Optional[int] = ...) -> None: ...
+    cleaned_offset: int
+    dirty_ratio: float
+    last_clean_ms: int
+    def __init__(self, partition: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., log_end_offset: _Optional[int] = ..., size_bytes: _Optional[int] = ..., segment_count: _Optional[int] = ..., log_dir: _Optional[str] = ..., max_timestamp: _Optional[int] = ..., cleaned_offset: _Optional[int] = ..., dirty_ratio: _Optional[float] = ..., last_clean_ms: _Optional[int] = ...) -> None: ...
 
 class InitProducerIdRequest(_message.Message):
     __slots__ = ("transactional_id", "transaction_timeout_ms")
@@ -693,3 +699,33 @@ class SessionError(_message.Message):
     reason: ErrorReason
     metadata: _containers.ScalarMap[str, str]
     def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., reason: _Optional[_Union[ErrorReason, str]] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class CleanPartitionRequest(_message.Message):
+    __slots__ = ("topic", "partition")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ...) -> None: ...
+
+class CleanPartitionResponse(_message.Message):
+    __slots__ = ("first_dirty_offset_before", "end_offset", "bytes_read", "bytes_written", "records_read", "records_kept", "segments_before", "segments_after", "duration_ms")
+    FIRST_DIRTY_OFFSET_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    END_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    BYTES_READ_FIELD_NUMBER: _ClassVar[int]
+    BYTES_WRITTEN_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_READ_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_KEPT_FIELD_NUMBER: _ClassVar[int]
+    SEGMENTS_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    SEGMENTS_AFTER_FIELD_NUMBER: _ClassVar[int]
+    DURATION_MS_FIELD_NUMBER: _ClassVar[int]
+    first_dirty_offset_before: int
+    end_offset: int
+    bytes_read: int
+    bytes_written: int
+    records_read: int
+    records_kept: int
+    segments_before: int
+    segments_after: int
+    duration_ms: int
+    def __init__(self, first_dirty_offset_before: _Optional[int] = ..., end_offset: _Optional[int] = ..., bytes_read: _Optional[int] = ..., bytes_written: _Optional[int] = ..., records_read: _Optional[int] = ..., records_kept: _Optional[int] = ..., segments_before: _Optional[int] = ..., segments_after: _Optional[int] = ..., duration_ms: _Optional[int] = ...) -> None: ...

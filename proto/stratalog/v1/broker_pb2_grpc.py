@@ -134,6 +134,11 @@ class BrokerStub:
                 request_serializer=stratalog_dot_v1_dot_broker__pb2.SessionRequest.SerializeToString,
                 response_deserializer=stratalog_dot_v1_dot_broker__pb2.SessionResponse.FromString,
                 _registered_method=True)
+        self.CleanPartition = channel.unary_unary(
+                '/stratalog.v1.Broker/CleanPartition',
+                request_serializer=stratalog_dot_v1_dot_broker__pb2.CleanPartitionRequest.SerializeToString,
+                response_deserializer=stratalog_dot_v1_dot_broker__pb2.CleanPartitionResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -287,6 +292,17 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CleanPartition(self, request, context):
+        """Log compaction (issue 16, docs/durability.md "Compaction: operating it"): cleans one
+        partition of a compacted topic now, whatever its dirty ratio, and answers what the cleaning
+        did. As the background cleaner, it never touches the active segment, records younger than
+        min.compaction.lag.ms, nor anything past the first open transaction. A topic whose
+        cleanup.policy holds no "compact" is INVALID_CONFIG. Needs ALTER on the topic.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -389,6 +405,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.Session,
                     request_deserializer=stratalog_dot_v1_dot_broker__pb2.SessionRequest.FromString,
                     response_serializer=stratalog_dot_v1_dot_broker__pb2.SessionResponse.SerializeToString,
+            ),
+            'CleanPartition': grpc.unary_unary_rpc_method_handler(
+                    servicer.CleanPartition,
+                    request_deserializer=stratalog_dot_v1_dot_broker__pb2.CleanPartitionRequest.FromString,
+                    response_serializer=stratalog_dot_v1_dot_broker__pb2.CleanPartitionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -931,6 +952,33 @@ class Broker:
             '/stratalog.v1.Broker/Session',
             stratalog_dot_v1_dot_broker__pb2.SessionRequest.SerializeToString,
             stratalog_dot_v1_dot_broker__pb2.SessionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CleanPartition(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stratalog.v1.Broker/CleanPartition',
+            stratalog_dot_v1_dot_broker__pb2.CleanPartitionRequest.SerializeToString,
+            stratalog_dot_v1_dot_broker__pb2.CleanPartitionResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -229,3 +229,33 @@ def test_topic_info_sorts_partitions() -> None:
     assert [p.partition for p in info.partitions] == [0, 1]
     assert info.partitions[1].log_end_offset == 5
     assert info.configs == {"segment.bytes": "1024", "retention.ms": "1"}
+    # Not a compacted topic's: no cleaner position.
+    assert info.partitions[0].cleaned_offset is None
+    assert info.partitions[0].dirty_ratio is None and info.partitions[0].last_clean_ms is None
+
+
+def test_topic_info_takes_the_cleaners_position_where_the_server_set_it() -> None:
+    description = pb.TopicDescription(
+        name="t", configs={"cleanup.policy": "compact"},
+        partitions=[pb.PartitionDescription(partition=0, cleaned_offset=0, dirty_ratio=0.0,
+                                            last_clean_ms=-1),
+                    pb.PartitionDescription(partition=1, cleaned_offset=70, dirty_ratio=0.5,
+                                            last_clean_ms=1_700_000_000_000)],
+    )
+    first, second = wire.topic_info(description).partitions
+    # Cleaned offset 0 (never cleaned) is a position, not "none": proto3 optional tells them apart.
+    assert (first.cleaned_offset, first.dirty_ratio, first.last_clean_ms) == (0, 0.0, -1)
+    assert (second.cleaned_offset, second.dirty_ratio, second.last_clean_ms) == (
+        70, 0.5, 1_700_000_000_000)
+
+
+def test_clean_partition_request_checks_its_arguments() -> None:
+    assert wire.clean_partition_request("t", 3) == pb.CleanPartitionRequest(topic="t",
+                                                                            partition=3)
+    with pytest.raises(ValueError, match="partition"):
+        wire.clean_partition_request("t", -1)
+    result = wire.cleaning_result("t", 3, pb.CleanPartitionResponse(
+        first_dirty_offset_before=5, end_offset=90, bytes_read=2000, bytes_written=500,
+        records_read=85, records_kept=20, segments_before=4, segments_after=1, duration_ms=7))
+    assert (result.topic, result.partition, result.end_offset, result.records_removed) == (
+        "t", 3, 90, 65)

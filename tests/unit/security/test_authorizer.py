@@ -74,6 +74,8 @@ RPC_CASES: dict[str, tuple[Callable[[], Any], list[AclBinding] | None]] = {
     "Subscribe": (lambda: pb.SubscribeRequest(topic="orders"), [grant(TOPIC, "orders", Op.READ)]),
     "DeleteRecords": (lambda: pb.DeleteRecordsRequest(topic="orders"),
                       [grant(TOPIC, "orders", Op.DELETE)]),
+    "CleanPartition": (lambda: pb.CleanPartitionRequest(topic="orders"),
+                       [grant(TOPIC, "orders", Op.ALTER)]),
     "InitProducerId": (lambda: pb.InitProducerIdRequest(transactional_id="app-1"),
                        [grant(TXN, "app-1", Op.WRITE)]),
     "AddPartitionsToTxn": (

@@ -10,7 +10,13 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.utils import floatToGoString
 
-from stratalog.server.metrics import LATENCY_BUCKETS_SECONDS, MetricsEndpoint, ServerMetrics
+from stratalog.server.metrics import (
+    LATENCY_BUCKETS_SECONDS,
+    CleanerSnapshot,
+    MetricsEndpoint,
+    ServerMetrics,
+)
+from stratalog.server.storage.cleaner_manager import CleanerPartitionStatus, CleanerStats
 from stratalog.server.storage.log_manager import PartitionDescription, TopicDescription
 
 
@@ -243,3 +249,56 @@ def test_build_info_is_one_with_the_versions() -> None:
     labels = (("grpc", grpc.__version__), ("python", platform.python_version()),
               ("version", stratalog.__version__))
     assert samples[("stratalog_build_info", labels)] == 1
+
+
+def _cleaner_status(cleaned_offset: int, dirty_ratio: float, last_clean_ms: int
+                    ) -> CleanerPartitionStatus:
+    return CleanerPartitionStatus(cleaned_offset=cleaned_offset, dirty_ratio=dirty_ratio,
+                                  dirty_bytes=100, cleanable_bytes=400,
+                                  last_clean_ms=last_clean_ms, in_progress=False)
+
+
+def test_cleaner_metrics_are_read_from_the_source_at_each_scrape() -> None:
+    metrics = ServerMetrics()
+    assert not [k for k in _samples(metrics) if k[0].startswith("stratalog_cleaner")]
+    snapshot = CleanerSnapshot(
+        CleanerStats(bytes_read=4000, bytes_written=1000, records_removed=90, cleanings=2,
+                     last_run_ms=1_700_000_000_500, max_dirty_ratio=0.75),
+        [("changelog", 0, _cleaner_status(120, 0.25, 1_700_000_000_000)),
+         ("changelog", 1, _cleaner_status(0, 0.75, -1))],
+    )
+    reads = []
+    metrics.cleaner.bind(lambda: reads.append(1) or snapshot)
+    samples = _samples(metrics)
+    assert len(reads) == 1
+    assert samples[("stratalog_cleaner_bytes_read_total", ())] == 4000
+    assert samples[("stratalog_cleaner_bytes_written_total", ())] == 1000
+    assert samples[("stratalog_cleaner_records_removed_total", ())] == 90
+    assert samples[("stratalog_cleaner_cleanings_total", ())] == 2
+    assert samples[("stratalog_cleaner_last_run_timestamp_seconds", ())] == 1_700_000_000.5
+    assert samples[("stratalog_cleaner_max_dirty_ratio", ())] == 0.75
+    first = (("partition", "0"), ("topic", "changelog"))
+    second = (("partition", "1"), ("topic", "changelog"))
+    assert samples[("stratalog_cleaner_dirty_ratio", first)] == 0.25
+    assert samples[("stratalog_cleaner_dirty_ratio", second)] == 0.75
+    assert samples[("stratalog_cleaner_cleaned_offset", first)] == 120
+    assert samples[("stratalog_cleaner_last_clean_timestamp_seconds", first)] == 1_700_000_000
+    # Never cleaned: no sample rather than a time of -1 ms.
+    assert ("stratalog_cleaner_last_clean_timestamp_seconds", second) not in samples
+    _samples(metrics)
+    assert len(reads) == 2  # read at each scrape, never cached
+
+
+def test_a_failing_cleaner_source_leaves_the_other_metrics() -> None:
+    metrics = ServerMetrics()
+    metrics.observe_produce("orders", 1, 10)
+
+    def closed() -> CleanerSnapshot:
+        raise RuntimeError("the log manager is closed")
+
+    metrics.cleaner.bind(closed)
+    samples = _samples(metrics)
+    assert samples[("stratalog_records_in_total", (("topic", "orders"),))] == 1
+    assert not [k for k in samples if k[0].startswith("stratalog_cleaner")]
+    metrics.bind_cleaner(None)
+    assert not [k for k in _samples(metrics) if k[0].startswith("stratalog_cleaner")]

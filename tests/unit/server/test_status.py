@@ -114,6 +114,10 @@ CLIENT_CASES = [
      "INVALID_ARGUMENT", "INVALID_TRANSACTION_TIMEOUT"),
     (transaction_errors.InvalidTransactionalIdError("no partitions to add"), "INVALID_ARGUMENT",
      "INVALID_REQUEST"),
+    # Issue 16: CleanPartition on a topic that is not compacted.
+    (storage_errors.LogNotCompactedError(
+        "topic orders has cleanup.policy=delete: only a compacted topic is cleaned"),
+     "INVALID_ARGUMENT", "INVALID_CONFIG"),
     # Retriable: the same request succeeds later (the client's table says so too).
     (transaction_errors.ConcurrentTransactionsError("markers being written; retry"), "ABORTED",
      "CONCURRENT_TRANSACTIONS"),

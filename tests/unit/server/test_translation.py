@@ -14,6 +14,7 @@ from stratalog.records import build_batch
 from stratalog.records.batch import Compression, TimestampType, validate_batch
 from stratalog.records.control import ControlRecordType, encode_control_key
 from stratalog.records.reader import decode_batch
+from stratalog.server.storage.cleaner_manager import CleanerPartitionStatus
 from stratalog.server.storage.errors import StorageError
 from stratalog.server.storage.log_manager import PartitionDescription, TopicDescription
 from stratalog.server.storage.txn_index import AbortedTxn
@@ -249,6 +250,29 @@ def test_topic_message_carries_every_field_of_the_description() -> None:
         (0, 10, 250, 4096, 3, "1", 1_700_000_000_000),
         (1, 0, 0, 0, 1, "0", -1),
     ]
+    # Not compacted: no cleaner position, and the optional field says so.
+    assert not any(p.HasField("cleaned_offset") for p in message.partitions)
+
+
+def test_topic_message_carries_the_cleaners_position_where_given() -> None:
+    description = TopicDescription(
+        name="changelog",
+        configs={"cleanup.policy": "compact"},
+        partitions=[
+            PartitionDescription(0, 0, 250, 4096, 3, "/data/a", 1_700_000_000_000),
+            PartitionDescription(1, 0, 9, 100, 1, "/data/a", 5),
+        ],
+    )
+    position = CleanerPartitionStatus(cleaned_offset=200, dirty_ratio=0.2, dirty_bytes=800,
+                                      cleanable_bytes=4000, last_clean_ms=1_700_000_000_001,
+                                      in_progress=False)
+    message = topic_message(description, ["/data/a"], {0: position})
+    first, second = message.partitions
+    assert first.HasField("cleaned_offset")
+    assert (first.cleaned_offset, first.dirty_ratio, first.last_clean_ms) == (
+        200, 0.2, 1_700_000_000_001)
+    # A partition without a position (deleted while it was read) leaves the field unset.
+    assert not second.HasField("cleaned_offset")
 
 
 def _marker(offset: int, producer_id: int, control_type: ControlRecordType) -> bytes:
