@@ -1611,8 +1611,9 @@ class PartitionLog:
         ``file.delete.delay.ms``); the segment holding ``offset`` is cut before the batch
         holding it. Truncation is batch-granular, and as in Kafka the log end offset becomes
         ``offset`` even when that is inside a removed batch (callers such as replication
-        truncate at batch boundaries). A no-op (False) when ``offset >= log_end_offset``.
-        The leader epoch cache drops the epochs starting at or above ``offset``, and a tracked
+        truncate at batch boundaries). A no-op (False) when ``offset >= log_end_offset``,
+        except that an epoch entry starting at the log end (a leader's that wrote nothing) is
+        dropped. The leader epoch cache drops the epochs starting at or above ``offset``, and a tracked
         high watermark above ``offset`` falls to it.
 
         Raises:
@@ -1623,6 +1624,9 @@ class PartitionLog:
         with self._lock:
             self._ensure_open()
             if offset >= self._end.offset:
+                # No data to remove, but an epoch a leader assigned at its log end and never
+                # wrote in conflicts with the new leader's history: drop it (Kafka does too).
+                self._truncate_epochs_from_end(self._end.offset)
                 return False
             first = self._segments.first
             assert first is not None
