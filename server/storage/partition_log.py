@@ -150,7 +150,6 @@ class WouldBlock(enum.Enum):
     OPEN_INDEXES = "the active segment's index files are not open yet: opening creates them"
     ROLL = "the append must roll a new segment: files created, the old segment trimmed"
     FLUSH = "flush.messages: the append would fsync"
-    EPOCH_CHECKPOINT = "the first append of a leader epoch rewrites leader-epoch-checkpoint"
 
 
 @dataclass(frozen=True, slots=True)
@@ -787,12 +786,16 @@ class PartitionLog:
         thread (maintenance renaming or deleting segments, a flush's bookkeeping, close), when
         the active segment's index files are not open yet (the first append to a segment rolled
         by :meth:`roll` or retention creates them), when the append would roll, and when it
-        would fsync (``flush.messages``), and when it is the first of its leader epoch (the
-        leader epoch checkpoint is rewritten). Otherwise it validates, writes and indexes exactly as
+        would fsync (``flush.messages``). Otherwise it validates, writes and indexes exactly as
         :meth:`append` does: a page-cache write and index entries in mapped memory, with the
         blocks of a large append allocated first. Batches that fail validation raise as in
         :meth:`append`; the batches of a deferred append were validated already when the
         reason is a roll or a flush, and :meth:`append_deferred` reuses that work.
+
+        One exception to "nothing but the write": the first append of a leader epoch rewrites
+        (and fsyncs) the small ``leader-epoch-checkpoint`` inline, as Kafka's request
+        threads do; a single server's partition does so once in its life, and a leader that
+        assigns its epoch when it takes over (:meth:`maybe_assign_epoch_start_offset`) never.
 
         Never waits: the lock is taken only if it is free. For an event loop, which hands a
         :class:`DeferredAppend` to a thread that may block (:meth:`append_deferred`), still
@@ -827,8 +830,6 @@ class PartitionLog:
                 reason = WouldBlock.ROLL
             elif self._flush_due(validated.last_offset + 1):
                 reason = WouldBlock.FLUSH
-            elif self._epoch_cache.needs_assign(leader_epoch, validated.first_offset):
-                reason = WouldBlock.EPOCH_CHECKPOINT
             else:
                 return self._write_to(segment, validated, judged)
             return DeferredAppend(

@@ -531,13 +531,10 @@ def test_non_blocking_append_appends_as_append_does(tmp_path: Path) -> None:
         outcome = tried.try_append_without_blocking(data)
         if isinstance(outcome, DeferredAppend):
             deferred += 1
-            assert outcome.reason in (
-                WouldBlock.ROLL, WouldBlock.OPEN_INDEXES, WouldBlock.EPOCH_CHECKPOINT
-            )
+            assert outcome.reason in (WouldBlock.ROLL, WouldBlock.OPEN_INDEXES)
             outcome = tried.append_deferred(outcome)
         assert outcome == expected
-    # The appends that rolled, and the first (leader epoch 0 starts: its checkpoint is written).
-    assert deferred == len(plain.segments)
+    assert deferred == len(plain.segments) - 1  # only the appends that rolled
     assert tried.read(0, 1 << 20) == plain.read(0, 1 << 20)
     assert _state(tmp_path / "tried-0", tried)[1:] == _state(tmp_path / "plain-0", plain)[1:]
     plain.close()
@@ -565,8 +562,6 @@ def test_non_blocking_append_changes_nothing_when_a_roll_is_due(
         log = open_log(directory, clock, segment_index_bytes=36, index_interval_bytes=0)
         appends = [client_batch([T0 + i]) for i in range(3)]
         next_batch = client_batch([T0 + 3])
-    # A leader's epoch starts before its first append (its checkpoint write would defer it).
-    log.maybe_assign_epoch_start_offset(0, 0)
     for data in appends:
         assert isinstance(log.try_append_without_blocking(data), AppendInfo)
     before = _state(directory, log)
@@ -583,7 +578,6 @@ def test_non_blocking_append_changes_nothing_when_a_roll_is_due(
 
 def test_non_blocking_append_leaves_an_fsync_to_a_thread(directory: Path) -> None:
     log = open_log(directory, flush_messages=3)
-    log.maybe_assign_epoch_start_offset(0, 0)  # else the first append defers, for its write
     for _ in range(2):
         assert isinstance(log.try_append_without_blocking(client_batch([T0])), AppendInfo)
     before = _state(directory, log)
