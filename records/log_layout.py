@@ -8,12 +8,14 @@ checkpoints::
     <log dir>/
         recovery-point-offset-checkpoint    offset checkpoint text, §7
         log-start-offset-checkpoint         offset checkpoint text, §7
+        replication-offset-checkpoint       offset checkpoint text, §7 (high watermarks)
         orders-0/                           a partition directory, <topic>-<partition>, §2
             00000000000000000000.log        record batches; base offset in 20 digits, §1
             00000000000000000000.index      offset index entries, §3
             00000000000000000000.timeindex  time index entries, §4
             00000000000000000000.txnindex   aborted transactions, §5
             00000000000000004096.snapshot   producer state as of offset 4096 (exclusive), §6
+            leader-epoch-checkpoint         leader epochs and their start offsets, §8
         orders-1.<32 hex>-delete/           a deleted partition, removed in the background
 
 This module holds every name, number and byte layout of those files once, so that the storage
@@ -109,6 +111,20 @@ not a decimal int where one is expected (Java's ``parseInt``/``parseLong``: an o
 ASCII digits), an entry line that does not split on whitespace into exactly three fields, or an
 entry count that does not match the count line are errors. Lines end at ``\\n``, ``\\r`` or
 ``\\r\\n`` (``BufferedReader.readLine``); a partition listed twice takes its last offset.
+``replication-offset-checkpoint`` (the high watermarks) is one more file in this format.
+
+§8 ``leader-epoch-checkpoint`` (Kafka's ``LeaderEpochCheckpointFile``), one per partition
+directory: the same container (version 0, count line, then entries, same parsing rules), each
+entry ``"<leader epoch> <start offset>"``: the epoch a Java int, the offset a Java long, exactly
+two whitespace-separated fields::
+
+    0                              version
+    2                              entry count
+    0 0                            epoch 0 began at offset 0
+    3 1200                         epoch 3 began at offset 1200
+
+Entries are written in increasing epoch (and start offset) order; what the entries mean and the
+rules they keep are the storage engine's (``server/storage/leader_epoch_cache.py``).
 """
 
 from __future__ import annotations
@@ -136,6 +152,7 @@ __all__ = [
     "DIR_NAME_LENGTH_MAX",
     "FUTURE_DIR_SUFFIX",
     "INDEX_FILE_SUFFIX",
+    "LEADER_EPOCH_CHECKPOINT_FILE",
     "LOG_FILE_SUFFIX",
     "LOG_START_OFFSET_CHECKPOINT_FILE",
     "OFFSET_CHECKPOINT_VERSION",
@@ -148,6 +165,7 @@ __all__ = [
     "PRODUCER_SNAPSHOT_HEADER",
     "PRODUCER_SNAPSHOT_VERSION",
     "RECOVERY_POINT_CHECKPOINT_FILE",
+    "REPLICATION_OFFSET_CHECKPOINT_FILE",
     "SNAPSHOT_FILE_SUFFIX",
     "STRAY_DIR_SUFFIX",
     "SWAP_FILE_SUFFIX",
@@ -168,6 +186,7 @@ __all__ = [
     "TxnIndexEntry",
     "deleted_dir_name",
     "filename_prefix_from_offset",
+    "format_leader_epoch_checkpoint",
     "format_offset_checkpoint",
     "is_deleted_dir_name",
     "is_future_dir_name",
@@ -178,6 +197,7 @@ __all__ = [
     "offset_from_file_name",
     "pack_producer_snapshot",
     "pack_txn_index_entry",
+    "parse_leader_epoch_checkpoint",
     "parse_offset_checkpoint",
     "parse_partition_dir_name",
     "partition_dir_kind",
@@ -751,6 +771,7 @@ def unpack_producer_snapshot(data: Buffer, *, verify_crc: bool) -> ProducerSnaps
 
 RECOVERY_POINT_CHECKPOINT_FILE = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT_FILE = "log-start-offset-checkpoint"
+REPLICATION_OFFSET_CHECKPOINT_FILE = "replication-offset-checkpoint"  # high watermarks
 # The only version of the offset checkpoint format Kafka has ever written.
 OFFSET_CHECKPOINT_VERSION = 0
 
@@ -798,13 +819,7 @@ def _parse_int(text: str, line_number: int, low: int, high: int, line: str | Non
 
 
 def _parse_entry(line: str, line_number: int) -> tuple[str, int, int]:
-    parts = _WHITESPACE_RE.split(line)
-    # Java's String.split drops trailing empty strings but keeps a leading one, and gives the
-    # input itself when nothing matches (so "" is one empty field, not none).
-    while len(parts) > 1 and parts[-1] == "":
-        parts.pop()
-    if parts == [""] and line != "":
-        parts = []
+    parts = _split_fields(line)
     if len(parts) != 3:
         raise _malformed(
             line, line_number, f"expected '<topic> <partition> <offset>', found {len(parts)} fields"
@@ -813,6 +828,62 @@ def _parse_entry(line: str, line_number: int) -> tuple[str, int, int]:
     partition = _parse_int(partition_text, line_number, _INT32_MIN, _INT32_MAX, line)
     offset = _parse_int(offset_text, line_number, _INT64_MIN, _INT64_MAX, line)
     return topic, partition, offset
+
+
+def _checkpoint_entry_lines(data: Buffer) -> tuple[list[tuple[int, str]], int]:
+    """The entry lines of checkpoint text, each with its 1-based line number, and the count the
+    count line declares (§7 and §8 share this container: version line, count line, entries).
+
+    The caller parses every entry line before comparing their number with the count, as Kafka
+    does (a malformed line is reported before a count mismatch): :func:`_check_entry_count`.
+
+    Raises:
+        CorruptOffsetCheckpointError: bytes that are not UTF-8, a version other than 0, a
+            version or count line that is not a decimal int, a negative count.
+    """
+    raw = bytes(data)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise CorruptOffsetCheckpointError(
+            f"not UTF-8 text: byte {e.start} of {len(raw)} is {raw[e.start]:#04x}"
+        ) from e
+    lines = _split_lines(text)
+    if not lines:
+        return [], 0
+    version = _parse_int(lines[0], 1, _INT32_MIN, _INT32_MAX)
+    if version != OFFSET_CHECKPOINT_VERSION:
+        raise CorruptOffsetCheckpointError(
+            f"Unrecognised version {version} on line 1, expected version "
+            f"{OFFSET_CHECKPOINT_VERSION}",
+            line_number=1,
+        )
+    if len(lines) == 1:
+        return [], 0
+    expected_count = _parse_int(lines[1], 2, _INT32_MIN, _INT32_MAX)
+    if expected_count < 0:
+        # Java's new ArrayList<>(negative) throws here; say what is wrong instead.
+        raise _malformed(lines[1], 2, "the entry count is negative")
+    return [(index + 3, line) for index, line in enumerate(lines[2:])], expected_count
+
+
+def _check_entry_count(found_count: int, expected_count: int) -> None:
+    if found_count != expected_count:
+        raise CorruptOffsetCheckpointError(
+            f"Expected [{expected_count}] entries, but found [{found_count}]"
+        )
+
+
+def _split_fields(line: str) -> list[str]:
+    """``line.split("\\s+")`` as Java's String.split does it."""
+    parts = _WHITESPACE_RE.split(line)
+    # Java's String.split drops trailing empty strings but keeps a leading one, and gives the
+    # input itself when nothing matches (so "" is one empty field, not none).
+    while len(parts) > 1 and parts[-1] == "":
+        parts.pop()
+    if parts == [""] and line != "":
+        parts = []
+    return parts
 
 
 def parse_offset_checkpoint(data: Buffer) -> dict[tuple[str, int], int]:
@@ -827,38 +898,12 @@ def parse_offset_checkpoint(data: Buffer) -> dict[tuple[str, int], int]:
             fewer or more entry lines than the count line says. ``line_number`` is the 1-based
             line at fault, or None when no one line is (bad UTF-8, a count mismatch).
     """
-    raw = bytes(data)
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise CorruptOffsetCheckpointError(
-            f"not UTF-8 text: byte {e.start} of {len(raw)} is {raw[e.start]:#04x}"
-        ) from e
-    lines = _split_lines(text)
-    if not lines:
-        return {}
-    version = _parse_int(lines[0], 1, _INT32_MIN, _INT32_MAX)
-    if version != OFFSET_CHECKPOINT_VERSION:
-        raise CorruptOffsetCheckpointError(
-            f"Unrecognised version {version} on line 1, expected version "
-            f"{OFFSET_CHECKPOINT_VERSION}",
-            line_number=1,
-        )
-    if len(lines) == 1:
-        return {}
-    expected_count = _parse_int(lines[1], 2, _INT32_MIN, _INT32_MAX)
-    if expected_count < 0:
-        # Java's new ArrayList<>(negative) throws here; say what is wrong instead.
-        raise _malformed(lines[1], 2, "the entry count is negative")
+    entry_lines, expected_count = _checkpoint_entry_lines(data)
     entries: dict[tuple[str, int], int] = {}
-    for index, line in enumerate(lines[2:]):
-        topic, partition, offset = _parse_entry(line, index + 3)
+    for line_number, line in entry_lines:
+        topic, partition, offset = _parse_entry(line, line_number)
         entries[(topic, partition)] = offset
-    found_count = len(lines) - 2
-    if found_count != expected_count:
-        raise CorruptOffsetCheckpointError(
-            f"Expected [{expected_count}] entries, but found [{found_count}]"
-        )
+    _check_entry_count(len(entry_lines), expected_count)
     return entries
 
 
@@ -883,4 +928,55 @@ def format_offset_checkpoint(entries: Mapping[tuple[str, int], int]) -> bytes:
         if not _INT64_MIN <= offset <= _INT64_MAX:
             raise ValueError(f"offset {offset} of {topic}-{partition} is outside a Java long")
         lines.append(f"{topic} {partition} {offset}")
+    return ("\n".join(lines) + "\n").encode("utf-8")
+
+
+# ------------------------------------------------------------------ §8 leader-epoch checkpoint
+
+LEADER_EPOCH_CHECKPOINT_FILE = "leader-epoch-checkpoint"
+
+
+def parse_leader_epoch_checkpoint(data: Buffer) -> list[tuple[int, int]]:
+    """The ``(leader epoch, start offset)`` entries of leader-epoch checkpoint bytes (§8), in
+    file order. Values are checked for their Java type's range only: what the entries must
+    satisfy (non-negative, increasing) is the cache's to enforce, as in Kafka.
+
+    Raises:
+        CorruptOffsetCheckpointError: the container errors of :func:`parse_offset_checkpoint`;
+            an entry line without exactly two whitespace-separated fields; an epoch outside a
+            Java int or an offset outside a Java long.
+    """
+    entry_lines, expected_count = _checkpoint_entry_lines(data)
+    entries: list[tuple[int, int]] = []
+    for line_number, line in entry_lines:
+        parts = _split_fields(line)
+        if len(parts) != 2:
+            raise _malformed(
+                line, line_number,
+                f"expected '<leader epoch> <start offset>', found {len(parts)} fields",
+            )
+        epoch = _parse_int(parts[0], line_number, _INT32_MIN, _INT32_MAX, line)
+        start_offset = _parse_int(parts[1], line_number, _INT64_MIN, _INT64_MAX, line)
+        entries.append((epoch, start_offset))
+    _check_entry_count(len(entry_lines), expected_count)
+    return entries
+
+
+def format_leader_epoch_checkpoint(entries: Iterable[tuple[int, int]]) -> bytes:
+    """The leader-epoch checkpoint bytes (§8) of ``(epoch, start offset)`` entries, in the
+    order given (the cache's: increasing).
+
+    Raises:
+        ValueError: an epoch outside a Java int or an offset outside a Java long.
+    """
+    lines = [str(OFFSET_CHECKPOINT_VERSION)]
+    body = []
+    for epoch, start_offset in entries:
+        if not _INT32_MIN <= epoch <= _INT32_MAX:
+            raise ValueError(f"leader epoch {epoch} is outside a Java int")
+        if not _INT64_MIN <= start_offset <= _INT64_MAX:
+            raise ValueError(f"start offset {start_offset} of epoch {epoch} is outside a Java long")
+        body.append(f"{epoch} {start_offset}")
+    lines.append(str(len(body)))
+    lines.extend(body)
     return ("\n".join(lines) + "\n").encode("utf-8")

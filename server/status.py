@@ -136,6 +136,8 @@ ERROR_TABLE: Mapping[type[BaseException], str] = types.MappingProxyType({
     record_errors.RecordTooLargeError: "RECORD_TOO_LARGE",
     # The storage engine: requests it refuses.
     storage_errors.OffsetOutOfRangeError: "OFFSET_OUT_OF_RANGE",
+    # Issue 17: a follower append below the log end (replication fetched from the wrong offset).
+    storage_errors.UnexpectedAppendOffsetError: "STORAGE_ERROR",
     storage_errors.UnknownTopicOrPartitionError: "UNKNOWN_TOPIC_OR_PARTITION",
     storage_errors.TopicAlreadyExistsError: "TOPIC_ALREADY_EXISTS",
     storage_errors.InvalidTopicError: "INVALID_TOPIC",

@@ -7,6 +7,12 @@ A log directory keeps two of them at its root, each covering every partition in 
 * ``log-start-offset-checkpoint``: per partition whose log start offset is above its first
   segment's base offset (after ``delete_records``); a partition missing here starts at its first
   segment.
+* ``replication-offset-checkpoint``: per partition whose log tracks a high watermark (issue 17's
+  replication mode), that high watermark; written only once some log tracks one.
+
+Each partition directory may hold one more checkpoint, ``leader-epoch-checkpoint``
+(:class:`LeaderEpochCheckpointFile`): the start offset of every leader epoch of its log, in the
+same container (``log_layout`` §8).
 
 The text format and Kafka's exact rules for reading it (version line, count line, ``<topic>
 <partition> <offset>`` lines) are :mod:`stratalog.records.log_layout`'s, §7, which the Spark file
@@ -27,9 +33,13 @@ from pathlib import Path
 
 from stratalog.records.errors import CorruptOffsetCheckpointError, InvalidTopicNameError
 from stratalog.records.log_layout import (
+    LEADER_EPOCH_CHECKPOINT_FILE,
     LOG_START_OFFSET_CHECKPOINT_FILE,
     RECOVERY_POINT_CHECKPOINT_FILE,
+    REPLICATION_OFFSET_CHECKPOINT_FILE,
+    format_leader_epoch_checkpoint,
     format_offset_checkpoint,
+    parse_leader_epoch_checkpoint,
     parse_offset_checkpoint,
 )
 
@@ -37,8 +47,11 @@ from .durable import atomic_write
 from .errors import CorruptCheckpointError, InvalidTopicError, StorageIOError
 
 __all__ = [
+    "LEADER_EPOCH_CHECKPOINT_FILE",
     "LOG_START_OFFSET_CHECKPOINT_FILE",
     "RECOVERY_POINT_CHECKPOINT_FILE",
+    "REPLICATION_OFFSET_CHECKPOINT_FILE",
+    "LeaderEpochCheckpointFile",
     "OffsetCheckpointFile",
 ]
 
@@ -125,3 +138,62 @@ class OffsetCheckpointFile:
             raise InvalidTopicError(str(exc)) from exc
         with self._lock:
             atomic_write(self.path, data)
+
+
+class LeaderEpochCheckpointFile:
+    """A partition's ``leader-epoch-checkpoint``: read and atomically rewrite its
+    ``(leader epoch, start offset)`` entries (Kafka's ``LeaderEpochCheckpointFile``).
+
+    Holds only the path. Unlike :class:`OffsetCheckpointFile` it is not created at
+    construction: a missing file reads as no entries, and the first :meth:`write` creates it
+    (the cache that owns it writes it on its first entry, so a log with no leader epoch yet has
+    no file; Kafka creates it empty).
+
+    Crash behaviour: a crash during :meth:`write` leaves the previous complete content (or no
+    file), and perhaps a stray ``leader-epoch-checkpoint.tmp``, ignored and overwritten by the
+    next write.
+
+    Concurrency: not thread-safe; its :class:`~.leader_epoch_cache.LeaderEpochCache` serialises
+    calls (under its partition log's lock).
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+
+    def __repr__(self) -> str:
+        return f"LeaderEpochCheckpointFile({str(self.path)!r})"
+
+    def exists(self) -> bool:
+        return self.path.exists()
+
+    def read(self) -> list[tuple[int, int]]:
+        """The ``(epoch, start offset)`` entries in file order; a missing or empty file has none.
+
+        Raises:
+            CorruptCheckpointError: text not in the §8 format (names the file and the line).
+            StorageIOError: the file exists but cannot be read.
+        """
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return []
+        except OSError as e:
+            raise StorageIOError(f"cannot read leader epoch checkpoint {self.path}: {e}") from e
+        try:
+            return parse_leader_epoch_checkpoint(data)
+        except CorruptOffsetCheckpointError as exc:
+            raise CorruptCheckpointError(
+                f"leader epoch checkpoint {self.path}: {exc}",
+                path=str(self.path),
+                line_number=exc.line_number,
+            ) from exc
+
+    def write(self, entries: list[tuple[int, int]]) -> None:
+        """Replace the file with ``entries``, atomically and durably (tmp, fsync, rename, fsync
+        of the directory).
+
+        Raises:
+            ValueError: an epoch or offset outside its Java type.
+            StorageIOError: the write failed; the previous file is intact.
+        """
+        atomic_write(self.path, format_leader_epoch_checkpoint(entries))

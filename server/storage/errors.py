@@ -6,6 +6,7 @@ one place that turns both into gRPC statuses. Programmer errors are assertions.
 
     StorageError
     ├── OffsetOutOfRangeError      a read or lookup outside [log_start_offset, log_end_offset]
+    ├── UnexpectedAppendOffsetError  a follower append starting below the log end offset
     ├── InvalidOffsetError         an index append that is not strictly increasing
     ├── OffsetOverflowError        an offset too far from a segment's base offset (> 2^31 - 1)
     ├── CorruptIndexError          an index file that fails its sanity check
@@ -70,6 +71,7 @@ __all__ = [
     "TooManyOpenFilesError",
     "TopicAlreadyExistsError",
     "TransactionCoordinatorFencedError",
+    "UnexpectedAppendOffsetError",
     "UnknownProducerIdError",
     "UnknownTopicOrPartitionError",
 ]
@@ -88,6 +90,20 @@ class OffsetOutOfRangeError(StorageError):
     def __init__(self, message: str, *, log_start_offset: int, log_end_offset: int) -> None:
         super().__init__(message)
         self.log_start_offset = log_start_offset
+        self.log_end_offset = log_end_offset
+
+
+class UnexpectedAppendOffsetError(StorageError):
+    """A follower append whose first offset is below the log end offset (Kafka's
+    UnexpectedAppendOffsetException): the follower fetched from the wrong offset, or must
+    truncate first. Carries the append's first and last offsets and the log end offset."""
+
+    def __init__(
+        self, message: str, *, first_offset: int, last_offset: int, log_end_offset: int
+    ) -> None:
+        super().__init__(message)
+        self.first_offset = first_offset
+        self.last_offset = last_offset
         self.log_end_offset = log_end_offset
 
 

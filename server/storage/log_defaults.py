@@ -93,6 +93,8 @@ class ServerLogSettings:
     flush_scheduler_interval_ms: int = 0  # log.flush.scheduler.interval.ms (0: every pass)
     flush_offset_checkpoint_interval_ms: int = 60_000  # log.flush.offset.checkpoint.interval.ms
     flush_start_offset_checkpoint_interval_ms: int = 60_000  # log.flush.start.offset.checkpoint...
+    # replica.high.watermark.checkpoint.interval.ms (issue 17: logs that track a high watermark)
+    replica_high_watermark_checkpoint_interval_ms: int = 5_000
     recovery_threads_per_data_dir: int = 1  # num.recovery.threads.per.data.dir
     node_id: int = 1  # node.id, written to a new meta.properties
     retention_segments_per_pass_max: int = 1000  # log.retention.segments.per.pass.max
@@ -122,6 +124,9 @@ _SERVER_SETTINGS: dict[str, tuple[str, int]] = {
     "log.flush.offset.checkpoint.interval.ms": ("flush_offset_checkpoint_interval_ms", 0),
     "log.flush.start.offset.checkpoint.interval.ms": (
         "flush_start_offset_checkpoint_interval_ms", 0
+    ),
+    "replica.high.watermark.checkpoint.interval.ms": (
+        "replica_high_watermark_checkpoint_interval_ms", 0
     ),
     "num.recovery.threads.per.data.dir": ("recovery_threads_per_data_dir", 1),
     "node.id": ("node_id", 0),

@@ -8,6 +8,8 @@ bounded (flush, retention, checkpoints, delayed deletes)::
       .lock  meta.properties  .kafka_cleanshutdown
       recovery-point-offset-checkpoint    written every log.flush.offset.checkpoint.interval.ms
       log-start-offset-checkpoint         written every log.flush.start.offset.checkpoint...
+      replication-offset-checkpoint       high watermarks, every replica.high.watermark...
+                                          (only once a log tracks one: issue 17)
       stratalog-topics.json               the topic catalogue (topic_catalog.py)
       orders-0/  orders-2/                partitions: a new one goes to the dir with the fewest
       old-0.<hex>-delete/                 a deleted partition, removed file.delete.delay.ms later
@@ -39,6 +41,7 @@ from stratalog.records.log_layout import (
     LOG_FILE_SUFFIX,
     LOG_START_OFFSET_CHECKPOINT_FILE,
     RECOVERY_POINT_CHECKPOINT_FILE,
+    REPLICATION_OFFSET_CHECKPOINT_FILE,
     TIME_INDEX_ENTRY,
     TIME_INDEX_TIMESTAMP,
 )
@@ -158,6 +161,7 @@ class MaintenanceReport:
     files_deleted: int = 0  # segments whose .deleted files were removed
     recovery_point_checkpoints_written: int = 0
     log_start_offset_checkpoints_written: int = 0
+    high_watermark_checkpoints_written: int = 0
     deleted_dirs_removed: int = 0
     producers_expired: int = 0  # producer ids forgotten after producer.id.expiration.ms
     more_work: bool = False
@@ -173,6 +177,9 @@ class _DirState:
     recovery_points: OffsetCheckpointFile
     log_start_offsets: OffsetCheckpointFile
     had_clean_shutdown: bool
+    # replication-offset-checkpoint: not created until a log of the directory tracks a high
+    # watermark, so a single server's directories look as before issue 17.
+    high_watermarks: OffsetCheckpointFile | None = None
     fully_loaded: bool = False
     # After an I/O error in one of its logs (Kafka's offline log dir): its logs refuse reads
     # and writes, nothing more is written to it, and it gets no clean-shutdown marker.
@@ -251,6 +258,12 @@ class LogManager:
         self._next_log_start_offset_checkpoint_ms = (
             now_ms + settings.flush_start_offset_checkpoint_interval_ms
         )
+        self._next_high_watermark_checkpoint_ms = (
+            now_ms + settings.replica_high_watermark_checkpoint_interval_ms
+        )
+        # The replication-offset-checkpoint entries read at open, for the replication layer to
+        # hand to the logs it makes leader or follower (Kafka's Partition.createLog).
+        self._checkpointed_high_watermarks: dict[TopicPartition, int] = {}
         self.log_dirs: list[Path] = [state.path for state in dirs]
         self.had_clean_shutdown: dict[Path, bool] = {
             state.path: state.had_clean_shutdown for state in dirs
@@ -337,6 +350,9 @@ class LogManager:
                             path / LOG_START_OFFSET_CHECKPOINT_FILE
                         ),
                         had_clean_shutdown=had_clean_shutdown,
+                        high_watermarks=OffsetCheckpointFile(
+                            path / REPLICATION_OFFSET_CHECKPOINT_FILE, create_if_missing=False
+                        ),
                     )
                 )
             if open_files_limit is None:
@@ -458,6 +474,10 @@ class LogManager:
                 _read_checkpoint_or_empty(state.recovery_points),
                 _read_checkpoint_or_empty(state.log_start_offsets),
             )
+            if state.high_watermarks is not None:
+                self._checkpointed_high_watermarks.update(
+                    _read_checkpoint_or_empty(state.high_watermarks)
+                )
         jobs: list[tuple[TopicPartition, Path, LogConfig, bool]] = []
         counts = {state.path: 0 for state in self._dirs}
         for directory in found.values():
@@ -1077,6 +1097,14 @@ class LogManager:
 
     # ---------------------------------------------------------------- background work
 
+    def checkpointed_high_watermark(self, topic: str, partition: int) -> int | None:
+        """The partition's high watermark as the ``replication-offset-checkpoint`` of its log
+        directory held at open (None: not there). The log itself does not track a high
+        watermark until told (:meth:`PartitionLog.update_high_watermark`): the replication
+        layer passes it this value when it makes the replica a leader or follower, as Kafka's
+        ``Partition.createLogIfNotExists`` does."""
+        return self._checkpointed_high_watermarks.get((topic, partition))
+
     def run_maintenance(self, now_ms: int | None = None) -> MaintenanceReport:
         """One bounded pass of every background job that is due at ``now_ms``.
 
@@ -1188,6 +1216,11 @@ class LogManager:
         """Write the checkpoints that are due (all with ``force``); returns the failed dirs."""
         write_recovery_points = force or now_ms >= self._next_recovery_point_checkpoint_ms
         write_log_start_offsets = force or now_ms >= self._next_log_start_offset_checkpoint_ms
+        write_high_watermarks = force or now_ms >= self._next_high_watermark_checkpoint_ms
+        if write_high_watermarks:
+            self._next_high_watermark_checkpoint_ms = (
+                now_ms + self._settings.replica_high_watermark_checkpoint_interval_ms
+            )
         if write_recovery_points:
             self._next_recovery_point_checkpoint_ms = (
                 now_ms + self._settings.flush_offset_checkpoint_interval_ms
@@ -1197,7 +1230,7 @@ class LogManager:
                 now_ms + self._settings.flush_start_offset_checkpoint_interval_ms
             )
         failed: set[Path] = set()
-        if not (write_recovery_points or write_log_start_offsets):
+        if not (write_recovery_points or write_log_start_offsets or write_high_watermarks):
             return failed
         with self._lock:
             snapshot = [
@@ -1216,6 +1249,8 @@ class LogManager:
                 if write_log_start_offsets:
                     state.log_start_offsets.write(_log_start_offsets(in_dir))
                     report.log_start_offset_checkpoints_written += 1
+                if write_high_watermarks and _write_high_watermarks(state, in_dir):
+                    report.high_watermark_checkpoints_written += 1
             except StorageError as exc:
                 log.exception("writing the checkpoints of %s failed", state.path)
                 report.errors.append(f"checkpoints of {state.path}: {exc}")
@@ -1413,6 +1448,22 @@ def _list_dir(path: Path) -> list[os.DirEntry[str]]:
             return sorted(entries, key=lambda entry: entry.name)
     except OSError as exc:
         raise StorageIOError(f"cannot list log directory {path}: {exc}") from exc
+
+
+def _write_high_watermarks(
+    state: _DirState, in_dir: list[tuple[TopicPartition, PartitionLog]]
+) -> bool:
+    """Write the directory's ``replication-offset-checkpoint``: the high watermark of each log
+    that tracks one (Kafka's ReplicaManager.checkpointHighWatermarks). Only once there is
+    something to write, or a file to bring up to date; True if written."""
+    checkpoint = state.high_watermarks
+    if checkpoint is None:
+        return False
+    entries = {tp: lg.high_watermark for tp, lg in in_dir if lg.tracks_high_watermark}
+    if not entries and not checkpoint.path.exists():
+        return False
+    checkpoint.write(entries)
+    return True
 
 
 def _read_checkpoint_or_empty(checkpoint: OffsetCheckpointFile) -> dict[TopicPartition, int]:

@@ -68,6 +68,8 @@ from .files import (
     time_index_file,
     transaction_index_file,
 )
+from .follower_append import FollowerRun, validate_follower_batches
+from .leader_epoch_cache import LeaderEpochCache, load_leader_epoch_cache
 from .open_segments import DEFAULT_OPEN_SEGMENTS_MAX, OpenSegments
 from .producer_state import (
     DuplicateAppend,
@@ -110,8 +112,9 @@ MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4
 LATEST_TIERED_TIMESTAMP = -5
 
-# stratalog has one leader per partition for the life of the log: every batch is stamped with
-# epoch 0, as a Kafka partition whose first leader never changed. (Clients send -1.)
+# A single server is the one leader of its partitions for the life of the log: every batch is
+# stamped with epoch 0, as a Kafka partition whose first leader never changed. (Clients send
+# -1.) A replicated partition's leader passes its own epoch to the append path.
 LEADER_EPOCH = 0
 
 
@@ -176,6 +179,7 @@ class DeferredAppend:
     now_ms: int = -1
     verify_transaction: TransactionVerifier | None = field(default=None, repr=False)
     decompressed_bytes_max: int | None = None
+    leader_epoch: int = LEADER_EPOCH
 
 
 # Runs a job later, off the caller's thread (``concurrent.futures.Executor.submit`` fits).
@@ -264,6 +268,7 @@ class PartitionLog:
         producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS_DEFAULT,
         open_segments: OpenSegments | None = None,
         io_failure_handler: IoFailureHandler | None = None,
+        leader_epoch_cache: LeaderEpochCache | None = None,
     ) -> None:
         """Use :meth:`open`, or pass what a loader found.
 
@@ -274,6 +279,8 @@ class PartitionLog:
         shutdown); ``directory_changed`` makes the next flush fsync the directory.
         ``producer_state`` is the state as of the log end (default: no producer known);
         ``producer_id_expiration_ms`` Kafka's ``producer.id.expiration.ms``.
+        ``leader_epoch_cache`` is the cache as of the log end (default: loaded from the
+        directory's ``leader-epoch-checkpoint`` and repaired, :func:`load_leader_epoch_cache`).
         """
         self._directory = directory
         self._config = config
@@ -311,6 +318,12 @@ class PartitionLog:
         self._end = _LogEnd(
             end_offset, active.base_offset, active.size_bytes, producer_state.first_unstable_offset
         )
+        if leader_epoch_cache is None:
+            leader_epoch_cache = load_leader_epoch_cache(directory, segments, start, end_offset)
+        self._epoch_cache = leader_epoch_cache
+        # The high watermark, once a replication layer tracks one (update_high_watermark);
+        # None: a single server's log, whose high watermark is its log end offset.
+        self._high_watermark: int | None = None
         # The roll snapshots written without an fsync, by offset: flush fsyncs each before the
         # recovery point reaches it (see _roll).
         self._unflushed_snapshots: set[int] = set()
@@ -456,12 +469,110 @@ class PartitionLog:
         (DeleteRecords, retention), and offsets there cannot be read (Kafka bounds its first
         unstable offset so too). read_committed fetches and ListOffsets stop here.
         Thread-safe without the lock: the end and the first unstable offset come from one
-        published :class:`_LogEnd`."""
+        published :class:`_LogEnd`. When the log tracks a high watermark (replication), the LSO
+        is bounded by it too (Kafka's ``lastStableOffset``)."""
         end = self._end
+        bound = end.offset
+        high_watermark = self._high_watermark
+        if high_watermark is not None:
+            bound = min(high_watermark, bound)
         first_unstable = end.first_unstable
         if first_unstable is None:
-            return end.offset
-        return min(max(first_unstable, self._log_start_offset), end.offset)
+            return bound
+        return min(max(first_unstable, self._log_start_offset), bound)
+
+    # ---------------------------------------------------------------- high watermark
+
+    @property
+    def high_watermark(self) -> int:
+        """The offset below which every record is replicated to the in-sync replicas: what
+        consumers may read (:meth:`fetch` with ``upper_bound``) and retention may delete.
+
+        A single server's log does not track one: its high watermark is the log end offset,
+        exactly as before replication existed. Once a replication layer calls
+        :meth:`update_high_watermark` the log tracks it (:attr:`tracks_high_watermark`): it
+        moves only by the calls below, falls with a truncation below it, and stays within
+        ``[log_start_offset, log_end_offset]``. Lock-free read of one published int.
+        """
+        high_watermark = self._high_watermark
+        return self._end.offset if high_watermark is None else high_watermark
+
+    @property
+    def tracks_high_watermark(self) -> bool:
+        """Whether a replication layer set the high watermark (else it is the log end)."""
+        return self._high_watermark is not None
+
+    def update_high_watermark(self, offset: int) -> int:
+        """Set the high watermark to ``offset`` bounded to ``[log_start_offset, log_end_offset]``
+        and track it from now on (Kafka's ``updateHighWatermark``: a follower takes its
+        leader's, a restart the checkpointed one). May move it down. Returns the value set.
+
+        What advances it (the in-sync replicas' log end offsets, KIP-101's rules) is the
+        replication layer's: the log only keeps it, bounds reads and retention by it and lowers
+        it on truncation.
+        """
+        with self._lock:
+            self._ensure_open()
+            bounded = min(max(offset, self._log_start_offset), self._end.offset)
+            self._high_watermark = bounded
+            return bounded
+
+    def maybe_increment_high_watermark(self, offset: int) -> bool:
+        """Raise the tracked high watermark to ``offset`` if that is higher (a leader, once the
+        in-sync replicas have everything below it); True if it moved.
+
+        Raises:
+            ValueError: ``offset`` above the log end offset (Kafka's IllegalArgumentException),
+                or the log does not track a high watermark (call :meth:`update_high_watermark`
+                first).
+        """
+        with self._lock:
+            self._ensure_open()
+            if self._high_watermark is None:
+                raise ValueError(
+                    f"log {self._directory} tracks no high watermark: set one with "
+                    "update_high_watermark first"
+                )
+            if offset > self._end.offset:
+                raise ValueError(
+                    f"high watermark {offset} of log {self._directory} would be above its log "
+                    f"end offset {self._end.offset}"
+                )
+            if offset <= self._high_watermark:
+                return False
+            self._high_watermark = offset
+            return True
+
+    # ---------------------------------------------------------------- leader epochs
+
+    @property
+    def leader_epoch_cache(self) -> LeaderEpochCache:
+        """The leader epoch cache (read-only for callers: the log assigns and truncates it
+        under its lock; :meth:`maybe_assign_epoch_start_offset` for a new leader)."""
+        return self._epoch_cache
+
+    @property
+    def latest_epoch(self) -> int | None:
+        """The latest leader epoch with an entry in the cache, or None."""
+        return self._epoch_cache.latest_epoch
+
+    def end_offset_for_epoch(self, requested_epoch: int) -> tuple[int, int]:
+        """The OffsetsForLeaderEpoch answer ``(epoch, end offset)`` for ``requested_epoch``
+        (:meth:`LeaderEpochCache.end_offset_for` against this log's end)."""
+        with self._lock:
+            return self._epoch_cache.end_offset_for(requested_epoch, self._end.offset)
+
+    def maybe_assign_epoch_start_offset(self, leader_epoch: int, start_offset: int) -> bool:
+        """Record that ``leader_epoch`` starts at ``start_offset`` (Kafka: a replica becoming
+        leader assigns its epoch at its log end, so the epoch is known before it appends);
+        True if the cache changed.
+
+        Raises:
+            ValueError: a negative epoch or offset. StorageIOError: the checkpoint write failed.
+        """
+        with self._lock:
+            self._ensure_open()
+            return self._epoch_cache.assign(leader_epoch, start_offset)
 
     @property
     def producer_state(self) -> ProducerStateManager:
@@ -515,24 +626,28 @@ class PartitionLog:
         retention pass to delete. Never moves down. The recovery point follows if it was
         lower. Returns True if the start offset moved.
 
+        The leader epoch cache forgets what lies below it ([B-65]).
+
         Raises:
-            OffsetOutOfRangeError: ``new_offset`` is above the log end offset (stratalog has
-                one replica, so its high watermark is the log end offset).
+            OffsetOutOfRangeError: ``new_offset`` is above the high watermark (a single
+                server's is the log end offset).
         """
         with self._lock:
             self._ensure_open()
             end_offset = self._end.offset
-            if new_offset > end_offset:
+            high_watermark = self.high_watermark
+            if new_offset > high_watermark:
                 raise OffsetOutOfRangeError(
                     f"cannot increment the log start offset of {self._directory} to "
-                    f"{new_offset}: it is above the high watermark (log end offset) "
-                    f"{end_offset}",
+                    f"{new_offset}: it is above the high watermark {high_watermark} (log end "
+                    f"offset {end_offset})",
                     log_start_offset=self._log_start_offset,
                     log_end_offset=end_offset,
                 )
             if new_offset <= self._log_start_offset:
                 return False
             self._log_start_offset = new_offset
+            self._truncate_epochs_from_start(new_offset)
             self._recovery_point = max(self._recovery_point, new_offset)
             self._producer_state.delete_snapshots(below=new_offset)
             log.info("incremented the log start offset of %s to %d", self._directory, new_offset)
@@ -547,6 +662,7 @@ class PartitionLog:
         verify_transaction: TransactionVerifier | None = None,
         flush: bool = False,
         decompressed_bytes_max: int | None = None,
+        leader_epoch: int = LEADER_EPOCH,
     ) -> AppendInfo:
         """Validate client batches, assign offsets from the log end, and append them.
 
@@ -571,6 +687,11 @@ class PartitionLog:
         ``decompressed_bytes_max`` bounds the bytes the batches' records decompress to, all
         together (validation's ``decompressed_bytes_max``; None: each batch by the default).
 
+        ``leader_epoch`` is stamped on every batch (a single server's is 0; a replicated
+        partition's leader passes its own, having checked it is still the leader). The first
+        append of an epoch records its start offset in the leader epoch cache, whose
+        checkpoint is rewritten (fsynced) before the records are written.
+
         Blocking: waits for the log's lock (held by maintenance while it renames or deletes
         segments) and may roll (create files, trim the old segment) or fsync. An event loop
         calls :meth:`try_append_without_blocking` instead.
@@ -590,7 +711,9 @@ class PartitionLog:
             if len(record_batches) == 0:
                 return self._empty_append_info()
             now_ms = self._time_ms()
-            validated = self._validate(record_batches, now_ms, decompressed_bytes_max)
+            validated = self._validate(
+                record_batches, now_ms, decompressed_bytes_max, leader_epoch
+            )
             return self._write(validated, now_ms, verify=verify_transaction, flush=flush)
 
     def write_txn_marker(
@@ -599,6 +722,8 @@ class PartitionLog:
         producer_epoch: int,
         coordinator_epoch: int,
         commit: bool,
+        *,
+        leader_epoch: int = LEADER_EPOCH,
     ) -> AppendInfo:
         """Append a COMMIT (``commit``) or ABORT control batch ending ``producer_id``'s
         transaction, as a transaction coordinator does (Kafka's ``appendAsLeader`` with the
@@ -610,7 +735,8 @@ class PartitionLog:
         open transaction: an ABORT appends ``AbortedTxn(producer id, first offset, marker
         offset, LSO)`` to the active segment's ``.txnindex`` before the marker becomes visible,
         and the last stable offset moves past the transaction. A marker for a producer with no
-        open transaction is written and completes nothing (as in Kafka).
+        open transaction is written and completes nothing (as in Kafka). ``leader_epoch`` as
+        in :meth:`append`.
 
         Raises:
             InvalidProducerEpochError: ``producer_epoch`` is older than the producer's.
@@ -640,7 +766,7 @@ class PartitionLog:
                 self._config,
                 first_offset=self._end.offset,
                 now_ms=now_ms,
-                partition_leader_epoch=LEADER_EPOCH,
+                partition_leader_epoch=leader_epoch,
                 allow_control=True,
             )
             offset = validated.first_offset
@@ -656,6 +782,7 @@ class PartitionLog:
         *,
         verify_transaction: TransactionVerifier | None = None,
         decompressed_bytes_max: int | None = None,
+        leader_epoch: int = LEADER_EPOCH,
     ) -> AppendInfo | DeferredAppend:
         """:meth:`append`, unless it would wait for the lock or touch the file system beyond
         the write; then nothing changes and a :class:`DeferredAppend` says why.
@@ -670,6 +797,11 @@ class PartitionLog:
         :meth:`append`; the batches of a deferred append were validated already when the
         reason is a roll or a flush, and :meth:`append_deferred` reuses that work.
 
+        One exception to "nothing but the write": the first append of a leader epoch rewrites
+        (and fsyncs) the small ``leader-epoch-checkpoint`` inline, as Kafka's request
+        threads do; a single server's partition does so once in its life, and a leader that
+        assigns its epoch when it takes over (:meth:`maybe_assign_epoch_start_offset`) never.
+
         Never waits: the lock is taken only if it is free. For an event loop, which hands a
         :class:`DeferredAppend` to a thread that may block (:meth:`append_deferred`), still
         serialising its appends to this log.
@@ -680,7 +812,7 @@ class PartitionLog:
         if not self._lock.acquire(blocking=False):
             return DeferredAppend(
                 record_batches, WouldBlock.LOCK_HELD, verify_transaction=verify_transaction,
-                decompressed_bytes_max=decompressed_bytes_max,
+                decompressed_bytes_max=decompressed_bytes_max, leader_epoch=leader_epoch,
             )
         try:
             self._ensure_open()
@@ -690,10 +822,12 @@ class PartitionLog:
             if segment.indexes_loaded != (True, True):
                 return DeferredAppend(
                     record_batches, WouldBlock.OPEN_INDEXES, verify_transaction=verify_transaction,
-                    decompressed_bytes_max=decompressed_bytes_max,
+                    decompressed_bytes_max=decompressed_bytes_max, leader_epoch=leader_epoch,
                 )
             now_ms = self._time_ms()
-            validated = self._validate(record_batches, now_ms, decompressed_bytes_max)
+            validated = self._validate(
+                record_batches, now_ms, decompressed_bytes_max, leader_epoch
+            )
             judged = self._judge_producers(validated, None, verify_transaction)
             if isinstance(judged, DuplicateAppend):
                 return self._duplicate_append_info(judged)
@@ -705,7 +839,7 @@ class PartitionLog:
                 return self._write_to(segment, validated, judged)
             return DeferredAppend(
                 record_batches, reason, validated, self._end.offset, self._config, now_ms,
-                verify_transaction, decompressed_bytes_max,
+                verify_transaction, decompressed_bytes_max, leader_epoch,
             )
         finally:
             self._lock.release()
@@ -730,21 +864,131 @@ class PartitionLog:
                     deferred.record_batches,
                     verify_transaction=deferred.verify_transaction,
                     decompressed_bytes_max=deferred.decompressed_bytes_max,
+                    leader_epoch=deferred.leader_epoch,
                 )
             return self._write(validated, deferred.now_ms, verify=deferred.verify_transaction)
+
+    def append_as_follower(
+        self, record_batches: bytes | bytearray | memoryview
+    ) -> AppendInfo:
+        """Append the leader's batches as they are: their offsets, epochs and headers kept
+        (Kafka's ``UnifiedLog.appendAsFollower``). A replica fetching from its leader calls
+        this with the fetched bytes.
+
+        Checks (``follower_append.py``): whole batches with valid CRCs, offsets increasing
+        from at or above the log end offset (a gap a compacted leader left is kept), every batch
+        stamped with a leader epoch. Nothing is re-stamped and no offset assigned; no
+        timestamp or sequence is checked (the leader did). The producer state replays the
+        batches as recovery does (Kafka's replication origin: no duplicate or sequence check
+        refuses them; transaction markers open and close transactions, ABORT markers get
+        their ``.txnindex`` entries before they are visible). Each batch whose epoch differs
+        from the one before it assigns its epoch in the leader epoch cache, before the write.
+
+        The log rolls, as for a leader's append, when the active segment cannot take the
+        batches: too many bytes, too old, or an offset that does not fit the segment's 32-bit
+        relative offsets; the new segment starts at the first batch's base offset (which may
+        lie past the log end). An append spanning more than 2^31 - 1 offsets goes to several
+        segments, one roll each. Whole append or nothing for validation errors; an I/O error
+        takes the log offline as :meth:`append` says. The high watermark does not move: the
+        replication layer sets it (:meth:`update_high_watermark`) from the leader's.
+
+        Returns the :class:`AppendInfo` of the whole append (its first and last offsets are
+        the leader's).
+
+        Raises:
+            UnexpectedAppendOffsetError: the first batch starts below the log end offset.
+            CorruptRecordError, InvalidRecordError, RecordTooLargeError: a bad batch.
+            RecordBatchTooLargeError: the append is larger than ``segment.bytes``.
+            StorageIOError, LogClosedError, LogDirOfflineError: as :meth:`append`.
+        """
+        with self._lock:
+            self._ensure_open()
+            runs = validate_follower_batches(
+                record_batches, self._config, log_end_offset=self._end.offset,
+                log_name=str(self._directory),
+            )
+            if not runs:
+                return self._empty_append_info()
+            now_ms = self._time_ms()
+            max_timestamp, offset_of_max = NO_TIMESTAMP, -1
+            for run in runs:
+                self._write_follower_run(run, now_ms)
+                if run.validated.max_timestamp > max_timestamp or offset_of_max < 0:
+                    max_timestamp = run.validated.max_timestamp
+                    offset_of_max = run.validated.shallow_offset_of_max_timestamp
+            return AppendInfo(
+                first_offset=runs[0].validated.first_offset,
+                last_offset=runs[-1].validated.last_offset,
+                max_timestamp=max_timestamp,
+                offset_of_max_timestamp=offset_of_max,
+                log_append_time=NO_TIMESTAMP,
+                record_count=sum(run.validated.record_count for run in runs),
+                size_bytes=sum(run.validated.size_bytes for run in runs),
+                log_start_offset=self._log_start_offset,
+            )
+
+    def _write_follower_run(self, run: FollowerRun, now_ms: int) -> None:
+        """Roll if due, assign the run's epochs, replay its producers, write it, then flush
+        when ``flush.messages`` says so, and publish the new end. Under the lock.
+
+        The producer state is replayed before the write (the ABORT markers' ``.txnindex``
+        entries need the LSO of their moment and must precede the marker's bytes); a failed
+        write then leaves it ahead of the log, which is harmless because the failure takes
+        the log offline and the next open rebuilds the state from the log."""
+        validated = run.validated
+        segment = self.active_segment
+        if self._roll_due(segment, validated, now_ms):
+            log.debug(
+                "rolling log %s for a follower append at offsets [%d, %d]", self._directory,
+                validated.first_offset, validated.last_offset,
+            )
+            segment = self._roll(validated.first_offset)
+        try:
+            self._epoch_cache.assign_all(run.epoch_starts)
+        except StorageIOError as exc:
+            self._io_failed(exc, "leader epoch checkpoint write")
+            raise
+        end_offset = validated.last_offset + 1
+        state = self._producer_state
+        try:
+            if run.producer_batches:
+                for txn, last_stable_offset in state.load_batches(run.producer_batches, end_offset):
+                    if txn.is_aborted:
+                        segment.txn_index.append(AbortedTxn(
+                            txn.producer_id, txn.first_offset, txn.last_offset, last_stable_offset
+                        ))
+            else:
+                state.map_end_offset = end_offset
+            segment.append(
+                validated.last_offset,
+                validated.max_timestamp,
+                validated.shallow_offset_of_max_timestamp,
+                validated.pieces,
+            )
+        except BaseException as exc:
+            self._io_failed(exc, "follower write")
+            raise
+        new_end = _LogEnd(
+            end_offset, segment.base_offset, segment.size_bytes, state.first_unstable_offset
+        )
+        if self._flush_due(end_offset):
+            # Durable before visible, as a leader's flushed append.
+            self._flush(None, end_offset)
+        self._end = new_end
 
     def _validate(
         self,
         record_batches: bytes | bytearray | memoryview,
         now_ms: int,
         decompressed_bytes_max: int | None,
+        leader_epoch: int = LEADER_EPOCH,
     ) -> ValidatedAppend:
         return validate_and_assign_offsets(
             record_batches,
             self._config,
             first_offset=self._end.offset,
             now_ms=now_ms,
-            partition_leader_epoch=LEADER_EPOCH,
+            partition_leader_epoch=leader_epoch,
             decompressed_bytes_max=decompressed_bytes_max,
         )
 
@@ -854,6 +1098,7 @@ class PartitionLog:
         index write failing after it takes the log directory offline. Here it fails the call,
         and the log stays as it was.)
         """
+        self._maybe_assign_epoch(validated.partition_leader_epoch, validated.first_offset)
         aborted: list[AbortedTxn] = []
         if judged is not None:
             state = self._producer_state
@@ -896,6 +1141,37 @@ class PartitionLog:
             size_bytes=validated.size_bytes,
             log_start_offset=self._log_start_offset,
         )
+
+    def _maybe_assign_epoch(self, epoch: int, start_offset: int) -> None:
+        """Record a leader epoch's start before its first records are written (Kafka assigns
+        before the segment append too: after a crash the cache may hold an entry at the log
+        end, never lack one for a stored batch). A checkpoint that cannot be written takes
+        the log offline, as a failed write does. Under the lock."""
+        if epoch < 0 or not self._epoch_cache.needs_assign(epoch, start_offset):
+            return
+        try:
+            self._epoch_cache.assign(epoch, start_offset)
+        except StorageIOError as exc:
+            self._io_failed(exc, "leader epoch checkpoint write")
+            raise
+
+    def _truncate_epochs_from_end(self, end_offset: int) -> None:
+        """The leader epoch cache drops the epochs from the new log end on; a failed write is
+        logged (as :meth:`_truncate_epochs_from_start`; Kafka flushes this one in the
+        background)."""
+        try:
+            self._epoch_cache.truncate_from_end(end_offset)
+        except StorageIOError:
+            log.exception("cannot write the leader epoch checkpoint of %s", self._directory)
+
+    def _truncate_epochs_from_start(self, start_offset: int) -> None:
+        """The leader epoch cache forgets what lies below the new log start. A failed
+        checkpoint write is logged, not raised: the entries in memory are right, and a stale
+        file is cut to the log start at the next open."""
+        try:
+            self._epoch_cache.truncate_from_start(start_offset)
+        except StorageIOError:
+            log.exception("cannot write the leader epoch checkpoint of %s", self._directory)
 
     def _take_back_txn_index_entries(self, segment: Segment, from_offset: int) -> None:
         """Cut the ``.txnindex`` entries of a marker whose write failed. If that fails too, the
@@ -1044,9 +1320,17 @@ class PartitionLog:
         min_one_message: bool = True,
         isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
         max_records: int = 0,
+        upper_bound: int | None = None,
     ) -> FetchedBatches:
         """Whole batches from the one holding ``offset``, at most ``max_bytes`` bytes, with
         their next offset and record count ([B-29]..[B-33]).
+
+        ``upper_bound`` (a consumer's read on a replicated partition passes
+        :attr:`high_watermark`; a follower's read passes nothing) leaves out the batches
+        starting at or after it, as Kafka's fetch bounded by the high watermark: nothing is
+        returned at or above it (no error: the records exist, they are not readable yet).
+        The bound is expected at a batch boundary, as a high watermark is (a follower's log
+        end); a batch that starts below it is returned whole. None: up to the log end.
 
         ``max_records`` > 0: the caller takes at most that many records from ``offset``; when
         the batch holding ``offset`` holds them all, only that batch is read (a point read
@@ -1077,12 +1361,29 @@ class PartitionLog:
         """
         if isolation_level != IsolationLevel.READ_COMMITTED:
             fetched = self._read_segments(offset, max_bytes, min_one_message, max_records)
-            return FetchedBatches(b"", offset, 0) if fetched is None else fetched
+            if fetched is None:
+                return FetchedBatches(b"", offset, 0)
+            if upper_bound is not None and fetched.next_offset > upper_bound:
+                return self._bounded_part(fetched, offset, upper_bound)
+            return fetched
         stable = self.last_stable_offset
+        if upper_bound is not None:
+            stable = min(stable, upper_bound)
         fetched = self._read_segments(offset, max_bytes, min_one_message, max_records)
         if fetched is None:
             return FetchedBatches(b"", offset, 0)
         return self._committed_part(fetched, offset, stable)
+
+    @staticmethod
+    def _bounded_part(fetched: FetchedBatches, offset: int, upper_bound: int) -> FetchedBatches:
+        """The whole batches of ``fetched`` (read at ``offset``) starting below
+        ``upper_bound``; empty at ``offset`` when none is left."""
+        if offset >= upper_bound:
+            return FetchedBatches(b"", offset, 0)
+        data, next_offset, records_count = _cut_batches_at(fetched.data, upper_bound, offset)
+        if not data:
+            return FetchedBatches(b"", offset, 0)
+        return FetchedBatches(data, next_offset, records_count)
 
     def _committed_part(
         self, fetched: FetchedBatches, offset: int, stable: int
@@ -1336,7 +1637,10 @@ class PartitionLog:
         ``file.delete.delay.ms``); the segment holding ``offset`` is cut before the batch
         holding it. Truncation is batch-granular, and as in Kafka the log end offset becomes
         ``offset`` even when that is inside a removed batch (callers such as replication
-        truncate at batch boundaries). A no-op (False) when ``offset >= log_end_offset``.
+        truncate at batch boundaries). A no-op (False) when ``offset >= log_end_offset``,
+        except that an epoch entry starting at the log end (a leader's that wrote nothing) is
+        dropped. The leader epoch cache drops the epochs starting at or above ``offset``, and a tracked
+        high watermark above ``offset`` falls to it.
 
         Raises:
             ValueError: ``offset`` is negative.
@@ -1346,6 +1650,9 @@ class PartitionLog:
         with self._lock:
             self._ensure_open()
             if offset >= self._end.offset:
+                # No data to remove, but an epoch a leader assigned at its log end and never
+                # wrote in conflicts with the new leader's history: drop it (Kafka does too).
+                self._truncate_epochs_from_end(self._end.offset)
                 return False
             first = self._segments.first
             assert first is not None
@@ -1366,6 +1673,9 @@ class PartitionLog:
             )
             self._log_start_offset = min(offset, self._log_start_offset)
             self._recovery_point = min(self._recovery_point, offset)
+            if self._high_watermark is not None:
+                self._high_watermark = min(self._high_watermark, offset)
+            self._truncate_epochs_from_end(offset)
             self._reload_producer_state(offset)
             # Again, with the reloaded state's first unstable offset.
             self._end = _LogEnd(
@@ -1378,7 +1688,8 @@ class PartitionLog:
     def truncate_fully_and_start_at(self, new_offset: int) -> None:
         """Remove every segment and continue at ``new_offset`` with one empty segment ([B-28]).
 
-        Log start offset, log end offset and recovery point all become ``new_offset``.
+        Log start offset, log end offset and recovery point all become ``new_offset``, and so
+        does a tracked high watermark; the leader epoch cache is cleared ([B-28]).
         """
         if new_offset < 0:
             raise ValueError(
@@ -1432,6 +1743,13 @@ class PartitionLog:
         self._end = _LogEnd(new_offset, new_offset, 0)
         self._log_start_offset = new_offset
         self._recovery_point = new_offset
+        if self._high_watermark is not None:
+            self._high_watermark = new_offset
+        try:
+            self._epoch_cache.clear_and_flush()
+        except StorageIOError:
+            # The entries in memory are gone; a stale file is cut to the new log at next open.
+            log.exception("cannot write the leader epoch checkpoint of %s", self._directory)
         self._producer_state.delete_snapshots(below=new_offset + 1, above=new_offset)  # all
         self._producer_state.reset(new_offset)
         self._maybe_delete_pending(self._time_ms())
@@ -1444,7 +1762,8 @@ class PartitionLog:
         """Delete the oldest segments retention lets go ([B-59]..[B-64]; see ``retention.py``).
 
         By the log start offset always, by ``retention.bytes`` and ``retention.ms`` when
-        ``cleanup.policy`` contains ``delete``; at most ``max_segments``. If every segment goes,
+        ``cleanup.policy`` contains ``delete``; at most ``max_segments``; only segments wholly
+        below the high watermark ([B-60]: a single server's is the log end). If every segment goes,
         the log rolls first so that an empty active segment remains ([B-63]). The log start
         offset moves to the first kept segment's base offset (never down); the deleted segments
         leave the segment map and are renamed ``.deleted`` now, and deleted
@@ -1463,7 +1782,7 @@ class PartitionLog:
                 self._config,
                 log_start_offset=self._log_start_offset,
                 log_end_offset=end_offset,
-                high_watermark=end_offset,
+                high_watermark=self.high_watermark,
                 now_ms=now,
                 max_segments=max_segments,
             )
@@ -1476,6 +1795,7 @@ class PartitionLog:
             assert next_segment is not None, "a segment after the deleted ones always remains"
             self._log_start_offset = max(self._log_start_offset, next_segment.base_offset)
             self._recovery_point = max(self._recovery_point, self._log_start_offset)
+            self._truncate_epochs_from_start(self._log_start_offset)
             # Their snapshots go with the segments (Kafka deletes a segment's snapshot with it).
             self._producer_state.delete_snapshots(below=self._log_start_offset)
             self._segments.remove_many([segment.base_offset for segment in doomed])

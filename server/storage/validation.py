@@ -127,6 +127,9 @@ class ValidatedAppend:
     # The client's batch headers as parsed (base offset 0; positions in the input), one per
     # batch in order: the producer state reads producer id, epoch, sequence and flags here.
     headers: tuple[BatchHeader, ...] = ()
+    # The leader epoch every batch was stamped with (-1: not stamped, a follower's append of
+    # the leader's batches, whose epochs are in their headers).
+    partition_leader_epoch: int = -1
 
     @property
     def records(self) -> bytes:
@@ -234,6 +237,7 @@ def validate_and_assign_offsets(
         record_count=record_count,
         batch_count=len(headers),
         headers=tuple(headers),
+        partition_leader_epoch=partition_leader_epoch,
     )
 
 

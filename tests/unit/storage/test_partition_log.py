@@ -1237,6 +1237,7 @@ def test_load_removes_orphans_and_deleted_files_and_resolves_swaps(directory: Pa
         "00000000000000000000.index",
         "00000000000000000000.log",
         "00000000000000000000.timeindex",
+        "leader-epoch-checkpoint",  # epoch 0 from offset 0 (issue 17)
     ]
     reopened.close()
     # A swap left by a replacement that was not finished: it takes its final name.

@@ -347,9 +347,10 @@ def test_deleted_and_cleaned_leftovers_are_removed(directory: Path) -> None:
                  "00000000000000000070.log.cleaned", "00000000000000000070.timeindex.cleaned"):
         (directory / name).write_bytes(b"junk")
     _loaded, partition_log = load(directory, clean=True)
-    # Six segments, and six producer snapshots: one per roll and one at the clean close.
+    # Six segments, and six producer snapshots: one per roll and one at the clean close; and
+    # the leader-epoch-checkpoint (no suffix).
     assert sorted(p.suffix for p in directory.iterdir()) == sorted(
-        [".log", ".index", ".timeindex", ".snapshot"] * 6
+        [".log", ".index", ".timeindex", ".snapshot"] * 6 + [""]
     )
     assert_serves(partition_log, BATCHES)
     partition_log.close()
