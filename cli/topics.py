@@ -25,6 +25,7 @@ from stratalog.client import CleaningResult, Client, PartitionInfo, TopicInfo
 
 from .connection import add_target_argument, connect, fail, run_client_command
 from .output_format import add_format_argument, wants_json
+from .partitions import add_partition_argument, chosen_or_all
 from .timestamps import format_timestamp_ms
 
 __all__ = ["add_parser", "run"]
@@ -133,17 +134,18 @@ def _print_cleaning(result: CleaningResult) -> None:
 
 
 async def _clean(client: Client, args: argparse.Namespace) -> int:
-    partitions = args.partition
-    if not partitions:
-        partitions = range((await client.describe_topic(args.name)).num_partitions)
+    partitions = args.partitions
+    if partitions is None:
+        partitions = chosen_or_all(None, (await client.describe_topic(args.name)).num_partitions)
     results = []
+    as_json = wants_json(args)
     for partition in partitions:
         result = await client.clean_partition(args.name, partition, timeout_s=args.timeout_s)
-        if args.json:
+        if as_json:
             results.append(_cleaning_json(result))
         else:
             _print_cleaning(result)
-    if args.json:
+    if as_json:
         print(json.dumps(results, indent=2))
     return 0
 
@@ -180,8 +182,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "clean", help="clean partitions of a compacted topic now (keep each key's latest record)"
     )
     clean.add_argument("name")
-    clean.add_argument("--partition", type=int, action="append", default=[], metavar="N",
-                       help="a partition to clean (repeatable; default: every partition)")
+    add_partition_argument(clean, repeatable=True,
+                           help="a partition to clean (repeatable; default: every partition)")
     clean.add_argument("--timeout-s", type=float, default=600.0, metavar="SECONDS",
                        help="how long to wait for each cleaning (default: 600)")
 

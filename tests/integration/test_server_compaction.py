@@ -272,7 +272,7 @@ async def test_the_cli_cleans_every_partition_and_describes_the_cleaners_positio
     assert all("up to offset 2 (was 0): kept 1 of 2 records" in line for line in lines), lines
 
     as_json = await asyncio.to_thread(_stratalog, server, "topics", "clean", topic,
-                                      "--partition", "1", "--json")
+                                      "--partition", "1", "--format", "json")
     assert as_json.returncode == 0, as_json.stderr
     [result] = json.loads(as_json.stdout)
     assert (result["partition"], result["first_dirty_offset_before"], result["end_offset"]) == (
@@ -282,7 +282,7 @@ async def test_the_cli_cleans_every_partition_and_describes_the_cleaners_positio
     text = described.stdout.decode()
     assert text.count("\tCleanedOffset: 2\tDirtyRatio: 0.000\tLastClean: ") == 2, text
     described_json = await asyncio.to_thread(_stratalog, server, "topics", "describe", topic,
-                                             "--json")
+                                             "--format", "json")
     partitions = json.loads(described_json.stdout)["partitions"]
     assert [p["cleaned_offset"] for p in partitions] == [2, 2]
     assert all(p["last_clean_ms"] > T0 for p in partitions)
