@@ -2336,6 +2336,54 @@ map_retain_records(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_
     return mask;
 }
 
+PyDoc_STRVAR(map_clear_doc,
+"map_clear(table)\n"
+"--\n\n"
+"Zero the offset map ``table`` (a writable buffer) in place, without the GIL: a 128 MiB map\n"
+"takes tens of milliseconds to zero, which the event loop would otherwise wait out.");
+
+static PyObject *
+map_clear(PyObject *Py_UNUSED(module), PyObject *table)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(table, &view, PyBUF_WRITABLE) < 0) {
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    memset(view.buf, 0, (size_t)view.len);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(map_table_doc,
+"map_table(size)\n"
+"--\n\n"
+"A new zeroed bytearray of ``size`` bytes for an offset map, zeroed without the GIL (what\n"
+"bytearray(size) does holding it).");
+
+static PyObject *
+map_table(PyObject *Py_UNUSED(module), PyObject *size_object)
+{
+    Py_ssize_t size = PyLong_AsSsize_t(size_object);
+    if (size == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (size < 0) {
+        PyErr_Format(PyExc_ValueError, "map_table(): negative size %zd", size);
+        return NULL;
+    }
+    PyObject *table = PyByteArray_FromStringAndSize(NULL, size);
+    if (table == NULL) {
+        return NULL;
+    }
+    char *data = PyByteArray_AS_STRING(table);
+    Py_BEGIN_ALLOW_THREADS
+    memset(data, 0, (size_t)size);
+    Py_END_ALLOW_THREADS
+    return table;
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Module initialisation.                                                                       */
 
@@ -2374,6 +2422,8 @@ static PyMethodDef methods[] = {
     {"encode_record", (PyCFunction)(void (*)(void))encode_record, METH_FASTCALL | METH_KEYWORDS,
      encode_record_doc},
     {"key_digest", (PyCFunction)key_digest, METH_O, key_digest_doc},
+    {"map_clear", (PyCFunction)map_clear, METH_O, map_clear_doc},
+    {"map_table", (PyCFunction)map_table, METH_O, map_table_doc},
     {"map_put_records", (PyCFunction)(void (*)(void))map_put_records,
      METH_FASTCALL | METH_KEYWORDS, map_put_records_doc},
     {"map_retain_records", (PyCFunction)(void (*)(void))map_retain_records,

@@ -24,7 +24,8 @@ column (Arrow, Spark, gRPC responses): no ``Record`` objects to build and then t
 lists). :func:`stratalog.records.reader.decode_batch_columns` applies it to a batch.
 
 :data:`map_put_records` and :data:`map_retain_records` are the log cleaner's offset map loops
-over one records region (a key digest and a probe per record, without the GIL), and
+over one records region (a key digest and a probe per record, without the GIL),
+:data:`map_table` and :data:`map_clear` make and zero the map without the GIL, and
 :data:`key_digest_c` the digest (:mod:`~stratalog.records.key_digest`): C only, ``None`` in a
 pure-Python install, where the map's per-key Python methods do the same work.
 
@@ -68,8 +69,10 @@ __all__ = [
     "encode_record",
     "find_records",
     "key_digest_c",
+    "map_clear",
     "map_put_records",
     "map_retain_records",
+    "map_table",
     "walk_records",
 ]
 
@@ -355,6 +358,8 @@ if _speedups is not None:
     _decode_arrow = _speedups.decode_arrow
     RecordsWriter = _speedups.RecordsWriter
     key_digest_c = _speedups.key_digest
+    map_clear = _speedups.map_clear
+    map_table = _speedups.map_table
     map_put_records = _speedups.map_put_records
     map_retain_records = _speedups.map_retain_records
 else:
@@ -369,6 +374,8 @@ else:
     # map's own per-key methods (server/storage/offset_map.py) over decode_columns, which the
     # map runs when these are None; key_digest.key_digest_reference is the digest's.
     key_digest_c = None
+    map_clear = None
+    map_table = None
     map_put_records = None
     map_retain_records = None
 
