@@ -95,6 +95,7 @@ from stratalog.records.log_layout import CLEANED_FILE_SUFFIX
 from .files import log_file, offset_index_file, time_index_file, transaction_index_file
 from .offset_map import OffsetMap
 from .segment import Segment
+from .throttler import Throttler
 from .txn_index import AbortedTxn
 
 if TYPE_CHECKING:
@@ -414,8 +415,9 @@ class _CleanedWriter:
     """Buffers the cleaned batches of one new segment and appends them in pieces, each piece
     with its largest offset and max timestamp (what Segment.append indexes)."""
 
-    def __init__(self, segment: Segment) -> None:
+    def __init__(self, segment: Segment, throttler: Throttler | None = None) -> None:
         self.segment = segment
+        self.throttler = throttler
         self.pieces: list[bytes | memoryview] = []
         self.pending_bytes = 0
         self.last_offset = -1
@@ -448,6 +450,8 @@ class _CleanedWriter:
             self.last_offset, self.max_timestamp, self.offset_of_max_timestamp, self.pieces
         )
         self.written_bytes += self.pending_bytes
+        if self.throttler is not None:
+            self.throttler.maybe_throttle(self.pending_bytes)
         if self.aborted_kept:
             with self.segment.pinned():
                 for txn in self.aborted_kept:
@@ -463,8 +467,9 @@ class Cleaner:
     """Cleans one log at a time with one offset map (see the module docstring).
 
     Holds the offset map (its memory is reused from one cleaning to the next), the read
-    buffer size, and an optional step hook for crash tests. Not thread-safe: one
-    per cleaner thread.
+    buffer size, the I/O throttler (``log.cleaner.io.max.bytes.per.second``, shared by the
+    cleaner threads; it is told every read buffer and every write, as Kafka's) and an optional
+    step hook for crash tests. Not thread-safe: one per cleaner thread.
     """
 
     def __init__(
@@ -472,10 +477,12 @@ class Cleaner:
         offset_map: OffsetMap,
         *,
         io_buffer_bytes: int = 524_288,
+        throttler: Throttler | None = None,
         step_hook: StepHook | None = None,
     ) -> None:
         self.offset_map = offset_map
         self._io_buffer_bytes = max(io_buffer_bytes, RECORD_BATCH_OVERHEAD)
+        self.throttler = throttler
         self.step_hook = step_hook
         self._check_done: Callable[[], None] = lambda: None
 
@@ -488,9 +495,12 @@ class Cleaner:
         size = segment.size_bytes
         position = 0
         buffer_bytes = self._io_buffer_bytes
+        throttler = self.throttler
         with segment.pinned():
             while position < size:
                 chunk = segment.read_bytes(position, min(buffer_bytes, size - position))
+                if throttler is not None:
+                    throttler.maybe_throttle(len(chunk))
                 view = memoryview(chunk)
                 inner = 0
                 available = len(view)
@@ -635,7 +645,7 @@ class Cleaner:
             roll_jitter_ms=0, open_segments=log_.open_segments,
         )
         try:
-            writer = _CleanedWriter(cleaned)
+            writer = _CleanedWriter(cleaned, self.throttler)
             # The .txnindex entries of the group, by their ABORT marker's offset: an entry
             # moves to the new segment with its marker (a marker goes only once its data has).
             for segment in group:

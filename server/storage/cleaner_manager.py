@@ -49,6 +49,7 @@ from .errors import (
 )
 from .offset_map import OffsetMap
 from .partition_log import PartitionLog
+from .throttler import UNLIMITED, Throttler
 
 __all__ = [
     "CLEANER_OFFSET_CHECKPOINT_FILE",
@@ -122,6 +123,7 @@ class CleanerManager:
         dedupe_buffer_bytes: int = 134_217_728,
         load_factor: float = 0.9,
         io_buffer_bytes: int = 524_288,
+        io_max_bytes_per_second: float = UNLIMITED,
         backoff_ms: int = 15_000,
     ) -> None:
         self._logs = logs
@@ -130,6 +132,9 @@ class CleanerManager:
         self._map_bytes = max(dedupe_buffer_bytes // threads, 1024)
         self._load_factor = load_factor
         self._io_buffer_bytes = io_buffer_bytes
+        # One for all the threads (and on-demand cleanings), as Kafka's: the limit is of the
+        # cleaner's I/O as a whole.
+        self.throttler = Throttler(io_max_bytes_per_second)
         self._backoff_s = backoff_ms / 1000
         self._checkpoint_files = {
             path: OffsetCheckpointFile(path / CLEANER_OFFSET_CHECKPOINT_FILE) for path in log_dirs
@@ -225,6 +230,7 @@ class CleanerManager:
         return Cleaner(
             OffsetMap(self._map_bytes, self._load_factor),
             io_buffer_bytes=self._io_buffer_bytes,
+            throttler=self.throttler,
             step_hook=self.step_hook,
         )
 
