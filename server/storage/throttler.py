@@ -2,7 +2,7 @@
 
 Kafka's ``Throttler`` (``org.apache.kafka.storage.internals.utils.Throttler``), which its
 cleaner calls with the bytes it has just read or written. The throttler adds them up; once a
-check interval (100 ms) has passed since the period started, it computes the period's rate,
+check interval has passed since the period started, it computes the period's rate,
 and if that is above the limit sleeps for as long as the period would have needed at the limit
 minus what it took::
 
@@ -10,7 +10,13 @@ minus what it took::
 
 then starts a new period. So over any long stretch the rate stays at or under the limit, give
 or take one period's worth of bytes, and a caller is never put to sleep more than once per
-interval. The limit is read at each check (a setting changed at run time would apply at the next
+interval. The first period after an idle stretch measures a low rate (the idle time counts) and
+never sleeps: a cleaning runs unthrottled for its first interval, as in Kafka.
+
+The interval: Kafka's LogCleaner checks every 300 ms; stratalog's cleaner every 100 ms (the
+Throttler's own default), a deliberate difference: at full speed the cleaner takes a core, so
+the shorter its unthrottled bursts, the fewer requests meet one (docs/performance.md, "Issue
+16: latency while the cleaner runs"). The limit is read at each check (a setting changed at run time would apply at the next
 period, as Kafka's dynamic config). A limit of ``sys.float_info.max`` (Kafka's default,
 ``Double.MAX_VALUE``) never sleeps.
 
