@@ -132,9 +132,6 @@ class CleanerManager:
         self._map_bytes = max(dedupe_buffer_bytes // threads, 1024)
         self._load_factor = load_factor
         self._io_buffer_bytes = io_buffer_bytes
-        # One for all the threads (and on-demand cleanings), as Kafka's: the limit is of the
-        # cleaner's I/O as a whole.
-        self.throttler = Throttler(io_max_bytes_per_second)
         self._backoff_s = backoff_ms / 1000
         self._checkpoint_files = {
             path: OffsetCheckpointFile(path / CLEANER_OFFSET_CHECKPOINT_FILE) for path in log_dirs
@@ -148,6 +145,10 @@ class CleanerManager:
         self._last_clean_ms: dict[TopicPartition, int] = {}
         self._stats = CleanerStats()
         self._stop = threading.Event()
+        # One for all the threads (and on-demand cleanings), as Kafka's: the limit is of the
+        # cleaner's I/O as a whole. Its sleeps end at shutdown (a low limit can ask for
+        # seconds), after which the cleaning's next check_done stops it.
+        self.throttler = Throttler(io_max_bytes_per_second, sleep_s=self._stop.wait)
         self._threads: list[threading.Thread] = []
         self._on_demand: Cleaner | None = None
         self._on_demand_lock = threading.Lock()

@@ -52,7 +52,7 @@ class Throttler:
         *,
         check_interval_ms: int = 100,
         monotonic_ns: Callable[[], int] = time.monotonic_ns,
-        sleep_s: Callable[[float], None] = time.sleep,
+        sleep_s: Callable[[float], object] = time.sleep,
     ) -> None:
         """Raises ValueError for a rate that is not above 0 or a negative interval."""
         if not rate_per_s > 0:

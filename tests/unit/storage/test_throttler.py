@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from stratalog.server.storage import PartitionLog
 from stratalog.server.storage.cleaner import Cleaner, cleanable_range
 from stratalog.server.storage.errors import InvalidConfigError
 from stratalog.server.storage.log_defaults import parse_server_defaults
+from stratalog.server.storage.log_manager import LogManager
 from stratalog.server.storage.offset_map import OffsetMap
 from stratalog.server.storage.throttler import UNLIMITED, Throttler
 
@@ -133,3 +135,21 @@ def test_a_cleaning_reports_what_it_reads_and_writes(tmp_path: Path) -> None:
         assert sum(clock.sleeps) == pytest.approx(recording.slept_ms / 1000)
     finally:
         log.close()
+
+
+def test_the_cleaners_throttle_is_the_settings_and_its_sleeps_end_at_shutdown(
+    tmp_path: Path,
+) -> None:
+    manager = LogManager.open([tmp_path], defaults={
+        "log.cleaner.io.max.bytes.per.second": "1000",
+    })
+    throttler = manager.cleaner.throttler
+    assert throttler.rate_per_s == 1000.0
+    manager.close()
+    # A limit this low asks for long sleeps; after shutdown one returns at once (a thread and a
+    # join, not a timing assertion: a sleep that did not end would hold the join for an hour).
+    ended = threading.Event()
+    sleeper = threading.Thread(target=lambda: (throttler._sleep_s(3600), ended.set()))
+    sleeper.start()
+    sleeper.join(60)
+    assert ended.is_set()
