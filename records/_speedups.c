@@ -2192,6 +2192,9 @@ map_put_records(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t n
         int64_arg(v[6], &max_entries) < 0) {
         return NULL;
     }
+    if (base_offset < 0 || base_offset > INT64_MAX - INT32_MAX_VALUE) {
+        Py_RETURN_NONE; /* offsets the sum below could overflow: the reference decides */
+    }
     Py_buffer table_view, records_view;
     Py_ssize_t slots;
     if (map_buffers("map_put_records", v[0], v[1], &table_view, &records_view, &slots) < 0) {
@@ -2273,6 +2276,9 @@ map_retain_records(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_
     int retain_deletes = PyObject_IsTrue(v[5]);
     if (retain_deletes < 0) {
         return NULL;
+    }
+    if (base_offset < 0 || base_offset > INT64_MAX - INT32_MAX_VALUE) {
+        Py_RETURN_NONE; /* offsets the sum below could overflow: the reference decides */
     }
     Py_buffer table_view, records_view;
     Py_ssize_t slots;

@@ -156,3 +156,15 @@ def test_a_corrupt_region_raises_the_decoders_error(cut: int) -> None:
             offset_map.retain_mask(data[:-cut], 2, 0, 10, False)
         with pytest.raises(CorruptRecordError):  # more records declared than the region holds
             offset_map.retain_mask(data, 3, 0, 10, False)
+
+
+def test_offsets_near_the_int64_end_take_the_reference_path_with_the_same_result() -> None:
+    base = 2**63 - 10  # base + a delta could overflow int64 in C: the reference decides there
+    data = region([(0, b"a", b"v", ()), (5, b"b", None, ())])
+    c_map, py_map = both(SLOT_BYTES * 16)
+    for offset_map in (c_map, py_map):
+        assert offset_map.put_records(data, 2, base, 0) is False
+    assert_same(c_map, py_map)
+    assert c_map.get(b"b") == base + 5
+    assert c_map.retain_mask(data, 2, base, base + 5, False) == bytes([1, 0])
+    assert py_map.retain_mask(data, 2, base, base + 5, False) == bytes([1, 0])
