@@ -23,13 +23,20 @@ column (Arrow, Spark, gRPC responses): no ``Record`` objects to build and then t
 (about 10 % less work than :func:`decode_records` in C, and no per-record pass to make the
 lists). :func:`stratalog.records.reader.decode_batch_columns` applies it to a batch.
 
+:data:`map_put_records` and :data:`map_retain_records` are the log cleaner's offset map loops
+over one records region (a key digest and a probe per record, without the GIL),
+:data:`map_table` and :data:`map_clear` make and zero the map without the GIL, and
+:data:`key_digest_c` the digest (:mod:`~stratalog.records.key_digest`): C only, ``None`` in a
+pure-Python install, where the map's per-key Python methods do the same work.
+
 Falling back: the extension is optional at build time (``optional=True`` in pyproject.toml), so a
 machine without a compiler installs and runs the pure-Python codec. Setting the environment
 variable ``STRATALOG_PURE_PYTHON=1`` before the first import forces the fallback (to compare, or
 to rule the C code out when chasing a bug). An extension that exists but fails to import is a
 ``RuntimeWarning``, not a silent fallback.
 
-Sans-IO and thread-safe, as the reference: the C functions hold the GIL and keep no state.
+Sans-IO and thread-safe, as the reference: the C functions keep no state (and hold the GIL, but
+for the offset map loops and a large region's first walk).
 """
 
 from __future__ import annotations
@@ -61,6 +68,11 @@ __all__ = [
     "decode_records",
     "encode_record",
     "find_records",
+    "key_digest_c",
+    "map_clear",
+    "map_put_records",
+    "map_retain_records",
+    "map_table",
     "walk_records",
 ]
 
@@ -345,6 +357,11 @@ if _speedups is not None:
     _decode_columns = _speedups.decode_columns
     _decode_arrow = _speedups.decode_arrow
     RecordsWriter = _speedups.RecordsWriter
+    key_digest_c = _speedups.key_digest
+    map_clear = _speedups.map_clear
+    map_table = _speedups.map_table
+    map_put_records = _speedups.map_put_records
+    map_retain_records = _speedups.map_retain_records
 else:
     decode_records = _reference.decode_records
     walk_records = _reference.walk_records
@@ -353,6 +370,14 @@ else:
     _decode_columns = None
     _decode_arrow = None
     RecordsWriter = PyRecordsWriter
+    # The log cleaner's offset map loops have no pure-Python twin here: their reference is the
+    # map's own per-key methods (server/storage/offset_map.py) over decode_columns, which the
+    # map runs when these are None; key_digest.key_digest_reference is the digest's.
+    key_digest_c = None
+    map_clear = None
+    map_table = None
+    map_put_records = None
+    map_retain_records = None
 
 
 def decode_columns(

@@ -49,6 +49,7 @@ from .errors import (
 )
 from .offset_map import OffsetMap
 from .partition_log import PartitionLog
+from .throttler import UNLIMITED, Throttler
 
 __all__ = [
     "CLEANER_OFFSET_CHECKPOINT_FILE",
@@ -122,6 +123,7 @@ class CleanerManager:
         dedupe_buffer_bytes: int = 134_217_728,
         load_factor: float = 0.9,
         io_buffer_bytes: int = 524_288,
+        io_max_bytes_per_second: float = UNLIMITED,
         backoff_ms: int = 15_000,
     ) -> None:
         self._logs = logs
@@ -143,6 +145,10 @@ class CleanerManager:
         self._last_clean_ms: dict[TopicPartition, int] = {}
         self._stats = CleanerStats()
         self._stop = threading.Event()
+        # One for all the threads (and on-demand cleanings), as Kafka's: the limit is of the
+        # cleaner's I/O as a whole. Its sleeps end at shutdown (a low limit can ask for
+        # seconds), after which the cleaning's next check_done stops it.
+        self.throttler = Throttler(io_max_bytes_per_second, sleep_s=self._stop.wait)
         self._threads: list[threading.Thread] = []
         self._on_demand: Cleaner | None = None
         self._on_demand_lock = threading.Lock()
@@ -225,6 +231,7 @@ class CleanerManager:
         return Cleaner(
             OffsetMap(self._map_bytes, self._load_factor),
             io_buffer_bytes=self._io_buffer_bytes,
+            throttler=self.throttler,
             step_hook=self.step_hook,
         )
 

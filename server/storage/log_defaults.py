@@ -27,6 +27,7 @@ from .config import PRODUCER_ID_EXPIRATION_MS_DEFAULT, TOPIC_CONFIG_NAMES, LogCo
 from .descriptor_budget import DEFAULT_DESCRIPTORS_RESERVED
 from .errors import InvalidConfigError
 from .open_segments import DEFAULT_OPEN_SEGMENTS_MAX
+from .throttler import UNLIMITED
 
 __all__ = [
     "BROKER_TO_TOPIC_CONFIG",
@@ -114,6 +115,8 @@ class ServerLogSettings:
     cleaner_dedupe_buffer_size: int = 134_217_728  # log.cleaner.dedupe.buffer.size (all threads)
     cleaner_io_buffer_size: int = 524_288  # log.cleaner.io.buffer.size
     cleaner_io_buffer_load_factor: float = 0.9  # log.cleaner.io.buffer.load.factor
+    # log.cleaner.io.max.bytes.per.second: Kafka's Double.MAX_VALUE, no limit (throttler.py)
+    cleaner_io_max_bytes_per_second: float = UNLIMITED
     cleaner_backoff_ms: int = 15_000  # log.cleaner.backoff.ms
 
 
@@ -147,6 +150,9 @@ _BOOL_SETTINGS: dict[str, str] = {"log.cleaner.enable": "cleaner_enable"}
 # Broker name -> (field, minimum, maximum): Kafka's load factor is a double in (0, 1].
 _DOUBLE_SETTINGS: dict[str, tuple[str, float, float]] = {
     "log.cleaner.io.buffer.load.factor": ("cleaner_io_buffer_load_factor", 0.0, 1.0),
+    "log.cleaner.io.max.bytes.per.second": (
+        "cleaner_io_max_bytes_per_second", 0.0, UNLIMITED
+    ),
 }
 assert {field for field, _ in _SERVER_SETTINGS.values()} | set(_BOOL_SETTINGS.values()) | {
     field for field, _, _ in _DOUBLE_SETTINGS.values()

@@ -281,6 +281,7 @@ class LogManager:
             dedupe_buffer_bytes=settings.cleaner_dedupe_buffer_size,
             load_factor=settings.cleaner_io_buffer_load_factor,
             io_buffer_bytes=settings.cleaner_io_buffer_size,
+            io_max_bytes_per_second=settings.cleaner_io_max_bytes_per_second,
             backoff_ms=settings.cleaner_backoff_ms,
         )
 
