@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import os
 import re
-import resource
 import selectors
 import signal
 import subprocess
@@ -152,8 +152,8 @@ def launch_server(data_dir: Path, *extra_args: str, log_path: Path | None = None
     process_env = {k: v for k, v in os.environ.items() if not k.startswith("STRATALOG_")}
     process_env.update(env or {})
     process = subprocess.Popen(
-        args, stdout=subprocess.PIPE, stderr=log_file, env=process_env,
-        preexec_fn=_limits_setter(rlimits) if rlimits else None,
+        _with_limits(args, rlimits) if rlimits else args,
+        stdout=subprocess.PIPE, stderr=log_file, env=process_env,
     )
     log_file.close()
     port: int | None = None
@@ -198,13 +198,21 @@ def launch_server(data_dir: Path, *extra_args: str, log_path: Path | None = None
     return ServerProcess(process, data_dir, log_path, port, metrics_port, args)
 
 
-def _limits_setter(rlimits: dict[int, tuple[int, int]]) -> Callable[[], None]:
-    def set_limits() -> None:  # in the child, between fork and exec
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # an ignored signal stays so over exec
-        for limit, values in rlimits.items():
-            resource.setrlimit(limit, values)
+# Sets the limits, then becomes the server. Not a preexec_fn: Python code run between fork and
+# exec in this process, whose gRPC threads may hold locks at the fork, could abort the child
+# (seen once: exit -6 before the server wrote a line, gRPC "skipping fork() handlers").
+_LIMITS_LAUNCHER = (
+    "import json, os, resource, signal, sys\n"
+    "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"  # an ignored signal stays so over exec
+    "for limit, values in json.loads(sys.argv[1]):\n"
+    "    resource.setrlimit(limit, tuple(values))\n"
+    "os.execv(sys.argv[2], sys.argv[2:])\n"
+)
 
-    return set_limits
+
+def _with_limits(args: list[str], rlimits: dict[int, tuple[int, int]]) -> list[str]:
+    limits = json.dumps([[limit, list(values)] for limit, values in rlimits.items()])
+    return [sys.executable, "-c", _LIMITS_LAUNCHER, limits, *args]
 
 
 @pytest.fixture
