@@ -141,9 +141,9 @@ if TYPE_CHECKING:
 __all__ = [
     "GRPC_CODE_NAMES",
     "LATENCY_BUCKETS_SECONDS",
-    "GrpcServerCollector",
     "CleanerCollector",
     "CleanerSnapshot",
+    "GrpcServerCollector",
     "LogSnapshotCollector",
     "MetricsEndpoint",
     "ServerMetrics",
