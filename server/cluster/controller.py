@@ -66,17 +66,22 @@ class ControllerElection:
         self._poll_interval_s = poll_interval_s
         #: The controller as last read from etcd (or won here).
         self.known = NO_CONTROLLER
+        # The lease the controller key was under when it last named this server: controller
+        # only while that is the session's lease now (a lease that expired and was replaced
+        # took the key with it, whatever ``known`` still says).
+        self._key_lease = 0
         self._poll: asyncio.Task[None] | None = None
 
     @property
     def is_controller(self) -> bool:
         """Whether this server is controller now (module docstring)."""
-        return self.known.node_id == self.node_id and self._session.held()
+        return (self.known.node_id == self.node_id and self._session.held()
+                and self._key_lease == self._session.lease_id)
 
     @property
     def state(self) -> ControllerState:
         """The controller to tell clients about (this server's view)."""
-        if self.known.node_id == self.node_id and not self._session.held():
+        if self.known.node_id == self.node_id and not self.is_controller:
             return NO_CONTROLLER  # no longer sure of its own lease: not controller
         return self.known
 
@@ -89,6 +94,7 @@ class ControllerElection:
         current = await client.get(keys.controller)
         if current is not None:
             self.known = self._decode(current.value)
+            self._key_lease = current.lease
             return self.known
         epoch_kv = await client.get(keys.controller_epoch)
         epoch, revision = 0, 0
@@ -109,9 +115,12 @@ class ControllerElection:
         )
         if succeeded:
             self.known = ControllerState(self.node_id, new_epoch)
+            self._key_lease = self._session.lease_id
             logger.info("elected controller, epoch %d", new_epoch)
         elif responses and responses[0]:
-            self.known = self._decode(responses[0][0][0])
+            stored, kv = responses[0][0]
+            self.known = self._decode(stored)
+            self._key_lease = kv.lease
         else:
             self.known = NO_CONTROLLER  # the epoch moved but the winner is gone already
         return self.known
