@@ -1,7 +1,9 @@
 """The cluster package's errors: one base, a leaf per failure.
 
-None of them reaches a client yet (no RPC needs etcd in this step: Metadata answers from the
-view each server keeps); server/status.py maps the base to UNAVAILABLE for the RPCs that will.
+They stop a start (app.py turns them into StartupError: exit 1). None reaches a client yet: no
+RPC needs etcd in this step (Metadata answers from the view each server keeps), so
+server/status.py has no row for them; the RPCs that will need etcd (CreateTopic with replicas)
+will add one.
 """
 
 from __future__ import annotations
