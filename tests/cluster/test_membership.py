@@ -151,3 +151,19 @@ def test_a_frozen_server_registers_again_with_a_new_lease(start_member) -> None:
     wait_for(lambda: broker_ids(servers[0]) == [1, 2], "the node registered again")
     wait_for(lambda: agreed_controller(servers) is not None, "one controller agreed")
     assert "lease" in servers[1].log_text() and "expired" in servers[1].log_text()
+
+
+def test_a_server_whose_etcd_does_not_answer_does_not_start(tmp_path) -> None:
+    from tests.integration.conftest import launch_server
+
+    from .conftest import free_port
+
+    try:
+        launch_server(tmp_path / "data", "--cluster", f"etcd://127.0.0.1:{free_port()}",
+                      "--node-id", "1")
+    except AssertionError as exc:
+        message = str(exc)
+    else:
+        raise AssertionError("a server started without its etcd")
+    assert "exited with 1" in message
+    assert "no etcd endpoint answered" in message
