@@ -139,11 +139,11 @@ async def _clean(client: Client, args: argparse.Namespace) -> int:
     results = []
     for partition in partitions:
         result = await client.clean_partition(args.name, partition, timeout_s=args.timeout_s)
-        if args.json:
+        if wants_json(args):
             results.append(_cleaning_json(result))
         else:
             _print_cleaning(result)
-    if args.json:
+    if wants_json(args):
         print(json.dumps(results, indent=2))
     return 0
 
