@@ -116,6 +116,7 @@ def test_a_duplicate_node_id_is_refused(start_member, etcd, tmp_path) -> None:
 def test_the_data_path_keeps_serving_while_etcd_is_down(start_member, etcd) -> None:
     servers = [start_member(node_id) for node_id in (1, 2)]
     wait_for(lambda: agreed_controller(servers) is not None, "a controller")
+    wait_for(lambda: all(broker_ids(s) == [1, 2] for s in servers), "both brokers seen")
     with grpc.insecure_channel(servers[0].target) as channel:
         stub = broker_pb2_grpc.BrokerStub(channel)
         stub.CreateTopic(pb.CreateTopicRequest(name="orders", partitions=1),
