@@ -20,6 +20,7 @@ from stratalog import __version__
 from . import (
     acls,
     bench,
+    cluster,
     consume,
     credentials,
     dump_log,
@@ -33,7 +34,9 @@ from .connection import add_connection_arguments, add_target_argument
 from .timestamps import join_relative_times
 
 # Subcommand modules, in the order `stratalog --help` lists them.
-_COMMANDS = (serve, topics, produce, consume, offsets, acls, dump_log, bench, whoami, credentials)
+_COMMANDS = (
+    serve, topics, produce, consume, offsets, acls, cluster, dump_log, bench, whoami, credentials,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -43,6 +43,7 @@ from .errors import BrokerUnavailableError, from_rpc_error
 from .session import ClientSession, SessionRefusedError
 from .types import (
     CleaningResult,
+    ClusterMetadata,
     FetchResult,
     Identity,
     OffsetAndTimestamp,
@@ -591,6 +592,20 @@ class Client:
             self._stub.WhoAmI, broker_pb2.WhoAmIRequest(), self._deadline(timeout_s)
         )
         return Identity(response.principal, response.authenticated_by, response.host)
+
+    # --- cluster ---------------------------------------------------------------------------------
+
+    async def metadata(
+        self, topics: Sequence[str] = (), *, timeout_s: float | None = _UNSET
+    ) -> ClusterMetadata:
+        """The cluster as the server sees it (the Metadata RPC): brokers, controller and
+        epoch, and ``topics`` (empty: every topic the caller may DESCRIBE) with each
+        partition's leader, replicas and in-sync replicas. Raises UnknownTopicOrPartitionError
+        for a topic named that does not exist."""
+        response = await self._call(
+            self._stub.Metadata, wire.metadata_request(topics), self._deadline(timeout_s)
+        )
+        return wire.cluster_metadata(response)
 
     # --- ACLs ------------------------------------------------------------------------------------
 

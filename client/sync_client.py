@@ -31,6 +31,7 @@ from .credentials import Credentials, TlsConfig, channel_security
 from .errors import BrokerUnavailableError, from_rpc_error
 from .types import (
     CleaningResult,
+    ClusterMetadata,
     FetchResult,
     Identity,
     OffsetAndTimestamp,
@@ -370,6 +371,17 @@ class SyncClient:
             self._stub.WhoAmI, broker_pb2.WhoAmIRequest(), self._deadline(timeout_s)
         )
         return Identity(response.principal, response.authenticated_by, response.host)
+
+    # --- cluster ---------------------------------------------------------------------------------
+
+    def metadata(
+        self, topics: Sequence[str] = (), *, timeout_s: float | None = _UNSET
+    ) -> ClusterMetadata:
+        """See :meth:`Client.metadata <stratalog.client.Client.metadata>`."""
+        response = self._call(
+            self._stub.Metadata, wire.metadata_request(topics), self._deadline(timeout_s)
+        )
+        return wire.cluster_metadata(response)
 
     # --- ACLs ------------------------------------------------------------------------------------
 

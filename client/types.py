@@ -225,6 +225,38 @@ class Identity(NamedTuple):
     host: str
 
 
+class BrokerAddress(NamedTuple):
+    """A broker of the cluster (Metadata): its node id and the ``HOST:PORT`` it advertises."""
+
+    node_id: int
+    address: str
+
+
+class PartitionLeadership(NamedTuple):
+    """Who leads one partition (Metadata): the ``leader`` node id (-1: none), its
+    ``leader_epoch``, the ``replicas`` (preferred leader first) and the in-sync ``isr``."""
+
+    partition: int
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterMetadata:
+    """What the Metadata RPC answers: the live ``brokers``, the controller (``controller_id``
+    -1 while none is known; ``controller_epoch`` grows by one per election), the ``topics``
+    by name with their partitions' leadership, and the ``node_id`` of the server that
+    answered. A single server reports itself as broker 0, controller and leader of all."""
+
+    node_id: int
+    controller_id: int
+    controller_epoch: int
+    brokers: tuple[BrokerAddress, ...]
+    topics: dict[str, tuple[PartitionLeadership, ...]]
+
+
 class AbortedTransaction(NamedTuple):
     """A transaction that was aborted: its producer and the first offset it wrote."""
 

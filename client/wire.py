@@ -29,11 +29,14 @@ from .acls import (
 )
 from .types import (
     AbortedTransaction,
+    BrokerAddress,
     CleaningResult,
+    ClusterMetadata,
     ConsumerRecord,
     FetchResult,
     OffsetAndTimestamp,
     PartitionInfo,
+    PartitionLeadership,
     ProduceResult,
     ProducerIdAndEpoch,
     ProducerRecord,
@@ -64,6 +67,7 @@ __all__ = [
     "check_transactional_id",
     "clean_partition_request",
     "cleaning_result",
+    "cluster_metadata",
     "create_acls_request",
     "create_topic_request",
     "delete_acls_request",
@@ -78,6 +82,7 @@ __all__ = [
     "fetch_result",
     "init_producer_id_request",
     "list_offsets_request",
+    "metadata_request",
     "offset_and_timestamp",
     "parse_compression",
     "produce_request",
@@ -760,3 +765,25 @@ def acl_binding(message: pb.AclBinding) -> AclBinding:
         operation=_known(AclOperation, message.operation),
         permission_type=_known(AclPermissionType, message.permission_type),
     )
+
+
+def cluster_metadata(response: pb.MetadataResponse) -> ClusterMetadata:
+    """A Metadata answer as the client's :class:`ClusterMetadata`."""
+    return ClusterMetadata(
+        node_id=response.node_id,
+        controller_id=response.controller_id,
+        controller_epoch=response.controller_epoch,
+        brokers=tuple(BrokerAddress(b.node_id, b.address) for b in response.brokers),
+        topics={
+            t.name: tuple(
+                PartitionLeadership(p.partition, p.leader, p.leader_epoch, tuple(p.replicas),
+                                    tuple(p.isr))
+                for p in t.partitions
+            )
+            for t in response.topics
+        },
+    )
+
+
+def metadata_request(topics: Sequence[str]) -> pb.MetadataRequest:
+    return pb.MetadataRequest(topics=[check_topic(t) for t in topics])

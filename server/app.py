@@ -12,12 +12,15 @@ Life of a server process (``stratalog serve``)::
     build grpc.aio server: the interceptors (authentication, then authorization and quotas),
         Broker + grpc.health.v1 (SERVING) + reflection; bind (TLS when configured); start
     print "stratalog: listening on HOST:PORT" (the bound port when asked for port 0)
+    with --cluster: join the cluster (server/cluster/node.py: register under an etcd lease,
+        take part in the controller election); etcd unreachable or the node id taken: exit 1
     start the Prometheus endpoint and the maintenance task
     ... serve until SIGTERM or SIGINT; SIGHUP reloads the TLS files and the credential
         file (new connections and calls use them; open connections keep working), and reads
         the settings again for the byte-rate quotas (server/security/quotas.py) ...
     health NOT_SERVING; long polls answer, Subscribe streams end (SHUTTING_DOWN)
     grpc stop(grace): no new RPCs; in-flight ones get shutdown_grace_ms, then are cancelled
+    with --cluster: revoke the etcd lease (the registration and the controller key go at once)
     stop the maintenance task (a pass under way finishes)
     TransactionCoordinator.close(), then LogManager.close(): flush, checkpoints,
         clean-shutdown markers, unlock                                        -> exit 0
@@ -74,11 +77,18 @@ from stratalog.server.security.errors import SecurityConfigError
 from stratalog.server.security.quotas import QuotaConfig, QuotaInterceptor, QuotaManager
 from stratalog.server.security.tls import ServerTls, TlsFiles
 from stratalog.server.service import BrokerService
-from stratalog.server.settings import Settings, SettingsError, configure_logging, describe
+from stratalog.server.settings import (
+    Address,
+    Settings,
+    SettingsError,
+    configure_logging,
+    describe,
+)
 from stratalog.server.subscribe_budget import MESSAGE_COPIES_HELD, SubscribeBudget
 from stratalog.v1 import broker_pb2
 
 if TYPE_CHECKING:
+    from stratalog.server.cluster.node import ClusterNode
     from stratalog.server.storage.log_manager import LogManager
     from stratalog.server.transactions import TransactionConfig, TransactionCoordinator
 
@@ -121,6 +131,7 @@ class Server:
         self.metrics_port: int | None = None
         self.log_manager: LogManager | None = None
         self.coordinator: TransactionCoordinator | None = None
+        self.cluster_node: ClusterNode | None = None  # with --cluster, from start() to stop()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._executor = ThreadPoolExecutor(
             max_workers=settings.io_threads, thread_name_prefix="stratalog-io"
@@ -280,7 +291,10 @@ class Server:
             raise StartupError(
                 f"cannot listen on {address}: {_out_of_descriptors() or exc}"
             ) from exc
+        self._service.advertised_address = self.advertised_address()
         await self._grpc.start()
+        if settings.cluster:
+            await self._join_cluster()
         for service in ("", SERVICE_NAME):
             await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
         if settings.metrics_port >= 0:
@@ -305,6 +319,39 @@ class Server:
             logger.info("log cleaner started (log.cleaner.threads=%s)",
                         settings.log_defaults.get("log.cleaner.threads", "1"))
         self._maintenance = asyncio.create_task(self._maintain(), name="stratalog-maintenance")
+
+    # ---------------------------------------------------------------- cluster
+
+    def advertised_address(self) -> str:
+        """HOST:PORT other servers and clients reach this one at: ``advertised_listen``, else
+        the listen host (this host's name for a wildcard address) and the bound port."""
+        settings = self.settings
+        if settings.advertised_listen:
+            return settings.advertised_listen
+        host = settings.listen_address.host
+        if host in ("0.0.0.0", "::", ""):
+            host = socket.getfqdn()
+        return str(Address(host, self.port or 0))
+
+    async def _join_cluster(self) -> None:
+        """Register in etcd and take part in the controller election (server/cluster/node.py).
+        Raises StartupError when etcd does not answer or the node id is taken."""
+        from stratalog.server.cluster.errors import ClusterError
+        from stratalog.server.cluster.node import ClusterNode
+
+        settings = self.settings
+        address = self.advertised_address()
+        try:
+            self.cluster_node = await ClusterNode.start(
+                settings.cluster, settings.cluster_prefix, settings.node_id, address,
+                settings.cluster_session_timeout_ms,
+            )
+        except ClusterError as exc:
+            raise StartupError(f"cannot join the cluster {settings.cluster}: {exc}") from exc
+        assert self._service is not None
+        self._service.cluster_node = self.cluster_node
+        logger.info("joined the cluster %s as node %d at %s; controller: node %d, epoch %d",
+                    settings.cluster, settings.node_id, address, *self.cluster_node.controller)
 
     # ---------------------------------------------------------------- security
 
@@ -504,6 +551,11 @@ class Server:
         await self._close_everything()
 
     async def _close_everything(self) -> None:
+        node, self.cluster_node = self.cluster_node, None
+        if node is not None:
+            # First: revoking the lease deletes this server's keys at once, so another server
+            # takes over the controller role without waiting for a session timeout.
+            await node.close()
         if self._maintenance is not None:
             self._maintenance.cancel()
             with contextlib.suppress(asyncio.CancelledError):

