@@ -77,7 +77,7 @@ from .producer_state import (
     ProducerBatch,
     ProducerStateManager,
 )
-from .recovery import load_log, rebuild_producer_state
+from .recovery import load_log, rebuild_producer_state, restore_batch_history
 from .retention import RetentionPlan, plan_retention
 from .segment import FetchedBatches, Segment
 from .segments import Segments
@@ -1723,6 +1723,7 @@ class PartitionLog:
             state.map_end_offset = self.active_segment.read_next_offset()
             state.take_snapshot()
         state.map_end_offset = end_offset
+        restore_batch_history(state, self._segments, end_offset)  # the last 5, not just the last
 
     def _truncate_fully_and_start_at(self, new_offset: int) -> None:
         self._truncations += 1

@@ -29,7 +29,9 @@ and on clean close (fsynced), and read at open. A snapshot that does not parse, 
 other than 1 or whose CRC does not match is deleted with a warning naming the file and why (as
 Kafka does), and an older one (or the log itself) is used instead.
 
-Differences from Kafka, on purpose: an append may hold several batches (stratalog's Produce
+Differences from Kafka, on purpose: after a load the batches before each producer's last one
+come back from a replay of the log's tail (:meth:`ProducerStateManager.restore_batch_history`),
+so a resend of any of its last 5 is still a duplicate after a restart. An append may hold several batches (stratalog's Produce
 takes "one or more"): either every batch of it is a duplicate (acknowledged with the original
 offsets of the first and the last) or none is; a mix is refused as out of order. A producer
 unknown to the log with a non-zero sequence is refused with UNKNOWN_PRODUCER_ID (Kafka before
@@ -496,6 +498,36 @@ class ProducerStateManager:
         self._first_unstable = min(self._ongoing) if self._ongoing else None
         self.map_end_offset = max(self.map_end_offset, end_offset)
         return done
+
+    def restore_batch_history(self, scanned: ProducerStateManager) -> int:
+        """Give back each producer the batches before its last one that ``scanned`` (a state
+        replayed from the log's tail by :meth:`load_batches`, starting empty) saw; returns how
+        many producers got some back.
+
+        A snapshot keeps a producer's last batch only, so a state loaded from one recognises a
+        resend of that batch and of no earlier one of the last 5 (Kafka's too). A producer
+        whose session broke with several batches in flight resends them oldest first: answered
+        OUT_OF_ORDER_SEQUENCE, it restarts its sequences under a new id and stores them again.
+        A scanned entry is taken only if it holds the same epoch and ends with the same batch
+        (sequence, offset, offset delta): then its batches are the producer's last ones, in
+        order, with no other batch of that epoch between them. The entry's own last batch is
+        kept (its timestamp may be a later marker's, as the snapshot's).
+        """
+        restored = 0
+        for producer_id, entry in self._producers.items():
+            seen = scanned._producers.get(producer_id)
+            if (seen is None or seen.producer_epoch != entry.producer_epoch
+                    or not entry.batches or len(seen.batches) <= len(entry.batches)):
+                continue
+            last, candidate = entry.batches[-1], seen.batches[-1]
+            if (candidate.last_seq, candidate.last_offset, candidate.offset_delta) != (
+                    last.last_seq, last.last_offset, last.offset_delta):
+                continue
+            history = list(seen.batches)[:-1]
+            history.append(last)
+            entry.batches = deque(history, maxlen=NUM_BATCHES_TO_RETAIN)
+            restored += 1
+        return restored
 
     # ------------------------------------------------------------------- expiry and truncation
 

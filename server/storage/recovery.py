@@ -26,7 +26,9 @@ passes, each making the directory simpler for the next ([B-48]..[B-53])::
             control batch) and the .txnindex entries of the ABORT markers in recovered segments
             rebuilt; a scan that began at the log start with nothing known takes the producers
             it did not meet from the latest later snapshot; after a scan a snapshot at the log
-            end is written
+            end is written; then (stratalog, not Kafka) the batch headers of the last two
+            segments give each producer back the batches before its last one (a snapshot
+            keeps the last only), so that a resend of any of its last 5 is a duplicate
 
 Only the segments pass 5 recovers (and those with a missing index) have their index files
 read; a clean start with 10,000 segments opens 10,000 ``.log`` descriptors and nothing else.
@@ -70,7 +72,7 @@ from .segment import Segment
 from .segments import Segments
 from .txn_index import AbortedTxn
 
-__all__ = ["LoadedLog", "LogLoader", "load_log", "rebuild_producer_state"]
+__all__ = ["LoadedLog", "LogLoader", "load_log", "rebuild_producer_state", "restore_batch_history"]
 
 log = logging.getLogger(__name__)
 
@@ -441,6 +443,7 @@ class LogLoader:
                 state.take_snapshot()
                 self._directory_changed = True
         state.map_end_offset = end
+        restore_batch_history(state, loaded.segments, end)
         return dataclasses.replace(
             loaded, producer_state=state, directory_changed=self._directory_changed
         )
@@ -576,6 +579,31 @@ def rebuild_producer_state(
                     ))
         segment = following
     state.map_end_offset = max(state.map_end_offset, end_offset)
+
+
+def restore_batch_history(state: ProducerStateManager, segments: Segments, end_offset: int) -> None:
+    """Give ``state``'s producers back their batches before the last one (up to 5 in all) from
+    the batch headers of the last two segments below ``end_offset`` (stratalog's, not Kafka's:
+    :meth:`ProducerStateManager.restore_batch_history` says why).
+
+    The window is the one Kafka keeps snapshots for at open (the segment before the active one
+    and the active one): a producer's batches older than that are not looked for, and a resend
+    of one of them is answered OUT_OF_ORDER_SEQUENCE as in Kafka. Nothing is read for a log
+    without producers (or whose producers' last batches were all markers).
+    """
+    if not any(entry.batches for entry in state.producers.values()):
+        return
+    last = segments.floor_segment(end_offset - 1) if end_offset > 0 else None
+    if last is None:
+        return
+    first = segments.lower_segment(last.base_offset) or last
+    scanned = ProducerStateManager(state.directory, state.producer_id_expiration_ms)
+    scanned.reset(first.base_offset)
+    rebuild_producer_state(scanned, segments, end_offset)
+    restored = state.restore_batch_history(scanned)
+    if restored:
+        log.debug("restored the batch history of %d producers from offset %d", restored,
+                  first.base_offset)
 
 
 def _producer_batches(

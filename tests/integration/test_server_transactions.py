@@ -203,6 +203,35 @@ async def test_a_sequence_gap_is_out_of_order_and_writes_nothing(stub) -> None:
     assert await latest(stub, "idem-gap") == 3
 
 
+async def test_every_batch_in_flight_at_a_sigterm_is_a_duplicate_after_the_restart(
+        start_server) -> None:
+    # A producer whose session broke at the stop resends its in-flight batches, oldest first,
+    # to the restarted server. The snapshot of the clean close keeps each producer's last batch
+    # only: the older ones must still be answered as duplicates (not OUT_OF_ORDER_SEQUENCE,
+    # after which a client restarts its sequences and stores them a second time).
+    first = start_server()
+    async with grpc.aio.insecure_channel(first.target) as channel:
+        stub = broker_pb2_grpc.BrokerStub(channel)
+        await create(stub, "idem-restart")
+        pid = (await stub.InitProducerId(pb.InitProducerIdRequest(), timeout=TIMEOUT)).producer_id
+        sent = [batch([b"%d" % n, b"%d" % (n + 1)], producer_id=pid, epoch=0, sequence=n)
+                for n in range(0, 10, 2)]
+        originals = [await produce(stub, "idem-restart", payload) for payload in sent]
+    assert first.stop(signal.SIGTERM) == 0
+    second = start_server()
+    async with grpc.aio.insecure_channel(second.target) as channel:
+        stub = broker_pb2_grpc.BrokerStub(channel)
+        for payload, original in zip(sent, originals, strict=True):
+            resent = await produce(stub, "idem-restart", payload)
+            assert resent.duplicate
+            assert (resent.base_offset, resent.last_offset) == (
+                original.base_offset, original.last_offset)
+        assert await latest(stub, "idem-restart") == 10
+        await produce(stub, "idem-restart", batch([b"10"], producer_id=pid, epoch=0, sequence=10))
+        response = await fetch(stub, "idem-restart")
+        assert [r.value for r in response.records] == [b"%d" % n for n in range(11)]
+
+
 # ------------------------------------------------------------------------ fencing
 
 

@@ -1158,3 +1158,39 @@ def test_a_roll_during_a_flush_has_its_snapshot_fsynced_by_the_flush_after_it(
     assert snapshot in spy.paths()
     monkeypatch.undo()
     log.close()
+
+
+# ------------------------------------------------------------------- the last 5 after a restart
+# A snapshot holds each producer's LAST batch only (Kafka's format). A producer whose session
+# broke while batches were in flight resends them, oldest first, to the restarted server: the
+# first resend is an older batch than the last. Were it answered OUT_OF_ORDER_SEQUENCE (as
+# Kafka's broker does: its state after a restart knows the last batch only), the producer
+# would restart its sequences under a new id and store the batches a second time.
+
+
+def test_every_one_of_the_last_five_batches_is_a_duplicate_after_a_clean_reopen(directory) -> None:
+    with open_log(directory) as log:
+        originals = [log.append(pbatch(1, seq * 3, 3)) for seq in range(8)]
+        log.append(pbatch(2, 0))  # another producer after them
+    with PartitionLog.open(directory, time_ms=Clock(), had_clean_shutdown=True) as reopened:
+        for n in range(3, 8):
+            resent = reopened.append(pbatch(1, n * 3, 3))
+            assert resent.duplicate, f"batch {n} stored again"
+            assert (resent.first_offset, resent.last_offset) == (
+                originals[n].first_offset, originals[n].last_offset)
+        with pytest.raises(OutOfOrderSequenceError):  # the 6th from the tail: forgotten, as live
+            reopened.append(pbatch(1, 2 * 3, 3))
+        assert reopened.log_end_offset == 25
+
+
+def test_the_last_five_batches_survive_a_reopen_after_rolls(directory) -> None:
+    # The producer's batches lie in two segments, the last of them alone in the active one.
+    with open_log(directory) as log:
+        for seq in range(4):
+            log.append(pbatch(1, seq))
+        log.roll()
+        log.append(pbatch(1, 4))
+    with PartitionLog.open(directory, time_ms=Clock(), had_clean_shutdown=True) as reopened:
+        assert [reopened.append(pbatch(1, seq)).first_offset for seq in range(5)] == list(range(5))
+        assert reopened.log_end_offset == 5
+        assert reopened.append(pbatch(1, 5)).first_offset == 5

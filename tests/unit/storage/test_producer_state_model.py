@@ -21,7 +21,9 @@ The model is written from Kafka's rules (``ProducerStateManager``, ``ProducerApp
   from its start (``UnifiedLog.rebuildProducerState``); snapshots are written on every roll,
   whatever the producers (``UnifiedLog.roll``), and on clean close (stratalog: not while no
   producer and no snapshot file was ever known), deleted above a truncation point, and a
-  damaged one is deleted when read.
+  damaged one is deleted when read; then (stratalog, not Kafka) each producer gets back the
+  batches before its last one that a replay of the last two segments finds, so that a resend
+  of any of its last 5 is still a duplicate after a restart.
 
 After every step the log must agree with the model on: the log end offset, the last stable
 offset, every producer's state, every segment's ``.txnindex`` entries, and (invariant) what a
@@ -296,6 +298,25 @@ class ProducerStateMachine(RuleBasedStateMachine):
             if state:
                 self.take_snapshot(end, state)
         self.producers = state
+        self.restore_history(end)
+
+    def restore_history(self, end: int) -> None:
+        """stratalog's, not Kafka's: the batches before each producer's last one (up to 5 in
+        all) come back from a replay of the last two segments below ``end``, taken when that
+        replay ends with the producer's last batch, in its epoch."""
+        if end == 0:
+            return
+        last = max(base for base in self.segments if base <= end - 1)
+        window = max((base for base in self.segments if base < last), default=last)
+        scanned: dict[int, Producer] = {}
+        replay(scanned, [b for b in self.batches if b.last >= window and b.first < end])
+        for pid, producer in self.producers.items():
+            seen = scanned.get(pid)
+            if (seen is None or seen.epoch != producer.epoch or not producer.batches
+                    or len(seen.batches) <= len(producer.batches)
+                    or seen.batches[-1][:3] != producer.batches[-1][:3]):
+                continue
+            producer.batches = [*seen.batches[:-1], producer.batches[-1]]
 
     def after_load(self) -> None:
         """The state the initial open found (a scan of segment 0 from nothing)."""
@@ -474,6 +495,7 @@ class ProducerStateMachine(RuleBasedStateMachine):
         self.producers = state
         if state or self.snapshots_seen:  # Kafka's truncation writes the reloaded state
             self.take_snapshot(self.retained_end(), state)
+        self.restore_history(target)
 
     @rule()
     def expire(self) -> None:
