@@ -212,7 +212,10 @@ def test_deleted_dir_names_parse_back_with_a_capped_topic(
         st.integers(0, INT_MAX).map(lambda p: f"0{p}"),  # a leading zero
         st.integers(0, INT_MAX).map(lambda p: f"+{p}"),
         st.integers(INT_MAX + 1, 10**12).map(str),
-        st.text(min_size=1, max_size=5).filter(lambda t: not (t.isascii() and t.isdigit())),
+        # No "-": "0--0" is topic "0-", partition 0, a canonical name (found by hypothesis).
+        st.text(min_size=1, max_size=5).filter(
+            lambda t: not (t.isascii() and t.isdigit()) and "-" not in t
+        ),
     ),
 )
 def test_non_canonical_partitions_are_rejected(topic: str, partition_text: str) -> None:
