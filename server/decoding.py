@@ -98,6 +98,8 @@ class ProduceRequestView:
     base_sequence: int = 0
     transactional: bool = False
     request_bytes: int = 0
+    #: Kafka's acks: 0, 1 or -1 (all); -1 when the field is unset (issue 17).
+    acks: int = -1
 
     @classmethod
     def of_message(
@@ -120,6 +122,7 @@ class ProduceRequestView:
             message.base_sequence,
             message.transactional,
             message.ByteSize() if request_bytes is None else request_bytes,
+            message.acks if message.HasField("acks") else -1,
         )
 
 

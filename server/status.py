@@ -59,6 +59,7 @@ from grpc_status import rpc_status
 
 from stratalog.records import errors as record_errors
 from stratalog.server import client_limits
+from stratalog.server.cluster import errors as cluster_errors
 from stratalog.server.security import errors as security_errors
 from stratalog.server.storage import errors as storage_errors
 from stratalog.server.transactions import errors as transaction_errors
@@ -125,6 +126,15 @@ REASON_CODES: Mapping[str, grpc.StatusCode] = types.MappingProxyType({
     _reason("TRANSACTIONAL_ID_NOT_FOUND"): _Code.NOT_FOUND,
     _reason("INVALID_TRANSACTION_TIMEOUT"): _Code.INVALID_ARGUMENT,
     _reason("RESOURCE_LIMIT_EXCEEDED"): _Code.RESOURCE_EXHAUSTED,
+    _reason("NOT_LEADER_OR_FOLLOWER"): _Code.UNAVAILABLE,
+    _reason("NOT_ENOUGH_REPLICAS"): _Code.UNAVAILABLE,
+    _reason("NOT_ENOUGH_REPLICAS_AFTER_APPEND"): _Code.UNAVAILABLE,
+    _reason("FENCED_LEADER_EPOCH"): _Code.FAILED_PRECONDITION,
+    _reason("UNKNOWN_LEADER_EPOCH"): _Code.UNAVAILABLE,
+    _reason("LEADER_NOT_AVAILABLE"): _Code.UNAVAILABLE,
+    _reason("INVALID_REPLICATION_FACTOR"): _Code.INVALID_ARGUMENT,
+    _reason("REQUEST_TIMED_OUT"): _Code.DEADLINE_EXCEEDED,
+    _reason("COORDINATION_UNAVAILABLE"): _Code.UNAVAILABLE,
 })
 
 #: Exception class -> ErrorReason name. Looked up along the exception's MRO (nearest ancestor).
@@ -199,6 +209,18 @@ ERROR_TABLE: Mapping[type[BaseException], str] = types.MappingProxyType({
     # Per-client limits on Subscribe streams and long polls (retriable: the client's own
     # waiting RPCs free the slot as they end); ``limit`` names the setting.
     client_limits.ClientLimitExceededError: "RESOURCE_LIMIT_EXCEEDED",
+    # Replication (issue 17, server/cluster): who leads a partition, and whether enough
+    # replicas have a record. Retriable but INVALID_REPLICATION_FACTOR and FENCED_LEADER_EPOCH.
+    cluster_errors.ClusterError: "COORDINATION_UNAVAILABLE",
+    cluster_errors.CoordinationUnavailableError: "COORDINATION_UNAVAILABLE",
+    cluster_errors.NotLeaderOrFollowerError: "NOT_LEADER_OR_FOLLOWER",
+    cluster_errors.NotEnoughReplicasError: "NOT_ENOUGH_REPLICAS",
+    cluster_errors.NotEnoughReplicasAfterAppendError: "NOT_ENOUGH_REPLICAS_AFTER_APPEND",
+    cluster_errors.FencedLeaderEpochError: "FENCED_LEADER_EPOCH",
+    cluster_errors.UnknownLeaderEpochError: "UNKNOWN_LEADER_EPOCH",
+    cluster_errors.LeaderNotAvailableError: "LEADER_NOT_AVAILABLE",
+    cluster_errors.InvalidReplicationFactorError: "INVALID_REPLICATION_FACTOR",
+    cluster_errors.ReplicationTimeoutError: "REQUEST_TIMED_OUT",
 })
 
 # Reasons whose cause is on the server's side: their exception messages name server files.
@@ -226,6 +248,7 @@ _CAUSE_CHAIN_MAX = 16
 _METADATA_ATTRIBUTES = (
     "topic", "partition", "offset", "log_start_offset", "log_end_offset", "limit",
     "need_bytes", "free_bytes", "operation", "resource", "field",
+    "leader_id", "leader_epoch", "leader_address",
 )
 
 

@@ -13,6 +13,8 @@ Modules, one concept each::
     session.py      the etcd client and this server's lease, kept alive
     membership.py   /<prefix>/brokers/<node_id> and the view of the live brokers
     controller.py   the controller election and its epoch
+    partition_state.py  what etcd stores per replicated topic and partition
+    cluster_view.py the topics and partition states as last read from etcd
     node.py         session, membership and controller started and stopped together
     errors.py       this package's errors
 """

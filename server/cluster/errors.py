@@ -1,9 +1,12 @@
 """The cluster package's errors: one base, a leaf per failure.
 
-They stop a start (app.py turns them into StartupError: exit 1). None reaches a client yet: no
-RPC needs etcd in this step (Metadata answers from the view each server keeps), so
-server/status.py has no row for them; the RPCs that will need etcd (CreateTopic with replicas)
-will add one.
+At start (ClusterConfigError, CoordinationUnavailableError, NodeIdInUseError) they stop the
+server (app.py turns them into StartupError: exit 1). On a request they reach the client
+through server/status.py's table, Kafka's error names: who leads a partition
+(NotLeaderOrFollowerError carries the leader this server knows of, so that a client can go
+there without another Metadata call), whether enough replicas hold a record, whether a
+replication request's leader epoch is current, and whether etcd answered an operation that
+needs it (CreateTopic, DeleteTopic in cluster mode).
 """
 
 from __future__ import annotations
@@ -12,7 +15,15 @@ __all__ = [
     "ClusterConfigError",
     "ClusterError",
     "CoordinationUnavailableError",
+    "FencedLeaderEpochError",
+    "InvalidReplicationFactorError",
+    "LeaderNotAvailableError",
     "NodeIdInUseError",
+    "NotEnoughReplicasAfterAppendError",
+    "NotEnoughReplicasError",
+    "NotLeaderOrFollowerError",
+    "ReplicationTimeoutError",
+    "UnknownLeaderEpochError",
 ]
 
 
@@ -40,3 +51,71 @@ class NodeIdInUseError(ClusterError):
             f"lease expires in {ttl_s} s if that server is gone); give this server another "
             "--node-id, or stop the other one"
         )
+
+
+class PartitionError(ClusterError):
+    """A request about one partition that its replication state refuses; names the partition."""
+
+    def __init__(self, topic: str, partition: int, message: str) -> None:
+        self.topic = topic
+        self.partition = partition
+        super().__init__(f"{topic}-{partition}: {message}")
+
+
+class NotLeaderOrFollowerError(PartitionError):
+    """This server is not the partition's leader (Kafka's NOT_LEADER_OR_FOLLOWER): produce and
+    fetch go to the leader. ``leader_id`` (-1: unknown), ``leader_epoch`` and
+    ``leader_address`` ("" when unknown) are this server's view, sent to the client as hints."""
+
+    def __init__(self, topic: str, partition: int, leader_id: int = -1, leader_epoch: int = -1,
+                 leader_address: str = "") -> None:
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.leader_address = leader_address
+        where = (f"the leader is node {leader_id} at {leader_address or 'an unknown address'} "
+                 f"(leader epoch {leader_epoch})" if leader_id >= 0 else "no leader is known")
+        super().__init__(topic, partition,
+                         f"this server is not the partition's leader; {where}: refresh the "
+                         "metadata and retry there")
+
+
+class LeaderNotAvailableError(PartitionError):
+    """The partition has no leader now: an election is pending, or no in-sync replica lives
+    (``unclean.leader.election.enable=false`` keeps it offline rather than lose records)."""
+
+
+class NotEnoughReplicasError(PartitionError):
+    """acks=all and fewer in-sync replicas than ``min.insync.replicas``: nothing was written."""
+
+    def __init__(self, topic: str, partition: int, isr_size: int, min_insync: int) -> None:
+        self.isr_size = isr_size
+        self.min_insync = min_insync
+        super().__init__(topic, partition,
+                         f"the in-sync replica set has {isr_size} member(s), below "
+                         f"min.insync.replicas={min_insync}; nothing was written")
+
+
+class NotEnoughReplicasAfterAppendError(PartitionError):
+    """acks=all: the leader wrote the records but the ISR shrank below ``min.insync.replicas``
+    before they were replicated; a retry with the idempotent producer is answered as a
+    duplicate if they survive."""
+
+
+class FencedLeaderEpochError(PartitionError):
+    """A replication request (or an append) carries a leader epoch older than this server's:
+    its sender acts on a stale view and must refresh it."""
+
+
+class UnknownLeaderEpochError(PartitionError):
+    """A replication request carries a leader epoch newer than this server's: this server has
+    not yet seen the election; retriable."""
+
+
+class InvalidReplicationFactorError(ClusterError):
+    """CreateTopic asked for a replication factor below 1 or above the live brokers."""
+
+
+class ReplicationTimeoutError(PartitionError):
+    """acks=all: the in-sync replicas did not all reach the records within the request's
+    timeout (Kafka's REQUEST_TIMED_OUT). The records are in the leader's log and may yet be
+    replicated: retry with the idempotent producer."""

@@ -6,6 +6,11 @@
                                    under the controller's lease: gone when the controller is
     <prefix>/controller_epoch      decimal: the epoch of the last election (no lease; grows by
                                    one per election, never reset: the fencing token)
+    <prefix>/topics/<topic>        JSON TopicAssignment: replicas per partition and the topic's
+                                   configs; written once, by CreateTopic (no lease)
+    <prefix>/partitions/<topic>/<partition>
+                                   JSON PartitionState: leader, leader epoch, ISR, the controller
+                                   epoch of the last writer (no lease; partition_state.py)
 
 Node ids are written in decimal without padding, so ``brokers/10`` sorts before ``brokers/2``
 in etcd; readers sort by the number.
@@ -39,6 +44,37 @@ class ClusterKeys:
     @property
     def controller_epoch(self) -> bytes:
         return f"{self.prefix}/controller_epoch".encode()
+
+    @property
+    def topics_prefix(self) -> bytes:
+        return f"{self.prefix}/topics/".encode()
+
+    def topic(self, name: str) -> bytes:
+        return f"{self.prefix}/topics/{name}".encode()
+
+    @property
+    def partitions_prefix(self) -> bytes:
+        return f"{self.prefix}/partitions/".encode()
+
+    def topic_partitions_prefix(self, topic: str) -> bytes:
+        """Every partition state key of ``topic`` (the trailing slash keeps ``t`` from
+        matching ``t2``'s keys)."""
+        return f"{self.prefix}/partitions/{topic}/".encode()
+
+    def partition(self, topic: str, partition: int) -> bytes:
+        return f"{self.prefix}/partitions/{topic}/{partition}".encode()
+
+    def parse_partition_key(self, key: bytes) -> tuple[str, int] | None:
+        """(topic, partition) of a partition state key; None for any other key. Topic names
+        hold no '/' (the engine's rule), so the last '/' splits them."""
+        text = key.decode(errors="replace")
+        head = f"{self.prefix}/partitions/"
+        if not text.startswith(head):
+            return None
+        topic, _, number = text[len(head):].rpartition("/")
+        if not topic or not number.isdigit():
+            return None
+        return topic, int(number)
 
 
 def decode_json(value: bytes) -> dict[str, object]:

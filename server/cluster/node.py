@@ -5,7 +5,7 @@ the real port)::
 
     connect to etcd, grant the lease           CoordinationUnavailableError: no etcd answered
     register <prefix>/brokers/<node_id>         NodeIdInUseError: a live server has the id
-    read the broker list, campaign if no controller is known
+    read the broker list, campaign if no controller is known, read the topics and partitions
     start the keep-alive, the broker list poll and the election poll
 
 Stop: the polls end, the lease is revoked (the broker key and, on the controller, the
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 
+from .cluster_view import ClusterView
 from .controller import ControllerElection, ControllerState
 from .endpoints import parse_cluster_url
 from .layout import ClusterKeys
@@ -35,10 +36,14 @@ class ClusterNode:
     """The cluster parts of one server; :meth:`start` once, then :meth:`close` once."""
 
     def __init__(self, session: EtcdSession, membership: Membership,
-                 election: ControllerElection) -> None:
+                 election: ControllerElection, view: ClusterView, keys: ClusterKeys) -> None:
         self.session = session
         self.membership = membership
         self.election = election
+        #: The replicated topics and partition states (cluster_view.py).
+        self.view = view
+        #: The cluster's etcd keys.
+        self.keys = keys
 
     @classmethod
     async def start(cls, url: str, prefix: str, node_id: int, address: str,
@@ -55,10 +60,12 @@ class ClusterNode:
         keys = ClusterKeys(prefix)
         membership = Membership(session, keys, node_id, address, poll_interval_s)
         election = ControllerElection(session, keys, node_id, poll_interval_s)
+        view = ClusterView(session, keys, poll_interval_s)
         try:
             await membership.register()
             await membership.refresh()
             await election.maybe_campaign()
+            await view.refresh()
         except BaseException:
             with contextlib.suppress(Exception):
                 await session.close()
@@ -67,7 +74,8 @@ class ClusterNode:
         session.start()
         membership.start()
         election.start()
-        return cls(session, membership, election)
+        view.start()
+        return cls(session, membership, election, view, keys)
 
     @property
     def node_id(self) -> int:
@@ -83,6 +91,7 @@ class ClusterNode:
         return self.election.state
 
     async def close(self) -> None:
+        await self.view.close()
         await self.election.close()
         await self.membership.close()
         await self.session.close()

@@ -37,6 +37,15 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TRANSACTIONAL_ID_NOT_FOUND: _ClassVar[ErrorReason]
     INVALID_TRANSACTION_TIMEOUT: _ClassVar[ErrorReason]
     RESOURCE_LIMIT_EXCEEDED: _ClassVar[ErrorReason]
+    NOT_LEADER_OR_FOLLOWER: _ClassVar[ErrorReason]
+    NOT_ENOUGH_REPLICAS: _ClassVar[ErrorReason]
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND: _ClassVar[ErrorReason]
+    FENCED_LEADER_EPOCH: _ClassVar[ErrorReason]
+    UNKNOWN_LEADER_EPOCH: _ClassVar[ErrorReason]
+    LEADER_NOT_AVAILABLE: _ClassVar[ErrorReason]
+    INVALID_REPLICATION_FACTOR: _ClassVar[ErrorReason]
+    REQUEST_TIMED_OUT: _ClassVar[ErrorReason]
+    COORDINATION_UNAVAILABLE: _ClassVar[ErrorReason]
 
 class Compression(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -129,6 +138,15 @@ INVALID_PRODUCER_ID_MAPPING: ErrorReason
 TRANSACTIONAL_ID_NOT_FOUND: ErrorReason
 INVALID_TRANSACTION_TIMEOUT: ErrorReason
 RESOURCE_LIMIT_EXCEEDED: ErrorReason
+NOT_LEADER_OR_FOLLOWER: ErrorReason
+NOT_ENOUGH_REPLICAS: ErrorReason
+NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorReason
+FENCED_LEADER_EPOCH: ErrorReason
+UNKNOWN_LEADER_EPOCH: ErrorReason
+LEADER_NOT_AVAILABLE: ErrorReason
+INVALID_REPLICATION_FACTOR: ErrorReason
+REQUEST_TIMED_OUT: ErrorReason
+COORDINATION_UNAVAILABLE: ErrorReason
 COMPRESSION_NONE: Compression
 COMPRESSION_GZIP: Compression
 COMPRESSION_SNAPPY: Compression
@@ -195,7 +213,7 @@ class Record(_message.Message):
     def __init__(self, offset: _Optional[int] = ..., timestamp: _Optional[int] = ..., key: _Optional[bytes] = ..., value: _Optional[bytes] = ..., headers: _Optional[_Iterable[_Union[Header, _Mapping]]] = ..., timestamp_type: _Optional[_Union[TimestampType, str]] = ...) -> None: ...
 
 class ProduceRequest(_message.Message):
-    __slots__ = ("topic", "partition", "records", "record_batches", "compression", "flush", "producer_id", "producer_epoch", "base_sequence", "transactional")
+    __slots__ = ("topic", "partition", "records", "record_batches", "compression", "flush", "producer_id", "producer_epoch", "base_sequence", "transactional", "acks")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     RECORDS_FIELD_NUMBER: _ClassVar[int]
@@ -206,6 +224,7 @@ class ProduceRequest(_message.Message):
     PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     BASE_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     TRANSACTIONAL_FIELD_NUMBER: _ClassVar[int]
+    ACKS_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     records: _containers.RepeatedCompositeFieldContainer[Record]
@@ -216,7 +235,8 @@ class ProduceRequest(_message.Message):
     producer_epoch: int
     base_sequence: int
     transactional: bool
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., records: _Optional[_Iterable[_Union[Record, _Mapping]]] = ..., record_batches: _Optional[bytes] = ..., compression: _Optional[_Union[Compression, str]] = ..., flush: _Optional[bool] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., base_sequence: _Optional[int] = ..., transactional: _Optional[bool] = ...) -> None: ...
+    acks: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., records: _Optional[_Iterable[_Union[Record, _Mapping]]] = ..., record_batches: _Optional[bytes] = ..., compression: _Optional[_Union[Compression, str]] = ..., flush: _Optional[bool] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., base_sequence: _Optional[int] = ..., transactional: _Optional[bool] = ..., acks: _Optional[int] = ...) -> None: ...
 
 class ProduceResponse(_message.Message):
     __slots__ = ("base_offset", "last_offset", "log_append_time", "log_start_offset", "record_count", "duplicate", "throttle_time_ms")
@@ -367,7 +387,7 @@ class DeleteRecordsResponse(_message.Message):
     def __init__(self, log_start_offset: _Optional[int] = ...) -> None: ...
 
 class CreateTopicRequest(_message.Message):
-    __slots__ = ("name", "partitions", "configs")
+    __slots__ = ("name", "partitions", "configs", "replication_factor")
     class ConfigsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -378,10 +398,12 @@ class CreateTopicRequest(_message.Message):
     NAME_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     CONFIGS_FIELD_NUMBER: _ClassVar[int]
+    REPLICATION_FACTOR_FIELD_NUMBER: _ClassVar[int]
     name: str
     partitions: int
     configs: _containers.ScalarMap[str, str]
-    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[int] = ..., configs: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    replication_factor: int
+    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[int] = ..., configs: _Optional[_Mapping[str, str]] = ..., replication_factor: _Optional[int] = ...) -> None: ...
 
 class CreateTopicResponse(_message.Message):
     __slots__ = ("topic",)

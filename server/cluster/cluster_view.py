@@ -1,0 +1,135 @@
+"""This server's view of the replicated topics and partitions in etcd, polled.
+
+Every ``poll_interval_s`` (the session timeout / 12, 500 ms by default) two range reads fetch
+``<prefix>/topics/`` and ``<prefix>/partitions/`` (partition_state.py says what is stored
+there) into :attr:`ClusterView.topics` and :attr:`ClusterView.partitions`; each partition state
+is kept with its etcd mod revision, which a writer's transaction compares. After a refresh
+that changed anything, the listeners are called with the names of the topics and the
+partitions whose records changed (appeared, changed or disappeared), in the order added.
+
+While etcd is down the last view stays (the data path goes on with the leaders it knows) and
+no listener is called. A component that wrote to etcd calls :meth:`refresh` itself to see its
+write at once instead of a poll later.
+
+Concurrency: event-loop only. A refresh replaces the dictionaries whole, so a reader holding
+the old ones sees one consistent view; listeners run one after the other, each awaited, and
+an exception in one is logged and does not stop the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, NamedTuple
+
+from .layout import ClusterKeys
+from .partition_state import PartitionState, TopicAssignment
+
+if TYPE_CHECKING:
+    from .session import EtcdSession
+
+__all__ = ["ClusterView", "PartitionKey", "VersionedState", "ViewListener"]
+
+logger = logging.getLogger(__name__)
+
+PartitionKey = tuple[str, int]
+
+
+class VersionedState(NamedTuple):
+    """A partition's state and the etcd mod revision it was read at."""
+
+    state: PartitionState
+    mod_revision: int
+
+
+#: ``listener(changed_topics, changed_partitions)``.
+ViewListener = Callable[[set[str], set[PartitionKey]], Awaitable[None]]
+
+
+class ClusterView:
+    """The replicated topics and partition states as last read from etcd."""
+
+    def __init__(self, session: EtcdSession, keys: ClusterKeys, poll_interval_s: float) -> None:
+        self._session = session
+        self._keys = keys
+        self._poll_interval_s = poll_interval_s
+        #: Topic name -> its assignment.
+        self.topics: dict[str, TopicAssignment] = {}
+        #: (topic, partition) -> its state and mod revision. A partition of a topic whose
+        #: assignment is not (or no longer) in :attr:`topics` is left out.
+        self.partitions: dict[PartitionKey, VersionedState] = {}
+        self._listeners: list[ViewListener] = []
+        self._poll: asyncio.Task[None] | None = None
+        self._refreshing = asyncio.Lock()
+
+    def add_listener(self, listener: ViewListener) -> None:
+        """Call ``listener`` after every refresh that changed something."""
+        self._listeners.append(listener)
+
+    def state(self, topic: str, partition: int) -> VersionedState | None:
+        return self.partitions.get((topic, partition))
+
+    async def refresh(self) -> None:
+        """Read both prefixes, replace the view, call the listeners if it changed.
+
+        Raises what the etcd client raises when etcd does not answer (the view is unchanged).
+        """
+        async with self._refreshing:
+            client = self._session.client
+            topic_kvs = await client.get_prefix(self._keys.topics_prefix)
+            partition_kvs = await client.get_prefix(self._keys.partitions_prefix)
+            head = len(self._keys.topics_prefix)
+            topics: dict[str, TopicAssignment] = {}
+            for kv in topic_kvs:
+                assignment = TopicAssignment.decode(kv.value)
+                if assignment is not None:
+                    topics[kv.key[head:].decode(errors="replace")] = assignment
+            partitions: dict[PartitionKey, VersionedState] = {}
+            for kv in partition_kvs:
+                key = self._keys.parse_partition_key(kv.key)
+                state = PartitionState.decode(kv.value)
+                if key is None or state is None:
+                    continue
+                assignment = topics.get(key[0])
+                if assignment is None or key[1] not in assignment.replicas:
+                    continue
+                partitions[key] = VersionedState(state, kv.mod_revision)
+            changed_topics = {
+                name for name in topics.keys() | self.topics.keys()
+                if topics.get(name) != self.topics.get(name)
+            }
+            changed_partitions = {
+                key for key in partitions.keys() | self.partitions.keys()
+                if partitions.get(key) != self.partitions.get(key)
+            }
+            self.topics, self.partitions = topics, partitions
+            if changed_topics or changed_partitions:
+                for listener in self._listeners:
+                    try:
+                        await listener(changed_topics, changed_partitions)
+                    except asyncio.CancelledError:
+                        raise
+                    except Exception:
+                        logger.exception("a cluster view listener failed")
+
+    def start(self) -> None:
+        """Refresh now and every ``poll_interval_s``."""
+        self._poll = asyncio.create_task(self._poll_forever(), name="stratalog-cluster-view")
+
+    async def _poll_forever(self) -> None:
+        while True:
+            try:
+                await self.refresh()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # etcd down: keep the last view
+                logger.debug("cluster view not refreshed: %s", exc)
+            await asyncio.sleep(self._poll_interval_s)
+
+    async def close(self) -> None:
+        if self._poll is not None:
+            self._poll.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._poll

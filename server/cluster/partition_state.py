@@ -1,0 +1,139 @@
+"""What etcd stores about each replicated topic and partition, and how it is encoded.
+
+Two kinds of record (keys in layout.py), JSON so that ``etcdctl get --prefix`` is readable::
+
+    <prefix>/topics/<topic>     {"partitions": {"0": [1, 2, 3], "1": [2, 3, 1]},
+                                 "configs": {"segment.bytes": "1048576"}}
+        TopicAssignment: the replicas of each partition, the preferred leader first, and the
+        topic's configs. Written once, when the topic is created (a transaction that fails if
+        the key exists); deleted with the topic. Replicas never change (no reassignment).
+
+    <prefix>/partitions/<topic>/<n>   {"leader": 1, "leader_epoch": 4, "isr": [1, 2],
+                                       "controller_epoch": 7}
+        PartitionState: Kafka's LeaderAndIsr, as ZooKeeper-era Kafka kept it in
+        /brokers/topics/<t>/partitions/<n>/state. ``leader`` is -1 while the partition has none.
+
+Who writes a PartitionState, always with a transaction that compares the key's mod revision
+with the one it read (a lost race re-reads; nothing is overwritten blind):
+
+* CreateTopic writes the first one of each partition: leader = the first replica, epoch 0,
+  ISR = every replica.
+* The controller elects leaders (leader epoch + 1 on every change of leader) and removes dead
+  brokers from ISRs, stamping its controller epoch; its transaction also compares the
+  controller epoch key, so that a deposed controller's writes fail.
+* The leader shrinks and expands its ISR (Kafka's AlterPartition; ZooKeeper-era Kafka's
+  leaders wrote the ISR themselves the same way), keeping leader and leader epoch; its
+  transaction fails if anyone changed the state since it read it, and a leader that finds a
+  newer epoch there stops leading.
+
+Decoding is strict: a value that is not one of these (a key someone else wrote, a field of the
+wrong type) decodes to None and is ignored by readers, never half-read.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from .layout import decode_json
+
+__all__ = ["NO_LEADER", "PartitionState", "TopicAssignment"]
+
+#: ``leader`` of a partition that has none.
+NO_LEADER = -1
+
+
+def _node_ids(value: object) -> tuple[int, ...] | None:
+    if not isinstance(value, list) or not all(
+        isinstance(item, int) and not isinstance(item, bool) and item >= 0 for item in value
+    ):
+        return None
+    return tuple(value)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicAssignment:
+    """A topic's replicas per partition (partition number -> node ids, preferred leader first)
+    and its configs (Kafka topic config names -> values)."""
+
+    replicas: dict[int, tuple[int, ...]]
+    configs: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def partition_count(self) -> int:
+        return len(self.replicas)
+
+    @property
+    def replication_factor(self) -> int:
+        return len(self.replicas[0]) if self.replicas else 0
+
+    def encode(self) -> bytes:
+        return json.dumps({
+            "partitions": {str(number): list(nodes) for number, nodes in sorted(self.replicas.items())},
+            "configs": dict(sorted(self.configs.items())),
+        }).encode()
+
+    @classmethod
+    def decode(cls, value: bytes) -> TopicAssignment | None:
+        decoded = decode_json(value)
+        partitions, configs = decoded.get("partitions"), decoded.get("configs", {})
+        if not isinstance(partitions, dict) or not isinstance(configs, dict):
+            return None
+        replicas: dict[int, tuple[int, ...]] = {}
+        for number, nodes in partitions.items():
+            ids = _node_ids(nodes)
+            if not isinstance(number, str) or not number.isdigit() or not ids:
+                return None
+            replicas[int(number)] = ids
+        if sorted(replicas) != list(range(len(replicas))):
+            return None  # partitions are 0..n-1, none missing
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in configs.items()):
+            return None
+        return cls(replicas, dict(configs))
+
+    @staticmethod
+    def round_robin(partitions: int, replication_factor: int, brokers: list[int],
+                    start: int = 0) -> dict[int, tuple[int, ...]]:
+        """Rack-unaware round robin, as Kafka's: partition p's replicas are ``replication_factor``
+        consecutive live brokers (by node id) from position ``start + p``, so that leaders
+        (the first replica) spread over the brokers. ``brokers`` must hold at least
+        ``replication_factor`` ids (the caller checks, with a clear error)."""
+        ordered = sorted(brokers)
+        count = len(ordered)
+        return {
+            p: tuple(ordered[(start + p + r) % count] for r in range(replication_factor))
+            for p in range(partitions)
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    """One partition's leader, leader epoch and in-sync replicas (Kafka's LeaderAndIsr), and
+    the controller epoch of whoever wrote it last (0: CreateTopic or a leader's ISR change
+    before any controller acted)."""
+
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    controller_epoch: int = 0
+
+    @property
+    def has_leader(self) -> bool:
+        return self.leader != NO_LEADER
+
+    def encode(self) -> bytes:
+        return json.dumps({
+            "leader": self.leader, "leader_epoch": self.leader_epoch, "isr": list(self.isr),
+            "controller_epoch": self.controller_epoch,
+        }).encode()
+
+    @classmethod
+    def decode(cls, value: bytes) -> PartitionState | None:
+        decoded = decode_json(value)
+        leader, epoch = decoded.get("leader"), decoded.get("leader_epoch")
+        isr, controller_epoch = _node_ids(decoded.get("isr")), decoded.get("controller_epoch", 0)
+        if (not isinstance(leader, int) or isinstance(leader, bool) or leader < NO_LEADER
+                or not isinstance(epoch, int) or epoch < 0 or isr is None
+                or not isinstance(controller_epoch, int) or controller_epoch < 0):
+            return None
+        return cls(leader, epoch, isr, controller_epoch)
