@@ -590,12 +590,16 @@ class Client:
         producer_epoch: int = 0,
         base_sequence: int = 0,
         transactional: bool = False,
+        acks: int | str = -1,
         timeout_s: float | None = _UNSET,
     ) -> ProduceResult:
         """Append to one partition, atomically: ``records`` (the server encodes them as one
         batch, compressed with ``compression``) or ``record_batches`` (Kafka v2 batches with base
         offset 0, as :class:`~stratalog.records.BatchBuilder` builds them). ``flush``: fsync
-        before answering. Not retried: see :class:`~stratalog.client.Producer` for that.
+        before answering. ``acks`` (Kafka's: ``"all"``/-1, 1, 0) says which replicas must have
+        the records before the answer (docs/client.md, "acks"). Not retried, but sent again to
+        the partition's leader when it reached another server (module docstring): see
+        :class:`~stratalog.client.Producer` for retries.
 
         ``producer_id`` (from :meth:`init_producer_id`), ``producer_epoch``, ``base_sequence``
         (the sequence of the first record) and ``transactional`` make a ``records`` produce
@@ -606,7 +610,7 @@ class Client:
         """
         request = wire.produce_request(
             topic, partition, records, record_batches, compression, flush,
-            producer_id, producer_epoch, base_sequence, transactional,
+            producer_id, producer_epoch, base_sequence, transactional, acks,
         )
         response = await self._to_leader(
             topic, partition,

@@ -181,12 +181,13 @@ class SyncClient:
         producer_epoch: int = 0,
         base_sequence: int = 0,
         transactional: bool = False,
+        acks: int | str = -1,
         timeout_s: float | None = _UNSET,
     ) -> ProduceResult:
         """See :meth:`Client.produce <stratalog.client.Client.produce>`."""
         request = wire.produce_request(
             topic, partition, records, record_batches, compression, flush,
-            producer_id, producer_epoch, base_sequence, transactional,
+            producer_id, producer_epoch, base_sequence, transactional, acks,
         )
         response = self._call(self._stub.Produce, request, self._deadline(timeout_s))
         log_throttle("produce to", topic, partition, response.throttle_time_ms)
