@@ -66,15 +66,13 @@ from .credentials import Credentials, TlsConfig, channel_security
 from .errors import (
     BrokerUnavailableError,
     LeaderNotAvailableError,
-    NotLeaderOrFollowerError,
     RequestTimeoutError,
-    ShuttingDownError,
     StratalogError,
-    UnknownLeaderEpochError,
     UnknownTopicOrPartitionError,
     from_rpc_error,
 )
 from .metadata_cache import METADATA_MAX_AGE_MS, NO_LEADER, MetadataCache
+from .routing import REROUTES_MAX, ROUTING_ERRORS, UNANSWERED, Reroute, reroute
 from .types import (
     CleaningResult,
     ClusterMetadata,
@@ -124,14 +122,6 @@ _FETCH_BY_TIMESTAMP = (broker_pb2.SessionRequest.FETCH_BY_TIMESTAMP_FIELD_NUMBER
 _LIST_OFFSETS = (broker_pb2.SessionRequest.LIST_OFFSETS_FIELD_NUMBER,
                  broker_pb2.ListOffsetsResponse)
 
-# Errors that say "this server does not lead the partition now": nothing was done, and the
-# request goes to the leader a hint or a metadata refresh names.
-_ROUTING_ERRORS = (NotLeaderOrFollowerError, LeaderNotAvailableError, UnknownLeaderEpochError)
-# Errors of a broker that did not answer (or is stopping): another may.
-_UNANSWERED = (BrokerUnavailableError, ShuttingDownError)
-# Reroutes of one request without a deadline, at most (each after retry_backoff_ms but those
-# a hint sends at once): a request with a deadline stops at it.
-_REROUTES_MAX = 100
 # An attempt with less time than this left could only time out.
 _ATTEMPT_TIME_MIN_S = 0.001
 
@@ -338,7 +328,7 @@ class Client:
         home = self._home
         try:
             return await home.call(getattr(home.stub, name), request, timeout)
-        except _UNANSWERED as err:
+        except UNANSWERED as err:
             candidates = self._cache.candidates(self._targets, home.address)
             if len(candidates) < 2:
                 raise
@@ -354,7 +344,7 @@ class Client:
                 response = await connection.call(
                     getattr(connection.stub, name), request, remaining
                 )
-            except _UNANSWERED as err:
+            except UNANSWERED as err:
                 logger.debug("%s to %s: %s", name, address, err)
                 continue
             self._home = connection
@@ -379,7 +369,7 @@ class Client:
         if not self._route_by_metadata:
             try:
                 return await send(self._home, timeout)
-            except _ROUTING_ERRORS as err:
+            except ROUTING_ERRORS as err:
                 self._route_by_metadata = True
                 logger.info("%s: routing by metadata from now on", err)
                 first_error: StratalogError = err
@@ -395,7 +385,7 @@ class Client:
             if last_error is not None:
                 retry_now = self._rerouted(topic, partition, connection, last_error, resendable)
                 attempts += 1
-                if retry_now is None or attempts > _REROUTES_MAX:
+                if retry_now is None or attempts > REROUTES_MAX:
                     raise last_error
                 if not retry_now:
                     delay = self._retry_backoff_s
@@ -427,30 +417,19 @@ class Client:
         error: StratalogError,
         resendable: bool,
     ) -> bool | None:
-        """Learn from ``error`` of a request about the partition sent to ``connection``: True
-        to send again at once (a hint names another leader), False after a backoff (the topic
-        is refreshed first), None to raise it."""
-        cache = self._cache
-        refused_by = None if connection is None else cache.node_at(connection.address)
-        if isinstance(error, NotLeaderOrFollowerError):
+        """Learn from ``error`` of a request about the partition sent to ``connection``
+        (:func:`~.routing.reroute`): True to send again at once, False after a backoff (the
+        topic is refreshed first), None to raise it."""
+        if isinstance(error, ROUTING_ERRORS):
             self._route_by_metadata = True
-            hint = error.leader_id
-            if hint is not None and hint != refused_by and cache.apply_hint(
-                topic, partition, hint, error.leader_epoch, error.leader_address
-            ):
-                return True
-            cache.invalidate(topic)
-            return False
-        if isinstance(error, _ROUTING_ERRORS):
-            self._route_by_metadata = True
-            cache.invalidate(topic)
-            return False
-        if isinstance(error, _UNANSWERED) and (len(self._targets) > 1 or cache.is_cluster):
-            if refused_by is not None:
-                cache.forget_node(refused_by)
-            cache.invalidate(topic)
-            return False if resendable else None
-        return None
+        action = reroute(
+            self._cache, error, topic=topic, partition=partition,
+            refused_by=None if connection is None else connection.address,
+            cluster=len(self._targets) > 1 or self._cache.is_cluster, resendable=resendable,
+        )
+        if action is Reroute.RAISE:
+            return None
+        return action is Reroute.NOW
 
     async def _leader(
         self, topic: str, partition: int, deadline: float | None
@@ -513,7 +492,7 @@ class Client:
                     self._cache.forget(topic)
                 self._home = connection
                 return
-            except _UNANSWERED as err:
+            except UNANSWERED as err:
                 last_error = err
                 logger.debug("Metadata from %s: %s", address, err)
                 continue
