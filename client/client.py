@@ -514,13 +514,16 @@ class Client:
         partitions: int = 1,
         configs: Mapping[str, str] | None = None,
         *,
+        replication_factor: int | None = None,
         timeout_s: float | None = _UNSET,
     ) -> TopicInfo:
-        """Create a topic with ``partitions`` partitions and Kafka-named ``configs``.
+        """Create a topic with ``partitions`` partitions and Kafka-named ``configs``;
+        ``replication_factor`` replicas of each (a cluster; ``None``: the server's default).
 
-        Raises TopicAlreadyExistsError, InvalidTopicError, InvalidConfigError.
+        Raises TopicAlreadyExistsError, InvalidTopicError, InvalidConfigError,
+        InvalidReplicationFactorError, CoordinationUnavailableError (a cluster's etcd).
         """
-        request = wire.create_topic_request(name, partitions, configs)
+        request = wire.create_topic_request(name, partitions, configs, replication_factor)
         response = await self._call("CreateTopic", request, self._deadline(timeout_s))
         return wire.topic_info(response.topic)
 

@@ -332,10 +332,11 @@ class SyncClient:
         partitions: int = 1,
         configs: Mapping[str, str] | None = None,
         *,
+        replication_factor: int | None = None,
         timeout_s: float | None = _UNSET,
     ) -> TopicInfo:
         """See :meth:`Client.create_topic <stratalog.client.Client.create_topic>`."""
-        request = wire.create_topic_request(name, partitions, configs)
+        request = wire.create_topic_request(name, partitions, configs, replication_factor)
         response = self._call("CreateTopic", request, self._deadline(timeout_s))
         return wire.topic_info(response.topic)
 
