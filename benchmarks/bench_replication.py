@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import math
 import os
 import platform
 import re
@@ -178,7 +179,7 @@ def make_values(count: int) -> list[bytes]:
 def percentile(values: list[float], fraction: float) -> float:
     """Nearest-rank percentile of ``values`` (not empty)."""
     ordered = sorted(values)
-    rank = max(1, min(len(ordered), round(fraction * len(ordered) + 0.5)))
+    rank = max(1, min(len(ordered), math.ceil(fraction * len(ordered))))
     return ordered[rank - 1]
 
 
