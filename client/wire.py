@@ -271,13 +271,13 @@ def create_topic_request(
     replication_factor: int | None = None,
 ) -> pb.CreateTopicRequest:
     """``replication_factor``: replicas per partition (a cluster, issue 17); ``None`` or 0:
-    the server's default (1 on a single server)."""
+    the server's ``default_replication_factor`` (a single server takes 0 or 1)."""
     return pb.CreateTopicRequest(
         name=check_topic(name, "name"),
         partitions=check_int(partitions, "partitions", 1, INT32_MAX),
         configs=_check_configs(configs, "configs"),
         replication_factor=0 if replication_factor is None else check_int(
-            replication_factor, "replication_factor", 1, INT16_MAX),
+            replication_factor, "replication_factor", 0, INT32_MAX),
     )
 
 
