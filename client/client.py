@@ -365,13 +365,17 @@ class Client:
         again to the leader the hint or a metadata refresh names, until ``timeout``. A broker
         that did not answer is sent the request again only if ``resendable`` (a read: a
         Produce whose answer was lost may have been appended, and is the Producer's to
-        retry, with its sequence numbers); its topic is refreshed before the next request."""
+        retry, with its sequence numbers); its topic is refreshed before the next request.
+        UNKNOWN_TOPIC_OR_PARTITION is raised unless a metadata refresh says the partition
+        exists: then the server's view lags (a topic just created in a cluster), and the
+        request goes again after a backoff (Kafka's producer and consumer wait the same)."""
         if not self._route_by_metadata:
             try:
                 return await send(self._home, timeout)
-            except ROUTING_ERRORS as err:
-                self._route_by_metadata = True
-                logger.info("%s: routing by metadata from now on", err)
+            except (*ROUTING_ERRORS, UnknownTopicOrPartitionError) as err:
+                if not isinstance(err, UnknownTopicOrPartitionError):
+                    self._route_by_metadata = True
+                    logger.info("%s: routing by metadata from now on", err)
                 first_error: StratalogError = err
                 connection = self._home
         else:
@@ -383,7 +387,12 @@ class Client:
         last_error = first_error
         while True:
             if last_error is not None:
-                retry_now = self._rerouted(topic, partition, connection, last_error, resendable)
+                if isinstance(last_error, UnknownTopicOrPartitionError):
+                    known = await self._known_elsewhere(topic, partition, deadline)
+                    retry_now = False if known else None
+                else:
+                    retry_now = self._rerouted(
+                        topic, partition, connection, last_error, resendable)
                 attempts += 1
                 if retry_now is None or attempts > REROUTES_MAX:
                     raise last_error
@@ -408,6 +417,23 @@ class Client:
                 return await send(connection, remaining)
             except StratalogError as err:
                 last_error = err
+
+    async def _known_elsewhere(
+        self, topic: str, partition: int, deadline: float | None
+    ) -> bool:
+        """After UNKNOWN_TOPIC_OR_PARTITION: whether a metadata refresh names a leader of the
+        partition (the server that refused it lags). One Metadata call, on this error path
+        only; a single server that does not have the topic says so again."""
+        self._cache.invalidate(topic)
+        try:
+            await self._refresh(topic, deadline)
+        except StratalogError:
+            return False
+        if self._cache.route(topic, partition) is None:
+            return False
+        if self._cache.is_cluster:
+            self._route_by_metadata = True
+        return True
 
     def _rerouted(
         self,

@@ -237,12 +237,19 @@ class SyncClient:
             except StratalogError as err:
                 if isinstance(err, ROUTING_ERRORS):
                     self._route_by_metadata = True
-                with self._lock:
-                    action = reroute(
-                        self._cache, err, topic=topic, partition=partition, refused_by=address,
-                        cluster=len(self._targets) > 1 or self._cache.is_cluster,
-                        resendable=resendable,
-                    )
+                if isinstance(err, UnknownTopicOrPartitionError):
+                    # Raised unless a refresh names a leader: then the server's view lags.
+                    action = (Reroute.AFTER_BACKOFF
+                              if self._known_elsewhere(topic, partition, deadline)
+                              else Reroute.RAISE)
+                else:
+                    with self._lock:
+                        action = reroute(
+                            self._cache, err, topic=topic, partition=partition,
+                            refused_by=address,
+                            cluster=len(self._targets) > 1 or self._cache.is_cluster,
+                            resendable=resendable,
+                        )
                 attempts += 1
                 if action is Reroute.RAISE or attempts > REROUTES_MAX:
                     raise
@@ -254,6 +261,22 @@ class SyncClient:
                         time.sleep(delay)
                 if deadline is not None and deadline - time.monotonic() <= _ATTEMPT_TIME_MIN_S:
                     raise
+
+    def _known_elsewhere(self, topic: str, partition: int, deadline: float | None) -> bool:
+        """The async Client's ``_known_elsewhere``: after UNKNOWN_TOPIC_OR_PARTITION, whether
+        a metadata refresh names a leader of the partition."""
+        with self._lock:
+            self._cache.invalidate(topic)
+        try:
+            self._refresh(topic, deadline)
+        except StratalogError:
+            return False
+        with self._lock:
+            if self._cache.route(topic, partition) is None:
+                return False
+            if self._cache.is_cluster:
+                self._route_by_metadata = True
+        return True
 
     def _leader(self, topic: str, partition: int, deadline: float | None) -> str:
         """The address of the partition's leader (the topic refreshed first if needed); the

@@ -22,6 +22,7 @@ from stratalog.client import Client, Consumer, Producer, SyncClient, errors
 from stratalog.client.wire import FetchFormat
 from stratalog.server import status
 from stratalog.server.cluster import errors as cluster_errors
+from stratalog.server.storage import errors as storage_errors
 from stratalog.v1 import broker_pb2 as pb
 from stratalog.v1 import broker_pb2_grpc
 
@@ -33,6 +34,7 @@ class Leaders:
     partitions: dict[tuple[str, int], tuple[int, int]]
     addresses: dict[int, str] = dataclasses.field(default_factory=dict)
     hints: bool = True  # refusals name the leader
+    lagging: int = 0  # Produce calls a leader answers UNKNOWN_TOPIC_OR_PARTITION first
 
 
 class Member(broker_pb2_grpc.BrokerServicer):
@@ -54,7 +56,15 @@ class Member(broker_pb2_grpc.BrokerServicer):
 
     async def Produce(self, request, context):
         self.calls["Produce"] += 1
+        if (request.topic, request.partition) not in self.leaders.partitions:
+            await context.abort_with_status(status.to_status(
+                storage_errors.UnknownTopicOrPartitionError(f"unknown topic {request.topic!r}")))
         await self._check_leader(request.topic, request.partition, context)
+        if self.leaders.lagging:
+            # Its view of the cluster has not caught up with the new topic yet.
+            self.leaders.lagging -= 1
+            await context.abort_with_status(status.to_status(
+                storage_errors.UnknownTopicOrPartitionError(f"unknown topic {request.topic!r}")))
         log = self.logs[(request.topic, request.partition)]
         log.append(bytes(request.record_batches) or request.records[0].value)
         self.calls[f"acks={request.acks}"] += 1
@@ -249,3 +259,30 @@ async def test_the_sync_client_routes_the_same_way(cluster: Cluster) -> None:
     assert cluster.members[1].calls["Metadata"] == 1
     assert cluster.members[3].logs[("t", 1)] == [b"a"]
     assert cluster.members[3].calls["FetchByOffset"] == 1
+
+
+async def test_a_lagging_leader_answering_unknown_topic_is_asked_again(cluster: Cluster) -> None:
+    cluster.leaders.lagging = 2
+    async with Client([cluster.address(1), cluster.address(2)], retry_backoff_ms=10) as client:
+        await client.produce("t", 0, [b"late"])
+    assert cluster.members[2].calls["Produce"] == 3
+    assert cluster.members[2].logs[("t", 0)] == [b"late"]
+
+
+async def test_an_unknown_topic_is_raised_after_one_metadata_check(cluster: Cluster) -> None:
+    async with Client(cluster.address(2)) as client:
+        with pytest.raises(errors.UnknownTopicOrPartitionError):
+            await client.produce("nope", 0, [b"x"])
+    assert cluster.members[2].calls["Produce"] == 1
+    assert cluster.members[2].calls["Metadata"] == 1
+
+
+async def test_the_sync_client_asks_a_lagging_leader_again(cluster: Cluster) -> None:
+    cluster.leaders.lagging = 1
+
+    def use() -> None:
+        with SyncClient([cluster.address(1), cluster.address(2)], retry_backoff_ms=10) as client:
+            client.produce("t", 0, [b"late"])
+
+    await asyncio.to_thread(use)
+    assert cluster.members[2].logs[("t", 0)] == [b"late"]
