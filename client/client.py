@@ -451,11 +451,16 @@ class Client:
         action = reroute(
             self._cache, error, topic=topic, partition=partition,
             refused_by=None if connection is None else connection.address,
-            cluster=len(self._targets) > 1 or self._cache.is_cluster, resendable=resendable,
+            cluster=self._in_cluster(), resendable=resendable,
         )
         if action is Reroute.RAISE:
             return None
         return action is Reroute.NOW
+
+    def _in_cluster(self) -> bool:
+        """Whether other servers may lead what one does not: several bootstrap targets,
+        several brokers in a Metadata answer, or a server that said it does not lead."""
+        return len(self._targets) > 1 or self._route_by_metadata or self._cache.is_cluster
 
     async def _leader(
         self, topic: str, partition: int, deadline: float | None

@@ -247,7 +247,7 @@ class SyncClient:
                         action = reroute(
                             self._cache, err, topic=topic, partition=partition,
                             refused_by=address,
-                            cluster=len(self._targets) > 1 or self._cache.is_cluster,
+                            cluster=self._in_cluster(),
                             resendable=resendable,
                         )
                 attempts += 1
@@ -277,6 +277,11 @@ class SyncClient:
             if self._cache.is_cluster:
                 self._route_by_metadata = True
         return True
+
+    def _in_cluster(self) -> bool:
+        """Whether other servers may lead what one does not: several bootstrap targets,
+        several brokers in a Metadata answer, or a server that said it does not lead."""
+        return len(self._targets) > 1 or self._route_by_metadata or self._cache.is_cluster
 
     def _leader(self, topic: str, partition: int, deadline: float | None) -> str:
         """The address of the partition's leader (the topic refreshed first if needed); the
@@ -537,7 +542,7 @@ class SyncClient:
                 self._route_by_metadata = True
             with self._lock:
                 reroute(self._cache, err, topic=topic, partition=partition, refused_by=address,
-                        cluster=len(self._targets) > 1 or self._cache.is_cluster,
+                        cluster=self._in_cluster(),
                         resendable=True)
             raise
 

@@ -286,3 +286,17 @@ async def test_the_sync_client_asks_a_lagging_leader_again(cluster: Cluster) -> 
 
     await asyncio.to_thread(use)
     assert cluster.members[2].logs[("t", 0)] == [b"late"]
+
+
+async def test_one_target_after_a_hint_follows_a_failover(cluster: Cluster) -> None:
+    """A client that learnt the leader from a hint alone (one target, no Metadata call yet)
+    knows it is in a cluster: when that leader goes, it asks for metadata."""
+    async with Client(cluster.address(1), retry_backoff_ms=10) as client:
+        await client.produce("t", 0, [b"a"])  # node 1 refuses, names node 2
+        await cluster.stop(2)
+        cluster.leaders.partitions[("t", 0)] = (3, 2)
+        with pytest.raises(errors.BrokerUnavailableError):
+            await client.produce("t", 0, [b"b"])
+        await client.produce("t", 0, [b"b"])
+    assert cluster.members[3].logs[("t", 0)] == [b"b"]
+    assert cluster.members[1].calls["Metadata"] >= 1
