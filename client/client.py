@@ -412,8 +412,17 @@ class Client:
                 )
             try:
                 connection = await self._leader(topic, partition, deadline)
-                remaining = None if deadline is None else max(
-                    deadline - loop.time(), _ATTEMPT_TIME_MIN_S)
+            except RequestTimeoutError as err:
+                # The deadline cut the metadata refresh: the error that made it is the news.
+                if last_error is not None:
+                    raise last_error from err
+                raise
+            except StratalogError as err:
+                last_error = err
+                continue
+            remaining = None if deadline is None else max(
+                deadline - loop.time(), _ATTEMPT_TIME_MIN_S)
+            try:
                 return await send(connection, remaining)
             except StratalogError as err:
                 last_error = err

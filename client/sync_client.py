@@ -225,16 +225,27 @@ class SyncClient:
         deadline = None if timeout is None else time.monotonic() + timeout
         attempts = 0
         address: str | None = None
+        last_error: StratalogError | None = None
         while True:
             try:
                 if self._route_by_metadata:
-                    address = self._leader(topic, partition, deadline)
+                    try:
+                        address = self._leader(topic, partition, deadline)
+                    except RequestTimeoutError:
+                        # The deadline cut the metadata refresh: the error that made it is
+                        # the news.
+                        if last_error is not None:
+                            raise last_error from None
+                        raise
                 else:
                     address = self._home
                 remaining = None if deadline is None else max(
                     deadline - time.monotonic(), _ATTEMPT_TIME_MIN_S)
                 return self._invoke(self._connection(address), name, request, remaining)
             except StratalogError as err:
+                if err is last_error:
+                    raise
+                last_error = err
                 if isinstance(err, ROUTING_ERRORS):
                     self._route_by_metadata = True
                 if isinstance(err, UnknownTopicOrPartitionError):
