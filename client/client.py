@@ -91,6 +91,7 @@ from .wire import FetchFormat, IsolationLevel
 __all__ = [
     "DEFAULT_MAX_MESSAGE_BYTES",
     "DEFAULT_TIMEOUT_S",
+    "NEW_TOPIC_WAIT_MS",
     "RECONNECT_BACKOFF_MAX_MS",
     "RECONNECT_BACKOFF_MS",
     "RETRY_BACKOFF_MS",
@@ -108,6 +109,12 @@ DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 #: Deadline of each unary call unless the call passes its own (``timeout_s=None``: none).
 DEFAULT_TIMEOUT_S = 30.0
+
+#: How long a client in a cluster keeps asking about a topic that a server did not know
+#: (DescribeTopic): a topic just created reaches every server's view within a poll interval
+#: (docs/cluster.md). Kafka's producer waits ``max.block.ms`` (60 s) for any topic missing from
+#: its metadata; a shorter wait tells a misspelt topic sooner.
+NEW_TOPIC_WAIT_MS = 5_000
 
 #: Kafka's ``retry.backoff.ms``: the least time between two metadata refreshes, and the wait
 #: before a request goes out again after a routing error without a usable hint.
@@ -579,10 +586,51 @@ class Client:
         return sorted((wire.topic_info(t) for t in response.topics), key=lambda t: t.name)
 
     async def describe_topic(self, name: str, *, timeout_s: float | None = _UNSET) -> TopicInfo:
-        """One topic's configs and partitions. Raises UnknownTopicOrPartitionError."""
+        """One topic's configs and partitions. Raises UnknownTopicOrPartitionError.
+
+        In a cluster, a server whose view of the cluster lags may not know a topic just
+        created: the other servers are asked too, for up to :data:`NEW_TOPIC_WAIT_MS`
+        (within the deadline) before the error is raised.
+        """
         request = wire.describe_topic_request(name)
-        response = await self._call("DescribeTopic", request, self._deadline(timeout_s))
+        timeout = self._deadline(timeout_s)
+        try:
+            response = await self._call("DescribeTopic", request, timeout)
+        except UnknownTopicOrPartitionError:
+            response = await self._describe_until_known(request, timeout)
+            if response is None:
+                raise
         return wire.topic_info(response.topic)
+
+    async def _describe_until_known(self, request: Any, timeout: float | None) -> Any:
+        """DescribeTopic of a topic one server did not know, asked of every server in turn
+        until one knows it or :data:`NEW_TOPIC_WAIT_MS` passed; None then, or at once when
+        this is no cluster (one Metadata call tells a client with one target)."""
+        loop = asyncio.get_running_loop()
+        wait_until = loop.time() + NEW_TOPIC_WAIT_MS / 1000
+        if timeout is not None:
+            wait_until = min(wait_until, loop.time() + timeout)
+        if not self._in_cluster():
+            try:
+                response = await self._call("Metadata", wire.metadata_request(()), timeout)
+            except StratalogError:
+                return None
+            self._cache.update(wire.cluster_metadata(response), self._home.address)
+            if not self._cache.is_cluster:
+                return None
+        while loop.time() < wait_until:
+            for address in self._cache.candidates(self._targets, self._home.address):
+                remaining = wait_until - loop.time()
+                if remaining <= 0:
+                    return None
+                connection = self._connection(address)
+                try:
+                    return await connection.call(connection.stub.DescribeTopic, request,
+                                                 remaining)
+                except (UnknownTopicOrPartitionError, *UNANSWERED):
+                    continue
+            await asyncio.sleep(max(0.0, min(self._retry_backoff_s, wait_until - loop.time())))
+        return None
 
     async def alter_topic_configs(
         self,

@@ -26,6 +26,7 @@ from .bootstrap import bootstrap_targets
 from .client import (
     DEFAULT_MAX_MESSAGE_BYTES,
     DEFAULT_TIMEOUT_S,
+    NEW_TOPIC_WAIT_MS,
     RETRY_BACKOFF_MS,
     channel_options,
     check_timeout,
@@ -392,10 +393,45 @@ class SyncClient:
         return sorted((wire.topic_info(t) for t in response.topics), key=lambda t: t.name)
 
     def describe_topic(self, name: str, *, timeout_s: float | None = _UNSET) -> TopicInfo:
-        """See :meth:`Client.describe_topic <stratalog.client.Client.describe_topic>`."""
+        """See :meth:`Client.describe_topic <stratalog.client.Client.describe_topic>` (in a
+        cluster, a topic one server does not know yet is asked of the others too)."""
         request = wire.describe_topic_request(name)
-        response = self._call("DescribeTopic", request, self._deadline(timeout_s))
+        timeout = self._deadline(timeout_s)
+        try:
+            response = self._call("DescribeTopic", request, timeout)
+        except UnknownTopicOrPartitionError:
+            response = self._describe_until_known(request, timeout)
+            if response is None:
+                raise
         return wire.topic_info(response.topic)
+
+    def _describe_until_known(self, request: Any, timeout: float | None) -> Any:
+        wait_until = time.monotonic() + NEW_TOPIC_WAIT_MS / 1000
+        if timeout is not None:
+            wait_until = min(wait_until, time.monotonic() + timeout)
+        if not self._in_cluster():
+            try:
+                response = self._call("Metadata", wire.metadata_request(()), timeout)
+            except StratalogError:
+                return None
+            with self._lock:
+                self._cache.update(wire.cluster_metadata(response), self._home)
+                if not self._cache.is_cluster:
+                    return None
+        while time.monotonic() < wait_until:
+            with self._lock:
+                candidates = self._cache.candidates(self._targets, self._home)
+            for address in candidates:
+                remaining = wait_until - time.monotonic()
+                if remaining <= 0:
+                    return None
+                try:
+                    return self._invoke(self._connection(address), "DescribeTopic", request,
+                                        remaining)
+                except (UnknownTopicOrPartitionError, *UNANSWERED):
+                    continue
+            time.sleep(max(0.0, min(self._retry_backoff_s, wait_until - time.monotonic())))
+        return None
 
     def alter_topic_configs(
         self,

@@ -43,6 +43,7 @@ class Member(broker_pb2_grpc.BrokerServicer):
         self.leaders = leaders
         self.calls: collections.Counter[str] = collections.Counter()
         self.logs: dict[tuple[str, int], list[bytes]] = collections.defaultdict(list)
+        self.unknown_topics: set[str] = set()  # topics its view does not have yet
 
     async def _check_leader(self, topic: str, partition: int, context) -> None:
         leader, epoch = self.leaders.partitions[(topic, partition)]
@@ -88,6 +89,9 @@ class Member(broker_pb2_grpc.BrokerServicer):
     async def DescribeTopic(self, request, context):
         self.calls["DescribeTopic"] += 1
         count = sum(1 for topic, _ in self.leaders.partitions if topic == request.name)
+        if not count or request.name in self.unknown_topics:
+            await context.abort_with_status(status.to_status(
+                storage_errors.UnknownTopicOrPartitionError(f"unknown topic {request.name!r}")))
         return pb.DescribeTopicResponse(topic=pb.TopicDescription(
             name=request.name,
             partitions=[pb.PartitionDescription(partition=p, max_timestamp=-1)
@@ -300,3 +304,27 @@ async def test_one_target_after_a_hint_follows_a_failover(cluster: Cluster) -> N
         await client.produce("t", 0, [b"b"])
     assert cluster.members[3].logs[("t", 0)] == [b"b"]
     assert cluster.members[1].calls["Metadata"] >= 1
+
+
+async def test_a_new_topic_unknown_to_one_server_is_described_by_another(
+    cluster: Cluster,
+) -> None:
+    cluster.members[1].unknown_topics = {"t"}  # its view lags behind the new topic
+    async with Client(cluster.address(1)) as client:
+        info = await client.describe_topic("t")
+    assert info.num_partitions == 2
+    assert cluster.members[1].calls["Metadata"] == 1  # one call: it is a cluster
+    assert cluster.members[2].calls["DescribeTopic"] + cluster.members[3].calls[
+        "DescribeTopic"] >= 1
+
+    def use() -> None:
+        with SyncClient([cluster.address(1), cluster.address(3)]) as sync:
+            assert sync.describe_topic("t").num_partitions == 2
+
+    await asyncio.to_thread(use)
+
+
+async def test_a_topic_no_server_knows_is_unknown(cluster: Cluster) -> None:
+    async with Client([cluster.address(1), cluster.address(2)]) as client:
+        with pytest.raises(errors.UnknownTopicOrPartitionError):
+            await client.describe_topic("nope", timeout_s=0.5)
