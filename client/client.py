@@ -440,16 +440,30 @@ class Client:
         """After UNKNOWN_TOPIC_OR_PARTITION: whether a metadata refresh names a leader of the
         partition (the server that refused it lags). One Metadata call, on this error path
         only; a single server that does not have the topic says so again."""
+        loop = asyncio.get_running_loop()
+        if not await self._learn_cluster(None if deadline is None else deadline - loop.time()):
+            return False
         self._cache.invalidate(topic)
         try:
             await self._refresh(topic, deadline)
         except StratalogError:
             return False
-        if self._cache.route(topic, partition) is None:
+        return self._cache.route(topic, partition) is not None
+
+    async def _learn_cluster(self, timeout: float | None) -> bool:
+        """Whether this client talks to a cluster; a client that does not know yet (one
+        target, no server said it does not lead) asks the home server's Metadata once (on an
+        error path only), and routes by metadata from then on if it names other brokers."""
+        if self._in_cluster():
+            return True
+        try:
+            response = await self._call("Metadata", wire.metadata_request(()), timeout)
+        except StratalogError:
             return False
+        self._cache.update(wire.cluster_metadata(response), self._home.address)
         if self._cache.is_cluster:
             self._route_by_metadata = True
-        return True
+        return self._cache.is_cluster
 
     def _rerouted(
         self,
@@ -525,6 +539,7 @@ class Client:
         loop = asyncio.get_running_loop()
         request = wire.metadata_request(topics)
         last_error: StratalogError | None = None
+        unknown: UnknownTopicOrPartitionError | None = None
         for address in self._cache.candidates(self._targets, self._home.address):
             remaining = None if deadline is None else deadline - loop.time()
             if remaining is not None and remaining <= 0:
@@ -534,17 +549,21 @@ class Client:
                 self._timeout_s if remaining is None else min(self._timeout_s, remaining))
             try:
                 response = await connection.call(connection.stub.Metadata, request, timeout)
-            except UnknownTopicOrPartitionError:
-                for topic in topics:
-                    self._cache.forget(topic)
-                self._home = connection
-                return
+            except UnknownTopicOrPartitionError as err:
+                # In a cluster another server's view may have it already (a new topic).
+                unknown = err
+                continue
             except UNANSWERED as err:
                 last_error = err
                 logger.debug("Metadata from %s: %s", address, err)
                 continue
             self._cache.update(wire.cluster_metadata(response), address, topics)
             self._home = connection
+            return
+        if unknown is not None:
+            # Every server that answered said so: the topic is not (or no longer) there.
+            for topic in topics:
+                self._cache.forget(topic)
             return
         if last_error is None:
             last_error = RequestTimeoutError(
@@ -610,14 +629,8 @@ class Client:
         wait_until = loop.time() + NEW_TOPIC_WAIT_MS / 1000
         if timeout is not None:
             wait_until = min(wait_until, loop.time() + timeout)
-        if not self._in_cluster():
-            try:
-                response = await self._call("Metadata", wire.metadata_request(()), timeout)
-            except StratalogError:
-                return None
-            self._cache.update(wire.cluster_metadata(response), self._home.address)
-            if not self._cache.is_cluster:
-                return None
+        if not await self._learn_cluster(timeout):
+            return None
         while loop.time() < wait_until:
             for address in self._cache.candidates(self._targets, self._home.address):
                 remaining = wait_until - loop.time()

@@ -277,6 +277,8 @@ class SyncClient:
     def _known_elsewhere(self, topic: str, partition: int, deadline: float | None) -> bool:
         """The async Client's ``_known_elsewhere``: after UNKNOWN_TOPIC_OR_PARTITION, whether
         a metadata refresh names a leader of the partition."""
+        if not self._learn_cluster(None if deadline is None else deadline - time.monotonic()):
+            return False
         with self._lock:
             self._cache.invalidate(topic)
         try:
@@ -284,11 +286,22 @@ class SyncClient:
         except StratalogError:
             return False
         with self._lock:
-            if self._cache.route(topic, partition) is None:
-                return False
+            return self._cache.route(topic, partition) is not None
+
+    def _learn_cluster(self, timeout: float | None) -> bool:
+        """The async Client's ``_learn_cluster``: one Metadata call, on an error path only,
+        for a client that does not know yet whether it talks to a cluster."""
+        if self._in_cluster():
+            return True
+        try:
+            response = self._call("Metadata", wire.metadata_request(()), timeout)
+        except StratalogError:
+            return False
+        with self._lock:
+            self._cache.update(wire.cluster_metadata(response), self._home)
             if self._cache.is_cluster:
                 self._route_by_metadata = True
-        return True
+            return self._cache.is_cluster
 
     def _in_cluster(self) -> bool:
         """Whether other servers may lead what one does not: several bootstrap targets,
@@ -337,6 +350,7 @@ class SyncClient:
     ) -> None:
         request = wire.metadata_request([topic])
         last_error: StratalogError | None = None
+        unknown: UnknownTopicOrPartitionError | None = None
         for address in candidates:
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
@@ -345,17 +359,19 @@ class SyncClient:
                 self._timeout_s if remaining is None else min(self._timeout_s, remaining))
             try:
                 response = self._invoke(self._connection(address), "Metadata", request, timeout)
-            except UnknownTopicOrPartitionError:
-                with self._lock:
-                    self._cache.forget(topic)
-                self._home = address
-                return
+            except UnknownTopicOrPartitionError as err:
+                unknown = err  # another server's view may have it already (a new topic)
+                continue
             except UNANSWERED as err:
                 last_error = err
                 continue
             with self._lock:
                 self._cache.update(wire.cluster_metadata(response), address, [topic])
             self._home = address
+            return
+        if unknown is not None:  # every server that answered said so
+            with self._lock:
+                self._cache.forget(topic)
             return
         if last_error is None:
             last_error = RequestTimeoutError(
@@ -409,15 +425,8 @@ class SyncClient:
         wait_until = time.monotonic() + NEW_TOPIC_WAIT_MS / 1000
         if timeout is not None:
             wait_until = min(wait_until, time.monotonic() + timeout)
-        if not self._in_cluster():
-            try:
-                response = self._call("Metadata", wire.metadata_request(()), timeout)
-            except StratalogError:
-                return None
-            with self._lock:
-                self._cache.update(wire.cluster_metadata(response), self._home)
-                if not self._cache.is_cluster:
-                    return None
+        if not self._learn_cluster(timeout):
+            return None
         while time.monotonic() < wait_until:
             with self._lock:
                 candidates = self._cache.candidates(self._targets, self._home)

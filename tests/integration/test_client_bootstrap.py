@@ -53,6 +53,22 @@ async def test_one_target_asks_for_no_metadata(server: ServerProcess) -> None:
     assert metadata_calls(server) == before
 
 
+async def test_an_unknown_topic_costs_a_single_server_one_metadata_call(
+    server: ServerProcess,
+) -> None:
+    """On the UNKNOWN_TOPIC_OR_PARTITION error path only, the client asks once whether it
+    talks to a cluster (where a server's view may lag a new topic): a single server is not."""
+    from stratalog.client import UnknownTopicOrPartitionError
+
+    before = metadata_calls(server)
+    async with Client(server.target) as client:
+        with pytest.raises(UnknownTopicOrPartitionError):
+            await client.produce("boot-no-such-topic", 0, [b"x"])
+        with pytest.raises(UnknownTopicOrPartitionError):
+            await client.describe_topic("boot-no-such-topic")
+    assert metadata_calls(server) == before + 2  # one per failed request, none otherwise
+
+
 async def test_several_targets_with_the_first_dead(
     server: ServerProcess, dead_target: str
 ) -> None:
