@@ -89,6 +89,7 @@ from .types import (
 from .wire import FetchFormat, IsolationLevel
 
 __all__ = [
+    "CONNECT_TIMEOUT_MS",
     "DEFAULT_MAX_MESSAGE_BYTES",
     "DEFAULT_TIMEOUT_S",
     "NEW_TOPIC_WAIT_MS",
@@ -142,18 +143,28 @@ _UNSET: Any = object()
 RECONNECT_BACKOFF_MS = 100
 RECONNECT_BACKOFF_MAX_MS = 1000
 
+#: How long one connection attempt (TCP, TLS and HTTP/2 handshakes) may take before it fails
+#: and the requests waiting for it fail UNAVAILABLE (gRPC's ``grpc.min_reconnect_backoff_ms``,
+#: which is its least connect timeout: 20 s by default). A server killed in a container
+#: network, or a frozen one, does not refuse connections: its packets go unanswered, and
+#: requests to a leader gone that way would wait 20 s before the client looks for the new
+#: leader. Kafka's ``socket.connection.setup.timeout.ms`` is 10 s; 3 s keeps a failover under
+#: issue 17's 5 s goal. A slow link can raise it through ``options``.
+CONNECT_TIMEOUT_MS = 3000
+
 
 def channel_options(
     max_message_bytes: int, options: Sequence[tuple[str, Any]] = ()
 ) -> list[tuple[str, Any]]:
-    """gRPC channel arguments: message size limits and reconnect backoff first, then the
-    caller's (which win)."""
+    """gRPC channel arguments: message size limits, reconnect backoff and the connect timeout
+    first, then the caller's (which win)."""
     wire.check_int(max_message_bytes, "max_message_bytes", 1024, wire.INT32_MAX)
     return [
         ("grpc.max_send_message_length", max_message_bytes),
         ("grpc.max_receive_message_length", max_message_bytes),
         ("grpc.initial_reconnect_backoff_ms", RECONNECT_BACKOFF_MS),
         ("grpc.max_reconnect_backoff_ms", RECONNECT_BACKOFF_MAX_MS),
+        ("grpc.min_reconnect_backoff_ms", CONNECT_TIMEOUT_MS),
         *options,
     ]
 

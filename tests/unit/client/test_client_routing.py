@@ -331,3 +331,24 @@ async def test_a_topic_no_server_knows_is_unknown(cluster: Cluster) -> None:
     async with Client([cluster.address(1), cluster.address(2)]) as client:
         with pytest.raises(errors.UnknownTopicOrPartitionError):
             await client.describe_topic("nope", timeout_s=0.5)
+
+
+async def test_a_leader_that_never_answers_is_left_after_the_connect_timeout(
+    cluster: Cluster,
+) -> None:
+    """A leader killed in a container network (or frozen) does not refuse connections: they
+    go unanswered. The connection attempt fails after CONNECT_TIMEOUT_MS (not gRPC's 20 s),
+    and the read goes to the leader a refresh names, within its deadline."""
+    import socket
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)  # accepts TCP, never speaks HTTP/2
+        cluster.leaders.addresses[4] = f"127.0.0.1:{silent.getsockname()[1]}"
+        cluster.leaders.partitions[("t", 0)] = (4, 1)
+        async with Client([cluster.address(1), cluster.address(3)], timeout_s=25) as client:
+            read = asyncio.create_task(client.fetch_by_offset("t", 0, 0))
+            await asyncio.sleep(0.2)
+            cluster.leaders.partitions[("t", 0)] = (3, 2)  # the election
+            await read
+    assert cluster.members[3].calls["FetchByOffset"] == 1
