@@ -12,6 +12,7 @@ Concurrency: event-loop only; shared by every caller of its Client.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Sequence
@@ -22,7 +23,7 @@ import grpc.aio
 
 from stratalog.v1 import broker_pb2_grpc
 
-from .errors import from_rpc_error
+from .errors import BrokerUnavailableError, from_rpc_error
 from .session import ClientSession, SessionRefusedError
 
 __all__ = ["SESSION_REQUEST_OVERHEAD_BYTES", "SESSION_RETRY_AFTER_S", "BrokerConnection"]
@@ -74,6 +75,25 @@ class BrokerConnection:
         if session is not None:
             await session.close()
         await self.channel.close(grace_s)
+
+    async def ensure_ready(self, timeout_s: float) -> None:
+        """Return once the channel is connected; BrokerUnavailableError after ``timeout_s``.
+
+        For a cluster's requests only (the Client's routing): a server gone in a way that
+        does not refuse connections (a container killed with its address, its name no longer
+        resolving) would keep a request waiting for its whole deadline; this bounds the wait
+        for a connection, whatever holds it up (DNS, TCP, TLS), so that the client can look
+        for the new leader. A connected channel costs one state check.
+        """
+        if self.channel.get_state(try_to_connect=True) is grpc.ChannelConnectivity.READY:
+            return
+        try:
+            await asyncio.wait_for(self.channel.channel_ready(), timeout_s)
+        except TimeoutError:
+            raise BrokerUnavailableError(
+                f"no connection to {self.address} within {timeout_s:.1f} s",
+                code=grpc.StatusCode.UNAVAILABLE,
+            ) from None
 
     async def call(self, method: Any, request: Any, timeout: float | None) -> Any:
         """A unary call of the stub's ``method``; a failure as its StratalogError."""

@@ -345,6 +345,9 @@ class Client:
         does not answer and others are known, to the next that does, within ``timeout``."""
         home = self._home
         try:
+            if self._in_cluster():
+                await home.ensure_ready(CONNECT_TIMEOUT_MS / 1000 if timeout is None
+                                        else min(CONNECT_TIMEOUT_MS / 1000, timeout))
             return await home.call(getattr(home.stub, name), request, timeout)
         except UNANSWERED as err:
             candidates = self._cache.candidates(self._targets, home.address)
@@ -359,6 +362,7 @@ class Client:
                 break
             connection = self._connection(address)
             try:
+                await connection.ensure_ready(self._connect_wait(deadline))
                 response = await connection.call(
                     getattr(connection.stub, name), request, remaining
                 )
@@ -438,9 +442,10 @@ class Client:
             except StratalogError as err:
                 last_error = err
                 continue
-            remaining = None if deadline is None else max(
-                deadline - loop.time(), _ATTEMPT_TIME_MIN_S)
             try:
+                await connection.ensure_ready(self._connect_wait(deadline))
+                remaining = None if deadline is None else max(
+                    deadline - loop.time(), _ATTEMPT_TIME_MIN_S)
                 return await send(connection, remaining)
             except StratalogError as err:
                 last_error = err
@@ -497,6 +502,15 @@ class Client:
         if action is Reroute.RAISE:
             return None
         return action is Reroute.NOW
+
+    def _connect_wait(self, deadline: float | None) -> float:
+        """How long a cluster's request waits for a connection: CONNECT_TIMEOUT_MS, or what
+        is left before ``deadline``."""
+        wait = CONNECT_TIMEOUT_MS / 1000
+        if deadline is not None:
+            wait = min(wait, max(deadline - asyncio.get_running_loop().time(),
+                                 _ATTEMPT_TIME_MIN_S))
+        return wait
 
     def _in_cluster(self) -> bool:
         """Whether other servers may lead what one does not: several bootstrap targets,
@@ -559,6 +573,7 @@ class Client:
             timeout = remaining if self._timeout_s is None else (
                 self._timeout_s if remaining is None else min(self._timeout_s, remaining))
             try:
+                await connection.ensure_ready(self._connect_wait(deadline))
                 response = await connection.call(connection.stub.Metadata, request, timeout)
             except UnknownTopicOrPartitionError as err:
                 # In a cluster another server's view may have it already (a new topic).
@@ -649,6 +664,7 @@ class Client:
                     return None
                 connection = self._connection(address)
                 try:
+                    await connection.ensure_ready(min(CONNECT_TIMEOUT_MS / 1000, remaining))
                     return await connection.call(connection.stub.DescribeTopic, request,
                                                  remaining)
                 except (UnknownTopicOrPartitionError, *UNANSWERED):

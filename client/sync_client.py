@@ -24,6 +24,7 @@ from . import wire
 from .acls import AclBinding, AclBindingFilter
 from .bootstrap import bootstrap_targets
 from .client import (
+    CONNECT_TIMEOUT_MS,
     DEFAULT_MAX_MESSAGE_BYTES,
     DEFAULT_TIMEOUT_S,
     NEW_TOPIC_WAIT_MS,
@@ -64,6 +65,8 @@ _UNSET: Any = object()
 
 # An attempt with less time than this left could only time out.
 _ATTEMPT_TIME_MIN_S = 0.001
+# The period of grpc's connectivity poller (grpc/_channel.py, _poll_connectivity), with slack.
+_CONNECTIVITY_POLL_S = 0.25
 
 
 class SyncClient:
@@ -106,6 +109,10 @@ class SyncClient:
         self._refresh_lock = threading.Lock()  # one refresh at a time
         self._refreshed_at = -float("inf")
         self._channels: dict[str, tuple[grpc.Channel, broker_pb2_grpc.BrokerStub]] = {}
+        # Addresses connected once (a request that finds one gone UNAVAILABLE drops it), and
+        # when gRPC's connectivity poller was last started (close() lets it stop first).
+        self._ready: set[str] = set()
+        self._watched_at = -float("inf")
         self._home = self._targets[0]
         self._connection(self._home)
         self._route_by_metadata = len(self._targets) > 1
@@ -147,6 +154,12 @@ class SyncClient:
 
     def close(self) -> None:
         """Close every channel; calls still running end with a cancelled error."""
+        # gRPC's connectivity poller (started by a wait for a connection) looks at its channel
+        # every 0.2 s until it notices it is not needed: closing the channel under it makes it
+        # raise in its thread.
+        poller_left_s = self._watched_at + _CONNECTIVITY_POLL_S - time.monotonic()
+        if poller_left_s > 0:
+            time.sleep(poller_left_s)
         with self._lock:
             channels = list(self._channels.values())
             self._channels.clear()
@@ -182,6 +195,29 @@ class SyncClient:
             return None
         return timeout + extra_ms / 1000.0
 
+    def _ensure_ready(self, address: str, deadline: float | None) -> None:
+        """The async BrokerConnection's ``ensure_ready``: wait at most CONNECT_TIMEOUT_MS (or
+        until ``deadline``) for a connection to ``address``, in a cluster only."""
+        wait = CONNECT_TIMEOUT_MS / 1000
+        if deadline is not None:
+            wait = min(wait, max(deadline - time.monotonic(), _ATTEMPT_TIME_MIN_S))
+        if address in self._ready:
+            return
+        self._connection(address)
+        with self._lock:
+            channel = self._channels[address][0]
+            self._watched_at = time.monotonic()
+        future = grpc.channel_ready_future(channel)
+        try:
+            future.result(timeout=wait)
+        except grpc.FutureTimeoutError:
+            future.cancel()
+            raise BrokerUnavailableError(
+                f"no connection to {address} within {wait:.1f} s",
+                code=grpc.StatusCode.UNAVAILABLE,
+            ) from None
+        self._ready.add(address)
+
     def _invoke(
         self, stub: broker_pb2_grpc.BrokerStub, name: str, request: Any, timeout: float | None
     ) -> Any:
@@ -210,6 +246,7 @@ class SyncClient:
             if remaining is not None and remaining <= 0:
                 break
             try:
+                self._ensure_ready(address, deadline)
                 response = self._invoke(self._connection(address), name, request, remaining)
             except UNANSWERED:
                 continue
@@ -238,6 +275,7 @@ class SyncClient:
                         if last_error is not None:
                             raise last_error from None
                         raise
+                    self._ensure_ready(address, deadline)
                 else:
                     address = self._home
                 remaining = None if deadline is None else max(
@@ -249,6 +287,8 @@ class SyncClient:
                 last_error = err
                 if isinstance(err, ROUTING_ERRORS):
                     self._route_by_metadata = True
+                if isinstance(err, UNANSWERED) and address is not None:
+                    self._ready.discard(address)
                 if isinstance(err, UnknownTopicOrPartitionError):
                     # Raised unless a refresh names a leader: then the server's view lags.
                     action = (Reroute.AFTER_BACKOFF
@@ -358,6 +398,7 @@ class SyncClient:
             timeout = remaining if self._timeout_s is None else (
                 self._timeout_s if remaining is None else min(self._timeout_s, remaining))
             try:
+                self._ensure_ready(address, deadline)
                 response = self._invoke(self._connection(address), "Metadata", request, timeout)
             except UnknownTopicOrPartitionError as err:
                 unknown = err  # another server's view may have it already (a new topic)
