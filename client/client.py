@@ -407,6 +407,7 @@ class Client:
         deadline = None if timeout is None else loop.time() + timeout
         attempts = 0
         last_error = first_error
+        unsent = False  # the last attempt found no connection: nothing was sent
         while True:
             if last_error is not None:
                 if isinstance(last_error, UnknownTopicOrPartitionError):
@@ -414,7 +415,7 @@ class Client:
                     retry_now = False if known else None
                 else:
                     retry_now = self._rerouted(
-                        topic, partition, connection, last_error, resendable)
+                        topic, partition, connection, last_error, resendable or unsent)
                 attempts += 1
                 if retry_now is None or attempts > REROUTES_MAX:
                     raise last_error
@@ -444,8 +445,13 @@ class Client:
                 continue
             try:
                 await connection.ensure_ready(self._connect_wait(deadline))
-                remaining = None if deadline is None else max(
-                    deadline - loop.time(), _ATTEMPT_TIME_MIN_S)
+            except StratalogError as err:
+                last_error, unsent = err, True  # never sent: safe to send elsewhere
+                continue
+            unsent = False
+            remaining = None if deadline is None else max(
+                deadline - loop.time(), _ATTEMPT_TIME_MIN_S)
+            try:
                 return await send(connection, remaining)
             except StratalogError as err:
                 last_error = err

@@ -264,6 +264,7 @@ class SyncClient:
         attempts = 0
         address: str | None = None
         last_error: StratalogError | None = None
+        unsent = False  # the last attempt found no connection: nothing was sent
         while True:
             try:
                 if self._route_by_metadata:
@@ -275,7 +276,11 @@ class SyncClient:
                         if last_error is not None:
                             raise last_error from None
                         raise
-                    self._ensure_ready(address, deadline)
+                    try:
+                        self._ensure_ready(address, deadline)
+                    except StratalogError:
+                        unsent = True  # never sent: safe to send elsewhere
+                        raise
                 else:
                     address = self._home
                 remaining = None if deadline is None else max(
@@ -300,8 +305,9 @@ class SyncClient:
                             self._cache, err, topic=topic, partition=partition,
                             refused_by=address,
                             cluster=self._in_cluster(),
-                            resendable=resendable,
+                            resendable=resendable or unsent,
                         )
+                unsent = False
                 attempts += 1
                 if action is Reroute.RAISE or attempts > REROUTES_MAX:
                     raise
