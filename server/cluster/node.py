@@ -27,8 +27,8 @@ from .session import EtcdSession
 
 __all__ = ["POLL_INTERVALS_PER_SESSION", "ClusterNode"]
 
-#: Polls (broker list, controller key) per session timeout: with the default 6 s, every 0.5 s,
-#: so a takeover takes at most half a second more than the session timeout.
+#: Polls (broker list, controller key) per session timeout: with the default 3 s, every 250 ms,
+#: so a takeover takes at most a quarter of a second more than the session timeout.
 POLL_INTERVALS_PER_SESSION = 12
 
 
