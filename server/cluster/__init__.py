@@ -15,6 +15,9 @@ Modules, one concept each::
     controller.py   the controller election and its epoch
     partition_state.py  what etcd stores per replicated topic and partition
     cluster_view.py the topics and partition states as last read from etcd
+    topic_admin.py  CreateTopic and DeleteTopic written to etcd, the topic listings
+    leader_election.py  the controller's duties: leaders elected, dead brokers out of ISRs
+    producer_ids.py cluster-unique producer ids: the node id above a server's counter
     node.py         session, membership and controller started and stopped together
     errors.py       this package's errors
 """
