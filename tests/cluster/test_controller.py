@@ -223,7 +223,8 @@ def test_a_new_controller_takes_over_the_elections(start_member) -> None:
     wait_for(lambda: len({metadata(s).controller_id for s in servers.values()} - {-1}) == 1
              and metadata(servers[1]).controller_id > 0, "one controller")
     create_topic(servers[1], "t", 3, 3)
-    wait_for(lambda: len(partitions_of(servers[1], "t")) == 3, "t in the view")
+    wait_for(lambda: all(len(partitions_of(s, "t")) == 3 for s in servers.values()),
+             "t in every view")
     old = metadata(servers[1]).controller_id
     # Every broker leads one partition: the controller's partition needs a new leader, which
     # only the next controller can elect (at once, on winning).
