@@ -146,6 +146,24 @@ def test_create_topic_writes_etcd_and_every_server_agrees(start_member, etcd, tm
                                                         timeout=ADMIN_TIMEOUT_S + CALL_TIMEOUT_S)
     assert etcd_records(etcd, "single") == ({}, {})
 
+    # Producer ids: the node id above each server's own counter, so never the same twice in
+    # the cluster; transactions are refused in cluster mode.
+    ids = []
+    for server in servers:
+        with grpc.insecure_channel(server.target) as channel:
+            stub = broker_pb2_grpc.BrokerStub(channel)
+            for _ in range(2):
+                ids.append(stub.InitProducerId(pb.InitProducerIdRequest(),
+                                               timeout=CALL_TIMEOUT_S).producer_id)
+            with pytest.raises(grpc.RpcError) as caught:
+                stub.InitProducerId(pb.InitProducerIdRequest(transactional_id="tx"),
+                                    timeout=CALL_TIMEOUT_S)
+            error = from_rpc_error(caught.value)
+            assert error.reason == "INVALID_REQUEST"
+            assert "transactions are not supported in cluster mode yet" in error.message
+    assert len(set(ids)) == 6
+    assert [producer_id >> 40 for producer_id in ids] == [1, 1, 2, 2, 3, 3]
+
     # etcd stopped: CreateTopic fails soon, saying it needs etcd.
     etcd.stop()
     started = time.monotonic()
