@@ -101,3 +101,4 @@ def test_decisions_keep_kafkas_invariants(replicas, leader_index, isr, live, unc
             assert set(new.isr) <= set(state.isr) | {new.leader}
     else:
         assert not set(state.isr) & live and new.isr == state.isr
+
