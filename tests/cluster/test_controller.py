@@ -103,6 +103,27 @@ def test_create_topic_writes_etcd_and_every_server_agrees(start_member, etcd, tm
     wait_for(lambda: all({p: as_tuple(m) for p, m in partitions_of(s, "orders").items()}
                          == expected for s in servers), "Metadata from every server = etcd")
 
+    # DescribeTopic and ListTopics on another server: the cluster's topic, its configs.
+    with grpc.insecure_channel(servers[1].target) as channel:
+        stub = broker_pb2_grpc.BrokerStub(channel)
+        described = stub.DescribeTopic(pb.DescribeTopicRequest(name="orders"),
+                                       timeout=CALL_TIMEOUT_S).topic
+        listed = stub.ListTopics(pb.ListTopicsRequest(), timeout=CALL_TIMEOUT_S).topics
+    assert [p.partition for p in described.partitions] == [0, 1, 2]
+    assert described.configs["retention.ms"] == "60000"
+    assert described.configs["unclean.leader.election.enable"] == "false"
+    assert [t.name for t in listed] == ["orders"]
+
+    # More partitions than etcd's 128 operations per transaction: every first state written.
+    create_topic(servers[0], "many", 130, 1)
+    assignment, states = etcd_records(etcd, "many")
+    assert len(assignment["partitions"]) == 130 and sorted(states) == list(range(130))
+    assert all(states[p] == PartitionState(nodes[0], 0, tuple(nodes), 0)
+               for p, nodes in ((int(k), v) for k, v in assignment["partitions"].items()))
+    with grpc.insecure_channel(servers[0].target) as channel:
+        broker_pb2_grpc.BrokerStub(channel).DeleteTopic(pb.DeleteTopicRequest(name="many"),
+                                                        timeout=ADMIN_TIMEOUT_S + CALL_TIMEOUT_S)
+
     # Refused with the reason and both numbers; nothing written.
     error = refused(servers[1], "wide", 1, 4)
     assert error.reason == "INVALID_REPLICATION_FACTOR" and error.code == grpc.StatusCode.INVALID_ARGUMENT
@@ -303,6 +324,19 @@ async def test_a_deposed_controllers_write_is_refused_by_etcd(etcd) -> None:
         assert PartitionState.decode((await client.get(KEYS.partition("t", 0))).value) == fresh
         # A pass of the deposed one does nothing at all.
         assert await old_elector.maybe_run_pass() == 0
+        # The current one's pass: t-0's leader (2) is not a live broker (none registered
+        # here) and no ISR member lives: offline. A topic whose creation stopped before its
+        # partition states were written gets its first ones.
+        second.start()  # keep its lease held: a controller acts only while it is
+        await client.put(KEYS.topic("half"), b'{"partitions": {"0": [2, 1], "1": [1, 2]}}')
+        assert await new_elector.maybe_run_pass() == 3
+        stored = {KEYS.parse_partition_key(kv.key): PartitionState.decode(kv.value)
+                  for kv in await client.get_prefix(KEYS.partitions_prefix)}
+        assert stored == {
+            ("t", 0): PartitionState(-1, 2, (2,), 2),
+            ("half", 0): PartitionState(2, 0, (2, 1), 2),
+            ("half", 1): PartitionState(1, 0, (1, 2), 2),
+        }
     finally:
         await first.close()
         await second.close()
