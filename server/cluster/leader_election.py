@@ -155,8 +155,9 @@ class LeaderElector:
             if new is None:
                 return False
         if not await self.write_state(topic, partition, new, revision, epoch):
-            logger.info("%s-%d: its state changed while the controller wrote it; the next pass"
-                        " reads it again", topic, partition)
+            logger.info("%s-%d: not written (its state, its topic or the controller epoch"
+                        " changed since this pass read them); the next pass reads them again",
+                        topic, partition)
             return False
         if state is None:
             logger.info("%s-%d: wrote its first state %s (its creation stopped half-way)",
