@@ -4,7 +4,7 @@ A server started with ``--cluster etcd://HOST:PORT`` and ``--node-id N`` holds o
 (:mod:`.session`), registers itself under it (:mod:`.membership`) and campaigns for the
 controller role under the same lease (:mod:`.controller`); the etcd keys are laid out in
 :mod:`.layout`. Without ``--cluster`` nothing here runs and no etcd is needed; this package's ``__init__``
-imports no etcd client (node.py and session.py do: import them only in cluster mode).
+imports no etcd client (node.py, session.py and topic_admin.py do: import them only in cluster mode).
 
 Modules, one concept each::
 
