@@ -282,13 +282,20 @@ class Client:
         partitions: int = 1,
         configs: Mapping[str, str] | None = None,
         *,
+        replication_factor: int = 0,
         timeout_s: float | None = _UNSET,
     ) -> TopicInfo:
-        """Create a topic with ``partitions`` partitions and Kafka-named ``configs``.
+        """Create a topic with ``partitions`` partitions and Kafka-named ``configs``, each
+        partition on ``replication_factor`` brokers (cluster mode; 0: the server's
+        ``default_replication_factor``; a single server takes 0 or 1).
 
-        Raises TopicAlreadyExistsError, InvalidTopicError, InvalidConfigError.
+        Raises TopicAlreadyExistsError, InvalidTopicError, InvalidConfigError, and a
+        StratalogError with reason INVALID_REPLICATION_FACTOR (more than the live brokers) or
+        COORDINATION_UNAVAILABLE (etcd did not answer).
         """
         request = wire.create_topic_request(name, partitions, configs)
+        request.replication_factor = wire.check_int(
+            replication_factor, "replication_factor", 0, 2**31 - 1)
         response = await self._call(self._stub.CreateTopic, request, self._deadline(timeout_s))
         return wire.topic_info(response.topic)
 

@@ -345,6 +345,7 @@ class Server:
             self.cluster_node = await ClusterNode.start(
                 settings.cluster, settings.cluster_prefix, settings.node_id, address,
                 settings.cluster_session_timeout_ms,
+                unclean_leader_election_enable=settings.unclean_leader_election_enable,
             )
         except ClusterError as exc:
             raise StartupError(f"cannot join the cluster {settings.cluster}: {exc}") from exc

@@ -69,9 +69,18 @@ from stratalog.server import status
 from stratalog.server.append_placement import AppendPlacement, holds_compressed_batches
 from stratalog.server.client_limits import ClientLimits, WaitingRpc, WaitingRpcKind, call_origin
 from stratalog.server.cluster.controller import NO_CONTROLLER, ControllerState
+from stratalog.server.cluster.errors import (
+    CoordinationUnavailableError,
+    InvalidReplicationFactorError,
+)
 from stratalog.server.cluster.membership import BrokerInfo
+from stratalog.server.cluster.producer_ids import cluster_producer_id
 from stratalog.server.decoding import ProduceRequestView, UndecodableRequest
-from stratalog.server.metadata import SINGLE_SERVER_NODE_ID, metadata_response
+from stratalog.server.metadata import (
+    SINGLE_SERVER_NODE_ID,
+    cluster_metadata_response,
+    metadata_response,
+)
 from stratalog.server.security.acl_messages import (
     binding_from_message,
     binding_message,
@@ -107,6 +116,7 @@ from stratalog.v1 import broker_pb2, broker_pb2_grpc
 
 if TYPE_CHECKING:
     from stratalog.server.cluster.node import ClusterNode
+    from stratalog.server.cluster.topic_admin import TopicAdmin
     from stratalog.server.metrics import ServerMetrics
     from stratalog.server.security.authorizer import Authorizer
     from stratalog.server.settings import Settings
@@ -164,6 +174,15 @@ def cleaner_positions(
         with contextlib.suppress(UnknownTopicOrPartitionError):
             positions[p.partition] = log_manager.cleaner_status(description.name, p.partition)
     return positions
+
+
+def _single_server_replication_factor(replication_factor: int) -> None:
+    """A server without --cluster holds one copy: CreateTopic's 0 (the default) and 1 only."""
+    if replication_factor not in (0, 1):
+        raise InvalidReplicationFactorError(
+            f"replication factor {replication_factor}: a single server (no --cluster) holds one"
+            " copy of each partition; use 0 (the default) or 1"
+        )
 
 
 def _partition(value: int) -> int:
@@ -356,6 +375,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         #: This server in the cluster (server/cluster/), set by app.py once it registered;
         #: None for a single server, and until then.
         self.cluster_node: ClusterNode | None = None
+        self._cluster_topic_admin: TopicAdmin | None = None
         #: HOST:PORT clients reach this server at (app.py sets it once the port is bound).
         self.advertised_address = settings.advertised_listen or settings.listen
         self._metrics = metrics
@@ -688,6 +708,30 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
 
     # ---------------------------------------------------------------- topics
 
+    def _topic_admin(self) -> TopicAdmin | None:
+        """Cluster mode: the topic administration that writes etcd (server/cluster/
+        topic_admin.py), made on first use; None for a single server.
+
+        Raises:
+            CoordinationUnavailableError: cluster mode, but this server has not joined yet.
+        """
+        if not self._settings.cluster:
+            return None
+        node = self.cluster_node
+        if node is None:
+            raise CoordinationUnavailableError(
+                "this server has not joined its cluster yet (it registers in etcd right after"
+                " it starts listening): retry in a moment"
+            )
+        if self._cluster_topic_admin is None:
+            from stratalog.server.cluster.topic_admin import TopicAdmin
+
+            self._cluster_topic_admin = TopicAdmin(
+                node, self._log_manager, self._settings.default_replication_factor,
+                self._settings.unclean_leader_election_enable,
+            )
+        return self._cluster_topic_admin
+
     def _topic_message(
         self, description: TopicDescription, cleaner: CleanerPositions | None = None
     ) -> broker_pb2.TopicDescription:
@@ -717,9 +761,16 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 f"must be in 1..{self._settings.topic_partitions_max}, got {request.partitions}",
                 "INVALID_TOPIC",
             )
-        description = await self.admin(
-            self._log_manager.create_topic, name, request.partitions, dict(request.configs)
-        )
+        topic_admin = self._topic_admin()
+        if topic_admin is None:
+            _single_server_replication_factor(request.replication_factor)
+            description = await self.admin(
+                self._log_manager.create_topic, name, request.partitions, dict(request.configs)
+            )
+        else:
+            description = await topic_admin.create_topic(
+                name, request.partitions, dict(request.configs), request.replication_factor
+            )
         return broker_pb2.CreateTopicResponse(topic=self._topic_message(description))
 
     @_rpc()
@@ -727,6 +778,9 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         self, request: broker_pb2.DeleteTopicRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.DeleteTopicResponse:
         name = self._topic(request.name, "name")
+        topic_admin = self._topic_admin()
+        if topic_admin is not None and await topic_admin.delete_topic(name):
+            return broker_pb2.DeleteTopicResponse()  # each replica deletes its local log
         async with self._admin_lock, contextlib.AsyncExitStack() as held:
             # No append may be half-way through a partition while its log closes.
             for key, gate in sorted(self._gates.items()):
@@ -741,6 +795,13 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         self, request: broker_pb2.ListTopicsRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.ListTopicsResponse:
         topics = await self.admin(self._listed)
+        topic_admin = self._topic_admin()
+        if topic_admin is not None:
+            cleaners = {description.name: cleaner for description, cleaner in topics}
+            topics = [
+                (description, cleaners.get(description.name, {}))
+                for description in topic_admin.listed([d for d, _ in topics])
+            ]
         return broker_pb2.ListTopicsResponse(
             topics=[self._topic_message(t, cleaner) for t, cleaner in topics]
         )
@@ -750,7 +811,15 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         self, request: broker_pb2.DescribeTopicRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.DescribeTopicResponse:
         name = self._topic(request.name, "name")
-        description, cleaner = await self.admin(self._described, name)
+        topic_admin = self._topic_admin()
+        if topic_admin is not None and topic_admin.knows(name):
+            try:
+                local, cleaner = await self.admin(self._described, name)
+            except UnknownTopicOrPartitionError:  # this server does not hold it (yet)
+                local, cleaner = None, {}
+            description = topic_admin.describe(name, local)
+        else:
+            description, cleaner = await self.admin(self._described, name)
         return broker_pb2.DescribeTopicResponse(topic=self._topic_message(description, cleaner))
 
     @_rpc()
@@ -1128,8 +1197,9 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         topics = [self._topic(name, "topics") for name in request.topics]
         node = self.cluster_node
         if node is not None:
-            node_id, brokers, controller = node.node_id, node.brokers, node.controller
-        elif self._settings.cluster:
+            return cluster_metadata_response(node.node_id, node.brokers, node.controller,
+                                             node.view.topics, node.view.partitions, topics)
+        if self._settings.cluster:
             # Between the bind and the registration (app.py): nothing known of the cluster yet.
             node_id, brokers, controller = self._settings.node_id, [], NO_CONTROLLER
         else:
@@ -1154,14 +1224,25 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                     "must not be empty; leave it unset for an idempotent producer",
                 )
             transactional_id = request.transactional_id
+            if self._settings.cluster:
+                # The coordinator's state and its markers live on one server's disk; in a
+                # cluster they would need a replicated __transaction_state (docs/cluster.md).
+                raise BadRequestError(
+                    "transactional_id",
+                    "transactions are not supported in cluster mode yet; leave it unset for an"
+                    " idempotent producer",
+                )
         # 0 is proto3's unset: Kafka's producer default. A negative timeout is the
         # coordinator's to refuse (INVALID_TRANSACTION_TIMEOUT, with the allowed range).
         timeout_ms = request.transaction_timeout_ms or DEFAULT_TRANSACTION_TIMEOUT_MS
         producer = await self._blocking(
             self._coordinator.init_producer_id, transactional_id, timeout_ms
         )
+        producer_id = producer.producer_id
+        if self._settings.cluster:
+            producer_id = cluster_producer_id(self._settings.node_id, producer_id)
         return broker_pb2.InitProducerIdResponse(
-            producer_id=producer.producer_id, producer_epoch=producer.producer_epoch
+            producer_id=producer_id, producer_epoch=producer.producer_epoch
         )
 
     @_rpc()

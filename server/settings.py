@@ -93,6 +93,9 @@ _STORAGE_NAMES_OUTSIDE_LOG = frozenset({
 })
 
 _KIB = 1024
+#: The largest node id in cluster mode: producer ids are ``node_id << 40 | counter`` there
+#: (server/cluster/producer_ids.py) and must stay below 2^63.
+NODE_ID_MAX = (1 << 23) - 1
 _MIB = 1024 * _KIB
 
 
@@ -445,11 +448,24 @@ class Settings:
         " empty = the listen host and the port bound",
     )
     cluster_session_timeout_ms: int = _setting(
-        6_000,
+        3_000,
         "a server whose etcd lease is not renewed for this long is gone: its registration"
-        " ends, and the controller role passes to another (etcd's lease TTL, whole seconds,"
-        " rounded up)",
+        " ends, the controller role passes to another and its partitions get new leaders"
+        " (etcd's lease TTL, whole seconds, rounded up; Kafka's broker.session.timeout.ms is"
+        " 9000: docs/cluster.md says why ours is shorter)",
         1_000,
+    )
+    default_replication_factor: int = _setting(
+        1,
+        "copies of each partition of a topic created with replication_factor 0 (Kafka's"
+        " default.replication.factor); at most the live brokers at creation",
+        1,
+    )
+    unclean_leader_election_enable: bool = _setting(
+        False,
+        "let the controller elect a replica outside the ISR when no in-sync replica lives"
+        " (Kafka's unclean.leader.election.enable): the partition comes back at once but"
+        " loses the records only the ISR had; a topic's config of that name overrides it",
     )
     cluster_prefix: str = _setting(
         "/stratalog", "the etcd key prefix of this cluster's keys (several clusters may share an"
@@ -524,6 +540,11 @@ class Settings:
                 raise SettingsError(f"setting 'advertised_listen': {exc}") from None
             if address.port == 0:
                 raise SettingsError("setting 'advertised_listen' needs a real port, not 0")
+        if self.cluster and self.node_id > NODE_ID_MAX:
+            # Producer ids in cluster mode carry the node id above a 40-bit counter
+            # (server/cluster/producer_ids.py), and producer ids are int64.
+            raise SettingsError(f"setting 'node_id' must be <= {NODE_ID_MAX} in cluster mode,"
+                                f" got {self.node_id}")
         if not self.cluster_prefix.startswith("/") or self.cluster_prefix.endswith("/"):
             raise SettingsError(f"setting 'cluster_prefix' must start with '/' and not end with"
                                 f" one, got {self.cluster_prefix!r}")
@@ -686,6 +707,8 @@ _KAFKA_ALIASES = {
     "connections.max.idle.ms": "connections_max_idle_ms",
     "node.id": "node_id",
     "cluster.session.timeout.ms": "cluster_session_timeout_ms",
+    "default.replication.factor": "default_replication_factor",
+    "unclean.leader.election.enable": "unclean_leader_election_enable",
     "advertised.listeners": "advertised_listen",
 }
 assert all(setting in _FIELDS for setting in _KAFKA_ALIASES.values())
