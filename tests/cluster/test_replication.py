@@ -1,0 +1,248 @@
+"""Replication against real processes: etcd and two or three servers on 127.0.0.1.
+
+The test plays the controller: it writes the topic's assignment and its partitions' states into
+etcd with partition_state.py's codecs (as CreateTopic and the controller's elections do), then
+waits for the servers to act on them. What is checked is what clients see (Produce, fetches and
+their errors), what etcd holds (the ISR the leader wrote) and the replicas' segment files, byte
+for byte; never a private state.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import grpc
+
+from stratalog.client.errors import from_rpc_error
+from stratalog.server.cluster.layout import ClusterKeys
+from stratalog.server.cluster.partition_state import PartitionState, TopicAssignment
+from stratalog.v1 import broker_pb2 as pb
+from stratalog.v1 import broker_pb2_grpc
+from tests.integration.conftest import CALL_TIMEOUT_S, ServerProcess
+
+from .conftest import ETCD_BINARY, SESSION_TIMEOUT_MS, EtcdProcess, wait_for
+
+ETCDCTL = ETCD_BINARY.parent / "etcdctl"
+KEYS = ClusterKeys("/stratalog")
+#: The ISR checks of these tests: a follower silent for a second leaves the ISR.
+LAG_FLAGS = ("--replica-lag-time-max-ms", "1000")
+
+
+# ------------------------------------------------------------------------ etcd, as a controller
+
+
+def etcdctl(etcd: EtcdProcess, *args: str) -> str:
+    result = subprocess.run(
+        [str(ETCDCTL), f"--endpoints=127.0.0.1:{etcd.client_port}", *args],
+        capture_output=True, check=True, env={**os.environ, "ETCDCTL_API": "3"}, timeout=30,
+    )
+    return result.stdout.decode()
+
+
+def write_state(etcd: EtcdProcess, topic: str, partition: int, leader: int, epoch: int,
+                isr: list[int]) -> None:
+    value = PartitionState(leader, epoch, tuple(isr)).encode().decode()
+    etcdctl(etcd, "put", KEYS.partition(topic, partition).decode(), value)
+
+
+def read_state(etcd: EtcdProcess, topic: str, partition: int) -> PartitionState:
+    value = etcdctl(etcd, "get", "--print-value-only", KEYS.partition(topic, partition).decode())
+    state = PartitionState.decode(value.strip().encode())
+    assert state is not None, value
+    return state
+
+
+def create_topic(etcd: EtcdProcess, topic: str, replicas: list[int],
+                 configs: dict[str, str] | None = None) -> None:
+    """One partition on ``replicas``, the first the leader at epoch 0, all in sync."""
+    assignment = TopicAssignment({0: tuple(replicas)}, configs or {})
+    etcdctl(etcd, "put", KEYS.topic(topic).decode(), assignment.encode().decode())
+    write_state(etcd, topic, 0, replicas[0], 0, replicas)
+
+
+# ------------------------------------------------------------------------ clients
+
+
+def produce(server: ServerProcess, topic: str, values: list[bytes], acks: int = -1
+            ) -> pb.ProduceResponse:
+    with grpc.insecure_channel(server.target) as channel:
+        return broker_pb2_grpc.BrokerStub(channel).Produce(
+            pb.ProduceRequest(topic=topic, partition=0, acks=acks,
+                              records=[pb.Record(value=v) for v in values]),
+            timeout=60,
+        )
+
+
+def fetch(server: ServerProcess, topic: str, offset: int = 0) -> pb.FetchResponse:
+    with grpc.insecure_channel(server.target) as channel:
+        return broker_pb2_grpc.BrokerStub(channel).FetchByOffset(
+            pb.FetchByOffsetRequest(topic=topic, partition=0, offset=offset,
+                                    format=pb.FETCH_FORMAT_RECORDS),
+            timeout=CALL_TIMEOUT_S,
+        )
+
+
+def latest_offset(server: ServerProcess, topic: str) -> int:
+    with grpc.insecure_channel(server.target) as channel:
+        return broker_pb2_grpc.BrokerStub(channel).ListOffsets(
+            pb.ListOffsetsRequest(topic=topic, partition=0, timestamp=-1), timeout=CALL_TIMEOUT_S
+        ).offset
+
+
+def error_of(call: grpc.RpcError) -> tuple[str, dict[str, str]]:
+    """The ErrorReason name and metadata of a failed call, as the client library reads them."""
+    error = from_rpc_error(call)
+    return error.reason or "", dict(error.metadata)
+
+
+def refused(call: object) -> tuple[str, dict[str, str]]:
+    """Run ``call``; the reason it was refused with (AssertionError if it was not)."""
+    try:
+        call()  # type: ignore[operator]
+    except grpc.RpcError as exc:
+        return error_of(exc)
+    raise AssertionError("the call succeeded")
+
+
+def values(response: pb.FetchResponse) -> list[bytes]:
+    return [record.value for record in response.records]
+
+
+def produce_when_ready(server: ServerProcess, topic: str, payload: list[bytes],
+                       acks: int = -1) -> pb.ProduceResponse:
+    """Produce once ``server`` has taken the role etcd gives it (until then it refuses)."""
+    answer: list[pb.ProduceResponse] = []
+
+    def attempt() -> bool:
+        try:
+            answer.append(produce(server, topic, payload, acks))
+        except grpc.RpcError as exc:
+            reason, _ = error_of(exc)
+            assert reason in ("NOT_LEADER_OR_FOLLOWER", "UNKNOWN_TOPIC_OR_PARTITION",
+                              "LEADER_NOT_AVAILABLE", "REQUEST_TIMED_OUT"), reason
+            return False
+        return True
+
+    wait_for(attempt, f"a produce to {server.target} accepted")
+    return answer[0]
+
+
+def segment_bytes(server: ServerProcess, topic: str) -> bytes:
+    """The partition's .log files on ``server``'s disk, concatenated in offset order."""
+    directory = Path(server.data_dir) / f"{topic}-0"
+    return b"".join(path.read_bytes() for path in sorted(directory.glob("*.log")))
+
+
+def same_log(servers: list[ServerProcess], topic: str) -> bool:
+    logs = {segment_bytes(server, topic) for server in servers}
+    return len(logs) == 1 and logs.pop() != b""
+
+
+# ------------------------------------------------------------------------ tests
+
+
+def test_acks_all_reaches_every_replica_and_followers_refuse_clients(etcd, start_member) -> None:
+    servers = {n: start_member(n) for n in (1, 2, 3)}
+    create_topic(etcd, "orders", [1, 2, 3])
+    first = produce_when_ready(servers[1], "orders", [b"a", b"b"])
+    second = produce(servers[1], "orders", [b"c"])
+    assert (first.base_offset, first.last_offset, second.base_offset) == (0, 1, 2)
+    # Acknowledged with acks=all: every replica holds the leader's bytes.
+    wait_for(lambda: same_log(list(servers.values()), "orders"), "the same log on 3 replicas")
+    assert values(fetch(servers[1], "orders")) == [b"a", b"b", b"c"]
+
+    # A follower refuses clients and names the leader.
+    for call in (lambda: produce(servers[2], "orders", [b"x"]),
+                 lambda: fetch(servers[3], "orders"),
+                 lambda: latest_offset(servers[2], "orders")):
+        reason, hint = refused(call)
+        assert reason == "NOT_LEADER_OR_FOLLOWER"
+        assert (hint["leader_id"], hint["leader_address"]) == ("1", servers[1].target)
+
+    # The controller's part, played here: node 2 leads at epoch 1. It serves what node 1
+    # acknowledged, and node 1 now follows it.
+    write_state(etcd, "orders", 0, 2, 1, [1, 2, 3])
+    produce_when_ready(servers[2], "orders", [b"d"])
+    assert values(fetch(servers[2], "orders")) == [b"a", b"b", b"c", b"d"]
+    reason, hint = refused(lambda: produce(servers[1], "orders", [b"x"]))
+    assert (reason, hint["leader_id"], hint["leader_epoch"]) == ("NOT_LEADER_OR_FOLLOWER", "2", "1")
+    wait_for(lambda: same_log(list(servers.values()), "orders"), "node 2's log everywhere")
+
+
+def test_a_divergent_suffix_is_truncated_by_epoch_and_consumers_never_saw_it(
+    etcd, start_member,
+) -> None:
+    servers = {n: start_member(n) for n in (1, 2, 3)}
+    create_topic(etcd, "events", [1, 2, 3])
+    produce_when_ready(servers[1], "events", [b"a", b"b"])
+    wait_for(lambda: same_log(list(servers.values()), "events"), "a, b on every replica")
+    # Followers gone: the leader still takes acks=1 records, which nobody else has.
+    data_dirs = {n: servers[n].data_dir for n in (2, 3)}
+    for n in (2, 3):
+        servers.pop(n).kill()
+    suffix = produce(servers[1], "events", [b"x", b"y"], acks=1)
+    assert (suffix.base_offset, suffix.last_offset) == (2, 3)
+    # Consumers read below the high watermark only: x and y are not replicated.
+    response = fetch(servers[1], "events")
+    assert values(response) == [b"a", b"b"]
+    assert response.high_watermark == 2
+    assert latest_offset(servers[1], "events") == 2
+    assert values(fetch(servers[1], "events", offset=2)) == []
+
+    # A new leader at epoch 1 from the replicas that have a and b only; the old leader keeps
+    # running and must give x and y up.
+    write_state(etcd, "events", 0, 2, 1, [2, 3])
+    time.sleep(SESSION_TIMEOUT_MS / 1000 + 0.5)  # the killed servers' node ids free again
+    for n in (2, 3):
+        servers[n] = start_member(n, data_dir=data_dirs[n])
+    produce_when_ready(servers[2], "events", [b"c"])
+    assert values(fetch(servers[2], "events")) == [b"a", b"b", b"c"]
+    wait_for(lambda: same_log(list(servers.values()), "events"),
+             "the old leader truncated to the new leader's log, byte for byte")
+    assert "diverges from leader 2" in servers[1].log_text()
+
+
+def test_a_lagging_follower_leaves_the_isr_and_rejoins(etcd, start_member) -> None:
+    servers = {n: start_member(n, *LAG_FLAGS) for n in (1, 2)}
+    create_topic(etcd, "audit", [1, 2], {"min.insync.replicas": "2"})
+    produce_when_ready(servers[1], "audit", [b"a"])
+    follower = servers[2].process.pid
+    os.kill(follower, signal.SIGSTOP)
+    try:
+        # Waits until the ISR shrank, then fails: written, but not on min.insync.replicas.
+        reason, _ = refused(lambda: produce(servers[1], "audit", [b"b"]))
+        assert reason == "NOT_ENOUGH_REPLICAS_AFTER_APPEND"
+        assert read_state(etcd, "audit", 0).isr == (1,)
+        # Now refused before anything is written; acks=1 still goes.
+        reason, _ = refused(lambda: produce(servers[1], "audit", [b"c"]))
+        assert reason == "NOT_ENOUGH_REPLICAS"
+        assert produce(servers[1], "audit", [b"d"], acks=1).base_offset == 2
+    finally:
+        os.kill(follower, signal.SIGCONT)
+    wait_for(lambda: read_state(etcd, "audit", 0).isr == (1, 2), "node 2 back in the ISR")
+    assert produce(servers[1], "audit", [b"e"]).base_offset == 3
+    wait_for(lambda: same_log(list(servers.values()), "audit"), "node 2 caught up")
+    assert values(fetch(servers[1], "audit")) == [b"a", b"b", b"d", b"e"]
+
+
+def test_a_leader_that_lost_its_lease_is_refused_until_it_follows(etcd, start_member) -> None:
+    servers = {n: start_member(n) for n in (1, 2)}
+    create_topic(etcd, "ledger", [1, 2])
+    produce_when_ready(servers[1], "ledger", [b"a"])
+    os.kill(servers[1].process.pid, signal.SIGSTOP)
+    try:
+        time.sleep(SESSION_TIMEOUT_MS / 1000 * 2)  # its lease expires
+        write_state(etcd, "ledger", 0, 2, 1, [2])  # the controller moves the leadership
+    finally:
+        os.kill(servers[1].process.pid, signal.SIGCONT)
+    # From the first request after it thawed: never accepted again.
+    for _ in range(20):
+        reason, _ = refused(lambda: produce(servers[1], "ledger", [b"stale"], acks=1))
+        assert reason == "NOT_LEADER_OR_FOLLOWER"
+    produce_when_ready(servers[2], "ledger", [b"b"])
+    wait_for(lambda: same_log(list(servers.values()), "ledger"), "node 1 follows node 2")
+    assert values(fetch(servers[2], "ledger")) == [b"a", b"b"]
