@@ -508,7 +508,18 @@ class Server:
         if log_manager is None:
             raise LogClosedError("the server is stopping: its logs are closed")
         partition_log = log_manager.get_log(topic, partition)
-        partition_log.write_txn_marker(producer_id, producer_epoch, coordinator_epoch, commit)
+        # A replicated partition takes markers on its leader only, stamped with its epoch (a
+        # follower refuses, and the coordinator retries); a single server's epoch is 0.
+        leader_epoch, replica = 0, None
+        manager = self.replica_manager
+        if manager is not None:
+            replica = manager.partitions.get((topic, partition))
+            if replica is not None:
+                if not replica.is_leader():
+                    raise replica.not_leader(manager.leader_address(replica.leader_id))
+                leader_epoch = replica.leader_epoch
+        partition_log.write_txn_marker(producer_id, producer_epoch, coordinator_epoch, commit,
+                                       leader_epoch=leader_epoch)
         partition_log.flush()
         loop, service = self._loop, self._service
         if loop is None or service is None:
@@ -516,6 +527,8 @@ class Server:
         # A closed loop (the process is exiting) has nobody waiting any more.
         with contextlib.suppress(RuntimeError):
             loop.call_soon_threadsafe(service.wake_readers, topic, partition)
+            if replica is not None:
+                loop.call_soon_threadsafe(replica.notify_append)  # followers copy it
 
     def held_for_waiting_rpcs_bytes(self) -> int:
         """An estimate of the memory held for Subscribe streams and long polls: their idle
