@@ -595,6 +595,8 @@ class Server:
             await self._health.enter_graceful_shutdown()
         if self._service is not None:
             self._service.begin_shutdown()
+        if self.replica_manager is not None:
+            self.replica_manager.begin_shutdown()
         if self._grpc is not None:
             await self._grpc.stop(grace_s)
         await self._close_everything()

@@ -32,8 +32,9 @@ transaction that compares the partition key's mod revision with the one the lead
 view, whose listener applies what someone else wrote (a new leader: this one steps down).
 
 **The lease**: a leader leads only under the lease it began under (partition.py). When the
-session replaces an expired lease, the view is read again and every partition re-applied, so
-a server frozen past its session timeout leads again only if etcd still names it.
+session replaced an expired lease (checked every view poll interval), the view is read again
+and every partition re-applied, so a server frozen past its session timeout leads again only
+if etcd still names it.
 
 Crash behaviour: nothing is kept here; a restart rebuilds it from etcd and the logs.
 
@@ -54,10 +55,15 @@ from typing import TYPE_CHECKING, Any
 
 import grpc.aio
 
-from stratalog.server.storage.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
+from stratalog.server.storage.errors import (
+    LogClosedError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
 from stratalog.v1 import replication_pb2_grpc
 
 from .errors import LeaderNotAvailableError, NotLeaderOrFollowerError
+from .node import POLL_INTERVALS_PER_SESSION
 from .partition import Partition, Role
 from .replica_fetcher import FetchSettings, ReplicaFetcher
 
@@ -107,6 +113,9 @@ class ReplicaManager:
         self._isr_task: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
         self._closed = False
+        self._lease_seen = 0
+        #: How often the lease is checked for a replacement (the view's poll interval).
+        self._tick_s = node.session.ttl_s / POLL_INTERVALS_PER_SESSION
 
     @property
     def node_id(self) -> int:
@@ -116,10 +125,20 @@ class ReplicaManager:
         """Apply the view as it is, then follow its changes; start the ISR checks."""
         view = self._node.view
         view.add_listener(self._on_view_change)
-        self._node.session.on_new_lease(self._on_new_lease)
+        self._lease_seen = self._node.session.lease_id
         await self._on_view_change(set(view.topics), set(view.partitions))
-        self._isr_task = asyncio.create_task(self._check_isr_forever(),
-                                             name="stratalog-isr-checks")
+        self._isr_task = asyncio.create_task(self._check_forever(),
+                                             name="stratalog-replica-checks")
+
+    def begin_shutdown(self) -> None:
+        """The server stops: acks=all producers waiting here answer SHUTTING_DOWN now (their
+        records are in the log; an idempotent retry is answered as a duplicate) instead of
+        holding the shutdown until their timeout."""
+        self._closed = True
+        error = LogClosedError("the server is shutting down; the records were written on the"
+                               " leader but may not be replicated: retry")
+        for partition in self.partitions.values():
+            partition.fail_waiters(error)
 
     async def close(self) -> None:
         """Stop the fetchers and the ISR checks, fail the waiting producers, close channels."""
@@ -177,10 +196,17 @@ class ReplicaManager:
     # ---------------------------------------------------------------- applying the view
 
     async def _on_new_lease(self) -> None:
-        """The lease expired and was replaced: re-read the view, re-apply every partition."""
-        with contextlib.suppress(Exception):
-            await self._node.view.refresh()
+        """The lease expired and was replaced: re-read the view, re-apply every partition
+        (a leader under the old lease leads again only if etcd still names it)."""
         view = self._node.view
+        try:
+            await view.refresh()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # etcd down again: the next tick tries again
+            logger.info("view not re-read after a new lease: %s", exc)
+            return
+        self._lease_seen = self._node.session.lease_id
         await self._apply(set(view.topics), set(view.partitions) | set(self.partitions))
 
     async def _on_view_change(self, changed_topics: set[str],
@@ -295,14 +321,15 @@ class ReplicaManager:
     async def _make_follower(self, replica: Partition, state: PartitionState, revision: int,
                              replicas: tuple[int, ...]) -> None:
         key = (replica.topic, replica.partition)
+        # No longer leader before anything is awaited: no append slips in at the old epoch.
+        replica.become_follower(state, revision, replicas)
+        self._wake_readers(*key)
         await self._stop_fetcher(key)
         log = replica.log
         if not log.tracks_high_watermark:
             checkpointed = self._log_manager.checkpointed_high_watermark(*key)
             await self._blocking(log.update_high_watermark,
                                  checkpointed if checkpointed is not None else 0)
-        replica.become_follower(state, revision, replicas)
-        self._wake_readers(*key)
         if state.has_leader:
             logger.info("%s-%d: following node %d at epoch %d from offset %d", replica.topic,
                         replica.partition, state.leader, state.leader_epoch, log.log_end_offset)
@@ -342,20 +369,36 @@ class ReplicaManager:
             self._spawn(self._alter_isr(replica, tuple(sorted(set(replica.isr) | joining)),
                                         f"{sorted(joining)} caught up"))
 
-    async def _check_isr_forever(self) -> None:
-        interval_s = self.lag_time_max_ms / 2 / 1000
+    async def _check_forever(self) -> None:
+        """Every poll interval: a replaced lease re-applies the view; every half of
+        ``replica_lag_time_max_ms``: the ISR checks."""
+        isr_interval_s = self.lag_time_max_ms / 2 / 1000
+        loop = asyncio.get_running_loop()
+        isr_due = loop.time() + isr_interval_s
         while True:
-            await asyncio.sleep(interval_s)
-            for replica in list(self.partitions.values()):
-                if replica.isr_change_in_flight or not replica.is_leader():
-                    continue
-                lagging = replica.followers_to_remove(_now_ms(), self.lag_time_max_ms)
-                if lagging:
-                    isr = tuple(r for r in replica.isr if r not in lagging)
-                    await self._alter_isr(
-                        replica, isr, f"{sorted(lagging)} lagged more than "
-                        f"{self.lag_time_max_ms} ms (replica.lag.time.max.ms)",
-                    )
+            await asyncio.sleep(min(self._tick_s, isr_interval_s))
+            try:
+                if self._node.session.lease_id != self._lease_seen:
+                    await self._on_new_lease()
+                if loop.time() >= isr_due:
+                    isr_due = loop.time() + isr_interval_s
+                    await self._shrink_isrs()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.exception("replica checks failed; trying again")
+
+    async def _shrink_isrs(self) -> None:
+        for replica in list(self.partitions.values()):
+            if replica.isr_change_in_flight or not replica.is_leader():
+                continue
+            lagging = replica.followers_to_remove(_now_ms(), self.lag_time_max_ms)
+            if lagging:
+                isr = tuple(r for r in replica.isr if r not in lagging)
+                await self._alter_isr(
+                    replica, isr, f"{sorted(lagging)} lagged more than "
+                    f"{self.lag_time_max_ms} ms (replica.lag.time.max.ms)",
+                )
 
     def _spawn(self, coroutine: Awaitable[None]) -> None:
         task = asyncio.ensure_future(coroutine)
