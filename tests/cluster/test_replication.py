@@ -163,9 +163,27 @@ def test_acks_all_reaches_every_replica_and_followers_refuse_clients(etcd, start
         assert reason == "NOT_LEADER_OR_FOLLOWER"
         assert (hint["leader_id"], hint["leader_address"]) == ("1", servers[1].target)
 
+    # A Subscribe stream on the leader: it sees what is replicated, and ends when the leader
+    # steps down.
+    channel = grpc.insecure_channel(servers[1].target)
+    stream = broker_pb2_grpc.BrokerStub(channel).Subscribe(
+        pb.SubscribeRequest(topic="orders", partition=0, offset=0,
+                            format=pb.FETCH_FORMAT_RECORDS), timeout=60)
+    seen: list[bytes] = []
+    while len(seen) < 3:
+        seen += [r.value for r in next(stream).records]
+    assert seen == [b"a", b"b", b"c"]
+
     # The controller's part, played here: node 2 leads at epoch 1. It serves what node 1
     # acknowledged, and node 1 now follows it.
     write_state(etcd, "orders", 0, 2, 1, [1, 2, 3])
+    try:
+        while True:
+            assert not next(stream).records, "nothing more was produced"
+    except grpc.RpcError as exc:
+        assert error_of(exc)[0] == "NOT_LEADER_OR_FOLLOWER"
+    finally:
+        channel.close()
     produce_when_ready(servers[2], "orders", [b"d"])
     assert values(fetch(servers[2], "orders")) == [b"a", b"b", b"c", b"d"]
     reason, hint = refused(lambda: produce(servers[1], "orders", [b"x"]))
@@ -246,3 +264,28 @@ def test_a_leader_that_lost_its_lease_is_refused_until_it_follows(etcd, start_me
     produce_when_ready(servers[2], "ledger", [b"b"])
     wait_for(lambda: same_log(list(servers.values()), "ledger"), "node 1 follows node 2")
     assert values(fetch(servers[2], "ledger")) == [b"a", b"b"]
+
+
+def test_a_restarted_cluster_keeps_its_leaders_data_and_high_watermark(etcd, start_member) -> None:
+    servers = {n: start_member(n) for n in (1, 2)}
+    create_topic(etcd, "journal", [1, 2])
+    produce_when_ready(servers[1], "journal", [b"a", b"b"])
+    produce(servers[1], "journal", [b"c"])
+    data_dirs = {n: server.data_dir for n, server in servers.items()}
+    for server in servers.values():
+        assert server.stop() == 0
+    servers = {n: start_member(n, data_dir=data_dirs[n]) for n in (1, 2)}
+    # The high watermark comes back from replication-offset-checkpoint: everything is readable
+    # on the leader at once, before its follower fetched.
+    wait_for(lambda: _readable(servers[1], "journal") == [b"a", b"b", b"c"],
+             "the records readable on the restarted leader")
+    assert fetch(servers[1], "journal").high_watermark == 3
+    assert produce(servers[1], "journal", [b"d"]).base_offset == 3
+    wait_for(lambda: same_log(list(servers.values()), "journal"), "the follower caught up")
+
+
+def _readable(server: ServerProcess, topic: str) -> list[bytes] | None:
+    try:
+        return values(fetch(server, topic))
+    except grpc.RpcError:
+        return None  # not leading yet
