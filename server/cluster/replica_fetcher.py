@@ -14,8 +14,10 @@ gRPC channel per leader address, shared). Each round::
                               the leader's
       OFFSET_OUT_OF_RANGE  -> below the leader's log start: restart the log there
                               (truncate_fully_and_start_at); above its end: truncate to it
-      NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH, unreachable
-                           -> wait replica_fetch_backoff_ms (the view will say who leads)
+      NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH,
+      UNKNOWN_TOPIC_OR_PARTITION (an election or a creation the two sides have not both
+                           seen yet) -> wait 100 ms (the view settles within a poll)
+      unreachable, anything else -> wait replica_fetch_backoff_ms
 
 The task runs until the replica manager stops it (the view changed the role, leader or epoch).
 A stop waits for a storage call in flight in the executor to finish, so that the next role
@@ -57,6 +59,11 @@ logger = logging.getLogger(__name__)
 _STATUS_DETAILS_KEY = "grpc-status-details-bin"
 #: Added to a fetch's max wait for the call's deadline: the leader answers within max wait.
 CALL_SLACK_S = 5.0
+#: The pause after an answer that an election in progress explains (below), instead of
+#: ``replica_fetch_backoff_ms``: a leader change must not cost its followers a second.
+ELECTION_BACKOFF_S = 0.1
+_ELECTION_REASONS = frozenset({"NOT_LEADER_OR_FOLLOWER", "UNKNOWN_LEADER_EPOCH",
+                               "FENCED_LEADER_EPOCH", "UNKNOWN_TOPIC_OR_PARTITION"})
 
 
 def error_reason(exc: grpc.aio.AioRpcError) -> tuple[str, dict[str, str]]:
@@ -164,6 +171,11 @@ class ReplicaFetcher:
                 await self._blocking(self._out_of_range, log, request.fetch_offset, metadata)
                 return False
             self._log_failure(f"{reason or exc.code().name}: {exc.details()}")
+            if reason in _ELECTION_REASONS:
+                # The leader has not applied its election yet (or this follower has not seen
+                # a newer one): the view settles within a poll, so ask again soon.
+                await asyncio.sleep(min(self._settings.backoff_s, ELECTION_BACKOFF_S))
+                return False
             return True
         if response.HasField("diverging_epoch"):
             diverging = DivergingEpoch(response.diverging_epoch.epoch,

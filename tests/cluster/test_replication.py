@@ -282,6 +282,11 @@ def test_a_restarted_cluster_keeps_its_leaders_data_and_high_watermark(etcd, sta
     assert fetch(servers[1], "journal").high_watermark == 3
     assert produce(servers[1], "journal", [b"d"]).base_offset == 3
     wait_for(lambda: same_log(list(servers.values()), "journal"), "the follower caught up")
+    # Deleted from etcd (DeleteTopic's part, played here): gone from every replica's disk.
+    etcdctl(etcd, "del", KEYS.topic("journal").decode())
+    etcdctl(etcd, "del", "--prefix", KEYS.topic_partitions_prefix("journal").decode())
+    wait_for(lambda: not any((Path(s.data_dir) / "journal-0").exists() for s in servers.values()),
+             "the topic deleted locally on both servers")
 
 
 def _readable(server: ServerProcess, topic: str) -> list[bytes] | None:
