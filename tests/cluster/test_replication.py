@@ -21,7 +21,7 @@ from stratalog.client.errors import from_rpc_error
 from stratalog.server.cluster.layout import ClusterKeys
 from stratalog.server.cluster.partition_state import PartitionState, TopicAssignment
 from stratalog.v1 import broker_pb2 as pb
-from stratalog.v1 import broker_pb2_grpc
+from stratalog.v1 import broker_pb2_grpc, replication_pb2, replication_pb2_grpc
 from tests.integration.conftest import CALL_TIMEOUT_S, ServerProcess
 
 from .conftest import ETCD_BINARY, SESSION_TIMEOUT_MS, EtcdProcess, wait_for
@@ -131,6 +131,19 @@ def produce_when_ready(server: ServerProcess, topic: str, payload: list[bytes],
     return answer[0]
 
 
+def restart_when_id_free(start_member, node_id: int, data_dir: Path) -> ServerProcess:
+    """Start a killed server again on its data: its node id is taken until its lease
+    expired (a session timeout after the kill), and the start refused until then."""
+    deadline = time.monotonic() + 30
+    while True:
+        time.sleep(SESSION_TIMEOUT_MS / 1000 / 2)
+        try:
+            return start_member(node_id, data_dir=data_dir)
+        except AssertionError as exc:
+            if "already registered" not in str(exc) or time.monotonic() > deadline:
+                raise
+
+
 def segment_bytes(server: ServerProcess, topic: str) -> bytes:
     """The partition's .log files on ``server``'s disk, concatenated in offset order."""
     directory = Path(server.data_dir) / f"{topic}-0"
@@ -190,6 +203,32 @@ def test_acks_all_reaches_every_replica_and_followers_refuse_clients(etcd, start
     assert (reason, hint["leader_id"], hint["leader_epoch"]) == ("NOT_LEADER_OR_FOLLOWER", "2", "1")
     wait_for(lambda: same_log(list(servers.values()), "orders"), "node 2's log everywhere")
 
+    # The Replication RPC itself, as a follower would call it.
+    def replica_fetch(server: ServerProcess, epoch: int, **fields: int
+                      ) -> replication_pb2.ReplicaFetchResponse:
+        with grpc.insecure_channel(server.target) as channel:
+            return replication_pb2_grpc.ReplicationStub(channel).ReplicaFetch(
+                replication_pb2.ReplicaFetchRequest(
+                    topic="orders", partition=0, replica_id=3, current_leader_epoch=epoch,
+                    max_bytes=1 << 20, **fields),
+                timeout=CALL_TIMEOUT_S)
+
+    assert refused(lambda: replica_fetch(servers[2], 0))[0] == "FENCED_LEADER_EPOCH"
+    assert refused(lambda: replica_fetch(servers[2], 7))[0] == "UNKNOWN_LEADER_EPOCH"
+    assert refused(lambda: replica_fetch(servers[1], 1))[0] == "NOT_LEADER_OR_FOLLOWER"
+    # A follower whose epoch-0 records run past where epoch 0 ended on the leader (3).
+    answer = replica_fetch(servers[2], 1, fetch_offset=6, last_fetched_epoch=0)
+    assert answer.HasField("diverging_epoch") and not answer.records
+    assert (answer.diverging_epoch.epoch, answer.diverging_epoch.end_offset) == (0, 3)
+    assert answer.log_end_offset == 4
+    # Past the leader's end in its current epoch: told where that epoch ends; with no epoch
+    # to compare (an empty log would send -1), out of range.
+    answer = replica_fetch(servers[2], 1, fetch_offset=9, last_fetched_epoch=1)
+    assert (answer.diverging_epoch.epoch, answer.diverging_epoch.end_offset) == (1, 4)
+    reason, bounds = refused(lambda: replica_fetch(servers[2], 1, fetch_offset=9,
+                                                   last_fetched_epoch=-1))
+    assert (reason, bounds["log_end_offset"]) == ("OFFSET_OUT_OF_RANGE", "4")
+
 
 def test_a_divergent_suffix_is_truncated_by_epoch_and_consumers_never_saw_it(
     etcd, start_member,
@@ -214,9 +253,8 @@ def test_a_divergent_suffix_is_truncated_by_epoch_and_consumers_never_saw_it(
     # A new leader at epoch 1 from the replicas that have a and b only; the old leader keeps
     # running and must give x and y up.
     write_state(etcd, "events", 0, 2, 1, [2, 3])
-    time.sleep(SESSION_TIMEOUT_MS / 1000 + 0.5)  # the killed servers' node ids free again
     for n in (2, 3):
-        servers[n] = start_member(n, data_dir=data_dirs[n])
+        servers[n] = restart_when_id_free(start_member, n, data_dirs[n])
     produce_when_ready(servers[2], "events", [b"c"])
     assert values(fetch(servers[2], "events")) == [b"a", b"b", b"c"]
     wait_for(lambda: same_log(list(servers.values()), "events"),
