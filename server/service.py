@@ -310,6 +310,14 @@ def _rpc(stream: bool = False) -> Callable[[Callable[..., Awaitable[Any]]], Any]
     return decorate
 
 
+def _append_done(context: Any) -> None:
+    """A Session request's Produce appended: the next Produce of its partition on the stream
+    may go (server/session.py's ``RequestContext.served``; a unary call has none)."""
+    served = getattr(context, "served", None)
+    if served is not None and not served.done():
+        served.set_result(None)
+
+
 def _code_name(context: grpc.aio.ServicerContext) -> str:
     code = context.code()
     return code.name if isinstance(code, grpc.StatusCode) else "UNKNOWN"
@@ -894,7 +902,10 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 break
         if replica is not None and acks == _ACKS_ALL:
             # The records are acknowledged once every in-sync replica has them (Kafka's
-            # delayed produce): the high watermark passed them.
+            # delayed produce): the high watermark passed them. On a Session stream the next
+            # Produce of the partition may be appended meanwhile (the order is kept: this one
+            # is in the log), as Kafka's in-flight requests of a connection are.
+            _append_done(context)
             await replica.wait_for_high_watermark(
                 info.last_offset + 1, min_insync, self._settings.request_timeout_ms / 1000
             )

@@ -77,6 +77,20 @@ def produce(server: ServerProcess, topic: str, values: list[bytes], acks: int = 
         )
 
 
+def session_produce(server: ServerProcess, topic: str, payloads: list[bytes]
+                    ) -> list[pb.SessionResponse]:
+    """One acks=all Produce per payload on one Session stream, all sent at once; the answers
+    by id."""
+    requests = [
+        pb.SessionRequest(id=index + 1, produce=pb.ProduceRequest(
+            topic=topic, partition=0, records=[pb.Record(value=payload)]))
+        for index, payload in enumerate(payloads)
+    ]
+    with grpc.insecure_channel(server.target) as channel:
+        answers = list(broker_pb2_grpc.BrokerStub(channel).Session(iter(requests), timeout=60))
+    return sorted(answers, key=lambda answer: answer.id)
+
+
 def fetch(server: ServerProcess, topic: str, offset: int = 0) -> pb.FetchResponse:
     with grpc.insecure_channel(server.target) as channel:
         return broker_pb2_grpc.BrokerStub(channel).FetchByOffset(
@@ -269,20 +283,24 @@ def test_a_lagging_follower_leaves_the_isr_and_rejoins(etcd, start_member) -> No
     follower = servers[2].process.pid
     os.kill(follower, signal.SIGSTOP)
     try:
-        # Waits until the ISR shrank, then fails: written, but not on min.insync.replicas.
-        reason, _ = refused(lambda: produce(servers[1], "audit", [b"b"]))
-        assert reason == "NOT_ENOUGH_REPLICAS_AFTER_APPEND"
+        # Two Produce requests on one Session stream: each waits until the ISR shrank, then
+        # fails: written, but not on min.insync.replicas. The second was appended while the
+        # first waited for the replicas (else it would have found the ISR shrunk: refused,
+        # nothing written).
+        answers = session_produce(servers[1], "audit", [b"b1", b"b2"])
+        assert [pb.ErrorReason.Name(a.error.reason) for a in answers] == [
+            "NOT_ENOUGH_REPLICAS_AFTER_APPEND"] * 2
         assert read_state(etcd, "audit", 0).isr == (1,)
         # Now refused before anything is written; acks=1 still goes.
         reason, _ = refused(lambda: produce(servers[1], "audit", [b"c"]))
         assert reason == "NOT_ENOUGH_REPLICAS"
-        assert produce(servers[1], "audit", [b"d"], acks=1).base_offset == 2
+        assert produce(servers[1], "audit", [b"d"], acks=1).base_offset == 3
     finally:
         os.kill(follower, signal.SIGCONT)
     wait_for(lambda: read_state(etcd, "audit", 0).isr == (1, 2), "node 2 back in the ISR")
-    assert produce(servers[1], "audit", [b"e"]).base_offset == 3
+    assert produce(servers[1], "audit", [b"e"]).base_offset == 4
     wait_for(lambda: same_log(list(servers.values()), "audit"), "node 2 caught up")
-    assert values(fetch(servers[1], "audit")) == [b"a", b"b", b"d", b"e"]
+    assert values(fetch(servers[1], "audit")) == [b"a", b"b1", b"b2", b"d", b"e"]
 
 
 def test_a_leader_that_lost_its_lease_is_refused_until_it_follows(etcd, start_member) -> None:
