@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc.aio
 
+from stratalog.server.storage.config import TOPIC_CONFIG_NAMES
 from stratalog.server.storage.errors import (
     LogClosedError,
     TopicAlreadyExistsError,
@@ -245,10 +246,15 @@ class ReplicaManager:
                     logger.exception("%s-%d: could not apply the cluster view", *key)
 
     async def _ensure_topic(self, topic: str, partitions: int, configs: dict[str, str]) -> None:
+        # The log's own configs: the assignment may carry others the storage does not know
+        # (the controller's, e.g. unclean.leader.election.enable), which are not the log's.
+        log_configs = {name: value for name, value in configs.items()
+                       if name in TOPIC_CONFIG_NAMES}
+
         def create() -> None:
             # Exists already: created before a restart, or by this server's CreateTopic.
             with contextlib.suppress(TopicAlreadyExistsError):
-                self._log_manager.create_topic(topic, partitions, configs)
+                self._log_manager.create_topic(topic, partitions, log_configs)
 
         await self._blocking(create)
 
