@@ -304,9 +304,16 @@ def test_a_lagging_follower_leaves_the_isr_and_rejoins(etcd, start_member) -> No
 
 
 def test_a_leader_that_lost_its_lease_is_refused_until_it_follows(etcd, start_member) -> None:
-    servers = {n: start_member(n) for n in (1, 2)}
+    servers = {n: start_member(n, "--request-timeout-ms", "1500") for n in (1, 2)}
     create_topic(etcd, "ledger", [1, 2])
     produce_when_ready(servers[1], "ledger", [b"a"])
+    # A follower frozen for less than replica_lag_time_max_ms stays in the ISR: acks=all
+    # waits for it until request_timeout_ms (the record stays in the leader's log).
+    os.kill(servers[2].process.pid, signal.SIGSTOP)
+    try:
+        assert refused(lambda: produce(servers[1], "ledger", [b"b"]))[0] == "REQUEST_TIMED_OUT"
+    finally:
+        os.kill(servers[2].process.pid, signal.SIGCONT)
     os.kill(servers[1].process.pid, signal.SIGSTOP)
     try:
         time.sleep(SESSION_TIMEOUT_MS / 1000 * 2)  # its lease expires
@@ -317,9 +324,9 @@ def test_a_leader_that_lost_its_lease_is_refused_until_it_follows(etcd, start_me
     for _ in range(20):
         reason, _ = refused(lambda: produce(servers[1], "ledger", [b"stale"], acks=1))
         assert reason == "NOT_LEADER_OR_FOLLOWER"
-    produce_when_ready(servers[2], "ledger", [b"b"])
+    produce_when_ready(servers[2], "ledger", [b"c"])
     wait_for(lambda: same_log(list(servers.values()), "ledger"), "node 1 follows node 2")
-    assert values(fetch(servers[2], "ledger")) == [b"a", b"b"]
+    assert values(fetch(servers[2], "ledger")) == [b"a", b"b", b"c"]
 
 
 def test_a_restarted_cluster_keeps_its_leaders_data_and_high_watermark(etcd, start_member) -> None:
