@@ -202,10 +202,19 @@ class ReplicaFetcher:
         if response.records:
             try:
                 log.append_as_follower(response.records)
-            except UnexpectedAppendOffsetError:
-                # The log moved under the request (a truncation by a role change): the next
-                # fetch asks from the new end.
-                return
+            except UnexpectedAppendOffsetError as exc:
+                end = log.log_end_offset
+                if not (end == log.log_start_offset and exc.first_offset < end <= exc.last_offset):
+                    raise  # logged by the loop, retried after the backoff
+                # Kafka's Partition.appendRecordsToFollowerOrFutureReplica: an empty log that
+                # starts inside the leader's first batch (the leader's log start is not at a
+                # batch boundary after DeleteRecords) restarts at the batch's base offset.
+                p = self._partition
+                logger.info("%s-%d: the leader's first batch starts at %d, below this empty"
+                            " log's start %d: restarting the log there", p.topic, p.partition,
+                            exc.first_offset, end)
+                log.truncate_fully_and_start_at(exc.first_offset)
+                log.append_as_follower(response.records)
         log.update_high_watermark(min(response.high_watermark, log.log_end_offset))
         # The leader's log start (retention, DeleteRecords) after the high watermark, which
         # bounds it.

@@ -10,6 +10,7 @@ for byte; never a private state.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -357,3 +358,25 @@ def _readable(server: ServerProcess, topic: str) -> list[bytes] | None:
         return values(fetch(server, topic))
     except grpc.RpcError:
         return None  # not leading yet
+
+
+def test_a_follower_that_lost_its_disk_copies_the_leaders_log_again(etcd, start_member) -> None:
+    servers = {n: start_member(n) for n in (1, 2)}
+    create_topic(etcd, "vault", [1, 2])
+    produce_when_ready(servers[1], "vault", [b"a", b"b", b"c"])  # one batch, offsets 0..2
+    with grpc.insecure_channel(servers[1].target) as channel:
+        # The leader's log now starts inside that batch.
+        broker_pb2_grpc.BrokerStub(channel).DeleteRecords(
+            pb.DeleteRecordsRequest(topic="vault", partition=0, before_offset=1),
+            timeout=CALL_TIMEOUT_S)
+    data_dir = servers[2].data_dir
+    servers.pop(2).kill()
+    shutil.rmtree(data_dir)
+    # Empty, it asks for offset 0, below the leader's log start (OFFSET_OUT_OF_RANGE: it
+    # restarts at 1), then gets the batch holding 1, which starts at 0 (Kafka's case of an
+    # empty log starting inside the leader's first batch: it restarts at 0).
+    servers[2] = restart_when_id_free(start_member, 2, data_dir)
+    wait_for(lambda: same_log(list(servers.values()), "vault"), "the batch copied again")
+    assert produce(servers[1], "vault", [b"d"]).base_offset == 3  # acks=all: node 2 has it
+    assert values(fetch(servers[1], "vault", offset=1)) == [b"b", b"c", b"d"]
+    assert "first batch starts at 0, below this empty log's start 1" in servers[2].log_text()
