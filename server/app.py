@@ -381,6 +381,7 @@ class Server:
         manager = ReplicaManager(
             self.cluster_node, self.log_manager, self.settings, self._executor,
             wake_readers=service.wake_readers, delete_topic=service.delete_replica_topic,
+            metrics=self.metrics,
         )
         # Before it applies the view: a replicated topic must never be served as a local one.
         service.replica_manager = manager

@@ -69,6 +69,7 @@ from .partition import Partition, Role
 from .replica_fetcher import FetchSettings, ReplicaFetcher
 
 if TYPE_CHECKING:
+    from stratalog.server.metrics import ServerMetrics
     from stratalog.server.settings import Settings
     from stratalog.server.storage.log_manager import LogManager
 
@@ -96,8 +97,10 @@ class ReplicaManager:
 
     def __init__(self, node: ClusterNode, log_manager: LogManager, settings: Settings,
                  executor: Executor, wake_readers: Callable[[str, int], None],
-                 delete_topic: Callable[[str], Awaitable[None]]) -> None:
+                 delete_topic: Callable[[str], Awaitable[None]],
+                 metrics: ServerMetrics | None = None) -> None:
         self._node = node
+        self._metrics = metrics
         self._log_manager = log_manager
         self._executor = executor
         self._wake_readers = wake_readers
@@ -122,8 +125,20 @@ class ReplicaManager:
     def node_id(self) -> int:
         return self._node.node_id
 
+    def leader_count(self) -> int:
+        """Partitions this server leads now (a metric's gauge; any thread)."""
+        return sum(1 for p in list(self.partitions.values()) if p.is_leader())
+
+    def under_replicated_count(self) -> int:
+        """Partitions led here whose ISR is smaller than their replicas (any thread)."""
+        return sum(1 for p in list(self.partitions.values())
+                   if p.is_leader() and len(p.isr) < len(p.replicas))
+
     async def start(self) -> None:
         """Apply the view as it is, then follow its changes; start the ISR checks."""
+        if self._metrics is not None:
+            self._metrics.leader_partitions.set_function(self.leader_count)
+            self._metrics.under_replicated_partitions.set_function(self.under_replicated_count)
         view = self._node.view
         view.add_listener(self._on_view_change)
         self._lease_seen = self._node.session.lease_id
@@ -179,8 +194,7 @@ class ReplicaManager:
         if assignment is None:
             return None
         if partition not in assignment.replicas:
-            # Not a partition of the replicated topic: the local lookup answers
-            # UNKNOWN_TOPIC_OR_PARTITION as it does for a missing partition.
+            # Not a partition of the replicated topic: as a local lookup of a missing one.
             raise UnknownTopicOrPartitionError(f"{topic}-{partition} does not exist")
         replica = self.partitions.get((topic, partition))
         if replica is not None and replica.is_leader():
@@ -435,6 +449,9 @@ class ReplicaManager:
             if succeeded:
                 logger.info("%s-%d: ISR %s -> %s: %s", *key, list(versioned.state.isr),
                             list(isr), why)
+                if self._metrics is not None:
+                    grew = len(isr) > len(versioned.state.isr)
+                    (self._metrics.isr_expands if grew else self._metrics.isr_shrinks).inc()
             else:
                 logger.info("%s-%d: ISR change to %s lost a race (the state changed in etcd);"
                             " re-reading", *key, list(isr))

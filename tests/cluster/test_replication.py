@@ -292,6 +292,8 @@ def test_a_lagging_follower_leaves_the_isr_and_rejoins(etcd, start_member) -> No
         assert [pb.ErrorReason.Name(a.error.reason) for a in answers] == [
             "NOT_ENOUGH_REPLICAS_AFTER_APPEND"] * 2
         assert read_state(etcd, "audit", 0).isr == (1,)
+        assert servers[1].metric("stratalog_isr_shrinks_total") == 1
+        assert servers[1].metric("stratalog_under_replicated_partitions") == 1
         # Now refused before anything is written; acks=1 still goes.
         reason, _ = refused(lambda: produce(servers[1], "audit", [b"c"]))
         assert reason == "NOT_ENOUGH_REPLICAS"
@@ -299,6 +301,11 @@ def test_a_lagging_follower_leaves_the_isr_and_rejoins(etcd, start_member) -> No
     finally:
         os.kill(follower, signal.SIGCONT)
     wait_for(lambda: read_state(etcd, "audit", 0).isr == (1, 2), "node 2 back in the ISR")
+    wait_for(lambda: servers[1].metric("stratalog_under_replicated_partitions") == 0,
+             "no partition under-replicated")
+    assert servers[1].metric("stratalog_isr_expands_total") == 1
+    assert servers[1].metric("stratalog_leader_partitions") == 1
+    assert servers[2].metric("stratalog_leader_partitions") == 0
     assert produce(servers[1], "audit", [b"e"]).base_offset == 4
     wait_for(lambda: same_log(list(servers.values()), "audit"), "node 2 caught up")
     assert values(fetch(servers[1], "audit")) == [b"a", b"b1", b"b2", b"d", b"e"]
