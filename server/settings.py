@@ -471,6 +471,29 @@ class Settings:
         "/stratalog", "the etcd key prefix of this cluster's keys (several clusters may share an"
         " etcd)",
     )
+    # ---- replication (issue 17; docs/cluster.md "Replication"; server/cluster/) ----
+    replica_lag_time_max_ms: int = _setting(
+        30_000,
+        "a follower not caught up with its leader for this long leaves the in-sync replica set"
+        " (Kafka's replica.lag.time.max.ms); the leader checks every half of it",
+        1,
+    )
+    replica_fetch_wait_max_ms: int = _setting(
+        500, "how long a leader holds a follower's fetch when it has no new records (Kafka's"
+        " replica.fetch.wait.max.ms)", 0,
+    )
+    replica_fetch_max_bytes: int = _setting(
+        1 * _MIB, "bytes of batches one follower fetch asks for (Kafka's replica.fetch.max.bytes;"
+        " a larger first batch comes whole)", 1,
+    )
+    replica_fetch_backoff_ms: int = _setting(
+        1_000, "a follower whose fetch failed waits this long before the next (Kafka's"
+        " replica.fetch.backoff.ms)", 0,
+    )
+    request_timeout_ms: int = _setting(
+        30_000, "how long an acks=all produce waits for the in-sync replicas before"
+        " REQUEST_TIMED_OUT (Kafka's request.timeout.ms)", 1,
+    )
     log_defaults: Mapping[str, str] = field(
         default_factory=dict,
         metadata={"doc": "log.* storage defaults by Kafka name, passed to the LogManager"},
@@ -710,6 +733,11 @@ _KAFKA_ALIASES = {
     "default.replication.factor": "default_replication_factor",
     "unclean.leader.election.enable": "unclean_leader_election_enable",
     "advertised.listeners": "advertised_listen",
+    "replica.lag.time.max.ms": "replica_lag_time_max_ms",
+    "replica.fetch.wait.max.ms": "replica_fetch_wait_max_ms",
+    "replica.fetch.max.bytes": "replica_fetch_max_bytes",
+    "replica.fetch.backoff.ms": "replica_fetch_backoff_ms",
+    "request.timeout.ms": "request_timeout_ms",
 }
 assert all(setting in _FIELDS for setting in _KAFKA_ALIASES.values())
 

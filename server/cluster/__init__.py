@@ -19,6 +19,12 @@ Modules, one concept each::
     leader_election.py  the controller's duties: leaders elected, dead brokers out of ISRs
     producer_ids.py cluster-unique producer ids: the node id above a server's counter
     node.py         session, membership and controller started and stopped together
+    isr.py          the leader's follower states, high watermark and ISR decisions (pure)
+    divergence.py   where a follower's log leaves its leader's, where it truncates (pure)
+    partition.py    one replicated partition here: its role, acks=all waiters
+    replica_manager.py   this server's replicas made leaders and followers as etcd says
+    replica_fetcher.py   a follower's copy loop (ReplicaFetch, append_as_follower)
+    replication_service.py  the leader's side of ReplicaFetch (replication.proto)
     errors.py       this package's errors
 """
 

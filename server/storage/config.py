@@ -95,6 +95,8 @@ _SPECS: tuple[_Spec, ...] = (
     _Spec("delete.retention.ms", "delete_retention_ms", "long", 0),
     _Spec("local.retention.ms", "local_retention_ms", "long", -2),
     _Spec("local.retention.bytes", "local_retention_bytes", "long", -2),
+    # Replication (issue 17, server/cluster): the in-sync replicas an acks=all produce needs.
+    _Spec("min.insync.replicas", "min_insync_replicas", "int", 1),
 )
 _SPECS_BY_NAME = {spec.name: spec for spec in _SPECS}
 _SPECS_BY_FIELD = {spec.field: spec for spec in _SPECS}
@@ -140,6 +142,7 @@ class LogConfig:
     delete_retention_ms: int = 86400000
     local_retention_ms: int = -2
     local_retention_bytes: int = -2
+    min_insync_replicas: int = 1
 
     def __post_init__(self) -> None:
         for spec in _SPECS:

@@ -39,6 +39,7 @@ KAFKA_DEFAULTS = {
     "delete.retention.ms": "86400000",
     "local.retention.ms": "-2",
     "local.retention.bytes": "-2",
+    "min.insync.replicas": "1",
 }
 
 
