@@ -17,7 +17,8 @@ role needs:
 
 It leads only while three things hold (:meth:`check_leader`): the view named this node leader
 at the epoch it took (:attr:`role`), the etcd lease is held as far as this server knows
-(``session.held()``), and it is the lease the leadership began under: a server frozen past the
+(``session.may_lead()``: held, or etcd down for everyone — session.py), and it is the
+lease the leadership began under: a server frozen past the
 session timeout gets a new lease when it thaws, and leads again only once the replica manager
 re-read the view under it (a controller may have moved the leadership meanwhile).
 
@@ -176,7 +177,7 @@ class Partition:
 
     def is_leader(self) -> bool:
         """Whether this replica may act as leader now (module docstring)."""
-        return (self.role is Role.LEADER and self._session.held()
+        return (self.role is Role.LEADER and self._session.may_lead()
                 and self._lease_id == self._session.lease_id)
 
     def check_enough_replicas(self, min_insync: int) -> None:

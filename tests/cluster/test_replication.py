@@ -337,6 +337,31 @@ def test_a_leader_that_lost_its_lease_is_refused_until_it_follows(etcd, start_me
     assert values(fetch(servers[2], "ledger")) == [b"a", b"b", b"c"]
 
 
+def test_with_etcd_down_the_leaders_keep_serving_and_nobody_is_elected(
+    etcd, start_member,
+) -> None:
+    servers = {n: start_member(n) for n in (1, 2)}
+    create_topic(etcd, "steady", [1, 2], {"min.insync.replicas": "2"})
+    produce_when_ready(servers[1], "steady", [b"a"])
+    etcd.stop()
+    try:
+        # Past every lease's TTL: a leader that went by its lease alone would refuse now. etcd
+        # answers nobody, so no other leader can have been elected: the leader serves, acks=all
+        # included (the follower fetches on), and the follower still refuses clients.
+        time.sleep(SESSION_TIMEOUT_MS / 1000 * 2)
+        for i in range(10):
+            produce(servers[1], "steady", [b"b%d" % i])
+        assert values(fetch(servers[1], "steady")) == [b"a"] + [b"b%d" % i for i in range(10)]
+        assert refused(lambda: produce(servers[2], "steady", [b"x"]))[0] == (
+            "NOT_LEADER_OR_FOLLOWER")
+    finally:
+        etcd.start()
+    # etcd back: the same leader at the same epoch (no election happened), still serving.
+    produce(servers[1], "steady", [b"c"])
+    assert read_state(etcd, "steady", 0).leader_epoch == 0
+    wait_for(lambda: same_log(list(servers.values()), "steady"), "both replicas equal")
+
+
 def test_a_restarted_cluster_keeps_its_leaders_data_and_high_watermark(etcd, start_member) -> None:
     servers = {n: start_member(n) for n in (1, 2)}
     create_topic(etcd, "journal", [1, 2])
