@@ -67,6 +67,10 @@ from .errors import LeaderNotAvailableError, NotLeaderOrFollowerError
 from .node import POLL_INTERVALS_PER_SESSION
 from .partition import Partition, Role
 from .replica_fetcher import FetchSettings, ReplicaFetcher
+from .replication_service import FETCH_MAX_BYTES_MAX
+
+#: Room for a fetch answer's fields besides its batches.
+RESPONSE_OVERHEAD_BYTES = 64 * 1024
 
 if TYPE_CHECKING:
     from stratalog.server.metrics import ServerMetrics
@@ -370,7 +374,12 @@ class ReplicaManager:
             return None
         channel = self._channels.get(address)
         if channel is None:
-            channel = self._channels[address] = grpc.aio.insecure_channel(address)
+            # A fetch answer holds up to replica_fetch_max_bytes of batches (and always the
+            # first batch, whatever its size: up to the leader's cap); gRPC's default 4 MiB
+            # receive limit would refuse a larger one.
+            channel = self._channels[address] = grpc.aio.insecure_channel(
+                address, options=[("grpc.max_receive_message_length",
+                                   FETCH_MAX_BYTES_MAX + RESPONSE_OVERHEAD_BYTES)])
         return replication_pb2_grpc.ReplicationStub(channel)
 
     async def _blocking(self, function: Callable[..., Any], *args: Any) -> Any:

@@ -412,3 +412,21 @@ def test_a_follower_that_lost_its_disk_copies_the_leaders_log_again(etcd, start_
     assert produce(servers[1], "vault", [b"d"]).base_offset == 3  # acks=all: node 2 has it
     assert values(fetch(servers[1], "vault", offset=1)) == [b"b", b"c", b"d"]
     assert "first batch starts at 0, below this empty log's start 1" in servers[2].log_text()
+
+
+def test_a_follower_takes_fetch_answers_above_grpcs_default_4_mib(etcd, start_member) -> None:
+    # replica_fetch_max_bytes 8 MiB: a follower that fell 6 MiB behind catches up in answers
+    # larger than gRPC's default receive limit (its channel must allow them).
+    flags = ("--replica-fetch-max-bytes", str(8 * 1024 * 1024))
+    servers = {n: start_member(n, *flags) for n in (1, 2)}
+    create_topic(etcd, "bulk", [1, 2])
+    produce_when_ready(servers[1], "bulk", [b"first"])
+    wait_for(lambda: same_log(list(servers.values()), "bulk"), "the first record on both")
+    os.kill(servers[2].process.pid, signal.SIGSTOP)
+    try:
+        for _ in range(6):  # acks=1: the leader alone
+            produce(servers[1], "bulk", [bytes(1024 * 1024 - 100)], acks=1)
+    finally:
+        os.kill(servers[2].process.pid, signal.SIGCONT)
+    wait_for(lambda: same_log(list(servers.values()), "bulk"), "the follower caught up")
+    assert "RESOURCE_EXHAUSTED" not in servers[2].log_text()
