@@ -10,6 +10,9 @@ server's defaults included, with Long.MAX_VALUE (9223372036854775807, "no limit"
 ``flush.ms``, ``max.compaction.lag.ms``, ``message.timestamp.*.max.ms`` ...) shown as ``none``.
 JSON always carries every config as the server stores it (``configs``) and the names set on the
 topic (``overridden_configs``).
+``describe`` shows each partition's leader, replicas and in-sync replicas (from Metadata; a
+single server is broker 0, leader of everything) as ``kafka-topics --describe`` does, and
+``create --replication-factor N`` asks for N copies of each partition (cluster mode).
 ``describe`` also shows the log cleaner's position in each partition of a compacted topic;
 ``clean`` cleans partitions of a compacted topic now (the CleanPartition RPC;
 docs/durability.md, "Compaction: operating it").
@@ -21,7 +24,7 @@ import argparse
 import json
 import sys
 
-from stratalog.client import CleaningResult, Client, PartitionInfo, TopicInfo
+from stratalog.client import CleaningResult, Client, PartitionInfo, PartitionLeadership, TopicInfo
 
 from .connection import add_target_argument, connect, fail, run_client_command
 from .output_format import add_format_argument, wants_json
@@ -49,7 +52,8 @@ def _shown_value(value: str) -> str:
     return "none" if value == _INT64_MAX_TEXT else value
 
 
-def _topic_json(topic: TopicInfo) -> dict:
+def _topic_json(topic: TopicInfo, leadership: Leadership | None = None) -> dict:
+    leadership = leadership or {}
     return {
         "name": topic.name,
         "configs": dict(sorted(topic.configs.items())),
@@ -63,6 +67,7 @@ def _topic_json(topic: TopicInfo) -> dict:
                 "segment_count": p.segment_count,
                 "max_timestamp": p.max_timestamp,
                 "log_dir": p.log_dir,
+                **_leadership_json(leadership.get(p.partition)),
                 **_cleaner_json(p),
             }
             for p in topic.partitions
@@ -70,7 +75,36 @@ def _topic_json(topic: TopicInfo) -> dict:
     }
 
 
-def _print_description(topic: TopicInfo, show_defaults: bool) -> None:
+#: Partition number -> its leader, replicas and ISR (Metadata).
+Leadership = dict[int, PartitionLeadership]
+
+
+def _leadership_json(p: PartitionLeadership | None) -> dict:
+    if p is None:
+        return {}
+    return {"leader": p.leader, "leader_epoch": p.leader_epoch, "replicas": list(p.replicas),
+            "isr": list(p.isr)}
+
+
+def _leadership_columns(p: PartitionLeadership | None) -> str:
+    """Kafka's ``Leader``, ``Replicas`` and ``Isr`` columns (``none`` for a partition without
+    a leader, as kafka-topics prints it)."""
+    if p is None:
+        return ""
+    leader = str(p.leader) if p.leader >= 0 else "none"
+    return (f"Leader: {leader}\tReplicas: {','.join(map(str, p.replicas))}\t"
+            f"Isr: {','.join(map(str, p.isr))}\t")
+
+
+async def _leadership(client: Client, name: str) -> Leadership:
+    """The topic's partitions as Metadata has them: who leads, who replicates."""
+    answer = await client.metadata([name])
+    return {p.partition: p for p in answer.topics.get(name, ())}
+
+
+def _print_description(topic: TopicInfo, show_defaults: bool,
+                       leadership: Leadership | None = None) -> None:
+    leadership = leadership or {}
     shown = sorted(topic.configs.items()) if show_defaults else sorted(
         (name, value) for name, value in topic.configs.items()
         if name in topic.overridden_configs
@@ -80,9 +114,11 @@ def _print_description(topic: TopicInfo, show_defaults: bool) -> None:
     for p in topic.partitions:
         print(
             f"\tTopic: {topic.name}\tPartition: {p.partition}\t"
+            + _leadership_columns(leadership.get(p.partition)) +
             f"LogStartOffset: {p.log_start_offset}\tLogEndOffset: {p.log_end_offset}\t"
             f"Size: {p.size_bytes}\tSegments: {p.segment_count}\t"
-            f"MaxTimestamp: {format_timestamp_ms(p.max_timestamp)}\tLogDir: {p.log_dir}"
+            # LogDir "-": a partition of a cluster topic that this server does not hold.
+            f"MaxTimestamp: {format_timestamp_ms(p.max_timestamp)}\tLogDir: {p.log_dir or '-'}"
             + _cleaner_columns(p)
         )
 
@@ -159,6 +195,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     create.add_argument("--partitions", type=int, default=1, help="number of partitions (>= 1)")
     create.add_argument("--config", action="append", default=[], metavar="NAME=VALUE",
                         help="a topic config, e.g. segment.bytes=1048576 (repeatable)")
+    create.add_argument("--replication-factor", type=int, default=0, metavar="N",
+                        help="copies of each partition, on as many brokers (cluster mode);"
+                             " default 0: the server's default_replication_factor")
 
     actions.add_parser("list", help="list topics")
 
@@ -203,13 +242,18 @@ def run(args: argparse.Namespace) -> int:
         return fail(command, "nothing to change: give --set NAME=VALUE or --delete NAME")
 
     async def body() -> int:
+        leadership: Leadership = {}
         async with connect(args) as client:
             if args.action == "create":
-                topic = await client.create_topic(args.name, args.partitions, configs)
+                topic = await client.create_topic(
+                    args.name, args.partitions, configs,
+                    replication_factor=args.replication_factor,
+                )
             elif args.action == "alter":
                 topic = await client.alter_topic_configs(args.name, configs, args.delete)
             elif args.action == "describe":
                 topic = await client.describe_topic(args.name)
+                leadership = await _leadership(client, args.name)
             elif args.action == "clean":
                 return await _clean(client, args)
             elif args.action == "delete":
@@ -228,12 +272,12 @@ def run(args: argparse.Namespace) -> int:
                         print(t.name)
                 return 0
         if wants_json(args):
-            json.dump(_topic_json(topic), sys.stdout, indent=2)
+            json.dump(_topic_json(topic, leadership), sys.stdout, indent=2)
             print()
         elif args.action == "create":
             print(f"Created topic {topic.name} with {topic.num_partitions} partition(s).")
         else:
-            _print_description(topic, show_defaults=getattr(args, "all", False))
+            _print_description(topic, getattr(args, "all", False), leadership)
         return 0
 
     return run_client_command(command, body)

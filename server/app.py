@@ -13,14 +13,18 @@ Life of a server process (``stratalog serve``)::
         Broker + grpc.health.v1 (SERVING) + reflection; bind (TLS when configured); start
     print "stratalog: listening on HOST:PORT" (the bound port when asked for port 0)
     with --cluster: join the cluster (server/cluster/node.py: register under an etcd lease,
-        take part in the controller election); etcd unreachable or the node id taken: exit 1
+        take part in the controller election); etcd unreachable or the node id taken: exit 1;
+        then start the replica manager (server/cluster/replica_manager.py): the replicas
+        become leaders and followers as etcd says (the Replication service, registered with
+        the Broker service in cluster mode, serves the followers' fetches)
     start the Prometheus endpoint and the maintenance task
     ... serve until SIGTERM or SIGINT; SIGHUP reloads the TLS files and the credential
         file (new connections and calls use them; open connections keep working), and reads
         the settings again for the byte-rate quotas (server/security/quotas.py) ...
     health NOT_SERVING; long polls answer, Subscribe streams end (SHUTTING_DOWN)
     grpc stop(grace): no new RPCs; in-flight ones get shutdown_grace_ms, then are cancelled
-    with --cluster: revoke the etcd lease (the registration and the controller key go at once)
+    with --cluster: stop the replica fetchers, then revoke the etcd lease (the registration
+        and the controller key go at once)
     stop the maintenance task (a pass under way finishes)
     TransactionCoordinator.close(), then LogManager.close(): flush, checkpoints,
         clean-shutdown markers, unlock                                        -> exit 0
@@ -89,6 +93,8 @@ from stratalog.v1 import broker_pb2
 
 if TYPE_CHECKING:
     from stratalog.server.cluster.node import ClusterNode
+    from stratalog.server.cluster.replica_manager import ReplicaManager
+    from stratalog.server.cluster.replication_service import ReplicationService
     from stratalog.server.storage.log_manager import LogManager
     from stratalog.server.transactions import TransactionConfig, TransactionCoordinator
 
@@ -132,6 +138,8 @@ class Server:
         self.log_manager: LogManager | None = None
         self.coordinator: TransactionCoordinator | None = None
         self.cluster_node: ClusterNode | None = None  # with --cluster, from start() to stop()
+        self.replica_manager: ReplicaManager | None = None  # with --cluster, once joined
+        self._replication: ReplicationService | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._executor = ThreadPoolExecutor(
             max_workers=settings.io_threads, thread_name_prefix="stratalog-io"
@@ -271,6 +279,14 @@ class Server:
             ],
         )
         add_broker_service(self._service, self._grpc)
+        if settings.cluster:
+            # The server-to-server Replication service (replication.proto), cluster mode only;
+            # it answers NOT_LEADER_OR_FOLLOWER until the replica manager starts.
+            from stratalog.server.cluster.replication_service import ReplicationService
+            from stratalog.v1 import replication_pb2_grpc
+
+            self._replication = ReplicationService(self._executor)
+            replication_pb2_grpc.add_ReplicationServicer_to_server(self._replication, self._grpc)
         self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._grpc)
         reflection.enable_server_reflection(
@@ -345,6 +361,7 @@ class Server:
             self.cluster_node = await ClusterNode.start(
                 settings.cluster, settings.cluster_prefix, settings.node_id, address,
                 settings.cluster_session_timeout_ms,
+                unclean_leader_election_enable=settings.unclean_leader_election_enable,
             )
         except ClusterError as exc:
             raise StartupError(f"cannot join the cluster {settings.cluster}: {exc}") from exc
@@ -352,6 +369,27 @@ class Server:
         self._service.cluster_node = self.cluster_node
         logger.info("joined the cluster %s as node %d at %s; controller: node %d, epoch %d",
                     settings.cluster, settings.node_id, address, *self.cluster_node.controller)
+        await self._start_replication()
+
+    async def _start_replication(self) -> None:
+        """Make this server's replicas leaders and followers as etcd says
+        (server/cluster/replica_manager.py), and let the Replication service serve them."""
+        from stratalog.server.cluster.replica_manager import ReplicaManager
+
+        assert self._service is not None and self.cluster_node is not None
+        assert self.log_manager is not None
+        service = self._service
+        manager = ReplicaManager(
+            self.cluster_node, self.log_manager, self.settings, self._executor,
+            wake_readers=service.wake_readers, delete_topic=service.delete_replica_topic,
+            metrics=self.metrics,
+        )
+        # Before it applies the view: a replicated topic must never be served as a local one.
+        service.replica_manager = manager
+        if self._replication is not None:
+            self._replication.replica_manager = manager
+        self.replica_manager = manager
+        await manager.start()
 
     # ---------------------------------------------------------------- security
 
@@ -472,7 +510,18 @@ class Server:
         if log_manager is None:
             raise LogClosedError("the server is stopping: its logs are closed")
         partition_log = log_manager.get_log(topic, partition)
-        partition_log.write_txn_marker(producer_id, producer_epoch, coordinator_epoch, commit)
+        # A replicated partition takes markers on its leader only, stamped with its epoch (a
+        # follower refuses, and the coordinator retries); a single server's epoch is 0.
+        leader_epoch, replica = 0, None
+        manager = self.replica_manager
+        if manager is not None:
+            replica = manager.partitions.get((topic, partition))
+            if replica is not None:
+                if not replica.is_leader():
+                    raise replica.not_leader(manager.leader_address(replica.leader_id))
+                leader_epoch = replica.leader_epoch
+        partition_log.write_txn_marker(producer_id, producer_epoch, coordinator_epoch, commit,
+                                       leader_epoch=leader_epoch)
         partition_log.flush()
         loop, service = self._loop, self._service
         if loop is None or service is None:
@@ -480,6 +529,8 @@ class Server:
         # A closed loop (the process is exiting) has nobody waiting any more.
         with contextlib.suppress(RuntimeError):
             loop.call_soon_threadsafe(service.wake_readers, topic, partition)
+            if replica is not None:
+                loop.call_soon_threadsafe(replica.notify_append)  # followers copy it
 
     def held_for_waiting_rpcs_bytes(self) -> int:
         """An estimate of the memory held for Subscribe streams and long polls: their idle
@@ -546,11 +597,16 @@ class Server:
             await self._health.enter_graceful_shutdown()
         if self._service is not None:
             self._service.begin_shutdown()
+        if self.replica_manager is not None:
+            self.replica_manager.begin_shutdown()
         if self._grpc is not None:
             await self._grpc.stop(grace_s)
         await self._close_everything()
 
     async def _close_everything(self) -> None:
+        manager, self.replica_manager = self.replica_manager, None
+        if manager is not None:
+            await manager.close()  # fetchers stop before the lease goes and the logs close
         node, self.cluster_node = self.cluster_node, None
         if node is not None:
             # First: revoking the lease deletes this server's keys at once, so another server

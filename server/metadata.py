@@ -5,29 +5,34 @@ Two sources, one answer (broker.proto's ``MetadataResponse``):
 - *a single server* (no ``--cluster``): one broker, itself, node id 0 at its advertised address;
   it is the controller (epoch 0: there never was an election) and the leader, only replica and
   only in-sync replica of every partition it holds.
-- *a cluster member*: the brokers and the controller as this server last read them from etcd
-  (server/cluster/: a view refreshed every poll interval, kept while etcd is down). Partitions
-  are still the ones this server holds, each led by this server alone: replica assignment and
-  leader election are the next step of issue 17 (docs/cluster.md, "What is next").
+- *a cluster member* (:func:`cluster_metadata_response`): the brokers, the controller and the
+  replicated topics as this server last read them from etcd (server/cluster/: views refreshed
+  every poll interval, kept while etcd is down): each partition's replicas from its topic's
+  assignment, its leader, leader epoch and ISR from its partition state. Topics this server
+  holds that the cluster does not know (created before it joined one) are left out: no broker
+  leads them for clients.
 
-A partition's ``leader_epoch`` is the latest epoch of its leader-epoch-checkpoint (0 when it has
-none: nothing was appended with an epoch yet).
+A single server's ``leader_epoch`` is the latest epoch of the partition's leader-epoch-checkpoint
+(0 when it has none: nothing was appended with an epoch yet).
 
-Blocking (reads the LogManager): run it in the executor.
+:func:`metadata_response` is blocking (reads the LogManager): run it in the executor.
+:func:`cluster_metadata_response` only reads its arguments.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from stratalog.v1 import broker_pb2
 
 if TYPE_CHECKING:
     from stratalog.server.cluster import BrokerInfo, ControllerState
+    from stratalog.server.cluster.cluster_view import PartitionKey, VersionedState
+    from stratalog.server.cluster.partition_state import TopicAssignment
     from stratalog.server.storage.log_manager import LogManager
 
-__all__ = ["SINGLE_SERVER_NODE_ID", "metadata_response"]
+__all__ = ["SINGLE_SERVER_NODE_ID", "cluster_metadata_response", "metadata_response"]
 
 #: The node id of a server without --cluster.
 SINGLE_SERVER_NODE_ID = 0
@@ -49,13 +54,7 @@ def metadata_response(
         descriptions = [log_manager.describe_topic(name) for name in dict.fromkeys(topics)]
     else:
         descriptions = log_manager.list_topics()
-    response = broker_pb2.MetadataResponse(
-        node_id=node_id,
-        controller_id=controller.node_id,
-        controller_epoch=controller.epoch,
-        brokers=[broker_pb2.BrokerMetadata(node_id=b.node_id, address=b.address)
-                 for b in sorted(brokers)],
-    )
+    response = _header(node_id, brokers, controller)
     for description in sorted(descriptions, key=lambda d: d.name):
         topic = response.topics.add(name=description.name)
         for partition in sorted(description.partitions, key=lambda p: p.partition):
@@ -66,3 +65,48 @@ def metadata_response(
                 replicas=[node_id], isr=[node_id],
             )
     return response
+
+
+def cluster_metadata_response(
+    node_id: int,
+    brokers: Sequence[BrokerInfo],
+    controller: ControllerState,
+    assignments: Mapping[str, TopicAssignment],
+    states: Mapping[PartitionKey, VersionedState],
+    topics: Sequence[str],
+) -> broker_pb2.MetadataResponse:
+    """The answer of cluster member ``node_id`` for ``topics`` (empty: every topic), from its
+    views of etcd. A partition whose state is not (yet) in the view has leader -1, epoch 0
+    and an empty ISR.
+
+    Raises:
+        UnknownTopicOrPartitionError: a topic named is not in the cluster view.
+    """
+    from stratalog.server.storage.errors import UnknownTopicOrPartitionError
+
+    names = list(dict.fromkeys(topics)) if topics else sorted(assignments)
+    for name in names:
+        if name not in assignments:
+            raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
+    response = _header(node_id, brokers, controller)
+    for name in sorted(names):
+        topic = response.topics.add(name=name)
+        for partition, replicas in sorted(assignments[name].replicas.items()):
+            versioned = states.get((name, partition))
+            message = topic.partitions.add(partition=partition, replicas=replicas, leader=-1)
+            if versioned is not None:
+                state = versioned.state
+                message.leader, message.leader_epoch = state.leader, state.leader_epoch
+                message.isr.extend(state.isr)
+    return response
+
+
+def _header(node_id: int, brokers: Sequence[BrokerInfo],
+            controller: ControllerState) -> broker_pb2.MetadataResponse:
+    return broker_pb2.MetadataResponse(
+        node_id=node_id,
+        controller_id=controller.node_id,
+        controller_epoch=controller.epoch,
+        brokers=[broker_pb2.BrokerMetadata(node_id=b.node_id, address=b.address)
+                 for b in sorted(brokers)],
+    )

@@ -53,6 +53,12 @@ What an operator watches, in Prometheus's text format at ``http://HOST:metrics_p
                                                offset)
     stratalog_cleaner_last_clean_timestamp_seconds{topic,partition}  the partition's last
                                                cleaning (no sample before its first)
+    stratalog_leader_partitions                replicated partitions this server leads now
+                                               (cluster mode, issue 17; Kafka's LeaderCount)
+    stratalog_under_replicated_partitions      of those, the ones whose ISR is smaller than
+                                               their replicas (Kafka's UnderReplicatedPartitions)
+    stratalog_isr_shrinks_total, stratalog_isr_expands_total   ISR changes this server wrote
+                                               as leader (Kafka's IsrShrinksPerSec/ExpandsPerSec)
     process_*                                  RSS, CPU, open files (prometheus-client's collector)
     stratalog_build_info{version,python,grpc}  1, labelled with what the server runs
 
@@ -561,6 +567,23 @@ class ServerMetrics:
             "stratalog_quota_throttle_seconds",
             "Delays of the answers held back by a byte-rate quota, summed, by quota",
             labelnames=("quota",), registry=r,
+        )
+        # Replication (cluster mode, server/cluster/replica_manager.py): the gauges are bound
+        # to the replica manager once it starts; no sample is 0.
+        self.leader_partitions = Gauge(
+            "stratalog_leader_partitions", "Replicated partitions this server leads now",
+            registry=r,
+        )
+        self.under_replicated_partitions = Gauge(
+            "stratalog_under_replicated_partitions",
+            "Replicated partitions led here whose ISR is smaller than their replicas",
+            registry=r,
+        )
+        self.isr_shrinks = Counter(
+            "stratalog_isr_shrinks", "ISR shrinks this server wrote as leader", registry=r
+        )
+        self.isr_expands = Counter(
+            "stratalog_isr_expands", "ISR expansions this server wrote as leader", registry=r
         )
         self.logs = LogSnapshotCollector()
         r.register(self.logs)

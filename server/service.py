@@ -69,9 +69,18 @@ from stratalog.server import status
 from stratalog.server.append_placement import AppendPlacement, holds_compressed_batches
 from stratalog.server.client_limits import ClientLimits, WaitingRpc, WaitingRpcKind, call_origin
 from stratalog.server.cluster.controller import NO_CONTROLLER, ControllerState
+from stratalog.server.cluster.errors import (
+    CoordinationUnavailableError,
+    InvalidReplicationFactorError,
+)
 from stratalog.server.cluster.membership import BrokerInfo
+from stratalog.server.cluster.producer_ids import cluster_producer_id
 from stratalog.server.decoding import ProduceRequestView, UndecodableRequest
-from stratalog.server.metadata import SINGLE_SERVER_NODE_ID, metadata_response
+from stratalog.server.metadata import (
+    SINGLE_SERVER_NODE_ID,
+    cluster_metadata_response,
+    metadata_response,
+)
 from stratalog.server.security.acl_messages import (
     binding_from_message,
     binding_message,
@@ -89,7 +98,7 @@ from stratalog.server.storage.errors import (
     OffsetOutOfRangeError,
     UnknownTopicOrPartitionError,
 )
-from stratalog.server.storage.partition_log import AppendInfo, IsolationLevel
+from stratalog.server.storage.partition_log import LEADER_EPOCH, AppendInfo, IsolationLevel
 from stratalog.server.subscribe_budget import Lease, SubscribeBudget
 from stratalog.server.topic_name_memo import ValidTopicNames
 from stratalog.server.transactions import DEFAULT_TRANSACTION_TIMEOUT_MS
@@ -107,6 +116,9 @@ from stratalog.v1 import broker_pb2, broker_pb2_grpc
 
 if TYPE_CHECKING:
     from stratalog.server.cluster.node import ClusterNode
+    from stratalog.server.cluster.partition import Partition
+    from stratalog.server.cluster.replica_manager import ReplicaManager
+    from stratalog.server.cluster.topic_admin import TopicAdmin
     from stratalog.server.metrics import ServerMetrics
     from stratalog.server.security.authorizer import Authorizer
     from stratalog.server.settings import Settings
@@ -133,6 +145,9 @@ _NO_MATCH = -1
 _FETCH_FORMATS = frozenset(broker_pb2.FetchFormat.values())
 _RECORD_BATCHES = broker_pb2.FETCH_FORMAT_RECORD_BATCHES
 _ISOLATION_LEVELS = frozenset(broker_pb2.IsolationLevel.values())
+# Kafka's acks: none, the leader, all the in-sync replicas.
+_ACKS = (0, 1, -1)
+_ACKS_ALL = -1
 
 
 # ------------------------------------------------------------------------ request checks
@@ -164,6 +179,15 @@ def cleaner_positions(
         with contextlib.suppress(UnknownTopicOrPartitionError):
             positions[p.partition] = log_manager.cleaner_status(description.name, p.partition)
     return positions
+
+
+def _single_server_replication_factor(replication_factor: int) -> None:
+    """A server without --cluster holds one copy: CreateTopic's 0 (the default) and 1 only."""
+    if replication_factor not in (0, 1):
+        raise InvalidReplicationFactorError(
+            f"replication factor {replication_factor}: a single server (no --cluster) holds one"
+            " copy of each partition; use 0 (the default) or 1"
+        )
 
 
 def _partition(value: int) -> int:
@@ -305,6 +329,14 @@ def _rpc(stream: bool = False) -> Callable[[Callable[..., Awaitable[Any]]], Any]
     return decorate
 
 
+def _append_done(context: Any) -> None:
+    """A Session request's Produce appended: the next Produce of its partition on the stream
+    may go (server/session.py's ``RequestContext.served``; a unary call has none)."""
+    served = getattr(context, "served", None)
+    if served is not None and not served.done():
+        served.set_result(None)
+
+
 def _code_name(context: grpc.aio.ServicerContext) -> str:
     code = context.code()
     return code.name if isinstance(code, grpc.StatusCode) else "UNKNOWN"
@@ -356,6 +388,10 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         #: This server in the cluster (server/cluster/), set by app.py once it registered;
         #: None for a single server, and until then.
         self.cluster_node: ClusterNode | None = None
+        self._cluster_topic_admin: TopicAdmin | None = None
+        #: This server's replicas (server/cluster/replica_manager.py), set by app.py when it
+        #: joined the cluster: produce and reads of a replicated partition go through it.
+        self.replica_manager: ReplicaManager | None = None
         #: HOST:PORT clients reach this server at (app.py sets it once the port is bound).
         self.advertised_address = settings.advertised_listen or settings.listen
         self._metrics = metrics
@@ -398,6 +434,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         size_bytes: int,
         compressed: bool,
         flush: bool = False,
+        leader_epoch: int = LEADER_EPOCH,
     ) -> AppendInfo:
         """Append ``payload`` where the placement says for ``size_bytes`` and ``compressed``,
         with the gate's transaction verifier and the bound on decompressed bytes; the caller
@@ -406,7 +443,8 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         Tried inline, the append may come back undone from storage (it would roll, fsync or
         wait for maintenance): the thread pool finishes it, reusing its validation. ``flush``
         (a Produce with ``flush=true``): in the thread pool, fsynced before its records are
-        visible (PartitionLog.append).
+        visible (PartitionLog.append). ``leader_epoch`` is stamped on the batches (a
+        replicated partition's leader's; 0 on a single server).
         """
         verify = gate.verify_transaction
         bound = self._settings.produce_decompressed_bytes_max
@@ -414,20 +452,22 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             return await self._blocking(
                 functools.partial(
                     partition_log.append, verify_transaction=verify, flush=True,
-                    decompressed_bytes_max=bound,
+                    decompressed_bytes_max=bound, leader_epoch=leader_epoch,
                 ),
                 payload,
             )
         if self._placement.tries_append_inline(size_bytes, compressed=compressed):
             outcome = partition_log.try_append_without_blocking(
-                payload, verify_transaction=verify, decompressed_bytes_max=bound
+                payload, verify_transaction=verify, decompressed_bytes_max=bound,
+                leader_epoch=leader_epoch,
             )
             if type(outcome) is AppendInfo:
                 return outcome
             return await self._blocking(partition_log.append_deferred, outcome)
         return await self._blocking(
             functools.partial(
-                partition_log.append, verify_transaction=verify, decompressed_bytes_max=bound
+                partition_log.append, verify_transaction=verify, decompressed_bytes_max=bound,
+                leader_epoch=leader_epoch,
             ),
             payload,
         )
@@ -469,6 +509,39 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         partition_log = self._log_manager.get_log(topic, partition)
         return partition_log, self._gate(topic, partition)
 
+    def _leader(self, topic: str, partition: int) -> Partition | None:
+        """In cluster mode, the replicated partition if this server leads it now (None: a
+        single server, or a topic that is not replicated, served as on a single server).
+
+        Raises:
+            NotLeaderOrFollowerError: another server leads it (the hint names it), or this
+                one joins the cluster still. LeaderNotAvailableError: nobody leads it.
+        """
+        manager = self.replica_manager
+        if manager is None:
+            if self._settings.cluster:
+                from stratalog.server.cluster.errors import NotLeaderOrFollowerError
+
+                raise NotLeaderOrFollowerError(topic, partition)
+            return None
+        return manager.leader_partition(topic, partition)
+
+    @staticmethod
+    def _upper_bound(partition_log: PartitionLog) -> int | None:
+        """Where a consumer's read stops: a replicated partition's high watermark (None: the
+        log end, a single server's)."""
+        return partition_log.high_watermark if partition_log.tracks_high_watermark else None
+
+    async def delete_replica_topic(self, name: str) -> None:
+        """Delete a topic that left the cluster (the replica manager's call), as DeleteTopic
+        does: appends in flight finish first, waiters wake."""
+        async with self._admin_lock, contextlib.AsyncExitStack() as held:
+            for key, gate in sorted(self._gates.items()):
+                if key[0] == name:
+                    await held.enter_async_context(gate.append_lock)
+            await self._blocking(self._log_manager.delete_topic, name)
+            self.forget_topic(name)
+
     def _fetch_max_bytes(self, requested: int, cap: int | None = None) -> int:
         _non_negative("max_bytes", requested)
         max_bytes = requested or self._settings.fetch_max_bytes_default
@@ -495,7 +568,8 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         """Read on the loop: page-cache reads are cheaper inline than a thread hop."""
         try:
             return partition_log.fetch(
-                offset, max_bytes, isolation_level=isolation_level, max_records=max_records
+                offset, max_bytes, isolation_level=isolation_level, max_records=max_records,
+                upper_bound=self._upper_bound(partition_log),
             )
         except OffsetOutOfRangeError as exc:
             raise _client_out_of_range(topic, partition, offset, exc) from None
@@ -534,7 +608,10 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         # every other request.
         try:
             return await self._blocking(
-                functools.partial(partition_log.fetch, isolation_level=isolation_level),
+                functools.partial(
+                    partition_log.fetch, isolation_level=isolation_level,
+                    upper_bound=self._upper_bound(partition_log),
+                ),
                 offset, max_bytes,
             )
         except OffsetOutOfRangeError as exc:
@@ -554,10 +631,12 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     def _ensure_following(
         self, topic: str, partition: int, partition_log: PartitionLog, gate: PartitionGate
     ) -> tuple[PartitionLog, PartitionGate]:
-        """Before a follower reads again: SHUTTING_DOWN when stopping, and a fresh lookup
+        """Before a follower reads again: SHUTTING_DOWN when stopping, NOT_LEADER_OR_FOLLOWER
+        when this server stopped leading a replicated partition, and a fresh lookup
         (UNKNOWN_TOPIC_OR_PARTITION) when the topic was deleted under it."""
         if self._shutting_down:
             raise LogClosedError("the server is shutting down; subscribe again later")
+        self._leader(topic, partition)  # a leader that stepped down ends its streams
         if gate.closed:
             return self._log(topic, partition)
         return partition_log, gate
@@ -613,7 +692,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 topic=topic,
                 partition=partition,
                 record_batches=data,
-                high_watermark=partition_log.log_end_offset,
+                high_watermark=partition_log.high_watermark,
                 log_start_offset=partition_log.log_start_offset,
                 next_offset=fetched.next_offset,
                 matched_offset=matched[0],
@@ -636,7 +715,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             response.records, data, offset, max_bytes,
             fetched.aborted_transactions if committed else None,
         )
-        response.high_watermark = partition_log.log_end_offset
+        response.high_watermark = partition_log.high_watermark
         response.log_start_offset = partition_log.log_start_offset
         response.last_stable_offset = partition_log.last_stable_offset
         response.next_offset = next_offset
@@ -679,7 +758,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             if bytes_out < len(sliced.data):
                 # A whole compressed batch decoded past max_bytes: the rest comes next time.
                 next_offset = decoded_next
-        response.high_watermark = partition_log.log_end_offset
+        response.high_watermark = partition_log.high_watermark
         response.log_start_offset = partition_log.log_start_offset
         response.last_stable_offset = partition_log.last_stable_offset
         response.next_offset = next_offset
@@ -687,6 +766,30 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         return response
 
     # ---------------------------------------------------------------- topics
+
+    def _topic_admin(self) -> TopicAdmin | None:
+        """Cluster mode: the topic administration that writes etcd (server/cluster/
+        topic_admin.py), made on first use; None for a single server.
+
+        Raises:
+            CoordinationUnavailableError: cluster mode, but this server has not joined yet.
+        """
+        if not self._settings.cluster:
+            return None
+        node = self.cluster_node
+        if node is None:
+            raise CoordinationUnavailableError(
+                "this server has not joined its cluster yet (it registers in etcd right after"
+                " it starts listening): retry in a moment"
+            )
+        if self._cluster_topic_admin is None:
+            from stratalog.server.cluster.topic_admin import TopicAdmin
+
+            self._cluster_topic_admin = TopicAdmin(
+                node, self._log_manager, self._settings.default_replication_factor,
+                self._settings.unclean_leader_election_enable,
+            )
+        return self._cluster_topic_admin
 
     def _topic_message(
         self, description: TopicDescription, cleaner: CleanerPositions | None = None
@@ -717,9 +820,16 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 f"must be in 1..{self._settings.topic_partitions_max}, got {request.partitions}",
                 "INVALID_TOPIC",
             )
-        description = await self.admin(
-            self._log_manager.create_topic, name, request.partitions, dict(request.configs)
-        )
+        topic_admin = self._topic_admin()
+        if topic_admin is None:
+            _single_server_replication_factor(request.replication_factor)
+            description = await self.admin(
+                self._log_manager.create_topic, name, request.partitions, dict(request.configs)
+            )
+        else:
+            description = await topic_admin.create_topic(
+                name, request.partitions, dict(request.configs), request.replication_factor
+            )
         return broker_pb2.CreateTopicResponse(topic=self._topic_message(description))
 
     @_rpc()
@@ -727,6 +837,9 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         self, request: broker_pb2.DeleteTopicRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.DeleteTopicResponse:
         name = self._topic(request.name, "name")
+        topic_admin = self._topic_admin()
+        if topic_admin is not None and await topic_admin.delete_topic(name):
+            return broker_pb2.DeleteTopicResponse()  # each replica deletes its local log
         async with self._admin_lock, contextlib.AsyncExitStack() as held:
             # No append may be half-way through a partition while its log closes.
             for key, gate in sorted(self._gates.items()):
@@ -741,6 +854,13 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         self, request: broker_pb2.ListTopicsRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.ListTopicsResponse:
         topics = await self.admin(self._listed)
+        topic_admin = self._topic_admin()
+        if topic_admin is not None:
+            cleaners = {description.name: cleaner for description, cleaner in topics}
+            topics = [
+                (description, cleaners.get(description.name, {}))
+                for description in topic_admin.listed([d for d, _ in topics])
+            ]
         return broker_pb2.ListTopicsResponse(
             topics=[self._topic_message(t, cleaner) for t, cleaner in topics]
         )
@@ -750,7 +870,15 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         self, request: broker_pb2.DescribeTopicRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.DescribeTopicResponse:
         name = self._topic(request.name, "name")
-        description, cleaner = await self.admin(self._described, name)
+        topic_admin = self._topic_admin()
+        if topic_admin is not None and topic_admin.knows(name):
+            try:
+                local, cleaner = await self.admin(self._described, name)
+            except UnknownTopicOrPartitionError:  # this server does not hold it (yet)
+                local, cleaner = None, {}
+            description = topic_admin.describe(name, local)
+        else:
+            description, cleaner = await self.admin(self._described, name)
         return broker_pb2.DescribeTopicResponse(topic=self._topic_message(description, cleaner))
 
     @_rpc()
@@ -793,7 +921,16 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 "set only with records: record_batches carry their producer id, epoch and "
                 "sequence in their own headers",
             )
+        acks = request.acks
+        if acks not in _ACKS:
+            raise BadRequestError("acks", f"must be 0, 1 or -1 (all), got {acks}")
+        # Cluster mode: only the leader appends; acks=all needs min.insync.replicas in sync
+        # before anything is written (Kafka's NOT_ENOUGH_REPLICAS).
+        replica = self._leader(topic, partition)
         partition_log, gate = self._log(topic, partition)
+        min_insync = partition_log.config.min_insync_replicas
+        if replica is not None and acks == _ACKS_ALL:
+            replica.check_enough_replicas(min_insync)
         if has_records:
             records = request.records
             producer = ProducerFields.of_request(
@@ -819,11 +956,28 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                     # The topic was deleted (or recreated) while this request waited: look again.
                     partition_log, gate = self._log(topic, partition)
                     continue
+                leader_epoch = LEADER_EPOCH
+                if replica is not None:
+                    # Still the leader after waiting for the lock, and stamped with its epoch.
+                    replica = self._leader(topic, partition) or replica
+                    leader_epoch = replica.leader_epoch
                 info = await self._append(
-                    partition_log, gate, payload, size_bytes, compressed, request.flush
+                    partition_log, gate, payload, size_bytes, compressed, request.flush,
+                    leader_epoch,
                 )
                 gate.notify()
+                if replica is not None:
+                    replica.notify_append()
                 break
+        if replica is not None and acks == _ACKS_ALL:
+            # The records are acknowledged once every in-sync replica has them (Kafka's
+            # delayed produce): the high watermark passed them. On a Session stream the next
+            # Produce of the partition may be appended meanwhile (the order is kept: this one
+            # is in the log), as Kafka's in-flight requests of a connection are.
+            _append_done(context)
+            await replica.wait_for_high_watermark(
+                info.last_offset + 1, min_insync, self._settings.request_timeout_ms / 1000
+            )
         self._metrics.observe_produce(topic, info.record_count, info.size_bytes)
         return broker_pb2.ProduceResponse(
             base_offset=info.first_offset,
@@ -853,6 +1007,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         max_records = _non_negative("max_records", request.max_records)
         if max_records:
             max_bytes = self._records_read_bytes(max_bytes)
+        self._leader(topic, partition)  # cluster mode: the leader serves reads
         partition_log, gate = self._log(topic, partition)
         offset = request.offset
         # Answer as soon as this much is there; never more than one read can return.
@@ -886,6 +1041,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 if waiting is None:
                     waiting = self._limits.admit(call_origin(context), WaitingRpcKind.LONG_POLL)
                 await gate.wait(signal, remaining_s)
+                self._leader(topic, partition)  # still the leader after the wait
                 if gate.closed:
                     # Deleted while we waited: the lookup raises UNKNOWN_TOPIC_OR_PARTITION.
                     partition_log, gate = self._log(topic, partition)
@@ -911,6 +1067,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         max_records = _non_negative("max_records", request.max_records)
         if max_records:
             max_bytes = self._records_read_bytes(max_bytes)
+        self._leader(topic, partition)
         partition_log, _ = self._log(topic, partition)
         # The search decodes the batch it finds, which is also the first batch of the answer:
         # one pass reads it once. Large reads go to the executor (see _fetch), never a
@@ -948,6 +1105,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 f"timestamp >= 0, got {target}"
             )
         isolation_level = _isolation_level(request.isolation_level)
+        self._leader(topic, partition)
         partition_log, _ = self._log(topic, partition)
         found = partition_log.offset_for_timestamp(target, isolation_level=isolation_level)
         if found is None:
@@ -966,6 +1124,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         start = request.WhichOneof("start")
         if start is None:
             raise BadRequestError("start", "set offset or timestamp")
+        self._leader(topic, partition)
         partition_log, gate = self._log(topic, partition)
         matched: tuple[int, int] | None = None
         if start == "timestamp":
@@ -1128,8 +1287,9 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         topics = [self._topic(name, "topics") for name in request.topics]
         node = self.cluster_node
         if node is not None:
-            node_id, brokers, controller = node.node_id, node.brokers, node.controller
-        elif self._settings.cluster:
+            return cluster_metadata_response(node.node_id, node.brokers, node.controller,
+                                             node.view.topics, node.view.partitions, topics)
+        if self._settings.cluster:
             # Between the bind and the registration (app.py): nothing known of the cluster yet.
             node_id, brokers, controller = self._settings.node_id, [], NO_CONTROLLER
         else:
@@ -1154,14 +1314,25 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                     "must not be empty; leave it unset for an idempotent producer",
                 )
             transactional_id = request.transactional_id
+            if self._settings.cluster:
+                # The coordinator's state and its markers live on one server's disk; in a
+                # cluster they would need a replicated __transaction_state (docs/cluster.md).
+                raise BadRequestError(
+                    "transactional_id",
+                    "transactions are not supported in cluster mode yet; leave it unset for an"
+                    " idempotent producer",
+                )
         # 0 is proto3's unset: Kafka's producer default. A negative timeout is the
         # coordinator's to refuse (INVALID_TRANSACTION_TIMEOUT, with the allowed range).
         timeout_ms = request.transaction_timeout_ms or DEFAULT_TRANSACTION_TIMEOUT_MS
         producer = await self._blocking(
             self._coordinator.init_producer_id, transactional_id, timeout_ms
         )
+        producer_id = producer.producer_id
+        if self._settings.cluster:
+            producer_id = cluster_producer_id(self._settings.node_id, producer_id)
         return broker_pb2.InitProducerIdResponse(
-            producer_id=producer.producer_id, producer_epoch=producer.producer_epoch
+            producer_id=producer_id, producer_epoch=producer.producer_epoch
         )
 
     @_rpc()

@@ -93,6 +93,9 @@ _STORAGE_NAMES_OUTSIDE_LOG = frozenset({
 })
 
 _KIB = 1024
+#: The largest node id in cluster mode: producer ids are ``node_id << 40 | counter`` there
+#: (server/cluster/producer_ids.py) and must stay below 2^63.
+NODE_ID_MAX = (1 << 23) - 1
 _MIB = 1024 * _KIB
 
 
@@ -445,15 +448,51 @@ class Settings:
         " empty = the listen host and the port bound",
     )
     cluster_session_timeout_ms: int = _setting(
-        6_000,
+        3_000,
         "a server whose etcd lease is not renewed for this long is gone: its registration"
-        " ends, and the controller role passes to another (etcd's lease TTL, whole seconds,"
-        " rounded up)",
+        " ends, the controller role passes to another and its partitions get new leaders"
+        " (etcd's lease TTL, whole seconds, rounded up; Kafka's broker.session.timeout.ms is"
+        " 9000: docs/cluster.md says why ours is shorter)",
         1_000,
+    )
+    default_replication_factor: int = _setting(
+        1,
+        "copies of each partition of a topic created with replication_factor 0 (Kafka's"
+        " default.replication.factor); at most the live brokers at creation",
+        1,
+    )
+    unclean_leader_election_enable: bool = _setting(
+        False,
+        "let the controller elect a replica outside the ISR when no in-sync replica lives"
+        " (Kafka's unclean.leader.election.enable): the partition comes back at once but"
+        " loses the records only the ISR had; a topic's config of that name overrides it",
     )
     cluster_prefix: str = _setting(
         "/stratalog", "the etcd key prefix of this cluster's keys (several clusters may share an"
         " etcd)",
+    )
+    # ---- replication (issue 17; docs/cluster.md "Replication"; server/cluster/) ----
+    replica_lag_time_max_ms: int = _setting(
+        30_000,
+        "a follower not caught up with its leader for this long leaves the in-sync replica set"
+        " (Kafka's replica.lag.time.max.ms); the leader checks every half of it",
+        1,
+    )
+    replica_fetch_wait_max_ms: int = _setting(
+        500, "how long a leader holds a follower's fetch when it has no new records (Kafka's"
+        " replica.fetch.wait.max.ms)", 0,
+    )
+    replica_fetch_max_bytes: int = _setting(
+        1 * _MIB, "bytes of batches one follower fetch asks for (Kafka's replica.fetch.max.bytes;"
+        " a larger first batch comes whole)", 1,
+    )
+    replica_fetch_backoff_ms: int = _setting(
+        1_000, "a follower whose fetch failed waits this long before the next (Kafka's"
+        " replica.fetch.backoff.ms)", 0,
+    )
+    request_timeout_ms: int = _setting(
+        30_000, "how long an acks=all produce waits for the in-sync replicas before"
+        " REQUEST_TIMED_OUT (Kafka's request.timeout.ms)", 1,
     )
     log_defaults: Mapping[str, str] = field(
         default_factory=dict,
@@ -524,6 +563,11 @@ class Settings:
                 raise SettingsError(f"setting 'advertised_listen': {exc}") from None
             if address.port == 0:
                 raise SettingsError("setting 'advertised_listen' needs a real port, not 0")
+        if self.cluster and self.node_id > NODE_ID_MAX:
+            # Producer ids in cluster mode carry the node id above a 40-bit counter
+            # (server/cluster/producer_ids.py), and producer ids are int64.
+            raise SettingsError(f"setting 'node_id' must be <= {NODE_ID_MAX} in cluster mode,"
+                                f" got {self.node_id}")
         if not self.cluster_prefix.startswith("/") or self.cluster_prefix.endswith("/"):
             raise SettingsError(f"setting 'cluster_prefix' must start with '/' and not end with"
                                 f" one, got {self.cluster_prefix!r}")
@@ -686,7 +730,14 @@ _KAFKA_ALIASES = {
     "connections.max.idle.ms": "connections_max_idle_ms",
     "node.id": "node_id",
     "cluster.session.timeout.ms": "cluster_session_timeout_ms",
+    "default.replication.factor": "default_replication_factor",
+    "unclean.leader.election.enable": "unclean_leader_election_enable",
     "advertised.listeners": "advertised_listen",
+    "replica.lag.time.max.ms": "replica_lag_time_max_ms",
+    "replica.fetch.wait.max.ms": "replica_fetch_wait_max_ms",
+    "replica.fetch.max.bytes": "replica_fetch_max_bytes",
+    "replica.fetch.backoff.ms": "replica_fetch_backoff_ms",
+    "request.timeout.ms": "request_timeout_ms",
 }
 assert all(setting in _FIELDS for setting in _KAFKA_ALIASES.values())
 

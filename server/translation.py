@@ -403,7 +403,8 @@ def topic_message(
                 log_end_offset=p.log_end_offset,
                 size_bytes=p.size_bytes,
                 segment_count=p.segment_count,
-                log_dir=index_of[str(p.log_dir)],
+                # "": a partition of a cluster topic that this server does not hold.
+                log_dir=index_of[str(p.log_dir)] if p.log_dir else "",
                 max_timestamp=p.max_timestamp,
             )
             for p in description.partitions

@@ -4,7 +4,7 @@ A server started with ``--cluster etcd://HOST:PORT`` and ``--node-id N`` holds o
 (:mod:`.session`), registers itself under it (:mod:`.membership`) and campaigns for the
 controller role under the same lease (:mod:`.controller`); the etcd keys are laid out in
 :mod:`.layout`. Without ``--cluster`` nothing here runs and no etcd is needed; this package's ``__init__``
-imports no etcd client (node.py and session.py do: import them only in cluster mode).
+imports no etcd client (node.py, session.py and topic_admin.py do: import them only in cluster mode).
 
 Modules, one concept each::
 
@@ -15,7 +15,16 @@ Modules, one concept each::
     controller.py   the controller election and its epoch
     partition_state.py  what etcd stores per replicated topic and partition
     cluster_view.py the topics and partition states as last read from etcd
+    topic_admin.py  CreateTopic and DeleteTopic written to etcd, the topic listings
+    leader_election.py  the controller's duties: leaders elected, dead brokers out of ISRs
+    producer_ids.py cluster-unique producer ids: the node id above a server's counter
     node.py         session, membership and controller started and stopped together
+    isr.py          the leader's follower states, high watermark and ISR decisions (pure)
+    divergence.py   where a follower's log leaves its leader's, where it truncates (pure)
+    partition.py    one replicated partition here: its role, acks=all waiters
+    replica_manager.py   this server's replicas made leaders and followers as etcd says
+    replica_fetcher.py   a follower's copy loop (ReplicaFetch, append_as_follower)
+    replication_service.py  the leader's side of ReplicaFetch (replication.proto)
     errors.py       this package's errors
 """
 

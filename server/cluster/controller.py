@@ -20,9 +20,9 @@ takes the session timeout plus at most one poll interval.
 A server is controller (:attr:`ControllerElection.state` ``is_self``) while the key names it and
 its lease is held as far as it knows (session.py's :meth:`held`): a controller cut off from etcd
 stops acting as one a TTL after its last confirmed renewal, which is no later than etcd expires
-the key, so two servers never both believe they control with the same epoch. Once they act
-(replica assignment, leader elections: the next step of issue 17), their writes to etcd will
-compare the epoch, so a deposed controller's writes fail.
+the key, so two servers never both believe they control with the same epoch. What it does as
+controller (leader_election.py, started at once through :meth:`on_elected`) writes etcd with
+transactions that compare the epoch, so a deposed controller's writes fail.
 
 Concurrency: event-loop only.
 """
@@ -33,6 +33,7 @@ import asyncio
 import contextlib
 import json
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
 from .layout import ClusterKeys, decode_json
@@ -71,6 +72,12 @@ class ControllerElection:
         # took the key with it, whatever ``known`` still says).
         self._key_lease = 0
         self._poll: asyncio.Task[None] | None = None
+        self._on_elected: list[Callable[[], None]] = []
+
+    def on_elected(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (event-loop, not awaited) each time this server wins an election:
+        the controller's duties start at once (leader_election.py)."""
+        self._on_elected.append(callback)
 
     @property
     def is_controller(self) -> bool:
@@ -117,6 +124,8 @@ class ControllerElection:
             self.known = ControllerState(self.node_id, new_epoch)
             self._key_lease = self._session.lease_id
             logger.info("elected controller, epoch %d", new_epoch)
+            for callback in self._on_elected:
+                callback()
         elif responses and responses[0]:
             stored, kv = responses[0][0]
             self.known = self._decode(stored)

@@ -6,7 +6,8 @@ the real port)::
     connect to etcd, grant the lease           CoordinationUnavailableError: no etcd answered
     register <prefix>/brokers/<node_id>         NodeIdInUseError: a live server has the id
     read the broker list, campaign if no controller is known, read the topics and partitions
-    start the keep-alive, the broker list poll and the election poll
+    start the keep-alive, the broker list poll, the election poll, the view's poll and the
+    controller's duties (leader_election.py: they act only while this server is controller)
 
 Stop: the polls end, the lease is revoked (the broker key and, on the controller, the
 controller key are deleted at once, so another server takes over without waiting a TTL).
@@ -22,13 +23,14 @@ from .cluster_view import ClusterView
 from .controller import ControllerElection, ControllerState
 from .endpoints import parse_cluster_url
 from .layout import ClusterKeys
+from .leader_election import LeaderElector
 from .membership import BrokerInfo, Membership
 from .session import EtcdSession
 
 __all__ = ["POLL_INTERVALS_PER_SESSION", "ClusterNode"]
 
-#: Polls (broker list, controller key) per session timeout: with the default 6 s, every 0.5 s,
-#: so a takeover takes at most half a second more than the session timeout.
+#: Polls (broker list, controller key) per session timeout: with the default 3 s, every 250 ms,
+#: so a takeover takes at most a quarter of a second more than the session timeout.
 POLL_INTERVALS_PER_SESSION = 12
 
 
@@ -36,8 +38,11 @@ class ClusterNode:
     """The cluster parts of one server; :meth:`start` once, then :meth:`close` once."""
 
     def __init__(self, session: EtcdSession, membership: Membership,
-                 election: ControllerElection, view: ClusterView, keys: ClusterKeys) -> None:
+                 election: ControllerElection, view: ClusterView, keys: ClusterKeys,
+                 elector: LeaderElector | None = None) -> None:
         self.session = session
+        #: The controller's duties (leader_election.py): passes only while this is controller.
+        self.elector = elector
         self.membership = membership
         self.election = election
         #: The replicated topics and partition states (cluster_view.py).
@@ -47,7 +52,8 @@ class ClusterNode:
 
     @classmethod
     async def start(cls, url: str, prefix: str, node_id: int, address: str,
-                    session_timeout_ms: int) -> ClusterNode:
+                    session_timeout_ms: int, *,
+                    unclean_leader_election_enable: bool = False) -> ClusterNode:
         """Join the cluster (module docstring); what was opened is closed again on failure.
 
         Raises:
@@ -61,6 +67,9 @@ class ClusterNode:
         membership = Membership(session, keys, node_id, address, poll_interval_s)
         election = ControllerElection(session, keys, node_id, poll_interval_s)
         view = ClusterView(session, keys, poll_interval_s)
+        elector = LeaderElector(session, keys, election, membership, view, poll_interval_s,
+                                unclean_leader_election_enable)
+        election.on_elected(elector.wake)
         try:
             await membership.register()
             await membership.refresh()
@@ -75,7 +84,8 @@ class ClusterNode:
         membership.start()
         election.start()
         view.start()
-        return cls(session, membership, election, view, keys)
+        elector.start()
+        return cls(session, membership, election, view, keys, elector)
 
     @property
     def node_id(self) -> int:
@@ -91,6 +101,8 @@ class ClusterNode:
         return self.election.state
 
     async def close(self) -> None:
+        if self.elector is not None:
+            await self.elector.close()
         await self.view.close()
         await self.election.close()
         await self.membership.close()

@@ -17,6 +17,19 @@ renewal etcd confirmed was less than a TTL ago, measured on this server's monoto
 *before* the renewal was sent (so it errs on the side of "expired"). A controller that is no
 longer sure of its lease stops acting as one (controller.py).
 
+:meth:`may_lead` is what a partition leader asks (partition.py): the lease is held, *or* etcd
+itself is not answering — the last renewal attempt failed to reach it and was sent less than two
+renewal intervals (plus a call's deadline) ago, so this process is running, not thawing from a
+freeze. While etcd answers nobody, no controller can elect another leader (every election is an
+etcd transaction), so the current leaders keep serving (the issue's "etcd stopped" fault; Kafka's
+brokers keep their leaderships while the metadata quorum is away). A server that was *frozen*
+past its TTL finds, when it thaws, a last confirmed renewal older than a TTL and no recent failed
+attempt: it refuses as leader until a renewal answers — which says the lease expired, so a new
+one is granted and the replica manager re-reads who leads. A server cut off from etcd alone
+(a network partition) keeps leading as ZooKeeper-era Kafka's leaders did until they learnt of
+the new leader: acks=1 writes it takes meanwhile are truncated later, and acks=all writes are
+never acknowledged (its followers left it, and its ISR shrink, an etcd write, cannot happen).
+
 Concurrency: event-loop only.
 """
 
@@ -51,6 +64,9 @@ class EtcdSession:
         self.ttl_s = ttl_s
         self.lease_id = 0
         self._renewed_at = -math.inf  # monotonic time the last confirmed renewal was sent
+        # Monotonic time the last renewal attempt that could not reach etcd was sent; None once
+        # etcd answered one (may_lead).
+        self._unreachable_at: float | None = None
         self._on_new_lease: list[Callable[[], Awaitable[None]]] = []
         self._keep_alive: asyncio.Task[None] | None = None
         self._unreachable_logged = False
@@ -92,6 +108,16 @@ class EtcdSession:
         """Whether the lease is alive as far as this server can know (module docstring)."""
         return time.monotonic() - self._renewed_at < self.ttl_s
 
+    def may_lead(self) -> bool:
+        """Whether a leader may serve now: the lease is held, or etcd is down for everyone as
+        far as this server can tell (module docstring)."""
+        now = time.monotonic()
+        if now - self._renewed_at < self.ttl_s:
+            return True
+        unreachable_at = self._unreachable_at
+        return (unreachable_at is not None
+                and now - unreachable_at < 2 * self.ttl_s / 3 + CALL_TIMEOUT_S)
+
     async def _grant(self) -> None:
         sent_at = time.monotonic()
         lease = await self.client.lease(self.ttl_s)
@@ -120,7 +146,13 @@ class EtcdSession:
 
     async def _renew(self) -> None:
         sent_at = time.monotonic()
-        reply = await self.client.refresh_lease(self.lease_id)
+        try:
+            reply = await self.client.refresh_lease(self.lease_id)
+        except (TimeoutError, aetcd.ConnectionFailedError, aetcd.ConnectionTimeoutError,
+                OSError):
+            self._unreachable_at = sent_at
+            raise
+        self._unreachable_at = None
         if reply is not None and reply.TTL > 0:
             self._renewed_at = sent_at
             return

@@ -32,6 +32,8 @@ operations on resources as Kafka's ``KafkaApis`` does for the request of the sam
                              controller are open, as in Kafka)
     Session                  (none for the stream: each request on it needs what its unary
                              RPC needs, checked by the servicer with these same rules)
+    Replication/ReplicaFetch CLUSTER_ACTION on the cluster (a follower's fetch: Kafka's
+                             inter-broker action; replication.proto, cluster mode only)
 
     * a topic's configs are left out of the answer unless the caller may DESCRIBE_CONFIGS it
       (Kafka's CreateTopics answer does the same).
@@ -98,6 +100,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BROKER_SERVICE",
+    "REPLICATION_RULES",
+    "REPLICATION_SERVICE",
     "RULES",
     "AuthorizationInterceptor",
     "Authorizer",
@@ -109,6 +113,8 @@ logger = logging.getLogger(__name__)
 
 #: The Broker service's full name, the prefix of its method paths.
 BROKER_SERVICE = broker_pb2.DESCRIPTOR.services_by_name["Broker"].full_name
+#: The server-to-server service (replication.proto), registered in cluster mode.
+REPLICATION_SERVICE = "stratalog.v1.Replication"
 
 # The cache key of authorize_by_resource_type's decisions (no resource name).
 _ANY_NAME = None
@@ -492,6 +498,12 @@ RULES: Mapping[str, Rule] = {
     "Session": Rule(None),
 }
 
+#: Replication RPC name (replication.proto, servers only) -> its rule: Kafka's inter-broker
+#: requests need CLUSTER_ACTION on the cluster.
+REPLICATION_RULES: Mapping[str, Rule] = {
+    "ReplicaFetch": _on_cluster(_Op.CLUSTER_ACTION),
+}
+
 _OPEN = Rule(None)
 _REFLECTION = _on_cluster(_Op.DESCRIBE)
 
@@ -515,6 +527,8 @@ def rule_for(
     service, _, name = method.lstrip("/").partition("/")
     if service == BROKER_SERVICE:
         return rules.get(name, _UNKNOWN)
+    if service == REPLICATION_SERVICE:
+        return REPLICATION_RULES.get(name, _UNKNOWN)
     if method.startswith(HEALTH_PREFIX):
         return _OPEN
     if method.startswith(REFLECTION_PREFIXES):

@@ -86,6 +86,8 @@ _SPECS: tuple[_Spec, ...] = (
     _Spec("cleanup.policy", "cleanup_policy", "list"),
     _Spec("max.message.bytes", "max_message_bytes", "int", 0),
     _Spec("preallocate", "preallocate", "bool"),
+    # Read by the cluster controller only (server/cluster/leader_election.py), not by the log.
+    _Spec("unclean.leader.election.enable", "unclean_leader_election_enable", "bool"),
     _Spec("max.compaction.lag.ms", "max_compaction_lag_ms", "long", 1),
     # The log cleaner's (cleanup.policy=compact): cleaner.py and cleaner_manager.py.
     _Spec("min.compaction.lag.ms", "min_compaction_lag_ms", "long", 0),
@@ -93,6 +95,8 @@ _SPECS: tuple[_Spec, ...] = (
     _Spec("delete.retention.ms", "delete_retention_ms", "long", 0),
     _Spec("local.retention.ms", "local_retention_ms", "long", -2),
     _Spec("local.retention.bytes", "local_retention_bytes", "long", -2),
+    # Replication (issue 17, server/cluster): the in-sync replicas an acks=all produce needs.
+    _Spec("min.insync.replicas", "min_insync_replicas", "int", 1),
 )
 _SPECS_BY_NAME = {spec.name: spec for spec in _SPECS}
 _SPECS_BY_FIELD = {spec.field: spec for spec in _SPECS}
@@ -131,12 +135,14 @@ class LogConfig:
     cleanup_policy: tuple[str, ...] = (CLEANUP_POLICY_DELETE,)
     max_message_bytes: int = 1048588
     preallocate: bool = False
+    unclean_leader_election_enable: bool = False
     max_compaction_lag_ms: int = INT64_MAX
     min_compaction_lag_ms: int = 0
     min_cleanable_dirty_ratio: float = 0.5
     delete_retention_ms: int = 86400000
     local_retention_ms: int = -2
     local_retention_bytes: int = -2
+    min_insync_replicas: int = 1
 
     def __post_init__(self) -> None:
         for spec in _SPECS:

@@ -671,20 +671,7 @@ class LogManager:
                 again, from the catalogue and the disk (``_roll_back_creation``); if that
                 failed too, the error says so and the next start completes the removal.
         """
-        validate_topic_name(name)
-        if topic_collision_key(name) in _INTERNAL_COLLISION_KEYS:
-            raise InvalidTopicError(f"topic {name} is reserved for the server's internal use")
-        if isinstance(partitions, bool) or not isinstance(partitions, int):
-            raise InvalidTopicError(f"partition count of topic {name} must be an int, "
-                                    f"not {partitions!r}")
-        limit = self._settings.topic_partitions_max
-        if not 1 <= partitions <= limit:
-            raise InvalidTopicError(
-                f"topic {name} cannot have {partitions} partitions: the count must be between 1 "
-                f"and {limit} (log.topic.partitions.max)"
-            )
-        partition_dir_name(name, partitions - 1)  # the longest directory name must fit
-        overrides = self._normalise_overrides(name, dict(configs or {}))
+        overrides = self.check_new_topic(name, partitions, configs)
         with self._lock:
             self._ensure_open()
             existing_entry = self._catalog.topics.get(name)
@@ -744,6 +731,37 @@ class LogManager:
             log.info("created topic %s with %d partitions and configs %s", name, partitions,
                      overrides)
             return self._describe_locked(name)
+
+    def check_new_topic(
+        self, name: str, partitions: int, configs: Mapping[str, str] | None = None
+    ) -> dict[str, str]:
+        """What :meth:`create_topic` checks before it looks at the existing topics: the name,
+        the partition count and the configs. Returns the config overrides in Kafka's canonical
+        string form. Touches nothing; the cluster's CreateTopic (server/cluster/topic_admin.py)
+        runs it before it writes a topic to etcd, so that both paths refuse the same requests.
+
+        Raises:
+            InvalidTopicError, InvalidConfigError: as :meth:`create_topic`.
+        """
+        validate_topic_name(name)
+        if topic_collision_key(name) in _INTERNAL_COLLISION_KEYS:
+            raise InvalidTopicError(f"topic {name} is reserved for the server's internal use")
+        if isinstance(partitions, bool) or not isinstance(partitions, int):
+            raise InvalidTopicError(f"partition count of topic {name} must be an int, "
+                                    f"not {partitions!r}")
+        limit = self._settings.topic_partitions_max
+        if not 1 <= partitions <= limit:
+            raise InvalidTopicError(
+                f"topic {name} cannot have {partitions} partitions: the count must be between 1 "
+                f"and {limit} (log.topic.partitions.max)"
+            )
+        partition_dir_name(name, partitions - 1)  # the longest directory name must fit
+        return self._normalise_overrides(name, dict(configs or {}))
+
+    def effective_configs(self, overrides: Mapping[str, str]) -> dict[str, str]:
+        """Every config of a topic with ``overrides`` (checked ones): this server's defaults
+        for the others, as :meth:`describe_topic` reports them."""
+        return LogConfig.from_mapping(dict(overrides), defaults=self._default_config).to_mapping()
 
     def _place_partitions(self, partitions: int) -> list[Path]:
         """The log directory of each new partition: the online one holding the fewest

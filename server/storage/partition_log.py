@@ -1479,8 +1479,9 @@ class PartitionLog:
         Returns the record found (its timestamp and offset) and the whole batches from the one
         holding it, as :meth:`fetch` at its offset returns them; the batch searched is read
         once. Only records below the log end published when the call started are searched.
-        When none qualifies: ``(None, empty batches at the log end offset)``. Thread-safe
-        against a concurrent append.
+        When none qualifies: ``(None, empty batches at the log end offset)``. A log that
+        tracks a high watermark (replication) searches and returns only records below it, as
+        :meth:`fetch` with ``upper_bound``. Thread-safe against a concurrent append.
 
         With ``isolation_level`` READ_COMMITTED only a record below the last stable offset
         matches (Kafka's ``fetchOffsetForTimestamp`` filters the lookup by the last fetchable
@@ -1523,6 +1524,16 @@ class PartitionLog:
                 break
             segment = self._segments.higher_segment(segment.base_offset)
         if not committed:
+            high_watermark = self._high_watermark
+            if high_watermark is not None:
+                # Replicated: a consumer reads below the high watermark only (as fetch's
+                # upper_bound), so a record at or above it is not found yet.
+                if found is None or found[0].offset >= high_watermark:
+                    return None, FetchedBatches(b"", min(high_watermark, end.offset), 0)
+                record, fetched = found
+                if fetched.next_offset > high_watermark:
+                    fetched = self._bounded_part(fetched, record.offset, high_watermark)
+                return record, fetched
             if found is None:
                 return None, FetchedBatches(b"", end.offset, 0)
             return found
@@ -1540,7 +1551,9 @@ class PartitionLog:
         """ListOffsets: the offset for a timestamp or a special target ([B-36]..[B-40]).
 
         * ``-2`` (earliest) and ``-4`` (earliest local): ``(-1, log_start_offset)``;
-        * ``-1`` (latest): ``(-1, log_end_offset)``;
+        * ``-1`` (latest): ``(-1, log_end_offset)``, or the high watermark of a log that
+          tracks one (a replicated partition's; consumers read below it only, and no
+          record at or above it is found for the targets below);
         * ``-3`` (max timestamp): the first record holding the largest timestamp of the log,
           in the first segment holding it; None for a log without timestamps;
         * ``-5`` (latest tiered): None (no tiered storage);
@@ -1570,9 +1583,20 @@ class PartitionLog:
         if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
             return TimestampOffset(NO_TIMESTAMP, self._log_start_offset)
         if timestamp == LATEST_TIMESTAMP:
-            return TimestampOffset(NO_TIMESTAMP, self._end.offset)
+            # The log end, or the high watermark of a replicated log (equal otherwise).
+            return TimestampOffset(NO_TIMESTAMP, self.high_watermark)
         if timestamp == LATEST_TIERED_TIMESTAMP:
             return None
+        high_watermark = self._high_watermark
+        if high_watermark is not None:
+            # Replicated: only records below the high watermark are found (Kafka's
+            # fetchOffsetForTimestamp filters by the last fetchable offset).
+            found = self._offset_for_timestamp_below_end(timestamp)
+            return found if found is None or found.offset < high_watermark else None
+        return self._offset_for_timestamp_below_end(timestamp)
+
+    def _offset_for_timestamp_below_end(self, timestamp: int) -> TimestampOffset | None:
+        """:meth:`offset_for_timestamp` of a timestamp or max timestamp, up to the log end."""
         if timestamp == MAX_TIMESTAMP:
             segments = list(self._segments)
             best: Segment | None = None

@@ -44,6 +44,8 @@ def test_topic_administration_round_trip(server):
     described = stratalog(server, "topics", "describe", "cli-admin").stdout.decode()
     assert described.startswith("Topic: cli-admin\tPartitionCount: 2\t")
     assert described.count("\tPartition: ") == 2
+    # A single server is broker 0: leader, only replica and only in-sync replica.
+    assert "\tPartition: 1\tLeader: 0\tReplicas: 0\tIsr: 0\tLogStartOffset: 0" in described
 
     deleted = stratalog(server, "topics", "delete", "cli-admin")
     assert deleted.returncode == 0, deleted.stderr

@@ -94,6 +94,21 @@ def test_produce_records_form_and_fetch_them_back(stub) -> None:
     assert raw.next_offset == 4 and not raw.records
 
 
+def test_a_single_server_takes_every_acks_kafka_has_and_refuses_others(stub, rpc_error) -> None:
+    # Issue 17's acks: on a single server the leader is the only replica, so 0, 1 and -1
+    # (all, the default) all answer after the append, with offsets as ever.
+    _create(stub, "pf-acks")
+    for expected, acks in enumerate((0, 1, -1)):
+        request = pb.ProduceRequest(topic="pf-acks", acks=acks, records=[pb.Record(value=b"v")])
+        assert stub.Produce(request, timeout=TIMEOUT).base_offset == expected
+    for acks in (2, -2):
+        error = rpc_error(stub.Produce, pb.ProduceRequest(
+            topic="pf-acks", acks=acks, records=[pb.Record(value=b"v")]))
+        assert (error.code, error.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_REQUEST")
+        assert error.metadata["field"] == "acks" and f"got {acks}" in str(error)
+    assert _fetch(stub, "pf-acks", 0).next_offset == 3  # nothing written by the refusals
+
+
 def test_several_batches_in_one_request_get_consecutive_offsets(stub) -> None:
     _create(stub, "pf-multi")
     batches = b"".join(

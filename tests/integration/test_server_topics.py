@@ -120,6 +120,26 @@ def test_bad_partition_counts(stub, rpc_error, partitions) -> None:
     assert "t-count" not in _names(stub)
 
 
+@pytest.mark.parametrize("replication_factor", [2, 3, -1])
+def test_a_single_server_holds_one_copy(stub, rpc_error, replication_factor) -> None:
+    request = pb.CreateTopicRequest(name="t-rf", partitions=1,
+                                    replication_factor=replication_factor)
+    error = rpc_error(stub.CreateTopic, request)
+    assert (error.code, error.reason) == (grpc.StatusCode.INVALID_ARGUMENT,
+                                          "INVALID_REPLICATION_FACTOR")
+    assert f"replication factor {replication_factor}" in error.message
+    assert "single server" in error.message
+    assert "t-rf" not in _names(stub)
+
+
+
+@pytest.mark.parametrize("replication_factor", [0, 1])
+def test_a_single_server_takes_replication_factor_0_and_1(stub, replication_factor) -> None:
+    request = pb.CreateTopicRequest(name=f"t-rf{replication_factor}", partitions=1,
+                                    replication_factor=replication_factor)
+    assert stub.CreateTopic(request, timeout=30).topic.name == f"t-rf{replication_factor}"
+
+
 def test_duplicate_topic(stub, rpc_error) -> None:
     stub.CreateTopic(pb.CreateTopicRequest(name="t-dup", partitions=1), timeout=30)
     error = rpc_error(stub.CreateTopic, pb.CreateTopicRequest(name="t-dup", partitions=2))

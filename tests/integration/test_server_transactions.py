@@ -607,9 +607,18 @@ async def test_kill_9_in_a_transaction_then_restart_aborts_it_after_its_timeout(
             return ends[0] == ends[1] and ends[2] == ends[3]
 
         await eventually(both_stable, "the LSO reaching the log end after the restart")
-        described = await stub.DescribeTransaction(
-            pb.DescribeTransactionRequest(transactional_id="crash-t"), timeout=TIMEOUT)
-        assert described.state == "CompleteAbort"
+
+        async def described_now() -> pb.DescribeTransactionResponse:
+            return await stub.DescribeTransaction(
+                pb.DescribeTransactionRequest(transactional_id="crash-t"), timeout=TIMEOUT)
+
+        # The markers (which move the LSO) are written before the state becomes CompleteAbort,
+        # as Kafka's coordinator does: on a loaded machine the LSO can be seen first.
+        async def completed() -> bool:
+            return (await described_now()).state == "CompleteAbort"
+
+        await eventually(completed, "the transaction's state reaching CompleteAbort")
+        described = await described_now()
         assert described.producer_epoch == producer.epoch + 1
         for partition, expected in ((0, []), (1, [b"plain"])):
             response = await fetch(stub, "crashed", partition=partition, isolation=COMMITTED)

@@ -101,6 +101,25 @@ def test_generated_modules_match_a_fresh_protoc_run(tmp_path: Path) -> None:
     )
 
 
+def test_replication_modules_match_a_fresh_protoc_run(tmp_path: Path) -> None:
+    # The internal server-to-server service (replication.proto, issue 17): no compatibility
+    # promise, but the committed modules must be what `make proto` makes of it.
+    _protoc(
+        "-Iproto",
+        f"--python_out={tmp_path}",
+        f"--pyi_out={tmp_path}",
+        f"--grpc_python_out={tmp_path}",
+        "proto/stratalog/v1/replication.proto",
+        cwd=PROJECT_ROOT,
+    )
+    stale = [
+        name for name in ("replication_pb2.py", "replication_pb2.pyi", "replication_pb2_grpc.py")
+        if (tmp_path / "stratalog" / "v1" / name).read_bytes()
+        != (PROTO_ROOT / "stratalog" / "v1" / name).read_bytes()
+    ]
+    assert not stale, f"{stale} differ from replication.proto; run `make proto` and commit"
+
+
 def test_imported_module_carries_the_descriptor_of_our_proto(
     ours: descriptor_pb2.FileDescriptorProto,
 ) -> None:

@@ -25,6 +25,7 @@ from stratalog.server.security.acls import (
     ResourceType,
 )
 from stratalog.server.security.authorizer import (
+    REPLICATION_RULES,
     RULES,
     Authorizer,
     Decider,
@@ -33,6 +34,7 @@ from stratalog.server.security.authorizer import (
 from stratalog.server.security.errors import AclLimitError, InvalidAclError, NotAuthorizedError
 from stratalog.server.security.principal import CallIdentity, Principal
 from stratalog.v1 import broker_pb2 as pb
+from stratalog.v1 import replication_pb2
 
 Op = AclOperation
 TOPIC, CLUSTER, TXN = ResourceType.TOPIC, ResourceType.CLUSTER, ResourceType.TRANSACTIONAL_ID
@@ -148,6 +150,30 @@ def test_refusals_name_operation_and_resource_but_not_whether_it_exists(tmp_path
     error = caught.value
     assert str(error) == "not authorized: User:alice may not WRITE Topic:orders"
     assert (error.operation, error.resource, error.topic) == ("WRITE", "Topic:orders", "orders")
+
+
+def test_the_replication_service_needs_cluster_action(tmp_path: Path) -> None:
+    methods = {m.name for m in replication_pb2.DESCRIPTOR.services_by_name["Replication"].methods}
+    assert set(REPLICATION_RULES) == methods, "a Replication RPC without a rule is refused"
+    rule = rule_for("/stratalog.v1.Replication/ReplicaFetch")
+    assert rule is REPLICATION_RULES["ReplicaFetch"]
+    request = replication_pb2.ReplicaFetchRequest(topic="orders")
+
+    def allowed(*bindings: AclBinding) -> bool:
+        try:
+            rule.check(Decider(authorizer_with(tmp_path, *bindings), ALICE), request)  # type: ignore[misc]
+        except NotAuthorizedError:
+            return False
+        return True
+
+    assert not allowed()
+    # Reading the topic is not enough: only servers copy logs (Kafka's inter-broker action).
+    assert not allowed(grant(TOPIC, "orders", Op.READ), grant(CLUSTER, CLUSTER_NAME, Op.ALTER))
+    assert allowed(grant(CLUSTER, CLUSTER_NAME, Op.CLUSTER_ACTION))
+    # An RPC of the service without a rule is refused (fail closed).
+    unknown = rule_for("/stratalog.v1.Replication/Other")
+    with pytest.raises(NotAuthorizedError, match="no authorization rule"):
+        unknown.check(Decider(authorizer_with(tmp_path), ALICE), request)  # type: ignore[misc]
 
 
 def test_create_topic_on_the_cluster_or_the_topic(tmp_path: Path) -> None:

@@ -32,12 +32,14 @@ KAFKA_DEFAULTS = {
     "cleanup.policy": "delete",
     "max.message.bytes": "1048588",
     "preallocate": "false",
+    "unclean.leader.election.enable": "false",
     "max.compaction.lag.ms": str(LONG_MAX),
     "min.compaction.lag.ms": "0",
     "min.cleanable.dirty.ratio": "0.5",
     "delete.retention.ms": "86400000",
     "local.retention.ms": "-2",
     "local.retention.bytes": "-2",
+    "min.insync.replicas": "1",
 }
 
 

@@ -495,6 +495,32 @@ def test_read_committed_is_bounded_by_the_high_watermark(directory: Path) -> Non
         assert offsets(fetched.data) == [0, 1, 2]
 
 
+def test_timestamp_lookups_find_only_records_below_the_high_watermark(directory: Path) -> None:
+    # Kafka's fetchOffsetForTimestamp bounds every target by the last fetchable offset (the
+    # high watermark for READ_UNCOMMITTED); latest is the high watermark itself.
+    with open_log(directory) as log:
+        log.append(client(3, timestamp=T0))
+        log.append(client(2, timestamp=T0 + 1_000))
+        # A single server's log: the log end, as before.
+        assert log.offset_for_timestamp(-1).offset == 5
+        assert log.offset_for_timestamp(T0 + 1_000).offset == 3
+        log.update_high_watermark(3)
+        assert log.offset_for_timestamp(-1).offset == 3
+        assert log.offset_for_timestamp(T0).offset == 0
+        assert log.offset_for_timestamp(T0 + 1_000) is None  # records 3 and 4: not yet
+        assert log.offset_for_timestamp(-3) is None  # the max timestamp is at 3
+        assert log.offset_for_timestamp(-2).offset == 0
+        found, fetched = log.fetch_by_timestamp(T0, 1 << 20)
+        assert found is not None and found.offset == 0
+        assert offsets(fetched.data) == [0, 1, 2] and fetched.next_offset == 3
+        found, fetched = log.fetch_by_timestamp(T0 + 500, 1 << 20)
+        assert found is None and (fetched.data, fetched.next_offset) == (b"", 3)
+        log.update_high_watermark(5)
+        found, fetched = log.fetch_by_timestamp(T0 + 500, 1 << 20)
+        assert found is not None and found.offset == 3 and offsets(fetched.data) == [3, 4]
+        assert log.offset_for_timestamp(-3).offset == 3
+
+
 def test_cannot_delete_segments_at_or_above_high_watermark(directory: Path) -> None:
     # Kafka's testCannotDeleteSegmentsAtOrAboveHighWatermark.
     clock = Clock()

@@ -34,12 +34,25 @@ def test_cluster_settings() -> None:
     assert (settings.cluster, settings.node_id, settings.cluster_session_timeout_ms) == (
         "etcd://127.0.0.1:2379", 3, 9000)
     assert load_settings(environ={}).cluster == ""  # a single server by default
+    defaults = load_settings(environ={})
+    assert (defaults.cluster_session_timeout_ms, defaults.default_replication_factor,
+            defaults.unclean_leader_election_enable) == (3000, 1, False)
+    kafka_names = load_settings(environ={}, overrides={
+        "default.replication.factor": "3", "unclean.leader.election.enable": "true",
+    })
+    assert kafka_names.default_replication_factor == 3
+    assert kafka_names.unclean_leader_election_enable is True
+    # A single server may keep any node id (it is not in a producer id there).
+    assert load_settings(environ={}, overrides={"node_id": str(2**23)}).node_id == 2**23
     for overrides, named in [
         ({"cluster": "zk://h:1"}, "setting 'cluster'"),
         ({"node_id": "-1"}, "node_id"),
         ({"advertised_listen": "h:0"}, "advertised_listen"),
         ({"cluster_prefix": "stratalog"}, "cluster_prefix"),
         ({"cluster_session_timeout_ms": "500"}, "cluster_session_timeout_ms"),
+        ({"default_replication_factor": "0"}, "default_replication_factor"),
+        # Producer ids carry the node id above 40 bits of counter: int64 bounds it.
+        ({"cluster": "etcd://h:1", "node_id": str(2**23)}, "node_id' must be <= 8388607"),
     ]:
         with pytest.raises(SettingsError, match=named):
             load_settings(environ={}, overrides=overrides)

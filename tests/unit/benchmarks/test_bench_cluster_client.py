@@ -1,4 +1,4 @@
-"""The pure parts of benchmarks/bench_replication.py: its percentile and its records. Nothing
+"""The pure parts of benchmarks/bench_cluster_client.py: its percentile and its records. Nothing
 here starts etcd or a server (that is the benchmark's run, after issue 17's merge)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ PROJECT_ROOT = Path(__file__).resolve().parents[3]
 if str(PROJECT_ROOT) not in sys.path:
     sys.path.insert(0, str(PROJECT_ROOT))
 
-from benchmarks.bench_replication import VALUE_SIZE_BYTES, make_values, percentile  # noqa: E402
+from benchmarks.bench_cluster_client import VALUE_SIZE_BYTES, make_values, percentile  # noqa: E402
 
 
 @pytest.mark.parametrize(("fraction", "expected"), [(0.5, 50), (0.99, 99), (1.0, 100), (0.0, 1)])

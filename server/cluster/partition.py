@@ -1,0 +1,309 @@
+"""One replicated partition on this server: its role, and the leader's replication state.
+
+Kafka's ``Partition``. The replica manager (replica_manager.py) makes a replica the leader or a
+follower as the cluster view says (partition_state.py's records); this object holds what each
+role needs:
+
+* **Leader at epoch E** (:meth:`Partition.become_leader`): E was assigned in the leader epoch
+  cache at the log end offset (Kafka's ``makeLeader``), appends are stamped with E
+  (:meth:`leader_epoch_for_append`), the log tracks a high watermark, every follower's fetch
+  state (isr.py's :class:`~.isr.FollowerState`) starts unknown. Each follower fetch
+  (:meth:`record_follower_fetch`) and each append may advance the high watermark to the least
+  log end offset of the ISR; when it moves, the acks=all producers waiting for it
+  (:meth:`wait_for_high_watermark`) and the consumers' long polls (``wake_readers``) wake.
+  Replica fetches long-poll on :meth:`append_signal`.
+* **Follower** of node L at epoch E: the replica fetcher (replica_fetcher.py) copies L's log;
+  clients are refused (NotLeaderOrFollowerError with L as the hint).
+
+It leads only while three things hold (:meth:`check_leader`): the view named this node leader
+at the epoch it took (:attr:`role`), the etcd lease is held as far as this server knows
+(``session.may_lead()``: held, or etcd down for everyone — session.py), and it is the
+lease the leadership began under: a server frozen past the
+session timeout gets a new lease when it thaws, and leads again only once the replica manager
+re-read the view under it (a controller may have moved the leadership meanwhile).
+
+Crash behaviour: nothing here is durable; the epoch cache and the high watermark checkpoint
+are the log's (server/storage), and the role comes back from etcd at the next start.
+
+Concurrency: event-loop only. The log's blocking calls (assigning an epoch writes and fsyncs
+its checkpoint) are the replica manager's, in the executor; the high watermark calls here take
+the log's lock briefly on the loop, as Kafka's request threads do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from .errors import (
+    NotEnoughReplicasAfterAppendError,
+    NotEnoughReplicasError,
+    NotLeaderOrFollowerError,
+    ReplicationTimeoutError,
+)
+from .isr import FollowerState, high_watermark_of, may_join_isr, out_of_sync_followers
+
+if TYPE_CHECKING:
+    from stratalog.server.storage.partition_log import PartitionLog
+
+    from .partition_state import PartitionState
+    from .session import EtcdSession
+
+__all__ = ["Partition", "Role"]
+
+logger = logging.getLogger(__name__)
+
+
+class Role(enum.Enum):
+    NONE = "none"  # not a replica any more, or no leader known
+    LEADER = "leader"
+    FOLLOWER = "follower"
+
+
+class _Waiter:
+    """An acks=all produce waiting until the high watermark passes ``required_offset``."""
+
+    __slots__ = ("future", "min_insync", "required_offset")
+
+    def __init__(self, required_offset: int, min_insync: int) -> None:
+        self.required_offset = required_offset
+        self.min_insync = min_insync
+        self.future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+
+class Partition:
+    """One partition this server replicates (module docstring)."""
+
+    def __init__(self, topic: str, partition: int, node_id: int, log: PartitionLog,
+                 session: EtcdSession, wake_readers: Callable[[str, int], None]) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.node_id = node_id
+        self.log = log
+        self._session = session
+        self._wake_readers = wake_readers
+        self.role = Role.NONE
+        #: The leader epoch this replica acts in (leader: its own; follower: its leader's).
+        self.leader_epoch = -1
+        self.leader_id = -1
+        #: The ISR as last read from etcd, and the mod revision of that state (an ISR change
+        #: compares it).
+        self.isr: tuple[int, ...] = ()
+        self.mod_revision = 0
+        self.replicas: tuple[int, ...] = ()
+        #: Leader only: followers whose addition to the ISR is being written (the maximal ISR
+        #: counts them for the high watermark), and whether an ISR write is under way.
+        self.pending_isr_additions: set[int] = set()
+        self.isr_change_in_flight = False
+        self.followers: dict[int, FollowerState] = {}
+        #: Leader only: the log end offset when it took its epoch (a follower joins the ISR
+        #: only once it reached it).
+        self.leader_epoch_start_offset = 0
+        self._lease_id = 0
+        self._signal = asyncio.Event()
+        self._waiters: list[_Waiter] = []
+
+    def __repr__(self) -> str:
+        return (f"Partition({self.topic}-{self.partition}, {self.role.value}, "
+                f"epoch {self.leader_epoch}, leader {self.leader_id}, isr {list(self.isr)})")
+
+    # ---------------------------------------------------------------- role changes
+
+    def become_leader(self, state: PartitionState, mod_revision: int,
+                      replicas: tuple[int, ...], now_ms: int) -> None:
+        """Lead at ``state.leader_epoch`` (the caller assigned the epoch in the log's cache at
+        its log end and set the high watermark). Followers start unknown, caught up now
+        (isr.py)."""
+        self.role = Role.LEADER
+        self.leader_epoch = state.leader_epoch
+        self.leader_id = self.node_id
+        self.replicas = replicas
+        self.isr, self.mod_revision = state.isr, mod_revision
+        self.pending_isr_additions.clear()
+        self.followers = {
+            replica: FollowerState(last_caught_up_ms=now_ms)
+            for replica in replicas if replica != self.node_id
+        }
+        self.leader_epoch_start_offset = self.log.log_end_offset
+        self._lease_id = self._session.lease_id
+        self.maybe_increment_high_watermark()
+
+    def become_follower(self, state: PartitionState, mod_revision: int,
+                        replicas: tuple[int, ...]) -> None:
+        """Follow ``state.leader`` (or nobody, -1) at ``state.leader_epoch``; acks=all waiters
+        fail with NotLeaderOrFollowerError."""
+        was_leader = self.role is Role.LEADER
+        self.role = Role.FOLLOWER if state.has_leader else Role.NONE
+        self.leader_epoch = state.leader_epoch
+        self.leader_id = state.leader
+        self.replicas = replicas
+        self.isr, self.mod_revision = state.isr, mod_revision
+        self.pending_isr_additions.clear()
+        self.followers = {}
+        if was_leader:
+            logger.info("%s-%d: no longer leader (leader now %d, epoch %d)", self.topic,
+                        self.partition, state.leader, state.leader_epoch)
+        self.fail_waiters(self.not_leader())
+        self.notify_append()  # replica fetches waiting on this server answer now
+
+    def stop(self) -> None:
+        """No longer a replica here (the topic went, or the assignment left this node)."""
+        self.role = Role.NONE
+        self.fail_waiters(self.not_leader())
+        self.notify_append()
+
+    def update_isr(self, state: PartitionState, mod_revision: int) -> None:
+        """The leader's ISR changed in etcd at the same leader and epoch (its own write, or
+        the controller removing a dead broker): apply it, recompute the high watermark."""
+        self.isr, self.mod_revision = state.isr, mod_revision
+        self.pending_isr_additions -= set(state.isr)
+        if self.role is Role.LEADER:
+            self.maybe_increment_high_watermark()
+            self._settle_waiters()
+
+    @property
+    def leads_under_current_lease(self) -> bool:
+        return self._lease_id == self._session.lease_id
+
+    # ---------------------------------------------------------------- the leader's checks
+
+    def not_leader(self, leader_address: str = "") -> NotLeaderOrFollowerError:
+        leader = self.leader_id if self.leader_id != self.node_id else -1
+        return NotLeaderOrFollowerError(self.topic, self.partition, leader, self.leader_epoch,
+                                        leader_address)
+
+    def is_leader(self) -> bool:
+        """Whether this replica may act as leader now (module docstring)."""
+        return (self.role is Role.LEADER and self._session.may_lead()
+                and self._lease_id == self._session.lease_id)
+
+    def check_enough_replicas(self, min_insync: int) -> None:
+        """acks=all: refuse before writing when the ISR is below ``min_insync``."""
+        if len(self.isr) < min_insync:
+            raise NotEnoughReplicasError(self.topic, self.partition, len(self.isr), min_insync)
+
+    # ---------------------------------------------------------------- high watermark
+
+    @property
+    def maximal_isr(self) -> set[int]:
+        return set(self.isr) | self.pending_isr_additions
+
+    def maybe_increment_high_watermark(self) -> bool:
+        """Leader: raise the high watermark to the least log end offset of the maximal ISR;
+        wakes waiters and readers when it moved. True if it moved."""
+        if self.role is not Role.LEADER:
+            return False
+        log = self.log
+        target = high_watermark_of(self.node_id, log.log_end_offset, self.maximal_isr,
+                                   self.followers)
+        try:
+            moved = log.maybe_increment_high_watermark(target)
+        except ValueError:  # truncated under us (a role change in flight): nothing to raise
+            return False
+        if moved:
+            self._settle_waiters()
+            self._wake_readers(self.topic, self.partition)
+        return moved
+
+    def record_follower_fetch(self, replica_id: int, fetch_offset: int, log_start_offset: int,
+                              now_ms: int) -> None:
+        """Leader: a follower fetched at ``fetch_offset`` (it holds everything below)."""
+        state = self.followers.get(replica_id)
+        if state is None:
+            state = self.followers[replica_id] = FollowerState()
+        state.update_fetch_state(fetch_offset, log_start_offset, self.log.log_end_offset, now_ms)
+        self.maybe_increment_high_watermark()
+
+    def followers_to_add(self) -> set[int]:
+        """Leader: followers outside the ISR that may join it now (isr.py)."""
+        high_watermark = self.log.high_watermark
+        return {
+            replica for replica, state in self.followers.items()
+            if replica not in self.isr and replica not in self.pending_isr_additions
+            and replica in self.replicas
+            and may_join_isr(state, high_watermark, self.leader_epoch_start_offset)
+        }
+
+    def followers_to_remove(self, now_ms: int, lag_time_max_ms: int) -> set[int]:
+        """Leader: ISR members that fell behind for more than ``lag_time_max_ms``."""
+        return out_of_sync_followers(self.node_id, self.log.log_end_offset, self.isr,
+                                     self.followers, now_ms, lag_time_max_ms)
+
+    # ---------------------------------------------------------------- appends and waiters
+
+    def append_signal(self) -> asyncio.Event:
+        """The event the next leader append sets; take it *before* reading, then wait."""
+        return self._signal
+
+    def notify_append(self) -> None:
+        """Leader: records were appended (replica fetches waiting for them answer); a leader
+        alone in its ISR moves its high watermark at once."""
+        signal, self._signal = self._signal, asyncio.Event()
+        signal.set()
+        self.maybe_increment_high_watermark()
+
+    async def wait_for_high_watermark(self, required_offset: int, min_insync: int,
+                                      timeout_s: float) -> None:
+        """acks=all: return once the high watermark reached ``required_offset`` (the last
+        offset appended + 1) with at least ``min_insync`` in-sync replicas (Kafka's
+        ``checkEnoughReplicasReachOffset``).
+
+        Raises:
+            NotEnoughReplicasAfterAppendError: the high watermark got there with the ISR
+                below ``min_insync`` (it shrank after the append).
+            ReplicationTimeoutError: not within ``timeout_s``.
+            NotLeaderOrFollowerError: this replica stopped leading meanwhile.
+        """
+        waiter = _Waiter(required_offset, min_insync)
+        self._waiters.append(waiter)
+        self._settle_waiters()
+        try:
+            await asyncio.wait_for(asyncio.shield(waiter.future), timeout_s)
+        except TimeoutError:
+            raise ReplicationTimeoutError(
+                self.topic, self.partition,
+                f"the in-sync replicas {sorted(self.isr)} did not all reach offset "
+                f"{required_offset - 1} within {timeout_s * 1000:.0f} ms (request.timeout.ms);"
+                " the records are in the leader's log and may yet be replicated: retry with "
+                "the idempotent producer",
+            ) from None
+        finally:
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
+
+    def _settle_waiters(self) -> None:
+        if not self._waiters:
+            return
+        if self.role is not Role.LEADER:
+            self.fail_waiters(self.not_leader())
+            return
+        high_watermark = self.log.high_watermark
+        kept = []
+        for waiter in self._waiters:
+            if waiter.future.done():
+                continue
+            if high_watermark >= waiter.required_offset:
+                if len(self.isr) >= waiter.min_insync:
+                    waiter.future.set_result(None)
+                else:
+                    waiter.future.set_exception(NotEnoughReplicasAfterAppendError(
+                        self.topic, self.partition,
+                        f"the records were written, but the in-sync replica set "
+                        f"{sorted(self.isr)} shrank below min.insync.replicas="
+                        f"{waiter.min_insync} before they were replicated",
+                    ))
+            else:
+                kept.append(waiter)
+        self._waiters = kept
+
+    def fail_waiters(self, exc: Exception) -> None:
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.future.done():
+                waiter.future.set_exception(exc)
+                # Retrieved by the waiting produce; marked so that none is logged when the
+                # produce went away first.
+                waiter.future.exception()

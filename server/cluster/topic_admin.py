@@ -1,0 +1,258 @@
+"""Topic administration in cluster mode: CreateTopic and DeleteTopic write etcd, the topic
+listings read the cluster view.
+
+CreateTopic, on whichever server receives it (no forwarding to the controller: the etcd
+transaction is the serialisation point, as ZooKeeper-era Kafka's ``AdminZkClient`` wrote
+``/brokers/topics/<t>`` from any broker)::
+
+    check name, partition count, configs    what the single-server path checks (LogManager
+                                            .check_new_topic): both refuse the same requests
+    replication factor: 0 -> default_replication_factor; < 1 -> InvalidReplicationFactorError
+    read the live brokers from etcd         > live brokers -> InvalidReplicationFactorError
+    replicas: TopicAssignment.round_robin   rack-unaware, from a random broker (Kafka's
+                                            assignReplicasToBrokersRackUnaware)
+    one txn  if   create_revision(<prefix>/topics/<t>) == 0     else TopicAlreadyExistsError
+             then put <prefix>/topics/<t>                TopicAssignment
+                  put <prefix>/partitions/<t>/<p>        PartitionState(first replica, 0,
+                                                         every replica, 0) for each p
+
+Each replica creates its local log when its cluster view shows the topic (the replica
+manager); the answer is built from the assignment: partitions this server does not hold yet
+are described empty, with ``log_dir`` "". etcd limits a transaction to 128 operations
+(``--max-txn-ops``): a topic of more partitions writes the other states in further
+transactions, each conditional on the topic key still being the one written; if this server
+dies in between, the controller writes the missing first states (leader_election.py).
+
+DeleteTopic: one transaction deletes the topic key and its partition prefix; each replica
+deletes its local log when the topic leaves its view. A topic that etcd does not know but this
+server holds (created before it joined a cluster) is deleted locally, as a single server does.
+
+Bounded waits: every etcd exchange of one request shares :data:`ADMIN_TIMEOUT_S`; when etcd does
+not answer the request fails with :class:`CoordinationUnavailableError`, saying whether
+anything may have been written.
+
+Concurrency: event-loop only; nothing here blocks (the LogManager calls it makes are checks
+without I/O).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import aetcd
+
+from stratalog.server.storage.errors import (
+    InvalidTopicError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
+from stratalog.server.storage.log_manager import PartitionDescription, TopicDescription
+from stratalog.server.storage.topic_names import topic_collision_key
+
+from .errors import CoordinationUnavailableError, InvalidReplicationFactorError
+from .partition_state import PartitionState, TopicAssignment
+
+if TYPE_CHECKING:
+    from stratalog.server.storage.log_manager import LogManager
+
+    from .node import ClusterNode
+
+__all__ = ["ADMIN_TIMEOUT_S", "ETCD_TXN_OPS_MAX", "UNCLEAN_CONFIG", "TopicAdmin"]
+
+logger = logging.getLogger(__name__)
+
+#: The longest a CreateTopic or DeleteTopic waits for etcd, all its calls together (seconds).
+ADMIN_TIMEOUT_S = 5.0
+#: etcd's default ``--max-txn-ops``: the most operations one transaction may hold.
+ETCD_TXN_OPS_MAX = 128
+#: The topic config (and server setting) that lets the controller elect outside the ISR.
+UNCLEAN_CONFIG = "unclean.leader.election.enable"
+
+# What the etcd client raises when etcd does not answer in time (aetcd wraps gRPC's errors).
+_ETCD_DOWN = (TimeoutError, aetcd.ClientError, OSError)
+
+
+class TopicAdmin:
+    """CreateTopic, DeleteTopic and the topic listings of one cluster member."""
+
+    def __init__(self, node: ClusterNode, log_manager: LogManager,
+                 default_replication_factor: int, unclean_leader_election_enable: bool) -> None:
+        self._node = node
+        self._log_manager = log_manager
+        self._default_replication_factor = default_replication_factor
+        self._unclean_default = unclean_leader_election_enable
+
+    # ---------------------------------------------------------------- create
+
+    async def create_topic(self, name: str, partitions: int, configs: dict[str, str],
+                           replication_factor: int) -> TopicDescription:
+        """Write topic ``name`` to etcd (module docstring); its description.
+
+        Raises:
+            InvalidTopicError, InvalidConfigError: as a single server's CreateTopic.
+            InvalidReplicationFactorError: below 1, or above the live brokers.
+            TopicAlreadyExistsError: etcd has the topic.
+            CoordinationUnavailableError: etcd did not answer within :data:`ADMIN_TIMEOUT_S`.
+        """
+        overrides = self._log_manager.check_new_topic(name, partitions, configs)
+        factor = replication_factor or self._default_replication_factor
+        if factor < 1:
+            raise InvalidReplicationFactorError(
+                f"replication factor must be at least 1 (0 = the server's default, "
+                f"{self._default_replication_factor}), got {replication_factor}"
+            )
+        with self._etcd_errors("CreateTopic", "nothing was written"):
+            async with asyncio.timeout(ADMIN_TIMEOUT_S):
+                await self._node.membership.refresh()
+                await self._node.view.refresh()
+        live = sorted(self._node.membership.brokers)
+        if factor > len(live):
+            raise InvalidReplicationFactorError(
+                f"replication factor {factor} is larger than the {len(live)} live broker(s)"
+                f" (node ids {live}): a partition's replicas must be on distinct brokers"
+            )
+        self._check_collisions(name)
+        assignment = TopicAssignment(
+            TopicAssignment.round_robin(partitions, factor, live, random.randrange(len(live))),
+            overrides,
+        )
+        with self._etcd_errors("CreateTopic", "the topic may or may not have been written:"
+                               " describe it to find out"):
+            async with asyncio.timeout(ADMIN_TIMEOUT_S):
+                await self._write_topic(name, assignment)
+        logger.info("created topic %s: %d partition(s), replicas %s, configs %s", name,
+                    partitions, dict(assignment.replicas), overrides)
+        with contextlib.suppress(Exception):  # seen at the next poll otherwise
+            await self._node.view.refresh()
+        return self.describe(name, None, assignment)
+
+    def _check_collisions(self, name: str) -> None:
+        """The checks :meth:`LogManager.create_topic` makes against existing topics, against
+        the topics of the cluster (as just read)."""
+        if name in self._node.view.topics:
+            raise TopicAlreadyExistsError(f"topic {name} already exists")
+        key = topic_collision_key(name)
+        for existing in self._node.view.topics:
+            if topic_collision_key(existing) == key:
+                raise InvalidTopicError(
+                    f"topic {name} collides with existing topic {existing}: names that "
+                    "differ only in '.' versus '_' are not allowed together"
+                )
+
+    async def _write_topic(self, name: str, assignment: TopicAssignment) -> None:
+        client, keys = self._node.session.client, self._node.keys
+        puts = [
+            client.transactions.put(
+                keys.partition(name, partition),
+                PartitionState(replicas[0], 0, replicas, 0).encode(),
+            )
+            for partition, replicas in sorted(assignment.replicas.items())
+        ]
+        topic_key = keys.topic(name)
+        first = ETCD_TXN_OPS_MAX - 1
+        succeeded, _ = await client.transaction(
+            compare=[client.transactions.create(topic_key) == 0],
+            success=[client.transactions.put(topic_key, assignment.encode()), *puts[:first]],
+            failure=[],
+        )
+        if not succeeded:
+            raise TopicAlreadyExistsError(f"topic {name} already exists")
+        if len(puts) <= first:
+            return
+        written = await client.get(topic_key)
+        if written is None:
+            return  # deleted already: its states would be orphans
+        for start in range(first, len(puts), ETCD_TXN_OPS_MAX):
+            succeeded, _ = await client.transaction(
+                compare=[client.transactions.create(topic_key) == written.create_revision],
+                success=puts[start:start + ETCD_TXN_OPS_MAX],
+                failure=[],
+            )
+            if not succeeded:
+                return  # deleted (or deleted and created again) meanwhile: stop here
+
+    # ---------------------------------------------------------------- delete
+
+    async def delete_topic(self, name: str) -> bool:
+        """Delete topic ``name`` from etcd; False if etcd does not have it.
+
+        Raises:
+            CoordinationUnavailableError: etcd did not answer within :data:`ADMIN_TIMEOUT_S`.
+        """
+        client, keys = self._node.session.client, self._node.keys
+        topic_key, prefix = keys.topic(name), keys.topic_partitions_prefix(name)
+        with self._etcd_errors("DeleteTopic", "the topic may or may not have been deleted:"
+                               " list the topics to find out"):
+            async with asyncio.timeout(ADMIN_TIMEOUT_S):
+                succeeded, _ = await client.transaction(
+                    compare=[client.transactions.create(topic_key) != 0],
+                    success=[
+                        client.transactions.delete(topic_key),
+                        client.transactions.delete(
+                            prefix, range_end=aetcd.utils.prefix_range_end(prefix)),
+                    ],
+                    failure=[],
+                )
+        if succeeded:
+            logger.info("deleted topic %s", name)
+            with contextlib.suppress(Exception):
+                await self._node.view.refresh()
+        return bool(succeeded)
+
+    # ---------------------------------------------------------------- descriptions
+
+    def knows(self, name: str) -> bool:
+        """Whether the cluster view has topic ``name``."""
+        return name in self._node.view.topics
+
+    def describe(self, name: str, local: TopicDescription | None,
+                 assignment: TopicAssignment | None = None) -> TopicDescription:
+        """Topic ``name`` as the cluster has it: its configs from the assignment, each
+        partition as this server holds it (``local``), or empty with ``log_dir`` "" where it
+        does not (yet).
+
+        Raises:
+            UnknownTopicOrPartitionError: the cluster view has no such topic.
+        """
+        if assignment is None:
+            assignment = self._node.view.topics.get(name)
+            if assignment is None:
+                raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
+        configs = self._log_manager.effective_configs(assignment.configs)
+        if UNCLEAN_CONFIG not in assignment.configs:
+            configs[UNCLEAN_CONFIG] = "true" if self._unclean_default else "false"
+        held = {p.partition: p for p in local.partitions} if local is not None else {}
+        partitions = [
+            held.get(number) or PartitionDescription(number, 0, 0, 0, 0, "", -1)
+            for number in sorted(assignment.replicas)
+        ]
+        return TopicDescription(name, configs, partitions, tuple(sorted(assignment.configs)))
+
+    def listed(self, local: list[TopicDescription]) -> Iterator[TopicDescription]:
+        """Every topic of the cluster view (described as :meth:`describe`), then the topics
+        this server holds that the cluster does not know (created before it joined one), by
+        name."""
+        topics = self._node.view.topics
+        held = {description.name: description for description in local}
+        for name in sorted(topics.keys() | held.keys()):
+            if name in topics:
+                yield self.describe(name, held.get(name), topics[name])
+            else:
+                yield held[name]
+
+    # ---------------------------------------------------------------- etcd errors
+
+    @contextlib.contextmanager
+    def _etcd_errors(self, operation: str, outcome: str) -> Iterator[None]:
+        try:
+            yield
+        except _ETCD_DOWN as exc:
+            raise CoordinationUnavailableError(
+                f"{operation} needs etcd, which did not answer within {ADMIN_TIMEOUT_S:g} s"
+                f" ({self._node.session.endpoint}: {exc or type(exc).__name__}); {outcome}"
+            ) from exc
