@@ -430,6 +430,12 @@ def test_a_follower_that_lost_its_disk_copies_the_leaders_log_again(etcd, start_
     assert produce(servers[1], "vault", [b"d"]).base_offset == 3  # acks=all: node 2 has it
     assert values(fetch(servers[1], "vault", offset=1)) == [b"b", b"c", b"d"]
     assert "first batch starts at 0, below this empty log's start 1" in servers[2].log_text()
+    # A follower moves its log start only after its leader: DeleteRecords there is refused.
+    with grpc.insecure_channel(servers[2].target) as channel:
+        reason, hint = refused(lambda: broker_pb2_grpc.BrokerStub(channel).DeleteRecords(
+            pb.DeleteRecordsRequest(topic="vault", partition=0, before_offset=2),
+            timeout=CALL_TIMEOUT_S))
+    assert (reason, hint["leader_id"]) == ("NOT_LEADER_OR_FOLLOWER", "1")
 
 
 def test_a_follower_takes_fetch_answers_above_grpcs_default_4_mib(etcd, start_member) -> None:
