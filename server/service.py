@@ -1247,6 +1247,9 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             raise BadRequestError(
                 "before_offset", f"must be >= 0, or -1 for the high watermark, got {before_offset}"
             )
+        # Kafka's rule: the leader moves the log start; followers follow it through their
+        # fetches (replica_fetcher.py), never on their own.
+        self._leader(topic, partition)
         _, gate = self._log(topic, partition)
         async with gate.append_lock:
             log_start_offset = await self._blocking(

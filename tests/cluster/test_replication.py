@@ -146,14 +146,15 @@ def produce_when_ready(server: ServerProcess, topic: str, payload: list[bytes],
     return answer[0]
 
 
-def restart_when_id_free(start_member, node_id: int, data_dir: Path) -> ServerProcess:
+def restart_when_id_free(start_member, node_id: int, data_dir: Path, *flags: str
+                         ) -> ServerProcess:
     """Start a killed server again on its data: its node id is taken until its lease
     expired (a session timeout after the kill), and the start refused until then."""
     deadline = time.monotonic() + 30
     while True:
         time.sleep(SESSION_TIMEOUT_MS / 1000 / 2)
         try:
-            return start_member(node_id, data_dir=data_dir)
+            return start_member(node_id, *flags, data_dir=data_dir)
         except AssertionError as exc:
             if "already registered" not in str(exc) or time.monotonic() > deadline:
                 raise
@@ -248,11 +249,16 @@ def test_acks_all_reaches_every_replica_and_followers_refuse_clients(etcd, start
 def test_a_divergent_suffix_is_truncated_by_epoch_and_consumers_never_saw_it(
     etcd, start_member,
 ) -> None:
-    servers = {n: start_member(n) for n in (1, 2, 3)}
+    # A longer session: the steps between killing the followers and freezing the leader must
+    # all happen before etcd expires the followers' leases (the controller then takes them out
+    # of the ISR, and the leader's high watermark could move past x and y).
+    session = ("--cluster-session-timeout-ms", "5000")
+    servers = {n: start_member(n, *session) for n in (1, 2, 3)}
     create_topic(etcd, "events", [1, 2, 3])
     produce_when_ready(servers[1], "events", [b"a", b"b"])
     wait_for(lambda: same_log(list(servers.values()), "events"), "a, b on every replica")
-    # Followers gone: the leader still takes acks=1 records, which nobody else has.
+    # Followers killed, still in the ISR until their leases expire: the leader takes acks=1
+    # records, which nobody else has and which its high watermark does not pass.
     data_dirs = {n: servers[n].data_dir for n in (2, 3)}
     for n in (2, 3):
         servers.pop(n).kill()
@@ -264,14 +270,19 @@ def test_a_divergent_suffix_is_truncated_by_epoch_and_consumers_never_saw_it(
     assert response.high_watermark == 2
     assert latest_offset(servers[1], "events") == 2
     assert values(fetch(servers[1], "events", offset=2)) == []
-
-    # A new leader at epoch 1 from the replicas that have a and b only; the old leader keeps
-    # running and must give x and y up.
-    write_state(etcd, "events", 0, 2, 1, [2, 3])
-    for n in (2, 3):
-        servers[n] = restart_when_id_free(start_member, n, data_dirs[n])
-    produce_when_ready(servers[2], "events", [b"c"])
+    os.kill(servers[1].process.pid, signal.SIGSTOP)
+    try:
+        # The followers come back; the controller (one of them) finds the leader gone and
+        # elects the first live replica of the ISR: node 2, at a newer epoch, without x and y.
+        for n in (2, 3):
+            servers[n] = restart_when_id_free(start_member, n, data_dirs[n], *session)
+        wait_for(lambda: read_state(etcd, "events", 0).leader == 2, "node 2 elected", 60)
+        assert read_state(etcd, "events", 0).leader_epoch >= 1
+        produce_when_ready(servers[2], "events", [b"c"])
+    finally:
+        os.kill(servers[1].process.pid, signal.SIGCONT)
     assert values(fetch(servers[2], "events")) == [b"a", b"b", b"c"]
+    # The old leader thaws, finds the new leader and gives x and y up: truncated by epoch.
     wait_for(lambda: same_log(list(servers.values()), "events"),
              "the old leader truncated to the new leader's log, byte for byte")
     assert "diverges from leader 2" in servers[1].log_text()
@@ -367,16 +378,23 @@ def test_a_restarted_cluster_keeps_its_leaders_data_and_high_watermark(etcd, sta
     create_topic(etcd, "journal", [1, 2])
     produce_when_ready(servers[1], "journal", [b"a", b"b"])
     produce(servers[1], "journal", [b"c"])
+    wait_for(lambda: same_log(list(servers.values()), "journal"), "both replicas hold a, b, c")
     data_dirs = {n: server.data_dir for n, server in servers.items()}
     for server in servers.values():
         assert server.stop() == 0
     servers = {n: start_member(n, data_dir=data_dirs[n]) for n in (1, 2)}
     # The high watermark comes back from replication-offset-checkpoint: everything is readable
-    # on the leader at once, before its follower fetched.
-    wait_for(lambda: _readable(servers[1], "journal") == [b"a", b"b", b"c"],
+    # on the leader (whichever the controller left leading: the servers stopped one after the
+    # other, so it may have moved the leadership to the last one up) as soon as it leads.
+    def leader() -> ServerProcess | None:
+        return servers.get(read_state(etcd, "journal", 0).leader)  # None while it has none
+
+    wait_for(lambda: (found := leader()) is not None
+             and _readable(found, "journal") == [b"a", b"b", b"c"],
              "the records readable on the restarted leader")
-    assert fetch(servers[1], "journal").high_watermark == 3
-    assert produce(servers[1], "journal", [b"d"]).base_offset == 3
+    assert fetch(leader(), "journal").high_watermark == 3
+    produce_when_ready(leader(), "journal", [b"d"])
+    assert _readable(leader(), "journal") == [b"a", b"b", b"c", b"d"]
     wait_for(lambda: same_log(list(servers.values()), "journal"), "the follower caught up")
     # Deleted from etcd (DeleteTopic's part, played here): gone from every replica's disk.
     etcdctl(etcd, "del", KEYS.topic("journal").decode())
@@ -412,6 +430,12 @@ def test_a_follower_that_lost_its_disk_copies_the_leaders_log_again(etcd, start_
     assert produce(servers[1], "vault", [b"d"]).base_offset == 3  # acks=all: node 2 has it
     assert values(fetch(servers[1], "vault", offset=1)) == [b"b", b"c", b"d"]
     assert "first batch starts at 0, below this empty log's start 1" in servers[2].log_text()
+    # A follower moves its log start only after its leader: DeleteRecords there is refused.
+    with grpc.insecure_channel(servers[2].target) as channel:
+        reason, hint = refused(lambda: broker_pb2_grpc.BrokerStub(channel).DeleteRecords(
+            pb.DeleteRecordsRequest(topic="vault", partition=0, before_offset=2),
+            timeout=CALL_TIMEOUT_S))
+    assert (reason, hint["leader_id"]) == ("NOT_LEADER_OR_FOLLOWER", "1")
 
 
 def test_a_follower_takes_fetch_answers_above_grpcs_default_4_mib(etcd, start_member) -> None:
