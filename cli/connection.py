@@ -7,7 +7,7 @@ listens by default) and the connection's security options, given before the subc
 --target db1:50051 --tls``; after wins), each with an environment variable
 (stratalog.client.credentials)::
 
-    --target HOST[:PORT]           STRATALOG_TARGET         port 50051 when left out
+    --target HOST[:PORT][,...]     STRATALOG_TARGET         port 50051 when left out
 
     --tls                          STRATALOG_TLS            TLS with the system's roots
     --ca-file PATH                 STRATALOG_TLS_CA_FILE    CA that signed the server (implies TLS)
@@ -19,7 +19,11 @@ listens by default) and the connection's security options, given before the subc
     --allow-plaintext-credentials  send the password or token without TLS (loopback, a proxy)
 
 A target is ``HOST``, ``HOST:PORT``, ``[IPV6]:PORT`` or a gRPC name (``dns:///host:port``,
-``unix:/path``); a URL (``http://host``, ``https://host``) is a usage error (exit 2) that says to
+``unix:/path``), or a comma-separated list of them: the bootstrap targets of a cluster
+(``--target db1,db2,db3``; Kafka's ``--bootstrap-server``), each request going to the server
+that leads its partition (stratalog.client.client, "Routing"). An empty entry (``db1,,db2``, a
+trailing comma) is a usage error (exit 2) naming it; a gRPC name (``ipv4:a:1,b:2``) is never
+split. A URL (``http://host``, ``https://host``) is a usage error (exit 2) that says to
 give ``HOST:PORT``, and ``--tls`` for TLS: gRPC would take ``http`` for a host name and dial port
 443. Secrets are read from files only: a flag or a variable holding one shows in ``ps``. The
 subcommand runs one coroutine through :func:`run_client_command`, which maps errors to exit
@@ -112,6 +116,29 @@ def parse_target(text: str) -> str:
     return f"{host}:{int(port)}"
 
 
+def parse_targets(text: str) -> str:
+    """``--target``: one target or a comma-separated list, each as :func:`parse_target` makes
+    it, joined by commas (what :class:`~stratalog.client.Client` takes).
+
+    Raises:
+        argparse.ArgumentTypeError: an empty entry (naming its position), or an entry
+            :func:`parse_target` refuses.
+    """
+    stripped = text.strip()
+    if stripped.lower().startswith(_GRPC_SCHEMES):
+        return stripped
+    entries = stripped.split(",")
+    targets = []
+    for position, entry in enumerate(entries, start=1):
+        if not entry.strip():
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: entry {position} of the list is empty (a doubled or trailing "
+                "comma?); give HOST[:PORT][,HOST[:PORT]...]"
+            )
+        targets.append(parse_target(entry))
+    return ",".join(dict.fromkeys(targets))
+
+
 def add_target_argument(
     parser: argparse.ArgumentParser, *, global_options: bool = False
 ) -> None:
@@ -122,10 +149,11 @@ def add_target_argument(
         default = os.environ.get("STRATALOG_TARGET") or DEFAULT_TARGET
     parser.add_argument(
         "--target",
-        type=parse_target,
+        type=parse_targets,
         default=default,
-        metavar="HOST[:PORT]",
-        help=f"the server to talk to (default: $STRATALOG_TARGET or {DEFAULT_TARGET}; port "
+        metavar="HOST[:PORT][,...]",
+        help=f"the server to talk to, or a comma-separated list of a cluster's servers "
+             f"(default: $STRATALOG_TARGET or {DEFAULT_TARGET}; port "
              f"{DEFAULT_PORT} when left out; also accepted "
              + ("after" if global_options else "before") + " the subcommand)",
     )
@@ -202,7 +230,8 @@ def connection_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def connect(args: argparse.Namespace) -> Client:
-    """A :class:`Client` to ``--target`` with the connection's security options."""
+    """A :class:`Client` to ``--target`` (one server or a cluster's bootstrap list) with the
+    connection's security options."""
     return Client(args.target, **connection_options(args))
 
 

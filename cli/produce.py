@@ -3,7 +3,8 @@
 Each line (without its line ending) is a record value; with ``--key-separator SEP`` the text
 before the first SEP is the key. Records go through the client's batching ``Producer``
 (partitioned by key like a Kafka producer, sticky for unkeyed lines, or all to ``--partition``),
-idempotent unless ``--no-idempotence``. A file shows a progress bar on stderr when stderr is a
+acknowledged by every in-sync replica unless ``--acks 1`` or ``--acks 0`` (Kafka's acks),
+idempotent unless ``--no-idempotence`` or acks below all. A file shows a progress bar on stderr when stderr is a
 terminal. The summary line on stderr says how many records were acknowledged; the exit status is
 1 if any record failed.
 
@@ -66,6 +67,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="give up on a record (and on reaching the server at all) after MS "
                              "milliseconds of retrying (default 30000; the library's default "
                              "is Kafka's 120000)")
+    parser.add_argument("--acks", choices=["all", "1", "0"], default="all",
+                        help="which replicas must have a record before it counts as sent "
+                             "(Kafka's acks): all in-sync replicas (default), the partition's "
+                             "leader (1), or no wait for replication (0); below all, "
+                             "idempotence is off, as in Kafka")
     parser.add_argument("--no-idempotence", action="store_true",
                         help="send without producer ids and sequences (at least once: a retry "
                              "may store a batch twice)")
@@ -94,6 +100,8 @@ def run(args: argparse.Namespace) -> int:
         return fail("produce", "--key-separator must not be empty")
     if args.transactional_id is not None and args.no_idempotence:
         return fail("produce", "--transactional-id needs idempotence: drop --no-idempotence")
+    if args.transactional_id is not None and args.acks != "all":
+        return fail("produce", f"--transactional-id needs --acks all, got --acks {args.acks}")
     if args.transactional_id == "":
         return fail("produce", "--transactional-id must not be empty")
     if args.transaction_records is not None:
@@ -171,7 +179,10 @@ def _producer(args: argparse.Namespace) -> Producer:
     return Producer(
         args.target, linger_ms=args.linger_ms, compression=args.compression,
         delivery_timeout_ms=args.delivery_timeout_ms,
-        idempotent=not args.no_idempotence, transactional_id=args.transactional_id,
+        acks=args.acks,
+        # Unset: on for acks=all, off below (Kafka's rule, the Producer's default).
+        idempotent=False if args.no_idempotence else None,
+        transactional_id=args.transactional_id,
         **connection_options(args),
     )
 

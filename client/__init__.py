@@ -8,6 +8,10 @@
   by default (each record stored once, in order); with a ``transactional_id``, transactions.
 * :class:`TlsConfig` and :class:`Credentials`: TLS (and mTLS) towards the server, and a user
   and password or a token sent with every call (``Client(target, tls=..., auth=...)``).
+* Clusters (issue 17): every client, Producer and Consumer takes one target or several
+  bootstrap targets (``"db1:50051,db2:50051"`` or a list) and sends each partition's requests
+  to its leader, following NOT_LEADER_OR_FOLLOWER and metadata refreshes
+  (:mod:`stratalog.client.client`, "Routing"; :class:`~.metadata_cache.MetadataCache`).
 * :class:`Consumer`: reads partitions from an offset, a timestamp, the beginning or the end,
   optionally following new records; per record or per batch; READ_COMMITTED or not.
 
@@ -34,12 +38,16 @@ from .acls import (
     PatternType,
     ResourceType,
 )
+from .bootstrap import bootstrap_targets
 from .client import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_TIMEOUT_S, Client
 from .consumer import DEFAULT_FETCH_BYTES_MAX, Consumer, ConsumerClosedError, OffsetReset
 from .credentials import Credentials, TlsConfig
 from .errors import (
     BrokerUnavailableError,
     DeliveryTimeoutError,
+    LeaderNotAvailableError,
+    NotEnoughReplicasError,
+    NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
     ProducerFencedError,
     RequestTimeoutError,
@@ -49,6 +57,7 @@ from .errors import (
     UnknownTopicOrPartitionError,
 )
 from .fetched import ConsumedBatch, decode_fetched
+from .metadata_cache import MetadataCache
 from .partitioner import StickyPartitioner, murmur2, partition_for_key, to_positive
 from .producer import (
     DEFAULT_BATCH_BYTES_MAX,
@@ -110,6 +119,10 @@ __all__ = [
     "FetchResult",
     "Identity",
     "IsolationLevel",
+    "LeaderNotAvailableError",
+    "MetadataCache",
+    "NotEnoughReplicasError",
+    "NotLeaderOrFollowerError",
     "OffsetAndTimestamp",
     "OffsetOutOfRangeError",
     "OffsetReset",
@@ -139,6 +152,7 @@ __all__ = [
     "TransactionState",
     "TransactionStateError",
     "UnknownTopicOrPartitionError",
+    "bootstrap_targets",
     "decode_fetched",
     "errors",
     "murmur2",

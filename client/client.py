@@ -1,46 +1,78 @@
-"""The asyncio client: one method per Broker RPC, over one grpc.aio channel.
+"""The asyncio client: one method per Broker RPC, to a single server or a cluster.
 
 ``Client("127.0.0.1:50051")`` opens a channel (lazily: nothing connects until the first call),
 and each method builds the request with :mod:`stratalog.client.wire` (which checks every
 argument first), awaits the RPC, and returns plain values from :mod:`stratalog.client.types`.
 A failed RPC raises the :mod:`stratalog.client.errors` exception for its status and
 ``ErrorInfo`` reason, never a bare ``grpc.RpcError``; ``error.retriable`` says whether sending
-the same request again may succeed. The client itself never retries: the
-:class:`~stratalog.client.Producer` and :class:`~stratalog.client.Consumer` do, where it is safe.
+the same request again may succeed. The client itself retries only requests that reached the
+wrong server (below); the :class:`~stratalog.client.Producer` and
+:class:`~stratalog.client.Consumer` retry the rest, where it is safe.
+
+Routing (issue 17, Kafka's client ``Metadata`` and ``NetworkClient``): a client takes one target
+or several bootstrap targets (``"db1:50051,db2:50051"``, :mod:`stratalog.client.bootstrap`),
+and keeps one connection (:mod:`stratalog.client.broker_connection`) per broker address it talks
+to. Requests about one partition's data (Produce, both fetches, ListOffsets, Subscribe,
+DeleteRecords, CleanPartition) go to the partition's leader, which the
+:class:`~stratalog.client.metadata_cache.MetadataCache` knows from Metadata answers; the other
+requests go to any broker, the one that answered last (a bootstrap target first), and to the
+next when it does not answer. When a server answers NOT_LEADER_OR_FOLLOWER,
+LEADER_NOT_AVAILABLE or UNKNOWN_LEADER_EPOCH (nothing was done), the request goes again, within
+its deadline, to the leader the error's hint names, else after ``retry_backoff_ms`` to the one
+a metadata refresh names. When a broker does not answer (UNAVAILABLE: gone, or stopping), the
+topic is refreshed before its next request; a read is sent again at once to the new leader, a
+Produce is not (its answer may have been lost after an append: the Producer resends it with its
+sequence numbers, which makes the resend safe).
+
+With one target, nothing of this costs anything until a server says it does not lead a
+partition: requests go to that target without any Metadata call (a single server leads all its
+partitions and never says so). With several, each topic's leaders are asked for at its first
+request, and again after ``metadata_max_age_ms``.
 
 Sessions: by default, Produce, FetchByOffset, FetchByTimestamp and ListOffsets travel on one
-long-lived ``Session`` stream per Client (:mod:`stratalog.client.session`), opened at the first
-of them, each request matched to its answer by id: a message on an open stream costs a fraction
-of a unary call. Their results and errors are the unary calls' own. ``sessions=False`` sends
-them as unary calls, as every other RPC always is; a server without the Session RPC, or one that
-refuses the stream for the client's limit of waiting RPCs, gets unary calls too (the requests
-were not read: they are sent again as unary calls). A broken stream (a server restart) fails
-its requests in flight with the stream's retriable error, and the next request opens a new one.
+long-lived ``Session`` stream per broker connection (:mod:`stratalog.client.session`), opened
+at the first of them, each request matched to its answer by id: a message on an open stream
+costs a fraction of a unary call. Their results and errors are the unary calls' own.
+``sessions=False`` sends them as unary calls, as every other RPC always is; a server without
+the Session RPC, or one that refuses the stream for the client's limit of waiting RPCs, gets
+unary calls too (the requests were not read: they are sent again as unary calls). A broken
+stream (a server restart) fails its requests in flight with the stream's retriable error, and
+the next request opens a new one.
 
 Deadlines: every call gets ``timeout_s`` (per call, overridable); a long-poll fetch gets its
-``max_wait_ms`` on top, so the deadline never cuts a wait the server was asked to do.
-Subscribe streams and sessions have no deadline of their own unless one is passed.
+``max_wait_ms`` on top, so the deadline never cuts a wait the server was asked to do. Reroutes
+happen within the call's deadline. Subscribe streams and sessions have no deadline of their own
+unless one is passed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import grpc
 import grpc.aio
 
 from stratalog.records import Compression
-from stratalog.v1 import broker_pb2, broker_pb2_grpc
+from stratalog.v1 import broker_pb2
 
 from . import wire
 from .acls import AclBinding, AclBindingFilter
+from .bootstrap import bootstrap_targets
+from .broker_connection import SESSION_RETRY_AFTER_S, BrokerConnection
 from .credentials import Credentials, TlsConfig, channel_security
-from .errors import BrokerUnavailableError, from_rpc_error
-from .session import ClientSession, SessionRefusedError
+from .errors import (
+    BrokerUnavailableError,
+    LeaderNotAvailableError,
+    RequestTimeoutError,
+    StratalogError,
+    UnknownTopicOrPartitionError,
+    from_rpc_error,
+)
+from .metadata_cache import METADATA_MAX_AGE_MS, NO_LEADER, MetadataCache
+from .routing import REROUTES_MAX, ROUTING_ERRORS, UNANSWERED, Reroute, reroute
 from .types import (
     CleaningResult,
     ClusterMetadata,
@@ -57,10 +89,13 @@ from .types import (
 from .wire import FetchFormat, IsolationLevel
 
 __all__ = [
+    "CONNECT_TIMEOUT_MS",
     "DEFAULT_MAX_MESSAGE_BYTES",
     "DEFAULT_TIMEOUT_S",
+    "NEW_TOPIC_WAIT_MS",
     "RECONNECT_BACKOFF_MAX_MS",
     "RECONNECT_BACKOFF_MS",
+    "RETRY_BACKOFF_MS",
     "SESSION_RETRY_AFTER_S",
     "Client",
     "channel_options",
@@ -76,12 +111,15 @@ DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 #: Deadline of each unary call unless the call passes its own (``timeout_s=None``: none).
 DEFAULT_TIMEOUT_S = 30.0
 
-#: After the server refused a session for the client's limit of waiting RPCs, requests go as
-#: unary calls for this long before a session is tried again.
-SESSION_RETRY_AFTER_S = 5.0
+#: How long a client in a cluster keeps asking about a topic that a server did not know
+#: (DescribeTopic): a topic just created reaches every server's view within a poll interval
+#: (docs/cluster.md). Kafka's producer waits ``max.block.ms`` (60 s) for any topic missing from
+#: its metadata; a shorter wait tells a misspelt topic sooner.
+NEW_TOPIC_WAIT_MS = 5_000
 
-# A SessionRequest's bytes beyond its unary request: the id and the member's tag and length.
-_SESSION_REQUEST_OVERHEAD_BYTES = 32
+#: Kafka's ``retry.backoff.ms``: the least time between two metadata refreshes, and the wait
+#: before a request goes out again after a routing error without a usable hint.
+RETRY_BACKOFF_MS = 100
 
 # The SessionRequest member of each RPC a session carries, and its unary response class.
 _PRODUCE = (broker_pb2.SessionRequest.PRODUCE_FIELD_NUMBER, broker_pb2.ProduceResponse)
@@ -91,6 +129,9 @@ _FETCH_BY_TIMESTAMP = (broker_pb2.SessionRequest.FETCH_BY_TIMESTAMP_FIELD_NUMBER
                        broker_pb2.FetchResponse)
 _LIST_OFFSETS = (broker_pb2.SessionRequest.LIST_OFFSETS_FIELD_NUMBER,
                  broker_pb2.ListOffsetsResponse)
+
+# An attempt with less time than this left could only time out.
+_ATTEMPT_TIME_MIN_S = 0.001
 
 _UNSET: Any = object()
 
@@ -102,18 +143,28 @@ _UNSET: Any = object()
 RECONNECT_BACKOFF_MS = 100
 RECONNECT_BACKOFF_MAX_MS = 1000
 
+#: How long one connection attempt (TCP, TLS and HTTP/2 handshakes) may take before it fails
+#: and the requests waiting for it fail UNAVAILABLE (gRPC's ``grpc.min_reconnect_backoff_ms``,
+#: which is its least connect timeout: 20 s by default). A server killed in a container
+#: network, or a frozen one, does not refuse connections: its packets go unanswered, and
+#: requests to a leader gone that way would wait 20 s before the client looks for the new
+#: leader. Kafka's ``socket.connection.setup.timeout.ms`` is 10 s; 3 s keeps a failover under
+#: issue 17's 5 s goal. A slow link can raise it through ``options``.
+CONNECT_TIMEOUT_MS = 3000
+
 
 def channel_options(
     max_message_bytes: int, options: Sequence[tuple[str, Any]] = ()
 ) -> list[tuple[str, Any]]:
-    """gRPC channel arguments: message size limits and reconnect backoff first, then the
-    caller's (which win)."""
+    """gRPC channel arguments: message size limits, reconnect backoff and the connect timeout
+    first, then the caller's (which win)."""
     wire.check_int(max_message_bytes, "max_message_bytes", 1024, wire.INT32_MAX)
     return [
         ("grpc.max_send_message_length", max_message_bytes),
         ("grpc.max_receive_message_length", max_message_bytes),
         ("grpc.initial_reconnect_backoff_ms", RECONNECT_BACKOFF_MS),
         ("grpc.max_reconnect_backoff_ms", RECONNECT_BACKOFF_MAX_MS),
+        ("grpc.min_reconnect_backoff_ms", CONNECT_TIMEOUT_MS),
         *options,
     ]
 
@@ -138,32 +189,40 @@ def check_timeout(timeout_s: object, name: str = "timeout_s") -> float | None:
 
 
 class Client:
-    """An asyncio connection to one stratalog server: every RPC of the Broker service.
+    """An asyncio client of a stratalog server or cluster: every RPC of the Broker service.
 
-    Holds one ``grpc.aio`` channel (HTTP/2, multiplexing every concurrent call) and the default
-    deadline. Use it as ``async with Client(target) as client:`` or call :meth:`close`.
-    Event-loop only: create and use it on one running loop. Concurrent calls from many tasks are
-    fine (that is what the channel multiplexes). Holds no other state, so a crash loses nothing.
+    Holds the bootstrap targets, one :class:`~.broker_connection.BrokerConnection` (a
+    ``grpc.aio`` channel and its Session stream) per broker address it talked to, the
+    :class:`~.metadata_cache.MetadataCache` and the default deadline. Use it as
+    ``async with Client(target) as client:`` or call :meth:`close`. Event-loop only: create
+    and use it on one running loop. Concurrent calls from many tasks are fine (that is what
+    the channels multiplex). Holds nothing durable, so a crash loses nothing.
 
     Args:
-        target: gRPC target, e.g. ``"127.0.0.1:50051"`` or ``"dns:///broker:50051"``.
+        target: one gRPC target, e.g. ``"127.0.0.1:50051"`` or ``"dns:///broker:50051"``, or
+            several bootstrap targets, as a list or a comma-separated string (Kafka's
+            ``bootstrap.servers``; :mod:`stratalog.client.bootstrap`).
         timeout_s: default deadline of each unary call in seconds; ``None`` for none.
         max_message_bytes: largest message sent or received.
         credentials: raw ``grpc.ssl_channel_credentials(...)`` for TLS; ``None`` for plaintext
             (or ``tls``).
-        tls: TLS towards the server (:class:`~stratalog.client.credentials.TlsConfig`): the CA
-            to trust and, for mTLS, the client certificate.
+        tls: TLS towards the servers (:class:`~stratalog.client.credentials.TlsConfig`): the
+            CA to trust and, for mTLS, the client certificate.
         auth: a user and password or a token
             (:class:`~stratalog.client.credentials.Credentials`), sent with every call; refused
             without TLS unless the credentials allow plaintext.
         options: more gRPC channel arguments, e.g. ``[("grpc.keepalive_time_ms", 30000)]``.
         sessions: carry Produce, the fetches and ListOffsets on a Session stream (the
             default); ``False``: unary calls for every RPC.
+        retry_backoff_ms: the least time between two metadata refreshes, and the wait before
+            a request is sent again after a routing error (Kafka's ``retry.backoff.ms``).
+        metadata_max_age_ms: a topic's leaders are asked again at their first use after this
+            long (Kafka's ``metadata.max.age.ms``).
     """
 
     def __init__(
         self,
-        target: str,
+        target: str | Sequence[str],
         *,
         timeout_s: float | None = DEFAULT_TIMEOUT_S,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
@@ -172,31 +231,65 @@ class Client:
         tls: TlsConfig | None = None,
         auth: Credentials | None = None,
         sessions: bool = True,
+        retry_backoff_ms: int = RETRY_BACKOFF_MS,
+        metadata_max_age_ms: int = METADATA_MAX_AGE_MS,
     ) -> None:
-        if not isinstance(target, str) or not target:
-            raise TypeError("target must be a non-empty str such as '127.0.0.1:50051'")
-        self._target = target
+        self._targets = bootstrap_targets(target)
+        self._target = ",".join(self._targets)
         self._timeout_s = check_timeout(timeout_s)
-        credentials, tls_options, self._metadata = channel_security(
-            target, tls, auth, credentials
+        self._credentials, tls_options, self._metadata = channel_security(
+            self._target, tls, auth, credentials
         )
-        channel_args = channel_options(max_message_bytes, [*tls_options, *options])
-        if credentials is None:
-            self._channel = grpc.aio.insecure_channel(target, options=channel_args)
-        else:
-            self._channel = grpc.aio.secure_channel(target, credentials, options=channel_args)
-        self._stub = broker_pb2_grpc.BrokerStub(self._channel)
+        self._channel_args = channel_options(max_message_bytes, [*tls_options, *options])
         if not isinstance(sessions, bool):
             raise TypeError(f"sessions must be a bool, got {sessions!r}")
         self._sessions = sessions
-        self._session: ClientSession | None = None
-        self._session_retry_at = 0.0
-        self._request_bytes_max: int | None = None
+        self._retry_backoff_s = wire.check_int(
+            retry_backoff_ms, "retry_backoff_ms", 0, 3_600_000) / 1000.0
+        self._cache = MetadataCache(max_age_ms=wire.check_int(
+            metadata_max_age_ms, "metadata_max_age_ms", 0, wire.INT32_MAX))
+        self._connections: dict[str, BrokerConnection] = {}
+        # Where admin requests go, and partition requests while no route is known: the first
+        # bootstrap target, then the broker that last answered a metadata or admin request.
+        self._home = self._connection(self._targets[0])
+        # Routing by metadata: at once with several bootstrap targets (a cluster); with one,
+        # only after a server said it does not lead a partition (a single server never does,
+        # so it costs no Metadata call).
+        self._route_by_metadata = len(self._targets) > 1
+        self._refresh_lock = asyncio.Lock()
+        self._refreshed_at = -float("inf")  # loop time of the last Metadata answer or attempt
+
+    def _connection(self, address: str) -> BrokerConnection:
+        """The connection to ``address``, opened (lazily: the channel connects at its first
+        call) if there is none."""
+        connection = self._connections.get(address)
+        if connection is None:
+            if self._credentials is None:
+                channel = grpc.aio.insecure_channel(address, options=self._channel_args)
+            else:
+                channel = grpc.aio.secure_channel(
+                    address, self._credentials, options=self._channel_args
+                )
+            connection = BrokerConnection(
+                address, channel, self._metadata, sessions=self._sessions
+            )
+            self._connections[address] = connection
+        return connection
 
     @property
     def target(self) -> str:
-        """The target string the channel was opened with."""
+        """The bootstrap targets, comma-separated (one target: that target)."""
         return self._target
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        """The bootstrap targets, in order."""
+        return self._targets
+
+    @property
+    def metadata_cache(self) -> MetadataCache:
+        """The client's view of the cluster (read it; the Client keeps it)."""
+        return self._cache
 
     async def __aenter__(self) -> Client:
         return self
@@ -208,28 +301,36 @@ class Client:
     def sessions(self) -> bool:
         """Whether Produce, the fetches and ListOffsets go on a Session stream now (False when
         turned off, or after the server refused one: see the module docstring)."""
-        return self._sessions and time.monotonic() >= self._session_retry_at
+        return self._home.sessions
 
     async def close(self, grace_s: float | None = None) -> None:
-        """Close the channel; calls still running are cancelled after ``grace_s`` seconds,
-        requests on the session at once."""
-        session, self._session = self._session, None
-        if session is not None:
-            await session.close()
-        await self._channel.close(grace_s)
+        """Close every channel; calls still running are cancelled after ``grace_s`` seconds,
+        requests on the sessions at once."""
+        connections = list(self._connections.values())
+        self._connections.clear()
+        for connection in connections:
+            await connection.close(grace_s)
 
     async def wait_ready(self, timeout_s: float | None = DEFAULT_TIMEOUT_S) -> None:
-        """Wait until the channel is connected; ``BrokerUnavailableError`` after ``timeout_s``."""
+        """Wait until a bootstrap target is connected (the first that connects becomes the
+        one admin requests go to); ``BrokerUnavailableError`` after ``timeout_s``."""
+        connections = [self._connection(target) for target in self._targets]
+        waits = {asyncio.ensure_future(c.channel.channel_ready()): c for c in connections}
         try:
-            if timeout_s is None:
-                await self._channel.channel_ready()
-            else:
-                await asyncio.wait_for(self._channel.channel_ready(), timeout_s)
-        except TimeoutError:
-            raise BrokerUnavailableError(
-                f"no connection to {self._target} within {timeout_s} s",
-                code=grpc.StatusCode.UNAVAILABLE,
-            ) from None
+            done, _ = await asyncio.wait(
+                waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            for wait in waits:
+                wait.cancel()
+        for wait in done:
+            if not wait.cancelled() and wait.exception() is None:
+                self._home = waits[wait]
+                return
+        raise BrokerUnavailableError(
+            f"no connection to {self._target} within {timeout_s} s",
+            code=grpc.StatusCode.UNAVAILABLE,
+        )
 
     def _deadline(self, timeout_s: Any, extra_ms: int = 0) -> float | None:
         timeout = self._timeout_s if timeout_s is _UNSET else check_timeout(timeout_s)
@@ -237,42 +338,271 @@ class Client:
             return None
         return timeout + extra_ms / 1000.0
 
-    async def _call(self, method: Any, request: Any, timeout: float | None) -> Any:
-        try:
-            return await method(request, timeout=timeout, metadata=self._metadata)
-        except grpc.aio.AioRpcError as err:
-            raise from_rpc_error(err) from err
+    # --- routing ---------------------------------------------------------------------------------
 
-    async def _request(
-        self, rpc: tuple[int, Any], unary: Any, request: Any, timeout: float | None
+    async def _call(self, name: str, request: Any, timeout: float | None) -> Any:
+        """An admin request (not about one partition's data): to the home broker; when it
+        does not answer and others are known, to the next that does, within ``timeout``."""
+        home = self._home
+        try:
+            if self._in_cluster():
+                await home.ensure_ready(CONNECT_TIMEOUT_MS / 1000 if timeout is None
+                                        else min(CONNECT_TIMEOUT_MS / 1000, timeout))
+            return await home.call(getattr(home.stub, name), request, timeout)
+        except UNANSWERED as err:
+            candidates = self._cache.candidates(self._targets, home.address)
+            if len(candidates) < 2:
+                raise
+            first_error = err
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        for address in candidates[1:]:
+            remaining = None if deadline is None else deadline - loop.time()
+            if remaining is not None and remaining <= 0:
+                break
+            connection = self._connection(address)
+            try:
+                await connection.ensure_ready(self._connect_wait(deadline))
+                response = await connection.call(
+                    getattr(connection.stub, name), request, remaining
+                )
+            except UNANSWERED as err:
+                logger.debug("%s to %s: %s", name, address, err)
+                continue
+            self._home = connection
+            return response
+        raise first_error
+
+    async def _to_leader(
+        self,
+        topic: str,
+        partition: int,
+        send: Callable[[BrokerConnection, float | None], Awaitable[Any]],
+        timeout: float | None,
+        *,
+        resendable: bool,
     ) -> Any:
-        """``request`` on the session (opened if there is none), or as the unary call
-        ``unary`` when sessions are off, the server refused the stream, or the request is over
-        the server's largest (learnt when one broke a stream: a unary call fails alone)."""
-        if self._sessions and time.monotonic() >= self._session_retry_at:
-            session = self._session
-            if session is None or session.closed:
-                if session is not None and session.request_bytes_max is not None:
-                    self._request_bytes_max = session.request_bytes_max
-                session = self._session = ClientSession(self._channel, self._metadata)
-            body = request.SerializeToString()
-            limit = self._request_bytes_max
-            if limit is None or len(body) + _SESSION_REQUEST_OVERHEAD_BYTES <= limit:
-                field, response_class = rpc
-                try:
-                    _, answer = await session.request(field, body, timeout)
-                except SessionRefusedError as refused:
-                    if refused.permanent:
-                        self._sessions = False
-                        logger.info("%s has no Session RPC: unary calls from now on (%s)",
-                                    self._target, refused.error)
-                    else:
-                        self._session_retry_at = time.monotonic() + SESSION_RETRY_AFTER_S
-                        logger.info("%s refused a session, unary calls for %.0f s: %s",
-                                    self._target, SESSION_RETRY_AFTER_S, refused.error)
+        """``send(connection, timeout)`` to the partition's leader; after a routing error
+        (NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE, UNKNOWN_LEADER_EPOCH: nothing was done)
+        again to the leader the hint or a metadata refresh names, until ``timeout``. A broker
+        that did not answer is sent the request again only if ``resendable`` (a read: a
+        Produce whose answer was lost may have been appended, and is the Producer's to
+        retry, with its sequence numbers); its topic is refreshed before the next request.
+        UNKNOWN_TOPIC_OR_PARTITION is raised unless a metadata refresh says the partition
+        exists: then the server's view lags (a topic just created in a cluster), and the
+        request goes again after a backoff (Kafka's producer and consumer wait the same)."""
+        if not self._route_by_metadata:
+            try:
+                return await send(self._home, timeout)
+            except (*ROUTING_ERRORS, UnknownTopicOrPartitionError) as err:
+                if not isinstance(err, UnknownTopicOrPartitionError):
+                    self._route_by_metadata = True
+                    logger.info("%s: routing by metadata from now on", err)
+                first_error: StratalogError = err
+                connection = self._home
+        else:
+            first_error = None  # type: ignore[assignment]
+            connection = None  # type: ignore[assignment]
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        attempts = 0
+        last_error = first_error
+        unsent = False  # the last attempt found no connection: nothing was sent
+        while True:
+            if last_error is not None:
+                if isinstance(last_error, UnknownTopicOrPartitionError):
+                    known = await self._known_elsewhere(topic, partition, deadline)
+                    retry_now = False if known else None
                 else:
-                    return response_class.FromString(answer)
-        return await self._call(unary, request, timeout)
+                    retry_now = self._rerouted(
+                        topic, partition, connection, last_error, resendable or unsent)
+                attempts += 1
+                if retry_now is None or attempts > REROUTES_MAX:
+                    raise last_error
+                if not retry_now:
+                    delay = self._retry_backoff_s
+                    if deadline is not None:
+                        delay = min(delay, deadline - loop.time())
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+            remaining = None if deadline is None else deadline - loop.time()
+            if remaining is not None and remaining <= _ATTEMPT_TIME_MIN_S:
+                if last_error is not None:
+                    raise last_error
+                raise RequestTimeoutError(
+                    f"{topic}-{partition}: no leader found within {timeout} s",
+                    code=grpc.StatusCode.DEADLINE_EXCEEDED,
+                )
+            try:
+                connection = await self._leader(topic, partition, deadline)
+            except RequestTimeoutError as err:
+                # The deadline cut the metadata refresh: the error that made it is the news.
+                if last_error is not None:
+                    raise last_error from err
+                raise
+            except StratalogError as err:
+                last_error = err
+                continue
+            try:
+                await connection.ensure_ready(self._connect_wait(deadline))
+            except StratalogError as err:
+                last_error, unsent = err, True  # never sent: safe to send elsewhere
+                continue
+            unsent = False
+            remaining = None if deadline is None else max(
+                deadline - loop.time(), _ATTEMPT_TIME_MIN_S)
+            try:
+                return await send(connection, remaining)
+            except StratalogError as err:
+                last_error = err
+
+    async def _known_elsewhere(
+        self, topic: str, partition: int, deadline: float | None
+    ) -> bool:
+        """After UNKNOWN_TOPIC_OR_PARTITION: whether a metadata refresh names a leader of the
+        partition (the server that refused it lags). One Metadata call, on this error path
+        only; a single server that does not have the topic says so again."""
+        loop = asyncio.get_running_loop()
+        if not await self._learn_cluster(None if deadline is None else deadline - loop.time()):
+            return False
+        self._cache.invalidate(topic)
+        try:
+            await self._refresh(topic, deadline)
+        except StratalogError:
+            return False
+        return self._cache.route(topic, partition) is not None
+
+    async def _learn_cluster(self, timeout: float | None) -> bool:
+        """Whether this client talks to a cluster; a client that does not know yet (one
+        target, no server said it does not lead) asks the home server's Metadata once (on an
+        error path only), and routes by metadata from then on if it names other brokers."""
+        if self._in_cluster():
+            return True
+        try:
+            response = await self._call("Metadata", wire.metadata_request(()), timeout)
+        except StratalogError:
+            return False
+        self._cache.update(wire.cluster_metadata(response), self._home.address)
+        if self._cache.is_cluster:
+            self._route_by_metadata = True
+        return self._cache.is_cluster
+
+    def _rerouted(
+        self,
+        topic: str,
+        partition: int,
+        connection: BrokerConnection | None,
+        error: StratalogError,
+        resendable: bool,
+    ) -> bool | None:
+        """Learn from ``error`` of a request about the partition sent to ``connection``
+        (:func:`~.routing.reroute`): True to send again at once, False after a backoff (the
+        topic is refreshed first), None to raise it."""
+        if isinstance(error, ROUTING_ERRORS):
+            self._route_by_metadata = True
+        action = reroute(
+            self._cache, error, topic=topic, partition=partition,
+            refused_by=None if connection is None else connection.address,
+            cluster=self._in_cluster(), resendable=resendable,
+        )
+        if action is Reroute.RAISE:
+            return None
+        return action is Reroute.NOW
+
+    def _connect_wait(self, deadline: float | None) -> float:
+        """How long a cluster's request waits for a connection: CONNECT_TIMEOUT_MS, or what
+        is left before ``deadline``."""
+        wait = CONNECT_TIMEOUT_MS / 1000
+        if deadline is not None:
+            wait = min(wait, max(deadline - asyncio.get_running_loop().time(),
+                                 _ATTEMPT_TIME_MIN_S))
+        return wait
+
+    def _in_cluster(self) -> bool:
+        """Whether other servers may lead what one does not: several bootstrap targets,
+        several brokers in a Metadata answer, or a server that said it does not lead."""
+        return len(self._targets) > 1 or self._route_by_metadata or self._cache.is_cluster
+
+    async def _leader(
+        self, topic: str, partition: int, deadline: float | None
+    ) -> BrokerConnection:
+        """The connection to the partition's leader, its topic refreshed first if needed (no
+        entry, stale, too old). A partition the cluster does not know goes to the home broker,
+        whose answer (UNKNOWN_TOPIC_OR_PARTITION) is the caller's.
+
+        Raises:
+            LeaderNotAvailableError: the partition has no leader now (retriable).
+            BrokerUnavailableError: no broker answered the metadata request.
+        """
+        cache = self._cache
+        if cache.needs_refresh(topic):
+            await self._refresh(topic, deadline)
+        route = cache.route(topic, partition)
+        if route is not None:
+            return self._connection(route.address)
+        if cache.leader_of(topic, partition) == NO_LEADER:
+            raise LeaderNotAvailableError(
+                f"{topic}-{partition} has no leader now (an election is pending)",
+                code=grpc.StatusCode.UNAVAILABLE,
+            )
+        return self._home
+
+    async def _refresh(self, topic: str, deadline: float | None) -> None:
+        """Ask for ``topic``'s metadata, from the brokers known and the bootstrap targets in
+        turn until one answers. One refresh at a time; at most one per ``retry_backoff_ms``:
+        a caller that finds a refresh done meanwhile takes it."""
+        loop = asyncio.get_running_loop()
+        asked_at = loop.time()
+        async with self._refresh_lock:
+            if self._refreshed_at >= asked_at and not self._cache.needs_refresh(topic):
+                return
+            wait = self._refreshed_at + self._retry_backoff_s - loop.time()
+            if deadline is not None:
+                wait = min(wait, deadline - loop.time())
+            if wait > 0:
+                await asyncio.sleep(wait)
+            try:
+                await self._fetch_metadata([topic], deadline)
+            finally:
+                self._refreshed_at = loop.time()
+
+    async def _fetch_metadata(self, topics: Sequence[str], deadline: float | None) -> None:
+        loop = asyncio.get_running_loop()
+        request = wire.metadata_request(topics)
+        last_error: StratalogError | None = None
+        unknown: UnknownTopicOrPartitionError | None = None
+        for address in self._cache.candidates(self._targets, self._home.address):
+            remaining = None if deadline is None else deadline - loop.time()
+            if remaining is not None and remaining <= 0:
+                break
+            connection = self._connection(address)
+            timeout = remaining if self._timeout_s is None else (
+                self._timeout_s if remaining is None else min(self._timeout_s, remaining))
+            try:
+                await connection.ensure_ready(self._connect_wait(deadline))
+                response = await connection.call(connection.stub.Metadata, request, timeout)
+            except UnknownTopicOrPartitionError as err:
+                # In a cluster another server's view may have it already (a new topic).
+                unknown = err
+                continue
+            except UNANSWERED as err:
+                last_error = err
+                logger.debug("Metadata from %s: %s", address, err)
+                continue
+            self._cache.update(wire.cluster_metadata(response), address, topics)
+            self._home = connection
+            return
+        if unknown is not None:
+            # Every server that answered said so: the topic is not (or no longer) there.
+            for topic in topics:
+                self._cache.forget(topic)
+            return
+        if last_error is None:
+            last_error = RequestTimeoutError(
+                f"no metadata for {', '.join(topics)} before the deadline",
+                code=grpc.StatusCode.DEADLINE_EXCEEDED,
+            )
+        raise last_error
 
     # --- topics ----------------------------------------------------------------------------------
 
@@ -282,40 +612,71 @@ class Client:
         partitions: int = 1,
         configs: Mapping[str, str] | None = None,
         *,
-        replication_factor: int = 0,
+        replication_factor: int | None = None,
         timeout_s: float | None = _UNSET,
     ) -> TopicInfo:
-        """Create a topic with ``partitions`` partitions and Kafka-named ``configs``, each
-        partition on ``replication_factor`` brokers (cluster mode; 0: the server's
-        ``default_replication_factor``; a single server takes 0 or 1).
+        """Create a topic with ``partitions`` partitions and Kafka-named ``configs``;
+        ``replication_factor`` replicas of each (a cluster; ``None``: the server's default).
 
-        Raises TopicAlreadyExistsError, InvalidTopicError, InvalidConfigError, and a
-        StratalogError with reason INVALID_REPLICATION_FACTOR (more than the live brokers) or
-        COORDINATION_UNAVAILABLE (etcd did not answer).
+        Raises TopicAlreadyExistsError, InvalidTopicError, InvalidConfigError,
+        InvalidReplicationFactorError, CoordinationUnavailableError (a cluster's etcd).
         """
-        request = wire.create_topic_request(name, partitions, configs)
-        request.replication_factor = wire.check_int(
-            replication_factor, "replication_factor", 0, 2**31 - 1)
-        response = await self._call(self._stub.CreateTopic, request, self._deadline(timeout_s))
+        request = wire.create_topic_request(name, partitions, configs, replication_factor)
+        response = await self._call("CreateTopic", request, self._deadline(timeout_s))
         return wire.topic_info(response.topic)
 
     async def delete_topic(self, name: str, *, timeout_s: float | None = _UNSET) -> None:
         """Delete a topic and all its data. Raises UnknownTopicOrPartitionError."""
         request = wire.delete_topic_request(name)
-        await self._call(self._stub.DeleteTopic, request, self._deadline(timeout_s))
+        await self._call("DeleteTopic", request, self._deadline(timeout_s))
 
     async def list_topics(self, *, timeout_s: float | None = _UNSET) -> list[TopicInfo]:
         """Every topic, sorted by name."""
-        response = await self._call(
-            self._stub.ListTopics, broker_pb2.ListTopicsRequest(), self._deadline(timeout_s)
+        response = await self._call("ListTopics", broker_pb2.ListTopicsRequest(), self._deadline(timeout_s)
         )
         return sorted((wire.topic_info(t) for t in response.topics), key=lambda t: t.name)
 
     async def describe_topic(self, name: str, *, timeout_s: float | None = _UNSET) -> TopicInfo:
-        """One topic's configs and partitions. Raises UnknownTopicOrPartitionError."""
+        """One topic's configs and partitions. Raises UnknownTopicOrPartitionError.
+
+        In a cluster, a server whose view of the cluster lags may not know a topic just
+        created: the other servers are asked too, for up to :data:`NEW_TOPIC_WAIT_MS`
+        (within the deadline) before the error is raised.
+        """
         request = wire.describe_topic_request(name)
-        response = await self._call(self._stub.DescribeTopic, request, self._deadline(timeout_s))
+        timeout = self._deadline(timeout_s)
+        try:
+            response = await self._call("DescribeTopic", request, timeout)
+        except UnknownTopicOrPartitionError:
+            response = await self._describe_until_known(request, timeout)
+            if response is None:
+                raise
         return wire.topic_info(response.topic)
+
+    async def _describe_until_known(self, request: Any, timeout: float | None) -> Any:
+        """DescribeTopic of a topic one server did not know, asked of every server in turn
+        until one knows it or :data:`NEW_TOPIC_WAIT_MS` passed; None then, or at once when
+        this is no cluster (one Metadata call tells a client with one target)."""
+        loop = asyncio.get_running_loop()
+        wait_until = loop.time() + NEW_TOPIC_WAIT_MS / 1000
+        if timeout is not None:
+            wait_until = min(wait_until, loop.time() + timeout)
+        if not await self._learn_cluster(timeout):
+            return None
+        while loop.time() < wait_until:
+            for address in self._cache.candidates(self._targets, self._home.address):
+                remaining = wait_until - loop.time()
+                if remaining <= 0:
+                    return None
+                connection = self._connection(address)
+                try:
+                    await connection.ensure_ready(min(CONNECT_TIMEOUT_MS / 1000, remaining))
+                    return await connection.call(connection.stub.DescribeTopic, request,
+                                                 remaining)
+                except (UnknownTopicOrPartitionError, *UNANSWERED):
+                    continue
+            await asyncio.sleep(max(0.0, min(self._retry_backoff_s, wait_until - loop.time())))
+        return None
 
     async def alter_topic_configs(
         self,
@@ -327,9 +688,7 @@ class Client:
     ) -> TopicInfo:
         """Set some topic configs and return others (``delete``) to the server default."""
         request = wire.alter_topic_configs_request(name, set, delete)
-        response = await self._call(
-            self._stub.AlterTopicConfigs, request, self._deadline(timeout_s)
-        )
+        response = await self._call("AlterTopicConfigs", request, self._deadline(timeout_s))
         return wire.topic_info(response.topic)
 
     # --- records ---------------------------------------------------------------------------------
@@ -347,12 +706,16 @@ class Client:
         producer_epoch: int = 0,
         base_sequence: int = 0,
         transactional: bool = False,
+        acks: int | str = -1,
         timeout_s: float | None = _UNSET,
     ) -> ProduceResult:
         """Append to one partition, atomically: ``records`` (the server encodes them as one
         batch, compressed with ``compression``) or ``record_batches`` (Kafka v2 batches with base
         offset 0, as :class:`~stratalog.records.BatchBuilder` builds them). ``flush``: fsync
-        before answering. Not retried: see :class:`~stratalog.client.Producer` for that.
+        before answering. ``acks`` (Kafka's: ``"all"``/-1, 1, 0) says which replicas must have
+        the records before the answer (docs/client.md, "acks"). Not retried, but sent again to
+        the partition's leader when it reached another server (module docstring): see
+        :class:`~stratalog.client.Producer` for retries.
 
         ``producer_id`` (from :meth:`init_producer_id`), ``producer_epoch``, ``base_sequence``
         (the sequence of the first record) and ``transactional`` make a ``records`` produce
@@ -363,10 +726,12 @@ class Client:
         """
         request = wire.produce_request(
             topic, partition, records, record_batches, compression, flush,
-            producer_id, producer_epoch, base_sequence, transactional,
+            producer_id, producer_epoch, base_sequence, transactional, acks,
         )
-        response = await self._request(
-            _PRODUCE, self._stub.Produce, request, self._deadline(timeout_s)
+        response = await self._to_leader(
+            topic, partition,
+            lambda connection, timeout: connection.request(_PRODUCE, "Produce", request, timeout),
+            self._deadline(timeout_s), resendable=False,
         )
         log_throttle("produce to", topic, partition, response.throttle_time_ms)
         return wire.produce_result(response)
@@ -400,9 +765,11 @@ class Client:
             topic, partition, offset, max_bytes, max_wait_ms, min_bytes, fetch_format,
             isolation_level, max_records,
         )
-        response = await self._request(
-            _FETCH_BY_OFFSET, self._stub.FetchByOffset, request,
-            self._deadline(timeout_s, max_wait_ms),
+        response = await self._to_leader(
+            topic, partition,
+            lambda connection, timeout: connection.request(
+                _FETCH_BY_OFFSET, "FetchByOffset", request, timeout),
+            self._deadline(timeout_s, max_wait_ms), resendable=True,
         )
         log_throttle("fetch from", topic, partition, response.throttle_time_ms)
         return wire.fetch_result(response, by_timestamp=False)
@@ -429,8 +796,11 @@ class Client:
             topic, partition, timestamp_ms, max_bytes, fetch_format, isolation_level,
             max_records,
         )
-        response = await self._request(
-            _FETCH_BY_TIMESTAMP, self._stub.FetchByTimestamp, request, self._deadline(timeout_s)
+        response = await self._to_leader(
+            topic, partition,
+            lambda connection, timeout: connection.request(
+                _FETCH_BY_TIMESTAMP, "FetchByTimestamp", request, timeout),
+            self._deadline(timeout_s), resendable=True,
         )
         log_throttle("fetch from", topic, partition, response.throttle_time_ms)
         return wire.fetch_result(response, by_timestamp=True)
@@ -447,8 +817,11 @@ class Client:
         """Resolve ``timestamp_ms``: :data:`~stratalog.client.wire.EARLIEST` (-2), ``LATEST``
         (-1), ``MAX_TIMESTAMP`` (-3), or the first offset with a timestamp >= a time >= 0."""
         request = wire.list_offsets_request(topic, partition, timestamp_ms, isolation_level)
-        response = await self._request(
-            _LIST_OFFSETS, self._stub.ListOffsets, request, self._deadline(timeout_s)
+        response = await self._to_leader(
+            topic, partition,
+            lambda connection, timeout: connection.request(
+                _LIST_OFFSETS, "ListOffsets", request, timeout),
+            self._deadline(timeout_s), resendable=True,
         )
         return wire.offset_and_timestamp(response)
 
@@ -480,16 +853,27 @@ class Client:
     async def _stream(
         self, request: broker_pb2.SubscribeRequest, timeout: float | None, *, by_timestamp: bool
     ) -> AsyncIterator[FetchResult]:
-        call = self._stub.Subscribe(request, timeout=timeout, metadata=self._metadata)
+        topic, partition = request.topic, request.partition
+        connection = self._home
         try:
-            async for response in call:
-                log_throttle("subscription to", request.topic, request.partition,
-                             response.throttle_time_ms)
-                yield wire.fetch_result(response, by_timestamp=by_timestamp)
-        except grpc.aio.AioRpcError as err:
-            raise from_rpc_error(err) from err
-        finally:
-            call.cancel()
+            if self._route_by_metadata:
+                loop = asyncio.get_running_loop()
+                deadline = None if timeout is None else loop.time() + timeout
+                connection = await self._leader(topic, partition, deadline)
+            call = connection.stub.Subscribe(request, timeout=timeout, metadata=self._metadata)
+            try:
+                async for response in call:
+                    log_throttle("subscription to", topic, partition, response.throttle_time_ms)
+                    yield wire.fetch_result(response, by_timestamp=by_timestamp)
+            except grpc.aio.AioRpcError as err:
+                raise from_rpc_error(err) from err
+            finally:
+                call.cancel()
+        except StratalogError as err:
+            # The stream is not sent again here (the Consumer resubscribes from its position):
+            # the cache learns where the next one goes.
+            self._rerouted(topic, partition, connection, err, True)
+            raise
 
     async def delete_records(
         self,
@@ -501,7 +885,12 @@ class Client:
     ) -> int:
         """Move the log start offset to ``before_offset`` (-1: the high watermark); return it."""
         request = wire.delete_records_request(topic, partition, before_offset)
-        response = await self._call(self._stub.DeleteRecords, request, self._deadline(timeout_s))
+        response = await self._to_leader(
+            topic, partition,
+            lambda connection, timeout: connection.call(
+                connection.stub.DeleteRecords, request, timeout),
+            self._deadline(timeout_s), resendable=True,
+        )
         return response.log_start_offset
 
     async def clean_partition(
@@ -515,7 +904,12 @@ class Client:
         Raises InvalidConfigError (the topic is not compacted), UnknownTopicOrPartitionError.
         """
         request = wire.clean_partition_request(topic, partition)
-        response = await self._call(self._stub.CleanPartition, request, self._deadline(timeout_s))
+        response = await self._to_leader(
+            topic, partition,
+            lambda connection, timeout: connection.call(
+                connection.stub.CleanPartition, request, timeout),
+            self._deadline(timeout_s), resendable=True,
+        )
         return wire.cleaning_result(topic, partition, response)
 
     # --- exactly-once ----------------------------------------------------------------------------
@@ -536,7 +930,7 @@ class Client:
         InvalidTransactionTimeoutError.
         """
         request = wire.init_producer_id_request(transactional_id, transaction_timeout_ms)
-        response = await self._call(self._stub.InitProducerId, request, self._deadline(timeout_s))
+        response = await self._call("InitProducerId", request, self._deadline(timeout_s))
         return wire.producer_id_and_epoch(response)
 
     async def add_partitions_to_txn(
@@ -557,7 +951,7 @@ class Client:
         request = wire.add_partitions_to_txn_request(
             transactional_id, producer_id, producer_epoch, partitions
         )
-        await self._call(self._stub.AddPartitionsToTxn, request, self._deadline(timeout_s))
+        await self._call("AddPartitionsToTxn", request, self._deadline(timeout_s))
 
     async def end_txn(
         self,
@@ -575,7 +969,7 @@ class Client:
         already decided), ConcurrentTransactionsError (retriable).
         """
         request = wire.end_txn_request(transactional_id, producer_id, producer_epoch, commit)
-        await self._call(self._stub.EndTxn, request, self._deadline(timeout_s))
+        await self._call("EndTxn", request, self._deadline(timeout_s))
 
     async def describe_transaction(
         self, transactional_id: str, *, timeout_s: float | None = _UNSET
@@ -583,9 +977,7 @@ class Client:
         """The coordinator's state of ``transactional_id``. Raises
         TransactionalIdNotFoundError."""
         request = wire.describe_transaction_request(transactional_id)
-        response = await self._call(
-            self._stub.DescribeTransaction, request, self._deadline(timeout_s)
-        )
+        response = await self._call("DescribeTransaction", request, self._deadline(timeout_s))
         return wire.transaction_description(response)
 
     # --- security --------------------------------------------------------------------------------
@@ -596,7 +988,7 @@ class Client:
         Raises AuthenticationFailedError (wrong credentials).
         """
         response = await self._call(
-            self._stub.WhoAmI, broker_pb2.WhoAmIRequest(), self._deadline(timeout_s)
+            "WhoAmI", broker_pb2.WhoAmIRequest(), self._deadline(timeout_s)
         )
         return Identity(response.principal, response.authenticated_by, response.host)
 
@@ -608,11 +1000,14 @@ class Client:
         """The cluster as the server sees it (the Metadata RPC): brokers, controller and
         epoch, and ``topics`` (empty: every topic the caller may DESCRIBE) with each
         partition's leader, replicas and in-sync replicas. Raises UnknownTopicOrPartitionError
-        for a topic named that does not exist."""
+        for a topic named that does not exist. The answer also refreshes the client's
+        metadata cache."""
         response = await self._call(
-            self._stub.Metadata, wire.metadata_request(topics), self._deadline(timeout_s)
+            "Metadata", wire.metadata_request(topics), self._deadline(timeout_s)
         )
-        return wire.cluster_metadata(response)
+        metadata = wire.cluster_metadata(response)
+        self._cache.update(metadata, self._home.address, topics)
+        return metadata
 
     # --- ACLs ------------------------------------------------------------------------------------
 
@@ -623,7 +1018,7 @@ class Client:
         the cluster. Raises InvalidRequestError naming the first bad binding
         (``creations[2].host``), ResourceLimitExceededError past the server's ACL limits."""
         request = wire.create_acls_request(bindings)
-        await self._call(self._stub.CreateAcls, request, self._deadline(timeout_s))
+        await self._call("CreateAcls", request, self._deadline(timeout_s))
 
     async def delete_acls(
         self, filters: Sequence[AclBindingFilter], *, timeout_s: float | None = _UNSET
@@ -631,7 +1026,7 @@ class Client:
         """Delete every binding any of ``filters`` selects; the bindings deleted. Needs ALTER
         on the cluster."""
         request = wire.delete_acls_request(filters)
-        response = await self._call(self._stub.DeleteAcls, request, self._deadline(timeout_s))
+        response = await self._call("DeleteAcls", request, self._deadline(timeout_s))
         return [wire.acl_binding(b) for b in response.deleted]
 
     async def describe_acls(
@@ -642,5 +1037,5 @@ class Client:
         request = wire.describe_acls_request(
             AclBindingFilter() if acl_filter is None else acl_filter
         )
-        response = await self._call(self._stub.DescribeAcls, request, self._deadline(timeout_s))
+        response = await self._call("DescribeAcls", request, self._deadline(timeout_s))
         return [wire.acl_binding(b) for b in response.acls]

@@ -43,6 +43,7 @@ from typing import Any, Literal, NamedTuple
 from stratalog.records import CorruptRecordError as RecordCorruptError
 
 from . import wire
+from .bootstrap import bootstrap_targets
 from .client import Client
 from .credentials import Credentials, TlsConfig, channel_security
 from .errors import OffsetOutOfRangeError, StratalogError
@@ -97,7 +98,8 @@ class Consumer:
     Event-loop only.
 
     Args:
-        client: a :class:`Client`, or a target string (the Consumer owns and closes it).
+        client: a :class:`Client`, or a target string or bootstrap targets (a list, or
+            comma-separated) from which the Consumer makes one, which it owns and closes.
         tls, auth: TLS and credentials of the Client made from a target string (see
             :class:`Client`).
         topic: the topic to read.
@@ -122,7 +124,7 @@ class Consumer:
 
     def __init__(
         self,
-        client: Client | str,
+        client: Client | str | Sequence[str],
         topic: str,
         *,
         partitions: Sequence[int] | None = None,
@@ -143,17 +145,23 @@ class Consumer:
         tls: TlsConfig | None = None,
         auth: Credentials | None = None,
     ) -> None:
-        if not isinstance(client, Client | str):
-            raise TypeError(f"client must be a Client or a target str, got {client!r}")
+        if not isinstance(client, Client):
+            try:
+                targets = bootstrap_targets(client)
+            except TypeError:
+                raise TypeError(
+                    f"client must be a Client, a target str or a list of them, got {client!r}"
+                ) from None
         # A target string becomes a Client in start(), inside the event loop that uses it.
-        self._target = client if isinstance(client, str) else None
+        self._target = None if isinstance(client, Client) else client
         self._client: Client = client if isinstance(client, Client) else None  # type: ignore[assignment]
-        self._owns_client = isinstance(client, str)
+        self._owns_client = not isinstance(client, Client)
         if isinstance(client, Client) and (tls is not None or auth is not None):
             raise TypeError("tls= and auth= are for a target string; a Client has its own")
         self._tls, self._auth = tls, auth
-        if isinstance(client, str):
-            channel_security(client, tls, auth, None)  # refuses what the Client would, now
+        if not isinstance(client, Client):
+            # Refuses what the Client would, now.
+            channel_security(",".join(targets), tls, auth, None)
         self._topic = wire.check_topic(topic)
         if partitions is not None:
             if isinstance(partitions, str | bytes) or not isinstance(partitions, Sequence):

@@ -29,6 +29,7 @@ listening, connection lost, deadline passed) have no ErrorInfo and map by status
     ├── AuthenticationError           UNAUTHENTICATED    AUTHENTICATION_FAILED
     ├── NotAuthorizedError            PERMISSION_DENIED  NOT_AUTHORIZED
     ├── (the producer-state and transaction reasons of broker.proto, one class each)
+    ├── (the replication reasons of issue 17, one class each: see below)
     ├── BrokerUnavailableError        UNAVAILABLE        (no ErrorInfo)        retriable
     ├── RequestTimeoutError           DEADLINE_EXCEEDED  (no ErrorInfo)        retriable
     │   └── DeliveryTimeoutError      (Producer) not acknowledged within delivery_timeout_ms
@@ -40,6 +41,25 @@ the server already serves ``max_concurrent_rpcs`` calls ("Concurrent RPC limit e
 which frees as they end, so :class:`ConcurrentRpcLimitError` is retriable; a message is larger
 than a side's limit ("SERVER: Received message larger than max (N vs. M)", also "Sent" and
 "CLIENT:"), which the same request hits again, so :class:`MessageTooLargeError` is not.
+
+The replication reasons (issue 17, docs/cluster.md), Kafka's names and retriable flags:
+
+    NotLeaderOrFollowerError          UNAVAILABLE        NOT_LEADER_OR_FOLLOWER   retriable .leader_id
+    │                                                                       .leader_epoch .leader_address
+    LeaderNotAvailableError           UNAVAILABLE        LEADER_NOT_AVAILABLE     retriable
+    UnknownLeaderEpochError           UNAVAILABLE        UNKNOWN_LEADER_EPOCH     retriable
+    FencedLeaderEpochError            FAILED_PRECONDITION FENCED_LEADER_EPOCH
+    NotEnoughReplicasError            UNAVAILABLE        NOT_ENOUGH_REPLICAS      retriable
+    NotEnoughReplicasAfterAppendError UNAVAILABLE        NOT_ENOUGH_REPLICAS_AFTER_APPEND retriable
+    ReplicationTimeoutError           DEADLINE_EXCEEDED  REQUEST_TIMED_OUT        retriable
+    InvalidReplicationFactorError     INVALID_ARGUMENT   INVALID_REPLICATION_FACTOR
+    CoordinationUnavailableError      UNAVAILABLE        COORDINATION_UNAVAILABLE retriable
+
+The first three say "ask someone else": the Client refreshes its metadata (the leader hint of
+NOT_LEADER_OR_FOLLOWER first) and sends the request to the partition's leader again
+(:mod:`stratalog.client.client`, "Routing"). The replica counts and the replication timeout say
+"the leader has it, the followers do not yet": the idempotent Producer resends the same batch,
+which the leader answers as a duplicate if it was stored.
 
 A request on a Session stream (docs/api.md, "Sessions") that fails is answered with a
 ``SessionError`` holding the same status code, message, reason and metadata its unary call would
@@ -72,24 +92,32 @@ __all__ = [
     "BrokerUnavailableError",
     "ConcurrentRpcLimitError",
     "ConcurrentTransactionsError",
+    "CoordinationUnavailableError",
     "CoordinatorLoadInProgressError",
     "CorruptRecordError",
     "DeliveryTimeoutError",
+    "FencedLeaderEpochError",
     "InvalidConfigError",
     "InvalidProducerEpochError",
     "InvalidProducerIdMappingError",
     "InvalidRecordError",
+    "InvalidReplicationFactorError",
     "InvalidRequestError",
     "InvalidTimestampError",
     "InvalidTopicError",
     "InvalidTransactionTimeoutError",
     "InvalidTxnStateError",
+    "LeaderNotAvailableError",
     "MessageTooLargeError",
     "NotAuthorizedError",
+    "NotEnoughReplicasAfterAppendError",
+    "NotEnoughReplicasError",
+    "NotLeaderOrFollowerError",
     "OffsetOutOfRangeError",
     "OutOfOrderSequenceError",
     "ProducerFencedError",
     "RecordTooLargeError",
+    "ReplicationTimeoutError",
     "RequestTimeoutError",
     "ResourceLimitExceededError",
     "ShuttingDownError",
@@ -100,6 +128,7 @@ __all__ = [
     "TransactionAbortedError",
     "TransactionCoordinatorFencedError",
     "TransactionalIdNotFoundError",
+    "UnknownLeaderEpochError",
     "UnknownProducerIdError",
     "UnknownTopicOrPartitionError",
     "from_rpc_error",
@@ -393,6 +422,107 @@ class InvalidTransactionTimeoutError(StratalogError):
     reason = "INVALID_TRANSACTION_TIMEOUT"
 
 
+# The replication reasons of issue 17 (server/cluster/errors.py; Kafka's error codes).
+
+
+class NotLeaderOrFollowerError(StratalogError):
+    """The server does not lead the partition (Kafka's NOT_LEADER_OR_FOLLOWER): nothing was
+    done. ``leader_id`` (``None``: unknown), ``leader_epoch`` and ``leader_address`` (``None``:
+    unknown) are the server's view of who does, a hint the Client goes to without asking for
+    metadata first (Kafka's KIP-951)."""
+
+    code = grpc.StatusCode.UNAVAILABLE
+    reason = "NOT_LEADER_OR_FOLLOWER"
+    retriable = True
+
+    @property
+    def leader_id(self) -> int | None:
+        """The node id of the leader the server knows of, or None (-1 on the wire)."""
+        value = _int_or_none(self.metadata.get("leader_id"))
+        return value if value is not None and value >= 0 else None
+
+    @property
+    def leader_epoch(self) -> int | None:
+        """The leader epoch of that hint, or None."""
+        value = _int_or_none(self.metadata.get("leader_epoch"))
+        return value if value is not None and value >= 0 else None
+
+    @property
+    def leader_address(self) -> str | None:
+        """HOST:PORT the leader advertises, or None."""
+        return self.metadata.get("leader_address") or None
+
+
+class LeaderNotAvailableError(StratalogError):
+    """The partition has no leader now (an election is pending, or no in-sync replica lives):
+    retry after a metadata refresh."""
+
+    code = grpc.StatusCode.UNAVAILABLE
+    reason = "LEADER_NOT_AVAILABLE"
+    retriable = True
+
+
+class UnknownLeaderEpochError(StratalogError):
+    """The server has not yet seen the leader epoch the request names: its view lags the
+    controller's. Retriable."""
+
+    code = grpc.StatusCode.UNAVAILABLE
+    reason = "UNKNOWN_LEADER_EPOCH"
+    retriable = True
+
+
+class FencedLeaderEpochError(StratalogError):
+    """The request's leader epoch is older than the partition's: the sender acts on a stale
+    view. Not retried as it is; the view must be refreshed first."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+    reason = "FENCED_LEADER_EPOCH"
+
+
+class NotEnoughReplicasError(StratalogError):
+    """acks=all and the in-sync replicas are fewer than ``min.insync.replicas``: nothing was
+    written. Retriable: a follower may catch up."""
+
+    code = grpc.StatusCode.UNAVAILABLE
+    reason = "NOT_ENOUGH_REPLICAS"
+    retriable = True
+
+
+class NotEnoughReplicasAfterAppendError(StratalogError):
+    """acks=all: the leader wrote the records, but the ISR shrank below
+    ``min.insync.replicas`` before they were replicated. Retriable: the idempotent Producer's
+    resend is answered as a duplicate if they are kept."""
+
+    code = grpc.StatusCode.UNAVAILABLE
+    reason = "NOT_ENOUGH_REPLICAS_AFTER_APPEND"
+    retriable = True
+
+
+class ReplicationTimeoutError(StratalogError):
+    """acks=all: the in-sync replicas did not all reach the records within the request's
+    timeout (Kafka's REQUEST_TIMED_OUT). The leader has them; retriable as the two above."""
+
+    code = grpc.StatusCode.DEADLINE_EXCEEDED
+    reason = "REQUEST_TIMED_OUT"
+    retriable = True
+
+
+class InvalidReplicationFactorError(StratalogError):
+    """CreateTopic asked for a replication factor below 1 or above the live brokers."""
+
+    code = grpc.StatusCode.INVALID_ARGUMENT
+    reason = "INVALID_REPLICATION_FACTOR"
+
+
+class CoordinationUnavailableError(StratalogError):
+    """etcd did not answer an operation that needs it (CreateTopic in a cluster); retriable:
+    the data path keeps serving, and etcd may come back."""
+
+    code = grpc.StatusCode.UNAVAILABLE
+    reason = "COORDINATION_UNAVAILABLE"
+    retriable = True
+
+
 class AuthenticationError(StratalogError):
     """The server (or a proxy before it) did not accept the caller's credentials."""
 
@@ -497,6 +627,15 @@ ERRORS_BY_REASON: Mapping[str, type[StratalogError]] = _table_by_reason(
     InvalidProducerIdMappingError,
     TransactionalIdNotFoundError,
     InvalidTransactionTimeoutError,
+    NotLeaderOrFollowerError,
+    LeaderNotAvailableError,
+    UnknownLeaderEpochError,
+    FencedLeaderEpochError,
+    NotEnoughReplicasError,
+    NotEnoughReplicasAfterAppendError,
+    ReplicationTimeoutError,
+    InvalidReplicationFactorError,
+    CoordinationUnavailableError,
 )
 
 # Statuses without ErrorInfo that still have a class of their own: transport failures, and

@@ -78,6 +78,7 @@ from .accumulator import (
     Run,
     TopicState,
 )
+from .bootstrap import bootstrap_targets
 from .client import Client
 from .credentials import Credentials, TlsConfig, channel_security
 from .errors import StratalogError, TransactionAbortedError
@@ -139,11 +140,19 @@ class Producer:
     Event-loop only: one asyncio loop owns the Producer (use one per loop/thread).
 
     Args:
-        client: a :class:`Client`, or a target string (the Producer then owns and closes it).
+        client: a :class:`Client`, or a target string or bootstrap targets (a list, or
+            comma-separated) from which the Producer makes one, which it owns and closes.
         tls, auth: TLS and credentials of the Client made from a target string (see
             :class:`Client`).
         idempotent: stamp batches with a producer id and sequences so that the server stores
-            each once and in order (see the module docstring). On by default, as in Kafka 3.
+            each once and in order (see the module docstring). On by default, as in Kafka 3,
+            unless ``acks`` is below all (then off; on with acks 0 or 1 is a ValueError, as
+            in Kafka).
+        acks: which replicas must have a batch before it is acknowledged (Kafka's acks):
+            ``"all"`` (-1, the default: every in-sync replica, at least
+            ``min.insync.replicas``), 1 (the partition's leader), 0 (the leader's answer does
+            not wait for replication either; unlike Kafka, the server still answers, with the
+            offsets: docs/client.md). Sent on every Produce request.
         transactional_id: send in transactions under this stable id (implies idempotent).
         transaction_timeout_ms: how long a transaction may stay open before the server aborts
             it (default 60000; only with ``transactional_id``).
@@ -179,9 +188,10 @@ class Producer:
 
     def __init__(
         self,
-        client: Client | str,
+        client: Client | str | Sequence[str],
         *,
-        idempotent: bool = True,
+        idempotent: bool | None = None,
+        acks: int | str = "all",
         transactional_id: str | None = None,
         transaction_timeout_ms: int | None = None,
         linger_ms: int | None = None,
@@ -201,14 +211,30 @@ class Producer:
         tls: TlsConfig | None = None,
         auth: Credentials | None = None,
     ) -> None:
-        if not isinstance(client, Client | str):
-            raise TypeError(f"client must be a Client or a target str, got {client!r}")
-        if isinstance(client, Client) and (tls is not None or auth is not None):
-            raise TypeError("tls= and auth= are for a target string; a Client has its own")
-        if isinstance(client, str):
-            channel_security(client, tls, auth, None)  # refuses what the Client would, now
+        if isinstance(client, Client):
+            if tls is not None or auth is not None:
+                raise TypeError("tls= and auth= are for a target string; a Client has its own")
+        else:
+            try:
+                targets = bootstrap_targets(client)
+            except TypeError:
+                raise TypeError(
+                    f"client must be a Client, a target str or a list of them, got {client!r}"
+                ) from None
+            # Refuses what the Client would, now.
+            channel_security(",".join(targets), tls, auth, None)
+        acks = wire.parse_acks(acks)
+        if idempotent is None:
+            # Kafka 3's rule: idempotence is on by default, off when acks is set below all.
+            idempotent = acks == -1 or transactional_id is not None
         if not isinstance(idempotent, bool):
             raise TypeError(f"idempotent must be a bool, got {type(idempotent).__name__}")
+        if idempotent and acks != -1:
+            raise ValueError(
+                f"idempotence needs acks='all' (got acks={acks}): a batch acknowledged by the "
+                "leader alone can be lost with it, and its sequence with it (Kafka's rule); "
+                "pass acks='all', or idempotent=False"
+            )
         if transactional_id is not None:
             wire.check_transactional_id(transactional_id)
             if not idempotent:
@@ -286,6 +312,7 @@ class Producer:
             rng=rng,
             tls=tls,
             auth=auth,
+            acks=acks,
         )
         self._topic_locks: dict[str, asyncio.Lock] = {}
         self._txn_lock = asyncio.Lock()  # serialises the transaction calls

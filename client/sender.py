@@ -47,7 +47,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from stratalog.records import set_producer_state
@@ -104,7 +104,7 @@ class Sender:
     def __init__(
         self,
         accumulator: RecordAccumulator,
-        client: Client | str,
+        client: Client | str | Sequence[str],
         manager: TransactionManager | None,
         *,
         max_in_flight: int,
@@ -118,13 +118,15 @@ class Sender:
         rng: random.Random,
         tls: TlsConfig | None = None,
         auth: Credentials | None = None,
+        acks: int = -1,
     ) -> None:
         """Arguments are checked by the Producer. Registers as ``accumulator.sender``.
-        ``tls`` and ``auth`` are for the Client made from a target string."""
+        ``tls`` and ``auth`` are for the Client made from a target string; ``acks`` goes on
+        every Produce request."""
         self._accumulator = accumulator
         accumulator.sender = self
         # A target string becomes a Client on first use, inside the event loop that uses it.
-        self._target = client if isinstance(client, str) else None
+        self._target = None if isinstance(client, Client) else client
         self._client: Client = client if isinstance(client, Client) else None  # type: ignore[assignment]
         self._tls, self._auth = tls, auth
         self._manager = manager
@@ -137,6 +139,7 @@ class Sender:
         self._request_timeout_s = request_timeout_s
         self._max_block_s = max_block_ms / 1000.0
         self._flush = flush
+        self._acks = acks
         self._rng = rng
         self._tasks: set[asyncio.Task[Any]] = set()
         # The task asking for a producer id (idempotent), the task adding partitions to the
@@ -301,6 +304,7 @@ class Sender:
                         batch.partition,
                         record_batches=data,
                         flush=self._flush,
+                        acks=self._acks,
                         timeout_s=min(self._request_timeout_s, remaining_s),
                     )
                 except StratalogError as err:

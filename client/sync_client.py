@@ -10,6 +10,8 @@ and results are the same values; errors are the same :mod:`stratalog.client.erro
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -20,15 +22,28 @@ from stratalog.v1 import broker_pb2, broker_pb2_grpc
 
 from . import wire
 from .acls import AclBinding, AclBindingFilter
+from .bootstrap import bootstrap_targets
 from .client import (
+    CONNECT_TIMEOUT_MS,
     DEFAULT_MAX_MESSAGE_BYTES,
     DEFAULT_TIMEOUT_S,
+    NEW_TOPIC_WAIT_MS,
+    RETRY_BACKOFF_MS,
     channel_options,
     check_timeout,
     log_throttle,
 )
 from .credentials import Credentials, TlsConfig, channel_security
-from .errors import BrokerUnavailableError, from_rpc_error
+from .errors import (
+    BrokerUnavailableError,
+    LeaderNotAvailableError,
+    RequestTimeoutError,
+    StratalogError,
+    UnknownTopicOrPartitionError,
+    from_rpc_error,
+)
+from .metadata_cache import METADATA_MAX_AGE_MS, NO_LEADER, MetadataCache
+from .routing import REROUTES_MAX, ROUTING_ERRORS, UNANSWERED, Reroute, reroute
 from .types import (
     CleaningResult,
     ClusterMetadata,
@@ -48,19 +63,27 @@ __all__ = ["SyncClient"]
 
 _UNSET: Any = object()
 
+# An attempt with less time than this left could only time out.
+_ATTEMPT_TIME_MIN_S = 0.001
+# The period of grpc's connectivity poller (grpc/_channel.py, _poll_connectivity), with slack.
+_CONNECTIVITY_POLL_S = 0.25
+
 
 class SyncClient:
-    """A blocking connection to one stratalog server: every RPC of the Broker service.
+    """A blocking client of a stratalog server or cluster: every RPC of the Broker service.
 
-    Holds one synchronous gRPC channel and the default deadline. Thread-safe: gRPC channels
-    may be shared by threads, and the client keeps no other state. Use it as
+    Holds the bootstrap targets, one synchronous gRPC channel per broker address it talked to,
+    the :class:`~.metadata_cache.MetadataCache` and the default deadline; routes requests as
+    the async :class:`~stratalog.client.Client` does (its module docstring, "Routing"), waiting
+    by blocking the calling thread. Thread-safe: gRPC channels may be shared by threads, and
+    the cache and the connections are changed under a lock. Use it as
     ``with SyncClient(target) as client:`` or call :meth:`close`. Arguments and results are
     those of :class:`~stratalog.client.Client`.
     """
 
     def __init__(
         self,
-        target: str,
+        target: str | Sequence[str],
         *,
         timeout_s: float | None = DEFAULT_TIMEOUT_S,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
@@ -68,25 +91,60 @@ class SyncClient:
         options: Sequence[tuple[str, Any]] = (),
         tls: TlsConfig | None = None,
         auth: Credentials | None = None,
+        retry_backoff_ms: int = RETRY_BACKOFF_MS,
+        metadata_max_age_ms: int = METADATA_MAX_AGE_MS,
     ) -> None:
-        if not isinstance(target, str) or not target:
-            raise TypeError("target must be a non-empty str such as '127.0.0.1:50051'")
-        self._target = target
+        self._targets = bootstrap_targets(target)
+        self._target = ",".join(self._targets)
         self._timeout_s = check_timeout(timeout_s)
-        credentials, tls_options, self._metadata = channel_security(
-            target, tls, auth, credentials
+        self._credentials, tls_options, self._metadata = channel_security(
+            self._target, tls, auth, credentials
         )
-        channel_args = channel_options(max_message_bytes, [*tls_options, *options])
-        if credentials is None:
-            self._channel = grpc.insecure_channel(target, options=channel_args)
-        else:
-            self._channel = grpc.secure_channel(target, credentials, options=channel_args)
-        self._stub = broker_pb2_grpc.BrokerStub(self._channel)
+        self._channel_args = channel_options(max_message_bytes, [*tls_options, *options])
+        self._retry_backoff_s = wire.check_int(
+            retry_backoff_ms, "retry_backoff_ms", 0, 3_600_000) / 1000.0
+        self._cache = MetadataCache(max_age_ms=wire.check_int(
+            metadata_max_age_ms, "metadata_max_age_ms", 0, wire.INT32_MAX))
+        self._lock = threading.Lock()  # the cache, the connections, home, the refresh time
+        self._refresh_lock = threading.Lock()  # one refresh at a time
+        self._refreshed_at = -float("inf")
+        self._channels: dict[str, tuple[grpc.Channel, broker_pb2_grpc.BrokerStub]] = {}
+        # Addresses connected once (a request that finds one gone UNAVAILABLE drops it), and
+        # when gRPC's connectivity poller was last started (close() lets it stop first).
+        self._ready: set[str] = set()
+        self._watched_at = -float("inf")
+        self._home = self._targets[0]
+        self._connection(self._home)
+        self._route_by_metadata = len(self._targets) > 1
+
+    def _connection(self, address: str) -> broker_pb2_grpc.BrokerStub:
+        """The stub of ``address``, its channel opened if there is none."""
+        with self._lock:
+            entry = self._channels.get(address)
+            if entry is None:
+                if self._credentials is None:
+                    channel = grpc.insecure_channel(address, options=self._channel_args)
+                else:
+                    channel = grpc.secure_channel(
+                        address, self._credentials, options=self._channel_args
+                    )
+                entry = self._channels[address] = (channel, broker_pb2_grpc.BrokerStub(channel))
+            return entry[1]
 
     @property
     def target(self) -> str:
-        """The target string the channel was opened with."""
+        """The bootstrap targets, comma-separated (one target: that target)."""
         return self._target
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        """The bootstrap targets, in order."""
+        return self._targets
+
+    @property
+    def metadata_cache(self) -> MetadataCache:
+        """The client's view of the cluster (read it; the client keeps it)."""
+        return self._cache
 
     def __enter__(self) -> SyncClient:
         return self
@@ -95,18 +153,41 @@ class SyncClient:
         self.close()
 
     def close(self) -> None:
-        """Close the channel; calls still running end with a cancelled error."""
-        self._channel.close()
+        """Close every channel; calls still running end with a cancelled error."""
+        # gRPC's connectivity poller (started by a wait for a connection) looks at its channel
+        # every 0.2 s until it notices it is not needed: closing the channel under it makes it
+        # raise in its thread.
+        poller_left_s = self._watched_at + _CONNECTIVITY_POLL_S - time.monotonic()
+        if poller_left_s > 0:
+            time.sleep(poller_left_s)
+        with self._lock:
+            channels = list(self._channels.values())
+            self._channels.clear()
+        for channel, _ in channels:
+            channel.close()
 
     def wait_ready(self, timeout_s: float | None = DEFAULT_TIMEOUT_S) -> None:
-        """Block until the channel is connected; ``BrokerUnavailableError`` after ``timeout_s``."""
-        try:
-            grpc.channel_ready_future(self._channel).result(timeout=timeout_s)
-        except grpc.FutureTimeoutError:
-            raise BrokerUnavailableError(
-                f"no connection to {self._target} within {timeout_s} s",
-                code=grpc.StatusCode.UNAVAILABLE,
-            ) from None
+        """Block until a bootstrap target is connected (tried in order, sharing ``timeout_s``);
+        ``BrokerUnavailableError`` after ``timeout_s``."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        share = None if timeout_s is None else timeout_s / len(self._targets)
+        for target in self._targets:
+            self._connection(target)
+            with self._lock:
+                channel = self._channels[target][0]
+            wait = share if deadline is None else max(0.0, min(
+                share or 0.0, deadline - time.monotonic()))
+            try:
+                grpc.channel_ready_future(channel).result(
+                    timeout=None if timeout_s is None else wait)
+            except grpc.FutureTimeoutError:
+                continue
+            self._home = target
+            return
+        raise BrokerUnavailableError(
+            f"no connection to {self._target} within {timeout_s} s",
+            code=grpc.StatusCode.UNAVAILABLE,
+        )
 
     def _deadline(self, timeout_s: Any, extra_ms: int = 0) -> float | None:
         timeout = self._timeout_s if timeout_s is _UNSET else check_timeout(timeout_s)
@@ -114,11 +195,237 @@ class SyncClient:
             return None
         return timeout + extra_ms / 1000.0
 
-    def _call(self, method: Any, request: Any, timeout: float | None) -> Any:
+    def _ensure_ready(self, address: str, deadline: float | None) -> None:
+        """The async BrokerConnection's ``ensure_ready``: wait at most CONNECT_TIMEOUT_MS (or
+        until ``deadline``) for a connection to ``address``, in a cluster only."""
+        wait = CONNECT_TIMEOUT_MS / 1000
+        if deadline is not None:
+            wait = min(wait, max(deadline - time.monotonic(), _ATTEMPT_TIME_MIN_S))
+        if address in self._ready:
+            return
+        self._connection(address)
+        with self._lock:
+            channel = self._channels[address][0]
+            self._watched_at = time.monotonic()
+        future = grpc.channel_ready_future(channel)
         try:
-            return method(request, timeout=timeout, metadata=self._metadata)
+            future.result(timeout=wait)
+        except grpc.FutureTimeoutError:
+            future.cancel()
+            raise BrokerUnavailableError(
+                f"no connection to {address} within {wait:.1f} s",
+                code=grpc.StatusCode.UNAVAILABLE,
+            ) from None
+        self._ready.add(address)
+
+    def _invoke(
+        self, stub: broker_pb2_grpc.BrokerStub, name: str, request: Any, timeout: float | None
+    ) -> Any:
+        try:
+            return getattr(stub, name)(request, timeout=timeout, metadata=self._metadata)
         except grpc.RpcError as err:
             raise from_rpc_error(err) from err
+
+    # --- routing (the async Client's, blocking) --------------------------------------------------
+
+    def _call(self, name: str, request: Any, timeout: float | None) -> Any:
+        """An admin request: to the home broker, else the next that answers, within
+        ``timeout``."""
+        home = self._home
+        try:
+            return self._invoke(self._connection(home), name, request, timeout)
+        except UNANSWERED as err:
+            with self._lock:
+                candidates = self._cache.candidates(self._targets, home)
+            if len(candidates) < 2:
+                raise
+            first_error = err
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for address in candidates[1:]:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                break
+            try:
+                self._ensure_ready(address, deadline)
+                response = self._invoke(self._connection(address), name, request, remaining)
+            except UNANSWERED:
+                continue
+            self._home = address
+            return response
+        raise first_error
+
+    def _to_leader(
+        self, topic: str, partition: int, name: str, request: Any, timeout: float | None,
+        *, resendable: bool,
+    ) -> Any:
+        """``request`` (the stub's ``name``) to the partition's leader, rerouted as the async
+        Client's ``_to_leader`` does."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        attempts = 0
+        address: str | None = None
+        last_error: StratalogError | None = None
+        unsent = False  # the last attempt found no connection: nothing was sent
+        while True:
+            try:
+                if self._route_by_metadata:
+                    try:
+                        address = self._leader(topic, partition, deadline)
+                    except RequestTimeoutError:
+                        # The deadline cut the metadata refresh: the error that made it is
+                        # the news.
+                        if last_error is not None:
+                            raise last_error from None
+                        raise
+                    try:
+                        self._ensure_ready(address, deadline)
+                    except StratalogError:
+                        unsent = True  # never sent: safe to send elsewhere
+                        raise
+                else:
+                    address = self._home
+                remaining = None if deadline is None else max(
+                    deadline - time.monotonic(), _ATTEMPT_TIME_MIN_S)
+                return self._invoke(self._connection(address), name, request, remaining)
+            except StratalogError as err:
+                if err is last_error:
+                    raise
+                last_error = err
+                if isinstance(err, ROUTING_ERRORS):
+                    self._route_by_metadata = True
+                if isinstance(err, UNANSWERED) and address is not None:
+                    self._ready.discard(address)
+                if isinstance(err, UnknownTopicOrPartitionError):
+                    # Raised unless a refresh names a leader: then the server's view lags.
+                    action = (Reroute.AFTER_BACKOFF
+                              if self._known_elsewhere(topic, partition, deadline)
+                              else Reroute.RAISE)
+                else:
+                    with self._lock:
+                        action = reroute(
+                            self._cache, err, topic=topic, partition=partition,
+                            refused_by=address,
+                            cluster=self._in_cluster(),
+                            resendable=resendable or unsent,
+                        )
+                unsent = False
+                attempts += 1
+                if action is Reroute.RAISE or attempts > REROUTES_MAX:
+                    raise
+                if action is Reroute.AFTER_BACKOFF:
+                    delay = self._retry_backoff_s
+                    if deadline is not None:
+                        delay = min(delay, deadline - time.monotonic())
+                    if delay > 0:
+                        time.sleep(delay)
+                if deadline is not None and deadline - time.monotonic() <= _ATTEMPT_TIME_MIN_S:
+                    raise
+
+    def _known_elsewhere(self, topic: str, partition: int, deadline: float | None) -> bool:
+        """The async Client's ``_known_elsewhere``: after UNKNOWN_TOPIC_OR_PARTITION, whether
+        a metadata refresh names a leader of the partition."""
+        if not self._learn_cluster(None if deadline is None else deadline - time.monotonic()):
+            return False
+        with self._lock:
+            self._cache.invalidate(topic)
+        try:
+            self._refresh(topic, deadline)
+        except StratalogError:
+            return False
+        with self._lock:
+            return self._cache.route(topic, partition) is not None
+
+    def _learn_cluster(self, timeout: float | None) -> bool:
+        """The async Client's ``_learn_cluster``: one Metadata call, on an error path only,
+        for a client that does not know yet whether it talks to a cluster."""
+        if self._in_cluster():
+            return True
+        try:
+            response = self._call("Metadata", wire.metadata_request(()), timeout)
+        except StratalogError:
+            return False
+        with self._lock:
+            self._cache.update(wire.cluster_metadata(response), self._home)
+            if self._cache.is_cluster:
+                self._route_by_metadata = True
+            return self._cache.is_cluster
+
+    def _in_cluster(self) -> bool:
+        """Whether other servers may lead what one does not: several bootstrap targets,
+        several brokers in a Metadata answer, or a server that said it does not lead."""
+        return len(self._targets) > 1 or self._route_by_metadata or self._cache.is_cluster
+
+    def _leader(self, topic: str, partition: int, deadline: float | None) -> str:
+        """The address of the partition's leader (the topic refreshed first if needed); the
+        home broker's for a partition the cluster does not know."""
+        with self._lock:
+            refresh = self._cache.needs_refresh(topic)
+        if refresh:
+            self._refresh(topic, deadline)
+        with self._lock:
+            route = self._cache.route(topic, partition)
+            no_leader = self._cache.leader_of(topic, partition) == NO_LEADER
+        if route is not None:
+            return route.address
+        if no_leader:
+            raise LeaderNotAvailableError(
+                f"{topic}-{partition} has no leader now (an election is pending)",
+                code=grpc.StatusCode.UNAVAILABLE,
+            )
+        return self._home
+
+    def _refresh(self, topic: str, deadline: float | None) -> None:
+        asked_at = time.monotonic()
+        with self._refresh_lock:
+            with self._lock:
+                if self._refreshed_at >= asked_at and not self._cache.needs_refresh(topic):
+                    return
+                wait = self._refreshed_at + self._retry_backoff_s - time.monotonic()
+                candidates = self._cache.candidates(self._targets, self._home)
+            if deadline is not None:
+                wait = min(wait, deadline - time.monotonic())
+            if wait > 0:
+                time.sleep(wait)
+            try:
+                self._fetch_metadata(topic, candidates, deadline)
+            finally:
+                with self._lock:
+                    self._refreshed_at = time.monotonic()
+
+    def _fetch_metadata(
+        self, topic: str, candidates: Sequence[str], deadline: float | None
+    ) -> None:
+        request = wire.metadata_request([topic])
+        last_error: StratalogError | None = None
+        unknown: UnknownTopicOrPartitionError | None = None
+        for address in candidates:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                break
+            timeout = remaining if self._timeout_s is None else (
+                self._timeout_s if remaining is None else min(self._timeout_s, remaining))
+            try:
+                self._ensure_ready(address, deadline)
+                response = self._invoke(self._connection(address), "Metadata", request, timeout)
+            except UnknownTopicOrPartitionError as err:
+                unknown = err  # another server's view may have it already (a new topic)
+                continue
+            except UNANSWERED as err:
+                last_error = err
+                continue
+            with self._lock:
+                self._cache.update(wire.cluster_metadata(response), address, [topic])
+            self._home = address
+            return
+        if unknown is not None:  # every server that answered said so
+            with self._lock:
+                self._cache.forget(topic)
+            return
+        if last_error is None:
+            last_error = RequestTimeoutError(
+                f"no metadata for {topic} before the deadline",
+                code=grpc.StatusCode.DEADLINE_EXCEEDED,
+            )
+        raise last_error
 
     # --- topics ----------------------------------------------------------------------------------
 
@@ -128,30 +435,59 @@ class SyncClient:
         partitions: int = 1,
         configs: Mapping[str, str] | None = None,
         *,
+        replication_factor: int | None = None,
         timeout_s: float | None = _UNSET,
     ) -> TopicInfo:
         """See :meth:`Client.create_topic <stratalog.client.Client.create_topic>`."""
-        request = wire.create_topic_request(name, partitions, configs)
-        response = self._call(self._stub.CreateTopic, request, self._deadline(timeout_s))
+        request = wire.create_topic_request(name, partitions, configs, replication_factor)
+        response = self._call("CreateTopic", request, self._deadline(timeout_s))
         return wire.topic_info(response.topic)
 
     def delete_topic(self, name: str, *, timeout_s: float | None = _UNSET) -> None:
         """See :meth:`Client.delete_topic <stratalog.client.Client.delete_topic>`."""
         request = wire.delete_topic_request(name)
-        self._call(self._stub.DeleteTopic, request, self._deadline(timeout_s))
+        self._call("DeleteTopic", request, self._deadline(timeout_s))
 
     def list_topics(self, *, timeout_s: float | None = _UNSET) -> list[TopicInfo]:
         """See :meth:`Client.list_topics <stratalog.client.Client.list_topics>`."""
         response = self._call(
-            self._stub.ListTopics, broker_pb2.ListTopicsRequest(), self._deadline(timeout_s)
+            "ListTopics", broker_pb2.ListTopicsRequest(), self._deadline(timeout_s)
         )
         return sorted((wire.topic_info(t) for t in response.topics), key=lambda t: t.name)
 
     def describe_topic(self, name: str, *, timeout_s: float | None = _UNSET) -> TopicInfo:
-        """See :meth:`Client.describe_topic <stratalog.client.Client.describe_topic>`."""
+        """See :meth:`Client.describe_topic <stratalog.client.Client.describe_topic>` (in a
+        cluster, a topic one server does not know yet is asked of the others too)."""
         request = wire.describe_topic_request(name)
-        response = self._call(self._stub.DescribeTopic, request, self._deadline(timeout_s))
+        timeout = self._deadline(timeout_s)
+        try:
+            response = self._call("DescribeTopic", request, timeout)
+        except UnknownTopicOrPartitionError:
+            response = self._describe_until_known(request, timeout)
+            if response is None:
+                raise
         return wire.topic_info(response.topic)
+
+    def _describe_until_known(self, request: Any, timeout: float | None) -> Any:
+        wait_until = time.monotonic() + NEW_TOPIC_WAIT_MS / 1000
+        if timeout is not None:
+            wait_until = min(wait_until, time.monotonic() + timeout)
+        if not self._learn_cluster(timeout):
+            return None
+        while time.monotonic() < wait_until:
+            with self._lock:
+                candidates = self._cache.candidates(self._targets, self._home)
+            for address in candidates:
+                remaining = wait_until - time.monotonic()
+                if remaining <= 0:
+                    return None
+                try:
+                    return self._invoke(self._connection(address), "DescribeTopic", request,
+                                        remaining)
+                except (UnknownTopicOrPartitionError, *UNANSWERED):
+                    continue
+            time.sleep(max(0.0, min(self._retry_backoff_s, wait_until - time.monotonic())))
+        return None
 
     def alter_topic_configs(
         self,
@@ -163,7 +499,7 @@ class SyncClient:
     ) -> TopicInfo:
         """See :meth:`Client.alter_topic_configs <stratalog.client.Client.alter_topic_configs>`."""
         request = wire.alter_topic_configs_request(name, set, delete)
-        response = self._call(self._stub.AlterTopicConfigs, request, self._deadline(timeout_s))
+        response = self._call("AlterTopicConfigs", request, self._deadline(timeout_s))
         return wire.topic_info(response.topic)
 
     # --- records ---------------------------------------------------------------------------------
@@ -181,14 +517,17 @@ class SyncClient:
         producer_epoch: int = 0,
         base_sequence: int = 0,
         transactional: bool = False,
+        acks: int | str = -1,
         timeout_s: float | None = _UNSET,
     ) -> ProduceResult:
         """See :meth:`Client.produce <stratalog.client.Client.produce>`."""
         request = wire.produce_request(
             topic, partition, records, record_batches, compression, flush,
-            producer_id, producer_epoch, base_sequence, transactional,
+            producer_id, producer_epoch, base_sequence, transactional, acks,
         )
-        response = self._call(self._stub.Produce, request, self._deadline(timeout_s))
+        response = self._to_leader(
+            topic, partition, "Produce", request, self._deadline(timeout_s), resendable=False
+        )
         log_throttle("produce to", topic, partition, response.throttle_time_ms)
         return wire.produce_result(response)
 
@@ -211,8 +550,9 @@ class SyncClient:
             topic, partition, offset, max_bytes, max_wait_ms, min_bytes, fetch_format,
             isolation_level, max_records,
         )
-        response = self._call(
-            self._stub.FetchByOffset, request, self._deadline(timeout_s, max_wait_ms)
+        response = self._to_leader(
+            topic, partition, "FetchByOffset", request, self._deadline(timeout_s, max_wait_ms),
+            resendable=True,
         )
         log_throttle("fetch from", topic, partition, response.throttle_time_ms)
         return wire.fetch_result(response, by_timestamp=False)
@@ -234,7 +574,9 @@ class SyncClient:
             topic, partition, timestamp_ms, max_bytes, fetch_format, isolation_level,
             max_records,
         )
-        response = self._call(self._stub.FetchByTimestamp, request, self._deadline(timeout_s))
+        response = self._to_leader(
+            topic, partition, "FetchByTimestamp", request, self._deadline(timeout_s), resendable=True
+        )
         log_throttle("fetch from", topic, partition, response.throttle_time_ms)
         return wire.fetch_result(response, by_timestamp=True)
 
@@ -249,7 +591,9 @@ class SyncClient:
     ) -> OffsetAndTimestamp:
         """See :meth:`Client.list_offsets <stratalog.client.Client.list_offsets>`."""
         request = wire.list_offsets_request(topic, partition, timestamp_ms, isolation_level)
-        response = self._call(self._stub.ListOffsets, request, self._deadline(timeout_s))
+        response = self._to_leader(
+            topic, partition, "ListOffsets", request, self._deadline(timeout_s), resendable=True
+        )
         return wire.offset_and_timestamp(response)
 
     def subscribe(
@@ -279,16 +623,31 @@ class SyncClient:
     def _stream(
         self, request: broker_pb2.SubscribeRequest, timeout: float | None, *, by_timestamp: bool
     ) -> Iterator[FetchResult]:
-        call = self._stub.Subscribe(request, timeout=timeout, metadata=self._metadata)
+        topic, partition = request.topic, request.partition
+        address = self._home
         try:
-            for response in call:
-                log_throttle("subscription to", request.topic, request.partition,
-                             response.throttle_time_ms)
-                yield wire.fetch_result(response, by_timestamp=by_timestamp)
-        except grpc.RpcError as err:
-            raise from_rpc_error(err) from err
-        finally:
-            call.cancel()
+            if self._route_by_metadata:
+                deadline = None if timeout is None else time.monotonic() + timeout
+                address = self._leader(topic, partition, deadline)
+            stub = self._connection(address)
+            call = stub.Subscribe(request, timeout=timeout, metadata=self._metadata)
+            try:
+                for response in call:
+                    log_throttle("subscription to", topic, partition, response.throttle_time_ms)
+                    yield wire.fetch_result(response, by_timestamp=by_timestamp)
+            except grpc.RpcError as err:
+                raise from_rpc_error(err) from err
+            finally:
+                call.cancel()
+        except StratalogError as err:
+            # Not subscribed again here: the cache learns where the next stream goes.
+            if isinstance(err, ROUTING_ERRORS):
+                self._route_by_metadata = True
+            with self._lock:
+                reroute(self._cache, err, topic=topic, partition=partition, refused_by=address,
+                        cluster=self._in_cluster(),
+                        resendable=True)
+            raise
 
     def delete_records(
         self,
@@ -300,7 +659,9 @@ class SyncClient:
     ) -> int:
         """See :meth:`Client.delete_records <stratalog.client.Client.delete_records>`."""
         request = wire.delete_records_request(topic, partition, before_offset)
-        response = self._call(self._stub.DeleteRecords, request, self._deadline(timeout_s))
+        response = self._to_leader(
+            topic, partition, "DeleteRecords", request, self._deadline(timeout_s), resendable=True
+        )
         return response.log_start_offset
 
     def clean_partition(
@@ -308,7 +669,9 @@ class SyncClient:
     ) -> CleaningResult:
         """See :meth:`Client.clean_partition <stratalog.client.Client.clean_partition>`."""
         request = wire.clean_partition_request(topic, partition)
-        response = self._call(self._stub.CleanPartition, request, self._deadline(timeout_s))
+        response = self._to_leader(
+            topic, partition, "CleanPartition", request, self._deadline(timeout_s), resendable=True
+        )
         return wire.cleaning_result(topic, partition, response)
 
     # --- exactly-once ----------------------------------------------------------------------------
@@ -322,7 +685,7 @@ class SyncClient:
     ) -> ProducerIdAndEpoch:
         """See :meth:`Client.init_producer_id <stratalog.client.Client.init_producer_id>`."""
         request = wire.init_producer_id_request(transactional_id, transaction_timeout_ms)
-        response = self._call(self._stub.InitProducerId, request, self._deadline(timeout_s))
+        response = self._call("InitProducerId", request, self._deadline(timeout_s))
         return wire.producer_id_and_epoch(response)
 
     def add_partitions_to_txn(
@@ -339,7 +702,7 @@ class SyncClient:
         request = wire.add_partitions_to_txn_request(
             transactional_id, producer_id, producer_epoch, partitions
         )
-        self._call(self._stub.AddPartitionsToTxn, request, self._deadline(timeout_s))
+        self._call("AddPartitionsToTxn", request, self._deadline(timeout_s))
 
     def end_txn(
         self,
@@ -352,7 +715,7 @@ class SyncClient:
     ) -> None:
         """See :meth:`Client.end_txn <stratalog.client.Client.end_txn>`."""
         request = wire.end_txn_request(transactional_id, producer_id, producer_epoch, commit)
-        self._call(self._stub.EndTxn, request, self._deadline(timeout_s))
+        self._call("EndTxn", request, self._deadline(timeout_s))
 
     def describe_transaction(
         self, transactional_id: str, *, timeout_s: float | None = _UNSET
@@ -360,7 +723,7 @@ class SyncClient:
         """See :meth:`Client.describe_transaction
         <stratalog.client.Client.describe_transaction>`."""
         request = wire.describe_transaction_request(transactional_id)
-        response = self._call(self._stub.DescribeTransaction, request, self._deadline(timeout_s))
+        response = self._call("DescribeTransaction", request, self._deadline(timeout_s))
         return wire.transaction_description(response)
 
     # --- security --------------------------------------------------------------------------------
@@ -368,7 +731,7 @@ class SyncClient:
     def who_am_i(self, *, timeout_s: float | None = _UNSET) -> Identity:
         """See :meth:`Client.who_am_i <stratalog.client.Client.who_am_i>`."""
         response = self._call(
-            self._stub.WhoAmI, broker_pb2.WhoAmIRequest(), self._deadline(timeout_s)
+            "WhoAmI", broker_pb2.WhoAmIRequest(), self._deadline(timeout_s)
         )
         return Identity(response.principal, response.authenticated_by, response.host)
 
@@ -379,9 +742,12 @@ class SyncClient:
     ) -> ClusterMetadata:
         """See :meth:`Client.metadata <stratalog.client.Client.metadata>`."""
         response = self._call(
-            self._stub.Metadata, wire.metadata_request(topics), self._deadline(timeout_s)
+            "Metadata", wire.metadata_request(topics), self._deadline(timeout_s)
         )
-        return wire.cluster_metadata(response)
+        metadata = wire.cluster_metadata(response)
+        with self._lock:
+            self._cache.update(metadata, self._home, topics)
+        return metadata
 
     # --- ACLs ------------------------------------------------------------------------------------
 
@@ -390,14 +756,14 @@ class SyncClient:
     ) -> None:
         """See :meth:`Client.create_acls <stratalog.client.Client.create_acls>`."""
         request = wire.create_acls_request(bindings)
-        self._call(self._stub.CreateAcls, request, self._deadline(timeout_s))
+        self._call("CreateAcls", request, self._deadline(timeout_s))
 
     def delete_acls(
         self, filters: Sequence[AclBindingFilter], *, timeout_s: float | None = _UNSET
     ) -> list[AclBinding]:
         """See :meth:`Client.delete_acls <stratalog.client.Client.delete_acls>`."""
         request = wire.delete_acls_request(filters)
-        response = self._call(self._stub.DeleteAcls, request, self._deadline(timeout_s))
+        response = self._call("DeleteAcls", request, self._deadline(timeout_s))
         return [wire.acl_binding(b) for b in response.deleted]
 
     def describe_acls(
@@ -407,5 +773,5 @@ class SyncClient:
         request = wire.describe_acls_request(
             AclBindingFilter() if acl_filter is None else acl_filter
         )
-        response = self._call(self._stub.DescribeAcls, request, self._deadline(timeout_s))
+        response = self._call("DescribeAcls", request, self._deadline(timeout_s))
         return [wire.acl_binding(b) for b in response.acls]

@@ -46,6 +46,7 @@ from .types import (
 )
 
 __all__ = [
+    "ACKS_BY_NAME",
     "EARLIEST",
     "INT16_MAX",
     "INT32_MAX",
@@ -84,6 +85,7 @@ __all__ = [
     "list_offsets_request",
     "metadata_request",
     "offset_and_timestamp",
+    "parse_acks",
     "parse_compression",
     "produce_request",
     "produce_result",
@@ -221,6 +223,26 @@ def parse_compression(compression: object) -> Compression:
         raise ValueError(f"compression must be a codec id 0-4, got {compression}") from None
 
 
+#: Kafka's ``acks`` values by name: ``"all"`` is -1 (every in-sync replica has the records).
+ACKS_BY_NAME = {"all": -1, "-1": -1, "1": 1, "0": 0}
+
+
+def parse_acks(acks: object) -> int:
+    """Kafka's ``acks``: ``"all"`` or -1 (every in-sync replica, at least
+    ``min.insync.replicas``, has the records), 1 (the leader has them), 0 (the client does not
+    wait for the append to be replicated); as an int or its name."""
+    if isinstance(acks, str):
+        try:
+            return ACKS_BY_NAME[acks.strip().lower()]
+        except KeyError:
+            raise ValueError(f"acks must be 'all', -1, 1 or 0, got {acks!r}") from None
+    if isinstance(acks, bool) or not isinstance(acks, int):
+        raise TypeError(f"acks must be 'all', -1, 1 or 0, got {acks!r}")
+    if acks not in (-1, 0, 1):
+        raise ValueError(f"acks must be 'all', -1, 1 or 0, got {acks}")
+    return acks
+
+
 def _check_enum(value: object, cls: type[enum.IntEnum], name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be a {cls.__name__}, got {value!r}")
@@ -245,12 +267,17 @@ def _check_configs(configs: object, name: str) -> dict[str, str]:
 
 
 def create_topic_request(
-    name: str, partitions: int, configs: Mapping[str, str] | None
+    name: str, partitions: int, configs: Mapping[str, str] | None,
+    replication_factor: int | None = None,
 ) -> pb.CreateTopicRequest:
+    """``replication_factor``: replicas per partition (a cluster, issue 17); ``None`` or 0:
+    the server's ``default_replication_factor`` (a single server takes 0 or 1)."""
     return pb.CreateTopicRequest(
         name=check_topic(name, "name"),
         partitions=check_int(partitions, "partitions", 1, INT32_MAX),
         configs=_check_configs(configs, "configs"),
+        replication_factor=0 if replication_factor is None else check_int(
+            replication_factor, "replication_factor", 0, INT32_MAX),
     )
 
 
@@ -310,8 +337,10 @@ def produce_request(
     producer_epoch: int = 0,
     base_sequence: int = 0,
     transactional: bool = False,
+    acks: int | str = -1,
 ) -> pb.ProduceRequest:
     """Exactly one of ``records`` (encoded by the server) and ``record_batches`` (v2 batches).
+    ``acks`` (:func:`parse_acks`) is set on every request, -1 included.
 
     ``producer_id`` (with ``producer_epoch``, ``base_sequence``, ``transactional``): an
     idempotent or transactional produce of ``records``; batches in ``record_batches`` carry
@@ -326,6 +355,7 @@ def produce_request(
     if not isinstance(transactional, bool):
         raise TypeError(f"transactional must be a bool, got {type(transactional).__name__}")
     codec = parse_compression(compression)
+    acks = parse_acks(acks)
     if producer_id is None:
         if producer_epoch != 0 or base_sequence != 0 or transactional:
             raise ValueError(
@@ -346,7 +376,7 @@ def produce_request(
         if not batches:
             raise ValueError("record_batches must not be empty")
         return pb.ProduceRequest(
-            topic=topic, partition=partition, record_batches=batches, flush=flush
+            topic=topic, partition=partition, record_batches=batches, flush=flush, acks=acks
         )
     if isinstance(records, bytes | str) or not isinstance(records, Iterable):
         raise TypeError("records must be a sequence of ProducerRecord or bytes values")
@@ -359,6 +389,7 @@ def produce_request(
         records=proto_records,
         compression=int(codec),
         flush=flush,
+        acks=acks,
     )
     if producer_id is not None:
         request.producer_id = producer_id

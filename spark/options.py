@@ -14,7 +14,9 @@ source refuses, with an :class:`~stratalog.spark.errors.OptionError` naming the 
   alias ``kafka.isolation.level`` given with another value.
 
 Option names, defaults and meanings follow Spark's Kafka source (docs/spark.md has the table);
-``target`` stands in for ``kafka.bootstrap.servers`` and ``path`` selects file mode.
+``target`` stands in for ``kafka.bootstrap.servers`` (one server, or a cluster's servers
+comma-separated: each read goes to its partition's leader through the client library) and
+``path`` selects file mode.
 
 Offset specifications keep the option they came from, so that an error found later (a timestamp
 with no matching record, an offset past the log end) still names the option the user wrote.
@@ -37,6 +39,7 @@ from stratalog.client import (
     TlsConfig,
     TopicPartition,
 )
+from stratalog.client.bootstrap import bootstrap_targets
 from stratalog.client.credentials import credentials_from
 
 from .errors import OptionError
@@ -326,7 +329,12 @@ def _credentials(options: _Options, tls: bool) -> Credentials | None:
 def _connection(options: _Options) -> ConnectionOptions:
     target = options.get("target")
     if target is None:
-        raise OptionError("target", "is required: the server address, e.g. '127.0.0.1:50051'")
+        raise OptionError("target", "is required: the server address, e.g. '127.0.0.1:50051'"
+                                    " (or a cluster's, comma-separated)")
+    try:
+        target = ",".join(bootstrap_targets(target))
+    except (TypeError, ValueError) as exc:
+        raise OptionError("target", str(exc)) from None
     timeout_ms = options.int("requestTimeoutMs", 1) or DEFAULT_REQUEST_TIMEOUT_MS
     pems = {
         name: _read_pem(name, path)
@@ -343,7 +351,7 @@ def _connection(options: _Options) -> ConnectionOptions:
             "certificate authentication needs both)"
         )
     return ConnectionOptions(
-        target.strip(),
+        target,
         timeout_ms / 1000,
         tls,
         pems.get("tls.rootCertificates"),

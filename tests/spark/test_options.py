@@ -199,3 +199,12 @@ def test_bad_transactional_write_options(options, option, message):
     with pytest.raises(OptionError, match=message) as caught:
         parse_write_options({"target": "h:1", "topic": "t", **options})
     assert caught.value.option == option
+
+
+def test_target_takes_a_clusters_list_like_bootstrap_servers():
+    options = batch(target=" db1:50051, db2:50051,db1:50051 ")
+    assert options.connection.target == "db1:50051,db2:50051"
+    with pytest.raises(OptionError, match=r"option 'target': .*entry 2 is empty"):
+        batch(target="db1:50051,,db2:50051")
+    with pytest.raises(OptionError, match="option 'target'"):
+        parse_write_options({"target": "h:1,", "topic": "t"})

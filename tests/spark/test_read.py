@@ -317,3 +317,24 @@ def test_option_errors_found_at_planning(client, server, topic_name):
         parse_read_options({"subscribe": "t"}, streaming=False)
     with pytest.raises(OptionError, match="option 'subscribe': one of"):
         parse_read_options({"target": "h:1"}, streaming=False)
+
+
+def test_a_target_list_with_the_first_dead_reads_through_the_library(client, server, topic_name):
+    """target as kafka.bootstrap.servers: a list; the reads go through the client library,
+    which skips the server that does not answer and reads each partition from its leader."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{probe.getsockname()[1]}"
+    topic = topic_name()
+    client.create_topic(topic, partitions=2)
+    for partition in (0, 1):
+        client.produce(topic, partition, [ProducerRecord(b"p%d" % partition)] * 2)
+    options = parse_read_options(
+        {"target": f"{dead},{server.target}", "subscribe": topic}, streaming=False
+    )
+    batch_reader = StratalogBatchReader(options)
+    batches = [b for p in batch_reader.partitions() for b in batch_reader.read(p)]
+    values = sorted(v for b in batches for v in b.column("value").to_pylist())
+    assert values == [b"p0", b"p0", b"p1", b"p1"]

@@ -7,7 +7,7 @@ import argparse
 
 import pytest
 
-from stratalog.cli.connection import DEFAULT_TARGET, parse_target
+from stratalog.cli.connection import DEFAULT_TARGET, parse_target, parse_targets
 from stratalog.cli.main import build_parser
 from stratalog.cli.timestamps import join_relative_times
 
@@ -83,6 +83,38 @@ def test_target_and_security_options_go_before_or_after_the_subcommand(monkeypat
 def test_the_environments_target_is_checked_and_completed_too(monkeypatch):
     monkeypatch.setenv("STRATALOG_TARGET", "db2")
     assert parse("offsets", "t").target == "db2:50051"
+
+
+def test_a_list_of_targets_is_completed_entry_by_entry(monkeypatch):
+    monkeypatch.delenv("STRATALOG_TARGET", raising=False)
+    assert parse_targets("db1, db2:7000,[::1]") == "db1:50051,db2:7000,[::1]:50051"
+    assert parse_targets("db1,db1:50051") == "db1:50051"  # the same server once
+    assert parse_targets("ipv4:10.0.0.1:1,10.0.0.2:1") == "ipv4:10.0.0.1:1,10.0.0.2:1"
+    assert parse("topics", "list", "--target", "a,b:1").target == "a:50051,b:1"
+
+
+def test_the_environments_list_is_checked_too(monkeypatch):
+    monkeypatch.setenv("STRATALOG_TARGET", "db1,db2,db3")
+    assert parse("offsets", "t").target == "db1:50051,db2:50051,db3:50051"
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    ("db1,,db2", ["entry 2", "empty"]),
+    ("db1,", ["entry 2", "empty"]),
+    ("db1,http://db2", ["URL"]),
+    ("db1,db2:0", ["1-65535"]),
+])
+def test_a_bad_list_is_a_usage_error_naming_the_entry(capsys, text, words):
+    err = usage_error(capsys, "topics", "list", "--target", text)
+    assert "argument --target" in err
+    for word in words:
+        assert word in err
+
+
+def test_produce_takes_acks_and_refuses_others(capsys):
+    assert parse("produce", "t").acks == "all"
+    assert parse("produce", "t", "--acks", "1").acks == "1"
+    assert "invalid choice" in usage_error(capsys, "produce", "t", "--acks", "2")
 
 
 # ------------------------------------------------------------------------ --partition

@@ -21,6 +21,7 @@ from google.rpc import error_details_pb2, status_pb2
 from stratalog.client import errors
 from stratalog.records import errors as record_errors
 from stratalog.server import status
+from stratalog.server.cluster import errors as cluster_errors
 from stratalog.server.storage import errors as storage_errors
 from stratalog.v1 import broker_pb2, broker_pb2_grpc
 
@@ -63,6 +64,16 @@ DOMAIN_ERRORS: dict[str, Callable[[], Exception]] = {
     "eio": lambda: storage_errors.CorruptIndexError("/srv/data/t-0/0.index: 13 bytes"),
     "closed": lambda: storage_errors.LogClosedError("log /srv/data/t-0 is closed"),
     "bug": lambda: ZeroDivisionError("division by zero in /srv/app.py"),
+    # Replication (issue 17): the server's own exceptions, as its leader checks raise them.
+    "not-leader": lambda: cluster_errors.NotLeaderOrFollowerError("t", 0, 2, 7, "db2:50051"),
+    "no-leader": lambda: cluster_errors.LeaderNotAvailableError("t", 1, "no leader"),
+    "few-replicas": lambda: cluster_errors.NotEnoughReplicasError("t", 0, 1, 2),
+    "after-append": lambda: cluster_errors.NotEnoughReplicasAfterAppendError("t", 0, "shrank"),
+    "fenced-epoch": lambda: cluster_errors.FencedLeaderEpochError("t", 0, "epoch 3 < 4"),
+    "unknown-epoch": lambda: cluster_errors.UnknownLeaderEpochError("t", 0, "epoch 5 > 4"),
+    "factor": lambda: cluster_errors.InvalidReplicationFactorError("replication factor 4 > 3"),
+    "replication-timeout": lambda: cluster_errors.ReplicationTimeoutError("t", 0, "30000 ms"),
+    "etcd": lambda: cluster_errors.CoordinationUnavailableError("etcd did not answer"),
 }
 
 # topic -> (class, code, reason, retriable, metadata, message or None when fixed by the server)
@@ -94,6 +105,31 @@ EXPECTED = {
     "eio": (errors.StorageError, "UNAVAILABLE", "STORAGE_ERROR", True, {}, None),
     "closed": (errors.ShuttingDownError, "UNAVAILABLE", "SHUTTING_DOWN", True, {}, None),
     "bug": (errors.StratalogError, "INTERNAL", None, False, {}, None),
+    "not-leader": (errors.NotLeaderOrFollowerError, "UNAVAILABLE", "NOT_LEADER_OR_FOLLOWER",
+                   True, {"topic": "t", "partition": "0", "leader_id": "2", "leader_epoch": "7",
+                          "leader_address": "db2:50051"},
+                   "t-0: this server is not the partition's leader; the leader is node 2 at "
+                   "db2:50051 (leader epoch 7): refresh the metadata and retry there"),
+    "no-leader": (errors.LeaderNotAvailableError, "UNAVAILABLE", "LEADER_NOT_AVAILABLE", True,
+                  {"topic": "t", "partition": "1"}, "t-1: no leader"),
+    "few-replicas": (errors.NotEnoughReplicasError, "UNAVAILABLE", "NOT_ENOUGH_REPLICAS", True,
+                     {"topic": "t", "partition": "0"},
+                     "t-0: the in-sync replica set has 1 member(s), below "
+                     "min.insync.replicas=2; nothing was written"),
+    "after-append": (errors.NotEnoughReplicasAfterAppendError, "UNAVAILABLE",
+                     "NOT_ENOUGH_REPLICAS_AFTER_APPEND", True, {"topic": "t", "partition": "0"},
+                     "t-0: shrank"),
+    "fenced-epoch": (errors.FencedLeaderEpochError, "FAILED_PRECONDITION", "FENCED_LEADER_EPOCH",
+                     False, {"topic": "t", "partition": "0"}, "t-0: epoch 3 < 4"),
+    "unknown-epoch": (errors.UnknownLeaderEpochError, "UNAVAILABLE", "UNKNOWN_LEADER_EPOCH",
+                      True, {"topic": "t", "partition": "0"}, "t-0: epoch 5 > 4"),
+    "factor": (errors.InvalidReplicationFactorError, "INVALID_ARGUMENT",
+               "INVALID_REPLICATION_FACTOR", False, {}, "replication factor 4 > 3"),
+    "replication-timeout": (errors.ReplicationTimeoutError, "DEADLINE_EXCEEDED",
+                            "REQUEST_TIMED_OUT", True, {"topic": "t", "partition": "0"},
+                            "t-0: 30000 ms"),
+    "etcd": (errors.CoordinationUnavailableError, "UNAVAILABLE", "COORDINATION_UNAVAILABLE",
+             True, {}, "etcd did not answer"),
 }
 
 
@@ -305,6 +341,19 @@ async def test_no_server_listening_is_a_retriable_unavailable() -> None:
     assert (error.reason, error.retriable) == (None, True)
 
 
+async def test_not_leader_hint_reads_back_from_the_server_status(stub) -> None:
+    error = await _produce_error(stub, "not-leader")
+    assert isinstance(error, errors.NotLeaderOrFollowerError)
+    assert (error.leader_id, error.leader_epoch, error.leader_address) == (2, 7, "db2:50051")
+
+
+def test_not_leader_without_a_hint_has_none() -> None:
+    error = errors.NotLeaderOrFollowerError(
+        "x", metadata={"leader_id": "-1", "leader_epoch": "-1", "leader_address": ""}
+    )
+    assert (error.leader_id, error.leader_epoch, error.leader_address) == (None, None, None)
+
+
 def test_the_table_covers_every_error_reason_once() -> None:
     names = set(broker_pb2.ErrorReason.keys()) - {"ERROR_REASON_UNSPECIFIED"}
     assert set(errors.ERRORS_BY_REASON) == names
@@ -324,6 +373,10 @@ def test_retriable_flags_are_the_documented_ones() -> None:
     assert retriable == {
         "SHUTTING_DOWN", "STORAGE_ERROR", "CONCURRENT_TRANSACTIONS", "COORDINATOR_LOAD_IN_PROGRESS",
         "RESOURCE_LIMIT_EXCEEDED",
+        # Replication (issue 17): ask the leader again, or wait for the followers.
+        "NOT_LEADER_OR_FOLLOWER", "LEADER_NOT_AVAILABLE", "UNKNOWN_LEADER_EPOCH",
+        "NOT_ENOUGH_REPLICAS", "NOT_ENOUGH_REPLICAS_AFTER_APPEND", "REQUEST_TIMED_OUT",
+        "COORDINATION_UNAVAILABLE",
     }
     assert errors.BrokerUnavailableError.retriable and errors.RequestTimeoutError.retriable
 

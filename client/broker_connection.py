@@ -1,0 +1,134 @@
+"""One broker's connection of an async Client: a gRPC channel, its stub and its Session stream.
+
+A :class:`~stratalog.client.Client` talks to a cluster through one of these per broker address,
+opened when the first request goes there (a single server: exactly one, as before issue 17).
+Each holds what a single-server Client held: the ``grpc.aio`` channel (HTTP/2, multiplexing
+every concurrent call), the stub, and the ``Session`` stream that carries Produce, the fetches
+and ListOffsets (:mod:`stratalog.client.session`), with the fallback to unary calls when
+sessions are off or the server refused the stream.
+
+Concurrency: event-loop only; shared by every caller of its Client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from stratalog.v1 import broker_pb2_grpc
+
+from .errors import BrokerUnavailableError, from_rpc_error
+from .session import ClientSession, SessionRefusedError
+
+__all__ = ["SESSION_REQUEST_OVERHEAD_BYTES", "SESSION_RETRY_AFTER_S", "BrokerConnection"]
+
+logger = logging.getLogger("stratalog.client.client")
+
+#: After the server refused a session for the client's limit of waiting RPCs, requests go as
+#: unary calls for this long before a session is tried again.
+SESSION_RETRY_AFTER_S = 5.0
+
+#: A SessionRequest's bytes beyond its unary request: the id and the member's tag and length.
+SESSION_REQUEST_OVERHEAD_BYTES = 32
+
+
+class BrokerConnection:
+    """The channel, stub and session to one address.
+
+    Holds ``address``, the channel (lazy: nothing connects until the first call), the stub,
+    the call metadata (credentials), the session (``None`` until the first request that uses
+    one, replaced when it broke), whether sessions are on, and the largest request the server
+    took on a session (learnt when a larger one broke a stream). Crash: holds nothing durable.
+    """
+
+    def __init__(
+        self,
+        address: str,
+        channel: grpc.aio.Channel,
+        metadata: Sequence[tuple[str, str]] | None,
+        *,
+        sessions: bool,
+    ) -> None:
+        self.address = address
+        self.channel = channel
+        self.stub = broker_pb2_grpc.BrokerStub(channel)
+        self.metadata = metadata
+        self._sessions = sessions
+        self._session: ClientSession | None = None
+        self._session_retry_at = 0.0
+        self._request_bytes_max: int | None = None
+
+    @property
+    def sessions(self) -> bool:
+        """Whether requests go on a Session stream now."""
+        return self._sessions and time.monotonic() >= self._session_retry_at
+
+    async def close(self, grace_s: float | None = None) -> None:
+        """Close the session at once and the channel after ``grace_s``."""
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
+        await self.channel.close(grace_s)
+
+    async def ensure_ready(self, timeout_s: float) -> None:
+        """Return once the channel is connected; BrokerUnavailableError after ``timeout_s``.
+
+        For a cluster's requests only (the Client's routing): a server gone in a way that
+        does not refuse connections (a container killed with its address, its name no longer
+        resolving) would keep a request waiting for its whole deadline; this bounds the wait
+        for a connection, whatever holds it up (DNS, TCP, TLS), so that the client can look
+        for the new leader. A connected channel costs one state check.
+        """
+        if self.channel.get_state(try_to_connect=True) is grpc.ChannelConnectivity.READY:
+            return
+        try:
+            await asyncio.wait_for(self.channel.channel_ready(), timeout_s)
+        except TimeoutError:
+            raise BrokerUnavailableError(
+                f"no connection to {self.address} within {timeout_s:.1f} s",
+                code=grpc.StatusCode.UNAVAILABLE,
+            ) from None
+
+    async def call(self, method: Any, request: Any, timeout: float | None) -> Any:
+        """A unary call of the stub's ``method``; a failure as its StratalogError."""
+        try:
+            return await method(request, timeout=timeout, metadata=self.metadata)
+        except grpc.aio.AioRpcError as err:
+            raise from_rpc_error(err) from err
+
+    async def request(
+        self, rpc: tuple[int, Any], unary_name: str, request: Any, timeout: float | None
+    ) -> Any:
+        """``request`` on the session (opened if there is none), or as the stub's unary call
+        ``unary_name`` when sessions are off, the server refused the stream, or the request is
+        over the server's largest (learnt when one broke a stream: a unary call fails alone)."""
+        if self._sessions and time.monotonic() >= self._session_retry_at:
+            session = self._session
+            if session is None or session.closed:
+                if session is not None and session.request_bytes_max is not None:
+                    self._request_bytes_max = session.request_bytes_max
+                session = self._session = ClientSession(self.channel, self.metadata)
+            body = request.SerializeToString()
+            limit = self._request_bytes_max
+            if limit is None or len(body) + SESSION_REQUEST_OVERHEAD_BYTES <= limit:
+                field, response_class = rpc
+                try:
+                    _, answer = await session.request(field, body, timeout)
+                except SessionRefusedError as refused:
+                    if refused.permanent:
+                        self._sessions = False
+                        logger.info("%s has no Session RPC: unary calls from now on (%s)",
+                                    self.address, refused.error)
+                    else:
+                        self._session_retry_at = time.monotonic() + SESSION_RETRY_AFTER_S
+                        logger.info("%s refused a session, unary calls for %.0f s: %s",
+                                    self.address, SESSION_RETRY_AFTER_S, refused.error)
+                else:
+                    return response_class.FromString(answer)
+        return await self.call(getattr(self.stub, unary_name), request, timeout)
