@@ -381,7 +381,7 @@ class Server:
         service = self._service
         manager = ReplicaManager(
             self.cluster_node, self.log_manager, self.settings, self._executor,
-            wake_readers=service.wake_readers, delete_topic=service.delete_replica_topic,
+            wake_readers=service.wake_readers, delete_topic=service.delete_local_topic,
             metrics=self.metrics,
         )
         # Before it applies the view: a replicated topic must never be served as a local one.

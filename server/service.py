@@ -532,9 +532,10 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         log end, a single server's)."""
         return partition_log.high_watermark if partition_log.tracks_high_watermark else None
 
-    async def delete_replica_topic(self, name: str) -> None:
-        """Delete a topic that left the cluster (the replica manager's call), as DeleteTopic
-        does: appends in flight finish first, waiters wake."""
+    async def delete_local_topic(self, name: str) -> None:
+        """Delete the topic's logs on this server: DeleteTopic's local part, and the replica
+        manager's for a topic that left the cluster. Appends in flight finish first (no append
+        may be half-way through a partition while its log closes); waiters wake."""
         async with self._admin_lock, contextlib.AsyncExitStack() as held:
             for key, gate in sorted(self._gates.items()):
                 if key[0] == name:
@@ -840,13 +841,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         topic_admin = self._topic_admin()
         if topic_admin is not None and await topic_admin.delete_topic(name):
             return broker_pb2.DeleteTopicResponse()  # each replica deletes its local log
-        async with self._admin_lock, contextlib.AsyncExitStack() as held:
-            # No append may be half-way through a partition while its log closes.
-            for key, gate in sorted(self._gates.items()):
-                if key[0] == name:
-                    await held.enter_async_context(gate.append_lock)
-            await self._blocking(self._log_manager.delete_topic, name)
-            self.forget_topic(name)
+        await self.delete_local_topic(name)
         return broker_pb2.DeleteTopicResponse()
 
     @_rpc()
@@ -928,8 +923,9 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         # before anything is written (Kafka's NOT_ENOUGH_REPLICAS).
         replica = self._leader(topic, partition)
         partition_log, gate = self._log(topic, partition)
-        min_insync = partition_log.config.min_insync_replicas
-        if replica is not None and acks == _ACKS_ALL:
+        waits_for_replicas = replica is not None and acks == _ACKS_ALL
+        if waits_for_replicas:
+            min_insync = partition_log.config.min_insync_replicas
             replica.check_enough_replicas(min_insync)
         if has_records:
             records = request.records
@@ -969,7 +965,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 if replica is not None:
                     replica.notify_append()
                 break
-        if replica is not None and acks == _ACKS_ALL:
+        if waits_for_replicas:
             # The records are acknowledged once every in-sync replica has them (Kafka's
             # delayed produce): the high watermark passed them. On a Session stream the next
             # Produce of the partition may be appended meanwhile (the order is kept: this one

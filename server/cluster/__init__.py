@@ -19,6 +19,7 @@ Modules, one concept each::
     leader_election.py  the controller's duties: leaders elected, dead brokers out of ISRs
     producer_ids.py cluster-unique producer ids: the node id above a server's counter
     node.py         session, membership and controller started and stopped together
+    polling.py      the step-every-interval loop the polled parts share
     isr.py          the leader's follower states, high watermark and ISR decisions (pure)
     divergence.py   where a follower's log leaves its leader's, where it truncates (pure)
     partition.py    one replicated partition here: its role, acks=all waiters

@@ -19,13 +19,13 @@ an exception in one is logged and does not stop the others.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, NamedTuple
 
 from .layout import ClusterKeys
 from .partition_state import PartitionState, TopicAssignment
+from .polling import Poller
 
 if TYPE_CHECKING:
     from .session import EtcdSession
@@ -54,14 +54,14 @@ class ClusterView:
     def __init__(self, session: EtcdSession, keys: ClusterKeys, poll_interval_s: float) -> None:
         self._session = session
         self._keys = keys
-        self._poll_interval_s = poll_interval_s
         #: Topic name -> its assignment.
         self.topics: dict[str, TopicAssignment] = {}
         #: (topic, partition) -> its state and mod revision. A partition of a topic whose
         #: assignment is not (or no longer) in :attr:`topics` is left out.
         self.partitions: dict[PartitionKey, VersionedState] = {}
         self._listeners: list[ViewListener] = []
-        self._poll: asyncio.Task[None] | None = None
+        self._poller = Poller(self.refresh, poll_interval_s, "stratalog-cluster-view",
+                              "cluster view not refreshed")
         self._refreshing = asyncio.Lock()
 
     def add_listener(self, listener: ViewListener) -> None:
@@ -116,20 +116,7 @@ class ClusterView:
 
     def start(self) -> None:
         """Refresh now and every ``poll_interval_s``."""
-        self._poll = asyncio.create_task(self._poll_forever(), name="stratalog-cluster-view")
-
-    async def _poll_forever(self) -> None:
-        while True:
-            try:
-                await self.refresh()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # etcd down: keep the last view
-                logger.debug("cluster view not refreshed: %s", exc)
-            await asyncio.sleep(self._poll_interval_s)
+        self._poller.start()
 
     async def close(self) -> None:
-        if self._poll is not None:
-            self._poll.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._poll
+        await self._poller.stop()

@@ -29,14 +29,13 @@ Concurrency: event-loop only.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
 from .layout import ClusterKeys, decode_json
+from .polling import Poller
 
 if TYPE_CHECKING:
     from .session import EtcdSession
@@ -64,14 +63,14 @@ class ControllerElection:
         self._session = session
         self._keys = keys
         self.node_id = node_id
-        self._poll_interval_s = poll_interval_s
         #: The controller as last read from etcd (or won here).
         self.known = NO_CONTROLLER
         # The lease the controller key was under when it last named this server: controller
         # only while that is the session's lease now (a lease that expired and was replaced
         # took the key with it, whatever ``known`` still says).
         self._key_lease = 0
-        self._poll: asyncio.Task[None] | None = None
+        self._poller = Poller(self._check, poll_interval_s, "stratalog-controller",
+                              "controller not checked")
         self._on_elected: list[Callable[[], None]] = []
 
     def on_elected(self, callback: Callable[[], None]) -> None:
@@ -144,24 +143,14 @@ class ControllerElection:
 
     def start(self) -> None:
         """Campaign now and whenever the controller key is found absent."""
-        self._poll = asyncio.create_task(self._poll_forever(), name="stratalog-controller")
+        self._poller.start()
 
-    async def _poll_forever(self) -> None:
-        while True:
-            previous = self.known
-            try:
-                await self.maybe_campaign()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # etcd down: no election happens until it is back
-                logger.debug("controller not checked: %s", exc)
-            if self.known != previous and self.known.node_id != self.node_id:
-                logger.info("controller is node %d, epoch %d", *self.known)
-            await asyncio.sleep(self._poll_interval_s)
+    async def _check(self) -> None:
+        previous = self.known
+        await self.maybe_campaign()
+        if self.known != previous and self.known.node_id != self.node_id:
+            logger.info("controller is node %d, epoch %d", *self.known)
 
     async def close(self) -> None:
         """Stop campaigning (the controller key goes with the session's lease)."""
-        if self._poll is not None:
-            self._poll.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._poll
+        await self._poller.stop()

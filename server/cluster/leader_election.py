@@ -42,6 +42,7 @@ from collections.abc import Mapping, Set
 from typing import TYPE_CHECKING
 
 from .partition_state import NO_LEADER, PartitionState, TopicAssignment
+from .polling import Poller
 
 if TYPE_CHECKING:
     from .cluster_view import ClusterView
@@ -104,15 +105,14 @@ class LeaderElector:
         self._election = election
         self._membership = membership
         self._view = view
-        self._poll_interval_s = poll_interval_s
         self._unclean_default = unclean_leader_election_enable
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._poller = Poller(self.maybe_run_pass, poll_interval_s, "stratalog-leader-election",
+                              "controller pass not made")
         self._pass_lock = asyncio.Lock()
 
     def wake(self) -> None:
         """Make a pass now rather than at the next poll (a new election was won)."""
-        self._wake.set()
+        self._poller.wake()
 
     async def maybe_run_pass(self) -> int:
         """One pass if this server is controller; the number of partition states written.
@@ -206,22 +206,7 @@ class LeaderElector:
         return bool(succeeded)
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run_forever(), name="stratalog-leader-election")
-
-    async def _run_forever(self) -> None:
-        while True:
-            try:
-                await self.maybe_run_pass()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # etcd down: no election until it is back
-                logger.debug("controller pass not made: %s", exc)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._poll_interval_s)
-            self._wake.clear()
+        self._poller.start()
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self._poller.stop()

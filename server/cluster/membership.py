@@ -21,7 +21,6 @@ Concurrency: event-loop only.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import logging
@@ -29,6 +28,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from .errors import NodeIdInUseError
 from .layout import ClusterKeys, decode_json
+from .polling import Poller
 
 if TYPE_CHECKING:
     from .session import EtcdSession
@@ -54,11 +54,11 @@ class Membership:
         self._keys = keys
         self.node_id = node_id
         self.address = address
-        self._poll_interval_s = poll_interval_s
         #: The live brokers by node id, as last read from etcd (this server's own included
         #: from registration on).
         self.brokers: dict[int, BrokerInfo] = {}
-        self._poll: asyncio.Task[None] | None = None
+        self._poller = Poller(self.refresh, poll_interval_s, "stratalog-membership",
+                              "broker list not refreshed")
 
     async def register(self) -> None:
         """Put this server's broker key under the session's lease, if the id is free.
@@ -106,21 +106,8 @@ class Membership:
 
     def start(self) -> None:
         """Start refreshing the view every ``poll_interval_s``."""
-        self._poll = asyncio.create_task(self._poll_forever(), name="stratalog-membership")
-
-    async def _poll_forever(self) -> None:
-        while True:
-            try:
-                await self.refresh()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # etcd down: keep the last view
-                logger.debug("broker list not refreshed: %s", exc)
-            await asyncio.sleep(self._poll_interval_s)
+        self._poller.start()
 
     async def close(self) -> None:
         """Stop refreshing (the registration goes with the session's lease)."""
-        if self._poll is not None:
-            self._poll.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._poll
+        await self._poller.stop()
