@@ -121,7 +121,8 @@ class PeerChannels:
         self._settings = settings
         self._security = security
         self._channels: dict[str, grpc.aio.Channel] = {}
-        self._closing: set[asyncio.Task[None]] = set()
+        #: Channels a reload replaced, each closing once its calls ended (a task).
+        self._retiring: dict[grpc.aio.Channel, asyncio.Task[None]] = {}
 
     @classmethod
     def open(cls, settings: Settings) -> PeerChannels:
@@ -172,15 +173,16 @@ class PeerChannels:
         old, self._channels, self._security = self._channels, {}, security
         for channel in old.values():
             task = loop.create_task(channel.close(grace=RELOAD_GRACE_S))
-            self._closing.add(task)
-            task.add_done_callback(self._closing.discard)
+            self._retiring[channel] = task
+            task.add_done_callback(lambda _, c=channel: self._retiring.pop(c, None))
 
     async def close(self) -> None:
-        """Close every channel now (the calls on them end CANCELLED)."""
-        channels, self._channels = list(self._channels.values()), {}
-        for channel in channels:
-            await channel.close()
-        for task in list(self._closing):
+        """Close every channel now, retiring ones included (their calls end CANCELLED)."""
+        retiring, self._retiring = self._retiring, {}
+        for task in retiring.values():
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        channels, self._channels = [*self._channels.values(), *retiring], {}
+        for channel in channels:
+            await channel.close()

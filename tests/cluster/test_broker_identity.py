@@ -324,6 +324,14 @@ def test_a_cluster_secured_with_mtls_and_acls_replicates_over_tls(
     # (LAG_FLAGS): p3 was acknowledged, so all three fetched it over TLS. Byte for byte:
     wait_for(lambda: same_log(list(servers.values()), "payments"), "the same log on 3 servers")
     assert sorted(read_state(etcd, "payments", 0).isr) == [1, 2, 3]
+    # SIGHUP: every server reads its files again and reaches its peers on new channels.
+    for server in servers.values():
+        os.kill(server.process.pid, signal.SIGHUP)
+    for server in servers.values():
+        wait_for(lambda s=server: "reloaded the inter-broker TLS and credential files"
+                 in s.log_text(), "the inter-broker files reloaded")
+    assert admin.produce(leader, "payments", [b"p4"]).base_offset == 3
+    wait_for(lambda: same_log(list(servers.values()), "payments"), "p4 on 3 servers")
 
     # An ordinary client certificate (no ACL gives it CLUSTER_ACTION: the authorizer refuses
     # it first), and a server's certificate posing as another node (a super user: the ACLs
