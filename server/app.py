@@ -12,8 +12,8 @@ Life of a server process (``stratalog serve``)::
     build grpc.aio server: the interceptors (authentication, then authorization and quotas),
         Broker + grpc.health.v1 (SERVING) + reflection; bind (TLS when configured); start
     print "stratalog: listening on HOST:PORT" (the bound port when asked for port 0)
-    with --cluster: with broker_principals, ask itself who it is to its peers (WhoAmI over
-        its inter-broker channel; server/cluster/broker_identity.py); join the cluster
+    with --cluster: with broker_principals (or TLS), ask itself who it is to its peers (WhoAmI
+        over its inter-broker channel; server/cluster/broker_identity.py); join the cluster
         (server/cluster/node.py: register under an etcd lease,
         take part in the controller election); etcd unreachable or the node id taken: exit 1;
         then start the replica manager (server/cluster/replica_manager.py): the replicas
@@ -398,15 +398,24 @@ class Server:
     async def _own_principal(self, peers: PeerChannels, address: str) -> str:
         """Who this server is to its peers (server/cluster/broker_identity.py); "" when
         replication is not authenticated. Raises StartupError naming what is wrong."""
-        from stratalog.server.cluster.broker_identity import BrokerIdentity, own_principal
+        from stratalog.server.cluster.broker_identity import (
+            WHO_AM_I_TIMEOUT_S,
+            BrokerIdentity,
+            own_principal,
+        )
 
         identity = BrokerIdentity(self.settings.broker_principals)
-        if not identity.authenticated:
+        try:
+            if identity.authenticated:
+                return await own_principal(peers, address, identity)
             logger.warning("replication between the servers is not authenticated"
                            " (broker_principals is empty): the cluster trusts its network")
+            if self.settings.tls_enabled:
+                # The peers' TLS handshake can fail (a CA that did not sign their
+                # certificates, a name they do not carry): found here, at the start, rather
+                # than as ISRs that shrink to their leaders.
+                await peers.who_am_i(address, WHO_AM_I_TIMEOUT_S)
             return ""
-        try:
-            return await own_principal(peers, address, identity)
         except NotAuthorizedError as exc:
             raise StartupError(str(exc)) from exc
         except grpc.aio.AioRpcError as exc:

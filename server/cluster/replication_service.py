@@ -2,16 +2,16 @@
 
 Kafka's ``Partition.fetchRecords`` for a follower, in this order::
 
-    the caller is a server of the cluster (broker_        else PERMISSION_DENIED
-        principals), and the node replica_id names        (or NOT_LEADER_OR_FOLLOWER for a
-        is a live one it may speak for                     node not registered):
-        (broker_identity.py)                               broker_identity.py
+    the caller is one of the broker principals              else PERMISSION_DENIED
+    node replica_id is registered (live) ...                else NOT_LEADER_OR_FOLLOWER
+        ... with the caller's principal                     else PERMISSION_DENIED
+        (broker_identity.py: its table says what holds without broker principals)
     this server leads the partition under its lease        else NOT_LEADER_OR_FOLLOWER
     current_leader_epoch == the leader's epoch              older: FENCED_LEADER_EPOCH,
                                                             newer: UNKNOWN_LEADER_EPOCH
+    replica_id is an assigned replica, not this server     else NOT_LEADER_OR_FOLLOWER
     the follower's log agrees at last_fetched_epoch         else answer diverging_epoch (no
         (divergence.py)                                     records; its progress not recorded)
-    replica_id is an assigned replica, not this server     else NOT_LEADER_OR_FOLLOWER
     log start <= fetch_offset <= log end                    else OFFSET_OUT_OF_RANGE
     record the follower's progress (fetch_offset): may advance the high watermark, wake the
         acks=all producers and consumers, and add the follower to the ISR

@@ -347,11 +347,12 @@ def test_a_cluster_secured_with_mtls_and_acls_replicates_over_tls(
     assert f"may not fetch as replica {other}" in message
 
 
-def test_a_server_that_is_not_a_broker_principal_does_not_start(
+def test_a_server_that_cannot_reach_its_peers_as_a_broker_does_not_start(
     etcd: EtcdProcess, tmp_path: Path,
 ) -> None:
     """A certificate that is not among broker_principals: its fetches would all be refused,
-    so the start fails and says why (before it registers)."""
+    so the start fails and says why (before it registers). Likewise a TLS handshake that its
+    peers would refuse."""
     certificates = make_broker_pki(tmp_path / "pki", (1,))
     with pytest.raises(AssertionError) as failed:
         server = launch_server(
@@ -368,6 +369,15 @@ def test_a_server_that_is_not_a_broker_principal_does_not_start(
     assert ("authenticates to its peers as User:CN=broker-1, which is not one of"
             " broker_principals") in str(failed.value)
     assert registration(etcd, 1) == ""
+    # TLS on and no broker principals: a peer's handshake that cannot succeed (nothing says
+    # which CA signed the servers' certificates) fails the start too, instead of leaving every
+    # ISR shrunk to its leader.
+    with pytest.raises(AssertionError, match=r"(?s)cannot call itself at 127\.0\.0\.1:\d+ as"
+                                             r" its peers will call it.*CERTIFICATE_VERIFY"):
+        launch_server(tmp_path / "node-2", "--cluster", etcd.url, "--node-id", "2",
+                      "--tls-cert-file", str(certificates.brokers[1][0]),
+                      "--tls-key-file", str(certificates.brokers[1][1]))
+    assert registration(etcd, 2) == ""
 
 
 def test_an_unsecured_cluster_lets_no_departed_node_back_into_the_isr(
