@@ -634,12 +634,14 @@ class Settings:
                 " 'inter_broker_password_file', or 'inter_broker_token_file', or"
                 " 'tls_client_auth = required' (its certificate names it)"
             )
-        if not self.broker_principals and not self.anonymous_allowed:
+        if not self.broker_principals and (self.authentication_configured
+                                           or not self.anonymous_allowed
+                                           or self.authorizer != "none"):
             raise SettingsError(
-                "cluster mode with authentication needs 'broker_principals': the servers"
-                " fetch from each other, and only a server that proves it is one of them may"
-                " (anonymous followers would be refused, and no principal may be given"
-                " replication rights by an ACL alone)"
+                "cluster mode with authentication or ACLs needs 'broker_principals': the"
+                " servers fetch from each other, and only a server that proves it is one of"
+                " them may (without it, followers would arrive anonymous and need rights that"
+                " anyone without credentials would then have)"
             )
 
     def _check_authorization_and_quotas(self) -> None:

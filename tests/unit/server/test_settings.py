@@ -361,9 +361,12 @@ def test_broker_principals_are_a_semicolon_list_of_principals() -> None:
      r"'broker_principals' is set but this server has nothing to prove"),
     # Refusing anonymous callers without broker principals would refuse the followers.
     ({**_CLUSTER, "STRATALOG_AUTHENTICATION_ANONYMOUS": "refused"},
-     r"cluster mode with authentication needs 'broker_principals'"),
+     r"cluster mode with authentication or ACLs needs 'broker_principals'"),
     ({**_CLUSTER, **_TLS, "STRATALOG_AUTHENTICATION_CREDENTIALS_FILE": "c.json"},
-     r"cluster mode with authentication needs 'broker_principals'"),
+     r"cluster mode with authentication or ACLs needs 'broker_principals'"),
+    # ACLs alone: the followers would arrive as User:ANONYMOUS and need CLUSTER_ACTION.
+    ({**_CLUSTER, "STRATALOG_AUTHORIZER": "acl"},
+     r"cluster mode with authentication or ACLs needs 'broker_principals'"),
     ({"STRATALOG_INTER_BROKER_USER": "broker"},
      r"'inter_broker_user' and 'inter_broker_password_file' go together"),
     ({**_TLS, "STRATALOG_INTER_BROKER_USER": "b", "STRATALOG_INTER_BROKER_PASSWORD_FILE": "p",
