@@ -79,7 +79,7 @@ from stratalog.server.security.acl_store import AclStore
 from stratalog.server.security.authentication import AuthenticationInterceptor, Authenticator
 from stratalog.server.security.authorizer import AuthorizationInterceptor, Authorizer
 from stratalog.server.security.credentials import CredentialFile
-from stratalog.server.security.errors import NotAuthorizedError, SecurityConfigError
+from stratalog.server.security.errors import SecurityConfigError
 from stratalog.server.security.quotas import QuotaConfig, QuotaInterceptor, QuotaManager
 from stratalog.server.security.tls import ServerTls, TlsFiles
 from stratalog.server.service import BrokerService
@@ -416,7 +416,7 @@ class Server:
                 # than as ISRs that shrink to their leaders.
                 await peers.who_am_i(address, WHO_AM_I_TIMEOUT_S)
             return ""
-        except NotAuthorizedError as exc:
+        except SecurityConfigError as exc:
             raise StartupError(str(exc)) from exc
         except grpc.aio.AioRpcError as exc:
             raise StartupError(

@@ -53,7 +53,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from stratalog.server.security.errors import NotABrokerError
+from stratalog.server.security.errors import NotABrokerError, SecurityConfigError
 from stratalog.server.security.principal import Principal
 
 from .errors import UnregisteredReplicaError
@@ -120,12 +120,13 @@ async def own_principal(peers: PeerChannels, address: str, identity: BrokerIdent
     address) over its inter-broker channel; checked to be a broker principal.
 
     Raises:
-        NotABrokerError: the answer is not one of the broker principals.
+        SecurityConfigError: the answer is not one of the broker principals (a start-up
+            failure: the settings or the certificate are wrong).
         grpc.aio.AioRpcError: the call failed (the TLS handshake, the credentials).
     """
     principal = Principal.parse(await peers.who_am_i(address, WHO_AM_I_TIMEOUT_S))
     if principal not in identity.principals:
-        raise NotABrokerError(
+        raise SecurityConfigError(
             f"this server authenticates to its peers as {principal}, which is not one of"
             f" broker_principals ({'; '.join(sorted(map(str, identity.principals)))}): they"
             " would refuse its fetches. Give it the certificate or the inter_broker_* user or"
