@@ -27,6 +27,7 @@ import grpc
 import pytest
 
 from stratalog.server.security.credentials import CredentialFile
+from stratalog.server.security.principal import Principal
 from stratalog.v1 import broker_pb2 as pb
 from stratalog.v1 import broker_pb2_grpc, replication_pb2, replication_pb2_grpc
 from tests.integration.conftest import CALL_TIMEOUT_S, ServerProcess, launch_server
@@ -209,27 +210,32 @@ def registration(etcd: EtcdProcess, node_id: int) -> str:
 def test_nobody_but_the_follower_puts_it_back_into_the_isr(
     etcd: EtcdProcess, start_member, pki, tmp_path: Path,
 ) -> None:
-    """Issue 24, finding 1, replayed on a secured cluster: TLS, passwords (one user per
-    server), ACLs, and the ACL that docs/cluster.md used to ask for (CLUSTER_ACTION for
+    """Issue 24, finding 1, replayed on a secured cluster: TLS, a password and a token (one
+    principal per server), ACLs, and the ACL that docs/cluster.md used to ask for (CLUSTER_ACTION for
     User:ANONYMOUS), plus the same for an ordinary user: neither may fetch as the follower."""
     store = CredentialFile()
-    for user in ("broker-1", "broker-2", "admin", "alice"):
+    for user in ("broker-1", "admin", "alice"):
         store = store.with_user(user, f"{user}-secret", _ITERATIONS)
+    # Server 2 proves who it is with a token rather than a password.
+    store, token = store.with_new_token(Principal.user("broker-2"), _ITERATIONS)
     credentials = tmp_path / "credentials.json"
     store.save(credentials)
-    servers = {}
-    for n in (1, 2):
-        password_file = tmp_path / f"broker-{n}.password"
-        password_file.write_text(f"broker-{n}-secret\n")
-        servers[n] = start_member(
+    (tmp_path / "broker-1.password").write_text("broker-1-secret\n")
+    (tmp_path / "broker-2.token").write_text(token + "\n")
+    proof = {1: ("--inter-broker-user", "broker-1",
+                 "--inter-broker-password-file", str(tmp_path / "broker-1.password")),
+             2: ("--inter-broker-token-file", str(tmp_path / "broker-2.token"))}
+    servers = {
+        n: start_member(
             n, "--tls-cert-file", str(pki.server[0]), "--tls-key-file", str(pki.server[1]),
             "--inter-broker-tls-ca-file", str(pki.ca),
             "--authentication-credentials-file", str(credentials),
             "--authentication-anonymous", "allowed", "--authorizer", "acl",
             "--super-users", "User:admin", "--broker-principals", "User:broker-1;User:broker-2",
-            "--inter-broker-user", f"broker-{n}", "--inter-broker-password-file",
-            str(password_file), *LAG_FLAGS,
+            *proof[n], *LAG_FLAGS,
         )
+        for n in (1, 2)
+    }
     admin = Caller(pki.ca, user=("admin", "admin-secret"))
     alice = Caller(pki.ca, user=("alice", "alice-secret"))
     anonymous = Caller(pki.ca)
