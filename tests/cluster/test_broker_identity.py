@@ -328,8 +328,7 @@ def test_a_cluster_secured_with_mtls_and_acls_replicates_over_tls(
     assert admin.values(leader, "payments") == [b"p1", b"p2", b"p3"]
     # acks=all with min.insync.replicas=3, a follower that cannot fetch out of the ISR within
     # 5 s (acks=all waits for it before that): p3 was acknowledged, so all three fetched it
-    # over TLS.
-    # Byte for byte:
+    # over TLS. Byte for byte:
     wait_for(lambda: same_log(list(servers.values()), "payments"), "the same log on 3 servers")
     assert sorted(read_state(etcd, "payments", 0).isr) == [1, 2, 3]
     # SIGHUP: every server reads its files again and reaches its peers on new channels.
