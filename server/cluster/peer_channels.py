@@ -22,9 +22,10 @@ was renewed on disk is presented from the next connection; the channels open at 
 are closed once the calls on them ended (the longest a fetch may wait, plus slack), so that
 no fetch is cut.
 
-Limits: one channel per peer address, so at most one per server of the cluster (a leader's
-address that changed leaves the old channel open until the next reload or the stop: addresses
-change only when a server is moved). A fetch answer holds up to replica_fetch_max_bytes of
+Limits: one channel per peer address, and only for live servers: when a channel to a new
+address is made (a server restarted on another port, or moved), the channels to addresses no
+live server registered any more are closed (gracefully, as at a reload), so the channels never
+outnumber the cluster's servers plus those leaving. A fetch answer holds up to replica_fetch_max_bytes of
 batches and always its first batch whole, up to the leader's cap (FETCH_MAX_BYTES_MAX):
 gRPC's default 4 MiB receive limit would refuse a larger answer, so the channels allow it.
 
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable, Collection
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any
 
@@ -58,9 +60,10 @@ __all__ = ["RESPONSE_OVERHEAD_BYTES", "PeerChannels", "ReplicationPeer"]
 
 #: Room for a fetch answer's fields besides its batches.
 RESPONSE_OVERHEAD_BYTES = 64 * 1024
-#: How long the channels replaced by a reload stay open for the calls still on them: the
-#: longest a leader holds a fetch (replication_service.FETCH_MAX_WAIT_MS_MAX) and some slack.
-RELOAD_GRACE_S = 35.0
+#: How long a channel replaced by a reload, or to a server that left, stays open for the calls
+#: still on it: the longest a leader holds a fetch (replication_service.FETCH_MAX_WAIT_MS_MAX)
+#: and some slack.
+RETIRE_GRACE_S = 35.0
 
 
 class _Security:
@@ -121,7 +124,7 @@ class PeerChannels:
         self._settings = settings
         self._security = security
         self._channels: dict[str, grpc.aio.Channel] = {}
-        #: Channels a reload replaced, each closing once its calls ended (a task).
+        #: Channels retired (a reload, a server gone), each closing once its calls ended.
         self._retiring: dict[grpc.aio.Channel, asyncio.Task[None]] = {}
 
     @classmethod
@@ -133,21 +136,24 @@ class PeerChannels:
         """
         return cls(settings, _Security(settings))
 
-    def _channel(self, address: str) -> grpc.aio.Channel:
+    def _new_channel(self, address: str) -> grpc.aio.Channel:
+        security = self._security
+        if security.channel_credentials is None:
+            return grpc.aio.insecure_channel(address, options=security.options)
+        return grpc.aio.secure_channel(address, security.channel_credentials,
+                                       options=security.options)
+
+    def replication(self, address: str, live_addresses: Callable[[], Collection[str]]
+                    ) -> ReplicationPeer:
+        """The Replication service of the server at ``address`` (HOST:PORT). O(1) when a
+        channel to it is open; a new one first retires the channels to addresses not in
+        ``live_addresses()`` (the live servers')."""
         channel = self._channels.get(address)
         if channel is None:
-            security = self._security
-            if security.channel_credentials is None:
-                channel = grpc.aio.insecure_channel(address, options=security.options)
-            else:
-                channel = grpc.aio.secure_channel(address, security.channel_credentials,
-                                                  options=security.options)
-            self._channels[address] = channel
-        return channel
-
-    def replication(self, address: str) -> ReplicationPeer:
-        """The Replication service of the server at ``address`` (HOST:PORT). O(1)."""
-        return ReplicationPeer(self._channel(address), self._security.metadata)
+            live = live_addresses()
+            self._retire([a for a in self._channels if a not in live])
+            channel = self._channels[address] = self._new_channel(address)
+        return ReplicationPeer(channel, self._security.metadata)
 
     async def who_am_i(self, address: str, timeout_s: float) -> str:
         """The principal the server at ``address`` authenticates this server as.
@@ -155,24 +161,30 @@ class PeerChannels:
         Raises:
             grpc.aio.AioRpcError: the call failed (a handshake refused, wrong credentials).
         """
-        stub = broker_pb2_grpc.BrokerStub(self._channel(address))
-        answer = await stub.WhoAmI(broker_pb2.WhoAmIRequest(), timeout=timeout_s,
-                                   metadata=self._security.metadata)
+        # A channel of its own: this server never fetches from itself.
+        async with self._new_channel(address) as channel:
+            answer = await broker_pb2_grpc.BrokerStub(channel).WhoAmI(
+                broker_pb2.WhoAmIRequest(), timeout=timeout_s, metadata=self._security.metadata)
         return str(answer.principal)
 
     async def reload(self, executor: Executor) -> None:
         """Read the files again (SIGHUP; in ``executor``): new calls use new channels made
         with them; the old channels close once their calls ended (at most
-        :data:`RELOAD_GRACE_S`).
+        :data:`RETIRE_GRACE_S`).
 
         Raises:
             SecurityConfigError: a file is bad; the channels in use stay as they are.
         """
         loop = asyncio.get_running_loop()
-        security = await loop.run_in_executor(executor, _Security, self._settings)
-        old, self._channels, self._security = self._channels, {}, security
-        for channel in old.values():
-            task = loop.create_task(channel.close(grace=RELOAD_GRACE_S))
+        self._security = await loop.run_in_executor(executor, _Security, self._settings)
+        self._retire(list(self._channels))
+
+    def _retire(self, addresses: list[str]) -> None:
+        """Close the channels to ``addresses`` once the calls on them ended (at most
+        :data:`RETIRE_GRACE_S`); new calls get new channels."""
+        for address in addresses:
+            channel = self._channels.pop(address)
+            task = asyncio.get_running_loop().create_task(channel.close(grace=RETIRE_GRACE_S))
             self._retiring[channel] = task
             task.add_done_callback(lambda _, c=channel: self._retiring.pop(c, None))
 

@@ -369,7 +369,10 @@ class ReplicaManager:
 
     def _stub(self, node_id: int) -> ReplicationPeer | None:
         address = self.leader_address(node_id)
-        return self.peers.replication(address) if address else None
+        return self.peers.replication(address, self._live_addresses) if address else None
+
+    def _live_addresses(self) -> set[str]:
+        return {broker.address for broker in self._node.membership.brokers.values()}
 
     async def _blocking(self, function: Callable[..., Any], *args: Any) -> Any:
         loop = asyncio.get_running_loop()
