@@ -12,7 +12,9 @@ Life of a server process (``stratalog serve``)::
     build grpc.aio server: the interceptors (authentication, then authorization and quotas),
         Broker + grpc.health.v1 (SERVING) + reflection; bind (TLS when configured); start
     print "stratalog: listening on HOST:PORT" (the bound port when asked for port 0)
-    with --cluster: join the cluster (server/cluster/node.py: register under an etcd lease,
+    with --cluster: with broker_principals (or TLS), ask itself who it is to its peers (WhoAmI
+        over its inter-broker channel; server/cluster/broker_identity.py); join the cluster
+        (server/cluster/node.py: register under an etcd lease,
         take part in the controller election); etcd unreachable or the node id taken: exit 1;
         then start the replica manager (server/cluster/replica_manager.py): the replicas
         become leaders and followers as etcd says (the Replication service, registered with
@@ -93,6 +95,7 @@ from stratalog.v1 import broker_pb2
 
 if TYPE_CHECKING:
     from stratalog.server.cluster.node import ClusterNode
+    from stratalog.server.cluster.peer_channels import PeerChannels
     from stratalog.server.cluster.replica_manager import ReplicaManager
     from stratalog.server.cluster.replication_service import ReplicationService
     from stratalog.server.storage.log_manager import LogManager
@@ -228,7 +231,10 @@ class Server:
                     raise StartupError(str(exc)) from exc
                 self.authorizer = Authorizer(
                     store,
-                    super_users=settings.super_users,
+                    # In cluster mode the servers' own principals are super users, as
+                    # Kafka's operators make the inter-broker principal one (docs/cluster.md).
+                    super_users=(*settings.super_users,
+                                 *(settings.broker_principals if settings.cluster else ())),
                     allow_everyone_if_no_acl_found=settings.allow_everyone_if_no_acl_found,
                     cache_entries_max=settings.authorizer_cache_entries_max,
                     bindings_max=settings.acl_bindings_max,
@@ -282,10 +288,12 @@ class Server:
         if settings.cluster:
             # The server-to-server Replication service (replication.proto), cluster mode only;
             # it answers NOT_LEADER_OR_FOLLOWER until the replica manager starts.
+            from stratalog.server.cluster.broker_identity import BrokerIdentity
             from stratalog.server.cluster.replication_service import ReplicationService
             from stratalog.v1 import replication_pb2_grpc
 
-            self._replication = ReplicationService(self._executor)
+            self._replication = ReplicationService(
+                self._executor, BrokerIdentity(settings.broker_principals))
             replication_pb2_grpc.add_ReplicationServicer_to_server(self._replication, self._grpc)
         self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._grpc)
@@ -350,28 +358,73 @@ class Server:
         return str(Address(host, self.port or 0))
 
     async def _join_cluster(self) -> None:
-        """Register in etcd and take part in the controller election (server/cluster/node.py).
-        Raises StartupError when etcd does not answer or the node id is taken."""
+        """Find out who this server is to its peers (with broker_principals set), register in
+        etcd and take part in the controller election (server/cluster/node.py). Raises
+        StartupError when the inter-broker security does not work, etcd does not answer or
+        the node id is taken."""
         from stratalog.server.cluster.errors import ClusterError
         from stratalog.server.cluster.node import ClusterNode
+        from stratalog.server.cluster.peer_channels import PeerChannels
 
         settings = self.settings
         address = self.advertised_address()
+        loop = asyncio.get_running_loop()
         try:
-            self.cluster_node = await ClusterNode.start(
-                settings.cluster, settings.cluster_prefix, settings.node_id, address,
-                settings.cluster_session_timeout_ms,
-                unclean_leader_election_enable=settings.unclean_leader_election_enable,
-            )
-        except ClusterError as exc:
-            raise StartupError(f"cannot join the cluster {settings.cluster}: {exc}") from exc
+            peers = await loop.run_in_executor(self._auth_executor, PeerChannels.open, settings)
+        except SecurityConfigError as exc:
+            raise StartupError(str(exc)) from exc
+        try:
+            principal = await self._own_principal(peers, address)
+            try:
+                self.cluster_node = await ClusterNode.start(
+                    settings.cluster, settings.cluster_prefix, settings.node_id, address,
+                    settings.cluster_session_timeout_ms,
+                    unclean_leader_election_enable=settings.unclean_leader_election_enable,
+                    principal=principal,
+                )
+            except ClusterError as exc:
+                raise StartupError(f"cannot join the cluster {settings.cluster}: {exc}") from exc
+        except BaseException:
+            await peers.close()
+            raise
         assert self._service is not None
         self._service.cluster_node = self.cluster_node
-        logger.info("joined the cluster %s as node %d at %s; controller: node %d, epoch %d",
-                    settings.cluster, settings.node_id, address, *self.cluster_node.controller)
-        await self._start_replication()
+        logger.info("joined the cluster %s as node %d at %s%s; controller: node %d, epoch %d",
+                    settings.cluster, settings.node_id, address,
+                    f" (principal {principal})" if principal else "",
+                    *self.cluster_node.controller)
+        await self._start_replication(peers)
 
-    async def _start_replication(self) -> None:
+    async def _own_principal(self, peers: PeerChannels, address: str) -> str:
+        """Who this server is to its peers (server/cluster/broker_identity.py); "" when
+        replication is not authenticated. Raises StartupError naming what is wrong."""
+        from stratalog.server.cluster.broker_identity import (
+            WHO_AM_I_TIMEOUT_S,
+            BrokerIdentity,
+            own_principal,
+        )
+
+        identity = BrokerIdentity(self.settings.broker_principals)
+        try:
+            if identity.authenticated:
+                return await own_principal(peers, address, identity)
+            logger.warning("replication between the servers is not authenticated"
+                           " (broker_principals is empty): the cluster trusts its network")
+            if self.settings.tls_enabled:
+                # The peers' TLS handshake can fail (a CA that did not sign their
+                # certificates, a name they do not carry): found here, at the start, rather
+                # than as ISRs that shrink to their leaders.
+                await peers.who_am_i(address, WHO_AM_I_TIMEOUT_S)
+            return ""
+        except SecurityConfigError as exc:
+            raise StartupError(str(exc)) from exc
+        except grpc.aio.AioRpcError as exc:
+            raise StartupError(
+                f"this server cannot call itself at {address} as its peers will call it"
+                f" (inter-broker TLS and credentials): {exc.code().name}: {exc.details()}"
+            ) from exc
+
+    async def _start_replication(self, peers: PeerChannels) -> None:
         """Make this server's replicas leaders and followers as etcd says
         (server/cluster/replica_manager.py), and let the Replication service serve them."""
         from stratalog.server.cluster.replica_manager import ReplicaManager
@@ -382,7 +435,7 @@ class Server:
         manager = ReplicaManager(
             self.cluster_node, self.log_manager, self.settings, self._executor,
             wake_readers=service.wake_readers, delete_topic=service.delete_local_topic,
-            metrics=self.metrics,
+            peers=peers, metrics=self.metrics,
         )
         # Before it applies the view: a replicated topic must never be served as a local one.
         service.replica_manager = manager
@@ -452,6 +505,13 @@ class Server:
             except SecurityConfigError as exc:
                 ok = False
                 logger.error("TLS reload failed, the previous certificate stays: %s", exc)
+        if self.replica_manager is not None:
+            try:
+                await self.replica_manager.peers.reload(self._auth_executor)
+                logger.info("reloaded the inter-broker TLS and credential files")
+            except SecurityConfigError as exc:
+                ok = False
+                logger.error("inter-broker reload failed, the previous files stay: %s", exc)
         path = settings.authentication_credentials_file
         if path and self._authenticator is not None:
             try:

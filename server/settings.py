@@ -471,6 +471,30 @@ class Settings:
         "/stratalog", "the etcd key prefix of this cluster's keys (several clusters may share an"
         " etcd)",
     )
+    # ---- the broker identity: server-to-server calls (issue 24; docs/cluster.md "Securing
+    # a cluster"; server/cluster/broker_identity.py, peer_channels.py) ----
+    broker_principals: tuple[str, ...] = _setting(
+        (),
+        "principals the cluster's servers authenticate as to each other (Kafka's inter-broker"
+        " principal); only they may call the Replication service, each as the node it"
+        " registered as, and they are super users; semicolon-separated in the environment"
+        " and flags; empty = replication unauthenticated (a cluster that trusts its network)",
+    )
+    inter_broker_user: str = _setting(
+        "", "user this server sends to its peers (with inter_broker_password_file); its"
+        " principal User:<user> must be in broker_principals",
+    )
+    inter_broker_password_file: str = _setting(
+        "", "file whose first line is inter_broker_user's password",
+    )
+    inter_broker_token_file: str = _setting(
+        "", "file whose first line is the token this server sends to its peers (instead of a"
+        " user and password)",
+    )
+    inter_broker_tls_ca_file: str = _setting(
+        "", "PEM CA certificates the peers' server certificates must chain to; empty ="
+        " tls_ca_file, or the system's roots without it",
+    )
     # ---- replication (issue 17; docs/cluster.md "Replication"; server/cluster/) ----
     replica_lag_time_max_ms: int = _setting(
         30_000,
@@ -571,6 +595,54 @@ class Settings:
         if not self.cluster_prefix.startswith("/") or self.cluster_prefix.endswith("/"):
             raise SettingsError(f"setting 'cluster_prefix' must start with '/' and not end with"
                                 f" one, got {self.cluster_prefix!r}")
+        self._check_inter_broker()
+
+    def _check_inter_broker(self) -> None:
+        """The broker identity's settings (docs/cluster.md, "Securing a cluster")."""
+        for principal in self.broker_principals:
+            _check_principal(f"setting 'broker_principals': {principal!r}", principal)
+            if principal == "User:ANONYMOUS":
+                raise SettingsError(
+                    "setting 'broker_principals': User:ANONYMOUS is anyone who brings no"
+                    " credentials, never a server: give the servers a certificate or"
+                    " credentials of their own"
+                )
+        if bool(self.inter_broker_user) != bool(self.inter_broker_password_file):
+            raise SettingsError("settings 'inter_broker_user' and 'inter_broker_password_file'"
+                                " go together: give both or neither")
+        if self.inter_broker_user and self.inter_broker_token_file:
+            raise SettingsError("settings 'inter_broker_user' and 'inter_broker_token_file' are"
+                                " two ways to say who this server is: give one")
+        if self.inter_broker_tls_ca_file and not self.tls_enabled:
+            raise SettingsError("setting 'inter_broker_tls_ca_file' needs TLS: the peers are"
+                                " reached over TLS when 'tls_cert_file' is set")
+        sends_secret = bool(self.inter_broker_user or self.inter_broker_token_file)
+        if sends_secret and not self.tls_enabled and not self.authentication_plaintext_allowed:
+            raise SettingsError(
+                "inter-broker credentials ('inter_broker_user' or 'inter_broker_token_file')"
+                " without TLS would cross the network readable by anyone on the path: set"
+                " 'tls_cert_file' and 'tls_key_file', or 'authentication_plaintext_allowed ="
+                " true' on a network that is private"
+            )
+        if not self.cluster:
+            return
+        if self.broker_principals and not (
+                sends_secret or self.tls_client_auth == "required"):
+            raise SettingsError(
+                "setting 'broker_principals' is set but this server has nothing to prove to"
+                " its peers that it is one: set 'inter_broker_user' and"
+                " 'inter_broker_password_file', or 'inter_broker_token_file', or"
+                " 'tls_client_auth = required' (its certificate names it)"
+            )
+        if not self.broker_principals and (self.authentication_configured
+                                           or not self.anonymous_allowed
+                                           or self.authorizer != "none"):
+            raise SettingsError(
+                "cluster mode with authentication or ACLs needs 'broker_principals': the"
+                " servers fetch from each other, and only a server that proves it is one of"
+                " them may (without it, followers would arrive anonymous and need rights that"
+                " anyone without credentials would then have)"
+            )
 
     def _check_authorization_and_quotas(self) -> None:
         if self.authorizer not in AUTHORIZERS:
@@ -694,6 +766,8 @@ def _check_principal(where: str, principal: str) -> None:
         raise SettingsError(f"{where}: a principal is '<type>:<name>', e.g. 'User:alice'")
 
 
+#: The settings that list principals: separated by ';' (an mTLS subject holds commas).
+_PRINCIPAL_LISTS = frozenset({"super_users", "broker_principals"})
 _LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 # The values of the security settings (server/security/ owns their meaning).
 _CLIENT_AUTH_MODES = ("none", "required")
@@ -753,12 +827,12 @@ def _parse_value(name: str, raw: object, source: str) -> Any:
     if isinstance(default, tuple):
         if isinstance(raw, str):
             # Principals may hold commas (an mTLS subject): Kafka separates them with ';'.
-            separator = ";" if name == "super_users" else ","
+            separator = ";" if name in _PRINCIPAL_LISTS else ","
             items = [part.strip() for part in raw.split(separator)]
         elif isinstance(raw, list | tuple) and all(isinstance(p, str) for p in raw):
             items = [part.strip() for part in raw]
         else:
-            kind = "principals" if name == "super_users" else "paths"
+            kind = "principals" if name in _PRINCIPAL_LISTS else "paths"
             raise SettingsError(f"{where}: expected a list of {kind}, got {raw!r}")
         return tuple(item for item in items if item)
     if isinstance(default, bool):

@@ -214,6 +214,9 @@ ERROR_TABLE: Mapping[type[BaseException], str] = types.MappingProxyType({
     cluster_errors.ClusterError: "COORDINATION_UNAVAILABLE",
     cluster_errors.CoordinationUnavailableError: "COORDINATION_UNAVAILABLE",
     cluster_errors.NotLeaderOrFollowerError: "NOT_LEADER_OR_FOLLOWER",
+    # A fetch from a node that is not registered: Kafka's leader answers a replica it does not
+    # know NOT_LEADER_OR_FOLLOWER too (retriable: a new server is seen within a poll).
+    cluster_errors.UnregisteredReplicaError: "NOT_LEADER_OR_FOLLOWER",
     cluster_errors.NotEnoughReplicasError: "NOT_ENOUGH_REPLICAS",
     cluster_errors.NotEnoughReplicasAfterAppendError: "NOT_ENOUGH_REPLICAS_AFTER_APPEND",
     cluster_errors.FencedLeaderEpochError: "FENCED_LEADER_EPOCH",

@@ -24,6 +24,7 @@ __all__ = [
     "NotLeaderOrFollowerError",
     "ReplicationTimeoutError",
     "UnknownLeaderEpochError",
+    "UnregisteredReplicaError",
 ]
 
 
@@ -109,6 +110,20 @@ class FencedLeaderEpochError(PartitionError):
 class UnknownLeaderEpochError(PartitionError):
     """A replication request carries a leader epoch newer than this server's: this server has
     not yet seen the election; retriable."""
+
+
+class UnregisteredReplicaError(PartitionError):
+    """A replication request names a node (``replica_id``) that has no registration in etcd:
+    not a live server of the cluster, so its fetch is not served and it never joins the ISR
+    (Kafka's leader refuses a fetch from a replica it does not know, and lets only registered,
+    unfenced replicas join the ISR). Retriable: a server that has just registered is seen
+    within a poll."""
+
+    def __init__(self, topic: str, partition: int, replica_id: int) -> None:
+        self.replica_id = replica_id
+        super().__init__(topic, partition,
+                         f"node {replica_id} is not a live server of the cluster (it has no "
+                         "registration in etcd): its fetch is not served")
 
 
 class InvalidReplicationFactorError(ClusterError):

@@ -1,7 +1,9 @@
 """Broker registration and the view of the live brokers.
 
-Registration: ``<prefix>/brokers/<node_id>`` = ``{"node_id": N, "address": "HOST:PORT"}``
-under this server's lease (session.py), written by a transaction that succeeds only if the key
+Registration: ``<prefix>/brokers/<node_id>`` = ``{"node_id": N, "address": "HOST:PORT",
+"principal": "User:..."}`` under this server's lease (session.py); ``principal`` is who the
+server proves to be to its peers (broker_identity.py), left out in a cluster without
+``broker_principals``. It is written by a transaction that succeeds only if the key
 does not exist (``create_revision == 0``). If it exists, another server holds the node id under
 a lease of its own that has not expired, and the start is refused (:class:`NodeIdInUseError`)
 rather than take the id over: two servers with one id would corrupt each other's replicas once
@@ -39,21 +41,25 @@ logger = logging.getLogger(__name__)
 
 
 class BrokerInfo(NamedTuple):
-    """A registered broker: its node id and the address it advertised."""
+    """A registered broker: its node id, the address it advertised, and the principal it
+    authenticates as to its peers ("" when it registered none)."""
 
     node_id: int
     address: str
+    principal: str = ""
 
 
 class Membership:
     """This server's registration and the brokers etcd lists; :meth:`register` first."""
 
     def __init__(self, session: EtcdSession, keys: ClusterKeys, node_id: int, address: str,
-                 poll_interval_s: float) -> None:
+                 poll_interval_s: float, principal: str = "") -> None:
         self._session = session
         self._keys = keys
         self.node_id = node_id
         self.address = address
+        #: Who this server is to its peers (its registration says so); "" for nobody.
+        self.principal = principal
         #: The live brokers by node id, as last read from etcd (this server's own included
         #: from registration on).
         self.brokers: dict[int, BrokerInfo] = {}
@@ -68,7 +74,10 @@ class Membership:
             what the etcd client raises when etcd does not answer.
         """
         client, key = self._session.client, self._keys.broker(self.node_id)
-        value = json.dumps({"node_id": self.node_id, "address": self.address}).encode()
+        registration: dict[str, object] = {"node_id": self.node_id, "address": self.address}
+        if self.principal:
+            registration["principal"] = self.principal
+        value = json.dumps(registration).encode()
         succeeded, responses = await client.transaction(
             compare=[client.transactions.create(key) == 0],
             success=[client.transactions.put(key, value, lease=self._session.lease_id)],
@@ -83,7 +92,7 @@ class Membership:
                     info = await client.get_lease_info(kv.lease, keys=False)
                     ttl_s = max(0, info.TTL)
             raise NodeIdInUseError(self.node_id, holder, ttl_s)
-        self.brokers[self.node_id] = BrokerInfo(self.node_id, self.address)
+        self.brokers[self.node_id] = BrokerInfo(self.node_id, self.address, self.principal)
         logger.info("registered as broker %d at %s", self.node_id, self.address)
 
     async def reregister(self) -> None:
@@ -100,8 +109,10 @@ class Membership:
         for kv in found:
             value = decode_json(kv.value)
             node_id, address = value.get("node_id"), value.get("address")
-            if isinstance(node_id, int) and isinstance(address, str):
-                brokers[node_id] = BrokerInfo(node_id, address)
+            principal = value.get("principal", "")
+            if (isinstance(node_id, int) and isinstance(address, str)
+                    and isinstance(principal, str)):
+                brokers[node_id] = BrokerInfo(node_id, address, principal)
         self.brokers = dict(sorted(brokers.items()))
 
     def start(self) -> None:

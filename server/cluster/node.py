@@ -53,18 +53,22 @@ class ClusterNode:
     @classmethod
     async def start(cls, url: str, prefix: str, node_id: int, address: str,
                     session_timeout_ms: int, *,
-                    unclean_leader_election_enable: bool = False) -> ClusterNode:
+                    unclean_leader_election_enable: bool = False,
+                    principal: str = "") -> ClusterNode:
         """Join the cluster (module docstring); what was opened is closed again on failure.
 
         Raises:
             ClusterConfigError: ``url`` does not parse.
             CoordinationUnavailableError: no etcd endpoint answered.
             NodeIdInUseError: a live server holds ``node_id``.
+
+        ``principal`` is who this server proves to be to its peers, registered with its
+        address (broker_identity.py); "" registers none.
         """
         session = await EtcdSession.open(parse_cluster_url(url), session_timeout_ms)
         poll_interval_s = session_timeout_ms / 1000 / POLL_INTERVALS_PER_SESSION
         keys = ClusterKeys(prefix)
-        membership = Membership(session, keys, node_id, address, poll_interval_s)
+        membership = Membership(session, keys, node_id, address, poll_interval_s, principal)
         election = ControllerElection(session, keys, node_id, poll_interval_s)
         view = ClusterView(session, keys, poll_interval_s)
         elector = LeaderElector(session, keys, election, membership, view, poll_interval_s,

@@ -43,7 +43,7 @@ import grpc.aio
 from google.rpc import error_details_pb2, status_pb2
 
 from stratalog.server.storage.errors import UnexpectedAppendOffsetError
-from stratalog.v1 import replication_pb2, replication_pb2_grpc
+from stratalog.v1 import replication_pb2
 
 from .divergence import DivergingEpoch, truncation_offset
 
@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from stratalog.server.storage.partition_log import PartitionLog
 
     from .partition import Partition
+    from .peer_channels import ReplicationPeer
 
 __all__ = ["FetchSettings", "ReplicaFetcher", "error_reason"]
 
@@ -94,7 +95,7 @@ class ReplicaFetcher:
     """Copies one partition from its leader until :meth:`stop` (module docstring)."""
 
     def __init__(self, partition: Partition, leader_epoch: int,
-                 stub_for_leader: Callable[[], replication_pb2_grpc.ReplicationStub | None],
+                 stub_for_leader: Callable[[], ReplicationPeer | None],
                  settings: FetchSettings, executor: Executor) -> None:
         self._partition = partition
         self._leader_epoch = leader_epoch
@@ -162,8 +163,8 @@ class ReplicaFetcher:
             max_wait_ms=self._settings.max_wait_ms,
         )
         try:
-            response = await stub.ReplicaFetch(
-                request, timeout=self._settings.max_wait_ms / 1000 + CALL_SLACK_S
+            response = await stub.replica_fetch(
+                request, self._settings.max_wait_ms / 1000 + CALL_SLACK_S
             )
         except grpc.aio.AioRpcError as exc:
             reason, metadata = error_reason(exc)

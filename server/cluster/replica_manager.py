@@ -49,11 +49,9 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any
-
-import grpc.aio
 
 from stratalog.server.storage.config import TOPIC_CONFIG_NAMES
 from stratalog.server.storage.errors import (
@@ -61,16 +59,11 @@ from stratalog.server.storage.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
-from stratalog.v1 import replication_pb2_grpc
 
 from .errors import LeaderNotAvailableError, NotLeaderOrFollowerError
 from .node import POLL_INTERVALS_PER_SESSION
 from .partition import Partition, Role
 from .replica_fetcher import FetchSettings, ReplicaFetcher
-from .replication_service import FETCH_MAX_BYTES_MAX
-
-#: Room for a fetch answer's fields besides its batches.
-RESPONSE_OVERHEAD_BYTES = 64 * 1024
 
 if TYPE_CHECKING:
     from stratalog.server.metrics import ServerMetrics
@@ -78,8 +71,10 @@ if TYPE_CHECKING:
     from stratalog.server.storage.log_manager import LogManager
 
     from .cluster_view import PartitionKey
+    from .membership import BrokerInfo
     from .node import ClusterNode
     from .partition_state import PartitionState
+    from .peer_channels import PeerChannels, ReplicationPeer
 
 __all__ = ["ReplicaManager"]
 
@@ -96,14 +91,16 @@ class ReplicaManager:
 
     ``wake_readers(topic, partition)`` wakes the partition's consumers (the high watermark
     moved, or the role changed); ``delete_topic(name)`` deletes a topic locally the way the
-    servicer does (its appends finished first).
+    servicer does (its appends finished first). ``peers`` (peer_channels.py) reach the
+    leaders, and are closed with the manager.
     """
 
     def __init__(self, node: ClusterNode, log_manager: LogManager, settings: Settings,
                  executor: Executor, wake_readers: Callable[[str, int], None],
-                 delete_topic: Callable[[str], Awaitable[None]],
+                 delete_topic: Callable[[str], Awaitable[None]], peers: PeerChannels,
                  metrics: ServerMetrics | None = None) -> None:
         self._node = node
+        self.peers = peers
         self._metrics = metrics
         self._log_manager = log_manager
         self._executor = executor
@@ -116,7 +113,6 @@ class ReplicaManager:
         )
         self.partitions: dict[PartitionKey, Partition] = {}
         self._fetchers: dict[PartitionKey, ReplicaFetcher] = {}
-        self._channels: dict[str, grpc.aio.Channel] = {}
         self._applying = asyncio.Lock()
         self._isr_task: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
@@ -174,11 +170,14 @@ class ReplicaManager:
         self._fetchers.clear()
         for partition in self.partitions.values():
             partition.stop()
-        for channel in self._channels.values():
-            await channel.close()
-        self._channels.clear()
+        await self.peers.close()
 
     # ---------------------------------------------------------------- the service's questions
+
+    @property
+    def brokers(self) -> Mapping[int, BrokerInfo]:
+        """The live servers' registrations by node id (the membership's last read)."""
+        return self._node.membership.brokers
 
     def leader_address(self, node_id: int) -> str:
         broker = self._node.membership.brokers.get(node_id)
@@ -368,19 +367,12 @@ class ReplicaManager:
         if fetcher is not None:
             await fetcher.stop()
 
-    def _stub(self, node_id: int) -> replication_pb2_grpc.ReplicationStub | None:
+    def _stub(self, node_id: int) -> ReplicationPeer | None:
         address = self.leader_address(node_id)
-        if not address:
-            return None
-        channel = self._channels.get(address)
-        if channel is None:
-            # A fetch answer holds up to replica_fetch_max_bytes of batches (and always the
-            # first batch, whatever its size: up to the leader's cap); gRPC's default 4 MiB
-            # receive limit would refuse a larger one.
-            channel = self._channels[address] = grpc.aio.insecure_channel(
-                address, options=[("grpc.max_receive_message_length",
-                                   FETCH_MAX_BYTES_MAX + RESPONSE_OVERHEAD_BYTES)])
-        return replication_pb2_grpc.ReplicationStub(channel)
+        return self.peers.replication(address, self._live_addresses) if address else None
+
+    def _live_addresses(self) -> set[str]:
+        return {broker.address for broker in self._node.membership.brokers.values()}
 
     async def _blocking(self, function: Callable[..., Any], *args: Any) -> Any:
         loop = asyncio.get_running_loop()

@@ -2,9 +2,14 @@
 
 Kafka's ``Partition.fetchRecords`` for a follower, in this order::
 
+    the caller is one of the broker principals              else PERMISSION_DENIED
+    node replica_id is registered (live) ...                else NOT_LEADER_OR_FOLLOWER
+        ... with the caller's principal                     else PERMISSION_DENIED
+        (broker_identity.py: its table says what holds without broker principals)
     this server leads the partition under its lease        else NOT_LEADER_OR_FOLLOWER
     current_leader_epoch == the leader's epoch              older: FENCED_LEADER_EPOCH,
                                                             newer: UNKNOWN_LEADER_EPOCH
+    replica_id is an assigned replica, not this server     else NOT_LEADER_OR_FOLLOWER
     the follower's log agrees at last_fetched_epoch         else answer diverging_epoch (no
         (divergence.py)                                     records; its progress not recorded)
     log start <= fetch_offset <= log end                    else OFFSET_OUT_OF_RANGE
@@ -32,9 +37,11 @@ import grpc
 import grpc.aio
 
 from stratalog.server import status
+from stratalog.server.security.authorizer import call_identity
 from stratalog.server.storage.errors import OffsetOutOfRangeError
 from stratalog.v1 import replication_pb2, replication_pb2_grpc
 
+from .broker_identity import BrokerIdentity
 from .divergence import diverging_epoch
 from .errors import FencedLeaderEpochError, NotLeaderOrFollowerError, UnknownLeaderEpochError
 
@@ -49,10 +56,12 @@ FETCH_MAX_BYTES_MAX = 64 * 1024 * 1024
 
 
 class ReplicationService(replication_pb2_grpc.ReplicationServicer):
-    """replication.proto's Replication service over the replica manager (set once joined)."""
+    """replication.proto's Replication service over the replica manager (set once joined),
+    for the callers ``identity`` admits."""
 
-    def __init__(self, executor: Executor) -> None:
+    def __init__(self, executor: Executor, identity: BrokerIdentity) -> None:
         self._executor = executor
+        self._identity = identity
         #: Set by app.py once the server joined the cluster.
         self.replica_manager: ReplicaManager | None = None
 
@@ -60,19 +69,24 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
         self, request: replication_pb2.ReplicaFetchRequest, context: grpc.aio.ServicerContext
     ) -> replication_pb2.ReplicaFetchResponse:
         try:
-            return await self._fetch(request)
+            return await self._fetch(request, context)
         except (grpc.aio.AbortError, asyncio.CancelledError):
             raise
         except Exception as exc:
             await status.abort_with_error(context, exc)
 
     async def _fetch(
-        self, request: replication_pb2.ReplicaFetchRequest
+        self, request: replication_pb2.ReplicaFetchRequest, context: grpc.aio.ServicerContext
     ) -> replication_pb2.ReplicaFetchResponse:
         topic, number = request.topic, request.partition
+        # Who asks, before anything about the partition is told (or read).
+        principal = call_identity(context).principal
+        self._identity.check_caller(principal)
         manager = self.replica_manager
         if manager is None:
             raise NotLeaderOrFollowerError(topic, number)
+        self._identity.check_replica(principal, request.replica_id, manager.brokers, topic,
+                                     number)
         replica = manager.leader_partition(topic, number)
         if replica is None:
             raise NotLeaderOrFollowerError(topic, number)

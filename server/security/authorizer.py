@@ -33,7 +33,10 @@ operations on resources as Kafka's ``KafkaApis`` does for the request of the sam
     Session                  (none for the stream: each request on it needs what its unary
                              RPC needs, checked by the servicer with these same rules)
     Replication/ReplicaFetch CLUSTER_ACTION on the cluster (a follower's fetch: Kafka's
-                             inter-broker action; replication.proto, cluster mode only)
+                             inter-broker action; replication.proto, cluster mode only).
+                             The broker principals are super users; the service itself
+                             refuses every other caller, whatever the ACLs
+                             (server/cluster/broker_identity.py)
 
     * a topic's configs are left out of the answer unless the caller may DESCRIBE_CONFIGS it
       (Kafka's CreateTopics answer does the same).

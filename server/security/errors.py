@@ -5,7 +5,10 @@
     │                                    credentials are wrong, missing where required, or sent
     │                                    where they may not be
     ├── NotAuthorizedError               PERMISSION_DENIED + NOT_AUTHORIZED: the caller's
-    │                                    principal may not do this operation on this resource
+    │   │                                principal may not do this operation on this resource
+    │   └── NotABrokerError              the same, for a server-to-server call: the caller is
+    │                                    not one of the broker principals, or not the node it
+    │                                    says it is (server/cluster/broker_identity.py)
     ├── InvalidAclError                  INVALID_ARGUMENT + INVALID_REQUEST: an ACL binding or
     │                                    filter in CreateAcls/DeleteAcls/DescribeAcls is malformed
     ├── AclLimitError                    RESOURCE_EXHAUSTED + RESOURCE_LIMIT_EXCEEDED: the ACL
@@ -31,6 +34,7 @@ __all__ = [
     "AclLimitError",
     "AuthenticationFailedError",
     "InvalidAclError",
+    "NotABrokerError",
     "NotAuthorizedError",
     "SecurityConfigError",
     "SecurityDisabledError",
@@ -78,6 +82,16 @@ class NotAuthorizedError(SecurityError):
         self.resource = resource
         if topic is not None:
             self.topic = topic
+
+
+class NotABrokerError(NotAuthorizedError):
+    """A server-to-server call (the Replication service) from a caller that is not a server of
+    the cluster, or from one that names another node than its own. Always CLUSTER_ACTION on
+    the cluster, as Kafka's inter-broker requests; refused whether or not an authorizer is
+    configured."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, operation="CLUSTER_ACTION", resource="Cluster:kafka-cluster")
 
 
 class InvalidAclError(SecurityError):

@@ -333,3 +333,63 @@ def test_log_values_are_checked_by_the_log_managers_parser_before_any_io() -> No
     assert settings_from_args(
         _parse_flags("--set", "log.segment.bytes=1048576"), environ={}
     ).log_defaults == {"log.segment.bytes": "1048576"}
+
+
+# ---- the broker identity (issue 24; server/cluster/broker_identity.py)
+
+_CLUSTER = {"STRATALOG_CLUSTER": "etcd://127.0.0.1:2379"}
+_TLS = {"STRATALOG_TLS_CERT_FILE": "s.crt", "STRATALOG_TLS_KEY_FILE": "s.key"}
+
+
+def test_broker_principals_are_a_semicolon_list_of_principals() -> None:
+    settings = load_settings(environ={
+        **_CLUSTER, **_TLS, "STRATALOG_TLS_CA_FILE": "ca.crt",
+        "STRATALOG_TLS_CLIENT_AUTH": "required",
+        "STRATALOG_BROKER_PRINCIPALS": "User:CN=broker-1,O=example; User:CN=broker-2,O=example",
+    })
+    assert settings.broker_principals == ("User:CN=broker-1,O=example",
+                                          "User:CN=broker-2,O=example")
+    with pytest.raises(SettingsError, match=r"'broker_principals': 'broker-1': a principal is"):
+        load_settings(environ={"STRATALOG_BROKER_PRINCIPALS": "broker-1"})
+    with pytest.raises(SettingsError, match=r"User:ANONYMOUS is anyone who brings no"):
+        load_settings(environ={"STRATALOG_BROKER_PRINCIPALS": "User:ANONYMOUS"})
+
+
+@pytest.mark.parametrize(("environ", "message"), [
+    # A server must have something to prove it is one of them.
+    ({**_CLUSTER, **_TLS, "STRATALOG_BROKER_PRINCIPALS": "User:broker"},
+     r"'broker_principals' is set but this server has nothing to prove"),
+    # Refusing anonymous callers without broker principals would refuse the followers.
+    ({**_CLUSTER, "STRATALOG_AUTHENTICATION_ANONYMOUS": "refused"},
+     r"cluster mode with authentication or ACLs needs 'broker_principals'"),
+    ({**_CLUSTER, **_TLS, "STRATALOG_AUTHENTICATION_CREDENTIALS_FILE": "c.json"},
+     r"cluster mode with authentication or ACLs needs 'broker_principals'"),
+    # ACLs alone: the followers would arrive as User:ANONYMOUS and need CLUSTER_ACTION.
+    ({**_CLUSTER, "STRATALOG_AUTHORIZER": "acl"},
+     r"cluster mode with authentication or ACLs needs 'broker_principals'"),
+    ({"STRATALOG_INTER_BROKER_USER": "broker"},
+     r"'inter_broker_user' and 'inter_broker_password_file' go together"),
+    ({**_TLS, "STRATALOG_INTER_BROKER_USER": "b", "STRATALOG_INTER_BROKER_PASSWORD_FILE": "p",
+      "STRATALOG_INTER_BROKER_TOKEN_FILE": "t"},
+     r"'inter_broker_user' and 'inter_broker_token_file' are two ways"),
+    ({"STRATALOG_INTER_BROKER_TOKEN_FILE": "t"},
+     r"without TLS would cross the network readable by anyone"),
+    ({"STRATALOG_INTER_BROKER_TLS_CA_FILE": "ca.crt"},
+     r"'inter_broker_tls_ca_file' needs TLS"),
+])
+def test_inter_broker_settings_that_cannot_work_are_refused(environ: dict[str, str],
+                                                             message: str) -> None:
+    with pytest.raises(SettingsError, match=message):
+        load_settings(environ=environ)
+
+
+def test_a_cluster_with_passwords_between_its_servers() -> None:
+    settings = load_settings(environ={
+        **_CLUSTER, **_TLS, "STRATALOG_AUTHENTICATION_CREDENTIALS_FILE": "c.json",
+        "STRATALOG_BROKER_PRINCIPALS": "User:broker-1;User:broker-2",
+        "STRATALOG_INTER_BROKER_USER": "broker-1",
+        "STRATALOG_INTER_BROKER_PASSWORD_FILE": "broker-1.password",
+    })
+    assert (settings.inter_broker_user, settings.anonymous_allowed) == ("broker-1", False)
+    # Without security at all, a cluster needs none of it (it trusts its network).
+    assert load_settings(environ=_CLUSTER).broker_principals == ()
