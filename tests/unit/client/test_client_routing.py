@@ -19,7 +19,7 @@ import grpc.aio
 import pytest
 
 from stratalog.client import Client, Consumer, Producer, SyncClient, errors
-from stratalog.client.client import CONNECT_TIMEOUT_MS
+from stratalog.client.client import CONNECT_TIMEOUT_MS, RECONNECT_BACKOFF_MAX_MS
 from stratalog.client.wire import FetchFormat
 from stratalog.server import status
 from stratalog.server.cluster import errors as cluster_errors
@@ -414,3 +414,29 @@ async def test_a_dead_bootstrap_target_is_asked_last_from_then_on(cluster: Clust
         assert client.metadata_cache.candidates(client.targets)[-1] == dead
         await client.produce("t", 0, [b"x"])
     assert cluster.members[2].logs[("t", 0)] == [b"x"]
+
+
+async def test_a_leader_restarted_on_its_address_is_reached_again_promptly(
+    cluster: Cluster,
+) -> None:
+    """A refused connection fails the attempt at once, and gRPC backs off before the next
+    one (at most RECONNECT_BACKOFF_MAX_MS): a leader that comes back on its address is
+    reached again within about that, not given up on, and the read waiting meanwhile (the
+    cache still naming it) succeeds within its deadline."""
+    async with Client([cluster.address(1), cluster.address(3)], retry_backoff_ms=10) as client:
+        await client.fetch_by_offset("t", 0, 0)
+        address = cluster.address(2)
+        await cluster.stop(2)
+        read = asyncio.create_task(client.fetch_by_offset("t", 0, 0, timeout_s=20))
+        await _until(lambda: client.metadata_cache.is_unreachable(address), "node 2 refused")
+        loop = asyncio.get_running_loop()
+        restarted_at = loop.time()
+        server = grpc.aio.server()
+        broker_pb2_grpc.add_BrokerServicer_to_server(cluster.members[2], server)
+        assert server.add_insecure_port(address) == int(address.rsplit(":", 1)[1])
+        await server.start()
+        cluster.servers[2] = server
+        await read
+        assert loop.time() - restarted_at < RECONNECT_BACKOFF_MAX_MS / 1000 + 2
+        assert not client.metadata_cache.is_unreachable(address)
+    assert cluster.members[2].calls["FetchByOffset"] == 2
