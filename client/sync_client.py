@@ -244,8 +244,8 @@ class SyncClient:
         with self._lock:
             self._cache.mark_unreachable(address)
         if state is grpc.ChannelConnectivity.TRANSIENT_FAILURE:
-            message = f"no connection to {address}: the connection attempt failed" \
-                      " (refused, reset or timed out)"
+            message = (f"no connection to {address}: the connection attempt failed"
+                       " (refused, reset or timed out)")
         elif state is grpc.ChannelConnectivity.SHUTDOWN:
             message = f"no connection to {address}: the client closed the channel"
         else:
