@@ -21,7 +21,8 @@ temporary log directory, and measures, in this one client process, through a
   failover      a producer sends one record at a time (acks=all) to the RF=3 topic; the
                 partition's leader is killed with SIGKILL; the time from the kill to the first
                 acknowledged send after it, with the servers' default session timeout; goal
-                <= 5 s
+                <= 5 s for every kill (issue 24), not only the median; ``--failover-only``
+                measures this alone
 
 The three servers and the client share the machine's cores. Each run uses a fresh topic.
 
@@ -30,7 +31,7 @@ Metadata leaders and ISRs): against a server that does not replicate, it stops w
 saying what is missing (exit 1) instead of printing figures of something else.
 
 Run: ``.venv/bin/python -m benchmarks.bench_cluster_client [--records 200000] [--runs 3]
-[--latency-records 500] [--failovers 3]``.
+[--latency-records 500] [--failovers 3] [--failover-only]``.
 """
 
 from __future__ import annotations
@@ -298,6 +299,9 @@ def print_table(title: str, rows: list[tuple[str, str]]) -> None:
 
 
 async def run(args: argparse.Namespace) -> None:
+    if args.failover_only:
+        print_failovers(await failovers(args.failovers))
+        return
     values = make_values(args.records)
     rf3_rates, rf1_rates = [], []
     with running_cluster() as members:
@@ -316,13 +320,7 @@ async def run(args: argparse.Namespace) -> None:
             await create_replicated(client, "latency-one", 3)
         acked_all, e2e_all = await latencies(targets, "latency-all", args.latency_records, "all")
         acked_one, e2e_one = await latencies(targets, "latency-one", args.latency_records, "1")
-    failover_s = []
-    for index in range(args.failovers):
-        with running_cluster() as members:
-            targets = [m.target for m in members]
-            async with Client(targets) as client:
-                await wait_for_brokers(client, len(members))
-            failover_s.append(await failover(targets, members, f"failover-{index}"))
+    failover_s = await failovers(args.failovers)
 
     rf3, rf1 = statistics.median(rf3_rates), statistics.median(rf1_rates)
     print_table("throughput, send_many (median records/s)", [
@@ -341,9 +339,26 @@ async def run(args: argparse.Namespace) -> None:
     rows.append(("end-to-end p99 acks=all / acks=1 (goal <= 3)",
                  f"{percentile(e2e_all, 0.99) / percentile(e2e_one, 0.99):>8.2f}"))
     print_table(f"latency, one record at a time ({args.latency_records} records, RF=3)", rows)
+    print_failovers(failover_s)
+
+
+async def failovers(count: int) -> list[float]:
+    """:func:`failover` ``count`` times, each in a fresh cluster."""
+    failover_s = []
+    for index in range(count):
+        with running_cluster() as members:
+            targets = [m.target for m in members]
+            async with Client(targets) as client:
+                await wait_for_brokers(client, len(members))
+            failover_s.append(await failover(targets, members, f"failover-{index}"))
+    return failover_s
+
+
+def print_failovers(failover_s: list[float]) -> None:
     print_table("failover: SIGKILL of the leader to the first acknowledged send (s)", [
         ("each", ", ".join(f"{s:.2f}" for s in failover_s)),
         ("median (goal <= 5 s)", f"{statistics.median(failover_s):.2f}"),
+        ("max (issue 24: every kill <= 5 s)", f"{max(failover_s):.2f}"),
     ])
 
 
@@ -353,6 +368,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--latency-records", type=int, default=500)
     parser.add_argument("--failovers", type=int, default=3)
+    parser.add_argument("--failover-only", action="store_true",
+                        help="measure the failovers only (no throughput or latency runs)")
     args = parser.parse_args(argv)
     print(f"# bench_cluster_client: {args.records} records of {VALUE_SIZE_BYTES} bytes, "
           f"{args.runs} runs; {args.latency_records} latency records; {args.failovers} "

@@ -77,23 +77,51 @@ class BrokerConnection:
         await self.channel.close(grace_s)
 
     async def ensure_ready(self, timeout_s: float) -> None:
-        """Return once the channel is connected; BrokerUnavailableError after ``timeout_s``.
+        """Return once the channel is connected; BrokerUnavailableError as soon as a
+        connection attempt failed, or after ``timeout_s`` without an answer.
 
-        For a cluster's requests only (the Client's routing): a server gone in a way that
-        does not refuse connections (a container killed with its address, its name no longer
-        resolving) would keep a request waiting for its whole deadline; this bounds the wait
-        for a connection, whatever holds it up (DNS, TCP, TLS), so that the client can look
-        for the new leader. A connected channel costs one state check.
+        For a cluster's requests only (the Client's routing), so that the client looks for
+        the new leader instead of waiting on a dead one:
+
+        * A dead process on a reachable host refuses the connection at once: the channel goes
+          to TRANSIENT_FAILURE within a round trip, and this raises then. A channel already in
+          TRANSIENT_FAILURE (its last attempt failed, gRPC waits out its reconnect backoff
+          before the next) raises at once too: gRPC keeps reconnecting in the background, so
+          a server that comes back is connected within the backoff's maximum
+          (``RECONNECT_BACKOFF_MAX_MS``), and answers the next request after that.
+        * A server gone in a way that does not refuse connections (a container killed with
+          its address, a frozen host, a name no longer resolving) leaves the channel
+          CONNECTING: the wait is bounded by ``timeout_s``, whatever holds it up (DNS, TCP,
+          TLS).
+
+        A connected channel costs one state check.
         """
-        if self.channel.get_state(try_to_connect=True) is grpc.ChannelConnectivity.READY:
+        state = self.channel.get_state(try_to_connect=True)
+        if state is grpc.ChannelConnectivity.READY:
             return
-        try:
-            await asyncio.wait_for(self.channel.channel_ready(), timeout_s)
-        except TimeoutError:
-            raise BrokerUnavailableError(
-                f"no connection to {self.address} within {timeout_s:.1f} s",
-                code=grpc.StatusCode.UNAVAILABLE,
-            ) from None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while state is not grpc.ChannelConnectivity.READY:
+            if state is grpc.ChannelConnectivity.TRANSIENT_FAILURE:
+                raise BrokerUnavailableError(
+                    f"no connection to {self.address}: the connection attempt failed"
+                    " (refused, reset or timed out)",
+                    code=grpc.StatusCode.UNAVAILABLE,
+                )
+            if state is grpc.ChannelConnectivity.SHUTDOWN:
+                raise BrokerUnavailableError(
+                    f"no connection to {self.address}: the client closed the channel",
+                    code=grpc.StatusCode.UNAVAILABLE,
+                )
+            try:
+                await asyncio.wait_for(self.channel.wait_for_state_change(state),
+                                       deadline - loop.time())
+            except TimeoutError:
+                raise BrokerUnavailableError(
+                    f"no connection to {self.address} within {timeout_s:.1f} s",
+                    code=grpc.StatusCode.UNAVAILABLE,
+                ) from None
+            state = self.channel.get_state(try_to_connect=True)
 
     async def call(self, method: Any, request: Any, timeout: float | None) -> Any:
         """A unary call of the stub's ``method``; a failure as its StratalogError."""

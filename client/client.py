@@ -24,6 +24,15 @@ topic is refreshed before its next request; a read is sent again at once to the 
 Produce is not (its answer may have been lost after an append: the Producer resends it with its
 sequence numbers, which makes the resend safe).
 
+Failover (issue 24): a connection to a dead server fails as soon as gRPC's attempt does — at
+once when the process died on a live host (the connection is refused), after
+:data:`CONNECT_TIMEOUT_MS` when its packets go unanswered (a killed container, a frozen host) —
+and a request that found no connection was not sent, so it goes on to the leader a refresh
+names. A broker that did not answer is marked unreachable in the cache and asked for metadata
+and admin requests after every other until it answers again. While Metadata still names a dead
+leader (its election pending), the request asks again every ``retry_backoff_ms`` until its
+deadline, so it reaches the new leader within ``retry_backoff_ms`` of its election.
+
 With one target, nothing of this costs anything until a server says it does not lead a
 partition: requests go to that target without any Metadata call (a single server leads all its
 partitions and never says so). With several, each topic's leaders are asked for at its first
@@ -149,7 +158,8 @@ RECONNECT_BACKOFF_MAX_MS = 1000
 #: network, or a frozen one, does not refuse connections: its packets go unanswered, and
 #: requests to a leader gone that way would wait 20 s before the client looks for the new
 #: leader. Kafka's ``socket.connection.setup.timeout.ms`` is 10 s; 3 s keeps a failover under
-#: issue 17's 5 s goal. A slow link can raise it through ``options``.
+#: issue 17's 5 s goal. A slow link can raise it through ``options``. A refused connection (a
+#: dead process on a live host) fails at once, whatever this is.
 CONNECT_TIMEOUT_MS = 3000
 
 
@@ -341,37 +351,48 @@ class Client:
     # --- routing ---------------------------------------------------------------------------------
 
     async def _call(self, name: str, request: Any, timeout: float | None) -> Any:
-        """An admin request (not about one partition's data): to the home broker; when it
-        does not answer and others are known, to the next that does, within ``timeout``."""
-        home = self._home
-        try:
-            if self._in_cluster():
-                await home.ensure_ready(CONNECT_TIMEOUT_MS / 1000 if timeout is None
-                                        else min(CONNECT_TIMEOUT_MS / 1000, timeout))
+        """An admin request (not about one partition's data): to the home broker; in a
+        cluster, to the brokers known and the bootstrap targets in turn (the unreachable ones
+        last: :meth:`MetadataCache.candidates`) until one answers, within ``timeout``."""
+        if not self._in_cluster():
+            home = self._home
             return await home.call(getattr(home.stub, name), request, timeout)
-        except UNANSWERED as err:
-            candidates = self._cache.candidates(self._targets, home.address)
-            if len(candidates) < 2:
-                raise
-            first_error = err
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
-        for address in candidates[1:]:
+        first_error: StratalogError | None = None
+        for address in self._cache.candidates(self._targets, self._home.address):
             remaining = None if deadline is None else deadline - loop.time()
             if remaining is not None and remaining <= 0:
                 break
             connection = self._connection(address)
             try:
-                await connection.ensure_ready(self._connect_wait(deadline))
+                await self._connect(connection, deadline)
                 response = await connection.call(
                     getattr(connection.stub, name), request, remaining
                 )
             except UNANSWERED as err:
                 logger.debug("%s to %s: %s", name, address, err)
+                self._cache.mark_unreachable(address)
+                first_error = first_error or err
                 continue
             self._home = connection
             return response
+        if first_error is None:
+            first_error = RequestTimeoutError(
+                f"{name}: no broker answered within {timeout} s",
+                code=grpc.StatusCode.DEADLINE_EXCEEDED,
+            )
         raise first_error
+
+    async def _connect(self, connection: BrokerConnection, deadline: float | None) -> None:
+        """Wait for ``connection``'s channel (:meth:`BrokerConnection.ensure_ready`) and tell
+        the cache whether its address answered."""
+        try:
+            await connection.ensure_ready(self._connect_wait(deadline))
+        except BrokerUnavailableError:
+            self._cache.mark_unreachable(connection.address)
+            raise
+        self._cache.mark_reachable(connection.address)
 
     async def _to_leader(
         self,
@@ -444,7 +465,7 @@ class Client:
                 last_error = err
                 continue
             try:
-                await connection.ensure_ready(self._connect_wait(deadline))
+                await self._connect(connection, deadline)
             except StratalogError as err:
                 last_error, unsent = err, True  # never sent: safe to send elsewhere
                 continue
@@ -579,7 +600,7 @@ class Client:
             timeout = remaining if self._timeout_s is None else (
                 self._timeout_s if remaining is None else min(self._timeout_s, remaining))
             try:
-                await connection.ensure_ready(self._connect_wait(deadline))
+                await self._connect(connection, deadline)
                 response = await connection.call(connection.stub.Metadata, request, timeout)
             except UnknownTopicOrPartitionError as err:
                 # In a cluster another server's view may have it already (a new topic).
@@ -588,6 +609,7 @@ class Client:
             except UNANSWERED as err:
                 last_error = err
                 logger.debug("Metadata from %s: %s", address, err)
+                self._cache.mark_unreachable(address)
                 continue
             self._cache.update(wire.cluster_metadata(response), address, topics)
             self._home = connection
@@ -670,7 +692,7 @@ class Client:
                     return None
                 connection = self._connection(address)
                 try:
-                    await connection.ensure_ready(min(CONNECT_TIMEOUT_MS / 1000, remaining))
+                    await self._connect(connection, wait_until)
                     return await connection.call(connection.stub.DescribeTopic, request,
                                                  remaining)
                 except (UnknownTopicOrPartitionError, *UNANSWERED):

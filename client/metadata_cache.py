@@ -17,6 +17,12 @@ Rules the cache keeps:
 * **Leader epochs never go back.** An answer whose leader epoch for a partition is below the
   cached one comes from a server whose view lags (Kafka's ``Metadata.updateLatestMetadata``):
   the cached leader stays. A hint is taken the same way.
+* **A broker that did not answer is asked last.** An address whose connection failed or whose
+  call went unanswered (refused, reset, timed out, stopping) is *unreachable* until a connection
+  to it succeeds: :meth:`MetadataCache.candidates` puts it after every other, so that a metadata
+  refresh or an admin request after a server died asks a live one first instead of waiting on
+  the dead one again (Kafka's ``NetworkClient.leastLoadedNode`` skips nodes in reconnect
+  backoff the same way). It is still asked when no other answers.
 * **Age.** An entry older than ``max_age_s`` (Kafka's ``metadata.max.age.ms``, 300000) is
   refreshed at its next use, so that leaders moved without the client noticing (a preferred
   leader coming back) are learnt.
@@ -33,7 +39,7 @@ from typing import NamedTuple
 
 from .types import ClusterMetadata
 
-__all__ = ["METADATA_MAX_AGE_MS", "NO_LEADER", "MetadataCache", "Route"]
+__all__ = ["METADATA_MAX_AGE_MS", "NO_LEADER", "UNREACHABLE_MAX", "MetadataCache", "Route"]
 
 #: Kafka's ``metadata.max.age.ms`` default: a topic's entry is refreshed at its first use after
 #: this long, even if no request failed.
@@ -41,6 +47,10 @@ METADATA_MAX_AGE_MS = 300_000
 
 #: The leader of a partition that has none (an election pending): Metadata's -1.
 NO_LEADER = -1
+
+#: Unreachable addresses remembered, at most (a cluster's brokers and bootstrap targets are a
+#: few; servers restarted on new ports leave old addresses behind).
+UNREACHABLE_MAX = 256
 
 
 class Route(NamedTuple):
@@ -60,9 +70,11 @@ class MetadataCache:
 
     Holds ``brokers`` (node id -> advertised address, the last answer's live brokers),
     ``reachable`` (node id -> the address the client reached it at), per topic the time its
-    entry was refreshed and per partition its leader and epoch, and the stale topics.
+    entry was refreshed and per partition its leader and epoch, the stale topics, and the
+    addresses that did not answer (asked last).
     Invariants (:meth:`check`): every partition entry's topic has a refresh time; epochs are
-    >= 0 and leaders >= -1. Crash: nothing persisted (a new client asks again).
+    >= 0 and leaders >= -1; at most UNREACHABLE_MAX unreachable addresses. Crash: nothing
+    persisted (a new client asks again).
     """
 
     def __init__(
@@ -79,6 +91,8 @@ class MetadataCache:
         self._leaders: dict[tuple[str, int], _Leader] = {}
         self._refreshed_at: dict[str, float] = {}  # topic -> clock() of its last answer
         self._stale: set[str] = set()
+        # Addresses that did not answer, in the order they were marked: asked last.
+        self._unreachable: dict[str, None] = {}
         #: Metadata answers taken (0: the cache was never filled).
         self.updates = 0
 
@@ -131,15 +145,21 @@ class MetadataCache:
         address = self.address_of(leader.node_id)
         return None if address is None else Route(leader.node_id, address)
 
+    def is_unreachable(self, address: str) -> bool:
+        """Whether ``address`` did not answer and has not answered since."""
+        return address in self._unreachable
+
     def candidates(self, bootstrap: Sequence[str], first: str | None = None) -> list[str]:
         """Addresses to ask for metadata or an admin request, each once: ``first`` (the one
         that answered last), the brokers known (the controller first), then the bootstrap
-        targets."""
+        targets; the unreachable ones after all of those, in the order they were marked."""
         ordered: list[str] = [first] if first else []
         nodes = sorted(self.brokers, key=lambda n: (n != self.controller_id, n))
         ordered.extend(a for a in (self.address_of(n) for n in nodes) if a)
         ordered.extend(bootstrap)
-        return list(dict.fromkeys(ordered))
+        unique = dict.fromkeys(ordered)
+        answering = [a for a in unique if a not in self._unreachable]
+        return answering + [a for a in self._unreachable if a in unique]
 
     # --- writing ---------------------------------------------------------------------------------
 
@@ -213,6 +233,19 @@ class MetadataCache:
             return False
         return True
 
+    def mark_unreachable(self, address: str) -> None:
+        """``address`` did not answer (no connection, or its call went unanswered): ask it
+        last until :meth:`mark_reachable`. At most :data:`UNREACHABLE_MAX` addresses are kept
+        (the oldest mark is dropped first: it only orders candidates)."""
+        self._unreachable.pop(address, None)
+        self._unreachable[address] = None
+        while len(self._unreachable) > UNREACHABLE_MAX:
+            del self._unreachable[next(iter(self._unreachable))]
+
+    def mark_reachable(self, address: str) -> None:
+        """A connection to ``address`` succeeded: it is asked in its turn again."""
+        self._unreachable.pop(address, None)
+
     def invalidate(self, topic: str) -> None:
         """Refresh ``topic`` at its next request (a request about it failed for routing)."""
         self._stale.add(topic)
@@ -235,3 +268,4 @@ class MetadataCache:
         for (topic, partition), leader in self._leaders.items():
             assert topic in self._refreshed_at, f"{topic}-{partition} without a refresh time"
             assert leader.epoch >= 0 and leader.node_id >= NO_LEADER, (topic, partition, leader)
+        assert len(self._unreachable) <= UNREACHABLE_MAX, len(self._unreachable)

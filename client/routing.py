@@ -17,7 +17,8 @@ without ErrorInfo, SHUTTING_DOWN), in a     harmless); :attr:`Reroute.RAISE` for
 cluster (several targets or brokers)        (its append may have happened: the Producer
                                             resends it under its sequence numbers). Either
                                             way the topic is refreshed before its next
-                                            request.
+                                            request, and the broker is asked for metadata
+                                            last until it answers again.
 anything else, or a broker that did not     RAISE, the cache untouched (a single server:
 answer when only one is known               nothing to learn)
 =========================================  ==============================================
@@ -73,7 +74,8 @@ def reroute(
     """What to do after ``error`` answered a request about ``topic``-``partition`` sent to
     ``refused_by`` (an address; None when no broker was reached). ``cluster``: several
     bootstrap targets or brokers are known; ``resendable``: the request may be sent twice
-    (a read). Updates ``cache`` with what the error says (a hint, a stale topic, a gone node).
+    (a read). Updates ``cache`` with what the error says (a hint, a stale topic, a gone node,
+    an unreachable address).
     """
     refused_node = None if refused_by is None else cache.node_at(refused_by)
     if isinstance(error, NotLeaderOrFollowerError):
@@ -88,6 +90,8 @@ def reroute(
         cache.invalidate(topic)
         return Reroute.AFTER_BACKOFF
     if isinstance(error, UNANSWERED) and cluster:
+        if refused_by is not None:
+            cache.mark_unreachable(refused_by)
         if refused_node is not None:
             cache.forget_node(refused_node)
         cache.invalidate(topic)

@@ -67,6 +67,13 @@ _UNSET: Any = object()
 _ATTEMPT_TIME_MIN_S = 0.001
 # The period of grpc's connectivity poller (grpc/_channel.py, _poll_connectivity), with slack.
 _CONNECTIVITY_POLL_S = 0.25
+# A channel in one of these states has settled a connection attempt: connected, failed, or
+# closed.
+_SETTLED_STATES = (
+    grpc.ChannelConnectivity.READY,
+    grpc.ChannelConnectivity.TRANSIENT_FAILURE,
+    grpc.ChannelConnectivity.SHUTDOWN,
+)
 
 
 class SyncClient:
@@ -196,27 +203,54 @@ class SyncClient:
         return timeout + extra_ms / 1000.0
 
     def _ensure_ready(self, address: str, deadline: float | None) -> None:
-        """The async BrokerConnection's ``ensure_ready``: wait at most CONNECT_TIMEOUT_MS (or
-        until ``deadline``) for a connection to ``address``, in a cluster only."""
+        """The async BrokerConnection's ``ensure_ready``, in a cluster only: return once the
+        channel to ``address`` is connected; BrokerUnavailableError as soon as a connection
+        attempt failed (a dead process refuses at once: TRANSIENT_FAILURE), or after
+        CONNECT_TIMEOUT_MS (or at ``deadline``) without an answer (an address that drops
+        packets). Tells the cache whether ``address`` answered."""
+        if address in self._ready:
+            return
         wait = CONNECT_TIMEOUT_MS / 1000
         if deadline is not None:
             wait = min(wait, max(deadline - time.monotonic(), _ATTEMPT_TIME_MIN_S))
-        if address in self._ready:
-            return
         self._connection(address)
         with self._lock:
             channel = self._channels[address][0]
             self._watched_at = time.monotonic()
-        future = grpc.channel_ready_future(channel)
+        # gRPC's connectivity poller calls ``watch`` with the channel's state now, then with
+        # each change; the wait ends at the first settled one.
+        changed = threading.Condition()
+        latest: list[grpc.ChannelConnectivity | None] = [None]
+
+        def watch(state: grpc.ChannelConnectivity) -> None:
+            with changed:
+                latest[0] = state
+                changed.notify_all()
+
+        channel.subscribe(watch, try_to_connect=True)
         try:
-            future.result(timeout=wait)
-        except grpc.FutureTimeoutError:
-            future.cancel()
-            raise BrokerUnavailableError(
-                f"no connection to {address} within {wait:.1f} s",
-                code=grpc.StatusCode.UNAVAILABLE,
-            ) from None
-        self._ready.add(address)
+            with changed:
+                changed.wait_for(lambda: latest[0] in _SETTLED_STATES, timeout=wait)
+                state = latest[0]
+        finally:
+            channel.unsubscribe(watch)
+            with self._lock:
+                self._watched_at = time.monotonic()
+        if state is grpc.ChannelConnectivity.READY:
+            self._ready.add(address)
+            with self._lock:
+                self._cache.mark_reachable(address)
+            return
+        with self._lock:
+            self._cache.mark_unreachable(address)
+        if state is grpc.ChannelConnectivity.TRANSIENT_FAILURE:
+            message = (f"no connection to {address}: the connection attempt failed"
+                       " (refused, reset or timed out)")
+        elif state is grpc.ChannelConnectivity.SHUTDOWN:
+            message = f"no connection to {address}: the client closed the channel"
+        else:
+            message = f"no connection to {address} within {wait:.1f} s"
+        raise BrokerUnavailableError(message, code=grpc.StatusCode.UNAVAILABLE)
 
     def _invoke(
         self, stub: broker_pb2_grpc.BrokerStub, name: str, request: Any, timeout: float | None
@@ -229,30 +263,41 @@ class SyncClient:
     # --- routing (the async Client's, blocking) --------------------------------------------------
 
     def _call(self, name: str, request: Any, timeout: float | None) -> Any:
-        """An admin request: to the home broker, else the next that answers, within
+        """An admin request: to the home broker; in a cluster, to the brokers known and the
+        bootstrap targets in turn (the unreachable ones last) until one answers, within
         ``timeout``."""
-        home = self._home
-        try:
-            return self._invoke(self._connection(home), name, request, timeout)
-        except UNANSWERED as err:
-            with self._lock:
-                candidates = self._cache.candidates(self._targets, home)
-            if len(candidates) < 2:
-                raise
-            first_error = err
+        if not self._in_cluster():
+            return self._invoke(self._connection(self._home), name, request, timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
-        for address in candidates[1:]:
+        with self._lock:
+            candidates = self._cache.candidates(self._targets, self._home)
+        first_error: StratalogError | None = None
+        for address in candidates:
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 break
             try:
                 self._ensure_ready(address, deadline)
                 response = self._invoke(self._connection(address), name, request, remaining)
-            except UNANSWERED:
+            except UNANSWERED as err:
+                self._unanswered(address)
+                first_error = first_error or err
                 continue
             self._home = address
             return response
+        if first_error is None:
+            first_error = RequestTimeoutError(
+                f"{name}: no broker answered within {timeout} s",
+                code=grpc.StatusCode.DEADLINE_EXCEEDED,
+            )
         raise first_error
+
+    def _unanswered(self, address: str) -> None:
+        """A call to ``address`` went unanswered: connect again before the next, and ask it
+        last."""
+        self._ready.discard(address)
+        with self._lock:
+            self._cache.mark_unreachable(address)
 
     def _to_leader(
         self, topic: str, partition: int, name: str, request: Any, timeout: float | None,
@@ -411,6 +456,7 @@ class SyncClient:
                 continue
             except UNANSWERED as err:
                 last_error = err
+                self._unanswered(address)
                 continue
             with self._lock:
                 self._cache.update(wire.cluster_metadata(response), address, [topic])

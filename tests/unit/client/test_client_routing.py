@@ -19,6 +19,7 @@ import grpc.aio
 import pytest
 
 from stratalog.client import Client, Consumer, Producer, SyncClient, errors
+from stratalog.client.client import CONNECT_TIMEOUT_MS, RECONNECT_BACKOFF_MAX_MS
 from stratalog.client.wire import FetchFormat
 from stratalog.server import status
 from stratalog.server.cluster import errors as cluster_errors
@@ -347,3 +348,95 @@ async def test_a_produce_that_found_no_connection_goes_to_the_new_leader(
             cluster.leaders.partitions[("t", 0)] = (3, 2)
             await sent
     assert cluster.members[3].logs[("t", 0)] == [b"p"]
+
+
+async def _until(condition, what: str, timeout_s: float = 10.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not condition():
+        assert loop.time() < deadline, f"not within {timeout_s} s: {what}"
+        await asyncio.sleep(0.01)
+
+
+async def test_a_refused_leader_is_left_at_once_not_after_the_connect_timeout(
+    cluster: Cluster,
+) -> None:
+    """A leader killed on a live host refuses connections. While Metadata still names it (the
+    election pending), each attempt fails at once and the client asks again after
+    ``retry_backoff_ms``, instead of waiting CONNECT_TIMEOUT_MS on a connection that will not
+    come; the read reaches the new leader as soon as a refresh names it. (Before issue 24
+    the attempt under way at the election waited out the whole connect timeout.)"""
+    async with Client([cluster.address(1), cluster.address(3)], retry_backoff_ms=10) as client:
+        await client.fetch_by_offset("t", 0, 0)
+        gone = cluster.address(2)
+        await cluster.stop(2)  # Metadata still names node 2
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        read = asyncio.create_task(client.fetch_by_offset("t", 0, 0))
+        await _until(lambda: client.metadata_cache.is_unreachable(gone), "node 2 refused")
+        cluster.leaders.partitions[("t", 0)] = (3, 2)  # the election
+        await read
+        assert loop.time() - started < CONNECT_TIMEOUT_MS / 1000
+        # Node 2 is asked for metadata last until it answers again.
+        assert client.metadata_cache.candidates(client.targets, gone)[-1] == gone
+    assert cluster.members[3].calls["FetchByOffset"] == 1
+
+
+async def test_the_sync_client_leaves_a_refused_leader_at_once(cluster: Cluster) -> None:
+    """The same with the SyncClient, for a read (its Produce to a leader that was connected
+    and then died is raised, as a request whose answer was lost: the caller resends)."""
+    gone = cluster.address(2)
+    client = SyncClient([cluster.address(1), cluster.address(3)], retry_backoff_ms=10)
+    try:
+        await asyncio.to_thread(client.fetch_by_offset, "t", 0, 0)
+        await cluster.stop(2)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        read = asyncio.ensure_future(asyncio.to_thread(client.fetch_by_offset, "t", 0, 0))
+        await _until(lambda: client.metadata_cache.is_unreachable(gone), "node 2 refused")
+        cluster.leaders.partitions[("t", 0)] = (3, 2)
+        await read
+        assert loop.time() - started < CONNECT_TIMEOUT_MS / 1000
+    finally:
+        await asyncio.to_thread(client.close)
+    assert cluster.members[3].calls["FetchByOffset"] == 1
+
+
+async def test_a_dead_bootstrap_target_is_asked_last_from_then_on(cluster: Cluster) -> None:
+    dead = cluster.address(1)
+    await cluster.stop(1)
+    async with Client([dead, cluster.address(3)]) as client:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        assert (await client.describe_topic("t")).name == "t"
+        assert loop.time() - started < CONNECT_TIMEOUT_MS / 1000  # refused: not waited on
+        assert client.metadata_cache.is_unreachable(dead)
+        assert client.metadata_cache.candidates(client.targets)[-1] == dead
+        await client.produce("t", 0, [b"x"])
+    assert cluster.members[2].logs[("t", 0)] == [b"x"]
+
+
+async def test_a_leader_restarted_on_its_address_is_reached_again_promptly(
+    cluster: Cluster,
+) -> None:
+    """A refused connection fails the attempt at once, and gRPC backs off before the next
+    one (at most RECONNECT_BACKOFF_MAX_MS): a leader that comes back on its address is
+    reached again within about that, not given up on, and the read waiting meanwhile (the
+    cache still naming it) succeeds within its deadline."""
+    async with Client([cluster.address(1), cluster.address(3)], retry_backoff_ms=10) as client:
+        await client.fetch_by_offset("t", 0, 0)
+        address = cluster.address(2)
+        await cluster.stop(2)
+        read = asyncio.create_task(client.fetch_by_offset("t", 0, 0, timeout_s=20))
+        await _until(lambda: client.metadata_cache.is_unreachable(address), "node 2 refused")
+        loop = asyncio.get_running_loop()
+        restarted_at = loop.time()
+        server = grpc.aio.server()
+        broker_pb2_grpc.add_BrokerServicer_to_server(cluster.members[2], server)
+        assert server.add_insecure_port(address) == int(address.rsplit(":", 1)[1])
+        await server.start()
+        cluster.servers[2] = server
+        await read
+        assert loop.time() - restarted_at < RECONNECT_BACKOFF_MAX_MS / 1000 + 2
+        assert not client.metadata_cache.is_unreachable(address)
+    assert cluster.members[2].calls["FetchByOffset"] == 2

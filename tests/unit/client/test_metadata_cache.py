@@ -3,7 +3,7 @@ address each node answered at, and the age of an entry (a fake clock: no timed a
 
 from __future__ import annotations
 
-from stratalog.client.metadata_cache import NO_LEADER, MetadataCache, Route
+from stratalog.client.metadata_cache import NO_LEADER, UNREACHABLE_MAX, MetadataCache, Route
 from stratalog.client.types import BrokerAddress, ClusterMetadata, PartitionLeadership
 
 
@@ -121,3 +121,36 @@ def test_candidates_put_the_last_answer_first_then_the_controller_then_bootstrap
     assert cache.candidates(["a:1", "b:1"], first="b:1") == [
         "b:1", "db1:50051", "db2:50051", "a:1",
     ]
+
+
+def test_an_unreachable_address_is_a_candidate_last_until_it_answers() -> None:
+    cache = MetadataCache()
+    cache.update(_metadata(3, {0: (1, 0)}), "db3:50051", ["t"])
+    bootstrap = ["db1:50051", "db2:50051", "db3:50051"]
+    # The controller (node 1) would be asked first after the home broker...
+    assert cache.candidates(bootstrap, first="db3:50051") == [
+        "db3:50051", "db1:50051", "db2:50051",
+    ]
+    # ...but not while it does not answer, nor the home broker once it stopped answering.
+    cache.mark_unreachable("db1:50051")
+    cache.mark_unreachable("db3:50051")
+    assert cache.is_unreachable("db1:50051")
+    assert cache.candidates(bootstrap, first="db3:50051") == [
+        "db2:50051", "db1:50051", "db3:50051",
+    ]
+    cache.check()
+    cache.mark_reachable("db1:50051")
+    assert not cache.is_unreachable("db1:50051")
+    assert cache.candidates(bootstrap, first="db3:50051") == [
+        "db1:50051", "db2:50051", "db3:50051",
+    ]
+    cache.check()
+
+
+def test_unreachable_addresses_are_bounded_oldest_dropped_first() -> None:
+    cache = MetadataCache()
+    for i in range(UNREACHABLE_MAX + 10):
+        cache.mark_unreachable(f"gone{i}:1")
+        cache.check()
+    assert not cache.is_unreachable("gone0:1")
+    assert cache.is_unreachable(f"gone{UNREACHABLE_MAX + 9}:1")

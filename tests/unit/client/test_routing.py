@@ -69,6 +69,14 @@ def test_a_gone_broker_in_a_cluster_resends_reads_only() -> None:
     assert cache.needs_refresh("t")  # but the next request asks for the leader first
 
 
+def test_a_gone_broker_is_asked_for_metadata_last() -> None:
+    gone = errors.BrokerUnavailableError("connection refused", code=grpc.StatusCode.UNAVAILABLE)
+    cache = _cache()
+    _decide(cache, gone, refused_by="db1:1", resendable=True)
+    assert cache.is_unreachable("db1:1")
+    assert cache.candidates([], first="db1:1") == ["db2:1", "db3:1", "db1:1"]
+
+
 def test_a_single_server_gone_is_only_raised() -> None:
     cache = MetadataCache()
     gone = errors.BrokerUnavailableError("connection refused", code=grpc.StatusCode.UNAVAILABLE)
