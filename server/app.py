@@ -71,7 +71,8 @@ from stratalog.server.allocator import TrimWatch, trim_heap, tune_allocator
 from stratalog.server.client_limits import WAITING_RPC_BYTES_ESTIMATE, ClientLimits
 from stratalog.server.decoding import add_broker_service
 from stratalog.server.garbage_collector import freeze_loaded_objects, set_young_objects_max
-from stratalog.server.metrics import MetricsEndpoint, ServerMetrics
+from stratalog.server.metrics import ServerMetrics
+from stratalog.server.metrics_endpoint import MetricsEndpoint, MetricsEndpointLimits
 from stratalog.server.metrics_interceptor import MetricsInterceptor
 from stratalog.server.security.acl_store import AclStore
 from stratalog.server.security.authentication import AuthenticationInterceptor, Authenticator
@@ -147,7 +148,7 @@ class Server:
         self._grpc: grpc.aio.Server | None = None
         self._health: health.aio.HealthServicer | None = None
         self._service: BrokerService | None = None
-        self._endpoint = MetricsEndpoint(self.metrics)
+        self._endpoint: MetricsEndpoint | None = None  # from _start_serving
         self._maintenance: asyncio.Task[None] | None = None
         # Security (server/security/): from _load_security() until the process ends.
         self._tls: ServerTls | None = None
@@ -314,10 +315,14 @@ class Server:
         for service in ("", SERVICE_NAME):
             await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
         if settings.metrics_port >= 0:
+            self._endpoint = MetricsEndpoint(
+                self.metrics, metrics_endpoint_limits(settings), self._authenticator
+            )
             try:
-                self.metrics_port = self._endpoint.start(
+                self.metrics_port = await self._endpoint.start(
                     address.host, settings.metrics_port,
                     None if self._tls is None else _context_source(self._tls),
+                    client_certificates=settings.tls_client_auth == "required",
                 )
             except OSError as exc:
                 raise StartupError(
@@ -619,7 +624,9 @@ class Server:
             self._maintenance = None
         if self._grpc is not None:
             await self._grpc.stop(0)
-        self._endpoint.close()
+        endpoint, self._endpoint = self._endpoint, None
+        if endpoint is not None:
+            await endpoint.close()
         self.metrics.bind_cleaner(None)
         coordinator, self.coordinator = self.coordinator, None
         log_manager = self.log_manager
@@ -749,6 +756,17 @@ def client_limit_options(settings: Settings) -> list[tuple[str, int]]:
         ("grpc.max_allowed_incoming_connections", settings.max_connections),
         ("grpc.max_connection_idle_ms", settings.connections_max_idle_ms),
     ]
+
+
+def metrics_endpoint_limits(settings: Settings) -> MetricsEndpointLimits:
+    """The metrics endpoint's limits from the server's settings (already range-checked)."""
+    return MetricsEndpointLimits(
+        connections_max=settings.metrics_connections_max,
+        connections_max_idle_ms=settings.metrics_connections_max_idle_ms,
+        request_timeout_ms=settings.metrics_request_timeout_ms,
+        request_bytes_max=settings.metrics_request_bytes_max,
+        authentication_required=settings.metrics_authentication == "required",
+    )
 
 
 def transaction_config(settings: Settings) -> TransactionConfig:
