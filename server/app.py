@@ -198,6 +198,7 @@ class Server:
                 lambda: LogManager.open(
                     settings.log_dirs, defaults=settings.log_defaults,
                     open_files_limit=open_files_limit,
+                    connections_reserved=connections_reserved(settings),
                 ),
             )
         except Exception as exc:
@@ -756,6 +757,15 @@ def client_limit_options(settings: Settings) -> list[tuple[str, int]]:
         ("grpc.max_allowed_incoming_connections", settings.max_connections),
         ("grpc.max_connection_idle_ms", settings.connections_max_idle_ms),
     ]
+
+
+def connections_reserved(settings: Settings) -> int:
+    """Descriptors the server's connections may hold at once, which the storage's share of
+    ``RLIMIT_NOFILE`` leaves out (server/storage/descriptor_budget.py): one per gRPC connection
+    (``max_connections``) and per metrics connection (``metrics_connections_max``, when the
+    endpoint is on)."""
+    metrics = settings.metrics_connections_max if settings.metrics_port >= 0 else 0
+    return settings.max_connections + metrics
 
 
 def metrics_endpoint_limits(settings: Settings) -> MetricsEndpointLimits:
