@@ -39,6 +39,7 @@ process's limit.
 
 from __future__ import annotations
 
+import errno
 import logging
 import resource
 from dataclasses import dataclass
@@ -52,6 +53,7 @@ __all__ = [
     "OPEN_FILES_LIMIT_NAME",
     "DescriptorBudget",
     "raise_open_files_limit",
+    "ran_out_of_descriptors",
     "read_open_files_limit",
 ]
 
@@ -61,10 +63,28 @@ log = logging.getLogger(__name__)
 OPEN_FILES_LIMIT_NAME = "RLIMIT_NOFILE"
 #: Descriptors a partition holds whatever the cache does: its active segment's.
 DESCRIPTORS_PER_PARTITION = DESCRIPTORS_PER_SEGMENT
+#: The limit a system-wide shortage (ENFILE) names: Linux's ``fs.file-max``.
+SYSTEM_FILES_LIMIT_NAME = "fs.file-max"
 #: The default ``log.descriptors.reserved``.
 DEFAULT_DESCRIPTORS_RESERVED = 512
 # What Linux allows when the hard limit says "unlimited" (fs.nr_open's default).
 _NR_OPEN_DEFAULT = 1_048_576
+
+
+def ran_out_of_descriptors(exc: BaseException) -> str | None:
+    """The limit that ``exc`` ran into if an EMFILE (:data:`OPEN_FILES_LIMIT_NAME`) or ENFILE
+    (:data:`SYSTEM_FILES_LIMIT_NAME`) is in its cause chain, else None."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError):
+            if current.errno == errno.EMFILE:
+                return OPEN_FILES_LIMIT_NAME
+            if current.errno == errno.ENFILE:
+                return SYSTEM_FILES_LIMIT_NAME
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def read_open_files_limit() -> tuple[int, int]:

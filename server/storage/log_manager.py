@@ -27,7 +27,6 @@ Server defaults for topic configs and the job intervals come from Kafka's broker
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
 import os
 import shutil
@@ -56,6 +55,7 @@ from .config import TOPIC_CONFIG_NAMES, LogConfig
 from .descriptor_budget import (
     DESCRIPTORS_PER_PARTITION,
     DescriptorBudget,
+    ran_out_of_descriptors,
     read_open_files_limit,
 )
 from .dir_lock import LogDirLock
@@ -421,7 +421,7 @@ class LogManager:
         try:
             self._load_logs(catalog, found)
         except StorageError as exc:
-            if not _ran_out_of_descriptors(exc):
+            if ran_out_of_descriptors(exc) is None:
                 raise
             raise TooManyOpenFilesError(
                 budget.shortage(partitions, _count_segments(found.items()), ran_out=True)
@@ -1441,18 +1441,6 @@ class LogManager:
 
 
 # -------------------------------------------------------------------- helpers
-
-
-def _ran_out_of_descriptors(exc: BaseException) -> bool:
-    """Whether an EMFILE or ENFILE is in ``exc``'s cause chain."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, OSError) and current.errno in (errno.EMFILE, errno.ENFILE):
-            return True
-        current = current.__cause__ or current.__context__
-    return False
 
 
 def _count_segments(partitions: Iterable[tuple[TopicPartition, Path]]) -> int | None:
