@@ -31,10 +31,14 @@ Kafka's ``SocketServer`` (``core/src/main/scala/kafka/network/SocketServer.scala
 accepting at ``max.connections`` and lets new connections wait in the listen backlog; this
 endpoint accepts and closes them at once, as gRPC's ``grpc.max_allowed_incoming_connections``
 does on the API port, so that a scraper learns at once that it was refused (docs/server.md).
+An accept that fails for want of a descriptor leaves the connection in the kernel's backlog
+and is tried again after :data:`_ACCEPT_BACKOFF_S`.
 
-With TLS, each accepted connection is wrapped with the context the server's TLS material gives
-at that moment (server/security/tls.py: reloaded on SIGHUP), so a reloaded certificate serves
-the next connection. With ``metrics_authentication = "required"`` a scrape must show who it is,
+The accept loop is the endpoint's own (``sock_accept``), and each connection becomes a stream
+with ``connect_accepted_socket``: with TLS, with the context the server's TLS material gives at
+that moment (server/security/tls.py: reloaded on SIGHUP), so a reloaded certificate serves the
+next connection. (Upgrading a plain stream with ``start_tls`` instead lost, on uvloop, a
+ClientHello that arrived before the upgrade: the handshake then waited for its timeout.) With ``metrics_authentication = "required"`` a scrape must show who it is,
 as an API call does (docs/security.md, "Metrics"): an ``Authorization: Basic`` (user and
 password) or ``Bearer`` (token) header that the API's :class:`Authenticator` accepts, or a
 client certificate verified by the handshake (``tls_client_auth = "required"``); otherwise it
@@ -50,6 +54,7 @@ import asyncio
 import contextlib
 import gzip
 import logging
+import socket
 import ssl
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -82,6 +87,10 @@ REFUSAL_REASONS = (
     "unauthenticated",   # authentication required and not given (or wrong)
 )
 
+#: Connections the kernel queues for the accept loop (beyond them, clients' SYNs wait).
+_BACKLOG = 128
+#: After a failed accept (no descriptor free): how long the accept loop waits to try again.
+_ACCEPT_BACKOFF_S = 0.5
 _PATHS = frozenset({"/metrics", "/"})
 _METHODS = frozenset({"GET", "HEAD"})
 _HEAD_END = b"\r\n\r\n"
@@ -170,8 +179,8 @@ def _response(status: int, headers: list[tuple[str, str]], body: bytes, *,
 class MetricsEndpoint:
     """The ``/metrics`` server of one :class:`ServerMetrics`, on the running event loop.
 
-    Holds the listening socket and the open connections' tasks from :meth:`start` until
-    :meth:`close`, and the one rendering thread. ``connections`` is how many are open now
+    Holds the listening socket, the accept loop's task and the open connections' tasks from
+    :meth:`start` until :meth:`close`, and the one rendering thread. ``connections`` is how many are open now
     (exported as ``stratalog_metrics_connections``).
 
     Crash behaviour: holds nothing durable; a scrape cut by a stop gets a closed connection.
@@ -189,11 +198,11 @@ class MetricsEndpoint:
         if self._limits.authentication_required:
             assert authenticator is not None, "authentication required without an authenticator"
         self._authenticator = authenticator
-        self._server: asyncio.AbstractServer | None = None
+        self._listener: socket.socket | None = None
+        self._accepting: asyncio.Task[None] | None = None
         self._ssl_context_source: Callable[[], ssl.SSLContext] | None = None
         self._client_certificates = False
         self._tasks: set[asyncio.Task[None]] = set()
-        self._closed = False
         self._render_thread: ThreadPoolExecutor | None = None
         self.connections = 0
         metrics.metrics_connections.set_function(lambda: self.connections)
@@ -212,67 +221,79 @@ class MetricsEndpoint:
         then authenticates every scrape of its connection.
 
         Raises:
-            OSError: the address cannot be bound (in use, not local).
+            OSError: the address cannot be bound (in use, not local, not resolved).
         """
+        loop = asyncio.get_running_loop()
+        family, _, _, _, address = (await loop.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE))[0]
+        listener = socket.create_server(address[:2], family=family, backlog=_BACKLOG)
+        listener.setblocking(False)
+        self._listener = listener
         self._ssl_context_source = ssl_context_source
         self._client_certificates = client_certificates and ssl_context_source is not None
         self._render_thread = ThreadPoolExecutor(max_workers=1,
                                                  thread_name_prefix="stratalog-metrics")
-        try:
-            # The reader's limit bounds what one request head may buffer.
-            self._server = await asyncio.start_server(
-                self._accepted, host, port, limit=self._limits.request_bytes_max,
-            )
-        except BaseException:
-            self._render_thread.shutdown(wait=False)
-            self._render_thread = None
-            raise
-        bound: int = self._server.sockets[0].getsockname()[1]
+        self._accepting = loop.create_task(self._accept(listener), name="stratalog-metrics")
+        bound: int = listener.getsockname()[1]
         return bound
 
     async def close(self) -> None:
         """Stop listening, close every connection, stop the rendering thread. Idempotent."""
-        self._closed = True
-        server, self._server = self._server, None
-        if server is not None:
-            server.close()
-        tasks = list(self._tasks)
+        accepting, self._accepting = self._accepting, None
+        tasks = [accepting, *self._tasks] if accepting is not None else list(self._tasks)
         for task in tasks:
             task.cancel()
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        if server is not None:
-            await server.wait_closed()
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.close()
         render_thread, self._render_thread = self._render_thread, None
         if render_thread is not None:
             render_thread.shutdown(wait=False, cancel_futures=True)
 
-    # ------------------------------------------------------------------ one connection
+    # ------------------------------------------------------------------ accepting
 
-    def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        # A plain callback, not a coroutine: a connection over the cap is closed before any
-        # task is made for it.
-        if self.connections >= self._limits.connections_max or self._closed:
-            writer.transport.abort()
-            self._metrics.observe_metrics_refusal("connections_max")
-            return
-        self.connections += 1
-        task = asyncio.get_running_loop().create_task(self._serve(reader, writer))
-        self._tasks.add(task)
-        task.add_done_callback(self._finished)
+    async def _accept(self, listener: socket.socket) -> None:
+        """Accept connections until cancelled: one over the cap is closed at once, before
+        anything is made for it; the others are served each by a task of their own."""
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                connection, _ = await loop.sock_accept(listener)
+            except OSError as exc:
+                # EMFILE, ENFILE, ENOBUFS: the connection stays in the kernel's backlog (the
+                # server holds nothing for it) until a descriptor is free; say so, at most
+                # once a backoff, and try again.
+                logger.warning("metrics endpoint cannot accept a connection: %s; retrying in "
+                               "%.1f s", exc, _ACCEPT_BACKOFF_S)
+                await asyncio.sleep(_ACCEPT_BACKOFF_S)
+                continue
+            if self.connections >= self._limits.connections_max:
+                connection.close()
+                self._metrics.observe_metrics_refusal("connections_max")
+                continue
+            self.connections += 1
+            task = loop.create_task(self._serve(connection))
+            self._tasks.add(task)
+            task.add_done_callback(self._finished)
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
         self.connections -= 1
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    # ------------------------------------------------------------------ one connection
+
+    async def _serve(self, connection: socket.socket) -> None:
         limits = self._limits
         request_timeout_s = limits.request_timeout_ms / 1000
-        peer = writer.get_extra_info("peername")
+        peer = None
+        with contextlib.suppress(OSError):
+            peer = connection.getpeername()
+        writer: asyncio.StreamWriter | None = None
         try:
-            if self._ssl_context_source is not None:
-                await self._handshake(writer, request_timeout_s)
+            reader, writer = await self._open_stream(connection, request_timeout_s)
             keep_alive = True
             while keep_alive:
                 keep_alive = await self._serve_one(reader, writer, request_timeout_s)
@@ -280,7 +301,7 @@ class MetricsEndpoint:
             self._metrics.observe_metrics_refusal(refused.reason)
             logger.debug("metrics connection from %s closed: %s %s", peer, refused.reason,
                          refused.detail)
-            if refused.status:
+            if refused.status and writer is not None:
                 body = f"{refused.detail}\n".encode()
                 headers = [("Content-Type", "text/plain; charset=utf-8")]
                 if refused.status == 401:
@@ -291,13 +312,30 @@ class MetricsEndpoint:
         except (OSError, ConnectionError, asyncio.IncompleteReadError) as exc:
             logger.debug("metrics connection from %s ended: %s", peer, exc)
         finally:
-            writer.transport.abort()
+            if writer is not None:
+                writer.transport.abort()
+            connection.close()  # a no-op once the transport owns it and closed it
 
-    async def _handshake(self, writer: asyncio.StreamWriter, timeout_s: float) -> None:
-        assert self._ssl_context_source is not None
+    async def _open_stream(
+        self, connection: socket.socket, timeout_s: float
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """The connection as a stream, after the TLS handshake when TLS is on (with the
+        context of this moment: a reloaded certificate serves the next connection). The
+        reader's limit bounds what one request head may buffer.
+
+        Raises:
+            _Refused: the handshake failed or took longer than ``timeout_s``.
+        """
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=self._limits.request_bytes_max, loop=loop)
+        protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+        context = None if self._ssl_context_source is None else self._ssl_context_source()
         try:
-            await asyncio.wait_for(
-                writer.start_tls(self._ssl_context_source(), ssl_handshake_timeout=timeout_s),
+            transport, _ = await asyncio.wait_for(
+                loop.connect_accepted_socket(
+                    lambda: protocol, connection, ssl=context,
+                    ssl_handshake_timeout=timeout_s if context is not None else None,
+                ),
                 timeout_s,
             )
         except TimeoutError:
@@ -305,6 +343,7 @@ class MetricsEndpoint:
         except (ssl.SSLError, OSError, ConnectionError) as exc:
             # No certificate, another CA, a plaintext client: the client's business.
             raise _Refused("bad_request", detail=f"TLS handshake failed: {exc}") from None
+        return reader, asyncio.StreamWriter(transport, protocol, reader, loop)
 
     async def _serve_one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                          request_timeout_s: float) -> bool:

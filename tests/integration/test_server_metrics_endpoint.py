@@ -27,6 +27,7 @@ import os
 import re
 import resource
 import socket
+import ssl
 import time
 import urllib.error
 import urllib.request
@@ -315,3 +316,25 @@ def test_metrics_authentication_without_a_way_to_authenticate_is_refused_at_star
 ) -> None:
     with pytest.raises(AssertionError, match="no scrape could show who it is"):
         start_server(tmp_path / "data", "--metrics-authentication", "required")
+
+
+def test_tls_scrapes_on_new_connections_all_get_their_answer(
+    start_server, pki, tmp_path: Path
+) -> None:
+    # Each connection's handshake starts with the context of that moment; a ClientHello that
+    # came before the handshake took the socket over was once lost, and the scrape waited for
+    # the handshake timeout. Twenty new connections, each answered.
+    server: ServerProcess = start_server(
+        tmp_path / "data", "--tls-cert-file", str(pki.server[0]),
+        "--tls-key-file", str(pki.server[1]), "--metrics-request-timeout-ms", "5000",
+    )
+    context = ssl.create_default_context(cafile=str(pki.ca))
+    url = f"https://localhost:{server.metrics_port}/metrics"
+    for _ in range(20):
+        with urllib.request.urlopen(url, context=context, timeout=CALL_TIMEOUT_S) as answer:
+            assert answer.status == 200 and b"stratalog_build_info" in answer.read()
+    with urllib.request.urlopen(url, context=context, timeout=CALL_TIMEOUT_S) as answer:
+        text = answer.read().decode()
+    assert "stratalog_metrics_connections_refused_total{" not in text.replace(
+        "# HELP stratalog_metrics_connections_refused_total", "")
+    assert server.stop() == 0
