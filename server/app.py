@@ -4,7 +4,9 @@ Life of a server process (``stratalog serve``)::
 
     check that the listen (and metrics) port is free: a busy port is one line of ours, and
         leaves no data directory behind
-    open the LogManager (locks the log dirs, recovers after an unclean shutdown)
+    open the LogManager (locks the log dirs, recovers after an unclean shutdown), its share of
+        RLIMIT_NOFILE computed after the connection caps (max_connections and
+        metrics_connections_max: connections_reserved)
     open the TransactionCoordinator: replay __transaction_state, complete the commits and
         aborts a crash left half-written (their markers go to the LogManager's partitions)
     load the TLS files and the credential file (server/security/), if configured
@@ -17,7 +19,8 @@ Life of a server process (``stratalog serve``)::
         then start the replica manager (server/cluster/replica_manager.py): the replicas
         become leaders and followers as etcd says (the Replication service, registered with
         the Broker service in cluster mode, serves the followers' fetches)
-    start the Prometheus endpoint and the maintenance task
+    start the Prometheus endpoint on the event loop (server/metrics_endpoint.py: capped
+        connections, timeouts, optional authentication) and the maintenance task
     ... serve until SIGTERM or SIGINT; SIGHUP reloads the TLS files and the credential
         file (new connections and calls use them; open connections keep working), and reads
         the settings again for the byte-rate quotas (server/security/quotas.py) ...
