@@ -343,6 +343,10 @@ class MetricsEndpoint:
         except (ssl.SSLError, OSError, ConnectionError) as exc:
             # No certificate, another CA, a plaintext client: the client's business.
             raise _Refused("bad_request", detail=f"TLS handshake failed: {exc}") from None
+        # drain() then returns only once the answer is all with the kernel: a connection is
+        # closed with abort() (no wait on a client that stopped reading), which would drop
+        # what a buffer still held.
+        transport.set_write_buffer_limits(high=0)
         return reader, asyncio.StreamWriter(transport, protocol, reader, loop)
 
     async def _serve_one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,

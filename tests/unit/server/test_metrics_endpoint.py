@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import gzip
+import re
 import socket
 import ssl
 import urllib.error
@@ -120,6 +121,20 @@ async def test_keep_alive_serves_several_requests_on_one_connection(endpoint_fac
     assert answer.count(b"HTTP/1.1 200 OK") == 3
     assert answer.count(b"# TYPE stratalog_build_info gauge") == 2  # HEAD: no body
     assert b"Connection: close" in answer
+
+
+async def test_a_large_answer_is_sent_whole_before_the_connection_closes(
+    endpoint_factory,
+) -> None:
+    _, metrics, port = await endpoint_factory()
+    for topic in range(20_000):  # some 2 MB of exposition
+        metrics.observe_produce(f"topic-{topic:05d}", 1, 1)
+    answer = await _blocking(
+        _exchange, port, b"GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n")
+    head, _, body = answer.partition(b"\r\n\r\n")
+    length = int(re.search(rb"Content-Length: (\d+)", head).group(1))
+    assert length > 2_000_000 and len(body) == length
+    assert b'stratalog_records_in_total{topic="topic-19999"} 1.0' in body
 
 
 async def test_bad_requests_are_answered_and_closed(endpoint_factory) -> None:
