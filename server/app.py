@@ -324,13 +324,14 @@ class Server:
             )
             try:
                 self.metrics_port = await self._endpoint.start(
-                    address.host, settings.metrics_port,
+                    settings.metrics_listen_host, settings.metrics_port,
                     None if self._tls is None else _context_source(self._tls),
                     client_certificates=settings.tls_client_auth == "required",
                 )
             except OSError as exc:
                 raise StartupError(
-                    f"cannot serve metrics on {address.host}:{settings.metrics_port}: {exc}"
+                    f"cannot serve metrics on {settings.metrics_listen_host}:"
+                    f"{settings.metrics_port}: {exc}"
                 ) from exc
         self._refresh_log_metrics()
         self.metrics.bind_cleaner(self.log_manager)
@@ -678,17 +679,17 @@ def _check_ports_free(settings: Settings) -> None:
     bind; that bind then fails with its own StartupError.
     """
     address = settings.listen_address
-    ports = [(address.port, "")]
+    ports = [(address.host, address.port, "")]
     if settings.metrics_port > 0:
-        ports.append((settings.metrics_port, " (the metrics port)"))
-    for port, what in ports:
+        ports.append((settings.metrics_listen_host, settings.metrics_port, " (the metrics port)"))
+    for host, port, what in ports:
         if port == 0:
             continue
         try:
-            resolved = socket.getaddrinfo(address.host, port, type=socket.SOCK_STREAM,
+            resolved = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
                                           flags=socket.AI_PASSIVE)
         except socket.gaierror as exc:
-            raise StartupError(f"cannot listen on {address}: {exc.strerror}") from exc
+            raise StartupError(f"cannot listen on {host}:{port}{what}: {exc.strerror}") from exc
         for family, kind, proto, _, sockaddr in resolved:
             with socket.socket(family, kind, proto) as probe:
                 probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -699,7 +700,7 @@ def _check_ports_free(settings: Settings) -> None:
                 except OSError as exc:
                     if exc.errno == errno.EADDRINUSE:
                         raise StartupError(
-                            f"port {port}{what} is already in use on {address.host}"
+                            f"port {port}{what} is already in use on {host}"
                         ) from exc
                     # Anything else (an address this host lacks, a privileged port) is for
                     # the real bind to report.
@@ -837,8 +838,8 @@ async def main(settings: Settings, out: TextIO = sys.stdout) -> int:
     print(f"stratalog: listening on {host}:{server.port}", file=out, flush=True)
     if server.metrics_port is not None:
         scheme = "https" if settings.tls_enabled else "http"
-        print(f"stratalog: metrics on {scheme}://{host}:{server.metrics_port}/metrics",
-              file=out, flush=True)
+        print(f"stratalog: metrics on {scheme}://{settings.metrics_listen_host}:"
+              f"{server.metrics_port}/metrics", file=out, flush=True)
     logger.info("serving %s on %s:%s", SERVICE_NAME, host, server.port)
     await stop.wait()
     try:

@@ -136,7 +136,7 @@ class _Request:
     keep_alive: bool
 
 
-def parse_request_head(head: bytes) -> _Request:
+def _parse_request_head(head: bytes) -> _Request:
     """The request of ``head`` (request line and headers, ending in an empty line).
 
     Raises:
@@ -370,7 +370,7 @@ class MetricsEndpoint:
                 f"request head over {limits.request_bytes_max} bytes"
                 " (metrics_request_bytes_max)",
             ) from None
-        request = parse_request_head(first + rest)
+        request = _parse_request_head(first + rest)
         if request.method not in _METHODS:
             await self._answer(writer, request_timeout_s, _response(
                 405, [("Allow", "GET, HEAD")], b"", keep_alive=request.keep_alive))

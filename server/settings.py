@@ -342,6 +342,11 @@ class Settings:
         " (printed), -1 = off",
         -1,
     )
+    metrics_host: str = _setting(
+        "",
+        "host the metrics endpoint listens on; empty = the listen host (set 127.0.0.1 to keep"
+        " the metrics off the network while gRPC listens on 0.0.0.0)",
+    )
     metrics_connections_max: int = _setting(
         32,
         "connections the metrics endpoint holds at once; one more is closed as soon as it is"
@@ -704,6 +709,11 @@ class Settings:
     @property
     def listen_address(self) -> Address:
         return parse_address(self.listen)
+
+    @property
+    def metrics_listen_host(self) -> str:
+        """The host the metrics endpoint listens on: ``metrics_host``, else the listen host."""
+        return self.metrics_host or self.listen_address.host
 
     def as_mapping(self) -> dict[str, object]:
         """Every setting by name, ``log.*`` defaults included, for the startup log line."""

@@ -338,3 +338,13 @@ def test_tls_scrapes_on_new_connections_all_get_their_answer(
     assert "stratalog_metrics_connections_refused_total{" not in text.replace(
         "# HELP stratalog_metrics_connections_refused_total", "")
     assert server.stop() == 0
+
+
+def test_metrics_on_a_host_of_their_own(start_server, tmp_path: Path) -> None:
+    # 127.0.0.2 is loopback too on Linux; the gRPC listener stays on 127.0.0.1.
+    server: ServerProcess = start_server(tmp_path / "data", "--metrics-host", "127.0.0.2")
+    status, body = _scrape(f"http://127.0.0.2:{server.metrics_port}/metrics")
+    assert status == 200 and "stratalog_build_info" in body
+    with pytest.raises(OSError):
+        _scrape(f"http://127.0.0.1:{server.metrics_port}/metrics")
+    assert server.stop() == 0
