@@ -4,7 +4,9 @@ Life of a server process (``stratalog serve``)::
 
     check that the listen (and metrics) port is free: a busy port is one line of ours, and
         leaves no data directory behind
-    open the LogManager (locks the log dirs, recovers after an unclean shutdown)
+    open the LogManager (locks the log dirs, recovers after an unclean shutdown), its share of
+        RLIMIT_NOFILE computed after the connection caps (max_connections and
+        metrics_connections_max: connections_reserved)
     open the TransactionCoordinator: replay __transaction_state, complete the commits and
         aborts a crash left half-written (their markers go to the LogManager's partitions)
     load the TLS files and the credential file (server/security/), if configured
@@ -19,7 +21,8 @@ Life of a server process (``stratalog serve``)::
         then start the replica manager (server/cluster/replica_manager.py): the replicas
         become leaders and followers as etcd says (the Replication service, registered with
         the Broker service in cluster mode, serves the followers' fetches)
-    start the Prometheus endpoint and the maintenance task
+    start the Prometheus endpoint on the event loop (server/metrics_endpoint.py: capped
+        connections, timeouts, optional authentication) and the maintenance task
     ... serve until SIGTERM or SIGINT; SIGHUP reloads the TLS files and the credential
         file (new connections and calls use them; open connections keep working), and reads
         the settings again for the byte-rate quotas (server/security/quotas.py) ...
@@ -73,7 +76,8 @@ from stratalog.server.allocator import TrimWatch, trim_heap, tune_allocator
 from stratalog.server.client_limits import WAITING_RPC_BYTES_ESTIMATE, ClientLimits
 from stratalog.server.decoding import add_broker_service
 from stratalog.server.garbage_collector import freeze_loaded_objects, set_young_objects_max
-from stratalog.server.metrics import MetricsEndpoint, ServerMetrics
+from stratalog.server.metrics import ServerMetrics
+from stratalog.server.metrics_endpoint import MetricsEndpoint, MetricsEndpointLimits
 from stratalog.server.metrics_interceptor import MetricsInterceptor
 from stratalog.server.security.acl_store import AclStore
 from stratalog.server.security.authentication import AuthenticationInterceptor, Authenticator
@@ -150,7 +154,7 @@ class Server:
         self._grpc: grpc.aio.Server | None = None
         self._health: health.aio.HealthServicer | None = None
         self._service: BrokerService | None = None
-        self._endpoint = MetricsEndpoint(self.metrics)
+        self._endpoint: MetricsEndpoint | None = None  # from _start_serving
         self._maintenance: asyncio.Task[None] | None = None
         # Security (server/security/): from _load_security() until the process ends.
         self._tls: ServerTls | None = None
@@ -200,6 +204,7 @@ class Server:
                 lambda: LogManager.open(
                     settings.log_dirs, defaults=settings.log_defaults,
                     open_files_limit=open_files_limit,
+                    connections_reserved=connections_reserved(settings),
                 ),
             )
         except Exception as exc:
@@ -322,14 +327,19 @@ class Server:
         for service in ("", SERVICE_NAME):
             await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
         if settings.metrics_port >= 0:
+            self._endpoint = MetricsEndpoint(
+                self.metrics, metrics_endpoint_limits(settings), self._authenticator
+            )
             try:
-                self.metrics_port = self._endpoint.start(
-                    address.host, settings.metrics_port,
+                self.metrics_port = await self._endpoint.start(
+                    settings.metrics_listen_host, settings.metrics_port,
                     None if self._tls is None else _context_source(self._tls),
+                    client_certificates=settings.tls_client_auth == "required",
                 )
             except OSError as exc:
                 raise StartupError(
-                    f"cannot serve metrics on {address.host}:{settings.metrics_port}: {exc}"
+                    f"cannot serve metrics on {settings.metrics_listen_host}:"
+                    f"{settings.metrics_port}: {exc}"
                 ) from exc
         self._refresh_log_metrics()
         self.metrics.bind_cleaner(self.log_manager)
@@ -679,7 +689,9 @@ class Server:
             self._maintenance = None
         if self._grpc is not None:
             await self._grpc.stop(0)
-        self._endpoint.close()
+        endpoint, self._endpoint = self._endpoint, None
+        if endpoint is not None:
+            await endpoint.close()
         self.metrics.bind_cleaner(None)
         coordinator, self.coordinator = self.coordinator, None
         log_manager = self.log_manager
@@ -727,17 +739,17 @@ def _check_ports_free(settings: Settings) -> None:
     bind; that bind then fails with its own StartupError.
     """
     address = settings.listen_address
-    ports = [(address.port, "")]
+    ports = [(address.host, address.port, "")]
     if settings.metrics_port > 0:
-        ports.append((settings.metrics_port, " (the metrics port)"))
-    for port, what in ports:
+        ports.append((settings.metrics_listen_host, settings.metrics_port, " (the metrics port)"))
+    for host, port, what in ports:
         if port == 0:
             continue
         try:
-            resolved = socket.getaddrinfo(address.host, port, type=socket.SOCK_STREAM,
+            resolved = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
                                           flags=socket.AI_PASSIVE)
         except socket.gaierror as exc:
-            raise StartupError(f"cannot listen on {address}: {exc.strerror}") from exc
+            raise StartupError(f"cannot listen on {host}:{port}{what}: {exc.strerror}") from exc
         for family, kind, proto, _, sockaddr in resolved:
             with socket.socket(family, kind, proto) as probe:
                 probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -748,7 +760,7 @@ def _check_ports_free(settings: Settings) -> None:
                 except OSError as exc:
                     if exc.errno == errno.EADDRINUSE:
                         raise StartupError(
-                            f"port {port}{what} is already in use on {address.host}"
+                            f"port {port}{what} is already in use on {host}"
                         ) from exc
                     # Anything else (an address this host lacks, a privileged port) is for
                     # the real bind to report.
@@ -811,6 +823,26 @@ def client_limit_options(settings: Settings) -> list[tuple[str, int]]:
     ]
 
 
+def connections_reserved(settings: Settings) -> int:
+    """Descriptors the server's connections may hold at once, which the storage's share of
+    ``RLIMIT_NOFILE`` leaves out (server/storage/descriptor_budget.py): one per gRPC connection
+    (``max_connections``) and per metrics connection (``metrics_connections_max``, when the
+    endpoint is on)."""
+    metrics = settings.metrics_connections_max if settings.metrics_port >= 0 else 0
+    return settings.max_connections + metrics
+
+
+def metrics_endpoint_limits(settings: Settings) -> MetricsEndpointLimits:
+    """The metrics endpoint's limits from the server's settings (already range-checked)."""
+    return MetricsEndpointLimits(
+        connections_max=settings.metrics_connections_max,
+        connections_max_idle_ms=settings.metrics_connections_max_idle_ms,
+        request_timeout_ms=settings.metrics_request_timeout_ms,
+        request_bytes_max=settings.metrics_request_bytes_max,
+        authentication_required=settings.metrics_authentication == "required",
+    )
+
+
 def transaction_config(settings: Settings) -> TransactionConfig:
     """The coordinator's config from the server's settings (already range-checked)."""
     from stratalog.server.transactions import TransactionConfig
@@ -866,8 +898,8 @@ async def main(settings: Settings, out: TextIO = sys.stdout) -> int:
     print(f"stratalog: listening on {host}:{server.port}", file=out, flush=True)
     if server.metrics_port is not None:
         scheme = "https" if settings.tls_enabled else "http"
-        print(f"stratalog: metrics on {scheme}://{host}:{server.metrics_port}/metrics",
-              file=out, flush=True)
+        print(f"stratalog: metrics on {scheme}://{settings.metrics_listen_host}:"
+              f"{server.metrics_port}/metrics", file=out, flush=True)
     logger.info("serving %s on %s:%s", SERVICE_NAME, host, server.port)
     await stop.wait()
     try:

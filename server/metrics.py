@@ -1,4 +1,4 @@
-"""Prometheus metrics of a running server, and the HTTP endpoint that serves them.
+"""Prometheus metrics of a running server (server/metrics_endpoint.py serves them over HTTP).
 
 What an operator watches, in Prometheus's text format at ``http://HOST:metrics_port/metrics``::
 
@@ -59,6 +59,12 @@ What an operator watches, in Prometheus's text format at ``http://HOST:metrics_p
                                                their replicas (Kafka's UnderReplicatedPartitions)
     stratalog_isr_shrinks_total, stratalog_isr_expands_total   ISR changes this server wrote
                                                as leader (Kafka's IsrShrinksPerSec/ExpandsPerSec)
+    stratalog_metrics_connections              connections to the metrics endpoint open now
+    stratalog_metrics_connections_refused_total{reason}  connections the metrics endpoint
+                                               closed early, by why: connections_max, idle,
+                                               request_timeout, request_too_large,
+                                               bad_request, unauthenticated
+                                               (server/metrics_endpoint.py)
     process_*                                  RSS, CPU, open files (prometheus-client's collector)
     stratalog_build_info{version,python,grpc}  1, labelled with what the server runs
 
@@ -87,8 +93,8 @@ A counter without a sample has not been incremented yet: read it as 0.
 
 The ``log_*`` gauges come from a snapshot of the LogManager's topic descriptions that the
 maintenance task refreshes after each pass (see app.py); a scrape reads that snapshot and never
-touches the storage engine from the HTTP thread. The ``cleaner_*`` metrics are the exception,
-read at scrape time by :class:`CleanerCollector` from the LogManager's cleaner
+touches the storage engine from the endpoint's rendering thread. The ``cleaner_*`` metrics are
+the exception, read at scrape time by :class:`CleanerCollector` from the LogManager's cleaner
 (``cleaner_stats()``, ``cleaner_status()``): counters and segment sizes the cleaner and the logs
 keep in memory (a topic with ``min.compaction.lag.ms`` set also has its dirty segments' largest
 timestamps read, from their cached indexes), so a scrape shows a cleaning's figures the moment
@@ -107,13 +113,10 @@ import functools
 import itertools
 import logging
 import platform
-import socket
-import ssl
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
-from wsgiref.simple_server import WSGIRequestHandler
+from typing import TYPE_CHECKING, NamedTuple
 
 import grpc
 from prometheus_client import (
@@ -122,8 +125,6 @@ from prometheus_client import (
     Gauge,
     ProcessCollector,
     generate_latest,
-    make_wsgi_app,
-    start_http_server,
 )
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -131,7 +132,6 @@ from prometheus_client.core import (
     HistogramMetricFamily,
     Metric,
 )
-from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
@@ -139,8 +139,6 @@ from prometheus_client.utils import floatToGoString
 from stratalog.server.storage.errors import UnknownTopicOrPartitionError
 
 if TYPE_CHECKING:
-    from wsgiref.simple_server import WSGIServer
-
     from stratalog.server.storage.cleaner_manager import CleanerPartitionStatus, CleanerStats
     from stratalog.server.storage.log_manager import LogManager, TopicDescription
 
@@ -151,10 +149,11 @@ __all__ = [
     "CleanerSnapshot",
     "GrpcServerCollector",
     "LogSnapshotCollector",
-    "MetricsEndpoint",
     "ServerMetrics",
     "TrafficCollector",
 ]
+
+_logger = logging.getLogger(__name__)
 
 #: Histogram buckets for unary RPC latency: 50 µs to 10 s, denser where a local RPC lands.
 LATENCY_BUCKETS_SECONDS = (
@@ -348,6 +347,11 @@ class TrafficCollector(Collector):
                 counted = per_topic[topic] = [0, 0, time.time()]
             counted[0] += records
             counted[1] += size_bytes
+
+    def observe_metrics_refusal(self, reason: str) -> None:
+        """Count a metrics connection closed early; ``reason`` one of
+        :data:`~stratalog.server.metrics_endpoint.REFUSAL_REASONS`."""
+        self.metrics_connections_refused.labels(reason).inc()
 
     def forget_topic(self, topic: str) -> None:
         with self._lock:
@@ -597,6 +601,17 @@ class ServerMetrics:
         self.build_info.labels(*build_labels()).set(1)
         self.cleaner = CleanerCollector()
         r.register(self.cleaner)
+        # The endpoint's own (server/metrics_endpoint.py): read from it at scrape time.
+        self.metrics_connections = Gauge(
+            "stratalog_metrics_connections", "Connections to the metrics endpoint open now",
+            registry=r,
+        )
+        self.metrics_connections_refused = Counter(
+            "stratalog_metrics_connections_refused",
+            "Connections the metrics endpoint closed early, by why (connections_max, idle,"
+            " request_timeout, request_too_large, bad_request, unauthenticated)",
+            labelnames=("reason",), registry=r,
+        )
         ProcessCollector(registry=r)
 
     def observe_request(self, rpc: str, code_name: str, seconds: float | None) -> None:
@@ -625,6 +640,11 @@ class ServerMetrics:
         self.quota_throttles.labels(quota).inc()
         self.quota_throttle_seconds.labels(quota).inc(throttle_ms / 1000)
 
+    def observe_metrics_refusal(self, reason: str) -> None:
+        """Count a metrics connection closed early; ``reason`` one of
+        :data:`~stratalog.server.metrics_endpoint.REFUSAL_REASONS`."""
+        self.metrics_connections_refused.labels(reason).inc()
+
     def forget_topic(self, topic: str) -> None:
         """Drop a deleted topic's label sets, so that deleted topics do not pile up."""
         self.traffic.forget_topic(topic)
@@ -641,96 +661,3 @@ class ServerMetrics:
     def render(self) -> bytes:
         """The text exposition of every metric (what /metrics serves)."""
         return generate_latest(self.registry)
-
-
-#: A TLS client of the metrics endpoint must finish its handshake within this time, or its
-#: connection is closed (the handshake runs on the connection's own thread).
-METRICS_TLS_HANDSHAKE_TIMEOUT_S = 10.0
-
-_logger = logging.getLogger(__name__)
-
-
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        """Scrapes are not logged (one line per scrape would drown the server's log)."""
-
-
-class _TlsWSGIServer(ThreadingWSGIServer):
-    """prometheus-client's threading WSGI server, each accepted socket wrapped in TLS with the
-    context :attr:`ssl_context_source` gives at that moment: a reloaded certificate serves the
-    next connection, open ones keep theirs."""
-
-    ssl_context_source: Callable[[], ssl.SSLContext]
-
-    def get_request(self) -> tuple[Any, Any]:
-        sock, address = self.socket.accept()
-        # The handshake waits for the connection's thread (finish_request): a client that
-        # never sends its hello must not stall the accept loop.
-        return (self.ssl_context_source().wrap_socket(
-            sock, server_side=True, do_handshake_on_connect=False), address)
-
-    def finish_request(self, request: Any, client_address: Any) -> None:
-        request.settimeout(METRICS_TLS_HANDSHAKE_TIMEOUT_S)
-        request.do_handshake()
-        request.settimeout(None)
-        super().finish_request(request, client_address)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # A failed handshake (no certificate, another CA, a plaintext client) is the client's
-        # business: one line at DEBUG, not a traceback on stderr.
-        _logger.debug("metrics connection from %s failed", client_address, exc_info=True)
-
-
-class MetricsEndpoint:
-    """The HTTP(S) server of ``/metrics`` on a daemon thread (prometheus-client's WSGI server).
-
-    Holds the listening socket from :meth:`start` until :meth:`close`. With TLS, each new
-    connection is wrapped with the context the server's TLS material gives at that moment (see
-    server/security/tls.py: reloaded on SIGHUP). Blocking calls; the server calls them outside
-    the event loop's hot path (once at start and stop).
-    """
-
-    def __init__(self, metrics: ServerMetrics) -> None:
-        self._metrics = metrics
-        self._httpd: WSGIServer | None = None
-        self._thread: threading.Thread | None = None
-
-    def start(
-        self,
-        host: str,
-        port: int,
-        ssl_context_source: Callable[[], ssl.SSLContext] | None = None,
-    ) -> int:
-        """Listen on ``host:port`` (0 = any free port) and return the bound port; HTTPS with
-        the contexts ``ssl_context_source`` returns, plain HTTP without one.
-
-        Raises:
-            OSError: the address cannot be bound (in use, not local).
-        """
-        if ssl_context_source is None:
-            httpd, thread = start_http_server(port, addr=host, registry=self._metrics.registry)
-        else:
-            family = socket.AF_INET6 if ":" in host else socket.AF_INET
-
-            class Server(_TlsWSGIServer):
-                address_family = family
-
-            Server.ssl_context_source = staticmethod(ssl_context_source)  # type: ignore[assignment]
-            httpd = Server((host, port), _QuietHandler)
-            httpd.set_app(make_wsgi_app(self._metrics.registry))
-            thread = threading.Thread(target=httpd.serve_forever, name="stratalog-metrics",
-                                      daemon=True)
-            thread.start()
-        self._httpd, self._thread = httpd, thread
-        bound: Any = httpd.server_address[1]
-        return int(bound)
-
-    def close(self) -> None:
-        """Stop serving and release the port. Idempotent."""
-        httpd, self._httpd = self._httpd, None
-        if httpd is not None:
-            httpd.shutdown()
-            httpd.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None

@@ -69,6 +69,7 @@ from stratalog.server.storage.log_defaults import SERVER_SETTING_NAMES, parse_se
 __all__ = [
     "CONFIG_ENV_VAR",
     "ENV_PREFIX",
+    "METRICS_AUTHENTICATION_MODES",
     "SETTING_NAMES",
     "Address",
     "Settings",
@@ -340,6 +341,43 @@ class Settings:
         "port of the Prometheus endpoint (/metrics) on the listen host; 0 = any free port"
         " (printed), -1 = off",
         -1,
+    )
+    metrics_host: str = _setting(
+        "",
+        "host the metrics endpoint listens on; empty = the listen host (set 127.0.0.1 to keep"
+        " the metrics off the network while gRPC listens on 0.0.0.0)",
+    )
+    metrics_connections_max: int = _setting(
+        32,
+        "connections the metrics endpoint holds at once; one more is closed as soon as it is"
+        " accepted (server/metrics_endpoint.py). Taken out of RLIMIT_NOFILE before the"
+        " storage's share, with max_connections",
+        1,
+    )
+    metrics_connections_max_idle_ms: int = _setting(
+        120_000,
+        "a metrics connection with no request for this long (before its first one, or"
+        " between keep-alive requests) is closed: twice a one-minute scrape interval",
+        1,
+    )
+    metrics_request_timeout_ms: int = _setting(
+        10_000,
+        "time a metrics connection gets for its TLS handshake, for each request once its first"
+        " byte came, and for taking each answer; past it the connection is closed",
+        1,
+    )
+    metrics_request_bytes_max: int = _setting(
+        8192,
+        "largest request head (request line and headers) the metrics endpoint reads; a larger"
+        " one is answered 431 and closed; request bodies are refused",
+        256,
+    )
+    metrics_authentication: str = _setting(
+        "none",
+        "none (anyone who reaches the metrics port reads the metrics, every topic name"
+        " included), or required: a scrape shows an Authorization header (Basic or Bearer)"
+        " that the credential file accepts, or a client certificate (tls_client_auth ="
+        " required); docs/security.md, Metrics",
     )
     logging_level: str = _setting(
         "INFO", "level of the server's log on stderr: DEBUG, INFO, WARNING, ERROR"
@@ -697,6 +735,17 @@ class Settings:
         if self.tls_client_auth == "required" and not self.tls_ca_file:
             raise SettingsError("setting 'tls_client_auth' is 'required' but 'tls_ca_file' is "
                                 "empty: name the CA that client certificates must chain to")
+        if self.metrics_authentication not in METRICS_AUTHENTICATION_MODES:
+            raise SettingsError(
+                f"setting 'metrics_authentication' must be one of "
+                f"{', '.join(METRICS_AUTHENTICATION_MODES)}, got {self.metrics_authentication!r}"
+            )
+        if self.metrics_authentication == "required" and not self.authentication_configured:
+            raise SettingsError(
+                "setting 'metrics_authentication' is 'required' but no scrape could show who it"
+                " is: set 'authentication_credentials_file' (Basic or Bearer credentials) or"
+                " 'tls_client_auth = required' (client certificates)"
+            )
         if self.authentication_anonymous not in _ANONYMOUS_MODES:
             raise SettingsError(
                 f"setting 'authentication_anonymous' must be one of "
@@ -732,6 +781,11 @@ class Settings:
     @property
     def listen_address(self) -> Address:
         return parse_address(self.listen)
+
+    @property
+    def metrics_listen_host(self) -> str:
+        """The host the metrics endpoint listens on: ``metrics_host``, else the listen host."""
+        return self.metrics_host or self.listen_address.host
 
     def as_mapping(self) -> dict[str, object]:
         """Every setting by name, ``log.*`` defaults included, for the startup log line."""
@@ -771,6 +825,8 @@ _PRINCIPAL_LISTS = frozenset({"super_users", "broker_principals"})
 _LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 # The values of the security settings (server/security/ owns their meaning).
 _CLIENT_AUTH_MODES = ("none", "required")
+#: Values of ``metrics_authentication`` (server/metrics_endpoint.py).
+METRICS_AUTHENTICATION_MODES = ("none", "required")
 _ANONYMOUS_MODES = ("auto", "allowed", "refused")
 _TRUE = frozenset({"true", "1", "yes", "on"})
 _FALSE = frozenset({"false", "0", "no", "off"})

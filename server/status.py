@@ -175,6 +175,9 @@ ERROR_TABLE: Mapping[type[BaseException], str] = types.MappingProxyType({
     # a partition whose log directory went offline after an I/O error, a start that needs
     # more descriptors than it may have.
     storage_errors.ResourceLimitExceededError: "RESOURCE_LIMIT_EXCEEDED",
+    # Issue 24: an append that found no descriptor free (EMFILE, ENFILE): nothing written, the
+    # partition online; retriable, as every RESOURCE_LIMIT_EXCEEDED (``limit`` names which).
+    storage_errors.OutOfDescriptorsError: "RESOURCE_LIMIT_EXCEEDED",
     storage_errors.LogDirOfflineError: "STORAGE_ERROR",
     storage_errors.TooManyOpenFilesError: "STORAGE_ERROR",
     storage_errors.InsufficientSpaceError: "STORAGE_FULL",

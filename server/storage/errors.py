@@ -33,6 +33,8 @@ one place that turns both into gRPC statuses. Programmer errors are assertions.
     │   └── TransactionCoordinatorFencedError  a marker from an older coordinator epoch
     ├── ResourceLimitExceededError a request the server's resources cannot take (``limit``
     │                              names the limit: RLIMIT_NOFILE for file descriptors)
+    │   └── OutOfDescriptorsError  an append that needed a descriptor when the process had
+    │                              none free (EMFILE, ENFILE): nothing written, retriable
     ├── TooManyOpenFilesError      the log directories need more descriptors than the process
     │                              may open: the server cannot start
     ├── LogDirOfflineError         a partition whose log directory went offline after an I/O
@@ -62,6 +64,7 @@ __all__ = [
     "LogNotCompactedError",
     "OffsetOutOfRangeError",
     "OffsetOverflowError",
+    "OutOfDescriptorsError",
     "OutOfOrderSequenceError",
     "ProducerStateError",
     "RecordBatchTooLargeError",
@@ -240,6 +243,27 @@ class ResourceLimitExceededError(StorageError):
     def __init__(self, message: str, *, limit: str) -> None:
         super().__init__(message)
         self.limit = limit
+
+
+class OutOfDescriptorsError(ResourceLimitExceededError):
+    """An append (or the roll it needed, or a flush) found no file descriptor free: the process
+    was at its ``RLIMIT_NOFILE`` (EMFILE) or the system at ``fs.file-max`` (ENFILE). Nothing
+    was written (a flush: nothing moved) and the partition stays online: the same call
+    succeeds once descriptors are free again (a retriable RESOURCE_LIMIT_EXCEEDED). Not an I/O error of the disk, which would take the
+    log directory offline (:class:`LogDirOfflineError`).
+
+    Names the topic-partition only (``topic``, ``partition``), never a path.
+    """
+
+    def __init__(self, topic: str, partition: int, action: str, *, limit: str) -> None:
+        super().__init__(
+            f"partition {topic}-{partition}: the server has no file descriptor free for a "
+            f"{action} ({limit} reached); nothing was lost and the partition stays online: "
+            "retry",
+            limit=limit,
+        )
+        self.topic = topic
+        self.partition = partition
 
 
 class TooManyOpenFilesError(StorageError):

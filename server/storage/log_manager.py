@@ -27,7 +27,6 @@ Server defaults for topic configs and the job intervals come from Kafka's broker
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
 import os
 import shutil
@@ -56,6 +55,7 @@ from .config import TOPIC_CONFIG_NAMES, LogConfig
 from .descriptor_budget import (
     DESCRIPTORS_PER_PARTITION,
     DescriptorBudget,
+    ran_out_of_descriptors,
     read_open_files_limit,
 )
 from .dir_lock import LogDirLock
@@ -223,13 +223,15 @@ class LogManager:
         settings: ServerLogSettings,
         time_ms: Callable[[], int],
         open_files_limit: int,
+        connections_reserved: int = 0,
     ) -> None:
         """Use :meth:`open`."""
         self._dirs = dirs
         # The descriptors the logs may hold, and the cache that closes inactive segments'
         # files beyond what the partitions leave (descriptor_budget.py, open_segments.py).
         self.descriptor_budget = DescriptorBudget(
-            open_files_limit, settings.descriptors_reserved, settings.open_segments_max
+            open_files_limit, settings.descriptors_reserved, settings.open_segments_max,
+            connections_reserved,
         )
         self.open_segments = OpenSegments(settings.open_segments_max)
         self._dir_by_path = {state.path: state for state in dirs}
@@ -295,6 +297,7 @@ class LogManager:
         defaults: Mapping[str, str] | None = None,
         time_ms: Callable[[], int] | None = None,
         open_files_limit: int | None = None,
+        connections_reserved: int = 0,
     ) -> LogManager:
         """Lock and load ``log_dirs`` (created if missing).
 
@@ -302,7 +305,9 @@ class LogManager:
         topic config names (see ``log_defaults.py``); ``time_ms`` the clock for every log and
         job (default: the wall clock); ``open_files_limit`` the descriptors the process may
         hold (default: its soft ``RLIMIT_NOFILE`` now; a server raises it to the hard limit
-        first, see ``descriptor_budget.py``).
+        first, see ``descriptor_budget.py``); ``connections_reserved`` the descriptors of it
+        the server's connections may take (its connection caps; 0 embedded), which the logs
+        never count on.
 
         Raises:
             InvalidConfigError: no directory, the same directory twice, a bad setting, or
@@ -358,7 +363,8 @@ class LogManager:
                 )
             if open_files_limit is None:
                 open_files_limit = read_open_files_limit()[0]
-            manager = cls(dirs, default_config, settings, clock, open_files_limit)
+            manager = cls(dirs, default_config, settings, clock, open_files_limit,
+                          connections_reserved)
             manager._load()
         except BaseException:
             if manager is not None:
@@ -415,16 +421,17 @@ class LogManager:
         try:
             self._load_logs(catalog, found)
         except StorageError as exc:
-            if not _ran_out_of_descriptors(exc):
+            if ran_out_of_descriptors(exc) is None:
                 raise
             raise TooManyOpenFilesError(
                 budget.shortage(partitions, _count_segments(found.items()), ran_out=True)
             ) from exc
         self._update_open_segments_capacity()
         log.info(
-            "file descriptors: RLIMIT_NOFILE %d, %d reserved (log.descriptors.reserved), %d "
-            "per partition for %d partitions (room for %d); up to %d inactive segments kept "
-            "open (log.open.segments.max %d)", budget.limit, budget.reserved,
+            "file descriptors: RLIMIT_NOFILE %d, %d for connections, %d reserved "
+            "(log.descriptors.reserved), %d per partition for %d partitions (room for %d); up "
+            "to %d inactive segments kept open (log.open.segments.max %d)", budget.limit,
+            budget.connections, budget.reserved,
             DESCRIPTORS_PER_PARTITION, partitions, budget.partitions_max,
             self.open_segments.capacity, budget.open_segments_max,
         )
@@ -1434,18 +1441,6 @@ class LogManager:
 
 
 # -------------------------------------------------------------------- helpers
-
-
-def _ran_out_of_descriptors(exc: BaseException) -> bool:
-    """Whether an EMFILE or ENFILE is in ``exc``'s cause chain."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, OSError) and current.errno in (errno.EMFILE, errno.ENFILE):
-            return True
-        current = current.__cause__ or current.__context__
-    return False
 
 
 def _count_segments(partitions: Iterable[tuple[TopicPartition, Path]]) -> int | None:

@@ -52,6 +52,7 @@ from stratalog.records.log_layout import (
 
 from .clock import wall_clock_ms
 from .config import PRODUCER_ID_EXPIRATION_MS_DEFAULT, LogConfig
+from .descriptor_budget import ran_out_of_descriptors
 from .durable import fsync_directory
 from .errors import (
     CleaningAbortedError,
@@ -59,6 +60,7 @@ from .errors import (
     LogClosedError,
     LogDirOfflineError,
     OffsetOutOfRangeError,
+    OutOfDescriptorsError,
     StorageError,
     StorageIOError,
 )
@@ -234,7 +236,10 @@ class PartitionLog:
     leaves files the next open deletes. An I/O error on a write path (write, index entry,
     fsync, roll) publishes nothing and takes the log offline (:meth:`_io_failed`): every later
     call raises LogDirOfflineError, and the next open decides, as after a crash, what the failed
-    write left.
+    write left. Running out of file descriptors (EMFILE, ENFILE) is not an I/O error of the
+    disk: an append or roll that fails for want of one before anything was written raises
+    OutOfDescriptorsError and leaves the log online, as it was, for the same append to succeed
+    once descriptors are free (:meth:`_out_of_descriptors`).
 
     Concurrency: one writer at a time for :meth:`append`, :meth:`roll`, :meth:`truncate_to`,
     :meth:`truncate_fully_and_start_at` and :meth:`close` (the server serialises them per
@@ -789,9 +794,9 @@ class PartitionLog:
 
         The append is left undone (:class:`WouldBlock`) when the log's lock is held by another
         thread (maintenance renaming or deleting segments, a flush's bookkeeping, close), when
-        the active segment's index files are not open yet (the first append to a segment rolled
-        by :meth:`roll` or retention creates them), when the append would roll, and when it
-        would fsync (``flush.messages``). Otherwise it validates, writes and indexes exactly as
+        the active segment's index files are not open yet (in a log just opened; a roll opens
+        the new segment's itself), when the append would roll, and when it would fsync
+        (``flush.messages``). Otherwise it validates, writes and indexes exactly as
         :meth:`append` does: a page-cache write and index entries in mapped memory, with the
         blocks of a large append allocated first. Batches that fail validation raise as in
         :meth:`append`; the batches of a deferred append were validated already when the
@@ -1109,6 +1114,7 @@ class PartitionLog:
             ]
         for entry in aborted:
             segment.txn_index.append(entry)
+        size_before = segment.size_bytes
         try:
             segment.append(
                 validated.last_offset,
@@ -1119,6 +1125,10 @@ class PartitionLog:
         except BaseException as exc:
             if aborted:
                 self._take_back_txn_index_entries(segment, aborted[0].last_offset)
+            # An index that could not be opened fails the append before its bytes are
+            # written: the log is as it was, and only then is the failure retriable.
+            if segment.size_bytes == size_before:
+                self._out_of_descriptors(exc, "write")
             self._io_failed(exc, "write")
             raise
         state = self._producer_state
@@ -1221,6 +1231,7 @@ class PartitionLog:
         end = self._end
         new_offset = max(expected_next_offset or 0, end.offset)
         active = self.active_segment
+        segment: Segment | None = None
         if new_offset in self._segments:
             if active.base_offset == new_offset and active.size_bytes == 0:
                 # KAFKA-6388: an empty active segment at the roll offset is replaced.
@@ -1243,10 +1254,19 @@ class PartitionLog:
         else:
             self._delete_stale_files(new_offset)
             active.on_become_inactive()
-        segment = Segment.create(
-            self._directory, new_offset, self._config, time_ms=self._time_ms,
-            open_segments=self._open_segments, active=True,
-        )
+            try:
+                segment = self._create_active_segment(new_offset)
+            except BaseException as exc:
+                if ran_out_of_descriptors(exc) is None:
+                    raise
+                # Nothing of the new segment is kept: the old one takes the appends again,
+                # and the next append rolls again (its roll is still due).
+                self._delete_stale_files(new_offset, left_by="this roll")
+                active.activate()
+                self._out_of_descriptors(exc, "roll")
+                raise
+        if segment is None:  # the KAFKA-6388 replacement above
+            segment = self._create_active_segment(new_offset)
         self._segments.add(segment)
         self._directory_dirty = True
         # Kafka's snapshot on roll, named by the new segment's base offset (the state reflects
@@ -1260,12 +1280,42 @@ class PartitionLog:
         # open starts from (the latest at or below the recovery point) survives a power loss;
         # one lost before that flush costs a longer scan, never producer state.
         self._producer_state.map_end_offset = new_offset
-        self._producer_state.take_snapshot(fsync=False)
-        self._unflushed_snapshots.add(new_offset)
+        try:
+            self._producer_state.take_snapshot(fsync=False)
+        except StorageIOError as exc:
+            if ran_out_of_descriptors(exc) is None:
+                raise
+            # Written tmp + rename, so nothing of it is on disk; without it an unclean open
+            # starts its scan at an older snapshot (longer, never wrong): not worth the roll.
+            log.warning("log %s rolled to offset %d without its producer snapshot: no file "
+                        "descriptor free (%s)", self._directory, new_offset, exc)
+        else:
+            self._unflushed_snapshots.add(new_offset)
         # The log end offset does not change; only the segment holding it does.
         self._end = _LogEnd(end.offset, new_offset, 0, end.first_unstable)
         if self._flush_scheduler is not None:
             self._flush_scheduler(lambda: self._flush_after_roll(new_offset))
+        return segment
+
+    def _create_active_segment(self, base_offset: int) -> Segment:
+        """A new active segment at ``base_offset`` with both its indexes open, so that a
+        shortage of descriptors shows here, in the roll, and not in the first append after it
+        (whose bytes would then be written before its index failed). Its files are closed
+        again if that fails.
+
+        Raises:
+            StorageIOError: a file could not be created or opened.
+        """
+        segment = Segment.create(
+            self._directory, base_offset, self._config, time_ms=self._time_ms,
+            open_segments=self._open_segments, active=True,
+        )
+        try:
+            segment.offset_index  # noqa: B018 - opened for the side effect
+            segment.time_index  # noqa: B018
+        except BaseException:
+            segment.close_handlers()  # writes nothing: its files are deleted by the caller
+            raise
         return segment
 
     def _flush_after_roll(self, new_base_offset: int) -> None:
@@ -1273,7 +1323,9 @@ class PartitionLog:
         with contextlib.suppress(LogClosedError):  # closed meanwhile: close flushed it all
             self.flush(new_base_offset)
 
-    def _delete_stale_files(self, base_offset: int) -> None:
+    def _delete_stale_files(self, base_offset: int, left_by: str = "") -> None:
+        """Delete the files of a segment at ``base_offset`` that is not in the map: left by a
+        crash (warned of), or by ``left_by``, a roll that failed half-way."""
         for path in (
             log_file(self._directory, base_offset),
             offset_index_file(self._directory, base_offset),
@@ -1281,7 +1333,9 @@ class PartitionLog:
             transaction_index_file(self._directory, base_offset),
         ):
             if path.exists():
-                log.warning("newly rolled segment file %s already exists; deleting it", path)
+                if not left_by:
+                    log.warning("newly rolled segment file %s already exists; deleting it",
+                                path)
                 try:
                     path.unlink()
                 except OSError as exc:
@@ -2045,6 +2099,12 @@ class PartitionLog:
             with self._lock:
                 self._directory_dirty = self._directory_dirty or directory_dirty
                 self._unflushed_snapshots.update(snapshots)
+            if end_offset is None:
+                # EMFILE comes from opening a file (a closed segment's, a snapshot, the
+                # directory), never from an fsync: nothing failed to reach the disk, and the
+                # recovery point has not moved, so the next flush does it all again. Not so in
+                # an append's own flush: its records are written and wait for it.
+                self._out_of_descriptors(exc, "flush")
             self._io_failed(exc, "fsync")
             raise
         with self._lock:
@@ -2144,6 +2204,32 @@ class PartitionLog:
         :meth:`close`; the next start recovers them. Thread-safe (one flag, read first by every
         call)."""
         self._offline = True
+
+    def _out_of_descriptors(self, exc: BaseException, action: str) -> None:
+        """After ``exc`` on a ``write``, ``roll`` or ``flush`` that left the log as it was: if
+        it ran out of file descriptors, log it and raise the retriable OutOfDescriptorsError
+        (the log stays online); otherwise return, for :meth:`_io_failed` to judge it.
+
+        Kafka's ``LogDirFailureChannel`` takes a directory offline on any IOException, EMFILE
+        included (``storage/src/main/java/org/apache/kafka/storage/internals/log/
+        LogDirFailureChannel.java``), and it stays offline until a restart. Here a shortage of
+        descriptors is a moment of the process, not a fault of the disk: the append is
+        refused and the next one tries again (docs/durability.md).
+
+        Raises:
+            OutOfDescriptorsError: ``exc`` was an EMFILE or ENFILE.
+        """
+        limit = ran_out_of_descriptors(exc)
+        if limit is None or self._offline:
+            return
+        try:
+            topic, partition = parse_partition_dir_name(self._directory.name)
+        except InvalidTopicError:  # an embedded log in a directory of any name
+            topic, partition = self._directory.name, -1
+        log.warning("log %s: a %s failed for want of a file descriptor (%s reached), not for"
+                    " an I/O error: the log stays online, and the %s is tried again (%s)",
+                    self._directory, action, limit, action, exc)
+        raise OutOfDescriptorsError(topic, partition, action, limit=limit) from exc
 
     def _io_failed(self, exc: BaseException, action: str) -> None:
         """After ``exc`` on a write path (``action``: write, fsync, roll, truncate, rename): an

@@ -1,10 +1,10 @@
-"""Server metrics: what the registry holds after observations, and the HTTP endpoint."""
+"""Server metrics: what the registry holds after observations (test_metrics_endpoint.py has the
+HTTP endpoint)."""
 
 from __future__ import annotations
 
 import threading
 import time
-import urllib.request
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -13,7 +13,6 @@ from prometheus_client.utils import floatToGoString
 from stratalog.server.metrics import (
     LATENCY_BUCKETS_SECONDS,
     CleanerSnapshot,
-    MetricsEndpoint,
     ServerMetrics,
 )
 from stratalog.server.storage.cleaner_manager import CleanerPartitionStatus, CleanerStats
@@ -156,24 +155,6 @@ def test_two_servers_have_separate_registries() -> None:
     first, second = ServerMetrics(), ServerMetrics()
     first.observe_produce("t", 3, 30)
     assert ("stratalog_records_in_total", (("topic", "t"),)) not in _samples(second)
-
-
-def test_endpoint_serves_text_on_a_free_port() -> None:
-    metrics = ServerMetrics()
-    metrics.observe_produce("orders", 7, 700)
-    endpoint = MetricsEndpoint(metrics)
-    port = endpoint.start("127.0.0.1", 0)
-    try:
-        assert port > 0
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-            assert response.status == 200
-            assert response.headers["Content-Type"].startswith("text/plain")
-            body = response.read().decode()
-        assert 'stratalog_records_in_total{topic="orders"} 7.0' in body
-        assert "process_resident_memory_bytes" in body
-    finally:
-        endpoint.close()
-    endpoint.close()  # idempotent
 
 
 def test_log_gauges_come_from_the_last_snapshot() -> None:

@@ -59,6 +59,29 @@ def test_the_start_is_refused_with_the_counts() -> None:
     assert "RLIMIT_NOFILE is 1,024: raise it with ulimit -n" in message
 
 
+def test_connections_come_out_of_the_limit_before_the_storage_share() -> None:
+    # A server's connection caps (issue 24): 1,024 gRPC + 32 metrics connections.
+    budget = DescriptorBudget(limit=2048, reserved=512, open_segments_max=100, connections=1056)
+    assert budget.storage_limit == 2048 - 1056 - 512 == 480
+    assert budget.partitions_max == 480 // DESCRIPTORS_PER_PARTITION == 80
+    assert budget.open_segments_capacity(70) == (480 - 420) // 6 == 10
+    budget.check_new_partitions("t", 0, 80)
+    with pytest.raises(ResourceLimitExceededError) as refused:
+        budget.check_new_partitions("t", 0, 81)
+    assert "1,056 for connections: max_connections + metrics_connections_max" in str(
+        refused.value)
+    assert "80 more partitions fit" in str(refused.value)
+    with pytest.raises(TooManyOpenFilesError) as failed:
+        budget.check_startup(81)
+    message = str(failed.value)
+    assert message.startswith("Too many open files: 2,054 descriptors needed for 81 partitions")
+    assert "1,056 for connections" in message
+    assert "max_connections or metrics_connections_max" in message
+    # Connections alone beyond the limit: not even an empty server fits.
+    with pytest.raises(TooManyOpenFilesError):
+        DescriptorBudget(limit=1024, reserved=512, connections=1056).check_startup(0)
+
+
 def test_the_soft_limit_is_raised_to_the_hard_limit() -> None:
     code = textwrap.dedent("""
         import resource

@@ -8,6 +8,9 @@ from __future__ import annotations
 import os
 import shutil
 import struct
+import subprocess
+import sys
+import textwrap
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -617,10 +620,10 @@ def test_non_blocking_append_does_not_wait_for_maintenance(directory: Path) -> N
         release.set()
         retention.join(10)
     assert log.segments.base_offsets() == [3]
-    # The segment retention rolled has no index files yet: creating them is not for a loop.
-    deferred = _deferred(log, client_batch([T0]), WouldBlock.OPEN_INDEXES)
-    assert deferred.validated is None
-    assert log.append_deferred(deferred).first_offset == 3
+    # The roll (in retention's thread) opened the new segment's indexes, so that a shortage of
+    # descriptors shows in the roll (issue 24): the loop's append goes through at once.
+    info = log.try_append_without_blocking(client_batch([T0]))
+    assert isinstance(info, AppendInfo) and info.first_offset == 3
     info = log.try_append_without_blocking(client_batch([T0]))
     assert isinstance(info, AppendInfo) and info.first_offset == 4
     log.close()
@@ -1417,3 +1420,63 @@ def test_flush_overlapped_by_truncation_does_not_move_recovery_point(directory: 
     assert log.log_end_offset == 4
     assert log.recovery_point == 0  # not 2: offsets 1.. were replaced and are unflushed
     log.close()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="Linux's /proc only")
+def test_a_roll_without_a_descriptor_free_is_retriable_and_the_log_stays_online(
+    tmp_path: Path,
+) -> None:
+    # Issue 24: a roll that hit EMFILE took the log directory offline until a restart. In a
+    # child with a low RLIMIT_NOFILE, every descriptor is taken (as 2,048 idle connections
+    # took them), appends that must roll are refused as retriable, the directory stays online,
+    # and once descriptors are free the same append rolls and everything reads back.
+    code = textwrap.dedent(f"""
+        import os, resource
+        from stratalog.records.builder import build_batch
+        from stratalog.server.storage.errors import OutOfDescriptorsError
+        from stratalog.server.storage.log_manager import LogManager
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+        manager = LogManager.open([{str(tmp_path / "d0")!r}], open_files_limit=1_000_000)
+        manager.create_topic("t", 1, {{"segment.bytes": "200"}})
+        log = manager.get_log("t", 0)
+        def batch(i):
+            return build_batch([(1_700_000_000_000 + i, None, b"v%03d" % i + b"x" * 80, ())])
+        log.append(batch(0))
+        log.append(batch(1))  # the segment is full now: the next append rolls
+        segments = len(list(log.segments))
+        hogs = []
+        try:
+            while True:
+                hogs.append(os.open("/dev/null", os.O_RDONLY))
+        except OSError:
+            pass
+        refusals = 0
+        for attempt in range(3):
+            try:
+                log.append(batch(2))
+            except OutOfDescriptorsError as exc:
+                refusals += 1
+                assert exc.limit == "RLIMIT_NOFILE" and exc.topic == "t", exc
+                assert "stays online" in str(exc) and {str(tmp_path)!r} not in str(exc)
+        assert refusals == 3, refusals
+        assert not log.is_offline and manager.offline_log_dirs == []
+        assert len(list(log.segments)) == segments and log.log_end_offset == 2
+        for fd in hogs:
+            os.close(fd)
+        assert log.append(batch(2)).first_offset == 2
+        assert len(list(log.segments)) == segments + 1
+        from stratalog.records.reader import iter_batches
+        values = [r.value[:4] for offset in range(3)
+                  for _, records in iter_batches(log.read(offset, 1)) for r in records]
+        assert values == [b"v000", b"v001", b"v002"], values
+        manager.close()
+        manager = LogManager.open([{str(tmp_path / "d0")!r}], open_files_limit=1_000_000)
+        assert manager.get_log("t", 0).log_end_offset == 3
+        manager.close()
+        print("ok")
+    """)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == "ok"
+    assert "failed for want of a file descriptor" in result.stderr
