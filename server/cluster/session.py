@@ -54,7 +54,12 @@ from collections.abc import Awaitable, Callable
 import aetcd
 
 from .endpoints import Endpoint
-from .errors import ClusterError, CoordinationUnavailableError, EtcdAuthenticationError
+from .errors import (
+    ClusterError,
+    CoordinationUnavailableError,
+    EtcdAuthenticationError,
+    EtcdTlsError,
+)
 from .etcd_client import EtcdSecurity, is_token_expired, new_client, start_failure
 
 __all__ = ["EtcdSession"]
@@ -113,8 +118,8 @@ class EtcdSession:
                 if access_check_key is not None:
                     await client.get(access_check_key)
             except (TimeoutError, aetcd.ClientError, OSError) as exc:
-                failure = start_failure(endpoint, security, exc,
-                                        (access_check_key or b"").decode(errors="replace"))
+                prefix = (access_check_key or b"").decode(errors="replace").rpartition("/")[0]
+                failure = start_failure(endpoint, security, exc, prefix)
                 with contextlib.suppress(Exception):
                     await client.close()
                 if isinstance(failure, EtcdAuthenticationError):
@@ -122,13 +127,11 @@ class EtcdSession:
                 failures.append(failure)
                 continue
             return session
-        message = "no etcd endpoint answered: " + "; ".join(map(str, failures))
+        detail = "; ".join(map(str, failures))
         # A TLS failure is a configuration to fix, not an etcd to wait for: named as such.
-        tls_failure = next((f for f in failures if not isinstance(
-            f, CoordinationUnavailableError)), None)
-        if tls_failure is not None:
-            raise type(tls_failure)(message)
-        raise CoordinationUnavailableError(message)
+        if any(isinstance(f, EtcdTlsError) for f in failures):
+            raise EtcdTlsError("no TLS connection to any etcd endpoint: " + detail)
+        raise CoordinationUnavailableError("no etcd endpoint answered: " + detail)
 
     def on_new_lease(self, callback: Callable[[], Awaitable[None]]) -> None:
         """Call ``callback`` after a lease that expired was replaced by a new one."""
