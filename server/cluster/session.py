@@ -36,8 +36,10 @@ moves the session to the next one in turn (wrapping round), so a dead etcd membe
 one renewal interval plus a call's deadline. The lease is etcd's, not the member's: the next
 member renews the same lease. The other parts read :attr:`client` for every call, so they use
 the new endpoint from their next call; the old client is closed a call's deadline later, after
-the calls it carries ended. A renewal refused for an expired auth token (etcd restarted:
-etcd_client.py) connects to the same endpoint again, which authenticates again.
+the calls it carries ended. With etcd credentials, each renewal is followed by a read of one
+key (etcd checks no token on lease renewals): refused for an expired auth token (etcd
+restarted: etcd_client.py), the session connects to the same endpoint again, which
+authenticates again, so the other parts' calls work again within one renewal interval.
 
 Concurrency: event-loop only.
 """
@@ -81,6 +83,8 @@ class EtcdSession:
         self.ttl_s = ttl_s
         self._endpoints = list(endpoints or [endpoint])
         self._security = security or EtcdSecurity()
+        # With etcd credentials: a key read after each renewal, to find an expired token.
+        self._token_check_key: bytes | None = None
         # Clients replaced by _switch_to, each closed a call's deadline later (or at close).
         self._retiring: dict[asyncio.Task[None], aetcd.Client] = {}
         self.lease_id = 0
@@ -114,6 +118,8 @@ class EtcdSession:
             try:
                 await client.connect()
                 session = cls(client, endpoint, ttl_s, endpoints, security)
+                if security.username:
+                    session._token_check_key = access_check_key
                 await session._grant()
                 if access_check_key is not None:
                     await client.get(access_check_key)
@@ -180,11 +186,26 @@ class EtcdSession:
                                    " %.1f s", self.endpoint, exc or type(exc).__name__,
                                    interval_s)
                 self._unreachable_logged = True
-                if is_token_expired(exc):
-                    self._switch_to(self.endpoint)
-                elif self._unreachable_at is not None and len(self._endpoints) > 1:
+                if self._unreachable_at is not None and len(self._endpoints) > 1:
                     index = self._endpoints.index(self.endpoint)
                     self._switch_to(self._endpoints[(index + 1) % len(self._endpoints)])
+                continue
+            if self._token_check_key is not None:
+                await self._maybe_authenticate_again()
+
+    async def _maybe_authenticate_again(self) -> None:
+        """Connect again (which authenticates again) when etcd no longer takes this server's
+        auth token. etcd does not check tokens on lease renewals, so a read tells."""
+        assert self._token_check_key is not None
+        try:
+            await self.client.get(self._token_check_key)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if is_token_expired(exc):
+                logger.info("etcd %s no longer takes this server's auth token (%s; etcd"
+                            " restarted?): authenticating again", self.endpoint, exc)
+                self._switch_to(self.endpoint)
 
     async def _renew(self) -> None:
         sent_at = time.monotonic()

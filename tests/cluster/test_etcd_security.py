@@ -9,8 +9,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import grpc
 import pytest
 
+from stratalog.v1 import broker_pb2 as pb
+from stratalog.v1 import broker_pb2_grpc
 from tests.integration.conftest import ServerProcess, launch_server
 
 from .conftest import SESSION_TIMEOUT_MS, EtcdProcess, free_port, metadata, wait_for
@@ -122,3 +125,31 @@ def test_two_endpoints_the_first_down_the_server_joins_through_the_second(
     # Every endpoint down: unreachable, named per endpoint.
     message = refused_start(tmp_path / "none", f"etcd://127.0.0.1:{down}")
     assert "no etcd endpoint answered" in message and f"127.0.0.1:{down}" in message, message
+
+
+def test_after_an_etcd_restart_the_server_authenticates_again(
+        etcd: EtcdProcess, launch, tmp_path: Path) -> None:
+    etcd.enable_auth(USER, PASSWORD)
+    password_file = tmp_path / "etcd.password"
+    password_file.write_text(PASSWORD + "\n")
+    server = launch(etcd.url, 1, "--etcd-username", USER,
+                    "--etcd-password-file", str(password_file))
+    joined(server, 1)
+    # etcd's simple tokens live in its memory: after a restart the server's token is refused
+    # ("invalid auth token") until it authenticates again.
+    etcd.stop()
+    etcd.start()
+
+    def created() -> bool:
+        with grpc.insecure_channel(server.target) as channel:
+            try:
+                broker_pb2_grpc.BrokerStub(channel).CreateTopic(
+                    pb.CreateTopicRequest(name="after-restart", partitions=1), timeout=10)
+            except grpc.RpcError as err:  # etcd refusing the old token: COORDINATION_UNAVAILABLE
+                return err.code() == grpc.StatusCode.ALREADY_EXISTS
+            return True
+
+    wait_for(created, "CreateTopic through etcd after its restart")
+    assert "/stratalog/topics/after-restart" in etcd.etcdctl(
+        "get", "--prefix", "--keys-only", "/stratalog/topics/", user="root:root-password")
+    assert "no longer takes this server's auth token" in server.log_text()
