@@ -14,6 +14,9 @@ Fixtures:
                    ``--client-cert-auth``: a client shows a certificate the PKI's CA signed
 ``start_member``   ``start_member(node_id, *extra_flags, data_dir=None) -> ServerProcess``:
                    a server joined to ``etcd``; every one is killed after the test
+
+:func:`start_etcd_cluster` starts several etcd members forming one etcd cluster (the
+endpoint failover test); the caller stops them.
 """
 
 from __future__ import annotations
@@ -56,11 +59,14 @@ class EtcdProcess:
     port serves TLS only (the PKI's ``server`` certificate) and asks every client for a
     certificate signed by the PKI's CA (``--client-cert-auth``)."""
 
-    def __init__(self, data_dir: Path, pki: TestPki | None = None) -> None:
+    def __init__(self, data_dir: Path, pki: TestPki | None = None, name: str = "test") -> None:
         self.data_dir = data_dir
         self.pki = pki
+        self.name = name
         self.client_port = free_port()
         self.peer_port = free_port()
+        #: ``--initial-cluster``: this member alone, unless :func:`start_etcd_cluster` sets it.
+        self.initial_cluster = f"{name}=http://127.0.0.1:{self.peer_port}"
         self.log_path = data_dir.parent / f"{data_dir.name}.log"
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -114,6 +120,11 @@ class EtcdProcess:
         return context
 
     def start(self) -> None:
+        """Start and wait until healthy (a member of several: once a quorum runs)."""
+        self.launch()
+        self.wait_healthy()
+
+    def launch(self) -> None:
         client = self.client_url
         peer = f"http://127.0.0.1:{self.peer_port}"
         tls_flags = [] if self.pki is None else [
@@ -122,12 +133,16 @@ class EtcdProcess:
         ]
         with self.log_path.open("a") as log:
             self.process = subprocess.Popen(
-                [str(ETCD_BINARY), "--name", "test", "--data-dir", str(self.data_dir),
+                [str(ETCD_BINARY), "--name", self.name, "--data-dir", str(self.data_dir),
                  "--listen-client-urls", client, "--advertise-client-urls", client,
                  "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-                 "--initial-cluster", f"test={peer}", *tls_flags],
+                 "--initial-cluster", self.initial_cluster, *tls_flags],
                 stdout=log, stderr=log,
             )
+
+    def wait_healthy(self) -> None:
+        assert self.process is not None
+        client = self.client_url
         context = self._health_context()
         deadline = time.monotonic() + ETCD_STARTUP_TIMEOUT_S
         while time.monotonic() < deadline:
@@ -163,6 +178,24 @@ def etcd(tmp_path: Path) -> Iterator[EtcdProcess]:
     process.start()
     yield process
     process.stop()
+
+
+def start_etcd_cluster(directory: Path, members: int) -> list[EtcdProcess]:
+    """``members`` etcd members on 127.0.0.1 forming one etcd cluster, started and healthy."""
+    directory.mkdir(parents=True, exist_ok=True)
+    processes = [EtcdProcess(directory / f"etcd-{n}", name=f"m{n}") for n in range(members)]
+    initial = ",".join(f"{p.name}=http://127.0.0.1:{p.peer_port}" for p in processes)
+    for process in processes:
+        process.initial_cluster = initial
+        process.launch()  # all before any is waited for: health needs a quorum
+    try:
+        for process in processes:
+            process.wait_healthy()
+    except BaseException:
+        for process in processes:
+            process.stop()
+        raise
+    return processes
 
 
 @pytest.fixture

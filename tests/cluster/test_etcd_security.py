@@ -16,7 +16,14 @@ from stratalog.v1 import broker_pb2 as pb
 from stratalog.v1 import broker_pb2_grpc
 from tests.integration.conftest import ServerProcess, launch_server
 
-from .conftest import SESSION_TIMEOUT_MS, EtcdProcess, free_port, metadata, wait_for
+from .conftest import (
+    SESSION_TIMEOUT_MS,
+    EtcdProcess,
+    free_port,
+    metadata,
+    start_etcd_cluster,
+    wait_for,
+)
 
 if TYPE_CHECKING:
     from tests.conftest import TestPki
@@ -125,6 +132,37 @@ def test_two_endpoints_the_first_down_the_server_joins_through_the_second(
     # Every endpoint down: unreachable, named per endpoint.
     message = refused_start(tmp_path / "none", f"etcd://127.0.0.1:{down}")
     assert "no etcd endpoint answered" in message and f"127.0.0.1:{down}" in message, message
+
+
+def test_when_the_etcd_member_in_use_dies_the_server_goes_on_through_the_next(
+        launch, tmp_path: Path) -> None:
+    members = start_etcd_cluster(tmp_path / "etcd-cluster", 3)
+    try:
+        url = "etcd://" + ",".join(f"127.0.0.1:{m.client_port}" for m in members)
+        server = launch(url, 1)
+        joined(server, 1)
+        members[0].stop()  # the member the server uses: the first that answered
+        # The server moves to the next member: its lease lives on there, and etcd writes
+        # through it work.
+        wait_for(lambda: f"using 127.0.0.1:{members[1].client_port}" in server.log_text(),
+                 "the session moved to the second member")
+
+        def created() -> bool:
+            with grpc.insecure_channel(server.target) as channel:
+                try:
+                    broker_pb2_grpc.BrokerStub(channel).CreateTopic(
+                        pb.CreateTopicRequest(name="after-failover", partitions=1), timeout=10)
+                except grpc.RpcError as err:
+                    return err.code() == grpc.StatusCode.ALREADY_EXISTS
+                return True
+
+        wait_for(created, "CreateTopic through the second member")
+        registered = members[1].etcdctl("get", "--print-value-only", "/stratalog/brokers/1")
+        assert server.target in registered
+        assert [b.node_id for b in metadata(server).brokers] == [1]
+    finally:
+        for member in members:
+            member.stop()
 
 
 def test_after_an_etcd_restart_the_server_authenticates_again(
