@@ -309,7 +309,7 @@ class Authorizer:
         Raises:
             InvalidAclError: the filter is malformed.
         """
-        return self._acls.matching(acl_filter.validated("filter"))
+        return self._current().matching(acl_filter.validated("filter"))
 
     def _check_entries(self, count: int, what: str) -> None:
         if count > self._request_entries_max:
