@@ -176,6 +176,10 @@ class EtcdAclStore:
             return
         value, meta = found[0]
         mod_revision = int(meta.mod_revision)  # type: ignore[attr-defined]
+        if mod_revision < self._mod_revision:
+            # A poll's answer that arrived after this server's own newer write: older, so
+            # taking it would briefly undo that write here (a key's mod revision only grows).
+            return
         try:
             bindings = decode_acls(value, self._key.decode())
         except SecurityConfigError:
