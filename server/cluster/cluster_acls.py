@@ -1,5 +1,6 @@
 """The cluster's ACLs: one etcd key every server reads and writes, as Kafka keeps its ACLs in
-the metadata log every broker follows.
+the metadata log every broker follows (its controller's
+``metadata/src/main/java/org/apache/kafka/controller/AclControlManager.java`` writes them there).
 
 In cluster mode with ``authorizer = "acl"`` the ACLs are the cluster's, not a node's: they are
 ``<prefix>/acls``, whose value is an ``acls.json`` document (server/security/acl_store.py has
