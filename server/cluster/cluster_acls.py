@@ -182,7 +182,7 @@ class EtcdAclStore:
             # taking it would briefly undo that write here (a key's mod revision only grows).
             return
         try:
-            bindings = decode_acls(value, self._key.decode())
+            bindings = decode_acls(value, self._key.decode(), "etcd key")
         except SecurityConfigError:
             if strict:
                 raise

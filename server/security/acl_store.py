@@ -132,8 +132,10 @@ def encode_acls(bindings: Sequence[AclBinding]) -> bytes:
     return text.encode("utf-8")
 
 
-def decode_acls(data: bytes, path: Path | str = ACL_FILE_NAME) -> list[AclBinding]:
-    """The bindings of a file's bytes, each validated as CreateAcls validates one.
+def decode_acls(data: bytes, path: Path | str = ACL_FILE_NAME, label: str = "ACL file"
+                ) -> list[AclBinding]:
+    """The bindings of a file's bytes, each validated as CreateAcls validates one; errors
+    name ``label`` and ``path`` ("ACL file /data/acls.json", "etcd key /stratalog/acls").
 
     Raises:
         SecurityConfigError: not UTF-8 JSON, not this format, an unknown version, or an invalid
@@ -142,20 +144,20 @@ def decode_acls(data: bytes, path: Path | str = ACL_FILE_NAME) -> list[AclBindin
     try:
         document = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise SecurityConfigError(f"ACL file {path} is not UTF-8 JSON: {exc}") from None
+        raise SecurityConfigError(f"{label} {path} is not UTF-8 JSON: {exc}") from None
     if not isinstance(document, dict) or not isinstance(document.get("acls"), list):
         raise SecurityConfigError(
-            f"ACL file {path}: expected an object with \"version\" and an \"acls\" list"
+            f"{label} {path}: expected an object with \"version\" and an \"acls\" list"
         )
     version = document.get("version")
     if version != FORMAT_VERSION:
         raise SecurityConfigError(
-            f"ACL file {path}: version {version!r} is not supported (this server reads "
+            f"{label} {path}: version {version!r} is not supported (this server reads "
             f"version {FORMAT_VERSION})"
         )
     bindings = []
     for index, entry in enumerate(document["acls"]):
-        where = f"ACL file {path}: acls[{index}]"
+        where = f"{label} {path}: acls[{index}]"
         if not isinstance(entry, dict) or set(entry) != set(_FIELDS):
             raise SecurityConfigError(f"{where}: expected an object with exactly the keys "
                                       f"{', '.join(_FIELDS)}; got {entry!r}")
@@ -176,7 +178,7 @@ def decode_acls(data: bytes, path: Path | str = ACL_FILE_NAME) -> list[AclBindin
         try:
             bindings.append(AclBinding(**values).validated(f"acls[{index}]"))
         except InvalidAclError as exc:
-            raise SecurityConfigError(f"ACL file {path}: {exc}") from None
+            raise SecurityConfigError(f"{label} {path}: {exc}") from None
     return bindings
 
 

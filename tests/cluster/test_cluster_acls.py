@@ -164,3 +164,23 @@ def test_a_nodes_acl_file_is_imported_once_and_refused_when_etcd_holds_others(
     assert first.stop() == 0
     restarted = start_member(1, *ACL_FLAGS)
     assert not may_describe(restarted, "secret")
+
+
+def test_an_undecodable_acl_key_keeps_the_acls_in_force_and_refuses_a_start(
+        start_member, etcd: EtcdProcess, tmp_path: Path) -> None:
+    _acl_file(tmp_path / "node-1", "secret")
+    server = start_member(1, *ACL_FLAGS)
+    assert not may_describe(server, "secret")
+    etcd.etcdctl("put", "/stratalog/acls", '{"version": 1, "acls": [{"oops": 1}]}')
+    wait_for(lambda: "the cluster's ACLs in etcd do not decode" in server.log_text(),
+             "the bad value found by the poll")
+    assert not may_describe(server, "secret")  # the DENY read before stays in force
+    try:
+        launch_server(tmp_path / "node-2", "--cluster", etcd.url, "--node-id", "2",
+                      "--cluster-session-timeout-ms", str(SESSION_TIMEOUT_MS), *ACL_FLAGS)
+    except AssertionError as exc:
+        message = str(exc)
+    else:
+        raise AssertionError("a node joined while the cluster's ACL key does not decode")
+    assert "etcd key /stratalog/acls: acls[0]" in message, message
+    assert "fix the key with etcdctl" in message
