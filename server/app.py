@@ -8,9 +8,9 @@ Life of a server process (``stratalog serve``)::
     open the TransactionCoordinator: replay __transaction_state, complete the commits and
         aborts a crash left half-written (their markers go to the LogManager's partitions)
     load the TLS files and the credential file (server/security/), if configured
-    with --cluster: connect to etcd (TLS and etcd credentials as configured), grant the lease
-        and keep it alive (server/cluster/node.py's connect); etcd unreachable, a TLS failure
-        or credentials etcd refuses: exit 1, each named
+    with --cluster, before the logs open: connect to etcd (TLS and etcd credentials as
+        configured), grant the lease and keep it alive (server/cluster/node.py's connect);
+        etcd unreachable, a TLS failure or credentials etcd refuses: exit 1, each named
     with authorizer = "acl": read the ACL file (server/security/acl_store.py); with --cluster
         the cluster's ACLs in etcd instead, after importing or checking the ACL file
         (server/cluster/cluster_acls.py), followed by a poll from then on
@@ -241,14 +241,14 @@ class Server:
             if settings.authorizer == "acl":
                 try:
                     # After the LogManager: the ACL file lives in a log dir it has locked.
-                    store: AclStorage = await loop.run_in_executor(
+                    local = await loop.run_in_executor(
                         self._executor, AclStore.open, settings.log_dirs
                     )
                 except SecurityConfigError as exc:
                     raise StartupError(str(exc)) from exc
-                if settings.cluster:
-                    assert isinstance(store, AclStore)
-                    store = await self._open_cluster_acls(store)
+                store: AclStorage = (
+                    await self._open_cluster_acls(local) if settings.cluster else local
+                )
                 self.authorizer = Authorizer(
                     store,
                     super_users=settings.super_users,
