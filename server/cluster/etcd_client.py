@@ -82,13 +82,17 @@ class EtcdSecurity:
         """Read the files the settings name (blocking).
 
         Raises:
-            ClusterConfigError: a file that cannot be read, is empty or too large, or a
-                PEM file without a PEM block; the message names the setting and the path.
+            ClusterConfigError: a file that cannot be read or is too large, a PEM file without
+                a PEM block, or a password file that is not UTF-8 or whose first line is
+                empty; the message names the setting and the path.
         """
         password = None
         if username:
-            lines = _read(password_file, "etcd_password_file").decode(
-                "utf-8", errors="strict").splitlines()
+            try:
+                lines = _read(password_file, "etcd_password_file").decode().splitlines()
+            except UnicodeDecodeError:
+                raise ClusterConfigError(
+                    f"etcd_password_file {password_file}: not UTF-8 text") from None
             password = lines[0] if lines else ""
             if not password:
                 raise ClusterConfigError(

@@ -43,11 +43,14 @@ def test_load_reads_the_files_the_settings_name(tmp_path: Path) -> None:
     ("ca_file", None, "etcd_ca_file {path}: cannot read it"),
     ("ca_file", "not a certificate", "etcd_ca_file {path}: no PEM block"),
     ("password_file", "\n", "etcd_password_file {path}: the first line is empty"),
+    ("password_file", b"\xff\xfe", "etcd_password_file {path}: not UTF-8 text"),
 ])
 def test_load_refuses_unreadable_files_naming_setting_and_path(
-        tmp_path: Path, setting: str, content: str | None, named: str) -> None:
+        tmp_path: Path, setting: str, content: str | bytes | None, named: str) -> None:
     path = tmp_path / "file"
-    if content is not None:
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    elif content is not None:
         path.write_text(content)
     kwargs = {setting: str(path)}
     if setting == "password_file":
