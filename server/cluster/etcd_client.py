@@ -28,6 +28,7 @@ Concurrency: event-loop only. :meth:`EtcdSecurity.load` reads files: call it fro
 from __future__ import annotations
 
 import asyncio
+import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,7 +53,8 @@ _FILE_BYTES_MAX = 1024 * 1024
 
 # What gRPC's message says when the TLS handshake failed, on either side.
 _TLS_MARKERS = ("Tls handshake failed", "SSL_ERROR", "CERTIFICATE_VERIFY_FAILED",
-                "TSI_PROTOCOL_FAILURE", "WRONG_VERSION_NUMBER", "ssl_transport_security")
+                "TSI_PROTOCOL_FAILURE", "WRONG_VERSION_NUMBER", "ssl_transport_security",
+                "security handshaker")
 # etcd's messages (etcd's api/v3rpc/rpctypes/error.go).
 _AUTH_FAILED = "authentication failed"
 _USER_EMPTY = "user name is empty"
@@ -97,7 +99,7 @@ class EtcdSecurity:
             if not password:
                 raise ClusterConfigError(
                     f"etcd_password_file {password_file}: the first line is empty")
-        return cls(
+        security = cls(
             tls=uses_tls(url),
             ca_pem=_read_pem(ca_file, "etcd_ca_file") if ca_file else None,
             cert_pem=_read_pem(cert_file, "etcd_cert_file") if cert_file else None,
@@ -105,6 +107,8 @@ class EtcdSecurity:
             username=username or None,
             password=password,
         )
+        _check_tls_files(ca_file, cert_file, key_file)
+        return security
 
     def channel_credentials(self) -> grpc.ChannelCredentials:
         assert self.tls
@@ -112,6 +116,26 @@ class EtcdSecurity:
             root_certificates=self.ca_pem, private_key=self.key_pem,
             certificate_chain=self.cert_pem,
         )
+
+
+def _check_tls_files(ca_file: str, cert_file: str, key_file: str) -> None:
+    """Load the files as Python's ssl module does: gRPC only says "Failed to create security
+    handshaker" at the first call for a key that does not match its certificate, or a file
+    that does not parse."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    if ca_file:
+        try:
+            context.load_verify_locations(cafile=ca_file)
+        except (ssl.SSLError, OSError) as exc:
+            raise ClusterConfigError(
+                f"etcd_ca_file {ca_file}: not PEM CA certificates ({exc})") from None
+    if cert_file:
+        try:
+            context.load_cert_chain(cert_file, key_file)
+        except (ssl.SSLError, OSError) as exc:
+            raise ClusterConfigError(
+                f"etcd_cert_file {cert_file} and etcd_key_file {key_file}: not a PEM"
+                f" certificate chain and its private key ({exc})") from None
 
 
 def _read(path: str, setting: str) -> bytes:

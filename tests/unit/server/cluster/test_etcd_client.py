@@ -19,6 +19,7 @@ from stratalog.server.cluster.errors import (
     EtcdTlsError,
 )
 from stratalog.server.cluster.etcd_client import EtcdSecurity, is_token_expired, start_failure
+from tests.conftest import make_test_pki
 
 ENDPOINT = Endpoint("10.0.0.5", 2379)
 PLAIN = EtcdSecurity()
@@ -27,8 +28,7 @@ USER = EtcdSecurity(username="strata", password="secret")
 
 
 def test_load_reads_the_files_the_settings_name(tmp_path: Path) -> None:
-    ca = tmp_path / "ca.pem"
-    ca.write_text("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+    ca = make_test_pki(tmp_path).ca
     password = tmp_path / "password"
     password.write_text("s3cret\nignored second line\n")
     security = EtcdSecurity.load("etcds://h:1", ca_file=str(ca), username="strata",
@@ -57,6 +57,21 @@ def test_load_refuses_unreadable_files_naming_setting_and_path(
         kwargs["username"] = "strata"
     with pytest.raises(ClusterConfigError, match=named.format(path=path)):
         EtcdSecurity.load("etcds://h:1", **kwargs)
+
+
+def test_load_refuses_a_key_that_is_not_the_certificates(tmp_path: Path) -> None:
+    pki = make_test_pki(tmp_path)
+    security = EtcdSecurity.load("etcds://h:1", ca_file=str(pki.ca),
+                                 cert_file=str(pki.client[0]), key_file=str(pki.client[1]))
+    assert security.cert_pem == pki.client[0].read_bytes()
+    # gRPC would only say "Failed to create security handshaker" at the first call.
+    with pytest.raises(ClusterConfigError, match="KEY_VALUES_MISMATCH"):
+        EtcdSecurity.load("etcds://h:1", cert_file=str(pki.client[0]),
+                          key_file=str(pki.stranger[1]))
+    not_a_ca = tmp_path / "bad-ca.pem"
+    not_a_ca.write_text("-----BEGIN CERTIFICATE-----\nnonsense\n-----END CERTIFICATE-----\n")
+    with pytest.raises(ClusterConfigError, match=f"etcd_ca_file {not_a_ca}: not PEM CA"):
+        EtcdSecurity.load("etcds://h:1", ca_file=str(not_a_ca))
 
 
 def test_start_failures_are_named_by_cause() -> None:
