@@ -10,7 +10,12 @@ Life of a server process (``stratalog serve``)::
     open the TransactionCoordinator: replay __transaction_state, complete the commits and
         aborts a crash left half-written (their markers go to the LogManager's partitions)
     load the TLS files and the credential file (server/security/), if configured
-    with authorizer = "acl": read the ACL file (server/security/acl_store.py)
+    with --cluster, before the logs open: connect to etcd (TLS and etcd credentials as
+        configured), grant the lease and keep it alive (server/cluster/node.py's connect);
+        etcd unreachable, a TLS failure or credentials etcd refuses: exit 1, each named
+    with authorizer = "acl": read the ACL file (server/security/acl_store.py); with --cluster
+        the cluster's ACLs in etcd instead, after importing or checking the ACL file
+        (server/cluster/cluster_acls.py), followed by a poll from then on
     build grpc.aio server: the interceptors (authentication, then authorization and quotas),
         Broker + grpc.health.v1 (SERVING) + reflection; bind (TLS when configured); start
     print "stratalog: listening on HOST:PORT" (the bound port when asked for port 0)
@@ -28,8 +33,8 @@ Life of a server process (``stratalog serve``)::
         the settings again for the byte-rate quotas (server/security/quotas.py) ...
     health NOT_SERVING; long polls answer, Subscribe streams end (SHUTTING_DOWN)
     grpc stop(grace): no new RPCs; in-flight ones get shutdown_grace_ms, then are cancelled
-    with --cluster: stop the replica fetchers, then revoke the etcd lease (the registration
-        and the controller key go at once)
+    with --cluster: stop the replica fetchers and the polls, then revoke the etcd lease (the
+        registration and the controller key go at once)
     stop the maintenance task (a pass under way finishes)
     TransactionCoordinator.close(), then LogManager.close(): flush, checkpoints,
         clean-shutdown markers, unlock                                        -> exit 0
@@ -79,7 +84,7 @@ from stratalog.server.garbage_collector import freeze_loaded_objects, set_young_
 from stratalog.server.metrics import ServerMetrics
 from stratalog.server.metrics_endpoint import MetricsEndpoint, MetricsEndpointLimits
 from stratalog.server.metrics_interceptor import MetricsInterceptor
-from stratalog.server.security.acl_store import AclStore
+from stratalog.server.security.acl_store import AclStorage, AclStore
 from stratalog.server.security.authentication import AuthenticationInterceptor, Authenticator
 from stratalog.server.security.authorizer import AuthorizationInterceptor, Authorizer
 from stratalog.server.security.credentials import CredentialFile
@@ -98,10 +103,12 @@ from stratalog.server.subscribe_budget import MESSAGE_COPIES_HELD, SubscribeBudg
 from stratalog.v1 import broker_pb2
 
 if TYPE_CHECKING:
+    from stratalog.server.cluster.cluster_acls import EtcdAclStore
     from stratalog.server.cluster.node import ClusterNode
     from stratalog.server.cluster.peer_channels import PeerChannels
     from stratalog.server.cluster.replica_manager import ReplicaManager
     from stratalog.server.cluster.replication_service import ReplicationService
+    from stratalog.server.cluster.session import EtcdSession
     from stratalog.server.storage.log_manager import LogManager
     from stratalog.server.transactions import TransactionConfig, TransactionCoordinator
 
@@ -145,6 +152,10 @@ class Server:
         self.log_manager: LogManager | None = None
         self.coordinator: TransactionCoordinator | None = None
         self.cluster_node: ClusterNode | None = None  # with --cluster, from start() to stop()
+        # With --cluster: the etcd session from before the logs open until stop(), and with
+        # authorizer = "acl" the cluster's ACLs (server/cluster/cluster_acls.py).
+        self.etcd_session: EtcdSession | None = None
+        self._cluster_acls: EtcdAclStore | None = None
         self.replica_manager: ReplicaManager | None = None  # with --cluster, once joined
         self._replication: ReplicationService | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -198,6 +209,14 @@ class Server:
             self._executor.shutdown(wait=False)
             self._auth_executor.shutdown(wait=False)
             raise StartupError(str(exc)) from exc
+        if settings.cluster:
+            try:
+                # Before the logs too: a wrong etcd setting must not cost a recovery pass.
+                await self._connect_etcd()
+            except StartupError:
+                self._executor.shutdown(wait=False)
+                self._auth_executor.shutdown(wait=False)
+                raise
         try:
             self.log_manager = await loop.run_in_executor(
                 self._executor,
@@ -208,6 +227,7 @@ class Server:
                 ),
             )
         except Exception as exc:
+            await self._close_etcd()
             self._executor.shutdown(wait=False)
             self._auth_executor.shutdown(wait=False)
             raise StartupError(f"cannot open the log directories {list(settings.log_dirs)}: "
@@ -229,11 +249,14 @@ class Server:
             if settings.authorizer == "acl":
                 try:
                     # After the LogManager: the ACL file lives in a log dir it has locked.
-                    store = await loop.run_in_executor(
+                    local = await loop.run_in_executor(
                         self._executor, AclStore.open, settings.log_dirs
                     )
                 except SecurityConfigError as exc:
                     raise StartupError(str(exc)) from exc
+                store: AclStorage = (
+                    await self._open_cluster_acls(local) if settings.cluster else local
+                )
                 self.authorizer = Authorizer(
                     store,
                     # In cluster mode the servers' own principals are super users, as
@@ -367,17 +390,78 @@ class Server:
             host = socket.getfqdn()
         return str(Address(host, self.port or 0))
 
+    async def _connect_etcd(self) -> None:
+        """Connect to etcd and keep this server's lease alive (server/cluster/node.py's
+        connect). Raises StartupError naming the cause: etcd unreachable, a TLS failure,
+        credentials etcd refused, or an etcd setting's file that does not read."""
+        from stratalog.server.cluster.errors import ClusterError
+        from stratalog.server.cluster.etcd_client import EtcdSecurity
+        from stratalog.server.cluster.node import connect
+
+        settings = self.settings
+        try:
+            security = await asyncio.get_running_loop().run_in_executor(
+                self._executor, lambda: EtcdSecurity.load(
+                    settings.cluster, ca_file=settings.etcd_ca_file,
+                    cert_file=settings.etcd_cert_file, key_file=settings.etcd_key_file,
+                    username=settings.etcd_username,
+                    password_file=settings.etcd_password_file,
+                ),
+            )
+            if security.username and not security.tls:
+                logger.warning("etcd_username is set with a plaintext etcd:// URL: the password"
+                               " and etcd's token cross the network readable; use etcds://")
+            self.etcd_session = await connect(
+                settings.cluster, settings.cluster_prefix, settings.cluster_session_timeout_ms,
+                security,
+            )
+        except ClusterError as exc:
+            raise StartupError(f"cannot join the cluster {settings.cluster}: {exc}") from exc
+
+    async def _open_cluster_acls(self, local: AclStore) -> EtcdAclStore:
+        """The cluster's ACLs in etcd, this node's ACL file imported or checked, followed from
+        now on (server/cluster/cluster_acls.py). Raises StartupError."""
+        from stratalog.server.cluster.cluster_acls import EtcdAclStore
+        from stratalog.server.cluster.errors import ClusterError
+        from stratalog.server.cluster.layout import ClusterKeys
+        from stratalog.server.cluster.node import poll_interval_s_of
+
+        settings = self.settings
+        assert self.etcd_session is not None
+        try:
+            store = await EtcdAclStore.open(
+                self.etcd_session, ClusterKeys(settings.cluster_prefix),
+                poll_interval_s_of(settings.cluster_session_timeout_ms), local, self._executor,
+            )
+        except ClusterError as exc:
+            raise StartupError(f"cannot join the cluster {settings.cluster}: {exc}") from exc
+        store.start()
+        self._cluster_acls = store
+        return store
+
+    async def _close_etcd(self) -> None:
+        """Stop following the cluster's ACLs, then close the etcd session (revoke the lease)."""
+        acls, self._cluster_acls = self._cluster_acls, None
+        if acls is not None:
+            await acls.close()
+        session, self.etcd_session = self.etcd_session, None
+        if session is not None:
+            await session.close()
+
     async def _join_cluster(self) -> None:
         """Find out who this server is to its peers (with broker_principals set), register in
         etcd and take part in the controller election (server/cluster/node.py). Raises
         StartupError when the inter-broker security does not work, etcd does not answer or
         the node id is taken."""
+        import aetcd
+
         from stratalog.server.cluster.errors import ClusterError
         from stratalog.server.cluster.node import ClusterNode
         from stratalog.server.cluster.peer_channels import PeerChannels
 
         settings = self.settings
         address = self.advertised_address()
+        assert self.etcd_session is not None
         loop = asyncio.get_running_loop()
         try:
             peers = await loop.run_in_executor(self._auth_executor, PeerChannels.open, settings)
@@ -387,11 +471,15 @@ class Server:
             principal = await self._own_principal(peers, address)
             try:
                 self.cluster_node = await ClusterNode.start(
-                    settings.cluster, settings.cluster_prefix, settings.node_id, address,
+                    self.etcd_session, settings.cluster_prefix, settings.node_id, address,
                     settings.cluster_session_timeout_ms,
                     unclean_leader_election_enable=settings.unclean_leader_election_enable,
                     principal=principal,
                 )
+            except (TimeoutError, aetcd.ClientError, OSError) as exc:
+                raise StartupError(f"cannot join the cluster {settings.cluster}: etcd"
+                                   f" {self.etcd_session.endpoint} stopped answering:"
+                                   f" {exc or type(exc).__name__}") from exc
             except ClusterError as exc:
                 raise StartupError(f"cannot join the cluster {settings.cluster}: {exc}") from exc
         except BaseException:
@@ -679,9 +767,10 @@ class Server:
             await manager.close()  # fetchers stop before the lease goes and the logs close
         node, self.cluster_node = self.cluster_node, None
         if node is not None:
-            # First: revoking the lease deletes this server's keys at once, so another server
-            # takes over the controller role without waiting for a session timeout.
             await node.close()
+        # First: revoking the lease deletes this server's keys at once, so another server
+        # takes over the controller role without waiting for a session timeout.
+        await self._close_etcd()
         if self._maintenance is not None:
             self._maintenance.cancel()
             with contextlib.suppress(asyncio.CancelledError):

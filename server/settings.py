@@ -533,6 +533,27 @@ class Settings:
         "", "PEM CA certificates the peers' server certificates must chain to; empty ="
         " tls_ca_file, or the system's roots without it",
     )
+    # ---- etcd: TLS and credentials (issue 24; docs/cluster.md "Securing etcd";
+    # server/cluster/etcd_client.py). One block: the inter_broker_* settings are elsewhere.
+    etcd_ca_file: str = _setting(
+        "",
+        "PEM CA certificates etcd's server certificates must chain to (etcds:// only);"
+        " empty = the system's trusted roots",
+    )
+    etcd_cert_file: str = _setting(
+        "",
+        "PEM client certificate this server shows etcd (etcd's --client-cert-auth), set with"
+        " etcd_key_file; etcds:// only",
+    )
+    etcd_key_file: str = _setting("", "PEM private key of etcd_cert_file")
+    etcd_username: str = _setting(
+        "", "etcd user this server authenticates as (etcd's auth), set with etcd_password_file"
+    )
+    etcd_password_file: str = _setting(
+        "",
+        "file whose first line is etcd_username's password (a file, so that the password is in"
+        " no process listing or environment)",
+    )
     # ---- replication (issue 17; docs/cluster.md "Replication"; server/cluster/) ----
     replica_lag_time_max_ms: int = _setting(
         30_000,
@@ -618,6 +639,7 @@ class Settings:
                 parse_cluster_url(self.cluster)
             except ClusterConfigError as exc:
                 raise SettingsError(f"setting 'cluster': {exc}") from None
+        self._check_etcd_security()
         if self.advertised_listen:
             try:
                 address = parse_address(self.advertised_listen)
@@ -681,6 +703,23 @@ class Settings:
                 " them may (without it, followers would arrive anonymous and need rights that"
                 " anyone without credentials would then have)"
             )
+
+    def _check_etcd_security(self) -> None:
+        from stratalog.server.cluster.endpoints import uses_tls
+
+        if bool(self.etcd_cert_file) != bool(self.etcd_key_file):
+            raise SettingsError("settings 'etcd_cert_file' and 'etcd_key_file' go together:"
+                                " set both or neither")
+        if bool(self.etcd_username) != bool(self.etcd_password_file):
+            raise SettingsError("settings 'etcd_username' and 'etcd_password_file' go"
+                                " together: set both or neither")
+        if not uses_tls(self.cluster):
+            for name in ("etcd_ca_file", "etcd_cert_file"):
+                if getattr(self, name):
+                    raise SettingsError(
+                        f"setting '{name}' is for TLS to etcd, but 'cluster' is"
+                        f" {self.cluster!r}: write etcds://HOST:PORT to connect with TLS"
+                    )
 
     def _check_authorization_and_quotas(self) -> None:
         if self.authorizer not in AUTHORIZERS:

@@ -4,13 +4,16 @@ A server started with ``--cluster etcd://HOST:PORT`` and ``--node-id N`` holds o
 (:mod:`.session`), registers itself under it (:mod:`.membership`) and campaigns for the
 controller role under the same lease (:mod:`.controller`); the etcd keys are laid out in
 :mod:`.layout`. Without ``--cluster`` nothing here runs and no etcd is needed; this package's ``__init__``
-imports no etcd client (node.py, session.py and topic_admin.py do: import them only in cluster mode).
+imports no etcd client (node.py, session.py, etcd_client.py, cluster_acls.py and topic_admin.py do:
+import them only in cluster mode).
 
 Modules, one concept each::
 
-    endpoints.py    the --cluster URL: etcd://host:port[,host:port...]
+    endpoints.py    the --cluster URL: etcd://host:port[,host:port...], etcds:// for TLS
+    etcd_client.py  the etcd client of one endpoint: TLS, etcd credentials, start errors named
     layout.py       the etcd keys of a cluster and the values stored under them
-    session.py      the etcd client and this server's lease, kept alive
+    session.py      the etcd client and this server's lease, kept alive; endpoint failover
+    cluster_acls.py the cluster's ACLs: one etcd key, updated by transactions, polled
     membership.py   /<prefix>/brokers/<node_id> and the view of the live brokers
     controller.py   the controller election and its epoch
     partition_state.py  what etcd stores per replicated topic and partition
@@ -31,7 +34,14 @@ Modules, one concept each::
 
 from .controller import NO_CONTROLLER, ControllerState
 from .endpoints import parse_cluster_url
-from .errors import ClusterConfigError, ClusterError, CoordinationUnavailableError, NodeIdInUseError
+from .errors import (
+    ClusterConfigError,
+    ClusterError,
+    CoordinationUnavailableError,
+    EtcdAuthenticationError,
+    EtcdTlsError,
+    NodeIdInUseError,
+)
 from .membership import BrokerInfo
 
 __all__ = [
@@ -41,6 +51,8 @@ __all__ = [
     "ClusterError",
     "ControllerState",
     "CoordinationUnavailableError",
+    "EtcdAuthenticationError",
+    "EtcdTlsError",
     "NodeIdInUseError",
     "parse_cluster_url",
 ]

@@ -1,7 +1,7 @@
 """The cluster package's errors: one base, a leaf per failure.
 
-At start (ClusterConfigError, CoordinationUnavailableError, NodeIdInUseError) they stop the
-server (app.py turns them into StartupError: exit 1). On a request they reach the client
+At start (ClusterConfigError, CoordinationUnavailableError, EtcdTlsError,
+EtcdAuthenticationError, NodeIdInUseError) they stop the server (app.py turns them into StartupError: exit 1). On a request they reach the client
 through server/status.py's table, Kafka's error names: who leads a partition
 (NotLeaderOrFollowerError carries the leader this server knows of, so that a client can go
 there without another Metadata call), whether enough replicas hold a record, whether a
@@ -15,6 +15,8 @@ __all__ = [
     "ClusterConfigError",
     "ClusterError",
     "CoordinationUnavailableError",
+    "EtcdAuthenticationError",
+    "EtcdTlsError",
     "FencedLeaderEpochError",
     "InvalidReplicationFactorError",
     "LeaderNotAvailableError",
@@ -38,6 +40,17 @@ class ClusterConfigError(ClusterError):
 
 class CoordinationUnavailableError(ClusterError):
     """etcd did not answer (no endpoint reachable, or a call timed out)."""
+
+
+class EtcdTlsError(ClusterError):
+    """No TLS connection to etcd: a certificate that does not verify (etcd's against
+    ``etcd_ca_file``, or ours refused by etcd's ``--client-cert-auth``), or TLS on one side
+    only (``etcd://`` to a TLS port, ``etcds://`` to a plaintext one)."""
+
+
+class EtcdAuthenticationError(ClusterError):
+    """etcd refused this server's etcd user: wrong user or password, no credentials while
+    etcd's auth is enabled, or a user whose roles do not allow ``cluster_prefix``."""
 
 
 class NodeIdInUseError(ClusterError):

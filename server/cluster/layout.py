@@ -11,6 +11,9 @@
     <prefix>/partitions/<topic>/<partition>
                                    JSON PartitionState: leader, leader epoch, ISR, the controller
                                    epoch of the last writer (no lease; partition_state.py)
+    <prefix>/acls                  the cluster's ACLs: an acls.json document (no lease;
+                                   server/security/acl_store.py has the format,
+                                   cluster_acls.py the updates)
 
 Node ids are written in decimal without padding, so ``brokers/10`` sorts before ``brokers/2``
 in etcd; readers sort by the number.
@@ -44,6 +47,10 @@ class ClusterKeys:
     @property
     def controller_epoch(self) -> bytes:
         return f"{self.prefix}/controller_epoch".encode()
+
+    @property
+    def acls(self) -> bytes:
+        return f"{self.prefix}/acls".encode()
 
     @property
     def topics_prefix(self) -> bytes:

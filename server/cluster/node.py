@@ -1,15 +1,18 @@
 """This server as a cluster member: session, registration, election, started and stopped together.
 
-Start (``--cluster`` set; after the gRPC port is bound, so that the advertised address carries
-the real port)::
+Start (``--cluster`` set). The server connects first, before it opens its logs
+(:func:`connect`: a wrong etcd setting must not cost a recovery pass), then joins after the
+gRPC port is bound, so that the advertised address carries the real port::
 
-    connect to etcd, grant the lease           CoordinationUnavailableError: no etcd answered
+    connect to etcd, grant the lease, read      CoordinationUnavailableError: no etcd answered
+        <prefix>/controller_epoch               EtcdTlsError, EtcdAuthenticationError
+    (the server reads the cluster's ACLs: cluster_acls.py)
     register <prefix>/brokers/<node_id>         NodeIdInUseError: a live server has the id
     read the broker list, campaign if no controller is known, read the topics and partitions
     start the keep-alive, the broker list poll, the election poll, the view's poll and the
     controller's duties (leader_election.py: they act only while this server is controller)
 
-Stop: the polls end, the lease is revoked (the broker key and, on the controller, the
+Stop: the polls end, then the server closes the session: the lease is revoked (the broker key and, on the controller, the
 controller key are deleted at once, so another server takes over without waiting a TTL).
 
 Concurrency: event-loop only.
@@ -17,17 +20,16 @@ Concurrency: event-loop only.
 
 from __future__ import annotations
 
-import contextlib
-
 from .cluster_view import ClusterView
 from .controller import ControllerElection, ControllerState
 from .endpoints import parse_cluster_url
+from .etcd_client import EtcdSecurity
 from .layout import ClusterKeys
 from .leader_election import LeaderElector
 from .membership import BrokerInfo, Membership
 from .session import EtcdSession
 
-__all__ = ["POLL_INTERVALS_PER_SESSION", "ClusterNode"]
+__all__ = ["POLL_INTERVALS_PER_SESSION", "ClusterNode", "connect"]
 
 #: Polls (broker list, controller key) per session timeout: with the default 3 s, every 250 ms,
 #: so a takeover takes at most a quarter of a second more than the session timeout.
@@ -51,22 +53,22 @@ class ClusterNode:
         self.keys = keys
 
     @classmethod
-    async def start(cls, url: str, prefix: str, node_id: int, address: str,
+    async def start(cls, session: EtcdSession, prefix: str, node_id: int, address: str,
                     session_timeout_ms: int, *,
                     unclean_leader_election_enable: bool = False,
                     principal: str = "") -> ClusterNode:
-        """Join the cluster (module docstring); what was opened is closed again on failure.
-
-        Raises:
-            ClusterConfigError: ``url`` does not parse.
-            CoordinationUnavailableError: no etcd endpoint answered.
-            NodeIdInUseError: a live server holds ``node_id``.
+        """Join the cluster through ``session`` (module docstring; :func:`connect` made it).
+        Nothing is started before the last read succeeded; on failure the caller closes the
+        session, which revokes the lease and so deletes the registration.
 
         ``principal`` is who this server proves to be to its peers, registered with its
         address (broker_identity.py); "" registers none.
+
+        Raises:
+            NodeIdInUseError: a live server holds ``node_id``.
+            What the etcd client raises when etcd stops answering meanwhile.
         """
-        session = await EtcdSession.open(parse_cluster_url(url), session_timeout_ms)
-        poll_interval_s = session_timeout_ms / 1000 / POLL_INTERVALS_PER_SESSION
+        poll_interval_s = poll_interval_s_of(session_timeout_ms)
         keys = ClusterKeys(prefix)
         membership = Membership(session, keys, node_id, address, poll_interval_s, principal)
         election = ControllerElection(session, keys, node_id, poll_interval_s)
@@ -74,17 +76,11 @@ class ClusterNode:
         elector = LeaderElector(session, keys, election, membership, view, poll_interval_s,
                                 unclean_leader_election_enable)
         election.on_elected(elector.wake)
-        try:
-            await membership.register()
-            await membership.refresh()
-            await election.maybe_campaign()
-            await view.refresh()
-        except BaseException:
-            with contextlib.suppress(Exception):
-                await session.close()
-            raise
+        await membership.register()
+        await membership.refresh()
+        await election.maybe_campaign()
+        await view.refresh()
         session.on_new_lease(membership.reregister)
-        session.start()
         membership.start()
         election.start()
         view.start()
@@ -110,4 +106,25 @@ class ClusterNode:
         await self.view.close()
         await self.election.close()
         await self.membership.close()
-        await self.session.close()
+
+
+def poll_interval_s_of(session_timeout_ms: int) -> float:
+    """How often the cluster's parts read etcd (:data:`POLL_INTERVALS_PER_SESSION`)."""
+    return session_timeout_ms / 1000 / POLL_INTERVALS_PER_SESSION
+
+
+async def connect(url: str, prefix: str, session_timeout_ms: int,
+                  security: EtcdSecurity | None = None) -> EtcdSession:
+    """Connect to etcd (the first endpoint of ``url`` that answers), grant this server's
+    lease and start keeping it alive; check that this server may read ``prefix``'s keys.
+
+    Raises:
+        ClusterConfigError: ``url`` does not parse.
+        CoordinationUnavailableError, EtcdTlsError, EtcdAuthenticationError: session.py.
+    """
+    session = await EtcdSession.open(
+        parse_cluster_url(url), session_timeout_ms, security,
+        access_check_key=ClusterKeys(prefix).controller_epoch,
+    )
+    session.start()
+    return session

@@ -30,6 +30,17 @@ one is granted and the replica manager re-reads who leads. A server cut off from
 the new leader: acks=1 writes it takes meanwhile are truncated later, and acks=all writes are
 never acknowledged (its followers left it, and its ISR shrink, an etcd write, cannot happen).
 
+Endpoints (``--cluster etcd://h1:2379,h2:2379``, members of one etcd cluster): :meth:`open`
+uses the first that answers; while running, a renewal that cannot reach the endpoint in use
+moves the session to the next one in turn (wrapping round), so a dead etcd member costs at most
+one renewal interval plus a call's deadline. The lease is etcd's, not the member's: the next
+member renews the same lease. The other parts read :attr:`client` for every call, so they use
+the new endpoint from their next call; the old client is closed a call's deadline later, after
+the calls it carries ended. With etcd credentials, each renewal is followed by a read of one
+key (etcd checks no token on lease renewals): refused for an expired auth token (etcd
+restarted: etcd_client.py), the session connects to the same endpoint again, which
+authenticates again, so the other parts' calls work again within one renewal interval.
+
 Concurrency: event-loop only.
 """
 
@@ -45,7 +56,13 @@ from collections.abc import Awaitable, Callable
 import aetcd
 
 from .endpoints import Endpoint
-from .errors import CoordinationUnavailableError
+from .errors import (
+    ClusterError,
+    CoordinationUnavailableError,
+    EtcdAuthenticationError,
+    EtcdTlsError,
+)
+from .etcd_client import EtcdSecurity, is_token_expired, new_client, start_failure
 
 __all__ = ["EtcdSession"]
 
@@ -58,10 +75,18 @@ CALL_TIMEOUT_S = 2.0
 class EtcdSession:
     """A connected etcd client and a lease kept alive; :meth:`open` makes one."""
 
-    def __init__(self, client: aetcd.Client, endpoint: Endpoint, ttl_s: int) -> None:
+    def __init__(self, client: aetcd.Client, endpoint: Endpoint, ttl_s: int,
+                 endpoints: list[Endpoint] | None = None,
+                 security: EtcdSecurity | None = None) -> None:
         self.client = client
         self.endpoint = endpoint
         self.ttl_s = ttl_s
+        self._endpoints = list(endpoints or [endpoint])
+        self._security = security or EtcdSecurity()
+        # With etcd credentials: a key read after each renewal, to find an expired token.
+        self._token_check_key: bytes | None = None
+        # Clients replaced by _switch_to, each closed a call's deadline later (or at close).
+        self._retiring: dict[asyncio.Task[None], aetcd.Client] = {}
         self.lease_id = 0
         self._renewed_at = -math.inf  # monotonic time the last confirmed renewal was sent
         # Monotonic time the last renewal attempt that could not reach etcd was sent; None once
@@ -72,29 +97,47 @@ class EtcdSession:
         self._unreachable_logged = False
 
     @classmethod
-    async def open(cls, endpoints: list[Endpoint], session_timeout_ms: int) -> EtcdSession:
-        """Connect to the first endpoint that answers and grant the lease.
+    async def open(cls, endpoints: list[Endpoint], session_timeout_ms: int,
+                   security: EtcdSecurity | None = None,
+                   access_check_key: bytes | None = None) -> EtcdSession:
+        """Connect to the first endpoint that answers, grant the lease, and, given
+        ``access_check_key``, read that key (etcd's auth allows leases to any user: the read
+        is what finds out whether this user may use the cluster's prefix).
 
         Raises:
+            EtcdAuthenticationError: etcd refused the credentials, or their access to the key
+                (the same credentials everywhere: the other endpoints are not tried).
+            EtcdTlsError: no endpoint answered, and one failed its TLS handshake.
             CoordinationUnavailableError: no endpoint answered within :data:`CALL_TIMEOUT_S`.
         """
+        security = security or EtcdSecurity()
         ttl_s = max(1, math.ceil(session_timeout_ms / 1000))
-        failures = []
+        failures: list[ClusterError] = []
         for endpoint in endpoints:
-            client = aetcd.Client(host=endpoint.host, port=endpoint.port, timeout=CALL_TIMEOUT_S)
+            client = new_client(endpoint, security, CALL_TIMEOUT_S)
             try:
                 await client.connect()
-                session = cls(client, endpoint, ttl_s)
+                session = cls(client, endpoint, ttl_s, endpoints, security)
+                if security.username:
+                    session._token_check_key = access_check_key
                 await session._grant()
+                if access_check_key is not None:
+                    await client.get(access_check_key)
             except (TimeoutError, aetcd.ClientError, OSError) as exc:
-                failures.append(f"{endpoint}: {exc or type(exc).__name__}")
+                prefix = (access_check_key or b"").decode(errors="replace").rpartition("/")[0]
+                failure = start_failure(endpoint, security, exc, prefix)
                 with contextlib.suppress(Exception):
                     await client.close()
+                if isinstance(failure, EtcdAuthenticationError):
+                    raise failure from None
+                failures.append(failure)
                 continue
             return session
-        raise CoordinationUnavailableError(
-            "no etcd endpoint answered: " + "; ".join(failures)
-        )
+        detail = "; ".join(map(str, failures))
+        # A TLS failure is a configuration to fix, not an etcd to wait for: named as such.
+        if any(isinstance(f, EtcdTlsError) for f in failures):
+            raise EtcdTlsError("no TLS connection to any etcd endpoint: " + detail)
+        raise CoordinationUnavailableError("no etcd endpoint answered: " + detail)
 
     def on_new_lease(self, callback: Callable[[], Awaitable[None]]) -> None:
         """Call ``callback`` after a lease that expired was replaced by a new one."""
@@ -143,6 +186,26 @@ class EtcdSession:
                                    " %.1f s", self.endpoint, exc or type(exc).__name__,
                                    interval_s)
                 self._unreachable_logged = True
+                if self._unreachable_at is not None and len(self._endpoints) > 1:
+                    index = self._endpoints.index(self.endpoint)
+                    self._switch_to(self._endpoints[(index + 1) % len(self._endpoints)])
+                continue
+            if self._token_check_key is not None:
+                await self._maybe_authenticate_again()
+
+    async def _maybe_authenticate_again(self) -> None:
+        """Connect again (which authenticates again) when etcd no longer takes this server's
+        auth token. etcd does not check tokens on lease renewals, so a read tells."""
+        assert self._token_check_key is not None
+        try:
+            await self.client.get(self._token_check_key)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if is_token_expired(exc):
+                logger.info("etcd %s no longer takes this server's auth token (%s; etcd"
+                            " restarted?): authenticating again", self.endpoint, exc)
+                self._switch_to(self.endpoint)
 
     async def _renew(self) -> None:
         sent_at = time.monotonic()
@@ -163,12 +226,33 @@ class EtcdSession:
         for callback in self._on_new_lease:
             await callback()
 
+    def _switch_to(self, endpoint: Endpoint) -> None:
+        """Use a new client of ``endpoint`` from the next call on (module docstring)."""
+        old = self.client
+        self.client = new_client(endpoint, self._security, CALL_TIMEOUT_S)
+        if endpoint != self.endpoint:
+            logger.warning("etcd %s does not answer: using %s", self.endpoint, endpoint)
+        self.endpoint = endpoint
+
+        async def retire() -> None:
+            await asyncio.sleep(CALL_TIMEOUT_S)  # the calls under way end by their deadline
+            with contextlib.suppress(Exception):
+                await old.close()
+
+        task = asyncio.create_task(retire(), name="stratalog-etcd-retire-client")
+        self._retiring[task] = old
+        task.add_done_callback(lambda done: self._retiring.pop(done, None))
+
     async def close(self) -> None:
         """Stop renewing, revoke the lease (its keys go at once), close the client."""
         if self._keep_alive is not None:
             self._keep_alive.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._keep_alive
+        for task, old in list(self._retiring.items()):
+            task.cancel()
+            with contextlib.suppress(Exception):
+                await old.close()
         try:
             if self.lease_id:
                 await asyncio.wait_for(self.client.revoke_lease(self.lease_id), CALL_TIMEOUT_S)

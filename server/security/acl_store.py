@@ -31,24 +31,45 @@ at start with a message naming the file and the entry (it is never "repaired": d
 would silently open or close access). An update whose write failed leaves the file and the
 authorizer's bindings as they were.
 
-Concurrency: not thread-safe. Blocking (file I/O): call from an executor. The authorizer
-serialises its updates (one write at a time) and only then swaps its in-memory set.
+In cluster mode the ACLs are the cluster's, in etcd (server/cluster/cluster_acls.py, the same
+document under ``<prefix>/acls``), and this file is not read for decisions: a node's file is
+imported into etcd when etcd holds no ACLs yet, then set aside as ``acls.json.imported``
+(:meth:`AclStore.set_aside`); docs/security.md, "ACLs in a cluster".
+
+Both stores are an :class:`AclStorage`: the authorizer reads ``bindings`` and ``revision`` and
+changes the set only through :meth:`AclStorage.update`.
+
+Concurrency: not thread-safe. :meth:`AclStore.write` and :meth:`AclStore.open` are blocking
+(file I/O): call from an executor (:meth:`AclStore.update` does). The authorizer serialises its
+updates (one write at a time) and only then swaps its in-memory set.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
-from collections.abc import Sequence
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from stratalog.server.storage.durable import atomic_write
+from stratalog.server.storage.durable import atomic_write, fsync_directory
 
 from .acls import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
 from .errors import InvalidAclError, SecurityConfigError
 
-__all__ = ["ACL_FILE_NAME", "FORMAT_VERSION", "AclStore", "decode_acls", "encode_acls"]
+__all__ = [
+    "ACL_FILE_NAME",
+    "FORMAT_VERSION",
+    "IMPORTED_SUFFIX",
+    "AclChange",
+    "AclStorage",
+    "AclStore",
+    "decode_acls",
+    "encode_acls",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +77,31 @@ logger = logging.getLogger(__name__)
 ACL_FILE_NAME = "acls.json"
 #: The ``version`` this code writes and the only one it reads.
 FORMAT_VERSION = 1
+#: Appended to the file's name once its ACLs were imported into a cluster's etcd.
+IMPORTED_SUFFIX = ".imported"
+
+#: An update of the ACLs: the bindings in force in, the new set out (None: no change). It may
+#: raise (a limit) to refuse the update; it may be called again with a newer set when another
+#: server changed the ACLs meanwhile (etcd), so it must not act beyond returning.
+AclChange = Callable[[tuple[AclBinding, ...]], Sequence[AclBinding] | None]
+
+
+class AclStorage(Protocol):
+    """Where the ACLs in force are kept: :class:`AclStore` (a server's file) or the cluster's
+    etcd key (server/cluster/cluster_acls.py). ``bindings`` is the set the storage held when
+    last read or written; ``revision`` changes whenever ``bindings`` does (the authorizer
+    rebuilds its index and empties its cache then)."""
+
+    @property
+    def bindings(self) -> tuple[AclBinding, ...]: ...
+
+    @property
+    def revision(self) -> int: ...
+
+    async def update(self, change: AclChange, executor: Executor | None) -> None:
+        """Apply ``change`` to the stored set, durably; afterwards ``bindings`` is what the
+        storage holds (the old set if the write failed, which then raises)."""
+        ...
 
 _FIELDS = (
     "resource_type", "resource_name", "pattern_type", "principal", "host", "operation",
@@ -86,8 +132,10 @@ def encode_acls(bindings: Sequence[AclBinding]) -> bytes:
     return text.encode("utf-8")
 
 
-def decode_acls(data: bytes, path: Path | str = ACL_FILE_NAME) -> list[AclBinding]:
-    """The bindings of a file's bytes, each validated as CreateAcls validates one.
+def decode_acls(data: bytes, path: Path | str = ACL_FILE_NAME, label: str = "ACL file"
+                ) -> list[AclBinding]:
+    """The bindings of a file's bytes, each validated as CreateAcls validates one; errors
+    name ``label`` and ``path`` ("ACL file /data/acls.json", "etcd key /stratalog/acls").
 
     Raises:
         SecurityConfigError: not UTF-8 JSON, not this format, an unknown version, or an invalid
@@ -96,20 +144,20 @@ def decode_acls(data: bytes, path: Path | str = ACL_FILE_NAME) -> list[AclBindin
     try:
         document = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise SecurityConfigError(f"ACL file {path} is not UTF-8 JSON: {exc}") from None
+        raise SecurityConfigError(f"{label} {path} is not UTF-8 JSON: {exc}") from None
     if not isinstance(document, dict) or not isinstance(document.get("acls"), list):
         raise SecurityConfigError(
-            f"ACL file {path}: expected an object with \"version\" and an \"acls\" list"
+            f"{label} {path}: expected an object with \"version\" and an \"acls\" list"
         )
     version = document.get("version")
     if version != FORMAT_VERSION:
         raise SecurityConfigError(
-            f"ACL file {path}: version {version!r} is not supported (this server reads "
+            f"{label} {path}: version {version!r} is not supported (this server reads "
             f"version {FORMAT_VERSION})"
         )
     bindings = []
     for index, entry in enumerate(document["acls"]):
-        where = f"ACL file {path}: acls[{index}]"
+        where = f"{label} {path}: acls[{index}]"
         if not isinstance(entry, dict) or set(entry) != set(_FIELDS):
             raise SecurityConfigError(f"{where}: expected an object with exactly the keys "
                                       f"{', '.join(_FIELDS)}; got {entry!r}")
@@ -130,7 +178,7 @@ def decode_acls(data: bytes, path: Path | str = ACL_FILE_NAME) -> list[AclBindin
         try:
             bindings.append(AclBinding(**values).validated(f"acls[{index}]"))
         except InvalidAclError as exc:
-            raise SecurityConfigError(f"ACL file {path}: {exc}") from None
+            raise SecurityConfigError(f"{label} {path}: {exc}") from None
     return bindings
 
 
@@ -144,6 +192,27 @@ class AclStore:
     def __init__(self, path: Path, bindings: Sequence[AclBinding]) -> None:
         self.path = path
         self.bindings: tuple[AclBinding, ...] = tuple(bindings)
+        self.revision = 0  # +1 whenever bindings change
+
+    async def update(self, change: AclChange, executor: Executor | None) -> None:
+        """:meth:`AclStorage.update`: ``change`` on the loop, the write in ``executor``."""
+        updated = change(self.bindings)
+        if updated is not None:
+            await asyncio.get_running_loop().run_in_executor(executor, self.write, updated)
+
+    def set_aside(self) -> Path | None:
+        """Rename the file to ``acls.json.imported`` (durably), so that it is plainly not in
+        force; None when there is no file. Blocking.
+
+        Raises:
+            OSError: the rename failed (the file stays where it was).
+        """
+        if not self.path.exists():
+            return None
+        target = self.path.with_name(self.path.name + IMPORTED_SUFFIX)
+        os.replace(self.path, target)
+        fsync_directory(self.path.parent)
+        return target
 
     @classmethod
     def open(cls, log_dirs: Sequence[str | Path]) -> AclStore:
@@ -186,20 +255,25 @@ class AclStore:
         except BaseException:
             self._read_back()
             raise
-        self.bindings = tuple(bindings)
+        self._set(tuple(bindings))
+
+    def _set(self, bindings: tuple[AclBinding, ...]) -> None:
+        if bindings != self.bindings:
+            self.bindings = bindings
+            self.revision += 1
 
     def _read_back(self) -> None:
         try:
             data = self.path.read_bytes()
         except FileNotFoundError:
-            self.bindings = ()
+            self._set(())
             return
         except OSError:
             logger.exception("cannot read the ACL file %s back after a failed write; the ACLs"
                              " in force stay as they were", self.path)
             return
         try:
-            self.bindings = tuple(decode_acls(data, self.path))
+            self._set(tuple(decode_acls(data, self.path)))
         except SecurityConfigError:
             logger.exception("the ACL file %s does not read back after a failed write; the ACLs"
                              " in force stay as they were", self.path)

@@ -57,9 +57,12 @@ the ACLs change, so an authorized Produce costs one dict lookup after its first.
 holds at most ``authorizer_cache_entries_max`` decisions (the oldest dropped first).
 
 ACL updates (CreateAcls, DeleteAcls) are serialised by one lock: the new set is written to the
-ACL file (acl_store.py; in the thread pool, fsynced) and only then installed, replacing the
-index and emptying the cache in one step on the event loop. A decision under way uses the index
-it started with: the new ACLs apply to calls that begin after the update answered.
+ACL storage (acl_store.py's :class:`~.acl_store.AclStorage`: a single server's ACL file, fsynced
+in the thread pool, or in cluster mode the cluster's etcd key, cluster_acls.py) and only then
+installed, replacing the index and emptying the cache in one step on the event loop. A decision
+under way uses the index it started with: the new ACLs apply to calls that begin after the
+update answered. A change the storage learns of by itself (another server's update, read from
+etcd) moves its ``revision``: the next decision installs it, before it looks at the cache.
 
 Concurrency: event-loop only (the file writes run in the executor given).
 """
@@ -83,7 +86,7 @@ from stratalog.server import status
 from stratalog.server.decoding import UndecodableRequest
 from stratalog.v1 import broker_pb2
 
-from .acl_store import AclStore
+from .acl_store import AclChange, AclStorage
 from .acls import (
     CLUSTER_NAME,
     AclBinding,
@@ -128,10 +131,11 @@ _DENIALS_LOGGED_PER_S = 20
 class Authorizer:
     """The ACLs, the super users, and the decisions made from them.
 
-    Holds the :class:`~.acls.AclIndex` in force, the :class:`~.acl_store.AclStore` it was
+    Holds the :class:`~.acls.AclIndex` in force, the :class:`~.acl_store.AclStorage` it was
     read from and is written to, the super users, ``allow.everyone.if.no.acl.found``, the
-    decision cache and the update lock. Invariant: the index holds exactly the bindings of the
-    store (the file), and the cache only decisions made from that index.
+    decision cache and the update lock. Invariant: at every decision the index holds exactly
+    the bindings of the storage at its ``revision``, and the cache only decisions made from
+    that index.
 
     Concurrency: event-loop only; updates run their file writes in ``executor``, one at a
     time.
@@ -139,7 +143,7 @@ class Authorizer:
 
     def __init__(
         self,
-        store: AclStore,
+        store: AclStorage,
         *,
         super_users: Iterable[str] = (),
         allow_everyone_if_no_acl_found: bool = False,
@@ -151,6 +155,7 @@ class Authorizer:
         assert cache_entries_max >= 0 and bindings_max >= 0 and request_entries_max >= 1
         self._store = store
         self._acls = AclIndex(store.bindings)
+        self._revision = store.revision
         self._super_users = frozenset(Principal.parse(p) for p in super_users)
         self._allow_if_no_acl = allow_everyone_if_no_acl_found
         self._cache: dict[tuple[Any, ...], bool] = {}
@@ -166,6 +171,17 @@ class Authorizer:
     @property
     def acls(self) -> AclIndex:
         """The ACLs in force."""
+        return self._current()
+
+    def _current(self) -> AclIndex:
+        """The index of the storage's bindings: rebuilt, and the cache emptied, when they
+        changed since the last decision."""
+        store = self._store
+        if store.revision != self._revision:
+            self._revision = store.revision
+            self._acls = AclIndex(store.bindings)
+            self._cache.clear()
+            logger.info("ACLs changed: %d bindings in force", len(self._acls))
         return self._acls
 
     @property
@@ -183,11 +199,12 @@ class Authorizer:
     ) -> bool:
         """Whether ``identity`` may do ``operation`` on (``resource_type``, ``name``):
         super users always, others as the ACLs decide (acls.py's rules)."""
+        acls = self._current()
         key = (identity.principal, identity.host, operation, resource_type, name)
         decision = self._cache.get(key)
         if decision is None:
             principal = identity.principal
-            decision = principal in self._super_users or self._acls.authorize(
+            decision = principal in self._super_users or acls.authorize(
                 str(principal), identity.host, operation, resource_type, name,
                 allow_if_no_acl=self._allow_if_no_acl,
             )
@@ -217,11 +234,12 @@ class Authorizer:
     ) -> bool:
         """Whether ``identity`` may do ``operation`` on at least one resource of
         ``resource_type`` (Kafka's ``authorizeByResourceType``)."""
+        acls = self._current()
         key = (identity.principal, identity.host, operation, resource_type, _ANY_NAME)
         decision = self._cache.get(key)
         if decision is None:
             principal = identity.principal
-            decision = principal in self._super_users or self._acls.authorize_by_resource_type(
+            decision = principal in self._super_users or acls.authorize_by_resource_type(
                 str(principal), identity.host, operation, resource_type,
                 allow_if_no_acl=self._allow_if_no_acl,
             )
@@ -246,20 +264,26 @@ class Authorizer:
             AclLimitError: more than ``acl_request_entries_max`` bindings, or the set would
                 exceed ``acl_bindings_max``.
             StorageIOError: the ACL file could not be written; nothing changed.
+            CoordinationUnavailableError: (cluster mode) etcd did not answer; the message says
+                whether the update may have been written.
         """
         self._check_entries(len(bindings), "bindings")
         validated = [binding.validated(f"creations[{i}]") for i, binding in enumerate(bindings)]
-        async with self._update_lock:
-            updated = self._acls.with_added(validated)
-            if len(updated) == len(self._acls):
-                return  # every binding was there already (creating one twice is no change)
+
+        def change(current: tuple[AclBinding, ...]) -> tuple[AclBinding, ...] | None:
+            index = self._index_of(current)
+            updated = index.with_added(validated)
+            if len(updated) == len(index):
+                return None  # every binding was there already (creating one twice is no change)
             if len(updated) > self._bindings_max:
                 raise AclLimitError(
                     f"the server would hold {len(updated)} ACL bindings; acl_bindings_max is "
                     f"{self._bindings_max}",
                     limit="acl_bindings_max",
                 )
-            await self._write(updated)
+            return updated.bindings
+
+        await self._update(change)
 
     async def delete_acls(self, filters: Sequence[AclBindingFilter]) -> list[AclBinding]:
         """Delete every binding any of ``filters`` selects; the bindings deleted.
@@ -268,13 +292,18 @@ class Authorizer:
             InvalidAclError: a filter is malformed (``filters[1].operation``).
             AclLimitError: more than ``acl_request_entries_max`` filters.
             StorageIOError: the ACL file could not be written; nothing changed.
+            CoordinationUnavailableError: (cluster mode) etcd did not answer.
         """
         self._check_entries(len(filters), "filters")
         validated = [f.validated(f"filters[{i}]") for i, f in enumerate(filters)]
-        async with self._update_lock:
-            deleted = [b for b in self._acls.bindings if any(f.matches(b) for f in validated)]
-            if deleted:
-                await self._write(self._acls.without(deleted))
+        deleted: list[AclBinding] = []
+
+        def change(current: tuple[AclBinding, ...]) -> tuple[AclBinding, ...] | None:
+            # Called again when another server changed the ACLs meanwhile: start afresh.
+            deleted[:] = [b for b in current if any(f.matches(b) for f in validated)]
+            return self._index_of(current).without(deleted).bindings if deleted else None
+
+        await self._update(change)
         return deleted
 
     def describe_acls(self, acl_filter: AclBindingFilter) -> list[AclBinding]:
@@ -283,7 +312,7 @@ class Authorizer:
         Raises:
             InvalidAclError: the filter is malformed.
         """
-        return self._acls.matching(acl_filter.validated("filter"))
+        return self._current().matching(acl_filter.validated("filter"))
 
     def _check_entries(self, count: int, what: str) -> None:
         if count > self._request_entries_max:
@@ -293,17 +322,18 @@ class Authorizer:
                 limit="acl_request_entries_max",
             )
 
-    async def _write(self, updated: AclIndex) -> None:
-        loop = asyncio.get_running_loop()
-        try:
-            await loop.run_in_executor(self._executor, self._store.write, updated.bindings)
-        finally:
-            # Whatever the file holds now (the new set, or after a failed write the set the
-            # store read back) is what applies: memory never differs from the file.
-            if self._store.bindings != self._acls.bindings:
-                self._acls = AclIndex(self._store.bindings)
-                self._cache.clear()
-                logger.info("ACLs changed: %d bindings in force", len(self._acls))
+    def _index_of(self, bindings: tuple[AclBinding, ...]) -> AclIndex:
+        current = self._current()
+        return current if current.bindings == bindings else AclIndex(bindings)
+
+    async def _update(self, change: AclChange) -> None:
+        async with self._update_lock:
+            try:
+                await self._store.update(change, self._executor)
+            finally:
+                # Whatever the storage holds now (the new set, or after a failed write the
+                # set it read back) is what applies: memory never differs from the storage.
+                self._current()
 
 
 # ------------------------------------------------------------------------ the rules

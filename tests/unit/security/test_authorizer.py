@@ -395,3 +395,32 @@ def test_denials_are_logged_but_not_without_bound(tmp_path: Path, caplog) -> Non
     lines = [r.getMessage() for r in caplog.records]
     assert lines[0] == "denied User:alice from 10.0.0.1: READ on Topic:t0"
     assert 1 <= len(lines) <= 40  # 20 a second; the test may straddle a second
+
+
+def test_a_change_the_storage_learns_of_applies_at_the_next_decision(tmp_path: Path) -> None:
+    # Another server's update, as the cluster's ACL store takes it from etcd: the storage's
+    # bindings and revision move without the authorizer's update path.
+    store = AclStore.open([tmp_path])
+    store.write([grant(TOPIC, "orders", Op.READ)])
+    authorizer = Authorizer(store)
+    assert authorizer.authorize(ALICE, Op.READ, TOPIC, "orders")  # now cached
+    store.write([grant(TOPIC, "orders", Op.READ, permission=AclPermissionType.DENY)])
+    assert not authorizer.authorize(ALICE, Op.READ, TOPIC, "orders")
+    assert authorizer.acls.bindings == store.bindings
+    assert authorizer.cached_decisions == 1  # the cache was emptied with the change
+
+
+def test_an_update_applies_to_the_set_the_storage_holds_when_it_writes(tmp_path: Path) -> None:
+    # The change is computed from the storage's bindings at write time, not the authorizer's
+    # last index: a binding that arrived meanwhile (another server's) is kept.
+    store = AclStore.open([tmp_path])
+    authorizer = Authorizer(store)
+    theirs = grant(TOPIC, "theirs", Op.READ)
+    store.write([theirs])
+    ours = grant(TOPIC, "ours", Op.READ)
+    asyncio.run(authorizer.create_acls([ours]))
+    assert store.bindings == (theirs, ours)
+    deleted = asyncio.run(authorizer.delete_acls([AclBindingFilter(
+        ResourceType.TOPIC, "theirs", PatternType.LITERAL, None, None, Op.ANY,
+        AclPermissionType.ANY)]))
+    assert deleted == [theirs] and store.bindings == (ours,)
