@@ -9,6 +9,7 @@ import threading
 from pathlib import Path
 
 import grpc
+import pytest
 
 from stratalog.server.cluster.node import POLL_INTERVALS_PER_SESSION
 from stratalog.server.cluster.session import CALL_TIMEOUT_S as ETCD_CALL_TIMEOUT_S
@@ -20,13 +21,32 @@ from stratalog.server.security.acls import (
     PatternType,
     ResourceType,
 )
+from stratalog.server.security.credentials import CredentialFile
 from stratalog.v1 import broker_pb2 as pb
 from stratalog.v1 import broker_pb2_grpc
 from tests.integration.conftest import CALL_TIMEOUT_S, ServerProcess, launch_server
 
 from .conftest import SESSION_TIMEOUT_MS, EtcdProcess, wait_for
 
-ACL_FLAGS = ("--authorizer", "acl", "--allow-everyone-if-no-acl-found", "true")
+#: The servers prove who they are to each other with a password (a cluster with ACLs needs
+#: broker_principals: docs/cluster.md "Securing a cluster"); clients stay anonymous.
+BROKER_USER = "broker"
+#: PBKDF2 iterations of the test's credential file: few, for speed.
+_ITERATIONS = 4096
+
+
+@pytest.fixture
+def acl_flags(tmp_path: Path) -> tuple[str, ...]:
+    """Flags for an ACL-enabled cluster member whose clients are anonymous."""
+    credentials = tmp_path / "credentials.json"
+    CredentialFile().with_user(BROKER_USER, "broker-secret", _ITERATIONS).save(credentials)
+    password = tmp_path / "broker.password"
+    password.write_text("broker-secret\n")
+    return ("--authorizer", "acl", "--allow-everyone-if-no-acl-found", "true",
+            "--authentication-credentials-file", str(credentials),
+            "--authentication-anonymous", "allowed", "--authentication-plaintext-allowed", "true",
+            "--broker-principals", f"User:{BROKER_USER}", "--inter-broker-user", BROKER_USER,
+            "--inter-broker-password-file", str(password))
 ANONYMOUS = "User:ANONYMOUS"
 #: docs/security.md, "ACLs in a cluster": one poll interval plus one etcd read.
 PROPAGATION_BOUND_S = SESSION_TIMEOUT_MS / 1000 / POLL_INTERVALS_PER_SESSION + ETCD_CALL_TIMEOUT_S
@@ -63,8 +83,9 @@ def may_describe(server: ServerProcess, topic: str) -> bool:
     return describe(server, topic) != grpc.StatusCode.PERMISSION_DENIED
 
 
-def test_a_deny_made_through_one_server_is_enforced_by_every_server(start_member) -> None:
-    servers = [start_member(node_id, *ACL_FLAGS) for node_id in (1, 2, 3)]
+def test_a_deny_made_through_one_server_is_enforced_by_every_server(
+        acl_flags: tuple[str, ...], start_member) -> None:
+    servers = [start_member(node_id, *acl_flags) for node_id in (1, 2, 3)]
     channel, first = stub(servers[0])
     with channel:
         first.CreateTopic(pb.CreateTopicRequest(name="orders", partitions=1,
@@ -92,8 +113,9 @@ def test_a_deny_made_through_one_server_is_enforced_by_every_server(start_member
     assert took_s <= PROPAGATION_BOUND_S + MARGIN_S, took_s
 
 
-def test_concurrent_updates_through_two_servers_all_land(start_member) -> None:
-    servers = [start_member(node_id, *ACL_FLAGS) for node_id in (1, 2)]
+def test_concurrent_updates_through_two_servers_all_land(
+        acl_flags: tuple[str, ...], start_member) -> None:
+    servers = [start_member(node_id, *acl_flags) for node_id in (1, 2)]
     per_server = 8
     errors: list[BaseException] = []
 
@@ -138,9 +160,9 @@ def _acl_file(directory: Path, *topics: str) -> Path:
 
 
 def test_a_nodes_acl_file_is_imported_once_and_refused_when_etcd_holds_others(
-        start_member, etcd: EtcdProcess, tmp_path: Path) -> None:
+        acl_flags: tuple[str, ...], start_member, etcd: EtcdProcess, tmp_path: Path) -> None:
     first_file = _acl_file(tmp_path / "node-1", "secret")
-    first = start_member(1, *ACL_FLAGS)
+    first = start_member(1, *acl_flags)
     assert "secret" in etcd.etcdctl("get", "--print-value-only", "/stratalog/acls")
     assert not first_file.exists()
     assert first_file.with_name(ACL_FILE_NAME + IMPORTED_SUFFIX).exists()
@@ -149,7 +171,7 @@ def test_a_nodes_acl_file_is_imported_once_and_refused_when_etcd_holds_others(
     other_file = _acl_file(tmp_path / "node-2", "other")
     try:
         launch_server(tmp_path / "node-2", "--cluster", etcd.url, "--node-id", "2",
-                      "--cluster-session-timeout-ms", str(SESSION_TIMEOUT_MS), *ACL_FLAGS)
+                      "--cluster-session-timeout-ms", str(SESSION_TIMEOUT_MS), *acl_flags)
     except AssertionError as exc:
         message = str(exc)
     else:
@@ -158,18 +180,18 @@ def test_a_nodes_acl_file_is_imported_once_and_refused_when_etcd_holds_others(
     assert other_file.exists()  # left as it was, for its owner to decide
     # A node whose file holds the same set joins, and sets its file aside.
     same_file = _acl_file(tmp_path / "node-3", "secret")
-    third = start_member(3, *ACL_FLAGS)
+    third = start_member(3, *acl_flags)
     assert not same_file.exists() and not may_describe(third, "secret")
     # A restart finds no file to compare: it joins with etcd's ACLs.
     assert first.stop() == 0
-    restarted = start_member(1, *ACL_FLAGS)
+    restarted = start_member(1, *acl_flags)
     assert not may_describe(restarted, "secret")
 
 
 def test_an_undecodable_acl_key_keeps_the_acls_in_force_and_refuses_a_start(
-        start_member, etcd: EtcdProcess, tmp_path: Path) -> None:
+        acl_flags: tuple[str, ...], start_member, etcd: EtcdProcess, tmp_path: Path) -> None:
     _acl_file(tmp_path / "node-1", "secret")
-    server = start_member(1, *ACL_FLAGS)
+    server = start_member(1, *acl_flags)
     assert not may_describe(server, "secret")
     etcd.etcdctl("put", "/stratalog/acls", '{"version": 1, "acls": [{"oops": 1}]}')
     wait_for(lambda: "the cluster's ACLs in etcd do not decode" in server.log_text(),
@@ -177,7 +199,7 @@ def test_an_undecodable_acl_key_keeps_the_acls_in_force_and_refuses_a_start(
     assert not may_describe(server, "secret")  # the DENY read before stays in force
     try:
         launch_server(tmp_path / "node-2", "--cluster", etcd.url, "--node-id", "2",
-                      "--cluster-session-timeout-ms", str(SESSION_TIMEOUT_MS), *ACL_FLAGS)
+                      "--cluster-session-timeout-ms", str(SESSION_TIMEOUT_MS), *acl_flags)
     except AssertionError as exc:
         message = str(exc)
     else:
