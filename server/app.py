@@ -231,6 +231,7 @@ class Server:
                     super_users=settings.super_users,
                     allow_everyone_if_no_acl_found=settings.allow_everyone_if_no_acl_found,
                     cache_entries_max=settings.authorizer_cache_entries_max,
+                    cache_bytes_max=settings.authorizer_cache_bytes_max,
                     bindings_max=settings.acl_bindings_max,
                     request_entries_max=settings.acl_request_entries_max,
                     executor=self._executor,

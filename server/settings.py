@@ -414,6 +414,13 @@ class Settings:
         " emptied when the ACLs change; 0 = decide every call",
         0,
     )
+    authorizer_cache_bytes_max: int = _setting(
+        32 * _MIB,
+        "bytes the authorization decisions remembered may take, each counted as 256 plus its"
+        " resource name's and host's lengths (a transactional id may be 32 KiB); the oldest"
+        " dropped first",
+        0,
+    )
     quota_producer_byte_rate: int = _setting(
         0,
         "produce bytes per second a principal may send before its answers are delayed"

@@ -64,6 +64,7 @@ import grpc
 import grpc.aio
 
 from stratalog.server import status
+from stratalog.server.client_text import loggable
 
 from .credentials import CredentialFile
 from .errors import AuthenticationFailedError
@@ -253,7 +254,7 @@ class Authenticator:
                 self._executor, credentials.verify_token, secret
             )
         if principal is None:
-            logger.info("authentication failed: %s %r", mechanism, name or "(token)")
+            logger.info("authentication failed: %s %s", mechanism, loggable(name or "(token)"))
             return None
         return _Verified(principal, mechanism)
 
