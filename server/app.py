@@ -78,7 +78,12 @@ from stratalog.server.security.authentication import AuthenticationInterceptor, 
 from stratalog.server.security.authorizer import AuthorizationInterceptor, Authorizer
 from stratalog.server.security.credentials import CredentialFile
 from stratalog.server.security.errors import SecurityConfigError
-from stratalog.server.security.quotas import QuotaConfig, QuotaInterceptor, QuotaManager
+from stratalog.server.security.quotas import (
+    ProduceAdmission,
+    QuotaConfig,
+    QuotaInterceptor,
+    QuotaManager,
+)
 from stratalog.server.security.tls import ServerTls, TlsFiles
 from stratalog.server.service import BrokerService
 from stratalog.server.settings import (
@@ -431,7 +436,8 @@ class Server:
                 metrics=self.metrics,
             ))
         interceptors.append(QuotaInterceptor(
-            self.quotas, self.settings.fetch_max_bytes_default, self.metrics
+            self.quotas, self.settings.fetch_max_bytes_default, self.metrics,
+            ProduceAdmission(self.quotas, self.settings.quota_produce_bytes_in_flight_max),
         ))
         return interceptors
 

@@ -423,7 +423,7 @@ class Settings:
     )
     quota_producer_byte_rate: int = _setting(
         0,
-        "produce bytes per second a principal may send before its answers are delayed"
+        "produce bytes per second a principal may send before its next requests wait"
         " (Kafka's producer_byte_rate quota); 0 = no quota; per principal in [quotas]",
         0,
     )
@@ -432,6 +432,14 @@ class Settings:
         "fetch bytes per second a principal may receive before its answers are delayed"
         " (Kafka's consumer_byte_rate quota); 0 = no quota; per principal in [quotas]",
         0,
+    )
+    quota_produce_bytes_in_flight_max: int = _setting(
+        16 * _MIB,
+        "Produce bytes one client (its principal, or its host when anonymous) with a produce"
+        " quota may have waiting for the quota or being served; more are refused at once"
+        " RESOURCE_LIMIT_EXCEEDED (retriable); a larger request passes alone (Kafka's"
+        " queued.max.request.bytes, per client)",
+        1,
     )
     quota_window_num: int = _setting(
         11, "samples the byte rates are measured over (Kafka's quota.window.num)", 2

@@ -218,6 +218,8 @@ ERROR_TABLE: Mapping[type[BaseException], str] = types.MappingProxyType({
     security_errors.InvalidAclError: "INVALID_REQUEST",
     security_errors.AclLimitError: "RESOURCE_LIMIT_EXCEEDED",
     security_errors.SecurityDisabledError: "INVALID_REQUEST",
+    # A throttled client's Produce backlog is full (retriable: it drains at the quota's rate).
+    security_errors.QuotaBacklogExceededError: "RESOURCE_LIMIT_EXCEEDED",
     # Per-client limits on Subscribe streams and long polls (retriable: the client's own
     # waiting RPCs free the slot as they end); ``limit`` names the setting.
     client_limits.ClientLimitExceededError: "RESOURCE_LIMIT_EXCEEDED",
@@ -260,7 +262,7 @@ _CAUSE_CHAIN_MAX = 16
 _METADATA_ATTRIBUTES = (
     "topic", "partition", "offset", "log_start_offset", "log_end_offset", "limit",
     "need_bytes", "free_bytes", "operation", "resource", "field",
-    "leader_id", "leader_epoch", "leader_address",
+    "leader_id", "leader_epoch", "leader_address", "retry_after_ms",
 )
 
 

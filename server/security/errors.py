@@ -12,6 +12,9 @@
     │                                    set or one request would exceed a limit (``limit``)
     ├── SecurityDisabledError            INVALID_ARGUMENT + INVALID_REQUEST: an ACL request to a
     │                                    server without an authorizer (Kafka's SECURITY_DISABLED)
+    ├── QuotaBacklogExceededError        RESOURCE_EXHAUSTED + RESOURCE_LIMIT_EXCEEDED (retriable):
+    │                                    a throttled client already has its limit of Produce
+    │                                    bytes waiting or being served (``limit``)
     └── SecurityConfigError              the TLS, credential or ACL files will not load (a
                                          start-up or SIGHUP-reload failure; never sent to a
                                          client)
@@ -32,6 +35,7 @@ __all__ = [
     "AuthenticationFailedError",
     "InvalidAclError",
     "NotAuthorizedError",
+    "QuotaBacklogExceededError",
     "SecurityConfigError",
     "SecurityDisabledError",
     "SecurityError",
@@ -101,6 +105,19 @@ class AclLimitError(SecurityError):
 class SecurityDisabledError(SecurityError):
     """CreateAcls, DeleteAcls or DescribeAcls on a server with ``authorizer = "none"``: ACLs
     would have no effect there, so none are stored (Kafka answers SECURITY_DISABLED)."""
+
+
+class QuotaBacklogExceededError(SecurityError):
+    """A Produce refused before it was served: its client, whose principal has a produce
+    quota, already has ``quota_produce_bytes_in_flight_max`` bytes of Produce requests waiting
+    for the quota or being served (quotas.py). ``limit`` names that setting. Retriable: the
+    backlog drains at the quota's rate, in ``retry_after_ms`` (sent in the ErrorInfo metadata,
+    as Kafka's ``throttle_time_ms``: a client should send its principal nothing more before)."""
+
+    def __init__(self, message: str, *, limit: str, retry_after_ms: int) -> None:
+        super().__init__(message)
+        self.limit = limit
+        self.retry_after_ms = retry_after_ms
 
 
 class SecurityConfigError(SecurityError):
