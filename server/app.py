@@ -415,6 +415,10 @@ class Server:
             anonymous_allowed=settings.anonymous_allowed,
             executor=self._auth_executor,
             cache_entries_max=settings.authentication_cache_entries_max,
+            threads=settings.authentication_threads,
+            queue_max=settings.authentication_queue_max,
+            failures_per_host_max=settings.authentication_failures_per_host_max,
+            failure_window_ms=settings.authentication_failure_window_ms,
         )
 
     def _interceptors(self) -> list[grpc.aio.ServerInterceptor]:

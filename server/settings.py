@@ -383,6 +383,23 @@ class Settings:
         " 0 = check every call",
         0,
     )
+    authentication_queue_max: int = _setting(
+        64,
+        "credential checks (one PBKDF2 each) waiting or running, all clients; more are refused"
+        " at once RESOURCE_LIMIT_EXCEEDED (retriable), so a flood of new credentials cannot"
+        " queue minutes of hashing",
+        1,
+    )
+    authentication_failures_per_host_max: int = _setting(
+        20,
+        "credential checks one client host may have waiting, running or failed within"
+        " authentication_failure_window_ms; more are refused at once RESOURCE_LIMIT_EXCEEDED"
+        " without a check (cached good credentials still pass)",
+        1,
+    )
+    authentication_failure_window_ms: int = _setting(
+        60_000, "how long a failed credential check counts against its host", 1
+    )
     reflection_open: bool = _setting(
         False, "serve gRPC reflection to callers without credentials when authentication is on"
     )

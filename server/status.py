@@ -213,6 +213,8 @@ ERROR_TABLE: Mapping[type[BaseException], str] = types.MappingProxyType({
     # Security (server/security): who the caller is. The message is the client's to read and
     # names no user or file (security/errors.py).
     security_errors.AuthenticationFailedError: "AUTHENTICATION_FAILED",
+    # Too many credential checks at once, or too many failures from one host (retriable).
+    security_errors.AuthenticationThrottledError: "RESOURCE_LIMIT_EXCEEDED",
     # Authorization (server/security): what the caller may do, and the ACL requests.
     security_errors.NotAuthorizedError: "NOT_AUTHORIZED",
     security_errors.InvalidAclError: "INVALID_REQUEST",

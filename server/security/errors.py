@@ -4,6 +4,9 @@
     ├── AuthenticationFailedError        UNAUTHENTICATED + AUTHENTICATION_FAILED: the call's
     │                                    credentials are wrong, missing where required, or sent
     │                                    where they may not be
+    ├── AuthenticationThrottledError     RESOURCE_EXHAUSTED + RESOURCE_LIMIT_EXCEEDED (retriable):
+    │                                    the credential checks are too many (all clients, or
+    │                                    this host's recent failures); nothing was checked
     ├── NotAuthorizedError               PERMISSION_DENIED + NOT_AUTHORIZED: the caller's
     │                                    principal may not do this operation on this resource
     ├── InvalidAclError                  INVALID_ARGUMENT + INVALID_REQUEST: an ACL binding or
@@ -33,6 +36,7 @@ __all__ = [
     "AUTHENTICATION_FAILURES",
     "AclLimitError",
     "AuthenticationFailedError",
+    "AuthenticationThrottledError",
     "InvalidAclError",
     "NotAuthorizedError",
     "QuotaBacklogExceededError",
@@ -66,6 +70,19 @@ class AuthenticationFailedError(SecurityError):
         assert failure in AUTHENTICATION_FAILURES, failure
         super().__init__(message)
         self.failure = failure
+
+
+class AuthenticationThrottledError(SecurityError):
+    """New credentials not checked, for now: ``authentication_queue_max`` checks are waiting
+    or running, or the client's host has ``authentication_failures_per_host_max`` checks
+    waiting, running or failed in the window (authentication.py). ``limit`` names the
+    setting, ``retry_after_ms`` when to try again. The message says nothing of the
+    credentials: they were not looked at."""
+
+    def __init__(self, message: str, *, limit: str, retry_after_ms: int) -> None:
+        super().__init__(message)
+        self.limit = limit
+        self.retry_after_ms = retry_after_ms
 
 
 class NotAuthorizedError(SecurityError):
