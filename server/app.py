@@ -51,6 +51,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import functools
 import logging
 import os
 import signal
@@ -60,6 +61,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 import grpc
@@ -74,7 +76,11 @@ from stratalog.server.garbage_collector import freeze_loaded_objects, set_young_
 from stratalog.server.metrics import MetricsEndpoint, ServerMetrics
 from stratalog.server.metrics_interceptor import MetricsInterceptor
 from stratalog.server.security.acl_store import AclStore
-from stratalog.server.security.authentication import AuthenticationInterceptor, Authenticator
+from stratalog.server.security.authentication import (
+    AuthenticationInterceptor,
+    Authenticator,
+    SessionRecheckInterceptor,
+)
 from stratalog.server.security.authorizer import AuthorizationInterceptor, Authorizer
 from stratalog.server.security.credentials import CredentialFile
 from stratalog.server.security.errors import SecurityConfigError
@@ -93,6 +99,7 @@ from stratalog.server.settings import (
     configure_logging,
     describe,
 )
+from stratalog.server.storage.meta_properties import META_PROPERTIES_FILE
 from stratalog.server.subscribe_budget import MESSAGE_COPIES_HELD, SubscribeBudget
 from stratalog.v1 import broker_pb2
 
@@ -189,6 +196,9 @@ class Server:
             self._auth_executor.shutdown(wait=False)
             raise
         open_files_limit = _raise_open_files_limit()
+        # Before the LogManager writes it: whether this server has run before (an ACL file
+        # missing then means lost, server/security/acl_store.py).
+        new_server = not any((Path(d) / META_PROPERTIES_FILE).exists() for d in settings.log_dirs)
         try:
             # Before the logs: a bad certificate must not cost a recovery pass first.
             await loop.run_in_executor(self._executor, self._load_security)
@@ -227,7 +237,10 @@ class Server:
                 try:
                     # After the LogManager: the ACL file lives in a log dir it has locked.
                     store = await loop.run_in_executor(
-                        self._executor, AclStore.open, settings.log_dirs
+                        self._executor, functools.partial(
+                            AclStore.open, settings.log_dirs, new_server=new_server,
+                            create_if_missing=settings.acl_file_create_if_missing,
+                        ),
                     )
                 except SecurityConfigError as exc:
                     raise StartupError(str(exc)) from exc
@@ -275,13 +288,17 @@ class Server:
         )
         # Read by the scrape thread: one int, read whole.
         self.metrics.subscribe_buffer_bytes.set_function(lambda: budget.in_use_bytes)
+        assert self._authenticator is not None
         self._service = BrokerService(
             self.log_manager, settings, self.metrics, self._executor, coordinator=self.coordinator,
             limits=limits, subscribe_budget=budget, authorizer=self.authorizer,
             # A Session request goes through these as a unary call of its RPC does; who the
             # caller is was decided once, when its stream was authenticated.
             request_interceptors=[
-                i for i in interceptors if not isinstance(i, AuthenticationInterceptor)
+                # ... but re-checked against the credential file in force (a reload may have
+                # removed its user): issue 24, finding 11.
+                SessionRecheckInterceptor(self._authenticator, self.metrics),
+                *(i for i in interceptors if not isinstance(i, AuthenticationInterceptor)),
             ],
         )
         add_broker_service(self._service, self._grpc)

@@ -419,6 +419,12 @@ class Settings:
         "with the authorizer on, a resource that no ACL names is open to every principal"
         " (Kafka's allow.everyone.if.no.acl.found); off, only super users may use it",
     )
+    acl_file_create_if_missing: bool = _setting(
+        False,
+        "with the authorizer on, a server that has run before and finds no acls.json starts"
+        " with no ACLs (and writes an empty one) instead of refusing to start; a new server"
+        " always does",
+    )
     acl_bindings_max: int = _setting(
         10_000, "most ACL bindings the server stores (the ACL file is rewritten whole)", 0
     )

@@ -91,7 +91,13 @@ from stratalog.server.client_text import loggable
 
 from .credentials import CredentialFile
 from .errors import AuthenticationFailedError, AuthenticationThrottledError
-from .handlers import HEALTH_PREFIX, REFLECTION_PREFIXES, behaviour_of, wrap_handler
+from .handlers import (
+    HEALTH_PREFIX,
+    REFLECTION_PREFIXES,
+    WrappedHandlers,
+    behaviour_of,
+    wrap_handler,
+)
 from .principal import ANONYMOUS, CallIdentity, Principal, current_identity
 from .tls import certificate_principal
 
@@ -102,6 +108,7 @@ __all__ = [
     "ANONYMOUS_MODES",
     "AuthenticationInterceptor",
     "Authenticator",
+    "SessionRecheckInterceptor",
     "peer_host",
 ]
 
@@ -128,6 +135,8 @@ _WRONG = "authentication failed: unknown user or token, or wrong password"
 class _Verified:
     principal: Principal
     authenticated_by: str
+    #: (mechanism, user or token id, the file's entry it was verified against).
+    credential: tuple[str, str, object] | None = None
 
 
 def peer_host(peer: str | None) -> str:
@@ -187,6 +196,15 @@ class _Pending:
     name: str
     secret: str
     credentials: CredentialFile
+
+
+def _credential_entry(pending: _Pending) -> tuple[str, str, object] | None:
+    """The entry of ``pending``'s file that its credentials were verified against."""
+    credentials = pending.credentials
+    if pending.mechanism == "password":
+        return ("password", pending.name, credentials.users.get(pending.name))
+    token_id = pending.secret.partition(".")[0]
+    return ("token", token_id, credentials.tokens.get(token_id))
 
 
 class _Check:
@@ -302,6 +320,7 @@ class _CheckQueue:
     def _ran(self, check: _Check, work: asyncio.Future[Principal | None]) -> None:
         self._running -= 1
         self._finished(check)
+        pending = check.pending
         if work.cancelled():
             check.future.cancel()
         elif work.exception() is not None:
@@ -312,7 +331,8 @@ class _CheckQueue:
                 self._fail(check.host)
                 check.future.set_result(None)
             else:
-                check.future.set_result(_Verified(principal, check.pending.mechanism))
+                check.future.set_result(_Verified(principal, pending.mechanism,
+                                                  _credential_entry(pending)))
         self._pump()
 
     def _finished(self, check: _Check) -> None:
@@ -394,6 +414,21 @@ class Authenticator:
     def credentials(self) -> CredentialFile | None:
         """The credential file in force (None: no passwords or tokens accepted)."""
         return self._credentials
+
+    def still_valid(self, identity: CallIdentity) -> bool:
+        """Whether the credentials ``identity`` was verified with are still in the file in
+        force, unchanged: False once its user or token was removed, or its password
+        replaced, by a reload. True for identities not from the file (anonymous, mTLS).
+        O(1)."""
+        if identity.credential is None:
+            return True
+        credentials = self._credentials
+        if credentials is None:
+            return False
+        mechanism, name, entry = identity.credential
+        current = (credentials.users.get(name) if mechanism == "password"
+                   else credentials.tokens.get(name))
+        return current is not None and current == entry
 
     def replace_credentials(self, credentials: CredentialFile | None) -> None:
         """Use ``credentials`` from now on (a SIGHUP reload); forget every cached check."""
@@ -606,7 +641,8 @@ class AuthenticationInterceptor(grpc.aio.ServerInterceptor):
                 except AuthenticationThrottledError as exc:
                     await context.abort_with_status(status.to_status(exc))
             if checked is not None:
-                identity = CallIdentity(checked.principal, host, checked.authenticated_by)
+                identity = CallIdentity(checked.principal, host, checked.authenticated_by,
+                                        checked.credential)
             else:
                 principal = (certificate_principal(context.auth_context())
                              if client_certificates else None)
@@ -627,4 +663,51 @@ class AuthenticationInterceptor(grpc.aio.ServerInterceptor):
         if pending is not None:
             # The body is parsed only once the credentials passed.
             return wrap_handler(_parsed_after(handler), enter)
+        return wrap_handler(handler, enter)
+
+
+class SessionRecheckInterceptor(grpc.aio.ServerInterceptor):
+    """Re-checks, for each request on a Session stream, the credentials the stream was opened
+    with: a stream authenticated by a password or token whose user or token was removed, or
+    whose password was replaced, by a reload (SIGHUP) has each further request refused
+    UNAUTHENTICATED + AUTHENTICATION_FAILED. A unary call is checked anew after a reload
+    (the cache is emptied); a stream was checked once, when it opened, as Kafka checks a
+    connection once (Kafka re-authenticates connections only with
+    ``connections.max.reauth.ms``, KIP-368; here the reload is what triggers it).
+
+    Installed first among a session's per-request interceptors (server/app.py); the check is
+    one dictionary lookup and one comparison. Event-loop only.
+    """
+
+    def __init__(self, authenticator: Authenticator, metrics: ServerMetrics) -> None:
+        self._authenticator = authenticator
+        self._metrics = metrics
+        self._wrapped = WrappedHandlers()
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return handler
+        return self._wrapped.get(handler_call_details.method, handler, self._wrap)
+
+    def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        authenticator = self._authenticator
+        metrics = self._metrics
+
+        async def enter(context: grpc.aio.ServicerContext) -> None:
+            identity = current_identity.get(None)
+            if identity is not None and not authenticator.still_valid(identity):
+                metrics.observe_authentication_failure("wrong_credentials")
+                await context.abort_with_status(status.to_status(AuthenticationFailedError(
+                    "authentication failed: the credentials this session was opened with are"
+                    " no longer valid (the user or token was removed, or the password"
+                    " changed); open a new session with valid credentials",
+                    failure="wrong_credentials",
+                )))
+            return None
+
         return wrap_handler(handler, enter)
