@@ -307,14 +307,19 @@ class _CheckQueue:
                 self._turns[host] = queue  # its next check waits for the other hosts' turns
             if check.future.done():
                 continue  # dropped while queued: counted out already
-            check.started = True
-            self._running += 1
             pending = check.pending
             verify = (pending.credentials.verify_password if pending.mechanism == "password"
                       else pending.credentials.verify_token)
             args = (pending.name, pending.secret) if pending.mechanism == "password" else (
                 pending.secret,)
-            work = asyncio.get_running_loop().run_in_executor(self._executor, verify, *args)
+            try:
+                work = asyncio.get_running_loop().run_in_executor(self._executor, verify, *args)
+            except RuntimeError as exc:  # the pool is shut down: the server is stopping
+                self._finished(check)
+                check.future.set_exception(exc)
+                continue
+            check.started = True
+            self._running += 1
             work.add_done_callback(lambda done, check=check: self._ran(check, done))
 
     def _ran(self, check: _Check, work: asyncio.Future[Principal | None]) -> None:
@@ -328,6 +333,10 @@ class _CheckQueue:
         else:
             principal = work.result()
             if principal is None:
+                # Logged once per check (callers sharing it are not), at most
+                # failures_per_host_max a window per host.
+                logger.info("authentication failed from %s: %s %s", loggable(check.host),
+                            pending.mechanism, loggable(pending.name or "(token)"))
                 self._fail(check.host)
                 check.future.set_result(None)
             else:
@@ -522,8 +531,6 @@ class Authenticator:
             raise
         check.waiters -= 1
         if verified is None:
-            logger.info("authentication failed from %s: %s %s", loggable(host),
-                        pending.mechanism, loggable(pending.name or "(token)"))
             raise AuthenticationFailedError(_WRONG, failure="wrong_credentials")
         return verified
 

@@ -342,8 +342,8 @@ class ProduceAdmission:
     Holds, per principal with requests waiting or passing, its :class:`_Queue`; per client
     with Produce bytes admitted and not yet answered, those bytes. Invariants (:meth:`check`):
     no entry at 0 users or 0 bytes (the maps hold only clients and principals with requests
-    in flight, so their size is bounded by the requests in flight); a client's bytes are at
-    most ``bytes_in_flight_max``, or one request's when that one is larger.
+    in flight, so their size is bounded by the requests in flight). A client's bytes exceed
+    ``bytes_in_flight_max`` only by a request admitted alone (:meth:`admit`).
 
     Concurrency: event-loop only; :meth:`admit` awaits, :meth:`release` does not.
     """
@@ -471,10 +471,11 @@ class QuotaInterceptor(grpc.aio.ServerInterceptor):
 
     def __init__(
         self, manager: QuotaManager, fetch_max_bytes_default: int, metrics: ServerMetrics,
-        admission: ProduceAdmission | None = None,
+        admission: ProduceAdmission,
     ) -> None:
+        assert admission is not None
         self._manager = manager
-        self._admission = admission or ProduceAdmission(manager, 16 << 20)
+        self._admission = admission
         self._metrics = metrics
         self._fetch_max_bytes_default = fetch_max_bytes_default
         self._wrapped = WrappedHandlers()
