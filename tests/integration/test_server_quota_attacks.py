@@ -15,8 +15,8 @@ holds with room on a loaded machine:
 * the rate the client is served at, measured once the quota's initial burst is spent, is at
   most 1.2 times the quota (the defect: 21 times);
 * the server's resident size: the first wave (gRPC reads each of the 1,000 requests before the
-  server can refuse it) adds at most what the client put in flight plus the backlog (16 MiB)
-  plus a fixed margin; after it, the resident size grows by at most the margin (the refused
+  server can refuse it) adds at most twice what the client put in flight (gRPC's copies) plus
+  the backlog (16 MiB) plus a fixed margin; after it, the resident size grows by at most the margin (the refused
   requests come back only after the refusal's ``retry_after_ms``, when the backlog drained);
 * another client's fetch p99 during the attack is within 2 times (plus 50 ms for the machine's
   noise) its p99 measured idle, in the same test.
@@ -157,8 +157,9 @@ async def test_a_thousand_produce_requests_in_flight_get_the_quota_and_bounded_m
     assert rate >= 0.5 * QUOTA, rate / QUOTA  # the client is still served at about its quota
     assert refused > 0  # the backlog's bound was reached and held
     # The first wave: gRPC reads every request before the server sees it (a refused one too),
-    # so what the client put in flight at once passes through its buffers, plus the backlog.
-    first_wave_bound = BACKLOG_BYTES + IN_FLIGHT * REQUEST_BYTES + RSS_MARGIN_BYTES
+    # so what the client put in flight at once passes through its buffers, up to twice (its
+    # slices and the bytes handed to Python; measured +180-350 MiB), plus the backlog.
+    first_wave_bound = BACKLOG_BYTES + 2 * IN_FLIGHT * REQUEST_BYTES + RSS_MARGIN_BYTES
     assert rss_first_wave - rss_before <= first_wave_bound, (rss_before, rss_first_wave)
     # After it, nothing more: the backlog is bounded and the refused requests come back only
     # when it has drained. (The defect kept all 1,000 served and held, re-sent at once.)
