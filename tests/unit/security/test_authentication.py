@@ -16,7 +16,7 @@ from stratalog.server.security.errors import (
     AuthenticationFailedError,
     AuthenticationThrottledError,
 )
-from stratalog.server.security.principal import Principal
+from stratalog.server.security.principal import CallIdentity, Principal
 from stratalog.server.settings import Settings, SettingsError, load_settings
 
 
@@ -233,3 +233,25 @@ async def test_hosts_take_turns_and_cancelled_checks_are_dropped(executor) -> No
     assert authenticator.queue.dropped >= 25
     assert authenticator.queue.pending == 0
     authenticator.queue.check()
+
+
+async def test_a_reload_invalidates_identities_of_removed_or_changed_entries(executor) -> None:
+    store = (CredentialFile().with_user("alice", "pw", ITERATIONS_MIN)
+             .with_user("bob", "pw", ITERATIONS_MIN))
+    authenticator = Authenticator(store, anonymous_allowed=False, executor=executor,
+                                  cache_entries_max=100)
+    identities = {}
+    for user in ("alice", "bob"):
+        verified = await authenticator.authenticate(basic(user, "pw"), "10.0.0.1")
+        identities[user] = CallIdentity(verified.principal, "10.0.0.1", "password",
+                                        verified.credential)
+    anonymous = CallIdentity(Principal.user("ANONYMOUS"), "10.0.0.1")
+    assert all(authenticator.still_valid(i) for i in (*identities.values(), anonymous))
+    # Alice removed; bob's password set again (a new salt: a new entry, even for the same one).
+    authenticator.replace_credentials(store.without_user("alice").with_user(
+        "bob", "pw", ITERATIONS_MIN))
+    assert not authenticator.still_valid(identities["alice"])
+    assert not authenticator.still_valid(identities["bob"])
+    assert authenticator.still_valid(anonymous)
+    authenticator.replace_credentials(None)
+    assert not authenticator.still_valid(identities["alice"])
