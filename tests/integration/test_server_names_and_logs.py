@@ -88,6 +88,8 @@ async def test_a_flood_of_huge_topic_names_is_refused_invalid_with_bounded_memor
         rss_before, log_before = _rss_bytes(server), len(server.log_text().encode())
         await flood(FLOOD_CALLS)
         rss_after, log_after = _rss_bytes(server), len(server.log_text().encode())
+    print(f"second flood: rss {rss_before / MIB:.0f} -> {rss_after / MIB:.0f} MiB,"
+          f" log +{log_after - log_before} bytes")
     # Every call refused INVALID_ARGUMENT, none RESOURCE_EXHAUSTED (trailers past 8 KiB).
     assert codes == {grpc.StatusCode.INVALID_ARGUMENT: 2 * FLOOD_CALLS}
     assert reasons == {"INVALID_TOPIC"}
