@@ -313,6 +313,14 @@ class ResourceLimitExceededError(StratalogError):
         """The name of the setting whose limit was reached, when the server said."""
         return self.metadata.get("limit")
 
+    @property
+    def retry_after_ms(self) -> int | None:
+        """How long to wait before trying again, when the server said (a throttled client's
+        Produce backlog: until it drains at the quota; a host's failed logins: until the
+        oldest ages out), as Kafka's ``throttle_time_ms`` asks a client since KIP-219."""
+        value = self.metadata.get("retry_after_ms", "")
+        return int(value) if value.isdigit() else None
+
 
 class ConcurrentRpcLimitError(ResourceLimitExceededError):
     """gRPC's own refusal, without ErrorInfo: the server was already serving as many calls as

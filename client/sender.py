@@ -16,7 +16,9 @@ Delivery of one batch:
   batch then fails with :class:`~.errors.DeliveryTimeoutError`; one never drained (no producer
   id yet, its partition not yet in the transaction, earlier batches stuck) fails at the same
   deadline, saying why. The last backoff is cut at the deadline, so that a batch fails when
-  its time is up, not a backoff early. Before any batch, a topic's first send waits for the
+  its time is up, not a backoff early. A refusal that says when to try again
+  (``retry_after_ms``: a throttled principal's Produce backlog is full) is not retried before.
+  Before any batch, a topic's first send waits for the
   topic's partition count (DescribeTopic) the same way, until ``delivery_timeout_ms`` or
   ``max_block_ms``, whichever is shorter. A server down or not yet started is one more
   retriable error (UNAVAILABLE).
@@ -347,7 +349,12 @@ class Sender:
                 elif action is ErrorAction.RETRY:
                     # The backoff is cut at the deadline (the loop's check then expires the
                     # batch): the error comes at delivery_timeout_ms, not a backoff early.
-                    delay_s = min(self._backoff_s(attempts), batch.deadline - loop.time())
+                    delay_s = self._backoff_s(attempts)
+                    # Not before the server said (a throttled Produce backlog's retry_after_ms).
+                    retry_after_ms = getattr(last_error, "retry_after_ms", None)
+                    if retry_after_ms:
+                        delay_s = max(delay_s, retry_after_ms / 1000)
+                    delay_s = min(delay_s, batch.deadline - loop.time())
                     log = logger.warning if attempts == 1 else logger.info
                     log(
                         "retrying %r (attempt %d%s) in %.3f s after %s", batch, attempts,

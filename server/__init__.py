@@ -18,6 +18,7 @@ The request path, one module a step::
                             event loop or in the thread pool
 - :mod:`.topic_name_memo`   the bounded memo of topic names that passed validation
 - :mod:`.status`            the one map from engine errors to gRPC statuses
+- :mod:`.client_text`       client strings escaped and cut in log lines, cut to bytes in statuses
 - :mod:`.metrics`           Prometheus metrics of requests, traffic and storage
 - :mod:`.allocator`         glibc malloc thresholds, so MiB-sized request buffers are reused
 

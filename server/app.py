@@ -61,6 +61,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import functools
 import logging
 import os
 import signal
@@ -70,6 +71,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 import grpc
@@ -85,11 +87,20 @@ from stratalog.server.metrics import ServerMetrics
 from stratalog.server.metrics_endpoint import MetricsEndpoint, MetricsEndpointLimits
 from stratalog.server.metrics_interceptor import MetricsInterceptor
 from stratalog.server.security.acl_store import AclStorage, AclStore
-from stratalog.server.security.authentication import AuthenticationInterceptor, Authenticator
+from stratalog.server.security.authentication import (
+    AuthenticationInterceptor,
+    Authenticator,
+    SessionRecheckInterceptor,
+)
 from stratalog.server.security.authorizer import AuthorizationInterceptor, Authorizer
 from stratalog.server.security.credentials import CredentialFile
 from stratalog.server.security.errors import SecurityConfigError
-from stratalog.server.security.quotas import QuotaConfig, QuotaInterceptor, QuotaManager
+from stratalog.server.security.quotas import (
+    ProduceAdmission,
+    QuotaConfig,
+    QuotaInterceptor,
+    QuotaManager,
+)
 from stratalog.server.security.tls import ServerTls, TlsFiles
 from stratalog.server.service import BrokerService
 from stratalog.server.settings import (
@@ -99,6 +110,7 @@ from stratalog.server.settings import (
     configure_logging,
     describe,
 )
+from stratalog.server.storage.meta_properties import META_PROPERTIES_FILE
 from stratalog.server.subscribe_budget import MESSAGE_COPIES_HELD, SubscribeBudget
 from stratalog.v1 import broker_pb2
 
@@ -202,6 +214,9 @@ class Server:
             self._auth_executor.shutdown(wait=False)
             raise
         open_files_limit = _raise_open_files_limit()
+        # Before the LogManager writes it: whether this server has run before (an ACL file
+        # missing then means lost, server/security/acl_store.py).
+        new_server = not any((Path(d) / META_PROPERTIES_FILE).exists() for d in settings.log_dirs)
         try:
             # Before the logs: a bad certificate must not cost a recovery pass first.
             await loop.run_in_executor(self._executor, self._load_security)
@@ -250,7 +265,13 @@ class Server:
                 try:
                     # After the LogManager: the ACL file lives in a log dir it has locked.
                     local = await loop.run_in_executor(
-                        self._executor, AclStore.open, settings.log_dirs
+                        self._executor, functools.partial(
+                            AclStore.open, settings.log_dirs, new_server=new_server,
+                            # In cluster mode the ACLs are etcd's: a local file is only
+                            # imported, then renamed (docs/security.md, "ACLs in a cluster").
+                            create_if_missing=(settings.acl_file_create_if_missing
+                                               or bool(settings.cluster)),
+                        ),
                     )
                 except SecurityConfigError as exc:
                     raise StartupError(str(exc)) from exc
@@ -265,6 +286,7 @@ class Server:
                                  *(settings.broker_principals if settings.cluster else ())),
                     allow_everyone_if_no_acl_found=settings.allow_everyone_if_no_acl_found,
                     cache_entries_max=settings.authorizer_cache_entries_max,
+                    cache_bytes_max=settings.authorizer_cache_bytes_max,
                     bindings_max=settings.acl_bindings_max,
                     request_entries_max=settings.acl_request_entries_max,
                     executor=self._executor,
@@ -303,13 +325,17 @@ class Server:
         )
         # Read by the scrape thread: one int, read whole.
         self.metrics.subscribe_buffer_bytes.set_function(lambda: budget.in_use_bytes)
+        assert self._authenticator is not None
         self._service = BrokerService(
             self.log_manager, settings, self.metrics, self._executor, coordinator=self.coordinator,
             limits=limits, subscribe_budget=budget, authorizer=self.authorizer,
             # A Session request goes through these as a unary call of its RPC does; who the
             # caller is was decided once, when its stream was authenticated.
             request_interceptors=[
-                i for i in interceptors if not isinstance(i, AuthenticationInterceptor)
+                # ... but re-checked against the credential file in force (a reload may have
+                # removed its user): issue 24, finding 11.
+                SessionRecheckInterceptor(self._authenticator, self.metrics),
+                *(i for i in interceptors if not isinstance(i, AuthenticationInterceptor)),
             ],
         )
         add_broker_service(self._service, self._grpc)
@@ -560,6 +586,10 @@ class Server:
             anonymous_allowed=settings.anonymous_allowed,
             executor=self._auth_executor,
             cache_entries_max=settings.authentication_cache_entries_max,
+            threads=settings.authentication_threads,
+            queue_max=settings.authentication_queue_max,
+            failures_per_host_max=settings.authentication_failures_per_host_max,
+            failure_window_ms=settings.authentication_failure_window_ms,
         )
 
     def _interceptors(self) -> list[grpc.aio.ServerInterceptor]:
@@ -581,7 +611,8 @@ class Server:
                 metrics=self.metrics,
             ))
         interceptors.append(QuotaInterceptor(
-            self.quotas, self.settings.fetch_max_bytes_default, self.metrics
+            self.quotas, self.settings.fetch_max_bytes_default, self.metrics,
+            ProduceAdmission(self.quotas, self.settings.quota_produce_bytes_in_flight_max),
         ))
         return interceptors
 

@@ -421,6 +421,23 @@ class Settings:
         " 0 = check every call",
         0,
     )
+    authentication_queue_max: int = _setting(
+        64,
+        "credential checks (one PBKDF2 each) waiting or running, all clients; more are refused"
+        " at once RESOURCE_LIMIT_EXCEEDED (retriable), so a flood of new credentials cannot"
+        " queue minutes of hashing",
+        1,
+    )
+    authentication_failures_per_host_max: int = _setting(
+        20,
+        "credential checks one client host may have waiting, running or failed within"
+        " authentication_failure_window_ms; more are refused at once RESOURCE_LIMIT_EXCEEDED"
+        " without a check (cached good credentials still pass)",
+        1,
+    )
+    authentication_failure_window_ms: int = _setting(
+        60_000, "how long a failed credential check counts against its host", 1
+    )
     reflection_open: bool = _setting(
         False, "serve gRPC reflection to callers without credentials when authentication is on"
     )
@@ -440,6 +457,12 @@ class Settings:
         "with the authorizer on, a resource that no ACL names is open to every principal"
         " (Kafka's allow.everyone.if.no.acl.found); off, only super users may use it",
     )
+    acl_file_create_if_missing: bool = _setting(
+        False,
+        "with the authorizer on, a server that has run before and finds no acls.json starts"
+        " with no ACLs (and writes an empty one) instead of refusing to start; a new server"
+        " always does",
+    )
     acl_bindings_max: int = _setting(
         10_000, "most ACL bindings the server stores (the ACL file is rewritten whole)", 0
     )
@@ -452,9 +475,16 @@ class Settings:
         " emptied when the ACLs change; 0 = decide every call",
         0,
     )
+    authorizer_cache_bytes_max: int = _setting(
+        32 * _MIB,
+        "bytes the authorization decisions remembered may take, each counted as 256 plus its"
+        " resource name's and host's lengths (a transactional id may be 32 KiB); the oldest"
+        " dropped first",
+        0,
+    )
     quota_producer_byte_rate: int = _setting(
         0,
-        "produce bytes per second a principal may send before its answers are delayed"
+        "produce bytes per second a principal may send before its next requests wait"
         " (Kafka's producer_byte_rate quota); 0 = no quota; per principal in [quotas]",
         0,
     )
@@ -463,6 +493,14 @@ class Settings:
         "fetch bytes per second a principal may receive before its answers are delayed"
         " (Kafka's consumer_byte_rate quota); 0 = no quota; per principal in [quotas]",
         0,
+    )
+    quota_produce_bytes_in_flight_max: int = _setting(
+        16 * _MIB,
+        "Produce bytes one client (its principal, or its host when anonymous) with a produce"
+        " quota may have waiting for the quota or being served; more are refused at once"
+        " RESOURCE_LIMIT_EXCEEDED (retriable); a larger request passes alone (Kafka's"
+        " queued.max.request.bytes, per client)",
+        1,
     )
     quota_window_num: int = _setting(
         11, "samples the byte rates are measured over (Kafka's quota.window.num)", 2

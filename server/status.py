@@ -39,8 +39,12 @@ A request on a Session stream (server/session.py) fails with exactly the status 
 would have ended with, carried in the answer as a ``SessionError`` (:func:`session_error`: the
 code, the message, the ErrorInfo's reason and metadata) instead of the call's trailers.
 
-Messages are cut to :data:`MESSAGE_CHARS_MAX`: they travel twice in the trailers (grpc-message
-and inside the serialized Status) and gRPC's default metadata limit is 8 KiB.
+Messages are cut to :data:`MESSAGE_CHARS_MAX` characters and :data:`MESSAGE_BYTES_MAX` UTF-8
+bytes, and each ErrorInfo metadata value to :data:`METADATA_VALUE_BYTES_MAX` (a topic name in it
+may be a client's 256 KiB string): they travel in the trailers, the message twice (grpc-message,
+percent-encoded, and inside the serialized Status, base64), and gRPC's default metadata limit is
+8 KiB: past it the client sees RESOURCE_EXHAUSTED instead of this status
+(server/client_text.py has the arithmetic).
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ from grpc_status import rpc_status
 
 from stratalog.records import errors as record_errors
 from stratalog.server import client_limits
+from stratalog.server.client_text import clip_utf8, loggable
 from stratalog.server.cluster import errors as cluster_errors
 from stratalog.server.security import errors as security_errors
 from stratalog.server.storage import errors as storage_errors
@@ -68,7 +73,9 @@ from stratalog.v1 import broker_pb2
 __all__ = [
     "DOMAIN",
     "ERROR_TABLE",
+    "MESSAGE_BYTES_MAX",
     "MESSAGE_CHARS_MAX",
+    "METADATA_VALUE_BYTES_MAX",
     "REASON_CODES",
     "ErrorMapping",
     "abort_with_error",
@@ -86,6 +93,11 @@ DOMAIN = "stratalog"
 
 #: Longest status message sent, in characters; longer ones are cut and marked with an ellipsis.
 MESSAGE_CHARS_MAX = 1024
+#: Longest status message sent, in UTF-8 bytes: percent-encoded in grpc-message, ≤ 3 KiB.
+MESSAGE_BYTES_MAX = 1024
+#: Longest ErrorInfo metadata value sent, in UTF-8 bytes. With the message, a status's trailers
+#: stay under ~6 KiB (a handful of metadata entries), inside gRPC's 8 KiB default.
+METADATA_VALUE_BYTES_MAX = 256
 
 
 def _reason(name: str) -> str:
@@ -204,11 +216,15 @@ ERROR_TABLE: Mapping[type[BaseException], str] = types.MappingProxyType({
     # Security (server/security): who the caller is. The message is the client's to read and
     # names no user or file (security/errors.py).
     security_errors.AuthenticationFailedError: "AUTHENTICATION_FAILED",
+    # Too many credential checks at once, or too many failures from one host (retriable).
+    security_errors.AuthenticationThrottledError: "RESOURCE_LIMIT_EXCEEDED",
     # Authorization (server/security): what the caller may do, and the ACL requests.
     security_errors.NotAuthorizedError: "NOT_AUTHORIZED",
     security_errors.InvalidAclError: "INVALID_REQUEST",
     security_errors.AclLimitError: "RESOURCE_LIMIT_EXCEEDED",
     security_errors.SecurityDisabledError: "INVALID_REQUEST",
+    # A throttled client's Produce backlog is full (retriable: it drains at the quota's rate).
+    security_errors.QuotaBacklogExceededError: "RESOURCE_LIMIT_EXCEEDED",
     # Per-client limits on Subscribe streams and long polls (retriable: the client's own
     # waiting RPCs free the slot as they end); ``limit`` names the setting.
     client_limits.ClientLimitExceededError: "RESOURCE_LIMIT_EXCEEDED",
@@ -254,7 +270,7 @@ _CAUSE_CHAIN_MAX = 16
 _METADATA_ATTRIBUTES = (
     "topic", "partition", "offset", "log_start_offset", "log_end_offset", "limit",
     "need_bytes", "free_bytes", "operation", "resource", "field",
-    "leader_id", "leader_epoch", "leader_address",
+    "leader_id", "leader_epoch", "leader_address", "retry_after_ms",
 )
 
 
@@ -296,9 +312,9 @@ def classify(exc: BaseException) -> ErrorMapping | None:
 
 
 def _truncate(message: str) -> str:
-    if len(message) <= MESSAGE_CHARS_MAX:
-        return message
-    return message[: MESSAGE_CHARS_MAX - 1] + "…"
+    if len(message) > MESSAGE_CHARS_MAX:
+        message = message[: MESSAGE_CHARS_MAX - 1] + "…"
+    return clip_utf8(message, MESSAGE_BYTES_MAX)
 
 
 def _metadata(exc: BaseException, reason: str) -> dict[str, str]:
@@ -321,6 +337,8 @@ def _rich_status(
 ) -> status_pb2.Status:
     status = status_pb2.Status(code=code.value[0], message=_truncate(message))
     if reason is not None:
+        metadata = {key: clip_utf8(value, METADATA_VALUE_BYTES_MAX)
+                    for key, value in metadata.items()}
         info = error_details_pb2.ErrorInfo(reason=reason, domain=DOMAIN, metadata=metadata)
         status.details.add().Pack(info)
     return status
@@ -343,15 +361,17 @@ def to_rpc_status(exc: BaseException) -> status_pb2.Status:
     metadata = _metadata(exc, mapping.reason)
     fixed = _SERVER_SIDE_MESSAGES.get(mapping.reason)
     if isinstance(exc, _MESSAGES_WITHOUT_PATHS):
-        logger.warning("request refused with %s: %s", mapping.reason, exc)
+        logger.warning("request refused with %s: %s", mapping.reason, loggable(exc, 1024))
         message = str(exc)
     elif fixed is None:
-        logger.debug("request refused with %s: %s", mapping.reason, exc)
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug("request refused with %s: %s", mapping.reason, loggable(exc, 1024))
         message = str(exc) or type(exc).__name__
     else:
         incident = uuid.uuid4().hex[:12]
         if mapping.reason == "SHUTTING_DOWN":
-            logger.info("request refused, incident %s, SHUTTING_DOWN: %s", incident, exc)
+            logger.info("request refused, incident %s, SHUTTING_DOWN: %s", incident,
+                        loggable(exc, 1024))
         else:
             logger.error("request failed, incident %s, %s", incident, mapping.reason, exc_info=exc)
         message = f"{fixed} (incident {incident})"

@@ -12,12 +12,12 @@ certificates.
 | ``tls.py`` | the listeners' TLS material (certificate, key, client CA), its SIGHUP reload, the principal of an mTLS certificate |
 | ``credentials.py`` | the credential file: users' and tokens' salted SCRAM-SHA-256 secrets |
 | ``handlers.py`` | what the interceptors share: a handler's kind, ``wrap_handler``, the cache of wrapped handlers, the open services' paths |
-| ``authentication.py`` | the authentication interceptor, its credential cache |
+| ``authentication.py`` | the authentication interceptor, its credential cache and check queue (bounded, per host, round robin), the Session re-check after a reload |
 | ``acls.py`` | Kafka's ACL model (bindings, filters, enums) and its matching rules |
 | ``acl_store.py`` | the ACL file (``acls.json`` in a log dir), replaced atomically |
 | ``acl_messages.py`` | broker.proto's ACL messages to the model and back |
 | ``authorizer.py`` | the decisions (cached), the RPC -> (operation, resource) table, the interceptor |
-| ``quotas.py`` | byte rates per principal, throttle times, the interceptor that delays answers |
+| ``quotas.py`` | byte rates per principal, throttle times, the Produce queue per principal and backlog per client, the interceptor |
 
 The interceptors, in the order ``Server._interceptors()`` (server/app.py) installs them; gRPC
 calls the first one first:
@@ -27,7 +27,7 @@ calls the first one first:
 | 0 | ``MetricsInterceptor`` (server/metrics_interceptor.py) | nothing: counts every call, refused ones too (``grpc_server_*``) | (never refuses) |
 | 1 | ``AuthenticationInterceptor`` | the call's :class:`CallIdentity` | UNAUTHENTICATED + AUTHENTICATION_FAILED |
 | 2 | ``AuthorizationInterceptor`` (``authorizer = "acl"`` only) | what the identity may do | PERMISSION_DENIED + NOT_AUTHORIZED |
-| 3 | ``QuotaInterceptor`` | how fast: delays answers past a byte-rate quota (idle without quotas) | (delays, never refuses) |
+| 3 | ``QuotaInterceptor`` | how fast: a throttled principal's Produce waits before it is served, fetch answers are delayed (idle without quotas) | RESOURCE_EXHAUSTED + RESOURCE_LIMIT_EXCEEDED: a throttled client's Produce backlog is full |
 
 The identity contract: interceptor 1 checks the call's metadata in ``intercept_service`` and
 finishes the identity (client certificate, client address) in the handler it returns, through

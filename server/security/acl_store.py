@@ -24,6 +24,15 @@ for a server that has none yet (as ``__transaction_state`` is placed). The LogMa
 every log directory before the store opens, so no second server writes the file. Two
 directories holding one each is refused at start: which set applies would be a guess.
 
+A missing file: a server that has never run (no log directory holds ``meta.properties`` yet)
+starts with no ACLs and writes an empty file at once, so that from then on the file's absence
+means it was lost. A server that has run before and finds no file refuses to start, naming the
+directories it looked in: starting empty would silently drop every ACL, and with
+``allow_everyone_if_no_acl_found`` every DENY with them (a deleted file, a log directory not
+mounted). ``acl_file_create_if_missing = true`` starts it empty all the same (turning the
+authorizer on for an existing server's data, or on purpose after a loss); Kafka has no such
+case, its ACLs live in its metadata log (docs/security.md, "Authorization").
+
 Crash behaviour: a crash at any point of a write leaves the old file or the new one, complete
 (durable.py's steps); a stray ``acls.json.tmp`` is ignored and overwritten by the next write. A
 file that does not parse, has an unknown version or holds an invalid binding stops the server
@@ -215,13 +224,19 @@ class AclStore:
         return target
 
     @classmethod
-    def open(cls, log_dirs: Sequence[str | Path]) -> AclStore:
-        """Find and read the ACL file of a server with these log directories (none yet: an
-        empty set, to be written in the first directory).
+    def open(
+        cls, log_dirs: Sequence[str | Path], *, new_server: bool = True,
+        create_if_missing: bool = False,
+    ) -> AclStore:
+        """Find and read the ACL file of a server with these log directories. None found:
+        for a ``new_server`` (or with ``create_if_missing``), an empty set, written at once
+        in the first directory; otherwise a refusal (the module docstring, "A missing file").
 
         Raises:
-            SecurityConfigError: more than one directory holds an ACL file, or the file is
-                unreadable or invalid (see :func:`decode_acls`).
+            SecurityConfigError: more than one directory holds an ACL file, the file is
+                unreadable or invalid (see :func:`decode_acls`), or it is missing from a
+                server that has run before.
+            StorageIOError: the empty file could not be written.
         """
         assert log_dirs, "a server has at least one log directory"
         candidates = [Path(d) / ACL_FILE_NAME for d in log_dirs]
@@ -232,7 +247,23 @@ class AclStore:
                 "ACLs apply and move the others away"
             )
         if not found:
-            return cls(candidates[0], ())
+            if not new_server and not create_if_missing:
+                raise SecurityConfigError(
+                    f"the authorizer is on but no log directory holds its ACL file"
+                    f" {ACL_FILE_NAME} (looked in {', '.join(map(str, log_dirs))}), and this"
+                    " server has run before: its ACLs may have been lost (a deleted file, a"
+                    " log directory not mounted). Restore the file, or start with"
+                    " acl_file_create_if_missing = true to start with no ACLs"
+                )
+            store = cls(candidates[0], ())
+            store.write(())
+            if new_server:
+                logger.info("no ACL file yet: wrote an empty one, %s", store.path)
+            else:
+                logger.warning("no ACL file found, starting with no ACLs"
+                               " (acl_file_create_if_missing): wrote an empty one, %s",
+                               store.path)
+            return store
         path = found[0]
         try:
             data = path.read_bytes()

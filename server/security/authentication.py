@@ -29,16 +29,37 @@ before the request is even deserialized: a refused call costs no parsing of its 
 certificate and the client's address are known only to the handler's ``ServicerContext``, so
 the rest happens in the wrapped handler, before the servicer's method.
 
-Cost: a password check is one PBKDF2 of the entry's iteration count (100,000 by default: tens
-of milliseconds), far too slow per call. Checks run on a thread pool of their own
-(``authentication_threads``), never on the event loop nor the storage pool, and a good result
-is cached under a keyed hash of the presented secret (HMAC-SHA-256 with a key drawn at start,
-never written anywhere): the next call with the same credentials costs one HMAC (~2 µs) and a
-dictionary lookup. The cache holds at most ``authentication_cache_entries_max`` entries (least
-recently used dropped first) and is emptied when the credential file is reloaded, so a removed
-user or a changed password takes effect on SIGHUP. Failures are not cached (a flood of wrong
-passwords cannot evict good entries); concurrent checks of the same new credentials share one
-PBKDF2. docs/performance.md has the figures.
+Cost: a password check is one PBKDF2 of the file's largest iteration count (100,000 by
+default: tens of milliseconds; every check of a file costs the same, credentials.py), far too
+slow per call. Checks run on a thread pool of their own (``authentication_threads``), never on
+the event loop nor the storage pool, and a good result is cached under a keyed hash of the
+presented secret (HMAC-SHA-256 with a key drawn at start, never written anywhere): the next call
+with the same credentials costs one HMAC (~2 µs) and a dictionary lookup. The cache holds at most
+``authentication_cache_entries_max`` entries (least recently used dropped first) and is emptied
+when the credential file is reloaded, so a removed user or a changed password takes effect on
+SIGHUP. Failures are not cached (a flood of wrong passwords cannot evict good entries);
+concurrent checks of the same new credentials share one PBKDF2. docs/performance.md has the
+figures.
+
+Under attack (:class:`_CheckQueue`): a flood of wrong passwords must not lock everyone else out
+for the minutes its PBKDF2s take on one thread. So
+
+1. the checks waiting or running are at most ``authentication_queue_max``; one more is refused
+   at once (RESOURCE_EXHAUSTED + RESOURCE_LIMIT_EXCEEDED, retriable, with ``retry_after_ms``);
+2. each client host has at most ``authentication_failures_per_host_max`` checks waiting,
+   running or failed within the last ``authentication_failure_window_ms``: past that its next
+   new credentials are refused the same way, without a check, until its failures age out
+   (credentials already in the cache still pass: a host's good clients keep working);
+3. the pool takes the hosts' checks in turn (round robin), so a host with a queue of checks
+   delays another host's check by at most one check per thread, not by its whole queue;
+4. a check whose every caller went away (cancelled, past its deadline) before it started is
+   dropped, not computed.
+
+Kafka delays the answer to a failed authentication (``connection.failed.authentication.delay.ms``)
+and limits connection rates per IP (KIP-612); gRPC shows a server no connections, so the limits
+here are per check and per host. The host is the call's peer address, known only in the call's
+handler: an uncached credential is checked there, with the request's body kept as bytes and
+parsed only once the check passed (a refused call costs no parsing of its body).
 
 Concurrency: event-loop only, except the checks, which run in the pool on an immutable
 :class:`~stratalog.server.security.credentials.CredentialFile`.
@@ -51,9 +72,11 @@ import base64
 import binascii
 import hashlib
 import hmac
+import inspect
 import logging
 import secrets
-from collections import OrderedDict
+import time
+from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Executor
 from contextvars import Token
@@ -64,10 +87,17 @@ import grpc
 import grpc.aio
 
 from stratalog.server import status
+from stratalog.server.client_text import loggable
 
 from .credentials import CredentialFile
-from .errors import AuthenticationFailedError
-from .handlers import HEALTH_PREFIX, REFLECTION_PREFIXES, wrap_handler
+from .errors import AuthenticationFailedError, AuthenticationThrottledError
+from .handlers import (
+    HEALTH_PREFIX,
+    REFLECTION_PREFIXES,
+    WrappedHandlers,
+    behaviour_of,
+    wrap_handler,
+)
 from .principal import ANONYMOUS, CallIdentity, Principal, current_identity
 from .tls import certificate_principal
 
@@ -78,6 +108,7 @@ __all__ = [
     "ANONYMOUS_MODES",
     "AuthenticationInterceptor",
     "Authenticator",
+    "SessionRecheckInterceptor",
     "peer_host",
 ]
 
@@ -90,6 +121,12 @@ _AUTHORIZATION = "authorization"
 _WHO_AM_I = "/stratalog.v1.Broker/WhoAmI"
 
 _MALFORMED = "malformed_credentials"
+#: The settings :class:`_CheckQueue` enforces.
+QUEUE_LIMIT = "authentication_queue_max"
+HOST_LIMIT = "authentication_failures_per_host_max"
+# Hosts whose recent failures are remembered at most (the least recently failed forgotten
+# first): a bound on what many hosts failing once each can make the server hold.
+_FAILURE_HOSTS_MAX = 10_000
 # One message for every wrong credential: it must not tell a client which user names exist.
 _WRONG = "authentication failed: unknown user or token, or wrong password"
 
@@ -98,6 +135,8 @@ _WRONG = "authentication failed: unknown user or token, or wrong password"
 class _Verified:
     principal: Principal
     authenticated_by: str
+    #: (mechanism, user or token id, the file's entry it was verified against).
+    credential: tuple[str, str, object] | None = None
 
 
 def peer_host(peer: str | None) -> str:
@@ -148,13 +187,208 @@ def _parse_authorization(value: str) -> tuple[str, str, str]:
     )
 
 
+@dataclass(slots=True)
+class _Pending:
+    """Credentials not in the cache: what to check, and under which cache key."""
+
+    key: bytes
+    mechanism: str
+    name: str
+    secret: str
+    credentials: CredentialFile
+
+
+def _credential_entry(pending: _Pending) -> tuple[str, str, object] | None:
+    """The entry of ``pending``'s file that its credentials were verified against."""
+    credentials = pending.credentials
+    if pending.mechanism == "password":
+        return ("password", pending.name, credentials.users.get(pending.name))
+    token_id = pending.secret.partition(".")[0]
+    return ("token", token_id, credentials.tokens.get(token_id))
+
+
+class _Check:
+    """One check, queued or running: its inputs, the host that asked first, the callers
+    waiting for it and the future they wait on (its result: the verified principal, or None
+    for wrong credentials). Event-loop only."""
+
+    __slots__ = ("future", "generation", "host", "pending", "started", "waiters")
+
+    def __init__(self, pending: _Pending, host: str, generation: int,
+                 future: asyncio.Future[_Verified | None]) -> None:
+        self.pending = pending
+        self.host = host
+        self.generation = generation
+        self.future = future
+        self.waiters = 0
+        self.started = False
+
+
+class _CheckQueue:
+    """The checks waiting for the pool, by host, taken in turn; the checks running; each
+    host's recent failures (the module docstring's "Under attack").
+
+    Invariants (:meth:`check`): ``_pending`` counts the checks queued or running, at most
+    ``queue_max``, and ``_pending_by_host`` splits it by host with no entry at 0; every
+    queued check is in its host's deque, and every host in ``_turns`` has a non-empty deque;
+    a host's failure times are within the window and at most ``failures_max``.
+
+    Concurrency: event-loop only; the checks run in ``executor``.
+    """
+
+    def __init__(self, executor: Executor, threads: int, queue_max: int, failures_max: int,
+                 failure_window_ms: int, clock: Callable[[], float] = time.monotonic) -> None:
+        assert threads >= 1 and queue_max >= 1 and failures_max >= 1 and failure_window_ms >= 1
+        self._executor = executor
+        self._threads = threads
+        self.queue_max = queue_max
+        self.failures_max = failures_max
+        self._window_s = failure_window_ms / 1000
+        self._clock = clock
+        self._turns: OrderedDict[str, deque[_Check]] = OrderedDict()  # hosts, in turn order
+        self._pending = 0
+        self._pending_by_host: dict[str, int] = {}
+        self._running = 0
+        self._failures: OrderedDict[str, deque[float]] = OrderedDict()
+        self.dropped = 0  # checks dropped unstarted: every caller went away
+
+    @property
+    def pending(self) -> int:
+        return self._pending
+
+    def admit(self, host: str) -> None:
+        """Whether a new check for ``host`` may be queued.
+
+        Raises:
+            AuthenticationThrottledError: the queue is full, or ``host`` has its limit of
+                checks waiting, running or failed in the window.
+        """
+        if self._pending >= self.queue_max:
+            raise AuthenticationThrottledError(
+                f"authentication busy: {self._pending} credential checks are waiting or"
+                f" running, the limit ({QUEUE_LIMIT}={self.queue_max}); retry shortly",
+                limit=QUEUE_LIMIT, retry_after_ms=1000,
+            )
+        failures = self._recent_failures(host)
+        used = len(failures) + self._pending_by_host.get(host, 0)
+        if used >= self.failures_max:
+            retry_after_s = (failures[0] + self._window_s - self._clock()) if failures else 1.0
+            raise AuthenticationThrottledError(
+                f"authentication refused for now: this host has {len(failures)} failed and"
+                f" {used - len(failures)} pending credential checks, the limit ({HOST_LIMIT}="
+                f"{self.failures_max} per {round(self._window_s * 1000)} ms); retry later",
+                limit=HOST_LIMIT, retry_after_ms=max(1, round(retry_after_s * 1000)),
+            )
+
+    def submit(self, check: _Check) -> None:
+        """Queue ``check`` (after :meth:`admit`) and start what the pool can take."""
+        self._pending += 1
+        self._pending_by_host[check.host] = self._pending_by_host.get(check.host, 0) + 1
+        queue = self._turns.get(check.host)
+        if queue is None:
+            queue = self._turns[check.host] = deque()
+        queue.append(check)
+        self._pump()
+
+    def drop(self, check: _Check) -> None:
+        """``check``'s callers all went away: if it has not started, it never will."""
+        if check.started or check.future.done():
+            return
+        check.future.cancel()
+        self.dropped += 1
+        self._finished(check)
+        self._pump()
+
+    def _pump(self) -> None:
+        while self._running < self._threads and self._turns:
+            host, queue = self._turns.popitem(last=False)
+            check = queue.popleft()
+            if queue:
+                self._turns[host] = queue  # its next check waits for the other hosts' turns
+            if check.future.done():
+                continue  # dropped while queued: counted out already
+            pending = check.pending
+            verify = (pending.credentials.verify_password if pending.mechanism == "password"
+                      else pending.credentials.verify_token)
+            args = (pending.name, pending.secret) if pending.mechanism == "password" else (
+                pending.secret,)
+            try:
+                work = asyncio.get_running_loop().run_in_executor(self._executor, verify, *args)
+            except RuntimeError as exc:  # the pool is shut down: the server is stopping
+                self._finished(check)
+                check.future.set_exception(exc)
+                continue
+            check.started = True
+            self._running += 1
+            work.add_done_callback(lambda done, check=check: self._ran(check, done))
+
+    def _ran(self, check: _Check, work: asyncio.Future[Principal | None]) -> None:
+        self._running -= 1
+        self._finished(check)
+        pending = check.pending
+        if work.cancelled():
+            check.future.cancel()
+        elif work.exception() is not None:
+            check.future.set_exception(work.exception())  # type: ignore[arg-type]
+        else:
+            principal = work.result()
+            if principal is None:
+                # Logged once per check (callers sharing it are not), at most
+                # failures_per_host_max a window per host.
+                logger.info("authentication failed from %s: %s %s", loggable(check.host),
+                            pending.mechanism, loggable(pending.name or "(token)"))
+                self._fail(check.host)
+                check.future.set_result(None)
+            else:
+                check.future.set_result(_Verified(principal, pending.mechanism,
+                                                  _credential_entry(pending)))
+        self._pump()
+
+    def _finished(self, check: _Check) -> None:
+        self._pending -= 1
+        remaining = self._pending_by_host[check.host] - 1
+        if remaining:
+            self._pending_by_host[check.host] = remaining
+        else:
+            del self._pending_by_host[check.host]
+
+    def _fail(self, host: str) -> None:
+        failures = self._recent_failures(host)
+        failures.append(self._clock())
+        while len(failures) > self.failures_max:
+            failures.popleft()
+        self._failures[host] = failures
+        self._failures.move_to_end(host)
+        while len(self._failures) > _FAILURE_HOSTS_MAX:
+            self._failures.popitem(last=False)
+
+    def _recent_failures(self, host: str) -> deque[float]:
+        failures = self._failures.get(host)
+        if failures is None:
+            return deque()
+        horizon = self._clock() - self._window_s
+        while failures and failures[0] <= horizon:
+            failures.popleft()
+        if not failures:
+            del self._failures[host]
+        return failures
+
+    def check(self) -> None:
+        """Assert the invariants (for tests)."""
+        assert 0 <= self._pending <= self.queue_max, self._pending
+        assert sum(self._pending_by_host.values()) == self._pending
+        assert all(count > 0 for count in self._pending_by_host.values())
+        assert all(queue for queue in self._turns.values())
+        assert all(len(f) <= self.failures_max for f in self._failures.values())
+
+
 class Authenticator:
-    """Checks presented credentials against the credential file, with the cache described in
-    the module docstring.
+    """Checks presented credentials against the credential file, with the cache and the
+    check queue described in the module docstring.
 
     Holds the current :class:`CredentialFile` (None: no passwords or tokens accepted), the
-    anonymous policy, the cache and the in-flight checks. Event-loop only (checks run in
-    ``executor``).
+    anonymous policy, the cache, the checks in flight by cache key and the
+    :class:`_CheckQueue`. Event-loop only (checks run in ``executor``).
     """
 
     def __init__(
@@ -164,14 +398,19 @@ class Authenticator:
         anonymous_allowed: bool,
         executor: Executor,
         cache_entries_max: int,
+        threads: int = 1,
+        queue_max: int = 64,
+        failures_per_host_max: int = 20,
+        failure_window_ms: int = 60_000,
     ) -> None:
         assert cache_entries_max >= 0
         self.anonymous_allowed = anonymous_allowed
         self._credentials = credentials
-        self._executor = executor
         self._cache_entries_max = cache_entries_max
         self._cache: OrderedDict[bytes, _Verified] = OrderedDict()
-        self._checking: dict[bytes, asyncio.Task[_Verified | None]] = {}
+        self._checking: dict[bytes, _Check] = {}
+        self.queue = _CheckQueue(executor, threads, queue_max, failures_per_host_max,
+                                 failure_window_ms)
         # Drawn per process: a cache key says nothing about the secret outside this process.
         self._cache_key = secrets.token_bytes(32)
         self._generation = 0
@@ -180,6 +419,26 @@ class Authenticator:
     def cached_entries(self) -> int:
         return len(self._cache)
 
+    @property
+    def credentials(self) -> CredentialFile | None:
+        """The credential file in force (None: no passwords or tokens accepted)."""
+        return self._credentials
+
+    def still_valid(self, identity: CallIdentity) -> bool:
+        """Whether the credentials ``identity`` was verified with are still in the file in
+        force, unchanged: False once its user or token was removed, or its password
+        replaced, by a reload. True for identities not from the file (anonymous, mTLS).
+        O(1)."""
+        if identity.credential is None:
+            return True
+        credentials = self._credentials
+        if credentials is None:
+            return False
+        mechanism, name, entry = identity.credential
+        current = (credentials.users.get(name) if mechanism == "password"
+                   else credentials.tokens.get(name))
+        return current is not None and current == entry
+
     def replace_credentials(self, credentials: CredentialFile | None) -> None:
         """Use ``credentials`` from now on (a SIGHUP reload); forget every cached check."""
         self._credentials = credentials
@@ -187,11 +446,28 @@ class Authenticator:
         self._checking.clear()
         self._generation += 1
 
-    async def authenticate(self, metadata: Sequence[tuple[str, Any]] | None) -> _Verified | None:
+    async def authenticate(
+        self, metadata: Sequence[tuple[str, Any]] | None, host: str = ""
+    ) -> _Verified | None:
         """The principal of the call's credentials; None if it carries none.
 
         Raises:
             AuthenticationFailedError: wrong, malformed or unexpected credentials.
+            AuthenticationThrottledError: the check queue is full, or ``host`` has too many
+                recent failures (retriable).
+        """
+        found = self.lookup(metadata)
+        if found is None or isinstance(found, _Verified):
+            return found
+        return await self.verify(found, host)
+
+    def lookup(self, metadata: Sequence[tuple[str, Any]] | None) -> _Verified | _Pending | None:
+        """Without waiting: None if the call carries no credentials, the principal if its
+        credentials are cached, else what :meth:`verify` must check.
+
+        Raises:
+            AuthenticationFailedError: malformed credentials, or credentials sent to a server
+                without a credential file.
         """
         value = None
         for key, item in metadata or ():
@@ -224,49 +500,51 @@ class Authenticator:
         if verified is not None:
             self._cache.move_to_end(key)
             return verified
-        check = self._checking.get(key)
+        return _Pending(key, mechanism, name, secret, credentials)
+
+    async def verify(self, pending: _Pending, host: str) -> _Verified:
+        """Check ``pending`` for a call from ``host`` (sharing a check of the same
+        credentials under way), and cache the principal if they are right.
+
+        Raises:
+            AuthenticationFailedError: wrong credentials.
+            AuthenticationThrottledError: see :meth:`authenticate`.
+        """
+        check = self._checking.get(pending.key)
         if check is None:
-            # A task of its own: a caller that goes away does not cancel the check that
-            # other callers with the same credentials wait for.
-            check = asyncio.get_running_loop().create_task(
-                self._check(credentials, mechanism, name, secret)
-            )
-            self._checking[key] = check
-            check.add_done_callback(
-                lambda done, generation=self._generation: self._checked(key, generation, done)
-            )
-        verified = await asyncio.shield(check)
+            self.queue.admit(host)
+            future: asyncio.Future[_Verified | None] = (
+                asyncio.get_running_loop().create_future())
+            check = _Check(pending, host, self._generation, future)
+            self._checking[pending.key] = check
+            future.add_done_callback(lambda done, check=check: self._checked(check))
+            self.queue.submit(check)
+        check.waiters += 1
+        try:
+            # Shielded: a caller that goes away does not cancel the check that other callers
+            # with the same credentials wait for; the last one to go drops it.
+            verified = await asyncio.shield(check.future)
+        except asyncio.CancelledError:
+            check.waiters -= 1
+            if not check.waiters:
+                self.queue.drop(check)
+            raise
+        check.waiters -= 1
         if verified is None:
             raise AuthenticationFailedError(_WRONG, failure="wrong_credentials")
         return verified
 
-    async def _check(
-        self, credentials: CredentialFile, mechanism: str, name: str, secret: str
-    ) -> _Verified | None:
-        loop = asyncio.get_running_loop()
-        if mechanism == "password":
-            principal = await loop.run_in_executor(
-                self._executor, credentials.verify_password, name, secret
-            )
-        else:
-            principal = await loop.run_in_executor(
-                self._executor, credentials.verify_token, secret
-            )
-        if principal is None:
-            logger.info("authentication failed: %s %r", mechanism, name or "(token)")
-            return None
-        return _Verified(principal, mechanism)
-
-    def _checked(
-        self, key: bytes, generation: int, check: asyncio.Task[_Verified | None]
-    ) -> None:
+    def _checked(self, check: _Check) -> None:
+        key = check.pending.key
         if self._checking.get(key) is check:
             del self._checking[key]
-        if check.cancelled() or check.exception() is not None:
+        future = check.future
+        if future.cancelled() or future.exception() is not None:
             return
-        verified = check.result()
+        verified = future.result()
         # A check that began before a reload used the old file: not remembered.
-        if verified is None or generation != self._generation or self._cache_entries_max == 0:
+        if (verified is None or check.generation != self._generation
+                or self._cache_entries_max == 0):
             return
         self._cache[key] = verified
         while len(self._cache) > self._cache_entries_max:
@@ -288,6 +566,28 @@ def _refusing(handler: grpc.RpcMethodHandler, exc: Exception) -> grpc.RpcMethodH
 
 def _ignore_request(data: bytes) -> None:
     return None
+
+
+def _parsed_after(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    """``handler`` taking its request as gRPC's bytes and parsing it itself, when its
+    behaviour runs (after the wrapper's ``enter``): a call refused before costs no parsing.
+    Handlers of streamed requests parse each message as it is read: unchanged."""
+    kind, inner = behaviour_of(handler)
+    deserialize = handler.request_deserializer
+    if kind.startswith("stream_") or deserialize is None:
+        return handler
+    if inspect.isasyncgenfunction(inner):
+
+        async def generator(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
+            async for response in inner(deserialize(raw), context):
+                yield response
+
+        return handler._replace(**{kind: generator}, request_deserializer=None)
+
+    async def behaviour(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
+        return await inner(deserialize(raw), context)
+
+    return handler._replace(**{kind: behaviour}, request_deserializer=None)
 
 
 class AuthenticationInterceptor(grpc.aio.ServerInterceptor):
@@ -323,21 +623,33 @@ class AuthenticationInterceptor(grpc.aio.ServerInterceptor):
             return handler
         if self._reflection_open and method.startswith(REFLECTION_PREFIXES):
             return handler
+        authenticator = self._authenticator
         try:
-            verified = await self._authenticator.authenticate(
-                handler_call_details.invocation_metadata
-            )
+            found = authenticator.lookup(handler_call_details.invocation_metadata)
         except AuthenticationFailedError as exc:
             self._metrics.observe_authentication_failure(exc.failure)
             return _refusing(handler, exc)
-        anonymous_allowed = self._authenticator.anonymous_allowed or method == _WHO_AM_I
+        verified = found if isinstance(found, _Verified) else None
+        pending = found if isinstance(found, _Pending) else None
+        anonymous_allowed = authenticator.anonymous_allowed or method == _WHO_AM_I
         client_certificates = self._client_certificates
         metrics = self._metrics
 
         async def enter(context: grpc.aio.ServicerContext) -> Token[CallIdentity]:
             host = peer_host(context.peer())
-            if verified is not None:
-                identity = CallIdentity(verified.principal, host, verified.authenticated_by)
+            checked = verified
+            if pending is not None:
+                # Checked here, where the client's host is known (module docstring).
+                try:
+                    checked = await authenticator.verify(pending, host)
+                except AuthenticationFailedError as exc:
+                    metrics.observe_authentication_failure(exc.failure)
+                    await context.abort_with_status(status.to_status(exc))
+                except AuthenticationThrottledError as exc:
+                    await context.abort_with_status(status.to_status(exc))
+            if checked is not None:
+                identity = CallIdentity(checked.principal, host, checked.authenticated_by,
+                                        checked.credential)
             else:
                 principal = (certificate_principal(context.auth_context())
                              if client_certificates else None)
@@ -354,5 +666,55 @@ class AuthenticationInterceptor(grpc.aio.ServerInterceptor):
                     )))
                     raise AssertionError("abort_with_status returned")  # pragma: no cover
             return current_identity.set(identity)
+
+        if pending is not None:
+            # The body is parsed only once the credentials passed.
+            return wrap_handler(_parsed_after(handler), enter)
+        return wrap_handler(handler, enter)
+
+
+class SessionRecheckInterceptor(grpc.aio.ServerInterceptor):
+    """Re-checks, for each request on a Session stream, the credentials the stream was opened
+    with: a stream authenticated by a password or token whose user or token was removed, or
+    whose password was replaced, by a reload (SIGHUP) has each further request refused
+    UNAUTHENTICATED + AUTHENTICATION_FAILED. A unary call is checked anew after a reload
+    (the cache is emptied); a stream was checked once, when it opened, as Kafka checks a
+    connection once (Kafka re-authenticates connections only with
+    ``connections.max.reauth.ms``, KIP-368; here the reload is what triggers it).
+
+    Installed first among a session's per-request interceptors (server/app.py); the check is
+    one dictionary lookup and one comparison. Event-loop only.
+    """
+
+    def __init__(self, authenticator: Authenticator, metrics: ServerMetrics) -> None:
+        self._authenticator = authenticator
+        self._metrics = metrics
+        self._wrapped = WrappedHandlers()
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return handler
+        return self._wrapped.get(handler_call_details.method, handler, self._wrap)
+
+    def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        authenticator = self._authenticator
+        metrics = self._metrics
+
+        async def enter(context: grpc.aio.ServicerContext) -> None:
+            identity = current_identity.get(None)
+            if identity is not None and not authenticator.still_valid(identity):
+                metrics.observe_authentication_failure("wrong_credentials")
+                await context.abort_with_status(status.to_status(AuthenticationFailedError(
+                    "authentication failed: the credentials this session was opened with are"
+                    " no longer valid (the user or token was removed, or the password"
+                    " changed); open a new session with valid credentials",
+                    failure="wrong_credentials",
+                )))
+            return None
 
         return wrap_handler(handler, enter)

@@ -52,9 +52,20 @@ A refusal is PERMISSION_DENIED + NOT_AUTHORIZED naming the operation and the res
 about, the same whether the topic exists or not, so a principal without DESCRIBE learns nothing
 about which topics exist (Kafka's TOPIC_AUTHORIZATION_FAILED for unknown topics).
 
+Names first: a topic name is checked (Kafka's rule: 1 to 249 characters of ``[a-zA-Z0-9._-]``)
+before anything is decided, cached or logged about it; an invalid one is refused INVALID_ARGUMENT
++ INVALID_TOPIC naming the problem (with at most the name's first 20 characters), whether the
+caller could have used it or not: the answer says nothing about which topics exist. Kafka
+decides authorization first and refuses an invalid name after (``KafkaApis``), but it never
+caches a decision, and its request parser bounds a name to 32,767 bytes; here a name is a
+protobuf string bounded only by ``max_request_bytes``.
+
 Cost: every decision is cached per (principal, host, operation, resource type, name) until
 the ACLs change, so an authorized Produce costs one dict lookup after its first. The cache
-holds at most ``authorizer_cache_entries_max`` decisions (the oldest dropped first).
+holds at most ``authorizer_cache_entries_max`` decisions and ``authorizer_cache_bytes_max``
+bytes (each entry counted as :data:`CACHE_ENTRY_BYTES` plus its name's and host's lengths: a
+transactional id may be 32 KiB), the oldest dropped first. Denials are logged, at most 20 lines
+a second, with every client-chosen string escaped and cut (server/client_text.py).
 
 ACL updates (CreateAcls, DeleteAcls) are serialised by one lock: the new set is written to the
 ACL storage (acl_store.py's :class:`~.acl_store.AclStorage`: a single server's ACL file, fsynced
@@ -83,7 +94,10 @@ import grpc
 import grpc.aio
 
 from stratalog.server import status
+from stratalog.server.client_text import loggable
 from stratalog.server.decoding import UndecodableRequest
+from stratalog.server.storage.errors import InvalidTopicError
+from stratalog.server.storage.topic_names import validate_topic_name
 from stratalog.v1 import broker_pb2
 
 from .acl_store import AclChange, AclStorage
@@ -106,6 +120,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BROKER_SERVICE",
+    "CACHE_ENTRY_BYTES",
     "REPLICATION_RULES",
     "REPLICATION_SERVICE",
     "RULES",
@@ -126,6 +141,9 @@ REPLICATION_SERVICE = "stratalog.v1.Replication"
 _ANY_NAME = None
 # Denials logged per second at most (each is logged once, when first decided).
 _DENIALS_LOGGED_PER_S = 20
+#: What one cached decision costs besides its name and host strings: the dict slot, the key
+#: tuple and the name's string header (measured with tracemalloc: ~180 bytes; rounded up).
+CACHE_ENTRY_BYTES = 256
 
 
 class Authorizer:
@@ -148,11 +166,13 @@ class Authorizer:
         super_users: Iterable[str] = (),
         allow_everyone_if_no_acl_found: bool = False,
         cache_entries_max: int = 100_000,
+        cache_bytes_max: int = 64 << 20,
         bindings_max: int = 10_000,
         request_entries_max: int = 1_000,
         executor: Executor | None = None,
     ) -> None:
-        assert cache_entries_max >= 0 and bindings_max >= 0 and request_entries_max >= 1
+        assert cache_entries_max >= 0 and cache_bytes_max >= 0
+        assert bindings_max >= 0 and request_entries_max >= 1
         self._store = store
         self._acls = AclIndex(store.bindings)
         self._revision = store.revision
@@ -160,6 +180,8 @@ class Authorizer:
         self._allow_if_no_acl = allow_everyone_if_no_acl_found
         self._cache: dict[tuple[Any, ...], bool] = {}
         self._cache_entries_max = cache_entries_max
+        self._cache_bytes_max = cache_bytes_max
+        self._cache_bytes = 0  # the cache's entries as _entry_bytes counts them
         self._bindings_max = bindings_max
         self._request_entries_max = request_entries_max
         self._executor = executor
@@ -180,13 +202,25 @@ class Authorizer:
         if store.revision != self._revision:
             self._revision = store.revision
             self._acls = AclIndex(store.bindings)
-            self._cache.clear()
+            self._forget_decisions()
             logger.info("ACLs changed: %d bindings in force", len(self._acls))
         return self._acls
 
     @property
     def cached_decisions(self) -> int:
         return len(self._cache)
+
+    @property
+    def cached_bytes(self) -> int:
+        """What the cached decisions are counted as (see :data:`CACHE_ENTRY_BYTES`)."""
+        return self._cache_bytes
+
+    def check(self) -> None:
+        """Assert the cache's invariants (for tests): within both bounds, its byte count the
+        sum of its entries'."""
+        assert len(self._cache) <= self._cache_entries_max, len(self._cache)
+        assert self._cache_bytes == sum(map(_entry_bytes, self._cache)), self._cache_bytes
+        assert self._cache_bytes <= self._cache_bytes_max, self._cache_bytes
 
     def is_super_user(self, principal: Principal) -> bool:
         return principal in self._super_users
@@ -198,7 +232,14 @@ class Authorizer:
         name: str,
     ) -> bool:
         """Whether ``identity`` may do ``operation`` on (``resource_type``, ``name``):
-        super users always, others as the ACLs decide (acls.py's rules)."""
+        super users always, others as the ACLs decide (acls.py's rules).
+
+        Raises:
+            InvalidTopicError: ``name`` is no valid topic name (for a topic): nothing about
+                it is cached or logged.
+        """
+        if resource_type is ResourceType.TOPIC:
+            validate_topic_name(name)
         acls = self._current()
         key = (identity.principal, identity.host, operation, resource_type, name)
         decision = self._cache.get(key)
@@ -225,8 +266,8 @@ class Authorizer:
             return
         self._denials_logged += 1
         unlogged, self._denials_unlogged = self._denials_unlogged, 0
-        logger.info("denied %s from %s: %s on %s%s", principal, host, operation.name,
-                    resource_label(resource_type, name),
+        logger.info("denied %s from %s: %s on %s%s", loggable(principal), loggable(host),
+                    operation.name, loggable(resource_label(resource_type, name)),
                     f" ({unlogged} more denials not logged)" if unlogged else "")
 
     def authorize_by_resource_type(
@@ -248,11 +289,21 @@ class Authorizer:
 
     def _remember(self, key: tuple[Any, ...], decision: bool) -> None:
         cache = self._cache
-        if len(cache) >= self._cache_entries_max:
-            if not self._cache_entries_max:
-                return
-            del cache[next(iter(cache))]  # the oldest decision (dicts keep insertion order)
+        size = _entry_bytes(key)
+        if not self._cache_entries_max or size > self._cache_bytes_max:
+            return
+        # The oldest decisions first (dicts keep insertion order), until both bounds hold.
+        while cache and (len(cache) >= self._cache_entries_max
+                         or self._cache_bytes + size > self._cache_bytes_max):
+            oldest = next(iter(cache))
+            del cache[oldest]
+            self._cache_bytes -= _entry_bytes(oldest)
         cache[key] = decision
+        self._cache_bytes += size
+
+    def _forget_decisions(self) -> None:
+        self._cache.clear()
+        self._cache_bytes = 0
 
     # ---------------------------------------------------------------- ACL updates
 
@@ -334,6 +385,14 @@ class Authorizer:
                 # Whatever the storage holds now (the new set, or after a failed write the
                 # set it read back) is what applies: memory never differs from the storage.
                 self._current()
+
+
+def _entry_bytes(key: tuple[Any, ...]) -> int:
+    """What one cached decision is counted as: the fixed cost and the key's two strings that
+    a client chooses the length of (the principal is bounded by its credential or certificate;
+    the host is an address)."""
+    name = key[4]
+    return CACHE_ENTRY_BYTES + len(key[1]) + (len(name) if name is not None else 0)
 
 
 # ------------------------------------------------------------------------ the rules
@@ -651,6 +710,8 @@ def _wrap(
             except NotAuthorizedError as exc:
                 metrics.observe_authorization_denial(exc.operation)
                 await context.abort_with_status(status.to_status(exc))
+            except InvalidTopicError as exc:  # a name refused before any decision on it
+                await context.abort_with_status(status.to_status(exc))
         return decider
 
     if inspect.isasyncgenfunction(inner):
@@ -686,7 +747,11 @@ def _single_check(inner: Any, authorizer: Authorizer, rule: Rule, metrics: Serve
         # A request that did not parse reaches the servicer, which refuses it.
         if type(request) is not UndecodableRequest:
             name = CLUSTER_NAME if field is None else getattr(request, field)
-            if not authorize(identity, operation, resource_type, name):
+            try:
+                allowed = authorize(identity, operation, resource_type, name)
+            except InvalidTopicError as exc:  # a name refused before any decision on it
+                await context.abort_with_status(status.to_status(exc))
+            if not allowed:
                 metrics.observe_authorization_denial(operation.name)
                 refusal = Decider(authorizer, identity).refusal(operation, resource_type, name)
                 await context.abort_with_status(status.to_status(refusal))

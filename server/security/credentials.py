@@ -42,6 +42,17 @@ attacker who stole the file costs that many HMACs), 4,096 (Kafka's SCRAM minimum
 whose 256 random bits no number of guesses finds. At most :data:`ITERATIONS_MAX`, so that a file
 cannot make one check take minutes.
 
+**Constant cost per check.** A check's time must not tell a client whether the user (or the
+token id) exists, nor anything about its entry: every password check of one file costs the
+same number of HMACs, the largest iteration count of the file's users (:attr:`CredentialFile.
+password_iterations`), and every token check the largest of its tokens'. An entry with fewer
+iterations is checked with its own count and then *padded*: a PBKDF2 of the difference is
+computed and thrown away; an unknown user or token is checked against a decoy of the full
+count. Work, not a sleep: the padding takes what the hashing would take on the same core under
+the same load, where a sleep to a measured time would drift with the load. The price: every
+check costs what the most expensive entry costs (a file whose entries all have the default
+100,000 iterations pays nothing extra).
+
 Crash behaviour: :meth:`CredentialFile.save` writes a temporary file in the same directory,
 fsyncs it, renames it over the old one and fsyncs the directory: a reader sees the old file or
 the new one, never a torn one, and the new one survives power loss once ``save`` returned.
@@ -220,13 +231,26 @@ class TokenEntry:
     secret: ScramSecret
 
 
-# Secrets checked when the user or token does not exist, so that a refusal takes as long
-# either way (at the default iterations) and its timing does not tell a client which user
-# names or token ids exist.
-_DECOY = ScramSecret(PASSWORD_ITERATIONS_DEFAULT, b"\0" * _SALT_BYTES,
-                     b"\0" * _KEY_BYTES, b"\0" * _KEY_BYTES)
-_TOKEN_DECOY = ScramSecret(TOKEN_ITERATIONS_DEFAULT, b"\0" * _SALT_BYTES,
-                           b"\0" * _KEY_BYTES, b"\0" * _KEY_BYTES)
+# The salt of the decoy and padding computations: any fixed one does (their result is
+# thrown away; only their cost matters).
+_PAD_SALT = b"\0" * _SALT_BYTES
+
+
+def _pad(iterations: int) -> None:
+    """Spend ``iterations`` PBKDF2 rounds for nothing: what a check of that many costs."""
+    if iterations > 0:
+        _salted_password(b"padding", _PAD_SALT, iterations)
+
+
+def _verify_padded(secret: ScramSecret | None, password: str, iterations: int) -> bool:
+    """Whether ``password`` matches ``secret`` (False without one), at the cost of exactly
+    ``iterations`` PBKDF2 rounds whatever ``secret`` holds (see the module docstring)."""
+    if secret is None or not 0 < len(password.encode()) <= PASSWORD_BYTES_MAX:
+        _pad(iterations)  # a password the secret would refuse without hashing costs as much
+        return False
+    matched = secret.verify(password)
+    _pad(iterations - secret.iterations)
+    return matched
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,6 +265,19 @@ class CredentialFile:
         default_factory=lambda: types.MappingProxyType({}))
     tokens: Mapping[str, TokenEntry] = field(
         default_factory=lambda: types.MappingProxyType({}))
+    #: What every password check of this file costs: the users' largest iteration count
+    #: (the default for a file without users).
+    password_iterations: int = field(init=False, compare=False)
+    #: What every token check costs: the tokens' largest iteration count.
+    token_iterations: int = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "password_iterations", max(
+            (secret.iterations for secret in self.users.values()),
+            default=PASSWORD_ITERATIONS_DEFAULT))
+        object.__setattr__(self, "token_iterations", max(
+            (entry.secret.iterations for entry in self.tokens.values()),
+            default=TOKEN_ITERATIONS_DEFAULT))
 
     # ------------------------------------------------------------------ reading and writing
 
@@ -382,22 +419,21 @@ class CredentialFile:
     # ------------------------------------------------------------------ checks (blocking)
 
     def verify_password(self, user: str, password: str) -> Principal | None:
-        """``User:<user>`` if ``password`` is the user's, else None. Blocking (one PBKDF2,
-        also for an unknown user: see ``_DECOY``)."""
+        """``User:<user>`` if ``password`` is the user's, else None. Blocking: PBKDF2 rounds
+        of :attr:`password_iterations` whatever ``user`` is, known or not (module docstring,
+        "Constant cost per check")."""
         secret = self.users.get(user)
-        if secret is None:
-            _DECOY.verify(password)
-            return None
-        return Principal.user(user) if secret.verify(password) else None
+        matched = _verify_padded(secret, password, self.password_iterations)
+        return Principal.user(user) if matched else None
 
     def verify_token(self, token: str) -> Principal | None:
-        """The token's principal if ``token`` is one of the file's, else None. Blocking."""
+        """The token's principal if ``token`` is one of the file's, else None. Blocking:
+        PBKDF2 rounds of :attr:`token_iterations` whatever the token is."""
         token_id, sep, secret = token.partition(".")
         entry = self.tokens.get(token_id) if sep else None
-        if entry is None:
-            _TOKEN_DECOY.verify(secret or token)
-            return None
-        return entry.principal if entry.secret.verify(secret) else None
+        matched = _verify_padded(None if entry is None else entry.secret, secret,
+                                 self.token_iterations)
+        return entry.principal if matched and entry is not None else None
 
 
 def _is_token_id(text: object) -> bool:

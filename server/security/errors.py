@@ -4,6 +4,9 @@
     ├── AuthenticationFailedError        UNAUTHENTICATED + AUTHENTICATION_FAILED: the call's
     │                                    credentials are wrong, missing where required, or sent
     │                                    where they may not be
+    ├── AuthenticationThrottledError     RESOURCE_EXHAUSTED + RESOURCE_LIMIT_EXCEEDED (retriable):
+    │                                    the credential checks are too many (all clients, or
+    │                                    this host's recent failures); nothing was checked
     ├── NotAuthorizedError               PERMISSION_DENIED + NOT_AUTHORIZED: the caller's
     │   │                                principal may not do this operation on this resource
     │   └── NotABrokerError              the same, for a server-to-server call: the caller is
@@ -15,6 +18,9 @@
     │                                    set or one request would exceed a limit (``limit``)
     ├── SecurityDisabledError            INVALID_ARGUMENT + INVALID_REQUEST: an ACL request to a
     │                                    server without an authorizer (Kafka's SECURITY_DISABLED)
+    ├── QuotaBacklogExceededError        RESOURCE_EXHAUSTED + RESOURCE_LIMIT_EXCEEDED (retriable):
+    │                                    a throttled client already has its limit of Produce
+    │                                    bytes waiting or being served (``limit``)
     └── SecurityConfigError              the TLS, credential or ACL files will not load (a
                                          start-up or SIGHUP-reload failure; never sent to a
                                          client)
@@ -33,9 +39,11 @@ __all__ = [
     "AUTHENTICATION_FAILURES",
     "AclLimitError",
     "AuthenticationFailedError",
+    "AuthenticationThrottledError",
     "InvalidAclError",
     "NotABrokerError",
     "NotAuthorizedError",
+    "QuotaBacklogExceededError",
     "SecurityConfigError",
     "SecurityDisabledError",
     "SecurityError",
@@ -66,6 +74,19 @@ class AuthenticationFailedError(SecurityError):
         assert failure in AUTHENTICATION_FAILURES, failure
         super().__init__(message)
         self.failure = failure
+
+
+class AuthenticationThrottledError(SecurityError):
+    """New credentials not checked, for now: ``authentication_queue_max`` checks are waiting
+    or running, or the client's host has ``authentication_failures_per_host_max`` checks
+    waiting, running or failed in the window (authentication.py). ``limit`` names the
+    setting, ``retry_after_ms`` when to try again. The message says nothing of the
+    credentials: they were not looked at."""
+
+    def __init__(self, message: str, *, limit: str, retry_after_ms: int) -> None:
+        super().__init__(message)
+        self.limit = limit
+        self.retry_after_ms = retry_after_ms
 
 
 class NotAuthorizedError(SecurityError):
@@ -115,6 +136,19 @@ class AclLimitError(SecurityError):
 class SecurityDisabledError(SecurityError):
     """CreateAcls, DeleteAcls or DescribeAcls on a server with ``authorizer = "none"``: ACLs
     would have no effect there, so none are stored (Kafka answers SECURITY_DISABLED)."""
+
+
+class QuotaBacklogExceededError(SecurityError):
+    """A Produce refused before it was served: its client, whose principal has a produce
+    quota, already has ``quota_produce_bytes_in_flight_max`` bytes of Produce requests waiting
+    for the quota or being served (quotas.py). ``limit`` names that setting. Retriable: the
+    backlog drains at the quota's rate, in ``retry_after_ms`` (sent in the ErrorInfo metadata,
+    as Kafka's ``throttle_time_ms``: a client should send its principal nothing more before)."""
+
+    def __init__(self, message: str, *, limit: str, retry_after_ms: int) -> None:
+        super().__init__(message)
+        self.limit = limit
+        self.retry_after_ms = retry_after_ms
 
 
 class SecurityConfigError(SecurityError):

@@ -17,7 +17,7 @@ Concurrency: values are immutable; the context variable is per task.
 from __future__ import annotations
 
 import contextvars
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 __all__ = [
     "ANONYMOUS",
@@ -70,11 +70,15 @@ ANONYMOUS = Principal(USER_TYPE, "ANONYMOUS")
 class CallIdentity:
     """Who made a call: the principal, the client's host (an IP address, as ACLs name hosts)
     and how the principal was established: ``"none"`` (anonymous), ``"tls"`` (an mTLS
-    certificate), ``"password"`` or ``"token"``. Immutable."""
+    certificate), ``"password"`` or ``"token"``; for the last two, ``credential``: the
+    credential file's entry the call was verified against (``(mechanism, user or token id,
+    entry)``), which a long-lived stream is re-checked against after a reload
+    (authentication.py). Immutable."""
 
     principal: Principal
     host: str
     authenticated_by: str = "none"
+    credential: tuple[str, str, object] | None = field(default=None, compare=False)
 
 
 #: The identity of the call the current task serves; unset outside a call (or when no

@@ -1,4 +1,4 @@
-"""Byte-rate quotas per principal: Kafka's ClientQuotaManager, throttling by delaying answers.
+"""Byte-rate quotas per principal: Kafka's ClientQuotaManager, with mute-on-throttle for Produce.
 
 Each principal may have a produce quota (``producer_byte_rate``: bytes of Produce requests per
 second) and a fetch quota (``consumer_byte_rate``: bytes of fetch answers and Subscribe messages
@@ -15,18 +15,38 @@ and ``quota_window_num`` of them are kept (11 × 1 s by default). The rate is th
 samples over the time they span, counted as at least ``(quota_window_num - 1)`` windows, so a
 new principal is not throttled by its first burst.
 
-**Throttling**: when a call takes the rate O above the quota T, the time that brings it back
+**Throttle time**: when a call takes the rate O above the quota T, the time that brings it back
 to T if nothing more came, over the window W the rate was measured on, is::
 
     throttle = (O - T) / T × W                         (Kafka's ClientQuotaManager.throttleTime)
 
-and the answer is *delayed* by it (as Kafka did before KIP-219: the call's task sleeps, holding
-no lock and not the event loop), with ``throttle_time_ms`` in the answer. A client that waits
-for its answers before sending more (every stratalog client does, up to its in-flight limit) is
-thereby held to the quota. The delay never exceeds the span the rate is measured over
-(``quota_window_num × quota_window_size_ms``): bytes older than that no longer count. A fetch
-never asks for more than that span's worth (Kafka's ``getMaxValueInQuotaWindow``), so that one
-answer cannot go far past the quota. A failed call's bytes count, but its error is not delayed.
+capped at the span the rate is measured over (``quota_window_num × quota_window_size_ms``:
+bytes older than that no longer count), and sent in the answer's ``throttle_time_ms``.
+
+**Produce: held back before it is served** (:class:`ProduceAdmission`; Kafka since KIP-219
+answers at once and then stops reading the throttled connection, ``SocketServer.scala``'s
+muting, and bounds the bytes of requests read but not yet handled,
+``queued.max.request.bytes`` in ``RequestChannel.scala``). A Produce of a principal with a
+produce quota waits, *before* the servicer sees it, in its principal's queue (first come,
+first served) until the principal's rate is back at its quota; then its bytes are recorded and
+it is served, and its answer goes at once with the throttle time it earned. So a client with
+1,000 requests in flight gets the quota, not 1,000 requests' worth served and then delayed;
+and a principal cannot escape its queue with more connections (Kafka mutes per connection).
+While its requests wait they hold their buffers: each *client* (its principal, or its host for
+an anonymous call, as server/client_limits.py counts clients) may have at most
+``quota_produce_bytes_in_flight_max`` bytes of Produce requests waiting or being served; one
+more is refused at once, RESOURCE_EXHAUSTED + RESOURCE_LIMIT_EXCEEDED (retriable: the backlog
+drains at the quota's rate). A request larger than the limit is admitted when its client has
+nothing else in flight, so every request that fits ``max_request_bytes`` can be served.
+Worst case held for throttled Produce requests: one client, ``max(quota_produce_bytes_in_
+flight_max, max_request_bytes)``; all of them, that times the clients with a produce quota
+sending at once (docs/server.md, "What a client can make the server hold").
+
+**Fetch and Subscribe: answers delayed** (as Kafka did before KIP-219): the size of an answer
+is known only once it is read, so the answer's task sleeps the throttle time it earned, holding
+no lock and not the event loop. A fetch never asks for more than the span's worth of the
+quota (Kafka's ``getMaxValueInQuotaWindow``), so what a delayed answer holds is bounded by the
+quota, per call in flight. A failed call's bytes count, but its error is not delayed.
 
 Sensors of principals that sent nothing for a whole span hold nothing and are dropped, so the
 memory follows the principals active in the last span.
@@ -49,16 +69,19 @@ from typing import TYPE_CHECKING, Any
 import grpc
 import grpc.aio
 
+from stratalog.server import status
 from stratalog.server.decoding import UndecodableRequest
 from stratalog.v1 import broker_pb2
 
+from .authentication import peer_host
+from .errors import QuotaBacklogExceededError
 from .handlers import WrappedHandlers
 from .principal import ANONYMOUS, Principal, current_identity
 
 if TYPE_CHECKING:
     from stratalog.server.metrics import ServerMetrics
 
-__all__ = ["QuotaConfig", "QuotaInterceptor", "QuotaManager", "Rate"]
+__all__ = ["ProduceAdmission", "QuotaConfig", "QuotaInterceptor", "QuotaManager", "Rate"]
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +95,10 @@ _ANONYMOUS = str(ANONYMOUS)
 # Sensors are swept for idle ones when there are more than this many, and then at twice the
 # number left: the sweep's cost is spread over as many calls as it keeps sensors.
 _SWEEP_MIN = 1024
+#: The setting that bounds a throttled client's Produce backlog.
+IN_FLIGHT_LIMIT = "quota_produce_bytes_in_flight_max"
+#: The longest retry hint a refused Produce carries (a backlog drained at a tiny quota).
+RETRY_AFTER_MS_MAX = 60_000
 
 
 class Rate:
@@ -253,6 +280,21 @@ class QuotaManager:
             return None
         return max(1, quota * (config.window_num - 1) * config.window_size_ms // 1000)
 
+    def produce_quota(self, principal: str) -> int:
+        """The produce bytes per second ``principal`` may send; 0 = no quota."""
+        return self._config.quota(_PRODUCE, principal)
+
+    def produce_throttle_ms(self, principal: str) -> int:
+        """How long ``principal``'s produce rate, as measured now, takes to come back to its
+        quota if nothing more came (0: it is at or below it). Records nothing."""
+        config = self._config
+        quota = config.quota(_PRODUCE, principal)
+        rate = self._rates.get((_PRODUCE, principal))
+        if not quota or rate is None:
+            return 0
+        now_ms = self._clock_ms()
+        return _throttle_ms(rate.measure(now_ms), quota, rate.window_ms(now_ms), config.span_ms)
+
     def _record(self, kind: str, principal: str, size_bytes: int) -> int:
         config = self._config
         quota = config.quota(kind, principal)
@@ -266,17 +308,115 @@ class QuotaManager:
                 self._sweep(now_ms)
             rate = self._rates[key] = Rate(config.window_size_ms, config.window_num)
         rate.record(size_bytes, now_ms)
-        window_ms = rate.window_ms(now_ms)
-        observed = rate.measure(now_ms)
-        if observed <= quota:
-            return 0
-        throttle_ms = (observed - quota) / quota * window_ms
-        return int(min(round(throttle_ms), config.span_ms))
+        return _throttle_ms(rate.measure(now_ms), quota, rate.window_ms(now_ms), config.span_ms)
 
     def _sweep(self, now_ms: float) -> None:
         for key in [key for key, rate in self._rates.items() if rate.idle(now_ms)]:
             del self._rates[key]
         self._sweep_at = max(_SWEEP_MIN, 2 * len(self._rates))
+
+
+def _throttle_ms(observed: float, quota: int, window_ms: float, span_ms: int) -> int:
+    """Kafka's ``throttleTime``: (O - T) / T × W, in whole ms, at most the span; 0 at or
+    below the quota."""
+    if observed <= quota:
+        return 0
+    return int(min(round((observed - quota) / quota * window_ms), span_ms))
+
+
+class _Queue:
+    """One principal's throttled Produce requests: the lock they pass one at a time (FIFO, as
+    asyncio.Lock wakes its waiters) and how many hold or wait for it."""
+
+    __slots__ = ("lock", "users")
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self.users = 0
+
+
+class ProduceAdmission:
+    """Produce requests of principals with a produce quota, held before they are served (the
+    module docstring's "Produce: held back before it is served").
+
+    Holds, per principal with requests waiting or passing, its :class:`_Queue`; per client
+    with Produce bytes admitted and not yet answered, those bytes. Invariants (:meth:`check`):
+    no entry at 0 users or 0 bytes (the maps hold only clients and principals with requests
+    in flight, so their size is bounded by the requests in flight). A client's bytes exceed
+    ``bytes_in_flight_max`` only by a request admitted alone (:meth:`admit`).
+
+    Concurrency: event-loop only; :meth:`admit` awaits, :meth:`release` does not.
+    """
+
+    def __init__(self, manager: QuotaManager, bytes_in_flight_max: int) -> None:
+        assert bytes_in_flight_max >= 1
+        self._manager = manager
+        self.bytes_in_flight_max = bytes_in_flight_max
+        self._queues: dict[str, _Queue] = {}
+        self._in_flight: dict[str, int] = {}
+
+    def in_flight_bytes(self, client: str) -> int:
+        """The Produce bytes ``client`` has waiting or being served."""
+        return self._in_flight.get(client, 0)
+
+    async def admit(self, principal: str, client: str, size_bytes: int) -> int:
+        """Wait until ``principal`` may send ``size_bytes`` more, record them, and return the
+        throttle time (ms) they earn. The caller serves the request, then calls
+        :meth:`release` (also when serving fails); if this raises, nothing is to release.
+
+        Raises:
+            QuotaBacklogExceededError: ``client`` already has ``bytes_in_flight_max`` bytes
+                waiting or being served (at once, without waiting).
+            asyncio.CancelledError: the call went away while waiting: its bytes are released
+                and nothing was recorded.
+        """
+        held = self._in_flight.get(client, 0)
+        if held and held + size_bytes > self.bytes_in_flight_max:
+            quota = self._manager.produce_quota(principal)
+            # When the backlog will have drained at the quota: what Kafka's throttle_time_ms
+            # asks of a client (KIP-219: send nothing more before it), as a retry hint.
+            retry_after_ms = max(1, min(RETRY_AFTER_MS_MAX, (held * 1000) // max(1, quota)))
+            raise QuotaBacklogExceededError(
+                f"{client} already has {held} bytes of Produce requests waiting for its produce"
+                f" quota ({quota} bytes/s) or being served; {size_bytes} more would pass its"
+                f" limit ({IN_FLIGHT_LIMIT}={self.bytes_in_flight_max}); retry in"
+                f" {retry_after_ms} ms, when they will have drained",
+                limit=IN_FLIGHT_LIMIT,
+                retry_after_ms=retry_after_ms,
+            )
+        self._in_flight[client] = held + size_bytes
+        queue = self._queues.get(principal)
+        if queue is None:
+            queue = self._queues[principal] = _Queue()
+        queue.users += 1
+        try:
+            async with queue.lock:
+                # One request of the principal at a time: each waits until the rate the ones
+                # before it made is back at the quota, then counts its own bytes.
+                while (delay_ms := self._manager.produce_throttle_ms(principal)) > 0:
+                    await asyncio.sleep(delay_ms / 1000)
+                return self._manager.record_produce(principal, size_bytes)
+        except BaseException:
+            self.release(client, size_bytes)
+            raise
+        finally:
+            queue.users -= 1
+            if not queue.users and self._queues.get(principal) is queue:
+                del self._queues[principal]
+
+    def release(self, client: str, size_bytes: int) -> None:
+        """``client``'s request of ``size_bytes`` was answered (or failed)."""
+        remaining = self._in_flight[client] - size_bytes
+        assert remaining >= 0, (client, remaining)
+        if remaining:
+            self._in_flight[client] = remaining
+        else:
+            del self._in_flight[client]
+
+    def check(self) -> None:
+        """Assert the invariants (for tests)."""
+        assert all(queue.users > 0 for queue in self._queues.values())
+        assert all(held > 0 for held in self._in_flight.values())
 
 
 # ------------------------------------------------------------------------ the interceptor
@@ -285,6 +425,17 @@ class QuotaManager:
 def _principal() -> str:
     identity = current_identity.get(None)
     return _ANONYMOUS if identity is None else _name(identity.principal)
+
+
+def _client(principal: str, context: Any) -> str:
+    """Whose Produce backlog a call counts in: its principal (``"User:alice"``), or its host
+    (``"host:10.0.0.5"``) for an anonymous call, as server/client_limits.py names clients."""
+    if principal != _ANONYMOUS:
+        return principal
+    identity = current_identity.get(None)
+    host = identity.host if identity is not None and identity.host else peer_host(
+        context.peer())
+    return f"host:{host}"
 
 
 @functools.lru_cache(maxsize=4096)
@@ -305,20 +456,26 @@ def _fetch_bytes(response: broker_pb2.FetchResponse) -> int:
 
 
 class QuotaInterceptor(grpc.aio.ServerInterceptor):
-    """Applies the quotas to Produce (request bytes), FetchByOffset and FetchByTimestamp
-    (answer bytes) and Subscribe (each message's bytes): records, delays, and sets
-    ``throttle_time_ms``. Other methods pass untouched, and all do while no quota is set.
+    """Applies the quotas to Produce (request bytes: held back before it is served, through
+    ``admission``), FetchByOffset and FetchByTimestamp (answer bytes) and Subscribe (each
+    message's bytes: answers delayed), and sets ``throttle_time_ms``. Other methods pass
+    untouched, and all do while no quota is set.
 
     Order: the last interceptor, after authorization (a refused call costs no quota). The
     handlers it wraps are made once per method and reused. Each delayed answer is counted in
     ``metrics``, with its delay (``stratalog_quota_throttles_total``,
-    ``stratalog_quota_throttle_seconds_total``, by quota: produce or fetch). Event-loop only.
+    ``stratalog_quota_throttle_seconds_total``, by quota: produce or fetch; for Produce, the
+    throttle time its answer carries, which its principal's next request waits). Event-loop
+    only.
     """
 
     def __init__(
-        self, manager: QuotaManager, fetch_max_bytes_default: int, metrics: ServerMetrics
+        self, manager: QuotaManager, fetch_max_bytes_default: int, metrics: ServerMetrics,
+        admission: ProduceAdmission,
     ) -> None:
+        assert admission is not None
         self._manager = manager
+        self._admission = admission
         self._metrics = metrics
         self._fetch_max_bytes_default = fetch_max_bytes_default
         self._wrapped = WrappedHandlers()
@@ -350,18 +507,29 @@ class QuotaInterceptor(grpc.aio.ServerInterceptor):
         manager = self._manager
         metrics = self._metrics
 
+        admission = self._admission
+
         async def produce(request: Any, context: grpc.aio.ServicerContext) -> Any:
             if type(request) is UndecodableRequest:
                 return await inner(request, context)
             principal = _principal()
+            if not manager.produce_quota(principal):
+                return await inner(request, context)
+            client = _client(principal, context)
+            size_bytes = _produce_bytes(request)
+            try:
+                # Waits here, before the servicer, while the principal is over its quota; its
+                # bytes count once admitted, whether the servicer then accepts them or not.
+                throttle_ms = await admission.admit(principal, client, size_bytes)
+            except QuotaBacklogExceededError as exc:
+                await context.abort_with_status(status.to_status(exc))
             try:
                 response = await inner(request, context)
             finally:
-                # Refused requests count too: their bytes crossed the network all the same.
-                throttle_ms = manager.record_produce(principal, _produce_bytes(request))
+                admission.release(client, size_bytes)
             if throttle_ms:
                 response.throttle_time_ms = throttle_ms
-                await _hold_back(metrics, _PRODUCE_QUOTA, throttle_ms)
+                metrics.observe_throttle(_PRODUCE_QUOTA, throttle_ms)
             return response
 
         return handler._replace(unary_unary=produce)

@@ -25,6 +25,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, replace
 
+from stratalog.server.client_text import loggable
+
 __all__ = [
     "NO_PRODUCER_EPOCH",
     "NO_PRODUCER_ID",
@@ -186,6 +188,8 @@ class TransactionMetadata:
         return self._transit(TransactionState.DEAD, now_ms)
 
     def describe(self) -> str:
-        """One line for messages and logs."""
-        return (f"transactional id {self.transactional_id!r} (producer id {self.producer_id}, "
+        """One line for messages and logs; the id, a client's string of up to 32 KiB, escaped
+        and cut (server/client_text.py)."""
+        return (f"transactional id {loggable(self.transactional_id)} (producer id"
+                f" {self.producer_id}, "
                 f"epoch {self.producer_epoch}, state {self.state.kafka_name})")

@@ -66,6 +66,9 @@ def secured(tmp_path_factory: pytest.TempPathFactory, pki) -> Iterator[Secured]:
         directory / "data",
         "--tls-cert-file", str(pki.server[0]), "--tls-key-file", str(pki.server[1]),
         "--authentication-credentials-file", str(credentials),
+        # Every RPC is tried with wrong credentials from this one host: more failures than
+        # the per-host limit allows by default (test_server_authentication_attacks.py).
+        "--authentication-failures-per-host-max", "1000",
     )
     yield Secured(server, pki, token, credentials)
     assert server.stop(signal.SIGTERM) == 0, server.log_text()[-4000:]

@@ -165,6 +165,21 @@ async def test_retriable_error_is_retried_once_appended(broker) -> None:
     assert servicer.records("events", 0) == 1  # not duplicated
 
 
+async def test_a_full_quota_backlog_is_retried_not_before_the_servers_hint(broker) -> None:
+    from stratalog.server.security.errors import QuotaBacklogExceededError
+
+    servicer, target = broker
+    servicer.failures.append(Failure(QuotaBacklogExceededError(
+        "backlog full", limit="quota_produce_bytes_in_flight_max", retry_after_ms=300)))
+    loop = asyncio.get_running_loop()
+    async with ordered_producer(target, retry_backoff_ms=1) as producer:
+        started = loop.time()
+        meta = await (await producer.send("events", b"later"))
+        waited_s = loop.time() - started
+    assert meta.offset == 0 and servicer.produce_calls == 2
+    assert waited_s >= 0.8 * 0.3, waited_s  # the hint (jitter aside), not the 1 ms backoff
+
+
 async def test_non_retriable_error_fails_the_batch_without_retry(broker) -> None:
     servicer, target = broker
     servicer.failures.append(Failure(RecordCorruptError("bad crc")))

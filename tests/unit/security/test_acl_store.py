@@ -64,9 +64,21 @@ def test_a_new_server_gets_an_empty_set_in_its_first_log_dir(tmp_path: Path) -> 
     store = AclStore.open(dirs)
     assert store.bindings == ()
     assert store.path == dirs[0] / ACL_FILE_NAME
-    assert not store.path.exists()  # nothing written until something changes
+    # Written at once: from now on, its absence means it was lost.
+    assert store.path.exists() and AclStore.open(dirs, new_server=False).bindings == ()
     store.write([binding("x")])
     assert AclStore.open(dirs).bindings == (binding("x"),)
+
+
+def test_a_server_that_ran_before_refuses_a_missing_file_unless_told(tmp_path: Path) -> None:
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    for d in dirs:
+        d.mkdir()
+    with pytest.raises(SecurityConfigError, match=r"has run before.*acl_file_create_if_missing"):
+        AclStore.open(dirs, new_server=False)
+    assert not (dirs[0] / ACL_FILE_NAME).exists()
+    store = AclStore.open(dirs, new_server=False, create_if_missing=True)
+    assert store.bindings == () and store.path.exists()
 
 
 def test_the_file_is_found_in_whichever_log_dir_holds_it(tmp_path: Path) -> None:

@@ -12,8 +12,11 @@ import pytest
 from stratalog.server.security import authentication, tls
 from stratalog.server.security.authentication import Authenticator, peer_host
 from stratalog.server.security.credentials import ITERATIONS_MIN, CredentialFile
-from stratalog.server.security.errors import AuthenticationFailedError
-from stratalog.server.security.principal import Principal
+from stratalog.server.security.errors import (
+    AuthenticationFailedError,
+    AuthenticationThrottledError,
+)
+from stratalog.server.security.principal import CallIdentity, Principal
 from stratalog.server.settings import Settings, SettingsError, load_settings
 
 
@@ -160,3 +163,95 @@ def test_anonymous_follows_the_authentication_configured() -> None:
                             overrides={"tls_cert_file": "c", "tls_key_file": "k",
                                        "tls_ca_file": "ca", "tls_client_auth": "required"})
     assert allowed.anonymous_allowed and allowed.tls_enabled
+
+
+# ---------------------------------------------------------------- under attack
+
+
+def make_limited(executor, *, queue_max: int = 64, failures_max: int = 20) -> Authenticator:
+    store = CredentialFile().with_user("alice", "pw", ITERATIONS_MIN)
+    return Authenticator(store, anonymous_allowed=False, executor=executor,
+                         cache_entries_max=100, threads=1, queue_max=queue_max,
+                         failures_per_host_max=failures_max, failure_window_ms=60_000)
+
+
+async def test_a_full_queue_refuses_new_credentials_at_once(executor) -> None:
+    authenticator = make_limited(executor, queue_max=4, failures_max=1000)
+    calls = [asyncio.ensure_future(authenticator.authenticate(basic("alice", f"w{i}"), f"h{i}"))
+             for i in range(4)]
+    await asyncio.sleep(0)
+    with pytest.raises(AuthenticationThrottledError, match="authentication_queue_max"):
+        await authenticator.authenticate(basic("alice", "pw"), "10.0.0.9")
+    results = await asyncio.gather(*calls, return_exceptions=True)
+    assert all(isinstance(r, AuthenticationFailedError) for r in results)
+    authenticator.queue.check()
+    # Drained: the good password is checked now, and cached.
+    assert (await authenticator.authenticate(basic("alice", "pw"), "10.0.0.9")).principal == (
+        Principal.user("alice"))
+
+
+async def test_a_host_with_too_many_failures_is_refused_without_a_check(executor) -> None:
+    authenticator = make_limited(executor, failures_max=3)
+    good = await authenticator.authenticate(basic("alice", "pw"), "10.0.0.1")  # cached
+    for i in range(3):
+        with pytest.raises(AuthenticationFailedError):
+            await authenticator.authenticate(basic("alice", f"wrong{i}"), "10.0.0.1")
+    submitted = executor.submitted
+    with pytest.raises(AuthenticationThrottledError, match="authentication_failures_per_host"
+                       ) as refused:
+        await authenticator.authenticate(basic("alice", "wrong-again"), "10.0.0.1")
+    assert refused.value.retry_after_ms > 0
+    assert executor.submitted == submitted  # nothing was hashed for it
+    # Its cached good credentials still pass; another host is not affected.
+    assert await authenticator.authenticate(basic("alice", "pw"), "10.0.0.1") == good
+    with pytest.raises(AuthenticationFailedError):
+        await authenticator.authenticate(basic("alice", "other-wrong"), "10.0.0.2")
+    authenticator.queue.check()
+
+
+async def test_hosts_take_turns_and_cancelled_checks_are_dropped(executor) -> None:
+    authenticator = make_limited(executor, failures_max=1000)
+    order: list[str] = []
+    flood = [asyncio.ensure_future(authenticator.authenticate(basic("alice", f"w{i}"),
+                                                              "10.6.6.6"))
+             for i in range(30)]
+    await asyncio.sleep(0)
+    good = asyncio.ensure_future(authenticator.authenticate(basic("alice", "pw"), "10.0.0.1"))
+    good.add_done_callback(lambda _: order.append("good"))
+    for call in flood:
+        call.add_done_callback(lambda _: order.append("flood"))
+    assert (await good).principal == Principal.user("alice")
+    # The other host's check went second or so, not after the flood's 30.
+    assert order.index("good") <= 2, order
+    # The flood's callers go away: its checks not started are never hashed.
+    submitted = executor.submitted
+    for call in flood:
+        call.cancel()
+    await asyncio.gather(*flood, return_exceptions=True)
+    await asyncio.sleep(0.2)
+    assert executor.submitted - submitted <= 2
+    assert authenticator.queue.dropped >= 25
+    assert authenticator.queue.pending == 0
+    authenticator.queue.check()
+
+
+async def test_a_reload_invalidates_identities_of_removed_or_changed_entries(executor) -> None:
+    store = (CredentialFile().with_user("alice", "pw", ITERATIONS_MIN)
+             .with_user("bob", "pw", ITERATIONS_MIN))
+    authenticator = Authenticator(store, anonymous_allowed=False, executor=executor,
+                                  cache_entries_max=100)
+    identities = {}
+    for user in ("alice", "bob"):
+        verified = await authenticator.authenticate(basic(user, "pw"), "10.0.0.1")
+        identities[user] = CallIdentity(verified.principal, "10.0.0.1", "password",
+                                        verified.credential)
+    anonymous = CallIdentity(Principal.user("ANONYMOUS"), "10.0.0.1")
+    assert all(authenticator.still_valid(i) for i in (*identities.values(), anonymous))
+    # Alice removed; bob's password set again (a new salt: a new entry, even for the same one).
+    authenticator.replace_credentials(store.without_user("alice").with_user(
+        "bob", "pw", ITERATIONS_MIN))
+    assert not authenticator.still_valid(identities["alice"])
+    assert not authenticator.still_valid(identities["bob"])
+    assert authenticator.still_valid(anonymous)
+    authenticator.replace_credentials(None)
+    assert not authenticator.still_valid(identities["alice"])

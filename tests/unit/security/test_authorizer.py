@@ -33,6 +33,7 @@ from stratalog.server.security.authorizer import (
 )
 from stratalog.server.security.errors import AclLimitError, InvalidAclError, NotAuthorizedError
 from stratalog.server.security.principal import CallIdentity, Principal
+from stratalog.server.storage.errors import InvalidTopicError
 from stratalog.v1 import broker_pb2 as pb
 from stratalog.v1 import replication_pb2
 
@@ -393,7 +394,8 @@ def test_denials_are_logged_but_not_without_bound(tmp_path: Path, caplog) -> Non
         for index in range(100):
             authorizer.authorize(ALICE, Op.READ, TOPIC, f"t{index}")
     lines = [r.getMessage() for r in caplog.records]
-    assert lines[0] == "denied User:alice from 10.0.0.1: READ on Topic:t0"
+    # Every string a client chose is shown escaped (server/client_text.py).
+    assert lines[0] == "denied 'User:alice' from '10.0.0.1': READ on 'Topic:t0'"
     assert 1 <= len(lines) <= 40  # 20 a second; the test may straddle a second
 
 
@@ -424,3 +426,30 @@ def test_an_update_applies_to_the_set_the_storage_holds_when_it_writes(tmp_path:
         ResourceType.TOPIC, "theirs", PatternType.LITERAL, None, None, Op.ANY,
         AclPermissionType.ANY)]))
     assert deleted == [theirs] and store.bindings == (ours,)
+
+
+def test_an_invalid_topic_name_is_refused_before_anything_is_cached_or_logged(
+    tmp_path: Path, caplog
+) -> None:
+    authorizer = authorizer_with(tmp_path)
+    with caplog.at_level("INFO", logger="stratalog.server.security.authorizer"):
+        for name in ("x" * 250, "a\nINFO fake line", "", "..", "x" * (256 * 1024)):
+            with pytest.raises(InvalidTopicError, match="Topic name is invalid"):
+                authorizer.authorize(ALICE, Op.DESCRIBE, TOPIC, name)
+    assert authorizer.cached_decisions == 0
+    assert caplog.records == []
+    authorizer.check()
+
+
+def test_the_decision_cache_is_bounded_in_bytes(tmp_path: Path) -> None:
+    # Transactional ids may be 32 KiB: 100 of them would be 3.2 MiB; the cache keeps 1 MiB.
+    authorizer = authorizer_with(tmp_path, cache_bytes_max=1 << 20)
+    for index in range(100):
+        authorizer.authorize(ALICE, Op.WRITE, TXN, f"{index:05d}" + "t" * 32_000)
+        authorizer.check()
+    assert authorizer.cached_bytes <= 1 << 20
+    assert 0 < authorizer.cached_decisions < 100
+    # The newest decision is the one kept; one larger than the whole budget is not cached.
+    authorizer.authorize(ALICE, Op.WRITE, TXN, "t" * (2 << 20))
+    authorizer.check()
+    assert ALICE.principal  # the identity is unchanged by any of it

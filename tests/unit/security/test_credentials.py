@@ -122,3 +122,26 @@ def test_save_replaces_atomically(tmp_path: Path) -> None:
     CredentialFile().with_user("b", "2", ITERATIONS_MIN).save(path)
     assert os.stat(path).st_ino != inode  # a new file renamed over the old one
     assert list(CredentialFile.load(path).users) == ["b"]
+
+
+def test_every_check_costs_the_files_largest_iteration_count(monkeypatch) -> None:
+    from stratalog.server.security import credentials as module
+
+    rounds: list[int] = []
+    real = module._salted_password
+
+    def counting(password: bytes, salt: bytes, iterations: int) -> bytes:
+        rounds.append(iterations)
+        return real(password, salt, iterations)
+
+    file = (CredentialFile().with_user("cheap", "pw", iterations=4096)
+            .with_user("dear", "pw", iterations=20_000))
+    assert file.password_iterations == 20_000
+    monkeypatch.setattr(module, "_salted_password", counting)
+    for user, password in (("cheap", "pw"), ("cheap", "wrong"), ("dear", "pw"),
+                           ("dear", "wrong"), ("nobody", "pw"), ("cheap", "x" * 5000)):
+        rounds.clear()
+        file.verify_password(user, password)
+        assert sum(rounds) == 20_000, (user, password, rounds)
+    assert file.verify_password("cheap", "pw") == Principal.user("cheap")
+    assert file.verify_password("dear", "wrong") is None

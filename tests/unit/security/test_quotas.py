@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from stratalog.server.security.errors import QuotaBacklogExceededError
 from stratalog.server.security.quotas import (
+    ProduceAdmission,
     QuotaConfig,
     QuotaManager,
     Rate,
@@ -218,3 +223,69 @@ def test_throttle_time_appended_to_a_serialized_answer(throttle_ms: int) -> None
     assert parsed.throttle_time_ms == throttle_ms
     parsed.throttle_time_ms = 0
     assert parsed == message
+
+
+# ---------------------------------------------------------------- ProduceAdmission
+
+
+def _admission(rate: int, bytes_max: int) -> tuple[QuotaManager, ProduceAdmission]:
+    # Two samples of 100 ms: a new principal may burst 100 ms worth of its quota.
+    manager = QuotaManager(QuotaConfig(producer_byte_rate=rate, window_num=2,
+                                       window_size_ms=100))
+    return manager, ProduceAdmission(manager, bytes_max)
+
+
+async def test_a_throttled_principals_requests_wait_before_they_are_served() -> None:
+    _, admission = _admission(rate=100_000, bytes_max=10**9)
+    started = time.monotonic()
+    # 20 requests of 10 kB at once: 200 kB at 100 kB/s, less the 10 kB burst. Each is
+    # admitted only once the rate the ones before it made is back at the quota.
+    throttles = await asyncio.gather(*(
+        admission.admit("User:alice", "User:alice", 10_000) for _ in range(20)
+    ))
+    elapsed = time.monotonic() - started
+    assert elapsed >= 0.8 * (200_000 - 10_000) / 100_000, elapsed  # a lower bound: load-proof
+    assert max(throttles) > 0
+    assert admission.in_flight_bytes("User:alice") == 200_000
+    for _ in range(20):
+        admission.release("User:alice", 10_000)
+    assert admission.in_flight_bytes("User:alice") == 0
+    admission.check()
+    # Another principal was never held back by alice's queue.
+    assert await admission.admit("User:bob", "User:bob", 10_000) == 0
+    admission.release("User:bob", 10_000)
+
+
+async def test_a_full_backlog_refuses_at_once_and_a_large_request_passes_alone() -> None:
+    _, admission = _admission(rate=10**9, bytes_max=25_000)
+    await admission.admit("User:alice", "User:alice", 10_000)
+    await admission.admit("User:alice", "User:alice", 10_000)
+    with pytest.raises(QuotaBacklogExceededError, match="quota_produce_bytes_in_flight_max"):
+        await admission.admit("User:alice", "User:alice", 10_000)
+    # Each client has its own backlog.
+    await admission.admit("User:ANONYMOUS", "host:10.0.0.9", 10_000)
+    admission.release("User:alice", 10_000)
+    admission.release("User:alice", 10_000)
+    admission.release("host:10.0.0.9", 10_000)
+    # Larger than the whole limit, with nothing else in flight: admitted alone.
+    await admission.admit("User:alice", "User:alice", 100_000)
+    with pytest.raises(QuotaBacklogExceededError):
+        await admission.admit("User:alice", "User:alice", 1)
+    admission.release("User:alice", 100_000)
+    admission.check()
+
+
+async def test_a_request_cancelled_while_waiting_gives_its_bytes_back() -> None:
+    manager, admission = _admission(rate=1_000, bytes_max=10**9)
+    await admission.admit("User:alice", "User:alice", 100_000)  # far over: the next waits
+    admission.release("User:alice", 100_000)
+    waiting = asyncio.ensure_future(admission.admit("User:alice", "User:alice", 5_000))
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert admission.in_flight_bytes("User:alice") == 5_000
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    assert admission.in_flight_bytes("User:alice") == 0
+    admission.check()
+    assert manager.produce_throttle_ms("User:alice") > 0  # only the first one was recorded

@@ -19,6 +19,7 @@ from google.rpc import error_details_pb2, status_pb2
 from stratalog.records import errors as record_errors
 from stratalog.server import status
 from stratalog.server.client_limits import ClientLimitExceededError
+from stratalog.server.security.errors import NotAuthorizedError
 from stratalog.server.storage import errors as storage_errors
 from stratalog.server.transactions import errors as transaction_errors
 from stratalog.v1 import broker_pb2
@@ -338,10 +339,29 @@ def test_unexpected_errors_are_internal_without_details_or_paths(caplog) -> None
 
 def test_long_messages_are_cut() -> None:
     grpc_status = status.to_status(storage_errors.InvalidConfigError("v" * 10_000))
-    assert len(grpc_status.details) == status.MESSAGE_CHARS_MAX
+    # Cut to the characters, then to the UTF-8 bytes (the ellipsis is 3 of them).
+    assert len(grpc_status.details.encode()) == status.MESSAGE_BYTES_MAX
+    assert len(grpc_status.details) < status.MESSAGE_CHARS_MAX
     assert grpc_status.details.endswith("…")
     rich, _ = decode(grpc_status)
     assert rich.message == grpc_status.details
+
+
+def test_long_names_are_cut_in_the_trailers_within_grpcs_metadata_limit() -> None:
+    # A 256 KiB topic name of 3-byte characters: the message and every metadata value it
+    # reaches are cut so that the trailers stay under gRPC's 8 KiB default.
+    name = "\u20ac" * (256 * 1024)
+    exc = NotAuthorizedError(f"not authorized: may not DESCRIBE Topic:{name}",
+                             operation="DESCRIBE", resource=f"Topic:{name}", topic=name)
+    grpc_status = status.to_status(exc)
+    assert len(grpc_status.details.encode()) <= status.MESSAGE_BYTES_MAX
+    trailers = sum(len(key) + len(value) for key, value in grpc_status.trailing_metadata)
+    percent_encoded = 3 * len(grpc_status.details.encode())
+    assert trailers + percent_encoded < 8 * 1024
+    _, info = decode(grpc_status)
+    assert all(len(value.encode()) <= status.METADATA_VALUE_BYTES_MAX
+               for value in info.metadata.values())
+    assert info.metadata["operation"] == "DESCRIBE"
 
 
 def test_an_empty_message_becomes_the_class_name() -> None:
