@@ -264,13 +264,14 @@ class Server:
             if settings.authorizer == "acl":
                 try:
                     # After the LogManager: the ACL file lives in a log dir it has locked.
+                    # In cluster mode the ACLs are etcd's: a local file is only imported,
+                    # then renamed (docs/security.md, "ACLs in a cluster").
                     local = await loop.run_in_executor(
-                        self._executor, functools.partial(
+                        self._executor,
+                        functools.partial(AclStore.open_to_import, settings.log_dirs)
+                        if settings.cluster else functools.partial(
                             AclStore.open, settings.log_dirs, new_server=new_server,
-                            # In cluster mode the ACLs are etcd's: a local file is only
-                            # imported, then renamed (docs/security.md, "ACLs in a cluster").
-                            create_if_missing=(settings.acl_file_create_if_missing
-                                               or bool(settings.cluster)),
+                            create_if_missing=settings.acl_file_create_if_missing,
                         ),
                     )
                 except SecurityConfigError as exc:

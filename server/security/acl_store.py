@@ -224,6 +224,20 @@ class AclStore:
         return target
 
     @classmethod
+    def open_to_import(cls, log_dirs: Sequence[str | Path]) -> AclStore:
+        """The ACL file of a cluster member, to be imported into etcd or checked against it
+        (server/cluster/cluster_acls.py): as :meth:`open` when a file exists; none is no error
+        and writes nothing (the cluster's ACLs are etcd's, and an imported file was renamed).
+
+        Raises:
+            SecurityConfigError: as :meth:`open`.
+        """
+        assert log_dirs, "a server has at least one log directory"
+        if not any((Path(d) / ACL_FILE_NAME).exists() for d in log_dirs):
+            return cls(Path(log_dirs[0]) / ACL_FILE_NAME, ())
+        return cls.open(log_dirs)
+
+    @classmethod
     def open(
         cls, log_dirs: Sequence[str | Path], *, new_server: bool = True,
         create_if_missing: bool = False,

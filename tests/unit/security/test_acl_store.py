@@ -235,11 +235,12 @@ def test_the_revision_moves_with_the_bindings_and_only_then(tmp_path: Path) -> N
 
 
 def test_set_aside_renames_the_file_durably(tmp_path: Path) -> None:
-    store = AclStore.open([tmp_path])
+    store = AclStore.open_to_import([tmp_path])
+    assert not (tmp_path / ACL_FILE_NAME).exists()  # a cluster member writes none
     assert store.set_aside() is None  # no file yet
     store.write([binding("a")])
     moved = store.set_aside()
     assert moved == tmp_path / (ACL_FILE_NAME + IMPORTED_SUFFIX)
     assert not (tmp_path / ACL_FILE_NAME).exists()
     assert decode_acls(moved.read_bytes()) == [binding("a")]
-    assert AclStore.open([tmp_path]).bindings == ()  # the next start finds no ACL file
+    assert AclStore.open_to_import([tmp_path]).bindings == ()  # the next start finds none
