@@ -533,13 +533,16 @@ class Server:
                 loop.call_soon_threadsafe(replica.notify_append)  # followers copy it
 
     def held_for_waiting_rpcs_bytes(self) -> int:
-        """An estimate of the memory held for Subscribe streams and long polls: their idle
-        cost each, and the Subscribe messages in flight as gRPC holds them. Event-loop only."""
-        limits, budget = self._limits, self._subscribe_budget
-        if limits is None or budget is None:
+        """An estimate of the memory held for Subscribe streams, long polls and Session
+        streams: their idle cost each, the Subscribe messages in flight as gRPC holds them,
+        and the most held for Session answers and decompression since the last call (a
+        burst between two maintenance passes counts). Event-loop only."""
+        limits, budget, service = self._limits, self._subscribe_budget, self._service
+        if limits is None or budget is None or service is None:
             return 0
         return (limits.total * WAITING_RPC_BYTES_ESTIMATE
-                + budget.in_use_bytes * MESSAGE_COPIES_HELD)
+                + budget.in_use_bytes * MESSAGE_COPIES_HELD
+                + service.take_held_peak_bytes())
 
     async def _maybe_trim_heap(self) -> None:
         """Give freed memory back to the kernel once many waiting RPCs went away (their

@@ -67,6 +67,7 @@ import grpc.aio
 
 from stratalog.server import status
 from stratalog.server.append_placement import AppendPlacement, holds_compressed_batches
+from stratalog.server.byte_budget import ByteBudget
 from stratalog.server.client_limits import ClientLimits, WaitingRpc, WaitingRpcKind, call_origin
 from stratalog.server.cluster.controller import NO_CONTROLLER, ControllerState
 from stratalog.server.cluster.errors import (
@@ -89,7 +90,7 @@ from stratalog.server.security.acl_messages import (
 from stratalog.server.security.authentication import peer_host
 from stratalog.server.security.errors import SecurityDisabledError
 from stratalog.server.security.principal import ANONYMOUS, CallIdentity, current_identity
-from stratalog.server.session import RequestHandlers, Sessions
+from stratalog.server.session import RequestHandlers, SessionBudgets, Sessions
 from stratalog.server.storage.clock import wall_clock_ms
 from stratalog.server.storage.config import LogConfig
 from stratalog.server.storage.errors import (
@@ -408,6 +409,12 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         self._subscribe_budget = subscribe_budget if subscribe_budget is not None else (
             SubscribeBudget(settings.subscribe_buffer_bytes_total, settings.subscribe_buffer_bytes)
         )
+        #: The bytes compressed Produce requests may decompress to while they are validated,
+        #: all together (each is charged produce_decompressed_bytes_max; the rest wait).
+        self._decompression = ByteBudget(
+            "produce_decompressed_bytes_in_flight_max",
+            settings.produce_decompressed_bytes_in_flight_max,
+        )
         self._gates: dict[tuple[str, int], PartitionGate] = {}
         self._admin_lock = asyncio.Lock()
         self._shutting_down = False
@@ -415,9 +422,23 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         self._sessions = Sessions(
             RequestHandlers(self, request_interceptors), self._limits, metrics,
             settings.session_requests_in_flight_max,
+            SessionBudgets(
+                settings.session_buffer_bytes,
+                ByteBudget("session_buffer_bytes_total", settings.session_buffer_bytes_total),
+                settings.fetch_max_bytes_default,
+                settings.fetch_max_bytes_max,
+            ),
         )
 
     # ---------------------------------------------------------------- plumbing
+
+    def take_held_peak_bytes(self) -> int:
+        """The most memory held for Session answers and for decompression since the last call
+        (twice the bytes charged: a Session answer waits beside gRPC's copy of it, and a
+        decompression's output beside its pieces), for the server's heap-trim watch: a burst
+        that came and went between two calls shows. Event-loop only."""
+        return 2 * (self._sessions.budgets.total.take_peak_bytes()
+                    + self._decompression.take_peak_bytes())
 
     def _topic(self, name: str, field: str = "topic") -> str:
         """``name`` if it is a valid topic name: the engine's rules, the request's field name."""
@@ -438,7 +459,8 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     ) -> AppendInfo:
         """Append ``payload`` where the placement says for ``size_bytes`` and ``compressed``,
         with the gate's transaction verifier and the bound on decompressed bytes; the caller
-        holds the gate's append lock.
+        holds the gate's append lock. A ``compressed`` payload first waits for its charge of
+        the decompression budget (``produce_decompressed_bytes_in_flight_max``).
 
         Tried inline, the append may come back undone from storage (it would roll, fsync or
         wait for maintenance): the thread pool finishes it, reusing its validation. ``flush``
@@ -446,6 +468,32 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         visible (PartitionLog.append). ``leader_epoch`` is stamped on the batches (a
         replicated partition's leader's; 0 on a single server).
         """
+        if compressed:
+            # Validation decompresses every batch: charged what it may reach, so that
+            # concurrent requests cannot decompress more than the in-flight budget at once.
+            charge = await self._decompression.reserve(
+                self._settings.produce_decompressed_bytes_max
+            )
+            try:
+                return await self._append_now(
+                    partition_log, gate, payload, size_bytes, compressed, flush, leader_epoch
+                )
+            finally:
+                self._decompression.release(charge)
+        return await self._append_now(
+            partition_log, gate, payload, size_bytes, compressed, flush, leader_epoch
+        )
+
+    async def _append_now(
+        self,
+        partition_log: PartitionLog,
+        gate: PartitionGate,
+        payload: bytes | memoryview,
+        size_bytes: int,
+        compressed: bool,
+        flush: bool,
+        leader_epoch: int,
+    ) -> AppendInfo:
         verify = gate.verify_transaction
         bound = self._settings.produce_decompressed_bytes_max
         if flush:

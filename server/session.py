@@ -39,8 +39,27 @@ connection: the idempotent producer's five batches in flight per partition arriv
 are never refused OUT_OF_ORDER_SEQUENCE for being overtaken.
 
 Limits: at most ``session_requests_in_flight_max`` requests per stream are being served or
-answered, an answer counting until gRPC's flow control took it, so the answers held for a client
-that stops reading are bounded too. A session is a waiting RPC of its connection and client
+answered, an answer counting until gRPC's flow control took it. Bytes are bounded too, since one
+request can hold megabytes (a fetch of 2 MiB: 1,024 of them on one stream held 2 GiB). Each
+request is charged, from when it is read until its answer was taken by gRPC, what it may hold:
+its own bytes for a Produce, its ``max_bytes`` (capped as the fetch caps it) for a fetch, and
+:data:`ANSWER_BYTES_ESTIMATE` for the answer's other fields; once its answer is serialized, the
+answer's real size instead. Two budgets::
+
+    session_buffer_bytes         one stream: the reader reads the next request only while the
+                                 stream holds less (else it waits: HTTP/2's flow control then
+                                 holds the client back); so a stream holds at most this plus
+                                 one request's charge
+    session_buffer_bytes_total   all streams together (a :class:`ByteBudget`): a request whose
+                                 charge does not fit is not served but answered
+                                 RESOURCE_EXHAUSTED (RESOURCE_LIMIT_EXCEEDED, ``limit`` naming
+                                 the setting; retriable), so that a crowd of streams whose
+                                 clients stop reading cannot stop every other client's sessions
+
+While a stream waits for gRPC to take an answer, gRPC holds a copy of it too: the memory held
+for answers is at most twice ``session_buffer_bytes_total`` (plus one request's charge per
+stream that reads one). A stream that ends (its client cancelled it, or went away) gives back
+everything it was charged, served or not. A session is a waiting RPC of its connection and client
 (:class:`~stratalog.server.client_limits.ClientLimits`, kind SESSION), admitted before anything
 is read; a long poll on it is admitted as a unary one is (the same code path).
 
@@ -77,7 +96,13 @@ import grpc.aio
 
 from stratalog.records.varint import unsigned_varint_bytes
 from stratalog.server import status
-from stratalog.server.client_limits import ClientLimits, WaitingRpcKind, call_origin
+from stratalog.server.byte_budget import ByteBudget
+from stratalog.server.client_limits import (
+    ClientLimitExceededError,
+    ClientLimits,
+    WaitingRpcKind,
+    call_origin,
+)
 from stratalog.server.decoding import SessionRequestView, UndecodableRequest
 from stratalog.server.storage.errors import LogClosedError
 from stratalog.v1 import broker_pb2
@@ -86,9 +111,11 @@ if TYPE_CHECKING:
     from stratalog.server.metrics import ServerMetrics
 
 __all__ = [
+    "ANSWER_BYTES_ESTIMATE",
     "SESSION_RPCS",
     "RequestContext",
     "RequestHandlers",
+    "SessionBudgets",
     "SessionStream",
     "Sessions",
     "session_response",
@@ -108,6 +135,11 @@ SESSION_RPCS: dict[str, int] = {
 _ERROR_FIELD = 5
 _ID_TAG = b"\x08"  # field 1, varint
 _SHUTTING_DOWN = "the server is shutting down; open a new session (or retry) later"
+#: What an answer holds beyond the batches a fetch asked for (its other fields, the aborted
+#: transactions of a READ_COMMITTED fetch, a SessionError's message) or a request beyond its
+#: batches: the charge of a request that asks for no batches.
+ANSWER_BYTES_ESTIMATE = 4 * 1024
+_FETCH_RPCS = frozenset({"FetchByOffset", "FetchByTimestamp"})
 
 Behaviour = Callable[[Any, Any], Awaitable[Any]]
 
@@ -226,6 +258,27 @@ def _serving(method: Behaviour) -> Behaviour:
     return behaviour
 
 
+class SessionBudgets(NamedTuple):
+    """The byte limits of Session streams (module docstring, "Limits") and what a fetch may
+    return, to charge it: the settings of the same names."""
+
+    stream_bytes_max: int  # session_buffer_bytes
+    total: ByteBudget  # session_buffer_bytes_total
+    fetch_max_bytes_default: int
+    fetch_max_bytes_max: int
+
+    def charge_bytes(self, rpc: str | None, request: Any) -> int:
+        """What a request of ``rpc`` may hold until its answer is taken (module docstring)."""
+        if type(request) is UndecodableRequest or rpc is None:
+            return ANSWER_BYTES_ESTIMATE
+        if rpc == "Produce":
+            return int(request.request_bytes) + ANSWER_BYTES_ESTIMATE
+        if rpc in _FETCH_RPCS:
+            asked = request.max_bytes if request.max_bytes > 0 else self.fetch_max_bytes_default
+            return min(asked, self.fetch_max_bytes_max) + ANSWER_BYTES_ESTIMATE
+        return ANSWER_BYTES_ESTIMATE
+
+
 class Sessions:
     """The server's Session streams: the request handlers, the limits, the metrics, the streams
     open now (for shutdown) and their requests in flight (a gauge). Event-loop only."""
@@ -236,10 +289,12 @@ class Sessions:
         limits: ClientLimits,
         metrics: ServerMetrics,
         in_flight_max: int,
+        budgets: SessionBudgets,
     ) -> None:
-        assert in_flight_max >= 1
+        assert in_flight_max >= 1 and budgets.stream_bytes_max >= 1
         self.handlers = handlers
         self.in_flight_max = in_flight_max
+        self.budgets = budgets
         self._limits = limits
         self._metrics = metrics
         self._streams: set[SessionStream] = set()
@@ -327,7 +382,9 @@ class SessionStream:
 
     Invariants (:meth:`check`): at most ``in_flight_max`` requests in flight; every task holds
     one of them, and every pending id is a task's; a partition's entry in ``_produce_tails`` is
-    the future of its last Produce started, resolved once the servicer is done with it.
+    the future of its last Produce started, resolved once the servicer is done with it;
+    ``held_bytes`` is what the stream's requests in flight are charged in the total budget
+    (given back whole when the stream ends).
 
     Concurrency: event-loop only; the reader, the request tasks and the handler's task share
     it.
@@ -339,7 +396,9 @@ class SessionStream:
         self._peer = context.peer() or "unknown"
         self._loop = asyncio.get_running_loop()
         self._in_flight_max = sessions.in_flight_max
+        self._budgets = sessions.budgets
         self._in_flight = 0
+        self.held_bytes = 0
         self._pending: set[int] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._produce_tails: dict[tuple[str, int], asyncio.Future[None]] = {}
@@ -357,6 +416,8 @@ class SessionStream:
     def check(self) -> None:
         """Assert the invariants (for tests)."""
         assert len(self._pending) <= len(self._tasks) <= self._in_flight <= self._in_flight_max
+        assert self.held_bytes >= 0 and (self._in_flight or not self.held_bytes)
+        assert self.held_bytes <= self._budgets.total.in_use_bytes
 
     async def run(self) -> None:
         """Read, serve and answer until the stream is over (see :meth:`Sessions.serve`)."""
@@ -365,10 +426,17 @@ class SessionStream:
             await self._finished
         finally:
             reader.cancel()
-            for task in list(self._tasks):
+            tasks = list(self._tasks)
+            for task in tasks:
                 task.cancel()
             with contextlib.suppress(BaseException):
                 await reader
+            # Every request's charge back, including those of tasks cancelled before they
+            # ever ran (their own release never runs).
+            with contextlib.suppress(BaseException):
+                await asyncio.gather(*tasks, return_exceptions=True)
+            held, self.held_bytes = self.held_bytes, 0
+            self._budgets.total.release(held)
         if self._stopping:
             raise LogClosedError(_SHUTTING_DOWN)
 
@@ -384,21 +452,25 @@ class SessionStream:
 
     async def _read(self) -> None:
         read = self._context.read
+        budgets = self._budgets
         try:
             while True:
-                if self._in_flight >= self._in_flight_max:
+                if (self._in_flight >= self._in_flight_max
+                        or self.held_bytes >= budgets.stream_bytes_max):
                     self._slot = self._loop.create_future()
                     await self._slot
                     continue
                 request = await read()
                 if request is grpc.aio.EOF:
                     return  # half-closed: the stream ends once every request is answered
-                answer = self._start(request)
+                charge = self._charge(request)
+                answer = self._start(request, charge)
                 if answer is not None:  # answered in this step: written before reading on
                     try:
+                        charge = self._hold(charge, len(answer))
                         await self._write(answer)
                     finally:
-                        self._release()
+                        self._release(charge)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -411,12 +483,36 @@ class SessionStream:
             self._reading = False
             self._maybe_finish()
 
-    def _start(self, view: SessionRequestView) -> bytes | None:
-        """Serve ``view`` (a slot is free) in this step as far as it goes: its answer, or None
-        when it went on in a task."""
+    def _charge(self, view: SessionRequestView) -> int:
+        """Charge ``view`` what it may hold, in the total budget: the bytes charged (0 when
+        they do not fit: :meth:`_start` refuses it then)."""
+        total = self._budgets.total
+        taken = total.try_reserve(self._budgets.charge_bytes(view.rpc, view.request))
+        if taken is None:
+            return 0
+        self.held_bytes += taken
+        return taken
+
+    def _hold(self, charge: int, size_bytes: int) -> int:
+        """The request's answer is ``size_bytes`` long: charge that instead."""
+        self._budgets.total.adjust(charge, size_bytes)
+        self.held_bytes += size_bytes - charge
+        return size_bytes
+
+    def _start(self, view: SessionRequestView, charge: int) -> bytes | None:
+        """Serve ``view`` (a slot is free, ``charge`` taken: 0 if it did not fit) in this step
+        as far as it goes: its answer, or None when it went on in a task."""
         request_id, rpc, request = view.id, view.rpc, view.request
         self._in_flight += 1
         self._sessions.in_flight += 1
+        if not charge:
+            total = self._budgets.total
+            return _error_response(request_id, status.to_status(ClientLimitExceededError(
+                f"Session request refused: the answers Session streams hold, all together, "
+                f"are at the server's limit ({total.in_use_bytes} of {total.total_bytes} bytes"
+                f" held, session_buffer_bytes_total); retry once clients have read them",
+                limit=total.name,
+            )))
         if request_id in self._pending:
             # The pending request keeps its id; this one is answered and forgotten.
             return _error_response(request_id, status.invalid_request(
@@ -449,7 +545,7 @@ class SessionStream:
         else:
             work = self._after(previous, request_id, rpc, request, tail)
         self._pending.add(request_id)
-        task = self._loop.create_task(self._finish(request_id, work))
+        task = self._loop.create_task(self._finish(request_id, work, charge))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return None
@@ -469,11 +565,13 @@ class SessionStream:
             raise
         return await self._call(request_id, rpc, request, tail)
 
-    async def _finish(self, request_id: int, work: Awaitable[bytes]) -> None:
-        """A request that had to wait: its answer, written; then its slot is free."""
+    async def _finish(self, request_id: int, work: Awaitable[bytes], charge: int) -> None:
+        """A request that had to wait: its answer, written; then its slot and its charge are
+        free."""
         try:
             answer = await work
             self._pending.discard(request_id)  # answered: the client may use the id again
+            charge = self._hold(charge, len(answer))
             await self._write(answer)
         except asyncio.CancelledError:
             raise
@@ -483,11 +581,13 @@ class SessionStream:
                          self._peer, exc)
         finally:
             self._pending.discard(request_id)
-            self._release()
+            self._release(charge)
 
-    def _release(self) -> None:
+    def _release(self, charge: int) -> None:
         self._in_flight -= 1
         self._sessions.in_flight -= 1
+        self.held_bytes -= charge
+        self._budgets.total.release(charge)
         slot = self._slot
         if slot is not None and not slot.done():
             slot.set_result(None)

@@ -173,6 +173,15 @@ class Settings:
         " payloads are validated in the thread pool, never on the event loop)",
         1,
     )
+    produce_decompressed_bytes_in_flight_max: int = _setting(
+        256 * _MIB,
+        "bytes the compressed Produce requests being validated may decompress to, all together;"
+        " each is charged produce_decompressed_bytes_max (what it may reach) while it is"
+        " validated and appended, and one that does not fit waits its turn (first come, first"
+        " served): so at most this divided by produce_decompressed_bytes_max of them decompress"
+        " at once",
+        1,
+    )
     fetch_max_bytes_default: int = _setting(
         1 * _MIB, "batch bytes per fetch when the request's max_bytes is 0", 1
     )
@@ -194,6 +203,15 @@ class Settings:
         "bytes of Subscribe messages read and not yet taken by gRPC flow control, all streams"
         " together; when stalled streams hold it all, the others read one batch per message",
         0,
+    )
+    subscribe_stall_ms_max: int = _setting(
+        1000,
+        "how long gRPC may go without taking a Subscribe stream's message before the stream may"
+        " be ended: when the streams' messages fill subscribe_buffer_bytes_total and another"
+        " stream waits to read, the stream stalled longest past this is ended with"
+        " RESOURCE_EXHAUSTED (RESOURCE_LIMIT_EXCEEDED, retriable) to make room, as Redis's"
+        " client-output-buffer-limit and NATS's slow consumer rule do",
+        1,
     )
     read_in_executor_min_bytes: int = _setting(
         256 * _KIB,
@@ -267,6 +285,21 @@ class Settings:
         4096,
         "Subscribe streams and long polls of all clients at once; more are refused"
         " RESOURCE_LIMIT_EXCEEDED. Must be below max_concurrent_rpcs",
+        1,
+    )
+    session_buffer_bytes: int = _setting(
+        16 * _MIB,
+        "bytes one Session stream's requests may hold until their answers are taken by gRPC"
+        " (a Produce its own bytes, a fetch its max_bytes, then each answer its size); the"
+        " server reads the stream's next request only while it holds less, so a client that"
+        " stops reading answers is held back by HTTP/2 flow control",
+        1,
+    )
+    session_buffer_bytes_total: int = _setting(
+        256 * _MIB,
+        "bytes the requests of all Session streams may hold together, counted as"
+        " session_buffer_bytes counts them; a request that does not fit is answered"
+        " RESOURCE_EXHAUSTED (RESOURCE_LIMIT_EXCEEDED, retriable) without being served",
         1,
     )
     session_requests_in_flight_max: int = _setting(

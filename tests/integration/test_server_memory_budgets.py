@@ -1,0 +1,142 @@
+"""What a client can make the server hold, in bytes, against a real server process (issue 24,
+findings 4, 9 and 10; docs/server.md, "What a client can make the server hold").
+
+Every test reads the server's resident size (VmRSS of its process) before, during and after an
+attack and compares it with the budget docs/server.md documents plus a fixed margin
+(:data:`MARGIN_BYTES`: the interpreter's and gRPC's own growth under load, measured 20-40 MiB
+on these machines). No timing is asserted: waits are bounded polls of the server's own counters
+and of /proc.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+
+import grpc
+import grpc.aio
+
+from stratalog.records import build_batch
+from stratalog.v1 import broker_pb2 as pb
+from stratalog.v1 import broker_pb2_grpc
+
+from .conftest import CALL_TIMEOUT_S, ServerProcess, until
+
+MIB = 1024 * 1024
+#: What the server may grow by beyond a documented budget: allocator slack, gRPC's buffers and
+#: the interpreter's own caches under load.
+MARGIN_BYTES = 64 * MIB
+#: A client that does not read: HTTP/2's window stays at its initial 64 KiB (no BDP probing), as
+#: a client whose application stopped reading keeps it; its own subchannel, so that each
+#: channel is a connection of its own.
+STALLED_CLIENT_OPTIONS = [("grpc.http2.bdp_probe", 0), ("grpc.use_local_subchannel_pool", 1)]
+SESSION = "/stratalog.v1.Broker/Session"
+
+
+def _rss_bytes(server: ServerProcess) -> int:
+    status = Path(f"/proc/{server.process.pid}/status").read_text()
+    match = re.search(r"^VmRSS:\s+(\d+) kB$", status, re.MULTILINE)
+    assert match is not None, status
+    return int(match.group(1)) * 1024
+
+
+def _batches(count: int, value_bytes: int) -> bytes:
+    return b"".join(build_batch([(1_700_000_000_000 + i, None, b"v" * value_bytes, ())])
+                    for i in range(count))
+
+
+async def _settled(read, what: str) -> float:  # type: ignore[no-untyped-def]
+    """Wait until ``read()`` (a server counter) gives the same positive value twice in a row,
+    200 ms apart; that value."""
+    previous = -1.0
+
+    def same() -> bool:
+        nonlocal previous
+        value = read()
+        settled, previous = value == previous and value > 0, value
+        return settled
+
+    await until(same, what, timeout_s=60)
+    return previous
+
+
+# ------------------------------------------------------------------ Session streams (finding 4)
+
+
+async def test_session_answers_nobody_reads_stay_within_the_stream_budget(start_server) -> None:  # type: ignore[no-untyped-def]
+    """The probe's attack: 1,024 FetchByOffset requests of 2 MiB on each of 2 Session streams
+    whose client never reads an answer (it held 8 GiB). Each stream now holds at most
+    session_buffer_bytes (16 MiB) plus one request's charge, twice over (gRPC's copy); and all
+    of it is given back when the streams are cancelled."""
+    streams, requests, fetch_bytes = 2, 1024, 2 * MIB
+    stream_budget_bytes = 16 * MIB  # session_buffer_bytes' default
+    server: ServerProcess = start_server(None)
+    async with grpc.aio.insecure_channel(server.target) as channel:
+        stub = broker_pb2_grpc.BrokerStub(channel)
+        await stub.CreateTopic(pb.CreateTopicRequest(name="answers", partitions=1),
+                               timeout=CALL_TIMEOUT_S)
+        for _ in range(3):  # 3 MiB in the log: every fetch answers its 2 MiB
+            await stub.Produce(pb.ProduceRequest(topic="answers",
+                                                 record_batches=_batches(4, 256 * 1024)),
+                               timeout=CALL_TIMEOUT_S)
+        fetch = pb.FetchByOffsetRequest(topic="answers", offset=0, max_bytes=fetch_bytes,
+                                     format=pb.FETCH_FORMAT_RECORD_BATCHES)
+        # Warm up what one session and one large fetch use, so that the baseline is the idle
+        # server's.
+        warm = channel.stream_stream(SESSION)()
+        await warm.write(pb.SessionRequest(id=1, fetch_by_offset=fetch).SerializeToString())
+        answer = pb.SessionResponse.FromString(await warm.read())
+        assert len(answer.fetch.record_batches) > fetch_bytes - 256 * 1024, answer.error
+        await warm.done_writing()
+        assert await warm.read() is grpc.aio.EOF
+    await until(lambda: server.metric('stratalog_waiting_rpcs{kind="session"}') == 0,
+                "the warm-up session ended")
+    baseline = _rss_bytes(server)
+
+    channels = [grpc.aio.insecure_channel(server.target, options=STALLED_CLIENT_OPTIONS)
+                for _ in range(streams)]
+    calls = [channel.stream_stream(SESSION)() for channel in channels]
+
+    async def flood(call: grpc.aio.StreamStreamCall) -> None:
+        for request_id in range(1, requests + 1):
+            await call.write(pb.SessionRequest(id=request_id, fetch_by_offset=fetch)
+                             .SerializeToString())
+
+    writers = [asyncio.create_task(flood(call)) for call in calls]
+    try:
+        in_flight = await _settled(lambda: server.metric("stratalog_session_requests"),
+                                   "the sessions' requests in flight settled")
+        held = _rss_bytes(server) - baseline
+        # Each stream stops reading once its answers (7 batches of 256 KiB each: what fits in
+        # 2 MiB) hold its budget: a few requests each, of 1,024.
+        answer_bytes, charge_bytes = 7 * 256 * 1024, fetch_bytes + 4096
+        assert in_flight <= streams * (stream_budget_bytes // answer_bytes + 1), in_flight
+        bound = 2 * streams * (stream_budget_bytes + charge_bytes) + MARGIN_BYTES
+        assert held < bound, (
+            f"{held / MIB:.0f} MiB held for {streams} sessions nobody reads, bound "
+            f"{bound / MIB:.0f} MiB")
+        # Another client's session is served meanwhile.
+        async with grpc.aio.insecure_channel(server.target) as channel:
+            other = channel.stream_stream(SESSION)()
+            await other.write(pb.SessionRequest(id=7, fetch_by_offset=fetch).SerializeToString())
+            answer = pb.SessionResponse.FromString(
+                await asyncio.wait_for(other.read(), CALL_TIMEOUT_S))
+            assert answer.id == 7 and answer.fetch.record_batches, answer.error
+            other.cancel()
+    finally:
+        for call in calls:
+            call.cancel()
+        for writer in writers:
+            writer.cancel()
+        await asyncio.gather(*writers, return_exceptions=True)
+        for channel in channels:
+            await channel.close()
+    await until(lambda: server.metric('stratalog_waiting_rpcs{kind="session"}') == 0,
+                "the sessions ended on the server")
+    assert server.metric("stratalog_session_requests") == 0
+    given_back_bound = baseline + MARGIN_BYTES
+    await until(lambda: _rss_bytes(server) < given_back_bound,
+                f"RSS back under {given_back_bound / MIB:.0f} MiB "
+                f"(baseline {baseline / MIB:.0f} MiB)", timeout_s=60)
+    assert server.stop() == 0
