@@ -245,6 +245,14 @@ class Settings:
         " faults; 0 leaves the C allocator's defaults (see stratalog.server.allocator)",
         0,
     )
+    malloc_arena_max: int = _setting(
+        2,
+        "glibc malloc makes at most this many arenas (M_ARENA_MAX): freed memory in a few"
+        " shared arenas goes back to the kernel when the server trims its heap, where a"
+        " pool thread's own arena kept it for good; 0 leaves glibc's default, 8 per core"
+        " (see stratalog.server.allocator)",
+        0,
+    )
     gil_switch_interval_us: int = _setting(
         200,
         "Python's thread switch interval (sys.setswitchinterval): how long a thread that wants"

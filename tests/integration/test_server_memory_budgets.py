@@ -140,3 +140,85 @@ async def test_session_answers_nobody_reads_stay_within_the_stream_budget(start_
                 f"RSS back under {given_back_bound / MIB:.0f} MiB "
                 f"(baseline {baseline / MIB:.0f} MiB)", timeout_s=60)
     assert server.stop() == 0
+
+
+# ------------------------------------------------------------ decompression bombs (finding 9)
+
+
+async def _bombs(server: ServerProcess, bomb: pb.ProduceRequest, at_once: int,
+                 rounds: int) -> int:
+    """``rounds`` times, ``at_once`` bombs to partitions 0.. of topic "bomb" together (one
+    partition each: appends to one partition take turns); each must be refused naming the
+    bound. The most RSS seen while they ran (sampled every 20 ms)."""
+    peak = 0
+    options = [("grpc.max_send_message_length", 8 * MIB)]
+    async with grpc.aio.insecure_channel(server.target, options=options) as channel:
+        stub = broker_pb2_grpc.BrokerStub(channel)
+        requests = []
+        for partition in range(at_once):
+            request = pb.ProduceRequest()
+            request.CopyFrom(bomb)
+            request.partition = partition
+            requests.append(request)
+        for _ in range(rounds):
+            calls = [stub.Produce(request, timeout=CALL_TIMEOUT_S) for request in requests]
+            done = asyncio.gather(*(call.code() for call in calls))
+            for _ in range(int(CALL_TIMEOUT_S / 0.02)):
+                peak = max(peak, _rss_bytes(server))
+                if done.done():
+                    break
+                await asyncio.sleep(0.02)
+            codes = await done
+            assert set(codes) == {grpc.StatusCode.INVALID_ARGUMENT}, codes
+            assert "produce_decompressed_bytes_max" in await calls[0].details()
+    return peak
+
+
+async def _bomb_server(start_server, bomb: pb.ProduceRequest,  # type: ignore[no-untyped-def]
+                       partitions: int) -> tuple[ServerProcess, int]:
+    """A server with topic "bomb", warmed up by one bomb (the first one's one-off costs: the
+    codec's context, the pool thread), and its resident size once that settled."""
+    server: ServerProcess = start_server(None)
+    async with grpc.aio.insecure_channel(server.target) as channel:
+        await broker_pb2_grpc.BrokerStub(channel).CreateTopic(
+            pb.CreateTopicRequest(name="bomb", partitions=partitions), timeout=CALL_TIMEOUT_S)
+    await _bombs(server, bomb, 1, 1)
+    previous = -1
+
+    def quiet() -> bool:  # two reads 200 ms apart within 1 MiB: the trim, if any, is done
+        nonlocal previous
+        rss, last = _rss_bytes(server), previous
+        previous = rss
+        return abs(rss - last) < MIB
+
+    await until(quiet, "the server's resident size settled", timeout_s=60)
+    return server, previous
+
+
+async def test_concurrent_bombs_hold_at_most_the_decompression_budget(start_server, bomb_request) -> None:  # type: ignore[no-untyped-def]
+    """16 zstd bombs at once (each decompresses 63 MiB before it is refused; they held 4.5 GiB):
+    at most produce_decompressed_bytes_in_flight_max (256 MiB) decompress at once, each twice
+    (the pieces and the joined output), and the memory comes back once they are refused."""
+    in_flight_budget_bytes = 256 * MIB  # produce_decompressed_bytes_in_flight_max's default
+    server, baseline = await _bomb_server(start_server, bomb_request, 16)
+    peak = await _bombs(server, bomb_request, 16, 2) - baseline
+    bound = 2 * in_flight_budget_bytes + MARGIN_BYTES
+    assert peak < bound, f"{peak / MIB:.0f} MiB at the peak, bound {bound / MIB:.0f} MiB"
+    given_back_bound = baseline + MARGIN_BYTES
+    await until(lambda: _rss_bytes(server) < given_back_bound,
+                f"RSS back under {given_back_bound / MIB:.0f} MiB "
+                f"(baseline {baseline / MIB:.0f} MiB)", timeout_s=60)
+    assert server.stop() == 0
+
+
+async def test_bombs_in_a_row_leave_nothing_behind(start_server, bomb_request) -> None:  # type: ignore[no-untyped-def]
+    """12 zstd bombs one after the other: each used to keep 65-100 MiB for good (a pool
+    thread's own malloc arena, which a heap trim never shrinks); now the server's resident size
+    comes back near where it began."""
+    server, baseline = await _bomb_server(start_server, bomb_request, 1)
+    await _bombs(server, bomb_request, 1, 12)
+    given_back_bound = baseline + MARGIN_BYTES
+    await until(lambda: _rss_bytes(server) < given_back_bound,
+                f"RSS back under {given_back_bound / MIB:.0f} MiB "
+                f"(baseline {baseline / MIB:.0f} MiB)", timeout_s=60)
+    assert server.stop() == 0
