@@ -204,15 +204,6 @@ class Settings:
         " together; when stalled streams hold it all, the others read one batch per message",
         0,
     )
-    subscribe_stall_ms_max: int = _setting(
-        1000,
-        "how long gRPC may go without taking a Subscribe stream's message before the stream may"
-        " be ended: when the streams' messages fill subscribe_buffer_bytes_total and another"
-        " stream waits to read, the stream stalled longest past this is ended with"
-        " RESOURCE_EXHAUSTED (RESOURCE_LIMIT_EXCEEDED, retriable) to make room, as Redis's"
-        " client-output-buffer-limit and NATS's slow consumer rule do",
-        1,
-    )
     read_in_executor_min_bytes: int = _setting(
         256 * _KIB,
         "fetches that may return at least this many bytes read in the thread pool, smaller"
