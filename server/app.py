@@ -265,7 +265,8 @@ class Server:
             self.metrics,
         )
         budget = self._subscribe_budget = SubscribeBudget(
-            settings.subscribe_buffer_bytes_total, settings.subscribe_buffer_bytes
+            settings.subscribe_buffer_bytes_total, settings.subscribe_buffer_bytes,
+            settings.subscribe_buffer_bytes_per_connection, settings.subscribe_stall_ms_max,
         )
         # Read by the scrape thread: one int, read whole.
         self.metrics.subscribe_buffer_bytes.set_function(lambda: budget.in_use_bytes)

@@ -68,7 +68,13 @@ import grpc.aio
 from stratalog.server import status
 from stratalog.server.append_placement import AppendPlacement, holds_compressed_batches
 from stratalog.server.byte_budget import ByteBudget
-from stratalog.server.client_limits import ClientLimits, WaitingRpc, WaitingRpcKind, call_origin
+from stratalog.server.client_limits import (
+    ClientLimitExceededError,
+    ClientLimits,
+    WaitingRpc,
+    WaitingRpcKind,
+    call_origin,
+)
 from stratalog.server.cluster.controller import NO_CONTROLLER, ControllerState
 from stratalog.server.cluster.errors import (
     CoordinationUnavailableError,
@@ -330,6 +336,21 @@ def _rpc(stream: bool = False) -> Callable[[Callable[..., Awaitable[Any]]], Any]
     return decorate
 
 
+def _stalled_too_long(
+    budget: SubscribeBudget, connection: str, offset: int
+) -> ClientLimitExceededError:
+    """The error of a Subscribe stream ended because its connection took none of its streams'
+    messages (retriable: subscribe again, and read)."""
+    return ClientLimitExceededError(
+        f"Subscribe stream ended: the streams of this connection ({connection}) hold "
+        f"{budget.connection_bytes_max} bytes of messages its client has not read "
+        f"(subscribe_buffer_bytes_per_connection), and none was taken for "
+        f"{budget.stall_ms_max} ms (subscribe_stall_ms_max); read the streams you open, "
+        f"and subscribe again from offset {offset}",
+        limit="subscribe_buffer_bytes_per_connection",
+    )
+
+
 def _append_done(context: Any) -> None:
     """A Session request's Produce appended: the next Produce of its partition on the stream
     may go (server/session.py's ``RequestContext.served``; a unary call has none)."""
@@ -407,7 +428,9 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             metrics,
         )
         self._subscribe_budget = subscribe_budget if subscribe_budget is not None else (
-            SubscribeBudget(settings.subscribe_buffer_bytes_total, settings.subscribe_buffer_bytes)
+            SubscribeBudget(settings.subscribe_buffer_bytes_total, settings.subscribe_buffer_bytes,
+                            settings.subscribe_buffer_bytes_per_connection,
+                            settings.subscribe_stall_ms_max)
         )
         #: The bytes compressed Produce requests may decompress to while they are validated,
         #: all together (each is charged produce_decompressed_bytes_max; the rest wait).
@@ -1214,10 +1237,21 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         """Subscribe's loop: read a message within a lease of the budget, write it, read on;
         wait for an append at the end. Returns only by an exception (the stream ends)."""
         budget = self._subscribe_budget
+        connection = context.peer() or "unknown"
         while True:
             partition_log, gate = self._ensure_following(topic, partition, partition_log, gate)
             signal = gate.signal()
-            lease = budget.lease(max_bytes)
+            lease = budget.lease(max_bytes, connection)
+            if lease is None:
+                # The connection's streams hold its share: read nothing until one of its
+                # messages is taken; a connection that takes none is cut off (its waiting
+                # streams hold nothing gRPC would keep: subscribe_budget.py).
+                try:
+                    await asyncio.wait_for(asyncio.shield(budget.room(connection)),
+                                           budget.stall_ms_max / 1000)
+                except TimeoutError:
+                    raise _stalled_too_long(budget, connection, offset) from None
+                continue
             try:
                 message, offset, read_any = await self._subscribe_message(
                     topic, partition, partition_log, offset, lease, fetch_format,

@@ -204,6 +204,21 @@ class Settings:
         " together; when stalled streams hold it all, the others read one batch per message",
         0,
     )
+    subscribe_buffer_bytes_per_connection: int = _setting(
+        8 * _MIB,
+        "bytes of Subscribe messages the streams of one connection may hold, read and not yet"
+        " taken by gRPC flow control; past it the connection's streams read nothing until one"
+        " of its messages is taken (streams on other connections go on)",
+        1,
+    )
+    subscribe_stall_ms_max: int = _setting(
+        30_000,
+        "how long a Subscribe stream may wait for its connection's share"
+        " (subscribe_buffer_bytes_per_connection) before it is ended with RESOURCE_EXHAUSTED"
+        " (RESOURCE_LIMIT_EXCEEDED, retriable), as Redis's client-output-buffer-limit and NATS's"
+        " slow consumer rule cut off a client that does not read",
+        1,
+    )
     read_in_executor_min_bytes: int = _setting(
         256 * _KIB,
         "fetches that may return at least this many bytes read in the thread pool, smaller"

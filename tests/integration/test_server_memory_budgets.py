@@ -222,3 +222,118 @@ async def test_bombs_in_a_row_leave_nothing_behind(start_server, bomb_request) -
                 f"RSS back under {given_back_bound / MIB:.0f} MiB "
                 f"(baseline {baseline / MIB:.0f} MiB)", timeout_s=60)
     assert server.stop() == 0
+
+
+# ------------------------------------------------------------ stalled subscribers (finding 10)
+
+#: The documented per-stream allowance beyond the Subscribe budgets: gRPC's call state and the
+#: handler (measured ~25-40 KiB; docs/server.md).
+STREAM_OVERHEAD_BYTES = 64 * 1024
+#: How long the tests let a stream wait for its connection's share (the default is 30 s).
+STALL_MS = 1000
+#: The margin where data flows through the server while it is measured (64 MiB to the reader):
+#: malloc keeps freed memory in its heap up to its trim threshold (4 x
+#: malloc_mmap_threshold_bytes per arena) until the maintenance pass trims it, which it does
+#: only after what it holds for waiting RPCs fell (server/allocator.py). Measured 114-164 MiB
+#: above idle for 250 and 1,000 stalled streams (the holders' messages: ~70 MiB).
+FLOWING_MARGIN_BYTES = 128 * MIB
+
+
+async def _read_to_end(call, end_offset: int) -> grpc.StatusCode | None:  # type: ignore[no-untyped-def]
+    """Read a Subscribe stream until it reaches ``end_offset`` (None) or ends (its code)."""
+    try:
+        while True:
+            message = await asyncio.wait_for(call.read(), CALL_TIMEOUT_S)
+            if message is grpc.aio.EOF:
+                return await call.code()
+            if message.next_offset >= end_offset:
+                return None
+    except grpc.aio.AioRpcError as exc:
+        return exc.code()
+
+
+async def _stalled_subscribers(start_server, streams: int) -> None:  # type: ignore[no-untyped-def]
+    connections = 4
+    share_bytes = 8 * MIB  # subscribe_buffer_bytes_per_connection's default
+    batch_value_bytes, batches = 960 * 1024, 68  # 64 MiB arrive
+    batch_bytes = batch_value_bytes + 128
+    limit = str(streams + 16)
+    server: ServerProcess = start_server(
+        None, "--waiting-rpcs-per-connection-max", limit, "--waiting-rpcs-per-client-max", limit,
+        "--waiting-rpcs-max", limit, "--subscribe-stall-ms-max", str(STALL_MS))
+    subscribers = 'stratalog_waiting_rpcs{kind="subscribe"}'
+    request = pb.SubscribeRequest(topic="crowd", offset=1, format=pb.FETCH_FORMAT_RECORD_BATCHES)
+    async with grpc.aio.insecure_channel(server.target) as producer_channel:
+        producer = broker_pb2_grpc.BrokerStub(producer_channel)
+        await producer.CreateTopic(pb.CreateTopicRequest(name="crowd", partitions=1),
+                                   timeout=CALL_TIMEOUT_S)
+        await producer.Produce(pb.ProduceRequest(topic="crowd", record_batches=_batches(1, 10)),
+                               timeout=CALL_TIMEOUT_S)
+        # Warm up what a subscriber uses, so that the baseline is the idle server's.
+        warm = producer.Subscribe(pb.SubscribeRequest(topic="crowd", offset=0))
+        await warm.read()
+        warm.cancel()
+        await until(lambda: server.metric(subscribers) == 0, "the warm-up stream ended")
+        baseline = _rss_bytes(server)
+
+        channels = [grpc.aio.insecure_channel(server.target, options=STALLED_CLIENT_OPTIONS)
+                    for _ in range(connections)]
+        async with grpc.aio.insecure_channel(server.target) as reader_channel:
+            try:
+                stalled = [broker_pb2_grpc.BrokerStub(channels[i % connections]).Subscribe(request)
+                           for i in range(streams)]
+                # A subscriber that reads, on a connection of its own.
+                reader = broker_pb2_grpc.BrokerStub(reader_channel).Subscribe(request)
+                await until(lambda: server.metric(subscribers) == streams + 1,
+                            "every subscriber admitted")
+                end_offset = 1 + batches
+                reading = asyncio.create_task(_read_to_end(reader, end_offset))
+                batch = _batches(1, batch_value_bytes)
+                for _ in range(batches):
+                    await producer.Produce(pb.ProduceRequest(topic="crowd", record_batches=batch),
+                                           timeout=CALL_TIMEOUT_S)
+                # The reader gets everything while the others stall.
+                assert await reading is None
+                # Each stalled connection's streams hold its share; the rest of its streams
+                # wait for room, hold nothing, and are ended after subscribe_stall_ms_max.
+                holders_max = connections * (share_bytes // batch_bytes + 1)
+                await until(lambda: server.metric(subscribers) <= holders_max + 1,
+                            "the streams that waited for room ended", timeout_s=60)
+                held = _rss_bytes(server) - baseline
+                bound = (2 * connections * (share_bytes + batch_bytes)
+                         + streams * STREAM_OVERHEAD_BYTES + FLOWING_MARGIN_BYTES)
+                assert held < bound, (
+                    f"{held / MIB:.0f} MiB for {streams} stalled subscribers, bound "
+                    f"{bound / MIB:.0f} MiB")
+                # What the stalled clients find once they read: the streams ended were told
+                # why, RESOURCE_EXHAUSTED naming the setting (retriable); the ones holding a
+                # message go on to the end.
+                codes = await asyncio.gather(*(_read_to_end(call, end_offset)
+                                               for call in stalled))
+                ended = [call for call, code in zip(stalled, codes, strict=True)
+                         if code is not None]
+                assert {await call.code() for call in ended} == {
+                    grpc.StatusCode.RESOURCE_EXHAUSTED}
+                assert len(ended) >= streams - holders_max, len(ended)
+                assert "subscribe_buffer_bytes_per_connection" in await ended[0].details()
+                for call in stalled:
+                    call.cancel()
+                reader.cancel()
+            finally:
+                for channel in channels:
+                    await channel.close()
+    await until(lambda: server.metric(subscribers) == 0, "the streams ended on the server")
+    assert server.stop() == 0
+
+
+async def test_250_stalled_subscribers_hold_their_connections_share(start_server) -> None:  # type: ignore[no-untyped-def]
+    """The probe's 250 subscribers whose clients read nothing while 64 MiB of 960 KiB batches
+    arrive (they held 536 MiB): each of their 4 connections holds its share, the streams
+    beyond it are ended RESOURCE_EXHAUSTED, and a subscriber that reads gets everything."""
+    await _stalled_subscribers(start_server, 250)
+
+
+async def test_1000_stalled_subscribers_cost_no_more_than_250(start_server) -> None:  # type: ignore[no-untyped-def]
+    """The same with 1,000 streams (~2 GiB before): the bound does not grow with the streams
+    beyond their idle cost."""
+    await _stalled_subscribers(start_server, 1000)
