@@ -38,8 +38,10 @@ in all; a refusal names the setting). A Subscribe stream reads its next message 
 ``await context.write`` returned, i.e. after gRPC's flow control took the previous one, within
 a lease of the server-wide :class:`~stratalog.server.subscribe_budget.SubscribeBudget`, and
 holds only the serialized message meanwhile: a reader that stops reading costs the server one
-message (twice: gRPC copies it), and all of them together at most the budget plus one batch
-each.
+message (twice: gRPC copies it), all of them together at most the budget plus one batch each,
+and the streams of one connection at most its share (``subscribe_buffer_bytes_per_connection``):
+past it they read nothing, and one that waits longer than ``subscribe_stall_ms_max`` ends
+RESOURCE_EXHAUSTED.
 
 Session streams (server/session.py) carry Produce, fetch and ListOffsets requests by id, each
 served by this servicer's method of that RPC, as a unary call is.
