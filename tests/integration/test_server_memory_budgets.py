@@ -142,6 +142,56 @@ async def test_session_answers_nobody_reads_stay_within_the_stream_budget(start_
     assert server.stop() == 0
 
 
+async def test_a_session_request_past_the_total_is_refused_retriably_until_answers_are_taken(start_server) -> None:  # type: ignore[no-untyped-def]
+    """session_buffer_bytes_total (5 MiB here): a stream whose client reads nothing holds two
+    fetch answers of 2 MiB; another client's request then does not fit and is answered
+    RESOURCE_EXHAUSTED naming the setting, unserved; once the first stream is cancelled, the
+    same request is served."""
+    server: ServerProcess = start_server(None, "--session-buffer-bytes-total", str(5 * MIB))
+    fetch = pb.FetchByOffsetRequest(topic="answers", offset=0, max_bytes=2 * MIB,
+                                    format=pb.FETCH_FORMAT_RECORD_BATCHES)
+    async with grpc.aio.insecure_channel(server.target) as channel:
+        stub = broker_pb2_grpc.BrokerStub(channel)
+        await stub.CreateTopic(pb.CreateTopicRequest(name="answers", partitions=1),
+                               timeout=CALL_TIMEOUT_S)
+        await stub.Produce(pb.ProduceRequest(topic="answers",
+                                             record_batches=_batches(8, 256 * 1024)),
+                           timeout=CALL_TIMEOUT_S)
+    stalled_channel = grpc.aio.insecure_channel(server.target, options=STALLED_CLIENT_OPTIONS)
+    stalled = stalled_channel.stream_stream(SESSION)()
+    try:
+        for request_id in (1, 2, 3):
+            await stalled.write(pb.SessionRequest(id=request_id, fetch_by_offset=fetch)
+                                .SerializeToString())
+        # Two answers fit in the total and wait for the client; the third was refused.
+        await _settled(lambda: server.metric("stratalog_session_requests"),
+                       "the stalled stream's requests settled")
+        async with grpc.aio.insecure_channel(server.target) as channel:
+            other = channel.stream_stream(SESSION)()
+            await other.write(pb.SessionRequest(id=9, fetch_by_offset=fetch).SerializeToString())
+            answer = pb.SessionResponse.FromString(
+                await asyncio.wait_for(other.read(), CALL_TIMEOUT_S))
+            assert answer.id == 9 and answer.WhichOneof("response") == "error", answer
+            assert answer.error.code == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
+            assert answer.error.reason == pb.RESOURCE_LIMIT_EXCEEDED
+            assert dict(answer.error.metadata) == {"limit": "session_buffer_bytes_total"}
+            assert "session_buffer_bytes_total" in answer.error.message
+            stalled.cancel()
+            await until(lambda: server.metric('stratalog_waiting_rpcs{kind="session"}') == 1,
+                        "the stalled session ended")
+            # Its charges are given back: the same request is served now, on the same stream.
+            await other.write(pb.SessionRequest(id=10, fetch_by_offset=fetch)
+                              .SerializeToString())
+            answer = pb.SessionResponse.FromString(
+                await asyncio.wait_for(other.read(), CALL_TIMEOUT_S))
+            assert answer.id == 10 and answer.fetch.record_batches, answer
+            other.cancel()
+    finally:
+        stalled.cancel()
+        await stalled_channel.close()
+    assert server.stop() == 0
+
+
 # ------------------------------------------------------------ decompression bombs (finding 9)
 
 
