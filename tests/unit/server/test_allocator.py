@@ -146,6 +146,7 @@ def test_limit_arenas_zero_leaves_them_alone_and_negative_is_refused():
 @pytest.mark.skipif(not _GLIBC, reason="M_ARENA_MAX and malloc_trim exist in glibc only")
 def test_few_arenas_let_a_trim_return_what_pool_threads_freed():
     default, limited = _arenas_held_mib("default"), _arenas_held_mib("limited")
-    # 8 x 60 MiB were freed: glibc's own arenas keep most of it; two shared ones almost none.
-    assert default > 200, (default, limited)
-    assert limited < 64, (default, limited)
+    # 8 x 60 MiB were freed: glibc's own arenas keep nearly all of it (measured 480 MiB), two
+    # shared ones about one heap (64 MiB).
+    assert default > 300, (default, limited)
+    assert limited < 160, (default, limited)
