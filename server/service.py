@@ -353,6 +353,22 @@ def _stalled_too_long(
     )
 
 
+def _pause_charge(context: Any) -> None:
+    """A Session request's long poll waits for data, holding no answer: its charge of the
+    session's byte budgets is given back meanwhile (server/session.py's
+    ``RequestContext.pause_charge``; a unary call has none)."""
+    pause = getattr(context, "pause_charge", None)
+    if pause is not None:
+        pause()
+
+
+async def _resume_charge(context: Any) -> None:
+    """The long poll woke and will read: its charge is taken again first, waiting for room."""
+    resume = getattr(context, "resume_charge", None)
+    if resume is not None:
+        await resume()
+
+
 def _append_done(context: Any) -> None:
     """A Session request's Produce appended: the next Produce of its partition on the stream
     may go (server/session.py's ``RequestContext.served``; a unary call has none)."""
@@ -1109,7 +1125,9 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                     break
                 if waiting is None:
                     waiting = self._limits.admit(call_origin(context), WaitingRpcKind.LONG_POLL)
+                _pause_charge(context)
                 await gate.wait(signal, remaining_s)
+                await _resume_charge(context)
                 self._leader(topic, partition)  # still the leader after the wait
                 if gate.closed:
                     # Deleted while we waited: the lookup raises UNKNOWN_TOPIC_OR_PARTITION.

@@ -56,6 +56,13 @@ answer's real size instead. Two budgets::
                                  the setting; retriable), so that a crowd of streams whose
                                  clients stop reading cannot stop every other client's sessions
 
+A long poll holds no answer while it waits for data: it gives its charge back (keeping
+:data:`ANSWER_BYTES_ESTIMATE`) when it starts to wait, and takes it again when it wakes, before
+it reads, waiting for room in both budgets if need be (:meth:`RequestContext.pause_charge`,
+:meth:`RequestContext.resume_charge`, called by the servicer's long poll). So a Consumer's
+long polls on many partitions (8 MiB each) do not stop its session's other requests, and a
+crowd of long polls that wake together cannot pass the budgets either.
+
 While a stream waits for gRPC to take an answer, gRPC holds a copy of it too: the memory held
 for answers is at most twice ``session_buffer_bytes_total`` (plus one request's charge per
 stream that reads one). A stream that ends (its client cancelled it, or went away) gives back
@@ -113,6 +120,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ANSWER_BYTES_ESTIMATE",
     "SESSION_RPCS",
+    "Charge",
     "RequestContext",
     "RequestHandlers",
     "SessionBudgets",
@@ -182,12 +190,32 @@ class RequestContext:
     are (a quota's delay of the answer): what the next Produce of the partition waits for.
     Event-loop only."""
 
-    __slots__ = ("_peer", "served", "status")
+    __slots__ = ("_charge", "_peer", "_stream", "served", "status")
 
-    def __init__(self, peer: str, served: asyncio.Future[None] | None = None) -> None:
+    def __init__(
+        self,
+        peer: str,
+        served: asyncio.Future[None] | None = None,
+        stream: SessionStream | None = None,
+        charge: Charge | None = None,
+    ) -> None:
         self._peer = peer
         self.served = served
         self.status: grpc.Status | None = None
+        self._stream = stream
+        self._charge = charge
+
+    def pause_charge(self) -> None:
+        """The request waits for data (a long poll) and holds no answer meanwhile: give back
+        its charge of the session budgets but :data:`ANSWER_BYTES_ESTIMATE`."""
+        if self._stream is not None and self._charge is not None:
+            self._stream.pause(self._charge)
+
+    async def resume_charge(self) -> None:
+        """The request woke and will read: take its charge again, waiting for room in the
+        stream's and the total budget (module docstring, "Limits")."""
+        if self._stream is not None and self._charge is not None:
+            await self._stream.resume(self._charge)
 
     def peer(self) -> str:
         return self._peer
@@ -198,6 +226,18 @@ class RequestContext:
 
     def code(self) -> grpc.StatusCode | None:
         return None if self.status is None else self.status.code
+
+
+class Charge:
+    """What one request is charged in its stream's and the total budget now (``size_bytes``:
+    0 when it did not fit, and was refused), and what it gave back while it waits for data
+    (``paused_bytes``). Event-loop only."""
+
+    __slots__ = ("paused_bytes", "size_bytes")
+
+    def __init__(self, size_bytes: int) -> None:
+        self.size_bytes = size_bytes
+        self.paused_bytes = 0
 
 
 class _CallDetails(NamedTuple):
@@ -403,7 +443,9 @@ class SessionStream:
         self._tasks: set[asyncio.Task[None]] = set()
         self._produce_tails: dict[tuple[str, int], asyncio.Future[None]] = {}
         self._write_lock = asyncio.Lock()
-        self._slot: asyncio.Future[None] | None = None  # the reader waits for a free slot
+        # The reader waits for a free slot or for room in the stream's budget, and so do the
+        # long polls that woke (shared: awaited through a shield).
+        self._room: asyncio.Future[None] | None = None
         self._finished: asyncio.Future[None] = self._loop.create_future()
         self._reading = True
         self._stopping = False
@@ -457,8 +499,7 @@ class SessionStream:
             while True:
                 if (self._in_flight >= self._in_flight_max
                         or self.held_bytes >= budgets.stream_bytes_max):
-                    self._slot = self._loop.create_future()
-                    await self._slot
+                    await self._wait_for_room()
                     continue
                 request = await read()
                 if request is grpc.aio.EOF:
@@ -467,7 +508,7 @@ class SessionStream:
                 answer = self._start(request, charge)
                 if answer is not None:  # answered in this step: written before reading on
                     try:
-                        charge = self._hold(charge, len(answer))
+                        self._hold(charge, len(answer))
                         await self._write(answer)
                     finally:
                         self._release(charge)
@@ -483,29 +524,67 @@ class SessionStream:
             self._reading = False
             self._maybe_finish()
 
-    def _charge(self, view: SessionRequestView) -> int:
-        """Charge ``view`` what it may hold, in the total budget: the bytes charged (0 when
-        they do not fit: :meth:`_start` refuses it then)."""
+    async def _wait_for_room(self) -> None:
+        """Until a request of this stream is done or gives back some of its charge."""
+        room = self._room
+        if room is None or room.done():
+            room = self._room = self._loop.create_future()
+        await asyncio.shield(room)
+
+    def _make_room(self) -> None:
+        room, self._room = self._room, None
+        if room is not None and not room.done():
+            room.set_result(None)
+
+    def _charge(self, view: SessionRequestView) -> Charge:
+        """Charge ``view`` what it may hold, in the total budget (nothing when it does not
+        fit: :meth:`_start` refuses it then)."""
         total = self._budgets.total
         taken = total.try_reserve(self._budgets.charge_bytes(view.rpc, view.request))
         if taken is None:
-            return 0
+            return Charge(0)
         self.held_bytes += taken
-        return taken
+        return Charge(taken)
 
-    def _hold(self, charge: int, size_bytes: int) -> int:
+    def _hold(self, charge: Charge, size_bytes: int) -> None:
         """The request's answer is ``size_bytes`` long: charge that instead."""
-        self._budgets.total.adjust(charge, size_bytes)
-        self.held_bytes += size_bytes - charge
-        return size_bytes
+        self._budgets.total.adjust(charge.size_bytes, size_bytes)
+        self.held_bytes += size_bytes - charge.size_bytes
+        charge.size_bytes = size_bytes
 
-    def _start(self, view: SessionRequestView, charge: int) -> bytes | None:
-        """Serve ``view`` (a slot is free, ``charge`` taken: 0 if it did not fit) in this step
-        as far as it goes: its answer, or None when it went on in a task."""
+    def pause(self, charge: Charge) -> None:
+        """``charge``'s request waits for data: keep :data:`ANSWER_BYTES_ESTIMATE` of it."""
+        given_back = charge.size_bytes - ANSWER_BYTES_ESTIMATE
+        if given_back <= 0:
+            return
+        charge.size_bytes -= given_back
+        charge.paused_bytes += given_back
+        self.held_bytes -= given_back
+        self._budgets.total.release(given_back)
+        self._make_room()
+
+    async def resume(self, charge: Charge) -> None:
+        """``charge``'s request woke: take back what :meth:`pause` gave, once the stream holds
+        room for it (or holds nothing else) and the total has it (first come, first served).
+        A cancellation while it waits takes nothing."""
+        wanted = charge.paused_bytes
+        if not wanted:
+            return
+        while (self.held_bytes > charge.size_bytes
+               and self.held_bytes + wanted > self._budgets.stream_bytes_max):
+            await self._wait_for_room()
+        taken = await self._budgets.total.reserve(wanted)
+        charge.paused_bytes = 0
+        charge.size_bytes += taken
+        self.held_bytes += taken
+
+    def _start(self, view: SessionRequestView, charge: Charge) -> bytes | None:
+        """Serve ``view`` (a slot is free, ``charge`` taken: nothing if it did not fit) in
+        this step as far as it goes: its answer, or None when it went on in a task."""
         request_id, rpc, request = view.id, view.rpc, view.request
         self._in_flight += 1
         self._sessions.in_flight += 1
-        if not charge:
+        if not charge.size_bytes:
             total = self._budgets.total
             return _error_response(request_id, status.to_status(ClientLimitExceededError(
                 f"Session request refused: the answers Session streams hold, all together, "
@@ -533,7 +612,7 @@ class SessionStream:
             tail = (key, self._loop.create_future())
             self._produce_tails[key] = tail[1]
         if previous is None:
-            coroutine = self._call(request_id, rpc, request, tail)
+            coroutine = self._call(request_id, rpc, request, charge, tail)
             if not SERVE_IN_READER:
                 work: Awaitable[bytes] = coroutine
             else:
@@ -543,7 +622,7 @@ class SessionStream:
                     return done.value  # type: ignore[no-any-return]
                 work = _Resumed(coroutine, yielded)
         else:
-            work = self._after(previous, request_id, rpc, request, tail)
+            work = self._after(previous, request_id, rpc, request, charge, tail)
         self._pending.add(request_id)
         task = self._loop.create_task(self._finish(request_id, work, charge))
         self._tasks.add(task)
@@ -556,6 +635,7 @@ class SessionStream:
         request_id: int,
         rpc: str,
         request: Any,
+        charge: Charge,
         tail: tuple[tuple[str, int], asyncio.Future[None]] | None,
     ) -> bytes:
         try:
@@ -563,15 +643,15 @@ class SessionStream:
         except BaseException:
             self._serve_tail(tail)
             raise
-        return await self._call(request_id, rpc, request, tail)
+        return await self._call(request_id, rpc, request, charge, tail)
 
-    async def _finish(self, request_id: int, work: Awaitable[bytes], charge: int) -> None:
+    async def _finish(self, request_id: int, work: Awaitable[bytes], charge: Charge) -> None:
         """A request that had to wait: its answer, written; then its slot and its charge are
         free."""
         try:
             answer = await work
             self._pending.discard(request_id)  # answered: the client may use the id again
-            charge = self._hold(charge, len(answer))
+            self._hold(charge, len(answer))
             await self._write(answer)
         except asyncio.CancelledError:
             raise
@@ -583,14 +663,13 @@ class SessionStream:
             self._pending.discard(request_id)
             self._release(charge)
 
-    def _release(self, charge: int) -> None:
+    def _release(self, charge: Charge) -> None:
         self._in_flight -= 1
         self._sessions.in_flight -= 1
-        self.held_bytes -= charge
-        self._budgets.total.release(charge)
-        slot = self._slot
-        if slot is not None and not slot.done():
-            slot.set_result(None)
+        size_bytes, charge.size_bytes = charge.size_bytes, 0
+        self.held_bytes -= size_bytes
+        self._budgets.total.release(size_bytes)
+        self._make_room()
         self._maybe_finish()
 
     def _serve_tail(self, tail: tuple[tuple[str, int], asyncio.Future[None]] | None) -> None:
@@ -608,12 +687,13 @@ class SessionStream:
         request_id: int,
         rpc: str,
         request: Any,
+        charge: Charge,
         tail: tuple[tuple[str, int], asyncio.Future[None]] | None = None,
     ) -> bytes:
         """The serialized answer of one request: its RPC's response, or its SessionError. A
         Produce's ``tail`` is served once the servicer is done with it (before a quota's delay
         of its answer), and in any case when this returns."""
-        context = RequestContext(self._peer, None if tail is None else tail[1])
+        context = RequestContext(self._peer, None if tail is None else tail[1], self, charge)
         try:
             behaviour = await self._sessions.handlers.behaviour(rpc)
             response = await behaviour(request, context)

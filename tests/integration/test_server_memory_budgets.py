@@ -192,6 +192,50 @@ async def test_a_session_request_past_the_total_is_refused_retriably_until_answe
     assert server.stop() == 0
 
 
+async def test_long_polls_waiting_on_a_session_hold_no_charge(start_server) -> None:  # type: ignore[no-untyped-def]
+    """20 long polls of 8 MiB (the Consumer's max_bytes) on one session, one per partition,
+    waiting at the log end: 160 MiB of charges if they kept them, ten times the stream's budget.
+    A waiting long poll gives its charge back, so the session's next request is still read and
+    answered; when data comes, every long poll takes its charge again and answers."""
+    partitions, long_poll_ms = 20, 20_000
+    server: ServerProcess = start_server(None)
+    async with grpc.aio.insecure_channel(server.target) as channel:
+        stub = broker_pb2_grpc.BrokerStub(channel)
+        await stub.CreateTopic(pb.CreateTopicRequest(name="polls", partitions=partitions),
+                               timeout=CALL_TIMEOUT_S)
+        session = channel.stream_stream(SESSION)()
+        for partition in range(partitions):
+            poll = pb.FetchByOffsetRequest(topic="polls", partition=partition, offset=0,
+                                           max_bytes=8 * MIB, max_wait_ms=long_poll_ms,
+                                           min_bytes=1)
+            await session.write(pb.SessionRequest(id=partition + 1, fetch_by_offset=poll)
+                                .SerializeToString())
+        await until(
+            lambda: server.metric('stratalog_waiting_rpcs{kind="long_poll"}') == partitions,
+            "every long poll waits")
+        await session.write(pb.SessionRequest(id=100, list_offsets=pb.ListOffsetsRequest(
+            topic="polls", partition=0, timestamp=-1)).SerializeToString())
+        # Answered long before any long poll's wait is over.
+        answer = pb.SessionResponse.FromString(
+            await asyncio.wait_for(session.read(), long_poll_ms / 1000 / 4))
+        assert answer.id == 100 and answer.WhichOneof("response") == "list_offsets", answer
+        for partition in range(partitions):
+            await stub.Produce(pb.ProduceRequest(topic="polls", partition=partition,
+                                                 record_batches=_batches(1, 1024)),
+                               timeout=CALL_TIMEOUT_S)
+        answered = set()
+        for _ in range(partitions):
+            answer = pb.SessionResponse.FromString(
+                await asyncio.wait_for(session.read(), CALL_TIMEOUT_S))
+            assert answer.fetch.next_offset == 1, answer
+            answered.add(answer.id)
+        assert answered == set(range(1, partitions + 1))
+        await session.done_writing()
+        assert await session.read() is grpc.aio.EOF
+    assert server.metric("stratalog_session_requests") == 0
+    assert server.stop() == 0
+
+
 # ------------------------------------------------------------ decompression bombs (finding 9)
 
 
