@@ -109,6 +109,7 @@ from stratalog.server.storage.errors import (
 )
 from stratalog.server.storage.partition_log import LEADER_EPOCH, AppendInfo, IsolationLevel
 from stratalog.server.subscribe_budget import Lease, SubscribeBudget
+from stratalog.server.subscribe_messages import Built, SharedMessages
 from stratalog.server.topic_name_memo import ValidTopicNames
 from stratalog.server.transactions import DEFAULT_TRANSACTION_TIMEOUT_MS
 from stratalog.server.translation import (
@@ -456,6 +457,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             "produce_decompressed_bytes_in_flight_max",
             settings.produce_decompressed_bytes_in_flight_max,
         )
+        self._shared_messages = SharedMessages()
         self._gates: dict[tuple[str, int], PartitionGate] = {}
         self._admin_lock = asyncio.Lock()
         self._shutting_down = False
@@ -749,8 +751,11 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         isolation_level: IsolationLevel,
         matched: tuple[int, int] = (_NO_MATCH, _NO_MATCH),
         max_records: int = 0,
+        counts: list[int] | None = None,
     ) -> broker_pb2.FetchResponse:
         """A FetchResponse for ``fetched`` (whole batches read at ``offset`` with ``max_bytes``).
+        ``counts`` (if given) receives the records and bytes the answer carries, as the metrics
+        counted them.
 
         With ``max_records`` > 0 the answer holds at most that many records from ``offset``,
         in either format: the stored batches are cut to them first
@@ -793,7 +798,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 add = response.aborted_transactions.add
                 for txn in fetched.aborted_transactions:
                     add(producer_id=txn.producer_id, first_offset=txn.first_offset)
-            self._metrics.observe_fetch(topic, records_out, len(data))
+            self._observe_fetch(topic, records_out, len(data), counts)
             return response
         response = broker_pb2.FetchResponse(
             topic=topic,
@@ -809,8 +814,15 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         response.log_start_offset = partition_log.log_start_offset
         response.last_stable_offset = partition_log.last_stable_offset
         response.next_offset = next_offset
-        self._metrics.observe_fetch(topic, records_out, bytes_out)
+        self._observe_fetch(topic, records_out, bytes_out, counts)
         return response
+
+    def _observe_fetch(
+        self, topic: str, records_out: int, bytes_out: int, counts: list[int] | None
+    ) -> None:
+        self._metrics.observe_fetch(topic, records_out, bytes_out)
+        if counts is not None:
+            counts[:] = (records_out, bytes_out)
 
     def _partial_fetch_response(
         self,
@@ -1272,19 +1284,36 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 except TimeoutError:
                     raise _stalled_too_long(budget, connection, offset) from None
                 continue
+            # Streams making the same reading send one message (subscribe_messages.py); the
+            # first one's timestamp match is its own.
+            share = None if matched is not None else self._shared_messages.join(
+                (topic, partition, offset, lease.max_bytes, fetch_format, isolation_level,
+                 signal))
             try:
-                message, offset, read_any = await self._subscribe_message(
-                    topic, partition, partition_log, offset, lease, fetch_format,
-                    isolation_level, matched or (_NO_MATCH, _NO_MATCH),
-                )
+                built = None if share is None or share.builder else await share.wait()
+                if built is None:
+                    built = await self._subscribe_message(
+                        topic, partition, partition_log, offset, lease, fetch_format,
+                        isolation_level, matched or (_NO_MATCH, _NO_MATCH),
+                    )
+                    if share is not None and share.builder:
+                        share.publish(built)
+                elif built.message is not None:
+                    self._metrics.observe_fetch(topic, built.records_out, built.bytes_out)
+                message, offset, read_any = built.message, built.next_offset, built.read_any
+                del built
                 if message is not None:
                     lease.hold(len(message))
                     self._placement.read_served()
                     # Flow control: returns once gRPC took the message; only then read on.
-                    # The serialized bytes (and gRPC's copy) are all the stream holds meanwhile.
+                    # The serialized bytes (shared by the streams of this reading) and gRPC's
+                    # copy are all the stream holds meanwhile.
                     await context.write(message)
                     matched = None  # the match is reported in the first message only
+                    del message
             finally:
+                if share is not None:
+                    share.release()
                 lease.release()
             if not read_any:
                 await gate.wait(signal, None)  # idle: no lease, no message, only this task
@@ -1299,10 +1328,11 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         fetch_format: int,
         isolation_level: IsolationLevel,
         matched: tuple[int, int],
-    ) -> tuple[bytes | None, int, bool]:
-        """The next Subscribe message from ``offset``, serialized, within ``lease``: (the
+    ) -> Built:
+        """The next Subscribe message from ``offset``, serialized, within ``lease``: the
         message, or None when there is nothing to send; the offset to read next; whether
-        anything was read at all, so that the stream waits only at the end of what it may read).
+        anything was read at all, so that the stream waits only at the end of what it may
+        read; and the records and bytes it carries.
 
         Serialized here, so that the batches read and the protobuf message are garbage when
         this returns, before the stream waits for gRPC to take the message (Subscribe's
@@ -1312,15 +1342,18 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             topic, partition, partition_log, offset, lease.max_bytes, isolation_level
         )
         if not fetched.data:
-            return None, offset, False
+            return Built(None, offset, False, 0, 0)
+        counts: list[int] = []
         response = self._fetch_response(
             topic, partition, partition_log, offset, fetched, fetch_format, lease.max_bytes,
-            isolation_level, matched,
+            isolation_level, matched, counts=counts,
         )
         if not (response.records or response.record_batches):
             # Left empty by the filters (aborted records, markers): move past, send nothing.
-            return None, response.next_offset, True
-        return response.SerializeToString(), response.next_offset, True
+            return Built(None, response.next_offset, True, 0, 0)
+        records_out, bytes_out = counts
+        return Built(response.SerializeToString(), response.next_offset, True, records_out,
+                     bytes_out)
 
     # ---------------------------------------------------------------- sessions
 

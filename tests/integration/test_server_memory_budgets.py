@@ -431,3 +431,63 @@ async def test_1000_stalled_subscribers_cost_no_more_than_250(start_server) -> N
     """The same with 1,000 streams (~2 GiB before): the bound does not grow with the streams
     beyond their idle cost."""
     await _stalled_subscribers(start_server, 1000)
+
+
+async def test_a_batch_read_once_is_shared_by_every_stream_that_sends_it(start_server) -> None:  # type: ignore[no-untyped-def]
+    """250 subscribers at the log end, whose clients read nothing, all woken by one append of a
+    960 KiB batch, each allowed to hold it (shares and budget raised): every stream used to
+    read and serialize its own copy beside gRPC's (2.3 batches per stream, measured); they now
+    send one message, and each costs about gRPC's own copy."""
+    streams, connections, batch_value_bytes = 250, 4, 960 * 1024
+    large = str(4 * 1024 * MIB)
+    limit = str(streams + 16)
+    server: ServerProcess = start_server(
+        None, "--waiting-rpcs-per-connection-max", limit, "--waiting-rpcs-per-client-max", limit,
+        "--waiting-rpcs-max", limit, "--subscribe-buffer-bytes-per-connection", large,
+        "--subscribe-buffer-bytes-total", large)
+    subscribers = 'stratalog_waiting_rpcs{kind="subscribe"}'
+    async with grpc.aio.insecure_channel(server.target) as channel:
+        stub = broker_pb2_grpc.BrokerStub(channel)
+        await stub.CreateTopic(pb.CreateTopicRequest(name="fanout", partitions=1),
+                               timeout=CALL_TIMEOUT_S)
+        await stub.Produce(pb.ProduceRequest(topic="fanout", record_batches=_batches(1, 10)),
+                           timeout=CALL_TIMEOUT_S)
+        warm = stub.Subscribe(pb.SubscribeRequest(topic="fanout", offset=0))
+        await warm.read()
+        warm.cancel()
+        await until(lambda: server.metric(subscribers) == 0, "the warm-up stream ended")
+        baseline = _rss_bytes(server)
+        channels = [grpc.aio.insecure_channel(server.target, options=STALLED_CLIENT_OPTIONS)
+                    for _ in range(connections)]
+        try:
+            request = pb.SubscribeRequest(topic="fanout", offset=1,
+                                          format=pb.FETCH_FORMAT_RECORD_BATCHES)
+            calls = [broker_pb2_grpc.BrokerStub(channels[i % connections]).Subscribe(request)
+                     for i in range(streams)]
+            await until(lambda: server.metric(subscribers) == streams, "every stream admitted")
+            batch = _batches(1, batch_value_bytes)
+            await stub.Produce(pb.ProduceRequest(topic="fanout", record_batches=batch),
+                               timeout=CALL_TIMEOUT_S)
+            # Every stream holds the message (the budget counts it once per stream).
+            await until(lambda: server.metric("stratalog_subscribe_buffer_bytes")
+                        >= streams * batch_value_bytes, "every stream holds the message")
+            # Each stream's message is counted in the metrics, shared or not.
+            await until(lambda: server.metric('stratalog_bytes_out_total{topic="fanout"}')
+                        >= streams * batch_value_bytes, "every stream's message counted")
+            held = _rss_bytes(server) - baseline
+            bound = streams * len(batch) * 3 // 2 + MARGIN_BYTES
+            assert held < bound, (
+                f"{held / MIB:.0f} MiB for {streams} streams holding one 960 KiB message, "
+                f"bound {bound / MIB:.0f} MiB")
+            # They get it when they read.
+            got = await asyncio.gather(*(asyncio.wait_for(call.read(), CALL_TIMEOUT_S)
+                                         for call in calls[:8]))
+            assert all(message.next_offset == 2 and len(message.record_batches) == len(batch)
+                       for message in got)
+            for call in calls:
+                call.cancel()
+        finally:
+            for stalled in channels:
+                await stalled.close()
+    await until(lambda: server.metric(subscribers) == 0, "the streams ended on the server")
+    assert server.stop() == 0
