@@ -64,8 +64,8 @@ long polls on many partitions (8 MiB each) do not stop its session's other reque
 crowd of long polls that wake together cannot pass the budgets either.
 
 While a stream waits for gRPC to take an answer, gRPC holds a copy of it too: the memory held
-for answers is at most twice ``session_buffer_bytes_total`` (plus one request's charge per
-stream that reads one). A stream that ends (its client cancelled it, or went away) gives back
+for answers is at most twice ``session_buffer_bytes_total``, plus what answers larger than
+their charge add (a fetch's first batch is sent whole even past its ``max_bytes``). A stream that ends (its client cancelled it, or went away) gives back
 everything it was charged, served or not. A session is a waiting RPC of its connection and client
 (:class:`~stratalog.server.client_limits.ClientLimits`, kind SESSION), admitted before anything
 is read; a long poll on it is admitted as a unary one is (the same code path).
