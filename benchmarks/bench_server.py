@@ -82,7 +82,7 @@ import grpc
 
 from stratalog.records import build_batch
 from stratalog.records.batch import rewrite_crc
-from stratalog.server.allocator import tune_allocator
+from stratalog.server.allocator import limit_arenas, tune_allocator
 from stratalog.server.settings import Settings
 from stratalog.v1 import broker_pb2 as pb
 from stratalog.v1 import broker_pb2_grpc
@@ -372,6 +372,7 @@ def main() -> None:
             # The process settings the stratalog server applies at start-up (server/app.py):
             # the ceiling gets them too, so that the ratio measures the server's own work.
             tune_allocator(Settings().malloc_mmap_threshold_bytes)
+            limit_arenas(Settings().malloc_arena_max)
             sys.setswitchinterval(Settings().gil_switch_interval_us / 1e6)
         try:
             import uvloop

@@ -374,10 +374,11 @@ def _child(argv: list[str]) -> None:
     options: GrpcOptions = tuple((str(k), int(v)) for k, v in json.loads(args.grpc_options))
     if args.role == "serve":
         # The stratalog server's process settings (server/app.py), as bench_server's no-op has.
-        from stratalog.server.allocator import tune_allocator
+        from stratalog.server.allocator import limit_arenas, tune_allocator
         from stratalog.server.settings import Settings
 
         tune_allocator(Settings().malloc_mmap_threshold_bytes)
+        limit_arenas(Settings().malloc_arena_max)
         sys.setswitchinterval(Settings().gil_switch_interval_us / 1e6)
         tls = (args.cert, args.key) if args.cert and args.key else None
         _run_loop(_serve_noop(0, tls, options))

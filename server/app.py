@@ -79,7 +79,7 @@ import grpc.aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from stratalog.server.allocator import TrimWatch, trim_heap, tune_allocator
+from stratalog.server.allocator import TrimWatch, limit_arenas, trim_heap, tune_allocator
 from stratalog.server.client_limits import WAITING_RPC_BYTES_ESTIMATE, ClientLimits
 from stratalog.server.decoding import add_broker_service
 from stratalog.server.garbage_collector import freeze_loaded_objects, set_young_objects_max
@@ -322,7 +322,8 @@ class Server:
             self.metrics,
         )
         budget = self._subscribe_budget = SubscribeBudget(
-            settings.subscribe_buffer_bytes_total, settings.subscribe_buffer_bytes
+            settings.subscribe_buffer_bytes_total, settings.subscribe_buffer_bytes,
+            settings.subscribe_buffer_bytes_per_connection, settings.subscribe_stall_ms_max,
         )
         # Read by the scrape thread: one int, read whole.
         self.metrics.subscribe_buffer_bytes.set_function(lambda: budget.in_use_bytes)
@@ -723,13 +724,16 @@ class Server:
                 loop.call_soon_threadsafe(replica.notify_append)  # followers copy it
 
     def held_for_waiting_rpcs_bytes(self) -> int:
-        """An estimate of the memory held for Subscribe streams and long polls: their idle
-        cost each, and the Subscribe messages in flight as gRPC holds them. Event-loop only."""
-        limits, budget = self._limits, self._subscribe_budget
-        if limits is None or budget is None:
+        """An estimate of the memory held for Subscribe streams, long polls and Session
+        streams: their idle cost each, the Subscribe messages in flight as gRPC holds them,
+        and the most held for Session answers and decompression since the last call (a
+        burst between two maintenance passes counts). Event-loop only."""
+        limits, budget, service = self._limits, self._subscribe_budget, self._service
+        if limits is None or budget is None or service is None:
             return 0
         return (limits.total * WAITING_RPC_BYTES_ESTIMATE
-                + budget.in_use_bytes * MESSAGE_COPIES_HELD)
+                + budget.in_use_bytes * MESSAGE_COPIES_HELD
+                + service.take_held_peak_bytes())
 
     async def _maybe_trim_heap(self) -> None:
         """Give freed memory back to the kernel once many waiting RPCs went away (their
@@ -1040,6 +1044,7 @@ def run(settings: Settings) -> int:
     # docs/server.md: FetchByOffset's handler time fell by a third with 200 µs.
     sys.setswitchinterval(settings.gil_switch_interval_us / 1e6)
     tune_allocator(settings.malloc_mmap_threshold_bytes)
+    limit_arenas(settings.malloc_arena_max)
     set_young_objects_max(settings.gc_young_objects_max)
     for line in describe(settings):
         logger.info("setting %s", line)

@@ -38,8 +38,10 @@ in all; a refusal names the setting). A Subscribe stream reads its next message 
 ``await context.write`` returned, i.e. after gRPC's flow control took the previous one, within
 a lease of the server-wide :class:`~stratalog.server.subscribe_budget.SubscribeBudget`, and
 holds only the serialized message meanwhile: a reader that stops reading costs the server one
-message (twice: gRPC copies it), and all of them together at most the budget plus one batch
-each.
+message (twice: gRPC copies it), all of them together at most the budget plus one batch each,
+and the streams of one connection at most its share (``subscribe_buffer_bytes_per_connection``):
+past it they read nothing, and one that waits longer than ``subscribe_stall_ms_max`` ends
+RESOURCE_EXHAUSTED.
 
 Session streams (server/session.py) carry Produce, fetch and ListOffsets requests by id, each
 served by this servicer's method of that RPC, as a unary call is.
@@ -67,7 +69,14 @@ import grpc.aio
 
 from stratalog.server import status
 from stratalog.server.append_placement import AppendPlacement, holds_compressed_batches
-from stratalog.server.client_limits import ClientLimits, WaitingRpc, WaitingRpcKind, call_origin
+from stratalog.server.byte_budget import ByteBudget
+from stratalog.server.client_limits import (
+    ClientLimitExceededError,
+    ClientLimits,
+    WaitingRpc,
+    WaitingRpcKind,
+    call_origin,
+)
 from stratalog.server.cluster.controller import NO_CONTROLLER, ControllerState
 from stratalog.server.cluster.errors import (
     CoordinationUnavailableError,
@@ -89,7 +98,7 @@ from stratalog.server.security.acl_messages import (
 from stratalog.server.security.authentication import peer_host
 from stratalog.server.security.errors import SecurityDisabledError
 from stratalog.server.security.principal import ANONYMOUS, CallIdentity, current_identity
-from stratalog.server.session import RequestHandlers, Sessions
+from stratalog.server.session import RequestHandlers, SessionBudgets, Sessions
 from stratalog.server.storage.clock import wall_clock_ms
 from stratalog.server.storage.config import LogConfig
 from stratalog.server.storage.errors import (
@@ -100,6 +109,7 @@ from stratalog.server.storage.errors import (
 )
 from stratalog.server.storage.partition_log import LEADER_EPOCH, AppendInfo, IsolationLevel
 from stratalog.server.subscribe_budget import Lease, SubscribeBudget
+from stratalog.server.subscribe_messages import Built, SharedMessages
 from stratalog.server.topic_name_memo import ValidTopicNames
 from stratalog.server.transactions import DEFAULT_TRANSACTION_TIMEOUT_MS
 from stratalog.server.translation import (
@@ -329,6 +339,37 @@ def _rpc(stream: bool = False) -> Callable[[Callable[..., Awaitable[Any]]], Any]
     return decorate
 
 
+def _stalled_too_long(
+    budget: SubscribeBudget, connection: str, offset: int
+) -> ClientLimitExceededError:
+    """The error of a Subscribe stream ended because its connection took none of its streams'
+    messages (retriable: subscribe again, and read)."""
+    return ClientLimitExceededError(
+        f"Subscribe stream ended: the streams of this connection ({connection}) hold "
+        f"{budget.connection_bytes_max} bytes of messages its client has not read "
+        f"(subscribe_buffer_bytes_per_connection), and none was taken for "
+        f"{budget.stall_ms_max} ms (subscribe_stall_ms_max); read the streams you open, "
+        f"and subscribe again from offset {offset}",
+        limit="subscribe_buffer_bytes_per_connection",
+    )
+
+
+def _pause_charge(context: Any) -> None:
+    """A Session request's long poll waits for data, holding no answer: its charge of the
+    session's byte budgets is given back meanwhile (server/session.py's
+    ``RequestContext.pause_charge``; a unary call has none)."""
+    pause = getattr(context, "pause_charge", None)
+    if pause is not None:
+        pause()
+
+
+async def _resume_charge(context: Any) -> None:
+    """The long poll woke and will read: its charge is taken again first, waiting for room."""
+    resume = getattr(context, "resume_charge", None)
+    if resume is not None:
+        await resume()
+
+
 def _append_done(context: Any) -> None:
     """A Session request's Produce appended: the next Produce of its partition on the stream
     may go (server/session.py's ``RequestContext.served``; a unary call has none)."""
@@ -406,8 +447,17 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             metrics,
         )
         self._subscribe_budget = subscribe_budget if subscribe_budget is not None else (
-            SubscribeBudget(settings.subscribe_buffer_bytes_total, settings.subscribe_buffer_bytes)
+            SubscribeBudget(settings.subscribe_buffer_bytes_total, settings.subscribe_buffer_bytes,
+                            settings.subscribe_buffer_bytes_per_connection,
+                            settings.subscribe_stall_ms_max)
         )
+        #: The bytes compressed Produce requests may decompress to while they are validated,
+        #: all together (each is charged produce_decompressed_bytes_max; the rest wait).
+        self._decompression = ByteBudget(
+            "produce_decompressed_bytes_in_flight_max",
+            settings.produce_decompressed_bytes_in_flight_max,
+        )
+        self._shared_messages = SharedMessages()
         self._gates: dict[tuple[str, int], PartitionGate] = {}
         self._admin_lock = asyncio.Lock()
         self._shutting_down = False
@@ -415,9 +465,23 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         self._sessions = Sessions(
             RequestHandlers(self, request_interceptors), self._limits, metrics,
             settings.session_requests_in_flight_max,
+            SessionBudgets(
+                settings.session_buffer_bytes,
+                ByteBudget("session_buffer_bytes_total", settings.session_buffer_bytes_total),
+                settings.fetch_max_bytes_default,
+                settings.fetch_max_bytes_max,
+            ),
         )
 
     # ---------------------------------------------------------------- plumbing
+
+    def take_held_peak_bytes(self) -> int:
+        """The most memory held for Session answers and for decompression since the last call
+        (twice the bytes charged: a Session answer waits beside gRPC's copy of it, and a
+        decompression's output beside its pieces), for the server's heap-trim watch: a burst
+        that came and went between two calls shows. Event-loop only."""
+        return 2 * (self._sessions.budgets.total.take_peak_bytes()
+                    + self._decompression.take_peak_bytes())
 
     def _topic(self, name: str, field: str = "topic") -> str:
         """``name`` if it is a valid topic name: the engine's rules, the request's field name."""
@@ -438,7 +502,8 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     ) -> AppendInfo:
         """Append ``payload`` where the placement says for ``size_bytes`` and ``compressed``,
         with the gate's transaction verifier and the bound on decompressed bytes; the caller
-        holds the gate's append lock.
+        holds the gate's append lock. A ``compressed`` payload first waits for its charge of
+        the decompression budget (``produce_decompressed_bytes_in_flight_max``).
 
         Tried inline, the append may come back undone from storage (it would roll, fsync or
         wait for maintenance): the thread pool finishes it, reusing its validation. ``flush``
@@ -446,6 +511,32 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         visible (PartitionLog.append). ``leader_epoch`` is stamped on the batches (a
         replicated partition's leader's; 0 on a single server).
         """
+        if compressed:
+            # Validation decompresses every batch: charged what it may reach, so that
+            # concurrent requests cannot decompress more than the in-flight budget at once.
+            charge = await self._decompression.reserve(
+                self._settings.produce_decompressed_bytes_max
+            )
+            try:
+                return await self._append_now(
+                    partition_log, gate, payload, size_bytes, compressed, flush, leader_epoch
+                )
+            finally:
+                self._decompression.release(charge)
+        return await self._append_now(
+            partition_log, gate, payload, size_bytes, compressed, flush, leader_epoch
+        )
+
+    async def _append_now(
+        self,
+        partition_log: PartitionLog,
+        gate: PartitionGate,
+        payload: bytes | memoryview,
+        size_bytes: int,
+        compressed: bool,
+        flush: bool,
+        leader_epoch: int,
+    ) -> AppendInfo:
         verify = gate.verify_transaction
         bound = self._settings.produce_decompressed_bytes_max
         if flush:
@@ -660,8 +751,11 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         isolation_level: IsolationLevel,
         matched: tuple[int, int] = (_NO_MATCH, _NO_MATCH),
         max_records: int = 0,
+        counts: list[int] | None = None,
     ) -> broker_pb2.FetchResponse:
         """A FetchResponse for ``fetched`` (whole batches read at ``offset`` with ``max_bytes``).
+        ``counts`` (if given) receives the records and bytes the answer carries, as the metrics
+        counted them.
 
         With ``max_records`` > 0 the answer holds at most that many records from ``offset``,
         in either format: the stored batches are cut to them first
@@ -704,7 +798,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 add = response.aborted_transactions.add
                 for txn in fetched.aborted_transactions:
                     add(producer_id=txn.producer_id, first_offset=txn.first_offset)
-            self._metrics.observe_fetch(topic, records_out, len(data))
+            self._observe_fetch(topic, records_out, len(data), counts)
             return response
         response = broker_pb2.FetchResponse(
             topic=topic,
@@ -720,8 +814,15 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         response.log_start_offset = partition_log.log_start_offset
         response.last_stable_offset = partition_log.last_stable_offset
         response.next_offset = next_offset
-        self._metrics.observe_fetch(topic, records_out, bytes_out)
+        self._observe_fetch(topic, records_out, bytes_out, counts)
         return response
+
+    def _observe_fetch(
+        self, topic: str, records_out: int, bytes_out: int, counts: list[int] | None
+    ) -> None:
+        self._metrics.observe_fetch(topic, records_out, bytes_out)
+        if counts is not None:
+            counts[:] = (records_out, bytes_out)
 
     def _partial_fetch_response(
         self,
@@ -1036,7 +1137,9 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                     break
                 if waiting is None:
                     waiting = self._limits.admit(call_origin(context), WaitingRpcKind.LONG_POLL)
+                _pause_charge(context)
                 await gate.wait(signal, remaining_s)
+                await _resume_charge(context)
                 self._leader(topic, partition)  # still the leader after the wait
                 if gate.closed:
                     # Deleted while we waited: the lookup raises UNKNOWN_TOPIC_OR_PARTITION.
@@ -1166,23 +1269,51 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         """Subscribe's loop: read a message within a lease of the budget, write it, read on;
         wait for an append at the end. Returns only by an exception (the stream ends)."""
         budget = self._subscribe_budget
+        connection = context.peer() or "unknown"
         while True:
             partition_log, gate = self._ensure_following(topic, partition, partition_log, gate)
             signal = gate.signal()
-            lease = budget.lease(max_bytes)
+            lease = budget.lease(max_bytes, connection)
+            if lease is None:
+                # The connection's streams hold its share: read nothing until one of its
+                # messages is taken; a connection that takes none is cut off (its waiting
+                # streams hold nothing gRPC would keep: subscribe_budget.py).
+                try:
+                    await asyncio.wait_for(asyncio.shield(budget.room(connection)),
+                                           budget.stall_ms_max / 1000)
+                except TimeoutError:
+                    raise _stalled_too_long(budget, connection, offset) from None
+                continue
+            # Streams making the same reading send one message (subscribe_messages.py); the
+            # first one's timestamp match is its own.
+            share = None if matched is not None else self._shared_messages.join(
+                (topic, partition, offset, lease.max_bytes, fetch_format, isolation_level,
+                 signal))
             try:
-                message, offset, read_any = await self._subscribe_message(
-                    topic, partition, partition_log, offset, lease, fetch_format,
-                    isolation_level, matched or (_NO_MATCH, _NO_MATCH),
-                )
+                built = None if share is None or share.builder else await share.wait()
+                if built is None:
+                    built = await self._subscribe_message(
+                        topic, partition, partition_log, offset, lease, fetch_format,
+                        isolation_level, matched or (_NO_MATCH, _NO_MATCH),
+                    )
+                    if share is not None and share.builder:
+                        share.publish(built)
+                elif built.message is not None:
+                    self._metrics.observe_fetch(topic, built.records_out, built.bytes_out)
+                message, offset, read_any = built.message, built.next_offset, built.read_any
+                del built
                 if message is not None:
                     lease.hold(len(message))
                     self._placement.read_served()
                     # Flow control: returns once gRPC took the message; only then read on.
-                    # The serialized bytes (and gRPC's copy) are all the stream holds meanwhile.
+                    # The serialized bytes (shared by the streams of this reading) and gRPC's
+                    # copy are all the stream holds meanwhile.
                     await context.write(message)
                     matched = None  # the match is reported in the first message only
+                    del message
             finally:
+                if share is not None:
+                    share.release()
                 lease.release()
             if not read_any:
                 await gate.wait(signal, None)  # idle: no lease, no message, only this task
@@ -1197,10 +1328,11 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         fetch_format: int,
         isolation_level: IsolationLevel,
         matched: tuple[int, int],
-    ) -> tuple[bytes | None, int, bool]:
-        """The next Subscribe message from ``offset``, serialized, within ``lease``: (the
+    ) -> Built:
+        """The next Subscribe message from ``offset``, serialized, within ``lease``: the
         message, or None when there is nothing to send; the offset to read next; whether
-        anything was read at all, so that the stream waits only at the end of what it may read).
+        anything was read at all, so that the stream waits only at the end of what it may
+        read; and the records and bytes it carries.
 
         Serialized here, so that the batches read and the protobuf message are garbage when
         this returns, before the stream waits for gRPC to take the message (Subscribe's
@@ -1210,15 +1342,18 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             topic, partition, partition_log, offset, lease.max_bytes, isolation_level
         )
         if not fetched.data:
-            return None, offset, False
+            return Built(None, offset, False, 0, 0)
+        counts: list[int] = []
         response = self._fetch_response(
             topic, partition, partition_log, offset, fetched, fetch_format, lease.max_bytes,
-            isolation_level, matched,
+            isolation_level, matched, counts=counts,
         )
         if not (response.records or response.record_batches):
             # Left empty by the filters (aborted records, markers): move past, send nothing.
-            return None, response.next_offset, True
-        return response.SerializeToString(), response.next_offset, True
+            return Built(None, response.next_offset, True, 0, 0)
+        records_out, bytes_out = counts
+        return Built(response.SerializeToString(), response.next_offset, True, records_out,
+                     bytes_out)
 
     # ---------------------------------------------------------------- sessions
 

@@ -39,8 +39,34 @@ connection: the idempotent producer's five batches in flight per partition arriv
 are never refused OUT_OF_ORDER_SEQUENCE for being overtaken.
 
 Limits: at most ``session_requests_in_flight_max`` requests per stream are being served or
-answered, an answer counting until gRPC's flow control took it, so the answers held for a client
-that stops reading are bounded too. A session is a waiting RPC of its connection and client
+answered, an answer counting until gRPC's flow control took it. Bytes are bounded too, since one
+request can hold megabytes (a fetch of 2 MiB: 1,024 of them on one stream held 2 GiB). Each
+request is charged, from when it is read until its answer was taken by gRPC, what it may hold:
+its own bytes for a Produce, its ``max_bytes`` (capped as the fetch caps it) for a fetch, and
+:data:`ANSWER_BYTES_ESTIMATE` for the answer's other fields; once its answer is serialized, the
+answer's real size instead. Two budgets::
+
+    session_buffer_bytes         one stream: the reader reads the next request only while the
+                                 stream holds less (else it waits: HTTP/2's flow control then
+                                 holds the client back); so a stream holds at most this plus
+                                 one request's charge
+    session_buffer_bytes_total   all streams together (a :class:`ByteBudget`): a request whose
+                                 charge does not fit is not served but answered
+                                 RESOURCE_EXHAUSTED (RESOURCE_LIMIT_EXCEEDED, ``limit`` naming
+                                 the setting; retriable), so that a crowd of streams whose
+                                 clients stop reading cannot stop every other client's sessions
+
+A long poll holds no answer while it waits for data: it gives its charge back (keeping
+:data:`ANSWER_BYTES_ESTIMATE`) when it starts to wait, and takes it again when it wakes, before
+it reads, waiting for room in both budgets if need be (:meth:`RequestContext.pause_charge`,
+:meth:`RequestContext.resume_charge`, called by the servicer's long poll). So a Consumer's
+long polls on many partitions (8 MiB each) do not stop its session's other requests, and a
+crowd of long polls that wake together cannot pass the budgets either.
+
+While a stream waits for gRPC to take an answer, gRPC holds a copy of it too: the memory held
+for answers is at most twice ``session_buffer_bytes_total``, plus what answers larger than
+their charge add (a fetch's first batch is sent whole even past its ``max_bytes``). A stream that ends (its client cancelled it, or went away) gives back
+everything it was charged, served or not. A session is a waiting RPC of its connection and client
 (:class:`~stratalog.server.client_limits.ClientLimits`, kind SESSION), admitted before anything
 is read; a long poll on it is admitted as a unary one is (the same code path).
 
@@ -77,7 +103,13 @@ import grpc.aio
 
 from stratalog.records.varint import unsigned_varint_bytes
 from stratalog.server import status
-from stratalog.server.client_limits import ClientLimits, WaitingRpcKind, call_origin
+from stratalog.server.byte_budget import ByteBudget
+from stratalog.server.client_limits import (
+    ClientLimitExceededError,
+    ClientLimits,
+    WaitingRpcKind,
+    call_origin,
+)
 from stratalog.server.decoding import SessionRequestView, UndecodableRequest
 from stratalog.server.storage.errors import LogClosedError
 from stratalog.v1 import broker_pb2
@@ -86,9 +118,12 @@ if TYPE_CHECKING:
     from stratalog.server.metrics import ServerMetrics
 
 __all__ = [
+    "ANSWER_BYTES_ESTIMATE",
     "SESSION_RPCS",
+    "Charge",
     "RequestContext",
     "RequestHandlers",
+    "SessionBudgets",
     "SessionStream",
     "Sessions",
     "session_response",
@@ -108,6 +143,11 @@ SESSION_RPCS: dict[str, int] = {
 _ERROR_FIELD = 5
 _ID_TAG = b"\x08"  # field 1, varint
 _SHUTTING_DOWN = "the server is shutting down; open a new session (or retry) later"
+#: What an answer holds beyond the batches a fetch asked for (its other fields, the aborted
+#: transactions of a READ_COMMITTED fetch, a SessionError's message) or a request beyond its
+#: batches: the charge of a request that asks for no batches.
+ANSWER_BYTES_ESTIMATE = 4 * 1024
+_FETCH_RPCS = frozenset({"FetchByOffset", "FetchByTimestamp"})
 
 Behaviour = Callable[[Any, Any], Awaitable[Any]]
 
@@ -150,12 +190,32 @@ class RequestContext:
     are (a quota's delay of the answer): what the next Produce of the partition waits for.
     Event-loop only."""
 
-    __slots__ = ("_peer", "served", "status")
+    __slots__ = ("_charge", "_peer", "_stream", "served", "status")
 
-    def __init__(self, peer: str, served: asyncio.Future[None] | None = None) -> None:
+    def __init__(
+        self,
+        peer: str,
+        served: asyncio.Future[None] | None = None,
+        stream: SessionStream | None = None,
+        charge: Charge | None = None,
+    ) -> None:
         self._peer = peer
         self.served = served
         self.status: grpc.Status | None = None
+        self._stream = stream
+        self._charge = charge
+
+    def pause_charge(self) -> None:
+        """The request waits for data (a long poll) and holds no answer meanwhile: give back
+        its charge of the session budgets but :data:`ANSWER_BYTES_ESTIMATE`."""
+        if self._stream is not None and self._charge is not None:
+            self._stream.pause(self._charge)
+
+    async def resume_charge(self) -> None:
+        """The request woke and will read: take its charge again, waiting for room in the
+        stream's and the total budget (module docstring, "Limits")."""
+        if self._stream is not None and self._charge is not None:
+            await self._stream.resume(self._charge)
 
     def peer(self) -> str:
         return self._peer
@@ -166,6 +226,18 @@ class RequestContext:
 
     def code(self) -> grpc.StatusCode | None:
         return None if self.status is None else self.status.code
+
+
+class Charge:
+    """What one request is charged in its stream's and the total budget now (``size_bytes``:
+    0 when it did not fit, and was refused), and what it gave back while it waits for data
+    (``paused_bytes``). Event-loop only."""
+
+    __slots__ = ("paused_bytes", "size_bytes")
+
+    def __init__(self, size_bytes: int) -> None:
+        self.size_bytes = size_bytes
+        self.paused_bytes = 0
 
 
 class _CallDetails(NamedTuple):
@@ -226,6 +298,27 @@ def _serving(method: Behaviour) -> Behaviour:
     return behaviour
 
 
+class SessionBudgets(NamedTuple):
+    """The byte limits of Session streams (module docstring, "Limits") and what a fetch may
+    return, to charge it: the settings of the same names."""
+
+    stream_bytes_max: int  # session_buffer_bytes
+    total: ByteBudget  # session_buffer_bytes_total
+    fetch_max_bytes_default: int
+    fetch_max_bytes_max: int
+
+    def charge_bytes(self, rpc: str | None, request: Any) -> int:
+        """What a request of ``rpc`` may hold until its answer is taken (module docstring)."""
+        if type(request) is UndecodableRequest or rpc is None:
+            return ANSWER_BYTES_ESTIMATE
+        if rpc == "Produce":
+            return int(request.request_bytes) + ANSWER_BYTES_ESTIMATE
+        if rpc in _FETCH_RPCS:
+            asked = request.max_bytes if request.max_bytes > 0 else self.fetch_max_bytes_default
+            return min(asked, self.fetch_max_bytes_max) + ANSWER_BYTES_ESTIMATE
+        return ANSWER_BYTES_ESTIMATE
+
+
 class Sessions:
     """The server's Session streams: the request handlers, the limits, the metrics, the streams
     open now (for shutdown) and their requests in flight (a gauge). Event-loop only."""
@@ -236,10 +329,12 @@ class Sessions:
         limits: ClientLimits,
         metrics: ServerMetrics,
         in_flight_max: int,
+        budgets: SessionBudgets,
     ) -> None:
-        assert in_flight_max >= 1
+        assert in_flight_max >= 1 and budgets.stream_bytes_max >= 1
         self.handlers = handlers
         self.in_flight_max = in_flight_max
+        self.budgets = budgets
         self._limits = limits
         self._metrics = metrics
         self._streams: set[SessionStream] = set()
@@ -327,7 +422,9 @@ class SessionStream:
 
     Invariants (:meth:`check`): at most ``in_flight_max`` requests in flight; every task holds
     one of them, and every pending id is a task's; a partition's entry in ``_produce_tails`` is
-    the future of its last Produce started, resolved once the servicer is done with it.
+    the future of its last Produce started, resolved once the servicer is done with it;
+    ``held_bytes`` is what the stream's requests in flight are charged in the total budget
+    (given back whole when the stream ends).
 
     Concurrency: event-loop only; the reader, the request tasks and the handler's task share
     it.
@@ -339,12 +436,16 @@ class SessionStream:
         self._peer = context.peer() or "unknown"
         self._loop = asyncio.get_running_loop()
         self._in_flight_max = sessions.in_flight_max
+        self._budgets = sessions.budgets
         self._in_flight = 0
+        self.held_bytes = 0
         self._pending: set[int] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._produce_tails: dict[tuple[str, int], asyncio.Future[None]] = {}
         self._write_lock = asyncio.Lock()
-        self._slot: asyncio.Future[None] | None = None  # the reader waits for a free slot
+        # The reader waits for a free slot or for room in the stream's budget, and so do the
+        # long polls that woke (shared: awaited through a shield).
+        self._room: asyncio.Future[None] | None = None
         self._finished: asyncio.Future[None] = self._loop.create_future()
         self._reading = True
         self._stopping = False
@@ -357,6 +458,8 @@ class SessionStream:
     def check(self) -> None:
         """Assert the invariants (for tests)."""
         assert len(self._pending) <= len(self._tasks) <= self._in_flight <= self._in_flight_max
+        assert self.held_bytes >= 0 and (self._in_flight or not self.held_bytes)
+        assert self.held_bytes <= self._budgets.total.in_use_bytes
 
     async def run(self) -> None:
         """Read, serve and answer until the stream is over (see :meth:`Sessions.serve`)."""
@@ -365,10 +468,17 @@ class SessionStream:
             await self._finished
         finally:
             reader.cancel()
-            for task in list(self._tasks):
+            tasks = list(self._tasks)
+            for task in tasks:
                 task.cancel()
             with contextlib.suppress(BaseException):
                 await reader
+            # Every request's charge back, including those of tasks cancelled before they
+            # ever ran (their own release never runs).
+            with contextlib.suppress(BaseException):
+                await asyncio.gather(*tasks, return_exceptions=True)
+            held, self.held_bytes = self.held_bytes, 0
+            self._budgets.total.release(held)
         if self._stopping:
             raise LogClosedError(_SHUTTING_DOWN)
 
@@ -384,21 +494,24 @@ class SessionStream:
 
     async def _read(self) -> None:
         read = self._context.read
+        budgets = self._budgets
         try:
             while True:
-                if self._in_flight >= self._in_flight_max:
-                    self._slot = self._loop.create_future()
-                    await self._slot
+                if (self._in_flight >= self._in_flight_max
+                        or self.held_bytes >= budgets.stream_bytes_max):
+                    await self._wait_for_room()
                     continue
                 request = await read()
                 if request is grpc.aio.EOF:
                     return  # half-closed: the stream ends once every request is answered
-                answer = self._start(request)
+                charge = self._charge(request)
+                answer = self._start(request, charge)
                 if answer is not None:  # answered in this step: written before reading on
                     try:
+                        self._hold(charge, len(answer))
                         await self._write(answer)
                     finally:
-                        self._release()
+                        self._release(charge)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -411,12 +524,74 @@ class SessionStream:
             self._reading = False
             self._maybe_finish()
 
-    def _start(self, view: SessionRequestView) -> bytes | None:
-        """Serve ``view`` (a slot is free) in this step as far as it goes: its answer, or None
-        when it went on in a task."""
+    async def _wait_for_room(self) -> None:
+        """Until a request of this stream is done or gives back some of its charge."""
+        room = self._room
+        if room is None or room.done():
+            room = self._room = self._loop.create_future()
+        await asyncio.shield(room)
+
+    def _make_room(self) -> None:
+        room, self._room = self._room, None
+        if room is not None and not room.done():
+            room.set_result(None)
+
+    def _charge(self, view: SessionRequestView) -> Charge:
+        """Charge ``view`` what it may hold, in the total budget (nothing when it does not
+        fit: :meth:`_start` refuses it then)."""
+        total = self._budgets.total
+        taken = total.try_reserve(self._budgets.charge_bytes(view.rpc, view.request))
+        if taken is None:
+            return Charge(0)
+        self.held_bytes += taken
+        return Charge(taken)
+
+    def _hold(self, charge: Charge, size_bytes: int) -> None:
+        """The request's answer is ``size_bytes`` long: charge that instead."""
+        self._budgets.total.adjust(charge.size_bytes, size_bytes)
+        self.held_bytes += size_bytes - charge.size_bytes
+        charge.size_bytes = size_bytes
+
+    def pause(self, charge: Charge) -> None:
+        """``charge``'s request waits for data: keep :data:`ANSWER_BYTES_ESTIMATE` of it."""
+        given_back = charge.size_bytes - ANSWER_BYTES_ESTIMATE
+        if given_back <= 0:
+            return
+        charge.size_bytes -= given_back
+        charge.paused_bytes += given_back
+        self.held_bytes -= given_back
+        self._budgets.total.release(given_back)
+        self._make_room()
+
+    async def resume(self, charge: Charge) -> None:
+        """``charge``'s request woke: take back what :meth:`pause` gave, once the stream holds
+        room for it (or holds nothing else) and the total has it (first come, first served).
+        A cancellation while it waits takes nothing."""
+        wanted = charge.paused_bytes
+        if not wanted:
+            return
+        while (self.held_bytes > charge.size_bytes
+               and self.held_bytes + wanted > self._budgets.stream_bytes_max):
+            await self._wait_for_room()
+        taken = await self._budgets.total.reserve(wanted)
+        charge.paused_bytes = 0
+        charge.size_bytes += taken
+        self.held_bytes += taken
+
+    def _start(self, view: SessionRequestView, charge: Charge) -> bytes | None:
+        """Serve ``view`` (a slot is free, ``charge`` taken: nothing if it did not fit) in
+        this step as far as it goes: its answer, or None when it went on in a task."""
         request_id, rpc, request = view.id, view.rpc, view.request
         self._in_flight += 1
         self._sessions.in_flight += 1
+        if not charge.size_bytes:
+            total = self._budgets.total
+            return _error_response(request_id, status.to_status(ClientLimitExceededError(
+                f"Session request refused: the answers Session streams hold, all together, "
+                f"are at the server's limit ({total.in_use_bytes} of {total.total_bytes} bytes"
+                f" held, session_buffer_bytes_total); retry once clients have read them",
+                limit=total.name,
+            )))
         if request_id in self._pending:
             # The pending request keeps its id; this one is answered and forgotten.
             return _error_response(request_id, status.invalid_request(
@@ -437,7 +612,7 @@ class SessionStream:
             tail = (key, self._loop.create_future())
             self._produce_tails[key] = tail[1]
         if previous is None:
-            coroutine = self._call(request_id, rpc, request, tail)
+            coroutine = self._call(request_id, rpc, request, charge, tail)
             if not SERVE_IN_READER:
                 work: Awaitable[bytes] = coroutine
             else:
@@ -447,9 +622,9 @@ class SessionStream:
                     return done.value  # type: ignore[no-any-return]
                 work = _Resumed(coroutine, yielded)
         else:
-            work = self._after(previous, request_id, rpc, request, tail)
+            work = self._after(previous, request_id, rpc, request, charge, tail)
         self._pending.add(request_id)
-        task = self._loop.create_task(self._finish(request_id, work))
+        task = self._loop.create_task(self._finish(request_id, work, charge))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return None
@@ -460,6 +635,7 @@ class SessionStream:
         request_id: int,
         rpc: str,
         request: Any,
+        charge: Charge,
         tail: tuple[tuple[str, int], asyncio.Future[None]] | None,
     ) -> bytes:
         try:
@@ -467,13 +643,15 @@ class SessionStream:
         except BaseException:
             self._serve_tail(tail)
             raise
-        return await self._call(request_id, rpc, request, tail)
+        return await self._call(request_id, rpc, request, charge, tail)
 
-    async def _finish(self, request_id: int, work: Awaitable[bytes]) -> None:
-        """A request that had to wait: its answer, written; then its slot is free."""
+    async def _finish(self, request_id: int, work: Awaitable[bytes], charge: Charge) -> None:
+        """A request that had to wait: its answer, written; then its slot and its charge are
+        free."""
         try:
             answer = await work
             self._pending.discard(request_id)  # answered: the client may use the id again
+            self._hold(charge, len(answer))
             await self._write(answer)
         except asyncio.CancelledError:
             raise
@@ -483,14 +661,15 @@ class SessionStream:
                          self._peer, exc)
         finally:
             self._pending.discard(request_id)
-            self._release()
+            self._release(charge)
 
-    def _release(self) -> None:
+    def _release(self, charge: Charge) -> None:
         self._in_flight -= 1
         self._sessions.in_flight -= 1
-        slot = self._slot
-        if slot is not None and not slot.done():
-            slot.set_result(None)
+        size_bytes, charge.size_bytes = charge.size_bytes, 0
+        self.held_bytes -= size_bytes
+        self._budgets.total.release(size_bytes)
+        self._make_room()
         self._maybe_finish()
 
     def _serve_tail(self, tail: tuple[tuple[str, int], asyncio.Future[None]] | None) -> None:
@@ -508,12 +687,13 @@ class SessionStream:
         request_id: int,
         rpc: str,
         request: Any,
+        charge: Charge,
         tail: tuple[tuple[str, int], asyncio.Future[None]] | None = None,
     ) -> bytes:
         """The serialized answer of one request: its RPC's response, or its SessionError. A
         Produce's ``tail`` is served once the servicer is done with it (before a quota's delay
         of its answer), and in any case when this returns."""
-        context = RequestContext(self._peer, None if tail is None else tail[1])
+        context = RequestContext(self._peer, None if tail is None else tail[1], self, charge)
         try:
             behaviour = await self._sessions.handlers.behaviour(rpc)
             response = await behaviour(request, context)

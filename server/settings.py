@@ -174,6 +174,15 @@ class Settings:
         " payloads are validated in the thread pool, never on the event loop)",
         1,
     )
+    produce_decompressed_bytes_in_flight_max: int = _setting(
+        256 * _MIB,
+        "bytes the compressed Produce requests being validated may decompress to, all together;"
+        " each is charged produce_decompressed_bytes_max (what it may reach) while it is"
+        " validated and appended, and one that does not fit waits its turn (first come, first"
+        " served): so at most this divided by produce_decompressed_bytes_max of them decompress"
+        " at once",
+        1,
+    )
     fetch_max_bytes_default: int = _setting(
         1 * _MIB, "batch bytes per fetch when the request's max_bytes is 0", 1
     )
@@ -195,6 +204,21 @@ class Settings:
         "bytes of Subscribe messages read and not yet taken by gRPC flow control, all streams"
         " together; when stalled streams hold it all, the others read one batch per message",
         0,
+    )
+    subscribe_buffer_bytes_per_connection: int = _setting(
+        8 * _MIB,
+        "bytes of Subscribe messages the streams of one connection may hold, read and not yet"
+        " taken by gRPC flow control; past it the connection's streams read nothing until one"
+        " of its messages is taken (streams on other connections go on)",
+        1,
+    )
+    subscribe_stall_ms_max: int = _setting(
+        30_000,
+        "how long a Subscribe stream may wait for its connection's share"
+        " (subscribe_buffer_bytes_per_connection) before it is ended with RESOURCE_EXHAUSTED"
+        " (RESOURCE_LIMIT_EXCEEDED, retriable), as Redis's client-output-buffer-limit and NATS's"
+        " slow consumer rule cut off a client that does not read",
+        1,
     )
     read_in_executor_min_bytes: int = _setting(
         256 * _KIB,
@@ -226,6 +250,14 @@ class Settings:
         "glibc malloc serves blocks under this size from its heap instead of a fresh mmap (and"
         " trims its heap only above 4 times this): MiB-sized request buffers then cost no page"
         " faults; 0 leaves the C allocator's defaults (see stratalog.server.allocator)",
+        0,
+    )
+    malloc_arena_max: int = _setting(
+        2,
+        "glibc malloc makes at most this many arenas (M_ARENA_MAX): freed memory in a few"
+        " shared arenas goes back to the kernel when the server trims its heap, where a"
+        " pool thread's own arena kept it for good; 0 leaves glibc's default, 8 per core"
+        " (see stratalog.server.allocator)",
         0,
     )
     gil_switch_interval_us: int = _setting(
@@ -268,6 +300,21 @@ class Settings:
         4096,
         "Subscribe streams and long polls of all clients at once; more are refused"
         " RESOURCE_LIMIT_EXCEEDED. Must be below max_concurrent_rpcs",
+        1,
+    )
+    session_buffer_bytes: int = _setting(
+        16 * _MIB,
+        "bytes one Session stream's requests may hold until their answers are taken by gRPC"
+        " (a Produce its own bytes, a fetch its max_bytes, then each answer its size); the"
+        " server reads the stream's next request only while it holds less, so a client that"
+        " stops reading answers is held back by HTTP/2 flow control",
+        1,
+    )
+    session_buffer_bytes_total: int = _setting(
+        256 * _MIB,
+        "bytes the requests of all Session streams may hold together, counted as"
+        " session_buffer_bytes counts them; a request that does not fit is answered"
+        " RESOURCE_EXHAUSTED (RESOURCE_LIMIT_EXCEEDED, retriable) without being served",
         1,
     )
     session_requests_in_flight_max: int = _setting(

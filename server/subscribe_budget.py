@@ -18,21 +18,47 @@ free it reads one batch only (batches are never split). Once the message is buil
 set to its real size (:meth:`Lease.hold`), and released when gRPC took it or the stream ended.
 So while the budget lasts every stream reads full messages; when stalled streams hold it all,
 the others go on one batch per message (slower, never stopped: no client can starve another of
-messages, and none waits for budget another holds). The memory held for streams is therefore at
-most::
+messages, and none waits for budget another holds).
 
-    2 x (subscribe_buffer_bytes_total + streams x one batch)      (serialized bytes + gRPC's copy)
+That alone grew with the streams (issue 24, finding 10: 1,000 stalled streams on 960 KiB batches,
+one batch each, ~2 GiB), so each connection has a share too::
 
-plus the idle cost of each stream (gRPC's call state and the handler's task: ~40 KiB, measured
-in docs/server.md). A stream waiting for appends holds no lease.
+    subscribe_buffer_bytes_per_connection   the bytes of the messages one HTTP/2 connection's
+                                            streams hold, all together
+
+A stream whose connection's streams hold their share reads nothing: it waits until one of them
+gives some back (:meth:`SubscribeBudget.room`), holding no message; if that takes longer than
+``subscribe_stall_ms_max`` the servicer ends it with RESOURCE_EXHAUSTED (RESOURCE_LIMIT_EXCEEDED,
+``limit`` subscribe_buffer_bytes_per_connection; retriable), as Redis's
+``client-output-buffer-limit`` and NATS's slow-consumer rule cut a client off at a bound. Why the
+waiting streams and not the stalled ones: gRPC's asyncio server cannot reset a stream, and a
+status sent after a message that waits for the client's flow control waits behind it, so gRPC
+keeps an ended stream's message until its client reads or disconnects (measured: ending 215 of
+250 stalled streams gave back nothing). A stream that holds nothing in gRPC ends at once, and
+one whose connection is stalled is never handed a message gRPC would keep. Other connections
+are not held back: a reader on its own connection keeps receiving.
+
+The memory held for streams is therefore at most::
+
+    2 x min(subscribe_buffer_bytes_total + streams x one batch,
+            connections x (subscribe_buffer_bytes_per_connection + one batch))
+
+(serialized bytes + gRPC's copy; one batch more per stream that reads at that moment) plus the
+idle cost of each stream (gRPC's call state and the handler's task: ~40 KiB, measured in
+docs/server.md). A stream waiting for appends, or for room, holds no lease.
 
 Invariants (:meth:`SubscribeBudget.check`): ``in_use_bytes`` is the sum of the open leases'
-sizes, never negative; a lease's size is what its stream holds or may read.
+sizes, never negative; a lease's size is what its stream holds or may read; each connection's
+share counts the sizes and the number of its open leases, and a connection is known only while
+it has one.
 
 Concurrency: event-loop only.
 """
 
 from __future__ import annotations
+
+import asyncio
+import sys
 
 __all__ = ["MESSAGE_COPIES_HELD", "Lease", "SubscribeBudget"]
 
@@ -45,10 +71,11 @@ class Lease:
     """One stream's share of the budget for one message: ``max_bytes`` to read with, then the
     message's real size once built. Released once; later releases do nothing."""
 
-    __slots__ = ("_budget", "max_bytes", "size_bytes")
+    __slots__ = ("_budget", "_share", "max_bytes", "size_bytes")
 
-    def __init__(self, budget: SubscribeBudget, max_bytes: int) -> None:
+    def __init__(self, budget: SubscribeBudget, max_bytes: int, share: _Share) -> None:
         self._budget: SubscribeBudget | None = budget
+        self._share = share
         #: What the stream may read: 0 means one batch, whatever its size.
         self.max_bytes = max_bytes
         #: What the lease counts in the budget now.
@@ -61,6 +88,7 @@ class Lease:
         budget = self._budget
         assert budget is not None, "hold after release"
         budget.in_use_bytes += size_bytes - self.size_bytes
+        self._share.held_bytes += size_bytes - self.size_bytes
         self.size_bytes = size_bytes
 
     def release(self) -> None:
@@ -68,6 +96,20 @@ class Lease:
         if budget is not None:
             budget.in_use_bytes -= self.size_bytes
             budget.leases -= 1
+            budget._give_back(self._share, self.size_bytes)
+
+
+class _Share:
+    """One connection's part: the bytes and the number of its open leases, and the future its
+    waiting streams wait on (resolved when a lease of the connection is released)."""
+
+    __slots__ = ("connection", "held_bytes", "leases", "room")
+
+    def __init__(self, connection: str) -> None:
+        self.connection = connection
+        self.held_bytes = 0
+        self.leases = 0
+        self.room: asyncio.Future[None] | None = None
 
 
 class SubscribeBudget:
@@ -77,28 +119,78 @@ class SubscribeBudget:
     every method is O(1).
     """
 
-    def __init__(self, total_bytes: int, message_bytes_max: int) -> None:
-        assert total_bytes >= 0 and message_bytes_max >= 1
+    def __init__(
+        self,
+        total_bytes: int,
+        message_bytes_max: int,
+        connection_bytes_max: int | None = None,
+        stall_ms_max: int = 30_000,
+    ) -> None:
+        """``connection_bytes_max`` None: no share per connection."""
+        assert total_bytes >= 0 and message_bytes_max >= 1 and stall_ms_max >= 1
         self.total_bytes = total_bytes
         self.message_bytes_max = message_bytes_max
+        self.connection_bytes_max = (
+            connection_bytes_max if connection_bytes_max is not None else sys.maxsize
+        )
+        assert self.connection_bytes_max >= 1
+        self.stall_ms_max = stall_ms_max
         self.in_use_bytes = 0
         self.leases = 0
+        self._shares: dict[str, _Share] = {}
 
     @property
     def free_bytes(self) -> int:
         """What is left; negative while streams hold batches larger than their leases."""
         return self.total_bytes - self.in_use_bytes
 
-    def lease(self, wanted_bytes: int) -> Lease:
-        """A lease of ``min(wanted_bytes, subscribe_buffer_bytes, what is free)`` bytes; of 0
-        (one batch) when nothing is free. Never waits."""
-        max_bytes = min(wanted_bytes, self.message_bytes_max, max(self.free_bytes, 0))
+    def lease(self, wanted_bytes: int, connection: str = "") -> Lease | None:
+        """A lease of ``min(wanted_bytes, subscribe_buffer_bytes, what is free, what is left
+        of the connection's share)`` bytes; of 0 (one batch) when nothing is free; None when
+        the connection's streams hold its share (wait for :meth:`room`). Never waits."""
+        share = self._shares.get(connection)
+        if share is None:
+            share = self._shares[connection] = _Share(connection)
+        share_left = self.connection_bytes_max - share.held_bytes
+        if share_left <= 0:
+            if not share.leases:
+                del self._shares[connection]
+            return None
+        max_bytes = min(wanted_bytes, self.message_bytes_max, max(self.free_bytes, 0),
+                        share_left)
         self.in_use_bytes += max_bytes
         self.leases += 1
-        return Lease(self, max_bytes)
+        share.held_bytes += max_bytes
+        share.leases += 1
+        return Lease(self, max_bytes, share)
+
+    def room(self, connection: str) -> asyncio.Future[None]:
+        """A future resolved once a lease of ``connection`` is given back (done at once if it
+        holds none). Shared by the connection's waiting streams: do not cancel it (shield)."""
+        loop = asyncio.get_running_loop()
+        share = self._shares.get(connection)
+        if share is None:
+            done = loop.create_future()
+            done.set_result(None)
+            return done
+        if share.room is None or share.room.done():
+            share.room = loop.create_future()
+        return share.room
+
+    def _give_back(self, share: _Share, size_bytes: int) -> None:
+        share.held_bytes -= size_bytes
+        share.leases -= 1
+        room, share.room = share.room, None
+        if room is not None and not room.done():
+            room.set_result(None)
+        if not share.leases:
+            del self._shares[share.connection]
 
     def check(self) -> None:
         """Assert the invariants of the module docstring (for tests)."""
         assert self.in_use_bytes >= 0, self.in_use_bytes
         assert self.leases >= 0, self.leases
         assert self.leases or not self.in_use_bytes, (self.leases, self.in_use_bytes)
+        assert sum(share.leases for share in self._shares.values()) == self.leases
+        assert sum(share.held_bytes for share in self._shares.values()) == self.in_use_bytes
+        assert all(share.leases > 0 for share in self._shares.values())

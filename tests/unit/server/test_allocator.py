@@ -97,3 +97,56 @@ def test_trim_heap_gives_freed_blocks_between_live_ones_back():
     assert freed - start > 150, result.stdout  # free, but still resident: the defect
     assert released == "True"
     assert trimmed - start < 40, result.stdout  # 13 blocks kept, ~13 MiB
+
+
+# Eight pool threads each build 60 MiB of 128 KiB pieces and free them (what validating a
+# refused decompression bomb does), then the heap is trimmed: with glibc's own arenas each
+# thread's arena keeps its freed top (a trim never shrinks a thread heap's top, and the tuned
+# trim threshold is larger than a thread heap), with two shared arenas the trim returns it.
+_ARENAS_SCRIPT = """
+import sys, threading
+from stratalog.server.allocator import limit_arenas, trim_heap, tune_allocator
+def rss_mib():
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * 4096 / 2**20
+tune_allocator(32 * 1024 * 1024)
+if sys.argv[1] == "limited":
+    assert limit_arenas(2)
+start = rss_mib()
+barrier = threading.Barrier(8)
+def bomb():
+    barrier.wait()  # all at once: each thread takes an arena of its own if it may
+    pieces = [bytearray(128 * 1024) for _ in range(480)]
+    barrier.wait()
+    del pieces
+threads = [threading.Thread(target=bomb) for _ in range(8)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+trim_heap()
+print(rss_mib() - start)
+"""
+
+
+def _arenas_held_mib(mode: str) -> float:
+    result = subprocess.run([sys.executable, "-c", _ARENAS_SCRIPT, mode], capture_output=True,
+                            text=True, check=True)
+    return float(result.stdout)
+
+
+def test_limit_arenas_zero_leaves_them_alone_and_negative_is_refused():
+    from stratalog.server.allocator import limit_arenas
+
+    assert limit_arenas(0) is False
+    with pytest.raises(ValueError, match="must not be negative, got -1"):
+        limit_arenas(-1)
+
+
+@pytest.mark.skipif(not _GLIBC, reason="M_ARENA_MAX and malloc_trim exist in glibc only")
+def test_few_arenas_let_a_trim_return_what_pool_threads_freed():
+    default, limited = _arenas_held_mib("default"), _arenas_held_mib("limited")
+    # 8 x 60 MiB were freed: glibc's own arenas keep nearly all of it (measured 480 MiB), two
+    # shared ones about one heap (64 MiB).
+    assert default > 300, (default, limited)
+    assert limited < 160, (default, limited)

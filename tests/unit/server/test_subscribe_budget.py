@@ -87,3 +87,67 @@ def test_random_leases_agree_with_a_plain_model() -> None:
     for lease in open_leases:
         lease.release()
     assert budget.in_use_bytes == 0 and budget.leases == 0
+
+
+def test_a_connection_past_its_share_gets_no_lease_until_one_of_its_messages_is_taken() -> None:
+    budget = SubscribeBudget(total_bytes=32 * MIB, message_bytes_max=MIB,
+                             connection_bytes_max=2 * MIB)
+    first = budget.lease(MIB, "ipv4:10.0.0.1:1")
+    second = budget.lease(MIB, "ipv4:10.0.0.1:1")
+    assert first is not None and second is not None
+    first.hold(MIB)
+    second.hold(MIB + 4096)  # one batch larger than its lease: sent whole
+    assert budget.lease(MIB, "ipv4:10.0.0.1:1") is None  # the share is held
+    other = budget.lease(MIB, "ipv4:10.0.0.2:1")  # another connection is not held back
+    assert other is not None and other.max_bytes == MIB
+    budget.check()
+    first.release()
+    third = budget.lease(MIB, "ipv4:10.0.0.1:1")
+    assert third is not None and third.max_bytes == MIB - 4096  # what is left of the share
+    for lease in (second, third, other):
+        lease.release()
+    assert budget.in_use_bytes == 0 and budget.leases == 0
+    budget.check()
+
+
+async def test_room_is_made_when_a_lease_of_the_connection_is_given_back() -> None:
+    budget = SubscribeBudget(total_bytes=32 * MIB, message_bytes_max=MIB,
+                             connection_bytes_max=MIB)
+    held = budget.lease(MIB, "c")
+    assert held is not None and budget.lease(MIB, "c") is None
+    room = budget.room("c")
+    assert budget.room("c") is room and not room.done()  # shared by the waiting streams
+    held.release()
+    assert room.done()
+    assert budget.room("c").done()  # the connection holds nothing now
+    budget.check()
+
+
+def test_random_leases_of_connections_agree_with_a_plain_model() -> None:
+    rng = random.Random(10)
+    total, message_max, share = 10_000, 3_000, 4_000
+    budget = SubscribeBudget(total, message_max, connection_bytes_max=share)
+    open_leases: list[tuple[str, Lease]] = []
+    for _ in range(5000):
+        action = rng.random()
+        if open_leases and action < 0.4:
+            open_leases.pop(rng.randrange(len(open_leases)))[1].release()
+        elif open_leases and action < 0.7:
+            rng.choice(open_leases)[1].hold(rng.randrange(0, 2 * message_max))
+        else:
+            connection = rng.choice("abc")
+            wanted = rng.randrange(1, 2 * message_max)
+            free = total - sum(lease.size_bytes for _, lease in open_leases)
+            left = share - sum(lease.size_bytes for c, lease in open_leases if c == connection)
+            lease = budget.lease(wanted, connection)
+            if left <= 0:
+                assert lease is None
+            else:
+                assert lease is not None
+                assert lease.max_bytes == min(wanted, message_max, max(free, 0), left)
+                open_leases.append((connection, lease))
+        budget.check()
+    for _, lease in open_leases:
+        lease.release()
+    assert budget.in_use_bytes == 0 and budget.leases == 0
+    budget.check()
