@@ -136,10 +136,11 @@ def test_create_topic_writes_etcd_and_every_server_agrees(start_member, etcd, tm
     assert error.reason == "INVALID_CONFIG" and "segment.bytes" in error.message
     assert etcd_records(etcd, "wide") == ({}, {}) and etcd_records(etcd, "negative") == ({}, {})
 
-    # The default replication factor (1) on another server: one replica per partition.
+    # The default replication factor (0: min(3, live brokers)) on another server: three
+    # replicas per partition.
     answer = create_topic(servers[2], "single", 2, 0)
     assignment, _ = etcd_records(etcd, "single")
-    assert all(len(nodes) == 1 for nodes in assignment["partitions"].values())
+    assert all(sorted(nodes) == [1, 2, 3] for nodes in assignment["partitions"].values())
 
     # The CLI: create with --replication-factor, describe shows leader, replicas and ISR.
     cli = [sys.executable, "-m", "stratalog.cli", "--target", servers[1].target]
@@ -147,6 +148,7 @@ def test_create_topic_writes_etcd_and_every_server_agrees(start_member, etcd, tm
                               "--replication-factor", "2"], capture_output=True, text=True,
                              timeout=60)
     assert created.returncode == 0, created.stderr
+    assert created.stdout == "Created topic events with 2 partition(s), replication factor 2.\n"
     wait_for(lambda: len(partitions_of(servers[1], "events")) == 2, "events in the view")
     described = subprocess.run([*cli, "topics", "describe", "events"], capture_output=True,
                                text=True, timeout=60)
