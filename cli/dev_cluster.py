@@ -571,7 +571,7 @@ class DevCluster:
                 if stopping in done:
                     return
                 if self.etcd.exited in done:
-                    self._failed = True
+                    self.etcd.reported = self._failed = True
                     print(f"{_PREFIX}: etcd exited with code {self.etcd.exited.result()}"
                           f" (log {self.etcd.log_path}): stopping the servers", flush=True)
                     return
