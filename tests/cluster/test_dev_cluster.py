@@ -209,3 +209,56 @@ def test_a_server_killed_is_reported_and_the_others_keep_serving(tmp_path: Path)
         assert "stopped cleanly" in (tmp_path / "two" / "node-1.log").read_text()
     finally:
         kill(cluster)
+
+
+def _gone(pid: int) -> bool:
+    """Whether ``pid`` has exited (gone, or a zombie its new parent has not reaped yet)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def _wait_gone(pids: list[int], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not all(_gone(pid) for pid in pids):
+        assert time.monotonic() < deadline, f"still running after {timeout_s} s: {pids}"
+        time.sleep(0.1)
+
+
+def test_ctrl_c_before_ready_stops_what_started(tmp_path: Path) -> None:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "stratalog.cli", "dev-cluster", "--data-dir",
+         str(tmp_path / "early"), "--base-port", "0", "--etcd-port", "0", "--servers", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+        env={k: v for k, v in os.environ.items() if not k.startswith("STRATALOG_")},
+    )
+    cluster = DevCluster(process, tmp_path / "early", "", {}, {}, {})
+    try:
+        cluster.read_until(r"dev-cluster: etcd on", READY_TIMEOUT_S)
+        started = cluster.children()  # etcd, and the server if it was launched already
+        assert started
+        os.killpg(process.pid, signal.SIGINT)
+        assert process.wait(STOP_TIMEOUT_S) == 130
+        _wait_gone(started, 10)
+    finally:
+        kill(cluster)
+
+
+def test_a_killed_dev_cluster_leaves_no_server_behind(tmp_path: Path) -> None:
+    # PR_SET_PDEATHSIG: each child gets SIGTERM when the command dies (Linux).
+    cluster = launch(tmp_path / "orphans", "--servers", "1")
+    children = cluster.children()
+    assert len(children) == 2
+    try:
+        cluster.process.kill()
+        cluster.process.wait()
+        _wait_gone(children, STOP_TIMEOUT_S)
+        # The server was told to stop, not killed: it stopped cleanly.
+        log = (tmp_path / "orphans" / "node-1.log").read_text()
+        assert "SIGTERM: stopping" in log, log[-3000:]
+    finally:
+        for pid in children:
+            if not _gone(pid):
+                os.kill(pid, signal.SIGKILL)
