@@ -73,6 +73,7 @@ __all__ = [
     "BASE_PORT_DEFAULT",
     "ETCD_PORT_DEFAULT",
     "SERVERS_MAX",
+    "DevClusterError",
     "add_parser",
     "find_etcd",
     "run",
