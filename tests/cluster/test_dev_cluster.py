@@ -228,20 +228,29 @@ def _wait_gone(pids: list[int], timeout_s: float) -> None:
 
 
 def test_ctrl_c_before_ready_stops_what_started(tmp_path: Path) -> None:
+    # An "etcd" that never becomes healthy holds the command in its start, where Ctrl-C
+    # comes for certain before the cluster is ready.
+    never_healthy = tmp_path / "etcd"
+    never_healthy.write_text("#!/bin/sh\nexec sleep 600\n")
+    never_healthy.chmod(0o755)
     process = subprocess.Popen(
         [sys.executable, "-m", "stratalog.cli", "dev-cluster", "--data-dir",
-         str(tmp_path / "early"), "--base-port", "0", "--etcd-port", "0", "--servers", "1"],
+         str(tmp_path / "early"), "--base-port", "0", "--etcd-port", "0",
+         "--etcd-binary", str(never_healthy)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
         env={k: v for k, v in os.environ.items() if not k.startswith("STRATALOG_")},
     )
     cluster = DevCluster(process, tmp_path / "early", "", {}, {}, {})
     try:
-        cluster.read_until(r"dev-cluster: etcd on", READY_TIMEOUT_S)
-        started = cluster.children()  # etcd, and the server if it was launched already
-        assert started
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while not (started := cluster.children()):
+            assert process.poll() is None, process.communicate()[0]
+            assert time.monotonic() < deadline, "dev-cluster started no etcd"
+            time.sleep(0.1)
         os.killpg(process.pid, signal.SIGINT)
         assert process.wait(STOP_TIMEOUT_S) == 130
         _wait_gone(started, 10)
+        assert "stopping the servers, then etcd" in process.communicate()[0].decode()
     finally:
         kill(cluster)
 
