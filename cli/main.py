@@ -23,6 +23,7 @@ from . import (
     cluster,
     consume,
     credentials,
+    dev_cluster,
     dump_log,
     offsets,
     produce,
@@ -36,6 +37,7 @@ from .timestamps import join_relative_times
 # Subcommand modules, in the order `stratalog --help` lists them.
 _COMMANDS = (
     serve, topics, produce, consume, offsets, acls, cluster, dump_log, bench, whoami, credentials,
+    dev_cluster,
 )
 
 

@@ -12,7 +12,9 @@ JSON always carries every config as the server stores it (``configs``) and the n
 topic (``overridden_configs``).
 ``describe`` shows each partition's leader, replicas and in-sync replicas (from Metadata; a
 single server is broker 0, leader of everything) as ``kafka-topics --describe`` does, and
-``create --replication-factor N`` asks for N copies of each partition (cluster mode).
+``create --replication-factor N`` asks for N copies of each partition (cluster mode); without
+it a cluster picks its ``default_replication_factor``, and ``create`` prints the factor the
+topic got (from Metadata, as ``describe``).
 ``describe`` also shows the log cleaner's position in each partition of a compacted topic;
 ``clean`` cleans partitions of a compacted topic now (the CleanPartition RPC;
 docs/durability.md, "Compaction: operating it").
@@ -21,10 +23,12 @@ docs/durability.md, "Compaction: operating it").
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 
 from stratalog.client import CleaningResult, Client, PartitionInfo, PartitionLeadership, TopicInfo
+from stratalog.client.errors import StratalogError
 
 from .connection import add_target_argument, connect, fail, run_client_command
 from .output_format import add_format_argument, wants_json
@@ -249,6 +253,11 @@ def run(args: argparse.Namespace) -> int:
                     args.name, args.partitions, configs,
                     replication_factor=args.replication_factor,
                 )
+                # The replicas the topic got (the factor a cluster picked for 0, above all).
+                # The topic exists whatever this says: a refusal (no DESCRIBE right, a view
+                # not refreshed yet) only leaves the factor out of the line.
+                with contextlib.suppress(StratalogError):
+                    leadership = await _leadership(client, args.name)
             elif args.action == "alter":
                 topic = await client.alter_topic_configs(args.name, configs, args.delete)
             elif args.action == "describe":
@@ -275,7 +284,9 @@ def run(args: argparse.Namespace) -> int:
             json.dump(_topic_json(topic, leadership), sys.stdout, indent=2)
             print()
         elif args.action == "create":
-            print(f"Created topic {topic.name} with {topic.num_partitions} partition(s).")
+            factors = {len(p.replicas) for p in leadership.values()}
+            factor = f", replication factor {factors.pop()}" if len(factors) == 1 else ""
+            print(f"Created topic {topic.name} with {topic.num_partitions} partition(s){factor}.")
         else:
             _print_description(topic, getattr(args, "all", False), leadership)
         return 0

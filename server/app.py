@@ -3,7 +3,8 @@
 Life of a server process (``stratalog serve``)::
 
     check that the listen (and metrics) port is free: a busy port is one line of ours, and
-        leaves no data directory behind
+        leaves no data directory behind (the metrics port only when set: the default, 9464,
+        gives way to any free port when another server on this machine holds it)
     open the LogManager (locks the log dirs, recovers after an unclean shutdown), its share of
         RLIMIT_NOFILE computed after the connection caps (max_connections and
         metrics_connections_max: connections_reserved)
@@ -382,16 +383,24 @@ class Server:
                 self.metrics, metrics_endpoint_limits(settings), self._authenticator
             )
             try:
-                self.metrics_port = await self._endpoint.start(
-                    settings.metrics_listen_host, settings.metrics_port,
-                    None if self._tls is None else _context_source(self._tls),
-                    client_certificates=settings.tls_client_auth == "required",
-                )
+                self.metrics_port = await self._start_metrics(settings.metrics_port)
             except OSError as exc:
-                raise StartupError(
-                    f"cannot serve metrics on {settings.metrics_listen_host}:"
-                    f"{settings.metrics_port}: {exc}"
-                ) from exc
+                if (exc.errno != errno.EADDRINUSE or settings.metrics_port == 0
+                        or settings.given("metrics_port")):
+                    raise StartupError(
+                        f"cannot serve metrics on {settings.metrics_listen_host}:"
+                        f"{settings.metrics_port}: {exc}"
+                    ) from exc
+                # The default port, taken: most often by another server on this machine (a
+                # local cluster). Nobody asked for this port, so one that is free serves; the
+                # printed "metrics on" line says which.
+                self.metrics_port = await self._start_metrics(0)
+                logger.warning(
+                    "the default metrics port %d is in use on %s (another server on this"
+                    " machine?): serving the metrics on port %d instead; set metrics_port to"
+                    " choose one", settings.metrics_port, settings.metrics_listen_host,
+                    self.metrics_port,
+                )
         self._refresh_log_metrics()
         self.metrics.bind_cleaner(self.log_manager)
         # The log cleaner's threads (log.cleaner.threads; none with log.cleaner.enable=false):
@@ -404,6 +413,20 @@ class Server:
             logger.info("log cleaner started (log.cleaner.threads=%s)",
                         settings.log_defaults.get("log.cleaner.threads", "1"))
         self._maintenance = asyncio.create_task(self._maintain(), name="stratalog-maintenance")
+
+    async def _start_metrics(self, port: int) -> int:
+        """Start the metrics endpoint on ``port`` of the metrics host; the port bound.
+
+        Raises:
+            OSError: the port cannot be bound (EADDRINUSE: taken).
+        """
+        settings = self.settings
+        assert self._endpoint is not None
+        return await self._endpoint.start(
+            settings.metrics_listen_host, port,
+            None if self._tls is None else _context_source(self._tls),
+            client_certificates=settings.tls_client_auth == "required",
+        )
 
     # ---------------------------------------------------------------- cluster
 
@@ -865,7 +888,9 @@ def _check_ports_free(settings: Settings) -> None:
     """
     address = settings.listen_address
     ports = [(address.host, address.port, "")]
-    if settings.metrics_port > 0:
+    # A default metrics port that is taken gives way to a free one (Server.start): only a
+    # port someone chose must be free.
+    if settings.metrics_port > 0 and settings.given("metrics_port"):
         ports.append((settings.metrics_listen_host, settings.metrics_port, " (the metrics port)"))
     for host, port, what in ports:
         if port == 0:

@@ -386,7 +386,8 @@ class Settings:
     metrics_port: int = _setting(
         9464,
         "port of the Prometheus endpoint (/metrics) on the listen host; 0 = any free port"
-        " (printed), -1 = off",
+        " (printed), -1 = off. When it is not set and 9464 is taken (another server on this"
+        " machine), any free port, printed, with a warning",
         -1,
     )
     metrics_host: str = _setting(
@@ -579,10 +580,11 @@ class Settings:
         1_000,
     )
     default_replication_factor: int = _setting(
-        1,
+        0,
         "copies of each partition of a topic created with replication_factor 0 (Kafka's"
-        " default.replication.factor); at most the live brokers at creation",
-        1,
+        " default.replication.factor); at most the live brokers at creation; 0 = 3, or the"
+        " live brokers when fewer (Kafka's default is 1: docs/cluster.md says why ours is not)",
+        0,
     )
     unclean_leader_election_enable: bool = _setting(
         False,
@@ -828,6 +830,13 @@ class Settings:
             overrides[principal] = dict(quotas)
         object.__setattr__(self, "quota_overrides", overrides)
 
+    def given(self, name: str) -> bool:
+        """Whether setting ``name`` was set by the file, the environment or a flag, rather than
+        left at its default: a default may give way where a value someone chose may not (a
+        default metrics port already taken). Settings built directly, without
+        :func:`load_settings`, count every value as given."""
+        return self.sources is None or name in self.sources.given
+
     def reloaded(self) -> Settings:
         """These settings read again from the same file, environment and flags (SIGHUP).
 
@@ -922,11 +931,13 @@ class Settings:
 
 
 class SettingsSources(NamedTuple):
-    """What :func:`load_settings` read: the file (None: none), the environment and the flags."""
+    """What :func:`load_settings` read: the file (None: none), the environment and the flags;
+    ``given``: the names of the settings one of them set (the others kept their defaults)."""
 
     config_file: str | None
     environ: Mapping[str, str]
     overrides: Mapping[str, object]
+    given: frozenset[str] = frozenset()
 
 
 #: Values of ``authorizer`` (server/security/authorizer.py owns their meaning).
@@ -1172,6 +1183,7 @@ def load_settings(
         None if config_file is None else str(config_file),
         {k: v for k, v in env.items() if k.startswith(ENV_PREFIX)},
         dict(overrides or {}),
+        frozenset(values),
     )
     try:
         return Settings(

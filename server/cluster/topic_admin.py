@@ -7,8 +7,11 @@ transaction is the serialisation point, as ZooKeeper-era Kafka's ``AdminZkClient
 
     check name, partition count, configs    what the single-server path checks (LogManager
                                             .check_new_topic): both refuse the same requests
-    replication factor: 0 -> default_replication_factor; < 1 -> InvalidReplicationFactorError
-    read the live brokers from etcd         > live brokers -> InvalidReplicationFactorError
+    replication factor < 0                  -> InvalidReplicationFactorError
+    read the live brokers from etcd
+    replication factor 0                    -> default_replication_factor, or when that is 0
+                                            (its default): min(3, live brokers)
+    replication factor > live brokers       -> InvalidReplicationFactorError
     replicas: TopicAssignment.round_robin   rack-unaware, from a random broker (Kafka's
                                             assignReplicasToBrokersRackUnaware)
     one txn  if   create_revision(<prefix>/topics/<t>) == 0     else TopicAlreadyExistsError
@@ -62,7 +65,13 @@ if TYPE_CHECKING:
 
     from .node import ClusterNode
 
-__all__ = ["ADMIN_TIMEOUT_S", "ETCD_TXN_OPS_MAX", "UNCLEAN_CONFIG", "TopicAdmin"]
+__all__ = [
+    "ADMIN_TIMEOUT_S",
+    "DEFAULT_REPLICATION_FACTOR_MAX",
+    "ETCD_TXN_OPS_MAX",
+    "UNCLEAN_CONFIG",
+    "TopicAdmin",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +79,12 @@ logger = logging.getLogger(__name__)
 ADMIN_TIMEOUT_S = 5.0
 #: etcd's default ``--max-txn-ops``: the most operations one transaction may hold.
 ETCD_TXN_OPS_MAX = 128
+#: The replication factor of a topic created with 0 while ``default_replication_factor`` is 0
+#: (its default), when at least this many brokers live: three copies survive one broker down
+#: for maintenance and another failing (min.insync.replicas 2 with acks=all), the usual
+#: production choice; fewer live brokers give fewer copies, so that a two-server cluster, or a
+#: lone member, can still create topics.
+DEFAULT_REPLICATION_FACTOR_MAX = 3
 #: The topic config (and server setting) that lets the controller elect outside the ISR.
 UNCLEAN_CONFIG = "unclean.leader.election.enable"
 
@@ -100,17 +115,17 @@ class TopicAdmin:
             CoordinationUnavailableError: etcd did not answer within :data:`ADMIN_TIMEOUT_S`.
         """
         overrides = self._log_manager.check_new_topic(name, partitions, configs)
-        factor = replication_factor or self._default_replication_factor
-        if factor < 1:
+        if replication_factor < 0:
             raise InvalidReplicationFactorError(
                 f"replication factor must be at least 1 (0 = the server's default, "
-                f"{self._default_replication_factor}), got {replication_factor}"
+                f"{self._default_description()}), got {replication_factor}"
             )
         with self._etcd_errors("CreateTopic", "nothing was written"):
             async with asyncio.timeout(ADMIN_TIMEOUT_S):
                 await self._node.membership.refresh()
                 await self._node.view.refresh()
         live = sorted(self._node.membership.brokers)
+        factor = replication_factor or self.default_replication_factor(len(live))
         if factor > len(live):
             raise InvalidReplicationFactorError(
                 f"replication factor {factor} is larger than the {len(live)} live broker(s)"
@@ -130,6 +145,20 @@ class TopicAdmin:
         with contextlib.suppress(Exception):  # seen at the next poll otherwise
             await self._node.view.refresh()
         return self.describe(name, None, assignment)
+
+    def default_replication_factor(self, live_brokers: int) -> int:
+        """The replication factor of a topic created with 0: the setting, or when that is 0,
+        :data:`DEFAULT_REPLICATION_FACTOR_MAX` copies, fewer when fewer brokers live (but at
+        least 1, so that a lone member's topic is refused for no live broker below, not for a
+        factor of 0)."""
+        if self._default_replication_factor:
+            return self._default_replication_factor
+        return max(1, min(DEFAULT_REPLICATION_FACTOR_MAX, live_brokers))
+
+    def _default_description(self) -> str:
+        if self._default_replication_factor:
+            return str(self._default_replication_factor)
+        return f"{DEFAULT_REPLICATION_FACTOR_MAX}, or the live brokers when fewer"
 
     def _check_collisions(self, name: str) -> None:
         """The checks :meth:`LogManager.create_topic` makes against existing topics, against

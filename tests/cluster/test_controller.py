@@ -82,7 +82,9 @@ def as_tuple(p: pb.PartitionMetadata) -> tuple:
 
 
 def test_create_topic_writes_etcd_and_every_server_agrees(start_member, etcd, tmp_path) -> None:
-    servers = [start_member(node_id) for node_id in (1, 2, 3)]
+    # Server 3 has a default replication factor of its own; the others keep theirs (0).
+    servers = [start_member(1), start_member(2),
+               start_member(3, "--default-replication-factor", "2")]
     wait_for(lambda: all([b.node_id for b in metadata(s).brokers] == [1, 2, 3] for s in servers),
              "3 brokers everywhere")
     answer = create_topic(servers[0], "orders", 3, 3, {"retention.ms": "60000"})
@@ -136,10 +138,14 @@ def test_create_topic_writes_etcd_and_every_server_agrees(start_member, etcd, tm
     assert error.reason == "INVALID_CONFIG" and "segment.bytes" in error.message
     assert etcd_records(etcd, "wide") == ({}, {}) and etcd_records(etcd, "negative") == ({}, {})
 
-    # The default replication factor (1) on another server: one replica per partition.
-    answer = create_topic(servers[2], "single", 2, 0)
-    assignment, _ = etcd_records(etcd, "single")
-    assert all(len(nodes) == 1 for nodes in assignment["partitions"].values())
+    # Replication factor 0: the server's default_replication_factor. Its own default (0) is
+    # min(3, live brokers): three replicas per partition here; server 3's setting is 2.
+    create_topic(servers[0], "triple", 2, 0)
+    assignment, _ = etcd_records(etcd, "triple")
+    assert all(sorted(nodes) == [1, 2, 3] for nodes in assignment["partitions"].values())
+    answer = create_topic(servers[2], "double", 2, 0)
+    assignment, _ = etcd_records(etcd, "double")
+    assert all(len(set(nodes)) == 2 for nodes in assignment["partitions"].values())
 
     # The CLI: create with --replication-factor, describe shows leader, replicas and ISR.
     cli = [sys.executable, "-m", "stratalog.cli", "--target", servers[1].target]
@@ -147,6 +153,7 @@ def test_create_topic_writes_etcd_and_every_server_agrees(start_member, etcd, tm
                               "--replication-factor", "2"], capture_output=True, text=True,
                              timeout=60)
     assert created.returncode == 0, created.stderr
+    assert created.stdout == "Created topic events with 2 partition(s), replication factor 2.\n"
     wait_for(lambda: len(partitions_of(servers[1], "events")) == 2, "events in the view")
     described = subprocess.run([*cli, "topics", "describe", "events"], capture_output=True,
                                text=True, timeout=60)
@@ -163,9 +170,9 @@ def test_create_topic_writes_etcd_and_every_server_agrees(start_member, etcd, tm
 
     # DeleteTopic: etcd forgets the topic and its partition states.
     with grpc.insecure_channel(servers[0].target) as channel:
-        broker_pb2_grpc.BrokerStub(channel).DeleteTopic(pb.DeleteTopicRequest(name="single"),
+        broker_pb2_grpc.BrokerStub(channel).DeleteTopic(pb.DeleteTopicRequest(name="double"),
                                                         timeout=ADMIN_TIMEOUT_S + CALL_TIMEOUT_S)
-    assert etcd_records(etcd, "single") == ({}, {})
+    assert etcd_records(etcd, "double") == ({}, {})
 
     # Producer ids: the node id above each server's own counter, so never the same twice in
     # the cluster; transactions are refused in cluster mode.

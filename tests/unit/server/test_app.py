@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 
 from stratalog.records import build_batch
 from stratalog.server.app import Server, StartupError
-from stratalog.server.settings import Settings
+from stratalog.server.settings import Settings, load_settings
 from stratalog.server.storage.log_manager import LogManager
 from stratalog.v1 import broker_pb2 as pb
 from stratalog.v1 import broker_pb2_grpc
@@ -86,6 +87,38 @@ async def test_a_metrics_port_in_use_is_refused_before_any_log_dir_too(tmp_path:
         with pytest.raises(StartupError, match=f"port {port} \\(the metrics port\\) is already"):
             await server.start()
     assert not (tmp_path / "d").exists()
+
+
+async def test_the_default_metrics_port_taken_gives_way_to_a_free_one(tmp_path: Path) -> None:
+    # Issue 25 item 3: a second server on one machine exited because the first held the
+    # default metrics port, which nobody had asked for. Port 9464 is held here (or by someone
+    # else already: taken either way).
+    default = Settings().metrics_port
+    with socket.socket() as taken:
+        taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        with contextlib.suppress(OSError):
+            taken.bind(("127.0.0.1", default))
+            taken.listen()
+        defaulted = load_settings(environ={}, overrides={
+            "listen": "127.0.0.1:0", "log_dirs": str(tmp_path / "d")})
+        assert not defaulted.given("metrics_port")
+        server = Server(defaulted)
+        await server.start()
+        try:
+            assert server.metrics_port not in (None, 0, default)
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.metrics_port)
+            writer.write(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            assert (await reader.read()).startswith(b"HTTP/1.1 200")
+            writer.close()
+        finally:
+            await server.stop(grace_s=1)
+        # The same port asked for by name (flag, file or environment) is still refused.
+        chosen = load_settings(environ={"STRATALOG_METRICS_PORT": str(default)}, overrides={
+            "listen": "127.0.0.1:0", "log_dirs": str(tmp_path / "e")})
+        assert chosen.given("metrics_port")
+        with pytest.raises(StartupError, match=f"port {default} \\(the metrics port\\)"):
+            await Server(chosen).start()
+    assert not (tmp_path / "e").exists()
 
 
 async def test_a_bind_lost_after_the_check_still_closes_the_logs(

@@ -74,6 +74,20 @@ def test_file_environment_and_flags_in_increasing_precedence(tmp_path: Path) -> 
     }
 
 
+def test_given_names_what_a_source_set_and_not_what_kept_its_default(tmp_path: Path) -> None:
+    # A default may give way where a chosen value may not (app.py: the metrics port).
+    config = tmp_path / "s.toml"
+    config.write_text('metrics_port = 9464\n"node.id" = 2\n')
+    assert not load_settings(environ={}).given("metrics_port")
+    from_file = load_settings(config_file=config, environ={})
+    assert from_file.given("metrics_port") and from_file.given("node_id")  # Kafka's name too
+    assert not from_file.given("listen")
+    assert load_settings(environ={"STRATALOG_METRICS_PORT": "9464"}).given("metrics_port")
+    assert load_settings(environ={}, overrides={"metrics_port": "9464"}).given("metrics_port")
+    # Built directly, every value counts as chosen.
+    assert Settings().given("metrics_port")
+
+
 def test_config_file_from_the_environment(tmp_path: Path) -> None:
     config = tmp_path / "c.toml"
     config.write_text('log_dirs = ["/a", "/b"]\n')

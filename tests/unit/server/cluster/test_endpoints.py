@@ -40,7 +40,7 @@ def test_cluster_settings() -> None:
     assert load_settings(environ={}).cluster == ""  # a single server by default
     defaults = load_settings(environ={})
     assert (defaults.cluster_session_timeout_ms, defaults.default_replication_factor,
-            defaults.unclean_leader_election_enable) == (3000, 1, False)
+            defaults.unclean_leader_election_enable) == (3000, 0, False)  # 0: min(3, live)
     kafka_names = load_settings(environ={}, overrides={
         "default.replication.factor": "3", "unclean.leader.election.enable": "true",
     })
@@ -54,7 +54,7 @@ def test_cluster_settings() -> None:
         ({"advertised_listen": "h:0"}, "advertised_listen"),
         ({"cluster_prefix": "stratalog"}, "cluster_prefix"),
         ({"cluster_session_timeout_ms": "500"}, "cluster_session_timeout_ms"),
-        ({"default_replication_factor": "0"}, "default_replication_factor"),
+        ({"default_replication_factor": "-1"}, "default_replication_factor"),
         # Producer ids carry the node id above 40 bits of counter: int64 bounds it.
         ({"cluster": "etcd://h:1", "node_id": str(2**23)}, "node_id' must be <= 8388607"),
     ]:
