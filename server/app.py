@@ -113,6 +113,7 @@ from stratalog.server.settings import (
 )
 from stratalog.server.storage.meta_properties import META_PROPERTIES_FILE
 from stratalog.server.subscribe_budget import MESSAGE_COPIES_HELD, SubscribeBudget
+from stratalog.server.thread_priority import lower_current_thread_priority
 from stratalog.v1 import broker_pb2
 
 if TYPE_CHECKING:
@@ -172,8 +173,13 @@ class Server:
         self.replica_manager: ReplicaManager | None = None  # with --cluster, once joined
         self._replication: ReplicationService | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        # Each pool thread lowers its own CPU priority as it starts: the loop serves every
+        # client, a pool thread one request (server/thread_priority.py).
         self._executor = ThreadPoolExecutor(
-            max_workers=settings.io_threads, thread_name_prefix="stratalog-io"
+            max_workers=settings.io_threads, thread_name_prefix="stratalog-io",
+            initializer=functools.partial(
+                lower_current_thread_priority, settings.io_threads_nice
+            ),
         )
         self._grpc: grpc.aio.Server | None = None
         self._health: health.aio.HealthServicer | None = None

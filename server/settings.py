@@ -65,6 +65,7 @@ from typing import Any, NamedTuple
 
 from stratalog.server.storage.errors import InvalidConfigError
 from stratalog.server.storage.log_defaults import SERVER_SETTING_NAMES, parse_server_defaults
+from stratalog.server.thread_priority import NICE_MAX
 
 __all__ = [
     "CONFIG_ENV_VAR",
@@ -343,6 +344,14 @@ class Settings:
     )
     io_threads: int = _setting(
         8, "threads for fsync, large reads, topic admin and background maintenance", 1
+    )
+    io_threads_nice: int = _setting(
+        10,
+        "how much lower the io_threads' CPU priority is than the event loop's: added to each"
+        " pool thread's nice value (Linux; at most 19), so that a client keeping the pool busy"
+        " cannot take the CPU the loop needs to serve every other client"
+        " (server/thread_priority.py); 0 keeps them at the loop's",
+        0,
     )
     maintenance_interval_ms: int = _setting(
         1_000,
@@ -693,6 +702,10 @@ class Settings:
                 f"setting 'waiting_rpcs_max' ({self.waiting_rpcs_max}) must be below"
                 f" 'max_concurrent_rpcs' ({self.max_concurrent_rpcs}): the difference is what"
                 " unary RPCs keep when streams and long polls hold every slot they may"
+            )
+        if self.io_threads_nice > NICE_MAX:
+            raise SettingsError(
+                f"setting 'io_threads_nice' must be <= {NICE_MAX}, got {self.io_threads_nice}"
             )
         if self.metrics_port > 65535:
             raise SettingsError(f"setting 'metrics_port' must be <= 65535, got {self.metrics_port}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -282,3 +283,44 @@ def test_address_in_use_fails_the_start(server, tmp_path: Path) -> None:
     # The port is checked first (issue 15): no log dir was created for a server that cannot
     # run. (A bind lost after the check closes what it opened: tests/unit/server/test_app.py.)
     assert not (tmp_path / "data").exists()
+
+
+def _thread_nice_values(pid: int) -> dict[int, int]:
+    """Each thread's nice value, by thread id: field 19 of /proc/PID/task/TID/stat."""
+    values = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except FileNotFoundError:  # a thread that ended meanwhile
+            continue
+        # The fields after the command name, which is in parentheses and may hold spaces.
+        values[int(task.name)] = int(stat.rsplit(")", 1)[1].split()[16])
+    return values
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"),
+                    reason="thread nice values are per thread, and in /proc, on Linux only")
+@pytest.mark.parametrize("io_threads_nice", [10, 0])
+def test_the_thread_pool_runs_below_the_event_loop(
+    start_server, tmp_path: Path, io_threads_nice: int
+) -> None:
+    server = start_server(tmp_path / "data", "--io-threads-nice", str(io_threads_nice))
+    pid = server.process.pid
+    # The nice value the server started with, which its threads inherit.
+    base = os.getpriority(os.PRIO_PROCESS, os.getpid())
+    if io_threads_nice and base == 19:
+        pytest.skip("the tests run at nice 19 already: no lower priority to give the pool")
+    channel, stub = _stub(server.target)
+    with channel:
+        # Topic admin runs in the pool: it has a thread now.
+        stub.CreateTopic(pb.CreateTopicRequest(name="niced", partitions=1), timeout=TIMEOUT)
+    values = _thread_nice_values(pid)
+    assert values[pid] == base  # the event loop's thread (the main thread)
+    niced = [tid for tid, nice in values.items() if nice != base]
+    if io_threads_nice:
+        # The pool's threads, and only they: gRPC's, the metrics endpoint's and the loop's
+        # keep the server's priority.
+        assert 1 <= len(niced) <= 8, values  # io_threads' default
+        assert {values[tid] for tid in niced} == {min(19, base + io_threads_nice)}, values
+    else:
+        assert niced == [], values

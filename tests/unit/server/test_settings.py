@@ -188,6 +188,8 @@ def test_unrelated_environment_variables_are_ignored() -> None:
         ({"STRATALOG_LISTEN": "::1:5"}, ["listen", "brackets"]),
         ({"STRATALOG_METRICS_PORT": "-2"}, ["metrics_port", ">= -1"]),
         ({"STRATALOG_METRICS_PORT": "65536"}, ["metrics_port", "65535"]),
+        ({"STRATALOG_IO_THREADS_NICE": "-1"}, ["io_threads_nice", ">= 0"]),
+        ({"STRATALOG_IO_THREADS_NICE": "20"}, ["io_threads_nice", "<= 19", "20"]),
         ({"STRATALOG_LOGGING_LEVEL": "LOUD"}, ["logging_level", "LOUD"]),
         ({"STRATALOG_LOG_DIRS": ","}, ["log_dirs"]),
     ],
