@@ -77,6 +77,7 @@ from .errors import (
     LeaderNotAvailableError,
     RequestTimeoutError,
     StratalogError,
+    TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
     from_rpc_error,
 )
@@ -635,16 +636,30 @@ class Client:
         configs: Mapping[str, str] | None = None,
         *,
         replication_factor: int | None = None,
+        exist_ok: bool = False,
         timeout_s: float | None = _UNSET,
     ) -> TopicInfo:
         """Create a topic with ``partitions`` partitions and Kafka-named ``configs``;
         ``replication_factor`` replicas of each (a cluster; ``None``: the server's default).
 
-        Raises TopicAlreadyExistsError, InvalidTopicError, InvalidConfigError,
-        InvalidReplicationFactorError, CoordinationUnavailableError (a cluster's etcd).
+        With ``exist_ok=True`` a topic of that name that exists already is not an error: its
+        :class:`TopicInfo` is returned (DescribeTopic) as it is, without comparing its
+        partitions and configs with those asked for, as kafka-topics.sh's
+        ``--create --if-not-exists`` does; compare them yourself where it matters. The
+        arguments are checked either way. ``timeout_s`` applies to each of the two calls.
+
+        Raises TopicAlreadyExistsError (unless ``exist_ok``), InvalidTopicError,
+        InvalidConfigError, InvalidReplicationFactorError, CoordinationUnavailableError (a
+        cluster's etcd).
         """
+        wire.check_bool(exist_ok, "exist_ok")
         request = wire.create_topic_request(name, partitions, configs, replication_factor)
-        response = await self._call("CreateTopic", request, self._deadline(timeout_s))
+        try:
+            response = await self._call("CreateTopic", request, self._deadline(timeout_s))
+        except TopicAlreadyExistsError:
+            if not exist_ok:
+                raise
+            return await self.describe_topic(name, timeout_s=timeout_s)
         return wire.topic_info(response.topic)
 
     async def delete_topic(self, name: str, *, timeout_s: float | None = _UNSET) -> None:

@@ -39,6 +39,7 @@ from .errors import (
     LeaderNotAvailableError,
     RequestTimeoutError,
     StratalogError,
+    TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
     from_rpc_error,
 )
@@ -482,11 +483,19 @@ class SyncClient:
         configs: Mapping[str, str] | None = None,
         *,
         replication_factor: int | None = None,
+        exist_ok: bool = False,
         timeout_s: float | None = _UNSET,
     ) -> TopicInfo:
-        """See :meth:`Client.create_topic <stratalog.client.Client.create_topic>`."""
+        """See :meth:`Client.create_topic <stratalog.client.Client.create_topic>` (with
+        ``exist_ok=True``, an existing topic's TopicInfo is returned as it is)."""
+        wire.check_bool(exist_ok, "exist_ok")
         request = wire.create_topic_request(name, partitions, configs, replication_factor)
-        response = self._call("CreateTopic", request, self._deadline(timeout_s))
+        try:
+            response = self._call("CreateTopic", request, self._deadline(timeout_s))
+        except TopicAlreadyExistsError:
+            if not exist_ok:
+                raise
+            return self.describe_topic(name, timeout_s=timeout_s)
         return wire.topic_info(response.topic)
 
     def delete_topic(self, name: str, *, timeout_s: float | None = _UNSET) -> None:
