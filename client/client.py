@@ -79,7 +79,6 @@ from .errors import (
     StratalogError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
-    from_rpc_error,
 )
 from .metadata_cache import METADATA_MAX_AGE_MS, NO_LEADER, MetadataCache
 from .routing import REROUTES_MAX, ROUTING_ERRORS, UNANSWERED, Reroute, reroute
@@ -252,6 +251,7 @@ class Client:
             self._target, tls, auth, credentials
         )
         self._channel_args = channel_options(max_message_bytes, [*tls_options, *options])
+        self._tls = tls
         if not isinstance(sessions, bool):
             raise TypeError(f"sessions must be a bool, got {sessions!r}")
         self._sessions = sessions
@@ -282,7 +282,8 @@ class Client:
                     address, self._credentials, options=self._channel_args
                 )
             connection = BrokerConnection(
-                address, channel, self._metadata, sessions=self._sessions
+                address, channel, self._metadata, sessions=self._sessions, tls=self._tls,
+                tls_on=self._credentials is not None,
             )
             self._connections[address] = connection
         return connection
@@ -338,10 +339,10 @@ class Client:
             if not wait.cancelled() and wait.exception() is None:
                 self._home = waits[wait]
                 return
-        raise BrokerUnavailableError(
+        raise await connections[0].diagnosed(BrokerUnavailableError(
             f"no connection to {self._target} within {timeout_s} s",
             code=grpc.StatusCode.UNAVAILABLE,
-        )
+        ), None)
 
     def _deadline(self, timeout_s: Any, extra_ms: int = 0) -> float | None:
         timeout = self._timeout_s if timeout_s is _UNSET else check_timeout(timeout_s)
@@ -903,7 +904,7 @@ class Client:
                     log_throttle("subscription to", topic, partition, response.throttle_time_ms)
                     yield wire.fetch_result(response, by_timestamp=by_timestamp)
             except grpc.aio.AioRpcError as err:
-                raise from_rpc_error(err) from err
+                raise await connection.error_of(err) from err
             finally:
                 call.cancel()
         except StratalogError as err:
