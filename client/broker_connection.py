@@ -105,16 +105,18 @@ class BrokerConnection:
         """
         state = self.channel.get_state(try_to_connect=True)
         if state is grpc.ChannelConnectivity.READY:
+            self._diagnoser.connected = True
             return
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while state is not grpc.ChannelConnectivity.READY:
             if state is grpc.ChannelConnectivity.TRANSIENT_FAILURE:
-                raise await self.diagnosed(BrokerUnavailableError(
+                error = BrokerUnavailableError(
                     f"no connection to {self.address}: the connection attempt failed"
                     " (refused, reset or timed out)",
                     code=grpc.StatusCode.UNAVAILABLE,
-                ), None)
+                )
+                raise await self.diagnosed(error, None)
             if state is grpc.ChannelConnectivity.SHUTDOWN:
                 raise BrokerUnavailableError(
                     f"no connection to {self.address}: the client closed the channel",
@@ -129,6 +131,7 @@ class BrokerConnection:
                     code=grpc.StatusCode.UNAVAILABLE,
                 ) from None
             state = self.channel.get_state(try_to_connect=True)
+        self._diagnoser.connected = True
 
     async def diagnosed(self, error: StratalogError, details: str | None) -> StratalogError:
         """``error`` or, when the client's TLS set-up is why the connection failed, the
@@ -146,9 +149,11 @@ class BrokerConnection:
     async def call(self, method: Any, request: Any, timeout: float | None) -> Any:
         """A unary call of the stub's ``method``; a failure as its StratalogError."""
         try:
-            return await method(request, timeout=timeout, metadata=self.metadata)
+            response = await method(request, timeout=timeout, metadata=self.metadata)
         except grpc.aio.AioRpcError as err:
             raise await self.error_of(err) from err
+        self._diagnoser.connected = True
+        return response
 
     async def request(
         self, rpc: tuple[int, Any], unary_name: str, request: Any, timeout: float | None
@@ -181,5 +186,6 @@ class BrokerConnection:
                         logger.info("%s refused a session, unary calls for %.0f s: %s",
                                     self.address, SESSION_RETRY_AFTER_S, refused.error)
                 else:
+                    self._diagnoser.connected = True
                     return response_class.FromString(answer)
         return await self.call(getattr(self.stub, unary_name), request, timeout)

@@ -242,6 +242,7 @@ class SyncClient:
                 self._watched_at = time.monotonic()
         if state is grpc.ChannelConnectivity.READY:
             self._ready.add(address)
+            self._diagnoser(address).connected = True
             with self._lock:
                 self._cache.mark_reachable(address)
             return
@@ -262,6 +263,9 @@ class SyncClient:
     def _diagnoser(self, address: str) -> Diagnoser:
         """The :class:`~.tls_diagnosis.Diagnoser` of ``address`` (one per address, kept while
         the client lives, as its channel is)."""
+        diagnoser = self._diagnosers.get(address)  # the common case, without the lock
+        if diagnoser is not None:
+            return diagnoser
         with self._lock:
             diagnoser = self._diagnosers.get(address)
             if diagnoser is None:
@@ -278,9 +282,11 @@ class SyncClient:
     def _invoke(self, address: str, name: str, request: Any, timeout: float | None) -> Any:
         stub = self._connection(address)
         try:
-            return getattr(stub, name)(request, timeout=timeout, metadata=self._metadata)
+            response = getattr(stub, name)(request, timeout=timeout, metadata=self._metadata)
         except grpc.RpcError as err:
             raise self._error_of(address, err) from err
+        self._diagnoser(address).connected = True
+        return response
 
     # --- routing (the async Client's, blocking) --------------------------------------------------
 

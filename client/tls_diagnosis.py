@@ -282,10 +282,11 @@ def message(diagnosis: Diagnosis, address: str, advice: str | None = None) -> st
 class Diagnoser:
     """One server address's diagnoses, for the connection (async) or channel (sync) to it.
 
-    Holds the client's TLS set-up and the last probe's answer and time. :meth:`diagnosed`
-    turns a connection failure into a :class:`~stratalog.client.errors.TlsHandshakeError` when
-    TLS is why. Probes at most once per :data:`PROBE_INTERVAL_S` (callers that fail meanwhile
-    wait for the probe under way, then share its answer). Thread-safe; blocking when it
+    Holds the client's TLS set-up, the last probe's answer and time, and whether the server
+    ever answered (``connected``, set by the caller). :meth:`diagnosed` turns a connection
+    failure into a :class:`~stratalog.client.errors.TlsHandshakeError` when TLS is why. Probes
+    at most once per :data:`PROBE_INTERVAL_S` (callers that fail meanwhile wait for the probe
+    under way, then share its answer), and never once the server answered. Thread-safe; blocking when it
     probes (:meth:`may_block` says whether it would: the async client then calls it in a
     thread). Holds nothing durable.
     """
@@ -297,10 +298,15 @@ class Diagnoser:
         self._lock = threading.Lock()
         self._probed_at = -float("inf")
         self._probed: Diagnosis | None = None
+        #: Set once the server answered (or the channel connected): a connection that fails
+        #: after that is a server gone or restarting, not a TLS set-up it refuses, and is not
+        #: probed (a probe of a vanished host would hold up the failover by its timeout).
+        self.connected = False
 
     def may_block(self, error: StratalogError, details: str | None) -> bool:
         """Whether :meth:`diagnosed` would probe (block) for this failure now."""
         return (type(error) is BrokerUnavailableError
+                and not self.connected
                 and from_details(details or "", self._tls_on) is None
                 and wants_probe(details)
                 and time.monotonic() - self._probed_at >= PROBE_INTERVAL_S)
@@ -321,7 +327,7 @@ class Diagnoser:
         if type(error) is not BrokerUnavailableError:
             return error
         diagnosis = from_details(details or "", self._tls_on)
-        if diagnosis is None and wants_probe(details):
+        if diagnosis is None and not self.connected and wants_probe(details):
             with self._lock:
                 if may_probe and time.monotonic() - self._probed_at >= PROBE_INTERVAL_S:
                     self._probed = probe(self.address, self._tls, tls_on=self._tls_on)

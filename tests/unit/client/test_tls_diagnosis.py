@@ -113,3 +113,18 @@ def test_a_probe_of_what_does_not_answer_or_speaks_neither_finds_nothing() -> No
         address = f"127.0.0.1:{silent.getsockname()[1]}"
         assert probe(address, None, tls_on=False, timeout_s=0.3) is None
         assert probe(address, None, tls_on=True, timeout_s=0.3) is None
+
+
+def test_a_server_that_answered_before_is_not_probed() -> None:
+    """A connection that fails after the server answered is a server gone or restarting:
+    no probe (of a vanished host it would hold up the failover by its timeout)."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        address = f"127.0.0.1:{listener.getsockname()[1]}"
+        diagnoser = Diagnoser(address, None, tls_on=False)
+        diagnoser.connected = True
+        closed = BrokerUnavailableError(CLOSED)
+        assert not diagnoser.may_block(closed, CLOSED)
+        assert diagnoser.diagnosed(closed, CLOSED) is closed
+        listener.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            listener.accept()  # nobody connected
