@@ -184,17 +184,9 @@ def probe(
     except OSError:
         return None  # nothing there: gRPC's own error says so
     with sock:
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        context.set_alpn_protocols(["h2"])
-        checks = tls_on and tls is not None
-        if checks:
-            if tls.ca_pem is not None:
-                context.load_verify_locations(cadata=tls.ca_pem.decode("ascii", "replace"))
-            else:
-                context.load_default_certs()
-        else:
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
+        context = _context(tls if tls_on else None)
+        if context is None:
+            return None
         name = (tls.server_name if tls is not None else None) or host
         try:
             sock.settimeout(max(deadline - time.monotonic(), 0.01))
@@ -229,6 +221,26 @@ def probe(
             if first:
                 return None  # the server talks to a client without a certificate
             return _refused_after_handshake(tls, tls_on)
+
+
+def _context(tls: TlsConfig | None) -> ssl.SSLContext | None:
+    """A client context that verifies the server as ``tls`` says (the CA given, else the
+    system's), or nothing at all without it; ALPN h2, as gRPC offers. None when the CA does
+    not load (gRPC would have said so first)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.set_alpn_protocols(["h2"])
+    if tls is None:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        return context
+    try:
+        if tls.ca_pem is not None:
+            context.load_verify_locations(cadata=tls.ca_pem.decode("ascii", "replace"))
+        else:
+            context.load_default_certs()
+    except (ssl.SSLError, ValueError):
+        return None
+    return context
 
 
 def _refused_after_handshake(tls: TlsConfig | None, tls_on: bool) -> Diagnosis:
