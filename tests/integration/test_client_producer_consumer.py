@@ -306,6 +306,13 @@ async def test_position_after_a_break_is_past_the_last_record_handed_over(
         async with Consumer(client, "pc-pos-break", start=saved) as resumed:
             assert [record.offset async for record in resumed] == list(range(2, 10))
             assert resumed.position(0) == 10
+        # Seeking to the position (what a reader that stores it may do) changes nothing.
+        async with Consumer(client, "pc-pos-break") as consumer:
+            async for record in consumer:
+                if record.offset == 4:
+                    break
+            consumer.seek(0, consumer.position(0))
+            assert [record.offset async for record in consumer] == list(range(5, 10))
 
     await asyncio.wait_for(run(), DEADLINE_S)
 
