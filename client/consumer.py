@@ -362,7 +362,7 @@ class Consumer:
         reader resuming the partition (this Consumer iterated again, or a new one started
         there) gets its next record (Kafka's consumer position). Records fetched ahead but not
         handed over do not count. Before any record was handed, the starting offset (or where
-        the last seek put it). O(1)."""
+        the last seek put it)."""
         self._check_assigned(partition)
         hand = self._in_hand
         if hand is not None and hand.partition == partition and hand.last is not None:
