@@ -32,7 +32,9 @@ codes that scripts can rely on:
     0    success
     1    the server refused the request (unknown topic, offset out of range, invalid config, ...)
     2    bad usage (argparse, or an argument the library rejected before any request)
-    3    the server could not be reached or did not answer in time
+    3    the server could not be reached or did not answer in time, or the connection's TLS
+         set-up is not the server's (the message says which: the server requires TLS or a
+         client certificate, refused it, or its certificate is not trusted: pass --ca-file)
     130  interrupted (Ctrl-C)
 
 Messages go to stderr as one line: ``stratalog <command>: <what went wrong>``.
@@ -50,7 +52,13 @@ from typing import Any
 
 from stratalog.client import Client
 from stratalog.client.credentials import TlsConfig, credentials_from
-from stratalog.client.errors import BrokerUnavailableError, RequestTimeoutError, StratalogError
+from stratalog.client.errors import (
+    BrokerUnavailableError,
+    RequestTimeoutError,
+    StratalogError,
+    TlsHandshakeError,
+)
+from stratalog.client.tls_diagnosis import Diagnosis, TlsProblem, message, unknown_issuer
 
 __all__ = [
     "DEFAULT_TARGET",
@@ -66,6 +74,7 @@ __all__ = [
     "fail",
     "parse_target",
     "run_client_command",
+    "tls_failure",
 ]
 
 DEFAULT_PORT = 50051
@@ -241,12 +250,40 @@ def fail(command: str, message: str, code: int = EXIT_USAGE) -> int:
     return code
 
 
+#: What to do about a TLS set-up the server refused, in this command's options (the library's
+#: own message names TlsConfig's arguments instead).
+_TLS_ADVICE = {
+    TlsProblem.SERVER_REQUIRES_TLS:
+        "pass --ca-file with the CA that signed its certificate (--tls: the system's CAs)",
+    TlsProblem.SERVER_REQUIRES_CLIENT_CERTIFICATE:
+        "pass --cert-file and --key-file, a certificate signed by a CA the server trusts",
+    TlsProblem.CLIENT_CERTIFICATE_REFUSED:
+        "--cert-file is not signed by a CA the server trusts, or it has expired",
+    TlsProblem.SERVER_CERTIFICATE_UNTRUSTED: "pass --ca-file with the CA that signed it",
+    TlsProblem.SERVER_NAME_MISMATCH: "pass --server-name with the name it is for",
+    TlsProblem.SERVER_NOT_TLS: "it listens without TLS: leave out --tls and --ca-file",
+}
+
+
+def tls_failure(exc: TlsHandshakeError) -> str:
+    """The command line's words for a TLS set-up the server refused, e.g. ``certificate not
+    trusted (unable to get local issuer certificate) at db1:50051: pass --ca-file with the CA
+    that signed it``."""
+    diagnosis = Diagnosis(exc.problem, exc.detail)
+    advice = _TLS_ADVICE[exc.problem]
+    if exc.problem is TlsProblem.SERVER_CERTIFICATE_UNTRUSTED and not unknown_issuer(diagnosis):
+        advice = "the server needs a valid certificate"
+    return message(diagnosis, exc.address, advice)
+
+
 def run_client_command(command: str, coroutine: Callable[[], Awaitable[int]]) -> int:
     """Run ``coroutine()`` to completion and turn its errors into an exit code."""
     try:
         return asyncio.run(_run(coroutine))
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except TlsHandshakeError as exc:
+        return fail(command, tls_failure(exc), EXIT_UNAVAILABLE)
     except (BrokerUnavailableError, RequestTimeoutError) as exc:
         return fail(command, f"cannot reach the server: {exc.message}", EXIT_UNAVAILABLE)
     except StratalogError as exc:

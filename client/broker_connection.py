@@ -23,8 +23,10 @@ import grpc.aio
 
 from stratalog.v1 import broker_pb2_grpc
 
-from .errors import BrokerUnavailableError, from_rpc_error
+from .credentials import TlsConfig
+from .errors import BrokerUnavailableError, StratalogError, from_rpc_error
 from .session import ClientSession, SessionRefusedError
+from .tls_diagnosis import Diagnoser
 
 __all__ = ["SESSION_REQUEST_OVERHEAD_BYTES", "SESSION_RETRY_AFTER_S", "BrokerConnection"]
 
@@ -44,7 +46,9 @@ class BrokerConnection:
     Holds ``address``, the channel (lazy: nothing connects until the first call), the stub,
     the call metadata (credentials), the session (``None`` until the first request that uses
     one, replaced when it broke), whether sessions are on, and the largest request the server
-    took on a session (learnt when a larger one broke a stream). Crash: holds nothing durable.
+    took on a session (learnt when a larger one broke a stream), and the
+    :class:`~.tls_diagnosis.Diagnoser` that tells a TLS set-up the server refuses from other
+    connection failures. Crash: holds nothing durable.
     """
 
     def __init__(
@@ -54,8 +58,11 @@ class BrokerConnection:
         metadata: Sequence[tuple[str, str]] | None,
         *,
         sessions: bool,
+        tls: TlsConfig | None = None,
+        tls_on: bool = False,
     ) -> None:
         self.address = address
+        self._diagnoser = Diagnoser(address, tls, tls_on=tls_on)
         self.channel = channel
         self.stub = broker_pb2_grpc.BrokerStub(channel)
         self.metadata = metadata
@@ -98,16 +105,18 @@ class BrokerConnection:
         """
         state = self.channel.get_state(try_to_connect=True)
         if state is grpc.ChannelConnectivity.READY:
+            self._diagnoser.connected = True
             return
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while state is not grpc.ChannelConnectivity.READY:
             if state is grpc.ChannelConnectivity.TRANSIENT_FAILURE:
-                raise BrokerUnavailableError(
+                error = BrokerUnavailableError(
                     f"no connection to {self.address}: the connection attempt failed"
                     " (refused, reset or timed out)",
                     code=grpc.StatusCode.UNAVAILABLE,
                 )
+                raise await self.diagnosed(error, None)
             if state is grpc.ChannelConnectivity.SHUTDOWN:
                 raise BrokerUnavailableError(
                     f"no connection to {self.address}: the client closed the channel",
@@ -122,13 +131,29 @@ class BrokerConnection:
                     code=grpc.StatusCode.UNAVAILABLE,
                 ) from None
             state = self.channel.get_state(try_to_connect=True)
+        self._diagnoser.connected = True
+
+    async def diagnosed(self, error: StratalogError, details: str | None) -> StratalogError:
+        """``error`` or, when the client's TLS set-up is why the connection failed, the
+        TlsHandshakeError that says so (``details``: gRPC's, None when there are none). A
+        probe, when one is due, runs in a thread (at most PROBE_TIMEOUT_S)."""
+        if self._diagnoser.may_block(error, details):
+            return await asyncio.to_thread(self._diagnoser.diagnosed, error, details)
+        return self._diagnoser.diagnosed(error, details, may_probe=False)
+
+    async def error_of(self, err: grpc.aio.AioRpcError) -> StratalogError:
+        """The StratalogError of a failed call on this connection (diagnosed)."""
+        error = from_rpc_error(err)
+        return await self.diagnosed(error, error.message)
 
     async def call(self, method: Any, request: Any, timeout: float | None) -> Any:
         """A unary call of the stub's ``method``; a failure as its StratalogError."""
         try:
-            return await method(request, timeout=timeout, metadata=self.metadata)
+            response = await method(request, timeout=timeout, metadata=self.metadata)
         except grpc.aio.AioRpcError as err:
-            raise from_rpc_error(err) from err
+            raise await self.error_of(err) from err
+        self._diagnoser.connected = True
+        return response
 
     async def request(
         self, rpc: tuple[int, Any], unary_name: str, request: Any, timeout: float | None
@@ -148,6 +173,9 @@ class BrokerConnection:
                 field, response_class = rpc
                 try:
                     _, answer = await session.request(field, body, timeout)
+                except BrokerUnavailableError as err:
+                    # The stream's error (it broke, or never opened): gRPC's details in it.
+                    raise await self.diagnosed(err, err.message) from err
                 except SessionRefusedError as refused:
                     if refused.permanent:
                         self._sessions = False
@@ -158,5 +186,6 @@ class BrokerConnection:
                         logger.info("%s refused a session, unary calls for %.0f s: %s",
                                     self.address, SESSION_RETRY_AFTER_S, refused.error)
                 else:
+                    self._diagnoser.connected = True
                     return response_class.FromString(answer)
         return await self.call(getattr(self.stub, unary_name), request, timeout)

@@ -77,8 +77,8 @@ from .errors import (
     LeaderNotAvailableError,
     RequestTimeoutError,
     StratalogError,
+    TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
-    from_rpc_error,
 )
 from .metadata_cache import METADATA_MAX_AGE_MS, NO_LEADER, MetadataCache
 from .routing import REROUTES_MAX, ROUTING_ERRORS, UNANSWERED, Reroute, reroute
@@ -251,6 +251,7 @@ class Client:
             self._target, tls, auth, credentials
         )
         self._channel_args = channel_options(max_message_bytes, [*tls_options, *options])
+        self._tls = tls
         if not isinstance(sessions, bool):
             raise TypeError(f"sessions must be a bool, got {sessions!r}")
         self._sessions = sessions
@@ -281,7 +282,8 @@ class Client:
                     address, self._credentials, options=self._channel_args
                 )
             connection = BrokerConnection(
-                address, channel, self._metadata, sessions=self._sessions
+                address, channel, self._metadata, sessions=self._sessions, tls=self._tls,
+                tls_on=self._credentials is not None,
             )
             self._connections[address] = connection
         return connection
@@ -337,10 +339,10 @@ class Client:
             if not wait.cancelled() and wait.exception() is None:
                 self._home = waits[wait]
                 return
-        raise BrokerUnavailableError(
+        raise await connections[0].diagnosed(BrokerUnavailableError(
             f"no connection to {self._target} within {timeout_s} s",
             code=grpc.StatusCode.UNAVAILABLE,
-        )
+        ), None)
 
     def _deadline(self, timeout_s: Any, extra_ms: int = 0) -> float | None:
         timeout = self._timeout_s if timeout_s is _UNSET else check_timeout(timeout_s)
@@ -635,16 +637,30 @@ class Client:
         configs: Mapping[str, str] | None = None,
         *,
         replication_factor: int | None = None,
+        exist_ok: bool = False,
         timeout_s: float | None = _UNSET,
     ) -> TopicInfo:
         """Create a topic with ``partitions`` partitions and Kafka-named ``configs``;
         ``replication_factor`` replicas of each (a cluster; ``None``: the server's default).
 
-        Raises TopicAlreadyExistsError, InvalidTopicError, InvalidConfigError,
-        InvalidReplicationFactorError, CoordinationUnavailableError (a cluster's etcd).
+        With ``exist_ok=True`` a topic of that name that exists already is not an error: its
+        :class:`TopicInfo` is returned (DescribeTopic) as it is, without comparing its
+        partitions and configs with those asked for, as kafka-topics.sh's
+        ``--create --if-not-exists`` does; compare them yourself where it matters. The
+        arguments are checked either way. ``timeout_s`` applies to each of the two calls.
+
+        Raises TopicAlreadyExistsError (unless ``exist_ok``), InvalidTopicError,
+        InvalidConfigError, InvalidReplicationFactorError, CoordinationUnavailableError (a
+        cluster's etcd).
         """
+        wire.check_bool(exist_ok, "exist_ok")
         request = wire.create_topic_request(name, partitions, configs, replication_factor)
-        response = await self._call("CreateTopic", request, self._deadline(timeout_s))
+        try:
+            response = await self._call("CreateTopic", request, self._deadline(timeout_s))
+        except TopicAlreadyExistsError:
+            if not exist_ok:
+                raise
+            return await self.describe_topic(name, timeout_s=timeout_s)
         return wire.topic_info(response.topic)
 
     async def delete_topic(self, name: str, *, timeout_s: float | None = _UNSET) -> None:
@@ -888,7 +904,7 @@ class Client:
                     log_throttle("subscription to", topic, partition, response.throttle_time_ms)
                     yield wire.fetch_result(response, by_timestamp=by_timestamp)
             except grpc.aio.AioRpcError as err:
-                raise from_rpc_error(err) from err
+                raise await connection.error_of(err) from err
             finally:
                 call.cancel()
         except StratalogError as err:

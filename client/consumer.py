@@ -10,6 +10,16 @@ the reader through one bounded queue. The reader iterates
 * per batch: ``async for batch in consumer.batches()`` gives :class:`ConsumedBatch` values, whose
   records are not wrapped again (the fast path: about one Python object per record).
 
+Positions (Kafka's consumer position): ``position(p)`` is the offset after the last record
+handed to the caller from partition ``p``, whichever way it reads: after ``async for record``
+stopped at offset 1 it is 2, after a batch from ``batches()`` it is the batch's ``next_offset``.
+Records fetched ahead but not handed over do not count, and stay for the next iteration: a
+reader that breaks out of a loop and iterates again, or a new Consumer started at a saved
+``position()``, neither skips nor repeats a record. The fetchers run ahead of the reader
+(their own cursor), so what they hold is kept apart from what was delivered: decoded batches
+wait in the queue and then in ``_pending`` until handed over, and the batch being handed out
+record by record is ``_in_hand``.
+
 Starting points: ``"earliest"``, ``"latest"``, an offset, or ``start_timestamp_ms`` (the first
 record with a timestamp at or after it; the log end when there is none). ``seek*`` methods move
 a partition later on. Without ``follow`` the iteration ends once every partition has been read
@@ -37,7 +47,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any, Literal, NamedTuple
 
 from stratalog.records import CorruptRecordError as RecordCorruptError
@@ -86,16 +97,54 @@ class OffsetReset(NamedTuple):
     new_offset: int
 
 
+class _InHand:
+    """The batch whose records are being handed to a per-record reader, one at a time.
+
+    ``records`` is the one iterator over them, shared by every ``async for`` over the Consumer
+    (a reader that breaks and iterates again continues it); ``last`` is the last record handed
+    out (None before the first). Kept on the Consumer rather than in the iterating generator,
+    whose state a ``break`` abandons. Event-loop only.
+    """
+
+    __slots__ = ("batch", "last", "partition", "records")
+
+    def __init__(self, partition: int, batch: ConsumedBatch) -> None:
+        self.partition = partition
+        self.batch = batch
+        self.records: Iterator[ConsumerRecord] = batch.iter_consumer_records()
+        self.last: ConsumerRecord | None = None
+
+    def position(self) -> int:
+        """The offset after the last record handed out (one must have been); the batch's
+        ``next_offset`` (past any control or compacted-away offsets at its end) once its last
+        record was."""
+        last = self.last
+        assert last is not None, "no record handed out yet"
+        if last.offset >= self.batch.offsets[-1]:
+            return self.batch.next_offset
+        return last.offset + 1
+
+    def rest(self) -> ConsumedBatch:
+        """The records not handed out yet."""
+        if self.last is None:
+            return self.batch
+        return self.batch.from_offset(self.last.offset + 1)
+
+
 class Consumer:
     """Reads records of one topic's partitions, in offset order within each partition.
 
-    Holds the assigned partitions, each one's position (the next offset to hand to the reader),
-    a fetcher task per partition and a bounded queue of decoded batches (at most
-    ``prefetch_batches`` fetch responses wait in memory). Invariant: a partition's batches reach
-    the reader in offset order and never twice for one position; after ``seek`` nothing fetched
-    for the old position is delivered (each seek bumps the partition's epoch). Holds no durable
-    state: positions are lost with the process (there are no consumer groups).
-    Event-loop only.
+    Holds the assigned partitions, each one's position (the offset after the last record
+    handed to the reader, module docstring), a fetcher task per partition, a bounded queue of
+    decoded batches (at most ``prefetch_batches`` fetch responses wait in memory), the batches
+    taken from it but not handed over yet (``_pending``, at most one fetch response's) and the
+    batch being handed out record by record (``_in_hand``). Invariants: a partition's records
+    reach the reader in offset order and never twice for one position; ``position(p)`` is where
+    a reader resuming ``p`` gets its next record, so nothing is skipped or repeated across
+    iterations, breaks included; after ``seek`` nothing fetched for the old position is
+    delivered (each seek bumps the partition's epoch). Holds no durable state: positions are
+    lost with the process (there are no consumer groups). Event-loop only, one reader at a
+    time (two tasks iterating one Consumer at once share its records between them).
 
     Args:
         client: a :class:`Client`, or a target string or bootstrap targets (a list, or
@@ -215,6 +264,9 @@ class Consumer:
         self._finished: set[int] = set()
         self._fetchers: dict[int, asyncio.Task[None]] = {}
         self._queue: asyncio.Queue[tuple[int, int, Any]] | None = None
+        # (partition, epoch, batch) taken from the queue, not yet handed to the reader.
+        self._pending: deque[tuple[int, int, ConsumedBatch]] = deque()
+        self._in_hand: _InHand | None = None
         self._started = False
         self._closed = False
         self._rng = random.Random()
@@ -306,8 +358,15 @@ class Consumer:
     # --- positions -------------------------------------------------------------------------------
 
     def position(self, partition: int) -> int:
-        """The next offset the reader will get from ``partition``."""
+        """The offset after the last record of ``partition`` handed to the reader: where a
+        reader resuming the partition (this Consumer iterated again, or a new one started
+        there) gets its next record (Kafka's consumer position). Records fetched ahead but not
+        handed over do not count. Before any record was handed, the starting offset (or where
+        the last seek put it)."""
         self._check_assigned(partition)
+        hand = self._in_hand
+        if hand is not None and hand.partition == partition and hand.last is not None:
+            return hand.position()
         return self._positions[partition]
 
     def seek(self, partition: int, offset: int) -> None:
@@ -318,7 +377,9 @@ class Consumer:
         self._check_assigned(partition)
         wire.check_int(offset, "offset", 0, wire.INT64_MAX)
         self._positions[partition] = offset
-        self._epochs[partition] += 1
+        self._epochs[partition] += 1  # drops what _pending and the queue hold for it
+        if self._in_hand is not None and self._in_hand.partition == partition:
+            self._in_hand = None
         self._finished.discard(partition)
         task = self._fetchers.pop(partition, None)
         if task is not None:
@@ -367,28 +428,73 @@ class Consumer:
         return self._records()
 
     async def _records(self) -> AsyncIterator[ConsumerRecord]:
-        async for batch in self.batches():
-            for record in batch.iter_consumer_records():
+        await self.start()
+        while True:
+            hand = self._in_hand
+            if hand is None:
+                taken = await self._next_batch()
+                if taken is None:
+                    return
+                hand = self._in_hand = _InHand(taken[0], taken[1])
+            # The per-record cost here is one attribute store and one identity check (the
+            # reader's position and a seek's drop of the batch), ~10 ns of ~400.
+            for record in hand.records:
+                hand.last = record
                 yield record
+                if hand is not self._in_hand:
+                    break  # the reader seeked this partition while holding the record
+            else:
+                self._in_hand = None
+                self._positions[hand.partition] = hand.batch.next_offset
 
     async def batches(self) -> AsyncIterator[ConsumedBatch]:
         """Decoded batches in offset order per partition, interleaved across partitions.
 
         Ends when every partition is read to its end (without ``follow``); never ends with
-        ``follow`` until :meth:`close`. Empty batches are not yielded.
+        ``follow`` until :meth:`close`. Empty batches are not yielded. A batch counts as handed
+        over when it is yielded: ``position()`` is then its ``next_offset``. After a per-record
+        iteration stopped inside a batch, the first batch yielded is that batch's rest.
         """
         await self.start()
+        while True:
+            hand = self._in_hand
+            if hand is not None:
+                self._in_hand = None
+                partition, batch = hand.partition, hand.rest()
+            else:
+                taken = await self._next_batch()
+                if taken is None:
+                    return
+                partition, batch = taken
+            self._positions[partition] = batch.next_offset
+            if len(batch):
+                yield batch
+
+    async def _next_batch(self) -> tuple[int, ConsumedBatch] | None:
+        """The next non-empty batch to hand over, as (partition, batch): from ``_pending``,
+        else from the queue; None when the iteration ends (every partition read to its end
+        without ``follow``, or the Consumer closed). Empty batches (all skipped: control,
+        aborted) only move their partition's position, in order. Raises a fetcher's error."""
         queue = self._queue
         assert queue is not None
+        pending = self._pending
         while not self._closed:
+            while pending:
+                partition, epoch, batch = pending.popleft()
+                if epoch != self._epochs[partition]:
+                    continue  # fetched before a seek
+                if not len(batch):
+                    self._positions[partition] = batch.next_offset
+                    continue
+                return partition, batch
             if not self._follow and len(self._finished) == len(self._partitions):
-                return
+                return None
             # A reader with batches waiting would never let the loop run (get() does not
-            # suspend on a non-empty queue), starving the fetchers' RPCs: yield once per batch.
+            # suspend on a non-empty queue), starving the fetchers' RPCs: yield once per fetch.
             await asyncio.sleep(0)
             partition, epoch, item = await queue.get()
             if self._closed:
-                return
+                return None
             if epoch != self._epochs.get(partition):
                 continue  # fetched before a seek
             if item is _END:
@@ -396,12 +502,8 @@ class Consumer:
                 continue
             if isinstance(item, BaseException):
                 raise item
-            for batch in item:
-                self._positions[partition] = batch.next_offset
-                if len(batch):
-                    yield batch
-                    if epoch != self._epochs[partition]:
-                        break  # the reader seeked while holding this batch
+            pending.extend((partition, epoch, batch) for batch in item)
+        return None
 
     # --- fetching --------------------------------------------------------------------------------
 

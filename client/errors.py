@@ -31,6 +31,8 @@ listening, connection lost, deadline passed) have no ErrorInfo and map by status
     ├── (the producer-state and transaction reasons of broker.proto, one class each)
     ├── (the replication reasons of issue 17, one class each: see below)
     ├── BrokerUnavailableError        UNAVAILABLE        (no ErrorInfo)        retriable
+    │   └── TlsHandshakeError         (the client's diagnosis of a TLS set-up that does not
+    │                                  match the server's) .problem .detail .address
     ├── RequestTimeoutError           DEADLINE_EXCEEDED  (no ErrorInfo)        retriable
     │   └── DeliveryTimeoutError      (Producer) not acknowledged within delivery_timeout_ms
     └── TransactionAbortedError       (Producer) ABORTED: the batch's transaction was aborted
@@ -77,6 +79,7 @@ from __future__ import annotations
 import logging
 import types
 from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -84,6 +87,9 @@ from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from stratalog.v1 import broker_pb2
+
+if TYPE_CHECKING:
+    from .tls_diagnosis import TlsProblem
 
 __all__ = [
     "DOMAIN",
@@ -124,6 +130,7 @@ __all__ = [
     "StorageError",
     "StorageFullError",
     "StratalogError",
+    "TlsHandshakeError",
     "TopicAlreadyExistsError",
     "TransactionAbortedError",
     "TransactionCoordinatorFencedError",
@@ -561,6 +568,28 @@ class BrokerUnavailableError(StratalogError):
 
     code = grpc.StatusCode.UNAVAILABLE
     retriable = True
+
+
+class TlsHandshakeError(BrokerUnavailableError):
+    """The connection failed because the client's TLS set-up does not match the server's: the
+    server requires TLS or a client certificate, refused the client's certificate, or the
+    server's certificate did not verify (:mod:`stratalog.client.tls_diagnosis` tells which
+    from gRPC's details or a probe). ``problem`` is a
+    :class:`~stratalog.client.tls_diagnosis.TlsProblem`, ``detail`` the certificate
+    verifier's reason (or ""), ``address`` the server's. Not retriable: the same request fails
+    the same way until a configuration changes (Kafka's ``SslAuthenticationException`` is not
+    retriable either). Still a BrokerUnavailableError: the server did not answer."""
+
+    retriable = False
+
+    def __init__(
+        self, message: str, *, problem: TlsProblem, detail: str = "", address: str = "",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(message, **kwargs)
+        self.problem = problem
+        self.detail = detail
+        self.address = address
 
 
 class RequestTimeoutError(StratalogError):

@@ -39,11 +39,13 @@ from .errors import (
     LeaderNotAvailableError,
     RequestTimeoutError,
     StratalogError,
+    TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
     from_rpc_error,
 )
 from .metadata_cache import METADATA_MAX_AGE_MS, NO_LEADER, MetadataCache
 from .routing import REROUTES_MAX, ROUTING_ERRORS, UNANSWERED, Reroute, reroute
+from .tls_diagnosis import Diagnoser
 from .types import (
     CleaningResult,
     ClusterMetadata,
@@ -108,6 +110,8 @@ class SyncClient:
             self._target, tls, auth, credentials
         )
         self._channel_args = channel_options(max_message_bytes, [*tls_options, *options])
+        self._tls = tls
+        self._diagnosers: dict[str, Diagnoser] = {}
         self._retry_backoff_s = wire.check_int(
             retry_backoff_ms, "retry_backoff_ms", 0, 3_600_000) / 1000.0
         self._cache = MetadataCache(max_age_ms=wire.check_int(
@@ -191,10 +195,10 @@ class SyncClient:
                 continue
             self._home = target
             return
-        raise BrokerUnavailableError(
+        raise self._diagnoser(self._targets[0]).diagnosed(BrokerUnavailableError(
             f"no connection to {self._target} within {timeout_s} s",
             code=grpc.StatusCode.UNAVAILABLE,
-        )
+        ), None)
 
     def _deadline(self, timeout_s: Any, extra_ms: int = 0) -> float | None:
         timeout = self._timeout_s if timeout_s is _UNSET else check_timeout(timeout_s)
@@ -238,6 +242,7 @@ class SyncClient:
                 self._watched_at = time.monotonic()
         if state is grpc.ChannelConnectivity.READY:
             self._ready.add(address)
+            self._diagnoser(address).connected = True
             with self._lock:
                 self._cache.mark_reachable(address)
             return
@@ -250,15 +255,38 @@ class SyncClient:
             message = f"no connection to {address}: the client closed the channel"
         else:
             message = f"no connection to {address} within {wait:.1f} s"
-        raise BrokerUnavailableError(message, code=grpc.StatusCode.UNAVAILABLE)
+        error = BrokerUnavailableError(message, code=grpc.StatusCode.UNAVAILABLE)
+        if state is grpc.ChannelConnectivity.TRANSIENT_FAILURE:
+            raise self._diagnoser(address).diagnosed(error, None)
+        raise error
 
-    def _invoke(
-        self, stub: broker_pb2_grpc.BrokerStub, name: str, request: Any, timeout: float | None
-    ) -> Any:
+    def _diagnoser(self, address: str) -> Diagnoser:
+        """The :class:`~.tls_diagnosis.Diagnoser` of ``address`` (one per address, kept while
+        the client lives, as its channel is)."""
+        diagnoser = self._diagnosers.get(address)  # the common case, without the lock
+        if diagnoser is not None:
+            return diagnoser
+        with self._lock:
+            diagnoser = self._diagnosers.get(address)
+            if diagnoser is None:
+                diagnoser = self._diagnosers[address] = Diagnoser(
+                    address, self._tls, tls_on=self._credentials is not None)
+            return diagnoser
+
+    def _error_of(self, address: str, err: grpc.RpcError) -> StratalogError:
+        """The StratalogError of a failed call to ``address`` (diagnosed: a TLS set-up the
+        server refuses becomes a TlsHandshakeError; that may probe, blocking)."""
+        error = from_rpc_error(err)
+        return self._diagnoser(address).diagnosed(error, error.message)
+
+    def _invoke(self, address: str, name: str, request: Any, timeout: float | None) -> Any:
+        stub = self._connection(address)
         try:
-            return getattr(stub, name)(request, timeout=timeout, metadata=self._metadata)
+            response = getattr(stub, name)(request, timeout=timeout, metadata=self._metadata)
         except grpc.RpcError as err:
-            raise from_rpc_error(err) from err
+            raise self._error_of(address, err) from err
+        self._diagnoser(address).connected = True
+        return response
 
     # --- routing (the async Client's, blocking) --------------------------------------------------
 
@@ -267,7 +295,7 @@ class SyncClient:
         bootstrap targets in turn (the unreachable ones last) until one answers, within
         ``timeout``."""
         if not self._in_cluster():
-            return self._invoke(self._connection(self._home), name, request, timeout)
+            return self._invoke(self._home, name, request, timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
             candidates = self._cache.candidates(self._targets, self._home)
@@ -278,7 +306,7 @@ class SyncClient:
                 break
             try:
                 self._ensure_ready(address, deadline)
-                response = self._invoke(self._connection(address), name, request, remaining)
+                response = self._invoke(address, name, request, remaining)
             except UNANSWERED as err:
                 self._unanswered(address)
                 first_error = first_error or err
@@ -330,7 +358,7 @@ class SyncClient:
                     address = self._home
                 remaining = None if deadline is None else max(
                     deadline - time.monotonic(), _ATTEMPT_TIME_MIN_S)
-                return self._invoke(self._connection(address), name, request, remaining)
+                return self._invoke(address, name, request, remaining)
             except StratalogError as err:
                 if err is last_error:
                     raise
@@ -450,7 +478,7 @@ class SyncClient:
                 self._timeout_s if remaining is None else min(self._timeout_s, remaining))
             try:
                 self._ensure_ready(address, deadline)
-                response = self._invoke(self._connection(address), "Metadata", request, timeout)
+                response = self._invoke(address, "Metadata", request, timeout)
             except UnknownTopicOrPartitionError as err:
                 unknown = err  # another server's view may have it already (a new topic)
                 continue
@@ -482,11 +510,19 @@ class SyncClient:
         configs: Mapping[str, str] | None = None,
         *,
         replication_factor: int | None = None,
+        exist_ok: bool = False,
         timeout_s: float | None = _UNSET,
     ) -> TopicInfo:
-        """See :meth:`Client.create_topic <stratalog.client.Client.create_topic>`."""
+        """See :meth:`Client.create_topic <stratalog.client.Client.create_topic>` (with
+        ``exist_ok=True``, an existing topic's TopicInfo is returned as it is)."""
+        wire.check_bool(exist_ok, "exist_ok")
         request = wire.create_topic_request(name, partitions, configs, replication_factor)
-        response = self._call("CreateTopic", request, self._deadline(timeout_s))
+        try:
+            response = self._call("CreateTopic", request, self._deadline(timeout_s))
+        except TopicAlreadyExistsError:
+            if not exist_ok:
+                raise
+            return self.describe_topic(name, timeout_s=timeout_s)
         return wire.topic_info(response.topic)
 
     def delete_topic(self, name: str, *, timeout_s: float | None = _UNSET) -> None:
@@ -528,7 +564,7 @@ class SyncClient:
                 if remaining <= 0:
                     return None
                 try:
-                    return self._invoke(self._connection(address), "DescribeTopic", request,
+                    return self._invoke(address, "DescribeTopic", request,
                                         remaining)
                 except (UnknownTopicOrPartitionError, *UNANSWERED):
                     continue
@@ -682,7 +718,7 @@ class SyncClient:
                     log_throttle("subscription to", topic, partition, response.throttle_time_ms)
                     yield wire.fetch_result(response, by_timestamp=by_timestamp)
             except grpc.RpcError as err:
-                raise from_rpc_error(err) from err
+                raise self._error_of(address, err) from err
             finally:
                 call.cancel()
         except StratalogError as err:

@@ -58,6 +58,7 @@ __all__ = [
     "acl_binding",
     "add_partitions_to_txn_request",
     "alter_topic_configs_request",
+    "check_bool",
     "check_bytes_or_none",
     "check_headers",
     "check_int",
@@ -141,6 +142,14 @@ def check_int(value: object, name: str, low: int, high: int) -> int:
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     if not low <= value <= high:
         raise ValueError(f"{name} must be in [{low}, {high}], got {value}")
+    return value
+
+
+def check_bool(value: object, name: str) -> bool:
+    """``value`` as a bool; ``TypeError`` naming ``name`` for anything else (``1``, ``"yes"``:
+    a flag given a non-bool is a bug, not a truthy value to guess at)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
     return value
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import itertools
+import random
 import types
 
 import cramjam
@@ -20,6 +21,7 @@ from stratalog.client import (
     Client,
     Consumer,
     FetchFormat,
+    IsolationLevel,
     OffsetReset,
     Producer,
     errors,
@@ -275,3 +277,121 @@ async def test_close_ends_a_following_reader(client: Client) -> None:
     assert [r.value for r in records] == [b"only"]
     with pytest.raises(Exception, match="closed"):
         consumer.seek(0, 0)
+
+
+# --- positions (issue 25 item 2) ---------------------------------------------------------------
+# position(p) is the offset after the last record handed to the caller (Kafka's consumer
+# position), not the fetchers' cursor: a reader that saves it and resumes there (the same
+# Consumer iterated again, or a new one) neither skips nor repeats a record.
+
+
+async def test_position_after_a_break_is_past_the_last_record_handed_over(
+    client: Client,
+) -> None:
+    await client.create_topic("pc-pos-break")
+    await client.produce("pc-pos-break", 0, [b"%d" % i for i in range(10)])  # one batch
+
+    async def run() -> None:
+        async with Consumer(client, "pc-pos-break") as consumer:
+            async for record in consumer:
+                if record.offset == 1:
+                    break
+            assert consumer.position(0) == 2  # was 10: records 2..9 fetched, not handed over
+            saved = consumer.position(0)
+            # The same Consumer, iterated again: the rest of the batch, nothing twice.
+            rest = [record.offset async for record in consumer]
+            assert rest == list(range(2, 10))
+            assert consumer.position(0) == 10
+        # A new Consumer started at the saved position: the same rest.
+        async with Consumer(client, "pc-pos-break", start=saved) as resumed:
+            assert [record.offset async for record in resumed] == list(range(2, 10))
+            assert resumed.position(0) == 10
+        # Seeking to the position (what a reader that stores it may do) changes nothing.
+        async with Consumer(client, "pc-pos-break") as consumer:
+            async for record in consumer:
+                if record.offset == 4:
+                    break
+            consumer.seek(0, consumer.position(0))
+            assert [record.offset async for record in consumer] == list(range(5, 10))
+
+    await asyncio.wait_for(run(), DEADLINE_S)
+
+
+async def test_positions_through_breaks_batches_and_seeks_lose_and_repeat_nothing(
+    client: Client,
+) -> None:
+    """Random-length reads, per record and per batch in turn, each ended by a break, over two
+    partitions of many small batches (several per fetch, so a break leaves fetched batches
+    behind): every record exactly once, and position() after each read is one past the last
+    record of that partition handed over."""
+    topic = "pc-pos-mixed"
+    await client.create_topic(topic, 2)
+    for partition in (0, 1):
+        for start in range(0, 300, 7):  # batches of 7 records
+            await client.produce(topic, partition, [b"%d-%d" % (partition, o)
+                                                    for o in range(start, min(start + 7, 300))])
+    rng = random.Random(25)
+
+    async def run() -> None:
+        async with Consumer(client, topic, max_bytes=2048, prefetch_batches=2) as consumer:
+            seen: dict[int, list[int]] = {0: [], 1: []}
+            for step in range(200):  # bounded; ends when every record was seen
+                if sum(map(len, seen.values())) == 600:
+                    break
+                want = rng.randint(1, 40)
+                got: list[tuple[int, int]] = []
+                if step % 3 == 2:
+                    async for batch in consumer.batches():
+                        got.extend((batch.partition, o) for o in batch.offsets)
+                        if len(got) >= want:
+                            break
+                else:
+                    async for record in consumer:
+                        got.append((record.partition, record.offset))
+                        if len(got) >= want:
+                            break
+                for partition, offset in got:
+                    seen[partition].append(offset)
+                for partition in (0, 1):
+                    if seen[partition]:
+                        assert consumer.position(partition) == seen[partition][-1] + 1
+            assert seen == {0: list(range(300)), 1: list(range(300))}
+            assert [record async for record in consumer] == []
+            # A seek while holding a record drops the rest of its batch.
+            consumer.seek(0, 100)
+            await consumer.seek_to_end(1)
+            async for record in consumer:
+                assert (record.partition, record.offset) == (0, 100)
+                consumer.seek(0, 200)
+                break
+            assert consumer.position(0) == 200
+            assert [r.offset async for r in consumer] == list(range(200, 300))
+
+    await asyncio.wait_for(run(), DEADLINE_S)
+
+
+async def test_position_past_a_commit_marker_resumes_without_repeats(client: Client) -> None:
+    # A transaction's records 0..4, then its COMMIT marker (offset 5), then record 6.
+    topic = "pc-pos-txn"
+    await client.create_topic(topic)
+    producer = Producer(client, transactional_id="pc-pos-txn")
+    async with producer, producer.transaction():
+        await producer.send_many(topic, [b"%d" % i for i in range(5)], partition=0)
+    await client.produce(topic, 0, [b"after"])
+
+    async def run() -> None:
+        async with Consumer(client, topic, isolation_level=IsolationLevel.READ_COMMITTED) \
+                as consumer:
+            async for record in consumer:
+                if record.offset == 4:
+                    break
+            assert consumer.position(0) == 5  # the marker is not a record handed over
+            async for record in consumer:
+                assert (record.offset, record.value) == (6, b"after")
+                break
+            assert consumer.position(0) == 7
+        for start in (5, 6):  # resuming at the marker or after it: the same next record
+            async with Consumer(client, topic, start=start) as resumed:
+                assert [r.offset async for r in resumed] == [6]
+
+    await asyncio.wait_for(run(), DEADLINE_S)

@@ -81,6 +81,38 @@ async def test_topic_errors_are_classes(client: Client) -> None:
         await client.delete_topic("cr-never")
 
 
+async def test_create_topic_exist_ok_returns_the_existing_topic(client: Client) -> None:
+    # Issue 25 item 12: the README's example failed on its second run (TopicAlreadyExists).
+    first = await client.create_topic("cr-exist-ok", 2, {"retention.ms": "60000"},
+                                      exist_ok=True)  # it does not exist yet: created
+    assert first.num_partitions == 2
+    await client.produce("cr-exist-ok", 1, [b"kept"])
+    again = await client.create_topic("cr-exist-ok", 2, {"retention.ms": "60000"},
+                                      exist_ok=True)
+    assert again.name == "cr-exist-ok" and again.configs["retention.ms"] == "60000"
+    assert [p.log_end_offset for p in again.partitions] == [0, 1]  # the same topic, data kept
+    # As it is, not as asked (kafka-topics.sh --if-not-exists): the caller compares.
+    assert (await client.create_topic("cr-exist-ok", 5, exist_ok=True)).num_partitions == 2
+    with pytest.raises(errors.TopicAlreadyExistsError):
+        await client.create_topic("cr-exist-ok", 2)
+    # Other refusals are still raised, and arguments are still checked.
+    with pytest.raises(errors.InvalidTopicError):
+        await client.create_topic("../x", exist_ok=True)
+    with pytest.raises(errors.InvalidConfigError):
+        await client.create_topic("cr-exist-ok-bad", 1, {"no.such.config": "1"}, exist_ok=True)
+    with pytest.raises(TypeError, match="exist_ok must be a bool"):
+        await client.create_topic("cr-exist-ok", exist_ok="yes")  # type: ignore[arg-type]
+
+
+def test_sync_create_topic_exist_ok(sync_client: SyncClient) -> None:
+    assert sync_client.create_topic("cr-sync-exist-ok", 3, exist_ok=True).num_partitions == 3
+    assert sync_client.create_topic("cr-sync-exist-ok", 3, exist_ok=True).num_partitions == 3
+    with pytest.raises(errors.TopicAlreadyExistsError):
+        sync_client.create_topic("cr-sync-exist-ok", 3)
+    with pytest.raises(TypeError, match="exist_ok must be a bool"):
+        sync_client.create_topic("cr-sync-exist-ok", exist_ok=1)  # type: ignore[arg-type]
+
+
 async def test_bad_arguments_raise_before_any_rpc(client: Client) -> None:
     with pytest.raises(ValueError, match="partition"):
         await client.produce("t", -1, [b"v"])

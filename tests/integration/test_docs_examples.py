@@ -3,10 +3,11 @@
 One server on a free port and a new data directory (``data`` in the reader's directory, as
 ``make run`` keeps it in ``./data``); then every fenced block, in the order a reader meets
 them: the README's Quick start (its ``$`` commands, each exiting 0 and printing what the README
-shows; its Python examples as scripts), then docs/client.md's quick start on the same server.
-The conventions (``$`` lines and their output, ``...``, the ``<!-- docs-test: skip (why) -->``
-marker) are tests/doc_blocks.py's. docs/spark.md's examples run in tests/spark/test_docs_spark.py
-(they need Java).
+shows; its Python examples as scripts), its Python client example once more (a second run must
+not fail because its topic exists), then docs/client.md's quick start and its Consumer
+section's resume recipe on the same server. The conventions (``$`` lines and their output,
+``...``, the ``<!-- docs-test: skip (why) -->`` marker) are tests/doc_blocks.py's.
+docs/spark.md's examples run in tests/spark/test_docs_spark.py (they need Java).
 """
 
 from __future__ import annotations
@@ -47,6 +48,25 @@ def test_readme_quick_start(reader: Reader) -> None:
     _run_all(reader, README, "## Quick start")
 
 
+def test_readme_python_example_runs_again(reader: Reader) -> None:
+    """Issue 25: the README's client example failed on its second run (its topic existed):
+    run it again on the same server, where the Quick start's run made its topic."""
+    [example] = [block for block in blocks(README, "## Quick start")
+                 if block.language == "python" and "Client(" in block.text]
+    printed = reader.run_python(example.text, f"{example.where}-again")
+    assert "RecordMetadata(topic='orders'" in printed, printed
+
+
 def test_client_md_quick_start_after_the_readme(reader: Reader) -> None:
     """Runs after the README's (same server): its topics must not collide with the README's."""
     _run_all(reader, CLIENT_MD, "## Quick start")
+
+
+def test_client_md_consumer_resume_recipe(reader: Reader) -> None:
+    """docs/client.md's Consumer section: the resume recipe reads on from a saved position,
+    printing every record once, in order (issue 25: position() counted records fetched ahead,
+    so the second read skipped them), and where the next run starts, as its comments show."""
+    found = blocks(CLIENT_MD, "## Consumer")
+    [recipe] = [block for block in found if block.skip is None]
+    printed = reader.run_python(recipe.text, recipe.where).splitlines()
+    assert printed == [f"{i} b'ticket {i}'" for i in range(5)] + ["next run starts at 5"]
