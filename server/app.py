@@ -232,6 +232,9 @@ class Server:
             self._auth_executor.shutdown(wait=False)
             raise StartupError(f"cannot open the log directories {list(settings.log_dirs)}: "
                                f"{exc}") from exc
+        # The state log in a directory closed cleanly opens without recovery (issue 25).
+        clean_log_dirs = [path for path, clean in self.log_manager.had_clean_shutdown.items()
+                          if clean]
         try:
             try:
                 self.coordinator = await loop.run_in_executor(
@@ -239,6 +242,7 @@ class Server:
                     lambda: TransactionCoordinator.open(
                         settings.log_dirs, self.write_marker,
                         config=transaction_config(settings),
+                        clean_log_dirs=clean_log_dirs,
                     ),
                 )
             except Exception as exc:
