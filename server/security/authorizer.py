@@ -442,7 +442,18 @@ def _init_producer_id(decider: Decider, request: broker_pb2.InitProducerIdReques
     if not decider.allowed(_Op.IDEMPOTENT_WRITE, _CLUSTER, CLUSTER_NAME) and not (
         decider.allowed_on_some(_Op.WRITE, _TOPIC)
     ):
-        raise decider.refusal(_Op.IDEMPOTENT_WRITE, _CLUSTER, CLUSTER_NAME)
+        # The permission a user grants is WRITE on the topic the producer writes to (which is
+        # also what its Produce needs); IDEMPOTENT_WRITE on the cluster is the rarer way in, so
+        # the refusal names the first and mentions the second (issue 25 item 9).
+        principal = decider.identity.principal
+        raise NotAuthorizedError(
+            f"not authorized: {principal} may not WRITE any topic, which an idempotent "
+            f"producer needs (grant WRITE on the topics it produces to: stratalog acls add "
+            f"--allow-principal {principal} --operation WRITE --topic NAME; or "
+            f"IDEMPOTENT_WRITE on the cluster)",
+            operation=_Op.WRITE.name,
+            resource=resource_label(_TOPIC, "*"),
+        )
 
 
 def _add_partitions_to_txn(
