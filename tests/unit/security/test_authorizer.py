@@ -195,8 +195,8 @@ def test_idempotent_init_producer_id(tmp_path: Path) -> None:
     assert admitted(authorizer_with(tmp_path, grant(TOPIC, "orders", Op.WRITE)),
                     "InitProducerId", request)
     # The refusal names the permission a user grants (issue 25 item 9), not only the cluster's.
-    with pytest.raises(NotAuthorizedError, match="may not WRITE any topic.*--operation WRITE "
-                                                 "--topic NAME; or IDEMPOTENT_WRITE"):
+    with pytest.raises(NotAuthorizedError, match=r"may not WRITE any topic.*--operation WRITE "
+                                                 r"--topic NAME; or IDEMPOTENT_WRITE"):
         RULES["InitProducerId"].check(  # type: ignore[misc]
             Decider(authorizer_with(tmp_path, grant(TOPIC, "orders", Op.READ)), ALICE), request
         )
