@@ -84,6 +84,7 @@ from stratalog.server.garbage_collector import freeze_loaded_objects, set_young_
 from stratalog.server.metrics import ServerMetrics
 from stratalog.server.metrics_endpoint import MetricsEndpoint, MetricsEndpointLimits
 from stratalog.server.metrics_interceptor import MetricsInterceptor
+from stratalog.server.open_files_fit import fit_to_open_files_limit
 from stratalog.server.security.acl_store import AclStorage, AclStore
 from stratalog.server.security.authentication import AuthenticationInterceptor, Authenticator
 from stratalog.server.security.authorizer import AuthorizationInterceptor, Authorizer
@@ -149,6 +150,7 @@ class Server:
         self.metrics = ServerMetrics()
         self.port: int | None = None
         self.metrics_port: int | None = None
+        self.open_files_limit: int | None = None  # RLIMIT_NOFILE in force, from start()
         self.log_manager: LogManager | None = None
         self.coordinator: TransactionCoordinator | None = None
         self.cluster_node: ClusterNode | None = None  # with --cluster, from start() to stop()
@@ -202,6 +204,13 @@ class Server:
             self._auth_executor.shutdown(wait=False)
             raise
         open_files_limit = _raise_open_files_limit()
+        # The default descriptor reservations sized to a low limit, before anything counts on
+        # them (the gRPC server's connection cap, the metrics endpoint, the LogManager).
+        fit = fit_to_open_files_limit(settings, open_files_limit)
+        if fit.warning is not None:
+            logger.warning("%s", fit.warning)
+        self.settings = settings = fit.settings
+        self.open_files_limit = open_files_limit
         try:
             # Before the logs: a bad certificate must not cost a recovery pass first.
             await loop.run_in_executor(self._executor, self._load_security)

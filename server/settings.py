@@ -587,6 +587,10 @@ class Settings:
     )
     #: Where these settings came from, so that SIGHUP can read them again (:meth:`reloaded`).
     sources: SettingsSources | None = field(default=None, compare=False, repr=False)
+    #: The names (settings and ``log.*`` defaults) that a file, the environment or a flag gave:
+    #: the rest are defaults, which the server may fit to the machine (the open files limit:
+    #: server/open_files_fit.py) where it must refuse what the user asked for.
+    explicit: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -871,7 +875,7 @@ _TRUE = frozenset({"true", "1", "yes", "on"})
 _FALSE = frozenset({"false", "0", "no", "off"})
 
 #: The server settings' names (``log_defaults`` excluded), in the order of the docs.
-_NOT_SETTINGS = frozenset({"log_defaults", "quota_overrides", "sources"})
+_NOT_SETTINGS = frozenset({"log_defaults", "quota_overrides", "sources", "explicit"})
 SETTING_NAMES: tuple[str, ...] = tuple(
     f.name for f in dataclasses.fields(Settings) if f.name not in _NOT_SETTINGS
 )
@@ -1091,7 +1095,7 @@ def load_settings(
     try:
         return Settings(
             **values, log_defaults=log_defaults, quota_overrides=quota_overrides,
-            sources=sources,
+            sources=sources, explicit=frozenset(values) | frozenset(log_defaults),
         )
     except SettingsError as exc:
         sources = ", ".join(source for source, _ in layers)
