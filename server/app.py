@@ -100,6 +100,7 @@ from stratalog.server.settings import (
     configure_logging,
     describe,
 )
+from stratalog.server.startup_banner import ServingFacts, banner_lines
 from stratalog.server.subscribe_budget import MESSAGE_COPIES_HELD, SubscribeBudget
 from stratalog.v1 import broker_pb2
 
@@ -658,6 +659,32 @@ class Server:
                     config.consumer_byte_rate, len(config.overrides))
         return True
 
+    def serving_facts(self) -> ServingFacts:
+        """What the banner says of this server once it serves (startup_banner.py)."""
+        from stratalog import __version__
+
+        assert self.log_manager is not None and self.port is not None
+        log_manager, settings = self.log_manager, self.settings
+        logs = log_manager.logs()
+        metrics_url = None
+        if self.metrics_port is not None:
+            scheme = "https" if settings.tls_enabled else "http"
+            metrics_url = (f"{scheme}://{settings.metrics_listen_host}:{self.metrics_port}"
+                           "/metrics")
+        return ServingFacts(
+            version=__version__,
+            host=settings.listen_address.host,
+            port=self.port,
+            metrics_url=metrics_url,
+            log_dirs=[str(path) for path in log_manager.log_dirs],
+            topics=len({topic for topic, _ in logs}),
+            partitions=len(logs),
+            clean_shutdown=all(log_manager.had_clean_shutdown.values()),
+            recovered_segments=log_manager.recovered_segments,
+            open_files_limit=log_manager.descriptor_budget.limit,
+            partitions_max=log_manager.descriptor_budget.partitions_max,
+        )
+
     def write_marker(
         self,
         topic: str,
@@ -1002,7 +1029,8 @@ async def main(settings: Settings, out: TextIO = sys.stdout) -> int:
         scheme = "https" if settings.tls_enabled else "http"
         print(f"stratalog: metrics on {scheme}://{settings.metrics_listen_host}:"
               f"{server.metrics_port}/metrics", file=out, flush=True)
-    logger.info("serving %s on %s:%s", SERVICE_NAME, host, server.port)
+    for line in banner_lines(server.settings, server.serving_facts()):
+        logger.info("%s", line)
     await stop.wait()
     try:
         await server.stop()
@@ -1022,8 +1050,10 @@ def run(settings: Settings) -> int:
     sys.setswitchinterval(settings.gil_switch_interval_us / 1e6)
     tune_allocator(settings.malloc_mmap_threshold_bytes)
     set_young_objects_max(settings.gc_young_objects_max)
+    # Every value at DEBUG only: the start logs a banner instead (startup_banner.py), and
+    # `stratalog serve --print-settings` prints them without starting (issue 25).
     for line in describe(settings):
-        logger.info("setting %s", line)
+        logger.debug("setting %s", line)
     try:
         import uvloop
     except ImportError:  # Windows: uvloop does not exist there

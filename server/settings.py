@@ -1141,6 +1141,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="any setting or log.* storage default, e.g. --set log.segment.bytes=1048576;"
              " repeatable",
     )
+    parser.add_argument(
+        "--print-settings", action="store_true",
+        help="print every effective setting (name = value, the given ones marked) and exit"
+             " without starting the server",
+    )
 
 
 def settings_from_args(
@@ -1170,5 +1175,10 @@ def configure_logging(settings: Settings) -> None:
 
 
 def describe(settings: Settings) -> Sequence[str]:
-    """``name = value`` lines of the effective settings, for the startup log."""
-    return [f"{name} = {value!r}" for name, value in settings.as_mapping().items()]
+    """``name = value`` lines of the effective settings, for the startup log (at DEBUG) and
+    ``--print-settings``; a value that a file, the environment or a flag gave is marked
+    ``(given)``, the others are defaults."""
+    return [
+        f"{name} = {value!r}{'  (given)' if name in settings.explicit else ''}"
+        for name, value in settings.as_mapping().items()
+    ]

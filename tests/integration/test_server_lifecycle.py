@@ -83,6 +83,39 @@ def test_metrics_endpoint_serves_text(server, stub) -> None:
     assert "process_resident_memory_bytes" in text
 
 
+def test_the_start_logs_a_short_banner_and_the_settings_only_at_debug(
+        start_server, tmp_path: Path) -> None:
+    """Issue 25 item 13: every start logged ~66 `INFO setting X = ...` lines and nothing said
+    what was secured. The banner says the version, the listeners, the data and what is secured,
+    and where every setting is."""
+    import stratalog
+
+    server = start_server(tmp_path / "data")
+    log = server.log_text()
+    assert not re.search(r" INFO \S+: setting ", log), log[-4000:]
+    banner = [line.split(": ", 1)[1] for line in log.splitlines()
+              if " INFO stratalog.server.app: " in line][-5:]
+    assert banner[0] == (f"stratalog {stratalog.__version__} serving on {server.target} "
+                         f"(gRPC, plaintext); metrics on {server.metrics_url}"), banner
+    assert banner[1].startswith(f"data: {(tmp_path / 'data').resolve()} (0 topics, 0 partitions)")
+    assert "leaves room for" in banner[1]
+    assert banner[2] == (f"security: NONE: no TLS, no authentication, no authorizer: anyone who "
+                         f"reaches {server.target} may do everything (docs/security.md)")
+    assert banner[3] == "cluster: none (a single server)"
+    assert banner[4].startswith("settings: 3 given (listen, log_dirs, metrics_port), the rest "
+                                "defaults; every value: stratalog serve --print-settings")
+    assert server.stop(signal.SIGTERM) == 0
+
+    secured = start_server(tmp_path / "data", "--authorizer", "acl",
+                           "--super-users", "User:ANONYMOUS", "--logging-level", "debug")
+    log = secured.log_text()
+    assert "DEBUG stratalog.server.app: setting authorizer = 'acl'  (given)" in log
+    assert ("security: no TLS, anonymous callers allowed, authorizer acl (1 super user), "
+            "metrics authentication none") in log
+    assert "shut down cleanly last time" in log
+    assert secured.stop(signal.SIGTERM) == 0
+
+
 def test_a_clean_restart_recovers_no_log_and_a_crash_recovers_the_state_log(
         start_server, tmp_path: Path) -> None:
     """Issue 25 item 16: every clean restart logged ``recovered log
