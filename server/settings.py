@@ -294,6 +294,15 @@ class Settings:
     topic_partitions_max: int = _setting(
         10_000, "most partitions CreateTopic may ask for", 1
     )
+    auto_create_topics_enable: bool = _setting(
+        True,
+        "a Metadata request that allows it (a producer's lookup) creates a topic it names that"
+        " does not exist, with num_partitions and default_replication_factor (Kafka's"
+        " auto.create.topics.enable); with an authorizer only for callers who may CREATE it",
+    )
+    num_partitions: int = _setting(
+        1, "partitions of a topic created automatically (Kafka's num.partitions)", 1
+    )
     io_threads: int = _setting(
         8, "threads for fsync, large reads, topic admin and background maintenance", 1
     )
@@ -900,6 +909,8 @@ _KAFKA_ALIASES = {
     "allow.everyone.if.no.acl.found": "allow_everyone_if_no_acl_found",
     "quota.window.num": "quota_window_num",
     "max.connections": "max_connections",
+    "auto.create.topics.enable": "auto_create_topics_enable",
+    "num.partitions": "num_partitions",
     "connections.max.idle.ms": "connections_max_idle_ms",
     "node.id": "node_id",
     "cluster.session.timeout.ms": "cluster_session_timeout_ms",

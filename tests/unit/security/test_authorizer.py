@@ -66,6 +66,8 @@ RPC_CASES: dict[str, tuple[Callable[[], Any], list[AclBinding] | None]] = {
                       [grant(TOPIC, "orders", Op.DESCRIBE)]),
     "AlterTopicConfigs": (lambda: pb.AlterTopicConfigsRequest(name="orders"),
                           [grant(TOPIC, "orders", Op.ALTER_CONFIGS)]),
+    "CreatePartitions": (lambda: pb.CreatePartitionsRequest(name="orders", count=2),
+                         [grant(TOPIC, "orders", Op.ALTER)]),
     "Produce": (lambda: pb.ProduceRequest(topic="orders"), [grant(TOPIC, "orders", Op.WRITE)]),
     "FetchByOffset": (lambda: pb.FetchByOffsetRequest(topic="orders"),
                       [grant(TOPIC, "orders", Op.READ)]),
