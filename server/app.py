@@ -4,11 +4,14 @@ Life of a server process (``stratalog serve``)::
 
     check that the listen (and metrics) port is free: a busy port is one line of ours, and
         leaves no data directory behind
+    raise the soft RLIMIT_NOFILE to the hard one; lower the descriptor reservations the user
+        did not set when the limit is low (server/open_files_fit.py, one warning)
     open the LogManager (locks the log dirs, recovers after an unclean shutdown), its share of
         RLIMIT_NOFILE computed after the connection caps (max_connections and
         metrics_connections_max: connections_reserved)
-    open the TransactionCoordinator: replay __transaction_state, complete the commits and
-        aborts a crash left half-written (their markers go to the LogManager's partitions)
+    open the TransactionCoordinator: replay __transaction_state (without recovery where the
+        directory's clean-shutdown marker was found), complete the commits and aborts a crash
+        left half-written (their markers go to the LogManager's partitions)
     load the TLS files and the credential file (server/security/), if configured
     with --cluster, before the logs open: connect to etcd (TLS and etcd credentials as
         configured), grant the lease and keep it alive (server/cluster/node.py's connect);
@@ -18,7 +21,8 @@ Life of a server process (``stratalog serve``)::
         (server/cluster/cluster_acls.py), followed by a poll from then on
     build grpc.aio server: the interceptors (authentication, then authorization and quotas),
         Broker + grpc.health.v1 (SERVING) + reflection; bind (TLS when configured); start
-    print "stratalog: listening on HOST:PORT" (the bound port when asked for port 0)
+    print "stratalog: listening on HOST:PORT" (the bound port when asked for port 0), then
+        log the banner (server/startup_banner.py; every setting only at DEBUG)
     with --cluster: with broker_principals (or TLS), ask itself who it is to its peers (WhoAmI
         over its inter-broker channel; server/cluster/broker_identity.py); join the cluster
         (server/cluster/node.py: register under an etcd lease,
@@ -151,7 +155,6 @@ class Server:
         self.metrics = ServerMetrics()
         self.port: int | None = None
         self.metrics_port: int | None = None
-        self.open_files_limit: int | None = None  # RLIMIT_NOFILE in force, from start()
         self.log_manager: LogManager | None = None
         self.coordinator: TransactionCoordinator | None = None
         self.cluster_node: ClusterNode | None = None  # with --cluster, from start() to stop()
@@ -211,7 +214,6 @@ class Server:
         if fit.warning is not None:
             logger.warning("%s", fit.warning)
         self.settings = settings = fit.settings
-        self.open_files_limit = open_files_limit
         try:
             # Before the logs: a bad certificate must not cost a recovery pass first.
             await loop.run_in_executor(self._executor, self._load_security)
