@@ -1120,6 +1120,10 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+# Second spellings of a few flags, the ones people type from habit (issue 25).
+_FLAG_ALIASES = {"logging_level": ("--log-level",)}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add ``--config``, one flag per setting and ``--set NAME=VALUE`` to ``parser``.
 
@@ -1144,7 +1148,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         else:
             metavar = "HOST:PORT" if name == "listen" else "VALUE"
         parser.add_argument(
-            _flag(name), metavar=metavar, default=None,
+            _flag(name), *_FLAG_ALIASES.get(name, ()), metavar=metavar, default=None,
             help=f"{f.metadata['doc']} (default: {default})",
         )
     parser.add_argument(

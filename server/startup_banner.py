@@ -7,9 +7,9 @@ nothing said in a glance what was secured. The banner is five lines at INFO::
     data: /srv/data (2 topics, 5 partitions; shut down cleanly last time); RLIMIT_NOFILE 65,536 leaves room for 10,667 partitions
     security: NONE: no TLS, no authentication, no authorizer: anyone who reaches 127.0.0.1:50051 may do everything (docs/security.md)
     cluster: none (a single server)
-    settings: 2 given (listen, log_dirs), the rest defaults; every value: stratalog serve --print-settings, or --logging-level debug
+    settings: 2 given (listen, log_dirs), the rest defaults; every value: stratalog serve --print-settings, or --log-level debug
 
-Every setting is still logged, at DEBUG (``--logging-level debug``), and ``stratalog serve
+Every setting is still logged, at DEBUG (``--log-level debug``), and ``stratalog serve
 --print-settings`` prints them without starting a server. The banner never names a secret
 (passwords and tokens live in files; only the files' paths are settings).
 
@@ -101,4 +101,4 @@ def settings_summary(settings: Settings) -> str:
     given = sorted(settings.explicit)
     named = f"{len(given)} given ({', '.join(given)})" if given else "none given"
     return (f"{named}, the rest defaults; every value: stratalog serve --print-settings, or "
-            "--logging-level debug")
+            "--log-level debug")

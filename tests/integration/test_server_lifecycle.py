@@ -107,7 +107,7 @@ def test_the_start_logs_a_short_banner_and_the_settings_only_at_debug(
     assert server.stop(signal.SIGTERM) == 0
 
     secured = start_server(tmp_path / "data", "--authorizer", "acl",
-                           "--super-users", "User:ANONYMOUS", "--logging-level", "debug")
+                           "--super-users", "User:ANONYMOUS", "--log-level", "debug")
     log = secured.log_text()
     assert "DEBUG stratalog.server.app: setting authorizer = 'acl'  (given)" in log
     assert ("security: no TLS, anonymous callers allowed, authorizer acl (1 super user), "

@@ -25,7 +25,7 @@ def test_the_banner_names_what_runs_where_on_what() -> None:
         "127.0.0.1:50051 may do everything (docs/security.md)",
         "cluster: none (a single server)",
         "settings: 1 given (listen), the rest defaults; every value: stratalog serve "
-        "--print-settings, or --logging-level debug",
+        "--print-settings, or --log-level debug",
     ]
 
 
