@@ -105,7 +105,8 @@ def fit_to_open_files_limit(settings: Settings, limit: int) -> OpenFilesFit:
     lowered = ", ".join(f"{name} {old:,} -> {new:,}" for name, old, new in changes)
     warning = (
         f"the open files limit RLIMIT_NOFILE is {limit:,} (the hard limit bounds it) and the "
-        f"default reservations would take {before:,} of it: starting with {lowered}; the "
+        f"reservations (connections and log.descriptors.reserved) would take {before:,} of "
+        f"it: starting with {lowered}; the "
         f"limit now leaves room for {partitions:,} partitions. To keep the defaults raise the "
         "hard limit (ulimit -Hn; docker run --ulimit nofile=N:N; systemd LimitNOFILE=N); "
         "values set explicitly are never lowered (docs/configuration.md, "
