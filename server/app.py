@@ -21,8 +21,8 @@ Life of a server process (``stratalog serve``)::
         (server/cluster/cluster_acls.py), followed by a poll from then on
     build grpc.aio server: the interceptors (authentication, then authorization and quotas),
         Broker + grpc.health.v1 (SERVING) + reflection; bind (TLS when configured); start
-    print "stratalog: listening on HOST:PORT" (the bound port when asked for port 0), then
-        log the banner (server/startup_banner.py; every setting only at DEBUG)
+    log the banner (server/startup_banner.py; every setting only at DEBUG), then print
+        "stratalog: listening on HOST:PORT" (the bound port when asked for port 0)
     with --cluster: with broker_principals (or TLS), ask itself who it is to its peers (WhoAmI
         over its inter-broker channel; server/cluster/broker_identity.py); join the cluster
         (server/cluster/node.py: register under an etcd lease,
@@ -1025,14 +1025,15 @@ async def main(settings: Settings, out: TextIO = sys.stdout) -> int:
     # What start-up loaded (the partitions above all) lives as long as the process: no
     # collection need scan it again (garbage_collector.py).
     freeze_loaded_objects()
+    # The banner before the stdout lines: whoever waits for those finds it in the log.
+    for line in banner_lines(server.settings, server.serving_facts()):
+        logger.info("%s", line)
     host = settings.listen_address.host
     print(f"stratalog: listening on {host}:{server.port}", file=out, flush=True)
     if server.metrics_port is not None:
         scheme = "https" if settings.tls_enabled else "http"
         print(f"stratalog: metrics on {scheme}://{settings.metrics_listen_host}:"
               f"{server.metrics_port}/metrics", file=out, flush=True)
-    for line in banner_lines(server.settings, server.serving_facts()):
-        logger.info("%s", line)
     await stop.wait()
     try:
         await server.stop()
