@@ -3,7 +3,8 @@
 With no arguments it keeps its data in ``./data`` and listens on 127.0.0.1:50051. Every server
 setting has a flag (``--listen``, ``--log-dirs``, ``--max-request-bytes`` ...), ``--config``
 reads a TOML file, ``--set NAME=VALUE`` sets anything including ``log.*`` storage defaults; the
-environment (``STRATALOG_*``) sits between the file and the flags. See docs/configuration.md.
+environment (``STRATALOG_*``) sits between the file and the flags. ``--print-settings`` prints
+every effective value and exits without starting. See docs/configuration.md.
 
 Exit codes: 0 after a clean shutdown (SIGTERM/SIGINT), 1 when the server could not start (a
 port in use: ``port 50051 is already in use on 127.0.0.1``, checked before the data directory is
@@ -16,7 +17,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from stratalog.server.settings import SettingsError, add_arguments, settings_from_args
+from stratalog.server.settings import (
+    SettingsError,
+    add_arguments,
+    describe,
+    settings_from_args,
+)
 
 __all__ = ["add_parser", "run"]
 
@@ -39,6 +45,9 @@ def run(args: argparse.Namespace) -> int:
     except SettingsError as exc:
         print(f"stratalog serve: {exc}", file=sys.stderr)
         return 2
+    if args.print_settings:
+        print("\n".join(describe(settings)))
+        return 0
     # Imported here so that other subcommands do not pay for grpc and the engine.
     from stratalog.server.app import run as run_server
 

@@ -15,6 +15,8 @@ single server is broker 0, leader of everything) as ``kafka-topics --describe`` 
 ``create --replication-factor N`` asks for N copies of each partition (cluster mode); without
 it a cluster picks its ``default_replication_factor``, and ``create`` prints the factor the
 topic got (from Metadata, as ``describe``).
+``alter --partitions N`` grows a topic to N partitions (Kafka's ``kafka-topics --alter
+--partitions``; the CreatePartitions RPC).
 ``describe`` also shows the log cleaner's position in each partition of a compacted topic;
 ``clean`` cleans partitions of a compacted topic now (the CleanPartition RPC;
 docs/durability.md, "Compaction: operating it").
@@ -214,8 +216,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     delete = actions.add_parser("delete", help="delete a topic and all its data")
     delete.add_argument("name")
 
-    alter = actions.add_parser("alter", help="change a topic's configs")
+    alter = actions.add_parser("alter", help="change a topic's configs or add partitions")
     alter.add_argument("name")
+    alter.add_argument("--partitions", type=int, default=None, metavar="N",
+                       help="grow the topic to N partitions (more than it has: partitions are "
+                            "never removed); a key's new records may then go to another "
+                            "partition, as in Kafka")
     alter.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                        help="set a config (repeatable)")
     alter.add_argument("--delete", action="append", default=[], metavar="NAME",
@@ -242,8 +248,9 @@ def run(args: argparse.Namespace) -> int:
         configs = _parse_configs(getattr(args, "config", []) + getattr(args, "set", []), command)
     except ValueError as exc:
         return fail(command, str(exc))
-    if args.action == "alter" and not configs and not args.delete:
-        return fail(command, "nothing to change: give --set NAME=VALUE or --delete NAME")
+    if args.action == "alter" and not configs and not args.delete and args.partitions is None:
+        return fail(command, "nothing to change: give --set NAME=VALUE, --delete NAME or "
+                             "--partitions N")
 
     async def body() -> int:
         leadership: Leadership = {}
@@ -259,7 +266,10 @@ def run(args: argparse.Namespace) -> int:
                 with contextlib.suppress(StratalogError):
                     leadership = await _leadership(client, args.name)
             elif args.action == "alter":
-                topic = await client.alter_topic_configs(args.name, configs, args.delete)
+                if args.partitions is not None:
+                    topic = await client.create_partitions(args.name, args.partitions)
+                if configs or args.delete:
+                    topic = await client.alter_topic_configs(args.name, configs, args.delete)
             elif args.action == "describe":
                 topic = await client.describe_topic(args.name)
                 leadership = await _leadership(client, args.name)

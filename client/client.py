@@ -729,6 +729,18 @@ class Client:
         response = await self._call("AlterTopicConfigs", request, self._deadline(timeout_s))
         return wire.topic_info(response.topic)
 
+    async def create_partitions(
+        self, name: str, count: int, *, timeout_s: float | None = _UNSET
+    ) -> TopicInfo:
+        """Grow topic ``name`` to ``count`` partitions (Kafka's CreatePartitions); the topic
+        as it is then. Raises InvalidPartitionsError when ``count`` is not above the topic's
+        partition count. A keyed record may then go to another partition than the key's
+        earlier records did (the default partitioner hashes modulo the count), as in Kafka.
+        Producers learn of the new partitions when they next look the topic up."""
+        request = wire.create_partitions_request(name, count)
+        response = await self._call("CreatePartitions", request, self._deadline(timeout_s))
+        return wire.topic_info(response.topic)
+
     # --- records ---------------------------------------------------------------------------------
 
     async def produce(
@@ -1033,15 +1045,19 @@ class Client:
     # --- cluster ---------------------------------------------------------------------------------
 
     async def metadata(
-        self, topics: Sequence[str] = (), *, timeout_s: float | None = _UNSET
+        self, topics: Sequence[str] = (), *, allow_auto_topic_creation: bool = False,
+        timeout_s: float | None = _UNSET,
     ) -> ClusterMetadata:
         """The cluster as the server sees it (the Metadata RPC): brokers, controller and
         epoch, and ``topics`` (empty: every topic the caller may DESCRIBE) with each
         partition's leader, replicas and in-sync replicas. Raises UnknownTopicOrPartitionError
-        for a topic named that does not exist. The answer also refreshes the client's
-        metadata cache."""
+        for a topic named that does not exist, unless ``allow_auto_topic_creation`` (Kafka's
+        field of the Metadata request) and the server creates it: its
+        ``auto_create_topics_enable`` is on and the caller may CREATE the topic. The answer
+        also refreshes the client's metadata cache."""
         response = await self._call(
-            "Metadata", wire.metadata_request(topics), self._deadline(timeout_s)
+            "Metadata", wire.metadata_request(topics, allow_auto_topic_creation),
+            self._deadline(timeout_s),
         )
         metadata = wire.cluster_metadata(response)
         self._cache.update(metadata, self._home.address, topics)

@@ -56,6 +56,7 @@ The replication reasons (issue 17, docs/cluster.md), Kafka's names and retriable
     ReplicationTimeoutError           DEADLINE_EXCEEDED  REQUEST_TIMED_OUT        retriable
     InvalidReplicationFactorError     INVALID_ARGUMENT   INVALID_REPLICATION_FACTOR
     CoordinationUnavailableError      UNAVAILABLE        COORDINATION_UNAVAILABLE retriable
+    InvalidPartitionsError            INVALID_ARGUMENT   INVALID_PARTITIONS
 
 The first three say "ask someone else": the Client refreshes its metadata (the leader hint of
 NOT_LEADER_OR_FOLLOWER first) and sends the request to the partition's leader again
@@ -104,6 +105,7 @@ __all__ = [
     "DeliveryTimeoutError",
     "FencedLeaderEpochError",
     "InvalidConfigError",
+    "InvalidPartitionsError",
     "InvalidProducerEpochError",
     "InvalidProducerIdMappingError",
     "InvalidRecordError",
@@ -529,6 +531,14 @@ class InvalidReplicationFactorError(StratalogError):
     reason = "INVALID_REPLICATION_FACTOR"
 
 
+class InvalidPartitionsError(StratalogError):
+    """CreatePartitions asked for a partition count not above the topic's: partitions are only
+    ever added (Kafka's INVALID_PARTITIONS)."""
+
+    code = grpc.StatusCode.INVALID_ARGUMENT
+    reason = "INVALID_PARTITIONS"
+
+
 class CoordinationUnavailableError(StratalogError):
     """etcd did not answer an operation that needs it (CreateTopic in a cluster); retriable:
     the data path keeps serving, and etcd may come back."""
@@ -673,6 +683,7 @@ ERRORS_BY_REASON: Mapping[str, type[StratalogError]] = _table_by_reason(
     ReplicationTimeoutError,
     InvalidReplicationFactorError,
     CoordinationUnavailableError,
+    InvalidPartitionsError,
 )
 
 # Statuses without ErrorInfo that still have a class of their own: transport failures, and

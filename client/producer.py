@@ -81,7 +81,7 @@ from .accumulator import (
 from .bootstrap import bootstrap_targets
 from .client import Client
 from .credentials import Credentials, TlsConfig, channel_security
-from .errors import StratalogError, TransactionAbortedError
+from .errors import StratalogError, TransactionAbortedError, UnknownTopicOrPartitionError
 from .partitioner import partition_for_key
 from .producer_batch import ProducerBatch, RecordFuture, SendManyFuture, new_record_future
 from .sender import Sender
@@ -184,6 +184,12 @@ class Producer:
             the last error (no server listening, ...).
         buffer_bytes_max: bytes of records held before ``send()`` waits.
         flush: ask the server to fsync before answering each Produce.
+        allow_auto_topic_creation: a topic's first send that finds it missing asks the server
+            to create it (a Metadata request with Kafka's ``allow_auto_topic_creation``, as
+            Kafka's producer sends): the server does when its ``auto_create_topics_enable`` is
+            on (the default) and the caller may CREATE the topic; otherwise the send fails with
+            UnknownTopicOrPartitionError as before. False: never (the Spark sink, which has its
+            own ``createTopic`` option).
     """
 
     def __init__(
@@ -210,7 +216,9 @@ class Producer:
         rng: random.Random | None = None,
         tls: TlsConfig | None = None,
         auth: Credentials | None = None,
+        allow_auto_topic_creation: bool = True,
     ) -> None:
+        self._allow_auto_topic_creation = allow_auto_topic_creation
         if isinstance(client, Client):
             if tls is not None or auth is not None:
                 raise TypeError("tls= and auth= are for a target string; a Client has its own")
@@ -372,7 +380,21 @@ class Producer:
         async with lock:
             state = self._accumulator.topics.get(topic)
             if state is None:
-                info = await self._sender.describe_topic(topic)
+                try:
+                    info = await self._sender.describe_topic(topic)
+                except UnknownTopicOrPartitionError as unknown:
+                    if not self._allow_auto_topic_creation:
+                        raise
+                    # Kafka's producer: its metadata request creates the topic where the
+                    # server allows it; refused, it raises the same error again.
+                    try:
+                        await self._sender.client().metadata([topic],
+                                                             allow_auto_topic_creation=True)
+                    except UnknownTopicOrPartitionError:
+                        raise
+                    except StratalogError:
+                        raise unknown from None  # a server without Metadata: still unknown
+                    info = await self._sender.describe_topic(topic)
                 state = self._accumulator.add_topic(topic, info.num_partitions)
         return state
 

@@ -584,6 +584,14 @@ class SyncClient:
         response = self._call("AlterTopicConfigs", request, self._deadline(timeout_s))
         return wire.topic_info(response.topic)
 
+    def create_partitions(
+        self, name: str, count: int, *, timeout_s: float | None = _UNSET
+    ) -> TopicInfo:
+        """See :meth:`Client.create_partitions <stratalog.client.Client.create_partitions>`."""
+        request = wire.create_partitions_request(name, count)
+        response = self._call("CreatePartitions", request, self._deadline(timeout_s))
+        return wire.topic_info(response.topic)
+
     # --- records ---------------------------------------------------------------------------------
 
     def produce(
@@ -820,11 +828,13 @@ class SyncClient:
     # --- cluster ---------------------------------------------------------------------------------
 
     def metadata(
-        self, topics: Sequence[str] = (), *, timeout_s: float | None = _UNSET
+        self, topics: Sequence[str] = (), *, allow_auto_topic_creation: bool = False,
+        timeout_s: float | None = _UNSET,
     ) -> ClusterMetadata:
         """See :meth:`Client.metadata <stratalog.client.Client.metadata>`."""
         response = self._call(
-            "Metadata", wire.metadata_request(topics), self._deadline(timeout_s)
+            "Metadata", wire.metadata_request(topics, allow_auto_topic_creation),
+            self._deadline(timeout_s),
         )
         metadata = wire.cluster_metadata(response)
         with self._lock:

@@ -310,6 +310,11 @@ def alter_topic_configs_request(
     )
 
 
+def create_partitions_request(name: str, count: int) -> pb.CreatePartitionsRequest:
+    return pb.CreatePartitionsRequest(name=check_topic(name, "name"),
+                                      count=check_int(count, "count", 1, INT32_MAX))
+
+
 def _proto_record(item: object, index: int) -> pb.Record:
     if isinstance(item, bytes | bytearray | memoryview):
         item = ProducerRecord(bytes(item))
@@ -825,5 +830,8 @@ def cluster_metadata(response: pb.MetadataResponse) -> ClusterMetadata:
     )
 
 
-def metadata_request(topics: Sequence[str]) -> pb.MetadataRequest:
-    return pb.MetadataRequest(topics=[check_topic(t) for t in topics])
+def metadata_request(
+    topics: Sequence[str], allow_auto_topic_creation: bool = False
+) -> pb.MetadataRequest:
+    return pb.MetadataRequest(topics=[check_topic(t) for t in topics],
+                              allow_auto_topic_creation=bool(allow_auto_topic_creation))

@@ -5,7 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from stratalog.server.settings import SettingsError, add_arguments, settings_from_args
+from stratalog.server.settings import (
+    SettingsError,
+    add_arguments,
+    describe,
+    settings_from_args,
+)
 
 
 def main() -> int:
@@ -20,6 +25,9 @@ def main() -> int:
     except SettingsError as exc:
         print(f"stratalog.server: {exc}", file=sys.stderr)
         return 2
+    if args.print_settings:
+        print("\n".join(describe(settings)))
+        return 0
     from stratalog.server.app import run
 
     return run(settings)

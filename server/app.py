@@ -5,11 +5,14 @@ Life of a server process (``stratalog serve``)::
     check that the listen (and metrics) port is free: a busy port is one line of ours, and
         leaves no data directory behind (the metrics port only when set: the default, 9464,
         gives way to any free port when another server on this machine holds it)
+    raise the soft RLIMIT_NOFILE to the hard one; lower the descriptor reservations the user
+        did not set when the limit is low (server/open_files_fit.py, one warning)
     open the LogManager (locks the log dirs, recovers after an unclean shutdown), its share of
         RLIMIT_NOFILE computed after the connection caps (max_connections and
         metrics_connections_max: connections_reserved)
-    open the TransactionCoordinator: replay __transaction_state, complete the commits and
-        aborts a crash left half-written (their markers go to the LogManager's partitions)
+    open the TransactionCoordinator: replay __transaction_state (without recovery where the
+        directory's clean-shutdown marker was found), complete the commits and aborts a crash
+        left half-written (their markers go to the LogManager's partitions)
     load the TLS files and the credential file (server/security/), if configured
     with --cluster, before the logs open: connect to etcd (TLS and etcd credentials as
         configured), grant the lease and keep it alive (server/cluster/node.py's connect);
@@ -19,7 +22,8 @@ Life of a server process (``stratalog serve``)::
         (server/cluster/cluster_acls.py), followed by a poll from then on
     build grpc.aio server: the interceptors (authentication, then authorization and quotas),
         Broker + grpc.health.v1 (SERVING) + reflection; bind (TLS when configured); start
-    print "stratalog: listening on HOST:PORT" (the bound port when asked for port 0)
+    log the banner (server/startup_banner.py; every setting only at DEBUG), then print
+        "stratalog: listening on HOST:PORT" (the bound port when asked for port 0)
     with --cluster: with broker_principals (or TLS), ask itself who it is to its peers (WhoAmI
         over its inter-broker channel; server/cluster/broker_identity.py); join the cluster
         (server/cluster/node.py: register under an etcd lease,
@@ -87,6 +91,7 @@ from stratalog.server.garbage_collector import freeze_loaded_objects, set_young_
 from stratalog.server.metrics import ServerMetrics
 from stratalog.server.metrics_endpoint import MetricsEndpoint, MetricsEndpointLimits
 from stratalog.server.metrics_interceptor import MetricsInterceptor
+from stratalog.server.open_files_fit import fit_to_open_files_limit
 from stratalog.server.security.acl_store import AclStorage, AclStore
 from stratalog.server.security.authentication import (
     AuthenticationInterceptor,
@@ -111,6 +116,7 @@ from stratalog.server.settings import (
     configure_logging,
     describe,
 )
+from stratalog.server.startup_banner import ServingFacts, banner_lines
 from stratalog.server.storage.meta_properties import META_PROPERTIES_FILE
 from stratalog.server.subscribe_budget import MESSAGE_COPIES_HELD, SubscribeBudget
 from stratalog.server.thread_priority import lower_current_thread_priority
@@ -224,6 +230,12 @@ class Server:
         # Before the LogManager writes it: whether this server has run before (an ACL file
         # missing then means lost, server/security/acl_store.py).
         new_server = not any((Path(d) / META_PROPERTIES_FILE).exists() for d in settings.log_dirs)
+        # The default descriptor reservations sized to a low limit, before anything counts on
+        # them (the gRPC server's connection cap, the metrics endpoint, the LogManager).
+        fit = fit_to_open_files_limit(settings, open_files_limit)
+        if fit.warning is not None:
+            logger.warning("%s", fit.warning)
+        self.settings = settings = fit.settings
         try:
             # Before the logs: a bad certificate must not cost a recovery pass first.
             await loop.run_in_executor(self._executor, self._load_security)
@@ -254,6 +266,9 @@ class Server:
             self._auth_executor.shutdown(wait=False)
             raise StartupError(f"cannot open the log directories {list(settings.log_dirs)}: "
                                f"{exc}") from exc
+        # The state log in a directory closed cleanly opens without recovery (issue 25).
+        clean_log_dirs = [path for path, clean in self.log_manager.had_clean_shutdown.items()
+                          if clean]
         try:
             try:
                 self.coordinator = await loop.run_in_executor(
@@ -261,6 +276,7 @@ class Server:
                     lambda: TransactionCoordinator.open(
                         settings.log_dirs, self.write_marker,
                         config=transaction_config(settings),
+                        clean_log_dirs=clean_log_dirs,
                     ),
                 )
             except Exception as exc:
@@ -707,6 +723,32 @@ class Server:
                     config.consumer_byte_rate, len(config.overrides))
         return True
 
+    def serving_facts(self) -> ServingFacts:
+        """What the banner says of this server once it serves (startup_banner.py)."""
+        from stratalog import __version__
+
+        assert self.log_manager is not None and self.port is not None
+        log_manager, settings = self.log_manager, self.settings
+        logs = log_manager.logs()
+        metrics_url = None
+        if self.metrics_port is not None:
+            scheme = "https" if settings.tls_enabled else "http"
+            metrics_url = (f"{scheme}://{settings.metrics_listen_host}:{self.metrics_port}"
+                           "/metrics")
+        return ServingFacts(
+            version=__version__,
+            host=settings.listen_address.host,
+            port=self.port,
+            metrics_url=metrics_url,
+            log_dirs=[str(path) for path in log_manager.log_dirs],
+            topics=len({topic for topic, _ in logs}),
+            partitions=len(logs),
+            clean_shutdown=all(log_manager.had_clean_shutdown.values()),
+            recovered_segments=log_manager.recovered_segments,
+            open_files_limit=log_manager.descriptor_budget.limit,
+            partitions_max=log_manager.descriptor_budget.partitions_max,
+        )
+
     def write_marker(
         self,
         topic: str,
@@ -1050,13 +1092,15 @@ async def main(settings: Settings, out: TextIO = sys.stdout) -> int:
     # What start-up loaded (the partitions above all) lives as long as the process: no
     # collection need scan it again (garbage_collector.py).
     freeze_loaded_objects()
+    # The banner before the stdout lines: whoever waits for those finds it in the log.
+    for line in banner_lines(server.settings, server.serving_facts()):
+        logger.info("%s", line)
     host = settings.listen_address.host
     print(f"stratalog: listening on {host}:{server.port}", file=out, flush=True)
     if server.metrics_port is not None:
         scheme = "https" if settings.tls_enabled else "http"
         print(f"stratalog: metrics on {scheme}://{settings.metrics_listen_host}:"
               f"{server.metrics_port}/metrics", file=out, flush=True)
-    logger.info("serving %s on %s:%s", SERVICE_NAME, host, server.port)
     await stop.wait()
     try:
         await server.stop()
@@ -1077,8 +1121,10 @@ def run(settings: Settings) -> int:
     tune_allocator(settings.malloc_mmap_threshold_bytes)
     limit_arenas(settings.malloc_arena_max)
     set_young_objects_max(settings.gc_young_objects_max)
+    # Every value at DEBUG only: the start logs a banner instead (startup_banner.py), and
+    # `stratalog serve --print-settings` prints them without starting (issue 25).
     for line in describe(settings):
-        logger.info("setting %s", line)
+        logger.debug("setting %s", line)
     try:
         import uvloop
     except ImportError:  # Windows: uvloop does not exist there

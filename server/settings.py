@@ -342,6 +342,15 @@ class Settings:
     topic_partitions_max: int = _setting(
         10_000, "most partitions CreateTopic may ask for", 1
     )
+    auto_create_topics_enable: bool = _setting(
+        True,
+        "a Metadata request that allows it (a producer's lookup) creates a topic it names that"
+        " does not exist, with num_partitions and default_replication_factor (Kafka's"
+        " auto.create.topics.enable); with an authorizer only for callers who may CREATE it",
+    )
+    num_partitions: int = _setting(
+        1, "partitions of a topic created automatically (Kafka's num.partitions)", 1
+    )
     io_threads: int = _setting(
         8, "threads for fsync, large reads, topic admin and background maintenance", 1
     )
@@ -683,6 +692,10 @@ class Settings:
     )
     #: Where these settings came from, so that SIGHUP can read them again (:meth:`reloaded`).
     sources: SettingsSources | None = field(default=None, compare=False, repr=False)
+    #: The names (settings and ``log.*`` defaults) that a file, the environment or a flag gave:
+    #: the rest are defaults, which the server may fit to the machine (the open files limit:
+    #: server/open_files_fit.py) where it must refuse what the user asked for.
+    explicit: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -848,7 +861,7 @@ class Settings:
         left at its default: a default may give way where a value someone chose may not (a
         default metrics port already taken). Settings built directly, without
         :func:`load_settings`, count every value as given."""
-        return self.sources is None or name in self.sources.given
+        return self.sources is None or name in self.explicit
 
     def reloaded(self) -> Settings:
         """These settings read again from the same file, environment and flags (SIGHUP).
@@ -944,13 +957,11 @@ class Settings:
 
 
 class SettingsSources(NamedTuple):
-    """What :func:`load_settings` read: the file (None: none), the environment and the flags;
-    ``given``: the names of the settings one of them set (the others kept their defaults)."""
+    """What :func:`load_settings` read: the file (None: none), the environment and the flags."""
 
     config_file: str | None
     environ: Mapping[str, str]
     overrides: Mapping[str, object]
-    given: frozenset[str] = frozenset()
 
 
 #: Values of ``authorizer`` (server/security/authorizer.py owns their meaning).
@@ -980,7 +991,7 @@ _TRUE = frozenset({"true", "1", "yes", "on"})
 _FALSE = frozenset({"false", "0", "no", "off"})
 
 #: The server settings' names (``log_defaults`` excluded), in the order of the docs.
-_NOT_SETTINGS = frozenset({"log_defaults", "quota_overrides", "sources"})
+_NOT_SETTINGS = frozenset({"log_defaults", "quota_overrides", "sources", "explicit"})
 SETTING_NAMES: tuple[str, ...] = tuple(
     f.name for f in dataclasses.fields(Settings) if f.name not in _NOT_SETTINGS
 )
@@ -1005,6 +1016,8 @@ _KAFKA_ALIASES = {
     "allow.everyone.if.no.acl.found": "allow_everyone_if_no_acl_found",
     "quota.window.num": "quota_window_num",
     "max.connections": "max_connections",
+    "auto.create.topics.enable": "auto_create_topics_enable",
+    "num.partitions": "num_partitions",
     "connections.max.idle.ms": "connections_max_idle_ms",
     "node.id": "node_id",
     "cluster.session.timeout.ms": "cluster_session_timeout_ms",
@@ -1196,12 +1209,11 @@ def load_settings(
         None if config_file is None else str(config_file),
         {k: v for k, v in env.items() if k.startswith(ENV_PREFIX)},
         dict(overrides or {}),
-        frozenset(values),
     )
     try:
         return Settings(
             **values, log_defaults=log_defaults, quota_overrides=quota_overrides,
-            sources=sources,
+            sources=sources, explicit=frozenset(values) | frozenset(log_defaults),
         )
     except SettingsError as exc:
         sources = ", ".join(source for source, _ in layers)
@@ -1213,6 +1225,10 @@ def load_settings(
 
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
+
+
+# Second spellings of a few flags, the ones people type from habit (issue 25).
+_FLAG_ALIASES = {"logging_level": ("--log-level",)}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -1239,13 +1255,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         else:
             metavar = "HOST:PORT" if name == "listen" else "VALUE"
         parser.add_argument(
-            _flag(name), metavar=metavar, default=None,
+            _flag(name), *_FLAG_ALIASES.get(name, ()), metavar=metavar, default=None,
             help=f"{f.metadata['doc']} (default: {default})",
         )
     parser.add_argument(
         "--set", metavar="NAME=VALUE", action="append", default=[], dest="set_values",
         help="any setting or log.* storage default, e.g. --set log.segment.bytes=1048576;"
              " repeatable",
+    )
+    parser.add_argument(
+        "--print-settings", action="store_true",
+        help="print every effective setting (name = value, the given ones marked) and exit"
+             " without starting the server",
     )
 
 
@@ -1276,5 +1297,10 @@ def configure_logging(settings: Settings) -> None:
 
 
 def describe(settings: Settings) -> Sequence[str]:
-    """``name = value`` lines of the effective settings, for the startup log."""
-    return [f"{name} = {value!r}" for name, value in settings.as_mapping().items()]
+    """``name = value`` lines of the effective settings, for the startup log (at DEBUG) and
+    ``--print-settings``; a value that a file, the environment or a flag gave is marked
+    ``(given)``, the others are defaults."""
+    return [
+        f"{name} = {value!r}{'  (given)' if name in settings.explicit else ''}"
+        for name, value in settings.as_mapping().items()
+    ]

@@ -147,6 +147,7 @@ REASON_CODES: Mapping[str, grpc.StatusCode] = types.MappingProxyType({
     _reason("INVALID_REPLICATION_FACTOR"): _Code.INVALID_ARGUMENT,
     _reason("REQUEST_TIMED_OUT"): _Code.DEADLINE_EXCEEDED,
     _reason("COORDINATION_UNAVAILABLE"): _Code.UNAVAILABLE,
+    _reason("INVALID_PARTITIONS"): _Code.INVALID_ARGUMENT,
 })
 
 #: Exception class -> ErrorReason name. Looked up along the exception's MRO (nearest ancestor).
@@ -163,6 +164,8 @@ ERROR_TABLE: Mapping[type[BaseException], str] = types.MappingProxyType({
     storage_errors.UnknownTopicOrPartitionError: "UNKNOWN_TOPIC_OR_PARTITION",
     storage_errors.TopicAlreadyExistsError: "TOPIC_ALREADY_EXISTS",
     storage_errors.InvalidTopicError: "INVALID_TOPIC",
+    # Issue 25: CreatePartitions with a count not above the topic's (Kafka's INVALID_PARTITIONS).
+    storage_errors.InvalidPartitionsError: "INVALID_PARTITIONS",
     storage_errors.InvalidConfigError: "INVALID_CONFIG",
     storage_errors.InvalidTimestampError: "INVALID_TIMESTAMP",
     storage_errors.RecordBatchTooLargeError: "RECORD_TOO_LARGE",

@@ -303,7 +303,9 @@ async def _produce(
     batches: Iterable[pa.RecordBatch],
     transactional_id: str | None,
 ) -> WriteCommitMessage:
-    kwargs: dict[str, Any] = {"linger_ms": options.linger_ms, "compression": options.compression}
+    # The sink creates topics only when asked (createTopic), never as a side effect of a row.
+    kwargs: dict[str, Any] = {"linger_ms": options.linger_ms, "compression": options.compression,
+                              "allow_auto_topic_creation": False}
     if options.batch_bytes_max is not None:
         kwargs["batch_bytes_max"] = options.batch_bytes_max
     if transactional_id is not None:

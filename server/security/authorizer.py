@@ -12,6 +12,7 @@ operations on resources as Kafka's ``KafkaApis`` does for the request of the sam
                                                                          dropped; configs*
     DescribeTopic            DESCRIBE on the topic                       configs*
     AlterTopicConfigs        ALTER_CONFIGS on the topic
+    CreatePartitions         ALTER on the topic (Kafka's CreatePartitions)
     Produce                  WRITE on the topic
     FetchByOffset, FetchByTimestamp, Subscribe     READ on the topic
     ListOffsets              DESCRIBE on the topic
@@ -29,7 +30,9 @@ operations on resources as Kafka's ``KafkaApis`` does for the request of the sam
     WhoAmI                   (none: open, as health is)
     Metadata                 DESCRIBE on each topic named; with none     topics without DESCRIBE
                              named, none (the brokers and the            dropped
-                             controller are open, as in Kafka)
+                             controller are open, as in Kafka); a
+                             topic auto-created also needs CREATE
+                             (may_create_topic, asked by the servicer)
     Session                  (none for the stream: each request on it needs what its unary
                              RPC needs, checked by the servicer with these same rules)
     Replication/ReplicaFetch CLUSTER_ACTION on the cluster (a follower's fetch: Kafka's
@@ -128,6 +131,7 @@ __all__ = [
     "Authorizer",
     "Decider",
     "Rule",
+    "may_create_topic",
 ]
 
 logger = logging.getLogger(__name__)
@@ -492,6 +496,16 @@ def _create_topic(decider: Decider, request: broker_pb2.CreateTopicRequest) -> N
         decider.require(_Op.CREATE, _TOPIC, request.name)
 
 
+def may_create_topic(authorizer: Authorizer, identity: CallIdentity, name: str) -> bool:
+    """Whether ``identity`` may create topic ``name``: CreateTopic's rule (CREATE on the
+    cluster, or on the topic), which a Metadata request that auto-creates a topic also needs
+    (Kafka's ``KafkaApis.handleTopicMetadataRequest``). A no is no error: the topic then stays
+    unknown to the caller."""
+    decider = Decider(authorizer, identity)
+    return (decider.allowed(_Op.CREATE, _CLUSTER, CLUSTER_NAME)
+            or decider.allowed(_Op.CREATE, _TOPIC, name))
+
+
 def _init_producer_id(decider: Decider, request: broker_pb2.InitProducerIdRequest) -> None:
     if request.HasField("transactional_id"):
         if request.transactional_id:  # an empty one is the servicer's to refuse
@@ -501,7 +515,18 @@ def _init_producer_id(decider: Decider, request: broker_pb2.InitProducerIdReques
     if not decider.allowed(_Op.IDEMPOTENT_WRITE, _CLUSTER, CLUSTER_NAME) and not (
         decider.allowed_on_some(_Op.WRITE, _TOPIC)
     ):
-        raise decider.refusal(_Op.IDEMPOTENT_WRITE, _CLUSTER, CLUSTER_NAME)
+        # The permission a user grants is WRITE on the topic the producer writes to (which is
+        # also what its Produce needs); IDEMPOTENT_WRITE on the cluster is the rarer way in, so
+        # the refusal names the first and mentions the second (issue 25 item 9).
+        principal = decider.identity.principal
+        raise NotAuthorizedError(
+            f"not authorized: {principal} may not WRITE any topic, which an idempotent "
+            f"producer needs (grant WRITE on the topics it produces to: stratalog acls add "
+            f"--allow-principal {principal} --operation WRITE --topic NAME; or "
+            f"IDEMPOTENT_WRITE on the cluster)",
+            operation=_Op.WRITE.name,
+            resource=resource_label(_TOPIC, "*"),
+        )
 
 
 def _add_partitions_to_txn(
@@ -569,6 +594,7 @@ RULES: Mapping[str, Rule] = {
     "ListTopics": Rule(lambda decider, request: None, _list_topics_answer),
     "DescribeTopic": _on_topic(_Op.DESCRIBE, "name", _topic_answer),
     "AlterTopicConfigs": _on_topic(_Op.ALTER_CONFIGS, "name", _topic_answer),
+    "CreatePartitions": _on_topic(_Op.ALTER, "name", _topic_answer),
     "Produce": _on_topic(_Op.WRITE),
     "FetchByOffset": _on_topic(_Op.READ),
     "FetchByTimestamp": _on_topic(_Op.READ),

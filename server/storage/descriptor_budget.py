@@ -210,7 +210,8 @@ class DescriptorBudget:
             f"beyond that, at most log.open.segments.max = {self.open_segments_max:,}), "
             f"RLIMIT_NOFILE is {self.limit:,}: raise it with ulimit -n (its hard limit "
             "bounds what the server raises it to; docker run --ulimit nofile=N:N, systemd "
-            f"LimitNOFILE=N){lower}"
+            f"LimitNOFILE=N){lower}; with these reservations RLIMIT_NOFILE {self.limit:,} "
+            f"leaves room for {self.partitions_max:,} partitions"
         )
 
     def _connections_clause(self) -> str:

@@ -53,6 +53,7 @@ __all__ = [
     "InsufficientSpaceError",
     "InvalidConfigError",
     "InvalidOffsetError",
+    "InvalidPartitionsError",
     "InvalidProducerEpochError",
     "InvalidSegmentFileNameError",
     "InvalidTimestampError",
@@ -177,6 +178,11 @@ class CleaningAbortedError(StorageError):
 
 class InvalidTopicError(StorageError):
     """A topic name or partition count that is not allowed."""
+
+
+class InvalidPartitionsError(StorageError):
+    """CreatePartitions asked for a count not above the topic's (Kafka's INVALID_PARTITIONS):
+    a topic's partitions are only ever added."""
 
 
 class UnknownTopicOrPartitionError(StorageError):

@@ -63,6 +63,7 @@ from .durable import fsync_directory
 from .errors import (
     CorruptCheckpointError,
     InvalidConfigError,
+    InvalidPartitionsError,
     InvalidTopicError,
     LogClosedError,
     OffsetOutOfRangeError,
@@ -739,6 +740,118 @@ class LogManager:
                      overrides)
             return self._describe_locked(name)
 
+    def create_partitions(self, name: str, count: int) -> TopicDescription:
+        """Grow topic ``name`` to ``count`` partitions (Kafka's CreatePartitions); its
+        description. The new partitions are empty, placed as :meth:`create_topic` places a new
+        topic's, with the topic's configs. Existing partitions are untouched, so a key's records
+        written before go on being read where they are; after, the producers' partitioner
+        (hash modulo the count) may send the key elsewhere, as in Kafka.
+
+        Crash behaviour: the catalogue is written (and fsynced) with the new count first, then
+        the new partitions' directories are created; a crash in between leaves a catalogue
+        whose missing partition directories the next open creates, so the grow completes.
+
+        Raises:
+            UnknownTopicOrPartitionError: no such topic (or one being deleted).
+            InvalidPartitionsError: ``count`` is not above the topic's partition count.
+            InvalidTopicError: ``count`` above ``log.topic.partitions.max``.
+            ResourceLimitExceededError: the new partitions' active segments would not fit in
+                the open files limit (nothing was written).
+            StorageIOError: a directory or file could not be created: the new partitions were
+                removed again and the topic keeps its count; if that failed too, the error
+                says so and the next start completes the grow.
+        """
+        if isinstance(count, bool) or not isinstance(count, int):
+            raise InvalidPartitionsError(f"partition count of topic {name} must be an int, "
+                                         f"not {count!r}")
+        with self._lock:
+            self._ensure_open()
+            entry = self._catalog.topics.get(name)
+            if entry is None or entry.is_deleting:
+                raise UnknownTopicOrPartitionError(f"topic {name} does not exist")
+            current = entry.partitions
+            if count <= current:
+                raise InvalidPartitionsError(
+                    f"topic {name} has {current} partitions and cannot have {count}: "
+                    f"partitions can only be added (ask for more than {current})"
+                )
+            limit = self._settings.topic_partitions_max
+            if count > limit:
+                raise InvalidTopicError(
+                    f"topic {name} cannot have {count} partitions: the count must be between 1 "
+                    f"and {limit} (log.topic.partitions.max)"
+                )
+            partition_dir_name(name, count - 1)  # the longest directory name must fit
+            added = count - current
+            self.descriptor_budget.check_new_partitions(name, len(self._logs), added)
+            grown = TopicEntry(name, count, dict(entry.configs))
+            config = self._config_for(grown)
+            placement = self._place_partitions(added)
+            pending = self._catalog.with_topic(grown)
+            write_catalog(self._online_log_dirs(), pending)
+            logs = dict(self._logs)
+            log_dir_of = dict(self._log_dir_of)
+            try:
+                for partition, directory in enumerate(placement, start=current):
+                    logs[(name, partition)] = self._open_log(
+                        directory / partition_dir_name(name, partition),
+                        config,
+                        had_clean_shutdown=True,
+                        recovery_point=None,
+                        log_start_offset=None,
+                    )
+                    log_dir_of[(name, partition)] = directory
+                for directory in set(placement):
+                    fsync_directory(directory)
+            except BaseException as exc:
+                log.exception("failed to add partitions to topic %s; removing them again", name)
+                self._roll_back_partitions(pending, entry, current, count, logs, exc)
+                raise
+            self._catalog = pending
+            self._logs, self._log_dir_of = logs, log_dir_of
+            self._update_open_segments_capacity()
+            log.info("topic %s grown from %d to %d partitions", name, current, count)
+            return self._describe_locked(name)
+
+    def _roll_back_partitions(
+        self,
+        pending: TopicCatalog,
+        entry: TopicEntry,
+        current: int,
+        count: int,
+        logs: dict[TopicPartition, PartitionLog],
+        cause: BaseException,
+    ) -> None:
+        """Remove the partitions ``current`` .. ``count - 1`` of a failed
+        :meth:`create_partitions` and write the catalogue with the old ``entry`` back.
+
+        Raises:
+            StorageIOError: that failed too (chained to ``cause``); the catalogue on disk may
+                hold the new count, and the next start creates the missing partitions.
+        """
+        name = entry.name
+        for partition in range(current, count):
+            opened = logs.get((name, partition))
+            if opened is not None:
+                opened.close_for_deletion()
+        try:
+            renamed_in: set[Path] = set()
+            for state in self._dirs:
+                for partition in range(current, count):
+                    if (state.path / partition_dir_name(name, partition)).is_dir():
+                        self._rename_for_deletion(state.path, name, partition)
+                        renamed_in.add(state.path)
+            for directory in renamed_in:
+                fsync_directory(directory)
+            restored = pending.with_topic(entry)
+            write_catalog(self._online_log_dirs(), restored)
+        except Exception as rollback_error:
+            raise StorageIOError(
+                f"adding partitions to topic {name} failed ({cause}), and so did removing them "
+                f"again ({rollback_error}): the next start completes the grow to {count}"
+            ) from rollback_error
+        self._catalog = restored
+
     def check_new_topic(
         self, name: str, partitions: int, configs: Mapping[str, str] | None = None
     ) -> dict[str, str]:
@@ -904,6 +1017,11 @@ class LogManager:
         self._deleted_dirs.append(
             (self._time_ms() + self._default_config.file_delete_delay_ms, target)
         )
+
+    def has_topic(self, name: str) -> bool:
+        """Whether topic ``name`` exists (a topic being deleted does not). O(1)."""
+        entry = self._catalog.topics.get(name)  # replaced whole under the lock: a safe read
+        return entry is not None and not entry.is_deleting
 
     def list_topics(self) -> list[TopicDescription]:
         """Every topic, by name."""

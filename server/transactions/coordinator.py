@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple, Protocol
@@ -155,8 +155,12 @@ class TransactionCoordinator:
         time_ms: Callable[[], int] | None = None,
         flush_each_append: bool = True,
         broker_id: int = 0,
+        clean_log_dirs: Collection[Path] = (),
     ) -> None:
         assert log_dirs, "at least one log directory"
+        # The directories closed cleanly last time: the state log there needs no recovery
+        # (TransactionStateManager.open).
+        self._clean_log_dirs = frozenset(clean_log_dirs)
         self._log_dirs = [Path(d) for d in log_dirs]
         self._write_markers = write_markers
         self._config = config if config is not None else TransactionConfig()
@@ -200,6 +204,7 @@ class TransactionCoordinator:
             state = TransactionStateManager.open(
                 self._log_dirs, time_ms=self._time_ms,
                 flush_each_append=self._flush_each_append, broker_id=self._broker_id,
+                clean_log_dirs=self._clean_log_dirs,
             )
             self._producer_ids = ProducerIdManager(state.append_producer_ids,
                                                    state.next_producer_id)

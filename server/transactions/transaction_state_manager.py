@@ -16,7 +16,8 @@ The directory is the one log directory holding ``__transaction_state-0``, or the
 new server; the LogManager leaves internal topics out of its catalogue and listings.
 
 Loading replays the log from its start: the latest record of each key wins, a tombstone
-removes the id. Kafka compacts this topic; stratalog has no compaction, so
+removes the id. Kafka compacts this topic with its log cleaner; this log is not one of the
+LogManager's (so not the cleaner's), and
 :meth:`TransactionStateManager.maybe_compact` does what compaction would make of it: when the log
 holds many more records than live keys, it rolls a segment, rewrites the latest record of every
 key there, and deletes the segments before it. Replaying any prefix of the old records and then
@@ -41,7 +42,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
 
 from stratalog.records import BatchBuilder, iter_batches
@@ -140,8 +141,15 @@ class TransactionStateManager:
         flush_each_append: bool = True,
         broker_id: int = 0,
         compact_records_min: int = COMPACT_RECORDS_MIN,
+        clean_log_dirs: Collection[Path] = (),
     ) -> TransactionStateManager:
         """Open (or create) the state log in ``log_dirs`` and replay it.
+
+        ``clean_log_dirs``: the log directories whose clean-shutdown marker the LogManager found
+        at this start (resolved paths, ``LogManager.had_clean_shutdown``). The marker is written
+        only after this log closed without error (the server closes the coordinator first), so
+        in such a directory the log opens as a clean one, without recovering its active segment;
+        elsewhere (a crash, a directory of its own) the active segment is recovered.
 
         Raises:
             StorageError: the state log is in two log directories, or cannot be opened or read.
@@ -157,9 +165,11 @@ class TransactionStateManager:
             )
         directory = found[0] if found else Path(log_dirs[0]) / name
         clock = time_ms if time_ms is not None else wall_clock_ms
-        # had_clean_shutdown=None: the active segment is recovered on every open (it is small,
-        # and every append before it was fsynced, so older segments are whole).
-        partition_log = PartitionLog.open(directory, STATE_LOG_CONFIG, time_ms=clock)
+        # Not clean: None recovers the active segment only (it is small, and every append
+        # before it was fsynced, so older segments are whole).
+        clean = directory.parent.resolve() in clean_log_dirs or None
+        partition_log = PartitionLog.open(directory, STATE_LOG_CONFIG, time_ms=clock,
+                                          had_clean_shutdown=clean)
         try:
             transactions, next_producer_id = _replay(partition_log)
         except BaseException:

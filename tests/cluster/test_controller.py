@@ -347,3 +347,27 @@ async def test_a_deposed_controllers_write_is_refused_by_etcd(etcd) -> None:
     finally:
         await first.close()
         await second.close()
+
+
+def test_auto_creation_goes_through_etcd_and_create_partitions_is_refused(start_member,
+                                                                          etcd) -> None:
+    """Issue 25: a Metadata that allows auto-creation creates the topic as CreateTopic does in a
+    cluster (etcd, the default replication factor); CreatePartitions is refused clearly (the
+    controller does not assign new partitions yet), and nothing changes."""
+    servers = [start_member(node_id, "--num-partitions", "2") for node_id in (1, 2)]
+    wait_for(lambda: all([b.node_id for b in metadata(s).brokers] == [1, 2] for s in servers),
+             "2 brokers everywhere")
+    with grpc.insecure_channel(servers[0].target) as channel:
+        stub = broker_pb2_grpc.BrokerStub(channel)
+        answer = stub.Metadata(pb.MetadataRequest(topics=["auto"], allow_auto_topic_creation=True),
+                               timeout=ADMIN_TIMEOUT_S + CALL_TIMEOUT_S)
+        assert [(t.name, len(t.partitions)) for t in answer.topics] == [("auto", 2)]
+        assignment, _ = etcd_records(etcd, "auto")
+        assert sorted(assignment["partitions"]) == ["0", "1"]
+        with pytest.raises(grpc.RpcError) as caught:
+            stub.CreatePartitions(pb.CreatePartitionsRequest(name="auto", count=3),
+                                  timeout=CALL_TIMEOUT_S)
+    error = from_rpc_error(caught.value)
+    assert error.reason == "INVALID_REQUEST"
+    assert "not supported in cluster mode" in str(error)
+    assert sorted(etcd_records(etcd, "auto")[0]["partitions"]) == ["0", "1"]

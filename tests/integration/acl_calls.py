@@ -137,6 +137,8 @@ def rpc_calls(stub: broker_pb2_grpc.BrokerStub) -> list[tuple[str, Callable[[], 
                                   configs={"cleanup.policy": "compact"}), timeout=t)),
         ("CleanPartition", lambda: stub.CleanPartition(
             pb.CleanPartitionRequest(topic="orders2"), timeout=t)),
+        ("CreatePartitions", lambda: stub.CreatePartitions(
+            pb.CreatePartitionsRequest(name="orders2", count=2), timeout=t)),
         ("DeleteTopic", lambda: stub.DeleteTopic(pb.DeleteTopicRequest(name="orders2"),
                                                  timeout=t)),
     ]

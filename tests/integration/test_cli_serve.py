@@ -50,3 +50,18 @@ def test_a_port_in_use_is_one_line_of_ours_and_no_data_directory(tmp_path: Path)
     assert errors[0].endswith(f"port {port} is already in use on 127.0.0.1")
     assert "add_port" not in err
     assert not (tmp_path / "data").exists()
+
+
+def test_print_settings_prints_every_value_and_starts_nothing(tmp_path: Path) -> None:
+    """Issue 25 item 13: the start no longer logs ~66 `setting X = ...` lines; they are one
+    command away, the given ones marked."""
+    from stratalog.server.settings import SETTING_NAMES
+
+    result = serve(tmp_path / "data", "--print-settings", "--listen", "127.0.0.1:1")
+    assert result.returncode == 0, result.stderr.decode()
+    lines = result.stdout.decode().splitlines()
+    names = [line.split(" = ", 1)[0] for line in lines]
+    assert set(SETTING_NAMES) <= set(names)
+    assert "listen = '127.0.0.1:1'  (given)" in lines
+    assert "max_connections = 1024" in lines  # a default: not marked
+    assert not (tmp_path / "data").exists()

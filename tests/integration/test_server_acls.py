@@ -115,6 +115,41 @@ def test_every_rpc_is_refused_without_its_acls_and_served_with_them(start_server
     stopped(server)
 
 
+def test_a_producer_without_write_is_told_the_permission_to_grant(start_server, tmp_path):
+    """Issue 25 item 9: `stratalog produce` by a user with DESCRIBE but no WRITE on the topic
+    said `may not IDEMPOTENT_WRITE Cluster:kafka-cluster`, a permission users rarely grant; the
+    refusal names WRITE on the topic, and the command that grants it."""
+    data = tmp_path / "data"
+    server = start_server(data, *SUPER_ANONYMOUS)
+    with SyncClient(server.target) as client:
+        client.create_topic("no-write")
+        client.create_acls([allow("no-write", AclOperation.DESCRIBE)])
+    stopped(server)
+    server = start_server(data, *ACL_SERVER)
+    result = subprocess.run([*CLI, "produce", "no-write", "--target", server.target],
+                            input=b"hello\n", capture_output=True, timeout=120,
+                            env={k: v for k, v in os.environ.items()
+                                 if not k.startswith("STRATALOG_")})
+    stderr = result.stderr.decode()
+    assert result.returncode != 0, stderr
+    assert "User:ANONYMOUS may not WRITE any topic" in stderr, stderr
+    assert ("stratalog acls add --allow-principal User:ANONYMOUS --operation WRITE --topic NAME"
+            in stderr), stderr
+    assert "may not IDEMPOTENT_WRITE" not in stderr, stderr
+    stopped(server)
+    # The grant the message names is enough.
+    server = start_server(data, *SUPER_ANONYMOUS)
+    acls_add(server.target, "--operation", "WRITE", "--topic", "no-write")
+    stopped(server)
+    server = start_server(data, *ACL_SERVER)
+    result = subprocess.run([*CLI, "produce", "no-write", "--target", server.target],
+                            input=b"hello\n", capture_output=True, timeout=120,
+                            env={k: v for k, v in os.environ.items()
+                                 if not k.startswith("STRATALOG_")})
+    assert result.returncode == 0, result.stderr.decode()
+    stopped(server)
+
+
 # ------------------------------------------------------------------------ a managed server
 
 

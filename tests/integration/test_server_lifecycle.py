@@ -84,6 +84,75 @@ def test_metrics_endpoint_serves_text(server, stub) -> None:
     assert "process_resident_memory_bytes" in text
 
 
+def test_the_start_logs_a_short_banner_and_the_settings_only_at_debug(
+        start_server, tmp_path: Path) -> None:
+    """Issue 25 item 13: every start logged ~66 `INFO setting X = ...` lines and nothing said
+    what was secured. The banner says the version, the listeners, the data and what is secured,
+    and where every setting is."""
+    import stratalog
+
+    server = start_server(tmp_path / "data")
+    log = server.log_text()
+    assert not re.search(r" INFO \S+: setting ", log), log[-4000:]
+    banner = [line.split(": ", 1)[1] for line in log.splitlines()
+              if " INFO stratalog.server.app: " in line][-5:]
+    assert banner[0] == (f"stratalog {stratalog.__version__} serving on {server.target} "
+                         f"(gRPC, plaintext); metrics on {server.metrics_url}"), banner
+    assert banner[1].startswith(f"data: {(tmp_path / 'data').resolve()} (0 topics, 0 partitions)")
+    assert "leaves room for" in banner[1]
+    assert banner[2] == (f"security: NONE: no TLS, no authentication, no authorizer: anyone who "
+                         f"reaches {server.target} may do everything (docs/security.md)")
+    assert banner[3] == "cluster: none (a single server)"
+    assert banner[4].startswith("settings: 3 given (listen, log_dirs, metrics_port), the rest "
+                                "defaults; every value: stratalog serve --print-settings")
+    assert server.stop(signal.SIGTERM) == 0
+
+    secured = start_server(tmp_path / "data", "--authorizer", "acl",
+                           "--super-users", "User:ANONYMOUS", "--log-level", "debug")
+    log = secured.log_text()
+    assert "DEBUG stratalog.server.app: setting authorizer = 'acl'  (given)" in log
+    assert ("security: no TLS, anonymous callers allowed, authorizer acl (1 super user), "
+            "metrics authentication none") in log
+    assert "shut down cleanly last time" in log
+    assert secured.stop(signal.SIGTERM) == 0
+
+
+def test_a_clean_restart_recovers_no_log_and_a_crash_recovers_the_state_log(
+        start_server, tmp_path: Path) -> None:
+    """Issue 25 item 16: every clean restart logged ``recovered log
+    data/__transaction_state-0: 1 segments rebuilt``. The coordinator's state log now opens as
+    clean when its directory's clean-shutdown marker was there; after a kill -9 it is still
+    recovered (the same log line, so the check below is the one that would have caught it)."""
+    data_dir = tmp_path / "data"
+    first = start_server(data_dir)
+    channel, stub = _stub(first.target)
+    with channel:
+        stub.CreateTopic(pb.CreateTopicRequest(name="lc-clean", partitions=1), timeout=TIMEOUT)
+        batch = build_batch([(T0, None, b"v", ())])
+        stub.Produce(pb.ProduceRequest(topic="lc-clean", record_batches=batch), timeout=TIMEOUT)
+        # A transactional id: the state log then holds a record, not only an empty segment.
+        stub.InitProducerId(pb.InitProducerIdRequest(transactional_id="lc-clean-tx",
+                                                     transaction_timeout_ms=60_000),
+                            timeout=TIMEOUT)
+    assert first.stop(signal.SIGTERM) == 0, first.log_text()[-4000:]
+
+    logged = len(first.log_text())
+    clean = start_server(data_dir)
+    _stub(clean.target)[0].close()
+    after_clean_start = clean.log_text()[logged:]
+    assert "loaded the transaction state log" in after_clean_start
+    assert "recovered log" not in after_clean_start, after_clean_start[-4000:]
+
+    clean.kill()
+    logged = len(clean.log_text())
+    crashed = start_server(data_dir)
+    _stub(crashed.target)[0].close()
+    after_crash = crashed.log_text()[logged:]
+    assert re.search(r"recovered log \S*__transaction_state-0: 1 segments rebuilt", after_crash), \
+        after_crash[-4000:]
+    assert crashed.stop(signal.SIGTERM) == 0
+
+
 def test_sigterm_is_a_clean_shutdown_and_data_survives(start_server, tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
     server = start_server(data_dir)

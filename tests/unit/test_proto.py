@@ -505,7 +505,8 @@ def test_generated_enums_hold_the_contract_error_reasons() -> None:
     assert broker_pb2.ErrorReason.Name(broker_pb2.OFFSET_OUT_OF_RANGE) == "OFFSET_OUT_OF_RANGE"
     # 16 released reasons, then issue 12's: the producer state's 5, the coordinator's 6; then
     # issue 13's limit; then issue 17's replication reasons.
-    assert len(broker_pb2.ErrorReason.keys()) == 16 + 5 + 6 + 1 + 9
+    # Issue 25: INVALID_PARTITIONS (CreatePartitions).
+    assert len(broker_pb2.ErrorReason.keys()) == 16 + 5 + 6 + 1 + 9 + 1
     assert broker_pb2.ErrorReason.keys()[16:] == [
         "OUT_OF_ORDER_SEQUENCE", "INVALID_PRODUCER_EPOCH", "UNKNOWN_PRODUCER_ID",
         "INVALID_TXN_STATE", "TRANSACTION_COORDINATOR_FENCED",
@@ -515,4 +516,5 @@ def test_generated_enums_hold_the_contract_error_reasons() -> None:
         "NOT_LEADER_OR_FOLLOWER", "NOT_ENOUGH_REPLICAS", "NOT_ENOUGH_REPLICAS_AFTER_APPEND",
         "FENCED_LEADER_EPOCH", "UNKNOWN_LEADER_EPOCH", "LEADER_NOT_AVAILABLE",
         "INVALID_REPLICATION_FACTOR", "REQUEST_TIMED_OUT", "COORDINATION_UNAVAILABLE",
+        "INVALID_PARTITIONS",
     ]

@@ -46,6 +46,7 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     INVALID_REPLICATION_FACTOR: _ClassVar[ErrorReason]
     REQUEST_TIMED_OUT: _ClassVar[ErrorReason]
     COORDINATION_UNAVAILABLE: _ClassVar[ErrorReason]
+    INVALID_PARTITIONS: _ClassVar[ErrorReason]
 
 class Compression(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -147,6 +148,7 @@ LEADER_NOT_AVAILABLE: ErrorReason
 INVALID_REPLICATION_FACTOR: ErrorReason
 REQUEST_TIMED_OUT: ErrorReason
 COORDINATION_UNAVAILABLE: ErrorReason
+INVALID_PARTITIONS: ErrorReason
 COMPRESSION_NONE: Compression
 COMPRESSION_GZIP: Compression
 COMPRESSION_SNAPPY: Compression
@@ -466,6 +468,20 @@ class AlterTopicConfigsResponse(_message.Message):
     topic: TopicDescription
     def __init__(self, topic: _Optional[_Union[TopicDescription, _Mapping]] = ...) -> None: ...
 
+class CreatePartitionsRequest(_message.Message):
+    __slots__ = ("name", "count")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    count: int
+    def __init__(self, name: _Optional[str] = ..., count: _Optional[int] = ...) -> None: ...
+
+class CreatePartitionsResponse(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: TopicDescription
+    def __init__(self, topic: _Optional[_Union[TopicDescription, _Mapping]] = ...) -> None: ...
+
 class TopicDescription(_message.Message):
     __slots__ = ("name", "configs", "partitions", "overridden_configs")
     class ConfigsEntry(_message.Message):
@@ -753,10 +769,12 @@ class CleanPartitionResponse(_message.Message):
     def __init__(self, first_dirty_offset_before: _Optional[int] = ..., end_offset: _Optional[int] = ..., bytes_read: _Optional[int] = ..., bytes_written: _Optional[int] = ..., records_read: _Optional[int] = ..., records_kept: _Optional[int] = ..., segments_before: _Optional[int] = ..., segments_after: _Optional[int] = ..., duration_ms: _Optional[int] = ...) -> None: ...
 
 class MetadataRequest(_message.Message):
-    __slots__ = ("topics",)
+    __slots__ = ("topics", "allow_auto_topic_creation")
     TOPICS_FIELD_NUMBER: _ClassVar[int]
+    ALLOW_AUTO_TOPIC_CREATION_FIELD_NUMBER: _ClassVar[int]
     topics: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, topics: _Optional[_Iterable[str]] = ...) -> None: ...
+    allow_auto_topic_creation: bool
+    def __init__(self, topics: _Optional[_Iterable[str]] = ..., allow_auto_topic_creation: _Optional[bool] = ...) -> None: ...
 
 class MetadataResponse(_message.Message):
     __slots__ = ("brokers", "controller_id", "controller_epoch", "topics", "node_id")

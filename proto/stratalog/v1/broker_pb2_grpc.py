@@ -59,6 +59,11 @@ class BrokerStub:
                 request_serializer=stratalog_dot_v1_dot_broker__pb2.AlterTopicConfigsRequest.SerializeToString,
                 response_deserializer=stratalog_dot_v1_dot_broker__pb2.AlterTopicConfigsResponse.FromString,
                 _registered_method=True)
+        self.CreatePartitions = channel.unary_unary(
+                '/stratalog.v1.Broker/CreatePartitions',
+                request_serializer=stratalog_dot_v1_dot_broker__pb2.CreatePartitionsRequest.SerializeToString,
+                response_deserializer=stratalog_dot_v1_dot_broker__pb2.CreatePartitionsResponse.FromString,
+                _registered_method=True)
         self.Produce = channel.unary_unary(
                 '/stratalog.v1.Broker/Produce',
                 request_serializer=stratalog_dot_v1_dot_broker__pb2.ProduceRequest.SerializeToString,
@@ -176,6 +181,17 @@ class BrokerServicer:
 
     def AlterTopicConfigs(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreatePartitions(self, request, context):
+        """Kafka's CreatePartitions (issue 25): grows a topic to `count` partitions. A count not above
+        the topic's is INVALID_PARTITIONS (partitions are never removed). Records of a key may then
+        go to another partition (the key's hash is taken modulo the new count), as in Kafka: the
+        order of a key's records holds only within each partition. Needs ALTER on the topic. In
+        cluster mode it is refused (INVALID_REQUEST) for now: docs/cluster.md.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -346,6 +362,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.AlterTopicConfigs,
                     request_deserializer=stratalog_dot_v1_dot_broker__pb2.AlterTopicConfigsRequest.FromString,
                     response_serializer=stratalog_dot_v1_dot_broker__pb2.AlterTopicConfigsResponse.SerializeToString,
+            ),
+            'CreatePartitions': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreatePartitions,
+                    request_deserializer=stratalog_dot_v1_dot_broker__pb2.CreatePartitionsRequest.FromString,
+                    response_serializer=stratalog_dot_v1_dot_broker__pb2.CreatePartitionsResponse.SerializeToString,
             ),
             'Produce': grpc.unary_unary_rpc_method_handler(
                     servicer.Produce,
@@ -568,6 +589,33 @@ class Broker:
             '/stratalog.v1.Broker/AlterTopicConfigs',
             stratalog_dot_v1_dot_broker__pb2.AlterTopicConfigsRequest.SerializeToString,
             stratalog_dot_v1_dot_broker__pb2.AlterTopicConfigsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreatePartitions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stratalog.v1.Broker/CreatePartitions',
+            stratalog_dot_v1_dot_broker__pb2.CreatePartitionsRequest.SerializeToString,
+            stratalog_dot_v1_dot_broker__pb2.CreatePartitionsResponse.FromString,
             options,
             channel_credentials,
             insecure,

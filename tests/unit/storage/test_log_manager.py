@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import threading
 from pathlib import Path
 
@@ -716,3 +717,68 @@ def test_the_catalogue_round_trips() -> None:
     data = catalog.to_bytes()
     assert parse_catalog(data, Path("x")) == catalog
     assert data.startswith(b'{"version":0,"generation":3,"topics":[{"name":"a"')
+
+
+# -------------------------------------------------------------------- CreatePartitions (issue 25)
+
+
+def test_create_partitions_grows_keeps_the_data_and_persists(dirs: list[Path], clock: Clock) -> None:
+    from stratalog.server.storage.errors import InvalidPartitionsError
+
+    manager = open_manager(dirs, clock)
+    try:
+        manager.create_topic("grow", 2, {"segment.bytes": "1048576"})
+        manager.get_log("grow", 1).append(batch(b"kept"))
+        grown = manager.create_partitions("grow", 5)
+        assert [p.partition for p in grown.partitions] == [0, 1, 2, 3, 4]
+        assert [p.log_end_offset for p in grown.partitions] == [0, 1, 0, 0, 0]
+        assert manager.get_log("grow", 4).config.segment_bytes == 1048576
+        # Placed as a new topic's partitions: on the directory holding the fewest.
+        assert sorted(len(list(d.glob("grow-*"))) for d in dirs) == [2, 3]
+        for count in (5, 4, 0):
+            with pytest.raises(InvalidPartitionsError, match="can only be added"):
+                manager.create_partitions("grow", count)
+        with pytest.raises(UnknownTopicOrPartitionError):
+            manager.create_partitions("nope", 3)
+    finally:
+        manager.close()
+    manager = open_manager(dirs, clock)
+    try:
+        assert manager.describe_topic("grow").partitions[4].log_end_offset == 0
+        assert [p.log_end_offset for p in manager.describe_topic("grow").partitions] == [
+            0, 1, 0, 0, 0]
+    finally:
+        manager.close()
+
+
+def test_a_crash_between_the_catalogue_and_the_directories_completes_the_grow(
+        dirs: list[Path], clock: Clock) -> None:
+    manager = open_manager(dirs, clock)
+    manager.create_topic("grow", 1)
+    manager.create_partitions("grow", 3)
+    manager.close()
+    # What a crash right after the catalogue write leaves: the count, not the directory.
+    (lost,) = [d / "grow-2" for d in dirs if (d / "grow-2").is_dir()]
+    shutil.rmtree(lost)
+    manager = open_manager(dirs, clock)
+    try:
+        assert [p.partition for p in manager.describe_topic("grow").partitions] == [0, 1, 2]
+        assert manager.get_log("grow", 2).append(batch(b"x")).first_offset == 0
+    finally:
+        manager.close()
+
+
+def test_a_failed_grow_is_removed_again(dirs: list[Path], clock: Clock) -> None:
+    manager = open_manager(dirs, clock)
+    try:
+        manager.create_topic("grow", 2)  # one partition in each directory
+        # Where the new partition 3 would go (d1, after 2 went to d0), a file: its log
+        # cannot be created.
+        (dirs[1] / "grow-3").write_bytes(b"in the way")
+        with pytest.raises(StorageError):
+            manager.create_partitions("grow", 4)
+        assert manager.describe_topic("grow").partitions[-1].partition == 1
+        assert not (dirs[0] / "grow-2").exists()  # renamed for deletion
+        assert manager.create_partitions("grow", 3).partitions[-1].partition == 2
+    finally:
+        manager.close()
