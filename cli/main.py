@@ -26,6 +26,7 @@ from . import (
     dump_log,
     offsets,
     produce,
+    reload,
     serve,
     topics,
     whoami,
@@ -36,6 +37,7 @@ from .timestamps import join_relative_times
 # Subcommand modules, in the order `stratalog --help` lists them.
 _COMMANDS = (
     serve, topics, produce, consume, offsets, acls, cluster, dump_log, bench, whoami, credentials,
+    reload,
 )
 
 
