@@ -3,7 +3,7 @@ again (SIGHUP), found through its pid file.
 
 The server writes the pid file when started with ``pid_file`` set (``--pid-file PATH``,
 ``STRATALOG_PID_FILE``, or ``pid_file`` in its TOML file; the Docker image sets
-``/run/stratalog/stratalog.pid``). This command finds the path the same way, ``--pid-file``
+``/var/lib/stratalog/stratalog.pid``). This command finds the path the same way, ``--pid-file``
 first, then ``STRATALOG_PID_FILE``, then ``pid_file`` in ``--config`` or ``$STRATALOG_CONFIG``,
 and signals the process only if it still holds the file's lock (server/pid_file.py): a pid alone
 may belong to another program by now, which is what ``kill -HUP $(pidof -s python)`` risks.

@@ -10,7 +10,8 @@
 #     installs its dependencies from the package index: the host's pip CA bundle goes in as a
 #     build secret, STRATALOG_PIP_INDEX_URL as a build argument); build time and size printed.
 #  4. container 1 on the host network (free ports) and a new named volume; wait for health;
-#     checks from inside (non-root, server is PID 1, compiled extensions load, no pip/compiler);
+#     checks from inside (non-root, server is PID 1, compiled extensions load, no pip/compiler,
+#     the pid file holds 1 and `stratalog reload` reaches the server);
 #     the core integration checks from the host (tests/docker, phase "first").
 #  5. docker stop (SIGTERM): exit code 0 within the stop timeout, clean-shutdown marker in the
 #     volume.
@@ -19,7 +20,11 @@
 #  6b. container 3 with TLS and a credential file (certificates and credentials made on the host,
 #     mounted read-only): healthy over TLS; a client without credentials is refused
 #     (AUTHENTICATION_FAILED), a plaintext one cannot connect, one with the CA and a password
-#     gets in (stratalog whoami); stopped cleanly.
+#     gets in (stratalog whoami); a user added to the credential file gets in after
+#     `stratalog reload` in the container; stopped cleanly.
+#  6c. container 4 hardened (--read-only, --cap-drop ALL) on a new volume, SIGKILLed: its pid file
+#     stays in the volume; container 5 on that volume takes the stale file over, answers
+#     `stratalog reload`, and stops cleanly.
 #  7. deploy/compose.yaml as shipped (on free host ports): the server healthy, the example
 #     producer and consumer run to completion, compose stop exits 0 (STRATALOG_DOCKER_TEST_COMPOSE=0
 #     skips this; docker compose v2, else docker-compose, installed from Debian if missing).
@@ -414,10 +419,9 @@ timings[tests_first]=$(since "$started")
 log "docker stop (SIGTERM) container 1"
 stop_container first
 check_volume first
-# A clean stop removes the pid file (from the container's filesystem, read with docker cp).
-mkdir -p "$workdir/run-first"
-timeout 60 docker cp "$run_id-first:/run/stratalog/." "$workdir/run-first"
-[[ ! -e $workdir/run-first/stratalog.pid ]] || die "the pid file is still there after a clean stop"
+# A clean stop removes the pid file (the image's is in the volume, copied by check_volume).
+[[ ! -e $workdir/volume-first/stratalog.pid ]] \
+    || die "the pid file is still in the volume after a clean stop"
 echo "pid file removed at the clean stop"
 
 log "container 2 on the same volume"
@@ -502,6 +506,29 @@ done
 echo "a user added, after stratalog reload: $me"
 [[ $me == "User:bob (password) from 127.0.0.1" ]] || die "the reload did not let bob in"
 stop_container secure
+
+# ----------------------------------------------------------------------------- 6c. read-only, kill
+
+log "container 4, hardened (--read-only, no capabilities), killed; container 5 takes its pid file"
+# The image's pid file is in the volume, the one place a read-only container writes. SIGKILL
+# leaves it behind, naming pid 1, the next container's pid too: the next server must find it
+# stale (nobody holds its lock), take it over, and answer `stratalog reload`.
+hardened=(--read-only --cap-drop ALL --security-opt no-new-privileges)
+killed_volume=$run_id-killed
+docker volume create --label "$label=$run_id" "$killed_volume" >/dev/null
+volumes+=("$killed_volume")
+read -r port metrics_port < <(free_ports)
+start_container hardened "$killed_volume" "$port" "$metrics_port" "${hardened[@]}"
+docker kill --signal KILL "$run_id-hardened" >/dev/null
+timeout 60 docker wait "$run_id-hardened" >/dev/null
+left=$(timeout 60 docker cp "$run_id-hardened:$data_dir/stratalog.pid" - | tar -xO)
+echo "killed; the pid file left in the volume holds: $left"
+[[ $left == 1 ]] || die "SIGKILL left no pid file naming 1 (found '$left')"
+read -r port metrics_port < <(free_ports)
+start_container successor "$killed_volume" "$port" "$metrics_port" "${hardened[@]}"
+docker exec "$run_id-successor" stratalog reload \
+    || die "stratalog reload failed after the stale pid file was taken over"
+stop_container successor
 
 # ----------------------------------------------------------------------------- 7. compose
 
