@@ -987,6 +987,9 @@ async def main(settings: Settings, out: TextIO = sys.stdout) -> int:
     except PidFileError as exc:
         logger.error("%s", exc)
         return 1
+    if pid_file is not None:
+        logger.info("pid %d written to %s (stratalog reload finds the server there)",
+                    os.getpid(), pid_file.path)
     try:
         return await _serve(server, settings, stop, out)
     finally:
