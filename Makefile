@@ -128,8 +128,9 @@ bench: $(STAMP_BENCH)
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache
 
-# Builds the image and tests it against a live container: engine, base image, wheels, image,
-# integration checks, SIGTERM, restart on the same volume (deploy/docker-test.sh, docs/docker.md).
+# Builds the image (from the sources, inside Docker) and tests it against live containers: engine,
+# base image, image, integration checks, SIGTERM, restart on the same volume, TLS, reload, compose
+# (deploy/docker-test.sh, docs/docker.md). `install` only for the tests run from the host.
 .PHONY: docker-test
 docker-test: install
 	deploy/docker-test.sh

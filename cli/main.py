@@ -27,6 +27,7 @@ from . import (
     dump_log,
     offsets,
     produce,
+    reload,
     serve,
     topics,
     whoami,
@@ -38,6 +39,7 @@ from .timestamps import join_relative_times
 _COMMANDS = (
     serve, topics, produce, consume, offsets, acls, cluster, dump_log, bench, whoami, credentials,
     dev_cluster,
+    reload,
 )
 
 

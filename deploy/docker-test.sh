@@ -6,10 +6,12 @@
 #     no bridge, data root and socket under $STRATALOG_DOCKER_STATE (/tmp/stratalog-docker).
 #  2. the base image (local/python:3.11-bookworm from debootstrap, deploy/make-base-image.sh),
 #     unless it exists; any other base image is pulled.
-#  3. wheels of the project and its dependencies on the host (dist/wheels), the image built
-#     from them with no network (deploy/Dockerfile); build time and image size are printed.
+#  3. the image built from the sources (deploy/Dockerfile's build stage compiles stratalog and
+#     installs its dependencies from the package index: the host's pip CA bundle goes in as a
+#     build secret, STRATALOG_PIP_INDEX_URL as a build argument); build time and size printed.
 #  4. container 1 on the host network (free ports) and a new named volume; wait for health;
-#     checks from inside (non-root, server is PID 1, compiled extensions load, no pip/compiler);
+#     checks from inside (non-root, server is PID 1, compiled extensions load, no pip/compiler,
+#     the pid file holds 1 and `stratalog reload` reaches the server);
 #     the core integration checks from the host (tests/docker, phase "first").
 #  5. docker stop (SIGTERM): exit code 0 within the stop timeout, clean-shutdown marker in the
 #     volume.
@@ -18,7 +20,11 @@
 #  6b. container 3 with TLS and a credential file (certificates and credentials made on the host,
 #     mounted read-only): healthy over TLS; a client without credentials is refused
 #     (AUTHENTICATION_FAILED), a plaintext one cannot connect, one with the CA and a password
-#     gets in (stratalog whoami); stopped cleanly.
+#     gets in (stratalog whoami); a user added to the credential file gets in after
+#     `stratalog reload` in the container; stopped cleanly.
+#  6c. container 4 hardened (--read-only, --cap-drop ALL) on a new volume, SIGKILLed: its pid file
+#     stays in the volume; container 5 on that volume takes the stale file over, answers
+#     `stratalog reload`, and stops cleanly.
 #  7. deploy/compose.yaml as shipped (on free host ports): the server healthy, the example
 #     producer and consumer run to completion, compose stop exits 0 (STRATALOG_DOCKER_TEST_COMPOSE=0
 #     skips this; docker compose v2, else docker-compose, installed from Debian if missing).
@@ -40,6 +46,8 @@
 #   STRATALOG_DOCKER_TEST_COMPOSE=0 skip the compose check (step 7)
 #   STRATALOG_DOCKER_TEST_CLUSTER=0 skip the cluster failover check (step 7b)
 #   STRATALOG_ETCD_IMAGE   etcd's image for step 7b (default: local/etcd:3.5, made here)
+#   STRATALOG_PIP_CA       CA bundle for the build's pip (default: PIP_CERT, else pip.conf's cert)
+#   STRATALOG_PIP_INDEX_URL  package index for the build's pip (default: PyPI)
 #   VENV                   the project's virtualenv (default .venv; make docker-test creates it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -102,7 +110,7 @@ cleanup() {
             stop_engine
         fi
     fi
-    rm -rf "$workdir" dist/src
+    rm -rf "$workdir"
     if ((rc == 0)); then echo "docker-test: PASSED"
     elif ((rc == EXIT_NO_ENGINE)); then echo "docker-test: NOT RUN (no Docker engine here)" >&2
     else echo "docker-test: FAILED ($rc)" >&2; fi
@@ -212,51 +220,44 @@ else
     timeout 900 docker pull "$base_image"
 fi
 
-# ----------------------------------------------------------------------------- 3. wheels, image
+# ----------------------------------------------------------------------------- 3. image
 
-log "wheels (dist/wheels)"
+log "image $image (built from the sources)"
 [[ -x $venv/bin/python ]] || die "no virtualenv at $venv: run make install (or make docker-test)"
-# Built from a copy of the sources git knows about (tracked or new, not ignored), so that no
-# build/ or egg-info is written into the working tree other people use. The copy is always at
-# the same path (compilers record it) and SOURCE_DATE_EPOCH (1980) fixes the zip timestamps:
-# unchanged sources give byte-identical wheels, and Docker's cache then reuses every layer.
-src=$PWD/dist/src
-rm -rf "$src"
-mkdir -p "$src"
-if git rev-parse --git-dir >/dev/null 2>&1; then
-    git ls-files -z --cached --others --exclude-standard \
-        | while IFS= read -r -d '' f; do [[ -e $f ]] && printf '%s\0' "$f"; done \
-        | tar --null -T - -c | tar -x -C "$src"
-else
-    tar --exclude=./.venv --exclude=./.git --exclude=./dist --exclude=./build --exclude=./data \
-        -c . | tar -x -C "$src"
-fi
-rm -rf dist/wheels
-mkdir -p dist/wheels
-started=$(now)
-SOURCE_DATE_EPOCH=315532800 \
-timeout 900 "$venv/bin/python" -m pip wheel --disable-pip-version-check \
-    --wheel-dir dist/wheels "$src" >"$workdir/wheels.log" 2>&1 \
-    || { tail -40 "$workdir/wheels.log" >&2; die "pip wheel failed"; }
-timings[wheels]=$(since "$started")
-for wheel in dist/wheels/*.whl; do echo "  ${wheel##*/}"; done
-echo "wheels built in ${timings[wheels]} s"
-
-log "image $image"
-# BuildKit when the client has it: the legacy builder makes a container per Dockerfile step,
-# which the vfs driver turns into a full copy of the image each time (minutes instead of seconds).
+# BuildKit: the Dockerfile's secret mount needs it, and the legacy builder makes a container
+# per Dockerfile step, which the vfs driver turns into a full copy of the image each time.
 if docker buildx version >/dev/null 2>&1; then
     build=(docker build)
 elif [[ -x /usr/bin/docker ]] && [[ $(/usr/bin/docker version --format '{{.Client.Version}}' \
         2>/dev/null) =~ ^(19|20)\. ]]; then
     build=(env DOCKER_BUILDKIT=1 /usr/bin/docker build --progress plain)  # docker.io 20.10
 else
-    build=(docker build)
+    build=(env DOCKER_BUILDKIT=1 docker build)
+fi
+# The build stage downloads the dependencies (and Debian's gcc): it needs the network. Our
+# engine has no bridge, so its build steps use the host's network, as our containers do.
+build_args=(--build-arg BASE_IMAGE="$base_image")
+if ! docker network inspect bridge >/dev/null 2>&1; then
+    build_args+=(--network host)
+fi
+# The CA bundle the host's pip trusts (a TLS-inspecting proxy's), handed to the build's pip as a
+# secret: STRATALOG_PIP_CA, else pip's own setting (PIP_CERT, pip.conf's cert), else none.
+pip_ca=${STRATALOG_PIP_CA:-${PIP_CERT:-$("$venv/bin/python" -m pip config get global.cert \
+    2>/dev/null || true)}}
+if [[ -n $pip_ca ]]; then
+    [[ -r $pip_ca ]] || die "the pip CA bundle $pip_ca cannot be read"
+    build_args+=(--secret "id=pip_ca,src=$pip_ca")
+    echo "pip's CA bundle for the build: $pip_ca (a build secret: in no layer)"
+fi
+# Another package index (a mirror, a proxy): STRATALOG_PIP_INDEX_URL, as a build argument.
+if [[ -n ${STRATALOG_PIP_INDEX_URL:-} ]]; then
+    build_args+=(--build-arg PIP_INDEX_URL="$STRATALOG_PIP_INDEX_URL")
+    echo "package index for the build: $STRATALOG_PIP_INDEX_URL"
 fi
 old_image=$(docker image inspect -f '{{.Id}}' "$image" 2>/dev/null || true)
 started=$(now)
-timeout 1200 "${build[@]}" --network none -f deploy/Dockerfile \
-    --build-arg BASE_IMAGE="$base_image" -t "$image" . >"$workdir/build.log" 2>&1 \
+timeout 1500 "${build[@]}" "${build_args[@]}" -f deploy/Dockerfile -t "$image" . \
+    >"$workdir/build.log" 2>&1 \
     || { tail -40 "$workdir/build.log" >&2; die "docker build failed"; }
 timings[image_build]=$(since "$started")
 new_image=$(docker image inspect -f '{{.Id}}' "$image")
@@ -391,8 +392,24 @@ names = sorted({
 for name in names:
     importlib.import_module(name)
 print(f"compiled extensions of stratalog that load in the image: {names or None}")
+assert "stratalog.records._speedups" in names, "the C record codec was not built"
 EOF
 '
+
+log "the pid file and stratalog reload in container 1"
+# The server wrote its pid (1) to the image's STRATALOG_PID_FILE; `stratalog reload` there
+# finds it and sends SIGHUP, which the server logs.
+# shellcheck disable=SC2016  # expanded by the container's shell
+pid_file=$(docker exec "$run_id-first" sh -c 'cat "$STRATALOG_PID_FILE"')
+echo "pid file: $pid_file"
+[[ $pid_file == 1 ]] || die "the pid file holds '$pid_file', not the server's pid 1"
+docker exec "$run_id-first" stratalog reload || die "stratalog reload failed in the container"
+for _ in $(seq 100); do
+    docker logs "$run_id-first" 2>&1 | grep -q "SIGHUP: reloading" && break
+    sleep 0.2
+done
+docker logs "$run_id-first" 2>&1 | grep "SIGHUP: reloading" \
+    || die "the server did not log the reload within 20 s"
 
 log "core integration checks against container 1 (tests/docker, phase first)"
 started=$(now)
@@ -402,6 +419,10 @@ timings[tests_first]=$(since "$started")
 log "docker stop (SIGTERM) container 1"
 stop_container first
 check_volume first
+# A clean stop removes the pid file (the image's is in the volume, copied by check_volume).
+[[ ! -e $workdir/volume-first/stratalog.pid ]] \
+    || die "the pid file is still in the volume after a clean stop"
+echo "pid file removed at the clean stop"
 
 log "container 2 on the same volume"
 read -r port metrics_port < <(free_ports)
@@ -463,7 +484,51 @@ me=$("${cli[@]}" --ca-file "$tls_dir/ca.crt" --user alice \
      --password-file "$tls_dir/password" whoami "${target[@]}")
 echo "with a password: $me"
 [[ $me == "User:alice (password) from 127.0.0.1" ]] || die "stratalog whoami said: $me"
+# A user added to the credential file gets in after `stratalog reload` in the container.
+"$venv/bin/python" - "$tls_dir" <<'EOF'
+import sys
+from pathlib import Path
+
+from stratalog.server.security.credentials import CredentialFile
+
+path = Path(sys.argv[1]) / "credentials.json"
+CredentialFile.load(path).with_user("bob", "bob-secret").save(path)
+(path.parent / "bob-password").write_text("bob-secret\n")
+EOF
+chmod 0644 "$tls_dir"/*
+docker exec "$run_id-secure" stratalog reload
+bob=(--ca-file "$tls_dir/ca.crt" --user bob --password-file "$tls_dir/bob-password")
+for _ in $(seq 100); do
+    me=$("${cli[@]}" "${bob[@]}" whoami "${target[@]}" 2>&1 || true)
+    [[ $me == "User:bob (password) from 127.0.0.1" ]] && break
+    sleep 0.2
+done
+echo "a user added, after stratalog reload: $me"
+[[ $me == "User:bob (password) from 127.0.0.1" ]] || die "the reload did not let bob in"
 stop_container secure
+
+# ----------------------------------------------------------------------------- 6c. read-only, kill
+
+log "container 4, hardened (--read-only, no capabilities), killed; container 5 takes its pid file"
+# The image's pid file is in the volume, the one place a read-only container writes. SIGKILL
+# leaves it behind, naming pid 1, the next container's pid too: the next server must find it
+# stale (nobody holds its lock), take it over, and answer `stratalog reload`.
+hardened=(--read-only --cap-drop ALL --security-opt no-new-privileges)
+killed_volume=$run_id-killed
+docker volume create --label "$label=$run_id" "$killed_volume" >/dev/null
+volumes+=("$killed_volume")
+read -r port metrics_port < <(free_ports)
+start_container hardened "$killed_volume" "$port" "$metrics_port" "${hardened[@]}"
+docker kill --signal KILL "$run_id-hardened" >/dev/null
+timeout 60 docker wait "$run_id-hardened" >/dev/null
+left=$(timeout 60 docker cp "$run_id-hardened:$data_dir/stratalog.pid" - | tar -xO)
+echo "killed; the pid file left in the volume holds: $left"
+[[ $left == 1 ]] || die "SIGKILL left no pid file naming 1 (found '$left')"
+read -r port metrics_port < <(free_ports)
+start_container successor "$killed_volume" "$port" "$metrics_port" "${hardened[@]}"
+docker exec "$run_id-successor" stratalog reload \
+    || die "stratalog reload failed after the stale pid file was taken over"
+stop_container successor
 
 # ----------------------------------------------------------------------------- 7. compose
 
@@ -622,7 +687,7 @@ fi
 
 log "summary"
 timings[total]=$(since "$script_started")
-for key in apt_docker.io engine apt_debootstrap base_image wheels image_build \
+for key in apt_docker.io engine apt_debootstrap base_image image_build \
         create_first healthy_first tests_first create_restarted healthy_restarted tests_restarted \
         apt_docker-compose compose_healthy cluster_healthy cluster_failover total; do
     if [[ -n ${timings[$key]:-} ]]; then printf '  %-18s %6s s\n' "$key" "${timings[$key]}"; fi

@@ -10,6 +10,7 @@ The request path, one module a step::
 - :mod:`.app`               start-up and graceful shutdown: settings, uvloop, the thread pool,
                             health, reflection, metrics endpoint, signals
 - :mod:`.settings`          every server setting: TOML file < ``STRATALOG_*`` env < flags
+- :mod:`.pid_file`          the pid file, held locked while the server runs (``stratalog reload``)
 - :mod:`.decoding`          Produce parsed with its record batches as a view of the message
 - :mod:`.service`           the servicer: checks the request's shape, delegates, answers; the
                             per-partition append lock and append signal (long polls, Subscribe)

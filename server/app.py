@@ -2,6 +2,8 @@
 
 Life of a server process (``stratalog serve``)::
 
+    with pid_file set: write the pid file and hold it locked (server/pid_file.py); another live
+        server holding it: exit 1, before anything else is touched
     check that the listen (and metrics) port is free: a busy port is one line of ours, and
         leaves no data directory behind (the metrics port only when set: the default, 9464,
         gives way to any free port when another server on this machine holds it)
@@ -42,7 +44,7 @@ Life of a server process (``stratalog serve``)::
         registration and the controller key go at once)
     stop the maintenance task (a pass under way finishes)
     TransactionCoordinator.close(), then LogManager.close(): flush, checkpoints,
-        clean-shutdown markers, unlock                                        -> exit 0
+        clean-shutdown markers, unlock; remove the pid file                   -> exit 0
 
 The maintenance task calls ``LogManager.run_maintenance`` (flush.ms flushes, retention,
 checkpoints, delayed deletions; each pass bounded) in the thread pool every
@@ -92,6 +94,7 @@ from stratalog.server.metrics import ServerMetrics
 from stratalog.server.metrics_endpoint import MetricsEndpoint, MetricsEndpointLimits
 from stratalog.server.metrics_interceptor import MetricsInterceptor
 from stratalog.server.open_files_fit import fit_to_open_files_limit
+from stratalog.server.pid_file import PidFile, PidFileError
 from stratalog.server.security.acl_store import AclStorage, AclStore
 from stratalog.server.security.authentication import (
     AuthenticationInterceptor,
@@ -1083,7 +1086,28 @@ async def main(settings: Settings, out: TextIO = sys.stdout) -> int:
     """Serve until SIGTERM/SIGINT; the process's exit code (0 after a clean shutdown)."""
     stop = asyncio.Event()
     server = Server(settings)
+    # The handlers first: `stratalog reload` signals whoever the pid file names as soon as it
+    # exists, and SIGHUP's default action would end the process.
     _install_signal_handlers(stop, server)
+    try:
+        # Before anything touches the disk or a port: a second server on the same pid file
+        # is refused as the first thing it does.
+        pid_file = PidFile.acquire(settings.pid_file) if settings.pid_file else None
+    except PidFileError as exc:
+        logger.error("%s", exc)
+        return 1
+    if pid_file is not None:
+        logger.info("pid %d written to %s (stratalog reload finds the server there)",
+                    os.getpid(), pid_file.path)
+    try:
+        return await _serve(server, settings, stop, out)
+    finally:
+        if pid_file is not None:
+            pid_file.release()
+
+
+async def _serve(server: Server, settings: Settings, stop: asyncio.Event, out: TextIO) -> int:
+    """:func:`main` once the pid file is held: start, serve until ``stop``, stop."""
     try:
         await server.start()
     except StartupError as exc:

@@ -372,6 +372,13 @@ class Settings:
         "on SIGTERM/SIGINT, time in-flight RPCs get to finish before they are cancelled",
         0,
     )
+    pid_file: str = _setting(
+        "",
+        "file the server writes its process id to at start (and holds locked while it runs;"
+        " removed at a clean stop), for `stratalog reload`; a start is refused while another"
+        " live server holds it, a stale one is taken over; empty = none"
+        " (server/pid_file.py)",
+    )
     transaction_max_timeout_ms: int = _setting(
         900_000,
         "longest transaction timeout InitProducerId accepts (Kafka's transaction.max.timeout.ms)",
