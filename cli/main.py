@@ -12,6 +12,7 @@ one-line message on stderr with a non-zero exit code, so that scripts can rely o
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -23,6 +24,7 @@ from . import (
     cluster,
     consume,
     credentials,
+    delete_records,
     dump_log,
     offsets,
     produce,
@@ -31,11 +33,13 @@ from . import (
     whoami,
 )
 from .connection import add_connection_arguments, add_target_argument
+from .kafka_habits import chosen_parser, refuse_unknown, resolve_topic
 from .timestamps import join_relative_times
 
 # Subcommand modules, in the order `stratalog --help` lists them.
 _COMMANDS = (
-    serve, topics, produce, consume, offsets, acls, cluster, dump_log, bench, whoami, credentials,
+    serve, topics, produce, consume, offsets, delete_records, acls, cluster, dump_log, bench,
+    whoami, credentials,
 )
 
 
@@ -57,15 +61,32 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(join_relative_times(sys.argv[1:] if argv is None else argv))
+    args, extras = parser.parse_known_args(
+        join_relative_times(sys.argv[1:] if argv is None else argv))
+    subcommand = chosen_parser(parser, args)
+    if extras:
+        # The subcommand's usage and what to use instead of a Kafka or kcat flag, where
+        # argparse would print the top-level usage and a bare "unrecognized arguments".
+        refuse_unknown(subcommand, extras)
+    resolve_topic(subcommand, args)
     try:
         return args.run(args)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
         # `stratalog dump-log ... | head`: the reader went away; that is not an error of ours.
-        sys.stderr.close()
+        # What is left in stdout's buffer would fail again when Python flushes it at exit
+        # ("Exception ignored ... BrokenPipeError", exit 120): point stdout at /dev/null.
+        _discard_stdout()
         return 0
+
+
+def _discard_stdout() -> None:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    finally:
+        os.close(devnull)
 
 
 if __name__ == "__main__":
