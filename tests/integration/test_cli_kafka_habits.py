@@ -1,0 +1,335 @@
+"""The `stratalog` command as Kafka and kcat users type it, against a real server (issue 25).
+
+Item 8: the aliases that mean something here are accepted (``--bootstrap-server``, ``--topic``,
+``--from-beginning``, ``--partition 0,1``, ``--offset``/``-o`` with kcat's ``-N``, ``s@``,
+``e@``, ``--max-messages``, ``--if-not-exists``, ``--if-exists``), and what is not supported is
+refused with the subcommand's usage and a line saying what to use instead. Item 14: offsets
+prints a header, describe says ``LogDirIndex``. Item 15: ``dump-log | head`` exits 0, a missing
+file is "No such file". The delete-records command, and consume's progress line on stderr.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import pty
+import select
+import struct
+import subprocess
+import termios
+import time
+
+import pytest
+
+from .test_cli import CLI, stratalog
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k != "STRATALOG_TARGET"}
+
+
+def _topic_with(server, topic: str, lines_by_partition: dict[int, bytes],
+                partitions: int | None = None) -> None:
+    count = partitions or len(lines_by_partition)
+    created = stratalog(server, "topics", "create", topic, "--partitions", str(count))
+    assert created.returncode == 0, created.stderr
+    for partition, lines in lines_by_partition.items():
+        result = stratalog(server, "produce", topic, "--partition", str(partition), stdin=lines)
+        assert result.returncode == 0, result.stderr
+
+
+def _lines(result) -> list[str]:
+    return result.stdout.decode().splitlines()
+
+
+# ------------------------------------------------------------------ item 8: aliases
+
+
+def test_kafka_console_consumer_spelling_works_as_typed(server):
+    _topic_with(server, "habits-console", {0: b"a\nb\nc\n", 1: b"d\n", 2: b"e\nf\n"})
+    env = _env()
+    # Exactly as a Kafka user types it: --bootstrap-server, --topic, --from-beginning.
+    result = subprocess.run(
+        [*CLI, "consume", "--bootstrap-server", server.target, "--topic", "habits-console",
+         "--from-beginning", "--partition", "0,2", "--max-messages", "4"],
+        capture_output=True, timeout=120, env=env)
+    assert result.returncode == 0, result.stderr
+    assert sorted(_lines(result)) == ["a", "b", "c", "e"]
+    # --bootstrap-server before the subcommand too, as --target is.
+    before = subprocess.run([*CLI, "--bootstrap-server", server.target, "topics", "list"],
+                            capture_output=True, timeout=120, env=env)
+    assert before.returncode == 0, before.stderr
+    assert "habits-console" in _lines(before)
+    # Kafka's console consumer --offset N with --partition.
+    offset = stratalog(server, "consume", "habits-console", "--partition", "0", "--offset", "1")
+    assert _lines(offset) == ["b", "c"]
+
+
+def test_partition_lists_refuse_a_partition_named_twice(server):
+    _topic_with(server, "habits-twice", {0: b"a\n", 1: b"b\n"})
+    twice = stratalog(server, "consume", "habits-twice", "--partition", "0,1",
+                      "--partition", "1")
+    assert twice.returncode == 2
+    assert "partition 1 is given twice" in twice.stderr.decode()
+    bad = stratalog(server, "offsets", "habits-twice", "--partition", "0,x")
+    assert bad.returncode == 2
+    assert "expected a partition number, got 'x'" in bad.stderr.decode()
+
+
+def test_tail_start_prints_the_last_n_records_of_each_partition(server):
+    _topic_with(server, "habits-tail", {0: b"".join(b"p0-%d\n" % i for i in range(20)),
+                                        1: b"p1-0\n", 2: b""})
+    result = stratalog(server, "consume", "habits-tail", "-o", "-3", "--print-metadata")
+    assert result.returncode == 0, result.stderr
+    rows = sorted(tuple(line.split("\t")[::3]) for line in _lines(result))
+    # Partition 0: its last three; partition 1 holds fewer than 3: all of it; 2 is empty.
+    assert rows == [("0", "p0-17"), ("0", "p0-18"), ("0", "p0-19"), ("1", "p1-0")]
+
+    # Below the log start (after delete-records), the tail starts at the log start.
+    deleted = stratalog(server, "delete-records", "habits-tail", "--partition", "0",
+                        "--offset", "18")
+    assert deleted.returncode == 0, deleted.stderr
+    trimmed = stratalog(server, "consume", "habits-tail", "--partition", "0", "--from", "-5")
+    assert (trimmed.returncode, _lines(trimmed)) == (0, ["p0-18", "p0-19"]), trimmed.stderr
+
+
+def test_kcat_timestamp_start_and_stop(server):
+    _topic_with(server, "habits-time", {0: b"old-0\nold-1\n", 1: b"old-2\n"})
+    time.sleep(0.05)  # the records' timestamps fall on either side of the boundary
+    boundary_ms = int(time.time() * 1000)
+    time.sleep(0.05)
+    for partition, value in ((0, b"new-0\n"), (1, b"new-1\n")):
+        produced = stratalog(server, "produce", "habits-time", "--partition", str(partition),
+                             stdin=value)
+        assert produced.returncode == 0, produced.stderr
+
+    before = stratalog(server, "consume", "habits-time", "-o", "beginning", "-o",
+                       f"e@{boundary_ms}")
+    assert before.returncode == 0, before.stderr
+    assert sorted(_lines(before)) == ["old-0", "old-1", "old-2"]
+    assert before.stderr.decode().startswith("stopping each partition before ")
+    assert f"({boundary_ms} ms)" in before.stderr.decode()
+    after = stratalog(server, "consume", "habits-time", "-o", f"s@{boundary_ms}")
+    assert sorted(_lines(after)) == ["new-0", "new-1"]
+    # e@ ends a --follow too, once every partition reached it (kcat's behaviour): this would
+    # wait forever if the stop were not applied.
+    follow = stratalog(server, "consume", "habits-time", "--follow", "-o", f"e@{boundary_ms}")
+    assert follow.returncode == 0, follow.stderr
+    assert sorted(_lines(follow)) == ["old-0", "old-1", "old-2"]
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (("consume", "t", "--from", "5", "--from-beginning"), ["two places to start"]),
+        (("consume", "t", "-o", "s@soon"), ["s@", "soon"]),
+        (("consume", "t", "-o", "stored"), ["-N (the last N records", "'stored'"]),
+        (("consume", "t", "-o", "e@1", "-o", "e@2"), ["two stop times"]),
+        (("consume", "t", "--from-timestamp", "-1h", "-o", "-1"), ["two places to start"]),
+        (("consume", "t", "--topic", "u"), ["two topics"]),
+        (("consume",), ["TOPIC (or --topic)"]),
+        (("delete-records", "t", "--offset", "minus-two"), ["--offset takes"]),
+    ],
+)
+def test_bad_start_and_stop_values_are_usage_errors(server, args, words):
+    result = stratalog(server, *args)
+    assert result.returncode == 2, result.stdout
+    err = result.stderr.decode()
+    for word in words:
+        assert word in err, err
+
+
+def test_if_not_exists_and_if_exists(server):
+    assert stratalog(server, "topics", "create", "habits-once").returncode == 0
+    again = stratalog(server, "topics", "create", "--topic", "habits-once", "--partitions", "3")
+    assert again.returncode == 1
+    assert "TOPIC_ALREADY_EXISTS" in again.stderr.decode()
+    tolerated = stratalog(server, "topics", "create", "habits-once", "--partitions", "3",
+                          "--if-not-exists")
+    assert tolerated.returncode == 0, tolerated.stderr
+    assert "already exists; left as it is" in tolerated.stderr.decode()
+    # Left as it is: still one partition, not three.
+    described = json.loads(stratalog(server, "topics", "describe", "habits-once",
+                                     "--format", "json").stdout)
+    assert len(described["partitions"]) == 1
+
+    assert stratalog(server, "topics", "delete", "habits-once").returncode == 0
+    gone = stratalog(server, "topics", "delete", "habits-once")
+    assert gone.returncode == 1
+    quiet = stratalog(server, "topics", "delete", "habits-once", "--if-exists")
+    assert quiet.returncode == 0, quiet.stderr
+    assert "does not exist; nothing deleted" in quiet.stderr.decode()
+
+
+# ------------------------------------------------------------------ item 8: refusals
+
+
+@pytest.mark.parametrize(
+    ("args", "usage", "hint"),
+    [
+        (("consume", "t", "--group", "g"), "usage: stratalog consume ",
+         "--group: consumer groups are not there yet"),
+        (("consume", "t", "--property", "print.key=true"), "usage: stratalog consume ",
+         "--property: print.key=true is --print-key"),
+        (("consume", "t", "-J"), "usage: stratalog consume ", "-J: --format json"),
+        (("offsets", "t", "--group", "g"), "usage: stratalog offsets ",
+         "--group: consumer groups are not there yet"),
+        (("topics", "alter", "t", "--partitions", "4"), "usage: stratalog topics alter ",
+         "--partitions: adding partitions to a topic is not supported yet"),
+        (("produce", "--topic", "t"), "usage: stratalog produce ",
+         "--topic: the topic is the first argument"),
+        (("consume", "t", "--no-such-flag"), "usage: stratalog consume ",
+         "see stratalog consume --help"),
+    ],
+)
+def test_unsupported_flags_print_the_subcommands_usage_and_what_to_use(server, args, usage,
+                                                                       hint):
+    result = stratalog(server, *args)
+    assert result.returncode == 2
+    err = result.stderr.decode()
+    assert err.startswith(usage), err  # the subcommand's, not the top-level usage
+    assert "unrecognized arguments: " in err
+    assert hint in err, err
+
+
+# ------------------------------------------------------------------ item 14: labelled output
+
+
+def test_offsets_prints_a_header_and_describe_names_the_log_dir_index(server):
+    _topic_with(server, "habits-columns", {0: b"a\nb\n", 1: b"c\n"})
+    latest = _lines(stratalog(server, "offsets", "habits-columns"))
+    assert latest[0].split() == ["TOPIC", "PARTITION", "OFFSET", "TIMESTAMP"]
+    assert [row.split() for row in latest[1:]] == [
+        ["habits-columns", "0", "2", "-"], ["habits-columns", "1", "1", "-"]]
+    # The columns line up under their headers.
+    column = latest[0].index("OFFSET")
+    assert [row[column:].split()[0] for row in latest] == ["OFFSET", "2", "1"]
+    by_max = _lines(stratalog(server, "offsets", "habits-columns", "--time", "max"))
+    assert by_max[1].split()[3].endswith("Z")  # a timestamp where the lookup found a record
+    help_text = stratalog(server, "offsets", "--help").stdout.decode()
+    assert "TIMESTAMP" in help_text and "positions, not records" in help_text
+
+    described = stratalog(server, "topics", "describe", "habits-columns").stdout.decode()
+    assert "\tLogDirIndex: 0" in described and "LogDir: " not in described
+    assert "LogDirIndex" in stratalog(server, "topics", "describe", "--help").stdout.decode()
+
+
+# ------------------------------------------------------------------ delete-records
+
+
+def test_delete_records_moves_the_log_start_as_kafka_delete_records(server):
+    _topic_with(server, "habits-delete", {0: b"a\nb\nc\nd\n", 1: b"e\nf\n"})
+    result = stratalog(server, "delete-records", "habits-delete", "--partition", "0",
+                       "--offset", "3")
+    assert result.returncode == 0, result.stderr
+    assert _lines(result) == ["Records delete operation completed:",
+                              "partition: habits-delete-0\tlow_watermark: 3"]
+    assert _lines(stratalog(server, "consume", "habits-delete", "--partition", "0")) == ["d"]
+    # -1 (Kafka's value) is the high watermark: everything written so far.
+    everything = stratalog(server, "delete-records", "--topic", "habits-delete", "--offset",
+                           "-1", "--format", "json")
+    assert everything.returncode == 0, everything.stderr
+    assert json.loads(everything.stdout) == [
+        {"topic": "habits-delete", "partition": 0, "low_watermark": 4},
+        {"topic": "habits-delete", "partition": 1, "low_watermark": 2}]
+    assert stratalog(server, "consume", "habits-delete").stdout == b""
+    # Past the end: the server's refusal, naming the partition and its range.
+    past = stratalog(server, "delete-records", "habits-delete", "--partition", "1",
+                     "--offset", "99")
+    assert past.returncode == 1
+    assert "habits-delete-1" in past.stderr.decode()
+    assert "OFFSET_OUT_OF_RANGE" in past.stderr.decode()
+    missing = stratalog(server, "delete-records", "habits-delete", "--partition", "5",
+                        "--offset", "0")
+    assert missing.returncode == 1
+    assert "partitions [5] do not exist" in missing.stderr.decode()
+
+
+# ------------------------------------------------------------------ progress on stderr
+
+
+def _run_with_stderr_on_a_terminal(args: list[str], stdout_path) -> tuple[int, str]:
+    """Run the command with stdout to a file and stderr on a pseudo-terminal; returns the exit
+    code and what the terminal showed."""
+    controller, terminal = pty.openpty()
+    # 24 rows of 80 columns, as a terminal window has (a new pty is 0 x 0, where tqdm's
+    # line would be cut to nothing).
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    with open(stdout_path, "wb") as out:
+        process = subprocess.Popen(args, stdout=out, stderr=terminal, env=_env())
+    os.close(terminal)
+    shown = bytearray()
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([controller], [], [], 1.0)
+            if ready:
+                try:
+                    chunk = os.read(controller, 65536)
+                except OSError:  # EIO: the command closed the terminal (it exited)
+                    break
+                if not chunk:
+                    break
+                shown += chunk
+            elif process.poll() is not None:
+                break
+        code = process.wait(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        if process.poll() is None:
+            process.kill()
+        os.close(controller)
+    return code, shown.decode(errors="replace")
+
+
+def test_a_consume_to_a_file_counts_records_on_a_terminals_stderr(server, tmp_path):
+    _topic_with(server, "habits-progress",
+                {0: b"".join(b"%d\n" % i for i in range(5000))})
+    output = tmp_path / "records.txt"
+    code, shown = _run_with_stderr_on_a_terminal(
+        [*CLI, "consume", "habits-progress", "--target", server.target], output)
+    assert code == 0, shown
+    assert len(output.read_bytes().splitlines()) == 5000
+    assert "habits-progress" in shown and "5000 records" in shown, shown
+
+    # Without a terminal on stderr, or with --no-progress, not a word.
+    quiet = stratalog(server, "consume", "habits-progress", "--max-records", "10")
+    assert quiet.returncode == 0 and quiet.stderr == b""
+    code, shown = _run_with_stderr_on_a_terminal(
+        [*CLI, "consume", "habits-progress", "--no-progress", "--target", server.target],
+        output)
+    assert (code, shown) == (0, "")
+
+
+# ------------------------------------------------------------------ item 15: dump-log
+
+
+def test_dump_log_into_head_exits_0_and_a_missing_file_is_no_such_file(server, tmp_path):
+    _topic_with(server, "habits-dump", {0: b"".join(b"record %d\n" % i for i in range(20000))})
+    segment = server.data_dir / "habits-dump-0" / "00000000000000000000.log"
+    # The dump (about 2 MB) is far larger than the pipe: dump-log is still writing when head
+    # exits. Through a shell, as users type it.
+    pipeline = subprocess.run(
+        ["bash", "-c", 'set -o pipefail; "$@" | head -2', "dump-log", *CLI, "dump-log",
+         str(segment), "--deep-iteration"],
+        capture_output=True, timeout=120, env=_env())
+    assert pipeline.returncode == 0, pipeline.stderr
+    assert pipeline.stderr == b""  # no "Broken pipe", no "Exception ignored"
+    assert len(pipeline.stdout.splitlines()) == 2
+
+    missing = subprocess.run([*CLI, "dump-log", str(tmp_path / "nosuch.log")],
+                             capture_output=True, timeout=60, env=_env())
+    assert missing.returncode == 1
+    err = missing.stderr.decode()
+    assert "No such file or directory" in err and "base offset" not in err, err
+
+
+def test_consume_into_head_exits_0(server):
+    _topic_with(server, "habits-head", {0: b"".join(b"%d\n" % i for i in range(50000))})
+    pipeline = subprocess.run(
+        ["bash", "-c", 'set -o pipefail; "$@" | head -2', "consume", *CLI, "consume",
+         "habits-head", "--target", server.target],
+        capture_output=True, timeout=120, env=_env())
+    assert pipeline.returncode == 0, pipeline.stderr
+    assert pipeline.stderr == b""
+    assert pipeline.stdout.splitlines() == [b"0", b"1"]
