@@ -12,6 +12,7 @@ one-line message on stderr with a non-zero exit code, so that scripts can rely o
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -59,7 +60,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _FinalFailureNotes(logging.Filter):
+    """Drops the Producer's WARNINGs that restate a final failure.
+
+    The library logs a batch that failed for good ("record batch not delivered: ...") and a
+    transaction that must be aborted, for callers that never await their futures. Every command
+    here awaits them and prints the failure in its own words, so these notes only printed the
+    same error twice (issue 25: RECORD_TOO_LARGE shown twice by ``produce``). The Producer's
+    retry warnings, which say a server is down while the command waits, are kept.
+    """
+
+    _RESTATED = ("record batch not delivered: ", "transaction of %r failed, it must be aborted")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (isinstance(record.msg, str) and record.msg.startswith(self._RESTATED))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    logging.getLogger("stratalog.client.producer").addFilter(_FinalFailureNotes())
     parser = build_parser()
     args, extras = parser.parse_known_args(
         join_relative_times(sys.argv[1:] if argv is None else argv))

@@ -333,3 +333,19 @@ def test_consume_into_head_exits_0(server):
     assert pipeline.returncode == 0, pipeline.stderr
     assert pipeline.stderr == b""
     assert pipeline.stdout.splitlines() == [b"0", b"1"]
+
+
+# ------------------------------------------------------------------ item 17: one error, once
+
+
+@pytest.mark.parametrize("extra", [(), ("--transactional-id", "habits-too-large")])
+def test_a_record_too_large_is_reported_once(server, extra):
+    topic = f"habits-large{len(extra)}"
+    created = stratalog(server, "topics", "create", topic, "--config", "max.message.bytes=1000")
+    assert created.returncode == 0, created.stderr
+    result = stratalog(server, "produce", topic, *extra, stdin=b"x" * 4000 + b"\n")
+    assert result.returncode == 1
+    err = result.stderr.decode()
+    # It was printed by the library's note and again by the command's summary.
+    assert err.count("RECORD_TOO_LARGE") == 1, err
+    assert "max.message.bytes" in err, err
