@@ -14,6 +14,15 @@ record order, as kcat ``-J`` writes them (Kafka allows a key twice). Without ``-
 command stops at the end of every partition; with it, it waits for new records until interrupted
 or until ``--max-records`` were printed.
 
+Where to start and stop: ``--from`` (also ``--offset``, ``-o``) takes every form of kcat's
+``-o``: ``earliest``/``beginning`` (the default; ``--from-beginning`` too), ``latest``/``end``,
+an offset, ``-N`` (the last N records of each partition), ``s@TIME`` and ``e@TIME`` (stop each
+partition before its first record at or after TIME; the command ends when every partition got
+there, even with ``--follow``, as kcat does). stratalog.cli.read_range has the details.
+
+When stdout is not a terminal and stderr is (``consume T > records.txt``), a progress line on
+stderr counts the records read (``--progress``/``--no-progress`` to choose).
+
 ``--from OFFSET`` outside a partition's log (past its end, or below its start after retention)
 is an error, exit 1, naming the partition, the offset and the offsets the log holds, unless
 ``--reset earliest|latest`` (Kafka's ``auto.offset.reset``) says where to go instead; a reset

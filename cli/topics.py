@@ -13,6 +13,11 @@ topic (``overridden_configs``).
 ``describe`` shows each partition's leader, replicas and in-sync replicas (from Metadata; a
 single server is broker 0, leader of everything) as ``kafka-topics --describe`` does, and
 ``create --replication-factor N`` asks for N copies of each partition (cluster mode).
+``describe``'s ``LogDirIndex`` says which of the server's ``log_dirs`` holds the partition, by
+its position in that list (the server never sends its paths); ``describe --help`` says what
+each column means. The topic is the first argument or ``--topic T``, as Kafka's tools take it;
+``create --if-not-exists`` and ``delete --if-exists`` make "already there" and "not there"
+exit 0 with a line on stderr (Kafka's tool says nothing).
 ``describe`` also shows the log cleaner's position in each partition of a compacted topic;
 ``clean`` cleans partitions of a compacted topic now (the CleanPartition RPC;
 docs/durability.md, "Compaction: operating it").
