@@ -163,19 +163,22 @@ def run(args: argparse.Namespace) -> int:
     # too; tell_reset prints it once, in the command's words.
     logging.getLogger("stratalog.client.consumer").addHandler(logging.NullHandler())
 
-    def tell_reset(reset: OffsetReset) -> None:
-        print(f"stratalog consume: {reset.topic}-{reset.partition}: offset {reset.offset} is "
-              f"out of range [{reset.log_start_offset}, {reset.log_end_offset}); --reset "
-              f"{args.reset}: reading from offset {reset.new_offset}", file=sys.stderr)
-
     json_output = wants_json(args)
     progress = tqdm(unit=" records", file=sys.stderr, desc=args.topic, mininterval=0.5,
                     disable=not _show_progress(args))
+
+    def tell_reset(reset: OffsetReset) -> None:
+        # tqdm.write: on a line of its own above the progress line, when there is one.
+        tqdm.write(f"stratalog consume: {reset.topic}-{reset.partition}: offset {reset.offset} "
+                   f"is out of range [{reset.log_start_offset}, {reset.log_end_offset}); "
+                   f"--reset {args.reset}: reading from offset {reset.new_offset}",
+                   file=sys.stderr)
 
     async def body() -> int:
         try:
             return await read()
         except OffsetOutOfRangeError as exc:
+            progress.close()  # the error on a line of its own, after the count
             sys.stdout.flush()  # what was printed before stays printed
             return fail("consume", f"{exc.message}; --reset earliest or --reset latest "
                                    "continues from the log start or end instead", EXIT_REFUSED)

@@ -1,7 +1,8 @@
 """``stratalog offsets TOPIC``: ListOffsets for every partition (or those given).
 
 ``--time`` is ``earliest`` (the log start offset), ``latest`` (the log end offset, default),
-``max`` (the record with the largest timestamp) or a timestamp (ms, ISO-8601 with a time
+``max`` (the record with the largest timestamp; Kafka's ``-2``, ``-1`` and ``-3`` are accepted
+for these three) or a timestamp (ms, ISO-8601 with a time
 without a zone read as UTC, or a relative time such as ``-1h``: the earliest record at or after
 it; the instant it was read as is printed on stderr). ``--partition`` is repeatable: those
 partitions, in the order given (default: all); ``--topic T`` is Kafka's spelling of the topic.
@@ -39,7 +40,9 @@ from .timestamps import (
 
 __all__ = ["add_parser", "run"]
 
-_SPECIAL = {"earliest": EARLIEST, "latest": LATEST, "max": MAX_TIMESTAMP}
+# Kafka's kafka-get-offsets.sh takes -1, -2 and -3 for latest, earliest and max.
+_SPECIAL = {"earliest": EARLIEST, "latest": LATEST, "max": MAX_TIMESTAMP,
+            "-1": LATEST, "-2": EARLIEST, "-3": MAX_TIMESTAMP}
 
 
 #: The text output's columns (module docstring).
@@ -59,7 +62,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_partition_argument(parser, repeatable=True,
                            help="only this partition (repeatable: these partitions; default all)")
     parser.add_argument("--time", default="latest", metavar="WHEN",
-                        help=f"earliest, latest (default), max, or a timestamp: {TIMESTAMP_HELP}")
+                        help=f"earliest (-2), latest (-1, default), max (-3), or a timestamp: "
+                             f"{TIMESTAMP_HELP}")
     add_format_argument(parser)
     add_target_argument(parser)
     parser.set_defaults(run=run)

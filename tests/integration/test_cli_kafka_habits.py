@@ -207,6 +207,12 @@ def test_offsets_prints_a_header_and_describe_names_the_log_dir_index(server):
     assert [row[column:].split()[0] for row in latest] == ["OFFSET", "2", "1"]
     by_max = _lines(stratalog(server, "offsets", "habits-columns", "--time", "max"))
     assert by_max[1].split()[3].endswith("Z")  # a timestamp where the lookup found a record
+    # kafka-get-offsets.sh's -1, -2, -3: latest, earliest, max.
+    assert _lines(stratalog(server, "offsets", "--topic", "habits-columns", "--time", "-1")) \
+        == latest
+    earliest = _lines(stratalog(server, "offsets", "habits-columns", "--time", "-2"))
+    assert [row.split()[2] for row in earliest[1:]] == ["0", "0"]
+    assert _lines(stratalog(server, "offsets", "habits-columns", "--time", "-3")) == by_max
     help_text = stratalog(server, "offsets", "--help").stdout.decode()
     assert "TIMESTAMP" in help_text and "positions, not records" in help_text
 
