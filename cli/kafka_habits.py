@@ -20,7 +20,14 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-__all__ = ["HINTS", "add_topic_argument", "chosen_parser", "refuse_unknown", "resolve_topic"]
+__all__ = [
+    "HINTS",
+    "add_topic_argument",
+    "chosen_parser",
+    "kafka_topics_action",
+    "refuse_unknown",
+    "resolve_topic",
+]
 
 #: A Kafka or kcat flag that ``stratalog`` does not take -> what to use instead (one line). A
 #: key with the subcommand before the flag (``topics alter --partitions``) holds for that
@@ -49,6 +56,11 @@ HINTS: dict[str, str] = {
                     "records into it",
     "--replica-assignment": "replicas are placed by the cluster's controller: "
                             "--replication-factor N on topics create",
+    "--add-config": "topics alter NAME --set NAME=VALUE (repeatable)",
+    "--delete-config": "topics alter NAME --delete NAME (repeatable)",
+    "topics alter --config": "--set NAME=VALUE (repeatable)",
+    "--entity-type": "topic configs: stratalog topics alter TOPIC --set NAME=VALUE",
+    "--entity-name": "topic configs: stratalog topics alter TOPIC --set NAME=VALUE",
     "--offset-json-file": "stratalog delete-records TOPIC --partition N --offset OFFSET",
     # kcat's one-letter flags.
     "-b": "--target HOST[:PORT] (kcat's -b, Kafka's --bootstrap-server)",
@@ -64,6 +76,34 @@ HINTS: dict[str, str] = {
     "-f": "--format json, --print-key and --print-metadata choose what is printed",
     "-G": "consumer groups are not there yet: --partition N and --from OFFSET instead",
 }
+
+
+# kafka-topics.sh's actions, which are flags there and subcommands here.
+_TOPICS_ACTIONS = {"--create": "create", "--list": "list", "--describe": "describe",
+                   "--delete": "delete", "--alter": "alter"}
+
+
+def kafka_topics_action(argv: Sequence[str]) -> list[str]:
+    """``argv`` with kafka-topics.sh's action flag made the ``topics`` subcommand's action.
+
+    ``stratalog topics --create --topic T --partitions 3`` (as ``kafka-topics.sh`` takes it)
+    becomes ``stratalog topics create --topic T --partitions 3``. Only when ``topics`` is not
+    already followed by an action and exactly one such flag follows it; ``topics alter
+    --delete NAME`` (a config to return to its default) is left alone, since ``alter`` comes
+    first there.
+    """
+    argv = list(argv)
+    if "topics" not in argv:
+        return argv
+    start = argv.index("topics") + 1
+    if start < len(argv) and not argv[start].startswith("-"):
+        return argv  # an action is there already (or a mistake argparse will name)
+    flags = [i for i in range(start, len(argv)) if argv[i] in _TOPICS_ACTIONS]
+    if len(flags) != 1:
+        return argv
+    action = _TOPICS_ACTIONS[argv.pop(flags[0])]
+    argv.insert(start, action)
+    return argv
 
 
 def chosen_parser(parser: argparse.ArgumentParser,

@@ -34,7 +34,7 @@ from . import (
     whoami,
 )
 from .connection import add_connection_arguments, add_target_argument
-from .kafka_habits import chosen_parser, refuse_unknown, resolve_topic
+from .kafka_habits import chosen_parser, kafka_topics_action, refuse_unknown, resolve_topic
 from .timestamps import join_relative_times
 
 # Subcommand modules, in the order `stratalog --help` lists them.
@@ -80,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("stratalog.client.producer").addFilter(_FinalFailureNotes())
     parser = build_parser()
     args, extras = parser.parse_known_args(
-        join_relative_times(sys.argv[1:] if argv is None else argv))
+        kafka_topics_action(join_relative_times(sys.argv[1:] if argv is None else argv)))
     subcommand = chosen_parser(parser, args)
     if extras:
         # The subcommand's usage and what to use instead of a Kafka or kcat flag, where

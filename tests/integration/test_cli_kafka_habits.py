@@ -66,6 +66,26 @@ def test_kafka_console_consumer_spelling_works_as_typed(server):
     assert _lines(offset) == ["b", "c"]
 
 
+def test_kafka_topics_spelling_works_as_typed(server):
+    env = _env()
+
+    def kafka_topics(*args: str):
+        return subprocess.run([*CLI, "topics", "--bootstrap-server", server.target, *args],
+                              capture_output=True, timeout=120, env=env)
+
+    created = kafka_topics("--create", "--topic", "habits-kt", "--partitions", "2",
+                           "--config", "retention.ms=60000", "--if-not-exists")
+    assert created.returncode == 0, created.stderr
+    assert "habits-kt" in _lines(kafka_topics("--list"))
+    described = _lines(kafka_topics("--describe", "--topic", "habits-kt"))
+    assert described[0] == "Topic: habits-kt\tPartitionCount: 2\tConfigs: retention.ms=60000"
+    refused = kafka_topics("--alter", "--topic", "habits-kt", "--add-config", "retention.ms=1")
+    assert refused.returncode == 2
+    assert "--add-config: topics alter NAME --set NAME=VALUE" in refused.stderr.decode()
+    assert kafka_topics("--delete", "--topic", "habits-kt").returncode == 0
+    assert "habits-kt" not in _lines(kafka_topics("--list"))
+
+
 def test_partition_lists_refuse_a_partition_named_twice(server):
     _topic_with(server, "habits-twice", {0: b"a\n", 1: b"b\n"})
     twice = stratalog(server, "consume", "habits-twice", "--partition", "0,1",

@@ -8,6 +8,7 @@ import argparse
 import pytest
 
 from stratalog.cli.connection import DEFAULT_TARGET, parse_target, parse_targets
+from stratalog.cli.kafka_habits import kafka_topics_action
 from stratalog.cli.main import build_parser
 from stratalog.cli.timestamps import join_relative_times
 
@@ -214,3 +215,29 @@ def test_consume_aliases_collect_into_one_list_of_wheres():
                  "--max-messages", "3")
     assert args.wheres == ["-10", "e@5", "earliest"]
     assert args.max_records == 3
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["topics", "--create", "--topic", "t", "--partitions", "3"],
+         ["topics", "create", "--topic", "t", "--partitions", "3"]),
+        (["--target", "db1", "topics", "--bootstrap-server", "db1", "--list"],
+         ["--target", "db1", "topics", "list", "--bootstrap-server", "db1"]),
+        (["topics", "--describe", "--topic", "t"], ["topics", "describe", "--topic", "t"]),
+        # Already an action: alter's own --delete (a config to reset) is left alone.
+        (["topics", "alter", "t", "--delete", "retention.ms"],
+         ["topics", "alter", "t", "--delete", "retention.ms"]),
+        # Two actions: argparse names the problem, nothing is guessed.
+        (["topics", "--create", "--delete", "--topic", "t"],
+         ["topics", "--create", "--delete", "--topic", "t"]),
+        (["consume", "t", "--from", "5"], ["consume", "t", "--from", "5"]),
+    ],
+)
+def test_kafka_topics_action_flags_become_the_action(argv, expected):
+    assert kafka_topics_action(argv) == expected
+
+
+def test_the_rewritten_topics_command_parses():
+    args = parse(*kafka_topics_action(["topics", "--create", "--topic", "t", "--partitions", "3"]))
+    assert (args.action, args.topic_option, args.partitions) == ("create", "t", 3)
