@@ -4,7 +4,8 @@ Users arrive with ``kafka-console-consumer.sh``, ``kafka-topics.sh`` and ``kcat`
 fingers. What means the same here is accepted as an alias where the subcommand defines its
 options (``--bootstrap-server`` for ``--target``, ``--from-beginning``, ``--topic T``,
 ``--partition 0,1``, ``--offset``/``-o`` with kcat's forms, ``--max-messages``,
-``--if-not-exists``, ``--if-exists``). What does not is refused here, by :func:`refuse_unknown`:
+``--if-not-exists``, ``--if-exists``; kafka-topics.sh's ``--create`` ... ``--delete``, turned
+into the ``topics`` action by :func:`kafka_topics_action`). What does not is refused here, by :func:`refuse_unknown`:
 argparse alone would print the *top-level* usage and a bare "unrecognized arguments"; this
 prints the subcommand's usage, then one line per flag saying what to use instead (exit 2, a usage
 error, as before).
