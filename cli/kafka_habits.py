@@ -5,10 +5,10 @@ fingers. What means the same here is accepted as an alias where the subcommand d
 options (``--bootstrap-server`` for ``--target``, ``--from-beginning``, ``--topic T``,
 ``--partition 0,1``, ``--offset``/``-o`` with kcat's forms, ``--max-messages``,
 ``--if-not-exists``, ``--if-exists``; kafka-topics.sh's ``--create`` ... ``--delete``, turned
-into the ``topics`` action by :func:`kafka_topics_action`). What does not is refused here, by :func:`refuse_unknown`:
-argparse alone would print the *top-level* usage and a bare "unrecognized arguments"; this
-prints the subcommand's usage, then one line per flag saying what to use instead (exit 2, a usage
-error, as before).
+into the ``topics`` action by :func:`kafka_topics_action`). What does not is refused by
+:func:`refuse_unknown`: argparse alone would print the *top-level* usage and a bare
+"unrecognized arguments"; this prints the subcommand's usage, then one line per flag saying
+what to use instead (exit 2, a usage error, as before).
 
 The table is mostly by flag, not by subcommand: a Kafka flag means one thing in every Kafka tool
 that takes it. Flags the subcommand does define never reach it (argparse consumed them).
@@ -48,13 +48,13 @@ HINTS: dict[str, str] = {
     "--formatter": "--format json (one object per record) or --print-metadata",
     "--timeout-ms": "without --follow, consume stops at the end of every partition; "
                     "--max-records N stops after N",
-    "--topic": "the topic is the first argument: stratalog produce TOPIC",
+    "produce --topic": "the topic is the first argument: stratalog produce TOPIC",
     "--whitelist": "one topic per command: stratalog consume TOPIC",
     "--include": "one topic per command: stratalog consume TOPIC",
     "--skip-message-on-error": "a record is never skipped: a batch that fails its CRC is an error",
-    "topics alter --partitions": "adding partitions to a topic is not supported yet (there is no "
-                    "CreatePartitions RPC): create a topic with more partitions and copy the "
-                    "records into it",
+    "topics alter --partitions": "adding partitions to a topic is not supported yet (there "
+                                 "is no CreatePartitions RPC): create a topic with more "
+                                 "partitions and copy the records into it",
     "--replica-assignment": "replicas are placed by the cluster's controller: "
                             "--replication-factor N on topics create",
     "--add-config": "topics alter NAME --set NAME=VALUE (repeatable)",

@@ -76,8 +76,12 @@ class _FinalFailureNotes(logging.Filter):
         return not (isinstance(record.msg, str) and record.msg.startswith(self._RESTATED))
 
 
+_FINAL_FAILURE_NOTES = _FinalFailureNotes()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    logging.getLogger("stratalog.client.producer").addFilter(_FinalFailureNotes())
+    # One instance: added again by a second main() in one process, it is not added twice.
+    logging.getLogger("stratalog.client.producer").addFilter(_FINAL_FAILURE_NOTES)
     parser = build_parser()
     args, extras = parser.parse_known_args(
         kafka_topics_action(join_relative_times(sys.argv[1:] if argv is None else argv)))
