@@ -62,7 +62,6 @@ HINTS: dict[str, str] = {
     "topics alter --config": "--set NAME=VALUE (repeatable)",
     "--entity-type": "topic configs: stratalog topics alter TOPIC --set NAME=VALUE",
     "--entity-name": "topic configs: stratalog topics alter TOPIC --set NAME=VALUE",
-    "--offset-json-file": "stratalog delete-records TOPIC --partition N --offset OFFSET",
     # kcat's one-letter flags.
     "-b": "--target HOST[:PORT] (kcat's -b, Kafka's --bootstrap-server)",
     "-t": "the topic is the first argument: stratalog consume TOPIC",
@@ -149,14 +148,15 @@ def _flag_of(argument: str) -> str:
 
 
 def add_topic_argument(parser: argparse.ArgumentParser, dest: str = "topic",
-                       help: str = "the topic") -> None:
+                       help: str = "the topic", *, required: bool = True) -> None:
     """The topic as the first argument, or as ``--topic T`` (Kafka's tools take it so).
 
-    :func:`resolve_topic` puts the one given in ``args.<dest>`` and refuses neither or both."""
+    :func:`resolve_topic` puts the one given in ``args.<dest>`` and refuses two different ones,
+    and neither unless not ``required`` (then ``args.<dest>`` is None)."""
     parser.add_argument(dest, nargs="?", metavar=dest.upper(), help=help)
     parser.add_argument("--topic", dest="topic_option", metavar=dest.upper(),
                         help="the same as the first argument (as Kafka's tools take it)")
-    parser.set_defaults(topic_dest=dest)
+    parser.set_defaults(topic_dest=dest, topic_required=required)
 
 
 def resolve_topic(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -166,7 +166,7 @@ def resolve_topic(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
     if dest is None:
         return
     positional, option = getattr(args, dest), getattr(args, "topic_option", None)
-    if positional is None and option is None:
+    if positional is None and option is None and args.topic_required:
         parser.error(f"the following arguments are required: {dest.upper()} (or --topic)")
     if positional is not None and option is not None and positional != option:
         parser.error(f"two topics: {positional!r} and --topic {option!r}; give one")

@@ -150,6 +150,10 @@ def test_kcat_timestamp_start_and_stop(server):
         (("consume", "t", "--topic", "u"), ["two topics"]),
         (("consume",), ["TOPIC (or --topic)"]),
         (("delete-records", "t", "--offset", "minus-two"), ["--offset takes"]),
+        (("delete-records", "t"), ["give TOPIC and --offset"]),
+        (("delete-records", "--offset-json-file", "/nonexistent/offsets.json"),
+         ["--offset-json-file /nonexistent/offsets.json: No such file"]),
+        (("delete-records", "t", "--offset-json-file", "x.json"), ["give it alone"]),
     ],
 )
 def test_bad_start_and_stop_values_are_usage_errors(server, args, words):
@@ -270,6 +274,37 @@ def test_delete_records_moves_the_log_start_as_kafka_delete_records(server):
                         "--offset", "0")
     assert missing.returncode == 1
     assert "partitions [5] do not exist" in missing.stderr.decode()
+
+
+def test_delete_records_takes_kafkas_offset_json_file(server, tmp_path):
+    _topic_with(server, "habits-json-a", {0: b"a\nb\nc\n", 1: b"d\ne\n"})
+    _topic_with(server, "habits-json-b", {0: b"f\ng\n"})
+    offsets = tmp_path / "offsets.json"
+    offsets.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": "habits-json-a", "partition": 1, "offset": 1},
+        {"topic": "habits-json-b", "partition": 0, "offset": -1},
+        {"topic": "habits-json-a", "partition": 0, "offset": 2}]}))
+    result = stratalog(server, "delete-records", "--offset-json-file", str(offsets))
+    assert result.returncode == 0, result.stderr
+    assert _lines(result) == ["Records delete operation completed:",
+                              "partition: habits-json-a-1\tlow_watermark: 1",
+                              "partition: habits-json-b-0\tlow_watermark: 2",
+                              "partition: habits-json-a-0\tlow_watermark: 2"]
+    assert sorted(_lines(stratalog(server, "consume", "habits-json-a"))) == ["c", "e"]
+    assert stratalog(server, "consume", "habits-json-b").stdout == b""
+
+    for bad, words in (
+        ("{}", "at least one entry"),
+        ('{"partitions": [{"topic": "habits-json-a", "partition": -1, "offset": 0}]}',
+         "partitions[0]"),
+        ('{"partitions": [{"topic": "habits-json-a", "partition": 0, "offset": "2"}]}',
+         "an offset >= -1"),
+        ("not json", "not JSON"),
+    ):
+        offsets.write_text(bad)
+        refused = stratalog(server, "delete-records", "--offset-json-file", str(offsets))
+        assert refused.returncode == 2, bad
+        assert words in refused.stderr.decode(), refused.stderr
 
 
 # ------------------------------------------------------------------ progress on stderr
