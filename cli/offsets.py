@@ -60,7 +60,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                     "(- for earliest and latest: positions, not records).")
     add_topic_argument(parser)
     add_partition_argument(parser, repeatable=True,
-                           help="only this partition (repeatable: these partitions; default all)")
+                           help="only this partition (repeatable, or N,M: these partitions; default all)")
     parser.add_argument("--time", default="latest", metavar="WHEN",
                         help=f"earliest (-2), latest (-1, default), max (-3), or a timestamp: "
                              f"{TIMESTAMP_HELP}")

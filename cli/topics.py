@@ -259,7 +259,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     add_topic_argument(clean, "name")
     add_partition_argument(clean, repeatable=True,
-                           help="a partition to clean (repeatable; default: every partition)")
+                           help="a partition to clean (repeatable, or N,M; default: every partition)")
     clean.add_argument("--timeout-s", type=float, default=600.0, metavar="SECONDS",
                        help="how long to wait for each cleaning (default: 600)")
 
