@@ -93,9 +93,10 @@ def kafka_topics_action(argv: Sequence[str]) -> list[str]:
     first there.
     """
     argv = list(argv)
-    if "topics" not in argv:
-        return argv
-    start = argv.index("topics") + 1
+    command = _command_index(argv)
+    if command is None or argv[command] != "topics":
+        return argv  # (a topic named "topics" is not the command)
+    start = command + 1
     if start < len(argv) and not argv[start].startswith("-"):
         return argv  # an action is there already (or a mistake argparse will name)
     flags = [i for i in range(start, len(argv)) if argv[i] in _TOPICS_ACTIONS]
@@ -104,6 +105,25 @@ def kafka_topics_action(argv: Sequence[str]) -> list[str]:
     action = _TOPICS_ACTIONS[argv.pop(flags[0])]
     argv.insert(start, action)
     return argv
+
+
+def _command_index(argv: Sequence[str]) -> int | None:
+    """Where the subcommand is: the first argument that is neither an option nor the value of
+    the option before it (``--target db1 topics``: 2)."""
+    expects_value = False
+    for index, token in enumerate(argv):
+        if token.startswith("-"):
+            # A global option with a value given separately (--target X); the flags among
+            # them (--tls, --allow-plaintext-credentials) take none.
+            expects_value = "=" not in token and token not in _GLOBAL_FLAGS
+        elif expects_value:
+            expects_value = False
+        else:
+            return index
+    return None
+
+
+_GLOBAL_FLAGS = frozenset({"--tls", "--allow-plaintext-credentials", "--version", "-h", "--help"})
 
 
 def chosen_parser(parser: argparse.ArgumentParser,

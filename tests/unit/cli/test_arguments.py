@@ -232,6 +232,11 @@ def test_consume_aliases_collect_into_one_list_of_wheres():
         (["topics", "--create", "--delete", "--topic", "t"],
          ["topics", "--create", "--delete", "--topic", "t"]),
         (["consume", "t", "--from", "5"], ["consume", "t", "--from", "5"]),
+        (["--tls", "topics", "--list"], ["--tls", "topics", "list"]),
+        # A topic named "topics" is not the command.
+        (["consume", "topics", "--delete"], ["consume", "topics", "--delete"]),
+        (["--target", "topics", "consume", "x", "--list"],
+         ["--target", "topics", "consume", "x", "--list"]),
     ],
 )
 def test_kafka_topics_action_flags_become_the_action(argv, expected):
