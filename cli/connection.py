@@ -20,7 +20,7 @@ listens by default) and the connection's security options, given before the subc
 
 A target is ``HOST``, ``HOST:PORT``, ``[IPV6]:PORT`` or a gRPC name (``dns:///host:port``,
 ``unix:/path``), or a comma-separated list of them: the bootstrap targets of a cluster
-(``--target db1,db2,db3``; Kafka's ``--bootstrap-server``), each request going to the server
+(``--target db1,db2,db3``; Kafka's ``--bootstrap-server``, accepted as an alias), each request going to the server
 that leads its partition (stratalog.client.client, "Routing"). An empty entry (``db1,,db2``, a
 trailing comma) is a usage error (exit 2) naming it; a gRPC name (``ipv4:a:1,b:2``) is never
 split. A URL (``http://host``, ``https://host``) is a usage error (exit 2) that says to
@@ -158,6 +158,8 @@ def add_target_argument(
         default = os.environ.get("STRATALOG_TARGET") or DEFAULT_TARGET
     parser.add_argument(
         "--target",
+        "--bootstrap-server",  # Kafka's tools' name for it
+        dest="target",
         type=parse_targets,
         default=default,
         metavar="HOST[:PORT][,...]",

@@ -14,6 +14,15 @@ record order, as kcat ``-J`` writes them (Kafka allows a key twice). Without ``-
 command stops at the end of every partition; with it, it waits for new records until interrupted
 or until ``--max-records`` were printed.
 
+Where to start and stop: ``--from`` (also ``--offset``, ``-o``) takes every form of kcat's
+``-o``: ``earliest``/``beginning`` (the default; ``--from-beginning`` too), ``latest``/``end``,
+an offset, ``-N`` (the last N records of each partition), ``s@TIME`` and ``e@TIME`` (stop each
+partition before its first record at or after TIME; the command ends when every partition got
+there, even with ``--follow``, as kcat does). stratalog.cli.read_range has the details.
+
+When stdout is not a terminal and stderr is (``consume T > records.txt``), a progress line on
+stderr counts the records read (``--progress``/``--no-progress`` to choose).
+
 ``--from OFFSET`` outside a partition's log (past its end, or below its start after retention)
 is an error, exit 1, naming the partition, the offset and the offsets the log holds, unless
 ``--reset earliest|latest`` (Kafka's ``auto.offset.reset``) says where to go instead; a reset
@@ -34,6 +43,8 @@ import json
 import logging
 import sys
 
+from tqdm import tqdm
+
 from stratalog.client import (
     Consumer,
     ConsumerRecord,
@@ -49,37 +60,38 @@ from .connection import (
     fail,
     run_client_command,
 )
+from .kafka_habits import add_topic_argument
 from .output_format import add_format_argument, wants_json
 from .partitions import add_partition_argument
-from .timestamps import (
-    TIMESTAMP_HELP,
-    describe_timestamp_ms,
-    format_timestamp_ms,
-    parse_timestamp_ms,
-)
+from .read_range import WHERE_HELP, read_range
+from .timestamps import TIMESTAMP_HELP, describe_timestamp_ms, format_timestamp_ms
 
 __all__ = ["add_parser", "run"]
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("consume", help="print a topic's records")
-    parser.add_argument("topic")
+    parser = subparsers.add_parser(
+        "consume", help="print a topic's records",
+        description="Print a topic's records, from where --from says, to the end of every "
+                    "partition (or, with --follow, until interrupted).")
+    add_topic_argument(parser)
     add_partition_argument(parser, repeatable=True,
-                           help="read only this partition (repeatable: these partitions; "
-                                "default all)")
-    start = parser.add_mutually_exclusive_group()
-    start.add_argument("--from", dest="start", default="earliest", metavar="WHERE",
-                       help="earliest (default), latest, or an offset (an error where the "
-                            "log does not hold it, unless --reset)")
-    start.add_argument("--from-timestamp", metavar="TIME",
-                       help=f"the first record at or after TIME: {TIMESTAMP_HELP}")
+                           help="read only this partition (repeatable, or N,M: these "
+                                "partitions; default all)")
+    parser.add_argument("--from", "--offset", "-o", dest="wheres", action="append",
+                        metavar="WHERE", help=WHERE_HELP)
+    parser.add_argument("--from-beginning", dest="wheres", action="append_const",
+                        const="earliest", help="the same as --from earliest (the default)")
+    parser.add_argument("--from-timestamp", metavar="TIME",
+                        help=f"the first record at or after TIME: {TIMESTAMP_HELP}")
     parser.add_argument("--reset", choices=("earliest", "latest", "none"), default="none",
                         help="where to go when an offset is outside the log, as Kafka's "
                              "auto.offset.reset: earliest (the log start), latest (the log end), "
                              "or none (default: an error, exit 1)")
     parser.add_argument("--follow", "-f", action="store_true",
                         help="keep waiting for new records")
-    parser.add_argument("--max-records", type=int, metavar="N", help="stop after N records")
+    parser.add_argument("--max-records", "--max-messages", type=int, metavar="N",
+                        help="stop after N records")
     parser.add_argument("--isolation-level", default="read_uncommitted",
                         choices=("read_uncommitted", "read_committed"),
                         help="read_committed: only records of committed transactions "
@@ -90,6 +102,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="text: prefix partition, offset and timestamp")
     parser.add_argument("--key-separator", default="\t", metavar="SEP",
                         help="text: between key and value (default a tab)")
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                        help="a line on stderr counting the records read (default: when "
+                             "stdout is not a terminal and stderr is)")
     add_target_argument(parser)
     parser.set_defaults(run=run)
 
@@ -123,19 +138,24 @@ def _text(data: bytes | None) -> str:
     return "null" if data is None else data.decode("utf-8", errors="replace")
 
 
+def _show_progress(args: argparse.Namespace) -> bool:
+    """Whether to count records on stderr: asked for, or by default when the records go to a
+    file or a pipe (no one sees them arrive) while a person watches stderr."""
+    if args.progress is not None:
+        return args.progress
+    return not sys.stdout.isatty() and sys.stderr.isatty()
+
+
 def run(args: argparse.Namespace) -> int:
-    start: str | int = args.start
-    if start not in ("earliest", "latest"):
-        if not str(start).isdigit():
-            return fail("consume", f"--from takes earliest, latest or an offset >= 0, got {start!r}")
-        start = int(start)
-    start_timestamp_ms = None
-    if args.from_timestamp is not None:
-        try:
-            start_timestamp_ms = parse_timestamp_ms(args.from_timestamp)
-        except ValueError as exc:
-            return fail("consume", f"--from-timestamp: {exc}")
-        print(f"reading from {describe_timestamp_ms(start_timestamp_ms)}", file=sys.stderr)
+    try:
+        where = read_range(args.wheres, args.from_timestamp)
+    except ValueError as exc:
+        return fail("consume", str(exc))
+    if where.start_timestamp_ms is not None:
+        print(f"reading from {describe_timestamp_ms(where.start_timestamp_ms)}", file=sys.stderr)
+    if where.end_timestamp_ms is not None:
+        print(f"stopping each partition before {describe_timestamp_ms(where.end_timestamp_ms)}",
+              file=sys.stderr)
     if args.max_records is not None and args.max_records < 0:
         return fail("consume", f"--max-records must be >= 0, got {args.max_records}")
 
@@ -143,20 +163,27 @@ def run(args: argparse.Namespace) -> int:
     # too; tell_reset prints it once, in the command's words.
     logging.getLogger("stratalog.client.consumer").addHandler(logging.NullHandler())
 
-    def tell_reset(reset: OffsetReset) -> None:
-        print(f"stratalog consume: {reset.topic}-{reset.partition}: offset {reset.offset} is "
-              f"out of range [{reset.log_start_offset}, {reset.log_end_offset}); --reset "
-              f"{args.reset}: reading from offset {reset.new_offset}", file=sys.stderr)
-
     json_output = wants_json(args)
+    progress = tqdm(unit=" records", file=sys.stderr, desc=args.topic, mininterval=0.5,
+                    disable=not _show_progress(args))
+
+    def tell_reset(reset: OffsetReset) -> None:
+        # tqdm.write: on a line of its own above the progress line, when there is one.
+        tqdm.write(f"stratalog consume: {reset.topic}-{reset.partition}: offset {reset.offset} "
+                   f"is out of range [{reset.log_start_offset}, {reset.log_end_offset}); "
+                   f"--reset {args.reset}: reading from offset {reset.new_offset}",
+                   file=sys.stderr)
 
     async def body() -> int:
         try:
             return await read()
         except OffsetOutOfRangeError as exc:
+            progress.close()  # the error on a line of its own, after the count
             sys.stdout.flush()  # what was printed before stays printed
             return fail("consume", f"{exc.message}; --reset earliest or --reset latest "
                                    "continues from the log start or end instead", EXIT_REFUSED)
+        finally:
+            progress.close()
 
     async def read() -> int:
         printed = 0
@@ -164,13 +191,26 @@ def run(args: argparse.Namespace) -> int:
             return 0
         out = sys.stdout
         async with Consumer(
-            args.target, args.topic, partitions=args.partitions, start=start,
-            start_timestamp_ms=start_timestamp_ms, follow=args.follow,
+            args.target, args.topic, partitions=args.partitions, start=where.start,
+            start_timestamp_ms=where.start_timestamp_ms, follow=args.follow,
             isolation_level=IsolationLevel[args.isolation_level.upper()],
             auto_offset_reset=args.reset, on_offset_reset=tell_reset,
             **connection_options(args),
         ) as consumer:
+            if where.tail_records is not None:
+                await _seek_to_tail(consumer, where.tail_records)
+            # Partitions that reached e@TIME: their later records are not printed, and the
+            # command ends when every partition got there (even with --follow, as kcat does).
+            stopped: set[int] = set()
             async for record in consumer:
+                if where.end_timestamp_ms is not None:
+                    if record.partition in stopped:
+                        continue
+                    if record.timestamp >= where.end_timestamp_ms:
+                        stopped.add(record.partition)
+                        if len(stopped) == len(consumer.partitions):
+                            break
+                        continue
                 if json_output:
                     line = _json_line(record)
                 else:
@@ -182,6 +222,8 @@ def run(args: argparse.Namespace) -> int:
                                 f"{format_timestamp_ms(record.timestamp)}\t{line}")
                 out.write(line + "\n")
                 printed += 1
+                if not progress.disable:
+                    progress.update()
                 if args.follow:
                     out.flush()  # someone is watching: show each record as it comes
                 if args.max_records is not None and printed >= args.max_records:
@@ -190,3 +232,15 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
     return run_client_command("consume", body)
+
+
+async def _seek_to_tail(consumer: Consumer, records: int) -> None:
+    """Move every partition to ``records`` offsets before its end (not below its log start).
+
+    The Consumer started at each partition's end; the log start comes from seeking to the
+    beginning, which also drops whatever was fetched at the end.
+    """
+    ends = {partition: consumer.position(partition) for partition in consumer.partitions}
+    await consumer.seek_to_beginning()
+    for partition, end in ends.items():
+        consumer.seek(partition, max(consumer.position(partition), end - records))

@@ -561,6 +561,11 @@ def _dump_snapshot(path: Path, problems: _Problems, out: TextIO, err: TextIO) ->
         print(line, file=out)
 
 
+#: The files dump_files reads; others are "Ignoring unknown file", unopened, as Kafka's tool.
+_DUMPED_SUFFIXES = frozenset({LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX,
+                              TXN_INDEX_FILE_SUFFIX, SNAPSHOT_FILE_SUFFIX})
+
+
 def dump_files(
     paths: Sequence[str | os.PathLike[str]],
     opts: DumpOptions,
@@ -581,6 +586,10 @@ def dump_files(
         print(f"Dumping {shown}", file=out)
         suffix = path.suffix
         try:
+            if suffix in _DUMPED_SUFFIXES:
+                # A file that is not there is "No such file or directory", not a complaint
+                # about its name (which the dumpers read before they open the file).
+                os.stat(path)
             if suffix == LOG_FILE_SUFFIX:
                 _dump_log(path, shown, opts, problems, out, err)
             elif suffix == INDEX_FILE_SUFFIX:
@@ -593,6 +602,8 @@ def dump_files(
                 _dump_snapshot(path, problems, out, err)
             else:
                 print(f"Ignoring unknown file {shown}", file=err)
+        except BrokenPipeError:
+            raise  # `dump-log ... | head`: main() ends quietly, exit 0 (not a file's problem)
         except OSError as exc:
             print(f"{shown}: {exc.strerror or exc}", file=err)
             problems.failures += 1

@@ -1,11 +1,22 @@
 """``stratalog offsets TOPIC``: ListOffsets for every partition (or those given).
 
 ``--time`` is ``earliest`` (the log start offset), ``latest`` (the log end offset, default),
-``max`` (the record with the largest timestamp) or a timestamp (ms, ISO-8601 with a time
+``max`` (the record with the largest timestamp; Kafka's ``-2``, ``-1`` and ``-3`` are accepted
+for these three) or a timestamp (ms, ISO-8601 with a time
 without a zone read as UTC, or a relative time such as ``-1h``: the earliest record at or after
 it; the instant it was read as is printed on stderr). ``--partition`` is repeatable: those
-partitions, in the order given (default: all). Prints ``topic partition offset timestamp`` per
-line, or a JSON list with ``--format json``; an offset of -1 means no record matched.
+partitions, in the order given (default: all); ``--topic T`` is Kafka's spelling of the topic.
+
+Prints a header and a row per partition, as ``kafka-consumer-groups.sh`` prints its columns,
+or a JSON list with ``--format json`` (for scripts)::
+
+    TOPIC   PARTITION  OFFSET  TIMESTAMP
+    events  0          33334   -
+
+OFFSET is the offset ``--time`` found (-1: no record is that recent). TIMESTAMP is the
+timestamp of the record at that offset where the lookup was by time (``max`` or a timestamp),
+and ``-`` for ``earliest`` and ``latest``, which are positions, not records (ListOffsets
+answers them without a timestamp, as Kafka's does).
 """
 
 from __future__ import annotations
@@ -17,7 +28,8 @@ import sys
 from stratalog.client import EARLIEST, LATEST, MAX_TIMESTAMP
 
 from .connection import EXIT_REFUSED, add_target_argument, connect, fail, run_client_command
-from .output_format import add_format_argument, wants_json
+from .kafka_habits import add_topic_argument
+from .output_format import add_format_argument, print_table, wants_json
 from .partitions import add_partition_argument, chosen_or_all
 from .timestamps import (
     TIMESTAMP_HELP,
@@ -28,16 +40,30 @@ from .timestamps import (
 
 __all__ = ["add_parser", "run"]
 
-_SPECIAL = {"earliest": EARLIEST, "latest": LATEST, "max": MAX_TIMESTAMP}
+# Kafka's kafka-get-offsets.sh takes -1, -2 and -3 for latest, earliest and max.
+_SPECIAL = {"earliest": EARLIEST, "latest": LATEST, "max": MAX_TIMESTAMP,
+            "-1": LATEST, "-2": EARLIEST, "-3": MAX_TIMESTAMP}
+
+
+#: The text output's columns (module docstring).
+_COLUMNS = ("TOPIC", "PARTITION", "OFFSET", "TIMESTAMP")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("offsets", help="look up offsets by position or timestamp")
-    parser.add_argument("topic")
+    parser = subparsers.add_parser(
+        "offsets", help="look up offsets by position or timestamp",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Look up an offset in each partition (ListOffsets). Prints the columns\n"
+                    "  TOPIC PARTITION OFFSET TIMESTAMP\n"
+                    "where OFFSET is what --time found (-1: no record is that recent) and\n"
+                    "TIMESTAMP the found record's timestamp for --time max or a timestamp\n"
+                    "(- for earliest and latest: positions, not records).")
+    add_topic_argument(parser)
     add_partition_argument(parser, repeatable=True,
-                           help="only this partition (repeatable: these partitions; default all)")
+                           help="only this partition (repeatable, or N,M: these partitions; default all)")
     parser.add_argument("--time", default="latest", metavar="WHEN",
-                        help=f"earliest, latest (default), max, or a timestamp: {TIMESTAMP_HELP}")
+                        help=f"earliest (-2), latest (-1, default), max (-3), or a timestamp: "
+                             f"{TIMESTAMP_HELP}")
     add_format_argument(parser)
     add_target_argument(parser)
     parser.set_defaults(run=run)
@@ -71,9 +97,11 @@ def run(args: argparse.Namespace) -> int:
             print(json.dumps([{"topic": args.topic, "partition": p, "offset": o, "timestamp": t}
                               for p, o, t in rows]))
         else:
-            for partition, offset, timestamp in rows:
-                shown = format_timestamp_ms(timestamp) if timestamp >= 0 else "-"
-                print(f"{args.topic}\t{partition}\t{offset}\t{shown}")
+            print_table([_COLUMNS] + [
+                (args.topic, str(partition), str(offset),
+                 format_timestamp_ms(timestamp) if timestamp >= 0 else "-")
+                for partition, offset, timestamp in rows
+            ])
         return 0
 
     return run_client_command("offsets", body)

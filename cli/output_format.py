@@ -12,8 +12,9 @@ allows a key to repeat and an object would keep only its last value.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 
-__all__ = ["add_format_argument", "wants_json"]
+__all__ = ["add_format_argument", "print_table", "wants_json"]
 
 
 def add_format_argument(parser: argparse.ArgumentParser, *, json_help: str = "") -> None:
@@ -25,6 +26,15 @@ def add_format_argument(parser: argparse.ArgumentParser, *, json_help: str = "")
     )
     parser.add_argument("--json", dest="format", action="store_const", const="json",
                         help="deprecated: the same as --format json")
+
+
+def print_table(rows: Sequence[Sequence[str]]) -> None:
+    """Rows (the first one the header) in columns padded to their widest cell, two spaces
+    apart, as Kafka's ``kafka-consumer-groups.sh`` prints them; the last column unpadded."""
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
+    for row in rows:
+        cells = [cell.ljust(width) for cell, width in zip(row[:-1], widths, strict=False)]
+        print("  ".join([*cells, row[-1]]))
 
 
 def wants_json(args: argparse.Namespace) -> bool:

@@ -1,7 +1,8 @@
 """``--partition N`` on the commands that take it: repeatable where several make sense.
 
-``consume`` and ``offsets`` read "these partitions" from a repeated ``--partition`` (in the
-order given; a partition named twice is a usage error). ``produce`` sends to one partition: a
+``consume`` and ``offsets`` read "these partitions" from a repeated ``--partition`` or a
+comma-separated list (``--partition 0,1``, as kcat users write it; in the order given; a
+partition named twice is a usage error). ``produce`` sends to one partition: a
 second ``--partition`` is a usage error rather than the last one silently winning, which is
 argparse's default for an option given twice.
 """
@@ -12,7 +13,7 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["add_partition_argument", "chosen_or_all", "partition_number"]
+__all__ = ["add_partition_argument", "chosen_or_all", "partition_list", "partition_number"]
 
 
 def partition_number(text: str) -> int:
@@ -26,15 +27,22 @@ def partition_number(text: str) -> int:
     return number
 
 
+def partition_list(text: str) -> list[int]:
+    """``N`` or ``N,M,...``: partition numbers >= 0 (argparse ``type``)."""
+    return [partition_number(entry) for entry in text.split(",")]
+
+
 class _Partitions(argparse.Action):
-    """Collects repeated ``--partition`` values into a list, refusing one named twice."""
+    """Collects repeated ``--partition`` values (each one or a comma-separated list) into a
+    list, refusing one named twice."""
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
                  values: Any, option_string: str | None = None) -> None:
         chosen = list(getattr(namespace, self.dest, None) or ())
-        if values in chosen:
-            parser.error(f"argument {option_string}: partition {values} is given twice")
-        chosen.append(values)
+        for value in values:
+            if value in chosen:
+                parser.error(f"argument {option_string}: partition {value} is given twice")
+            chosen.append(value)
         setattr(namespace, self.dest, chosen)
 
 
@@ -55,8 +63,8 @@ def add_partition_argument(
     """``--partition N``: a list in ``args.partitions`` (None: not given) when ``repeatable``,
     else one number in ``args.partition`` (None: not given)."""
     if repeatable:
-        parser.add_argument("--partition", type=partition_number, action=_Partitions,
-                            dest="partitions", default=None, metavar="N", help=help)
+        parser.add_argument("--partition", type=partition_list, action=_Partitions,
+                            dest="partitions", default=None, metavar="N[,N...]", help=help)
     else:
         parser.add_argument("--partition", type=partition_number, action=_OnlyOnce,
                             default=None, metavar="N", help=help)

@@ -17,6 +17,11 @@ it a cluster picks its ``default_replication_factor``, and ``create`` prints the
 topic got (from Metadata, as ``describe``).
 ``alter --partitions N`` grows a topic to N partitions (Kafka's ``kafka-topics --alter
 --partitions``; the CreatePartitions RPC).
+``describe``'s ``LogDirIndex`` says which of the server's ``log_dirs`` holds the partition, by
+its position in that list (the server never sends its paths); ``describe --help`` says what
+each column means. The topic is the first argument or ``--topic T``, as Kafka's tools take it;
+``create --if-not-exists`` and ``delete --if-exists`` make "already there" and "not there"
+exit 0 with a line on stderr (Kafka's tool says nothing).
 ``describe`` also shows the log cleaner's position in each partition of a compacted topic;
 ``clean`` cleans partitions of a compacted topic now (the CleanPartition RPC;
 docs/durability.md, "Compaction: operating it").
@@ -29,10 +34,19 @@ import contextlib
 import json
 import sys
 
-from stratalog.client import CleaningResult, Client, PartitionInfo, PartitionLeadership, TopicInfo
+from stratalog.client import (
+    CleaningResult,
+    Client,
+    PartitionInfo,
+    PartitionLeadership,
+    TopicAlreadyExistsError,
+    TopicInfo,
+    UnknownTopicOrPartitionError,
+)
 from stratalog.client.errors import StratalogError
 
 from .connection import add_target_argument, connect, fail, run_client_command
+from .kafka_habits import add_topic_argument
 from .output_format import add_format_argument, wants_json
 from .partitions import add_partition_argument, chosen_or_all
 from .timestamps import format_timestamp_ms
@@ -124,7 +138,8 @@ def _print_description(topic: TopicInfo, show_defaults: bool,
             f"LogStartOffset: {p.log_start_offset}\tLogEndOffset: {p.log_end_offset}\t"
             f"Size: {p.size_bytes}\tSegments: {p.segment_count}\t"
             # LogDir "-": a partition of a cluster topic that this server does not hold.
-            f"MaxTimestamp: {format_timestamp_ms(p.max_timestamp)}\tLogDir: {p.log_dir or '-'}"
+            f"MaxTimestamp: {format_timestamp_ms(p.max_timestamp)}\t"
+            f"LogDirIndex: {p.log_dir or '-'}"
             + _cleaner_columns(p)
         )
 
@@ -192,12 +207,29 @@ async def _clean(client: Client, args: argparse.Namespace) -> int:
     return 0
 
 
+#: ``topics describe --help``: what its columns mean.
+_DESCRIBE_COLUMNS = """\
+Show a topic's configs, then one line per partition, as kafka-topics.sh --describe:
+
+  Leader, Replicas, Isr     broker ids (a single server is broker 0)
+  LogStartOffset            the first offset still held (retention, delete-records move it)
+  LogEndOffset              the offset the next record will get
+  Size, Segments            bytes and segment files on disk
+  MaxTimestamp              the largest record timestamp (- for an empty partition)
+  LogDirIndex               which of the server's log_dirs holds the partition: its position
+                            in that list, from 0 (- where this server holds no copy)
+  CleanedOffset, DirtyRatio, LastClean   the log cleaner's position (compacted topics only)"""
+
+
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("topics", help="create, list, describe, alter, delete topics")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
 
     create = actions.add_parser("create", help="create a topic")
-    create.add_argument("name")
+    add_topic_argument(create, "name")
+    create.add_argument("--if-not-exists", action="store_true",
+                        help="a topic of that name already there is not an error (exit 0); "
+                             "its partitions and configs are left as they are")
     create.add_argument("--partitions", type=int, default=1, help="number of partitions (>= 1)")
     create.add_argument("--config", action="append", default=[], metavar="NAME=VALUE",
                         help="a topic config, e.g. segment.bytes=1048576 (repeatable)")
@@ -207,17 +239,22 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
     actions.add_parser("list", help="list topics")
 
-    describe = actions.add_parser("describe", help="show a topic's partitions and configs")
-    describe.add_argument("name")
+    describe = actions.add_parser(
+        "describe", help="show a topic's partitions and configs",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=_DESCRIBE_COLUMNS)
+    add_topic_argument(describe, "name")
     describe.add_argument("--all", action="store_true",
                           help="every config, the server's defaults too (default: those set "
                                "on the topic); Long.MAX_VALUE is shown as none (no limit)")
 
     delete = actions.add_parser("delete", help="delete a topic and all its data")
-    delete.add_argument("name")
+    add_topic_argument(delete, "name")
+    delete.add_argument("--if-exists", action="store_true",
+                        help="no topic of that name is not an error (exit 0)")
 
     alter = actions.add_parser("alter", help="change a topic's configs or add partitions")
-    alter.add_argument("name")
+    add_topic_argument(alter, "name")
     alter.add_argument("--partitions", type=int, default=None, metavar="N",
                        help="grow the topic to N partitions (more than it has: partitions are "
                             "never removed); a key's new records may then go to another "
@@ -230,9 +267,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     clean = actions.add_parser(
         "clean", help="clean partitions of a compacted topic now (keep each key's latest record)"
     )
-    clean.add_argument("name")
+    add_topic_argument(clean, "name")
     add_partition_argument(clean, repeatable=True,
-                           help="a partition to clean (repeatable; default: every partition)")
+                           help="a partition to clean (repeatable, or N,M; default: every partition)")
     clean.add_argument("--timeout-s", type=float, default=600.0, metavar="SECONDS",
                        help="how long to wait for each cleaning (default: 600)")
 
@@ -256,10 +293,19 @@ def run(args: argparse.Namespace) -> int:
         leadership: Leadership = {}
         async with connect(args) as client:
             if args.action == "create":
-                topic = await client.create_topic(
-                    args.name, args.partitions, configs,
-                    replication_factor=args.replication_factor,
-                )
+                try:
+                    topic = await client.create_topic(
+                        args.name, args.partitions, configs,
+                        replication_factor=args.replication_factor,
+                    )
+                except TopicAlreadyExistsError:
+                    if not args.if_not_exists:
+                        raise
+                    # Kafka's kafka-topics.sh says nothing; a line on stderr tells the user
+                    # that what is there may not have the partitions or configs asked for.
+                    print(f"Topic {args.name} already exists; left as it is (--if-not-exists).",
+                          file=sys.stderr)
+                    return 0
                 # The replicas the topic got (the factor a cluster picked for 0, above all).
                 # The topic exists whatever this says: a refusal (no DESCRIBE right, a view
                 # not refreshed yet) only leaves the factor out of the line.
@@ -276,7 +322,14 @@ def run(args: argparse.Namespace) -> int:
             elif args.action == "clean":
                 return await _clean(client, args)
             elif args.action == "delete":
-                await client.delete_topic(args.name)
+                try:
+                    await client.delete_topic(args.name)
+                except UnknownTopicOrPartitionError:
+                    if not args.if_exists:
+                        raise
+                    print(f"Topic {args.name} does not exist; nothing deleted (--if-exists).",
+                          file=sys.stderr)
+                    return 0
                 if wants_json(args):
                     print(json.dumps({"deleted": args.name}))
                 else:

@@ -8,6 +8,7 @@ import argparse
 import pytest
 
 from stratalog.cli.connection import DEFAULT_TARGET, parse_target, parse_targets
+from stratalog.cli.kafka_habits import kafka_topics_action
 from stratalog.cli.main import build_parser
 from stratalog.cli.timestamps import join_relative_times
 
@@ -187,3 +188,61 @@ def test_joining_leaves_other_options_and_words_after_double_dash_alone():
     assert join_relative_times(argv) == argv
     assert join_relative_times(["--time", "-1h", "x"]) == ["--time=-1h", "x"]
     assert join_relative_times(["--time"]) == ["--time"]
+
+
+# ------------------------------------------------------------------------ Kafka and kcat habits
+
+
+def test_bootstrap_server_is_target_before_and_after_the_subcommand(monkeypatch):
+    monkeypatch.delenv("STRATALOG_TARGET", raising=False)
+    assert parse("--bootstrap-server", "db1:9000", "topics", "list").target == "db1:9000"
+    assert parse("consume", "t", "--bootstrap-server", "db1,db2").target == (
+        "db1:50051,db2:50051")
+
+
+def test_partition_lists_with_commas_and_repeats_keep_their_order():
+    assert parse("consume", "t", "--partition", "2,0", "--partition", "1").partitions == [2, 0, 1]
+    assert parse("offsets", "t", "--partition", "3").partitions == [3]
+
+
+def test_produce_takes_one_partition_not_a_list(capsys):
+    assert "expected a partition number, got '0,1'" in usage_error(
+        capsys, "produce", "t", "--partition", "0,1")
+
+
+def test_consume_aliases_collect_into_one_list_of_wheres():
+    args = parse("consume", "t", "-o", "-10", "--offset", "e@5", "--from-beginning",
+                 "--max-messages", "3")
+    assert args.wheres == ["-10", "e@5", "earliest"]
+    assert args.max_records == 3
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["topics", "--create", "--topic", "t", "--partitions", "3"],
+         ["topics", "create", "--topic", "t", "--partitions", "3"]),
+        (["--target", "db1", "topics", "--bootstrap-server", "db1", "--list"],
+         ["--target", "db1", "topics", "list", "--bootstrap-server", "db1"]),
+        (["topics", "--describe", "--topic", "t"], ["topics", "describe", "--topic", "t"]),
+        # Already an action: alter's own --delete (a config to reset) is left alone.
+        (["topics", "alter", "t", "--delete", "retention.ms"],
+         ["topics", "alter", "t", "--delete", "retention.ms"]),
+        # Two actions: argparse names the problem, nothing is guessed.
+        (["topics", "--create", "--delete", "--topic", "t"],
+         ["topics", "--create", "--delete", "--topic", "t"]),
+        (["consume", "t", "--from", "5"], ["consume", "t", "--from", "5"]),
+        (["--tls", "topics", "--list"], ["--tls", "topics", "list"]),
+        # A topic named "topics" is not the command.
+        (["consume", "topics", "--delete"], ["consume", "topics", "--delete"]),
+        (["--target", "topics", "consume", "x", "--list"],
+         ["--target", "topics", "consume", "x", "--list"]),
+    ],
+)
+def test_kafka_topics_action_flags_become_the_action(argv, expected):
+    assert kafka_topics_action(argv) == expected
+
+
+def test_the_rewritten_topics_command_parses():
+    args = parse(*kafka_topics_action(["topics", "--create", "--topic", "t", "--partitions", "3"]))
+    assert (args.action, args.topic_option, args.partitions) == ("create", "t", 3)

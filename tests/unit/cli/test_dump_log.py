@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import shutil
 import struct
 import subprocess
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from stratalog.cli.dump_log import DumpOptions, dump_files
 from stratalog.cli.main import main
 from stratalog.records import BatchBuilder, Compression, build_batch
 from stratalog.records.batch import set_base_offset
@@ -396,3 +398,26 @@ def test_index_files_of_renamed_copies_take_the_offset_after_the_prefix(tmp_path
     code, out, _ = dump(capsys, "--index-sanity-check", str(index))
     assert code == 1
     assert "its last offset -1 is below the base offset 10" in out
+
+
+@pytest.mark.parametrize("name", ["nosuch.log", "nosuch.index", "00000000000000000000.log"])
+def test_a_missing_file_is_no_such_file_not_a_bad_name(tmp_path, capsys, name):
+    # Issue 25: `dump-log data/nosuch.log` complained that the name holds no base offset.
+    code, out, err = dump(capsys, str(tmp_path / name))
+    assert (code, out) == (1, f"Dumping {tmp_path / name}\n")
+    assert err == f"{tmp_path / name}: No such file or directory\n"
+
+
+def test_a_closed_pipe_ends_the_dump_without_blaming_the_file(tmp_path):
+    # Issue 25: `dump-log ... | head` printed "<file>: Broken pipe" and exited 1.
+    log = tmp_path / "00000000000000000000.log"
+    log.write_bytes(TWO_RECORDS)
+
+    class ClosedPipe(io.StringIO):
+        def write(self, text: str) -> int:
+            raise BrokenPipeError(32, "Broken pipe")
+
+    err = io.StringIO()
+    with pytest.raises(BrokenPipeError):
+        dump_files([log], DumpOptions(deep_iteration=True), out=ClosedPipe(), err=err)
+    assert err.getvalue() == ""
