@@ -332,6 +332,8 @@ async def _reach(client: Client, args: argparse.Namespace) -> int:
                                "`stratalog serve` running there? --target names another)",
                     EXIT_UNAVAILABLE)
     except StratalogError as exc:
+        if exc.retriable:  # a server that answers but is not ready: the Producer retries it
+            return 0
         return fail("produce", _error_text(exc), EXIT_REFUSED)
     return 0
 
