@@ -1,46 +1,51 @@
-"""Lines of a file descriptor, handed to the event loop as they arrive: ``stratalog produce``'s
-input.
+"""Lines of a file descriptor, handed over as they arrive: ``stratalog produce``'s input.
 
 Intuition: a producer fed by a person at a terminal, or by ``tail -f app.log``, must send each
 line when it comes, not when a chunk of ten thousand lines has filled up or the input has ended;
-a producer fed by ``seq 1 1000000`` must still read in large blocks. Both hold when one thread
-does blocking ``os.read(fd, read_bytes_max)`` calls, each of which returns *whatever is there*
-(a typed line from a terminal, what a pipe holds, up to ``read_bytes_max`` of a file), and the
-event loop takes every block that has arrived at once and splits it into lines.
+a producer fed by ``seq 1 1000000`` must still read in large blocks. Both hold when the event
+loop reads only when the descriptor is readable (``loop.add_reader``) and then takes *whatever
+is there* with one ``os.read(fd, read_bytes_max)``: a typed line from a terminal, what a pipe
+holds (up to 64 KiB on Linux). A regular file is always readable (epoll refuses it), so it is
+read directly, ``read_bytes_max`` at a time, which takes a page-cache copy, never a wait for a
+writer. No thread is needed, and none is left blocked in a read when the command ends.
 
-Format: a line ends at ``\\n``; a ``\\r`` before it is dropped too (``\\r\\n`` input), as Kafka's
-console producer's ``BufferedReader.readLine``. The last line needs no ``\\n``. Lines are
+Format: a line ends at ``\n``; a ``\r`` before it is dropped too (``\r\n`` input), as Kafka's
+console producer's ``BufferedReader.readLine``. The last line needs no ``\n``. Lines are
 returned without their ending, as ``bytes``, in input order.
 
-Limits (why memory stays bounded whatever the input): the thread reads a block only when it holds
-one of ``blocks_max`` credits, and the event loop gives a credit back for each block it takes;
-so at most ``blocks_max * read_bytes_max`` bytes wait between the two. A line that grows past
-``line_bytes_max`` without an end raises :class:`LineTooLongError` instead of being held.
+Limits (why memory stays bounded whatever the input): at most ``blocks_max`` blocks of
+``read_bytes_max`` bytes wait to be taken; past that the reader stops watching the descriptor
+until :meth:`LineReader.next_lines` takes them. A line that grows past ``line_bytes_max``
+without an end raises :class:`LineTooLongError` instead of being held.
 
-Crash behaviour: nothing is written; input read but not yet taken is lost with the process,
-as any reader's buffer is.
+Crash behaviour: nothing is written; input read but not yet taken is lost with the process, as
+any reader's buffer is.
 
-Concurrency: :meth:`LineReader.start` and :meth:`LineReader.next_lines` are event-loop only (one
-consumer). The reading thread is a daemon and touches only the descriptor, the credits and
-``loop.call_soon_threadsafe``: a command that stops while the thread waits in ``read`` (a
-terminal where nobody types) exits without joining it. The descriptor is not closed here.
+Concurrency: event-loop only, one consumer. The descriptor is left blocking (making a shared
+terminal or pipe non-blocking would change it for the shell and the other processes using it
+too); a read happens only after the loop saw it readable, so it returns at once, unless another
+process read the same pipe in between (then the loop waits in the read). The descriptor is not
+closed here; :meth:`LineReader.close` stops watching it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import os
-import threading
+import stat
 
 __all__ = ["LineReader", "LineTooLongError"]
 
-#: Bytes asked of one ``os.read`` (a pipe gives at most what it holds, 64 KiB on Linux).
-READ_BYTES_MAX = 1 << 20
-#: Blocks read ahead of the event loop at most.
-BLOCKS_MAX = 8
+#: Bytes asked of one ``os.read``: what a Linux pipe holds at most. Also about the most lines
+#: one :meth:`LineReader.next_lines` returns (10,000 short lines): a caller that waits for the
+#: oldest of its sends to be acknowledged must not find it holds most of what is in flight.
+READ_BYTES_MAX = 64 << 10
+#: Blocks read ahead of :meth:`LineReader.next_lines` at most.
+BLOCKS_MAX = 16
 #: Bytes of lines :meth:`LineReader.next_lines` returns at once, about (it stops taking blocks
-#: past this, so that one call never splits all ``BLOCKS_MAX`` blocks while records wait).
-TAKE_BYTES_MAX = 1 << 20
+#: past this; small blocks, as a slow writer leaves them, are joined up to it).
+TAKE_BYTES_MAX = 64 << 10
 
 
 class LineTooLongError(ValueError):
@@ -48,10 +53,10 @@ class LineTooLongError(ValueError):
 
 
 class LineReader:
-    """Reads ``fd`` in a daemon thread; :meth:`next_lines` returns the lines that have arrived.
+    """Reads ``fd`` when it is readable; :meth:`next_lines` returns the lines that have arrived.
 
-    Holds the partial line at the end of what was read (as a list of blocks, joined when its
-    end comes), the count of lines and bytes returned, and the queue of blocks from the thread.
+    Holds the blocks read and not yet taken, the partial line at the end of what was taken (as
+    a list of blocks, joined when its end comes), and the count of lines and bytes returned.
     Invariant: lines come out in input order, each once; after :meth:`next_lines` returned
     ``None`` (end of input) it returns ``None`` again.
 
@@ -73,42 +78,60 @@ class LineReader:
         self._fd = fd
         self._line_bytes_max = line_bytes_max
         self._read_bytes_max = read_bytes_max
-        self._credits = threading.Semaphore(blocks_max)
-        self._blocks: asyncio.Queue[bytes | OSError] | None = None
+        self._blocks_max = blocks_max
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._watching = False  # add_reader is on
+        self._regular = False  # a regular file: read directly
+        self._blocks: collections.deque[bytes | OSError] = collections.deque()
+        self._arrived: asyncio.Future[None] | None = None  # next_lines() waits on it
         self._partial: list[bytes] = []  # the start of a line whose end has not come yet
         self._partial_bytes = 0
-        self._ended = False
+        self._ended = False  # the last block (b"" or an error) was read
         self._error: LineTooLongError | None = None  # raised by the next next_lines()
         #: Lines returned so far (the number of the last line returned).
         self.lines_read = 0
-        #: Bytes taken from the thread so far (for a progress bar).
+        #: Bytes taken so far (for a progress bar).
         self.bytes_read = 0
 
     def start(self) -> None:
-        """Start the reading thread (on the running event loop)."""
-        assert self._blocks is None, "started twice"
-        loop = asyncio.get_running_loop()
-        self._blocks = asyncio.Queue()
-        threading.Thread(
-            target=self._read_blocks, args=(loop, self._blocks), name="stratalog-line-reader",
-            daemon=True,
-        ).start()
+        """Start watching the descriptor (on the running event loop)."""
+        assert self._loop is None, "started twice"
+        self._loop = asyncio.get_running_loop()
+        self._regular = stat.S_ISREG(os.fstat(self._fd).st_mode)
+        if not self._regular:
+            try:
+                self._watch(True)
+            except PermissionError:  # epoll refuses it too (/dev/null): never waits either
+                self._regular = True
 
-    def _read_blocks(self, loop: asyncio.AbstractEventLoop, blocks: asyncio.Queue) -> None:
-        """The thread: read blocks until end of input (``b""``) or an error, each handed over
-        with ``call_soon_threadsafe``; stop when the loop is closed."""
-        while True:
-            self._credits.acquire()
-            try:
-                block: bytes | OSError = os.read(self._fd, self._read_bytes_max)
-            except OSError as exc:
-                block = exc
-            try:
-                loop.call_soon_threadsafe(blocks.put_nowait, block)
-            except RuntimeError:  # the loop is closed: the command is over
-                return
-            if not isinstance(block, bytes) or not block:
-                return
+    def close(self) -> None:
+        """Stop watching the descriptor (it stays open). Idempotent."""
+        self._watch(False)
+
+    def _watch(self, on: bool) -> None:
+        if on == self._watching or self._loop is None:
+            return
+        if on:
+            self._loop.add_reader(self._fd, self._on_readable)
+        else:
+            self._loop.remove_reader(self._fd)
+        self._watching = on
+
+    def _read(self) -> bytes | OSError:
+        try:
+            return os.read(self._fd, self._read_bytes_max)
+        except OSError as exc:
+            return exc
+
+    def _on_readable(self) -> None:
+        block = self._read()
+        if isinstance(block, BlockingIOError):
+            return  # a descriptor someone else made non-blocking, and nothing after all
+        self._blocks.append(block)
+        if not isinstance(block, bytes) or not block or len(self._blocks) >= self._blocks_max:
+            self._watch(False)  # the end, or enough waiting: next_lines() resumes it
+        if self._arrived is not None and not self._arrived.done():
+            self._arrived.set_result(None)
 
     async def next_lines(self) -> list[bytes] | None:
         """The lines that arrived since the last call, waiting until at least one whole line
@@ -118,21 +141,21 @@ class LineReader:
             LineTooLongError: a line passed ``line_bytes_max`` bytes.
             OSError: reading failed (the error of ``os.read``).
         """
-        blocks = self._blocks
-        assert blocks is not None, "start() first"
+        assert self._loop is not None, "start() first"
         if self._error is not None:
             raise self._error
         while not self._ended:
-            block = await self._take(blocks)
-            taken = [block]
-            size = len(block)
-            while block and size < TAKE_BYTES_MAX and not blocks.empty():
-                block = await self._take(blocks)
+            taken: list[bytes] = []
+            size = 0
+            while not self._ended and size < TAKE_BYTES_MAX:
+                if not self._blocks and taken:
+                    break  # take what has arrived; do not wait for more
+                block = await self._take()
                 taken.append(block)
                 size += len(block)
+                if not block:
+                    self._ended = True
             self.bytes_read += size
-            if not block:
-                self._ended = True
             lines = self._split(taken)
             if lines:
                 return lines
@@ -140,9 +163,20 @@ class LineReader:
                 raise self._error
         return None
 
-    async def _take(self, blocks: asyncio.Queue) -> bytes:
-        block = await blocks.get()
-        self._credits.release()
+    async def _take(self) -> bytes:
+        """The next block, waiting for one; ``b""`` at the end of input."""
+        if self._regular:
+            block = self._read()
+        else:
+            while not self._blocks:
+                self._arrived = self._loop.create_future()  # type: ignore[union-attr]
+                try:
+                    await self._arrived
+                finally:
+                    self._arrived = None
+            block = self._blocks.popleft()
+            if isinstance(block, bytes) and block:
+                self._watch(True)  # room again (a no-op while watching)
         if isinstance(block, OSError):
             self._ended = True
             raise block

@@ -10,10 +10,10 @@ kcat's) puts headers on every record. Records go through the client's batching `
 acknowledged by every in-sync replica unless ``--acks 1`` or ``--acks 0`` (Kafka's acks),
 idempotent unless ``--no-idempotence`` or acks below all.
 
-Input is sent as it arrives: a thread reads the input in blocks of whatever is there
-(:mod:`.line_reader`), so a line typed at a terminal or written by ``tail -f`` is sent within
-``--linger-ms`` (kafka-console-producer and ``kcat -P`` do the same), and a pipe or file is
-still read a megabyte at a time. A file shows a progress bar on stderr when stderr is a
+Input is sent as it arrives: the event loop reads whatever is there whenever the input is
+readable (:mod:`.line_reader`), so a line typed at a terminal or written by ``tail -f`` is sent
+within ``--linger-ms`` (kafka-console-producer and ``kcat -P`` do the same), while a pipe is
+read as fast as its writer fills it and a file a megabyte at a time. A file shows a progress bar on stderr when stderr is a
 terminal. The summary line on stderr says how many records were acknowledged.
 
 The server is asked for the topic before any line is read: no server answering at ``--target``
@@ -75,9 +75,11 @@ __all__ = ["LINE_BYTES_MAX", "add_parser", "run"]
 #: The longest line taken: past it the command stops with an error naming the line (a record
 #: this large is refused by any server anyway: one batch may not decompress past 64 MiB).
 LINE_BYTES_MAX = 64 << 20
-# At most this many send_many() calls wait for their acknowledgements before reading goes on
-# (the Producer's buffer bounds the bytes; this bounds the futures held).
-_CHUNKS_IN_FLIGHT = 16
+# At most this many records wait for their acknowledgements before reading goes on (the
+# Producer's buffer bounds their bytes; this bounds the futures held). Counted in records, not
+# send_many() calls: input arrives in pieces of any size, and a bound on calls made of small
+# pieces left the pipeline waiting on round trips on a loaded machine.
+_RECORDS_IN_FLIGHT = 160_000
 # Records unacknowledged this long make the command say so, then again every _STALL_REPEAT_S.
 _STALL_NOTICE_S = 2.0
 _STALL_REPEAT_S = 5.0
@@ -189,6 +191,10 @@ def _parse_header(text: str) -> Header:
     key, found, value = text.partition("=")
     if not found or not key:
         raise ValueError(f"--header takes KEY=VALUE (KEY= for an empty value), got {text!r}")
+    try:
+        key.encode("utf-8")  # a header key is a Kafka string: UTF-8
+    except UnicodeEncodeError:
+        raise ValueError(f"--header {text!r}: the key is not UTF-8") from None
     return key, os.fsencode(value)
 
 
@@ -251,21 +257,24 @@ async def _chunks(
     """(keys or None, values) of the lines as they arrive; raises :class:`BadLineError` after
     the records before a refused line."""
     reader.start()
-    while True:
-        try:
-            lines = await reader.next_lines()
-        except LineTooLongError as exc:
-            raise BadLineError(str(exc)) from None
-        except OSError as exc:
-            raise BadLineError(f"reading the input failed: {exc.strerror}") from None
-        if lines is None:
-            return
-        bar.update(reader.bytes_read - bar.n)
-        keys, values, error = line_format.records(lines, reader.lines_read - len(lines) + 1)
-        if values:
-            yield keys, values
-        if error is not None:
-            raise error
+    try:
+        while True:
+            try:
+                lines = await reader.next_lines()
+            except LineTooLongError as exc:
+                raise BadLineError(str(exc)) from None
+            except OSError as exc:
+                raise BadLineError(f"reading the input failed: {exc.strerror}") from None
+            if lines is None:
+                return
+            bar.update(reader.bytes_read - bar.n)
+            keys, values, error = line_format.records(lines, reader.lines_read - len(lines) + 1)
+            if values:
+                yield keys, values
+            if error is not None:
+                raise error
+    finally:
+        reader.close()
 
 
 class _FirstWarningOnly(logging.Filter):
@@ -384,7 +393,7 @@ async def _watch_acknowledgements(
             records = sum(sent.count for sent in pending if not sent.future.done())
             left_s = max(0.0, delivery_timeout_s - stalled_s)
             print(f"stratalog produce: {records} records not acknowledged for "
-                  f"{stalled_s:.0f} s; retrying, giving up on them in {left_s:.0f} s "
+                  f"{stalled_s:.0f} s; still trying, giving up on them in {left_s:.0f} s "
                   "(--delivery-timeout-ms)", file=sys.stderr)
             stalled = oldest
             next_report = now + _STALL_REPEAT_S
@@ -401,8 +410,11 @@ def _produce(
     counts = {"acked": 0, "failed": 0}
     first_error: list[StratalogError] = []
 
+    in_flight = [0]  # records in pending
+
     async def settle(pending: collections.deque[_Sent]) -> None:
         sent = pending.popleft()
+        in_flight[0] -= sent.count
         try:
             counts["acked"] += len(await sent.future)
         except StratalogError as exc:
@@ -428,8 +440,9 @@ def _produce(
                             headers=headers,
                         )
                         pending.append(_Sent(future, len(values), time.monotonic()))
+                        in_flight[0] += len(values)
                         while pending and (pending[0].future.done()
-                                           or len(pending) > _CHUNKS_IN_FLIGHT):
+                                           or in_flight[0] > _RECORDS_IN_FLIGHT):
                             await settle(pending)
                 except BadLineError as exc:
                     bad_line = exc

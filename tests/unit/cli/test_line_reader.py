@@ -43,6 +43,7 @@ def test_line_endings_and_a_last_line_without_one(data):
             reader.start()
             return await _collect(reader)
         finally:
+            reader.close()
             os.close(read_fd)
 
     assert asyncio.run(main()) == _expected(data)
@@ -74,6 +75,7 @@ def test_random_writes_split_anywhere_give_the_same_lines_with_small_blocks():
             lines = await _collect(reader)
             await asyncio.wait_for(writer, WAIT_S)
         finally:
+            reader.close()
             os.close(read_fd)
         return lines, reader.lines_read, reader.bytes_read
 
@@ -94,6 +96,7 @@ def test_a_line_is_returned_as_soon_as_it_is_written_with_the_input_still_open()
             assert await asyncio.wait_for(reader.next_lines(), WAIT_S) == [b"second half done"]
             assert reader.lines_read == 2
         finally:
+            reader.close()
             os.close(write_fd)
             os.close(read_fd)
 
@@ -112,6 +115,7 @@ def test_a_line_past_the_limit_is_an_error_naming_it_before_its_end_comes():
                 await asyncio.wait_for(reader.next_lines(), WAIT_S)
             return str(raised.value)
         finally:
+            reader.close()
             os.close(write_fd)
             os.close(read_fd)
 
@@ -126,7 +130,7 @@ def test_the_reader_holds_at_most_its_blocks_ahead_of_the_loop():
             reader = LineReader(read_fd, line_bytes_max=1 << 20, read_bytes_max=1000,
                                 blocks_max=3)
             reader.start()
-            # Nobody calls next_lines(): the thread takes 3 blocks, then the pipe fills and
+            # Nobody calls next_lines(): the reader takes 3 blocks, then the pipe fills and
             # stays full (a reader without the bound would drain all 4 MB).
             written = full = 0
             while written < 4 << 20 and full < 20:
@@ -136,8 +140,9 @@ def test_the_reader_holds_at_most_its_blocks_ahead_of_the_loop():
                 except BlockingIOError:
                     full += 1
                     await asyncio.sleep(0.05)
-            return written, reader._blocks.qsize()
+            return written, len(reader._blocks)
         finally:
+            reader.close()
             os.close(write_fd)
             os.close(read_fd)
 
@@ -157,7 +162,29 @@ def test_a_too_long_line_in_the_first_read_is_an_error_at_once(data):
             with pytest.raises(LineTooLongError, match=r"^line 1 is longer than 100 bytes"):
                 await asyncio.wait_for(reader.next_lines(), WAIT_S)
         finally:
+            reader.close()
             os.close(write_fd)
             os.close(read_fd)
 
     asyncio.run(main())
+
+
+def test_a_regular_file_is_read_in_blocks_with_the_same_lines(tmp_path):
+    rng = random.Random(7)
+    data = b"".join(b"line %d %s\n" % (i, b"w" * rng.randrange(0, 50)) for i in range(5000))
+    path = tmp_path / "input.txt"
+    path.write_bytes(data + b"no end")
+
+    async def main() -> tuple[list[bytes], int]:
+        fd = os.open(path, os.O_RDONLY)
+        reader = LineReader(fd, line_bytes_max=4096, read_bytes_max=1000)
+        try:
+            reader.start()  # epoll refuses a regular file: it is read directly
+            return await _collect(reader), reader.bytes_read
+        finally:
+            reader.close()
+            os.close(fd)
+
+    lines, size = asyncio.run(main())
+    assert lines == _expected(data + b"no end")
+    assert size == len(data) + len(b"no end")
