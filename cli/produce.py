@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
 import logging
 import os
 import sys
@@ -112,9 +113,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--linger-ms", type=int, default=5,
                         help="how long a batch waits for more records (default 5)")
     parser.add_argument("--delivery-timeout-ms", type=int, default=30_000, metavar="MS",
-                        help="give up on a record after MS milliseconds of retrying (default "
-                             "30000; the library's default is Kafka's 120000); a server that "
-                             "does not answer at the start ends the command at once")
+                        help="give up on a record, a commit or an abort after MS milliseconds "
+                             "of retrying (default 30000; the library's default is Kafka's "
+                             "120000); a server that does not answer at the start ends the "
+                             "command at once")
     parser.add_argument("--acks", choices=["all", "1", "0"], default="all",
                         help="which replicas must have a record before it counts as sent "
                              "(Kafka's acks): all in-sync replicas (default), the partition's "
@@ -266,6 +268,7 @@ async def _chunks(
             except OSError as exc:
                 raise BadLineError(f"reading the input failed: {exc.strerror}") from None
             if lines is None:
+                bar.close()  # before the summary line (close() is idempotent)
                 return
             bar.update(reader.bytes_read - bar.n)
             keys, values, error = line_format.records(lines, reader.lines_read - len(lines) + 1)
@@ -321,6 +324,9 @@ def _producer(args: argparse.Namespace, client: Client) -> Producer:
     return Producer(
         client, linger_ms=args.linger_ms, compression=args.compression,
         delivery_timeout_ms=args.delivery_timeout_ms,
+        # A commit or abort, too, is given up after the delivery timeout (the library's
+        # default is 60 s), so that a stopped server ends the command within it.
+        max_block_ms=args.delivery_timeout_ms,
         acks=args.acks,
         # Unset: on for acks=all, off below (Kafka's rule, the Producer's default).
         idempotent=False if args.no_idempotence else None,
@@ -467,6 +473,17 @@ def _produce(
     return run_client_command("produce", body)
 
 
+async def _forget_settled(pending: collections.deque[_Sent], in_flight: list[int]) -> None:
+    """Drop the settled calls from the left of ``pending`` (``in_flight[0]``: their records);
+    past :data:`_RECORDS_IN_FLIGHT` records, wait for the oldest first. A transactional
+    producer's failures come back from the next send or the commit, so they are not looked at
+    here."""
+    while pending and (pending[0].future.done() or in_flight[0] > _RECORDS_IN_FLIGHT):
+        with contextlib.suppress(StratalogError):
+            await pending[0].future
+        in_flight[0] -= pending.popleft().count
+
+
 def _produce_transactionally(
     args: argparse.Namespace, reader: LineReader, line_format: LineFormat,
     headers: list[Header], bar: tqdm,
@@ -493,6 +510,12 @@ def _produce_transactionally(
                                            f"server refuses it: {_error_text(exc)}",
                                 EXIT_REFUSED)
                 in_transaction = 0  # records sent in the open transaction
+                # The calls not yet acknowledged, for the countdown (errors come at commit).
+                pending: collections.deque[_Sent] = collections.deque()
+                in_flight = [0]
+                watcher = asyncio.create_task(
+                    _watch_acknowledgements(pending, args.delivery_timeout_ms / 1000)
+                )
                 try:
                     await producer.begin_transaction()
                     began[0] = True
@@ -503,11 +526,14 @@ def _produce_transactionally(
                             if per_transaction is not None:
                                 room = min(room, per_transaction - in_transaction)
                             end = start + room
-                            await producer.send_many(
+                            future = await producer.send_many(
                                 args.topic, values[start:end],
                                 keys[start:end] if keys is not None else None,
                                 partition=args.partition, headers=headers,
                             )
+                            pending.append(_Sent(future, room, time.monotonic()))
+                            in_flight[0] += room
+                            await _forget_settled(pending, in_flight)
                             in_transaction += room
                             start = end
                             if per_transaction is not None and in_transaction == per_transaction:
@@ -528,6 +554,8 @@ def _produce_transactionally(
                 except BaseException as exc:
                     aftermath.append(await _abort(producer, exc))
                     raise
+                finally:
+                    watcher.cancel()
         elapsed = time.monotonic() - started
         print(f"produced {committed['records']} records to {args.topic} in "
               f"{committed['transactions']} transactions in {elapsed:.2f} s", file=sys.stderr)

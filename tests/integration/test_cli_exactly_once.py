@@ -76,12 +76,15 @@ def test_an_interrupt_aborts_the_open_transaction_and_exits_130(server):
         producer.stdin.flush()  # and left open: the command waits for more lines
         with SyncClient(server.target) as client:
             deadline = time.monotonic() + 60
-            # The last stable offset passes 8000 once both transactions are committed
-            # (records 0-3999, a marker, 4001-8000, a marker).
-            while client.list_offsets("cli-eo-interrupt", 0, LATEST,
-                                      isolation_level=IsolationLevel.READ_COMMITTED).offset <= 8000:
-                assert time.monotonic() < deadline, "two transactions were not committed"
+            # Records 0-3999, a marker, 4001-8000, a marker, then the open transaction's 100
+            # at 8002-8101: once they are stored, the command has seen both commits confirmed
+            # (it sends them only then), and the third transaction is open.
+            while client.list_offsets("cli-eo-interrupt", 0, LATEST).offset < 8102:
+                assert time.monotonic() < deadline, "the third transaction's records not stored"
                 time.sleep(0.1)
+            assert client.list_offsets("cli-eo-interrupt", 0, LATEST,
+                                       isolation_level=IsolationLevel.READ_COMMITTED
+                                       ).offset == 8002
         producer.send_signal(signal.SIGINT)
         assert producer.wait(60) == 130
         err = producer.stderr.read().decode()

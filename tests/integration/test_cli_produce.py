@@ -157,11 +157,16 @@ def test_an_unknown_topic_is_refused_before_any_line_is_read(server):
         "stratalog produce: unknown topic 'pr-no-such-topic' [UNKNOWN_TOPIC_OR_PARTITION]"]
 
 
-def test_a_server_stopping_mid_stream_gets_a_countdown_then_exit_3(start_server, tmp_path):
+@pytest.mark.parametrize("transactional", [False, True])
+def test_a_server_stopping_mid_stream_gets_a_countdown_then_exit_3(
+    start_server, tmp_path, transactional
+):
     own = start_server(tmp_path / "data")
     _create(own, "pr-stop")
+    extra = ["--transactional-id", "pr-stop"] if transactional else []
     producer = subprocess.Popen(
-        [*CLI, "produce", "pr-stop", "--delivery-timeout-ms", "5000", "--target", own.target],
+        [*CLI, "produce", "pr-stop", "--delivery-timeout-ms", "5000", *extra,
+         "--target", own.target],
         stdin=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(),
     )
     try:
@@ -185,12 +190,18 @@ def test_a_server_stopping_mid_stream_gets_a_countdown_then_exit_3(start_server,
     stderr = err.decode()
     assert producer.returncode == 3, stderr
     lines = stderr.splitlines()
-    # At once: the Producer's first failure; then the countdown; then the summary.
+    # At once: the Producer's first failure; then the countdown; then the outcome.
     assert lines[0].startswith("stratalog produce: retrying"), lines
     assert any("records not acknowledged for" in line and "giving up on them in" in line
                for line in lines), lines
-    assert lines[-1].startswith("produced 1 records to pr-stop in "), lines
-    assert "1 failed: " in lines[-1] and "delivery_timeout_ms=5000" in lines[-1], lines
+    if transactional:
+        # The commit fails at the delivery timeout, the abort too (not the library's 60 s).
+        assert lines[-1].startswith("stratalog produce: stopped: aborting the open "
+                                    "transaction failed"), lines
+        assert lines[-1].endswith("0 records in 0 transactions were committed before"), lines
+    else:
+        assert lines[-1].startswith("produced 1 records to pr-stop in "), lines
+        assert "1 failed: " in lines[-1] and "delivery_timeout_ms=5000" in lines[-1], lines
     assert elapsed < WAIT_S
 
 
