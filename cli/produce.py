@@ -13,14 +13,15 @@ idempotent unless ``--no-idempotence`` or acks below all.
 Input is sent as it arrives: the event loop reads whatever is there whenever the input is
 readable (:mod:`.line_reader`), so a line typed at a terminal or written by ``tail -f`` is sent
 within ``--linger-ms`` (kafka-console-producer and ``kcat -P`` do the same), while a pipe is
-read as fast as its writer fills it and a file a megabyte at a time. A file shows a progress bar on stderr when stderr is a
-terminal. The summary line on stderr says how many records were acknowledged.
+read as fast as its writer fills it and a file 64 KiB at a time. A file shows a progress bar on
+stderr when stderr is a terminal. The summary line on stderr says how many records were
+acknowledged.
 
 The server is asked for the topic before any line is read: no server answering at ``--target``
 ends the command at once (exit 3), as ``consume`` does, and an unknown topic too (exit 1).
-Once it has answered, a server that stops answering is retried until ``--delivery-timeout-ms``:
-the first failure is printed at once, then every few seconds a line counts down to when the
-records waiting are given up.
+Once it has answered, a server that stops answering is retried until ``--delivery-timeout-ms``
+(a commit or an abort too): the first failure is printed at once, then every few seconds a
+line counts down to when the records waiting are given up.
 
 With ``--transactional-id ID`` the records are sent in transactions: one for the whole input, or
 one per ``--transaction-records N`` records. The transactional id is registered (InitProducerId)
