@@ -155,8 +155,8 @@ class LineFormat:
     def records(
         self, lines: list[bytes], first_number: int
     ) -> tuple[list[bytes | None] | None, list[bytes | None], BadLineError | None]:
-        """(keys or ``None`` when no line has one, values, the error of the first refused
-        line or ``None``) of ``lines``, the first of which is line ``first_number``; the
+        """(keys, or ``None`` without a separator; values; the error of the first refused
+        line, or ``None``) of ``lines``, the first of which is line ``first_number``; the
         records stop before a refused line. O(lines)."""
         separator = self.separator
         values: list[bytes | None]
