@@ -1,8 +1,10 @@
 """``stratalog consume TOPIC``: print records, from an offset, a timestamp, earliest or latest.
 
 Text output prints one value per line (``--print-key`` puts the key and ``--key-separator``
-before it; ``--print-metadata`` prefixes partition, offset and timestamp). JSON output prints one
-object per line::
+before it; ``--print-headers`` puts the headers before that, as Kafka's console consumer's
+``print.headers=true`` does: ``KEY:VALUE`` pairs joined by ``,``, or ``NO_HEADERS``;
+``--print-metadata`` prefixes partition, offset and timestamp). A null key, value or header value
+prints as ``null``. JSON output prints one object per line::
 
     {"topic": "t", "partition": 0, "offset": 7, "timestamp": 1763800000000,
      "timestamp_type": "CREATE_TIME", "key": "k", "value": "v",
@@ -42,6 +44,7 @@ import base64
 import json
 import logging
 import sys
+from collections.abc import Sequence
 
 from tqdm import tqdm
 
@@ -52,6 +55,7 @@ from stratalog.client import (
     OffsetOutOfRangeError,
     OffsetReset,
 )
+from stratalog.records import Header
 
 from .connection import (
     EXIT_REFUSED,
@@ -98,6 +102,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                              "(default read_uncommitted)")
     add_format_argument(parser, json_help="one object per record")
     parser.add_argument("--print-key", action="store_true", help="text: print keys too")
+    parser.add_argument("--print-headers", action="store_true",
+                        help="text: print headers too, as KEY:VALUE,... (NO_HEADERS when none), "
+                             "before the key (JSON output always has them)")
     parser.add_argument("--print-metadata", action="store_true",
                         help="text: prefix partition, offset and timestamp")
     parser.add_argument("--key-separator", default="\t", metavar="SEP",
@@ -144,6 +151,14 @@ def _show_progress(args: argparse.Namespace) -> bool:
     if args.progress is not None:
         return args.progress
     return not sys.stdout.isatty() and sys.stderr.isatty()
+
+
+def _text_headers(headers: Sequence[Header]) -> str:
+    """Kafka's DefaultMessageFormatter with print.headers=true: ``k1:v1,k2:v2``, or
+    ``NO_HEADERS``."""
+    if not headers:
+        return "NO_HEADERS"
+    return ",".join(f"{key}:{_text(value)}" for key, value in headers)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -217,6 +232,8 @@ def run(args: argparse.Namespace) -> int:
                     line = _text(record.value)
                     if args.print_key:
                         line = f"{_text(record.key)}{args.key_separator}{line}"
+                    if args.print_headers:
+                        line = f"{_text_headers(record.headers)}{args.key_separator}{line}"
                     if args.print_metadata:
                         line = (f"{record.partition}\t{record.offset}\t"
                                 f"{format_timestamp_ms(record.timestamp)}\t{line}")

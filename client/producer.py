@@ -493,10 +493,12 @@ class Producer:
         *,
         partition: int | None = None,
         timestamps_ms: Sequence[int] | None = None,
+        headers: Sequence[Header] = (),
     ) -> SendManyFuture:
         """Send many records in one call: the batch-level API, with no per-record future.
 
-        ``values[i]`` goes with ``keys[i]`` and ``timestamps_ms[i]`` (when given; same lengths).
+        ``values[i]`` goes with ``keys[i]`` and ``timestamps_ms[i]`` (when given; same lengths);
+        ``headers`` go on every record (as ``kcat -H``: one set for all).
         Partitioning is that of :meth:`send` record by record; unkeyed records go to the
         sticky partition, which moves on after each stint of bytes (:mod:`.partitioner`). The buffer limit is checked once, before
         the records are added. Returns a :class:`SendManyFuture` (metadata in input order).
@@ -530,6 +532,8 @@ class Producer:
         if timestamps_ms is not None:
             for index, ts in enumerate(timestamps_ms):
                 wire.check_int(ts, f"timestamps_ms[{index}]", 0, wire.INT64_MAX)
+        if headers:
+            headers = wire.check_headers(headers)
         state = accumulator.topics.get(topic) or await self._topic_state(topic)
         if partition is not None:
             self._check_partition(topic, partition, state)
@@ -546,7 +550,7 @@ class Producer:
         sticky = state.sticky
         queues = state.queues
         append = accumulator.append
-        if keys is None and timestamps_ms is None:
+        if keys is None and timestamps_ms is None and not headers:
             await accumulator.append_values(state, values, partition, now, runs)
             return SendManyFuture(runs)
         for index in range(count):
@@ -561,7 +565,9 @@ class Producer:
                 )
             else:
                 target = partition_for_key(key, num_partitions)
-            batch, position = append(queues[target], state, timestamp, key, values[index], ())
+            batch, position = append(
+                queues[target], state, timestamp, key, values[index], headers
+            )
             if batch is run_batch and position == run_first + run_count:
                 run_count += 1
                 run_timestamps.append(timestamp)

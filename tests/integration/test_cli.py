@@ -97,19 +97,6 @@ def test_an_unreachable_server_exits_3(server):
     assert "cannot reach the server" in result.stderr.decode()
 
 
-def test_produce_to_an_unreachable_server_says_so_and_gives_up_at_its_delivery_timeout(server):
-    # It used to wait the library's 60 s for metadata without a word (issue 15).
-    started = time.monotonic()
-    result = stratalog(server, "produce", "anything", "--delivery-timeout-ms", "1500",
-                       stdin=b"one line\n", target="127.0.0.1:1")
-    elapsed = time.monotonic() - started
-    stderr = result.stderr.decode()
-    assert result.returncode == 3, stderr
-    assert "delivery_timeout_ms=1500" in stderr
-    assert stderr.startswith("stratalog produce: "), stderr  # the first failure, at once
-    assert 1.5 <= elapsed < 60
-
-
 def test_produce_refuses_a_delivery_timeout_below_one(server):
     result = stratalog(server, "produce", "anything", "--delivery-timeout-ms", "0", stdin=b"x\n")
     assert result.returncode == 2

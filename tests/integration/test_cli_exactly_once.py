@@ -4,16 +4,15 @@ option checks."""
 
 from __future__ import annotations
 
-import argparse
 import os
+import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
 
 import pytest
 
-from stratalog.cli import main as cli_main
-from stratalog.client import SyncClient
+from stratalog.client import LATEST, IsolationLevel, SyncClient
 
 CLI = [sys.executable, "-m", "stratalog.cli"]
 
@@ -61,25 +60,39 @@ def test_an_error_aborts_the_open_transaction_and_exits_1(server):
     assert consumed(server, "cli-eo-error", "read_committed") == ["a", "b"]
 
 
-def test_an_interrupt_aborts_the_open_transaction_and_exits_130(
-    server, monkeypatch, capsys
-):
-    # Ctrl-C while the next lines are read (in the process, so that it lands exactly there):
-    # the two transactions of the first chunk stay committed, the open one is aborted.
+def test_an_interrupt_aborts_the_open_transaction_and_exits_130(server):
+    # Ctrl-C while the input is still open, after two commits: those two transactions stay
+    # committed, the open one (the lines after them) is aborted.
     with SyncClient(server.target) as client:
         client.create_topic("cli-eo-interrupt", 1)
-
-    def lines_then_interrupt() -> Iterator[bytes]:
-        yield from (b"%d\n" % i for i in range(10_000))  # the first chunk read
-        raise KeyboardInterrupt
-
-    stdin = argparse.Namespace(buffer=lines_then_interrupt(), isatty=lambda: False)
-    monkeypatch.setattr(sys, "stdin", stdin)
-    code = cli_main.main(["produce", "cli-eo-interrupt", "--transactional-id", "cli-eo-c",
-                          "--transaction-records", "4000", "--target", server.target])
-    assert code == 130
+    env = {k: v for k, v in os.environ.items() if k != "STRATALOG_TARGET"}
+    producer = subprocess.Popen(
+        [*CLI, "produce", "cli-eo-interrupt", "--transactional-id", "cli-eo-c",
+         "--transaction-records", "4000", "--target", server.target],
+        stdin=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+    )
+    try:
+        producer.stdin.write(b"".join(b"%d\n" % i for i in range(8100)))
+        producer.stdin.flush()  # and left open: the command waits for more lines
+        with SyncClient(server.target) as client:
+            deadline = time.monotonic() + 60
+            # Records 0-3999, a marker, 4001-8000, a marker, then the open transaction's 100
+            # at 8002-8101: once they are stored, the command has seen both commits confirmed
+            # (it sends them only then), and the third transaction is open.
+            while client.list_offsets("cli-eo-interrupt", 0, LATEST).offset < 8102:
+                assert time.monotonic() < deadline, "the third transaction's records not stored"
+                time.sleep(0.1)
+            assert client.list_offsets("cli-eo-interrupt", 0, LATEST,
+                                       isolation_level=IsolationLevel.READ_COMMITTED
+                                       ).offset == 8002
+        producer.send_signal(signal.SIGINT)
+        assert producer.wait(60) == 130
+        err = producer.stderr.read().decode()
+    finally:
+        if producer.poll() is None:
+            producer.kill()
     assert ("stratalog produce: interrupted: the open transaction was aborted; 8000 records in "
-            "2 transactions were committed before") in capsys.readouterr().err
+            "2 transactions were committed before") in err, err
     committed = consumed(server, "cli-eo-interrupt", "read_committed")
     assert committed == [str(i) for i in range(8000)]
     # The open transaction's records were either stored then aborted, or dropped unsent.

@@ -285,6 +285,20 @@ async def test_send_many_to_one_partition(broker) -> None:
     assert servicer.records("multi", 2) == 3
 
 
+async def test_send_many_puts_its_headers_on_every_record(broker) -> None:
+    servicer, target = broker
+    headers = [("source", b"cli"), ("source", b"again"), ("none", None)]
+    async with ordered_producer(target) as producer:
+        await (await producer.send_many("multi", [b"a", None], [b"k", None], partition=1,
+                                        headers=headers))
+        await (await producer.send_many("multi", [b"plain"], partition=1))
+        with pytest.raises(TypeError, match="headers"):
+            await producer.send_many("multi", [b"x"], headers=[("h", "text")])
+    # Read by kafka-python: the same headers, in order, on both records; none on the third.
+    assert [(r[2], r[3], r[4]) for r in kafka_records(servicer, "multi", 1)] == [
+        (b"k", b"a", headers), (None, None, headers), (None, b"plain", [])]
+
+
 @pytest.mark.parametrize(
     ("kwargs", "error", "message"),
     [
