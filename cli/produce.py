@@ -18,7 +18,8 @@ stderr when stderr is a terminal. The summary line on stderr says how many recor
 acknowledged.
 
 The server is asked for the topic before any line is read: no server answering at ``--target``
-ends the command at once (exit 3), as ``consume`` does, and an unknown topic too (exit 1).
+ends the command at once (exit 3), as ``consume`` does, and an unknown topic too (exit 1)
+unless the server creates it (``auto_create_topics_enable``).
 Once it has answered, a server that stops answering is retried until ``--delivery-timeout-ms``
 (a commit or an abort too): the first failure is printed at once, then every few seconds a
 line counts down to when the records waiting are given up.
@@ -56,6 +57,7 @@ from stratalog.client import (
     RequestTimeoutError,
     StratalogError,
     TransactionState,
+    UnknownTopicOrPartitionError,
 )
 from stratalog.client.errors import BrokerUnavailableError
 from stratalog.records import Compression, Header
@@ -342,7 +344,14 @@ async def _reach(client: Client, args: argparse.Namespace) -> int:
     delivery timeout; a user who typed a wrong port wants to know now, as ``consume`` says."""
     timeout_s = min(_REACH_TIMEOUT_S, args.delivery_timeout_ms / 1000)
     try:
-        await client.describe_topic(args.topic, timeout_s=timeout_s)
+        try:
+            await client.describe_topic(args.topic, timeout_s=timeout_s)
+        except UnknownTopicOrPartitionError:
+            # As the Producer's first send would: a server with auto_create_topics_enable
+            # creates it for a caller that may (Kafka's auto.create.topics.enable), or
+            # refuses again.
+            await client.metadata([args.topic], allow_auto_topic_creation=True,
+                                  timeout_s=timeout_s)
     except (BrokerUnavailableError, RequestTimeoutError) as exc:
         return fail("produce", f"no server answers at {args.target}: {exc.message} (is "
                                "`stratalog serve` running there? --target names another)",

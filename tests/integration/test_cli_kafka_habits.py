@@ -182,8 +182,6 @@ def test_if_not_exists_and_if_exists(server):
     [
         (("consume", "t", "--group", "g"), "usage: stratalog consume ",
          "--group: consumer groups are not there yet"),
-        (("topics", "alter", "t", "--partitions", "4"), "usage: stratalog topics alter ",
-         "--partitions: adding partitions to a topic is not supported yet"),
     ],
 )
 def test_unsupported_flags_print_the_subcommands_usage_and_what_to_use(server, args, usage,

@@ -150,8 +150,11 @@ def test_no_server_at_the_start_fails_at_once_without_waiting_for_input(server):
     assert elapsed < 15, elapsed
 
 
-def test_an_unknown_topic_is_refused_before_any_line_is_read(server):
-    result = stratalog(server.target, "produce", "pr-no-such-topic", stdin=b"x\n")
+def test_an_unknown_topic_is_refused_before_any_line_is_read(start_server, tmp_path):
+    # A server that does not create topics on a producer's first request (the default does:
+    # tests/integration/test_server_topic_creation.py).
+    own = start_server(tmp_path / "data", "--auto-create-topics-enable", "false")
+    result = stratalog(own.target, "produce", "pr-no-such-topic", stdin=b"x\n")
     assert result.returncode == 1
     assert result.stderr.decode().splitlines() == [
         "stratalog produce: unknown topic 'pr-no-such-topic' [UNKNOWN_TOPIC_OR_PARTITION]"]

@@ -33,8 +33,6 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
         (("consume", "t", "-K:"), "usage: stratalog consume ", "  -K: --print-key"),
         (("offsets", "t", "--group", "g"), "usage: stratalog offsets ",
          "  --group: consumer groups are not there yet"),
-        (("topics", "alter", "t", "--partitions", "4"), "usage: stratalog topics alter ",
-         "  --partitions: adding partitions to a topic is not supported yet"),
         (("topics", "--alter", "--topic", "t", "--add-config", "a=1"),
          "usage: stratalog topics alter ", "  --add-config: topics alter NAME --set"),
         (("produce", "--topic", "t"), "usage: stratalog produce ",
