@@ -4,10 +4,14 @@ the environment."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
+import ssl
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -139,3 +143,102 @@ def test_mtls_client_certificate(start_server, pki, tmp_path: Path) -> None:
                    "--cert-file", str(pki.client[0]), "--key-file", str(pki.client[1]))
     assert me.returncode == 0, me.stderr
     assert me.stdout.decode().strip() == f"User:{pki.CLIENT_SUBJECT} (tls) from 127.0.0.1"
+
+
+@pytest.fixture(scope="module")
+def acl_server(tmp_path_factory: pytest.TempPathFactory, pki):
+    """A TLS server with the authorizer on: ``admin`` a super user, ``alice`` allowed to READ
+    topic ``orders`` (so that the producer's first Metadata passes) but not to WRITE it."""
+    from .conftest import launch_server
+
+    directory = tmp_path_factory.mktemp("cli-acls")
+    file = directory / "creds.json"
+    for user in ("admin", "alice"):
+        (directory / f"{user}.pw").write_text(f"{user}-secret\n")
+        assert stratalog("credentials", "add", "--file", str(file), "--user", user,
+                         "--password-file", str(directory / f"{user}.pw"),
+                         "--iterations", "4096").returncode == 0
+    server = launch_server(
+        directory / "data",
+        "--tls-cert-file", str(pki.server[0]), "--tls-key-file", str(pki.server[1]),
+        "--authentication-credentials-file", str(file),
+        "--authorizer", "acl", "--super-users", "User:admin",
+    )
+
+    def as_user(user: str) -> list[str]:
+        return ["--target", server.target, "--ca-file", str(pki.ca), "--user", user,
+                "--password-file", str(directory / f"{user}.pw")]
+
+    for command in (("topics", "create", "orders", "--partitions", "2"),
+                    ("acls", "add", "--allow-principal", "User:alice", "--operation", "Read",
+                     "--topic", "orders")):
+        done = stratalog(*as_user("admin"), *command)
+        assert done.returncode == 0, done.stderr
+    yield as_user, server
+    assert server.stop() == 0
+
+
+def _assert_one_write_refusal(printed: str) -> None:
+    """Issue 25 item 9: the refusal said `may not IDEMPOTENT_WRITE Cluster:kafka-cluster`
+    three times; it must name WRITE, the grant that gives it, once."""
+    assert printed.count("may not") == 1, printed
+    assert "User:alice may not WRITE" in printed, printed
+    assert ("stratalog acls add --allow-principal User:alice --operation WRITE --topic"
+            in printed), printed
+    assert "may not IDEMPOTENT_WRITE" not in printed, printed
+
+
+@pytest.mark.parametrize("lines", [1, 5000])
+def test_a_produce_without_write_is_refused_in_one_line(acl_server, lines: int) -> None:
+    """The whole input at once (the summary line reports the refusal), small and in several
+    batches."""
+    data = "".join(f"{i}\n" for i in range(lines)).encode()
+    as_user, _ = acl_server
+    refused = stratalog(*as_user("alice"), "produce", "orders", stdin=data)
+    assert refused.returncode == 1, refused.stderr
+    assert refused.stdout == b""
+    _assert_one_write_refusal(refused.stderr.decode())
+
+
+def _denials(server, pki) -> float:
+    """The server's ACL refusals so far, all operations (its /metrics, over TLS)."""
+    context = ssl.create_default_context(cafile=str(pki.ca))
+    url = f"https://127.0.0.1:{server.metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=30, context=context) as response:
+        text = response.read().decode()
+    return sum(float(value) for value in re.findall(
+        r"^stratalog_authorization_denials_total\{[^}]*\} (\S+)$", text, re.MULTILINE))
+
+
+async def test_a_streamed_produce_without_write_is_refused_in_one_line(acl_server, pki,
+                                                                     tmp_path: Path) -> None:
+    """Input still open when the refusal comes (a terminal, ``tail -f``): the Producer's own
+    warning and the command's report must not both print it."""
+    from .conftest import until
+
+    as_user, server = acl_server
+    before = _denials(server, pki)
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("STRATALOG_")}
+    out_path, err_path = tmp_path / "out", tmp_path / "err"
+    with out_path.open("wb") as out_file, err_path.open("wb") as err_file:
+        process = subprocess.Popen([*CLI, *as_user("alice"), "produce", "orders"],
+                                   stdin=subprocess.PIPE, stdout=out_file, stderr=err_file,
+                                   env=clean)
+    assert process.stdin is not None
+    try:
+        process.stdin.write(b"first\n")
+        process.stdin.flush()
+        # The server refused the first line's request: more lines come after the refusal.
+        await until(lambda: _denials(server, pki) > before, "the server refused the produce")
+        with contextlib.suppress(BrokenPipeError):  # it may have ended already
+            process.stdin.write(b"second\nthird\n")
+            process.stdin.close()
+        process.wait(60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    err = err_path.read_text()
+    assert process.returncode == 1, err
+    assert out_path.read_bytes() == b""
+    _assert_one_write_refusal(err)
