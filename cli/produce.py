@@ -449,12 +449,13 @@ def _produce(
     first_error: list[StratalogError] = []
     # The refusal printed while the input was still open: the summary does not repeat it.
     reported: list[StratalogError] = []
+    input_open = [True]  # until the last line was read: then the summary comes at once
 
     def report_refusal() -> None:
         """Input that stays open (a terminal, ``tail -f``) would show a refusal only when it
         ends, and never at Ctrl-C (issue 25: a user without WRITE saw nothing): print the
         first one a second after it comes, once."""
-        if reported:
+        if reported or not input_open[0]:
             return
         refusals = (_refusal(sent) for sent in pending_sends)
         exc = first_error[0] if first_error else next((e for e in refusals if e), None)
@@ -510,6 +511,8 @@ def _produce(
                             await settle(pending)
                 except BadLineError as exc:
                     bad_line = exc
+                finally:
+                    input_open[0] = False
                 await producer.flush()
                 while pending:
                     await settle(pending)
