@@ -22,7 +22,10 @@ ends the command at once (exit 3), as ``consume`` does, and an unknown topic too
 unless the server creates it (``auto_create_topics_enable``).
 Once it has answered, a server that stops answering is retried until ``--delivery-timeout-ms``
 (a commit or an abort too): the first failure is printed at once, then every few seconds a
-line counts down to when the records waiting are given up.
+line counts down to when the records waiting are given up. A record the server refuses (no
+WRITE right, too large) is reported once: in the summary line when the input ends, or, while it
+stays open (a terminal, ``tail -f``), within a second of the refusal, the summary then saying
+"refused as above".
 
 With ``--transactional-id ID`` the records are sent in transactions: one for the whole input, or
 one per ``--transaction-records N`` records. The transactional id is registered (InitProducerId)
@@ -46,7 +49,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from tqdm import tqdm
@@ -55,6 +58,7 @@ from stratalog.client import (
     Client,
     Producer,
     RequestTimeoutError,
+    SendManyFuture,
     StratalogError,
     TransactionState,
     UnknownTopicOrPartitionError,
@@ -367,23 +371,27 @@ async def _reach(client: Client, args: argparse.Namespace) -> int:
 class _Sent:
     """One send_many() call: its future, how many records, when (time.monotonic())."""
 
-    future: asyncio.Future
+    future: SendManyFuture
     count: int
     sent_at: float
 
 
 async def _watch_acknowledgements(
-    pending: collections.deque[_Sent], delivery_timeout_s: float
+    pending: collections.deque[_Sent], delivery_timeout_s: float,
+    each_second: Callable[[], None] | None = None,
 ) -> None:
     """While records wait more than :data:`_STALL_NOTICE_S` for their acknowledgement, say so
     every :data:`_STALL_REPEAT_S` with a countdown to the delivery timeout, which gives them
     up; then say whether they were acknowledged or given up (and why). The Producer's own
-    warnings stay quiet from the first until a check finds no stall. Runs until cancelled;
-    reads ``pending`` only between its awaits (event-loop only)."""
+    warnings stay quiet from the first until a check finds no stall. ``each_second`` is
+    called once a second too. Runs until cancelled; reads ``pending`` only between its awaits
+    (event-loop only)."""
     stalled: _Sent | None = None  # the oldest call waiting at the last countdown line
     next_report = 0.0
     while True:
         await asyncio.sleep(1.0)
+        if each_second is not None:
+            each_second()
         now = time.monotonic()
         if stalled is not None and stalled.future.done():
             try:
@@ -419,12 +427,43 @@ def _error_text(exc: StratalogError) -> str:
     return f"{exc.message} [{exc.reason}]" if exc.reason else exc.message
 
 
+def _refusal(sent: _Sent) -> StratalogError | None:
+    """The error a settled send ended with, if the server refused it (not a server that did
+    not answer: the countdown of :func:`_watch_acknowledgements` reports those)."""
+    if not sent.future.done():
+        return None
+    try:
+        sent.future.result()
+    except (BrokerUnavailableError, RequestTimeoutError, asyncio.CancelledError):
+        return None
+    except StratalogError as exc:
+        return exc
+    return None
+
+
 def _produce(
     args: argparse.Namespace, reader: LineReader, line_format: LineFormat,
     headers: list[Header], bar: tqdm,
 ) -> int:
     counts = {"acked": 0, "failed": 0}
     first_error: list[StratalogError] = []
+    # The refusal printed while the input was still open: the summary does not repeat it.
+    reported: list[StratalogError] = []
+    input_open = [True]  # until the last line was read: then the summary comes at once
+
+    def report_refusal() -> None:
+        """Input that stays open (a terminal, ``tail -f``) would show a refusal only when it
+        ends, and never at Ctrl-C (issue 25: a user without WRITE saw nothing): print the
+        first one a second after it comes, once."""
+        if reported or not input_open[0]:
+            return
+        refusals = (_refusal(sent) for sent in pending_sends)
+        exc = first_error[0] if first_error else next((e for e in refusals if e), None)
+        if exc is not None and not isinstance(exc, BrokerUnavailableError | RequestTimeoutError):
+            print(f"stratalog produce: {_error_text(exc)}", file=sys.stderr)
+            reported.append(exc)
+
+    pending_sends: collections.deque[_Sent] = collections.deque()
 
     in_flight = [0]  # records in pending
 
@@ -439,15 +478,25 @@ def _produce(
                 first_error.append(exc)
 
     async def body() -> int:
+        try:
+            return await send_all()
+        except StratalogError as exc:
+            # The Producer, failed for good, refuses the next send with the error printed.
+            if reported and _error_text(exc) == _error_text(reported[0]):
+                return EXIT_REFUSED
+            raise
+
+    async def send_all() -> int:
         started = time.monotonic()
-        pending: collections.deque[_Sent] = collections.deque()
+        pending = pending_sends
         bad_line: BadLineError | None = None
         async with connect(args) as client:
             if code := await _reach(client, args):
                 return code
             async with _producer(args, client) as producer:
                 watcher = asyncio.create_task(
-                    _watch_acknowledgements(pending, args.delivery_timeout_ms / 1000)
+                    _watch_acknowledgements(pending, args.delivery_timeout_ms / 1000,
+                                            report_refusal)
                 )
                 try:
                     async for keys, values in _chunks(reader, line_format, bar):
@@ -462,6 +511,8 @@ def _produce(
                             await settle(pending)
                 except BadLineError as exc:
                     bad_line = exc
+                finally:
+                    input_open[0] = False
                 await producer.flush()
                 while pending:
                     await settle(pending)
@@ -471,6 +522,8 @@ def _produce(
         if first_error:
             exc = first_error[0]
             failure = f"; {counts['failed']} failed: {_error_text(exc)}"
+            if reported and _error_text(exc) == _error_text(reported[0]):
+                failure = f"; {counts['failed']} failed, refused as above"
         print(f"produced {counts['acked']} records to {args.topic} in {elapsed:.2f} s{failure}",
               file=sys.stderr)
         if bad_line is not None:

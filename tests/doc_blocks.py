@@ -15,6 +15,11 @@ the docs cannot drift from what the code does (issue 15). The conventions, in th
 * ``<!-- docs-test: skip (why) -->`` on the line just before a fence: the block is not run
   (it never ends, needs a cluster or TLS material, starts the server the test started
   already); the reason is required, so that a skipped block says why.
+* ``<!-- docs-test: background (why) -->`` before a fence: the block is one command that
+  starts a server and runs until Ctrl-C (what a reader runs in another shell). It runs in the
+  background (:meth:`Reader.start_server`) with ``STRATALOG_LISTEN=127.0.0.1:0`` and
+  ``STRATALOG_METRICS_PORT=0`` in its environment, so that it takes free ports; the blocks
+  after it are run against the address it prints.
 
 Every block is run with ``127.0.0.1:50051`` (the server's default address in the docs) replaced
 by the test server's target (in the commands and in the output they show), and with
@@ -25,8 +30,11 @@ from __future__ import annotations
 
 import os
 import re
+import selectors
+import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,23 +48,30 @@ JVM_START_FAILURE = "JAVA_GATEWAY_EXITED"
 
 _FENCE = re.compile(r"^```(\S*)\s*$")
 _SKIP = re.compile(r"^<!-- docs-test: skip \((.+)\) -->$")
+_BACKGROUND = re.compile(r"^<!-- docs-test: background \((.+)\) -->$")
+_LISTENING = re.compile(r"^stratalog: listening on (\S+)$")
+#: A background server's start bound: generous, it only turns a hang into a failure.
+SERVER_START_TIMEOUT_S = 60.0
 _MARKER = re.compile(r"^<!-- docs-test:")
 
 
 @dataclass(frozen=True)
 class Block:
-    """One fenced block: its file, the line of its opening fence, language, text, and the
-    reason it is skipped (None: it runs)."""
+    """One fenced block: its file, the line of its opening fence, language, text, the
+    reason it is skipped (None: it runs), and whether it starts a server in the background
+    (the marker's reason, else None)."""
 
     path: Path
     line: int
     language: str
     text: str
     skip: str | None
+    background: str | None = None
 
     @property
     def where(self) -> str:
-        return f"{self.path.relative_to(PROJECT_ROOT)}:{self.line}"
+        inside = self.path.is_relative_to(PROJECT_ROOT)
+        return f"{self.path.relative_to(PROJECT_ROOT) if inside else self.path}:{self.line}"
 
 
 @dataclass(frozen=True)
@@ -88,21 +103,25 @@ def blocks(path: Path, section: str | None = None) -> list[Block]:
     i = 0
     while i < len(lines):
         line = lines[i]
-        skip = None
+        skip = background = None
         if _MARKER.match(line):
             match = _SKIP.match(line)
-            assert match, f"{path}:{first + i + 1}: unknown docs-test marker {line!r}"
+            started = _BACKGROUND.match(line)
+            assert match or started, f"{path}:{first + i + 1}: unknown docs-test marker {line!r}"
             assert i + 1 < len(lines) and _FENCE.match(lines[i + 1]), (
                 f"{path}:{first + i + 1}: a docs-test marker must be just before a fence"
             )
-            skip = match.group(1)
+            if match:
+                skip = match.group(1)
+            else:
+                background = started.group(1)
             i += 1
             line = lines[i]
         fence = _FENCE.match(line)
         if fence:
             end = next(j for j in range(i + 1, len(lines)) if lines[j].startswith("```"))
             found.append(Block(path, first + i + 1, fence.group(1).lower(),
-                               "\n".join(lines[i + 1:end]) + "\n", skip))
+                               "\n".join(lines[i + 1:end]) + "\n", skip, background))
             i = end
         i += 1
     return found
@@ -217,11 +236,84 @@ class Reader:
         )
         return result.stdout
 
+    def start_server(self, block: Block, log_path: Path) -> tuple[BackgroundServer, Reader]:
+        """Start a background block's command (its marker: the module docstring) in a process
+        group of its own, as in another shell, on free ports; wait until it prints the
+        address it listens on. Returns the server and a Reader whose target is that address.
+        Its stderr (the server's log) goes to ``log_path``.
+
+        Raises AssertionError with the log if it exits or stays silent for
+        :data:`SERVER_START_TIMEOUT_S`.
+        """
+        [command] = commands(block)
+        env = self.env(STRATALOG_LISTEN="127.0.0.1:0", STRATALOG_METRICS_PORT="0")
+        with log_path.open("ab") as log:
+            process = subprocess.Popen(
+                ["bash", "-c", self.substitute(command.text)], cwd=self.directory, env=env,
+                stdout=subprocess.PIPE, stderr=log, start_new_session=True,
+            )
+        server = BackgroundServer(process, log_path, f"{block.where}: $ {command.text}")
+        assert process.stdout is not None
+        fd = process.stdout.fileno()
+        printed = b""
+        deadline = time.monotonic() + SERVER_START_TIMEOUT_S
+        with selectors.DefaultSelector() as selector:
+            selector.register(fd, selectors.EVENT_READ)
+            while True:
+                for line in printed.decode(errors="replace").splitlines():
+                    if match := _LISTENING.match(line.strip()):
+                        return server, Reader(self.directory, match.group(1))
+                remaining = deadline - time.monotonic()
+                chunk = os.read(fd, 4096) if remaining > 0 and selector.select(remaining) else b""
+                if not chunk:
+                    server.kill()
+                    raise AssertionError(f"{server.where}\nprinted no address within "
+                                         f"{SERVER_START_TIMEOUT_S} s or exited; log:\n"
+                                         f"{server.log_text()[-4000:]}")
+                printed += chunk
+
     def run(self, block: Block) -> None:
-        """Run one block (shell or Python); skipped and other-language blocks are not run."""
+        """Run one block (shell or Python); skipped and other-language blocks are not run.
+        A background block is the caller's to start (:meth:`start_server`)."""
+        assert block.background is None, f"{block.where}: start it with start_server()"
         if block.skip is not None:
             return
         if block.language in SHELL_LANGUAGES:
             self.run_shell(block)
         elif block.language == "python":
             self.run_python(block.text, block.where)
+
+
+@dataclass
+class BackgroundServer:
+    """A server a background block started: its process (the leader of its process group),
+    its log, and the block's place and command (for messages)."""
+
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    where: str
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def interrupt(self, timeout_s: float = 60.0) -> int:
+        """Ctrl-C, as a terminal sends it (SIGINT to the process group); the exit code."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGINT)
+            try:
+                self.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.kill()
+                raise AssertionError(f"{self.where}\nstill running {timeout_s} s after Ctrl-C;"
+                                     f" log:\n{self.log_text()[-4000:]}") from None
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+        return self.process.returncode
+
+    def kill(self) -> None:
+        """SIGKILL the process group if it still runs (a failing test's teardown)."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+        if self.process.stdout is not None:
+            self.process.stdout.close()

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import selectors
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -139,3 +141,98 @@ def test_mtls_client_certificate(start_server, pki, tmp_path: Path) -> None:
                    "--cert-file", str(pki.client[0]), "--key-file", str(pki.client[1]))
     assert me.returncode == 0, me.stderr
     assert me.stdout.decode().strip() == f"User:{pki.CLIENT_SUBJECT} (tls) from 127.0.0.1"
+
+
+@pytest.fixture(scope="module")
+def acl_server(tmp_path_factory: pytest.TempPathFactory, pki):
+    """A TLS server with the authorizer on: ``admin`` a super user, ``alice`` allowed to READ
+    topic ``orders`` (so that the producer's first Metadata passes) but not to WRITE it."""
+    from .conftest import launch_server
+
+    directory = tmp_path_factory.mktemp("cli-acls")
+    file = directory / "creds.json"
+    for user in ("admin", "alice"):
+        (directory / f"{user}.pw").write_text(f"{user}-secret\n")
+        assert stratalog("credentials", "add", "--file", str(file), "--user", user,
+                         "--password-file", str(directory / f"{user}.pw"),
+                         "--iterations", "4096").returncode == 0
+    server = launch_server(
+        directory / "data",
+        "--tls-cert-file", str(pki.server[0]), "--tls-key-file", str(pki.server[1]),
+        "--authentication-credentials-file", str(file),
+        "--authorizer", "acl", "--super-users", "User:admin",
+    )
+
+    def as_user(user: str) -> list[str]:
+        return ["--target", server.target, "--ca-file", str(pki.ca), "--user", user,
+                "--password-file", str(directory / f"{user}.pw")]
+
+    for command in (("topics", "create", "orders", "--partitions", "2"),
+                    ("acls", "add", "--allow-principal", "User:alice", "--operation", "Read",
+                     "--topic", "orders")):
+        done = stratalog(*as_user("admin"), *command)
+        assert done.returncode == 0, done.stderr
+    yield as_user, server
+    assert server.stop() == 0
+
+
+def _assert_one_write_refusal(printed: str) -> None:
+    """Issue 25 item 9: the refusal said `may not IDEMPOTENT_WRITE Cluster:kafka-cluster`
+    three times; it must name WRITE, the grant that gives it, once."""
+    assert printed.count("may not") == 1, printed
+    assert "User:alice may not WRITE" in printed, printed
+    assert ("stratalog acls add --allow-principal User:alice --operation WRITE --topic"
+            in printed), printed
+    assert "may not IDEMPOTENT_WRITE" not in printed, printed
+
+
+@pytest.mark.parametrize("lines", [1, 5000])
+def test_a_produce_without_write_is_refused_in_one_line(acl_server, lines: int) -> None:
+    """The whole input at once (the summary line reports the refusal), small and in several
+    batches."""
+    data = "".join(f"{i}\n" for i in range(lines)).encode()
+    as_user, _ = acl_server
+    refused = stratalog(*as_user("alice"), "produce", "orders", stdin=data)
+    assert refused.returncode == 1, refused.stderr
+    assert refused.stdout == b""
+    _assert_one_write_refusal(refused.stderr.decode())
+
+
+def test_a_streamed_produce_without_write_is_refused_at_once_in_one_line(acl_server) -> None:
+    """Input still open when the refusal comes (a terminal, ``tail -f``): the refusal is printed
+    while the input stays open (it was printed only at its end, and never at Ctrl-C), and once:
+    not again by the summary, nor by the sends that follow it."""
+    as_user, _ = acl_server
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("STRATALOG_")}
+    process = subprocess.Popen([*CLI, *as_user("alice"), "produce", "orders"],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, env=clean)
+    assert process.stdin is not None and process.stderr is not None
+    assert process.stdout is not None
+    try:
+        process.stdin.write(b"first\n")
+        process.stdin.flush()
+        printed = b""
+        deadline = time.monotonic() + 60
+        with selectors.DefaultSelector() as selector:
+            selector.register(process.stderr, selectors.EVENT_READ)
+            while b"may not" not in printed:
+                remaining = deadline - time.monotonic()
+                assert remaining > 0, f"no refusal within 60 s of the first line: {printed!r}"
+                if selector.select(remaining):
+                    chunk = os.read(process.stderr.fileno(), 65536)
+                    assert chunk, f"it exited {process.wait()}, input open: {printed!r}"
+                    printed += chunk
+        assert process.poll() is None  # still reading its input
+        process.stdin.write(b"second\nthird\n")
+        process.stdin.close()
+        assert process.wait(60) == 1
+        printed += process.stderr.read()
+        assert process.stdout.read() == b""
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        for stream in (process.stdout, process.stderr):
+            stream.close()
+    _assert_one_write_refusal(printed.decode())

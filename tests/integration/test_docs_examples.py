@@ -7,7 +7,8 @@ shows; its Python examples as scripts), its Python client example once more (a s
 not fail because its topic exists), then docs/client.md's quick start and its Consumer
 section's resume recipe on the same server. The conventions (``$`` lines and their output,
 ``...``, the ``<!-- docs-test: skip (why) -->`` marker) are tests/doc_blocks.py's.
-docs/spark.md's examples run in tests/spark/test_docs_spark.py (they need Java).
+docs/spark.md's examples run in tests/spark/test_docs_spark.py (they need Java), docs/security.md's
+walk-through in test_docs_security.py (servers of its own, with TLS).
 """
 
 from __future__ import annotations

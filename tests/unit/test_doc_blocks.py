@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.doc_blocks import Block, blocks, commands, output_matches
+from tests.doc_blocks import Block, Reader, blocks, commands, output_matches
 
 DOC = """# Title
 
@@ -61,10 +61,21 @@ def test_commands_and_their_output(tmp_path: Path) -> None:
         ("echo a", None), ("echo b \\\n  c", None)]
 
 
+def test_a_background_block_is_marked_and_not_run_as_a_block(tmp_path: Path) -> None:
+    path = _write(tmp_path, "<!-- docs-test: background (runs until Ctrl-C) -->\n"
+                            "```sh\nstratalog serve --log-dirs data\n```\n")
+    [block] = blocks(path)
+    assert (block.line, block.skip, block.background) == (2, None, "runs until Ctrl-C")
+    # Run as a block, it would never end: only Reader.start_server runs it.
+    with pytest.raises(AssertionError, match="start_server"):
+        Reader(tmp_path, "127.0.0.1:1").run(block)
+
+
 @pytest.mark.parametrize(
     ("marker", "message"),
     [
         ("<!-- docs-test: skip -->", "unknown docs-test marker"),
+        ("<!-- docs-test: background -->", "unknown docs-test marker"),
         ("<!-- docs-test: run (x) -->", "unknown docs-test marker"),
         ("<!-- docs-test: skip (x) -->\ntext", "must be just before a fence"),
     ],
