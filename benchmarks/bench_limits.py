@@ -104,7 +104,7 @@ def _values(count: int, seed: int) -> list[bytes]:
 
 
 def _mib_batch() -> bytes:
-    """Uncompressed 100-byte records, as many as fit under 1 MiB (max.message.bytes is
+    """Uncompressed 100-byte records, about as many as fit under 1 MiB (max.message.bytes is
     1,048,588), as a producer with batch.size = 1 MiB sends."""
     values = _values(64, 2)
     count = MIB // (VALUE_BYTES + 12)  # ~12 B of framing per record
