@@ -35,9 +35,10 @@ on all of them alike:
 Each turn also reads the server's CPU time from /proc (``bench_peers.ServerCpu``): CPU per MiB
 or per call moves far less with the machine's other load than wall-clock figures do. Per round,
 the ratio of ``defaults`` to each other server is taken for every figure; the printed ratio is
-the median over the rounds, with the lowest and highest round's beside it (the noise).
+the median over the rounds with an approximately 95% confidence interval for it beside it
+(:func:`median_interval`): a cost is beyond the noise when the interval leaves out 1.
 
-Run: ``.venv/bin/python -m benchmarks.bench_limits --before /tmp/bench-base [--rounds 9]``.
+Run: ``.venv/bin/python -m benchmarks.bench_limits --before /tmp/bench-base [--rounds 60]``.
 Figures: docs/performance.md ("Issue 24: the cost of the limits"). Every server and its data
 directory are removed at the end.
 """
@@ -47,6 +48,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import math
 import os
 import platform
 import random
@@ -54,7 +56,7 @@ import re
 import statistics
 import sys
 import tempfile
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -273,9 +275,30 @@ async def measure(servers: list[Running], args: argparse.Namespace
     return figures
 
 
+def median_interval(values: Sequence[float]) -> tuple[float, float, float]:
+    """The median of ``values`` and an approximately 95% confidence interval for it that
+    assumes nothing about their distribution: the order statistics at ranks n/2 -+ 1.96 *
+    sqrt(n)/2 (each value falls below the true median with probability 1/2, so the count that
+    does is binomial(n, 1/2), whose standard deviation is sqrt(n)/2). With few values the
+    interval is their whole range. Raises ValueError when ``values`` is empty.
+
+    Why this and not a mean and standard deviation: on the shared machine a round now and then
+    takes several times as long as the others (the ratios of one run went from 0.06 to 8), and
+    such rounds would swamp a mean; they move an order statistic by one rank.
+    """
+    if not values:
+        raise ValueError("median of no values")
+    ordered = sorted(values)
+    n = len(ordered)
+    half_width = 0.98 * math.sqrt(n)  # 1.96 * sqrt(n) / 2
+    low = max(0, math.floor(n / 2 - half_width))
+    high = min(n - 1, math.ceil(n / 2 + half_width) - 1)
+    return statistics.median(ordered), ordered[low], ordered[high]
+
+
 def report(figures: dict[tuple[str, str], list[dict[str, float]]], names: list[str]) -> None:
     """Medians per server, then defaults / each other server: the median of the per-round
-    ratios with the lowest and highest round's."""
+    ratios and its 95% interval (:func:`median_interval`)."""
     others = [name for name in names if name != "defaults"]
     print(f"{'workload':<24}{'figure':<20}" + "".join(f"{name:>12}" for name in names)
           + "".join(f"{'defaults/' + name:>28}" for name in others))
@@ -286,11 +309,10 @@ def report(figures: dict[tuple[str, str], list[dict[str, float]]], names: list[s
                 for name in names)
             ratios = ""
             for other in others:
-                per_round = sorted(
+                median, low, high = median_interval([
                     mine[key] / theirs[key] for mine, theirs in
-                    zip(figures[(row, "defaults")], figures[(row, other)], strict=True))
-                ratios += (f"{statistics.median(per_round):>12.3f}"
-                           f" ({per_round[0]:.2f}-{per_round[-1]:.2f})")
+                    zip(figures[(row, "defaults")], figures[(row, other)], strict=True)])
+                ratios += f"{median:>12.3f} ({low:.2f}-{high:.2f})"
             print(f"{row:<24}{key:<20}{cells}{ratios}")
     print("(MB/s: higher is better; latency and CPU: lower is better)")
 
@@ -304,13 +326,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--before", type=Path,
                         help="a checkout of the code before issue 24, with its own .venv")
-    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--rounds", type=int, default=60)
     parser.add_argument("--in-flight", type=int, default=4)
-    parser.add_argument("--produce-mib", type=int, default=24,
+    parser.add_argument("--produce-mib", type=int, default=48,
                         help="1 MiB Produce calls per turn")
-    parser.add_argument("--zstd-requests", type=int, default=24,
+    parser.add_argument("--zstd-requests", type=int, default=48,
                         help="zstd Produce calls (~1 MiB decompressed each) per turn")
-    parser.add_argument("--calls", type=int, default=300,
+    parser.add_argument("--calls", type=int, default=500,
                         help="calls per turn of the one-at-a-time workloads")
     args = parser.parse_args(argv)
     variants = [Variant("defaults", sys.executable), Variant("off", sys.executable, OFF_FLAGS)]

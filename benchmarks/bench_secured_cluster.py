@@ -25,7 +25,8 @@ acks=all:
 
 The two clusters take turns, the order swapped every round, for ``--rounds`` rounds (the idle
 one's polling goes on meanwhile, alike for both). Each ratio (secured / plain) is taken per
-round; the printed one is the median with the lowest and highest round's (the noise).
+round; the printed one is the median with an approximately 95% confidence interval for it
+(``bench_limits.median_interval``).
 
 On this 2-core machine the client, six servers and two etcd members share the cores, so the
 throughput is the CPU the cluster spends per record, not what a network allows.
@@ -51,6 +52,7 @@ from pathlib import Path
 import grpc
 import grpc.aio
 
+from benchmarks.bench_limits import median_interval
 from benchmarks.bench_peers import ServerCpu, percentile
 from stratalog.records.builder import build_batch
 from stratalog.v1 import broker_pb2 as pb
@@ -237,8 +239,8 @@ async def latencies(cluster: Cluster, leader: int, calls: int) -> list[float]:
 
 
 def _ratio_cell(secured: list[float], plain: list[float]) -> str:
-    per_round = sorted(s / p for s, p in zip(secured, plain, strict=True))
-    return f"x{statistics.median(per_round):.3f} ({per_round[0]:.2f}-{per_round[-1]:.2f})"
+    median, low, high = median_interval([s / p for s, p in zip(secured, plain, strict=True)])
+    return f"x{median:.3f} ({low:.2f}-{high:.2f})"
 
 
 def main() -> int:

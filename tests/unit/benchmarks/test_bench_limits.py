@@ -8,6 +8,8 @@ import argparse
 import sys
 from pathlib import Path
 
+import pytest
+
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
 if str(PROJECT_ROOT) not in sys.path:
     sys.path.insert(0, str(PROJECT_ROOT))
@@ -18,6 +20,7 @@ from benchmarks.bench_limits import (  # noqa: E402
     OUT_OF_THE_WAY_BYTES,
     _mib_batch,
     _zstd_batch,
+    median_interval,
 )
 from stratalog.records import Compression, parse_header, validate_batch  # noqa: E402
 from stratalog.server.settings import Settings, add_arguments, settings_from_args  # noqa: E402
@@ -61,3 +64,17 @@ def test_the_produce_payloads() -> None:
     # ~1 MiB decompressed, several times smaller on the wire.
     assert 1_000_000 < uncompressed_bytes < 2 * MIB
     assert len(compressed) < uncompressed_bytes / 3
+
+
+def test_the_median_interval_holds_the_median_and_widens_with_fewer_rounds() -> None:
+    assert median_interval([1.0]) == (1.0, 1.0, 1.0)
+    assert median_interval([3.0, 1.0, 2.0]) == (2.0, 1.0, 3.0)  # few values: all of them
+    values = [float(v) for v in range(100, 0, -1)]  # 1..100, unsorted on purpose
+    median, low, high = median_interval(values)
+    assert median == 50.5
+    # ranks 50 -+ 9.8: the 41st and the 60th values
+    assert (low, high) == (41.0, 60.0)
+    # One wild round moves the interval by at most one rank.
+    assert median_interval([*values[1:], 1e9])[1:] in ((41.0, 60.0), (42.0, 61.0))
+    with pytest.raises(ValueError, match="no values"):
+        median_interval([])
