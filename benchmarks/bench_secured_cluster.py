@@ -23,15 +23,22 @@ acks=all:
                machine's other load moves far less than the wall-clock one)
   latency      one record per call, one call at a time, ``--latency-calls`` calls: p50, p99
 
-The two clusters take turns, the order swapped every round, for ``--rounds`` rounds (the idle
-one's polling goes on meanwhile, alike for both). Each ratio (secured / plain) is taken per
-round; the printed one is the median with an approximately 95% confidence interval for it
+With ``--tls`` a third cluster runs beside them, **tls**: the secured cluster's server
+certificates and TLS listeners (so replication runs over TLS), but no client certificates, no
+authorizer, no broker principals and plaintext etcd, to tell what TLS alone costs
+from what the rest adds.
+
+The clusters take turns, the order rotating every round, for ``--rounds`` rounds (the idle
+ones' polling goes on meanwhile, alike for all). Each ratio (secured / plain, tls / plain) is
+taken per round; the printed one is the median with an approximately 95% confidence interval for it
 (``bench_limits.median_interval``).
 
-On this 2-core machine the client, six servers and two etcd members share the cores, so the
+On this 2-core machine the client, six (nine) servers and two (three) etcd members share the
+cores, so the
 throughput is the CPU the cluster spends per record, not what a network allows.
 
-Run: ``.venv/bin/python -m benchmarks.bench_secured_cluster [--rounds 7] [--seconds 3]``.
+Run: ``.venv/bin/python -m benchmarks.bench_secured_cluster [--rounds 7] [--seconds 3] [--records 100]
+[--tls]``.
 Figures: docs/performance.md ("Issue 24: the cost of the limits"). The clusters and their
 directories are removed at the end.
 """
@@ -155,6 +162,40 @@ def start_secured(cluster: Cluster, root: Path) -> None:
                           permission_type=pb.ACL_PERMISSION_TYPE_ALLOW)]), timeout=60)
 
 
+def tls_cluster(root: Path) -> Cluster:
+    """The TLS-only cluster's certificates made, nothing started."""
+    brokers = make_broker_pki(root / "pki", NODES)
+    cluster = Cluster("tls", EtcdProcess(root / "etcd"),
+                      admin=_credentials(brokers.ca, brokers.admin),
+                      producer=_credentials(brokers.ca, brokers.alice))
+    cluster.pki = brokers
+    return cluster
+
+
+def start_tls(cluster: Cluster, root: Path) -> None:
+    """TLS on every server's listener, so replication runs over TLS too (each follower trusts
+    the CA: ``tls_ca_file``); but no client certificates asked for (that is authentication,
+    which a cluster allows only with broker principals), plaintext etcd and no authorizer:
+    what TLS alone costs."""
+    brokers = cluster.pki
+    assert brokers is not None
+    cluster.etcd.start()
+    for n in NODES:
+        cluster.servers[n] = launch_server(
+            root / f"node-{n}", "--cluster", cluster.etcd.url, "--node-id", str(n),
+            "--tls-cert-file", str(brokers.brokers[n][0]),
+            "--tls-key-file", str(brokers.brokers[n][1]),
+            "--tls-ca-file", str(brokers.ca), "--tls-client-auth", "none")
+
+
+#: The clusters by name: (make it, start it).
+CLUSTERS = {
+    "plain": (plain_cluster, start_plain),
+    "secured": (secured_cluster, start_secured),
+    "tls": (tls_cluster, start_tls),
+}
+
+
 def _wait(condition: Callable[[], bool], what: str) -> None:
     """Poll ``condition`` every 100 ms; RuntimeError naming ``what`` after READY_TIMEOUT_S."""
     deadline = time.monotonic() + READY_TIMEOUT_S
@@ -251,6 +292,8 @@ def main() -> int:
     parser.add_argument("--value-bytes", type=int, default=100)
     parser.add_argument("--in-flight", type=int, default=8)
     parser.add_argument("--latency-calls", type=int, default=200)
+    parser.add_argument("--tls", action="store_true",
+                        help="a third cluster with TLS alone (no ACLs, plaintext etcd)")
     args = parser.parse_args()
     batch = build_batch([(int(time.time() * 1000), None, b"v" * args.value_bytes, ())]
                         * args.records)
@@ -260,8 +303,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-secured-cluster-") as tmp:
         clusters: list[Cluster] = []
         try:
-            for make, start in ((plain_cluster, start_plain), (secured_cluster, start_secured)):
-                root = Path(tmp) / make.__name__.removesuffix("_cluster")
+            for name in ("plain", "secured", *(["tls"] if args.tls else [])):
+                make, start = CLUSTERS[name]
+                root = Path(tmp) / name
                 root.mkdir()
                 # Kept before it starts: a failed start still stops what it started.
                 clusters.append(make(root))
@@ -274,7 +318,8 @@ def main() -> int:
                 asyncio.run(throughput(cluster, leaders[cluster.name], batch, args.records,
                                        args.in_flight, 1.0))
             for round_index in range(args.rounds):
-                order = clusters if round_index % 2 == 0 else clusters[::-1]
+                order = clusters[round_index % len(clusters):] + clusters[
+                    :round_index % len(clusters)]
                 for cluster in order:
                     rate, cpu = asyncio.run(throughput(
                         cluster, leaders[cluster.name], batch, args.records, args.in_flight,
@@ -291,11 +336,14 @@ def main() -> int:
             for cluster in clusters:
                 cluster.stop()
     print(f"# load average {os.getloadavg()[0]:.1f} at the end")
-    print(f"{'RF 3, acks=all':<22}{'plain':>12}{'secured':>12}   secured / plain (rounds)")
+    others = [c.name for c in clusters if c.name != "plain"]
+    print(f"{'RF 3, acks=all':<22}" + "".join(f"{c.name:>12}" for c in clusters)
+          + "".join(f"{name + ' / plain':>24}" for name in others))
     for key in figures["plain"]:
-        plain, secured = figures["plain"][key], figures["secured"][key]
-        print(f"{key:<22}{statistics.median(plain):>12,.2f}{statistics.median(secured):>12,.2f}"
-              f"   {_ratio_cell(secured, plain)}")
+        print(f"{key:<22}"
+              + "".join(f"{statistics.median(figures[c.name][key]):>12,.2f}" for c in clusters)
+              + "".join(f"{_ratio_cell(figures[name][key], figures['plain'][key]):>24}"
+                        for name in others))
     return 0
 
 
