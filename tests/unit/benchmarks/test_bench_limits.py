@@ -46,8 +46,9 @@ def test_the_off_flags_lift_every_budget_and_leave_glibc_its_arenas() -> None:
     assert off.malloc_arena_max == 0
     # Nothing else differs: the comparison is of the limits alone.
     changed = {name for name in Settings.__dataclass_fields__
-               if getattr(defaults, name) != getattr(off, name)} - {"sources"}
+               if getattr(defaults, name) != getattr(off, name)} - {"sources", "explicit"}
     assert changed == {*BYTE_BUDGETS, "malloc_arena_max"}
+    assert off.explicit == changed  # what the flags gave, and nothing else
 
 
 def test_the_produce_payloads() -> None:
