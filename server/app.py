@@ -120,6 +120,7 @@ from stratalog.server.settings import (
     describe,
 )
 from stratalog.server.startup_banner import ServingFacts, banner_lines
+from stratalog.server.storage.errors import StorageIOError
 from stratalog.server.storage.meta_properties import META_PROPERTIES_FILE
 from stratalog.server.subscribe_budget import MESSAGE_COPIES_HELD, SubscribeBudget
 from stratalog.server.thread_priority import lower_current_thread_priority
@@ -318,6 +319,14 @@ class Server:
                     request_entries_max=settings.acl_request_entries_max,
                     executor=self._executor,
                 )
+            elif not settings.cluster:
+                # An empty ACL file from the first start on, authorizer or not: turning the
+                # authorizer on later finds it, so a missing file always means a lost one.
+                try:
+                    await loop.run_in_executor(
+                        self._executor, AclStore.keep_ready, settings.log_dirs)
+                except StorageIOError as exc:
+                    logger.warning("could not write an empty ACL file for later: %s", exc)
             await self._start_serving()
         except BaseException:
             await self._close_everything()

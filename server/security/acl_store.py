@@ -224,6 +224,20 @@ class AclStore:
         return target
 
     @classmethod
+    def keep_ready(cls, log_dirs: Sequence[str | Path]) -> None:
+        """With the authorizer off: write an empty ACL file in the first directory unless one
+        of ``log_dirs`` holds one (never read: a file the authorizer would refuse is its
+        business when it is turned on). So a server that turns the authorizer on later finds
+        a file, and a missing one means a lost one (:meth:`open`). Blocking.
+
+        Raises:
+            StorageIOError: the write failed.
+        """
+        assert log_dirs, "a server has at least one log directory"
+        if not any((Path(d) / ACL_FILE_NAME).exists() for d in log_dirs):
+            cls(Path(log_dirs[0]) / ACL_FILE_NAME, ()).write(())
+
+    @classmethod
     def open_to_import(cls, log_dirs: Sequence[str | Path]) -> AclStore:
         """The ACL file of a cluster member, to be imported into etcd or checked against it
         (server/cluster/cluster_acls.py): as :meth:`open` when a file exists; none is no error

@@ -58,6 +58,18 @@ def test_a_missing_acl_file_stops_a_server_that_ran_before(start_server, tmp_pat
     assert server.stop() == 0
 
 
+def test_the_authorizer_turned_on_later_finds_the_file_a_server_without_it_wrote(
+        start_server, tmp_path: Path):
+    """A server that ran without the authorizer wrote an empty acls.json, so turning the
+    authorizer on is no "lost file" (issue 25's security walk-through tripped on it)."""
+    data = tmp_path / "data"
+    assert start_server(data).stop() == 0
+    assert (data / "acls.json").read_bytes()  # an empty set, written by the server
+    server = start_server(data, *ACL_SERVER)
+    assert "starting with no ACLs" not in server.log_text()
+    assert server.stop() == 0
+
+
 def _basic(user: str, password: str) -> tuple[tuple[str, str]]:
     token = base64.b64encode(f"{user}:{password}".encode()).decode()
     return (("authorization", f"Basic {token}"),)
