@@ -2060,6 +2060,8 @@ class PartitionLog:
         """:meth:`flush`; ``end_offset``: the log end to flush through when it is not the
         published one (an append whose records are published only once durable, under the
         lock)."""
+        # An append's own flush (its records written, waiting for it) passes end_offset.
+        appends_flush = end_offset is not None
         with self._lock:
             self._ensure_open()
             if end_offset is None:
@@ -2099,7 +2101,7 @@ class PartitionLog:
             with self._lock:
                 self._directory_dirty = self._directory_dirty or directory_dirty
                 self._unflushed_snapshots.update(snapshots)
-            if end_offset is None:
+            if not appends_flush:
                 # EMFILE comes from opening a file (a closed segment's, a snapshot, the
                 # directory), never from an fsync: nothing failed to reach the disk, and the
                 # recovery point has not moved, so the next flush does it all again. Not so in
