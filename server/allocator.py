@@ -165,7 +165,8 @@ class TrimWatch:
 
     A crowd of streams does not end at one instant: a trim made while half of it is gone would
     leave the other half's memory resident. So after a due trim every further fall (each call
-    that sees less than the last) is due too, until what is held stops falling.
+    that sees less than the last) is due too, and so is the first call that sees no fall after
+    them (what was freed since the last trim), and then none until the next fall.
 
     Holds the peak since the last due trim, the last value seen and whether a fall is under
     way. :meth:`trim_due` is O(1). Not thread-safe: one caller (the server's maintenance task).
@@ -182,7 +183,13 @@ class TrimWatch:
         """Record ``held_bytes`` (what is held now); True when a trim is due."""
         last, self._last_bytes = self._last_bytes, held_bytes
         if held_bytes >= last:
-            self._falling = False
+            if self._falling:
+                # The fall stopped: one trim more, for what was freed after the last one (gRPC
+                # core frees an ended call's buffers after its Python side is gone: under load,
+                # a pass later; without this trim that memory stayed resident).
+                self._falling = False
+                self._peak_bytes = held_bytes
+                return True
         elif self._falling:
             self._peak_bytes = held_bytes
             return True

@@ -59,8 +59,10 @@ def test_trim_watch_is_due_once_what_is_held_fell_enough_below_its_peak():
     assert watch.trim_due(200)  # 100 below the peak of 300
     # Still falling: each further fall is due (the rest of a crowd ending), until it stops.
     assert watch.trim_due(150) and watch.trim_due(149)
-    assert not watch.trim_due(149) and not watch.trim_due(120)  # stopped, then a small fall
+    assert watch.trim_due(149)  # stopped: once more, for what was freed since the last trim
+    assert not watch.trim_due(149) and not watch.trim_due(120)  # then none; a small fall
     assert watch.trim_due(49)  # 100 below the peak of 149 (a new one since the last trim)
+    assert watch.trim_due(49)  # stopped: once more
     assert not watch.trim_due(500) and not watch.trim_due(401)
     assert watch.trim_due(0)
 
