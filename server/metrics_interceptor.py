@@ -24,14 +24,13 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
 import grpc.aio
 
 from .metrics import GRPC_CODE_NAMES, GrpcServerCollector
-from .security.handlers import WrappedHandlers, behaviour_of
+from .security.handlers import WrappingInterceptor, behaviour_of
 
 __all__ = ["MetricsInterceptor"]
 
@@ -53,7 +52,7 @@ def _code_of(context: Any, default: str) -> str:
     return GRPC_CODE_NAMES.get(code, default) if isinstance(code, grpc.StatusCode) else default
 
 
-class MetricsInterceptor(grpc.aio.ServerInterceptor):
+class MetricsInterceptor(WrappingInterceptor):
     """Counts each call of a known method into a :class:`GrpcServerCollector`: started when
     its behaviour starts, handled with its code and time when it ends.
 
@@ -65,17 +64,7 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
 
     def __init__(self, collector: GrpcServerCollector) -> None:
         self._collector = collector
-        self._wrapped = WrappedHandlers()
-
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(handler_call_details)
-        if handler is None:
-            return handler
-        return self._wrapped.get(handler_call_details.method, handler, self._wrap)
+        super().__init__()
 
     def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         kind, inner = behaviour_of(handler)

@@ -94,7 +94,7 @@ from .errors import AuthenticationFailedError, AuthenticationThrottledError
 from .handlers import (
     HEALTH_PREFIX,
     REFLECTION_PREFIXES,
-    WrappedHandlers,
+    WrappingInterceptor,
     behaviour_of,
     wrap_handler,
 )
@@ -673,7 +673,7 @@ class AuthenticationInterceptor(grpc.aio.ServerInterceptor):
         return wrap_handler(handler, enter)
 
 
-class SessionRecheckInterceptor(grpc.aio.ServerInterceptor):
+class SessionRecheckInterceptor(WrappingInterceptor):
     """Re-checks, for each request on a Session stream, the credentials the stream was opened
     with: a stream authenticated by a password or token whose user or token was removed, or
     whose password was replaced, by a reload (SIGHUP) has each further request refused
@@ -689,17 +689,7 @@ class SessionRecheckInterceptor(grpc.aio.ServerInterceptor):
     def __init__(self, authenticator: Authenticator, metrics: ServerMetrics) -> None:
         self._authenticator = authenticator
         self._metrics = metrics
-        self._wrapped = WrappedHandlers()
-
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(handler_call_details)
-        if handler is None:
-            return handler
-        return self._wrapped.get(handler_call_details.method, handler, self._wrap)
+        super().__init__()
 
     def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         authenticator = self._authenticator

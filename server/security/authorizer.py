@@ -88,7 +88,7 @@ import functools
 import inspect
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -115,7 +115,7 @@ from .acls import (
 )
 from .authentication import peer_host
 from .errors import AclLimitError, NotAuthorizedError
-from .handlers import HEALTH_PREFIX, REFLECTION_PREFIXES, WrappedHandlers, behaviour_of
+from .handlers import HEALTH_PREFIX, REFLECTION_PREFIXES, WrappingInterceptor, behaviour_of
 from .principal import ANONYMOUS, CallIdentity, Principal, current_identity
 
 if TYPE_CHECKING:
@@ -673,7 +673,7 @@ def call_identity(context: grpc.aio.ServicerContext) -> CallIdentity:
     return identity
 
 
-class AuthorizationInterceptor(grpc.aio.ServerInterceptor):
+class AuthorizationInterceptor(WrappingInterceptor):
     """The authorizer at the edge: checks each call against its :class:`Rule` before the
     handler runs, and filters the answer.
 
@@ -694,17 +694,7 @@ class AuthorizationInterceptor(grpc.aio.ServerInterceptor):
         self._rules = rules
         self._reflection_open = reflection_open
         self._metrics = metrics
-        self._wrapped = WrappedHandlers()
-
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(handler_call_details)
-        if handler is None:
-            return handler
-        return self._wrapped.get(handler_call_details.method, handler, self._wrap)
+        super().__init__()
 
     def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         rule = rule_for(method, self._rules, reflection_open=self._reflection_open)

@@ -28,6 +28,7 @@ __all__ = [
     "REFLECTION_PREFIXES",
     "Enter",
     "WrappedHandlers",
+    "WrappingInterceptor",
     "behaviour_of",
     "wrap_handler",
 ]
@@ -117,3 +118,25 @@ class WrappedHandlers:
         wrapped = wrap(method, handler)
         self._wrapped[method] = (handler, wrapped)
         return wrapped
+
+
+class WrappingInterceptor(grpc.aio.ServerInterceptor):
+    """A server interceptor that wraps each method's handler, once per handler object
+    (:class:`WrappedHandlers`): subclasses say how in :meth:`_wrap`. Methods the server does
+    not have (no handler) pass through untouched. Event-loop only."""
+
+    def __init__(self) -> None:
+        self._wrapped = WrappedHandlers()
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return handler
+        return self._wrapped.get(handler_call_details.method, handler, self._wrap)
+
+    def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        raise NotImplementedError(f"{type(self).__name__} must say how it wraps a handler")
