@@ -912,17 +912,21 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             for description in self._log_manager.list_topics()
         ]
 
+    def _check_partition_count(self, field: str, count: int, reason: str) -> None:
+        """A topic's partition count from a request: 1..topic_partitions_max, else
+        INVALID_ARGUMENT naming ``field`` with ``reason``."""
+        if not 1 <= count <= self._settings.topic_partitions_max:
+            raise BadRequestError(
+                field, f"must be in 1..{self._settings.topic_partitions_max}, got {count}",
+                reason,
+            )
+
     @_rpc()
     async def CreateTopic(
         self, request: broker_pb2.CreateTopicRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.CreateTopicResponse:
         name = self._topic(request.name, "name")
-        if not 1 <= request.partitions <= self._settings.topic_partitions_max:
-            raise BadRequestError(
-                "partitions",
-                f"must be in 1..{self._settings.topic_partitions_max}, got {request.partitions}",
-                "INVALID_TOPIC",
-            )
+        self._check_partition_count("partitions", request.partitions, "INVALID_TOPIC")
         description = await self._create_topic(
             name, request.partitions, dict(request.configs), request.replication_factor
         )
@@ -1027,12 +1031,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         self, request: broker_pb2.CreatePartitionsRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.CreatePartitionsResponse:
         name = self._topic(request.name, "name")
-        if not 1 <= request.count <= self._settings.topic_partitions_max:
-            raise BadRequestError(
-                "count",
-                f"must be in 1..{self._settings.topic_partitions_max}, got {request.count}",
-                "INVALID_PARTITIONS",
-            )
+        self._check_partition_count("count", request.count, "INVALID_PARTITIONS")
         if self._settings.cluster:
             # The controller would have to assign the new partitions' replicas and write their
             # first states to etcd (topic_admin.py); not built yet: refused, not half done.

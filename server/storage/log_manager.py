@@ -717,17 +717,7 @@ class LogManager:
             logs = dict(self._logs)
             log_dir_of = dict(self._log_dir_of)
             try:
-                for partition, directory in enumerate(placement):
-                    logs[(name, partition)] = self._open_log(
-                        directory / partition_dir_name(name, partition),
-                        config,
-                        had_clean_shutdown=True,
-                        recovery_point=None,
-                        log_start_offset=None,
-                    )
-                    log_dir_of[(name, partition)] = directory
-                for directory in {log_dir_of[(name, p)] for p in range(partitions)}:
-                    fsync_directory(directory)
+                self._open_new_partitions(name, config, placement, 0, logs, log_dir_of)
             except BaseException as exc:
                 log.exception("failed to create topic %s; removing it again", name)
                 created = {tp: lg for tp, lg in logs.items() if tp[0] == name}
@@ -792,17 +782,8 @@ class LogManager:
             logs = dict(self._logs)
             log_dir_of = dict(self._log_dir_of)
             try:
-                for partition, directory in enumerate(placement, start=current):
-                    logs[(name, partition)] = self._open_log(
-                        directory / partition_dir_name(name, partition),
-                        config,
-                        had_clean_shutdown=True,
-                        recovery_point=None,
-                        log_start_offset=None,
-                    )
-                    log_dir_of[(name, partition)] = directory
-                for directory in set(placement):
-                    fsync_directory(directory)
+                self._open_new_partitions(name, config, placement, current, logs,
+                                          log_dir_of)
             except BaseException as exc:
                 log.exception("failed to add partitions to topic %s; removing them again", name)
                 self._roll_back_partitions(pending, entry, current, count, logs, exc)
@@ -812,6 +793,35 @@ class LogManager:
             self._update_open_segments_capacity()
             log.info("topic %s grown from %d to %d partitions", name, current, count)
             return self._describe_locked(name)
+
+    def _open_new_partitions(
+        self,
+        name: str,
+        config: LogConfig,
+        placement: Sequence[Path],
+        first: int,
+        logs: dict[TopicPartition, PartitionLog],
+        log_dir_of: dict[TopicPartition, Path],
+    ) -> None:
+        """Create and open the empty partitions ``first``, ``first + 1`` ... of topic ``name``,
+        one in each directory of ``placement``, into ``logs`` and ``log_dir_of`` (the caller's
+        copies, published only once all are there), then fsync those directories so that the
+        new partition directories are durable. Blocking.
+
+        Raises:
+            StorageIOError: a directory or file could not be created (the caller rolls back).
+        """
+        for partition, directory in enumerate(placement, start=first):
+            logs[(name, partition)] = self._open_log(
+                directory / partition_dir_name(name, partition),
+                config,
+                had_clean_shutdown=True,
+                recovery_point=None,
+                log_start_offset=None,
+            )
+            log_dir_of[(name, partition)] = directory
+        for directory in set(placement):
+            fsync_directory(directory)
 
     def _roll_back_partitions(
         self,
