@@ -63,24 +63,26 @@ from stratalog.records.batch import (
 from stratalog.records.control import ControlRecordType, EndTransactionMarker, decode_control_key
 from stratalog.records.crc import crc32c
 from stratalog.records.errors import CorruptSnapshotError, InvalidFileNameError, RecordError
-from stratalog.records.log_layout import (
+from stratalog.records.file_names import (
     INDEX_FILE_SUFFIX,
     LOG_FILE_SUFFIX,
-    OFFSET_INDEX_ENTRY,
-    PRODUCER_SNAPSHOT_CRC_START,
     SNAPSHOT_FILE_SUFFIX,
-    TIME_INDEX_ENTRY,
     TIME_INDEX_FILE_SUFFIX,
     TXN_INDEX_FILE_SUFFIX,
-    OffsetIndexEntry,
-    TimeIndexEntry,
     offset_from_file_name,
+)
+from stratalog.records.offset_index_file import (
+    OFFSET_INDEX_ENTRY,
+    OffsetIndexEntry,
     unpack_offset_index,
+)
+from stratalog.records.producer_snapshot import (
+    PRODUCER_SNAPSHOT_CRC_START,
     unpack_producer_snapshot,
-    unpack_time_index,
-    unpack_txn_index,
 )
 from stratalog.records.reader import iter_records
+from stratalog.records.time_index_file import TIME_INDEX_ENTRY, TimeIndexEntry, unpack_time_index
+from stratalog.records.txn_index_file import unpack_txn_index
 
 __all__ = ["DumpOptions", "add_parser", "dump_files", "run"]
 

@@ -5,7 +5,7 @@ Intuition: a read_committed reader sees the records below the partition's last s
 directory of files says them too, in the files Kafka keeps for its own recovery:
 
 * **Aborted transactions** are listed in the ``.txnindex`` of the segment their ABORT marker
-  went into (:mod:`stratalog.records.log_layout` §5: producer id, first offset, the marker's
+  went into (:mod:`stratalog.records.txn_index_file`: producer id, first offset, the marker's
   offset, the LSO then).
 * **The LSO** is the first offset of the earliest transaction that has no marker in the files:
   one still open when the files were written or copied (or whose marker was lost in a crash
@@ -57,15 +57,14 @@ from stratalog.records.errors import (
     CorruptSnapshotError,
     InvalidFileNameError,
 )
-from stratalog.records.log_layout import (
+from stratalog.records.file_names import (
     SNAPSHOT_FILE_SUFFIX,
-    TXN_INDEX_ENTRY,
     TXN_INDEX_FILE_SUFFIX,
     offset_from_file_name,
     segment_file_name,
-    unpack_producer_snapshot,
-    unpack_txn_index_entry,
 )
+from stratalog.records.producer_snapshot import unpack_producer_snapshot
+from stratalog.records.txn_index_file import TXN_INDEX_ENTRY, unpack_txn_index_entry
 
 from .columns import control_first_key, iter_headers
 

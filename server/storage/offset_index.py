@@ -14,7 +14,7 @@ Byte layout: entries of 8 bytes, big-endian, no header, no checksum (Kafka's ``O
     base offset 100, entry (offset 105, position 4096) -> 00000005 00001000
 
 Entries are strictly increasing in offset (and, as written by a segment, in position). The layout
-is defined once, in :mod:`stratalog.records.log_layout` (§3), which ``dump-log`` reads it with.
+is defined once, in :mod:`stratalog.records.offset_index_file`, which ``dump-log`` reads it with.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import mmap
 from pathlib import Path
 from typing import NamedTuple
 
-from stratalog.records.log_layout import (
+from stratalog.records.offset_index_file import (
     OFFSET_INDEX_ENTRY,
     OFFSET_INDEX_POSITION,
     OFFSET_INDEX_RELATIVE_OFFSET,

@@ -20,7 +20,7 @@ ABORT marker closes it (:class:`CompletedTxn`). The first offset of the earliest
 is the *first unstable offset*; the last stable offset (LSO) is that, or the log end offset.
 
 Snapshot files (``<20-digit offset>.snapshot``, byte layout in
-:mod:`stratalog.records.log_layout` §6, Kafka's ``ProducerSnapshot``) hold the state as of
+:mod:`stratalog.records.producer_snapshot`, Kafka's ``ProducerSnapshot``) hold the state as of
 (exclusive) that offset: one entry per producer with its LAST batch only, as Kafka's (none
 at all in the 10-byte snapshot of a log without producers). They are written atomically
 (temporary file, rename) on every roll, whatever the producers (fsynced later, by the flush
@@ -62,8 +62,8 @@ from stratalog.records.batch import (
 )
 from stratalog.records.control import ControlRecordType
 from stratalog.records.errors import CorruptSnapshotError
-from stratalog.records.log_layout import (
-    SNAPSHOT_FILE_SUFFIX,
+from stratalog.records.file_names import SNAPSHOT_FILE_SUFFIX
+from stratalog.records.producer_snapshot import (
     ProducerSnapshotEntry,
     pack_producer_snapshot,
     unpack_producer_snapshot,

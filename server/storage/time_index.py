@@ -18,7 +18,7 @@ Byte layout: entries of 12 bytes, big-endian, no header, no checksum (Kafka's ``
 Timestamps strictly increase; offsets never decrease. The default 10485760-byte file is
 preallocated to 10485756 bytes (873,813 entries), and the index counts as full one entry early
 (``entries >= max_entries - 1``): the last slot is kept for the entry written at roll or close.
-The layout is defined once, in :mod:`stratalog.records.log_layout` (§4).
+The layout is defined once, in :mod:`stratalog.records.time_index_file`.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from stratalog.records.batch import NO_TIMESTAMP
-from stratalog.records.log_layout import (
+from stratalog.records.time_index_file import (
     TIME_INDEX_ENTRY,
     TIME_INDEX_RELATIVE_OFFSET,
     TIME_INDEX_TIMESTAMP,
