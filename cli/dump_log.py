@@ -58,8 +58,8 @@ from stratalog.records.batch import (
     compute_crc,
     decrement_sequence,
     increment_sequence,
-    iter_batch_headers,
 )
+from stratalog.records.batch_walk import iter_batch_headers
 from stratalog.records.control import ControlRecordType, EndTransactionMarker, decode_control_key
 from stratalog.records.crc import crc32c
 from stratalog.records.errors import CorruptSnapshotError, InvalidFileNameError, RecordError

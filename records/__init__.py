@@ -5,6 +5,8 @@ and the client share it, as Kafka's broker and clients share ``common.record``.
 
 * :mod:`.batch`: the 61-byte batch header, validation, in-place patches (offset, append time,
   producer state).
+* :mod:`.batch_walk`: the one walk from batch to batch (framing and tail rules),
+  :func:`iter_batch_headers`.
 * :mod:`.record`: :class:`Record` and the record-level encoder/decoder.
 * :mod:`.varint`: zig-zag varints. :mod:`.crc`: CRC-32C. :mod:`.compression`: the four codecs.
 * :mod:`.builder`: :class:`BatchBuilder`, :func:`build_batch`.
@@ -33,7 +35,6 @@ from .batch import (
     BatchHeader,
     Compression,
     TimestampType,
-    iter_batch_headers,
     parse_header,
     rewrite_crc,
     set_base_offset,
@@ -42,6 +43,7 @@ from .batch import (
     set_producer_state,
     validate_batch,
 )
+from .batch_walk import iter_batch_headers
 from .builder import BatchBuilder, build_batch
 from .compression import compress, decompress
 from .control import ControlRecordType, EndTransactionMarker, decode_control_key
