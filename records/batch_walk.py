@@ -63,10 +63,10 @@ from .errors import CorruptRecordError
 
 __all__ = [
     "END",
-    "FOUND",
     "READ_ON",
     "STOP",
     "BlockStep",
+    "FoundBatch",
     "ScannedBatch",
     "at_tail",
     "batches_below",
@@ -81,16 +81,18 @@ __all__ = [
 ScannedBatch = tuple[int, int, int, int, int, int, int]
 
 # How a block walk ended (the first field of a BlockStep).
-FOUND = 0  # find_in_block: the batch asked for
 READ_ON = 1  # the next header is not whole in the block, and the bytes go on: read from there
 END = 2  # the walk is over: the end, or a tail of 17 bytes or fewer
 STOP = 3  # the batch at this position breaks a framing rule or runs past the end (a partial tail)
 
-# (how, position, size_bytes, last_offset, records_count, max_timestamp). ``position``: the
-# batch found (FOUND), where to read on from (READ_ON), the batch at fault (STOP). ``size_bytes``
-# is the size of the batch found, or of the last batch stepped over (a read-size guess: batches
+# (how, position, size_bytes). ``position``: where to read on from (READ_ON), the batch at fault
+# (STOP). ``size_bytes`` is the size of the last batch stepped over (a read-size guess: batches
 # of one producer are alike), or the ``size_bytes`` the caller passed when none was.
-BlockStep = tuple[int, int, int, int, int, int]
+BlockStep = tuple[int, int, int]
+# A batch find_in_block found: (position, size_bytes, last_offset, records_count,
+# max_timestamp, block, block_start); ``block`` is the bytes walked, from position
+# ``block_start`` of the log, and holds the batch's header.
+FoundBatch = tuple[int, int, int, int, int, bytes, int]
 
 # Size fields below this cannot be a whole v2 batch: the hot loops' one test for the rare cases
 # (size field < 14, a batch below 61 bytes) before check_framing says which.
@@ -169,25 +171,28 @@ def batches_below(
 
 
 def find_in_block(
-    buf: bytes | bytearray | memoryview,
+    buf: bytes,
     buf_start: int,
     position: int,
     end: int,
     offset: int,
     timestamp: int,
     size_bytes: int = 0,
-) -> BlockStep:
+    _unpack: Callable[[bytes, int], ScannedBatch] = SCAN_FIELDS.unpack_from,
+) -> FoundBatch | BlockStep:
     """Walk the batches whose header lies in ``buf`` (the bytes from position ``buf_start`` of
     a log ending at ``end``) from ``position`` on, to the first whose last offset is ``>=
     offset`` and max timestamp ``>= timestamp``.
 
-    Returns a :data:`BlockStep`: FOUND (the batch; its header is in ``buf``), READ_ON (the next
-    header is not whole in ``buf`` and ``buf`` ends before ``end``), END (nothing more: the end,
-    or 17 bytes or fewer before it) or STOP (the batch at that position breaks a framing rule
-    or runs past ``end``: :func:`~stratalog.records.batch.check_framing` says which).
-    O(batches stepped over).
+    Returns the batch as a :data:`FoundBatch` (7 fields; its header is in ``buf``), or a
+    :data:`BlockStep` (3 fields): READ_ON (the next header is not whole in ``buf`` and ``buf``
+    ends before ``end``), END (nothing more: the end, or 17 bytes or fewer before it) or STOP
+    (the batch at that position breaks a framing rule or runs past ``end``:
+    :func:`~stratalog.records.batch.check_framing` says which). O(batches stepped over).
     """
-    unpack = SCAN_FIELDS.unpack_from
+    # (The hot loop of every read by offset or time: a found batch is returned in the shape the
+    # storage engine hands on, so that nothing is built twice; ``_unpack`` is bound once.)
+    unpack = _unpack
     buf_end = buf_start + len(buf)
     # A header starting at or before this lies whole in the block.
     header_end = buf_end - RECORD_BATCH_OVERHEAD
@@ -197,10 +202,10 @@ def find_in_block(
         )
         size_bytes = length + LOG_OVERHEAD
         if length < _MIN_V2_LENGTH or magic != MAGIC or position + size_bytes > end:
-            return STOP, position, size_bytes, 0, 0, 0
+            return STOP, position, size_bytes
         last_offset = base_offset + last_offset_delta
         if last_offset >= offset and max_timestamp >= timestamp:
-            return FOUND, position, size_bytes, last_offset, count, max_timestamp
+            return position, size_bytes, last_offset, count, max_timestamp, buf, buf_start
         position += size_bytes
     return _block_end(buf_end, position, end, size_bytes)
 
@@ -225,7 +230,7 @@ def collect_in_block(
     decides (a caller that reads the batch in pieces, and logs what fails): True takes the
     batch, False ends the walk (END).
 
-    Returns a :data:`BlockStep` (``size_bytes`` unused): READ_ON, END or STOP as for
+    Returns a :data:`BlockStep` (``size_bytes`` 0): READ_ON, END or STOP as for
     :func:`find_in_block`. O(batches) unpacks; with ``check``, O(bytes) CRC work.
     """
     unpack = SCAN_FIELDS.unpack_from
@@ -239,18 +244,18 @@ def collect_in_block(
         _, length, magic, crc, _, _, _ = fields
         following = relative + length + LOG_OVERHEAD
         if length < _MIN_V2_LENGTH or magic != MAGIC or following > end_relative:
-            return STOP, buf_start + relative, 0, 0, 0, 0
+            return STOP, buf_start + relative, 0
         if check is not None:
             if following <= buf_length:
                 actual = _crc32c(memoryview(buf)[relative + ATTRIBUTES_OFFSET : following])
             elif relative:
-                return READ_ON, buf_start + relative, 0, 0, 0, 0  # not whole: read on
+                return READ_ON, buf_start + relative, 0  # not whole: read on
             else:
                 actual = None  # larger than a block: the caller checksums it in pieces
             if (actual != crc or following - relative > max_message_bytes) and not check(
                 relative, following - relative, crc
             ):
-                return END, buf_start + relative, 0, 0, 0, 0
+                return END, buf_start + relative, 0
         append(fields)
         relative = following
     return _block_end(buf_start + buf_length, buf_start + relative, end, 0)
@@ -261,7 +266,7 @@ def _block_end(buf_end: int, position: int, end: int, size_bytes: int) -> BlockS
     the end. 17 bytes or fewer left are the end; more, but fewer than a header: only a framing
     rule can apply (STOP)."""
     if buf_end < end:
-        return READ_ON, position, size_bytes, 0, 0, 0
+        return READ_ON, position, size_bytes
     if not at_tail(position, end):
-        return STOP, position, size_bytes, 0, 0, 0
-    return END, position, size_bytes, 0, 0, 0
+        return STOP, position, size_bytes
+    return END, position, size_bytes

@@ -73,9 +73,9 @@ from stratalog.records.batch import (
     is_intact_legacy_message,
 )
 from stratalog.records.batch_walk import (
-    FOUND,
     READ_ON,
     STOP,
+    FoundBatch,
     ScannedBatch,
     at_tail,
     collect_in_block,
@@ -125,10 +125,9 @@ STRICT = 0
 LENIENT = 1
 RECOVERY = 2
 
-# A batch a walk found: (position, size_bytes, last_offset, records_count, max_timestamp,
-# block, block_start). ``block`` is the bytes the walk had read last, from position
-# ``block_start`` of the file; it holds the batch's header.
-FoundBatch = tuple[int, int, int, int, int, bytes, int]
+# A batch a walk found is a FoundBatch (stratalog.records.batch_walk): (position, size_bytes,
+# last_offset, records_count, max_timestamp, block, block_start); ``block`` is the bytes the
+# walk had read last, from position ``block_start`` of the file; it holds the batch's header.
 # A batch a walk collected is a ScannedBatch (stratalog.records.batch_walk): its header fields
 # as SCAN_FIELDS unpacks them.
 # What a collecting walk returns: (where to go on from, None when the walk is over; the block
@@ -457,13 +456,12 @@ class LogFile:
         while True:
             if buf:
                 if into is None:
-                    how, position, size, last_offset, count, max_timestamp = find_in_block(
-                        buf, buf_start, position, end, offset, timestamp, size
-                    )
-                    if how == FOUND:
-                        return position, size, last_offset, count, max_timestamp, buf, buf_start
+                    step = find_in_block(buf, buf_start, position, end, offset, timestamp, size)
+                    if len(step) != 3:
+                        return step  # type: ignore[return-value] (a FoundBatch)
+                    how, position, size = step  # type: ignore[misc]
                 else:
-                    how, position, _, _, _, _ = collect_in_block(
+                    how, position, _ = collect_in_block(
                         buf, buf_start, position, end, into, check, max_message_bytes
                     )
                     if how == READ_ON:

@@ -11,7 +11,6 @@ import pytest
 from stratalog.records import build_batch
 from stratalog.records.batch_walk import (
     END,
-    FOUND,
     READ_ON,
     STOP,
     ScannedBatch,
@@ -113,11 +112,16 @@ def _find_in_blocks(data: bytes, offset: int, timestamp: int, block: int):
     position, end, size = 0, len(data), 0
     buf_start, buf = 0, data[:block]
     while True:
-        how, position, size, last_offset, _, max_timestamp = find_in_block(
-            buf, buf_start, position, end, offset, timestamp, size
-        )
+        step = find_in_block(buf, buf_start, position, end, offset, timestamp, size)
+        if len(step) == 7:
+            found_position, _, last_offset, _, max_timestamp, found_in, found_start = step
+            assert found_in[found_position - found_start :].startswith(
+                data[found_position : found_position + 61]
+            )
+            return found_position, last_offset, max_timestamp
+        how, position, size = step
         if how != READ_ON:
-            return how, position, last_offset, max_timestamp
+            return how, position
         buf_start, buf = position, data[position : position + block]
 
 
@@ -129,7 +133,7 @@ def test_find_in_blocks_agrees_with_the_header_walk(block: int) -> None:
         offset = rng.randint(0, expected[-1][1] + 2)
         timestamp = rng.choice([-(2**63), T0 + rng.randint(0, 45)])
         want = next(
-            ((FOUND, position, last, ts) for position, last, ts in expected
+            ((position, last, ts) for position, last, ts in expected
              if last >= offset and ts >= timestamp),
             None,
         )
