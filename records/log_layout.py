@@ -38,6 +38,7 @@ from __future__ import annotations
 
 from .entry_field import (
     EntryField,
+    SanityRule,
 )
 from .file_names import (
     CLEANED_FILE_SUFFIX,
@@ -72,6 +73,7 @@ from .offset_index_file import (
     OFFSET_INDEX_POSITION,
     OFFSET_INDEX_RELATIVE_OFFSET,
     OffsetIndexEntry,
+    offset_index_sanity,
     unpack_offset_index,
 )
 from .partition_dirs import (
@@ -108,6 +110,7 @@ from .time_index_file import (
     TIME_INDEX_RELATIVE_OFFSET,
     TIME_INDEX_TIMESTAMP,
     TimeIndexEntry,
+    time_index_sanity,
     unpack_time_index,
 )
 from .txn_index_file import (
@@ -156,6 +159,7 @@ __all__ = [
     "PartitionDirKind",
     "ProducerSnapshot",
     "ProducerSnapshotEntry",
+    "SanityRule",
     "TimeIndexEntry",
     "TxnIndexEntry",
     "deleted_dir_name",
@@ -169,6 +173,7 @@ __all__ = [
     "is_stray_dir_name",
     "is_valid_topic_name",
     "offset_from_file_name",
+    "offset_index_sanity",
     "pack_producer_snapshot",
     "pack_txn_index_entry",
     "parse_leader_epoch_checkpoint",
@@ -177,6 +182,7 @@ __all__ = [
     "partition_dir_kind",
     "partition_dir_name",
     "segment_file_name",
+    "time_index_sanity",
     "unpack_offset_index",
     "unpack_producer_snapshot",
     "unpack_time_index",

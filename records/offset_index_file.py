@@ -19,13 +19,14 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
-from .entry_field import INT32, Buffer, EntryField, whole_entries
+from .entry_field import INT32, Buffer, EntryField, SanityRule, whole_entries
 
 __all__ = [
     "OFFSET_INDEX_ENTRY",
     "OFFSET_INDEX_POSITION",
     "OFFSET_INDEX_RELATIVE_OFFSET",
     "OffsetIndexEntry",
+    "offset_index_sanity",
     "unpack_offset_index",
 ]
 
@@ -54,3 +55,22 @@ def unpack_offset_index(data: Buffer) -> list[OffsetIndexEntry]:
         OffsetIndexEntry._make(fields)
         for fields in OFFSET_INDEX_ENTRY.iter_unpack(whole_entries(data, OFFSET_INDEX_ENTRY.size))
     ]
+
+
+def offset_index_sanity(
+    length_bytes: int, last_relative_offset: int | None
+) -> tuple[SanityRule, ...]:
+    """The rules of Kafka's ``OffsetIndex.sanityCheck`` that an offset index breaks, in Kafka's
+    order (empty: it passes): its last entry's offset below the base offset (relative offsets
+    are signed on disk, so a corrupt last entry can point below the segment), then a length
+    that is not a multiple of 8.
+
+    ``length_bytes``: the file's length; ``last_relative_offset``: the last whole entry's
+    relative offset, None without one. O(1): Kafka's check looks at the last entry only.
+    """
+    broken = []
+    if last_relative_offset is not None and last_relative_offset < 0:
+        broken.append(SanityRule.LAST_OFFSET_NOT_BELOW_BASE)
+    if length_bytes % OFFSET_INDEX_ENTRY.size != 0:
+        broken.append(SanityRule.WHOLE_ENTRIES)
+    return tuple(broken)

@@ -19,13 +19,14 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
-from .entry_field import INT32, INT64, Buffer, EntryField, whole_entries
+from .entry_field import INT32, INT64, Buffer, EntryField, SanityRule, whole_entries
 
 __all__ = [
     "TIME_INDEX_ENTRY",
     "TIME_INDEX_RELATIVE_OFFSET",
     "TIME_INDEX_TIMESTAMP",
     "TimeIndexEntry",
+    "time_index_sanity",
     "unpack_time_index",
 ]
 
@@ -51,3 +52,25 @@ def unpack_time_index(data: Buffer) -> list[TimeIndexEntry]:
         TimeIndexEntry._make(fields)
         for fields in TIME_INDEX_ENTRY.iter_unpack(whole_entries(data, TIME_INDEX_ENTRY.size))
     ]
+
+
+def time_index_sanity(
+    length_bytes: int, first_timestamp: int | None, last: TimeIndexEntry | None
+) -> tuple[SanityRule, ...]:
+    """The rules of Kafka's ``TimeIndex.sanityCheck`` that a time index breaks, in Kafka's order
+    (empty: it passes): its last timestamp below its first (typically zeros left at the end of
+    an untrimmed file), its last offset below the base offset, then a length that is not a
+    multiple of 12.
+
+    ``length_bytes``: the file's length; ``first_timestamp`` and ``last``: its first whole
+    entry's timestamp and its last whole entry as stored, None without any. O(1).
+    """
+    broken = []
+    if first_timestamp is not None and last is not None:
+        if last.timestamp < first_timestamp:
+            broken.append(SanityRule.LAST_TIMESTAMP_NOT_BELOW_FIRST)
+        if last.relative_offset < 0:
+            broken.append(SanityRule.LAST_OFFSET_NOT_BELOW_BASE)
+    if length_bytes % TIME_INDEX_ENTRY.size != 0:
+        broken.append(SanityRule.WHOLE_ENTRIES)
+    return tuple(broken)
