@@ -7,6 +7,7 @@ here the sans-IO definitions are tested on names and bytes alone.
 
 from __future__ import annotations
 
+import importlib
 import struct
 
 import pytest
@@ -593,3 +594,34 @@ def test_storage_and_cli_read_with_the_layout_objects() -> None:
     assert recovery.LOG_FILE_SUFFIX is dump_log.LOG_FILE_SUFFIX is layout.LOG_FILE_SUFFIX
     assert topic_names.log_layout is layout  # every name rule goes through the module
     assert log_manager.LOG_START_OFFSET_CHECKPOINT_FILE is layout.LOG_START_OFFSET_CHECKPOINT_FILE
+
+
+# --- one module per format ----------------------------------------------------------------------
+
+# The modules log_layout maps, each holding one format (or, for entry_field and checkpoint_text,
+# what two or three formats share).
+FORMAT_MODULES = (
+    "file_names", "partition_dirs", "offset_index_file", "time_index_file", "txn_index_file",
+    "producer_snapshot", "offset_checkpoint", "leader_epoch_checkpoint", "checkpoint_text",
+    "entry_field",
+)
+
+
+@pytest.mark.parametrize("name", FORMAT_MODULES)
+def test_each_format_module_opens_with_its_layout(name: str) -> None:
+    module = importlib.import_module(f"stratalog.records.{name}")
+    opening = "\n".join(module.__doc__.splitlines()[:25])
+    # A literal block (the byte or text layout) in the opening, except for the shared pieces,
+    # which point at the formats that use them.
+    assert "::" in opening or name == "entry_field", opening
+    assert name in layout.__doc__  # the map names it
+
+
+def test_log_layout_re_exports_the_format_modules_names() -> None:
+    owners = {}
+    for name in FORMAT_MODULES:
+        module = importlib.import_module(f"stratalog.records.{name}")
+        for exported in module.__all__:
+            owners.setdefault(exported, getattr(module, exported))
+    for exported in layout.__all__:
+        assert getattr(layout, exported) is owners[exported], exported
