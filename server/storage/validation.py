@@ -242,34 +242,39 @@ def _walk_headers(view: memoryview, config: LogConfig) -> list[BatchHeader]:
     A partial batch is an error here, unlike at the end of a log: a client sent it whole.
     """
     headers: list[BatchHeader] = []
-    walk = iter_batch_headers(view)
-    while True:
-        try:
-            header = next(walk, None)
-        except RecordError as exc:
-            # The framing rules of every batch reader say which error (a size field below 14,
-            # magic, the 61-byte header); the message says which batch.
-            raise type(exc)(f"batch {len(headers)}: {exc}") from None
-        if header is None:
-            break
-        index = len(headers)
-        if header.base_offset != 0:
-            raise InvalidRecordError(
-                f"batch {index} at position {header.position}: the base offset of a client "
-                f"batch must be 0, but it is {header.base_offset}"
-            )
-        if header.size_bytes > config.max_message_bytes:
-            raise RecordTooLargeError(
-                f"batch {index} at position {header.position} is {header.size_bytes} bytes, "
-                f"which exceeds the maximum configured value of max.message.bytes "
-                f"({config.max_message_bytes})"
-            )
-        headers.append(header)
+    max_length = config.max_message_bytes - LOG_OVERHEAD
+    refused = None
+    try:
+        for header in iter_batch_headers(view):
+            if header.base_offset != 0 or header.length > max_length:
+                refused = header  # (raised below, outside the framing errors' handler)
+                break
+            headers.append(header)
+    except RecordError as exc:
+        # The framing rules of every batch reader say which error (a size field below 14,
+        # magic, the 61-byte header); the message says which batch.
+        raise type(exc)(f"batch {len(headers)}: {exc}") from None
+    if refused is not None:
+        _refuse(refused, len(headers), config)
     end = len(view)
     walked = headers[-1].end_position if headers else 0
     if walked < end:
         _raise_partial(view, walked, end, len(headers))
     return headers
+
+
+def _refuse(header: BatchHeader, index: int, config: LogConfig) -> None:
+    """Raise for a well-framed client batch whose base offset or size the log refuses."""
+    if header.base_offset != 0:
+        raise InvalidRecordError(
+            f"batch {index} at position {header.position}: the base offset of a client "
+            f"batch must be 0, but it is {header.base_offset}"
+        )
+    raise RecordTooLargeError(
+        f"batch {index} at position {header.position} is {header.size_bytes} bytes, "
+        f"which exceeds the maximum configured value of max.message.bytes "
+        f"({config.max_message_bytes})"
+    )
 
 
 def _raise_partial(view: memoryview, position: int, end: int, index: int) -> None:
