@@ -42,6 +42,11 @@ decode a batch check it whole (:func:`stratalog.records.validate_batch`).
 Sans-IO: every function takes a buffer (``bytes``, ``bytearray``, ``memoryview``, an ``mmap``)
 and positions; the storage engine reads the blocks and passes them in. Costs: one ``struct``
 unpack per batch; nothing else is built per batch by the block walks.
+
+Crash behaviour: what a crash leaves at the end of a ``.log`` (a torn batch, preallocated zeros)
+is a tail by the rules above: the walks end there, and recovery cuts it off. Concurrency: the
+functions hold no state; they may run in any thread, on bytes that do not change under them
+(the storage engine walks only the published part of a file).
 """
 
 from __future__ import annotations
