@@ -58,29 +58,38 @@ from stratalog.records.batch import (
     compute_crc,
     decrement_sequence,
     increment_sequence,
-    iter_batch_headers,
 )
+from stratalog.records.batch_walk import iter_batch_headers
 from stratalog.records.control import ControlRecordType, EndTransactionMarker, decode_control_key
 from stratalog.records.crc import crc32c
+from stratalog.records.entry_field import SanityRule
 from stratalog.records.errors import CorruptSnapshotError, InvalidFileNameError, RecordError
-from stratalog.records.log_layout import (
+from stratalog.records.file_names import (
     INDEX_FILE_SUFFIX,
     LOG_FILE_SUFFIX,
-    OFFSET_INDEX_ENTRY,
-    PRODUCER_SNAPSHOT_CRC_START,
     SNAPSHOT_FILE_SUFFIX,
-    TIME_INDEX_ENTRY,
     TIME_INDEX_FILE_SUFFIX,
     TXN_INDEX_FILE_SUFFIX,
-    OffsetIndexEntry,
-    TimeIndexEntry,
     offset_from_file_name,
+)
+from stratalog.records.offset_index_file import (
+    OFFSET_INDEX_ENTRY,
+    OffsetIndexEntry,
+    offset_index_sanity,
     unpack_offset_index,
+)
+from stratalog.records.producer_snapshot import (
+    PRODUCER_SNAPSHOT_CRC_START,
     unpack_producer_snapshot,
-    unpack_time_index,
-    unpack_txn_index,
 )
 from stratalog.records.reader import iter_records
+from stratalog.records.time_index_file import (
+    TIME_INDEX_ENTRY,
+    TimeIndexEntry,
+    time_index_sanity,
+    unpack_time_index,
+)
+from stratalog.records.txn_index_file import unpack_txn_index
 
 __all__ = ["DumpOptions", "add_parser", "dump_files", "run"]
 
@@ -394,44 +403,48 @@ def _last_offset_of_batch_at(log: memoryview | bytes, position: int, max_size: i
 def _offset_index_insanity(
     size_bytes: int, entries: list[OffsetIndexEntry], base_offset: int
 ) -> str | None:
-    if size_bytes % OFFSET_INDEX_ENTRY.size != 0:
+    # The rules are the storage engine's (offset_index_sanity); the words, and the length
+    # reported first, are this tool's.
+    last_relative = entries[-1].relative_offset if entries else None
+    broken = offset_index_sanity(size_bytes, last_relative)
+    if SanityRule.WHOLE_ENTRIES in broken:
         return (
             f"Index file is corrupt: its length {size_bytes} is not a multiple of "
             f"{OFFSET_INDEX_ENTRY.size}"
         )
-    if entries:
+    if SanityRule.LAST_OFFSET_NOT_BELOW_BASE in broken:
         # [B-42]: relative offsets are signed on disk, so a corrupt last entry can point below
         # the segment's base offset (lastOffset == baseOffset is legal).
-        last_relative = entries[-1].relative_offset
-        if last_relative < 0:
-            return (
-                f"Index file is corrupt: its last offset {base_offset + last_relative} is below "
-                f"the base offset {base_offset}"
-            )
+        return (
+            f"Index file is corrupt: its last offset {base_offset + last_relative} is below "
+            f"the base offset {base_offset}"
+        )
     return None
 
 
 def _time_index_insanity(
     size_bytes: int, entries: list[TimeIndexEntry], base_offset: int
 ) -> str | None:
-    if size_bytes % TIME_INDEX_ENTRY.size != 0:
+    # The rules are the storage engine's (time_index_sanity); the words, and their order
+    # (length, timestamps, offset), are this tool's.
+    first_timestamp = entries[0].timestamp if entries else None
+    last = entries[-1] if entries else None
+    broken = time_index_sanity(size_bytes, first_timestamp, last)
+    if SanityRule.WHOLE_ENTRIES in broken:
         return (
             f"Time index file is corrupt: its length {size_bytes} is not a multiple of "
             f"{TIME_INDEX_ENTRY.size}"
         )
-    if entries:
-        first_ts = entries[0].timestamp
-        last_ts, last_relative = entries[-1]
-        if last_ts < first_ts:
-            return (
-                f"Time index is corrupt: the last entry's timestamp {last_ts} is below the "
-                f"first entry's {first_ts}"
-            )
-        if last_relative < 0:
-            return (
-                f"Time index is corrupt: the last entry's offset {base_offset + last_relative} "
-                f"is below the base offset {base_offset}"
-            )
+    if SanityRule.LAST_TIMESTAMP_NOT_BELOW_FIRST in broken:
+        return (
+            f"Time index is corrupt: the last entry's timestamp {last.timestamp} is below the "
+            f"first entry's {first_timestamp}"
+        )
+    if SanityRule.LAST_OFFSET_NOT_BELOW_BASE in broken:
+        return (
+            f"Time index is corrupt: the last entry's offset {base_offset + last.relative_offset} "
+            f"is below the base offset {base_offset}"
+        )
     return None
 
 

@@ -5,6 +5,8 @@ and the client share it, as Kafka's broker and clients share ``common.record``.
 
 * :mod:`.batch`: the 61-byte batch header, validation, in-place patches (offset, append time,
   producer state).
+* :mod:`.batch_walk`: the one walk from batch to batch (framing and tail rules),
+  :func:`iter_batch_headers`.
 * :mod:`.record`: :class:`Record` and the record-level encoder/decoder.
 * :mod:`.varint`: zig-zag varints. :mod:`.crc`: CRC-32C. :mod:`.compression`: the four codecs.
 * :mod:`.builder`: :class:`BatchBuilder`, :func:`build_batch`.
@@ -13,11 +15,14 @@ and the client share it, as Kafka's broker and clients share ``common.record``.
   :func:`summarize_records`.
 * :mod:`.control`: transaction markers and other control records.
 * :mod:`.aborted_filter`: which batches a READ_COMMITTED reader drops (aborted transactions).
-* :mod:`.log_layout`: everything on disk around the batches: segment file and partition directory
-  names, index entries, the producer snapshot, the offset checkpoint text (import the module;
-  its names are not re-exported here).
+* everything on disk around the batches, one module per format, each opening with its layout
+  (:mod:`.log_layout` maps them and re-exports their names; they are not re-exported here):
+  :mod:`.file_names` (segment files), :mod:`.partition_dirs` (topic and partition directory
+  names), :mod:`.offset_index_file`, :mod:`.time_index_file`, :mod:`.txn_index_file`,
+  :mod:`.producer_snapshot`, :mod:`.offset_checkpoint` and :mod:`.leader_epoch_checkpoint`
+  (whose text container is :mod:`.checkpoint_text`).
 * :mod:`.errors`: ``RecordError`` > ``CorruptRecordError``, ``InvalidRecordError`` > ...;
-  ``LayoutError`` > ... for :mod:`.log_layout`.
+  ``LayoutError`` > ... for the on-disk layouts.
 """
 
 from __future__ import annotations
@@ -30,7 +35,6 @@ from .batch import (
     BatchHeader,
     Compression,
     TimestampType,
-    iter_batch_headers,
     parse_header,
     rewrite_crc,
     set_base_offset,
@@ -39,6 +43,7 @@ from .batch import (
     set_producer_state,
     validate_batch,
 )
+from .batch_walk import iter_batch_headers
 from .builder import BatchBuilder, build_batch
 from .compression import compress, decompress
 from .control import ControlRecordType, EndTransactionMarker, decode_control_key

@@ -27,9 +27,9 @@ derived from it. The storage engine, the CLI and the clients import them from he
 Framing (Kafka's ``FileLogInputStream.nextBatch``): a reader of batches laid back to back, in a
 buffer or a ``.log``, applies :func:`check_framing` to each: a size field below 14 is corrupt, a
 batch running past the end is a partial tail (a write in progress, or a torn end after a crash),
-a magic other than 2 is invalid, a v2 batch below its 61-byte header is corrupt. The storage
-engine's file walker (``server/storage/log_file.py``) and :func:`iter_batch_headers` apply the
-same function, so a malformed header gives the same error from either.
+a magic other than 2 is invalid, a v2 batch below its 61-byte header is corrupt. The walks
+themselves, and their tail rules, are :mod:`stratalog.records.batch_walk`'s: every reader of
+batches steps through them, so a malformed header gives the same error from any.
 
 This module never decodes records: the produce path of the server (validate, assign offsets,
 append) and the walks of the storage engine (find a batch by offset, rebuild an index) need only
@@ -44,8 +44,7 @@ from __future__ import annotations
 import enum
 import struct
 import zlib
-from collections.abc import Iterator
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from .crc import crc32c
 from .errors import CorruptRecordError, InvalidRecordError, UnsupportedCompressionError
@@ -93,7 +92,6 @@ __all__ = [
     "header_struct",
     "increment_sequence",
     "is_intact_legacy_message",
-    "iter_batch_headers",
     "parse_header",
     "rewrite_crc",
     "set_base_offset",
@@ -486,30 +484,6 @@ def check_crc(buf: bytes | bytearray | memoryview, header: BatchHeader) -> None:
         )
 
 
-def iter_batch_headers(
-    buf: bytes | bytearray | memoryview, start: int = 0, end: int | None = None
-) -> Iterator[BatchHeader]:
-    """Yield the header of every whole batch in ``buf[start:end]``, as Kafka reads a log file.
-
-    Each batch passes :func:`check_framing` (the rules of a ``.log`` walk): iteration stops
-    quietly at a partial tail (17 bytes or fewer left, or a batch extending past ``end``),
-    because the tail of an active segment may be a write in progress or the torn end of a
-    crash. CRCs are not checked (call :func:`validate_batch`); callers that rebuild indexes do.
-
-    Raises:
-        CorruptRecordError: a size field below 14 or below the v2 header size.
-        InvalidRecordError: a batch with magic other than 2.
-    """
-    end = len(buf) if end is None else min(end, len(buf))
-    position = start
-    while position < end - HEADER_SIZE_UP_TO_MAGIC:
-        if not check_framing(buf, position, end):
-            return
-        header = BatchHeader(*HEADER.unpack_from(buf, position), position)
-        yield header
-        position += header.length + LOG_OVERHEAD
-
-
 def set_base_offset(buf: bytearray | memoryview, position: int, base_offset: int) -> None:
     """Write ``base_offset`` into the batch at ``position``. Not covered by the CRC."""
     _INT64.pack_into(buf, position + BASE_OFFSET_OFFSET, base_offset)
@@ -574,3 +548,17 @@ def set_log_append_time(
     record's timestamp from ``max_timestamp``.
     """
     set_max_timestamp(buf, position, size_bytes, TimestampType.LOG_APPEND_TIME, timestamp_ms)
+
+
+if TYPE_CHECKING:
+    from .batch_walk import iter_batch_headers  # noqa: F401 (the re-export below, for checkers)
+
+
+def __getattr__(name: str) -> object:
+    # iter_batch_headers moved to batch_walk.py (which imports this module); imports of it from
+    # here keep working.
+    if name == "iter_batch_headers":
+        from .batch_walk import iter_batch_headers
+
+        return iter_batch_headers
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

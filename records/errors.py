@@ -2,7 +2,7 @@
 
 Every error raised while decoding or validating the untrusted bytes of a record batch is a
 :class:`RecordError`; every error raised while parsing the names and small files around the
-batches (:mod:`stratalog.records.log_layout`) is a :class:`LayoutError`. Messages name the problem
+batches (the modules :mod:`stratalog.records.log_layout` maps) is a :class:`LayoutError`. Messages name the problem
 with positions, lines and byte counts, so that a client or an operator can tell *where* input is
 broken, not only that it is; they never name a file path, which only the caller that opened the
 file knows (the storage engine wraps these errors in its own, adding the path). Programmer errors
@@ -82,7 +82,8 @@ class RecordTooLargeError(InvalidRecordError):
 
 
 class LayoutError(Exception):
-    """Base of every error :mod:`stratalog.records.log_layout` raises for names and bytes."""
+    """Base of every error the on-disk layouts (:mod:`stratalog.records.log_layout` maps them)
+    raise for names and bytes."""
 
 
 class InvalidFileNameError(LayoutError, ValueError):

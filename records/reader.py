@@ -35,10 +35,6 @@ from typing import NamedTuple
 
 from .accel import ACCELERATED, RecordColumns, decode_columns, decode_records, walk_records
 from .batch import (
-    HEADER_SIZE_UP_TO_MAGIC,
-    LENGTH_FIELD,
-    LENGTH_OFFSET,
-    LOG_OVERHEAD,
     NO_TIMESTAMP,
     RECORD_BATCH_OVERHEAD,
     BatchHeader,
@@ -48,6 +44,7 @@ from .batch import (
     check_whole,
     parse_header,
 )
+from .batch_walk import iter_batch_headers
 from .compression import decompress
 from .errors import CorruptRecordError, InvalidRecordError
 from .record import Record
@@ -141,8 +138,9 @@ def _decode(
     position: int,
     verify_crc: bool,
     max_decompressed_bytes: int,
+    header: BatchHeader | None = None,
 ) -> tuple[BatchHeader, list[Record]]:
-    header = _checked_header(buf, position, verify_crc)
+    header = _checked_header(buf, position, verify_crc, header)
     data = _records_region(buf, header, max_decompressed_bytes)
     override = (
         header.max_timestamp if header.timestamp_type is TimestampType.LOG_APPEND_TIME else None
@@ -241,26 +239,8 @@ def iter_batches(
     readers do for the tail of a fetch response or of an active segment. Other errors are those
     of :func:`decode_batch`.
     """
-    end = len(buf)
-    position = 0
-    while position < end:
-        remaining = end - position
-        # Kafka's FileLogInputStream: 17 bytes or fewer (offset, length, epoch, magic) cannot
-        # even say what they are, whatever their length field claims.
-        partial = remaining <= HEADER_SIZE_UP_TO_MAGIC
-        if not partial:
-            (length,) = LENGTH_FIELD.unpack_from(buf, position + LENGTH_OFFSET)
-            partial = length + LOG_OVERHEAD > remaining
-        if partial:
-            if allow_partial_tail:
-                return
-            raise CorruptRecordError(
-                f"partial record batch at position {position}: {remaining} bytes remain, "
-                "fewer than the batch needs"
-            )
-        header, records = _decode(buf, position, verify_crc, max_decompressed_bytes)
-        yield header, records
-        position = header.end_position
+    for header in iter_batch_headers(buf, partial_tail_ok=allow_partial_tail):
+        yield _decode(buf, header.position, verify_crc, max_decompressed_bytes, header)
 
 
 def summarize_records(

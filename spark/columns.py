@@ -46,23 +46,20 @@ import pyarrow.compute as pc
 
 from stratalog.records import (
     DEFAULT_MAX_DECOMPRESSED_BYTES,
-    LOG_OVERHEAD,
     RECORD_BATCH_OVERHEAD,
     AbortedTransactionFilter,
     BatchHeader,
     Compression,
-    CorruptRecordError,
     RecordError,
     TimestampType,
     accel,
     decode_batch_columns,
     decompress,
-    parse_header,
+    iter_batch_headers,
     validate_batch,
     wrap_int64,
 )
 from stratalog.records.accel import ArrowColumns
-from stratalog.records.batch import HEADER_SIZE_UP_TO_MAGIC
 
 from .schema import HEADERS_ARROW_TYPE, arrow_schema
 
@@ -102,7 +99,6 @@ def _binary_buffer_array(
 def _int64_array(values: list[int]) -> pa.Array:
     # array("q") converts a list of ints in one C loop, faster than pa.array's per-item path.
     return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(array("q", values))])
-_ZERO_LENGTH_PREFIX = bytes(LOG_OVERHEAD)
 
 
 class BatchWalk(NamedTuple):
@@ -332,34 +328,19 @@ def iter_headers(
     an active segment being written, a fetch response cut at its size limit), or at zeros
     where the next batch's length should be (the preallocated tail of a segment file). CRCs
     are not checked here (:func:`stratalog.records.validate_batch` does it for the batches
-    decoded). ``source`` names the bytes in errors.
+    decoded). ``source`` names the bytes in errors. The walk and its tail rules are the one
+    walk of batches, :func:`stratalog.records.iter_batch_headers` (``zeros_end``).
 
     Raises:
         CorruptRecordError: a partial batch without ``partial_tail_ok``, or a malformed header.
         InvalidRecordError: a batch of another magic than 2.
     """
-    end = len(view)
-    while position < end:
-        remaining = end - position
-        if remaining > HEADER_SIZE_UP_TO_MAGIC:
-            length = int.from_bytes(view[position + 8 : position + 12], "big", signed=True)
-            partial = length + LOG_OVERHEAD > remaining
-        else:
-            length, partial = -1, True
-        if partial or (length == 0 and view[position : position + LOG_OVERHEAD]
-                       == _ZERO_LENGTH_PREFIX):
-            if partial and not partial_tail_ok:
-                raise CorruptRecordError(
-                    f"{source}: partial record batch at position {position}: "
-                    f"{remaining} bytes remain, fewer than the batch needs"
-                )
-            return
-        try:
-            header = parse_header(view, position)
-        except RecordError as exc:
-            raise type(exc)(f"{source}: {exc}") from None
-        yield header
-        position = header.end_position
+    try:
+        yield from iter_batch_headers(
+            view, position, partial_tail_ok=partial_tail_ok, zeros_end=True
+        )
+    except RecordError as exc:
+        raise type(exc)(f"{source}: {exc}") from None
 
 
 def control_first_key(view: memoryview, header: BatchHeader) -> bytes | None:

@@ -5,17 +5,19 @@ Intuition: a read_committed reader sees the records below the partition's last s
 directory of files says them too, in the files Kafka keeps for its own recovery:
 
 * **Aborted transactions** are listed in the ``.txnindex`` of the segment their ABORT marker
-  went into (:mod:`stratalog.records.log_layout` §5: producer id, first offset, the marker's
+  went into (:mod:`stratalog.records.txn_index_file`: producer id, first offset, the marker's
   offset, the LSO then).
 * **The LSO** is the first offset of the earliest transaction that has no marker in the files:
   one still open when the files were written or copied (or whose marker was lost in a crash
   before the server recovered the log). Its records cannot be known committed, and nothing
   after its first batch is read, as a read_committed fetch stops there. It is found the way
   Kafka's log recovery rebuilds producer state: from the newest producer snapshot
-  (``.snapshot``, §6: each producer's ``current_txn_first_offset``) at or below the log end,
-  then a walk of the batch headers after it: a transactional data batch opens its producer's
-  transaction if none is open, and a control batch (COMMIT or ABORT) closes it. With no usable
-  snapshot the walk starts at the first segment, with no transaction open.
+  (``.snapshot``: each producer's ``current_txn_first_offset``) at or below the log end, then
+  a walk of the batch headers after it: a transactional data batch opens its producer's
+  transaction if none is open, and a control batch (COMMIT or ABORT) closes it
+  (:class:`stratalog.records.transaction_replay.TransactionReplay`, the replay the server's
+  recovery runs). With no usable snapshot the walk starts at the first segment, with no
+  transaction open.
 
 Example (one producer, 7)::
 
@@ -57,15 +59,15 @@ from stratalog.records.errors import (
     CorruptSnapshotError,
     InvalidFileNameError,
 )
-from stratalog.records.log_layout import (
+from stratalog.records.file_names import (
     SNAPSHOT_FILE_SUFFIX,
-    TXN_INDEX_ENTRY,
     TXN_INDEX_FILE_SUFFIX,
     offset_from_file_name,
     segment_file_name,
-    unpack_producer_snapshot,
-    unpack_txn_index_entry,
 )
+from stratalog.records.producer_snapshot import unpack_producer_snapshot
+from stratalog.records.transaction_replay import TransactionReplay
+from stratalog.records.txn_index_file import TXN_INDEX_ENTRY, unpack_txn_index_entry
 
 from .columns import control_first_key, iter_headers
 
@@ -166,6 +168,10 @@ def _walk(
     at_boundary = segments[first][0] == start
     log_end = start
     aborted: list[AbortedTxn] = []
+    # Open on data, close on marker: the replay recovery runs on the server's log.
+    replay = TransactionReplay()
+    for producer_id, first_offset in open_txns.items():
+        replay.begin(producer_id, first_offset)
     for i in range(first, len(segments)):
         path = segments[i][1]
         with _mapped(path) as view:
@@ -188,22 +194,25 @@ def _walk(
                     continue
                 producer_id = header.producer_id
                 if not header.is_control:
-                    open_txns.setdefault(producer_id, header.base_offset)
+                    replay.begin(producer_id, header.base_offset)
                     continue
-                first_offset = open_txns.pop(producer_id, None)
-                if first_offset is None:
+                if replay.first_offset(producer_id) is None:
                     continue  # a marker with no transaction open: nothing to end (Kafka's rule)
                 try:
                     _, marker = decode_control_key(control_first_key(view, header))
                 except RecordError as exc:
                     raise type(exc)(f"{path}: control batch at position {header.position}: "
                                     f"{exc}") from None
-                if marker == ControlRecordType.ABORT:
-                    aborted.append(AbortedTxn(producer_id, first_offset, header.base_offset))
+                # (Any other control type closes the transaction too, as it always did here.)
+                txn = replay.end(producer_id, header.base_offset,
+                                 marker == ControlRecordType.ABORT)
+                assert txn is not None  # (it was open)
+                if txn.is_aborted:
+                    aborted.append(AbortedTxn(producer_id, txn.first_offset, txn.last_offset))
     if not at_boundary:
         logger.warning("ignoring the producer snapshot at offset %d: the log ends before it", start)
         return None
-    return _Walk(min(open_txns.values(), default=log_end), aborted)
+    return _Walk(replay.last_stable_offset(log_end), aborted)
 
 
 def _txn_index_entries(

@@ -14,8 +14,10 @@ copies, a directory too big for one server to stream). The layout read is Kafka'
 ``path`` may be such a log directory or one partition directory. Directories that are not
 live partitions (``events-0.<id>-delete`` of a deleted topic, ``-future`` moves, anything else)
 and files that are not live segments (``.log.deleted``, ``.log.swap``, ``.log.cleaned``, indexes)
-are ignored. The names, and the checkpoint text, are read by :mod:`stratalog.records.log_layout`,
-the definitions the server writes them with, so both accept and refuse the same directories. Segment ``i`` holds offsets ``[base_i, base_(i+1))``, so the planner knows every
+are ignored. The names, and the checkpoint text, are read by :mod:`stratalog.records.file_names`,
+:mod:`~stratalog.records.partition_dirs` and :mod:`~stratalog.records.offset_checkpoint`, the
+definitions the server writes them with, so both accept and refuse the same directories.
+Segment ``i`` holds offsets ``[base_i, base_(i+1))``, so the planner knows every
 task's range from the file names alone; the indexes are not needed (a task scans batch
 headers up to its start, which costs about a microsecond per batch).
 
@@ -54,16 +56,20 @@ from stratalog.records.errors import (
     InvalidFileNameError,
     InvalidTopicNameError,
 )
-from stratalog.records.log_layout import (
+from stratalog.records.file_names import (
     LOG_FILE_SUFFIX,
-    LOG_START_OFFSET_CHECKPOINT_FILE,
-    PartitionDirKind,
     is_log_file,
     offset_from_file_name,
+    segment_file_name,
+)
+from stratalog.records.offset_checkpoint import (
+    LOG_START_OFFSET_CHECKPOINT_FILE,
     parse_offset_checkpoint,
+)
+from stratalog.records.partition_dirs import (
+    PartitionDirKind,
     parse_partition_dir_name,
     partition_dir_kind,
-    segment_file_name,
 )
 
 from .columns import RecordColumns

@@ -7,8 +7,11 @@ only once the bytes are written; reads are ``pread`` calls. No file position is 
 need no lock.
 
 Every reader of batch headers goes through one walker, :meth:`LogFile.walk`. It reads the file
-in blocks and unpacks one header per batch (:data:`~stratalog.records.batch.SCAN_FIELDS`),
-stopping at the first batch that meets its stop condition::
+in blocks; within a block, the batches are walked by the records package's block walks
+(:func:`~stratalog.records.batch_walk.find_in_block`,
+:func:`~stratalog.records.batch_walk.collect_in_block`: one header unpack per batch, the same
+framing and tail rules as every other walk of batches), stopping at the first batch that meets
+its stop condition::
 
     stop at the first batch whose last offset >= o   and   max timestamp >= t
 
@@ -63,15 +66,20 @@ from crc32c import crc32c as _crc32c  # the C function: recovery's hot loop skip
 from stratalog.records.batch import (
     ATTRIBUTES_OFFSET,
     HEADER,
-    HEADER_SIZE_UP_TO_MAGIC,
     LOG_OVERHEAD,
-    MAGIC,
-    RECORD_BATCH_OVERHEAD,
     SCAN_FIELD_NAMES,
-    SCAN_FIELDS,
     BatchHeader,
     check_framing,
     is_intact_legacy_message,
+)
+from stratalog.records.batch_walk import (
+    READ_ON,
+    STOP,
+    FoundBatch,
+    ScannedBatch,
+    at_tail,
+    collect_in_block,
+    find_in_block,
 )
 from stratalog.records.crc import crc32c
 from stratalog.records.errors import CorruptRecordError, InvalidRecordError, RecordError
@@ -117,23 +125,17 @@ STRICT = 0
 LENIENT = 1
 RECOVERY = 2
 
-# A batch a walk found: (position, size_bytes, last_offset, records_count, max_timestamp,
-# block, block_start). ``block`` is the bytes the walk had read last, from position
-# ``block_start`` of the file; it holds the batch's header.
-FoundBatch = tuple[int, int, int, int, int, bytes, int]
-# A batch a walk collected: its header fields as SCAN_FIELDS unpacks them (SCAN_FIELD_NAMES:
-# base_offset, length, magic, crc, last_offset_delta, max_timestamp, records_count); the
-# unpacked tuple itself, so that collecting a batch builds nothing.
-ScannedBatch = tuple[int, int, int, int, int, int, int]
+# A batch a walk found is a FoundBatch (stratalog.records.batch_walk): (position, size_bytes,
+# last_offset, records_count, max_timestamp, block, block_start); ``block`` is the bytes the
+# walk had read last, from position ``block_start`` of the file; it holds the batch's header.
+# A batch a walk collected is a ScannedBatch (stratalog.records.batch_walk): its header fields
+# as SCAN_FIELDS unpacks them.
 # What a collecting walk returns: (where to go on from, None when the walk is over; the block
 # walked; its position in the file).
 Walked = tuple[int | None, bytes, int]
 
 # Linux's IOV_MAX: the most buffers one pwritev takes.
 _IOV_MAX = 1024
-# The size fields below this cannot be a whole v2 batch: the hot loop's one test for the rare
-# cases (size field < 14, a batch below 61 bytes) before check_framing says which.
-_MIN_V2_LENGTH = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD
 
 
 class LogFile:
@@ -429,85 +431,48 @@ class LogFile:
                 message (RECOVERY).
             StorageIOError: a read failed. LogClosedError: the file is closed.
         """
-        # A loop over blocks (one reader, one set of rules) around a loop over the batches
-        # whose header lies in the block, in the two shapes of the stop condition, each kept to
-        # locals and one unpack a batch. A find walks a few batches and reads one or two
-        # blocks: its loop works in file positions. A collecting walk (the rest of a 1 MiB
-        # fetch, recovery: a million batches per GiB of 1 KiB batches) walks thousands of
-        # batches a block: its loop works in block positions, one addition a batch, and
-        # appends the tuple it unpacked.
+        # A loop over blocks (the reads, and what a mode does with a malformed header) around
+        # the walk of the batches whose header lies in a block, which is the records package's
+        # (one walker, one set of rules: stratalog.records.batch_walk). A find walks a few
+        # batches and reads one or two blocks; a collecting walk (the rest of a 1 MiB fetch,
+        # recovery: a million batches per GiB of 1 KiB batches) takes thousands of batches a
+        # block, appending the tuples it unpacked.
         fd = self._fd
         if fd is None:
             raise LogClosedError(f"segment {self._name} is closed")
-        unpack = SCAN_FIELDS.unpack_from
         buf = block
         buf_start = block_start  # (without a block, the first read sets it)
-        buf_length = len(block)
         block_bytes = FIRST_BLOCK_BYTES
         size = 0
         position = start
-        if into is not None:
-            append = into.append
-            verify = mode == RECOVERY
+        check = None
+        if into is not None and mode == RECOVERY:
+            def check(relative: int, size_bytes: int, crc: int) -> bool:
+                # The block's batch at ``relative``: its size limit, and its CRC in pieces when
+                # it is larger than the block (``buf`` is the block being walked).
+                return self._valid(
+                    buf, relative, buf_start + relative, size_bytes, crc, max_message_bytes
+                )
         while True:
-            if buf_length:
+            if buf:
                 if into is None:
-                    # A header starting at or before this lies whole in the block.
-                    header_end = buf_start + buf_length - RECORD_BATCH_OVERHEAD
-                    while position <= header_end:
-                        base_offset, length, magic, _, last_offset_delta, max_timestamp, count = (
-                            unpack(buf, position - buf_start)
-                        )
-                        size = length + LOG_OVERHEAD
-                        if length < _MIN_V2_LENGTH or magic != MAGIC or position + size > end:
-                            self._stop(buf, buf_start, position, end, mode)
-                            return None
-                        last_offset = base_offset + last_offset_delta
-                        if last_offset >= offset and max_timestamp >= timestamp:
-                            return position, size, last_offset, count, max_timestamp, buf, buf_start
-                        position += size
+                    step = find_in_block(buf, buf_start, position, end, offset, timestamp, size)
+                    if len(step) != 3:
+                        return step  # type: ignore[return-value] (a FoundBatch)
+                    how, position, size = step  # type: ignore[misc]
                 else:
-                    relative = position - buf_start
-                    end_relative = end - buf_start
-                    header_limit = buf_length - RECORD_BATCH_OVERHEAD
-                    while relative <= header_limit:
-                        fields = unpack(buf, relative)
-                        _, length, magic, crc, _, _, _ = fields
-                        following = relative + length + LOG_OVERHEAD
-                        if length < _MIN_V2_LENGTH or magic != MAGIC or following > end_relative:
-                            self._stop(buf, buf_start, buf_start + relative, end, mode)
-                            return None, buf, buf_start
-                        if verify:
-                            if following <= buf_length:
-                                actual = _crc32c(
-                                    memoryview(buf)[relative + ATTRIBUTES_OFFSET : following]
-                                )
-                            elif relative:
-                                return buf_start + relative, buf, buf_start  # not whole: read on
-                            else:
-                                actual = None  # larger than a block: _valid checksums in pieces
-                            if (
-                                actual != crc or following - relative > max_message_bytes
-                            ) and not self._valid(
-                                buf, relative, buf_start + relative, following - relative, crc,
-                                max_message_bytes,
-                            ):
-                                return None, buf, buf_start
-                        append(fields)
-                        relative = following
-                    position = buf_start + relative
-                # The header at ``position`` is not all in the block: the end, or read on.
-                if buf_start + buf_length >= end:
-                    # Nothing more to read. 17 bytes or fewer left are the end; more, but fewer
-                    # than a header: only a framing rule can apply.
-                    if position < end - HEADER_SIZE_UP_TO_MAGIC:
-                        self._stop(buf, buf_start, position, end, mode)
+                    how, position, _ = collect_in_block(
+                        buf, buf_start, position, end, into, check, max_message_bytes
+                    )
+                    if how == READ_ON:
+                        return position, buf, buf_start  # the block is walked
+                if how == STOP:
+                    self._stop(buf, buf_start, position, end, mode)
+                if how != READ_ON:
                     break
-                if into is not None:
-                    return position, buf, buf_start  # the block is walked
                 # A batch larger than a block would not help the guess: its header is enough.
                 read_bytes = size if block_bytes < size <= MAX_BLOCK_BYTES else block_bytes
-            elif position >= end - HEADER_SIZE_UP_TO_MAGIC:
+            elif at_tail(position, end):
                 break  # 17 bytes or fewer: nothing to walk
             if read_bytes > end - position:
                 read_bytes = end - position
@@ -518,10 +483,9 @@ class LogFile:
             if block_bytes < MAX_BLOCK_BYTES:
                 block_bytes *= 2
             buf_start = position
-            buf_length = len(buf)
-            if buf_length < read_bytes:
+            if len(buf) < read_bytes:
                 # The file shrank under the walk (a truncation): it ends where the read did.
-                end = position + buf_length
+                end = position + len(buf)
         return None if into is None else (None, buf, buf_start)
 
     def batches(self, start: int, end: int) -> Iterator[FoundBatch]:

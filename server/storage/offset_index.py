@@ -14,7 +14,7 @@ Byte layout: entries of 8 bytes, big-endian, no header, no checksum (Kafka's ``O
     base offset 100, entry (offset 105, position 4096) -> 00000005 00001000
 
 Entries are strictly increasing in offset (and, as written by a segment, in position). The layout
-is defined once, in :mod:`stratalog.records.log_layout` (§3), which ``dump-log`` reads it with.
+is defined once, in :mod:`stratalog.records.offset_index_file`, which ``dump-log`` reads it with.
 """
 
 from __future__ import annotations
@@ -23,10 +23,12 @@ import mmap
 from pathlib import Path
 from typing import NamedTuple
 
-from stratalog.records.log_layout import (
+from stratalog.records.entry_field import SanityRule
+from stratalog.records.offset_index_file import (
     OFFSET_INDEX_ENTRY,
     OFFSET_INDEX_POSITION,
     OFFSET_INDEX_RELATIVE_OFFSET,
+    offset_index_sanity,
 )
 
 from .errors import CorruptIndexError, IndexFullError, InvalidOffsetError
@@ -204,13 +206,16 @@ class OffsetIndex(Index):
                 offset, or the file length is not a multiple of 8.
         """
         self._ensure_open()
-        if self._entries != 0 and self._last_offset < self.base_offset:
-            raise CorruptIndexError(
-                f"corrupt index found: index file {self.path} has {self._entries} entries but "
-                f"the last offset is {self._last_offset}, below the base offset "
-                f"{self.base_offset}"
-            )
-        super().sanity_check()
+        last_relative = self._last_offset - self.base_offset if self._entries else None
+        # The rules are the records package's, shared with dump-log; the words are ours.
+        for rule in offset_index_sanity(self._length_bytes, last_relative):
+            if rule is SanityRule.LAST_OFFSET_NOT_BELOW_BASE:
+                raise CorruptIndexError(
+                    f"corrupt index found: index file {self.path} has {self._entries} entries "
+                    f"but the last offset is {self._last_offset}, below the base offset "
+                    f"{self.base_offset}"
+                )
+            super().sanity_check()  # WHOLE_ENTRIES: the partial entry, in Index's words
 
     def check(self) -> None:
         """Verify every entry (stricter than :meth:`sanity_check`; O(entries)).

@@ -18,9 +18,12 @@ that state an append is judged before anything is written (:meth:`ProducerStateM
 A transactional batch opens a transaction at its first offset unless one is open; a COMMIT or
 ABORT marker closes it (:class:`CompletedTxn`). The first offset of the earliest open transaction
 is the *first unstable offset*; the last stable offset (LSO) is that, or the log end offset.
+Those rules are :mod:`stratalog.records.transaction_replay`'s (:class:`TransactionReplay`), the
+one replay of transactions that recovery (:meth:`ProducerStateManager.load_batches`) and the
+Spark connector's file mode both run.
 
 Snapshot files (``<20-digit offset>.snapshot``, byte layout in
-:mod:`stratalog.records.log_layout` §6, Kafka's ``ProducerSnapshot``) hold the state as of
+:mod:`stratalog.records.producer_snapshot`, Kafka's ``ProducerSnapshot``) hold the state as of
 (exclusive) that offset: one entry per producer with its LAST batch only, as Kafka's (none
 at all in the 10-byte snapshot of a log without producers). They are written atomically
 (temporary file, rename) on every roll, whatever the producers (fsynced later, by the flush
@@ -62,12 +65,13 @@ from stratalog.records.batch import (
 )
 from stratalog.records.control import ControlRecordType
 from stratalog.records.errors import CorruptSnapshotError
-from stratalog.records.log_layout import (
-    SNAPSHOT_FILE_SUFFIX,
+from stratalog.records.file_names import SNAPSHOT_FILE_SUFFIX
+from stratalog.records.producer_snapshot import (
     ProducerSnapshotEntry,
     pack_producer_snapshot,
     unpack_producer_snapshot,
 )
+from stratalog.records.transaction_replay import CompletedTxn, TransactionReplay
 
 from .durable import atomic_write
 from .errors import (
@@ -226,15 +230,6 @@ class ProducerStateEntry:
         return state
 
 
-class CompletedTxn(NamedTuple):
-    """A transaction a marker closed: its producer, first offset, marker offset, outcome."""
-
-    producer_id: int
-    first_offset: int
-    last_offset: int
-    is_aborted: bool
-
-
 class DuplicateAppend(NamedTuple):
     """An append whose batches were all appended before: the original offsets, nothing to write."""
 
@@ -281,7 +276,9 @@ class ProducerStateManager:
         self._directory = Path(directory)
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self._producers: dict[int, ProducerStateEntry] = {}
-        self._ongoing: dict[int, int] = {}  # first offset -> producer id
+        # The open transactions (the one replay of "open on data, close on marker", shared
+        # with Spark's file mode); each mirrors its producer's current_txn_first_offset.
+        self._txns = TransactionReplay()
         self._first_unstable: int | None = None
         self.map_end_offset = 0
         # A snapshot file was written or found: the clean close writes one even when no
@@ -310,13 +307,12 @@ class ProducerStateManager:
     @property
     def ongoing_txns(self) -> dict[int, int]:
         """Open transactions: first offset -> producer id (read-only for callers)."""
-        return self._ongoing
+        return self._txns.ongoing
 
     def last_stable_offset_for(self, completed: CompletedTxn) -> int:
         """The LSO recorded with an aborted transaction: the first offset of the earliest other
         open transaction, or the marker's offset + 1 ([B-69])."""
-        others = [offset for offset, pid in self._ongoing.items() if pid != completed.producer_id]
-        return min(others) if others else completed.last_offset + 1
+        return self._txns.last_stable_offset_for(completed)
 
     # ------------------------------------------------------------------- appends
 
@@ -448,12 +444,13 @@ class ProducerStateManager:
     def apply(self, append: ProducerAppend) -> None:
         """Record an accepted append (after its bytes were written)."""
         self._producers.update(append.entries)
+        txns = self._txns
         for producer_id, first_offset in append.started_txns:
-            self._ongoing[first_offset] = producer_id
+            txns.begin(producer_id, first_offset)
         for txn in append.completed_txns:
-            self._ongoing.pop(txn.first_offset, None)
+            txns.end(txn.producer_id, txn.last_offset, txn.is_aborted)
         if append.started_txns or append.completed_txns:
-            self._first_unstable = min(self._ongoing) if self._ongoing else None
+            self._first_unstable = txns.first_unstable_offset()
         self.map_end_offset = max(self.map_end_offset, append.end_offset)
 
     def load_batches(
@@ -468,17 +465,18 @@ class ProducerStateManager:
         at the end (per batch it cost as much as the rest of the replay).
         """
         done: list[tuple[CompletedTxn, int]] = []
+        txns = self._txns
         for batch in batches:
             entry = self._producers.get(batch.producer_id)
             if entry is None:
                 entry = self._producers[batch.producer_id] = ProducerStateEntry(batch.producer_id)
             if batch.control_type is not None:
-                txn = None
-                if entry.current_txn_first_offset != NO_TXN:
-                    txn = CompletedTxn(batch.producer_id, entry.current_txn_first_offset,
-                                       batch.first_offset,
-                                       batch.control_type is ControlRecordType.ABORT)
-                    done.append((txn, self.last_stable_offset_for(txn)))
+                # A marker closes the producer's open transaction (the records package's
+                # replay, which Spark's file mode runs too).
+                txn = txns.end(batch.producer_id, batch.first_offset,
+                               batch.control_type is ControlRecordType.ABORT)
+                if txn is not None:
+                    done.append((txn, txns.last_stable_offset_for(txn)))
                 if batch.producer_epoch != entry.producer_epoch:
                     entry.batches.clear()
                     entry.producer_epoch = batch.producer_epoch
@@ -487,15 +485,12 @@ class ProducerStateManager:
                 entry.coordinator_epoch = batch.coordinator_epoch
                 entry.current_txn_first_offset = NO_TXN
                 entry.last_timestamp = batch.max_timestamp
-                if txn is not None:
-                    self._ongoing.pop(txn.first_offset, None)
                 continue
-            if batch.is_transactional and entry.current_txn_first_offset == NO_TXN:
+            if batch.is_transactional and txns.begin(batch.producer_id, batch.first_offset):
                 entry.current_txn_first_offset = batch.first_offset
-                self._ongoing[batch.first_offset] = batch.producer_id
             entry.add_batch(batch.producer_epoch, batch.last_sequence, batch.last_offset,
                             batch.last_offset - batch.first_offset, batch.max_timestamp)
-        self._first_unstable = min(self._ongoing) if self._ongoing else None
+        self._first_unstable = txns.first_unstable_offset()
         self.map_end_offset = max(self.map_end_offset, end_offset)
         return done
 
@@ -546,7 +541,7 @@ class ProducerStateManager:
     def reset(self, map_end_offset: int) -> None:
         """Forget every producer; the (empty) state reflects offsets below ``map_end_offset``."""
         self._producers = {}
-        self._ongoing = {}
+        self._txns = TransactionReplay()
         self._first_unstable = None
         self.map_end_offset = map_end_offset
 
@@ -620,7 +615,7 @@ class ProducerStateManager:
         self.reset(offset)
         for entry in entries:
             self._load_entry(entry, now_ms)
-        self._first_unstable = min(self._ongoing) if self._ongoing else None
+        self._first_unstable = self._txns.first_unstable_offset()
         return True
 
     def load_unknown_producers(
@@ -643,7 +638,7 @@ class ProducerStateManager:
         for entry in found[1]:
             if entry.producer_id not in self._producers and self._load_entry(entry, now_ms):
                 added += 1
-        self._first_unstable = min(self._ongoing) if self._ongoing else None
+        self._first_unstable = self._txns.first_unstable_offset()
         return added
 
     def _load_entry(self, entry: ProducerStateEntry, now_ms: int) -> bool:
@@ -653,7 +648,7 @@ class ProducerStateManager:
             return False
         self._producers[entry.producer_id] = entry
         if entry.current_txn_first_offset != NO_TXN:
-            self._ongoing[entry.current_txn_first_offset] = entry.producer_id
+            self._txns.begin(entry.producer_id, entry.current_txn_first_offset)
         return True
 
     def _read_latest_snapshot(

@@ -50,7 +50,7 @@ from pathlib import Path
 from stratalog.records.batch import NO_PRODUCER_ID, NO_TIMESTAMP, BatchHeader
 from stratalog.records.control import EndTransactionMarker
 from stratalog.records.errors import RecordError
-from stratalog.records.log_layout import (
+from stratalog.records.file_names import (
     CLEANED_FILE_SUFFIX,
     DELETED_FILE_SUFFIX,
     INDEX_FILE_SUFFIX,

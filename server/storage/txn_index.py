@@ -24,7 +24,7 @@ exists only once a first entry is appended (Kafka's ``TransactionIndex`` and ``A
 
 Entries are appended in strictly increasing ``last_offset`` order. Trailing bytes that do not
 make a whole entry are ignored when reading. The layout and the version rule are defined once, in
-:mod:`stratalog.records.log_layout` (§5).
+:mod:`stratalog.records.txn_index_file`.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from stratalog.records.errors import CorruptIndexEntryError
-from stratalog.records.log_layout import (
+from stratalog.records.txn_index_file import (
     TXN_INDEX_ENTRY,
     TXN_INDEX_VERSION,
     pack_txn_index_entry,

@@ -59,8 +59,6 @@ from stratalog.records.batch import (
     LENGTH_FIELD,
     LENGTH_OFFSET,
     LOG_OVERHEAD,
-    MAGIC,
-    MAGIC_OFFSET,
     NO_TIMESTAMP,
     RECORD_BATCH_OVERHEAD,
     BatchHeader,
@@ -68,12 +66,12 @@ from stratalog.records.batch import (
     TimestampType,
     check_crc,
     check_framing,
-    parse_header,
     set_base_offset,
     set_log_append_time,
     set_max_timestamp,
     set_partition_leader_epoch,
 )
+from stratalog.records.batch_walk import iter_batch_headers
 from stratalog.records.errors import (
     CorruptRecordError,
     DecompressionLimitError,
@@ -92,10 +90,6 @@ from .config import INT64_MAX, LogConfig
 from .errors import InvalidTimestampError, RecordBatchTooLargeError
 
 __all__ = ["ValidatedAppend", "validate_and_assign_offsets"]
-
-# Size fields below this cannot be a whole v2 batch: the one test of the common path before the
-# framing rules say which error it is.
-_MIN_V2_LENGTH = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,46 +236,67 @@ def validate_and_assign_offsets(
 
 
 def _walk_headers(view: memoryview, config: LogConfig) -> list[BatchHeader]:
-    """Split the input into whole batches; check framing, base offset and batch size."""
+    """Split the input into whole batches (the one walk of batches,
+    :func:`~stratalog.records.batch_walk.iter_batch_headers`); check base offset and batch size.
+
+    A partial batch is an error here, unlike at the end of a log: a client sent it whole.
+    """
     headers: list[BatchHeader] = []
+    max_length = config.max_message_bytes - LOG_OVERHEAD
+    refused = None
+    try:
+        for header in iter_batch_headers(view):
+            if header.base_offset != 0 or header.length > max_length:
+                refused = header  # (raised below, outside the framing errors' handler)
+                break
+            headers.append(header)
+    except RecordError as exc:
+        # The framing rules of every batch reader say which error (a size field below 14,
+        # magic, the 61-byte header); the message says which batch.
+        raise type(exc)(f"batch {len(headers)}: {exc}") from None
+    if refused is not None:
+        _refuse(refused, len(headers), config)
     end = len(view)
-    position = 0
-    while position < end:
-        remaining = end - position
-        index = len(headers)
-        if remaining < LOG_OVERHEAD:
-            raise CorruptRecordError(
-                f"{remaining} bytes after the last whole batch (batch {index} at position "
-                f"{position}): a partial batch"
-            )
-        (length,) = LENGTH_FIELD.unpack_from(view, position + LENGTH_OFFSET)
-        size = length + LOG_OVERHEAD
-        if length < _MIN_V2_LENGTH or size > remaining or view[position + MAGIC_OFFSET] != MAGIC:
-            # The framing rules of every batch reader say which error (a size field below 14,
-            # magic, the 61-byte header), except that a partial batch is an error here: a
-            # client sent it whole.
-            try:
-                check_framing(view, position, end)
-            except RecordError as exc:
-                raise type(exc)(f"batch {index}: {exc}") from None
-            raise CorruptRecordError(
-                f"batch {index} at position {position} declares {size} bytes but only "
-                f"{remaining} remain: a partial batch"
-            )
-        header = parse_header(view, position)  # the one parse (framing holds: it cannot fail)
-        if header.base_offset != 0:
-            raise InvalidRecordError(
-                f"batch {index} at position {position}: the base offset of a client batch "
-                f"must be 0, but it is {header.base_offset}"
-            )
-        if size > config.max_message_bytes:
-            raise RecordTooLargeError(
-                f"batch {index} at position {position} is {size} bytes, which exceeds the "
-                f"maximum configured value of max.message.bytes ({config.max_message_bytes})"
-            )
-        headers.append(header)
-        position += size
+    walked = headers[-1].end_position if headers else 0
+    if walked < end:
+        _raise_partial(view, walked, end, len(headers))
     return headers
+
+
+def _refuse(header: BatchHeader, index: int, config: LogConfig) -> None:
+    """Raise for a well-framed client batch whose base offset or size the log refuses."""
+    if header.base_offset != 0:
+        raise InvalidRecordError(
+            f"batch {index} at position {header.position}: the base offset of a client "
+            f"batch must be 0, but it is {header.base_offset}"
+        )
+    raise RecordTooLargeError(
+        f"batch {index} at position {header.position} is {header.size_bytes} bytes, "
+        f"which exceeds the maximum configured value of max.message.bytes "
+        f"({config.max_message_bytes})"
+    )
+
+
+def _raise_partial(view: memoryview, position: int, end: int, index: int) -> None:
+    """The walk stopped at ``position``, before ``end``: a partial batch. Raises, saying what
+    the bytes there declare."""
+    remaining = end - position
+    if remaining < LOG_OVERHEAD:
+        raise CorruptRecordError(
+            f"{remaining} bytes after the last whole batch (batch {index} at position "
+            f"{position}): a partial batch"
+        )
+    try:
+        # (17 bytes or fewer end a walk before their size field is read: one below 14 is
+        # still corrupt, not partial.)
+        check_framing(view, position, end)
+    except RecordError as exc:
+        raise type(exc)(f"batch {index}: {exc}") from None
+    (length,) = LENGTH_FIELD.unpack_from(view, position + LENGTH_OFFSET)
+    raise CorruptRecordError(
+        f"batch {index} at position {position} declares {length + LOG_OVERHEAD} bytes but only "
+        f"{remaining} remain: a partial batch"
+    )
 
 
 class _DecompressionBudget:

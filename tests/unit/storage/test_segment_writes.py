@@ -61,19 +61,19 @@ def test_validated_pieces_are_the_stamped_append(tmp_path: Path) -> None:
 
 
 def test_validation_parses_each_batch_header_once(monkeypatch) -> None:
-    # The append path of every produce: the framing walk parses a header, and the CRC check
-    # and the record walk reuse it (they parsed it again each, three parses a batch).
-    from stratalog.records import reader
-    from stratalog.server.storage import validation
+    # The append path of every produce: the framing walk (records/batch_walk.py) parses a
+    # header, and the CRC check and the record walk reuse it (they parsed it again each, three
+    # parses a batch).
+    from stratalog.records import batch_walk, reader
 
     parsed: list[int] = []
-    real_parse = validation.parse_header
+    real_parse = batch_walk.parse_header
 
     def counting_parse(buf, position=0):
         parsed.append(position)
         return real_parse(buf, position)
 
-    monkeypatch.setattr(validation, "parse_header", counting_parse)
+    monkeypatch.setattr(batch_walk, "parse_header", counting_parse)
     monkeypatch.setattr(reader, "parse_header", counting_parse)
     batches = b"".join(build_batch([(1_700_000_000_000 + i, None, b"v", ())] * (i + 1))
                        for i in range(3))

@@ -1,0 +1,288 @@
+"""The batch-header walk: how every reader steps from one record batch to the next.
+
+A ``.log``, a fetch response and a Produce request are all record batches laid back to back. A
+walk reads a batch's header (:mod:`stratalog.records.batch` owns its layout), steps over the
+batch by its size field, and goes on until the bytes end. The walks of the project are here:
+the storage engine's reads and recovery (``server/storage/log_file.py`` reads the blocks; the
+batches of a block are walked by :func:`find_in_block` and :func:`collect_in_block`), the
+validation of client batches, the records reader, ``stratalog dump-log`` and the Spark
+connector (:func:`iter_batch_headers`), the cut of a fetched range at an offset
+(:func:`batches_below`). So the framing rules and the tail rules below are written once.
+(``tests/unit/records/test_batch_walk.py`` finds any other module that steps from batch to
+batch, and lists the few still to be switched over.)
+
+Framing rules, per batch, in Kafka's order (``FileLogInputStream.nextBatch``, then
+``DefaultRecordBatch``; :func:`~stratalog.records.batch.check_framing`)::
+
+    17 bytes or fewer left               the tail: a walk ends here (offset, size, epoch, magic
+                                         do not fit: the bytes cannot say what they are)
+    size field below 14                  CorruptRecordError
+    the batch runs past the end          a partial tail
+    magic other than 2                   InvalidRecordError (legacy v0/v1 messages included)
+    a v2 batch below its 61-byte header  CorruptRecordError
+
+Tail rules, what a walk does at its end (the last bytes are not a whole batch):
+
+    partial tail     17 bytes or fewer left, or a batch running past the end: a write in
+                     progress, the torn end of a crash, a fetch response cut at its size limit.
+                     Ends the walk quietly (``partial_tail_ok``, the default), or raises
+                     CorruptRecordError "partial record batch at position P" where whole
+                     batches are promised (a segment that is not the last, a decoded response).
+    zeros            a size field of 0 with 12 zero bytes (offset and size) where the next
+                     batch should start: the preallocated tail of a segment file read from disk
+                     (``zeros_end``; for file readers that see past the published size).
+    malformed        a framing rule broken: raises (the storage engine's LENIENT and RECOVERY
+                     walks turn that into a quiet stop or a warning: ``log_file.py``).
+
+A batch longer than the buffer or file is a partial tail by the rules above; a batch longer
+than a read block is a block matter (:func:`collect_in_block` hands it to the caller's check).
+CRCs are checked only where a walk says so (recovery's :func:`collect_in_block`); readers that
+decode a batch check it whole (:func:`stratalog.records.validate_batch`).
+
+Sans-IO: every function takes a buffer (``bytes``, ``bytearray``, ``memoryview``, an ``mmap``)
+and positions; the storage engine reads the blocks and passes them in. Costs: one ``struct``
+unpack per batch; nothing else is built per batch by the block walks.
+
+Crash behaviour: what a crash leaves at the end of a ``.log`` (a torn batch, preallocated zeros)
+is a tail by the rules above: the walks end there, and recovery cuts it off. Concurrency: the
+functions hold no state; they may run in any thread, on bytes that do not change under them
+(the storage engine walks only the published part of a file).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from crc32c import crc32c as _crc32c  # the C function: recovery's hot loop skips our wrapper
+
+from .batch import (
+    ATTRIBUTES_OFFSET,
+    HEADER_SIZE_UP_TO_MAGIC,
+    LENGTH_FIELD,
+    LENGTH_OFFSET,
+    LOG_OVERHEAD,
+    MAGIC,
+    MAGIC_OFFSET,
+    RECORD_BATCH_OVERHEAD,
+    SCAN_FIELDS,
+    BatchHeader,
+    check_framing,
+    parse_header,
+)
+from .errors import CorruptRecordError
+
+__all__ = [
+    "END",
+    "READ_ON",
+    "STOP",
+    "BlockStep",
+    "FoundBatch",
+    "ScannedBatch",
+    "at_tail",
+    "batches_below",
+    "collect_in_block",
+    "find_in_block",
+    "iter_batch_headers",
+]
+
+# A batch a collecting walk took: its header fields as SCAN_FIELDS unpacks them
+# (SCAN_FIELD_NAMES: base_offset, length, magic, crc, last_offset_delta, max_timestamp,
+# records_count); the unpacked tuple itself, so that collecting a batch builds nothing.
+ScannedBatch = tuple[int, int, int, int, int, int, int]
+
+# How a block walk ended (the first field of a BlockStep).
+READ_ON = 1  # the next header is not whole in the block, and the bytes go on: read from there
+END = 2  # the walk is over: the end, or a tail of 17 bytes or fewer
+STOP = 3  # the batch at this position breaks a framing rule or runs past the end (a partial tail)
+
+# (how, position, size_bytes). ``position``: where to read on from (READ_ON), the batch at fault
+# (STOP). ``size_bytes`` is the size of the last batch stepped over (a read-size guess: batches
+# of one producer are alike), or the ``size_bytes`` the caller passed when none was.
+BlockStep = tuple[int, int, int]
+# A batch find_in_block found: (position, size_bytes, last_offset, records_count,
+# max_timestamp, block, block_start); ``block`` is the bytes walked, from position
+# ``block_start`` of the log, and holds the batch's header.
+FoundBatch = tuple[int, int, int, int, int, bytes, int]
+
+# Size fields below this cannot be a whole v2 batch: the hot loops' one test for the rare cases
+# (size field < 14, a batch below 61 bytes) before check_framing says which.
+_MIN_V2_LENGTH = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD
+_ZERO_PREFIX = bytes(LOG_OVERHEAD)
+_unpack_length = LENGTH_FIELD.unpack_from
+
+
+def at_tail(position: int, end: int) -> bool:
+    """Whether 17 bytes or fewer are left before ``end``: the end of a walk, whatever they hold
+    (Kafka's ``FileLogInputStream.nextBatch`` returns null there)."""
+    return position >= end - HEADER_SIZE_UP_TO_MAGIC
+
+
+def iter_batch_headers(
+    buf: bytes | bytearray | memoryview,
+    start: int = 0,
+    end: int | None = None,
+    *,
+    partial_tail_ok: bool = True,
+    zeros_end: bool = False,
+) -> Iterator[BatchHeader]:
+    """Yield the header of every whole batch in ``buf[start:end]``, in order.
+
+    ``start`` is a batch boundary. The walk ends at ``end`` (default: the end of ``buf``), at a
+    partial tail (quietly with ``partial_tail_ok``; otherwise it raises), or, with
+    ``zeros_end``, at 12 zero bytes where a batch should start (a preallocated file tail). See
+    the module docstring for the rules. CRCs are not checked. O(batches) header unpacks.
+
+    Raises:
+        CorruptRecordError: a size field below 14 or below the v2 header size; a partial tail
+            without ``partial_tail_ok`` ("partial record batch at position P: N bytes remain,
+            fewer than the batch needs").
+        InvalidRecordError: a batch with magic other than 2.
+    """
+    end = len(buf) if end is None else min(end, len(buf))
+    position = start
+    while position < end:
+        if position < end - HEADER_SIZE_UP_TO_MAGIC:  # (not at_tail: inlined, as below)
+            if zeros_end and buf[position : position + LOG_OVERHEAD] == _ZERO_PREFIX:
+                return
+            # The common case in one test (a whole v2 batch); only otherwise does check_framing
+            # say which rule fails (it raises, or returns False at a partial tail).
+            (length,) = _unpack_length(buf, position + LENGTH_OFFSET)
+            if (length >= _MIN_V2_LENGTH and position + length + LOG_OVERHEAD <= end
+                    and buf[position + MAGIC_OFFSET] == MAGIC) or check_framing(
+                        buf, position, end):
+                header = parse_header(buf, position)  # (cannot fail: the framing holds)
+                yield header
+                position += length + LOG_OVERHEAD
+                continue
+        if partial_tail_ok:
+            return
+        raise CorruptRecordError(
+            f"partial record batch at position {position}: {end - position} bytes remain, "
+            "fewer than the batch needs"
+        )
+
+
+def batches_below(
+    data: bytes | memoryview, upper_offset: int, offset: int
+) -> tuple[bytes | memoryview, int, int]:
+    """The whole batches at the start of ``data`` that begin below ``upper_offset`` (a high
+    watermark or an LSO cut of a read at ``offset``): ``(bytes, next offset, records)``, the
+    bytes a slice of ``data`` and ``(b"", offset, 0)``'s equivalent when none does.
+
+    ``data`` holds whole batches (a read of the log); a partial tail ends the walk.
+
+    Raises:
+        CorruptRecordError, InvalidRecordError: a malformed header.
+    """
+    position = 0
+    next_offset = offset
+    records = 0
+    for header in iter_batch_headers(data):
+        if header.base_offset >= upper_offset:
+            break
+        position = header.end_position
+        next_offset = header.next_offset
+        records += header.records_count
+    return data[:position], next_offset, records
+
+
+def find_in_block(
+    buf: bytes,
+    buf_start: int,
+    position: int,
+    end: int,
+    offset: int,
+    timestamp: int,
+    size_bytes: int = 0,
+    _unpack: Callable[[bytes, int], ScannedBatch] = SCAN_FIELDS.unpack_from,
+) -> FoundBatch | BlockStep:
+    """Walk the batches whose header lies in ``buf`` (the bytes from position ``buf_start`` of
+    a log ending at ``end``) from ``position`` on, to the first whose last offset is ``>=
+    offset`` and max timestamp ``>= timestamp``.
+
+    Returns the batch as a :data:`FoundBatch` (7 fields; its header is in ``buf``), or a
+    :data:`BlockStep` (3 fields): READ_ON (the next header is not whole in ``buf`` and ``buf``
+    ends before ``end``), END (nothing more: the end, or 17 bytes or fewer before it) or STOP
+    (the batch at that position breaks a framing rule or runs past ``end``:
+    :func:`~stratalog.records.batch.check_framing` says which). O(batches stepped over).
+    """
+    # (The hot loop of every read by offset or time: a found batch is returned in the shape the
+    # storage engine hands on, so that nothing is built twice; ``_unpack`` is bound once.)
+    unpack = _unpack
+    buf_end = buf_start + len(buf)
+    # A header starting at or before this lies whole in the block.
+    header_end = buf_end - RECORD_BATCH_OVERHEAD
+    while position <= header_end:
+        base_offset, length, magic, _, last_offset_delta, max_timestamp, count = unpack(
+            buf, position - buf_start
+        )
+        size_bytes = length + LOG_OVERHEAD
+        if length < _MIN_V2_LENGTH or magic != MAGIC or position + size_bytes > end:
+            return STOP, position, size_bytes
+        last_offset = base_offset + last_offset_delta
+        if last_offset >= offset and max_timestamp >= timestamp:
+            return position, size_bytes, last_offset, count, max_timestamp, buf, buf_start
+        position += size_bytes
+    return _block_end(buf_end, position, end, size_bytes)
+
+
+def collect_in_block(
+    buf: bytes | bytearray | memoryview,
+    buf_start: int,
+    position: int,
+    end: int,
+    into: list[ScannedBatch],
+    check: Callable[[int, int, int], bool] | None = None,
+    max_message_bytes: int = 0,
+) -> BlockStep:
+    """Append to ``into`` the :data:`ScannedBatch` of every batch of ``buf`` (the bytes from
+    position ``buf_start`` of a log ending at ``end``) from ``position`` on whose header lies in
+    ``buf``; the batches are consecutive, their positions follow from their sizes.
+
+    ``check`` (recovery): each batch must also be whole in ``buf`` and pass its CRC-32C and
+    ``max_message_bytes``. A batch that is not whole in ``buf`` ends the block (READ_ON from
+    it), unless it is the block's first (larger than a block): then, and for a batch failing
+    its CRC or the size limit, ``check(relative position in buf, size_bytes, stored crc)``
+    decides (a caller that reads the batch in pieces, and logs what fails): True takes the
+    batch, False ends the walk (END).
+
+    Returns a :data:`BlockStep` (``size_bytes`` 0): READ_ON, END or STOP as for
+    :func:`find_in_block`. O(batches) unpacks; with ``check``, O(bytes) CRC work.
+    """
+    unpack = SCAN_FIELDS.unpack_from
+    append = into.append
+    buf_length = len(buf)
+    relative = position - buf_start
+    end_relative = end - buf_start
+    header_limit = buf_length - RECORD_BATCH_OVERHEAD
+    while relative <= header_limit:
+        fields = unpack(buf, relative)
+        _, length, magic, crc, _, _, _ = fields
+        following = relative + length + LOG_OVERHEAD
+        if length < _MIN_V2_LENGTH or magic != MAGIC or following > end_relative:
+            return STOP, buf_start + relative, 0
+        if check is not None:
+            if following <= buf_length:
+                actual = _crc32c(memoryview(buf)[relative + ATTRIBUTES_OFFSET : following])
+            elif relative:
+                return READ_ON, buf_start + relative, 0  # not whole: read on
+            else:
+                actual = None  # larger than a block: the caller checksums it in pieces
+            if (actual != crc or following - relative > max_message_bytes) and not check(
+                relative, following - relative, crc
+            ):
+                return END, buf_start + relative, 0
+        append(fields)
+        relative = following
+    return _block_end(buf_start + buf_length, buf_start + relative, end, 0)
+
+
+def _block_end(buf_end: int, position: int, end: int, size_bytes: int) -> BlockStep:
+    """The header at ``position`` is not all in the block ending at ``buf_end``: read on, or
+    the end. 17 bytes or fewer left are the end; more, but fewer than a header: only a framing
+    rule can apply (STOP)."""
+    if buf_end < end:
+        return READ_ON, position, size_bytes
+    if not at_tail(position, end):
+        return STOP, position, size_bytes
+    return END, position, size_bytes
