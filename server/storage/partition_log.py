@@ -1,77 +1,70 @@
-"""One partition's log: an ordered run of segments in one directory, and the embedded API.
+"""One partition's log: offsets, producers, epochs and bounds over its segments; the embedded API.
 
-A partition log is what a Kafka broker calls ``UnifiedLog``/``LocalLog``: a directory
-``<topic>-<partition>/`` holding segments (``<20-digit base offset>.log`` + indexes), of which the
-last is *active* and takes appends. The log assigns offsets, decides when to roll a new segment,
-serves reads by offset and lookups by timestamp, truncates, and flushes::
+A partition log is what a Kafka broker calls ``UnifiedLog``: the log of one partition
+``<topic>-<partition>/``, whose files (segments ``<20-digit base offset>.log`` + indexes, of
+which the last is *active* and takes appends) are its
+:class:`~stratalog.server.storage.local_log.LocalLog` (Kafka's ``LocalLog``: roll, write,
+read, truncate, delete, flush, offline handling). Above the segments this module keeps what
+gives the records their meaning: it validates appends and assigns offsets, judges producers
+(idempotence, transactions: the producer state and the last stable offset), stamps and records
+leader epochs, keeps the log start offset and the high watermark, bounds reads by them, and
+answers lookups by timestamp::
 
-    log_start_offset                                   log_end_offset (LEO: next offset to assign)
-    |                                                  |
+    log_start_offset          high watermark / LSO     log_end_offset (LEO: next offset to assign)
+    |                                   |              |
     [segment 0 .......][segment 1000 .......][segment 2000 ...active...]
                                                         ^ appends: validate, assign offsets from
                                                           LEO, maybe roll, write, publish LEO
 
 Reads never block appends: the writer publishes the end of the log as one immutable value
-(LEO, the active segment's base offset, its size) only after the bytes are written, and a read
-stops at the end it saw. Removed segments (retention, truncation, roll over an empty segment)
-are renamed ``*.deleted`` at once and closed and deleted ``file.delete.delay.ms`` later, as in
-Kafka, so a reader that still holds one keeps a valid file. The deletion is background work
-(:meth:`PartitionLog.maybe_delete_pending`, which the LogManager's maintenance pass calls), never
-an append's: an append touches the file system only to write, and to roll when one is due.
-:meth:`PartitionLog.try_append_without_blocking` says when an append would do more than write
-(roll, fsync, wait for the lock), so that an event loop can hand those to a thread.
+(LEO, the active segment's base offset, its size, the first unstable offset) only after the
+bytes are written, and a read stops at the end it saw. Removed segments (retention,
+truncation, roll over an empty segment) are renamed ``*.deleted`` at once and closed and
+deleted ``file.delete.delay.ms`` later, as in Kafka, so a reader that still holds one keeps a
+valid file. The deletion is background work (:meth:`PartitionLog.maybe_delete_pending`, which
+the LogManager's maintenance pass calls), never an append's: an append touches the file system
+only to write, and to roll when one is due. :meth:`PartitionLog.try_append_without_blocking`
+says when an append would do more than write (roll, fsync, wait for the lock), so that an
+event loop can hand those to a thread.
 
 Opening a directory is the job of :mod:`~stratalog.server.storage.recovery` (Kafka's
 ``LogLoader``): segments are opened lazily from their ``.log`` files, leftovers of interrupted
 renames are resolved, and the segments a crash may have damaged are recovered (rebuilt from
 their ``.log`` and cut at the first invalid byte). Retention ([B-59]..[B-64]) is decided by
 :mod:`~stratalog.server.storage.retention` and carried out here.
+
+Kafka's split of the two layers is the model:
+``storage/src/main/java/org/apache/kafka/storage/internals/log/UnifiedLog.java`` (this module)
+over ``storage/src/main/java/org/apache/kafka/storage/internals/log/LocalLog.java``
+(``local_log.py``).
 """
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import enum
-import itertools
+import functools
 import logging
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
 
 from stratalog.records.batch import NO_PRODUCER_ID, NO_SEQUENCE, NO_TIMESTAMP, parse_header
 from stratalog.records.builder import BatchBuilder
 from stratalog.records.control import ControlRecordType, EndTransactionMarker
-from stratalog.records.log_layout import (
-    CLEANED_FILE_SUFFIX,
-    DELETED_FILE_SUFFIX,
-    SWAP_FILE_SUFFIX,
-)
 
 from .clock import wall_clock_ms
 from .config import PRODUCER_ID_EXPIRATION_MS_DEFAULT, LogConfig
 from .descriptor_budget import ran_out_of_descriptors
-from .durable import fsync_directory
 from .errors import (
-    CleaningAbortedError,
-    InvalidTopicError,
     LogClosedError,
-    LogDirOfflineError,
     OffsetOutOfRangeError,
-    OutOfDescriptorsError,
-    StorageError,
     StorageIOError,
-)
-from .files import (
-    log_file,
-    offset_index_file,
-    time_index_file,
-    transaction_index_file,
 )
 from .follower_append import FollowerRun, validate_follower_batches
 from .leader_epoch_cache import LeaderEpochCache, load_leader_epoch_cache
+from .local_log import LocalLog, LogEnd, delete_segments
 from .open_segments import DEFAULT_OPEN_SEGMENTS_MAX, OpenSegments
 from .producer_state import (
     DuplicateAppend,
@@ -84,7 +77,6 @@ from .retention import RetentionPlan, plan_retention
 from .segment import FetchedBatches, Segment
 from .segments import Segments
 from .time_index import TimestampOffset
-from .topic_names import parse_partition_dir_name
 from .txn_index import AbortedTxn
 from .validation import ValidatedAppend, validate_and_assign_offsets
 
@@ -201,31 +193,20 @@ IoFailureHandler = Callable[["PartitionLog", BaseException], None]
 TransactionVerifier = Callable[[int, int], None]
 
 
-class _LogEnd(NamedTuple):
-    """The end of the log as readers may see it, published as one value after each write.
-
-    ``first_unstable`` is the producer state's first unstable offset as of that end (None: no
-    transaction open), published with it so that a lock-free reader computes the LSO from one
-    consistent moment: two separate reads could pair an end from before a marker with the state
-    from after it, an LSO past a marker the reader's data does not hold.
-    """
-
-    offset: int  # the log end offset (next offset to assign)
-    segment_base_offset: int  # the active segment holding the end
-    position: int  # readable bytes of that segment
-    first_unstable: int | None = None
-
-
 class PartitionLog:
-    """The log of one partition: segments in one directory, with offsets, roll and lookups.
+    """The log of one partition (Kafka's ``UnifiedLog``): offsets, producers, epochs, bounds,
+    over the :class:`~stratalog.server.storage.local_log.LocalLog` of its segments.
 
-    Holds: the directory, the :class:`LogConfig`, the clock, the :class:`Segments` map, the
-    log start offset, the published end of the log, the recovery point (everything below it is
-    fsynced) and the segments waiting for deferred deletion.
+    Holds: the :class:`LocalLog` (the directory, the config, the :class:`Segments` map, the
+    published end of the log, the recovery point, the segments waiting for deferred
+    deletion), the lock both layers share, the log start offset, the high watermark once a
+    replication layer tracks one, the producer state and the leader epoch cache.
 
     Invariants: at least one segment while open; segment base offsets increase and each segment's
     offsets lie below the next one's base; ``log_start_offset <= log_end_offset``; the active
-    segment is the last one and holds ``log_end_offset``'s position.
+    segment is the last one and holds ``log_end_offset``'s position; a tracked high watermark
+    lies in ``[log_start_offset, log_end_offset]``; the producer state and the leader epoch
+    cache describe the log up to its end.
 
     Crash behaviour: appends reach the page cache; :meth:`flush` (or ``flush.messages``) makes
     them durable and advances the recovery point. After a crash the active segment may end in a
@@ -234,12 +215,12 @@ class PartitionLog:
     shutdown was unclean, the active segment when it cannot know. Segments removed by
     retention or truncation are renamed ``.deleted`` first; a crash before their deletion
     leaves files the next open deletes. An I/O error on a write path (write, index entry,
-    fsync, roll) publishes nothing and takes the log offline (:meth:`_io_failed`): every later
-    call raises LogDirOfflineError, and the next open decides, as after a crash, what the failed
-    write left. Running out of file descriptors (EMFILE, ENFILE) is not an I/O error of the
-    disk: an append or roll that fails for want of one before anything was written raises
-    OutOfDescriptorsError and leaves the log online, as it was, for the same append to succeed
-    once descriptors are free (:meth:`_out_of_descriptors`).
+    fsync, roll) publishes nothing and takes the log offline (:meth:`LocalLog.io_failed`):
+    every later call raises LogDirOfflineError, and the next open decides, as after a crash,
+    what the failed write left. Running out of file descriptors (EMFILE, ENFILE) is not an
+    I/O error of the disk: an append or roll that fails for want of one before anything was
+    written raises OutOfDescriptorsError and leaves the log online, as it was, for the same
+    append to succeed once descriptors are free (:meth:`LocalLog.out_of_descriptors`).
 
     Concurrency: one writer at a time for :meth:`append`, :meth:`roll`, :meth:`truncate_to`,
     :meth:`truncate_fully_and_start_at` and :meth:`close` (the server serialises them per
@@ -252,7 +233,8 @@ class PartitionLog:
     Background work (:meth:`flush`, :meth:`delete_old_segments`, :meth:`maybe_delete_pending`,
     :meth:`maybe_increment_log_start_offset`) may run in another thread while the writer
     appends: every mutation of the segment map and offsets takes one internal lock
-    (uncontended in the common case), and fsyncs run outside it.
+    (uncontended in the common case; the local log below takes the same one), and fsyncs run
+    outside it.
     :meth:`try_append_without_blocking` and :meth:`append_deferred` are writers as
     :meth:`append` is; the first never waits for the lock (an event loop's append: it gives
     the append back, undone, when the lock is held, and when the append would roll or fsync).
@@ -287,24 +269,9 @@ class PartitionLog:
         ``leader_epoch_cache`` is the cache as of the log end (default: loaded from the
         directory's ``leader-epoch-checkpoint`` and repaired, :func:`load_leader_epoch_cache`).
         """
-        self._directory = directory
-        self._config = config
         self._time_ms = time_ms
-        self._segments = segments
         self._lock = threading.RLock()
-        self._closed = False
-        self._pending_deletes: list[tuple[int, Segment]] = []  # (due time ms, segment)
-        # A file was created or renamed since the last directory fsync.
-        self._directory_dirty = directory_changed
         self._flush_scheduler = flush_scheduler
-        self._truncations = 0  # counts truncations, so a flush can tell one overlapped it
-        # The cache that closes the files of inactive segments (segments.py's Segment docs);
-        # new segments get it. One per server (the LogManager's), or one per embedded log.
-        self._open_segments = open_segments
-        # Told of an I/O error on a write path (the log is offline then): the LogManager
-        # takes the log's directory offline. See _io_failed.
-        self._io_failure_handler = io_failure_handler
-        self._offline = False
         active = segments.active
         assert active is not None, "a log always has an active segment"
         active.activate()
@@ -314,14 +281,31 @@ class PartitionLog:
         start = first.base_offset if log_start_offset is None else log_start_offset
         assert start <= end_offset, f"log start offset {start} above the log end {end_offset}"
         self._log_start_offset = start
-        self._recovery_point = end_offset if recovery_point is None else recovery_point
-        self._last_flush_ms = time_ms()
         if producer_state is None:
             producer_state = ProducerStateManager(directory, producer_id_expiration_ms)
             producer_state.reset(end_offset)
         self._producer_state = producer_state
-        self._end = _LogEnd(
-            end_offset, active.base_offset, active.size_bytes, producer_state.first_unstable_offset
+        # The LogManager is told which log failed (it takes the log's whole directory
+        # offline); the local log below only knows that one did.
+        on_io_failure = (
+            None if io_failure_handler is None
+            else functools.partial(io_failure_handler, self)
+        )
+        self._local = LocalLog(
+            directory,
+            config,
+            time_ms,
+            segments,
+            self._lock,
+            LogEnd(
+                end_offset, active.base_offset, active.size_bytes,
+                producer_state.first_unstable_offset,
+            ),
+            recovery_point=end_offset if recovery_point is None else recovery_point,
+            directory_changed=directory_changed,
+            open_segments=open_segments,
+            io_failure_handler=on_io_failure,
+            flush_snapshot=producer_state.flush_snapshot,
         )
         if leader_epoch_cache is None:
             leader_epoch_cache = load_leader_epoch_cache(directory, segments, start, end_offset)
@@ -329,16 +313,8 @@ class PartitionLog:
         # The high watermark, once a replication layer tracks one (update_high_watermark);
         # None: a single server's log, whose high watermark is its log end offset.
         self._high_watermark: int | None = None
-        # The roll snapshots written without an fsync, by offset: flush fsyncs each before the
-        # recovery point reaches it (see _roll).
-        self._unflushed_snapshots: set[int] = set()
         # Segments the loader rebuilt when this log was opened (set by open; observable).
         self.recovered_segments = 0
-        # The running max of segment timestamps for time lookups (see _first_segment_reaching).
-        self._timestamp_lock = threading.Lock()
-        self._timestamp_cache_version = -1
-        self._timestamp_cache_segments: list[Segment] = []
-        self._timestamp_prefix_max: list[int] = []
 
     # ---------------------------------------------------------------- opening
 
@@ -440,22 +416,20 @@ class PartitionLog:
 
     @property
     def directory(self) -> Path:
-        return self._directory
+        return self._local.directory
 
     @property
     def config(self) -> LogConfig:
-        return self._config
+        return self._local.config
 
     @property
     def segments(self) -> Segments:
         """The segment map (read-only: only the log mutates it)."""
-        return self._segments
+        return self._local.segments
 
     @property
     def active_segment(self) -> Segment:
-        active = self._segments.active
-        assert active is not None
-        return active
+        return self._local.active_segment
 
     @property
     def log_start_offset(self) -> int:
@@ -464,7 +438,7 @@ class PartitionLog:
     @property
     def log_end_offset(self) -> int:
         """The offset the next appended record will get."""
-        return self._end.offset
+        return self._local.end.offset
 
     @property
     def last_stable_offset(self) -> int:
@@ -474,9 +448,9 @@ class PartitionLog:
         (DeleteRecords, retention), and offsets there cannot be read (Kafka bounds its first
         unstable offset so too). read_committed fetches and ListOffsets stop here.
         Thread-safe without the lock: the end and the first unstable offset come from one
-        published :class:`_LogEnd`. When the log tracks a high watermark (replication), the LSO
+        published :class:`LogEnd`. When the log tracks a high watermark (replication), the LSO
         is bounded by it too (Kafka's ``lastStableOffset``)."""
-        end = self._end
+        end = self._local.end
         bound = end.offset
         high_watermark = self._high_watermark
         if high_watermark is not None:
@@ -500,7 +474,7 @@ class PartitionLog:
         ``[log_start_offset, log_end_offset]``. Lock-free read of one published int.
         """
         high_watermark = self._high_watermark
-        return self._end.offset if high_watermark is None else high_watermark
+        return self._local.end.offset if high_watermark is None else high_watermark
 
     @property
     def tracks_high_watermark(self) -> bool:
@@ -517,8 +491,8 @@ class PartitionLog:
         it on truncation.
         """
         with self._lock:
-            self._ensure_open()
-            bounded = min(max(offset, self._log_start_offset), self._end.offset)
+            self._local.ensure_open()
+            bounded = min(max(offset, self._log_start_offset), self._local.end.offset)
             self._high_watermark = bounded
             return bounded
 
@@ -532,16 +506,16 @@ class PartitionLog:
                 first).
         """
         with self._lock:
-            self._ensure_open()
+            self._local.ensure_open()
             if self._high_watermark is None:
                 raise ValueError(
-                    f"log {self._directory} tracks no high watermark: set one with "
+                    f"log {self._local.directory} tracks no high watermark: set one with "
                     "update_high_watermark first"
                 )
-            if offset > self._end.offset:
+            if offset > self._local.end.offset:
                 raise ValueError(
-                    f"high watermark {offset} of log {self._directory} would be above its log "
-                    f"end offset {self._end.offset}"
+                    f"high watermark {offset} of log {self._local.directory} would be above its log "
+                    f"end offset {self._local.end.offset}"
                 )
             if offset <= self._high_watermark:
                 return False
@@ -565,7 +539,7 @@ class PartitionLog:
         """The OffsetsForLeaderEpoch answer ``(epoch, end offset)`` for ``requested_epoch``
         (:meth:`LeaderEpochCache.end_offset_for` against this log's end)."""
         with self._lock:
-            return self._epoch_cache.end_offset_for(requested_epoch, self._end.offset)
+            return self._epoch_cache.end_offset_for(requested_epoch, self._local.end.offset)
 
     def maybe_assign_epoch_start_offset(self, leader_epoch: int, start_offset: int) -> bool:
         """Record that ``leader_epoch`` starts at ``start_offset`` (Kafka: a replica becoming
@@ -576,7 +550,7 @@ class PartitionLog:
             ValueError: a negative epoch or offset. StorageIOError: the checkpoint write failed.
         """
         with self._lock:
-            self._ensure_open()
+            self._local.ensure_open()
             return self._epoch_cache.assign(leader_epoch, start_offset)
 
     @property
@@ -588,7 +562,7 @@ class PartitionLog:
         """Forget the producers idle for ``producer.id.expiration.ms`` with no open transaction
         (run by the LogManager's maintenance pass); returns their ids."""
         with self._lock:
-            if self._closed:
+            if self._local.is_closed:
                 return []
             return self._producer_state.remove_expired_producers(
                 self._time_ms() if now_ms is None else now_ms
@@ -597,20 +571,20 @@ class PartitionLog:
     @property
     def recovery_point(self) -> int:
         """Every offset below this has been fsynced."""
-        return self._recovery_point
+        return self._local.recovery_point
 
     @property
     def last_flush_ms(self) -> int:
-        return self._last_flush_ms
+        return self._local.last_flush_ms
 
     @property
     def size_bytes(self) -> int:
         """Bytes in all segments' ``.log`` files."""
-        return self._segments.size_bytes
+        return self._local.size_bytes
 
     @property
     def is_closed(self) -> bool:
-        return self._closed
+        return self._local.is_closed
 
     def update_config(self, config: LogConfig) -> LogConfig:
         """Use ``config`` from now on; returns the old one (Kafka's ``updateConfig``).
@@ -619,9 +593,8 @@ class PartitionLog:
         ``segment.index.bytes`` apply to segments created from now on, as in Kafka.
         """
         with self._lock:
-            self._ensure_open()
-            old, self._config = self._config, config
-            return old
+            self._local.ensure_open()
+            return self._local.update_config(config)
 
     def maybe_increment_log_start_offset(self, new_offset: int) -> bool:
         """Move the log start offset up to ``new_offset`` (DeleteRecords, [B-65]).
@@ -638,12 +611,12 @@ class PartitionLog:
                 server's is the log end offset).
         """
         with self._lock:
-            self._ensure_open()
-            end_offset = self._end.offset
+            self._local.ensure_open()
+            end_offset = self._local.end.offset
             high_watermark = self.high_watermark
             if new_offset > high_watermark:
                 raise OffsetOutOfRangeError(
-                    f"cannot increment the log start offset of {self._directory} to "
+                    f"cannot increment the log start offset of {self._local.directory} to "
                     f"{new_offset}: it is above the high watermark {high_watermark} (log end "
                     f"offset {end_offset})",
                     log_start_offset=self._log_start_offset,
@@ -653,9 +626,10 @@ class PartitionLog:
                 return False
             self._log_start_offset = new_offset
             self._truncate_epochs_from_start(new_offset)
-            self._recovery_point = max(self._recovery_point, new_offset)
+            self._local.update_recovery_point(max(self._local.recovery_point, new_offset))
             self._producer_state.delete_snapshots(below=new_offset)
-            log.info("incremented the log start offset of %s to %d", self._directory, new_offset)
+            log.info("incremented the log start offset of %s to %d", self._local.directory,
+                     new_offset)
             return True
 
     # ---------------------------------------------------------------- appends
@@ -712,7 +686,7 @@ class PartitionLog:
             what ``verify_transaction`` raises; nothing was appended.
         """
         with self._lock:
-            self._ensure_open()
+            self._local.ensure_open()
             if len(record_batches) == 0:
                 return self._empty_append_info()
             now_ms = self._time_ms()
@@ -756,7 +730,7 @@ class PartitionLog:
             ControlRecordType.COMMIT if commit else ControlRecordType.ABORT, coordinator_epoch
         )
         with self._lock:
-            self._ensure_open()
+            self._local.ensure_open()
             now_ms = self._time_ms()
             builder = BatchBuilder(
                 producer_id=producer_id,
@@ -768,8 +742,8 @@ class PartitionLog:
             builder.append(now_ms, marker.encode_key(), marker.encode_value(), ())
             validated = validate_and_assign_offsets(
                 builder.build(),
-                self._config,
-                first_offset=self._end.offset,
+                self._local.config,
+                first_offset=self._local.end.offset,
                 now_ms=now_ms,
                 partition_leader_epoch=leader_epoch,
                 allow_control=True,
@@ -820,7 +794,7 @@ class PartitionLog:
                 decompressed_bytes_max=decompressed_bytes_max, leader_epoch=leader_epoch,
             )
         try:
-            self._ensure_open()
+            self._local.ensure_open()
             if len(record_batches) == 0:
                 return self._empty_append_info()
             segment = self.active_segment
@@ -843,7 +817,7 @@ class PartitionLog:
             else:
                 return self._write_to(segment, validated, judged)
             return DeferredAppend(
-                record_batches, reason, validated, self._end.offset, self._config, now_ms,
+                record_batches, reason, validated, self._local.end.offset, self._local.config, now_ms,
                 verify_transaction, decompressed_bytes_max, leader_epoch,
             )
         finally:
@@ -858,12 +832,12 @@ class PartitionLog:
         validated again. Raises what :meth:`append` raises.
         """
         with self._lock:
-            self._ensure_open()
+            self._local.ensure_open()
             validated = deferred.validated
             if (
                 validated is None
-                or deferred.first_offset != self._end.offset
-                or deferred.config is not self._config
+                or deferred.first_offset != self._local.end.offset
+                or deferred.config is not self._local.config
             ):
                 return self.append(
                     deferred.record_batches,
@@ -907,10 +881,10 @@ class PartitionLog:
             StorageIOError, LogClosedError, LogDirOfflineError: as :meth:`append`.
         """
         with self._lock:
-            self._ensure_open()
+            self._local.ensure_open()
             runs = validate_follower_batches(
-                record_batches, self._config, log_end_offset=self._end.offset,
-                log_name=str(self._directory),
+                record_batches, self._local.config, log_end_offset=self._local.end.offset,
+                log_name=str(self._local.directory),
             )
             if not runs:
                 return self._empty_append_info()
@@ -944,14 +918,14 @@ class PartitionLog:
         segment = self.active_segment
         if self._roll_due(segment, validated, now_ms):
             log.debug(
-                "rolling log %s for a follower append at offsets [%d, %d]", self._directory,
+                "rolling log %s for a follower append at offsets [%d, %d]", self._local.directory,
                 validated.first_offset, validated.last_offset,
             )
             segment = self._roll(validated.first_offset)
         try:
             self._epoch_cache.assign_all(run.epoch_starts)
         except StorageIOError as exc:
-            self._io_failed(exc, "leader epoch checkpoint write")
+            self._local.io_failed(exc, "leader epoch checkpoint write")
             raise
         end_offset = validated.last_offset + 1
         state = self._producer_state
@@ -971,15 +945,15 @@ class PartitionLog:
                 validated.pieces,
             )
         except BaseException as exc:
-            self._io_failed(exc, "follower write")
+            self._local.io_failed(exc, "follower write")
             raise
-        new_end = _LogEnd(
+        new_end = LogEnd(
             end_offset, segment.base_offset, segment.size_bytes, state.first_unstable_offset
         )
         if self._flush_due(end_offset):
             # Durable before visible, as a leader's flushed append.
-            self._flush(None, end_offset)
-        self._end = new_end
+            self._local.flush(None, end_offset)
+        self._local.publish_end(new_end)
 
     def _validate(
         self,
@@ -990,8 +964,8 @@ class PartitionLog:
     ) -> ValidatedAppend:
         return validate_and_assign_offsets(
             record_batches,
-            self._config,
-            first_offset=self._end.offset,
+            self._local.config,
+            first_offset=self._local.end.offset,
             now_ms=now_ms,
             partition_leader_epoch=leader_epoch,
             decompressed_bytes_max=decompressed_bytes_max,
@@ -1060,21 +1034,21 @@ class PartitionLog:
         if self._roll_due(segment, validated, now_ms):
             log.debug(
                 "rolling log %s: segment %d has %d bytes, an append of %d bytes, max timestamp "
-                "%d", self._directory, segment.base_offset, segment.size_bytes,
+                "%d", self._local.directory, segment.base_offset, segment.size_bytes,
                 validated.size_bytes, validated.max_timestamp,
             )
-            segment = self._roll(self._end.offset)
+            segment = self._roll(self._local.end.offset)
         if not (flush or self._flush_due(validated.last_offset + 1)):
             return self._write_to(segment, validated, judged)
         # Durable before visible: the records are published only once fsynced, so that a
         # failed fsync (the log goes offline) never lets a reader see them.
         info = self._write_to(segment, validated, judged, publish=False)
-        new_end = _LogEnd(
+        new_end = LogEnd(
             validated.last_offset + 1, segment.base_offset, segment.size_bytes,
             self._producer_state.first_unstable_offset,
         )
-        self._flush(None, new_end.offset)
-        self._end = new_end
+        self._local.flush(None, new_end.offset)
+        self._local.publish_end(new_end)
         return info
 
     def _write_to(
@@ -1089,8 +1063,7 @@ class PartitionLog:
         publish the new log end (unless ``publish`` is False: the caller fsyncs first).
 
         A write that fails publishes nothing: the log end does not move past it, and the log
-        goes offline (:meth:`_io_failed`) when the failure was an I/O error, since the file
-        may now hold bytes past the published end that later appends must not follow.
+        goes offline when the failure was an I/O error (:meth:`LocalLog.append`).
 
         Order matters to lock-free readers: the ``.txnindex`` entries of aborted transactions
         are written before the marker that completes them, and the new end is published last,
@@ -1099,9 +1072,7 @@ class PartitionLog:
         reader cannot see, nor a transaction whose start it can).
 
         All or nothing: the ``.txnindex`` entries of an ABORT marker are written before the
-        marker, and taken back if the marker's write fails. (Kafka writes the marker first; an
-        index write failing after it takes the log directory offline. Here it fails the call,
-        and the log stays as it was.)
+        marker, and taken back if the marker's write fails (:meth:`LocalLog.append`).
         """
         self._maybe_assign_epoch(validated.partition_leader_epoch, validated.first_offset)
         aborted: list[AbortedTxn] = []
@@ -1112,35 +1083,24 @@ class PartitionLog:
                            state.last_stable_offset_for(txn))
                 for txn in judged.completed_txns if txn.is_aborted
             ]
-        for entry in aborted:
-            segment.txn_index.append(entry)
-        size_before = segment.size_bytes
-        try:
-            segment.append(
-                validated.last_offset,
-                validated.max_timestamp,
-                validated.shallow_offset_of_max_timestamp,
-                validated.pieces,
-            )
-        except BaseException as exc:
-            if aborted:
-                self._take_back_txn_index_entries(segment, aborted[0].last_offset)
-            # An index that could not be opened fails the append before its bytes are
-            # written: the log is as it was, and only then is the failure retriable.
-            if segment.size_bytes == size_before:
-                self._out_of_descriptors(exc, "write")
-            self._io_failed(exc, "write")
-            raise
+        self._local.append(
+            segment,
+            validated.last_offset,
+            validated.max_timestamp,
+            validated.shallow_offset_of_max_timestamp,
+            validated.pieces,
+            aborted,
+        )
         state = self._producer_state
         if judged is not None:
             state.apply(judged)
         else:
             state.map_end_offset = validated.last_offset + 1
         if publish:
-            self._end = _LogEnd(
+            self._local.publish_end(LogEnd(
                 validated.last_offset + 1, segment.base_offset, segment.size_bytes,
                 state.first_unstable_offset,
-            )
+            ))
         return AppendInfo(
             first_offset=validated.first_offset,
             last_offset=validated.last_offset,
@@ -1162,7 +1122,7 @@ class PartitionLog:
         try:
             self._epoch_cache.assign(epoch, start_offset)
         except StorageIOError as exc:
-            self._io_failed(exc, "leader epoch checkpoint write")
+            self._local.io_failed(exc, "leader epoch checkpoint write")
             raise
 
     def _truncate_epochs_from_end(self, end_offset: int) -> None:
@@ -1172,7 +1132,7 @@ class PartitionLog:
         try:
             self._epoch_cache.truncate_from_end(end_offset)
         except StorageIOError:
-            log.exception("cannot write the leader epoch checkpoint of %s", self._directory)
+            log.exception("cannot write the leader epoch checkpoint of %s", self._local.directory)
 
     def _truncate_epochs_from_start(self, start_offset: int) -> None:
         """The leader epoch cache forgets what lies below the new log start. A failed
@@ -1181,23 +1141,13 @@ class PartitionLog:
         try:
             self._epoch_cache.truncate_from_start(start_offset)
         except StorageIOError:
-            log.exception("cannot write the leader epoch checkpoint of %s", self._directory)
-
-    def _take_back_txn_index_entries(self, segment: Segment, from_offset: int) -> None:
-        """Cut the ``.txnindex`` entries of a marker whose write failed. If that fails too, the
-        entries stay: they name offsets from the log end on, which the next marker's entries
-        must pass (a retry fails until a restart rebuilds the index from the log)."""
-        try:
-            segment.txn_index.truncate_to(from_offset)
-        except StorageError:
-            log.exception("cannot take back the transaction index entries from offset %d of %s",
-                          from_offset, segment.log_path)
+            log.exception("cannot write the leader epoch checkpoint of %s", self._local.directory)
 
     def _roll_due(self, segment: Segment, validated: ValidatedAppend, now_ms: int) -> bool:
         """Whether ``validated`` must go to a new segment ([B-4], [B-11], [B-12])."""
         return segment.should_roll(
-            max_segment_bytes=self._config.segment_bytes,
-            max_segment_ms=self._config.max_segment_ms,
+            max_segment_bytes=self._local.config.segment_bytes,
+            max_segment_ms=self._local.config.max_segment_ms,
             max_timestamp_in_messages=validated.max_timestamp,
             max_offset_in_messages=validated.last_offset,
             messages_size_bytes=validated.size_bytes,
@@ -1206,7 +1156,7 @@ class PartitionLog:
 
     def _flush_due(self, end_offset: int) -> bool:
         """Whether a log ending at ``end_offset`` holds ``flush.messages`` unflushed messages."""
-        return end_offset - self._recovery_point >= self._config.flush_messages
+        return end_offset - self._local.recovery_point >= self._local.config.flush_messages
 
     def roll(self) -> Segment:
         """Start a new active segment at the log end offset ([B-13], [B-14]); returns it.
@@ -1214,61 +1164,17 @@ class PartitionLog:
         Rolling an empty active segment at the log end recreates it (still one segment there).
         """
         with self._lock:
-            self._ensure_open()
+            self._local.ensure_open()
             segment = self._roll(None)
-            self._maybe_delete_pending(self._time_ms())
+            self._local.maybe_delete_pending_locked(self._time_ms())
             return segment
 
     def _roll(self, expected_next_offset: int | None) -> Segment:
-        """:meth:`roll` under the lock; an I/O error takes the log offline."""
-        try:
-            return self._roll_locked(expected_next_offset)
-        except BaseException as exc:
-            self._io_failed(exc, "roll")
-            raise
-
-    def _roll_locked(self, expected_next_offset: int | None) -> Segment:
-        end = self._end
-        new_offset = max(expected_next_offset or 0, end.offset)
-        active = self.active_segment
-        segment: Segment | None = None
-        if new_offset in self._segments:
-            if active.base_offset == new_offset and active.size_bytes == 0:
-                # KAFKA-6388: an empty active segment at the roll offset is replaced.
-                log.warning(
-                    "rolling log %s to offset %d, where the empty active segment already is: "
-                    "recreating it", self._directory, new_offset,
-                )
-                self._segments.remove(new_offset)
-                self._schedule_delete([active])
-            else:
-                raise StorageError(
-                    f"cannot roll log {self._directory} to a new segment at offset "
-                    f"{new_offset}: a segment with that base offset already exists"
-                )
-        elif new_offset < active.base_offset:
-            raise StorageError(
-                f"cannot roll log {self._directory} to offset {new_offset}, below the active "
-                f"segment's base offset {active.base_offset}"
-            )
-        else:
-            self._delete_stale_files(new_offset)
-            active.on_become_inactive()
-            try:
-                segment = self._create_active_segment(new_offset)
-            except BaseException as exc:
-                if ran_out_of_descriptors(exc) is None:
-                    raise
-                # Nothing of the new segment is kept: the old one takes the appends again,
-                # and the next append rolls again (its roll is still due).
-                self._delete_stale_files(new_offset, left_by="this roll")
-                active.activate()
-                self._out_of_descriptors(exc, "roll")
-                raise
-        if segment is None:  # the KAFKA-6388 replacement above
-            segment = self._create_active_segment(new_offset)
-        self._segments.add(segment)
-        self._directory_dirty = True
+        """:meth:`roll` under the lock (Kafka's ``UnifiedLog.roll``): the local log rolls,
+        then the producer state takes its snapshot at the new segment's base offset and the
+        flush below it is scheduled. An I/O error takes the log offline."""
+        segment = self._local.roll(expected_next_offset)
+        new_offset = segment.base_offset
         # Kafka's snapshot on roll, named by the new segment's base offset (the state reflects
         # every batch below it), written whatever the producers, as UnifiedLog.roll does: an
         # empty one (header, 0 entries) is what lets an unclean open of a log that never had a
@@ -1282,64 +1188,24 @@ class PartitionLog:
         self._producer_state.map_end_offset = new_offset
         try:
             self._producer_state.take_snapshot(fsync=False)
-        except StorageIOError as exc:
-            if ran_out_of_descriptors(exc) is None:
+        except BaseException as exc:
+            if not isinstance(exc, StorageIOError) or ran_out_of_descriptors(exc) is None:
+                self._local.io_failed(exc, "roll")
                 raise
             # Written tmp + rename, so nothing of it is on disk; without it an unclean open
             # starts its scan at an older snapshot (longer, never wrong): not worth the roll.
             log.warning("log %s rolled to offset %d without its producer snapshot: no file "
-                        "descriptor free (%s)", self._directory, new_offset, exc)
+                        "descriptor free (%s)", self._local.directory, new_offset, exc)
         else:
-            self._unflushed_snapshots.add(new_offset)
-        # The log end offset does not change; only the segment holding it does.
-        self._end = _LogEnd(end.offset, new_offset, 0, end.first_unstable)
+            self._local.note_unflushed_snapshot(new_offset)
         if self._flush_scheduler is not None:
             self._flush_scheduler(lambda: self._flush_after_roll(new_offset))
-        return segment
-
-    def _create_active_segment(self, base_offset: int) -> Segment:
-        """A new active segment at ``base_offset`` with both its indexes open, so that a
-        shortage of descriptors shows here, in the roll, and not in the first append after it
-        (whose bytes would then be written before its index failed). Its files are closed
-        again if that fails.
-
-        Raises:
-            StorageIOError: a file could not be created or opened.
-        """
-        segment = Segment.create(
-            self._directory, base_offset, self._config, time_ms=self._time_ms,
-            open_segments=self._open_segments, active=True,
-        )
-        try:
-            segment.offset_index  # noqa: B018 - opened for the side effect
-            segment.time_index  # noqa: B018
-        except BaseException:
-            segment.close_handlers()  # writes nothing: its files are deleted by the caller
-            raise
         return segment
 
     def _flush_after_roll(self, new_base_offset: int) -> None:
         """Kafka's ``flushUptoOffsetExclusive(newSegment.baseOffset)``, run by the scheduler."""
         with contextlib.suppress(LogClosedError):  # closed meanwhile: close flushed it all
             self.flush(new_base_offset)
-
-    def _delete_stale_files(self, base_offset: int, left_by: str = "") -> None:
-        """Delete the files of a segment at ``base_offset`` that is not in the map: left by a
-        crash (warned of), or by ``left_by``, a roll that failed half-way."""
-        for path in (
-            log_file(self._directory, base_offset),
-            offset_index_file(self._directory, base_offset),
-            time_index_file(self._directory, base_offset),
-            transaction_index_file(self._directory, base_offset),
-        ):
-            if path.exists():
-                if not left_by:
-                    log.warning("newly rolled segment file %s already exists; deleting it",
-                                path)
-                try:
-                    path.unlink()
-                except OSError as exc:
-                    raise StorageIOError(f"failed to delete stale file {path}: {exc}") from exc
 
     # ---------------------------------------------------------------- reads
 
@@ -1348,9 +1214,9 @@ class PartitionLog:
         published end alone: 0 at or past the log end (nothing to read, or an error), the
         active segment's readable size when ``offset`` lies in it, None when it lies in an
         older segment (up to that segment's size: knowing more takes an index lookup). O(1),
-        thread-safe without the lock (one published :class:`_LogEnd`); it lets a caller judge
+        thread-safe without the lock (one published :class:`LogEnd`); it lets a caller judge
         a read's cost before making it."""
-        end = self._end
+        end = self._local.end
         if offset >= end.offset:
             return 0
         if offset >= end.segment_base_offset:
@@ -1457,66 +1323,17 @@ class PartitionLog:
 
     def _collect_aborted_txns(self, start_offset: int, upper_bound: int) -> tuple[AbortedTxn, ...]:
         """Aborted transactions overlapping ``[start_offset, upper_bound)``, from the segment
-        holding ``start_offset`` on (Kafka's ``LocalLog.collectAbortedTransactions``)."""
-        found: list[AbortedTxn] = []
-        segments = self._segments
-        segment = segments.floor_segment(start_offset)
-        while segment is not None:
-            result = segment.collect_aborted_txns(start_offset, upper_bound)
-            found.extend(result.aborted_txns)
-            if result.is_complete:
-                break
-            segment = segments.higher_segment(segment.base_offset)
-        return tuple(found)
+        holding ``start_offset`` on (:meth:`LocalLog.collect_aborted_txns`)."""
+        return self._local.collect_aborted_txns(start_offset, upper_bound)
 
     def _read_segments(
         self, offset: int, max_bytes: int, min_one_message: bool, max_records: int = 0
     ) -> FetchedBatches | None:
-        """:meth:`Segment.fetch` on the segment holding ``offset``, then on later ones while it
-        says None (a gap at the end of a segment), never past the published log end. None at
-        the log end.
-        """
-        if self._offline:
-            raise self._offline_error()
-        end = self._end
-        log_start_offset = self._log_start_offset
-        if offset < log_start_offset or offset > end.offset:
-            raise OffsetOutOfRangeError(
-                f"offset {offset} is out of range for log {self._directory}: the log holds "
-                f"offsets [{log_start_offset}, {end.offset})",
-                log_start_offset=log_start_offset,
-                log_end_offset=end.offset,
-            )
-        if max_bytes < 0:
-            raise ValueError(f"max_bytes must not be negative, got {max_bytes}")
-        if offset == end.offset:
-            return None
-        segments = self._segments
-        segment = segments.floor_segment(offset)
-        if segment is None:
-            raise OffsetOutOfRangeError(
-                f"offset {offset} is below the first segment of log {self._directory}",
-                log_start_offset=log_start_offset,
-                log_end_offset=end.offset,
-            )
-        while segment is not None and segment.base_offset <= end.segment_base_offset:
-            if segment.base_offset == end.segment_base_offset:
-                max_position = end.position
-            else:
-                max_position = segment.size_bytes
-            fetched = segment.fetch(offset, max_bytes, max_position, min_one_message, max_records)
-            if fetched is not None:
-                if (fetched.records_count or not fetched.data
-                        or fetched.next_offset <= offset or fetched.next_offset >= end.offset):
-                    return fetched
-                # Only empty batches (a compacted log's: cleaner.py keeps some): a read
-                # returns records, so it goes on from after them.
-                offset = fetched.next_offset
-                segment = segments.floor_segment(offset)
-                continue
-            # A gap at the end of this segment: the offset's data is in a later one.
-            segment = segments.higher_segment(segment.base_offset)
-        return None
+        """Whole batches from the segment holding ``offset`` up to the published end, from
+        the log start offset on (:meth:`LocalLog.read`); None at the log end."""
+        return self._local.read(
+            offset, max_bytes, min_one_message, max_records, self._log_start_offset
+        )
 
     def fetch_by_timestamp(
         self,
@@ -1552,31 +1369,15 @@ class PartitionLog:
             raise ValueError(f"timestamp must not be negative, got {timestamp}")
         if max_bytes < 0:
             raise ValueError(f"max_bytes must not be negative, got {max_bytes}")
-        if self._offline:
-            raise self._offline_error()
+        if self._local.is_offline:
+            raise self._local.offline_error()
         committed = isolation_level == IsolationLevel.READ_COMMITTED
         # The LSO before the end: the end read next is never below it.
         stable = self.last_stable_offset if committed else -1
-        end = self._end
-        segment = self._first_segment_reaching(timestamp)
-        found = None
-        # In a compacted log a segment whose max timestamp reaches the target may hold no
-        # record that does (the cleaner removed it; empty batches keep their max timestamps,
-        # as Kafka's): the search goes on in the next segments. Otherwise Kafka's rule: the
-        # first segment reaching the target, alone.
-        compacted = self._config.is_compacted
-        while segment is not None and segment.base_offset <= end.segment_base_offset:
-            if segment.base_offset == end.segment_base_offset:
-                max_position = end.position
-            else:
-                max_position = segment.size_bytes
-            found = segment.fetch_by_timestamp(
-                timestamp, self._log_start_offset, max_bytes, max_position, min_one_message,
-                max_records,
-            )
-            if found is not None or not compacted:
-                break
-            segment = self._segments.higher_segment(segment.base_offset)
+        end = self._local.end
+        found = self._local.fetch_by_timestamp(
+            timestamp, self._log_start_offset, max_bytes, end, min_one_message, max_records
+        )
         if not committed:
             high_watermark = self._high_watermark
             if high_watermark is not None:
@@ -1623,8 +1424,8 @@ class PartitionLog:
 
         Thread-safe against a concurrent append.
         """
-        if self._offline:
-            raise self._offline_error()
+        if self._local.is_offline:
+            raise self._local.offline_error()
         if isolation_level == IsolationLevel.READ_COMMITTED:
             if timestamp == LATEST_TIMESTAMP:
                 return TimestampOffset(NO_TIMESTAMP, self.last_stable_offset)
@@ -1652,59 +1453,8 @@ class PartitionLog:
     def _offset_for_timestamp_below_end(self, timestamp: int) -> TimestampOffset | None:
         """:meth:`offset_for_timestamp` of a timestamp or max timestamp, up to the log end."""
         if timestamp == MAX_TIMESTAMP:
-            segments = list(self._segments)
-            best: Segment | None = None
-            best_timestamp = NO_TIMESTAMP
-            for segment in segments:
-                segment_max = segment.max_timestamp_so_far
-                if best is None or segment_max > best_timestamp:
-                    best, best_timestamp = segment, segment_max
-            if best is None or best_timestamp < 0:
-                return None
-            return best.find_max_timestamp_record()
-        segment = self._first_segment_reaching(timestamp)
-        compacted = self._config.is_compacted
-        while segment is not None:
-            found = segment.find_offset_by_timestamp(timestamp, self._log_start_offset)
-            if found is not None or not compacted:
-                return found
-            # Cleaned away (see fetch_by_timestamp): the next segments may hold one.
-            segment = self._segments.higher_segment(segment.base_offset)
-        return None
-
-    def _first_segment_reaching(self, timestamp: int) -> Segment | None:
-        """The first segment whose largest timestamp is ``>= timestamp`` ([B-36]).
-
-        Kafka scans the segments in order. Here the running maximum of the non-active segments'
-        max timestamps (which cannot change until the segment map does) is kept, extended only
-        as far as lookups need, and searched by bisection: O(log n) per lookup instead of
-        O(n). Segments without timestamps (judged by their file's mtime, which can change)
-        and the active segment are evaluated live, in order, as Kafka does.
-        """
-        with self._timestamp_lock:
-            version = self._segments.version
-            if version != self._timestamp_cache_version:
-                self._timestamp_cache_version = version
-                self._timestamp_cache_segments = list(self._segments)
-                self._timestamp_prefix_max = []
-            segments = self._timestamp_cache_segments
-            prefix_max = self._timestamp_prefix_max
-            if prefix_max and prefix_max[-1] >= timestamp:
-                return segments[bisect.bisect_left(prefix_max, timestamp)]
-            index = len(prefix_max)
-            while index < len(segments) - 1:
-                segment_max = segments[index].max_timestamp_so_far
-                if segment_max < 0:
-                    break
-                running = max(prefix_max[-1], segment_max) if prefix_max else segment_max
-                prefix_max.append(running)
-                if running >= timestamp:
-                    return segments[index]
-                index += 1
-            for segment in segments[index:]:
-                if segment.largest_timestamp >= timestamp:
-                    return segment
-            return None
+            return self._local.max_timestamp_record()
+        return self._local.find_offset_by_timestamp(timestamp, self._log_start_offset)
 
     # ---------------------------------------------------------------- truncation
 
@@ -1724,43 +1474,35 @@ class PartitionLog:
             ValueError: ``offset`` is negative.
         """
         if offset < 0:
-            raise ValueError(f"cannot truncate log {self._directory} to negative offset {offset}")
+            raise ValueError(
+                f"cannot truncate log {self._local.directory} to negative offset {offset}"
+            )
         with self._lock:
-            self._ensure_open()
-            if offset >= self._end.offset:
+            self._local.ensure_open()
+            if offset >= self._local.end.offset:
                 # No data to remove, but an epoch a leader assigned at its log end and never
                 # wrote in conflicts with the new leader's history: drop it (Kafka does too).
-                self._truncate_epochs_from_end(self._end.offset)
+                self._truncate_epochs_from_end(self._local.end.offset)
                 return False
-            first = self._segments.first
+            first = self._local.segments.first
             assert first is not None
             if first.base_offset > offset:
                 self._truncate_fully_and_start_at(offset)
                 return True
-            self._truncations += 1
-            doomed = self._segments.higher_segments(offset)
-            self._segments.remove_many([segment.base_offset for segment in doomed])
-            self._schedule_delete(doomed)
-            active = self.active_segment
-            # Active (files held open) before truncate_to grows its indexes back.
-            active.activate()
-            active.truncate_to(offset)
-            # The first unstable offset as it was: one above the new end shows as the end.
-            self._end = _LogEnd(
-                offset, active.base_offset, active.size_bytes, self._end.first_unstable
-            )
+            # The segments first (the end and the recovery point fall to ``offset``), then
+            # what describes them: the log start, the high watermark, epochs, producers.
+            active = self._local.truncate_to(offset)
             self._log_start_offset = min(offset, self._log_start_offset)
-            self._recovery_point = min(self._recovery_point, offset)
             if self._high_watermark is not None:
                 self._high_watermark = min(self._high_watermark, offset)
             self._truncate_epochs_from_end(offset)
             self._reload_producer_state(offset)
             # Again, with the reloaded state's first unstable offset.
-            self._end = _LogEnd(
+            self._local.publish_end(LogEnd(
                 offset, active.base_offset, active.size_bytes,
                 self._producer_state.first_unstable_offset,
-            )
-            self._maybe_delete_pending(self._time_ms())
+            ))
+            self._local.maybe_delete_pending_locked(self._time_ms())
             return True
 
     def truncate_fully_and_start_at(self, new_offset: int) -> None:
@@ -1771,10 +1513,10 @@ class PartitionLog:
         """
         if new_offset < 0:
             raise ValueError(
-                f"cannot restart log {self._directory} at negative offset {new_offset}"
+                f"cannot restart log {self._local.directory} at negative offset {new_offset}"
             )
         with self._lock:
-            self._ensure_open()
+            self._local.ensure_open()
             self._truncate_fully_and_start_at(new_offset)
 
     def _reload_producer_state(self, end_offset: int) -> None:
@@ -1793,7 +1535,7 @@ class PartitionLog:
         state.delete_snapshots(above=end_offset)
         state.load_latest_snapshot(end_offset, self._log_start_offset, self._time_ms())
         if state.map_end_offset < end_offset:
-            rebuild_producer_state(state, self._segments, end_offset)
+            rebuild_producer_state(state, self._local.segments, end_offset)
         if state.producers or state.snapshots_seen:
             # Named by the end of the batches kept: a truncation inside a batch removes it
             # whole, so a reopened log ends there (below end_offset) and would delete a
@@ -1801,37 +1543,23 @@ class PartitionLog:
             state.map_end_offset = self.active_segment.read_next_offset()
             state.take_snapshot()
         state.map_end_offset = end_offset
-        restore_batch_history(state, self._segments, end_offset)  # the last 5, not just the last
+        # The last 5, not just the last.
+        restore_batch_history(state, self._local.segments, end_offset)
 
     def _truncate_fully_and_start_at(self, new_offset: int) -> None:
-        self._truncations += 1
-        doomed = list(self._segments)
-        # Rename the old files first, so that the new segment can take its name even when an
-        # old segment had the same base offset.
-        self._schedule_delete(doomed)
-        segment = Segment.create(
-            self._directory, new_offset, self._config, time_ms=self._time_ms,
-            open_segments=self._open_segments, active=True,
-        )
-        # Add before removing, so that a reader always finds a segment.
-        self._segments.add(segment)
-        self._segments.remove_many(
-            [old.base_offset for old in doomed if old.base_offset != new_offset]
-        )
-        self._directory_dirty = True
-        self._end = _LogEnd(new_offset, new_offset, 0)
+        self._local.truncate_fully_and_start_at(new_offset)
         self._log_start_offset = new_offset
-        self._recovery_point = new_offset
         if self._high_watermark is not None:
             self._high_watermark = new_offset
         try:
             self._epoch_cache.clear_and_flush()
         except StorageIOError:
             # The entries in memory are gone; a stale file is cut to the new log at next open.
-            log.exception("cannot write the leader epoch checkpoint of %s", self._directory)
+            log.exception("cannot write the leader epoch checkpoint of %s",
+                          self._local.directory)
         self._producer_state.delete_snapshots(below=new_offset + 1, above=new_offset)  # all
         self._producer_state.reset(new_offset)
-        self._maybe_delete_pending(self._time_ms())
+        self._local.maybe_delete_pending_locked(self._time_ms())
 
     # ---------------------------------------------------------------- retention
 
@@ -1853,12 +1581,12 @@ class PartitionLog:
             LogClosedError: the log is closed.
         """
         with self._lock:
-            self._ensure_open()
+            self._local.ensure_open()
             now = self._time_ms() if now_ms is None else now_ms
-            end_offset = self._end.offset
+            end_offset = self._local.end.offset
             plan = plan_retention(
-                list(self._segments),
-                self._config,
+                list(self._local.segments),
+                self._local.config,
                 log_start_offset=self._log_start_offset,
                 log_end_offset=end_offset,
                 high_watermark=self.high_watermark,
@@ -1870,23 +1598,24 @@ class PartitionLog:
             doomed = list(plan.segments)
             if doomed[-1] is self.active_segment:
                 self._roll(None)  # [B-63]: an empty active segment remains to append to
-            next_segment = self._segments.higher_segment(doomed[-1].base_offset)
+            next_segment = self._local.segments.higher_segment(doomed[-1].base_offset)
             assert next_segment is not None, "a segment after the deleted ones always remains"
             self._log_start_offset = max(self._log_start_offset, next_segment.base_offset)
-            self._recovery_point = max(self._recovery_point, self._log_start_offset)
+            self._local.update_recovery_point(
+                max(self._local.recovery_point, self._log_start_offset)
+            )
             self._truncate_epochs_from_start(self._log_start_offset)
             # Their snapshots go with the segments (Kafka deletes a segment's snapshot with it).
             self._producer_state.delete_snapshots(below=self._log_start_offset)
-            self._segments.remove_many([segment.base_offset for segment in doomed])
-            self._schedule_delete(doomed)
+            self._local.remove_segments(doomed)
             log.info(
                 "deleting %d segments of %s (%s): base offsets %d .. %d; log start offset now %d",
-                len(doomed), self._directory,
+                len(doomed), self._local.directory,
                 ", ".join(sorted({reason.value for reason in plan.reasons})),
                 doomed[0].base_offset, doomed[-1].base_offset, self._log_start_offset,
             )
-            due = self._take_due_deletes(now)
-        _delete_segments(due)  # off the lock, as maybe_delete_pending does
+            due = self._local.take_due_deletes(now)
+        delete_segments(due)  # off the lock, as maybe_delete_pending does
         return plan
 
     # ---------------------------------------------------------------- segment replacement
@@ -1894,7 +1623,7 @@ class PartitionLog:
     @property
     def open_segments(self) -> OpenSegments | None:
         """The cache that closes inactive segments' files (new segments join it)."""
-        return self._open_segments
+        return self._local.open_segments
 
     def last_data_offsets_of_producers(self) -> dict[int, int]:
         """Producer id -> the last offset of its last data batch, for every producer the log
@@ -1942,45 +1671,7 @@ class PartitionLog:
             StorageIOError: a rename failed; the log goes offline and the next start
                 resolves the files as after a crash.
         """
-        hook = step_hook or (lambda step: None)
-        with self._lock:
-            current = self._segments
-            active = current.active
-            stale = (
-                self._closed or self._offline or not old_segments
-                or old_segments[0].base_offset != new_segment.base_offset
-                or any(current.get(old.base_offset) is not old or old is active
-                       for old in old_segments)
-            )
-            if stale:
-                _delete_segments([new_segment])
-                raise CleaningAbortedError(
-                    f"cleaning of {self._directory} aborted: the segments from offset "
-                    f"{new_segment.base_offset} changed while they were cleaned (truncated, "
-                    "deleted or closed)"
-                )
-            try:
-                hook("swap")
-                new_segment.change_file_suffixes(CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX)
-                for old in sorted(old_segments, key=lambda s: s.base_offset, reverse=True):
-                    hook(f"delete {old.base_offset}")
-                    old.change_file_suffixes("", DELETED_FILE_SUFFIX)
-                hook("rename")
-                new_segment.change_file_suffixes(SWAP_FILE_SUFFIX, "")
-                fsync_directory(self._directory)
-            except BaseException as exc:
-                self._io_failed(exc, "rename")
-                # Whatever failed, the files are mid-swap: only a reopen (recovery) can say
-                # what the log holds now.
-                self._offline = True
-                raise
-            current.replace(new_segment, [old.base_offset for old in old_segments])
-            due_ms = self._time_ms() + self._config.file_delete_delay_ms
-            self._pending_deletes.extend((due_ms, old) for old in old_segments)
-            log.info(
-                "cleaned %d segments of %s into segment %d (%d bytes)", len(old_segments),
-                self._directory, new_segment.base_offset, new_segment.size_bytes,
-            )
+        self._local.replace_segments(new_segment, old_segments, step_hook or (lambda step: None))
 
     def maybe_delete_pending(self, now_ms: int | None = None) -> int:
         """Delete the ``.deleted`` segments whose ``file.delete.delay.ms`` has passed.
@@ -1991,48 +1682,12 @@ class PartitionLog:
         and :meth:`close` (every call that removes segments also deletes those that are due),
         never in :meth:`append`. Returns how many segments were deleted.
         """
-        with self._lock:
-            if self._closed:
-                return 0
-            due = self._take_due_deletes(self._time_ms() if now_ms is None else now_ms)
-        # Off the lock: the segments left the map and were renamed when they were scheduled;
-        # only this call holds them now.
-        _delete_segments(due)
-        return len(due)
+        return self._local.maybe_delete_pending(now_ms)
 
     @property
     def pending_deletes(self) -> int:
         """Segments renamed ``.deleted`` and waiting for their delay to pass."""
-        return len(self._pending_deletes)
-
-    # ---------------------------------------------------------------- deferred deletion
-
-    def _schedule_delete(self, segments: list[Segment]) -> None:
-        """Rename segments ``*.deleted`` now; close and delete them after the delay ([B-64]),
-        in :meth:`_maybe_delete_pending`."""
-        due_ms = self._time_ms() + self._config.file_delete_delay_ms
-        for segment in segments:
-            segment.change_file_suffixes("", DELETED_FILE_SUFFIX)
-            self._pending_deletes.append((due_ms, segment))
-        if segments:
-            self._directory_dirty = True
-
-    def _take_due_deletes(self, now_ms: int) -> list[Segment]:
-        """Take the ``.deleted`` segments whose delay has passed off the pending list; the
-        caller holds the lock and deletes them with :func:`_delete_segments` after releasing
-        it (unlinking a large file can take milliseconds, and appends wait for the lock)."""
-        if not self._pending_deletes:
-            return []
-        due, remaining = [], []
-        for due_ms, segment in self._pending_deletes:
-            (due if due_ms <= now_ms else remaining).append((due_ms, segment))
-        self._pending_deletes = remaining
-        return [segment for _, segment in due]
-
-    def _maybe_delete_pending(self, now_ms: int) -> None:
-        """Delete the due segments now, under the lock (the embedded log's calls that remove
-        segments: truncations, :meth:`roll`; :meth:`close`)."""
-        _delete_segments(self._take_due_deletes(now_ms))
+        return self._local.pending_deletes
 
     # ---------------------------------------------------------------- durability
 
@@ -2045,7 +1700,7 @@ class PartitionLog:
         ``flushUptoOffsetExclusive``). Then the directory is fsynced if segments or snapshots
         were created or renamed, and the recovery point moves to ``offset`` (or the log end).
 
-        An fsync that fails takes the log offline (:meth:`_io_failed`): after a failed fsync
+        An fsync that fails takes the log offline (:meth:`LocalLog.io_failed`): after a failed fsync
         the page cache may have dropped what it could not write, so nothing written since the
         last good one may be trusted before recovery.
 
@@ -2054,67 +1709,7 @@ class PartitionLog:
                 offline).
             LogDirOfflineError: the log is offline.
         """
-        self._flush(offset, None)
-
-    def _flush(self, offset: int | None, end_offset: int | None) -> None:
-        """:meth:`flush`; ``end_offset``: the log end to flush through when it is not the
-        published one (an append whose records are published only once durable, under the
-        lock)."""
-        # An append's own flush (its records written, waiting for it) passes end_offset.
-        appends_flush = end_offset is not None
-        with self._lock:
-            self._ensure_open()
-            if end_offset is None:
-                end_offset = self._end.offset
-            if offset is None:
-                new_recovery_point = end_offset
-                flush_to = end_offset + 1
-            else:
-                new_recovery_point = min(offset, end_offset)
-                flush_to = new_recovery_point
-            # Also those the recovery point already passed: a roll while an earlier flush
-            # ran its fsyncs (at the offset that flush then moved it to), or retention moving
-            # the recovery point to the new log start.
-            snapshots = sorted(
-                o for o in self._unflushed_snapshots
-                if o <= max(new_recovery_point, self._recovery_point)
-            )
-            if flush_to <= self._recovery_point and not snapshots:
-                return
-            to_flush = self._segments.values(
-                self._recovery_point, max(flush_to, self._recovery_point)
-            )
-            self._unflushed_snapshots.difference_update(snapshots)
-            # The roll that wrote each snapshot set this flag, under the lock, with its rename.
-            directory_dirty = self._directory_dirty
-            self._directory_dirty = False
-            truncations = self._truncations
-        try:
-            for segment in to_flush:
-                if not segment.is_closed:
-                    segment.flush()
-            for snapshot_offset in snapshots:
-                self._producer_state.flush_snapshot(snapshot_offset)
-            if directory_dirty:
-                fsync_directory(self._directory)
-        except BaseException as exc:
-            with self._lock:
-                self._directory_dirty = self._directory_dirty or directory_dirty
-                self._unflushed_snapshots.update(snapshots)
-            if not appends_flush:
-                # EMFILE comes from opening a file (a closed segment's, a snapshot, the
-                # directory), never from an fsync: nothing failed to reach the disk, and the
-                # recovery point has not moved, so the next flush does it all again. Not so in
-                # an append's own flush: its records are written and wait for it.
-                self._out_of_descriptors(exc, "flush")
-            self._io_failed(exc, "fsync")
-            raise
-        with self._lock:
-            # A truncation while the fsyncs ran may have replaced what they covered: then the
-            # recovery point stays where the truncation put it.
-            if truncations == self._truncations:
-                self._recovery_point = max(self._recovery_point, new_recovery_point)
-            self._last_flush_ms = self._time_ms()
+        self._local.flush(offset, None)
 
     def close(self) -> None:
         """Flush everything, close every segment and finish deferred deletions. Idempotent.
@@ -2123,7 +1718,7 @@ class PartitionLog:
         ``.log`` ([B-68]); closing goes on past a failing segment and raises the first error.
         """
         with self._lock:
-            if self._closed:
+            if self._local.is_closed:
                 return
             first_error: BaseException | None = None
             try:
@@ -2138,26 +1733,16 @@ class PartitionLog:
                 # without any snapshot scans nothing (Kafka's rule), and an unclean one starts
                 # no later than the recovered segment's base: the log start, in such a log.
                 try:
-                    self._producer_state.map_end_offset = self._end.offset
+                    self._producer_state.map_end_offset = self._local.end.offset
                     self._producer_state.take_snapshot()
                 except BaseException as exc:
                     first_error = exc
             # After a successful flush every segment is below the recovery point, durable:
             # closing need not fsync each one again.
-            durable = first_error is None
-            self._closed = True
-            for segment in self._segments:
-                try:
-                    segment.close(flush=not durable)
-                except BaseException as exc:
-                    log.exception("failed to close segment %s", segment.log_path)
-                    first_error = first_error or exc
-            for _, segment in self._pending_deletes:
-                try:
-                    segment.delete()
-                except BaseException as exc:
-                    first_error = first_error or exc
-            self._pending_deletes = []
+            try:
+                self._local.close(durable=first_error is None)
+            except BaseException as exc:
+                first_error = first_error or exc
             if first_error is not None:
                 raise first_error
 
@@ -2169,17 +1754,7 @@ class PartitionLog:
         of unflushed appends). After a crash the renamed ``-delete`` directory is removed, never
         loaded, so nothing relies on its indexes being trimmed. Idempotent.
         """
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            pending = [segment for _, segment in self._pending_deletes]
-            for segment in itertools.chain(self._segments, pending):
-                try:
-                    segment.close_handlers()
-                except Exception:
-                    log.warning("closing %s failed", segment.log_path, exc_info=True)
-            self._pending_deletes = []
+        self._local.close_for_deletion()
 
     def __enter__(self) -> PartitionLog:
         return self
@@ -2187,81 +1762,25 @@ class PartitionLog:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def _ensure_open(self) -> None:
-        if self._offline:
-            raise self._offline_error()
-        if self._closed:
-            raise LogClosedError(f"log {self._directory} is closed")
-
     # ---------------------------------------------------------------- log directory failure
 
     @property
     def is_offline(self) -> bool:
         """The log refuses reads and writes after an I/O error in its directory."""
-        return self._offline
+        return self._local.is_offline
 
     def take_offline(self) -> None:
         """Refuse every read and write from now on (Kafka's offline partition): the log's
         directory had an I/O error. The files stay as they are, closed without writing by
         :meth:`close`; the next start recovers them. Thread-safe (one flag, read first by every
         call)."""
-        self._offline = True
-
-    def _out_of_descriptors(self, exc: BaseException, action: str) -> None:
-        """After ``exc`` on a ``write``, ``roll`` or ``flush`` that left the log as it was: if
-        it ran out of file descriptors, log it and raise the retriable OutOfDescriptorsError
-        (the log stays online); otherwise return, for :meth:`_io_failed` to judge it.
-
-        Kafka's ``LogDirFailureChannel`` takes a directory offline on any IOException, EMFILE
-        included (``storage/src/main/java/org/apache/kafka/storage/internals/log/
-        LogDirFailureChannel.java``), and it stays offline until a restart. Here a shortage of
-        descriptors is a moment of the process, not a fault of the disk: the append is
-        refused and the next one tries again (docs/durability.md).
-
-        Raises:
-            OutOfDescriptorsError: ``exc`` was an EMFILE or ENFILE.
-        """
-        limit = ran_out_of_descriptors(exc)
-        if limit is None or self._offline:
-            return
-        try:
-            topic, partition = parse_partition_dir_name(self._directory.name)
-        except InvalidTopicError:  # an embedded log in a directory of any name
-            topic, partition = self._directory.name, -1
-        log.warning("log %s: a %s failed for want of a file descriptor (%s reached), not for"
-                    " an I/O error: the log stays online, and the %s is tried again (%s)",
-                    self._directory, action, limit, action, exc)
-        raise OutOfDescriptorsError(topic, partition, action, limit=limit) from exc
-
-    def _io_failed(self, exc: BaseException, action: str) -> None:
-        """After ``exc`` on a write path (``action``: write, fsync, roll, truncate, rename): an
-        I/O error takes the log offline and reports it to the failure handler (the LogManager
-        takes the whole directory offline, as Kafka's ``LogDirFailureChannel`` does). Other
-        errors (bad input, a closed log) change nothing."""
-        if not isinstance(exc, StorageIOError | OSError) or self._offline:
-            return
-        self._offline = True
-        log.error("log %s is offline after a failed %s: %s", self._directory, action, exc)
-        handler = self._io_failure_handler
-        if handler is not None:
-            try:
-                handler(self, exc)
-            except Exception:
-                log.exception("the log directory failure handler failed for %s",
-                              self._directory)
-
-    def _offline_error(self) -> LogDirOfflineError:
-        try:
-            topic, partition = parse_partition_dir_name(self._directory.name)
-        except InvalidTopicError:  # an embedded log in a directory of any name
-            topic, partition = self._directory.name, -1
-        return LogDirOfflineError(topic, partition)
+        self._local.take_offline()
 
     def __repr__(self) -> str:
         return (
-            f"PartitionLog(directory={str(self._directory)!r}, "
-            f"offsets=[{self._log_start_offset}, {self._end.offset}), "
-            f"segments={len(self._segments)})"
+            f"PartitionLog(directory={str(self._local.directory)!r}, "
+            f"offsets=[{self._log_start_offset}, {self._local.end.offset}), "
+            f"segments={len(self._local.segments)})"
         )
 
 
@@ -2279,20 +1798,3 @@ def _cut_batches_at(data: bytes, stable: int, offset: int) -> tuple[bytes, int, 
         next_offset = header.next_offset
         records += header.records_count
     return data[:position], next_offset, records
-
-
-def _delete_segments(segments: list[Segment]) -> None:
-    """Close and unlink the files of segments no log holds any more.
-
-    Goes on past a failing segment and raises the first error: a file left behind still ends
-    in ``.deleted``, and the next open of the log removes it (recovery's first pass).
-    """
-    first_error: BaseException | None = None
-    for segment in segments:
-        try:
-            segment.delete()
-        except BaseException as exc:
-            log.exception("failed to delete segment %s", segment.log_path)
-            first_error = first_error or exc
-    if first_error is not None:
-        raise first_error
