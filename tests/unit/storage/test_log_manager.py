@@ -527,7 +527,7 @@ def test_background_thread_runs_maintenance_and_stops_on_close(
     assert flushed.wait(timeout=30)
     assert manager.get_log("t", 0).recovery_point == 1
     manager.close()
-    assert manager._background is None
+    assert manager._maintenance.background is None
 
 
 def test_delete_records_validates_the_offset(dirs: list[Path], clock: Clock) -> None:
