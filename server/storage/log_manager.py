@@ -32,13 +32,7 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
-
-from stratalog.records.log_layout import (
-    TIME_INDEX_ENTRY,
-    TIME_INDEX_TIMESTAMP,
-)
 
 from . import space
 from .clean_shutdown import write_marker
@@ -78,7 +72,6 @@ from .log_dirs import (
 from .log_maintenance import DEFAULT_MAINTENANCE_INTERVAL_MS, LogMaintenance, MaintenanceReport
 from .open_segments import OpenSegments
 from .partition_log import PartitionLog
-from .segment import Segment
 from .topic_catalog import (
     STATE_DELETING,
     TopicCatalog,
@@ -86,6 +79,7 @@ from .topic_catalog import (
     read_catalog,
     write_catalog,
 )
+from .topic_description import PartitionDescription, TopicDescription, describe_partition
 from .topic_names import (
     deleted_dir_name,
     partition_dir_name,
@@ -111,31 +105,6 @@ log = logging.getLogger(__name__)
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 INTERNAL_TOPICS = frozenset({TRANSACTION_STATE_TOPIC})
 _INTERNAL_COLLISION_KEYS = frozenset(topic_collision_key(name) for name in INTERNAL_TOPICS)
-
-
-@dataclass(frozen=True)
-class PartitionDescription:
-    """One partition as :meth:`LogManager.describe_topic` reports it (a snapshot)."""
-
-    partition: int
-    log_start_offset: int
-    log_end_offset: int
-    size_bytes: int
-    segment_count: int
-    log_dir: str
-    max_timestamp: int  # the largest record timestamp; -1 when the log has none
-
-
-@dataclass(frozen=True)
-class TopicDescription:
-    """A topic: its name, every effective config (defaults included), its partitions, and
-    which configs are set on the topic itself (``overridden_configs``, sorted; the others are
-    the server's defaults)."""
-
-    name: str
-    configs: dict[str, str]
-    partitions: list[PartitionDescription]
-    overridden_configs: tuple[str, ...] = ()
 
 
 class LogManager:
@@ -963,22 +932,9 @@ class LogManager:
             partition_log = self._logs.get((name, partition))
             if partition_log is None:
                 continue
-            segments = list(partition_log.segments)
-            max_timestamp = max(
-                (_segment_max_timestamp(segment, segment is segments[-1]) for segment in segments),
-                default=-1,
-            )
-            partitions.append(
-                PartitionDescription(
-                    partition=partition,
-                    log_start_offset=partition_log.log_start_offset,
-                    log_end_offset=partition_log.log_end_offset,
-                    size_bytes=sum(segment.size_bytes for segment in segments),
-                    segment_count=len(segments),
-                    log_dir=str(self._log_dir_of[(name, partition)]),
-                    max_timestamp=max(max_timestamp, -1),
-                )
-            )
+            partitions.append(describe_partition(
+                partition, partition_log, self._log_dir_of[(name, partition)]
+            ))
         return TopicDescription(name, self._config_for(entry).to_mapping(), partitions,
                                 tuple(sorted(entry.configs)))
 
@@ -1293,32 +1249,3 @@ class LogManager:
 
 
 # -------------------------------------------------------------------- helpers
-
-
-def _segment_max_timestamp(segment: Segment, is_active: bool) -> int:
-    """A segment's largest record timestamp (-1 if none), without opening its time index.
-
-    An inactive segment's ``.timeindex`` was trimmed when it was rolled (or rebuilt at load),
-    and its last entry holds the segment's largest timestamp; reading those 12 bytes keeps a
-    describe of a log with 10,000 segments from mapping (and keeping open) 10,000 indexes.
-    The active segment, or a file that does not look trimmed, goes through the index itself.
-    """
-    if is_active or segment.indexes_loaded[1]:
-        return segment.max_timestamp_so_far
-    entry_size = TIME_INDEX_ENTRY.size
-    try:
-        fd = os.open(segment.time_index_path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return segment.max_timestamp_so_far
-    try:
-        size = os.fstat(fd).st_size
-        if size == 0:
-            return -1
-        if size % entry_size:
-            return segment.max_timestamp_so_far
-        last_entry = os.pread(fd, entry_size, size - entry_size)
-        return max(TIME_INDEX_TIMESTAMP.read(last_entry), -1)
-    except OSError:
-        return segment.max_timestamp_so_far
-    finally:
-        os.close(fd)
