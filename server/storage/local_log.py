@@ -162,7 +162,7 @@ class LocalLog:
         self._recovery_point = recovery_point
         self._last_flush_ms = time_ms()
         # The roll snapshots written without an fsync, by offset: flush fsyncs each before the
-        # recovery point reaches it (see PartitionLog._roll).
+        # recovery point reaches it (see LogWriter.roll).
         self._unflushed_snapshots: set[int] = set()
         # The running max of segment timestamps for time lookups (see first_segment_reaching).
         self._timestamp_lock = threading.Lock()

@@ -486,6 +486,26 @@ class PartitionLog:
             self._local.ensure_open()
             return self._epoch_cache.assign(leader_epoch, start_offset)
 
+    def _truncate_epochs_from_end(self, end_offset: int) -> None:
+        """The leader epoch cache drops the epochs from the new log end on; a failed write is
+        logged (as :meth:`_truncate_epochs_from_start`; Kafka flushes this one in the
+        background)."""
+        try:
+            self._epoch_cache.truncate_from_end(end_offset)
+        except StorageIOError:
+            log.exception("cannot write the leader epoch checkpoint of %s",
+                          self._local.directory)
+
+    def _truncate_epochs_from_start(self, start_offset: int) -> None:
+        """The leader epoch cache forgets what lies below the new log start. A failed
+        checkpoint write is logged, not raised: the entries in memory are right, and a stale
+        file is cut to the log start at the next open."""
+        try:
+            self._epoch_cache.truncate_from_start(start_offset)
+        except StorageIOError:
+            log.exception("cannot write the leader epoch checkpoint of %s",
+                          self._local.directory)
+
     @property
     def producer_state(self) -> ProducerStateManager:
         """The producer state (read-only for callers; the log mutates it under its lock)."""
@@ -630,24 +650,6 @@ class PartitionLog:
         """Append the leader's batches as they are: their offsets, epochs and headers kept
         (Kafka's ``UnifiedLog.appendAsFollower``; :meth:`LogWriter.append_as_follower`)."""
         return self._writer.append_as_follower(record_batches)
-
-    def _truncate_epochs_from_end(self, end_offset: int) -> None:
-        """The leader epoch cache drops the epochs from the new log end on; a failed write is
-        logged (as :meth:`_truncate_epochs_from_start`; Kafka flushes this one in the
-        background)."""
-        try:
-            self._epoch_cache.truncate_from_end(end_offset)
-        except StorageIOError:
-            log.exception("cannot write the leader epoch checkpoint of %s", self._local.directory)
-
-    def _truncate_epochs_from_start(self, start_offset: int) -> None:
-        """The leader epoch cache forgets what lies below the new log start. A failed
-        checkpoint write is logged, not raised: the entries in memory are right, and a stale
-        file is cut to the log start at the next open."""
-        try:
-            self._epoch_cache.truncate_from_start(start_offset)
-        except StorageIOError:
-            log.exception("cannot write the leader epoch checkpoint of %s", self._local.directory)
 
     def roll(self) -> Segment:
         """Start a new active segment at the log end offset ([B-13], [B-14]); returns it.

@@ -175,8 +175,8 @@ class Segment:
     (:attr:`offset_index`, :attr:`time_index`, :attr:`txn_index`) are only to be used inside
     :meth:`pinned`, or on the active segment.
 
-    Concurrency: one writer (the owning ``PartitionLog`` serialises append, truncate, roll,
-    recover, flush and close). Reads (:meth:`fetch`, :meth:`translate_offset`,
+    Concurrency: one writer (the owning log serialises append, truncate, roll, recover, flush
+    and close under its ``PartitionLog``'s lock; ``local_log.py`` makes the calls). Reads (:meth:`fetch`, :meth:`translate_offset`,
     :meth:`find_offset_by_timestamp`, :meth:`fetch_by_timestamp`, :meth:`read_next_offset`) may
     run in other threads at the same time as an append: they use ``pread`` and stop at the size
     published *after* a write completed, so they never see a half-written batch. Reads must not
