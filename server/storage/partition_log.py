@@ -42,9 +42,9 @@ over ``storage/src/main/java/org/apache/kafka/storage/internals/log/LocalLog.jav
 from __future__ import annotations
 
 import enum
-import functools
 import logging
 import threading
+import weakref
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -208,12 +208,28 @@ class PartitionLog:
             producer_state = ProducerStateManager(directory, producer_id_expiration_ms)
             producer_state.reset(end_offset)
         self._producer_state = producer_state
-        # The LogManager is told which log failed (it takes the log's whole directory
-        # offline); the local log below only knows that one did.
-        on_io_failure = (
-            None if io_failure_handler is None
-            else functools.partial(io_failure_handler, self)
-        )
+        # The layers below reach this log through a weak reference only: a strong one would
+        # make a reference cycle, and a deleted topic's logs must be freed by reference
+        # counting alone (the server freezes what it loaded at start-up out of the cyclic
+        # collector's reach: server/garbage_collector.py).
+        this = weakref.ref(self)
+
+        def log_start_offset() -> int:
+            partition_log = this()
+            assert partition_log is not None, "called by a method of the log"
+            return partition_log._log_start_offset
+
+        on_io_failure: Callable[[BaseException], None] | None = None
+        if io_failure_handler is not None:
+            handler = io_failure_handler
+
+            def on_io_failure(exc: BaseException) -> None:
+                # The LogManager is told which log failed (it takes the log's whole directory
+                # offline); the local log below only knows that one did.
+                partition_log = this()
+                if partition_log is not None:
+                    handler(partition_log, exc)
+
         self._local = LocalLog(
             directory,
             config,
@@ -243,7 +259,7 @@ class PartitionLog:
             producer_state,
             leader_epoch_cache,
             time_ms,
-            lambda: self._log_start_offset,
+            log_start_offset,
             flush_scheduler,
         )
         # Segments the loader rebuilt when this log was opened (set by open; observable).
