@@ -15,6 +15,11 @@ event-loop form :meth:`LogWriter.try_append_without_blocking` /
       -> fsync when flush.messages or the producer asks (durable before visible)
       -> publish the new end (log end offset, active segment, size, first unstable offset)
 
+An append touches the file system only to write, and to roll when one is due (deletions
+are background work); :meth:`LogWriter.try_append_without_blocking` says when an append would
+do more than write (roll, fsync, wait for the lock), so that an event loop can hand those to a
+thread.
+
 This is Kafka's ``UnifiedLog.append`` and ``appendAsFollower`` with its ``roll``
 (``storage/src/main/java/org/apache/kafka/storage/internals/log/UnifiedLog.java``); the
 contract of each call is on the :class:`PartitionLog` method of the same name, which delegates

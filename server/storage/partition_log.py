@@ -4,28 +4,26 @@ A partition log is what a Kafka broker calls ``UnifiedLog``: the log of one part
 ``<topic>-<partition>/``, whose files (segments ``<20-digit base offset>.log`` + indexes, of
 which the last is *active* and takes appends) are its
 :class:`~stratalog.server.storage.local_log.LocalLog` (Kafka's ``LocalLog``: roll, write,
-read, truncate, delete, flush, offline handling). Above the segments this module keeps what
-gives the records their meaning: it validates appends and assigns offsets, judges producers
-(idempotence, transactions: the producer state and the last stable offset), stamps and records
-leader epochs, keeps the log start offset and the high watermark, bounds reads by them, and
-answers lookups by timestamp::
+read, truncate, delete, flush, offline handling). Above the segments this layer keeps what
+gives the records their meaning: appends are validated, given offsets, their producers judged
+(idempotence, transactions) and their leader epochs recorded by its one
+:class:`~stratalog.server.storage.log_writer.LogWriter`; this module keeps the log start
+offset, the high watermark and the last stable offset, bounds reads and lookups by them,
+truncates the producer state and the epochs with the segments, and answers lookups by
+timestamp::
 
     log_start_offset          high watermark / LSO     log_end_offset (LEO: next offset to assign)
     |                                   |              |
     [segment 0 .......][segment 1000 .......][segment 2000 ...active...]
-                                                        ^ appends: validate, assign offsets from
-                                                          LEO, maybe roll, write, publish LEO
+                                                        ^ appends (LogWriter): validate, assign
+                                                          offsets from LEO, maybe roll, write,
+                                                          publish LEO
 
-Reads never block appends: the writer publishes the end of the log as one immutable value
-(LEO, the active segment's base offset, its size, the first unstable offset) only after the
-bytes are written, and a read stops at the end it saw. Removed segments (retention,
-truncation, roll over an empty segment) are renamed ``*.deleted`` at once and closed and
-deleted ``file.delete.delay.ms`` later, as in Kafka, so a reader that still holds one keeps a
-valid file. The deletion is background work (:meth:`PartitionLog.maybe_delete_pending`, which
-the LogManager's maintenance pass calls), never an append's: an append touches the file system
-only to write, and to roll when one is due. :meth:`PartitionLog.try_append_without_blocking`
-says when an append would do more than write (roll, fsync, wait for the lock), so that an
-event loop can hand those to a thread.
+Reads never block appends: the end of the log is published as one immutable value (LEO, the
+active segment's base offset, its size, the first unstable offset) only after the bytes are
+written, and a read stops at the end it saw (``local_log.py``). Removed segments are deleted
+``file.delete.delay.ms`` later, in the background (:meth:`PartitionLog.maybe_delete_pending`,
+which the LogManager's maintenance pass calls), never by an append.
 
 Opening a directory is the job of :mod:`~stratalog.server.storage.recovery` (Kafka's
 ``LogLoader``): segments are opened lazily from their ``.log`` files, leftovers of interrupted
@@ -34,8 +32,9 @@ their ``.log`` and cut at the first invalid byte). Retention ([B-59]..[B-64]) is
 :mod:`~stratalog.server.storage.retention` and carried out here.
 
 Kafka's split of the two layers is the model:
-``storage/src/main/java/org/apache/kafka/storage/internals/log/UnifiedLog.java`` (this module)
-over ``storage/src/main/java/org/apache/kafka/storage/internals/log/LocalLog.java``
+``storage/src/main/java/org/apache/kafka/storage/internals/log/UnifiedLog.java`` (this module
+and ``log_writer.py``) over
+``storage/src/main/java/org/apache/kafka/storage/internals/log/LocalLog.java``
 (``local_log.py``).
 """
 
