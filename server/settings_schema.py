@@ -9,6 +9,9 @@ together, a cluster that needs etcd, ...), naming the setting; where a value com
 default, a TOML file, ``STRATALOG_*`` variables, flags) is ``settings.py``'s, which builds a
 :class:`Settings` with :func:`~stratalog.server.settings.load_settings` and re-exports
 everything here: import from :mod:`stratalog.server.settings`.
+
+A :class:`Settings` is immutable and does no I/O (its checks read no file), so threads share
+it freely; a SIGHUP builds a new one (:meth:`Settings.reloaded`) and the server swaps it in.
 """
 
 from __future__ import annotations
