@@ -10,8 +10,8 @@ default, a TOML file, ``STRATALOG_*`` variables, flags) is ``settings.py``'s, wh
 :class:`Settings` with :func:`~stratalog.server.settings.load_settings` and re-exports
 everything here: import from :mod:`stratalog.server.settings`.
 
-A :class:`Settings` is immutable and does no I/O (its checks read no file), so threads share
-it freely; a SIGHUP builds a new one (:meth:`Settings.reloaded`) and the server swaps it in.
+A :class:`Settings` is immutable, so threads share it freely; a SIGHUP builds a new one from
+the same sources (:meth:`Settings.reloaded`), and the server applies the quotas it holds.
 """
 
 from __future__ import annotations
