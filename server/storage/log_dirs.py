@@ -12,11 +12,11 @@ Each of ``log.dirs`` is a :class:`LogDirState` for the life of a
       replication-offset-checkpoint       high watermarks (only once a log tracks one)
       <topic>-<partition>/ ...            partitions; ``-delete`` ones wait for removal
 
-:func:`lock_log_dirs` locks the directories, checks that they belong to one cluster and
-consumes their clean-shutdown markers (Kafka's ``LogManager`` start-up:
-``core/src/main/scala/kafka/log/LogManager.scala``, ``loadLogs`` and ``lockLogDirs``);
-:func:`scan_log_dirs` lists what they hold; the rest reads and writes what the checkpoint files
-hold. Crash behaviour: checkpoint files are written tmp + fsync + rename
+:func:`create_log_dirs` creates and resolves the directories; :func:`lock_log_dirs` locks
+them, checks that they belong to one cluster and consumes their clean-shutdown markers
+(Kafka's ``LogManager`` start-up: ``core/src/main/scala/kafka/log/LogManager.scala``,
+``lockLogDirs`` and ``loadLogs``); :func:`scan_log_dirs` lists what they hold; the rest reads
+and writes what the checkpoint files hold. Crash behaviour: checkpoint files are written tmp + fsync + rename
 (``checkpoints.py``); an unreadable one is read as empty, which recovers every log of the
 directory from its start. Concurrency: these functions are called by the manager under its lock
 (or before it is shared).
@@ -63,6 +63,7 @@ __all__ = [
     "LogDirState",
     "TopicPartition",
     "count_segments",
+    "create_log_dirs",
     "lock_log_dirs",
     "log_start_offset_entries",
     "read_checkpoint_or_empty",
@@ -96,6 +97,26 @@ class LogDirState:
     # After an I/O error in one of its logs (Kafka's offline log dir): its logs refuse reads
     # and writes, nothing more is written to it, and it gets no clean-shutdown marker.
     offline: bool = False
+
+
+def create_log_dirs(paths: list[Path]) -> list[Path]:
+    """Each of ``paths`` created if missing and resolved (symlinks, ``..``): the real paths.
+
+    Raises:
+        StorageIOError: a directory cannot be created or resolved.
+        InvalidConfigError: the same directory listed twice (even through ``..`` or a link).
+    """
+    resolved: list[Path] = []
+    for path in paths:
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            real = path.resolve(strict=True)
+        except OSError as exc:
+            raise StorageIOError(f"cannot create log directory {path}: {exc}") from exc
+        if real in resolved:
+            raise InvalidConfigError(f"log directory {path} is listed twice (as {real})")
+        resolved.append(real)
+    return resolved
 
 
 def lock_log_dirs(

@@ -65,6 +65,7 @@ from .log_dirs import (
     LogDirState,
     TopicPartition,
     count_segments,
+    create_log_dirs,
     lock_log_dirs,
     read_checkpoint_or_empty,
     scan_log_dirs,
@@ -240,16 +241,7 @@ class LogManager:
             raise InvalidConfigError("at least one log directory is needed")
         default_config, settings = parse_server_defaults(defaults)
         clock = time_ms if time_ms is not None else wall_clock_ms
-        resolved: list[Path] = []
-        for path in paths:
-            try:
-                path.mkdir(parents=True, exist_ok=True)
-                real = path.resolve(strict=True)
-            except OSError as exc:
-                raise StorageIOError(f"cannot create log directory {path}: {exc}") from exc
-            if real in resolved:
-                raise InvalidConfigError(f"log directory {path} is listed twice (as {real})")
-            resolved.append(real)
+        resolved = create_log_dirs(paths)
         locks: list[LogDirLock] = []
         manager: LogManager | None = None
         try:
