@@ -29,25 +29,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shutil
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from stratalog.records.log_layout import (
-    LOG_FILE_SUFFIX,
-    LOG_START_OFFSET_CHECKPOINT_FILE,
-    RECOVERY_POINT_CHECKPOINT_FILE,
-    REPLICATION_OFFSET_CHECKPOINT_FILE,
-    TIME_INDEX_ENTRY,
-    TIME_INDEX_TIMESTAMP,
-)
-
 from . import space
-from .checkpoints import OffsetCheckpointFile
-from .clean_shutdown import consume_marker, write_marker
+from .clean_shutdown import write_marker
 from .cleaner import CleaningResult
 from .cleaner_manager import CleanerManager, CleanerPartitionStatus, CleanerStats
 from .clock import wall_clock_ms
@@ -61,7 +49,6 @@ from .descriptor_budget import (
 from .dir_lock import LogDirLock
 from .durable import fsync_directory
 from .errors import (
-    CorruptCheckpointError,
     InvalidConfigError,
     InvalidPartitionsError,
     InvalidTopicError,
@@ -74,10 +61,18 @@ from .errors import (
     UnknownTopicOrPartitionError,
 )
 from .log_defaults import ServerLogSettings, parse_server_defaults
-from .meta_properties import MetaProperties, read_meta_properties, write_meta_properties
+from .log_dirs import (
+    LogDirState,
+    TopicPartition,
+    count_segments,
+    create_log_dirs,
+    lock_log_dirs,
+    read_checkpoint_or_empty,
+    scan_log_dirs,
+)
+from .log_maintenance import DEFAULT_MAINTENANCE_INTERVAL_MS, LogMaintenance, MaintenanceReport
 from .open_segments import OpenSegments
 from .partition_log import PartitionLog
-from .segment import Segment
 from .topic_catalog import (
     STATE_DELETING,
     TopicCatalog,
@@ -85,11 +80,9 @@ from .topic_catalog import (
     read_catalog,
     write_catalog,
 )
+from .topic_description import PartitionDescription, TopicDescription, describe_partition
 from .topic_names import (
-    PartitionDirKind,
     deleted_dir_name,
-    parse_partition_dir_name,
-    partition_dir_kind,
     partition_dir_name,
     topic_collision_key,
     validate_topic_name,
@@ -107,84 +100,12 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-TopicPartition = tuple[str, int]
-
-# How often the embedded background thread runs a maintenance pass; each job keeps its own
-# (longer) interval, so this is only the resolution of their schedules.
-DEFAULT_MAINTENANCE_INTERVAL_MS = 1000
-
 # Internal topics: logs the server keeps for itself in a log directory (the transaction
 # coordinator's state, server/transactions). Their owners open them; the manager neither loads,
 # lists nor lets anyone create them.
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 INTERNAL_TOPICS = frozenset({TRANSACTION_STATE_TOPIC})
 _INTERNAL_COLLISION_KEYS = frozenset(topic_collision_key(name) for name in INTERNAL_TOPICS)
-
-
-@dataclass(frozen=True)
-class PartitionDescription:
-    """One partition as :meth:`LogManager.describe_topic` reports it (a snapshot)."""
-
-    partition: int
-    log_start_offset: int
-    log_end_offset: int
-    size_bytes: int
-    segment_count: int
-    log_dir: str
-    max_timestamp: int  # the largest record timestamp; -1 when the log has none
-
-
-@dataclass(frozen=True)
-class TopicDescription:
-    """A topic: its name, every effective config (defaults included), its partitions, and
-    which configs are set on the topic itself (``overridden_configs``, sorted; the others are
-    the server's defaults)."""
-
-    name: str
-    configs: dict[str, str]
-    partitions: list[PartitionDescription]
-    overridden_configs: tuple[str, ...] = ()
-
-
-@dataclass
-class MaintenanceReport:
-    """What one :meth:`LogManager.run_maintenance` pass did (counts, for logs and metrics).
-
-    ``more_work`` is True when a per-pass limit stopped a job early; ``errors`` holds one line
-    per failure (a failing partition does not stop the pass for the others).
-    """
-
-    now_ms: int
-    flushed_logs: int = 0
-    retention_checked: bool = False
-    segments_deleted: int = 0
-    log_start_offsets_moved: int = 0
-    files_deleted: int = 0  # segments whose .deleted files were removed
-    recovery_point_checkpoints_written: int = 0
-    log_start_offset_checkpoints_written: int = 0
-    high_watermark_checkpoints_written: int = 0
-    deleted_dirs_removed: int = 0
-    producers_expired: int = 0  # producer ids forgotten after producer.id.expiration.ms
-    more_work: bool = False
-    errors: list[str] = field(default_factory=list)
-
-
-@dataclass
-class _DirState:
-    """Per log directory: its lock, checkpoint files and what loading found."""
-
-    path: Path
-    lock: LogDirLock
-    recovery_points: OffsetCheckpointFile
-    log_start_offsets: OffsetCheckpointFile
-    had_clean_shutdown: bool
-    # replication-offset-checkpoint: not created until a log of the directory tracks a high
-    # watermark, so a single server's directories look as before issue 17.
-    high_watermarks: OffsetCheckpointFile | None = None
-    fully_loaded: bool = False
-    # After an I/O error in one of its logs (Kafka's offline log dir): its logs refuse reads
-    # and writes, nothing more is written to it, and it gets no clean-shutdown marker.
-    offline: bool = False
 
 
 class LogManager:
@@ -219,7 +140,7 @@ class LogManager:
 
     def __init__(
         self,
-        dirs: list[_DirState],
+        dirs: list[LogDirState],
         default_config: LogConfig,
         settings: ServerLogSettings,
         time_ms: Callable[[], int],
@@ -243,26 +164,17 @@ class LogManager:
         self._catalog = TopicCatalog()
         self._logs: dict[TopicPartition, PartitionLog] = {}  # replaced whole, never mutated
         self._log_dir_of: dict[TopicPartition, Path] = {}
-        self._deleted_dirs: list[tuple[int, Path]] = []  # (due ms, directory)
         self._closed = False
-        self._maintenance_lock = threading.Lock()
-        self._background: threading.Thread | None = None
-        self._stop_background = threading.Event()
-        now_ms = time_ms()
-        self._next_retention_ms = now_ms + settings.retention_check_interval_ms
-        self._next_producer_expiration_ms = (
-            now_ms + settings.producer_id_expiration_check_interval_ms
-        )
-        self._retention_backlog = False  # a bounded pass left deletable segments behind
-        self._next_flush_check_ms = now_ms
-        self._next_recovery_point_checkpoint_ms = (
-            now_ms + settings.flush_offset_checkpoint_interval_ms
-        )
-        self._next_log_start_offset_checkpoint_ms = (
-            now_ms + settings.flush_start_offset_checkpoint_interval_ms
-        )
-        self._next_high_watermark_checkpoint_ms = (
-            now_ms + settings.replica_high_watermark_checkpoint_interval_ms
+        # The background jobs (flush.ms, retention, checkpoints, deletions): their schedule,
+        # the -delete directories waiting, and the embedded thread (log_maintenance.py).
+        self._maintenance = LogMaintenance(
+            dirs,
+            settings,
+            time_ms,
+            self._lock,
+            lambda: self._logs,
+            self._placed_logs,
+            lambda: self._closed,
         )
         # The replication-offset-checkpoint entries read at open, for the replication layer to
         # hand to the logs it makes leader or follower (Kafka's Partition.createLog).
@@ -329,39 +241,11 @@ class LogManager:
             raise InvalidConfigError("at least one log directory is needed")
         default_config, settings = parse_server_defaults(defaults)
         clock = time_ms if time_ms is not None else wall_clock_ms
-        resolved: list[Path] = []
-        for path in paths:
-            try:
-                path.mkdir(parents=True, exist_ok=True)
-                real = path.resolve(strict=True)
-            except OSError as exc:
-                raise StorageIOError(f"cannot create log directory {path}: {exc}") from exc
-            if real in resolved:
-                raise InvalidConfigError(f"log directory {path} is listed twice (as {real})")
-            resolved.append(real)
+        resolved = create_log_dirs(paths)
         locks: list[LogDirLock] = []
         manager: LogManager | None = None
         try:
-            for path in resolved:
-                locks.append(LogDirLock.acquire(path))
-            _check_meta_properties(resolved, settings.node_id)
-            dirs = []
-            for path, lock in zip(resolved, locks, strict=True):
-                had_clean_shutdown = consume_marker(path)
-                dirs.append(
-                    _DirState(
-                        path=path,
-                        lock=lock,
-                        recovery_points=OffsetCheckpointFile(path / RECOVERY_POINT_CHECKPOINT_FILE),
-                        log_start_offsets=OffsetCheckpointFile(
-                            path / LOG_START_OFFSET_CHECKPOINT_FILE
-                        ),
-                        had_clean_shutdown=had_clean_shutdown,
-                        high_watermarks=OffsetCheckpointFile(
-                            path / REPLICATION_OFFSET_CHECKPOINT_FILE, create_if_missing=False
-                        ),
-                    )
-                )
+            dirs = lock_log_dirs(resolved, settings.node_id, locks)
             if open_files_limit is None:
                 open_files_limit = read_open_files_limit()[0]
             manager = cls(dirs, default_config, settings, clock, open_files_limit,
@@ -378,35 +262,12 @@ class LogManager:
     def _load(self) -> None:
         """Read the catalogue and load every partition directory (Kafka's ``loadLogs``)."""
         catalog = read_catalog(self.log_dirs)
-        found: dict[TopicPartition, Path] = {}
         now_ms = self._time_ms()
-        for state in self._dirs:
-            for entry in _list_dir(state.path):
-                if not entry.is_dir(follow_symlinks=False):
-                    continue
-                name = entry.name
-                try:
-                    kind = partition_dir_kind(name)
-                except InvalidTopicError:
-                    log.warning("ignoring directory %s: not a partition directory", entry.path)
-                    continue
-                if kind is PartitionDirKind.DELETE:
-                    self._deleted_dirs.append(
-                        (now_ms + self._default_config.file_delete_delay_ms, Path(entry.path))
-                    )
-                    continue
-                if kind is not PartitionDirKind.LIVE:
-                    log.warning("ignoring %s directory %s", kind.name.lower(), entry.path)
-                    continue
-                topic_partition = parse_partition_dir_name(name)
-                if topic_partition[0] in INTERNAL_TOPICS:
-                    continue  # its owner opens it
-                if topic_partition in found:
-                    raise StorageError(
-                        f"partition {name} exists in two log directories: "
-                        f"{found[topic_partition]} and {state.path}"
-                    )
-                found[topic_partition] = state.path
+        found, deleted = scan_log_dirs(self._dirs, INTERNAL_TOPICS)
+        for directory in deleted:
+            self._maintenance.schedule_dir_removal(
+                now_ms + self._default_config.file_delete_delay_ms, directory
+            )
         for name in sorted(INTERNAL_TOPICS & catalog.topics.keys()):
             # A topic created before its name was reserved: its owner opens that directory now.
             log.warning("ignoring topic %s of the catalogue: the name is reserved for an "
@@ -425,7 +286,7 @@ class LogManager:
             if ran_out_of_descriptors(exc) is None:
                 raise
             raise TooManyOpenFilesError(
-                budget.shortage(partitions, _count_segments(found.items()), ran_out=True)
+                budget.shortage(partitions, count_segments(found.items()), ran_out=True)
             ) from exc
         self._update_open_segments_capacity()
         log.info(
@@ -480,12 +341,12 @@ class LogManager:
         checkpoints: dict[Path, tuple[dict[TopicPartition, int], dict[TopicPartition, int]]] = {}
         for state in self._dirs:
             checkpoints[state.path] = (
-                _read_checkpoint_or_empty(state.recovery_points),
-                _read_checkpoint_or_empty(state.log_start_offsets),
+                read_checkpoint_or_empty(state.recovery_points),
+                read_checkpoint_or_empty(state.log_start_offsets),
             )
             if state.high_watermarks is not None:
                 self._checkpointed_high_watermarks.update(
-                    _read_checkpoint_or_empty(state.high_watermarks)
+                    read_checkpoint_or_empty(state.high_watermarks)
                 )
         jobs: list[tuple[TopicPartition, Path, LogConfig, bool]] = []
         counts = {state.path: 0 for state in self._dirs}
@@ -1024,8 +885,8 @@ class LogManager:
             raise StorageIOError(
                 f"cannot rename partition directory {source} to {target.name}: {exc}"
             ) from exc
-        self._deleted_dirs.append(
-            (self._time_ms() + self._default_config.file_delete_delay_ms, target)
+        self._maintenance.schedule_dir_removal(
+            self._time_ms() + self._default_config.file_delete_delay_ms, target
         )
 
     def has_topic(self, name: str) -> bool:
@@ -1063,22 +924,9 @@ class LogManager:
             partition_log = self._logs.get((name, partition))
             if partition_log is None:
                 continue
-            segments = list(partition_log.segments)
-            max_timestamp = max(
-                (_segment_max_timestamp(segment, segment is segments[-1]) for segment in segments),
-                default=-1,
-            )
-            partitions.append(
-                PartitionDescription(
-                    partition=partition,
-                    log_start_offset=partition_log.log_start_offset,
-                    log_end_offset=partition_log.log_end_offset,
-                    size_bytes=sum(segment.size_bytes for segment in segments),
-                    segment_count=len(segments),
-                    log_dir=str(self._log_dir_of[(name, partition)]),
-                    max_timestamp=max(max_timestamp, -1),
-                )
-            )
+            partitions.append(describe_partition(
+                partition, partition_log, self._log_dir_of[(name, partition)]
+            ))
         return TopicDescription(name, self._config_for(entry).to_mapping(), partitions,
                                 tuple(sorted(entry.configs)))
 
@@ -1267,176 +1115,22 @@ class LogManager:
         of ``-delete`` directories whose delay passed (at most ``log.delete.dirs.per.pass.max``).
         A failing partition is logged and reported; the pass goes on. Passes do not overlap
         (a second caller waits). Safe to call from a worker thread while others append.
+        (:meth:`LogMaintenance.run`.)
         """
-        now = self._time_ms() if now_ms is None else now_ms
-        report = MaintenanceReport(now_ms=now)
-        with self._maintenance_lock:
-            if self._closed:
-                return report
-            logs = {tp: lg for tp, lg in self._logs.items() if not lg.is_offline}
-            self._maybe_flush(logs, now, report)
-            self._maybe_delete_old_segments(logs, now, report)
-            self._maybe_expire_producers(logs, now, report)
-            self._delete_pending_segments(logs, now, report)
-            self._maybe_write_checkpoints(now, report, force=False)
-            self._maybe_remove_deleted_dirs(now, report)
-        return report
+        return self._maintenance.run(now_ms)
 
-    def _maybe_delete_old_segments(
-        self, logs: dict[TopicPartition, PartitionLog], now_ms: int, report: MaintenanceReport
-    ) -> None:
-        """Retention, every ``log.retention.check.interval.ms``, bounded per pass."""
-        if now_ms < self._next_retention_ms and not self._retention_backlog:
-            return
-        if now_ms >= self._next_retention_ms:
-            self._next_retention_ms = now_ms + self._settings.retention_check_interval_ms
-        report.retention_checked = True
-        budget = self._settings.retention_segments_per_pass_max
-        self._retention_backlog = False
-        for topic_partition, partition_log in sorted(logs.items()):
-            if budget <= 0:
-                report.more_work = self._retention_backlog = True
-                break
-            start_before = partition_log.log_start_offset
-            try:
-                plan = partition_log.delete_old_segments(now_ms, max_segments=budget)
-            except LogClosedError:
-                continue
-            except Exception as exc:
-                log.exception("retention of %s-%d failed", *topic_partition)
-                report.errors.append(f"retention {topic_partition[0]}-{topic_partition[1]}: {exc}")
-                continue
-            budget -= len(plan.segments)
-            report.segments_deleted += len(plan.segments)
-            if partition_log.log_start_offset != start_before:
-                report.log_start_offsets_moved += 1
-            if plan.limited:
-                report.more_work = self._retention_backlog = True
-
-    def _maybe_expire_producers(
-        self, logs: dict[TopicPartition, PartitionLog], now_ms: int, report: MaintenanceReport
-    ) -> None:
-        """Forget producers idle for ``producer.id.expiration.ms``, every
-        ``producer.id.expiration.check.interval.ms`` (Kafka's ``removeExpiredProducers`` job)."""
-        if now_ms < self._next_producer_expiration_ms:
-            return
-        self._next_producer_expiration_ms = (
-            now_ms + self._settings.producer_id_expiration_check_interval_ms
-        )
-        for topic_partition, partition_log in logs.items():
-            try:
-                report.producers_expired += len(partition_log.remove_expired_producers(now_ms))
-            except Exception as exc:
-                log.exception("expiring producers of %s-%d failed", *topic_partition)
-                report.errors.append(f"expire {topic_partition[0]}-{topic_partition[1]}: {exc}")
-
-    def _delete_pending_segments(
-        self, logs: dict[TopicPartition, PartitionLog], now_ms: int, report: MaintenanceReport
-    ) -> None:
-        """Delete the ``.deleted`` segments whose ``file.delete.delay.ms`` has passed."""
-        for topic_partition, partition_log in logs.items():
-            if not partition_log.pending_deletes:
-                continue
-            try:
-                report.files_deleted += partition_log.maybe_delete_pending(now_ms)
-            except Exception as exc:
-                log.exception("deleting old segments of %s-%d failed", *topic_partition)
-                report.errors.append(f"delete {topic_partition[0]}-{topic_partition[1]}: {exc}")
-
-    def _maybe_flush(
-        self, logs: dict[TopicPartition, PartitionLog], now_ms: int, report: MaintenanceReport
-    ) -> None:
-        if now_ms < self._next_flush_check_ms:
-            return
-        self._next_flush_check_ms = now_ms + self._settings.flush_scheduler_interval_ms
-        for topic_partition, partition_log in logs.items():
-            flush_ms = partition_log.config.flush_ms
-            if now_ms - partition_log.last_flush_ms < flush_ms:
-                continue
-            if partition_log.recovery_point >= partition_log.log_end_offset:
-                continue
-            try:
-                partition_log.flush()
-                report.flushed_logs += 1
-            except LogClosedError:
-                continue  # deleted or closed meanwhile
-            except Exception as exc:
-                log.exception("flush of %s-%d failed", *topic_partition)
-                report.errors.append(f"flush {topic_partition[0]}-{topic_partition[1]}: {exc}")
-
-    def _maybe_write_checkpoints(
-        self, now_ms: int, report: MaintenanceReport, *, force: bool
-    ) -> set[Path]:
-        """Write the checkpoints that are due (all with ``force``); returns the failed dirs."""
-        write_recovery_points = force or now_ms >= self._next_recovery_point_checkpoint_ms
-        write_log_start_offsets = force or now_ms >= self._next_log_start_offset_checkpoint_ms
-        write_high_watermarks = force or now_ms >= self._next_high_watermark_checkpoint_ms
-        if write_high_watermarks:
-            self._next_high_watermark_checkpoint_ms = (
-                now_ms + self._settings.replica_high_watermark_checkpoint_interval_ms
-            )
-        if write_recovery_points:
-            self._next_recovery_point_checkpoint_ms = (
-                now_ms + self._settings.flush_offset_checkpoint_interval_ms
-            )
-        if write_log_start_offsets:
-            self._next_log_start_offset_checkpoint_ms = (
-                now_ms + self._settings.flush_start_offset_checkpoint_interval_ms
-            )
-        failed: set[Path] = set()
-        if not (write_recovery_points or write_log_start_offsets or write_high_watermarks):
-            return failed
+    def _placed_logs(self) -> list[tuple[TopicPartition, PartitionLog, Path]]:
+        """Every open log with its log directory, as of one moment (for the checkpoints)."""
         with self._lock:
-            snapshot = [
+            return [
                 (tp, partition_log, self._log_dir_of[tp])
                 for tp, partition_log in self._logs.items()
             ]
-        for state in self._dirs:
-            if state.offline:  # nothing more is written there: the next start recovers it
-                failed.add(state.path)
-                continue
-            in_dir = [(tp, lg) for tp, lg, directory in snapshot if directory == state.path]
-            try:
-                if write_recovery_points:
-                    state.recovery_points.write({tp: lg.recovery_point for tp, lg in in_dir})
-                    report.recovery_point_checkpoints_written += 1
-                if write_log_start_offsets:
-                    state.log_start_offsets.write(_log_start_offsets(in_dir))
-                    report.log_start_offset_checkpoints_written += 1
-                if write_high_watermarks and _write_high_watermarks(state, in_dir):
-                    report.high_watermark_checkpoints_written += 1
-            except StorageError as exc:
-                log.exception("writing the checkpoints of %s failed", state.path)
-                report.errors.append(f"checkpoints of {state.path}: {exc}")
-                failed.add(state.path)
-        return failed
-
-    def _maybe_remove_deleted_dirs(self, now_ms: int, report: MaintenanceReport) -> None:
-        with self._lock:
-            due = [item for item in self._deleted_dirs if item[0] <= now_ms]
-            limit = self._settings.deleted_dirs_per_pass_max
-            if len(due) > limit:
-                report.more_work = True
-                due = sorted(due)[:limit]
-            for item in due:
-                self._deleted_dirs.remove(item)
-        for _, directory in due:
-            try:
-                shutil.rmtree(directory)
-                report.deleted_dirs_removed += 1
-            except FileNotFoundError:
-                continue
-            except OSError as exc:
-                log.error("cannot remove deleted partition directory %s: %s", directory, exc)
-                report.errors.append(f"remove {directory}: {exc}")
-                with self._lock:  # try again next pass
-                    self._deleted_dirs.append((now_ms, directory))
 
     @property
     def pending_deleted_dirs(self) -> list[Path]:
         """The ``-delete`` directories not removed yet."""
-        with self._lock:
-            return [directory for _, directory in sorted(self._deleted_dirs)]
+        return self._maintenance.pending_deleted_dirs
 
     def start_background(self, interval_ms: int = DEFAULT_MAINTENANCE_INTERVAL_MS) -> None:
         """Run :meth:`run_maintenance` every ``interval_ms`` in a daemon thread until
@@ -1450,34 +1144,12 @@ class LogManager:
             raise ValueError(f"interval_ms must be at least 1, got {interval_ms}")
         with self._lock:
             self._ensure_open()
-            if self._background is not None:
-                raise StorageError("the background maintenance thread is already running")
-            self._stop_background.clear()
-            thread = threading.Thread(
-                target=self._background_loop,
-                args=(interval_ms / 1000,),
-                name="log-manager-maintenance",
-                daemon=True,
-            )
-            self._background = thread
-            thread.start()
+            self._maintenance.start_background(interval_ms, lambda: self.run_maintenance())
         self.start_cleaner()
-
-    def _background_loop(self, interval_s: float) -> None:
-        while not self._stop_background.wait(interval_s):
-            try:
-                self.run_maintenance()
-            except Exception:  # the thread must outlive a bad pass
-                log.exception("background maintenance pass failed")
 
     def stop_background(self) -> None:
         """Stop the background thread (if running) and wait for its pass to end."""
-        thread = self._background
-        if thread is None:
-            return
-        self._stop_background.set()
-        thread.join()
-        self._background = None
+        self._maintenance.stop_background()
 
     # ---------------------------------------------------------------- closing
 
@@ -1492,7 +1164,7 @@ class LogManager:
         """
         self.stop_background()
         self.cleaner.shutdown()
-        with self._maintenance_lock, self._lock:
+        with self._maintenance.lock, self._lock:
             if self._closed:
                 return
             self._closed = True
@@ -1511,7 +1183,7 @@ class LogManager:
                     failed_dirs.add(self._log_dir_of[topic_partition])
                     first_error = first_error or exc
             report = MaintenanceReport(now_ms=self._time_ms())
-            failed_dirs |= self._maybe_write_checkpoints(report.now_ms, report, force=True)
+            failed_dirs |= self._maintenance.write_checkpoints(report.now_ms, report, force=True)
             offline = set(self.offline_log_dirs)
             if offline:
                 log.warning("not closing %s cleanly: offline after an I/O error",
@@ -1569,118 +1241,3 @@ class LogManager:
 
 
 # -------------------------------------------------------------------- helpers
-
-
-def _count_segments(partitions: Iterable[tuple[TopicPartition, Path]]) -> int | None:
-    """The ``.log`` files of the partition directories (for a start-up message); None if
-    they cannot be listed (no descriptor left)."""
-    count = 0
-    try:
-        for (topic, partition), log_dir in partitions:
-            with os.scandir(log_dir / partition_dir_name(topic, partition)) as entries:
-                count += sum(1 for entry in entries if entry.name.endswith(LOG_FILE_SUFFIX))
-    except OSError:
-        return None
-    return count
-
-
-def _list_dir(path: Path) -> list[os.DirEntry[str]]:
-    try:
-        with os.scandir(path) as entries:
-            return sorted(entries, key=lambda entry: entry.name)
-    except OSError as exc:
-        raise StorageIOError(f"cannot list log directory {path}: {exc}") from exc
-
-
-def _write_high_watermarks(
-    state: _DirState, in_dir: list[tuple[TopicPartition, PartitionLog]]
-) -> bool:
-    """Write the directory's ``replication-offset-checkpoint``: the high watermark of each log
-    that tracks one (Kafka's ReplicaManager.checkpointHighWatermarks). Only once there is
-    something to write, or a file to bring up to date; True if written."""
-    checkpoint = state.high_watermarks
-    if checkpoint is None:
-        return False
-    entries = {tp: lg.high_watermark for tp, lg in in_dir if lg.tracks_high_watermark}
-    if not entries and not checkpoint.path.exists():
-        return False
-    checkpoint.write(entries)
-    return True
-
-
-def _read_checkpoint_or_empty(checkpoint: OffsetCheckpointFile) -> dict[TopicPartition, int]:
-    """[B-58]: an unreadable checkpoint is treated as empty, with a warning."""
-    try:
-        return checkpoint.read()
-    except CorruptCheckpointError as exc:
-        log.warning("ignoring corrupt checkpoint (every log of the directory is recovered "
-                    "from its start): %s", exc)
-        return {}
-
-
-def _segment_max_timestamp(segment: Segment, is_active: bool) -> int:
-    """A segment's largest record timestamp (-1 if none), without opening its time index.
-
-    An inactive segment's ``.timeindex`` was trimmed when it was rolled (or rebuilt at load),
-    and its last entry holds the segment's largest timestamp; reading those 12 bytes keeps a
-    describe of a log with 10,000 segments from mapping (and keeping open) 10,000 indexes.
-    The active segment, or a file that does not look trimmed, goes through the index itself.
-    """
-    if is_active or segment.indexes_loaded[1]:
-        return segment.max_timestamp_so_far
-    entry_size = TIME_INDEX_ENTRY.size
-    try:
-        fd = os.open(segment.time_index_path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return segment.max_timestamp_so_far
-    try:
-        size = os.fstat(fd).st_size
-        if size == 0:
-            return -1
-        if size % entry_size:
-            return segment.max_timestamp_so_far
-        last_entry = os.pread(fd, entry_size, size - entry_size)
-        return max(TIME_INDEX_TIMESTAMP.read(last_entry), -1)
-    except OSError:
-        return segment.max_timestamp_so_far
-    finally:
-        os.close(fd)
-
-
-def _log_start_offsets(
-    logs: list[tuple[TopicPartition, PartitionLog]],
-) -> dict[TopicPartition, int]:
-    """Kafka writes only the partitions whose log start offset is above their first segment."""
-    entries = {}
-    for topic_partition, partition_log in logs:
-        first = partition_log.segments.first
-        if first is not None and partition_log.log_start_offset > first.base_offset:
-            entries[topic_partition] = partition_log.log_start_offset
-    return entries
-
-
-def _check_meta_properties(directories: list[Path], node_id: int) -> None:
-    """Every directory belongs to one cluster; write ``meta.properties`` where missing."""
-    metas = {directory: read_meta_properties(directory) for directory in directories}
-    cluster_ids = {meta.cluster_id for meta in metas.values() if meta is not None}
-    cluster_ids.discard(None)
-    if len(cluster_ids) > 1:
-        listing = ", ".join(
-            f"{directory}: {meta.cluster_id}" for directory, meta in metas.items() if meta
-        )
-        raise InvalidConfigError(
-            f"the log directories belong to different clusters ({listing}); a server's log "
-            "directories must share one cluster.id"
-        )
-    directory_ids = [meta.directory_id for meta in metas.values() if meta and meta.directory_id]
-    if len(directory_ids) != len(set(directory_ids)):
-        raise InvalidConfigError(
-            "two log directories have the same directory.id in meta.properties (a copied "
-            "directory?): " + ", ".join(str(d) for d in directories)
-        )
-    cluster_id = next(iter(cluster_ids)) if cluster_ids else None
-    for directory, meta in metas.items():
-        if meta is None:
-            new_meta = MetaProperties.create(node_id=node_id, cluster_id=cluster_id)
-            cluster_id = new_meta.cluster_id
-            write_meta_properties(directory, new_meta)

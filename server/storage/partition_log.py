@@ -1,82 +1,73 @@
-"""One partition's log: an ordered run of segments in one directory, and the embedded API.
+"""One partition's log: offsets, producers, epochs and bounds over its segments; the embedded API.
 
-A partition log is what a Kafka broker calls ``UnifiedLog``/``LocalLog``: a directory
-``<topic>-<partition>/`` holding segments (``<20-digit base offset>.log`` + indexes), of which the
-last is *active* and takes appends. The log assigns offsets, decides when to roll a new segment,
-serves reads by offset and lookups by timestamp, truncates, and flushes::
+A partition log is what a Kafka broker calls ``UnifiedLog``: the log of one partition
+``<topic>-<partition>/``, whose files (segments ``<20-digit base offset>.log`` + indexes, of
+which the last is *active* and takes appends) are its
+:class:`~stratalog.server.storage.local_log.LocalLog` (Kafka's ``LocalLog``: roll, write,
+read, truncate, delete, flush, offline handling). Above the segments this layer keeps what
+gives the records their meaning: appends are validated, given offsets, their producers judged
+(idempotence, transactions) and their leader epochs recorded by its one
+:class:`~stratalog.server.storage.log_writer.LogWriter`; this module keeps the log start
+offset, the high watermark and the last stable offset, bounds reads and lookups by them,
+truncates the producer state and the epochs with the segments, and answers lookups by
+timestamp::
 
-    log_start_offset                                   log_end_offset (LEO: next offset to assign)
-    |                                                  |
+    log_start_offset          high watermark / LSO     log_end_offset (LEO: next offset to assign)
+    |                                   |              |
     [segment 0 .......][segment 1000 .......][segment 2000 ...active...]
-                                                        ^ appends: validate, assign offsets from
-                                                          LEO, maybe roll, write, publish LEO
+                                                        ^ appends (LogWriter): validate, assign
+                                                          offsets from LEO, maybe roll, write,
+                                                          publish LEO
 
-Reads never block appends: the writer publishes the end of the log as one immutable value
-(LEO, the active segment's base offset, its size) only after the bytes are written, and a read
-stops at the end it saw. Removed segments (retention, truncation, roll over an empty segment)
-are renamed ``*.deleted`` at once and closed and deleted ``file.delete.delay.ms`` later, as in
-Kafka, so a reader that still holds one keeps a valid file. The deletion is background work
-(:meth:`PartitionLog.maybe_delete_pending`, which the LogManager's maintenance pass calls), never
-an append's: an append touches the file system only to write, and to roll when one is due.
-:meth:`PartitionLog.try_append_without_blocking` says when an append would do more than write
-(roll, fsync, wait for the lock), so that an event loop can hand those to a thread.
+Reads never block appends: the end of the log is published as one immutable value (LEO, the
+active segment's base offset, its size, the first unstable offset) only after the bytes are
+written, and a read stops at the end it saw (``local_log.py``). Removed segments are deleted
+``file.delete.delay.ms`` later, in the background (:meth:`PartitionLog.maybe_delete_pending`,
+which the LogManager's maintenance pass calls), never by an append.
 
 Opening a directory is the job of :mod:`~stratalog.server.storage.recovery` (Kafka's
 ``LogLoader``): segments are opened lazily from their ``.log`` files, leftovers of interrupted
 renames are resolved, and the segments a crash may have damaged are recovered (rebuilt from
 their ``.log`` and cut at the first invalid byte). Retention ([B-59]..[B-64]) is decided by
 :mod:`~stratalog.server.storage.retention` and carried out here.
+
+Kafka's split of the two layers is the model:
+``storage/src/main/java/org/apache/kafka/storage/internals/log/UnifiedLog.java`` (this module
+and ``log_writer.py``) over
+``storage/src/main/java/org/apache/kafka/storage/internals/log/LocalLog.java``
+(``local_log.py``).
 """
 
 from __future__ import annotations
 
-import bisect
-import contextlib
 import enum
-import itertools
 import logging
 import threading
+import weakref
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
 
-from stratalog.records.batch import NO_PRODUCER_ID, NO_SEQUENCE, NO_TIMESTAMP, parse_header
-from stratalog.records.builder import BatchBuilder
-from stratalog.records.control import ControlRecordType, EndTransactionMarker
-from stratalog.records.log_layout import (
-    CLEANED_FILE_SUFFIX,
-    DELETED_FILE_SUFFIX,
-    SWAP_FILE_SUFFIX,
-)
+from stratalog.records.batch import NO_TIMESTAMP, parse_header
 
 from .clock import wall_clock_ms
 from .config import PRODUCER_ID_EXPIRATION_MS_DEFAULT, LogConfig
-from .descriptor_budget import ran_out_of_descriptors
-from .durable import fsync_directory
 from .errors import (
-    CleaningAbortedError,
-    InvalidTopicError,
-    LogClosedError,
-    LogDirOfflineError,
     OffsetOutOfRangeError,
-    OutOfDescriptorsError,
-    StorageError,
     StorageIOError,
 )
-from .files import (
-    log_file,
-    offset_index_file,
-    time_index_file,
-    transaction_index_file,
-)
-from .follower_append import FollowerRun, validate_follower_batches
 from .leader_epoch_cache import LeaderEpochCache, load_leader_epoch_cache
+from .local_log import LocalLog, LogEnd, delete_segments
+from .log_writer import (
+    LEADER_EPOCH,
+    AppendInfo,
+    DeferredAppend,
+    FlushScheduler,
+    LogWriter,
+    TransactionVerifier,
+    WouldBlock,
+)
 from .open_segments import DEFAULT_OPEN_SEGMENTS_MAX, OpenSegments
 from .producer_state import (
-    DuplicateAppend,
-    ProducerAppend,
-    ProducerBatch,
     ProducerStateManager,
 )
 from .recovery import load_log, rebuild_producer_state, restore_batch_history
@@ -84,15 +75,14 @@ from .retention import RetentionPlan, plan_retention
 from .segment import FetchedBatches, Segment
 from .segments import Segments
 from .time_index import TimestampOffset
-from .topic_names import parse_partition_dir_name
 from .txn_index import AbortedTxn
-from .validation import ValidatedAppend, validate_and_assign_offsets
 
 __all__ = [
     "EARLIEST_LOCAL_TIMESTAMP",
     "EARLIEST_TIMESTAMP",
     "LATEST_TIERED_TIMESTAMP",
     "LATEST_TIMESTAMP",
+    "LEADER_EPOCH",
     "MAX_TIMESTAMP",
     "AppendInfo",
     "DeferredAppend",
@@ -114,35 +104,6 @@ MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4
 LATEST_TIERED_TIMESTAMP = -5
 
-# A single server is the one leader of its partitions for the life of the log: every batch is
-# stamped with epoch 0, as a Kafka partition whose first leader never changed. (Clients send
-# -1.) A replicated partition's leader passes its own epoch to the append path.
-LEADER_EPOCH = 0
-
-
-@dataclass(frozen=True, slots=True)
-class AppendInfo:
-    """What an append did (Kafka's ``LogAppendInfo``, the part a producer sees).
-
-    ``first_offset``/``last_offset`` are -1 for an empty append. ``max_timestamp`` and
-    ``offset_of_max_timestamp`` are what was indexed: the largest record timestamp and the last
-    offset of the earliest batch holding it (CreateTime), or the append time and the last offset
-    (LogAppendTime). ``log_append_time`` is -1 unless the topic uses LogAppendTime.
-    """
-
-    first_offset: int
-    last_offset: int
-    max_timestamp: int
-    offset_of_max_timestamp: int
-    log_append_time: int
-    record_count: int
-    size_bytes: int
-    log_start_offset: int
-    # True when every batch repeated one of its producer's last 5: nothing was written and the
-    # offsets are those of the original append (Kafka answers a duplicate so).
-    duplicate: bool = False
-
-
 class IsolationLevel(enum.IntEnum):
     """Kafka's fetch isolation levels (the values of its FetchRequest)."""
 
@@ -150,82 +111,25 @@ class IsolationLevel(enum.IntEnum):
     READ_COMMITTED = 1
 
 
-class WouldBlock(enum.Enum):
-    """Why :meth:`PartitionLog.try_append_without_blocking` left an append undone."""
-
-    LOCK_HELD = "the log's lock is held by another thread (maintenance, a flush, close)"
-    OPEN_INDEXES = "the active segment's index files are not open yet: opening creates them"
-    ROLL = "the append must roll a new segment: files created, the old segment trimmed"
-    FLUSH = "flush.messages: the append would fsync"
-
-
-@dataclass(frozen=True, slots=True)
-class DeferredAppend:
-    """An append :meth:`PartitionLog.try_append_without_blocking` did not do, and why.
-
-    ``record_batches`` are the caller's batches, ``reason`` what the append would have waited
-    for. ``validated`` is set when the batches passed validation before the reason was found
-    (a roll or a flush), with the log end offset (``first_offset``), the config and the clock
-    reading it was made against: :meth:`PartitionLog.append_deferred` reuses it while those
-    still hold. ``verify_transaction`` is the caller's verifier, run again when the append is
-    carried out (the coordinator's state may have moved meanwhile), and
-    ``decompressed_bytes_max`` the caller's bound, applied again if the batches are. Immutable; holds views of
-    the caller's batches, which must not change.
-    """
-
-    record_batches: bytes | bytearray | memoryview = field(repr=False)
-    reason: WouldBlock
-    validated: ValidatedAppend | None = field(default=None, repr=False)
-    first_offset: int = -1
-    config: LogConfig | None = field(default=None, repr=False)
-    now_ms: int = -1
-    verify_transaction: TransactionVerifier | None = field(default=None, repr=False)
-    decompressed_bytes_max: int | None = None
-    leader_epoch: int = LEADER_EPOCH
-
-
-# Runs a job later, off the caller's thread (``concurrent.futures.Executor.submit`` fits).
-FlushScheduler = Callable[[Callable[[], None]], object]
-
 #: Told of an I/O error on a log's write path (a write, an fsync, a roll): called as
 #: ``handler(log, error)`` once, when the log goes offline; Kafka's ``LogDirFailureChannel``.
 #: Called under the log's lock: it must not wait for another log's lock.
 IoFailureHandler = Callable[["PartitionLog", BaseException], None]
 
-#: Checks a client's transactional batch against the transaction coordinator before it is
-#: appended: called as ``verify(producer_id, producer_epoch)`` under the log's lock, once per
-#: transactional batch, it raises to refuse the append (nothing is written). It must not block:
-#: an event loop's append runs it. The server binds one per partition; the log never imports
-#: the coordinator. (Kafka's ReplicaManager verifies a transactional produce with the
-#: coordinator before the append, KIP-890.)
-TransactionVerifier = Callable[[int, int], None]
-
-
-class _LogEnd(NamedTuple):
-    """The end of the log as readers may see it, published as one value after each write.
-
-    ``first_unstable`` is the producer state's first unstable offset as of that end (None: no
-    transaction open), published with it so that a lock-free reader computes the LSO from one
-    consistent moment: two separate reads could pair an end from before a marker with the state
-    from after it, an LSO past a marker the reader's data does not hold.
-    """
-
-    offset: int  # the log end offset (next offset to assign)
-    segment_base_offset: int  # the active segment holding the end
-    position: int  # readable bytes of that segment
-    first_unstable: int | None = None
-
-
 class PartitionLog:
-    """The log of one partition: segments in one directory, with offsets, roll and lookups.
+    """The log of one partition (Kafka's ``UnifiedLog``): offsets, producers, epochs, bounds,
+    over the :class:`~stratalog.server.storage.local_log.LocalLog` of its segments.
 
-    Holds: the directory, the :class:`LogConfig`, the clock, the :class:`Segments` map, the
-    log start offset, the published end of the log, the recovery point (everything below it is
-    fsynced) and the segments waiting for deferred deletion.
+    Holds: the :class:`LocalLog` (the directory, the config, the :class:`Segments` map, the
+    published end of the log, the recovery point, the segments waiting for deferred
+    deletion), the lock both layers share, the log start offset, the high watermark once a
+    replication layer tracks one, the producer state and the leader epoch cache.
 
     Invariants: at least one segment while open; segment base offsets increase and each segment's
     offsets lie below the next one's base; ``log_start_offset <= log_end_offset``; the active
-    segment is the last one and holds ``log_end_offset``'s position.
+    segment is the last one and holds ``log_end_offset``'s position; a tracked high watermark
+    lies in ``[log_start_offset, log_end_offset]``; the producer state and the leader epoch
+    cache describe the log up to its end.
 
     Crash behaviour: appends reach the page cache; :meth:`flush` (or ``flush.messages``) makes
     them durable and advances the recovery point. After a crash the active segment may end in a
@@ -234,12 +138,12 @@ class PartitionLog:
     shutdown was unclean, the active segment when it cannot know. Segments removed by
     retention or truncation are renamed ``.deleted`` first; a crash before their deletion
     leaves files the next open deletes. An I/O error on a write path (write, index entry,
-    fsync, roll) publishes nothing and takes the log offline (:meth:`_io_failed`): every later
-    call raises LogDirOfflineError, and the next open decides, as after a crash, what the failed
-    write left. Running out of file descriptors (EMFILE, ENFILE) is not an I/O error of the
-    disk: an append or roll that fails for want of one before anything was written raises
-    OutOfDescriptorsError and leaves the log online, as it was, for the same append to succeed
-    once descriptors are free (:meth:`_out_of_descriptors`).
+    fsync, roll) publishes nothing and takes the log offline (:meth:`LocalLog.io_failed`):
+    every later call raises LogDirOfflineError, and the next open decides, as after a crash,
+    what the failed write left. Running out of file descriptors (EMFILE, ENFILE) is not an
+    I/O error of the disk: an append or roll that fails for want of one before anything was
+    written raises OutOfDescriptorsError and leaves the log online, as it was, for the same
+    append to succeed once descriptors are free (:meth:`LocalLog.out_of_descriptors`).
 
     Concurrency: one writer at a time for :meth:`append`, :meth:`roll`, :meth:`truncate_to`,
     :meth:`truncate_fully_and_start_at` and :meth:`close` (the server serialises them per
@@ -252,7 +156,8 @@ class PartitionLog:
     Background work (:meth:`flush`, :meth:`delete_old_segments`, :meth:`maybe_delete_pending`,
     :meth:`maybe_increment_log_start_offset`) may run in another thread while the writer
     appends: every mutation of the segment map and offsets takes one internal lock
-    (uncontended in the common case), and fsyncs run outside it.
+    (uncontended in the common case; the local log below takes the same one), and fsyncs run
+    outside it.
     :meth:`try_append_without_blocking` and :meth:`append_deferred` are writers as
     :meth:`append` is; the first never waits for the lock (an event loop's append: it gives
     the append back, undone, when the lock is held, and when the append would roll or fsync).
@@ -287,24 +192,8 @@ class PartitionLog:
         ``leader_epoch_cache`` is the cache as of the log end (default: loaded from the
         directory's ``leader-epoch-checkpoint`` and repaired, :func:`load_leader_epoch_cache`).
         """
-        self._directory = directory
-        self._config = config
         self._time_ms = time_ms
-        self._segments = segments
         self._lock = threading.RLock()
-        self._closed = False
-        self._pending_deletes: list[tuple[int, Segment]] = []  # (due time ms, segment)
-        # A file was created or renamed since the last directory fsync.
-        self._directory_dirty = directory_changed
-        self._flush_scheduler = flush_scheduler
-        self._truncations = 0  # counts truncations, so a flush can tell one overlapped it
-        # The cache that closes the files of inactive segments (segments.py's Segment docs);
-        # new segments get it. One per server (the LogManager's), or one per embedded log.
-        self._open_segments = open_segments
-        # Told of an I/O error on a write path (the log is offline then): the LogManager
-        # takes the log's directory offline. See _io_failed.
-        self._io_failure_handler = io_failure_handler
-        self._offline = False
         active = segments.active
         assert active is not None, "a log always has an active segment"
         active.activate()
@@ -314,14 +203,47 @@ class PartitionLog:
         start = first.base_offset if log_start_offset is None else log_start_offset
         assert start <= end_offset, f"log start offset {start} above the log end {end_offset}"
         self._log_start_offset = start
-        self._recovery_point = end_offset if recovery_point is None else recovery_point
-        self._last_flush_ms = time_ms()
         if producer_state is None:
             producer_state = ProducerStateManager(directory, producer_id_expiration_ms)
             producer_state.reset(end_offset)
         self._producer_state = producer_state
-        self._end = _LogEnd(
-            end_offset, active.base_offset, active.size_bytes, producer_state.first_unstable_offset
+        # The layers below reach this log through a weak reference only: a strong one would
+        # make a reference cycle, and a deleted topic's logs must be freed by reference
+        # counting alone (the server freezes what it loaded at start-up out of the cyclic
+        # collector's reach: server/garbage_collector.py).
+        this = weakref.ref(self)
+
+        def log_start_offset() -> int:
+            partition_log = this()
+            assert partition_log is not None, "called by a method of the log"
+            return partition_log._log_start_offset
+
+        on_io_failure: Callable[[BaseException], None] | None = None
+        if io_failure_handler is not None:
+            handler = io_failure_handler
+
+            def on_io_failure(exc: BaseException) -> None:
+                # The LogManager is told which log failed (it takes the log's whole directory
+                # offline); the local log below only knows that one did.
+                partition_log = this()
+                if partition_log is not None:
+                    handler(partition_log, exc)
+
+        self._local = LocalLog(
+            directory,
+            config,
+            time_ms,
+            segments,
+            self._lock,
+            LogEnd(
+                end_offset, active.base_offset, active.size_bytes,
+                producer_state.first_unstable_offset,
+            ),
+            recovery_point=end_offset if recovery_point is None else recovery_point,
+            directory_changed=directory_changed,
+            open_segments=open_segments,
+            io_failure_handler=on_io_failure,
+            flush_snapshot=producer_state.flush_snapshot,
         )
         if leader_epoch_cache is None:
             leader_epoch_cache = load_leader_epoch_cache(directory, segments, start, end_offset)
@@ -329,16 +251,18 @@ class PartitionLog:
         # The high watermark, once a replication layer tracks one (update_high_watermark);
         # None: a single server's log, whose high watermark is its log end offset.
         self._high_watermark: int | None = None
-        # The roll snapshots written without an fsync, by offset: flush fsyncs each before the
-        # recovery point reaches it (see _roll).
-        self._unflushed_snapshots: set[int] = set()
+        # Every append, marker, follower append and roll goes through the writer.
+        self._writer = LogWriter(
+            self._local,
+            self._lock,
+            producer_state,
+            leader_epoch_cache,
+            time_ms,
+            log_start_offset,
+            flush_scheduler,
+        )
         # Segments the loader rebuilt when this log was opened (set by open; observable).
         self.recovered_segments = 0
-        # The running max of segment timestamps for time lookups (see _first_segment_reaching).
-        self._timestamp_lock = threading.Lock()
-        self._timestamp_cache_version = -1
-        self._timestamp_cache_segments: list[Segment] = []
-        self._timestamp_prefix_max: list[int] = []
 
     # ---------------------------------------------------------------- opening
 
@@ -440,22 +364,20 @@ class PartitionLog:
 
     @property
     def directory(self) -> Path:
-        return self._directory
+        return self._local.directory
 
     @property
     def config(self) -> LogConfig:
-        return self._config
+        return self._local.config
 
     @property
     def segments(self) -> Segments:
         """The segment map (read-only: only the log mutates it)."""
-        return self._segments
+        return self._local.segments
 
     @property
     def active_segment(self) -> Segment:
-        active = self._segments.active
-        assert active is not None
-        return active
+        return self._local.active_segment
 
     @property
     def log_start_offset(self) -> int:
@@ -464,7 +386,7 @@ class PartitionLog:
     @property
     def log_end_offset(self) -> int:
         """The offset the next appended record will get."""
-        return self._end.offset
+        return self._local.end.offset
 
     @property
     def last_stable_offset(self) -> int:
@@ -474,9 +396,9 @@ class PartitionLog:
         (DeleteRecords, retention), and offsets there cannot be read (Kafka bounds its first
         unstable offset so too). read_committed fetches and ListOffsets stop here.
         Thread-safe without the lock: the end and the first unstable offset come from one
-        published :class:`_LogEnd`. When the log tracks a high watermark (replication), the LSO
+        published :class:`LogEnd`. When the log tracks a high watermark (replication), the LSO
         is bounded by it too (Kafka's ``lastStableOffset``)."""
-        end = self._end
+        end = self._local.end
         bound = end.offset
         high_watermark = self._high_watermark
         if high_watermark is not None:
@@ -500,7 +422,7 @@ class PartitionLog:
         ``[log_start_offset, log_end_offset]``. Lock-free read of one published int.
         """
         high_watermark = self._high_watermark
-        return self._end.offset if high_watermark is None else high_watermark
+        return self._local.end.offset if high_watermark is None else high_watermark
 
     @property
     def tracks_high_watermark(self) -> bool:
@@ -517,8 +439,8 @@ class PartitionLog:
         it on truncation.
         """
         with self._lock:
-            self._ensure_open()
-            bounded = min(max(offset, self._log_start_offset), self._end.offset)
+            self._local.ensure_open()
+            bounded = min(max(offset, self._log_start_offset), self._local.end.offset)
             self._high_watermark = bounded
             return bounded
 
@@ -532,16 +454,16 @@ class PartitionLog:
                 first).
         """
         with self._lock:
-            self._ensure_open()
+            self._local.ensure_open()
             if self._high_watermark is None:
                 raise ValueError(
-                    f"log {self._directory} tracks no high watermark: set one with "
+                    f"log {self._local.directory} tracks no high watermark: set one with "
                     "update_high_watermark first"
                 )
-            if offset > self._end.offset:
+            if offset > self._local.end.offset:
                 raise ValueError(
-                    f"high watermark {offset} of log {self._directory} would be above its log "
-                    f"end offset {self._end.offset}"
+                    f"high watermark {offset} of log {self._local.directory} would be above its log "
+                    f"end offset {self._local.end.offset}"
                 )
             if offset <= self._high_watermark:
                 return False
@@ -565,7 +487,7 @@ class PartitionLog:
         """The OffsetsForLeaderEpoch answer ``(epoch, end offset)`` for ``requested_epoch``
         (:meth:`LeaderEpochCache.end_offset_for` against this log's end)."""
         with self._lock:
-            return self._epoch_cache.end_offset_for(requested_epoch, self._end.offset)
+            return self._epoch_cache.end_offset_for(requested_epoch, self._local.end.offset)
 
     def maybe_assign_epoch_start_offset(self, leader_epoch: int, start_offset: int) -> bool:
         """Record that ``leader_epoch`` starts at ``start_offset`` (Kafka: a replica becoming
@@ -576,8 +498,28 @@ class PartitionLog:
             ValueError: a negative epoch or offset. StorageIOError: the checkpoint write failed.
         """
         with self._lock:
-            self._ensure_open()
+            self._local.ensure_open()
             return self._epoch_cache.assign(leader_epoch, start_offset)
+
+    def _truncate_epochs_from_end(self, end_offset: int) -> None:
+        """The leader epoch cache drops the epochs from the new log end on; a failed write is
+        logged (as :meth:`_truncate_epochs_from_start`; Kafka flushes this one in the
+        background)."""
+        try:
+            self._epoch_cache.truncate_from_end(end_offset)
+        except StorageIOError:
+            log.exception("cannot write the leader epoch checkpoint of %s",
+                          self._local.directory)
+
+    def _truncate_epochs_from_start(self, start_offset: int) -> None:
+        """The leader epoch cache forgets what lies below the new log start. A failed
+        checkpoint write is logged, not raised: the entries in memory are right, and a stale
+        file is cut to the log start at the next open."""
+        try:
+            self._epoch_cache.truncate_from_start(start_offset)
+        except StorageIOError:
+            log.exception("cannot write the leader epoch checkpoint of %s",
+                          self._local.directory)
 
     @property
     def producer_state(self) -> ProducerStateManager:
@@ -588,7 +530,7 @@ class PartitionLog:
         """Forget the producers idle for ``producer.id.expiration.ms`` with no open transaction
         (run by the LogManager's maintenance pass); returns their ids."""
         with self._lock:
-            if self._closed:
+            if self._local.is_closed:
                 return []
             return self._producer_state.remove_expired_producers(
                 self._time_ms() if now_ms is None else now_ms
@@ -597,20 +539,20 @@ class PartitionLog:
     @property
     def recovery_point(self) -> int:
         """Every offset below this has been fsynced."""
-        return self._recovery_point
+        return self._local.recovery_point
 
     @property
     def last_flush_ms(self) -> int:
-        return self._last_flush_ms
+        return self._local.last_flush_ms
 
     @property
     def size_bytes(self) -> int:
         """Bytes in all segments' ``.log`` files."""
-        return self._segments.size_bytes
+        return self._local.size_bytes
 
     @property
     def is_closed(self) -> bool:
-        return self._closed
+        return self._local.is_closed
 
     def update_config(self, config: LogConfig) -> LogConfig:
         """Use ``config`` from now on; returns the old one (Kafka's ``updateConfig``).
@@ -619,9 +561,8 @@ class PartitionLog:
         ``segment.index.bytes`` apply to segments created from now on, as in Kafka.
         """
         with self._lock:
-            self._ensure_open()
-            old, self._config = self._config, config
-            return old
+            self._local.ensure_open()
+            return self._local.update_config(config)
 
     def maybe_increment_log_start_offset(self, new_offset: int) -> bool:
         """Move the log start offset up to ``new_offset`` (DeleteRecords, [B-65]).
@@ -638,12 +579,12 @@ class PartitionLog:
                 server's is the log end offset).
         """
         with self._lock:
-            self._ensure_open()
-            end_offset = self._end.offset
+            self._local.ensure_open()
+            end_offset = self._local.end.offset
             high_watermark = self.high_watermark
             if new_offset > high_watermark:
                 raise OffsetOutOfRangeError(
-                    f"cannot increment the log start offset of {self._directory} to "
+                    f"cannot increment the log start offset of {self._local.directory} to "
                     f"{new_offset}: it is above the high watermark {high_watermark} (log end "
                     f"offset {end_offset})",
                     log_start_offset=self._log_start_offset,
@@ -653,9 +594,10 @@ class PartitionLog:
                 return False
             self._log_start_offset = new_offset
             self._truncate_epochs_from_start(new_offset)
-            self._recovery_point = max(self._recovery_point, new_offset)
+            self._local.update_recovery_point(max(self._local.recovery_point, new_offset))
             self._producer_state.delete_snapshots(below=new_offset)
-            log.info("incremented the log start offset of %s to %d", self._directory, new_offset)
+            log.info("incremented the log start offset of %s to %d", self._local.directory,
+                     new_offset)
             return True
 
     # ---------------------------------------------------------------- appends
@@ -669,57 +611,15 @@ class PartitionLog:
         decompressed_bytes_max: int | None = None,
         leader_epoch: int = LEADER_EPOCH,
     ) -> AppendInfo:
-        """Validate client batches, assign offsets from the log end, and append them.
-
-        ``record_batches`` is one or more whole RecordBatch v2 batches with base offset 0 (see
-        :mod:`~stratalog.server.storage.validation` for every check). The log rolls first if
-        the active segment cannot take the append ([B-4], [B-11]); the bytes are written with
-        one positioned write: all the batches or none. An empty input does nothing. When the
-        topic sets ``flush.messages`` and enough messages are unflushed, the log is flushed
-        before this returns, and so with ``flush`` (a Produce with ``flush=true``): then the
-        records are published (readers see them, the log end moves) only once fsynced, so a
-        failed fsync never lets them be read. Segments waiting for deletion are left to
-        :meth:`maybe_delete_pending`: an append deletes no file.
-
-        An I/O error (the write, the fsync, the roll) takes the log offline: the records are
-        not published, the call raises it, and every later call raises LogDirOfflineError;
-        the next start recovers the directory (or not) as after a crash.
-
-        ``verify_transaction`` (see :data:`TransactionVerifier`) is called for every
-        transactional batch after validation and before the producer state judges it, under the
-        lock that transaction markers also take: a batch it accepted is written before any
-        marker that ends its transaction. Batches without the transactional flag never call it.
-        ``decompressed_bytes_max`` bounds the bytes the batches' records decompress to, all
-        together (validation's ``decompressed_bytes_max``; None: each batch by the default).
-
-        ``leader_epoch`` is stamped on every batch (a single server's is 0; a replicated
-        partition's leader passes its own, having checked it is still the leader). The first
-        append of an epoch records its start offset in the leader epoch cache, whose
-        checkpoint is rewritten (fsynced) before the records are written.
-
-        Blocking: waits for the log's lock (held by maintenance while it renames or deletes
-        segments) and may roll (create files, trim the old segment) or fsync. An event loop
-        calls :meth:`try_append_without_blocking` instead.
-
-        Raises:
-            CorruptRecordError, InvalidRecordError, RecordTooLargeError: bad batches.
-            InvalidTimestampError: a timestamp outside the accepted window.
-            RecordBatchTooLargeError: the append is larger than ``segment.bytes`` or
-                decompresses to more than ``decompressed_bytes_max``.
-            StorageIOError: the write, fsync or roll failed; nothing was published and the log
-                is offline.
-            LogClosedError: the log is closed. LogDirOfflineError: the log is offline.
-            what ``verify_transaction`` raises; nothing was appended.
-        """
-        with self._lock:
-            self._ensure_open()
-            if len(record_batches) == 0:
-                return self._empty_append_info()
-            now_ms = self._time_ms()
-            validated = self._validate(
-                record_batches, now_ms, decompressed_bytes_max, leader_epoch
-            )
-            return self._write(validated, now_ms, verify=verify_transaction, flush=flush)
+        """Validate client batches, assign offsets from the log end, and append them
+        (:meth:`LogWriter.append` says how, what it raises and when it blocks)."""
+        return self._writer.append(
+            record_batches,
+            verify_transaction=verify_transaction,
+            flush=flush,
+            decompressed_bytes_max=decompressed_bytes_max,
+            leader_epoch=leader_epoch,
+        )
 
     def write_txn_marker(
         self,
@@ -731,55 +631,10 @@ class PartitionLog:
         leader_epoch: int = LEADER_EPOCH,
     ) -> AppendInfo:
         """Append a COMMIT (``commit``) or ABORT control batch ending ``producer_id``'s
-        transaction, as a transaction coordinator does (Kafka's ``appendAsLeader`` with the
-        COORDINATOR origin).
-
-        The batch is a one-record control batch (attributes: control and transactional) with
-        the producer's id and epoch, no sequence, and the marker of :mod:`records.control`
-        holding ``coordinator_epoch``, stamped with the log's clock. It completes the producer's
-        open transaction: an ABORT appends ``AbortedTxn(producer id, first offset, marker
-        offset, LSO)`` to the active segment's ``.txnindex`` before the marker becomes visible,
-        and the last stable offset moves past the transaction. A marker for a producer with no
-        open transaction is written and completes nothing (as in Kafka). ``leader_epoch`` as
-        in :meth:`append`.
-
-        Raises:
-            InvalidProducerEpochError: ``producer_epoch`` is older than the producer's.
-            TransactionCoordinatorFencedError: ``coordinator_epoch`` is older than the last one
-                that wrote a marker for the producer.
-            ValueError: ``producer_id`` is negative.
-            StorageIOError, LogClosedError: as :meth:`append`.
-        """
-        if producer_id < 0:
-            raise ValueError(f"a transaction marker needs a producer id, got {producer_id}")
-        marker = EndTransactionMarker(
-            ControlRecordType.COMMIT if commit else ControlRecordType.ABORT, coordinator_epoch
+        transaction, as a transaction coordinator does (:meth:`LogWriter.write_txn_marker`)."""
+        return self._writer.write_txn_marker(
+            producer_id, producer_epoch, coordinator_epoch, commit, leader_epoch=leader_epoch
         )
-        with self._lock:
-            self._ensure_open()
-            now_ms = self._time_ms()
-            builder = BatchBuilder(
-                producer_id=producer_id,
-                producer_epoch=producer_epoch,
-                base_sequence=NO_SEQUENCE,
-                is_transactional=True,
-                is_control=True,
-            )
-            builder.append(now_ms, marker.encode_key(), marker.encode_value(), ())
-            validated = validate_and_assign_offsets(
-                builder.build(),
-                self._config,
-                first_offset=self._end.offset,
-                now_ms=now_ms,
-                partition_leader_epoch=leader_epoch,
-                allow_control=True,
-            )
-            offset = validated.first_offset
-            control = ProducerBatch(
-                producer_id, producer_epoch, NO_SEQUENCE, offset, offset,
-                validated.max_timestamp, True, marker.type, coordinator_epoch,
-            )
-            return self._write(validated, now_ms, (control,))
 
     def try_append_without_blocking(
         self,
@@ -790,423 +645,26 @@ class PartitionLog:
         leader_epoch: int = LEADER_EPOCH,
     ) -> AppendInfo | DeferredAppend:
         """:meth:`append`, unless it would wait for the lock or touch the file system beyond
-        the write; then nothing changes and a :class:`DeferredAppend` says why.
-
-        The append is left undone (:class:`WouldBlock`) when the log's lock is held by another
-        thread (maintenance renaming or deleting segments, a flush's bookkeeping, close), when
-        the active segment's index files are not open yet (in a log just opened; a roll opens
-        the new segment's itself), when the append would roll, and when it would fsync
-        (``flush.messages``). Otherwise it validates, writes and indexes exactly as
-        :meth:`append` does: a page-cache write and index entries in mapped memory, with the
-        blocks of a large append allocated first. Batches that fail validation raise as in
-        :meth:`append`; the batches of a deferred append were validated already when the
-        reason is a roll or a flush, and :meth:`append_deferred` reuses that work.
-
-        One exception to "nothing but the write": the first append of a leader epoch rewrites
-        (and fsyncs) the small ``leader-epoch-checkpoint`` inline, as Kafka's request
-        threads do; a single server's partition does so once in its life, and a leader that
-        assigns its epoch when it takes over (:meth:`maybe_assign_epoch_start_offset`) never.
-
-        Never waits: the lock is taken only if it is free. For an event loop, which hands a
-        :class:`DeferredAppend` to a thread that may block (:meth:`append_deferred`), still
-        serialising its appends to this log.
-
-        Raises:
-            the errors of :meth:`append` (and its validation), never from waiting.
-        """
-        if not self._lock.acquire(blocking=False):
-            return DeferredAppend(
-                record_batches, WouldBlock.LOCK_HELD, verify_transaction=verify_transaction,
-                decompressed_bytes_max=decompressed_bytes_max, leader_epoch=leader_epoch,
-            )
-        try:
-            self._ensure_open()
-            if len(record_batches) == 0:
-                return self._empty_append_info()
-            segment = self.active_segment
-            if segment.indexes_loaded != (True, True):
-                return DeferredAppend(
-                    record_batches, WouldBlock.OPEN_INDEXES, verify_transaction=verify_transaction,
-                    decompressed_bytes_max=decompressed_bytes_max, leader_epoch=leader_epoch,
-                )
-            now_ms = self._time_ms()
-            validated = self._validate(
-                record_batches, now_ms, decompressed_bytes_max, leader_epoch
-            )
-            judged = self._judge_producers(validated, None, verify_transaction)
-            if isinstance(judged, DuplicateAppend):
-                return self._duplicate_append_info(judged)
-            if self._roll_due(segment, validated, now_ms):
-                reason = WouldBlock.ROLL
-            elif self._flush_due(validated.last_offset + 1):
-                reason = WouldBlock.FLUSH
-            else:
-                return self._write_to(segment, validated, judged)
-            return DeferredAppend(
-                record_batches, reason, validated, self._end.offset, self._config, now_ms,
-                verify_transaction, decompressed_bytes_max, leader_epoch,
-            )
-        finally:
-            self._lock.release()
+        the write; then nothing changes and a :class:`DeferredAppend` says why
+        (:meth:`LogWriter.try_append_without_blocking`). Never waits: an event loop's append."""
+        return self._writer.try_append_without_blocking(
+            record_batches,
+            verify_transaction=verify_transaction,
+            decompressed_bytes_max=decompressed_bytes_max,
+            leader_epoch=leader_epoch,
+        )
 
     def append_deferred(self, deferred: DeferredAppend) -> AppendInfo:
         """Carry out an append :meth:`try_append_without_blocking` deferred; blocking, as
-        :meth:`append`.
-
-        The validation it did is reused when nothing moved the log end or replaced the config
-        since (the offsets and the stamped headers depend on both); otherwise the batches are
-        validated again. Raises what :meth:`append` raises.
-        """
-        with self._lock:
-            self._ensure_open()
-            validated = deferred.validated
-            if (
-                validated is None
-                or deferred.first_offset != self._end.offset
-                or deferred.config is not self._config
-            ):
-                return self.append(
-                    deferred.record_batches,
-                    verify_transaction=deferred.verify_transaction,
-                    decompressed_bytes_max=deferred.decompressed_bytes_max,
-                    leader_epoch=deferred.leader_epoch,
-                )
-            return self._write(validated, deferred.now_ms, verify=deferred.verify_transaction)
+        :meth:`append` (:meth:`LogWriter.append_deferred`)."""
+        return self._writer.append_deferred(deferred)
 
     def append_as_follower(
         self, record_batches: bytes | bytearray | memoryview
     ) -> AppendInfo:
         """Append the leader's batches as they are: their offsets, epochs and headers kept
-        (Kafka's ``UnifiedLog.appendAsFollower``). A replica fetching from its leader calls
-        this with the fetched bytes.
-
-        Checks (``follower_append.py``): whole batches with valid CRCs, offsets increasing
-        from at or above the log end offset (a gap a compacted leader left is kept), every batch
-        stamped with a leader epoch. Nothing is re-stamped and no offset assigned; no
-        timestamp or sequence is checked (the leader did). The producer state replays the
-        batches as recovery does (Kafka's replication origin: no duplicate or sequence check
-        refuses them; transaction markers open and close transactions, ABORT markers get
-        their ``.txnindex`` entries before they are visible). Each batch whose epoch differs
-        from the one before it assigns its epoch in the leader epoch cache, before the write.
-
-        The log rolls, as for a leader's append, when the active segment cannot take the
-        batches: too many bytes, too old, or an offset that does not fit the segment's 32-bit
-        relative offsets; the new segment starts at the first batch's base offset (which may
-        lie past the log end). An append spanning more than 2^31 - 1 offsets goes to several
-        segments, one roll each. Whole append or nothing for validation errors; an I/O error
-        takes the log offline as :meth:`append` says. The high watermark does not move: the
-        replication layer sets it (:meth:`update_high_watermark`) from the leader's.
-
-        Returns the :class:`AppendInfo` of the whole append (its first and last offsets are
-        the leader's).
-
-        Raises:
-            UnexpectedAppendOffsetError: the first batch starts below the log end offset.
-            CorruptRecordError, InvalidRecordError, RecordTooLargeError: a bad batch.
-            RecordBatchTooLargeError: the append is larger than ``segment.bytes``.
-            StorageIOError, LogClosedError, LogDirOfflineError: as :meth:`append`.
-        """
-        with self._lock:
-            self._ensure_open()
-            runs = validate_follower_batches(
-                record_batches, self._config, log_end_offset=self._end.offset,
-                log_name=str(self._directory),
-            )
-            if not runs:
-                return self._empty_append_info()
-            now_ms = self._time_ms()
-            max_timestamp, offset_of_max = NO_TIMESTAMP, -1
-            for run in runs:
-                self._write_follower_run(run, now_ms)
-                if run.validated.max_timestamp > max_timestamp or offset_of_max < 0:
-                    max_timestamp = run.validated.max_timestamp
-                    offset_of_max = run.validated.shallow_offset_of_max_timestamp
-            return AppendInfo(
-                first_offset=runs[0].validated.first_offset,
-                last_offset=runs[-1].validated.last_offset,
-                max_timestamp=max_timestamp,
-                offset_of_max_timestamp=offset_of_max,
-                log_append_time=NO_TIMESTAMP,
-                record_count=sum(run.validated.record_count for run in runs),
-                size_bytes=sum(run.validated.size_bytes for run in runs),
-                log_start_offset=self._log_start_offset,
-            )
-
-    def _write_follower_run(self, run: FollowerRun, now_ms: int) -> None:
-        """Roll if due, assign the run's epochs, replay its producers, write it, then flush
-        when ``flush.messages`` says so, and publish the new end. Under the lock.
-
-        The producer state is replayed before the write (the ABORT markers' ``.txnindex``
-        entries need the LSO of their moment and must precede the marker's bytes); a failed
-        write then leaves it ahead of the log, which is harmless because the failure takes
-        the log offline and the next open rebuilds the state from the log."""
-        validated = run.validated
-        segment = self.active_segment
-        if self._roll_due(segment, validated, now_ms):
-            log.debug(
-                "rolling log %s for a follower append at offsets [%d, %d]", self._directory,
-                validated.first_offset, validated.last_offset,
-            )
-            segment = self._roll(validated.first_offset)
-        try:
-            self._epoch_cache.assign_all(run.epoch_starts)
-        except StorageIOError as exc:
-            self._io_failed(exc, "leader epoch checkpoint write")
-            raise
-        end_offset = validated.last_offset + 1
-        state = self._producer_state
-        try:
-            if run.producer_batches:
-                for txn, last_stable_offset in state.load_batches(run.producer_batches, end_offset):
-                    if txn.is_aborted:
-                        segment.txn_index.append(AbortedTxn(
-                            txn.producer_id, txn.first_offset, txn.last_offset, last_stable_offset
-                        ))
-            else:
-                state.map_end_offset = end_offset
-            segment.append(
-                validated.last_offset,
-                validated.max_timestamp,
-                validated.shallow_offset_of_max_timestamp,
-                validated.pieces,
-            )
-        except BaseException as exc:
-            self._io_failed(exc, "follower write")
-            raise
-        new_end = _LogEnd(
-            end_offset, segment.base_offset, segment.size_bytes, state.first_unstable_offset
-        )
-        if self._flush_due(end_offset):
-            # Durable before visible, as a leader's flushed append.
-            self._flush(None, end_offset)
-        self._end = new_end
-
-    def _validate(
-        self,
-        record_batches: bytes | bytearray | memoryview,
-        now_ms: int,
-        decompressed_bytes_max: int | None,
-        leader_epoch: int = LEADER_EPOCH,
-    ) -> ValidatedAppend:
-        return validate_and_assign_offsets(
-            record_batches,
-            self._config,
-            first_offset=self._end.offset,
-            now_ms=now_ms,
-            partition_leader_epoch=leader_epoch,
-            decompressed_bytes_max=decompressed_bytes_max,
-        )
-
-    def _empty_append_info(self) -> AppendInfo:
-        return AppendInfo(-1, -1, NO_TIMESTAMP, -1, NO_TIMESTAMP, 0, 0, self._log_start_offset)
-
-    def _duplicate_append_info(self, duplicate: DuplicateAppend) -> AppendInfo:
-        return AppendInfo(
-            first_offset=duplicate.first_offset,
-            last_offset=duplicate.last_offset,
-            max_timestamp=duplicate.timestamp,
-            offset_of_max_timestamp=duplicate.last_offset,
-            log_append_time=NO_TIMESTAMP,
-            record_count=duplicate.last_offset - duplicate.first_offset + 1,
-            size_bytes=0,
-            log_start_offset=self._log_start_offset,
-            duplicate=True,
-        )
-
-    def _judge_producers(
-        self,
-        validated: ValidatedAppend,
-        producer_batches: tuple[ProducerBatch, ...] | None,
-        verify: TransactionVerifier | None = None,
-    ) -> ProducerAppend | DuplicateAppend | None:
-        """The producer state's verdict on an append (under the lock); None when no batch has a
-        producer id. ``producer_batches`` defaults to those of the client headers, whose
-        transactional batches ``verify`` checks first."""
-        if producer_batches is None:
-            batches = []
-            next_offset = validated.first_offset
-            for header in validated.headers:
-                first_offset = next_offset
-                next_offset += header.records_count
-                if header.producer_id != NO_PRODUCER_ID:
-                    if verify is not None and header.is_transactional:
-                        verify(header.producer_id, header.producer_epoch)
-                    batches.append(ProducerBatch(
-                        header.producer_id, header.producer_epoch, header.base_sequence,
-                        first_offset, next_offset - 1, header.max_timestamp,
-                        header.is_transactional,
-                    ))
-            if not batches:
-                return None
-            producer_batches = tuple(batches)
-        return self._producer_state.prepare(producer_batches, validated.last_offset + 1)
-
-    def _write(
-        self,
-        validated: ValidatedAppend,
-        now_ms: int,
-        producer_batches: tuple[ProducerBatch, ...] | None = None,
-        *,
-        verify: TransactionVerifier | None = None,
-        flush: bool = False,
-    ) -> AppendInfo:
-        """Judge the producers (``verify`` first), roll if due, write, and flush if ``flush``
-        or ``flush.messages`` says so, before the new end is published. Under the lock. A
-        duplicate writes nothing."""
-        judged = self._judge_producers(validated, producer_batches, verify)
-        if isinstance(judged, DuplicateAppend):
-            return self._duplicate_append_info(judged)
-        segment = self.active_segment
-        if self._roll_due(segment, validated, now_ms):
-            log.debug(
-                "rolling log %s: segment %d has %d bytes, an append of %d bytes, max timestamp "
-                "%d", self._directory, segment.base_offset, segment.size_bytes,
-                validated.size_bytes, validated.max_timestamp,
-            )
-            segment = self._roll(self._end.offset)
-        if not (flush or self._flush_due(validated.last_offset + 1)):
-            return self._write_to(segment, validated, judged)
-        # Durable before visible: the records are published only once fsynced, so that a
-        # failed fsync (the log goes offline) never lets a reader see them.
-        info = self._write_to(segment, validated, judged, publish=False)
-        new_end = _LogEnd(
-            validated.last_offset + 1, segment.base_offset, segment.size_bytes,
-            self._producer_state.first_unstable_offset,
-        )
-        self._flush(None, new_end.offset)
-        self._end = new_end
-        return info
-
-    def _write_to(
-        self,
-        segment: Segment,
-        validated: ValidatedAppend,
-        judged: ProducerAppend | None,
-        *,
-        publish: bool = True,
-    ) -> AppendInfo:
-        """Write and index the append in the active ``segment``, record its producer state,
-        publish the new log end (unless ``publish`` is False: the caller fsyncs first).
-
-        A write that fails publishes nothing: the log end does not move past it, and the log
-        goes offline (:meth:`_io_failed`) when the failure was an I/O error, since the file
-        may now hold bytes past the published end that later appends must not follow.
-
-        Order matters to lock-free readers: the ``.txnindex`` entries of aborted transactions
-        are written before the marker that completes them, and the new end is published last,
-        with the producer state's first unstable offset after the append (one value: a reader
-        computes the LSO from one moment, so it never passes a transaction whose marker the
-        reader cannot see, nor a transaction whose start it can).
-
-        All or nothing: the ``.txnindex`` entries of an ABORT marker are written before the
-        marker, and taken back if the marker's write fails. (Kafka writes the marker first; an
-        index write failing after it takes the log directory offline. Here it fails the call,
-        and the log stays as it was.)
-        """
-        self._maybe_assign_epoch(validated.partition_leader_epoch, validated.first_offset)
-        aborted: list[AbortedTxn] = []
-        if judged is not None:
-            state = self._producer_state
-            aborted = [
-                AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset,
-                           state.last_stable_offset_for(txn))
-                for txn in judged.completed_txns if txn.is_aborted
-            ]
-        for entry in aborted:
-            segment.txn_index.append(entry)
-        size_before = segment.size_bytes
-        try:
-            segment.append(
-                validated.last_offset,
-                validated.max_timestamp,
-                validated.shallow_offset_of_max_timestamp,
-                validated.pieces,
-            )
-        except BaseException as exc:
-            if aborted:
-                self._take_back_txn_index_entries(segment, aborted[0].last_offset)
-            # An index that could not be opened fails the append before its bytes are
-            # written: the log is as it was, and only then is the failure retriable.
-            if segment.size_bytes == size_before:
-                self._out_of_descriptors(exc, "write")
-            self._io_failed(exc, "write")
-            raise
-        state = self._producer_state
-        if judged is not None:
-            state.apply(judged)
-        else:
-            state.map_end_offset = validated.last_offset + 1
-        if publish:
-            self._end = _LogEnd(
-                validated.last_offset + 1, segment.base_offset, segment.size_bytes,
-                state.first_unstable_offset,
-            )
-        return AppendInfo(
-            first_offset=validated.first_offset,
-            last_offset=validated.last_offset,
-            max_timestamp=validated.max_timestamp,
-            offset_of_max_timestamp=validated.shallow_offset_of_max_timestamp,
-            log_append_time=validated.log_append_time,
-            record_count=validated.record_count,
-            size_bytes=validated.size_bytes,
-            log_start_offset=self._log_start_offset,
-        )
-
-    def _maybe_assign_epoch(self, epoch: int, start_offset: int) -> None:
-        """Record a leader epoch's start before its first records are written (Kafka assigns
-        before the segment append too: after a crash the cache may hold an entry at the log
-        end, never lack one for a stored batch). A checkpoint that cannot be written takes
-        the log offline, as a failed write does. Under the lock."""
-        if epoch < 0 or not self._epoch_cache.needs_assign(epoch, start_offset):
-            return
-        try:
-            self._epoch_cache.assign(epoch, start_offset)
-        except StorageIOError as exc:
-            self._io_failed(exc, "leader epoch checkpoint write")
-            raise
-
-    def _truncate_epochs_from_end(self, end_offset: int) -> None:
-        """The leader epoch cache drops the epochs from the new log end on; a failed write is
-        logged (as :meth:`_truncate_epochs_from_start`; Kafka flushes this one in the
-        background)."""
-        try:
-            self._epoch_cache.truncate_from_end(end_offset)
-        except StorageIOError:
-            log.exception("cannot write the leader epoch checkpoint of %s", self._directory)
-
-    def _truncate_epochs_from_start(self, start_offset: int) -> None:
-        """The leader epoch cache forgets what lies below the new log start. A failed
-        checkpoint write is logged, not raised: the entries in memory are right, and a stale
-        file is cut to the log start at the next open."""
-        try:
-            self._epoch_cache.truncate_from_start(start_offset)
-        except StorageIOError:
-            log.exception("cannot write the leader epoch checkpoint of %s", self._directory)
-
-    def _take_back_txn_index_entries(self, segment: Segment, from_offset: int) -> None:
-        """Cut the ``.txnindex`` entries of a marker whose write failed. If that fails too, the
-        entries stay: they name offsets from the log end on, which the next marker's entries
-        must pass (a retry fails until a restart rebuilds the index from the log)."""
-        try:
-            segment.txn_index.truncate_to(from_offset)
-        except StorageError:
-            log.exception("cannot take back the transaction index entries from offset %d of %s",
-                          from_offset, segment.log_path)
-
-    def _roll_due(self, segment: Segment, validated: ValidatedAppend, now_ms: int) -> bool:
-        """Whether ``validated`` must go to a new segment ([B-4], [B-11], [B-12])."""
-        return segment.should_roll(
-            max_segment_bytes=self._config.segment_bytes,
-            max_segment_ms=self._config.max_segment_ms,
-            max_timestamp_in_messages=validated.max_timestamp,
-            max_offset_in_messages=validated.last_offset,
-            messages_size_bytes=validated.size_bytes,
-            now_ms=now_ms,
-        )
-
-    def _flush_due(self, end_offset: int) -> bool:
-        """Whether a log ending at ``end_offset`` holds ``flush.messages`` unflushed messages."""
-        return end_offset - self._recovery_point >= self._config.flush_messages
+        (Kafka's ``UnifiedLog.appendAsFollower``; :meth:`LogWriter.append_as_follower`)."""
+        return self._writer.append_as_follower(record_batches)
 
     def roll(self) -> Segment:
         """Start a new active segment at the log end offset ([B-13], [B-14]); returns it.
@@ -1214,132 +672,10 @@ class PartitionLog:
         Rolling an empty active segment at the log end recreates it (still one segment there).
         """
         with self._lock:
-            self._ensure_open()
-            segment = self._roll(None)
-            self._maybe_delete_pending(self._time_ms())
+            self._local.ensure_open()
+            segment = self._writer.roll(None)
+            self._local.maybe_delete_pending_locked(self._time_ms())
             return segment
-
-    def _roll(self, expected_next_offset: int | None) -> Segment:
-        """:meth:`roll` under the lock; an I/O error takes the log offline."""
-        try:
-            return self._roll_locked(expected_next_offset)
-        except BaseException as exc:
-            self._io_failed(exc, "roll")
-            raise
-
-    def _roll_locked(self, expected_next_offset: int | None) -> Segment:
-        end = self._end
-        new_offset = max(expected_next_offset or 0, end.offset)
-        active = self.active_segment
-        segment: Segment | None = None
-        if new_offset in self._segments:
-            if active.base_offset == new_offset and active.size_bytes == 0:
-                # KAFKA-6388: an empty active segment at the roll offset is replaced.
-                log.warning(
-                    "rolling log %s to offset %d, where the empty active segment already is: "
-                    "recreating it", self._directory, new_offset,
-                )
-                self._segments.remove(new_offset)
-                self._schedule_delete([active])
-            else:
-                raise StorageError(
-                    f"cannot roll log {self._directory} to a new segment at offset "
-                    f"{new_offset}: a segment with that base offset already exists"
-                )
-        elif new_offset < active.base_offset:
-            raise StorageError(
-                f"cannot roll log {self._directory} to offset {new_offset}, below the active "
-                f"segment's base offset {active.base_offset}"
-            )
-        else:
-            self._delete_stale_files(new_offset)
-            active.on_become_inactive()
-            try:
-                segment = self._create_active_segment(new_offset)
-            except BaseException as exc:
-                if ran_out_of_descriptors(exc) is None:
-                    raise
-                # Nothing of the new segment is kept: the old one takes the appends again,
-                # and the next append rolls again (its roll is still due).
-                self._delete_stale_files(new_offset, left_by="this roll")
-                active.activate()
-                self._out_of_descriptors(exc, "roll")
-                raise
-        if segment is None:  # the KAFKA-6388 replacement above
-            segment = self._create_active_segment(new_offset)
-        self._segments.add(segment)
-        self._directory_dirty = True
-        # Kafka's snapshot on roll, named by the new segment's base offset (the state reflects
-        # every batch below it), written whatever the producers, as UnifiedLog.roll does: an
-        # empty one (header, 0 entries) is what lets an unclean open of a log that never had a
-        # producer start its scan at the latest roll instead of the log start (recovery.py,
-        # pass 7). Not fsynced here: the roll holds the log's lock (and may run on an
-        # append), and an fsync would stall every append behind it. As Kafka's scheduled
-        # flushProducerStateSnapshot, the flush that moves the recovery point to this offset
-        # fsyncs it first (flush: it runs off the append path), so the snapshot an unclean
-        # open starts from (the latest at or below the recovery point) survives a power loss;
-        # one lost before that flush costs a longer scan, never producer state.
-        self._producer_state.map_end_offset = new_offset
-        try:
-            self._producer_state.take_snapshot(fsync=False)
-        except StorageIOError as exc:
-            if ran_out_of_descriptors(exc) is None:
-                raise
-            # Written tmp + rename, so nothing of it is on disk; without it an unclean open
-            # starts its scan at an older snapshot (longer, never wrong): not worth the roll.
-            log.warning("log %s rolled to offset %d without its producer snapshot: no file "
-                        "descriptor free (%s)", self._directory, new_offset, exc)
-        else:
-            self._unflushed_snapshots.add(new_offset)
-        # The log end offset does not change; only the segment holding it does.
-        self._end = _LogEnd(end.offset, new_offset, 0, end.first_unstable)
-        if self._flush_scheduler is not None:
-            self._flush_scheduler(lambda: self._flush_after_roll(new_offset))
-        return segment
-
-    def _create_active_segment(self, base_offset: int) -> Segment:
-        """A new active segment at ``base_offset`` with both its indexes open, so that a
-        shortage of descriptors shows here, in the roll, and not in the first append after it
-        (whose bytes would then be written before its index failed). Its files are closed
-        again if that fails.
-
-        Raises:
-            StorageIOError: a file could not be created or opened.
-        """
-        segment = Segment.create(
-            self._directory, base_offset, self._config, time_ms=self._time_ms,
-            open_segments=self._open_segments, active=True,
-        )
-        try:
-            segment.offset_index  # noqa: B018 - opened for the side effect
-            segment.time_index  # noqa: B018
-        except BaseException:
-            segment.close_handlers()  # writes nothing: its files are deleted by the caller
-            raise
-        return segment
-
-    def _flush_after_roll(self, new_base_offset: int) -> None:
-        """Kafka's ``flushUptoOffsetExclusive(newSegment.baseOffset)``, run by the scheduler."""
-        with contextlib.suppress(LogClosedError):  # closed meanwhile: close flushed it all
-            self.flush(new_base_offset)
-
-    def _delete_stale_files(self, base_offset: int, left_by: str = "") -> None:
-        """Delete the files of a segment at ``base_offset`` that is not in the map: left by a
-        crash (warned of), or by ``left_by``, a roll that failed half-way."""
-        for path in (
-            log_file(self._directory, base_offset),
-            offset_index_file(self._directory, base_offset),
-            time_index_file(self._directory, base_offset),
-            transaction_index_file(self._directory, base_offset),
-        ):
-            if path.exists():
-                if not left_by:
-                    log.warning("newly rolled segment file %s already exists; deleting it",
-                                path)
-                try:
-                    path.unlink()
-                except OSError as exc:
-                    raise StorageIOError(f"failed to delete stale file {path}: {exc}") from exc
 
     # ---------------------------------------------------------------- reads
 
@@ -1348,9 +684,9 @@ class PartitionLog:
         published end alone: 0 at or past the log end (nothing to read, or an error), the
         active segment's readable size when ``offset`` lies in it, None when it lies in an
         older segment (up to that segment's size: knowing more takes an index lookup). O(1),
-        thread-safe without the lock (one published :class:`_LogEnd`); it lets a caller judge
+        thread-safe without the lock (one published :class:`LogEnd`); it lets a caller judge
         a read's cost before making it."""
-        end = self._end
+        end = self._local.end
         if offset >= end.offset:
             return 0
         if offset >= end.segment_base_offset:
@@ -1457,66 +793,17 @@ class PartitionLog:
 
     def _collect_aborted_txns(self, start_offset: int, upper_bound: int) -> tuple[AbortedTxn, ...]:
         """Aborted transactions overlapping ``[start_offset, upper_bound)``, from the segment
-        holding ``start_offset`` on (Kafka's ``LocalLog.collectAbortedTransactions``)."""
-        found: list[AbortedTxn] = []
-        segments = self._segments
-        segment = segments.floor_segment(start_offset)
-        while segment is not None:
-            result = segment.collect_aborted_txns(start_offset, upper_bound)
-            found.extend(result.aborted_txns)
-            if result.is_complete:
-                break
-            segment = segments.higher_segment(segment.base_offset)
-        return tuple(found)
+        holding ``start_offset`` on (:meth:`LocalLog.collect_aborted_txns`)."""
+        return self._local.collect_aborted_txns(start_offset, upper_bound)
 
     def _read_segments(
         self, offset: int, max_bytes: int, min_one_message: bool, max_records: int = 0
     ) -> FetchedBatches | None:
-        """:meth:`Segment.fetch` on the segment holding ``offset``, then on later ones while it
-        says None (a gap at the end of a segment), never past the published log end. None at
-        the log end.
-        """
-        if self._offline:
-            raise self._offline_error()
-        end = self._end
-        log_start_offset = self._log_start_offset
-        if offset < log_start_offset or offset > end.offset:
-            raise OffsetOutOfRangeError(
-                f"offset {offset} is out of range for log {self._directory}: the log holds "
-                f"offsets [{log_start_offset}, {end.offset})",
-                log_start_offset=log_start_offset,
-                log_end_offset=end.offset,
-            )
-        if max_bytes < 0:
-            raise ValueError(f"max_bytes must not be negative, got {max_bytes}")
-        if offset == end.offset:
-            return None
-        segments = self._segments
-        segment = segments.floor_segment(offset)
-        if segment is None:
-            raise OffsetOutOfRangeError(
-                f"offset {offset} is below the first segment of log {self._directory}",
-                log_start_offset=log_start_offset,
-                log_end_offset=end.offset,
-            )
-        while segment is not None and segment.base_offset <= end.segment_base_offset:
-            if segment.base_offset == end.segment_base_offset:
-                max_position = end.position
-            else:
-                max_position = segment.size_bytes
-            fetched = segment.fetch(offset, max_bytes, max_position, min_one_message, max_records)
-            if fetched is not None:
-                if (fetched.records_count or not fetched.data
-                        or fetched.next_offset <= offset or fetched.next_offset >= end.offset):
-                    return fetched
-                # Only empty batches (a compacted log's: cleaner.py keeps some): a read
-                # returns records, so it goes on from after them.
-                offset = fetched.next_offset
-                segment = segments.floor_segment(offset)
-                continue
-            # A gap at the end of this segment: the offset's data is in a later one.
-            segment = segments.higher_segment(segment.base_offset)
-        return None
+        """Whole batches from the segment holding ``offset`` up to the published end, from
+        the log start offset on (:meth:`LocalLog.read`); None at the log end."""
+        return self._local.read(
+            offset, max_bytes, min_one_message, max_records, self._log_start_offset
+        )
 
     def fetch_by_timestamp(
         self,
@@ -1552,31 +839,15 @@ class PartitionLog:
             raise ValueError(f"timestamp must not be negative, got {timestamp}")
         if max_bytes < 0:
             raise ValueError(f"max_bytes must not be negative, got {max_bytes}")
-        if self._offline:
-            raise self._offline_error()
+        if self._local.is_offline:
+            raise self._local.offline_error()
         committed = isolation_level == IsolationLevel.READ_COMMITTED
         # The LSO before the end: the end read next is never below it.
         stable = self.last_stable_offset if committed else -1
-        end = self._end
-        segment = self._first_segment_reaching(timestamp)
-        found = None
-        # In a compacted log a segment whose max timestamp reaches the target may hold no
-        # record that does (the cleaner removed it; empty batches keep their max timestamps,
-        # as Kafka's): the search goes on in the next segments. Otherwise Kafka's rule: the
-        # first segment reaching the target, alone.
-        compacted = self._config.is_compacted
-        while segment is not None and segment.base_offset <= end.segment_base_offset:
-            if segment.base_offset == end.segment_base_offset:
-                max_position = end.position
-            else:
-                max_position = segment.size_bytes
-            found = segment.fetch_by_timestamp(
-                timestamp, self._log_start_offset, max_bytes, max_position, min_one_message,
-                max_records,
-            )
-            if found is not None or not compacted:
-                break
-            segment = self._segments.higher_segment(segment.base_offset)
+        end = self._local.end
+        found = self._local.fetch_by_timestamp(
+            timestamp, self._log_start_offset, max_bytes, end, min_one_message, max_records
+        )
         if not committed:
             high_watermark = self._high_watermark
             if high_watermark is not None:
@@ -1623,8 +894,8 @@ class PartitionLog:
 
         Thread-safe against a concurrent append.
         """
-        if self._offline:
-            raise self._offline_error()
+        if self._local.is_offline:
+            raise self._local.offline_error()
         if isolation_level == IsolationLevel.READ_COMMITTED:
             if timestamp == LATEST_TIMESTAMP:
                 return TimestampOffset(NO_TIMESTAMP, self.last_stable_offset)
@@ -1652,59 +923,8 @@ class PartitionLog:
     def _offset_for_timestamp_below_end(self, timestamp: int) -> TimestampOffset | None:
         """:meth:`offset_for_timestamp` of a timestamp or max timestamp, up to the log end."""
         if timestamp == MAX_TIMESTAMP:
-            segments = list(self._segments)
-            best: Segment | None = None
-            best_timestamp = NO_TIMESTAMP
-            for segment in segments:
-                segment_max = segment.max_timestamp_so_far
-                if best is None or segment_max > best_timestamp:
-                    best, best_timestamp = segment, segment_max
-            if best is None or best_timestamp < 0:
-                return None
-            return best.find_max_timestamp_record()
-        segment = self._first_segment_reaching(timestamp)
-        compacted = self._config.is_compacted
-        while segment is not None:
-            found = segment.find_offset_by_timestamp(timestamp, self._log_start_offset)
-            if found is not None or not compacted:
-                return found
-            # Cleaned away (see fetch_by_timestamp): the next segments may hold one.
-            segment = self._segments.higher_segment(segment.base_offset)
-        return None
-
-    def _first_segment_reaching(self, timestamp: int) -> Segment | None:
-        """The first segment whose largest timestamp is ``>= timestamp`` ([B-36]).
-
-        Kafka scans the segments in order. Here the running maximum of the non-active segments'
-        max timestamps (which cannot change until the segment map does) is kept, extended only
-        as far as lookups need, and searched by bisection: O(log n) per lookup instead of
-        O(n). Segments without timestamps (judged by their file's mtime, which can change)
-        and the active segment are evaluated live, in order, as Kafka does.
-        """
-        with self._timestamp_lock:
-            version = self._segments.version
-            if version != self._timestamp_cache_version:
-                self._timestamp_cache_version = version
-                self._timestamp_cache_segments = list(self._segments)
-                self._timestamp_prefix_max = []
-            segments = self._timestamp_cache_segments
-            prefix_max = self._timestamp_prefix_max
-            if prefix_max and prefix_max[-1] >= timestamp:
-                return segments[bisect.bisect_left(prefix_max, timestamp)]
-            index = len(prefix_max)
-            while index < len(segments) - 1:
-                segment_max = segments[index].max_timestamp_so_far
-                if segment_max < 0:
-                    break
-                running = max(prefix_max[-1], segment_max) if prefix_max else segment_max
-                prefix_max.append(running)
-                if running >= timestamp:
-                    return segments[index]
-                index += 1
-            for segment in segments[index:]:
-                if segment.largest_timestamp >= timestamp:
-                    return segment
-            return None
+            return self._local.max_timestamp_record()
+        return self._local.find_offset_by_timestamp(timestamp, self._log_start_offset)
 
     # ---------------------------------------------------------------- truncation
 
@@ -1724,43 +944,35 @@ class PartitionLog:
             ValueError: ``offset`` is negative.
         """
         if offset < 0:
-            raise ValueError(f"cannot truncate log {self._directory} to negative offset {offset}")
+            raise ValueError(
+                f"cannot truncate log {self._local.directory} to negative offset {offset}"
+            )
         with self._lock:
-            self._ensure_open()
-            if offset >= self._end.offset:
+            self._local.ensure_open()
+            if offset >= self._local.end.offset:
                 # No data to remove, but an epoch a leader assigned at its log end and never
                 # wrote in conflicts with the new leader's history: drop it (Kafka does too).
-                self._truncate_epochs_from_end(self._end.offset)
+                self._truncate_epochs_from_end(self._local.end.offset)
                 return False
-            first = self._segments.first
+            first = self._local.segments.first
             assert first is not None
             if first.base_offset > offset:
                 self._truncate_fully_and_start_at(offset)
                 return True
-            self._truncations += 1
-            doomed = self._segments.higher_segments(offset)
-            self._segments.remove_many([segment.base_offset for segment in doomed])
-            self._schedule_delete(doomed)
-            active = self.active_segment
-            # Active (files held open) before truncate_to grows its indexes back.
-            active.activate()
-            active.truncate_to(offset)
-            # The first unstable offset as it was: one above the new end shows as the end.
-            self._end = _LogEnd(
-                offset, active.base_offset, active.size_bytes, self._end.first_unstable
-            )
+            # The segments first (the end and the recovery point fall to ``offset``), then
+            # what describes them: the log start, the high watermark, epochs, producers.
+            active = self._local.truncate_to(offset)
             self._log_start_offset = min(offset, self._log_start_offset)
-            self._recovery_point = min(self._recovery_point, offset)
             if self._high_watermark is not None:
                 self._high_watermark = min(self._high_watermark, offset)
             self._truncate_epochs_from_end(offset)
             self._reload_producer_state(offset)
             # Again, with the reloaded state's first unstable offset.
-            self._end = _LogEnd(
+            self._local.publish_end(LogEnd(
                 offset, active.base_offset, active.size_bytes,
                 self._producer_state.first_unstable_offset,
-            )
-            self._maybe_delete_pending(self._time_ms())
+            ))
+            self._local.maybe_delete_pending_locked(self._time_ms())
             return True
 
     def truncate_fully_and_start_at(self, new_offset: int) -> None:
@@ -1771,10 +983,10 @@ class PartitionLog:
         """
         if new_offset < 0:
             raise ValueError(
-                f"cannot restart log {self._directory} at negative offset {new_offset}"
+                f"cannot restart log {self._local.directory} at negative offset {new_offset}"
             )
         with self._lock:
-            self._ensure_open()
+            self._local.ensure_open()
             self._truncate_fully_and_start_at(new_offset)
 
     def _reload_producer_state(self, end_offset: int) -> None:
@@ -1793,7 +1005,7 @@ class PartitionLog:
         state.delete_snapshots(above=end_offset)
         state.load_latest_snapshot(end_offset, self._log_start_offset, self._time_ms())
         if state.map_end_offset < end_offset:
-            rebuild_producer_state(state, self._segments, end_offset)
+            rebuild_producer_state(state, self._local.segments, end_offset)
         if state.producers or state.snapshots_seen:
             # Named by the end of the batches kept: a truncation inside a batch removes it
             # whole, so a reopened log ends there (below end_offset) and would delete a
@@ -1801,37 +1013,23 @@ class PartitionLog:
             state.map_end_offset = self.active_segment.read_next_offset()
             state.take_snapshot()
         state.map_end_offset = end_offset
-        restore_batch_history(state, self._segments, end_offset)  # the last 5, not just the last
+        # The last 5, not just the last.
+        restore_batch_history(state, self._local.segments, end_offset)
 
     def _truncate_fully_and_start_at(self, new_offset: int) -> None:
-        self._truncations += 1
-        doomed = list(self._segments)
-        # Rename the old files first, so that the new segment can take its name even when an
-        # old segment had the same base offset.
-        self._schedule_delete(doomed)
-        segment = Segment.create(
-            self._directory, new_offset, self._config, time_ms=self._time_ms,
-            open_segments=self._open_segments, active=True,
-        )
-        # Add before removing, so that a reader always finds a segment.
-        self._segments.add(segment)
-        self._segments.remove_many(
-            [old.base_offset for old in doomed if old.base_offset != new_offset]
-        )
-        self._directory_dirty = True
-        self._end = _LogEnd(new_offset, new_offset, 0)
+        self._local.truncate_fully_and_start_at(new_offset)
         self._log_start_offset = new_offset
-        self._recovery_point = new_offset
         if self._high_watermark is not None:
             self._high_watermark = new_offset
         try:
             self._epoch_cache.clear_and_flush()
         except StorageIOError:
             # The entries in memory are gone; a stale file is cut to the new log at next open.
-            log.exception("cannot write the leader epoch checkpoint of %s", self._directory)
+            log.exception("cannot write the leader epoch checkpoint of %s",
+                          self._local.directory)
         self._producer_state.delete_snapshots(below=new_offset + 1, above=new_offset)  # all
         self._producer_state.reset(new_offset)
-        self._maybe_delete_pending(self._time_ms())
+        self._local.maybe_delete_pending_locked(self._time_ms())
 
     # ---------------------------------------------------------------- retention
 
@@ -1853,12 +1051,12 @@ class PartitionLog:
             LogClosedError: the log is closed.
         """
         with self._lock:
-            self._ensure_open()
+            self._local.ensure_open()
             now = self._time_ms() if now_ms is None else now_ms
-            end_offset = self._end.offset
+            end_offset = self._local.end.offset
             plan = plan_retention(
-                list(self._segments),
-                self._config,
+                list(self._local.segments),
+                self._local.config,
                 log_start_offset=self._log_start_offset,
                 log_end_offset=end_offset,
                 high_watermark=self.high_watermark,
@@ -1869,24 +1067,25 @@ class PartitionLog:
                 return plan
             doomed = list(plan.segments)
             if doomed[-1] is self.active_segment:
-                self._roll(None)  # [B-63]: an empty active segment remains to append to
-            next_segment = self._segments.higher_segment(doomed[-1].base_offset)
+                self._writer.roll(None)  # [B-63]: an empty active segment remains to append to
+            next_segment = self._local.segments.higher_segment(doomed[-1].base_offset)
             assert next_segment is not None, "a segment after the deleted ones always remains"
             self._log_start_offset = max(self._log_start_offset, next_segment.base_offset)
-            self._recovery_point = max(self._recovery_point, self._log_start_offset)
+            self._local.update_recovery_point(
+                max(self._local.recovery_point, self._log_start_offset)
+            )
             self._truncate_epochs_from_start(self._log_start_offset)
             # Their snapshots go with the segments (Kafka deletes a segment's snapshot with it).
             self._producer_state.delete_snapshots(below=self._log_start_offset)
-            self._segments.remove_many([segment.base_offset for segment in doomed])
-            self._schedule_delete(doomed)
+            self._local.remove_segments(doomed)
             log.info(
                 "deleting %d segments of %s (%s): base offsets %d .. %d; log start offset now %d",
-                len(doomed), self._directory,
+                len(doomed), self._local.directory,
                 ", ".join(sorted({reason.value for reason in plan.reasons})),
                 doomed[0].base_offset, doomed[-1].base_offset, self._log_start_offset,
             )
-            due = self._take_due_deletes(now)
-        _delete_segments(due)  # off the lock, as maybe_delete_pending does
+            due = self._local.take_due_deletes(now)
+        delete_segments(due)  # off the lock, as maybe_delete_pending does
         return plan
 
     # ---------------------------------------------------------------- segment replacement
@@ -1894,7 +1093,7 @@ class PartitionLog:
     @property
     def open_segments(self) -> OpenSegments | None:
         """The cache that closes inactive segments' files (new segments join it)."""
-        return self._open_segments
+        return self._local.open_segments
 
     def last_data_offsets_of_producers(self) -> dict[int, int]:
         """Producer id -> the last offset of its last data batch, for every producer the log
@@ -1942,45 +1141,7 @@ class PartitionLog:
             StorageIOError: a rename failed; the log goes offline and the next start
                 resolves the files as after a crash.
         """
-        hook = step_hook or (lambda step: None)
-        with self._lock:
-            current = self._segments
-            active = current.active
-            stale = (
-                self._closed or self._offline or not old_segments
-                or old_segments[0].base_offset != new_segment.base_offset
-                or any(current.get(old.base_offset) is not old or old is active
-                       for old in old_segments)
-            )
-            if stale:
-                _delete_segments([new_segment])
-                raise CleaningAbortedError(
-                    f"cleaning of {self._directory} aborted: the segments from offset "
-                    f"{new_segment.base_offset} changed while they were cleaned (truncated, "
-                    "deleted or closed)"
-                )
-            try:
-                hook("swap")
-                new_segment.change_file_suffixes(CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX)
-                for old in sorted(old_segments, key=lambda s: s.base_offset, reverse=True):
-                    hook(f"delete {old.base_offset}")
-                    old.change_file_suffixes("", DELETED_FILE_SUFFIX)
-                hook("rename")
-                new_segment.change_file_suffixes(SWAP_FILE_SUFFIX, "")
-                fsync_directory(self._directory)
-            except BaseException as exc:
-                self._io_failed(exc, "rename")
-                # Whatever failed, the files are mid-swap: only a reopen (recovery) can say
-                # what the log holds now.
-                self._offline = True
-                raise
-            current.replace(new_segment, [old.base_offset for old in old_segments])
-            due_ms = self._time_ms() + self._config.file_delete_delay_ms
-            self._pending_deletes.extend((due_ms, old) for old in old_segments)
-            log.info(
-                "cleaned %d segments of %s into segment %d (%d bytes)", len(old_segments),
-                self._directory, new_segment.base_offset, new_segment.size_bytes,
-            )
+        self._local.replace_segments(new_segment, old_segments, step_hook or (lambda step: None))
 
     def maybe_delete_pending(self, now_ms: int | None = None) -> int:
         """Delete the ``.deleted`` segments whose ``file.delete.delay.ms`` has passed.
@@ -1991,48 +1152,12 @@ class PartitionLog:
         and :meth:`close` (every call that removes segments also deletes those that are due),
         never in :meth:`append`. Returns how many segments were deleted.
         """
-        with self._lock:
-            if self._closed:
-                return 0
-            due = self._take_due_deletes(self._time_ms() if now_ms is None else now_ms)
-        # Off the lock: the segments left the map and were renamed when they were scheduled;
-        # only this call holds them now.
-        _delete_segments(due)
-        return len(due)
+        return self._local.maybe_delete_pending(now_ms)
 
     @property
     def pending_deletes(self) -> int:
         """Segments renamed ``.deleted`` and waiting for their delay to pass."""
-        return len(self._pending_deletes)
-
-    # ---------------------------------------------------------------- deferred deletion
-
-    def _schedule_delete(self, segments: list[Segment]) -> None:
-        """Rename segments ``*.deleted`` now; close and delete them after the delay ([B-64]),
-        in :meth:`_maybe_delete_pending`."""
-        due_ms = self._time_ms() + self._config.file_delete_delay_ms
-        for segment in segments:
-            segment.change_file_suffixes("", DELETED_FILE_SUFFIX)
-            self._pending_deletes.append((due_ms, segment))
-        if segments:
-            self._directory_dirty = True
-
-    def _take_due_deletes(self, now_ms: int) -> list[Segment]:
-        """Take the ``.deleted`` segments whose delay has passed off the pending list; the
-        caller holds the lock and deletes them with :func:`_delete_segments` after releasing
-        it (unlinking a large file can take milliseconds, and appends wait for the lock)."""
-        if not self._pending_deletes:
-            return []
-        due, remaining = [], []
-        for due_ms, segment in self._pending_deletes:
-            (due if due_ms <= now_ms else remaining).append((due_ms, segment))
-        self._pending_deletes = remaining
-        return [segment for _, segment in due]
-
-    def _maybe_delete_pending(self, now_ms: int) -> None:
-        """Delete the due segments now, under the lock (the embedded log's calls that remove
-        segments: truncations, :meth:`roll`; :meth:`close`)."""
-        _delete_segments(self._take_due_deletes(now_ms))
+        return self._local.pending_deletes
 
     # ---------------------------------------------------------------- durability
 
@@ -2045,7 +1170,7 @@ class PartitionLog:
         ``flushUptoOffsetExclusive``). Then the directory is fsynced if segments or snapshots
         were created or renamed, and the recovery point moves to ``offset`` (or the log end).
 
-        An fsync that fails takes the log offline (:meth:`_io_failed`): after a failed fsync
+        An fsync that fails takes the log offline (:meth:`LocalLog.io_failed`): after a failed fsync
         the page cache may have dropped what it could not write, so nothing written since the
         last good one may be trusted before recovery.
 
@@ -2054,67 +1179,7 @@ class PartitionLog:
                 offline).
             LogDirOfflineError: the log is offline.
         """
-        self._flush(offset, None)
-
-    def _flush(self, offset: int | None, end_offset: int | None) -> None:
-        """:meth:`flush`; ``end_offset``: the log end to flush through when it is not the
-        published one (an append whose records are published only once durable, under the
-        lock)."""
-        # An append's own flush (its records written, waiting for it) passes end_offset.
-        appends_flush = end_offset is not None
-        with self._lock:
-            self._ensure_open()
-            if end_offset is None:
-                end_offset = self._end.offset
-            if offset is None:
-                new_recovery_point = end_offset
-                flush_to = end_offset + 1
-            else:
-                new_recovery_point = min(offset, end_offset)
-                flush_to = new_recovery_point
-            # Also those the recovery point already passed: a roll while an earlier flush
-            # ran its fsyncs (at the offset that flush then moved it to), or retention moving
-            # the recovery point to the new log start.
-            snapshots = sorted(
-                o for o in self._unflushed_snapshots
-                if o <= max(new_recovery_point, self._recovery_point)
-            )
-            if flush_to <= self._recovery_point and not snapshots:
-                return
-            to_flush = self._segments.values(
-                self._recovery_point, max(flush_to, self._recovery_point)
-            )
-            self._unflushed_snapshots.difference_update(snapshots)
-            # The roll that wrote each snapshot set this flag, under the lock, with its rename.
-            directory_dirty = self._directory_dirty
-            self._directory_dirty = False
-            truncations = self._truncations
-        try:
-            for segment in to_flush:
-                if not segment.is_closed:
-                    segment.flush()
-            for snapshot_offset in snapshots:
-                self._producer_state.flush_snapshot(snapshot_offset)
-            if directory_dirty:
-                fsync_directory(self._directory)
-        except BaseException as exc:
-            with self._lock:
-                self._directory_dirty = self._directory_dirty or directory_dirty
-                self._unflushed_snapshots.update(snapshots)
-            if not appends_flush:
-                # EMFILE comes from opening a file (a closed segment's, a snapshot, the
-                # directory), never from an fsync: nothing failed to reach the disk, and the
-                # recovery point has not moved, so the next flush does it all again. Not so in
-                # an append's own flush: its records are written and wait for it.
-                self._out_of_descriptors(exc, "flush")
-            self._io_failed(exc, "fsync")
-            raise
-        with self._lock:
-            # A truncation while the fsyncs ran may have replaced what they covered: then the
-            # recovery point stays where the truncation put it.
-            if truncations == self._truncations:
-                self._recovery_point = max(self._recovery_point, new_recovery_point)
-            self._last_flush_ms = self._time_ms()
+        self._local.flush(offset, None)
 
     def close(self) -> None:
         """Flush everything, close every segment and finish deferred deletions. Idempotent.
@@ -2123,7 +1188,7 @@ class PartitionLog:
         ``.log`` ([B-68]); closing goes on past a failing segment and raises the first error.
         """
         with self._lock:
-            if self._closed:
+            if self._local.is_closed:
                 return
             first_error: BaseException | None = None
             try:
@@ -2138,26 +1203,16 @@ class PartitionLog:
                 # without any snapshot scans nothing (Kafka's rule), and an unclean one starts
                 # no later than the recovered segment's base: the log start, in such a log.
                 try:
-                    self._producer_state.map_end_offset = self._end.offset
+                    self._producer_state.map_end_offset = self._local.end.offset
                     self._producer_state.take_snapshot()
                 except BaseException as exc:
                     first_error = exc
             # After a successful flush every segment is below the recovery point, durable:
             # closing need not fsync each one again.
-            durable = first_error is None
-            self._closed = True
-            for segment in self._segments:
-                try:
-                    segment.close(flush=not durable)
-                except BaseException as exc:
-                    log.exception("failed to close segment %s", segment.log_path)
-                    first_error = first_error or exc
-            for _, segment in self._pending_deletes:
-                try:
-                    segment.delete()
-                except BaseException as exc:
-                    first_error = first_error or exc
-            self._pending_deletes = []
+            try:
+                self._local.close(durable=first_error is None)
+            except BaseException as exc:
+                first_error = first_error or exc
             if first_error is not None:
                 raise first_error
 
@@ -2169,17 +1224,7 @@ class PartitionLog:
         of unflushed appends). After a crash the renamed ``-delete`` directory is removed, never
         loaded, so nothing relies on its indexes being trimmed. Idempotent.
         """
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            pending = [segment for _, segment in self._pending_deletes]
-            for segment in itertools.chain(self._segments, pending):
-                try:
-                    segment.close_handlers()
-                except Exception:
-                    log.warning("closing %s failed", segment.log_path, exc_info=True)
-            self._pending_deletes = []
+        self._local.close_for_deletion()
 
     def __enter__(self) -> PartitionLog:
         return self
@@ -2187,81 +1232,25 @@ class PartitionLog:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def _ensure_open(self) -> None:
-        if self._offline:
-            raise self._offline_error()
-        if self._closed:
-            raise LogClosedError(f"log {self._directory} is closed")
-
     # ---------------------------------------------------------------- log directory failure
 
     @property
     def is_offline(self) -> bool:
         """The log refuses reads and writes after an I/O error in its directory."""
-        return self._offline
+        return self._local.is_offline
 
     def take_offline(self) -> None:
         """Refuse every read and write from now on (Kafka's offline partition): the log's
         directory had an I/O error. The files stay as they are, closed without writing by
         :meth:`close`; the next start recovers them. Thread-safe (one flag, read first by every
         call)."""
-        self._offline = True
-
-    def _out_of_descriptors(self, exc: BaseException, action: str) -> None:
-        """After ``exc`` on a ``write``, ``roll`` or ``flush`` that left the log as it was: if
-        it ran out of file descriptors, log it and raise the retriable OutOfDescriptorsError
-        (the log stays online); otherwise return, for :meth:`_io_failed` to judge it.
-
-        Kafka's ``LogDirFailureChannel`` takes a directory offline on any IOException, EMFILE
-        included (``storage/src/main/java/org/apache/kafka/storage/internals/log/
-        LogDirFailureChannel.java``), and it stays offline until a restart. Here a shortage of
-        descriptors is a moment of the process, not a fault of the disk: the append is
-        refused and the next one tries again (docs/durability.md).
-
-        Raises:
-            OutOfDescriptorsError: ``exc`` was an EMFILE or ENFILE.
-        """
-        limit = ran_out_of_descriptors(exc)
-        if limit is None or self._offline:
-            return
-        try:
-            topic, partition = parse_partition_dir_name(self._directory.name)
-        except InvalidTopicError:  # an embedded log in a directory of any name
-            topic, partition = self._directory.name, -1
-        log.warning("log %s: a %s failed for want of a file descriptor (%s reached), not for"
-                    " an I/O error: the log stays online, and the %s is tried again (%s)",
-                    self._directory, action, limit, action, exc)
-        raise OutOfDescriptorsError(topic, partition, action, limit=limit) from exc
-
-    def _io_failed(self, exc: BaseException, action: str) -> None:
-        """After ``exc`` on a write path (``action``: write, fsync, roll, truncate, rename): an
-        I/O error takes the log offline and reports it to the failure handler (the LogManager
-        takes the whole directory offline, as Kafka's ``LogDirFailureChannel`` does). Other
-        errors (bad input, a closed log) change nothing."""
-        if not isinstance(exc, StorageIOError | OSError) or self._offline:
-            return
-        self._offline = True
-        log.error("log %s is offline after a failed %s: %s", self._directory, action, exc)
-        handler = self._io_failure_handler
-        if handler is not None:
-            try:
-                handler(self, exc)
-            except Exception:
-                log.exception("the log directory failure handler failed for %s",
-                              self._directory)
-
-    def _offline_error(self) -> LogDirOfflineError:
-        try:
-            topic, partition = parse_partition_dir_name(self._directory.name)
-        except InvalidTopicError:  # an embedded log in a directory of any name
-            topic, partition = self._directory.name, -1
-        return LogDirOfflineError(topic, partition)
+        self._local.take_offline()
 
     def __repr__(self) -> str:
         return (
-            f"PartitionLog(directory={str(self._directory)!r}, "
-            f"offsets=[{self._log_start_offset}, {self._end.offset}), "
-            f"segments={len(self._segments)})"
+            f"PartitionLog(directory={str(self._local.directory)!r}, "
+            f"offsets=[{self._log_start_offset}, {self._local.end.offset}), "
+            f"segments={len(self._local.segments)})"
         )
 
 
@@ -2279,20 +1268,3 @@ def _cut_batches_at(data: bytes, stable: int, offset: int) -> tuple[bytes, int, 
         next_offset = header.next_offset
         records += header.records_count
     return data[:position], next_offset, records
-
-
-def _delete_segments(segments: list[Segment]) -> None:
-    """Close and unlink the files of segments no log holds any more.
-
-    Goes on past a failing segment and raises the first error: a file left behind still ends
-    in ``.deleted``, and the next open of the log removes it (recovery's first pass).
-    """
-    first_error: BaseException | None = None
-    for segment in segments:
-        try:
-            segment.delete()
-        except BaseException as exc:
-            log.exception("failed to delete segment %s", segment.log_path)
-            first_error = first_error or exc
-    if first_error is not None:
-        raise first_error

@@ -37,7 +37,6 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Concatenate, NamedTuple, ParamSpec, TypeVar
 
-from stratalog.records.accel import find_records
 from stratalog.records.batch import (
     ATTRIBUTES_OFFSET,
     BASE_OFFSET_FIELD,
@@ -45,14 +44,10 @@ from stratalog.records.batch import (
     LOG_OVERHEAD,
     NO_TIMESTAMP,
     RECORD_BATCH_OVERHEAD,
-    TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_FLAG_MASK,
     BatchHeader,
-    Compression,
-    validate_batch,
 )
-from stratalog.records.compression import decompress
-from stratalog.records.errors import CorruptRecordError, RecordError
+from stratalog.records.errors import RecordError
 from stratalog.records.log_layout import (
     INDEX_FILE_SUFFIX,
     LOG_FILE_SUFFIX,
@@ -61,11 +56,8 @@ from stratalog.records.log_layout import (
     filename_prefix_from_offset,
 )
 from stratalog.records.reader import (
-    DEFAULT_MAX_DECOMPRESSED_BYTES,
-    decode_batch_columns,
     iter_records,
 )
-from stratalog.records.record import wrap_int64
 
 from .clock import wall_clock_ms
 from .config import LogConfig
@@ -94,6 +86,7 @@ from .log_file import (
 from .offset_index import OffsetIndex
 from .open_segments import OpenSegments
 from .time_index import TimeIndex, TimestampOffset
+from .timestamp_search import first_record_at
 from .txn_index import AbortedTxn, TransactionIndex, TxnIndexSearchResult
 
 __all__ = ["FetchedBatches", "LogOffsetPosition", "Segment"]
@@ -124,84 +117,6 @@ class FetchedBatches(NamedTuple):
 # after the batch holding its offset.
 _TRANSACTIONAL_OR_CONTROL = TRANSACTIONAL_FLAG_MASK | CONTROL_FLAG_MASK
 assert _TRANSACTIONAL_OR_CONTROL < 0x100
-
-
-_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
-
-
-def _first_record_at(
-    batch: bytes | memoryview, timestamp: int, starting_offset: int
-) -> TimestampOffset | None:
-    """The first record of ``batch`` (one whole batch at position 0), in record order, with
-    timestamp ``>= timestamp`` and offset ``>= starting_offset``: its own (timestamp, offset),
-    or None.
-
-    The batch is checked whole and by its CRC, then only its records' framing is walked
-    (:func:`~stratalog.records.accel.find_records`: lengths, timestamp and offset deltas; no
-    key, value or header is copied), so a lookup in a batch of thousands of records costs a
-    walk of their lengths. Records out of timestamp order cost nothing more: the walk is in
-    record order anyway. A LogAppendTime batch's records all read as its max timestamp.
-
-    Raises:
-        CorruptRecordError, InvalidRecordError, UnsupportedCompressionError: the batch is
-            damaged (positions relative to it).
-    """
-    header = validate_batch(batch)
-    count = header.records_count
-    if count < 0:
-        raise CorruptRecordError(f"record batch at position 0 declares {count} records")
-    log_append_time = header.attributes & TIMESTAMP_TYPE_MASK
-    if log_append_time:
-        if header.max_timestamp < timestamp:
-            return None
-        from_timestamp_delta = _INT64_MIN
-    else:
-        if header.base_timestamp < 0 or timestamp < 0:
-            # base + delta may wrap below int64 (or a negative target may meet a value that
-            # wrapped above it): only a decode compares as Kafka's reader does.
-            return _first_record_at_wrapping(batch, timestamp, starting_offset)
-        # Deltas are int64s: a target beyond every base + delta matches nothing.
-        from_timestamp_delta = max(timestamp - header.base_timestamp, _INT64_MIN)
-        if from_timestamp_delta > _INT64_MAX:
-            return None
-    from_offset_delta = min(max(starting_offset - header.base_offset, _INT64_MIN), _INT64_MAX)
-    with memoryview(batch) as view:
-        region = view[RECORD_BATCH_OVERHEAD : header.length + LOG_OVERHEAD]
-        try:
-            codec = header.compression
-            if codec != Compression.NONE:
-                region = decompress(codec, region, max_bytes=DEFAULT_MAX_DECOMPRESSED_BYTES)
-            span = find_records(region, count, from_offset_delta, 1, 0, from_timestamp_delta)
-        except CorruptRecordError as exc:
-            raise CorruptRecordError(f"record batch at position 0: {exc}") from None
-        finally:
-            if isinstance(region, memoryview):
-                region.release()
-    if span.count == 0:
-        return None
-    if log_append_time:
-        record_timestamp = header.max_timestamp
-    else:
-        record_timestamp = header.base_timestamp + span.max_timestamp_delta
-        if record_timestamp > _INT64_MAX:
-            # Stored before validation refused it (issue 13): Kafka's reader wraps this
-            # record's time below every target, and a later record may be the answer.
-            return _first_record_at_wrapping(batch, timestamp, starting_offset)
-    return TimestampOffset(record_timestamp, header.base_offset + span.first_offset_delta)
-
-
-def _first_record_at_wrapping(
-    batch: bytes | memoryview, timestamp: int, starting_offset: int
-) -> TimestampOffset | None:
-    """:func:`_first_record_at` by decoding every offset and timestamp, each timestamp wrapped
-    to int64 as Kafka's reader does: the exact answer for batches whose base + delta leaves
-    int64's range, which the framing walk compares unwrapped."""
-    _, columns = decode_batch_columns(batch)
-    for offset, unwrapped in zip(columns.offsets, columns.timestamps, strict=True):
-        record_timestamp = wrap_int64(unwrapped)
-        if offset >= starting_offset and record_timestamp >= timestamp:
-            return TimestampOffset(record_timestamp, offset)
-    return None
 
 
 _T = TypeVar("_T")
@@ -260,8 +175,8 @@ class Segment:
     (:attr:`offset_index`, :attr:`time_index`, :attr:`txn_index`) are only to be used inside
     :meth:`pinned`, or on the active segment.
 
-    Concurrency: one writer (the owning ``PartitionLog`` serialises append, truncate, roll,
-    recover, flush and close). Reads (:meth:`fetch`, :meth:`translate_offset`,
+    Concurrency: one writer (the owning log serialises append, truncate, roll, recover, flush
+    and close under its ``PartitionLog``'s lock; ``local_log.py`` makes the calls). Reads (:meth:`fetch`, :meth:`translate_offset`,
     :meth:`find_offset_by_timestamp`, :meth:`fetch_by_timestamp`, :meth:`read_next_offset`) may
     run in other threads at the same time as an append: they use ``pread`` and stop at the size
     published *after* a write completed, so they never see a half-written batch. Reads must not
@@ -1127,7 +1042,7 @@ class Segment:
                 memoryview(buf)[relative : relative + size]
             )
             try:
-                record = _first_record_at(batch, timestamp, starting_offset)
+                record = first_record_at(batch, timestamp, starting_offset)
             except RecordError as exc:
                 raise type(exc)(
                     f"segment {log_file.path}, batch at position {position}: {exc}"

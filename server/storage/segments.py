@@ -30,9 +30,10 @@ class Segments:
 
     Invariants: keys are the segments' base offsets; ``add`` replaces a segment with an equal base
     offset ([B-73]). The container does not open, close or delete segment files: that is the
-    log's job.
+    local log's job (``local_log.py``).
 
-    Concurrency: one writer (the owning ``PartitionLog``); any number of reader threads. Every
+    Concurrency: one writer (the owning ``LocalLog``, under its ``PartitionLog``'s lock; the
+    recovery loader before the log exists); any number of reader threads. Every
     read method works on one snapshot of the map taken at its start (copy-on-write), so readers
     never see a half-applied mutation. Iteration is over a snapshot too.
     """

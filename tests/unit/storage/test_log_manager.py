@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import threading
 from pathlib import Path
 
 import pytest
@@ -290,35 +289,6 @@ def test_delete_topic_renames_then_removes_after_the_delay(
         manager.close()
 
 
-def test_leftover_delete_dirs_are_removed_after_a_restart(dirs: list[Path], clock: Clock) -> None:
-    manager = open_manager(dirs, clock, **{"log.segment.delete.delay.ms": "10"})
-    manager.create_topic("t", 1)
-    manager.delete_topic("t")
-    manager.close()  # before the delay: the directory stays
-    assert [p for p in dirs[0].iterdir() if p.name.endswith("-delete")]
-    manager = open_manager(dirs, clock, **{"log.segment.delete.delay.ms": "10"})
-    try:
-        assert manager.list_topics() == []
-        assert len(manager.pending_deleted_dirs) == 1
-        assert manager.run_maintenance(clock.now_ms + 10).deleted_dirs_removed == 1
-        assert not [p for p in dirs[0].iterdir() if p.name.endswith("-delete")]
-    finally:
-        manager.close()
-
-
-def test_deleted_dir_removal_is_bounded_per_pass(dirs: list[Path], clock: Clock) -> None:
-    settings = {"log.segment.delete.delay.ms": "0", "log.delete.dirs.per.pass.max": "2"}
-    with open_manager(dirs, clock, **settings) as manager:
-        manager.create_topic("t", 5)
-        manager.delete_topic("t")
-        first = manager.run_maintenance()
-        assert (first.deleted_dirs_removed, first.more_work) == (2, True)
-        second = manager.run_maintenance()
-        assert (second.deleted_dirs_removed, second.more_work) == (2, True)
-        third = manager.run_maintenance()
-        assert (third.deleted_dirs_removed, third.more_work) == (1, False)
-
-
 def test_alter_configs_sets_deletes_persists_and_applies(dirs: list[Path], clock: Clock) -> None:
     manager = open_manager(dirs, clock, **{"log.retention.hours": "1"})
     manager.create_topic("t", 2, {"segment.bytes": "2000000", "retention.ms": "5000"})
@@ -466,70 +436,6 @@ def test_close_writes_checkpoints_then_markers(dirs: list[Path], clock: Clock) -
     assert OffsetCheckpointFile(dirs[0] / LOG_START_OFFSET_CHECKPOINT_FILE).read() == {}
 
 
-def test_flush_ms_flushes_in_maintenance(dirs: list[Path], clock: Clock) -> None:
-    with open_manager(dirs, clock) as manager:
-        manager.create_topic("t", 1, {"flush.ms": "100"})
-        manager.create_topic("never", 1)
-        partition_log = manager.get_log("t", 0)
-        partition_log.append(batch(b"a"))
-        manager.get_log("never", 0).append(batch(b"b"))
-        assert partition_log.recovery_point == 0
-        clock.now_ms += 50
-        assert manager.run_maintenance().flushed_logs == 0
-        clock.now_ms += 50
-        assert manager.run_maintenance().flushed_logs == 1
-        assert partition_log.recovery_point == 1
-        assert manager.get_log("never", 0).recovery_point == 0
-        clock.now_ms += 1000
-        assert manager.run_maintenance().flushed_logs == 0  # nothing new to flush
-
-
-def test_checkpoints_are_written_on_their_intervals(dirs: list[Path], clock: Clock) -> None:
-    settings = {
-        "log.flush.offset.checkpoint.interval.ms": "100",
-        "log.flush.start.offset.checkpoint.interval.ms": "200",
-    }
-    with open_manager(dirs, clock, **settings) as manager:
-        manager.create_topic("t", 1, {"flush.messages": "1"})
-        manager.get_log("t", 0).append(batch(b"a", b"b"))
-        path = dirs[0] / RECOVERY_POINT_CHECKPOINT_FILE
-        report = manager.run_maintenance(T0 + 99)
-        assert report.recovery_point_checkpoints_written == 0
-        assert OffsetCheckpointFile(path).read() == {}
-        report = manager.run_maintenance(T0 + 100)
-        assert report.recovery_point_checkpoints_written == 2  # one per log directory
-        assert report.log_start_offset_checkpoints_written == 0
-        assert OffsetCheckpointFile(path).read() == {("t", 0): 2}
-        report = manager.run_maintenance(T0 + 200)
-        assert report.recovery_point_checkpoints_written == 2
-        assert report.log_start_offset_checkpoints_written == 2
-
-
-def test_background_thread_runs_maintenance_and_stops_on_close(
-    dirs: list[Path], clock: Clock
-) -> None:
-    manager = open_manager(dirs, clock)
-    manager.create_topic("t", 1, {"flush.ms": "0"})
-    manager.get_log("t", 0).append(batch(b"a"))
-    flushed = threading.Event()
-    original = manager.run_maintenance
-
-    def watching(now_ms: int | None = None):  # type: ignore[no-untyped-def]
-        report = original(now_ms)
-        if report.flushed_logs:
-            flushed.set()
-        return report
-
-    manager.run_maintenance = watching  # type: ignore[method-assign]
-    manager.start_background(interval_ms=1)
-    with pytest.raises(StorageError, match="already running"):
-        manager.start_background()
-    assert flushed.wait(timeout=30)
-    assert manager.get_log("t", 0).recovery_point == 1
-    manager.close()
-    assert manager._background is None
-
-
 def test_delete_records_validates_the_offset(dirs: list[Path], clock: Clock) -> None:
     with open_manager(dirs, clock) as manager:
         manager.create_topic("t", 1)
@@ -662,25 +568,6 @@ def test_bad_server_defaults_are_refused(
     with pytest.raises(InvalidConfigError, match=match):
         LogManager.open(dirs, defaults=defaults, time_ms=clock)
     open_manager(dirs, clock).close()  # nothing left locked
-
-
-def test_describe_reads_max_timestamps_without_opening_indexes(
-    dirs: list[Path], clock: Clock
-) -> None:
-    manager = open_manager(dirs, clock)
-    manager.create_topic("t", 1, {"segment.bytes": str(len(batch(b"x")))})
-    partition_log = manager.get_log("t", 0)
-    for timestamp in (T0 + 5, T0 + 50, T0 + 7):  # one batch per segment; the largest in the middle
-        partition_log.append(batch(b"x", timestamp=timestamp))
-    manager.close()
-    manager = open_manager(dirs, clock)
-    try:
-        description = manager.describe_topic("t").partitions[0]
-        assert (description.segment_count, description.max_timestamp) == (3, T0 + 50)
-        segments = list(manager.get_log("t", 0).segments)
-        assert [s.indexes_loaded for s in segments[:-1]] == [(False, False)] * 2
-    finally:
-        manager.close()
 
 
 # -------------------------------------------------------------------- the catalogue file
