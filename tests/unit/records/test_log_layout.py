@@ -36,10 +36,11 @@ def test_storage_and_cli_read_with_the_layout_objects() -> None:
     from stratalog.server.storage import (
         checkpoints,
         files,
-        log_manager,
+        log_dirs,
         offset_index,
         recovery,
         time_index,
+        topic_description,
         topic_names,
         txn_index,
     )
@@ -48,14 +49,14 @@ def test_storage_and_cli_read_with_the_layout_objects() -> None:
     assert checkpoints.format_offset_checkpoint is layout.format_offset_checkpoint
     assert offset_index.OFFSET_INDEX_ENTRY is dump_log.OFFSET_INDEX_ENTRY is layout.OFFSET_INDEX_ENTRY
     assert time_index.TIME_INDEX_ENTRY is dump_log.TIME_INDEX_ENTRY is layout.TIME_INDEX_ENTRY
-    assert log_manager.TIME_INDEX_TIMESTAMP is time_index.TIME_INDEX_TIMESTAMP
+    assert topic_description.TIME_INDEX_TIMESTAMP is time_index.TIME_INDEX_TIMESTAMP
     assert txn_index.unpack_txn_index_entry is layout.unpack_txn_index_entry
     assert dump_log.unpack_txn_index is layout.unpack_txn_index
     assert dump_log.unpack_producer_snapshot is layout.unpack_producer_snapshot
     assert files.segment_file_name is layout.segment_file_name
     assert recovery.LOG_FILE_SUFFIX is dump_log.LOG_FILE_SUFFIX is layout.LOG_FILE_SUFFIX
     assert topic_names.log_layout is layout  # every name rule goes through the module
-    assert log_manager.LOG_START_OFFSET_CHECKPOINT_FILE is layout.LOG_START_OFFSET_CHECKPOINT_FILE
+    assert log_dirs.LOG_START_OFFSET_CHECKPOINT_FILE is layout.LOG_START_OFFSET_CHECKPOINT_FILE
 
 
 # --- one module per format ----------------------------------------------------------------------
