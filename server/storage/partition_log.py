@@ -47,7 +47,8 @@ import weakref
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from stratalog.records.batch import NO_TIMESTAMP, parse_header
+from stratalog.records.batch import NO_TIMESTAMP
+from stratalog.records.batch_walk import batches_below
 
 from .clock import wall_clock_ms
 from .config import PRODUCER_ID_EXPIRATION_MS_DEFAULT, LogConfig
@@ -770,7 +771,7 @@ class PartitionLog:
         ``upper_bound``; empty at ``offset`` when none is left."""
         if offset >= upper_bound:
             return FetchedBatches(b"", offset, 0)
-        data, next_offset, records_count = _cut_batches_at(fetched.data, upper_bound, offset)
+        data, next_offset, records_count = batches_below(fetched.data, upper_bound, offset)
         if not data:
             return FetchedBatches(b"", offset, 0)
         return FetchedBatches(data, next_offset, records_count)
@@ -785,7 +786,7 @@ class PartitionLog:
             return FetchedBatches(b"", offset, 0)
         data, next_offset, records_count = fetched.data, fetched.next_offset, fetched.records_count
         if next_offset > stable:
-            data, next_offset, records_count = _cut_batches_at(data, stable, offset)
+            data, next_offset, records_count = batches_below(data, stable, offset)
             if not data:
                 return FetchedBatches(b"", offset, 0)
         aborted = self._collect_aborted_txns(offset, next_offset)
@@ -1252,19 +1253,3 @@ class PartitionLog:
             f"offsets=[{self._log_start_offset}, {self._local.end.offset}), "
             f"segments={len(self._local.segments)})"
         )
-
-
-def _cut_batches_at(data: bytes, stable: int, offset: int) -> tuple[bytes, int, int]:
-    """The whole batches of ``data`` that start below ``stable``: (bytes, next offset, records)."""
-    position = 0
-    next_offset = offset
-    records = 0
-    view = memoryview(data)
-    while position < len(data):
-        header = parse_header(view, position)
-        if header.base_offset >= stable:
-            break
-        position = header.end_position
-        next_offset = header.next_offset
-        records += header.records_count
-    return data[:position], next_offset, records
