@@ -113,8 +113,26 @@ unit: install
 check-java:
 	@.ci/check-java
 
+# Two phases (docs/development.md, "Tests"). First every test not marked `serial`, in parallel
+# (pytest-xdist): TEST_WORKERS processes, one per CPU this process may use, at most
+# TEST_WORKERS_MAX (each worker's integration tests start a server process of their own, and
+# one worker a Spark JVM: more workers than that only add memory and contention); a test module
+# is one unit of work, the slow directories first (tests/conftest.py). Then the `serial` tests,
+# one at a time on a machine left to them: they measure the server's memory, a rate or a latency,
+# which the parallel load would disturb. Both phases run, and `make test` fails if either does;
+# each ends with its own -ra summary (failures, and skips naming what is missing).
+# TEST_WORKERS=1 runs the first phase in one worker too; PYTEST_ARGS is passed to both phases.
+TEST_WORKERS ?= auto
+TEST_WORKERS_MAX ?= 8
+PYTEST_ARGS ?=
 test: check-java install lint
-	$(VENV)/bin/pytest
+	@status=0; \
+	echo "== tests, parallel phase: every test not marked serial ($(TEST_WORKERS) workers, at most $(TEST_WORKERS_MAX))"; \
+	$(VENV)/bin/pytest -m "not serial" -n $(TEST_WORKERS) --maxprocesses $(TEST_WORKERS_MAX) \
+	  --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS) || status=1; \
+	echo "== tests, serial phase: the tests marked serial (memory, rates, latency), one at a time"; \
+	$(VENV)/bin/pytest -m serial $(PYTEST_ARGS) || status=1; \
+	exit $$status
 
 # Regenerates the committed gRPC/protobuf modules from the .proto; tests/unit/test_proto.py fails
 # when they drift apart, so run this after every edit of broker.proto and commit the result.

@@ -30,6 +30,10 @@ from stratalog.v1 import broker_pb2, broker_pb2_grpc
 
 from .conftest import ServerProcess, launch_server, until
 
+#: make test runs this module in its serial phase: it measures the server's resident size and times
+#: another client's calls, which the parallel phase's load would disturb.
+pytestmark = pytest.mark.serial
+
 MIB = 1024 * 1024
 #: Deadline of the other client's calls: generous, it only turns a hang into a failure (the
 #: defect answered them RESOURCE_EXHAUSTED at once).

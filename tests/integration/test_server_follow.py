@@ -231,6 +231,9 @@ def _server_rss_bytes(server) -> float:
     return float(match.group(1))
 
 
+# In make test's serial phase: it measures the server's resident size, which the parallel
+# phase's load would disturb.
+@pytest.mark.serial
 async def test_a_slow_subscriber_does_not_make_the_server_buffer(server, astub) -> None:
     """Flow control: a subscriber that does not read holds the server to about one message.
 
