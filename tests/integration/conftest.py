@@ -17,8 +17,11 @@ Fixtures:
 ``bomb_request``      the issue 13 probe's zstd bomb: a Produce of about 1 MiB to topic "bomb"
                       that decompresses to 31 GB
 
-``until(condition, what)`` (a coroutine) polls a condition every 200 ms, bounded: a wait on the
-server's own counters instead of a sleep.
+``until(condition, what)`` (a coroutine) and ``wait_until(condition, what)`` (blocking) poll a
+condition every 200 ms, bounded: a wait on the server's own counters instead of a sleep. The
+usual condition is :meth:`ServerProcess.waiting_rpcs`: a long poll or a Subscribe stream that
+reached the server and waits there (a sleep of "long enough" was too short on a loaded machine,
+and the test then checked less than it said, or too long everywhere else).
 
 A module-scoped ``server`` is stopped with SIGTERM at the end of its module, and the teardown
 fails if it did not exit 0: every test module also checks a clean shutdown.
@@ -89,6 +92,15 @@ class ServerProcess:
         match = re.search(rf"^{re.escape(sample)} (\S+)$", text, re.MULTILINE)
         return float(match.group(1)) if match else 0.0
 
+    def waiting_rpcs(self, kind: str) -> float:
+        """How many RPCs of ``kind`` wait in the server now, by its gauge
+        ``stratalog_waiting_rpcs{kind}`` (docs/server.md): ``"long_poll"`` (a fetch waiting
+        for records, unary or on a Session stream; counted from its first wait to its
+        answer), ``"subscribe"`` (a Subscribe stream, from when its start offset is resolved
+        to its end) or ``"session"`` (a Session stream). The gauge is server-wide: a test on
+        the module's shared server waits for it to be back at what it expects first."""
+        return self.metric(f'stratalog_waiting_rpcs{{kind="{kind}"}}')
+
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
@@ -123,6 +135,15 @@ async def until(condition: Callable[[], bool], what: str, timeout_s: float = 120
         if loop.time() > deadline:
             raise AssertionError(f"not within {timeout_s} s: {what}")
         await asyncio.sleep(0.2)
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 120.0) -> None:
+    """:func:`until` for a test without an event loop: blocks, polling every 200 ms."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout_s} s: {what}")
+        time.sleep(0.2)
 
 
 def launch_server(data_dir: Path, *extra_args: str, log_path: Path | None = None,
