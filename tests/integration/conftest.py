@@ -33,9 +33,11 @@ import asyncio
 import itertools
 import json
 import os
+import random
 import re
 import selectors
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -135,6 +137,42 @@ async def until(condition: Callable[[], bool], what: str, timeout_s: float = 120
         if loop.time() > deadline:
             raise AssertionError(f"not within {timeout_s} s: {what}")
         await asyncio.sleep(0.2)
+
+
+#: Linux's list of the ports it hands out itself (every outgoing connection's local port, every
+#: bind to port 0): "LOW HIGH". Elsewhere :data:`_EPHEMERAL_LOW_DEFAULT` stands for its start.
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_EPHEMERAL_LOW_DEFAULT = 32768
+#: How many ports below the ephemeral range free_port draws from.
+_FREE_PORTS_DRAWN = 10_000
+_port_draws = random.SystemRandom()  # not the random module's: a test may seed that
+
+
+def free_port() -> int:
+    """A port of 127.0.0.1 that nothing listens on now, for a process a test starts (and may
+    kill and start again) on a port it must know beforehand: etcd, a server restarted in place.
+
+    Drawn at random from the :data:`_FREE_PORTS_DRAWN` ports just below the kernel's
+    ephemeral range, and checked by binding it. A port from inside that range (what a bind to
+    port 0 gives), let go for the process to bind, may be handed to any process's outgoing
+    connection meanwhile, most likely between a kill and the restart, while the parallel
+    phase's other workers connect all the time; below the range the kernel never hands it out.
+    At random, so that two workers rarely try the same port at once.
+    """
+    try:
+        low = int(_EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = _EPHEMERAL_LOW_DEFAULT
+    first = max(1024, low - _FREE_PORTS_DRAWN)
+    for _ in range(100):
+        port = _port_draws.randrange(first, low)
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    raise AssertionError(f"no free port in {first}-{low - 1} in 100 draws")
 
 
 def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 120.0) -> None:
