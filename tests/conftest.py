@@ -2,16 +2,17 @@
 (a CA, server and client certificates) for the TLS and mTLS tests, and batches no builder
 writes; and how pytest-xdist splits the suite among its workers.
 
-``make test`` runs the suite in two phases (docs/development.md, "Tests"): every test not marked
-``serial`` in parallel (``pytest -n auto --dist loadfile``), then the ``serial`` ones (memory,
-rate and latency measurements, which the parallel load would fail) in one process. In the
-parallel phase a test module is one unit of work: its tests run in one worker, in order, and
-share its module-scoped server as in a serial run. The Spark tests are one unit together, so
-that one worker starts the session's JVM (6-18 s, ~1 GB) and not every worker; and the workers
-take the slow directories first, so that a long unit does not start last and run alone.
-Everything a test touches is its own per worker: ports come from the OS (``127.0.0.1:0``, or a
-free port asked of it), data under ``tmp_path`` (a base directory per worker), and nothing sets
-a process-wide environment variable that another test reads.
+``make test`` runs the suite in two phases (docs/development.md, "Two phases"): every test
+not marked ``serial`` in parallel (``pytest -n auto --dist loadfile``), then the ``serial``
+ones (memory, rate and latency measurements, which the parallel load would fail) in one
+process. In the parallel phase a test module is one unit of work: its tests run in one worker,
+in order, and share its module-scoped server as in a serial run. The Spark tests are one unit
+together, so that one worker starts the session's JVM (6-18 s, ~1 GB) and not every worker;
+and the workers take the slow directories first, so that a long unit does not start last and
+run alone. What a test touches is its own: ports come from the OS (``127.0.0.1:0``, or
+``free_port()`` of tests/integration/conftest.py), files go under ``tmp_path`` (a base
+directory per worker), environment variables are set with ``monkeypatch`` or for a child
+process only (docs/development.md, "Writing a test that runs in parallel").
 """
 
 from __future__ import annotations
