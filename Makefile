@@ -126,13 +126,15 @@ check-java:
 TEST_WORKERS ?= auto
 TEST_WORKERS_MAX ?= 8
 PYTEST_ARGS ?=
+PYTEST_PARALLEL = $(VENV)/bin/pytest -m "not serial" -n $(TEST_WORKERS) \
+  --maxprocesses $(TEST_WORKERS_MAX) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
+PYTEST_SERIAL = $(VENV)/bin/pytest -m serial $(PYTEST_ARGS)
 test: check-java install lint
 	@status=0; \
-	echo "== tests, parallel phase: every test not marked serial ($(TEST_WORKERS) workers, at most $(TEST_WORKERS_MAX))"; \
-	$(VENV)/bin/pytest -m "not serial" -n $(TEST_WORKERS) --maxprocesses $(TEST_WORKERS_MAX) \
-	  --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS) || status=1; \
-	echo "== tests, serial phase: the tests marked serial (memory, rates, latency), one at a time"; \
-	$(VENV)/bin/pytest -m serial $(PYTEST_ARGS) || status=1; \
+	echo "== the parallel phase: every test not marked serial"; \
+	echo '$(PYTEST_PARALLEL)'; $(PYTEST_PARALLEL) || status=1; \
+	echo "== the serial phase: the tests that measure memory, rates or latency, one at a time"; \
+	echo '$(PYTEST_SERIAL)'; $(PYTEST_SERIAL) || status=1; \
 	exit $$status
 
 # Regenerates the committed gRPC/protobuf modules from the .proto; tests/unit/test_proto.py fails
