@@ -49,8 +49,9 @@ def _slowness_rank(nodeid: str) -> int:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # Only in an xdist worker: every worker sorts alike (xdist checks that they collected the
     # same list), and the scheduler hands out units in this order (make test passes
-    # --no-loadscope-reorder, which would reorder them by test count). A serial run keeps
-    # pytest's own order. The sort is stable: a module's tests keep theirs.
+    # --no-loadscope-reorder; by default xdist would hand them out by test count, most
+    # first). A serial run keeps pytest's own order. The sort is stable: a module's tests
+    # keep theirs.
     if hasattr(config, "workerinput"):
         items.sort(key=lambda item: _slowness_rank(item.nodeid))
 

@@ -121,9 +121,10 @@ class EtcdProcess:
         """Start and wait until healthy (a member of several: once a quorum runs).
 
         :func:`free_port`'s ports are free when drawn: another process (a test in another
-        pytest-xdist worker that drew the same port) may bind one before etcd does. A first start of a lone member that fails that way is tried again
-        on new ports, up to :data:`ETCD_PORT_ATTEMPTS` times; a restart keeps its ports (the
-        servers were given them), and so does a member of :func:`start_etcd_cluster`.
+        pytest-xdist worker that drew the same port) may bind one before etcd does. A first
+        start of a lone member that fails that way is tried again on new ports, up to
+        :data:`ETCD_PORT_ATTEMPTS` times; a restart keeps its ports (the servers were given
+        them), and so does a member of :func:`start_etcd_cluster`.
         """
         alone = self.initial_cluster == f"{self.name}=http://127.0.0.1:{self.peer_port}"
         for attempt in range(1, ETCD_PORT_ATTEMPTS + 1):
