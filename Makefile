@@ -31,7 +31,7 @@ CLUSTER_FLAGS ?=
 help:
 	@echo "make run     install what serving needs into .venv, start the server (data in $(DATA_DIR), 127.0.0.1:50051)"
 	@echo "make cluster install etcd too, start a local etcd and three servers in cluster mode (127.0.0.1:50051-50053, data in $(CLUSTER_DATA_DIR)); Ctrl-C stops them"
-	@echo "make test    install the test and Spark dependencies too, run every test (lint, unit, integration, Spark)"
+	@echo "make test    install the test and Spark dependencies too, lint, run every test (unit, integration, crash, cluster, Spark): in parallel, then the serial ones"
 	@echo "make lint    ruff and the import-linter contracts"
 	@echo "make bench   run the benchmarks and print their figures"
 
@@ -113,8 +113,29 @@ unit: install
 check-java:
 	@.ci/check-java
 
+# Two phases (docs/development.md, "Two phases"). First every test not marked `serial`, in
+# parallel (pytest-xdist): TEST_WORKERS processes, one per CPU this process may use, at most
+# TEST_WORKERS_MAX (each worker's integration tests start a server process of their own, and
+# one worker a Spark JVM: more workers than that only add memory and contention); a test module
+# is one unit of work, the slow directories first (tests/conftest.py). Then the `serial` tests,
+# one at a time on a machine left to them: they measure the server's memory, a rate or a latency,
+# which the parallel load would disturb. Both phases run, and `make test` fails if either does;
+# each ends with its own -ra summary (failures, and skips naming what is missing).
+# TEST_WORKERS=N sets the count (0: the first phase serially, in this process); PYTEST_ARGS is
+# passed to both phases (e.g. PYTEST_ARGS=-x).
+TEST_WORKERS ?= auto
+TEST_WORKERS_MAX ?= 8
+PYTEST_ARGS ?=
+PYTEST_PARALLEL = $(VENV)/bin/pytest -m "not serial" -n $(TEST_WORKERS) \
+  --maxprocesses $(TEST_WORKERS_MAX) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
+PYTEST_SERIAL = $(VENV)/bin/pytest -m serial $(PYTEST_ARGS)
 test: check-java install lint
-	$(VENV)/bin/pytest
+	@status=0; \
+	echo "== the parallel phase: every test not marked serial"; \
+	echo '$(PYTEST_PARALLEL)'; $(PYTEST_PARALLEL) || status=1; \
+	echo "== the serial phase: the tests that measure memory, rates or latency, one at a time"; \
+	echo '$(PYTEST_SERIAL)'; $(PYTEST_SERIAL) || status=1; \
+	exit $$status
 
 # Regenerates the committed gRPC/protobuf modules from the .proto; tests/unit/test_proto.py fails
 # when they drift apart, so run this after every edit of broker.proto and commit the result.

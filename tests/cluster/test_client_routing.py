@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 
 from stratalog.client import Client, Consumer, Producer
-from tests.integration.conftest import ServerProcess
+from tests.integration.conftest import ServerProcess, until
 
 from .conftest import SESSION_TIMEOUT_MS, metadata, wait_for
 
@@ -63,7 +63,10 @@ async def test_producer_and_consumer_follow_the_leader_through_kill_9(start_memb
         await (await producer.send_many(TOPIC, first, partition=0))
         # A consumer that reads the first half now, and must go on after the failover.
         reader = asyncio.create_task(read_all(bootstrap, len(first) + len(second)))
-        await asyncio.sleep(0.5)
+        # It read the first half and polls the leader at the end (its long polls, 500 ms
+        # each, hold the gauge at 1 but for the moment between two of them).
+        await until(lambda: servers[leader].waiting_rpcs("long_poll") >= 1,
+                    "the consumer waiting at the leader's log end")
         servers[leader].kill()  # kill -9
         survivors = [s for n, s in servers.items() if n != leader]
         # The producer goes on: its sends wait out the election within the delivery timeout.

@@ -83,6 +83,9 @@ def may_describe(server: ServerProcess, topic: str) -> bool:
     return describe(server, topic) != grpc.StatusCode.PERMISSION_DENIED
 
 
+# In make test's serial phase: it bounds the propagation's time (PROPAGATION_BOUND_S), which
+# the parallel phase's load would stretch.
+@pytest.mark.serial
 def test_a_deny_made_through_one_server_is_enforced_by_every_server(
         acl_flags: tuple[str, ...], start_member) -> None:
     servers = [start_member(node_id, *acl_flags) for node_id in (1, 2, 3)]

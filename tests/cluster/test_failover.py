@@ -25,12 +25,18 @@ import asyncio
 import threading
 import time
 
+import pytest
+
 from stratalog.client import Client, Consumer, Producer, StratalogError, SyncClient
 from stratalog.client.wire import LATEST
 from tests.integration.conftest import ServerProcess
 
 from .conftest import SESSION_TIMEOUT_MS, metadata, wait_for
 from .test_faults import MEMBER_FLAGS, create_topic, isr_of, leader_of
+
+#: make test runs this module in its serial phase: it bounds each failover's time
+#: (FAILOVER_BOUND_S), which the parallel phase's load would stretch.
+pytestmark = pytest.mark.serial
 
 #: What a failover may take, kill to the first acknowledged send after it (issue 24).
 FAILOVER_BOUND_S = 2 * SESSION_TIMEOUT_MS / 1000 + 1

@@ -29,7 +29,6 @@ import os
 import random
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -39,6 +38,7 @@ import pytest
 
 from stratalog.client import Client, Consumer, IsolationLevel, Producer, StratalogError
 from stratalog.client.wire import LATEST
+from tests.integration.conftest import free_port
 
 BUDGET_S = float(os.environ.get("STRATALOG_CRASH_SECONDS", "30"))
 STARTUP_TIMEOUT_S = 60.0
@@ -57,12 +57,6 @@ SERVER_ENV = {
     "STRATALOG_TRANSACTION_ABORT_TIMED_OUT_TRANSACTION_CLEANUP_INTERVAL_MS": "200",
 }
 _LISTENING = re.compile(rb"stratalog: listening on \S+:(\d+)")
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 class KillableServer:
@@ -243,7 +237,7 @@ async def wait_until_stable(client: Client, topic: str, partitions: int, timeout
 
 @pytest.mark.slow
 async def test_exactly_once_through_server_kills(tmp_path: Path) -> None:
-    server = KillableServer(tmp_path / "data", _free_port())
+    server = KillableServer(tmp_path / "data", free_port())
     server.start()
     rng = random.Random(int(os.environ.get("STRATALOG_CRASH_SEED", "4321")))
     loop = asyncio.get_running_loop()

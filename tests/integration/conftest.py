@@ -17,8 +17,11 @@ Fixtures:
 ``bomb_request``      the issue 13 probe's zstd bomb: a Produce of about 1 MiB to topic "bomb"
                       that decompresses to 31 GB
 
-``until(condition, what)`` (a coroutine) polls a condition every 200 ms, bounded: a wait on the
-server's own counters instead of a sleep.
+``until(condition, what)`` (a coroutine) and ``wait_until(condition, what)`` (blocking) poll a
+condition every 200 ms, bounded: a wait on the server's own counters instead of a sleep. The
+usual condition is :meth:`ServerProcess.waiting_rpcs`: a long poll or a Subscribe stream that
+reached the server and waits there (a sleep of "long enough" was too short on a loaded machine,
+and the test then checked less than it said, or too long everywhere else).
 
 A module-scoped ``server`` is stopped with SIGTERM at the end of its module, and the teardown
 fails if it did not exit 0: every test module also checks a clean shutdown.
@@ -30,9 +33,11 @@ import asyncio
 import itertools
 import json
 import os
+import random
 import re
 import selectors
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -89,6 +94,15 @@ class ServerProcess:
         match = re.search(rf"^{re.escape(sample)} (\S+)$", text, re.MULTILINE)
         return float(match.group(1)) if match else 0.0
 
+    def waiting_rpcs(self, kind: str) -> float:
+        """How many RPCs of ``kind`` wait in the server now, by its gauge
+        ``stratalog_waiting_rpcs{kind}`` (docs/server.md): ``"long_poll"`` (a fetch waiting
+        for records, unary or on a Session stream; counted from its first wait to its
+        answer), ``"subscribe"`` (a Subscribe stream, from when its start offset is resolved
+        to its end) or ``"session"`` (a Session stream). The gauge is server-wide: a test on
+        the module's shared server waits for it to be back at what it expects first."""
+        return self.metric(f'stratalog_waiting_rpcs{{kind="{kind}"}}')
+
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
@@ -123,6 +137,51 @@ async def until(condition: Callable[[], bool], what: str, timeout_s: float = 120
         if loop.time() > deadline:
             raise AssertionError(f"not within {timeout_s} s: {what}")
         await asyncio.sleep(0.2)
+
+
+#: Linux's list of the ports it hands out itself (every outgoing connection's local port, every
+#: bind to port 0): "LOW HIGH". Elsewhere :data:`_EPHEMERAL_LOW_DEFAULT` stands for its start.
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_EPHEMERAL_LOW_DEFAULT = 32768
+#: How many ports below the ephemeral range free_port draws from.
+_FREE_PORTS_DRAWN = 10_000
+_port_draws = random.SystemRandom()  # not the random module's: a test may seed that
+
+
+def free_port() -> int:
+    """A port of 127.0.0.1 that nothing listens on now, for a process a test starts (and may
+    kill and start again) on a port it must know beforehand: etcd, a server restarted in place.
+
+    Drawn at random from the :data:`_FREE_PORTS_DRAWN` ports just below the kernel's
+    ephemeral range, and checked by binding it. A port from inside that range (what a bind to
+    port 0 gives), let go for the process to bind, may be handed to any process's outgoing
+    connection meanwhile, most likely between a kill and the restart, while the parallel
+    phase's other workers connect all the time; below the range the kernel never hands it out.
+    At random, so that two workers rarely try the same port at once.
+    """
+    try:
+        low = int(_EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = _EPHEMERAL_LOW_DEFAULT
+    first = max(1024, low - _FREE_PORTS_DRAWN)
+    for _ in range(100):
+        port = _port_draws.randrange(first, low)
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    raise AssertionError(f"no free port in {first}-{low - 1} in 100 draws")
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 120.0) -> None:
+    """:func:`until` for a test without an event loop: blocks, polling every 200 ms."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout_s} s: {what}")
+        time.sleep(0.2)
 
 
 def launch_server(data_dir: Path, *extra_args: str, log_path: Path | None = None,

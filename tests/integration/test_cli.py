@@ -10,6 +10,8 @@ import time
 
 import pytest
 
+from .conftest import wait_until
+
 CLI = [sys.executable, "-m", "stratalog.cli"]
 
 
@@ -132,6 +134,7 @@ def test_stdin_partition_offsets_and_timestamp_reads(server):
     assert stratalog(server, "topics", "create", "cli-time", "--partitions", "2").returncode == 0
     first = stratalog(server, "produce", "cli-time", "--partition", "1", stdin=b"a\nb\nc\n")
     assert first.returncode == 0, first.stderr
+    # Part of what is tested: the clock moves on, so that no record has the boundary's time.
     time.sleep(0.05)
     boundary_ms = int(time.time() * 1000)
     time.sleep(0.05)
@@ -173,7 +176,9 @@ def test_follow_prints_records_produced_later(server):
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
     )
     try:
-        time.sleep(1.0)  # the follower is waiting at the (empty) log end
+        # The follower is waiting at the (empty) log end: its long polls (500 ms each) hold
+        # the gauge at 1 but for the moment between two of them.
+        wait_until(lambda: server.waiting_rpcs("long_poll") >= 1, "the follower waiting")
         assert stratalog(server, "produce", "cli-follow", stdin=b"x\ny\nz\n").returncode == 0
         out, err = follower.communicate(timeout=60)
     finally:
@@ -270,6 +275,7 @@ def test_timestamps_without_zone_are_utc_relative_times_work_and_the_instant_is_
     from stratalog.cli.timestamps import format_timestamp_ms
 
     _produced(server, "cli-utc", 1, {0: b"old\n"})
+    # Part of what is tested: the clock moves on, so that no record has the boundary's time.
     time.sleep(0.05)
     boundary_ms = int(time.time() * 1000)
     time.sleep(0.05)

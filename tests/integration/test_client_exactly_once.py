@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -29,6 +28,8 @@ from stratalog.client.transaction_manager import TransactionState
 from stratalog.client.wire import LATEST
 from stratalog.records import iter_batches
 
+from .conftest import free_port
+
 DEADLINE_S = 60
 COMMITTED = IsolationLevel.READ_COMMITTED
 UNCOMMITTED = IsolationLevel.READ_UNCOMMITTED
@@ -39,12 +40,6 @@ FENCED = (errors.ProducerFencedError, errors.InvalidProducerEpochError)
 async def client(server_target: str) -> AsyncIterator[Client]:
     async with Client(server_target, timeout_s=30) as client:
         yield client
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 async def read_all(

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 import time
 from pathlib import Path
 
@@ -20,19 +19,12 @@ import pytest
 from stratalog.client import Client, Consumer, FetchFormat, Producer, errors, partition_for_key
 from stratalog.records import iter_batches
 
-from .conftest import until
+from .conftest import free_port, until
 
 TOPIC = "late"
 PARTITIONS = 3
 #: Far above any delivery timeout below: only a hang reaches it.
 HANG_S = 60.0
-
-
-def free_port() -> int:
-    """A port nothing listens on now (the kernel's choice; free again once closed)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 async def prepared_data_dir(start_server, tmp_path: Path) -> Path:

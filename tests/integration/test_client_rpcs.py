@@ -24,6 +24,8 @@ from stratalog.client import (
 )
 from stratalog.records import BatchBuilder, Compression, TimestampType
 
+from .conftest import until
+
 T0 = 1_700_000_000_000
 
 
@@ -217,13 +219,15 @@ async def test_delete_records_and_out_of_range(client: Client) -> None:
     assert await client.delete_records("cr-del", 0, -1) == 10  # up to the high watermark
 
 
-async def test_long_poll_waits_beyond_the_default_deadline(client: Client, server_target) -> None:
+async def test_long_poll_waits_beyond_the_default_deadline(
+    client: Client, server, server_target
+) -> None:
     # The deadline of a long poll is timeout_s + max_wait_ms: a 1 s timeout does not cut a
     # poll that was asked to wait up to 5 s for data that arrives meanwhile.
     await client.create_topic("cr-poll")
     async with Client(server_target, timeout_s=1) as short:
         poll = asyncio.ensure_future(short.fetch_by_offset("cr-poll", 0, 0, max_wait_ms=5000))
-        await asyncio.sleep(0.2)
+        await until(lambda: server.waiting_rpcs("long_poll") == 1, "the poll waiting")
         await client.produce("cr-poll", 0, [b"late"])
         result = await poll
     assert [r.value for r in result.records] == [b"late"]

@@ -54,6 +54,10 @@ from stratalog.v1 import broker_pb2_grpc
 
 from .conftest import CALL_TIMEOUT_S, ServerProcess, until
 
+#: make test runs this module in its serial phase: it times another client's calls through the
+#: attacks (OTHER_CLIENT_DEADLINE_S), which the parallel phase's load would fail.
+pytestmark = pytest.mark.serial
+
 #: Each of the other client's calls' deadline. The issue's goal is 1 s. The calls are slowest
 #: while the 2,030 waiting RPCs arrive: gRPC accepts the calls of one method one at a time, so
 #: the other client's FetchByOffset waits until the ~1,000 long polls sent before it are

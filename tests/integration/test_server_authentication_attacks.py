@@ -30,6 +30,10 @@ import pytest
 from stratalog.server.security.credentials import CredentialFile
 from stratalog.v1 import broker_pb2, broker_pb2_grpc
 
+#: make test runs this module in its serial phase: it compares call latencies through a flood, which
+#: the parallel phase's load would disturb.
+pytestmark = pytest.mark.serial
+
 ATTACKER_HOST = "127.0.0.2"
 FLOOD_CALLS = 1000
 FLOOD_DEADLINE_S = 2.0

@@ -30,6 +30,10 @@ from stratalog.v1 import broker_pb2, broker_pb2_grpc
 
 from .conftest import ServerProcess, launch_server, until
 
+#: make test runs this module in its serial phase: it measures the server's resident size and times
+#: another client's calls, which the parallel phase's load would disturb.
+pytestmark = pytest.mark.serial
+
 MIB = 1024 * 1024
 #: Deadline of the other client's calls: generous, it only turns a hang into a failure (the
 #: defect answered them RESOURCE_EXHAUSTED at once).
@@ -192,6 +196,8 @@ async def test_subscribers_memory_is_bounded_and_given_back(start_server) -> Non
                 broker_pb2.SubscribeRequest(topic="crowd", offset=0))
             await call.read()
             call.cancel()
+        # Part of the measurement: the warm-up stream's end and the memory it gives back
+        # settle before the baseline is read (no gauge tells when the allocator is done).
         await asyncio.sleep(2)
         baseline = _rss_bytes(server)
 

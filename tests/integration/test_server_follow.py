@@ -22,6 +22,8 @@ from stratalog.records.batch import iter_batch_headers
 from stratalog.v1 import broker_pb2 as pb
 from stratalog.v1 import broker_pb2_grpc
 
+from .conftest import until
+
 T0 = 1_700_000_000_000
 TIMEOUT = 30
 
@@ -47,12 +49,12 @@ async def _produce(astub, topic: str, values: list[bytes], timestamp: int = T0) 
 # ------------------------------------------------------------------------ long poll
 
 
-async def test_long_poll_answers_when_a_record_arrives(astub) -> None:
+async def test_long_poll_answers_when_a_record_arrives(server, astub) -> None:
     await _create(astub, "fl-poll")
     started = time.monotonic()
     poll = asyncio.ensure_future(astub.FetchByOffset(
         pb.FetchByOffsetRequest(topic="fl-poll", offset=0, max_wait_ms=20_000), timeout=60))
-    await asyncio.sleep(0.3)  # let the poll reach the server and wait there
+    await until(lambda: server.waiting_rpcs("long_poll") == 1, "the poll waiting in the server")
     assert not poll.done(), "a long poll at the log end answered before anything was produced"
     await _produce(astub, "fl-poll", [b"wake up"])
     response = await poll
@@ -80,14 +82,17 @@ async def test_long_poll_does_not_wait_when_data_is_there(astub) -> None:
     assert time.monotonic() - started < 15
 
 
-async def test_long_poll_waits_for_min_bytes(astub) -> None:
+async def test_long_poll_waits_for_min_bytes(server, astub) -> None:
     await _create(astub, "fl-minbytes")
     one_batch = len(build_batch([(T0, None, bytes(1000), ())]))
     poll = asyncio.ensure_future(astub.FetchByOffset(
         pb.FetchByOffsetRequest(topic="fl-minbytes", offset=0, max_wait_ms=20_000,
                                 min_bytes=3 * one_batch, format=pb.FETCH_FORMAT_RECORD_BATCHES),
         timeout=60))
+    await until(lambda: server.waiting_rpcs("long_poll") == 1, "the poll waiting in the server")
     for _ in range(3):
+        # Part of what is tested: time for the poll to wake on each append, find less than
+        # min_bytes and wait again (no gauge tells that apart from still waiting).
         await asyncio.sleep(0.1)
         await _produce(astub, "fl-minbytes", [bytes(1000)])
     response = await poll
@@ -96,11 +101,11 @@ async def test_long_poll_waits_for_min_bytes(astub) -> None:
     assert response.next_offset == 3
 
 
-async def test_long_poll_on_a_deleted_topic_ends_not_found(astub) -> None:
+async def test_long_poll_on_a_deleted_topic_ends_not_found(server, astub) -> None:
     await _create(astub, "fl-deleted")
     poll = asyncio.ensure_future(astub.FetchByOffset(
         pb.FetchByOffsetRequest(topic="fl-deleted", offset=0, max_wait_ms=20_000), timeout=60))
-    await asyncio.sleep(0.3)
+    await until(lambda: server.waiting_rpcs("long_poll") == 1, "the poll waiting in the server")
     await astub.DeleteTopic(pb.DeleteTopicRequest(name="fl-deleted"), timeout=TIMEOUT)
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await poll
@@ -134,6 +139,8 @@ async def test_subscribe_follows_a_concurrent_producer(astub) -> None:
         for i in range(40):
             await _produce(astub, "fl-sub", [b"live-%d-%d" % (i, j) for j in range(i % 4 + 1)])
             if i % 5 == 0:
+                # Part of what is tested: pauses in the appends, so that the stream also waits
+                # at the end between them rather than reading one backlog.
                 await asyncio.sleep(0.02)
 
     expected = [b"before-0", b"before-1"] + [
@@ -183,11 +190,15 @@ async def test_subscribe_by_timestamp_reports_the_match_first(astub) -> None:
     call.cancel()
 
 
-async def test_subscribe_by_timestamp_after_every_record_follows_the_end(astub) -> None:
+async def test_subscribe_by_timestamp_after_every_record_follows_the_end(server, astub) -> None:
     await _create(astub, "fl-sub-ts-end")
     await _produce(astub, "fl-sub-ts-end", [b"old"], timestamp=T0)
+    # The earlier tests' cancelled streams end in the server asynchronously.
+    await until(lambda: server.waiting_rpcs("subscribe") == 0, "no other Subscribe stream")
     call = astub.Subscribe(pb.SubscribeRequest(topic="fl-sub-ts-end", timestamp=T0 + 10**6))
-    await asyncio.sleep(0.2)
+    # Counted once its start is resolved (the log end, as nothing is that late): "new" must
+    # come after that, or the stream would start after it.
+    await until(lambda: server.waiting_rpcs("subscribe") == 1, "the stream's start resolved")
     await _produce(astub, "fl-sub-ts-end", [b"new"], timestamp=T0 + 10**7)
     first = await asyncio.wait_for(call.read(), TIMEOUT)
     assert [r.value for r in first.records] == [b"new"]
@@ -231,6 +242,9 @@ def _server_rss_bytes(server) -> float:
     return float(match.group(1))
 
 
+# In make test's serial phase: it measures the server's resident size, which the parallel
+# phase's load would disturb.
+@pytest.mark.serial
 async def test_a_slow_subscriber_does_not_make_the_server_buffer(server, astub) -> None:
     """Flow control: a subscriber that does not read holds the server to about one message.
 

@@ -22,6 +22,8 @@ from stratalog.records.reader import iter_batches
 from stratalog.v1 import broker_pb2 as pb
 from stratalog.v1 import broker_pb2_grpc
 
+from .conftest import wait_until
+
 T0 = 1_700_000_000_000
 TIMEOUT = 30
 
@@ -199,7 +201,8 @@ def test_sigterm_with_open_streams_and_long_polls(start_server, tmp_path: Path) 
 
         reader = threading.Thread(target=read_stream)
         reader.start()
-        time.sleep(0.5)
+        wait_until(lambda: server.waiting_rpcs("subscribe") == 1
+                   and server.waiting_rpcs("long_poll") == 1, "the stream and the poll waiting")
         started = time.monotonic()
         assert server.stop(signal.SIGTERM) == 0, server.log_text()[-4000:]
         # Well within the 20 s grace: nothing waited for it.

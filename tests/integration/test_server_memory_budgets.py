@@ -18,12 +18,17 @@ from pathlib import Path
 
 import grpc
 import grpc.aio
+import pytest
 
 from stratalog.records import build_batch
 from stratalog.v1 import broker_pb2 as pb
 from stratalog.v1 import broker_pb2_grpc
 
 from .conftest import CALL_TIMEOUT_S, ServerProcess, until
+
+#: make test runs this module in its serial phase: it measures the server's resident size, which the
+#: parallel phase's load would disturb.
+pytestmark = pytest.mark.serial
 
 MIB = 1024 * 1024
 #: What the server may grow by beyond a documented budget: allocator slack, gRPC's buffers and

@@ -45,6 +45,10 @@ from stratalog.v1 import broker_pb2_grpc
 from .conftest import CALL_TIMEOUT_S, ServerProcess, until
 
 T0 = 1_700_000_000_000
+#: make test runs this module in its serial phase: it measures the server's resident size,
+#: descriptors and threads, which the parallel phase's load would disturb.
+pytestmark = pytest.mark.serial
+
 #: The probe's count of idle connections.
 IDLE_CONNECTIONS = 2048
 #: The metrics endpoint's cap and idle timeout in these servers.

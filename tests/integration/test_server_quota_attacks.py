@@ -32,11 +32,16 @@ from pathlib import Path
 
 import grpc
 import grpc.aio
+import pytest
 
 from stratalog.records import build_batch
 from stratalog.v1 import broker_pb2, broker_pb2_grpc
 
 from .conftest import ServerProcess
+
+#: make test runs this module in its serial phase: it compares fetch p99 latencies and measures the
+#: server's resident size, which the parallel phase's load would disturb.
+pytestmark = pytest.mark.serial
 
 MIB = 1024 * 1024
 QUOTA = 1 * MIB  # bytes per second

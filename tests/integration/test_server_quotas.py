@@ -16,10 +16,16 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
+
 from stratalog.client import Consumer, Producer, SyncClient
 from stratalog.client.wire import FetchFormat
 
 from .conftest import ServerProcess
+
+#: make test runs this module in its serial phase: it measures byte rates against a quota, which the
+#: parallel phase's load would slow.
+pytestmark = pytest.mark.serial
 
 QUOTA = 400_000  # bytes per second
 WINDOW = ("--quota-window-num", "2", "--quota-window-size-ms", "500")

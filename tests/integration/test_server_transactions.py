@@ -25,7 +25,7 @@ from stratalog.records import BatchBuilder, ControlRecordType, decode_control_ke
 from stratalog.v1 import broker_pb2 as pb
 from stratalog.v1 import broker_pb2_grpc
 
-from .conftest import ServerProcess, launch_server
+from .conftest import ServerProcess, launch_server, until
 
 # Record timestamps a minute in the past: markers carry the server's clock, and a segment whose
 # records are older than segment.ms (7 days) would roll at each marker (Kafka's rule), which
@@ -389,7 +389,7 @@ async def test_read_committed_timestamp_lookups_stop_at_the_lso(stub) -> None:
 
 
 async def test_a_read_committed_long_poll_and_subscribe_get_the_records_when_the_commit_lands(
-    stub,
+    server, stub,
 ) -> None:
     await create(stub, "txn-follow")
     producer = await Producer(stub, "follower").init()
@@ -401,12 +401,15 @@ async def test_a_read_committed_long_poll_and_subscribe_get_the_records_when_the
                                         timeout=60)
     # READ_UNCOMMITTED streams the open transaction's records at once.
     assert [r.value for r in (await uncommitted_stream.read()).records] == [b"one", b"two"]
+    # Both streams in the server before one ends: then one stream left is the READ_COMMITTED one.
+    await until(lambda: server.waiting_rpcs("subscribe") == 2, "both streams started")
     uncommitted_stream.cancel()
     poll = asyncio.ensure_future(stub.FetchByOffset(pb.FetchByOffsetRequest(
         topic="txn-follow", offset=0, max_wait_ms=20_000, isolation_level=COMMITTED),
         timeout=60))
     first = asyncio.ensure_future(stream.read())
-    await asyncio.sleep(0.3)  # both reach the server and wait there
+    await until(lambda: server.waiting_rpcs("long_poll") == 1
+                and server.waiting_rpcs("subscribe") == 1, "the poll and the stream waiting")
     assert not poll.done(), "a READ_COMMITTED long poll answered with nothing stable"
     assert not first.done(), "a READ_COMMITTED stream sent something before the commit"
     await producer.end(commit=True)

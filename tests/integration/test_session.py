@@ -36,7 +36,7 @@ from stratalog.client.errors import (
 from stratalog.records import build_batch
 from stratalog.v1 import broker_pb2 as pb
 
-from .conftest import CALL_TIMEOUT_S, ServerProcess
+from .conftest import CALL_TIMEOUT_S, ServerProcess, free_port
 
 SESSION = "/stratalog.v1.Broker/Session"
 LONG_POLL_MS = 30_000
@@ -313,8 +313,9 @@ async def test_requests_in_flight_on_a_broken_stream_fail_retriably_and_a_new_on
     start_server, tmp_path: Path
 ) -> None:
     data = tmp_path / "data"
-    server = start_server(data)
-    port = server.port
+    # A port the server is restarted on below: one the kernel never hands out meanwhile.
+    port = free_port()
+    server = start_server(data, "--listen", f"127.0.0.1:{port}")
     async with Client(server.target) as client:
         await client.create_topic("restart", 1)
         await client.produce("restart", 0, [b"before"])

@@ -180,7 +180,7 @@ def test_min_offsets_per_trigger_waits_until_max_trigger_delay(server, client, t
     client.produce(topic, 0, [b"y"] * 20)
     # 20 records are waiting, fewer than 50, and the delay has not passed: no micro-batch.
     assert reader.latestOffset(first, limit) == first
-    time.sleep(0.6)
+    time.sleep(0.6)  # part of what is tested: maxTriggerDelay (500 ms) passes
     # maxTriggerDelay passed: the waiting records go, capped by maxOffsetsPerTrigger.
     assert reader.latestOffset(first, limit) == {topic: {"0": 30}}
     client.produce(topic, 0, [b"z"] * 150)

@@ -144,7 +144,11 @@ async def test_an_undrained_batch_expires_and_a_dropped_one_fails() -> None:
     queue = state.queues[0]
     batch, _ = acc.append(queue, state, TS, None, b"x", ())
     assert sender.added == [queue]  # a transaction hears of the partition when a batch opens
-    await asyncio.sleep(0.05)
+    # The 10 ms delivery timeout's timer fires on the loop: bounded, not a fixed 50 ms.
+    for _ in range(1000):
+        if sender.expired:
+            break
+        await asyncio.sleep(0.005)
     assert sender.expired == [batch]
     acc.drop(batch, TimeoutError("expired"))
     with pytest.raises(TimeoutError):

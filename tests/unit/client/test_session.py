@@ -138,7 +138,10 @@ async def test_a_cancelled_caller_leaves_nothing_pending(silent) -> None:
     async with grpc.aio.insecure_channel(silent) as channel:
         session = ClientSession(channel, None)
         call = asyncio.ensure_future(session.request(FETCH, b"", None))
-        await asyncio.sleep(0.05)
+        for _ in range(1000):  # until the request is sent (bounded: 5 s)
+            if session.pending:
+                break
+            await asyncio.sleep(0.005)
         assert session.pending == 1
         call.cancel()
         with pytest.raises(asyncio.CancelledError):

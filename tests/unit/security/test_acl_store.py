@@ -201,6 +201,7 @@ def test_kill_9_during_writes_leaves_a_whole_set(tmp_path: Path) -> None:
         )
         assert process.stdout is not None
         assert process.stdout.readline() == b"ready\n"
+        # Part of what is tested: each round's kill lands later in the writer's run.
         time.sleep(0.05 + 0.03 * round_)
         process.send_signal(signal.SIGKILL)
         process.wait()

@@ -89,6 +89,10 @@ async def test_a_metrics_port_in_use_is_refused_before_any_log_dir_too(tmp_path:
     assert not (tmp_path / "d").exists()
 
 
+# In make test's serial phase: port 9464 is the machine's, and tests/cluster/test_dev_cluster.py's
+# servers take it when free; held by one of them in the parallel phase and let go meanwhile, the
+# port asked for by name below would be free again.
+@pytest.mark.serial
 async def test_the_default_metrics_port_taken_gives_way_to_a_free_one(tmp_path: Path) -> None:
     # Issue 25 item 3: a second server on one machine exited because the first held the
     # default metrics port, which nobody had asked for. Port 9464 is held here (or by someone
@@ -158,6 +162,17 @@ def test_what_grpc_writes_during_a_successful_bind_is_written_out(
     assert "kept" in err and "dropped" not in err
 
 
+async def _until_waiting(server: Server, kind: str, count: int) -> None:
+    """Until the server's ``stratalog_waiting_rpcs{kind}`` gauge reads ``count``: a long poll
+    or a Subscribe stream that reached the server and waits there (bounded at 30 s)."""
+    sample = f'stratalog_waiting_rpcs{{kind="{kind}"}} {float(count)}\n'.encode()
+    for _ in range(3000):
+        if sample in server.metrics.render():
+            return
+        await asyncio.sleep(0.01)
+    pytest.fail(f"not within 30 s: {sample!r}")
+
+
 async def test_stop_ends_subscribe_streams_with_shutting_down(tmp_path: Path) -> None:
     server = Server(_settings(tmp_path / "d"))
     await server.start()
@@ -167,7 +182,8 @@ async def test_stop_ends_subscribe_streams_with_shutting_down(tmp_path: Path) ->
         call = stub.Subscribe(pb.SubscribeRequest(topic="t", offset=0))
         poll = asyncio.ensure_future(stub.FetchByOffset(
             pb.FetchByOffsetRequest(topic="t", offset=0, max_wait_ms=30_000)))
-        await asyncio.sleep(0.2)  # both are waiting in the server
+        await _until_waiting(server, "subscribe", 1)  # both are waiting in the server
+        await _until_waiting(server, "long_poll", 1)
         await server.stop(grace_s=30)
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             await call.read()
@@ -216,7 +232,7 @@ async def test_a_commit_wakes_a_read_committed_long_poll(tmp_path: Path) -> None
             poll = asyncio.ensure_future(stub.FetchByOffset(pb.FetchByOffsetRequest(
                 topic="t", offset=0, max_wait_ms=30_000,
                 isolation_level=pb.READ_COMMITTED)))
-            await asyncio.sleep(0.2)  # the poll waits: the record is above the LSO
+            await _until_waiting(server, "long_poll", 1)  # the record is above the LSO
             assert not poll.done()
             await stub.EndTxn(pb.EndTxnRequest(**ids, commit=True))
             response = await poll
