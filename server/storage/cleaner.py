@@ -88,6 +88,7 @@ from stratalog.records.batch import (
     compute_crc,
     parse_header,
 )
+from stratalog.records.batch_walk import iter_batch_headers
 from stratalog.records.compression import compress, decompress
 from stratalog.records.control import ControlRecordType, decode_control_key
 from stratalog.records.log_layout import CLEANED_FILE_SUFFIX
@@ -332,6 +333,18 @@ class _TransactionTracker:
 # ------------------------------------------------------------------------- records
 
 
+def _first_batch_bytes(view: memoryview) -> int:
+    """The size of the batch ``view`` starts with; 0 when fewer than its 61-byte header are
+    there (a torn tail: nothing to read on for).
+
+    Raises:
+        CorruptRecordError, InvalidRecordError: the header is impossible or not v2.
+    """
+    if len(view) < RECORD_BATCH_OVERHEAD:
+        return 0
+    return parse_header(view, 0).size_bytes
+
+
 def _records_region(batch: memoryview, header: BatchHeader) -> bytes | memoryview:
     payload = batch[RECORD_BATCH_OVERHEAD:]
     codec = header.attributes & 0x07
@@ -490,8 +503,14 @@ class Cleaner:
 
     def _batches(self, segment: Segment) -> Iterator[tuple[BatchHeader, memoryview]]:
         """Every whole batch of ``segment``: its header and bytes, read ``io_buffer_bytes``
-        at a time (more for a batch larger than that, as Kafka grows its buffer). Stops at a
-        torn tail (recovery's to cut, never the cleaner's)."""
+        at a time (more for a batch larger than that, as Kafka grows its buffer), each read
+        walked by :func:`~stratalog.records.batch_walk.iter_batch_headers`: a batch cut by the
+        end of a read is a partial tail there, and the next read starts with it. Stops at a
+        torn tail (recovery's to cut, never the cleaner's).
+
+        Raises:
+            CorruptRecordError, InvalidRecordError: a batch breaks a framing rule.
+        """
         size = segment.size_bytes
         position = 0
         buffer_bytes = self._io_buffer_bytes
@@ -502,24 +521,19 @@ class Cleaner:
                 if throttler is not None:
                     throttler.maybe_throttle(len(chunk))
                 view = memoryview(chunk)
-                inner = 0
-                available = len(view)
-                while inner + RECORD_BATCH_OVERHEAD <= available:
-                    header = parse_header(view, inner)
-                    end = inner + header.length + LOG_OVERHEAD
-                    if end > available:
-                        break
-                    yield header, view[inner:end]
-                    inner = end
-                if inner == 0:
-                    if available < RECORD_BATCH_OVERHEAD:
-                        return
-                    needed = parse_header(view, 0).length + LOG_OVERHEAD
+                walked = 0
+                for header in iter_batch_headers(view):
+                    walked = header.end_position
+                    yield header, view[header.position : walked]
+                if walked == 0:
+                    # Not one whole batch in this read: a batch larger than the buffer (read
+                    # it again with a buffer its size), or the segment's torn tail.
+                    needed = _first_batch_bytes(view)
                     if needed <= buffer_bytes or position + needed > size:
                         return
                     buffer_bytes = needed
                     continue
-                position += inner
+                position += walked
 
     # ------------------------------------------------------------------ step 1: the map
 
