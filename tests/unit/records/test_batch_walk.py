@@ -190,8 +190,6 @@ _STEP_NAMES = {"end_position", "LOG_OVERHEAD", "size_bytes"}
 # when its walk goes; nothing may be added.
 _PENDING = {
     "server/storage/partition_log.py",
-    "server/storage/cleaner.py",
-    "server/storage/follower_append.py",
     "server/translation.py",
     "client/fetched.py",
 }
