@@ -91,7 +91,7 @@ from stratalog.records.batch import (
 from stratalog.records.batch_walk import iter_batch_headers
 from stratalog.records.compression import compress, decompress
 from stratalog.records.control import ControlRecordType, decode_control_key
-from stratalog.records.log_layout import CLEANED_FILE_SUFFIX
+from stratalog.records.file_names import CLEANED_FILE_SUFFIX
 
 from .files import log_file, offset_index_file, time_index_file, transaction_index_file
 from .offset_map import OffsetMap

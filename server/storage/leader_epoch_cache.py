@@ -22,8 +22,8 @@ latest ones first removes the entries it conflicts with (from the end), since th
 describes was truncated and rewritten. Truncating the log from the end or from the start
 truncates the cache the same way (:meth:`truncate_from_end`, :meth:`truncate_from_start`).
 
-The entries live in ``leader-epoch-checkpoint`` in the partition directory (``log_layout`` §8),
-rewritten whole after every change through :func:`~.durable.atomic_write`: a crash leaves the
+The entries live in ``leader-epoch-checkpoint`` in the partition directory (its text format:
+:mod:`stratalog.records.leader_epoch_checkpoint`), rewritten whole after every change through :func:`~.durable.atomic_write`: a crash leaves the
 old file or the new, never a torn one. Kafka writes it synchronously on assign and in the
 background after a truncation; here every change is written before the call returns (a
 truncation is rare: a leader change or retention). Entries left stale by a crash (above the
