@@ -68,7 +68,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import struct
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -77,6 +76,7 @@ from typing import TYPE_CHECKING
 
 from stratalog.records.accel import RecordColumns, decode_columns, encode_record
 from stratalog.records.batch import (
+    COMPRESSION_CODEC_MASK,
     CONTROL_FLAG_MASK,
     HEADER,
     LOG_OVERHEAD,
@@ -85,8 +85,8 @@ from stratalog.records.batch import (
     BatchHeader,
     Compression,
     TimestampType,
-    compute_crc,
     parse_header,
+    rewrite_crc,
 )
 from stratalog.records.batch_walk import iter_batch_headers
 from stratalog.records.compression import compress, decompress
@@ -113,11 +113,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _INT32_MAX = (1 << 31) - 1
-_OFFSET_INDEX_ENTRY_BYTES = 8
-_TIME_INDEX_ENTRY_BYTES = 12
-_CRC = struct.Struct(">I")
-_CRC_POSITION = 17  # after base offset (8), length (4), leader epoch (4), magic (1)
-_ATTRIBUTES_POSITION = 21
 # Cleaned output is written to the new segment in pieces of about this many bytes: an offset
 # index entry (one per append at most) every piece. Kafka appends once per read buffer.
 _WRITE_PIECE_BYTES = 64 * 1024
@@ -347,7 +342,7 @@ def _first_batch_bytes(view: memoryview) -> int:
 
 def _records_region(batch: memoryview, header: BatchHeader) -> bytes | memoryview:
     payload = batch[RECORD_BATCH_OVERHEAD:]
-    codec = header.attributes & 0x07
+    codec = header.attributes & COMPRESSION_CODEC_MASK
     if codec == Compression.NONE:
         return payload
     # A batch the log accepted decompressed within max.message.bytes-ish sizes; bound it
@@ -388,7 +383,7 @@ def _frame_batch(header: BatchHeader, records: bytes | bytearray | memoryview, c
         max_timestamp, header.producer_id, header.producer_epoch, header.base_sequence, count,
     )
     out[RECORD_BATCH_OVERHEAD:] = records
-    _CRC.pack_into(out, _CRC_POSITION, compute_crc(out, 0, len(out)))
+    rewrite_crc(out, 0, len(out))
     return bytes(out)
 
 
@@ -398,7 +393,7 @@ def _empty_batch(header: BatchHeader, *, keep_producer: bool = True) -> bytes:
     group's end marker, which no producer needs) it is a plain batch: no producer, not
     transactional nor control (its max timestamp stays: time retention still sees it)."""
     out = bytearray(RECORD_BATCH_OVERHEAD)
-    attributes = header.attributes & ~0x07
+    attributes = header.attributes & ~COMPRESSION_CODEC_MASK
     producer = (header.producer_id, header.producer_epoch, header.base_sequence)
     timestamp = header.max_timestamp
     if not keep_producer:
@@ -409,7 +404,7 @@ def _empty_batch(header: BatchHeader, *, keep_producer: bool = True) -> bytes:
         header.partition_leader_epoch, header.magic, 0, attributes, header.last_offset_delta,
         timestamp, timestamp, *producer, 0,
     )
-    _CRC.pack_into(out, _CRC_POSITION, compute_crc(out, 0, len(out)))
+    rewrite_crc(out, 0, len(out))
     return bytes(out)
 
 
@@ -772,7 +767,7 @@ def _reframe(header: BatchHeader, columns: RecordColumns, kept: list[int]) -> tu
     (the base timestamp is kept, so same delta), key, value and headers."""
     base_offset = header.base_offset
     base_timestamp = header.base_timestamp
-    log_append_time = (header.attributes >> 3) & 1 == TimestampType.LOG_APPEND_TIME
+    log_append_time = header.timestamp_type == TimestampType.LOG_APPEND_TIME
     out = bytearray()
     offsets, timestamps = columns.offsets, columns.timestamps
     keys, values, headers = columns.keys, columns.values, columns.headers
@@ -783,7 +778,7 @@ def _reframe(header: BatchHeader, columns: RecordColumns, kept: list[int]) -> tu
         encode_record(out, offsets[index] - base_offset, delta, keys[index], values[index],
                       headers[index])
     max_timestamp = header.max_timestamp if log_append_time else base_timestamp + max_delta
-    codec = header.attributes & 0x07
+    codec = header.attributes & COMPRESSION_CODEC_MASK
     records: bytes | bytearray = out
     if codec != Compression.NONE:
         records = compress(Compression(codec), out)
