@@ -21,8 +21,8 @@ from stratalog.records.batch_walk import (
 )
 from stratalog.records.errors import CorruptRecordError, InvalidRecordError
 
-# The two batches of test_batch.py: kafka-storage-reference.md §1.4's hello/world (66 + 12 bytes)
-# and a two-record batch (86 bytes).
+# The two batches of test_batch.py, golden batches of docs/kafka-behaviours.md#records:
+# hello/world (78 bytes) and a two-record batch (86 bytes).
 HELLO_WORLD = bytes.fromhex(
     "0000000000000000000000420000000002eae98244000000000000000001a0a4b7f0d4000001a0a4b7f0d4"
     "ffffffffffffffffffffffffffff00000001200000000a68656c6c6f0a776f726c6400"
