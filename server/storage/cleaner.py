@@ -1,7 +1,7 @@
 """One cleaning of one compacted log: keep only the latest record of each key.
 
-Kafka's ``Cleaner`` (``LogCleaner.scala``). A compacted log (``cleanup.policy`` containing
-``compact``) is cut in three by two offsets::
+Kafka's ``Cleaner`` (``core/src/main/scala/kafka/log/LogCleaner.scala``). A compacted log
+(``cleanup.policy`` containing ``compact``) is cut in three by two offsets::
 
     log start        first dirty offset         first uncleanable offset        log end
     |  cleaned       |  dirty                   |  uncleanable: the active segment, records

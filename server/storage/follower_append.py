@@ -2,7 +2,8 @@
 
 A follower copies its leader's log by fetching it: the batches arrive exactly as the leader
 stored them, offsets assigned and headers stamped with the leader's epoch, and are appended
-unchanged (Kafka's ``UnifiedLog.appendAsFollower``). Nothing is re-stamped and no offset is
+unchanged (Kafka's ``UnifiedLog.appendAsFollower``,
+``core/src/main/scala/kafka/log/UnifiedLog.scala``). Nothing is re-stamped and no offset is
 assigned, so the checks are those of a log file, not of a client's request ([B-2]):
 
     check                                             error
