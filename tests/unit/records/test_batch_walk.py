@@ -94,6 +94,21 @@ def test_a_bad_magic_is_invalid_and_names_the_position():
         list(iter_batch_headers(TWO_RECORDS + bytes(bad)))
 
 
+@pytest.mark.parametrize("after", [b"", TWO_RECORDS], ids=["at-the-end", "before-more"])
+def test_a_whole_batch_below_the_header_size_or_not_v2_raises_wherever_it_is(after: bytes) -> None:
+    # A size field of 30: a 42-byte "batch", whole but smaller than the 61-byte header. At the
+    # end fewer than 61 bytes are left (the walk cannot unpack a header there); before more
+    # bytes it can: the same rule raises either way.
+    small = bytearray(HELLO_WORLD[:42])
+    small[8:12] = (30).to_bytes(4, "big")
+    with pytest.raises(CorruptRecordError, match="position 86 declares 42 bytes, less than the "
+                                                 "61-byte batch header"):
+        list(iter_batch_headers(TWO_RECORDS + bytes(small) + after))
+    small[16] = 1
+    with pytest.raises(InvalidRecordError, match="position 86 has magic 1"):
+        list(iter_batch_headers(TWO_RECORDS + bytes(small) + after))
+
+
 def test_batches_below_cuts_at_the_first_batch_starting_at_the_bound():
     data, expected = _log(6)
     ends = [position for position, _, _ in expected[1:]] + [len(data)]
