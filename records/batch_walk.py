@@ -5,9 +5,10 @@ walk reads a batch's header (:mod:`stratalog.records.batch` owns its layout), st
 batch by its size field, and goes on until the bytes end. The walks of the project are here:
 the storage engine's reads and recovery (``server/storage/log_file.py`` reads the blocks; the
 batches of a block are walked by :func:`find_in_block` and :func:`collect_in_block`), the
-validation of client batches, the records reader, ``stratalog dump-log`` and the Spark
-connector (:func:`iter_batch_headers`), the cut of a fetched range at an offset
-(:func:`batches_below`). So the framing rules and the tail rules below are written once.
+validation of client batches, the follower append's check, the cleaner's reads, the records
+reader, ``stratalog dump-log`` and the Spark connector (:func:`iter_batch_headers`), the cut of
+a fetched range at an offset (:func:`batches_below`). So the framing rules and the tail rules
+below are written once.
 (``tests/unit/records/test_batch_walk.py`` finds any other module that steps from batch to
 batch, and lists the few still to be switched over.)
 
