@@ -5,9 +5,10 @@ walk reads a batch's header (:mod:`stratalog.records.batch` owns its layout), st
 batch by its size field, and goes on until the bytes end. The walks of the project are here:
 the storage engine's reads and recovery (``server/storage/log_file.py`` reads the blocks; the
 batches of a block are walked by :func:`find_in_block` and :func:`collect_in_block`), the
-validation of client batches, the records reader, ``stratalog dump-log`` and the Spark
-connector (:func:`iter_batch_headers`), the cut of a fetched range at an offset
-(:func:`batches_below`). So the framing rules and the tail rules below are written once.
+validation of client batches, the follower append's check, the cleaner's reads, the records
+reader, ``stratalog dump-log`` and the Spark connector (:func:`iter_batch_headers`), the cut of
+a fetched range at an offset (:func:`batches_below`). So the framing rules and the tail rules
+below are written once.
 (``tests/unit/records/test_batch_walk.py`` finds any other module that steps from batch to
 batch, and lists the few still to be switched over.)
 
@@ -57,17 +58,14 @@ from crc32c import crc32c as _crc32c  # the C function: recovery's hot loop skip
 
 from .batch import (
     ATTRIBUTES_OFFSET,
+    HEADER,
     HEADER_SIZE_UP_TO_MAGIC,
-    LENGTH_FIELD,
-    LENGTH_OFFSET,
     LOG_OVERHEAD,
     MAGIC,
-    MAGIC_OFFSET,
     RECORD_BATCH_OVERHEAD,
     SCAN_FIELDS,
     BatchHeader,
     check_framing,
-    parse_header,
 )
 from .errors import CorruptRecordError
 
@@ -108,7 +106,7 @@ FoundBatch = tuple[int, int, int, int, int, bytes, int]
 # (size field < 14, a batch below 61 bytes) before check_framing says which.
 _MIN_V2_LENGTH = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD
 _ZERO_PREFIX = bytes(LOG_OVERHEAD)
-_unpack_length = LENGTH_FIELD.unpack_from
+_unpack_header = HEADER.unpack_from
 
 
 def at_tail(position: int, end: int) -> bool:
@@ -140,20 +138,25 @@ def iter_batch_headers(
     """
     end = len(buf) if end is None else min(end, len(buf))
     position = start
+    # A header starting at or before this lies whole in the walked bytes.
+    header_limit = end - RECORD_BATCH_OVERHEAD
     while position < end:
-        if position < end - HEADER_SIZE_UP_TO_MAGIC:  # (not at_tail: inlined, as below)
-            if zeros_end and buf[position : position + LOG_OVERHEAD] == _ZERO_PREFIX:
-                return
-            # The common case in one test (a whole v2 batch); only otherwise does check_framing
-            # say which rule fails (it raises, or returns False at a partial tail).
-            (length,) = _unpack_length(buf, position + LENGTH_OFFSET)
-            if (length >= _MIN_V2_LENGTH and position + length + LOG_OVERHEAD <= end
-                    and buf[position + MAGIC_OFFSET] == MAGIC) or check_framing(
-                        buf, position, end):
-                header = parse_header(buf, position)  # (cannot fail: the framing holds)
-                yield header
+        if position <= header_limit:
+            # The common case in one unpack and one test (a whole v2 batch): the header's
+            # fields are read once, and are the header yielded.
+            fields = _unpack_header(buf, position)
+            length = fields[1]
+            if (length >= _MIN_V2_LENGTH and fields[3] == MAGIC
+                    and position + length + LOG_OVERHEAD <= end):
+                yield BatchHeader(*fields, position)
                 position += length + LOG_OVERHEAD
                 continue
+        if position < end - HEADER_SIZE_UP_TO_MAGIC:  # (not at_tail: inlined)
+            if zeros_end and buf[position : position + LOG_OVERHEAD] == _ZERO_PREFIX:
+                return
+            # Not a whole v2 batch: check_framing says which rule fails (it raises), or
+            # returns False at a partial tail. (A batch it would pass took the test above.)
+            check_framing(buf, position, end)
         if partial_tail_ok:
             return
         raise CorruptRecordError(

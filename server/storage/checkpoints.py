@@ -12,13 +12,14 @@ A log directory keeps two of them at its root, each covering every partition in 
 
 Each partition directory may hold one more checkpoint, ``leader-epoch-checkpoint``
 (:class:`LeaderEpochCheckpointFile`): the start offset of every leader epoch of its log, in the
-same container (``log_layout`` §8).
+same container (its entries: :mod:`stratalog.records.leader_epoch_checkpoint`).
 
 The text format and Kafka's exact rules for reading it (version line, count line, ``<topic>
-<partition> <offset>`` lines) are :mod:`stratalog.records.log_layout`'s, §7, which the Spark file
-reader parses with too. This module is the file side: a text that does not parse is a
-:class:`CorruptCheckpointError` naming the file and the line. Kafka's ``LogManager`` then logs a
-warning and carries on as if the file were empty ([B-58]); that policy is the caller's.
+<partition> <offset>`` lines) are :mod:`stratalog.records.offset_checkpoint`'s (the container:
+:mod:`stratalog.records.checkpoint_text`), which the Spark file reader parses with too. This
+module is the file side: a text that does not parse is a :class:`CorruptCheckpointError` naming
+the file and the line. Kafka's ``LogManager`` then logs a warning and carries on as if the file
+were empty ([B-58]); that policy is the caller's.
 
 Writes replace the file atomically (:func:`~.durable.atomic_write`: tmp, fsync, rename, fsync of
 the directory), so a crash leaves the previous checkpoint or the new one, never a torn one.
@@ -32,14 +33,16 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from stratalog.records.errors import CorruptOffsetCheckpointError, InvalidTopicNameError
-from stratalog.records.log_layout import (
+from stratalog.records.leader_epoch_checkpoint import (
     LEADER_EPOCH_CHECKPOINT_FILE,
+    format_leader_epoch_checkpoint,
+    parse_leader_epoch_checkpoint,
+)
+from stratalog.records.offset_checkpoint import (
     LOG_START_OFFSET_CHECKPOINT_FILE,
     RECOVERY_POINT_CHECKPOINT_FILE,
     REPLICATION_OFFSET_CHECKPOINT_FILE,
-    format_leader_epoch_checkpoint,
     format_offset_checkpoint,
-    parse_leader_epoch_checkpoint,
     parse_offset_checkpoint,
 )
 
@@ -170,7 +173,8 @@ class LeaderEpochCheckpointFile:
         """The ``(epoch, start offset)`` entries in file order; a missing or empty file has none.
 
         Raises:
-            CorruptCheckpointError: text not in the §8 format (names the file and the line).
+            CorruptCheckpointError: text not in the format of
+                :mod:`stratalog.records.leader_epoch_checkpoint` (names the file and the line).
             StorageIOError: the file exists but cannot be read.
         """
         try:

@@ -1,7 +1,7 @@
 """One cleaning of one compacted log: keep only the latest record of each key.
 
-Kafka's ``Cleaner`` (``LogCleaner.scala``). A compacted log (``cleanup.policy`` containing
-``compact``) is cut in three by two offsets::
+Kafka's ``Cleaner`` (``core/src/main/scala/kafka/log/LogCleaner.scala``). A compacted log
+(``cleanup.policy`` containing ``compact``) is cut in three by two offsets::
 
     log start        first dirty offset         first uncleanable offset        log end
     |  cleaned       |  dirty                   |  uncleanable: the active segment, records
@@ -68,7 +68,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import struct
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -77,6 +76,7 @@ from typing import TYPE_CHECKING
 
 from stratalog.records.accel import RecordColumns, decode_columns, encode_record
 from stratalog.records.batch import (
+    COMPRESSION_CODEC_MASK,
     CONTROL_FLAG_MASK,
     HEADER,
     LOG_OVERHEAD,
@@ -85,12 +85,13 @@ from stratalog.records.batch import (
     BatchHeader,
     Compression,
     TimestampType,
-    compute_crc,
     parse_header,
+    rewrite_crc,
 )
+from stratalog.records.batch_walk import iter_batch_headers
 from stratalog.records.compression import compress, decompress
 from stratalog.records.control import ControlRecordType, decode_control_key
-from stratalog.records.log_layout import CLEANED_FILE_SUFFIX
+from stratalog.records.file_names import CLEANED_FILE_SUFFIX
 
 from .files import log_file, offset_index_file, time_index_file, transaction_index_file
 from .offset_map import OffsetMap
@@ -112,11 +113,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _INT32_MAX = (1 << 31) - 1
-_OFFSET_INDEX_ENTRY_BYTES = 8
-_TIME_INDEX_ENTRY_BYTES = 12
-_CRC = struct.Struct(">I")
-_CRC_POSITION = 17  # after base offset (8), length (4), leader epoch (4), magic (1)
-_ATTRIBUTES_POSITION = 21
 # Cleaned output is written to the new segment in pieces of about this many bytes: an offset
 # index entry (one per append at most) every piece. Kafka appends once per read buffer.
 _WRITE_PIECE_BYTES = 64 * 1024
@@ -332,9 +328,21 @@ class _TransactionTracker:
 # ------------------------------------------------------------------------- records
 
 
+def _first_batch_bytes(view: memoryview) -> int:
+    """The size of the batch ``view`` starts with; 0 when fewer than its 61-byte header are
+    there (a torn tail: nothing to read on for).
+
+    Raises:
+        CorruptRecordError, InvalidRecordError: the header is impossible or not v2.
+    """
+    if len(view) < RECORD_BATCH_OVERHEAD:
+        return 0
+    return parse_header(view, 0).size_bytes
+
+
 def _records_region(batch: memoryview, header: BatchHeader) -> bytes | memoryview:
     payload = batch[RECORD_BATCH_OVERHEAD:]
-    codec = header.attributes & 0x07
+    codec = header.attributes & COMPRESSION_CODEC_MASK
     if codec == Compression.NONE:
         return payload
     # A batch the log accepted decompressed within max.message.bytes-ish sizes; bound it
@@ -375,7 +383,7 @@ def _frame_batch(header: BatchHeader, records: bytes | bytearray | memoryview, c
         max_timestamp, header.producer_id, header.producer_epoch, header.base_sequence, count,
     )
     out[RECORD_BATCH_OVERHEAD:] = records
-    _CRC.pack_into(out, _CRC_POSITION, compute_crc(out, 0, len(out)))
+    rewrite_crc(out, 0, len(out))
     return bytes(out)
 
 
@@ -385,7 +393,7 @@ def _empty_batch(header: BatchHeader, *, keep_producer: bool = True) -> bytes:
     group's end marker, which no producer needs) it is a plain batch: no producer, not
     transactional nor control (its max timestamp stays: time retention still sees it)."""
     out = bytearray(RECORD_BATCH_OVERHEAD)
-    attributes = header.attributes & ~0x07
+    attributes = header.attributes & ~COMPRESSION_CODEC_MASK
     producer = (header.producer_id, header.producer_epoch, header.base_sequence)
     timestamp = header.max_timestamp
     if not keep_producer:
@@ -396,7 +404,7 @@ def _empty_batch(header: BatchHeader, *, keep_producer: bool = True) -> bytes:
         header.partition_leader_epoch, header.magic, 0, attributes, header.last_offset_delta,
         timestamp, timestamp, *producer, 0,
     )
-    _CRC.pack_into(out, _CRC_POSITION, compute_crc(out, 0, len(out)))
+    rewrite_crc(out, 0, len(out))
     return bytes(out)
 
 
@@ -490,8 +498,14 @@ class Cleaner:
 
     def _batches(self, segment: Segment) -> Iterator[tuple[BatchHeader, memoryview]]:
         """Every whole batch of ``segment``: its header and bytes, read ``io_buffer_bytes``
-        at a time (more for a batch larger than that, as Kafka grows its buffer). Stops at a
-        torn tail (recovery's to cut, never the cleaner's)."""
+        at a time (more for a batch larger than that, as Kafka grows its buffer), each read
+        walked by :func:`~stratalog.records.batch_walk.iter_batch_headers`: a batch cut by the
+        end of a read is a partial tail there, and the next read starts with it. Stops at a
+        torn tail (recovery's to cut, never the cleaner's).
+
+        Raises:
+            CorruptRecordError, InvalidRecordError: a batch breaks a framing rule.
+        """
         size = segment.size_bytes
         position = 0
         buffer_bytes = self._io_buffer_bytes
@@ -502,24 +516,19 @@ class Cleaner:
                 if throttler is not None:
                     throttler.maybe_throttle(len(chunk))
                 view = memoryview(chunk)
-                inner = 0
-                available = len(view)
-                while inner + RECORD_BATCH_OVERHEAD <= available:
-                    header = parse_header(view, inner)
-                    end = inner + header.length + LOG_OVERHEAD
-                    if end > available:
-                        break
-                    yield header, view[inner:end]
-                    inner = end
-                if inner == 0:
-                    if available < RECORD_BATCH_OVERHEAD:
-                        return
-                    needed = parse_header(view, 0).length + LOG_OVERHEAD
+                walked = 0
+                for header in iter_batch_headers(view):
+                    walked = header.end_position
+                    yield header, view[header.position : walked]
+                if walked == 0:
+                    # Not one whole batch in this read: a batch larger than the buffer (read
+                    # it again with a buffer its size), or the segment's torn tail.
+                    needed = _first_batch_bytes(view)
                     if needed <= buffer_bytes or position + needed > size:
                         return
                     buffer_bytes = needed
                     continue
-                position += inner
+                position += walked
 
     # ------------------------------------------------------------------ step 1: the map
 
@@ -758,7 +767,7 @@ def _reframe(header: BatchHeader, columns: RecordColumns, kept: list[int]) -> tu
     (the base timestamp is kept, so same delta), key, value and headers."""
     base_offset = header.base_offset
     base_timestamp = header.base_timestamp
-    log_append_time = (header.attributes >> 3) & 1 == TimestampType.LOG_APPEND_TIME
+    log_append_time = header.timestamp_type == TimestampType.LOG_APPEND_TIME
     out = bytearray()
     offsets, timestamps = columns.offsets, columns.timestamps
     keys, values, headers = columns.keys, columns.values, columns.headers
@@ -769,7 +778,7 @@ def _reframe(header: BatchHeader, columns: RecordColumns, kept: list[int]) -> tu
         encode_record(out, offsets[index] - base_offset, delta, keys[index], values[index],
                       headers[index])
     max_timestamp = header.max_timestamp if log_append_time else base_timestamp + max_delta
-    codec = header.attributes & 0x07
+    codec = header.attributes & COMPRESSION_CODEC_MASK
     records: bytes | bytearray = out
     if codec != Compression.NONE:
         records = compress(Compression(codec), out)

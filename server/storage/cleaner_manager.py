@@ -1,15 +1,16 @@
 """The log cleaner's threads and bookkeeping: which compacted log to clean next, and how far
 each one is cleaned.
 
-Kafka's ``LogCleaner`` (the threads) and ``LogCleanerManager`` (the state). Every
-``log.cleaner.backoff.ms`` that it found nothing to do, each of ``log.cleaner.threads``
+Kafka's ``LogCleaner`` (the threads, ``core/src/main/scala/kafka/log/LogCleaner.scala``) and
+``LogCleanerManager`` (the state, ``core/src/main/scala/kafka/log/LogCleanerManager.scala``).
+Every ``log.cleaner.backoff.ms`` that it found nothing to do, each of ``log.cleaner.threads``
 threads picks the *dirtiest* compacted partition (the largest dirty ratio, dirty bytes over
 cleaned + dirty bytes, :func:`~.cleaner.cleanable_range`) among those over their
 ``min.cleanable.dirty.ratio`` or past their ``max.compaction.lag.ms``, marks it in progress,
 cleans it once (:class:`~.cleaner.Cleaner`: one round, as far as its offset map reaches) and
 records the new first dirty offset in the log directory's checkpoint::
 
-    <log dir>/cleaner-offset-checkpoint      Kafka's offset checkpoint format (version 0):
+    <log dir>/cleaner-offset-checkpoint      records/offset_checkpoint.py's format:
     0                                        version
     2                                        entries
     changelog 0 81920                        <topic> <partition> <first dirty offset>

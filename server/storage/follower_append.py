@@ -2,7 +2,8 @@
 
 A follower copies its leader's log by fetching it: the batches arrive exactly as the leader
 stored them, offsets assigned and headers stamped with the leader's epoch, and are appended
-unchanged (Kafka's ``UnifiedLog.appendAsFollower``). Nothing is re-stamped and no offset is
+unchanged (Kafka's ``UnifiedLog.appendAsFollower``,
+``core/src/main/scala/kafka/log/UnifiedLog.scala``). Nothing is re-stamped and no offset is
 assigned, so the checks are those of a log file, not of a client's request ([B-2]):
 
     check                                             error
@@ -41,9 +42,8 @@ from stratalog.records.batch import (
     NO_TIMESTAMP,
     BatchHeader,
     check_crc,
-    check_whole,
-    parse_header,
 )
+from stratalog.records.batch_walk import iter_batch_headers
 from stratalog.records.control import EndTransactionMarker
 from stratalog.records.errors import (
     InvalidRecordError,
@@ -126,13 +126,14 @@ def validate_follower_batches(
 
 
 def _check_batches(view: memoryview, config: LogConfig, log_name: str) -> list[BatchHeader]:
+    """The headers of the batches of ``view``, each checked (the table above, down to the
+    order of offsets); walked by :func:`~stratalog.records.batch_walk.iter_batch_headers`,
+    which refuses a partial batch: the leader sends whole batches. A batch is checked before
+    the walk reads the next, so the first bad batch is the one reported."""
     headers: list[BatchHeader] = []
-    position = 0
     previous_last_offset = -1
-    while position < len(view):
-        header = parse_header(view, position)
-        check_whole(view, header)
-        where = f"follower batch {len(headers)} at position {position} for {log_name}"
+    for header in iter_batch_headers(view, partial_tail_ok=False):
+        where = f"follower batch {len(headers)} at position {header.position} for {log_name}"
         if header.size_bytes > config.max_message_bytes:
             raise RecordTooLargeError(
                 f"{where} is {header.size_bytes} bytes, which exceeds max.message.bytes "
@@ -156,7 +157,6 @@ def _check_batches(view: memoryview, config: LogConfig, log_name: str) -> list[B
             )
         previous_last_offset = header.last_offset
         headers.append(header)
-        position = header.end_position
     return headers
 
 

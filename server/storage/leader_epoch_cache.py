@@ -2,7 +2,8 @@
 
 Every v2 batch carries the epoch of the leader that appended it (``partition_leader_epoch``,
 bytes 12..15 of the header, outside the CRC so that the leader stamps it). The cache keeps, per
-epoch, the first offset written in it (Kafka's ``LeaderEpochFileCache``)::
+epoch, the first offset written in it (Kafka's ``LeaderEpochFileCache``,
+``storage/src/main/java/org/apache/kafka/storage/internals/epoch/LeaderEpochFileCache.java``)::
 
     epoch  start offset                     log:  [0 .. 99][100 ....... 1199][1200 ... LEO)
       0        0                                   epoch 0   epoch 2           epoch 3
@@ -22,14 +23,15 @@ latest ones first removes the entries it conflicts with (from the end), since th
 describes was truncated and rewritten. Truncating the log from the end or from the start
 truncates the cache the same way (:meth:`truncate_from_end`, :meth:`truncate_from_start`).
 
-The entries live in ``leader-epoch-checkpoint`` in the partition directory (``log_layout`` §8),
-rewritten whole after every change through :func:`~.durable.atomic_write`: a crash leaves the
-old file or the new, never a torn one. Kafka writes it synchronously on assign and in the
-background after a truncation; here every change is written before the call returns (a
-truncation is rare: a leader change or retention). Entries left stale by a crash (above the
-log end, below the log start) are cut when the log is opened (:func:`load_leader_epoch_cache`),
-as Kafka's loader does ([B-53]), and the batches are scanned when the file is missing or
-unreadable, or when the log holds a batch of a later epoch than the file knows.
+The entries live in ``leader-epoch-checkpoint`` in the partition directory (its text format:
+:mod:`stratalog.records.leader_epoch_checkpoint`), rewritten whole after every change through
+:func:`~.durable.atomic_write`: a crash leaves the old file or the new, never a torn one. Kafka
+writes it synchronously on assign and in the background after a truncation; here every change is
+written before the call returns (a truncation is rare: a leader change or retention). Entries left
+stale by a crash (above the log end, below the log start) are cut when the log is opened
+(:func:`load_leader_epoch_cache`), as Kafka's loader does ([B-53]), and the batches are scanned when
+the file is missing or unreadable, or when the log holds a batch of a later epoch than the file
+knows.
 """
 
 from __future__ import annotations

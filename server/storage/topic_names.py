@@ -3,11 +3,12 @@
 Every partition lives in a directory named ``<topic>-<partition>`` inside a log directory, so a
 topic name typed by a user becomes a path component. The rules that keep that input inside the
 data directories (Kafka's ``Topic.validate``), the four directory name forms (``LocalLog``) and
-their parser are defined once in :mod:`stratalog.records.log_layout` (§2), which the Spark file
+their parser are defined once in :mod:`stratalog.records.partition_dirs`, which the Spark file
 reader uses too. This module gives them to the engine and the server with the engine's error,
 :class:`~.errors.InvalidTopicError` (which ``server/status.py`` maps to ``INVALID_TOPIC``), and
 adds what is the engine's own: the random id of a deleted directory, and Kafka's rule that two
-topic names may not differ only in ``.`` versus ``_``.
+topic names may not differ only in ``.`` versus ``_``. (It calls them through
+:mod:`stratalog.records.log_layout`, the map of the formats, which re-exports them.)
 """
 
 from __future__ import annotations
@@ -130,7 +131,7 @@ def parse_partition_dir_name(name: str) -> tuple[str, int]:
 
     Raises:
         InvalidTopicError: ``name`` is not a partition directory name (see
-            :func:`stratalog.records.log_layout.parse_partition_dir_name` for the rules).
+            :func:`stratalog.records.partition_dirs.parse_partition_dir_name` for the rules).
     """
     with _as_invalid_topic():
         return log_layout.parse_partition_dir_name(name)

@@ -21,8 +21,8 @@ from stratalog.records.batch_walk import (
 )
 from stratalog.records.errors import CorruptRecordError, InvalidRecordError
 
-# The two batches of test_batch.py: kafka-storage-reference.md §1.4's hello/world (66 + 12 bytes)
-# and a two-record batch (86 bytes).
+# The two batches of test_batch.py, golden batches of docs/kafka-behaviours.md#records:
+# hello/world (78 bytes) and a two-record batch (86 bytes).
 HELLO_WORLD = bytes.fromhex(
     "0000000000000000000000420000000002eae98244000000000000000001a0a4b7f0d4000001a0a4b7f0d4"
     "ffffffffffffffffffffffffffff00000001200000000a68656c6c6f0a776f726c6400"
@@ -92,6 +92,21 @@ def test_a_bad_magic_is_invalid_and_names_the_position():
     bad[16] = 1
     with pytest.raises(InvalidRecordError, match="position 86 has magic 1"):
         list(iter_batch_headers(TWO_RECORDS + bytes(bad)))
+
+
+@pytest.mark.parametrize("after", [b"", TWO_RECORDS], ids=["at-the-end", "before-more"])
+def test_a_whole_batch_below_the_header_size_or_not_v2_raises_wherever_it_is(after: bytes) -> None:
+    # A size field of 30: a 42-byte "batch", whole but smaller than the 61-byte header. At the
+    # end fewer than 61 bytes are left (the walk cannot unpack a header there); before more
+    # bytes it can: the same rule raises either way.
+    small = bytearray(HELLO_WORLD[:42])
+    small[8:12] = (30).to_bytes(4, "big")
+    with pytest.raises(CorruptRecordError, match="position 86 declares 42 bytes, less than the "
+                                                 "61-byte batch header"):
+        list(iter_batch_headers(TWO_RECORDS + bytes(small) + after))
+    small[16] = 1
+    with pytest.raises(InvalidRecordError, match="position 86 has magic 1"):
+        list(iter_batch_headers(TWO_RECORDS + bytes(small) + after))
 
 
 def test_batches_below_cuts_at_the_first_batch_starting_at_the_bound():
@@ -190,8 +205,6 @@ _STEP_NAMES = {"end_position", "LOG_OVERHEAD", "size_bytes"}
 # when its walk goes; nothing may be added.
 _PENDING = {
     "server/storage/partition_log.py",
-    "server/storage/cleaner.py",
-    "server/storage/follower_append.py",
     "server/translation.py",
     "client/fetched.py",
 }

@@ -1,7 +1,9 @@
-"""OffsetCheckpointFile: Kafka's text format both ways, every read error of §1.8, atomic writes.
+"""OffsetCheckpointFile: Kafka's text format both ways, every read error of Kafka's
+``CheckpointFile.CheckpointReadBuffer`` (server-common/src/main/java/org/apache/kafka/server/
+common/CheckpointFile.java), atomic writes.
 
-The text itself is records.log_layout's (tests/unit/records/test_log_layout.py runs the same
-cases on the parser); here every case goes through the file, whose errors name it.
+The text itself is records.offset_checkpoint's (tests/unit/records/test_offset_checkpoint.py runs
+the same cases on the parser); here every case goes through the file, whose errors name it.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stratalog.records.log_layout import OFFSET_CHECKPOINT_VERSION
+from stratalog.records.offset_checkpoint import OFFSET_CHECKPOINT_VERSION
 from stratalog.server.storage.checkpoints import (
     LOG_START_OFFSET_CHECKPOINT_FILE,
     RECOVERY_POINT_CHECKPOINT_FILE,
@@ -25,7 +27,7 @@ from stratalog.server.storage.errors import (
     StorageIOError,
 )
 
-# The example of the reference, §1.8, byte for byte as Kafka writes it.
+# The example of records/offset_checkpoint.py's docstring, byte for byte as Kafka writes it.
 KAFKA_EXAMPLE = b"0\n2\norders 0 1234\norders 1 0\n"
 
 
@@ -100,8 +102,8 @@ def test_file_deleted_after_construction_reads_empty(tmp_path: Path) -> None:
     assert checkpoint.read() == {}
 
 
-# The text's parse is records.log_layout's, tested case by case in
-# tests/unit/records/test_log_layout.py; here, that the file reads through it.
+# The text's parse is records.offset_checkpoint's, tested case by case in
+# tests/unit/records/test_offset_checkpoint.py; here, that the file reads through it.
 @pytest.mark.parametrize(
     ("content", "expected"),
     [
@@ -115,7 +117,7 @@ def test_reads_what_kafka_reads(tmp_path: Path, content: bytes, expected: dict) 
     assert checkpoint_with(tmp_path, content).read() == expected
 
 
-# Every malformed text is in tests/unit/records/test_log_layout.py; here, that the file's
+# Every malformed text is in tests/unit/records/test_offset_checkpoint.py; here, that the file's
 # error names the file as well as the line.
 @pytest.mark.parametrize(
     ("content", "line_number", "fragment"),

@@ -274,6 +274,25 @@ def _headers(log: PartitionLog):
     return headers
 
 
+def test_batches_larger_than_the_read_buffer_clean_as_with_a_large_buffer(tmp_path: Path) -> None:
+    # The cleaner reads its segments io_buffer_bytes at a time, and reads a batch larger than
+    # that again with a buffer its size (Kafka's growBuffers): every batch is seen either way.
+    def value(i: int) -> bytes:
+        return b"v%d" % i + bytes(150 if i % 3 else 0)  # ~220-byte batches and ~75-byte ones
+
+    cleaned = []
+    for name, buffer_bytes in (("small", 100), ("large", 1 << 20)):
+        log = open_log(tmp_path / f"{name}-0", segment_bytes=4096)
+        for i in range(30):
+            put(log, b"k%d" % (i % 4), value(i))
+        log.roll()
+        assert len(log.segments) == 3
+        clean(log, cleaner=Cleaner(OffsetMap(1 << 16), io_buffer_bytes=buffer_bytes))
+        cleaned.append(records(log))
+        log.close()
+    assert cleaned[0] == cleaned[1] == [(i, T0, b"k%d" % (i % 4), value(i)) for i in range(26, 30)]
+
+
 def test_a_partial_offset_map_cleans_in_rounds(tmp_path: Path) -> None:
     log = open_log(tmp_path / "t-0", segment_bytes=600)
     for round_ in range(5):

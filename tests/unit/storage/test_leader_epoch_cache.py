@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from stratalog.records.log_layout import (
+from stratalog.records.leader_epoch_checkpoint import (
     format_leader_epoch_checkpoint,
     parse_leader_epoch_checkpoint,
 )
@@ -332,7 +332,7 @@ def test_assign_all_writes_once_with_every_entry(
     assert not cache.assign_all([(4, 12)])
 
 
-# ------------------------------------------------------------ the file format (§8)
+# ------------------------------- the file format (records/leader_epoch_checkpoint.py)
 
 
 def test_checkpoint_format_is_kafkas() -> None:

@@ -159,6 +159,33 @@ def test_a_corrupt_follower_batch_is_refused(directory: Path) -> None:
         assert log.log_end_offset == 0 and log.leader_epoch_cache.entries == []
 
 
+def _magic(batch: bytes, magic: int) -> bytes:
+    changed = bytearray(batch)
+    changed[16] = magic
+    return bytes(changed)
+
+
+@pytest.mark.parametrize(("bad", "error", "message"), [
+    # The leader sends whole batches: a cut one is refused, wherever it is cut.
+    (leader_batch(2, 0, 3)[:-5], CorruptRecordError, "partial record batch at position 0"),
+    (leader_batch(2, 0) + leader_batch(3, 0)[:40], CorruptRecordError,
+     "partial record batch at position 69"),
+    (leader_batch(2, 0) + leader_batch(3, 0)[:10], CorruptRecordError,
+     "partial record batch at position 69"),
+    (leader_batch(2, 0) + _magic(leader_batch(3, 0), 1), InvalidRecordError,
+     "position 69 has magic 1"),
+], ids=["cut", "cut-after-a-batch", "17-bytes-or-fewer-after-a-batch", "magic-1"])
+def test_follower_batches_not_whole_or_not_v2_are_refused_whole(
+    directory: Path, bad: bytes, error: type, message: str
+) -> None:
+    assert len(leader_batch(2, 0)) == 69
+    with open_log(directory) as log:
+        log.append_as_follower(leader_batch(0, 0, 2))
+        with pytest.raises(error, match=message):
+            log.append_as_follower(bad)
+        assert log.log_end_offset == 2 and read_all(log) == leader_batch(0, 0, 2)
+
+
 def test_follower_append_larger_than_a_segment_is_refused(directory: Path) -> None:
     big = b"".join(leader_batch(i, 0) for i in range(10))
     with (
