@@ -28,7 +28,8 @@ Failover (issue 24): a connection to a dead server fails as soon as gRPC's attem
 once when the process died on a live host (the connection is refused), after
 :data:`CONNECT_TIMEOUT_MS` when its packets go unanswered (a killed container, a frozen host) —
 and a request that found no connection was not sent, so it goes on to the leader a refresh
-names. A broker that did not answer is marked unreachable in the cache and asked for metadata
+names (a call gRPC failed for want of a connection, its channel READY a moment before, was
+not sent either: :attr:`BrokerUnavailableError.unsent <stratalog.client.errors.BrokerUnavailableError>`). A broker that did not answer is marked unreachable in the cache and asked for metadata
 and admin requests after every other until it answers again. While Metadata still names a dead
 leader (its election pending), the request asks again every ``retry_backoff_ms`` until its
 deadline, so it reaches the new leader within ``retry_backoff_ms`` of its election.
@@ -477,7 +478,9 @@ class Client:
             try:
                 return await send(connection, remaining)
             except StratalogError as err:
-                last_error = err
+                # gRPC may fail a call for want of a connection though the channel was READY
+                # a moment ago (the server went meanwhile): that request was not sent either.
+                last_error, unsent = err, getattr(err, "unsent", False)
 
     async def _known_elsewhere(
         self, topic: str, partition: int, deadline: float | None

@@ -367,6 +367,9 @@ class SyncClient:
                     self._route_by_metadata = True
                 if isinstance(err, UNANSWERED) and address is not None:
                     self._ready.discard(address)
+                # gRPC may fail a call for want of a connection though the channel was
+                # connected a moment ago (the server went meanwhile): not sent either.
+                unsent = unsent or getattr(err, "unsent", False)
                 if isinstance(err, UnknownTopicOrPartitionError):
                     # Raised unless a refresh names a leader: then the server's view lags.
                     action = (Reroute.AFTER_BACKOFF

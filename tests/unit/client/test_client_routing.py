@@ -383,8 +383,9 @@ async def test_a_refused_leader_is_left_at_once_not_after_the_connect_timeout(
 
 
 async def test_the_sync_client_leaves_a_refused_leader_at_once(cluster: Cluster) -> None:
-    """The same with the SyncClient, for a read (its Produce to a leader that was connected
-    and then died is raised, as a request whose answer was lost: the caller resends)."""
+    """The same with the SyncClient, for a read (its Produce to a leader that died while the
+    request was on its way is raised, as a request whose answer was lost: the caller
+    resends)."""
     gone = cluster.address(2)
     client = SyncClient([cluster.address(1), cluster.address(3)], retry_backoff_ms=10)
     try:
