@@ -36,15 +36,23 @@ from .client import (
 from .credentials import Credentials, TlsConfig, channel_security
 from .errors import (
     BrokerUnavailableError,
-    LeaderNotAvailableError,
     RequestTimeoutError,
     StratalogError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
     from_rpc_error,
 )
-from .metadata_cache import METADATA_MAX_AGE_MS, NO_LEADER, MetadataCache
-from .routing import REROUTES_MAX, ROUTING_ERRORS, UNANSWERED, Reroute, reroute
+from .metadata_cache import METADATA_MAX_AGE_MS, MetadataCache
+from .routing import (
+    ATTEMPT_TIME_MIN_S,
+    UNANSWERED,
+    Backoff,
+    CheckTopic,
+    LeaderRouter,
+    Refresh,
+    Routing,
+    Send,
+)
 from .tls_diagnosis import Diagnoser
 from .types import (
     CleaningResult,
@@ -65,8 +73,6 @@ __all__ = ["SyncClient"]
 
 _UNSET: Any = object()
 
-# An attempt with less time than this left could only time out.
-_ATTEMPT_TIME_MIN_S = 0.001
 # The period of grpc's connectivity poller (grpc/_channel.py, _poll_connectivity), with slack.
 _CONNECTIVITY_POLL_S = 0.25
 # A channel in one of these states has settled a connection attempt: connected, failed, or
@@ -83,8 +89,8 @@ class SyncClient:
 
     Holds the bootstrap targets, one synchronous gRPC channel per broker address it talked to,
     the :class:`~.metadata_cache.MetadataCache` and the default deadline; routes requests as
-    the async :class:`~stratalog.client.Client` does (its module docstring, "Routing"), waiting
-    by blocking the calling thread. Thread-safe: gRPC channels may be shared by threads, and
+    the async :class:`~stratalog.client.Client` does (its module docstring, "Routing"), with
+    the same :class:`~.routing.LeaderRouter`, waiting by blocking the calling thread. Thread-safe: gRPC channels may be shared by threads, and
     the cache and the connections are changed under a lock. Use it as
     ``with SyncClient(target) as client:`` or call :meth:`close`. Arguments and results are
     those of :class:`~stratalog.client.Client`.
@@ -124,9 +130,8 @@ class SyncClient:
         # when gRPC's connectivity poller was last started (close() lets it stop first).
         self._ready: set[str] = set()
         self._watched_at = -float("inf")
-        self._home = self._targets[0]
+        self._routing = Routing(self._targets, self._cache)
         self._connection(self._home)
-        self._route_by_metadata = len(self._targets) > 1
 
     def _connection(self, address: str) -> broker_pb2_grpc.BrokerStub:
         """The stub of ``address``, its channel opened if there is none."""
@@ -141,6 +146,15 @@ class SyncClient:
                     )
                 entry = self._channels[address] = (channel, broker_pb2_grpc.BrokerStub(channel))
             return entry[1]
+
+    @property
+    def _home(self) -> str:
+        """The home broker's address (:attr:`~.routing.Routing.home`)."""
+        return self._routing.home
+
+    @_home.setter
+    def _home(self, address: str) -> None:
+        self._routing.home = address
 
     @property
     def target(self) -> str:
@@ -216,7 +230,7 @@ class SyncClient:
             return
         wait = CONNECT_TIMEOUT_MS / 1000
         if deadline is not None:
-            wait = min(wait, max(deadline - time.monotonic(), _ATTEMPT_TIME_MIN_S))
+            wait = min(wait, max(deadline - time.monotonic(), ATTEMPT_TIME_MIN_S))
         self._connection(address)
         with self._lock:
             channel = self._channels[address][0]
@@ -284,7 +298,10 @@ class SyncClient:
         try:
             response = getattr(stub, name)(request, timeout=timeout, metadata=self._metadata)
         except grpc.RpcError as err:
-            raise self._error_of(address, err) from err
+            error = self._error_of(address, err)
+            if isinstance(error, UNANSWERED):
+                self._ready.discard(address)  # connect again before the next call there
+            raise error from err
         self._diagnoser(address).connected = True
         return response
 
@@ -294,11 +311,11 @@ class SyncClient:
         """An admin request: to the home broker; in a cluster, to the brokers known and the
         bootstrap targets in turn (the unreachable ones last) until one answers, within
         ``timeout``."""
-        if not self._in_cluster():
+        if not self._routing.in_cluster():
             return self._invoke(self._home, name, request, timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
-            candidates = self._cache.candidates(self._targets, self._home)
+            candidates = self._routing.candidates()
         first_error: StratalogError | None = None
         for address in candidates:
             remaining = None if deadline is None else deadline - time.monotonic()
@@ -331,70 +348,41 @@ class SyncClient:
         self, topic: str, partition: int, name: str, request: Any, timeout: float | None,
         *, resendable: bool,
     ) -> Any:
-        """``request`` (the stub's ``name``) to the partition's leader, rerouted as the async
-        Client's ``_to_leader`` does."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        attempts = 0
-        address: str | None = None
-        last_error: StratalogError | None = None
-        unsent = False  # the last attempt found no connection: nothing was sent
+        """``request`` (the stub's ``name``) to the partition's leader, rerouted within
+        ``timeout`` as the :class:`~.routing.LeaderRouter` says, as the async Client's
+        ``_to_leader``; this is its I/O, blocking."""
+        with self._lock:
+            router = LeaderRouter(self._routing, topic, partition, resendable=resendable,
+                                  timeout_s=timeout, now=time.monotonic(),
+                                  backoff_s=self._retry_backoff_s)
         while True:
-            try:
-                if self._route_by_metadata:
-                    try:
-                        address = self._leader(topic, partition, deadline)
-                    except RequestTimeoutError:
-                        # The deadline cut the metadata refresh: the error that made it is
-                        # the news.
-                        if last_error is not None:
-                            raise last_error from None
-                        raise
-                    try:
-                        self._ensure_ready(address, deadline)
-                    except StratalogError:
-                        unsent = True  # never sent: safe to send elsewhere
-                        raise
+            with self._lock:  # the router reads and updates the cache
+                step = router.next_step(time.monotonic())
+            if isinstance(step, Send):
+                try:
+                    if step.connect:
+                        self._ensure_ready(step.address, router.deadline)
+                except StratalogError as err:
+                    router.connect_failed(err)
+                    continue
+                try:
+                    return self._invoke(step.address, name, request,
+                                        router.timeout_s(time.monotonic()))
+                except StratalogError as err:
+                    router.send_failed(err)
+            elif isinstance(step, Refresh):
+                try:
+                    self._refresh(topic, router.deadline)
+                except StratalogError as err:
+                    router.refresh_failed(err)
                 else:
-                    address = self._home
-                remaining = None if deadline is None else max(
-                    deadline - time.monotonic(), _ATTEMPT_TIME_MIN_S)
-                return self._invoke(address, name, request, remaining)
-            except StratalogError as err:
-                if err is last_error:
-                    raise
-                last_error = err
-                if isinstance(err, ROUTING_ERRORS):
-                    self._route_by_metadata = True
-                if isinstance(err, UNANSWERED) and address is not None:
-                    self._ready.discard(address)
-                # gRPC may fail a call for want of a connection though the channel was
-                # connected a moment ago (the server went meanwhile): not sent either.
-                unsent = unsent or getattr(err, "unsent", False)
-                if isinstance(err, UnknownTopicOrPartitionError):
-                    # Raised unless a refresh names a leader: then the server's view lags.
-                    action = (Reroute.AFTER_BACKOFF
-                              if self._known_elsewhere(topic, partition, deadline)
-                              else Reroute.RAISE)
-                else:
-                    with self._lock:
-                        action = reroute(
-                            self._cache, err, topic=topic, partition=partition,
-                            refused_by=address,
-                            cluster=self._in_cluster(),
-                            resendable=resendable or unsent,
-                        )
-                unsent = False
-                attempts += 1
-                if action is Reroute.RAISE or attempts > REROUTES_MAX:
-                    raise
-                if action is Reroute.AFTER_BACKOFF:
-                    delay = self._retry_backoff_s
-                    if deadline is not None:
-                        delay = min(delay, deadline - time.monotonic())
-                    if delay > 0:
-                        time.sleep(delay)
-                if deadline is not None and deadline - time.monotonic() <= _ATTEMPT_TIME_MIN_S:
-                    raise
+                    router.refreshed()
+            elif isinstance(step, CheckTopic):
+                router.topic_checked(self._known_elsewhere(topic, partition, router.deadline))
+            elif isinstance(step, Backoff):
+                time.sleep(step.delay_s)
+            else:
+                raise step.error
 
     def _known_elsewhere(self, topic: str, partition: int, deadline: float | None) -> bool:
         """The async Client's ``_known_elsewhere``: after UNKNOWN_TOPIC_OR_PARTITION, whether
@@ -413,7 +401,7 @@ class SyncClient:
     def _learn_cluster(self, timeout: float | None) -> bool:
         """The async Client's ``_learn_cluster``: one Metadata call, on an error path only,
         for a client that does not know yet whether it talks to a cluster."""
-        if self._in_cluster():
+        if self._routing.in_cluster():
             return True
         try:
             response = self._call("Metadata", wire.metadata_request(()), timeout)
@@ -421,33 +409,18 @@ class SyncClient:
             return False
         with self._lock:
             self._cache.update(wire.cluster_metadata(response), self._home)
-            if self._cache.is_cluster:
-                self._route_by_metadata = True
+            self._routing.learnt_cluster()
             return self._cache.is_cluster
 
-    def _in_cluster(self) -> bool:
-        """Whether other servers may lead what one does not: several bootstrap targets,
-        several brokers in a Metadata answer, or a server that said it does not lead."""
-        return len(self._targets) > 1 or self._route_by_metadata or self._cache.is_cluster
-
     def _leader(self, topic: str, partition: int, deadline: float | None) -> str:
-        """The address of the partition's leader (the topic refreshed first if needed); the
-        home broker's for a partition the cluster does not know."""
+        """The address of the partition's leader (the topic refreshed first if needed):
+        :meth:`~.routing.Routing.leader`."""
         with self._lock:
             refresh = self._cache.needs_refresh(topic)
         if refresh:
             self._refresh(topic, deadline)
         with self._lock:
-            route = self._cache.route(topic, partition)
-            no_leader = self._cache.leader_of(topic, partition) == NO_LEADER
-        if route is not None:
-            return route.address
-        if no_leader:
-            raise LeaderNotAvailableError(
-                f"{topic}-{partition} has no leader now (an election is pending)",
-                code=grpc.StatusCode.UNAVAILABLE,
-            )
-        return self._home
+            return self._routing.leader(topic, partition)
 
     def _refresh(self, topic: str, deadline: float | None) -> None:
         asked_at = time.monotonic()
@@ -456,7 +429,7 @@ class SyncClient:
                 if self._refreshed_at >= asked_at and not self._cache.needs_refresh(topic):
                     return
                 wait = self._refreshed_at + self._retry_backoff_s - time.monotonic()
-                candidates = self._cache.candidates(self._targets, self._home)
+                candidates = self._routing.candidates()
             if deadline is not None:
                 wait = min(wait, deadline - time.monotonic())
             if wait > 0:
@@ -561,7 +534,7 @@ class SyncClient:
             return None
         while time.monotonic() < wait_until:
             with self._lock:
-                candidates = self._cache.candidates(self._targets, self._home)
+                candidates = self._routing.candidates()
             for address in candidates:
                 remaining = wait_until - time.monotonic()
                 if remaining <= 0:
@@ -719,7 +692,7 @@ class SyncClient:
         topic, partition = request.topic, request.partition
         address = self._home
         try:
-            if self._route_by_metadata:
+            if self._routing.route_by_metadata:
                 deadline = None if timeout is None else time.monotonic() + timeout
                 address = self._leader(topic, partition, deadline)
             stub = self._connection(address)
@@ -734,12 +707,9 @@ class SyncClient:
                 call.cancel()
         except StratalogError as err:
             # Not subscribed again here: the cache learns where the next stream goes.
-            if isinstance(err, ROUTING_ERRORS):
-                self._route_by_metadata = True
             with self._lock:
-                reroute(self._cache, err, topic=topic, partition=partition, refused_by=address,
-                        cluster=self._in_cluster(),
-                        resendable=True)
+                self._routing.learn(err, topic=topic, partition=partition, refused_by=address,
+                                    resendable=True)
             raise
 
     def delete_records(
