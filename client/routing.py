@@ -252,15 +252,18 @@ Step = Send | Refresh | CheckTopic | Backoff | Raise
 
 
 class _Phase(enum.Enum):
+    """Where a LeaderRouter is: FIRST, or LOCATE -> (REFRESHING ->) ROUTE -> SENT; a failure
+    goes to DECIDE (-> CHECKING), then back to LOCATE or to DONE."""
+
     FIRST = enum.auto()  # one target, not routing by metadata: the home server, unconnected
-    DECIDE = enum.auto()  # an attempt failed: learn from the error, then locate or raise
-    CHECKING = enum.auto()  # waiting for topic_checked
+    SENT_FIRST = enum.auto()  # FIRST's Send is out: waiting for send_failed (or the answer)
     LOCATE = enum.auto()  # find the leader, refreshing the topic first if needed
     REFRESHING = enum.auto()  # waiting for refreshed / refresh_failed
     ROUTE = enum.auto()  # the cache is as fresh as it gets: pick the address
-    SENT_FIRST = enum.auto()  # FIRST's Send is out: waiting for send_failed
     SENT = enum.auto()  # waiting for connect_failed / send_failed (or the answer: done)
-    DONE = enum.auto()  # a Raise was returned
+    DECIDE = enum.auto()  # an attempt failed: learn from the error, then locate or raise
+    CHECKING = enum.auto()  # waiting for topic_checked
+    DONE = enum.auto()  # a Raise was returned: it is returned again
 
 
 class LeaderRouter:
@@ -275,8 +278,8 @@ class LeaderRouter:
     does nothing with it (a routing error).
 
     Holds the request's deadline, the reroutes so far, the last error, the address it went
-    to last and whether it was sent there. Pure and single-use; errors of the caller's own
-    sequence (a report that does not follow its step) fail an assertion.
+    to last and whether it was sent there. Pure and single-use; a report that does not follow
+    the step that asks for it is the driver's bug (AssertionError).
     """
 
     def __init__(
