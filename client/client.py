@@ -24,7 +24,8 @@ topic is refreshed before its next request; a read is sent again at once to the 
 Produce is not (its answer may have been lost after an append: the Producer resends it with its
 sequence numbers, which makes the resend safe). These decisions are made in one place, the
 sans-IO :mod:`stratalog.client.routing` (its :class:`~stratalog.client.routing.LeaderRouter`
-says send, refresh, back off or raise), which this client and the
+says send, refresh, back off or raise; its :class:`~stratalog.client.routing.BrokerWalk`
+which server an admin or Metadata request asks next), which this client and the
 :class:`~stratalog.client.SyncClient` drive with their own I/O.
 
 Failover (issue 24): a connection to a dead server fails as soon as gRPC's attempt does — at
@@ -79,7 +80,6 @@ from .broker_connection import SESSION_RETRY_AFTER_S, BrokerConnection
 from .credentials import Credentials, TlsConfig, channel_security
 from .errors import (
     BrokerUnavailableError,
-    RequestTimeoutError,
     StratalogError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
@@ -89,6 +89,7 @@ from .routing import (
     ATTEMPT_TIME_MIN_S,
     UNANSWERED,
     Backoff,
+    BrokerWalk,
     CheckTopic,
     LeaderRouter,
     Refresh,
@@ -376,31 +377,22 @@ class Client:
             home = self._home
             return await home.call(getattr(home.stub, name), request, timeout)
         loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
-        first_error: StratalogError | None = None
-        for address in self._routing.candidates():
-            remaining = None if deadline is None else deadline - loop.time()
-            if remaining is not None and remaining <= 0:
-                break
-            connection = self._connection(address)
+        walk = BrokerWalk(self._routing,
+                          deadline=None if timeout is None else loop.time() + timeout)
+        while (attempt := walk.next_attempt(loop.time())) is not None:
+            connection = self._connection(attempt.address)
             try:
-                await self._connect(connection, deadline)
+                await self._connect(connection, walk.deadline)
                 response = await connection.call(
-                    getattr(connection.stub, name), request, remaining
+                    getattr(connection.stub, name), request, attempt.timeout_s
                 )
             except UNANSWERED as err:
-                logger.debug("%s to %s: %s", name, address, err)
-                self._cache.mark_unreachable(address)
-                first_error = first_error or err
+                logger.debug("%s to %s: %s", name, attempt.address, err)
+                walk.unanswered(attempt.address, err)
                 continue
             self._home = connection
             return response
-        if first_error is None:
-            first_error = RequestTimeoutError(
-                f"{name}: no broker answered within {timeout} s",
-                code=grpc.StatusCode.DEADLINE_EXCEEDED,
-            )
-        raise first_error
+        raise walk.first_error or walk.timed_out(f"{name}: no broker answered within {timeout} s")
 
     async def _connect(self, connection: BrokerConnection, deadline: float | None) -> None:
         """Wait for ``connection``'s channel (:meth:`BrokerConnection.ensure_ready`) and tell
@@ -528,43 +520,32 @@ class Client:
                 self._refreshed_at = loop.time()
 
     async def _fetch_metadata(self, topics: Sequence[str], deadline: float | None) -> None:
+        """Metadata about ``topics``, from the brokers in turn (:class:`~.routing.BrokerWalk`)
+        until one answers, into the cache; topics no broker knows are forgotten."""
         loop = asyncio.get_running_loop()
         request = wire.metadata_request(topics)
-        last_error: StratalogError | None = None
-        unknown: UnknownTopicOrPartitionError | None = None
-        for address in self._routing.candidates():
-            remaining = None if deadline is None else deadline - loop.time()
-            if remaining is not None and remaining <= 0:
-                break
-            connection = self._connection(address)
-            timeout = remaining if self._timeout_s is None else (
-                self._timeout_s if remaining is None else min(self._timeout_s, remaining))
+        walk = BrokerWalk(self._routing, deadline=deadline)
+        while (attempt := walk.next_attempt(loop.time())) is not None:
+            connection = self._connection(attempt.address)
+            timeout = attempt.timeout_s if self._timeout_s is None else (
+                self._timeout_s if attempt.timeout_s is None
+                else min(self._timeout_s, attempt.timeout_s))
             try:
                 await self._connect(connection, deadline)
                 response = await connection.call(connection.stub.Metadata, request, timeout)
             except UnknownTopicOrPartitionError as err:
-                # In a cluster another server's view may have it already (a new topic).
-                unknown = err
+                walk.unknown_topic(err)  # another server's view may have it already
                 continue
             except UNANSWERED as err:
-                last_error = err
-                logger.debug("Metadata from %s: %s", address, err)
-                self._cache.mark_unreachable(address)
+                logger.debug("Metadata from %s: %s", attempt.address, err)
+                walk.unanswered(attempt.address, err)
                 continue
-            self._cache.update(wire.cluster_metadata(response), address, topics)
+            self._cache.update(wire.cluster_metadata(response), attempt.address, topics)
             self._home = connection
             return
-        if unknown is not None:
-            # Every server that answered said so: the topic is not (or no longer) there.
-            for topic in topics:
-                self._cache.forget(topic)
-            return
-        if last_error is None:
-            last_error = RequestTimeoutError(
-                f"no metadata for {', '.join(topics)} before the deadline",
-                code=grpc.StatusCode.DEADLINE_EXCEEDED,
-            )
-        raise last_error
+        if not walk.topics_unknown(topics):
+            raise walk.last_error or walk.timed_out(
+                f"no metadata for {', '.join(topics)} before the deadline")
 
     # --- topics ----------------------------------------------------------------------------------
 

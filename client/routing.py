@@ -14,7 +14,9 @@ Three layers:
   partition requests while no leader is known), and whether requests are routed by metadata;
 * :class:`LeaderRouter`: one request's way to its partition's leader, as a sequence of
   :class:`Step` values (send to an address, refresh the topic's metadata, ask whether the topic
-  is known elsewhere, back off, raise) within the request's deadline.
+  is known elsewhere, back off, raise) within the request's deadline;
+* :class:`BrokerWalk`: one request any broker answers (Metadata, topics, transactions, ACLs),
+  asked of the brokers in turn until one answers, within its deadline.
 
 What :func:`reroute` decides, per error:
 
@@ -73,7 +75,9 @@ __all__ = [
     "REROUTES_MAX",
     "ROUTING_ERRORS",
     "UNANSWERED",
+    "Attempt",
     "Backoff",
+    "BrokerWalk",
     "CheckTopic",
     "LeaderRouter",
     "Raise",
@@ -423,3 +427,74 @@ class LeaderRouter:
         assert self._phase is _Phase.CHECKING
         self._decision = Reroute.AFTER_BACKOFF if known_elsewhere else Reroute.RAISE
         self._phase = _Phase.DECIDE
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Attempt:
+    """Ask ``address`` (connecting first), with ``timeout_s`` left of the request's deadline
+    (None: no deadline)."""
+
+    address: str
+    timeout_s: float | None
+
+
+class BrokerWalk:
+    """One request that any broker answers (Metadata, and the admin requests: topics,
+    transactions, ACLs), asked of the candidates in turn until one answers, within its deadline.
+
+    The candidates are :meth:`Routing.candidates` when the walk starts: home first, then the
+    brokers known and the bootstrap targets, the unreachable ones last. A broker that does not
+    answer (:data:`UNANSWERED`) is marked unreachable, so that this request and the next ones
+    ask it last (Kafka's ``NetworkClient.leastLoadedNode`` skips a node in reconnect backoff
+    the same way), and the next candidate is asked. For Metadata about topics, a broker that
+    does not know one (UNKNOWN_TOPIC_OR_PARTITION) may only lag (a topic just created): the
+    next is asked as well, and when every broker that answered said so, the topics are gone
+    (:meth:`topics_unknown`).
+
+    Holds the candidates left, the deadline, the first and last error of a broker that did not
+    answer, and the last UNKNOWN_TOPIC_OR_PARTITION. Pure and single-use; the driver connects,
+    calls, and makes the broker that answered its home.
+    """
+
+    def __init__(self, routing: Routing, *, deadline: float | None) -> None:
+        self.deadline = deadline  # the request's, on the driver's clock; None: none
+        self._routing = routing
+        self._candidates = routing.candidates()
+        self._next = 0
+        self.first_error: StratalogError | None = None  # of a broker that did not answer
+        self.last_error: StratalogError | None = None
+        self._unknown: UnknownTopicOrPartitionError | None = None
+
+    def next_attempt(self, now: float) -> Attempt | None:
+        """The next broker to ask; None when every candidate was asked or the deadline passed."""
+        if self._next >= len(self._candidates):
+            return None
+        remaining = None if self.deadline is None else self.deadline - now
+        if remaining is not None and remaining <= 0:
+            return None
+        self._next += 1
+        return Attempt(self._candidates[self._next - 1], remaining)
+
+    def unanswered(self, address: str, error: StratalogError) -> None:
+        """``address`` did not answer (an :data:`UNANSWERED` error): asked last from now on."""
+        self._routing.cache.mark_unreachable(address)
+        self.first_error = self.first_error or error
+        self.last_error = error
+
+    def unknown_topic(self, error: UnknownTopicOrPartitionError) -> None:
+        """The broker asked does not know a topic of the Metadata request (its view may lag)."""
+        self._unknown = error
+
+    def topics_unknown(self, topics: Sequence[str]) -> bool:
+        """After the walk: whether every broker that answered did not know ``topics`` (then
+        they are forgotten: not, or no longer, there)."""
+        if self._unknown is None:
+            return False
+        for topic in topics:
+            self._routing.cache.forget(topic)
+        return True
+
+    @staticmethod
+    def timed_out(message: str) -> RequestTimeoutError:
+        """The error when no broker was asked before the deadline (none failed)."""
+        return RequestTimeoutError(message, code=grpc.StatusCode.DEADLINE_EXCEEDED)

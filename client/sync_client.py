@@ -36,7 +36,6 @@ from .client import (
 from .credentials import Credentials, TlsConfig, channel_security
 from .errors import (
     BrokerUnavailableError,
-    RequestTimeoutError,
     StratalogError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
@@ -47,6 +46,7 @@ from .routing import (
     ATTEMPT_TIME_MIN_S,
     UNANSWERED,
     Backoff,
+    BrokerWalk,
     CheckTopic,
     LeaderRouter,
     Refresh,
@@ -313,36 +313,26 @@ class SyncClient:
         ``timeout``."""
         if not self._routing.in_cluster():
             return self._invoke(self._home, name, request, timeout)
-        deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
-            candidates = self._routing.candidates()
-        first_error: StratalogError | None = None
-        for address in candidates:
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                break
+            walk = BrokerWalk(self._routing, deadline=None if timeout is None else
+                              time.monotonic() + timeout)
+        while (attempt := walk.next_attempt(time.monotonic())) is not None:
             try:
-                self._ensure_ready(address, deadline)
-                response = self._invoke(address, name, request, remaining)
+                self._ensure_ready(attempt.address, walk.deadline)
+                response = self._invoke(attempt.address, name, request, attempt.timeout_s)
             except UNANSWERED as err:
-                self._unanswered(address)
-                first_error = first_error or err
+                self._unanswered(walk, attempt.address, err)
                 continue
-            self._home = address
+            self._home = attempt.address
             return response
-        if first_error is None:
-            first_error = RequestTimeoutError(
-                f"{name}: no broker answered within {timeout} s",
-                code=grpc.StatusCode.DEADLINE_EXCEEDED,
-            )
-        raise first_error
+        raise walk.first_error or walk.timed_out(f"{name}: no broker answered within {timeout} s")
 
-    def _unanswered(self, address: str) -> None:
+    def _unanswered(self, walk: BrokerWalk, address: str, error: StratalogError) -> None:
         """A call to ``address`` went unanswered: connect again before the next, and ask it
         last."""
         self._ready.discard(address)
         with self._lock:
-            self._cache.mark_unreachable(address)
+            walk.unanswered(address, error)
 
     def _to_leader(
         self, topic: str, partition: int, name: str, request: Any, timeout: float | None,
@@ -429,53 +419,42 @@ class SyncClient:
                 if self._refreshed_at >= asked_at and not self._cache.needs_refresh(topic):
                     return
                 wait = self._refreshed_at + self._retry_backoff_s - time.monotonic()
-                candidates = self._routing.candidates()
+                walk = BrokerWalk(self._routing, deadline=deadline)
             if deadline is not None:
                 wait = min(wait, deadline - time.monotonic())
             if wait > 0:
                 time.sleep(wait)
             try:
-                self._fetch_metadata(topic, candidates, deadline)
+                self._fetch_metadata(topic, walk)
             finally:
                 with self._lock:
                     self._refreshed_at = time.monotonic()
 
-    def _fetch_metadata(
-        self, topic: str, candidates: Sequence[str], deadline: float | None
-    ) -> None:
+    def _fetch_metadata(self, topic: str, walk: BrokerWalk) -> None:
+        """Metadata about ``topic``, from the brokers in turn (``walk``) until one answers,
+        into the cache; a topic no broker knows is forgotten."""
         request = wire.metadata_request([topic])
-        last_error: StratalogError | None = None
-        unknown: UnknownTopicOrPartitionError | None = None
-        for address in candidates:
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                break
-            timeout = remaining if self._timeout_s is None else (
-                self._timeout_s if remaining is None else min(self._timeout_s, remaining))
+        while (attempt := walk.next_attempt(time.monotonic())) is not None:
+            timeout = attempt.timeout_s if self._timeout_s is None else (
+                self._timeout_s if attempt.timeout_s is None
+                else min(self._timeout_s, attempt.timeout_s))
             try:
-                self._ensure_ready(address, deadline)
-                response = self._invoke(address, "Metadata", request, timeout)
+                self._ensure_ready(attempt.address, walk.deadline)
+                response = self._invoke(attempt.address, "Metadata", request, timeout)
             except UnknownTopicOrPartitionError as err:
-                unknown = err  # another server's view may have it already (a new topic)
+                walk.unknown_topic(err)  # another server's view may have it already
                 continue
             except UNANSWERED as err:
-                last_error = err
-                self._unanswered(address)
+                self._unanswered(walk, attempt.address, err)
                 continue
             with self._lock:
-                self._cache.update(wire.cluster_metadata(response), address, [topic])
-            self._home = address
+                self._cache.update(wire.cluster_metadata(response), attempt.address, [topic])
+            self._home = attempt.address
             return
-        if unknown is not None:  # every server that answered said so
-            with self._lock:
-                self._cache.forget(topic)
-            return
-        if last_error is None:
-            last_error = RequestTimeoutError(
-                f"no metadata for {topic} before the deadline",
-                code=grpc.StatusCode.DEADLINE_EXCEEDED,
-            )
-        raise last_error
+        with self._lock:
+            if walk.topics_unknown([topic]):
+                return
+        raise walk.last_error or walk.timed_out(f"no metadata for {topic} before the deadline")
 
     # --- topics ----------------------------------------------------------------------------------
 

@@ -12,7 +12,9 @@ from stratalog.client.metadata_cache import MetadataCache
 from stratalog.client.routing import (
     ATTEMPT_TIME_MIN_S,
     REROUTES_MAX,
+    Attempt,
     Backoff,
+    BrokerWalk,
     CheckTopic,
     LeaderRouter,
     Raise,
@@ -314,3 +316,49 @@ def test_reports_out_of_turn_are_programmer_errors() -> None:
     router = _router(_routing(cluster=True))
     with pytest.raises(AssertionError):
         router.refreshed()  # no Refresh was asked for
+
+
+# --- BrokerWalk: a request any broker answers, asked of each in turn --------------------------
+
+
+def test_the_walk_asks_home_first_and_the_unreachable_last() -> None:
+    routing = _routing(cluster=True)
+    routing.cache.mark_unreachable("db1:1")
+    walk = BrokerWalk(routing, deadline=10.0)
+    asked = []
+    while (attempt := walk.next_attempt(1.0)) is not None:
+        asked.append(attempt)
+    assert asked == [Attempt("db2:1", 9.0), Attempt("db3:1", 9.0), Attempt("db1:1", 9.0)]
+
+
+def test_a_broker_that_does_not_answer_is_asked_last_and_its_error_kept() -> None:
+    routing = _routing(cluster=True)
+    walk = BrokerWalk(routing, deadline=None)
+    first = walk.next_attempt(0.0)
+    assert first == Attempt("db1:1", None)
+    walk.unanswered(first.address, _GONE)
+    assert routing.cache.is_unreachable("db1:1")
+    second = walk.next_attempt(0.0)
+    assert second is not None and second.address == "db2:1"
+    walk.unanswered(second.address, _NO_CONNECTION)
+    assert (walk.first_error, walk.last_error) == (_GONE, _NO_CONNECTION)
+    # The next request asks them last.
+    assert routing.candidates()[-2:] == ["db1:1", "db2:1"]
+
+
+def test_the_walk_stops_at_the_deadline() -> None:
+    walk = BrokerWalk(_routing(cluster=True), deadline=1.0)
+    assert walk.next_attempt(0.5) == Attempt("db1:1", 0.5)
+    assert walk.next_attempt(1.0) is None
+    assert walk.first_error is None  # none failed: the caller raises walk.timed_out(...)
+    assert isinstance(walk.timed_out("no answer"), errors.RequestTimeoutError)
+
+
+def test_a_topic_no_broker_knows_is_forgotten() -> None:
+    routing = _routing(cluster=True)
+    walk = BrokerWalk(routing, deadline=None)
+    assert not walk.topics_unknown(["t"])  # nobody said so yet
+    walk.next_attempt(0.0)
+    walk.unknown_topic(_UNKNOWN)
+    assert walk.topics_unknown(["t"])
+    assert not routing.cache.knows("t")
