@@ -271,10 +271,10 @@ class Client:
         self._cache = MetadataCache(max_age_ms=wire.check_int(
             metadata_max_age_ms, "metadata_max_age_ms", 0, wire.INT32_MAX))
         self._connections: dict[str, BrokerConnection] = {}
-        self._routing = Routing(self._targets, self._cache)
+        self._routing = Routing(self._targets, self._cache,
+                                retry_backoff_s=self._retry_backoff_s)
         self._home_connection = self._connection(self._routing.home)
         self._refresh_lock = asyncio.Lock()
-        self._refreshed_at = -float("inf")  # loop time of the last Metadata answer or attempt
 
     def _connection(self, address: str) -> BrokerConnection:
         """The connection to ``address``, opened (lazily: the channel connects at its first
@@ -418,7 +418,7 @@ class Client:
         twice). This is its I/O: connect, send, refresh, ask, wait."""
         loop = asyncio.get_running_loop()
         router = LeaderRouter(self._routing, topic, partition, resendable=resendable,
-                              timeout_s=timeout, now=loop.time(), backoff_s=self._retry_backoff_s)
+                              timeout_s=timeout, now=loop.time())
         while True:
             step = router.next_step(loop.time())
             if isinstance(step, Send):
@@ -507,9 +507,9 @@ class Client:
         loop = asyncio.get_running_loop()
         asked_at = loop.time()
         async with self._refresh_lock:
-            if self._refreshed_at >= asked_at and not self._cache.needs_refresh(topic):
+            wait = self._routing.refresh_wait_s(topic, asked_at=asked_at, now=loop.time())
+            if wait is None:
                 return
-            wait = self._refreshed_at + self._retry_backoff_s - loop.time()
             if deadline is not None:
                 wait = min(wait, deadline - loop.time())
             if wait > 0:
@@ -517,7 +517,7 @@ class Client:
             try:
                 await self._fetch_metadata([topic], deadline)
             finally:
-                self._refreshed_at = loop.time()
+                self._routing.refresh_ended(loop.time())
 
     async def _fetch_metadata(self, topics: Sequence[str], deadline: float | None) -> None:
         """Metadata about ``topics``, from the brokers in turn (:class:`~.routing.BrokerWalk`)

@@ -155,18 +155,25 @@ class Routing:
 
     Holds the bootstrap ``targets`` (at least one), the ``cache``, ``home`` (the address admin
     requests go to first, and partition requests while no route is known: the first bootstrap
-    target, then the broker that last answered a metadata or admin request) and
-    ``route_by_metadata``: at once with several bootstrap targets (a cluster); with one, only
-    after a server said it does not lead a partition (a single server never does, so it costs
-    no Metadata call). ``route_by_metadata`` never goes back to False. Pure: no I/O.
+    target, then the broker that last answered a metadata or admin request),
+    ``route_by_metadata`` (at once with several bootstrap targets, a cluster; with one, only
+    after a server said it does not lead a partition: a single server never does, so it costs
+    no Metadata call; never goes back to False), ``retry_backoff_s`` (Kafka's
+    ``retry.backoff.ms``: the wait before a request goes again after a routing error without a
+    usable hint, and the least time between two metadata refreshes) and when the last refresh
+    ended, on the client's clock. Pure: no I/O, no clock of its own.
     """
 
-    def __init__(self, targets: Sequence[str], cache: MetadataCache) -> None:
+    def __init__(
+        self, targets: Sequence[str], cache: MetadataCache, *, retry_backoff_s: float
+    ) -> None:
         assert targets, "at least one bootstrap target"
         self.targets = tuple(targets)
         self.cache = cache
         self.home = self.targets[0]
         self.route_by_metadata = len(self.targets) > 1
+        self.retry_backoff_s = retry_backoff_s
+        self._refreshed_at = -float("inf")  # when the last refresh ended (answered or not)
 
     def in_cluster(self) -> bool:
         """Whether other servers may lead what one does not: several bootstrap targets,
@@ -177,6 +184,18 @@ class Routing:
         """Where a metadata or admin request goes, in turn: home first, the brokers known and
         the bootstrap targets, the unreachable ones last (:meth:`MetadataCache.candidates`)."""
         return self.cache.candidates(self.targets, self.home)
+
+    def refresh_wait_s(self, topic: str, *, asked_at: float, now: float) -> float | None:
+        """Before a refresh of ``topic`` asked for at ``asked_at`` (one at a time: the client
+        serialises them): None when one that ended since made it needless, else how long to
+        wait first, so that refreshes are ``retry_backoff_s`` apart (<= 0: none)."""
+        if self._refreshed_at >= asked_at and not self.cache.needs_refresh(topic):
+            return None
+        return self._refreshed_at + self.retry_backoff_s - now
+
+    def refresh_ended(self, now: float) -> None:
+        """A refresh ended, answered or not."""
+        self._refreshed_at = now
 
     def learnt_cluster(self) -> None:
         """A Metadata answer was taken into the cache: route by it if it names other brokers."""
@@ -288,7 +307,7 @@ class LeaderRouter:
 
     def __init__(
         self, routing: Routing, topic: str, partition: int, *, resendable: bool,
-        timeout_s: float | None, now: float, backoff_s: float,
+        timeout_s: float | None, now: float,
     ) -> None:
         self.topic = topic
         self.partition = partition
@@ -296,7 +315,6 @@ class LeaderRouter:
         self._routing = routing
         self._resendable = resendable
         self._timeout_s = timeout_s
-        self._backoff_s = backoff_s
         self._phase = _Phase.LOCATE if routing.route_by_metadata else _Phase.FIRST
         self._error: StratalogError | None = None
         self._refused_by: str | None = None  # where the last attempt went
@@ -369,7 +387,7 @@ class LeaderRouter:
             return self._raise(error)
         self._phase = _Phase.LOCATE
         if decision is Reroute.AFTER_BACKOFF:
-            delay_s = self._backoff_s
+            delay_s = self._routing.retry_backoff_s
             if self.deadline is not None:
                 delay_s = min(delay_s, self.deadline - now)
             if delay_s > 0:

@@ -122,15 +122,15 @@ class SyncClient:
             retry_backoff_ms, "retry_backoff_ms", 0, 3_600_000) / 1000.0
         self._cache = MetadataCache(max_age_ms=wire.check_int(
             metadata_max_age_ms, "metadata_max_age_ms", 0, wire.INT32_MAX))
-        self._lock = threading.Lock()  # the cache, the connections, home, the refresh time
+        self._lock = threading.Lock()  # the routing state and cache, the connections
         self._refresh_lock = threading.Lock()  # one refresh at a time
-        self._refreshed_at = -float("inf")
         self._channels: dict[str, tuple[grpc.Channel, broker_pb2_grpc.BrokerStub]] = {}
         # Addresses connected once (a request that finds one gone UNAVAILABLE drops it), and
         # when gRPC's connectivity poller was last started (close() lets it stop first).
         self._ready: set[str] = set()
         self._watched_at = -float("inf")
-        self._routing = Routing(self._targets, self._cache)
+        self._routing = Routing(self._targets, self._cache,
+                                retry_backoff_s=self._retry_backoff_s)
         self._connection(self._home)
 
     def _connection(self, address: str) -> broker_pb2_grpc.BrokerStub:
@@ -343,8 +343,7 @@ class SyncClient:
         ``_to_leader``; this is its I/O, blocking."""
         with self._lock:
             router = LeaderRouter(self._routing, topic, partition, resendable=resendable,
-                                  timeout_s=timeout, now=time.monotonic(),
-                                  backoff_s=self._retry_backoff_s)
+                                  timeout_s=timeout, now=time.monotonic())
         while True:
             with self._lock:  # the router reads and updates the cache
                 step = router.next_step(time.monotonic())
@@ -416,9 +415,10 @@ class SyncClient:
         asked_at = time.monotonic()
         with self._refresh_lock:
             with self._lock:
-                if self._refreshed_at >= asked_at and not self._cache.needs_refresh(topic):
+                wait = self._routing.refresh_wait_s(topic, asked_at=asked_at,
+                                                    now=time.monotonic())
+                if wait is None:
                     return
-                wait = self._refreshed_at + self._retry_backoff_s - time.monotonic()
                 walk = BrokerWalk(self._routing, deadline=deadline)
             if deadline is not None:
                 wait = min(wait, deadline - time.monotonic())
@@ -428,7 +428,7 @@ class SyncClient:
                 self._fetch_metadata(topic, walk)
             finally:
                 with self._lock:
-                    self._refreshed_at = time.monotonic()
+                    self._routing.refresh_ended(time.monotonic())
 
     def _fetch_metadata(self, topic: str, walk: BrokerWalk) -> None:
         """Metadata about ``topic``, from the brokers in turn (``walk``) until one answers,

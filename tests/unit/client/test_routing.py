@@ -27,13 +27,17 @@ from stratalog.client.routing import (
 from stratalog.client.types import BrokerAddress, ClusterMetadata, PartitionLeadership
 
 
-def _cache() -> MetadataCache:
-    cache = MetadataCache()
-    cache.update(ClusterMetadata(
+def _cache_metadata() -> ClusterMetadata:
+    return ClusterMetadata(
         node_id=1, controller_id=1, controller_epoch=1,
         brokers=(BrokerAddress(1, "db1:1"), BrokerAddress(2, "db2:1"), BrokerAddress(3, "db3:1")),
         topics={"t": (PartitionLeadership(0, 1, 4, (1, 2, 3), (1, 2, 3)),)},
-    ), "db1:1", ["t"])
+    )
+
+
+def _cache() -> MetadataCache:
+    cache = MetadataCache()
+    cache.update(_cache_metadata(), "db1:1", ["t"])
     return cache
 
 
@@ -126,13 +130,12 @@ _OUT_OF_RANGE = errors.OffsetOutOfRangeError("offset 9")
 
 def _routing(*, cluster: bool, filled: bool = True) -> Routing:
     targets = ["db1:1", "db3:1"] if cluster else ["db1:1"]
-    return Routing(targets, _cache() if filled else MetadataCache())
+    return Routing(targets, _cache() if filled else MetadataCache(), retry_backoff_s=0.1)
 
 
-def _router(routing: Routing, *, resendable: bool = False, timeout_s: float | None = 10.0,
-            backoff_s: float = 0.1) -> LeaderRouter:
-    return LeaderRouter(routing, "t", 0, resendable=resendable, timeout_s=timeout_s, now=0.0,
-                        backoff_s=backoff_s)
+def _router(routing: Routing, *, resendable: bool = False,
+            timeout_s: float | None = 10.0) -> LeaderRouter:
+    return LeaderRouter(routing, "t", 0, resendable=resendable, timeout_s=timeout_s, now=0.0)
 
 
 def _drive(router: LeaderRouter, script: list[tuple[object, tuple]], now: float = 0.0) -> None:
@@ -181,7 +184,7 @@ def test_a_cluster_refreshes_an_unknown_topic_first() -> None:
 
 def test_no_hint_backs_off_refreshes_and_goes_to_the_new_leader() -> None:
     routing = _routing(cluster=True)
-    router = _router(routing, backoff_s=0.1)
+    router = _router(routing)
 
     def election() -> None:
         routing.cache.update(ClusterMetadata(
@@ -241,7 +244,7 @@ def test_no_leader_until_the_deadline_raises_leader_not_available() -> None:
         brokers=(BrokerAddress(1, "db1:1"), BrokerAddress(3, "db3:1")),
         topics={"t": (PartitionLeadership(0, -1, 5, (1, 3), (1, 3)),)},
     ), "db1:1", ["t"])
-    router = _router(routing, timeout_s=0.25, backoff_s=0.1)
+    router = _router(routing, timeout_s=0.25)
     now = 0.0
     steps = []
     for _ in range(10):
@@ -362,3 +365,16 @@ def test_a_topic_no_broker_knows_is_forgotten() -> None:
     walk.unknown_topic(_UNKNOWN)
     assert walk.topics_unknown(["t"])
     assert not routing.cache.knows("t")
+
+
+def test_refreshes_are_retry_backoff_apart_and_one_done_meanwhile_is_taken() -> None:
+    routing = _routing(cluster=True, filled=False)
+    assert routing.refresh_wait_s("t", asked_at=0.0, now=0.0) < 0  # never refreshed: at once
+    routing.cache.update(_cache_metadata(), "db1:1", ["t"])
+    routing.refresh_ended(1.0)
+    # Asked before that refresh ended, and the topic is fresh now: take it.
+    assert routing.refresh_wait_s("t", asked_at=0.5, now=1.0) is None
+    # Asked after it, or the topic stale again: wait out the backoff from its end.
+    assert routing.refresh_wait_s("t", asked_at=1.02, now=1.02) == pytest.approx(0.08)
+    routing.cache.invalidate("t")
+    assert routing.refresh_wait_s("t", asked_at=0.5, now=1.05) == pytest.approx(0.05)
