@@ -90,8 +90,9 @@ class SyncClient:
     Holds the bootstrap targets, one synchronous gRPC channel per broker address it talked to,
     the :class:`~.metadata_cache.MetadataCache` and the default deadline; routes requests as
     the async :class:`~stratalog.client.Client` does (its module docstring, "Routing"), with
-    the same :class:`~.routing.LeaderRouter`, waiting by blocking the calling thread. Thread-safe: gRPC channels may be shared by threads, and
-    the cache and the connections are changed under a lock. Use it as
+    the same :mod:`~stratalog.client.routing` decisions, waiting by blocking the calling
+    thread. Thread-safe: gRPC channels may be shared by threads, and the routing state, the
+    cache and the connections are changed under a lock. Use it as
     ``with SyncClient(target) as client:`` or call :meth:`close`. Arguments and results are
     those of :class:`~stratalog.client.Client`.
     """
