@@ -6,7 +6,8 @@ from one host::
     AclBinding(ResourceType.TOPIC, "orders-", PatternType.PREFIXED,
                "User:alice", "*", AclOperation.READ, AclPermissionType.ALLOW)
 
-The enums carry Kafka's numbers, which are broker.proto's. The server checks what only it can
+The enums are made from broker.proto's (their one definition), which carry Kafka's numbers and
+names; the server's authorizer uses these same classes. The server checks what only it can
 (a principal is ``type:name``, a host ``*`` or an IP address, the cluster is
 ``kafka-cluster``) and answers INVALID_REQUEST naming the field; the client checks types.
 :meth:`AclOperation.parse` and friends read the names kafka-acls.sh takes (``Read``,
@@ -19,6 +20,10 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+
+from google.protobuf.internal.enum_type_wrapper import EnumTypeWrapper
+
+from stratalog.v1 import broker_pb2
 
 __all__ = [
     "CLUSTER_NAME",
@@ -35,6 +40,8 @@ CLUSTER_NAME = "kafka-cluster"
 
 
 class _Named(enum.IntEnum):
+    """An ACL enum: broker.proto's values without their prefix, Kafka's names and numbers."""
+
     @classmethod
     def parse(cls, text: str) -> _Named:
         """The member named ``text``, written any of Kafka's ways (``IdempotentWrite``,
@@ -50,53 +57,47 @@ class _Named(enum.IntEnum):
         names = ", ".join(m.name for m in cls if m.name != "UNKNOWN")
         raise ValueError(f"{text!r} is not a {cls.__name__}; one of {names}")
 
-
-class ResourceType(_Named):
-    """Kafka's ``ResourceType``. ANY only in filters; stratalog checks no GROUP ACLs."""
-
-    UNKNOWN = 0
-    ANY = 1
-    TOPIC = 2
-    GROUP = 3
-    CLUSTER = 4
-    TRANSACTIONAL_ID = 5
+    @property
+    def kafka_name(self) -> str:
+        """Kafka's spelling in ACL listings and resource labels: ``Topic``,
+        ``TransactionalId``, ``IdempotentWrite``."""
+        return "".join(word.capitalize() for word in self.name.split("_"))
 
 
-class PatternType(_Named):
-    """Kafka's ``PatternType``. ANY and MATCH only in filters."""
-
-    UNKNOWN = 0
-    ANY = 1
-    MATCH = 2
-    LITERAL = 3
-    PREFIXED = 4
-
-
-class AclOperation(_Named):
-    """Kafka's ``AclOperation``. ANY only in filters; ALL in a binding is every operation."""
-
-    UNKNOWN = 0
-    ANY = 1
-    ALL = 2
-    READ = 3
-    WRITE = 4
-    CREATE = 5
-    DELETE = 6
-    ALTER = 7
-    DESCRIBE = 8
-    CLUSTER_ACTION = 9
-    DESCRIBE_CONFIGS = 10
-    ALTER_CONFIGS = 11
-    IDEMPOTENT_WRITE = 12
+def _from_proto(name: str, values: EnumTypeWrapper, prefix: str, doc: str) -> type[_Named]:
+    """The enum ``name`` with broker.proto's members of ``values``, each named without
+    ``prefix`` (``RESOURCE_TYPE_TOPIC = 2`` becomes ``ResourceType.TOPIC = 2``)."""
+    members = []
+    for proto_name, number in values.items():
+        assert proto_name.startswith(prefix), f"{proto_name} lacks the prefix {prefix}"
+        members.append((proto_name.removeprefix(prefix), number))
+    enum_class = _Named(name, members, module=__name__, qualname=name)
+    enum_class.__doc__ = doc
+    return enum_class
 
 
-class AclPermissionType(_Named):
-    """Kafka's ``AclPermissionType``. ANY only in filters."""
-
-    UNKNOWN = 0
-    ANY = 1
-    DENY = 2
-    ALLOW = 3
+# The enums are broker.proto's (the one definition, with Kafka's numbers): the wire, the server's
+# authorizer (server/security/acls.py) and the command line all use these classes. Kafka keeps its
+# own in the clients module too, used by the broker: clients/src/main/java/org/apache/kafka/common/
+# resource/ResourceType.java, PatternType.java, and common/acl/AclOperation.java,
+# AclPermissionType.java.
+ResourceType = _from_proto(
+    "ResourceType", broker_pb2.ResourceType, "RESOURCE_TYPE_",
+    "Kafka's ``ResourceType``. ANY only in filters; UNKNOWN never valid; stratalog checks no"
+    " GROUP ACLs.",
+)
+PatternType = _from_proto(
+    "PatternType", broker_pb2.PatternType, "PATTERN_TYPE_",
+    "Kafka's ``PatternType``. ANY and MATCH only in filters.",
+)
+AclOperation = _from_proto(
+    "AclOperation", broker_pb2.AclOperation, "ACL_OPERATION_",
+    "Kafka's ``AclOperation``. ANY only in filters; ALL in a binding is every operation.",
+)
+AclPermissionType = _from_proto(
+    "AclPermissionType", broker_pb2.AclPermissionType, "ACL_PERMISSION_TYPE_",
+    "Kafka's ``AclPermissionType``. ANY only in filters.",
+)
 
 
 @dataclass(frozen=True, slots=True)

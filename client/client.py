@@ -22,14 +22,20 @@ its deadline, to the leader the error's hint names, else after ``retry_backoff_m
 a metadata refresh names. When a broker does not answer (UNAVAILABLE: gone, or stopping), the
 topic is refreshed before its next request; a read is sent again at once to the new leader, a
 Produce is not (its answer may have been lost after an append: the Producer resends it with its
-sequence numbers, which makes the resend safe).
+sequence numbers, which makes the resend safe). These decisions are made in one place, the
+sans-IO :mod:`stratalog.client.routing` (its :class:`~stratalog.client.routing.LeaderRouter`
+says send, refresh, back off or raise; its :class:`~stratalog.client.routing.BrokerWalk`
+which server an admin or Metadata request asks next), which this client and the
+:class:`~stratalog.client.SyncClient` drive with their own I/O.
 
 Failover (issue 24): a connection to a dead server fails as soon as gRPC's attempt does — at
 once when the process died on a live host (the connection is refused), after
 :data:`CONNECT_TIMEOUT_MS` when its packets go unanswered (a killed container, a frozen host) —
 and a request that found no connection was not sent, so it goes on to the leader a refresh
-names. A broker that did not answer is marked unreachable in the cache and asked for metadata
-and admin requests after every other until it answers again. While Metadata still names a dead
+names (a call gRPC failed for want of a connection, its channel READY a moment before, was
+not sent either: ``BrokerUnavailableError.unsent``). A broker that did not answer is marked
+unreachable in the cache and asked for metadata and admin requests after every other until it
+answers again. While Metadata still names a dead
 leader (its election pending), the request asks again every ``retry_backoff_ms`` until its
 deadline, so it reaches the new leader within ``retry_backoff_ms`` of its election.
 
@@ -74,14 +80,22 @@ from .broker_connection import SESSION_RETRY_AFTER_S, BrokerConnection
 from .credentials import Credentials, TlsConfig, channel_security
 from .errors import (
     BrokerUnavailableError,
-    LeaderNotAvailableError,
-    RequestTimeoutError,
     StratalogError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
-from .metadata_cache import METADATA_MAX_AGE_MS, NO_LEADER, MetadataCache
-from .routing import REROUTES_MAX, ROUTING_ERRORS, UNANSWERED, Reroute, reroute
+from .metadata_cache import METADATA_MAX_AGE_MS, MetadataCache
+from .routing import (
+    ATTEMPT_TIME_MIN_S,
+    UNANSWERED,
+    Backoff,
+    BrokerWalk,
+    CheckTopic,
+    LeaderRouter,
+    Refresh,
+    Routing,
+    Send,
+)
 from .types import (
     CleaningResult,
     ClusterMetadata,
@@ -138,9 +152,6 @@ _FETCH_BY_TIMESTAMP = (broker_pb2.SessionRequest.FETCH_BY_TIMESTAMP_FIELD_NUMBER
                        broker_pb2.FetchResponse)
 _LIST_OFFSETS = (broker_pb2.SessionRequest.LIST_OFFSETS_FIELD_NUMBER,
                  broker_pb2.ListOffsetsResponse)
-
-# An attempt with less time than this left could only time out.
-_ATTEMPT_TIME_MIN_S = 0.001
 
 _UNSET: Any = object()
 
@@ -260,15 +271,10 @@ class Client:
         self._cache = MetadataCache(max_age_ms=wire.check_int(
             metadata_max_age_ms, "metadata_max_age_ms", 0, wire.INT32_MAX))
         self._connections: dict[str, BrokerConnection] = {}
-        # Where admin requests go, and partition requests while no route is known: the first
-        # bootstrap target, then the broker that last answered a metadata or admin request.
-        self._home = self._connection(self._targets[0])
-        # Routing by metadata: at once with several bootstrap targets (a cluster); with one,
-        # only after a server said it does not lead a partition (a single server never does,
-        # so it costs no Metadata call).
-        self._route_by_metadata = len(self._targets) > 1
+        self._routing = Routing(self._targets, self._cache,
+                                retry_backoff_s=self._retry_backoff_s)
+        self._home_connection = self._connection(self._routing.home)
         self._refresh_lock = asyncio.Lock()
-        self._refreshed_at = -float("inf")  # loop time of the last Metadata answer or attempt
 
     def _connection(self, address: str) -> BrokerConnection:
         """The connection to ``address``, opened (lazily: the channel connects at its first
@@ -287,6 +293,17 @@ class Client:
             )
             self._connections[address] = connection
         return connection
+
+    @property
+    def _home(self) -> BrokerConnection:
+        """The connection to the home broker (:attr:`~.routing.Routing.home`): admin requests
+        go there first, and partition requests while no route is known."""
+        return self._home_connection
+
+    @_home.setter
+    def _home(self, connection: BrokerConnection) -> None:
+        self._home_connection = connection
+        self._routing.home = connection.address
 
     @property
     def target(self) -> str:
@@ -356,35 +373,26 @@ class Client:
         """An admin request (not about one partition's data): to the home broker; in a
         cluster, to the brokers known and the bootstrap targets in turn (the unreachable ones
         last: :meth:`MetadataCache.candidates`) until one answers, within ``timeout``."""
-        if not self._in_cluster():
+        if not self._routing.in_cluster():
             home = self._home
             return await home.call(getattr(home.stub, name), request, timeout)
         loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
-        first_error: StratalogError | None = None
-        for address in self._cache.candidates(self._targets, self._home.address):
-            remaining = None if deadline is None else deadline - loop.time()
-            if remaining is not None and remaining <= 0:
-                break
-            connection = self._connection(address)
+        walk = BrokerWalk(self._routing,
+                          deadline=None if timeout is None else loop.time() + timeout)
+        while (attempt := walk.next_attempt(loop.time())) is not None:
+            connection = self._connection(attempt.address)
             try:
-                await self._connect(connection, deadline)
+                await self._connect(connection, walk.deadline)
                 response = await connection.call(
-                    getattr(connection.stub, name), request, remaining
+                    getattr(connection.stub, name), request, attempt.timeout_s
                 )
             except UNANSWERED as err:
-                logger.debug("%s to %s: %s", name, address, err)
-                self._cache.mark_unreachable(address)
-                first_error = first_error or err
+                logger.debug("%s to %s: %s", name, attempt.address, err)
+                walk.unanswered(attempt.address, err)
                 continue
             self._home = connection
             return response
-        if first_error is None:
-            first_error = RequestTimeoutError(
-                f"{name}: no broker answered within {timeout} s",
-                code=grpc.StatusCode.DEADLINE_EXCEEDED,
-            )
-        raise first_error
+        raise walk.first_error or walk.timed_out(f"{name}: no broker answered within {timeout} s")
 
     async def _connect(self, connection: BrokerConnection, deadline: float | None) -> None:
         """Wait for ``connection``'s channel (:meth:`BrokerConnection.ensure_ready`) and tell
@@ -405,79 +413,39 @@ class Client:
         *,
         resendable: bool,
     ) -> Any:
-        """``send(connection, timeout)`` to the partition's leader; after a routing error
-        (NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE, UNKNOWN_LEADER_EPOCH: nothing was done)
-        again to the leader the hint or a metadata refresh names, until ``timeout``. A broker
-        that did not answer is sent the request again only if ``resendable`` (a read: a
-        Produce whose answer was lost may have been appended, and is the Producer's to
-        retry, with its sequence numbers); its topic is refreshed before the next request.
-        UNKNOWN_TOPIC_OR_PARTITION is raised unless a metadata refresh says the partition
-        exists: then the server's view lags (a topic just created in a cluster), and the
-        request goes again after a backoff (Kafka's producer and consumer wait the same)."""
-        if not self._route_by_metadata:
-            try:
-                return await send(self._home, timeout)
-            except (*ROUTING_ERRORS, UnknownTopicOrPartitionError) as err:
-                if not isinstance(err, UnknownTopicOrPartitionError):
-                    self._route_by_metadata = True
-                    logger.info("%s: routing by metadata from now on", err)
-                first_error: StratalogError = err
-                connection = self._home
-        else:
-            first_error = None  # type: ignore[assignment]
-            connection = None  # type: ignore[assignment]
+        """``send(connection, timeout)`` to the partition's leader, rerouted within ``timeout``
+        as the :class:`~.routing.LeaderRouter` says (``resendable``: a read, which may be sent
+        twice). This is its I/O: connect, send, refresh, ask, wait."""
         loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
-        attempts = 0
-        last_error = first_error
-        unsent = False  # the last attempt found no connection: nothing was sent
+        router = LeaderRouter(self._routing, topic, partition, resendable=resendable,
+                              timeout_s=timeout, now=loop.time())
         while True:
-            if last_error is not None:
-                if isinstance(last_error, UnknownTopicOrPartitionError):
-                    known = await self._known_elsewhere(topic, partition, deadline)
-                    retry_now = False if known else None
+            step = router.next_step(loop.time())
+            if isinstance(step, Send):
+                connection = self._connection(step.address)
+                try:
+                    if step.connect:
+                        await self._connect(connection, router.deadline)
+                except StratalogError as err:
+                    router.connect_failed(err)
+                    continue
+                try:
+                    return await send(connection, router.timeout_s(loop.time()))
+                except StratalogError as err:
+                    router.send_failed(err)
+            elif isinstance(step, Refresh):
+                try:
+                    await self._refresh(topic, router.deadline)
+                except StratalogError as err:
+                    router.refresh_failed(err)
                 else:
-                    retry_now = self._rerouted(
-                        topic, partition, connection, last_error, resendable or unsent)
-                attempts += 1
-                if retry_now is None or attempts > REROUTES_MAX:
-                    raise last_error
-                if not retry_now:
-                    delay = self._retry_backoff_s
-                    if deadline is not None:
-                        delay = min(delay, deadline - loop.time())
-                    if delay > 0:
-                        await asyncio.sleep(delay)
-            remaining = None if deadline is None else deadline - loop.time()
-            if remaining is not None and remaining <= _ATTEMPT_TIME_MIN_S:
-                if last_error is not None:
-                    raise last_error
-                raise RequestTimeoutError(
-                    f"{topic}-{partition}: no leader found within {timeout} s",
-                    code=grpc.StatusCode.DEADLINE_EXCEEDED,
-                )
-            try:
-                connection = await self._leader(topic, partition, deadline)
-            except RequestTimeoutError as err:
-                # The deadline cut the metadata refresh: the error that made it is the news.
-                if last_error is not None:
-                    raise last_error from err
-                raise
-            except StratalogError as err:
-                last_error = err
-                continue
-            try:
-                await self._connect(connection, deadline)
-            except StratalogError as err:
-                last_error, unsent = err, True  # never sent: safe to send elsewhere
-                continue
-            unsent = False
-            remaining = None if deadline is None else max(
-                deadline - loop.time(), _ATTEMPT_TIME_MIN_S)
-            try:
-                return await send(connection, remaining)
-            except StratalogError as err:
-                last_error = err
+                    router.refreshed()
+            elif isinstance(step, CheckTopic):
+                router.topic_checked(await self._known_elsewhere(topic, partition, router.deadline))
+            elif isinstance(step, Backoff):
+                await asyncio.sleep(step.delay_s)
+            else:
+                raise step.error
 
     async def _known_elsewhere(
         self, topic: str, partition: int, deadline: float | None
@@ -499,38 +467,15 @@ class Client:
         """Whether this client talks to a cluster; a client that does not know yet (one
         target, no server said it does not lead) asks the home server's Metadata once (on an
         error path only), and routes by metadata from then on if it names other brokers."""
-        if self._in_cluster():
+        if self._routing.in_cluster():
             return True
         try:
             response = await self._call("Metadata", wire.metadata_request(()), timeout)
         except StratalogError:
             return False
         self._cache.update(wire.cluster_metadata(response), self._home.address)
-        if self._cache.is_cluster:
-            self._route_by_metadata = True
+        self._routing.learnt_cluster()
         return self._cache.is_cluster
-
-    def _rerouted(
-        self,
-        topic: str,
-        partition: int,
-        connection: BrokerConnection | None,
-        error: StratalogError,
-        resendable: bool,
-    ) -> bool | None:
-        """Learn from ``error`` of a request about the partition sent to ``connection``
-        (:func:`~.routing.reroute`): True to send again at once, False after a backoff (the
-        topic is refreshed first), None to raise it."""
-        if isinstance(error, ROUTING_ERRORS):
-            self._route_by_metadata = True
-        action = reroute(
-            self._cache, error, topic=topic, partition=partition,
-            refused_by=None if connection is None else connection.address,
-            cluster=self._in_cluster(), resendable=resendable,
-        )
-        if action is Reroute.RAISE:
-            return None
-        return action is Reroute.NOW
 
     def _connect_wait(self, deadline: float | None) -> float:
         """How long a cluster's request waits for a connection: CONNECT_TIMEOUT_MS, or what
@@ -538,37 +483,22 @@ class Client:
         wait = CONNECT_TIMEOUT_MS / 1000
         if deadline is not None:
             wait = min(wait, max(deadline - asyncio.get_running_loop().time(),
-                                 _ATTEMPT_TIME_MIN_S))
+                                 ATTEMPT_TIME_MIN_S))
         return wait
-
-    def _in_cluster(self) -> bool:
-        """Whether other servers may lead what one does not: several bootstrap targets,
-        several brokers in a Metadata answer, or a server that said it does not lead."""
-        return len(self._targets) > 1 or self._route_by_metadata or self._cache.is_cluster
 
     async def _leader(
         self, topic: str, partition: int, deadline: float | None
     ) -> BrokerConnection:
         """The connection to the partition's leader, its topic refreshed first if needed (no
-        entry, stale, too old). A partition the cluster does not know goes to the home broker,
-        whose answer (UNKNOWN_TOPIC_OR_PARTITION) is the caller's.
+        entry, stale, too old): :meth:`~.routing.Routing.leader`.
 
         Raises:
             LeaderNotAvailableError: the partition has no leader now (retriable).
             BrokerUnavailableError: no broker answered the metadata request.
         """
-        cache = self._cache
-        if cache.needs_refresh(topic):
+        if self._cache.needs_refresh(topic):
             await self._refresh(topic, deadline)
-        route = cache.route(topic, partition)
-        if route is not None:
-            return self._connection(route.address)
-        if cache.leader_of(topic, partition) == NO_LEADER:
-            raise LeaderNotAvailableError(
-                f"{topic}-{partition} has no leader now (an election is pending)",
-                code=grpc.StatusCode.UNAVAILABLE,
-            )
-        return self._home
+        return self._connection(self._routing.leader(topic, partition))
 
     async def _refresh(self, topic: str, deadline: float | None) -> None:
         """Ask for ``topic``'s metadata, from the brokers known and the bootstrap targets in
@@ -577,9 +507,9 @@ class Client:
         loop = asyncio.get_running_loop()
         asked_at = loop.time()
         async with self._refresh_lock:
-            if self._refreshed_at >= asked_at and not self._cache.needs_refresh(topic):
+            wait = self._routing.refresh_wait_s(topic, asked_at=asked_at, now=loop.time())
+            if wait is None:
                 return
-            wait = self._refreshed_at + self._retry_backoff_s - loop.time()
             if deadline is not None:
                 wait = min(wait, deadline - loop.time())
             if wait > 0:
@@ -587,46 +517,35 @@ class Client:
             try:
                 await self._fetch_metadata([topic], deadline)
             finally:
-                self._refreshed_at = loop.time()
+                self._routing.refresh_ended(loop.time())
 
     async def _fetch_metadata(self, topics: Sequence[str], deadline: float | None) -> None:
+        """Metadata about ``topics``, from the brokers in turn (:class:`~.routing.BrokerWalk`)
+        until one answers, into the cache; topics no broker knows are forgotten."""
         loop = asyncio.get_running_loop()
         request = wire.metadata_request(topics)
-        last_error: StratalogError | None = None
-        unknown: UnknownTopicOrPartitionError | None = None
-        for address in self._cache.candidates(self._targets, self._home.address):
-            remaining = None if deadline is None else deadline - loop.time()
-            if remaining is not None and remaining <= 0:
-                break
-            connection = self._connection(address)
-            timeout = remaining if self._timeout_s is None else (
-                self._timeout_s if remaining is None else min(self._timeout_s, remaining))
+        walk = BrokerWalk(self._routing, deadline=deadline)
+        while (attempt := walk.next_attempt(loop.time())) is not None:
+            connection = self._connection(attempt.address)
+            timeout = attempt.timeout_s if self._timeout_s is None else (
+                self._timeout_s if attempt.timeout_s is None
+                else min(self._timeout_s, attempt.timeout_s))
             try:
                 await self._connect(connection, deadline)
                 response = await connection.call(connection.stub.Metadata, request, timeout)
             except UnknownTopicOrPartitionError as err:
-                # In a cluster another server's view may have it already (a new topic).
-                unknown = err
+                walk.unknown_topic(err)  # another server's view may have it already
                 continue
             except UNANSWERED as err:
-                last_error = err
-                logger.debug("Metadata from %s: %s", address, err)
-                self._cache.mark_unreachable(address)
+                logger.debug("Metadata from %s: %s", attempt.address, err)
+                walk.unanswered(attempt.address, err)
                 continue
-            self._cache.update(wire.cluster_metadata(response), address, topics)
+            self._cache.update(wire.cluster_metadata(response), attempt.address, topics)
             self._home = connection
             return
-        if unknown is not None:
-            # Every server that answered said so: the topic is not (or no longer) there.
-            for topic in topics:
-                self._cache.forget(topic)
-            return
-        if last_error is None:
-            last_error = RequestTimeoutError(
-                f"no metadata for {', '.join(topics)} before the deadline",
-                code=grpc.StatusCode.DEADLINE_EXCEEDED,
-            )
-        raise last_error
+        if not walk.topics_unknown(topics):
+            raise walk.last_error or walk.timed_out(
+                f"no metadata for {', '.join(topics)} before the deadline")
 
     # --- topics ----------------------------------------------------------------------------------
 
@@ -702,7 +621,7 @@ class Client:
         if not await self._learn_cluster(timeout):
             return None
         while loop.time() < wait_until:
-            for address in self._cache.candidates(self._targets, self._home.address):
+            for address in self._routing.candidates():
                 remaining = wait_until - loop.time()
                 if remaining <= 0:
                     return None
@@ -906,7 +825,7 @@ class Client:
         topic, partition = request.topic, request.partition
         connection = self._home
         try:
-            if self._route_by_metadata:
+            if self._routing.route_by_metadata:
                 loop = asyncio.get_running_loop()
                 deadline = None if timeout is None else loop.time() + timeout
                 connection = await self._leader(topic, partition, deadline)
@@ -922,7 +841,8 @@ class Client:
         except StratalogError as err:
             # The stream is not sent again here (the Consumer resubscribes from its position):
             # the cache learns where the next one goes.
-            self._rerouted(topic, partition, connection, err, True)
+            self._routing.learn(err, topic=topic, partition=partition,
+                                refused_by=connection.address, resendable=True)
             raise
 
     async def delete_records(

@@ -574,10 +574,20 @@ class NotAuthorizedError(StratalogError):
 
 
 class BrokerUnavailableError(StratalogError):
-    """No answer from a stratalog servicer: nothing listening, connection lost, TLS failure."""
+    """No answer from a stratalog servicer: nothing listening, connection lost, TLS failure.
+
+    ``unsent`` is True when the request provably never left the client: gRPC failed the call
+    because it found no connection to send it on (:data:`_NO_CONNECTION_DETAILS`), so a
+    Produce may go to another broker without risking a second append. False otherwise: a
+    connection lost after the request was written leaves its outcome unknown.
+    """
 
     code = grpc.StatusCode.UNAVAILABLE
     retriable = True
+
+    def __init__(self, message: str, *, unsent: bool = False, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.unsent = unsent
 
 
 class TlsHandshakeError(BrokerUnavailableError):
@@ -705,10 +715,29 @@ _GRPC_RESOURCE_EXHAUSTED: tuple[tuple[str, type[StratalogError]], ...] = (
 )
 
 
+# How gRPC core words an UNAVAILABLE call that it failed before sending it anywhere: the load
+# balancing policy found no connection to pick (wait_for_ready is off, so the call fails at
+# once). pick_first, the default policy, fails its picks so while in TRANSIENT_FAILURE
+# (grpc's src/core/load_balancing/pick_first/pick_first.cc; gRFC A62); round_robin with its own
+# words (src/core/load_balancing/round_robin/round_robin.cc); a target resolving to no address
+# never picks at all. A call that was written before its connection broke ends with the
+# transport's words instead ("Socket closed", "Connection reset", GOAWAY), and a call the server
+# never saw because its stream was refused or left behind by a GOAWAY is sent again by gRPC
+# itself (gRFC A6's transparent retry), ending with one of these if no connection is left.
+_NO_CONNECTION_DETAILS = (
+    "failed to connect to all addresses",
+    "connections to all backends failing",
+    "empty address list",
+)
+
+
 def _without_info(code: grpc.StatusCode, message: str) -> StratalogError:
     """The error for a status that carried no ErrorInfo of ours: by its code (and for gRPC's
-    own RESOURCE_EXHAUSTED, by its details)."""
+    own RESOURCE_EXHAUSTED and UNAVAILABLE, by its details)."""
     cls = _ERRORS_BY_CODE_WITHOUT_INFO.get(code, StratalogError)
+    if cls is BrokerUnavailableError:
+        unsent = any(words in message for words in _NO_CONNECTION_DETAILS)
+        return BrokerUnavailableError(message, code=code, unsent=unsent)
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
         for words, candidate in _GRPC_RESOURCE_EXHAUSTED:
             if words in message:

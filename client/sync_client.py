@@ -36,15 +36,23 @@ from .client import (
 from .credentials import Credentials, TlsConfig, channel_security
 from .errors import (
     BrokerUnavailableError,
-    LeaderNotAvailableError,
-    RequestTimeoutError,
     StratalogError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
     from_rpc_error,
 )
-from .metadata_cache import METADATA_MAX_AGE_MS, NO_LEADER, MetadataCache
-from .routing import REROUTES_MAX, ROUTING_ERRORS, UNANSWERED, Reroute, reroute
+from .metadata_cache import METADATA_MAX_AGE_MS, MetadataCache
+from .routing import (
+    ATTEMPT_TIME_MIN_S,
+    UNANSWERED,
+    Backoff,
+    BrokerWalk,
+    CheckTopic,
+    LeaderRouter,
+    Refresh,
+    Routing,
+    Send,
+)
 from .tls_diagnosis import Diagnoser
 from .types import (
     CleaningResult,
@@ -65,8 +73,6 @@ __all__ = ["SyncClient"]
 
 _UNSET: Any = object()
 
-# An attempt with less time than this left could only time out.
-_ATTEMPT_TIME_MIN_S = 0.001
 # The period of grpc's connectivity poller (grpc/_channel.py, _poll_connectivity), with slack.
 _CONNECTIVITY_POLL_S = 0.25
 # A channel in one of these states has settled a connection attempt: connected, failed, or
@@ -83,9 +89,10 @@ class SyncClient:
 
     Holds the bootstrap targets, one synchronous gRPC channel per broker address it talked to,
     the :class:`~.metadata_cache.MetadataCache` and the default deadline; routes requests as
-    the async :class:`~stratalog.client.Client` does (its module docstring, "Routing"), waiting
-    by blocking the calling thread. Thread-safe: gRPC channels may be shared by threads, and
-    the cache and the connections are changed under a lock. Use it as
+    the async :class:`~stratalog.client.Client` does (its module docstring, "Routing"), with
+    the same :mod:`~stratalog.client.routing` decisions, waiting by blocking the calling
+    thread. Thread-safe: gRPC channels may be shared by threads, and the routing state, the
+    cache and the connections are changed under a lock. Use it as
     ``with SyncClient(target) as client:`` or call :meth:`close`. Arguments and results are
     those of :class:`~stratalog.client.Client`.
     """
@@ -116,17 +123,16 @@ class SyncClient:
             retry_backoff_ms, "retry_backoff_ms", 0, 3_600_000) / 1000.0
         self._cache = MetadataCache(max_age_ms=wire.check_int(
             metadata_max_age_ms, "metadata_max_age_ms", 0, wire.INT32_MAX))
-        self._lock = threading.Lock()  # the cache, the connections, home, the refresh time
+        self._lock = threading.Lock()  # the routing state and cache, the connections
         self._refresh_lock = threading.Lock()  # one refresh at a time
-        self._refreshed_at = -float("inf")
         self._channels: dict[str, tuple[grpc.Channel, broker_pb2_grpc.BrokerStub]] = {}
         # Addresses connected once (a request that finds one gone UNAVAILABLE drops it), and
         # when gRPC's connectivity poller was last started (close() lets it stop first).
         self._ready: set[str] = set()
         self._watched_at = -float("inf")
-        self._home = self._targets[0]
+        self._routing = Routing(self._targets, self._cache,
+                                retry_backoff_s=self._retry_backoff_s)
         self._connection(self._home)
-        self._route_by_metadata = len(self._targets) > 1
 
     def _connection(self, address: str) -> broker_pb2_grpc.BrokerStub:
         """The stub of ``address``, its channel opened if there is none."""
@@ -141,6 +147,15 @@ class SyncClient:
                     )
                 entry = self._channels[address] = (channel, broker_pb2_grpc.BrokerStub(channel))
             return entry[1]
+
+    @property
+    def _home(self) -> str:
+        """The home broker's address (:attr:`~.routing.Routing.home`)."""
+        return self._routing.home
+
+    @_home.setter
+    def _home(self, address: str) -> None:
+        self._routing.home = address
 
     @property
     def target(self) -> str:
@@ -216,7 +231,7 @@ class SyncClient:
             return
         wait = CONNECT_TIMEOUT_MS / 1000
         if deadline is not None:
-            wait = min(wait, max(deadline - time.monotonic(), _ATTEMPT_TIME_MIN_S))
+            wait = min(wait, max(deadline - time.monotonic(), ATTEMPT_TIME_MIN_S))
         self._connection(address)
         with self._lock:
             channel = self._channels[address][0]
@@ -284,7 +299,10 @@ class SyncClient:
         try:
             response = getattr(stub, name)(request, timeout=timeout, metadata=self._metadata)
         except grpc.RpcError as err:
-            raise self._error_of(address, err) from err
+            error = self._error_of(address, err)
+            if isinstance(error, UNANSWERED):
+                self._ready.discard(address)  # connect again before the next call there
+            raise error from err
         self._diagnoser(address).connected = True
         return response
 
@@ -294,104 +312,67 @@ class SyncClient:
         """An admin request: to the home broker; in a cluster, to the brokers known and the
         bootstrap targets in turn (the unreachable ones last) until one answers, within
         ``timeout``."""
-        if not self._in_cluster():
+        if not self._routing.in_cluster():
             return self._invoke(self._home, name, request, timeout)
-        deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
-            candidates = self._cache.candidates(self._targets, self._home)
-        first_error: StratalogError | None = None
-        for address in candidates:
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                break
+            walk = BrokerWalk(self._routing, deadline=None if timeout is None else
+                              time.monotonic() + timeout)
+        while (attempt := walk.next_attempt(time.monotonic())) is not None:
             try:
-                self._ensure_ready(address, deadline)
-                response = self._invoke(address, name, request, remaining)
+                self._ensure_ready(attempt.address, walk.deadline)
+                response = self._invoke(attempt.address, name, request, attempt.timeout_s)
             except UNANSWERED as err:
-                self._unanswered(address)
-                first_error = first_error or err
+                self._unanswered(walk, attempt.address, err)
                 continue
-            self._home = address
+            self._home = attempt.address
             return response
-        if first_error is None:
-            first_error = RequestTimeoutError(
-                f"{name}: no broker answered within {timeout} s",
-                code=grpc.StatusCode.DEADLINE_EXCEEDED,
-            )
-        raise first_error
+        raise walk.first_error or walk.timed_out(f"{name}: no broker answered within {timeout} s")
 
-    def _unanswered(self, address: str) -> None:
+    def _unanswered(self, walk: BrokerWalk, address: str, error: StratalogError) -> None:
         """A call to ``address`` went unanswered: connect again before the next, and ask it
         last."""
         self._ready.discard(address)
         with self._lock:
-            self._cache.mark_unreachable(address)
+            walk.unanswered(address, error)
 
     def _to_leader(
         self, topic: str, partition: int, name: str, request: Any, timeout: float | None,
         *, resendable: bool,
     ) -> Any:
-        """``request`` (the stub's ``name``) to the partition's leader, rerouted as the async
-        Client's ``_to_leader`` does."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        attempts = 0
-        address: str | None = None
-        last_error: StratalogError | None = None
-        unsent = False  # the last attempt found no connection: nothing was sent
+        """``request`` (the stub's ``name``) to the partition's leader, rerouted within
+        ``timeout`` as the :class:`~.routing.LeaderRouter` says, as the async Client's
+        ``_to_leader``; this is its I/O, blocking."""
+        with self._lock:
+            router = LeaderRouter(self._routing, topic, partition, resendable=resendable,
+                                  timeout_s=timeout, now=time.monotonic())
         while True:
-            try:
-                if self._route_by_metadata:
-                    try:
-                        address = self._leader(topic, partition, deadline)
-                    except RequestTimeoutError:
-                        # The deadline cut the metadata refresh: the error that made it is
-                        # the news.
-                        if last_error is not None:
-                            raise last_error from None
-                        raise
-                    try:
-                        self._ensure_ready(address, deadline)
-                    except StratalogError:
-                        unsent = True  # never sent: safe to send elsewhere
-                        raise
+            with self._lock:  # the router reads and updates the cache
+                step = router.next_step(time.monotonic())
+            if isinstance(step, Send):
+                try:
+                    if step.connect:
+                        self._ensure_ready(step.address, router.deadline)
+                except StratalogError as err:
+                    router.connect_failed(err)
+                    continue
+                try:
+                    return self._invoke(step.address, name, request,
+                                        router.timeout_s(time.monotonic()))
+                except StratalogError as err:
+                    router.send_failed(err)
+            elif isinstance(step, Refresh):
+                try:
+                    self._refresh(topic, router.deadline)
+                except StratalogError as err:
+                    router.refresh_failed(err)
                 else:
-                    address = self._home
-                remaining = None if deadline is None else max(
-                    deadline - time.monotonic(), _ATTEMPT_TIME_MIN_S)
-                return self._invoke(address, name, request, remaining)
-            except StratalogError as err:
-                if err is last_error:
-                    raise
-                last_error = err
-                if isinstance(err, ROUTING_ERRORS):
-                    self._route_by_metadata = True
-                if isinstance(err, UNANSWERED) and address is not None:
-                    self._ready.discard(address)
-                if isinstance(err, UnknownTopicOrPartitionError):
-                    # Raised unless a refresh names a leader: then the server's view lags.
-                    action = (Reroute.AFTER_BACKOFF
-                              if self._known_elsewhere(topic, partition, deadline)
-                              else Reroute.RAISE)
-                else:
-                    with self._lock:
-                        action = reroute(
-                            self._cache, err, topic=topic, partition=partition,
-                            refused_by=address,
-                            cluster=self._in_cluster(),
-                            resendable=resendable or unsent,
-                        )
-                unsent = False
-                attempts += 1
-                if action is Reroute.RAISE or attempts > REROUTES_MAX:
-                    raise
-                if action is Reroute.AFTER_BACKOFF:
-                    delay = self._retry_backoff_s
-                    if deadline is not None:
-                        delay = min(delay, deadline - time.monotonic())
-                    if delay > 0:
-                        time.sleep(delay)
-                if deadline is not None and deadline - time.monotonic() <= _ATTEMPT_TIME_MIN_S:
-                    raise
+                    router.refreshed()
+            elif isinstance(step, CheckTopic):
+                router.topic_checked(self._known_elsewhere(topic, partition, router.deadline))
+            elif isinstance(step, Backoff):
+                time.sleep(step.delay_s)
+            else:
+                raise step.error
 
     def _known_elsewhere(self, topic: str, partition: int, deadline: float | None) -> bool:
         """The async Client's ``_known_elsewhere``: after UNKNOWN_TOPIC_OR_PARTITION, whether
@@ -410,7 +391,7 @@ class SyncClient:
     def _learn_cluster(self, timeout: float | None) -> bool:
         """The async Client's ``_learn_cluster``: one Metadata call, on an error path only,
         for a client that does not know yet whether it talks to a cluster."""
-        if self._in_cluster():
+        if self._routing.in_cluster():
             return True
         try:
             response = self._call("Metadata", wire.metadata_request(()), timeout)
@@ -418,88 +399,63 @@ class SyncClient:
             return False
         with self._lock:
             self._cache.update(wire.cluster_metadata(response), self._home)
-            if self._cache.is_cluster:
-                self._route_by_metadata = True
+            self._routing.learnt_cluster()
             return self._cache.is_cluster
 
-    def _in_cluster(self) -> bool:
-        """Whether other servers may lead what one does not: several bootstrap targets,
-        several brokers in a Metadata answer, or a server that said it does not lead."""
-        return len(self._targets) > 1 or self._route_by_metadata or self._cache.is_cluster
-
     def _leader(self, topic: str, partition: int, deadline: float | None) -> str:
-        """The address of the partition's leader (the topic refreshed first if needed); the
-        home broker's for a partition the cluster does not know."""
+        """The address of the partition's leader (the topic refreshed first if needed):
+        :meth:`~.routing.Routing.leader`."""
         with self._lock:
             refresh = self._cache.needs_refresh(topic)
         if refresh:
             self._refresh(topic, deadline)
         with self._lock:
-            route = self._cache.route(topic, partition)
-            no_leader = self._cache.leader_of(topic, partition) == NO_LEADER
-        if route is not None:
-            return route.address
-        if no_leader:
-            raise LeaderNotAvailableError(
-                f"{topic}-{partition} has no leader now (an election is pending)",
-                code=grpc.StatusCode.UNAVAILABLE,
-            )
-        return self._home
+            return self._routing.leader(topic, partition)
 
     def _refresh(self, topic: str, deadline: float | None) -> None:
         asked_at = time.monotonic()
         with self._refresh_lock:
             with self._lock:
-                if self._refreshed_at >= asked_at and not self._cache.needs_refresh(topic):
+                wait = self._routing.refresh_wait_s(topic, asked_at=asked_at,
+                                                    now=time.monotonic())
+                if wait is None:
                     return
-                wait = self._refreshed_at + self._retry_backoff_s - time.monotonic()
-                candidates = self._cache.candidates(self._targets, self._home)
+                walk = BrokerWalk(self._routing, deadline=deadline)
             if deadline is not None:
                 wait = min(wait, deadline - time.monotonic())
             if wait > 0:
                 time.sleep(wait)
             try:
-                self._fetch_metadata(topic, candidates, deadline)
+                self._fetch_metadata(topic, walk)
             finally:
                 with self._lock:
-                    self._refreshed_at = time.monotonic()
+                    self._routing.refresh_ended(time.monotonic())
 
-    def _fetch_metadata(
-        self, topic: str, candidates: Sequence[str], deadline: float | None
-    ) -> None:
+    def _fetch_metadata(self, topic: str, walk: BrokerWalk) -> None:
+        """Metadata about ``topic``, from the brokers in turn (``walk``) until one answers,
+        into the cache; a topic no broker knows is forgotten."""
         request = wire.metadata_request([topic])
-        last_error: StratalogError | None = None
-        unknown: UnknownTopicOrPartitionError | None = None
-        for address in candidates:
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                break
-            timeout = remaining if self._timeout_s is None else (
-                self._timeout_s if remaining is None else min(self._timeout_s, remaining))
+        while (attempt := walk.next_attempt(time.monotonic())) is not None:
+            timeout = attempt.timeout_s if self._timeout_s is None else (
+                self._timeout_s if attempt.timeout_s is None
+                else min(self._timeout_s, attempt.timeout_s))
             try:
-                self._ensure_ready(address, deadline)
-                response = self._invoke(address, "Metadata", request, timeout)
+                self._ensure_ready(attempt.address, walk.deadline)
+                response = self._invoke(attempt.address, "Metadata", request, timeout)
             except UnknownTopicOrPartitionError as err:
-                unknown = err  # another server's view may have it already (a new topic)
+                walk.unknown_topic(err)  # another server's view may have it already
                 continue
             except UNANSWERED as err:
-                last_error = err
-                self._unanswered(address)
+                self._unanswered(walk, attempt.address, err)
                 continue
             with self._lock:
-                self._cache.update(wire.cluster_metadata(response), address, [topic])
-            self._home = address
+                self._cache.update(wire.cluster_metadata(response), attempt.address, [topic])
+            self._home = attempt.address
             return
-        if unknown is not None:  # every server that answered said so
-            with self._lock:
-                self._cache.forget(topic)
-            return
-        if last_error is None:
-            last_error = RequestTimeoutError(
-                f"no metadata for {topic} before the deadline",
-                code=grpc.StatusCode.DEADLINE_EXCEEDED,
-            )
-        raise last_error
+        with self._lock:
+            if walk.topics_unknown([topic]):
+                return
+        raise walk.last_error or walk.timed_out(f"no metadata for {topic} before the deadline")
 
     # --- topics ----------------------------------------------------------------------------------
 
@@ -558,7 +514,7 @@ class SyncClient:
             return None
         while time.monotonic() < wait_until:
             with self._lock:
-                candidates = self._cache.candidates(self._targets, self._home)
+                candidates = self._routing.candidates()
             for address in candidates:
                 remaining = wait_until - time.monotonic()
                 if remaining <= 0:
@@ -716,7 +672,7 @@ class SyncClient:
         topic, partition = request.topic, request.partition
         address = self._home
         try:
-            if self._route_by_metadata:
+            if self._routing.route_by_metadata:
                 deadline = None if timeout is None else time.monotonic() + timeout
                 address = self._leader(topic, partition, deadline)
             stub = self._connection(address)
@@ -731,12 +687,9 @@ class SyncClient:
                 call.cancel()
         except StratalogError as err:
             # Not subscribed again here: the cache learns where the next stream goes.
-            if isinstance(err, ROUTING_ERRORS):
-                self._route_by_metadata = True
             with self._lock:
-                reroute(self._cache, err, topic=topic, partition=partition, refused_by=address,
-                        cluster=self._in_cluster(),
-                        resendable=True)
+                self._routing.learn(err, topic=topic, partition=partition, refused_by=address,
+                                    resendable=True)
             raise
 
     def delete_records(

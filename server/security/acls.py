@@ -6,9 +6,10 @@ selects, from one host (Kafka's ``AclBinding`` = ``ResourcePattern`` + ``AccessC
     ResourcePattern(TOPIC, "orders-", PREFIXED)   every topic whose name starts with "orders-"
     AccessControlEntry("User:alice", "*", READ, ALLOW)
 
-The enums carry Kafka's numbers (``org.apache.kafka.common.resource`` and ``.acl``), which are
-also broker.proto's. A resource pattern is LITERAL (the name itself; ``"*"`` is every resource
-of the type) or PREFIXED (every name starting with it). The only cluster is named
+The enums carry Kafka's numbers (``org.apache.kafka.common.resource`` and ``.acl``); they are
+broker.proto's, made into Python enums once by ``stratalog.client.acls`` and imported here. A
+resource pattern is LITERAL (the name itself; ``"*"`` is every resource of the type) or
+PREFIXED (every name starting with it). The only cluster is named
 ``"kafka-cluster"``. An entry's principal is ``"User:<name>"`` or ``"User:*"`` (every
 principal); its host an IP address or ``"*"`` (every host).
 
@@ -47,6 +48,10 @@ import ipaddress
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+# The enums are defined once, from broker.proto, in the client's ACL model (as Kafka's broker
+# uses the clients module's org.apache.kafka.common.acl and .resource enums).
+from stratalog.client.acls import AclOperation, AclPermissionType, PatternType, ResourceType
+
 from .errors import InvalidAclError
 from .principal import Principal
 
@@ -78,69 +83,6 @@ WILDCARD_HOST = "*"
 #: Longest resource name or principal accepted in a binding, in characters: far above any
 #: topic (249) or transactional id a client can use, small enough that one binding stays small.
 _NAME_CHARS_MAX = 1024
-
-
-class ResourceType(enum.IntEnum):
-    """Kafka's ``ResourceType`` (its codes). ANY in filters only; UNKNOWN never valid."""
-
-    UNKNOWN = 0
-    ANY = 1
-    TOPIC = 2
-    GROUP = 3
-    CLUSTER = 4
-    TRANSACTIONAL_ID = 5
-
-    @property
-    def kafka_name(self) -> str:
-        """Kafka's spelling in ACL listings: ``Topic``, ``Cluster``, ``TransactionalId``."""
-        return _RESOURCE_NAMES[self]
-
-
-_RESOURCE_NAMES = {
-    ResourceType.UNKNOWN: "Unknown",
-    ResourceType.ANY: "Any",
-    ResourceType.TOPIC: "Topic",
-    ResourceType.GROUP: "Group",
-    ResourceType.CLUSTER: "Cluster",
-    ResourceType.TRANSACTIONAL_ID: "TransactionalId",
-}
-
-
-class PatternType(enum.IntEnum):
-    """Kafka's ``PatternType``. ANY and MATCH in filters only."""
-
-    UNKNOWN = 0
-    ANY = 1
-    MATCH = 2
-    LITERAL = 3
-    PREFIXED = 4
-
-
-class AclOperation(enum.IntEnum):
-    """Kafka's ``AclOperation``. ANY in filters only; ALL in bindings means every operation."""
-
-    UNKNOWN = 0
-    ANY = 1
-    ALL = 2
-    READ = 3
-    WRITE = 4
-    CREATE = 5
-    DELETE = 6
-    ALTER = 7
-    DESCRIBE = 8
-    CLUSTER_ACTION = 9
-    DESCRIBE_CONFIGS = 10
-    ALTER_CONFIGS = 11
-    IDEMPOTENT_WRITE = 12
-
-
-class AclPermissionType(enum.IntEnum):
-    """Kafka's ``AclPermissionType``. ANY in filters only."""
-
-    UNKNOWN = 0
-    ANY = 1
-    DENY = 2
-    ALLOW = 3
 
 
 _CONCRETE_RESOURCE_TYPES = frozenset({

@@ -219,6 +219,17 @@ async def test_a_read_from_a_gone_leader_is_sent_to_the_new_one(cluster: Cluster
     assert cluster.members[3].calls["FetchByOffset"] == 1
 
 
+async def _until_disconnected(client: Client, address: str) -> None:
+    """Wait until the client's channel to ``address`` has noticed that its server went (it is
+    no longer READY). A request written on the connection while the server closes it ends
+    "Stream removed (sendmsg: Broken pipe)", and may have been read: a Produce that ended so is
+    raised, rightly (tests/unit/client/test_routing.py), and the tests that wait here are about
+    a request that finds no connection."""
+    channel = client._connections[address].channel
+    await _until(lambda: channel.get_state() is not grpc.ChannelConnectivity.READY,
+                 f"the channel to {address} left READY")
+
+
 async def test_a_produce_to_a_gone_leader_goes_to_the_new_one(cluster: Cluster) -> None:
     """The gone leader's connection is not ready: nothing is sent to it, so the produce goes
     to the leader a refresh names within the same call. (A produce whose answer was lost
@@ -226,6 +237,7 @@ async def test_a_produce_to_a_gone_leader_goes_to_the_new_one(cluster: Cluster) 
     async with Client([cluster.address(1), cluster.address(3)], retry_backoff_ms=10) as client:
         await client.produce("t", 0, [b"a"])
         await cluster.stop(2)
+        await _until_disconnected(client, cluster.address(2))
         cluster.leaders.partitions[("t", 0)] = (3, 2)
         await client.produce("t", 0, [b"b"])
     assert cluster.members[3].logs[("t", 0)] == [b"b"]
@@ -303,6 +315,7 @@ async def test_one_target_after_a_hint_follows_a_failover(cluster: Cluster) -> N
     async with Client(cluster.address(1), retry_backoff_ms=10) as client:
         await client.produce("t", 0, [b"a"])  # node 1 refuses, names node 2
         await cluster.stop(2)
+        await _until_disconnected(client, cluster.address(2))
         cluster.leaders.partitions[("t", 0)] = (3, 2)
         await client.produce("t", 0, [b"b"])
     assert cluster.members[3].logs[("t", 0)] == [b"b"]
@@ -383,8 +396,9 @@ async def test_a_refused_leader_is_left_at_once_not_after_the_connect_timeout(
 
 
 async def test_the_sync_client_leaves_a_refused_leader_at_once(cluster: Cluster) -> None:
-    """The same with the SyncClient, for a read (its Produce to a leader that was connected
-    and then died is raised, as a request whose answer was lost: the caller resends)."""
+    """The same with the SyncClient, for a read (its Produce to a leader that died while the
+    request was on its way is raised, as a request whose answer was lost: the caller
+    resends)."""
     gone = cluster.address(2)
     client = SyncClient([cluster.address(1), cluster.address(3)], retry_backoff_ms=10)
     try:

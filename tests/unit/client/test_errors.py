@@ -339,6 +339,58 @@ async def test_no_server_listening_is_a_retriable_unavailable() -> None:
     assert type(error) is errors.BrokerUnavailableError
     assert error.code is grpc.StatusCode.UNAVAILABLE
     assert (error.reason, error.retriable) == (None, True)
+    assert error.unsent  # gRPC found no connection: the request never left the client
+
+
+async def test_a_call_after_the_server_went_fails_unsent_on_a_channel_once_ready() -> None:
+    """The channel was connected; its server stopped; gRPC's next call finds no connection to
+    send on (the client's routing may have seen READY just before) and says so."""
+    server = grpc.aio.server()
+    broker_pb2_grpc.add_BrokerServicer_to_server(FailingBroker(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        await asyncio.wait_for(channel.channel_ready(), 10)
+        await server.stop(None)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 10
+        while channel.get_state() is grpc.ChannelConnectivity.READY:
+            assert loop.time() < deadline, "the channel never noticed its server went"
+            await asyncio.sleep(0.01)
+        error = await _produce_error(broker_pb2_grpc.BrokerStub(channel), "x", timeout=30)
+    assert type(error) is errors.BrokerUnavailableError
+    assert error.unsent, error.message
+
+
+async def test_a_request_the_server_was_handling_when_it_stopped_is_not_unsent() -> None:
+    """The call reached the servicer, then the server went: the outcome is unknown, so the
+    error must not claim the request was never sent."""
+    reached = asyncio.Event()
+
+    class Stalling(broker_pb2_grpc.BrokerServicer):
+        async def Produce(self, request, context):
+            reached.set()
+            await asyncio.sleep(60)
+
+    server = grpc.aio.server()
+    broker_pb2_grpc.add_BrokerServicer_to_server(Stalling(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        call = asyncio.ensure_future(_produce_error(broker_pb2_grpc.BrokerStub(channel), "x",
+                                                    timeout=30))
+        await asyncio.wait_for(reached.wait(), 10)
+        await server.stop(None)
+        error = await call
+    assert error.code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
+    assert not getattr(error, "unsent", False), error
+
+
+@pytest.mark.parametrize("topic", ["mismatched", "garbage"])
+async def test_a_servers_own_unavailable_is_not_unsent(stub, topic) -> None:
+    error = await _produce_error(stub, topic)
+    assert type(error) is errors.BrokerUnavailableError
+    assert not error.unsent
 
 
 async def test_not_leader_hint_reads_back_from_the_server_status(stub) -> None:

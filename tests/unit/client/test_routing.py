@@ -1,4 +1,6 @@
-"""The routing decision after a failed request about a partition (client/routing.py)."""
+"""The client's routing core (client/routing.py): the decision after a failed request about a
+partition (:func:`reroute`), and one request's steps to its leader (:class:`LeaderRouter`),
+driven by hand: situations in, decisions out, no I/O."""
 
 from __future__ import annotations
 
@@ -7,17 +9,35 @@ import pytest
 
 from stratalog.client import errors
 from stratalog.client.metadata_cache import MetadataCache
-from stratalog.client.routing import Reroute, reroute
+from stratalog.client.routing import (
+    ATTEMPT_TIME_MIN_S,
+    REROUTES_MAX,
+    Attempt,
+    Backoff,
+    BrokerWalk,
+    CheckTopic,
+    LeaderRouter,
+    Raise,
+    Refresh,
+    Reroute,
+    Routing,
+    Send,
+    reroute,
+)
 from stratalog.client.types import BrokerAddress, ClusterMetadata, PartitionLeadership
+
+
+def _cache_metadata() -> ClusterMetadata:
+    return ClusterMetadata(
+        node_id=1, controller_id=1, controller_epoch=1,
+        brokers=(BrokerAddress(1, "db1:1"), BrokerAddress(2, "db2:1"), BrokerAddress(3, "db3:1")),
+        topics={"t": (PartitionLeadership(0, 1, 4, (1, 2, 3), (1, 2, 3)),)},
+    )
 
 
 def _cache() -> MetadataCache:
     cache = MetadataCache()
-    cache.update(ClusterMetadata(
-        node_id=1, controller_id=1, controller_epoch=1,
-        brokers=(BrokerAddress(1, "db1:1"), BrokerAddress(2, "db2:1"), BrokerAddress(3, "db3:1")),
-        topics={"t": (PartitionLeadership(0, 1, 4, (1, 2, 3), (1, 2, 3)),)},
-    ), "db1:1", ["t"])
+    cache.update(_cache_metadata(), "db1:1", ["t"])
     return cache
 
 
@@ -93,3 +113,268 @@ def test_other_errors_are_the_callers(error: errors.StratalogError) -> None:
     cache = _cache()
     assert _decide(cache, error, resendable=True) is Reroute.RAISE
     assert not cache.needs_refresh("t")
+
+
+# --- LeaderRouter: one request's steps, driven by hand (no I/O) -------------------------------
+#
+# Each situation is a script: what the router says, and what the test (playing the client's I/O
+# loop) reports back. ``_drive`` checks each step and applies each report; the clock is a number.
+
+_HINT_2 = dict(leader_id="2", leader_epoch="5", leader_address="db2:1")
+_GONE = errors.BrokerUnavailableError("Socket closed", code=grpc.StatusCode.UNAVAILABLE)
+_NO_CONNECTION = errors.BrokerUnavailableError(
+    "failed to connect to all addresses", code=grpc.StatusCode.UNAVAILABLE, unsent=True)
+_UNKNOWN = errors.UnknownTopicOrPartitionError("unknown topic 't'")
+_OUT_OF_RANGE = errors.OffsetOutOfRangeError("offset 9")
+
+
+def _routing(*, cluster: bool, filled: bool = True) -> Routing:
+    targets = ["db1:1", "db3:1"] if cluster else ["db1:1"]
+    return Routing(targets, _cache() if filled else MetadataCache(), retry_backoff_s=0.1)
+
+
+def _router(routing: Routing, *, resendable: bool = False,
+            timeout_s: float | None = 10.0) -> LeaderRouter:
+    return LeaderRouter(routing, "t", 0, resendable=resendable, timeout_s=timeout_s, now=0.0)
+
+
+def _drive(router: LeaderRouter, script: list[tuple[object, tuple]], now: float = 0.0) -> None:
+    """``script``: (the step expected, the report: ("send_failed", error),
+    ("connect_failed", error), ("refreshed",), ("refresh_failed", error),
+    ("topic_checked", bool), ("wait", seconds) or () for none)."""
+    for number, (expected, report) in enumerate(script):
+        step = router.next_step(now)
+        assert step == expected, f"step {number}: {step} != {expected}"
+        if report and report[0] == "wait":
+            now += report[1]
+        elif report:
+            getattr(router, report[0])(*report[1:])
+
+
+def test_one_target_goes_to_it_unconnected_and_raises_its_own_errors() -> None:
+    """A single server answers for itself: its error is the caller's, the cache untouched, and
+    no Metadata call is made (no Refresh)."""
+    routing = _routing(cluster=False, filled=False)
+    router = _router(routing, resendable=True)
+    _drive(router, [
+        (Send("db1:1", connect=False), ("send_failed", _GONE)),
+        (Raise(_GONE), ()),
+    ])
+    assert not routing.route_by_metadata and routing.cache.updates == 0
+
+
+def test_one_target_follows_a_hint_at_once_and_routes_by_metadata_from_then_on() -> None:
+    routing = _routing(cluster=False)
+    router = _router(routing)
+    _drive(router, [
+        (Send("db1:1", connect=False), ("send_failed", _not_leader(**_HINT_2))),
+        (Send("db2:1", connect=True), ()),
+    ])
+    assert routing.route_by_metadata
+    assert _router(routing).next_step(0.0) == Send("db2:1", connect=True)
+
+
+def test_a_cluster_refreshes_an_unknown_topic_first() -> None:
+    routing = _routing(cluster=True, filled=False)
+    _drive(_router(routing), [
+        (Refresh(), ("refreshed",)),
+        (Send("db1:1", connect=True), ()),  # nothing known after it: home answers for itself
+    ])
+
+
+def test_no_hint_backs_off_refreshes_and_goes_to_the_new_leader() -> None:
+    routing = _routing(cluster=True)
+    router = _router(routing)
+
+    def election() -> None:
+        routing.cache.update(ClusterMetadata(
+            node_id=1, controller_id=1, controller_epoch=1,
+            brokers=(BrokerAddress(1, "db1:1"), BrokerAddress(3, "db3:1")),
+            topics={"t": (PartitionLeadership(0, 3, 5, (1, 3), (1, 3)),)},
+        ), "db1:1", ["t"])
+
+    _drive(router, [
+        (Send("db1:1", connect=True), ("send_failed", _not_leader(leader_id="-1"))),
+        (Backoff(0.1), ("wait", 0.1)),
+        (Refresh(), ()),
+    ])
+    election()
+    router.refreshed()
+    assert router.next_step(0.1) == Send("db3:1", connect=True)
+
+
+@pytest.mark.parametrize(("resendable", "failure", "then"), [
+    # A read that may have been answered and lost goes again; a Produce does not...
+    (True, ("send_failed", _GONE), Backoff(0.1)),
+    (False, ("send_failed", _GONE), Raise(_GONE)),
+    # ...unless it was provably never sent: no connection, or gRPC found none for the call.
+    (False, ("connect_failed", _GONE), Backoff(0.1)),
+    (False, ("send_failed", _NO_CONNECTION), Backoff(0.1)),
+    # A server's routing error: nothing was done, a Produce goes again too.
+    (False, ("send_failed", errors.LeaderNotAvailableError("election")), Backoff(0.1)),
+    # An answer that is the caller's.
+    (True, ("send_failed", _OUT_OF_RANGE), Raise(_OUT_OF_RANGE)),
+])
+def test_a_failed_attempt_in_a_cluster(resendable: bool, failure: tuple, then: object) -> None:
+    routing = _routing(cluster=True)
+    _drive(_router(routing, resendable=resendable), [
+        (Send("db1:1", connect=True), failure),
+        (then, ()),
+    ])
+    if failure[1] in (_GONE, _NO_CONNECTION):
+        assert routing.cache.is_unreachable("db1:1") and routing.cache.needs_refresh("t")
+
+
+def test_an_unknown_topic_goes_again_only_if_a_refresh_names_its_leader() -> None:
+    routing = _routing(cluster=True)
+    _drive(_router(routing), [
+        (Send("db1:1", connect=True), ("send_failed", _UNKNOWN)),
+        (CheckTopic(), ("topic_checked", True)),
+        (Backoff(0.1), ("wait", 0.1)),
+        (Send("db1:1", connect=True), ("send_failed", _UNKNOWN)),
+        (CheckTopic(), ("topic_checked", False)),
+        (Raise(_UNKNOWN), ()),
+    ])
+
+
+def test_no_leader_until_the_deadline_raises_leader_not_available() -> None:
+    routing = _routing(cluster=True)
+    routing.cache.update(ClusterMetadata(
+        node_id=1, controller_id=1, controller_epoch=1,
+        brokers=(BrokerAddress(1, "db1:1"), BrokerAddress(3, "db3:1")),
+        topics={"t": (PartitionLeadership(0, -1, 5, (1, 3), (1, 3)),)},
+    ), "db1:1", ["t"])
+    router = _router(routing, timeout_s=0.25)
+    now = 0.0
+    steps = []
+    for _ in range(10):
+        step = router.next_step(now)
+        steps.append(step)
+        if isinstance(step, Refresh):
+            router.refreshed()  # the election is still pending
+        elif isinstance(step, Backoff):
+            now += step.delay_s
+        else:
+            break
+    assert steps[:4] == [Backoff(0.1), Refresh(), Backoff(0.1), Refresh()]
+    assert steps[4] == Backoff(pytest.approx(0.05))  # the backoff is cut at the deadline
+    assert isinstance(steps[-1], Raise)
+    assert isinstance(steps[-1].error, errors.LeaderNotAvailableError)
+
+
+def test_a_refresh_cut_by_the_deadline_raises_the_error_that_made_it() -> None:
+    timeout = errors.RequestTimeoutError("no metadata", code=grpc.StatusCode.DEADLINE_EXCEEDED)
+    routing = _routing(cluster=True)
+    not_leader = _not_leader(leader_id="-1")
+    _drive(_router(routing), [
+        (Send("db1:1", connect=True), ("send_failed", not_leader)),
+        (Backoff(0.1), ("wait", 0.1)),
+        (Refresh(), ("refresh_failed", timeout)),
+        (Raise(not_leader), ()),
+    ])
+    assert not_leader.__cause__ is timeout
+    # Without an error before it, the timeout is the news.
+    routing = _routing(cluster=True, filled=False)
+    _drive(_router(routing), [(Refresh(), ("refresh_failed", timeout)), (Raise(timeout), ())])
+
+
+def test_a_refresh_nobody_answered_blames_the_last_address_and_backs_off() -> None:
+    routing = _routing(cluster=True)
+    _drive(_router(routing, resendable=True), [
+        (Send("db1:1", connect=True), ("send_failed", _not_leader(leader_id="-1"))),
+        (Backoff(0.1), ("wait", 0.1)),
+        (Refresh(), ("refresh_failed", _GONE)),
+        (Backoff(0.1), ()),
+    ])
+    assert routing.cache.is_unreachable("db1:1")
+
+
+def test_a_passed_deadline_before_any_attempt_is_a_timeout() -> None:
+    router = _router(_routing(cluster=True), timeout_s=0.0005)
+    step = router.next_step(0.0)
+    assert isinstance(step, Raise) and isinstance(step.error, errors.RequestTimeoutError)
+    assert router.next_step(1.0) is step  # decided: stays decided
+
+
+def test_hints_that_go_round_in_circles_stop_after_reroutes_max() -> None:
+    routing = _routing(cluster=True)
+    router = _router(routing, timeout_s=None)
+    hints = [_HINT_2, dict(leader_id="1", leader_epoch="5", leader_address="db1:1")]
+    for attempt in range(REROUTES_MAX + 1):
+        step = router.next_step(0.0)
+        assert isinstance(step, Send), attempt
+        router.send_failed(_not_leader(**hints[attempt % 2]))
+    step = router.next_step(0.0)
+    assert isinstance(step, Raise) and isinstance(step.error, errors.NotLeaderOrFollowerError)
+
+
+def test_each_attempt_gets_what_is_left_of_the_deadline() -> None:
+    router = _router(_routing(cluster=True), timeout_s=2.0)
+    assert router.timeout_s(0.5) == 1.5
+    assert router.timeout_s(3.0) == ATTEMPT_TIME_MIN_S
+    assert _router(_routing(cluster=True), timeout_s=None).timeout_s(3.0) is None
+
+
+def test_reports_out_of_turn_are_programmer_errors() -> None:
+    router = _router(_routing(cluster=True))
+    with pytest.raises(AssertionError):
+        router.refreshed()  # no Refresh was asked for
+
+
+# --- BrokerWalk: a request any broker answers, asked of each in turn --------------------------
+
+
+def test_the_walk_asks_home_first_and_the_unreachable_last() -> None:
+    routing = _routing(cluster=True)
+    routing.cache.mark_unreachable("db1:1")
+    walk = BrokerWalk(routing, deadline=10.0)
+    asked = []
+    while (attempt := walk.next_attempt(1.0)) is not None:
+        asked.append(attempt)
+    assert asked == [Attempt("db2:1", 9.0), Attempt("db3:1", 9.0), Attempt("db1:1", 9.0)]
+
+
+def test_a_broker_that_does_not_answer_is_asked_last_and_its_error_kept() -> None:
+    routing = _routing(cluster=True)
+    walk = BrokerWalk(routing, deadline=None)
+    first = walk.next_attempt(0.0)
+    assert first == Attempt("db1:1", None)
+    walk.unanswered(first.address, _GONE)
+    assert routing.cache.is_unreachable("db1:1")
+    second = walk.next_attempt(0.0)
+    assert second is not None and second.address == "db2:1"
+    walk.unanswered(second.address, _NO_CONNECTION)
+    assert (walk.first_error, walk.last_error) == (_GONE, _NO_CONNECTION)
+    # The next request asks them last.
+    assert routing.candidates()[-2:] == ["db1:1", "db2:1"]
+
+
+def test_the_walk_stops_at_the_deadline() -> None:
+    walk = BrokerWalk(_routing(cluster=True), deadline=1.0)
+    assert walk.next_attempt(0.5) == Attempt("db1:1", 0.5)
+    assert walk.next_attempt(1.0) is None
+    assert walk.first_error is None  # none failed: the caller raises walk.timed_out(...)
+    assert isinstance(walk.timed_out("no answer"), errors.RequestTimeoutError)
+
+
+def test_a_topic_no_broker_knows_is_forgotten() -> None:
+    routing = _routing(cluster=True)
+    walk = BrokerWalk(routing, deadline=None)
+    assert not walk.topics_unknown(["t"])  # nobody said so yet
+    walk.next_attempt(0.0)
+    walk.unknown_topic(_UNKNOWN)
+    assert walk.topics_unknown(["t"])
+    assert not routing.cache.knows("t")
+
+
+def test_refreshes_are_retry_backoff_apart_and_one_done_meanwhile_is_taken() -> None:
+    routing = _routing(cluster=True, filled=False)
+    assert routing.refresh_wait_s("t", asked_at=0.0, now=0.0) < 0  # never refreshed: at once
+    routing.cache.update(_cache_metadata(), "db1:1", ["t"])
+    routing.refresh_ended(1.0)
+    # Asked before that refresh ended, and the topic is fresh now: take it.
+    assert routing.refresh_wait_s("t", asked_at=0.5, now=1.0) is None
+    # Asked after it, or the topic stale again: wait out the backoff from its end.
+    assert routing.refresh_wait_s("t", asked_at=1.02, now=1.02) == pytest.approx(0.08)
+    routing.cache.invalidate("t")
+    assert routing.refresh_wait_s("t", asked_at=0.5, now=1.05) == pytest.approx(0.05)
