@@ -96,17 +96,18 @@ class SegmentFiles:
     finish, then reopens. No file is ever closed under a reader. The active segment holds one
     count for as long as it is active (:meth:`activate`), so its files never close: every
     append and the reads at the end of the log find them open. Its indexes are preallocated
-    and untrimmed, which a close and a reopen would misread (trimmed on
-    :meth:`on_become_inactive`, before the count is released). The index objects
+    and untrimmed, which a close and a reopen would misread (trimmed by
+    :meth:`Segment.on_become_inactive`, before the count is released). The index objects
     (:attr:`offset_index`, :attr:`time_index`, :attr:`txn_index`) are only to be used inside
     :meth:`pinned`, or on the active segment.
 
     Invariants: a segment closed for good (:meth:`close_handlers`, :meth:`delete`, or the
-    subclass's ``close``) never reopens its files; while ``_users`` is not empty the files are
-    open; the active segment is never in the cache.
+    subclass's ``close``) never reopens its files; no file is closed while ``_users`` is not
+    empty; the active segment is never in the cache.
 
-    Crash behaviour: nothing of its own beyond the files': closing (by the cache) unmaps the
-    indexes, whose pages stay in the page cache, and writes nothing; a rename is atomic and
+    Crash behaviour: nothing of its own beyond the files': closing (by the cache) trims each
+    index to its entries (already so for an inactive segment's) and unmaps it, whose pages stay
+    in the page cache, and holds no unwritten state; a rename is atomic and
     leaves each file under its old or its new name (the loader resolves a half-renamed
     segment, ``recovery.py``).
 
