@@ -16,9 +16,10 @@ bounded (flush, retention, checkpoints, delayed deletes)::
       __transaction_state-0/              an internal topic: opened by its owner, not listed here
 
 Lifecycle: :meth:`LogManager.open` locks every directory, consumes the clean-shutdown markers
-([B-56]), reads the checkpoints and the catalogue, and loads every partition (``log_loading.py``;
-segment recovery only after an unclean shutdown, see ``recovery.py``). :meth:`LogManager.close` flushes and closes
-every log, writes both checkpoints and then the markers ([B-57]), and unlocks.
+([B-56]), reads the checkpoints and the catalogue, and loads every partition
+(``log_loading.py``; segment recovery only after an unclean shutdown, see ``recovery.py``).
+:meth:`LogManager.close` flushes and closes every log, writes both checkpoints and then the
+markers ([B-57]), and unlocks.
 
 Server defaults for topic configs and the job intervals come from Kafka's broker names
 (``log_defaults.py``); a topic's effective config is those defaults with its overrides on top.

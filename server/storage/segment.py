@@ -131,10 +131,11 @@ class Segment(SegmentFiles):
     :meth:`pinned`, or on the active segment.
 
     Concurrency: one writer (the owning log serialises append, truncate, roll, recover, flush
-    and close under its ``PartitionLog``'s lock; ``local_log.py`` makes the calls). Reads (:meth:`fetch`, :meth:`translate_offset`,
-    :meth:`find_offset_by_timestamp`, :meth:`fetch_by_timestamp`, :meth:`read_next_offset`) may
-    run in other threads at the same time as an append: they use ``pread`` and stop at the size
-    published *after* a write completed, so they never see a half-written batch. Reads must not
+    and close under its ``PartitionLog``'s lock; ``local_log.py`` makes the calls). Reads
+    (:meth:`fetch`, :meth:`translate_offset`, :meth:`find_offset_by_timestamp`,
+    :meth:`fetch_by_timestamp`, :meth:`read_next_offset`) may run in other threads at the same
+    time as an append: they use ``pread`` and stop at the size published *after* a write
+    completed, so they never see a half-written batch. Reads must not
     overlap :meth:`close` or :meth:`delete` (the log defers those until no reader can hold the
     segment); they may overlap the cache's :meth:`try_close_files` (see :class:`SegmentFiles`).
     """

@@ -16,8 +16,9 @@ the files of inactive segments beyond its capacity (``open_segments.py`` says wh
 is what makes that safe: the count of the users of a segment's files, which the cache's close
 checks and every use of the files takes (:class:`SegmentFiles`), and the renames, deletion and
 closing on a failed disk that act on the four files together. What a segment does with its
-files (appends, reads, recovery, the roll decision) is :class:`~stratalog.server.storage.segment.Segment`'s,
-a subclass: the read path counts its users inline, with no call to this module in between.
+files (appends, reads, recovery, the roll decision) is its subclass's,
+:class:`~stratalog.server.storage.segment.Segment`: the read path counts its users inline, with
+no call to this module in between.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 Kafka's ``UnifiedLog.fetchOffsetByTimestamp``
 (``storage/src/main/java/org/apache/kafka/storage/internals/log/UnifiedLog.java``) with the
-filter ``Partition.fetchOffsetForTimestamp`` applies (``core/src/main/scala/kafka/cluster/Partition.scala``):
-a timestamp, or one of ListOffsets' special targets, is turned into an offset of the log, and
+filter ``Partition.fetchOffsetForTimestamp`` applies
+(``core/src/main/scala/kafka/cluster/Partition.scala``): a timestamp, or one of ListOffsets' special targets, is turned into an offset of the log, and
 only what the reader may read counts (:mod:`~stratalog.server.storage.fetch_isolation`)::
 
     target       answer
