@@ -16,9 +16,10 @@ bounded (flush, retention, checkpoints, delayed deletes)::
       __transaction_state-0/              an internal topic: opened by its owner, not listed here
 
 Lifecycle: :meth:`LogManager.open` locks every directory, consumes the clean-shutdown markers
-([B-56]), reads the checkpoints and the catalogue, and loads every partition (segment recovery
-only after an unclean shutdown, see ``recovery.py``). :meth:`LogManager.close` flushes and closes
-every log, writes both checkpoints and then the markers ([B-57]), and unlocks.
+([B-56]), reads the checkpoints and the catalogue, and loads every partition
+(``log_loading.py``; segment recovery only after an unclean shutdown, see ``recovery.py``).
+:meth:`LogManager.close` flushes and closes every log, writes both checkpoints and then the
+markers ([B-57]), and unlocks.
 
 Server defaults for topic configs and the job intervals come from Kafka's broker names
 (``log_defaults.py``); a topic's effective config is those defaults with its overrides on top.
@@ -67,9 +68,9 @@ from .log_dirs import (
     count_segments,
     create_log_dirs,
     lock_log_dirs,
-    read_checkpoint_or_empty,
     scan_log_dirs,
 )
+from .log_loading import load_logs, reconcile_catalog
 from .log_maintenance import DEFAULT_MAINTENANCE_INTERVAL_MS, LogMaintenance, MaintenanceReport
 from .open_segments import OpenSegments
 from .partition_log import PartitionLog
@@ -273,7 +274,7 @@ class LogManager:
             log.warning("ignoring topic %s of the catalogue: the name is reserved for an "
                         "internal topic", name)
             catalog = catalog.without_topic(name)
-        catalog = self._reconcile(catalog, found)
+        catalog = reconcile_catalog(catalog, found, self.log_dirs, self._rename_for_deletion)
         self._catalog = catalog
         partitions = sum(entry.partitions for entry in catalog.topics.values())
         budget = self.descriptor_budget
@@ -301,108 +302,18 @@ class LogManager:
             state.fully_loaded = True
         self.cleaner.load_checkpoints()
 
-    def _reconcile(
-        self, catalog: TopicCatalog, found: dict[TopicPartition, Path]
-    ) -> TopicCatalog:
-        """Complete interrupted deletions, adopt partitions with no catalogue entry."""
-        changed = False
-        for entry in list(catalog.topics.values()):
-            if entry.is_deleting:
-                log.warning("completing the deletion of topic %s interrupted by a crash",
-                            entry.name)
-                for topic_partition in [tp for tp in found if tp[0] == entry.name]:
-                    directory = found.pop(topic_partition)
-                    self._rename_for_deletion(directory, *topic_partition)
-                catalog = catalog.without_topic(entry.name)
-                changed = True
-        by_topic: dict[str, int] = {}
-        for topic, partition in found:
-            by_topic[topic] = max(by_topic.get(topic, 0), partition + 1)
-        for topic, count in sorted(by_topic.items()):
-            entry = catalog.topics.get(topic)
-            if entry is None:
-                log.warning("adopting topic %s (%d partitions) found without a catalogue entry, "
-                            "with the server defaults", topic, count)
-                catalog = catalog.with_topic(TopicEntry(topic, count))
-                changed = True
-            elif count > entry.partitions:
-                log.warning("topic %s has partition directories up to %d but %d partitions in "
-                            "the catalogue; keeping them all", topic, count - 1, entry.partitions)
-                catalog = catalog.with_topic(
-                    TopicEntry(topic, count, dict(entry.configs), entry.state)
-                )
-                changed = True
-        if changed:
-            write_catalog(self.log_dirs, catalog)
-        return catalog
-
     def _load_logs(self, catalog: TopicCatalog, found: dict[TopicPartition, Path]) -> None:
-        """Open every partition log; create the missing ones of catalogue topics."""
-        checkpoints: dict[Path, tuple[dict[TopicPartition, int], dict[TopicPartition, int]]] = {}
-        for state in self._dirs:
-            checkpoints[state.path] = (
-                read_checkpoint_or_empty(state.recovery_points),
-                read_checkpoint_or_empty(state.log_start_offsets),
-            )
-            if state.high_watermarks is not None:
-                self._checkpointed_high_watermarks.update(
-                    read_checkpoint_or_empty(state.high_watermarks)
-                )
-        jobs: list[tuple[TopicPartition, Path, LogConfig, bool]] = []
-        counts = {state.path: 0 for state in self._dirs}
-        for directory in found.values():
-            counts[directory] += 1
-        for entry in catalog.topics.values():
-            config = self._config_for(entry)
-            for partition in range(entry.partitions):
-                topic_partition = (entry.name, partition)
-                directory = found.get(topic_partition)
-                if directory is None:
-                    directory = min(counts, key=lambda path: (counts[path], self.log_dirs.index(path)))
-                    counts[directory] += 1
-                    log.warning("creating missing partition directory %s-%d in %s",
-                                entry.name, partition, directory)
-                    jobs.append((topic_partition, directory, config, False))
-                else:
-                    jobs.append((topic_partition, directory, config, True))
-        threads = max(1, self._settings.recovery_threads_per_data_dir * len(self._dirs))
-
-        def load(job: tuple[TopicPartition, Path, LogConfig, bool]) -> PartitionLog:
-            topic_partition, directory, config, existed = job
-            state = self._dir_by_path[directory]
-            recovery_points, log_start_offsets = checkpoints[directory]
-            return self._open_log(
-                directory / partition_dir_name(*topic_partition),
-                config,
-                had_clean_shutdown=state.had_clean_shutdown or not existed,
-                recovery_point=recovery_points.get(topic_partition),
-                log_start_offset=log_start_offsets.get(topic_partition),
-            )
-
-        logs: dict[TopicPartition, PartitionLog] = {}
-        log_dir_of: dict[TopicPartition, Path] = {}
-        with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="log-loader") as pool:
-            futures = [(job, pool.submit(load, job)) for job in jobs]
-            first_error: BaseException | None = None
-            for job, future in futures:
-                try:
-                    partition_log = future.result()
-                except BaseException as exc:  # keep collecting, to close what did open
-                    log.error("failed to load partition %s-%d in %s: %s",
-                              job[0][0], job[0][1], job[1], exc)
-                    first_error = first_error or exc
-                    continue
-                logs[job[0]] = partition_log
-                log_dir_of[job[0]] = job[1]
-        self._logs = logs
-        self._log_dir_of = log_dir_of
-        if first_error is not None:
-            raise first_error
-        if any(not existed for _, _, _, existed in jobs):
-            for state in self._dirs:
-                fsync_directory(state.path)
-        log.info("loaded %d partitions of %d topics from %s", len(logs), len(catalog.topics),
-                 ", ".join(str(path) for path in self.log_dirs))
+        """Open every partition log; create the missing ones (``log_loading.py``). On a
+        failure the logs that opened are kept, for :meth:`_close_logs_quietly` to close."""
+        loaded = load_logs(
+            self._dirs, catalog, found, self._config_for, self._open_log,
+            max(1, self._settings.recovery_threads_per_data_dir * len(self._dirs)),
+        )
+        self._checkpointed_high_watermarks.update(loaded.high_watermarks)
+        self._logs = loaded.logs
+        self._log_dir_of = loaded.log_dir_of
+        if loaded.first_error is not None:
+            raise loaded.first_error
 
     def _open_log(
         self,

@@ -8,9 +8,9 @@ read, truncate, delete, flush, offline handling). Above the segments this layer 
 gives the records their meaning: appends are validated, given offsets, their producers judged
 (idempotence, transactions) and their leader epochs recorded by its one
 :class:`~stratalog.server.storage.log_writer.LogWriter`; this module keeps the log start
-offset, the high watermark and the last stable offset, bounds reads and lookups by them,
-truncates the producer state and the epochs with the segments, and answers lookups by
-timestamp::
+offset, the high watermark and the last stable offset, bounds reads and lookups by them
+(``fetch_isolation.py``, ``timestamp_lookup.py``), truncates the producer state and the epochs
+with the segments, and answers lookups by timestamp::
 
     log_start_offset          high watermark / LSO     log_end_offset (LEO: next offset to assign)
     |                                   |              |
@@ -40,22 +40,20 @@ and ``log_writer.py``) over
 
 from __future__ import annotations
 
-import enum
 import logging
 import threading
 import weakref
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from stratalog.records.batch import NO_TIMESTAMP
-from stratalog.records.batch_walk import batches_below
-
+from . import timestamp_lookup
 from .clock import wall_clock_ms
 from .config import PRODUCER_ID_EXPIRATION_MS_DEFAULT, LogConfig
 from .errors import (
     OffsetOutOfRangeError,
     StorageIOError,
 )
+from .fetch_isolation import IsolationLevel, batches_before_bound, committed_part
 from .leader_epoch_cache import LeaderEpochCache, load_leader_epoch_cache
 from .local_log import LocalLog, LogEnd, delete_segments
 from .log_writer import (
@@ -76,7 +74,13 @@ from .retention import RetentionPlan, plan_retention
 from .segment import FetchedBatches, Segment
 from .segments import Segments
 from .time_index import TimestampOffset
-from .txn_index import AbortedTxn
+from .timestamp_lookup import (
+    EARLIEST_LOCAL_TIMESTAMP,
+    EARLIEST_TIMESTAMP,
+    LATEST_TIERED_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
+)
 
 __all__ = [
     "EARLIEST_LOCAL_TIMESTAMP",
@@ -97,20 +101,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-# ListOffsets special targets (Kafka's ListOffsetsRequest).
-LATEST_TIMESTAMP = -1
-EARLIEST_TIMESTAMP = -2
-MAX_TIMESTAMP = -3
-EARLIEST_LOCAL_TIMESTAMP = -4
-LATEST_TIERED_TIMESTAMP = -5
-
-class IsolationLevel(enum.IntEnum):
-    """Kafka's fetch isolation levels (the values of its FetchRequest)."""
-
-    READ_UNCOMMITTED = 0
-    READ_COMMITTED = 1
-
 
 #: Told of an I/O error on a log's write path (a write, an fsync, a roll): called as
 #: ``handler(log, error)`` once, when the log goes offline; Kafka's ``LogDirFailureChannel``.
@@ -755,7 +745,7 @@ class PartitionLog:
             if fetched is None:
                 return FetchedBatches(b"", offset, 0)
             if upper_bound is not None and fetched.next_offset > upper_bound:
-                return self._bounded_part(fetched, offset, upper_bound)
+                return batches_before_bound(fetched, offset, upper_bound)
             return fetched
         stable = self.last_stable_offset
         if upper_bound is not None:
@@ -763,39 +753,7 @@ class PartitionLog:
         fetched = self._read_segments(offset, max_bytes, min_one_message, max_records)
         if fetched is None:
             return FetchedBatches(b"", offset, 0)
-        return self._committed_part(fetched, offset, stable)
-
-    @staticmethod
-    def _bounded_part(fetched: FetchedBatches, offset: int, upper_bound: int) -> FetchedBatches:
-        """The whole batches of ``fetched`` (read at ``offset``) starting below
-        ``upper_bound``; empty at ``offset`` when none is left."""
-        if offset >= upper_bound:
-            return FetchedBatches(b"", offset, 0)
-        data, next_offset, records_count = batches_below(fetched.data, upper_bound, offset)
-        if not data:
-            return FetchedBatches(b"", offset, 0)
-        return FetchedBatches(data, next_offset, records_count)
-
-    def _committed_part(
-        self, fetched: FetchedBatches, offset: int, stable: int
-    ) -> FetchedBatches:
-        """What a READ_COMMITTED reader may see of ``fetched`` (read at ``offset``): the whole
-        batches starting below ``stable`` (an LSO read before the data), with the aborted
-        transactions overlapping them. Empty at ``offset`` when none is left."""
-        if offset >= stable:
-            return FetchedBatches(b"", offset, 0)
-        data, next_offset, records_count = fetched.data, fetched.next_offset, fetched.records_count
-        if next_offset > stable:
-            data, next_offset, records_count = batches_below(data, stable, offset)
-            if not data:
-                return FetchedBatches(b"", offset, 0)
-        aborted = self._collect_aborted_txns(offset, next_offset)
-        return FetchedBatches(data, next_offset, records_count, aborted)
-
-    def _collect_aborted_txns(self, start_offset: int, upper_bound: int) -> tuple[AbortedTxn, ...]:
-        """Aborted transactions overlapping ``[start_offset, upper_bound)``, from the segment
-        holding ``start_offset`` on (:meth:`LocalLog.collect_aborted_txns`)."""
-        return self._local.collect_aborted_txns(start_offset, upper_bound)
+        return committed_part(self._local, fetched, offset, stable)
 
     def _read_segments(
         self, offset: int, max_bytes: int, min_one_message: bool, max_records: int = 0
@@ -815,58 +773,15 @@ class PartitionLog:
         isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
         max_records: int = 0,
     ) -> tuple[TimestampOffset | None, FetchedBatches]:
-        """:meth:`offset_for_timestamp` for a timestamp ``>= 0``, then :meth:`fetch` there
-        (``max_records`` as there, from the record found).
-
-        Returns the record found (its timestamp and offset) and the whole batches from the one
-        holding it, as :meth:`fetch` at its offset returns them; the batch searched is read
-        once. Only records below the log end published when the call started are searched.
-        When none qualifies: ``(None, empty batches at the log end offset)``. A log that
-        tracks a high watermark (replication) searches and returns only records below it, as
-        :meth:`fetch` with ``upper_bound``. Thread-safe against a concurrent append.
-
-        With ``isolation_level`` READ_COMMITTED only a record below the last stable offset
-        matches (Kafka's ``fetchOffsetForTimestamp`` filters the lookup by the last fetchable
-        offset); when none does: ``(None, empty batches at the LSO)``, where a READ_COMMITTED
-        reader's "latest" is. The batches are cut at the LSO and carry the aborted transactions
-        overlapping them, as :meth:`fetch` returns them.
-
-        Raises:
-            ValueError: ``timestamp`` or ``max_bytes`` negative (the special ListOffsets
-                targets are :meth:`offset_for_timestamp`'s).
-            CorruptRecordError, InvalidRecordError: a malformed or corrupt batch on the way.
-        """
-        if timestamp < 0:
-            raise ValueError(f"timestamp must not be negative, got {timestamp}")
-        if max_bytes < 0:
-            raise ValueError(f"max_bytes must not be negative, got {max_bytes}")
-        if self._local.is_offline:
-            raise self._local.offline_error()
-        committed = isolation_level == IsolationLevel.READ_COMMITTED
-        # The LSO before the end: the end read next is never below it.
-        stable = self.last_stable_offset if committed else -1
-        end = self._local.end
-        found = self._local.fetch_by_timestamp(
-            timestamp, self._log_start_offset, max_bytes, end, min_one_message, max_records
+        """:meth:`offset_for_timestamp` for a timestamp ``>= 0``, then :meth:`fetch` there, the
+        batch searched read once, bounded as :meth:`fetch` is; ``(None, empty batches)`` at the
+        log end, the high watermark or the LSO when no record qualifies
+        (:func:`~stratalog.server.storage.timestamp_lookup.fetch_by_timestamp` says how, and
+        what it raises). Thread-safe against a concurrent append."""
+        return timestamp_lookup.fetch_by_timestamp(
+            self._local, self, timestamp, max_bytes, min_one_message, isolation_level,
+            max_records,
         )
-        if not committed:
-            high_watermark = self._high_watermark
-            if high_watermark is not None:
-                # Replicated: a consumer reads below the high watermark only (as fetch's
-                # upper_bound), so a record at or above it is not found yet.
-                if found is None or found[0].offset >= high_watermark:
-                    return None, FetchedBatches(b"", min(high_watermark, end.offset), 0)
-                record, fetched = found
-                if fetched.next_offset > high_watermark:
-                    fetched = self._bounded_part(fetched, record.offset, high_watermark)
-                return record, fetched
-            if found is None:
-                return None, FetchedBatches(b"", end.offset, 0)
-            return found
-        if found is None or found[0].offset >= stable:
-            return None, FetchedBatches(b"", stable, 0)
-        record, fetched = found
-        return record, self._committed_part(fetched, record.offset, stable)
 
     def offset_for_timestamp(
         self,
@@ -874,58 +789,12 @@ class PartitionLog:
         *,
         isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
     ) -> TimestampOffset | None:
-        """ListOffsets: the offset for a timestamp or a special target ([B-36]..[B-40]).
-
-        * ``-2`` (earliest) and ``-4`` (earliest local): ``(-1, log_start_offset)``;
-        * ``-1`` (latest): ``(-1, log_end_offset)``, or the high watermark of a log that
-          tracks one (a replicated partition's; consumers read below it only, and no
-          record at or above it is found for the targets below);
-        * ``-3`` (max timestamp): the first record holding the largest timestamp of the log,
-          in the first segment holding it; None for a log without timestamps;
-        * ``-5`` (latest tiered): None (no tiered storage);
-        * otherwise the earliest record (offset ``>= log_start_offset``) whose timestamp is
-          ``>= timestamp``, searched in the first segment whose largest timestamp (or, with no
-          timestamps, its file's mtime) is ``>= timestamp``; returns that record's own
-          timestamp. None when there is none.
-
-        With ``isolation_level`` READ_COMMITTED, latest is the last stable offset, and a record
-        found at or above it for a timestamp or max timestamp is not returned (Kafka's
-        ``Partition.fetchOffsetForTimestamp``: every target but latest and earliest is filtered
-        by the last fetchable offset).
-
-        Thread-safe against a concurrent append.
-        """
-        if self._local.is_offline:
-            raise self._local.offline_error()
-        if isolation_level == IsolationLevel.READ_COMMITTED:
-            if timestamp == LATEST_TIMESTAMP:
-                return TimestampOffset(NO_TIMESTAMP, self.last_stable_offset)
-            stable = self.last_stable_offset
-            found = self.offset_for_timestamp(timestamp)
-            if (found is not None and found.offset >= stable
-                    and timestamp not in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP)):
-                return None
-            return found
-        if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
-            return TimestampOffset(NO_TIMESTAMP, self._log_start_offset)
-        if timestamp == LATEST_TIMESTAMP:
-            # The log end, or the high watermark of a replicated log (equal otherwise).
-            return TimestampOffset(NO_TIMESTAMP, self.high_watermark)
-        if timestamp == LATEST_TIERED_TIMESTAMP:
-            return None
-        high_watermark = self._high_watermark
-        if high_watermark is not None:
-            # Replicated: only records below the high watermark are found (Kafka's
-            # fetchOffsetForTimestamp filters by the last fetchable offset).
-            found = self._offset_for_timestamp_below_end(timestamp)
-            return found if found is None or found.offset < high_watermark else None
-        return self._offset_for_timestamp_below_end(timestamp)
-
-    def _offset_for_timestamp_below_end(self, timestamp: int) -> TimestampOffset | None:
-        """:meth:`offset_for_timestamp` of a timestamp or max timestamp, up to the log end."""
-        if timestamp == MAX_TIMESTAMP:
-            return self._local.max_timestamp_record()
-        return self._local.find_offset_by_timestamp(timestamp, self._log_start_offset)
+        """ListOffsets: the offset for a timestamp or a special target (``-1`` latest, ``-2``
+        earliest, ``-3`` max timestamp, ``-4`` earliest local, ``-5`` latest tiered), bounded by
+        the high watermark and, for READ_COMMITTED, the LSO
+        (:func:`~stratalog.server.storage.timestamp_lookup.offset_for_timestamp` gives the
+        table). Thread-safe against a concurrent append."""
+        return timestamp_lookup.offset_for_timestamp(self._local, self, timestamp, isolation_level)
 
     # ---------------------------------------------------------------- truncation
 

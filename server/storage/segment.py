@@ -21,21 +21,19 @@ count, read with one ``pread`` when the index entries say where the batch wanted
 This is Kafka's ``LogSegment``: file I/O and every walk of batch headers are the ``.log``'s
 (:class:`~stratalog.server.storage.log_file.LogFile`, Kafka's ``FileRecords``); each index is
 opened on first use (:class:`~stratalog.server.storage.lazy_index.LazyIndex`). The segment
-keeps the roll state and the append bookkeeping, and turns lookups into walks. The layouts are
+keeps the roll state and the append bookkeeping, and turns lookups into walks; its files and
+the users that hold them open are its base class's
+(:class:`~stratalog.server.storage.segment_files.SegmentFiles`). The layouts are
 in :mod:`stratalog.records.batch`, :mod:`~stratalog.server.storage.offset_index` and
 :mod:`~stratalog.server.storage.time_index`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import logging
-import os
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Concatenate, NamedTuple, ParamSpec, TypeVar
+from typing import NamedTuple
 
 from stratalog.records.batch import (
     ATTRIBUTES_OFFSET,
@@ -48,13 +46,6 @@ from stratalog.records.batch import (
     BatchHeader,
 )
 from stratalog.records.errors import RecordError
-from stratalog.records.log_layout import (
-    INDEX_FILE_SUFFIX,
-    LOG_FILE_SUFFIX,
-    TIME_INDEX_FILE_SUFFIX,
-    TXN_INDEX_FILE_SUFFIX,
-    filename_prefix_from_offset,
-)
 from stratalog.records.reader import (
     iter_records,
 )
@@ -65,13 +56,9 @@ from .errors import (
     CorruptIndexError,
     IndexFullError,
     InvalidOffsetError,
-    LogClosedError,
     OffsetOverflowError,
-    StorageError,
-    StorageIOError,
 )
 from .index import INT32_MAX
-from .lazy_index import LazyIndex
 from .log_file import (
     ANY_OFFSET,
     ANY_TIMESTAMP,
@@ -79,15 +66,14 @@ from .log_file import (
     LENIENT,
     MAX_BLOCK_BYTES,
     FoundBatch,
-    LogFile,
     ScannedBatch,
     summarize,
 )
-from .offset_index import OffsetIndex
 from .open_segments import OpenSegments
-from .time_index import TimeIndex, TimestampOffset
+from .segment_files import SegmentFiles, using_files
+from .time_index import TimestampOffset
 from .timestamp_search import first_record_at
-from .txn_index import AbortedTxn, TransactionIndex, TxnIndexSearchResult
+from .txn_index import AbortedTxn, TxnIndexSearchResult
 
 __all__ = ["FetchedBatches", "LogOffsetPosition", "Segment"]
 
@@ -119,29 +105,7 @@ _TRANSACTIONAL_OR_CONTROL = TRANSACTIONAL_FLAG_MASK | CONTROL_FLAG_MASK
 assert _TRANSACTIONAL_OR_CONTROL < 0x100
 
 
-_T = TypeVar("_T")
-_P = ParamSpec("_P")
-
-
-def _using_files(method: Callable[Concatenate[Segment, _P], _T]) -> Callable[
-    Concatenate[Segment, _P], _T
-]:
-    """Hold the segment (its files open) for the call: :meth:`Segment.pinned` as a decorator,
-    for the methods off the read path (those on it count themselves inline, a call less)."""
-
-    @functools.wraps(method)
-    def using_files(self: Segment, *args: _P.args, **kwargs: _P.kwargs) -> _T:
-        users = self._users
-        self._pin()
-        try:
-            return method(self, *args, **kwargs)
-        finally:
-            users.pop()
-
-    return using_files
-
-
-class Segment:
+class Segment(SegmentFiles):
     """A ``.log`` file plus its lazily opened offset, time and transaction indexes.
 
     Holds: the base offset; the :class:`LogFile` (descriptor, path, published size); the three
@@ -159,29 +123,21 @@ class Segment:
     a torn last batch, an untrimmed preallocated file or stale indexes; :meth:`recover` rebuilds
     both indexes from the ``.log`` and truncates it at the first invalid byte ([B-46], [B-47]).
 
-    Open files: an inactive segment given an :class:`OpenSegments` cache may have its files
-    closed by it (:meth:`try_close_files`) to save descriptors; the Segment object stays, with
-    everything it knows (size, max timestamp, roll state), and its files are reopened by the
-    next use. Every method that uses the files holds the segment for the duration of the call:
-    a *reference count* of users (a list that each use appends to and pops from: both atomic
-    under the GIL, ~0.1 µs a use, no lock), which :meth:`try_close_files` checks after raising
-    a flag that users check after counting themselves, so that either the closer sees the user
-    and gives up, or the user sees the flag and waits on the segment's lock for the close to
-    finish, then reopens. No file is ever closed under a reader. The active segment holds one
-    count for as long as it is active (:meth:`activate`), so its files never close: every
-    append and the reads at the end of the log find them open. Its indexes are preallocated
-    and untrimmed, which a close and a reopen would misread (trimmed on
-    :meth:`on_become_inactive`, before the count is released). The index objects
+    Open files: the files, the count of their users and the closing of an inactive segment's
+    files by the cache are :class:`~stratalog.server.storage.segment_files.SegmentFiles`'s (the
+    base class): every method here that uses the files holds the segment for the call, the read
+    paths inline (no call more), the others with ``@using_files``; the index objects
     (:attr:`offset_index`, :attr:`time_index`, :attr:`txn_index`) are only to be used inside
     :meth:`pinned`, or on the active segment.
 
     Concurrency: one writer (the owning log serialises append, truncate, roll, recover, flush
-    and close under its ``PartitionLog``'s lock; ``local_log.py`` makes the calls). Reads (:meth:`fetch`, :meth:`translate_offset`,
-    :meth:`find_offset_by_timestamp`, :meth:`fetch_by_timestamp`, :meth:`read_next_offset`) may
-    run in other threads at the same time as an append: they use ``pread`` and stop at the size
-    published *after* a write completed, so they never see a half-written batch. Reads must not
+    and close under its ``PartitionLog``'s lock; ``local_log.py`` makes the calls). Reads
+    (:meth:`fetch`, :meth:`translate_offset`, :meth:`find_offset_by_timestamp`,
+    :meth:`fetch_by_timestamp`, :meth:`read_next_offset`) may run in other threads at the same
+    time as an append: they use ``pread`` and stop at the size published *after* a write
+    completed, so they never see a half-written batch. Reads must not
     overlap :meth:`close` or :meth:`delete` (the log defers those until no reader can hold the
-    segment); they may overlap the cache's :meth:`try_close_files` (see above).
+    segment); they may overlap the cache's :meth:`try_close_files` (see :class:`SegmentFiles`).
     """
 
     def __init__(
@@ -197,34 +153,6 @@ class Segment:
         active: bool,
     ) -> None:
         """Use :meth:`open` or :meth:`create`."""
-        stem = filename_prefix_from_offset(base_offset)
-        self._base_offset = base_offset
-        # A plain string for os.open: LogFile builds its Path only if asked for it.
-        preallocate = config.preallocate
-        self._log = LogFile.open(
-            f"{directory}{os.sep}{stem}{LOG_FILE_SUFFIX}{file_suffix}",
-            create,
-            config.init_file_size if create and preallocate else 0,
-            # A file sized to segment.bytes in advance needs no allocation per append.
-            not preallocate,
-        )
-        # The indexes are opened on first use: loading a log of 10,000 segments opens none.
-        # One lock for the three: a reader's first use of one waits for a rename of another.
-        lock = threading.Lock()
-        index_args = (base_offset, config.segment_index_bytes)
-        self._offset_index = LazyIndex(
-            directory, f"{stem}{INDEX_FILE_SUFFIX}{file_suffix}", OffsetIndex, index_args, lock
-        )
-        self._time_index = LazyIndex(
-            directory, f"{stem}{TIME_INDEX_FILE_SUFFIX}{file_suffix}", TimeIndex, index_args, lock
-        )
-        self._txn_index = LazyIndex(
-            directory,
-            f"{stem}{TXN_INDEX_FILE_SUFFIX}{file_suffix}",
-            TransactionIndex,
-            (base_offset,),
-            lock,
-        )
         self._index_interval_bytes = config.index_interval_bytes
         self._roll_jitter_ms = roll_jitter_ms
         self._time_ms = time_ms if time_ms is not None else wall_clock_ms
@@ -234,111 +162,10 @@ class Segment:
         # None = unknown: read from the time index on first use (Kafka's UNKNOWN).
         self._max_timestamp_and_offset: TimestampOffset | None = None
         self._bytes_since_last_index_entry = 0
-        # The users holding the files open (one item each; the active segment holds one for
-        # as long as it is active): see the class docstring.
-        self._users: list[None] = [None] if active else []
-        self._active = active
-        # Raised by try_close_files before it looks at the users, and left raised while the
-        # files are closed: a user who sees it takes the lock and reopens them.
-        self._files_closed = False
-        self._closed = False  # closed for good (close, delete): no reopening
-        # Guards opening and closing the files (and renames, which a reopen must not overlap).
-        self._files_lock = threading.Lock()
-        self.referenced = True  # set by every use; cleared by the cache's hand (CLOCK)
-        self._open_segments = open_segments
-        if open_segments is not None and not active:
-            open_segments.add(self)
-
-    # ---------------------------------------------------------------- open files
-
-    def _pin(self) -> None:
-        """Count one more user of the files, reopening them if the cache closed them. The
-        caller pops ``self._users`` when done (in a ``finally``)."""
-        users = self._users
-        users.append(None)
-        self.referenced = True
-        if self._files_closed:
-            users.pop()
-            self._pin_reopening()
-
-    def _pin_reopening(self) -> None:
-        """:meth:`_pin`'s slow path: wait for a close under way, reopen, count the user."""
-        with self._files_lock:
-            if self._closed:
-                raise LogClosedError(f"segment {self._log.path} is closed")
-            reopened = self._log.is_closed
-            if reopened:
-                self._log.reopen()
-            self._users.append(None)
-            self._files_closed = False
-        # Outside the lock: the cache may close other segments (taking their locks).
-        if reopened and self._open_segments is not None and not self._active:
-            self._open_segments.add(self)
-
-    @contextlib.contextmanager
-    def pinned(self) -> Iterator[Segment]:
-        """Hold the segment's files open for the block (reopening them if they were closed):
-        the index objects are only to be used inside one, unless the segment is active."""
-        self._pin()
-        try:
-            yield self
-        finally:
-            self._users.pop()
-
-    @property
-    def files_open(self) -> bool:
-        """Whether the ``.log`` is open now (False after the cache closed it, or after close)."""
-        return not self._log.is_closed
-
-    @property
-    def is_active(self) -> bool:
-        return self._active
-
-    def activate(self) -> None:
-        """This segment takes the appends from now on: its files are opened if closed and stay
-        open until :meth:`on_become_inactive` (it leaves the cache). Idempotent. Writer only.
-
-        Raises:
-            StorageIOError: a closed file could not be reopened. LogClosedError: closed.
-        """
-        if self._active:
-            return
-        self._pin()  # held while active: the cache never closes a segment in use
-        self._active = True
-        if self._open_segments is not None:
-            self._open_segments.remove(self)
-
-    def try_close_files(self) -> bool:
-        """Close the files unless the segment is in use (a user counted, or the active
-        segment); True when they are closed on return. Never waits: a segment whose lock is
-        held (a reopen, a rename) is in use. Called by the :class:`OpenSegments` cache.
-
-        An index is closed by trimming it to its entries (a no-op for an inactive segment's,
-        trimmed when it stopped being active) so that a reopen counts no preallocated slot.
-        """
-        if not self._files_lock.acquire(blocking=False):
-            return False
-        try:
-            if self._closed or self._log.is_closed:
-                return True
-            self._files_closed = True
-            if self._users:
-                self._files_closed = False
-                return False
-            try:
-                for index in (self._offset_index, self._time_index, self._txn_index):
-                    index.unload()
-            except StorageError:
-                # An index that would not trim stays open (a reopen would misread it); the
-                # others are closed, and the next use reopens them.
-                log.warning("keeping the files of segment %s open", self._log.path,
-                            exc_info=True)
-                self._files_closed = False
-                return False
-            self._log.close_handler()
-            return True
-        finally:
-            self._files_lock.release()
+        # Last: the files (and the users' count); an inactive segment joins the cache.
+        super().__init__(
+            directory, base_offset, config, create, file_suffix, open_segments, active
+        )
 
     # ---------------------------------------------------------------- construction
 
@@ -410,59 +237,13 @@ class Segment:
     # ---------------------------------------------------------------- properties
 
     @property
-    def base_offset(self) -> int:
-        return self._base_offset
-
-    @property
     def size_bytes(self) -> int:
         """Bytes of whole batches in the ``.log`` (the published size readers stop at)."""
         return self._log.size_bytes
 
     @property
-    def log_path(self) -> Path:
-        return self._log.path
-
-    @property
-    def offset_index_path(self) -> Path:
-        return self._offset_index.path
-
-    @property
-    def time_index_path(self) -> Path:
-        return self._time_index.path
-
-    @property
-    def txn_index_path(self) -> Path:
-        return self._txn_index.path
-
-    @property
     def roll_jitter_ms(self) -> int:
         return self._roll_jitter_ms
-
-    @property
-    def is_closed(self) -> bool:
-        """Closed for good (:meth:`close`, :meth:`delete`); not the cache closing the files."""
-        return self._closed
-
-    @property
-    def offset_index(self) -> OffsetIndex:
-        """The offset index, opened (and created, preallocated) on first use. Inside
-        :meth:`pinned` only, unless the segment is active (as the other two)."""
-        return self._offset_index.loaded or self._offset_index.get()
-
-    @property
-    def time_index(self) -> TimeIndex:
-        """The time index, opened (and created, preallocated) on first use."""
-        return self._time_index.loaded or self._time_index.get()
-
-    @property
-    def txn_index(self) -> TransactionIndex:
-        """The transaction index, opened on first use (its file is created on first append)."""
-        return self._txn_index.loaded or self._txn_index.get()
-
-    @property
-    def indexes_loaded(self) -> tuple[bool, bool]:
-        """Whether the offset and time indexes are open (for tests of laziness)."""
-        return self._offset_index.is_loaded, self._time_index.is_loaded
 
     @property
     def max_timestamp_and_offset_so_far(self) -> TimestampOffset:
@@ -481,22 +262,6 @@ class Segment:
     @property
     def max_timestamp_so_far(self) -> int:
         return self.max_timestamp_and_offset_so_far.timestamp
-
-    @property
-    def last_modified_ms(self) -> int:
-        """The ``.log`` file's modification time in ms."""
-        path = self._log.path
-        try:
-            return os.stat(path).st_mtime_ns // 1_000_000
-        except OSError as exc:
-            raise StorageIOError(f"failed to stat segment file {path}: {exc}") from exc
-
-    def set_last_modified_ms(self, timestamp_ms: int) -> None:
-        """Set the modification time of the ``.log`` and index files (tests, retention)."""
-        nanoseconds = timestamp_ms * 1_000_000
-        for path in (self._log.path, self._offset_index.path, self._time_index.path):
-            if path.exists():
-                os.utime(path, ns=(nanoseconds, nanoseconds))
 
     @property
     def largest_timestamp(self) -> int:
@@ -614,7 +379,7 @@ class Segment:
                 f"segment {self._log.path} must roll before appending offset {largest_offset}"
             )
 
-    @_using_files
+    @using_files
     def truncate_to(self, offset: int) -> int:
         """Remove every batch with offsets ``>= offset``, whole batches only ([B-26]).
 
@@ -683,7 +448,7 @@ class Segment:
         if self._open_segments is not None:
             self._open_segments.add(self)
 
-    @_using_files
+    @using_files
     def resize_indexes(self, size_bytes: int) -> None:
         """Resize both indexes (the loader grows the active segment's to the maximum)."""
         self.offset_index.resize(size_bytes)
@@ -946,7 +711,7 @@ class Segment:
             data = data[:whole_bytes]
         return FetchedBatches(data, next_offset, records_count + following_count)
 
-    @_using_files
+    @using_files
     def read_next_offset(self) -> int:
         """The offset after the last batch, or the base offset if empty ([B-55])."""
         found = self.translate_offset(self.offset_index.last_offset)
@@ -1052,7 +817,7 @@ class Segment:
             found = log_file.walk(position + size, end, starting_offset, timestamp)
         return None
 
-    @_using_files
+    @using_files
     def find_max_timestamp_record(self) -> TimestampOffset | None:
         """The first record holding this segment's max timestamp (ListOffsets -3, [B-36] table).
 
@@ -1076,7 +841,7 @@ class Segment:
             return None
         return None
 
-    @_using_files
+    @using_files
     def read_bytes(self, position: int, size_bytes: int) -> bytes:
         """Up to ``size_bytes`` bytes of the ``.log`` at ``position``, never past the published
         size (the cleaner's reads).
@@ -1093,7 +858,7 @@ class Segment:
         with self.pinned():
             yield from self._log.headers(start_position, self._log.size_bytes)
 
-    @_using_files
+    @using_files
     def collect_aborted_txns(self, fetch_offset: int, upper_bound_offset: int) -> (
         TxnIndexSearchResult
     ):
@@ -1102,7 +867,7 @@ class Segment:
 
     # ---------------------------------------------------------------- recovery
 
-    @_using_files
+    @using_files
     def sanity_check(self, time_index_file_newly_created: bool) -> None:
         """Kafka's load-time check ([B-45]): the offset index file must exist.
 
@@ -1120,7 +885,7 @@ class Segment:
             self.time_index.resize(0)
         self.txn_index.sanity_check()
 
-    @_using_files
+    @using_files
     def recover(self, max_message_bytes: int | None = None) -> int:
         """Rebuild both indexes from the ``.log`` and cut it at the first invalid byte.
 
@@ -1195,7 +960,7 @@ class Segment:
 
     # ---------------------------------------------------------------- durability and files
 
-    @_using_files
+    @using_files
     def flush(self) -> None:
         """fsync the ``.log``, both mapped indexes and the txn index ([B-67]); closed files
         are reopened for it (an fsync writes what any descriptor of the file left dirty)."""
@@ -1246,55 +1011,6 @@ class Segment:
             self._log.close(flush=flush)
         finally:
             self._log.close_handler()
-
-    def close_handlers(self) -> None:
-        """Close the files without writing anything (the disk may have failed), for good."""
-        with self._files_lock:
-            self._closed = self._files_closed = True
-            for index in (self._offset_index, self._time_index, self._txn_index):
-                try:
-                    index.close_handler()
-                except Exception:
-                    log.warning("could not close %s", index.path, exc_info=True)
-            self._log.close_handler()
-        if self._open_segments is not None:
-            self._open_segments.remove(self)
-
-    def delete(self) -> None:
-        """Close the files and delete the four of them (missing ones are fine), for good."""
-        with self._files_lock:
-            self._closed = self._files_closed = True
-            try:
-                self._log.delete()
-                for index in (self._offset_index, self._time_index, self._txn_index):
-                    index.delete_if_exists()
-            finally:
-                if self._open_segments is not None:
-                    self._open_segments.remove(self)
-
-    def change_file_suffixes(self, old_suffix: str, new_suffix: str) -> None:
-        """Rename the segment's files from ``<name><old_suffix>`` to ``<name><new_suffix>``.
-
-        Used to mark a segment ``.deleted`` before its asynchronous deletion. Index files that
-        were never created are not an error ([B-18]). Open descriptors stay valid.
-
-        Raises:
-            ValueError: a file name does not end with ``old_suffix``.
-            StorageIOError: a rename failed.
-        """
-
-        def renamed(path: Path) -> Path:
-            name = path.name
-            if old_suffix and not name.endswith(old_suffix):
-                raise ValueError(f"{path} does not end with {old_suffix!r}")
-            stem = name[: len(name) - len(old_suffix)] if old_suffix else name
-            return path.with_name(stem + new_suffix)
-
-        # Under the files' lock: a reopen must not open the old name of a file just renamed.
-        with self._files_lock:
-            self._log.rename_to(renamed(self._log.path))
-            for index in (self._offset_index, self._time_index, self._txn_index):
-                index.rename_to(renamed(index.path))
 
     def __repr__(self) -> str:
         return (
