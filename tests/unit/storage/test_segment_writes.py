@@ -67,13 +67,19 @@ def test_validation_parses_each_batch_header_once(monkeypatch) -> None:
     from stratalog.records import batch_walk, reader
 
     parsed: list[int] = []
-    real_parse = batch_walk.parse_header
+    real_unpack = batch_walk._unpack_header
+    real_parse = reader.parse_header
+
+    def counting_unpack(buf, position=0):
+        parsed.append(position)
+        return real_unpack(buf, position)
 
     def counting_parse(buf, position=0):
         parsed.append(position)
         return real_parse(buf, position)
 
-    monkeypatch.setattr(batch_walk, "parse_header", counting_parse)
+    # (The walk unpacks a header's fields once and yields them as the header: _unpack_header.)
+    monkeypatch.setattr(batch_walk, "_unpack_header", counting_unpack)
     monkeypatch.setattr(reader, "parse_header", counting_parse)
     batches = b"".join(build_batch([(1_700_000_000_000 + i, None, b"v", ())] * (i + 1))
                        for i in range(3))
