@@ -9,7 +9,9 @@ stratalog.records.message_schema, so a mistake in the schema interpreter shows u
 from __future__ import annotations
 
 import io
+import re
 import struct
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -462,3 +464,11 @@ def test_encoding_refuses_what_does_not_fit():
         encode_value(OffsetCommitValue(1), 5)
     with pytest.raises(ValueError, match="partition"):
         encode_key(OffsetCommitKey("g", "t", 2**31))
+
+
+def test_the_python_example_of_docs_groups_md_runs():
+    text = (Path(__file__).resolve().parents[3] / "docs" / "groups.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.DOTALL)
+    assert blocks
+    for block in blocks:
+        exec(compile(block, "docs/groups.md", "exec"), {})
