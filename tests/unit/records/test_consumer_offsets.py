@@ -262,6 +262,46 @@ def test_group_metadata_value_matches_the_oracle_at_every_version(value, version
     assert decode_value(2, data) == (version, as_read_at(value, version))
 
 
+# Golden bytes per version, spaced field by field (written by the oracle above, then pinned).
+GOLDEN_OFFSET_VALUE = OffsetCommitValue(100, "m", 1700000000000, leader_epoch=5,
+                                        expire_timestamp_ms=1700000000001)
+GOLDEN_OFFSET_BYTES = {
+    0: "0000 0000000000000064 0001 6d 0000018bcfe56800",
+    1: "0001 0000000000000064 0001 6d 0000018bcfe56800 0000018bcfe56801",
+    2: "0002 0000000000000064 0001 6d 0000018bcfe56800",
+    3: "0003 0000000000000064 00000005 0001 6d 0000018bcfe56800",
+    4: "0004 0000000000000064 00000005 02 6d 0000018bcfe56800 00",
+}
+GOLDEN_GROUP_VALUE = GroupMetadataValue(
+    "consumer", 7, "range", "m", 1700000000000,
+    (MemberMetadata("m", "c", "h", 45000, b"S", b"A", 300000, "i"),),
+)
+GOLDEN_GROUP_BYTES = {
+    0: "0000 0008 636f6e73756d6572 00000007 0005 72616e6765 0001 6d | 00000001"
+       " 0001 6d 0001 63 0001 68 0000afc8 00000001 53 00000001 41",
+    1: "0001 0008 636f6e73756d6572 00000007 0005 72616e6765 0001 6d | 00000001"
+       " 0001 6d 0001 63 0001 68 000493e0 0000afc8 00000001 53 00000001 41",
+    2: "0002 0008 636f6e73756d6572 00000007 0005 72616e6765 0001 6d 0000018bcfe56800 | 00000001"
+       " 0001 6d 0001 63 0001 68 000493e0 0000afc8 00000001 53 00000001 41",
+    3: "0003 0008 636f6e73756d6572 00000007 0005 72616e6765 0001 6d 0000018bcfe56800 | 00000001"
+       " 0001 6d 0001 69 0001 63 0001 68 000493e0 0000afc8 00000001 53 00000001 41",
+    4: "0004 09 636f6e73756d6572 00000007 06 72616e6765 02 6d 0000018bcfe56800 | 02"
+       " 02 6d 02 69 02 63 02 68 000493e0 0000afc8 02 53 02 41 00 | 00",
+}
+
+
+@pytest.mark.parametrize("version", range(5))
+def test_golden_bytes_per_version(version):
+    offset_bytes = bytes.fromhex(GOLDEN_OFFSET_BYTES[version])
+    assert encode_value(GOLDEN_OFFSET_VALUE, version) == offset_bytes
+    assert offset_bytes == oracle_offset_value(GOLDEN_OFFSET_VALUE, version)
+    assert decode_value(1, offset_bytes) == (version, as_read_at(GOLDEN_OFFSET_VALUE, version))
+    group_bytes = bytes.fromhex(GOLDEN_GROUP_BYTES[version].replace("|", ""))
+    assert encode_value(GOLDEN_GROUP_VALUE, version) == group_bytes
+    assert group_bytes == oracle_group_value(GOLDEN_GROUP_VALUE, version)
+    assert decode_value(2, group_bytes) == (version, as_read_at(GOLDEN_GROUP_VALUE, version))
+
+
 def test_versions_written_are_kafkas():
     # MetadataVersion.offsetCommitValueVersion: 3, or 1 with an explicit expire timestamp.
     plain = encode_value(OffsetCommitValue(5, "m", 10, leader_epoch=2))
