@@ -20,6 +20,17 @@ trailing space included (each example below is one line)::
     producerId: 8 producerEpoch: 2 coordinatorEpoch: 3 currentTxnFirstOffset: OptionalLong.empty
       lastTimestamp: 1700000000001
 
+``--offsets-decoder`` prints the records of a ``__consumer_offsets-N`` segment as Kafka's
+``OffsetsMessageParser`` does (``core/src/main/scala/kafka/tools/DumpLogSegments.scala``): the key
+as ``{"type":"<record type>","data":{...}}``, the value as ``{"version":"<v>","data":{...}}`` (or
+``<DELETE>`` for a tombstone), each the JSON Kafka's generated JsonConverter writes; the
+subscription and assignment of a "consumer" group's members decoded when they parse, kept as
+base64 when not. A record of unknown type prints "Unknown record type <t> at offset <o>,
+skipping."; one that does not parse, "Error at offset <o>, skipping. ..." with the cause, in
+our words after "due to: " (the codec is :mod:`stratalog.records.consumer_offsets`). A record
+without a key (Kafka's tool stops there with an exception) is reported on stderr and the dump
+goes on, exit status 1.
+
 File names print as ``java.io.File`` prints the argument (``Dumping ./a//b.log`` shows
 ``./a/b.log``), so that the header lines match too.
 
@@ -39,6 +50,7 @@ The files are only read (mapped read-only); dumping the files of a running serve
 from __future__ import annotations
 
 import argparse
+import base64
 import mmap
 import os
 import re
@@ -60,10 +72,22 @@ from stratalog.records.batch import (
     increment_sequence,
 )
 from stratalog.records.batch_walk import iter_batch_headers
+from stratalog.records.consumer_offsets import (
+    CONSUMER_PROTOCOL_ASSIGNMENT,
+    CONSUMER_PROTOCOL_SUBSCRIPTION,
+    key_schema,
+    value_schema,
+)
 from stratalog.records.control import ControlRecordType, EndTransactionMarker, decode_control_key
 from stratalog.records.crc import crc32c
 from stratalog.records.entry_field import SanityRule
-from stratalog.records.errors import CorruptSnapshotError, InvalidFileNameError, RecordError
+from stratalog.records.errors import (
+    CorruptMessageError,
+    CorruptSnapshotError,
+    InvalidFileNameError,
+    RecordError,
+    UnknownRecordTypeError,
+)
 from stratalog.records.file_names import (
     INDEX_FILE_SUFFIX,
     LOG_FILE_SUFFIX,
@@ -72,6 +96,7 @@ from stratalog.records.file_names import (
     TXN_INDEX_FILE_SUFFIX,
     offset_from_file_name,
 )
+from stratalog.records.message_schema import MessageSchema, jackson_json
 from stratalog.records.offset_index_file import (
     OFFSET_INDEX_ENTRY,
     OffsetIndexEntry,
@@ -114,6 +139,8 @@ class DumpOptions:
     skip_record_metadata: bool = False
     max_message_size: int = 5 * 1024 * 1024
     max_bytes: int = _INT32_MAX
+    #: Decode keys and values as __consumer_offsets records (implies print_data_log).
+    offsets_decoder: bool = False
 
 
 @dataclass
@@ -264,7 +291,7 @@ def _dump_log(
     path: Path, shown: str, opts: DumpOptions, problems: _Problems, out: TextIO, err: TextIO
 ) -> None:
     print(f"Log starting offset: {_base_offset_of(path)}", file=out)
-    deep = opts.deep_iteration or opts.print_data_log
+    deep = opts.deep_iteration or opts.print_data_log or opts.offsets_decoder
     with _mapped(path) as data:
         end = min(len(data), opts.max_bytes)
         valid_bytes = 0
@@ -329,13 +356,95 @@ def _dump_records(
             prefix = " "
             if header.is_control:
                 parts.append(_control_text(record.key, record.value))
-        if opts.print_data_log and not header.is_control:
+        if opts.offsets_decoder and not header.is_control:
+            key_text, payload_text = _offsets_key_and_payload(record.offset, record.key,
+                                                              record.value)
+            if key_text is None:
+                print(f"{shown}: Failed to decode message at offset {record.offset} using "
+                      "offset topic decoder (message had a missing key)", file=err)
+                problems.failures += 1
+            else:
+                parts.append(f"{prefix}key: {key_text}")
+            if payload_text is not None:
+                parts.append(f" payload: {payload_text}")
+        elif opts.print_data_log and not header.is_control:
             if record.key is not None:
                 parts.append(f"{prefix}key: {_text(record.key)}")
             if record.value is not None:
                 parts.append(f" payload: {_text(record.value)}")
         print("".join(parts), file=out)
     return last_offset
+
+
+_CONSUMER_PROTOCOL = "consumer"  # ConsumerProtocol.PROTOCOL_TYPE
+
+
+def _offsets_key_and_payload(
+    offset: int, key: bytes | None, value: bytes | None
+) -> tuple[str | None, str | None]:
+    """A ``__consumer_offsets`` record's key and payload text, as Kafka's OffsetsMessageParser
+    prints them; ``(None, None)`` for a record without a key."""
+    if key is None:
+        return None, None
+    try:
+        record_type, key_text = _offsets_json(key, "key", None)
+        if value is None:
+            return key_text, "<DELETE>"
+        return key_text, _offsets_json(value, "value", record_type)[1]
+    except UnknownRecordTypeError as exc:
+        return f"Unknown record type {exc.record_type} at offset {offset}, skipping.", None
+    except _OffsetsParseError as exc:
+        return f"Error at offset {offset}, skipping. {exc}", None
+
+
+class _OffsetsParseError(Exception):
+    """A key or value that does not parse, in the words of Kafka's CoordinatorRecordSerde."""
+
+
+def _offsets_json(data: bytes, stage: str, record_type: int | None) -> tuple[int, str]:
+    """``(version, JSON)`` of a key (``record_type`` None: its version is the record type) or of
+    a value of ``record_type``.
+
+    Raises:
+        UnknownRecordTypeError: the key's record type has no schema.
+        _OffsetsParseError: the bytes do not parse.
+    """
+    if len(data) < 2:
+        raise _OffsetsParseError(f"Could not read version from {stage}'s buffer.")
+    version = int.from_bytes(data[:2], "big", signed=True)
+    schema = key_schema(version) if record_type is None else value_schema(record_type)
+    try:
+        values, _ = schema.decode(data, version, 2)
+    except CorruptMessageError as exc:
+        raise _OffsetsParseError(
+            f"Could not read record with version {version} from {stage}'s buffer due to: {exc}."
+        ) from None
+    tree = schema.to_json_tree(values, version)
+    if record_type is None:
+        return version, jackson_json({"type": str(version), "data": tree})
+    if schema.name == "GroupMetadataValue" and tree.get("protocolType") == _CONSUMER_PROTOCOL:
+        # As Kafka's tool: a consumer group's member subscriptions and assignments decoded.
+        for member in tree.get("members") or ():
+            _replace_embedded(member, "subscription", CONSUMER_PROTOCOL_SUBSCRIPTION)
+            _replace_embedded(member, "assignment", CONSUMER_PROTOCOL_ASSIGNMENT)
+    return version, jackson_json({"version": str(version), "data": tree})
+
+
+def _replace_embedded(member: dict, field: str, schema: MessageSchema) -> None:
+    """Replace a member's base64 ``field`` by its consumer protocol JSON when it parses (Kafka
+    swallows the error and keeps the bytes otherwise)."""
+    encoded = member.get(field)
+    if not isinstance(encoded, str):
+        return
+    data = base64.b64decode(encoded)
+    try:
+        if len(data) < 2:
+            return
+        version = int.from_bytes(data[:2], "big", signed=True)
+        values, _ = schema.decode(data, version, 2)
+    except CorruptMessageError:
+        return
+    member[field] = schema.to_json_tree(values, version)
 
 
 def _control_text(key: bytes | None, value: bytes | None) -> str:
@@ -648,6 +757,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="check index entries against the log without printing them")
     parser.add_argument("--index-sanity-check", action="store_true",
                         help="run the index sanity check only")
+    parser.add_argument("--offsets-decoder", action="store_true",
+                        help="decode records as __consumer_offsets keys and values, as Kafka's "
+                        "--offsets-decoder (implies --print-data-log)")
     parser.add_argument("--skip-record-metadata", action="store_true",
                         help="do not print record metadata with --deep-iteration")
     parser.add_argument("--max-message-size", type=int, default=5 * 1024 * 1024,
@@ -668,11 +780,12 @@ def run(args: argparse.Namespace) -> int:
         return 2
     opts = DumpOptions(
         deep_iteration=args.deep_iteration,
-        print_data_log=args.print_data_log,
+        print_data_log=args.print_data_log or args.offsets_decoder,
         verify_index_only=args.verify_index_only,
         index_sanity_check=args.index_sanity_check,
         skip_record_metadata=args.skip_record_metadata,
         max_message_size=args.max_message_size,
         max_bytes=args.max_bytes,
+        offsets_decoder=args.offsets_decoder,
     )
     return dump_files(paths, opts)

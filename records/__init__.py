@@ -21,6 +21,9 @@ and the client share it, as Kafka's broker and clients share ``common.record``.
   names), :mod:`.offset_index_file`, :mod:`.time_index_file`, :mod:`.txn_index_file`,
   :mod:`.producer_snapshot`, :mod:`.offset_checkpoint` and :mod:`.leader_epoch_checkpoint`
   (whose text container is :mod:`.checkpoint_text`).
+* the keys and values of ``__consumer_offsets`` (not re-exported here):
+  :mod:`.consumer_offsets`, on Kafka's message schemas in ``schemas/`` read by
+  :mod:`.message_schema`; :mod:`.group_partition`, a group's partition of that topic.
 * :mod:`.errors`: ``RecordError`` > ``CorruptRecordError``, ``InvalidRecordError`` > ...;
   ``LayoutError`` > ... for the on-disk layouts.
 """

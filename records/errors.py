@@ -12,9 +12,16 @@ usual, not part of these trees.
     RecordError
     ├── CorruptRecordError        bytes do not form a valid batch: CRC mismatch, truncated input,
     │   │                         impossible lengths, bytes left over (Kafka: CorruptRecordException)
-    │   └── DecompressionLimitError  a compressed records region that decompresses to more than
-    │                             the caller's limit (a decompression bomb); decompression stopped
-    │                             at the limit
+    │   ├── DecompressionLimitError  a compressed records region that decompresses to more than
+    │   │                         the caller's limit (a decompression bomb); decompression stopped
+    │   │                         at the limit
+    │   └── CorruptMessageError   a key or value in one of Kafka's message schemas (the records of
+    │       │                     __consumer_offsets) that does not parse: truncated, impossible
+    │       │                     lengths, a null where none is allowed (names message, field,
+    │       │                     position)
+    │       ├── UnsupportedMessageVersionError  a version the message's schema does not have
+    │       └── UnknownRecordTypeError  a __consumer_offsets key whose type (its version prefix)
+    │                             no schema has (Kafka: UnknownRecordTypeException)
     └── InvalidRecordError        well-formed bytes with a value we must refuse: unsupported magic,
         │                         non-zero client base offset, bad record counts (InvalidRecordException)
         ├── UnsupportedCompressionError   codec id 5-7
@@ -38,6 +45,7 @@ from __future__ import annotations
 
 __all__ = [
     "CorruptIndexEntryError",
+    "CorruptMessageError",
     "CorruptOffsetCheckpointError",
     "CorruptRecordError",
     "CorruptSnapshotError",
@@ -48,7 +56,9 @@ __all__ = [
     "LayoutError",
     "RecordError",
     "RecordTooLargeError",
+    "UnknownRecordTypeError",
     "UnsupportedCompressionError",
+    "UnsupportedMessageVersionError",
 ]
 
 
@@ -67,6 +77,36 @@ class DecompressionLimitError(CorruptRecordError):
     block) was ever held. A caller that passed a budget of its own (the server's bound per
     Produce) catches this class to say which limit it was.
     """
+
+
+class CorruptMessageError(CorruptRecordError):
+    """A message of one of Kafka's schemas (a ``__consumer_offsets`` key or value) that does not
+    parse. ``message`` names the schema (``OffsetCommitValue``), ``position`` the byte at fault
+    (``None`` when the fault is not at one byte)."""
+
+    def __init__(self, text: str, *, message: str, position: int | None = None) -> None:
+        super().__init__(text)
+        self.message = message
+        self.position = position
+
+
+class UnsupportedMessageVersionError(CorruptMessageError):
+    """A version the message's schema does not define ("Can't read version 5 of
+    OffsetCommitValue"); ``version`` is the version found."""
+
+    def __init__(self, text: str, *, message: str, version: int) -> None:
+        super().__init__(text, message=message, position=0)
+        self.version = version
+
+
+class UnknownRecordTypeError(CorruptMessageError):
+    """A ``__consumer_offsets`` key whose record type (the key's version prefix) no schema
+    defines; ``record_type`` is the type found. Kafka's loader skips such records
+    (``CoordinatorLoader.UnknownRecordTypeException``)."""
+
+    def __init__(self, text: str, *, record_type: int) -> None:
+        super().__init__(text, message="key", position=0)
+        self.record_type = record_type
 
 
 class InvalidRecordError(RecordError):

@@ -1,0 +1,454 @@
+"""The keys and values of ``__consumer_offsets``, byte for byte as Kafka 3.x/4.x write them.
+
+Every record of the topic is a coordinator record (Kafka's
+``coordinator-common/.../runtime/CoordinatorRecordSerde.java``)::
+
+    key   = record_type: int16 | key message      (the type is the key schema's "version")
+    value = value_version: int16 | value message, or null: a tombstone
+
+The record type picks the key and value schemas (``GroupCoordinatorRecordSerde.java``)::
+
+    0, 1   OffsetCommitKey / OffsetCommitValue      a committed offset of (group, topic, partition)
+    2      GroupMetadataKey / GroupMetadataValue    a classic group: generation, leader, members
+    3-8    ConsumerGroup*Key / *Value               the consumer protocol's groups (KIP-848)
+    9-15   ShareGroup*Key / *Value                  share groups (KIP-932)
+
+A tombstone (null value) deletes the key: an expired or deleted offset (type 1), a deleted group
+(type 2). Compaction keeps the latest record per key, so the topic converges to the live state.
+
+Versions written, as Kafka 3.x/4.x choose them (``GroupCoordinatorRecordHelpers.java`` and
+``MetadataVersion.offsetCommitValueVersion``/``groupMetadataValueVersion`` in
+``server-common/src/main/java/org/apache/kafka/server/common/MetadataVersion.java``):
+OffsetCommitKey as type 1; OffsetCommitValue version 3, or version 1 when the commit carries an
+explicit expire timestamp (OffsetCommit requests v1-v4 could); GroupMetadataKey as type 2;
+GroupMetadataValue version 3. Every version of the schemas is read: OffsetCommitValue 0-4 and
+GroupMetadataValue 0-4 (4 is the first flexible one, with tagged fields; Kafka reads it and does
+not write it yet).
+
+Worked example, group "g", topic "t", partition 0, offset 100, commit time 1700000000000::
+
+    key   00 01 | 00 01 67 | 00 01 74 | 00 00 00 00
+          type 1  "g"        "t"        partition 0
+    value 00 03 | 00 00 00 00 00 00 00 64 | ff ff ff ff | 00 00 | 00 00 01 8b cf e5 68 00
+          v3      offset 100                leaderEpoch -1  ""      commitTimestamp
+
+The field tables are Kafka's own JSON schemas, copied into ``records/schemas/`` and read by
+:mod:`stratalog.records.message_schema`; nothing here spells a field's bytes. The classic
+records become the typed values below; keys of the newer record types decode to
+:class:`OtherRecordKey` (its ``name`` says which, e.g. ``ConsumerGroupMemberMetadataKey``) so that
+a classic-only coordinator can skip them by name, and their values stay bytes unless asked for
+(:func:`decode_value_fields`).
+
+Errors: a key or value that is short, truncated, of an unknown record type or of an unknown
+version raises a :class:`~stratalog.records.errors.CorruptMessageError` (leaf classes
+``UnknownRecordTypeError``, ``UnsupportedMessageVersionError``) naming the message, the field and
+the byte position. Bytes after a message are ignored, as Kafka's readers ignore them.
+
+Sans-IO: bytes in, values out; the schemas are read from the package once, at import.
+Immutable values; safe to share between threads.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import CorruptMessageError, UnknownRecordTypeError
+from .message_schema import MessageSchema
+
+__all__ = [
+    "CONSUMER_PROTOCOL_ASSIGNMENT",
+    "CONSUMER_PROTOCOL_SUBSCRIPTION",
+    "GROUP_METADATA_RECORD_TYPE",
+    "GROUP_METADATA_VALUE_VERSION",
+    "OFFSET_COMMIT_RECORD_TYPE",
+    "OFFSET_COMMIT_VALUE_VERSION",
+    "OFFSET_COMMIT_VALUE_VERSION_WITH_EXPIRY",
+    "CoordinatorRecord",
+    "GroupMetadataKey",
+    "GroupMetadataValue",
+    "MemberMetadata",
+    "OffsetCommitKey",
+    "OffsetCommitValue",
+    "OtherRecordKey",
+    "decode_key",
+    "decode_key_fields",
+    "decode_record",
+    "decode_value",
+    "decode_value_fields",
+    "encode_key",
+    "encode_value",
+    "key_schema",
+    "load_schema",
+    "value_schema",
+]
+
+#: The record type (key version) Kafka writes offset commits with; type 0 is read too.
+OFFSET_COMMIT_RECORD_TYPE = 1
+#: The record type of classic group metadata.
+GROUP_METADATA_RECORD_TYPE = 2
+#: The OffsetCommitValue version Kafka writes (the highest non-flexible one) ...
+OFFSET_COMMIT_VALUE_VERSION = 3
+#: ... and the one it writes when the commit has an explicit expire timestamp (only v1 has it).
+OFFSET_COMMIT_VALUE_VERSION_WITH_EXPIRY = 1
+#: The GroupMetadataValue version Kafka writes (the highest non-flexible one).
+GROUP_METADATA_VALUE_VERSION = 3
+
+_NO_TIMESTAMP = -1  # OffsetCommitRequest.DEFAULT_TIMESTAMP
+_NO_LEADER_EPOCH = -1  # RecordBatch.NO_PARTITION_LEADER_EPOCH
+_TYPE_PREFIX_BYTES = 2
+
+
+def load_schema(name: str) -> MessageSchema:
+    """The schema ``records/schemas/<name>.json``, parsed."""
+    text = importlib.resources.files(__package__).joinpath("schemas", f"{name}.json").read_text(
+        encoding="utf-8"
+    )
+    return MessageSchema.from_json(text)
+
+
+# record type -> the stem of its Key and Value schema names (GroupCoordinatorRecordSerde).
+_RECORD_TYPE_NAMES = {
+    0: "OffsetCommit",
+    1: "OffsetCommit",
+    2: "GroupMetadata",
+    3: "ConsumerGroupMetadata",
+    4: "ConsumerGroupPartitionMetadata",
+    5: "ConsumerGroupMemberMetadata",
+    6: "ConsumerGroupTargetAssignmentMetadata",
+    7: "ConsumerGroupTargetAssignmentMember",
+    8: "ConsumerGroupCurrentMemberAssignment",
+    9: "ShareGroupPartitionMetadata",
+    10: "ShareGroupMemberMetadata",
+    11: "ShareGroupMetadata",
+    12: "ShareGroupTargetAssignmentMetadata",
+    13: "ShareGroupTargetAssignmentMember",
+    14: "ShareGroupCurrentMemberAssignment",
+    15: "ShareGroupStatePartitionMetadata",
+}
+_KEY_SCHEMAS = {t: load_schema(f"{n}Key") for t, n in _RECORD_TYPE_NAMES.items()}
+_VALUE_SCHEMAS = {t: load_schema(f"{n}Value") for t, n in _RECORD_TYPE_NAMES.items()}
+
+#: The consumer protocol's subscription and assignment (the ``subscription`` and ``assignment``
+#: bytes of a "consumer" group's members are these, each prefixed by its int16 version).
+CONSUMER_PROTOCOL_SUBSCRIPTION = load_schema("ConsumerProtocolSubscription")
+CONSUMER_PROTOCOL_ASSIGNMENT = load_schema("ConsumerProtocolAssignment")
+
+
+def key_schema(record_type: int) -> MessageSchema:
+    """The key schema of ``record_type``. Raises :class:`UnknownRecordTypeError`."""
+    schema = _KEY_SCHEMAS.get(record_type)
+    if schema is None:
+        raise UnknownRecordTypeError(
+            f"unknown __consumer_offsets record type {record_type}", record_type=record_type
+        )
+    return schema
+
+
+def value_schema(record_type: int) -> MessageSchema:
+    """The value schema of ``record_type``. Raises :class:`UnknownRecordTypeError`."""
+    key_schema(record_type)
+    return _VALUE_SCHEMAS[record_type]
+
+
+# --- the typed values of the classic records ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OffsetCommitKey:
+    """The key of a committed offset: which group, topic and partition (record type 0 or 1)."""
+
+    group: str
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True)
+class OffsetCommitValue:
+    """A committed offset.
+
+    ``offset`` is the next offset to consume; ``leader_epoch`` the epoch of the last consumed
+    record (-1: unknown; versions 3+); ``commit_timestamp_ms`` when the coordinator accepted the
+    commit; ``expire_timestamp_ms`` only in version 1 (-1: none, the group's retention applies).
+    """
+
+    offset: int
+    metadata: str = ""
+    commit_timestamp_ms: int = _NO_TIMESTAMP
+    leader_epoch: int = _NO_LEADER_EPOCH
+    expire_timestamp_ms: int = _NO_TIMESTAMP
+
+
+@dataclass(frozen=True)
+class GroupMetadataKey:
+    """The key of a classic group's metadata (record type 2)."""
+
+    group: str
+
+
+@dataclass(frozen=True)
+class MemberMetadata:
+    """A member of a classic group as the coordinator stored it at the last rebalance.
+
+    ``subscription`` is the member's metadata for the chosen protocol, ``assignment`` what the
+    leader assigned it; for protocol type "consumer" both are the consumer protocol's bytes
+    (:data:`CONSUMER_PROTOCOL_SUBSCRIPTION`, :data:`CONSUMER_PROTOCOL_ASSIGNMENT`), opaque here.
+    ``group_instance_id`` (static membership) exists from version 3, ``rebalance_timeout_ms``
+    from version 1 (-1 before).
+    """
+
+    member_id: str
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    subscription: bytes
+    assignment: bytes
+    rebalance_timeout_ms: int = -1
+    group_instance_id: str | None = None
+
+
+@dataclass(frozen=True)
+class GroupMetadataValue:
+    """A classic group: its protocol type (``""`` when empty), generation, chosen protocol and
+    leader (``None`` when empty), when it entered its current state (-1 before version 2), and its
+    members."""
+
+    protocol_type: str
+    generation: int
+    protocol: str | None
+    leader: str | None
+    current_state_timestamp_ms: int = -1
+    members: tuple[MemberMetadata, ...] = ()
+
+
+@dataclass(frozen=True)
+class OtherRecordKey:
+    """The key of a record type a classic coordinator does not use (3-15): its ``name``
+    (``ConsumerGroupMetadataKey``, ...) and the group (and member) it belongs to."""
+
+    record_type: int
+    name: str
+    group_id: str
+    member_id: str | None = None
+
+
+@dataclass(frozen=True)
+class CoordinatorRecord:
+    """One decoded ``__consumer_offsets`` record.
+
+    ``value`` is ``None`` for a tombstone; for record types 3-15 it is the undecoded value bytes
+    (see :func:`decode_value_fields`); ``value_version`` is the value's version (``None`` for a
+    tombstone).
+    """
+
+    record_type: int
+    key: OffsetCommitKey | GroupMetadataKey | OtherRecordKey
+    value: OffsetCommitValue | GroupMetadataValue | bytes | None
+    value_version: int | None = field(default=None)
+
+    @property
+    def is_tombstone(self) -> bool:
+        return self.value is None
+
+
+# Dataclass field -> schema field (camelCase), per typed value; the schema decides the bytes.
+_OFFSET_COMMIT_VALUE_FIELDS = {
+    "offset": "offset",
+    "leader_epoch": "leaderEpoch",
+    "metadata": "metadata",
+    "commit_timestamp_ms": "commitTimestamp",
+    "expire_timestamp_ms": "expireTimestamp",
+}
+_MEMBER_FIELDS = {
+    "member_id": "memberId",
+    "group_instance_id": "groupInstanceId",
+    "client_id": "clientId",
+    "client_host": "clientHost",
+    "rebalance_timeout_ms": "rebalanceTimeout",
+    "session_timeout_ms": "sessionTimeout",
+    "subscription": "subscription",
+    "assignment": "assignment",
+}
+_GROUP_FIELDS = {
+    "protocol_type": "protocolType",
+    "generation": "generation",
+    "protocol": "protocol",
+    "leader": "leader",
+    "current_state_timestamp_ms": "currentStateTimestamp",
+}
+
+
+def _to_schema(obj: object, names: Mapping[str, str]) -> dict[str, Any]:
+    return {schema_name: getattr(obj, attr) for attr, schema_name in names.items()}
+
+
+def _from_schema(values: Mapping[str, Any], names: Mapping[str, str]) -> dict[str, Any]:
+    # A field the version lacks is absent from values: the dataclass default applies.
+    return {attr: values[name] for attr, name in names.items() if name in values}
+
+
+# --- encoding ----------------------------------------------------------------------------------
+
+
+def encode_key(key: OffsetCommitKey | GroupMetadataKey) -> bytes:
+    """The key bytes Kafka writes for ``key``: record type 1 or 2, then the key message."""
+    if isinstance(key, OffsetCommitKey):
+        record_type = OFFSET_COMMIT_RECORD_TYPE
+        values: dict[str, Any] = {
+            "group": key.group, "topic": key.topic, "partition": key.partition
+        }
+    elif isinstance(key, GroupMetadataKey):
+        record_type = GROUP_METADATA_RECORD_TYPE
+        values = {"group": key.group}
+    else:
+        raise TypeError(f"not a classic __consumer_offsets key: {key!r}")
+    schema = _KEY_SCHEMAS[record_type]
+    return record_type.to_bytes(2, "big", signed=True) + schema.encode(values, record_type)
+
+
+def encode_value(
+    value: OffsetCommitValue | GroupMetadataValue | None, version: int | None = None
+) -> bytes | None:
+    """The value bytes for ``value``: its version (int16), then the message; ``None`` (a
+    tombstone) for ``None``.
+
+    ``version`` defaults to the one Kafka writes (module docstring); any version of the schema
+    may be asked for (tests, and a coordinator that must write what older readers read). Fields
+    the version lacks are dropped (they are ``ignorable`` in Kafka's schemas).
+
+    Raises:
+        ValueError: ``version`` is not a version of the value's schema, or a field does not fit
+            (a string over 32767 bytes of UTF-8, an int out of range).
+    """
+    if value is None:
+        return None
+    if isinstance(value, OffsetCommitValue):
+        schema = _VALUE_SCHEMAS[OFFSET_COMMIT_RECORD_TYPE]
+        if version is None:
+            version = (
+                OFFSET_COMMIT_VALUE_VERSION_WITH_EXPIRY
+                if value.expire_timestamp_ms != _NO_TIMESTAMP
+                else OFFSET_COMMIT_VALUE_VERSION
+            )
+        values = _to_schema(value, _OFFSET_COMMIT_VALUE_FIELDS)
+    elif isinstance(value, GroupMetadataValue):
+        schema = _VALUE_SCHEMAS[GROUP_METADATA_RECORD_TYPE]
+        if version is None:
+            version = GROUP_METADATA_VALUE_VERSION
+        values = _to_schema(value, _GROUP_FIELDS)
+        values["members"] = [_to_schema(m, _MEMBER_FIELDS) for m in value.members]
+    else:
+        raise TypeError(f"not a classic __consumer_offsets value: {value!r}")
+    return version.to_bytes(2, "big", signed=True) + schema.encode(values, version)
+
+
+# --- decoding ----------------------------------------------------------------------------------
+
+
+def _prefix(data: bytes | bytearray | memoryview, what: str) -> int:
+    if len(data) < _TYPE_PREFIX_BYTES:
+        raise CorruptMessageError(
+            f"{what} is {len(data)} bytes: too short for its int16 version at position 0",
+            message=what,
+            position=0,
+        )
+    return int.from_bytes(data[:_TYPE_PREFIX_BYTES], "big", signed=True)
+
+
+def decode_key_fields(data: bytes | bytearray | memoryview) -> tuple[int, dict[str, Any]]:
+    """The record type of a key and its fields as the key schema names them.
+
+    Raises:
+        UnknownRecordTypeError: no schema has the key's type.
+        CorruptMessageError: the key is shorter than its type, or its message is truncated.
+    """
+    record_type = _prefix(data, "key")
+    schema = key_schema(record_type)
+    # Every key schema has exactly the record type as its one valid version.
+    values, _ = schema.decode(data, record_type, _TYPE_PREFIX_BYTES)
+    return record_type, values
+
+
+def decode_value_fields(
+    record_type: int, data: bytes | bytearray | memoryview
+) -> tuple[int, dict[str, Any]]:
+    """A value's version and its fields as the value schema of ``record_type`` names them.
+
+    Raises:
+        UnknownRecordTypeError: no schema has ``record_type``.
+        UnsupportedMessageVersionError: the value's version is not one of its schema's.
+        CorruptMessageError: the value is shorter than its version, or its message is truncated.
+    """
+    schema = value_schema(record_type)
+    version = _prefix(data, schema.name)
+    values, _ = schema.decode(data, version, _TYPE_PREFIX_BYTES)
+    return version, values
+
+
+def decode_key(
+    data: bytes | bytearray | memoryview,
+) -> OffsetCommitKey | GroupMetadataKey | OtherRecordKey:
+    """The typed key (raises as :func:`decode_key_fields`)."""
+    record_type, values = decode_key_fields(data)
+    return _typed_key(record_type, values)
+
+
+def _typed_key(
+    record_type: int, values: Mapping[str, Any]
+) -> OffsetCommitKey | GroupMetadataKey | OtherRecordKey:
+    if record_type in (0, 1):
+        return OffsetCommitKey(values["group"], values["topic"], values["partition"])
+    if record_type == GROUP_METADATA_RECORD_TYPE:
+        return GroupMetadataKey(values["group"])
+    return OtherRecordKey(
+        record_type, _KEY_SCHEMAS[record_type].name, values["groupId"], values.get("memberId")
+    )
+
+
+def decode_value(
+    record_type: int, data: bytes | bytearray | memoryview | None
+) -> tuple[int | None, OffsetCommitValue | GroupMetadataValue | None]:
+    """``(version, typed value)`` of a classic record's value; ``(None, None)`` for a tombstone.
+
+    Raises as :func:`decode_value_fields`; ``ValueError`` for a record type other than 0-2
+    (a programmer error: their values are not typed here).
+    """
+    if record_type not in (0, 1, GROUP_METADATA_RECORD_TYPE):
+        raise ValueError(f"record type {record_type} has no typed value (use decode_value_fields)")
+    if data is None:
+        return None, None
+    version, values = decode_value_fields(record_type, data)
+    if record_type == GROUP_METADATA_RECORD_TYPE:
+        members = tuple(
+            MemberMetadata(**_from_schema(m, _MEMBER_FIELDS)) for m in values["members"]
+        )
+        return version, GroupMetadataValue(**_from_schema(values, _GROUP_FIELDS), members=members)
+    return version, OffsetCommitValue(**_from_schema(values, _OFFSET_COMMIT_VALUE_FIELDS))
+
+
+def decode_record(
+    key: bytes | bytearray | memoryview | None, value: bytes | bytearray | memoryview | None
+) -> CoordinatorRecord:
+    """One record of ``__consumer_offsets`` from its key and value bytes (value ``None``: a
+    tombstone).
+
+    Raises:
+        CorruptMessageError: the key is missing or does not parse, or the value does not parse
+            (leaf classes as in :func:`decode_key_fields` and :func:`decode_value_fields`).
+    """
+    if key is None:
+        raise CorruptMessageError(
+            "a __consumer_offsets record must have a key", message="key", position=None
+        )
+    record_type, key_values = decode_key_fields(key)
+    typed_key = _typed_key(record_type, key_values)
+    if record_type not in (0, 1, GROUP_METADATA_RECORD_TYPE):
+        if value is None:
+            return CoordinatorRecord(record_type, typed_key, None)
+        return CoordinatorRecord(
+            record_type, typed_key, bytes(value), _prefix(value, _VALUE_SCHEMAS[record_type].name)
+        )
+    version, typed_value = decode_value(record_type, value)
+    return CoordinatorRecord(record_type, typed_key, typed_value, version)
