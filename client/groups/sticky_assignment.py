@@ -28,7 +28,7 @@ It runs in three passes, each named after what it guarantees:
    partition, the one that owned it wins; then the lower member id. The result depends on the
    input only, never on the order members are listed in.
 
-Runtime: ``O(P * N)`` for identical subscriptions; the general balancing makes at most
+Runtime: ``O((P + N) log N)`` for identical subscriptions; the general balancing makes at most
 ``P * P / 2`` moves (each lowers the sum of squared member counts by at least 2), each found in
 ``O(N * N + P)``, and in practice a few.
 
@@ -37,6 +37,7 @@ Pure function of its input; safe from any task or thread.
 
 from __future__ import annotations
 
+import heapq
 import logging
 from collections.abc import Mapping, Sequence
 
@@ -144,20 +145,32 @@ def _constrained(
         assignment[member_id] = keep
     kept = {tp for parts in assignment.values() for tp in parts}
     previous = _previous_owners(owned)
+
+    def has_room(member_id: str) -> bool:
+        # Below the minimum, or at it while extra slots are left. Fewest first means every
+        # member reaches min_quota before any takes an extra slot, and the counts add up to P
+        # exactly, so some member always has room while a partition is left.
+        held = len(assignment[member_id])
+        return held < min_quota or (held == min_quota and over < extra)
+
+    # The members with room by (count, member id); entries go stale as counts change and are
+    # dropped when they reach the top (a lazy heap: O((P + N) log N) in all).
+    with_room = [(len(assignment[m]), m) for m in ids if has_room(m)]
+    heapq.heapify(with_room)
     for tp in partitions:
         if tp in kept:
             continue
-        # Room: below the minimum, or at it while extra slots are left. Fewest first means every
-        # member reaches min_quota before any takes an extra slot, and the counts add up to P
-        # exactly, so there is always a member with room.
-        with_room = [
-            m for m in ids
-            if len(assignment[m]) < min_quota or (len(assignment[m]) == min_quota and over < extra)
-        ]
-        member_id = min(with_room, key=lambda m: (len(assignment[m]), m != previous.get(tp), m))
+        while with_room[0][0] != len(assignment[with_room[0][1]]) or not has_room(with_room[0][1]):
+            heapq.heappop(with_room)
+        fewest, member_id = with_room[0]
+        owner = previous.get(tp)
+        if owner is not None and len(assignment[owner]) == fewest and has_room(owner):
+            member_id = owner  # a tie: back to the member that owned it
         if len(assignment[member_id]) == min_quota:
             over += 1
         assignment[member_id].append(tp)
+        if has_room(member_id):
+            heapq.heappush(with_room, (len(assignment[member_id]), member_id))
     return assignment
 
 
@@ -174,13 +187,26 @@ def _general(
     """
     assignment = {member_id: list(owned[member_id]) for member_id in ids}
     previous = _previous_owners(owned)
-    possible = {tp: [m for m in ids if tp.topic in subscribed[m]] for tp in partitions}
-    # Partitions with fewest possible owners first: they have the least choice.
+    # Per topic, its subscribers by (count, member id): a lazy heap whose entries go stale as
+    # counts change and are refreshed when they reach the top.
+    subscribers: dict[str, list[tuple[int, str]]] = {}
+    for member_id in ids:
+        for topic in subscribed[member_id]:
+            subscribers.setdefault(topic, []).append((len(assignment[member_id]), member_id))
+    for heap in subscribers.values():
+        heapq.heapify(heap)
+    # Partitions of topics with fewest subscribers first: they have the least choice.
     for tp in sorted(
-        (tp for tp in partitions if tp not in previous), key=lambda tp: (len(possible[tp]), tp)
+        (tp for tp in partitions if tp not in previous),
+        key=lambda tp: (len(subscribers[tp.topic]), tp),
     ):
-        member_id = min(possible[tp], key=lambda m: (len(assignment[m]), m))
+        heap = subscribers[tp.topic]
+        while heap[0][0] != len(assignment[heap[0][1]]):
+            _, stale = heapq.heappop(heap)
+            heapq.heappush(heap, (len(assignment[stale]), stale))
+        member_id = heap[0][1]
         assignment[member_id].append(tp)
+        heapq.heapreplace(heap, (len(assignment[member_id]), member_id))
     moves_max = len(partitions) * len(partitions) // 2 + 1
     for _ in range(moves_max):
         move = _next_move(ids, assignment, subscribed, previous)

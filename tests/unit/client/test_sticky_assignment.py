@@ -237,3 +237,20 @@ def test_a_member_leaving_moves_only_its_partitions(group, data):
         # Identical subscriptions: nobody loses a partition to make room for the leaver's.
         assert all(new[tp] == old[tp] for tp in old if old[tp] != leaver)
     assert is_balanced(after, [member(m, t) for m, t in rest.items()])
+
+
+def test_large_groups_stay_balanced_and_sticky():
+    # The shape of Kafka's testLargeAssignmentAndGroupWith{Uniform,NonEqual}Subscription, scaled
+    # down (Kafka: 500 topics x 200 partitions, 2000 members) to keep the test quick.
+    partitions_per_topic = {f"t{i:03d}": 50 for i in range(100)}
+    topics = list(partitions_per_topic)
+    for first_topics in (topics, topics[:1]):
+        members = [member("m0000", first_topics)]
+        members += [member(f"m{i:04d}", topics) for i in range(1, 500)]
+        first = assign(partitions_per_topic, members)
+        assert is_balanced(first, members)
+        # A tenth leave; the rest keep every partition they had.
+        rest = [member(m.member_id, m.subscription.topics, first[m.member_id], 1) for m in members[:450]]
+        second = assign(partitions_per_topic, rest)
+        assert is_balanced(second, rest)
+        assert all(set(first[m.member_id]) <= set(second[m.member_id]) for m in rest)
