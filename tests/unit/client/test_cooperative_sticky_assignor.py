@@ -9,8 +9,9 @@ import struct
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from stratalog.client.groups.assignment_change import after_sync
+from stratalog.client.groups.assignment_change import after_sync, before_join
 from stratalog.client.groups.assignor import RebalanceProtocol, check_assignment
 from stratalog.client.groups.consumer_protocol import Assignment, Subscription
 from stratalog.client.groups.cooperative_sticky_assignor import CooperativeStickyAssignor
@@ -147,3 +148,84 @@ def test_membership_changes_settle_in_two_rebalances_and_never_move_what_stays(g
     assert is_balanced(final, members)
     if len(set(joined.values())) == 1:
         assert max(counts(final)) - min(counts(final)) <= 1
+
+
+class CooperativeGroup(RuleBasedStateMachine):
+    """A group under a stream of changes (joins, leaves, resubscriptions, new partitions, a member
+    losing its membership), each followed by rebalances until it settles, as Kafka's consumers run
+    them: before_join, the leader's cooperative-sticky assignment, after_sync, rejoin while any
+    member revoked. :meth:`check` runs after every step."""
+
+    def __init__(self):
+        super().__init__()
+        self.partitions_per_topic = {"a": 3, "b": 2, "c": 0}
+        self.subscriptions: dict[str, tuple[str, ...]] = {}
+        self.owned: dict[str, list[TP]] = {}
+        self.generation = 0
+        self.lost: set[str] = set()
+        self.rounds = 0
+
+    @rule(m=st.sampled_from(["m0", "m1", "m2", "m3", "m4"]),
+          topics=st.lists(st.sampled_from("abc"), min_size=1, max_size=3, unique=True))
+    def join_or_resubscribe(self, m, topics):
+        self.subscriptions[m] = tuple(topics)
+        self.settle()
+
+    @rule(data=st.data())
+    def leave(self, data):
+        if self.subscriptions:
+            m = data.draw(st.sampled_from(sorted(self.subscriptions)))
+            del self.subscriptions[m]
+            self.owned.pop(m, None)
+            self.settle()
+
+    @rule(topic=st.sampled_from("abc"), more=st.integers(1, 3))
+    def add_partitions(self, topic, more):
+        self.partitions_per_topic[topic] += more
+        self.settle()
+
+    @rule(data=st.data())
+    def lose_membership(self, data):
+        if self.subscriptions:
+            self.lost.add(data.draw(st.sampled_from(sorted(self.subscriptions))))
+            self.settle()
+
+    def settle(self):
+        for rounds in range(1, 4):
+            self.generation += 1
+            members = []
+            for m in sorted(self.subscriptions):
+                prep = before_join(self.owned.get(m, []), self.subscriptions[m], COOPERATIVE,
+                                   membership_lost=m in self.lost)
+                assert not (prep.lost and m not in self.lost)
+                self.owned[m] = sorted(prep.owned)
+                # A member whose membership was lost rejoins without a generation.
+                generation = None if m in self.lost else self.generation - 1
+                members.append(member(m, self.subscriptions[m], prep.owned, generation))
+            self.lost.clear()
+            assignment = assign(self.partitions_per_topic, members)
+            rejoin = False
+            for m in sorted(self.subscriptions):
+                change = after_sync(self.owned[m], assignment[m], self.subscriptions[m], COOPERATIVE)
+                assert change.applies
+                self.owned[m] = sorted(change.assigned)
+                rejoin |= change.rejoin_needed
+            if not rejoin:
+                self.rounds = rounds
+                return
+        raise AssertionError("the group did not settle in 3 rebalances")
+
+    @invariant()
+    def check(self):
+        owners = owner_map(self.owned)
+        assert len(owners) == sum(len(p) for p in self.owned.values()), "a partition owned twice"
+        members = [member(m, t) for m, t in self.subscriptions.items()]
+        if self.subscriptions:
+            assert self.rounds <= 2
+            assert set(owners) == every_partition(self.partitions_per_topic, members)
+            assert is_balanced({m: self.owned.get(m, []) for m in self.subscriptions}, members)
+
+
+CooperativeGroup.TestCase.settings = settings(max_examples=60, stateful_step_count=12,
+                                              deadline=None)
+test_cooperative_group = CooperativeGroup.TestCase
