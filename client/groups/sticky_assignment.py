@@ -10,7 +10,7 @@ our own code, the same rules). Two goals, in this order:
    rebalance moves only what it must (a member joining a balanced group of ``N`` takes about
    ``P / (N + 1)`` partitions, all of them from the others' surplus).
 
-It runs in three passes, each named after what it guarantees:
+It runs in two passes, each named after what it guarantees, under one rule for ties:
 
 1. :func:`valid_ownership` -- *each partition has at most one previous owner*: a member's
    claims (``owned_partitions``) count only for existing partitions of topics it still
@@ -24,9 +24,10 @@ It runs in three passes, each named after what it guarantees:
    quota); otherwise :func:`_general` keeps every valid claim, deals the rest out by fewest
    assigned, partitions with fewest possible owners first, and then moves partitions from a
    member to a subscriber holding two or more fewer until no such move is left.
-3. *Ties go back to the previous owner*: wherever two members are equally good for a
-   partition, the one that owned it wins; then the lower member id. The result depends on the
-   input only, never on the order members are listed in.
+
+*Ties go back to the previous owner*: wherever two members are equally good for a partition,
+the one that owned it wins; then the lower member id. The result depends on the input only,
+never on the order members are listed in.
 
 Runtime: ``O((P + N) log N)`` for identical subscriptions; the general balancing makes at most
 ``P * P / 2`` moves (each lowers the sum of squared member counts by at least 2), each found in
