@@ -13,7 +13,7 @@ Invariants (:meth:`ClassicGroup.check` asserts them; the tests call it after eve
 * a pending (KIP-394) member id is not a member; pending-sync ids are members;
 * ``protocol_type`` is set while the group has members, and every member shares it;
 * in CompletingRebalance and Stable the group has members and a chosen protocol every member
-  supports; in Empty it has none; in Stable no member has a parked JoinGroup.
+  supports; in Empty it has none.
 
 Crash behaviour: all of this is memory. What survives is the last :class:`GroupMetadataRecord`
 written for the group (:meth:`to_record`), from which :meth:`from_record` rebuilds an Empty or
@@ -417,6 +417,3 @@ class ClassicGroup:
                 assert self.protocol_name in member.protocol_names
         if self.state is GroupState.EMPTY:
             assert not self.members
-        if self.state is GroupState.STABLE:
-            for member in self.members.values():
-                assert not member.is_awaiting_join

@@ -135,8 +135,8 @@ class GroupHarness:
         return response.member_id, self.join(group_id, response.member_id, **kwargs)
 
     def sync(
-        self, member_id: str, generation: int, group_id: str = "g",
-        assignments: dict[str, bytes] | None = None, instance_id: str | None = None,
+        self, member_id: str, generation: int, assignments: dict[str, bytes] | None = None,
+        *, group_id: str = "g", instance_id: str | None = None,
     ) -> int:
         token = self.token()
         self.run(self.coordinator.sync_group(
@@ -196,9 +196,9 @@ class GroupHarness:
         sync_tokens = {}
         for member_id in members:
             if member_id != leader:
-                sync_tokens[member_id] = self.sync(member_id, generation, group_id)
+                sync_tokens[member_id] = self.sync(member_id, generation, group_id=group_id)
         sync_tokens[leader] = self.sync(
-            leader, generation, group_id, {m: f"a-{m}".encode() for m in members}
+            leader, generation, {m: f"a-{m}".encode() for m in members}, group_id=group_id
         )
         for member_id, token in sync_tokens.items():
             response = self.answer(token)
