@@ -86,6 +86,20 @@ class GroupHarness:
             else:
                 self.run(self.coordinator.append_failed(append.append_id, error, self.now_ms))
 
+    def end_transaction(self, producer_id: int, committed: bool) -> None:
+        """The transaction's COMMIT or ABORT marker is written to the partition."""
+        self.log.append((len(self.log), ("marker", committed), producer_id))
+        self.coordinator.replay_end_transaction(producer_id, committed)
+        self.coordinator.check()
+
+    def replay_into(self, coordinator: GroupCoordinator) -> None:
+        """Load ``coordinator`` from this harness's partition, records and markers in order."""
+        for offset, record, producer_id in self.log:
+            if isinstance(record, tuple):
+                coordinator.replay_end_transaction(producer_id, record[1])
+            else:
+                coordinator.replay(offset, record, producer_id, self.now_ms)
+
     def advance(self, ms: int) -> None:
         self.now_ms += ms
         self.run(self.coordinator.poll(self.now_ms))
