@@ -132,6 +132,17 @@ class GroupModel(RuleBasedStateMachine):
             self.processes[i] = Process(process.instance_id)
             self._learn()
 
+    @rule(count=st.integers(2, PROCESSES))
+    def cooperative_round(self, count: int) -> None:
+        """``count`` processes do what well-behaved clients do: join (twice for a new dynamic
+        member), wait out the initial delay, sync; so Stable groups of several members occur."""
+        for _ in range(2):
+            for i in range(count):
+                self.join(i)
+        self.advance(500)
+        for i in range(count):
+            self.sync(i)
+
     @rule(ms=st.sampled_from([0, 500, 3_000, 6_000, 11_000, 61_000]))
     def advance(self, ms: int) -> None:
         self.harness.advance_to_deadlines(self.harness.now_ms + ms)
