@@ -213,14 +213,20 @@ class GroupCoordinator:
     def append_completed(self, append_id: int, first_offset: int, now_ms: int) -> Output:
         """The caller wrote append ``append_id``; its first record is at ``first_offset``."""
         self._begin(now_ms)
-        pending = self._appends.pop(append_id)
+        pending = self._appends.pop(append_id, None)
+        if pending is None:
+            assert self.closed, f"append {append_id} was never issued"
+            return self._end()  # a write that completed after unload(): already answered
         pending.on_written(first_offset)
         return self._end()
 
     def append_failed(self, append_id: int, error: GroupError, now_ms: int) -> Output:
         """The caller could not write append ``append_id`` (``error`` is what to answer)."""
         self._begin(now_ms)
-        pending = self._appends.pop(append_id)
+        pending = self._appends.pop(append_id, None)
+        if pending is None:
+            assert self.closed, f"append {append_id} was never issued"
+            return self._end()
         logger.warning("write %d to __consumer_offsets failed: %s", append_id, error)
         pending.on_failed(error)
         return self._end()
@@ -230,8 +236,13 @@ class GroupCoordinator:
     def replay(
         self, record_offset: int, record: GroupRecord, producer_id: int = -1, now_ms: int = 0
     ) -> None:
-        """Apply one record of the partition (loading), as it was written at ``record_offset``."""
-        self._now_ms = now_ms
+        """Apply one record of the partition (loading), as it was written at ``record_offset``.
+
+        Records must come in partition order; a record the caller could not decode is skipped
+        by the caller (with a log line naming its offset), not passed here.
+        """
+        assert self.loading, "replay() rebuilds a loading coordinator; live writes apply themselves"
+        self._now_ms = max(self._now_ms, now_ms)
         if isinstance(record, OffsetCommitRecord):
             self._apply_offset_commit(record_offset, record, producer_id)
         elif isinstance(record, OffsetCommitTombstone):
@@ -270,6 +281,8 @@ class GroupCoordinator:
         for pending in list(self._appends.values()):
             pending.on_failed(error)
         self._appends.clear()
+        # Whatever those failures would write next is not ours to write any more.
+        self._out.appends.clear()
         self.groups.clear()
         self.offsets = OffsetStore()
         self._timers.clear()
@@ -877,6 +890,7 @@ class GroupCoordinator:
         self, request: TxnOffsetCommitRequest, reply_to: Hashable, now_ms: int
     ) -> Output:
         """TxnOffsetCommit: written in the producer's transaction; visible after its COMMIT."""
+        assert request.producer_id >= 0, "a transactional commit needs the producer's id"
         self._begin(now_ms)
         error = self._unavailable() or self._invalid_group_id(request.group_id)
         group = self.groups.get(request.group_id)
@@ -990,7 +1004,8 @@ class GroupCoordinator:
                 else:
                     all_expired = False
             if all_expired and not self.offsets.has_open_transactions(group_id) and \
-                    group.is_in(GroupState.EMPTY) and not group.members:
+                    group.is_in(GroupState.EMPTY) and not group.members and \
+                    not group.pending_join_members:
                 records.append(GroupMetadataTombstone(group_id))
                 deleted_groups.append(group_id)
         if not records:
@@ -1006,6 +1021,7 @@ class GroupCoordinator:
                 group = self.groups.get(group_id)
                 # Only if nothing came back meanwhile (a member, a commit).
                 if group is not None and group.is_in(GroupState.EMPTY) and not group.members \
+                        and not group.pending_join_members \
                         and not self.offsets.group_offsets(group_id) \
                         and not self.offsets.has_open_transactions(group_id):
                     group.transition_to(GroupState.DEAD, self._now_ms)

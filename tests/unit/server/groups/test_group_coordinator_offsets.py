@@ -370,3 +370,21 @@ def test_commit_errors_name_each_partition(harness):
         ("t", 0), ("u", 3)
     ]
     assert all(isinstance(p, PartitionError) for p in harness.answer(token).partitions)
+
+
+def test_a_write_reported_after_unload_is_ignored(harness):
+    harness.hold_writes = True
+    token = harness.commit({("t", 0): 1})
+    harness.run(harness.coordinator.unload(harness.now_ms))
+    assert [type(e) for e in _errors(harness, token)] == [NotCoordinatorError]
+    harness.release()  # the write completes after all: nothing is answered twice
+    assert harness.coordinator.groups == {}
+
+
+def test_expiry_keeps_a_group_whose_first_member_is_on_its_way(make_harness):
+    harness = make_harness(GroupConfig(offsets_retention_check_interval_ms=1_000,
+                                       min_session_timeout_ms=1_000))
+    member_id = harness.answer(harness.join(session_ms=5_000)).member_id  # MEMBER_ID_REQUIRED
+    harness.advance_to_deadlines(harness.now_ms + 4_000)  # expiry passes run meanwhile
+    assert "g" in harness.coordinator.groups
+    assert harness.answer(harness.join(member_id=member_id, session_ms=5_000)) is None  # joined
