@@ -25,6 +25,7 @@ from stratalog.server.groups import (
     JoinGroupResponse,
     LeavingMember,
     MemberIdRequiredError,
+    UnknownServerError,
 )
 
 PROCESSES = 5
@@ -55,6 +56,7 @@ class GroupModel(RuleBasedStateMachine):
         self.processes = [Process(STATIC.get(i)) for i in range(PROCESSES)]
         self.generation_seen = 0
         self.acknowledged: dict[tuple[str, int], int] = {}
+        self.commits: dict[int, tuple[tuple[str, int], int]] = {}  # token -> (partition, offset)
         self.next_offset = 0
 
     # -- what the clients learn ----------------------------------------------------------------
@@ -75,6 +77,14 @@ class GroupModel(RuleBasedStateMachine):
                         process.member_id, process.generation = "", -1
             if process.sync_token is not None and self.harness.answer(process.sync_token):
                 process.sync_token = None
+        for token, (tp, offset) in list(self.commits.items()):
+            response = self.harness.answer(token)
+            if response is not None:
+                del self.commits[token]
+                [result] = response.partitions
+                # Acknowledged commits of one partition come in the order they were written.
+                if result.error is None and offset > self.acknowledged.get(tp, -1):
+                    self.acknowledged[tp] = offset
 
     # -- rules ---------------------------------------------------------------------------------
 
@@ -119,9 +129,7 @@ class GroupModel(RuleBasedStateMachine):
         token = self.harness.commit({tp: self.next_offset}, member_id=process.member_id,
                                     generation=process.generation,
                                     instance_id=process.instance_id)
-        [result] = self.harness.answer(token).partitions
-        if result.error is None:
-            self.acknowledged[tp] = self.next_offset
+        self.commits[token] = (tp, self.next_offset)
         self._learn()
 
     @rule(i=st.integers(0, PROCESSES - 1))
@@ -142,6 +150,17 @@ class GroupModel(RuleBasedStateMachine):
         self.advance(500)
         for i in range(count):
             self.sync(i)
+
+    @rule()
+    def hold_writes(self) -> None:
+        """Writes to __consumer_offsets stay in flight until released."""
+        self.harness.hold_writes = True
+
+    @rule(fail=st.booleans())
+    def release_writes(self, fail: bool) -> None:
+        self.harness.hold_writes = False
+        self.harness.release(UnknownServerError("injected") if fail else None)
+        self._learn()
 
     @rule(ms=st.sampled_from([0, 500, 3_000, 6_000, 11_000, 61_000]))
     def advance(self, ms: int) -> None:
