@@ -10,7 +10,10 @@ docs/groups.md, "The group coordinator")::
     # out.appends: records to write, then append_completed / append_failed
     # out.replies: responses to send; out.next_deadline_ms: when to poll(now_ms) again
 
-* :mod:`.group_coordinator`: the requests, the rebalance and session timers, writes and load.
+* :mod:`.group_coordinator`: one partition's coordinator: routes requests, loads, unloads.
+* :mod:`.classic_group_manager`: JoinGroup, SyncGroup, Heartbeat, LeaveGroup and their timers.
+* :mod:`.offset_manager`: OffsetCommit, TxnOffsetCommit, OffsetFetch, offset expiry.
+* :mod:`.coordinator_effects`: the replies, writes and timers one call produces.
 * :mod:`.classic_group`: one group (members, generation, protocol, leader, state).
 * :mod:`.group_member`: one member. :mod:`.group_state`: the states and their transitions.
 * :mod:`.offset_store`: committed and pending transactional offsets.

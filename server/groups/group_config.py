@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .group_errors import GroupError, InvalidGroupIdError
+
 __all__ = ["GroupConfig"]
 
 
@@ -43,3 +45,12 @@ class GroupConfig:
         assert self.initial_rebalance_delay_ms >= 0, self
         assert 0 < self.min_session_timeout_ms <= self.max_session_timeout_ms, self
         assert self.offsets_retention_ms > 0 and self.offsets_retention_check_interval_ms > 0, self
+
+    def group_id_error(self, group_id: str) -> GroupError | None:
+        """INVALID_GROUP_ID for an empty group id or one over ``group_id_max_length``, else None."""
+        if not group_id or len(group_id) > self.group_id_max_length:
+            return InvalidGroupIdError(
+                f"group id of {len(group_id)} characters: it must have 1 to "
+                f"{self.group_id_max_length}"
+            )
+        return None

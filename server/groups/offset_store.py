@@ -142,6 +142,12 @@ class OffsetStore:
         """The partitions a deletion of the group must write tombstones for (committed or pending)."""
         return set(self.committed.get(group_id, {})) | self.pending_partitions(group_id)
 
+    def clear(self) -> None:
+        """Forget every offset (the coordinator was unloaded)."""
+        self.committed.clear()
+        self.pending.clear()
+        self.open_transactions.clear()
+
     def check(self) -> None:
         """Assert the invariants of the module docstring (for tests)."""
         for by_partition in self.committed.values():
