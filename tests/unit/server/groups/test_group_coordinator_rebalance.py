@@ -460,3 +460,35 @@ def test_group_max_size_refuses_members_beyond_it(make_harness):
     refused = harness.answer(harness.join())  # while CompletingRebalance
     assert isinstance(refused.error, GroupMaxSizeReachedError)
     assert len(harness.group().members) == 2
+
+
+def test_a_leader_that_never_syncs_is_removed_and_parked_followers_rejoin(harness):
+    (a, _), (b, _) = harness.join_new(), harness.join_new()
+    harness.advance(0)
+    assert harness.group().leader_id == a
+    parked = harness.sync(b, 1)
+    for _ in range(REBALANCE_MS // 5_000):
+        assert harness.answer(parked) is None
+        # Both keep their sessions (heartbeats are fine while CompletingRebalance); the leader
+        # never sends its SyncGroup.
+        assert harness.heartbeat(a, 1) is None and harness.heartbeat(b, 1) is None
+        harness.advance(5_000)
+    assert isinstance(harness.answer(parked).error, RebalanceInProgressError)
+    group = harness.group()
+    assert set(group.members) == {b} and group.leader_id == b
+    assert group.state is GroupState.PREPARING_REBALANCE
+
+
+def test_describe_hides_metadata_and_assignments_while_rebalancing(harness):
+    from stratalog.server.groups import DescribeGroupsRequest
+
+    (a, b), _ = harness.form_group(2)
+    harness.join(member_id=a)
+    token = harness.token()
+    harness.run(harness.coordinator.describe_groups(DescribeGroupsRequest(("g",)), token,
+                                                    harness.now_ms))
+    [group] = harness.answer(token).groups
+    assert (group.state, group.protocol_name) == ("PreparingRebalance", "")
+    assert [(m.member_id, m.metadata, m.assignment) for m in group.members] == [
+        (a, b"", b""), (b, b"", b"")
+    ]
