@@ -9,27 +9,10 @@ decoded fetches, topic descriptions) in :mod:`stratalog.server.translation`; whe
 work runs in :mod:`stratalog.server.append_placement`; errors become statuses in
 :mod:`stratalog.server.status`, the one place that decides them, through :func:`_rpc`.
 
-What this module adds is the part only an asyncio server has: coordination between requests on
-the event loop. One :class:`PartitionGate` per partition holds
-
-* the *append lock*: appends (and DeleteRecords) to one partition are serialised with an
-  ``asyncio.Lock``, held until the append is done wherever it runs. The placement says whether
-  an append is tried inline; an inline one goes through
-  ``PartitionLog.try_append_without_blocking``, and what storage gives back undone (a roll, an
-  fsync for ``flush.messages``, the log's lock held by maintenance) is finished in the thread
-  pool, so the loop never waits on the file system (docs/server.md, "Where appends run"). An
-  fsync asked for by ``flush = true`` runs in the thread pool after the lock is released, so it
-  never stalls the loop or the next append. Reads never take the lock (PartitionLog reads see
-  only whole published batches);
-* the *append signal*: an ``asyncio.Event`` set and replaced after every append, and after
-  every transaction marker the coordinator writes (:meth:`BrokerService.wake_readers`, which
-  the server calls on the loop after a marker write in a pool thread: a marker moves the last
-  stable offset, which READ_COMMITTED readers wait for). A long poll or a Subscribe stream that
-  found nothing to read waits on the event it took *before* reading, so an append or marker
-  between its read and its wait is never missed; nothing polls;
-* the partition's *transaction verifier*: the coordinator's check that a transactional batch
-  belongs to an Ongoing transaction holding the partition, bound once per partition and handed
-  to every append (the log runs it, for transactional batches only, under its lock).
+How a partition is served (leader and epoch checks, the append lock, where an append runs,
+transaction verification, the acks=all wait, the long poll's wait and its wake-ups) is the
+partition-serving layer's, :class:`stratalog.server.broker.ReplicaManager`: each RPC here makes
+one call to it (docs/server.md, "The layers").
 
 Request limits come from :class:`~stratalog.server.settings.Settings` (``max_bytes`` defaults and
 caps, the long-poll cap, the Subscribe buffer). Subscribe streams and long polls that wait are
@@ -46,11 +29,10 @@ RESOURCE_EXHAUSTED.
 Session streams (server/session.py) carry Produce, fetch and ListOffsets requests by id, each
 served by this servicer's method of that RPC, as a unary call is.
 
-Concurrency: event-loop only. Blocking storage calls (fsync, large reads, topic admin, appends
-as above), the coordinator's requests (they fsync its state log and write markers) and the
-encoding of large records-form Produce requests go to the executor given at construction; topic
-admin calls are serialised by one asyncio lock so that the LogManager sees one admin operation
-at a time.
+Concurrency: event-loop only. The coordinator's requests (they fsync its state log and write
+markers), the encoding of large records-form Produce requests and the reads of topic
+descriptions go to the executor given at construction; topic admin calls go through the
+serving layer's admin lock, so that the LogManager sees one admin operation at a time.
 """
 
 from __future__ import annotations
@@ -68,7 +50,8 @@ import grpc
 import grpc.aio
 
 from stratalog.server import status
-from stratalog.server.append_placement import AppendPlacement, holds_compressed_batches
+from stratalog.server.append_placement import holds_compressed_batches
+from stratalog.server.broker import ReplicaManager
 from stratalog.server.byte_budget import ByteBudget
 from stratalog.server.client_limits import (
     ClientLimitExceededError,
@@ -103,12 +86,10 @@ from stratalog.server.storage.clock import wall_clock_ms
 from stratalog.server.storage.config import LogConfig
 from stratalog.server.storage.errors import (
     InvalidTopicError,
-    LogClosedError,
-    OffsetOutOfRangeError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
-from stratalog.server.storage.partition_log import LEADER_EPOCH, AppendInfo, IsolationLevel
+from stratalog.server.storage.partition_log import IsolationLevel
 from stratalog.server.subscribe_budget import Lease, SubscribeBudget
 from stratalog.server.subscribe_messages import Built, SharedMessages
 from stratalog.server.topic_name_memo import ValidTopicNames
@@ -126,22 +107,16 @@ from stratalog.server.translation import (
 from stratalog.v1 import broker_pb2, broker_pb2_grpc
 
 if TYPE_CHECKING:
-    from stratalog.server.cluster.node import ClusterNode
-    from stratalog.server.cluster.partition import Partition
-    from stratalog.server.cluster.replica_manager import ReplicaManager
+    from stratalog.server.broker import Partition
     from stratalog.server.cluster.topic_admin import TopicAdmin
     from stratalog.server.metrics import ServerMetrics
     from stratalog.server.security.authorizer import Authorizer
     from stratalog.server.settings import Settings
     from stratalog.server.storage.log_manager import LogManager, TopicDescription
-    from stratalog.server.storage.partition_log import (
-        FetchedBatches,
-        PartitionLog,
-        TransactionVerifier,
-    )
+    from stratalog.server.storage.partition_log import FetchedBatches, PartitionLog
     from stratalog.server.transactions import TransactionCoordinator, TransactionMetadata
 
-__all__ = ["BadRequestError", "BrokerService", "PartitionGate"]
+__all__ = ["BadRequestError", "BrokerService"]
 
 logger = logging.getLogger(__name__)
 
@@ -150,7 +125,6 @@ _T = TypeVar("_T")
 # The lowest special ListOffsets target of broker.proto (-1 latest, -2 earliest, -3 max
 # timestamp); -1 also stands for "no match" in responses.
 _MAX_TIMESTAMP = -3
-_LATEST = -1
 _NO_MATCH = -1
 
 _FETCH_FORMATS = frozenset(broker_pb2.FetchFormat.values())
@@ -158,24 +132,9 @@ _RECORD_BATCHES = broker_pb2.FETCH_FORMAT_RECORD_BATCHES
 _ISOLATION_LEVELS = frozenset(broker_pb2.IsolationLevel.values())
 # Kafka's acks: none, the leader, all the in-sync replicas.
 _ACKS = (0, 1, -1)
-_ACKS_ALL = -1
 
 
 # ------------------------------------------------------------------------ request checks
-
-
-def _client_out_of_range(
-    topic: str, partition: int, offset: int, exc: OffsetOutOfRangeError
-) -> OffsetOutOfRangeError:
-    """The engine's error as the client should see it: the engine names the log by its
-    directory; the client named a topic partition, and must not learn the server's paths
-    (docs/api.md)."""
-    return OffsetOutOfRangeError(
-        f"offset {offset} is out of range for {topic}-{partition}: the log holds "
-        f"offsets [{exc.log_start_offset}, {exc.log_end_offset})",
-        log_start_offset=exc.log_start_offset,
-        log_end_offset=exc.log_end_offset,
-    )
 
 
 def cleaner_positions(
@@ -239,55 +198,6 @@ def _producer(producer_id: int, producer_epoch: int) -> tuple[int, int]:
             "producer_epoch", f"must be in 0..{PRODUCER_EPOCH_MAX}, got {producer_epoch}"
         )
     return producer_id, producer_epoch
-
-
-# ------------------------------------------------------------------------ per-partition state
-
-
-class PartitionGate:
-    """Event-loop coordination for one partition: the append lock and the append signal.
-
-    Holds an ``asyncio.Lock`` (appends and DeleteRecords of the partition take it), the current
-    ``asyncio.Event`` (set, then replaced, after each append or transaction marker), ``closed``
-    (the topic was deleted: waiters wake and look the partition up again), and the partition's
-    transaction verifier (None: transactional batches are not checked). Event-loop only.
-    """
-
-    __slots__ = ("_signal", "append_lock", "closed", "verify_transaction")
-
-    def __init__(self, verify_transaction: TransactionVerifier | None = None) -> None:
-        self.append_lock = asyncio.Lock()
-        self._signal = asyncio.Event()
-        self.closed = False
-        self.verify_transaction = verify_transaction
-
-    def signal(self) -> asyncio.Event:
-        """The event the next append sets; take it *before* reading, then wait on it."""
-        return self._signal
-
-    def notify(self) -> None:
-        """Wake everyone waiting for an append (or a marker) that happened."""
-        signal, self._signal = self._signal, asyncio.Event()
-        signal.set()
-
-    def close(self) -> None:
-        """Wake every waiter for good: the partition is gone."""
-        self.closed = True
-        self.notify()
-
-    @staticmethod
-    async def wait(signal: asyncio.Event, timeout_s: float | None) -> bool:
-        """Wait until ``signal`` is set or ``timeout_s`` passed (None: no limit); True if set."""
-        if signal.is_set():
-            return True
-        if timeout_s is None:
-            await signal.wait()
-            return True
-        try:
-            await asyncio.wait_for(signal.wait(), timeout_s)
-        except TimeoutError:
-            return False
-        return True
 
 
 # ------------------------------------------------------------------------ the servicer
@@ -355,28 +265,19 @@ def _stalled_too_long(
     )
 
 
-def _pause_charge(context: Any) -> None:
-    """A Session request's long poll waits for data, holding no answer: its charge of the
-    session's byte budgets is given back meanwhile (server/session.py's
-    ``RequestContext.pause_charge``; a unary call has none)."""
-    pause = getattr(context, "pause_charge", None)
-    if pause is not None:
-        pause()
-
-
-async def _resume_charge(context: Any) -> None:
-    """The long poll woke and will read: its charge is taken again first, waiting for room."""
-    resume = getattr(context, "resume_charge", None)
-    if resume is not None:
-        await resume()
-
-
-def _append_done(context: Any) -> None:
-    """A Session request's Produce appended: the next Produce of its partition on the stream
-    may go (server/session.py's ``RequestContext.served``; a unary call has none)."""
+def _appended_hook(context: Any) -> Callable[[], None] | None:
+    """For a Session request's Produce: what lets the next Produce of its partition on the
+    stream go once this one appended (server/session.py's ``RequestContext.served``; a unary
+    call has none)."""
     served = getattr(context, "served", None)
-    if served is not None and not served.done():
-        served.set_result(None)
+    if served is None:
+        return None
+
+    def appended() -> None:
+        if not served.done():
+            served.set_result(None)
+
+    return appended
 
 
 def _code_name(context: grpc.aio.ServicerContext) -> str:
@@ -385,14 +286,13 @@ def _code_name(context: grpc.aio.ServicerContext) -> str:
 
 
 class BrokerService(broker_pb2_grpc.BrokerServicer):
-    """broker.proto's Broker service over one LogManager and its transaction coordinator.
+    """broker.proto's Broker service over the partition-serving layer and the transaction
+    coordinator.
 
-    Holds the LogManager, the coordinator, the settings, the metrics, the executor for blocking
-    calls, the
-    :class:`~stratalog.server.append_placement.AppendPlacement` (where a Produce's work runs),
-    the memo of valid topic names, one :class:`PartitionGate` per partition that has been
-    produced to or read from (created after the partition was found, so unknown names never
-    create state; dropped when the topic is deleted), and the admin lock.
+    Holds the serving layer (:class:`~stratalog.server.broker.ReplicaManager`, which holds the
+    LogManager and the partitions), the coordinator, the settings, the metrics, the executor
+    for blocking calls, the memo of valid topic names, the limits of waiting RPCs and the
+    Subscribe budget, and the Session streams.
 
     Shutdown: :meth:`begin_shutdown` makes waiting long polls answer with what they have and ends
     Subscribe streams with SHUTTING_DOWN (retriable), so that the server's grace period is spent on
@@ -403,14 +303,13 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
 
     def __init__(
         self,
-        log_manager: LogManager,
+        replica_manager: ReplicaManager,
         settings: Settings,
         metrics: ServerMetrics,
         executor: Executor,
         *,
         coordinator: TransactionCoordinator,
         time_ms: Callable[[], int] | None = None,
-        placement: AppendPlacement | None = None,
         topic_names: ValidTopicNames | None = None,
         limits: ClientLimits | None = None,
         subscribe_budget: SubscribeBudget | None = None,
@@ -418,28 +317,23 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         request_interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
     ) -> None:
         """``time_ms`` is the clock records-form Produce stamps records with (default: the
-        wall clock); ``placement`` defaults to the settings' rule, ``topic_names`` to an empty
-        memo of its own, ``limits`` and ``subscribe_budget`` to the settings' limits.
+        wall clock); ``topic_names`` defaults to an empty memo of its own, ``limits`` and
+        ``subscribe_budget`` to the settings' limits.
         ``authorizer`` (None: authorization is off) holds the ACLs that the ACL RPCs manage;
         it checks calls in its own interceptor, not here. ``request_interceptors`` are the
         server's interceptors that apply to each request (authorization, quotas: all but
         authentication), which Session requests go through as unary calls do."""
-        self._log_manager = log_manager
+        self._replicas = replica_manager
+        self._log_manager = replica_manager.log_manager
+        self._placement = replica_manager.placement
         self._coordinator = coordinator
         self._settings = settings
-        #: This server in the cluster (server/cluster/), set by app.py once it registered;
-        #: None for a single server, and until then.
-        self.cluster_node: ClusterNode | None = None
         self._cluster_topic_admin: TopicAdmin | None = None
-        #: This server's replicas (server/cluster/replica_manager.py), set by app.py when it
-        #: joined the cluster: produce and reads of a replicated partition go through it.
-        self.replica_manager: ReplicaManager | None = None
         #: HOST:PORT clients reach this server at (app.py sets it once the port is bound).
         self.advertised_address = settings.advertised_listen or settings.listen
         self._metrics = metrics
         self._executor = executor
         self._time_ms = time_ms if time_ms is not None else wall_clock_ms
-        self._placement = placement if placement is not None else AppendPlacement(settings)
         self._topic_names = topic_names if topic_names is not None else ValidTopicNames()
         self._limits = limits if limits is not None else ClientLimits(
             settings.waiting_rpcs_per_connection_max,
@@ -452,16 +346,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                             settings.subscribe_buffer_bytes_per_connection,
                             settings.subscribe_stall_ms_max)
         )
-        #: The bytes compressed Produce requests may decompress to while they are validated,
-        #: all together (each is charged produce_decompressed_bytes_max; the rest wait).
-        self._decompression = ByteBudget(
-            "produce_decompressed_bytes_in_flight_max",
-            settings.produce_decompressed_bytes_in_flight_max,
-        )
         self._shared_messages = SharedMessages()
-        self._gates: dict[tuple[str, int], PartitionGate] = {}
-        self._admin_lock = asyncio.Lock()
-        self._shutting_down = False
         self._authorizer = authorizer
         self._sessions = Sessions(
             RequestHandlers(self, request_interceptors), self._limits, metrics,
@@ -482,7 +367,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         decompression's output beside its pieces), for the server's heap-trim watch: a burst
         that came and went between two calls shows. Event-loop only."""
         return 2 * (self._sessions.budgets.total.take_peak_bytes()
-                    + self._decompression.take_peak_bytes())
+                    + self._replicas.decompression.take_peak_bytes())
 
     def _topic(self, name: str, field: str = "topic") -> str:
         """``name`` if it is a valid topic name: the engine's rules, the request's field name."""
@@ -491,149 +376,15 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         except InvalidTopicError as exc:  # the engine's description of the fault
             raise BadRequestError(field, str(exc), "INVALID_TOPIC") from None
 
-    async def _append(
-        self,
-        partition_log: PartitionLog,
-        gate: PartitionGate,
-        payload: bytes | memoryview,
-        size_bytes: int,
-        compressed: bool,
-        flush: bool = False,
-        leader_epoch: int = LEADER_EPOCH,
-    ) -> AppendInfo:
-        """Append ``payload`` where the placement says for ``size_bytes`` and ``compressed``,
-        with the gate's transaction verifier and the bound on decompressed bytes; the caller
-        holds the gate's append lock. A ``compressed`` payload first waits for its charge of
-        the decompression budget (``produce_decompressed_bytes_in_flight_max``).
-
-        Tried inline, the append may come back undone from storage (it would roll, fsync or
-        wait for maintenance): the thread pool finishes it, reusing its validation. ``flush``
-        (a Produce with ``flush=true``): in the thread pool, fsynced before its records are
-        visible (PartitionLog.append). ``leader_epoch`` is stamped on the batches (a
-        replicated partition's leader's; 0 on a single server).
-        """
-        if compressed:
-            # Validation decompresses every batch: charged what it may reach, so that
-            # concurrent requests cannot decompress more than the in-flight budget at once.
-            charge = await self._decompression.reserve(
-                self._settings.produce_decompressed_bytes_max
-            )
-            try:
-                return await self._append_now(
-                    partition_log, gate, payload, size_bytes, compressed, flush, leader_epoch
-                )
-            finally:
-                self._decompression.release(charge)
-        return await self._append_now(
-            partition_log, gate, payload, size_bytes, compressed, flush, leader_epoch
-        )
-
-    async def _append_now(
-        self,
-        partition_log: PartitionLog,
-        gate: PartitionGate,
-        payload: bytes | memoryview,
-        size_bytes: int,
-        compressed: bool,
-        flush: bool,
-        leader_epoch: int,
-    ) -> AppendInfo:
-        verify = gate.verify_transaction
-        bound = self._settings.produce_decompressed_bytes_max
-        if flush:
-            return await self._blocking(
-                functools.partial(
-                    partition_log.append, verify_transaction=verify, flush=True,
-                    decompressed_bytes_max=bound, leader_epoch=leader_epoch,
-                ),
-                payload,
-            )
-        if self._placement.tries_append_inline(size_bytes, compressed=compressed):
-            outcome = partition_log.try_append_without_blocking(
-                payload, verify_transaction=verify, decompressed_bytes_max=bound,
-                leader_epoch=leader_epoch,
-            )
-            if type(outcome) is AppendInfo:
-                return outcome
-            return await self._blocking(partition_log.append_deferred, outcome)
-        return await self._blocking(
-            functools.partial(
-                partition_log.append, verify_transaction=verify, decompressed_bytes_max=bound,
-                leader_epoch=leader_epoch,
-            ),
-            payload,
-        )
-
     async def _blocking(self, function: Callable[..., _T], *args: Any) -> _T:
         """Run a blocking storage call in the executor."""
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, functools.partial(function, *args))
 
     async def admin(self, function: Callable[..., _T], *args: Any) -> _T:
-        """Run a LogManager admin call in the executor, one at a time."""
-        async with self._admin_lock:
-            return await self._blocking(function, *args)
-
-    def _gate(self, topic: str, partition: int) -> PartitionGate:
-        key = (topic, partition)
-        gate = self._gates.get(key)
-        if gate is None:
-            verify = functools.partial(
-                self._coordinator.verify_transactional_append, topic, partition
-            )
-            gate = self._gates[key] = PartitionGate(verify)
-        return gate
-
-    def wake_readers(self, topic: str, partition: int) -> None:
-        """Wake the partition's long polls and Subscribe streams: something they may wait for
-        happened outside the servicer (the coordinator wrote a transaction marker, moving the
-        last stable offset). Event-loop only; a partition nobody reads from has no gate."""
-        gate = self._gates.get((topic, partition))
-        if gate is not None:
-            gate.notify()
-
-    def _log(self, topic: str, partition: int) -> tuple[PartitionLog, PartitionGate]:
-        """The partition's log (UnknownTopicOrPartitionError if none) and its gate.
-
-        Still served while the server stops: gRPC refuses new RPCs then, and the ones already
-        in flight have the grace period to finish.
-        """
-        partition_log = self._log_manager.get_log(topic, partition)
-        return partition_log, self._gate(topic, partition)
-
-    def _leader(self, topic: str, partition: int) -> Partition | None:
-        """In cluster mode, the replicated partition if this server leads it now (None: a
-        single server, or a topic that is not replicated, served as on a single server).
-
-        Raises:
-            NotLeaderOrFollowerError: another server leads it (the hint names it), or this
-                one joins the cluster still. LeaderNotAvailableError: nobody leads it.
-        """
-        manager = self.replica_manager
-        if manager is None:
-            if self._settings.cluster:
-                from stratalog.server.cluster.errors import NotLeaderOrFollowerError
-
-                raise NotLeaderOrFollowerError(topic, partition)
-            return None
-        return manager.leader_partition(topic, partition)
-
-    @staticmethod
-    def _upper_bound(partition_log: PartitionLog) -> int | None:
-        """Where a consumer's read stops: a replicated partition's high watermark (None: the
-        log end, a single server's)."""
-        return partition_log.high_watermark if partition_log.tracks_high_watermark else None
-
-    async def delete_local_topic(self, name: str) -> None:
-        """Delete the topic's logs on this server: DeleteTopic's local part, and the replica
-        manager's for a topic that left the cluster. Appends in flight finish first (no append
-        may be half-way through a partition while its log closes); waiters wake."""
-        async with self._admin_lock, contextlib.AsyncExitStack() as held:
-            for key, gate in sorted(self._gates.items()):
-                if key[0] == name:
-                    await held.enter_async_context(gate.append_lock)
-            await self._blocking(self._log_manager.delete_topic, name)
-            self.forget_topic(name)
+        """Run a LogManager admin call in the executor, one at a time (the serving layer's
+        admin lock)."""
+        return await self._replicas.admin(function, *args)
 
     def _fetch_max_bytes(self, requested: int, cap: int | None = None) -> int:
         _non_negative("max_bytes", requested)
@@ -648,97 +399,14 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         where to go on (``next_offset``), as any fetch."""
         return min(max_bytes, self._settings.read_in_executor_min_bytes)
 
-    def _fetch_now(
-        self,
-        topic: str,
-        partition: int,
-        partition_log: PartitionLog,
-        offset: int,
-        max_bytes: int,
-        isolation_level: IsolationLevel,
-        max_records: int = 0,
-    ) -> FetchedBatches:
-        """Read on the loop: page-cache reads are cheaper inline than a thread hop."""
-        try:
-            return partition_log.fetch(
-                offset, max_bytes, isolation_level=isolation_level, max_records=max_records,
-                upper_bound=self._upper_bound(partition_log),
-            )
-        except OffsetOutOfRangeError as exc:
-            raise _client_out_of_range(topic, partition, offset, exc) from None
-
-    def _reads_inline(
-        self, partition_log: PartitionLog, offset: int, max_bytes: int, max_records: int = 0
-    ) -> bool:
-        """Whether a fetch at ``offset`` is read on the loop: when it can return fewer than
-        ``read_in_executor_min_bytes``, by its ``max_bytes`` or by what the partition holds
-        past ``offset`` (nothing at the log end; no more than the active segment when it
-        reads there), or when it asks for ``max_records`` (the storage then reads the batch
-        holding the offset and at most ``read_in_executor_min_bytes`` more). Such reads are
-        page-cache reads, cheaper inline than a thread hop, and a burst of them (1,000 long
-        polls at the log end) must not queue in the pool ahead of other clients' reads."""
-        if max_records > 0:
-            return True
-        fetchable = partition_log.fetchable_bytes_max(offset)
-        if fetchable is not None and fetchable < max_bytes:
-            max_bytes = fetchable
-        return max_bytes < self._settings.read_in_executor_min_bytes
-
-    async def _fetch(
-        self,
-        topic: str,
-        partition: int,
-        partition_log: PartitionLog,
-        offset: int,
-        max_bytes: int,
-        isolation_level: IsolationLevel,
-    ) -> FetchedBatches:
-        if self._reads_inline(partition_log, offset, max_bytes):
-            return self._fetch_now(
-                topic, partition, partition_log, offset, max_bytes, isolation_level
-            )
-        # Large reads, which may also be cold, go to the executor so that they cannot stall
-        # every other request.
-        try:
-            return await self._blocking(
-                functools.partial(
-                    partition_log.fetch, isolation_level=isolation_level,
-                    upper_bound=self._upper_bound(partition_log),
-                ),
-                offset, max_bytes,
-            )
-        except OffsetOutOfRangeError as exc:
-            raise _client_out_of_range(topic, partition, offset, exc) from None
-
     def begin_shutdown(self) -> None:
         """Wake every waiter: long polls answer with what they have, streams end.
 
         Appends in flight go on (they finish within the grace period); only waiting for
         *future* appends stops. Session streams answer what they hold and end (SHUTTING_DOWN).
         """
-        self._shutting_down = True
-        for gate in self._gates.values():
-            gate.notify()
+        self._replicas.begin_shutdown()
         self._sessions.begin_shutdown()
-
-    def _ensure_following(
-        self, topic: str, partition: int, partition_log: PartitionLog, gate: PartitionGate
-    ) -> tuple[PartitionLog, PartitionGate]:
-        """Before a follower reads again: SHUTTING_DOWN when stopping, NOT_LEADER_OR_FOLLOWER
-        when this server stopped leading a replicated partition, and a fresh lookup
-        (UNKNOWN_TOPIC_OR_PARTITION) when the topic was deleted under it."""
-        if self._shutting_down:
-            raise LogClosedError("the server is shutting down; subscribe again later")
-        self._leader(topic, partition)  # a leader that stepped down ends its streams
-        if gate.closed:
-            return self._log(topic, partition)
-        return partition_log, gate
-
-    def forget_topic(self, topic: str) -> None:
-        """Drop the gates of a deleted topic, waking their waiters."""
-        for key in [key for key in self._gates if key[0] == topic]:
-            self._gates.pop(key).close()
-        self._metrics.forget_topic(topic)
 
     def _fetch_response(
         self,
@@ -879,7 +547,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         """
         if not self._settings.cluster:
             return None
-        node = self.cluster_node
+        node = self._replicas.cluster_node
         if node is None:
             raise CoordinationUnavailableError(
                 "this server has not joined its cluster yet (it registers in etcd right after"
@@ -949,7 +617,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         setting. Two callers creating one topic at once: the second finds it there."""
         from stratalog.server.security.authorizer import may_create_topic
 
-        node = self.cluster_node
+        node = self._replicas.cluster_node
         for name in dict.fromkeys(names):
             if node is not None:
                 exists = name in node.view.topics
@@ -976,7 +644,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         topic_admin = self._topic_admin()
         if topic_admin is not None and await topic_admin.delete_topic(name):
             return broker_pb2.DeleteTopicResponse()  # each replica deletes its local log
-        await self.delete_local_topic(name)
+        await self._replicas.delete_partitions(name)
         return broker_pb2.DeleteTopicResponse()
 
     @_rpc()
@@ -1045,6 +713,25 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
 
     # ---------------------------------------------------------------- produce
 
+    def _encoder(self, request: ProduceRequestView) -> Callable[[], Awaitable[bytes]]:
+        """The records of a records-form Produce as one batch, encoded when called: on the
+        loop when small, else in the executor. The server's own batch decompresses to about
+        the request: it is sized by it."""
+
+        async def encode() -> bytes:
+            records = request.records
+            producer = ProducerFields.of_request(
+                request.producer_id, request.producer_epoch, request.base_sequence,
+                request.transactional,
+            )
+            if self._placement.encodes_inline(len(records), request.request_bytes):
+                return encode_records(records, request.compression, self._time_ms(), producer)
+            return await self._blocking(
+                encode_records, records, request.compression, self._time_ms(), producer
+            )
+
+        return encode
+
     @_rpc()
     async def Produce(
         self, request: ProduceRequestView, context: grpc.aio.ServicerContext
@@ -1071,61 +758,17 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         acks = request.acks
         if acks not in _ACKS:
             raise BadRequestError("acks", f"must be 0, 1 or -1 (all), got {acks}")
-        # Cluster mode: only the leader appends; acks=all needs min.insync.replicas in sync
-        # before anything is written (Kafka's NOT_ENOUGH_REPLICAS).
-        replica = self._leader(topic, partition)
-        partition_log, gate = self._log(topic, partition)
-        waits_for_replicas = replica is not None and acks == _ACKS_ALL
-        if waits_for_replicas:
-            min_insync = partition_log.config.min_insync_replicas
-            replica.check_enough_replicas(min_insync)
+        records: bytes | memoryview | Callable[[], Awaitable[bytes]]
         if has_records:
-            records = request.records
-            producer = ProducerFields.of_request(
-                request.producer_id, request.producer_epoch, request.base_sequence,
-                request.transactional,
-            )
-            if self._placement.encodes_inline(len(records), request.request_bytes):
-                payload: bytes | memoryview = encode_records(
-                    records, request.compression, self._time_ms(), producer
-                )
-            else:
-                payload = await self._blocking(
-                    encode_records, records, request.compression, self._time_ms(), producer
-                )
-            # The server's own batch decompresses to about the request: sized by it.
-            size_bytes, compressed = request.request_bytes, False
+            # Encoded once the serving layer found the partition served here.
+            records, size_bytes, compressed = self._encoder(request), request.request_bytes, False
         else:
-            payload = record_batches
-            size_bytes, compressed = len(payload), holds_compressed_batches(payload)
-        while True:
-            async with gate.append_lock:
-                if gate.closed:
-                    # The topic was deleted (or recreated) while this request waited: look again.
-                    partition_log, gate = self._log(topic, partition)
-                    continue
-                leader_epoch = LEADER_EPOCH
-                if replica is not None:
-                    # Still the leader after waiting for the lock, and stamped with its epoch.
-                    replica = self._leader(topic, partition) or replica
-                    leader_epoch = replica.leader_epoch
-                info = await self._append(
-                    partition_log, gate, payload, size_bytes, compressed, request.flush,
-                    leader_epoch,
-                )
-                gate.notify()
-                if replica is not None:
-                    replica.notify_append()
-                break
-        if waits_for_replicas:
-            # The records are acknowledged once every in-sync replica has them (Kafka's
-            # delayed produce): the high watermark passed them. On a Session stream the next
-            # Produce of the partition may be appended meanwhile (the order is kept: this one
-            # is in the log), as Kafka's in-flight requests of a connection are.
-            _append_done(context)
-            await replica.wait_for_high_watermark(
-                info.last_offset + 1, min_insync, self._settings.request_timeout_ms / 1000
-            )
+            records = record_batches
+            size_bytes, compressed = len(record_batches), holds_compressed_batches(record_batches)
+        info = await self._replicas.append_records(
+            topic, partition, acks, records, size_bytes=size_bytes, compressed=compressed,
+            flush=request.flush, appended=_appended_hook(context),
+        )
         self._metrics.observe_produce(topic, info.record_count, info.size_bytes)
         return broker_pb2.ProduceResponse(
             base_offset=info.first_offset,
@@ -1155,49 +798,22 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         max_records = _non_negative("max_records", request.max_records)
         if max_records:
             max_bytes = self._records_read_bytes(max_bytes)
-        self._leader(topic, partition)  # cluster mode: the leader serves reads
-        partition_log, gate = self._log(topic, partition)
         offset = request.offset
-        # Answer as soon as this much is there; never more than one read can return.
-        enough_bytes = max(1, min(min_bytes, max_bytes))
-        # The clock only matters to a request that may wait.
-        loop = asyncio.get_running_loop() if max_wait_ms else None
-        deadline = loop.time() + max_wait_ms / 1000 if loop is not None else 0.0
-        # READ_COMMITTED reads stop at the LSO: a long poll there waits for a marker to move
-        # it (the coordinator's marker writes wake the gate too).
-        # A long poll takes a slot of its client's waiting RPCs when it first waits (one that
-        # finds its data at once never does), and gives it back when it answers.
-        waiting: WaitingRpc | None = None
-        try:
-            while True:
-                signal = gate.signal()
-                # The common case, without a coroutine per read.
-                if self._reads_inline(partition_log, offset, max_bytes, max_records):
-                    fetched = self._fetch_now(
-                        topic, partition, partition_log, offset, max_bytes, isolation_level,
-                        max_records,
-                    )
-                else:
-                    fetched = await self._fetch(
-                        topic, partition, partition_log, offset, max_bytes, isolation_level
-                    )
-                if len(fetched.data) >= enough_bytes or loop is None or self._shutting_down:
-                    break
-                remaining_s = deadline - loop.time()
-                if remaining_s <= 0:
-                    break
-                if waiting is None:
-                    waiting = self._limits.admit(call_origin(context), WaitingRpcKind.LONG_POLL)
-                _pause_charge(context)
-                await gate.wait(signal, remaining_s)
-                await _resume_charge(context)
-                self._leader(topic, partition)  # still the leader after the wait
-                if gate.closed:
-                    # Deleted while we waited: the lookup raises UNKNOWN_TOPIC_OR_PARTITION.
-                    partition_log, gate = self._log(topic, partition)
-        finally:
-            if waiting is not None:
-                waiting.release()
+        admit_wait = None
+        if max_wait_ms:
+            # A long poll takes a slot of its client's waiting RPCs when it first waits (one
+            # that finds its data at once never does), and gives it back when it answers. A
+            # Session request gives its charge of the session's byte budgets back meanwhile
+            # (server/session.py's ``RequestContext.pause_charge``; a unary call has none).
+            def admit_wait() -> WaitingRpc:
+                return self._limits.admit(call_origin(context), WaitingRpcKind.LONG_POLL)
+
+        partition_log, fetched = await self._replicas.fetch_records(
+            topic, partition, offset, max_bytes, isolation_level, max_records=max_records,
+            max_wait_ms=max_wait_ms, min_bytes=min_bytes, admit_wait=admit_wait,
+            pause=getattr(context, "pause_charge", None),
+            resume=getattr(context, "resume_charge", None),
+        )
         return self._fetch_response(
             topic, partition, partition_log, offset, fetched, fetch_format, max_bytes,
             isolation_level, max_records=max_records,
@@ -1217,20 +833,9 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         max_records = _non_negative("max_records", request.max_records)
         if max_records:
             max_bytes = self._records_read_bytes(max_bytes)
-        self._leader(topic, partition)
-        partition_log, _ = self._log(topic, partition)
-        # The search decodes the batch it finds, which is also the first batch of the answer:
-        # one pass reads it once. Large reads go to the executor (see _fetch), never a
-        # max_records read (_records_read_bytes). READ_COMMITTED matches only a record below
-        # the LSO (the engine's rule, Kafka's).
-        lookup = functools.partial(
-            partition_log.fetch_by_timestamp, isolation_level=isolation_level,
-            max_records=max_records,
+        partition_log, found, fetched = await self._replicas.fetch_by_timestamp(
+            topic, partition, timestamp, max_bytes, isolation_level, max_records
         )
-        if max_records > 0 or max_bytes < self._settings.read_in_executor_min_bytes:
-            found, fetched = lookup(timestamp, max_bytes)
-        else:
-            found, fetched = await self._blocking(lookup, timestamp, max_bytes)
         if found is None:
             return self._fetch_response(
                 topic, partition, partition_log, fetched.next_offset, fetched, fetch_format,
@@ -1255,9 +860,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
                 f"timestamp >= 0, got {target}"
             )
         isolation_level = _isolation_level(request.isolation_level)
-        self._leader(topic, partition)
-        partition_log, _ = self._log(topic, partition)
-        found = partition_log.offset_for_timestamp(target, isolation_level=isolation_level)
+        found = self._replicas.offset_for_timestamp(topic, partition, target, isolation_level)
         if found is None:
             return broker_pb2.ListOffsetsResponse(offset=_NO_MATCH, timestamp=_NO_MATCH)
         return broker_pb2.ListOffsetsResponse(offset=found.offset, timestamp=found.timestamp)
@@ -1274,25 +877,15 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         start = request.WhichOneof("start")
         if start is None:
             raise BadRequestError("start", "set offset or timestamp")
-        self._leader(topic, partition)
-        partition_log, gate = self._log(topic, partition)
+        timestamp = (_non_negative("timestamp", request.timestamp) if start == "timestamp"
+                     else None)
+        partition_log, gate, found, offset = self._replicas.subscription_start(
+            topic, partition, isolation_level, request.offset, timestamp
+        )
         matched: tuple[int, int] | None = None
-        if start == "timestamp":
-            timestamp = _non_negative("timestamp", request.timestamp)
-            found = partition_log.offset_for_timestamp(timestamp, isolation_level=isolation_level)
-            if found is None:
-                # Nothing (readable at this isolation level) at or after the timestamp yet:
-                # follow from the end a reader of this level sees, the LSO for READ_COMMITTED
-                # (a Kafka consumer seeks to the end when offsetsForTimes finds nothing).
-                latest = partition_log.offset_for_timestamp(
-                    _LATEST, isolation_level=isolation_level
-                )
-                assert latest is not None
-                matched, offset = (_NO_MATCH, _NO_MATCH), latest.offset
-            else:
-                matched, offset = (found.offset, found.timestamp), found.offset
-        else:
-            offset = request.offset
+        if timestamp is not None:
+            matched = (found.offset, found.timestamp) if found is not None else (
+                _NO_MATCH, _NO_MATCH)
         # Admitted once the request is known good: a bad one is INVALID_ARGUMENT, not a limit.
         with self._limits.admit(call_origin(context), WaitingRpcKind.SUBSCRIBE):
             self._metrics.subscribers.inc()
@@ -1310,7 +903,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         topic: str,
         partition: int,
         partition_log: PartitionLog,
-        gate: PartitionGate,
+        gate: Partition,
         offset: int,
         max_bytes: int,
         fetch_format: int,
@@ -1322,7 +915,8 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         budget = self._subscribe_budget
         connection = context.peer() or "unknown"
         while True:
-            partition_log, gate = self._ensure_following(topic, partition, partition_log, gate)
+            partition_log, gate = self._replicas.ensure_following(
+                topic, partition, partition_log, gate)
             signal = gate.signal()
             lease = budget.lease(max_bytes, connection)
             if lease is None:
@@ -1389,7 +983,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         this returns, before the stream waits for gRPC to take the message (Subscribe's
         serializer passes bytes through: :func:`stratalog.server.decoding.add_broker_service`).
         """
-        fetched = await self._fetch(
+        fetched = await self._replicas.read(
             topic, partition, partition_log, offset, lease.max_bytes, isolation_level
         )
         if not fetched.data:
@@ -1429,14 +1023,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             raise BadRequestError(
                 "before_offset", f"must be >= 0, or -1 for the high watermark, got {before_offset}"
             )
-        # Kafka's rule: the leader moves the log start; followers follow it through their
-        # fetches (replica_fetcher.py), never on their own.
-        self._leader(topic, partition)
-        _, gate = self._log(topic, partition)
-        async with gate.append_lock:
-            log_start_offset = await self._blocking(
-                self._log_manager.delete_records, topic, partition, before_offset
-            )
+        log_start_offset = await self._replicas.delete_records(topic, partition, before_offset)
         return broker_pb2.DeleteRecordsResponse(log_start_offset=log_start_offset)
 
     # ---------------------------------------------------------------- compaction
@@ -1447,10 +1034,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
     ) -> broker_pb2.CleanPartitionResponse:
         topic = self._topic(request.topic)
         partition = _partition(request.partition)
-        # Neither the append lock nor the admin lock: a cleaning runs beside appends and reads
-        # (the log's own lock is taken only for the swap of segments) and may take seconds;
-        # the LogManager pauses it against a deletion of the topic.
-        result = await self._blocking(self._log_manager.clean_now, topic, partition)
+        result = await self._replicas.clean_partition(topic, partition)
         return broker_pb2.CleanPartitionResponse(
             first_dirty_offset_before=result.first_dirty_offset_before,
             end_offset=result.end_offset,
@@ -1472,7 +1056,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         topics = [self._topic(name, "topics") for name in request.topics]
         if request.allow_auto_topic_creation and topics and self._settings.auto_create_topics_enable:
             await self._maybe_create_topics(topics)
-        node = self.cluster_node
+        node = self._replicas.cluster_node
         if node is not None:
             return cluster_metadata_response(node.node_id, node.brokers, node.controller,
                                              node.view.topics, node.view.partitions, topics)

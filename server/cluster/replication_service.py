@@ -46,7 +46,7 @@ from .divergence import diverging_epoch
 from .errors import FencedLeaderEpochError, NotLeaderOrFollowerError, UnknownLeaderEpochError
 
 if TYPE_CHECKING:
-    from .replica_manager import ReplicaManager
+    from .replica_roles import ReplicaRoles
 
 __all__ = ["FETCH_MAX_BYTES_MAX", "FETCH_MAX_WAIT_MS_MAX", "ReplicationService"]
 
@@ -56,14 +56,14 @@ FETCH_MAX_BYTES_MAX = 64 * 1024 * 1024
 
 
 class ReplicationService(replication_pb2_grpc.ReplicationServicer):
-    """replication.proto's Replication service over the replica manager (set once joined),
-    for the callers ``identity`` admits."""
+    """replication.proto's Replication service over this server's replica roles (set once
+    joined), for the callers ``identity`` admits."""
 
     def __init__(self, executor: Executor, identity: BrokerIdentity) -> None:
         self._executor = executor
         self._identity = identity
         #: Set by app.py once the server joined the cluster.
-        self.replica_manager: ReplicaManager | None = None
+        self.replica_roles: ReplicaRoles | None = None
 
     async def ReplicaFetch(
         self, request: replication_pb2.ReplicaFetchRequest, context: grpc.aio.ServicerContext
@@ -82,7 +82,7 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
         # Who asks, before anything about the partition is told (or read).
         principal = call_identity(context).principal
         self._identity.check_caller(principal)
-        manager = self.replica_manager
+        manager = self.replica_roles
         if manager is None:
             raise NotLeaderOrFollowerError(topic, number)
         self._identity.check_replica(principal, request.replica_id, manager.brokers, topic,
