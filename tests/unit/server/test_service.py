@@ -1,6 +1,6 @@
-"""The servicer's own pieces: request checks, partition gates, fetch responses, where appends
-run. (Its translations are tested in test_translation.py, the placement rule in
-test_append_placement.py.)
+"""The servicer's own pieces: request checks, fetch responses, where appends run (through the
+serving layer, whose Partition is tested in broker/test_partition.py). (Its translations are
+tested in test_translation.py, the placement rule in test_append_placement.py.)
 
 Every RPC is exercised against a real server process in tests/integration/; these tests pin the
 parts that do not need one, calling the servicer's RPC methods in-process over a real LogManager.
@@ -24,7 +24,7 @@ from stratalog.records import build_batch
 from stratalog.records.batch import Compression, iter_batch_headers
 from stratalog.records.reader import iter_batches
 from stratalog.server.append_placement import AppendPlacement
-from stratalog.server.broker import Partition, ReplicaManager
+from stratalog.server.broker import ReplicaManager
 from stratalog.server.decoding import ProduceRequestView
 from stratalog.server.metrics import ServerMetrics
 from stratalog.server.service import BrokerService
@@ -69,45 +69,6 @@ def _record(**fields: object) -> broker_pb2.Record:
         if value is not None:
             header.value = value
     return record
-
-
-async def test_gate_signal_taken_before_a_read_sees_an_append_after_it() -> None:
-    gate = Partition("t", 0)
-    signal = gate.signal()  # a reader takes the signal, then reads (nothing yet) ...
-    gate.wake_readers()  # ... an append lands between its read and its wait ...
-    assert await gate.wait(signal, 0)  # ... and the wait returns at once: no lost wake-up.
-    # A signal taken after that append waits for the next one.
-    later = gate.signal()
-    assert not await gate.wait(later, 0.01)
-
-
-async def test_gate_wakes_every_waiter_and_close_wakes_them_for_good() -> None:
-    gate = Partition("t", 0)
-    waiters = [asyncio.create_task(gate.wait(gate.signal(), None)) for _ in range(3)]
-    await asyncio.sleep(0)
-    assert not any(w.done() for w in waiters)
-    gate.wake_readers()
-    assert await asyncio.gather(*waiters) == [True, True, True]
-    waiter = asyncio.create_task(gate.wait(gate.signal(), None))
-    await asyncio.sleep(0)
-    gate.close()
-    assert await waiter
-    assert gate.closed
-
-
-async def test_append_lock_serialises_appenders() -> None:
-    gate = Partition("t", 0)
-    order: list[str] = []
-
-    async def appender(name: str) -> None:
-        async with gate.append_lock:
-            order.append(f"{name} in")
-            await asyncio.sleep(0)
-            await asyncio.sleep(0)
-            order.append(f"{name} out")
-
-    await asyncio.gather(appender("a"), appender("b"), appender("c"))
-    assert order == ["a in", "a out", "b in", "b out", "c in", "c out"]
 
 
 # ------------------------------------------------------------------------ topic names
