@@ -88,30 +88,27 @@ from grpc_reflection.v1alpha import reflection
 from stratalog.server.allocator import TrimWatch, limit_arenas, trim_heap, tune_allocator
 from stratalog.server.broker import ReplicaManager
 from stratalog.server.client_limits import WAITING_RPC_BYTES_ESTIMATE, ClientLimits
-from stratalog.server.decoding import add_broker_service
 from stratalog.server.garbage_collector import freeze_loaded_objects, set_young_objects_max
 from stratalog.server.metrics import ServerMetrics
 from stratalog.server.metrics_endpoint import MetricsEndpoint, MetricsEndpointLimits
-from stratalog.server.metrics_interceptor import MetricsInterceptor
 from stratalog.server.open_files_fit import fit_to_open_files_limit
 from stratalog.server.pid_file import PidFile, PidFileError
-from stratalog.server.security.acl_store import AclStorage, AclStore
-from stratalog.server.security.authentication import (
+from stratalog.server.rpc.authentication import (
     AuthenticationInterceptor,
-    Authenticator,
     SessionRecheckInterceptor,
 )
-from stratalog.server.security.authorizer import AuthorizationInterceptor, Authorizer
+from stratalog.server.rpc.authorization import AuthorizationInterceptor
+from stratalog.server.rpc.decoding import add_broker_service
+from stratalog.server.rpc.metrics_interceptor import MetricsInterceptor
+from stratalog.server.rpc.quotas import QuotaInterceptor
+from stratalog.server.rpc.service import BrokerService
+from stratalog.server.security.acl_store import AclStorage, AclStore
+from stratalog.server.security.authentication import Authenticator
+from stratalog.server.security.authorizer import Authorizer
 from stratalog.server.security.credentials import CredentialFile
 from stratalog.server.security.errors import SecurityConfigError
-from stratalog.server.security.quotas import (
-    ProduceAdmission,
-    QuotaConfig,
-    QuotaInterceptor,
-    QuotaManager,
-)
+from stratalog.server.security.quotas import ProduceAdmission, QuotaConfig, QuotaManager
 from stratalog.server.security.tls import ServerTls, TlsFiles
-from stratalog.server.service import BrokerService
 from stratalog.server.settings import (
     Address,
     Settings,
@@ -131,8 +128,8 @@ if TYPE_CHECKING:
     from stratalog.server.cluster.node import ClusterNode
     from stratalog.server.cluster.peer_channels import PeerChannels
     from stratalog.server.cluster.replica_roles import ReplicaRoles
-    from stratalog.server.cluster.replication_service import ReplicationService
     from stratalog.server.cluster.session import EtcdSession
+    from stratalog.server.rpc.replication_service import ReplicationService
     from stratalog.server.storage.log_manager import LogManager
     from stratalog.server.transactions import TransactionConfig, TransactionCoordinator
 
@@ -390,7 +387,7 @@ class Server:
             # The server-to-server Replication service (replication.proto), cluster mode only;
             # it answers NOT_LEADER_OR_FOLLOWER until the replica manager starts.
             from stratalog.server.cluster.broker_identity import BrokerIdentity
-            from stratalog.server.cluster.replication_service import ReplicationService
+            from stratalog.server.rpc.replication_service import ReplicationService
             from stratalog.v1 import replication_pb2_grpc
 
             self._replication = ReplicationService(

@@ -28,7 +28,7 @@ Modules, one concept each::
     replica.py      one replicated partition here: its role, ISR and high watermark
     replica_roles.py     this server's replicas made leaders and followers as etcd says
     replica_fetcher.py   a follower's copy loop (ReplicaFetch, append_as_follower)
-    replication_service.py  the leader's side of ReplicaFetch (replication.proto)
+    (the leader's side of ReplicaFetch, a gRPC servicer, is server/rpc/replication_service.py)
     errors.py       this package's errors
 """
 

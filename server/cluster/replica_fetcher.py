@@ -70,7 +70,7 @@ _ELECTION_REASONS = frozenset({"NOT_LEADER_OR_FOLLOWER", "UNKNOWN_LEADER_EPOCH",
 
 def error_reason(exc: grpc.aio.AioRpcError) -> tuple[str, dict[str, str]]:
     """The ErrorInfo reason and metadata a stratalog server put in ``exc``'s trailers
-    (server/status.py); ``("", {})`` for none."""
+    (server/rpc/status.py); ``("", {})`` for none."""
     for key, value in exc.trailing_metadata() or ():
         if key != _STATUS_DETAILS_KEY:
             continue

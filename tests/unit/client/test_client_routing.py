@@ -21,8 +21,8 @@ import pytest
 from stratalog.client import Client, Consumer, Producer, SyncClient, errors
 from stratalog.client.client import CONNECT_TIMEOUT_MS, RECONNECT_BACKOFF_MAX_MS
 from stratalog.client.wire import FetchFormat
-from stratalog.server import status
 from stratalog.server.cluster import errors as cluster_errors
+from stratalog.server.rpc import status
 from stratalog.server.storage import errors as storage_errors
 from stratalog.v1 import broker_pb2 as pb
 from stratalog.v1 import broker_pb2_grpc

@@ -20,8 +20,8 @@ from google.rpc import error_details_pb2, status_pb2
 
 from stratalog.client import errors
 from stratalog.records import errors as record_errors
-from stratalog.server import status
 from stratalog.server.cluster import errors as cluster_errors
+from stratalog.server.rpc import status
 from stratalog.server.storage import errors as storage_errors
 from stratalog.v1 import broker_pb2, broker_pb2_grpc
 

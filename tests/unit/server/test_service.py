@@ -25,9 +25,9 @@ from stratalog.records.batch import Compression, iter_batch_headers
 from stratalog.records.reader import iter_batches
 from stratalog.server.append_placement import AppendPlacement
 from stratalog.server.broker import ReplicaManager
-from stratalog.server.decoding import ProduceRequestView
 from stratalog.server.metrics import ServerMetrics
-from stratalog.server.service import BrokerService
+from stratalog.server.rpc.decoding import ProduceRequestView
+from stratalog.server.rpc.service import BrokerService
 from stratalog.server.settings import Settings
 from stratalog.server.storage.log_manager import LogManager
 from stratalog.server.storage.partition_log import PartitionLog

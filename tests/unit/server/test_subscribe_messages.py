@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from stratalog.server.subscribe_messages import Built, SharedMessages
+from stratalog.server.rpc.subscribe_messages import Built, SharedMessages
 
 MESSAGE = Built(b"m" * 100, 7, True, 3, 90)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from stratalog.server import status
+from stratalog.server.rpc import status
 from stratalog.server.transactions import errors
 
 C = grpc.StatusCode

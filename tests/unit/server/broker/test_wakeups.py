@@ -22,9 +22,9 @@ import pytest
 
 from stratalog.server.broker import Partition, ReplicaManager
 from stratalog.server.client_limits import ClientLimits
-from stratalog.server.decoding import ProduceRequestView
 from stratalog.server.metrics import ServerMetrics
-from stratalog.server.service import BrokerService
+from stratalog.server.rpc.decoding import ProduceRequestView
+from stratalog.server.rpc.service import BrokerService
 from stratalog.server.settings import Settings
 from stratalog.server.storage.log_manager import LogManager
 from stratalog.server.transactions import TransactionCoordinator

@@ -13,7 +13,7 @@ code: the servicer's method of that RPC (the request checks, the engine call, th
 that RPC) as the per-request interceptors wrap it (authorization, quotas:
 :class:`RequestHandlers`), with a :class:`RequestContext` standing in for the call's context. A
 refusal or failure, which would have ended a unary call with a status, is that status as a
-``SessionError`` (:func:`stratalog.server.status.session_error`); the stream goes on. Who the
+``SessionError`` (:func:`stratalog.server.rpc.status.session_error`); the stream goes on. Who the
 caller is was decided once, when the stream was authenticated (as Kafka authenticates a
 connection): every request of the stream runs as that identity.
 
@@ -102,7 +102,6 @@ import grpc
 import grpc.aio
 
 from stratalog.records.varint import unsigned_varint_bytes
-from stratalog.server import status
 from stratalog.server.byte_budget import ByteBudget
 from stratalog.server.client_limits import (
     ClientLimitExceededError,
@@ -110,7 +109,8 @@ from stratalog.server.client_limits import (
     WaitingRpcKind,
     call_origin,
 )
-from stratalog.server.decoding import SessionRequestView, UndecodableRequest
+from stratalog.server.rpc import status
+from stratalog.server.rpc.decoding import SessionRequestView, UndecodableRequest
 from stratalog.server.storage.errors import LogClosedError
 from stratalog.v1 import broker_pb2
 

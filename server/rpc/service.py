@@ -5,9 +5,9 @@ Each RPC method, named exactly as in broker.proto, does three things: check the 
 transaction coordinator, and build the response message. Storage semantics (validation of
 batches, offsets, lookups, retention, producer state, the LSO) live in the engine; transactions
 in :mod:`stratalog.server.transactions`; proto <-> records translation (records-form Produce,
-decoded fetches, topic descriptions) in :mod:`stratalog.server.translation`; where a Produce's
+decoded fetches, topic descriptions) in :mod:`stratalog.server.rpc.translation`; where a Produce's
 work runs in :mod:`stratalog.server.append_placement`; errors become statuses in
-:mod:`stratalog.server.status`, the one place that decides them, through :func:`_rpc`.
+:mod:`stratalog.server.rpc.status`, the one place that decides them, through :func:`_rpc`.
 
 How a partition is served (leader and epoch checks, the append lock, where an append runs,
 transaction verification, the acks=all wait, the long poll's wait and its wake-ups) is the
@@ -49,7 +49,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import grpc
 import grpc.aio
 
-from stratalog.server import status
 from stratalog.server.append_placement import holds_compressed_batches
 from stratalog.server.broker import ReplicaManager
 from stratalog.server.byte_budget import ByteBudget
@@ -67,34 +66,16 @@ from stratalog.server.cluster.errors import (
 )
 from stratalog.server.cluster.membership import BrokerInfo
 from stratalog.server.cluster.producer_ids import cluster_producer_id
-from stratalog.server.decoding import ProduceRequestView, UndecodableRequest
 from stratalog.server.metadata import (
     SINGLE_SERVER_NODE_ID,
     cluster_metadata_response,
     metadata_response,
 )
-from stratalog.server.security.acl_messages import (
-    binding_from_message,
-    binding_message,
-    filter_from_message,
-)
-from stratalog.server.security.authentication import peer_host
-from stratalog.server.security.errors import SecurityDisabledError
-from stratalog.server.security.principal import ANONYMOUS, CallIdentity, current_identity
-from stratalog.server.session import RequestHandlers, SessionBudgets, Sessions
-from stratalog.server.storage.clock import wall_clock_ms
-from stratalog.server.storage.config import LogConfig
-from stratalog.server.storage.errors import (
-    InvalidTopicError,
-    TopicAlreadyExistsError,
-    UnknownTopicOrPartitionError,
-)
-from stratalog.server.storage.partition_log import IsolationLevel
-from stratalog.server.subscribe_budget import Lease, SubscribeBudget
-from stratalog.server.subscribe_messages import Built, SharedMessages
-from stratalog.server.topic_name_memo import ValidTopicNames
-from stratalog.server.transactions import DEFAULT_TRANSACTION_TIMEOUT_MS
-from stratalog.server.translation import (
+from stratalog.server.rpc import status
+from stratalog.server.rpc.decoding import ProduceRequestView, UndecodableRequest
+from stratalog.server.rpc.session import RequestHandlers, SessionBudgets, Sessions
+from stratalog.server.rpc.subscribe_messages import Built, SharedMessages
+from stratalog.server.rpc.translation import (
     PRODUCER_EPOCH_MAX,
     BadRequestError,
     CleanerPositions,
@@ -104,6 +85,25 @@ from stratalog.server.translation import (
     slice_batches,
     topic_message,
 )
+from stratalog.server.security.acl_messages import (
+    binding_from_message,
+    binding_message,
+    filter_from_message,
+)
+from stratalog.server.security.authentication import peer_host
+from stratalog.server.security.errors import SecurityDisabledError
+from stratalog.server.security.principal import ANONYMOUS, CallIdentity, current_identity
+from stratalog.server.storage.clock import wall_clock_ms
+from stratalog.server.storage.config import LogConfig
+from stratalog.server.storage.errors import (
+    InvalidTopicError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
+from stratalog.server.storage.partition_log import IsolationLevel
+from stratalog.server.subscribe_budget import Lease, SubscribeBudget
+from stratalog.server.topic_name_memo import ValidTopicNames
+from stratalog.server.transactions import DEFAULT_TRANSACTION_TIMEOUT_MS
 from stratalog.v1 import broker_pb2, broker_pb2_grpc
 
 if TYPE_CHECKING:
@@ -428,7 +428,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
 
         With ``max_records`` > 0 the answer holds at most that many records from ``offset``,
         in either format: the stored batches are cut to them first
-        (:func:`~stratalog.server.translation.slice_batches`: record batches re-framed to hold
+        (:func:`~stratalog.server.rpc.translation.slice_batches`: record batches re-framed to hold
         just those records, control batches and for READ_COMMITTED aborted ones left out, so
         no aborted transactions come with them), and RECORDS decodes only what was cut.
 
@@ -981,7 +981,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
 
         Serialized here, so that the batches read and the protobuf message are garbage when
         this returns, before the stream waits for gRPC to take the message (Subscribe's
-        serializer passes bytes through: :func:`stratalog.server.decoding.add_broker_service`).
+        serializer passes bytes through: :func:`stratalog.server.rpc.decoding.add_broker_service`).
         """
         fetched = await self._replicas.read(
             topic, partition, partition_log, offset, lease.max_bytes, isolation_level

@@ -29,8 +29,9 @@ from typing import Any
 import grpc
 import grpc.aio
 
-from .metrics import GRPC_CODE_NAMES, GrpcServerCollector
-from .security.handlers import WrappingInterceptor, behaviour_of
+from stratalog.server.metrics import GRPC_CODE_NAMES, GrpcServerCollector
+
+from .handlers import WrappingInterceptor, behaviour_of
 
 __all__ = ["MetricsInterceptor"]
 
