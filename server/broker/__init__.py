@@ -3,7 +3,7 @@
 Kafka's ``ReplicaManager`` and ``Partition`` with their delayed operations
 (``core/src/main/scala/kafka/server/ReplicaManager.scala``, ``DelayedProduce.scala``,
 ``DelayedFetch.scala``; ``core/src/main/scala/kafka/cluster/Partition.scala``). The gRPC
-servicer (server/service.py) checks a request's shape, calls here once and translates the
+servicer (server/rpc/service.py) checks a request's shape, calls here once and translates the
 answer; a second front end would make the same calls. Every writer goes through here, and
 here the readers wake::
 

@@ -4,7 +4,7 @@
 Kafka's ``ReplicaManager`` (``core/src/main/scala/kafka/server/ReplicaManager.scala``:
 ``appendRecords``, ``fetchMessages``, ``deleteRecords``) over its ``Partition``\\ s
 (partition.py), with the waits of its purgatories: the acks=all produce (delayed_produce.py) and
-the long poll (delayed_fetch.py). A front end (the gRPC servicer, server/service.py; a Kafka
+the long poll (delayed_fetch.py). A front end (the gRPC servicer, server/rpc/service.py; a Kafka
 protocol listener later) checks a request's shape, makes one call here and translates the
 answer; what it means to serve a partition is decided here:
 

@@ -26,7 +26,7 @@ and the streams of one connection at most its share (``subscribe_buffer_bytes_pe
 past it they read nothing, and one that waits longer than ``subscribe_stall_ms_max`` ends
 RESOURCE_EXHAUSTED.
 
-Session streams (server/session.py) carry Produce, fetch and ListOffsets requests by id, each
+Session streams (server/rpc/session.py) carry Produce, fetch and ListOffsets requests by id, each
 served by this servicer's method of that RPC, as a unary call is.
 
 Concurrency: event-loop only. The coordinator's requests (they fsync its state log and write
@@ -267,7 +267,7 @@ def _stalled_too_long(
 
 def _appended_hook(context: Any) -> Callable[[], None] | None:
     """For a Session request's Produce: what lets the next Produce of its partition on the
-    stream go once this one appended (server/session.py's ``RequestContext.served``; a unary
+    stream go once this one appended (server/rpc/session.py's ``RequestContext.served``; a unary
     call has none)."""
     served = getattr(context, "served", None)
     if served is None:
@@ -804,7 +804,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
             # A long poll takes a slot of its client's waiting RPCs when it first waits (one
             # that finds its data at once never does), and gives it back when it answers. A
             # Session request gives its charge of the session's byte budgets back meanwhile
-            # (server/session.py's ``RequestContext.pause_charge``; a unary call has none).
+            # (server/rpc/session.py's ``RequestContext.pause_charge``; a unary call has none).
             def admit_wait() -> WaitingRpc:
                 return self._limits.admit(call_origin(context), WaitingRpcKind.LONG_POLL)
 
@@ -1007,7 +1007,7 @@ class BrokerService(broker_pb2_grpc.BrokerServicer):
         self, request_iterator: Any, context: grpc.aio.ServicerContext
     ) -> None:
         # Each request is served by this servicer's method of its RPC, as the interceptors wrap
-        # it (server/session.py); the stream only carries them.
+        # it (server/rpc/session.py); the stream only carries them.
         await self._sessions.serve(context)
 
     # ---------------------------------------------------------------- delete records

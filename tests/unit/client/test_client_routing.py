@@ -3,7 +3,7 @@
 Each ``Member`` is a real grpc.aio server on 127.0.0.1:0 (not the stratalog server: a real
 cluster is tests/cluster/test_client_routing.py's) that leads the partitions the shared
 ``Leaders`` table gives it and refuses the others with the real server's
-NotLeaderOrFollowerError status (server/status.py), with or without the leader hint, and answers
+NotLeaderOrFollowerError status (server/rpc/status.py), with or without the leader hint, and answers
 Metadata from the same table. The tests count what each member was asked.
 """
 

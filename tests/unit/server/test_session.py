@@ -1,5 +1,5 @@
 """server.session: answers serialized as protobuf would, and a SessionError that tells the
-client exactly what the unary call's status would have (server/status.py's half and
+client exactly what the unary call's status would have (server/rpc/status.py's half and
 client/errors.py's half of the same contract)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""server/status.py: every domain error becomes the contract's status code, reason and metadata.
+"""server/rpc/status.py: every domain error becomes the contract's status code, reason and metadata.
 
 Statuses are decoded the way a client sees them: the ``grpc-status-details-bin`` trailer parsed
 into google.rpc.Status and its ErrorInfo unpacked. The round trip through a live server is in

@@ -1,4 +1,4 @@
-"""Every coordinator error has its ErrorReason and status code in server/status.py, and the
+"""Every coordinator error has its ErrorReason and status code in server/rpc/status.py, and the
 server's own trouble does not leak its message."""
 
 from __future__ import annotations
