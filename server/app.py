@@ -93,14 +93,11 @@ from stratalog.server.metrics import ServerMetrics
 from stratalog.server.metrics_endpoint import MetricsEndpoint, MetricsEndpointLimits
 from stratalog.server.open_files_fit import fit_to_open_files_limit
 from stratalog.server.pid_file import PidFile, PidFileError
-from stratalog.server.rpc.authentication import (
-    AuthenticationInterceptor,
-    SessionRecheckInterceptor,
-)
+from stratalog.server.rpc.authentication import AuthenticationInterceptor
 from stratalog.server.rpc.authorization import AuthorizationInterceptor
 from stratalog.server.rpc.decoding import add_broker_service
 from stratalog.server.rpc.metrics_interceptor import MetricsInterceptor
-from stratalog.server.rpc.quotas import QuotaInterceptor
+from stratalog.server.rpc.quotas import QuotaInterceptor, RequestQuotas
 from stratalog.server.rpc.service import BrokerService
 from stratalog.server.security.acl_store import AclStorage, AclStore
 from stratalog.server.security.authentication import Authenticator
@@ -207,6 +204,9 @@ class Server:
         # Authorization and quotas (server/security/): from start() until the process ends.
         self.authorizer: Authorizer | None = None
         self.quotas = QuotaManager(QuotaConfig.of_settings(settings))
+        # The quotas as each request meets them (the interceptor's and the Session's), made
+        # with the interceptors.
+        self._request_quotas: RequestQuotas | None = None
 
     async def start(self) -> None:
         """Open the logs, bind and start serving.
@@ -369,18 +369,14 @@ class Server:
             self.replica_manager, settings, self.metrics, self._executor,
             coordinator=self.coordinator,
             limits=limits, subscribe_budget=budget, authorizer=self.authorizer,
-            # A Session request goes through these as a unary call of its RPC does; who the
-            # caller is was decided once, when its stream was authenticated.
-            request_interceptors=[
-                # ... but re-checked against the credential file in force (a reload may have
-                # removed its user): issue 24, finding 11. Without a credential file no
-                # identity carries credentials to re-check (Authenticator.still_valid is True
-                # for all) and a reload loads none: the check would only add a wrapper to
-                # every Session request (~3% of a point read's latency, docs/performance.md).
-                *([SessionRecheckInterceptor(self._authenticator, self.metrics)]
-                  if settings.authentication_credentials_file else []),
-                *(i for i in interceptors if not isinstance(i, AuthenticationInterceptor)),
-            ],
+            # A Session request is served under the rules of its unary call; who the caller
+            # is was decided once, when its stream was authenticated, but re-checked against
+            # the credential file in force (a reload may have removed its user): issue 24,
+            # finding 11. Without a credential file no identity carries credentials to
+            # re-check (Authenticator.still_valid is True for all) and a reload loads none.
+            session_credentials=(self._authenticator
+                                 if settings.authentication_credentials_file else None),
+            quotas=self._request_quotas,
         )
         add_broker_service(self._service, self._grpc)
         if settings.cluster:
@@ -673,10 +669,12 @@ class Server:
                 self.authorizer, reflection_open=self.settings.reflection_open,
                 metrics=self.metrics,
             ))
-        interceptors.append(QuotaInterceptor(
-            self.quotas, self.settings.fetch_max_bytes_default, self.metrics,
+        self._request_quotas = RequestQuotas(
+            self.quotas,
             ProduceAdmission(self.quotas, self.settings.quota_produce_bytes_in_flight_max),
-        ))
+            self.settings.fetch_max_bytes_default, self.metrics,
+        )
+        interceptors.append(QuotaInterceptor(self._request_quotas, self.metrics))
         return interceptors
 
     async def reload(self) -> bool:

@@ -37,12 +37,12 @@ from stratalog.server.security.principal import ANONYMOUS, CallIdentity, current
 from stratalog.server.security.tls import certificate_principal
 
 from . import status
-from .handlers import WrappingInterceptor, behaviour_of, wrap_handler
+from .handlers import behaviour_of, wrap_handler
 
 if TYPE_CHECKING:
     from stratalog.server.metrics import ServerMetrics
 
-__all__ = ["AuthenticationInterceptor", "SessionRecheckInterceptor"]
+__all__ = ["AuthenticationInterceptor", "stale_credentials"]
 
 
 def _refusing(handler: grpc.RpcMethodHandler, exc: Exception) -> grpc.RpcMethodHandler:
@@ -164,38 +164,15 @@ class AuthenticationInterceptor(grpc.aio.ServerInterceptor):
         return wrap_handler(handler, enter)
 
 
-class SessionRecheckInterceptor(WrappingInterceptor):
-    """Re-checks, for each request on a Session stream, the credentials the stream was opened
-    with: a stream authenticated by a password or token whose user or token was removed, or
-    whose password was replaced, by a reload (SIGHUP) has each further request refused
-    UNAUTHENTICATED + AUTHENTICATION_FAILED. A unary call is checked anew after a reload
-    (the cache is emptied); a stream was checked once, when it opened, as Kafka checks a
-    connection once (Kafka re-authenticates connections only with
-    ``connections.max.reauth.ms``, KIP-368; here the reload is what triggers it).
-
-    Installed first among a session's per-request interceptors (server/app.py); the check is
-    one dictionary lookup and one comparison. Event-loop only.
-    """
-
-    def __init__(self, authenticator: Authenticator, metrics: ServerMetrics) -> None:
-        self._authenticator = authenticator
-        self._metrics = metrics
-        super().__init__()
-
-    def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
-        authenticator = self._authenticator
-        metrics = self._metrics
-
-        async def enter(context: grpc.aio.ServicerContext) -> None:
-            identity = current_identity.get(None)
-            if identity is not None and not authenticator.still_valid(identity):
-                metrics.observe_authentication_failure("wrong_credentials")
-                await context.abort_with_status(status.to_status(AuthenticationFailedError(
-                    "authentication failed: the credentials this session was opened with are"
-                    " no longer valid (the user or token was removed, or the password"
-                    " changed); open a new session with valid credentials",
-                    failure="wrong_credentials",
-                )))
-            return None
-
-        return wrap_handler(handler, enter)
+def stale_credentials() -> AuthenticationFailedError:
+    """The refusal of a request on a Session stream whose credentials a reload (SIGHUP)
+    removed or replaced: checked for each request (server/rpc/session.py), as a unary call is
+    checked anew after a reload (the cache is emptied); a stream was authenticated once, when
+    it opened, as Kafka checks a connection once (Kafka re-authenticates connections only
+    with ``connections.max.reauth.ms``, KIP-368; here the reload is what triggers it)."""
+    return AuthenticationFailedError(
+        "authentication failed: the credentials this session was opened with are"
+        " no longer valid (the user or token was removed, or the password"
+        " changed); open a new session with valid credentials",
+        failure="wrong_credentials",
+    )

@@ -18,9 +18,16 @@ from typing import TYPE_CHECKING, Any
 import grpc
 import grpc.aio
 
-from stratalog.server.security.acls import CLUSTER_NAME
 from stratalog.server.security.authentication import peer_host
-from stratalog.server.security.authorizer import OPEN, RULES, Authorizer, Decider, Rule, rule_for
+from stratalog.server.security.authorizer import (
+    OPEN,
+    RULES,
+    Authorizer,
+    Decider,
+    Rule,
+    decide_request,
+    rule_for,
+)
 from stratalog.server.security.errors import NotAuthorizedError
 from stratalog.server.security.principal import ANONYMOUS, CallIdentity, current_identity
 from stratalog.server.storage.errors import InvalidTopicError
@@ -95,18 +102,19 @@ def _wrap(
         return handler._replace(**{kind: _single_check(inner, authorizer, rule, metrics)})
 
     async def admit(request: Any, context: grpc.aio.ServicerContext) -> Decider:
-        decider = Decider(authorizer, call_identity(context))
+        identity = call_identity(context)
         # A request that did not parse reaches the servicer, which refuses it: there is no
         # resource to decide on, and nothing is done for it.
-        if check is not None and (request_streaming or type(request) is not UndecodableRequest):
-            try:
-                check(decider, request)
-            except NotAuthorizedError as exc:
-                metrics.observe_authorization_denial(exc.operation)
-                await context.abort_with_status(status.to_status(exc))
-            except InvalidTopicError as exc:  # a name refused before any decision on it
-                await context.abort_with_status(status.to_status(exc))
-        return decider
+        if check is None or (not request_streaming and type(request) is UndecodableRequest):
+            return Decider(authorizer, identity)
+        try:
+            return decide_request(authorizer, identity, rule, request)
+        except NotAuthorizedError as exc:
+            metrics.observe_authorization_denial(exc.operation)
+            await context.abort_with_status(status.to_status(exc))
+        except InvalidTopicError as exc:  # a name refused before any decision on it
+            await context.abort_with_status(status.to_status(exc))
+        raise AssertionError("abort_with_status returned")  # pragma: no cover
 
     if inspect.isasyncgenfunction(inner):
 
@@ -132,26 +140,23 @@ def _single_check(inner: Any, authorizer: Authorizer, rule: Rule, metrics: Serve
     """The behaviour ``inner`` behind a rule of one operation on one resource: the hot path
     (Produce, the fetches), decided with one cache lookup on a cache hit."""
     assert rule.single is not None
-    operation, resource_type, field = rule.single
     answer = rule.answer
-    authorize = authorizer.authorize
 
     async def behaviour(request: Any, context: grpc.aio.ServicerContext) -> Any:
         identity = current_identity.get(None) or _anonymous_identity(context.peer() or "")
+        decider = None
         # A request that did not parse reaches the servicer, which refuses it.
         if type(request) is not UndecodableRequest:
-            name = CLUSTER_NAME if field is None else getattr(request, field)
             try:
-                allowed = authorize(identity, operation, resource_type, name)
+                decider = decide_request(authorizer, identity, rule, request)
+            except NotAuthorizedError as exc:
+                metrics.observe_authorization_denial(exc.operation)
+                await context.abort_with_status(status.to_status(exc))
             except InvalidTopicError as exc:  # a name refused before any decision on it
                 await context.abort_with_status(status.to_status(exc))
-            if not allowed:
-                metrics.observe_authorization_denial(operation.name)
-                refusal = Decider(authorizer, identity).refusal(operation, resource_type, name)
-                await context.abort_with_status(status.to_status(refusal))
         response = await inner(request, context)
         if answer is not None and response is not None:
-            answer(Decider(authorizer, identity), response)
+            answer(decider or Decider(authorizer, identity), response)
         return response
 
     return behaviour

@@ -21,7 +21,12 @@ import grpc.aio
 
 from stratalog.server.security.authentication import peer_host
 from stratalog.server.security.errors import QuotaBacklogExceededError
-from stratalog.server.security.principal import ANONYMOUS, Principal, current_identity
+from stratalog.server.security.principal import (
+    ANONYMOUS,
+    CallIdentity,
+    Principal,
+    current_identity,
+)
 from stratalog.server.security.quotas import ProduceAdmission, QuotaManager
 from stratalog.v1 import broker_pb2
 
@@ -32,29 +37,13 @@ from .handlers import WrappedHandlers
 if TYPE_CHECKING:
     from stratalog.server.metrics import ServerMetrics
 
-__all__ = ["QuotaInterceptor"]
+__all__ = ["QuotaInterceptor", "RequestQuotas", "backlog_client", "principal_name"]
 
 # The metrics' names of the two quotas (their "quota" label).
 _PRODUCE_QUOTA = "produce"
 _FETCH_QUOTA = "fetch"
 _SERVICE = broker_pb2.DESCRIPTOR.services_by_name["Broker"].full_name
 _ANONYMOUS = str(ANONYMOUS)
-
-
-def _principal() -> str:
-    identity = current_identity.get(None)
-    return _ANONYMOUS if identity is None else _name(identity.principal)
-
-
-def _client(principal: str, context: Any) -> str:
-    """Whose Produce backlog a call counts in: its principal (``"User:alice"``), or its host
-    (``"host:10.0.0.5"``) for an anonymous call, as server/client_limits.py names clients."""
-    if principal != _ANONYMOUS:
-        return principal
-    identity = current_identity.get(None)
-    host = identity.host if identity is not None and identity.host else peer_host(
-        context.peer())
-    return f"host:{host}"
 
 
 @functools.lru_cache(maxsize=4096)
@@ -74,11 +63,88 @@ def _fetch_bytes(response: broker_pb2.FetchResponse) -> int:
     return len(batches) if batches else response.ByteSize()
 
 
+class RequestQuotas:
+    """The quotas of one request, as the interceptor applies them to a call and the Session
+    stream to each of its requests: ``serve`` is what answers the request.
+
+    * Produce: while its principal is over its produce quota, the request waits in the
+      principal's queue (``admission``) before it is served; its bytes count once admitted,
+      whether the servicer then accepts them or not; its answer carries the throttle time its
+      principal's next request waits;
+    * fetches: ``max_bytes`` is capped by the principal's quota, and the answer is held back
+      by the throttle time its bytes earn (and says so).
+
+    Each delayed answer is counted in ``metrics``. Event-loop only.
+    """
+
+    def __init__(self, manager: QuotaManager, admission: ProduceAdmission,
+                 fetch_max_bytes_default: int, metrics: ServerMetrics) -> None:
+        self.manager = manager
+        self._admission = admission
+        self._fetch_max_bytes_default = fetch_max_bytes_default
+        self._metrics = metrics
+
+    async def produce(self, principal: str, client: str, request: Any,
+                      serve: Callable[[], Awaitable[Any]]) -> Any:
+        """Produce ``request`` of ``principal`` (whose Produce backlog ``client`` counts in)
+        through ``serve`` within the produce quota.
+
+        Raises:
+            QuotaBacklogExceededError: the client's backlog is full; nothing was served.
+        """
+        if type(request) is UndecodableRequest or not self.manager.produce_quota(principal):
+            return await serve()
+        admission = self._admission
+        size_bytes = _produce_bytes(request)
+        # Waits here, before the servicer, while the principal is over its quota; its bytes
+        # count once admitted, whether the servicer then accepts them or not.
+        throttle_ms = await admission.admit(principal, client, size_bytes)
+        try:
+            response = await serve()
+        finally:
+            admission.release(client, size_bytes)
+        if throttle_ms:
+            response.throttle_time_ms = throttle_ms
+            self._metrics.observe_throttle(_PRODUCE_QUOTA, throttle_ms)
+        return response
+
+    async def fetch(self, principal: str, request: Any,
+                    serve: Callable[[], Awaitable[Any]]) -> Any:
+        """Fetch ``request`` of ``principal`` through ``serve`` within the fetch quota."""
+        if type(request) is UndecodableRequest:
+            return await serve()
+        manager = self.manager
+        limit_bytes = manager.fetch_bytes_max(principal)
+        if (limit_bytes is not None
+                and (request.max_bytes or self._fetch_max_bytes_default) > limit_bytes):
+            request.max_bytes = limit_bytes
+        response = await serve()
+        throttle_ms = manager.record_fetch(principal, _fetch_bytes(response))
+        if throttle_ms:
+            response.throttle_time_ms = throttle_ms
+            await _hold_back(self._metrics, _FETCH_QUOTA, throttle_ms)
+        return response
+
+
+def principal_name(identity: CallIdentity | None) -> str:
+    """Whose quota a request counts in: its principal's name (anonymous without an identity)."""
+    return _ANONYMOUS if identity is None else _name(identity.principal)
+
+
+def backlog_client(principal: str, identity: CallIdentity | None, peer: str | None) -> str:
+    """Whose Produce backlog a request counts in: its principal (``"User:alice"``), or its
+    host (``"host:10.0.0.5"``) for an anonymous one, as server/client_limits.py names
+    clients."""
+    if principal != _ANONYMOUS:
+        return principal
+    host = identity.host if identity is not None and identity.host else peer_host(peer)
+    return f"host:{host}"
+
+
 class QuotaInterceptor(grpc.aio.ServerInterceptor):
-    """Applies the quotas to Produce (request bytes: held back before it is served, through
-    ``admission``), FetchByOffset and FetchByTimestamp (answer bytes) and Subscribe (each
-    message's bytes: answers delayed), and sets ``throttle_time_ms``. Other methods pass
-    untouched, and all do while no quota is set.
+    """Applies :class:`RequestQuotas` to Produce, FetchByOffset and FetchByTimestamp, and to
+    each message of Subscribe (answers delayed), setting ``throttle_time_ms``. Other methods
+    pass untouched, and all do while no quota is set.
 
     Order: the last interceptor, after authorization (a refused call costs no quota). The
     handlers it wraps are made once per method and reused. Each delayed answer is counted in
@@ -88,15 +154,10 @@ class QuotaInterceptor(grpc.aio.ServerInterceptor):
     only.
     """
 
-    def __init__(
-        self, manager: QuotaManager, fetch_max_bytes_default: int, metrics: ServerMetrics,
-        admission: ProduceAdmission,
-    ) -> None:
-        assert admission is not None
-        self._manager = manager
-        self._admission = admission
+    def __init__(self, quotas: RequestQuotas, metrics: ServerMetrics) -> None:
+        self._quotas = quotas
+        self._manager = quotas.manager
         self._metrics = metrics
-        self._fetch_max_bytes_default = fetch_max_bytes_default
         self._wrapped = WrappedHandlers()
         self._wrappers = {
             f"/{_SERVICE}/Produce": self._produce,
@@ -123,55 +184,29 @@ class QuotaInterceptor(grpc.aio.ServerInterceptor):
 
     def _produce(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         inner = handler.unary_unary
-        manager = self._manager
-        metrics = self._metrics
-
-        admission = self._admission
+        quotas = self._quotas
 
         async def produce(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            if type(request) is UndecodableRequest:
-                return await inner(request, context)
-            principal = _principal()
-            if not manager.produce_quota(principal):
-                return await inner(request, context)
-            client = _client(principal, context)
-            size_bytes = _produce_bytes(request)
+            identity = current_identity.get(None)
+            principal = principal_name(identity)
             try:
-                # Waits here, before the servicer, while the principal is over its quota; its
-                # bytes count once admitted, whether the servicer then accepts them or not.
-                throttle_ms = await admission.admit(principal, client, size_bytes)
+                return await quotas.produce(
+                    principal, backlog_client(principal, identity, context.peer()), request,
+                    functools.partial(inner, request, context),
+                )
             except QuotaBacklogExceededError as exc:
                 await context.abort_with_status(status.to_status(exc))
-            try:
-                response = await inner(request, context)
-            finally:
-                admission.release(client, size_bytes)
-            if throttle_ms:
-                response.throttle_time_ms = throttle_ms
-                metrics.observe_throttle(_PRODUCE_QUOTA, throttle_ms)
-            return response
 
         return handler._replace(unary_unary=produce)
 
     def _fetch(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         inner = handler.unary_unary
-        manager = self._manager
-        metrics = self._metrics
-        default_bytes = self._fetch_max_bytes_default
+        quotas = self._quotas
 
         async def fetch(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            if type(request) is UndecodableRequest:
-                return await inner(request, context)
-            principal = _principal()
-            limit_bytes = manager.fetch_bytes_max(principal)
-            if limit_bytes is not None and (request.max_bytes or default_bytes) > limit_bytes:
-                request.max_bytes = limit_bytes
-            response = await inner(request, context)
-            throttle_ms = manager.record_fetch(principal, _fetch_bytes(response))
-            if throttle_ms:
-                response.throttle_time_ms = throttle_ms
-                await _hold_back(metrics, _FETCH_QUOTA, throttle_ms)
-            return response
+            principal = principal_name(current_identity.get(None))
+            return await quotas.fetch(principal, request,
+                                      functools.partial(inner, request, context))
 
         return handler._replace(unary_unary=fetch)
 
@@ -181,7 +216,8 @@ class QuotaInterceptor(grpc.aio.ServerInterceptor):
         metrics = self._metrics
 
         async def subscribe(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            return await inner(request, _ThrottledStream(context, manager, metrics, _principal()))
+            principal = principal_name(current_identity.get(None))
+            return await inner(request, _ThrottledStream(context, manager, metrics, principal))
 
         return handler._replace(unary_stream=subscribe)
 

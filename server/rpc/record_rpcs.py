@@ -23,8 +23,9 @@ Concurrency: event-loop only.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import grpc
 import grpc.aio
@@ -32,6 +33,7 @@ import grpc.aio
 from stratalog.server.append_placement import holds_compressed_batches
 from stratalog.server.client_limits import (
     ClientLimitExceededError,
+    Origin,
     WaitingRpc,
     WaitingRpcKind,
     call_origin,
@@ -82,21 +84,6 @@ def _stalled_too_long(
         f"and subscribe again from offset {offset}",
         limit="subscribe_buffer_bytes_per_connection",
     )
-
-
-def _appended_hook(context: Any) -> Callable[[], None] | None:
-    """For a Session request's Produce: what lets the next Produce of its partition on the
-    stream go once this one appended (server/rpc/session.py's ``RequestContext.served``; a unary
-    call has none)."""
-    served = getattr(context, "served", None)
-    if served is None:
-        return None
-
-    def appended() -> None:
-        if not served.done():
-            served.set_result(None)
-
-    return appended
 
 
 class RecordRpcs(RpcBase):
@@ -266,6 +253,14 @@ class RecordRpcs(RpcBase):
     async def Produce(
         self, request: ProduceRequestView, context: grpc.aio.ServicerContext
     ) -> broker_pb2.ProduceResponse:
+        return await self.produce(request)
+
+    async def produce(
+        self, request: ProduceRequestView, appended: Callable[[], None] | None = None
+    ) -> broker_pb2.ProduceResponse:
+        """Produce's behaviour, for a unary call and a Session request alike. ``appended`` is
+        called once the records are in the log (a Session lets the next Produce of the
+        partition go then, even while an acks=all one waits for its replicas)."""
         # ``request`` comes from decoding.parse_produce_request: its record_batches is a
         # view of the received message, appended without a copy.
         topic = self._topic(request.topic)
@@ -297,7 +292,7 @@ class RecordRpcs(RpcBase):
             size_bytes, compressed = len(record_batches), holds_compressed_batches(record_batches)
         info = await self._replicas.append_records(
             topic, partition, acks, records, size_bytes=size_bytes, compressed=compressed,
-            flush=request.flush, appended=_appended_hook(context),
+            flush=request.flush, appended=appended,
         )
         self._metrics.observe_produce(topic, info.record_count, info.size_bytes)
         return broker_pb2.ProduceResponse(
@@ -313,6 +308,19 @@ class RecordRpcs(RpcBase):
     async def FetchByOffset(
         self, request: broker_pb2.FetchByOffsetRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.FetchResponse:
+        return await self.fetch_by_offset(request, functools.partial(call_origin, context))
+
+    async def fetch_by_offset(
+        self,
+        request: broker_pb2.FetchByOffsetRequest,
+        origin: Callable[[], Origin],
+        pause: Callable[[], None] | None = None,
+        resume: Callable[[], Awaitable[None]] | None = None,
+    ) -> broker_pb2.FetchResponse:
+        """FetchByOffset's behaviour, for a unary call and a Session request alike: ``origin``
+        says whose waiting RPCs a long poll counts in; ``pause`` and ``resume`` are called
+        around its waits (a Session request gives its charge of the session's byte budgets
+        back meanwhile: server/rpc/session.py, "Limits")."""
         self._placement.read_served()
         topic = self._topic(request.topic)
         partition = partition_number(request.partition)
@@ -330,17 +338,14 @@ class RecordRpcs(RpcBase):
         admit_wait = None
         if max_wait_ms:
             # A long poll takes a slot of its client's waiting RPCs when it first waits (one
-            # that finds its data at once never does), and gives it back when it answers. A
-            # Session request gives its charge of the session's byte budgets back meanwhile
-            # (server/rpc/session.py's ``RequestContext.pause_charge``; a unary call has none).
+            # that finds its data at once never does), and gives it back when it answers.
             def admit_wait() -> WaitingRpc:
-                return self._limits.admit(call_origin(context), WaitingRpcKind.LONG_POLL)
+                return self._limits.admit(origin(), WaitingRpcKind.LONG_POLL)
 
         partition_log, fetched = await self._replicas.fetch_records(
             topic, partition, offset, max_bytes, isolation_level, max_records=max_records,
             max_wait_ms=max_wait_ms, min_bytes=min_bytes, admit_wait=admit_wait,
-            pause=getattr(context, "pause_charge", None),
-            resume=getattr(context, "resume_charge", None),
+            pause=pause, resume=resume,
         )
         return self._fetch_response(
             topic, partition, partition_log, offset, fetched, fetch_format, max_bytes,
@@ -351,6 +356,12 @@ class RecordRpcs(RpcBase):
     async def FetchByTimestamp(
         self, request: broker_pb2.FetchByTimestampRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.FetchResponse:
+        return await self.fetch_by_timestamp(request)
+
+    async def fetch_by_timestamp(
+        self, request: broker_pb2.FetchByTimestampRequest
+    ) -> broker_pb2.FetchResponse:
+        """FetchByTimestamp's behaviour, for a unary call and a Session request alike."""
         self._placement.read_served()
         topic = self._topic(request.topic)
         partition = partition_number(request.partition)
@@ -378,6 +389,12 @@ class RecordRpcs(RpcBase):
     async def ListOffsets(
         self, request: broker_pb2.ListOffsetsRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.ListOffsetsResponse:
+        return await self.list_offsets(request)
+
+    async def list_offsets(
+        self, request: broker_pb2.ListOffsetsRequest
+    ) -> broker_pb2.ListOffsetsResponse:
+        """ListOffsets' behaviour, for a unary call and a Session request alike."""
         self._placement.read_served()
         topic = self._topic(request.topic)
         partition = partition_number(request.partition)

@@ -50,7 +50,9 @@ __all__ = [
     "NO_MATCH",
     "RECORD_BATCHES",
     "RpcBase",
+    "checked_request",
     "enum_value",
+    "failure_status",
     "isolation_level_of",
     "non_negative",
     "partition_number",
@@ -137,14 +139,7 @@ def rpc_method(stream: bool = False) -> Callable[[Callable[..., Awaitable[Any]]]
             started = time.perf_counter()
             code = "OK"
             try:
-                if type(request) is UndecodableRequest:
-                    raise BadRequestError(
-                        "request", f"not a valid {request.message_type}: {request.error}"
-                    )
-                return await method(self, request, context)
-            except BadRequestError as exc:
-                code = "INVALID_ARGUMENT"
-                await context.abort_with_status(exc.to_status())
+                return await method(self, checked_request(request), context)
             except asyncio.CancelledError:
                 code = "CANCELLED"
                 raise
@@ -152,9 +147,8 @@ def rpc_method(stream: bool = False) -> Callable[[Callable[..., Awaitable[Any]]]
                 code = _code_name(context)
                 raise
             except Exception as exc:
-                mapping = status.classify(exc)
-                code = mapping.code.name if mapping is not None else "INTERNAL"
-                await status.abort_with_error(context, exc)
+                answer, code = failure_status(exc)
+                await context.abort_with_status(answer)
             finally:
                 elapsed = None if stream else time.perf_counter() - started
                 self._metrics.observe_request(name, code, elapsed)
@@ -162,6 +156,25 @@ def rpc_method(stream: bool = False) -> Callable[[Callable[..., Awaitable[Any]]]
         return wrapper
 
     return decorate
+
+
+def checked_request(request: Any) -> Any:
+    """``request``, if it is a message: request bytes that were not one
+    (:class:`UndecodableRequest`) are a BadRequestError naming the field ``request``."""
+    if type(request) is UndecodableRequest:
+        raise BadRequestError("request", f"not a valid {request.message_type}: {request.error}")
+    return request
+
+
+def failure_status(exc: Exception) -> tuple[grpc.Status, str]:
+    """The status a request that raised ``exc`` is answered with, and its code's name as the
+    request metrics count it: INVALID_ARGUMENT with the field for a request-shape error
+    (:class:`BadRequestError`), the engine's reason for its errors, INTERNAL (logged) for
+    anything unexpected (status.py)."""
+    if isinstance(exc, BadRequestError):
+        return exc.to_status(), "INVALID_ARGUMENT"
+    mapping = status.classify(exc)
+    return status.to_status(exc), mapping.code.name if mapping is not None else "INTERNAL"
 
 
 def _code_name(context: grpc.aio.ServicerContext) -> str:

@@ -29,7 +29,7 @@ serving layer's admin lock, so that the LogManager sees one admin operation at a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any
 
@@ -39,10 +39,11 @@ import grpc.aio
 from stratalog.server.broker import ReplicaManager
 from stratalog.server.byte_budget import ByteBudget
 from stratalog.server.client_limits import ClientLimits
+from stratalog.server.rpc.quotas import RequestQuotas
 from stratalog.server.rpc.record_rpcs import RecordRpcs
 from stratalog.server.rpc.requests import rpc_method
 from stratalog.server.rpc.security_rpcs import SecurityRpcs
-from stratalog.server.rpc.session import RequestHandlers, SessionBudgets, Sessions
+from stratalog.server.rpc.session import SessionBudgets, SessionRequests, Sessions
 from stratalog.server.rpc.subscribe_messages import SharedMessages
 from stratalog.server.rpc.topic_rpcs import TopicRpcs
 from stratalog.server.rpc.transaction_rpcs import TransactionRpcs
@@ -55,6 +56,7 @@ from stratalog.v1 import broker_pb2_grpc
 if TYPE_CHECKING:
     from stratalog.server.cluster.topic_admin import TopicAdmin
     from stratalog.server.metrics import ServerMetrics
+    from stratalog.server.security.authentication import Authenticator
     from stratalog.server.security.authorizer import Authorizer
     from stratalog.server.settings import Settings
     from stratalog.server.transactions import TransactionCoordinator
@@ -92,15 +94,17 @@ class BrokerService(RecordRpcs, TopicRpcs, TransactionRpcs, SecurityRpcs,
         limits: ClientLimits | None = None,
         subscribe_budget: SubscribeBudget | None = None,
         authorizer: Authorizer | None = None,
-        request_interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+        session_credentials: Authenticator | None = None,
+        quotas: RequestQuotas | None = None,
     ) -> None:
         """``time_ms`` is the clock records-form Produce stamps records with (default: the
         wall clock); ``topic_names`` defaults to an empty memo of its own, ``limits`` and
         ``subscribe_budget`` to the settings' limits.
         ``authorizer`` (None: authorization is off) holds the ACLs that the ACL RPCs manage;
-        it checks calls in its own interceptor, not here. ``request_interceptors`` are the
-        server's interceptors that apply to each request (authorization, quotas: all but
-        authentication), which Session requests go through as unary calls do."""
+        it checks unary calls in its own interceptor, and each Session request here, as do
+        ``quotas`` (None: none apply) and ``session_credentials`` (the authenticator that
+        re-checks a Session stream's credentials for each request; None: nothing to
+        re-check, there is no credential file)."""
         self._replicas = replica_manager
         self._log_manager = replica_manager.log_manager
         self._placement = replica_manager.placement
@@ -127,7 +131,9 @@ class BrokerService(RecordRpcs, TopicRpcs, TransactionRpcs, SecurityRpcs,
         self._shared_messages = SharedMessages()
         self._authorizer = authorizer
         self._sessions = Sessions(
-            RequestHandlers(self, request_interceptors), self._limits, metrics,
+            SessionRequests(self, metrics, credentials=session_credentials,
+                            authorizer=authorizer, quotas=quotas),
+            self._limits, metrics,
             settings.session_requests_in_flight_max,
             SessionBudgets(
                 settings.session_buffer_bytes,
@@ -162,6 +168,6 @@ class BrokerService(RecordRpcs, TopicRpcs, TransactionRpcs, SecurityRpcs,
     async def Session(
         self, request_iterator: Any, context: grpc.aio.ServicerContext
     ) -> None:
-        # Each request is served by this servicer's method of its RPC, as the interceptors wrap
-        # it (server/rpc/session.py); the stream only carries them.
+        # Each request is served by this servicer's behaviour of its RPC, under the rules of
+        # its unary call (server/rpc/session.py); the stream only carries them.
         await self._sessions.serve(context)

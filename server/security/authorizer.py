@@ -125,6 +125,7 @@ __all__ = [
     "Authorizer",
     "Decider",
     "Rule",
+    "decide_request",
     "may_create_topic",
     "rule_for",
 ]
@@ -654,3 +655,27 @@ def rule_for(
     if method.startswith(REFLECTION_PREFIXES):
         return OPEN if reflection_open else _REFLECTION
     return _UNKNOWN
+
+
+def decide_request(authorizer: Authorizer, identity: CallIdentity, rule: Rule, request: Any
+                   ) -> Decider:
+    """Whether ``identity`` may make ``request`` under ``rule``: the one decision every front
+    end asks for (the gRPC interceptor for a call, the Session stream for each of its
+    requests). A rule of one operation on one resource (``single``: Produce, the fetches) is
+    decided with one cache lookup; any other by its ``check``. Returns the decider, which the
+    rule's ``answer`` filters the response with.
+
+    Raises:
+        NotAuthorizedError: refused (``operation`` names what was asked).
+        InvalidTopicError: a topic name refused before any decision on it.
+    """
+    decider = Decider(authorizer, identity)
+    single = rule.single
+    if single is not None:
+        operation, resource_type, field = single
+        name = CLUSTER_NAME if field is None else getattr(request, field)
+        if not authorizer.authorize(identity, operation, resource_type, name):
+            raise decider.refusal(operation, resource_type, name)
+    elif rule.check is not None:
+        rule.check(decider, request)
+    return decider
