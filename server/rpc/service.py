@@ -6,20 +6,23 @@ layer, the transaction coordinator or the topic administration, and build the re
 The methods are grouped by family, one module each: record_rpcs.py (Produce, the fetches,
 Subscribe, DeleteRecords, CleanPartition), topic_rpcs.py (the topic RPCs and Metadata),
 transaction_rpcs.py, security_rpcs.py (WhoAmI, ACLs); requests.py holds the request checks and
-the decorator every method wears. This module puts them together, with the Session stream. Storage semantics (validation of
-batches, offsets, lookups, retention, producer state, the LSO) live in the engine; transactions
-in :mod:`stratalog.server.transactions`; proto <-> records translation (records-form Produce,
-decoded fetches, topic descriptions) in :mod:`stratalog.server.rpc.translation`; where a Produce's
-work runs in :mod:`stratalog.server.append_placement`; errors become statuses in
-:mod:`stratalog.server.rpc.status`, the one place that decides them, through :func:`~stratalog.server.rpc.requests.rpc_method`.
+the decorator every method wears. This module puts them together, with the Session stream.
+
+Storage semantics (validation of batches, offsets, lookups, retention, producer state, the LSO)
+live in the engine; transactions in :mod:`stratalog.server.transactions`; proto <-> records
+translation (records-form Produce, decoded fetches, topic descriptions) in
+:mod:`stratalog.server.rpc.translation`; errors become statuses in
+:mod:`stratalog.server.rpc.status`, the one place that decides them, through
+:func:`~stratalog.server.rpc.requests.rpc_method`.
 
 How a partition is served (leader and epoch checks, the append lock, where an append runs,
 transaction verification, the acks=all wait, the long poll's wait and its wake-ups) is the
 partition-serving layer's, :class:`stratalog.server.broker.ReplicaManager`: each RPC here makes
-one call to it (docs/server.md, "The layers").
+one call to it (docs/server.md).
 
 Session streams (server/rpc/session.py) carry Produce, fetch and ListOffsets requests by id, each
-served by this servicer's method of that RPC, as a unary call is.
+served by this servicer's behaviour of that RPC (``produce``, ``fetch_by_offset``, ...), under
+the rules of its unary call.
 
 Concurrency: event-loop only. The coordinator's requests (they fsync its state log and write
 markers), the encoding of large records-form Produce requests and the reads of topic
