@@ -34,7 +34,6 @@ from stratalog.v1 import broker_pb2
 
 if TYPE_CHECKING:
     from stratalog.server.append_placement import AppendPlacement
-    from stratalog.server.broker import ReplicaManager
     from stratalog.server.cluster.topic_admin import TopicAdmin
     from stratalog.server.metrics import ServerMetrics
     from stratalog.server.security.authorizer import Authorizer
