@@ -39,6 +39,7 @@ from stratalog.server.client_limits import (
     call_origin,
 )
 from stratalog.server.rpc.decoding import ProduceRequestView
+from stratalog.server.rpc.fetch_answer import FetchAnswer
 from stratalog.server.rpc.requests import (
     ACKS,
     FETCH_FORMATS,
@@ -146,10 +147,11 @@ class RecordRpcs(RpcBase):
             )
         if fetch_format == RECORD_BATCHES:
             records_out = fetched.records_count
+            # The batches go to gRPC as the storage read them, not copied into the message
+            # (fetch_answer.py).
             response = broker_pb2.FetchResponse(
                 topic=topic,
                 partition=partition,
-                record_batches=data,
                 high_watermark=partition_log.high_watermark,
                 log_start_offset=partition_log.log_start_offset,
                 next_offset=fetched.next_offset,
@@ -162,7 +164,7 @@ class RecordRpcs(RpcBase):
                 for txn in fetched.aborted_transactions:
                     add(producer_id=txn.producer_id, first_offset=txn.first_offset)
             self._observe_fetch(topic, records_out, len(data), counts)
-            return response
+            return FetchAnswer(response, data)
         response = broker_pb2.FetchResponse(
             topic=topic,
             partition=partition,
@@ -213,7 +215,6 @@ class RecordRpcs(RpcBase):
         )
         next_offset = sliced.next_offset
         if fetch_format == RECORD_BATCHES:
-            response.record_batches = sliced.data
             bytes_out = len(sliced.data)
             records_out = sliced.records_count
         else:
@@ -228,6 +229,8 @@ class RecordRpcs(RpcBase):
         response.last_stable_offset = partition_log.last_stable_offset
         response.next_offset = next_offset
         self._metrics.observe_fetch(topic, records_out, bytes_out)
+        if fetch_format == RECORD_BATCHES:
+            return FetchAnswer(response, sliced.data)
         return response
 
     def _encoder(self, request: ProduceRequestView) -> Callable[[], Awaitable[bytes]]:
