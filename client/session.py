@@ -14,7 +14,7 @@ each as soon as it is done, so a long poll does not hold up a point read sent af
     reader task  reads answers and resolves the future of each id
 
 Requests are written in the order they were made, and the server appends a stream's Produce
-requests of one partition in the order they came (server/session.py): the Producer's batches in
+requests of one partition in the order they came (server/rpc/session.py): the Producer's batches in
 flight of a partition are appended in the order sent (as separate unary calls they could
 overtake one another on the way to the partition's lock, and the later be refused
 OUT_OF_ORDER_SEQUENCE).

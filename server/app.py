@@ -30,7 +30,7 @@ Life of a server process (``stratalog serve``)::
         over its inter-broker channel; server/cluster/broker_identity.py); join the cluster
         (server/cluster/node.py: register under an etcd lease,
         take part in the controller election); etcd unreachable or the node id taken: exit 1;
-        then start the replica manager (server/cluster/replica_manager.py): the replicas
+        then start the replica roles (server/cluster/replica_roles.py): the replicas
         become leaders and followers as etcd says (the Replication service, registered with
         the Broker service in cluster mode, serves the followers' fetches)
     start the Prometheus endpoint on the event loop (server/metrics_endpoint.py: capped
@@ -53,11 +53,10 @@ checkpoints, delayed deletions; each pass bounded) in the thread pool every
 forgets expired transactional ids, retries markers that failed; each job at its own interval).
 A failing pass is logged and the next one runs on schedule.
 
-The coordinator writes transaction markers from pool threads, through :meth:`Server.write_marker`:
-the partition log appends the control batch and fsyncs it (the coordinator logs the transaction
-complete next, and one server has no replica to keep the marker if the machine loses power),
-and the servicer's readers of the partition are woken on the event loop, since a marker moves
-the last stable offset that READ_COMMITTED long polls and Subscribe streams wait for.
+The partition-serving layer (server/broker/: ReplicaManager) is made right after the LogManager;
+the coordinator writes its transaction markers through it
+(:meth:`~stratalog.server.broker.ReplicaManager.write_txn_markers`), as every other writer does,
+and the Broker servicer and, in cluster mode, the replica roles sit on it.
 
 The two lines printed on stdout are an interface: tests and scripts read the bound ports from
 them (``listening on`` and ``metrics on``).
@@ -87,37 +86,33 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from stratalog.server.allocator import TrimWatch, limit_arenas, trim_heap, tune_allocator
+from stratalog.server.broker import ReplicaManager
 from stratalog.server.client_limits import WAITING_RPC_BYTES_ESTIMATE, ClientLimits
-from stratalog.server.decoding import add_broker_service
 from stratalog.server.garbage_collector import freeze_loaded_objects, set_young_objects_max
 from stratalog.server.metrics import ServerMetrics
 from stratalog.server.metrics_endpoint import MetricsEndpoint, MetricsEndpointLimits
-from stratalog.server.metrics_interceptor import MetricsInterceptor
 from stratalog.server.open_files_fit import fit_to_open_files_limit
 from stratalog.server.pid_file import PidFile, PidFileError
+from stratalog.server.rpc.authentication import AuthenticationInterceptor
+from stratalog.server.rpc.authorization import AuthorizationInterceptor
+from stratalog.server.rpc.decoding import add_broker_service
+from stratalog.server.rpc.metrics_interceptor import MetricsInterceptor
+from stratalog.server.rpc.quotas import QuotaInterceptor, RequestQuotas
+from stratalog.server.rpc.service import BrokerService
 from stratalog.server.security.acl_store import AclStorage, AclStore
-from stratalog.server.security.authentication import (
-    AuthenticationInterceptor,
-    Authenticator,
-    SessionRecheckInterceptor,
-)
-from stratalog.server.security.authorizer import AuthorizationInterceptor, Authorizer
+from stratalog.server.security.authentication import Authenticator
+from stratalog.server.security.authorizer import Authorizer
 from stratalog.server.security.credentials import CredentialFile
 from stratalog.server.security.errors import SecurityConfigError
-from stratalog.server.security.quotas import (
-    ProduceAdmission,
-    QuotaConfig,
-    QuotaInterceptor,
-    QuotaManager,
-)
+from stratalog.server.security.quotas import ProduceAdmission, QuotaConfig, QuotaManager
 from stratalog.server.security.tls import ServerTls, TlsFiles
-from stratalog.server.service import BrokerService
 from stratalog.server.settings import (
     Address,
     Settings,
     SettingsError,
     configure_logging,
     describe,
+    reload_settings,
 )
 from stratalog.server.startup_banner import ServingFacts, banner_lines
 from stratalog.server.storage.errors import StorageIOError
@@ -130,9 +125,9 @@ if TYPE_CHECKING:
     from stratalog.server.cluster.cluster_acls import EtcdAclStore
     from stratalog.server.cluster.node import ClusterNode
     from stratalog.server.cluster.peer_channels import PeerChannels
-    from stratalog.server.cluster.replica_manager import ReplicaManager
-    from stratalog.server.cluster.replication_service import ReplicationService
+    from stratalog.server.cluster.replica_roles import ReplicaRoles
     from stratalog.server.cluster.session import EtcdSession
+    from stratalog.server.rpc.replication_service import ReplicationService
     from stratalog.server.storage.log_manager import LogManager
     from stratalog.server.transactions import TransactionConfig, TransactionCoordinator
 
@@ -180,7 +175,9 @@ class Server:
         # authorizer = "acl" the cluster's ACLs (server/cluster/cluster_acls.py).
         self.etcd_session: EtcdSession | None = None
         self._cluster_acls: EtcdAclStore | None = None
-        self.replica_manager: ReplicaManager | None = None  # with --cluster, once joined
+        #: The partition-serving layer, from the LogManager's opening to stop().
+        self.replica_manager: ReplicaManager | None = None
+        self.replica_roles: ReplicaRoles | None = None  # with --cluster, once joined
         self._replication: ReplicationService | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         # Each pool thread lowers its own CPU priority as it starts: the loop serves every
@@ -208,6 +205,9 @@ class Server:
         # Authorization and quotas (server/security/): from start() until the process ends.
         self.authorizer: Authorizer | None = None
         self.quotas = QuotaManager(QuotaConfig.of_settings(settings))
+        # The quotas as each request meets them (the interceptor's and the Session's), made
+        # with the interceptors.
+        self._request_quotas: RequestQuotas | None = None
 
     async def start(self) -> None:
         """Open the logs, bind and start serving.
@@ -273,12 +273,14 @@ class Server:
         # The state log in a directory closed cleanly opens without recovery (issue 25).
         clean_log_dirs = [path for path, clean in self.log_manager.had_clean_shutdown.items()
                           if clean]
+        replica_manager = self.replica_manager = ReplicaManager(
+            self.log_manager, settings, self.metrics, self._executor)
         try:
             try:
                 self.coordinator = await loop.run_in_executor(
                     self._executor,
                     lambda: TransactionCoordinator.open(
-                        settings.log_dirs, self.write_marker,
+                        settings.log_dirs, replica_manager.write_txn_markers,
                         config=transaction_config(settings),
                         clean_log_dirs=clean_log_dirs,
                     ),
@@ -362,29 +364,27 @@ class Server:
         )
         # Read by the scrape thread: one int, read whole.
         self.metrics.subscribe_buffer_bytes.set_function(lambda: budget.in_use_bytes)
-        assert self._authenticator is not None
+        assert self._authenticator is not None and self.replica_manager is not None
+        self.replica_manager.verify_transactions_with(self.coordinator)
         self._service = BrokerService(
-            self.log_manager, settings, self.metrics, self._executor, coordinator=self.coordinator,
+            self.replica_manager, settings, self.metrics, self._executor,
+            coordinator=self.coordinator,
             limits=limits, subscribe_budget=budget, authorizer=self.authorizer,
-            # A Session request goes through these as a unary call of its RPC does; who the
-            # caller is was decided once, when its stream was authenticated.
-            request_interceptors=[
-                # ... but re-checked against the credential file in force (a reload may have
-                # removed its user): issue 24, finding 11. Without a credential file no
-                # identity carries credentials to re-check (Authenticator.still_valid is True
-                # for all) and a reload loads none: the check would only add a wrapper to
-                # every Session request (~3% of a point read's latency, docs/performance.md).
-                *([SessionRecheckInterceptor(self._authenticator, self.metrics)]
-                  if settings.authentication_credentials_file else []),
-                *(i for i in interceptors if not isinstance(i, AuthenticationInterceptor)),
-            ],
+            # A Session request is served under the rules of its unary call; who the caller
+            # is was decided once, when its stream was authenticated, but re-checked against
+            # the credential file in force (a reload may have removed its user): issue 24,
+            # finding 11. Without a credential file no identity carries credentials to
+            # re-check (Authenticator.still_valid is True for all) and a reload loads none.
+            session_credentials=(self._authenticator
+                                 if settings.authentication_credentials_file else None),
+            quotas=self._request_quotas,
         )
         add_broker_service(self._service, self._grpc)
         if settings.cluster:
             # The server-to-server Replication service (replication.proto), cluster mode only;
             # it answers NOT_LEADER_OR_FOLLOWER until the replica manager starts.
             from stratalog.server.cluster.broker_identity import BrokerIdentity
-            from stratalog.server.cluster.replication_service import ReplicationService
+            from stratalog.server.rpc.replication_service import ReplicationService
             from stratalog.v1 import replication_pb2_grpc
 
             self._replication = ReplicationService(
@@ -574,8 +574,6 @@ class Server:
         except BaseException:
             await peers.close()
             raise
-        assert self._service is not None
-        self._service.cluster_node = self.cluster_node
         logger.info("joined the cluster %s as node %d at %s%s; controller: node %d, epoch %d",
                     settings.cluster, settings.node_id, address,
                     f" (principal {principal})" if principal else "",
@@ -613,23 +611,22 @@ class Server:
 
     async def _start_replication(self, peers: PeerChannels) -> None:
         """Make this server's replicas leaders and followers as etcd says
-        (server/cluster/replica_manager.py), and let the Replication service serve them."""
-        from stratalog.server.cluster.replica_manager import ReplicaManager
+        (server/cluster/replica_roles.py), served by the serving layer, and let the
+        Replication service serve the followers."""
+        from stratalog.server.cluster.replica_roles import ReplicaRoles
 
-        assert self._service is not None and self.cluster_node is not None
+        assert self.replica_manager is not None and self.cluster_node is not None
         assert self.log_manager is not None
-        service = self._service
-        manager = ReplicaManager(
+        roles = ReplicaRoles(
             self.cluster_node, self.log_manager, self.settings, self._executor,
-            wake_readers=service.wake_readers, delete_topic=service.delete_local_topic,
-            peers=peers, metrics=self.metrics,
+            events=self.replica_manager, peers=peers, metrics=self.metrics,
         )
         # Before it applies the view: a replicated topic must never be served as a local one.
-        service.replica_manager = manager
+        self.replica_manager.join_cluster(self.cluster_node, roles)
         if self._replication is not None:
-            self._replication.replica_manager = manager
-        self.replica_manager = manager
-        await manager.start()
+            self._replication.replica_roles = roles
+        self.replica_roles = roles
+        await roles.start()
 
     # ---------------------------------------------------------------- security
 
@@ -673,10 +670,12 @@ class Server:
                 self.authorizer, reflection_open=self.settings.reflection_open,
                 metrics=self.metrics,
             ))
-        interceptors.append(QuotaInterceptor(
-            self.quotas, self.settings.fetch_max_bytes_default, self.metrics,
+        self._request_quotas = RequestQuotas(
+            self.quotas,
             ProduceAdmission(self.quotas, self.settings.quota_produce_bytes_in_flight_max),
-        ))
+            self.settings.fetch_max_bytes_default, self.metrics,
+        )
+        interceptors.append(QuotaInterceptor(self._request_quotas, self.metrics))
         return interceptors
 
     async def reload(self) -> bool:
@@ -697,9 +696,9 @@ class Server:
             except SecurityConfigError as exc:
                 ok = False
                 logger.error("TLS reload failed, the previous certificate stays: %s", exc)
-        if self.replica_manager is not None:
+        if self.replica_roles is not None:
             try:
-                await self.replica_manager.peers.reload(self._auth_executor)
+                await self.replica_roles.peers.reload(self._auth_executor)
                 logger.info("reloaded the inter-broker TLS and credential files")
             except SecurityConfigError as exc:
                 ok = False
@@ -725,7 +724,7 @@ class Server:
         if the quotas were reloaded."""
         loop = asyncio.get_running_loop()
         try:
-            settings = await loop.run_in_executor(self._executor, self.settings.reloaded)
+            settings = await loop.run_in_executor(self._executor, reload_settings, self.settings)
         except (SettingsError, RuntimeError) as exc:  # RuntimeError: the pool is shut (stopping)
             logger.error("reloading the quotas failed, the previous ones stay: %s", exc)
             return False
@@ -764,51 +763,6 @@ class Server:
             open_files_limit=log_manager.descriptor_budget.limit,
             partitions_max=log_manager.descriptor_budget.partitions_max,
         )
-
-    def write_marker(
-        self,
-        topic: str,
-        partition: int,
-        producer_id: int,
-        producer_epoch: int,
-        coordinator_epoch: int,
-        commit: bool,
-    ) -> None:
-        """The coordinator's ``write_markers``: append a COMMIT or ABORT marker to a partition,
-        fsync it, and wake the partition's readers on the event loop. Called from pool threads.
-
-        Raises:
-            UnknownTopicOrPartitionError: the partition is gone (the coordinator skips it).
-            LogClosedError: the server is stopping (the coordinator retries at the next load).
-            what the append or the flush raises (the coordinator retries).
-        """
-        from stratalog.server.storage.errors import LogClosedError
-
-        log_manager = self.log_manager
-        if log_manager is None:
-            raise LogClosedError("the server is stopping: its logs are closed")
-        partition_log = log_manager.get_log(topic, partition)
-        # A replicated partition takes markers on its leader only, stamped with its epoch (a
-        # follower refuses, and the coordinator retries); a single server's epoch is 0.
-        leader_epoch, replica = 0, None
-        manager = self.replica_manager
-        if manager is not None:
-            replica = manager.partitions.get((topic, partition))
-            if replica is not None:
-                if not replica.is_leader():
-                    raise replica.not_leader(manager.leader_address(replica.leader_id))
-                leader_epoch = replica.leader_epoch
-        partition_log.write_txn_marker(producer_id, producer_epoch, coordinator_epoch, commit,
-                                       leader_epoch=leader_epoch)
-        partition_log.flush()
-        loop, service = self._loop, self._service
-        if loop is None or service is None:
-            return  # while loading: nobody reads yet
-        # A closed loop (the process is exiting) has nobody waiting any more.
-        with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(service.wake_readers, topic, partition)
-            if replica is not None:
-                loop.call_soon_threadsafe(replica.notify_append)  # followers copy it
 
     def held_for_waiting_rpcs_bytes(self) -> int:
         """An estimate of the memory held for Subscribe streams, long polls and Session
@@ -878,16 +832,16 @@ class Server:
             await self._health.enter_graceful_shutdown()
         if self._service is not None:
             self._service.begin_shutdown()
-        if self.replica_manager is not None:
-            self.replica_manager.begin_shutdown()
+        if self.replica_roles is not None:
+            self.replica_roles.begin_shutdown()
         if self._grpc is not None:
             await self._grpc.stop(grace_s)
         await self._close_everything()
 
     async def _close_everything(self) -> None:
-        manager, self.replica_manager = self.replica_manager, None
-        if manager is not None:
-            await manager.close()  # fetchers stop before the lease goes and the logs close
+        roles, self.replica_roles = self.replica_roles, None
+        if roles is not None:
+            await roles.close()  # fetchers stop before the lease goes and the logs close
         node, self.cluster_node = self.cluster_node, None
         if node is not None:
             await node.close()

@@ -6,10 +6,10 @@ counts the bytes themselves: a caller reserves what it may hold *before* it hold
 it back when the bytes are gone. Who uses one, and what happens when it is full, is the user's
 choice, documented there:
 
-* server/session.py: the answers a Session stream holds, per stream (its reader waits: HTTP/2's
+* server/rpc/session.py: the answers a Session stream holds, per stream (its reader waits: HTTP/2's
   flow control then holds the client back) and in total (a request beyond it is refused,
   RESOURCE_EXHAUSTED, retriable);
-* server/service.py: the bytes compressed Produce requests may decompress to, all together
+* server/rpc/service.py: the bytes compressed Produce requests may decompress to, all together
   (a request beyond it waits its turn; ``produce_decompressed_bytes_in_flight_max``).
 
 A reservation larger than the whole budget is clamped to it, so that a single large request is

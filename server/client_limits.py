@@ -2,7 +2,7 @@
 
 Intuition: most RPCs are over in milliseconds, but three kinds can hold a call slot for as long
 as their client likes while costing it nothing: a **Subscribe stream** (for ever), a **Session
-stream** (for ever: server/session.py) and a **long poll** (a FetchByOffset with ``max_wait_ms``
+stream** (for ever: server/rpc/session.py) and a **long poll** (a FetchByOffset with ``max_wait_ms``
 > 0 that found too little and waits, up to ``fetch_max_wait_ms_max``, whether it came as a unary
 call or on a session). These are the *waiting RPCs*. A long poll on a session holds no call
 slot of its own, but a task and its frames as a unary one does, and is admitted the same way
@@ -83,7 +83,7 @@ WAITING_RPC_BYTES_ESTIMATE = 40 * 1024
 class ClientLimitExceededError(Exception):
     """A waiting RPC refused: ``limit`` names the setting whose limit was reached.
 
-    server/status.py answers it RESOURCE_EXHAUSTED + RESOURCE_LIMIT_EXCEEDED, with ``limit`` in
+    server/rpc/status.py answers it RESOURCE_EXHAUSTED + RESOURCE_LIMIT_EXCEEDED, with ``limit`` in
     the ErrorInfo metadata. The message names the limit, its value and whose it is, never a
     server path.
     """

@@ -13,7 +13,7 @@ hold any character, newlines included. Whatever the server repeats of them is bo
   (``grpc-message``, percent-encoded: up to 3 bytes per UTF-8 byte; and inside
   ``grpc-status-details-bin``, base64: 4 per 3) with the ErrorInfo's metadata, and a client
   refuses trailers over its metadata limit (8 KiB by default) with RESOURCE_EXHAUSTED instead of
-  the status the server meant. server/status.py cuts the message and each metadata value to a
+  the status the server meant. server/rpc/status.py cuts the message and each metadata value to a
   number of UTF-8 bytes that keeps the whole under that limit.
 
 Pure functions; thread-safe.

@@ -70,7 +70,7 @@ What an operator watches, in Prometheus's text format at ``http://HOST:metrics_p
 
 The standard gRPC server metrics too, named and labelled as go-grpc-prometheus (and
 py-grpc-prometheus) name them, so that the dashboards and alerts written for those work as they
-are; counted by the outermost server interceptor (server/metrics_interceptor.py), so every call
+are; counted by the outermost server interceptor (server/rpc/metrics_interceptor.py), so every call
 that reached a method is counted, refused ones (authentication, ACLs, limits) included, and
 each request on a Session stream once more under its own RPC's name as a unary call::
 
@@ -572,7 +572,7 @@ class ServerMetrics:
             "Delays of the answers held back by a byte-rate quota, summed, by quota",
             labelnames=("quota",), registry=r,
         )
-        # Replication (cluster mode, server/cluster/replica_manager.py): the gauges are bound
+        # Replication (cluster mode, server/cluster/replica_roles.py): the gauges are bound
         # to the replica manager once it starts; no sample is 0.
         self.leader_partitions = Gauge(
             "stratalog_leader_partitions", "Replicated partitions this server leads now",

@@ -102,6 +102,7 @@ __all__ = [
     "describe",
     "load_settings",
     "parse_address",
+    "reload_settings",
     "settings_from_args",
 ]
 
@@ -277,6 +278,19 @@ def _from_environment(environ: Mapping[str, str]) -> dict[str, str]:
             values[suffix.replace("_", ".")] = raw
         # Anything else is some other tool's STRATALOG_ variable, not a setting.
     return values
+
+
+def reload_settings(settings: Settings) -> Settings:
+    """``settings`` read again from the same file, environment and flags (SIGHUP).
+
+    Raises:
+        SettingsError: the file no longer reads or holds a bad value (the caller keeps the
+            settings it has).
+    """
+    sources = settings.sources or SettingsSources(None, {}, {})
+    return load_settings(
+        config_file=sources.config_file, environ=sources.environ, overrides=sources.overrides
+    )
 
 
 def load_settings(

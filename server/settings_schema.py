@@ -11,7 +11,7 @@ default, a TOML file, ``STRATALOG_*`` variables, flags) is ``settings.py``'s, wh
 everything here: import from :mod:`stratalog.server.settings`.
 
 A :class:`Settings` is immutable, so threads share it freely; a SIGHUP builds a new one from
-the same sources (:meth:`Settings.reloaded`), and the server applies the quotas it holds.
+the same sources (``settings.reload_settings``), and the server applies the quotas it holds.
 """
 
 from __future__ import annotations
@@ -649,7 +649,7 @@ class Settings:
         default_factory=dict,
         metadata={"doc": "per-principal byte-rate quotas from the file's [quotas] table"},
     )
-    #: Where these settings came from, so that SIGHUP can read them again (:meth:`reloaded`).
+    #: Where these settings came from, so that SIGHUP can read them again (``settings.reload_settings``).
     sources: SettingsSources | None = field(default=None, compare=False, repr=False)
     #: The names (settings and ``log.*`` defaults) that a file, the environment or a flag gave:
     #: the rest are defaults, which the server may fit to the machine (the open files limit:
@@ -821,21 +821,6 @@ class Settings:
         default metrics port already taken). Settings built directly, without
         :func:`load_settings`, count every value as given."""
         return self.sources is None or name in self.explicit
-
-    def reloaded(self) -> Settings:
-        """These settings read again from the same file, environment and flags (SIGHUP).
-
-        Raises:
-            SettingsError: the file no longer reads or holds a bad value (the caller keeps the
-                settings it has).
-        """
-        # Imported here: settings.py, which reads the sources, imports this module.
-        from stratalog.server.settings import load_settings
-
-        sources = self.sources or SettingsSources(None, {}, {})
-        return load_settings(
-            config_file=sources.config_file, environ=sources.environ, overrides=sources.overrides
-        )
 
     def _check_security(self) -> None:
         if self.tls_client_auth == "requested":

@@ -25,10 +25,10 @@ Modules, one concept each::
     polling.py      the step-every-interval loop the polled parts share
     isr.py          the leader's follower states, high watermark and ISR decisions (pure)
     divergence.py   where a follower's log leaves its leader's, where it truncates (pure)
-    partition.py    one replicated partition here: its role, acks=all waiters
-    replica_manager.py   this server's replicas made leaders and followers as etcd says
+    replica.py      one replicated partition here: its role, ISR and high watermark
+    replica_roles.py     this server's replicas made leaders and followers as etcd says
     replica_fetcher.py   a follower's copy loop (ReplicaFetch, append_as_follower)
-    replication_service.py  the leader's side of ReplicaFetch (replication.proto)
+    (the leader's side of ReplicaFetch, a gRPC servicer, is server/rpc/replication_service.py)
     errors.py       this package's errors
 """
 

@@ -36,7 +36,7 @@ What the leader checks on every Replication call, before it looks at the partiti
     broker_principals empty (a cluster that trusts its network: docs/cluster.md):
       2. node replica_id is registered                  else NOT_LEADER_OR_FOLLOWER
 
-and then (replication_service.py) that replica_id is an assigned replica of the partition and
+and then (server/rpc/replication_service.py) that replica_id is an assigned replica of the partition and
 not the leader itself. Step 2 is Kafka's rule that only a live, unfenced broker's replica
 joins the ISR (``isReplicaIsrEligible`` in ``core/src/main/scala/kafka/cluster/Partition.scala``)
 made stricter: the fetch itself is refused, so a node that is gone moves no high watermark

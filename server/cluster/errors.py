@@ -2,7 +2,7 @@
 
 At start (ClusterConfigError, CoordinationUnavailableError, EtcdTlsError,
 EtcdAuthenticationError, NodeIdInUseError) they stop the server (app.py turns them into StartupError: exit 1). On a request they reach the client
-through server/status.py's table, Kafka's error names: who leads a partition
+through server/rpc/status.py's table, Kafka's error names: who leads a partition
 (NotLeaderOrFollowerError carries the leader this server knows of, so that a client can go
 there without another Metadata call), whether enough replicas hold a record, whether a
 replication request's leader epoch is current, and whether etcd answered an operation that

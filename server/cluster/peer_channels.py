@@ -51,17 +51,27 @@ from stratalog.client.credentials import (
 from stratalog.server.security.errors import SecurityConfigError
 from stratalog.v1 import broker_pb2, broker_pb2_grpc, replication_pb2, replication_pb2_grpc
 
-from .replication_service import FETCH_MAX_BYTES_MAX
-
 if TYPE_CHECKING:
     from stratalog.server.settings import Settings
 
-__all__ = ["RESPONSE_OVERHEAD_BYTES", "PeerChannels", "ReplicationPeer"]
+__all__ = [
+    "FETCH_MAX_BYTES_MAX",
+    "FETCH_MAX_WAIT_MS_MAX",
+    "RESPONSE_OVERHEAD_BYTES",
+    "PeerChannels",
+    "ReplicationPeer",
+]
+
+#: Bounds on what a follower may ask for in one fetch: the leader caps a request's max wait and
+#: max bytes to them (server/rpc/replication_service.py), and these channels take answers that
+#: large.
+FETCH_MAX_WAIT_MS_MAX = 30_000
+FETCH_MAX_BYTES_MAX = 64 * 1024 * 1024
 
 #: Room for a fetch answer's fields besides its batches.
 RESPONSE_OVERHEAD_BYTES = 64 * 1024
 #: How long a channel replaced by a reload, or to a server that left, stays open for the calls
-#: still on it: the longest a leader holds a fetch (replication_service.FETCH_MAX_WAIT_MS_MAX)
+#: still on it: the longest a leader holds a fetch (FETCH_MAX_WAIT_MS_MAX)
 #: and some slack.
 RETIRE_GRACE_S = 35.0
 

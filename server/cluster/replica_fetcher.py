@@ -11,7 +11,8 @@ gRPC channel per leader address, shared). Each round::
       records              -> append_as_follower (the leader's offsets and epochs, byte for
                               byte; new epochs enter the leader epoch cache)
       always               -> high watermark = min(leader's, my log end); log start raised to
-                              the leader's
+                              the leader's; the serving layer told (Replica.follower_appended),
+                              as of every write
       OFFSET_OUT_OF_RANGE  -> below the leader's log start: restart the log there
                               (truncate_fully_and_start_at); above its end: truncate to it
       NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH,
@@ -50,8 +51,8 @@ from .divergence import DivergingEpoch, truncation_offset
 if TYPE_CHECKING:
     from stratalog.server.storage.partition_log import PartitionLog
 
-    from .partition import Partition
     from .peer_channels import ReplicationPeer
+    from .replica import Replica
 
 __all__ = ["FetchSettings", "ReplicaFetcher", "error_reason"]
 
@@ -69,7 +70,7 @@ _ELECTION_REASONS = frozenset({"NOT_LEADER_OR_FOLLOWER", "UNKNOWN_LEADER_EPOCH",
 
 def error_reason(exc: grpc.aio.AioRpcError) -> tuple[str, dict[str, str]]:
     """The ErrorInfo reason and metadata a stratalog server put in ``exc``'s trailers
-    (server/status.py); ``("", {})`` for none."""
+    (server/rpc/status.py); ``("", {})`` for none."""
     for key, value in exc.trailing_metadata() or ():
         if key != _STATUS_DETAILS_KEY:
             continue
@@ -94,7 +95,7 @@ class FetchSettings:
 class ReplicaFetcher:
     """Copies one partition from its leader until :meth:`stop` (module docstring)."""
 
-    def __init__(self, partition: Partition, leader_epoch: int,
+    def __init__(self, partition: Replica, leader_epoch: int,
                  stub_for_leader: Callable[[], ReplicationPeer | None],
                  settings: FetchSettings, executor: Executor) -> None:
         self._partition = partition
@@ -170,6 +171,7 @@ class ReplicaFetcher:
             reason, metadata = error_reason(exc)
             if reason == "OFFSET_OUT_OF_RANGE":
                 await self._blocking(self._out_of_range, log, request.fetch_offset, metadata)
+                p.follower_appended()
                 return False
             self._log_failure(f"{reason or exc.code().name}: {exc.details()}")
             if reason in _ELECTION_REASONS:
@@ -182,8 +184,10 @@ class ReplicaFetcher:
             diverging = DivergingEpoch(response.diverging_epoch.epoch,
                                        response.diverging_epoch.end_offset)
             await self._blocking(self._truncate, log, diverging)
+            p.follower_appended()
             return False
         await self._blocking(self._apply, log, response)
+        p.follower_appended()
         self._failure_logged = ""
         return False
 

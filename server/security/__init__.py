@@ -1,8 +1,9 @@
-"""Security at the edge of the servicer: who a caller is, and what it may do.
+"""Security at the edge: who a caller is, and what it may do.
 
 The storage engine and the coordinator know nothing of callers; every check happens before a
-request reaches the servicer's methods, in gRPC server interceptors (one place), as DESIGN.md
-decision 11 asks. docs/security.md has the threat model, the settings and how to make test
+request reaches the serving layer, at the front end (DESIGN.md decision 11). This package
+decides (who, what, how fast); the gRPC front end's interceptors (server/rpc/) are thin
+adapters that ask it, once per call. docs/security.md has the threat model, the settings and how to make test
 certificates.
 
 | module | what it holds |
@@ -11,27 +12,27 @@ certificates.
 | ``errors.py`` | the package's error tree (``AuthenticationFailedError``, ``NotAuthorizedError`` ...) |
 | ``tls.py`` | the listeners' TLS material (certificate, key, client CA), its SIGHUP reload, the principal of an mTLS certificate |
 | ``credentials.py`` | the credential file: users' and tokens' salted SCRAM-SHA-256 secrets |
-| ``handlers.py`` | what the interceptors share: a handler's kind, ``wrap_handler``, the cache of wrapped handlers, the open services' paths |
-| ``authentication.py`` | the authentication interceptor, its credential cache and check queue (bounded, per host, round robin), the Session re-check after a reload |
+| ``authentication.py`` | the authenticator: its credential cache and check queue (bounded, per host, round robin), the re-check after a reload |
 | ``acls.py`` | Kafka's ACL model (bindings, filters, enums) and its matching rules |
 | ``acl_store.py`` | the ACL file (``acls.json`` in a log dir), replaced atomically |
 | ``acl_messages.py`` | broker.proto's ACL messages to the model and back |
-| ``authorizer.py`` | the decisions (cached), the RPC -> (operation, resource) table, the interceptor |
-| ``quotas.py`` | byte rates per principal, throttle times, the Produce queue per principal and backlog per client, the interceptor |
+| ``authorizer.py`` | the decisions (cached), the RPC -> (operation, resource) table, the open services' paths |
+| ``quotas.py`` | byte rates per principal, throttle times, the Produce queue per principal and backlog per client |
 
-The interceptors, in the order ``Server._interceptors()`` (server/app.py) installs them; gRPC
-calls the first one first:
+The gRPC interceptors over them (server/rpc/: metrics_interceptor.py, authentication.py,
+authorization.py, quotas.py, sharing handlers.py), in the order ``Server._interceptors()``
+(server/app.py) installs them; gRPC calls the first one first:
 
 | # | interceptor | decides | refuses with |
 |---|---|---|---|
-| 0 | ``MetricsInterceptor`` (server/metrics_interceptor.py) | nothing: counts every call, refused ones too (``grpc_server_*``) | (never refuses) |
+| 0 | ``MetricsInterceptor`` | nothing: counts every call, refused ones too (``grpc_server_*``) | (never refuses) |
 | 1 | ``AuthenticationInterceptor`` | the call's :class:`CallIdentity` | UNAUTHENTICATED + AUTHENTICATION_FAILED |
 | 2 | ``AuthorizationInterceptor`` (``authorizer = "acl"`` only) | what the identity may do | PERMISSION_DENIED + NOT_AUTHORIZED |
 | 3 | ``QuotaInterceptor`` | how fast: a throttled principal's Produce waits before it is served, fetch answers are delayed (idle without quotas) | RESOURCE_EXHAUSTED + RESOURCE_LIMIT_EXCEEDED: a throttled client's Produce backlog is full |
 
 The identity contract: interceptor 1 checks the call's metadata in ``intercept_service`` and
 finishes the identity (client certificate, client address) in the handler it returns, through
-:func:`~stratalog.server.security.handlers.wrap_handler`; it sets
+:func:`~stratalog.server.rpc.handlers.wrap_handler`; it sets
 :data:`~stratalog.server.security.principal.current_identity` there, for the call's task, and
 resets it when the handler ends. An interceptor after it reads ``current_identity`` *inside the
 handler it returns*, never in its own ``intercept_service``, which runs before the identity is

@@ -23,8 +23,10 @@ access is refused, so a client can see why it is refused (wrong credentials are 
 too).
 
 The outcome is published in :data:`~stratalog.server.security.principal.current_identity`
-while the method's handler runs (see :func:`.handlers.wrap_handler`), where the authorizer, the quotas
-and ``WhoAmI`` read it. Metadata is checked in :meth:`AuthenticationInterceptor.intercept_service`,
+while the method's handler runs (see :func:`stratalog.server.rpc.handlers.wrap_handler`), where the
+authorizer, the quotas and ``WhoAmI`` read it. Metadata is checked in the gRPC front end's
+interceptor (:class:`stratalog.server.rpc.authentication.AuthenticationInterceptor`, over
+:meth:`Authenticator.lookup` and :meth:`Authenticator.verify`),
 before the request is even deserialized: a refused call costs no parsing of its body. The
 certificate and the client's address are known only to the handler's ``ServicerContext``, so
 the rest happens in the wrapped handler, before the servicer's method.
@@ -72,43 +74,27 @@ import base64
 import binascii
 import hashlib
 import hmac
-import inspect
 import logging
 import secrets
 import time
 from collections import OrderedDict, deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
-from contextvars import Token
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import grpc
-import grpc.aio
-
-from stratalog.server import status
 from stratalog.server.client_text import loggable
 
 from .credentials import CredentialFile
 from .errors import AuthenticationFailedError, AuthenticationThrottledError
-from .handlers import (
-    HEALTH_PREFIX,
-    REFLECTION_PREFIXES,
-    WrappingInterceptor,
-    behaviour_of,
-    wrap_handler,
-)
-from .principal import ANONYMOUS, CallIdentity, Principal, current_identity
-from .tls import certificate_principal
-
-if TYPE_CHECKING:
-    from stratalog.server.metrics import ServerMetrics
+from .principal import CallIdentity, Principal
 
 __all__ = [
     "ANONYMOUS_MODES",
-    "AuthenticationInterceptor",
+    "WHO_AM_I",
     "Authenticator",
-    "SessionRecheckInterceptor",
+    "PendingCheck",
+    "VerifiedCredential",
     "peer_host",
 ]
 
@@ -118,7 +104,8 @@ logger = logging.getLogger(__name__)
 ANONYMOUS_MODES = ("auto", "allowed", "refused")
 
 _AUTHORIZATION = "authorization"
-_WHO_AM_I = "/stratalog.v1.Broker/WhoAmI"
+#: The method that answers a caller without credentials even when anonymous access is refused.
+WHO_AM_I = "/stratalog.v1.Broker/WhoAmI"
 
 _MALFORMED = "malformed_credentials"
 #: The settings :class:`_CheckQueue` enforces.
@@ -132,7 +119,7 @@ _WRONG = "authentication failed: unknown user or token, or wrong password"
 
 
 @dataclass(frozen=True, slots=True)
-class _Verified:
+class VerifiedCredential:
     principal: Principal
     authenticated_by: str
     #: (mechanism, user or token id, the file's entry it was verified against).
@@ -188,7 +175,7 @@ def _parse_authorization(value: str) -> tuple[str, str, str]:
 
 
 @dataclass(slots=True)
-class _Pending:
+class PendingCheck:
     """Credentials not in the cache: what to check, and under which cache key."""
 
     key: bytes
@@ -198,7 +185,7 @@ class _Pending:
     credentials: CredentialFile
 
 
-def _credential_entry(pending: _Pending) -> tuple[str, str, object] | None:
+def _credential_entry(pending: PendingCheck) -> tuple[str, str, object] | None:
     """The entry of ``pending``'s file that its credentials were verified against."""
     credentials = pending.credentials
     if pending.mechanism == "password":
@@ -214,8 +201,8 @@ class _Check:
 
     __slots__ = ("future", "generation", "host", "pending", "started", "waiters")
 
-    def __init__(self, pending: _Pending, host: str, generation: int,
-                 future: asyncio.Future[_Verified | None]) -> None:
+    def __init__(self, pending: PendingCheck, host: str, generation: int,
+                 future: asyncio.Future[VerifiedCredential | None]) -> None:
         self.pending = pending
         self.host = host
         self.generation = generation
@@ -340,7 +327,7 @@ class _CheckQueue:
                 self._fail(check.host)
                 check.future.set_result(None)
             else:
-                check.future.set_result(_Verified(principal, pending.mechanism,
+                check.future.set_result(VerifiedCredential(principal, pending.mechanism,
                                                   _credential_entry(pending)))
         self._pump()
 
@@ -407,7 +394,7 @@ class Authenticator:
         self.anonymous_allowed = anonymous_allowed
         self._credentials = credentials
         self._cache_entries_max = cache_entries_max
-        self._cache: OrderedDict[bytes, _Verified] = OrderedDict()
+        self._cache: OrderedDict[bytes, VerifiedCredential] = OrderedDict()
         self._checking: dict[bytes, _Check] = {}
         self.queue = _CheckQueue(executor, threads, queue_max, failures_per_host_max,
                                  failure_window_ms)
@@ -448,7 +435,7 @@ class Authenticator:
 
     async def authenticate(
         self, metadata: Sequence[tuple[str, Any]] | None, host: str = ""
-    ) -> _Verified | None:
+    ) -> VerifiedCredential | None:
         """The principal of the call's credentials; None if it carries none.
 
         Raises:
@@ -457,11 +444,11 @@ class Authenticator:
                 recent failures (retriable).
         """
         found = self.lookup(metadata)
-        if found is None or isinstance(found, _Verified):
+        if found is None or isinstance(found, VerifiedCredential):
             return found
         return await self.verify(found, host)
 
-    def lookup(self, metadata: Sequence[tuple[str, Any]] | None) -> _Verified | _Pending | None:
+    def lookup(self, metadata: Sequence[tuple[str, Any]] | None) -> VerifiedCredential | PendingCheck | None:
         """Without waiting: None if the call carries no credentials, the principal if its
         credentials are cached, else what :meth:`verify` must check.
 
@@ -500,9 +487,9 @@ class Authenticator:
         if verified is not None:
             self._cache.move_to_end(key)
             return verified
-        return _Pending(key, mechanism, name, secret, credentials)
+        return PendingCheck(key, mechanism, name, secret, credentials)
 
-    async def verify(self, pending: _Pending, host: str) -> _Verified:
+    async def verify(self, pending: PendingCheck, host: str) -> VerifiedCredential:
         """Check ``pending`` for a call from ``host`` (sharing a check of the same
         credentials under way), and cache the principal if they are right.
 
@@ -513,7 +500,7 @@ class Authenticator:
         check = self._checking.get(pending.key)
         if check is None:
             self.queue.admit(host)
-            future: asyncio.Future[_Verified | None] = (
+            future: asyncio.Future[VerifiedCredential | None] = (
                 asyncio.get_running_loop().create_future())
             check = _Check(pending, host, self._generation, future)
             self._checking[pending.key] = check
@@ -549,162 +536,3 @@ class Authenticator:
         self._cache[key] = verified
         while len(self._cache) > self._cache_entries_max:
             self._cache.popitem(last=False)
-
-
-# ------------------------------------------------------------------------ the interceptor
-
-
-def _refusing(handler: grpc.RpcMethodHandler, exc: Exception) -> grpc.RpcMethodHandler:
-    """A handler that answers ``exc``'s status without parsing the request."""
-
-    async def enter(context: grpc.aio.ServicerContext) -> None:
-        await context.abort_with_status(status.to_status(exc))
-
-    # The body of a refused call is never parsed: deserialize nothing.
-    return wrap_handler(handler, enter)._replace(request_deserializer=_ignore_request)
-
-
-def _ignore_request(data: bytes) -> None:
-    return None
-
-
-def _parsed_after(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
-    """``handler`` taking its request as gRPC's bytes and parsing it itself, when its
-    behaviour runs (after the wrapper's ``enter``): a call refused before costs no parsing.
-    Handlers of streamed requests parse each message as it is read: unchanged."""
-    kind, inner = behaviour_of(handler)
-    deserialize = handler.request_deserializer
-    if kind.startswith("stream_") or deserialize is None:
-        return handler
-    if inspect.isasyncgenfunction(inner):
-
-        async def generator(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
-            async for response in inner(deserialize(raw), context):
-                yield response
-
-        return handler._replace(**{kind: generator}, request_deserializer=None)
-
-    async def behaviour(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
-        return await inner(deserialize(raw), context)
-
-    return handler._replace(**{kind: behaviour}, request_deserializer=None)
-
-
-class AuthenticationInterceptor(grpc.aio.ServerInterceptor):
-    """The first server interceptor: establishes each call's identity or refuses the call.
-
-    Order (server/security/__init__.py): this one first; interceptors after it (authorization,
-    quotas) read :data:`current_identity` inside their wrapped handlers. Each refusal is
-    counted in ``metrics`` by its failure (``stratalog_authentication_failures_total``).
-    Event-loop only.
-    """
-
-    def __init__(
-        self,
-        authenticator: Authenticator,
-        *,
-        client_certificates: bool,
-        reflection_open: bool,
-        metrics: ServerMetrics,
-    ) -> None:
-        self._authenticator = authenticator
-        self._client_certificates = client_certificates
-        self._reflection_open = reflection_open
-        self._metrics = metrics
-
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(handler_call_details)
-        method = handler_call_details.method
-        if handler is None or method.startswith(HEALTH_PREFIX):
-            return handler
-        if self._reflection_open and method.startswith(REFLECTION_PREFIXES):
-            return handler
-        authenticator = self._authenticator
-        try:
-            found = authenticator.lookup(handler_call_details.invocation_metadata)
-        except AuthenticationFailedError as exc:
-            self._metrics.observe_authentication_failure(exc.failure)
-            return _refusing(handler, exc)
-        verified = found if isinstance(found, _Verified) else None
-        pending = found if isinstance(found, _Pending) else None
-        anonymous_allowed = authenticator.anonymous_allowed or method == _WHO_AM_I
-        client_certificates = self._client_certificates
-        metrics = self._metrics
-
-        async def enter(context: grpc.aio.ServicerContext) -> Token[CallIdentity]:
-            host = peer_host(context.peer())
-            checked = verified
-            if pending is not None:
-                # Checked here, where the client's host is known (module docstring).
-                try:
-                    checked = await authenticator.verify(pending, host)
-                except AuthenticationFailedError as exc:
-                    metrics.observe_authentication_failure(exc.failure)
-                    await context.abort_with_status(status.to_status(exc))
-                except AuthenticationThrottledError as exc:
-                    await context.abort_with_status(status.to_status(exc))
-            if checked is not None:
-                identity = CallIdentity(checked.principal, host, checked.authenticated_by,
-                                        checked.credential)
-            else:
-                principal = (certificate_principal(context.auth_context())
-                             if client_certificates else None)
-                if principal is not None:
-                    identity = CallIdentity(principal, host, "tls")
-                elif anonymous_allowed:
-                    identity = CallIdentity(ANONYMOUS, host, "none")
-                else:
-                    metrics.observe_authentication_failure("credentials_required")
-                    await context.abort_with_status(status.to_status(AuthenticationFailedError(
-                        "authentication required: send a user and password or a token"
-                        " (authorization metadata), or a client certificate",
-                        failure="credentials_required",
-                    )))
-                    raise AssertionError("abort_with_status returned")  # pragma: no cover
-            return current_identity.set(identity)
-
-        if pending is not None:
-            # The body is parsed only once the credentials passed.
-            return wrap_handler(_parsed_after(handler), enter)
-        return wrap_handler(handler, enter)
-
-
-class SessionRecheckInterceptor(WrappingInterceptor):
-    """Re-checks, for each request on a Session stream, the credentials the stream was opened
-    with: a stream authenticated by a password or token whose user or token was removed, or
-    whose password was replaced, by a reload (SIGHUP) has each further request refused
-    UNAUTHENTICATED + AUTHENTICATION_FAILED. A unary call is checked anew after a reload
-    (the cache is emptied); a stream was checked once, when it opened, as Kafka checks a
-    connection once (Kafka re-authenticates connections only with
-    ``connections.max.reauth.ms``, KIP-368; here the reload is what triggers it).
-
-    Installed first among a session's per-request interceptors (server/app.py); the check is
-    one dictionary lookup and one comparison. Event-loop only.
-    """
-
-    def __init__(self, authenticator: Authenticator, metrics: ServerMetrics) -> None:
-        self._authenticator = authenticator
-        self._metrics = metrics
-        super().__init__()
-
-    def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
-        authenticator = self._authenticator
-        metrics = self._metrics
-
-        async def enter(context: grpc.aio.ServicerContext) -> None:
-            identity = current_identity.get(None)
-            if identity is not None and not authenticator.still_valid(identity):
-                metrics.observe_authentication_failure("wrong_credentials")
-                await context.abort_with_status(status.to_status(AuthenticationFailedError(
-                    "authentication failed: the credentials this session was opened with are"
-                    " no longer valid (the user or token was removed, or the password"
-                    " changed); open a new session with valid credentials",
-                    failure="wrong_credentials",
-                )))
-            return None
-
-        return wrap_handler(handler, enter)

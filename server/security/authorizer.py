@@ -1,4 +1,6 @@
-"""Authorization: may this caller do this RPC? Decided in a gRPC server interceptor, per call.
+"""Authorization: may this caller do this RPC? Decided per call, at the front end.
+
+(The gRPC front end asks through its interceptor, server/rpc/authorization.py.)
 
 With ``authorizer = "acl"`` every RPC of the Broker service is checked against the ACLs before
 the servicer sees it (DESIGN.md decision 11: at the edge, never in storage). Each RPC asks for
@@ -84,8 +86,6 @@ Concurrency: event-loop only (the file writes run in the executor given).
 from __future__ import annotations
 
 import asyncio
-import functools
-import inspect
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -93,13 +93,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import grpc
-import grpc.aio
-
-from stratalog.server import status
 from stratalog.server.client_text import loggable
-from stratalog.server.decoding import UndecodableRequest
-from stratalog.server.storage.errors import InvalidTopicError
 from stratalog.server.storage.topic_names import validate_topic_name
 from stratalog.v1 import broker_pb2
 
@@ -113,25 +107,27 @@ from .acls import (
     ResourceType,
     resource_label,
 )
-from .authentication import peer_host
 from .errors import AclLimitError, NotAuthorizedError
-from .handlers import HEALTH_PREFIX, REFLECTION_PREFIXES, WrappingInterceptor, behaviour_of
-from .principal import ANONYMOUS, CallIdentity, Principal, current_identity
+from .principal import CallIdentity, Principal
 
 if TYPE_CHECKING:
-    from stratalog.server.metrics import ServerMetrics
+    pass
 
 __all__ = [
     "BROKER_SERVICE",
     "CACHE_ENTRY_BYTES",
+    "HEALTH_PREFIX",
+    "OPEN",
+    "REFLECTION_PREFIXES",
     "REPLICATION_RULES",
     "REPLICATION_SERVICE",
     "RULES",
-    "AuthorizationInterceptor",
     "Authorizer",
     "Decider",
     "Rule",
+    "decide_request",
     "may_create_topic",
+    "rule_for",
 ]
 
 logger = logging.getLogger(__name__)
@@ -140,6 +136,13 @@ logger = logging.getLogger(__name__)
 BROKER_SERVICE = broker_pb2.DESCRIPTOR.services_by_name["Broker"].full_name
 #: The server-to-server service (replication.proto), registered in cluster mode.
 REPLICATION_SERVICE = "stratalog.v1.Replication"
+#: Method paths of gRPC's health service: open to every caller, always.
+HEALTH_PREFIX = "/grpc.health.v1.Health/"
+#: Method paths of server reflection (both versions): open with ``reflection_open``.
+REFLECTION_PREFIXES = (
+    "/grpc.reflection.v1alpha.ServerReflection/",
+    "/grpc.reflection.v1.ServerReflection/",
+)
 
 # The cache key of authorize_by_resource_type's decisions (no resource name).
 _ANY_NAME = None
@@ -622,7 +625,7 @@ REPLICATION_RULES: Mapping[str, Rule] = {
     "ReplicaFetch": _on_cluster(_Op.CLUSTER_ACTION),
 }
 
-_OPEN = Rule(None)
+OPEN = Rule(None)
 _REFLECTION = _on_cluster(_Op.DESCRIBE)
 
 
@@ -648,132 +651,31 @@ def rule_for(
     if service == REPLICATION_SERVICE:
         return REPLICATION_RULES.get(name, _UNKNOWN)
     if method.startswith(HEALTH_PREFIX):
-        return _OPEN
+        return OPEN
     if method.startswith(REFLECTION_PREFIXES):
-        return _OPEN if reflection_open else _REFLECTION
+        return OPEN if reflection_open else _REFLECTION
     return _UNKNOWN
 
 
-# ------------------------------------------------------------------------ the interceptor
+def decide_request(authorizer: Authorizer, identity: CallIdentity, rule: Rule, request: Any
+                   ) -> Decider:
+    """Whether ``identity`` may make ``request`` under ``rule``: the one decision every front
+    end asks for (the gRPC interceptor for a call, the Session stream for each of its
+    requests). A rule of one operation on one resource (``single``: Produce, the fetches) is
+    decided with one cache lookup; any other by its ``check``. Returns the decider, which the
+    rule's ``answer`` filters the response with.
 
-
-@functools.lru_cache(maxsize=4096)
-def _anonymous_identity(peer: str) -> CallIdentity:
-    # Made once per connection (the peer string holds the client's port), not per call.
-    return CallIdentity(ANONYMOUS, peer_host(peer))
-
-
-def call_identity(context: grpc.aio.ServicerContext) -> CallIdentity:
-    """The identity the authentication interceptor set for this call; without one (a call it
-    let through untouched: health, open reflection; or no authentication interceptor, as in
-    tests), ``User:ANONYMOUS`` from the peer's address."""
-    identity = current_identity.get(None)
-    if identity is None:
-        identity = _anonymous_identity(context.peer() or "")
-    return identity
-
-
-class AuthorizationInterceptor(WrappingInterceptor):
-    """The authorizer at the edge: checks each call against its :class:`Rule` before the
-    handler runs, and filters the answer.
-
-    Order (server/security/__init__.py): after the authentication interceptor, whose
-    :data:`current_identity` it reads, and before the quota interceptor, so a refused call
-    costs no quota. The handlers it wraps are made once per method and reused. Each refused
-    call is counted in ``metrics`` by the operation refused
-    (``stratalog_authorization_denials_total``).
-
-    Concurrency: event-loop only.
+    Raises:
+        NotAuthorizedError: refused (``operation`` names what was asked).
+        InvalidTopicError: a topic name refused before any decision on it.
     """
-
-    def __init__(
-        self, authorizer: Authorizer, rules: Mapping[str, Rule] = RULES, *,
-        reflection_open: bool = False, metrics: ServerMetrics,
-    ) -> None:
-        self._authorizer = authorizer
-        self._rules = rules
-        self._reflection_open = reflection_open
-        self._metrics = metrics
-        super().__init__()
-
-    def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
-        rule = rule_for(method, self._rules, reflection_open=self._reflection_open)
-        if rule is _OPEN:
-            return handler
-        return _wrap(handler, self._authorizer, rule, self._metrics)
-
-
-def _wrap(
-    handler: grpc.RpcMethodHandler, authorizer: Authorizer, rule: Rule, metrics: ServerMetrics
-) -> Any:
-    """``handler`` with ``rule`` checked before its behaviour and applied to its answer; a
-    refusal counted in ``metrics``."""
-    kind, inner = behaviour_of(handler)
-    check, answer = rule.check, rule.answer
-    request_streaming = kind.startswith("stream_")
-    if rule.single is not None and not request_streaming and not inspect.isasyncgenfunction(
-        inner
-    ):
-        return handler._replace(**{kind: _single_check(inner, authorizer, rule, metrics)})
-
-    async def admit(request: Any, context: grpc.aio.ServicerContext) -> Decider:
-        decider = Decider(authorizer, call_identity(context))
-        # A request that did not parse reaches the servicer, which refuses it: there is no
-        # resource to decide on, and nothing is done for it.
-        if check is not None and (request_streaming or type(request) is not UndecodableRequest):
-            try:
-                check(decider, request)
-            except NotAuthorizedError as exc:
-                metrics.observe_authorization_denial(exc.operation)
-                await context.abort_with_status(status.to_status(exc))
-            except InvalidTopicError as exc:  # a name refused before any decision on it
-                await context.abort_with_status(status.to_status(exc))
-        return decider
-
-    if inspect.isasyncgenfunction(inner):
-
-        async def generator(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            await admit(request, context)
-            async for response in inner(request, context):
-                yield response
-
-        return handler._replace(**{kind: generator})
-
-    async def behaviour(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        decider = await admit(request, context)
-        response = await inner(request, context)
-        if answer is not None and response is not None:
-            answer(decider, response)
-        return response
-
-    return handler._replace(**{kind: behaviour})
-
-
-def _single_check(inner: Any, authorizer: Authorizer, rule: Rule, metrics: ServerMetrics
-                  ) -> Any:
-    """The behaviour ``inner`` behind a rule of one operation on one resource: the hot path
-    (Produce, the fetches), decided with one cache lookup on a cache hit."""
-    assert rule.single is not None
-    operation, resource_type, field = rule.single
-    answer = rule.answer
-    authorize = authorizer.authorize
-
-    async def behaviour(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        identity = current_identity.get(None) or _anonymous_identity(context.peer() or "")
-        # A request that did not parse reaches the servicer, which refuses it.
-        if type(request) is not UndecodableRequest:
-            name = CLUSTER_NAME if field is None else getattr(request, field)
-            try:
-                allowed = authorize(identity, operation, resource_type, name)
-            except InvalidTopicError as exc:  # a name refused before any decision on it
-                await context.abort_with_status(status.to_status(exc))
-            if not allowed:
-                metrics.observe_authorization_denial(operation.name)
-                refusal = Decider(authorizer, identity).refusal(operation, resource_type, name)
-                await context.abort_with_status(status.to_status(refusal))
-        response = await inner(request, context)
-        if answer is not None and response is not None:
-            answer(Decider(authorizer, identity), response)
-        return response
-
-    return behaviour
+    decider = Decider(authorizer, identity)
+    single = rule.single
+    if single is not None:
+        operation, resource_type, field = single
+        name = CLUSTER_NAME if field is None else getattr(request, field)
+        if not authorizer.authorize(identity, operation, resource_type, name):
+            raise decider.refusal(operation, resource_type, name)
+    elif rule.check is not None:
+        rule.check(decider, request)
+    return decider

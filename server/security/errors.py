@@ -1,4 +1,4 @@
-"""The security package's errors: one small tree, mapped to statuses by server/status.py only.
+"""The security package's errors: one small tree, mapped to statuses by server/rpc/status.py only.
 
     SecurityError                        base of every refusal this package decides
     ├── AuthenticationFailedError        UNAUTHENTICATED + AUTHENTICATION_FAILED: the call's

@@ -59,39 +59,23 @@ Concurrency: event-loop only.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import grpc
-import grpc.aio
-
-from stratalog.server import status
-from stratalog.server.decoding import UndecodableRequest
-from stratalog.v1 import broker_pb2
-
-from .authentication import peer_host
 from .errors import QuotaBacklogExceededError
-from .handlers import WrappedHandlers
-from .principal import ANONYMOUS, Principal, current_identity
 
 if TYPE_CHECKING:
-    from stratalog.server.metrics import ServerMetrics
+    pass
 
-__all__ = ["ProduceAdmission", "QuotaConfig", "QuotaInterceptor", "QuotaManager", "Rate"]
+__all__ = ["ProduceAdmission", "QuotaConfig", "QuotaManager", "Rate"]
 
 logger = logging.getLogger(__name__)
 
 _PRODUCE = "producer_byte_rate"
 _FETCH = "consumer_byte_rate"
-# The metrics' names of the two quotas (their "quota" label).
-_PRODUCE_QUOTA = "produce"
-_FETCH_QUOTA = "fetch"
-_SERVICE = broker_pb2.DESCRIPTOR.services_by_name["Broker"].full_name
-_ANONYMOUS = str(ANONYMOUS)
 # Sensors are swept for idle ones when there are more than this many, and then at twice the
 # number left: the sweep's cost is spread over as many calls as it keeps sensors.
 _SWEEP_MIN = 1024
@@ -417,210 +401,3 @@ class ProduceAdmission:
         """Assert the invariants (for tests)."""
         assert all(queue.users > 0 for queue in self._queues.values())
         assert all(held > 0 for held in self._in_flight.values())
-
-
-# ------------------------------------------------------------------------ the interceptor
-
-
-def _principal() -> str:
-    identity = current_identity.get(None)
-    return _ANONYMOUS if identity is None else _name(identity.principal)
-
-
-def _client(principal: str, context: Any) -> str:
-    """Whose Produce backlog a call counts in: its principal (``"User:alice"``), or its host
-    (``"host:10.0.0.5"``) for an anonymous call, as server/client_limits.py names clients."""
-    if principal != _ANONYMOUS:
-        return principal
-    identity = current_identity.get(None)
-    host = identity.host if identity is not None and identity.host else peer_host(
-        context.peer())
-    return f"host:{host}"
-
-
-@functools.lru_cache(maxsize=4096)
-def _name(principal: Principal) -> str:
-    return str(principal)
-
-
-def _produce_bytes(request: Any) -> int:
-    batches = request.record_batches
-    if batches:
-        return len(batches)
-    return sum(record.ByteSize() for record in request.records)
-
-
-def _fetch_bytes(response: broker_pb2.FetchResponse) -> int:
-    batches = response.record_batches
-    return len(batches) if batches else response.ByteSize()
-
-
-class QuotaInterceptor(grpc.aio.ServerInterceptor):
-    """Applies the quotas to Produce (request bytes: held back before it is served, through
-    ``admission``), FetchByOffset and FetchByTimestamp (answer bytes) and Subscribe (each
-    message's bytes: answers delayed), and sets ``throttle_time_ms``. Other methods pass
-    untouched, and all do while no quota is set.
-
-    Order: the last interceptor, after authorization (a refused call costs no quota). The
-    handlers it wraps are made once per method and reused. Each delayed answer is counted in
-    ``metrics``, with its delay (``stratalog_quota_throttles_total``,
-    ``stratalog_quota_throttle_seconds_total``, by quota: produce or fetch; for Produce, the
-    throttle time its answer carries, which its principal's next request waits). Event-loop
-    only.
-    """
-
-    def __init__(
-        self, manager: QuotaManager, fetch_max_bytes_default: int, metrics: ServerMetrics,
-        admission: ProduceAdmission,
-    ) -> None:
-        assert admission is not None
-        self._manager = manager
-        self._admission = admission
-        self._metrics = metrics
-        self._fetch_max_bytes_default = fetch_max_bytes_default
-        self._wrapped = WrappedHandlers()
-        self._wrappers = {
-            f"/{_SERVICE}/Produce": self._produce,
-            f"/{_SERVICE}/FetchByOffset": self._fetch,
-            f"/{_SERVICE}/FetchByTimestamp": self._fetch,
-            f"/{_SERVICE}/Subscribe": self._subscribe,
-        }
-
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(handler_call_details)
-        if handler is None or not self._manager.enabled:
-            return handler
-        method = handler_call_details.method
-        if method not in self._wrappers:
-            return handler
-        return self._wrapped.get(method, handler, self._wrap)
-
-    def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
-        return self._wrappers[method](handler)
-
-    def _produce(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
-        inner = handler.unary_unary
-        manager = self._manager
-        metrics = self._metrics
-
-        admission = self._admission
-
-        async def produce(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            if type(request) is UndecodableRequest:
-                return await inner(request, context)
-            principal = _principal()
-            if not manager.produce_quota(principal):
-                return await inner(request, context)
-            client = _client(principal, context)
-            size_bytes = _produce_bytes(request)
-            try:
-                # Waits here, before the servicer, while the principal is over its quota; its
-                # bytes count once admitted, whether the servicer then accepts them or not.
-                throttle_ms = await admission.admit(principal, client, size_bytes)
-            except QuotaBacklogExceededError as exc:
-                await context.abort_with_status(status.to_status(exc))
-            try:
-                response = await inner(request, context)
-            finally:
-                admission.release(client, size_bytes)
-            if throttle_ms:
-                response.throttle_time_ms = throttle_ms
-                metrics.observe_throttle(_PRODUCE_QUOTA, throttle_ms)
-            return response
-
-        return handler._replace(unary_unary=produce)
-
-    def _fetch(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
-        inner = handler.unary_unary
-        manager = self._manager
-        metrics = self._metrics
-        default_bytes = self._fetch_max_bytes_default
-
-        async def fetch(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            if type(request) is UndecodableRequest:
-                return await inner(request, context)
-            principal = _principal()
-            limit_bytes = manager.fetch_bytes_max(principal)
-            if limit_bytes is not None and (request.max_bytes or default_bytes) > limit_bytes:
-                request.max_bytes = limit_bytes
-            response = await inner(request, context)
-            throttle_ms = manager.record_fetch(principal, _fetch_bytes(response))
-            if throttle_ms:
-                response.throttle_time_ms = throttle_ms
-                await _hold_back(metrics, _FETCH_QUOTA, throttle_ms)
-            return response
-
-        return handler._replace(unary_unary=fetch)
-
-    def _subscribe(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
-        inner = handler.unary_stream
-        manager = self._manager
-        metrics = self._metrics
-
-        async def subscribe(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            return await inner(request, _ThrottledStream(context, manager, metrics, _principal()))
-
-        return handler._replace(unary_stream=subscribe)
-
-
-async def _hold_back(metrics: ServerMetrics, quota: str, throttle_ms: int) -> None:
-    """Hold an answer of ``quota`` ("produce" or "fetch") back ``throttle_ms``, counted in
-    ``metrics``: the call's task sleeps, holding no lock and not the event loop."""
-    metrics.observe_throttle(quota, throttle_ms)
-    await asyncio.sleep(throttle_ms / 1000)
-
-
-# FetchResponse.throttle_time_ms as protobuf wire bytes: its tag (field number, varint type).
-# Appended to a serialized message it sets the field: the last value of a scalar field wins,
-# and the servicer never sets this one itself.
-_THROTTLE_TAG = bytes([broker_pb2.FetchResponse.DESCRIPTOR.fields_by_name[
-    "throttle_time_ms"].number << 3])
-assert len(_THROTTLE_TAG) == 1 and _THROTTLE_TAG[0] < 0x80
-
-
-def _with_throttle_time(serialized: bytes, throttle_ms: int) -> bytes:
-    """``serialized`` (a FetchResponse) with ``throttle_time_ms`` set to ``throttle_ms``."""
-    assert throttle_ms > 0
-    varint = bytearray()
-    while throttle_ms >= 0x80:
-        varint.append((throttle_ms & 0x7F) | 0x80)
-        throttle_ms >>= 7
-    varint.append(throttle_ms)
-    return serialized + _THROTTLE_TAG + varint
-
-
-class _ThrottledStream:
-    """A Subscribe call's context whose ``write`` holds each message back by the throttle time
-    it earns (and says so in it); everything else is the call's own context. Messages come
-    as FetchResponse objects or, as the servicer sends them, already serialized (``bytes``:
-    counted by their length, the throttle time appended as its field)."""
-
-    __slots__ = ("_context", "_manager", "_metrics", "_principal")
-
-    def __init__(
-        self, context: grpc.aio.ServicerContext, manager: QuotaManager, metrics: ServerMetrics,
-        principal: str,
-    ) -> None:
-        self._context = context
-        self._manager = manager
-        self._metrics = metrics
-        self._principal = principal
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._context, name)
-
-    async def write(self, message: broker_pb2.FetchResponse | bytes) -> None:
-        serialized = isinstance(message, bytes)
-        size = len(message) if serialized else _fetch_bytes(message)  # type: ignore[arg-type]
-        throttle_ms = self._manager.record_fetch(self._principal, size)
-        if throttle_ms:
-            if serialized:
-                message = _with_throttle_time(message, throttle_ms)  # type: ignore[arg-type]
-            else:
-                message.throttle_time_ms = throttle_ms  # type: ignore[union-attr]
-            await _hold_back(self._metrics, _FETCH_QUOTA, throttle_ms)
-        await self._context.write(message)

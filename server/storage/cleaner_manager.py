@@ -155,6 +155,10 @@ class CleanerManager:
         self._on_demand_lock = threading.Lock()
         #: Crash tests: passed to every Cleaner made from now on (see PartitionLog.replace_segments).
         self.step_hook: Callable[[str], None] | None = None
+        #: Told ``(topic, partition)`` after each cleaning, from the cleaning's thread: the
+        #: serving layer wakes the partition's readers, as after any write
+        #: (server/broker/replica_manager.py). Must not block.
+        self.cleaned_listener: Callable[[str, int], None] | None = None
 
     # ---------------------------------------------------------------- checkpoints
 
@@ -262,6 +266,9 @@ class CleanerManager:
                 max_dirty_ratio=stats.max_dirty_ratio,
             )
         self._write_checkpoint(log_dir)
+        listener = self.cleaned_listener
+        if listener is not None:
+            listener(*topic_partition)
         log.info(
             "cleaned %s-%d: offsets [%d, %d) mapped, %d of %d records kept, %d -> %d "
             "segments, %d -> %d bytes in %d ms", topic_partition[0], topic_partition[1],

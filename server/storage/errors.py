@@ -1,7 +1,7 @@
 """The error tree of ``stratalog.server.storage``.
 
 Operating errors (bad input, bad files, full disks) are exceptions from this tree, or from
-:mod:`stratalog.records.errors` when the bytes of a batch are at fault; ``server/status.py`` is the
+:mod:`stratalog.records.errors` when the bytes of a batch are at fault; ``server/rpc/status.py`` is the
 one place that turns both into gRPC statuses. Programmer errors are assertions.
 
     StorageError

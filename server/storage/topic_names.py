@@ -5,7 +5,7 @@ topic name typed by a user becomes a path component. The rules that keep that in
 data directories (Kafka's ``Topic.validate``), the four directory name forms (``LocalLog``) and
 their parser are defined once in :mod:`stratalog.records.partition_dirs`, which the Spark file
 reader uses too. This module gives them to the engine and the server with the engine's error,
-:class:`~.errors.InvalidTopicError` (which ``server/status.py`` maps to ``INVALID_TOPIC``), and
+:class:`~.errors.InvalidTopicError` (which ``server/rpc/status.py`` maps to ``INVALID_TOPIC``), and
 adds what is the engine's own: the random id of a deleted directory, and Kafka's rule that two
 topic names may not differ only in ``.`` versus ``_``. (It calls them through
 :mod:`stratalog.records.log_layout`, the map of the formats, which re-exports them.)

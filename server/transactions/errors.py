@@ -2,7 +2,7 @@
 
 Each leaf is one of Kafka's transaction errors (``org.apache.kafka.common.errors``) and carries
 ``retriable``: whether a client that sends the same request again may succeed without doing
-anything else first (Kafka's ``RetriableException``). ``server/status.py`` maps every leaf to
+anything else first (Kafka's ``RetriableException``). ``server/rpc/status.py`` maps every leaf to
 an ErrorReason of broker.proto; programmer errors are assertions.
 
     TransactionError

@@ -454,3 +454,35 @@ def test_a_follower_takes_fetch_answers_above_grpcs_default_4_mib(etcd, start_me
         os.kill(servers[2].process.pid, signal.SIGCONT)
     wait_for(lambda: same_log(list(servers.values()), "bulk"), "the follower caught up")
     assert "RESOURCE_EXHAUSTED" not in servers[2].log_text()
+
+
+def test_a_followers_copy_wakes_the_leaders_long_poll_and_subscribe(etcd, start_member) -> None:
+    """A follower's append reaches the leader's readers through the serving layer: a record
+    appended with acks=1 is readable on the leader only once the follower copied it (its next
+    fetch moves the high watermark), and that is what wakes a long poll and a Subscribe stream
+    waiting there (the leader's own append woke them too early to see it). Every other writer:
+    tests/unit/server/broker/test_wakeups.py."""
+    servers = {n: start_member(n) for n in (1, 2)}
+    create_topic(etcd, "wake", [1, 2])
+    produce_when_ready(servers[1], "wake", [b"a"])
+    leader = servers[1]
+    channel = grpc.insecure_channel(leader.target)
+    try:
+        stub = broker_pb2_grpc.BrokerStub(channel)
+        poll = stub.FetchByOffset.future(pb.FetchByOffsetRequest(
+            topic="wake", partition=0, offset=1, max_wait_ms=30_000,
+            format=pb.FETCH_FORMAT_RECORDS), timeout=60)
+        stream = stub.Subscribe(pb.SubscribeRequest(
+            topic="wake", partition=0, offset=1, format=pb.FETCH_FORMAT_RECORDS), timeout=60)
+        # Counted once they wait at the high watermark (1): the count and the wait happen in
+        # one step of the leader's event loop, which also answers the scrape.
+        wait_for(lambda: (leader.metric('stratalog_waiting_rpcs{kind="long_poll"}'),
+                          leader.metric('stratalog_waiting_rpcs{kind="subscribe"}')) == (1, 1),
+                 "the long poll and the Subscribe waiting on the leader")
+        produce(leader, "wake", [b"b"], acks=1)
+        answer = poll.result(timeout=60)
+        assert [(r.offset, r.value) for r in answer.records] == [(1, b"b")]
+        assert answer.high_watermark == 2
+        assert [(r.offset, r.value) for r in next(stream).records] == [(1, b"b")]
+    finally:
+        channel.close()

@@ -136,7 +136,7 @@ def _wire_field(number: int, value: bytes) -> bytes:
 def test_produce_requests_in_any_wire_order_store_what_protobuf_parses(
     channel, stub, rpc_error
 ) -> None:
-    # The server parses Produce without copying the batches (server/decoding.py): a
+    # The server parses Produce without copying the batches (server/rpc/decoding.py): a
     # request whose fields come out of order, with the batches field twice (the last one
     # wins, as in protobuf) and an unknown field, must store exactly what protobuf would read.
     _create(stub, "pf-wire")

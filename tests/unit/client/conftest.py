@@ -4,7 +4,7 @@ It is not the stratalog server (that one is exercised by tests/integration/): it
 partition as the list of batches it received, byte for byte, so the tests can hand them to an
 independent Kafka reader (kafka-python) and count them; and it can be told to fail the next
 Produce calls, before or after appending, with the same statuses the real server sends (built by
-``stratalog.server.status``), which a real server cannot be made to do on cue. It hands out
+``stratalog.server.rpc.status``), which a real server cannot be made to do on cue. It hands out
 producer ids (InitProducerId) but keeps no producer state: it stores what it gets, duplicates
 and all, so the batches' producer fields can be checked here and the server's judgement of them
 is tested against the real server.
@@ -22,7 +22,7 @@ import grpc.aio
 import pytest
 
 from stratalog.records import iter_batch_headers, set_base_offset, validate_batch
-from stratalog.server import status
+from stratalog.server.rpc import status
 from stratalog.server.storage import errors as storage_errors
 from stratalog.v1 import broker_pb2 as pb
 from stratalog.v1 import broker_pb2_grpc

@@ -3,7 +3,7 @@
 Each ``Member`` is a real grpc.aio server on 127.0.0.1:0 (not the stratalog server: a real
 cluster is tests/cluster/test_client_routing.py's) that leads the partitions the shared
 ``Leaders`` table gives it and refuses the others with the real server's
-NotLeaderOrFollowerError status (server/status.py), with or without the leader hint, and answers
+NotLeaderOrFollowerError status (server/rpc/status.py), with or without the leader hint, and answers
 Metadata from the same table. The tests count what each member was asked.
 """
 
@@ -21,8 +21,8 @@ import pytest
 from stratalog.client import Client, Consumer, Producer, SyncClient, errors
 from stratalog.client.client import CONNECT_TIMEOUT_MS, RECONNECT_BACKOFF_MAX_MS
 from stratalog.client.wire import FetchFormat
-from stratalog.server import status
 from stratalog.server.cluster import errors as cluster_errors
+from stratalog.server.rpc import status
 from stratalog.server.storage import errors as storage_errors
 from stratalog.v1 import broker_pb2 as pb
 from stratalog.v1 import broker_pb2_grpc

@@ -1,7 +1,7 @@
 """client/errors.py against a live grpc.aio server: each domain error arrives as its own class.
 
 A minimal Broker servicer on 127.0.0.1:0 raises domain errors chosen by the request's topic and
-reports them through server/status.py's ``abort_with_error``, exactly as the real servicer will.
+reports them through server/rpc/status.py's ``abort_with_error``, exactly as the real servicer will.
 The client calls through the generated stub (async and sync channels) and maps the RpcError back
 with ``from_rpc_error``. Nothing is mocked: statuses cross a real HTTP/2 connection.
 """
@@ -20,8 +20,8 @@ from google.rpc import error_details_pb2, status_pb2
 
 from stratalog.client import errors
 from stratalog.records import errors as record_errors
-from stratalog.server import status
 from stratalog.server.cluster import errors as cluster_errors
+from stratalog.server.rpc import status
 from stratalog.server.storage import errors as storage_errors
 from stratalog.v1 import broker_pb2, broker_pb2_grpc
 

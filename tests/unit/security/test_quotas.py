@@ -9,14 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from stratalog.server.rpc.quotas import _with_throttle_time
 from stratalog.server.security.errors import QuotaBacklogExceededError
-from stratalog.server.security.quotas import (
-    ProduceAdmission,
-    QuotaConfig,
-    QuotaManager,
-    Rate,
-    _with_throttle_time,
-)
+from stratalog.server.security.quotas import ProduceAdmission, QuotaConfig, QuotaManager, Rate
 from stratalog.server.settings import load_settings
 from stratalog.v1 import broker_pb2 as pb
 

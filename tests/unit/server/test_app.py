@@ -247,10 +247,10 @@ async def test_a_commit_wakes_a_read_committed_long_poll(tmp_path: Path) -> None
 async def test_a_session_serves_in_the_readers_step_or_a_task_each(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, in_reader: bool
 ) -> None:
-    """Both ways server/session.py may start a request (SERVE_IN_READER: Python 3.11's, and
+    """Both ways server/rpc/session.py may start a request (SERVE_IN_READER: Python 3.11's, and
     3.12's): answers by id, a long poll not holding up a point read, a Produce that waits."""
     from stratalog.client import Client
-    from stratalog.server import session
+    from stratalog.server.rpc import session
 
     monkeypatch.setattr(session, "SERVE_IN_READER", in_reader)
     server = Server(_settings(tmp_path / "d"))

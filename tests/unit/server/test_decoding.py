@@ -8,7 +8,7 @@ from google.protobuf.message import DecodeError
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stratalog.server.decoding import (
+from stratalog.server.rpc.decoding import (
     ProduceRequestView,
     UndecodableRequest,
     add_broker_service,

@@ -1,6 +1,6 @@
-"""The servicer's own pieces: request checks, partition gates, fetch responses, where appends
-run. (Its translations are tested in test_translation.py, the placement rule in
-test_append_placement.py.)
+"""The servicer's own pieces: request checks, fetch responses, where appends run (through the
+serving layer, whose Partition is tested in broker/test_partition.py). (Its translations are
+tested in test_translation.py, the placement rule in test_append_placement.py.)
 
 Every RPC is exercised against a real server process in tests/integration/; these tests pin the
 parts that do not need one, calling the servicer's RPC methods in-process over a real LogManager.
@@ -24,9 +24,10 @@ from stratalog.records import build_batch
 from stratalog.records.batch import Compression, iter_batch_headers
 from stratalog.records.reader import iter_batches
 from stratalog.server.append_placement import AppendPlacement
-from stratalog.server.decoding import ProduceRequestView
+from stratalog.server.broker import ReplicaManager
 from stratalog.server.metrics import ServerMetrics
-from stratalog.server.service import BrokerService, PartitionGate
+from stratalog.server.rpc.decoding import ProduceRequestView
+from stratalog.server.rpc.service import BrokerService
 from stratalog.server.settings import Settings
 from stratalog.server.storage.log_manager import LogManager
 from stratalog.server.storage.partition_log import PartitionLog
@@ -38,17 +39,17 @@ _coordinators: list[TransactionCoordinator] = []
 _executors: list[ThreadPoolExecutor] = []
 
 
-def _service(manager: LogManager, *args: object, **kwargs: object) -> BrokerService:
-    """A BrokerService over ``manager``, with a transaction coordinator in its log directories
-    whose markers go to ``manager``'s logs (closed after the test)."""
-
-    def write_marker(topic, partition, producer_id, producer_epoch, coordinator_epoch, commit):
-        manager.get_log(topic, partition).write_txn_marker(
-            producer_id, producer_epoch, coordinator_epoch, commit)
-
-    coordinator = TransactionCoordinator.open(manager.log_dirs, write_marker)
+def _service(manager: LogManager, settings: Settings, metrics: ServerMetrics,
+             executor: ThreadPoolExecutor, *, placement: AppendPlacement | None = None,
+             **kwargs: object) -> BrokerService:
+    """A BrokerService over a serving layer over ``manager``, with a transaction coordinator in
+    its log directories whose markers go through the serving layer (closed after the test)."""
+    replicas = ReplicaManager(manager, settings, metrics, executor, placement=placement)
+    coordinator = TransactionCoordinator.open(manager.log_dirs, replicas.write_txn_markers)
     _coordinators.append(coordinator)
-    return BrokerService(manager, *args, coordinator=coordinator, **kwargs)  # type: ignore[arg-type]
+    replicas.verify_transactions_with(coordinator)
+    return BrokerService(replicas, settings, metrics, executor, coordinator=coordinator,
+                         **kwargs)  # type: ignore[arg-type]
 
 
 @pytest.fixture(autouse=True)
@@ -68,45 +69,6 @@ def _record(**fields: object) -> broker_pb2.Record:
         if value is not None:
             header.value = value
     return record
-
-
-async def test_gate_signal_taken_before_a_read_sees_an_append_after_it() -> None:
-    gate = PartitionGate()
-    signal = gate.signal()  # a reader takes the signal, then reads (nothing yet) ...
-    gate.notify()  # ... an append lands between its read and its wait ...
-    assert await gate.wait(signal, 0)  # ... and the wait returns at once: no lost wake-up.
-    # A signal taken after that append waits for the next one.
-    later = gate.signal()
-    assert not await gate.wait(later, 0.01)
-
-
-async def test_gate_wakes_every_waiter_and_close_wakes_them_for_good() -> None:
-    gate = PartitionGate()
-    waiters = [asyncio.create_task(gate.wait(gate.signal(), None)) for _ in range(3)]
-    await asyncio.sleep(0)
-    assert not any(w.done() for w in waiters)
-    gate.notify()
-    assert await asyncio.gather(*waiters) == [True, True, True]
-    waiter = asyncio.create_task(gate.wait(gate.signal(), None))
-    await asyncio.sleep(0)
-    gate.close()
-    assert await waiter
-    assert gate.closed
-
-
-async def test_append_lock_serialises_appenders() -> None:
-    gate = PartitionGate()
-    order: list[str] = []
-
-    async def appender(name: str) -> None:
-        async with gate.append_lock:
-            order.append(f"{name} in")
-            await asyncio.sleep(0)
-            await asyncio.sleep(0)
-            order.append(f"{name} out")
-
-    await asyncio.gather(appender("a"), appender("b"), appender("c"))
-    assert order == ["a in", "a out", "b in", "b out", "c in", "c out"]
 
 
 # ------------------------------------------------------------------------ topic names

@@ -1,5 +1,5 @@
 """server.session: answers serialized as protobuf would, and a SessionError that tells the
-client exactly what the unary call's status would have (server/status.py's half and
+client exactly what the unary call's status would have (server/rpc/status.py's half and
 client/errors.py's half of the same contract)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from stratalog.client.errors import from_rpc_error, from_session_error
-from stratalog.server import status
-from stratalog.server.session import SESSION_RPCS, session_response
+from stratalog.server.rpc import status
+from stratalog.server.rpc.session import SESSION_RPCS, session_response
 from stratalog.v1 import broker_pb2 as pb
 
 from .test_status import _instance

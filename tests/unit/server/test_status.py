@@ -1,4 +1,4 @@
-"""server/status.py: every domain error becomes the contract's status code, reason and metadata.
+"""server/rpc/status.py: every domain error becomes the contract's status code, reason and metadata.
 
 Statuses are decoded the way a client sees them: the ``grpc-status-details-bin`` trailer parsed
 into google.rpc.Status and its ErrorInfo unpacked. The round trip through a live server is in
@@ -17,8 +17,8 @@ import pytest
 from google.rpc import error_details_pb2, status_pb2
 
 from stratalog.records import errors as record_errors
-from stratalog.server import status
 from stratalog.server.client_limits import ClientLimitExceededError
+from stratalog.server.rpc import status
 from stratalog.server.security.errors import NotAuthorizedError
 from stratalog.server.storage import errors as storage_errors
 from stratalog.server.transactions import errors as transaction_errors
@@ -168,7 +168,7 @@ SERVER_SIDE_CASES = [
 @pytest.mark.parametrize(("exc", "code", "reason"), SERVER_SIDE_CASES,
                          ids=[type(c[0]).__name__ for c in SERVER_SIDE_CASES])
 def test_server_side_errors_get_a_fixed_message_without_paths(exc, code, reason, caplog) -> None:
-    with caplog.at_level(logging.DEBUG, logger="stratalog.server.status"):
+    with caplog.at_level(logging.DEBUG, logger="stratalog.server.rpc.status"):
         grpc_status = status.to_status(exc)
     _, info = decode(grpc_status)
     assert grpc_status.code is grpc.StatusCode[code]
@@ -183,7 +183,7 @@ def test_server_side_errors_get_a_fixed_message_without_paths(exc, code, reason,
 
 def test_storage_errors_are_logged_with_their_traceback(caplog) -> None:
     exc = io_error(errno.EIO)
-    with caplog.at_level(logging.ERROR, logger="stratalog.server.status"):
+    with caplog.at_level(logging.ERROR, logger="stratalog.server.rpc.status"):
         status.to_status(exc)
     (record,) = caplog.records
     assert record.levelno == logging.ERROR
@@ -324,7 +324,7 @@ def test_a_layout_error_is_never_blamed_on_the_client(name) -> None:
 
 def test_unexpected_errors_are_internal_without_details_or_paths(caplog) -> None:
     exc = KeyError(f"{SERVER_PATH} vanished")
-    with caplog.at_level(logging.ERROR, logger="stratalog.server.status"):
+    with caplog.at_level(logging.ERROR, logger="stratalog.server.rpc.status"):
         grpc_status = status.to_status(exc)
     rich, info = decode(grpc_status)
     assert grpc_status.code is grpc.StatusCode.INTERNAL

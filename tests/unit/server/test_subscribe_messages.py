@@ -1,4 +1,4 @@
-"""server/subscribe_messages.py: one message per reading, shared by the streams that make it;
+"""server/rpc/subscribe_messages.py: one message per reading, shared by the streams that make it;
 gone with its last holder; a failed builder lets the others read for themselves."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from stratalog.server.subscribe_messages import Built, SharedMessages
+from stratalog.server.rpc.subscribe_messages import Built, SharedMessages
 
 MESSAGE = Built(b"m" * 100, 7, True, 3, 90)
 

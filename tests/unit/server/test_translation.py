@@ -14,11 +14,7 @@ from stratalog.records import build_batch
 from stratalog.records.batch import Compression, TimestampType, validate_batch
 from stratalog.records.control import ControlRecordType, encode_control_key
 from stratalog.records.reader import decode_batch
-from stratalog.server.storage.cleaner_manager import CleanerPartitionStatus
-from stratalog.server.storage.errors import StorageError
-from stratalog.server.storage.log_manager import PartitionDescription, TopicDescription
-from stratalog.server.storage.txn_index import AbortedTxn
-from stratalog.server.translation import (
+from stratalog.server.rpc.translation import (
     PROTO_TIMESTAMP_TYPES,
     BadRequestError,
     DecodedRecords,
@@ -29,6 +25,10 @@ from stratalog.server.translation import (
     slice_batches,
     topic_message,
 )
+from stratalog.server.storage.cleaner_manager import CleanerPartitionStatus
+from stratalog.server.storage.errors import StorageError
+from stratalog.server.storage.log_manager import PartitionDescription, TopicDescription
+from stratalog.server.storage.txn_index import AbortedTxn
 from stratalog.v1 import broker_pb2
 
 

@@ -445,7 +445,7 @@ def test_stale_cleaner_output_of_a_failed_cleaning_is_replaced(tmp_path: Path) -
 
 
 def test_point_reads_over_holes_and_empty_batches_take_the_next_record(tmp_path: Path) -> None:
-    from stratalog.server.translation import slice_batches
+    from stratalog.server.rpc.translation import slice_batches
 
     log = open_log(tmp_path / "t-0", segment_bytes=600)
     for i in range(8):

@@ -19,7 +19,7 @@ import pytest
 
 from stratalog.records.builder import build_batch
 from stratalog.records.reader import iter_batches
-from stratalog.server.status import to_rpc_status
+from stratalog.server.rpc.status import to_rpc_status
 from stratalog.server.storage.clean_shutdown import marker_exists
 from stratalog.server.storage.errors import LogDirOfflineError, StorageIOError
 from stratalog.server.storage.log_manager import LogManager

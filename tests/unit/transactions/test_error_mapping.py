@@ -1,4 +1,4 @@
-"""Every coordinator error has its ErrorReason and status code in server/status.py, and the
+"""Every coordinator error has its ErrorReason and status code in server/rpc/status.py, and the
 server's own trouble does not leak its message."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from stratalog.server import status
+from stratalog.server.rpc import status
 from stratalog.server.transactions import errors
 
 C = grpc.StatusCode

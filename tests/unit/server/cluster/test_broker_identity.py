@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from stratalog.server import status
 from stratalog.server.cluster.broker_identity import BrokerIdentity
 from stratalog.server.cluster.errors import UnregisteredReplicaError
 from stratalog.server.cluster.membership import BrokerInfo
+from stratalog.server.rpc import status
 from stratalog.server.security.errors import NotABrokerError
 from stratalog.server.security.principal import ANONYMOUS, Principal
 

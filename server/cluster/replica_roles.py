@@ -1,4 +1,11 @@
-"""This server's replicas, made leaders and followers as etcd says (Kafka's ``ReplicaManager``).
+"""This server's replicas, made leaders and followers as etcd says.
+
+Kafka's ``ReplicaManager.becomeLeaderOrFollower`` / ``applyDelta`` with its
+``ReplicaFetcherManager`` (``core/src/main/scala/kafka/server/ReplicaManager.scala``), fed by
+the cluster view instead of a controller's requests. What serves a partition (appends, reads,
+their waits) is the partition-serving layer's (server/broker/replica_manager.py); this module
+only decides each replica's role, runs its fetcher and writes its ISR, and tells the serving
+layer through :class:`~.replica.ReplicaEvents` what changed.
 
 A listener of the cluster view (cluster_view.py). For every partition whose assignment names
 this node among its replicas (partition_state.py's TopicAssignment):
@@ -18,7 +25,8 @@ this node among its replicas (partition_state.py's TopicAssignment):
    * another leader (or none): follow it (replica_fetcher.py), acks=all producers waiting
      here fail with NotLeaderOrFollowerError;
    * an epoch older than the replica's: a stale read, ignored.
-3. **Gone**: a topic that leaves the view (it was deleted) is deleted locally; a topic that
+3. **Gone**: a topic that leaves the view (it was deleted) is deleted locally (by the serving
+   layer, which lets its appends in flight finish first); a topic that
    was deleted while this server was down stays on its disk (nothing says it was replicated).
 
 A topic that exists locally but is not in the view (created on a single server before it
@@ -55,14 +63,13 @@ from typing import TYPE_CHECKING, Any
 
 from stratalog.server.storage.config import TOPIC_CONFIG_NAMES
 from stratalog.server.storage.errors import (
-    LogClosedError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
 
 from .errors import LeaderNotAvailableError, NotLeaderOrFollowerError
 from .node import POLL_INTERVALS_PER_SESSION
-from .partition import Partition, Role
+from .replica import Replica, ReplicaEvents, Role
 from .replica_fetcher import FetchSettings, ReplicaFetcher
 
 if TYPE_CHECKING:
@@ -76,7 +83,7 @@ if TYPE_CHECKING:
     from .partition_state import PartitionState
     from .peer_channels import PeerChannels, ReplicationPeer
 
-__all__ = ["ReplicaManager"]
+__all__ = ["ReplicaRoles"]
 
 logger = logging.getLogger(__name__)
 
@@ -85,33 +92,30 @@ def _now_ms() -> int:
     return int(time.monotonic() * 1000)
 
 
-class ReplicaManager:
+class ReplicaRoles:
     """This server's replicated partitions (module docstring); :meth:`start`, then
     :meth:`close`.
 
-    ``wake_readers(topic, partition)`` wakes the partition's consumers (the high watermark
-    moved, or the role changed); ``delete_topic(name)`` deletes a topic locally the way the
-    servicer does (its appends finished first). ``peers`` (peer_channels.py) reach the
-    leaders, and are closed with the manager.
+    ``events`` (the serving layer) hears of every change a partition's readers or acks=all
+    producers may wait for, and deletes a topic that left the cluster. ``peers``
+    (peer_channels.py) reach the leaders, and are closed with the roles.
     """
 
     def __init__(self, node: ClusterNode, log_manager: LogManager, settings: Settings,
-                 executor: Executor, wake_readers: Callable[[str, int], None],
-                 delete_topic: Callable[[str], Awaitable[None]], peers: PeerChannels,
+                 executor: Executor, events: ReplicaEvents, peers: PeerChannels,
                  metrics: ServerMetrics | None = None) -> None:
         self._node = node
         self.peers = peers
         self._metrics = metrics
         self._log_manager = log_manager
         self._executor = executor
-        self._wake_readers = wake_readers
-        self._delete_topic = delete_topic
+        self._events = events
         self.lag_time_max_ms = settings.replica_lag_time_max_ms
         self._fetch_settings = FetchSettings(
             settings.replica_fetch_wait_max_ms, settings.replica_fetch_max_bytes,
             settings.replica_fetch_backoff_ms,
         )
-        self.partitions: dict[PartitionKey, Partition] = {}
+        self.partitions: dict[PartitionKey, Replica] = {}
         self._fetchers: dict[PartitionKey, ReplicaFetcher] = {}
         self._applying = asyncio.Lock()
         self._isr_task: asyncio.Task[None] | None = None
@@ -147,14 +151,9 @@ class ReplicaManager:
                                              name="stratalog-replica-checks")
 
     def begin_shutdown(self) -> None:
-        """The server stops: acks=all producers waiting here answer SHUTTING_DOWN now (their
-        records are in the log; an idempotent retry is answered as a duplicate) instead of
-        holding the shutdown until their timeout."""
+        """The server stops: the view is applied no more (the serving layer answers the
+        acks=all producers waiting here: ReplicaManager.begin_shutdown)."""
         self._closed = True
-        error = LogClosedError("the server is shutting down; the records were written on the"
-                               " leader but may not be replicated: retry")
-        for partition in self.partitions.values():
-            partition.fail_waiters(error)
 
     async def close(self) -> None:
         """Stop the fetchers and the ISR checks, fail the waiting producers, close channels."""
@@ -183,7 +182,7 @@ class ReplicaManager:
         broker = self._node.membership.brokers.get(node_id)
         return broker.address if broker is not None else ""
 
-    def leader_partition(self, topic: str, partition: int) -> Partition | None:
+    def leader_partition(self, topic: str, partition: int) -> Replica | None:
         """The partition if this server leads it now; None if the topic is not replicated
         (a local topic, served as on a single server).
 
@@ -284,7 +283,7 @@ class ReplicaManager:
             self.partitions.pop(key).stop()
         logger.info("topic %s left the cluster: deleting it locally", topic)
         with contextlib.suppress(UnknownTopicOrPartitionError):
-            await self._delete_topic(topic)
+            await self._events.delete_partitions(topic)
 
     async def _apply_partition(self, key: PartitionKey) -> None:
         topic, number = key
@@ -303,8 +302,8 @@ class ReplicaManager:
         state, revision = versioned
         if replica is None:
             log = self._log_manager.get_log(topic, number)
-            replica = self.partitions[key] = Partition(
-                topic, number, self.node_id, log, self._node.session, self._wake_readers
+            replica = self.partitions[key] = Replica(
+                topic, number, self.node_id, log, self._node.session, self._events
             )
         if state.leader_epoch < replica.leader_epoch:
             return  # an older state than the one acted on: a stale read
@@ -320,7 +319,7 @@ class ReplicaManager:
         else:
             await self._make_follower(replica, state, revision, replicas)
 
-    async def _make_leader(self, replica: Partition, state: PartitionState, revision: int,
+    async def _make_leader(self, replica: Replica, state: PartitionState, revision: int,
                            replicas: tuple[int, ...]) -> None:
         key = (replica.topic, replica.partition)
         await self._stop_fetcher(key)
@@ -339,14 +338,14 @@ class ReplicaManager:
         logger.info("%s-%d: leader at epoch %d from offset %d (isr %s, high watermark %d)",
                     replica.topic, replica.partition, state.leader_epoch, log.log_end_offset,
                     list(state.isr), log.high_watermark)
-        self._wake_readers(*key)
+        self._events.replica_changed(*key)
 
-    async def _make_follower(self, replica: Partition, state: PartitionState, revision: int,
+    async def _make_follower(self, replica: Replica, state: PartitionState, revision: int,
                              replicas: tuple[int, ...]) -> None:
         key = (replica.topic, replica.partition)
         # No longer leader before anything is awaited: no append slips in at the old epoch.
         replica.become_follower(state, revision, replicas)
-        self._wake_readers(*key)
+        self._events.replica_changed(*key)
         await self._stop_fetcher(key)
         log = replica.log
         if not log.tracks_high_watermark:
@@ -380,7 +379,7 @@ class ReplicaManager:
 
     # ---------------------------------------------------------------- the ISR
 
-    def maybe_expand_isr(self, replica: Partition) -> None:
+    def maybe_expand_isr(self, replica: Replica) -> None:
         """After a follower's fetch: write the followers that caught up into the ISR."""
         if replica.isr_change_in_flight or not replica.is_leader():
             return
@@ -426,7 +425,7 @@ class ReplicaManager:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def _alter_isr(self, replica: Partition, isr: tuple[int, ...], why: str) -> None:
+    async def _alter_isr(self, replica: Replica, isr: tuple[int, ...], why: str) -> None:
         """Write ``isr`` for ``replica`` if its state in etcd is still the one it read (a
         transaction comparing the mod revision), then re-read the view (module docstring)."""
         key = (replica.topic, replica.partition)

@@ -35,7 +35,7 @@ Three rules decide the mapping (the table is :data:`ERROR_TABLE`, the codes
    are built without a path (:data:`_MESSAGES_WITHOUT_PATHS`: an offline log directory names
    the topic-partition, a preallocation beyond the free space the byte counts) keep them.
 
-A request on a Session stream (server/session.py) fails with exactly the status its unary call
+A request on a Session stream (server/rpc/session.py) fails with exactly the status its unary call
 would have ended with, carried in the answer as a ``SessionError`` (:func:`session_error`: the
 code, the message, the ErrorInfo's reason and metadata) instead of the call's trailers.
 

@@ -6,9 +6,9 @@ code), and times it, in a server interceptor; dashboards and alerts written for 
 interceptor does the same into :class:`~stratalog.server.metrics.GrpcServerCollector`.
 
 Where it sits: first in the server's chain (server/app.py), so that a call refused by a later
-interceptor (authentication, ACLs) is counted with the code it was refused with; and first in
-the chain each request on a Session stream goes through (``request_interceptors``), so that such
-a request is counted as a unary call of its own RPC (``Produce``, ``FetchByOffset`` ...), its
+interceptor (authentication, ACLs) is counted with the code it was refused with. A request on
+a Session stream is counted as a unary call of its own RPC (``Produce``, ``FetchByOffset`` ...)
+by the stream (server/rpc/session.py's ``SessionRequests``, into the same collector), its
 stream once more as the ``Session`` bidi stream. A call to a method the server does not have
 (no handler: gRPC answers UNIMPLEMENTED) is not counted, so the label sets stay bounded.
 
@@ -29,8 +29,9 @@ from typing import Any
 import grpc
 import grpc.aio
 
-from .metrics import GRPC_CODE_NAMES, GrpcServerCollector
-from .security.handlers import WrappingInterceptor, behaviour_of
+from stratalog.server.metrics import GRPC_CODE_NAMES, GrpcServerCollector
+
+from .handlers import WrappingInterceptor, behaviour_of
 
 __all__ = ["MetricsInterceptor"]
 
@@ -57,9 +58,7 @@ class MetricsInterceptor(WrappingInterceptor):
     its behaviour starts, handled with its code and time when it ends.
 
     Holds the collector, the labels of each method path seen (bounded by the server's
-    methods) and the handlers it wrapped (reused while the handler given is the same object:
-    always on a Session's request chain, not behind the authentication interceptor, which
-    gives a handler per call).
+    methods) and the handlers it wrapped (reused while the handler given is the same object).
     """
 
     def __init__(self, collector: GrpcServerCollector) -> None:

@@ -1,11 +1,11 @@
-"""gRPC method handlers as the security interceptors wrap them: their kind, the identity's
-context variable around them, a cache of the wrapped ones, and the paths of the open services.
+"""gRPC method handlers as the front end's interceptors wrap them: their kind, the identity's
+context variable around them, and a cache of the wrapped ones.
 
 A grpc.aio interceptor cannot run code inside the call's task before the servicer's method
 except by returning a handler of its own: the same ``grpc.RpcMethodHandler`` with its behaviour
 (``unary_unary``, ``unary_stream``, ``stream_unary`` or ``stream_stream``: the one not None) in
-a wrapper. The three interceptors (authentication.py, authorizer.py, quotas.py) all do that;
-this module holds what they share.
+a wrapper. The interceptors (authentication.py, authorization.py, quotas.py,
+metrics_interceptor.py) all do that; this module holds what they share.
 
 Concurrency: event-loop only (the cache is a plain dict).
 """
@@ -21,25 +21,15 @@ from typing import Any
 import grpc
 import grpc.aio
 
-from .principal import CallIdentity, current_identity
+from stratalog.server.security.principal import CallIdentity, current_identity
 
 __all__ = [
-    "HEALTH_PREFIX",
-    "REFLECTION_PREFIXES",
     "Enter",
     "WrappedHandlers",
     "WrappingInterceptor",
     "behaviour_of",
     "wrap_handler",
 ]
-
-#: Method paths of gRPC's health service: open to every caller, always.
-HEALTH_PREFIX = "/grpc.health.v1.Health/"
-#: Method paths of server reflection (both versions): open with ``reflection_open``.
-REFLECTION_PREFIXES = (
-    "/grpc.reflection.v1alpha.ServerReflection/",
-    "/grpc.reflection.v1.ServerReflection/",
-)
 
 _KINDS = ("unary_unary", "unary_stream", "stream_unary", "stream_stream")
 

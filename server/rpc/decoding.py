@@ -48,6 +48,8 @@ from google.protobuf.message import DecodeError
 
 from stratalog.v1 import broker_pb2
 
+from .fetch_answer import serialize_fetch_answer
+
 _RECORDS_FIELD = 3
 _RECORD_BATCHES_FIELD = 4
 _WIRE_VARINT, _WIRE_I64, _WIRE_LEN, _WIRE_I32 = 0, 1, 2, 5
@@ -334,13 +336,15 @@ _HANDLERS = {
 def add_broker_service(servicer: Any, server: grpc.aio.Server) -> None:
     """Register ``servicer``'s methods as the Broker service on ``server``.
 
-    What ``broker_pb2_grpc.add_BrokerServicer_to_server`` does, with three differences:
+    What ``broker_pb2_grpc.add_BrokerServicer_to_server`` does, with four differences:
     Produce's requests are parsed by :func:`parse_produce_request` (and Session's by
     :func:`parse_session_request`, the Produce inside read the same way), every request that does not
     parse reaches the servicer as an :class:`UndecodableRequest`, and a streaming method may
     write a message it serialized itself (``bytes``): Subscribe does, so that it holds only
     the serialized message while gRPC's flow control waits for the client (Session writes its
-    answers so too). The handlers come from the service's
+    answers so too), and a fetch's answer may be a
+    :class:`~stratalog.server.rpc.fetch_answer.FetchAnswer` (its batches serialized without a
+    protobuf copy). The handlers come from the service's
     descriptor, so a method added to broker.proto is registered without a change here.
     """
     service = broker_pb2.DESCRIPTOR.services_by_name["Broker"]
@@ -351,6 +355,9 @@ def add_broker_service(servicer: Any, server: grpc.aio.Server) -> None:
         handler = _HANDLERS[method.client_streaming, method.server_streaming]
         parse = _PARSERS.get(method.name, request_class.FromString)
         serialize = response_class.SerializeToString
+        if response_class is broker_pb2.FetchResponse:
+            # A fetch answers with a FetchAnswer: its batches not copied into the message.
+            serialize = serialize_fetch_answer
         if method.server_streaming:
             serialize = _bytes_or(serialize)
         handlers[method.name] = handler(

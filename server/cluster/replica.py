@@ -1,16 +1,21 @@
 """One replicated partition on this server: its role, and the leader's replication state.
 
-Kafka's ``Partition``. The replica manager (replica_manager.py) makes a replica the leader or a
+The replication half of Kafka's ``Partition`` (``core/src/main/scala/kafka/cluster/
+Partition.scala``: ``makeLeader``, ``makeFollower``, ``maybeIncrementLeaderHW``,
+``updateFollowerFetchState``); the serving half (append lock, reader wake-ups, acks=all waits) is
+server/broker/partition.py's. ReplicaRoles (replica_roles.py) makes a replica the leader or a
 follower as the cluster view says (partition_state.py's records); this object holds what each
 role needs:
 
-* **Leader at epoch E** (:meth:`Partition.become_leader`): E was assigned in the leader epoch
+* **Leader at epoch E** (:meth:`Replica.become_leader`): E was assigned in the leader epoch
   cache at the log end offset (Kafka's ``makeLeader``), appends are stamped with E
   (:meth:`leader_epoch_for_append`), the log tracks a high watermark, every follower's fetch
   state (isr.py's :class:`~.isr.FollowerState`) starts unknown. Each follower fetch
   (:meth:`record_follower_fetch`) and each append may advance the high watermark to the least
-  log end offset of the ISR; when it moves, the acks=all producers waiting for it
-  (:meth:`wait_for_high_watermark`) and the consumers' long polls (``wake_readers``) wake.
+  log end offset of the ISR; when it moves (or the ISR or the role changes) the replica tells
+  the serving layer above it (:class:`ReplicaEvents`), which completes its delayed operations:
+  the acks=all producers waiting for the high watermark, the consumers' long polls and
+  Subscribe streams.
   Replica fetches long-poll on :meth:`append_signal`.
 * **Follower** of node L at epoch E: the replica fetcher (replica_fetcher.py) copies L's log;
   clients are refused (NotLeaderOrFollowerError with L as the hint).
@@ -35,15 +40,9 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from .errors import (
-    NotEnoughReplicasAfterAppendError,
-    NotEnoughReplicasError,
-    NotLeaderOrFollowerError,
-    ReplicationTimeoutError,
-)
+from .errors import NotEnoughReplicasError, NotLeaderOrFollowerError
 from .isr import FollowerState, high_watermark_of, may_join_isr, out_of_sync_followers
 
 if TYPE_CHECKING:
@@ -52,7 +51,7 @@ if TYPE_CHECKING:
     from .partition_state import PartitionState
     from .session import EtcdSession
 
-__all__ = ["Partition", "Role"]
+__all__ = ["Replica", "ReplicaEvents", "Role"]
 
 logger = logging.getLogger(__name__)
 
@@ -63,28 +62,31 @@ class Role(enum.Enum):
     FOLLOWER = "follower"
 
 
-class _Waiter:
-    """An acks=all produce waiting until the high watermark passes ``required_offset``."""
+class ReplicaEvents(Protocol):
+    """What a replica tells the partition-serving layer above it (server/broker/), as Kafka's
+    ``Partition`` completes its ReplicaManager's purgatories through ``DelayedOperations``.
+    Implemented by :class:`stratalog.server.broker.ReplicaManager`; the cluster package never
+    imports it. Event-loop only."""
 
-    __slots__ = ("future", "min_insync", "required_offset")
+    def replica_changed(self, topic: str, partition: int) -> None:
+        """The partition's high watermark, ISR, role or log changed: complete what waits for
+        it (acks=all produces, long polls, Subscribe streams)."""
 
-    def __init__(self, required_offset: int, min_insync: int) -> None:
-        self.required_offset = required_offset
-        self.min_insync = min_insync
-        self.future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    async def delete_partitions(self, topic: str) -> None:
+        """Delete the topic's local logs (it left the cluster), its appends in flight first."""
 
 
-class Partition:
+class Replica:
     """One partition this server replicates (module docstring)."""
 
     def __init__(self, topic: str, partition: int, node_id: int, log: PartitionLog,
-                 session: EtcdSession, wake_readers: Callable[[str, int], None]) -> None:
+                 session: EtcdSession, events: ReplicaEvents) -> None:
         self.topic = topic
         self.partition = partition
         self.node_id = node_id
         self.log = log
         self._session = session
-        self._wake_readers = wake_readers
+        self._events = events
         self.role = Role.NONE
         #: The leader epoch this replica acts in (leader: its own; follower: its leader's).
         self.leader_epoch = -1
@@ -104,10 +106,9 @@ class Partition:
         self.leader_epoch_start_offset = 0
         self._lease_id = 0
         self._signal = asyncio.Event()
-        self._waiters: list[_Waiter] = []
 
     def __repr__(self) -> str:
-        return (f"Partition({self.topic}-{self.partition}, {self.role.value}, "
+        return (f"Replica({self.topic}-{self.partition}, {self.role.value}, "
                 f"epoch {self.leader_epoch}, leader {self.leader_id}, isr {list(self.isr)})")
 
     # ---------------------------------------------------------------- role changes
@@ -134,7 +135,7 @@ class Partition:
     def become_follower(self, state: PartitionState, mod_revision: int,
                         replicas: tuple[int, ...]) -> None:
         """Follow ``state.leader`` (or nobody, -1) at ``state.leader_epoch``; acks=all waiters
-        fail with NotLeaderOrFollowerError."""
+        fail with NotLeaderOrFollowerError (the serving layer completes them)."""
         was_leader = self.role is Role.LEADER
         self.role = Role.FOLLOWER if state.has_leader else Role.NONE
         self.leader_epoch = state.leader_epoch
@@ -146,23 +147,23 @@ class Partition:
         if was_leader:
             logger.info("%s-%d: no longer leader (leader now %d, epoch %d)", self.topic,
                         self.partition, state.leader, state.leader_epoch)
-        self.fail_waiters(self.not_leader())
         self.notify_append()  # replica fetches waiting on this server answer now
+        self._events.replica_changed(self.topic, self.partition)
 
     def stop(self) -> None:
         """No longer a replica here (the topic went, or the assignment left this node)."""
         self.role = Role.NONE
-        self.fail_waiters(self.not_leader())
         self.notify_append()
+        self._events.replica_changed(self.topic, self.partition)
 
     def update_isr(self, state: PartitionState, mod_revision: int) -> None:
         """The leader's ISR changed in etcd at the same leader and epoch (its own write, or
         the controller removing a dead broker): apply it, recompute the high watermark."""
         self.isr, self.mod_revision = state.isr, mod_revision
         self.pending_isr_additions -= set(state.isr)
-        if self.role is Role.LEADER:
-            self.maybe_increment_high_watermark()
-            self._settle_waiters()
+        if self.role is Role.LEADER and not self.maybe_increment_high_watermark():
+            # Unmoved, but acks=all produces check the ISR's size against min.insync.replicas.
+            self._events.replica_changed(self.topic, self.partition)
 
     @property
     def leads_under_current_lease(self) -> bool:
@@ -193,7 +194,7 @@ class Partition:
 
     def maybe_increment_high_watermark(self) -> bool:
         """Leader: raise the high watermark to the least log end offset of the maximal ISR;
-        wakes waiters and readers when it moved. True if it moved."""
+        tells the serving layer when it moved (:class:`ReplicaEvents`). True if it moved."""
         if self.role is not Role.LEADER:
             return False
         log = self.log
@@ -204,8 +205,7 @@ class Partition:
         except ValueError:  # truncated under us (a role change in flight): nothing to raise
             return False
         if moved:
-            self._settle_waiters()
-            self._wake_readers(self.topic, self.partition)
+            self._events.replica_changed(self.topic, self.partition)
         return moved
 
     def record_follower_fetch(self, replica_id: int, fetch_offset: int, log_start_offset: int,
@@ -232,11 +232,17 @@ class Partition:
         return out_of_sync_followers(self.node_id, self.log.log_end_offset, self.isr,
                                      self.followers, now_ms, lag_time_max_ms)
 
-    # ---------------------------------------------------------------- appends and waiters
+    # ---------------------------------------------------------------- appends
 
     def append_signal(self) -> asyncio.Event:
         """The event the next leader append sets; take it *before* reading, then wait."""
         return self._signal
+
+    def follower_appended(self) -> None:
+        """Follower: the fetcher appended the leader's records, truncated, or moved the high
+        watermark or the log start: the serving layer hears of it as of every other write
+        (its readers wake through the one path every writer takes)."""
+        self._events.replica_changed(self.topic, self.partition)
 
     def notify_append(self) -> None:
         """Leader: records were appended (replica fetches waiting for them answer); a leader
@@ -244,66 +250,3 @@ class Partition:
         signal, self._signal = self._signal, asyncio.Event()
         signal.set()
         self.maybe_increment_high_watermark()
-
-    async def wait_for_high_watermark(self, required_offset: int, min_insync: int,
-                                      timeout_s: float) -> None:
-        """acks=all: return once the high watermark reached ``required_offset`` (the last
-        offset appended + 1) with at least ``min_insync`` in-sync replicas (Kafka's
-        ``checkEnoughReplicasReachOffset``).
-
-        Raises:
-            NotEnoughReplicasAfterAppendError: the high watermark got there with the ISR
-                below ``min_insync`` (it shrank after the append).
-            ReplicationTimeoutError: not within ``timeout_s``.
-            NotLeaderOrFollowerError: this replica stopped leading meanwhile.
-        """
-        waiter = _Waiter(required_offset, min_insync)
-        self._waiters.append(waiter)
-        self._settle_waiters()
-        try:
-            await asyncio.wait_for(asyncio.shield(waiter.future), timeout_s)
-        except TimeoutError:
-            raise ReplicationTimeoutError(
-                self.topic, self.partition,
-                f"the in-sync replicas {sorted(self.isr)} did not all reach offset "
-                f"{required_offset - 1} within {timeout_s * 1000:.0f} ms (request.timeout.ms);"
-                " the records are in the leader's log and may yet be replicated: retry with "
-                "the idempotent producer",
-            ) from None
-        finally:
-            if waiter in self._waiters:
-                self._waiters.remove(waiter)
-
-    def _settle_waiters(self) -> None:
-        if not self._waiters:
-            return
-        if self.role is not Role.LEADER:
-            self.fail_waiters(self.not_leader())
-            return
-        high_watermark = self.log.high_watermark
-        kept = []
-        for waiter in self._waiters:
-            if waiter.future.done():
-                continue
-            if high_watermark >= waiter.required_offset:
-                if len(self.isr) >= waiter.min_insync:
-                    waiter.future.set_result(None)
-                else:
-                    waiter.future.set_exception(NotEnoughReplicasAfterAppendError(
-                        self.topic, self.partition,
-                        f"the records were written, but the in-sync replica set "
-                        f"{sorted(self.isr)} shrank below min.insync.replicas="
-                        f"{waiter.min_insync} before they were replicated",
-                    ))
-            else:
-                kept.append(waiter)
-        self._waiters = kept
-
-    def fail_waiters(self, exc: Exception) -> None:
-        waiters, self._waiters = self._waiters, []
-        for waiter in waiters:
-            if not waiter.future.done():
-                waiter.future.set_exception(exc)
-                # Retrieved by the waiting produce; marked so that none is logged when the
-                # produce went away first.
-                waiter.future.exception()

@@ -9,11 +9,12 @@ writes ``SessionRequest`` messages (an id and one unary request), the server ans
 order than their requests (docs/api.md, "Sessions").
 
 What a request on a session gets is exactly what its unary call gets, because it runs the same
-code: the servicer's method of that RPC (the request checks, the engine call, the metrics of
-that RPC) as the per-request interceptors wrap it (authorization, quotas:
-:class:`RequestHandlers`), with a :class:`RequestContext` standing in for the call's context. A
-refusal or failure, which would have ended a unary call with a status, is that status as a
-``SessionError`` (:func:`stratalog.server.status.session_error`); the stream goes on. Who the
+code under the same rules, called directly with the stream's identity (:class:`SessionRequests`):
+the credential re-check and the authorizer of server/security/, the quotas
+(:class:`~stratalog.server.rpc.quotas.RequestQuotas`), and the servicer's behaviour of that RPC
+(the request checks, one call to the serving layer, the metrics of that RPC). A refusal or
+failure, which would have ended a unary call with a status, is that status as a
+``SessionError`` (:func:`stratalog.server.rpc.status.session_error`); the stream goes on. Who the
 caller is was decided once, when the stream was authenticated (as Kafka authenticates a
 connection): every request of the stream runs as that identity.
 
@@ -58,8 +59,8 @@ answer's real size instead. Two budgets::
 
 A long poll holds no answer while it waits for data: it gives its charge back (keeping
 :data:`ANSWER_BYTES_ESTIMATE`) when it starts to wait, and takes it again when it wakes, before
-it reads, waiting for room in both budgets if need be (:meth:`RequestContext.pause_charge`,
-:meth:`RequestContext.resume_charge`, called by the servicer's long poll). So a Consumer's
+it reads, waiting for room in both budgets if need be (:meth:`SessionStream.pause`,
+:meth:`SessionStream.resume`, called around the serving layer's long-poll waits). So a Consumer's
 long polls on many partitions (8 MiB each) do not stop its session's other requests, and a
 crowd of long polls that wake together cannot pass the budgets either.
 
@@ -95,35 +96,46 @@ import contextlib
 import functools
 import logging
 import sys
-from collections.abc import Awaitable, Callable, Iterable
+import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import grpc
 import grpc.aio
 
 from stratalog.records.varint import unsigned_varint_bytes
-from stratalog.server import status
 from stratalog.server.byte_budget import ByteBudget
 from stratalog.server.client_limits import (
     ClientLimitExceededError,
     ClientLimits,
+    Origin,
     WaitingRpcKind,
     call_origin,
 )
-from stratalog.server.decoding import SessionRequestView, UndecodableRequest
-from stratalog.server.storage.errors import LogClosedError
+from stratalog.server.metrics import GRPC_CODE_NAMES
+from stratalog.server.rpc import status
+from stratalog.server.rpc.authentication import stale_credentials
+from stratalog.server.rpc.authorization import call_identity
+from stratalog.server.rpc.decoding import SessionRequestView, UndecodableRequest
+from stratalog.server.rpc.quotas import RequestQuotas, backlog_client, principal_name
+from stratalog.server.rpc.requests import checked_request, failure_status
+from stratalog.server.security.authorizer import decide_request, rule_for
+from stratalog.server.security.errors import NotAuthorizedError, QuotaBacklogExceededError
+from stratalog.server.storage.errors import InvalidTopicError, LogClosedError
 from stratalog.v1 import broker_pb2
 
 if TYPE_CHECKING:
     from stratalog.server.metrics import ServerMetrics
+    from stratalog.server.security.authentication import Authenticator
+    from stratalog.server.security.authorizer import Authorizer
 
 __all__ = [
     "ANSWER_BYTES_ESTIMATE",
     "SESSION_RPCS",
     "Charge",
-    "RequestContext",
-    "RequestHandlers",
+    "RequestFailed",
     "SessionBudgets",
+    "SessionRequests",
     "SessionStream",
     "Sessions",
     "session_response",
@@ -148,6 +160,11 @@ _SHUTTING_DOWN = "the server is shutting down; open a new session (or retry) lat
 #: batches: the charge of a request that asks for no batches.
 ANSWER_BYTES_ESTIMATE = 4 * 1024
 _FETCH_RPCS = frozenset({"FetchByOffset", "FetchByTimestamp"})
+#: The requests the quotas apply to.
+_QUOTA_RPCS = frozenset({"Produce", *_FETCH_RPCS})
+_OK = GRPC_CODE_NAMES[grpc.StatusCode.OK]
+_CANCELLED = GRPC_CODE_NAMES[grpc.StatusCode.CANCELLED]
+_UNKNOWN = GRPC_CODE_NAMES[grpc.StatusCode.UNKNOWN]
 
 Behaviour = Callable[[Any, Any], Awaitable[Any]]
 
@@ -177,55 +194,12 @@ def _error_response(request_id: int, grpc_status: grpc.Status) -> bytes:
     return session_response(request_id, _ERROR_FIELD, error.SerializeToString())
 
 
-class _Aborted(grpc.aio.AbortError):
-    """Raised by :meth:`RequestContext.abort_with_status`, as gRPC's context raises AbortError."""
+class RequestFailed(Exception):
+    """A session request's answer is ``status``: what its unary call would have ended with."""
 
-
-class RequestContext:
-    """The context one session request's behaviour runs with: what the servicer and the
-    interceptors ask of a unary call's ``ServicerContext`` (``peer``, ``abort_with_status``,
-    ``code``), answered for the request. ``abort_with_status`` keeps the status, which becomes
-    the request's SessionError, and raises as gRPC's does. ``served`` (None: nothing) is
-    resolved when the servicer's method is done with the request, before the interceptors
-    are (a quota's delay of the answer): what the next Produce of the partition waits for.
-    Event-loop only."""
-
-    __slots__ = ("_charge", "_peer", "_stream", "served", "status")
-
-    def __init__(
-        self,
-        peer: str,
-        served: asyncio.Future[None] | None = None,
-        stream: SessionStream | None = None,
-        charge: Charge | None = None,
-    ) -> None:
-        self._peer = peer
-        self.served = served
-        self.status: grpc.Status | None = None
-        self._stream = stream
-        self._charge = charge
-
-    def pause_charge(self) -> None:
-        """The request waits for data (a long poll) and holds no answer meanwhile: give back
-        its charge of the session budgets but :data:`ANSWER_BYTES_ESTIMATE`."""
-        if self._stream is not None and self._charge is not None:
-            self._stream.pause(self._charge)
-
-    async def resume_charge(self) -> None:
-        """The request woke and will read: take its charge again, waiting for room in the
-        stream's and the total budget (module docstring, "Limits")."""
-        if self._stream is not None and self._charge is not None:
-            await self._stream.resume(self._charge)
-
-    def peer(self) -> str:
-        return self._peer
-
-    async def abort_with_status(self, grpc_status: grpc.Status) -> None:
-        self.status = grpc_status
-        raise _Aborted()
-
-    def code(self) -> grpc.StatusCode | None:
-        return None if self.status is None else self.status.code
+    def __init__(self, answer: grpc.Status) -> None:
+        super().__init__(answer.details)
+        self.status = answer
 
 
 class Charge:
@@ -240,62 +214,134 @@ class Charge:
         self.paused_bytes = 0
 
 
-class _CallDetails(NamedTuple):
-    """grpc.HandlerCallDetails of a session request: its unary method's path."""
+class SessionRequests:
+    """What serves each Session request: the rules its unary call is served under, asked
+    directly with the stream's identity, and the servicer's behaviour of its RPC::
 
-    method: str
-    invocation_metadata: tuple[tuple[str, Any], ...]
+        re-check the stream's credentials (with a credential file: a reload may have removed
+            its user or token, or replaced its password)   UNAUTHENTICATED
+        count it as a unary call of its RPC (grpc_server_*, as the metrics interceptor does)
+        authorize it: its RPC's rule for the stream's identity (with an authorizer)
+                                                            PERMISSION_DENIED
+        the quotas: a Produce waits while its principal is over its quota; a fetch is capped
+            and its answer held back (while any quota is set)
+        the servicer's behaviour (request checks, one call to the serving layer)
 
-
-class RequestHandlers:
-    """Each session RPC's behaviour as the per-request interceptors wrap it, resolved per
-    request exactly as gRPC resolves a unary call's handler: the interceptors in their order,
-    the last one's continuation giving the servicer's own handler. The interceptors cache the
-    handlers they wrap per method, so a resolution costs a few lookups; doing it per request
-    means a change of theirs (quotas turned on by a reload) applies to the next request, as it
-    does to the next unary call.
-
-    ``interceptors`` are the server's interceptors without the authentication one: the stream's
-    identity was established when it opened. Event-loop only.
+    in the order the server's interceptors apply them to a unary call (server/app.py), so
+    that a refusal is the same status, counted in the same metrics. Event-loop only.
     """
 
-    def __init__(self, servicer: Any, interceptors: Iterable[grpc.aio.ServerInterceptor]) -> None:
-        self._interceptors = tuple(interceptors)
-        self._handlers = {
-            rpc: grpc.unary_unary_rpc_method_handler(_serving(getattr(servicer, rpc)))
-            for rpc in SESSION_RPCS
-        }
-        self._details = {rpc: _CallDetails(f"/{_SERVICE}/{rpc}", ()) for rpc in SESSION_RPCS}
-        self._methods = {details.method: rpc for rpc, details in self._details.items()}
+    def __init__(self, servicer: Any, metrics: ServerMetrics, *,
+                 credentials: Authenticator | None = None,
+                 authorizer: Authorizer | None = None,
+                 quotas: RequestQuotas | None = None) -> None:
+        self._servicer = servicer
+        self._metrics = metrics
+        self._collector = metrics.grpc_server
+        self._credentials = credentials
+        self._authorizer = authorizer
+        self._quotas = quotas
+        self._labels = {rpc: ("unary", _SERVICE, rpc) for rpc in SESSION_RPCS}
+        self._rules = {rpc: rule_for(f"/{_SERVICE}/{rpc}") for rpc in SESSION_RPCS}
 
-    async def behaviour(self, rpc: str) -> Behaviour:
-        """The behaviour a unary ``rpc`` call would run now."""
-        if not self._interceptors:
-            return self._handlers[rpc].unary_unary
-        handler = await self._resolve(0, self._details[rpc])
-        return handler.unary_unary
+    async def answer(self, rpc: str, request: Any, stream: SessionStream, charge: Charge,
+                     served: asyncio.Future[None] | None) -> Any:
+        """The response to ``request`` of ``rpc`` on ``stream``. ``served`` (None: nothing)
+        is resolved once the servicer is done with the request, before a quota's delay of
+        its answer: what the next Produce of the partition waits for.
 
-    async def _resolve(self, index: int, details: _CallDetails) -> grpc.RpcMethodHandler:
-        if index == len(self._interceptors):
-            return self._handlers[self._methods[details.method]]
-        return await self._interceptors[index].intercept_service(
-            functools.partial(self._resolve, index + 1), details
-        )
-
-
-def _serving(method: Behaviour) -> Behaviour:
-    """``method`` (a servicer's), resolving its :class:`RequestContext`'s ``served`` when
-    done, whether it answered or failed."""
-
-    async def behaviour(request: Any, context: RequestContext) -> Any:
+        Raises:
+            RequestFailed: the status its unary call would have ended with.
+        """
+        identity = stream.identity
+        credentials = self._credentials
+        if credentials is not None and not credentials.still_valid(identity):
+            self._metrics.observe_authentication_failure("wrong_credentials")
+            raise RequestFailed(status.to_status(stale_credentials()))
+        labels = self._labels[rpc]
+        collector = self._collector
+        collector.observe_started(labels)
+        started = time.perf_counter()
+        code = _UNKNOWN
         try:
-            return await method(request, context)
+            response = await self._authorized(rpc, request, stream, charge, served)
+            code = _OK
+            return response
+        except RequestFailed as exc:
+            code = GRPC_CODE_NAMES.get(exc.status.code, _UNKNOWN)
+            raise
+        except asyncio.CancelledError:
+            code = _CANCELLED
+            raise
         finally:
-            served = context.served
-            if served is not None and not served.done():
-                served.set_result(None)
+            collector.observe_handled(labels, code, time.perf_counter() - started)
 
-    return behaviour
+    async def _authorized(self, rpc: str, request: Any, stream: SessionStream, charge: Charge,
+                          served: asyncio.Future[None] | None) -> Any:
+        authorizer = self._authorizer
+        rule = self._rules[rpc]
+        if authorizer is not None and type(request) is not UndecodableRequest:
+            try:
+                decider = decide_request(authorizer, stream.identity, rule, request)
+            except NotAuthorizedError as exc:
+                self._metrics.observe_authorization_denial(exc.operation)
+                raise RequestFailed(status.to_status(exc)) from exc
+            except InvalidTopicError as exc:  # a name refused before any decision on it
+                raise RequestFailed(status.to_status(exc)) from exc
+        else:
+            decider = None
+        quotas = self._quotas
+        serve = functools.partial(self._serve, rpc, request, stream, charge, served)
+        if quotas is None or not quotas.manager.enabled or rpc not in _QUOTA_RPCS:
+            response = await serve()
+        else:
+            principal = principal_name(stream.identity)
+            try:
+                if rpc == "Produce":
+                    response = await quotas.produce(
+                        principal, backlog_client(principal, stream.identity, stream.peer),
+                        request, serve)
+                else:
+                    response = await quotas.fetch(principal, request, serve)
+            except QuotaBacklogExceededError as exc:
+                raise RequestFailed(status.to_status(exc)) from exc
+        if decider is not None and rule.answer is not None:
+            rule.answer(decider, response)
+        return response
+
+    async def _serve(self, rpc: str, request: Any, stream: SessionStream, charge: Charge,
+                     served: asyncio.Future[None] | None) -> Any:
+        """The servicer's behaviour of ``rpc``, with the request metrics of that RPC."""
+        servicer = self._servicer
+        started = time.perf_counter()
+        code = "OK"
+        try:
+            request = checked_request(request)
+            if rpc == "Produce":
+                appended = None if served is None else functools.partial(_resolve, served)
+                return await servicer.produce(request, appended)
+            if rpc == "FetchByOffset":
+                return await servicer.fetch_by_offset(
+                    request, stream.origin, functools.partial(stream.pause, charge),
+                    functools.partial(stream.resume, charge))
+            if rpc == "FetchByTimestamp":
+                return await servicer.fetch_by_timestamp(request)
+            return await servicer.list_offsets(request)
+        except asyncio.CancelledError:
+            code = "CANCELLED"
+            raise
+        except Exception as exc:
+            answer, code = failure_status(exc)
+            raise RequestFailed(answer) from exc
+        finally:
+            self._metrics.observe_request(rpc, code, time.perf_counter() - started)
+            if served is not None:
+                _resolve(served)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 class SessionBudgets(NamedTuple):
@@ -320,19 +366,19 @@ class SessionBudgets(NamedTuple):
 
 
 class Sessions:
-    """The server's Session streams: the request handlers, the limits, the metrics, the streams
+    """The server's Session streams: what serves their requests, the limits, the metrics, the streams
     open now (for shutdown) and their requests in flight (a gauge). Event-loop only."""
 
     def __init__(
         self,
-        handlers: RequestHandlers,
+        requests: SessionRequests,
         limits: ClientLimits,
         metrics: ServerMetrics,
         in_flight_max: int,
         budgets: SessionBudgets,
     ) -> None:
         assert in_flight_max >= 1 and budgets.stream_bytes_max >= 1
-        self.handlers = handlers
+        self.requests = requests
         self.in_flight_max = in_flight_max
         self.budgets = budgets
         self._limits = limits
@@ -434,6 +480,12 @@ class SessionStream:
         self._sessions = sessions
         self._context = context
         self._peer = context.peer() or "unknown"
+        #: Who every request of the stream runs as: decided when the stream was authenticated.
+        self.identity = call_identity(context)
+        self.peer = context.peer()
+        origin = call_origin(context)
+        #: Whose waiting RPCs the stream's long polls count in.
+        self.origin: Callable[[], Origin] = lambda: origin
         self._loop = asyncio.get_running_loop()
         self._in_flight_max = sessions.in_flight_max
         self._budgets = sessions.budgets
@@ -693,16 +745,14 @@ class SessionStream:
         """The serialized answer of one request: its RPC's response, or its SessionError. A
         Produce's ``tail`` is served once the servicer is done with it (before a quota's delay
         of its answer), and in any case when this returns."""
-        context = RequestContext(self._peer, None if tail is None else tail[1], self, charge)
         try:
-            behaviour = await self._sessions.handlers.behaviour(rpc)
-            response = await behaviour(request, context)
-        except grpc.aio.AbortError:
-            assert context.status is not None
-            return _error_response(request_id, context.status)
+            response = await self._sessions.requests.answer(
+                rpc, request, self, charge, None if tail is None else tail[1])
+        except RequestFailed as exc:
+            return _error_response(request_id, exc.status)
         except Exception as exc:
-            # The servicer turns every error into a status itself; this is an interceptor's
-            # failure, answered as gRPC would answer it (INTERNAL, logged).
+            # Every refusal and failure is a RequestFailed; this is a bug, answered as gRPC
+            # would answer it (INTERNAL, logged).
             return _error_response(request_id, status.to_status(exc))
         finally:
             self._serve_tail(tail)

@@ -37,7 +37,7 @@ from stratalog.records.errors import RecordError
 from stratalog.records.reader import DEFAULT_MAX_DECOMPRESSED_BYTES, decode_batch_columns
 from stratalog.records.record import wrap_int64
 from stratalog.records.slicing import slice_batch
-from stratalog.server import status
+from stratalog.server.rpc import status
 from stratalog.server.storage.errors import StorageError
 from stratalog.v1 import broker_pb2
 

@@ -18,9 +18,10 @@ Kafka's ``Partition.fetchRecords`` for a follower, in this order::
     read from fetch_offset; nothing there: wait for an append up to max_wait_ms, read again
     answer with the batches, the high watermark, log start and end
 
-Registered on the server's gRPC server in cluster mode only (app.py); answers
-NOT_LEADER_OR_FOLLOWER until the server joined the cluster. Errors become statuses through
-server/status.py, as the Broker service's do.
+The gRPC front end of the cluster's replication (server/cluster/: the replicas, their ISR and
+high watermark, the follower's fetcher). Registered on the server's gRPC server in cluster mode
+only (app.py); answers NOT_LEADER_OR_FOLLOWER until the server joined the cluster. Errors become
+statuses through status.py, as the Broker service's do.
 
 Concurrency: event-loop only; reads go to the executor.
 """
@@ -36,34 +37,34 @@ from typing import TYPE_CHECKING
 import grpc
 import grpc.aio
 
-from stratalog.server import status
-from stratalog.server.security.authorizer import call_identity
+from stratalog.server.cluster.broker_identity import BrokerIdentity
+from stratalog.server.cluster.divergence import diverging_epoch
+from stratalog.server.cluster.errors import (
+    FencedLeaderEpochError,
+    NotLeaderOrFollowerError,
+    UnknownLeaderEpochError,
+)
+from stratalog.server.cluster.peer_channels import FETCH_MAX_BYTES_MAX, FETCH_MAX_WAIT_MS_MAX
+from stratalog.server.rpc import status
+from stratalog.server.rpc.authorization import call_identity
 from stratalog.server.storage.errors import OffsetOutOfRangeError
 from stratalog.v1 import replication_pb2, replication_pb2_grpc
 
-from .broker_identity import BrokerIdentity
-from .divergence import diverging_epoch
-from .errors import FencedLeaderEpochError, NotLeaderOrFollowerError, UnknownLeaderEpochError
-
 if TYPE_CHECKING:
-    from .replica_manager import ReplicaManager
+    from stratalog.server.cluster.replica_roles import ReplicaRoles
 
-__all__ = ["FETCH_MAX_BYTES_MAX", "FETCH_MAX_WAIT_MS_MAX", "ReplicationService"]
-
-#: Bounds on what a follower may ask for in one fetch.
-FETCH_MAX_WAIT_MS_MAX = 30_000
-FETCH_MAX_BYTES_MAX = 64 * 1024 * 1024
+__all__ = ["ReplicationService"]
 
 
 class ReplicationService(replication_pb2_grpc.ReplicationServicer):
-    """replication.proto's Replication service over the replica manager (set once joined),
-    for the callers ``identity`` admits."""
+    """replication.proto's Replication service over this server's replica roles (set once
+    joined), for the callers ``identity`` admits."""
 
     def __init__(self, executor: Executor, identity: BrokerIdentity) -> None:
         self._executor = executor
         self._identity = identity
         #: Set by app.py once the server joined the cluster.
-        self.replica_manager: ReplicaManager | None = None
+        self.replica_roles: ReplicaRoles | None = None
 
     async def ReplicaFetch(
         self, request: replication_pb2.ReplicaFetchRequest, context: grpc.aio.ServicerContext
@@ -82,7 +83,7 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
         # Who asks, before anything about the partition is told (or read).
         principal = call_identity(context).principal
         self._identity.check_caller(principal)
-        manager = self.replica_manager
+        manager = self.replica_roles
         if manager is None:
             raise NotLeaderOrFollowerError(topic, number)
         self._identity.check_replica(principal, request.replica_id, manager.brokers, topic,
