@@ -31,7 +31,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 import grpc
 
 from stratalog.records.aborted_filter import AbortedTransactionFilter
-from stratalog.records.batch import Compression, TimestampType, parse_header
+from stratalog.records.batch import Compression, TimestampType
+from stratalog.records.batch_walk import iter_batch_headers
 from stratalog.records.builder import BatchBuilder
 from stratalog.records.errors import RecordError
 from stratalog.records.reader import DEFAULT_MAX_DECOMPRESSED_BYTES, decode_batch_columns
@@ -292,15 +293,20 @@ def slice_batches(
     taken = 0
     used_bytes = 0
     next_offset = offset
-    position = batch_position = 0
-    end = len(data)
+    batch_position = 0
     skips = (None if aborted_transactions is None else AbortedTransactionFilter(
         (txn.producer_id, txn.first_offset) for txn in aborted_transactions).skips)
     try:
-        while position < end and taken < max_records and (taken == 0 or used_bytes < max_bytes):
-            batch_position = position
-            header = parse_header(data, position)
-            position = header.end_position
+        # Whole batches were read: a cut one is damage, not a tail (partial_tail_ok=False).
+        walk = iter_batch_headers(data, partial_tail_ok=False)
+        header = None
+        while taken < max_records and (taken == 0 or used_bytes < max_bytes):
+            if header is not None:
+                batch_position = header.end_position  # (where the walk's own error would be)
+            header = next(walk, None)
+            if header is None:
+                break
+            batch_position = header.position
             if header.is_control:
                 if skips is not None:
                     # An ABORT marker ends its producer's aborted transaction for the filter.

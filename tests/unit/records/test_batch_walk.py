@@ -203,7 +203,6 @@ _STEP_NAMES = {"end_position", "LOG_OVERHEAD", "size_bytes"}
 # iter_batch_headers (partial_tail_ok=False where whole batches are promised). Remove an entry
 # when its walk goes; nothing may be added.
 _PENDING = {
-    "server/translation.py",
     "client/fetched.py",
 }
 

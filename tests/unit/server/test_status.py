@@ -307,7 +307,7 @@ _LAYOUT_ERROR_NAMES = [
 
 @pytest.mark.parametrize("name", _RECORD_ERROR_NAMES)
 def test_every_record_error_is_an_invalid_argument(name) -> None:
-    mapping = status.classify(getattr(record_errors, name)("x"))
+    mapping = status.classify(_instance(getattr(record_errors, name)))
     assert mapping.code is grpc.StatusCode.INVALID_ARGUMENT
     assert mapping.reason in {"CORRUPT_RECORD", "INVALID_RECORD", "RECORD_TOO_LARGE"}
 
