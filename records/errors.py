@@ -82,12 +82,24 @@ class DecompressionLimitError(CorruptRecordError):
 class CorruptMessageError(CorruptRecordError):
     """A message of one of Kafka's schemas (a ``__consumer_offsets`` key or value) that does not
     parse. ``message`` names the schema (``OffsetCommitValue``), ``position`` the byte at fault
-    (``None`` when the fault is not at one byte)."""
+    (``None`` when the fault is not at one byte), ``field`` the field's path in the message
+    (``members[0].clientId``) and ``problem`` what is wrong there, when the fault is in a field
+    (a typed layer words its own error from them)."""
 
-    def __init__(self, text: str, *, message: str, position: int | None = None) -> None:
+    def __init__(
+        self,
+        text: str,
+        *,
+        message: str,
+        position: int | None = None,
+        field: str | None = None,
+        problem: str | None = None,
+    ) -> None:
         super().__init__(text)
         self.message = message
         self.position = position
+        self.field = field
+        self.problem = problem
 
 
 class UnsupportedMessageVersionError(CorruptMessageError):

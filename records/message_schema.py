@@ -34,20 +34,26 @@ version lacks is absent from a decoded dict; an encoder fills a missing field wi
 Reading follows the generated Java readers: a version outside ``validVersions`` is refused
 ("Can't read version 5 of OffsetCommitValue"); a tagged field of an unknown tag is skipped (Java
 keeps it as an unknown tagged field); bytes left after the message are not the message's
-concern (the caller decides; Kafka's coordinator ignores them). Unlike Java, a string that is not
-valid UTF-8 is an error here, not replacement characters. Every failure is a
+concern (the caller decides; Kafka's coordinator ignores them); an array count is checked
+against the bytes left before anything is allocated. Unlike Java, a string that is not valid
+UTF-8 is an error here, not replacement characters, and so is a length or count below -1 (Java
+reads any negative as null; Kafka's writers write only -1), and the count check counts each
+item's fewest bytes, not one. Every failure is a
 :class:`~stratalog.records.errors.CorruptMessageError` naming the message, the field path and the
 byte position. Writing follows the generated writers: tagged fields only when not at their
 default; a non-default value in a field the version lacks is a ``ValueError`` unless the field is
 ``ignorable`` (then it is dropped, as Kafka drops it).
 
-Speed: a non-flexible version is read by closures compiled once per version from the schema
-(no per-field version checks, ``struct.unpack_from`` off the buffer); the field-by-field reader
-runs for flexible versions and, on any failure of the fast path, again over the same
-bytes to name what is wrong and where, so both paths raise the same errors.
+Speed: each version is read by a Python function generated once from the schema (as Kafka's
+generator writes a ``read()`` per message): no per-field version checks, each run of fixed-size
+fields read by one ``struct.unpack_from``. Anything it does not read itself (damaged bytes, a
+tagged field that is present) is read again by the generic field-by-field reader, which names
+what is wrong and where; both give the same values and raise the same errors. The section "the
+fast path" below shows a generated reader. :meth:`MessageSchema.decode_tuple` returns the
+top-level values as a tuple, for typed layers that build their own objects.
 
-Sans-IO; immutable once loaded but for the cache of compiled readers, which a race can only
-fill twice with equal closures: safe to share between threads and event loops.
+Sans-IO; immutable once loaded but for the caches of generated readers, which a race can only
+fill twice with equal functions: safe to share between threads and event loops.
 """
 
 from __future__ import annotations
@@ -201,8 +207,12 @@ class MessageSchema:
         self.valid_versions = valid_versions
         self.flexible_versions = flexible_versions
         self.root = root
-        # version -> the fast reader of a non-flexible version (built on first use).
-        self._fast_readers: dict[int, Callable[[Any, int], tuple[dict[str, Any], int]]] = {}
+        # version -> the generated reader of that version (built on first use; only valid
+        # versions get one, so a hit is also the version check). One cache of readers that
+        # return dicts (decode), one of readers that return tuples (decode_tuple).
+        self._dict_readers: dict[int, _GeneratedReader] = {}
+        self._tuple_readers: dict[int, _GeneratedReader] = {}
+        self._field_names: dict[int, tuple[str, ...]] = {}
 
     @classmethod
     def from_json(cls, text: str) -> MessageSchema:
@@ -380,29 +390,70 @@ class MessageSchema:
         """Read the message at ``version`` from ``data[position:]``; return ``(values,
         next_position)``. Bytes after the message are left to the caller.
 
+        Runs the reader generated for ``version`` (module docstring, "Speed"); on anything it
+        does not read itself, :meth:`decode_generic` reads the same bytes, so the result and the
+        errors are the generic reader's.
+
         Raises:
             UnsupportedMessageVersionError: ``version`` is not one of the message's.
             CorruptMessageError: the bytes end early or hold an impossible length, a null in a
                 non-nullable field, or a string that is not UTF-8.
         """
+        reader = self._dict_readers.get(version)
+        if reader is None:
+            reader = self._dict_readers[version] = self._generate(version, as_tuple=False)
+        try:
+            return reader(data, position)
+        except _FAST_PATH_FAILURES:
+            return self.decode_generic(data, version, position)
+
+    def decode_tuple(
+        self, data: bytes | bytearray | memoryview, version: int, position: int = 0
+    ) -> tuple[tuple[Any, ...], int]:
+        """As :meth:`decode`, the top-level values as a tuple in the order of
+        :meth:`field_names` (nested structs are still dicts): what a typed layer builds its
+        values from without a dict in between. Raises as :meth:`decode`."""
+        reader = self._tuple_readers.get(version)
+        if reader is None:
+            reader = self._tuple_readers[version] = self._generate(version, as_tuple=True)
+        try:
+            return reader(data, position)
+        except _FAST_PATH_FAILURES:
+            values, position = self.decode_generic(data, version, position)
+            return tuple(values[name] for name in self.field_names(version)), position
+
+    def field_names(self, version: int) -> tuple[str, ...]:
+        """The top-level fields ``version`` has, in schema order (tagged ones included): the
+        keys of :meth:`decode`'s dict, the order of :meth:`decode_tuple`'s tuple."""
+        names = self._field_names.get(version)
+        if names is None:
+            self._check_readable(version)
+            names = self._field_names[version] = tuple(
+                f.name for f in self.root.fields if version in f.versions
+            )
+        return names
+
+    def decode_generic(
+        self, data: bytes | bytearray | memoryview, version: int, position: int = 0
+    ) -> tuple[dict[str, Any], int]:
+        """:meth:`decode` by the field-by-field reader alone: the generated readers' fallback,
+        and their oracle in the tests. Slower; same results, same errors."""
+        self._check_readable(version)
+        reader = _Reader(data, position, self.name)
+        values = reader.struct(self.root, version, version in self.flexible_versions, "")
+        return values, reader.position
+
+    def _check_readable(self, version: int) -> None:
         if version not in self.valid_versions:
             raise UnsupportedMessageVersionError(
                 f"Can't read version {version} of {self.name} (valid: {self.valid_versions})",
                 message=self.name,
                 version=version,
             )
-        flexible = version in self.flexible_versions
-        if not flexible:
-            fast = self._fast_readers.get(version)
-            if fast is None:
-                fast = self._fast_readers[version] = _compile_struct(self.root, version)
-            try:
-                return fast(data, position)
-            except _FAST_PATH_FAILURES:
-                pass  # the careful reader below says what is wrong, and where
-        reader = _Reader(data, position, self.name)
-        values = reader.struct(self.root, version, flexible, "")
-        return values, reader.position
+
+    def _generate(self, version: int, as_tuple: bool) -> _GeneratedReader:
+        self._check_readable(version)
+        return _generate_reader(self, version, as_tuple)
 
     # --- JSON, as Kafka's generated JsonConverter writes it ------------------------------------
 
@@ -483,120 +534,298 @@ def _uvarint(value: int) -> bytes:
     return bytes(out)
 
 
-# --- the fast path: a reader compiled per (struct, version) -----------------------------------
+# --- the fast path: a reader generated per (message, version) ---------------------------------
 #
-# Loading a coordinator's partition decodes every record of it, so the common case (a
-# non-flexible version, well-formed bytes) runs through closures specialised once per version:
-# no per-field version checks, struct.unpack_from straight off the buffer. They check nothing
-# beyond what Python raises by itself (struct.error, a short slice); on any failure decode()
-# reads the same bytes again with _Reader, whose error names the field and the position.
+# Loading a coordinator's partition decodes every record of it, so each version of a message is
+# read by a function generated once from the schema, as Kafka's generator writes a read() per
+# message, but as Python source: no per-field version checks, and each run of fixed-size fields
+# (with the length or count that follows it) read by one struct.unpack_from. For
+# OffsetCommitValue version 3 it is, in full:
+#
+#     def _read_1(data, p):
+#         end = len(data)
+#         v2, v3, n5, = _unpack_6(data, p)      # '>qih': offset, leaderEpoch, metadata's length
+#         p += 14
+#         if n5 < 0:                            # metadata is not nullable
+#             raise _Fallback
+#         e7 = p + n5
+#         if e7 > end:
+#             raise _Fallback
+#         v4 = str(data[p:e7], 'utf-8')
+#         p = e7
+#         v8, = _unpack_9(data, p)              # '>q': commitTimestamp
+#         p += 8
+#         return (v2, v3, v4, v8, ), p          # decode_tuple's; decode's returns a dict
+#
+# A generated reader checks what the generic reader checks, and raises _Fallback (or lets
+# struct.error, IndexError, UnicodeDecodeError out) on whatever is wrong, and on what it does
+# not read itself: a tagged field that is present (a flexible version's tagged section must be
+# empty). decode() then reads the same bytes with _Reader, which says what is wrong and where,
+# or reads the tagged fields; so both paths give the same values and raise the same errors
+# (tests/unit/records/test_message_schema.py holds them to it).
 
 
-class _Short(Exception):
-    """The fast path's only own error: a length that runs past the end of the buffer."""
+class _Fallback(Exception):
+    """A generated reader met bytes it leaves to the generic reader."""
 
 
-_FAST_PATH_FAILURES = (struct.error, _Short, UnicodeDecodeError, ValueError, IndexError)
-_Read = Callable[[Any, int], tuple[Any, int]]
+_FAST_PATH_FAILURES = (struct.error, _Fallback, ValueError, IndexError)
+_GeneratedReader = Callable[[Any, int], tuple[Any, int]]
+
+# Fixed-size types as struct format characters (all big-endian, no padding: '>').
+_FORMAT_CHARS = {
+    "bool": "?", "int8": "b", "int16": "h", "uint16": "H", "int32": "i", "uint32": "I",
+    "int64": "q", "float64": "d", "uuid": "16s",
+}
 
 
-def _compile_struct(spec: StructSpec, version: int) -> Callable[[Any, int], tuple[dict, int]]:
-    plan = [(f.name, _compile_field(f, version)) for f in spec.fields if version in f.versions]
+def _uvarint_rest(data: Any, position: int, first: int) -> tuple[int, int]:
+    """The rest of an unsigned varint whose first byte ``first`` (> 0x7F) was read: as
+    _Reader.uvarint, at most 5 bytes, the value masked to 32 bits."""
+    raw = first & 0x7F
+    for i in range(1, 5):
+        byte = data[position]
+        position += 1
+        raw |= (byte & 0x7F) << (7 * i)
+        if byte < 0x80:
+            return raw & 0xFFFFFFFF, position
+    raise _Fallback
 
-    def read_struct(data: Any, position: int) -> tuple[dict[str, Any], int]:
-        values = {}
-        for name, read in plan:
-            values[name], position = read(data, position)
-        return values, position
 
-    return read_struct
+def _min_size(field: FieldSpec, type_name: str, version: int, flexible: bool) -> int:
+    """The fewest bytes a value of ``type_name`` (``field``'s type or its array's element type)
+    can take: an array count is checked against it before anything is allocated."""
+    if type_name.startswith("[]"):
+        return 1 if flexible else 4
+    char = _FORMAT_CHARS.get(type_name)
+    if char is not None:
+        return struct.calcsize(">" + char)
+    if type_name == "string":
+        return 1 if flexible else 2
+    if type_name == "bytes":
+        return 1 if flexible else 4
+    assert field.struct is not None, f"type {type_name} is not supported"
+    if field.nullable(version) and type_name == field.type:
+        return 1  # the marker of a null struct
+    return _struct_min_size(field.struct, version, flexible)
 
 
-def _compile_field(field: FieldSpec, version: int) -> _Read:
-    nullable = field.nullable(version)
-    if field.element is not None:
-        item = (_compile_struct(field.struct, version) if field.struct is not None
-                else _compile_item(field.element))
-        unpack_count = _INT32.unpack_from
+def _struct_min_size(spec: StructSpec, version: int, flexible: bool) -> int:
+    size = 1 if flexible else 0  # an empty tagged-field section is one byte
+    for f in spec.fields:
+        if version in f.versions and not f.is_tagged(version):
+            size += _min_size(f, f.type, version, flexible)
+    return size
 
-        def read_array(data: Any, position: int) -> tuple[Any, int]:
-            (count,) = unpack_count(data, position)
-            position += 4
-            if count < 0:
-                if not nullable:
-                    raise _Short
-                return None, position
-            if count > len(data) - position:
-                raise _Short
-            items = []
-            for _ in range(count):
-                value, position = item(data, position)
-                items.append(value)
-            return items, position
 
-        return read_array
-    if field.struct is not None:
-        inner = _compile_struct(field.struct, version)
+def _generate_reader(schema: MessageSchema, version: int, as_tuple: bool) -> _GeneratedReader:
+    source = _ReaderSource(version, version in schema.flexible_versions)
+    name = source.struct_function(schema.root, as_tuple)
+    namespace = dict(source.constants)
+    code = "\n\n".join(source.functions)
+    exec(compile(code, f"<{schema.name} v{version} reader>", "exec"), namespace)
+    reader: _GeneratedReader = namespace[name]
+    return reader
+
+
+class _ReaderSource:
+    """The Python source of one version's reader: a function per struct, and the constants
+    (struct unpackers, defaults) they refer to by name."""
+
+    def __init__(self, version: int, flexible: bool) -> None:
+        self.version = version
+        self.flexible = flexible
+        self.functions: list[str] = []
+        self.constants: dict[str, Any] = {
+            "_Fallback": _Fallback, "_uvarint_rest": _uvarint_rest,
+            "_unpack_from": struct.unpack_from, "_deepcopy": copy.deepcopy,
+        }
+        self._names = 0
+        self._structs: dict[tuple[int, bool], str] = {}
+
+    def name(self, prefix: str) -> str:
+        self._names += 1
+        return f"{prefix}{self._names}"
+
+    def constant(self, value: Any, prefix: str) -> str:
+        name = self.name(prefix)
+        self.constants[name] = value
+        return name
+
+    def struct_function(self, spec: StructSpec, as_tuple: bool) -> str:
+        """The name of the function reading ``spec``: ``(values, position)``."""
+        key = (id(spec), as_tuple)
+        if key in self._structs:
+            return self._structs[key]
+        function = self._structs[key] = self.name("_read_")
+        body = _Body(self, indent=1)
+        names = []
+        for field in spec.fields:
+            if self.version not in field.versions:
+                continue
+            var = self.name("v")
+            names.append((field.name, var))
+            if field.is_tagged(self.version):
+                # Not in the bytes unless the tagged section says so: the default, a fresh copy.
+                body.emit(f"{var} = {body.default(field.default)}")
+            else:
+                body.field(field, field.type, var)
+        body.flush()
+        if self.flexible:
+            # An empty tagged section is one zero byte; anything else: the generic reader.
+            body.emit("if data[p]:")
+            body.emit("    raise _Fallback")
+            body.emit("p += 1")
+        if as_tuple:
+            result = "(" + "".join(f"{var}, " for _, var in names) + ")"
+        else:
+            result = "{" + ", ".join(f"{name!r}: {var}" for name, var in names) + "}"
+        lines = [f"def {function}(data, p):", "    end = len(data)", *body.lines,
+                 f"    return {result}, p"]
+        self.functions.append("\n".join(lines))
+        return function
+
+
+class _Body:
+    """The lines of one function, with the run of fixed-size reads not yet emitted."""
+
+    def __init__(self, source: _ReaderSource, indent: int) -> None:
+        self.source = source
+        self.indent = indent
+        self.lines: list[str] = []
+        self._formats: list[str] = []
+        self._targets: list[str] = []
+
+    def emit(self, line: str) -> None:
+        self.lines.append("    " * self.indent + line)
+
+    def fixed(self, char: str, target: str) -> None:
+        self._formats.append(char)
+        self._targets.append(target)
+
+    def flush(self) -> None:
+        """Emit the pending run: one unpack_from, one position update."""
+        if not self._formats:
+            return
+        unpacker = struct.Struct(">" + "".join(self._formats))
+        name = self.source.constant(unpacker.unpack_from, "_unpack_")
+        self.emit(f"{', '.join(self._targets)}, = {name}(data, p)")
+        self.emit(f"p += {unpacker.size}")
+        self._formats.clear()
+        self._targets.clear()
+
+    def default(self, value: Any) -> str:
+        if isinstance(value, list | dict):
+            return f"_deepcopy({self.source.constant(value, '_default_')})"
+        return self.source.constant(value, "_default_")
+
+    def length(self, wide: bool) -> str:
+        """Read a length or count into a new variable (-1: null): int16/int32, or uvarint-1."""
+        n = self.source.name("n")
+        if not self.source.flexible:
+            self.fixed("i" if wide else "h", n)
+            self.flush()
+            return n
+        self.flush()
+        self.emit(f"{n} = data[p]")
+        self.emit("p += 1")
+        self.emit(f"if {n} > 127:")
+        self.emit(f"    {n}, p = _uvarint_rest(data, p, {n})")
+        self.emit(f"{n} -= 1")
+        return n
+
+    def null_or(self, n: str, nullable: bool, target: str) -> None:
+        """``if n < 0``: null if the field may be (and n is -1), else the generic reader; what
+        the caller emits next is the else branch (:meth:`end_null_or` closes it)."""
+        self.emit(f"if {n} < 0:")
         if not nullable:
-            return inner
-        unpack_marker = _INT8.unpack_from
+            self.emit("    raise _Fallback")
+            return
+        self.emit(f"    if {n} != -1:")
+        self.emit("        raise _Fallback")
+        self.emit(f"    {target} = None")
+        self.emit("else:")
+        self.indent += 1
 
-        def read_nullable_struct(data: Any, position: int) -> tuple[Any, int]:
-            if unpack_marker(data, position)[0] < 0:
-                return None, position + 1
-            return inner(data, position + 1)
+    def end_null_or(self, nullable: bool) -> None:
+        if nullable:
+            self.indent -= 1
 
-        return read_nullable_struct
-    read = _compile_item(field.type)
-    if field.type in ("string", "bytes") and not nullable:
+    def field(self, field: FieldSpec, type_name: str, target: str) -> None:
+        """Read a value of ``type_name`` (the field's type, or its array's element) into
+        ``target``."""
+        version = self.source.version
+        is_field = type_name == field.type
+        nullable = is_field and field.nullable(version)
+        char = _FORMAT_CHARS.get(type_name)
+        if char is not None:
+            self.fixed(char, target)
+        elif field.element is not None and is_field:
+            n = self.length(wide=True)
+            self.null_or(n, nullable, target)
+            size = _min_size(field, field.element, version, self.source.flexible)
+            self.emit(f"if {n} * {size} > end - p:")
+            self.emit("    raise _Fallback")
+            element_char = _FORMAT_CHARS.get(field.element)
+            if element_char is not None and len(element_char) == 1:
+                self.emit(f"{target} = list(_unpack_from('>%d{element_char}' % {n}, data, p))")
+                self.emit(f"p += {size} * {n}")
+            else:
+                item = self.source.name("i")
+                self.emit(f"{target} = []")
+                self.emit(f"for _ in range({n}):")
+                self.indent += 1
+                self.field(field, field.element, item)
+                self.flush()
+                self.emit(f"{target}.append({item})")
+                self.indent -= 1
+            self.end_null_or(nullable)
+        elif field.struct is not None:
+            function = self.source.struct_function(field.struct, as_tuple=False)
+            if nullable:
+                marker = self.source.name("m")
+                self.fixed("b", marker)
+                self.flush()
+                self.emit(f"if {marker} < 0:")
+                self.emit(f"    {target} = None")
+                self.emit("else:")
+                self.emit(f"    {target}, p = {function}(data, p)")
+            else:
+                self.flush()
+                self.emit(f"{target}, p = {function}(data, p)")
+        elif type_name in ("string", "bytes"):
+            is_string = type_name == "string"
+            n = self.length(wide=not is_string)
+            self.null_or(n, nullable, target)
+            if is_string and self.source.flexible:
+                self.emit(f"if {n} > {_STRING_LENGTH_MAX}:")
+                self.emit("    raise _Fallback")
+            e = self.source.name("e")
+            self.emit(f"{e} = p + {n}")
+            self.emit(f"if {e} > end:")
+            self.emit("    raise _Fallback")
+            if is_string:
+                self.emit(f"{target} = str(data[p:{e}], 'utf-8')")
+            else:
+                self.emit(f"{target} = bytes(data[p:{e}])")
+            self.emit(f"p = {e}")
+            self.end_null_or(nullable)
+        else:
+            raise ValueError(f"type {type_name} is not supported")
 
-        def read_not_null(data: Any, position: int) -> tuple[Any, int]:
-            value, position = read(data, position)
-            if value is None:
-                raise _Short
-            return value, position
 
-        return read_not_null
-    return read
-
-
-def _compile_item(type_name: str) -> _Read:
-    fixed = _FIXED.get(type_name)
-    if fixed is not None:
-        unpack, size = fixed.unpack_from, fixed.size
-        return lambda data, position: (unpack(data, position)[0], position + size)
-    if type_name in ("string", "bytes"):
-        is_string = type_name == "string"
-        length_format = _INT16 if is_string else _INT32
-        unpack_length, width = length_format.unpack_from, length_format.size
-
-        def read_sized(data: Any, position: int) -> tuple[Any, int]:
-            (size,) = unpack_length(data, position)
-            position += width
-            if size < 0:
-                return None, position
-            end = position + size
-            if end > len(data):
-                raise _Short
-            raw = bytes(data[position:end])
-            return (raw.decode("utf-8") if is_string else raw), end
-
-        return read_sized
-    if type_name == "uuid":
-
-        def read_uuid(data: Any, position: int) -> tuple[bytes, int]:
-            end = position + _UUID_SIZE
-            if end > len(data):
-                raise _Short
-            return bytes(data[position:end]), end
-
-        return read_uuid
-    raise ValueError(f"type {type_name} is not supported")
+_NOT_NULL = {
+    "array": "count {} for an array that cannot be null",
+    "string": "length {} for a string that cannot be null",
+    "bytes": "length {} for bytes that cannot be null",
+}
+_BAD_LENGTH = {"array": "array count {}", "string": "string length {}", "bytes": "bytes length {}"}
 
 
 class _Reader:
     """A position in a buffer and the reads of every schema type; each failure names the
-    message, the field path and the position."""
+    message, the field path and the position (of the length or count when that is what is
+    wrong, else of the bytes that are)."""
 
     def __init__(self, data: bytes | bytearray | memoryview, position: int, message: str) -> None:
         self.data = data
@@ -605,19 +834,20 @@ class _Reader:
 
     def fail(self, path: str, problem: str, position: int | None = None) -> CorruptMessageError:
         at = self.position if position is None else position
+        field = path or "message"
         return CorruptMessageError(
-            f"{self.message}: {path or 'message'} at position {at}: {problem}",
+            f"{self.message}: {field} at position {at}: {problem}",
             message=self.message,
             position=at,
+            field=field,
+            problem=problem,
         )
 
     def take(self, size: int, path: str) -> bytes:
         start = self.position
         end = start + size
         if end > len(self.data):
-            raise self.fail(
-                path, f"needs {size} bytes, only {len(self.data) - start} left", start
-            )
+            raise self.fail(path, f"needs {size} bytes, {len(self.data) - start} left", start)
         self.position = end
         return bytes(self.data[start:end])
 
@@ -644,6 +874,16 @@ class _Reader:
         if flexible:
             return self.uvarint(path) - 1
         return self.fixed(_INT32 if wide else _INT16, path)
+
+    def null(self, field: FieldSpec, version: int, path: str, start: int, size: int,
+             kind: str) -> None:
+        """A negative length or count of a ``kind`` ("array", "string", "bytes"): null if the
+        field may be null and it is -1. Kafka's writers write no other negative; Java's readers
+        read any as null, this one refuses them."""
+        if not field.nullable(version):
+            raise self.fail(path, _NOT_NULL[kind].format(size), start)
+        if size != -1:
+            raise self.fail(path, _BAD_LENGTH[kind].format(size), start)
 
     def struct(self, spec: StructSpec, version: int, flexible: bool, path: str) -> dict[str, Any]:
         values: dict[str, Any] = {}
@@ -691,13 +931,14 @@ class _Reader:
             start = self.position
             count = self.length(path, flexible, wide=True)
             if count < 0:
-                return self.null(field, version, path, start)
-            if count > len(self.data) - self.position:
-                # Java's readers check this too: no allocation from a forged count.
+                return self.null(field, version, path, start, count, "array")
+            # Java's readers check the count against the bytes left too (one byte per item):
+            # no allocation from a forged count. Ours counts each item's fewest bytes.
+            needed = count * _min_size(field, field.element, version, flexible)
+            left = len(self.data) - self.position
+            if needed > left:
                 raise self.fail(
-                    path,
-                    f"array of {count} items, only {len(self.data) - self.position} bytes left",
-                    start,
+                    path, f"count {count} needs at least {needed} bytes, {left} left", start
                 )
             return [
                 self.item(field, field.element, version, flexible, f"{path}[{i}]")
@@ -705,17 +946,11 @@ class _Reader:
             ]
         if field.struct is not None:
             if field.nullable(version):
-                start = self.position
                 marker = self.uvarint(path) if tagged else self.fixed(_INT8, path)
                 if marker <= 0 if tagged else marker < 0:
-                    return self.null(field, version, path, start)
+                    return None
             return self.struct(field.struct, version, flexible, f"{path}.")
         return self.item(field, field.type, version, flexible, path)
-
-    def null(self, field: FieldSpec, version: int, path: str, start: int) -> None:
-        if not field.nullable(version):
-            raise self.fail(path, "null in a non-nullable field", start)
-        return None
 
     def item(
         self, field: FieldSpec, type_name: str, version: int, flexible: bool, path: str
@@ -727,18 +962,20 @@ class _Reader:
         if type_name == "string":
             size = self.length(path, flexible, wide=False)
             if size < 0:
-                return self.null(field, version, path, start)
+                return self.null(field, version, path, start, size, "string")
             if size > _STRING_LENGTH_MAX:
                 raise self.fail(path, f"string length {size} is over {_STRING_LENGTH_MAX}", start)
             raw = self.take(size, path)
             try:
                 return raw.decode("utf-8")
             except UnicodeDecodeError as exc:
-                raise self.fail(path, f"string is not UTF-8 ({exc.reason})", start) from None
+                raise self.fail(
+                    path, f"{size} bytes that are not UTF-8 ({exc.reason})", self.position - size
+                ) from None
         if type_name == "bytes":
             size = self.length(path, flexible, wide=True)
             if size < 0:
-                return self.null(field, version, path, start)
+                return self.null(field, version, path, start, size, "bytes")
             return self.take(size, path)
         if type_name == "uuid":
             return self.take(_UUID_SIZE, path)

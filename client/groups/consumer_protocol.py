@@ -9,6 +9,12 @@ group. Schemas: ``clients/src/main/resources/common/message/ConsumerProtocolSubs
 and ``ConsumerProtocolAssignment.json``; the framing and the version rules:
 ``clients/src/main/java/org/apache/kafka/clients/consumer/internals/ConsumerProtocol.java``.
 
+The bytes are not spelled here: the schemas are Kafka's own JSON, copied into
+``records/schemas/`` and read by :mod:`stratalog.records.message_schema` (the codec of the
+``__consumer_offsets`` records too, where a classic group's members keep these bytes). This module
+is the typed layer over it: Kafka's framing (the int16 version prefix), the order Kafka writes
+topics and partitions in, the version rules below, and the dataclasses and error of the client.
+
 Layout (big-endian, Kafka's classic non-flexible encoding: ``string`` is an int16 length and UTF-8
 bytes, ``bytes`` an int32 length and the bytes, length -1 for null where nullable; an array is an
 int32 count and its elements)::
@@ -44,22 +50,31 @@ Encoding at a lower version drops the fields it does not have (they are ``ignora
 schema), as Kafka's generated code does.
 
 Malformed bytes raise :class:`ConsumerProtocolError` naming the message, its version, the field
-and the byte position. Counts and lengths are checked against the bytes left before anything is
-allocated, so a corrupt count cannot make the decoder build a huge list.
+and the byte position (the schema reader's :class:`~stratalog.records.errors.CorruptMessageError`,
+worded for the client: snake_case field names, "at byte N of M"). Counts and lengths are checked
+against the bytes left before anything is allocated, so a corrupt count cannot make the decoder
+build a huge list; a negative length other than the -1 of a null is refused.
 
 No I/O, no state: pure functions of bytes and values, safe from any thread or task.
 """
 
 from __future__ import annotations
 
-import struct
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 
 from stratalog.client.errors import StratalogError
 from stratalog.client.types import TopicPartition
+from stratalog.records.consumer_offsets import (
+    CONSUMER_PROTOCOL_ASSIGNMENT,
+    CONSUMER_PROTOCOL_SUBSCRIPTION,
+)
+from stratalog.records.errors import CorruptMessageError
+from stratalog.records.message_schema import MessageSchema
 
 __all__ = [
     "PROTOCOL_TYPE",
@@ -78,11 +93,12 @@ __all__ = [
 #: JoinGroup's ``protocol_type`` for consumers (ConsumerProtocol.PROTOCOL_TYPE).
 PROTOCOL_TYPE = "consumer"
 #: The versions of both messages this module knows (the schemas' ``validVersions``).
-VERSION_MIN = 0
-VERSION_MAX = 3
+VERSION_MIN = CONSUMER_PROTOCOL_SUBSCRIPTION.valid_versions.low
+VERSION_MAX = CONSUMER_PROTOCOL_SUBSCRIPTION.valid_versions.high
+# ConsumerProtocol.java checks both messages against one range.
+assert CONSUMER_PROTOCOL_ASSIGNMENT.valid_versions == CONSUMER_PROTOCOL_SUBSCRIPTION.valid_versions
 
-_INT16 = struct.Struct(">h")
-_INT32 = struct.Struct(">i")
+_VERSION_BYTES = 2
 # The generation a subscription carries when it has none (AbstractStickyAssignor.DEFAULT_GENERATION).
 _NO_GENERATION = -1
 
@@ -142,20 +158,16 @@ def encode_subscription(subscription: Subscription, version: int = VERSION_MAX) 
     Raises:
         ValueError: ``version`` outside 0-3, or a string or list too long for its length field.
     """
-    _check_encode_version(version)
-    out = bytearray(_INT16.pack(version))
-    _write_array_count(out, len(subscription.topics), "topics")
-    for topic in sorted(subscription.topics):
-        _write_string(out, topic, "topics")
-    _write_bytes(out, subscription.user_data)
-    if version >= 1:
-        _write_topic_partitions(out, _grouped(sorted(subscription.owned_partitions)))
-    if version >= 2:
-        generation = _NO_GENERATION if subscription.generation_id is None else subscription.generation_id
-        out += _INT32.pack(generation)
-    if version >= 3:
-        _write_nullable_string(out, subscription.rack_id, "rack_id")
-    return bytes(out)
+    values = {
+        "topics": sorted(subscription.topics),
+        "userData": subscription.user_data,
+        "ownedPartitions": _grouped(sorted(subscription.owned_partitions)),
+        "generationId": (
+            _NO_GENERATION if subscription.generation_id is None else subscription.generation_id
+        ),
+        "rackId": subscription.rack_id,
+    }
+    return _encode(CONSUMER_PROTOCOL_SUBSCRIPTION, values, version)
 
 
 def encode_assignment(assignment: Assignment, version: int = VERSION_MAX) -> bytes:
@@ -168,11 +180,11 @@ def encode_assignment(assignment: Assignment, version: int = VERSION_MAX) -> byt
     Raises:
         ValueError: ``version`` outside 0-3, or a string or list too long for its length field.
     """
-    _check_encode_version(version)
-    out = bytearray(_INT16.pack(version))
-    _write_topic_partitions(out, _grouped(assignment.partitions))
-    _write_bytes(out, assignment.user_data)
-    return bytes(out)
+    values = {
+        "assignedPartitions": _grouped(assignment.partitions),
+        "userData": assignment.user_data,
+    }
+    return _encode(CONSUMER_PROTOCOL_ASSIGNMENT, values, version)
 
 
 def read_version(data: bytes | bytearray | memoryview) -> int:
@@ -181,11 +193,11 @@ def read_version(data: bytes | bytearray | memoryview) -> int:
     Raises:
         ConsumerProtocolError: fewer than 2 bytes.
     """
-    if len(data) < _INT16.size:
+    if len(data) < _VERSION_BYTES:
         raise ConsumerProtocolError(
             f"consumer protocol header: needs 2 bytes for the version, got {len(data)}"
         )
-    return _INT16.unpack_from(data, 0)[0]
+    return int.from_bytes(data[:_VERSION_BYTES], "big", signed=True)
 
 
 def decode_subscription(data: bytes | bytearray | memoryview) -> Subscription:
@@ -197,24 +209,17 @@ def decode_subscription(data: bytes | bytearray | memoryview) -> Subscription:
         ConsumerProtocolError: a negative version, or bytes that end inside a field, a negative
             length or count where the schema has no null, or a string that is not UTF-8.
     """
-    version = _check_decode_version(read_version(data), "ConsumerProtocolSubscription")
-    reader = _Reader(data, f"ConsumerProtocolSubscription v{version}")
-    topics = tuple(
-        reader.string(f"topics[{i}]") for i in range(reader.count("topics", _STRING_SIZE_MIN))
-    )
-    user_data = reader.nullable_bytes("user_data")
-    owned: tuple[TopicPartition, ...] = ()
-    generation_id = None
-    rack_id = None
-    if version >= 1:
-        owned = reader.topic_partitions("owned_partitions")
-    if version >= 2:
-        generation = reader.int32("generation_id")
-        generation_id = generation if generation >= 0 else None
-    if version >= 3:
+    values = _decode(CONSUMER_PROTOCOL_SUBSCRIPTION, data)
+    generation = values.get("generationId", _NO_GENERATION)
+    return Subscription(
+        topics=tuple(values["topics"]),
+        user_data=values["userData"],
+        owned_partitions=_partitions(values.get("ownedPartitions", ())),
+        # Kafka's Subscription reads any negative generation as none.
+        generation_id=generation if generation >= 0 else None,
         # Kafka's deserializeSubscription reads an empty rack as no rack.
-        rack_id = reader.nullable_string("rack_id") or None
-    return Subscription(topics, user_data, owned, generation_id, rack_id)
+        rack_id=values.get("rackId") or None,
+    )
 
 
 def decode_assignment(data: bytes | bytearray | memoryview) -> Assignment:
@@ -225,160 +230,59 @@ def decode_assignment(data: bytes | bytearray | memoryview) -> Assignment:
     Raises:
         ConsumerProtocolError: as :func:`decode_subscription`.
     """
-    version = _check_decode_version(read_version(data), "ConsumerProtocolAssignment")
-    reader = _Reader(data, f"ConsumerProtocolAssignment v{version}")
-    partitions = reader.topic_partitions("assigned_partitions")
-    user_data = reader.nullable_bytes("user_data")
-    return Assignment(partitions, user_data)
+    values = _decode(CONSUMER_PROTOCOL_ASSIGNMENT, data)
+    return Assignment(_partitions(values["assignedPartitions"]), values["userData"])
 
 
-# The fewest bytes one element can take, to refuse a count the bytes left cannot hold.
-_STRING_SIZE_MIN = _INT16.size
-_TOPIC_PARTITIONS_SIZE_MIN = _INT16.size + _INT32.size
-
-
-class _Reader:
-    """A cursor over one message's bytes; every failure names the message, field and position."""
-
-    __slots__ = ("_data", "_message", "_position")
-
-    def __init__(self, data: bytes | bytearray | memoryview, message: str) -> None:
-        self._data = memoryview(data).cast("B") if isinstance(data, memoryview) else data
-        self._message = message
-        self._position = _INT16.size  # past the version prefix
-
-    def _fail(self, field: str, problem: str) -> ConsumerProtocolError:
-        return ConsumerProtocolError(
-            f"{self._message}: {field}: {problem} at byte {self._position} "
-            f"of {len(self._data)}"
-        )
-
-    def _take(self, size: int, field: str) -> int:
-        """Advance by ``size`` bytes and return where they start."""
-        start = self._position
-        if start + size > len(self._data):
-            raise self._fail(field, f"needs {size} bytes, {len(self._data) - start} left")
-        self._position = start + size
-        return start
-
-    def int16(self, field: str) -> int:
-        return _INT16.unpack_from(self._data, self._take(_INT16.size, field))[0]
-
-    def int32(self, field: str) -> int:
-        return _INT32.unpack_from(self._data, self._take(_INT32.size, field))[0]
-
-    def count(self, field: str, element_size_min: int) -> int:
-        """An array's count, refused if negative or more than the bytes left can hold."""
-        count = self.int32(field)
-        if count < 0:
-            self._position -= _INT32.size
-            raise self._fail(field, f"count {count} for an array that cannot be null")
-        left = len(self._data) - self._position
-        if count * element_size_min > left:
-            self._position -= _INT32.size
-            raise self._fail(
-                field, f"count {count} needs at least {count * element_size_min} bytes, {left} left"
-            )
-        return count
-
-    def _utf8(self, size: int, field: str) -> str:
-        start = self._take(size, field)
-        try:
-            return bytes(self._data[start : start + size]).decode("utf-8")
-        except UnicodeDecodeError as e:
-            self._position = start
-            raise self._fail(field, f"{size} bytes that are not UTF-8 ({e.reason})") from None
-
-    def string(self, field: str) -> str:
-        size = self.int16(field)
-        if size < 0:
-            self._position -= _INT16.size
-            raise self._fail(field, f"length {size} for a string that cannot be null")
-        return self._utf8(size, field)
-
-    def nullable_string(self, field: str) -> str | None:
-        size = self.int16(field)
-        if size == -1:
-            return None
-        if size < 0:
-            self._position -= _INT16.size
-            raise self._fail(field, f"string length {size}")
-        return self._utf8(size, field)
-
-    def nullable_bytes(self, field: str) -> bytes | None:
-        size = self.int32(field)
-        if size == -1:
-            return None
-        if size < 0:
-            self._position -= _INT32.size
-            raise self._fail(field, f"bytes length {size}")
-        start = self._take(size, field)
-        return bytes(self._data[start : start + size])
-
-    def topic_partitions(self, field: str) -> tuple[TopicPartition, ...]:
-        partitions: list[TopicPartition] = []
-        for i in range(self.count(field, _TOPIC_PARTITIONS_SIZE_MIN)):
-            topic = self.string(f"{field}[{i}].topic")
-            name = f"{field}[{i}].partitions"
-            for j in range(self.count(name, _INT32.size)):
-                partitions.append(TopicPartition(topic, self.int32(f"{name}[{j}]")))
-        return tuple(partitions)
-
-
-def _check_encode_version(version: int) -> None:
+def _encode(schema: MessageSchema, values: dict[str, Any], version: int) -> bytes:
     if not VERSION_MIN <= version <= VERSION_MAX:
-        raise ValueError(f"consumer protocol version {version} is not one of {VERSION_MIN}-{VERSION_MAX}")
+        raise ValueError(
+            f"consumer protocol version {version} is not one of {VERSION_MIN}-{VERSION_MAX}"
+        )
+    return version.to_bytes(_VERSION_BYTES, "big", signed=True) + schema.encode(values, version)
 
 
-def _check_decode_version(version: int, message: str) -> int:
+def _decode(schema: MessageSchema, data: bytes | bytearray | memoryview) -> dict[str, Any]:
+    """The message's fields, by the schema's camelCase names."""
+    if isinstance(data, memoryview):
+        data = data.cast("B")  # the schema reader indexes bytes
     # As ConsumerProtocol.checkSubscriptionVersion: below the lowest is an error, above the
     # highest is read as the highest (new versions only append fields).
+    version = read_version(data)
     if version < VERSION_MIN:
-        raise ConsumerProtocolError(f"{message}: unsupported version {version}")
-    return min(version, VERSION_MAX)
+        raise ConsumerProtocolError(f"{schema.name}: unsupported version {version}")
+    version = min(version, VERSION_MAX)
+    try:
+        values, _ = schema.decode(data, version, _VERSION_BYTES)  # trailing bytes: ignored
+    except CorruptMessageError as e:
+        raise ConsumerProtocolError(
+            f"{schema.name} v{version}: {_snake_case(e.field or 'message')}: {e.problem} "
+            f"at byte {e.position} of {len(data)}"
+        ) from None
+    return values
 
 
-def _grouped(partitions: Iterable[TopicPartition]) -> dict[str, list[int]]:
-    """Partitions by topic, topics in first-appearance order (dicts keep insertion order)."""
+_CAPITAL = re.compile(r"[A-Z]")
+
+
+def _snake_case(path: str) -> str:
+    """A field path in this module's words: ``ownedPartitions[0].partitions`` ->
+    ``owned_partitions[0].partitions``."""
+    return _CAPITAL.sub(lambda m: "_" + m.group().lower(), path)
+
+
+def _grouped(partitions: Iterable[TopicPartition]) -> list[dict[str, Any]]:
+    """Partitions by topic as the schema's TopicPartition entries, topics in first-appearance
+    order (dicts keep insertion order)."""
     by_topic: dict[str, list[int]] = {}
     for topic, partition in partitions:
         by_topic.setdefault(topic, []).append(partition)
-    return by_topic
+    return [{"topic": topic, "partitions": ids} for topic, ids in by_topic.items()]
 
 
-def _write_array_count(out: bytearray, count: int, field: str) -> None:
-    if count > 0x7FFFFFFF:
-        raise ValueError(f"{field}: {count} elements do not fit an int32 count")
-    out += _INT32.pack(count)
-
-
-def _write_string(out: bytearray, text: str, field: str) -> None:
-    encoded = text.encode("utf-8")
-    if len(encoded) > 0x7FFF:
-        raise ValueError(f"{field}: a string of {len(encoded)} bytes does not fit an int16 length")
-    out += _INT16.pack(len(encoded))
-    out += encoded
-
-
-def _write_nullable_string(out: bytearray, text: str | None, field: str) -> None:
-    if text is None:
-        out += _INT16.pack(-1)
-    else:
-        _write_string(out, text, field)
-
-
-def _write_bytes(out: bytearray, data: bytes | None) -> None:
-    if data is None:
-        out += _INT32.pack(-1)
-    else:
-        out += _INT32.pack(len(data))
-        out += data
-
-
-def _write_topic_partitions(out: bytearray, by_topic: dict[str, list[int]]) -> None:
-    _write_array_count(out, len(by_topic), "partitions")
-    for topic, partitions in by_topic.items():
-        _write_string(out, topic, "topic")
-        _write_array_count(out, len(partitions), topic)
-        for partition in partitions:
-            out += _INT32.pack(partition)
+def _partitions(entries: Iterable[dict[str, Any]]) -> tuple[TopicPartition, ...]:
+    return tuple(
+        TopicPartition(entry["topic"], partition)
+        for entry in entries
+        for partition in entry["partitions"]
+    )

@@ -178,7 +178,7 @@ def test_short_truncated_and_keyless_records(tmp_path, capsys):
         "| key: Error at offset 0, skipping. Could not read version from key's buffer.",
         "| key: Error at offset 1, skipping. Could not read version from value's buffer.",
         "| key: Error at offset 2, skipping. Could not read record with version 1 from key's "
-        "buffer due to: OffsetCommitKey: partition at position 8: needs 4 bytes, only 2 left.",
+        "buffer due to: OffsetCommitKey: partition at position 8: needs 4 bytes, 2 left.",
         "",
         '| key: {"type":"1","data":{"group":"g","topic":"t","partition":0}} '
         'payload: {"version":"3","data":{"offset":1,"leaderEpoch":-1,"metadata":"",'

@@ -262,3 +262,22 @@ def test_arbitrary_bytes_decode_or_raise_the_protocol_error(data):
 def test_memoryview_input():
     data = encode_assignment(Assignment((TP("t", 3),), b"u"))
     assert decode_assignment(memoryview(data)) == Assignment((TP("t", 3),), b"u")
+
+
+def test_the_bytes_are_the_schema_readers():
+    """One codec: what this module writes is what records/message_schema writes from Kafka's
+    JSON (behind the int16 version), and its errors are the schema reader's, reworded."""
+    from stratalog.records.consumer_offsets import CONSUMER_PROTOCOL_SUBSCRIPTION
+
+    sub = Subscription(("t",), b"u", (TP("t", 2),), 4, "r")
+    values = {"topics": ["t"], "userData": b"u",
+              "ownedPartitions": [{"topic": "t", "partitions": [2]}],
+              "generationId": 4, "rackId": "r"}
+    assert encode_subscription(sub) == b"\x00\x03" + CONSUMER_PROTOCOL_SUBSCRIPTION.encode(values, 3)
+    damaged = bytes.fromhex("0001 00000000 ffffffff 00000001 0001")
+    with pytest.raises(ConsumerProtocolError) as raised:
+        decode_subscription(damaged)
+    assert str(raised.value) == (
+        "ConsumerProtocolSubscription v1: owned_partitions: count 1 needs at least 6 bytes, "
+        "2 left at byte 10 of 16"
+    )

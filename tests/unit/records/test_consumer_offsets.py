@@ -39,6 +39,7 @@ from stratalog.records.consumer_offsets import (
     OffsetCommitValue,
     OtherRecordKey,
     decode_key,
+    decode_offset_commit,
     decode_record,
     decode_value,
     decode_value_fields,
@@ -395,10 +396,11 @@ def test_error_messages_name_the_field_and_position():
     with pytest.raises(CorruptMessageError) as info:
         decode_value(1, value[:16])  # inside metadata: 2 + 8 + 4 + 2 bytes of length, no text
     assert str(info.value) == (
-        "OffsetCommitValue: metadata at position 16: needs 4 bytes, only 0 left"
+        "OffsetCommitValue: metadata at position 16: needs 4 bytes, 0 left"
     )
     assert info.value.message == "OffsetCommitValue"
     assert info.value.position == 16
+    assert (info.value.field, info.value.problem) == ("metadata", "needs 4 bytes, 0 left")
 
 
 @pytest.mark.parametrize("record_type", [-1, 16, 32767])
@@ -430,7 +432,7 @@ def test_missing_key_and_short_prefixes():
 
 def test_null_in_a_non_nullable_field():
     key = Int16.encode(1) + Int16.encode(-1) + String().encode("t") + Int32.encode(0)
-    with pytest.raises(CorruptMessageError, match="group at position 2: null in a non-nullable"):
+    with pytest.raises(CorruptMessageError, match="group at position 2: length -1 for a string that cannot be null"):
         decode_key(key)
 
 
@@ -443,7 +445,7 @@ def test_string_that_is_not_utf8():
 def test_array_count_beyond_the_bytes_is_refused_before_allocating():
     value = Int16.encode(3) + String().encode("consumer") + Int32.encode(1) + \
         Int16.encode(-1) + Int16.encode(-1) + Int64.encode(0) + Int32.encode(2**31 - 1)
-    with pytest.raises(CorruptMessageError, match="members at position 28: array of 2147483647"):
+    with pytest.raises(CorruptMessageError, match="members at position 28: count 2147483647 needs at least"):
         decode_value(2, value)
 
 
@@ -512,3 +514,30 @@ def test_the_python_example_of_docs_groups_md_runs():
     assert blocks
     for block in blocks:
         exec(compile(block, "docs/groups.md", "exec"), {})
+
+
+@given(OFFSET_VALUES, st.sampled_from(range(5)), st.booleans())
+def test_the_flat_offset_commit_fields_are_decode_records(value, version, tombstone):
+    key = encode_key(OffsetCommitKey("group", "topic", 3))
+    data = None if tombstone else encode_value(value, version)
+    record = decode_record(key, data)
+    flat = decode_offset_commit(key, data)
+    assert flat[:3] == (record.key.group, record.key.topic, record.key.partition)
+    if tombstone:
+        assert len(flat) == 3
+    else:
+        v = record.value
+        assert flat[3:] == (v.offset, v.leader_epoch, v.metadata, v.commit_timestamp_ms,
+                            v.expire_timestamp_ms)
+
+
+def test_the_flat_offset_commit_fields_of_other_keys_and_bad_bytes():
+    assert decode_offset_commit(encode_key(GroupMetadataKey("g")), None) is None
+    with pytest.raises(UnknownRecordTypeError):
+        decode_offset_commit(struct.pack(">h", 16), None)
+    key = encode_key(OffsetCommitKey("group", "topic", 3))
+    for cut in range(len(key)):
+        with pytest.raises(CorruptMessageError):
+            decode_offset_commit(key[:cut], None)
+    with pytest.raises(UnsupportedMessageVersionError):
+        decode_offset_commit(key, struct.pack(">h", 5) + bytes(30))
