@@ -522,8 +522,9 @@ def _offset_index_insanity(
             f"{OFFSET_INDEX_ENTRY.size}"
         )
     if SanityRule.LAST_OFFSET_NOT_BELOW_BASE in broken:
-        # [B-42]: relative offsets are signed on disk, so a corrupt last entry can point below
-        # the segment's base offset (lastOffset == baseOffset is legal).
+        # Kafka OffsetIndex.sanityCheck (docs/kafka-behaviours.md#sanity-checks): relative offsets
+        # are signed on disk, so a corrupt last entry can point below the segment's base offset
+        # (lastOffset == baseOffset is legal).
         return (
             f"Index file is corrupt: its last offset {base_offset + last_relative} is below "
             f"the base offset {base_offset}"

@@ -11,8 +11,8 @@ Kafka reads keys and values of version 0 and ignores bytes a newer version may a
 ``ControlRecordType.parse`` and ``EndTransactionMarker.deserialize`` read only the fields they
 know); so do we. A key shorter than 4 bytes or a marker value shorter than 6 is corrupt.
 
-Golden (kafka-storage-reference.md §1.3): the record of COMMIT, coordinator epoch 100, at offset
-delta 0 and timestamp delta 0 encodes as ``2000000008000000010c00000000006400``.
+Golden (docs/kafka-behaviours.md#record-batch): the record of COMMIT, coordinator epoch 100, at
+offset delta 0 and timestamp delta 0 encodes as ``2000000008000000010c00000000006400``.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 A reader takes the batch at a position, checks that all of it is present and (by default) that
 its CRC-32C matches, decompresses the records region if the attributes name a codec (bounded by
 ``max_decompressed_bytes``), and decodes exactly ``records_count`` records from it. Structure
-checks follow Kafka's ``DefaultRecordBatch``/``DefaultRecord`` readers (§1.4 of the reference):
+checks follow Kafka's ``DefaultRecordBatch``/``DefaultRecord`` readers
+(docs/kafka-behaviours.md#records):
 
 * every record consumes exactly the bytes its length field declares;
 * lengths and counts are not negative (except the -1 of a null key, value or header value);

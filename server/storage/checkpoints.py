@@ -19,7 +19,8 @@ The text format and Kafka's exact rules for reading it (version line, count line
 :mod:`stratalog.records.checkpoint_text`), which the Spark file reader parses with too. This
 module is the file side: a text that does not parse is a :class:`CorruptCheckpointError` naming
 the file and the line. Kafka's ``LogManager`` then logs a warning and carries on as if the file
-were empty ([B-58]); that policy is the caller's.
+were empty (Kafka LogManager.loadLogs; docs/kafka-behaviours.md#clean-shutdown); that policy is the
+caller's.
 
 Writes replace the file atomically (:func:`~.durable.atomic_write`: tmp, fsync, rename, fsync of
 the directory), so a crash leaves the previous checkpoint or the new one, never a torn one.

@@ -2,7 +2,8 @@
 
 Recovery after a crash scans every segment from the recovery point, which is slow on big logs.
 It is skipped when the last shutdown was clean, and this marker is how the next start knows.
-The protocol ([B-56], [B-57]; Kafka's ``LogManager`` and ``CleanShutdownFileHandler``):
+The protocol (Kafka LogManager.loadLogs and LogManager.shutdown;
+docs/kafka-behaviours.md#clean-shutdown; Kafka's ``LogManager`` and ``CleanShutdownFileHandler``):
 
 1. At startup, before loading any log of the directory: if the marker exists, the last shutdown
    was clean. Delete it at once, durably (:func:`consume_marker`). Only existence matters: a

@@ -46,12 +46,14 @@ A cleaning (:meth:`Cleaner.clean`) does:
    are no longer those the cleaner read (a truncation, retention), the cleaning is aborted
    and nothing replaced (:class:`~.errors.CleaningAbortedError`).
 
-Crash safety: recovery (``recovery.py`` passes 1 to 3, [B-48]/[B-49]) deletes ``.cleaned``
-files and the ``.swap`` files at or above them, and completes a swap by deleting every
-segment whose base offset lies in ``[swap base, swap's next offset)``. That range is exactly
-the group's only if the new segment ends where the group ended: so the group's last batch is
-always kept, empty if all its records went (Kafka drops it, and after a crash between the
-renames can leave old segments beside the new one, a mix; see docs/durability.md).
+Crash safety: recovery (``recovery.py`` passes 1 to 3, Kafka
+LogLoader.removeTempFilesAndCollectSwapFiles and LogLoader.load;
+docs/kafka-behaviours.md#log-loading) deletes ``.cleaned`` files and the ``.swap`` files at or above
+them, and completes a swap by deleting every segment whose base offset lies in ``[swap base, swap's
+next offset)``. That range is exactly the group's only if the new segment ends where the group
+ended: so the group's last batch is always kept, empty if all its records went (Kafka drops it, and
+after a crash between the renames can leave old segments beside the new one, a mix; see
+docs/durability.md).
 
 Tombstones: Kafka 3.1+ stamps a delete horizon into a batch (KIP-534); stratalog uses the
 legacy rule: ``delete_horizon_ms = (last modified time of the last segment below the first

@@ -8,7 +8,7 @@ a TOML file or the network. Every value is checked against Kafka's validator for
 a log never runs with a setting Kafka would refuse.
 
 Defaults and ranges are Kafka's (``LogConfig.java``, trunk late 2024; see
-``kafka-storage-reference.md`` §2). Where Kafka 4.0 changed a default
+docs/kafka-behaviours.md#configuration). Where Kafka 4.0 changed a default
 (``message.timestamp.after.max.ms`` = 1 h, ``segment.bytes`` >= 1 MiB) the snapshot's value is
 kept; a server may pass its own defaults to :meth:`LogConfig.from_mapping`.
 """
@@ -65,7 +65,8 @@ class _Spec:
     maximum: int | None = None  # inclusive upper bound (Kafka's between), or None
 
 
-# One line per Kafka topic config, in the order of the reference table (§2).
+# One line per Kafka topic config, in the order of Kafka's table
+# (docs/kafka-behaviours.md#configuration).
 _SPECS: tuple[_Spec, ...] = (
     _Spec("segment.bytes", "segment_bytes", "int", 14),
     _Spec("segment.ms", "segment_ms", "long", 1),

@@ -4,7 +4,8 @@ A follower copies its leader's log by fetching it: the batches arrive exactly as
 stored them, offsets assigned and headers stamped with the leader's epoch, and are appended
 unchanged (Kafka's ``UnifiedLog.appendAsFollower``,
 ``core/src/main/scala/kafka/log/UnifiedLog.scala``). Nothing is re-stamped and no offset is
-assigned, so the checks are those of a log file, not of a client's request ([B-2]):
+assigned, so the checks are those of a log file, not of a client's request (Kafka
+UnifiedLog.analyzeAndValidateRecords; docs/kafka-behaviours.md#validation):
 
     check                                             error
     -----------------------------------------------   --------------------------------------
@@ -170,7 +171,8 @@ def _run(view: memoryview, headers: list[BatchHeader]) -> FollowerRun:
     record_count = 0
     for header in headers:
         # Strictly greater: the earliest batch holding the max timestamp, as Segment.append
-        # and the leader's validation index it ([B-6]).
+        # and the leader's validation index it (Kafka UnifiedLog.analyzeAndValidateRecords;
+        # docs/kafka-behaviours.md#append).
         if header.max_timestamp > max_timestamp:
             max_timestamp = header.max_timestamp
             shallow_offset_of_max = header.last_offset

@@ -15,12 +15,13 @@ Life of a file::
     re-grown  -> the active segment's indexes are resized back to max_index_size_bytes after
                  load and after truncation, so that they are not "full" at once
 
-Lookups are searches with Kafka's warm section ([B-21]): the last ``8192 // entry_size``
-entries cover the pages that in-sync readers touch, so a search whose target is past the first
-warm entry stays inside them and never faults in cold pages from the middle of the file. Within
-the section chosen, an interpolation search (guided by the near-linear growth of a sparse index's
-keys) reads two or three entries where a binary search reads ten to twenty. The answers are
-those of a plain binary search; only the entries and pages touched differ.
+Lookups are searches with Kafka's warm section (Kafka AbstractIndex.indexSlotRangeFor;
+docs/kafka-behaviours.md#index-lookups): the last ``8192 // entry_size`` entries cover the pages
+that in-sync readers touch, so a search whose target is past the first warm entry stays inside them
+and never faults in cold pages from the middle of the file. Within the section chosen, an
+interpolation search (guided by the near-linear growth of a sparse index's keys) reads two or three
+entries where a binary search reads ten to twenty. The answers are those of a plain binary search;
+only the entries and pages touched differ.
 
 Python's ``mmap`` cannot map a zero-length file, so an index of length 0 simply has no map.
 """
@@ -160,7 +161,8 @@ class Index(abc.ABC):
                 self._path.unlink(missing_ok=True)
             raise
         self._max_entries = length // self.ENTRY_SIZE
-        # A new file starts empty; an existing one is trusted blindly ([B-15]).
+        # A new file starts empty; an existing one is trusted blindly (Kafka AbstractIndex;
+        # docs/kafka-behaviours.md#index-files-mechanics).
         self._entries = 0 if newly_created else self._max_entries
         # Bytes from the start known to have their blocks (see _write_entry); None: the file
         # system cannot reserve, do not ask.

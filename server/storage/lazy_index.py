@@ -108,7 +108,8 @@ class LazyIndex(Generic[IndexT]):
 
     def rename_to(self, path: Path) -> None:
         """Rename the file to ``path``: through the index if loaded, else the file alone (a
-        file never created is not an error, [B-18]). The new path holds even if the rename
+        file never created is not an error, Kafka LazyIndex.renameTo;
+        docs/kafka-behaviours.md#index-files-mechanics). The new path holds even if the rename
         fails, as in Kafka, so that a later delete acts on the name the caller meant.
 
         Raises:

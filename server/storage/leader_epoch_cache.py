@@ -29,9 +29,9 @@ The entries live in ``leader-epoch-checkpoint`` in the partition directory (its 
 writes it synchronously on assign and in the background after a truncation; here every change is
 written before the call returns (a truncation is rare: a leader change or retention). Entries left
 stale by a crash (above the log end, below the log start) are cut when the log is opened
-(:func:`load_leader_epoch_cache`), as Kafka's loader does ([B-53]), and the batches are scanned when
-the file is missing or unreadable, or when the log holds a batch of a later epoch than the file
-knows.
+(:func:`load_leader_epoch_cache`), as Kafka's loader does (Kafka LogLoader.load;
+docs/kafka-behaviours.md#log-loading), and the batches are scanned when the file is missing or
+unreadable, or when the log holds a batch of a later epoch than the file knows.
 """
 
 from __future__ import annotations
@@ -357,7 +357,8 @@ def load_leader_epoch_cache(
        otherwise only if the last batch of the log carries an epoch above the latest entry
        (the file lags the log), from the latest entry's start offset. A log written by one
        leader (every stratalog single-server log, epoch 0) scans one batch header here;
-    4. cut the entries below ``log_start_offset`` ([B-53]);
+    4. cut the entries below ``log_start_offset`` (Kafka LogLoader.load;
+       docs/kafka-behaviours.md#log-loading);
 
     and write the file if the entries differ from what it held (nothing is written for an
     empty log without a file).

@@ -543,7 +543,8 @@ class LocalLog:
         return None
 
     def first_segment_reaching(self, timestamp: int) -> Segment | None:
-        """The first segment whose largest timestamp is ``>= timestamp`` ([B-36]).
+        """The first segment whose largest timestamp is ``>= timestamp`` (Kafka
+        LogSegment.largestTimestamp; docs/kafka-behaviours.md#timestamp-lookup).
 
         Kafka scans the segments in order. Here the running maximum of the non-active segments'
         max timestamps (which cannot change until the segment map does) is kept, extended only
@@ -632,8 +633,9 @@ class LocalLog:
         self.schedule_delete(doomed)
 
     def schedule_delete(self, segments: list[Segment]) -> None:
-        """Rename segments ``*.deleted`` now; close and delete them after the delay ([B-64]),
-        in :meth:`maybe_delete_pending_locked`. Under the lock."""
+        """Rename segments ``*.deleted`` now; close and delete them after the delay (Kafka
+        LocalLog.deleteSegmentFiles; docs/kafka-behaviours.md#retention), in
+        :meth:`maybe_delete_pending_locked`. Under the lock."""
         due_ms = self._time_ms() + self._config.file_delete_delay_ms
         for segment in segments:
             segment.change_file_suffixes("", DELETED_FILE_SUFFIX)
@@ -786,9 +788,9 @@ class LocalLog:
 
     def close(self, *, durable: bool) -> None:
         """Close every segment (each appends its final time-index entry and trims its indexes
-        and ``.log``, [B-68]; fsynced unless ``durable``: a flush just made them so) and
-        finish deferred deletions. Goes on past a failing segment and raises the first error.
-        Under the lock; the log above flushed first."""
+        and ``.log``, Kafka LogSegment.close (docs/kafka-behaviours.md#flush); fsynced unless
+        ``durable``: a flush just made them so) and finish deferred deletions. Goes on past a
+        failing segment and raises the first error. Under the lock; the log above flushed first."""
         first_error: BaseException | None = None
         self._closed = True
         for segment in self._segments:

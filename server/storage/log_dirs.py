@@ -124,7 +124,8 @@ def lock_log_dirs(
 ) -> list[LogDirState]:
     """Lock every directory of ``paths`` (appending each lock to ``locks``, which the caller
     releases if anything fails), check that they belong to one cluster (writing
-    ``meta.properties`` where missing) and consume their clean-shutdown markers ([B-56]).
+    ``meta.properties`` where missing) and consume their clean-shutdown markers (Kafka
+    LogManager.loadLogs; docs/kafka-behaviours.md#clean-shutdown).
 
     Raises:
         LogDirLockedError: another process (or manager) holds one of the directories.
@@ -196,7 +197,8 @@ def scan_log_dirs(
 
 
 def read_checkpoint_or_empty(checkpoint: OffsetCheckpointFile) -> dict[TopicPartition, int]:
-    """[B-58]: an unreadable checkpoint is treated as empty, with a warning."""
+    """Kafka LogManager.loadLogs (docs/kafka-behaviours.md#clean-shutdown): an unreadable checkpoint
+    is treated as empty, with a warning."""
     try:
         return checkpoint.read()
     except CorruptCheckpointError as exc:

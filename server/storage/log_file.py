@@ -188,8 +188,9 @@ class LogFile:
             )
         try:
             if create:
-                # O_EXCL: the log deletes stale files before it creates a segment ([B-13]); an
-                # existing file here would be someone's data, never to be overwritten silently.
+                # O_EXCL: the log deletes stale files before it creates a segment (Kafka
+                # LocalLog.roll; docs/kafka-behaviours.md#roll); an existing file here would be
+                # someone's data, never to be overwritten silently.
                 fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
                 size = 0
                 if preallocate_bytes > 0:
@@ -336,8 +337,9 @@ class LogFile:
             raise StorageIOError(f"failed to fsync segment {self._name}: {exc}") from exc
 
     def close(self, *, flush: bool = True) -> None:
-        """fsync (unless ``flush=False``), trim and close the file ([B-68]). Idempotent; the
-        descriptor is closed even when the fsync or the trim fails."""
+        """fsync (unless ``flush=False``), trim and close the file (Kafka LogSegment.close;
+        docs/kafka-behaviours.md#flush). Idempotent; the descriptor is closed even when the fsync or
+        the trim fails."""
         if self._fd is None:
             return
         try:

@@ -16,10 +16,11 @@ bounded (flush, retention, checkpoints, delayed deletes)::
       __transaction_state-0/              an internal topic: opened by its owner, not listed here
 
 Lifecycle: :meth:`LogManager.open` locks every directory, consumes the clean-shutdown markers
-([B-56]), reads the checkpoints and the catalogue, and loads every partition
-(``log_loading.py``; segment recovery only after an unclean shutdown, see ``recovery.py``).
-:meth:`LogManager.close` flushes and closes every log, writes both checkpoints and then the
-markers ([B-57]), and unlocks.
+(Kafka LogManager.loadLogs; docs/kafka-behaviours.md#clean-shutdown), reads the checkpoints and the
+catalogue, and loads every partition (``log_loading.py``; segment recovery only after an unclean
+shutdown, see ``recovery.py``). :meth:`LogManager.close` flushes and closes every log, writes both
+checkpoints and then the markers (Kafka LogManager.shutdown;
+docs/kafka-behaviours.md#clean-shutdown), and unlocks.
 
 Server defaults for topic configs and the job intervals come from Kafka's broker names
 (``log_defaults.py``); a topic's effective config is those defaults with its overrides on top.
@@ -342,7 +343,8 @@ class LogManager:
         return partition_log
 
     def _schedule_flush(self, flush: Callable[[], None]) -> None:
-        """Run a log's post-roll flush ([B-13]) in the flusher thread, off the append path."""
+        """Run a log's post-roll flush (Kafka LocalLog.roll; docs/kafka-behaviours.md#roll) in the
+        flusher thread, off the append path."""
 
         def run() -> None:
             try:
@@ -928,7 +930,8 @@ class LogManager:
         return dict(self._logs)
 
     def delete_records(self, topic: str, partition: int, before_offset: int) -> int:
-        """Move the log start offset of a partition up to ``before_offset`` ([B-65]).
+        """Move the log start offset of a partition up to ``before_offset`` (Kafka
+        UnifiedLog.maybeIncrementLogStartOffset; docs/kafka-behaviours.md#retention).
 
         ``-1`` means the high watermark (the log end offset: stratalog has one replica).
         Records below the new start become unreadable at once; segments wholly below it are
@@ -1068,10 +1071,11 @@ class LogManager:
         """Stop background work, flush and close every log, write both checkpoints and the
         clean-shutdown markers, unlock the directories. Idempotent.
 
-        A directory gets its marker only if every log in it closed without error ([B-57]); the
-        first error is raised after everything else was done. An offline directory's logs are
-        closed without writing anything, and it gets no checkpoint and no marker: the next
-        start recovers it (not an error of the close: it was reported when it went offline).
+        A directory gets its marker only if every log in it closed without error (Kafka
+        LogManager.shutdown; docs/kafka-behaviours.md#clean-shutdown); the first error is raised
+        after everything else was done. An offline directory's logs are closed without writing
+        anything, and it gets no checkpoint and no marker: the next start recovers it (not an error
+        of the close: it was reported when it went offline).
         """
         self.stop_background()
         self.cleaner.shutdown()

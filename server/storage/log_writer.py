@@ -201,12 +201,13 @@ class LogWriter:
 
         ``record_batches`` is one or more whole RecordBatch v2 batches with base offset 0 (see
         :mod:`~stratalog.server.storage.validation` for every check). The log rolls first if
-        the active segment cannot take the append ([B-4], [B-11]); the bytes are written with
-        one positioned write: all the batches or none. An empty input does nothing. When the
-        topic sets ``flush.messages`` and enough messages are unflushed, the log is flushed
-        before this returns, and so with ``flush`` (a Produce with ``flush=true``): then the
-        records are published (readers see them, the log end moves) only once fsynced, so a
-        failed fsync never lets them be read. Segments waiting for deletion are left to
+        the active segment cannot take the append (Kafka UnifiedLog.maybeRoll and
+        LogSegment.shouldRoll; docs/kafka-behaviours.md#roll); the bytes are written with one
+        positioned write: all the batches or none. An empty input does nothing. When the topic sets
+        ``flush.messages`` and enough messages are unflushed, the log is flushed before this
+        returns, and so with ``flush`` (a Produce with ``flush=true``): then the records are
+        published (readers see them, the log end moves) only once fsynced, so a failed fsync never
+        lets them be read. Segments waiting for deletion are left to
         :meth:`PartitionLog.maybe_delete_pending`: an append deletes no file.
 
         An I/O error (the write, the fsync, the roll) takes the log offline: the records are
@@ -680,7 +681,8 @@ class LogWriter:
             raise
 
     def _roll_due(self, segment: Segment, validated: ValidatedAppend, now_ms: int) -> bool:
-        """Whether ``validated`` must go to a new segment ([B-4], [B-11], [B-12])."""
+        """Whether ``validated`` must go to a new segment (Kafka UnifiedLog.maybeRoll,
+        LogSegment.shouldRoll and LogSegment.timeWaitedForRoll; docs/kafka-behaviours.md#roll)."""
         return segment.should_roll(
             max_segment_bytes=self._local.config.segment_bytes,
             max_segment_ms=self._local.config.max_segment_ms,

@@ -127,7 +127,8 @@ class OffsetIndex(Index):
         self._last_offset = offset
 
     def lookup(self, target_offset: int) -> OffsetPosition:
-        """The entry with the largest offset ``<= target_offset`` ([B-19]).
+        """The entry with the largest offset ``<= target_offset`` (Kafka OffsetIndex.lookup;
+        docs/kafka-behaviours.md#index-lookups).
 
         Returns ``(base_offset, 0)`` if the index is empty or every entry is above the target:
         the scan then starts at the beginning of the segment. Runtime O(log entries).
@@ -160,7 +161,7 @@ class OffsetIndex(Index):
             return -1, 0, -1
 
     def entry(self, slot: int) -> OffsetPosition:
-        """The entry in ``slot`` ([B-23]).
+        """The entry in ``slot`` (Kafka OffsetIndex.entry; docs/kafka-behaviours.md#index-lookups).
 
         Raises:
             ValueError: ``slot`` is negative or ``>= entries``.
@@ -174,7 +175,8 @@ class OffsetIndex(Index):
     def fetch_upper_bound_offset(
         self, start_position: int, fetch_size: int
     ) -> OffsetPosition | None:
-        """The entry with the smallest position ``>= start_position + fetch_size`` ([B-22]).
+        """The entry with the smallest position ``>= start_position + fetch_size`` (Kafka
+        OffsetIndex.fetchUpperBoundOffset; docs/kafka-behaviours.md#index-lookups).
 
         Its offset is certainly outside a fetch of ``fetch_size`` bytes from ``start_position``
         (though not generally the smallest such offset); ``None`` if no entry is that far. Used
@@ -185,7 +187,8 @@ class OffsetIndex(Index):
         )
 
     def truncate_to(self, offset: int) -> None:
-        """Remove every entry whose offset is ``>= offset`` ([B-24]).
+        """Remove every entry whose offset is ``>= offset`` (Kafka OffsetIndex.truncateTo;
+        docs/kafka-behaviours.md#truncation).
 
         Truncating to an offset above the last entry changes nothing. The file keeps its length.
         """
@@ -199,7 +202,8 @@ class OffsetIndex(Index):
         self._truncate_to_entries(new_entries)
 
     def sanity_check(self) -> None:
-        """Kafka's checks ([B-42]): last offset not below the base, whole entries only.
+        """Kafka's checks (Kafka OffsetIndex.sanityCheck; docs/kafka-behaviours.md#sanity-checks):
+        last offset not below the base, whole entries only.
 
         Raises:
             CorruptIndexError: the index has entries and its last offset is below the base

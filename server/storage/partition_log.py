@@ -28,8 +28,9 @@ which the LogManager's maintenance pass calls), never by an append.
 Opening a directory is the job of :mod:`~stratalog.server.storage.recovery` (Kafka's
 ``LogLoader``): segments are opened lazily from their ``.log`` files, leftovers of interrupted
 renames are resolved, and the segments a crash may have damaged are recovered (rebuilt from
-their ``.log`` and cut at the first invalid byte). Retention ([B-59]..[B-64]) is decided by
-:mod:`~stratalog.server.storage.retention` and carried out here.
+their ``.log`` and cut at the first invalid byte). Retention (Kafka UnifiedLog.deleteOldSegments;
+docs/kafka-behaviours.md#retention) is decided by :mod:`~stratalog.server.storage.retention` and
+carried out here.
 
 Kafka's split of the two layers is the model:
 ``storage/src/main/java/org/apache/kafka/storage/internals/log/UnifiedLog.java`` (this module
@@ -175,13 +176,14 @@ class PartitionLog:
 
         ``segments`` must be non-empty, their indexes ready (the active one grown to
         ``segment.index.bytes``). The log end offset is read from the active segment
-        ([B-55]); ``log_start_offset`` defaults to the first segment's base offset (a
-        checkpointed one may be higher), ``recovery_point`` to the log end offset (a clean
-        shutdown); ``directory_changed`` makes the next flush fsync the directory.
-        ``producer_state`` is the state as of the log end (default: no producer known);
-        ``producer_id_expiration_ms`` Kafka's ``producer.id.expiration.ms``.
-        ``leader_epoch_cache`` is the cache as of the log end (default: loaded from the
-        directory's ``leader-epoch-checkpoint`` and repaired, :func:`load_leader_epoch_cache`).
+        (Kafka LogSegment.readNextOffset; docs/kafka-behaviours.md#log-loading);
+        ``log_start_offset`` defaults to the first segment's base offset (a checkpointed one may be
+        higher), ``recovery_point`` to the log end offset (a clean shutdown); ``directory_changed``
+        makes the next flush fsync the directory. ``producer_state`` is the state as of the log end
+        (default: no producer known); ``producer_id_expiration_ms`` Kafka's
+        ``producer.id.expiration.ms``. ``leader_epoch_cache`` is the cache as of the log end
+        (default: loaded from the directory's ``leader-epoch-checkpoint`` and repaired,
+        :func:`load_leader_epoch_cache`).
         """
         self._time_ms = time_ms
         self._lock = threading.RLock()
@@ -278,11 +280,12 @@ class PartitionLog:
         unknown names rejected). ``time_ms`` is the clock (ms since the epoch) used for
         ``segment.ms``, LogAppendTime, timestamp validation and deferred deletes; default: the
         wall clock. ``flush_scheduler`` (for example ``executor.submit``) runs, off the append
-        path, the flush Kafka schedules after every roll ([B-13]): it fsyncs the segments below
-        the new one and moves the recovery point there. Without it the recovery point moves
-        only on :meth:`flush`. ``open_segments`` is the cache that closes the files of inactive
-        segments beyond its capacity (a LogManager passes its one cache to every log); None
-        gives this log a cache of its own with the default capacity
+        path, the flush Kafka schedules after every roll (Kafka LocalLog.roll;
+        docs/kafka-behaviours.md#roll): it fsyncs the segments below the new one and moves the
+        recovery point there. Without it the recovery point moves only on :meth:`flush`.
+        ``open_segments`` is the cache that closes the files of inactive segments beyond its
+        capacity (a LogManager passes its one cache to every log); None gives this log a cache of
+        its own with the default capacity
         (:data:`~stratalog.server.storage.open_segments.DEFAULT_OPEN_SEGMENTS_MAX`).
         ``io_failure_handler`` is told of an I/O error on a write path, after which the log is
         offline (see :meth:`take_offline`).
@@ -556,14 +559,17 @@ class PartitionLog:
             return self._local.update_config(config)
 
     def maybe_increment_log_start_offset(self, new_offset: int) -> bool:
-        """Move the log start offset up to ``new_offset`` (DeleteRecords, [B-65]).
+        """Move the log start offset up to ``new_offset`` (DeleteRecords, Kafka
+        UnifiedLog.maybeIncrementLogStartOffset; docs/kafka-behaviours.md#retention).
 
         Offsets below it become unreadable at once (reads at or above it may still return
-        whole batches that start below it, [B-35]); segments wholly below it are for the next
-        retention pass to delete. Never moves down. The recovery point follows if it was
-        lower. Returns True if the start offset moved.
+        whole batches that start below it, Kafka UnifiedLog.maybeIncrementLogStartOffset;
+        docs/kafka-behaviours.md#reads); segments wholly below it are for the next retention pass to
+        delete. Never moves down. The recovery point follows if it was lower. Returns True if the
+        start offset moved.
 
-        The leader epoch cache forgets what lies below it ([B-65]).
+        The leader epoch cache forgets what lies below it (Kafka
+        UnifiedLog.maybeIncrementLogStartOffset; docs/kafka-behaviours.md#retention).
 
         Raises:
             OffsetOutOfRangeError: ``new_offset`` is above the high watermark (a single
@@ -658,7 +664,8 @@ class PartitionLog:
         return self._writer.append_as_follower(record_batches)
 
     def roll(self) -> Segment:
-        """Start a new active segment at the log end offset ([B-13], [B-14]); returns it.
+        """Start a new active segment at the log end offset (Kafka LocalLog.roll;
+        docs/kafka-behaviours.md#roll); returns it.
 
         Rolling an empty active segment at the log end recreates it (still one segment there).
         """
@@ -704,7 +711,8 @@ class PartitionLog:
         upper_bound: int | None = None,
     ) -> FetchedBatches:
         """Whole batches from the one holding ``offset``, at most ``max_bytes`` bytes, with
-        their next offset and record count ([B-29]..[B-33]).
+        their next offset and record count (Kafka UnifiedLog.read, LocalLog.read and
+        LogSegment.read; docs/kafka-behaviours.md#reads).
 
         ``upper_bound`` (a consumer's read on a replicated partition passes
         :attr:`high_watermark`; a follower's read passes nothing) leaves out the batches
@@ -719,13 +727,14 @@ class PartitionLog:
         the whole batches (``stratalog.records.slicing``).
 
         The first batch may start before ``offset`` (a batch is never split; consumers skip
-        earlier records, [B-31]). With ``min_one_message`` the first batch is returned even when
-        larger than ``max_bytes``; without it such a read returns nothing. Only batches of one
-        segment are returned per call; they stop before a batch whose header is malformed (the
-        next fetch at its offset raises). ``next_offset`` is the last batch's last offset + 1
-        (``offset`` when no batch came back), ``records_count`` the sum of the batches' record
-        counts, both from the headers the read went over anyway (:meth:`Segment.fetch`).
-        Reading at the log end returns no batches. Thread-safe against a concurrent append.
+        earlier records, Kafka LogSegment.read; docs/kafka-behaviours.md#reads). With
+        ``min_one_message`` the first batch is returned even when larger than ``max_bytes``; without
+        it such a read returns nothing. Only batches of one segment are returned per call; they stop
+        before a batch whose header is malformed (the next fetch at its offset raises).
+        ``next_offset`` is the last batch's last offset + 1 (``offset`` when no batch came back),
+        ``records_count`` the sum of the batches' record counts, both from the headers the read went
+        over anyway (:meth:`Segment.fetch`). Reading at the log end returns no batches. Thread-safe
+        against a concurrent append.
 
         Deliberate difference from Kafka: Kafka may return a partial last batch (the consumer
         drops it); this returns whole batches only.
@@ -734,7 +743,9 @@ class PartitionLog:
         the LSO on are left out; the LSO is always a batch boundary) and fills
         ``aborted_transactions`` with the aborted transactions overlapping the offsets returned,
         from the ``.txnindex`` of the segment read and the later ones until a search is
-        complete ([B-70], [B-71]); the consumer drops their records and every control batch.
+        complete (Kafka TransactionIndex.collectAbortedTxns and LocalLog.addAbortedTransactions;
+        docs/kafka-behaviours.md#aborted-transactions); the consumer drops their records and every
+        control batch.
 
         Raises:
             OffsetOutOfRangeError: ``offset`` below the log start offset or above the log end.
@@ -799,7 +810,8 @@ class PartitionLog:
     # ---------------------------------------------------------------- truncation
 
     def truncate_to(self, offset: int) -> bool:
-        """Remove every record with offset ``>= offset`` ([B-27]); True if anything changed.
+        """Remove every record with offset ``>= offset`` (Kafka UnifiedLog.truncateTo;
+        docs/kafka-behaviours.md#truncation); True if anything changed.
 
         Segments entirely above ``offset`` are removed (renamed ``.deleted``, deleted after
         ``file.delete.delay.ms``); the segment holding ``offset`` is cut before the batch
@@ -846,10 +858,12 @@ class PartitionLog:
             return True
 
     def truncate_fully_and_start_at(self, new_offset: int) -> None:
-        """Remove every segment and continue at ``new_offset`` with one empty segment ([B-28]).
+        """Remove every segment and continue at ``new_offset`` with one empty segment (Kafka
+        UnifiedLog.truncateFullyAndStartAt; docs/kafka-behaviours.md#truncation).
 
         Log start offset, log end offset and recovery point all become ``new_offset``, and so
-        does a tracked high watermark; the leader epoch cache is cleared ([B-28]).
+        does a tracked high watermark; the leader epoch cache is cleared (Kafka
+        UnifiedLog.truncateFullyAndStartAt; docs/kafka-behaviours.md#truncation).
         """
         if new_offset < 0:
             raise ValueError(
@@ -906,15 +920,18 @@ class PartitionLog:
     def delete_old_segments(
         self, now_ms: int | None = None, max_segments: int | None = None
     ) -> RetentionPlan:
-        """Delete the oldest segments retention lets go ([B-59]..[B-64]; see ``retention.py``).
+        """Delete the oldest segments retention lets go (Kafka UnifiedLog.deleteOldSegments;
+        docs/kafka-behaviours.md#retention; see ``retention.py``).
 
         By the log start offset always, by ``retention.bytes`` and ``retention.ms`` when
         ``cleanup.policy`` contains ``delete``; at most ``max_segments``; only segments wholly
-        below the high watermark ([B-60]: a single server's is the log end). If every segment goes,
-        the log rolls first so that an empty active segment remains ([B-63]). The log start
-        offset moves to the first kept segment's base offset (never down); the deleted segments
-        leave the segment map and are renamed ``.deleted`` now, and deleted
-        ``file.delete.delay.ms`` later. Returns the plan carried out (empty if nothing went).
+        below the high watermark (Kafka UnifiedLog.deletableSegments;
+        docs/kafka-behaviours.md#retention: a single server's is the log end). If every segment
+        goes, the log rolls first so that an empty active segment remains (Kafka
+        UnifiedLog.deleteSegments; docs/kafka-behaviours.md#retention). The log start offset moves
+        to the first kept segment's base offset (never down); the deleted segments leave the segment
+        map and are renamed ``.deleted`` now, and deleted ``file.delete.delay.ms`` later. Returns
+        the plan carried out (empty if nothing went).
 
         Raises:
             StorageIOError: a rename failed (the segments before it are already deleted).
@@ -937,7 +954,9 @@ class PartitionLog:
                 return plan
             doomed = list(plan.segments)
             if doomed[-1] is self.active_segment:
-                self._writer.roll(None)  # [B-63]: an empty active segment remains to append to
+                # Kafka UnifiedLog.deleteSegments (docs/kafka-behaviours.md#retention): an empty
+                # active segment remains to append to
+                self._writer.roll(None)
             next_segment = self._local.segments.higher_segment(doomed[-1].base_offset)
             assert next_segment is not None, "a segment after the deleted ones always remains"
             self._log_start_offset = max(self._log_start_offset, next_segment.base_offset)
@@ -983,9 +1002,12 @@ class PartitionLog:
     ) -> None:
         """Swap ``new_segment`` (written as ``.cleaned``, flushed) in for ``old_segments``,
         consecutive non-active segments of this log starting at its base offset (Kafka's
-        ``LocalLog.replaceSegments``, [B-74]).
+        ``LocalLog.replaceSegments``, Kafka LocalLog.replaceSegments;
+        docs/kafka-behaviours.md#segment-replacement).
 
-        The steps, each a crash point that recovery resolves ([B-48]/[B-49]):
+        The steps, each a crash point that recovery resolves (Kafka
+        LogLoader.removeTempFilesAndCollectSwapFiles and LogLoader.load;
+        docs/kafka-behaviours.md#log-loading):
 
         1. ``.cleaned`` -> ``.swap`` (all four files of the new segment);
         2. each old segment, in descending base-offset order, -> ``.deleted``;
@@ -1032,7 +1054,8 @@ class PartitionLog:
     # ---------------------------------------------------------------- durability
 
     def flush(self, offset: int | None = None) -> None:
-        """fsync every segment holding offsets in ``[recovery_point, offset)`` ([B-66]).
+        """fsync every segment holding offsets in ``[recovery_point, offset)`` (Kafka
+        UnifiedLog.flush; docs/kafka-behaviours.md#flush).
 
         With no ``offset``: everything up to the log end, including the files of an empty active
         segment (what a clean shutdown does). The producer snapshots rolls wrote at offsets up
@@ -1055,7 +1078,8 @@ class PartitionLog:
         """Flush everything, close every segment and finish deferred deletions. Idempotent.
 
         Each segment's close appends its final time-index entry and trims its indexes and
-        ``.log`` ([B-68]); closing goes on past a failing segment and raises the first error.
+        ``.log`` (Kafka LogSegment.close; docs/kafka-behaviours.md#flush); closing goes on past a
+        failing segment and raises the first error.
         """
         with self._lock:
             if self._local.is_closed:

@@ -311,7 +311,8 @@ class ProducerStateManager:
 
     def last_stable_offset_for(self, completed: CompletedTxn) -> int:
         """The LSO recorded with an aborted transaction: the first offset of the earliest other
-        open transaction, or the marker's offset + 1 ([B-69])."""
+        open transaction, or the marker's offset + 1 (Kafka ProducerStateManager.lastStableOffset;
+        docs/kafka-behaviours.md#aborted-transactions)."""
         return self._txns.last_stable_offset_for(completed)
 
     # ------------------------------------------------------------------- appends

@@ -3,8 +3,9 @@
 A crash can leave a partition directory in several intermediate states: a torn batch (or
 preallocated zeros) at the end of the active ``.log``; untrimmed or stale indexes; files renamed
 ``.deleted`` but not yet removed; the ``.cleaned``/``.swap`` files of an interrupted segment
-replacement ([B-74]); index files whose ``.log`` is gone. Loading is a sequence of numbered
-passes, each making the directory simpler for the next ([B-48]..[B-53])::
+replacement (Kafka LocalLog.replaceSegments; docs/kafka-behaviours.md#segment-replacement); index
+files whose ``.log`` is gone. Loading is a sequence of numbered passes, each making the directory
+simpler for the next (Kafka LogLoader.load; docs/kafka-behaviours.md#log-loading)::
 
     pass 1  remove *.deleted and *.cleaned; drop .swap files an incomplete split left behind
     pass 2  a .swap segment replaces the segments whose offsets it covers: delete those
@@ -17,25 +18,27 @@ passes, each making the directory simpler for the next ([B-48]..[B-53])::
     pass 6  offsets: log end offset from the last segment, log start offset from the
             checkpoint, recovery point; a log with no segment gets one; the active segment's
             indexes are grown back to segment.index.bytes
-    pass 7  producer state ([B-53], [B-72]): snapshots above the log end or below the log
-            start are deleted; the latest readable snapshot at or below the first segment
-            passes 4/5 recovered (clean shutdown: the log end) is loaded, corrupt ones deleted
-            with a warning, and without one the scan starts at the log start (as Kafka's
-            rebuildProducerState; only a clean shutdown with no snapshot file at all scans
-            nothing); the batches after it are scanned (headers, plus the marker of each
+    pass 7  producer state (Kafka LogLoader.load, docs/kafka-behaviours.md#log-loading;
+            UnifiedLog.lastStableOffset, docs/kafka-behaviours.md#aborted-transactions): snapshots
+            above the log end or below the log start are deleted; the latest readable snapshot at or
+            below the first segment passes 4/5 recovered (clean shutdown: the log end) is loaded,
+            corrupt ones deleted with a warning, and without one the scan starts at the log start
+            (as Kafka's rebuildProducerState; only a clean shutdown with no snapshot file at all
+            scans nothing); the batches after it are scanned (headers, plus the marker of each
             control batch) and the .txnindex entries of the ABORT markers in recovered segments
-            rebuilt; a scan that began at the log start with nothing known takes the producers
-            it did not meet from the latest later snapshot; after a scan a snapshot at the log
-            end is written; then (stratalog, not Kafka) the batch headers of the last two
-            segments give each producer back the batches before its last one (a snapshot
-            keeps the last only), so that a resend of any of its last 5 is a duplicate
+            rebuilt; a scan that began at the log start with nothing known takes the producers it
+            did not meet from the latest later snapshot; after a scan a snapshot at the log end is
+            written; then (stratalog, not Kafka) the batch headers of the last two segments give
+            each producer back the batches before its last one (a snapshot keeps the last only), so
+            that a resend of any of its last 5 is a duplicate
 
 Only the segments pass 5 recovers (and those with a missing index) have their index files
 read; a clean start with 10,000 segments opens 10,000 ``.log`` descriptors and nothing else.
 
 Deliberate difference from Kafka: a missing ``.timeindex`` is rebuilt from the ``.log`` instead
-of being created empty ([B-54]): an empty time index makes the segment's largest timestamp fall
-back to the file's mtime, which misdirects timestamp lookups and time retention.
+of being created empty (Kafka LogSegment.sanityCheck; docs/kafka-behaviours.md#log-loading): an
+empty time index makes the segment's largest timestamp fall back to the file's mtime, which
+misdirects timestamp lookups and time retention.
 """
 
 from __future__ import annotations
@@ -134,9 +137,10 @@ class LogLoader:
     counts for :class:`LoadedLog`.
 
     ``had_clean_shutdown``: True skips pass 5 (the directory's clean-shutdown marker said so);
-    False recovers from the recovery point (from offset 0 without a checkpoint entry, [B-58]);
-    None, for a log opened on its own without a log directory's marker, recovers the active
-    segment only: a process crash can only tear the end of the log.
+    False recovers from the recovery point (from offset 0 without a checkpoint entry, Kafka
+    LogManager.loadLogs; docs/kafka-behaviours.md#clean-shutdown); None, for a log opened on its own
+    without a log directory's marker, recovers the active segment only: a process crash can only
+    tear the end of the log.
 
     Crash behaviour: every pass is idempotent, so a crash during loading is handled by loading
     again. Within pass 5 a segment is cut before the later ones are deleted, as in Kafka; a
@@ -197,7 +201,9 @@ class LogLoader:
     # ---------------------------------------------------------------- pass 1
 
     def _remove_temp_files_and_collect_swap_files(self) -> list[Path]:
-        """[B-48]: delete ``.deleted`` and ``.cleaned`` files and the swaps of a broken split."""
+        """Kafka LogLoader.removeTempFilesAndCollectSwapFiles
+        (docs/kafka-behaviours.md#log-loading): delete ``.deleted`` and ``.cleaned`` files and the
+        swaps of a broken split."""
         swap_files: list[Path] = []
         cleaned_files: list[Path] = []
         for name in self._list_names():
@@ -230,7 +236,8 @@ class LogLoader:
     # ---------------------------------------------------------------- passes 2 and 3
 
     def _delete_segments_replaced_by_swap_files(self, swap_files: list[Path]) -> None:
-        """[B-49]: the segments a ``.log.swap`` covers are deleted (the swap completes)."""
+        """Kafka LogLoader.load (docs/kafka-behaviours.md#log-loading): the segments a ``.log.swap``
+        covers are deleted (the swap completes)."""
         swap_logs = [p for p in swap_files if p.name.endswith(LOG_FILE_SUFFIX + SWAP_FILE_SUFFIX)]
         if not swap_logs:
             return
@@ -285,7 +292,8 @@ class LogLoader:
     # ---------------------------------------------------------------- pass 4
 
     def _load_segment_files(self) -> list[Segment]:
-        """[B-50]: orphan indexes deleted; segments opened; missing indexes rebuilt.
+        """Kafka LogLoader.loadSegmentFiles (docs/kafka-behaviours.md#log-loading): orphan indexes
+        deleted; segments opened; missing indexes rebuilt.
 
         Works from one directory listing (names, not per-file stats): with 10,000 segments
         every avoided system call or ``Path`` object is worth ~0.1 s of startup.
@@ -340,7 +348,8 @@ class LogLoader:
     # ---------------------------------------------------------------- pass 5
 
     def _recover_log(self, segments: list[Segment]) -> list[Segment]:
-        """[B-51]: recover from the segment holding the recovery point to the end.
+        """Kafka LogLoader.recoverLog (docs/kafka-behaviours.md#log-loading): recover from the
+        segment holding the recovery point to the end.
 
         After an unclean shutdown (``had_clean_shutdown`` False) from the checkpointed
         recovery point (0 without one); with no marker to go by (None), the active segment.
@@ -396,7 +405,9 @@ class LogLoader:
     # ---------------------------------------------------------------- pass 7
 
     def _load_producer_state(self, loaded: LoadedLog) -> LoadedLog:
-        """[B-53]/[B-72]: the producer state as of the log end (see the module docstring).
+        """Kafka LogLoader.load (docs/kafka-behaviours.md#log-loading) and
+        UnifiedLog.lastStableOffset (docs/kafka-behaviours.md#aborted-transactions): the producer
+        state as of the log end (see the module docstring).
 
         Where the scan starts (Kafka's ``UnifiedLog.rebuildProducerState``): after the latest
         readable snapshot at or below the first recovered segment (the log end after a clean
@@ -451,7 +462,8 @@ class LogLoader:
     # ---------------------------------------------------------------- pass 6
 
     def _finish(self, segments: list[Segment]) -> LoadedLog:
-        """[B-52]/[B-53]: offsets, a first segment if none, the active indexes grown."""
+        """Kafka LogLoader.load (docs/kafka-behaviours.md#log-loading): offsets, a first segment if
+        none, the active indexes grown."""
         checkpoint_start = self._log_start_offset_checkpoint
         if segments:
             log_end_offset = segments[-1].read_next_offset()

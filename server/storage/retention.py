@@ -1,8 +1,8 @@
 r"""Retention: which of a log's oldest segments may go, by time, size and log start offset.
 
-Kafka deletes whole segments, oldest first, never a record at a time ([B-59]..[B-63]). Three
-rules each mark a prefix of the log; they run in Kafka's order, each continuing from where the
-previous one stopped::
+Kafka deletes whole segments, oldest first, never a record at a time (Kafka
+UnifiedLog.deleteOldSegments; docs/kafka-behaviours.md#retention). Three rules each mark a prefix of
+the log; they run in Kafka's order, each continuing from where the previous one stopped::
 
     [seg 0][seg 100][seg 200][seg 300 ...][active]
     \______ log start offset breached: the NEXT segment starts at or below log_start_offset
@@ -10,12 +10,13 @@ previous one stopped::
                       \___ retention.ms: now - largest timestamp > retention.ms (mtime if none)
 
 A scan stops at the first segment the rule keeps, so deletion is always a prefix: a segment
-with a future timestamp keeps itself and everything after it ([B-62]). A segment is never
-deleted unless all its offsets are below the high watermark (for a single replica, the log end
-offset), and an empty active segment never is. When every segment goes, including a non-empty
-active one, the log rolls first so that an empty active segment remains ([B-63]).
-``log.start.offset`` rules apply whatever ``cleanup.policy`` says; time and size rules only
-when it contains ``delete``.
+with a future timestamp keeps itself and everything after it (Kafka
+UnifiedLog.deleteRetentionMsBreachedSegments; docs/kafka-behaviours.md#retention). A segment is
+never deleted unless all its offsets are below the high watermark (for a single replica, the log end
+offset), and an empty active segment never is. When every segment goes, including a non-empty active
+one, the log rolls first so that an empty active segment remains (Kafka UnifiedLog.deleteSegments;
+docs/kafka-behaviours.md#retention). ``log.start.offset`` rules apply whatever ``cleanup.policy``
+says; time and size rules only when it contains ``delete``.
 
 This module decides; :class:`~stratalog.server.storage.partition_log.PartitionLog` acts (roll,
 move the log start offset, rename to ``.deleted``, delete after ``file.delete.delay.ms``).
@@ -147,8 +148,9 @@ def _deletable_prefix(
     log_end_offset: int,
     high_watermark: int,
 ) -> list[Segment]:
-    """Kafka's ``deletableSegments`` ([B-60]): the longest prefix the predicate accepts whose
-    every offset is below the high watermark, never ending in an empty last segment."""
+    """Kafka's ``deletableSegments`` (Kafka UnifiedLog.deletableSegments;
+    docs/kafka-behaviours.md#retention): the longest prefix the predicate accepts whose every offset
+    is below the high watermark, never ending in an empty last segment."""
     deletable: list[Segment] = []
     for position, segment in enumerate(segments):
         next_segment = segments[position + 1] if position + 1 < len(segments) else None

@@ -12,11 +12,12 @@ are named after ``B`` (20 digits)::
 
 Finding offset ``o``: the offset index gives the position of the greatest indexed offset
 ``<= o``; the ``.log`` is walked from there to the first batch whose last offset is ``>= o``
-([B-29]). Finding time ``T``: the time index gives an offset before every record with timestamp
-``>= T``; the walk starts at that offset's position and the first batch whose max timestamp is
-``>= T`` is decoded ([B-37]). A fetch returns whole batches with their next offset and record
-count, read with one ``pread`` when the index entries say where the batch wanted must be
-(:meth:`Segment._find`).
+(Kafka LogSegment.translateOffset; docs/kafka-behaviours.md#reads). Finding time ``T``: the time
+index gives an offset before every record with timestamp ``>= T``; the walk starts at that offset's
+position and the first batch whose max timestamp is ``>= T`` is decoded (Kafka
+LogSegment.findOffsetByTimestamp; docs/kafka-behaviours.md#timestamp-lookup). A fetch returns whole
+batches with their next offset and record count, read with one ``pread`` when the index entries say
+where the batch wanted must be (:meth:`Segment._find`).
 
 This is Kafka's ``LogSegment``: file I/O and every walk of batch headers are the ``.log``'s
 (:class:`~stratalog.server.storage.log_file.LogFile`, Kafka's ``FileRecords``); each index is
@@ -110,9 +111,9 @@ class Segment(SegmentFiles):
 
     Holds: the base offset; the :class:`LogFile` (descriptor, path, published size); the three
     indexes, each opened (for a new offset or time index: created, preallocated) on first use
-    ([B-10]); the roll state (``created`` wall-clock time, the first batch's timestamp, this
-    segment's jitter); the running ``(max timestamp, offset of its batch)``; the bytes appended
-    since the last index entry.
+    (Kafka LazyIndex; docs/kafka-behaviours.md#index-files-mechanics); the roll state (``created``
+    wall-clock time, the first batch's timestamp, this segment's jitter); the running ``(max
+    timestamp, offset of its batch)``; the bytes appended since the last index entry.
 
     Invariants: every batch in the file has offsets ``>= base_offset`` and ``< base_offset +
     2^31``; batches are in increasing offset order; ``size_bytes`` is the end of the last whole
@@ -121,7 +122,8 @@ class Segment(SegmentFiles):
 
     Crash behaviour: appends are page-cache writes, durable after :meth:`flush`. A crash can leave
     a torn last batch, an untrimmed preallocated file or stale indexes; :meth:`recover` rebuilds
-    both indexes from the ``.log`` and truncates it at the first invalid byte ([B-46], [B-47]).
+    both indexes from the ``.log`` and truncates it at the first invalid byte (Kafka
+    LogSegment.recover; docs/kafka-behaviours.md#segment-recovery).
 
     Open files: the files, the count of their users and the closing of an inactive segment's
     files by the cache are :class:`~stratalog.server.storage.segment_files.SegmentFiles`'s (the
@@ -157,7 +159,8 @@ class Segment(SegmentFiles):
         self._roll_jitter_ms = roll_jitter_ms
         self._time_ms = time_ms if time_ms is not None else wall_clock_ms
         self._created_ms = self._time_ms()
-        # None until known: loaded lazily from the first batch ([B-12]).
+        # None until known: loaded lazily from the first batch (Kafka LogSegment.timeWaitedForRoll;
+        # docs/kafka-behaviours.md#roll).
         self._rolling_based_timestamp: int | None = None
         # None = unknown: read from the time index on first use (Kafka's UNKNOWN).
         self._max_timestamp_and_offset: TimestampOffset | None = None
@@ -265,7 +268,8 @@ class Segment(SegmentFiles):
 
     @property
     def largest_timestamp(self) -> int:
-        """The largest record timestamp, or the ``.log`` mtime when no batch had one ([B-36])."""
+        """The largest record timestamp, or the ``.log`` mtime when no batch had one (Kafka
+        LogSegment.largestTimestamp; docs/kafka-behaviours.md#timestamp-lookup)."""
         max_timestamp = self.max_timestamp_so_far
         return max_timestamp if max_timestamp >= 0 else self.last_modified_ms
 
@@ -284,7 +288,8 @@ class Segment(SegmentFiles):
         shallow_offset_of_max_timestamp: int,
         records: bytes | bytearray | memoryview | Sequence[bytes | bytearray | memoryview],
     ) -> None:
-        """Append batches whose offsets are already assigned; index them per [B-5].
+        """Append batches whose offsets are already assigned; index them per Kafka LogSegment.append
+        (docs/kafka-behaviours.md#append).
 
         ``records`` is one buffer, or a sequence of buffers to store back to back (written
         with gathered writes: a validated append's stamped headers and views of the request).
@@ -356,9 +361,9 @@ class Segment(SegmentFiles):
     def _check_index_room(self, largest_offset: int) -> None:
         """Fail before writing anything if the index entries due could not be written.
 
-        The log rolls before an index fills ([B-11]), so this only trips on a caller that did
-        not ask :meth:`should_roll`; without it the bytes would be in the file and the error
-        after them.
+        The log rolls before an index fills (Kafka LogSegment.shouldRoll;
+        docs/kafka-behaviours.md#roll), so this only trips on a caller that did not ask
+        :meth:`should_roll`; without it the bytes would be in the file and the error after them.
         """
         offset_index = self.offset_index
         if offset_index.is_full:
@@ -381,7 +386,8 @@ class Segment(SegmentFiles):
 
     @using_files
     def truncate_to(self, offset: int) -> int:
-        """Remove every batch with offsets ``>= offset``, whole batches only ([B-26]).
+        """Remove every batch with offsets ``>= offset``, whole batches only (Kafka
+        LogSegment.truncateTo; docs/kafka-behaviours.md#truncation).
 
         A batch holding ``offset`` goes entirely (truncation is batch-granular). Both indexes
         are cut to ``offset`` and grown back to ``segment.index.bytes`` (this segment becomes
@@ -424,10 +430,10 @@ class Segment(SegmentFiles):
         return best
 
     def on_become_inactive(self) -> None:
-        """The segment stops being active ([B-13]): final time entry, trim indexes and ``.log``;
-        then the cache may close its files (the count :meth:`activate` took is released, even
-        when trimming failed: the untrimmed index then stays open, as the cache closes an index
-        by trimming it first).
+        """The segment stops being active (Kafka LocalLog.roll; docs/kafka-behaviours.md#roll):
+        final time entry, trim indexes and ``.log``; then the cache may close its files (the count
+        :meth:`activate` took is released, even when trimming failed: the untrimmed index then stays
+        open, as the cache closes an index by trimming it first).
 
         Raises:
             StorageIOError: an index or the ``.log`` could not be trimmed.
@@ -466,11 +472,13 @@ class Segment(SegmentFiles):
         messages_size_bytes: int,
         now_ms: int,
     ) -> bool:
-        """Whether an append of ``messages_size_bytes`` must go to a new segment ([B-11]).
+        """Whether an append of ``messages_size_bytes`` must go to a new segment (Kafka
+        LogSegment.shouldRoll; docs/kafka-behaviours.md#roll).
 
         True iff the append would push the file past ``max_segment_bytes``; or the segment is
-        not empty and has waited longer than ``max_segment_ms`` minus its jitter ([B-12]); or
-        either index is full; or ``max_offset_in_messages`` is too far from the base offset.
+        not empty and has waited longer than ``max_segment_ms`` minus its jitter (Kafka
+        LogSegment.timeWaitedForRoll; docs/kafka-behaviours.md#roll); or either index is full; or
+        ``max_offset_in_messages`` is too far from the base offset.
         """
         if not self._active:  # the active segment's files stay open (every append asks)
             with self.pinned():
@@ -506,7 +514,8 @@ class Segment(SegmentFiles):
         )
 
     def time_waited_for_roll(self, now_ms: int, message_timestamp: int) -> int:
-        """How long the segment has waited to be rolled ([B-12]).
+        """How long the segment has waited to be rolled (Kafka LogSegment.timeWaitedForRoll;
+        docs/kafka-behaviours.md#roll).
 
         Message time when the first batch had a timestamp (incoming max timestamp minus the
         first batch's), else wall-clock time since this object was created (or emptied).
@@ -536,7 +545,8 @@ class Segment(SegmentFiles):
     def translate_offset(
         self, offset: int, starting_position: int = 0, end_position: int | None = None
     ) -> LogOffsetPosition | None:
-        """The first batch whose last offset is ``>= offset``, or None ([B-29]).
+        """The first batch whose last offset is ``>= offset``, or None (Kafka
+        LogSegment.translateOffset; docs/kafka-behaviours.md#reads).
 
         Walks from the offset index's floor entry (or ``starting_position`` if larger) up to
         ``end_position`` (default: the published size). Thread-safe.
@@ -572,8 +582,8 @@ class Segment(SegmentFiles):
         min_one_message: bool = False,
         max_records: int = 0,
     ) -> FetchedBatches | None:
-        """The whole batches from the one holding ``start_offset`` ([B-30]), with what a fetch
-        response says of them.
+        """The whole batches from the one holding ``start_offset`` (Kafka LogSegment.read;
+        docs/kafka-behaviours.md#reads), with what a fetch response says of them.
 
         At most ``max_bytes`` bytes of whole batches (``min_one_message``: the first one whatever
         its size), never past ``max_position`` (default: the published size). ``max_records`` >
@@ -713,7 +723,8 @@ class Segment(SegmentFiles):
 
     @using_files
     def read_next_offset(self) -> int:
-        """The offset after the last batch, or the base offset if empty ([B-55])."""
+        """The offset after the last batch, or the base offset if empty (Kafka
+        LogSegment.readNextOffset; docs/kafka-behaviours.md#log-loading)."""
         found = self.translate_offset(self.offset_index.last_offset)
         if found is None:
             return self._base_offset
@@ -725,10 +736,11 @@ class Segment(SegmentFiles):
     ) -> TimestampOffset | None:
         """The first record with timestamp ``>= timestamp`` and offset ``>= starting_offset``.
 
-        [B-37]: the time index gives the offset to start from, the offset index its position;
-        the walk stops at the first batch whose max timestamp is ``>= timestamp``, which is
-        decoded (later batches follow if none of its records qualify). Returns the record's own
-        (timestamp, offset), or None when no record of this segment qualifies. Thread-safe.
+        Kafka LogSegment.findOffsetByTimestamp (docs/kafka-behaviours.md#timestamp-lookup): the time
+        index gives the offset to start from, the offset index its position; the walk stops at the
+        first batch whose max timestamp is ``>= timestamp``, which is decoded (later batches follow
+        if none of its records qualify). Returns the record's own (timestamp, offset), or None when
+        no record of this segment qualifies. Thread-safe.
         """
         users = self._users
         self._pin()  # inline rather than pinned(): a context manager costs ~1 µs a lookup
@@ -819,7 +831,8 @@ class Segment(SegmentFiles):
 
     @using_files
     def find_max_timestamp_record(self) -> TimestampOffset | None:
-        """The first record holding this segment's max timestamp (ListOffsets -3, [B-36] table).
+        """The first record holding this segment's max timestamp (ListOffsets -3, Kafka
+        UnifiedLog.fetchOffsetByTimestamp; docs/kafka-behaviours.md#max-timestamp).
 
         Walks from the offset index entry of the max's batch to the first batch whose max
         timestamp equals it and returns its first record with that timestamp. None if the
@@ -869,7 +882,8 @@ class Segment(SegmentFiles):
 
     @using_files
     def sanity_check(self, time_index_file_newly_created: bool) -> None:
-        """Kafka's load-time check ([B-45]): the offset index file must exist.
+        """Kafka's load-time check (Kafka LogSegment.sanityCheck;
+        docs/kafka-behaviours.md#sanity-checks): the offset index file must exist.
 
         A ``.timeindex`` that did not exist before this open is created empty (not rebuilt). The
         offset and time indexes themselves are not checked (that is recovery's job).
@@ -889,15 +903,16 @@ class Segment(SegmentFiles):
     def recover(self, max_message_bytes: int | None = None) -> int:
         """Rebuild both indexes from the ``.log`` and cut it at the first invalid byte.
 
-        [B-46]/[B-47]: batches are walked from position 0 in recovery mode (see
-        :mod:`~stratalog.server.storage.log_file`): each must be whole, at least 61 bytes with a
-        matching CRC, and have offsets within 2^31 - 1 of the base offset. Index entries are
-        rebuilt per batch (every batch more than ``index.interval.bytes`` after the previous
-        entry). Everything from the first invalid batch to the end of the file is truncated.
-        ``max_message_bytes``, when given, also treats a larger batch as invalid (Kafka before
-        2.1 did; trunk has no such limit, which is the default here). The transaction index is
-        cut to the recovered end; its entries are rebuilt from the ABORT markers by the
-        loader's producer-state pass (``recovery.py`` pass 7), which has the producer state.
+        Kafka LogSegment.recover (docs/kafka-behaviours.md#segment-recovery): batches are walked
+        from position 0 in recovery mode (see :mod:`~stratalog.server.storage.log_file`): each must
+        be whole, at least 61 bytes with a matching CRC, and have offsets within 2^31 - 1 of the
+        base offset. Index entries are rebuilt per batch (every batch more than
+        ``index.interval.bytes`` after the previous entry). Everything from the first invalid batch
+        to the end of the file is truncated. ``max_message_bytes``, when given, also treats a larger
+        batch as invalid (Kafka before 2.1 did; trunk has no such limit, which is the default here).
+        The transaction index is cut to the recovered end; its entries are rebuilt from the ABORT
+        markers by the loader's producer-state pass (``recovery.py`` pass 7), which has the producer
+        state.
 
         Returns the number of bytes truncated.
 
@@ -962,8 +977,9 @@ class Segment(SegmentFiles):
 
     @using_files
     def flush(self) -> None:
-        """fsync the ``.log``, both mapped indexes and the txn index ([B-67]); closed files
-        are reopened for it (an fsync writes what any descriptor of the file left dirty)."""
+        """fsync the ``.log``, both mapped indexes and the txn index (Kafka LogSegment.flush;
+        docs/kafka-behaviours.md#flush); closed files are reopened for it (an fsync writes what any
+        descriptor of the file left dirty)."""
         self._log.flush()
         self.offset_index.flush()
         self.time_index.flush()
@@ -972,7 +988,8 @@ class Segment(SegmentFiles):
             txn_index.flush()
 
     def close(self, *, flush: bool = True) -> None:
-        """Final time entry, trim and close the indexes, fsync and trim the ``.log`` ([B-68]).
+        """Final time entry, trim and close the indexes, fsync and trim the ``.log`` (Kafka
+        LogSegment.close; docs/kafka-behaviours.md#flush).
 
         ``flush=False`` skips the fsync of the ``.log``, for a caller that knows it is durable
         already (the log closes segments below its recovery point so after flushing them: an

@@ -367,7 +367,8 @@ class SegmentFiles:
         """Rename the segment's files from ``<name><old_suffix>`` to ``<name><new_suffix>``.
 
         Used to mark a segment ``.deleted`` before its asynchronous deletion. Index files that
-        were never created are not an error ([B-18]). Open descriptors stay valid.
+        were never created are not an error (Kafka LazyIndex.renameTo;
+        docs/kafka-behaviours.md#index-files-mechanics). Open descriptors stay valid.
 
         Raises:
             ValueError: a file name does not end with ``old_suffix``.

@@ -29,8 +29,8 @@ class Segments:
     """Sorted map of base offset -> :class:`~stratalog.server.storage.segment.Segment`.
 
     Invariants: keys are the segments' base offsets; ``add`` replaces a segment with an equal base
-    offset ([B-73]). The container does not open, close or delete segment files: that is the
-    local log's job (``local_log.py``).
+    offset (Kafka LogSegments; docs/kafka-behaviours.md#segment-map). The container does not open,
+    close or delete segment files: that is the local log's job (``local_log.py``).
 
     Concurrency: one writer (the owning ``LocalLog``, under its ``PartitionLog``'s lock; the
     recovery loader before the log exists); any number of reader threads. Every

@@ -64,7 +64,7 @@ class TimeIndex(Index):
 
     Holds what :class:`~stratalog.server.storage.index.Index` holds plus ``last_entry``, kept in
     memory (``(-1, base_offset)`` when empty) and re-read from the file after every resize and
-    truncation ([B-17]).
+    truncation (Kafka TimeIndex.lastEntry; docs/kafka-behaviours.md#index-files-mechanics).
 
     Invariants: timestamps strictly increase, offsets never decrease, offsets lie in
     ``[base_offset, base_offset + 2^31 - 1]``. Full at ``entries >= max_entries - 1``, so that
@@ -102,7 +102,8 @@ class TimeIndex(Index):
         return self._last_entry
 
     def maybe_append(self, timestamp: int, offset: int, skip_full_check: bool = False) -> None:
-        """Append (``timestamp``, ``offset``) if ``timestamp`` is above the last entry's ([B-7]).
+        """Append (``timestamp``, ``offset``) if ``timestamp`` is above the last entry's (Kafka
+        TimeIndex.maybeAppend; docs/kafka-behaviours.md#index-appends).
 
         An equal timestamp is ignored silently: that is the same entry once more (the roll or
         close entry repeats the last one when no larger timestamp came since). As the empty index
@@ -158,7 +159,8 @@ class TimeIndex(Index):
         self._last_entry = TimestampOffset(timestamp, offset)
 
     def lookup(self, target_timestamp: int) -> TimestampOffset:
-        """The entry with the largest timestamp ``<= target_timestamp`` ([B-20]).
+        """The entry with the largest timestamp ``<= target_timestamp`` (Kafka TimeIndex.lookup;
+        docs/kafka-behaviours.md#index-lookups).
 
         Returns ``(-1, base_offset)`` when there is none: the scan then starts at the beginning
         of the segment. Runtime O(log entries).
@@ -179,7 +181,8 @@ class TimeIndex(Index):
         return self._read_all(self._parse)
 
     def truncate_to(self, offset: int) -> None:
-        """Remove every entry whose offset is ``>= offset`` ([B-24], on the offset column).
+        """Remove every entry whose offset is ``>= offset`` (Kafka OffsetIndex.truncateTo;
+        docs/kafka-behaviours.md#truncation, on the offset column).
 
         Truncating to an offset above the last entry changes nothing. Kafka searches for the
         floor entry and keeps it unless its offset equals ``offset``; this takes the first entry
@@ -199,8 +202,8 @@ class TimeIndex(Index):
         return changed
 
     def sanity_check(self) -> None:
-        """Kafka's checks ([B-43]): timestamps not going back, last offset not below the base,
-        whole entries only.
+        """Kafka's checks (Kafka TimeIndex.sanityCheck; docs/kafka-behaviours.md#sanity-checks):
+        timestamps not going back, last offset not below the base, whole entries only.
 
         Raises:
             CorruptIndexError: the index has entries and its last timestamp is below its first

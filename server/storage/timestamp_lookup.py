@@ -147,7 +147,8 @@ def offset_for_timestamp(
     timestamp: int,
     isolation_level: IsolationLevel,
 ) -> TimestampOffset | None:
-    """ListOffsets: the offset for a timestamp or a special target ([B-36]..[B-40]).
+    """ListOffsets: the offset for a timestamp or a special target (Kafka
+    UnifiedLog.fetchOffsetByTimestamp; docs/kafka-behaviours.md#timestamp-lookup).
 
     * ``-2`` (earliest) and ``-4`` (earliest local): ``(-1, log_start_offset)``;
     * ``-1`` (latest): ``(-1, log_end_offset)``, or the high watermark of a log that

@@ -226,7 +226,8 @@ class TransactionIndex:
         self._last_offset = aborted_txn.last_offset
 
     def truncate_to(self, offset: int) -> None:
-        """Remove every entry from the first one whose ``last_offset >= offset`` on ([B-25])."""
+        """Remove every entry from the first one whose ``last_offset >= offset`` on (Kafka
+        TransactionIndex.truncateTo; docs/kafka-behaviours.md#truncation)."""
         new_last: int | None = None
         for position, txn in self._iter_with_positions():
             if txn.last_offset >= offset:
@@ -256,9 +257,11 @@ class TransactionIndex:
         """The aborted transactions that overlap the offsets ``[fetch_offset, upper_bound_offset)``.
 
         Those are the entries with ``last_offset >= fetch_offset`` and ``first_offset <
-        upper_bound_offset`` ([B-70]). The search stops, complete, at the first entry whose
-        ``last_stable_offset >= upper_bound_offset`` (that entry itself is still collected if it
-        overlaps); otherwise it is incomplete and the next segment's index must be searched.
+        upper_bound_offset`` (Kafka TransactionIndex.collectAbortedTxns;
+        docs/kafka-behaviours.md#aborted-transactions). The search stops, complete, at the first
+        entry whose ``last_stable_offset >= upper_bound_offset`` (that entry itself is still
+        collected if it overlaps); otherwise it is incomplete and the next segment's index must be
+        searched.
 
         Raises:
             CorruptIndexError: an entry has a version above 0.
@@ -272,7 +275,9 @@ class TransactionIndex:
         return TxnIndexSearchResult(found, False)
 
     def sanity_check(self) -> None:
-        """Kafka's check ([B-44]): no entry's ``last_offset`` is below the base offset.
+        """Kafka's check (Kafka TransactionIndex.sanityCheck;
+        docs/kafka-behaviours.md#sanity-checks): no entry's ``last_offset`` is below the base
+        offset.
 
         Raises:
             CorruptIndexError: such an entry, or an entry with a version above 0.

@@ -2,7 +2,8 @@
 
 A producer sends whole RecordBatch v2 batches with base offset 0. Before they reach a segment the
 log checks them the way a Kafka leader does (``UnifiedLog.analyzeAndValidateRecords`` and
-``LogValidator``, [B-1]..[B-3]) and then stamps them in copies of their headers:
+``LogValidator``, Kafka LogValidator and UnifiedLog.analyzeAndValidateRecords;
+docs/kafka-behaviours.md#validation) and then stamps them in copies of their headers:
 
     per batch, in this order                                  error
     whole, size field >= 14, magic 2, >= 61 bytes             CorruptRecord / InvalidRecord
@@ -105,8 +106,9 @@ class ValidatedAppend:
     of it (the input is a request's immutable bytes).
 
     ``max_timestamp`` and ``shallow_offset_of_max_timestamp`` are what ``Segment.append``
-    indexes ([B-6]): the largest timestamp and the last offset of the earliest batch holding
-    it (CreateTime), or the append time and the last offset of the append (LogAppendTime).
+    indexes (Kafka UnifiedLog.analyzeAndValidateRecords; docs/kafka-behaviours.md#append): the
+    largest timestamp and the last offset of the earliest batch holding it (CreateTime), or the
+    append time and the last offset of the append (LogAppendTime).
     """
 
     pieces: tuple[bytes | bytearray | memoryview, ...]
@@ -436,7 +438,8 @@ def _validate_timestamps(
     config: LogConfig,
     now_ms: int,
 ) -> None:
-    """Kafka's ``LogValidator.validateTimestamp`` for every record of one batch ([B-3])."""
+    """Kafka's ``LogValidator.validateTimestamp`` for every record of one batch (Kafka
+    LogValidator.validateTimestamp; docs/kafka-behaviours.md#validation)."""
     claims_log_append_time = header.timestamp_type is TimestampType.LOG_APPEND_TIME
     if config.message_timestamp_type is TimestampType.LOG_APPEND_TIME:
         if claims_log_append_time:

@@ -1,4 +1,6 @@
-"""Crash points of a cleaning's segment replacement ([B-74], [B-48]/[B-49]).
+"""Crash points of a cleaning's segment replacement (Kafka LocalLog.replaceSegments,
+docs/kafka-behaviours.md#segment-replacement; LogLoader.removeTempFilesAndCollectSwapFiles and
+LogLoader.load, docs/kafka-behaviours.md#log-loading).
 
 A cleaning writes ``.cleaned`` files, renames them ``.swap``, renames the old segments
 ``.deleted`` and the ``.swap`` files into place (PartitionLog.replace_segments). Whatever the

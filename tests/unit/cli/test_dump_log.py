@@ -19,7 +19,7 @@ from stratalog.records.control import ControlRecordType, EndTransactionMarker
 from stratalog.records.crc import crc32c
 from stratalog.server.storage import PartitionLog
 
-# kafka-storage-reference.md §1.4: two records, ts 1700000000000 and ...005, CRC 0xd1f723ec.
+# docs/kafka-behaviours.md#records: two records, ts 1700000000000 and ...005, CRC 0xd1f723ec.
 TWO_RECORDS = bytes.fromhex(
     "00000000000000000000004a0000000002d1f723ec0000000000010000018bcfe568000000018bcfe56805"
     "ffffffffffffffffffffffffffff0000000216000000010a68656c6c6f0018000a02026b0a746865726500"
@@ -33,7 +33,7 @@ def dump(capsys, *args: str) -> tuple[int, str, str]:
 
 
 def test_reference_example_is_printed_exactly_as_kafka_does(tmp_path, capsys):
-    # kafka-storage-reference.md §3.17 gives Kafka's own output for this batch.
+    # docs/kafka-behaviours.md#dump-log gives Kafka's own output for this batch.
     log = tmp_path / "00000000000000000000.log"
     log.write_bytes(TWO_RECORDS)
     code, out, err = dump(capsys, "--print-data-log", str(log))
@@ -155,7 +155,8 @@ def test_empty_index_and_sanity_check(tmp_path, capsys):
 
 
 def test_sanity_check_rejects_a_last_offset_below_the_base_offset(tmp_path, capsys):
-    # [B-42]: lastOffset < baseOffset is corrupt; lastOffset == baseOffset is legal.
+    # Kafka OffsetIndex.sanityCheck (docs/kafka-behaviours.md#sanity-checks): lastOffset <
+    # baseOffset is corrupt; lastOffset == baseOffset is legal.
     index = tmp_path / "00000000000000000100.index"
     index.write_bytes(struct.pack(">iiii", 3, 0, -2, 69))
     code, out, _ = dump(capsys, "--index-sanity-check", str(index))
@@ -230,8 +231,9 @@ def test_negative_limits_are_usage_errors(flag, tmp_path, capsys):
 
 
 def test_transaction_index_entries_are_printed_as_stored(tmp_path, capsys):
-    # Spec §1.6's example, then an entry whose version Kafka's reader would refuse (a dump shows
-    # it), then 20 bytes short of an entry (ignored, as by every reader).
+    # Kafka's example in docs/kafka-behaviours.md#transaction-index, then an entry whose version
+    # Kafka's reader would refuse (a dump shows it), then 20 bytes short of an entry (ignored, as by
+    # every reader).
     txn_index = tmp_path / "00000000000000000000.txnindex"
     txn_index.write_bytes(
         bytes.fromhex("000000000000000f01c50000000000000089000000000000012b00000000000000c8")
@@ -246,12 +248,12 @@ def test_transaction_index_entries_are_printed_as_stored(tmp_path, capsys):
     ]
 
 
-SNAPSHOT_ENTRY = struct.Struct(">qhiqiqiq")  # spec §1.7, 46 bytes
+SNAPSHOT_ENTRY = struct.Struct(">qhiqiqiq")  # docs/kafka-behaviours.md#producer-snapshots, 46 bytes
 
 
 def snapshot_bytes(*entries: tuple, version: int = 1, crc: int | None = None) -> bytes:
-    """A ``.snapshot`` laid out from spec §1.7 (int16 version, uint32 CRC-32C of bytes [6,
-    end), int32 count, entries)."""
+    """A ``.snapshot`` laid out from docs/kafka-behaviours.md#producer-snapshots (int16 version,
+    uint32 CRC-32C of bytes [6, end), int32 count, entries)."""
     body = struct.pack(">i", len(entries)) + b"".join(SNAPSHOT_ENTRY.pack(*e) for e in entries)
     return struct.pack(">hI", version, crc32c(body) if crc is None else crc) + body
 

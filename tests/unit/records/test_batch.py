@@ -22,7 +22,7 @@ from stratalog.records.batch import (
 from stratalog.records.crc import crc32c
 from stratalog.records.errors import CorruptRecordError, InvalidRecordError
 
-# kafka-storage-reference.md §1.4: key="hello", value="world", ts 1789469913300, CRC 0xeae98244.
+# docs/kafka-behaviours.md#records: key="hello", value="world", ts 1789469913300, CRC 0xeae98244.
 HELLO_WORLD = bytes.fromhex(
     "0000000000000000000000420000000002eae98244000000000000000001a0a4b7f0d4000001a0a4b7f0d4"
     "ffffffffffffffffffffffffffff00000001200000000a68656c6c6f0a776f726c6400"

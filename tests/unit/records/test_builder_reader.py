@@ -31,7 +31,7 @@ from stratalog.records.batch import (
 from stratalog.records.record import encode_record
 from stratalog.records.varint import varint_bytes
 
-# kafka-storage-reference.md §1.4 golden vectors (all with partition leader epoch 0).
+# docs/kafka-behaviours.md#records golden vectors (all with partition leader epoch 0).
 TEST_VALUE = bytes.fromhex(
     "00000000000000000000003c0000000002ce68b28d0000000000000000018bcfe568000000018bcfe568"
     "00ffffffffffffffffffffffffffff000000011400000001087465737400"

@@ -17,7 +17,8 @@ from stratalog.records import (
 from stratalog.records.control import encode_control_key
 from stratalog.records.record import encode_record
 
-# kafka-storage-reference.md §1.3: COMMIT with coordinator epoch 100, offset/timestamp delta 0.
+# docs/kafka-behaviours.md#record-batch: COMMIT with coordinator epoch 100, offset/timestamp
+# delta 0.
 GOLDEN_COMMIT_RECORD = bytes.fromhex("2000000008000000010c00000000006400")
 
 

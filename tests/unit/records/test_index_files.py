@@ -19,7 +19,7 @@ int64s = st.integers(-(2**63), LONG_MAX)
 
 
 def test_offset_index_entry_is_the_reference_example() -> None:
-    # Spec §1.5: base offset 100, entry (offset 105, position 4096).
+    # docs/kafka-behaviours.md#index-files: base offset 100, entry (offset 105, position 4096).
     data = offset_index_file.OFFSET_INDEX_ENTRY.pack(105 - 100, 4096)
     assert data == bytes.fromhex("0000000500001000")
     assert offset_index_file.OFFSET_INDEX_ENTRY.size == 8
@@ -29,7 +29,8 @@ def test_offset_index_entry_is_the_reference_example() -> None:
 
 
 def test_time_index_entry_is_the_reference_example() -> None:
-    # Spec §1.5: base offset 100, entry (timestamp 1700000000000, offset 105).
+    # docs/kafka-behaviours.md#index-files: base offset 100, entry (timestamp 1700000000000, offset
+    # 105).
     data = time_index_file.TIME_INDEX_ENTRY.pack(1700000000000, 105 - 100)
     assert data == bytes.fromhex("0000018bcfe5680000000005")
     assert time_index_file.TIME_INDEX_ENTRY.size == 12
@@ -66,7 +67,8 @@ def test_time_index_entries_round_trip_and_a_partial_tail_is_ignored(
 
 
 def test_txn_index_entry_is_the_reference_example() -> None:
-    # Spec §1.6: AbortedTxn(pid=983493, first=137, last=299, lso=200).
+    # docs/kafka-behaviours.md#transaction-index: AbortedTxn(pid=983493, first=137, last=299,
+    # lso=200).
     data = txn_index_file.pack_txn_index_entry(983493, 137, 299, 200)
     assert data == bytes.fromhex(
         "000000000000000f01c50000000000000089000000000000012b00000000000000c8"

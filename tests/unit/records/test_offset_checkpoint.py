@@ -21,7 +21,7 @@ valid_topics = st.text(
 ).filter(lambda name: name not in (".", ".."))
 
 
-# The example of the reference, §1.8, byte for byte as Kafka writes it.
+# Kafka's example (docs/kafka-behaviours.md#checkpoint-files), byte for byte as Kafka writes it.
 KAFKA_EXAMPLE = b"0\n2\norders 0 1234\norders 1 0\n"
 
 

@@ -30,7 +30,8 @@ snapshot_entries = st.lists(
 
 
 def test_producer_snapshot_layout_is_the_reference() -> None:
-    # Spec §1.7: int16 version, uint32 crc, int32 count, then 46-byte entries.
+    # docs/kafka-behaviours.md#producer-snapshots: int16 version, uint32 crc, int32 count, then
+    # 46-byte entries.
     assert producer_snapshot.PRODUCER_SNAPSHOT_HEADER.size == 10
     assert producer_snapshot.PRODUCER_SNAPSHOT_ENTRY.size == 46
     assert producer_snapshot.PRODUCER_SNAPSHOT_CRC_START == 6

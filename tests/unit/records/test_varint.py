@@ -23,7 +23,7 @@ from stratalog.v1 import broker_pb2
 INT32 = st.integers(-(2**31), 2**31 - 1)
 INT64 = st.integers(-(2**63), 2**63 - 1)
 
-# kafka-storage-reference.md §1.4.
+# docs/kafka-behaviours.md#records.
 REFERENCE_EXAMPLES = [
     (0, "00"),
     (-1, "01"),

@@ -1,4 +1,5 @@
-"""LogConfig: Kafka's topic config names, defaults (reference §2), ranges and derived values."""
+"""LogConfig: Kafka's topic config names, defaults (docs/kafka-behaviours.md#configuration), ranges
+and derived values."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from stratalog.server.storage.errors import InvalidConfigError
 
 LONG_MAX = 2**63 - 1
 
-# Reference §2 table (trunk snapshot), as Kafka's to-string forms.
+# Kafka's table (docs/kafka-behaviours.md#configuration) (trunk snapshot), as Kafka's to-string
+# forms.
 KAFKA_DEFAULTS = {
     "segment.bytes": "1073741824",
     "segment.ms": "604800000",

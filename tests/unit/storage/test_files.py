@@ -1,4 +1,5 @@
-"""Segment file paths (stratalog.server.storage.files), against LogFileUtils and spec §1.2.
+"""Segment file paths (stratalog.server.storage.files), against LogFileUtils and
+docs/kafka-behaviours.md#segment-files.
 
 The names themselves are tested in tests/unit/records/test_log_layout.py; here, the paths built
 from them and the engine's error type for a bad name.

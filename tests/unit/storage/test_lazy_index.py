@@ -87,7 +87,8 @@ def test_rename_before_loading_moves_the_file_and_the_next_use_opens_it_there(
 
 
 def test_rename_of_a_file_never_created_is_not_an_error(tmp_path: Path) -> None:
-    # [B-18]: a segment's index files may not exist; renaming the segment still works.
+    # Kafka LazyIndex.renameTo (docs/kafka-behaviours.md#index-files-mechanics): a segment's index
+    # files may not exist; renaming the segment still works.
     lazy = lazy_offset_index(tmp_path)
     target = tmp_path / (NAME + ".deleted")
     lazy.rename_to(target)

@@ -1,7 +1,7 @@
 """The offset index (stratalog.server.storage.offset_index).
 
-Ports the intent of Kafka's OffsetIndexTest, checks the bytes on disk against spec §1.5, and runs
-random operations against a plain sorted-list model.
+Ports the intent of Kafka's OffsetIndexTest, checks the bytes on disk against
+docs/kafka-behaviours.md#index-files, and runs random operations against a plain sorted-list model.
 """
 
 from __future__ import annotations
@@ -267,7 +267,7 @@ def test_max_size_below_one_entry_is_rejected_and_leaves_no_file(
 
 
 def test_entry_bytes_are_kafkas(tmp_path: Path) -> None:
-    # Spec §1.5: base offset 100, entry (105, 4096) -> 0000000500001000.
+    # docs/kafka-behaviours.md#index-files: base offset 100, entry (105, 4096) -> 0000000500001000.
     idx = OffsetIndex(tmp_path / "100.index", 100, 64)
     idx.append(105, 4096)
     idx.append(100 + INT32_MAX, INT32_MAX)

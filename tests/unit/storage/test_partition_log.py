@@ -1,6 +1,14 @@
-"""PartitionLog: appends and validation ([B-1]..[B-4], [B-9]), rolls ([B-11]..[B-14]), reads
-([B-29]..[B-33]), offsets for timestamps ([B-36]..[B-40]), truncation ([B-26]..[B-28]), loading
-([B-45], [B-50], [B-53]..[B-55]) and a Kafka-written directory. Parts of UnifiedLogTest and
+"""PartitionLog: appends and validation (Kafka LogValidator and
+UnifiedLog.analyzeAndValidateRecords, docs/kafka-behaviours.md#validation; UnifiedLog.maybeRoll,
+LogSegment.shouldRoll and LocalLog.roll, docs/kafka-behaviours.md#roll; UnifiedLog.append and
+LogSegment.append, docs/kafka-behaviours.md#append), rolls (Kafka UnifiedLog.maybeRoll,
+LogSegment.shouldRoll and LocalLog.roll; docs/kafka-behaviours.md#roll), reads (Kafka
+UnifiedLog.read, LocalLog.read and LogSegment.read; docs/kafka-behaviours.md#reads), offsets for
+timestamps (Kafka UnifiedLog.fetchOffsetByTimestamp; docs/kafka-behaviours.md#timestamp-lookup),
+truncation (Kafka UnifiedLog.truncateTo and LogSegment.truncateTo;
+docs/kafka-behaviours.md#truncation), loading (Kafka LogSegment.sanityCheck and the indexes'
+sanityCheck, docs/kafka-behaviours.md#sanity-checks; LogLoader.load,
+docs/kafka-behaviours.md#log-loading) and a Kafka-written directory. Parts of UnifiedLogTest and
 LocalLogTest."""
 
 from __future__ import annotations
@@ -173,8 +181,9 @@ def test_close_for_deletion_closes_every_file_and_syncs_nothing(
 
 
 def test_append_assigns_offsets_from_log_end(directory: Path) -> None:
-    # [B-1], [B-9]: offsets start at LEO; the batch base offset is patched, the leader epoch
-    # stamped, the CRC still valid; LEO = last offset + 1.
+    # Kafka LogValidator.validateMessagesAndAssignOffsets (docs/kafka-behaviours.md#validation) and
+    # UnifiedLog.append (docs/kafka-behaviours.md#append): offsets start at LEO; the batch base
+    # offset is patched, the leader epoch stamped, the CRC still valid; LEO = last offset + 1.
     log = open_log(directory)
     first = log.append(client_batch([T0, T0 + 1, T0 + 2]))
     second = log.append(client_batch([T0 + 3]) + client_batch([T0 + 4, T0 + 5]))
@@ -221,7 +230,8 @@ def test_written_log_reads_with_independent_kafka_reader(directory: Path) -> Non
 
 
 def test_empty_append_is_a_no_op(directory: Path) -> None:
-    # [B-2]: no bytes, no offsets, no roll.
+    # Kafka UnifiedLog.analyzeAndValidateRecords (docs/kafka-behaviours.md#validation): no bytes, no
+    # offsets, no roll.
     log = open_log(directory, segment_bytes=100)
     info = log.append(b"")
     assert (info.first_offset, info.last_offset, info.record_count) == (-1, -1, 0)
@@ -230,7 +240,8 @@ def test_empty_append_is_a_no_op(directory: Path) -> None:
 
 
 def test_validation_rejects_bad_client_batches(directory: Path) -> None:
-    # [B-2]: per-batch checks; nothing is written when any batch fails.
+    # Kafka UnifiedLog.analyzeAndValidateRecords (docs/kafka-behaviours.md#validation): per-batch
+    # checks; nothing is written when any batch fails.
     log = open_log(directory, max_message_bytes=200)
     good = client_batch([T0])
     corrupt = bytearray(good)
@@ -295,7 +306,8 @@ def test_validation_rejects_magic_other_than_2(directory: Path) -> None:
 
 
 def test_whole_append_larger_than_segment_is_rejected(directory: Path) -> None:
-    # [B-2]: RecordBatchTooLargeException; smaller appends roll instead.
+    # Kafka UnifiedLog.analyzeAndValidateRecords (docs/kafka-behaviours.md#validation):
+    # RecordBatchTooLargeException; smaller appends roll instead.
     one = client_batch([T0])
     log = open_log(directory, segment_bytes=2 * len(one) + 1)
     with pytest.raises(RecordBatchTooLargeError, match=r"segment\.bytes"):
@@ -315,7 +327,8 @@ def test_compacted_topic_requires_keys(directory: Path) -> None:
 
 
 def test_create_time_window(directory: Path) -> None:
-    # [B-3]: CreateTime records outside [now - before, now + after] are refused; -1 is exempt.
+    # Kafka LogValidator.validateTimestamp (docs/kafka-behaviours.md#validation): CreateTime records
+    # outside [now - before, now + after] are refused; -1 is exempt.
     clock = Clock(T0)
     log = open_log(
         directory,
@@ -343,8 +356,9 @@ def test_timestamp_difference_max_is_the_fallback(directory: Path) -> None:
 
 
 def test_log_append_time_attribute_rules(directory: Path) -> None:
-    # [B-3]: producers must send CreateTime. On a LogAppendTime topic a LogAppendTime batch is
-    # refused; on a CreateTime topic it is refused only without timestamps, else converted.
+    # Kafka LogValidator.validateTimestamp (docs/kafka-behaviours.md#validation): producers must
+    # send CreateTime. On a LogAppendTime topic a LogAppendTime batch is refused; on a CreateTime
+    # topic it is refused only without timestamps, else converted.
     lat = client_batch([T0 + 5], timestamp_type=TimestampType.LOG_APPEND_TIME)
     log_append_log = open_log(directory / "lat", message_timestamp_type="LogAppendTime")
     with pytest.raises(InvalidTimestampError, match="LogAppendTime"):
@@ -361,7 +375,9 @@ def test_log_append_time_attribute_rules(directory: Path) -> None:
 
 
 def test_log_append_time_stamps_batches(directory: Path) -> None:
-    # [B-1], [B-40]: the append time becomes every record's timestamp; the append info says so.
+    # Kafka LogValidator.validateMessagesAndAssignOffsets (docs/kafka-behaviours.md#validation) and
+    # LogValidator (docs/kafka-behaviours.md#timestamp-lookup): the append time becomes every
+    # record's timestamp; the append info says so.
     clock = Clock(T0 + 777)
     log = open_log(directory, clock, message_timestamp_type="LogAppendTime")
     info = log.append(client_batch([1, 2]) + client_batch([3]))
@@ -394,7 +410,8 @@ def test_create_time_header_max_is_rewritten_from_records(directory: Path) -> No
 
 
 def test_flush_messages_flushes_and_moves_recovery_point(directory: Path) -> None:
-    # [B-9]: LEO - recovery point >= flush.messages => flush.
+    # Kafka UnifiedLog.append (docs/kafka-behaviours.md#append): LEO - recovery point >=
+    # flush.messages => flush.
     log = open_log(directory, flush_messages=3)
     log.append(client_batch([T0, T0]))
     assert log.recovery_point == 0
@@ -407,7 +424,9 @@ def test_flush_messages_flushes_and_moves_recovery_point(directory: Path) -> Non
 
 
 def test_roll_on_size_before_the_append(directory: Path) -> None:
-    # [B-4], [B-11].1: the append goes to a new segment at LEO when it would not fit.
+    # Kafka UnifiedLog.maybeRoll and LogSegment.shouldRoll condition 1
+    # (docs/kafka-behaviours.md#roll): the append goes to a new segment at LEO when it would not
+    # fit.
     one = client_batch([T0])
     log = open_log(directory, segment_bytes=3 * len(one))
     for _ in range(7):
@@ -418,7 +437,8 @@ def test_roll_on_size_before_the_append(directory: Path) -> None:
 
 
 def test_roll_on_message_time(directory: Path) -> None:
-    # [B-11].2/[B-12]: by message time against the first batch, not the wall clock.
+    # Kafka LogSegment.shouldRoll condition 2 and LogSegment.timeWaitedForRoll
+    # (docs/kafka-behaviours.md#roll): by message time against the first batch, not the wall clock.
     clock = Clock(T0)
     log = open_log(directory, clock, segment_ms=1000)
     log.append(client_batch([T0]))
@@ -446,8 +466,9 @@ def test_roll_on_wall_clock_without_timestamps(directory: Path) -> None:
 
 
 def test_roll_on_full_offset_index(directory: Path) -> None:
-    # [B-11].3: segment.index.bytes = 32 => 4 offset entries; interval 0 => one per append
-    # after the first; no timestamps so the time index never fills.
+    # Kafka LogSegment.shouldRoll condition 3 (docs/kafka-behaviours.md#roll): segment.index.bytes =
+    # 32 => 4 offset entries; interval 0 => one per append after the first; no timestamps so the
+    # time index never fills.
     log = open_log(directory, segment_index_bytes=32, index_interval_bytes=0)
     for _ in range(6):
         log.append(client_batch([-1]))
@@ -457,7 +478,8 @@ def test_roll_on_full_offset_index(directory: Path) -> None:
 
 
 def test_roll_on_full_time_index(directory: Path) -> None:
-    # [B-11].4: 36 bytes => 3 time slots, full at 2 entries; 4 offset slots.
+    # Kafka LogSegment.shouldRoll condition 4 (docs/kafka-behaviours.md#roll): 36 bytes => 3 time
+    # slots, full at 2 entries; 4 offset slots.
     log = open_log(directory, segment_index_bytes=36, index_interval_bytes=0)
     for i in range(4):
         log.append(client_batch([T0 + i]))
@@ -469,7 +491,7 @@ def test_roll_on_full_time_index(directory: Path) -> None:
 
 
 def test_roll_trims_old_segment_and_never_changes_log_end(directory: Path) -> None:
-    # [B-13], [B-14]
+    # Kafka LocalLog.roll (docs/kafka-behaviours.md#roll)
     log = open_log(directory, segment_index_bytes=1200, index_interval_bytes=0)
     for i in range(5):
         log.append(client_batch([T0 + 10 - i]))  # max first, then lower: one time entry
@@ -486,7 +508,8 @@ def test_roll_trims_old_segment_and_never_changes_log_end(directory: Path) -> No
 
 
 def test_roll_on_empty_active_segment_recreates_it(directory: Path) -> None:
-    # [B-14], KAFKA-6388: rolling an empty active segment at LEO gives one segment still.
+    # Kafka LocalLog.roll (docs/kafka-behaviours.md#roll), KAFKA-6388: rolling an empty active
+    # segment at LEO gives one segment still.
     log = open_log(directory, file_delete_delay_ms=0)
     log.append(client_batch([T0]))
     log.roll()
@@ -594,8 +617,9 @@ def test_non_blocking_append_leaves_an_fsync_to_a_thread(directory: Path) -> Non
 
 def test_non_blocking_append_does_not_wait_for_maintenance(directory: Path) -> None:
     # A real retention pass in another thread holds the log's lock: retention.ms lets every
-    # segment go, so it rolls first ([B-63]), and the roll hands the scheduler a flush; this
-    # scheduler keeps the pass (and the lock) there until the test lets it go.
+    # segment go, so it rolls first (Kafka UnifiedLog.deleteSegments;
+    # docs/kafka-behaviours.md#retention), and the roll hands the scheduler a flush; this scheduler
+    # keeps the pass (and the lock) there until the test lets it go.
     in_pass, release = threading.Event(), threading.Event()
     armed = False
 
@@ -774,7 +798,7 @@ def test_maintenance_deletes_the_other_due_segments_past_a_failing_one(
 
 
 def test_read_returns_whole_batches_from_the_one_holding_the_offset(directory: Path) -> None:
-    # [B-29]..[B-31]
+    # Kafka UnifiedLog.read, LocalLog.read and LogSegment.read (docs/kafka-behaviours.md#reads)
     log = open_log(directory)
     batches = [client_batch([T0 + i] * 3, value=b"%d" % i) for i in range(4)]
     for data in batches:
@@ -786,7 +810,8 @@ def test_read_returns_whole_batches_from_the_one_holding_the_offset(directory: P
 
 
 def test_read_max_bytes_and_min_one_message(directory: Path) -> None:
-    # [B-30]; whole batches only (our deliberate difference from Kafka's partial tail).
+    # Kafka LogSegment.read (docs/kafka-behaviours.md#reads); whole batches only (our deliberate
+    # difference from Kafka's partial tail).
     log = open_log(directory)
     for i in range(4):
         log.append(client_batch([T0 + i]))
@@ -801,7 +826,8 @@ def test_read_max_bytes_and_min_one_message(directory: Path) -> None:
 
 
 def test_read_out_of_range(directory: Path) -> None:
-    # [B-32]/[B-33]: below the log start or above the LEO => OffsetOutOfRange; at LEO => empty.
+    # Kafka LocalLog.read and UnifiedLog.read (docs/kafka-behaviours.md#reads): below the log start
+    # or above the LEO => OffsetOutOfRange; at LEO => empty.
     log = open_log(directory)
     log.append(client_batch([T0, T0]))
     assert log.read(2, 100) == b""
@@ -1052,8 +1078,9 @@ def test_max_timestamp_finds_the_exact_record(directory: Path) -> None:
 
 
 def test_offset_for_timestamp_out_of_order(directory: Path) -> None:
-    # [B-36]..[B-38]: the earliest offset whose timestamp >= T, across segments; None when no
-    # record reaches T ([B-39]).
+    # Kafka UnifiedLog.fetchOffsetByTimestamp (docs/kafka-behaviours.md#timestamp-lookup): the
+    # earliest offset whose timestamp >= T, across segments; None when no record reaches T (Kafka
+    # UnifiedLog.fetchOffsetByTimestamp; docs/kafka-behaviours.md#timestamp-lookup).
     log = open_log(directory, segment_bytes=400, index_interval_bytes=50)
     timestamps = [5, 3, 8, 1, 9, 2, 15, 4, 12, 7, 20, 6]
     for ts in timestamps:
@@ -1069,8 +1096,9 @@ def test_offset_for_timestamp_out_of_order(directory: Path) -> None:
 
 
 def test_timestamp_lookup_uses_mtime_of_segments_without_timestamps(directory: Path) -> None:
-    # [B-36]/[B-37] as Kafka does it: a segment without timestamps is chosen by its file's
-    # mtime and searched alone: later segments are not tried.
+    # Kafka LogSegment.largestTimestamp and LogSegment.findOffsetByTimestamp
+    # (docs/kafka-behaviours.md#timestamp-lookup) as Kafka does it: a segment without timestamps is
+    # chosen by its file's mtime and searched alone: later segments are not tried.
     log = open_log(directory)
     log.append(client_batch([-1]))
     log.roll()
@@ -1086,8 +1114,10 @@ def test_timestamp_lookup_uses_mtime_of_segments_without_timestamps(directory: P
 
 
 def test_truncate_to(directory: Path) -> None:
-    # [B-27]: later segments deleted ([B-64]: .deleted, then gone after the delay), active
-    # truncated, LEO = target, indexes grown back, max timestamp recomputed.
+    # Kafka UnifiedLog.truncateTo (docs/kafka-behaviours.md#truncation): later segments deleted
+    # (Kafka LocalLog.deleteSegmentFiles; docs/kafka-behaviours.md#retention: .deleted, then gone
+    # after the delay), active truncated, LEO = target, indexes grown back, max timestamp
+    # recomputed.
     clock = Clock(T0)
     one = client_batch([T0])
     log = open_log(directory, clock, segment_bytes=3 * len(one), file_delete_delay_ms=1000)
@@ -1113,7 +1143,8 @@ def test_truncate_to(directory: Path) -> None:
 
 
 def test_truncate_below_first_segment_starts_over(directory: Path) -> None:
-    # [B-27]/[B-28]
+    # Kafka UnifiedLog.truncateTo and UnifiedLog.truncateFullyAndStartAt
+    # (docs/kafka-behaviours.md#truncation)
     log = open_log(directory, file_delete_delay_ms=0)
     log.append(client_batch([T0, T0]))
     log.truncate_fully_and_start_at(100)
@@ -1141,7 +1172,8 @@ def test_truncate_negative(directory: Path) -> None:
 
 
 def test_flush_moves_recovery_point_and_persists_empty_active(directory: Path) -> None:
-    # [B-66], [B-67]: segments flushed (indexes materialised and synced), recovery point moved.
+    # Kafka UnifiedLog.flush and LogSegment.flush (docs/kafka-behaviours.md#flush): segments flushed
+    # (indexes materialised and synced), recovery point moved.
     log = open_log(directory)
     log.append(client_batch([T0]))
     log.roll()
@@ -1162,7 +1194,8 @@ def test_reopen_after_close(directory: Path) -> None:
     reopened = open_log(directory, segment_bytes=3 * len(one), index_interval_bytes=0)
     assert reopened.log_end_offset == 10
     assert reopened.segments.base_offsets() == [0, 3, 6, 9]
-    # [B-53] lazily: no index of a non-active segment was opened; the active one is grown.
+    # Kafka LogLoader.load (docs/kafka-behaviours.md#log-loading) lazily: no index of a non-active
+    # segment was opened; the active one is grown.
     for segment in list(reopened.segments)[:-1]:
         assert segment.indexes_loaded == (False, False)
     for name in ("00000000000000000000.index", "00000000000000000003.timeindex"):
@@ -1192,7 +1225,8 @@ def test_index_files_bytes_after_appends_and_roll(directory: Path) -> None:
 
 
 def test_missing_index_is_rebuilt_on_open(directory: Path) -> None:
-    # [B-45]: a segment without its .index is recovered at load.
+    # Kafka LogSegment.sanityCheck (docs/kafka-behaviours.md#sanity-checks): a segment without its
+    # .index is recovered at load.
     size = len(client_batch([T0]))
     log = open_log(directory, index_interval_bytes=size)
     for i in range(6):
@@ -1208,8 +1242,10 @@ def test_missing_index_is_rebuilt_on_open(directory: Path) -> None:
 
 
 def test_missing_time_index_is_rebuilt(directory: Path) -> None:
-    # [B-45]/[B-54] create it empty; stratalog rebuilds it (docs/durability.md): an empty time
-    # index would make the segment's largest timestamp its file's mtime and misdirect lookups.
+    # Kafka LogSegment.sanityCheck (docs/kafka-behaviours.md#sanity-checks) and
+    # LogSegment.sanityCheck (docs/kafka-behaviours.md#log-loading) create it empty; stratalog
+    # rebuilds it (docs/durability.md): an empty time index would make the segment's largest
+    # timestamp its file's mtime and misdirect lookups.
     log = open_log(directory, index_interval_bytes=0)
     for i in range(4):
         log.append(client_batch([T0 + i]))
@@ -1228,7 +1264,8 @@ def test_missing_time_index_is_rebuilt(directory: Path) -> None:
 
 
 def test_load_removes_orphans_and_deleted_files_and_resolves_swaps(directory: Path) -> None:
-    # [B-48]..[B-50]; recovery.py's tests cover every case.
+    # Kafka LogLoader.load (docs/kafka-behaviours.md#log-loading); recovery.py's tests cover every
+    # case.
     log = open_log(directory)
     log.append(client_batch([T0]))
     log.close()
@@ -1304,7 +1341,9 @@ def test_timestamp_lookup_cache_follows_segment_changes_and_mtimes(directory: Pa
 
 
 def test_maybe_increment_log_start_offset(directory: Path) -> None:
-    # [B-65], [B-35]: DeleteRecords moves the start up, never down, never past the end.
+    # Kafka UnifiedLog.maybeIncrementLogStartOffset (docs/kafka-behaviours.md#retention) and
+    # UnifiedLog.maybeIncrementLogStartOffset (docs/kafka-behaviours.md#reads): DeleteRecords moves
+    # the start up, never down, never past the end.
     log = open_log(directory)
     log.append(client_batch([T0, T0 + 1, T0 + 2]))
     log.append(client_batch([T0 + 3]))
@@ -1371,8 +1410,8 @@ def test_constructor_takes_what_a_loader_found(directory: Path) -> None:
 
 
 def test_roll_schedules_a_flush_below_the_new_segment(directory: Path) -> None:
-    # [B-13]: after a roll Kafka flushes everything below the new segment, off the append
-    # path, and that moves the recovery point.
+    # Kafka LocalLog.roll (docs/kafka-behaviours.md#roll): after a roll Kafka flushes everything
+    # below the new segment, off the append path, and that moves the recovery point.
     jobs: list[object] = []
     one = client_batch([T0])
     log = PartitionLog.open(

@@ -4,20 +4,26 @@ timestamp lookups, checked after every step against a plain list of batches.
 The model knows only Kafka's rules, stated in terms of batches and segments:
 
 * an append goes to a new segment at the log end when ``active size + append size >
-  segment.bytes`` ([B-4], [B-11]); an explicit roll starts one at the log end, replacing an
-  empty active segment at that offset ([B-13], [B-14]);
+  segment.bytes`` (Kafka UnifiedLog.maybeRoll and LogSegment.shouldRoll;
+  docs/kafka-behaviours.md#roll); an explicit roll starts one at the log end, replacing an empty
+  active segment at that offset (Kafka LocalLog.roll; docs/kafka-behaviours.md#roll);
 * ``truncate_to(k)`` drops segments based above ``k`` and every batch whose last offset is
-  ``>= k``; the log end becomes ``k`` ([B-26], [B-27]); below the first segment, everything
-  restarts at ``k`` ([B-28]);
-* a reopened log ends after its last batch, or at its last segment's base ([B-55]);
-* ``read(o, n)`` returns, from the floor segment of ``o`` on (skipping segments without a batch
+  ``>= k``; the log end becomes ``k`` (Kafka LogSegment.truncateTo and UnifiedLog.truncateTo;
+  docs/kafka-behaviours.md#truncation); below the first segment, everything restarts at ``k`` (Kafka
+  UnifiedLog.truncateFullyAndStartAt; docs/kafka-behaviours.md#truncation);
+* a reopened log ends after its last batch, or at its last segment's base (Kafka
+* LogSegment.readNextOffset; docs/kafka-behaviours.md#log-loading); ``read(o, n)`` returns, from the
+* floor segment of ``o`` on (skipping segments without a batch
   reaching ``o``), the first batch whose last offset is ``>= o`` and the following batches of
-  that segment while the total stays ``<= n`` ([B-30]..[B-33]);
-* ``offset_for_timestamp(T)`` is the earliest record with timestamp ``>= T`` ([B-38]) and -3
+  that segment while the total stays ``<= n`` (Kafka UnifiedLog.read, LocalLog.read and
+  LogSegment.read; docs/kafka-behaviours.md#reads);
+* ``offset_for_timestamp(T)`` is the earliest record with timestamp ``>= T`` (Kafka
+* UnifiedLog.fetchOffsetByTimestamp; docs/kafka-behaviours.md#timestamp-lookup) and -3
   the first record holding the largest timestamp.
 
 Timestamps are far in the future (year 2096) so that a segment without timestamps, judged by
-its file's mtime ([B-36]), never looks newer than a record: that quirk has its own unit test.
+its file's mtime (Kafka LogSegment.largestTimestamp; docs/kafka-behaviours.md#timestamp-lookup),
+never looks newer than a record: that quirk has its own unit test.
 """
 
 from __future__ import annotations

@@ -416,9 +416,10 @@ def test_stale_entries_past_the_log_end_are_cut_at_open(directory: Path) -> None
 
 
 def test_an_epoch_that_wrote_nothing_is_dropped_at_open(directory: Path) -> None:
-    # Kafka's loader cuts the cache at the log end ([B-53]): an epoch a leader assigned at its
-    # log end (makeLeader) and never wrote in is gone after a restart; the replication layer
-    # assigns the epoch again when it makes the replica leader.
+    # Kafka's loader cuts the cache at the log end (Kafka LogLoader.load;
+    # docs/kafka-behaviours.md#log-loading): an epoch a leader assigned at its log end (makeLeader)
+    # and never wrote in is gone after a restart; the replication layer assigns the epoch again when
+    # it makes the replica leader.
     _three_epoch_log(directory)
     with open_log(directory) as log:
         log.maybe_assign_epoch_start_offset(9, log.log_end_offset)

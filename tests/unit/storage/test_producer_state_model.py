@@ -253,7 +253,8 @@ class ProducerStateMachine(RuleBasedStateMachine):
         return in_active[-1].last + 1 if in_active else active
 
     def reopened_end(self) -> int:
-        """A reopened log ends where its batches end ([B-55])."""
+        """A reopened log ends where its batches end (Kafka LogSegment.readNextOffset;
+        docs/kafka-behaviours.md#log-loading)."""
         self.log_end_offset = self.retained_end()
         return self.log_end_offset
 

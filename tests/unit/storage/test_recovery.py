@@ -1,5 +1,6 @@
-"""The LogLoader ([B-48]..[B-55]): every pass, and recovery from the damage a crash or a bad
-disk leaves, checked by what a log serves afterwards (every offset and timestamp lookup)."""
+"""The LogLoader (Kafka LogLoader.load; docs/kafka-behaviours.md#log-loading): every pass, and
+recovery from the damage a crash or a bad disk leaves, checked by what a log serves afterwards
+(every offset and timestamp lookup)."""
 
 from __future__ import annotations
 
@@ -363,7 +364,8 @@ def _make_swap_of(directory: Path, bases: list[int], new_base: int) -> None:
 
 
 def test_a_swap_segment_replaces_what_it_covers(directory: Path) -> None:
-    # [B-49]: a crash after the .swap rename and before the old segments went: complete it.
+    # Kafka LogLoader.load (docs/kafka-behaviours.md#log-loading): a crash after the .swap rename
+    # and before the old segments went: complete it.
     write_log(directory)
     _make_swap_of(directory, [10, 20], 10)
     loaded, partition_log = load(directory, clean=True)
@@ -377,7 +379,8 @@ def test_a_swap_segment_replaces_what_it_covers(directory: Path) -> None:
 
 
 def test_a_swap_of_an_incomplete_split_is_rolled_back(directory: Path) -> None:
-    # [B-48]: .cleaned files at or below the swap's offset mean the split was not finished.
+    # Kafka LogLoader.removeTempFilesAndCollectSwapFiles (docs/kafka-behaviours.md#log-loading):
+    # .cleaned files at or below the swap's offset mean the split was not finished.
     write_log(directory)
     _make_swap_of(directory, [20], 20)
     (directory / "00000000000000000015.log.cleaned").write_bytes(b"partial")

@@ -1,5 +1,6 @@
-"""Retention ([B-59]..[B-65]): the plan (which prefix goes, and why) on real segments, and
-its execution by PartitionLog and LogManager, including the asynchronous ``.deleted`` window."""
+"""Retention (Kafka UnifiedLog.deleteOldSegments; docs/kafka-behaviours.md#retention): the plan
+(which prefix goes, and why) on real segments, and its execution by PartitionLog and LogManager,
+including the asynchronous ``.deleted`` window."""
 
 from __future__ import annotations
 
@@ -91,13 +92,14 @@ def test_time_retention_deletes_the_expired_prefix(log: PartitionLog) -> None:
 
 
 def test_time_retention_can_take_the_active_segment(log: PartitionLog) -> None:
-    # [B-63]: the whole log, active included; PartitionLog rolls before deleting.
+    # Kafka UnifiedLog.deleteSegments (docs/kafka-behaviours.md#retention): the whole log, active
+    # included; PartitionLog rolls before deleting.
     result = plan(log, retention_ms=HOUR_MS)
     assert bases(result.segments) == [0, 1, 2, 3, 4]
 
 
 def test_a_future_timestamp_blocks_itself_and_later_segments(tmp_path: Path) -> None:
-    # [B-62]
+    # Kafka UnifiedLog.deleteRetentionMsBreachedSegments (docs/kafka-behaviours.md#retention)
     partition_log = PartitionLog.open(tmp_path / "t-0", CONFIG, time_ms=Clock(T0 + 100 * HOUR_MS))
     for timestamp in (T0, T0 + 200 * HOUR_MS, T0 + HOUR_MS, T0 + 2 * HOUR_MS):
         partition_log.append(batch(timestamp))
@@ -109,7 +111,8 @@ def test_a_future_timestamp_blocks_itself_and_later_segments(tmp_path: Path) -> 
 
 
 def test_time_retention_falls_back_to_the_file_mtime(tmp_path: Path) -> None:
-    # [B-61]: a segment without record timestamps is judged by its .log mtime.
+    # Kafka UnifiedLog.deleteOldSegments (docs/kafka-behaviours.md#retention): a segment without
+    # record timestamps is judged by its .log mtime.
     partition_log = PartitionLog.open(tmp_path / "t-0", CONFIG, time_ms=Clock(T0 + 100 * HOUR_MS))
     for _ in range(3):
         partition_log.append(batch(-1))
@@ -122,7 +125,8 @@ def test_time_retention_falls_back_to_the_file_mtime(tmp_path: Path) -> None:
 
 
 def test_size_retention_keeps_the_log_at_or_above_the_limit(log: PartitionLog) -> None:
-    # [B-61]: delete the oldest while size - deleted stays >= retention.bytes.
+    # Kafka UnifiedLog.deleteOldSegments (docs/kafka-behaviours.md#retention): delete the oldest
+    # while size - deleted stays >= retention.bytes.
     result = plan(log, retention_bytes=2 * BATCH_BYTES)
     assert bases(result.segments) == [0, 1, 2]
     assert result.reasons == (RetentionReason.RETENTION_BYTES,) * 3
@@ -169,7 +173,8 @@ def test_compacted_topics_only_follow_the_log_start_offset(log: PartitionLog) ->
 
 
 def test_nothing_at_or_above_the_high_watermark_goes(log: PartitionLog) -> None:
-    # [B-60]: a segment goes only if all its offsets are below the high watermark.
+    # Kafka UnifiedLog.deletableSegments (docs/kafka-behaviours.md#retention): a segment goes only
+    # if all its offsets are below the high watermark.
     assert bases(plan(log, retention_ms=0, high_watermark=3).segments) == [0, 1, 2]
     assert bases(plan(log, retention_ms=0, high_watermark=0).segments) == []
 
@@ -211,7 +216,8 @@ def test_delete_old_segments_renames_then_deletes_after_the_delay(tmp_path: Path
     with pytest.raises(OffsetOutOfRangeError):
         partition_log.read(2, 1000)
     assert partition_log.read(3, 1000)
-    # [B-64]: renamed at once, deleted file.delete.delay.ms later.
+    # Kafka LocalLog.deleteSegmentFiles (docs/kafka-behaviours.md#retention): renamed at once,
+    # deleted file.delete.delay.ms later.
     assert deleted_files(directory) == sorted(
         f"{base:020d}.{kind}.deleted" for base in (0, 1, 2) for kind in ("log", "index", "timeindex")
     )
@@ -226,7 +232,8 @@ def test_delete_old_segments_renames_then_deletes_after_the_delay(tmp_path: Path
 
 
 def test_deleting_every_segment_rolls_first(tmp_path: Path) -> None:
-    # [B-63]: the active segment goes too, an empty one takes its place at the log end.
+    # Kafka UnifiedLog.deleteSegments (docs/kafka-behaviours.md#retention): the active segment goes
+    # too, an empty one takes its place at the log end.
     config = dataclasses.replace(CONFIG, segment_bytes=10 * BATCH_BYTES, retention_ms=0)
     partition_log = PartitionLog.open(tmp_path / "t-0", config, time_ms=Clock(T0 + HOUR_MS))
     for i in range(3):
@@ -242,7 +249,8 @@ def test_deleting_every_segment_rolls_first(tmp_path: Path) -> None:
 
 
 def test_delete_records_then_retention(tmp_path: Path) -> None:
-    # [B-65]: the start moves at once; whole segments below it go at the next retention pass.
+    # Kafka UnifiedLog.maybeIncrementLogStartOffset (docs/kafka-behaviours.md#retention): the start
+    # moves at once; whole segments below it go at the next retention pass.
     partition_log = PartitionLog.open(tmp_path / "t-0", CONFIG, time_ms=Clock(T0))
     for i in range(5):
         partition_log.append(batch(T0 + i))

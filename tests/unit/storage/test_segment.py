@@ -1,6 +1,10 @@
-"""Segment: appends and index entries ([B-5]), laziness ([B-10]), roll conditions ([B-11],
-[B-12]), reads ([B-29], [B-30]), time lookups ([B-37]), truncation ([B-26]), recovery ([B-46],
-[B-47]). Ports of Kafka's LogSegmentTest where they apply."""
+"""Segment: appends and index entries (Kafka LogSegment.append; docs/kafka-behaviours.md#append),
+laziness (Kafka LazyIndex; docs/kafka-behaviours.md#index-files-mechanics), roll conditions (Kafka
+LogSegment.shouldRoll and LogSegment.timeWaitedForRoll; docs/kafka-behaviours.md#roll), reads (Kafka
+LogSegment.translateOffset and LogSegment.read; docs/kafka-behaviours.md#reads), time lookups (Kafka
+LogSegment.findOffsetByTimestamp; docs/kafka-behaviours.md#timestamp-lookup), truncation (Kafka
+LogSegment.truncateTo; docs/kafka-behaviours.md#truncation), recovery (Kafka LogSegment.recover;
+docs/kafka-behaviours.md#segment-recovery). Ports of Kafka's LogSegmentTest where they apply."""
 
 from __future__ import annotations
 
@@ -95,7 +99,8 @@ def time_entries(path: Path, base_offset: int) -> list[tuple[int, int]]:
 
 
 def test_open_touches_no_index_file_until_first_use(tmp_path: Path) -> None:
-    # [B-10]: LogSegment.open creates the .log only; indexes appear on first access.
+    # Kafka LazyIndex (docs/kafka-behaviours.md#index-files-mechanics): LogSegment.open creates the
+    # .log only; indexes appear on first access.
     segment = Segment.create(tmp_path, 0, config(segment_index_bytes=1000))
     assert log_file(tmp_path, 0).exists()
     assert not offset_index_file(tmp_path, 0).exists()
@@ -119,7 +124,8 @@ def test_default_index_preallocation(tmp_path: Path) -> None:
     assert offset_index_file(tmp_path, 0).stat().st_size == 10485760
     assert time_index_file(tmp_path, 0).stat().st_size == 10485756
     segment.close()
-    # [B-68] Trimmed on close: no offset entry (first append), one final time entry.
+    # Kafka LogSegment.close (docs/kafka-behaviours.md#flush) Trimmed on close: no offset entry
+    # (first append), one final time entry.
     assert offset_index_file(tmp_path, 0).stat().st_size == 0
     assert time_entries(time_index_file(tmp_path, 0), 0) == [(T0, 0)]
 
@@ -142,8 +148,8 @@ def test_open_missing_file_is_a_storage_error(tmp_path: Path) -> None:
 def test_first_append_never_gets_an_index_entry_and_interval_zero_indexes_the_rest(
     tmp_path: Path,
 ) -> None:
-    # [B-5]: with index.interval.bytes = 0 every append after the first gets an entry, holding
-    # the append's LAST offset and its START position.
+    # Kafka LogSegment.append (docs/kafka-behaviours.md#append): with index.interval.bytes = 0 every
+    # append after the first gets an entry, holding the append's LAST offset and its START position.
     segment = Segment.create(tmp_path, 100, config(index_interval_bytes=0))
     positions = []
     for i in range(4):
@@ -166,8 +172,9 @@ def test_first_append_never_gets_an_index_entry_and_interval_zero_indexes_the_re
 
 
 def test_index_entry_on_every_second_append_with_interval_two_b_minus_one(tmp_path: Path) -> None:
-    # [B-5]: bytes_since_last_entry must exceed the interval *before* adding this append, so
-    # with b-byte appends and interval 2b - 1 the entries land on appends #3, #5, #7 (from 1).
+    # Kafka LogSegment.append (docs/kafka-behaviours.md#append): bytes_since_last_entry must exceed
+    # the interval *before* adding this append, so with b-byte appends and interval 2b - 1 the
+    # entries land on appends #3, #5, #7 (from 1).
     size = len(batch(0, [T0]))
     segment = Segment.create(tmp_path, 0, config(index_interval_bytes=2 * size - 1))
     starts = []
@@ -186,7 +193,9 @@ def test_index_entry_on_every_second_append_with_interval_two_b_minus_one(tmp_pa
 
 def test_time_index_holds_running_max_and_shallow_offset(tmp_path: Path) -> None:
     # Out-of-order timestamps: the entry is (max so far, last offset of the batch where that
-    # max first appeared), and entries only go up ([B-6], [B-7]).
+    # max first appeared), and entries only go up (Kafka UnifiedLog.analyzeAndValidateRecords,
+    # docs/kafka-behaviours.md#append; TimeIndex.maybeAppend,
+    # docs/kafka-behaviours.md#index-appends).
     segment = Segment.create(tmp_path, 0, config(index_interval_bytes=0))
     append(segment, 0, [T0 + 5])
     append(segment, 1, [T0 + 9, T0 + 1])  # max T0+9 at batch last offset 2
@@ -259,7 +268,8 @@ def test_fetch_before_first_offset_returns_first_batch(tmp_path: Path) -> None:
 
 
 def test_fetch_inside_a_batch_starts_at_the_batch(tmp_path: Path) -> None:
-    # [B-31]: a batch is never split; the reader skips the records before its offset.
+    # Kafka LogSegment.read (docs/kafka-behaviours.md#reads): a batch is never split; the reader
+    # skips the records before its offset.
     segment = Segment.create(tmp_path, 0, config())
     first = append(segment, 0, [T0])
     second = append(segment, 1, [T0, T0, T0])
@@ -285,9 +295,9 @@ def test_fetch_from_gap_returns_the_next_batch_of_the_gap(tmp_path: Path) -> Non
 
 
 def test_fetch_limits(tmp_path: Path) -> None:
-    # [B-30]: max_bytes bounds the batches (Kafka's raw slice may end mid-batch: here only the
-    # whole batches of it come back); min_one_message lifts it to the first batch;
-    # max_position bounds everything.
+    # Kafka LogSegment.read (docs/kafka-behaviours.md#reads): max_bytes bounds the batches (Kafka's
+    # raw slice may end mid-batch: here only the whole batches of it come back); min_one_message
+    # lifts it to the first batch; max_position bounds everything.
     segment = Segment.create(tmp_path, 0, config())
     batches = [append(segment, i, [T0]) for i in range(3)]
     size = len(batches[0])
@@ -304,7 +314,8 @@ def test_fetch_limits(tmp_path: Path) -> None:
 
 
 def test_translate_offset(tmp_path: Path) -> None:
-    # [B-29]: (last offset, position, size) of the first batch whose last offset >= target.
+    # Kafka LogSegment.translateOffset (docs/kafka-behaviours.md#reads): (last offset, position,
+    # size) of the first batch whose last offset >= target.
     segment = Segment.create(tmp_path, 10, config(index_interval_bytes=0))
     sizes = []
     for base in (10, 13, 20):
@@ -321,7 +332,8 @@ def test_translate_offset(tmp_path: Path) -> None:
 
 
 def test_next_offset_calculation(tmp_path: Path) -> None:
-    # LogSegmentTest.testNextOffsetCalculation, and [B-55] on a reopened segment.
+    # LogSegmentTest.testNextOffsetCalculation, and Kafka LogSegment.readNextOffset
+    # (docs/kafka-behaviours.md#log-loading) on a reopened segment.
     segment = Segment.create(tmp_path, 40, config(index_interval_bytes=1))
     assert segment.read_next_offset() == 40
     append(segment, 50, [T0, T0, T0])
@@ -337,8 +349,10 @@ def test_next_offset_calculation(tmp_path: Path) -> None:
 
 
 def test_find_offset_by_timestamp(tmp_path: Path) -> None:
-    # [B-37]/[B-38]: the earliest record (>= starting offset) whose timestamp >= target,
-    # with its own timestamp; works with out-of-order timestamps and compressed batches.
+    # Kafka LogSegment.findOffsetByTimestamp and UnifiedLog.fetchOffsetByTimestamp
+    # (docs/kafka-behaviours.md#timestamp-lookup): the earliest record (>= starting offset) whose
+    # timestamp >= target, with its own timestamp; works with out-of-order timestamps and compressed
+    # batches.
     segment = Segment.create(tmp_path, 0, config(index_interval_bytes=0))
     append(segment, 0, [T0 + 10, T0 + 30, T0 + 20])
     append(segment, 3, [T0 + 25, T0 + 50, T0 + 40], compression=Compression.GZIP)
@@ -359,7 +373,8 @@ def test_find_offset_by_timestamp(tmp_path: Path) -> None:
 
 
 def test_find_offset_by_timestamp_log_append_time(tmp_path: Path) -> None:
-    # [B-40]: every record of a LogAppendTime batch has the batch max timestamp.
+    # Kafka LogValidator (docs/kafka-behaviours.md#timestamp-lookup): every record of a
+    # LogAppendTime batch has the batch max timestamp.
     segment = Segment.create(tmp_path, 0, config())
     append(segment, 0, [5, 1, 3], timestamp_type=TimestampType.LOG_APPEND_TIME)
     assert segment.find_offset_by_timestamp(4, 0) == TimestampOffset(5, 0)
@@ -380,7 +395,9 @@ def test_find_max_timestamp_record(tmp_path: Path) -> None:
 
 
 def test_largest_timestamp_falls_back_to_mtime(tmp_path: Path) -> None:
-    # [B-36]/[B-54]: no timestamps => the .log file's last-modified time.
+    # Kafka LogSegment.largestTimestamp (docs/kafka-behaviours.md#timestamp-lookup) and
+    # LogSegment.sanityCheck (docs/kafka-behaviours.md#log-loading): no timestamps => the .log
+    # file's last-modified time.
     segment = Segment.create(tmp_path, 0, config())
     append(segment, 0, [-1])
     segment.set_last_modified_ms(T0 - 1234)
@@ -421,7 +438,8 @@ def roll_args(**changes: int) -> dict[str, int]:
 
 
 def test_should_roll_on_size(tmp_path: Path) -> None:
-    # [B-11].1: size > max_segment_bytes - messages_size.
+    # Kafka LogSegment.shouldRoll condition 1 (docs/kafka-behaviours.md#roll): size >
+    # max_segment_bytes - messages_size.
     segment = Segment.create(tmp_path, 0, config())
     size = len(append(segment, 0, [T0]))
     fits = roll_args(max_segment_bytes=size + 100, max_offset_in_messages=1)
@@ -431,8 +449,9 @@ def test_should_roll_on_size(tmp_path: Path) -> None:
 
 
 def test_should_roll_on_message_time(tmp_path: Path) -> None:
-    # [B-11].2 / [B-12]: incoming max timestamp - first batch's timestamp > segment.ms - jitter,
-    # whatever the wall clock says.
+    # Kafka LogSegment.shouldRoll condition 2 and LogSegment.timeWaitedForRoll
+    # (docs/kafka-behaviours.md#roll): incoming max timestamp - first batch's timestamp >
+    # segment.ms - jitter, whatever the wall clock says.
     segment = Segment.create(tmp_path, 0, config(), roll_jitter_ms=0, time_ms=Clock())
     append(segment, 0, [T0 + 500, T0])  # the first batch's MAX timestamp counts: T0 + 500
     edge = T0 + 500 + 1000
@@ -474,8 +493,9 @@ def test_empty_segment_never_rolls_on_time(tmp_path: Path) -> None:
 
 
 def test_should_roll_when_offset_index_is_full(tmp_path: Path) -> None:
-    # [B-11].3: 16 bytes = 2 offset entries (and 1 time slot: the time index is full at once,
-    # so use a time-less workload to isolate the offset index).
+    # Kafka LogSegment.shouldRoll condition 3 (docs/kafka-behaviours.md#roll): 16 bytes = 2 offset
+    # entries (and 1 time slot: the time index is full at once, so use a time-less workload to
+    # isolate the offset index).
     segment = Segment.create(tmp_path, 0, config(segment_index_bytes=24, index_interval_bytes=0))
     append(segment, 0, [-1])
     append(segment, 1, [-1])
@@ -490,7 +510,8 @@ def test_should_roll_when_offset_index_is_full(tmp_path: Path) -> None:
 
 
 def test_should_roll_when_time_index_is_full(tmp_path: Path) -> None:
-    # [B-11].4: the time index is full one entry early (entries >= max_entries - 1).
+    # Kafka LogSegment.shouldRoll condition 4 (docs/kafka-behaviours.md#roll): the time index is
+    # full one entry early (entries >= max_entries - 1).
     segment = Segment.create(tmp_path, 0, config(segment_index_bytes=24, index_interval_bytes=0))
     append(segment, 0, [T0])
     assert not segment.should_roll(**roll_args(max_offset_in_messages=1))
@@ -502,7 +523,8 @@ def test_should_roll_when_time_index_is_full(tmp_path: Path) -> None:
 
 
 def test_should_roll_when_offset_does_not_fit_even_if_empty(tmp_path: Path) -> None:
-    # [B-11].5 applies to an empty segment too.
+    # Kafka LogSegment.shouldRoll condition 5 (docs/kafka-behaviours.md#roll) applies to an empty
+    # segment too.
     segment = Segment.create(tmp_path, 10, config())
     assert not segment.should_roll(**roll_args(max_offset_in_messages=10 + INT32_MAX))
     assert segment.should_roll(**roll_args(max_offset_in_messages=10 + INT32_MAX + 1))
@@ -513,8 +535,8 @@ def test_should_roll_when_offset_does_not_fit_even_if_empty(tmp_path: Path) -> N
 
 
 def test_on_become_inactive_appends_final_time_entry_and_trims(tmp_path: Path) -> None:
-    # [B-13]: the final time entry is written even into the reserved slot; files are trimmed
-    # to exactly entries * entry size.
+    # Kafka LocalLog.roll (docs/kafka-behaviours.md#roll): the final time entry is written even into
+    # the reserved slot; files are trimmed to exactly entries * entry size.
     size = len(batch(0, [T0]))
     cfg = config(segment_index_bytes=24, index_interval_bytes=2 * size - 1)
     segment = Segment.create(tmp_path, 0, cfg)
@@ -554,7 +576,8 @@ def test_close_is_idempotent_and_closed_segment_refuses_io(tmp_path: Path) -> No
 
 
 def test_change_file_suffixes_and_delete(tmp_path: Path) -> None:
-    # LogSegmentTest.testChangeFileSuffixes; an index never created is not an error ([B-18]).
+    # LogSegmentTest.testChangeFileSuffixes; an index never created is not an error (Kafka
+    # LazyIndex.renameTo; docs/kafka-behaviours.md#index-files-mechanics).
     segment = Segment.create(tmp_path, 0, config())
     data = append(segment, 0, [T0])
     lazy = Segment.create(tmp_path, 10, config())
@@ -580,8 +603,9 @@ def test_change_file_suffixes_and_delete(tmp_path: Path) -> None:
 
 
 def test_truncate(tmp_path: Path) -> None:
-    # LogSegmentTest.testTruncate, batch-granular ([B-26]); the indexes lose every entry at or
-    # above the target ([B-24]).
+    # LogSegmentTest.testTruncate, batch-granular (Kafka LogSegment.truncateTo;
+    # docs/kafka-behaviours.md#truncation); the indexes lose every entry at or above the target
+    # (Kafka OffsetIndex.truncateTo; docs/kafka-behaviours.md#truncation).
     segment = Segment.create(tmp_path, 40, config(index_interval_bytes=1))
     offset = 40
     for _ in range(30):
@@ -625,8 +649,9 @@ def test_truncate_full_resets_roll_state(tmp_path: Path) -> None:
 
 
 def test_truncate_grows_indexes_back(tmp_path: Path) -> None:
-    # [B-26] and KAFKA-6388: after an inactive (trimmed) segment is truncated it can take
-    # appends again: both indexes are back at segment.index.bytes, so not full.
+    # Kafka LogSegment.truncateTo (docs/kafka-behaviours.md#truncation) and KAFKA-6388: after an
+    # inactive (trimmed) segment is truncated it can take appends again: both indexes are back at
+    # segment.index.bytes, so not full.
     segment = Segment.create(tmp_path, 0, config(segment_index_bytes=800, index_interval_bytes=0))
     for i in range(3):
         append(segment, i, [T0 + i])
@@ -660,7 +685,8 @@ def fill(segment: Segment, count: int, start: int = 0) -> list[bytes]:
 
 
 def test_recovery_rebuilds_identical_indexes(tmp_path: Path) -> None:
-    # With one batch per append the rebuilt offset index equals the original ([B-46]).
+    # With one batch per append the rebuilt offset index equals the original (Kafka
+    # LogSegment.recover; docs/kafka-behaviours.md#segment-recovery).
     cfg = config(index_interval_bytes=300)
     segment = Segment.create(tmp_path, 0, cfg)
     fill(segment, 50)
@@ -749,30 +775,35 @@ def corrupt_and_recover(tmp_path: Path, tail: bytes) -> tuple[int, int, int]:
 
 
 def test_recovery_truncates_partial_trailing_batch(tmp_path: Path) -> None:
-    # [B-47]: a batch whose declared size runs past the end of the file.
+    # Kafka LogSegment.recover (docs/kafka-behaviours.md#segment-recovery): a batch whose declared
+    # size runs past the end of the file.
     whole = batch(6, [T0, T0])
     assert corrupt_and_recover(tmp_path, whole[:-1])[1:] == (len(whole) - 1, 6)
 
 
 def test_recovery_truncates_short_tail(tmp_path: Path) -> None:
-    # [B-47]: 17 bytes or fewer are a partial header.
+    # Kafka LogSegment.recover (docs/kafka-behaviours.md#segment-recovery): 17 bytes or fewer are a
+    # partial header.
     assert corrupt_and_recover(tmp_path, b"\x00" * 17)[1:] == (17, 6)
 
 
 def test_recovery_truncates_at_small_size_field(tmp_path: Path) -> None:
-    # [B-47]: size field < 14 (a preallocated zero tail looks like this).
+    # Kafka LogSegment.recover (docs/kafka-behaviours.md#segment-recovery): size field < 14 (a
+    # preallocated zero tail looks like this).
     tail = struct.pack(">qi", 6, 13) + b"\x00" * 100
     assert corrupt_and_recover(tmp_path, tail)[1:] == (len(tail), 6)
 
 
 def test_recovery_truncates_batch_shorter_than_header(tmp_path: Path) -> None:
-    # [B-47]: a v2 batch smaller than 61 bytes.
+    # Kafka LogSegment.recover (docs/kafka-behaviours.md#segment-recovery): a v2 batch smaller than
+    # 61 bytes.
     tail = struct.pack(">qiib", 6, 40, 0, 2) + b"\x00" * 36
     assert corrupt_and_recover(tmp_path, tail)[1:] == (len(tail), 6)
 
 
 def test_recovery_truncates_at_crc_mismatch(tmp_path: Path) -> None:
-    # [B-47]: everything from the first batch failing its CRC, even if later batches are fine.
+    # Kafka LogSegment.recover (docs/kafka-behaviours.md#segment-recovery): everything from the
+    # first batch failing its CRC, even if later batches are fine.
     bad = bytearray(batch(6, [T0, T0]))
     bad[-1] ^= 0xFF
     tail = bytes(bad) + batch(8, [T0])
@@ -805,7 +836,8 @@ def test_recovery_raises_on_offset_overflow(tmp_path: Path) -> None:
 
 
 def test_recovery_cuts_transaction_index_to_the_recovered_end(tmp_path: Path) -> None:
-    # [B-25]: the transaction index is cut at the first entry whose last offset is past the end.
+    # Kafka TransactionIndex.truncateTo (docs/kafka-behaviours.md#truncation): the transaction index
+    # is cut at the first entry whose last offset is past the end.
     segment = Segment.create(tmp_path, 0, config())
     batches = fill(segment, 5)  # offsets 0..9
     segment.txn_index.append(AbortedTxn(1, 0, 3, 4))
@@ -832,7 +864,8 @@ def test_recovery_with_max_message_bytes(tmp_path: Path) -> None:
 
 
 def test_sanity_check_missing_index(tmp_path: Path) -> None:
-    # [B-45]: a missing .index means the segment must be recovered; a new .timeindex is empty.
+    # Kafka LogSegment.sanityCheck (docs/kafka-behaviours.md#sanity-checks): a missing .index means
+    # the segment must be recovered; a new .timeindex is empty.
     segment = Segment.create(tmp_path, 0, config(index_interval_bytes=0))
     fill(segment, 5)
     segment.close()
@@ -849,7 +882,8 @@ def test_sanity_check_missing_index(tmp_path: Path) -> None:
     again = Segment.open(tmp_path, 0, config())
     again.sanity_check(time_index_file_newly_created=True)
     assert time_index_file(tmp_path, 0).stat().st_size == 0
-    assert again.max_timestamp_so_far == -1  # not rebuilt ([B-54])
+    # not rebuilt (Kafka LogSegment.sanityCheck; docs/kafka-behaviours.md#log-loading)
+    assert again.max_timestamp_so_far == -1
     again.close_handlers()
 
 
@@ -904,8 +938,8 @@ def test_append_that_cannot_be_indexed_writes_nothing(tmp_path: Path) -> None:
 
 
 def test_append_with_offset_below_the_index_writes_nothing(tmp_path: Path) -> None:
-    # [B-8]: an offset not above the last indexed one is an InvalidOffsetError, raised here
-    # before the write.
+    # Kafka OffsetIndex.append (docs/kafka-behaviours.md#index-appends): an offset not above the
+    # last indexed one is an InvalidOffsetError, raised here before the write.
     segment = Segment.create(tmp_path, 0, config(index_interval_bytes=0))
     for i in range(3):
         append(segment, i, [-1])

@@ -1,4 +1,5 @@
-"""Segments: the sorted base-offset map ([B-73]); ports of Kafka's LogSegmentsTest."""
+"""Segments: the sorted base-offset map (Kafka LogSegments; docs/kafka-behaviours.md#segment-map);
+ports of Kafka's LogSegmentsTest."""
 
 from __future__ import annotations
 
@@ -43,7 +44,8 @@ def test_basic_operations(directory: Path) -> None:
     seg1 = make(directory, 1)
     assert segments.add(seg1) is None
     assert len(segments) == 1 and 1 in segments and segments.get(1) is seg1
-    # Adding a segment with the same base offset replaces it ([B-73]).
+    # Adding a segment with the same base offset replaces it (Kafka LogSegments;
+    # docs/kafka-behaviours.md#segment-map).
     seg1_dup = Segment.create(directory, 1, CONFIG, file_suffix=".dup")
     assert segments.add(seg1_dup) is seg1
     assert segments.get(1) is seg1_dup

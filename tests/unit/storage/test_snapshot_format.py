@@ -1,5 +1,6 @@
 """The ``.snapshot`` files a PartitionLog writes, read back by a parser written from the
-reference alone (kafka-storage-reference.md §1.7), not by ``records.log_layout``'s codec.
+reference alone (docs/kafka-behaviours.md#producer-snapshots), not by ``records.log_layout``'s
+codec.
 
 Every field of an entry is checked by name, after idempotent appends, commits, aborts, epoch
 bumps (by a data batch and by a fencing marker), an open transaction and an expiry, in the
@@ -20,7 +21,8 @@ from stratalog.server.storage import PartitionLog
 T0 = 1_700_000_000_000
 DAY_MS = 86_400_000
 
-# §1.7: int16 version (= 1) | uint32 crc | int32 entryCount | entries x 46 bytes, big-endian.
+# docs/kafka-behaviours.md#producer-snapshots: int16 version (= 1) | uint32 crc | int32 entryCount |
+# entries x 46 bytes, big-endian.
 HEADER = struct.Struct(">hIi")
 ENTRY = struct.Struct(">qhiqiqiq")
 

@@ -1,7 +1,13 @@
 """The time index (stratalog.server.storage.time_index).
 
-Ports the intent of Kafka's TimeIndexTest, checks the bytes on disk against spec §1.5 and [B-7],
-[B-17], [B-20], [B-24], [B-43], and runs random operations against a plain sorted-list model.
+Ports the intent of Kafka's TimeIndexTest, checks the bytes on disk against
+docs/kafka-behaviours.md#index-files and Kafka TimeIndex.maybeAppend
+(docs/kafka-behaviours.md#index-appends), TimeIndex.lastEntry
+(docs/kafka-behaviours.md#index-files-mechanics), TimeIndex.lookup
+(docs/kafka-behaviours.md#index-lookups), OffsetIndex.truncateTo
+(docs/kafka-behaviours.md#truncation) and TimeIndex.sanityCheck
+(docs/kafka-behaviours.md#sanity-checks), and runs random operations against a plain sorted-list
+model.
 """
 
 from __future__ import annotations
@@ -196,7 +202,7 @@ def test_entry_size(index: TimeIndex) -> None:
     assert index.ENTRY_SIZE == 12
 
 
-# ------------------------------------------------------------------ [B-7] append semantics
+# ------------ Kafka TimeIndex.maybeAppend (docs/kafka-behaviours.md#index-appends) append semantics
 
 
 def test_equal_timestamp_is_ignored(index: TimeIndex) -> None:
@@ -261,7 +267,8 @@ def test_new_file_is_preallocated_to_the_default_size(tmp_path: Path) -> None:
 
 
 def test_entry_bytes_are_kafkas(tmp_path: Path) -> None:
-    # Spec §1.5: base offset 100, entry (1700000000000, 105) -> 0000018bcfe5680000000005.
+    # docs/kafka-behaviours.md#index-files: base offset 100, entry (1700000000000, 105) ->
+    # 0000018bcfe5680000000005.
     idx = TimeIndex(tmp_path / "100.timeindex", 100, 120)
     idx.maybe_append(1700000000000, 105)
     idx.maybe_append(2**63 - 1, 100 + 2**31 - 1, skip_full_check=True)

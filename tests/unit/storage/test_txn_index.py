@@ -1,7 +1,11 @@
 """The transaction index (stratalog.server.storage.txn_index).
 
-Ports the intent of Kafka's TransactionIndexTest, checks the entry bytes against spec §1.6 and
-[B-25], [B-44], [B-70], and runs random operations against a plain list model.
+Ports the intent of Kafka's TransactionIndexTest, checks the entry bytes against
+docs/kafka-behaviours.md#transaction-index and Kafka TransactionIndex.truncateTo
+(docs/kafka-behaviours.md#truncation), TransactionIndex.sanityCheck
+(docs/kafka-behaviours.md#sanity-checks) and TransactionIndex.collectAbortedTxns
+(docs/kafka-behaviours.md#aborted-transactions), and runs random operations against a plain list
+model.
 """
 
 from __future__ import annotations
@@ -133,7 +137,8 @@ def test_truncate(index: TransactionIndex) -> None:
 
 
 def test_aborted_txn_serde() -> None:
-    # Spec §1.6: AbortedTxn(pid=983493, first=137, last=299, lso=200).
+    # docs/kafka-behaviours.md#transaction-index: AbortedTxn(pid=983493, first=137, last=299,
+    # lso=200).
     txn = AbortedTxn(983493, 137, 299, 200)
     data = txn.to_bytes()
     assert data == bytes.fromhex(

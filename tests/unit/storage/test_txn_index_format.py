@@ -1,5 +1,5 @@
 """The ``.txnindex`` bytes a PartitionLog writes, read back by a parser written from the
-reference alone (kafka-storage-reference.md §1.6), not by ``records.log_layout``'s codec.
+reference alone (docs/kafka-behaviours.md#transaction-index), not by ``records.log_layout``'s codec.
 
 The scenarios are Kafka's (UnifiedLogTest.testTransactionIndexUpdated, LogLoaderTest's
 testFullTransactionIndexRecovery and testRecoverOnlyLastSegment) with Kafka's expected entries,
@@ -22,8 +22,9 @@ from stratalog.server.storage import PartitionLog
 
 T0 = 1_700_000_000_000
 
-# §1.6: 34-byte entries, no header: version int16 (Kafka reads byte 0 only and rejects > 0),
-# producerId int64, firstOffset int64, lastOffset int64, lastStableOffset int64, big-endian.
+# docs/kafka-behaviours.md#transaction-index: 34-byte entries, no header: version int16 (Kafka reads
+# byte 0 only and rejects > 0), producerId int64, firstOffset int64, lastOffset int64,
+# lastStableOffset int64, big-endian.
 ENTRY_BYTES = 34
 
 
