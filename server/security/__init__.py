@@ -1,10 +1,11 @@
 """Security at the edge: who a caller is, and what it may do.
 
 The storage engine and the coordinator know nothing of callers; every check happens before a
-request reaches the serving layer, at the front end (DESIGN.md decision 11). This package
-decides (who, what, how fast); the gRPC front end's interceptors (server/rpc/) are thin
-adapters that ask it, once per call. docs/security.md has the threat model, the settings and how to make test
-certificates.
+request reaches the serving layer, at the front end, as Kafka authorizes each request in
+``KafkaApis`` (core/src/main/scala/kafka/server/AuthHelper.scala) before its work (docs/security.md,
+first section). This package decides (who, what, how fast); the gRPC front end's interceptors
+(server/rpc/) are thin adapters that ask it, once per call. docs/security.md has the threat
+model, the settings and how to make test certificates.
 
 | module | what it holds |
 |---|---|

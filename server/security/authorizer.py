@@ -3,7 +3,7 @@
 (The gRPC front end asks through its interceptor, server/rpc/authorization.py.)
 
 With ``authorizer = "acl"`` every RPC of the Broker service is checked against the ACLs before
-the servicer sees it (DESIGN.md decision 11: at the edge, never in storage). Each RPC asks for
+the servicer sees it (at the edge, never in storage: docs/security.md, first section). Each RPC asks for
 operations on resources as Kafka's ``KafkaApis`` does for the request of the same meaning
 (:data:`RULES`)::
 
