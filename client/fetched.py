@@ -26,23 +26,21 @@ from itertools import repeat
 
 from stratalog.records import (
     DEFAULT_MAX_DECOMPRESSED_BYTES,
-    LOG_OVERHEAD,
     AbortedTransactionFilter,
     Header,
     Record,
     TimestampType,
     accel,
     decode_batch,
-    parse_header,
 )
-from stratalog.records import CorruptRecordError as RecordCorruptError
+from stratalog.records.batch_walk import iter_batch_headers
+from stratalog.records.errors import RecordError
 from stratalog.records.reader import decode_batch_columns
 
 from .types import AbortedTransaction, ConsumerRecord
 
 __all__ = ["ConsumedBatch", "decode_fetched"]
 
-_LENGTH_END = LOG_OVERHEAD  # base offset (8) + length (4): enough to find the batch's end
 
 # offsets, timestamps, keys, values, headers: parallel lists.
 _Columns = tuple[list[int], list[int], list[bytes | None], list[bytes | None], list[tuple]]
@@ -249,29 +247,26 @@ def decode_fetched(
     out: list[ConsumedBatch] = []
     filt = (AbortedTransactionFilter((a.producer_id, a.first_offset) for a in aborted_transactions)
             if read_committed else None)
-    end = len(data)
-    position = 0
     skipped_next_offset = -1
-    while end - position >= _LENGTH_END:
-        length = int.from_bytes(data[position + 8 : position + 12], "big", signed=True)
-        if length < 0:
-            raise RecordCorruptError(
-                f"fetched batch at position {position} of {topic}-{partition} declares "
-                f"length {length}"
-            )
-        if position + LOG_OVERHEAD + length > end:
-            break  # partial tail
-        header = parse_header(data, position)
+    # The one walk of batch headers (records/batch_walk.py): a partial tail (a server cut the
+    # response) ends it quietly; a malformed header raises, named with the partition.
+    walk = iter_batch_headers(data)
+    while True:
+        try:
+            header = next(walk, None)
+        except RecordError as exc:
+            raise type(exc)(f"fetched batch of {topic}-{partition}: {exc}") from exc
+        if header is None:
+            break
         next_offset = header.next_offset
         if next_offset <= from_offset and filt is None:
             # Wholly before the requested offset (a fetch may start mid-log): not even decoded.
             # (READ_COMMITTED decodes it anyway: its ABORT markers update the aborted set.)
-            position = header.end_position
             skipped_next_offset = next_offset
             continue
         if _COLUMNAR:
             header, columns = decode_batch_columns(
-                data, position, verify_crc=verify_crc,
+                data, header.position, verify_crc=verify_crc,
                 max_decompressed_bytes=max_decompressed_bytes,
             )
             batch = ConsumedBatch(
@@ -280,13 +275,12 @@ def decode_fetched(
             )
         else:
             header, records = decode_batch(
-                data, position, verify_crc=verify_crc,
+                data, header.position, verify_crc=verify_crc,
                 max_decompressed_bytes=max_decompressed_bytes,
             )
             batch = ConsumedBatch(
                 topic, partition, header.timestamp_type, next_offset, high_watermark, records
             )
-        position = header.end_position
         if (
             (filt is not None
              and filt.skips(header, batch.keys[0] if header.is_control and len(batch) else None))

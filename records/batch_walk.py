@@ -6,11 +6,12 @@ batch by its size field, and goes on until the bytes end. The walks of the proje
 the storage engine's reads and recovery (``server/storage/log_file.py`` reads the blocks; the
 batches of a block are walked by :func:`find_in_block` and :func:`collect_in_block`), the
 validation of client batches, the follower append's check, the cleaner's reads, the records
-reader, ``stratalog dump-log`` and the Spark connector (:func:`iter_batch_headers`), the cut of
-a fetched range at an offset (:func:`batches_below`). So the framing rules and the tail rules
-below are written once.
-(``tests/unit/records/test_batch_walk.py`` finds any other module that steps from batch to
-batch, and lists the few still to be switched over.)
+reader, a fetch answer's ``max_records`` slicing (``server/rpc/translation.py``), the client's
+decoding of fetched batches (``client/fetched.py``), ``stratalog dump-log`` and the Spark
+connector (:func:`iter_batch_headers`), the cut of a fetched range at the high watermark or the
+LSO (:func:`batches_below`). So the framing rules and the tail rules below are written once.
+(``tests/unit/records/test_batch_walk.py`` fails on any other module that steps from batch to
+batch.)
 
 Framing rules, per batch, in Kafka's order (``FileLogInputStream.nextBatch``, then
 ``DefaultRecordBatch``; :func:`~stratalog.records.batch.check_framing`)::

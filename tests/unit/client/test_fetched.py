@@ -139,7 +139,7 @@ def test_partial_tail_is_ignored() -> None:
 def test_negative_length_is_corrupt() -> None:
     data = bytearray(batch(0, 1))
     data[8:12] = (-5).to_bytes(4, "big", signed=True)
-    with pytest.raises(CorruptRecordError, match="length -5"):
+    with pytest.raises(CorruptRecordError, match="t-0: found record size -5"):
         decode_fetched("t", 0, bytes(data), 0, 1)
 
 

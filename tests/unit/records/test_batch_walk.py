@@ -199,12 +199,6 @@ REPOSITORY = Path(__file__).resolve().parents[3]
 _HEADER_NAMES = {"parse_header", "check_framing", "SCAN_FIELDS", "HEADER", "LENGTH_FIELD",
                  "LENGTH_OFFSET"}
 _STEP_NAMES = {"end_position", "LOG_OVERHEAD", "size_bytes"}
-# Walks still written elsewhere (issue 26), each to be switched to records/batch_walk.py's
-# iter_batch_headers (partial_tail_ok=False where whole batches are promised). Remove an entry
-# when its walk goes; nothing may be added.
-_PENDING = {
-    "client/fetched.py",
-}
 
 
 def _walks(path: Path) -> list[str]:
@@ -244,7 +238,7 @@ def test_the_batch_header_walk_exists_in_one_module_only():
                 walks[path.relative_to(REPOSITORY).as_posix()] = found
     assert "records/batch_walk.py" in walks  # the detector sees the walk where it is
     others = {path: found for path, found in walks.items()
-              if path != "records/batch_walk.py" and path not in _PENDING}
+              if path != "records/batch_walk.py"}
     assert not others, (
         f"batches walked outside records/batch_walk.py: {others}; use iter_batch_headers, "
         "batches_below or the block walks there"
