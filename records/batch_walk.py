@@ -6,10 +6,10 @@ batch by its size field, and goes on until the bytes end. The walks of the proje
 the storage engine's reads and recovery (``server/storage/log_file.py`` reads the blocks; the
 batches of a block are walked by :func:`find_in_block` and :func:`collect_in_block`), the
 validation of client batches, the follower append's check, the cleaner's reads, the records
-reader, a fetch answer's ``max_records`` slicing (``server/rpc/translation.py``), the client's
-decoding of fetched batches (``client/fetched.py``), ``stratalog dump-log`` and the Spark
-connector (:func:`iter_batch_headers`), the cut of a fetched range at the high watermark or the
-LSO (:func:`batches_below`). So the framing rules and the tail rules below are written once.
+reader, the client's decoding of fetched batches (``client/fetched.py``), ``stratalog dump-log``
+and the Spark connector (:func:`iter_batch_headers`), the cut of a fetched range at the high
+watermark or the LSO (:func:`batches_below`), and a ``max_records`` fetch's cut and slicing in
+one pass (:func:`slice_below`). So the framing rules and the tail rules below are written once.
 (``tests/unit/records/test_batch_walk.py`` fails on any other module that steps from batch to
 batch.)
 
@@ -54,6 +54,7 @@ functions hold no state; they may run in any thread, on bytes that do not change
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import NamedTuple
 
 from crc32c import crc32c as _crc32c  # the C function: recovery's hot loop skips our wrapper
 
@@ -68,7 +69,8 @@ from .batch import (
     BatchHeader,
     check_framing,
 )
-from .errors import CorruptRecordError
+from .errors import CorruptRecordError, RecordError
+from .slicing import slice_batch
 
 __all__ = [
     "END",
@@ -77,11 +79,14 @@ __all__ = [
     "BlockStep",
     "FoundBatch",
     "ScannedBatch",
+    "SliceError",
+    "SlicedWalk",
     "at_tail",
     "batches_below",
     "collect_in_block",
     "find_in_block",
     "iter_batch_headers",
+    "slice_below",
 ]
 
 # A batch a collecting walk took: its header fields as SCAN_FIELDS unpacks them
@@ -188,6 +193,118 @@ def batches_below(
         next_offset = header.next_offset
         records += header.records_count
     return data[:position], next_offset, records
+
+
+class SlicedWalk(NamedTuple):
+    """What :func:`slice_below` took: the answer of a ``max_records`` read."""
+
+    data: bytes  # v2 batches back to back (b"" when no record was taken)
+    next_offset: int  # where the next read starts
+    records_count: int  # records in ``data``
+    # Where each batch of ``data`` starts, in order: a reader decodes them from there without
+    # walking ``data`` again.
+    positions: tuple[int, ...] = ()
+    # The bytes of the whole batches read that start below the bound, from the start: what the
+    # read would have answered without ``max_records`` (a long poll compares it with min_bytes).
+    whole_bytes: int = 0
+
+
+class SliceError(Exception):
+    """A batch :func:`slice_below` could not read: ``position`` where it starts in the walked
+    bytes (or, for a broken header, where the batch before it ended), ``error`` the
+    :class:`~stratalog.records.errors.RecordError` (also the ``__cause__``)."""
+
+    def __init__(self, position: int, error: RecordError) -> None:
+        super().__init__(f"batch at position {position}: {error}")
+        self.position = position
+        self.error = error
+
+
+def slice_below(
+    buf: bytes | memoryview,
+    offset: int,
+    max_records: int,
+    max_bytes: int,
+    max_decompressed_bytes: int,
+    *,
+    upper_offset: int | None = None,
+    skip: Callable[[bytes | memoryview, BatchHeader], bool] | None = None,
+) -> SlicedWalk:
+    """The records a read of at most ``max_records`` (> 0) records from ``offset`` takes from
+    the whole batches ``buf`` (a fetch's, starting with the batch holding ``offset``), in one
+    walk of their headers: the cut at ``upper_offset`` (a high watermark or an LSO: the batches
+    starting at or above it are left out, as :func:`batches_below` does) and each batch's share
+    re-framed by :func:`~stratalog.records.slicing.slice_batch` (a valid v2 batch: the first may
+    start inside a stored batch, the last end inside one).
+
+    ``skip(buf, header)`` says which batches a reader drops (a READ_COMMITTED reader's aborted
+    transactions; it sees the control batches too, whose markers end them); without it the
+    control batches are dropped. A dropped batch, or one with no record at or after ``offset``
+    (compacted away), moves ``next_offset`` past it. The records stop at ``max_records``, or
+    once ``max_bytes`` bytes of batches are taken (the first record is always taken whole).
+    ``next_offset`` is after the last record taken, or after the last batch read when none was
+    taken or a batch was taken to its end (``offset`` for no data). Past the last record taken,
+    the walk goes on over the headers only as far as the cut (``whole_bytes``); with no
+    ``upper_offset`` (the caller knows nothing is cut) ``whole_bytes`` is ``len(buf)``.
+
+    A partial tail is damage here (whole batches were read): it raises. O(headers walked) plus
+    the slicing's O(bytes of the batches sliced).
+
+    Raises:
+        SliceError: a batch does not decode, or its header breaks a framing rule (the
+            :class:`~stratalog.records.errors.RecordError` and where).
+    """
+    parts: list[bytes] = []
+    positions: list[int] = []
+    taken = 0
+    used_bytes = 0
+    next_offset = offset
+    whole_bytes = len(buf)
+    batch_position = 0
+    # Whole batches were read: a cut one is damage, not a tail (partial_tail_ok=False).
+    walk = iter_batch_headers(buf, partial_tail_ok=False)
+    header = None
+    cut = upper_offset is None  # whether whole_bytes is known
+    try:
+        while taken < max_records and (taken == 0 or used_bytes < max_bytes):
+            if header is not None:
+                batch_position = header.end_position  # (where the walk's own error would be)
+            header = next(walk, None)
+            if header is None:
+                cut = True
+                break
+            batch_position = header.position
+            if upper_offset is not None and header.base_offset >= upper_offset:
+                whole_bytes = header.position
+                cut = True
+                break
+            if skip(buf, header) if skip is not None else header.is_control:
+                next_offset = header.next_offset
+                continue
+            sliced = slice_batch(
+                buf, header, offset, max_records - taken, max(max_bytes - used_bytes, 0),
+                max_decompressed_bytes,
+            )
+            if sliced is None:  # no record at or after the offset (compacted away)
+                next_offset = header.next_offset
+                continue
+            positions.append(used_bytes)
+            parts.append(sliced.data)
+            taken += sliced.records_count
+            used_bytes += len(sliced.data)
+            next_offset = sliced.next_offset
+        if not cut:
+            # The records are taken; the same walk goes on to the cut, over the headers only.
+            if header is not None:
+                batch_position = header.end_position
+            for header in walk:
+                if header.base_offset >= upper_offset:  # type: ignore[operator]
+                    whole_bytes = header.position
+                    break
+                batch_position = header.end_position
+    except RecordError as exc:
+        raise SliceError(batch_position, exc) from exc
+    return SlicedWalk(b"".join(parts), next_offset, taken, tuple(positions), whole_bytes)
 
 
 def find_in_block(

@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 from stratalog.server.append_placement import AppendPlacement
 from stratalog.server.byte_budget import ByteBudget
 from stratalog.server.storage.errors import LogClosedError, OffsetOutOfRangeError
+from stratalog.server.storage.fetch_isolation import SlicedWalk, take_records
 from stratalog.server.storage.partition_log import LEADER_EPOCH, AppendInfo, IsolationLevel
 
 from .partition import Partition
@@ -91,11 +92,12 @@ class Releasable(Protocol):
 
 
 class FetchResult(NamedTuple):
-    """What a fetch read: the batches, and the log they came from (whose high watermark, log
+    """What a fetch read: the batches (for a ``max_records`` fetch, the records taken:
+    :meth:`PartitionLog.take_records`), and the log they came from (whose high watermark, log
     start and last stable offset the answer carries, read after the data)."""
 
     log: PartitionLog
-    fetched: FetchedBatches
+    fetched: FetchedBatches | SlicedWalk
 
 
 def client_out_of_range(
@@ -507,11 +509,18 @@ class ReplicaManager:
         max_bytes: int,
         isolation_level: IsolationLevel,
         max_records: int = 0,
-    ) -> FetchedBatches:
-        """Read on the loop: page-cache reads are cheaper inline than a thread hop."""
+    ) -> FetchedBatches | SlicedWalk:
+        """Read on the loop: page-cache reads are cheaper inline than a thread hop. With
+        ``max_records`` > 0, the records taken (:meth:`PartitionLog.take_records`: the bound,
+        the reader's filter and the slicing in one walk)."""
         try:
+            if max_records > 0:
+                return partition_log.take_records(
+                    offset, max_bytes, max_records, isolation_level=isolation_level,
+                    upper_bound=_upper_bound(partition_log),
+                )
             return partition_log.fetch(
-                offset, max_bytes, isolation_level=isolation_level, max_records=max_records,
+                offset, max_bytes, isolation_level=isolation_level,
                 upper_bound=_upper_bound(partition_log),
             )
         except OffsetOutOfRangeError as exc:
@@ -599,7 +608,10 @@ class ReplicaManager:
                     fetched = await self.read(
                         topic, partition, partition_log, offset, max_bytes, isolation_level
                     )
-                if len(fetched.data) >= enough_bytes or loop is None or self.shutting_down:
+                # (A max_records read counts the whole batches it read, as any fetch.)
+                read_bytes = (fetched.whole_bytes if isinstance(fetched, SlicedWalk)
+                              else len(fetched.data))
+                if read_bytes >= enough_bytes or loop is None or self.shutting_down:
                     break
                 remaining_s = deadline - loop.time()
                 if remaining_s <= 0:
@@ -628,9 +640,11 @@ class ReplicaManager:
         max_bytes: int,
         isolation_level: IsolationLevel,
         max_records: int = 0,
-    ) -> tuple[PartitionLog, TimestampOffset | None, FetchedBatches]:
+    ) -> tuple[PartitionLog, TimestampOffset | None, FetchedBatches | SlicedWalk]:
         """The first record at or after ``timestamp`` (READ_COMMITTED: below the LSO, the
-        engine's rule, Kafka's) and the batches from it, on the leader."""
+        engine's rule, Kafka's) and the batches from it, on the leader; with ``max_records``
+        > 0, the records taken from it (or from where the read ended when none was found) as
+        :func:`~stratalog.server.storage.fetch_isolation.take_records` takes them."""
         self.leader(topic, partition)
         partition_log, _ = self.get_partition(topic, partition)
         # The search decodes the batch it finds, which is also the first batch of the answer:
@@ -644,6 +658,14 @@ class ReplicaManager:
             found, fetched = lookup(timestamp, max_bytes)
         else:
             found, fetched = await self._blocking(lookup, timestamp, max_bytes)
+        if max_records > 0:
+            # (The lookup's read is bounded already: no cut left to make.)
+            committed = isolation_level == IsolationLevel.READ_COMMITTED
+            start = fetched.next_offset if found is None else found.offset
+            return partition_log, found, take_records(
+                fetched.data, start, max_records, max_bytes,
+                fetched.aborted_transactions if committed else None,
+            )
         return partition_log, found, fetched
 
     def offset_for_timestamp(

@@ -59,7 +59,6 @@ from stratalog.server.rpc.translation import (
     ProducerFields,
     decode_records_into,
     encode_records,
-    slice_batches,
 )
 from stratalog.server.storage.partition_log import IsolationLevel
 from stratalog.server.subscribe_budget import Lease, SubscribeBudget
@@ -67,6 +66,7 @@ from stratalog.v1 import broker_pb2
 
 if TYPE_CHECKING:
     from stratalog.server.broker import Partition
+    from stratalog.server.storage.fetch_isolation import SlicedWalk
     from stratalog.server.storage.partition_log import FetchedBatches, PartitionLog
 
 __all__ = ["RecordRpcs"]
@@ -109,7 +109,7 @@ class RecordRpcs(RpcBase):
         partition: int,
         partition_log: PartitionLog,
         offset: int,
-        fetched: FetchedBatches,
+        fetched: FetchedBatches | SlicedWalk,
         fetch_format: int,
         max_bytes: int,
         isolation_level: IsolationLevel,
@@ -122,10 +122,12 @@ class RecordRpcs(RpcBase):
         counted them.
 
         With ``max_records`` > 0 the answer holds at most that many records from ``offset``,
-        in either format: the stored batches are cut to them first
-        (:func:`~stratalog.server.rpc.translation.slice_batches`: record batches re-framed to hold
-        just those records, control batches and for READ_COMMITTED aborted ones left out, so
-        no aborted transactions come with them), and RECORDS decodes only what was cut.
+        in either format: the serving layer took them in the walk that bounds the read
+        (``fetched`` is a :class:`SlicedWalk`:
+        :func:`~stratalog.server.storage.fetch_isolation.take_records`: record batches
+        re-framed to hold just those records, control batches and for READ_COMMITTED aborted
+        ones left out, so no aborted transactions come with them), and RECORDS decodes only
+        what was taken, from the positions that walk found.
 
         Raw batches come with the next offset and record count the read took from their
         headers, and for READ_COMMITTED with the aborted transactions overlapping them (the
@@ -143,7 +145,7 @@ class RecordRpcs(RpcBase):
         if max_records:
             return self._partial_fetch_response(
                 topic, partition, partition_log, offset, fetched, fetch_format, max_bytes,
-                committed, matched, max_records,
+                matched,
             )
         if fetch_format == RECORD_BATCHES:
             records_out = fetched.records_count
@@ -195,18 +197,14 @@ class RecordRpcs(RpcBase):
         partition: int,
         partition_log: PartitionLog,
         offset: int,
-        fetched: FetchedBatches,
+        fetched: SlicedWalk,
         fetch_format: int,
         max_bytes: int,
-        committed: bool,
         matched: tuple[int, int],
-        max_records: int,
     ) -> broker_pb2.FetchResponse:
-        """:meth:`_fetch_response` for a ``max_records`` read."""
-        sliced = slice_batches(
-            fetched.data, offset, max_records, max_bytes,
-            fetched.aborted_transactions if committed else None,
-        )
+        """:meth:`_fetch_response` for a ``max_records`` read: ``fetched`` holds the records
+        taken already."""
+        sliced = fetched  # the serving layer took the records (fetch_isolation.take_records)
         response = broker_pb2.FetchResponse(
             topic=topic,
             partition=partition,
@@ -218,8 +216,9 @@ class RecordRpcs(RpcBase):
             bytes_out = len(sliced.data)
             records_out = sliced.records_count
         else:
+            # Decoded batch by batch from where the walk put them: no second walk.
             decoded_next, records_out, bytes_out = decode_records_into(
-                response.records, sliced.data, offset, max_bytes
+                response.records, sliced.data, offset, max_bytes, positions=sliced.positions
             )
             if bytes_out < len(sliced.data):
                 # A whole compressed batch decoded past max_bytes: the rest comes next time.

@@ -9,9 +9,6 @@ loop, so that each translation is tested on its own (tests/unit/server/test_tran
     stored batches (bytes)           --decode_records_into--> FetchResponse.records, bounded
                                                               (aborted records dropped for
                                                               READ_COMMITTED)
-    stored batches (bytes)           --slice_batches-->       the records a max_records read
-                                                              takes, as v2 batches (control
-                                                              and aborted batches left out)
     TopicDescription (engine)        --topic_message-->       broker_pb2.TopicDescription
     TimestampType (records)          --PROTO_TIMESTAMP_TYPES--> broker_pb2.TimestampType
 
@@ -32,12 +29,10 @@ import grpc
 
 from stratalog.records.aborted_filter import AbortedTransactionFilter
 from stratalog.records.batch import Compression, TimestampType
-from stratalog.records.batch_walk import iter_batch_headers
 from stratalog.records.builder import BatchBuilder
 from stratalog.records.errors import RecordError
-from stratalog.records.reader import DEFAULT_MAX_DECOMPRESSED_BYTES, decode_batch_columns
+from stratalog.records.reader import decode_batch_columns
 from stratalog.records.record import wrap_int64
-from stratalog.records.slicing import slice_batch
 from stratalog.server.rpc import status
 from stratalog.server.storage.errors import StorageError
 from stratalog.v1 import broker_pb2
@@ -54,10 +49,8 @@ __all__ = [
     "CleanerPositions",
     "DecodedRecords",
     "ProducerFields",
-    "SlicedBatches",
     "decode_records_into",
     "encode_records",
-    "slice_batches",
     "topic_message",
 ]
 
@@ -194,9 +187,14 @@ def decode_records_into(
     offset: int,
     max_decoded_bytes: int,
     aborted_transactions: Sequence[AbortedTxn] | None = None,
+    positions: Sequence[int] | None = None,
 ) -> DecodedRecords:
     """Append the records of the stored batches ``data`` with offset >= ``offset`` to ``out``
     (a repeated ``broker_pb2.Record``, such as ``FetchResponse.records``).
+
+    ``positions``: where each batch of ``data`` starts, when the walk that produced ``data``
+    found them (:func:`~stratalog.records.batch_walk.slice_below`); the batches are decoded
+    from there. Without, each batch starts where the one before ends.
 
     Control batches (transaction markers) are skipped, as Kafka's consumers skip them. With
     ``aborted_transactions`` (a READ_COMMITTED fetch's, from the ``.txnindex``; an empty
@@ -220,7 +218,10 @@ def decode_records_into(
     add = out.add
     skips = (None if aborted_transactions is None else AbortedTransactionFilter(
         (txn.producer_id, txn.first_offset) for txn in aborted_transactions).skips)
+    starts = iter(positions) if positions is not None else None
     while position < end and (added == 0 or decoded_bytes <= max_decoded_bytes):
+        if starts is not None:
+            position = next(starts)
         try:
             header, columns = decode_batch_columns(data, position)
             offsets, timestamps, keys, values, headers = columns
@@ -254,83 +255,6 @@ def decode_records_into(
             )
         added += len(offsets) - first
     return DecodedRecords(next_offset, added, position)
-
-
-class SlicedBatches(NamedTuple):
-    """What :func:`slice_batches` took: the answer of a ``max_records`` read."""
-
-    data: bytes  # v2 batches back to back (b"" when no record was taken)
-    next_offset: int  # where the next read starts
-    records_count: int  # records in ``data``
-
-
-def slice_batches(
-    data: bytes,
-    offset: int,
-    max_records: int,
-    max_bytes: int,
-    aborted_transactions: Sequence[AbortedTxn] | None = None,
-) -> SlicedBatches:
-    """The records a read of at most ``max_records`` (> 0) records from ``offset`` takes from
-    the stored whole batches ``data`` (a fetch's, starting with the batch holding ``offset``),
-    each batch's share re-framed by :func:`~stratalog.records.slicing.slice_batch` (a valid v2
-    batch: the first may start inside a stored batch, the last end inside one).
-
-    The answer holds only records a reader delivers: control batches are left out, and with
-    ``aborted_transactions`` (a READ_COMMITTED read's, from the ``.txnindex``; an empty sequence
-    counts) the batches of aborted transactions too, found by Kafka's consumer algorithm
-    (:class:`~stratalog.records.AbortedTransactionFilter`, which needs the ABORT markers: they
-    are read, not returned). So the response carries no aborted transactions: a client that
-    applies its own filter to it keeps every record. The records stop at ``max_records``, or
-    once ``max_bytes`` bytes of batches are taken (the first record is always taken whole).
-    ``next_offset`` is after the last record taken, or after the last batch read when none was
-    taken or a batch was taken to its end (``offset`` for no data).
-
-    Raises:
-        StorageError: a stored batch does not decode (damage on disk), naming its position.
-    """
-    parts: list[bytes] = []
-    taken = 0
-    used_bytes = 0
-    next_offset = offset
-    batch_position = 0
-    skips = (None if aborted_transactions is None else AbortedTransactionFilter(
-        (txn.producer_id, txn.first_offset) for txn in aborted_transactions).skips)
-    try:
-        # Whole batches were read: a cut one is damage, not a tail (partial_tail_ok=False).
-        walk = iter_batch_headers(data, partial_tail_ok=False)
-        header = None
-        while taken < max_records and (taken == 0 or used_bytes < max_bytes):
-            if header is not None:
-                batch_position = header.end_position  # (where the walk's own error would be)
-            header = next(walk, None)
-            if header is None:
-                break
-            batch_position = header.position
-            if header.is_control:
-                if skips is not None:
-                    # An ABORT marker ends its producer's aborted transaction for the filter.
-                    _, columns = decode_batch_columns(data, header.position)
-                    skips(header, columns.keys[0] if columns.keys else None)
-                next_offset = header.next_offset
-                continue
-            if skips is not None and skips(header):
-                next_offset = header.next_offset
-                continue
-            sliced = slice_batch(
-                data, header, offset, max_records - taken, max(max_bytes - used_bytes, 0),
-                DEFAULT_MAX_DECOMPRESSED_BYTES,
-            )
-            if sliced is None:  # no record at or after the offset (compacted away)
-                next_offset = header.next_offset
-                continue
-            parts.append(sliced.data)
-            taken += sliced.records_count
-            used_bytes += len(sliced.data)
-            next_offset = sliced.next_offset
-    except RecordError as exc:
-        raise StorageError(f"stored batch at fetch position {batch_position}: {exc}") from exc
-    return SlicedBatches(b"".join(parts), next_offset, taken)
 
 
 def _add_records(

@@ -16,6 +16,12 @@ the first offset of a transaction's first batch), so a cut keeps whole batches: 
 start below the bound. The cut walks the headers of the bytes read (``records/batch_walk.py``);
 the aborted transactions come from the ``.txnindex`` files (:meth:`LocalLog.collect_aborted_txns`).
 
+A ``max_records`` read (:func:`take_records`) takes only the records a reader delivers: the
+cut, the reader's filter (control batches, and for READ_COMMITTED the aborted transactions'
+batches) and the slicing of the records asked for (``records/slicing.py``) are one walk of the
+headers (:func:`~stratalog.records.batch_walk.slice_below`), which stops at the last record
+taken (and goes on over the headers only as far as the cut).
+
 No state; crash behaviour: none (reads only). Thread-safe: the functions read the
 :class:`FetchedBatches` given and the segments' published sizes, as any read does.
 """
@@ -23,16 +29,28 @@ No state; crash behaviour: none (reads only). Thread-safe: the functions read th
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from stratalog.records.batch_walk import batches_below
+from stratalog.records.aborted_filter import AbortedTransactionFilter
+from stratalog.records.batch import BatchHeader
+from stratalog.records.batch_walk import SlicedWalk, SliceError, batches_below, slice_below
+from stratalog.records.reader import DEFAULT_MAX_DECOMPRESSED_BYTES, decode_batch_columns
 
+from .errors import StorageError
 from .segment import FetchedBatches
 
 if TYPE_CHECKING:
     from .local_log import LocalLog
+    from .txn_index import AbortedTxn
 
-__all__ = ["IsolationLevel", "batches_before_bound", "committed_part"]
+__all__ = [
+    "IsolationLevel",
+    "SlicedWalk",
+    "batches_before_bound",
+    "committed_part",
+    "take_records",
+]
 
 
 class IsolationLevel(enum.IntEnum):
@@ -69,3 +87,60 @@ def committed_part(
             return FetchedBatches(b"", offset, 0)
     aborted = local.collect_aborted_txns(offset, next_offset)
     return FetchedBatches(data, next_offset, records_count, aborted)
+
+
+def take_records(
+    data: bytes | memoryview,
+    offset: int,
+    max_records: int,
+    max_bytes: int,
+    aborted_transactions: Sequence[AbortedTxn] | None = None,
+    upper_bound: int | None = None,
+) -> SlicedWalk:
+    """The records a read of at most ``max_records`` (> 0) records from ``offset`` takes from
+    the whole batches ``data`` (a fetch's, starting with the batch holding ``offset``), cut at
+    ``upper_bound`` (None: nothing to cut), in one walk
+    (:func:`~stratalog.records.batch_walk.slice_below` says what is taken, and where the next
+    read starts).
+
+    The answer holds only records a reader delivers: control batches are left out, and with
+    ``aborted_transactions`` (a READ_COMMITTED read's, from the ``.txnindex``; an empty sequence
+    counts) the batches of aborted transactions too, found by Kafka's consumer algorithm
+    (:class:`~stratalog.records.AbortedTransactionFilter`, which needs the ABORT markers: they
+    are read, not returned). So the answer carries no aborted transactions: a client that
+    applies its own filter to it keeps every record. Aborted transactions starting at or past
+    the cut change nothing (the filter reaches a transaction only at a batch past its first
+    offset), so they may be collected over the read before its cut.
+
+    Raises:
+        StorageError: a stored batch does not decode (damage on disk), naming its position.
+    """
+    try:
+        return slice_below(
+            data, offset, max_records, max_bytes, DEFAULT_MAX_DECOMPRESSED_BYTES,
+            upper_offset=upper_bound, skip=_reader_skip(aborted_transactions),
+        )
+    except SliceError as exc:
+        raise StorageError(
+            f"stored batch at fetch position {exc.position}: {exc.error}"
+        ) from exc.error
+
+
+def _reader_skip(
+    aborted_transactions: Sequence[AbortedTxn] | None,
+) -> Callable[[bytes | memoryview, BatchHeader], bool] | None:
+    """What a READ_COMMITTED reader drops, for :func:`slice_below` (None: only the control
+    batches, its default)."""
+    if aborted_transactions is None:
+        return None
+    skips = AbortedTransactionFilter(
+        (txn.producer_id, txn.first_offset) for txn in aborted_transactions).skips
+
+    def skip(buf: bytes | memoryview, header: BatchHeader) -> bool:
+        if header.is_control:
+            # An ABORT marker ends its producer's aborted transaction for the filter.
+            _, columns = decode_batch_columns(buf, header.position)
+            return skips(header, columns.keys[0] if columns.keys else None)
+        return skips(header)
+
+    return skip

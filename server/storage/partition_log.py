@@ -54,7 +54,13 @@ from .errors import (
     OffsetOutOfRangeError,
     StorageIOError,
 )
-from .fetch_isolation import IsolationLevel, batches_before_bound, committed_part
+from .fetch_isolation import (
+    IsolationLevel,
+    SlicedWalk,
+    batches_before_bound,
+    committed_part,
+    take_records,
+)
 from .leader_epoch_cache import LeaderEpochCache, load_leader_epoch_cache
 from .local_log import LocalLog, LogEnd, delete_segments
 from .log_writer import (
@@ -765,6 +771,44 @@ class PartitionLog:
         if fetched is None:
             return FetchedBatches(b"", offset, 0)
         return committed_part(self._local, fetched, offset, stable)
+
+    def take_records(
+        self,
+        offset: int,
+        max_bytes: int,
+        max_records: int,
+        *,
+        isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+        upper_bound: int | None = None,
+    ) -> SlicedWalk:
+        """At most ``max_records`` (> 0) records from ``offset``, as a reader delivers them: the
+        batches :meth:`fetch` would return (read as it reads them, bounded as it bounds them),
+        cut to those records in the same walk of their headers
+        (:func:`~stratalog.server.storage.fetch_isolation.take_records`: each batch's share
+        re-framed, control batches and for READ_COMMITTED the aborted transactions' batches
+        left out, at most ``max_bytes`` bytes after the first record). ``whole_bytes`` is the
+        length of what :meth:`fetch` would have returned. Thread-safe against a concurrent
+        append.
+
+        Raises:
+            OffsetOutOfRangeError: ``offset`` below the log start offset or above the log end.
+            StorageError: a stored batch does not decode (damage on disk).
+        """
+        committed = isolation_level == IsolationLevel.READ_COMMITTED
+        bound = upper_bound
+        if committed:
+            # The LSO read before the data, as fetch reads it.
+            stable = self.last_stable_offset
+            bound = stable if upper_bound is None else min(stable, upper_bound)
+        fetched = self._read_segments(offset, max_bytes, True, max_records)
+        if fetched is None or (bound is not None and offset >= bound):
+            return SlicedWalk(b"", offset, 0)
+        if bound is not None and fetched.next_offset <= bound:
+            bound = None  # nothing to cut: the walk stops at the last record taken
+        aborted = (
+            self._local.collect_aborted_txns(offset, fetched.next_offset) if committed else None
+        )
+        return take_records(fetched.data, offset, max_records, max_bytes, aborted, bound)
 
     def _read_segments(
         self, offset: int, max_bytes: int, min_one_message: bool, max_records: int = 0

@@ -445,7 +445,7 @@ def test_stale_cleaner_output_of_a_failed_cleaning_is_replaced(tmp_path: Path) -
 
 
 def test_point_reads_over_holes_and_empty_batches_take_the_next_record(tmp_path: Path) -> None:
-    from stratalog.server.rpc.translation import slice_batches
+    from stratalog.server.storage.fetch_isolation import take_records
 
     log = open_log(tmp_path / "t-0", segment_bytes=600)
     for i in range(8):
@@ -456,6 +456,6 @@ def test_point_reads_over_holes_and_empty_batches_take_the_next_record(tmp_path:
     clean(log)
     for offset, expected in [(0, (8, b"x")), (3, (8, b"x")), (8, (8, b"x")), (9, (9, b"last"))]:
         fetched = log.fetch(offset, 1 << 20, max_records=1)
-        sliced = slice_batches(fetched.data, offset, 1, 1 << 20)
+        sliced = take_records(fetched.data, offset, 1, 1 << 20)
         found = [(r.offset, r.value) for _, rs in iter_batches(sliced.data) for r in rs]
         assert found == [expected], (offset, found, sliced.next_offset)

@@ -7,11 +7,24 @@ here the cut's own edges: bounds inside, between and past the batches.
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
+from stratalog.records.aborted_filter import AbortedTransactionFilter
+from stratalog.records.batch import Compression, validate_batch
+from stratalog.records.batch_walk import iter_batch_headers
 from stratalog.records.builder import build_batch
-from stratalog.server.storage.fetch_isolation import IsolationLevel, batches_before_bound
+from stratalog.records.control import ControlRecordType, encode_control_key
+from stratalog.records.reader import decode_batch
+from stratalog.records.slicing import slice_batch
+from stratalog.server.storage.fetch_isolation import (
+    IsolationLevel,
+    batches_before_bound,
+    take_records,
+)
 from stratalog.server.storage.segment import FetchedBatches
+from stratalog.server.storage.txn_index import AbortedTxn
 
 T0 = 1_700_000_000_000
 
@@ -52,3 +65,110 @@ def test_nothing_below_the_bound_is_empty_at_the_offset_read(offset: int) -> Non
 def test_the_isolation_levels_are_kafkas() -> None:
     assert [int(level) for level in IsolationLevel] == [0, 1]
     assert IsolationLevel.READ_COMMITTED.name == "READ_COMMITTED"
+
+
+# ------------------------------------------------------------------------ take_records, a model
+
+def _reference_take(data, offset, max_records, max_bytes, aborted, upper_bound):
+    """What a max_records read takes, the plain way: cut the whole batches at the bound first,
+    then go over what is left batch by batch (the reader's filter, then each batch's slice)."""
+    kept = []
+    for header in iter_batch_headers(data, partial_tail_ok=False):
+        if upper_bound is not None and header.base_offset >= upper_bound:
+            break
+        kept.append(header)
+    whole_bytes = kept[-1].end_position if kept else 0
+    skips = None if aborted is None else AbortedTransactionFilter(
+        (txn.producer_id, txn.first_offset) for txn in aborted).skips
+    parts, taken, used, next_offset = [], 0, 0, offset
+    for header in kept:
+        if taken >= max_records or (taken and used >= max_bytes):
+            break
+        if header.is_control or (skips is not None and skips(header)):
+            if header.is_control and skips is not None:
+                skips(header, decode_batch(data, header.position)[1][0].key)
+            next_offset = header.next_offset
+            continue
+        sliced = slice_batch(data, header, offset, max_records - taken, max(max_bytes - used, 0),
+                             1 << 30)
+        if sliced is None:
+            next_offset = header.next_offset
+            continue
+        parts.append(sliced.data)
+        taken += sliced.records_count
+        used += len(sliced.data)
+        next_offset = sliced.next_offset
+    return b"".join(parts), next_offset, taken, whole_bytes
+
+
+def _random_log(rng: random.Random) -> tuple[bytes, list[AbortedTxn]]:
+    """Batches back to back as a log holds them: plain ones (some compressed), transactions of
+    three producers ended by COMMIT or ABORT markers (or left open), compacted gaps between
+    batches and inside them; and the aborted transactions, as the .txnindex would hold them."""
+    out, aborted, open_txns = [], [], {}
+    offset = rng.randrange(0, 50)
+    for _ in range(rng.randrange(1, 25)):
+        kind = rng.random()
+        producer_id = rng.randrange(3)
+        if kind < 0.25 and producer_id in open_txns:
+            control = rng.choice([ControlRecordType.COMMIT, ControlRecordType.ABORT])
+            batch = build_batch([(T0, encode_control_key(control), b"\0" * 6, ())],
+                                is_control=True, is_transactional=True,
+                                producer_id=producer_id, producer_epoch=0)
+            first = open_txns.pop(producer_id)
+            if control == ControlRecordType.ABORT:
+                aborted.append(AbortedTxn(producer_id, first, offset, offset + 1))
+        else:
+            count = rng.randrange(1, 8)
+            fields: dict[str, object] = {}
+            if kind < 0.6:
+                fields = dict(is_transactional=True, producer_id=producer_id, producer_epoch=0,
+                              base_sequence=0)
+                open_txns.setdefault(producer_id, offset)
+            elif kind < 0.75:
+                fields = dict(compression=rng.choice([Compression.GZIP, Compression.LZ4]))
+            batch = build_batch([(T0 + i, b"k%d" % i, b"v" * rng.randrange(0, 120), ())
+                                 for i in range(count)], **fields)
+            batch = offset.to_bytes(8, "big", signed=True) + batch[8:]
+            if count > 2 and rng.random() < 0.2:  # compacted: the first records gone
+                sliced = slice_batch(batch, validate_batch(batch), offset + rng.randrange(1, count),
+                                     count, 1 << 20, 1 << 30)
+                batch = sliced.data
+        batch = offset.to_bytes(8, "big", signed=True) + batch[8:]
+        out.append(batch)
+        offset = validate_batch(batch).next_offset + (rng.randrange(1, 4) if rng.random() < 0.2
+                                                     else 0)
+    return b"".join(out), aborted
+
+
+def _overlapping(aborted, start, end):
+    return [txn for txn in aborted if txn.first_offset < end and txn.last_offset >= start]
+
+
+@pytest.mark.parametrize("seed", range(400))
+def test_take_records_is_the_cut_then_the_slicing(seed: int) -> None:
+    rng = random.Random(seed)
+    data, aborted = _random_log(rng)
+    headers = list(iter_batch_headers(data))
+    first, last = headers[0].base_offset, headers[-1].next_offset
+    # A read at offset starts with the batch holding it (or the next one, over a gap).
+    offset = rng.randrange(first, last)
+    start = next(h for h in headers if h.next_offset > offset)
+    read = data[start.position:]
+    upper_bound = rng.choice([None, last, rng.randrange(offset, last + 1),
+                              rng.choice(headers).base_offset])
+    max_records = rng.choice([1, 1, 2, 5, 100])
+    max_bytes = rng.choice([0, 50, 300, 1 << 20])
+    committed = rng.random() < 0.5
+    cut_next = (max((h.next_offset for h in headers[headers.index(start):]
+                     if upper_bound is None or h.base_offset < upper_bound), default=offset))
+    expected = _reference_take(
+        read, offset, max_records, max_bytes,
+        _overlapping(aborted, offset, cut_next) if committed else None, upper_bound)
+    # The one walk gets the aborted transactions of the read before its cut (as
+    # PartitionLog.take_records collects them).
+    got = take_records(read, offset, max_records, max_bytes,
+                       _overlapping(aborted, offset, last) if committed else None, upper_bound)
+    assert (got.data, got.next_offset, got.records_count, got.whole_bytes) == expected
+    # The positions are where the batches of the answer start.
+    assert list(got.positions) == [h.position for h in iter_batch_headers(got.data)]
