@@ -23,6 +23,7 @@ from stratalog.server.storage.fetch_isolation import (
     batches_before_bound,
     take_records,
 )
+from stratalog.server.storage.partition_log import PartitionLog
 from stratalog.server.storage.segment import FetchedBatches
 from stratalog.server.storage.txn_index import AbortedTxn
 
@@ -172,3 +173,53 @@ def test_take_records_is_the_cut_then_the_slicing(seed: int) -> None:
     assert (got.data, got.next_offset, got.records_count, got.whole_bytes) == expected
     # The positions are where the batches of the answer start.
     assert list(got.positions) == [h.position for h in iter_batch_headers(got.data)]
+
+
+# ------------------------------------------------------------------------ PartitionLog.take_records
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_logs_take_records_is_its_fetch_then_the_slicing(tmp_path, seed: int) -> None:
+    """On live logs (transactions committed, aborted and open over several segments, a high
+    watermark below the log end): the one walk gives what the fetch's whole batches, sliced
+    without a cut, give, and counts the fetch's bytes."""
+    rng = random.Random(seed)
+    log = PartitionLog.open(tmp_path / "t-0", {"segment.bytes": rng.choice([700, 4000, 1 << 20])},
+                            time_ms=lambda: T0)
+    sequences = [0, 0, 0]
+    open_txn = [False, False, False]
+    try:
+        for _ in range(40):
+            producer_id = rng.randrange(3)
+            if open_txn[producer_id] and rng.random() < 0.3:
+                log.write_txn_marker(producer_id, 0, 0, commit=rng.random() < 0.5)
+                open_txn[producer_id] = False
+                continue
+            count = rng.randrange(1, 6)
+            records = [(T0, b"k", b"v" * rng.randrange(60), ())] * count
+            if rng.random() < 0.6:
+                log.append(build_batch(records, producer_id=producer_id, producer_epoch=0,
+                                       base_sequence=sequences[producer_id],
+                                       is_transactional=True))
+                sequences[producer_id] += count
+                open_txn[producer_id] = True
+            else:
+                log.append(build_batch(records))
+        end = log.log_end_offset
+        log.update_high_watermark(rng.randrange(end // 2, end + 1))
+        for _ in range(60):
+            offset = rng.randrange(0, end + 1)
+            max_records = rng.choice([1, 2, 7, 1000])
+            max_bytes = rng.choice([0, 100, 1000, 1 << 20])
+            isolation = rng.choice(list(IsolationLevel))
+            bound = rng.choice([None, log.high_watermark])
+            fetched = log.fetch(offset, max_bytes, isolation_level=isolation,
+                                max_records=max_records, upper_bound=bound)
+            committed = isolation == IsolationLevel.READ_COMMITTED
+            expected = take_records(fetched.data, offset, max_records, max_bytes,
+                                    fetched.aborted_transactions if committed else None)
+            got = log.take_records(offset, max_bytes, max_records, isolation_level=isolation,
+                                   upper_bound=bound)
+            assert got[:4] == expected[:4], (offset, max_records, max_bytes, isolation, bound)
+            assert got.whole_bytes == len(fetched.data)
+    finally:
+        log.close()
