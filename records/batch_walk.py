@@ -205,7 +205,8 @@ class SlicedWalk(NamedTuple):
     # walking ``data`` again.
     positions: tuple[int, ...] = ()
     # The bytes of the whole batches read that start below the bound, from the start: what the
-    # read would have answered without ``max_records`` (a long poll compares it with min_bytes).
+    # read would have answered without ``max_records`` (a long poll compares it with min_bytes),
+    # counted only as far as the caller's ``whole_bytes_enough``.
     whole_bytes: int = 0
 
 
@@ -226,9 +227,9 @@ def slice_below(
     max_records: int,
     max_bytes: int,
     max_decompressed_bytes: int,
-    *,
     upper_offset: int | None = None,
     skip: Callable[[bytes | memoryview, BatchHeader], bool] | None = None,
+    whole_bytes_enough: int | None = None,
 ) -> SlicedWalk:
     """The records a read of at most ``max_records`` (> 0) records from ``offset`` takes from
     the whole batches ``buf`` (a fetch's, starting with the batch holding ``offset``), in one
@@ -244,7 +245,9 @@ def slice_below(
     once ``max_bytes`` bytes of batches are taken (the first record is always taken whole).
     ``next_offset`` is after the last record taken, or after the last batch read when none was
     taken or a batch was taken to its end (``offset`` for no data). Past the last record taken,
-    the walk goes on over the headers only as far as the cut (``whole_bytes``); with no
+    the walk goes on over the headers only as far as the cut (``whole_bytes``), or until
+    ``whole_bytes`` reaches ``whole_bytes_enough`` (a long poll asks only whether its
+    ``min_bytes`` came: ``whole_bytes`` is then at least that, and not exact); with no
     ``upper_offset`` (the caller knows nothing is cut) ``whole_bytes`` is ``len(buf)``.
 
     A partial tail is damage here (whole batches were read): it raises. O(headers walked) plus
@@ -294,14 +297,17 @@ def slice_below(
             used_bytes += len(sliced.data)
             next_offset = sliced.next_offset
         if not cut:
-            # The records are taken; the same walk goes on to the cut, over the headers only.
-            if header is not None:
-                batch_position = header.end_position
-            for header in walk:
-                if header.base_offset >= upper_offset:  # type: ignore[operator]
-                    whole_bytes = header.position
-                    break
-                batch_position = header.end_position
+            # The records are taken; the same walk goes on to the cut, over the headers only,
+            # as far as the caller needs to know.
+            enough = len(buf) if whole_bytes_enough is None else whole_bytes_enough
+            whole_bytes = batch_position = header.end_position if header is not None else 0
+            if whole_bytes < enough:
+                for header in walk:
+                    if header.base_offset >= upper_offset:  # type: ignore[operator]
+                        break
+                    whole_bytes = batch_position = header.end_position
+                    if whole_bytes >= enough:
+                        break
     except RecordError as exc:
         raise SliceError(batch_position, exc) from exc
     return SlicedWalk(b"".join(parts), next_offset, taken, tuple(positions), whole_bytes)

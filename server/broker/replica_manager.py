@@ -509,15 +509,17 @@ class ReplicaManager:
         max_bytes: int,
         isolation_level: IsolationLevel,
         max_records: int = 0,
+        enough_bytes: int | None = None,
     ) -> FetchedBatches | SlicedWalk:
         """Read on the loop: page-cache reads are cheaper inline than a thread hop. With
         ``max_records`` > 0, the records taken (:meth:`PartitionLog.take_records`: the bound,
-        the reader's filter and the slicing in one walk)."""
+        the reader's filter and the slicing in one walk, which counts the whole batches read
+        only as far as ``enough_bytes``)."""
         try:
             if max_records > 0:
                 return partition_log.take_records(
                     offset, max_bytes, max_records, isolation_level=isolation_level,
-                    upper_bound=_upper_bound(partition_log),
+                    upper_bound=_upper_bound(partition_log), whole_bytes_enough=enough_bytes,
                 )
             return partition_log.fetch(
                 offset, max_bytes, isolation_level=isolation_level,
@@ -602,7 +604,7 @@ class ReplicaManager:
                 if self.reads_inline(partition_log, offset, max_bytes, max_records):
                     fetched = self.fetch_now(
                         topic, partition, partition_log, offset, max_bytes, isolation_level,
-                        max_records,
+                        max_records, enough_bytes,
                     )
                 else:
                     fetched = await self.read(

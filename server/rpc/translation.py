@@ -187,6 +187,7 @@ def decode_records_into(
     offset: int,
     max_decoded_bytes: int,
     aborted_transactions: Sequence[AbortedTxn] | None = None,
+    *,
     positions: Sequence[int] | None = None,
 ) -> DecodedRecords:
     """Append the records of the stored batches ``data`` with offset >= ``offset`` to ``out``
@@ -218,10 +219,10 @@ def decode_records_into(
     add = out.add
     skips = (None if aborted_transactions is None else AbortedTransactionFilter(
         (txn.producer_id, txn.first_offset) for txn in aborted_transactions).skips)
-    starts = iter(positions) if positions is not None else None
+    next_start = iter(positions).__next__ if positions is not None else None
     while position < end and (added == 0 or decoded_bytes <= max_decoded_bytes):
-        if starts is not None:
-            position = next(starts)
+        if next_start is not None:
+            position = next_start()
         try:
             header, columns = decode_batch_columns(data, position)
             offsets, timestamps, keys, values, headers = columns

@@ -96,12 +96,13 @@ def take_records(
     max_bytes: int,
     aborted_transactions: Sequence[AbortedTxn] | None = None,
     upper_bound: int | None = None,
+    whole_bytes_enough: int | None = None,
 ) -> SlicedWalk:
     """The records a read of at most ``max_records`` (> 0) records from ``offset`` takes from
     the whole batches ``data`` (a fetch's, starting with the batch holding ``offset``), cut at
     ``upper_bound`` (None: nothing to cut), in one walk
-    (:func:`~stratalog.records.batch_walk.slice_below` says what is taken, and where the next
-    read starts).
+    (:func:`~stratalog.records.batch_walk.slice_below` says what is taken, where the next
+    read starts, and how far ``whole_bytes`` is counted: ``whole_bytes_enough``).
 
     The answer holds only records a reader delivers: control batches are left out, and with
     ``aborted_transactions`` (a READ_COMMITTED read's, from the ``.txnindex``; an empty sequence
@@ -117,8 +118,9 @@ def take_records(
     """
     try:
         return slice_below(
-            data, offset, max_records, max_bytes, DEFAULT_MAX_DECOMPRESSED_BYTES,
-            upper_offset=upper_bound, skip=_reader_skip(aborted_transactions),
+            data, offset, max_records, max_bytes, DEFAULT_MAX_DECOMPRESSED_BYTES, upper_bound,
+            None if aborted_transactions is None else _reader_skip(aborted_transactions),
+            whole_bytes_enough,
         )
     except SliceError as exc:
         raise StorageError(
@@ -127,12 +129,10 @@ def take_records(
 
 
 def _reader_skip(
-    aborted_transactions: Sequence[AbortedTxn] | None,
-) -> Callable[[bytes | memoryview, BatchHeader], bool] | None:
-    """What a READ_COMMITTED reader drops, for :func:`slice_below` (None: only the control
-    batches, its default)."""
-    if aborted_transactions is None:
-        return None
+    aborted_transactions: Sequence[AbortedTxn],
+) -> Callable[[bytes | memoryview, BatchHeader], bool]:
+    """What a READ_COMMITTED reader drops, for :func:`slice_below` (whose default, for a
+    READ_UNCOMMITTED one, is the control batches)."""
     skips = AbortedTransactionFilter(
         (txn.producer_id, txn.first_offset) for txn in aborted_transactions).skips
 

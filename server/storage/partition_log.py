@@ -780,6 +780,7 @@ class PartitionLog:
         *,
         isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
         upper_bound: int | None = None,
+        whole_bytes_enough: int | None = None,
     ) -> SlicedWalk:
         """At most ``max_records`` (> 0) records from ``offset``, as a reader delivers them: the
         batches :meth:`fetch` would return (read as it reads them, bounded as it bounds them),
@@ -787,8 +788,9 @@ class PartitionLog:
         (:func:`~stratalog.server.storage.fetch_isolation.take_records`: each batch's share
         re-framed, control batches and for READ_COMMITTED the aborted transactions' batches
         left out, at most ``max_bytes`` bytes after the first record). ``whole_bytes`` is the
-        length of what :meth:`fetch` would have returned. Thread-safe against a concurrent
-        append.
+        length of what :meth:`fetch` would have returned, or, when that is cut and more than
+        ``whole_bytes_enough``, at least ``whole_bytes_enough`` (the walk stops counting there).
+        Thread-safe against a concurrent append.
 
         Raises:
             OffsetOutOfRangeError: ``offset`` below the log start offset or above the log end.
@@ -808,7 +810,9 @@ class PartitionLog:
         aborted = (
             self._local.collect_aborted_txns(offset, fetched.next_offset) if committed else None
         )
-        return take_records(fetched.data, offset, max_records, max_bytes, aborted, bound)
+        return take_records(
+            fetched.data, offset, max_records, max_bytes, aborted, bound, whole_bytes_enough
+        )
 
     def _read_segments(
         self, offset: int, max_bytes: int, min_one_message: bool, max_records: int = 0
