@@ -25,7 +25,6 @@ from stratalog.server.rpc.translation import (
 )
 from stratalog.server.storage.cleaner_manager import CleanerPartitionStatus
 from stratalog.server.storage.errors import StorageError
-from stratalog.server.storage.fetch_isolation import take_records
 from stratalog.server.storage.log_manager import PartitionDescription, TopicDescription
 from stratalog.server.storage.txn_index import AbortedTxn
 from stratalog.v1 import broker_pb2
@@ -226,6 +225,18 @@ def test_a_stored_batch_that_does_not_decode_is_a_storage_error() -> None:
         decode_records_into(broker_pb2.FetchResponse().records, bytes(batch), 0, 1 << 20)
 
 
+def test_decode_from_the_positions_a_walk_found_is_the_same_as_walking() -> None:
+    data = _stored(0, [b"a", b"b"]) + _stored(2, [b"c"]) + _stored(3, [b"d", b"e", b"f"])
+    positions = [0, validate_batch(data).end_position]
+    positions.append(validate_batch(data, positions[1]).end_position)
+    for max_bytes in (0, 2, 1 << 20):
+        walked, given = broker_pb2.FetchResponse(), broker_pb2.FetchResponse()
+        result = decode_records_into(walked.records, data, 1, max_bytes)
+        assert decode_records_into(given.records, data, 1, max_bytes,
+                                   positions=positions) == result
+        assert given == walked
+
+
 # ------------------------------------------------------------------------ topics
 
 
@@ -309,86 +320,3 @@ def test_decode_read_committed_drops_aborted_transactions_and_every_marker() -> 
     none_aborted = broker_pb2.FetchResponse()
     decode_records_into(none_aborted.records, data, 0, 1 << 20, [])
     assert [r.offset for r in none_aborted.records] == [0, 1, 2, 3, 6]
-
-
-# ------------------------------------------------------------------------ max_records reads
-# (The records a max_records read takes: server/storage/fetch_isolation.py's take_records, which
-# the serving layer calls; here with the stored batches this module's tests build.)
-
-
-def _kafka_read(data: bytes) -> list[tuple[int, bytes | None]]:
-    """Every record of ``data`` as aiokafka's reader reads it, CRCs checked."""
-    out = []
-    position = 0
-    while position < len(data):
-        header = validate_batch(data, position)
-        batch = AioBatch(data[position:header.end_position])
-        assert batch.validate_crc()
-        out.extend((record.offset, record.value) for record in batch)
-        position = header.end_position
-    return out
-
-
-def test_take_records_cuts_the_first_and_last_batch_and_keeps_those_between() -> None:
-    middle = _stored(3, [b"d", b"e"])
-    data = _stored(0, [b"a", b"b", b"c"]) + middle + _stored(5, [b"f", b"g", b"h"])
-    sliced = take_records(data, 1, 5, 1 << 20)
-    assert _kafka_read(sliced.data) == [(1, b"b"), (2, b"c"), (3, b"d"), (4, b"e"), (5, b"f")]
-    assert middle in sliced.data  # whole batches between are the stored bytes
-    assert sliced[:3] == (sliced.data, 6, 5)
-    # Through the end of a batch: next_offset after it; nothing to take: the offset stays.
-    assert take_records(data, 6, 10, 1 << 20)[1:3] == (8, 2)
-    assert take_records(b"", 4, 1, 1 << 20)[:3] == (b"", 4, 0)
-
-
-def test_take_records_takes_one_record_past_max_bytes_then_stops() -> None:
-    data = _stored(0, [b"x" * 100] * 5) + _stored(5, [b"y" * 100] * 5)
-    sliced = take_records(data, 2, 100, 0)
-    assert _kafka_read(sliced.data) == [(2, b"x" * 100)]
-    assert sliced.next_offset == 3
-    sliced = take_records(data, 2, 100, 250)  # the first record, then what fits
-    assert [offset for offset, _ in _kafka_read(sliced.data)] == [2, 3]
-
-
-def _txn_end(data: bytes) -> int:
-    """The end of the first batch of ``data``."""
-    return validate_batch(data).end_position
-
-
-def test_take_records_read_committed_leaves_out_aborted_and_control_batches() -> None:
-    data = (
-        _txn(0, 7, [b"aborted-1", b"aborted-2"])     # 0-1: 7's aborted transaction
-        + _txn(2, 8, [b"committed"])                # 2: 8's, committed
-        + _stored(3, [b"plain"])                    # 3
-        + _marker(4, 8, ControlRecordType.COMMIT)   # 4
-        + _marker(5, 7, ControlRecordType.ABORT)    # 5: ends 7's aborted transaction
-        + _txn(6, 7, [b"later", b"later-2"])        # 6-7: 7 again, a new transaction
-    )
-    aborted = [AbortedTxn(7, 0, 5, 6)]
-    committed = take_records(data, 1, 3, 1 << 20, aborted)
-    assert _kafka_read(committed.data) == [(2, b"committed"), (3, b"plain"), (6, b"later")]
-    assert committed.next_offset == 7
-    # READ_UNCOMMITTED: the aborted records too, never a marker.
-    uncommitted = take_records(data, 1, 4, 1 << 20)
-    assert [offset for offset, _ in _kafka_read(uncommitted.data)] == [1, 2, 3, 6]
-    # Markers and aborted records before the first kept one are passed over.
-    assert _kafka_read(take_records(data, 4, 1, 1 << 20, aborted).data) == [(6, b"later")]
-    only_skipped = data[:_txn_end(data)]
-    assert take_records(only_skipped, 0, 1, 1 << 20, aborted)[:3] == (b"", 2, 0)
-
-
-@pytest.mark.parametrize("codec", [Compression.GZIP, Compression.ZSTD])
-def test_take_records_of_a_compressed_batch_are_plain(codec: Compression) -> None:
-    data = _stored(10, [b"v%d" % i for i in range(50)], compression=codec)
-    sliced = take_records(data, 30, 2, 1 << 20)
-    assert _kafka_read(sliced.data) == [(30, b"v20"), (31, b"v21")]
-    assert validate_batch(sliced.data).compression == Compression.NONE
-    # All of it: the stored batch, still compressed.
-    assert take_records(data, 10, 50, 1 << 20).data == data
-
-
-def test_take_records_of_a_damaged_batch_is_a_storage_error() -> None:
-    data = bytearray(_stored(0, [b"a", b"b"]) + _stored(2, [b"c", b"d"]))
-    data[-2] ^= 0xFF
-    with pytest.raises(StorageError, match=r"fetch position 77: .*CRC"):
-        take_records(bytes(data), 2, 1, 1 << 20)

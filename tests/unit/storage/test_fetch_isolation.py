@@ -1,8 +1,12 @@
-"""The cuts of whole batches at a bound (fetch_isolation.py), on real batches.
+"""The cuts of whole batches at a bound (fetch_isolation.py), on real batches, and the records a
+``max_records`` read takes (``take_records``: the cut, the reader's filter and the slicing in one
+walk).
 
 Through PartitionLog, test_partition_log_replication.py (the high watermark) and
-test_partition_log_transactions.py (the LSO, aborted transactions) cover these on a live log;
-here the cut's own edges: bounds inside, between and past the batches.
+test_partition_log_transactions.py (the LSO, aborted transactions) cover the cuts on a live log;
+here the cut's own edges: bounds inside, between and past the batches. ``take_records`` is
+checked against a plain reference (cut, then filter and slice batch by batch) on random logs, and
+``PartitionLog.take_records`` against its ``fetch`` then the slicing on live ones.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import random
 
 import pytest
+from aiokafka.record.default_records import DefaultRecordBatch as AioBatch
 
 from stratalog.records.aborted_filter import AbortedTransactionFilter
 from stratalog.records.batch import Compression, validate_batch
@@ -18,6 +23,7 @@ from stratalog.records.builder import build_batch
 from stratalog.records.control import ControlRecordType, encode_control_key
 from stratalog.records.reader import decode_batch
 from stratalog.records.slicing import slice_batch
+from stratalog.server.storage.errors import StorageError
 from stratalog.server.storage.fetch_isolation import (
     IsolationLevel,
     batches_before_bound,
@@ -66,6 +72,106 @@ def test_nothing_below_the_bound_is_empty_at_the_offset_read(offset: int) -> Non
 def test_the_isolation_levels_are_kafkas() -> None:
     assert [int(level) for level in IsolationLevel] == [0, 1]
     assert IsolationLevel.READ_COMMITTED.name == "READ_COMMITTED"
+
+
+# ------------------------------------------------------------------------ take_records
+# (Moved from tests/unit/server/test_translation.py with the slicing, which was the front end's.)
+
+
+def _stored(first_offset: int, values: list[bytes | None], **builder: object) -> bytes:
+    """A batch as a log stores it: base offset set (not covered by the CRC)."""
+    batch = build_batch([(1_000 + i, None, v, ()) for i, v in enumerate(values)], **builder)
+    return first_offset.to_bytes(8, "big", signed=True) + batch[8:]
+
+
+def _marker(offset: int, producer_id: int, control_type: ControlRecordType) -> bytes:
+    batch = build_batch([(1_000, encode_control_key(control_type), b"\x00" * 6, ())],
+                        is_control=True, producer_id=producer_id, producer_epoch=0,
+                        is_transactional=True)
+    return offset.to_bytes(8, "big", signed=True) + batch[8:]
+
+
+def _txn(offset: int, producer_id: int, values: list[bytes]) -> bytes:
+    return _stored(offset, values, producer_id=producer_id, producer_epoch=0, base_sequence=0,
+                   is_transactional=True)
+
+
+def _kafka_read(data: bytes) -> list[tuple[int, bytes | None]]:
+    """Every record of ``data`` as aiokafka's reader reads it, CRCs checked."""
+    out = []
+    position = 0
+    while position < len(data):
+        header = validate_batch(data, position)
+        batch = AioBatch(data[position:header.end_position])
+        assert batch.validate_crc()
+        out.extend((record.offset, record.value) for record in batch)
+        position = header.end_position
+    return out
+
+
+def test_take_records_cuts_the_first_and_last_batch_and_keeps_those_between() -> None:
+    middle = _stored(3, [b"d", b"e"])
+    data = _stored(0, [b"a", b"b", b"c"]) + middle + _stored(5, [b"f", b"g", b"h"])
+    sliced = take_records(data, 1, 5, 1 << 20)
+    assert _kafka_read(sliced.data) == [(1, b"b"), (2, b"c"), (3, b"d"), (4, b"e"), (5, b"f")]
+    assert middle in sliced.data  # whole batches between are the stored bytes
+    assert sliced[:3] == (sliced.data, 6, 5)
+    # Through the end of a batch: next_offset after it; nothing to take: the offset stays.
+    assert take_records(data, 6, 10, 1 << 20)[1:3] == (8, 2)
+    assert take_records(b"", 4, 1, 1 << 20)[:3] == (b"", 4, 0)
+
+
+def test_take_records_takes_one_record_past_max_bytes_then_stops() -> None:
+    data = _stored(0, [b"x" * 100] * 5) + _stored(5, [b"y" * 100] * 5)
+    sliced = take_records(data, 2, 100, 0)
+    assert _kafka_read(sliced.data) == [(2, b"x" * 100)]
+    assert sliced.next_offset == 3
+    sliced = take_records(data, 2, 100, 250)  # the first record, then what fits
+    assert [offset for offset, _ in _kafka_read(sliced.data)] == [2, 3]
+
+
+def _txn_end(data: bytes) -> int:
+    """The end of the first batch of ``data``."""
+    return validate_batch(data).end_position
+
+
+def test_take_records_read_committed_leaves_out_aborted_and_control_batches() -> None:
+    data = (
+        _txn(0, 7, [b"aborted-1", b"aborted-2"])     # 0-1: 7's aborted transaction
+        + _txn(2, 8, [b"committed"])                # 2: 8's, committed
+        + _stored(3, [b"plain"])                    # 3
+        + _marker(4, 8, ControlRecordType.COMMIT)   # 4
+        + _marker(5, 7, ControlRecordType.ABORT)    # 5: ends 7's aborted transaction
+        + _txn(6, 7, [b"later", b"later-2"])        # 6-7: 7 again, a new transaction
+    )
+    aborted = [AbortedTxn(7, 0, 5, 6)]
+    committed = take_records(data, 1, 3, 1 << 20, aborted)
+    assert _kafka_read(committed.data) == [(2, b"committed"), (3, b"plain"), (6, b"later")]
+    assert committed.next_offset == 7
+    # READ_UNCOMMITTED: the aborted records too, never a marker.
+    uncommitted = take_records(data, 1, 4, 1 << 20)
+    assert [offset for offset, _ in _kafka_read(uncommitted.data)] == [1, 2, 3, 6]
+    # Markers and aborted records before the first kept one are passed over.
+    assert _kafka_read(take_records(data, 4, 1, 1 << 20, aborted).data) == [(6, b"later")]
+    only_skipped = data[:_txn_end(data)]
+    assert take_records(only_skipped, 0, 1, 1 << 20, aborted)[:3] == (b"", 2, 0)
+
+
+@pytest.mark.parametrize("codec", [Compression.GZIP, Compression.ZSTD])
+def test_take_records_of_a_compressed_batch_are_plain(codec: Compression) -> None:
+    data = _stored(10, [b"v%d" % i for i in range(50)], compression=codec)
+    sliced = take_records(data, 30, 2, 1 << 20)
+    assert _kafka_read(sliced.data) == [(30, b"v20"), (31, b"v21")]
+    assert validate_batch(sliced.data).compression == Compression.NONE
+    # All of it: the stored batch, still compressed.
+    assert take_records(data, 10, 50, 1 << 20).data == data
+
+
+def test_take_records_of_a_damaged_batch_is_a_storage_error() -> None:
+    data = bytearray(_stored(0, [b"a", b"b"]) + _stored(2, [b"c", b"d"]))
+    data[-2] ^= 0xFF
+    with pytest.raises(StorageError, match=r"fetch position 77: .*CRC"):
+        take_records(bytes(data), 2, 1, 1 << 20)
 
 
 # ------------------------------------------------------------------------ take_records, a model
