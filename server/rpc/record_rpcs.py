@@ -197,14 +197,13 @@ class RecordRpcs(RpcBase):
         partition: int,
         partition_log: PartitionLog,
         offset: int,
-        fetched: SlicedWalk,
+        sliced: SlicedWalk,
         fetch_format: int,
         max_bytes: int,
         matched: tuple[int, int],
     ) -> broker_pb2.FetchResponse:
-        """:meth:`_fetch_response` for a ``max_records`` read: ``fetched`` holds the records
-        taken already."""
-        sliced = fetched  # the serving layer took the records (fetch_isolation.take_records)
+        """:meth:`_fetch_response` for a ``max_records`` read: ``sliced`` holds the records the
+        serving layer took (:func:`~stratalog.server.storage.fetch_isolation.take_records`)."""
         response = broker_pb2.FetchResponse(
             topic=topic,
             partition=partition,
