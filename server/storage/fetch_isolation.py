@@ -110,8 +110,9 @@ def take_records(
     (:class:`~stratalog.records.AbortedTransactionFilter`, which needs the ABORT markers: they
     are read, not returned). So the answer carries no aborted transactions: a client that
     applies its own filter to it keeps every record. Aborted transactions starting at or past
-    the cut change nothing (the filter reaches a transaction only at a batch past its first
-    offset), so they may be collected over the read before its cut.
+    the cut change nothing (the filter reaches a transaction only at a batch whose last offset
+    reaches its first offset, and every batch walked ends below the cut), so they may be
+    collected over the read before its cut.
 
     Raises:
         StorageError: a stored batch does not decode (damage on disk), naming its position.
