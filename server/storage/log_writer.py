@@ -683,9 +683,10 @@ class LogWriter:
     def _roll_due(self, segment: Segment, validated: ValidatedAppend, now_ms: int) -> bool:
         """Whether ``validated`` must go to a new segment (Kafka UnifiedLog.maybeRoll,
         LogSegment.shouldRoll and LogSegment.timeWaitedForRoll; docs/kafka-behaviours.md#roll)."""
+        config = self._local.config  # one property call: every append asks
         return segment.should_roll(
-            max_segment_bytes=self._local.config.segment_bytes,
-            max_segment_ms=self._local.config.max_segment_ms,
+            max_segment_bytes=config.segment_bytes,
+            max_segment_ms=config.max_segment_ms,
             max_timestamp_in_messages=validated.max_timestamp,
             max_offset_in_messages=validated.last_offset,
             messages_size_bytes=validated.size_bytes,

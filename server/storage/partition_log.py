@@ -704,7 +704,9 @@ class PartitionLog:
             OffsetOutOfRangeError: ``offset`` below the log start offset or above the log end.
             ValueError: ``max_bytes`` negative.
         """
-        return self.fetch(offset, max_bytes, min_one_message=min_one_message).data
+        # fetch's READ_UNCOMMITTED, unbounded case, without its call: every point read's path.
+        fetched = self._local.read(offset, max_bytes, min_one_message, 0, self._log_start_offset)
+        return b"" if fetched is None else fetched.data
 
     def fetch(
         self,
@@ -758,7 +760,10 @@ class PartitionLog:
             ValueError: ``max_bytes`` negative.
         """
         if isolation_level != IsolationLevel.READ_COMMITTED:
-            fetched = self._read_segments(offset, max_bytes, min_one_message, max_records)
+            # The segments read by the local log (LocalLog.read) directly: the hot path.
+            fetched = self._local.read(
+                offset, max_bytes, min_one_message, max_records, self._log_start_offset
+            )
             if fetched is None:
                 return FetchedBatches(b"", offset, 0)
             if upper_bound is not None and fetched.next_offset > upper_bound:
@@ -767,7 +772,9 @@ class PartitionLog:
         stable = self.last_stable_offset
         if upper_bound is not None:
             stable = min(stable, upper_bound)
-        fetched = self._read_segments(offset, max_bytes, min_one_message, max_records)
+        fetched = self._local.read(
+            offset, max_bytes, min_one_message, max_records, self._log_start_offset
+        )
         if fetched is None:
             return FetchedBatches(b"", offset, 0)
         return committed_part(self._local, fetched, offset, stable)
@@ -802,7 +809,7 @@ class PartitionLog:
             # The LSO read before the data, as fetch reads it.
             stable = self.last_stable_offset
             bound = stable if upper_bound is None else min(stable, upper_bound)
-        fetched = self._read_segments(offset, max_bytes, True, max_records)
+        fetched = self._local.read(offset, max_bytes, True, max_records, self._log_start_offset)
         if fetched is None or (bound is not None and offset >= bound):
             return SlicedWalk(b"", offset, 0)
         if bound is not None and fetched.next_offset <= bound:
@@ -812,15 +819,6 @@ class PartitionLog:
         )
         return take_records(
             fetched.data, offset, max_records, max_bytes, aborted, bound, whole_bytes_enough
-        )
-
-    def _read_segments(
-        self, offset: int, max_bytes: int, min_one_message: bool, max_records: int = 0
-    ) -> FetchedBatches | None:
-        """Whole batches from the segment holding ``offset`` up to the published end, from
-        the log start offset on (:meth:`LocalLog.read`); None at the log end."""
-        return self._local.read(
-            offset, max_bytes, min_one_message, max_records, self._log_start_offset
         )
 
     def fetch_by_timestamp(
