@@ -260,6 +260,13 @@ class PartitionLog:
             log_start_offset,
             flush_scheduler,
         )
+        # Every produce's path goes straight to the writer: these instance attributes are the
+        # writer's methods of the same names and signatures (the methods below keep the
+        # contract and the docs), and save the one forwarding call an append would make.
+        self.append = self._writer.append  # type: ignore[method-assign]
+        self.try_append_without_blocking = (  # type: ignore[method-assign]
+            self._writer.try_append_without_blocking
+        )
         # Segments the loader rebuilt when this log was opened (set by open; observable).
         self.recovered_segments = 0
 
