@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 from stratalog.server.append_placement import AppendPlacement
 from stratalog.server.byte_budget import ByteBudget
 from stratalog.server.storage.errors import LogClosedError, OffsetOutOfRangeError
-from stratalog.server.storage.fetch_isolation import SlicedWalk, take_records
+from stratalog.server.storage.fetch_isolation import SlicedWalk
 from stratalog.server.storage.partition_log import LEADER_EPOCH, AppendInfo, IsolationLevel
 
 from .partition import Partition
@@ -646,28 +646,25 @@ class ReplicaManager:
         """The first record at or after ``timestamp`` (READ_COMMITTED: below the LSO, the
         engine's rule, Kafka's) and the batches from it, on the leader; with ``max_records``
         > 0, the records taken from it (or from where the read ended when none was found) as
-        :func:`~stratalog.server.storage.fetch_isolation.take_records` takes them."""
+        :meth:`PartitionLog.take_records_by_timestamp` takes them, in one walk."""
         self.leader(topic, partition)
         partition_log, _ = self.get_partition(topic, partition)
         # The search decodes the batch it finds, which is also the first batch of the answer:
         # one pass reads it once. Large reads go to the executor (see read), never a
         # max_records read (the front end bounds its bytes).
+        if max_records > 0:
+            # The cut, the reader's filter and the slicing in the one walk of the batches read.
+            found, taken = partition_log.take_records_by_timestamp(
+                timestamp, max_bytes, max_records, isolation_level=isolation_level
+            )
+            return partition_log, found, taken
         lookup = functools.partial(
-            partition_log.fetch_by_timestamp, isolation_level=isolation_level,
-            max_records=max_records,
+            partition_log.fetch_by_timestamp, isolation_level=isolation_level
         )
-        if max_records > 0 or max_bytes < self._settings.read_in_executor_min_bytes:
+        if max_bytes < self._settings.read_in_executor_min_bytes:
             found, fetched = lookup(timestamp, max_bytes)
         else:
             found, fetched = await self._blocking(lookup, timestamp, max_bytes)
-        if max_records > 0:
-            # (The lookup's read is bounded already: no cut left to make.)
-            committed = isolation_level == IsolationLevel.READ_COMMITTED
-            start = fetched.next_offset if found is None else found.offset
-            return partition_log, found, take_records(
-                fetched.data, start, max_records, max_bytes,
-                fetched.aborted_transactions if committed else None,
-            )
         return partition_log, found, fetched
 
     def offset_for_timestamp(

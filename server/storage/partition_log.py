@@ -847,6 +847,23 @@ class PartitionLog:
             max_records,
         )
 
+    def take_records_by_timestamp(
+        self,
+        timestamp: int,
+        max_bytes: int,
+        max_records: int,
+        *,
+        isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+    ) -> tuple[TimestampOffset | None, SlicedWalk]:
+        """:meth:`fetch_by_timestamp` with ``max_records`` (> 0), the records taken from the
+        record found as :meth:`take_records` takes them: the cut at the high watermark or the
+        LSO, the reader's filter and the slicing in one walk of the batches read
+        (:func:`~stratalog.server.storage.timestamp_lookup.take_records_by_timestamp`).
+        Thread-safe against a concurrent append."""
+        return timestamp_lookup.take_records_by_timestamp(
+            self._local, self, timestamp, max_bytes, max_records, isolation_level
+        )
+
     def offset_for_timestamp(
         self,
         timestamp: int,

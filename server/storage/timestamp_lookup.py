@@ -30,7 +30,13 @@ from typing import TYPE_CHECKING, Protocol
 
 from stratalog.records.batch import NO_TIMESTAMP
 
-from .fetch_isolation import IsolationLevel, batches_before_bound, committed_part
+from .fetch_isolation import (
+    IsolationLevel,
+    SlicedWalk,
+    batches_before_bound,
+    committed_part,
+    take_records,
+)
 from .segment import FetchedBatches
 from .time_index import TimestampOffset
 
@@ -46,6 +52,7 @@ __all__ = [
     "LogBounds",
     "fetch_by_timestamp",
     "offset_for_timestamp",
+    "take_records_by_timestamp",
 ]
 
 # ListOffsets special targets (Kafka's ListOffsetsRequest).
@@ -108,6 +115,68 @@ def fetch_by_timestamp(
         LogDirOfflineError: the log is offline.
         CorruptRecordError, InvalidRecordError: a malformed or corrupt batch on the way.
     """
+    record, fetched, bound = _found_and_bound(
+        local, bounds, timestamp, max_bytes, min_one_message, isolation_level, max_records
+    )
+    if record is None or bound is None:
+        return record, fetched
+    if isolation_level == IsolationLevel.READ_COMMITTED:
+        return record, committed_part(local, fetched, record.offset, bound)
+    if fetched.next_offset > bound:
+        fetched = batches_before_bound(fetched, record.offset, bound)
+    return record, fetched
+
+
+def take_records_by_timestamp(
+    local: LocalLog,
+    bounds: LogBounds,
+    timestamp: int,
+    max_bytes: int,
+    max_records: int,
+    isolation_level: IsolationLevel,
+) -> tuple[TimestampOffset | None, SlicedWalk]:
+    """:func:`fetch_by_timestamp` with ``max_records`` (> 0), the records taken as a reader
+    delivers them (:func:`~stratalog.server.storage.fetch_isolation.take_records`): the cut at
+    the high watermark or the LSO, the reader's filter and the slicing are one walk of the
+    batches read, from the record found; when none qualifies, from where
+    :func:`fetch_by_timestamp`'s empty answer is (nothing taken). The same answer as
+    :func:`fetch_by_timestamp`, then ``take_records`` of its batches (the model test in
+    tests/unit/storage/test_fetch_isolation.py checks it on random logs).
+
+    Raises: what :func:`fetch_by_timestamp` raises, and StorageError for a stored batch that
+    does not decode.
+    """
+    record, fetched, bound = _found_and_bound(
+        local, bounds, timestamp, max_bytes, True, isolation_level, max_records
+    )
+    committed = isolation_level == IsolationLevel.READ_COMMITTED
+    if record is None:
+        return None, take_records(
+            fetched.data, fetched.next_offset, max_records, max_bytes, () if committed else None
+        )
+    if bound is not None and fetched.next_offset <= bound:
+        bound = None  # nothing to cut: the walk stops at the last record taken
+    # Over the read before its cut: the transactions starting past it change nothing
+    # (take_records says why).
+    aborted = (
+        local.collect_aborted_txns(record.offset, fetched.next_offset) if committed else None
+    )
+    return record, take_records(fetched.data, record.offset, max_records, max_bytes, aborted, bound)
+
+
+def _found_and_bound(
+    local: LocalLog,
+    bounds: LogBounds,
+    timestamp: int,
+    max_bytes: int,
+    min_one_message: bool,
+    isolation_level: IsolationLevel,
+    max_records: int,
+) -> tuple[TimestampOffset | None, FetchedBatches, int | None]:
+    """The search of :func:`fetch_by_timestamp`: the record found, the whole batches read
+    from the one holding it (not yet cut), and the bound they are to be cut at (the LSO for
+    READ_COMMITTED, the high watermark of a log that tracks one, else None); when no record
+    qualifies, ``(None, the empty answer, None)``."""
     if timestamp < 0:
         raise ValueError(f"timestamp must not be negative, got {timestamp}")
     if max_bytes < 0:
@@ -127,18 +196,14 @@ def fetch_by_timestamp(
             # Replicated: a consumer reads below the high watermark only (as fetch's
             # upper_bound), so a record at or above it is not found yet.
             if found is None or found[0].offset >= high_watermark:
-                return None, FetchedBatches(b"", min(high_watermark, end.offset), 0)
-            record, fetched = found
-            if fetched.next_offset > high_watermark:
-                fetched = batches_before_bound(fetched, record.offset, high_watermark)
-            return record, fetched
+                return None, FetchedBatches(b"", min(high_watermark, end.offset), 0), None
+            return found[0], found[1], high_watermark
         if found is None:
-            return None, FetchedBatches(b"", end.offset, 0)
-        return found
+            return None, FetchedBatches(b"", end.offset, 0), None
+        return found[0], found[1], None
     if found is None or found[0].offset >= stable:
-        return None, FetchedBatches(b"", stable, 0)
-    record, fetched = found
-    return record, committed_part(local, fetched, record.offset, stable)
+        return None, FetchedBatches(b"", stable, 0), None
+    return found[0], found[1], stable
 
 
 def offset_for_timestamp(

@@ -6,7 +6,8 @@ Through PartitionLog, test_partition_log_replication.py (the high watermark) and
 test_partition_log_transactions.py (the LSO, aborted transactions) cover the cuts on a live log;
 here the cut's own edges: bounds inside, between and past the batches. ``take_records`` is
 checked against a plain reference (cut, then filter and slice batch by batch) on random logs, and
-``PartitionLog.take_records`` against its ``fetch`` then the slicing on live ones.
+``PartitionLog.take_records`` against its ``fetch`` then the slicing on live ones, and
+``PartitionLog.take_records_by_timestamp`` against its ``fetch_by_timestamp`` then the slicing.
 """
 
 from __future__ import annotations
@@ -335,5 +336,64 @@ def test_a_logs_take_records_is_its_fetch_then_the_slicing(tmp_path, seed: int) 
                                    upper_bound=bound)
             assert got[:4] == expected[:4], (offset, max_records, max_bytes, isolation, bound)
             assert got.whole_bytes == len(fetched.data)
+    finally:
+        log.close()
+
+
+# ------------------------------------------------------- PartitionLog.take_records_by_timestamp
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_logs_take_records_by_timestamp_is_its_fetch_by_timestamp_then_the_slicing(
+    tmp_path, seed: int
+) -> None:
+    """On live logs (transactions committed, aborted and open over several segments,
+    timestamps rising with ties and steps back, with and without a high watermark below the
+    log end): the one walk from the record found gives what fetch_by_timestamp's batches
+    (cut at the high watermark or the LSO), sliced without a cut, give."""
+    rng = random.Random(seed)
+    log = PartitionLog.open(tmp_path / "t-0", {"segment.bytes": rng.choice([700, 4000, 1 << 20])},
+                            time_ms=lambda: T0 + 10_000)
+    sequences = [0, 0, 0]
+    open_txn = [False, False, False]
+    timestamp = T0
+    try:
+        for _ in range(40):
+            producer_id = rng.randrange(3)
+            if open_txn[producer_id] and rng.random() < 0.3:
+                log.write_txn_marker(producer_id, 0, 0, commit=rng.random() < 0.5)
+                open_txn[producer_id] = False
+                continue
+            count = rng.randrange(1, 6)
+            records = []
+            for _ in range(count):
+                timestamp += rng.choice([0, 1, 5, -3])
+                records.append((timestamp, b"k", b"v" * rng.randrange(60), ()))
+            if rng.random() < 0.6:
+                log.append(build_batch(records, producer_id=producer_id, producer_epoch=0,
+                                       base_sequence=sequences[producer_id],
+                                       is_transactional=True))
+                sequences[producer_id] += count
+                open_txn[producer_id] = True
+            else:
+                log.append(build_batch(records))
+        end = log.log_end_offset
+        if rng.random() < 0.7:
+            log.update_high_watermark(rng.randrange(end // 2, end + 1))
+        for _ in range(60):
+            target = T0 + rng.randrange(-5, timestamp - T0 + 10)
+            max_records = rng.choice([1, 2, 7, 1000])
+            max_bytes = rng.choice([0, 100, 1000, 1 << 20])
+            isolation = rng.choice(list(IsolationLevel))
+            found, fetched = log.fetch_by_timestamp(target, max_bytes, isolation_level=isolation,
+                                                    max_records=max_records)
+            committed = isolation == IsolationLevel.READ_COMMITTED
+            start = fetched.next_offset if found is None else found.offset
+            expected = take_records(fetched.data, start, max_records, max_bytes,
+                                    fetched.aborted_transactions if committed else None)
+            got_found, got = log.take_records_by_timestamp(target, max_bytes, max_records,
+                                                           isolation_level=isolation)
+            case = (target, max_records, max_bytes, isolation, log.high_watermark)
+            assert got_found == found, case
+            assert got == expected, case
     finally:
         log.close()
