@@ -23,8 +23,10 @@ thread.
 This is Kafka's ``UnifiedLog.append`` and ``appendAsFollower`` with its ``roll``
 (``storage/src/main/java/org/apache/kafka/storage/internals/log/UnifiedLog.java``); the
 contract of each call is on the :class:`PartitionLog` method of the same name, which delegates
-here. The results (:class:`AppendInfo`, :class:`DeferredAppend`) are defined here and
-re-exported by ``partition_log.py``.
+here (``append`` and ``try_append_without_blocking`` are this writer's methods themselves on
+each partition log, bound in its constructor: every produce saves the forwarding call). The
+results (:class:`AppendInfo`, :class:`DeferredAppend`) are defined here and re-exported by
+``partition_log.py``.
 """
 
 from __future__ import annotations
