@@ -18,7 +18,9 @@ The search itself (which segment, which batch, which record) is the local log's
 (:meth:`LocalLog.find_offset_by_timestamp`, :meth:`LocalLog.fetch_by_timestamp`); this module
 bounds it by the log start offset, the high watermark and the LSO, which the
 :class:`~stratalog.server.storage.partition_log.PartitionLog` keeps and hands in as a
-:class:`LogBounds`.
+:class:`LogBounds`. A fetch from a timestamp cuts the batches read at the bound
+(:func:`fetch_by_timestamp`); with ``max_records`` the cut is made inside the walk that takes
+the records (:func:`take_records_by_timestamp`, as :func:`~.fetch_isolation.take_records`).
 
 No state; crash behaviour: none (reads only). Thread-safe against a concurrent append, as the
 reads below are: each bound is read once, from values the log publishes whole.
