@@ -87,14 +87,20 @@ from .errors import (
 from .metadata_cache import METADATA_MAX_AGE_MS, MetadataCache
 from .routing import (
     ATTEMPT_TIME_MIN_S,
+    NEW_TOPIC_WAIT_MS,
+    NOT_THERE,
     UNANSWERED,
+    AskCluster,
     Backoff,
     BrokerWalk,
     CheckTopic,
+    Found,
     LeaderRouter,
+    NewTopicWait,
     Refresh,
     Routing,
     Send,
+    TopicCheck,
 )
 from .types import (
     CleaningResult,
@@ -133,12 +139,6 @@ DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 #: Deadline of each unary call unless the call passes its own (``timeout_s=None``: none).
 DEFAULT_TIMEOUT_S = 30.0
-
-#: How long a client in a cluster keeps asking about a topic that a server did not know
-#: (DescribeTopic): a topic just created reaches every server's view within a poll interval
-#: (docs/cluster.md). Kafka's producer waits ``max.block.ms`` (60 s) for any topic missing from
-#: its metadata; a shorter wait tells a misspelt topic sooner.
-NEW_TOPIC_WAIT_MS = 5_000
 
 #: Kafka's ``retry.backoff.ms``: the least time between two metadata refreshes, and the wait
 #: before a request goes out again after a routing error without a usable hint.
@@ -451,31 +451,30 @@ class Client:
         self, topic: str, partition: int, deadline: float | None
     ) -> bool:
         """After UNKNOWN_TOPIC_OR_PARTITION: whether a metadata refresh names a leader of the
-        partition (the server that refused it lags). One Metadata call, on this error path
-        only; a single server that does not have the topic says so again."""
+        partition, as the :class:`~.routing.TopicCheck` says; this is its I/O."""
         loop = asyncio.get_running_loop()
-        if not await self._learn_cluster(None if deadline is None else deadline - loop.time()):
-            return False
-        self._cache.invalidate(topic)
-        try:
-            await self._refresh(topic, deadline)
-        except StratalogError:
-            return False
-        return self._cache.route(topic, partition) is not None
+        check = TopicCheck(self._routing, topic, partition, deadline=deadline)
+        while not isinstance(step := check.next_step(loop.time()), Found):
+            if isinstance(step, AskCluster):
+                await self._ask_cluster(check, step)
+                continue
+            try:
+                await self._refresh(topic, deadline)
+            except StratalogError:
+                check.refresh_failed()
+            else:
+                check.refreshed()
+        return step.known
 
-    async def _learn_cluster(self, timeout: float | None) -> bool:
-        """Whether this client talks to a cluster; a client that does not know yet (one
-        target, no server said it does not lead) asks the home server's Metadata once (on an
-        error path only), and routes by metadata from then on if it names other brokers."""
-        if self._routing.in_cluster():
-            return True
+    async def _ask_cluster(self, asker: TopicCheck | NewTopicWait, step: AskCluster) -> None:
+        """An :class:`~.routing.AskCluster`: the home server's Metadata about no topics, its
+        answer (or that there was none) told to ``asker``."""
         try:
-            response = await self._call("Metadata", wire.metadata_request(()), timeout)
+            response = await self._call("Metadata", wire.metadata_request(()), step.timeout_s)
         except StratalogError:
-            return False
-        self._cache.update(wire.cluster_metadata(response), self._home.address)
-        self._routing.learnt_cluster()
-        return self._cache.is_cluster
+            asker.cluster_unanswered()
+        else:
+            asker.cluster_answered(wire.cluster_metadata(response), self._home.address)
 
     def _connect_wait(self, deadline: float | None) -> float:
         """How long a cluster's request waits for a connection: CONNECT_TIMEOUT_MS, or what
@@ -611,28 +610,24 @@ class Client:
         return wire.topic_info(response.topic)
 
     async def _describe_until_known(self, request: Any, timeout: float | None) -> Any:
-        """DescribeTopic of a topic one server did not know, asked of every server in turn
-        until one knows it or :data:`NEW_TOPIC_WAIT_MS` passed; None then, or at once when
-        this is no cluster (one Metadata call tells a client with one target)."""
+        """DescribeTopic of a topic one server did not know, asked of the servers in turn as
+        the :class:`~.routing.NewTopicWait` says (for up to :data:`NEW_TOPIC_WAIT_MS`); None
+        when it gives up. This is its I/O."""
         loop = asyncio.get_running_loop()
-        wait_until = loop.time() + NEW_TOPIC_WAIT_MS / 1000
-        if timeout is not None:
-            wait_until = min(wait_until, loop.time() + timeout)
-        if not await self._learn_cluster(timeout):
-            return None
-        while loop.time() < wait_until:
-            for address in self._routing.candidates():
-                remaining = wait_until - loop.time()
-                if remaining <= 0:
-                    return None
-                connection = self._connection(address)
+        wait = NewTopicWait(self._routing, timeout_s=timeout, now=loop.time())
+        while (step := wait.next_step(loop.time())) is not None:
+            if isinstance(step, AskCluster):
+                await self._ask_cluster(wait, step)
+            elif isinstance(step, Backoff):
+                await asyncio.sleep(step.delay_s)
+            else:
+                connection = self._connection(step.address)
                 try:
-                    await self._connect(connection, wait_until)
+                    await self._connect(connection, wait.wait_until)
                     return await connection.call(connection.stub.DescribeTopic, request,
-                                                 remaining)
-                except (UnknownTopicOrPartitionError, *UNANSWERED):
+                                                 step.timeout_s)
+                except NOT_THERE:
                     continue
-            await asyncio.sleep(max(0.0, min(self._retry_backoff_s, wait_until - loop.time())))
         return None
 
     async def alter_topic_configs(

@@ -2,10 +2,11 @@
 fails. Sans-IO (as h11's connection state machine): it does no I/O and never waits; it is fed
 answers, errors and the clock, and says what to do next. The async
 :class:`~stratalog.client.Client` and the blocking :class:`~stratalog.client.SyncClient` drive
-the same decisions, each with its own I/O loop (their ``_to_leader``), after Kafka's
+the same decisions, each with its own short I/O loops (their ``_to_leader``, ``_call``,
+``_fetch_metadata``, ``_known_elsewhere`` and ``_describe_until_known``), after Kafka's
 ``NetworkClient`` and ``Metadata`` (and KIP-951's leader hints).
 
-Three layers:
+The parts:
 
 * :func:`reroute`: what one error says about the cluster (it updates the cache) and whether
   the request goes again, and when;
@@ -16,7 +17,15 @@ Three layers:
   :class:`Step` values (send to an address, refresh the topic's metadata, ask whether the topic
   is known elsewhere, back off, raise) within the request's deadline;
 * :class:`BrokerWalk`: one request any broker answers (Metadata, topics, transactions, ACLs),
-  asked of the brokers in turn until one answers, within its deadline.
+  asked of the brokers in turn until one answers, within its deadline;
+* :class:`TopicCheck`: a :class:`CheckTopic`'s steps (learn whether this is a cluster, refresh
+  the topic, then whether a leader of the partition is known);
+* :class:`NewTopicWait`: a DescribeTopic of a topic one server did not know, asked of every
+  server in turn for up to :data:`NEW_TOPIC_WAIT_MS`.
+
+A client with one bootstrap target does not know whether it talks to a cluster until a server
+says it does not lead a partition; on the two error paths above it asks the home server's
+Metadata once (:class:`AskCluster`, :meth:`Routing.take_cluster`) to find out.
 
 What :func:`reroute` decides, per error:
 
@@ -69,23 +78,30 @@ from .errors import (
     UnknownTopicOrPartitionError,
 )
 from .metadata_cache import NO_LEADER, MetadataCache
+from .types import ClusterMetadata
 
 __all__ = [
     "ATTEMPT_TIME_MIN_S",
+    "NEW_TOPIC_WAIT_MS",
+    "NOT_THERE",
     "REROUTES_MAX",
     "ROUTING_ERRORS",
     "UNANSWERED",
+    "AskCluster",
     "Attempt",
     "Backoff",
     "BrokerWalk",
     "CheckTopic",
+    "Found",
     "LeaderRouter",
+    "NewTopicWait",
     "Raise",
     "Refresh",
     "Reroute",
     "Routing",
     "Send",
     "Step",
+    "TopicCheck",
     "reroute",
 ]
 
@@ -102,6 +118,16 @@ REROUTES_MAX = 100
 
 #: An attempt with less time than this left could only time out.
 ATTEMPT_TIME_MIN_S = 0.001
+
+#: How long a client in a cluster keeps asking about a topic that a server did not know
+#: (DescribeTopic): a topic just created reaches every server's view within a poll interval
+#: (docs/cluster.md). Kafka's producer waits ``max.block.ms`` (60 s) for any topic missing from
+#: its metadata; a shorter wait tells a misspelt topic sooner.
+NEW_TOPIC_WAIT_MS = 5_000
+
+#: A server's answer to a :class:`NewTopicWait` attempt that sends it to the next server: it
+#: does not know the topic (its view may lag), or it did not answer.
+NOT_THERE = (UnknownTopicOrPartitionError, *UNANSWERED)
 
 
 class Reroute(enum.Enum):
@@ -197,10 +223,14 @@ class Routing:
         """A refresh ended, answered or not."""
         self._refreshed_at = now
 
-    def learnt_cluster(self) -> None:
-        """A Metadata answer was taken into the cache: route by it if it names other brokers."""
+    def take_cluster(self, metadata: ClusterMetadata, answered_by: str) -> bool:
+        """Take an :class:`AskCluster`'s answer (Metadata about no topics, from ``answered_by``)
+        into the cache; route by metadata from now on if it names other brokers. Whether it
+        does (this client talks to a cluster)."""
+        self.cache.update(metadata, answered_by)
         if self.cache.is_cluster:
             self.route_by_metadata = True
+        return self.cache.is_cluster
 
     def leader(self, topic: str, partition: int) -> str:
         """The address of the partition's leader as the cache has it (refresh it first when
@@ -516,3 +546,155 @@ class BrokerWalk:
     def timed_out(message: str) -> RequestTimeoutError:
         """The error when no broker was asked before the deadline (none failed)."""
         return RequestTimeoutError(message, code=grpc.StatusCode.DEADLINE_EXCEEDED)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AskCluster:
+    """Ask the home server's Metadata about no topics within ``timeout_s`` (None: no deadline),
+    to learn whether this client talks to a cluster; tell ``cluster_answered`` (with the answer
+    and the address that gave it) or ``cluster_unanswered`` (any error)."""
+
+    timeout_s: float | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Found:
+    """A :class:`TopicCheck`'s answer: whether a metadata refresh named a leader of the
+    partition."""
+
+    known: bool
+
+
+class _Check(enum.Enum):
+    """Where a TopicCheck or a NewTopicWait is."""
+
+    CLUSTER = enum.auto()  # learn whether this is a cluster (an AskCluster unless known)
+    ASKING = enum.auto()  # the AskCluster is out
+    GO = enum.auto()  # a cluster: refresh the topic (TopicCheck), start a round (NewTopicWait)
+    WAITING = enum.auto()  # the Refresh is out (TopicCheck); a round under way (NewTopicWait)
+    DONE = enum.auto()
+
+
+class TopicCheck:
+    """The steps of a :class:`LeaderRouter`'s :class:`CheckTopic`: after
+    UNKNOWN_TOPIC_OR_PARTITION, whether a metadata refresh names a leader of ``topic``-
+    ``partition`` (then the server that refused it lags). A client that does not know whether
+    it talks to a cluster asks first (:class:`AskCluster`, one Metadata call on this error path
+    only): a single server that does not have the topic says so again, so the answer is
+    ``Found(False)`` without a refresh. In a cluster the topic is marked stale and refreshed
+    (:class:`Refresh`); a refresh that fails answers ``Found(False)``.
+
+    Call :meth:`next_step` until it returns :class:`Found`, reporting each step. Pure and
+    single-use; a report that does not follow its step is the driver's bug (AssertionError).
+    """
+
+    def __init__(
+        self, routing: Routing, topic: str, partition: int, *, deadline: float | None
+    ) -> None:
+        self._routing = routing
+        self._topic = topic
+        self._partition = partition
+        self._deadline = deadline  # the request's, on the driver's clock; None: none
+        self._phase = _Check.CLUSTER
+        self._known = False
+
+    def next_step(self, now: float) -> AskCluster | Refresh | Found:
+        """What to do now."""
+        if self._phase is _Check.CLUSTER:
+            if not self._routing.in_cluster():
+                self._phase = _Check.ASKING
+                return AskCluster(None if self._deadline is None else self._deadline - now)
+            self._phase = _Check.GO
+        if self._phase is _Check.GO:
+            self._routing.cache.invalidate(self._topic)
+            self._phase = _Check.WAITING
+            return Refresh()
+        assert self._phase is _Check.DONE, f"next_step while {self._phase.name}"
+        return Found(self._known)
+
+    def cluster_answered(self, metadata: ClusterMetadata, answered_by: str) -> None:
+        """The AskCluster's answer."""
+        assert self._phase is _Check.ASKING
+        self._phase = _Check.GO if self._routing.take_cluster(metadata, answered_by) \
+            else _Check.DONE
+
+    def cluster_unanswered(self) -> None:
+        """The AskCluster failed: nothing known elsewhere."""
+        assert self._phase is _Check.ASKING
+        self._phase = _Check.DONE
+
+    def refreshed(self) -> None:
+        """The Refresh was done: the partition is known elsewhere if the cache names a route."""
+        assert self._phase is _Check.WAITING
+        self._known = self._routing.cache.route(self._topic, self._partition) is not None
+        self._phase = _Check.DONE
+
+    def refresh_failed(self) -> None:
+        """The Refresh failed: nothing known elsewhere."""
+        assert self._phase is _Check.WAITING
+        self._phase = _Check.DONE
+
+
+class NewTopicWait:
+    """A DescribeTopic of a topic one server did not know (UNKNOWN_TOPIC_OR_PARTITION): asked of
+    every server in turn until one knows it, for up to :data:`NEW_TOPIC_WAIT_MS` within the
+    request's ``timeout_s`` (a topic just created reaches every server's view within a poll
+    interval). A client that does not know whether it talks to a cluster asks first
+    (:class:`AskCluster`); not a cluster, or no answer: it gives up at once.
+
+    The rounds: each asks :meth:`Routing.candidates` as they are when it starts (home first,
+    the unreachable last), each :class:`Attempt` with the time left; an attempt answered with
+    one of :data:`NOT_THERE` goes on to the next candidate (the driver just asks
+    :meth:`next_step` again), any other error is the caller's; after a round, a
+    :class:`Backoff` of ``retry_backoff_s`` (cut at the end of the wait). :meth:`next_step`
+    returns None when the wait is over: the caller raises the first UNKNOWN_TOPIC_OR_PARTITION.
+
+    Holds the end of the wait, the round's candidates and the next one. Pure and single-use.
+    """
+
+    def __init__(self, routing: Routing, *, timeout_s: float | None, now: float) -> None:
+        self._routing = routing
+        self._timeout_s = timeout_s
+        self.wait_until = now + NEW_TOPIC_WAIT_MS / 1000  # on the driver's clock
+        if timeout_s is not None:
+            self.wait_until = min(self.wait_until, now + timeout_s)
+        self._phase = _Check.CLUSTER
+        self._round: list[str] = []
+        self._next = 0
+
+    def next_step(self, now: float) -> AskCluster | Attempt | Backoff | None:
+        """What to do now; None: give up."""
+        if self._phase is _Check.CLUSTER:
+            if not self._routing.in_cluster():
+                self._phase = _Check.ASKING
+                return AskCluster(self._timeout_s)
+            self._phase = _Check.GO
+        if self._phase is _Check.GO:
+            if now >= self.wait_until:
+                self._phase = _Check.DONE
+            else:
+                self._round, self._next = self._routing.candidates(), 0
+                self._phase = _Check.WAITING
+        if self._phase is _Check.DONE:
+            return None
+        assert self._phase is _Check.WAITING, f"next_step while {self._phase.name}"
+        if self._next < len(self._round):
+            remaining = self.wait_until - now
+            if remaining <= 0:
+                self._phase = _Check.DONE
+                return None
+            self._next += 1
+            return Attempt(self._round[self._next - 1], remaining)
+        self._phase = _Check.GO
+        return Backoff(max(0.0, min(self._routing.retry_backoff_s, self.wait_until - now)))
+
+    def cluster_answered(self, metadata: ClusterMetadata, answered_by: str) -> None:
+        """The AskCluster's answer."""
+        assert self._phase is _Check.ASKING
+        self._phase = _Check.GO if self._routing.take_cluster(metadata, answered_by) \
+            else _Check.DONE
+
+    def cluster_unanswered(self) -> None:
+        """The AskCluster failed: give up."""
+        assert self._phase is _Check.ASKING
+        self._phase = _Check.DONE

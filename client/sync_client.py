@@ -27,7 +27,6 @@ from .client import (
     CONNECT_TIMEOUT_MS,
     DEFAULT_MAX_MESSAGE_BYTES,
     DEFAULT_TIMEOUT_S,
-    NEW_TOPIC_WAIT_MS,
     RETRY_BACKOFF_MS,
     channel_options,
     check_timeout,
@@ -44,14 +43,19 @@ from .errors import (
 from .metadata_cache import METADATA_MAX_AGE_MS, MetadataCache
 from .routing import (
     ATTEMPT_TIME_MIN_S,
+    NOT_THERE,
     UNANSWERED,
+    AskCluster,
     Backoff,
     BrokerWalk,
     CheckTopic,
+    Found,
     LeaderRouter,
+    NewTopicWait,
     Refresh,
     Routing,
     Send,
+    TopicCheck,
 )
 from .tls_diagnosis import Diagnoser
 from .types import (
@@ -376,31 +380,37 @@ class SyncClient:
 
     def _known_elsewhere(self, topic: str, partition: int, deadline: float | None) -> bool:
         """The async Client's ``_known_elsewhere``: after UNKNOWN_TOPIC_OR_PARTITION, whether
-        a metadata refresh names a leader of the partition."""
-        if not self._learn_cluster(None if deadline is None else deadline - time.monotonic()):
-            return False
+        a metadata refresh names a leader of the partition (:class:`~.routing.TopicCheck`)."""
         with self._lock:
-            self._cache.invalidate(topic)
-        try:
-            self._refresh(topic, deadline)
-        except StratalogError:
-            return False
-        with self._lock:
-            return self._cache.route(topic, partition) is not None
+            check = TopicCheck(self._routing, topic, partition, deadline=deadline)
+        while True:
+            with self._lock:  # the check reads and updates the cache
+                step = check.next_step(time.monotonic())
+            if isinstance(step, Found):
+                return step.known
+            if isinstance(step, AskCluster):
+                self._ask_cluster(check, step)
+                continue
+            try:
+                self._refresh(topic, deadline)
+            except StratalogError:
+                with self._lock:
+                    check.refresh_failed()
+            else:
+                with self._lock:
+                    check.refreshed()
 
-    def _learn_cluster(self, timeout: float | None) -> bool:
-        """The async Client's ``_learn_cluster``: one Metadata call, on an error path only,
-        for a client that does not know yet whether it talks to a cluster."""
-        if self._routing.in_cluster():
-            return True
+    def _ask_cluster(self, asker: TopicCheck | NewTopicWait, step: AskCluster) -> None:
+        """The async Client's ``_ask_cluster``: the home server's Metadata about no topics,
+        its answer (or that there was none) told to ``asker``."""
         try:
-            response = self._call("Metadata", wire.metadata_request(()), timeout)
+            response = self._call("Metadata", wire.metadata_request(()), step.timeout_s)
         except StratalogError:
-            return False
+            with self._lock:
+                asker.cluster_unanswered()
+            return
         with self._lock:
-            self._cache.update(wire.cluster_metadata(response), self._home)
-            self._routing.learnt_cluster()
-            return self._cache.is_cluster
+            asker.cluster_answered(wire.cluster_metadata(response), self._home)
 
     def _leader(self, topic: str, partition: int, deadline: float | None) -> str:
         """The address of the partition's leader (the topic refreshed first if needed):
@@ -507,25 +517,24 @@ class SyncClient:
         return wire.topic_info(response.topic)
 
     def _describe_until_known(self, request: Any, timeout: float | None) -> Any:
-        wait_until = time.monotonic() + NEW_TOPIC_WAIT_MS / 1000
-        if timeout is not None:
-            wait_until = min(wait_until, time.monotonic() + timeout)
-        if not self._learn_cluster(timeout):
-            return None
-        while time.monotonic() < wait_until:
-            with self._lock:
-                candidates = self._routing.candidates()
-            for address in candidates:
-                remaining = wait_until - time.monotonic()
-                if remaining <= 0:
-                    return None
+        """The async Client's ``_describe_until_known`` (:class:`~.routing.NewTopicWait`),
+        blocking."""
+        with self._lock:
+            wait = NewTopicWait(self._routing, timeout_s=timeout, now=time.monotonic())
+        while True:
+            with self._lock:  # the wait reads the cache's candidates
+                step = wait.next_step(time.monotonic())
+            if step is None:
+                return None
+            if isinstance(step, AskCluster):
+                self._ask_cluster(wait, step)
+            elif isinstance(step, Backoff):
+                time.sleep(step.delay_s)
+            else:
                 try:
-                    return self._invoke(address, "DescribeTopic", request,
-                                        remaining)
-                except (UnknownTopicOrPartitionError, *UNANSWERED):
+                    return self._invoke(step.address, "DescribeTopic", request, step.timeout_s)
+                except NOT_THERE:
                     continue
-            time.sleep(max(0.0, min(self._retry_backoff_s, wait_until - time.monotonic())))
-        return None
 
     def alter_topic_configs(
         self,

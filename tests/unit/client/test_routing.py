@@ -1,6 +1,8 @@
 """The client's routing core (client/routing.py): the decision after a failed request about a
-partition (:func:`reroute`), and one request's steps to its leader (:class:`LeaderRouter`),
-driven by hand: situations in, decisions out, no I/O."""
+partition (:func:`reroute`), one request's steps to its leader (:class:`LeaderRouter`), the
+walks over the brokers (:class:`BrokerWalk`, :class:`NewTopicWait`) and the check after
+UNKNOWN_TOPIC_OR_PARTITION (:class:`TopicCheck`), driven by hand: situations in, decisions out,
+no I/O."""
 
 from __future__ import annotations
 
@@ -11,17 +13,23 @@ from stratalog.client import errors
 from stratalog.client.metadata_cache import MetadataCache
 from stratalog.client.routing import (
     ATTEMPT_TIME_MIN_S,
+    NEW_TOPIC_WAIT_MS,
+    NOT_THERE,
     REROUTES_MAX,
+    AskCluster,
     Attempt,
     Backoff,
     BrokerWalk,
     CheckTopic,
+    Found,
     LeaderRouter,
+    NewTopicWait,
     Raise,
     Refresh,
     Reroute,
     Routing,
     Send,
+    TopicCheck,
     reroute,
 )
 from stratalog.client.types import BrokerAddress, ClusterMetadata, PartitionLeadership
@@ -378,3 +386,155 @@ def test_refreshes_are_retry_backoff_apart_and_one_done_meanwhile_is_taken() -> 
     assert routing.refresh_wait_s("t", asked_at=1.02, now=1.02) == pytest.approx(0.08)
     routing.cache.invalidate("t")
     assert routing.refresh_wait_s("t", asked_at=0.5, now=1.05) == pytest.approx(0.05)
+
+
+# --- AskCluster: a client with one target learns whether it talks to a cluster ----------------
+
+
+def _single_server_metadata() -> ClusterMetadata:
+    return ClusterMetadata(node_id=1, controller_id=1, controller_epoch=1,
+                           brokers=(BrokerAddress(1, "db1:1"),), topics={})
+
+
+def test_a_metadata_answer_naming_other_brokers_makes_the_client_route_by_metadata() -> None:
+    routing = _routing(cluster=False, filled=False)
+    assert not routing.in_cluster()
+    assert not routing.take_cluster(_single_server_metadata(), "db1:1")
+    assert not routing.route_by_metadata and not routing.in_cluster()
+    assert routing.take_cluster(_cache_metadata(), "db1:1")
+    assert routing.route_by_metadata and routing.in_cluster()
+
+
+# --- TopicCheck: after UNKNOWN_TOPIC_OR_PARTITION, is a leader known elsewhere? ---------------
+
+
+def test_in_a_cluster_the_topic_is_refreshed_and_a_route_found_says_known() -> None:
+    routing = _routing(cluster=True)
+    check = TopicCheck(routing, "t", 0, deadline=10.0)
+    assert check.next_step(1.0) == Refresh()
+    assert routing.cache.needs_refresh("t")  # marked stale: the refresh asks again
+    routing.cache.update(_cache_metadata(), "db2:1", ["t"])  # what the refresh brought
+    check.refreshed()
+    assert check.next_step(1.5) == Found(True)
+    assert check.next_step(1.5) == Found(True)  # the answer stays
+
+
+@pytest.mark.parametrize("outcome", ["refresh_failed", "no_route"])
+def test_a_refresh_that_fails_or_names_no_leader_says_not_known(outcome: str) -> None:
+    routing = _routing(cluster=True)
+    check = TopicCheck(routing, "t", 0, deadline=None)
+    assert check.next_step(0.0) == Refresh()
+    if outcome == "refresh_failed":
+        check.refresh_failed()
+    else:
+        routing.cache.forget("t")  # every broker said it does not know the topic
+        check.refreshed()
+    assert check.next_step(0.0) == Found(False)
+
+
+@pytest.mark.parametrize(
+    ("deadline", "answer", "steps"),
+    [
+        # A single server that does not have the topic: no refresh, not known.
+        (10.0, "single", [AskCluster(9.0), Found(False)]),
+        (None, "unanswered", [AskCluster(None), Found(False)]),
+        # It names other brokers: a cluster after all, so the topic is refreshed.
+        (10.0, "cluster", [AskCluster(9.0), Refresh(), Found(True)]),
+    ],
+)
+def test_a_client_with_one_target_asks_whether_it_is_a_cluster_first(
+    deadline: float | None, answer: str, steps: list[object]
+) -> None:
+    routing = _routing(cluster=False, filled=False)
+    check = TopicCheck(routing, "t", 0, deadline=deadline)
+    seen = []
+    while True:
+        step = check.next_step(1.0)
+        seen.append(step)
+        if isinstance(step, Found):
+            break
+        if isinstance(step, AskCluster):
+            if answer == "unanswered":
+                check.cluster_unanswered()
+            else:
+                metadata = _single_server_metadata() if answer == "single" else _cache_metadata()
+                check.cluster_answered(metadata, "db1:1")
+        else:
+            routing.cache.update(_cache_metadata(), "db1:1", ["t"])
+            check.refreshed()
+    assert seen == steps
+    assert routing.route_by_metadata is (answer == "cluster")
+
+
+def test_topic_check_reports_out_of_turn_are_programmer_errors() -> None:
+    check = TopicCheck(_routing(cluster=True), "t", 0, deadline=None)
+    with pytest.raises(AssertionError):
+        check.refreshed()  # no Refresh was asked for
+    check.next_step(0.0)
+    with pytest.raises(AssertionError):
+        check.cluster_unanswered()  # no AskCluster was asked for
+
+
+# --- NewTopicWait: DescribeTopic of a topic one server did not know ---------------------------
+
+
+def _walk_wait(wait: NewTopicWait, now: float) -> list[object]:
+    """The steps until a Backoff or the end, each attempt answered with a NOT_THERE error."""
+    steps = []
+    while (step := wait.next_step(now)) is not None:
+        steps.append(step)
+        if isinstance(step, Backoff):
+            break
+    return steps
+
+
+def test_the_servers_are_asked_in_rounds_a_backoff_apart_until_the_wait_ends() -> None:
+    routing = _routing(cluster=True)
+    wait = NewTopicWait(routing, timeout_s=None, now=0.0)
+    assert wait.wait_until == NEW_TOPIC_WAIT_MS / 1000
+    end = wait.wait_until
+    assert _walk_wait(wait, 1.0) == [
+        Attempt("db1:1", end - 1.0), Attempt("db2:1", end - 1.0), Attempt("db3:1", end - 1.0),
+        Backoff(0.1),
+    ]
+    # A broker that stopped answering meanwhile is asked last in the next round.
+    routing.cache.mark_unreachable("db1:1")
+    assert [step.address for step in _walk_wait(wait, 2.0)[:-1]] == ["db2:1", "db3:1", "db1:1"]
+    # The backoff is cut at the end of the wait, and then it is over.
+    assert _walk_wait(wait, end - 0.05) == [
+        Attempt("db2:1", pytest.approx(0.05)), Attempt("db3:1", pytest.approx(0.05)),
+        Attempt("db1:1", pytest.approx(0.05)), Backoff(pytest.approx(0.05)),
+    ]
+    assert wait.next_step(end) is None
+    assert wait.next_step(end) is None
+
+
+def test_the_wait_ends_with_the_request_timeout_even_within_a_round() -> None:
+    wait = NewTopicWait(_routing(cluster=True), timeout_s=1.0, now=0.0)
+    assert wait.wait_until == 1.0
+    assert wait.next_step(0.5) == Attempt("db1:1", 0.5)
+    assert wait.next_step(1.0) is None  # no time left for db2:1
+
+
+@pytest.mark.parametrize(
+    ("answer", "first_attempt"),
+    [("single", None), ("unanswered", None), ("cluster", Attempt("db1:1", 2.0))],
+)
+def test_a_client_with_one_target_waits_only_if_it_learns_it_is_a_cluster(
+    answer: str, first_attempt: Attempt | None
+) -> None:
+    routing = _routing(cluster=False, filled=False)
+    wait = NewTopicWait(routing, timeout_s=2.0, now=0.0)
+    assert wait.next_step(0.0) == AskCluster(2.0)  # the request's timeout, not the wait's
+    if answer == "unanswered":
+        wait.cluster_unanswered()
+    else:
+        metadata = _single_server_metadata() if answer == "single" else _cache_metadata()
+        wait.cluster_answered(metadata, "db1:1")
+    assert wait.next_step(0.0) == first_attempt
+
+
+def test_a_server_that_does_not_know_the_topic_or_does_not_answer_is_not_there() -> None:
+    assert isinstance(_UNKNOWN, NOT_THERE)
+    assert isinstance(_GONE, NOT_THERE) and isinstance(_NO_CONNECTION, NOT_THERE)
+    assert not isinstance(_OUT_OF_RANGE, NOT_THERE)
