@@ -5,38 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
-from stratalog.records.builder import build_batch
-from stratalog.server.storage.log_manager import LogManager
-
-T0 = 1_700_000_000_000
-
-
-class Clock:
-    def __init__(self, now_ms: int = T0) -> None:
-        self.now_ms = now_ms
-
-    def __call__(self) -> int:
-        return self.now_ms
-
-
-def batch(*values: bytes, timestamp: int = T0) -> bytes:
-    return build_batch([(timestamp, None, value, ()) for value in values])
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def dirs(tmp_path: Path) -> list[Path]:
-    return [tmp_path / "d0", tmp_path / "d1"]
-
-
-def open_manager(dirs: list[Path], clock: Clock, **defaults: str) -> LogManager:
-    return LogManager.open(dirs, defaults=defaults or None, time_ms=clock)
+from tests.unit.storage.manager_helpers import T0, Clock, batch, open_manager
 
 
 def test_describe_reads_max_timestamps_without_opening_indexes(
