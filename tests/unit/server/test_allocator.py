@@ -59,12 +59,27 @@ def test_trim_watch_is_due_once_what_is_held_fell_enough_below_its_peak():
     assert watch.trim_due(200)  # 100 below the peak of 300
     # Still falling: each further fall is due (the rest of a crowd ending), until it stops.
     assert watch.trim_due(150) and watch.trim_due(149)
-    assert watch.trim_due(149)  # stopped: once more, for what was freed since the last trim
-    assert not watch.trim_due(149) and not watch.trim_due(120)  # then none; a small fall
-    assert watch.trim_due(49)  # 100 below the peak of 149 (a new one since the last trim)
-    assert watch.trim_due(49)  # stopped: once more
+    # Stopped: due on the 1st, 2nd, 4th, 8th and 16th call after (what is freed late), a small
+    # fall or a rise in between changing nothing; then none.
+    settle = [watch.trim_due(held) for held in [149] * 10 + [120, 130] + [130] * 10]
+    assert [call for call, due in enumerate(settle, start=1) if due] == [1, 2, 4, 8, 16]
+    assert watch.trim_due(30)  # 100 below the peak of 130 (a new one since the last trim)
+    settle = [watch.trim_due(30) for _ in range(20)]  # stopped: the settling trims again
+    assert [call for call, due in enumerate(settle, start=1) if due] == [1, 2, 4, 8, 16]
     assert not watch.trim_due(500) and not watch.trim_due(401)
     assert watch.trim_due(0)
+
+
+def test_trim_watch_a_new_fall_while_settling_starts_over():
+    watch = TrimWatch(min_fall_bytes=100)
+    assert not watch.trim_due(300)
+    assert watch.trim_due(100) and watch.trim_due(100)  # a fall; stopped (1st call after)
+    assert watch.trim_due(500)  # 2nd call after, a rise: still due
+    assert not watch.trim_due(500)  # 3rd
+    assert watch.trim_due(300)  # a new fall of 200 below the peak: due, and falling
+    assert watch.trim_due(250)  # still falling
+    settle = [watch.trim_due(250) for _ in range(20)]
+    assert [call for call, due in enumerate(settle, start=1) if due] == [1, 2, 4, 8, 16]
 
 
 # Hold 200 MiB in 1 MiB blocks from the heap (as tuned), free all but every 16th (what a crowd
