@@ -765,15 +765,16 @@ class Server:
         )
 
     def held_for_waiting_rpcs_bytes(self) -> int:
-        """An estimate of the memory held for Subscribe streams, long polls and Session
-        streams: their idle cost each, the Subscribe messages in flight as gRPC holds them,
-        and the most held for Session answers and decompression since the last call (a
-        burst between two maintenance passes counts). Event-loop only."""
+        """An estimate of the most memory held since the last call for Subscribe streams,
+        long polls and Session streams: their idle cost each, the Subscribe messages in flight
+        as gRPC holds them, Session answers and decompression. Peaks, not the values now: a
+        crowd that came and went between two maintenance passes counts (one that lasted under
+        a second was never seen, and never trimmed after). Event-loop only."""
         limits, budget, service = self._limits, self._subscribe_budget, self._service
         if limits is None or budget is None or service is None:
             return 0
-        return (limits.total * WAITING_RPC_BYTES_ESTIMATE
-                + budget.in_use_bytes * MESSAGE_COPIES_HELD
+        return (limits.take_peak_total() * WAITING_RPC_BYTES_ESTIMATE
+                + budget.take_peak_bytes() * MESSAGE_COPIES_HELD
                 + service.take_held_peak_bytes())
 
     async def _maybe_trim_heap(self) -> None:

@@ -190,6 +190,7 @@ class ClientLimits:
         self._by_client: dict[str, int] = {}
         self._by_kind = dict.fromkeys(WaitingRpcKind, 0)
         self.total = 0
+        self._peak_total = 0
 
     def admit(self, origin: Origin, kind: WaitingRpcKind) -> WaitingRpc:
         """Count one more waiting RPC of ``origin``, or refuse it.
@@ -227,9 +228,16 @@ class ClientLimits:
         self._by_client[origin.client] = client_count + 1
         self._by_kind[kind] += 1
         self.total += 1
+        self._peak_total = max(self._peak_total, self.total)
         if self._gauges is not None:
             self._gauges[kind].inc()
         return WaitingRpc(self, origin, kind)
+
+    def take_peak_total(self) -> int:
+        """The most waiting RPCs held at once since the last call (or since start-up), and
+        start over from the count now: a crowd that came and went between two calls counts."""
+        peak, self._peak_total = self._peak_total, self.total
+        return peak
 
     def count(self, origin: Origin) -> tuple[int, int]:
         """The waiting RPCs of ``origin``'s connection and of its client."""
@@ -255,6 +263,7 @@ class ClientLimits:
     def check(self) -> None:
         """Assert the invariants of the module docstring (for tests)."""
         assert 0 <= self.total <= self.total_max, self.total
+        assert self.total <= self._peak_total, (self.total, self._peak_total)
         for counts, limit in ((self._by_connection, self.per_connection_max),
                               (self._by_client, self.per_client_max)):
             assert all(1 <= count <= limit for count in counts.values()), counts

@@ -88,6 +88,7 @@ class Lease:
         budget = self._budget
         assert budget is not None, "hold after release"
         budget.in_use_bytes += size_bytes - self.size_bytes
+        budget.peak_bytes = max(budget.peak_bytes, budget.in_use_bytes)
         self._share.held_bytes += size_bytes - self.size_bytes
         self.size_bytes = size_bytes
 
@@ -136,6 +137,8 @@ class SubscribeBudget:
         assert self.connection_bytes_max >= 1
         self.stall_ms_max = stall_ms_max
         self.in_use_bytes = 0
+        #: The most in use since the last :meth:`take_peak_bytes`.
+        self.peak_bytes = 0
         self.leases = 0
         self._shares: dict[str, _Share] = {}
 
@@ -159,10 +162,17 @@ class SubscribeBudget:
         max_bytes = min(wanted_bytes, self.message_bytes_max, max(self.free_bytes, 0),
                         share_left)
         self.in_use_bytes += max_bytes
+        self.peak_bytes = max(self.peak_bytes, self.in_use_bytes)
         self.leases += 1
         share.held_bytes += max_bytes
         share.leases += 1
         return Lease(self, max_bytes, share)
+
+    def take_peak_bytes(self) -> int:
+        """The most bytes in use at once since the last call, and start over from what is in
+        use now (streams that came and went between two calls count)."""
+        peak, self.peak_bytes = self.peak_bytes, self.in_use_bytes
+        return peak
 
     def room(self, connection: str) -> asyncio.Future[None]:
         """A future resolved once a lease of ``connection`` is given back (done at once if it
@@ -189,6 +199,7 @@ class SubscribeBudget:
     def check(self) -> None:
         """Assert the invariants of the module docstring (for tests)."""
         assert self.in_use_bytes >= 0, self.in_use_bytes
+        assert self.peak_bytes >= self.in_use_bytes, (self.peak_bytes, self.in_use_bytes)
         assert self.leases >= 0, self.leases
         assert self.leases or not self.in_use_bytes, (self.leases, self.in_use_bytes)
         assert sum(share.leases for share in self._shares.values()) == self.leases

@@ -124,7 +124,8 @@ def rpc_method(stream: bool = False) -> Callable[[Callable[..., Awaitable[Any]]]
     Request bytes that were not a message (:class:`UndecodableRequest`) and request-shape errors
     (:class:`BadRequestError`) become INVALID_ARGUMENT with their field;
     every other exception goes through :func:`status.abort_with_error` (engine errors to their
-    reasons, anything unexpected to INTERNAL, logged). Unary RPCs observe their latency;
+    reasons, anything unexpected to INTERNAL, logged), unless the client cancelled the call
+    (then the exception is what its end caused: counted CANCELLED, not logged). Unary RPCs observe their latency;
     streams count only their outcome.
     """
 
@@ -146,6 +147,11 @@ def rpc_method(stream: bool = False) -> Callable[[Callable[..., Awaitable[Any]]]
                 code = _code_name(context)
                 raise
             except Exception as exc:
+                if status.call_ended(context, exc):
+                    # As a cancellation: gRPC then sends nothing more (a status now fails and
+                    # is logged by gRPC itself) and logs only at debug level.
+                    code = "CANCELLED"
+                    raise asyncio.CancelledError from exc
                 answer, code = failure_status(exc)
                 await context.abort_with_status(answer)
             finally:

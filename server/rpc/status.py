@@ -59,6 +59,7 @@ from typing import NamedTuple, NoReturn
 import grpc
 import grpc.aio
 from google.rpc import error_details_pb2, status_pb2
+from grpc._cython.cygrpc import ExecuteBatchError
 from grpc_status import rpc_status
 
 from stratalog.records import errors as record_errors
@@ -79,6 +80,7 @@ __all__ = [
     "REASON_CODES",
     "ErrorMapping",
     "abort_with_error",
+    "call_ended",
     "classify",
     "invalid_request",
     "session_error",
@@ -98,6 +100,19 @@ MESSAGE_BYTES_MAX = 1024
 #: Longest ErrorInfo metadata value sent, in UTF-8 bytes. With the message, a status's trailers
 #: stay under ~6 KiB (a handful of metadata entries), inside gRPC's 8 KiB default.
 METADATA_VALUE_BYTES_MAX = 256
+
+
+def call_ended(context: grpc.aio.ServicerContext, exc: BaseException) -> bool:
+    """True when ``exc`` is what the end of the call under its handler caused: the client
+    cancelled it or its connection closed. Then there is no one to answer (an abort fails too)
+    and it is not the server's error to log.
+
+    A stream's ``context.write`` after the client's RST_STREAM raises gRPC core's
+    ``ExecuteBatchError`` (not re-exported by ``grpc.aio``) before ``context.cancelled()`` says
+    so: measured, 1,000 Subscribe streams cancelled while their writes were under way logged
+    ~500 "internal errors" and as many failed aborts.
+    """
+    return context.cancelled() or isinstance(exc, ExecuteBatchError)
 
 
 def _reason(name: str) -> str:

@@ -246,8 +246,14 @@ async def test_subscribers_memory_is_bounded_and_given_back(start_server) -> Non
         await until(
             lambda: server.metric('stratalog_waiting_rpcs{kind="subscribe"}') == 0,
             "the streams ended on the server")
-        # Given back: near where it began (the maintenance pass trims the heap).
-        given_back_bound = baseline + 64 * MIB
+        # The clients' cancels end their streams quietly: what a write after a cancel raises
+        # is not the server's error (it was logged as ~500 internal errors).
+        errors = [line for line in server.log_path.read_text().splitlines() if " ERROR " in line]
+        assert not errors, errors[:3]
+        # Given back: near where it began (the maintenance pass trims the heap, having seen the
+        # crowd though it came and went between two passes). Measured +16 MiB; untrimmed
+        # +44-47 MiB here, more on a loaded machine.
+        given_back_bound = baseline + 40 * MIB
         await until(lambda: _rss_bytes(server) < given_back_bound,
                      f"RSS back under {given_back_bound / MIB:.0f} MiB "
                      f"(baseline {baseline / MIB:.0f} MiB)", timeout_s=60)

@@ -88,7 +88,11 @@ def test_random_admissions_and_releases_agree_with_a_plain_model() -> None:
     held: list[tuple[Origin, object]] = []
     by_connection: Counter[str] = Counter()
     by_client: Counter[str] = Counter()
-    for _ in range(3000):
+    peak = 0  # the model's most held since the last take_peak_total
+    for step in range(3000):
+        if step % 37 == 0:
+            assert limits.take_peak_total() == peak
+            peak = len(held)
         if held and rng.random() < 0.45:
             which, waiting = held.pop(rng.randrange(len(held)))
             waiting.release()  # type: ignore[attr-defined]
@@ -110,6 +114,7 @@ def test_random_admissions_and_releases_agree_with_a_plain_model() -> None:
             else:
                 assert expected is None
                 held.append((which, waiting))
+                peak = max(peak, len(held))
                 by_connection[conn] += 1
                 by_client[which.client] += 1
         limits.check()
@@ -118,6 +123,19 @@ def test_random_admissions_and_releases_agree_with_a_plain_model() -> None:
         waiting.release()  # type: ignore[attr-defined]
     limits.check()
     assert limits.total == 0
+
+
+def test_the_peak_counts_a_crowd_that_came_and_went_between_two_takes() -> None:
+    limits = ClientLimits(per_connection_max=100, per_client_max=100, total_max=100)
+    assert limits.take_peak_total() == 0
+    crowd = [limits.admit(origin("ipv4:10.0.0.1:1"), SUBSCRIBE) for _ in range(40)]
+    for waiting in crowd[1:]:
+        waiting.release()
+    assert limits.total == 1
+    assert limits.take_peak_total() == 40  # what the maintenance pass sees, though gone now
+    assert limits.take_peak_total() == 1  # started over from the count then
+    crowd[0].release()
+    assert limits.take_peak_total() == 1 and limits.take_peak_total() == 0
 
 
 @pytest.mark.parametrize(("peer", "host"), [

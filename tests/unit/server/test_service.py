@@ -88,6 +88,9 @@ class _Context:
     def code(self) -> grpc.StatusCode | None:
         return self.status.code if self.status is not None else None
 
+    def cancelled(self) -> bool:
+        return False  # the client never cancels here
+
 
 def _error_info(status: grpc.Status) -> error_details_pb2.ErrorInfo:
     ((key, value),) = status.trailing_metadata

@@ -68,7 +68,11 @@ def test_random_leases_agree_with_a_plain_model() -> None:
     total, message_max = 10_000, 3_000
     budget = SubscribeBudget(total, message_max)
     open_leases: list[Lease] = []
-    for _ in range(5000):
+    peak = 0  # the model's most in use since the last take_peak_bytes
+    for step in range(5000):
+        if step % 41 == 0:
+            assert budget.take_peak_bytes() == peak
+            peak = sum(lease.size_bytes for lease in open_leases)
         action = rng.random()
         if open_leases and action < 0.4:
             open_leases.pop(rng.randrange(len(open_leases))).release()
@@ -83,6 +87,7 @@ def test_random_leases_agree_with_a_plain_model() -> None:
             open_leases.append(lease)
         budget.check()
         assert budget.in_use_bytes == sum(lease.size_bytes for lease in open_leases)
+        peak = max(peak, budget.in_use_bytes)
         assert budget.leases == len(open_leases)
     for lease in open_leases:
         lease.release()

@@ -52,6 +52,9 @@ class _Context:
         self.status = status
         raise grpc.aio.AbortError()
 
+    def cancelled(self) -> bool:
+        return False  # the client never cancels here
+
 
 class Broker(NamedTuple):
     service: BrokerService
