@@ -129,7 +129,8 @@ def test_certificate_reload_on_sighup(start_server, pki, tmp_path: Path) -> None
         shutil.copy(pki.server2[1], key)
         server.process.send_signal(signal.SIGHUP)
         wait_for(lambda: served_certificate(server.port, pki.ca) == der(pki.server2[0]))
-        assert "reloaded the TLS certificate" in server.log_text()
+        # The server logs the reload after it serves the new certificate: wait for the line too.
+        wait_for(lambda: "reloaded the TLS certificate" in server.log_text())
         context = ssl.create_default_context(cafile=str(pki.ca))
         with urllib.request.urlopen(f"https://localhost:{server.metrics_port}/metrics",
                                     context=context, timeout=10) as answer:
