@@ -69,6 +69,7 @@ from .partition_coordinator import PartitionCoordinator
 
 if TYPE_CHECKING:
     from stratalog.server.broker import ReplicaManager
+    from stratalog.server.metrics import ServerMetrics
     from stratalog.server.settings import Settings
 
 __all__ = ["GroupService", "group_config"]
@@ -106,13 +107,14 @@ class GroupService:
         settings: Settings,
         executor: Executor,
         *,
-        on_change: Callable[[], None] | None = None,
+        metrics: ServerMetrics | None = None,
     ) -> None:
+        """``metrics``: where the coordinators count rebalances, commits and loads."""
         self._replicas = replica_manager
         self._settings = settings
         self._executor = executor
         self.config = group_config(settings)
-        self._on_change = on_change
+        self._metrics = metrics
         #: Partition -> its coordinator; empty until the topic exists.
         self.partitions: dict[int, PartitionCoordinator] = {}
         self._loads: list[asyncio.Task[None]] = []
@@ -154,7 +156,7 @@ class GroupService:
         for partition in range(count):
             coordinator = PartitionCoordinator(
                 partition, self.config, self._replicas, self._executor,
-                on_change=self._on_change,
+                metrics=self._metrics,
             )
             self.partitions[partition] = coordinator
             self._loads.append(asyncio.get_running_loop().create_task(
@@ -326,11 +328,12 @@ class GroupService:
 
     def group_counts(self) -> tuple[dict[str, int], int]:
         """Groups by state name (every state, zeros included) and members in all, over the
-        partitions loaded. Event-loop only (the metrics read it there)."""
+        partitions loaded. Any thread (a scrape): each dict is copied with one ``list()``,
+        atomic under the GIL, before it is read. O(groups)."""
         by_state = {state.value: 0 for state in GroupState}
         members = 0
-        for coordinator in self.partitions.values():
-            for group in coordinator.core.groups.values():
+        for coordinator in list(self.partitions.values()):
+            for group in list(coordinator.core.groups.values()):
                 by_state[group.state.value] += 1
                 members += len(group.members)
         return by_state, members

@@ -8,7 +8,8 @@ translation between the two, in both directions, and nothing else:
 
 * :func:`topic_configs`: the topic's config overrides, as Kafka's
   ``GroupCoordinatorService.groupMetadataTopicConfigs`` (``cleanup.policy=compact``,
-  ``segment.bytes`` = offsets.topic.segment.bytes, ``compression.type=producer``).
+  ``segment.bytes`` = offsets.topic.segment.bytes; Kafka's ``compression.type=producer`` is
+  what our storage always does, it has no such config).
 * :func:`append_batch`: one :class:`~stratalog.server.groups.Append` as one record batch (Kafka's
   ``CoordinatorPartitionWriter`` writes each coordinator result as one batch too), each record
   a key and a value (``None`` for a tombstone), timestamped with the write's time.
@@ -72,7 +73,6 @@ def topic_configs(segment_bytes: int) -> dict[str, str]:
     return {
         "cleanup.policy": "compact",
         "segment.bytes": str(segment_bytes),
-        "compression.type": "producer",
     }
 
 

@@ -58,7 +58,9 @@ from stratalog.server.groups import (
     GroupConfig,
     GroupCoordinator,
     GroupError,
+    JoinGroupResponse,
     NotCoordinatorError,
+    OffsetCommitResponse,
     Output,
     UnknownServerError,
 )
@@ -69,6 +71,7 @@ from .offsets_topic import GROUP_METADATA_TOPIC, ReplayItem, append_batch, repla
 
 if TYPE_CHECKING:
     from stratalog.server.broker import ReplicaManager
+    from stratalog.server.metrics import ServerMetrics
 
 __all__ = ["LOAD_READ_BYTES", "PartitionCoordinator"]
 
@@ -97,17 +100,16 @@ class PartitionCoordinator:
         replica_manager: ReplicaManager,
         executor: Executor,
         *,
-        on_change: Callable[[], None] | None = None,
+        metrics: ServerMetrics | None = None,
         time_ms: Callable[[], int] = wall_clock_ms,
     ) -> None:
-        """``on_change`` is called after each carried-out Output (the metrics read the
-        groups then)."""
+        """``metrics`` counts rebalances, commits and the load's time (None: nothing)."""
         self.partition = partition
         self.name = f"{GROUP_METADATA_TOPIC}-{partition}"
         self._replicas = replica_manager
         self._executor = executor
         self._time_ms = time_ms
-        self._on_change = on_change
+        self._metrics = metrics
         self.core = GroupCoordinator(config, loading=True, now_ms=time_ms())
         self._waiting: dict[int, asyncio.Future[Any]] = {}
         self._next_token = 0
@@ -145,9 +147,22 @@ class PartitionCoordinator:
             future = self._waiting.pop(reply.reply_to, None)  # type: ignore[call-overload]
             if future is not None and not future.done():
                 future.set_result(reply.response)
+            if self._metrics is not None:
+                self._count(reply.response)
         self._arm_timer(out.next_deadline_ms)
-        if self._on_change is not None:
-            self._on_change()
+
+    def _count(self, response: object) -> None:
+        """The metrics of one answer: a generation handed to its leader is one rebalance
+        completed (a static leader's rejoin without one is not); committed partitions."""
+        assert self._metrics is not None
+        if type(response) is JoinGroupResponse:
+            if (response.error is None and response.member_id == response.leader_id
+                    and not response.skip_assignment):
+                self._metrics.observe_rebalance()
+        elif type(response) is OffsetCommitResponse:
+            committed = sum(1 for p in response.partitions if p.error is None)
+            if committed:
+                self._metrics.observe_offset_commits(committed)
 
     def _arm_timer(self, deadline_ms: int | None) -> None:
         if self._timer is not None:
@@ -208,6 +223,8 @@ class PartitionCoordinator:
             return
         self._carry_out(self.core.complete_load(self._time_ms()))
         self.load_seconds = time.perf_counter() - started
+        if self._metrics is not None:
+            self._metrics.observe_group_load(self.load_seconds)
         logger.info("%s: loaded %d records, %d groups in %.3f s", self.name, records,
                     len(self.core.groups), self.load_seconds)
 
