@@ -185,6 +185,9 @@ class GroupService:
                 logger.info("created the internal topic %s: %d partitions, compacted",
                             GROUP_METADATA_TOPIC, settings.offsets_topic_num_partitions)
             self._start_coordinators(self._partition_count())
+            # A new topic's (or one found since start) loads are short: the request that made
+            # it waits for them rather than be answered COORDINATOR_LOAD_IN_PROGRESS.
+            await asyncio.gather(*self._loads)
 
     async def _coordinator_of(self, group_id: str) -> PartitionCoordinator:
         if self._closed:
