@@ -9,7 +9,9 @@ server (docs/groups.md, "Serving groups"):
   writer task, acks=all), its timer, its load and unload.
 * :mod:`.offsets_topic`: the topic's configs, and its records to and from the core's values.
 
-Event-loop only; no grpc here (an import-linter contract in pyproject.toml holds it).
+Event-loop only. Below the gRPC front end: it never imports server/rpc or app.py (an
+import-linter contract in pyproject.toml holds it), so a Kafka wire-protocol listener can call
+the same GroupService.
 """
 
 from __future__ import annotations
