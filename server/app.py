@@ -373,7 +373,7 @@ class Server:
         assert self._authenticator is not None and self.replica_manager is not None
         self.replica_manager.verify_transactions_with(self.coordinator)
         self.groups = GroupService(self.replica_manager, settings, self._executor,
-                                   metrics=self.metrics)
+                                   metrics=self.metrics, transactions=self.coordinator)
         self.metrics.bind_groups(self.groups.group_counts)
         self._service = BrokerService(
             self.replica_manager, settings, self.metrics, self._executor,

@@ -166,6 +166,10 @@ class ReplicaManager:
         #: The event loop, from the first Partition made on it: before that nobody waits, and
         #: the writers in other threads have nobody to wake.
         self._loop: asyncio.AbstractEventLoop | None = None
+        #: Told (on the loop) of each transaction marker written to a topic the server writes
+        #: itself (``topic, partition, producer_id, committed``): the group coordinators apply
+        #: their transactional offsets so (server/group_service/). None: nobody listens.
+        self.internal_marker_listener: Callable[[str, int, int, bool], None] | None = None
         #: This server in the cluster and its replicas' roles, once it joined (join_cluster).
         self.cluster_node: ClusterNode | None = None
         self.replica_roles: ReplicaRoles | None = None
@@ -469,6 +473,10 @@ class ReplicaManager:
                                        leader_epoch=leader_epoch)
         partition_log.flush()
         self._call_on_loop(self.complete_delayed, topic, partition)
+        listener = self.internal_marker_listener
+        if listener is not None and topic in SERVER_WRITTEN_TOPICS:
+            # After the write and before EndTxn's answer (both go through the loop, in order).
+            self._call_on_loop(listener, topic, partition, producer_id, commit)
         if replica is not None:
             self._call_on_loop(replica.notify_append)  # followers copy it
 

@@ -9,6 +9,12 @@ offset is not beyond its log end (a clear error naming the topic-partition, noth
 Requests about several groups (DescribeGroups, DeleteGroups) are split by partition and their
 answers put back in the request's order; ListGroups asks every partition.
 
+**Transactional offsets** (AddOffsetsToTxn, TxnOffsetCommit; KIP-447): the group's partition
+joins the producer's transaction at the transaction coordinator (server/transactions), which
+then writes its COMMIT or ABORT marker there; the serving layer tells this service of each such
+marker (``ReplicaManager.internal_marker_listener``), and the partition's coordinator applies it
+(``replay_end_transaction``) before EndTxn is answered.
+
 **The topic.** ``__consumer_offsets`` is created by the first request that needs a coordinator
 (FindCoordinator or any group request but ListGroups), as Kafka's
 ``KafkaApis.getOrCreateInternalTopic`` does, with offsets.topic.num.partitions partitions,
@@ -61,6 +67,7 @@ from stratalog.server.groups import (
     PartitionOffset,
     SyncGroupRequest,
     SyncGroupResponse,
+    TxnOffsetCommitRequest,
 )
 from stratalog.server.storage.errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
 
@@ -71,6 +78,7 @@ if TYPE_CHECKING:
     from stratalog.server.broker import ReplicaManager
     from stratalog.server.metrics import ServerMetrics
     from stratalog.server.settings import Settings
+    from stratalog.server.transactions import TransactionCoordinator
 
 __all__ = ["GroupService", "group_config"]
 
@@ -108,13 +116,19 @@ class GroupService:
         executor: Executor,
         *,
         metrics: ServerMetrics | None = None,
+        transactions: TransactionCoordinator | None = None,
     ) -> None:
-        """``metrics``: where the coordinators count rebalances, commits and loads."""
+        """``metrics``: where the coordinators count rebalances, commits and loads.
+        ``transactions``: the transaction coordinator AddOffsetsToTxn and TxnOffsetCommit work
+        with (None: they are refused); its markers on ``__consumer_offsets`` reach the group
+        coordinators through the serving layer's ``internal_marker_listener``."""
         self._replicas = replica_manager
         self._settings = settings
         self._executor = executor
         self.config = group_config(settings)
         self._metrics = metrics
+        self._transactions = transactions
+        replica_manager.internal_marker_listener = self._marker_written
         #: Partition -> its coordinator; empty until the topic exists.
         self.partitions: dict[int, PartitionCoordinator] = {}
         self._loads: list[asyncio.Task[None]] = []
@@ -265,6 +279,62 @@ class GroupService:
         coordinator = await self._coordinator_of(request.group_id)
         return await coordinator.submit(  # type: ignore[no-any-return]
             lambda token, now: coordinator.core.commit_offsets(request, token, now))
+
+    # ---------------------------------------------------------------- transactional offsets
+
+    def _transaction_coordinator(self) -> TransactionCoordinator:
+        if self._transactions is None or self._settings.cluster:
+            raise CoordinatorNotAvailableError(
+                "transactional offset commits need the transaction coordinator, which is not"
+                " served in cluster mode yet")
+        return self._transactions
+
+    async def add_offsets_to_txn(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str
+    ) -> int:
+        """Kafka's AddOffsetsToTxn: the group's ``__consumer_offsets`` partition joins the
+        producer's transaction (its COMMIT or ABORT marker will be written there); the
+        partition.
+
+        Raises:
+            what ``TransactionCoordinator.add_partitions_to_txn`` raises.
+        """
+        transactions = self._transaction_coordinator()
+        partition = (await self._coordinator_of(group_id)).partition
+        # In the pool: the coordinator fsyncs its state log.
+        await asyncio.get_running_loop().run_in_executor(
+            self._executor, functools.partial(
+                transactions.add_partitions_to_txn, transactional_id, producer_id,
+                producer_epoch, [(GROUP_METADATA_TOPIC, partition)]))
+        return partition
+
+    async def commit_transactional_offsets(
+        self, request: TxnOffsetCommitRequest
+    ) -> OffsetCommitResponse:
+        """TxnOffsetCommit, after :meth:`check_commit` and the transaction's check that the
+        group's partition is in the producer's open transaction at its epoch (AddOffsetsToTxn
+        first): written in the producer's transaction, visible with its COMMIT marker.
+
+        Raises:
+            what :meth:`check_commit` and ``verify_transactional_append`` raise.
+        """
+        transactions = self._transaction_coordinator()
+        self.check_commit(request.offsets)
+        coordinator = await self._coordinator_of(request.group_id)
+        transactions.verify_transactional_append(
+            GROUP_METADATA_TOPIC, coordinator.partition, request.producer_id,
+            request.producer_epoch)
+        return await coordinator.submit(  # type: ignore[no-any-return]
+            lambda token, now: coordinator.core.commit_transactional_offsets(
+                request, token, now))
+
+    def _marker_written(self, topic: str, partition: int, producer_id: int,
+                        committed: bool) -> None:
+        """The serving layer wrote a transaction marker to ``topic``-``partition`` (on the
+        loop)."""
+        coordinator = self.partitions.get(partition)
+        if topic == GROUP_METADATA_TOPIC and coordinator is not None:
+            coordinator.end_transaction(producer_id, committed)
 
     async def fetch_offsets(self, request: OffsetFetchRequest) -> OffsetFetchResponse:
         coordinator = await self._coordinator_of(request.group_id)

@@ -12,7 +12,8 @@ translation between the two, in both directions, and nothing else:
   what our storage always does, it has no such config).
 * :func:`append_batch`: one :class:`~stratalog.server.groups.Append` as one record batch (Kafka's
   ``CoordinatorPartitionWriter`` writes each coordinator result as one batch too), each record
-  a key and a value (``None`` for a tombstone), timestamped with the write's time.
+  a key and a value (``None`` for a tombstone), timestamped with the write's time; a
+  TxnOffsetCommit's is a transactional batch of its producer.
 * :func:`replay_items`: the batches of a stretch of the partition as what a loading coordinator
   applies, in log order: ``(offset, GroupRecord, producer_id)`` for a record, ``(offset, None,
   producer_id, committed)`` for a transaction marker. A record that does not decode is skipped
@@ -29,7 +30,7 @@ import logging
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from stratalog.records.batch import NO_PRODUCER_ID
+from stratalog.records.batch import NO_PRODUCER_ID, NO_SEQUENCE
 from stratalog.records.builder import BatchBuilder
 from stratalog.records.consumer_offsets import (
     GroupMetadataKey,
@@ -118,14 +119,21 @@ def encode_group_record(record: GroupRecord) -> tuple[bytes, bytes | None]:
     raise TypeError(f"not a group record: {record!r}")  # pragma: no cover - closed union
 
 
-def append_batch(append: Append, now_ms: int) -> bytes:
+def append_batch(append: Append, now_ms: int, base_sequence: int = NO_SEQUENCE) -> bytes:
     """One record batch holding ``append``'s records, in order, each timestamped ``now_ms``.
 
-    Transactional appends (``producer_id >= 0``, TxnOffsetCommit) are not written by this
-    server yet (docs/groups.md, "Serving groups"); the caller never passes one.
+    A transactional append (``producer_id >= 0``: TxnOffsetCommit) is a transactional batch of
+    that producer and epoch starting at ``base_sequence`` (the caller knows the producer's next
+    sequence in the partition), as Kafka's coordinator writes it into the producer's
+    transaction; its offsets become visible with the transaction's COMMIT marker.
     """
-    assert append.producer_id == NO_PRODUCER_ID, "transactional offset commits are not served"
-    builder = BatchBuilder()
+    if append.producer_id == NO_PRODUCER_ID:
+        builder = BatchBuilder()
+    else:
+        assert base_sequence >= 0, "a transactional batch needs its base sequence"
+        builder = BatchBuilder(producer_id=append.producer_id,
+                               producer_epoch=append.producer_epoch,
+                               base_sequence=base_sequence, is_transactional=True)
     for record in append.records:
         key, value = encode_group_record(record)
         builder.append(now_ms, key, value, ())

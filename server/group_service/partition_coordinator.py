@@ -49,6 +49,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any
 
+from stratalog.records.batch import NO_PRODUCER_ID, NO_SEQUENCE, increment_sequence
 from stratalog.records.batch_walk import iter_batch_headers
 from stratalog.server.broker.replica_manager import ACKS_ALL
 from stratalog.server.cluster import errors as cluster_errors
@@ -185,8 +186,8 @@ class PartitionCoordinator:
         core is told (module docstring)."""
         while True:
             append = await self._writes.get()
-            batch = append_batch(append, self._time_ms())
             try:
+                batch = append_batch(append, self._time_ms(), self._base_sequence(append))
                 info = await self._replicas.append_records(
                     GROUP_METADATA_TOPIC, self.partition, ACKS_ALL, batch,
                     size_bytes=len(batch), compressed=False, internal_topics_allowed=True,
@@ -202,6 +203,24 @@ class PartitionCoordinator:
             if not self.core.closed:
                 self._carry_out(self.core.append_completed(append.append_id, info.first_offset,
                                                            self._time_ms()))
+
+    def _base_sequence(self, append: Append) -> int:
+        """A transactional append's base sequence: the producer's next one in this partition
+        (0 for a producer or epoch new here). Only this writer writes the partition's data, so
+        the producer state read here is the one the append meets."""
+        if append.producer_id == NO_PRODUCER_ID:
+            return NO_SEQUENCE
+        partition_log = self._replicas.log_manager.get_log(GROUP_METADATA_TOPIC, self.partition)
+        entry = partition_log.producer_state.last_entry(append.producer_id)
+        if entry is None or entry.producer_epoch != append.producer_epoch:
+            return 0
+        return increment_sequence(entry.last_seq, 1)
+
+    def end_transaction(self, producer_id: int, committed: bool) -> None:
+        """A COMMIT or ABORT marker of ``producer_id`` was written to this partition: its
+        transactional offsets become committed, or are dropped."""
+        if not self.core.closed:
+            self.core.replay_end_transaction(producer_id, committed)
 
     # ---------------------------------------------------------------- loading
 
@@ -291,11 +310,12 @@ def _read_items(partition_log: Any, offset: int, name: str) -> tuple[list[Replay
 
 def _write_error(exc: Exception, name: str) -> GroupError:
     """What a failed write to ``__consumer_offsets`` answers its requests with, as Kafka's
-    ``CoordinatorRuntime`` maps append errors (``Errors`` in the group coordinator's
-    ``appendRecords`` callback): the partition moved, or is not writable now, or else."""
-    if isinstance(exc, cluster_errors.NotLeaderOrFollowerError | storage_errors.StorageError
-                  ) and not isinstance(exc, storage_errors.UnknownTopicOrPartitionError
-                                       | storage_errors.LogClosedError):
+    coordinator maps append errors (``CoordinatorRuntime``'s append callback): the partition is
+    not led or not writable here (NOT_COORDINATOR: find the coordinator again), the topic or
+    log is gone or the replicas are short (COORDINATOR_NOT_AVAILABLE: retry), or anything else
+    (UNKNOWN_SERVER_ERROR, logged)."""
+    if isinstance(exc, cluster_errors.NotLeaderOrFollowerError | storage_errors.StorageIOError
+                  | storage_errors.LogDirOfflineError):
         logger.warning("%s: write failed, answering NOT_COORDINATOR: %s", name, exc)
         return NotCoordinatorError(f"{name} could not be written here: retry")
     if isinstance(exc, storage_errors.UnknownTopicOrPartitionError | storage_errors.LogClosedError
@@ -305,4 +325,3 @@ def _write_error(exc: Exception, name: str) -> GroupError:
         return CoordinatorNotAvailableError(f"{name} is not writable now: retry")
     logger.error("%s: write failed unexpectedly", name, exc_info=exc)
     return UnknownServerError(f"the write to {name} failed")
-

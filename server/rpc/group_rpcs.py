@@ -1,7 +1,7 @@
 """The consumer-group RPCs of the Broker service: FindCoordinator, JoinGroup, SyncGroup,
 Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups
-(issue 27; docs/groups.md, "Serving groups"), and the three not served yet (OffsetDelete,
-AddOffsetsToTxn, TxnOffsetCommit: UNIMPLEMENTED, saying what is missing).
+AddOffsetsToTxn and TxnOffsetCommit (issue 27; docs/groups.md, "Serving groups"), and OffsetDelete,
+not served yet (UNIMPLEMENTED, saying what is missing).
 
 Each translates broker.proto's message to the group coordinator's dataclasses
 (server/groups/group_messages.py), makes one call to the serving layer
@@ -41,10 +41,16 @@ from stratalog.server.groups import (
     OffsetFetchRequest,
     PartitionOffset,
     SyncGroupRequest,
+    TxnOffsetCommitRequest,
 )
 from stratalog.server.metadata import SINGLE_SERVER_NODE_ID
 from stratalog.server.rpc import status
-from stratalog.server.rpc.requests import RpcBase, rpc_method
+from stratalog.server.rpc.requests import (
+    RpcBase,
+    producer_of,
+    rpc_method,
+    transactional_id_of,
+)
 from stratalog.server.rpc.translation import BadRequestError
 from stratalog.v1 import broker_pb2
 
@@ -61,10 +67,7 @@ _CLIENT_ID_CHARS_MAX = 255
 #: Most group ids one DescribeGroups or DeleteGroups may name.
 _GROUP_IDS_MAX = 1000
 
-_NOT_SERVED = (
-    "{rpc} is not served yet: {what} (docs/groups.md, \"Serving groups\"). Commit offsets"
-    " with OffsetCommit, outside a transaction, meanwhile"
-)
+_NOT_SERVED = "{rpc} is not served yet: {what} (docs/groups.md, \"Serving groups\")"
 
 
 def _optional(message: Any, field: str) -> str | None:
@@ -352,24 +355,37 @@ class GroupRpcs(RpcBase):
         ))
         raise AssertionError("abort returned")  # pragma: no cover
 
+    # ---------------------------------------------------------------- transactional offsets
+
     @rpc_method()
     async def AddOffsetsToTxn(
         self, request: broker_pb2.AddOffsetsToTxnRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.AddOffsetsToTxnResponse:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, _NOT_SERVED.format(
-            rpc="AddOffsetsToTxn",
-            what="the transaction coordinator does not add __consumer_offsets partitions to"
-                 " transactions yet",
-        ))
-        raise AssertionError("abort returned")  # pragma: no cover
+        transactional_id = transactional_id_of(request.transactional_id)
+        producer_id, producer_epoch = producer_of(request.producer_id, request.producer_epoch)
+        groups = self._group_service()
+        _raise(groups.config.group_id_error(request.group_id))
+        await groups.add_offsets_to_txn(transactional_id, producer_id, producer_epoch,
+                                        request.group_id)
+        return broker_pb2.AddOffsetsToTxnResponse()
 
     @rpc_method()
     async def TxnOffsetCommit(
         self, request: broker_pb2.TxnOffsetCommitRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.TxnOffsetCommitResponse:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, _NOT_SERVED.format(
-            rpc="TxnOffsetCommit",
-            what="transactional offset commits (their batches in the producer's transaction"
-                 " and the markers that end them) are not written yet",
-        ))
-        raise AssertionError("abort returned")  # pragma: no cover
+        transactional_id = transactional_id_of(request.transactional_id)
+        producer_id, producer_epoch = producer_of(request.producer_id, request.producer_epoch)
+        response = await self._group_service().commit_transactional_offsets(
+            TxnOffsetCommitRequest(
+                transactional_id=transactional_id,
+                producer_id=producer_id,
+                producer_epoch=producer_epoch,
+                group_id=request.group_id,
+                offsets=self._offsets(request.offsets),
+                member_id=request.member_id,
+                generation_id=request.generation_id,
+                group_instance_id=_optional(request, "group_instance_id"),
+            ))
+        for partition in response.partitions:
+            _raise(partition.error)
+        return broker_pb2.TxnOffsetCommitResponse()

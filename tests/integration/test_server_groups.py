@@ -372,15 +372,81 @@ def test_consumer_offsets_is_internal_readable_and_refused_to_client_changes(stu
     assert fetched(stub, "internal") == {("events", 0): 2}
 
 
-def test_the_transactional_group_rpcs_say_they_are_not_served_yet(stub):
-    for call, request in [
-        (stub.OffsetDelete, pb.OffsetDeleteRequest(group_id="g")),
-        (stub.AddOffsetsToTxn, pb.AddOffsetsToTxnRequest(transactional_id="t", group_id="g")),
-        (stub.TxnOffsetCommit, pb.TxnOffsetCommitRequest(transactional_id="t", group_id="g")),
-    ]:
-        refusal = refused(call, request)
-        assert refusal.code == grpc.StatusCode.UNIMPLEMENTED, refusal
-        assert "not served yet" in refusal.message, refusal
+def test_offset_delete_says_it_is_not_served_yet(stub):
+    refusal = refused(stub.OffsetDelete, pb.OffsetDeleteRequest(group_id="g"))
+    assert refusal.code == grpc.StatusCode.UNIMPLEMENTED, refusal
+    assert "not served yet" in refusal.message, refusal
+
+
+# ------------------------------------------------------------------------ transactions
+
+
+def _transactional_producer(stub: broker_pb2_grpc.BrokerStub, transactional_id: str
+                            ) -> tuple[int, int]:
+    answer = stub.InitProducerId(pb.InitProducerIdRequest(transactional_id=transactional_id),
+                                 timeout=T)
+    return answer.producer_id, answer.producer_epoch
+
+
+def _txn_commit(stub: broker_pb2_grpc.BrokerStub, transactional_id: str, producer: tuple[int, int],
+                group: str, offset: int, **fields: Any) -> None:
+    producer_id, epoch = producer
+    stub.AddOffsetsToTxn(pb.AddOffsetsToTxnRequest(
+        transactional_id=transactional_id, producer_id=producer_id, producer_epoch=epoch,
+        group_id=group), timeout=T)
+    stub.TxnOffsetCommit(pb.TxnOffsetCommitRequest(
+        transactional_id=transactional_id, producer_id=producer_id, producer_epoch=epoch,
+        group_id=group, generation_id=fields.pop("generation_id", -1),
+        offsets=[pb.CommittedOffset(topic="events", partition=0, offset=offset)], **fields),
+        timeout=T)
+
+
+def _end(stub: broker_pb2_grpc.BrokerStub, transactional_id: str, producer: tuple[int, int],
+         commit: bool) -> None:
+    stub.EndTxn(pb.EndTxnRequest(transactional_id=transactional_id, producer_id=producer[0],
+                                 producer_epoch=producer[1], commit=commit), timeout=T)
+
+
+def test_transactional_offsets_show_on_commit_and_vanish_on_abort(stub):
+    commit(stub, "txn-group", {("events", 0): 1})
+    producer = _transactional_producer(stub, "txn-app")
+    _txn_commit(stub, "txn-app", producer, "txn-group", 5)
+    # Held by the open transaction: not visible, and unstable to a require_stable fetch.
+    assert fetched(stub, "txn-group") == {("events", 0): 1}
+    refusal = refused(stub.OffsetFetch, pb.OffsetFetchRequest(group_id="txn-group",
+                                                              require_stable=True))
+    assert (refusal.code, refusal.reason) == (grpc.StatusCode.UNAVAILABLE,
+                                              "UNSTABLE_OFFSET_COMMIT")
+    _end(stub, "txn-app", producer, commit=True)
+    assert fetched(stub, "txn-group") == {("events", 0): 5}
+    stable = stub.OffsetFetch(pb.OffsetFetchRequest(group_id="txn-group", require_stable=True),
+                              timeout=T)
+    assert [o.offset for o in stable.offsets] == [5]
+    # The next transaction, aborted: its offsets are dropped.
+    _txn_commit(stub, "txn-app", producer, "txn-group", 8)
+    _end(stub, "txn-app", producer, commit=False)
+    assert fetched(stub, "txn-group") == {("events", 0): 5}
+
+
+def test_a_txn_offset_commit_outside_the_transaction_is_refused(stub):
+    producer = _transactional_producer(stub, "txn-stray")
+    # No AddOffsetsToTxn first: the group's partition is not in the transaction.
+    refusal = refused(stub.TxnOffsetCommit, pb.TxnOffsetCommitRequest(
+        transactional_id="txn-stray", producer_id=producer[0], producer_epoch=producer[1],
+        group_id="stray", generation_id=-1,
+        offsets=[pb.CommittedOffset(topic="events", partition=0, offset=1)]))
+    assert refusal.reason == "INVALID_TXN_STATE", refusal
+    # A zombie of an old generation is fenced (KIP-447).
+    member_id, generation = join_and_sync(stub, "fenced")
+    stub.AddOffsetsToTxn(pb.AddOffsetsToTxnRequest(
+        transactional_id="txn-stray", producer_id=producer[0], producer_epoch=producer[1],
+        group_id="fenced"), timeout=T)
+    refusal = refused(stub.TxnOffsetCommit, pb.TxnOffsetCommitRequest(
+        transactional_id="txn-stray", producer_id=producer[0], producer_epoch=producer[1],
+        group_id="fenced", member_id=member_id, generation_id=generation - 1,
+        offsets=[pb.CommittedOffset(topic="events", partition=0, offset=1)]))
+    assert refusal.reason == "ILLEGAL_GENERATION", refusal
+    _end(stub, "txn-stray", producer, commit=False)
 
 
 # ------------------------------------------------------------------------ restarts
@@ -404,6 +470,21 @@ def test_acknowledged_commits_survive_kill_9_and_the_group_loads(start_server, t
             group = f"simple-{index}"
             commit(stub, group, {("in", index % 3): index})
             acknowledged[group] = {("in", index % 3): index}
+        # A committed transaction's offsets are kept, an open one's are not (its transaction
+        # is aborted after the restart, when it times out).
+        producer = _transactional_producer(stub, "restart-app")
+        for offset, commit_it in ((9, True), (12, False)):
+            stub.AddOffsetsToTxn(pb.AddOffsetsToTxnRequest(
+                transactional_id="restart-app", producer_id=producer[0],
+                producer_epoch=producer[1], group_id="txn-kept"), timeout=T)
+            stub.TxnOffsetCommit(pb.TxnOffsetCommitRequest(
+                transactional_id="restart-app", producer_id=producer[0],
+                producer_epoch=producer[1], group_id="txn-kept", generation_id=-1,
+                offsets=[pb.CommittedOffset(topic="in", partition=0, offset=offset)]),
+                timeout=T)
+            if commit_it:
+                _end(stub, "restart-app", producer, commit=True)
+        acknowledged["txn-kept"] = {("in", 0): 9}
     server.kill()
 
     server = start_server(data, *GROUP_FLAGS)

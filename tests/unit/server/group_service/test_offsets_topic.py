@@ -91,3 +91,12 @@ def test_a_load_replays_records_and_markers_and_skips_what_does_not_decode(
 
 def test_the_topic_is_compacted_with_its_segment_bytes() -> None:
     assert topic_configs(1 << 20) == {"cleanup.policy": "compact", "segment.bytes": "1048576"}
+
+
+def test_a_transactional_append_is_a_transactional_batch_of_its_producer() -> None:
+    append = Append(3, tuple(RECORDS[:2]), producer_id=42, producer_epoch=7)
+    [(header, _)] = list(iter_batches(append_batch(append, 1, base_sequence=5)))
+    assert (header.producer_id, header.producer_epoch, header.base_sequence) == (42, 7, 5)
+    assert header.is_transactional and not header.is_control
+    items = list(replay_items(append_batch(append, 1, base_sequence=5), "__consumer_offsets-0"))
+    assert [(i.record, i.producer_id) for i in items] == [(r, 42) for r in RECORDS[:2]]
