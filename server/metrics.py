@@ -22,8 +22,9 @@ What an operator watches, in Prometheus's text format at ``http://HOST:metrics_p
                                                load at start
     stratalog_waiting_rpcs{kind}               RPCs admitted by the per-client limits and
                                                holding a slot: kind "subscribe" or "session"
-                                               (streams, for their life) or "long_poll" (while
-                                               waiting, unary or on a session)
+                                               (streams, for their life), "long_poll" (while
+                                               waiting, unary or on a session) or
+                                               "group_rebalance" (a JoinGroup or SyncGroup)
     stratalog_sessions                         Session streams open now
     stratalog_session_requests                 requests on Session streams being served or
                                                answered now, all streams (each one is counted
