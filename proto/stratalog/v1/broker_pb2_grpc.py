@@ -149,6 +149,71 @@ class BrokerStub:
                 request_serializer=stratalog_dot_v1_dot_broker__pb2.MetadataRequest.SerializeToString,
                 response_deserializer=stratalog_dot_v1_dot_broker__pb2.MetadataResponse.FromString,
                 _registered_method=True)
+        self.FindCoordinator = channel.unary_unary(
+                '/stratalog.v1.Broker/FindCoordinator',
+                request_serializer=stratalog_dot_v1_dot_broker__pb2.FindCoordinatorRequest.SerializeToString,
+                response_deserializer=stratalog_dot_v1_dot_broker__pb2.FindCoordinatorResponse.FromString,
+                _registered_method=True)
+        self.JoinGroup = channel.unary_unary(
+                '/stratalog.v1.Broker/JoinGroup',
+                request_serializer=stratalog_dot_v1_dot_broker__pb2.JoinGroupRequest.SerializeToString,
+                response_deserializer=stratalog_dot_v1_dot_broker__pb2.JoinGroupResponse.FromString,
+                _registered_method=True)
+        self.SyncGroup = channel.unary_unary(
+                '/stratalog.v1.Broker/SyncGroup',
+                request_serializer=stratalog_dot_v1_dot_broker__pb2.SyncGroupRequest.SerializeToString,
+                response_deserializer=stratalog_dot_v1_dot_broker__pb2.SyncGroupResponse.FromString,
+                _registered_method=True)
+        self.Heartbeat = channel.unary_unary(
+                '/stratalog.v1.Broker/Heartbeat',
+                request_serializer=stratalog_dot_v1_dot_broker__pb2.HeartbeatRequest.SerializeToString,
+                response_deserializer=stratalog_dot_v1_dot_broker__pb2.HeartbeatResponse.FromString,
+                _registered_method=True)
+        self.LeaveGroup = channel.unary_unary(
+                '/stratalog.v1.Broker/LeaveGroup',
+                request_serializer=stratalog_dot_v1_dot_broker__pb2.LeaveGroupRequest.SerializeToString,
+                response_deserializer=stratalog_dot_v1_dot_broker__pb2.LeaveGroupResponse.FromString,
+                _registered_method=True)
+        self.OffsetCommit = channel.unary_unary(
+                '/stratalog.v1.Broker/OffsetCommit',
+                request_serializer=stratalog_dot_v1_dot_broker__pb2.OffsetCommitRequest.SerializeToString,
+                response_deserializer=stratalog_dot_v1_dot_broker__pb2.OffsetCommitResponse.FromString,
+                _registered_method=True)
+        self.OffsetFetch = channel.unary_unary(
+                '/stratalog.v1.Broker/OffsetFetch',
+                request_serializer=stratalog_dot_v1_dot_broker__pb2.OffsetFetchRequest.SerializeToString,
+                response_deserializer=stratalog_dot_v1_dot_broker__pb2.OffsetFetchResponse.FromString,
+                _registered_method=True)
+        self.ListGroups = channel.unary_unary(
+                '/stratalog.v1.Broker/ListGroups',
+                request_serializer=stratalog_dot_v1_dot_broker__pb2.ListGroupsRequest.SerializeToString,
+                response_deserializer=stratalog_dot_v1_dot_broker__pb2.ListGroupsResponse.FromString,
+                _registered_method=True)
+        self.DescribeGroups = channel.unary_unary(
+                '/stratalog.v1.Broker/DescribeGroups',
+                request_serializer=stratalog_dot_v1_dot_broker__pb2.DescribeGroupsRequest.SerializeToString,
+                response_deserializer=stratalog_dot_v1_dot_broker__pb2.DescribeGroupsResponse.FromString,
+                _registered_method=True)
+        self.DeleteGroups = channel.unary_unary(
+                '/stratalog.v1.Broker/DeleteGroups',
+                request_serializer=stratalog_dot_v1_dot_broker__pb2.DeleteGroupsRequest.SerializeToString,
+                response_deserializer=stratalog_dot_v1_dot_broker__pb2.DeleteGroupsResponse.FromString,
+                _registered_method=True)
+        self.OffsetDelete = channel.unary_unary(
+                '/stratalog.v1.Broker/OffsetDelete',
+                request_serializer=stratalog_dot_v1_dot_broker__pb2.OffsetDeleteRequest.SerializeToString,
+                response_deserializer=stratalog_dot_v1_dot_broker__pb2.OffsetDeleteResponse.FromString,
+                _registered_method=True)
+        self.AddOffsetsToTxn = channel.unary_unary(
+                '/stratalog.v1.Broker/AddOffsetsToTxn',
+                request_serializer=stratalog_dot_v1_dot_broker__pb2.AddOffsetsToTxnRequest.SerializeToString,
+                response_deserializer=stratalog_dot_v1_dot_broker__pb2.AddOffsetsToTxnResponse.FromString,
+                _registered_method=True)
+        self.TxnOffsetCommit = channel.unary_unary(
+                '/stratalog.v1.Broker/TxnOffsetCommit',
+                request_serializer=stratalog_dot_v1_dot_broker__pb2.TxnOffsetCommitRequest.SerializeToString,
+                response_deserializer=stratalog_dot_v1_dot_broker__pb2.TxnOffsetCommitResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -335,6 +400,107 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def FindCoordinator(self, request, context):
+        """Consumer groups (issue 27, docs/groups.md): Kafka's classic group protocol and committed
+        offsets, served by the group's coordinator: the leader of its __consumer_offsets partition
+        (abs(Java hashCode(group_id)) % offsets.topic.num.partitions). A request for a group this
+        server does not coordinate is NOT_COORDINATOR (ask FindCoordinator again); one that arrives
+        while it replays the partition is COORDINATOR_LOAD_IN_PROGRESS (retry). ACLs as Kafka's:
+        READ on the group to join, sync, heartbeat, leave and commit (with READ on each topic
+        committed); DESCRIBE on the group to fetch offsets, describe and find its coordinator (and
+        DESCRIBE on the cluster or the group to list); DELETE on the group to delete it or its offsets.
+
+        Where the coordinator of a group (or of a transactional id) is: its node id and address.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def JoinGroup(self, request, context):
+        """Joins (or rejoins) a group; answered when the rebalance it starts or joins completes. A first
+        join without a member id is MEMBER_ID_REQUIRED with the id to join again with (KIP-394).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SyncGroup(self, request, context):
+        """After a join: the leader sends every member's assignment, each member gets its own.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Heartbeat(self, request, context):
+        """Keeps the member in the group; REBALANCE_IN_PROGRESS tells it to join again.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def LeaveGroup(self, request, context):
+        """Members leave (a consumer that closes, or an admin removing static members).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def OffsetCommit(self, request, context):
+        """Commits offsets (the next record to consume) for a member of the current generation, or a
+        simple commit (empty member id, generation -1) for a group with no members. All or nothing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def OffsetFetch(self, request, context):
+        """Committed offsets of a group (-1 where none); require_stable waits out open transactions.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListGroups(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeGroups(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteGroups(self, request, context):
+        """Deletes empty groups and their offsets (tombstones in __consumer_offsets).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def OffsetDelete(self, request, context):
+        """Deletes a group's committed offsets of partitions it is not subscribed to.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AddOffsetsToTxn(self, request, context):
+        """Transactions with offsets (exactly-once consume-transform-produce, KIP-447): adds the
+        group's __consumer_offsets partition to the producer's transaction ...
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def TxnOffsetCommit(self, request, context):
+        """... and commits offsets in it: visible when the transaction commits, dropped if it aborts.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -452,6 +618,71 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.Metadata,
                     request_deserializer=stratalog_dot_v1_dot_broker__pb2.MetadataRequest.FromString,
                     response_serializer=stratalog_dot_v1_dot_broker__pb2.MetadataResponse.SerializeToString,
+            ),
+            'FindCoordinator': grpc.unary_unary_rpc_method_handler(
+                    servicer.FindCoordinator,
+                    request_deserializer=stratalog_dot_v1_dot_broker__pb2.FindCoordinatorRequest.FromString,
+                    response_serializer=stratalog_dot_v1_dot_broker__pb2.FindCoordinatorResponse.SerializeToString,
+            ),
+            'JoinGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.JoinGroup,
+                    request_deserializer=stratalog_dot_v1_dot_broker__pb2.JoinGroupRequest.FromString,
+                    response_serializer=stratalog_dot_v1_dot_broker__pb2.JoinGroupResponse.SerializeToString,
+            ),
+            'SyncGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.SyncGroup,
+                    request_deserializer=stratalog_dot_v1_dot_broker__pb2.SyncGroupRequest.FromString,
+                    response_serializer=stratalog_dot_v1_dot_broker__pb2.SyncGroupResponse.SerializeToString,
+            ),
+            'Heartbeat': grpc.unary_unary_rpc_method_handler(
+                    servicer.Heartbeat,
+                    request_deserializer=stratalog_dot_v1_dot_broker__pb2.HeartbeatRequest.FromString,
+                    response_serializer=stratalog_dot_v1_dot_broker__pb2.HeartbeatResponse.SerializeToString,
+            ),
+            'LeaveGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.LeaveGroup,
+                    request_deserializer=stratalog_dot_v1_dot_broker__pb2.LeaveGroupRequest.FromString,
+                    response_serializer=stratalog_dot_v1_dot_broker__pb2.LeaveGroupResponse.SerializeToString,
+            ),
+            'OffsetCommit': grpc.unary_unary_rpc_method_handler(
+                    servicer.OffsetCommit,
+                    request_deserializer=stratalog_dot_v1_dot_broker__pb2.OffsetCommitRequest.FromString,
+                    response_serializer=stratalog_dot_v1_dot_broker__pb2.OffsetCommitResponse.SerializeToString,
+            ),
+            'OffsetFetch': grpc.unary_unary_rpc_method_handler(
+                    servicer.OffsetFetch,
+                    request_deserializer=stratalog_dot_v1_dot_broker__pb2.OffsetFetchRequest.FromString,
+                    response_serializer=stratalog_dot_v1_dot_broker__pb2.OffsetFetchResponse.SerializeToString,
+            ),
+            'ListGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListGroups,
+                    request_deserializer=stratalog_dot_v1_dot_broker__pb2.ListGroupsRequest.FromString,
+                    response_serializer=stratalog_dot_v1_dot_broker__pb2.ListGroupsResponse.SerializeToString,
+            ),
+            'DescribeGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeGroups,
+                    request_deserializer=stratalog_dot_v1_dot_broker__pb2.DescribeGroupsRequest.FromString,
+                    response_serializer=stratalog_dot_v1_dot_broker__pb2.DescribeGroupsResponse.SerializeToString,
+            ),
+            'DeleteGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteGroups,
+                    request_deserializer=stratalog_dot_v1_dot_broker__pb2.DeleteGroupsRequest.FromString,
+                    response_serializer=stratalog_dot_v1_dot_broker__pb2.DeleteGroupsResponse.SerializeToString,
+            ),
+            'OffsetDelete': grpc.unary_unary_rpc_method_handler(
+                    servicer.OffsetDelete,
+                    request_deserializer=stratalog_dot_v1_dot_broker__pb2.OffsetDeleteRequest.FromString,
+                    response_serializer=stratalog_dot_v1_dot_broker__pb2.OffsetDeleteResponse.SerializeToString,
+            ),
+            'AddOffsetsToTxn': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddOffsetsToTxn,
+                    request_deserializer=stratalog_dot_v1_dot_broker__pb2.AddOffsetsToTxnRequest.FromString,
+                    response_serializer=stratalog_dot_v1_dot_broker__pb2.AddOffsetsToTxnResponse.SerializeToString,
+            ),
+            'TxnOffsetCommit': grpc.unary_unary_rpc_method_handler(
+                    servicer.TxnOffsetCommit,
+                    request_deserializer=stratalog_dot_v1_dot_broker__pb2.TxnOffsetCommitRequest.FromString,
+                    response_serializer=stratalog_dot_v1_dot_broker__pb2.TxnOffsetCommitResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1075,6 +1306,357 @@ class Broker:
             '/stratalog.v1.Broker/Metadata',
             stratalog_dot_v1_dot_broker__pb2.MetadataRequest.SerializeToString,
             stratalog_dot_v1_dot_broker__pb2.MetadataResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FindCoordinator(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stratalog.v1.Broker/FindCoordinator',
+            stratalog_dot_v1_dot_broker__pb2.FindCoordinatorRequest.SerializeToString,
+            stratalog_dot_v1_dot_broker__pb2.FindCoordinatorResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def JoinGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stratalog.v1.Broker/JoinGroup',
+            stratalog_dot_v1_dot_broker__pb2.JoinGroupRequest.SerializeToString,
+            stratalog_dot_v1_dot_broker__pb2.JoinGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SyncGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stratalog.v1.Broker/SyncGroup',
+            stratalog_dot_v1_dot_broker__pb2.SyncGroupRequest.SerializeToString,
+            stratalog_dot_v1_dot_broker__pb2.SyncGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Heartbeat(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stratalog.v1.Broker/Heartbeat',
+            stratalog_dot_v1_dot_broker__pb2.HeartbeatRequest.SerializeToString,
+            stratalog_dot_v1_dot_broker__pb2.HeartbeatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LeaveGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stratalog.v1.Broker/LeaveGroup',
+            stratalog_dot_v1_dot_broker__pb2.LeaveGroupRequest.SerializeToString,
+            stratalog_dot_v1_dot_broker__pb2.LeaveGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OffsetCommit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stratalog.v1.Broker/OffsetCommit',
+            stratalog_dot_v1_dot_broker__pb2.OffsetCommitRequest.SerializeToString,
+            stratalog_dot_v1_dot_broker__pb2.OffsetCommitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OffsetFetch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stratalog.v1.Broker/OffsetFetch',
+            stratalog_dot_v1_dot_broker__pb2.OffsetFetchRequest.SerializeToString,
+            stratalog_dot_v1_dot_broker__pb2.OffsetFetchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stratalog.v1.Broker/ListGroups',
+            stratalog_dot_v1_dot_broker__pb2.ListGroupsRequest.SerializeToString,
+            stratalog_dot_v1_dot_broker__pb2.ListGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stratalog.v1.Broker/DescribeGroups',
+            stratalog_dot_v1_dot_broker__pb2.DescribeGroupsRequest.SerializeToString,
+            stratalog_dot_v1_dot_broker__pb2.DescribeGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stratalog.v1.Broker/DeleteGroups',
+            stratalog_dot_v1_dot_broker__pb2.DeleteGroupsRequest.SerializeToString,
+            stratalog_dot_v1_dot_broker__pb2.DeleteGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OffsetDelete(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stratalog.v1.Broker/OffsetDelete',
+            stratalog_dot_v1_dot_broker__pb2.OffsetDeleteRequest.SerializeToString,
+            stratalog_dot_v1_dot_broker__pb2.OffsetDeleteResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddOffsetsToTxn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stratalog.v1.Broker/AddOffsetsToTxn',
+            stratalog_dot_v1_dot_broker__pb2.AddOffsetsToTxnRequest.SerializeToString,
+            stratalog_dot_v1_dot_broker__pb2.AddOffsetsToTxnResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TxnOffsetCommit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stratalog.v1.Broker/TxnOffsetCommit',
+            stratalog_dot_v1_dot_broker__pb2.TxnOffsetCommitRequest.SerializeToString,
+            stratalog_dot_v1_dot_broker__pb2.TxnOffsetCommitResponse.FromString,
             options,
             channel_credentials,
             insecure,
