@@ -1,0 +1,940 @@
+"""One consumer's membership in a group, sans-IO: Kafka's AbstractCoordinator + ConsumerCoordinator.
+
+The consumer's side of Kafka's classic group protocol (issue 27; docs/client.md, "Consumer
+groups (the membership core)"), modelled on
+``clients/src/main/java/org/apache/kafka/clients/consumer/internals/AbstractCoordinator.java``
+and ``ConsumerCoordinator.java``. :class:`GroupMembership` takes events and returns what to do
+(:mod:`.membership_messages`): it never sends, awaits, sleeps or reads a clock; every call takes
+``now_ms`` and returns an :class:`~.membership_messages.Output`.
+
+Events: ``on_response``/``on_error`` (the outcome of a Send), ``tick`` (a timer fired),
+``reader_polled``/``handed_out``/``seek`` (the reader), ``commit``/``close``/``subscribe``
+(the application), ``partition_counts`` (metadata the leader asked for).
+
+The member's life (Kafka's MemberState, with the commit before a rebalance made explicit)::
+
+    UNJOINED --(coordinator known)--> PREPARING --(commit done; revoke/lose)--> JOINING
+    JOINING --(JoinGroup ok; leader: partition counts)--> SYNCING --(SyncGroup ok)--> STABLE
+    STABLE --(rejoin needed: heartbeat REBALANCE_IN_PROGRESS, a revocation, a subscription or
+              partition-count change, a poll after max_poll_interval_ms)--> PREPARING
+    any --(UNKNOWN_MEMBER_ID/ILLEGAL_GENERATION: partitions lost)--> UNJOINED
+    any --(NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, a lost connection)--> find it again
+    any --(FENCED_INSTANCE_ID, GROUP_MAX_SIZE_REACHED, ...)--> failed (fatal)
+
+Rules, each Kafka's unless docs/client.md's "Differences" says otherwise:
+
+* **Joining.** The first JoinGroup carries an empty member id; MEMBER_ID_REQUIRED gives the id to
+  join again with at once (KIP-394). The leader runs the group's assignor over every member's
+  subscription (:func:`~.assignor.perform_assignment`) once it has the partition counts.
+* **Before a join** (:func:`~.assignment_change.before_join`): auto-commit the positions of the
+  owned partitions (retriable failures retried until the rebalance timeout), then EAGER revokes
+  everything, COOPERATIVE only the partitions of topics no longer subscribed; a member whose
+  generation or member id was reset *loses* them instead (no commit).
+* **After the sync** (:func:`~.assignment_change.after_sync`): COOPERATIVE revokes what the new
+  assignment took away (committing it first) and rejoins at once; the added partitions start at
+  their committed offsets (OffsetFetch), else at ``auto_offset_reset``.
+* **Heartbeats** every ``heartbeat_interval_ms`` while in a generation; none answered within
+  ``session_timeout_ms`` means the coordinator is lost (find it again).
+* **max_poll_interval_ms**: a reader that has not polled for that long makes the member leave
+  (commit, revoke, LeaveGroup for a dynamic member); its next poll joins again.
+* **Static membership** (``group_instance_id``): no LeaveGroup on close or poll timeout, so a
+  restart within the session timeout keeps the assignment without a rebalance.
+* **Commits** name the member's generation; a refused one (UNKNOWN_MEMBER_ID,
+  ILLEGAL_GENERATION) ends as :class:`~stratalog.client.errors.CommitFailedError` and the
+  member joins again. Auto-commit (every ``auto_commit_interval_ms``) commits only positions of
+  records already handed to the reader (:mod:`.consumed_positions`).
+
+Bounded: one FindCoordinator, JoinGroup/SyncGroup, Heartbeat and OffsetFetch in flight at a
+time, at most :data:`COMMITS_IN_FLIGHT_MAX` commits; no queues; every timer is a field and
+``next_deadline_ms`` is their minimum. Not thread-safe: one task (or thread) drives it.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from stratalog.client import errors
+from stratalog.client.types import TopicPartition
+
+from .assignment_change import AssignmentChange, after_sync, before_join
+from .assignor import PartitionAssignor, RebalanceProtocol, perform_assignment
+from .consumed_positions import ConsumedPositions
+from .consumer_protocol import (
+    PROTOCOL_TYPE,
+    ConsumerProtocolError,
+    Subscription,
+    decode_assignment,
+    decode_subscription,
+    encode_subscription,
+)
+from .cooperative_sticky_assignor import CooperativeStickyAssignor
+from .membership_messages import (
+    Closed,
+    CommitDone,
+    CommittedOffset,
+    Coordinator,
+    Failed,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    GroupMetadata,
+    HeartbeatRequest,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeavingMember,
+    NeedPartitionCounts,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    Output,
+    PartitionsAssigned,
+    PartitionsLost,
+    PartitionsRevoked,
+    Send,
+    StartPositions,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+
+__all__ = ["COMMITS_IN_FLIGHT_MAX", "GroupMembership", "MemberState", "MembershipConfig"]
+
+logger = logging.getLogger(__name__)
+
+#: Commits (the application's and the member's own) in flight at once; more are refused with a
+#: retriable ResourceLimitExceededError instead of queued.
+COMMITS_IN_FLIGHT_MAX = 64
+
+#: Kafka's "no generation" and "no member id".
+NO_GENERATION = -1
+NO_MEMBER_ID = ""
+
+_COORDINATOR_LOST = (
+    errors.NotCoordinatorError, errors.CoordinatorNotAvailableError,
+    errors.BrokerUnavailableError, errors.RequestTimeoutError,
+)
+OFFSET_RESETS = ("earliest", "latest", "none")
+
+
+class MemberState(enum.Enum):
+    """Where the member is in the protocol (module docstring's diagram)."""
+
+    UNJOINED = "unjoined"
+    PREPARING = "preparing"   # committing, then revoking, before a JoinGroup
+    JOINING = "joining"       # JoinGroup in flight
+    SYNCING = "syncing"       # in a new generation: partition counts (leader) or SyncGroup
+    STABLE = "stable"
+
+
+@dataclass(frozen=True)
+class MembershipConfig:
+    """The member's settings, Kafka's consumer settings of the same names (``_ms`` last).
+
+    ``assignors``: the protocols offered, most preferred first (default: cooperative-sticky
+    only); the rebalance protocol is COOPERATIVE when every one supports it, else EAGER.
+    """
+
+    group_id: str
+    topics: tuple[str, ...]
+    group_instance_id: str | None = None
+    session_timeout_ms: int = 45_000
+    heartbeat_interval_ms: int = 3_000
+    max_poll_interval_ms: int = 300_000
+    rebalance_timeout_ms: int | None = None  # None: max_poll_interval_ms, as Kafka's
+    enable_auto_commit: bool = True
+    auto_commit_interval_ms: int = 5_000
+    auto_offset_reset: str = "latest"
+    retry_backoff_ms: int = 100
+    retry_backoff_max_ms: int = 1_000
+    require_stable_offsets: bool = False  # read_committed consumers fetch stable offsets
+    assignors: tuple[PartitionAssignor, ...] = field(
+        default_factory=lambda: (CooperativeStickyAssignor(),)
+    )
+
+    def __post_init__(self) -> None:
+        if not self.group_id:
+            raise ValueError("group_id must be a non-empty string")
+        _check_topics(self.topics)
+        if self.group_instance_id is not None and not self.group_instance_id:
+            raise ValueError("group_instance_id must be None or a non-empty string")
+        for name in ("session_timeout_ms", "heartbeat_interval_ms", "max_poll_interval_ms",
+                     "auto_commit_interval_ms", "retry_backoff_ms", "retry_backoff_max_ms"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.heartbeat_interval_ms >= self.session_timeout_ms:
+            raise ValueError(
+                f"heartbeat_interval_ms ({self.heartbeat_interval_ms}) must be below "
+                f"session_timeout_ms ({self.session_timeout_ms})"
+            )
+        if self.auto_offset_reset not in OFFSET_RESETS:
+            raise ValueError(
+                f"auto_offset_reset must be one of {OFFSET_RESETS}, got {self.auto_offset_reset!r}"
+            )
+        names = [a.name for a in self.assignors]
+        if not names or len(set(names)) != len(names):
+            raise ValueError(f"assignors must be non-empty with distinct names, got {names}")
+
+    @property
+    def rebalance_timeout(self) -> int:
+        return self.max_poll_interval_ms if self.rebalance_timeout_ms is None else (
+            self.rebalance_timeout_ms
+        )
+
+
+def _check_topics(topics: Iterable[str]) -> None:
+    topics = tuple(topics)
+    if not topics or not all(isinstance(t, str) and t for t in topics):
+        raise ValueError(f"topics must be a non-empty sequence of topic names, got {topics!r}")
+
+
+class _Kind(enum.Enum):
+    FIND = "find"
+    JOIN = "join"
+    SYNC = "sync"
+    HEARTBEAT = "heartbeat"
+    LEAVE = "leave"
+    FETCH = "fetch"
+    COMMIT_USER = "commit"           # the application's; answered with CommitDone
+    COMMIT_AUTO = "auto-commit"
+    COMMIT_PREPARE = "commit before join"
+    COMMIT_REVOKE = "commit before revocation"
+    COMMIT_LEAVE = "commit before leaving"
+
+
+@dataclass(slots=True)
+class _Pending:
+    kind: _Kind
+    epoch: int                         # the coordinator epoch it was sent in
+    generation: int = NO_GENERATION
+    offsets: dict[TopicPartition, int] = field(default_factory=dict)
+    token: object = None
+    partitions: tuple[TopicPartition, ...] = ()
+
+
+class GroupMembership:
+    """The consumer's group member (module docstring). Event-loop or one thread only."""
+
+    def __init__(self, config: MembershipConfig, now_ms: int) -> None:
+        self.config = config
+        self._assignors = {a.name: a for a in config.assignors}
+        cooperative = all(
+            RebalanceProtocol.COOPERATIVE in a.supported_protocols for a in config.assignors
+        )
+        self.protocol = RebalanceProtocol.COOPERATIVE if cooperative else RebalanceProtocol.EAGER
+        self._topics = frozenset(config.topics)
+        self.positions = ConsumedPositions()
+        self.state = MemberState.UNJOINED
+        self.member_id = NO_MEMBER_ID
+        self.generation = NO_GENERATION
+        self.protocol_name: str | None = None
+        self.leader = False
+        self.coordinator: Coordinator | None = None
+        self.failure: errors.StratalogError | None = None
+        self._epoch = 0                      # bumped each time the coordinator is lost
+        self._rejoin_reason: str | None = "the first join"
+        self._inflight: dict[int, _Pending] = {}
+        self._next_request_id = 0
+        # Timers (absolute ms; None: not armed) and their backoff counters.
+        self._find_at_ms = now_ms
+        self._find_failures = 0
+        self._join_at_ms = now_ms
+        self._join_failures = 0
+        self._next_heartbeat_ms: int | None = None
+        self._heartbeat_ok_ms = now_ms
+        self._last_poll_ms = now_ms
+        self._poll_expired = False
+        self._next_auto_commit_ms = now_ms + config.auto_commit_interval_ms
+        self._fetch_at_ms = now_ms
+        self._prepare_deadline_ms = now_ms
+        self._prepare_retry_ms: int | None = None
+        # A leader's JoinGroup answer waiting for partition counts, and the counts it assigned.
+        self._leading: JoinGroupResponse | None = None
+        self._partition_counts: dict[str, int] = {}
+        self._assigned_counts: dict[str, int] = {}
+        self._pending_change: AssignmentChange | None = None   # a sync waiting on its commit
+        self._closing = False
+        self._closed = False
+
+    # -- Queries -----------------------------------------------------------------------------
+
+    @property
+    def assignment(self) -> frozenset[TopicPartition]:
+        """What the member owns (a revoking partition until its revocation is done)."""
+        return self.positions.owned
+
+    @property
+    def topics(self) -> frozenset[str]:
+        return self._topics
+
+    def group_metadata(self) -> GroupMetadata:
+        """For ``Producer.send_offsets_to_transaction`` (KIP-447's zombie fencing)."""
+        return GroupMetadata(
+            self.config.group_id, self.generation, self.member_id, self.config.group_instance_id
+        )
+
+    # -- Events from the application and the reader --------------------------------------------
+
+    def tick(self, now_ms: int) -> Output:
+        """A timer fired (or the driver just wants what is due)."""
+        return self._run(now_ms, lambda out: None)
+
+    def reader_polled(self, now_ms: int) -> Output:
+        """The reader asked for records: it is alive (max_poll_interval_ms)."""
+        def event(out: Output) -> None:
+            self._last_poll_ms = now_ms
+            if self._poll_expired:
+                self._poll_expired = False
+                self._request_rejoin("the reader polled again after max_poll_interval_ms")
+        return self._run(now_ms, event)
+
+    def handed_out(self, tp: TopicPartition, next_offset: int, leader_epoch: int = -1) -> None:
+        """The reader was handed records of ``tp`` up to ``next_offset`` (exclusive). No output:
+        called per batch on the hot path; commits happen on the next event."""
+        self.positions.handed_out(tp, next_offset, leader_epoch)
+
+    def seek(self, tp: TopicPartition, offset: int, leader_epoch: int = -1) -> None:
+        """Set ``tp``'s position: its ``auto_offset_reset`` start, or the application's seek.
+
+        Raises:
+            ValueError: ``tp`` is not assigned to this member, or ``offset`` is negative.
+        """
+        self.positions.seek(tp, offset, leader_epoch)
+
+    def subscribe(self, now_ms: int, topics: Iterable[str]) -> Output:
+        """Change the subscription (a pattern's matches changed): rejoin if it differs."""
+        topics = tuple(topics)
+        _check_topics(topics)
+        def event(out: Output) -> None:
+            if frozenset(topics) != self._topics:
+                self._topics = frozenset(topics)
+                self._request_rejoin(f"the subscription changed to {sorted(self._topics)}")
+        return self._run(now_ms, event)
+
+    def partition_counts(self, now_ms: int, counts: Mapping[str, int]) -> Output:
+        """Partition counts of topics (0: no such topic), asked for by NeedPartitionCounts or
+        learnt otherwise; a leader whose assigned topics changed count rejoins."""
+        def event(out: Output) -> None:
+            self._partition_counts.update(counts)
+            if self._leading is not None:
+                self._maybe_assign(now_ms, out)
+            elif self.leader and self.state is MemberState.STABLE and any(
+                self._partition_counts.get(t, 0) != n for t, n in self._assigned_counts.items()
+            ):
+                self._request_rejoin("the partition count of a subscribed topic changed")
+        return self._run(now_ms, event)
+
+    def commit(
+        self, now_ms: int, offsets: Mapping[TopicPartition, int] | None = None,
+        token: object = None, metadata: str = "",
+    ) -> Output:
+        """Commit ``offsets`` (default: the positions of every owned partition); ends with a
+        CommitDone(token) in this Output or a later one."""
+        def event(out: Output) -> None:
+            if offsets is None:
+                chosen = {tp: pos for tp, pos in self.positions.positions().items()
+                          if tp not in self.positions.revoking}
+            else:
+                chosen = {tp: (offset, -1) for tp, offset in offsets.items()}
+                bad = sorted(tp for tp, offset in offsets.items() if offset < 0)
+                if bad:
+                    raise ValueError(f"offsets to commit must be >= 0: {bad}")
+            refusal = self._commit_refusal()
+            if refusal is not None or not chosen:
+                out.actions.append(CommitDone(token, {tp: o for tp, (o, _) in chosen.items()},
+                                              refusal))
+                return
+            self._send_commit(out, _Kind.COMMIT_USER, chosen, token, metadata)
+        return self._run(now_ms, event)
+
+    def close(self, now_ms: int) -> Output:
+        """Commit (auto-commit on), revoke, leave (dynamic members), then Closed."""
+        def event(out: Output) -> None:
+            if self._closing or self._closed:
+                return
+            self._closing = True
+            self._start_leaving(now_ms, out, "the consumer is closing")
+        return self._run(now_ms, event)
+
+    # -- Events from the driver: the outcome of a Send ------------------------------------------
+
+    def on_response(self, request_id: int, response: object, now_ms: int) -> Output:
+        """The answer to the Send ``request_id``."""
+        return self._run(now_ms, lambda out: self._outcome(request_id, response, None, now_ms, out))
+
+    def on_error(self, request_id: int, error: errors.StratalogError, now_ms: int) -> Output:
+        """The Send ``request_id`` failed with ``error`` (a lost connection or deadline too)."""
+        return self._run(now_ms, lambda out: self._outcome(request_id, None, error, now_ms, out))
+
+    # -- The loop -----------------------------------------------------------------------------
+
+    def _run(self, now_ms: int, event) -> Output:
+        out = Output()
+        if self._closed:
+            return out
+        if self.failure is not None:
+            event(out)  # answer outcomes (CommitDone) even when failed
+            return out
+        event(out)
+        self._step(now_ms, out)
+        out.next_deadline_ms = self._deadline()
+        self.positions.check()
+        return out
+
+    def _step(self, now_ms: int, out: Output) -> None:
+        """Do what is due (Kafka's ensureCoordinatorReady + ensureActiveGroup + poll)."""
+        if self.failure is not None or self._closed:
+            return
+        if self._closing:
+            return  # the leave sequence is driven by its outcomes only
+        self._check_poll_timeout(now_ms, out)
+        if self.coordinator is not None and self._in_generation() and self._heartbeating() and (
+            now_ms - self._heartbeat_ok_ms > self.config.session_timeout_ms
+        ):
+            self._coordinator_lost("no heartbeat answered within session_timeout_ms")
+        if self.coordinator is None:
+            self._maybe_find(now_ms, out)
+            return
+        if self.state is MemberState.PREPARING and self._prepare_retry_ms is not None and (
+            now_ms >= self._prepare_retry_ms
+        ):
+            self._prepare_retry_ms = None
+            self._commit_or_finish_prepare(now_ms, out)
+        if (
+            self.state in (MemberState.UNJOINED, MemberState.STABLE)
+            and self._rejoin_reason is not None
+            and not self._poll_expired
+            and self._pending_change is None
+            and now_ms >= self._join_at_ms
+        ):
+            self._prepare_join(now_ms, out)
+        self._maybe_heartbeat(now_ms, out)
+        self._maybe_auto_commit(now_ms, out)
+        self._maybe_fetch_offsets(now_ms, out)
+
+    def _deadline(self) -> int | None:
+        if self.failure is not None or self._closed or self._closing:
+            return None
+        due: list[int] = []
+        if self.coordinator is None:
+            if not self._has_inflight(_Kind.FIND):
+                due.append(self._find_at_ms)
+        else:
+            joining = self.state is MemberState.UNJOINED or (
+                self.state is MemberState.STABLE and self._rejoin_reason is not None
+            )
+            if joining and not self._poll_expired and self._pending_change is None:
+                due.append(self._join_at_ms)
+            if self._prepare_retry_ms is not None:
+                due.append(self._prepare_retry_ms)
+            if self._in_generation() and self._heartbeating():
+                if self._next_heartbeat_ms is not None:
+                    due.append(self._next_heartbeat_ms)
+                due.append(self._heartbeat_ok_ms + self.config.session_timeout_ms + 1)
+            if self.config.enable_auto_commit and self.state is MemberState.STABLE:
+                due.append(self._next_auto_commit_ms)
+            if self.positions.awaiting and not self._has_inflight(_Kind.FETCH):
+                due.append(self._fetch_at_ms)
+        if self._in_generation() and not self._poll_expired:
+            due.append(self._last_poll_ms + self.config.max_poll_interval_ms + 1)
+        return min(due) if due else None
+
+    # -- Coordinator discovery ------------------------------------------------------------------
+
+    def _maybe_find(self, now_ms: int, out: Output) -> None:
+        if self._has_inflight(_Kind.FIND) or now_ms < self._find_at_ms:
+            return
+        self._send(out, _Kind.FIND, FindCoordinatorRequest(self.config.group_id), address=None)
+
+    def _coordinator_lost(self, reason: str) -> None:
+        """Forget the coordinator (Kafka's markCoordinatorUnknown): requests in flight to it are
+        abandoned (their answers are dropped), a join or sync under way starts over."""
+        if self.coordinator is None:
+            return
+        logger.info("group %s: coordinator %s lost: %s", self.config.group_id,
+                    self.coordinator.address, reason)
+        self.coordinator = None
+        self._epoch += 1
+        self._next_heartbeat_ms = None
+        self._leading = None
+        if self.state in (MemberState.JOINING, MemberState.SYNCING, MemberState.PREPARING):
+            self.state = MemberState.UNJOINED
+            self._prepare_retry_ms = None
+            self._request_rejoin(f"the coordinator was lost while {self.state.value}: {reason}")
+
+    # -- Joining --------------------------------------------------------------------------------
+
+    def _request_rejoin(self, reason: str) -> None:
+        if self._rejoin_reason is None:
+            self._rejoin_reason = reason
+
+    def _membership_lost(self) -> bool:
+        return self.generation == NO_GENERATION or self.member_id == NO_MEMBER_ID
+
+    def _reset_generation(self, reason: str, reset_member_id: bool) -> None:
+        """Kafka's resetStateAndGeneration: the partitions are lost at the next join."""
+        logger.info("group %s: resetting the generation%s: %s", self.config.group_id,
+                    " and member id" if reset_member_id else "", reason)
+        self.generation = NO_GENERATION
+        self.protocol_name = None
+        self.leader = False
+        if reset_member_id:
+            self.member_id = NO_MEMBER_ID
+        self.state = MemberState.UNJOINED
+        self._next_heartbeat_ms = None
+        self._request_rejoin(reason)
+
+    def _prepare_join(self, now_ms: int, out: Output) -> None:
+        """Kafka's onJoinPrepare: commit, then revoke or lose, then JoinGroup."""
+        self.state = MemberState.PREPARING
+        self._prepare_deadline_ms = now_ms + self.config.rebalance_timeout
+        self._commit_or_finish_prepare(now_ms, out)
+
+    def _commit_or_finish_prepare(self, now_ms: int, out: Output) -> None:
+        if (self.config.enable_auto_commit and not self._membership_lost()
+                and now_ms < self._prepare_deadline_ms):
+            offsets = self.positions.uncommitted(self.positions.owned)
+            if offsets and self._commit_refusal() is None:
+                self._send_commit(out, _Kind.COMMIT_PREPARE, offsets)
+                return
+        self._finish_prepare(now_ms, out)
+
+    def _finish_prepare(self, now_ms: int, out: Output) -> None:
+        prep = before_join(self.positions.owned, self._topics, self.protocol,
+                           self._membership_lost())
+        if prep.lost:
+            out.actions.append(PartitionsLost(prep.lost))
+            self.positions.drop(prep.lost)
+        if prep.revoked:
+            out.actions.append(PartitionsRevoked(prep.revoked))
+            self.positions.drop(prep.revoked)
+        reason, self._rejoin_reason = self._rejoin_reason or "rejoin", None
+        protocols = tuple(
+            (assignor.name, encode_subscription(Subscription(
+                topics=tuple(sorted(self._topics)),
+                user_data=assignor.subscription_user_data(self._topics),
+                owned_partitions=tuple(sorted(self.positions.owned)),
+                generation_id=self.generation,
+            )))
+            for assignor in self.config.assignors
+        )
+        self.state = MemberState.JOINING
+        self._send(out, _Kind.JOIN, JoinGroupRequest(
+            group_id=self.config.group_id,
+            session_timeout_ms=self.config.session_timeout_ms,
+            rebalance_timeout_ms=self.config.rebalance_timeout,
+            member_id=self.member_id,
+            group_instance_id=self.config.group_instance_id,
+            protocol_type=PROTOCOL_TYPE,
+            protocols=protocols,
+            reason=reason,
+        ))
+
+    def _joined(self, response: JoinGroupResponse, now_ms: int, out: Output) -> None:
+        self._join_failures = 0
+        if response.protocol_name not in self._assignors:
+            self._fail(out, errors.InconsistentGroupProtocolError(
+                f"the group chose protocol {response.protocol_name!r}, which this member does "
+                f"not offer ({sorted(self._assignors)})"))
+            return
+        self.member_id = response.member_id
+        self.generation = response.generation_id
+        self.protocol_name = response.protocol_name
+        self.leader = response.leader_id == response.member_id
+        self.state = MemberState.SYNCING
+        self._heartbeat_ok_ms = now_ms
+        self._next_heartbeat_ms = now_ms + self.config.heartbeat_interval_ms
+        if self.leader and not response.skip_assignment:
+            self._leading = response
+            self._maybe_assign(now_ms, out)
+        else:
+            self._send_sync(out, ())
+
+    def _maybe_assign(self, now_ms: int, out: Output) -> None:
+        """The leader's step, once it has the partition counts of every subscribed topic."""
+        response = self._leading
+        assert response is not None
+        try:
+            topics = {t for m in response.members for t in decode_subscription(m.metadata).topics}
+        except ConsumerProtocolError as error:
+            self._leading = None
+            self._fail(out, error)
+            return
+        missing = frozenset(topics - set(self._partition_counts))
+        if missing:
+            out.actions.append(NeedPartitionCounts(missing))
+            return
+        self._leading = None
+        counts = {t: self._partition_counts[t] for t in topics}
+        assignor = self._assignors[self.protocol_name or ""]
+        try:
+            assignments = perform_assignment(assignor, counts, response.members, self.protocol)
+        except (ConsumerProtocolError, ValueError) as error:
+            self._fail(out, error if isinstance(error, errors.StratalogError) else
+                       errors.StratalogError(f"the leader's assignment failed: {error}"))
+            return
+        self._assigned_counts = counts
+        self._send_sync(out, tuple(sorted(assignments.items())))
+
+    def _send_sync(self, out: Output, assignments: tuple[tuple[str, bytes], ...]) -> None:
+        self._send(out, _Kind.SYNC, SyncGroupRequest(
+            group_id=self.config.group_id,
+            generation_id=self.generation,
+            member_id=self.member_id,
+            group_instance_id=self.config.group_instance_id,
+            protocol_type=PROTOCOL_TYPE,
+            protocol_name=self.protocol_name or "",
+            assignments=assignments,
+        ))
+
+    def _synced(self, response: SyncGroupResponse, now_ms: int, out: Output) -> None:
+        """Kafka's onJoinComplete: apply the assignment; commit and revoke what moved away."""
+        try:
+            assignment = decode_assignment(response.assignment)
+        except ConsumerProtocolError as error:
+            self._fail(out, error)
+            return
+        self._assignors[self.protocol_name or ""].on_assignment(assignment, self.generation)
+        self.state = MemberState.STABLE
+        self._join_failures = 0
+        change = after_sync(self.positions.owned, assignment.partitions, self._topics,
+                            self.protocol)
+        if not change.applies:
+            self._request_rejoin(change.rejoin_reason or "the assignment does not apply")
+            return
+        if change.revoked:
+            self.positions.start_revoking(change.revoked)
+            offsets = self.positions.uncommitted(change.revoked)
+            if self.config.enable_auto_commit and offsets:
+                self._pending_change = change
+                self._send_commit(out, _Kind.COMMIT_REVOKE, offsets)
+                return
+        self._apply_change(change, now_ms, out)
+
+    def _apply_change(self, change: AssignmentChange, now_ms: int, out: Output) -> None:
+        self._pending_change = None
+        if change.revoked:
+            out.actions.append(PartitionsRevoked(change.revoked))
+            self.positions.drop(change.revoked)
+        added = self.positions.assign(change.added)
+        out.actions.append(PartitionsAssigned(frozenset(added), self.positions.owned))
+        self._fetch_at_ms = now_ms
+        if change.rejoin_reason is not None:
+            self._request_rejoin(change.rejoin_reason)
+
+    # -- Heartbeats, poll timeout, leaving --------------------------------------------------------
+
+    def _in_generation(self) -> bool:
+        return self.generation != NO_GENERATION and self.member_id != NO_MEMBER_ID
+
+    def _heartbeating(self) -> bool:
+        # Kafka heartbeats in COMPLETING_REBALANCE and STABLE (and while preparing, which it
+        # does in STABLE), not while a JoinGroup is in flight.
+        return self.state in (MemberState.SYNCING, MemberState.STABLE, MemberState.PREPARING)
+
+    def _maybe_heartbeat(self, now_ms: int, out: Output) -> None:
+        if (not self._in_generation() or not self._heartbeating()
+                or self._next_heartbeat_ms is None or now_ms < self._next_heartbeat_ms
+                or self._has_inflight(_Kind.HEARTBEAT)):
+            return
+        self._next_heartbeat_ms = None  # rearmed by the answer
+        self._send(out, _Kind.HEARTBEAT, HeartbeatRequest(
+            self.config.group_id, self.generation, self.member_id, self.config.group_instance_id))
+
+    def _heartbeat_outcome(self, error: errors.StratalogError | None, now_ms: int,
+                           out: Output) -> None:
+        self._next_heartbeat_ms = now_ms + self.config.heartbeat_interval_ms
+        if error is None:
+            self._heartbeat_ok_ms = now_ms
+        elif isinstance(error, errors.RebalanceInProgressError):
+            self._heartbeat_ok_ms = now_ms
+            if self.state is MemberState.STABLE:
+                self._request_rejoin("the group is rebalancing (heartbeat)")
+        elif not self._group_error(error, "Heartbeat", out):
+            # Other retriable errors: try again at the next interval, as Kafka's.
+            self._next_heartbeat_ms = now_ms + self._backoff_ms(1)
+
+    def _check_poll_timeout(self, now_ms: int, out: Output) -> None:
+        if (self._poll_expired or not self._in_generation()
+                or now_ms - self._last_poll_ms <= self.config.max_poll_interval_ms):
+            return
+        logger.warning(
+            "group %s: the reader did not poll within max_poll_interval_ms=%d: leaving the group",
+            self.config.group_id, self.config.max_poll_interval_ms)
+        self._poll_expired = True
+        self._start_leaving(now_ms, out, "the reader did not poll within max_poll_interval_ms")
+
+    def _start_leaving(self, now_ms: int, out: Output, reason: str) -> None:
+        """Commit what was handed out, then revoke (or lose) and leave (Kafka's
+        maybeLeaveGroup/onLeavePrepare); ends in Closed when closing."""
+        self._leave_reason = reason
+        if (self.config.enable_auto_commit and not self._membership_lost()
+                and self.coordinator is not None and self._commit_refusal() is None):
+            offsets = self.positions.uncommitted(self.positions.owned)
+            if offsets:
+                self._send_commit(out, _Kind.COMMIT_LEAVE, offsets)
+                return
+        self._finish_leaving(now_ms, out)
+
+    def _finish_leaving(self, now_ms: int, out: Output) -> None:
+        owned = self.positions.owned
+        if owned:
+            out.actions.append(PartitionsLost(owned) if self._membership_lost()
+                               else PartitionsRevoked(owned))
+            self.positions.drop(owned)
+        dynamic = self.config.group_instance_id is None
+        if dynamic and self.member_id and self.coordinator is not None and (
+            self.state is not MemberState.UNJOINED or self.generation != NO_GENERATION
+        ):
+            self._send(out, _Kind.LEAVE, LeaveGroupRequest(
+                self.config.group_id, (LeavingMember(self.member_id, None, self._leave_reason),)))
+        self._reset_generation(self._leave_reason, reset_member_id=True)
+        self._pending_change = None
+        self._leading = None
+        if self._closing and not self._has_inflight(_Kind.LEAVE):
+            self._closed = True
+            out.actions.append(Closed())
+
+    # -- Offsets ----------------------------------------------------------------------------------
+
+    def _maybe_auto_commit(self, now_ms: int, out: Output) -> None:
+        if (not self.config.enable_auto_commit or self.state is not MemberState.STABLE
+                or now_ms < self._next_auto_commit_ms or self._has_inflight(_Kind.COMMIT_AUTO)):
+            return
+        self._next_auto_commit_ms = now_ms + self.config.auto_commit_interval_ms
+        offsets = self.positions.uncommitted(self.positions.owned - self.positions.revoking)
+        if offsets and self._commit_refusal() is None:
+            self._send_commit(out, _Kind.COMMIT_AUTO, offsets)
+
+    def _commit_refusal(self) -> errors.StratalogError | None:
+        """Why a commit cannot be sent now, or None (Kafka's sendOffsetCommitRequest checks)."""
+        if self.failure is not None:
+            return self.failure
+        if not self._in_generation():
+            return errors.CommitFailedError(
+                f"the member is not in a generation of group {self.config.group_id!r} (it left, "
+                f"was removed, or has not joined yet): its partitions may be another's now")
+        if self.state is MemberState.SYNCING:
+            return errors.RebalanceInProgressError(
+                f"group {self.config.group_id!r} is completing a rebalance: commit after it")
+        if self.coordinator is None:
+            return errors.CoordinatorNotAvailableError(
+                f"the coordinator of group {self.config.group_id!r} is not known yet")
+        if sum(p.kind.name.startswith("COMMIT") for p in self._inflight.values()) >= (
+            COMMITS_IN_FLIGHT_MAX
+        ):
+            return errors.ResourceLimitExceededError(
+                f"{COMMITS_IN_FLIGHT_MAX} commits in flight already", metadata={
+                    "limit": "COMMITS_IN_FLIGHT_MAX"})
+        return None
+
+    def _send_commit(
+        self, out: Output, kind: _Kind, offsets: Mapping[TopicPartition, tuple[int, int]],
+        token: object = None, metadata: str = "",
+    ) -> None:
+        request = OffsetCommitRequest(
+            group_id=self.config.group_id,
+            generation_id=self.generation,
+            member_id=self.member_id,
+            group_instance_id=self.config.group_instance_id,
+            offsets=tuple(CommittedOffset(tp.topic, tp.partition, offset, epoch, metadata)
+                          for tp, (offset, epoch) in sorted(offsets.items())),
+        )
+        pending = self._send(out, kind, request)
+        pending.generation = self.generation
+        pending.offsets = {tp: offset for tp, (offset, _) in offsets.items()}
+        pending.token = token
+
+    def _commit_outcome(self, pending: _Pending, error: errors.StratalogError | None,
+                        now_ms: int, out: Output) -> None:
+        if error is None:
+            self.positions.committed(pending.offsets)
+        elif pending.generation == self.generation:
+            # Kafka's OffsetCommitResponseHandler: a refusal of the current generation.
+            if isinstance(error, (errors.UnknownMemberIdError, errors.IllegalGenerationError)):
+                self._group_error(error, "OffsetCommit", out)
+                error = errors.CommitFailedError(
+                    f"group {self.config.group_id!r} refused the commit of generation "
+                    f"{pending.generation}: {error}; the member joins again", cause=error)
+            elif isinstance(error, errors.RebalanceInProgressError):
+                self._request_rejoin("the group is rebalancing (commit)")
+            else:
+                self._group_error(error, "OffsetCommit", out)
+        elif isinstance(error, (errors.UnknownMemberIdError, errors.IllegalGenerationError)):
+            error = errors.CommitFailedError(
+                f"the commit of generation {pending.generation} was refused: {error}", cause=error)
+        if error is not None and pending.kind is not _Kind.COMMIT_USER:
+            logger.warning("group %s: %s failed: %s", self.config.group_id, pending.kind.value,
+                           error)
+        kind = pending.kind
+        if kind is _Kind.COMMIT_USER:
+            out.actions.append(CommitDone(pending.token, pending.offsets, error))
+        elif kind is _Kind.COMMIT_AUTO and error is not None and error.retriable:
+            self._next_auto_commit_ms = now_ms + self._backoff_ms(1)
+        elif kind is _Kind.COMMIT_PREPARE and self.state is MemberState.PREPARING:
+            if error is not None and error.retriable and self.coordinator is not None:
+                self._prepare_retry_ms = now_ms + self._backoff_ms(1)
+            elif self.coordinator is not None:
+                self._finish_prepare(now_ms, out)
+        elif kind is _Kind.COMMIT_REVOKE and self._pending_change is not None:
+            self._apply_change(self._pending_change, now_ms, out)
+        elif kind is _Kind.COMMIT_LEAVE and (self._closing or self._poll_expired):
+            self._finish_leaving(now_ms, out)
+
+    def _maybe_fetch_offsets(self, now_ms: int, out: Output) -> None:
+        if (not self.positions.awaiting or self.state is not MemberState.STABLE
+                or now_ms < self._fetch_at_ms or self._has_inflight(_Kind.FETCH)):
+            return
+        partitions = tuple(sorted(self.positions.awaiting))
+        pending = self._send(out, _Kind.FETCH, OffsetFetchRequest(
+            self.config.group_id, partitions, self.config.require_stable_offsets))
+        pending.partitions = partitions
+
+    def _fetched(self, pending: _Pending, response: OffsetFetchResponse, out: Output) -> None:
+        found = {TopicPartition(o.topic, o.partition): o for o in response.offsets}
+        committed: dict[TopicPartition, tuple[int, int]] = {}
+        reset: dict[TopicPartition, str] = {}
+        for tp in pending.partitions:
+            if tp not in self.positions.awaiting:
+                continue  # revoked, lost or sought meanwhile
+            entry = found.get(tp)
+            if entry is not None and entry.offset >= 0:
+                committed[tp] = (entry.offset, entry.leader_epoch)
+                self.positions.start_at_committed(tp, entry.offset, entry.leader_epoch)
+            else:
+                reset[tp] = self.config.auto_offset_reset
+                self.positions.fetched_none(tp)
+        if not committed and not reset:
+            return
+        missing = sorted(tp for tp, policy in reset.items() if policy == "none")
+        error = None
+        if missing:
+            error = errors.NoOffsetForPartitionError(
+                f"no committed offset for {[f'{t}-{p}' for t, p in missing]} in group "
+                f"{self.config.group_id!r} and auto_offset_reset is 'none'",
+                partitions=tuple(missing))
+        out.actions.append(StartPositions(committed, reset, error))
+
+    # -- Outcomes -----------------------------------------------------------------------------------
+
+    def _outcome(self, request_id: int, response: object, error: errors.StratalogError | None,
+                 now_ms: int, out: Output) -> None:
+        pending = self._inflight.pop(request_id, None)
+        if pending is None:
+            raise ValueError(f"request {request_id} is not in flight (answered twice?)")
+        if pending.kind.name.startswith("COMMIT"):
+            self._commit_outcome(pending, error, now_ms, out)
+            return
+        if pending.kind is _Kind.LEAVE:
+            if self._closing and not self._closed:
+                self._closed = True
+                out.actions.append(Closed())
+            return
+        if pending.epoch != self._epoch or self.failure is not None or self._closing:
+            return  # sent to a coordinator since lost, or the member is leaving: dropped
+        if pending.kind is _Kind.FIND:
+            self._find_outcome(response, error, now_ms, out)
+        elif pending.kind is _Kind.HEARTBEAT:
+            self._heartbeat_outcome(error, now_ms, out)
+        elif pending.kind is _Kind.JOIN:
+            if error is None:
+                assert isinstance(response, JoinGroupResponse), response
+                self._joined(response, now_ms, out)
+            else:
+                self._join_error(error, now_ms, out, "JoinGroup")
+        elif pending.kind is _Kind.SYNC:
+            if error is None:
+                assert isinstance(response, SyncGroupResponse), response
+                self._synced(response, now_ms, out)
+            else:
+                self._join_error(error, now_ms, out, "SyncGroup")
+        elif pending.kind is _Kind.FETCH:
+            if error is None:
+                assert isinstance(response, OffsetFetchResponse), response
+                self._fetched(pending, response, out)
+            elif not self._group_error(error, "OffsetFetch", out):
+                self._fetch_at_ms = now_ms + self._backoff_ms(1)
+
+    def _find_outcome(self, response: object, error: errors.StratalogError | None,
+                      now_ms: int, out: Output) -> None:
+        if error is None:
+            assert isinstance(response, FindCoordinatorResponse), response
+            self.coordinator = Coordinator(response.node_id, response.address)
+            self._find_failures = 0
+            self._heartbeat_ok_ms = now_ms
+            if self._in_generation() and self._heartbeating():
+                self._next_heartbeat_ms = now_ms
+        elif error.retriable:
+            self._find_failures += 1
+            self._find_at_ms = now_ms + self._backoff_ms(self._find_failures)
+        else:
+            self._fail(out, error)
+
+    def _join_error(self, error: errors.StratalogError, now_ms: int, out: Output,
+                    api: str) -> None:
+        """A failed JoinGroup or SyncGroup (Kafka's JoinGroupResponseHandler and
+        SyncGroupResponseHandler)."""
+        self.state = MemberState.UNJOINED
+        self._leading = None
+        if isinstance(error, errors.MemberIdRequiredError):
+            if not error.member_id:
+                self._fail(out, errors.StratalogError(
+                    f"MEMBER_ID_REQUIRED without a member id: {error}"))
+                return
+            self.member_id = error.member_id
+            self._request_rejoin("rejoining with the member id the coordinator gave")
+            self._join_at_ms = now_ms
+        elif isinstance(error, errors.RebalanceInProgressError):
+            self._request_rejoin(f"the group rebalanced again ({api})")
+            self._join_at_ms = now_ms
+        elif self._group_error(error, api, out):
+            self._join_at_ms = now_ms
+        else:
+            self._request_rejoin(f"{api} failed: {error}")
+            self._join_failures += 1
+            self._join_at_ms = now_ms + self._backoff_ms(self._join_failures)
+
+    def _group_error(self, error: errors.StratalogError, api: str, out: Output) -> bool:
+        """The rules shared by every group request; True when handled (the caller retries at
+        once), False for a retriable error to retry after a backoff. Fails the member for a
+        non-retriable error with no rule."""
+        if isinstance(error, errors.UnknownMemberIdError):
+            self._reset_generation(f"UNKNOWN_MEMBER_ID from {api}", reset_member_id=True)
+        elif isinstance(error, errors.IllegalGenerationError):
+            self._reset_generation(f"ILLEGAL_GENERATION from {api}", reset_member_id=False)
+        elif isinstance(error, _COORDINATOR_LOST):
+            self._coordinator_lost(f"{api}: {error}")
+        elif error.retriable:
+            return False
+        else:
+            self._fail(out, error)
+        return True
+
+    def _fail(self, out: Output, error: errors.StratalogError) -> None:
+        if self.failure is not None:
+            return
+        logger.error("group %s: the member stops: %s", self.config.group_id, error)
+        self.failure = error
+        out.actions.append(Failed(error))
+
+    # -- Sending ----------------------------------------------------------------------------------
+
+    def _send(self, out: Output, kind: _Kind, request: object,
+              address: str | bool | None = True) -> _Pending:
+        if address is True:
+            assert self.coordinator is not None, kind
+            address = self.coordinator.address
+        self._next_request_id += 1
+        pending = _Pending(kind, self._epoch)
+        self._inflight[self._next_request_id] = pending
+        out.actions.append(Send(self._next_request_id, request, address or None))
+        return pending
+
+    def _has_inflight(self, kind: _Kind) -> bool:
+        return any(p.kind is kind and p.epoch == self._epoch for p in self._inflight.values())
+
+    def _backoff_ms(self, failures: int) -> int:
+        """Exponential: retry_backoff_ms doubled per failure, up to retry_backoff_max_ms."""
+        exponent = min(max(failures - 1, 0), 30)
+        return min(self.config.retry_backoff_ms << exponent, self.config.retry_backoff_max_ms)
