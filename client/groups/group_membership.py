@@ -877,21 +877,17 @@ class GroupMembership:
         SyncGroupResponseHandler)."""
         self.state = MemberState.UNJOINED
         self._leading = None
+        self._request_rejoin(f"{api} failed: {error}")
         if isinstance(error, errors.MemberIdRequiredError):
             if not error.member_id:
                 self._fail(out, errors.StratalogError(
                     f"MEMBER_ID_REQUIRED without a member id: {error}"))
                 return
             self.member_id = error.member_id
-            self._request_rejoin("rejoining with the member id the coordinator gave")
             self._join_at_ms = now_ms
-        elif isinstance(error, errors.RebalanceInProgressError):
-            self._request_rejoin(f"the group rebalanced again ({api})")
-            self._join_at_ms = now_ms
-        elif self._group_error(error, api, out):
+        elif isinstance(error, errors.RebalanceInProgressError) or self._group_error(error, api, out):
             self._join_at_ms = now_ms
         else:
-            self._request_rejoin(f"{api} failed: {error}")
             self._join_failures += 1
             self._join_at_ms = now_ms + self._backoff_ms(self._join_failures)
 
