@@ -51,16 +51,14 @@ time, at most :data:`COMMITS_IN_FLIGHT_MAX` commits; no queues; every timer is a
 
 from __future__ import annotations
 
-import enum
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 
 from stratalog.client import errors
 from stratalog.client.types import TopicPartition
 
 from .assignment_change import AssignmentChange, after_sync, before_join
-from .assignor import PartitionAssignor, RebalanceProtocol, perform_assignment
+from .assignor import RebalanceProtocol, perform_assignment
 from .consumed_positions import ConsumedPositions
 from .consumer_protocol import (
     PROTOCOL_TYPE,
@@ -70,11 +68,11 @@ from .consumer_protocol import (
     decode_subscription,
     encode_subscription,
 )
-from .cooperative_sticky_assignor import CooperativeStickyAssignor
+from .member_offsets import COMMITS_IN_FLIGHT_MAX, MemberOffsets
+from .member_state import NO_GENERATION, NO_MEMBER_ID, InFlight, MemberState, RequestKind
+from .membership_config import MembershipConfig, check_topics
 from .membership_messages import (
     Closed,
-    CommitDone,
-    CommittedOffset,
     Coordinator,
     Failed,
     FindCoordinatorRequest,
@@ -86,15 +84,12 @@ from .membership_messages import (
     LeaveGroupRequest,
     LeavingMember,
     NeedPartitionCounts,
-    OffsetCommitRequest,
-    OffsetFetchRequest,
     OffsetFetchResponse,
     Output,
     PartitionsAssigned,
     PartitionsLost,
     PartitionsRevoked,
     Send,
-    StartPositions,
     SyncGroupRequest,
     SyncGroupResponse,
 )
@@ -103,118 +98,17 @@ __all__ = ["COMMITS_IN_FLIGHT_MAX", "GroupMembership", "MemberState", "Membershi
 
 logger = logging.getLogger(__name__)
 
-#: Commits (the application's and the member's own) in flight at once; more are refused with a
-#: retriable ResourceLimitExceededError instead of queued.
-COMMITS_IN_FLIGHT_MAX = 64
-
-#: Kafka's "no generation" and "no member id".
-NO_GENERATION = -1
-NO_MEMBER_ID = ""
-
 _COORDINATOR_LOST = (
     errors.NotCoordinatorError, errors.CoordinatorNotAvailableError,
     errors.BrokerUnavailableError, errors.RequestTimeoutError,
 )
-OFFSET_RESETS = ("earliest", "latest", "none")
 
 
-class MemberState(enum.Enum):
-    """Where the member is in the protocol (module docstring's diagram)."""
+class GroupMembership(MemberOffsets):
+    """The consumer's group member (module docstring). Event-loop or one thread only.
 
-    UNJOINED = "unjoined"
-    PREPARING = "preparing"   # committing, then revoking, before a JoinGroup
-    JOINING = "joining"       # JoinGroup in flight
-    SYNCING = "syncing"       # in a new generation: partition counts (leader) or SyncGroup
-    STABLE = "stable"
-
-
-@dataclass(frozen=True)
-class MembershipConfig:
-    """The member's settings, Kafka's consumer settings of the same names (``_ms`` last).
-
-    ``assignors``: the protocols offered, most preferred first (default: cooperative-sticky
-    only); the rebalance protocol is COOPERATIVE when every one supports it, else EAGER.
-    """
-
-    group_id: str
-    topics: tuple[str, ...]
-    group_instance_id: str | None = None
-    session_timeout_ms: int = 45_000
-    heartbeat_interval_ms: int = 3_000
-    max_poll_interval_ms: int = 300_000
-    rebalance_timeout_ms: int | None = None  # None: max_poll_interval_ms, as Kafka's
-    enable_auto_commit: bool = True
-    auto_commit_interval_ms: int = 5_000
-    auto_offset_reset: str = "latest"
-    retry_backoff_ms: int = 100
-    retry_backoff_max_ms: int = 1_000
-    require_stable_offsets: bool = False  # read_committed consumers fetch stable offsets
-    assignors: tuple[PartitionAssignor, ...] = field(
-        default_factory=lambda: (CooperativeStickyAssignor(),)
-    )
-
-    def __post_init__(self) -> None:
-        if not self.group_id:
-            raise ValueError("group_id must be a non-empty string")
-        _check_topics(self.topics)
-        if self.group_instance_id is not None and not self.group_instance_id:
-            raise ValueError("group_instance_id must be None or a non-empty string")
-        for name in ("session_timeout_ms", "heartbeat_interval_ms", "max_poll_interval_ms",
-                     "auto_commit_interval_ms", "retry_backoff_ms", "retry_backoff_max_ms"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
-        if self.heartbeat_interval_ms >= self.session_timeout_ms:
-            raise ValueError(
-                f"heartbeat_interval_ms ({self.heartbeat_interval_ms}) must be below "
-                f"session_timeout_ms ({self.session_timeout_ms})"
-            )
-        if self.auto_offset_reset not in OFFSET_RESETS:
-            raise ValueError(
-                f"auto_offset_reset must be one of {OFFSET_RESETS}, got {self.auto_offset_reset!r}"
-            )
-        names = [a.name for a in self.assignors]
-        if not names or len(set(names)) != len(names):
-            raise ValueError(f"assignors must be non-empty with distinct names, got {names}")
-
-    @property
-    def rebalance_timeout(self) -> int:
-        return self.max_poll_interval_ms if self.rebalance_timeout_ms is None else (
-            self.rebalance_timeout_ms
-        )
-
-
-def _check_topics(topics: Iterable[str]) -> None:
-    topics = tuple(topics)
-    if not topics or not all(isinstance(t, str) and t for t in topics):
-        raise ValueError(f"topics must be a non-empty sequence of topic names, got {topics!r}")
-
-
-class _Kind(enum.Enum):
-    FIND = "find"
-    JOIN = "join"
-    SYNC = "sync"
-    HEARTBEAT = "heartbeat"
-    LEAVE = "leave"
-    FETCH = "fetch"
-    COMMIT_USER = "commit"           # the application's; answered with CommitDone
-    COMMIT_AUTO = "auto-commit"
-    COMMIT_PREPARE = "commit before join"
-    COMMIT_REVOKE = "commit before revocation"
-    COMMIT_LEAVE = "commit before leaving"
-
-
-@dataclass(slots=True)
-class _Pending:
-    kind: _Kind
-    epoch: int                         # the coordinator epoch it was sent in
-    generation: int = NO_GENERATION
-    offsets: dict[TopicPartition, int] = field(default_factory=dict)
-    token: object = None
-    partitions: tuple[TopicPartition, ...] = ()
-
-
-class GroupMembership:
-    """The consumer's group member (module docstring). Event-loop or one thread only."""
+    Its offsets half (commits, auto-commit, committed start positions) is
+    :class:`~.member_offsets.MemberOffsets`."""
 
     def __init__(self, config: MembershipConfig, now_ms: int) -> None:
         self.config = config
@@ -234,7 +128,7 @@ class GroupMembership:
         self.failure: errors.StratalogError | None = None
         self._epoch = 0                      # bumped each time the coordinator is lost
         self._rejoin_reason: str | None = "the first join"
-        self._inflight: dict[int, _Pending] = {}
+        self._inflight: dict[int, InFlight] = {}
         self._next_request_id = 0
         # Timers (absolute ms; None: not armed) and their backoff counters.
         self._find_at_ms = now_ms
@@ -305,7 +199,7 @@ class GroupMembership:
     def subscribe(self, now_ms: int, topics: Iterable[str]) -> Output:
         """Change the subscription (a pattern's matches changed): rejoin if it differs."""
         topics = tuple(topics)
-        _check_topics(topics)
+        check_topics(topics)
         def event(out: Output) -> None:
             if frozenset(topics) != self._topics:
                 self._topics = frozenset(topics)
@@ -323,29 +217,6 @@ class GroupMembership:
                 self._partition_counts.get(t, 0) != n for t, n in self._assigned_counts.items()
             ):
                 self._request_rejoin("the partition count of a subscribed topic changed")
-        return self._run(now_ms, event)
-
-    def commit(
-        self, now_ms: int, offsets: Mapping[TopicPartition, int] | None = None,
-        token: object = None, metadata: str = "",
-    ) -> Output:
-        """Commit ``offsets`` (default: the positions of every owned partition); ends with a
-        CommitDone(token) in this Output or a later one."""
-        def event(out: Output) -> None:
-            if offsets is None:
-                chosen = {tp: pos for tp, pos in self.positions.positions().items()
-                          if tp not in self.positions.revoking}
-            else:
-                chosen = {tp: (offset, -1) for tp, offset in offsets.items()}
-                bad = sorted(tp for tp, offset in offsets.items() if offset < 0)
-                if bad:
-                    raise ValueError(f"offsets to commit must be >= 0: {bad}")
-            refusal = self._commit_refusal()
-            if refusal is not None or not chosen:
-                out.actions.append(CommitDone(token, {tp: o for tp, (o, _) in chosen.items()},
-                                              refusal))
-                return
-            self._send_commit(out, _Kind.COMMIT_USER, chosen, token, metadata)
         return self._run(now_ms, event)
 
     def close(self, now_ms: int) -> Output:
@@ -379,7 +250,6 @@ class GroupMembership:
         event(out)
         self._step(now_ms, out)
         out.next_deadline_ms = self._deadline()
-        self.positions.check()
         return out
 
     def _step(self, now_ms: int, out: Output) -> None:
@@ -418,7 +288,7 @@ class GroupMembership:
             return None
         due: list[int] = []
         if self.coordinator is None:
-            if not self._has_inflight(_Kind.FIND):
+            if not self._has_inflight(RequestKind.FIND):
                 due.append(self._find_at_ms)
         else:
             joining = self.state is MemberState.UNJOINED or (
@@ -434,7 +304,7 @@ class GroupMembership:
                 due.append(self._heartbeat_ok_ms + self.config.session_timeout_ms + 1)
             if self.config.enable_auto_commit and self.state is MemberState.STABLE:
                 due.append(self._next_auto_commit_ms)
-            if self.positions.awaiting and not self._has_inflight(_Kind.FETCH):
+            if self.positions.awaiting and not self._has_inflight(RequestKind.FETCH):
                 due.append(self._fetch_at_ms)
         if self._in_generation() and not self._poll_expired:
             due.append(self._last_poll_ms + self.config.max_poll_interval_ms + 1)
@@ -443,9 +313,9 @@ class GroupMembership:
     # -- Coordinator discovery ------------------------------------------------------------------
 
     def _maybe_find(self, now_ms: int, out: Output) -> None:
-        if self._has_inflight(_Kind.FIND) or now_ms < self._find_at_ms:
+        if self._has_inflight(RequestKind.FIND) or now_ms < self._find_at_ms:
             return
-        self._send(out, _Kind.FIND, FindCoordinatorRequest(self.config.group_id), address=None)
+        self._send(out, RequestKind.FIND, FindCoordinatorRequest(self.config.group_id), address=None)
 
     def _coordinator_lost(self, reason: str) -> None:
         """Forget the coordinator (Kafka's markCoordinatorUnknown): requests in flight to it are
@@ -496,7 +366,7 @@ class GroupMembership:
                 and now_ms < self._prepare_deadline_ms):
             offsets = self.positions.uncommitted(self.positions.owned)
             if offsets and self._commit_refusal() is None:
-                self._send_commit(out, _Kind.COMMIT_PREPARE, offsets)
+                self._send_commit(out, RequestKind.COMMIT_PREPARE, offsets)
                 return
         self._finish_prepare(now_ms, out)
 
@@ -520,7 +390,7 @@ class GroupMembership:
             for assignor in self.config.assignors
         )
         self.state = MemberState.JOINING
-        self._send(out, _Kind.JOIN, JoinGroupRequest(
+        self._send(out, RequestKind.JOIN, JoinGroupRequest(
             group_id=self.config.group_id,
             session_timeout_ms=self.config.session_timeout_ms,
             rebalance_timeout_ms=self.config.rebalance_timeout,
@@ -578,7 +448,7 @@ class GroupMembership:
         self._send_sync(out, tuple(sorted(assignments.items())))
 
     def _send_sync(self, out: Output, assignments: tuple[tuple[str, bytes], ...]) -> None:
-        self._send(out, _Kind.SYNC, SyncGroupRequest(
+        self._send(out, RequestKind.SYNC, SyncGroupRequest(
             group_id=self.config.group_id,
             generation_id=self.generation,
             member_id=self.member_id,
@@ -608,7 +478,7 @@ class GroupMembership:
             offsets = self.positions.uncommitted(change.revoked)
             if self.config.enable_auto_commit and offsets:
                 self._pending_change = change
-                self._send_commit(out, _Kind.COMMIT_REVOKE, offsets)
+                self._send_commit(out, RequestKind.COMMIT_REVOKE, offsets)
                 return
         self._apply_change(change, now_ms, out)
 
@@ -636,10 +506,10 @@ class GroupMembership:
     def _maybe_heartbeat(self, now_ms: int, out: Output) -> None:
         if (not self._in_generation() or not self._heartbeating()
                 or self._next_heartbeat_ms is None or now_ms < self._next_heartbeat_ms
-                or self._has_inflight(_Kind.HEARTBEAT)):
+                or self._has_inflight(RequestKind.HEARTBEAT)):
             return
         self._next_heartbeat_ms = None  # rearmed by the answer
-        self._send(out, _Kind.HEARTBEAT, HeartbeatRequest(
+        self._send(out, RequestKind.HEARTBEAT, HeartbeatRequest(
             self.config.group_id, self.generation, self.member_id, self.config.group_instance_id))
 
     def _heartbeat_outcome(self, error: errors.StratalogError | None, now_ms: int,
@@ -673,7 +543,7 @@ class GroupMembership:
                 and self.coordinator is not None and self._commit_refusal() is None):
             offsets = self.positions.uncommitted(self.positions.owned)
             if offsets:
-                self._send_commit(out, _Kind.COMMIT_LEAVE, offsets)
+                self._send_commit(out, RequestKind.COMMIT_LEAVE, offsets)
                 return
         self._finish_leaving(now_ms, out)
 
@@ -684,137 +554,22 @@ class GroupMembership:
                                else PartitionsRevoked(owned))
             self.positions.drop(owned)
         dynamic = self.config.group_instance_id is None
-        if dynamic and self.member_id and self.coordinator is not None and (
+        leaving = dynamic and self.member_id and self.coordinator is not None and (
             self.state is not MemberState.UNJOINED or self.generation != NO_GENERATION
-        ):
-            self._send(out, _Kind.LEAVE, LeaveGroupRequest(
+        )
+        if leaving:
+            self._send(out, RequestKind.LEAVE, LeaveGroupRequest(
                 self.config.group_id, (LeavingMember(self.member_id, None, self._leave_reason),)))
+        if self.coordinator is not None:
+            # Answers to a JoinGroup or SyncGroup still in flight are now stale: the member
+            # left (Kafka's resetGenerationOnLeaveGroup), so none may put it back in a generation.
+            self._epoch += 1
         self._reset_generation(self._leave_reason, reset_member_id=True)
         self._pending_change = None
         self._leading = None
-        if self._closing and not self._has_inflight(_Kind.LEAVE):
+        if self._closing and not leaving:  # else Closed when the LeaveGroup is answered
             self._closed = True
             out.actions.append(Closed())
-
-    # -- Offsets ----------------------------------------------------------------------------------
-
-    def _maybe_auto_commit(self, now_ms: int, out: Output) -> None:
-        if (not self.config.enable_auto_commit or self.state is not MemberState.STABLE
-                or now_ms < self._next_auto_commit_ms or self._has_inflight(_Kind.COMMIT_AUTO)):
-            return
-        self._next_auto_commit_ms = now_ms + self.config.auto_commit_interval_ms
-        offsets = self.positions.uncommitted(self.positions.owned - self.positions.revoking)
-        if offsets and self._commit_refusal() is None:
-            self._send_commit(out, _Kind.COMMIT_AUTO, offsets)
-
-    def _commit_refusal(self) -> errors.StratalogError | None:
-        """Why a commit cannot be sent now, or None (Kafka's sendOffsetCommitRequest checks)."""
-        if self.failure is not None:
-            return self.failure
-        if not self._in_generation():
-            return errors.CommitFailedError(
-                f"the member is not in a generation of group {self.config.group_id!r} (it left, "
-                f"was removed, or has not joined yet): its partitions may be another's now")
-        if self.state is MemberState.SYNCING:
-            return errors.RebalanceInProgressError(
-                f"group {self.config.group_id!r} is completing a rebalance: commit after it")
-        if self.coordinator is None:
-            return errors.CoordinatorNotAvailableError(
-                f"the coordinator of group {self.config.group_id!r} is not known yet")
-        if sum(p.kind.name.startswith("COMMIT") for p in self._inflight.values()) >= (
-            COMMITS_IN_FLIGHT_MAX
-        ):
-            return errors.ResourceLimitExceededError(
-                f"{COMMITS_IN_FLIGHT_MAX} commits in flight already", metadata={
-                    "limit": "COMMITS_IN_FLIGHT_MAX"})
-        return None
-
-    def _send_commit(
-        self, out: Output, kind: _Kind, offsets: Mapping[TopicPartition, tuple[int, int]],
-        token: object = None, metadata: str = "",
-    ) -> None:
-        request = OffsetCommitRequest(
-            group_id=self.config.group_id,
-            generation_id=self.generation,
-            member_id=self.member_id,
-            group_instance_id=self.config.group_instance_id,
-            offsets=tuple(CommittedOffset(tp.topic, tp.partition, offset, epoch, metadata)
-                          for tp, (offset, epoch) in sorted(offsets.items())),
-        )
-        pending = self._send(out, kind, request)
-        pending.generation = self.generation
-        pending.offsets = {tp: offset for tp, (offset, _) in offsets.items()}
-        pending.token = token
-
-    def _commit_outcome(self, pending: _Pending, error: errors.StratalogError | None,
-                        now_ms: int, out: Output) -> None:
-        if error is None:
-            self.positions.committed(pending.offsets)
-        elif pending.generation == self.generation:
-            # Kafka's OffsetCommitResponseHandler: a refusal of the current generation.
-            if isinstance(error, (errors.UnknownMemberIdError, errors.IllegalGenerationError)):
-                self._group_error(error, "OffsetCommit", out)
-                error = errors.CommitFailedError(
-                    f"group {self.config.group_id!r} refused the commit of generation "
-                    f"{pending.generation}: {error}; the member joins again", cause=error)
-            elif isinstance(error, errors.RebalanceInProgressError):
-                self._request_rejoin("the group is rebalancing (commit)")
-            else:
-                self._group_error(error, "OffsetCommit", out)
-        elif isinstance(error, (errors.UnknownMemberIdError, errors.IllegalGenerationError)):
-            error = errors.CommitFailedError(
-                f"the commit of generation {pending.generation} was refused: {error}", cause=error)
-        if error is not None and pending.kind is not _Kind.COMMIT_USER:
-            logger.warning("group %s: %s failed: %s", self.config.group_id, pending.kind.value,
-                           error)
-        kind = pending.kind
-        if kind is _Kind.COMMIT_USER:
-            out.actions.append(CommitDone(pending.token, pending.offsets, error))
-        elif kind is _Kind.COMMIT_AUTO and error is not None and error.retriable:
-            self._next_auto_commit_ms = now_ms + self._backoff_ms(1)
-        elif kind is _Kind.COMMIT_PREPARE and self.state is MemberState.PREPARING:
-            if error is not None and error.retriable and self.coordinator is not None:
-                self._prepare_retry_ms = now_ms + self._backoff_ms(1)
-            elif self.coordinator is not None:
-                self._finish_prepare(now_ms, out)
-        elif kind is _Kind.COMMIT_REVOKE and self._pending_change is not None:
-            self._apply_change(self._pending_change, now_ms, out)
-        elif kind is _Kind.COMMIT_LEAVE and (self._closing or self._poll_expired):
-            self._finish_leaving(now_ms, out)
-
-    def _maybe_fetch_offsets(self, now_ms: int, out: Output) -> None:
-        if (not self.positions.awaiting or self.state is not MemberState.STABLE
-                or now_ms < self._fetch_at_ms or self._has_inflight(_Kind.FETCH)):
-            return
-        partitions = tuple(sorted(self.positions.awaiting))
-        pending = self._send(out, _Kind.FETCH, OffsetFetchRequest(
-            self.config.group_id, partitions, self.config.require_stable_offsets))
-        pending.partitions = partitions
-
-    def _fetched(self, pending: _Pending, response: OffsetFetchResponse, out: Output) -> None:
-        found = {TopicPartition(o.topic, o.partition): o for o in response.offsets}
-        committed: dict[TopicPartition, tuple[int, int]] = {}
-        reset: dict[TopicPartition, str] = {}
-        for tp in pending.partitions:
-            if tp not in self.positions.awaiting:
-                continue  # revoked, lost or sought meanwhile
-            entry = found.get(tp)
-            if entry is not None and entry.offset >= 0:
-                committed[tp] = (entry.offset, entry.leader_epoch)
-                self.positions.start_at_committed(tp, entry.offset, entry.leader_epoch)
-            else:
-                reset[tp] = self.config.auto_offset_reset
-                self.positions.fetched_none(tp)
-        if not committed and not reset:
-            return
-        missing = sorted(tp for tp, policy in reset.items() if policy == "none")
-        error = None
-        if missing:
-            error = errors.NoOffsetForPartitionError(
-                f"no committed offset for {[f'{t}-{p}' for t, p in missing]} in group "
-                f"{self.config.group_id!r} and auto_offset_reset is 'none'",
-                partitions=tuple(missing))
-        out.actions.append(StartPositions(committed, reset, error))
 
     # -- Outcomes -----------------------------------------------------------------------------------
 
@@ -826,30 +581,35 @@ class GroupMembership:
         if pending.kind.name.startswith("COMMIT"):
             self._commit_outcome(pending, error, now_ms, out)
             return
-        if pending.kind is _Kind.LEAVE:
+        if pending.kind is RequestKind.LEAVE:
             if self._closing and not self._closed:
                 self._closed = True
                 out.actions.append(Closed())
             return
         if pending.epoch != self._epoch or self.failure is not None or self._closing:
-            return  # sent to a coordinator since lost, or the member is leaving: dropped
-        if pending.kind is _Kind.FIND:
+            return  # sent to a coordinator since lost, or before the member left: dropped
+        if pending.kind is RequestKind.HEARTBEAT and pending.generation != self.generation:
+            # An answer about a past generation (Kafka's generationUnchanged check).
+            if not self._has_inflight(RequestKind.HEARTBEAT):
+                self._next_heartbeat_ms = now_ms + self.config.heartbeat_interval_ms
+            return
+        if pending.kind is RequestKind.FIND:
             self._find_outcome(response, error, now_ms, out)
-        elif pending.kind is _Kind.HEARTBEAT:
+        elif pending.kind is RequestKind.HEARTBEAT:
             self._heartbeat_outcome(error, now_ms, out)
-        elif pending.kind is _Kind.JOIN:
+        elif pending.kind is RequestKind.JOIN:
             if error is None:
                 assert isinstance(response, JoinGroupResponse), response
                 self._joined(response, now_ms, out)
             else:
                 self._join_error(error, now_ms, out, "JoinGroup")
-        elif pending.kind is _Kind.SYNC:
+        elif pending.kind is RequestKind.SYNC:
             if error is None:
                 assert isinstance(response, SyncGroupResponse), response
                 self._synced(response, now_ms, out)
             else:
                 self._join_error(error, now_ms, out, "SyncGroup")
-        elif pending.kind is _Kind.FETCH:
+        elif pending.kind is RequestKind.FETCH:
             if error is None:
                 assert isinstance(response, OffsetFetchResponse), response
                 self._fetched(pending, response, out)
@@ -916,18 +676,18 @@ class GroupMembership:
 
     # -- Sending ----------------------------------------------------------------------------------
 
-    def _send(self, out: Output, kind: _Kind, request: object,
-              address: str | bool | None = True) -> _Pending:
+    def _send(self, out: Output, kind: RequestKind, request: object,
+              address: str | bool | None = True) -> InFlight:
         if address is True:
             assert self.coordinator is not None, kind
             address = self.coordinator.address
         self._next_request_id += 1
-        pending = _Pending(kind, self._epoch)
+        pending = InFlight(kind, self._epoch, self.generation)
         self._inflight[self._next_request_id] = pending
         out.actions.append(Send(self._next_request_id, request, address or None))
         return pending
 
-    def _has_inflight(self, kind: _Kind) -> bool:
+    def _has_inflight(self, kind: RequestKind) -> bool:
         return any(p.kind is kind and p.epoch == self._epoch for p in self._inflight.values())
 
     def _backoff_ms(self, failures: int) -> int:

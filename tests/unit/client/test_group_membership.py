@@ -605,3 +605,43 @@ def test_a_seek_of_a_partition_not_assigned_is_refused() -> None:
         member.core.seek(T3, 0)
     with pytest.raises(ValueError, match="request 999 is not in flight"):
         member.core.on_response(999, m.HeartbeatResponse(), 0)
+
+
+def test_an_error_about_a_past_generation_does_not_reset_the_new_one() -> None:
+    member = Member()
+    member.stable(generation=1)
+    member.at(HEARTBEAT_MS)
+    old_beat = member.sent(m.HeartbeatRequest)
+    member.out = member.core.subscribe(member.now, ["t", "u"])  # rejoin: generation 2
+    member.join(generation=2)
+    member.sync((T0, T1))
+    member.answer(old_beat, error=errors.IllegalGenerationError("generation 1 is over"))
+    assert member.actions(m.PartitionsLost) == []
+    assert (member.core.generation, member.core.state) == (2, MemberState.STABLE)
+
+
+def test_a_join_answered_after_the_poll_timeout_does_not_put_the_member_back() -> None:
+    member = Member(max_poll_interval_ms=20_000, session_timeout_ms=10_000)
+    member.stable()
+    member.out = member.core.subscribe(member.now, ["t", "u"])
+    join = member.sent(m.JoinGroupRequest)
+    member.now = 20_001  # the reader never polled
+    member.out = member.core.tick(member.now)
+    assert member.actions(m.PartitionsRevoked)[0].partitions == {T0, T1}
+    assert member.sent(m.LeaveGroupRequest).request.members[0].member_id == "m-1"
+    member.answer(join, m.JoinGroupResponse(2, "consumer", "cooperative-sticky", "x", "m-1"))
+    assert member.sends() == [] and member.core.generation == -1
+    assert member.core.state is MemberState.UNJOINED
+
+
+def test_partitions_added_before_a_follow_up_rebalance_start_during_it() -> None:
+    member = Member()
+    member.stable(partitions=(T0, T1))
+    member.at(HEARTBEAT_MS)
+    member.answer(member.sent(m.HeartbeatRequest), error=errors.RebalanceInProgressError("r"))
+    member.join(generation=2)
+    member.core.handed_out(T1, 30)
+    member.sync((T0, T2))  # gains T2, gives up T1 (committed first), then rejoins
+    member.answer(member.sent(m.OffsetCommitRequest), m.OffsetCommitResponse())
+    assert m.JoinGroupRequest in member.sends() and m.OffsetFetchRequest in member.sends()
+    assert member.fetch({T2: 7}).committed == {T2: (7, -1)}
