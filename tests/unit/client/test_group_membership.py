@@ -400,33 +400,31 @@ def test_a_join_failing_on_a_lost_connection_finds_the_coordinator_and_joins_aga
 
 
 def test_a_reader_that_stops_polling_leaves_and_rejoins_on_its_next_poll() -> None:
-    member = Member()
+    # Auto-commit slower than the poll timeout, so the commit before leaving is visible.
+    member = Member(auto_commit_interval_ms=2 * POLL_MS)
     member.stable()
     member.core.handed_out(T0, 12)
-    now = 0
-    while now < POLL_MS:  # heartbeats answered, but the reader never polls
-        now = member.out.next_deadline_ms
-        member.now = now
-        member.out = member.core.tick(now)
-        for send in [a for a in member.out.actions if isinstance(a, m.Send)]:
-            if isinstance(send.request, m.HeartbeatRequest):
-                member.answer(member.sent(m.HeartbeatRequest), m.HeartbeatResponse())
-            elif isinstance(send.request, m.OffsetCommitRequest):
-                member.answer(send, m.OffsetCommitResponse())
-    member.now = POLL_MS + 1
-    member.out = member.core.tick(member.now)
-    # Commit what was handed out, revoke, leave.
-    commit = member.sent(m.OffsetCommitRequest) if m.OffsetCommitRequest in member.sends() else None
-    if commit is not None:
-        member.answer(commit, m.OffsetCommitResponse())
+    while True:  # heartbeats answered, but the reader never polls again
+        member.now = member.out.next_deadline_ms
+        member.out = member.core.tick(member.now)
+        if m.HeartbeatRequest not in member.sends():
+            break
+        member.answer(member.sent(m.HeartbeatRequest), m.HeartbeatResponse())
+    assert member.now == POLL_MS + 1
+    # Commit what was handed out, then revoke and leave.
+    commit = member.sent(m.OffsetCommitRequest)
+    assert [(o.partition, o.offset) for o in commit.request.offsets] == [(0, 12)]
+    assert member.actions(m.PartitionsRevoked) == []
+    member.answer(commit, m.OffsetCommitResponse())
     (revoked,) = member.actions(m.PartitionsRevoked)
     assert revoked.partitions == {T0, T1}
-    leave = member.sent(m.LeaveGroupRequest).request
-    assert leave.members == (m.LeavingMember("m-1", None, leave.members[0].reason),)
-    member.at_quietly = None
+    (leaving,) = member.sent(m.LeaveGroupRequest).request.members
+    assert (leaving.member_id, leaving.group_instance_id) == ("m-1", None)
+    assert "max_poll_interval_ms" in leaving.reason
+    assert member.out.next_deadline_ms is None  # nothing until the reader comes back
     member.now += 10_000
     member.out = member.core.tick(member.now)
-    assert m.JoinGroupRequest not in member.sends()
+    assert member.sends() == []
     member.poll_reader()
     join = member.sent(m.JoinGroupRequest).request
     assert join.member_id == ""
