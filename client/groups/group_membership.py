@@ -69,7 +69,14 @@ from .consumer_protocol import (
     encode_subscription,
 )
 from .member_offsets import COMMITS_IN_FLIGHT_MAX, MemberOffsets
-from .member_state import NO_GENERATION, NO_MEMBER_ID, InFlight, MemberState, RequestKind
+from .member_state import (
+    COORDINATOR_LOST,
+    NO_GENERATION,
+    NO_MEMBER_ID,
+    InFlight,
+    MemberState,
+    RequestKind,
+)
 from .membership_config import MembershipConfig, check_topics
 from .membership_messages import (
     Closed,
@@ -97,12 +104,6 @@ from .membership_messages import (
 __all__ = ["COMMITS_IN_FLIGHT_MAX", "GroupMembership", "MemberState", "MembershipConfig"]
 
 logger = logging.getLogger(__name__)
-
-_COORDINATOR_LOST = (
-    errors.NotCoordinatorError, errors.CoordinatorNotAvailableError,
-    errors.BrokerUnavailableError, errors.RequestTimeoutError,
-)
-
 
 class GroupMembership(MemberOffsets):
     """The consumer's group member (module docstring). Event-loop or one thread only.
@@ -329,9 +330,9 @@ class GroupMembership(MemberOffsets):
         self._next_heartbeat_ms = None
         self._leading = None
         if self.state in (MemberState.JOINING, MemberState.SYNCING, MemberState.PREPARING):
+            self._request_rejoin(f"the coordinator was lost while {self.state.value}: {reason}")
             self.state = MemberState.UNJOINED
             self._prepare_retry_ms = None
-            self._request_rejoin(f"the coordinator was lost while {self.state.value}: {reason}")
 
     # -- Joining --------------------------------------------------------------------------------
 
@@ -659,7 +660,7 @@ class GroupMembership(MemberOffsets):
             self._reset_generation(f"UNKNOWN_MEMBER_ID from {api}", reset_member_id=True)
         elif isinstance(error, errors.IllegalGenerationError):
             self._reset_generation(f"ILLEGAL_GENERATION from {api}", reset_member_id=False)
-        elif isinstance(error, _COORDINATOR_LOST):
+        elif isinstance(error, COORDINATOR_LOST):
             self._coordinator_lost(f"{api}: {error}")
         elif error.retriable:
             return False

@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from stratalog.client import errors
 from stratalog.client.types import TopicPartition
 
-from .member_state import InFlight, MemberState, RequestKind
+from .member_state import COORDINATOR_LOST, InFlight, MemberState, RequestKind
 from .membership_messages import (
     CommitDone,
     CommittedOffset,
@@ -77,7 +77,6 @@ class MemberOffsets:
                 return
             self._send_commit(out, RequestKind.COMMIT_USER, chosen, token, metadata)
         return self._run(now_ms, event)
-
 
     def _maybe_auto_commit(self, now_ms: int, out: Output) -> None:
         if (not self.config.enable_auto_commit or self.state is not MemberState.STABLE
@@ -140,8 +139,12 @@ class MemberOffsets:
                     f"{pending.generation}: {error}; the member joins again", cause=error)
             elif isinstance(error, errors.RebalanceInProgressError):
                 self._request_rejoin("the group is rebalancing (commit)")
-            else:
-                self._group_error(error, "OffsetCommit", out)
+            elif isinstance(error, COORDINATOR_LOST):
+                self._coordinator_lost(f"OffsetCommit: {error}")
+            elif isinstance(error, errors.FencedInstanceIdError):
+                self._fail(out, error)
+            # Any other error (NOT_AUTHORIZED on a topic, OFFSET_METADATA_TOO_LARGE, ...) fails
+            # this commit only, as Kafka's: the membership is not in question.
         elif isinstance(error, (errors.UnknownMemberIdError, errors.IllegalGenerationError)):
             error = errors.CommitFailedError(
                 f"the commit of generation {pending.generation} was refused: {error}", cause=error)

@@ -15,13 +15,24 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from stratalog.client import errors
 from stratalog.client.types import TopicPartition
 
-__all__ = ["NO_GENERATION", "NO_MEMBER_ID", "InFlight", "MemberState", "RequestKind"]
+__all__ = [
+    "COORDINATOR_LOST", "NO_GENERATION", "NO_MEMBER_ID", "InFlight", "MemberState", "RequestKind",
+]
 
 #: Kafka's "no generation" and "no member id" (Generation.NO_GENERATION).
 NO_GENERATION = -1
 NO_MEMBER_ID = ""
+
+#: The errors that mean "the coordinator is not (or no longer) there": find it again (Kafka's
+#: markCoordinatorUnknown on NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE and a disconnect; a
+#: deadline passed is a disconnect here, as the answer will not come).
+COORDINATOR_LOST = (
+    errors.NotCoordinatorError, errors.CoordinatorNotAvailableError,
+    errors.BrokerUnavailableError, errors.RequestTimeoutError,
+)
 
 
 class MemberState(enum.Enum):

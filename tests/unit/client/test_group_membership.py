@@ -643,3 +643,45 @@ def test_partitions_added_before_a_follow_up_rebalance_start_during_it() -> None
     member.answer(member.sent(m.OffsetCommitRequest), m.OffsetCommitResponse())
     assert m.JoinGroupRequest in member.sends() and m.OffsetFetchRequest in member.sends()
     assert member.fetch({T2: 7}).committed == {T2: (7, -1)}
+
+
+@pytest.mark.parametrize("error", [
+    errors.NotAuthorizedError("no READ on topic t"), errors.OffsetMetadataTooLargeError("long"),
+    errors.UnknownTopicOrPartitionError("no t-9"),
+])
+def test_other_commit_errors_fail_the_commit_only(error) -> None:
+    member = Member()
+    member.stable()
+    member.out = member.core.commit(member.now, {T0: 3}, token="c")
+    member.answer(member.sent(m.OffsetCommitRequest), error=error)
+    assert member.actions(m.CommitDone) == [m.CommitDone("c", {T0: 3}, error)]
+    assert member.actions(m.Failed) == [] and member.core.failure is None
+    assert member.core.state is MemberState.STABLE and member.core.assignment == {T0, T1}
+
+
+def test_a_commit_to_a_lost_coordinator_fails_retriably_and_finds_it_again() -> None:
+    member = Member()
+    member.stable()
+    member.out = member.core.commit(member.now, {T0: 3}, token="c")
+    member.answer(member.sent(m.OffsetCommitRequest), error=errors.NotCoordinatorError("moved"))
+    (done,) = member.actions(m.CommitDone)
+    assert isinstance(done.error, errors.NotCoordinatorError) and done.error.retriable
+    assert member.sends() == [m.FindCoordinatorRequest]
+    member.out = member.core.commit(member.now, {T0: 3}, token="again")
+    (done,) = member.actions(m.CommitDone)
+    assert isinstance(done.error, errors.CoordinatorNotAvailableError) and done.error.retriable
+
+
+def test_an_auto_commit_failing_retriably_is_tried_again_after_the_backoff() -> None:
+    member = Member(retry_backoff_ms=100)
+    member.stable(committed={T0: 1, T1: 1})
+    member.core.handed_out(T0, 5)
+    member.now = COMMIT_MS
+    member.out = member.core.tick(member.now)
+    commit = member.sent(m.OffsetCommitRequest)
+    member.answer(commit, error=errors.CoordinatorLoadInProgressError("loading"))
+    assert member.out.next_deadline_ms == COMMIT_MS + 100
+    member.now = COMMIT_MS + 100
+    member.out = member.core.tick(member.now)
+    again = member.sent(m.OffsetCommitRequest)
+    assert again.request.offsets == commit.request.offsets
