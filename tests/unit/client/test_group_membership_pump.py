@@ -10,6 +10,7 @@ offsets never move backwards; once stable every partition has exactly one owner.
 from __future__ import annotations
 
 import collections
+import random
 
 import pytest
 
@@ -159,3 +160,39 @@ def test_every_partition_has_one_owner_whatever_the_group_size(members: int) -> 
     assert_each_partition_owned_once(p)
     sizes = collections.Counter(len(p.members[f"m{i}"].assignment) for i in range(members))
     assert max(sizes) - min(sizes) <= 1
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_joins_stops_and_closes_never_give_a_partition_two_live_owners(seed: int) -> None:
+    """Random members come (some static), die and close; at every 250 ms step no partition has
+    two live owners, commits never move backwards, and once quiet every partition has one."""
+    rng = random.Random(seed)
+    p = pump()
+    names = iter(f"m{i}" for i in range(1_000))
+    live: list[str] = []
+    for _ in range(3):
+        live.append(next(names))
+        p.add(live[-1], config())
+    for _ in range(40):
+        choice = rng.random()
+        if choice < 0.15 or len(live) < 2:
+            live.append(next(names))
+            static = rng.random() < 0.3
+            p.add(live[-1], config(group_instance_id=f"static-{live[-1]}" if static else None))
+        elif choice < 0.25 and len(live) > 2:
+            p.stop(live.pop(rng.randrange(len(live))))
+        elif choice < 0.32 and len(live) > 2:
+            name = live.pop(rng.randrange(len(live)))
+            p.carry_out(name, p.members[name].close(p.now))
+            p.run_until(p.now + 50)  # the LeaveGroup's answer comes
+            assert p.logs[name].closed, name
+            p.stop(name)
+        p.run_until(p.now + 250)
+        owners = p.owners()
+        assert all(len(names_) == 1 for names_ in owners.values()), owners
+    p.run_until(p.now + SESSION_MS + 10_000)
+    assert_each_partition_owned_once(p)
+    assert_commits_never_move_backwards(p)
+    for name in live:
+        assert p.logs[name].failures == []
+        p.members[name].positions.check()
