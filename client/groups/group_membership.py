@@ -589,6 +589,8 @@ class GroupMembership(MemberOffsets):
             return
         if pending.epoch != self._epoch or self.failure is not None or self._closing:
             return  # sent to a coordinator since lost, or before the member left: dropped
+        if self._poll_expired and pending.kind in (RequestKind.JOIN, RequestKind.SYNC):
+            return  # the member is leaving: no generation of it may begin
         if pending.kind is RequestKind.HEARTBEAT and pending.generation != self.generation:
             # An answer about a past generation (Kafka's generationUnchanged check).
             if not self._has_inflight(RequestKind.HEARTBEAT):
@@ -619,6 +621,9 @@ class GroupMembership(MemberOffsets):
 
     def _find_outcome(self, response: object, error: errors.StratalogError | None,
                       now_ms: int, out: Output) -> None:
+        if error is None and isinstance(response, FindCoordinatorResponse) and not response.address:
+            error = errors.CoordinatorNotAvailableError(
+                f"FindCoordinator answered no address for group {self.config.group_id!r}")
         if error is None:
             assert isinstance(response, FindCoordinatorResponse), response
             self.coordinator = Coordinator(response.node_id, response.address)

@@ -152,18 +152,23 @@ class MemberOffsets:
             logger.warning("group %s: %s failed: %s", self.config.group_id, pending.kind.value,
                            error)
         kind = pending.kind
+        leaving = self._closing or self._poll_expired
         if kind is RequestKind.COMMIT_USER:
             out.actions.append(CommitDone(pending.token, pending.offsets, error))
         elif kind is RequestKind.COMMIT_AUTO and error is not None and error.retriable:
             self._next_auto_commit_ms = now_ms + self._backoff_ms(1)
-        elif kind is RequestKind.COMMIT_PREPARE and self.state is MemberState.PREPARING:
+        elif kind is RequestKind.COMMIT_PREPARE and self.state is MemberState.PREPARING and (
+            not leaving  # the leave sequence took over: it commits, revokes and leaves
+        ):
             if error is not None and error.retriable and self.coordinator is not None:
                 self._prepare_retry_ms = now_ms + self._backoff_ms(1)
             elif self.coordinator is not None:
                 self._finish_prepare(now_ms, out)
-        elif kind is RequestKind.COMMIT_REVOKE and self._pending_change is not None:
+        elif kind is RequestKind.COMMIT_REVOKE and self._pending_change is not None and (
+            not leaving
+        ):
             self._apply_change(self._pending_change, now_ms, out)
-        elif kind is RequestKind.COMMIT_LEAVE and (self._closing or self._poll_expired):
+        elif kind is RequestKind.COMMIT_LEAVE and leaving:
             self._finish_leaving(now_ms, out)
 
     def _maybe_fetch_offsets(self, now_ms: int, out: Output) -> None:

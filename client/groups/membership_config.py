@@ -56,6 +56,8 @@ class MembershipConfig:
                      "auto_commit_interval_ms", "retry_backoff_ms", "retry_backoff_max_ms"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.rebalance_timeout_ms is not None and self.rebalance_timeout_ms <= 0:
+            raise ValueError(f"rebalance_timeout_ms must be > 0, got {self.rebalance_timeout_ms}")
         if self.heartbeat_interval_ms >= self.session_timeout_ms:
             raise ValueError(
                 f"heartbeat_interval_ms ({self.heartbeat_interval_ms}) must be below "

@@ -8,6 +8,8 @@ against the real coordinator: test_group_membership_pump.py.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from stratalog.client import errors
@@ -28,6 +30,7 @@ from stratalog.client.groups.group_membership import (
     MemberState,
 )
 from stratalog.client.types import TopicPartition
+from stratalog.v1 import broker_pb2
 
 T0, T1, T2, T3 = (TopicPartition("t", p) for p in range(4))
 COORDINATOR = "10.0.0.2:50051"
@@ -590,6 +593,7 @@ def test_subscribing_to_other_topics_revokes_the_dropped_ones_and_rejoins() -> N
     (dict(auto_offset_reset="smallest"), "auto_offset_reset"),
     (dict(group_instance_id=""), "group_instance_id"),
     (dict(assignors=()), "assignors"),
+    (dict(rebalance_timeout_ms=0), "rebalance_timeout_ms"),
 ])
 def test_bad_settings_are_refused_by_name(overrides, words) -> None:
     with pytest.raises(ValueError, match=words):
@@ -685,3 +689,43 @@ def test_an_auto_commit_failing_retriably_is_tried_again_after_the_backoff() -> 
     member.out = member.core.tick(member.now)
     again = member.sent(m.OffsetCommitRequest)
     assert again.request.offsets == commit.request.offsets
+
+
+def test_close_while_committing_before_a_join_leaves_without_joining() -> None:
+    member = Member()
+    member.stable(committed={T0: 1, T1: 1})
+    member.core.handed_out(T0, 4)
+    member.out = member.core.subscribe(member.now, ["t", "u"])
+    prepare = member.sent(m.OffsetCommitRequest)  # the commit before the JoinGroup
+    member.out = member.core.close(member.now)
+    leave_commit = member.sent(m.OffsetCommitRequest)
+    member.answer(prepare, m.OffsetCommitResponse())
+    assert member.sends() == []  # no JoinGroup: the member is closing
+    member.answer(leave_commit, m.OffsetCommitResponse())
+    assert [type(a) for a in member.out.actions] == [m.PartitionsRevoked, m.Send]
+    member.answer(member.sent(m.LeaveGroupRequest), m.LeaveGroupResponse())
+    assert member.actions(m.Closed) == [m.Closed()]
+
+
+def test_a_find_coordinator_answer_without_an_address_is_retried() -> None:
+    member = Member(retry_backoff_ms=100)
+    member.answer(member.sent(m.FindCoordinatorRequest), m.FindCoordinatorResponse(-1, ""))
+    assert member.core.coordinator is None and member.out.next_deadline_ms == 100
+
+
+@pytest.mark.parametrize("cls", [
+    m.FindCoordinatorRequest, m.FindCoordinatorResponse, m.JoinGroupRequest,
+    m.JoinGroupResponse, m.SyncGroupRequest, m.SyncGroupResponse, m.HeartbeatRequest,
+    m.HeartbeatResponse, m.LeavingMember, m.LeaveGroupRequest, m.LeaveGroupResponse,
+    m.LeftMember, m.CommittedOffset, m.OffsetCommitRequest, m.OffsetCommitResponse,
+    m.OffsetFetchRequest, m.OffsetFetchResponse,
+])
+def test_the_messages_have_the_fields_of_broker_protos_messages(cls) -> None:
+    """The driver translates them 1:1: same names (a LeftMember's error is one exception where
+    the proto has the reason and the message)."""
+    proto = getattr(broker_pb2, cls.__name__).DESCRIPTOR
+    names = {f.name for f in dataclasses.fields(cls)}
+    expected = {f.name for f in proto.fields} - {"error_message"}
+    assert names == expected
+    joined = {f.name for f in dataclasses.fields(m.JoinedMember)}
+    assert joined == {f.name for f in broker_pb2.JoinGroupMember.DESCRIPTOR.fields}
