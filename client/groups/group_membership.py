@@ -47,6 +47,11 @@ Rules, each Kafka's unless docs/client.md's "Differences" says otherwise:
 Bounded: one FindCoordinator, JoinGroup/SyncGroup, Heartbeat and OffsetFetch in flight at a
 time, at most :data:`COMMITS_IN_FLIGHT_MAX` commits; no queues; every timer is a field and
 ``next_deadline_ms`` is their minimum. Not thread-safe: one task (or thread) drives it.
+
+Crash behaviour: all state is memory. A consumer that dies is removed by the coordinator after
+its session timeout and its partitions go to the others, which start at the last committed
+offsets: what it handed out since its last commit is read again (at least once). A static
+member restarted within its session timeout takes its partitions back without a rebalance.
 """
 
 from __future__ import annotations
