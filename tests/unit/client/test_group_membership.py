@@ -729,3 +729,40 @@ def test_the_messages_have_the_fields_of_broker_protos_messages(cls) -> None:
     assert names == expected
     joined = {f.name for f in dataclasses.fields(m.JoinedMember)}
     assert joined == {f.name for f in broker_pb2.JoinGroupMember.DESCRIPTOR.fields}
+
+
+@pytest.mark.parametrize(("error", "member_id_after", "generation_after"), [
+    (errors.UnknownMemberIdError("gone"), "", -1),
+    (errors.IllegalGenerationError("old"), "m-1", -1),
+    (errors.RebalanceInProgressError("again"), "m-1", 2),
+])
+def test_sync_group_errors_rejoin_at_once(error, member_id_after, generation_after) -> None:
+    """Kafka's SyncGroupResponseHandler (AbstractCoordinatorTest's sync error cases)."""
+    member = Member()
+    member.find()
+    member.join(generation=2)
+    member.answer(member.sent(m.SyncGroupRequest), error=error)
+    join = member.sent(m.JoinGroupRequest).request
+    assert join.member_id == member_id_after
+    assert member.core.generation == generation_after
+    assert member.actions(m.Failed) == []
+
+
+def test_a_pending_member_closing_leaves_the_group() -> None:
+    """AbstractCoordinatorTest.testPendingMemberShouldLeaveGroup: a member id but no generation."""
+    member = Member()
+    member.find()
+    member.answer(member.sent(m.JoinGroupRequest), error=errors.MemberIdRequiredError(
+        "join again", metadata={"member_id": "m-9"}))
+    member.sent(m.JoinGroupRequest)  # in flight, parked on the coordinator
+    member.out = member.core.close(member.now)
+    leave = member.sent(m.LeaveGroupRequest)
+    assert leave.request.members[0].member_id == "m-9"
+    member.answer(leave, m.LeaveGroupResponse())
+    assert member.actions(m.Closed) == [m.Closed()]
+
+
+def test_close_without_a_coordinator_closes_at_once() -> None:
+    member = Member()
+    member.out = member.core.close(0)
+    assert member.out.actions == [m.Closed()]
