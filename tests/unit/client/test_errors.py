@@ -567,3 +567,22 @@ async def test_a_call_the_server_cancels_is_retriable(stub) -> None:
     error = await _produce_error(stub, "cancelled", timeout=30)
     assert type(error) is errors.StratalogError
     assert (error.code, error.reason, error.retriable) == (grpc.StatusCode.CANCELLED, None, True)
+
+
+def test_every_group_coordinator_error_has_its_client_class() -> None:
+    """server/groups' errors (by Kafka's name) come back as the client class of that reason,
+    retriable alike; REBALANCE_IN_PROGRESS is retriable for the client (join again), as
+    broker.proto says, where the sans-IO coordinator marks the request itself not retriable."""
+    import inspect
+
+    from stratalog.server.groups import group_errors
+
+    seen = set()
+    for _, cls in inspect.getmembers(group_errors, inspect.isclass):
+        if not issubclass(cls, group_errors.GroupError) or cls.kafka_name == "UNKNOWN_SERVER_ERROR":
+            continue
+        client_cls = errors.ERRORS_BY_REASON[cls.kafka_name]
+        if cls.kafka_name != "REBALANCE_IN_PROGRESS":
+            assert client_cls.retriable is cls.retriable, cls.kafka_name
+        seen.add(cls.kafka_name)
+    assert "MEMBER_ID_REQUIRED" in seen and len(seen) >= 15
