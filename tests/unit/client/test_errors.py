@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import inspect
 import socket
 from collections.abc import AsyncIterator, Callable
 
@@ -21,6 +22,7 @@ from google.rpc import error_details_pb2, status_pb2
 from stratalog.client import errors
 from stratalog.records import errors as record_errors
 from stratalog.server.cluster import errors as cluster_errors
+from stratalog.server.groups import group_errors
 from stratalog.server.rpc import status
 from stratalog.server.storage import errors as storage_errors
 from stratalog.v1 import broker_pb2, broker_pb2_grpc
@@ -573,10 +575,6 @@ def test_every_group_coordinator_error_has_its_client_class() -> None:
     """server/groups' errors (by Kafka's name) come back as the client class of that reason,
     retriable alike; REBALANCE_IN_PROGRESS is retriable for the client (join again), as
     broker.proto says, where the sans-IO coordinator marks the request itself not retriable."""
-    import inspect
-
-    from stratalog.server.groups import group_errors
-
     seen = set()
     for _, cls in inspect.getmembers(group_errors, inspect.isclass):
         if not issubclass(cls, group_errors.GroupError) or cls.kafka_name == "UNKNOWN_SERVER_ERROR":
