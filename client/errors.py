@@ -30,12 +30,17 @@ listening, connection lost, deadline passed) have no ErrorInfo and map by status
     ├── NotAuthorizedError            PERMISSION_DENIED  NOT_AUTHORIZED
     ├── (the producer-state and transaction reasons of broker.proto, one class each)
     ├── (the replication reasons of issue 17, one class each: see below)
+    ├── (the consumer-group reasons of issue 27, one class each: see below)
     ├── BrokerUnavailableError        UNAVAILABLE        (no ErrorInfo)        retriable
     │   └── TlsHandshakeError         (the client's diagnosis of a TLS set-up that does not
     │                                  match the server's) .problem .detail .address
     ├── RequestTimeoutError           DEADLINE_EXCEEDED  (no ErrorInfo)        retriable
     │   └── DeliveryTimeoutError      (Producer) not acknowledged within delivery_timeout_ms
-    └── TransactionAbortedError       (Producer) ABORTED: the batch's transaction was aborted
+    ├── TransactionAbortedError       (Producer) ABORTED: the batch's transaction was aborted
+    ├── CommitFailedError             (group member) FAILED_PRECONDITION: a commit of a past
+    │                                  generation, or of a member no longer in the group
+    └── NoOffsetForPartitionError     (group member) OUT_OF_RANGE: nothing committed and
+                                       auto_offset_reset="none"  .partitions
 
 gRPC itself answers RESOURCE_EXHAUSTED, without ErrorInfo, in two cases that call for opposite
 handling, told apart by the status details (grpc core's wording, :data:`_GRPC_RESOURCE_EXHAUSTED`):
@@ -63,6 +68,31 @@ NOT_LEADER_OR_FOLLOWER first) and sends the request to the partition's leader ag
 (:mod:`stratalog.client.client`, "Routing"). The replica counts and the replication timeout say
 "the leader has it, the followers do not yet": the idempotent Producer resends the same batch,
 which the leader answers as a duplicate if it was stored.
+
+The consumer-group reasons (issue 27, docs/groups.md), Kafka's names and retriable flags:
+
+    CoordinatorNotAvailableError      UNAVAILABLE        COORDINATOR_NOT_AVAILABLE retriable
+    NotCoordinatorError               UNAVAILABLE        NOT_COORDINATOR          retriable
+    (CoordinatorLoadInProgressError   UNAVAILABLE        COORDINATOR_LOAD_IN_PROGRESS retriable: above)
+    UnknownMemberIdError              FAILED_PRECONDITION UNKNOWN_MEMBER_ID
+    IllegalGenerationError            FAILED_PRECONDITION ILLEGAL_GENERATION
+    RebalanceInProgressError          ABORTED            REBALANCE_IN_PROGRESS    retriable
+    FencedInstanceIdError             FAILED_PRECONDITION FENCED_INSTANCE_ID
+    MemberIdRequiredError             FAILED_PRECONDITION MEMBER_ID_REQUIRED       .member_id
+    GroupMaxSizeReachedError          RESOURCE_EXHAUSTED GROUP_MAX_SIZE_REACHED
+    InconsistentGroupProtocolError    FAILED_PRECONDITION INCONSISTENT_GROUP_PROTOCOL
+    InvalidGroupIdError               INVALID_ARGUMENT   INVALID_GROUP_ID
+    InvalidSessionTimeoutError        INVALID_ARGUMENT   INVALID_SESSION_TIMEOUT
+    NonEmptyGroupError                FAILED_PRECONDITION NON_EMPTY_GROUP
+    GroupIdNotFoundError              NOT_FOUND          GROUP_ID_NOT_FOUND
+    UnstableOffsetCommitError         UNAVAILABLE        UNSTABLE_OFFSET_COMMIT   retriable
+    OffsetMetadataTooLargeError       INVALID_ARGUMENT   OFFSET_METADATA_TOO_LARGE
+    GroupSubscribedToTopicError       FAILED_PRECONDITION GROUP_SUBSCRIBED_TO_TOPIC
+
+The first two say "ask FindCoordinator again"; COORDINATOR_LOAD_IN_PROGRESS and
+UNSTABLE_OFFSET_COMMIT "the same coordinator, shortly"; REBALANCE_IN_PROGRESS "join the group
+again". UNKNOWN_MEMBER_ID and ILLEGAL_GENERATION are not retried as they are: the member's
+partitions are lost and it joins anew (:mod:`stratalog.client.groups.group_membership`).
 
 A request on a Session stream (docs/api.md, "Sessions") that fails is answered with a
 ``SessionError`` holding the same status code, message, reason and metadata its unary call would
@@ -97,33 +127,49 @@ __all__ = [
     "ERRORS_BY_REASON",
     "AuthenticationError",
     "BrokerUnavailableError",
+    "CommitFailedError",
     "ConcurrentRpcLimitError",
     "ConcurrentTransactionsError",
     "CoordinationUnavailableError",
     "CoordinatorLoadInProgressError",
+    "CoordinatorNotAvailableError",
     "CorruptRecordError",
     "DeliveryTimeoutError",
+    "FencedInstanceIdError",
     "FencedLeaderEpochError",
+    "GroupIdNotFoundError",
+    "GroupMaxSizeReachedError",
+    "GroupSubscribedToTopicError",
+    "IllegalGenerationError",
+    "InconsistentGroupProtocolError",
     "InvalidConfigError",
+    "InvalidGroupIdError",
     "InvalidPartitionsError",
     "InvalidProducerEpochError",
     "InvalidProducerIdMappingError",
     "InvalidRecordError",
     "InvalidReplicationFactorError",
     "InvalidRequestError",
+    "InvalidSessionTimeoutError",
     "InvalidTimestampError",
     "InvalidTopicError",
     "InvalidTransactionTimeoutError",
     "InvalidTxnStateError",
     "LeaderNotAvailableError",
+    "MemberIdRequiredError",
     "MessageTooLargeError",
+    "NoOffsetForPartitionError",
+    "NonEmptyGroupError",
     "NotAuthorizedError",
+    "NotCoordinatorError",
     "NotEnoughReplicasAfterAppendError",
     "NotEnoughReplicasError",
     "NotLeaderOrFollowerError",
+    "OffsetMetadataTooLargeError",
     "OffsetOutOfRangeError",
     "OutOfOrderSequenceError",
     "ProducerFencedError",
+    "RebalanceInProgressError",
     "RecordTooLargeError",
     "ReplicationTimeoutError",
     "RequestTimeoutError",
@@ -138,8 +184,10 @@ __all__ = [
     "TransactionCoordinatorFencedError",
     "TransactionalIdNotFoundError",
     "UnknownLeaderEpochError",
+    "UnknownMemberIdError",
     "UnknownProducerIdError",
     "UnknownTopicOrPartitionError",
+    "UnstableOffsetCommitError",
     "from_rpc_error",
     "from_session_error",
 ]
@@ -404,7 +452,8 @@ class ConcurrentTransactionsError(StratalogError):
 
 
 class CoordinatorLoadInProgressError(StratalogError):
-    """The transaction coordinator is still loading its state log; retry shortly."""
+    """The transaction or group coordinator is still loading its state log
+    (``__transaction_state`` or ``__consumer_offsets``); retry shortly."""
 
     code = grpc.StatusCode.UNAVAILABLE
     reason = "COORDINATOR_LOAD_IN_PROGRESS"
@@ -548,6 +597,136 @@ class CoordinationUnavailableError(StratalogError):
     retriable = True
 
 
+# The consumer-group reasons of issue 27 (server/groups/group_errors.py; Kafka's error codes).
+
+
+class CoordinatorNotAvailableError(StratalogError):
+    """The group has no coordinator now (its partition is moving, or the group was just
+    deleted): find the coordinator again, after a backoff."""
+
+    code = grpc.StatusCode.UNAVAILABLE
+    reason = "COORDINATOR_NOT_AVAILABLE"
+    retriable = True
+
+
+class NotCoordinatorError(StratalogError):
+    """This server does not coordinate the group (any more): ask FindCoordinator again."""
+
+    code = grpc.StatusCode.UNAVAILABLE
+    reason = "NOT_COORDINATOR"
+    retriable = True
+
+
+class UnknownMemberIdError(StratalogError):
+    """The member id is not in the group (its session expired, or it never joined): the member
+    has lost its partitions and joins again with an empty member id."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+    reason = "UNKNOWN_MEMBER_ID"
+
+
+class IllegalGenerationError(StratalogError):
+    """The request names a past generation of the group: the member has lost its partitions
+    and joins again (keeping its member id, as Kafka's consumer does)."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+    reason = "ILLEGAL_GENERATION"
+
+
+class RebalanceInProgressError(StratalogError):
+    """The group is rebalancing: join again (retriable: the next generation accepts it)."""
+
+    code = grpc.StatusCode.ABORTED
+    reason = "REBALANCE_IN_PROGRESS"
+    retriable = True
+
+
+class FencedInstanceIdError(StratalogError):
+    """Another member holds this ``group_instance_id`` (a newer process of the same static
+    member): this one must stop."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+    reason = "FENCED_INSTANCE_ID"
+
+
+class MemberIdRequiredError(StratalogError):
+    """A dynamic member's first JoinGroup (KIP-394): join again with ``member_id``, the id the
+    coordinator gave it."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+    reason = "MEMBER_ID_REQUIRED"
+
+    @property
+    def member_id(self) -> str | None:
+        """The member id to join again with, when the server said (it always does)."""
+        return self.metadata.get("member_id") or None
+
+
+class GroupMaxSizeReachedError(StratalogError):
+    """The group already has ``group.max.size`` members."""
+
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+    reason = "GROUP_MAX_SIZE_REACHED"
+
+
+class InconsistentGroupProtocolError(StratalogError):
+    """The member's protocol type, or every protocol it offers, does not fit the group's."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+    reason = "INCONSISTENT_GROUP_PROTOCOL"
+
+
+class InvalidGroupIdError(StratalogError):
+    """An empty group id, or one longer than the server allows."""
+
+    code = grpc.StatusCode.INVALID_ARGUMENT
+    reason = "INVALID_GROUP_ID"
+
+
+class InvalidSessionTimeoutError(StratalogError):
+    """``session_timeout_ms`` outside the server's ``group.min/max.session.timeout.ms``."""
+
+    code = grpc.StatusCode.INVALID_ARGUMENT
+    reason = "INVALID_SESSION_TIMEOUT"
+
+
+class NonEmptyGroupError(StratalogError):
+    """The group still has members (DeleteGroups, an offset reset)."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+    reason = "NON_EMPTY_GROUP"
+
+
+class GroupIdNotFoundError(StratalogError):
+    """No such group."""
+
+    code = grpc.StatusCode.NOT_FOUND
+    reason = "GROUP_ID_NOT_FOUND"
+
+
+class UnstableOffsetCommitError(StratalogError):
+    """OffsetFetch with ``require_stable``: an open transaction holds offsets of the partitions
+    asked for (KIP-447); retriable once it commits or aborts."""
+
+    code = grpc.StatusCode.UNAVAILABLE
+    reason = "UNSTABLE_OFFSET_COMMIT"
+    retriable = True
+
+
+class OffsetMetadataTooLargeError(StratalogError):
+    """A commit's metadata string is longer than ``offset.metadata.max.bytes``."""
+
+    code = grpc.StatusCode.INVALID_ARGUMENT
+    reason = "OFFSET_METADATA_TOO_LARGE"
+
+
+class GroupSubscribedToTopicError(StratalogError):
+    """OffsetDelete of a topic a member of the group still subscribes to."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+    reason = "GROUP_SUBSCRIBED_TO_TOPIC"
+
+
 class AuthenticationError(StratalogError):
     """The server (or a proxy before it) did not accept the caller's credentials."""
 
@@ -648,6 +827,32 @@ class TransactionAbortedError(StratalogError):
     code = grpc.StatusCode.ABORTED
 
 
+
+class CommitFailedError(StratalogError):
+    """A commit the group refused for good (Kafka's CommitFailedException): it named a past
+    generation, or a member no longer in the group, so another member may own the partitions
+    now. Raised by the Consumer for a commit its group member could not make; the member joins
+    the group again and the commit is not retried. ``cause`` is the server's error, if any."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+    def __init__(self, message: str, *, cause: StratalogError | None = None, **kwargs) -> None:
+        super().__init__(message, **kwargs)
+        self.cause = cause
+
+
+class NoOffsetForPartitionError(StratalogError):
+    """A partition assigned to the group member has no committed offset and
+    ``auto_offset_reset`` is "none" (Kafka's NoOffsetForPartitionException). ``partitions``:
+    the partitions without one."""
+
+    code = grpc.StatusCode.OUT_OF_RANGE
+
+    def __init__(self, message: str, *, partitions: tuple = (), **kwargs) -> None:
+        super().__init__(message, **kwargs)
+        self.partitions = tuple(partitions)
+
+
 def _table_by_reason(*classes: type[StratalogError]) -> Mapping[str, type[StratalogError]]:
     for cls in classes:
         # Fails at import time on a typo: every reason must be a value of broker.proto's enum.
@@ -694,6 +899,22 @@ ERRORS_BY_REASON: Mapping[str, type[StratalogError]] = _table_by_reason(
     InvalidReplicationFactorError,
     CoordinationUnavailableError,
     InvalidPartitionsError,
+    CoordinatorNotAvailableError,
+    NotCoordinatorError,
+    UnknownMemberIdError,
+    IllegalGenerationError,
+    RebalanceInProgressError,
+    FencedInstanceIdError,
+    MemberIdRequiredError,
+    GroupMaxSizeReachedError,
+    InconsistentGroupProtocolError,
+    InvalidGroupIdError,
+    InvalidSessionTimeoutError,
+    NonEmptyGroupError,
+    GroupIdNotFoundError,
+    UnstableOffsetCommitError,
+    OffsetMetadataTooLargeError,
+    GroupSubscribedToTopicError,
 )
 
 # Statuses without ErrorInfo that still have a class of their own: transport failures, and

@@ -13,9 +13,15 @@ The pieces a group consumer needs besides the RPCs themselves (issue 27, docs/gr
   (``cooperative-sticky``, the default), the last over :mod:`.sticky_assignment`.
 * :mod:`.assignment_change` -- what a member revokes, loses and adds around a rebalance, and
   whether it must rejoin.
+* :mod:`.group_membership` -- the consumer's member of a group (:class:`GroupMembership`,
+  Kafka's AbstractCoordinator + ConsumerCoordinator): events in, actions out
+  (:mod:`.membership_messages`), over :mod:`.member_offsets` (commits and start positions),
+  :mod:`.consumed_positions` (what the reader was handed), :mod:`.member_state` and
+  :mod:`.membership_config`.
 
 Nothing here does I/O, awaits or holds a lock: bytes and values in, values out. The Consumer
-(client/consumer.py) drives these from its group-membership task.
+(client/consumer.py) drives these from its group-membership task (docs/client.md, "Consumer
+groups (the membership core)").
 """
 
 from __future__ import annotations
@@ -40,6 +46,10 @@ from .consumer_protocol import (
     encode_subscription,
 )
 from .cooperative_sticky_assignor import CooperativeStickyAssignor
+from .group_membership import GroupMembership
+from .member_state import MemberState
+from .membership_config import MembershipConfig
+from .membership_messages import GroupMetadata, Output
 from .range_assignor import RangeAssignor
 from .round_robin_assignor import RoundRobinAssignor
 
@@ -59,9 +69,14 @@ __all__ = [
     "AssignmentChange",
     "ConsumerProtocolError",
     "CooperativeStickyAssignor",
+    "GroupMembership",
+    "GroupMetadata",
     "JoinPreparation",
     "JoinedMember",
     "Member",
+    "MemberState",
+    "MembershipConfig",
+    "Output",
     "PartitionAssignor",
     "RangeAssignor",
     "RebalanceProtocol",
