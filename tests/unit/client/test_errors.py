@@ -439,12 +439,9 @@ GROUP_REASON_CODES = {
 
 def test_client_and_server_agree_on_codes_and_domain() -> None:
     assert errors.DOMAIN == status.DOMAIN
-    # The server's rows of the group reasons come with the group RPCs' serving (issue 27); until
-    # then only those may be missing from its table, and the proto's comment is the contract.
-    assert set(errors.ERRORS_BY_REASON) - set(status.REASON_CODES) <= set(GROUP_REASON_CODES)
+    assert set(errors.ERRORS_BY_REASON) == set(status.REASON_CODES)
     for reason, cls in errors.ERRORS_BY_REASON.items():
-        if reason in status.REASON_CODES:
-            assert cls.code is status.REASON_CODES[reason], reason
+        assert cls.code is status.REASON_CODES[reason], reason
 
 
 @pytest.mark.parametrize("reason", sorted(GROUP_REASON_CODES))
