@@ -7,9 +7,12 @@ the storage engine's reads and recovery (``server/storage/log_file.py`` reads th
 batches of a block are walked by :func:`find_in_block` and :func:`collect_in_block`), the
 validation of client batches, the follower append's check, the cleaner's reads, the records
 reader, the client's decoding of fetched batches (``client/fetched.py``), ``stratalog dump-log``
-and the Spark connector (:func:`iter_batch_headers`), the cut of a fetched range at the high
-watermark or the LSO (:func:`batches_below`), and a ``max_records`` fetch's cut and slicing in
-one pass (:func:`slice_below`). So the framing rules and the tail rules below are written once.
+and the Spark connector (:func:`iter_batch_headers`; a Produce's one batch in one call,
+:func:`single_batch_header`), the cut of a fetched range at the high watermark or the LSO
+(:func:`batches_below`), and a ``max_records`` fetch's cut and slicing in one pass
+(:func:`slice_below`). So the framing rules and the tail rules below are written once (the
+header walks' test of a whole v2 batch is ``_whole_batch_fields``; the block walks, which unpack
+fewer fields, make the same test inline).
 (``tests/unit/records/test_batch_walk.py`` fails on any other module that steps from batch to
 batch.)
 
@@ -86,6 +89,7 @@ __all__ = [
     "collect_in_block",
     "find_in_block",
     "iter_batch_headers",
+    "single_batch_header",
     "slice_below",
 ]
 
@@ -150,12 +154,10 @@ def iter_batch_headers(
         if position <= header_limit:
             # The common case in one unpack and one test (a whole v2 batch): the header's
             # fields are read once, and are the header yielded.
-            fields = _unpack_header(buf, position)
-            length = fields[1]
-            if (length >= _MIN_V2_LENGTH and fields[3] == MAGIC
-                    and position + length + LOG_OVERHEAD <= end):
+            fields = _whole_batch_fields(buf, position, end)
+            if fields is not None:
                 yield BatchHeader(*fields, position)
-                position += length + LOG_OVERHEAD
+                position += fields[1] + LOG_OVERHEAD
                 continue
         if position < end - HEADER_SIZE_UP_TO_MAGIC:  # (not at_tail: inlined)
             if zeros_end and buf[position : position + LOG_OVERHEAD] == _ZERO_PREFIX:
@@ -169,6 +171,39 @@ def iter_batch_headers(
             f"partial record batch at position {position}: {end - position} bytes remain, "
             "fewer than the batch needs"
         )
+
+
+def single_batch_header(buf: bytes | bytearray | memoryview) -> BatchHeader | None:
+    """The header of the one batch ``buf`` holds, when ``buf`` is exactly one whole v2 batch
+    (the batch :func:`iter_batch_headers` would yield alone, by the same test); None for
+    anything else: several batches, a tail, a broken framing rule (walk with
+    :func:`iter_batch_headers` to read them or to have the error raised).
+
+    The common case of a Produce (one batch a partition) in one call: no generator is
+    started. O(1): one header unpack.
+    """
+    end = len(buf)
+    if end < RECORD_BATCH_OVERHEAD:
+        return None
+    fields = _whole_batch_fields(buf, 0, end)
+    if fields is None or fields[1] + LOG_OVERHEAD != end:
+        return None
+    return BatchHeader(*fields, 0)
+
+
+def _whole_batch_fields(
+    buf: bytes | bytearray | memoryview, position: int, end: int
+) -> tuple[int, ...] | None:
+    """The header fields (``HEADER``'s, in order) of the batch at ``position`` when it is a
+    whole v2 batch before ``end`` (its size field at least 14 and at least the 61-byte header,
+    magic 2, not running past ``end``): the one test of every header walk's common case.
+    None otherwise: :func:`~stratalog.records.batch.check_framing` says which rule fails, or
+    it is a partial tail. The header must lie whole before ``end`` (the caller checks)."""
+    fields = _unpack_header(buf, position)
+    length = fields[1]
+    if length >= _MIN_V2_LENGTH and fields[3] == MAGIC and position + length + LOG_OVERHEAD <= end:
+        return fields
+    return None
 
 
 def batches_below(
