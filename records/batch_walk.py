@@ -10,10 +10,12 @@ reader, the client's decoding of fetched batches (``client/fetched.py``), ``stra
 and the Spark connector (:func:`iter_batch_headers`; a Produce's one batch in one call,
 :func:`single_batch_header`), the cut of a fetched range at the high watermark or the LSO
 (:func:`batches_below`), and a ``max_records`` fetch's cut and slicing in one pass
-(:func:`slice_below`). So the framing rules and the tail rules below are written once (the
-header walks' test of a whole v2 batch is ``_whole_batch_fields`` and their tail rules
-``_end_walk``; the block walks and the cut, which unpack fewer fields and build nothing per
-batch, make the same test inline).
+(:func:`slice_below`). So the framing rules and the tail rules below are written once:
+``check_framing`` says which rule a batch breaks, ``_end_walk`` holds the header walks' tail
+rules. Every walk's common case, a whole v2 batch (size field at least 14 and the 61-byte
+header, magic 2, not past the end), is one test made inline in each hot loop, so that a batch
+costs no call (the tests check that each walk agrees with :func:`iter_batch_headers` on
+whole, partial and broken batches).
 (``tests/unit/records/test_batch_walk.py`` fails on any other module that steps from batch to
 batch.)
 
@@ -155,10 +157,12 @@ def iter_batch_headers(
         if position <= header_limit:
             # The common case in one unpack and one test (a whole v2 batch): the header's
             # fields are read once, and are the header yielded.
-            fields = _whole_batch_fields(buf, position, end)
-            if fields is not None:
+            fields = _unpack_header(buf, position)
+            length = fields[1]
+            if (length >= _MIN_V2_LENGTH and fields[3] == MAGIC
+                    and position + length + LOG_OVERHEAD <= end):
                 yield BatchHeader(*fields, position)
-                position += fields[1] + LOG_OVERHEAD
+                position += length + LOG_OVERHEAD
                 continue
         _end_walk(buf, position, end, partial_tail_ok, zeros_end)
         return
@@ -201,25 +205,11 @@ def single_batch_header(buf: bytes | bytearray | memoryview) -> BatchHeader | No
     end = len(buf)
     if end < RECORD_BATCH_OVERHEAD:
         return None
-    fields = _whole_batch_fields(buf, 0, end)
-    if fields is None or fields[1] + LOG_OVERHEAD != end:
+    fields = _unpack_header(buf, 0)
+    length = fields[1]
+    if length + LOG_OVERHEAD != end or length < _MIN_V2_LENGTH or fields[3] != MAGIC:
         return None
     return BatchHeader(*fields, 0)
-
-
-def _whole_batch_fields(
-    buf: bytes | bytearray | memoryview, position: int, end: int
-) -> tuple[int, ...] | None:
-    """The header fields (``HEADER``'s, in order) of the batch at ``position`` when it is a
-    whole v2 batch before ``end`` (its size field at least 14 and at least the 61-byte header,
-    magic 2, not running past ``end``): the one test of every header walk's common case.
-    None otherwise: :func:`~stratalog.records.batch.check_framing` says which rule fails, or
-    it is a partial tail. The header must lie whole before ``end`` (the caller checks)."""
-    fields = _unpack_header(buf, position)
-    length = fields[1]
-    if length >= _MIN_V2_LENGTH and fields[3] == MAGIC and position + length + LOG_OVERHEAD <= end:
-        return fields
-    return None
 
 
 def batches_below(
