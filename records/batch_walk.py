@@ -68,6 +68,8 @@ from .batch import (
     ATTRIBUTES_OFFSET,
     HEADER,
     HEADER_SIZE_UP_TO_MAGIC,
+    LENGTH_FIELD,
+    LENGTH_OFFSET,
     LOG_OVERHEAD,
     MAGIC,
     RECORD_BATCH_OVERHEAD,
@@ -120,6 +122,7 @@ FoundBatch = tuple[int, int, int, int, int, bytes, int]
 _MIN_V2_LENGTH = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD
 _ZERO_PREFIX = bytes(LOG_OVERHEAD)
 _unpack_header = HEADER.unpack_from
+_unpack_length = LENGTH_FIELD.unpack_from
 
 
 def at_tail(position: int, end: int) -> bool:
@@ -200,14 +203,14 @@ def single_batch_header(buf: bytes | bytearray | memoryview) -> BatchHeader | No
     :func:`iter_batch_headers` to read them or to have the error raised).
 
     The common case of a Produce (one batch a partition) in one call: no generator is
-    started. O(1): one header unpack.
+    started. O(1): the size field, then the header when it says one batch (so a walk that
+    follows a None parses no header twice).
     """
     end = len(buf)
-    if end < RECORD_BATCH_OVERHEAD:
+    if end < RECORD_BATCH_OVERHEAD or _unpack_length(buf, LENGTH_OFFSET)[0] + LOG_OVERHEAD != end:
         return None
     fields = _unpack_header(buf, 0)
-    length = fields[1]
-    if length + LOG_OVERHEAD != end or length < _MIN_V2_LENGTH or fields[3] != MAGIC:
+    if fields[1] < _MIN_V2_LENGTH or fields[3] != MAGIC:
         return None
     return BatchHeader(*fields, 0)
 
