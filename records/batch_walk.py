@@ -7,9 +7,15 @@ the storage engine's reads and recovery (``server/storage/log_file.py`` reads th
 batches of a block are walked by :func:`find_in_block` and :func:`collect_in_block`), the
 validation of client batches, the follower append's check, the cleaner's reads, the records
 reader, the client's decoding of fetched batches (``client/fetched.py``), ``stratalog dump-log``
-and the Spark connector (:func:`iter_batch_headers`), the cut of a fetched range at the high
-watermark or the LSO (:func:`batches_below`), and a ``max_records`` fetch's cut and slicing in
-one pass (:func:`slice_below`). So the framing rules and the tail rules below are written once.
+and the Spark connector (:func:`iter_batch_headers`; a Produce's one batch in one call,
+:func:`single_batch_header`), the cut of a fetched range at the high watermark or the LSO
+(:func:`batches_below`), and a ``max_records`` fetch's cut and slicing in one pass
+(:func:`slice_below`). So the framing rules and the tail rules below are written once:
+``check_framing`` says which rule a batch breaks, ``_end_walk`` holds the header walks' tail
+rules. Every walk's common case, a whole v2 batch (size field at least 14 and the 61-byte
+header, magic 2, not past the end), is one test made inline in each hot loop, so that a batch
+costs no call (the tests check that each walk agrees with :func:`iter_batch_headers` on
+whole, partial and broken batches).
 (``tests/unit/records/test_batch_walk.py`` fails on any other module that steps from batch to
 batch.)
 
@@ -62,6 +68,8 @@ from .batch import (
     ATTRIBUTES_OFFSET,
     HEADER,
     HEADER_SIZE_UP_TO_MAGIC,
+    LENGTH_FIELD,
+    LENGTH_OFFSET,
     LOG_OVERHEAD,
     MAGIC,
     RECORD_BATCH_OVERHEAD,
@@ -86,6 +94,7 @@ __all__ = [
     "collect_in_block",
     "find_in_block",
     "iter_batch_headers",
+    "single_batch_header",
     "slice_below",
 ]
 
@@ -113,6 +122,7 @@ FoundBatch = tuple[int, int, int, int, int, bytes, int]
 _MIN_V2_LENGTH = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD
 _ZERO_PREFIX = bytes(LOG_OVERHEAD)
 _unpack_header = HEADER.unpack_from
+_unpack_length = LENGTH_FIELD.unpack_from
 
 
 def at_tail(position: int, end: int) -> bool:
@@ -157,42 +167,102 @@ def iter_batch_headers(
                 yield BatchHeader(*fields, position)
                 position += length + LOG_OVERHEAD
                 continue
-        if position < end - HEADER_SIZE_UP_TO_MAGIC:  # (not at_tail: inlined)
-            if zeros_end and buf[position : position + LOG_OVERHEAD] == _ZERO_PREFIX:
-                return
-            # Not a whole v2 batch: check_framing says which rule fails (it raises), or
-            # returns False at a partial tail. (A batch it would pass took the test above.)
-            check_framing(buf, position, end)
-        if partial_tail_ok:
+        _end_walk(buf, position, end, partial_tail_ok, zeros_end)
+        return
+
+
+def _end_walk(
+    buf: bytes | bytearray | memoryview,
+    position: int,
+    end: int,
+    partial_tail_ok: bool = True,
+    zeros_end: bool = False,
+) -> None:
+    """The bytes at ``position`` (before ``end``) are not a whole v2 batch: raise for the
+    framing rule they break, or return where the walk ends quietly (a partial tail with
+    ``partial_tail_ok``; zeros with ``zeros_end``). The tail rules of the module docstring,
+    for every header walk."""
+    if position < end - HEADER_SIZE_UP_TO_MAGIC:  # (not at_tail: inlined)
+        if zeros_end and buf[position : position + LOG_OVERHEAD] == _ZERO_PREFIX:
             return
-        raise CorruptRecordError(
-            f"partial record batch at position {position}: {end - position} bytes remain, "
-            "fewer than the batch needs"
-        )
+        # Not a whole v2 batch: check_framing says which rule fails (it raises), or
+        # returns False at a partial tail. (A batch it would pass took the walk's test.)
+        check_framing(buf, position, end)
+    if partial_tail_ok:
+        return
+    raise CorruptRecordError(
+        f"partial record batch at position {position}: {end - position} bytes remain, "
+        "fewer than the batch needs"
+    )
+
+
+def single_batch_header(buf: bytes | bytearray | memoryview) -> BatchHeader | None:
+    """The header of the one batch ``buf`` holds, when ``buf`` is exactly one whole v2 batch
+    (the batch :func:`iter_batch_headers` would yield alone, by the same test); None for
+    anything else: several batches, a tail, a broken framing rule (walk with
+    :func:`iter_batch_headers` to read them or to have the error raised).
+
+    The common case of a Produce (one batch a partition) in one call: no generator is
+    started. O(1): the size field, then the header when it says one batch (so a walk that
+    follows a None parses no header twice).
+    """
+    end = len(buf)
+    if end < RECORD_BATCH_OVERHEAD or _unpack_length(buf, LENGTH_OFFSET)[0] + LOG_OVERHEAD != end:
+        return None
+    fields = _unpack_header(buf, 0)
+    if fields[1] < _MIN_V2_LENGTH or fields[3] != MAGIC:
+        return None
+    return BatchHeader(*fields, 0)
 
 
 def batches_below(
     data: bytes | memoryview, upper_offset: int, offset: int
 ) -> tuple[bytes | memoryview, int, int]:
     """The whole batches at the start of ``data`` that begin below ``upper_offset`` (a high
-    watermark or an LSO cut of a read at ``offset``): ``(bytes, next offset, records)``, the
-    bytes a slice of ``data`` and ``(b"", offset, 0)``'s equivalent when none does.
+    watermark or an LSO cut of a read at ``offset``): ``(bytes, next offset, records)``;
+    ``(b"", offset, 0)`` when none does.
 
-    ``data`` holds whole batches (a read of the log); a partial tail ends the walk.
+    ``data`` holds whole batches (a read of the log); a partial tail ends the walk, a malformed
+    header raises, as :func:`iter_batch_headers` does (and only below the cut: the walk stops
+    at the first batch at or above ``upper_offset``). The bytes kept are ``data`` itself when
+    nothing is cut, else a ``memoryview`` of its start, not a copy (it keeps ``data`` alive).
+
+    The cut of every bounded fetch (a READ_COMMITTED read past the LSO, a consumer's past the
+    high watermark), so it builds nothing per batch: one unpack of the scan fields and the
+    test of a whole v2 batch inline, as the block walks make it. O(batches below the cut).
 
     Raises:
-        CorruptRecordError, InvalidRecordError: a malformed header.
+        CorruptRecordError, InvalidRecordError: a malformed header below the cut.
     """
+    end = len(data)
+    # A header starting at or before this lies whole in ``data``.
+    header_limit = end - RECORD_BATCH_OVERHEAD
+    unpack = SCAN_FIELDS.unpack_from
     position = 0
     next_offset = offset
     records = 0
-    for header in iter_batch_headers(data):
-        if header.base_offset >= upper_offset:
-            break
-        position = header.end_position
-        next_offset = header.next_offset
-        records += header.records_count
-    return data[:position], next_offset, records
+    while position <= header_limit:
+        base_offset, length, magic, _, last_offset_delta, _, count = unpack(data, position)
+        following = position + length + LOG_OVERHEAD
+        if length < _MIN_V2_LENGTH or magic != MAGIC or following > end:
+            break  # not a whole v2 batch: _end_walk below says what it is
+        if base_offset >= upper_offset:
+            return _start_of(data, position), next_offset, records
+        next_offset = base_offset + last_offset_delta + 1
+        records += count
+        position = following
+    if position < end:
+        _end_walk(data, position, end)  # raises for a broken framing rule
+    return _start_of(data, position), next_offset, records
+
+
+def _start_of(data: bytes | memoryview, position: int) -> bytes | memoryview:
+    """``data[:position]`` without a copy: ``data`` whole, a view of its start, or b""."""
+    if position == len(data):
+        return data
+    if position == 0:
+        return b""
+    return memoryview(data)[:position]
 
 
 class SlicedWalk(NamedTuple):

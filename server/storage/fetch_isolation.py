@@ -13,8 +13,11 @@ What a reader may see of them depends on who reads (Kafka's ``FetchIsolation``,
 
 A bound is expected at a batch boundary (a high watermark is a follower's log end; the LSO is
 the first offset of a transaction's first batch), so a cut keeps whole batches: those that
-start below the bound. The cut walks the headers of the bytes read (``records/batch_walk.py``);
-the aborted transactions come from the ``.txnindex`` files (:meth:`LocalLog.collect_aborted_txns`).
+start below the bound. The cut walks the headers of the bytes read once, building nothing per
+batch (:func:`~stratalog.records.batch_walk.batches_below`), and keeps a ``memoryview`` of the
+read's start, not a copy: a RECORD_BATCHES answer hands it to gRPC as it is
+(``server/rpc/fetch_answer.py``), a RECORDS answer decodes from it. The aborted transactions come
+from the ``.txnindex`` files (:meth:`LocalLog.collect_aborted_txns`).
 
 A ``max_records`` read (:func:`take_records`) takes only the records a reader delivers: the
 cut, the reader's filter (control batches, and for READ_COMMITTED the aborted transactions'
@@ -62,7 +65,8 @@ class IsolationLevel(enum.IntEnum):
 
 def batches_before_bound(fetched: FetchedBatches, offset: int, upper_bound: int) -> FetchedBatches:
     """The whole batches of ``fetched`` (read at ``offset``) starting below
-    ``upper_bound``; empty at ``offset`` when none is left."""
+    ``upper_bound`` (a view of ``fetched.data`` when some are cut off); empty at ``offset``
+    when none is left."""
     if offset >= upper_bound:
         return FetchedBatches(b"", offset, 0)
     data, next_offset, records_count = batches_below(fetched.data, upper_bound, offset)
@@ -75,9 +79,10 @@ def committed_part(
     local: LocalLog, fetched: FetchedBatches, offset: int, stable: int
 ) -> FetchedBatches:
     """What a READ_COMMITTED reader may see of ``fetched`` (read at ``offset`` from
-    ``local``): the whole batches starting below ``stable`` (an LSO read before the data), with
-    the aborted transactions overlapping them, from the segment holding ``offset`` on
-    (:meth:`LocalLog.collect_aborted_txns`). Empty at ``offset`` when none is left."""
+    ``local``): the whole batches starting below ``stable`` (an LSO read before the data; a
+    view of ``fetched.data`` when some are cut off), with the aborted transactions overlapping
+    them, from the segment holding ``offset`` on (:meth:`LocalLog.collect_aborted_txns`).
+    Empty at ``offset`` when none is left."""
     if offset >= stable:
         return FetchedBatches(b"", offset, 0)
     data, next_offset, records_count = fetched.data, fetched.next_offset, fetched.records_count

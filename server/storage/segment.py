@@ -92,7 +92,9 @@ class LogOffsetPosition(NamedTuple):
 class FetchedBatches(NamedTuple):
     """Whole batches read for a fetch, and what a fetch response says of them."""
 
-    data: bytes  # whole batches back to back, from a batch boundary; b"" when none
+    # Whole batches back to back, from a batch boundary; b"" when none. A read's own bytes, or
+    # a memoryview of their start where a fetch was cut at a bound (fetch_isolation.py).
+    data: bytes | memoryview
     next_offset: int  # the last batch's last offset + 1; the offset asked for when no data
     records_count: int  # the records_count fields of the batches, summed
     # read_committed fetches only (PartitionLog.fetch): the aborted transactions overlapping

@@ -72,7 +72,7 @@ from stratalog.records.batch import (
     set_max_timestamp,
     set_partition_leader_epoch,
 )
-from stratalog.records.batch_walk import iter_batch_headers
+from stratalog.records.batch_walk import iter_batch_headers, single_batch_header
 from stratalog.records.errors import (
     CorruptRecordError,
     DecompressionLimitError,
@@ -239,12 +239,19 @@ def validate_and_assign_offsets(
 
 def _walk_headers(view: memoryview, config: LogConfig) -> list[BatchHeader]:
     """Split the input into whole batches (the one walk of batches,
-    :func:`~stratalog.records.batch_walk.iter_batch_headers`); check base offset and batch size.
+    :func:`~stratalog.records.batch_walk.iter_batch_headers`, or
+    :func:`~stratalog.records.batch_walk.single_batch_header` for one); check base offset and
+    batch size.
 
     A partial batch is an error here, unlike at the end of a log: a client sent it whole.
     """
-    headers: list[BatchHeader] = []
     max_length = config.max_message_bytes - LOG_OVERHEAD
+    # The common append, one batch the log takes, in one call; anything else (several
+    # batches, a batch refused or malformed) is walked below, which says what is wrong.
+    single = single_batch_header(view)
+    if single is not None and single.base_offset == 0 and single.length <= max_length:
+        return [single]
+    headers: list[BatchHeader] = []
     refused = None
     try:
         for header in iter_batch_headers(view):

@@ -340,6 +340,31 @@ async def test_commit_and_abort_write_markers_and_read_committed_sees_only_commi
         b"plain", b"c2"]
 
 
+async def test_a_read_committed_fetch_cut_at_an_open_transaction_answers_what_is_below_it(
+    stub,
+) -> None:
+    # The cut keeps a view of the read (fetch_isolation.py): over the wire, the batches below
+    # the LSO as stored, in both formats, and the same records as a session's reader gets.
+    await create(stub, "txn-cut")
+    await produce(stub, "txn-cut", batch([b"p0"]))          # 0
+    await produce(stub, "txn-cut", batch([b"p1", b"p2"]))   # 1-2
+    opener = await Producer(stub, "opener").init()
+    await opener.add(("txn-cut", 0))
+    await opener.send("txn-cut", [b"t3"])                   # 3: the LSO
+    await produce(stub, "txn-cut", batch([b"p4"]))          # 4
+    raw = await fetch(stub, "txn-cut", fmt=RECORD_BATCHES, isolation=COMMITTED)
+    whole = await fetch(stub, "txn-cut", fmt=RECORD_BATCHES)
+    assert (raw.next_offset, raw.last_stable_offset, raw.high_watermark) == (3, 3, 5)
+    assert [header.base_offset for header, _ in iter_batches(raw.record_batches)] == [0, 1]
+    assert whole.record_batches.startswith(raw.record_batches)
+    assert len(raw.record_batches) < len(whole.record_batches)
+    records = await fetch(stub, "txn-cut", isolation=COMMITTED)
+    assert [(r.offset, r.value) for r in records.records] == [(0, b"p0"), (1, b"p1"), (2, b"p2")]
+    assert records.next_offset == 3
+    from_one = await fetch(stub, "txn-cut", 1, fmt=RECORD_BATCHES, isolation=COMMITTED)
+    assert from_one.record_batches == raw.record_batches[len(batch([b"p0"])):]
+
+
 async def test_records_form_transactional_produce(stub) -> None:
     await create(stub, "txn-records")
     producer = await Producer(stub, "records-form").init()

@@ -18,6 +18,7 @@ from stratalog.records.batch_walk import (
     collect_in_block,
     find_in_block,
     iter_batch_headers,
+    single_batch_header,
 )
 from stratalog.records.errors import CorruptRecordError, InvalidRecordError
 
@@ -107,6 +108,42 @@ def test_a_whole_batch_below_the_header_size_or_not_v2_raises_wherever_it_is(aft
     small[16] = 1
     with pytest.raises(InvalidRecordError, match="position 86 has magic 1"):
         list(iter_batch_headers(TWO_RECORDS + bytes(small) + after))
+
+
+def _single_batch_cases() -> list[bytes]:
+    """One batch alone, and what is not one: several, tails, broken framing, empty."""
+    bad_magic = bytearray(HELLO_WORLD)
+    bad_magic[16] = 1
+    tiny = bytearray(HELLO_WORLD)
+    tiny[8:12] = (13).to_bytes(4, "big")
+    small = bytearray(HELLO_WORLD[:42])
+    small[8:12] = (30).to_bytes(4, "big")
+    longer = bytearray(HELLO_WORLD)  # declares one byte more than there is
+    longer[8:12] = (len(HELLO_WORLD) - 11).to_bytes(4, "big")
+    shorter = bytearray(HELLO_WORLD)  # declares one byte less: a 1-byte tail after it
+    shorter[8:12] = (len(HELLO_WORLD) - 13).to_bytes(4, "big")
+    return [
+        HELLO_WORLD, TWO_RECORDS, _log(1)[0], _log(1, seed=3)[0],
+        TWO_RECORDS + HELLO_WORLD, HELLO_WORLD + HELLO_WORLD[:17], HELLO_WORLD + bytes(12),
+        HELLO_WORLD[:-1], HELLO_WORLD[:61], HELLO_WORLD[:60], HELLO_WORLD[:17], b"",
+        bytes(bad_magic), bytes(tiny), bytes(small), bytes(longer), bytes(shorter),
+        bytes(len(HELLO_WORLD)),
+    ]
+
+
+@pytest.mark.parametrize("case", range(len(_single_batch_cases())))
+def test_single_batch_header_is_the_walk_of_a_buffer_that_is_one_whole_batch(case: int) -> None:
+    buf = _single_batch_cases()[case]
+    single = single_batch_header(buf)
+    try:
+        walked = list(iter_batch_headers(buf, partial_tail_ok=False))
+    except (CorruptRecordError, InvalidRecordError):
+        walked = None  # the walk raises: not one whole batch
+    if walked is not None and len(walked) == 1:
+        assert single == walked[0] and single.end_position == len(buf)
+        assert single_batch_header(memoryview(buf)) == single
+    else:
+        assert single is None
 
 
 def test_batches_below_cuts_at_the_first_batch_starting_at_the_bound():

@@ -19,11 +19,13 @@ from aiokafka.record.default_records import DefaultRecordBatch as AioBatch
 
 from stratalog.records.aborted_filter import AbortedTransactionFilter
 from stratalog.records.batch import Compression, validate_batch
-from stratalog.records.batch_walk import iter_batch_headers
+from stratalog.records.batch_walk import batches_below, iter_batch_headers
 from stratalog.records.builder import build_batch
 from stratalog.records.control import ControlRecordType, encode_control_key
+from stratalog.records.errors import CorruptRecordError, InvalidRecordError
 from stratalog.records.reader import decode_batch
 from stratalog.records.slicing import slice_batch
+from stratalog.server.rpc.translation import decode_records_into
 from stratalog.server.storage.errors import StorageError
 from stratalog.server.storage.fetch_isolation import (
     IsolationLevel,
@@ -33,6 +35,7 @@ from stratalog.server.storage.fetch_isolation import (
 from stratalog.server.storage.partition_log import PartitionLog
 from stratalog.server.storage.segment import FetchedBatches
 from stratalog.server.storage.txn_index import AbortedTxn
+from stratalog.v1.broker_pb2 import FetchResponse
 
 T0 = 1_700_000_000_000
 
@@ -288,6 +291,133 @@ def test_take_records_is_the_cut_then_the_slicing(seed: int) -> None:
         assert got.whole_bytes <= whole_bytes
     # The positions are where the batches of the answer start.
     assert list(got.positions) == [h.position for h in iter_batch_headers(got.data)]
+
+
+# ------------------------------------------------------------------------ the cut, a model
+
+def _reference_below(data, upper_offset, offset):
+    """The cut the plain way: the header walk (iter_batch_headers) up to the first batch at or
+    above the bound, then a copy of the bytes before it."""
+    position, next_offset, records = 0, offset, 0
+    for header in iter_batch_headers(data):
+        if header.base_offset >= upper_offset:
+            break
+        position, next_offset = header.end_position, header.next_offset
+        records += header.records_count
+    return data[:position], next_offset, records
+
+
+def _damaged(rng: random.Random, data: bytes) -> bytes:
+    """``data`` as it is, or with one header broken (a size field below 14, a batch below the
+    61-byte header, a magic byte, a size running past the end) or a partial tail."""
+    headers = list(iter_batch_headers(data))
+    victim = rng.choice(headers)
+    at = victim.position
+    damage = rng.choice(["none", "none", "tiny", "small", "magic", "long", "tail"])
+    broken = bytearray(data)
+    if damage == "tiny":
+        broken[at + 8 : at + 12] = rng.randrange(0, 14).to_bytes(4, "big")
+    elif damage == "small":
+        broken[at + 8 : at + 12] = rng.randrange(14, 49).to_bytes(4, "big")
+    elif damage == "magic":
+        broken[at + 16] = rng.choice([0, 1, 3])
+    elif damage == "long":
+        broken[at + 8 : at + 12] = (len(data) - at).to_bytes(4, "big")
+    elif damage == "tail":
+        return data[: at + rng.randrange(0, victim.size_bytes)]
+    return bytes(broken)
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_the_cut_is_the_header_walk_then_a_copy(seed: int) -> None:
+    """batches_below (one lean walk, a view of what it keeps) against the header walk and a
+    copy, on random logs with bounds everywhere and damage anywhere: the same bytes, next
+    offset and records, or the same error."""
+    rng = random.Random(seed)
+    data, _ = _random_log(rng)
+    headers = list(iter_batch_headers(data))
+    start = rng.choice(headers)
+    read = _damaged(rng, data[start.position:])
+    offset = rng.randrange(start.base_offset, start.next_offset)
+    upper_offset = rng.choice([
+        offset, headers[-1].next_offset, 10**9, rng.choice(headers).base_offset,
+        rng.choice(headers).base_offset + 1, rng.randrange(0, headers[-1].next_offset + 2),
+    ])
+    try:
+        expected = _reference_below(read, upper_offset, offset)
+    except (CorruptRecordError, InvalidRecordError) as exc:
+        with pytest.raises(type(exc)) as caught:
+            batches_below(read, upper_offset, offset)
+        assert str(caught.value) == str(exc)
+        return
+    kept, next_offset, records = batches_below(read, upper_offset, offset)
+    assert (bytes(kept), next_offset, records) == expected
+    # Not a copy: all of the read, or a view of it.
+    assert kept is read or not kept or kept.obj is read
+    through = batches_before_bound(FetchedBatches(read, start.next_offset, 0), offset,
+                                   upper_offset)
+    if not expected[0] or offset >= upper_offset:
+        assert through == FetchedBatches(b"", offset, 0)
+    else:
+        assert (bytes(through.data), *through[1:]) == (expected[0], *expected[1:], ())
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_logs_bounded_fetch_is_its_whole_read_cut(tmp_path, seed: int) -> None:
+    """On live logs (transactions over several segments, a high watermark below the log end):
+    a fetch bounded by the high watermark or the LSO is the unbounded read cut by the header
+    walk, and decodes (the RECORDS answer) to what those bytes, copied, decode to."""
+    rng = random.Random(seed)
+    log = PartitionLog.open(tmp_path / "t-0", {"segment.bytes": rng.choice([700, 4000, 1 << 20])},
+                            time_ms=lambda: T0)
+    sequences = [0, 0, 0]
+    open_txn = [False, False, False]
+    try:
+        for _ in range(40):
+            producer_id = rng.randrange(3)
+            if open_txn[producer_id] and rng.random() < 0.3:
+                log.write_txn_marker(producer_id, 0, 0, commit=rng.random() < 0.5)
+                open_txn[producer_id] = False
+                continue
+            count = rng.randrange(1, 6)
+            records = [(T0, b"k", b"v" * rng.randrange(60), ())] * count
+            if rng.random() < 0.6:
+                log.append(build_batch(records, producer_id=producer_id, producer_epoch=0,
+                                       base_sequence=sequences[producer_id],
+                                       is_transactional=True))
+                sequences[producer_id] += count
+                open_txn[producer_id] = True
+            else:
+                log.append(build_batch(records))
+        end = log.log_end_offset
+        log.update_high_watermark(rng.randrange(end // 2, end + 1))
+        for _ in range(60):
+            offset = rng.randrange(0, end + 1)
+            max_bytes = rng.choice([0, 100, 1000, 1 << 20])
+            isolation = rng.choice(list(IsolationLevel))
+            bound = rng.choice([None, log.high_watermark])
+            committed = isolation == IsolationLevel.READ_COMMITTED
+            upper = log.last_stable_offset if committed else bound
+            if committed and bound is not None:
+                upper = min(upper, bound)
+            whole = log.fetch(offset, max_bytes)
+            if upper is None or offset >= upper:
+                expected = (b"", offset, 0) if upper is not None else tuple(whole[:3])
+            else:
+                expected = _reference_below(whole.data, upper, offset)
+                if not expected[0]:
+                    expected = (b"", offset, 0)
+            got = log.fetch(offset, max_bytes, isolation_level=isolation, upper_bound=bound)
+            case = (offset, max_bytes, isolation, bound, upper)
+            assert (bytes(got.data), got.next_offset, got.records_count) == expected, case
+            # The RECORDS answer: decoded from the view as from a copy, field for field.
+            aborted = got.aborted_transactions if committed else None
+            from_view, from_copy = FetchResponse(), FetchResponse()
+            decode_records_into(from_view.records, got.data, offset, 1 << 20, aborted)
+            decode_records_into(from_copy.records, bytes(got.data), offset, 1 << 20, aborted)
+            assert from_view.SerializeToString() == from_copy.SerializeToString(), case
+    finally:
+        log.close()
 
 
 # ------------------------------------------------------------------------ PartitionLog.take_records

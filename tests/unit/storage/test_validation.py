@@ -1,6 +1,6 @@
 """server.storage.validation: the bound on an append's decompressed bytes and the range of
-record timestamps (issue 13, defects 2 and 5). The other checks are exercised through
-PartitionLog.append in test_partition_log.py."""
+record timestamps (issue 13, defects 2 and 5), and a one-batch append's refusals. The other
+checks are exercised through PartitionLog.append in test_partition_log.py."""
 
 from __future__ import annotations
 
@@ -8,9 +8,13 @@ from collections.abc import Callable
 
 import pytest
 
-from stratalog.records.batch import NO_TIMESTAMP, Compression, TimestampType
+from stratalog.records.batch import NO_TIMESTAMP, Compression, TimestampType, set_base_offset
 from stratalog.records.builder import build_batch
-from stratalog.records.errors import DecompressionLimitError
+from stratalog.records.errors import (
+    DecompressionLimitError,
+    InvalidRecordError,
+    RecordTooLargeError,
+)
 from stratalog.records.reader import (
     DEFAULT_MAX_DECOMPRESSED_BYTES,
     iter_batches,
@@ -133,3 +137,30 @@ def test_a_negative_log_append_time_claimed_by_a_batch_is_refused() -> None:
     )
     with pytest.raises(InvalidTimestampError, match="LogAppendTime timestamp -5"):
         _validate(batch)
+
+
+# ---------------------------------------------------------------- one batch, the common append
+
+
+def test_one_batch_is_refused_with_the_message_of_the_walk() -> None:
+    """An append of one batch takes the one-call path (single_batch_header); a batch it
+    cannot take (a base offset, a size) goes on to the walk, which names the same fault as
+    for a batch among several."""
+    batch = build_batch([(T0, None, b"x" * 200, ())])
+    validated = _validate(batch)
+    assert (validated.batch_count, validated.headers[0].position) == (1, 0)
+    assert validated.headers[0].end_position == len(batch)
+    moved = bytearray(batch)
+    set_base_offset(moved, 0, 5)
+    with pytest.raises(InvalidRecordError, match=(
+        "batch 0 at position 0: the base offset of a client batch must be 0, but it is 5"
+    )):
+        _validate(bytes(moved))
+    small = LogConfig.from_mapping({"max.message.bytes": str(len(batch) - 1)})
+    with pytest.raises(RecordTooLargeError, match=(
+        f"batch 0 at position 0 is {len(batch)} bytes, which exceeds the maximum configured "
+        f"value of max.message.bytes \\({len(batch) - 1}\\)"
+    )):
+        _validate(batch, small)
+    assert _validate(batch, LogConfig.from_mapping(
+        {"max.message.bytes": str(len(batch))})).record_count == 1
