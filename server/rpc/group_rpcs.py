@@ -126,7 +126,11 @@ class GroupRpcs(RpcBase):
         elif request.key_type == broker_pb2.COORDINATOR_TYPE_GROUP:
             groups = self._group_service()
             _raise(groups.config.group_id_error(request.key))
-            partition = await groups.find_coordinator(request.key)
+            found = await groups.find_coordinator(request.key)
+            if found.node_id is not None:  # a cluster: the partition's leader
+                return broker_pb2.FindCoordinatorResponse(
+                    node_id=found.node_id, address=found.address, partition=found.partition)
+            partition = found.partition
         else:
             raise BadRequestError("key_type", f"unknown value {request.key_type}")
         return broker_pb2.FindCoordinatorResponse(
