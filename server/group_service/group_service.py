@@ -86,6 +86,8 @@ from stratalog.server.groups import (
     NotCoordinatorError,
     OffsetCommitRequest,
     OffsetCommitResponse,
+    OffsetDeleteRequest,
+    OffsetDeleteResponse,
     OffsetFetchRequest,
     OffsetFetchResponse,
     OffsetMetadataTooLargeError,
@@ -592,6 +594,13 @@ class GroupService:
             answers.get(group_id) or DescribedGroup(group_id, None) for group_id in
             request.group_ids
         ))
+
+    async def delete_offsets(self, request: OffsetDeleteRequest) -> OffsetDeleteResponse:
+        """OffsetDelete: the group's offsets of the partitions named (the core decides;
+        the topics are not looked up: the offsets of a deleted topic may be deleted too)."""
+        coordinator = await self._coordinator_of(request.group_id)
+        return await coordinator.submit(  # type: ignore[no-any-return]
+            lambda token, now: coordinator.core.delete_offsets(request, token, now))
 
     async def delete_groups(self, request: DeleteGroupsRequest) -> DeleteGroupsResponse:
         answers = await self._by_partition(

@@ -1,13 +1,12 @@
 """The consumer-group RPCs of the Broker service: FindCoordinator, JoinGroup, SyncGroup,
-Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups
-AddOffsetsToTxn and TxnOffsetCommit (issue 27; docs/groups.md, "Serving groups"), and OffsetDelete,
-not served yet (UNIMPLEMENTED, saying what is missing).
+Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups,
+OffsetDelete, AddOffsetsToTxn and TxnOffsetCommit (issue 27; docs/groups.md, "Serving groups").
 
 Each translates broker.proto's message to the group coordinator's dataclasses
 (server/groups/group_messages.py), makes one call to the serving layer
 (:class:`~stratalog.server.group_service.GroupService`) and translates the answer back. An error
 of the whole request (the response's ``error``, or for OffsetCommit and OffsetFetch the first
-partition's: broker.proto's OffsetCommit is all or nothing) is raised, and becomes its status in
+partition's: broker.proto's OffsetCommit and OffsetDelete are all or nothing) is raised, and becomes its status in
 status.py; requests about several groups or members answer an ErrorReason per item.
 
 The member's client id is the call's ``x-client-id`` metadata ("" without one), its host the
@@ -38,6 +37,7 @@ from stratalog.server.groups import (
     ListGroupsRequest,
     MemberIdRequiredError,
     OffsetCommitRequest,
+    OffsetDeleteRequest,
     OffsetFetchRequest,
     PartitionOffset,
     SyncGroupRequest,
@@ -66,8 +66,6 @@ CLIENT_ID_METADATA_KEY = "x-client-id"
 _CLIENT_ID_CHARS_MAX = 255
 #: Most group ids one DescribeGroups or DeleteGroups may name.
 _GROUP_IDS_MAX = 1000
-
-_NOT_SERVED = "{rpc} is not served yet: {what} (docs/groups.md, \"Serving groups\")"
 
 
 def _optional(message: Any, field: str) -> str | None:
@@ -346,18 +344,26 @@ class GroupRpcs(RpcBase):
             answer.groups.add(group_id=group_id, error=reason, error_message=message)
         return answer
 
-    # ---------------------------------------------------------------- not served yet
-
     @rpc_method()
     async def OffsetDelete(
         self, request: broker_pb2.OffsetDeleteRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.OffsetDeleteResponse:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, _NOT_SERVED.format(
-            rpc="OffsetDelete",
-            what="the group coordinator has no OffsetDelete yet; DeleteGroups deletes an empty"
-                 " group with all its offsets",
-        ))
-        raise AssertionError("abort returned")  # pragma: no cover
+        if not request.partitions:
+            raise BadRequestError("partitions", "name at least one partition whose committed"
+                                  " offset to delete")
+        partitions = []
+        for index, item in enumerate(request.partitions):
+            topic = self._topic(item.topic, f"partitions[{index}].topic")
+            if item.partition < 0:
+                raise BadRequestError(f"partitions[{index}].partition",
+                                      f"must be >= 0, got {item.partition}")
+            partitions.append((topic, item.partition))
+        response = await self._group_service().delete_offsets(
+            OffsetDeleteRequest(request.group_id, tuple(partitions)))
+        _raise(response.error)
+        for partition in response.partitions:
+            _raise(partition.error)
+        return broker_pb2.OffsetDeleteResponse()
 
     # ---------------------------------------------------------------- transactional offsets
 
