@@ -163,6 +163,18 @@ def test_the_coordinator_is_the_partitions_leader_and_a_failover_keeps_every_com
         for offset in range(1, 21):
             commit(stub, member_id, generation, offset)
     acknowledged = {("events", 0): 20, ("events", 1): 21}
+    # Elsewhere: DescribeGroups answers NOT_COORDINATOR for the group, ListGroups lists the
+    # groups each server coordinates (Kafka's admin client asks every broker).
+    channel, stub = broker(other)
+    with channel:
+        group = stub.DescribeGroups(pb.DescribeGroupsRequest(group_ids=[GROUP]), timeout=T)
+        assert pb.ErrorReason.Name(group.groups[0].error) == "NOT_COORDINATOR"
+        listed = retried(stub.ListGroups, pb.ListGroupsRequest())
+        assert GROUP not in {g.group_id for g in listed.groups}
+    channel, stub = broker(found.address)
+    with channel:
+        listed = retried(stub.ListGroups, pb.ListGroupsRequest())
+        assert GROUP in {g.group_id for g in listed.groups}
 
     # kill -9 of the coordinator's server: the new leader of the partition coordinates.
     servers.pop(node).kill()
