@@ -79,7 +79,7 @@ class ReplicaEvents(Protocol):
 class LeadershipListener(Protocol):
     """What hears that this server began or stopped leading a partition: the group service,
     whose coordinator of a ``__consumer_offsets`` partition is that partition's leader
-    (docs/groups.md, "Serving groups"), as Kafka's ``ReplicaManager.applyDelta`` calls
+    (docs/groups.md, "Cluster mode"), as Kafka's ``ReplicaManager.applyDelta`` calls
     ``GroupCoordinator.onElection`` / ``onResignation``. Implemented by
     :class:`stratalog.server.group_service.GroupService`; the cluster package never imports
     it. Called on the event loop for every partition (the listener picks its topics), after the

@@ -12,9 +12,9 @@ this node among its replicas (partition_state.py's TopicAssignment):
 
 1. **The log exists.** The topic is created locally (``LogManager.create_topic``) with the
    assignment's partition count and configs, all of its partitions: the storage engine creates
-   topics whole (``__consumer_offsets`` as the internal topic it is: its name is reserved). A partition this node does not replicate is then held locally but never
-   served: clients get NotLeaderOrFollowerError for it (the leader hint from the view), and it
-   stays empty.
+   topics whole (``__consumer_offsets`` as the internal topic it is: its name is reserved). A
+   partition this node does not replicate is then held locally but never served: clients get
+   NotLeaderOrFollowerError for it (the leader hint from the view), and it stays empty.
 2. **The role** follows the partition's state (its PartitionState, read with its mod revision):
 
    * leader = this node, at an epoch newer than the replica's: stop fetching, assign the
