@@ -427,9 +427,16 @@ class GroupService:
         and committed once the in-sync followers fetched it), then load up to it."""
         if previous is not None:
             await asyncio.wait({previous})  # not cancelled with this task: it ends by itself
-        log = self._replicas.log_manager.get_log(GROUP_METADATA_TOPIC, coordinator.partition)
-        _, state = self._replicas.get_partition(GROUP_METADATA_TOPIC, coordinator.partition)
+        try:
+            log, state = self._replicas.get_partition(GROUP_METADATA_TOPIC,
+                                                      coordinator.partition)
+        except UnknownTopicOrPartitionError as exc:  # deleted meanwhile: nothing to load
+            logger.warning("%s: not loaded: %s", coordinator.name, exc)
+            return
         target = log.log_end_offset
+        if log.high_watermark < target:
+            logger.info("%s: loading once the high watermark %d reaches %d (the followers"
+                        " fetch)", coordinator.name, log.high_watermark, target)
         while log.high_watermark < target and not state.closed:
             signal = state.signal()
             if log.high_watermark >= target:
