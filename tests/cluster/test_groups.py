@@ -194,3 +194,26 @@ def test_the_coordinator_is_the_partitions_leader_and_a_failover_keeps_every_com
         answer = stub.OffsetFetch(pb.OffsetFetchRequest(group_id=GROUP), timeout=T)
         assert {(o.topic, o.partition): o.offset for o in answer.offsets} == {
             ("events", 0): 30, ("events", 1): 31}
+
+
+def test_a_lone_member_creates_the_offsets_topic_with_the_replicas_it_has(start_member) -> None:
+    """min(offsets_topic_replication_factor, live brokers) replicas (docs/groups.md): one live
+    broker, one replica, and groups are served; the name stays refused to clients."""
+    server = start_member(1, *MEMBER_FLAGS, *GROUP_FLAGS)
+    wait_for(lambda: len(metadata(server).brokers) == 1, "the member registered")
+    channel, stub = broker(server)
+    with channel:
+        refusal = refused(stub.CreateTopic, pb.CreateTopicRequest(
+            name="__consumer_offsets", partitions=1))
+        assert refusal.reason == "INVALID_TOPIC" and "reserved" in refusal.message, refusal
+        found = retried(stub.FindCoordinator, pb.FindCoordinatorRequest(
+            key=GROUP, key_type=pb.COORDINATOR_TYPE_GROUP))
+        assert (found.node_id, found.address) == (1, server.target)
+        offsets_topic = metadata(server, "__consumer_offsets").topics[0]
+        assert [list(p.replicas) for p in offsets_topic.partitions] == [[1]] * OFFSETS_PARTITIONS
+        stub.CreateTopic(pb.CreateTopicRequest(name="events", partitions=2), timeout=T)
+        member_id, generation = join(stub, "")
+        commit(stub, member_id, generation, 3)
+        answer = stub.OffsetFetch(pb.OffsetFetchRequest(group_id=GROUP), timeout=T)
+        assert {(o.topic, o.partition): o.offset for o in answer.offsets} == {
+            ("events", 0): 3, ("events", 1): 4}
