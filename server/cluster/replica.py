@@ -81,7 +81,7 @@ class LeadershipListener(Protocol):
     whose coordinator of a ``__consumer_offsets`` partition is that partition's leader
     (docs/groups.md, "Cluster mode"), as Kafka's ``ReplicaManager.applyDelta`` calls
     ``GroupCoordinator.onElection`` / ``onResignation``. Implemented by
-    :class:`stratalog.server.group_service.GroupService`; the cluster package never imports
+    :class:`stratalog.server.group_service.ClusterPartitions`; the cluster package never imports
     it. Called on the event loop for every partition (the listener picks its topics), after the
     role changed; must not block."""
 

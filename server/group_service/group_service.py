@@ -27,24 +27,13 @@ for a partition still loading is answered COORDINATOR_LOAD_IN_PROGRESS by its co
 group.
 
 **A cluster** (docs/groups.md, "Cluster mode"). The coordinator of a group is the leader of its
-partition, as Kafka's (``GroupCoordinatorService.onElection`` / ``onResignation``, called from
-``ReplicaManager.applyDelta``):
-
-* the topic is created through the cluster's topic administration (etcd,
-  server/cluster/topic_admin.py) with min(offsets.topic.replication.factor, live brokers)
-  replicas, by the first request that needs it on any server;
-* the replica roles (server/cluster/replica_roles.py) tell this service, as its
-  ``LeadershipListener``, when this server begins leading a partition of the topic
-  (:meth:`became_leader`: a :class:`PartitionCoordinator` is made, loading, and loads once the
-  partition's high watermark reached the log end it had when it took the leadership, so that
-  every record an old leader acknowledged is replayed) and when it stops
-  (:meth:`stopped_leading`: unloaded, its parked requests answered NOT_COORDINATOR);
-* a request for a group whose partition is not led here is NOT_COORDINATOR; FindCoordinator
-  answers the partition's leader from the cluster view (COORDINATOR_NOT_AVAILABLE while it has
-  none, or its leader is not live);
-* a commit's topic and partition are checked against the cluster's topics (the offset against
-  the log end only when this server holds the partition's log unreplicated: another leader's
-  log end is not known here).
+partition, as Kafka's: :attr:`GroupService.cluster` (cluster_partitions.py) creates the topic
+in etcd, hears from the replica roles when this server begins and stops leading a partition
+(their ``LeadershipListener``) and keeps ``partitions`` to the ones led here; a request for a
+group whose partition is not led here is NOT_COORDINATOR; FindCoordinator answers the
+partition's leader from the cluster view. A commit's topic and partition are checked against
+the cluster's topics (the offset against the log end only when this server holds the
+partition's log unreplicated: another leader's log end is not known here).
 
 Transactions are not served in cluster mode (docs/cluster.md), so neither are the
 transactional offsets.
@@ -61,10 +50,9 @@ import functools
 import logging
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from stratalog.records.group_partition import partition_for_group
-from stratalog.server.cluster import errors as cluster_errors
 from stratalog.server.groups import (
     CoordinatorNotAvailableError,
     DeleteGroupsRequest,
@@ -96,41 +84,23 @@ from stratalog.server.groups import (
     SyncGroupResponse,
     TxnOffsetCommitRequest,
 )
-from stratalog.server.storage.errors import (
-    OffsetOutOfRangeError,
-    TopicAlreadyExistsError,
-    UnknownTopicOrPartitionError,
-)
+from stratalog.server.storage.errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
 
+from .cluster_partitions import ClusterPartitions, CoordinatorLocation
 from .offsets_topic import GROUP_METADATA_TOPIC, topic_configs
 from .partition_coordinator import PartitionCoordinator
 
 if TYPE_CHECKING:
     from stratalog.server.broker import ReplicaManager
-    from stratalog.server.cluster.node import ClusterNode
-    from stratalog.server.cluster.topic_admin import TopicAdmin
     from stratalog.server.metrics import ServerMetrics
     from stratalog.server.settings import Settings
     from stratalog.server.transactions import TransactionCoordinator
 
-__all__ = ["CoordinatorLocation", "GroupService", "group_config"]
+__all__ = ["GroupService", "group_config"]
 
 logger = logging.getLogger(__name__)
 
 _R = TypeVar("_R")
-
-#: A new leader's wait for its high watermark wakes at least this often to look again (the
-#: serving layer's signal wakes it at every move; the timeout only bounds a missed one).
-HIGH_WATERMARK_RECHECK_S = 1.0
-
-
-class CoordinatorLocation(NamedTuple):
-    """FindCoordinator's answer: the group's ``__consumer_offsets`` partition and its leader
-    (``node_id`` None: this single server, at the front end's advertised address)."""
-
-    partition: int
-    node_id: int | None = None
-    address: str = ""
 
 
 def group_config(settings: Settings) -> GroupConfig:
@@ -181,12 +151,12 @@ class GroupService:
         self._loads: list[asyncio.Task[None]] = []
         self._creating = asyncio.Lock()
         self._closed = False
-        #: Cluster mode: the leader epoch each coordinator serves, its load task (waiting for
-        #: the high watermark, then loading), and the closes of the coordinators unloaded.
-        self._epochs: dict[int, int] = {}
-        self._leading: dict[int, asyncio.Task[None]] = {}
-        self._closing: dict[int, asyncio.Task[None]] = {}
-        self._topic_admin: TopicAdmin | None = None
+        #: Cluster mode: the topic in etcd and the coordinators of the partitions led here
+        #: (the replica roles' LeadershipListener); None on a single server.
+        self.cluster: ClusterPartitions | None = None
+        if settings.cluster:
+            self.cluster = ClusterPartitions(replica_manager, settings, executor, self.config,
+                                             self.partitions, metrics=metrics)
 
     # ---------------------------------------------------------------- life
 
@@ -201,16 +171,19 @@ class GroupService:
     def begin_shutdown(self) -> None:
         """Answer every parked request NOT_COORDINATOR; nothing new is served."""
         self._closed = True
+        if self.cluster is not None:
+            self.cluster.begin_shutdown()
         for coordinator in self.partitions.values():
             coordinator.unload()
 
     async def close(self) -> None:
         """Stop the loads, the writers and the timers."""
         self._closed = True
-        loads = [*self._loads, *self._leading.values()]
-        for task in loads:
+        if self.cluster is not None:
+            await self.cluster.close()
+        for task in self._loads:
             task.cancel()
-        for task in [*loads, *self._closing.values()]:
+        for task in self._loads:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         for coordinator in self.partitions.values():
@@ -219,10 +192,8 @@ class GroupService:
     def _partition_count(self) -> int:
         """The topic's partitions (0: it does not exist): in a cluster, as the cluster view
         has them; on one server, its logs here."""
-        if self._settings.cluster:
-            node = self._replicas.cluster_node
-            assignment = node.view.topics.get(GROUP_METADATA_TOPIC) if node else None
-            return assignment.partition_count if assignment is not None else 0
+        if self.cluster is not None:
+            return self.cluster.partition_count()
         return sum(1 for topic, _ in self._replicas.log_manager.logs() if topic ==
                    GROUP_METADATA_TOPIC)
 
@@ -239,8 +210,8 @@ class GroupService:
     async def _ensure_topic(self) -> int:
         """Create ``__consumer_offsets`` if it does not exist, and (one server) its
         coordinators; its partition count."""
-        if self._settings.cluster:
-            return await self._ensure_cluster_topic()
+        if self.cluster is not None:
+            return await self.cluster.ensure_topic()
         if self.partitions:
             return len(self.partitions)
         async with self._creating:
@@ -296,153 +267,9 @@ class GroupService:
         if self._closed:
             raise CoordinatorNotAvailableError("the server is shutting down")
         partition = partition_for_group(group_id, await self._ensure_topic())
-        node = self._replicas.cluster_node
-        if node is None:
+        if self.cluster is None:
             return CoordinatorLocation(partition)
-        versioned = node.view.state(GROUP_METADATA_TOPIC, partition)
-        where = f"{GROUP_METADATA_TOPIC}-{partition}, the partition of group {group_id!r},"
-        if versioned is None or not versioned.state.has_leader:
-            raise CoordinatorNotAvailableError(f"{where} has no leader now: retry")
-        leader = versioned.state.leader
-        broker = node.membership.brokers.get(leader)
-        if broker is None:
-            raise CoordinatorNotAvailableError(
-                f"{where} is led by node {leader}, which is not live: retry once another"
-                " replica is elected")
-        return CoordinatorLocation(partition, leader, broker.address)
-
-    # ---------------------------------------------------------------- a cluster
-
-    def _cluster_node(self) -> ClusterNode:
-        node = self._replicas.cluster_node
-        if node is None:
-            raise CoordinatorNotAvailableError(
-                "this server has not joined its cluster yet (it registers in etcd right after"
-                " it starts listening): retry")
-        return node
-
-    async def _ensure_cluster_topic(self) -> int:
-        """The topic's partition count, the topic written to etcd first if the cluster has
-        none (module docstring); raises CoordinatorNotAvailableError when etcd cannot make it
-        now."""
-        node = self._cluster_node()
-        count = self._partition_count()
-        if count:
-            return count
-        async with self._creating:
-            count = self._partition_count()
-            if count:
-                return count
-            settings = self._settings
-            if self._topic_admin is None:
-                from stratalog.server.cluster.topic_admin import TopicAdmin
-
-                self._topic_admin = TopicAdmin(
-                    node, self._replicas.log_manager, settings.default_replication_factor,
-                    settings.unclean_leader_election_enable)
-            live = len(node.membership.brokers)
-            factor = max(1, min(settings.offsets_topic_replication_factor, live))
-            try:
-                await self._topic_admin.create_topic(
-                    GROUP_METADATA_TOPIC, settings.offsets_topic_num_partitions,
-                    topic_configs(settings.offsets_topic_segment_bytes), factor, internal=True)
-            except TopicAlreadyExistsError:
-                pass  # another server made it first: the view shows it
-            except (cluster_errors.CoordinationUnavailableError,
-                    cluster_errors.InvalidReplicationFactorError) as exc:
-                raise CoordinatorNotAvailableError(
-                    f"cannot create {GROUP_METADATA_TOPIC} now: {exc}") from exc
-            else:
-                logger.info("created the internal topic %s in the cluster: %d partitions,"
-                            " replication factor %d (offsets_topic_replication_factor %d,"
-                            " %d live brokers), compacted", GROUP_METADATA_TOPIC,
-                            settings.offsets_topic_num_partitions, factor,
-                            settings.offsets_topic_replication_factor, live)
-            with contextlib.suppress(Exception):  # etcd down: the next poll shows it
-                await node.view.refresh()
-            count = self._partition_count()
-            if not count:
-                raise CoordinatorNotAvailableError(
-                    f"{GROUP_METADATA_TOPIC} is being created: retry")
-            return count
-
-    def became_leader(self, topic: str, partition: int, leader_epoch: int) -> None:
-        """``LeadershipListener``: this server leads ``topic``-``partition`` at
-        ``leader_epoch``: for a partition of ``__consumer_offsets``, its coordinator is made
-        and loads (module docstring). The same epoch again (a lease renewed): kept."""
-        if topic != GROUP_METADATA_TOPIC or self._closed:
-            return
-        if partition in self.partitions and self._epochs.get(partition) == leader_epoch:
-            return
-        previous = self._resign(partition)
-        coordinator = PartitionCoordinator(
-            partition, self.config, self._replicas, self._executor, metrics=self._metrics)
-        self.partitions[partition] = coordinator
-        self._epochs[partition] = leader_epoch
-        self._leading[partition] = asyncio.get_running_loop().create_task(
-            self._load_as_leader(coordinator, previous),
-            name=f"stratalog-group-load-{partition}")
-        logger.info("%s: leader at epoch %d: its group coordinator loads", coordinator.name,
-                    leader_epoch)
-
-    def stopped_leading(self, topic: str, partition: int) -> None:
-        """``LeadershipListener``: this server no longer leads ``topic``-``partition``: its
-        coordinator, if any, is unloaded (parked requests NOT_COORDINATOR) and closed."""
-        if topic == GROUP_METADATA_TOPIC and self._resign(partition) is not None:
-            logger.info("%s-%d: no longer leader: its group coordinator unloaded",
-                        GROUP_METADATA_TOPIC, partition)
-
-    def _resign(self, partition: int) -> asyncio.Task[None] | None:
-        """Unload ``partition``'s coordinator now and close it in the background; the task
-        that closes it (None: there was none)."""
-        coordinator = self.partitions.pop(partition, None)
-        self._epochs.pop(partition, None)
-        load = self._leading.pop(partition, None)
-        if load is not None:
-            load.cancel()
-        if coordinator is None:
-            return None
-        coordinator.unload()
-        closing = asyncio.get_running_loop().create_task(
-            self._close_after(coordinator, load), name=f"stratalog-group-close-{partition}")
-        self._closing[partition] = closing
-        closing.add_done_callback(
-            lambda task: self._closing.pop(partition, None) if self._closing.get(partition)
-            is task else None)
-        return closing
-
-    @staticmethod
-    async def _close_after(coordinator: PartitionCoordinator,
-                           load: asyncio.Task[None] | None) -> None:
-        if load is not None:
-            with contextlib.suppress(asyncio.CancelledError):
-                await load
-        await coordinator.close()
-
-    async def _load_as_leader(self, coordinator: PartitionCoordinator,
-                              previous: asyncio.Task[None] | None) -> None:
-        """A new leader's load: after the previous coordinator of the partition closed (its
-        writes are over), wait until the high watermark reached the log end this leader took
-        over with (everything an old leader acknowledged is below it: never truncated here,
-        and committed once the in-sync followers fetched it), then load up to it."""
-        if previous is not None:
-            await asyncio.wait({previous})  # not cancelled with this task: it ends by itself
-        try:
-            log, state = self._replicas.get_partition(GROUP_METADATA_TOPIC,
-                                                      coordinator.partition)
-        except UnknownTopicOrPartitionError as exc:  # deleted meanwhile: nothing to load
-            logger.warning("%s: not loaded: %s", coordinator.name, exc)
-            return
-        target = log.log_end_offset
-        if log.high_watermark < target:
-            logger.info("%s: loading once the high watermark %d reaches %d (the followers"
-                        " fetch)", coordinator.name, log.high_watermark, target)
-        while log.high_watermark < target and not state.closed:
-            signal = state.signal()
-            if log.high_watermark >= target:
-                break
-            await state.wait(signal, HIGH_WATERMARK_RECHECK_S)
-        await coordinator.load()
+        return self.cluster.leader_of(group_id, partition)
 
     # ---------------------------------------------------------------- membership
 
