@@ -633,6 +633,8 @@ class Server:
         roles = ReplicaRoles(
             self.cluster_node, self.log_manager, self.settings, self._executor,
             events=self.replica_manager, peers=peers, metrics=self.metrics,
+            # The coordinator of a __consumer_offsets partition is its leader.
+            leadership=self.groups.cluster if self.groups is not None else None,
         )
         # Before it applies the view: a replicated topic must never be served as a local one.
         self.replica_manager.join_cluster(self.cluster_node, roles)

@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from .partition_state import PartitionState
     from .session import EtcdSession
 
-__all__ = ["Replica", "ReplicaEvents", "Role"]
+__all__ = ["LeadershipListener", "Replica", "ReplicaEvents", "Role"]
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +74,25 @@ class ReplicaEvents(Protocol):
 
     async def delete_partitions(self, topic: str) -> None:
         """Delete the topic's local logs (it left the cluster), its appends in flight first."""
+
+
+class LeadershipListener(Protocol):
+    """What hears that this server began or stopped leading a partition: the group service,
+    whose coordinator of a ``__consumer_offsets`` partition is that partition's leader
+    (docs/groups.md, "Cluster mode"), as Kafka's ``ReplicaManager.applyDelta`` calls
+    ``GroupCoordinator.onElection`` / ``onResignation``. Implemented by
+    :class:`stratalog.server.group_service.ClusterPartitions`; the cluster package never imports
+    it. Called on the event loop for every partition (the listener picks its topics), after the
+    role changed; must not block."""
+
+    def became_leader(self, topic: str, partition: int, leader_epoch: int) -> None:
+        """This server leads ``topic``-``partition`` at ``leader_epoch`` from now on (its log
+        may hold records above the high watermark still: the followers have not fetched
+        them)."""
+
+    def stopped_leading(self, topic: str, partition: int) -> None:
+        """This server does not lead ``topic``-``partition`` any more (it follows, nobody
+        leads, or it is no longer a replica); called also when it never led it."""
 
 
 class Replica:

@@ -12,9 +12,9 @@ this node among its replicas (partition_state.py's TopicAssignment):
 
 1. **The log exists.** The topic is created locally (``LogManager.create_topic``) with the
    assignment's partition count and configs, all of its partitions: the storage engine creates
-   topics whole. A partition this node does not replicate is then held locally but never
-   served: clients get NotLeaderOrFollowerError for it (the leader hint from the view), and it
-   stays empty.
+   topics whole (``__consumer_offsets`` as the internal topic it is: its name is reserved). A
+   partition this node does not replicate is then held locally but never served: clients get
+   NotLeaderOrFollowerError for it (the leader hint from the view), and it stays empty.
 2. **The role** follows the partition's state (its PartitionState, read with its mod revision):
 
    * leader = this node, at an epoch newer than the replica's: stop fetching, assign the
@@ -25,6 +25,10 @@ this node among its replicas (partition_state.py's TopicAssignment):
    * another leader (or none): follow it (replica_fetcher.py), acks=all producers waiting
      here fail with NotLeaderOrFollowerError;
    * an epoch older than the replica's: a stale read, ignored.
+
+   Each beginning and end of leadership is told to the :class:`~.replica.LeadershipListener`
+   (the group service: the coordinator of a ``__consumer_offsets`` partition is its leader),
+   after the role changed.
 3. **Gone**: a topic that leaves the view (it was deleted) is deleted locally (by the serving
    layer, which lets its appends in flight finish first); a topic that
    was deleted while this server was down stays on its disk (nothing says it was replicated).
@@ -66,10 +70,11 @@ from stratalog.server.storage.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
+from stratalog.server.storage.log_manager import SERVER_WRITTEN_TOPICS
 
 from .errors import LeaderNotAvailableError, NotLeaderOrFollowerError
 from .node import POLL_INTERVALS_PER_SESSION
-from .replica import Replica, ReplicaEvents, Role
+from .replica import LeadershipListener, Replica, ReplicaEvents, Role
 from .replica_fetcher import FetchSettings, ReplicaFetcher
 
 if TYPE_CHECKING:
@@ -97,14 +102,17 @@ class ReplicaRoles:
     :meth:`close`.
 
     ``events`` (the serving layer) hears of every change a partition's readers or acks=all
-    producers may wait for, and deletes a topic that left the cluster. ``peers``
+    producers may wait for, and deletes a topic that left the cluster. ``leadership`` (the
+    group service) hears when this server begins and stops leading each partition. ``peers``
     (peer_channels.py) reach the leaders, and are closed with the roles.
     """
 
     def __init__(self, node: ClusterNode, log_manager: LogManager, settings: Settings,
                  executor: Executor, events: ReplicaEvents, peers: PeerChannels,
-                 metrics: ServerMetrics | None = None) -> None:
+                 metrics: ServerMetrics | None = None,
+                 leadership: LeadershipListener | None = None) -> None:
         self._node = node
+        self._leadership = leadership
         self.peers = peers
         self._metrics = metrics
         self._log_manager = log_manager
@@ -270,7 +278,9 @@ class ReplicaRoles:
         def create() -> None:
             # Exists already: created before a restart, or by this server's CreateTopic.
             with contextlib.suppress(TopicAlreadyExistsError):
-                self._log_manager.create_topic(topic, partitions, log_configs)
+                # __consumer_offsets: its name is reserved, made only for the server itself.
+                self._log_manager.create_topic(topic, partitions, log_configs,
+                                               internal=topic in SERVER_WRITTEN_TOPICS)
 
         await self._blocking(create)
 
@@ -281,6 +291,7 @@ class ReplicaRoles:
         for key in keys:
             await self._stop_fetcher(key)
             self.partitions.pop(key).stop()
+            self._stopped_leading(key)
         logger.info("topic %s left the cluster: deleting it locally", topic)
         with contextlib.suppress(UnknownTopicOrPartitionError):
             await self._events.delete_partitions(topic)
@@ -295,6 +306,7 @@ class ReplicaRoles:
             if replica is not None:
                 await self._stop_fetcher(key)
                 self.partitions.pop(key).stop()
+                self._stopped_leading(key)
             return
         versioned = view.state(topic, number)
         if versioned is None:
@@ -339,6 +351,8 @@ class ReplicaRoles:
                     replica.topic, replica.partition, state.leader_epoch, log.log_end_offset,
                     list(state.isr), log.high_watermark)
         self._events.replica_changed(*key)
+        if self._leadership is not None:
+            self._leadership.became_leader(replica.topic, replica.partition, state.leader_epoch)
 
     async def _make_follower(self, replica: Replica, state: PartitionState, revision: int,
                              replicas: tuple[int, ...]) -> None:
@@ -346,6 +360,7 @@ class ReplicaRoles:
         # No longer leader before anything is awaited: no append slips in at the old epoch.
         replica.become_follower(state, revision, replicas)
         self._events.replica_changed(*key)
+        self._stopped_leading(key)
         await self._stop_fetcher(key)
         log = replica.log
         if not log.tracks_high_watermark:
@@ -360,6 +375,10 @@ class ReplicaRoles:
                                      self._executor)
             self._fetchers[key] = fetcher
             fetcher.start()
+
+    def _stopped_leading(self, key: PartitionKey) -> None:
+        if self._leadership is not None:
+            self._leadership.stopped_leading(*key)
 
     async def _stop_fetcher(self, key: PartitionKey) -> None:
         fetcher = self._fetchers.pop(key, None)

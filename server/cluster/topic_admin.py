@@ -105,8 +105,11 @@ class TopicAdmin:
     # ---------------------------------------------------------------- create
 
     async def create_topic(self, name: str, partitions: int, configs: dict[str, str],
-                           replication_factor: int) -> TopicDescription:
-        """Write topic ``name`` to etcd (module docstring); its description.
+                           replication_factor: int, *, internal: bool = False
+                           ) -> TopicDescription:
+        """Write topic ``name`` to etcd (module docstring); its description. ``internal``:
+        the server creates ``__consumer_offsets`` for itself (the group service; its name is
+        refused otherwise, as a single server's ``LogManager.create_topic`` refuses it).
 
         Raises:
             InvalidTopicError, InvalidConfigError: as a single server's CreateTopic.
@@ -114,7 +117,8 @@ class TopicAdmin:
             TopicAlreadyExistsError: etcd has the topic.
             CoordinationUnavailableError: etcd did not answer within :data:`ADMIN_TIMEOUT_S`.
         """
-        overrides = self._log_manager.check_new_topic(name, partitions, configs)
+        overrides = self._log_manager.check_new_topic(name, partitions, configs,
+                                                      internal=internal)
         if replication_factor < 0:
             raise InvalidReplicationFactorError(
                 f"replication factor must be at least 1 (0 = the server's default, "

@@ -8,6 +8,8 @@ server (docs/groups.md, "Serving groups"):
 * :mod:`.partition_coordinator`: one partition's coordinator: its requests, its writes (one
   writer task, acks=all), its timer, its load and unload.
 * :mod:`.offsets_topic`: the topic's configs, and its records to and from the core's values.
+* :mod:`.cluster_partitions`: the topic in a cluster: created in etcd, the coordinators of the
+  partitions this server leads (the replica roles' ``LeadershipListener``), their leaders.
 
 Event-loop only. Below the gRPC front end: it never imports server/rpc or app.py (an
 import-linter contract in pyproject.toml holds it), so a Kafka wire-protocol listener can call
@@ -16,8 +18,16 @@ the same GroupService.
 
 from __future__ import annotations
 
+from .cluster_partitions import ClusterPartitions, CoordinatorLocation
 from .group_service import GroupService, group_config
 from .offsets_topic import GROUP_METADATA_TOPIC
 from .partition_coordinator import PartitionCoordinator
 
-__all__ = ["GROUP_METADATA_TOPIC", "GroupService", "PartitionCoordinator", "group_config"]
+__all__ = [
+    "GROUP_METADATA_TOPIC",
+    "ClusterPartitions",
+    "CoordinatorLocation",
+    "GroupService",
+    "PartitionCoordinator",
+    "group_config",
+]

@@ -24,8 +24,19 @@ on, whatever the setting says later (as Kafka reads the topic's count). At start
 for a partition still loading is answered COORDINATOR_LOAD_IN_PROGRESS by its core.
 
 **One server.** Every partition of the topic is led here, so this server coordinates every
-group. Cluster mode is not served yet (docs/groups.md, "Serving groups"): every group request
-is answered COORDINATOR_NOT_AVAILABLE saying so.
+group.
+
+**A cluster** (docs/groups.md, "Cluster mode"). The coordinator of a group is the leader of its
+partition, as Kafka's: :attr:`GroupService.cluster` (cluster_partitions.py) creates the topic
+in etcd, hears from the replica roles when this server begins and stops leading a partition
+(their ``LeadershipListener``) and keeps ``partitions`` to the ones led here; a request for a
+group whose partition is not led here is NOT_COORDINATOR; FindCoordinator answers the
+partition's leader from the cluster view. A commit's topic and partition are checked against
+the cluster's topics (the offset against the log end only when this server holds the
+partition's log unreplicated: another leader's log end is not known here).
+
+Transactions are not served in cluster mode (docs/cluster.md), so neither are the
+transactional offsets.
 
 Crash behaviour: state is the topic's; see partition_coordinator.py. Concurrency: event-loop
 only (loads decode in the thread pool).
@@ -50,6 +61,7 @@ from stratalog.server.groups import (
     DescribeGroupsRequest,
     DescribeGroupsResponse,
     GroupConfig,
+    GroupError,
     GroupState,
     HeartbeatRequest,
     HeartbeatResponse,
@@ -59,8 +71,11 @@ from stratalog.server.groups import (
     LeaveGroupResponse,
     ListGroupsRequest,
     ListGroupsResponse,
+    NotCoordinatorError,
     OffsetCommitRequest,
     OffsetCommitResponse,
+    OffsetDeleteRequest,
+    OffsetDeleteResponse,
     OffsetFetchRequest,
     OffsetFetchResponse,
     OffsetMetadataTooLargeError,
@@ -71,6 +86,7 @@ from stratalog.server.groups import (
 )
 from stratalog.server.storage.errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
 
+from .cluster_partitions import ClusterPartitions, CoordinatorLocation
 from .offsets_topic import GROUP_METADATA_TOPIC, topic_configs
 from .partition_coordinator import PartitionCoordinator
 
@@ -129,11 +145,18 @@ class GroupService:
         self._metrics = metrics
         self._transactions = transactions
         replica_manager.internal_marker_listener = self._marker_written
-        #: Partition -> its coordinator; empty until the topic exists.
+        #: Partition -> its coordinator; empty until the topic exists. In a cluster: the
+        #: partitions led here only.
         self.partitions: dict[int, PartitionCoordinator] = {}
         self._loads: list[asyncio.Task[None]] = []
         self._creating = asyncio.Lock()
         self._closed = False
+        #: Cluster mode: the topic in etcd and the coordinators of the partitions led here
+        #: (the replica roles' LeadershipListener); None on a single server.
+        self.cluster: ClusterPartitions | None = None
+        if settings.cluster:
+            self.cluster = ClusterPartitions(replica_manager, settings, executor, self.config,
+                                             self.partitions, metrics=metrics)
 
     # ---------------------------------------------------------------- life
 
@@ -148,12 +171,16 @@ class GroupService:
     def begin_shutdown(self) -> None:
         """Answer every parked request NOT_COORDINATOR; nothing new is served."""
         self._closed = True
+        if self.cluster is not None:
+            self.cluster.begin_shutdown()
         for coordinator in self.partitions.values():
             coordinator.unload()
 
     async def close(self) -> None:
         """Stop the loads, the writers and the timers."""
         self._closed = True
+        if self.cluster is not None:
+            await self.cluster.close()
         for task in self._loads:
             task.cancel()
         for task in self._loads:
@@ -163,6 +190,10 @@ class GroupService:
             await coordinator.close()
 
     def _partition_count(self) -> int:
+        """The topic's partitions (0: it does not exist): in a cluster, as the cluster view
+        has them; on one server, its logs here."""
+        if self.cluster is not None:
+            return self.cluster.partition_count()
         return sum(1 for topic, _ in self._replicas.log_manager.logs() if topic ==
                    GROUP_METADATA_TOPIC)
 
@@ -176,18 +207,16 @@ class GroupService:
             self._loads.append(asyncio.get_running_loop().create_task(
                 coordinator.load(), name=f"stratalog-group-load-{partition}"))
 
-    async def _ensure_topic(self) -> None:
-        """Create ``__consumer_offsets`` if it does not exist, and its coordinators."""
+    async def _ensure_topic(self) -> int:
+        """Create ``__consumer_offsets`` if it does not exist, and (one server) its
+        coordinators; its partition count."""
+        if self.cluster is not None:
+            return await self.cluster.ensure_topic()
         if self.partitions:
-            return
-        if self._settings.cluster:
-            raise CoordinatorNotAvailableError(
-                "consumer groups are not served in cluster mode yet (docs/groups.md,"
-                " \"Serving groups\")"
-            )
+            return len(self.partitions)
         async with self._creating:
             if self.partitions:
-                return
+                return len(self.partitions)
             log_manager = self._replicas.log_manager
             if not log_manager.has_topic(GROUP_METADATA_TOPIC):
                 settings = self._settings
@@ -202,20 +231,45 @@ class GroupService:
             # A new topic's (or one found since start) loads are short: the request that made
             # it waits for them rather than be answered COORDINATOR_LOAD_IN_PROGRESS.
             await asyncio.gather(*self._loads)
+            return len(self.partitions)
 
     async def _coordinator_of(self, group_id: str) -> PartitionCoordinator:
+        """The coordinator of ``group_id``'s partition, which this server leads.
+
+        Raises:
+            CoordinatorNotAvailableError: shutting down, or the topic cannot be made now.
+            NotCoordinatorError: a cluster member that does not lead the partition.
+        """
         if self._closed:
             raise CoordinatorNotAvailableError("the server is shutting down")
-        await self._ensure_topic()
-        return self.partitions[partition_for_group(group_id, len(self.partitions))]
+        partition = partition_for_group(group_id, await self._ensure_topic())
+        coordinator = self.partitions.get(partition)
+        if coordinator is None:
+            raise self._not_coordinator(group_id, partition)
+        return coordinator
+
+    @staticmethod
+    def _not_coordinator(group_id: str, partition: int) -> NotCoordinatorError:
+        return NotCoordinatorError(
+            f"this server is not the coordinator of group {group_id!r}: it does not lead"
+            f" {GROUP_METADATA_TOPIC}-{partition}; find the coordinator again")
 
     # ---------------------------------------------------------------- FindCoordinator
 
-    async def find_coordinator(self, group_id: str) -> int:
-        """The ``__consumer_offsets`` partition of ``group_id`` (this server leads it),
-        creating the topic if needed."""
-        coordinator = await self._coordinator_of(group_id)
-        return coordinator.partition
+    async def find_coordinator(self, group_id: str) -> CoordinatorLocation:
+        """Where ``group_id`` is coordinated, creating the topic if needed: this server
+        (one server), or its partition's leader as the cluster view has it.
+
+        Raises:
+            CoordinatorNotAvailableError: shutting down, the topic cannot be made now, or (in
+                a cluster) the partition has no leader, or its leader is not live.
+        """
+        if self._closed:
+            raise CoordinatorNotAvailableError("the server is shutting down")
+        partition = partition_for_group(group_id, await self._ensure_topic())
+        if self.cluster is None:
+            return CoordinatorLocation(partition)
+        return self.cluster.leader_of(group_id, partition)
 
     # ---------------------------------------------------------------- membership
 
@@ -252,8 +306,23 @@ class GroupService:
         """
         log_manager = self._replicas.log_manager
         metadata_max = self.config.offset_metadata_max_bytes
+        node = self._replicas.cluster_node
         for item in offsets:
             where = f"{item.topic}-{item.partition}"
+            size = len(item.metadata.encode())
+            if size > metadata_max:
+                raise OffsetMetadataTooLargeError(
+                    f"the metadata of {where} is {size} bytes, over offset.metadata.max.bytes"
+                    f" {metadata_max}"
+                )
+            assignment = node.view.topics.get(item.topic) if node is not None else None
+            if assignment is not None:
+                # A replicated topic: its leader (maybe elsewhere) knows its log end.
+                if item.partition not in assignment.replicas:
+                    raise UnknownTopicOrPartitionError(
+                        f"cannot commit an offset of {where}: topic {item.topic} has"
+                        f" {assignment.partition_count} partitions")
+                continue
             try:
                 partition_log = log_manager.get_log(item.topic, item.partition)
             except UnknownTopicOrPartitionError as exc:
@@ -265,12 +334,6 @@ class GroupService:
                     f"cannot commit offset {item.offset} of {where}: beyond its log end"
                     f" offset {end}",
                     log_start_offset=partition_log.log_start_offset, log_end_offset=end,
-                )
-            size = len(item.metadata.encode())
-            if size > metadata_max:
-                raise OffsetMetadataTooLargeError(
-                    f"the metadata of {where} is {size} bytes, over offset.metadata.max.bytes"
-                    f" {metadata_max}"
                 )
 
     async def commit_offsets(self, request: OffsetCommitRequest) -> OffsetCommitResponse:
@@ -359,17 +422,26 @@ class GroupService:
             request.group_ids, lambda ids: DescribeGroupsRequest(ids),
             lambda core: core.describe_groups,
             lambda response: {g.group_id: g for g in response.groups},
+            DescribedGroup,
         )
         return DescribeGroupsResponse(tuple(
             answers.get(group_id) or DescribedGroup(group_id, None) for group_id in
             request.group_ids
         ))
 
+    async def delete_offsets(self, request: OffsetDeleteRequest) -> OffsetDeleteResponse:
+        """OffsetDelete: the group's offsets of the partitions named (the core decides;
+        the topics are not looked up: the offsets of a deleted topic may be deleted too)."""
+        coordinator = await self._coordinator_of(request.group_id)
+        return await coordinator.submit(  # type: ignore[no-any-return]
+            lambda token, now: coordinator.core.delete_offsets(request, token, now))
+
     async def delete_groups(self, request: DeleteGroupsRequest) -> DeleteGroupsResponse:
         answers = await self._by_partition(
             request.group_ids, lambda ids: DeleteGroupsRequest(ids),
             lambda core: core.delete_groups,
             lambda response: dict(response.results),
+            lambda group_id, error: error,
         )
         return DeleteGroupsResponse(tuple((g, answers[g]) for g in request.group_ids))
 
@@ -379,18 +451,24 @@ class GroupService:
         make: Callable[[tuple[str, ...]], Any],
         method: Callable[[Any], Callable[..., Any]],
         results: Callable[[Any], dict[str, Any]],
+        refused: Callable[[str, GroupError], Any],
     ) -> dict[str, Any]:
-        """Ask each partition about its groups among ``group_ids``; group id -> answer."""
+        """Ask each partition about its groups among ``group_ids``; group id -> answer. A
+        group whose partition is not led here (a cluster) is answered ``refused(group_id,
+        NotCoordinatorError)``, as Kafka answers it per group."""
         if self._closed:
             raise CoordinatorNotAvailableError("the server is shutting down")
-        await self._ensure_topic()
+        count = await self._ensure_topic()
         by_partition: dict[int, list[str]] = {}
         for group_id in dict.fromkeys(group_ids):
-            partition = partition_for_group(group_id, len(self.partitions))
+            partition = partition_for_group(group_id, count)
             by_partition.setdefault(partition, []).append(group_id)
         answers: dict[str, Any] = {}
         for partition, ids in by_partition.items():
-            coordinator = self.partitions[partition]
+            coordinator = self.partitions.get(partition)
+            if coordinator is None:
+                answers.update((g, refused(g, self._not_coordinator(g, partition))) for g in ids)
+                continue
             request = make(tuple(ids))
             response = await coordinator.submit(
                 lambda token, now, c=coordinator, r=request: method(c.core)(r, token, now))

@@ -12,7 +12,8 @@ docs/groups.md, "The group coordinator")::
 
 * :mod:`.group_coordinator`: one partition's coordinator: routes requests, loads, unloads.
 * :mod:`.classic_group_manager`: JoinGroup, SyncGroup, Heartbeat, LeaveGroup and their timers.
-* :mod:`.offset_manager`: OffsetCommit, TxnOffsetCommit, OffsetFetch, offset expiry.
+* :mod:`.offset_manager`: OffsetCommit, TxnOffsetCommit, OffsetFetch, OffsetDelete, offset
+  expiry. :mod:`.subscribed_topics`: the topics a consumer group's members subscribe to.
 * :mod:`.coordinator_effects`: the replies, writes and timers one call produces.
 * :mod:`.classic_group`: one group (members, generation, protocol, leader, state).
 * :mod:`.group_member`: one member. :mod:`.group_state`: the states and their transitions.
@@ -36,6 +37,7 @@ from .group_errors import (
     GroupError,
     GroupIdNotFoundError,
     GroupMaxSizeReachedError,
+    GroupSubscribedToTopicError,
     IllegalGenerationError,
     InconsistentGroupProtocolError,
     InvalidGroupIdError,
@@ -73,6 +75,8 @@ from .group_messages import (
     ListGroupsResponse,
     OffsetCommitRequest,
     OffsetCommitResponse,
+    OffsetDeleteRequest,
+    OffsetDeleteResponse,
     OffsetFetchRequest,
     OffsetFetchResponse,
     Output,
@@ -118,6 +122,7 @@ __all__ = [
     "GroupMetadataTombstone",
     "GroupRecord",
     "GroupState",
+    "GroupSubscribedToTopicError",
     "HeartbeatRequest",
     "HeartbeatResponse",
     "IllegalGenerationError",
@@ -142,6 +147,8 @@ __all__ = [
     "OffsetCommitRequest",
     "OffsetCommitResponse",
     "OffsetCommitTombstone",
+    "OffsetDeleteRequest",
+    "OffsetDeleteResponse",
     "OffsetFetchRequest",
     "OffsetFetchResponse",
     "OffsetMetadataTooLargeError",

@@ -71,6 +71,8 @@ from .group_messages import (
     ListGroupsResponse,
     OffsetCommitRequest,
     OffsetCommitResponse,
+    OffsetDeleteRequest,
+    OffsetDeleteResponse,
     OffsetFetchRequest,
     OffsetFetchResponse,
     Output,
@@ -277,6 +279,14 @@ class GroupCoordinator:
         ``require_stable`` their partitions answer UNSTABLE_OFFSET_COMMIT (KIP-447)."""
         return self._serve(now_ms, reply_to, OffsetFetchResponse,
                            lambda: self._offset_manager.fetch_offsets(request, reply_to))
+
+    def delete_offsets(
+        self, request: OffsetDeleteRequest, reply_to: Hashable, now_ms: int
+    ) -> Output:
+        """OffsetDelete: tombstones for the partitions named, unless the group uses one of
+        their topics (GROUP_SUBSCRIBED_TO_TOPIC, nothing written)."""
+        return self._serve(now_ms, reply_to, OffsetDeleteResponse,
+                           lambda: self._offset_manager.delete_offsets(request, reply_to))
 
     def list_groups(self, request: ListGroupsRequest, reply_to: Hashable, now_ms: int) -> Output:
         """ListGroups, filtered by state names when ``states_filter`` is not empty."""

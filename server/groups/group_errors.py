@@ -39,6 +39,7 @@ __all__ = [
     "GroupError",
     "GroupIdNotFoundError",
     "GroupMaxSizeReachedError",
+    "GroupSubscribedToTopicError",
     "IllegalGenerationError",
     "InconsistentGroupProtocolError",
     "InvalidGroupIdError",
@@ -166,6 +167,12 @@ class UnstableOffsetCommitError(GroupError):
     """UNSTABLE_OFFSET_COMMIT: an open transaction holds offsets of the partition (KIP-447)."""
 
     code, kafka_name, retriable = 88, "UNSTABLE_OFFSET_COMMIT", True
+
+
+class GroupSubscribedToTopicError(GroupError):
+    """GROUP_SUBSCRIBED_TO_TOPIC: OffsetDelete of a topic the group's members subscribe to."""
+
+    code, kafka_name = 86, "GROUP_SUBSCRIBED_TO_TOPIC"
 
 
 class UnknownServerError(GroupError):

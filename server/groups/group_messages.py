@@ -1,7 +1,7 @@
 """The group coordinator's requests, responses and effects: plain dataclasses in and out.
 
 Field for field a subset of Kafka's JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
-TxnOffsetCommit, OffsetFetch, ListGroups, DescribeGroups and DeleteGroups messages
+TxnOffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups and OffsetDelete messages
 (``clients/src/main/resources/common/message/*Request.json`` / ``*Response.json``), flattened
 where Kafka nests by topic. A front end (gRPC, or a Kafka wire-protocol listener) translates its
 messages to these and back; nothing here knows of protobuf or bytes on a socket.
@@ -51,6 +51,8 @@ __all__ = [
     "ListedGroup",
     "OffsetCommitRequest",
     "OffsetCommitResponse",
+    "OffsetDeleteRequest",
+    "OffsetDeleteResponse",
     "OffsetFetchRequest",
     "OffsetFetchResponse",
     "Output",
@@ -334,6 +336,23 @@ class DeleteGroupsResponse:
     """One (group id, error or None) per requested group, in request order."""
 
     results: tuple[tuple[str, GroupError | None], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetDeleteRequest:
+    """OffsetDelete: the group's committed offsets of these (topic, partition)s."""
+
+    group_id: str
+    partitions: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetDeleteResponse:
+    """OffsetDelete's answer: an error of the whole request (the group), else one error (or
+    None: deleted, or it had no offset) per requested partition, in request order."""
+
+    error: GroupError | None
+    partitions: tuple[PartitionError, ...] = ()
 
 
 # -- Effects -----------------------------------------------------------------------------------

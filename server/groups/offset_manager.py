@@ -1,11 +1,14 @@
-"""Committed offsets: OffsetCommit, TxnOffsetCommit, OffsetFetch and the expiry pass.
+"""Committed offsets: OffsetCommit, TxnOffsetCommit, OffsetFetch, OffsetDelete and the expiry
+pass.
 
 Kafka's ``group-coordinator/src/main/java/org/apache/kafka/coordinator/group/
 OffsetMetadataManager.java``, over the classic groups. OffsetCommit is validated against the
 group (:meth:`ClassicGroup.validate_offset_commit`), written, and applied when the caller reports
 the write; the table is exactly what replaying the partition yields (:mod:`.offset_store`).
 TxnOffsetCommit's offsets stay pending until the transaction's COMMIT or ABORT marker on the
-partition. Every ``offsets_retention_check_interval_ms`` the expiry pass writes tombstones for
+partition. OffsetDelete writes tombstones for the partitions named, unless the group's members
+subscribe to one of their topics (then nothing is written). Every
+``offsets_retention_check_interval_ms`` the expiry pass writes tombstones for
 offsets past retention (an Empty group's counted from when it became Empty, a simple group's
 from their commit, a commit's own retention if it set one) and deletes an Empty group whose
 offsets are all gone.
@@ -25,7 +28,9 @@ from .group_config import GroupConfig
 from .group_errors import (
     GroupError,
     GroupIdNotFoundError,
+    GroupSubscribedToTopicError,
     IllegalGenerationError,
+    NonEmptyGroupError,
     OffsetMetadataTooLargeError,
     UnstableOffsetCommitError,
 )
@@ -34,6 +39,8 @@ from .group_messages import (
     FetchedOffset,
     OffsetCommitRequest,
     OffsetCommitResponse,
+    OffsetDeleteRequest,
+    OffsetDeleteResponse,
     OffsetFetchRequest,
     OffsetFetchResponse,
     PartitionError,
@@ -48,6 +55,7 @@ from .group_records import (
 )
 from .group_state import GroupState
 from .offset_store import OffsetStore
+from .subscribed_topics import CONSUMER_PROTOCOL_TYPE, is_subscribed_to_topic
 
 __all__ = ["OffsetManager"]
 
@@ -197,6 +205,63 @@ class OffsetManager:
                 fetched.append(FetchedOffset(topic, partition, value.offset, value.leader_epoch,
                                              value.metadata))
         self._effects.reply(reply_to, OffsetFetchResponse(None, tuple(fetched)))
+
+    def delete_offsets(self, request: OffsetDeleteRequest, reply_to: Hashable) -> None:
+        """OffsetDelete, as Kafka's ``OffsetMetadataManager.deleteOffsets``: tombstones for the
+        partitions named that have an offset (committed or pending), applied once written.
+
+        Refused, nothing written: GROUP_ID_NOT_FOUND for no group; NON_EMPTY_GROUP for a group
+        with members whose protocol type is not ``"consumer"`` (their topics cannot be read:
+        ``ClassicGroup.validateOffsetDelete``); GROUP_SUBSCRIBED_TO_TOPIC, per partition, for a
+        topic the members subscribe to (subscribed_topics.py), and then no partition is deleted
+        (Kafka deletes the others: docs/groups.md, "Differences"). A partition without an
+        offset is answered without an error and writes nothing.
+        """
+        group_id = request.group_id
+        error = self._config.group_id_error(group_id)
+        group = self._groups.get(group_id)
+        if error is None and (group is None or group.is_in(GroupState.DEAD)):
+            error = GroupIdNotFoundError(f"group {group_id} does not exist")
+        if error is None and group is not None and group.members \
+                and group.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            error = NonEmptyGroupError(
+                f"group {group_id} has {len(group.members)} members of protocol type"
+                f" {group.protocol_type!r}, not {CONSUMER_PROTOCOL_TYPE!r}: their topics are"
+                " unknown, so no offset of it is deleted while it has members")
+        if error is not None:
+            self._effects.reply(reply_to, OffsetDeleteResponse(error))
+            return
+        assert group is not None
+        partitions = tuple(dict.fromkeys(request.partitions))
+        results: list[PartitionError] = []
+        records: list[GroupRecord] = []
+        refused = False
+        for topic, partition in partitions:
+            if is_subscribed_to_topic(group, topic):
+                refused = True
+                results.append(PartitionError(topic, partition, GroupSubscribedToTopicError(
+                    f"group {group_id} is subscribed to topic {topic}: its offset of"
+                    f" {topic}-{partition} is in use")))
+                continue
+            results.append(PartitionError(topic, partition, None))
+            if self._offsets.get(group_id, topic, partition) is not None \
+                    or self._offsets.has_pending(group_id, topic, partition):
+                records.append(OffsetCommitTombstone(group_id, topic, partition))
+        if refused or not records:
+            self._effects.reply(reply_to, OffsetDeleteResponse(None, tuple(results)))
+            return
+
+        def written(_first_offset: int) -> None:
+            for record in records:
+                assert isinstance(record, OffsetCommitTombstone)
+                self._offsets.replay_tombstone(record.group_id, record.topic, record.partition)
+            logger.info("group %s: deleted the offsets of %d partitions", group_id, len(records))
+            self._effects.reply(reply_to, OffsetDeleteResponse(None, tuple(results)))
+
+        def failed(write_error: GroupError) -> None:
+            self._effects.reply(reply_to, OffsetDeleteResponse(write_error))
+
+        self._effects.append(tuple(records), written, failed)
 
     def expire_offsets(self) -> None:
         """The periodic expiry pass: tombstones for expired offsets, then for emptied groups."""

@@ -1,13 +1,12 @@
 """The consumer-group RPCs of the Broker service: FindCoordinator, JoinGroup, SyncGroup,
-Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups
-AddOffsetsToTxn and TxnOffsetCommit (issue 27; docs/groups.md, "Serving groups"), and OffsetDelete,
-not served yet (UNIMPLEMENTED, saying what is missing).
+Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups,
+OffsetDelete, AddOffsetsToTxn and TxnOffsetCommit (issue 27; docs/groups.md, "Serving groups").
 
 Each translates broker.proto's message to the group coordinator's dataclasses
 (server/groups/group_messages.py), makes one call to the serving layer
 (:class:`~stratalog.server.group_service.GroupService`) and translates the answer back. An error
 of the whole request (the response's ``error``, or for OffsetCommit and OffsetFetch the first
-partition's: broker.proto's OffsetCommit is all or nothing) is raised, and becomes its status in
+partition's: broker.proto's OffsetCommit and OffsetDelete are all or nothing) is raised, and becomes its status in
 status.py; requests about several groups or members answer an ErrorReason per item.
 
 The member's client id is the call's ``x-client-id`` metadata ("" without one), its host the
@@ -38,6 +37,7 @@ from stratalog.server.groups import (
     ListGroupsRequest,
     MemberIdRequiredError,
     OffsetCommitRequest,
+    OffsetDeleteRequest,
     OffsetFetchRequest,
     PartitionOffset,
     SyncGroupRequest,
@@ -66,8 +66,6 @@ CLIENT_ID_METADATA_KEY = "x-client-id"
 _CLIENT_ID_CHARS_MAX = 255
 #: Most group ids one DescribeGroups or DeleteGroups may name.
 _GROUP_IDS_MAX = 1000
-
-_NOT_SERVED = "{rpc} is not served yet: {what} (docs/groups.md, \"Serving groups\")"
 
 
 def _optional(message: Any, field: str) -> str | None:
@@ -126,7 +124,11 @@ class GroupRpcs(RpcBase):
         elif request.key_type == broker_pb2.COORDINATOR_TYPE_GROUP:
             groups = self._group_service()
             _raise(groups.config.group_id_error(request.key))
-            partition = await groups.find_coordinator(request.key)
+            found = await groups.find_coordinator(request.key)
+            if found.node_id is not None:  # a cluster: the partition's leader
+                return broker_pb2.FindCoordinatorResponse(
+                    node_id=found.node_id, address=found.address, partition=found.partition)
+            partition = found.partition
         else:
             raise BadRequestError("key_type", f"unknown value {request.key_type}")
         return broker_pb2.FindCoordinatorResponse(
@@ -342,26 +344,44 @@ class GroupRpcs(RpcBase):
             answer.groups.add(group_id=group_id, error=reason, error_message=message)
         return answer
 
-    # ---------------------------------------------------------------- not served yet
-
     @rpc_method()
     async def OffsetDelete(
         self, request: broker_pb2.OffsetDeleteRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.OffsetDeleteResponse:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, _NOT_SERVED.format(
-            rpc="OffsetDelete",
-            what="the group coordinator has no OffsetDelete yet; DeleteGroups deletes an empty"
-                 " group with all its offsets",
-        ))
-        raise AssertionError("abort returned")  # pragma: no cover
+        if not request.partitions:
+            raise BadRequestError("partitions", "name at least one partition whose committed"
+                                  " offset to delete")
+        partitions = []
+        for index, item in enumerate(request.partitions):
+            topic = self._topic(item.topic, f"partitions[{index}].topic")
+            if item.partition < 0:
+                raise BadRequestError(f"partitions[{index}].partition",
+                                      f"must be >= 0, got {item.partition}")
+            partitions.append((topic, item.partition))
+        response = await self._group_service().delete_offsets(
+            OffsetDeleteRequest(request.group_id, tuple(partitions)))
+        _raise(response.error)
+        for partition in response.partitions:
+            _raise(partition.error)
+        return broker_pb2.OffsetDeleteResponse()
 
     # ---------------------------------------------------------------- transactional offsets
+
+    def _transactional_id(self, transactional_id: str) -> str:
+        """The request's transactional id, checked; refused in cluster mode, as InitProducerId
+        refuses a transactional producer there (not retriable: docs/cluster.md)."""
+        checked = transactional_id_of(transactional_id)
+        if self._settings.cluster:
+            raise BadRequestError(
+                "transactional_id", "transactions are not supported in cluster mode yet, so"
+                " neither are transactional offset commits (docs/cluster.md)")
+        return checked
 
     @rpc_method()
     async def AddOffsetsToTxn(
         self, request: broker_pb2.AddOffsetsToTxnRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.AddOffsetsToTxnResponse:
-        transactional_id = transactional_id_of(request.transactional_id)
+        transactional_id = self._transactional_id(request.transactional_id)
         producer_id, producer_epoch = producer_of(request.producer_id, request.producer_epoch)
         groups = self._group_service()
         _raise(groups.config.group_id_error(request.group_id))
@@ -373,7 +393,7 @@ class GroupRpcs(RpcBase):
     async def TxnOffsetCommit(
         self, request: broker_pb2.TxnOffsetCommitRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.TxnOffsetCommitResponse:
-        transactional_id = transactional_id_of(request.transactional_id)
+        transactional_id = self._transactional_id(request.transactional_id)
         producer_id, producer_epoch = producer_of(request.producer_id, request.producer_epoch)
         response = await self._group_service().commit_transactional_offsets(
             TxnOffsetCommitRequest(

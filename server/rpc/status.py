@@ -300,6 +300,7 @@ ERROR_TABLE: Mapping[type[BaseException], str] = types.MappingProxyType({
     group_errors.GroupMaxSizeReachedError: "GROUP_MAX_SIZE_REACHED",
     group_errors.FencedInstanceIdError: "FENCED_INSTANCE_ID",
     group_errors.UnstableOffsetCommitError: "UNSTABLE_OFFSET_COMMIT",
+    group_errors.GroupSubscribedToTopicError: "GROUP_SUBSCRIBED_TO_TOPIC",
     # A write to __consumer_offsets that failed unexpectedly: the server's trouble (logged
     # where it happened, server/group_service/partition_coordinator.py); retriable.
     group_errors.UnknownServerError: "STORAGE_ERROR",

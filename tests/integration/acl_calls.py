@@ -38,8 +38,8 @@ ACLS_FOR_EVERY_CALL = (
 
 
 #: The group RPCs a server authorizes but does not serve yet (issue 27): UNIMPLEMENTED once the
-#: caller holds their ACLs.
-NOT_SERVED = frozenset({"OffsetDelete"})
+#: caller holds their ACLs. None now (OffsetDelete is served).
+NOT_SERVED: frozenset[str] = frozenset()
 
 
 def group_acls_for_every_call(principal: str) -> list[Any]:
@@ -217,9 +217,11 @@ def rpc_calls(stub: broker_pb2_grpc.BrokerStub) -> list[tuple[str, Callable[[], 
             transactional_id="app-1", producer_id=txn.producer_id,
             producer_epoch=txn.producer_epoch, group_id="grp", generation_id=-1,
             offsets=[pb.CommittedOffset(topic="orders", partition=0, offset=0)]), timeout=t)),
+        # Before DeleteGroups: the group must exist.
+        ("OffsetDelete", lambda: stub.OffsetDelete(pb.OffsetDeleteRequest(
+            group_id="grp", partitions=[pb.TopicPartition(topic="orders", partition=0)]),
+            timeout=t)),
         ("DeleteGroups", lambda: stub.DeleteGroups(pb.DeleteGroupsRequest(group_ids=["grp"]),
-                                                   timeout=t)),
-        ("OffsetDelete", lambda: stub.OffsetDelete(pb.OffsetDeleteRequest(group_id="grp"),
                                                    timeout=t)),
     ]
 

@@ -24,6 +24,7 @@ import pytest
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
+from stratalog.client.groups.consumer_protocol import Subscription, encode_subscription
 from stratalog.records.group_partition import partition_for_group
 from stratalog.v1 import broker_pb2 as pb
 from stratalog.v1 import broker_pb2_grpc
@@ -372,10 +373,37 @@ def test_consumer_offsets_is_internal_readable_and_refused_to_client_changes(stu
     assert fetched(stub, "internal") == {("events", 0): 2}
 
 
-def test_offset_delete_says_it_is_not_served_yet(stub):
-    refusal = refused(stub.OffsetDelete, pb.OffsetDeleteRequest(group_id="g"))
-    assert refusal.code == grpc.StatusCode.UNIMPLEMENTED, refusal
-    assert "not served yet" in refusal.message, refusal
+def _offset_delete(group: str, *partitions: tuple[str, int]) -> pb.OffsetDeleteRequest:
+    return pb.OffsetDeleteRequest(group_id=group, partitions=[
+        pb.TopicPartition(topic=t, partition=p) for t, p in partitions])
+
+
+def test_offset_delete_refuses_subscribed_topics_and_tombstones_the_others(stub):
+    stub.CreateTopic(pb.CreateTopicRequest(name="retired", partitions=1), timeout=T)
+    produce(stub, "retired", 5)
+    # A consumer member subscribed to "events" (the consumer protocol's subscription).
+    subscription = encode_subscription(Subscription(topics=("events",)))
+    member_id, generation = join_and_sync(stub, "od", metadata=subscription)
+    commit(stub, "od", {("events", 0): 4, ("retired", 0): 5}, member_id, generation)
+    log_end = offsets_log_end(stub, "od")
+
+    refusal = refused(stub.OffsetDelete, _offset_delete("od", ("retired", 0), ("events", 0)))
+    assert refusal.code == grpc.StatusCode.FAILED_PRECONDITION, refusal
+    assert refusal.reason == "GROUP_SUBSCRIBED_TO_TOPIC" and "events" in refusal.message
+    # All or nothing: the other partition's offset stays, nothing was written.
+    assert fetched(stub, "od") == {("events", 0): 4, ("retired", 0): 5}
+    assert offsets_log_end(stub, "od") == log_end
+
+    stub.OffsetDelete(_offset_delete("od", ("retired", 0), ("retired", 3)), timeout=T)
+    assert fetched(stub, "od") == {("events", 0): 4}
+    assert offsets_log_end(stub, "od") == log_end + 1  # one tombstone: retired-0 had an offset
+
+    refusal = refused(stub.OffsetDelete, _offset_delete("nobody", ("events", 0)))
+    assert (refusal.code, refusal.reason) == (grpc.StatusCode.NOT_FOUND, "GROUP_ID_NOT_FOUND")
+    refusal = refused(stub.OffsetDelete, _offset_delete("od"))
+    assert refusal.code == grpc.StatusCode.INVALID_ARGUMENT and "partitions" in refusal.message
+    refusal = refused(stub.OffsetDelete, _offset_delete("od", ("events", -1)))
+    assert refusal.code == grpc.StatusCode.INVALID_ARGUMENT, refusal
 
 
 # ------------------------------------------------------------------------ transactions

@@ -25,7 +25,7 @@ BY_CODE = {
 
 
 def test_every_leaf_is_exported_and_codes_are_unique():
-    assert len(LEAVES) == 17
+    assert len(LEAVES) == 18
     assert len({cls.code for cls in LEAVES}) == len(LEAVES)
 
 
