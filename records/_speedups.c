@@ -2362,34 +2362,6 @@ map_clear(PyObject *Py_UNUSED(module), PyObject *table)
     Py_RETURN_NONE;
 }
 
-PyDoc_STRVAR(map_table_doc,
-"map_table(size)\n"
-"--\n\n"
-"A new zeroed bytearray of ``size`` bytes for an offset map, zeroed without the GIL (what\n"
-"bytearray(size) does holding it).");
-
-static PyObject *
-map_table(PyObject *Py_UNUSED(module), PyObject *size_object)
-{
-    Py_ssize_t size = PyLong_AsSsize_t(size_object);
-    if (size == -1 && PyErr_Occurred()) {
-        return NULL;
-    }
-    if (size < 0) {
-        PyErr_Format(PyExc_ValueError, "map_table(): negative size %zd", size);
-        return NULL;
-    }
-    PyObject *table = PyByteArray_FromStringAndSize(NULL, size);
-    if (table == NULL) {
-        return NULL;
-    }
-    char *data = PyByteArray_AS_STRING(table);
-    Py_BEGIN_ALLOW_THREADS
-    memset(data, 0, (size_t)size);
-    Py_END_ALLOW_THREADS
-    return table;
-}
-
 /* ------------------------------------------------------------------------------------------ */
 /* Module initialisation.                                                                       */
 
@@ -2429,7 +2401,6 @@ static PyMethodDef methods[] = {
      encode_record_doc},
     {"key_digest", (PyCFunction)key_digest, METH_O, key_digest_doc},
     {"map_clear", (PyCFunction)map_clear, METH_O, map_clear_doc},
-    {"map_table", (PyCFunction)map_table, METH_O, map_table_doc},
     {"map_put_records", (PyCFunction)(void (*)(void))map_put_records,
      METH_FASTCALL | METH_KEYWORDS, map_put_records_doc},
     {"map_retain_records", (PyCFunction)(void (*)(void))map_retain_records,

@@ -25,7 +25,7 @@ lists). :func:`stratalog.records.reader.decode_batch_columns` applies it to a ba
 
 :data:`map_put_records` and :data:`map_retain_records` are the log cleaner's offset map loops
 over one records region (a key digest and a probe per record, without the GIL),
-:data:`map_table` and :data:`map_clear` make and zero the map without the GIL, and
+:data:`map_clear` zeroes the map in place without the GIL (where `madvise` does not), and
 :data:`key_digest_c` the digest (:mod:`~stratalog.records.key_digest`): C only, ``None`` in a
 pure-Python install, where the map's per-key Python methods do the same work.
 
@@ -72,7 +72,6 @@ __all__ = [
     "map_clear",
     "map_put_records",
     "map_retain_records",
-    "map_table",
     "walk_records",
 ]
 
@@ -359,7 +358,6 @@ if _speedups is not None:
     RecordsWriter = _speedups.RecordsWriter
     key_digest_c = _speedups.key_digest
     map_clear = _speedups.map_clear
-    map_table = _speedups.map_table
     map_put_records = _speedups.map_put_records
     map_retain_records = _speedups.map_retain_records
 else:
@@ -375,7 +373,6 @@ else:
     # map runs when these are None; key_digest.key_digest_reference is the digest's.
     key_digest_c = None
     map_clear = None
-    map_table = None
     map_put_records = None
     map_retain_records = None
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -90,6 +92,36 @@ def test_offset_map_keeps_the_last_offset_per_key_and_fills_at_its_load_factor()
         offset_map.put(b"f", 7)
     offset_map.clear()
     assert (offset_map.entries, offset_map.latest_offset, offset_map.get(b"a")) == (0, -1, -1)
+
+
+# A 64 MiB map in a fresh process: its pages are resident only once puts touch them, and a
+# clear gives them back (the server's idle cleaner held 128 MiB from start-up before).
+_MAP_MEMORY_SCRIPT = """
+from stratalog.server.storage.offset_map import OffsetMap
+def rss_mib():
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * 4096 / 2**20
+start = rss_mib()
+offset_map = OffsetMap(64 * 2**20)
+made = rss_mib()
+for offset in range(200_000):
+    offset_map.put(offset.to_bytes(8, "big"), offset)
+filled = rss_mib()
+offset_map.clear()
+cleared = rss_mib()
+print(made - start, filled - start, cleared - start, offset_map.get((7).to_bytes(8, "big")))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/statm")
+def test_offset_map_memory_is_resident_only_while_used() -> None:
+    result = subprocess.run([sys.executable, "-c", _MAP_MEMORY_SCRIPT], capture_output=True,
+                            text=True, check=True, timeout=120)
+    made, filled, cleared, after_clear = result.stdout.split()
+    assert float(made) < 8, result.stdout  # made: nothing touched yet
+    assert float(filled) > 40, result.stdout  # 200,000 keys touch most of its 16,384 pages
+    assert float(cleared) < 8, result.stdout  # cleared: given back
+    assert after_clear == "-1"  # and reading zeros
 
 
 def test_offset_map_probes_past_collisions_in_a_one_slot_table() -> None:
