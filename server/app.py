@@ -23,7 +23,9 @@ Life of a server process (``stratalog serve``)::
         the cluster's ACLs in etcd instead, after importing or checking the ACL file
         (server/cluster/cluster_acls.py), followed by a poll from then on
     build grpc.aio server: the interceptors (authentication, then authorization and quotas),
-        Broker + grpc.health.v1 (SERVING) + reflection; bind (TLS when configured); start
+        Broker + grpc.health.v1 (SERVING) + reflection; bind (TLS when configured); start the
+        group coordinators (server/group_service/: an existing __consumer_offsets loads in
+        the background; the topic is created by the first group request); start
     log the banner (server/startup_banner.py; every setting only at DEBUG), then print
         "stratalog: listening on HOST:PORT" (the bound port when asked for port 0)
     with --cluster: with broker_principals (or TLS), ask itself who it is to its peers (WhoAmI
@@ -38,7 +40,8 @@ Life of a server process (``stratalog serve``)::
     ... serve until SIGTERM or SIGINT; SIGHUP reloads the TLS files and the credential
         file (new connections and calls use them; open connections keep working), and reads
         the settings again for the byte-rate quotas (server/security/quotas.py) ...
-    health NOT_SERVING; long polls answer, Subscribe streams end (SHUTTING_DOWN)
+    health NOT_SERVING; long polls answer, Subscribe streams end (SHUTTING_DOWN), parked
+        JoinGroups and SyncGroups answer NOT_COORDINATOR
     grpc stop(grace): no new RPCs; in-flight ones get shutdown_grace_ms, then are cancelled
     with --cluster: stop the replica fetchers and the polls, then revoke the etcd lease (the
         registration and the controller key go at once)
@@ -89,6 +92,7 @@ from stratalog.server.allocator import TrimWatch, limit_arenas, trim_heap, tune_
 from stratalog.server.broker import ReplicaManager
 from stratalog.server.client_limits import WAITING_RPC_BYTES_ESTIMATE, ClientLimits
 from stratalog.server.garbage_collector import freeze_loaded_objects, set_young_objects_max
+from stratalog.server.group_service import GroupService
 from stratalog.server.metrics import ServerMetrics
 from stratalog.server.metrics_endpoint import MetricsEndpoint, MetricsEndpointLimits
 from stratalog.server.open_files_fit import fit_to_open_files_limit
@@ -178,6 +182,8 @@ class Server:
         #: The partition-serving layer, from the LogManager's opening to stop().
         self.replica_manager: ReplicaManager | None = None
         self.replica_roles: ReplicaRoles | None = None  # with --cluster, once joined
+        #: The consumer groups' coordinators (server/group_service/), from _start_serving.
+        self.groups: GroupService | None = None
         self._replication: ReplicationService | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         # Each pool thread lowers its own CPU priority as it starts: the loop serves every
@@ -366,6 +372,9 @@ class Server:
         self.metrics.subscribe_buffer_bytes.set_function(lambda: budget.in_use_bytes)
         assert self._authenticator is not None and self.replica_manager is not None
         self.replica_manager.verify_transactions_with(self.coordinator)
+        self.groups = GroupService(self.replica_manager, settings, self._executor,
+                                   metrics=self.metrics, transactions=self.coordinator)
+        self.metrics.bind_groups(self.groups.group_counts)
         self._service = BrokerService(
             self.replica_manager, settings, self.metrics, self._executor,
             coordinator=self.coordinator,
@@ -378,6 +387,7 @@ class Server:
             session_credentials=(self._authenticator
                                  if settings.authentication_credentials_file else None),
             quotas=self._request_quotas,
+            groups=self.groups,
         )
         add_broker_service(self._service, self._grpc)
         if settings.cluster:
@@ -411,6 +421,9 @@ class Server:
                 f"cannot listen on {address}: {_out_of_descriptors() or exc}"
             ) from exc
         self._service.advertised_address = self.advertised_address()
+        # Before the first request: an existing __consumer_offsets loads in the background
+        # (requests meanwhile are COORDINATOR_LOAD_IN_PROGRESS).
+        await self.groups.start()
         await self._grpc.start()
         if settings.cluster:
             await self._join_cluster()
@@ -833,6 +846,8 @@ class Server:
             await self._health.enter_graceful_shutdown()
         if self._service is not None:
             self._service.begin_shutdown()
+        if self.groups is not None:
+            self.groups.begin_shutdown()  # parked JoinGroups and SyncGroups: NOT_COORDINATOR
         if self.replica_roles is not None:
             self.replica_roles.begin_shutdown()
         if self._grpc is not None:
@@ -856,6 +871,10 @@ class Server:
             self._maintenance = None
         if self._grpc is not None:
             await self._grpc.stop(0)
+        groups, self.groups = self.groups, None
+        if groups is not None:
+            await groups.close()  # before the logs close: its writer appends to them
+            self.metrics.bind_groups(None)
         endpoint, self._endpoint = self._endpoint, None
         if endpoint is not None:
             await endpoint.close()

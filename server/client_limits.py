@@ -99,6 +99,8 @@ class WaitingRpcKind(enum.Enum):
     SUBSCRIBE = "Subscribe stream"
     LONG_POLL = "long poll"
     SESSION = "Session stream"
+    #: A JoinGroup or SyncGroup parked until its group's rebalance completes (issue 27).
+    GROUP_REBALANCE = "JoinGroup or SyncGroup"
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,10 +11,20 @@ What an operator watches, in Prometheus's text format at ``http://HOST:metrics_p
                                                whole life is not a latency: it is not observed)
     stratalog_requests_total{rpc,code}         RPCs finished, by gRPC status code name
     stratalog_subscribers                      Subscribe streams open now
+    stratalog_groups{state}                    consumer groups coordinated here, by state
+                                               (Empty, PreparingRebalance, CompletingRebalance,
+                                               Stable, Dead): never a label per group
+    stratalog_group_members                    members of those groups
+    stratalog_group_rebalances_total           rebalances completed (a generation's leader
+                                               answered)
+    stratalog_offset_commits_total             partition offsets committed and acknowledged
+    stratalog_group_coordinator_load_seconds   histogram: one __consumer_offsets partition's
+                                               load at start
     stratalog_waiting_rpcs{kind}               RPCs admitted by the per-client limits and
                                                holding a slot: kind "subscribe" or "session"
-                                               (streams, for their life) or "long_poll" (while
-                                               waiting, unary or on a session)
+                                               (streams, for their life), "long_poll" (while
+                                               waiting, unary or on a session) or
+                                               "group_rebalance" (a JoinGroup or SyncGroup)
     stratalog_sessions                         Session streams open now
     stratalog_session_requests                 requests on Session streams being served or
                                                answered now, all streams (each one is counted
@@ -123,6 +133,7 @@ from prometheus_client import (
     CollectorRegistry,
     Counter,
     Gauge,
+    Histogram,
     ProcessCollector,
     generate_latest,
 )
@@ -293,6 +304,49 @@ class CleanerCollector(Collector):
         yield dirty
         yield cleaned
         yield last_clean
+
+
+#: What a scrape reads of the consumer groups: groups by state name, and members in all.
+GroupCounts = tuple[dict[str, int], int]
+
+
+class GroupsCollector(Collector):
+    """Exports the consumer groups by state and their members, read at scrape time.
+
+    Holds the function that counts them (``GroupService.group_counts``, bound by the server
+    once it serves groups, :meth:`bind`); exports nothing before. Labels: the five state names
+    only (bounded), never a group id.
+
+    Concurrency: :meth:`collect` runs on the scrape's thread; the count copies each
+    coordinator's groups with one ``list()`` (atomic under the GIL) before reading them.
+    """
+
+    def __init__(self) -> None:
+        self._source: Callable[[], GroupCounts] | None = None
+
+    def bind(self, source: Callable[[], GroupCounts] | None) -> None:
+        self._source = source
+
+    def collect(self) -> Iterator[Metric]:
+        source = self._source
+        if source is None:
+            return
+        try:
+            by_state, members = source()
+        except Exception:  # a service closing under the scrape: no group figures this time
+            _logger.debug("cannot count the groups for a scrape", exc_info=True)
+            return
+        groups = GaugeMetricFamily(
+            "stratalog_groups", "Consumer groups this server coordinates, by state",
+            labels=("state",),
+        )
+        for state, count in sorted(by_state.items()):
+            groups.add_metric((state,), count)
+        yield groups
+        yield GaugeMetricFamily(
+            "stratalog_group_members", "Members of the groups this server coordinates",
+            value=members,
+        )
 
 
 class TrafficCollector(Collector):
@@ -612,7 +666,38 @@ class ServerMetrics:
             " request_timeout, request_too_large, bad_request, unauthenticated)",
             labelnames=("reason",), registry=r,
         )
+        # Consumer groups (issue 27, server/group_service/): no label is a group id.
+        self.groups = GroupsCollector()
+        r.register(self.groups)
+        self.group_rebalances = Counter(
+            "stratalog_group_rebalances",
+            "Rebalances completed (a generation handed to its leader) by this server's groups",
+            registry=r,
+        )
+        self.offset_commits = Counter(
+            "stratalog_offset_commits",
+            "Partition offsets committed (written to __consumer_offsets and acknowledged)",
+            registry=r,
+        )
+        self.group_load_seconds = Histogram(
+            "stratalog_group_coordinator_load_seconds",
+            "Time one __consumer_offsets partition took to load (replay) at start",
+            buckets=(0.01, 0.05, 0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0), registry=r,
+        )
         ProcessCollector(registry=r)
+
+    def bind_groups(self, source: Callable[[], GroupCounts] | None) -> None:
+        """Read the groups by state and their members from ``source`` at each scrape."""
+        self.groups.bind(source)
+
+    def observe_rebalance(self) -> None:
+        self.group_rebalances.inc()
+
+    def observe_offset_commits(self, partitions: int) -> None:
+        self.offset_commits.inc(partitions)
+
+    def observe_group_load(self, seconds: float) -> None:
+        self.group_load_seconds.observe(seconds)
 
     def observe_request(self, rpc: str, code_name: str, seconds: float | None) -> None:
         """Count one finished RPC; ``seconds`` None for streams (no latency observed)."""

@@ -152,6 +152,16 @@ _KAFKA_ALIASES = {
     "replica.fetch.max.bytes": "replica_fetch_max_bytes",
     "replica.fetch.backoff.ms": "replica_fetch_backoff_ms",
     "request.timeout.ms": "request_timeout_ms",
+    "offsets.topic.num.partitions": "offsets_topic_num_partitions",
+    "offsets.topic.replication.factor": "offsets_topic_replication_factor",
+    "offsets.topic.segment.bytes": "offsets_topic_segment_bytes",
+    "offsets.retention.minutes": "offsets_retention_minutes",
+    "offsets.retention.check.interval.ms": "offsets_retention_check_interval_ms",
+    "offset.metadata.max.bytes": "offset_metadata_max_bytes",
+    "group.min.session.timeout.ms": "group_min_session_timeout_ms",
+    "group.max.session.timeout.ms": "group_max_session_timeout_ms",
+    "group.initial.rebalance.delay.ms": "group_initial_rebalance_delay_ms",
+    "group.max.size": "group_max_size",
 }
 assert all(setting in _FIELDS for setting in _KAFKA_ALIASES.values())
 

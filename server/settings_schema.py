@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from stratalog.server.groups.group_config import GroupConfig
 from stratalog.server.storage.errors import InvalidConfigError
 from stratalog.server.storage.log_defaults import parse_server_defaults
 from stratalog.server.thread_priority import NICE_MAX
@@ -51,6 +52,10 @@ _KIB = 1024
 #: (server/cluster/producer_ids.py) and must stay below 2^63.
 NODE_ID_MAX = (1 << 23) - 1
 _MIB = 1024 * _KIB
+#: The group coordinator's own defaults (server/groups/group_config.py): the group settings
+#: below take theirs from it, so the two cannot disagree.
+_GROUP_DEFAULTS = GroupConfig()
+_MINUTE_MS = 60 * 1000
 
 
 class SettingsError(ValueError):
@@ -358,6 +363,66 @@ class Settings:
         1000,
         "most partitions one transaction may hold (stratalog's: the state record listing them"
         " must fit one batch of the transaction state log)",
+        1,
+    )
+    # ---- consumer groups (issue 27; docs/groups.md "Serving groups"; server/group_service/)
+    offsets_topic_num_partitions: int = _setting(
+        50,
+        "partitions of the internal topic __consumer_offsets, made when a group is first used"
+        " (Kafka's offsets.topic.num.partitions); a group lives in partition"
+        " abs(hashCode(group id)) % this. Changing it after the topic exists changes nothing",
+        1,
+    )
+    offsets_topic_replication_factor: int = _setting(
+        3,
+        "copies of each __consumer_offsets partition (Kafka's"
+        " offsets.topic.replication.factor); a single server keeps one",
+        1,
+    )
+    offsets_topic_segment_bytes: int = _setting(
+        104_857_600,
+        "segment.bytes of __consumer_offsets (Kafka's offsets.topic.segment.bytes): small, so"
+        " that compaction finds closed segments to clean",
+        14,
+    )
+    offsets_retention_minutes: int = _setting(
+        _GROUP_DEFAULTS.offsets_retention_ms // _MINUTE_MS,
+        "a group's committed offsets are deleted this long after the group became empty"
+        " (a simple group's, after their commit) (Kafka's offsets.retention.minutes)",
+        1,
+    )
+    offsets_retention_check_interval_ms: int = _setting(
+        _GROUP_DEFAULTS.offsets_retention_check_interval_ms,
+        "how often each group coordinator looks for expired offsets (Kafka's"
+        " offsets.retention.check.interval.ms)",
+        1,
+    )
+    offset_metadata_max_bytes: int = _setting(
+        _GROUP_DEFAULTS.offset_metadata_max_bytes,
+        "longest metadata string an OffsetCommit may carry per partition (Kafka's"
+        " offset.metadata.max.bytes)",
+        0,
+    )
+    group_min_session_timeout_ms: int = _setting(
+        _GROUP_DEFAULTS.min_session_timeout_ms,
+        "shortest session timeout a JoinGroup may ask for (Kafka's"
+        " group.min.session.timeout.ms)",
+        1,
+    )
+    group_max_session_timeout_ms: int = _setting(
+        _GROUP_DEFAULTS.max_session_timeout_ms,
+        "longest session timeout a JoinGroup may ask for (Kafka's group.max.session.timeout.ms)",
+        1,
+    )
+    group_initial_rebalance_delay_ms: int = _setting(
+        _GROUP_DEFAULTS.initial_rebalance_delay_ms,
+        "how long the first rebalance of an empty group waits for more members (Kafka's"
+        " group.initial.rebalance.delay.ms)",
+        0,
+    )
+    group_max_size: int = _setting(
+        _GROUP_DEFAULTS.group_max_size,
+        "most members of one group (Kafka's group.max.size; Kafka's default is unbounded)",
         1,
     )
     metrics_port: int = _setting(
@@ -701,6 +766,12 @@ class Settings:
             raise SettingsError(f"storage default: {exc}") from None
         self._check_authorization_and_quotas()
         self._check_cluster()
+        if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
+            raise SettingsError(
+                f"setting 'group_min_session_timeout_ms' ({self.group_min_session_timeout_ms})"
+                f" must not exceed 'group_max_session_timeout_ms'"
+                f" ({self.group_max_session_timeout_ms})"
+            )
 
     def _check_cluster(self) -> None:
         if self.cluster:

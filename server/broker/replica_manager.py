@@ -55,8 +55,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
 from stratalog.server.append_placement import AppendPlacement
 from stratalog.server.byte_budget import ByteBudget
-from stratalog.server.storage.errors import LogClosedError, OffsetOutOfRangeError
+from stratalog.server.storage.errors import (
+    InvalidTopicError,
+    LogClosedError,
+    OffsetOutOfRangeError,
+)
 from stratalog.server.storage.fetch_isolation import SlicedWalk
+from stratalog.server.storage.log_manager import SERVER_WRITTEN_TOPICS
 from stratalog.server.storage.partition_log import LEADER_EPOCH, AppendInfo, IsolationLevel
 
 from .partition import Partition
@@ -161,6 +166,10 @@ class ReplicaManager:
         #: The event loop, from the first Partition made on it: before that nobody waits, and
         #: the writers in other threads have nobody to wake.
         self._loop: asyncio.AbstractEventLoop | None = None
+        #: Told (on the loop) of each transaction marker written to a topic the server writes
+        #: itself (``topic, partition, producer_id, committed``): the group coordinators apply
+        #: their transactional offsets so (server/group_service/). None: nobody listens.
+        self.internal_marker_listener: Callable[[str, int, int, bool], None] | None = None
         #: This server in the cluster and its replicas' roles, once it joined (join_cluster).
         self.cluster_node: ClusterNode | None = None
         self.replica_roles: ReplicaRoles | None = None
@@ -257,6 +266,25 @@ class ReplicaManager:
         """The cleaner swapped segments of the partition (a cleaner thread)."""
         self._call_on_loop(self.complete_delayed, topic, partition)
 
+    # ---------------------------------------------------------------- internal topics
+
+    @staticmethod
+    def refuse_client_change(topic: str, operation: str) -> None:
+        """Refuse a client's ``operation`` (Produce, DeleteRecords, DeleteTopic, ...) on a topic
+        the server writes itself (``__consumer_offsets``: the group coordinator's), as Kafka's
+        ``ReplicaManager.appendRecords`` refuses appends to internal topics from clients.
+        Reading them is allowed.
+
+        Raises:
+            InvalidTopicError: ``topic`` is one of ``SERVER_WRITTEN_TOPICS``.
+        """
+        if topic in SERVER_WRITTEN_TOPICS:
+            raise InvalidTopicError(
+                f"topic {topic} is internal: only the server writes it (the group coordinator"
+                f" commits offsets there); {operation} on it is refused. Read it, or use the"
+                " group RPCs (OffsetCommit, DeleteGroups)"
+            )
+
     # ---------------------------------------------------------------- appends
 
     async def append_records(
@@ -270,6 +298,7 @@ class ReplicaManager:
         compressed: bool,
         flush: bool = False,
         appended: Callable[[], None] | None = None,
+        internal_topics_allowed: bool = False,
     ) -> AppendInfo:
         """Append ``records`` (batches, or a coroutine function that encodes them once the
         partition is known to be served here) to the partition's leader: Kafka's
@@ -280,14 +309,18 @@ class ReplicaManager:
         ``flush`` fsyncs before the records are visible; ``appended`` is called once they are
         in the log, before an acks=all produce waits for its replicas (a Session stream lets
         the next Produce of the partition go then, as Kafka's in-flight requests of a
-        connection are).
+        connection are). ``internal_topics_allowed``: the server's own write (the group
+        coordinator's); a client's append to an internal topic is refused.
 
         Raises:
+            InvalidTopicError: a client's append to an internal topic.
             NotLeaderOrFollowerError, LeaderNotAvailableError: not the leader here.
             NotEnoughReplicasError: acks=all with the ISR below min.insync.replicas, before
                 anything is written; the delayed produce's errors after.
             what the log's append raises.
         """
+        if not internal_topics_allowed:
+            self.refuse_client_change(topic, "Produce")
         # Cluster mode: only the leader appends; acks=all needs min.insync.replicas in sync
         # before anything is written (Kafka's NOT_ENOUGH_REPLICAS).
         replica = self.leader(topic, partition)
@@ -440,12 +473,17 @@ class ReplicaManager:
                                        leader_epoch=leader_epoch)
         partition_log.flush()
         self._call_on_loop(self.complete_delayed, topic, partition)
+        listener = self.internal_marker_listener
+        if listener is not None and topic in SERVER_WRITTEN_TOPICS:
+            # After the write and before EndTxn's answer (both go through the loop, in order).
+            self._call_on_loop(listener, topic, partition, producer_id, commit)
         if replica is not None:
             self._call_on_loop(replica.notify_append)  # followers copy it
 
     async def delete_records(self, topic: str, partition: int, before_offset: int) -> int:
         """Move the log start to ``before_offset`` (-1: the high watermark) on the leader;
         returns the new log start."""
+        self.refuse_client_change(topic, "DeleteRecords")
         # Kafka's rule: the leader moves the log start; followers follow it through their
         # fetches (replica_fetcher.py), never on their own.
         self.leader(topic, partition)

@@ -5,7 +5,7 @@ Each RPC method, named exactly as in broker.proto, does three things: check the 
 layer, the transaction coordinator or the topic administration, and build the response message.
 The methods are grouped by family, one module each: record_rpcs.py (Produce, the fetches,
 Subscribe, DeleteRecords, CleanPartition), topic_rpcs.py (the topic RPCs and Metadata),
-transaction_rpcs.py, security_rpcs.py (WhoAmI, ACLs); requests.py holds the request checks and
+transaction_rpcs.py, group_rpcs.py (the consumer groups), security_rpcs.py (WhoAmI, ACLs); requests.py holds the request checks and
 the decorator every method wears. This module puts them together, with the Session stream.
 
 Storage semantics (validation of batches, offsets, lookups, retention, producer state, the LSO)
@@ -42,6 +42,7 @@ import grpc.aio
 from stratalog.server.broker import ReplicaManager
 from stratalog.server.byte_budget import ByteBudget
 from stratalog.server.client_limits import ClientLimits
+from stratalog.server.rpc.group_rpcs import GroupRpcs
 from stratalog.server.rpc.quotas import RequestQuotas
 from stratalog.server.rpc.record_rpcs import RecordRpcs
 from stratalog.server.rpc.requests import rpc_method
@@ -58,6 +59,7 @@ from stratalog.v1 import broker_pb2_grpc
 
 if TYPE_CHECKING:
     from stratalog.server.cluster.topic_admin import TopicAdmin
+    from stratalog.server.group_service import GroupService
     from stratalog.server.metrics import ServerMetrics
     from stratalog.server.security.authentication import Authenticator
     from stratalog.server.security.authorizer import Authorizer
@@ -67,7 +69,7 @@ if TYPE_CHECKING:
 __all__ = ["BadRequestError", "BrokerService"]
 
 
-class BrokerService(RecordRpcs, TopicRpcs, TransactionRpcs, SecurityRpcs,
+class BrokerService(RecordRpcs, TopicRpcs, TransactionRpcs, GroupRpcs, SecurityRpcs,
                     broker_pb2_grpc.BrokerServicer):
     """broker.proto's Broker service over the partition-serving layer and the transaction
     coordinator.
@@ -99,6 +101,7 @@ class BrokerService(RecordRpcs, TopicRpcs, TransactionRpcs, SecurityRpcs,
         authorizer: Authorizer | None = None,
         session_credentials: Authenticator | None = None,
         quotas: RequestQuotas | None = None,
+        groups: GroupService | None = None,
     ) -> None:
         """``time_ms`` is the clock records-form Produce stamps records with (default: the
         wall clock); ``topic_names`` defaults to an empty memo of its own, ``limits`` and
@@ -107,11 +110,13 @@ class BrokerService(RecordRpcs, TopicRpcs, TransactionRpcs, SecurityRpcs,
         it checks unary calls in its own interceptor, and each Session request here, as do
         ``quotas`` (None: none apply) and ``session_credentials`` (the authenticator that
         re-checks a Session stream's credentials for each request; None: nothing to
-        re-check, there is no credential file)."""
+        re-check, there is no credential file). ``groups`` serves the consumer-group RPCs
+        (None: they answer COORDINATOR_NOT_AVAILABLE)."""
         self._replicas = replica_manager
         self._log_manager = replica_manager.log_manager
         self._placement = replica_manager.placement
         self._coordinator = coordinator
+        self._groups = groups
         self._settings = settings
         self._cluster_topic_admin: TopicAdmin | None = None
         #: HOST:PORT clients reach this server at (app.py sets it once the port is bound).

@@ -66,6 +66,7 @@ from stratalog.records import errors as record_errors
 from stratalog.server import client_limits
 from stratalog.server.client_text import clip_utf8, loggable
 from stratalog.server.cluster import errors as cluster_errors
+from stratalog.server.groups import group_errors
 from stratalog.server.security import errors as security_errors
 from stratalog.server.storage import errors as storage_errors
 from stratalog.server.transactions import errors as transaction_errors
@@ -82,6 +83,7 @@ __all__ = [
     "abort_with_error",
     "call_ended",
     "classify",
+    "error_reason",
     "invalid_request",
     "session_error",
     "to_rpc_status",
@@ -163,6 +165,23 @@ REASON_CODES: Mapping[str, grpc.StatusCode] = types.MappingProxyType({
     _reason("REQUEST_TIMED_OUT"): _Code.DEADLINE_EXCEEDED,
     _reason("COORDINATION_UNAVAILABLE"): _Code.UNAVAILABLE,
     _reason("INVALID_PARTITIONS"): _Code.INVALID_ARGUMENT,
+    # Consumer groups (issue 27), as broker.proto's comments give them.
+    _reason("COORDINATOR_NOT_AVAILABLE"): _Code.UNAVAILABLE,
+    _reason("NOT_COORDINATOR"): _Code.UNAVAILABLE,
+    _reason("UNKNOWN_MEMBER_ID"): _Code.FAILED_PRECONDITION,
+    _reason("ILLEGAL_GENERATION"): _Code.FAILED_PRECONDITION,
+    _reason("REBALANCE_IN_PROGRESS"): _Code.ABORTED,
+    _reason("FENCED_INSTANCE_ID"): _Code.FAILED_PRECONDITION,
+    _reason("MEMBER_ID_REQUIRED"): _Code.FAILED_PRECONDITION,
+    _reason("GROUP_MAX_SIZE_REACHED"): _Code.RESOURCE_EXHAUSTED,
+    _reason("INCONSISTENT_GROUP_PROTOCOL"): _Code.FAILED_PRECONDITION,
+    _reason("INVALID_GROUP_ID"): _Code.INVALID_ARGUMENT,
+    _reason("INVALID_SESSION_TIMEOUT"): _Code.INVALID_ARGUMENT,
+    _reason("NON_EMPTY_GROUP"): _Code.FAILED_PRECONDITION,
+    _reason("GROUP_ID_NOT_FOUND"): _Code.NOT_FOUND,
+    _reason("UNSTABLE_OFFSET_COMMIT"): _Code.UNAVAILABLE,
+    _reason("OFFSET_METADATA_TOO_LARGE"): _Code.INVALID_ARGUMENT,
+    _reason("GROUP_SUBSCRIBED_TO_TOPIC"): _Code.FAILED_PRECONDITION,
 })
 
 #: Exception class -> ErrorReason name. Looked up along the exception's MRO (nearest ancestor).
@@ -261,6 +280,29 @@ ERROR_TABLE: Mapping[type[BaseException], str] = types.MappingProxyType({
     cluster_errors.LeaderNotAvailableError: "LEADER_NOT_AVAILABLE",
     cluster_errors.InvalidReplicationFactorError: "INVALID_REPLICATION_FACTOR",
     cluster_errors.ReplicationTimeoutError: "REQUEST_TIMED_OUT",
+    # The group coordinator (issue 27, server/groups/group_errors.py): Kafka's error of the
+    # same name. Retriable: COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE,
+    # NOT_COORDINATOR, REBALANCE_IN_PROGRESS (after a rejoin), UNSTABLE_OFFSET_COMMIT.
+    # MEMBER_ID_REQUIRED carries the id to rejoin with as metadata "member_id".
+    group_errors.CoordinatorLoadInProgressError: "COORDINATOR_LOAD_IN_PROGRESS",
+    group_errors.CoordinatorNotAvailableError: "COORDINATOR_NOT_AVAILABLE",
+    group_errors.NotCoordinatorError: "NOT_COORDINATOR",
+    group_errors.OffsetMetadataTooLargeError: "OFFSET_METADATA_TOO_LARGE",
+    group_errors.IllegalGenerationError: "ILLEGAL_GENERATION",
+    group_errors.InconsistentGroupProtocolError: "INCONSISTENT_GROUP_PROTOCOL",
+    group_errors.InvalidGroupIdError: "INVALID_GROUP_ID",
+    group_errors.UnknownMemberIdError: "UNKNOWN_MEMBER_ID",
+    group_errors.InvalidSessionTimeoutError: "INVALID_SESSION_TIMEOUT",
+    group_errors.RebalanceInProgressError: "REBALANCE_IN_PROGRESS",
+    group_errors.NonEmptyGroupError: "NON_EMPTY_GROUP",
+    group_errors.GroupIdNotFoundError: "GROUP_ID_NOT_FOUND",
+    group_errors.MemberIdRequiredError: "MEMBER_ID_REQUIRED",
+    group_errors.GroupMaxSizeReachedError: "GROUP_MAX_SIZE_REACHED",
+    group_errors.FencedInstanceIdError: "FENCED_INSTANCE_ID",
+    group_errors.UnstableOffsetCommitError: "UNSTABLE_OFFSET_COMMIT",
+    # A write to __consumer_offsets that failed unexpectedly: the server's trouble (logged
+    # where it happened, server/group_service/partition_coordinator.py); retriable.
+    group_errors.UnknownServerError: "STORAGE_ERROR",
 })
 
 # Reasons whose cause is on the server's side: their exception messages name server files.
@@ -289,6 +331,8 @@ _METADATA_ATTRIBUTES = (
     "topic", "partition", "offset", "log_start_offset", "log_end_offset", "limit",
     "need_bytes", "free_bytes", "operation", "resource", "field",
     "leader_id", "leader_epoch", "leader_address", "retry_after_ms",
+    # MEMBER_ID_REQUIRED: the member id to join again with (server/rpc/group_rpcs.py sets it).
+    "member_id",
 )
 
 
@@ -327,6 +371,19 @@ def classify(exc: BaseException) -> ErrorMapping | None:
         if reason is not None:
             return ErrorMapping(REASON_CODES[reason], reason)
     return None
+
+
+def error_reason(exc: BaseException) -> tuple[int, str]:
+    """The ErrorReason value and the message of ``exc`` for an answer that carries errors per
+    item (DescribeGroups, DeleteGroups, LeaveGroup's members) instead of a status: what
+    :func:`to_rpc_status` would send, its code aside."""
+    status = to_rpc_status(exc)
+    for detail in status.details:
+        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            info = error_details_pb2.ErrorInfo()
+            detail.Unpack(info)
+            return broker_pb2.ErrorReason.Value(info.reason), status.message
+    return broker_pb2.ERROR_REASON_UNSPECIFIED, status.message
 
 
 def _truncate(message: str) -> str:

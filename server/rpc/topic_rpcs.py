@@ -174,6 +174,7 @@ class TopicRpcs(RpcBase):
         self, request: broker_pb2.DeleteTopicRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.DeleteTopicResponse:
         name = self._topic(request.name, "name")
+        self._replicas.refuse_client_change(name, "DeleteTopic")
         topic_admin = self._topic_admin()
         if topic_admin is not None and await topic_admin.delete_topic(name):
             return broker_pb2.DeleteTopicResponse()  # each replica deletes its local log
@@ -217,6 +218,7 @@ class TopicRpcs(RpcBase):
         self, request: broker_pb2.AlterTopicConfigsRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.AlterTopicConfigsResponse:
         name = self._topic(request.name, "name")
+        self._replicas.refuse_client_change(name, "AlterTopicConfigs")
         both = set(request.set) & set(request.delete)
         if both:
             raise BadRequestError(
@@ -232,6 +234,7 @@ class TopicRpcs(RpcBase):
         self, request: broker_pb2.CreatePartitionsRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.CreatePartitionsResponse:
         name = self._topic(request.name, "name")
+        self._replicas.refuse_client_change(name, "CreatePartitions")
         self._check_partition_count("count", request.count, "INVALID_PARTITIONS")
         if self._settings.cluster:
             # The controller would have to assign the new partitions' replicas and write their

@@ -86,7 +86,7 @@ _NAME_CHARS_MAX = 1024
 
 
 _CONCRETE_RESOURCE_TYPES = frozenset({
-    ResourceType.TOPIC, ResourceType.CLUSTER, ResourceType.TRANSACTIONAL_ID,
+    ResourceType.TOPIC, ResourceType.CLUSTER, ResourceType.TRANSACTIONAL_ID, ResourceType.GROUP,
 })
 _CONCRETE_PATTERNS = frozenset({PatternType.LITERAL, PatternType.PREFIXED})
 _INDEFINITE_OPERATIONS = frozenset({AclOperation.UNKNOWN, AclOperation.ANY})
@@ -138,17 +138,14 @@ class AclBinding:
 
         Raises:
             InvalidAclError: naming ``field`` + the bad part: a filter-only or unknown enum
-                value, a GROUP resource (stratalog has no consumer groups), an empty or
-                over-long name, a cluster not named ``kafka-cluster``, a principal that is not
+                value, an empty or over-long name, a cluster not named ``kafka-cluster``, a principal that is not
                 ``type:name``, a host that is neither ``*`` nor an IP address.
         """
         if self.resource_type not in _CONCRETE_RESOURCE_TYPES:
-            hint = (" (stratalog has no consumer groups)"
-                    if self.resource_type == ResourceType.GROUP else "")
             raise InvalidAclError(
                 f"{field}.resource_type",
-                f"must be TOPIC, CLUSTER or TRANSACTIONAL_ID, got "
-                f"{_enum_name(ResourceType, self.resource_type)}{hint}",
+                f"must be TOPIC, GROUP, CLUSTER or TRANSACTIONAL_ID, got "
+                f"{_enum_name(ResourceType, self.resource_type)}",
             )
         if self.pattern_type not in _CONCRETE_PATTERNS:
             raise InvalidAclError(

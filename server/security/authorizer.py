@@ -35,6 +35,20 @@ operations on resources as Kafka's ``KafkaApis`` does for the request of the sam
                              controller are open, as in Kafka); a
                              topic auto-created also needs CREATE
                              (may_create_topic, asked by the servicer)
+    FindCoordinator          DESCRIBE on the group (or the transactional id) named by key
+    JoinGroup, SyncGroup,    READ on the group
+    Heartbeat, LeaveGroup
+    OffsetCommit,            READ on the group and on every topic committed
+    TxnOffsetCommit
+    OffsetFetch              DESCRIBE on the group                       offsets of topics without
+                                                                         DESCRIBE dropped
+    ListGroups               (none)                                      all with DESCRIBE on the
+                                                                         cluster, else groups
+                                                                         without DESCRIBE dropped
+    DescribeGroups           DESCRIBE on every group named
+    DeleteGroups             DELETE on every group named
+    OffsetDelete             DELETE on the group, READ on every topic named
+    AddOffsetsToTxn          WRITE on the transactional id, READ on the group
     Session                  (none for the stream: each request on it needs what its unary
                              RPC needs, checked by the servicer with these same rules)
     Replication/ReplicaFetch CLUSTER_ACTION on the cluster (a follower's fetch: Kafka's
@@ -464,6 +478,7 @@ class Rule:
 _TOPIC = ResourceType.TOPIC
 _CLUSTER = ResourceType.CLUSTER
 _TRANSACTIONAL_ID = ResourceType.TRANSACTIONAL_ID
+_GROUP = ResourceType.GROUP
 _Op = AclOperation
 
 
@@ -590,6 +605,73 @@ def _describe_transaction_answer(
             response.partitions.add(topic=topic, partition=partition)
 
 
+def _on_group(operation: AclOperation) -> Rule:
+    return _one(operation, _GROUP, "group_id")
+
+
+def _find_coordinator(decider: Decider, request: broker_pb2.FindCoordinatorRequest) -> None:
+    # Kafka's handleFindCoordinatorRequest: DESCRIBE on the group, or on the transactional id.
+    if request.key_type == broker_pb2.COORDINATOR_TYPE_TRANSACTION:
+        decider.require(_Op.DESCRIBE, _TRANSACTIONAL_ID, request.key)
+    else:
+        decider.require(_Op.DESCRIBE, _GROUP, request.key)
+
+
+def _offset_commit(decider: Decider, request: Any) -> None:
+    # Kafka's handleOffsetCommitRequest (and TxnOffsetCommit's): READ on the group, and READ on
+    # each topic committed (refused as a whole here, where Kafka fails the partitions).
+    decider.require(_Op.READ, _GROUP, request.group_id)
+    for name in dict.fromkeys(item.topic for item in request.offsets):
+        decider.require(_Op.READ, _TOPIC, name)
+
+
+def _offset_delete(decider: Decider, request: broker_pb2.OffsetDeleteRequest) -> None:
+    decider.require(_Op.DELETE, _GROUP, request.group_id)
+    for name in dict.fromkeys(item.topic for item in request.partitions):
+        decider.require(_Op.READ, _TOPIC, name)
+
+
+def _offset_fetch_answer(decider: Decider, response: broker_pb2.OffsetFetchResponse) -> None:
+    # Kafka's OffsetFetch leaves out the partitions of topics the caller may not DESCRIBE.
+    visible = [o for o in response.offsets if decider.allowed(_Op.DESCRIBE, _TOPIC, o.topic)]
+    if len(visible) != len(response.offsets):
+        kept = [broker_pb2.CommittedOffset() for _ in visible]
+        for copy, offset in zip(kept, visible, strict=True):
+            copy.CopyFrom(offset)
+        del response.offsets[:]
+        response.offsets.extend(kept)
+
+
+def _each_group(operation: AclOperation) -> Rule:
+    """``operation`` on every group the request's ``group_ids`` names."""
+
+    def check(decider: Decider, request: Any) -> None:
+        for group_id in dict.fromkeys(request.group_ids):
+            decider.require(operation, _GROUP, group_id)
+
+    return Rule(check)
+
+
+def _list_groups_answer(decider: Decider, response: broker_pb2.ListGroupsResponse) -> None:
+    # Kafka's handleListGroupsRequest: every group with DESCRIBE on the cluster, else only the
+    # groups the caller may DESCRIBE.
+    if decider.allowed(_Op.DESCRIBE, _CLUSTER, CLUSTER_NAME):
+        return
+    visible = [g for g in response.groups if decider.allowed(_Op.DESCRIBE, _GROUP, g.group_id)]
+    if len(visible) != len(response.groups):
+        kept = [broker_pb2.ListedGroup() for _ in visible]
+        for copy, group in zip(kept, visible, strict=True):
+            copy.CopyFrom(group)
+        del response.groups[:]
+        response.groups.extend(kept)
+
+
+def _add_offsets_to_txn(decider: Decider, request: broker_pb2.AddOffsetsToTxnRequest) -> None:
+    # Kafka's handleAddOffsetsToTxnRequest: WRITE on the transactional id, READ on the group.
+    decider.require(_Op.WRITE, _TRANSACTIONAL_ID, request.transactional_id)
+    decider.require(_Op.READ, _GROUP, request.group_id)
+
+
 #: Broker RPC name -> how it is authorized (the table of the module docstring).
 RULES: Mapping[str, Rule] = {
     "CreateTopic": Rule(_create_topic, _topic_answer),
@@ -614,6 +696,20 @@ RULES: Mapping[str, Rule] = {
     "DescribeAcls": _on_cluster(_Op.DESCRIBE),
     "WhoAmI": Rule(None),
     "Metadata": Rule(_metadata, _metadata_answer),
+    # Consumer groups (issue 27), as Kafka's KafkaApis handlers of the same names.
+    "FindCoordinator": Rule(_find_coordinator),
+    "JoinGroup": _on_group(_Op.READ),
+    "SyncGroup": _on_group(_Op.READ),
+    "Heartbeat": _on_group(_Op.READ),
+    "LeaveGroup": _on_group(_Op.READ),
+    "OffsetCommit": Rule(_offset_commit),
+    "OffsetFetch": Rule(_on_group(_Op.DESCRIBE).check, _offset_fetch_answer),
+    "ListGroups": Rule(lambda decider, request: None, _list_groups_answer),
+    "DescribeGroups": _each_group(_Op.DESCRIBE),
+    "DeleteGroups": _each_group(_Op.DELETE),
+    "OffsetDelete": Rule(_offset_delete),
+    "AddOffsetsToTxn": Rule(_add_offsets_to_txn),
+    "TxnOffsetCommit": Rule(_offset_commit),
     # The stream is open; its requests are authorized one by one (issue 14: the servicer's
     # Session handler applies the rule of each request's unary RPC).
     "Session": Rule(None),

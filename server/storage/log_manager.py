@@ -92,7 +92,9 @@ from .topic_names import (
 
 __all__ = [
     "DEFAULT_MAINTENANCE_INTERVAL_MS",
+    "GROUP_METADATA_TOPIC",
     "INTERNAL_TOPICS",
+    "SERVER_WRITTEN_TOPICS",
     "TRANSACTION_STATE_TOPIC",
     "LogManager",
     "MaintenanceReport",
@@ -107,7 +109,15 @@ log = logging.getLogger(__name__)
 # lists nor lets anyone create them.
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 INTERNAL_TOPICS = frozenset({TRANSACTION_STATE_TOPIC})
-_INTERNAL_COLLISION_KEYS = frozenset(topic_collision_key(name) for name in INTERNAL_TOPICS)
+# Internal topics in the catalogue: listed and read as any topic, but created and written by
+# the server alone (the group coordinator writes __consumer_offsets, issue 27): create_topic
+# makes them only when asked with internal=True, and the serving layer refuses clients' writes
+# and topic changes on them (server/broker/replica_manager.py, refuse_client_change).
+GROUP_METADATA_TOPIC = "__consumer_offsets"
+SERVER_WRITTEN_TOPICS = frozenset({GROUP_METADATA_TOPIC})
+_INTERNAL_COLLISION_KEYS = frozenset(
+    topic_collision_key(name) for name in INTERNAL_TOPICS | SERVER_WRITTEN_TOPICS
+)
 
 
 class LogManager:
@@ -430,9 +440,13 @@ class LogManager:
         return self._settings
 
     def create_topic(
-        self, name: str, partitions: int, configs: Mapping[str, str] | None = None
+        self, name: str, partitions: int, configs: Mapping[str, str] | None = None, *,
+        internal: bool = False,
     ) -> TopicDescription:
         """Create ``name`` with ``partitions`` partitions and the config overrides ``configs``.
+
+        ``internal``: the server creates one of ``SERVER_WRITTEN_TOPICS`` for itself (their
+        names are refused otherwise, as Kafka refuses clients' creation of internal topics).
 
         Each partition goes to the log directory holding the fewest partitions (ties: the
         first in ``log_dirs``), as Kafka's ``nextLogDirs``.
@@ -453,7 +467,7 @@ class LogManager:
                 again, from the catalogue and the disk (``_roll_back_creation``); if that
                 failed too, the error says so and the next start completes the removal.
         """
-        overrides = self.check_new_topic(name, partitions, configs)
+        overrides = self.check_new_topic(name, partitions, configs, internal=internal)
         with self._lock:
             self._ensure_open()
             existing_entry = self._catalog.topics.get(name)
@@ -637,7 +651,8 @@ class LogManager:
         self._catalog = restored
 
     def check_new_topic(
-        self, name: str, partitions: int, configs: Mapping[str, str] | None = None
+        self, name: str, partitions: int, configs: Mapping[str, str] | None = None, *,
+        internal: bool = False,
     ) -> dict[str, str]:
         """What :meth:`create_topic` checks before it looks at the existing topics: the name,
         the partition count and the configs. Returns the config overrides in Kafka's canonical
@@ -648,7 +663,9 @@ class LogManager:
             InvalidTopicError, InvalidConfigError: as :meth:`create_topic`.
         """
         validate_topic_name(name)
-        if topic_collision_key(name) in _INTERNAL_COLLISION_KEYS:
+        if internal:
+            assert name in SERVER_WRITTEN_TOPICS, name
+        elif topic_collision_key(name) in _INTERNAL_COLLISION_KEYS:
             raise InvalidTopicError(f"topic {name} is reserved for the server's internal use")
         if isinstance(partitions, bool) or not isinstance(partitions, int):
             raise InvalidTopicError(f"partition count of topic {name} must be an int, "

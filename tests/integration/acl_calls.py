@@ -15,7 +15,15 @@ from stratalog.v1 import broker_pb2_grpc
 
 from .conftest import CALL_TIMEOUT_S
 
-__all__ = ["ACLS_FOR_EVERY_CALL", "list_services", "outcome", "rpc_calls", "session_answer"]
+__all__ = [
+    "ACLS_FOR_EVERY_CALL",
+    "NOT_SERVED",
+    "group_acls_for_every_call",
+    "list_services",
+    "outcome",
+    "rpc_calls",
+    "session_answer",
+]
 
 #: ``stratalog acls add`` arguments granting what rpc_calls needs (each after
 #: ``--allow-principal P``).
@@ -27,6 +35,29 @@ ACLS_FOR_EVERY_CALL = (
     ("--transactional-id", "app-1", "--operation", "Write", "--operation", "Describe"),
     ("--cluster", "--operation", "Alter", "--operation", "Describe"),
 )
+
+
+#: The group RPCs a server authorizes but does not serve yet (issue 27): UNIMPLEMENTED once the
+#: caller holds their ACLs.
+NOT_SERVED = frozenset({"OffsetDelete"})
+
+
+def group_acls_for_every_call(principal: str) -> list[Any]:
+    """The group ACLs rpc_calls needs (READ and DELETE on group ``grp``), as client bindings
+    (``stratalog acls`` has no ``--group`` yet: granted with the client's create_acls)."""
+    from stratalog.client import (
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        PatternType,
+        ResourceType,
+    )
+
+    return [
+        AclBinding(ResourceType.GROUP, "grp", PatternType.LITERAL, principal, "*", operation,
+                   AclPermissionType.ALLOW)
+        for operation in (AclOperation.READ, AclOperation.DELETE)
+    ]
 
 
 def outcome(call: Callable[[], Any]) -> StratalogError | Any:
@@ -74,11 +105,26 @@ class _Transaction:
     producer_epoch = 0
 
 
+class _Member:
+    member_id = ""
+    generation_id = -1
+
+
 def rpc_calls(stub: broker_pb2_grpc.BrokerStub) -> list[tuple[str, Callable[[], Any]]]:
     """One call of every Broker RPC, in an order in which all succeed with
     :data:`ACLS_FOR_EVERY_CALL` (``stub`` may add call credentials to each call)."""
     txn = _Transaction()
+    member = _Member()
     t = CALL_TIMEOUT_S
+
+    def join_group() -> Any:
+        # A static member: no MEMBER_ID_REQUIRED round trip.
+        response = stub.JoinGroup(pb.JoinGroupRequest(
+            group_id="grp", session_timeout_ms=30_000, rebalance_timeout_ms=30_000,
+            group_instance_id="grp-1", protocol_type="consumer",
+            protocols=[pb.GroupProtocol(name="range")]), timeout=t)
+        member.member_id, member.generation_id = response.member_id, response.generation_id
+        return response
 
     def init_producer_id() -> Any:
         response = stub.InitProducerId(pb.InitProducerIdRequest(transactional_id="app-1"),
@@ -141,6 +187,40 @@ def rpc_calls(stub: broker_pb2_grpc.BrokerStub) -> list[tuple[str, Callable[[], 
             pb.CreatePartitionsRequest(name="orders2", count=2), timeout=t)),
         ("DeleteTopic", lambda: stub.DeleteTopic(pb.DeleteTopicRequest(name="orders2"),
                                                  timeout=t)),
+        # Consumer groups (issue 27): a static member's life in group "grp".
+        ("FindCoordinator", lambda: stub.FindCoordinator(
+            pb.FindCoordinatorRequest(key="grp"), timeout=t)),
+        ("JoinGroup", join_group),
+        ("SyncGroup", lambda: stub.SyncGroup(pb.SyncGroupRequest(
+            group_id="grp", member_id=member.member_id, generation_id=member.generation_id,
+            group_instance_id="grp-1"), timeout=t)),
+        ("Heartbeat", lambda: stub.Heartbeat(pb.HeartbeatRequest(
+            group_id="grp", member_id=member.member_id, generation_id=member.generation_id,
+            group_instance_id="grp-1"), timeout=t)),
+        ("OffsetCommit", lambda: stub.OffsetCommit(pb.OffsetCommitRequest(
+            group_id="grp", member_id=member.member_id, generation_id=member.generation_id,
+            group_instance_id="grp-1",
+            offsets=[pb.CommittedOffset(topic="orders", partition=0, offset=0)]), timeout=t)),
+        ("OffsetFetch", lambda: stub.OffsetFetch(pb.OffsetFetchRequest(group_id="grp"),
+                                                 timeout=t)),
+        ("ListGroups", lambda: stub.ListGroups(pb.ListGroupsRequest(), timeout=t)),
+        ("DescribeGroups", lambda: stub.DescribeGroups(
+            pb.DescribeGroupsRequest(group_ids=["grp"]), timeout=t)),
+        ("LeaveGroup", lambda: stub.LeaveGroup(pb.LeaveGroupRequest(
+            group_id="grp", members=[pb.LeavingMember(member_id=member.member_id,
+                                                      group_instance_id="grp-1")]), timeout=t)),
+        # The empty group's offsets in a transaction of app-1 (left open: it times out).
+        ("AddOffsetsToTxn", lambda: stub.AddOffsetsToTxn(pb.AddOffsetsToTxnRequest(
+            transactional_id="app-1", producer_id=txn.producer_id,
+            producer_epoch=txn.producer_epoch, group_id="grp"), timeout=t)),
+        ("TxnOffsetCommit", lambda: stub.TxnOffsetCommit(pb.TxnOffsetCommitRequest(
+            transactional_id="app-1", producer_id=txn.producer_id,
+            producer_epoch=txn.producer_epoch, group_id="grp", generation_id=-1,
+            offsets=[pb.CommittedOffset(topic="orders", partition=0, offset=0)]), timeout=t)),
+        ("DeleteGroups", lambda: stub.DeleteGroups(pb.DeleteGroupsRequest(group_ids=["grp"]),
+                                                   timeout=t)),
+        ("OffsetDelete", lambda: stub.OffsetDelete(pb.OffsetDeleteRequest(group_id="grp"),
+                                                   timeout=t)),
     ]
 
 

@@ -505,8 +505,8 @@ def test_generated_enums_hold_the_contract_error_reasons() -> None:
     assert broker_pb2.ErrorReason.Name(broker_pb2.OFFSET_OUT_OF_RANGE) == "OFFSET_OUT_OF_RANGE"
     # 16 released reasons, then issue 12's: the producer state's 5, the coordinator's 6; then
     # issue 13's limit; then issue 17's replication reasons.
-    # Issue 25: INVALID_PARTITIONS (CreatePartitions).
-    assert len(broker_pb2.ErrorReason.keys()) == 16 + 5 + 6 + 1 + 9 + 1
+    # Issue 25: INVALID_PARTITIONS (CreatePartitions). Issue 27: the consumer groups' 16.
+    assert len(broker_pb2.ErrorReason.keys()) == 16 + 5 + 6 + 1 + 9 + 1 + 16
     assert broker_pb2.ErrorReason.keys()[16:] == [
         "OUT_OF_ORDER_SEQUENCE", "INVALID_PRODUCER_EPOCH", "UNKNOWN_PRODUCER_ID",
         "INVALID_TXN_STATE", "TRANSACTION_COORDINATOR_FENCED",
@@ -517,4 +517,9 @@ def test_generated_enums_hold_the_contract_error_reasons() -> None:
         "FENCED_LEADER_EPOCH", "UNKNOWN_LEADER_EPOCH", "LEADER_NOT_AVAILABLE",
         "INVALID_REPLICATION_FACTOR", "REQUEST_TIMED_OUT", "COORDINATION_UNAVAILABLE",
         "INVALID_PARTITIONS",
+        "COORDINATOR_NOT_AVAILABLE", "NOT_COORDINATOR", "UNKNOWN_MEMBER_ID", "ILLEGAL_GENERATION",
+        "REBALANCE_IN_PROGRESS", "FENCED_INSTANCE_ID", "MEMBER_ID_REQUIRED",
+        "GROUP_MAX_SIZE_REACHED", "INCONSISTENT_GROUP_PROTOCOL", "INVALID_GROUP_ID",
+        "INVALID_SESSION_TIMEOUT", "NON_EMPTY_GROUP", "GROUP_ID_NOT_FOUND",
+        "UNSTABLE_OFFSET_COMMIT", "OFFSET_METADATA_TOO_LARGE", "GROUP_SUBSCRIBED_TO_TOPIC",
     ]

@@ -55,8 +55,7 @@ def test_a_valid_binding_is_kept_and_its_host_written_canonically() -> None:
 
 
 @pytest.mark.parametrize(("binding", "field", "words"), [
-    (acl(resource_type=ResourceType.ANY), "resource_type", "TOPIC, CLUSTER"),
-    (acl(resource_type=ResourceType.GROUP), "resource_type", "no consumer groups"),
+    (acl(resource_type=ResourceType.ANY), "resource_type", "TOPIC, GROUP, CLUSTER"),
     (acl(resource_type=9), "resource_type", "9"),  # type: ignore[arg-type]
     (acl(pattern=PatternType.MATCH), "pattern_type", "LITERAL or PREFIXED"),
     (acl(pattern=PatternType.ANY), "pattern_type", "ANY"),

@@ -39,6 +39,7 @@ from stratalog.v1 import replication_pb2
 
 Op = AclOperation
 TOPIC, CLUSTER, TXN = ResourceType.TOPIC, ResourceType.CLUSTER, ResourceType.TRANSACTIONAL_ID
+GROUP = ResourceType.GROUP
 ALICE = CallIdentity(Principal.user("alice"), "10.0.0.1", "password")
 
 
@@ -103,6 +104,37 @@ RPC_CASES: dict[str, tuple[Callable[[], Any], list[AclBinding] | None]] = {
     "Metadata": (lambda: pb.MetadataRequest(topics=["orders"]),
                  [grant(TOPIC, "orders", Op.DESCRIBE)]),
     "Session": (lambda: pb.SessionRequest(), None),
+    # Consumer groups (issue 27): Kafka's KafkaApis handlers of the same names.
+    "FindCoordinator": (lambda: pb.FindCoordinatorRequest(key="g"),
+                        [grant(GROUP, "g", Op.DESCRIBE)]),
+    "JoinGroup": (lambda: pb.JoinGroupRequest(group_id="g"), [grant(GROUP, "g", Op.READ)]),
+    "SyncGroup": (lambda: pb.SyncGroupRequest(group_id="g"), [grant(GROUP, "g", Op.READ)]),
+    "Heartbeat": (lambda: pb.HeartbeatRequest(group_id="g"), [grant(GROUP, "g", Op.READ)]),
+    "LeaveGroup": (lambda: pb.LeaveGroupRequest(group_id="g"), [grant(GROUP, "g", Op.READ)]),
+    "OffsetCommit": (
+        lambda: pb.OffsetCommitRequest(group_id="g", offsets=[
+            pb.CommittedOffset(topic="orders"), pb.CommittedOffset(topic="audit")]),
+        [grant(GROUP, "g", Op.READ), grant(TOPIC, "orders", Op.READ),
+         grant(TOPIC, "audit", Op.READ)],
+    ),
+    "OffsetFetch": (lambda: pb.OffsetFetchRequest(group_id="g"),
+                    [grant(GROUP, "g", Op.DESCRIBE)]),
+    "ListGroups": (lambda: pb.ListGroupsRequest(), None),
+    "DescribeGroups": (lambda: pb.DescribeGroupsRequest(group_ids=["g", "h"]),
+                       [grant(GROUP, "g", Op.DESCRIBE), grant(GROUP, "h", Op.DESCRIBE)]),
+    "DeleteGroups": (lambda: pb.DeleteGroupsRequest(group_ids=["g", "h"]),
+                     [grant(GROUP, "g", Op.DELETE), grant(GROUP, "h", Op.DELETE)]),
+    "OffsetDelete": (
+        lambda: pb.OffsetDeleteRequest(group_id="g", partitions=[pb.TopicPartition(topic="t")]),
+        [grant(GROUP, "g", Op.DELETE), grant(TOPIC, "t", Op.READ)],
+    ),
+    "AddOffsetsToTxn": (lambda: pb.AddOffsetsToTxnRequest(transactional_id="app-1", group_id="g"),
+                        [grant(TXN, "app-1", Op.WRITE), grant(GROUP, "g", Op.READ)]),
+    "TxnOffsetCommit": (
+        lambda: pb.TxnOffsetCommitRequest(transactional_id="app-1", group_id="g",
+                                          offsets=[pb.CommittedOffset(topic="orders")]),
+        [grant(GROUP, "g", Op.READ), grant(TOPIC, "orders", Op.READ)],
+    ),
 }
 
 
@@ -144,6 +176,39 @@ def test_each_rpc_needs_exactly_its_acls(tmp_path: Path, method: str) -> None:
                              needed[0].operation, principal="User:*",
                              permission=AclPermissionType.DENY)]
     assert not admitted(authorizer_with(tmp_path, *denied), method, make_request())
+
+
+def test_find_coordinator_of_a_transactional_id_needs_describe_on_it(tmp_path: Path) -> None:
+    request = pb.FindCoordinatorRequest(key="app-1", key_type=pb.COORDINATOR_TYPE_TRANSACTION)
+    assert not admitted(authorizer_with(tmp_path, grant(GROUP, "app-1", Op.DESCRIBE)),
+                        "FindCoordinator", request)
+    assert admitted(authorizer_with(tmp_path, grant(TXN, "app-1", Op.DESCRIBE)),
+                    "FindCoordinator", request)
+
+
+def test_list_groups_shows_every_group_to_cluster_describe_else_the_described_ones(
+    tmp_path: Path,
+) -> None:
+    def listed(*bindings: AclBinding) -> list[str]:
+        response = pb.ListGroupsResponse(groups=[
+            pb.ListedGroup(group_id=g, state="Empty") for g in ("a", "b", "c")])
+        answer = RULES["ListGroups"].answer
+        assert answer is not None
+        answer(Decider(authorizer_with(tmp_path, *bindings), ALICE), response)
+        return [g.group_id for g in response.groups]
+
+    assert listed() == []
+    assert listed(grant(GROUP, "b", Op.DESCRIBE), grant(GROUP, "c", Op.READ)) == ["b", "c"]
+    assert listed(grant(CLUSTER, CLUSTER_NAME, Op.DESCRIBE)) == ["a", "b", "c"]
+
+
+def test_offset_fetch_leaves_out_topics_the_caller_may_not_describe(tmp_path: Path) -> None:
+    response = pb.OffsetFetchResponse(offsets=[
+        pb.CommittedOffset(topic="orders", offset=5), pb.CommittedOffset(topic="secret")])
+    answer = RULES["OffsetFetch"].answer
+    assert answer is not None
+    answer(Decider(authorizer_with(tmp_path, grant(TOPIC, "orders", Op.READ)), ALICE), response)
+    assert [(o.topic, o.offset) for o in response.offsets] == [("orders", 5)]
 
 
 def test_refusals_name_operation_and_resource_but_not_whether_it_exists(tmp_path: Path) -> None:

@@ -1,0 +1,412 @@
+"""Consumer groups as this server serves them: the one serving layer the group RPCs call.
+
+Kafka's ``group-coordinator/src/main/java/org/apache/kafka/coordinator/group/
+GroupCoordinatorService.java``: it finds a group's ``__consumer_offsets`` partition
+(``abs(hashCode(group_id)) % partitions``, records/group_partition.py), hands the request to that
+partition's :class:`~.partition_coordinator.PartitionCoordinator`, and checks what the core
+leaves to its caller (docs/groups.md, "Driving it"): that a committed partition exists and the
+offset is not beyond its log end (a clear error naming the topic-partition, nothing written).
+Requests about several groups (DescribeGroups, DeleteGroups) are split by partition and their
+answers put back in the request's order; ListGroups asks every partition.
+
+**Transactional offsets** (AddOffsetsToTxn, TxnOffsetCommit; KIP-447): the group's partition
+joins the producer's transaction at the transaction coordinator (server/transactions), which
+then writes its COMMIT or ABORT marker there; the serving layer tells this service of each such
+marker (``ReplicaManager.internal_marker_listener``), and the partition's coordinator applies it
+(``replay_end_transaction``) before EndTxn is answered.
+
+**The topic.** ``__consumer_offsets`` is created by the first request that needs a coordinator
+(FindCoordinator or any group request but ListGroups), as Kafka's
+``KafkaApis.getOrCreateInternalTopic`` does, with offsets.topic.num.partitions partitions,
+compacted (offsets_topic.topic_configs). Its partition count is the existing topic's from then
+on, whatever the setting says later (as Kafka reads the topic's count). At start
+(:meth:`start`), an existing topic's partitions are loaded, each in its own task; a request
+for a partition still loading is answered COORDINATOR_LOAD_IN_PROGRESS by its core.
+
+**One server.** Every partition of the topic is led here, so this server coordinates every
+group. Cluster mode is not served yet (docs/groups.md, "Serving groups"): every group request
+is answered COORDINATOR_NOT_AVAILABLE saying so.
+
+Crash behaviour: state is the topic's; see partition_coordinator.py. Concurrency: event-loop
+only (loads decode in the thread pool).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+from collections.abc import Callable, Iterable
+from concurrent.futures import Executor
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from stratalog.records.group_partition import partition_for_group
+from stratalog.server.groups import (
+    CoordinatorNotAvailableError,
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
+    DescribedGroup,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    GroupConfig,
+    GroupState,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    OffsetMetadataTooLargeError,
+    PartitionOffset,
+    SyncGroupRequest,
+    SyncGroupResponse,
+    TxnOffsetCommitRequest,
+)
+from stratalog.server.storage.errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
+
+from .offsets_topic import GROUP_METADATA_TOPIC, topic_configs
+from .partition_coordinator import PartitionCoordinator
+
+if TYPE_CHECKING:
+    from stratalog.server.broker import ReplicaManager
+    from stratalog.server.metrics import ServerMetrics
+    from stratalog.server.settings import Settings
+    from stratalog.server.transactions import TransactionCoordinator
+
+__all__ = ["GroupService", "group_config"]
+
+logger = logging.getLogger(__name__)
+
+_R = TypeVar("_R")
+
+
+def group_config(settings: Settings) -> GroupConfig:
+    """The coordinator's config from the server's settings (already range-checked)."""
+    return GroupConfig(
+        group_max_size=settings.group_max_size,
+        initial_rebalance_delay_ms=settings.group_initial_rebalance_delay_ms,
+        min_session_timeout_ms=settings.group_min_session_timeout_ms,
+        max_session_timeout_ms=settings.group_max_session_timeout_ms,
+        offsets_retention_ms=settings.offsets_retention_minutes * 60 * 1000,
+        offsets_retention_check_interval_ms=settings.offsets_retention_check_interval_ms,
+        offset_metadata_max_bytes=settings.offset_metadata_max_bytes,
+    )
+
+
+class GroupService:
+    """The group coordinators of this server's ``__consumer_offsets`` partitions (module
+    docstring).
+
+    Holds the serving layer (writes and reads of the topic), the settings, the coordinator
+    config, the executor for loads, one :class:`PartitionCoordinator` per partition once the
+    topic exists, and their load tasks.
+    """
+
+    def __init__(
+        self,
+        replica_manager: ReplicaManager,
+        settings: Settings,
+        executor: Executor,
+        *,
+        metrics: ServerMetrics | None = None,
+        transactions: TransactionCoordinator | None = None,
+    ) -> None:
+        """``metrics``: where the coordinators count rebalances, commits and loads.
+        ``transactions``: the transaction coordinator AddOffsetsToTxn and TxnOffsetCommit work
+        with (None: they are refused); its markers on ``__consumer_offsets`` reach the group
+        coordinators through the serving layer's ``internal_marker_listener``."""
+        self._replicas = replica_manager
+        self._settings = settings
+        self._executor = executor
+        self.config = group_config(settings)
+        self._metrics = metrics
+        self._transactions = transactions
+        replica_manager.internal_marker_listener = self._marker_written
+        #: Partition -> its coordinator; empty until the topic exists.
+        self.partitions: dict[int, PartitionCoordinator] = {}
+        self._loads: list[asyncio.Task[None]] = []
+        self._creating = asyncio.Lock()
+        self._closed = False
+
+    # ---------------------------------------------------------------- life
+
+    async def start(self) -> None:
+        """Load an existing ``__consumer_offsets`` in the background (one task per partition)."""
+        if self._settings.cluster:
+            return
+        count = self._partition_count()
+        if count:
+            self._start_coordinators(count)
+
+    def begin_shutdown(self) -> None:
+        """Answer every parked request NOT_COORDINATOR; nothing new is served."""
+        self._closed = True
+        for coordinator in self.partitions.values():
+            coordinator.unload()
+
+    async def close(self) -> None:
+        """Stop the loads, the writers and the timers."""
+        self._closed = True
+        for task in self._loads:
+            task.cancel()
+        for task in self._loads:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for coordinator in self.partitions.values():
+            await coordinator.close()
+
+    def _partition_count(self) -> int:
+        return sum(1 for topic, _ in self._replicas.log_manager.logs() if topic ==
+                   GROUP_METADATA_TOPIC)
+
+    def _start_coordinators(self, count: int) -> None:
+        for partition in range(count):
+            coordinator = PartitionCoordinator(
+                partition, self.config, self._replicas, self._executor,
+                metrics=self._metrics,
+            )
+            self.partitions[partition] = coordinator
+            self._loads.append(asyncio.get_running_loop().create_task(
+                coordinator.load(), name=f"stratalog-group-load-{partition}"))
+
+    async def _ensure_topic(self) -> None:
+        """Create ``__consumer_offsets`` if it does not exist, and its coordinators."""
+        if self.partitions:
+            return
+        if self._settings.cluster:
+            raise CoordinatorNotAvailableError(
+                "consumer groups are not served in cluster mode yet (docs/groups.md,"
+                " \"Serving groups\")"
+            )
+        async with self._creating:
+            if self.partitions:
+                return
+            log_manager = self._replicas.log_manager
+            if not log_manager.has_topic(GROUP_METADATA_TOPIC):
+                settings = self._settings
+                await self._replicas.admin(functools.partial(
+                    log_manager.create_topic, GROUP_METADATA_TOPIC,
+                    settings.offsets_topic_num_partitions,
+                    topic_configs(settings.offsets_topic_segment_bytes), internal=True,
+                ))
+                logger.info("created the internal topic %s: %d partitions, compacted",
+                            GROUP_METADATA_TOPIC, settings.offsets_topic_num_partitions)
+            self._start_coordinators(self._partition_count())
+            # A new topic's (or one found since start) loads are short: the request that made
+            # it waits for them rather than be answered COORDINATOR_LOAD_IN_PROGRESS.
+            await asyncio.gather(*self._loads)
+
+    async def _coordinator_of(self, group_id: str) -> PartitionCoordinator:
+        if self._closed:
+            raise CoordinatorNotAvailableError("the server is shutting down")
+        await self._ensure_topic()
+        return self.partitions[partition_for_group(group_id, len(self.partitions))]
+
+    # ---------------------------------------------------------------- FindCoordinator
+
+    async def find_coordinator(self, group_id: str) -> int:
+        """The ``__consumer_offsets`` partition of ``group_id`` (this server leads it),
+        creating the topic if needed."""
+        coordinator = await self._coordinator_of(group_id)
+        return coordinator.partition
+
+    # ---------------------------------------------------------------- membership
+
+    async def join_group(self, request: JoinGroupRequest) -> JoinGroupResponse:
+        coordinator = await self._coordinator_of(request.group_id)
+        return await coordinator.submit(  # type: ignore[no-any-return]
+            lambda token, now: coordinator.core.join_group(request, token, now))
+
+    async def sync_group(self, request: SyncGroupRequest) -> SyncGroupResponse:
+        coordinator = await self._coordinator_of(request.group_id)
+        return await coordinator.submit(  # type: ignore[no-any-return]
+            lambda token, now: coordinator.core.sync_group(request, token, now))
+
+    async def heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse:
+        coordinator = await self._coordinator_of(request.group_id)
+        return await coordinator.submit(  # type: ignore[no-any-return]
+            lambda token, now: coordinator.core.heartbeat(request, token, now))
+
+    async def leave_group(self, request: LeaveGroupRequest) -> LeaveGroupResponse:
+        coordinator = await self._coordinator_of(request.group_id)
+        return await coordinator.submit(  # type: ignore[no-any-return]
+            lambda token, now: coordinator.core.leave_group(request, token, now))
+
+    # ---------------------------------------------------------------- offsets
+
+    def check_commit(self, offsets: Iterable[PartitionOffset]) -> None:
+        """What the core leaves to its caller (module docstring), for every partition before
+        anything is written.
+
+        Raises:
+            UnknownTopicOrPartitionError: no such topic or partition.
+            OffsetOutOfRangeError: an offset beyond the partition's log end.
+            OffsetMetadataTooLargeError: metadata over offset.metadata.max.bytes.
+        """
+        log_manager = self._replicas.log_manager
+        metadata_max = self.config.offset_metadata_max_bytes
+        for item in offsets:
+            where = f"{item.topic}-{item.partition}"
+            try:
+                partition_log = log_manager.get_log(item.topic, item.partition)
+            except UnknownTopicOrPartitionError as exc:
+                raise UnknownTopicOrPartitionError(
+                    f"cannot commit an offset of {where}: {exc}") from None
+            end = partition_log.log_end_offset
+            if item.offset > end:
+                raise OffsetOutOfRangeError(
+                    f"cannot commit offset {item.offset} of {where}: beyond its log end"
+                    f" offset {end}",
+                    log_start_offset=partition_log.log_start_offset, log_end_offset=end,
+                )
+            size = len(item.metadata.encode())
+            if size > metadata_max:
+                raise OffsetMetadataTooLargeError(
+                    f"the metadata of {where} is {size} bytes, over offset.metadata.max.bytes"
+                    f" {metadata_max}"
+                )
+
+    async def commit_offsets(self, request: OffsetCommitRequest) -> OffsetCommitResponse:
+        """OffsetCommit, after :meth:`check_commit`."""
+        self.check_commit(request.offsets)
+        coordinator = await self._coordinator_of(request.group_id)
+        return await coordinator.submit(  # type: ignore[no-any-return]
+            lambda token, now: coordinator.core.commit_offsets(request, token, now))
+
+    # ---------------------------------------------------------------- transactional offsets
+
+    def _transaction_coordinator(self) -> TransactionCoordinator:
+        if self._transactions is None or self._settings.cluster:
+            raise CoordinatorNotAvailableError(
+                "transactional offset commits need the transaction coordinator, which is not"
+                " served in cluster mode yet")
+        return self._transactions
+
+    async def add_offsets_to_txn(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str
+    ) -> int:
+        """Kafka's AddOffsetsToTxn: the group's ``__consumer_offsets`` partition joins the
+        producer's transaction (its COMMIT or ABORT marker will be written there); the
+        partition.
+
+        Raises:
+            what ``TransactionCoordinator.add_partitions_to_txn`` raises.
+        """
+        transactions = self._transaction_coordinator()
+        partition = (await self._coordinator_of(group_id)).partition
+        # In the pool: the coordinator fsyncs its state log.
+        await asyncio.get_running_loop().run_in_executor(
+            self._executor, functools.partial(
+                transactions.add_partitions_to_txn, transactional_id, producer_id,
+                producer_epoch, [(GROUP_METADATA_TOPIC, partition)]))
+        return partition
+
+    async def commit_transactional_offsets(
+        self, request: TxnOffsetCommitRequest
+    ) -> OffsetCommitResponse:
+        """TxnOffsetCommit, after :meth:`check_commit` and the transaction's check that the
+        group's partition is in the producer's open transaction at its epoch (AddOffsetsToTxn
+        first): written in the producer's transaction, visible with its COMMIT marker.
+
+        Raises:
+            what :meth:`check_commit` and ``verify_transactional_append`` raise.
+        """
+        transactions = self._transaction_coordinator()
+        self.check_commit(request.offsets)
+        coordinator = await self._coordinator_of(request.group_id)
+        transactions.verify_transactional_append(
+            GROUP_METADATA_TOPIC, coordinator.partition, request.producer_id,
+            request.producer_epoch)
+        return await coordinator.submit(  # type: ignore[no-any-return]
+            lambda token, now: coordinator.core.commit_transactional_offsets(
+                request, token, now))
+
+    def _marker_written(self, topic: str, partition: int, producer_id: int,
+                        committed: bool) -> None:
+        """The serving layer wrote a transaction marker to ``topic``-``partition`` (on the
+        loop)."""
+        coordinator = self.partitions.get(partition)
+        if topic == GROUP_METADATA_TOPIC and coordinator is not None:
+            coordinator.end_transaction(producer_id, committed)
+
+    async def fetch_offsets(self, request: OffsetFetchRequest) -> OffsetFetchResponse:
+        coordinator = await self._coordinator_of(request.group_id)
+        return await coordinator.submit(  # type: ignore[no-any-return]
+            lambda token, now: coordinator.core.fetch_offsets(request, token, now))
+
+    # ---------------------------------------------------------------- groups
+
+    async def list_groups(self, request: ListGroupsRequest) -> ListGroupsResponse:
+        """Every partition's groups (none before the topic exists: not created for this)."""
+        listed = []
+        for coordinator in list(self.partitions.values()):
+            response: ListGroupsResponse = await coordinator.submit(
+                lambda token, now, c=coordinator: c.core.list_groups(request, token, now))
+            if response.error is not None:
+                return response  # a partition still loading: the caller retries
+            listed.extend(response.groups)
+        return ListGroupsResponse(None, tuple(listed))
+
+    async def describe_groups(self, request: DescribeGroupsRequest) -> DescribeGroupsResponse:
+        answers = await self._by_partition(
+            request.group_ids, lambda ids: DescribeGroupsRequest(ids),
+            lambda core: core.describe_groups,
+            lambda response: {g.group_id: g for g in response.groups},
+        )
+        return DescribeGroupsResponse(tuple(
+            answers.get(group_id) or DescribedGroup(group_id, None) for group_id in
+            request.group_ids
+        ))
+
+    async def delete_groups(self, request: DeleteGroupsRequest) -> DeleteGroupsResponse:
+        answers = await self._by_partition(
+            request.group_ids, lambda ids: DeleteGroupsRequest(ids),
+            lambda core: core.delete_groups,
+            lambda response: dict(response.results),
+        )
+        return DeleteGroupsResponse(tuple((g, answers[g]) for g in request.group_ids))
+
+    async def _by_partition(
+        self,
+        group_ids: tuple[str, ...],
+        make: Callable[[tuple[str, ...]], Any],
+        method: Callable[[Any], Callable[..., Any]],
+        results: Callable[[Any], dict[str, Any]],
+    ) -> dict[str, Any]:
+        """Ask each partition about its groups among ``group_ids``; group id -> answer."""
+        if self._closed:
+            raise CoordinatorNotAvailableError("the server is shutting down")
+        await self._ensure_topic()
+        by_partition: dict[int, list[str]] = {}
+        for group_id in dict.fromkeys(group_ids):
+            partition = partition_for_group(group_id, len(self.partitions))
+            by_partition.setdefault(partition, []).append(group_id)
+        answers: dict[str, Any] = {}
+        for partition, ids in by_partition.items():
+            coordinator = self.partitions[partition]
+            request = make(tuple(ids))
+            response = await coordinator.submit(
+                lambda token, now, c=coordinator, r=request: method(c.core)(r, token, now))
+            answers.update(results(response))
+        return answers
+
+    # ---------------------------------------------------------------- metrics
+
+    def group_counts(self) -> tuple[dict[str, int], int]:
+        """Groups by state name (every state, zeros included) and members in all, over the
+        partitions loaded. Any thread (a scrape): each dict is copied with one ``list()``,
+        atomic under the GIL, before it is read. O(groups)."""
+        by_state = {state.value: 0 for state in GroupState}
+        members = 0
+        for coordinator in list(self.partitions.values()):
+            for group in list(coordinator.core.groups.values()):
+                by_state[group.state.value] += 1
+                members += len(group.members)
+        return by_state, members

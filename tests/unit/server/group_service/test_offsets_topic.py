@@ -1,0 +1,102 @@
+"""server/group_service/offsets_topic.py: the coordinator's records to Kafka's bytes and back, one
+Append as one batch, and what a load replays (markers included, undecodable records skipped with
+their offset named). The bytes themselves are records/consumer_offsets.py's, tested against
+kafka-python there; one worked example here ties the two."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from stratalog.records import build_batch
+from stratalog.records.batch import NO_PRODUCER_ID
+from stratalog.records.control import ControlRecordType, EndTransactionMarker
+from stratalog.records.reader import iter_batches
+from stratalog.server.group_service.offsets_topic import (
+    ReplayItem,
+    append_batch,
+    decode_group_record,
+    encode_group_record,
+    replay_items,
+    topic_configs,
+)
+from stratalog.server.groups import (
+    Append,
+    GroupMetadataRecord,
+    GroupMetadataTombstone,
+    MemberMetadata,
+    OffsetCommitRecord,
+    OffsetCommitTombstone,
+)
+
+RECORDS = [
+    OffsetCommitRecord("g", "t", 3, 100, 5, "meta", 1_700_000_000_000),
+    OffsetCommitRecord("g", "t", 4, 7, -1, "", 1_700_000_000_001, expire_timestamp_ms=9),
+    OffsetCommitTombstone("g", "t", 3),
+    GroupMetadataRecord("g", "consumer", 4, "range", "m-1", 1_700_000_000_002, (
+        MemberMetadata("m-1", "i-1", "client", "10.0.0.1", 60_000, 10_000, b"sub", b"asg"),
+        MemberMetadata("m-2", None, "client", "10.0.0.2", 60_000, 10_000, b"s2", b""),
+    )),
+    GroupMetadataRecord("e", "", 0, None, None, 5),
+    GroupMetadataTombstone("g"),
+]
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=lambda r: type(r).__name__)
+def test_every_record_round_trips(record: object) -> None:
+    key, value = encode_group_record(record)  # type: ignore[arg-type]
+    assert (value is None) == isinstance(record, OffsetCommitTombstone | GroupMetadataTombstone)
+    assert decode_group_record(key, value) == record
+
+
+def test_an_offset_commit_is_written_as_kafka_writes_it() -> None:
+    # records/consumer_offsets.py's worked example (Kafka's OffsetCommitKey type 1 and
+    # OffsetCommitValue version 3): group "g", topic "t", partition 0, offset 100.
+    key, value = encode_group_record(OffsetCommitRecord("g", "t", 0, 100, -1, "", 1700000000000))
+    assert key == bytes.fromhex("0001 0001 67 0001 74 00000000")
+    assert value == bytes.fromhex("0003 0000000000000064 ffffffff 0000 0000018bcfe56800")
+
+
+def test_one_append_is_one_batch_in_order() -> None:
+    batch = append_batch(Append(0, tuple(RECORDS)), 1234)
+    [(header, records)] = list(iter_batches(batch))
+    assert (header.producer_id, header.is_transactional, header.is_control) == (
+        NO_PRODUCER_ID, False, False)
+    assert [r.timestamp for r in records] == [1234] * len(RECORDS)
+    assert [decode_group_record(r.key, r.value) for r in records] == RECORDS
+
+
+def test_a_load_replays_records_and_markers_and_skips_what_does_not_decode(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    good = append_batch(Append(0, tuple(RECORDS[:2])), 1)
+    # A second batch at offset 2: a key of an unknown record type, then a good record.
+    bad = build_batch([(1, b"\x00\x63garbage", b"x", ()),
+                       (1, *encode_group_record(RECORDS[2]), ())], base_offset=2)
+    marker = EndTransactionMarker(ControlRecordType.COMMIT, 0)
+    control = build_batch([(1, marker.encode_key(), marker.encode_value(), ())], base_offset=4,
+                          producer_id=7, producer_epoch=0, is_transactional=True,
+                          is_control=True)
+    with caplog.at_level(logging.WARNING):
+        items = list(replay_items(good + bad + control, "__consumer_offsets-0"))
+    assert items == [
+        ReplayItem(0, RECORDS[0], NO_PRODUCER_ID),
+        ReplayItem(1, RECORDS[1], NO_PRODUCER_ID),
+        ReplayItem(3, RECORDS[2], NO_PRODUCER_ID),
+        ReplayItem(4, None, 7, True),
+    ]
+    assert "__consumer_offsets-0: skipping the record at offset 2" in caplog.text
+
+
+def test_the_topic_is_compacted_with_its_segment_bytes() -> None:
+    assert topic_configs(1 << 20) == {"cleanup.policy": "compact", "segment.bytes": "1048576"}
+
+
+def test_a_transactional_append_is_a_transactional_batch_of_its_producer() -> None:
+    append = Append(3, tuple(RECORDS[:2]), producer_id=42, producer_epoch=7)
+    [(header, _)] = list(iter_batches(append_batch(append, 1, base_sequence=5)))
+    assert (header.producer_id, header.producer_epoch, header.base_sequence) == (42, 7, 5)
+    assert header.is_transactional and not header.is_control
+    items = list(replay_items(append_batch(append, 1, base_sequence=5), "__consumer_offsets-0"))
+    assert [(i.record, i.producer_id) for i in items] == [(r, 42) for r in RECORDS[:2]]
