@@ -1,0 +1,259 @@
+"""The group Consumer against a real server process (issue 27 item 5; docs/client.md, "Consumer
+groups"): consumers of one group share a topic's partitions, take over a closed member's,
+resume after the last commit, auto-commit only what the reader was handed, keep their
+partitions through a cooperative rebalance; the Client's group RPCs (describe, list, delete,
+offset_fetch).
+
+The server runs with ``group.initial.rebalance.delay.ms`` 0 and a small minimum session
+timeout; every wait is on a condition (``until``), never a sleep; every test is bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Iterator
+
+import pytest
+
+from stratalog.client import Client, Consumer, Producer
+from stratalog.client.errors import CommitFailedError, NonEmptyGroupError
+from stratalog.client.groups import RangeAssignor
+from stratalog.client.types import TopicPartition
+
+from .conftest import ServerProcess, launch_server, until
+
+GROUP_FLAGS = (
+    "--group-initial-rebalance-delay-ms", "0",
+    "--group-min-session-timeout-ms", "100",
+    "--offsets-topic-num-partitions", "3",
+)
+PARTITIONS = 6
+#: Short timers, so that a rebalance or a commit happens within a test's bound.
+FAST = {
+    "session_timeout_ms": 6_000,
+    "heartbeat_interval_ms": 200,
+    "auto_commit_interval_ms": 200,
+    "retry_backoff_ms": 50,
+    "retry_backoff_max_ms": 500,
+}
+BOUND_S = 60.0
+
+
+@pytest.fixture(scope="module")
+def group_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    process = launch_server(tmp_path_factory.mktemp("groups") / "data", *GROUP_FLAGS)
+    yield process
+    assert process.stop(signal.SIGTERM) == 0, process.log_text()[-4000:]
+
+
+async def _topic(client: Client, name: str, records_per_partition: int) -> None:
+    await client.create_topic(name, PARTITIONS)
+    async with Producer(client) as producer:
+        for p in range(PARTITIONS):
+            await producer.send_many(
+                name, [b"%d-%d" % (p, i) for i in range(records_per_partition)], partition=p)
+
+
+class Reader:
+    """One group consumer reading in a task: what it got, by partition, and its callbacks."""
+
+    def __init__(self, client: Client, topic: str, group: str, **kwargs: object) -> None:
+        self.got: dict[TopicPartition, list[int]] = {}
+        self.assigned: list[frozenset[TopicPartition]] = []
+        self.revoked: list[frozenset[TopicPartition]] = []
+        self.consumer = Consumer(
+            client, topics=[topic], group_id=group, auto_offset_reset="earliest",
+            on_partitions_assigned=self.assigned.append,
+            on_partitions_revoked=self.revoked.append, **{**FAST, **kwargs})
+        self.task: asyncio.Task[None] | None = None
+
+    def start(self) -> Reader:
+        self.task = asyncio.get_running_loop().create_task(self._read())
+        return self
+
+    async def _read(self) -> None:
+        async for record in self.consumer:
+            self.got.setdefault(TopicPartition(record.topic, record.partition), []).append(
+                record.offset)
+
+    def count(self) -> int:
+        """Records read so far; raises what ended the reading task early."""
+        assert self.task is not None
+        if self.task.done() and not self.task.cancelled():
+            self.task.result()  # raises the reader's error
+            raise AssertionError("the reader ended")
+        return sum(len(v) for v in self.got.values())
+
+    async def close(self) -> None:
+        assert self.task is not None
+        self.task.cancel()
+        await asyncio.gather(self.task, return_exceptions=True)
+        await self.consumer.close()
+
+
+async def test_two_consumers_share_the_partitions_and_one_takes_over(
+    group_server: ServerProcess,
+) -> None:
+    async with Client(group_server.target) as client:
+        await _topic(client, "shared", 5)
+        a = Reader(client, "shared", "g-share").start()
+        b = Reader(client, "shared", "g-share").start()
+        try:
+            await until(lambda: a.count() + b.count() == PARTITIONS * 5
+                        and len(a.consumer.assignment()) == 3
+                        and len(b.consumer.assignment()) == 3,
+                        "two members, three partitions each, every record read", BOUND_S)
+            # Each partition was read by exactly one of them, every record once.
+            assert not set(a.got) & set(b.got)
+            assert set(a.got) | set(b.got) == {TopicPartition("shared", p)
+                                               for p in range(PARTITIONS)}
+            for got in (a.got, b.got):
+                for offsets in got.values():
+                    assert offsets == list(range(5))
+            await a.close()  # commits and leaves: b gets every partition
+            await until(lambda: len(b.consumer.assignment()) == PARTITIONS,
+                        "the other member owns all six", BOUND_S)
+            async with Producer(client) as producer:
+                for p in range(PARTITIONS):
+                    await producer.send("shared", b"late", partition=p)
+            await until(lambda: b.count() == 3 * 5 + PARTITIONS,
+                        "b reads the new records of a's partitions too", BOUND_S)
+            # a committed what it had read, so b started a's partitions after those records.
+            assert len(b.got) == PARTITIONS
+            for tp, offsets in b.got.items():
+                assert offsets == sorted(set(offsets)), (tp, offsets)
+                assert offsets[-1] == 5
+            described = (await client.describe_groups(["g-share"]))[0]
+            assert described.error is None and described.state == "Stable"
+            assert len(described.members) == 1
+            assert set(described.members[0].assignment) == b.consumer.assignment()
+        finally:
+            await a.close()
+            await b.close()
+        listed = {g.group_id: g for g in await client.list_groups()}
+        assert listed["g-share"].state == "Empty"
+        committed = await client.offset_fetch("g-share")
+        assert {tp: c.offset for tp, c in committed.items()} == {
+            TopicPartition("shared", p): 6 for p in range(PARTITIONS)}
+        (deleted,) = await client.delete_groups(["g-share"])
+        assert deleted.error is None
+        assert await client.offset_fetch("g-share") == {}
+
+
+async def test_a_restarted_consumer_resumes_after_the_last_commit(
+    group_server: ServerProcess,
+) -> None:
+    async with Client(group_server.target) as client:
+        await _topic(client, "resume", 10)
+        async with Consumer(client, topics=["resume"], group_id="g-resume",
+                            auto_offset_reset="earliest", enable_auto_commit=False,
+                            **FAST) as consumer:
+            seen: list[tuple[int, int]] = []
+            async for record in consumer:
+                seen.append((record.partition, record.offset))
+                if len(seen) == 20:
+                    break
+            await consumer.commit()
+            read_to: dict[TopicPartition, int] = {}
+            for p, o in seen:
+                read_to[TopicPartition("resume", p)] = o + 1
+            committed = await consumer.committed()
+            assert set(committed) == {TopicPartition("resume", p) for p in range(PARTITIONS)}
+            for tp, offset in committed.items():
+                # A partition none of whose records was read committed its start (0), or
+                # nothing when it had no position yet.
+                assert offset == read_to.get(tp, offset if offset in (0, None) else -1)
+                if tp in read_to:
+                    assert consumer.position(tp) == offset
+            # Read some more without committing: the next run reads them again.
+            async for record in consumer:
+                seen.append((record.partition, record.offset))
+                if len(seen) == 25:
+                    break
+        # close() with auto-commit off committed nothing more.
+        async with Consumer(client, topics=["resume"], group_id="g-resume",
+                            auto_offset_reset="earliest", **FAST) as again:
+            rest: list[tuple[int, int]] = []
+            async for record in again:
+                rest.append((record.partition, record.offset))
+                if len(rest) == PARTITIONS * 10 - 20:
+                    break
+            assert again.group_metadata().generation_id >= 1
+        # Nothing skipped, nothing read twice beyond the uncommitted tail.
+        first = set(seen[:20])
+        assert first.isdisjoint(rest)
+        assert first | set(rest) == {(p, o) for p in range(PARTITIONS) for o in range(10)}
+
+
+async def test_auto_commit_commits_only_records_handed_out(group_server: ServerProcess) -> None:
+    async with Client(group_server.target) as client:
+        await client.create_topic("handed", 1)
+        async with Producer(client) as producer:
+            await producer.send_many("handed", [b"r%d" % i for i in range(100)], partition=0)
+        tp = TopicPartition("handed", 0)
+        consumer = Consumer(client, topics=["handed"], group_id="g-handed",
+                            auto_offset_reset="earliest", **FAST)
+        try:
+            got = 0
+            async for _record in consumer:
+                got += 1
+                if got == 7:
+                    break  # the consumer fetched all 100: only 7 were handed out
+            # The reader polls no more; auto-commit runs on the member's timer.
+            await until(lambda: consumer._group is not None
+                        and consumer._group._member is not None
+                        and consumer._group._member.positions.last_committed(tp) == 7,
+                        "auto-commit of the 7 records handed out", BOUND_S)
+            assert await consumer.committed([tp]) == {tp: 7}
+            assert consumer.position(tp) == 7
+        finally:
+            await consumer.close()
+        assert (await client.offset_fetch("g-handed"))[tp].offset == 7
+
+
+async def test_cooperative_joiner_takes_partitions_others_keep_theirs(
+    group_server: ServerProcess,
+) -> None:
+    async with Client(group_server.target) as client:
+        await _topic(client, "coop", 1)
+        a = Reader(client, "coop", "g-coop").start()
+        b = Reader(client, "coop", "g-coop").start()
+        c: Reader | None = None
+        try:
+            await until(lambda: len(a.consumer.assignment()) == 3
+                        and len(b.consumer.assignment()) == 3, "a and b stable", BOUND_S)
+            before_a, before_b = a.consumer.assignment(), b.consumer.assignment()
+            revoked_before = len(a.revoked) + len(b.revoked)
+            c = Reader(client, "coop", "g-coop").start()
+            await until(lambda: len(c.consumer.assignment()) == 2
+                        and len(a.consumer.assignment()) == 2
+                        and len(b.consumer.assignment()) == 2, "three members, two each",
+                        BOUND_S)
+            # Cooperative: a and b gave up one partition each, kept the rest throughout.
+            assert a.consumer.assignment() < before_a and b.consumer.assignment() < before_b
+            new_revoked = [*a.revoked, *b.revoked][revoked_before:]
+            assert sum(len(r) for r in new_revoked) == 2
+            assert frozenset().union(*new_revoked) == c.consumer.assignment()
+        finally:
+            for reader in (a, b, c):
+                if reader is not None:
+                    await reader.close()
+
+
+async def test_eager_range_and_client_errors(group_server: ServerProcess) -> None:
+    async with Client(group_server.target) as client:
+        await _topic(client, "eager", 1)
+        consumer = Consumer(client, topics=["eager"], group_id="g-eager",
+                            assignors=[RangeAssignor()], auto_offset_reset="earliest", **FAST)
+        try:
+            async for _record in consumer:
+                break
+            assert len(consumer.assignment()) == PARTITIONS
+            (deleted,) = await client.delete_groups(["g-eager"])
+            assert isinstance(deleted.error, NonEmptyGroupError)
+        finally:
+            await consumer.close()
+        # After close the member is in no generation: a commit is refused at once.
+        with pytest.raises(CommitFailedError):
+            await consumer._group.commit(None, 1.0)  # type: ignore[union-attr]
