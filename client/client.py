@@ -920,6 +920,23 @@ class Client(GroupCalls):
         )
         await self._call("AddPartitionsToTxn", request, self._deadline(timeout_s))
 
+    async def add_offsets_to_txn(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        group_id: str,
+        *,
+        timeout_s: float | None = _UNSET,
+    ) -> None:
+        """Add group ``group_id``'s ``__consumer_offsets`` partition to the producer's
+        transaction (KIP-447; then :meth:`txn_offset_commit`). Raises ProducerFencedError,
+        InvalidProducerIdMappingError, ConcurrentTransactionsError (retriable)."""
+        request = broker_pb2.AddOffsetsToTxnRequest(
+            transactional_id=transactional_id, producer_id=producer_id,
+            producer_epoch=producer_epoch, group_id=group_id)
+        await self._call("AddOffsetsToTxn", request, self._deadline(timeout_s))
+
     async def end_txn(
         self,
         transactional_id: str,

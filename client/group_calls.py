@@ -345,6 +345,27 @@ class GroupCalls:
         assert isinstance(value, m.OffsetFetchResponse)
         return {TopicPartition(o.topic, o.partition): o for o in value.offsets if o.offset >= 0}
 
+    async def txn_offset_commit(
+        self, transactional_id: str, producer_id: int, producer_epoch: int,
+        group: m.GroupMetadata, offsets: dict[TopicPartition, int], *,
+        timeout_s: Any = UNSET,
+    ) -> None:
+        """Commit ``offsets`` for ``group`` inside the producer's transaction (after
+        ``add_offsets_to_txn``), to the group's coordinator: visible when the transaction
+        commits, dropped if it aborts. The group metadata fences a zombie member (KIP-447).
+        Raises UnknownMemberIdError, IllegalGenerationError, FencedInstanceIdError,
+        ProducerFencedError, the coordinator errors."""
+        request = broker_pb2.TxnOffsetCommitRequest(
+            transactional_id=transactional_id, producer_id=producer_id,
+            producer_epoch=producer_epoch, group_id=group.group_id,
+            generation_id=group.generation_id, member_id=group.member_id,
+            group_instance_id=group.group_instance_id,
+            offsets=_committed(m.CommittedOffset(tp.topic, tp.partition, offset)
+                               for tp, offset in sorted(offsets.items())),
+        )
+        await self._to_coordinator(group.group_id, "TxnOffsetCommit", request, timeout_s,
+                                   retry=True)
+
     # -- administration -------------------------------------------------------------------------
 
     async def list_groups(self, states: Iterable[str] = (), *,

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 
 from stratalog.client import Client, Consumer, Producer
-from stratalog.client.errors import CommitFailedError, NonEmptyGroupError
+from stratalog.client.errors import CommitFailedError, IllegalGenerationError, NonEmptyGroupError
 from stratalog.client.groups import RangeAssignor
 from stratalog.client.types import TopicPartition
 
@@ -257,3 +257,42 @@ async def test_eager_range_and_client_errors(group_server: ServerProcess) -> Non
         # After close the member is in no generation: a commit is refused at once.
         with pytest.raises(CommitFailedError):
             await consumer._group.commit(None, 1.0)  # type: ignore[union-attr]
+
+
+async def test_offsets_sent_to_a_transaction_commit_with_it(group_server: ServerProcess) -> None:
+    """Consume-transform-produce: the offsets of a committed transaction are the group's,
+    those of an aborted one are dropped."""
+    async with Client(group_server.target) as client:
+        await client.create_topic("txn-in", 1)
+        await client.create_topic("txn-out", 1)
+        async with Producer(client) as producer:
+            await producer.send_many("txn-in", [b"in%d" % i for i in range(10)], partition=0)
+        tp = TopicPartition("txn-in", 0)
+        async with Consumer(client, topics=["txn-in"], group_id="g-txn",
+                            enable_auto_commit=False, auto_offset_reset="earliest",
+                            **FAST) as consumer, Producer(
+                                client, transactional_id="txn-copier") as producer:
+            taken = []
+            async for record in consumer:
+                taken.append(record)
+                if len(taken) == 4:
+                    break
+            async with producer.transaction():
+                await producer.send_many("txn-out", [r.value for r in taken], partition=0)
+                await producer.send_offsets_to_transaction(
+                    {tp: consumer.position(tp)}, consumer.group_metadata())
+            assert await consumer.committed([tp]) == {tp: 4}
+            await producer.begin_transaction()
+            await producer.send_offsets_to_transaction({tp: 9}, consumer.group_metadata())
+            await producer.abort_transaction()
+            assert await consumer.committed([tp]) == {tp: 4}
+            # A zombie's group metadata (a past generation) is refused; the transaction
+            # must be aborted.
+            zombie = consumer.group_metadata()
+            zombie = type(zombie)(zombie.group_id, zombie.generation_id + 5, zombie.member_id,
+                                  zombie.group_instance_id)
+            await producer.begin_transaction()
+            with pytest.raises(IllegalGenerationError):
+                await producer.send_offsets_to_transaction({tp: 7}, zombie)
+            await producer.abort_transaction()
+            assert await consumer.committed([tp]) == {tp: 4}
