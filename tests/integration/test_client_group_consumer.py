@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -296,3 +297,138 @@ async def test_offsets_sent_to_a_transaction_commit_with_it(group_server: Server
                 await producer.send_offsets_to_transaction({tp: 7}, zombie)
             await producer.abort_transaction()
             assert await consumer.committed([tp]) == {tp: 4}
+
+
+# ------------------------------------------------------------------ consumer processes
+
+_MEMBER_SCRIPT = r'''
+import asyncio, sys
+from stratalog.client import Client, Consumer
+
+def say(kind, tps):
+    print(kind, " ".join(str(tp.partition) for tp in sorted(tps)), flush=True)
+
+async def main(target, topic, group):
+    async with Client(target) as client:
+        async with Consumer(
+            client, topics=[topic], group_id=group, auto_offset_reset="earliest",
+            session_timeout_ms=3000, heartbeat_interval_ms=200, auto_commit_interval_ms=200,
+            retry_backoff_ms=50, retry_backoff_max_ms=500,
+            on_partitions_assigned=lambda tps: say("ASSIGNED", tps),
+            on_partitions_revoked=lambda tps: say("REVOKED", tps),
+            on_partitions_lost=lambda tps: say("LOST", tps),
+        ) as consumer:
+            async for record in consumer:
+                print("R", record.partition, record.offset, flush=True)
+
+asyncio.run(main(*sys.argv[1:]))
+'''
+
+
+class MemberProcess:
+    """A consumer process of the group: the records it printed, its callbacks' events."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+        self.records: set[tuple[int, int]] = set()
+        self.events: list[tuple[str, frozenset[int]]] = []
+        self.owned: set[int] = set()
+        self.reader = asyncio.get_running_loop().create_task(self._read())
+
+    @classmethod
+    async def start(cls, target: str, topic: str, group: str) -> MemberProcess:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", _MEMBER_SCRIPT, target, topic, group,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
+        return cls(process)
+
+    async def _read(self) -> None:
+        assert self.process.stdout is not None
+        async for line in self.process.stdout:
+            kind, *rest = line.decode().split()
+            if kind == "R":
+                self.records.add((int(rest[0]), int(rest[1])))
+                continue
+            partitions = frozenset(int(p) for p in rest)
+            self.events.append((kind, partitions))
+            if kind == "ASSIGNED":
+                self.owned |= partitions
+            else:
+                self.owned -= partitions
+
+    async def kill(self) -> None:
+        if self.process.returncode is None:
+            self.process.kill()
+        await self.process.wait()
+        await self.reader
+
+
+async def test_three_consumer_processes_one_killed_one_joins(
+    group_server: ServerProcess,
+) -> None:
+    """Issue 27's test: three processes share a 6-partition topic; one is killed with kill -9
+    (its partitions go to the others after the session timeout); one joins (cooperative: the
+    others give up only what it takes); every record is processed at least once, and the
+    committed offsets never move backwards."""
+    topic, group = "procs", "g-procs"
+    members: list[MemberProcess] = []
+    committed_seen: list[dict[TopicPartition, int]] = []
+    produced: set[tuple[int, int]] = set()
+    async with Client(group_server.target) as client:
+        await client.create_topic(topic, PARTITIONS)
+
+        async def produce(count: int) -> None:
+            async with Producer(client) as producer:
+                for p in range(PARTITIONS):
+                    results = await (await producer.send_many(
+                        topic, [b"v"] * count, partition=p))
+                    produced.update((p, r.offset) for r in results)
+
+        def seen() -> set[tuple[int, int]]:
+            return set().union(*(m.records for m in members))
+
+        async def watch_commits() -> None:
+            while True:  # samples the committed offsets (not a wait for a condition)
+                found = await client.offset_fetch(group)
+                committed_seen.append({tp: c.offset for tp, c in found.items()})
+                await asyncio.sleep(0.05)
+
+        watcher = asyncio.get_running_loop().create_task(watch_commits())
+        try:
+            await produce(20)
+            for _ in range(3):
+                members.append(await MemberProcess.start(group_server.target, topic, group))
+            await until(lambda: produced <= seen() and all(len(m.owned) == 2 for m in members),
+                        "three members with two partitions each, every record read", BOUND_S)
+
+            victim = members[0]
+            await victim.kill()  # kill -9: no commit, no LeaveGroup
+            survivors = members[1:]
+            await produce(20)
+            await until(lambda: produced <= seen()
+                        and sorted(len(m.owned) for m in survivors) == [3, 3],
+                        "the survivors took the killed member's partitions", BOUND_S)
+
+            owned_before = {id(m): set(m.owned) for m in survivors}
+            events_before = {id(m): len(m.events) for m in survivors}
+            joiner = await MemberProcess.start(group_server.target, topic, group)
+            members.append(joiner)
+            await produce(20)
+            await until(lambda: produced <= seen() and len(joiner.owned) == 2
+                        and all(len(m.owned) == 2 for m in survivors),
+                        "the joiner took two partitions, every record read", BOUND_S)
+            # Cooperative: a survivor revoked only what the joiner took, never everything.
+            for m in survivors:
+                revoked = frozenset().union(*(p for kind, p in m.events[events_before[id(m)]:]
+                                              if kind == "REVOKED"))
+                assert revoked <= joiner.owned, (revoked, joiner.owned)
+                assert owned_before[id(m)] - revoked == m.owned
+        finally:
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
+            for m in members:
+                await m.kill()
+    assert produced <= seen()  # at least once
+    for before, after in zip(committed_seen, committed_seen[1:], strict=False):
+        for tp, offset in before.items():
+            assert after.get(tp, offset) >= offset, (tp, offset, after.get(tp))
