@@ -432,3 +432,82 @@ async def test_three_consumer_processes_one_killed_one_joins(
     for before, after in zip(committed_seen, committed_seen[1:], strict=False):
         for tp, offset in before.items():
             assert after.get(tp, offset) >= offset, (tp, offset, after.get(tp))
+
+
+async def test_pattern_subscription_picks_up_new_matching_topics(
+    group_server: ServerProcess,
+) -> None:
+    async with Client(group_server.target) as client:
+        await client.create_topic("pat-a", 2)
+        await client.create_topic("other-a", 1)
+        reader = Reader.__new__(Reader)
+        reader.got, reader.assigned, reader.revoked = {}, [], []
+        reader.consumer = Consumer(client, pattern=r"pat-.*", group_id="g-pattern",
+                                   auto_offset_reset="earliest", metadata_max_age_ms=200,
+                                   on_partitions_assigned=reader.assigned.append, **FAST)
+        reader.start()
+        try:
+            await until(lambda: reader.consumer.assignment() == {
+                TopicPartition("pat-a", 0), TopicPartition("pat-a", 1)}, "pat-a assigned",
+                BOUND_S)
+            await client.create_topic("pat-b", 1)
+            async with Producer(client) as producer:
+                await producer.send("pat-b", b"new topic", partition=0)
+                await producer.send("other-a", b"not matched", partition=0)
+            await until(lambda: reader.count() == 1, "the record of the new topic", BOUND_S)
+            assert set(reader.got) == {TopicPartition("pat-b", 0)}
+            assert reader.consumer.topics == ("pat-a", "pat-b")
+        finally:
+            await reader.close()
+
+
+async def test_a_reader_that_stops_polling_leaves_the_group(group_server: ServerProcess) -> None:
+    """max_poll_interval_ms: the member of a reader that stopped reading commits, revokes and
+    leaves, so the other member gets its partitions; its next poll joins again."""
+    async with Client(group_server.target) as client:
+        await _topic(client, "stalled", 1)
+        stalled = Consumer(client, topics=["stalled"], group_id="g-stalled",
+                           auto_offset_reset="earliest", max_poll_interval_ms=1_000, **FAST)
+        busy = Reader(client, "stalled", "g-stalled")
+        reading: asyncio.Task[None] | None = None
+        try:
+            await asyncio.wait_for(_first_record(stalled), BOUND_S)
+            # Then no poll for longer than max_poll_interval_ms.
+            busy.start()
+            await until(lambda: len(busy.consumer.assignment()) == PARTITIONS
+                        and not stalled.assignment(), "the stalled member left", BOUND_S)
+
+            async def read() -> None:
+                async for _record in stalled:  # polls again: joins again
+                    pass
+            reading = asyncio.get_running_loop().create_task(read())
+            await until(lambda: len(stalled.assignment()) == 3
+                        and len(busy.consumer.assignment()) == 3, "it rejoined", BOUND_S)
+        finally:
+            if reading is not None:
+                reading.cancel()
+                await asyncio.gather(reading, return_exceptions=True)
+            await stalled.close()
+            if busy.task is not None:
+                await busy.close()
+
+
+async def _first_record(consumer: Consumer) -> None:
+    async for _record in consumer:
+        return
+
+
+async def test_a_static_member_does_not_leave_on_close(group_server: ServerProcess) -> None:
+    async with Client(group_server.target) as client:
+        await _topic(client, "static", 1)
+        settings = {**FAST, "group_instance_id": "instance-1"}
+        async with Consumer(client, topics=["static"], group_id="g-static",
+                            auto_offset_reset="earliest", **settings) as first:
+            await asyncio.wait_for(_first_record(first), BOUND_S)
+            owned = first.assignment()
+        (described,) = await client.describe_groups(["g-static"])
+        assert [m.group_instance_id for m in described.members] == ["instance-1"]
+        async with Consumer(client, topics=["static"], group_id="g-static",
+                            auto_offset_reset="earliest", **settings) as again:
+            await until(lambda: again.assignment() == owned, "the same partitions back", BOUND_S)
+            assert again.assignment() == owned
