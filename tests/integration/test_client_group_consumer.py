@@ -11,6 +11,7 @@ timeout; every wait is on a condition (``until``), never a sleep; every test is 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import signal
 import sys
 from collections.abc import Iterator
@@ -429,7 +430,7 @@ async def test_three_consumer_processes_one_killed_one_joins(
             for m in members:
                 await m.kill()
     assert produced <= seen()  # at least once
-    for before, after in zip(committed_seen, committed_seen[1:], strict=False):
+    for before, after in itertools.pairwise(committed_seen):
         for tp, offset in before.items():
             assert after.get(tp, offset) >= offset, (tp, offset, after.get(tp))
 
