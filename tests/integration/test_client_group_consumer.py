@@ -22,6 +22,7 @@ from stratalog.client import Client, Consumer, Producer
 from stratalog.client.errors import CommitFailedError, IllegalGenerationError, NonEmptyGroupError
 from stratalog.client.groups import RangeAssignor
 from stratalog.client.types import TopicPartition
+from tests.doc_blocks import PROJECT_ROOT, blocks
 
 from .conftest import ServerProcess, launch_server, until
 
@@ -512,3 +513,24 @@ async def test_a_static_member_does_not_leave_on_close(group_server: ServerProce
                             auto_offset_reset="earliest", **settings) as again:
             await until(lambda: again.assignment() == owned, "the same partitions back", BOUND_S)
             assert again.assignment() == owned
+
+
+async def test_client_md_group_example_resumes_on_its_next_run(
+    group_server: ServerProcess,
+) -> None:
+    """docs/client.md's "Consumer groups" example, run twice as a reader would: the second run
+    reads only the records it sent (the group resumed after the first run's commit)."""
+    [example] = [b for b in blocks(PROJECT_ROOT / "docs" / "client.md", "## Consumer groups")
+                 if b.language == "python" and b.skip is None]
+    script = example.text.replace("127.0.0.1:50051", group_server.target)
+    for run in (1, 2):
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", script, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE)
+        out, err = await asyncio.wait_for(process.communicate(), BOUND_S)
+        assert process.returncode == 0, err.decode()[-4000:]
+        assert out.decode().strip() == str([TopicPartition("payments", p) for p in range(3)])
+        async with Client(group_server.target) as client:
+            committed = await client.offset_fetch("billing")
+        assert {tp: c.offset for tp, c in committed.items()} == {
+            TopicPartition("payments", p): run for p in range(3)}, run
