@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from stratalog.client import Client, Consumer, Producer
+from stratalog.client import Client, Consumer, Producer, SyncClient, SyncConsumer
 from stratalog.client.errors import CommitFailedError, IllegalGenerationError, NonEmptyGroupError
 from stratalog.client.groups import RangeAssignor
 from stratalog.client.types import TopicPartition
@@ -534,3 +534,36 @@ async def test_client_md_group_example_resumes_on_its_next_run(
             committed = await client.offset_fetch("billing")
         assert {tp: c.offset for tp, c in committed.items()} == {
             TopicPartition("payments", p): run for p in range(3)}, run
+
+
+def test_sync_consumer_in_a_group(group_server: ServerProcess) -> None:
+    """The blocking SyncConsumer: a group member that commits, and a second one that resumes
+    after its commit; poll() times out with None at the end."""
+    target = group_server.target
+    with SyncClient(target) as client:
+        client.create_topic("sync-group", 2)
+        for p in range(2):
+            client.produce("sync-group", p, [b"a", b"b", b"c"])
+    settings = {**FAST, "auto_offset_reset": "earliest", "enable_auto_commit": False}
+    with SyncConsumer(target, topics=["sync-group"], group_id="g-sync", **settings) as first:
+        got = []
+        for record in first:
+            got.append((record.partition, record.offset))
+            if len(got) == 4:
+                break
+        first.commit()
+        assert sum(first.position(tp) for tp in first.assignment()) == 4
+        assert first.group_metadata().generation_id >= 1
+    with SyncConsumer(target, topics=["sync-group"], group_id="g-sync", **settings) as second:
+        rest = []
+        while (record := second.poll(5.0)) is not None:
+            rest.append((record.partition, record.offset))
+            if len(got) + len(rest) == 6:
+                assert second.poll(0.2) is None  # nothing more
+                break
+        assert set(got).isdisjoint(rest)
+        assert set(got) | set(rest) == {(p, o) for p in range(2) for o in range(3)}
+        # What the first member committed; the second commits nothing (auto-commit off).
+        assert sum(v or 0 for v in second.committed().values()) == 4
+    with pytest.raises(TypeError, match="exactly one of"):
+        SyncConsumer(target)
