@@ -1,4 +1,5 @@
-"""The Consumer: read a topic's partitions from a starting point, optionally following the end.
+"""The Consumer: read topics' partitions from a starting point, optionally following the end;
+with ``group_id``, as a member of a consumer group.
 
 Intuition: one fetcher task per partition keeps one fetch ahead of the reader. It asks for
 whole Kafka v2 batches (FETCH_FORMAT_RECORD_BATCHES: the server sends the bytes it stores,
@@ -9,6 +10,14 @@ the reader through one bounded queue. The reader iterates
 * per record: ``async for record in consumer`` gives :class:`ConsumerRecord` tuples;
 * per batch: ``async for batch in consumer.batches()`` gives :class:`ConsumedBatch` values, whose
   records are not wrapped again (the fast path: about one Python object per record).
+
+What it reads: one ``topic`` (partitions named by number, as before), ``topics=[...]`` (every
+partition of each), or, with a group, a ``pattern``. Everything inside is keyed by
+:class:`~stratalog.client.types.TopicPartition`. With ``group_id`` the partitions come and go
+with the group's assignment: :class:`~stratalog.client.group_consumer.GroupDriver` carries out
+the group member's actions and calls :meth:`Consumer._add_partition` and
+:meth:`Consumer._remove_partitions`; the reader's polls and handed-out positions go to it, so
+that a commit covers only records the reader was given (docs/client.md, "Consumer groups").
 
 Positions (Kafka's consumer position): ``position(p)`` is the offset after the last record
 handed to the caller from partition ``p``, whichever way it reads: after ``async for record``
@@ -135,7 +144,7 @@ class _InHand:
 
 
 class Consumer:
-    """Reads records of one topic's partitions, in offset order within each partition.
+    """Reads records of topics' partitions, in offset order within each partition.
 
     Holds the assigned partitions, each one's position (the offset after the last record
     handed to the reader, module docstring), a fetcher task per partition, a bounded queue of
@@ -145,16 +154,32 @@ class Consumer:
     reach the reader in offset order and never twice for one position; ``position(p)`` is where
     a reader resuming ``p`` gets its next record, so nothing is skipped or repeated across
     iterations, breaks included; after ``seek`` nothing fetched for the old position is
-    delivered (each seek bumps the partition's epoch). Holds no durable state: positions are
-    lost with the process (there are no consumer groups). Event-loop only, one reader at a
-    time (two tasks iterating one Consumer at once share its records between them).
+    delivered (each seek or start takes a new epoch, from one counter for all partitions, so
+    nothing fetched before a revocation is delivered after the partition comes back). Without
+    a group it holds no durable state: positions are lost with the process; with one, the
+    group's committed offsets are the server's (a crash re-reads what was handed out since
+    the last commit). Event-loop only, one reader at a time (two tasks iterating one
+    Consumer at once share its records between them).
 
     Args:
         client: a :class:`Client`, or a target string or bootstrap targets (a list, or
             comma-separated) from which the Consumer makes one, which it owns and closes.
         tls, auth: TLS and credentials of the Client made from a target string (see
             :class:`Client`).
-        topic: the topic to read.
+        topic: the topic to read (or ``topics=``, or with a group ``pattern=``: exactly one).
+        topics: several topics to read, every partition of each.
+        pattern: with ``group_id``: subscribe to the topics matching this regular expression
+            (in full), checked again every ``metadata_max_age_ms``.
+        group_id: join this consumer group: partitions come from its assignment and start at
+            its committed offsets (else ``auto_offset_reset``, "latest" by default for a
+            group); implies ``follow``.
+        group_instance_id, session_timeout_ms, heartbeat_interval_ms, max_poll_interval_ms,
+            enable_auto_commit, auto_commit_interval_ms, assignors: the group member's
+            settings, Kafka's consumer settings of the same names (docs/client.md,
+            "Settings"); ``assignors`` default to cooperative-sticky only.
+        on_partitions_assigned, on_partitions_revoked, on_partitions_lost: rebalance
+            callbacks, called on the event loop with a frozenset of TopicPartition.
+        metadata_max_age_ms: how often a group consumer re-reads its topics' metadata.
         partitions: which partitions (default: all of them).
         start: "earliest", "latest" or an offset, for every partition.
         start_timestamp_ms: start at the first record with a timestamp >= this (overrides

@@ -41,6 +41,7 @@ coordinator removes a dead member after its session timeout.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -125,8 +126,7 @@ class GroupDriver:
         self._metadata_task = self._loop.create_task(self._metadata_loop())
 
     def _config_with(self, topics: Iterable[str]) -> MembershipConfig:
-        import dataclasses  # one use: a config whose topics a pattern chose
-
+        """The settings with the topics a pattern matched."""
         return dataclasses.replace(self._config, topics=tuple(sorted(topics)))
 
     def _start_member(self, config: MembershipConfig) -> None:
