@@ -73,6 +73,7 @@ from .offsets_topic import GROUP_METADATA_TOPIC, ReplayItem, append_batch, repla
 if TYPE_CHECKING:
     from stratalog.server.broker import ReplicaManager
     from stratalog.server.metrics import ServerMetrics
+    from stratalog.server.storage.partition_log import PartitionLog
 
 __all__ = ["LOAD_READ_BYTES", "PartitionCoordinator"]
 
@@ -297,7 +298,9 @@ class PartitionCoordinator:
             await self._writer
 
 
-def _read_items(partition_log: Any, offset: int, name: str) -> tuple[list[ReplayItem], int]:
+def _read_items(
+    partition_log: PartitionLog, offset: int, name: str
+) -> tuple[list[ReplayItem], int]:
     """Blocking: the replay items of the batches from ``offset`` (at most about
     :data:`LOAD_READ_BYTES`, at least one batch) and the offset after the last one read."""
     data = partition_log.read(offset, LOAD_READ_BYTES)
