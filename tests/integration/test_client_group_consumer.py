@@ -567,3 +567,46 @@ def test_sync_consumer_in_a_group(group_server: ServerProcess) -> None:
         assert sum(v or 0 for v in second.committed().values()) == 4
     with pytest.raises(TypeError, match="exactly one of"):
         SyncConsumer(target)
+
+
+async def test_several_topics_without_a_group(group_server: ServerProcess) -> None:
+    """topics=[...] without a group: every partition of each, keyed by TopicPartition, to the
+    end and no further."""
+    async with Client(group_server.target) as client:
+        await client.create_topic("many-a", 2)
+        await client.create_topic("many-b", 1)
+        async with Producer(client) as producer:
+            await producer.send_many("many-a", [b"a0", b"a1"], partition=0)
+            await producer.send_many("many-a", [b"a2"], partition=1)
+            await producer.send_many("many-b", [b"b0"], partition=0)
+        async with Consumer(client, topics=["many-a", "many-b"]) as consumer:
+            got = sorted([(r.topic, r.partition, r.offset, r.value) async for r in consumer])
+            assert got == [("many-a", 0, 0, b"a0"), ("many-a", 0, 1, b"a1"),
+                           ("many-a", 1, 0, b"a2"), ("many-b", 0, 0, b"b0")]
+            assert consumer.assignment() == {TopicPartition("many-a", 0),
+                                             TopicPartition("many-a", 1),
+                                             TopicPartition("many-b", 0)}
+            assert consumer.position(TopicPartition("many-a", 0)) == 2
+            assert consumer.partitions == sorted(consumer.assignment())
+            consumer.seek(("many-b", 0), 0)
+            async for record in consumer:
+                assert (record.topic, record.offset) == ("many-b", 0)
+                break
+
+
+async def test_a_failing_rebalance_callback_is_raised_to_the_reader(
+    group_server: ServerProcess,
+) -> None:
+    async with Client(group_server.target) as client:
+        await _topic(client, "bad-callback", 1)
+
+        def refuse(partitions: frozenset[TopicPartition]) -> None:
+            raise RuntimeError(f"cannot take {len(partitions)} partitions")
+
+        consumer = Consumer(client, topics=["bad-callback"], group_id="g-bad-callback",
+                            on_partitions_assigned=refuse, **FAST)
+        try:
+            with pytest.raises(RuntimeError, match="cannot take 6 partitions"):
+                await asyncio.wait_for(_first_record(consumer), BOUND_S)
+        finally:
+            await asyncio.wait_for(consumer.close(), BOUND_S)
