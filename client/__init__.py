@@ -13,7 +13,9 @@
   to its leader, following NOT_LEADER_OR_FOLLOWER and metadata refreshes
   (:mod:`stratalog.client.client`, "Routing"; :class:`~.metadata_cache.MetadataCache`).
 * :class:`Consumer`: reads partitions from an offset, a timestamp, the beginning or the end,
-  optionally following new records; per record or per batch; READ_COMMITTED or not.
+  optionally following new records; per record or per batch; READ_COMMITTED or not; with a
+  ``group_id``, as a member of a consumer group (committed offsets, rebalances).
+  :class:`SyncConsumer`: the same behind blocking calls.
 
 Quick start::
 
@@ -68,6 +70,7 @@ from .producer import (
     SendManyFuture,
 )
 from .sync_client import SyncClient
+from .sync_consumer import SyncConsumer
 from .transaction_manager import TransactionState, TransactionStateError
 from .types import (
     AbortedTransaction,
@@ -143,6 +146,7 @@ __all__ = [
     "StickyPartitioner",
     "StratalogError",
     "SyncClient",
+    "SyncConsumer",
     "TlsConfig",
     "TopicAlreadyExistsError",
     "TopicInfo",

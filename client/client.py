@@ -84,6 +84,7 @@ from .errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
+from .group_calls import UNSET, GroupCalls
 from .metadata_cache import METADATA_MAX_AGE_MS, MetadataCache
 from .routing import (
     ATTEMPT_TIME_MIN_S,
@@ -153,7 +154,7 @@ _FETCH_BY_TIMESTAMP = (broker_pb2.SessionRequest.FETCH_BY_TIMESTAMP_FIELD_NUMBER
 _LIST_OFFSETS = (broker_pb2.SessionRequest.LIST_OFFSETS_FIELD_NUMBER,
                  broker_pb2.ListOffsetsResponse)
 
-_UNSET: Any = object()
+_UNSET: Any = UNSET  # group_calls' sentinel: one value for every method
 
 
 #: First and largest wait of gRPC before it connects again after a failed connection (Kafka's
@@ -209,7 +210,7 @@ def check_timeout(timeout_s: object, name: str = "timeout_s") -> float | None:
     return float(timeout_s)
 
 
-class Client:
+class Client(GroupCalls):
     """An asyncio client of a stratalog server or cluster: every RPC of the Broker service.
 
     Holds the bootstrap targets, one :class:`~.broker_connection.BrokerConnection` (a
@@ -275,6 +276,7 @@ class Client:
                                 retry_backoff_s=self._retry_backoff_s)
         self._home_connection = self._connection(self._routing.home)
         self._refresh_lock = asyncio.Lock()
+        self._group_coordinators: dict[str, str] = {}  # group id -> address (group_calls)
 
     def _connection(self, address: str) -> BrokerConnection:
         """The connection to ``address``, opened (lazily: the channel connects at its first
@@ -917,6 +919,23 @@ class Client:
             transactional_id, producer_id, producer_epoch, partitions
         )
         await self._call("AddPartitionsToTxn", request, self._deadline(timeout_s))
+
+    async def add_offsets_to_txn(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        group_id: str,
+        *,
+        timeout_s: float | None = _UNSET,
+    ) -> None:
+        """Add group ``group_id``'s ``__consumer_offsets`` partition to the producer's
+        transaction (KIP-447; then :meth:`txn_offset_commit`). Raises ProducerFencedError,
+        InvalidProducerIdMappingError, ConcurrentTransactionsError (retriable)."""
+        request = broker_pb2.AddOffsetsToTxnRequest(
+            transactional_id=transactional_id, producer_id=producer_id,
+            producer_epoch=producer_epoch, group_id=group_id)
+        await self._call("AddOffsetsToTxn", request, self._deadline(timeout_s))
 
     async def end_txn(
         self,

@@ -188,6 +188,7 @@ __all__ = [
     "UnknownProducerIdError",
     "UnknownTopicOrPartitionError",
     "UnstableOffsetCommitError",
+    "from_error_reason",
     "from_rpc_error",
     "from_session_error",
 ]
@@ -1057,6 +1058,24 @@ def from_session_error(error: broker_pb2.SessionError) -> StratalogError:
     except ValueError:  # a reason from a newer server, by its number
         reason = str(error.reason)
     return _with_reason(code, error.message, reason, dict(error.metadata))
+
+
+def from_error_reason(reason: int, message: str) -> StratalogError | None:
+    """The exception of a per-item error in an answer (broker.proto's ``LeftMember``,
+    ``DescribedGroup``, ``DeletedGroup``: an ErrorReason and a message, no status), or None
+    for ERROR_REASON_UNSPECIFIED (no error). The class fixes the code and retriable flag, as
+    for a status with that reason; a reason this client does not know is a plain
+    StratalogError carrying its number."""
+    if reason == _REASON_UNSPECIFIED:
+        return None
+    try:
+        name = broker_pb2.ErrorReason.Name(reason)
+    except ValueError:  # a reason from a newer server, by its number
+        return StratalogError(message, reason=str(reason))
+    cls = ERRORS_BY_REASON.get(name)
+    if cls is None:
+        return StratalogError(message, reason=name)
+    return cls(message)
 
 
 def _with_reason(

@@ -65,7 +65,7 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 
 from stratalog.records import RECORD_BATCH_OVERHEAD, Compression, Header
 
@@ -82,6 +82,7 @@ from .bootstrap import bootstrap_targets
 from .client import Client
 from .credentials import Credentials, TlsConfig, channel_security
 from .errors import StratalogError, TransactionAbortedError, UnknownTopicOrPartitionError
+from .groups.membership_messages import GroupMetadata
 from .partitioner import partition_for_key
 from .producer_batch import ProducerBatch, RecordFuture, SendManyFuture, new_record_future
 from .sender import Sender
@@ -90,7 +91,7 @@ from .transaction_manager import (
     TransactionState,
     TransactionStateError,
 )
-from .types import ProducerIdAndEpoch
+from .types import ProducerIdAndEpoch, TopicPartition
 
 __all__ = [
     "DEFAULT_BATCH_BYTES_MAX",
@@ -704,6 +705,43 @@ class Producer:
                 await self._sender.init_transactional_id()
             else:
                 manager.transition(TransactionState.READY)
+
+    async def send_offsets_to_transaction(
+        self, offsets: Mapping[TopicPartition, int] | Mapping[tuple[str, int], int],
+        group_metadata: GroupMetadata,
+    ) -> None:
+        """Commit a consumer group's ``offsets`` (the next offset to read, per partition) as
+        part of the open transaction (Kafka's ``sendOffsetsToTransaction``, KIP-447): they
+        become the group's committed offsets when the transaction commits, and are dropped if
+        it aborts. ``group_metadata``: the consumer's ``group_metadata()``, so that the group's
+        coordinator refuses a member of a past generation (a zombie).
+
+        Raises:
+            TransactionStateError: not transactional, or no transaction open.
+            StratalogError: a retriable one after ``max_block_ms`` (call again); the
+                coordinator's refusal (UnknownMemberIdError, IllegalGenerationError,
+                FencedInstanceIdError, ...), after which the transaction must be aborted;
+                ProducerFencedError (fatal).
+        """
+        manager = self._transactional_manager("send_offsets_to_transaction()")
+        if not isinstance(group_metadata, GroupMetadata):
+            raise TypeError("group_metadata must be a Consumer's group_metadata() value, got "
+                            f"{group_metadata!r}")
+        chosen = {}
+        for tp, offset in offsets.items():
+            topic, partition = tp
+            wire.check_topic(topic)
+            wire.check_partition(partition)
+            chosen[TopicPartition(topic, partition)] = wire.check_int(
+                offset, f"offset of {topic}-{partition}", 0, wire.INT64_MAX)
+        async with self._txn_lock:
+            manager.raise_if_fatal()
+            if manager.state is TransactionState.ABORTABLE_ERROR and manager.last_error:
+                raise manager.last_error.with_traceback(None)
+            if manager.state is not TransactionState.IN_TRANSACTION:
+                raise manager.wrong_state("send_offsets_to_transaction()")
+            if chosen:
+                await self._sender.send_offsets(chosen, group_metadata)
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[Producer]:

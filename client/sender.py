@@ -72,7 +72,7 @@ from .transaction_manager import (
     produce_error_action,
     unsupported_error,
 )
-from .types import TopicInfo
+from .types import TopicInfo, TopicPartition
 
 __all__ = ["Sender"]
 
@@ -736,6 +736,43 @@ class Sender:
         """Wait for the AddPartitionsToTxn under way, if one is (it ends when none waits)."""
         if self._add_task is not None:
             await asyncio.wait([self._add_task])
+
+    async def send_offsets(self, offsets: dict[TopicPartition, int], group: Any) -> None:
+        """AddOffsetsToTxn (to the transaction coordinator), then TxnOffsetCommit (to the
+        group's coordinator), each through retriable errors for up to ``max_block_ms`` (Kafka's
+        ``sendOffsetsToTransaction``). A retriable error past it is raised (call again); the
+        transaction's own errors make it abortable, fencing is fatal."""
+        manager = self._manager
+        assert manager is not None and manager.transactional_id is not None
+        client = self.client()
+        producer = manager.producer
+        assert producer is not None
+        transactional_id = manager.transactional_id
+        deadline = asyncio.get_running_loop().time() + self._max_block_s
+        manager.transaction_started = True  # the transaction is open on the server now
+        try:
+            await self._retrying(
+                "AddOffsetsToTxn",
+                lambda timeout_s: client.add_offsets_to_txn(
+                    transactional_id, producer.producer_id, producer.producer_epoch,
+                    group.group_id, timeout_s=timeout_s),
+                deadline,
+            )
+            await self._retrying(
+                "TxnOffsetCommit",
+                lambda timeout_s: client.txn_offset_commit(
+                    transactional_id, producer.producer_id, producer.producer_epoch, group,
+                    offsets, timeout_s=timeout_s),
+                deadline,
+            )
+        except StratalogError as err:
+            if err.retriable:
+                raise
+            if coordinator_error_action(err, "AddPartitionsToTxn") is ErrorAction.FATAL:
+                self._fail_fatal(err)
+            else:
+                self._abortable(err)
+            raise
 
     async def end_transaction(self, *, commit: bool) -> None:
         """EndTxn through retriable errors for up to ``max_block_ms``; then the last error is

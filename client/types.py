@@ -20,7 +20,11 @@ __all__ = [
     "AbortedTransaction",
     "CleaningResult",
     "ConsumerRecord",
+    "DeletedGroup",
     "FetchResult",
+    "GroupDescription",
+    "GroupMemberDescription",
+    "ListedGroup",
     "OffsetAndTimestamp",
     "PartitionInfo",
     "ProduceResult",
@@ -293,3 +297,50 @@ class FetchResult:
     aborted_transactions: tuple[AbortedTransaction, ...] = ()
     last_stable_offset: int = -1
     throttle_time_ms: int = 0
+
+
+# -- consumer groups (issue 27; Client.list_groups, describe_groups, delete_groups) --------------
+
+
+class ListedGroup(NamedTuple):
+    """A group a server coordinates: ``state`` is Kafka's name (Empty, PreparingRebalance,
+    CompletingRebalance, Stable, Dead)."""
+
+    group_id: str
+    protocol_type: str
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMemberDescription:
+    """A member of a described group. ``assignment``: its partitions, decoded from
+    ``assignment_bytes`` for protocol type "consumer" (empty outside Stable); ``metadata``: its
+    subscription bytes."""
+
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    assignment: tuple[TopicPartition, ...] = ()
+    metadata: bytes = b""
+    assignment_bytes: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDescription:
+    """A described group; ``error`` is that group's own error (None: described). A group that
+    does not exist is described as state "Dead" with no members."""
+
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol_name: str
+    members: tuple[GroupMemberDescription, ...] = ()
+    error: Exception | None = None
+
+
+class DeletedGroup(NamedTuple):
+    """One group's outcome of ``delete_groups``: ``error`` None when deleted."""
+
+    group_id: str
+    error: Exception | None
