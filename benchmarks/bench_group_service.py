@@ -77,7 +77,8 @@ SESSION_TIMEOUT_MS = 300_000
 STARTUP_TIMEOUT_S = 120.0
 CALL_TIMEOUT_S = 60.0
 _LOADED = re.compile(
-    r"__consumer_offsets-(\d+): loaded (\d+) records, (\d+) groups in ([0-9.]+) s")
+    r"__consumer_offsets-(\d+): loaded (\d+) records, (\d+) groups in ([0-9.]+) s"
+    r" \(process CPU ([0-9.]+) s\)")
 
 
 # ------------------------------------------------------------------------ the server
@@ -191,16 +192,17 @@ async def _fill(target: str, groups: list[str], partitions: int, in_flight: int)
         await asyncio.gather(*(worker() for _ in range(in_flight)))
 
 
-def _load_line(log_path: Path, start_at: int) -> tuple[int, int, float]:
+def _load_line(log_path: Path, start_at: int) -> tuple[int, int, float, float]:
     """The LOAD_PARTITION's last "loaded" log line written after byte ``start_at``:
-    (records, groups, seconds)."""
+    (records, groups, seconds, process CPU seconds)."""
     with open(log_path) as log:
         log.seek(start_at)
         found = None
         for line in log:
             match = _LOADED.search(line)
             if match and int(match.group(1)) == LOAD_PARTITION:
-                found = (int(match.group(2)), int(match.group(3)), float(match.group(4)))
+                found = (int(match.group(2)), int(match.group(3)), float(match.group(4)),
+                         float(match.group(5)))
     if found is None:
         raise RuntimeError(f"no load line of __consumer_offsets-{LOAD_PARTITION} in {log_path}")
     return found
@@ -227,7 +229,7 @@ def measure_load(args: argparse.Namespace, work: Path) -> dict[str, list[float]]
             _wait_for(lambda s=server: _metric(
                 s, "stratalog_group_coordinator_load_seconds_count") == OFFSETS_PARTITIONS,
                 "the 50 partitions' loads")
-            records, group_count, seconds = _load_line(log_path, start_at)
+            records, group_count, seconds, cpu_s = _load_line(log_path, start_at)
             assert records == expected and group_count == args.groups, (records, group_count)
             total_s = _metric(server, "stratalog_group_coordinator_load_seconds_sum")
             assert total_s is not None
@@ -236,10 +238,12 @@ def measure_load(args: argparse.Namespace, work: Path) -> dict[str, list[float]]
                     pb.OffsetFetchRequest(group_id=groups[-1]), timeout=CALL_TIMEOUT_S)
             assert len(fetched.offsets) == args.partitions, len(fetched.offsets)
         print(f"load run {run + 1}: {records:,} records, {group_count:,} groups in "
-              f"{seconds:.3f} s (log line); load_seconds_sum over {OFFSETS_PARTITIONS} "
+              f"{seconds:.3f} s, process CPU {cpu_s:.3f} s (log line); "
+              f"load_seconds_sum over {OFFSETS_PARTITIONS} "
               f"partitions {total_s:.3f} s; load average {os.getloadavg()[0]:.1f}", flush=True)
         figures.setdefault("load s (log line)", []).append(seconds)
         figures.setdefault("load s (metric sum)", []).append(total_s)
+        figures.setdefault("load process CPU s (log line)", []).append(cpu_s)
         figures.setdefault("load records/s", []).append(records / seconds)
     return figures
 
