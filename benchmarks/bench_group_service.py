@@ -11,8 +11,16 @@ with this repository's python, through raw gRPC stubs (broker_pb2_grpc; no group
                 server is stopped and started ``--load-runs`` times; each start, the load time
                 of that partition is read from its log line ("loaded N records ... in X s",
                 the count checked) and from ``stratalog_group_coordinator_load_seconds``
-                (the histogram's sum over all 50 partitions, the 49 empty ones included), and
-                one group's 1,000 offsets are fetched back. Goal: < 2 s.
+                (the histogram's sum over all 50 partitions, the 49 empty ones included), with
+                the process's CPU time during the load from the same log line (every thread;
+                on a shared machine, the figure its other load hardly moves), and one group's
+                offsets are fetched back. Goal: < 2 s. With ``--baseline REV`` (default: the
+                merge before the load's fast path), the server of that revision (``git
+                archive`` of its packages, this build's C extension when its source is the
+                same) loads the same data directory too, its starts alternating with this
+                tree's: "before" and "after" in one run. For both, the server's CPU time from
+                its start to the end of the load (/proc, every thread; start-up included, the
+                same for both) is read when the load's metric appears.
   commit latency  one request at a time (blocking stubs), in turns (the kinds rotating each
                 round, so that the machine's other load falls on all alike): a one-record
                 Produce (the reference), a simple OffsetCommit of one partition, and a
@@ -71,6 +79,13 @@ from stratalog.v1 import broker_pb2_grpc
 OFFSETS_PARTITIONS = 50
 #: The partition the load's groups hash to.
 LOAD_PARTITION = 7
+REPO = Path(__file__).resolve().parent.parent
+#: The merge before the load's fast path (server/group_service/offsets_topic.py).
+DEFAULT_BASELINE = "f6fec6b"
+#: The source directories of the packages a server imports, as pyproject.toml's package-dir
+#: maps them, and where they go under a baseline's ``stratalog`` package.
+PACKAGE_DIRS = {"stratalog_pkg": ".", "records": "records", "server": "server",
+                "client": "client", "cli": "cli", "proto/stratalog/v1": "v1"}
 COMMITTED_TOPIC = "committed"
 PRODUCED_TOPIC = "produced"
 SESSION_TIMEOUT_MS = 300_000
@@ -78,7 +93,7 @@ STARTUP_TIMEOUT_S = 120.0
 CALL_TIMEOUT_S = 60.0
 _LOADED = re.compile(
     r"__consumer_offsets-(\d+): loaded (\d+) records, (\d+) groups in ([0-9.]+) s"
-    r" \(process CPU ([0-9.]+) s\)")
+    r"(?: \(process CPU ([0-9.]+) s\))?")
 
 
 # ------------------------------------------------------------------------ the server
@@ -93,14 +108,21 @@ class _Server:
 
 
 @contextlib.contextmanager
-def _server(data_dir: Path, log_path: Path, *flags: str) -> Iterator[_Server]:
+def _server(data_dir: Path, log_path: Path, *flags: str,
+            package_root: Path | None = None) -> Iterator[_Server]:
     """A stratalog server on ``data_dir``, INFO log appended to ``log_path``; SIGTERM at the
-    end (SIGKILL if it does not exit within 60 s)."""
+    end (SIGKILL if it does not exit within 60 s). ``package_root``: a directory whose
+    ``stratalog`` package to run instead of this tree's (:func:`_baseline_package`)."""
     argv = [sys.executable, "-m", "stratalog.server", "--listen", "127.0.0.1:0",
             "--log-dirs", str(data_dir), "--metrics-port", "0", "--logging-level", "INFO",
             *flags]
+    env = None
+    if package_root is not None:
+        # Ahead of this worktree's editable install on the path.
+        env = dict(os.environ, PYTHONPATH=str(package_root))
     with open(log_path, "a") as log:
-        process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, text=True)
+        process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, text=True,
+                                   env=env, cwd=package_root)
     try:
         assert process.stdout is not None
         target, metrics_port = None, None
@@ -192,20 +214,68 @@ async def _fill(target: str, groups: list[str], partitions: int, in_flight: int)
         await asyncio.gather(*(worker() for _ in range(in_flight)))
 
 
-def _load_line(log_path: Path, start_at: int) -> tuple[int, int, float, float]:
+def _load_line(log_path: Path, start_at: int) -> tuple[int, int, float, float | None]:
     """The LOAD_PARTITION's last "loaded" log line written after byte ``start_at``:
-    (records, groups, seconds, process CPU seconds)."""
+    (records, groups, seconds, process CPU seconds: None from a server that does not say)."""
     with open(log_path) as log:
         log.seek(start_at)
         found = None
         for line in log:
             match = _LOADED.search(line)
             if match and int(match.group(1)) == LOAD_PARTITION:
+                cpu = match.group(5)
                 found = (int(match.group(2)), int(match.group(3)), float(match.group(4)),
-                         float(match.group(5)))
+                         float(cpu) if cpu is not None else None)
     if found is None:
         raise RuntimeError(f"no load line of __consumer_offsets-{LOAD_PARTITION} in {log_path}")
     return found
+
+
+def _baseline_package(revision: str, root: Path) -> Path:
+    """``revision``'s ``stratalog`` package under ``root`` (its directories laid out as
+    pyproject.toml's package-dir maps them), with this build's C extension if ``revision``'s
+    records/_speedups.c is this tree's (else it runs pure Python, and says so)."""
+    package = root / "stratalog"
+    for source, target in PACKAGE_DIRS.items():
+        archive = subprocess.run(["git", "-C", str(REPO), "archive", revision, source],
+                                 check=True, capture_output=True).stdout
+        (package / target).mkdir(parents=True, exist_ok=True)
+        subprocess.run(["tar", "-x", "-C", str(package / target),
+                        f"--strip-components={source.count('/') + 1}"],
+                       input=archive, check=True)
+    same_c = subprocess.run(["git", "-C", str(REPO), "diff", "--quiet", revision, "--",
+                             "records/_speedups.c"], check=False).returncode == 0
+    if same_c:
+        for built in (REPO / "records").glob("_speedups*.so"):
+            shutil.copy(built, package / "records")
+    else:
+        print(f"baseline {revision}: records/_speedups.c differs, the baseline runs pure"
+              " Python", flush=True)
+    return root
+
+
+def _timed_load(data_dir: Path, log_path: Path, package_root: Path | None,
+                groups: list[str], expected: int, partitions: int) -> dict[str, float]:
+    """Start a server on ``data_dir`` and wait for every partition's load: its figures."""
+    start_at = log_path.stat().st_size
+    with _server(data_dir, log_path, package_root=package_root) as server:
+        _wait_for(lambda: _metric(
+            server, "stratalog_group_coordinator_load_seconds_count") == OFFSETS_PARTITIONS,
+            "the 50 partitions' loads")
+        server_cpu_s = _cpu_s(server.pid)
+        records, group_count, seconds, cpu_s = _load_line(log_path, start_at)
+        assert records == expected and group_count == len(groups), (records, group_count)
+        total_s = _metric(server, "stratalog_group_coordinator_load_seconds_sum")
+        assert total_s is not None
+        with grpc.insecure_channel(server.target) as channel:
+            fetched = broker_pb2_grpc.BrokerStub(channel).OffsetFetch(
+                pb.OffsetFetchRequest(group_id=groups[-1]), timeout=CALL_TIMEOUT_S)
+        assert len(fetched.offsets) == partitions, len(fetched.offsets)
+    figures = {"load s (log line)": seconds, "load s (metric sum)": total_s,
+               "server CPU s, start to loaded": server_cpu_s, "load records/s": records / seconds}
+    if cpu_s is not None:
+        figures["load process CPU s (log line)"] = cpu_s
+    return figures
 
 
 def measure_load(args: argparse.Namespace, work: Path) -> dict[str, list[float]]:
@@ -213,7 +283,6 @@ def measure_load(args: argparse.Namespace, work: Path) -> dict[str, list[float]]
     log_path = work / "load-server.log"
     groups = _groups_of_partition("load", LOAD_PARTITION, args.groups)
     expected = args.groups * args.partitions
-    figures: dict[str, list[float]] = {}
     with _server(data_dir, log_path) as server:
         with grpc.insecure_channel(server.target) as channel:
             _create_topic(broker_pb2_grpc.BrokerStub(channel), COMMITTED_TOPIC, args.partitions)
@@ -223,28 +292,20 @@ def measure_load(args: argparse.Namespace, work: Path) -> dict[str, list[float]]
     print(f"load: wrote {expected:,} commits ({args.groups:,} OffsetCommit requests of "
           f"{args.partitions:,} partitions, {args.in_flight} in flight) in {elapsed:.1f} s:"
           f" {expected / elapsed:,.0f} commits/s", flush=True)
+    servers: list[tuple[str, Path | None]] = [("", None)]
+    if args.baseline != "none":
+        root = _baseline_package(args.baseline, work / "baseline")
+        servers.insert(0, (f"before ({args.baseline}): ", root))
+    figures: dict[str, list[float]] = {}
     for run in range(args.load_runs):
-        start_at = log_path.stat().st_size
-        with _server(data_dir, log_path) as server:
-            _wait_for(lambda s=server: _metric(
-                s, "stratalog_group_coordinator_load_seconds_count") == OFFSETS_PARTITIONS,
-                "the 50 partitions' loads")
-            records, group_count, seconds, cpu_s = _load_line(log_path, start_at)
-            assert records == expected and group_count == args.groups, (records, group_count)
-            total_s = _metric(server, "stratalog_group_coordinator_load_seconds_sum")
-            assert total_s is not None
-            with grpc.insecure_channel(server.target) as channel:
-                fetched = broker_pb2_grpc.BrokerStub(channel).OffsetFetch(
-                    pb.OffsetFetchRequest(group_id=groups[-1]), timeout=CALL_TIMEOUT_S)
-            assert len(fetched.offsets) == args.partitions, len(fetched.offsets)
-        print(f"load run {run + 1}: {records:,} records, {group_count:,} groups in "
-              f"{seconds:.3f} s, process CPU {cpu_s:.3f} s (log line); "
-              f"load_seconds_sum over {OFFSETS_PARTITIONS} "
-              f"partitions {total_s:.3f} s; load average {os.getloadavg()[0]:.1f}", flush=True)
-        figures.setdefault("load s (log line)", []).append(seconds)
-        figures.setdefault("load s (metric sum)", []).append(total_s)
-        figures.setdefault("load process CPU s (log line)", []).append(cpu_s)
-        figures.setdefault("load records/s", []).append(records / seconds)
+        for label, package_root in servers:
+            loaded = _timed_load(data_dir, log_path, package_root, groups, expected,
+                                 args.partitions)
+            print(f"load run {run + 1} {label}" + ", ".join(
+                f"{name} {value:,.3f}" for name, value in loaded.items())
+                + f"; load average {os.getloadavg()[0]:.1f}", flush=True)
+            for name, value in loaded.items():
+                figures.setdefault(label + name, []).append(value)
     return figures
 
 
@@ -406,6 +467,8 @@ def main() -> None:
     parser.add_argument("--in-flight", type=int, default=8)
     parser.add_argument("--load-runs", type=int, default=3)
     parser.add_argument("--skip-load", action="store_true")
+    parser.add_argument("--baseline", default=DEFAULT_BASELINE,
+                        help="git revision whose server loads the same partition, or 'none'")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--latency-requests", type=int, default=1000)
     parser.add_argument("--clients", type=int, default=64)
