@@ -217,6 +217,9 @@ def replay_items(data: bytes | memoryview, topic_partition: str) -> Iterator[Rep
         RecordError: a batch itself is corrupt (CRC, truncation inside it): the log is damaged,
             which storage recovery should have caught; the load stops.
     """
+    # Group and topic names already read in this stretch (decode_offset_commit's memo):
+    # bounded by the stretch's records, LOAD_READ_BYTES of them.
+    names: dict[bytes, tuple[str, str]] = {}
     for header in iter_batch_headers(data, partial_tail_ok=True):
         _, columns = decode_batch_columns(data, header.position)
         producer_id = header.producer_id if header.is_transactional else NO_PRODUCER_ID
@@ -230,7 +233,7 @@ def replay_items(data: bytes | memoryview, topic_partition: str) -> Iterator[Rep
         for offset, key, value in zip(columns.offsets, columns.keys, columns.values,
                                       strict=True):
             try:
-                group_record = _loaded_record(key, value)
+                group_record = _loaded_record(key, value, names)
             except RecordError as exc:
                 logger.warning("%s: skipping the record at offset %d, which does not decode:"
                                " %s", topic_partition, offset, exc)
@@ -239,11 +242,12 @@ def replay_items(data: bytes | memoryview, topic_partition: str) -> Iterator[Rep
                 yield ReplayItem(offset, group_record, producer_id)
 
 
-def _loaded_record(key: bytes | None, value: bytes | None) -> GroupRecord | None:
+def _loaded_record(key: bytes | None, value: bytes | None,
+                   names: dict[bytes, tuple[str, str]]) -> GroupRecord | None:
     """:func:`decode_group_record`, an offset commit's through its flat fields (whose order is
-    the records' own)."""
+    the records' own) with the stretch's memo of names."""
     if key is not None:
-        fields = decode_offset_commit(key, value)
+        fields = decode_offset_commit(key, value, names)
         if fields is not None:
             if value is None:
                 return OffsetCommitTombstone(*fields)
