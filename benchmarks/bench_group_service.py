@@ -44,8 +44,10 @@ The phases after ``load`` run on a second server with a fresh data directory, so
 of ``--runs`` runs (the load's: of ``--load-runs`` starts).
 
 Run: ``.venv/bin/python -m benchmarks.bench_group_service [--groups 1000] [--partitions 1000]
-[--runs 3] [--skip-load]`` (``--groups 100`` for a quick look: 100,000 commits). The data
-directories live under /tmp and are removed at the end.
+[--load-runs 2] [--runs 3] [--baseline REV | none] [--skip-load]`` (under 2 minutes at a load
+average of 6 on 2 vCPUs; ``--groups 100`` for a quick look: 100,000 commits). The data
+directories live under /tmp and are removed at the end. Figures: docs/performance.md, "Issue
+27: the group coordinator".
 """
 
 from __future__ import annotations
@@ -467,7 +469,7 @@ def main() -> None:
     parser.add_argument("--groups", type=int, default=1000)
     parser.add_argument("--partitions", type=int, default=1000)
     parser.add_argument("--in-flight", type=int, default=8)
-    parser.add_argument("--load-runs", type=int, default=3)
+    parser.add_argument("--load-runs", type=int, default=2)
     parser.add_argument("--skip-load", action="store_true")
     parser.add_argument("--baseline", default=DEFAULT_BASELINE,
                         help="git revision whose server loads the same partition, or 'none'")
