@@ -65,7 +65,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -157,10 +157,11 @@ def _metric(server: _Server, name: str) -> float | None:
     return float(match.group(1)) if match else None
 
 
-def _wait_for(condition: object, what: str, timeout_s: float = STARTUP_TIMEOUT_S) -> None:
+def _wait_for(condition: Callable[[], bool], what: str,
+              timeout_s: float = STARTUP_TIMEOUT_S) -> None:
     """Poll ``condition()`` every 100 ms until true; bounded by ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
-    while not condition():  # type: ignore[operator]
+    while not condition():
         if time.monotonic() > deadline:
             raise TimeoutError(f"{what}: not within {timeout_s:.0f} s")
         time.sleep(0.1)
@@ -416,9 +417,9 @@ async def _burst(target: str, requests: list[pb.OffsetCommitRequest | pb.Produce
         await asyncio.gather(*(call(r, timeout=CALL_TIMEOUT_S)
                                for call, r in zip(calls, requests, strict=True)))
 
-        async def client(call: object, request: object) -> None:
+        async def client(call: Callable[..., Awaitable[object]], request: object) -> None:
             for _ in range(per_client):
-                await call(request, timeout=CALL_TIMEOUT_S)  # type: ignore[operator]
+                await call(request, timeout=CALL_TIMEOUT_S)
 
         started = time.perf_counter()
         await asyncio.gather(*(client(call, r) for call, r in zip(calls, requests, strict=True)))
