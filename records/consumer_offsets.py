@@ -400,6 +400,9 @@ def encode_value(
 
 
 _UNPACK_PREFIX = struct.Struct(">h").unpack_from
+#: An offset commit key's last field, its partition: an int32.
+_PARTITION_BYTES = 4
+_UNPACK_PARTITION = struct.Struct(">i").unpack_from
 
 
 def _prefix(data: bytes | bytearray | memoryview, what: str) -> int:
@@ -528,7 +531,9 @@ def decode_record(
 
 
 def decode_offset_commit(
-    key: bytes | bytearray | memoryview, value: bytes | bytearray | memoryview | None
+    key: bytes | bytearray | memoryview,
+    value: bytes | bytearray | memoryview | None,
+    names: dict[bytes, tuple[str, str]] | None = None,
 ) -> tuple[Any, ...] | None:
     """An offset commit record's fields as one flat tuple, for a coordinator's load: ``None``
     when ``key`` is not an offset commit's (record types 2-15: use :func:`decode_record`);
@@ -540,6 +545,13 @@ def decode_offset_commit(
     record (they are most of its cost); the order is that of the server's
     ``OffsetCommitRecord`` (server/groups/group_records.py), which the tuple unpacks into.
 
+    ``names``: a memo the caller keeps over many calls (a load keeps one per chunk it reads,
+    which bounds it): a key's bytes but its last four (the partition, the key's last field)
+    to its group and topic. A group commits many partitions of a topic at once, so keys that
+    differ only by partition follow each other; with the memo their strings are read once,
+    and shared by every offset that holds them. Only a key read whole (no byte after the
+    partition) is remembered, so a hit parses exactly as the reader would.
+
     Raises:
         CorruptMessageError: as :func:`decode_record`.
     """
@@ -547,9 +559,18 @@ def decode_offset_commit(
     if record_type != OFFSET_COMMIT_RECORD_TYPE and record_type != 0:
         key_schema(record_type)  # an unknown type raises, as decode_record would
         return None
-    group_topic_partition, _ = _KEY_SCHEMAS[record_type].decode_tuple(
-        key, record_type, _TYPE_PREFIX_BYTES
-    )
+    group_topic: tuple[str, str] | None = None
+    if names is not None:
+        group_topic = names.get(bytes(key[:-_PARTITION_BYTES]))
+    if group_topic is not None:
+        group_topic_partition = (
+            *group_topic, _UNPACK_PARTITION(key, len(key) - _PARTITION_BYTES)[0])
+    else:
+        group_topic_partition, end = _KEY_SCHEMAS[record_type].decode_tuple(
+            key, record_type, _TYPE_PREFIX_BYTES
+        )
+        if names is not None and end == len(key):
+            names[bytes(key[:-_PARTITION_BYTES])] = group_topic_partition[:2]
     if value is None:
         return group_topic_partition
     version = _prefix(value, "OffsetCommitValue")

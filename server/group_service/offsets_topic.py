@@ -31,6 +31,7 @@ from collections.abc import Iterator
 from typing import NamedTuple
 
 from stratalog.records.batch import NO_PRODUCER_ID, NO_SEQUENCE
+from stratalog.records.batch_walk import iter_batch_headers
 from stratalog.records.builder import BatchBuilder
 from stratalog.records.consumer_offsets import (
     GroupMetadataKey,
@@ -38,13 +39,14 @@ from stratalog.records.consumer_offsets import (
     MemberMetadata,
     OffsetCommitKey,
     OffsetCommitValue,
+    decode_offset_commit,
     decode_record,
     encode_key,
     encode_value,
 )
 from stratalog.records.control import ControlRecordType, decode_control_key
 from stratalog.records.errors import RecordError
-from stratalog.records.reader import iter_batches
+from stratalog.records.reader import decode_batch_columns
 from stratalog.server.groups import (
     Append,
     GroupMetadataRecord,
@@ -206,25 +208,48 @@ def replay_items(data: bytes | memoryview, topic_partition: str) -> Iterator[Rep
     coordinator to apply, in log order (module docstring). A partial batch at the end is left
     for the next read.
 
+    Each batch is decoded into columns (no ``Record`` per record) and each offset commit into
+    its flat fields (:func:`~stratalog.records.consumer_offsets.decode_offset_commit`), not
+    through the typed ``CoordinatorRecord``: nearly every record of the topic is one, and a
+    load decodes them all (docs/performance.md, "Issue 27: the group coordinator").
+
     Raises:
         RecordError: a batch itself is corrupt (CRC, truncation inside it): the log is damaged,
             which storage recovery should have caught; the load stops.
     """
-    for header, records in iter_batches(data, allow_partial_tail=True):
+    # Group and topic names already read in this stretch (decode_offset_commit's memo):
+    # bounded by the stretch's records, LOAD_READ_BYTES of them.
+    names: dict[bytes, tuple[str, str]] = {}
+    for header in iter_batch_headers(data, partial_tail_ok=True):
+        _, columns = decode_batch_columns(data, header.position)
         producer_id = header.producer_id if header.is_transactional else NO_PRODUCER_ID
         if header.is_control:
-            for control in records:
-                _, control_type = decode_control_key(control.key)
+            for offset, key in zip(columns.offsets, columns.keys, strict=True):
+                _, control_type = decode_control_key(key)
                 if control_type in (ControlRecordType.COMMIT, ControlRecordType.ABORT):
-                    yield ReplayItem(control.offset, None, header.producer_id,
+                    yield ReplayItem(offset, None, header.producer_id,
                                      control_type == ControlRecordType.COMMIT)
             continue
-        for record in records:
+        for offset, key, value in zip(columns.offsets, columns.keys, columns.values,
+                                      strict=True):
             try:
-                group_record = decode_group_record(record.key, record.value)
+                group_record = _loaded_record(key, value, names)
             except RecordError as exc:
                 logger.warning("%s: skipping the record at offset %d, which does not decode:"
-                               " %s", topic_partition, record.offset, exc)
+                               " %s", topic_partition, offset, exc)
                 continue
             if group_record is not None:
-                yield ReplayItem(record.offset, group_record, producer_id)
+                yield ReplayItem(offset, group_record, producer_id)
+
+
+def _loaded_record(key: bytes | None, value: bytes | None,
+                   names: dict[bytes, tuple[str, str]]) -> GroupRecord | None:
+    """:func:`decode_group_record`, an offset commit's through its flat fields (whose order is
+    the records' own) with the stretch's memo of names."""
+    if key is not None:
+        fields = decode_offset_commit(key, value, names)
+        if fields is not None:
+            if value is None:
+                return OffsetCommitTombstone(*fields)
+            return OffsetCommitRecord(*fields)
+    return decode_group_record(key, value)

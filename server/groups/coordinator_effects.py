@@ -59,8 +59,14 @@ class CoordinatorEffects:
     # -- one call ------------------------------------------------------------------------------
 
     def begin(self, now_ms: int) -> None:
-        self.now_ms = max(self.now_ms, now_ms)
+        self.advance_clock(now_ms)
         self._out = Output()
+
+    def advance_clock(self, now_ms: int) -> None:
+        """Move the clock to ``now_ms`` (never back) without starting a call: for a replay,
+        which asks nothing of the caller."""
+        if now_ms > self.now_ms:
+            self.now_ms = now_ms
 
     def end(self) -> Output:
         out = self._out

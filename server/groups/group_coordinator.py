@@ -183,7 +183,9 @@ class GroupCoordinator:
         by the caller (with a log line naming its offset), not passed here.
         """
         assert self.loading, "replay() rebuilds a loading coordinator; live writes apply themselves"
-        self._effects.begin(now_ms)
+        # Only the clock (a group made here is stamped with it): a replay answers nothing and
+        # writes nothing, so it needs no Output, and a load replays every record.
+        self._effects.advance_clock(now_ms)
         if isinstance(record, OffsetCommitRecord):
             self._offset_manager.apply_commit(record_offset, record, producer_id)
         elif isinstance(record, OffsetCommitTombstone):

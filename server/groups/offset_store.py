@@ -24,7 +24,7 @@ Crash behaviour: memory only; rebuilt by replay. Not thread-safe: the coordinato
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from .group_records import OffsetCommitRecord
 
@@ -33,13 +33,17 @@ __all__ = ["CommittedOffset", "OffsetStore", "TopicPartition"]
 TopicPartition = tuple[str, int]
 
 
-@dataclass(frozen=True, slots=True)
-class CommittedOffset:
+class CommittedOffset(NamedTuple):
     """One committed offset (Kafka's OffsetAndMetadata).
 
     ``record_offset`` is the offset in ``__consumer_offsets`` of the record that committed it:
     the order between a transactional and a plain commit of one partition.
     ``expire_timestamp_ms`` is -1 unless the commit set its own retention.
+
+    A tuple, not a dataclass, because a load makes one per commit record (1,000,000 for a
+    partition of as many): a tuple is built in a third of the time, and CPython's collector
+    stops tracking a tuple of ints and strings, so the full collections a load triggers do not
+    scan them all again (docs/performance.md, "Issue 27: the group coordinator").
     """
 
     offset: int
@@ -52,12 +56,12 @@ class CommittedOffset:
     @classmethod
     def from_record(cls, record_offset: int, record: OffsetCommitRecord) -> CommittedOffset:
         return cls(
-            offset=record.offset,
-            leader_epoch=record.leader_epoch,
-            metadata=record.metadata,
-            commit_timestamp_ms=record.commit_timestamp_ms,
-            expire_timestamp_ms=record.expire_timestamp_ms,
-            record_offset=record_offset,
+            record.offset,
+            record.leader_epoch,
+            record.metadata,
+            record.commit_timestamp_ms,
+            record.expire_timestamp_ms,
+            record_offset,
         )
 
 

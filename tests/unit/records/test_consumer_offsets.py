@@ -541,3 +541,30 @@ def test_the_flat_offset_commit_fields_of_other_keys_and_bad_bytes():
             decode_offset_commit(key[:cut], None)
     with pytest.raises(UnsupportedMessageVersionError):
         decode_offset_commit(key, struct.pack(">h", 5) + bytes(30))
+
+
+@given(st.lists(st.tuples(st.sampled_from(["g", "group-2", "ü"]), st.sampled_from(["t", "topic"]),
+                          st.one_of(st.integers(0, 600), st.sampled_from([-1, 2**31 - 1])),
+                          st.sampled_from(["whole", "cut", "longer"])),
+                max_size=30))
+def test_the_memo_of_names_changes_no_answer(keys):
+    # decode_offset_commit with one memo over many keys (as a load's stretch keeps it) answers
+    # exactly as without it: keys that differ only by partition, a key cut short, and a key
+    # with a byte after its partition (read as the reader reads it, never remembered) among
+    # them.
+    names: dict[bytes, tuple[str, str]] = {}
+    value = encode_value(OffsetCommitValue(7))
+    for group, topic, partition, shape in keys:
+        key = encode_key(OffsetCommitKey(group, topic, partition))
+        key = {"whole": key, "cut": key[:-1], "longer": key + b"\x00"}[shape]
+        try:
+            expected: object = decode_offset_commit(key, value)
+        except CorruptMessageError as exc:
+            expected = type(exc)
+        try:
+            got: object = decode_offset_commit(key, value, names)
+        except CorruptMessageError as exc:
+            got = type(exc)
+        assert got == expected
+    assert all(len(prefix) + 4 == len(encode_key(OffsetCommitKey(*names[prefix], 0)))
+               for prefix in names)

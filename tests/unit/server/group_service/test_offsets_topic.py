@@ -100,3 +100,22 @@ def test_a_transactional_append_is_a_transactional_batch_of_its_producer() -> No
     assert header.is_transactional and not header.is_control
     items = list(replay_items(append_batch(append, 1, base_sequence=5), "__consumer_offsets-0"))
     assert [(i.record, i.producer_id) for i in items] == [(r, 42) for r in RECORDS[:2]]
+
+
+def test_a_load_decodes_every_record_type_as_decode_group_record_does(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # replay_items reads offset commits through their flat fields, everything else through
+    # decode_group_record: the two must agree on every kind of record, tombstones and value
+    # version 1 (an expiry timestamp) included; a commit whose value is cut short, and a
+    # record without a key, are skipped, named by offset.
+    key, value = encode_group_record(RECORDS[0])
+    assert value is not None
+    batch = build_batch([(1, *encode_group_record(r), ()) for r in RECORDS]
+                        + [(1, key, value[:-3], ()), (1, None, b"v", ())], base_offset=10)
+    with caplog.at_level(logging.WARNING):
+        items = list(replay_items(batch, "__consumer_offsets-3"))
+    assert items == [ReplayItem(10 + i, r, NO_PRODUCER_ID) for i, r in enumerate(RECORDS)]
+    assert [type(i.record) for i in items] == [type(r) for r in RECORDS]
+    for offset in (10 + len(RECORDS), 11 + len(RECORDS)):
+        assert f"__consumer_offsets-3: skipping the record at offset {offset}" in caplog.text

@@ -36,6 +36,10 @@ def test_a_clock_stepping_back_neither_fires_early_nor_moves_deadlines_back():
     effects = CoordinatorEffects(now_ms=1_000)
     effects.begin(500)
     assert effects.now_ms == 1_000
+    effects.advance_clock(700)  # a replay's clock: never back either
+    assert effects.now_ms == 1_000
+    effects.advance_clock(1_000)
+    assert effects.now_ms == 1_000
     effects.schedule(("a",), 10, lambda: "a")
     assert effects.next_deadline_ms() == 1_010
 
