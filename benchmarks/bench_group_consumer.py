@@ -128,6 +128,9 @@ class RebalanceFigures:
     last_event_s: float
     kept_gap_s: float
     kept_gap_before_s: float
+    #: The first revocation by an old member: the end of the first of cooperative's two
+    #: rebalances (the second gives the revoked partitions to the joiner).
+    first_revoke_s: float
 
 
 def rebalance_figures(old: Sequence[MemberReport], joiner: MemberReport, t0: float,
@@ -137,7 +140,8 @@ def rebalance_figures(old: Sequence[MemberReport], joiner: MemberReport, t0: flo
     A member consumes again at its first record (of any partition) after its last callback
     event in [t0, end] (the joiner: after its assignment); "every member consuming again" is the
     latest of those. The kept partitions are those an old member owned both at t0 and at end.
-    Raises ValueError when a member has no event after t0 or no record after it."""
+    Raises ValueError when a member has no event after t0 or no record after it, or no old
+    member revoked anything."""
     consuming, last_events = [], []
     for member in [*old, joiner]:
         events = [t for t, _kind, _parts in member.events if t0 <= t <= end]
@@ -148,6 +152,10 @@ def rebalance_figures(old: Sequence[MemberReport], joiner: MemberReport, t0: flo
         if first is None:
             raise ValueError("a member consumed nothing after its rebalance")
         consuming.append(first)
+    revokes = [t for member in old for t, kind, _parts in member.events
+               if kind == "REVOKED" and t0 <= t <= end]
+    if not revokes:
+        raise ValueError("no old member revoked a partition")
     gaps, gaps_before = [0.0], [0.0]
     for member in old:
         for partition in member.owned_at(t0) & member.owned_at(end):
@@ -160,6 +168,7 @@ def rebalance_figures(old: Sequence[MemberReport], joiner: MemberReport, t0: flo
         last_event_s=max(last_events) - t0,
         kept_gap_s=max(gaps),
         kept_gap_before_s=max(gaps_before),
+        first_revoke_s=min(revokes) - t0,
     )
 
 
@@ -169,6 +178,12 @@ def median_of(runs: Sequence[RebalanceFigures]) -> RebalanceFigures:
         name: statistics.median(getattr(r, name) for r in runs)
         for name in RebalanceFigures.__dataclass_fields__
     })
+
+
+def median_read(runs: Sequence[ReadFigures]) -> ReadFigures:
+    """Each field's median over ``runs``."""
+    return ReadFigures(**{name: statistics.median(getattr(r, name) for r in runs)
+                          for name in ReadFigures.__dataclass_fields__})
 
 
 def make_values(count: int) -> list[bytes]:
@@ -363,35 +378,59 @@ async def _fill(client: Client, topic: str, records: int, partitions: int) -> No
         await producer.flush()
 
 
-async def read_all(client: Client, topic: str, expected: int, *, per_batch: bool,
-                   group: str | None, auto_commit_ms: int) -> tuple[float, float]:
-    """Records/s of one Consumer reading ``expected`` records of ``topic`` from the start
-    (with ``group``: a new group of one, auto-commit every ``auto_commit_ms``), and this
-    process's CPU µs per record (which the machine's other load disturbs much less)."""
+@dataclass
+class ReadFigures:
+    """One read of the throughput phase: records/s over the whole read (the Consumer's start,
+    a group's join, included), records/s after the first batch or record was handed over (the
+    steady state, where auto-commit runs), and this process's CPU µs per record over the whole
+    read (which the machine's other load disturbs much less than wall-clock rates)."""
 
+    rate: float
+    rate_after_first: float
+    cpu_us: float
+
+
+def read_figures(count: int, first_count: int, started: float, first_at: float, ended: float,
+                 cpu_s: float) -> ReadFigures:
+    """The figures of a read of ``count`` records between ``started`` and ``ended`` whose
+    first hand-over (``first_count`` records) was at ``first_at``."""
+    return ReadFigures(rate=count / (ended - started),
+                       rate_after_first=(count - first_count) / (ended - first_at),
+                       cpu_us=cpu_s / count * 1e6)
+
+
+async def read_all(client: Client, topic: str, expected: int, *, per_batch: bool,
+                   group: str | None, auto_commit_ms: int) -> ReadFigures:
+    """One Consumer reading ``expected`` records of ``topic`` from the start (with ``group``:
+    a new group of one, auto-commit every ``auto_commit_ms``)."""
     kwargs: dict = {}
     if group is not None:
         kwargs = {"group_id": group, "auto_offset_reset": "earliest",
                   "auto_commit_interval_ms": auto_commit_ms}
-    count = 0
+    count = first_count = 0
+    first_at = 0.0
     cpu = time.process_time()
     started = time.perf_counter()
     async with Consumer(client, topics=[topic], **kwargs) as consumer:
         if per_batch:
             async for batch in consumer.batches():
+                if not count:
+                    first_at, first_count = time.perf_counter(), len(batch)
                 count += len(batch)
                 if count >= expected:
                     break
         else:
             async for _record in consumer:
+                if not count:
+                    first_at, first_count = time.perf_counter(), 1
                 count += 1
                 if count >= expected:
                     break
-        elapsed = time.perf_counter() - started
+        ended = time.perf_counter()
         cpu = time.process_time() - cpu
     if count != expected:
         raise RuntimeError(f"read {count} records of {expected}")
-    return count / elapsed, cpu / count * 1e6
+    return read_figures(count, first_count, started, first_at, ended, cpu)
 
 
 THROUGHPUT_KINDS = (("no group", None), ("group, auto-commit 5 s", 5_000),
@@ -399,22 +438,22 @@ THROUGHPUT_KINDS = (("no group", None), ("group, auto-commit 5 s", 5_000),
 
 
 async def throughput(client: Client, runs: int, records: int, partitions: int
-                     ) -> dict[tuple[str, str], list[tuple[float, float]]]:
+                     ) -> dict[tuple[str, str], list[ReadFigures]]:
     topic = "throughput"
     await _fill(client, topic, records, partitions)
     expected = records // partitions * partitions
-    figures: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    figures: dict[tuple[str, str], list[ReadFigures]] = {}
     for run in range(runs):
         for read in ("records", "batches"):
             order = THROUGHPUT_KINDS[run % 3:] + THROUGHPUT_KINDS[:run % 3]
             for name, auto_commit_ms in order:
                 group = None if auto_commit_ms is None else f"g-tp-{run}-{read}-{auto_commit_ms}"
-                rate, cpu_us = await read_all(
-                    client, topic, expected, per_batch=read == "batches", group=group,
-                    auto_commit_ms=auto_commit_ms or 0)
-                figures.setdefault((read, name), []).append((rate, cpu_us))
-                print(f"  run {run + 1} {read:7} {name:26} {rate:12,.0f} records/s"
-                      f" {cpu_us:6.3f} client CPU us/record", flush=True)
+                one = await read_all(client, topic, expected, per_batch=read == "batches",
+                                     group=group, auto_commit_ms=auto_commit_ms or 0)
+                figures.setdefault((read, name), []).append(one)
+                print(f"  run {run + 1} {read:7} {name:26} {one.rate:12,.0f} records/s"
+                      f" ({one.rate_after_first:12,.0f} after the first)"
+                      f" {one.cpu_us:6.3f} client CPU us/record", flush=True)
     return figures
 
 
@@ -482,14 +521,13 @@ async def _main(args: argparse.Namespace, target: str) -> None:
                   f" {args.partitions} partitions")
             figures = await throughput(client, args.runs, args.records, args.partitions)
             for read in ("records", "batches"):
-                base = statistics.median(r for r, _ in figures[(read, "no group")])
-                base_cpu = statistics.median(c for _, c in figures[(read, "no group")])
+                base = median_read(figures[(read, "no group")])
                 for name, _ in THROUGHPUT_KINDS:
-                    rate = statistics.median(r for r, _ in figures[(read, name)])
-                    cpu_us = statistics.median(c for _, c in figures[(read, name)])
-                    print(f"  median {read:7} {name:26} {rate:12,.0f} records/s"
-                          f" x{rate / base:.3f}; {cpu_us:.3f} us/record"
-                          f" x{cpu_us / base_cpu:.3f}", flush=True)
+                    m = median_read(figures[(read, name)])
+                    print(f"  median {read:7} {name:26} {m.rate:12,.0f} records/s"
+                          f" x{m.rate / base.rate:.3f}; after the first"
+                          f" {m.rate_after_first:12,.0f} x{m.rate_after_first / base.rate_after_first:.3f};"
+                          f" {m.cpu_us:.3f} us/record x{m.cpu_us / base.cpu_us:.3f}", flush=True)
         if not args.skip_commit:
             samples = await commit_latency(client, target, args.commits)
             p = {k: (percentile(v, 0.5), percentile(v, 0.99)) for k, v in samples.items()}
@@ -501,7 +539,8 @@ async def _main(args: argparse.Namespace, target: str) -> None:
 
 
 def _row(f: RebalanceFigures) -> str:
-    return (f"joiner's first record {f.joiner_first_record_s * 1000:.0f} ms, every member"
+    return (f"first revocation {f.first_revoke_s * 1000:.0f} ms, joiner's first record"
+            f" {f.joiner_first_record_s * 1000:.0f} ms, every member"
             f" consuming {f.all_consuming_s * 1000:.0f} ms (last callback"
             f" {f.last_event_s * 1000:.0f} ms); kept partitions' largest gap"
             f" {f.kept_gap_s * 1000:.0f} ms (before t0: {f.kept_gap_before_s * 1000:.0f} ms)")

@@ -16,12 +16,15 @@ from benchmarks.bench_group_consumer import (  # noqa: E402
     VALUE_SIZE_BYTES,
     WINDOW_S,
     MemberReport,
+    ReadFigures,
     RebalanceFigures,
     first_after,
     largest_gap,
     make_values,
     median_of,
+    median_read,
     percentile,
+    read_figures,
     rebalance_figures,
 )
 
@@ -79,11 +82,13 @@ def test_rebalance_figures_from_reports() -> None:
     assert figures.last_event_s == pytest.approx(0.6)
     assert figures.kept_gap_s == pytest.approx(0.4)  # 10.6 -> 11.0, partition 0 only (1 moved)
     assert figures.kept_gap_before_s == pytest.approx(0.6)  # 9.2 -> 9.8 in [9.0, 10.0]
+    assert figures.first_revoke_s == pytest.approx(0.3)
     assert WINDOW_S == 1.0  # the "before" window above assumes it
 
 
 def test_an_old_member_slower_than_the_joiner_sets_every_member_consuming() -> None:
-    old = _report([(0.0, "ASSIGNED", {0}), (10.2, "ASSIGNED", set())], {0: [10.1, 12.0]})
+    old = _report([(0.0, "ASSIGNED", {0, 1}), (10.15, "REVOKED", {1}),
+                   (10.2, "ASSIGNED", set())], {0: [10.1, 12.0]})
     joiner = _report([(10.1, "ASSIGNED", {1})], {1: [10.3]})
     figures = rebalance_figures([old], joiner, 10.0, end=13.0)
     assert figures.joiner_first_record_s == pytest.approx(0.3)
@@ -96,18 +101,35 @@ def test_a_member_without_an_event_or_a_record_is_an_error() -> None:
     with pytest.raises(ValueError, match="no rebalance event"):
         rebalance_figures([quiet], joiner, 10.0, end=11.0)
     starved = _report([(10.1, "ASSIGNED", {1})], {})
-    old = _report([(0.0, "ASSIGNED", {0}), (10.2, "ASSIGNED", set())], {0: [10.5]})
+    old = _report([(0.0, "ASSIGNED", {0, 1}), (10.15, "REVOKED", {1}),
+                   (10.2, "ASSIGNED", set())], {0: [10.5]})
     with pytest.raises(ValueError, match="consumed nothing"):
         rebalance_figures([old], starved, 10.0, end=11.0)
+    kept_all = _report([(0.0, "ASSIGNED", {0}), (10.2, "ASSIGNED", set())], {0: [10.5]})
+    with pytest.raises(ValueError, match="no old member revoked"):
+        rebalance_figures([kept_all], joiner, 10.0, end=11.0)
 
 
 def test_median_of_takes_each_field_alone() -> None:
-    runs = [RebalanceFigures(1, 5, 3, 0.1, 0.2), RebalanceFigures(2, 4, 1, 0.3, 0.1),
-            RebalanceFigures(3, 6, 2, 0.2, 0.3)]
-    assert median_of(runs) == RebalanceFigures(2, 5, 2, 0.2, 0.2)
+    runs = [RebalanceFigures(1, 5, 3, 0.1, 0.2, 9), RebalanceFigures(2, 4, 1, 0.3, 0.1, 7),
+            RebalanceFigures(3, 6, 2, 0.2, 0.3, 8)]
+    assert median_of(runs) == RebalanceFigures(2, 5, 2, 0.2, 0.2, 8)
 
 
 def test_values_are_distinct_and_of_the_documented_size() -> None:
     values = make_values(1000)
     assert len(set(values)) == 1000
     assert {len(v) for v in values} == {VALUE_SIZE_BYTES}
+
+
+def test_read_figures_whole_and_after_the_first_hand_over() -> None:
+    # 1,000 records from 10.0 to 12.0; the first batch of 100 handed over at 11.0.
+    figures = read_figures(1000, 100, started=10.0, first_at=11.0, ended=12.0, cpu_s=0.5)
+    assert figures.rate == pytest.approx(500.0)
+    assert figures.rate_after_first == pytest.approx(900.0)
+    assert figures.cpu_us == pytest.approx(500.0)
+
+
+def test_median_read_takes_each_field_alone() -> None:
+    runs = [ReadFigures(1, 30, 0.2), ReadFigures(3, 10, 0.3), ReadFigures(2, 20, 0.1)]
+    assert median_read(runs) == ReadFigures(2, 20, 0.2)
