@@ -383,20 +383,25 @@ class ReadFigures:
     """One read of the throughput phase: records/s over the whole read (the Consumer's start,
     a group's join, included), records/s after the first batch or record was handed over (the
     steady state, where auto-commit runs), and this process's CPU µs per record over the whole
-    read (which the machine's other load disturbs much less than wall-clock rates)."""
+    read and after the first hand-over (which the machine's other load disturbs much less than
+    wall-clock rates)."""
 
     rate: float
     rate_after_first: float
     cpu_us: float
+    cpu_us_after_first: float
 
 
 def read_figures(count: int, first_count: int, started: float, first_at: float, ended: float,
-                 cpu_s: float) -> ReadFigures:
+                 cpu_s: float, cpu_after_first_s: float) -> ReadFigures:
     """The figures of a read of ``count`` records between ``started`` and ``ended`` whose
-    first hand-over (``first_count`` records) was at ``first_at``."""
+    first hand-over (``first_count`` records) was at ``first_at``; ``cpu_s`` the CPU time of
+    the whole read, ``cpu_after_first_s`` of its part after the first hand-over."""
+    rest = count - first_count
     return ReadFigures(rate=count / (ended - started),
-                       rate_after_first=(count - first_count) / (ended - first_at),
-                       cpu_us=cpu_s / count * 1e6)
+                       rate_after_first=rest / (ended - first_at),
+                       cpu_us=cpu_s / count * 1e6,
+                       cpu_us_after_first=cpu_after_first_s / rest * 1e6)
 
 
 async def read_all(client: Client, topic: str, expected: int, *, per_batch: bool,
@@ -408,7 +413,7 @@ async def read_all(client: Client, topic: str, expected: int, *, per_batch: bool
         kwargs = {"group_id": group, "auto_offset_reset": "earliest",
                   "auto_commit_interval_ms": auto_commit_ms}
     count = first_count = 0
-    first_at = 0.0
+    first_at = first_cpu = 0.0
     cpu = time.process_time()
     started = time.perf_counter()
     async with Consumer(client, topics=[topic], **kwargs) as consumer:
@@ -416,6 +421,7 @@ async def read_all(client: Client, topic: str, expected: int, *, per_batch: bool
             async for batch in consumer.batches():
                 if not count:
                     first_at, first_count = time.perf_counter(), len(batch)
+                    first_cpu = time.process_time()
                 count += len(batch)
                 if count >= expected:
                     break
@@ -423,14 +429,16 @@ async def read_all(client: Client, topic: str, expected: int, *, per_batch: bool
             async for _record in consumer:
                 if not count:
                     first_at, first_count = time.perf_counter(), 1
+                    first_cpu = time.process_time()
                 count += 1
                 if count >= expected:
                     break
         ended = time.perf_counter()
-        cpu = time.process_time() - cpu
+        cpu_ended = time.process_time()
     if count != expected:
         raise RuntimeError(f"read {count} records of {expected}")
-    return read_figures(count, first_count, started, first_at, ended, cpu)
+    return read_figures(count, first_count, started, first_at, ended, cpu_ended - cpu,
+                        cpu_ended - first_cpu)
 
 
 THROUGHPUT_KINDS = (("no group", None), ("group, auto-commit 5 s", 5_000),
@@ -453,7 +461,8 @@ async def throughput(client: Client, runs: int, records: int, partitions: int
                 figures.setdefault((read, name), []).append(one)
                 print(f"  run {run + 1} {read:7} {name:26} {one.rate:12,.0f} records/s"
                       f" ({one.rate_after_first:12,.0f} after the first)"
-                      f" {one.cpu_us:6.3f} client CPU us/record", flush=True)
+                      f" {one.cpu_us:6.3f} client CPU us/record"
+                      f" ({one.cpu_us_after_first:6.3f} after)", flush=True)
     return figures
 
 
@@ -527,7 +536,9 @@ async def _main(args: argparse.Namespace, target: str) -> None:
                     print(f"  median {read:7} {name:26} {m.rate:12,.0f} records/s"
                           f" x{m.rate / base.rate:.3f}; after the first"
                           f" {m.rate_after_first:12,.0f} x{m.rate_after_first / base.rate_after_first:.3f};"
-                          f" {m.cpu_us:.3f} us/record x{m.cpu_us / base.cpu_us:.3f}", flush=True)
+                          f" {m.cpu_us:.3f} us/record x{m.cpu_us / base.cpu_us:.3f}, after the"
+                          f" first {m.cpu_us_after_first:.3f}"
+                          f" x{m.cpu_us_after_first / base.cpu_us_after_first:.3f}", flush=True)
         if not args.skip_commit:
             samples = await commit_latency(client, target, args.commits)
             p = {k: (percentile(v, 0.5), percentile(v, 0.99)) for k, v in samples.items()}

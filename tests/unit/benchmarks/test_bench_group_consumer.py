@@ -124,12 +124,14 @@ def test_values_are_distinct_and_of_the_documented_size() -> None:
 
 def test_read_figures_whole_and_after_the_first_hand_over() -> None:
     # 1,000 records from 10.0 to 12.0; the first batch of 100 handed over at 11.0.
-    figures = read_figures(1000, 100, started=10.0, first_at=11.0, ended=12.0, cpu_s=0.5)
+    figures = read_figures(1000, 100, started=10.0, first_at=11.0, ended=12.0, cpu_s=0.5,
+                           cpu_after_first_s=0.09)
     assert figures.rate == pytest.approx(500.0)
     assert figures.rate_after_first == pytest.approx(900.0)
     assert figures.cpu_us == pytest.approx(500.0)
+    assert figures.cpu_us_after_first == pytest.approx(100.0)
 
 
 def test_median_read_takes_each_field_alone() -> None:
-    runs = [ReadFigures(1, 30, 0.2), ReadFigures(3, 10, 0.3), ReadFigures(2, 20, 0.1)]
-    assert median_read(runs) == ReadFigures(2, 20, 0.2)
+    runs = [ReadFigures(1, 30, 0.2, 5), ReadFigures(3, 10, 0.3, 4), ReadFigures(2, 20, 0.1, 6)]
+    assert median_read(runs) == ReadFigures(2, 20, 0.2, 5)
