@@ -25,7 +25,11 @@ repository's client (``stratalog.client.Consumer`` with ``group_id``):
               partitions assigned, until the end), and as a group of one with auto-commit at the
               default 5 s interval and at 100 ms (a new group each time, from the earliest
               offset; timed until its last record, the join included). Per record (``async for``)
-              and per batch (``batches()``). Records/s, and the ratio to the no-group figure.
+              and per batch (``batches()``), the three kinds in turns (the first rotating). Per
+              read: records/s over the whole read and after the first hand-over (a group's join
+              is a one-off; auto-commit runs in the steady state), and this process's CPU per
+              record over both (on a shared machine the steadier figure); each against the
+              no-group read's.
   commit      a group of one member (auto-commit off) owning a 1-partition topic: in turns,
               ``await consumer.commit({tp: offset})`` of that partition, a one-record
               ``await (await producer.send(...))`` through the same Client (Produce on its
@@ -35,9 +39,10 @@ repository's client (``stratalog.client.Consumer`` with ``group_id``):
 
 The initial rebalance delay: a new group's first join waits ``group.initial.rebalance.delay.ms``
 (Kafka's default and ours: 3 s) for more members. The rebalance measured here is of a group that
-is not new (a fourth member joins a stable group), which the delay does not touch
-(``server/groups/``: only a join to an Empty group delays); it is set to 0 so that each run's new
-groups (the three first members, each throughput run's group of one) do not wait 3 s on purpose.
+is not new (a fourth member joins a stable group), which the delay does not touch (only a join
+to an Empty group waits: server/groups/classic_group_manager.py, as Kafka's
+``InitialDelayedJoin``); it is set to 0 so that each run's new groups (the three first members,
+each throughput run's group of one) do not wait 3 s on purpose.
 
 Every figure is the median of ``--runs`` runs. Run: ``.venv/bin/python -m
 benchmarks.bench_group_consumer [--runs 3] [--records 1000000] [--partitions 4]
