@@ -262,13 +262,16 @@ class PartitionCoordinator:
         while offset < end and not self.core.closed:
             items: list[ReplayItem]
             items, next_offset = await loop.run_in_executor(
-                self._executor, _read_items, partition_log, offset, self.name
+                self._executor, _read_items, partition_log, offset, end, self.name
             )
             now_ms = self._time_ms()
             for item in items:
                 if item.offset >= end:
                     break
-                if item.record is None:
+                if item.rows is not None:
+                    self.core.replay_offset_commits(item.rows, item.producer_id, now_ms)
+                    applied += len(item.rows)
+                elif item.record is None:
                     self.core.replay_end_transaction(item.producer_id, item.committed)
                 else:
                     self.core.replay(item.offset, item.record, item.producer_id, now_ms)
@@ -303,12 +306,13 @@ class PartitionCoordinator:
 
 
 def _read_items(
-    partition_log: PartitionLog, offset: int, name: str
+    partition_log: PartitionLog, offset: int, end: int, name: str
 ) -> tuple[list[ReplayItem], int]:
     """Blocking: the replay items of the batches from ``offset`` (at most about
-    :data:`LOAD_READ_BYTES`, at least one batch) and the offset after the last one read."""
+    :data:`LOAD_READ_BYTES`, at least one batch), below ``end``, and the offset after the last
+    batch read."""
     data = partition_log.read(offset, LOAD_READ_BYTES)
-    items = list(replay_items(data, name))
+    items = list(replay_items(data, name, end))
     next_offset = offset
     for header in iter_batch_headers(data, partial_tail_ok=True):
         next_offset = header.base_offset + header.last_offset_delta + 1
