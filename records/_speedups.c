@@ -2455,8 +2455,8 @@ shared_string_release(SharedString *shared)
  * error (memory). */
 static PyObject *
 offset_commit_row(PyObject *key, PyObject *value, PyObject *record_offset,
-                  PyTypeObject *value_type, SharedString *group_memo, SharedString *topic_memo,
-                  PyObject **timestamp_memo)
+                  PyTypeObject *value_type, PyObject *partitions, SharedString *group_memo,
+                  SharedString *topic_memo, PyObject **timestamp_memo)
 {
     if (!PyBytes_CheckExact(key) || (value != Py_None && !PyBytes_CheckExact(value))) {
         Py_RETURN_NONE;
@@ -2543,6 +2543,13 @@ offset_commit_row(PyObject *key, PyObject *value, PyObject *record_offset,
     /* Strings and ints only: no cycle can pass through it, and the store keeps one per
      * committed offset, which the collector need not scan (it would untrack it later). */
     PyObject_GC_UnTrack(topic_partition);
+    if (partitions != NULL) { /* one tuple per partition for every group that commits it */
+        PyObject *shared = PyDict_SetDefault(partitions, topic_partition, topic_partition);
+        if (shared == NULL) {
+            goto failed;
+        }
+        Py_SETREF(topic_partition, Py_NewRef(shared));
+    }
     if (value == Py_None) {
         value_row = Py_NewRef(Py_None);
     } else {
@@ -2603,10 +2610,10 @@ failed:
 }
 
 static const char *const offset_commit_rows_names[] = {"offsets", "keys", "values",
-                                                       "value_type"};
+                                                       "value_type", "partitions"};
 
 PyDoc_STRVAR(offset_commit_rows_doc,
-"offset_commit_rows(offsets, keys, values, value_type)\n"
+"offset_commit_rows(offsets, keys, values, value_type, partitions=None)\n"
 "--\n\n"
 "The offset commits among one batch's records of __consumer_offsets (three lists of one\n"
 "length: record offsets, keys, values), one row per record: (group, (topic, partition),\n"
@@ -2614,16 +2621,22 @@ PyDoc_STRVAR(offset_commit_rows_doc,
 "expire_timestamp_ms, record_offset), or None for a tombstone; None for a record this reader\n"
 "does not read (not an offset commit, value version 4, or bytes that do not parse: decode it\n"
 "through the schema readers). ``value_type``: a tuple subclass with no fields of its own (a\n"
-"NamedTuple). Same rows as\n"
+"NamedTuple). ``partitions``: None, or a dict the caller keeps over many calls (a load), in\n"
+"which each (topic, partition) tuple is kept once and shared by the rows. Same rows as\n"
 "stratalog.records.consumer_offsets.offset_commit_rows_reference.");
 
 static PyObject *
 offset_commit_rows(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs,
                    PyObject *kwnames)
 {
-    PyObject *a[4];
-    if (parse_args("offset_commit_rows", args, nargs, kwnames, offset_commit_rows_names, 4, 4,
+    PyObject *a[5];
+    if (parse_args("offset_commit_rows", args, nargs, kwnames, offset_commit_rows_names, 4, 5,
                    a) < 0) {
+        return NULL;
+    }
+    PyObject *partitions = a[4] == Py_None ? NULL : a[4];
+    if (partitions != NULL && !PyDict_CheckExact(partitions)) {
+        PyErr_SetString(PyExc_TypeError, "offset_commit_rows(): partitions must be a dict or None");
         return NULL;
     }
     PyObject *offsets = a[0], *keys = a[1], *values = a[2];
@@ -2660,8 +2673,8 @@ offset_commit_rows(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_
     int rows_failed = 0;
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *row = offset_commit_row(PyList_GET_ITEM(keys, i), PyList_GET_ITEM(values, i),
-                                          PyList_GET_ITEM(offsets, i), value_type, &group_memo,
-                                          &topic_memo, &timestamp_memo);
+                                          PyList_GET_ITEM(offsets, i), value_type, partitions,
+                                          &group_memo, &topic_memo, &timestamp_memo);
         if (row == NULL) {
             rows_failed = 1;
             break;

@@ -588,6 +588,7 @@ def offset_commit_rows(
     keys: list[bytes | None],
     values: list[bytes | None],
     value_type: type[tuple[Any, ...]],
+    partitions: dict[tuple[str, int], tuple[str, int]] | None = None,
 ) -> list[tuple[str, tuple[str, int], tuple[Any, ...] | None] | None]:
     """The offset commits among one batch's records, one row per record, for a coordinator's
     load: the batch's columns (record offsets, keys, values) in, ``(group, (topic,
@@ -599,6 +600,12 @@ def offset_commit_rows(
     caller): any record type but 0 and 1, a value of version 4 (flexible, which Kafka does
     not write yet), and a key or value that does not parse, so that the schema readers raise
     the error naming the problem. It never raises for the bytes.
+
+    ``partitions``: a memo the caller keeps over many calls (a load keeps one for the whole
+    partition: bounded by the distinct partitions it stores offsets of): each ``(topic,
+    partition)`` tuple is kept once, and every group's row of that partition shares it (a
+    tuple and maybe an int less per stored offset: the groups of one topic commit the same
+    partitions).
 
     In C when the extension is built (:data:`~stratalog.records.accel.offset_commit_rows_c`:
     the bytes read directly, one group and one topic string shared by the consecutive keys
@@ -612,8 +619,8 @@ def offset_commit_rows(
             tuple subclass, or the columns are not lists (C).
     """
     if _offset_commit_rows_c is not None:
-        return _offset_commit_rows_c(offsets, keys, values, value_type)
-    return offset_commit_rows_reference(offsets, keys, values, value_type)
+        return _offset_commit_rows_c(offsets, keys, values, value_type, partitions)
+    return offset_commit_rows_reference(offsets, keys, values, value_type, partitions)
 
 
 def offset_commit_rows_reference(
@@ -621,6 +628,7 @@ def offset_commit_rows_reference(
     keys: list[bytes | None],
     values: list[bytes | None],
     value_type: type[tuple[Any, ...]],
+    partitions: dict[tuple[str, int], tuple[str, int]] | None = None,
 ) -> list[tuple[str, tuple[str, int], tuple[Any, ...] | None] | None]:
     """:func:`offset_commit_rows` through the schema readers (:func:`decode_offset_commit`):
     the reference of the C reader, and the fallback without it."""
@@ -629,9 +637,15 @@ def offset_commit_rows_reference(
             f"offset_commit_rows(): {len(offsets)} offsets, {len(keys)} keys and"
             f" {len(values)} values: the lists must have one length")
     names: dict[bytes, tuple[str, str]] = {}
-    return [
+    rows = [
         _offset_commit_row(record_offset, key, value, value_type, names)
         for record_offset, key, value in zip(offsets, keys, values, strict=True)
+    ]
+    if partitions is None:
+        return rows
+    return [
+        None if row is None else (row[0], partitions.setdefault(row[1], row[1]), row[2])
+        for row in rows
     ]
 
 

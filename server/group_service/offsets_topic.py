@@ -211,7 +211,9 @@ class ReplayItem(NamedTuple):
 
 
 def replay_items(data: bytes | memoryview, topic_partition: str,
-                 end_offset: int | None = None) -> Iterator[ReplayItem]:
+                 end_offset: int | None = None,
+                 partitions: dict[tuple[str, int], tuple[str, int]] | None = None,
+                 ) -> Iterator[ReplayItem]:
     """What the whole batches in ``data`` (read from ``topic_partition``) ask a loading
     coordinator to apply, in log order (module docstring), up to the record before
     ``end_offset`` (None: all). A partial batch at the end is left for the next read.
@@ -222,7 +224,8 @@ def replay_items(data: bytes | memoryview, topic_partition: str,
     batch of commits is one item. Its other records, and any commit that reader leaves alone
     (one that does not parse, whose error is then logged), go through
     :func:`decode_group_record` one by one, in their place (docs/performance.md, "Issue 27:
-    the group coordinator").
+    the group coordinator"). ``partitions``: the load's memo of ``(topic, partition)``
+    tuples, so that every group's offset of a partition shares one (``offset_commit_rows``).
 
     Raises:
         RecordError: a batch itself is corrupt (CRC, truncation inside it): the log is damaged,
@@ -245,7 +248,7 @@ def replay_items(data: bytes | memoryview, topic_partition: str,
                                      control_type == ControlRecordType.COMMIT)
             continue
         keys, values = columns.keys, columns.values
-        rows = offset_commit_rows(offsets, keys, values, CommittedOffset)
+        rows = offset_commit_rows(offsets, keys, values, CommittedOffset, partitions)
         if count == len(rows) and None not in rows:  # a batch of commits: nearly always
             if rows:
                 yield ReplayItem(offsets[0], None, producer_id, rows=rows)

@@ -181,6 +181,8 @@ def test_bad_arguments_are_named() -> None:
             accel.offset_commit_rows_c([1], [KEY], [VALUE], dict)
         with pytest.raises(TypeError, match="must be lists"):
             accel.offset_commit_rows_c((1,), (KEY,), (VALUE,), CommittedOffset)
+        with pytest.raises(TypeError, match="partitions must be a dict or None"):
+            accel.offset_commit_rows_c([1], [KEY], [VALUE], CommittedOffset, [])
 
 
 @needs_c
@@ -193,3 +195,17 @@ def test_c_shares_strings_and_leaves_rows_to_no_collection() -> None:
     for row in rows:
         assert not gc.is_tracked(row) and not gc.is_tracked(row[1])
         assert not gc.is_tracked(row[2])
+
+
+@pytest.mark.parametrize("rows_of", [offset_commit_rows, offset_commit_rows_reference])
+def test_the_partitions_memo_shares_one_tuple_per_partition_across_calls(rows_of: Any) -> None:
+    partitions: dict[tuple[str, int], tuple[str, int]] = {}
+    first = rows_of([0, 1], [offset_key("g", "t", 1), offset_key("g", "t", 2)], [VALUE, None],
+                    CommittedOffset, partitions)
+    second = rows_of([2, 3], [offset_key("h", "t", 1), b"\x00\x02junk"], [VALUE, VALUE],
+                     CommittedOffset, partitions)
+    assert first[0][1] == ("t", 1) and second[0][1] is first[0][1]
+    assert second[1] is None
+    assert partitions == {("t", 1): ("t", 1), ("t", 2): ("t", 2)}
+    assert first == rows_of([0, 1], [offset_key("g", "t", 1), offset_key("g", "t", 2)],
+                            [VALUE, None], CommittedOffset)
