@@ -41,9 +41,12 @@ class CommittedOffset(NamedTuple):
     ``expire_timestamp_ms`` is -1 unless the commit set its own retention.
 
     A tuple, not a dataclass, because a load makes one per commit record (1,000,000 for a
-    partition of as many): a tuple is built in a third of the time, and CPython's collector
-    stops tracking a tuple of ints and strings, so the full collections a load triggers do not
-    scan them all again (docs/performance.md, "Issue 27: the group coordinator").
+    partition of as many): a tuple is built in a third of the time, and the C reader of a
+    load's commits (records/consumer_offsets.py ``offset_commit_rows``) builds it directly and
+    takes it off the garbage collector's lists, as it holds only ints and strings (CPython
+    itself untracks only exact tuples, not a NamedTuple's), so the collections a load triggers
+    do not scan a million of them again (docs/performance.md, "Issue 27: the group
+    coordinator").
     """
 
     offset: int
