@@ -2536,6 +2536,7 @@ offset_commit_row(PyObject *key, PyObject *value, PyObject *record_offset,
         goto failed;
     }
     topic_partition = PyTuple_Pack(2, topic_object, partition_object);
+    Py_CLEAR(topic_object); /* the tuple holds them now */
     Py_CLEAR(partition_object);
     if (topic_partition == NULL) {
         goto failed;

@@ -9,6 +9,7 @@ in both cases)."""
 from __future__ import annotations
 
 import gc
+import sys
 from typing import Any
 
 import pytest
@@ -209,3 +210,23 @@ def test_the_partitions_memo_shares_one_tuple_per_partition_across_calls(rows_of
     assert partitions == {("t", 1): ("t", 1), ("t", 2): ("t", 2)}
     assert first == rows_of([0, 1], [offset_key("g", "t", 1), offset_key("g", "t", 2)],
                             [VALUE, None], CommittedOffset)
+
+
+@pytest.mark.parametrize("memo", [None, {}])
+def test_rows_own_their_objects_and_nothing_else_holds_them(memo: Any) -> None:
+    # A reference counted once too often would keep every load's strings forever.
+    keys = [offset_key("group", "topic-\u00fc", 300 + p) for p in range(3)]
+    value = encode_value(OffsetCommitValue(1 << 40, "meta-\u00fc", 1 << 41, 7))
+    rows = offset_commit_rows([int("4398046511104"), 1, 2], keys, [value, value, None], CommittedOffset,
+                              memo)
+    fields = (rows[0][0], *rows[0][1], *rows[0][2])
+    del rows
+    if memo is not None:
+        memo.clear()
+    # (group, topic, partition, offset, leader_epoch, metadata, commit_timestamp_ms,
+    # expire_timestamp_ms, record_offset): all but the small ints held by ``fields`` alone,
+    # as a fresh string in a tuple is.
+    control = ("".join(["fresh", "-", "string"]),)
+    expected = sys.getrefcount(control[0])
+    counts = {index: sys.getrefcount(fields[index]) for index in (0, 1, 2, 3, 5, 6, 8)}
+    assert counts == dict.fromkeys(counts, expected), fields
