@@ -89,7 +89,10 @@ def both(offsets: list[int], keys: list[Any], values: list[Any]) -> list[Any]:
     expected = offset_commit_rows_reference(offsets, keys, values, CommittedOffset)
     assert offset_commit_rows(offsets, keys, values, CommittedOffset) == expected
     if accel.offset_commit_rows_c is not None:
-        assert accel.offset_commit_rows_c(offsets, keys, values, CommittedOffset) == expected
+        rows = accel.offset_commit_rows_c(offsets, keys, values, CommittedOffset)
+        assert rows == expected
+        assert [None if r is None else tuple(map(type, (r[0], *r[1], r[2]))) for r in rows] == [
+            None if r is None else tuple(map(type, (r[0], *r[1], r[2]))) for r in expected]
     return expected
 
 
