@@ -44,7 +44,7 @@ The phases after ``load`` run on a second server with a fresh data directory, so
 of ``--runs`` runs (the load's: of ``--load-runs`` starts).
 
 Run: ``.venv/bin/python -m benchmarks.bench_group_service [--groups 1000] [--partitions 1000]
-[--load-runs 2] [--runs 3] [--baseline REV | none] [--skip-load]`` (under 2 minutes at a load
+[--load-runs 2] [--runs 3] [--baseline REV | none] [--skip-load | --load-only]`` (under 2 minutes at a load
 average of 6 on 2 vCPUs; ``--groups 100`` for a quick look: 100,000 commits). The data
 directories live under /tmp and are removed at the end. Figures: docs/performance.md, "Issue
 27: the group coordinator".
@@ -236,8 +236,9 @@ def _load_line(log_path: Path, start_at: int) -> tuple[int, int, float, float | 
 
 def _baseline_package(revision: str, root: Path) -> Path:
     """``revision``'s ``stratalog`` package under ``root`` (its directories laid out as
-    pyproject.toml's package-dir maps them), with this build's C extension if ``revision``'s
-    records/_speedups.c is this tree's (else it runs pure Python, and says so)."""
+    pyproject.toml's package-dir maps them), with this build's C extension if this tree's
+    records/_speedups.c is ``revision``'s with lines added only (functions it does not call:
+    the ones it calls are the same), else it runs pure Python, and says so."""
     package = root / "stratalog"
     for source, target in PACKAGE_DIRS.items():
         archive = subprocess.run(["git", "-C", str(REPO), "archive", revision, source],
@@ -246,9 +247,10 @@ def _baseline_package(revision: str, root: Path) -> Path:
         subprocess.run(["tar", "-x", "-C", str(package / target),
                         f"--strip-components={source.count('/') + 1}"],
                        input=archive, check=True)
-    same_c = subprocess.run(["git", "-C", str(REPO), "diff", "--quiet", revision, "--",
-                             "records/_speedups.c"], check=False).returncode == 0
-    if same_c:
+    numstat = subprocess.run(["git", "-C", str(REPO), "diff", "--numstat", revision, "--",
+                              "records/_speedups.c"], check=True, capture_output=True,
+                             text=True).stdout.split()
+    if not numstat or numstat[1] == "0":  # unchanged, or lines added only
         for built in (REPO / "records").glob("_speedups*.so"):
             shutil.copy(built, package / "records")
     else:
@@ -472,6 +474,8 @@ def main() -> None:
     parser.add_argument("--in-flight", type=int, default=8)
     parser.add_argument("--load-runs", type=int, default=2)
     parser.add_argument("--skip-load", action="store_true")
+    parser.add_argument("--load-only", action="store_true",
+                        help="the load's figures alone (no latency, rate or join runs)")
     parser.add_argument("--baseline", default=DEFAULT_BASELINE,
                         help="git revision whose server loads the same partition, or 'none'")
     parser.add_argument("--runs", type=int, default=3)
@@ -490,6 +494,8 @@ def main() -> None:
             _print(f"load of __consumer_offsets-{LOAD_PARTITION}: "
                    f"{args.groups * args.partitions:,} commits (median of {args.load_runs})",
                    measure_load(args, work))
+        if args.load_only:
+            return
         figures: dict[str, list[float]] = {}
         with contextlib.ExitStack() as stack:
             server = stack.enter_context(_server(

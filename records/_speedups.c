@@ -2363,6 +2363,336 @@ map_clear(PyObject *Py_UNUSED(module), PyObject *table)
 }
 
 /* ------------------------------------------------------------------------------------------ */
+/* __consumer_offsets: the offset commits of one batch, for a group coordinator's load.         */
+/*                                                                                              */
+/* The byte layout is records/consumer_offsets.py's (Kafka's OffsetCommitKey and                */
+/* OffsetCommitValue schemas, records/schemas/), big-endian, strings an int16 length and UTF-8: */
+/*                                                                                              */
+/*     key   = record_type int16 (0 or 1) | group string | topic string | partition int32       */
+/*     value = version int16 (0-3) | offset int64 | leaderEpoch int32 (3+) | metadata string     */
+/*             | commitTimestamp int64 | expireTimestamp int64 (1 only)                          */
+/*                                                                                              */
+/* Bytes after either message are ignored, as the schema readers ignore them. Anything else     */
+/* (another record type, value version 4 with its tagged fields, a short or invalid message, a  */
+/* negative string length, invalid UTF-8, a key or value that is not bytes) is not this        */
+/* reader's: its row is None and the caller decodes that record through the schema readers,    */
+/* which raise the error that names the problem. So this code raises only for bad arguments or  */
+/* memory.                                                                                      */
+
+/* An int16 string at *p (before end): its bytes, or 0 when it does not fit or is negative. */
+static inline int
+read_string16(const uint8_t **p, const uint8_t *end, const uint8_t **bytes, Py_ssize_t *length)
+{
+    if (end - *p < 2) {
+        return 0;
+    }
+    int16_t n = (int16_t)(((uint16_t)(*p)[0] << 8) | (*p)[1]);
+    if (n < 0 || end - *p - 2 < n) {
+        return 0;
+    }
+    *bytes = *p + 2;
+    *length = n;
+    *p += 2 + n;
+    return 1;
+}
+
+static inline int64_t
+read_int64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) {
+        v = (v << 8) | p[i];
+    }
+    return (int64_t)v;
+}
+
+static inline int32_t
+read_int32(const uint8_t *p)
+{
+    return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) |
+                     (uint32_t)p[3]);
+}
+
+/* A string of a key, shared with the previous key's when the bytes are the same (a group
+ * commits many partitions of one topic at once: one group and one topic object for them all).
+ * The memo holds references to the key it read the bytes from and to the string; the caller
+ * releases them. Returns a new reference, or NULL (the UnicodeDecodeError, or memory). */
+typedef struct {
+    PyObject *source; /* the key holding bytes */
+    const uint8_t *bytes;
+    Py_ssize_t length;
+    PyObject *object;
+} SharedString;
+
+static PyObject *
+shared_string(SharedString *shared, PyObject *source, const uint8_t *bytes, Py_ssize_t length)
+{
+    if (shared->object != NULL && shared->length == length &&
+        memcmp(shared->bytes, bytes, (size_t)length) == 0) {
+        return Py_NewRef(shared->object);
+    }
+    PyObject *text = PyUnicode_DecodeUTF8((const char *)bytes, length, NULL);
+    if (text == NULL) {
+        return NULL;
+    }
+    Py_XSETREF(shared->source, Py_NewRef(source));
+    Py_XSETREF(shared->object, Py_NewRef(text));
+    shared->bytes = bytes;
+    shared->length = length;
+    return text;
+}
+
+static void
+shared_string_release(SharedString *shared)
+{
+    Py_CLEAR(shared->source);
+    Py_CLEAR(shared->object);
+}
+
+/* The row of one record: (group, (topic, partition), value) with value a value_type of
+ * (offset, leader_epoch, metadata, commit_timestamp, expire_timestamp, record_offset), or None
+ * for a tombstone; Py_None (a new reference) when the record is not this reader's; NULL on an
+ * error (memory). */
+static PyObject *
+offset_commit_row(PyObject *key, PyObject *value, PyObject *record_offset,
+                  PyTypeObject *value_type, PyObject *partitions, SharedString *group_memo,
+                  SharedString *topic_memo, PyObject **timestamp_memo)
+{
+    if (!PyBytes_CheckExact(key) || (value != Py_None && !PyBytes_CheckExact(value))) {
+        Py_RETURN_NONE;
+    }
+    const uint8_t *p = (const uint8_t *)PyBytes_AS_STRING(key);
+    const uint8_t *end = p + PyBytes_GET_SIZE(key);
+    const uint8_t *group, *topic;
+    Py_ssize_t group_length, topic_length;
+    if (end - p < 2 || p[0] != 0 || p[1] > 1) { /* record type 0 or 1 */
+        Py_RETURN_NONE;
+    }
+    p += 2;
+    if (!read_string16(&p, end, &group, &group_length) ||
+        !read_string16(&p, end, &topic, &topic_length) || end - p < 4) {
+        Py_RETURN_NONE;
+    }
+    int32_t partition = read_int32(p);
+
+    /* The value's fields, read before any object is made. */
+    int64_t offset = 0, commit_timestamp = 0, expire_timestamp = -1;
+    int32_t leader_epoch = -1;
+    const uint8_t *metadata = NULL;
+    Py_ssize_t metadata_length = 0;
+    if (value != Py_None) {
+        const uint8_t *q = (const uint8_t *)PyBytes_AS_STRING(value);
+        const uint8_t *value_end = q + PyBytes_GET_SIZE(value);
+        if (value_end - q < 2 || q[0] != 0 || q[1] > 3) { /* versions 0-3 */
+            Py_RETURN_NONE;
+        }
+        int version = q[1];
+        q += 2;
+        if (value_end - q < 8) {
+            Py_RETURN_NONE;
+        }
+        offset = read_int64(q);
+        q += 8;
+        if (version >= 3) {
+            if (value_end - q < 4) {
+                Py_RETURN_NONE;
+            }
+            leader_epoch = read_int32(q);
+            q += 4;
+        }
+        if (!read_string16(&q, value_end, &metadata, &metadata_length) || value_end - q < 8) {
+            Py_RETURN_NONE;
+        }
+        commit_timestamp = read_int64(q);
+        q += 8;
+        if (version == 1) {
+            if (value_end - q < 8) {
+                Py_RETURN_NONE;
+            }
+            expire_timestamp = read_int64(q);
+        }
+    }
+
+    PyObject *value_row = NULL, *topic_partition = NULL, *row = NULL;
+    PyObject *group_object = NULL, *topic_object = NULL, *partition_object = NULL;
+    PyObject *metadata_object = NULL;
+    if (value != Py_None) {
+        /* Metadata first: invalid UTF-8 there makes the row None before anything is shared. */
+        metadata_object = PyUnicode_DecodeUTF8((const char *)metadata, metadata_length, NULL);
+        if (metadata_object == NULL) {
+            goto failed;
+        }
+    }
+    group_object = shared_string(group_memo, key, group, group_length);
+    if (group_object == NULL) {
+        goto failed;
+    }
+    topic_object = shared_string(topic_memo, key, topic, topic_length);
+    if (topic_object == NULL) {
+        goto failed;
+    }
+    partition_object = PyLong_FromLong(partition);
+    if (partition_object == NULL) {
+        goto failed;
+    }
+    topic_partition = PyTuple_Pack(2, topic_object, partition_object);
+    Py_CLEAR(topic_object); /* the tuple holds them now */
+    Py_CLEAR(partition_object);
+    if (topic_partition == NULL) {
+        goto failed;
+    }
+    /* Strings and ints only: no cycle can pass through it, and the store keeps one per
+     * committed offset, which the collector need not scan (it would untrack it later). */
+    PyObject_GC_UnTrack(topic_partition);
+    if (partitions != NULL) { /* one tuple per partition for every group that commits it */
+        PyObject *shared = PyDict_SetDefault(partitions, topic_partition, topic_partition);
+        if (shared == NULL) {
+            goto failed;
+        }
+        Py_SETREF(topic_partition, Py_NewRef(shared));
+    }
+    if (value == Py_None) {
+        value_row = Py_NewRef(Py_None);
+    } else {
+        PyObject *timestamp;
+        if (*timestamp_memo != NULL && PyLong_AsLongLong(*timestamp_memo) == commit_timestamp) {
+            timestamp = Py_NewRef(*timestamp_memo); /* a batch's commits share their time */
+        } else {
+            timestamp = PyLong_FromLongLong(commit_timestamp);
+            if (timestamp == NULL) {
+                goto failed;
+            }
+            Py_XSETREF(*timestamp_memo, Py_NewRef(timestamp));
+        }
+        PyObject *fields[6] = {PyLong_FromLongLong(offset), PyLong_FromLong(leader_epoch),
+                               metadata_object, timestamp,
+                               PyLong_FromLongLong(expire_timestamp), Py_NewRef(record_offset)};
+        metadata_object = NULL;
+        value_row = value_type->tp_alloc(value_type, 6);
+        int ok = value_row != NULL;
+        for (int i = 0; i < 6; i++) {
+            ok = ok && fields[i] != NULL;
+        }
+        if (!ok) {
+            for (int i = 0; i < 6; i++) {
+                Py_XDECREF(fields[i]);
+            }
+            goto failed;
+        }
+        for (int i = 0; i < 6; i++) {
+            PyTuple_SET_ITEM(value_row, i, fields[i]);
+        }
+        PyObject_GC_UnTrack(value_row);
+    }
+    row = PyTuple_New(3);
+    if (row == NULL) {
+        goto failed;
+    }
+    PyTuple_SET_ITEM(row, 0, group_object);
+    PyTuple_SET_ITEM(row, 1, topic_partition);
+    PyTuple_SET_ITEM(row, 2, value_row);
+    /* Untracked parts only: the collections a load of a million rows triggers skip it. */
+    PyObject_GC_UnTrack(row);
+    return row;
+
+failed:
+    Py_XDECREF(metadata_object);
+    Py_XDECREF(group_object);
+    Py_XDECREF(topic_object);
+    Py_XDECREF(topic_partition);
+    Py_XDECREF(value_row);
+    if (PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+            return NULL;
+        }
+        PyErr_Clear();
+    }
+    Py_RETURN_NONE;
+}
+
+static const char *const offset_commit_rows_names[] = {"offsets", "keys", "values",
+                                                       "value_type", "partitions"};
+
+PyDoc_STRVAR(offset_commit_rows_doc,
+"offset_commit_rows(offsets, keys, values, value_type, partitions=None)\n"
+"--\n\n"
+"The offset commits among one batch's records of __consumer_offsets (three lists of one\n"
+"length: record offsets, keys, values), one row per record: (group, (topic, partition),\n"
+"value) with value a ``value_type`` of (offset, leader_epoch, metadata, commit_timestamp_ms,\n"
+"expire_timestamp_ms, record_offset), or None for a tombstone; None for a record this reader\n"
+"does not read (not an offset commit, value version 4, or bytes that do not parse: decode it\n"
+"through the schema readers). ``value_type``: a tuple subclass with no fields of its own (a\n"
+"NamedTuple). ``partitions``: None, or a dict the caller keeps over many calls (a load), in\n"
+"which each (topic, partition) tuple is kept once and shared by the rows. Same rows as\n"
+"stratalog.records.consumer_offsets.offset_commit_rows_reference.");
+
+static PyObject *
+offset_commit_rows(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs,
+                   PyObject *kwnames)
+{
+    PyObject *a[5];
+    if (parse_args("offset_commit_rows", args, nargs, kwnames, offset_commit_rows_names, 4, 5,
+                   a) < 0) {
+        return NULL;
+    }
+    PyObject *partitions = a[4] == Py_None ? NULL : a[4];
+    if (partitions != NULL && !PyDict_CheckExact(partitions)) {
+        PyErr_SetString(PyExc_TypeError, "offset_commit_rows(): partitions must be a dict or None");
+        return NULL;
+    }
+    PyObject *offsets = a[0], *keys = a[1], *values = a[2];
+    if (!PyList_Check(offsets) || !PyList_Check(keys) || !PyList_Check(values)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "offset_commit_rows(): offsets, keys and values must be lists");
+        return NULL;
+    }
+    Py_ssize_t count = PyList_GET_SIZE(keys);
+    if (PyList_GET_SIZE(offsets) != count || PyList_GET_SIZE(values) != count) {
+        PyErr_Format(PyExc_ValueError,
+                     "offset_commit_rows(): %zd offsets, %zd keys and %zd values: the lists "
+                     "must have one length",
+                     PyList_GET_SIZE(offsets), count, PyList_GET_SIZE(values));
+        return NULL;
+    }
+    if (!PyType_Check(a[3]) || !PyType_IsSubtype((PyTypeObject *)a[3], &PyTuple_Type) ||
+        ((PyTypeObject *)a[3])->tp_basicsize != PyTuple_Type.tp_basicsize ||
+        ((PyTypeObject *)a[3])->tp_itemsize != PyTuple_Type.tp_itemsize ||
+        ((PyTypeObject *)a[3])->tp_dictoffset != 0 ||
+        ((PyTypeObject *)a[3])->tp_weaklistoffset != 0) {
+        PyErr_SetString(PyExc_TypeError,
+                        "offset_commit_rows(): value_type must be a tuple subclass without "
+                        "fields of its own (a NamedTuple)");
+        return NULL;
+    }
+    PyTypeObject *value_type = (PyTypeObject *)a[3];
+    PyObject *rows = PyList_New(count);
+    if (rows == NULL) {
+        return NULL;
+    }
+    SharedString group_memo = {0}, topic_memo = {0};
+    PyObject *timestamp_memo = NULL;
+    int rows_failed = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *row = offset_commit_row(PyList_GET_ITEM(keys, i), PyList_GET_ITEM(values, i),
+                                          PyList_GET_ITEM(offsets, i), value_type, partitions,
+                                          &group_memo, &topic_memo, &timestamp_memo);
+        if (row == NULL) {
+            rows_failed = 1;
+            break;
+        }
+        PyList_SET_ITEM(rows, i, row);
+    }
+    Py_XDECREF(timestamp_memo);
+    shared_string_release(&group_memo);
+    shared_string_release(&topic_memo);
+    if (rows_failed) {
+        Py_DECREF(rows); /* its unset items are NULL, which the list's dealloc skips */
+        return NULL;
+    }
+    return rows;
+}
+
+/* ------------------------------------------------------------------------------------------ */
 /* Module initialisation.                                                                       */
 
 /* The byte offset of Record's slot `name`, after checking that it is a plain object slot. */
@@ -2405,6 +2735,8 @@ static PyMethodDef methods[] = {
      METH_FASTCALL | METH_KEYWORDS, map_put_records_doc},
     {"map_retain_records", (PyCFunction)(void (*)(void))map_retain_records,
      METH_FASTCALL | METH_KEYWORDS, map_retain_records_doc},
+    {"offset_commit_rows", (PyCFunction)(void (*)(void))offset_commit_rows,
+     METH_FASTCALL | METH_KEYWORDS, offset_commit_rows_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -29,6 +29,11 @@ over one records region (a key digest and a probe per record, without the GIL),
 :data:`key_digest_c` the digest (:mod:`~stratalog.records.key_digest`): C only, ``None`` in a
 pure-Python install, where the map's per-key Python methods do the same work.
 
+:data:`offset_commit_rows_c` reads the offset commits of one ``__consumer_offsets`` batch's
+columns into the rows a group coordinator's load stores (C only, ``None`` without the
+extension): :func:`stratalog.records.consumer_offsets.offset_commit_rows` is its caller, and its
+pure-Python reference there is the fallback.
+
 Falling back: the extension is optional at build time (``optional=True`` in pyproject.toml), so a
 machine without a compiler installs and runs the pure-Python codec. Setting the environment
 variable ``STRATALOG_PURE_PYTHON=1`` before the first import forces the fallback (to compare, or
@@ -72,6 +77,7 @@ __all__ = [
     "map_clear",
     "map_put_records",
     "map_retain_records",
+    "offset_commit_rows_c",
     "walk_records",
 ]
 
@@ -360,6 +366,7 @@ if _speedups is not None:
     map_clear = _speedups.map_clear
     map_put_records = _speedups.map_put_records
     map_retain_records = _speedups.map_retain_records
+    offset_commit_rows_c = _speedups.offset_commit_rows
 else:
     decode_records = _reference.decode_records
     walk_records = _reference.walk_records
@@ -375,6 +382,7 @@ else:
     map_clear = None
     map_put_records = None
     map_retain_records = None
+    offset_commit_rows_c = None
 
 
 def decode_columns(

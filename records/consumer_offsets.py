@@ -48,7 +48,9 @@ Speed: a coordinator's load decodes every record of its partition, nearly all of
 Those are read through the readers :mod:`~stratalog.records.message_schema` generates per
 version, into tuples and then the typed values; :func:`decode_offset_commit` stops at the flat
 fields, without the three objects per record of :func:`decode_record` (docs/groups.md,
-"Reading fast").
+"Reading fast"); :func:`offset_commit_rows` reads a whole batch's commits at once into the rows
+a load stores, in C when the extension is built (the bytes read directly; anything it does not
+read, such as an error, left to the schema readers).
 
 Sans-IO: bytes in, values out; the schemas are read from the package once, at import.
 Immutable values; safe to share between threads.
@@ -62,6 +64,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .accel import offset_commit_rows_c as _offset_commit_rows_c
 from .errors import CorruptMessageError, UnknownRecordTypeError
 from .message_schema import MessageSchema
 
@@ -90,6 +93,8 @@ __all__ = [
     "encode_value",
     "key_schema",
     "load_schema",
+    "offset_commit_rows",
+    "offset_commit_rows_reference",
     "value_schema",
 ]
 
@@ -576,3 +581,96 @@ def decode_offset_commit(
     version = _prefix(value, "OffsetCommitValue")
     fields, _ = _OFFSET_COMMIT_VALUE_SCHEMA.decode_tuple(value, version, _TYPE_PREFIX_BYTES)
     return group_topic_partition + _OFFSET_COMMIT_VALUE_FLAT[version](fields)
+
+
+def offset_commit_rows(
+    offsets: list[int],
+    keys: list[bytes | None],
+    values: list[bytes | None],
+    value_type: type[tuple[Any, ...]],
+    partitions: dict[tuple[str, int], tuple[str, int]] | None = None,
+) -> list[tuple[str, tuple[str, int], tuple[Any, ...] | None] | None]:
+    """The offset commits among one batch's records, one row per record, for a coordinator's
+    load: the batch's columns (record offsets, keys, values) in, ``(group, (topic,
+    partition), value)`` out, ``value`` a ``value_type`` (a tuple subclass without fields of
+    its own: the store's NamedTuple) of ``(offset, leader_epoch, metadata,
+    commit_timestamp_ms, expire_timestamp_ms, record_offset)``, or ``None`` for a tombstone.
+
+    A row is ``None`` for a record this reader leaves to :func:`decode_record` (through the
+    caller): any record type but 0 and 1, a value of version 4 (flexible, which Kafka does
+    not write yet), and a key or value that does not parse, so that the schema readers raise
+    the error naming the problem. It never raises for the bytes.
+
+    ``partitions``: a memo the caller keeps over many calls (a load keeps one for the whole
+    partition: bounded by the distinct partitions it stores offsets of): each ``(topic,
+    partition)`` tuple is kept once, and every group's row of that partition shares it (a
+    tuple and maybe an int less per stored offset: the groups of one topic commit the same
+    partitions).
+
+    In C when the extension is built (:data:`~stratalog.records.accel.offset_commit_rows_c`:
+    the bytes read directly, one group and one topic string shared by the consecutive keys
+    that hold them, the batch's commit timestamp shared, the rows' tuples untracked by the
+    garbage collector as they hold only strings and ints); else
+    :func:`offset_commit_rows_reference`, which gives the same rows
+    (tests/unit/records/test_consumer_offsets_rows.py compares them). O(bytes of the batch).
+
+    Raises:
+        ValueError: the three lists differ in length. TypeError: ``value_type`` is not such a
+            tuple subclass, or the columns are not lists (C).
+    """
+    if _offset_commit_rows_c is not None:
+        return _offset_commit_rows_c(offsets, keys, values, value_type, partitions)
+    return offset_commit_rows_reference(offsets, keys, values, value_type, partitions)
+
+
+def offset_commit_rows_reference(
+    offsets: list[int],
+    keys: list[bytes | None],
+    values: list[bytes | None],
+    value_type: type[tuple[Any, ...]],
+    partitions: dict[tuple[str, int], tuple[str, int]] | None = None,
+) -> list[tuple[str, tuple[str, int], tuple[Any, ...] | None] | None]:
+    """:func:`offset_commit_rows` through the schema readers (:func:`decode_offset_commit`):
+    the reference of the C reader, and the fallback without it."""
+    if not len(offsets) == len(keys) == len(values):
+        raise ValueError(
+            f"offset_commit_rows(): {len(offsets)} offsets, {len(keys)} keys and"
+            f" {len(values)} values: the lists must have one length")
+    names: dict[bytes, tuple[str, str]] = {}
+    rows = [
+        _offset_commit_row(record_offset, key, value, value_type, names)
+        for record_offset, key, value in zip(offsets, keys, values, strict=True)
+    ]
+    if partitions is None:
+        return rows
+    return [
+        None if row is None else (row[0], partitions.setdefault(row[1], row[1]), row[2])
+        for row in rows
+    ]
+
+
+def _offset_commit_row(
+    record_offset: int,
+    key: bytes | None,
+    value: bytes | None,
+    value_type: type[tuple[Any, ...]],
+    names: dict[bytes, tuple[str, str]],
+) -> tuple[str, tuple[str, int], tuple[Any, ...] | None] | None:
+    if type(key) is not bytes or (value is not None and type(value) is not bytes):
+        return None
+    if len(key) < _TYPE_PREFIX_BYTES or key[0] != 0 or key[1] > OFFSET_COMMIT_RECORD_TYPE:
+        return None
+    # Version 4 is the first flexible one (tagged fields): left to decode_record.
+    if value is not None and (
+        len(value) < _TYPE_PREFIX_BYTES or value[0] != 0 or value[1] > OFFSET_COMMIT_VALUE_VERSION
+    ):
+        return None
+    try:
+        fields = decode_offset_commit(key, value, names)
+    except CorruptMessageError:
+        return None
+    assert fields is not None  # record type 0 or 1
+    group, topic, partition = fields[:3]
+    if value is None:
+        return group, (topic, partition), None
+    return group, (topic, partition), tuple.__new__(value_type, (*fields[3:], record_offset))

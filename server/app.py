@@ -169,7 +169,7 @@ class Server:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.metrics = ServerMetrics()
+        self.metrics = ServerMetrics(group_lag_max_series=settings.group_lag_metrics_max_series)
         self.port: int | None = None
         self.metrics_port: int | None = None
         self.log_manager: LogManager | None = None
@@ -375,6 +375,7 @@ class Server:
         self.groups = GroupService(self.replica_manager, settings, self._executor,
                                    metrics=self.metrics, transactions=self.coordinator)
         self.metrics.bind_groups(self.groups.group_counts)
+        self.metrics.bind_group_lag(self.groups.committed_offsets, self.groups.log_end_offset)
         self._service = BrokerService(
             self.replica_manager, settings, self.metrics, self._executor,
             coordinator=self.coordinator,
@@ -877,6 +878,7 @@ class Server:
         if groups is not None:
             await groups.close()  # before the logs close: its writer appends to them
             self.metrics.bind_groups(None)
+            self.metrics.bind_group_lag(None, None)
         endpoint, self._endpoint = self._endpoint, None
         if endpoint is not None:
             await endpoint.close()

@@ -18,6 +18,13 @@ What an operator watches, in Prometheus's text format at ``http://HOST:metrics_p
     stratalog_group_rebalances_total           rebalances completed (a generation's leader
                                                answered)
     stratalog_offset_commits_total             partition offsets committed and acknowledged
+    stratalog_group_lag{group,topic,partition}  consumer lag (log end - committed offset),
+                                               computed at scrape time; the largest
+                                               group_lag_metrics_max_series only
+    stratalog_group_lag_total{group}           a group's lag over all its partitions (the
+                                               largest group_lag_metrics_max_series groups)
+    stratalog_group_lag_series_omitted         group_lag series a scrape left out (beyond
+                                               the bound)
     stratalog_group_coordinator_load_seconds   histogram: one __consumer_offsets partition's
                                                load at start
     stratalog_waiting_rpcs{kind}               RPCs admitted by the per-client limits and
@@ -97,9 +104,10 @@ Methods are the server's own (a call to an unknown method is not counted), so th
 are bounded.
 
 Labels come from fixed sets only (RPC names, status codes, kinds, setting names, operations,
-reasons), and topics: never a principal or a client's address, which would grow the series
-without bound (a client choosing its user name or port would choose the server's memory).
-A counter without a sample has not been incremented yet: read it as 0.
+reasons), and topics (and, for the lag alone, group ids, in a number of series a setting
+bounds: :class:`GroupLagCollector`): never a principal or a client's address, which would
+grow the series without bound (a client choosing its user name or port would choose the
+server's memory). A counter without a sample has not been incremented yet: read it as 0.
 
 The ``log_*`` gauges come from a snapshot of the LogManager's topic descriptions that the
 maintenance task refreshes after each pass (see app.py); a scrape reads that snapshot and never
@@ -120,6 +128,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import heapq
 import itertools
 import logging
 import platform
@@ -349,6 +358,110 @@ class GroupsCollector(Collector):
         )
 
 
+#: One committed offset a scrape reads: (group id, topic, partition, committed offset).
+CommittedOffsetRow = tuple[str, str, int, int]
+
+
+class GroupLagCollector(Collector):
+    """Exports the consumer lag (log end offset - committed offset) of every group and
+    partition this server coordinates, computed at scrape time, in at most ``max_series``
+    series of each kind (issue 27, item 7; docs/groups.md, "Lag")::
+
+        stratalog_group_lag{group,topic,partition}   the largest max_series lags
+        stratalog_group_lag_total{group}             the largest max_series groups' sums
+        stratalog_group_lag_series_omitted           per-partition series left out
+
+    A group id is chosen by clients, so the series are bounded: beyond ``max_series`` the
+    largest lags are kept (a bounded heap: the scrape holds ``max_series`` rows, not one per
+    committed offset), and the omitted gauge says how many were not exported (0 when none
+    were). A group's total counts all its partitions, exported or not. The log end offset is
+    the partition's high watermark where this server has a replica of it (a consumer reads no
+    further); a committed offset of a partition without one here (another server's, or a
+    deleted topic) has no lag sample. A lag below 0 (a commit beyond the end: a truncated or
+    recreated partition) is exported as 0.
+
+    Holds two functions, bound by the server (:meth:`bind`): the committed offsets
+    (``GroupService.committed_offsets``) and the log end of a partition (None: no replica
+    here); exports nothing before, and nothing when ``max_series`` is 0.
+
+    Cost: O(committed offsets x log max_series) per scrape, with one log end read per
+    partition. Concurrency: :meth:`collect` runs on the scrape's thread; the source copies
+    each coordinator's tables with one ``list()`` (atomic under the GIL) before reading them.
+    """
+
+    def __init__(self, max_series: int) -> None:
+        assert max_series >= 0
+        self.max_series = max_series
+        self._offsets: Callable[[], Iterable[CommittedOffsetRow]] | None = None
+        self._log_end: Callable[[str, int], int | None] | None = None
+
+    def bind(self, offsets: Callable[[], Iterable[CommittedOffsetRow]] | None,
+             log_end: Callable[[str, int], int | None] | None) -> None:
+        self._offsets, self._log_end = offsets, log_end
+
+    def collect(self) -> Iterator[Metric]:
+        offsets, log_end = self._offsets, self._log_end
+        if offsets is None or log_end is None or self.max_series == 0:
+            return
+        try:
+            largest, totals, count = self._lags(offsets(), log_end)
+        except Exception:  # a service closing under the scrape: no lag figures this time
+            _logger.debug("cannot read the committed offsets for a scrape", exc_info=True)
+            return
+        lag = GaugeMetricFamily(
+            "stratalog_group_lag",
+            "Consumer lag: the partition's log end offset minus the group's committed offset"
+            " (the largest group_lag_metrics_max_series of them)",
+            labels=("group", "topic", "partition"),
+        )
+        for value, group_id, topic, partition in sorted(largest, reverse=True):
+            lag.add_metric((group_id, topic, str(partition)), value)
+        yield lag
+        total = GaugeMetricFamily(
+            "stratalog_group_lag_total",
+            "Consumer lag of a group over all its partitions (the largest"
+            " group_lag_metrics_max_series groups)",
+            labels=("group",),
+        )
+        for group_id, value in heapq.nlargest(self.max_series, totals.items(),
+                                              key=lambda item: (item[1], item[0])):
+            total.add_metric((group_id,), value)
+        yield total
+        yield GaugeMetricFamily(
+            "stratalog_group_lag_series_omitted",
+            "stratalog_group_lag series this scrape left out (beyond"
+            " group_lag_metrics_max_series; their groups' totals still count them)",
+            value=count - len(largest),
+        )
+
+    def _lags(
+        self, rows: Iterable[CommittedOffsetRow], log_end: Callable[[str, int], int | None]
+    ) -> tuple[list[tuple[int, str, str, int]], dict[str, int], int]:
+        """The largest ``max_series`` (lag, group, topic, partition), every group's total, and
+        how many lags there were."""
+        ends: dict[tuple[str, int], int | None] = {}  # one read per partition per scrape
+        largest: list[tuple[int, str, str, int]] = []  # a min-heap of the largest lags
+        totals: dict[str, int] = {}
+        count = 0
+        for group_id, topic, partition, committed in rows:
+            key = (topic, partition)
+            if key in ends:
+                end = ends[key]
+            else:
+                end = ends[key] = log_end(topic, partition)
+            if end is None:
+                continue
+            value = max(end - committed, 0)
+            totals[group_id] = totals.get(group_id, 0) + value
+            count += 1
+            entry = (value, group_id, topic, partition)
+            if len(largest) < self.max_series:
+                heapq.heappush(largest, entry)
+            elif entry > largest[0]:
+                heapq.heapreplace(largest, entry)
+        return largest, totals, count
+
+
 class TrafficCollector(Collector):
     """The traffic counters and the request histogram, as plain numbers under one lock.
 
@@ -572,7 +685,8 @@ class ServerMetrics:
     gauge lock internally; the log snapshot is swapped whole).
     """
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None,
+                 group_lag_max_series: int = 1000) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
         self.traffic = TrafficCollector()
@@ -669,6 +783,8 @@ class ServerMetrics:
         # Consumer groups (issue 27, server/group_service/): no label is a group id.
         self.groups = GroupsCollector()
         r.register(self.groups)
+        self.group_lag = GroupLagCollector(group_lag_max_series)
+        r.register(self.group_lag)
         self.group_rebalances = Counter(
             "stratalog_group_rebalances",
             "Rebalances completed (a generation handed to its leader) by this server's groups",
@@ -689,6 +805,11 @@ class ServerMetrics:
     def bind_groups(self, source: Callable[[], GroupCounts] | None) -> None:
         """Read the groups by state and their members from ``source`` at each scrape."""
         self.groups.bind(source)
+
+    def bind_group_lag(self, offsets: Callable[[], Iterable[CommittedOffsetRow]] | None,
+                       log_end: Callable[[str, int], int | None] | None) -> None:
+        """Compute the lag from these at each scrape (:class:`GroupLagCollector`)."""
+        self.group_lag.bind(offsets, log_end)
 
     def observe_rebalance(self) -> None:
         self.group_rebalances.inc()

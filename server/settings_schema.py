@@ -425,6 +425,14 @@ class Settings:
         "most members of one group (Kafka's group.max.size; Kafka's default is unbounded)",
         1,
     )
+    group_lag_metrics_max_series: int = _setting(
+        1000,
+        "most stratalog_group_lag series (one per group and partition) a scrape of /metrics"
+        " exports, and most stratalog_group_lag_total series (one per group): beyond it the"
+        " largest lags are kept and stratalog_group_lag_series_omitted says how many were left"
+        " out; 0 = no lag metrics",
+        0,
+    )
     metrics_port: int = _setting(
         9464,
         "port of the Prometheus endpoint (/metrics) on the listen host; 0 = any free port"

@@ -48,7 +48,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -84,7 +84,11 @@ from stratalog.server.groups import (
     SyncGroupResponse,
     TxnOffsetCommitRequest,
 )
-from stratalog.server.storage.errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
+from stratalog.server.storage.errors import (
+    LogClosedError,
+    OffsetOutOfRangeError,
+    UnknownTopicOrPartitionError,
+)
 
 from .cluster_partitions import ClusterPartitions, CoordinatorLocation
 from .offsets_topic import GROUP_METADATA_TOPIC, topic_configs
@@ -488,3 +492,26 @@ class GroupService:
                 by_state[group.state.value] += 1
                 members += len(group.members)
         return by_state, members
+
+    def committed_offsets(self) -> Iterator[tuple[str, str, int, int]]:
+        """Every committed offset of the partitions loaded, as (group id, topic, partition,
+        offset), for the lag metrics (server/metrics.py ``GroupLagCollector``). Any thread (a
+        scrape): each table is copied with one ``list()``, atomic under the GIL, before it is
+        read, one group's at a time. A partition still loading is left out (its offsets are
+        not all there yet, and a scrape during a load would read them again and again).
+        O(committed offsets)."""
+        for coordinator in list(self.partitions.values()):
+            core = coordinator.core
+            if core.loading or core.closed:
+                continue
+            for group_id, by_partition in list(core.offsets.committed.items()):
+                for (topic, partition), committed in list(by_partition.items()):
+                    yield group_id, topic, partition, committed.offset
+
+    def log_end_offset(self, topic: str, partition: int) -> int | None:
+        """The high watermark of a partition with a replica here (what a consumer can read
+        up to: the lag's end), None without one. Any thread: one published int."""
+        try:
+            return self._replicas.log_manager.get_log(topic, partition).high_watermark
+        except (UnknownTopicOrPartitionError, LogClosedError):
+            return None

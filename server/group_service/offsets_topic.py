@@ -15,8 +15,9 @@ translation between the two, in both directions, and nothing else:
   a key and a value (``None`` for a tombstone), timestamped with the write's time; a
   TxnOffsetCommit's is a transactional batch of its producer.
 * :func:`replay_items`: the batches of a stretch of the partition as what a loading coordinator
-  applies, in log order: ``(offset, GroupRecord, producer_id)`` for a record, ``(offset, None,
-  producer_id, committed)`` for a transaction marker. A record that does not decode is skipped
+  applies, in log order: the rows of a run of offset commit records (``rows``, for the core's
+  ``replay_offset_commits``), ``(offset, GroupRecord, producer_id)`` for another record,
+  ``(offset, None, producer_id, committed)`` for a transaction marker. A record that does not decode is skipped
   with a log line naming its offset (issue 27, "Bad input and faults"); records of the newer
   group types (3-15: the consumer protocol's, share groups) are skipped without one, as a
   classic-only coordinator has no use for them.
@@ -26,6 +27,7 @@ Sans-IO: bytes in, values out. Thread-safe (no state): loads decode in the threa
 
 from __future__ import annotations
 
+import bisect
 import logging
 from collections.abc import Iterator
 from typing import NamedTuple
@@ -39,16 +41,18 @@ from stratalog.records.consumer_offsets import (
     MemberMetadata,
     OffsetCommitKey,
     OffsetCommitValue,
-    decode_offset_commit,
     decode_record,
     encode_key,
     encode_value,
+    offset_commit_rows,
 )
 from stratalog.records.control import ControlRecordType, decode_control_key
 from stratalog.records.errors import RecordError
 from stratalog.records.reader import decode_batch_columns
 from stratalog.server.groups import (
     Append,
+    CommitRow,
+    CommittedOffset,
     GroupMetadataRecord,
     GroupMetadataTombstone,
     GroupRecord,
@@ -194,62 +198,77 @@ def decode_group_record(key: bytes | None, value: bytes | None) -> GroupRecord |
 
 
 class ReplayItem(NamedTuple):
-    """One step of a load: a record to ``replay`` (``record`` set) or a transaction marker to
-    ``replay_end_transaction`` (``record`` None, ``committed`` set)."""
+    """One step of a load: a run of offset commit records to ``replay_offset_commits``
+    (``rows`` set: the rows of consecutive records of one batch, ``offset`` the first's), a
+    record to ``replay`` (``record`` set), or a transaction marker to
+    ``replay_end_transaction`` (``record`` and ``rows`` None, ``committed`` set)."""
 
     offset: int
     record: GroupRecord | None
     producer_id: int
     committed: bool = False
+    rows: list[CommitRow] | None = None
 
 
-def replay_items(data: bytes | memoryview, topic_partition: str) -> Iterator[ReplayItem]:
+def replay_items(data: bytes | memoryview, topic_partition: str,
+                 end_offset: int | None = None,
+                 partitions: dict[tuple[str, int], tuple[str, int]] | None = None,
+                 ) -> Iterator[ReplayItem]:
     """What the whole batches in ``data`` (read from ``topic_partition``) ask a loading
-    coordinator to apply, in log order (module docstring). A partial batch at the end is left
-    for the next read.
+    coordinator to apply, in log order (module docstring), up to the record before
+    ``end_offset`` (None: all). A partial batch at the end is left for the next read.
 
-    Each batch is decoded into columns (no ``Record`` per record) and each offset commit into
-    its flat fields (:func:`~stratalog.records.consumer_offsets.decode_offset_commit`), not
-    through the typed ``CoordinatorRecord``: nearly every record of the topic is one, and a
-    load decodes them all (docs/performance.md, "Issue 27: the group coordinator").
+    Each batch is decoded into columns (no ``Record`` per record), and its offset commits
+    (nearly every record of the topic; a load decodes them all) into the store's rows at once
+    by :func:`~stratalog.records.consumer_offsets.offset_commit_rows` (in C when built): a
+    batch of commits is one item. Its other records, and any commit that reader leaves alone
+    (one that does not parse, whose error is then logged), go through
+    :func:`decode_group_record` one by one, in their place (docs/performance.md, "Issue 27:
+    the group coordinator"). ``partitions``: the load's memo of ``(topic, partition)``
+    tuples, so that every group's offset of a partition shares one (``offset_commit_rows``).
 
     Raises:
         RecordError: a batch itself is corrupt (CRC, truncation inside it): the log is damaged,
             which storage recovery should have caught; the load stops.
     """
-    # Group and topic names already read in this stretch (decode_offset_commit's memo):
-    # bounded by the stretch's records, LOAD_READ_BYTES of them.
-    names: dict[bytes, tuple[str, str]] = {}
     for header in iter_batch_headers(data, partial_tail_ok=True):
+        if end_offset is not None and header.base_offset >= end_offset:
+            return
         _, columns = decode_batch_columns(data, header.position)
         producer_id = header.producer_id if header.is_transactional else NO_PRODUCER_ID
+        offsets = columns.offsets
+        count = len(offsets)
+        if end_offset is not None and header.base_offset + header.last_offset_delta >= end_offset:
+            count = bisect.bisect_left(offsets, end_offset)
         if header.is_control:
-            for offset, key in zip(columns.offsets, columns.keys, strict=True):
+            for offset, key in zip(offsets[:count], columns.keys, strict=False):
                 _, control_type = decode_control_key(key)
                 if control_type in (ControlRecordType.COMMIT, ControlRecordType.ABORT):
                     yield ReplayItem(offset, None, header.producer_id,
                                      control_type == ControlRecordType.COMMIT)
             continue
-        for offset, key, value in zip(columns.offsets, columns.keys, columns.values,
-                                      strict=True):
+        keys, values = columns.keys, columns.values
+        rows = offset_commit_rows(offsets, keys, values, CommittedOffset, partitions)
+        if count == len(rows) and None not in rows:  # a batch of commits: nearly always
+            if rows:
+                yield ReplayItem(offsets[0], None, producer_id, rows=rows)
+            continue
+        run_start = 0
+        for i in range(count):
+            if rows[i] is not None:
+                continue
+            if run_start < i:
+                yield ReplayItem(offsets[run_start], None, producer_id,
+                                 rows=rows[run_start:i])
+            run_start = i + 1
             try:
-                group_record = _loaded_record(key, value, names)
+                group_record = decode_group_record(keys[i], values[i])
             except RecordError as exc:
                 logger.warning("%s: skipping the record at offset %d, which does not decode:"
-                               " %s", topic_partition, offset, exc)
+                               " %s", topic_partition, offsets[i], exc)
                 continue
             if group_record is not None:
-                yield ReplayItem(offset, group_record, producer_id)
-
-
-def _loaded_record(key: bytes | None, value: bytes | None,
-                   names: dict[bytes, tuple[str, str]]) -> GroupRecord | None:
-    """:func:`decode_group_record`, an offset commit's through its flat fields (whose order is
-    the records' own) with the stretch's memo of names."""
-    if key is not None:
-        fields = decode_offset_commit(key, value, names)
-        if fields is not None:
-            if value is None:
-                return OffsetCommitTombstone(*fields)
-            return OffsetCommitRecord(*fields)
-    return decode_group_record(key, value)
+                yield ReplayItem(offsets[i], group_record, producer_id)
+        if run_start < count:
+            yield ReplayItem(offsets[run_start], None, producer_id,
+                             rows=rows[run_start:count])

@@ -259,16 +259,22 @@ class PartitionCoordinator:
         end = partition_log.high_watermark
         loop = asyncio.get_running_loop()
         applied = 0
+        # One (topic, partition) tuple for all the groups' offsets of a partition: bounded by
+        # the partitions the load stores offsets of, dropped with the load.
+        partitions: dict[tuple[str, int], tuple[str, int]] = {}
         while offset < end and not self.core.closed:
             items: list[ReplayItem]
             items, next_offset = await loop.run_in_executor(
-                self._executor, _read_items, partition_log, offset, self.name
-            )
+                self._executor, _read_items, partition_log, offset, end, partitions,
+                self.name)
             now_ms = self._time_ms()
             for item in items:
                 if item.offset >= end:
                     break
-                if item.record is None:
+                if item.rows is not None:
+                    self.core.replay_offset_commits(item.rows, item.producer_id, now_ms)
+                    applied += len(item.rows)
+                elif item.record is None:
                     self.core.replay_end_transaction(item.producer_id, item.committed)
                 else:
                     self.core.replay(item.offset, item.record, item.producer_id, now_ms)
@@ -303,12 +309,15 @@ class PartitionCoordinator:
 
 
 def _read_items(
-    partition_log: PartitionLog, offset: int, name: str
+    partition_log: PartitionLog, offset: int, end: int,
+    partitions: dict[tuple[str, int], tuple[str, int]], name: str,
 ) -> tuple[list[ReplayItem], int]:
     """Blocking: the replay items of the batches from ``offset`` (at most about
-    :data:`LOAD_READ_BYTES`, at least one batch) and the offset after the last one read."""
+    :data:`LOAD_READ_BYTES`, at least one batch), below ``end``, and the offset after the last
+    batch read. ``partitions``: the load's memo (:func:`replay_items`); one read at a time
+    uses it."""
     data = partition_log.read(offset, LOAD_READ_BYTES)
-    items = list(replay_items(data, name))
+    items = list(replay_items(data, name, end, partitions))
     next_offset = offset
     for header in iter_batch_headers(data, partial_tail_ok=True):
         next_offset = header.base_offset + header.last_offset_delta + 1

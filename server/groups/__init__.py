@@ -96,11 +96,12 @@ from .group_records import (
     OffsetCommitTombstone,
 )
 from .group_state import GroupState
-from .offset_store import CommittedOffset, OffsetStore
+from .offset_store import CommitRow, CommittedOffset, OffsetStore
 
 __all__ = [
     "Append",
     "ClassicGroup",
+    "CommitRow",
     "CommittedOffset",
     "CoordinatorLoadInProgressError",
     "CoordinatorNotAvailableError",

@@ -90,7 +90,7 @@ from .group_records import (
 )
 from .group_state import GroupState
 from .offset_manager import OffsetManager
-from .offset_store import OffsetStore
+from .offset_store import CommitRow, OffsetStore
 
 __all__ = ["GroupCoordinator"]
 
@@ -196,6 +196,21 @@ class GroupCoordinator:
             self.groups.pop(record.group_id, None)
         else:  # pragma: no cover - the GroupRecord union is closed
             raise AssertionError(f"not a group record: {record!r}")
+
+    def replay_offset_commits(
+        self, rows: list[CommitRow], producer_id: int = -1, now_ms: int = 0
+    ) -> None:
+        """Apply consecutive OffsetCommit records (commits and tombstones) of the partition,
+        read as rows (records/consumer_offsets.py's ``offset_commit_rows``: ``(group_id,
+        (topic, partition), CommittedOffset or None)``, the value's ``record_offset`` where it
+        was written), all of ``producer_id``'s (-1: plain): the same state as :meth:`replay`
+        of each as an ``OffsetCommitRecord`` or ``OffsetCommitTombstone``, in order (the last
+        commit of a key wins, a tombstone deletes, a transactional commit is pending until its
+        marker), without a record object per commit. A load's fast path: one call per batch.
+        """
+        assert self.loading, "replay() rebuilds a loading coordinator; live writes apply themselves"
+        self._effects.advance_clock(now_ms)
+        self._offset_manager.replay_commits(rows, producer_id)
 
     def replay_end_transaction(self, producer_id: int, committed: bool) -> None:
         """Apply a COMMIT or ABORT marker of ``producer_id`` (while loading and afterwards)."""

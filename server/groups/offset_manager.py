@@ -54,7 +54,7 @@ from .group_records import (
     OffsetCommitTombstone,
 )
 from .group_state import GroupState
-from .offset_store import OffsetStore
+from .offset_store import CommitRow, OffsetStore
 from .subscribed_topics import CONSUMER_PROTOCOL_TYPE, is_subscribed_to_topic
 
 __all__ = ["OffsetManager"]
@@ -180,6 +180,13 @@ class OffsetManager:
             # Offsets without a group record: a simple group (or one deleted meanwhile).
             self._groups[record.group_id] = ClassicGroup(record.group_id, self._effects.now_ms)
         self._offsets.replay_commit(record_offset, producer_id, record)
+
+    def replay_commits(self, rows: list[CommitRow], producer_id: int) -> None:
+        """:meth:`apply_commit` for consecutive OffsetCommit records of a load, read as rows
+        (:meth:`OffsetStore.replay_commits`)."""
+        for group_id in self._offsets.replay_commits(rows, producer_id):
+            if group_id not in self._groups:
+                self._groups[group_id] = ClassicGroup(group_id, self._effects.now_ms)
 
     def fetch_offsets(self, request: OffsetFetchRequest, reply_to: Hashable) -> None:
         """OffsetFetch: committed offsets (-1 where none); pending ones are not shown, and under

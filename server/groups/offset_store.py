@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 from .group_records import OffsetCommitRecord
 
-__all__ = ["CommittedOffset", "OffsetStore", "TopicPartition"]
+__all__ = ["CommitRow", "CommittedOffset", "OffsetStore", "TopicPartition"]
 
 TopicPartition = tuple[str, int]
 
@@ -41,9 +41,12 @@ class CommittedOffset(NamedTuple):
     ``expire_timestamp_ms`` is -1 unless the commit set its own retention.
 
     A tuple, not a dataclass, because a load makes one per commit record (1,000,000 for a
-    partition of as many): a tuple is built in a third of the time, and CPython's collector
-    stops tracking a tuple of ints and strings, so the full collections a load triggers do not
-    scan them all again (docs/performance.md, "Issue 27: the group coordinator").
+    partition of as many): a tuple is built in a third of the time, and the C reader of a
+    load's commits (records/consumer_offsets.py ``offset_commit_rows``) builds it directly and
+    takes it off the garbage collector's lists, as it holds only ints and strings (CPython
+    itself untracks only exact tuples, not a NamedTuple's), so the collections a load triggers
+    do not scan a million of them again (docs/performance.md, "Issue 27: the group
+    coordinator").
     """
 
     offset: int
@@ -63,6 +66,11 @@ class CommittedOffset(NamedTuple):
             record.expire_timestamp_ms,
             record_offset,
         )
+
+
+#: One offset commit record of a load, as records/consumer_offsets.py's ``offset_commit_rows``
+#: reads it: (group_id, (topic, partition), the committed offset, or None for a tombstone).
+CommitRow = tuple[str, TopicPartition, CommittedOffset | None]
 
 
 class OffsetStore:
@@ -110,6 +118,46 @@ class OffsetStore:
         else:
             self.pending.setdefault(producer_id, {}).setdefault(record.group_id, {})[tp] = value
             self.open_transactions.setdefault(record.group_id, set()).add(producer_id)
+
+    def replay_commits(self, rows: list[CommitRow], producer_id: int) -> list[str]:
+        """Apply consecutive OffsetCommit records of one producer (-1: plain) in order, as
+        :meth:`replay_commit` and :meth:`replay_tombstone` one by one would (the last row of a
+        key wins, a tombstone deletes); the ids of the groups that got a commit, each once per
+        run of rows that name it (the caller makes the simple groups they imply).
+
+        One loop over the rows, looking a group's offsets up once per run of its rows (a group
+        commits many partitions at once): a load of a million commits makes one call per batch.
+        O(len(rows)).
+        """
+        committed_groups: list[str] = []
+        last_group: str | None = None
+        if producer_id < 0:
+            committed = self.committed
+            by_partition: dict[TopicPartition, CommittedOffset] = {}
+            for group_id, tp, value in rows:
+                if value is None:
+                    self.replay_tombstone(group_id, *tp)
+                    last_group = None  # the tombstone may have removed the group's map
+                    continue
+                if group_id is not last_group:  # identity: C shares a run's string
+                    last_group = group_id
+                    committed_groups.append(group_id)
+                    found = committed.get(group_id)
+                    if found is None:
+                        found = committed[group_id] = {}
+                    by_partition = found
+                by_partition[tp] = value
+            return committed_groups
+        for group_id, tp, value in rows:
+            if value is None:
+                self.replay_tombstone(group_id, *tp)
+                continue
+            if group_id is not last_group:
+                last_group = group_id
+                committed_groups.append(group_id)
+            self.pending.setdefault(producer_id, {}).setdefault(group_id, {})[tp] = value
+            self.open_transactions.setdefault(group_id, set()).add(producer_id)
+        return committed_groups
 
     def replay_tombstone(self, group_id: str, topic: str, partition: int) -> None:
         """Apply an OffsetCommit tombstone: the committed offset and any pending one go."""

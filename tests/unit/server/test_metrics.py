@@ -283,3 +283,69 @@ def test_a_failing_cleaner_source_leaves_the_other_metrics() -> None:
     assert not [k for k in samples if k[0].startswith("stratalog_cleaner")]
     metrics.bind_cleaner(None)
     assert not [k for k in _samples(metrics) if k[0].startswith("stratalog_cleaner")]
+
+
+def _lag_samples(metrics: ServerMetrics) -> dict[tuple[str, ...], float]:
+    return {
+        tuple(v for _, v in labels): value
+        for (name, labels), value in _samples(metrics).items() if name == "stratalog_group_lag"
+    }
+
+
+def test_group_lag_is_log_end_minus_committed_read_at_each_scrape() -> None:
+    metrics = ServerMetrics()
+    assert "stratalog_group_lag" not in metrics.render().decode()  # nothing bound yet
+    committed = [("g", "t", 0, 40), ("g", "t", 1, 90), ("h", "t", 0, 100), ("h", "gone", 0, 5),
+                 ("h", "t", 2, 130)]
+    ends = {("t", 0): 100, ("t", 1): 100, ("t", 2): 120}
+    reads: list[tuple[str, int]] = []
+
+    def log_end(topic: str, partition: int) -> int | None:
+        reads.append((topic, partition))
+        return ends.get((topic, partition))
+
+    metrics.bind_group_lag(lambda: iter(committed), log_end)
+    samples = _samples(metrics)
+    assert _lag_samples(metrics) == {
+        ("g", "0", "t"): 60, ("g", "1", "t"): 10, ("h", "0", "t"): 0,
+        ("h", "2", "t"): 0,  # committed beyond the end (a truncated partition): 0, not -10
+    }  # ("h", "gone", 0): no replica here, no sample
+    assert samples[("stratalog_group_lag_total", (("group", "g"),))] == 70
+    assert samples[("stratalog_group_lag_total", (("group", "h"),))] == 0
+    assert samples[("stratalog_group_lag_series_omitted", ())] == 0
+    reads.clear()
+    metrics.render()
+    assert sorted(reads) == [("gone", 0), ("t", 0), ("t", 1), ("t", 2)]  # once per partition
+    ends[("t", 1)] = 150  # the next scrape reads the partition again
+    assert _lag_samples(metrics)[("g", "1", "t")] == 60
+    metrics.bind_group_lag(None, None)
+    assert "stratalog_group_lag" not in metrics.render().decode()
+
+
+def test_group_lag_keeps_the_largest_series_and_says_how_many_it_left_out() -> None:
+    metrics = ServerMetrics(group_lag_max_series=3)
+    # 10 groups x 5 partitions, lag = group * 10 + partition; the end is 1000 everywhere.
+    committed = [(f"g{g}", "t", p, 1000 - (g * 10 + p)) for g in range(10) for p in range(5)]
+    metrics.bind_group_lag(lambda: iter(committed), lambda topic, partition: 1000)
+    samples = _samples(metrics)
+    assert _lag_samples(metrics) == {("g9", "4", "t"): 94, ("g9", "3", "t"): 93,
+                                     ("g9", "2", "t"): 92}
+    totals = {labels[0][1]: value for (name, labels), value in samples.items()
+              if name == "stratalog_group_lag_total"}
+    # Every partition counts in its group's total; the three largest groups are exported.
+    assert totals == {"g9": 90 * 5 + 10, "g8": 80 * 5 + 10, "g7": 70 * 5 + 10}
+    assert samples[("stratalog_group_lag_series_omitted", ())] == 50 - 3
+
+
+def test_group_lag_off_and_a_failing_source_leave_the_other_metrics() -> None:
+    off = ServerMetrics(group_lag_max_series=0)
+    off.bind_group_lag(lambda: iter([("g", "t", 0, 1)]), lambda topic, partition: 5)
+    assert "stratalog_group_lag" not in off.render().decode()
+
+    def failing() -> list[tuple[str, str, int, int]]:
+        raise RuntimeError("closing")
+
+    metrics = ServerMetrics()
+    metrics.bind_group_lag(failing, lambda topic, partition: 5)
+    text = metrics.render().decode()
+    assert "stratalog_group_lag" not in text and "stratalog_build_info" in text

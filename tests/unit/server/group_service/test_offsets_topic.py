@@ -30,6 +30,29 @@ from stratalog.server.groups import (
     OffsetCommitTombstone,
 )
 
+
+def flat(items: list[ReplayItem]) -> list[tuple[int | None, object, int, bool]]:
+    """The items with each run of commit rows spelled out as the records they are:
+    ``(offset, record, producer_id, committed)``, a tombstone row's offset None (a row
+    keeps the offset of a commit only, which is all the store needs)."""
+    out: list[tuple[int | None, object, int, bool]] = []
+    for item in items:
+        if item.rows is None:
+            out.append((item.offset, item.record, item.producer_id, item.committed))
+            continue
+        assert item.record is None and item.rows
+        for group_id, (topic, partition), value in item.rows:
+            if value is None:
+                out.append((None, OffsetCommitTombstone(group_id, topic, partition),
+                            item.producer_id, False))
+            else:
+                out.append((value.record_offset, OffsetCommitRecord(
+                    group_id, topic, partition, value.offset, value.leader_epoch,
+                    value.metadata, value.commit_timestamp_ms, value.expire_timestamp_ms),
+                    item.producer_id, False))
+    return out
+
+
 RECORDS = [
     OffsetCommitRecord("g", "t", 3, 100, 5, "meta", 1_700_000_000_000),
     OffsetCommitRecord("g", "t", 4, 7, -1, "", 1_700_000_000_001, expire_timestamp_ms=9),
@@ -80,13 +103,26 @@ def test_a_load_replays_records_and_markers_and_skips_what_does_not_decode(
                           is_control=True)
     with caplog.at_level(logging.WARNING):
         items = list(replay_items(good + bad + control, "__consumer_offsets-0"))
-    assert items == [
-        ReplayItem(0, RECORDS[0], NO_PRODUCER_ID),
-        ReplayItem(1, RECORDS[1], NO_PRODUCER_ID),
-        ReplayItem(3, RECORDS[2], NO_PRODUCER_ID),
-        ReplayItem(4, None, 7, True),
+    assert flat(items) == [
+        (0, RECORDS[0], NO_PRODUCER_ID, False),
+        (1, RECORDS[1], NO_PRODUCER_ID, False),
+        (None, RECORDS[2], NO_PRODUCER_ID, False),
+        (4, None, 7, True),
     ]
+    # One item per run of commits: the good batch's two, the tombstone after the bad record.
+    assert [(i.offset, len(i.rows or ())) for i in items] == [(0, 2), (3, 1), (4, 0)]
     assert "__consumer_offsets-0: skipping the record at offset 2" in caplog.text
+
+
+def test_a_load_stops_before_the_end_offset_inside_a_batch() -> None:
+    batch = append_batch(Append(0, tuple(RECORDS[:3])), 1)
+    second = build_batch([(1, *encode_group_record(RECORDS[3]), ())], base_offset=3)
+    items = list(replay_items(batch + second, "__consumer_offsets-0", end_offset=2))
+    assert flat(items) == [(0, RECORDS[0], NO_PRODUCER_ID, False),
+                           (1, RECORDS[1], NO_PRODUCER_ID, False)]
+    items = list(replay_items(batch + second, "__consumer_offsets-0", end_offset=3))
+    assert len(flat(items)) == 3
+    assert flat(list(replay_items(batch + second, "__consumer_offsets-0", end_offset=0))) == []
 
 
 def test_the_topic_is_compacted_with_its_segment_bytes() -> None:
@@ -99,13 +135,14 @@ def test_a_transactional_append_is_a_transactional_batch_of_its_producer() -> No
     assert (header.producer_id, header.producer_epoch, header.base_sequence) == (42, 7, 5)
     assert header.is_transactional and not header.is_control
     items = list(replay_items(append_batch(append, 1, base_sequence=5), "__consumer_offsets-0"))
-    assert [(i.record, i.producer_id) for i in items] == [(r, 42) for r in RECORDS[:2]]
+    assert [(record, producer_id) for _, record, producer_id, _ in flat(items)] == [
+        (r, 42) for r in RECORDS[:2]]
 
 
 def test_a_load_decodes_every_record_type_as_decode_group_record_does(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    # replay_items reads offset commits through their flat fields, everything else through
+    # replay_items reads offset commits as rows (offset_commit_rows), everything else through
     # decode_group_record: the two must agree on every kind of record, tombstones and value
     # version 1 (an expiry timestamp) included; a commit whose value is cut short, and a
     # record without a key, are skipped, named by offset.
@@ -115,7 +152,8 @@ def test_a_load_decodes_every_record_type_as_decode_group_record_does(
                         + [(1, key, value[:-3], ()), (1, None, b"v", ())], base_offset=10)
     with caplog.at_level(logging.WARNING):
         items = list(replay_items(batch, "__consumer_offsets-3"))
-    assert items == [ReplayItem(10 + i, r, NO_PRODUCER_ID) for i, r in enumerate(RECORDS)]
-    assert [type(i.record) for i in items] == [type(r) for r in RECORDS]
+    assert [record for _, record, _, _ in flat(items)] == RECORDS
+    assert [type(record) for _, record, _, _ in flat(items)] == [type(r) for r in RECORDS]
+    assert [offset for offset, _, _, _ in flat(items)] == [10, 11, None, 13, 14, 15]
     for offset in (10 + len(RECORDS), 11 + len(RECORDS)):
         assert f"__consumer_offsets-3: skipping the record at offset {offset}" in caplog.text
