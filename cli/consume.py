@@ -313,6 +313,21 @@ async def _seek_to_tail(consumer: Consumer, records: int) -> None:
         consumer.seek(partition, max(consumer.position(partition), end - records))
 
 
+class _MemberFailureNotes(logging.Filter):
+    """Drops the group member's ERROR lines that restate the failure the reader gets: the
+    command prints that failure once, in its own words (as main.py's _FinalFailureNotes for
+    the Producer's)."""
+
+    _RESTATED = ("group %s: the consumer stopped: ", "group %s: the member stops: ")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (isinstance(record.msg, str) and record.msg.startswith(self._RESTATED))
+
+
+_MEMBER_FAILURE_NOTES = _MemberFailureNotes()
+_MEMBER_LOGGERS = ("stratalog.client.group_consumer", "stratalog.client.groups.group_membership")
+
+
 #: The signals after which a group member commits what it printed and leaves (module
 #: docstring); the exit code is 128 + the signal's number, as a shell reports a signal.
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -383,6 +398,8 @@ def _run_group(args: argparse.Namespace) -> int:
     if not args.group:
         return fail("consume", "--group must not be empty")
     logging.getLogger("stratalog.client.consumer").addHandler(logging.NullHandler())
+    for name in _MEMBER_LOGGERS:
+        logging.getLogger(name).addFilter(_MEMBER_FAILURE_NOTES)  # once: a filter set
     json_output = wants_json(args)
     with_topic = "topic" not in subscription
     progress = tqdm(unit=" records", file=sys.stderr, desc=args.topic or args.include,
