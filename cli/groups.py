@@ -79,6 +79,7 @@ __all__ = [
     "describe_rows",
     "describe_table",
     "run",
+    "topic_and_partitions",
 ]
 
 #: The states in which a group's offsets may be reset: no member would commit over them.
@@ -131,10 +132,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description="Print each partition's committed offset and the new one; commit them "
                     "only with --execute. The group must have no members.")
     _add_group_argument(reset)
-    reset.add_argument("--topic", required=True, metavar="TOPIC", help="the topic")
+    reset.add_argument("--topic", required=True, metavar="TOPIC",
+                       help="the topic (or Kafka's T:N,M: these partitions of it)")
     add_partition_argument(reset, repeatable=True,
                            help="only this partition (repeatable, or N,M; default all)")
-    how = reset.add_mutually_exclusive_group(required=True)
+    # Not required=True: argparse would name the missing choice before a Kafka flag given
+    # instead (--by-duration) gets its hint; _reset_spec asks for one.
+    how = reset.add_mutually_exclusive_group()
     how.add_argument("--to-earliest", action="store_true", help="the log start")
     how.add_argument("--to-latest", action="store_true", help="the log end")
     how.add_argument("--to-offset", type=int, metavar="N", help="offset N")
@@ -151,7 +155,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     delete_offsets = actions.add_parser(
         "delete-offsets", help="delete a group's committed offsets of a topic")
     _add_group_argument(delete_offsets)
-    delete_offsets.add_argument("--topic", required=True, metavar="TOPIC", help="the topic")
+    delete_offsets.add_argument("--topic", required=True, metavar="TOPIC",
+                                help="the topic (or Kafka's T:N,M: these partitions of it)")
     add_partition_argument(delete_offsets, repeatable=True,
                            help="only this partition (repeatable, or N,M; default all)")
 
@@ -405,10 +410,35 @@ def _reset_spec(args: argparse.Namespace) -> ResetSpec:
         return ResetSpec("to-offset", args.to_offset)
     if args.shift_by is not None:
         return ResetSpec("shift-by", args.shift_by)
+    if args.to_datetime is None:
+        raise ValueError("say where to: --to-earliest, --to-latest, --to-offset N, --shift-by N "
+                         "or --to-datetime TIME")
     try:
         return ResetSpec("to-datetime", parse_timestamp_ms(args.to_datetime))
     except ValueError as exc:
         raise ValueError(f"--to-datetime: {exc}") from None
+
+
+def topic_and_partitions(args: argparse.Namespace) -> tuple[str, list[int] | None]:
+    """``--topic T`` and ``--partition``, or Kafka's ``--topic T:0,1`` (topic names hold no
+    colon): the topic and the partitions named (None: all).
+
+    Raises:
+        ValueError: partitions named both ways, or not numbers >= 0.
+    """
+    topic, colon, listed = args.topic.partition(":")
+    if not colon:
+        return topic, args.partitions
+    if args.partitions is not None:
+        raise ValueError(f"--topic {args.topic} names partitions: leave out --partition")
+    try:
+        partitions = [int(p) for p in listed.split(",")]
+    except ValueError:
+        raise ValueError(f"--topic {args.topic}: expected T:N[,N...] with partition numbers"
+                         ) from None
+    if not topic or any(p < 0 for p in partitions) or len(set(partitions)) != len(partitions):
+        raise ValueError(f"--topic {args.topic}: expected T:N[,N...], each partition >= 0 once")
+    return topic, partitions
 
 
 async def _partitions(client: Client, topic: str, chosen: Sequence[int] | None) -> list[int]:
@@ -425,6 +455,7 @@ async def _partitions(client: Client, topic: str, chosen: Sequence[int] | None) 
 def _reset(args: argparse.Namespace) -> _Body:
     group_id = _group_of(args)
     spec = _reset_spec(args)
+    topic, chosen = topic_and_partitions(args)
     if spec.kind == "to-datetime":
         print(f"resetting to the first offsets at or after {describe_timestamp_ms(spec.value)}",
               file=sys.stderr)
@@ -439,19 +470,19 @@ def _reset(args: argparse.Namespace) -> _Body:
                     f"consumer group {group_id!r} is {description.state} with "
                     f"{len(description.members)} members: offsets can be reset only while it "
                     "has none (Empty); stop its consumers first")
-            partitions = await _partitions(client, args.topic, args.partitions)
+            partitions = await _partitions(client, topic, chosen)
             committed = await client.offset_fetch(
-                group_id, [TopicPartition(args.topic, p) for p in partitions])
+                group_id, [TopicPartition(topic, p) for p in partitions])
             read = []
             for p in partitions:
-                tp = TopicPartition(args.topic, p)
+                tp = TopicPartition(topic, p)
                 by_time = None
                 if spec.kind == "to-datetime":
-                    by_time = (await client.list_offsets(args.topic, p, spec.value)).offset
+                    by_time = (await client.list_offsets(topic, p, spec.value)).offset
                 read.append(PartitionOffsets(
-                    args.topic, p, committed[tp].offset if tp in committed else None,
-                    (await client.list_offsets(args.topic, p, EARLIEST)).offset,
-                    (await client.list_offsets(args.topic, p, LATEST)).offset, by_time))
+                    topic, p, committed[tp].offset if tp in committed else None,
+                    (await client.list_offsets(topic, p, EARLIEST)).offset,
+                    (await client.list_offsets(topic, p, LATEST)).offset, by_time))
             try:
                 plan = plan_reset(spec, read)
             except ResetPlanError as exc:
@@ -485,13 +516,14 @@ def _print_plan(args: argparse.Namespace, group_id: str, plan: Sequence[PlannedR
 
 def _delete_offsets(args: argparse.Namespace) -> _Body:
     group_id = _group_of(args)
+    topic, chosen = topic_and_partitions(args)
 
     async def body() -> int:
         async with connect(args) as client:
-            partitions = await _partitions(client, args.topic, args.partitions)
-            await client.offset_delete(group_id, [(args.topic, p) for p in partitions])
+            partitions = await _partitions(client, topic, chosen)
+            await client.offset_delete(group_id, [(topic, p) for p in partitions])
         print_table([("TOPIC", "PARTITION", "STATUS")]
-                    + [(args.topic, str(p), "deleted") for p in partitions])
+                    + [(topic, str(p), "deleted") for p in partitions])
         return EXIT_OK
     return body
 

@@ -198,11 +198,14 @@ def test_groups_list_describe_show_the_member_and_the_lag(group_server, members)
     assert sum(int(r[5]) for r in body[:2]) == RECORDS * PARTITIONS - 7
     assert {r[4] for r in body[:2]} == {str(RECORDS)}
     assert {r[6] for r in body[:2]} == {"-"}
-    # The holder's partition: nothing committed yet (it read nothing), owned by it.
-    assert body[2][3:6] == ["-", "0", "-"]
+    # The holder's partition: empty, owned by it (its position 0 is committed once its first
+    # auto-commit ran: "-" before).
+    assert body[2][3:6] in (["-", "0", "-"], ["0", "0", "0"])
     assert body[2][6] != "-" and body[2][7] == "127.0.0.1"
 
-    members_text = stratalog(group_server, "groups", "describe", "laggers", "--members")
+    # kafka-consumer-groups.sh's spelling.
+    members_text = stratalog(group_server, "groups", "--describe", "--group", "laggers",
+                             "--members")
     assert members_text.returncode == 0, members_text.stderr
     member_rows = [line.split() for line in members_text.stdout.decode().splitlines()]
     assert member_rows[1][0] == "laggers" and member_rows[1][-2:] == ["1", "cli-lag-idle-0"]
@@ -268,17 +271,3 @@ def test_reset_offsets_dry_run_then_execute(group_server):
                         "cli-reset")
     assert deleted.returncode == 0, deleted.stderr
     assert _describe(group_server, "resetters")["partitions"] == []
-
-
-def test_consume_group_refuses_options_it_cannot_honour(group_server):
-    for args, words in (
-        (("consume", "t", "--group", "g", "--partition", "0"), "--partition cannot go"),
-        (("consume", "t", "--group", "g", "--from", "5"), "only earliest"),
-        (("consume", "--include", "t.*"), "--include REGEX needs --group"),
-        (("consume", "a,b"), "several topics"),
-        (("groups", "reset-offsets", "g", "--topic", "t", "--to-datetime", "soon"),
-         "--to-datetime"),
-    ):
-        result = stratalog(group_server, *args)
-        assert result.returncode == 2, (args, result.stderr)
-        assert words in result.stderr.decode(), result.stderr
