@@ -291,7 +291,8 @@ def describe_rows(
 
 
 def _cell(value: object) -> str:
-    return _MISSING if value is None else str(value)
+    """A table cell: ``-`` for what is unknown or empty (a member without a client id)."""
+    return _MISSING if value is None or value == "" else str(value)
 
 
 def describe_table(group_id: str, rows: Sequence[DescribedPartition]) -> list[tuple[str, ...]]:
@@ -338,8 +339,8 @@ def _describe(args: argparse.Namespace) -> _Body:
         elif args.members:
             if description.members:
                 print_table([_MEMBER_COLUMNS] + [(
-                    group_id, m.member_id, _cell(m.group_instance_id), m.client_host,
-                    m.client_id, str(len(m.assignment)),
+                    group_id, m.member_id, _cell(m.group_instance_id), _cell(m.client_host),
+                    _cell(m.client_id), str(len(m.assignment)),
                     ",".join(f"{tp.topic}-{tp.partition}" for tp in sorted(m.assignment))
                     or _MISSING) for m in description.members])
         elif rows:
