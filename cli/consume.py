@@ -81,6 +81,7 @@ from stratalog.records import Header
 from .connection import (
     EXIT_REFUSED,
     add_target_argument,
+    connect,
     connection_options,
     fail,
     run_client_command,
@@ -435,13 +436,23 @@ def _run_group(args: argparse.Namespace) -> int:
             stopped_by.append(signum)
             stop.set()
 
+        client = connect(args)
+        try:
+            # Topics named must exist: an error at once, as without a group (a member would
+            # wait for them silently). A pattern may match nothing yet: it waits.
+            for topic in subscription.get("topics") or [subscription.get("topic")]:
+                if topic is not None:
+                    await client.describe_topic(topic)
+        except BaseException:
+            await client.close()
+            raise
         for signum in _STOP_SIGNALS:
             loop.add_signal_handler(signum, on_signal, signum)
         consumer = Consumer(
-            args.target, **subscription, group_id=args.group,  # type: ignore[arg-type]
+            client, **subscription, group_id=args.group,  # type: ignore[arg-type]
             auto_offset_reset=start, auto_commit_interval_ms=args.auto_commit_interval_ms,
             isolation_level=IsolationLevel[args.isolation_level.upper()],
-            on_offset_reset=tell_reset, **connection_options(args),
+            on_offset_reset=tell_reset,
         )
         try:
             # The reading is a task of its own, so that a signal stops it at its next await
@@ -463,6 +474,7 @@ def _run_group(args: argparse.Namespace) -> int:
             try:
                 await consumer.close()
             finally:
+                await client.close()
                 for signum in _STOP_SIGNALS:
                     loop.remove_signal_handler(signum)
         if stopped_by:

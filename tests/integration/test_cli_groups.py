@@ -271,3 +271,10 @@ def test_reset_offsets_dry_run_then_execute(group_server):
                         "cli-reset")
     assert deleted.returncode == 0, deleted.stderr
     assert _describe(group_server, "resetters")["partitions"] == []
+
+
+def test_consume_group_of_an_unknown_topic_is_an_error_at_once(group_server):
+    # As without a group; a member would otherwise wait for the topic, silently.
+    refused = stratalog(group_server, "consume", "cli-no-such-topic", "--group", "nobody")
+    assert refused.returncode == 1
+    assert "UNKNOWN_TOPIC_OR_PARTITION" in refused.stderr.decode(), refused.stderr
