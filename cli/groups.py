@@ -28,7 +28,8 @@ Kafka's ``kafka-consumer-groups.sh`` manages them.
   offset and its new one (cli/reset_plan.py has the rules: Kafka's, with the new offset
   clamped to the log's range), and commits it only with ``--execute``. Refused while the
   group has members (its state must be Empty or Dead, as Kafka's tool requires): a member
-  would commit over the reset. The commit is a simple one (empty member id, generation -1),
+  would commit over the reset. A group that does not exist yet gets the offsets (its first
+  member starts there). The commit is a simple one (empty member id, generation -1),
   which the coordinator refuses if a member joined meanwhile.
 * ``delete-offsets G --topic T [--partition N]``: OffsetDelete of the topic's partitions (all
   of them by default); refused (GROUP_SUBSCRIBED_TO_TOPIC) while a member of the group
@@ -48,7 +49,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from stratalog.client import EARLIEST, LATEST, Client
-from stratalog.client.errors import StratalogError, UnknownTopicOrPartitionError
+from stratalog.client.errors import (
+    GroupIdNotFoundError,
+    StratalogError,
+    UnknownTopicOrPartitionError,
+)
 from stratalog.client.groups.membership_messages import CommittedOffset, OffsetCommitRequest
 from stratalog.client.types import GroupDescription, ListedGroup, TopicPartition
 
@@ -322,6 +327,8 @@ def _describe(args: argparse.Namespace) -> _Body:
     async def body() -> int:
         async with connect(args) as client:
             (description,) = await client.describe_groups([group_id])
+            if isinstance(description.error, GroupIdNotFoundError):
+                raise _Refused(f"consumer group {group_id!r} does not exist")
             if description.error is not None:
                 raise description.error
             committed = {tp: o.offset for tp, o in (await client.offset_fetch(group_id)).items()}
@@ -464,9 +471,12 @@ def _reset(args: argparse.Namespace) -> _Body:
     async def body() -> int:
         async with connect(args) as client:
             (description,) = await client.describe_groups([group_id])
-            if description.error is not None:
+            # A group that does not exist yet may be given offsets (its first consumer starts
+            # there), as with Kafka's tool.
+            if description.error is not None and not isinstance(description.error,
+                                                                GroupIdNotFoundError):
                 raise description.error
-            if description.state not in _INACTIVE_STATES:
+            if description.error is None and description.state not in _INACTIVE_STATES:
                 raise _Refused(
                     f"consumer group {group_id!r} is {description.state} with "
                     f"{len(description.members)} members: offsets can be reset only while it "
