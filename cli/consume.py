@@ -76,6 +76,7 @@ from stratalog.client import (
     OffsetOutOfRangeError,
     OffsetReset,
 )
+from stratalog.client.types import TopicPartition
 from stratalog.records import Header
 
 from .connection import (
@@ -411,14 +412,23 @@ def _run_group(args: argparse.Namespace) -> int:
                    f"is out of range [{reset.log_start_offset}, {reset.log_end_offset}); "
                    f"reading from offset {reset.new_offset} ({start})", file=sys.stderr)
 
+    stopped_by: list[int] = []
+
     async def print_records(consumer: Consumer) -> None:
-        """Print until ``--max-records``; every record handed out is printed before the next
-        await, so the Consumer's positions (what close() commits) are what was printed."""
+        """Print until ``--max-records`` or a stop signal; every record handed out is printed
+        before the next await, so the Consumer's positions (what close() commits) are what was
+        printed. The signal is looked for after each record: the Consumer hands out a whole
+        fetch's records without an await, which a loop's signal callback would wait for."""
         if args.max_records == 0:
             return
         printed = 0
         out = sys.stdout
         async for record in consumer:
+            if stopped_by:
+                # Handed out but not printed: back to it, so that the commit leaves it to the
+                # next member.
+                consumer.seek(TopicPartition(record.topic, record.partition), record.offset)
+                return
             out.write(_line(record, args, json_output, with_topic=with_topic) + "\n")
             out.flush()  # a member reads until stopped: show each record as it comes
             printed += 1
@@ -429,12 +439,14 @@ def _run_group(args: argparse.Namespace) -> int:
 
     async def body() -> int:
         loop = asyncio.get_running_loop()
-        stopped_by: list[int] = []
         stop = asyncio.Event()
 
-        def on_signal(signum: int) -> None:
+        def on_signal(signum: int, frame: object) -> None:
+            # A Python-level handler, run between two bytecodes even while the reader prints
+            # a fetch's records without awaiting; it wakes the loop as asyncio.Runner's own
+            # SIGINT handler does (call_soon_threadsafe).
             stopped_by.append(signum)
-            stop.set()
+            loop.call_soon_threadsafe(stop.set)
 
         client = connect(args)
         try:
@@ -446,8 +458,7 @@ def _run_group(args: argparse.Namespace) -> int:
         except BaseException:
             await client.close()
             raise
-        for signum in _STOP_SIGNALS:
-            loop.add_signal_handler(signum, on_signal, signum)
+        previous = {signum: signal.signal(signum, on_signal) for signum in _STOP_SIGNALS}
         consumer = Consumer(
             client, **subscription, group_id=args.group,  # type: ignore[arg-type]
             auto_offset_reset=start, auto_commit_interval_ms=args.auto_commit_interval_ms,
@@ -475,8 +486,8 @@ def _run_group(args: argparse.Namespace) -> int:
                 await consumer.close()
             finally:
                 await client.close()
-                for signum in _STOP_SIGNALS:
-                    loop.remove_signal_handler(signum)
+                for signum, handler in previous.items():
+                    signal.signal(signum, handler)
         if stopped_by:
             name = signal.Signals(stopped_by[0]).name
             print(f"stratalog consume: {name}: committed the offsets of what was printed and "
