@@ -293,3 +293,27 @@ def test_consume_group_of_an_unknown_topic_is_an_error_at_once(group_server):
     refused = stratalog(group_server, "consume", "cli-no-such-topic", "--group", "nobody")
     assert refused.returncode == 1
     assert "UNKNOWN_TOPIC_OR_PARTITION" in refused.stderr.decode(), refused.stderr
+
+
+def test_consume_group_of_several_topics_and_a_pattern(group_server):
+    for name in ("cli-multi-a", "cli-multi-b"):
+        _topic(group_server, name)
+    total = RECORDS * PARTITIONS * 2
+    both = stratalog(group_server, "consume", "cli-multi-a,cli-multi-b", "--group", "multi",
+                     "--from-beginning", "--print-metadata", "--max-records", str(total))
+    assert both.returncode == 0, both.stderr
+    rows = [line.split("\t") for line in both.stdout.decode().splitlines()]
+    # With several topics, the metadata prefix starts with the topic.
+    assert sorted((r[0], r[-1]) for r in rows) == sorted(
+        (t, f"{p}-{i}") for t in ("cli-multi-a", "cli-multi-b")
+        for p in range(PARTITIONS) for i in range(RECORDS))
+    # --include: the topics whose whole name matches; group "multi" committed them all, a new
+    # group reads them from the beginning.
+    matched = stratalog(group_server, "consume", "--include", "cli-multi-.", "--group",
+                        "multi-pattern", "--from-beginning", "--max-records", str(total),
+                        "--format", "json")
+    assert matched.returncode == 0, matched.stderr
+    topics = {json.loads(line)["topic"] for line in matched.stdout.decode().splitlines()}
+    assert topics == {"cli-multi-a", "cli-multi-b"}
+    lags = [r["lag"] for r in _describe(group_server, "multi")["partitions"]]
+    assert lags == [0] * (PARTITIONS * 2)
