@@ -237,3 +237,15 @@ def test_acls_group_resources(capsys):
     code, err = run(capsys, "acls", "add", "--allow-principal", "User:a", "--producer",
                     "--group", "g")
     assert code == 2 and "give --operation for the others" in err
+
+
+def test_a_group_member_of_several_topics_prints_the_topic_first():
+    from stratalog.cli.consume import _line
+    from stratalog.client.types import ConsumerRecord
+    from stratalog.records import TimestampType
+
+    record = ConsumerRecord("a", 1, 7, 1763800000000, TimestampType.CREATE_TIME, b"k", b"v")
+    args = parse("consume", "a,b", "--group", "g", "--print-metadata", "--print-key")
+    assert _line(record, args, False, with_topic=True) == (
+        "a\t1\t7\t2025-11-22T08:26:40.000Z\tk\tv")
+    assert _line(record, args, False) == "1\t7\t2025-11-22T08:26:40.000Z\tk\tv"
