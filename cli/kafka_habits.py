@@ -46,7 +46,8 @@ HINTS: dict[str, str] = {
     "--export": "--format json prints the plan for scripts",
     "--offsets": "the partition table (offsets, lag) is what groups describe prints by default",
     "--consumer-property": "the console consumer's properties are options here: "
-                           "--isolation-level, --reset (auto.offset.reset), --target",
+                           "--isolation-level, --reset (auto.offset.reset; with --group: "
+                           "--from earliest|latest), --auto-commit-interval-ms, --target",
     "--consumer.config": "client settings are options here (--target, --tls, --ca-file, --user "
                          "...), or STRATALOG_* environment variables (stratalog consume --help)",
     "--command-config": "client settings are options here (--target, --tls, --ca-file, --user "
