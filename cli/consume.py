@@ -48,7 +48,8 @@ Kafka's console consumer) says where to start; the other ``--from`` forms, ``--p
 and ``--reset`` are refused with a group. A group member reads until Ctrl-C (SIGINT),
 SIGTERM or ``--max-records``: then it commits the offsets of what it printed, leaves the
 group (its partitions go to the other members at once, not after a session timeout) and
-exits 0 (``--max-records``) or 128 + the signal's number (130, 143). The next ``consume
+exits 0 (``--max-records``) or 128 + the signal's number (130, 143); a second signal is not
+waited for (it stops at once, as without a group). The next ``consume
 --group G`` starts after the last record printed: nothing read twice, nothing skipped, unless
 the process was killed without a chance to commit (then it re-reads what it printed since the
 last auto-commit).
@@ -447,6 +448,10 @@ def _run_group(args: argparse.Namespace) -> int:
             # SIGINT handler does (call_soon_threadsafe).
             stopped_by.append(signum)
             loop.call_soon_threadsafe(stop.set)
+            # A second signal is not waited for: the previous handlers take it (a second
+            # Ctrl-C stops at once, without the commit and the leave, as asyncio.run's does).
+            for number, handler in previous.items():
+                signal.signal(number, handler)
 
         client = connect(args)
         try:
