@@ -9,14 +9,17 @@ The options are kafka-acls.sh's::
     stratalog acls add --allow-principal User:ops --operation Alter --cluster
     stratalog acls remove --allow-principal User:alice --topic orders
     stratalog acls list [--topic orders] [--principal User:alice] [--format json]
+    stratalog acls add --allow-principal User:alice --consumer --topic orders --group billing
 
-``add`` creates, for every resource named (``--topic``, ``--cluster``, ``--transactional-id``,
-each repeatable), an ALLOW binding per allowed principal × ``--allow-host`` × operation and a
+``add`` creates, for every resource named (``--topic``, ``--group``, ``--cluster``,
+``--transactional-id``, each repeatable), an ALLOW binding per allowed principal × ``--allow-host`` × operation and a
 DENY binding per denied principal × ``--deny-host`` × operation. Hosts default to ``*``;
 operations to All. ``--producer`` stands for WRITE, DESCRIBE and CREATE on the topics (and
 WRITE, DESCRIBE on ``--transactional-id``s; IDEMPOTENT_WRITE on the cluster with
-``--idempotent``); ``--consumer`` for READ and DESCRIBE on the topics (stratalog has no consumer
-groups, so Kafka's group ACL is not made).
+``--idempotent``); ``--consumer`` for READ and DESCRIBE on the topics and READ on the
+``--group``s, as Kafka's. A consumer group (``--group``, the GROUP resource type) takes READ (to
+join it and commit), DESCRIBE (to list and describe it) and DELETE (to delete it or its
+offsets), as Kafka's (docs/groups.md).
 
 ``remove`` deletes the bindings on the resources named that match the principals, hosts and
 operations given; what is not given matches anything (Kafka's tool removes only operation All
@@ -60,6 +63,7 @@ _WILDCARD_HOST = "*"
 _PRODUCER_TOPIC = (AclOperation.WRITE, AclOperation.DESCRIBE, AclOperation.CREATE)
 _PRODUCER_TRANSACTIONAL_ID = (AclOperation.WRITE, AclOperation.DESCRIBE)
 _CONSUMER_TOPIC = (AclOperation.READ, AclOperation.DESCRIBE)
+_CONSUMER_GROUP = (AclOperation.READ,)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -79,6 +83,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         resources = sub.add_argument_group("resources")
         resources.add_argument("--topic", action="append", default=[], metavar="NAME",
                                help="a topic (repeatable); '*' is every topic")
+        resources.add_argument("--group", action="append", default=[], metavar="NAME",
+                               help="a consumer group (repeatable); '*' is every group")
         resources.add_argument("--cluster", action="store_true", help="the cluster")
         resources.add_argument("--transactional-id", action="append", default=[],
                                metavar="ID", help="a transactional id (repeatable)")
@@ -113,7 +119,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                           " transactional ids")
     add.add_argument("--idempotent", action="store_true",
                      help="with --producer: IDEMPOTENT_WRITE on the cluster too")
-    add.add_argument("--consumer", action="store_true", help="READ, DESCRIBE on the topics")
+    add.add_argument("--consumer", action="store_true",
+                     help="READ, DESCRIBE on the topics; READ on the groups")
     remove.add_argument("--all", action="store_true",
                         help="with no resource option: remove matching ACLs of every resource")
     listing.add_argument("--principal", action="append", default=[], metavar="PRINCIPAL",
@@ -123,6 +130,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def _resources(args: argparse.Namespace) -> list[tuple[ResourceType, str]]:
     resources = [(ResourceType.TOPIC, name) for name in args.topic]
+    resources += [(ResourceType.GROUP, name) for name in args.group]
     if args.cluster:
         resources.append((ResourceType.CLUSTER, CLUSTER_NAME))
     resources += [(ResourceType.TRANSACTIONAL_ID, name) for name in args.transactional_id]
@@ -149,7 +157,7 @@ def _pattern_for(resource_type: ResourceType, pattern_type: PatternType) -> Patt
 def _bindings_to_add(args: argparse.Namespace) -> list[AclBinding]:
     resources = _resources(args)
     if not resources:
-        raise ValueError("name a resource: --topic, --cluster or --transactional-id")
+        raise ValueError("name a resource: --topic, --group, --cluster or --transactional-id")
     if not args.allow_principal and not args.deny_principal:
         raise ValueError("name who: --allow-principal or --deny-principal")
     if args.idempotent and not args.producer:
@@ -169,10 +177,12 @@ def _bindings_to_add(args: argparse.Namespace) -> list[AclBinding]:
                    *(_CONSUMER_TOPIC if args.consumer else ()))
         elif resource_type == ResourceType.TRANSACTIONAL_ID and args.producer:
             ops = _PRODUCER_TRANSACTIONAL_ID
+        elif resource_type == ResourceType.GROUP and args.consumer:
+            ops = _CONSUMER_GROUP
         else:
             raise ValueError(
-                "--producer and --consumer make topic (and, with --producer, transactional id)"
-                " ACLs; give --operation for the cluster"
+                "--producer and --consumer make topic (with --producer, transactional id; with"
+                " --consumer, group) ACLs; give --operation for the others"
             )
         wanted += [(resource_type, name, op) for op in dict.fromkeys(ops)]
     if args.idempotent:
@@ -200,8 +210,8 @@ def _resource_filters(args: argparse.Namespace) -> list[tuple[ResourceType, str 
 def _filters_to_remove(args: argparse.Namespace) -> list[AclBindingFilter]:
     if not _resources(args) and not args.all:
         raise ValueError(
-            "name a resource (--topic, --cluster, --transactional-id), or give --all to remove"
-            " the matching ACLs of every resource"
+            "name a resource (--topic, --group, --cluster, --transactional-id), or give --all"
+            " to remove the matching ACLs of every resource"
         )
     pattern = PatternType.parse(args.resource_pattern_type)
     operations = _operations(args.operation) or [AclOperation.ANY]

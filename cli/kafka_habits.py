@@ -4,8 +4,10 @@ Users arrive with ``kafka-console-consumer.sh``, ``kafka-topics.sh`` and ``kcat`
 fingers. What means the same here is accepted as an alias where the subcommand defines its
 options (``--bootstrap-server`` for ``--target``, ``--from-beginning``, ``--topic T``,
 ``--partition 0,1``, ``--offset``/``-o`` with kcat's forms, ``--max-messages``,
-``--if-not-exists``, ``--if-exists``; kafka-topics.sh's ``--create`` ... ``--delete``, turned
-into the ``topics`` action by :func:`kafka_topics_action`). What does not is refused by
+``--if-not-exists``, ``--if-exists``, ``--group G``; kafka-topics.sh's ``--create`` ...
+``--delete`` and kafka-consumer-groups.sh's ``--list``, ``--describe``, ``--delete``,
+``--reset-offsets``, ``--delete-offsets``, turned into the ``topics`` or ``groups`` action by
+:func:`kafka_topics_action`). What does not is refused by
 :func:`refuse_unknown`: argparse alone would print the *top-level* usage and a bare
 "unrecognized arguments"; this prints the subcommand's usage, then one line per flag saying
 what to use instead (exit 2, a usage error, as before).
@@ -34,11 +36,18 @@ __all__ = [
 #: key with the subcommand before the flag (``produce --topic``) holds for that
 #: subcommand only.
 HINTS: dict[str, str] = {
-    "--group": "consumer groups are not there yet (no committed offsets, no rebalancing): "
-               "read one topic's partitions with --partition N, from where you stopped with "
-               "--from OFFSET or --from-timestamp TIME, and keep the position yourself",
+    "--group": "consumer groups: stratalog consume T --group G reads as a member; "
+               "stratalog groups describe G shows its committed offsets and lag",
+    "--all-groups": "one group per command: stratalog groups list, then groups describe G",
+    "--all-topics": "one topic per command: --topic T (reset-offsets, delete-offsets)",
+    "--to-current": "the committed offsets stay as they are: nothing to reset",
+    "--by-duration": "--to-datetime -1h (a relative time counts back from now)",
+    "--from-file": "one --to-offset N per --topic T --partition P",
+    "--export": "--format json prints the plan for scripts",
+    "--offsets": "the partition table (offsets, lag) is what groups describe prints by default",
     "--consumer-property": "the console consumer's properties are options here: "
-                           "--isolation-level, --reset (auto.offset.reset), --target",
+                           "--isolation-level, --reset (auto.offset.reset; with --group: "
+                           "--from earliest|latest), --auto-commit-interval-ms, --target",
     "--consumer.config": "client settings are options here (--target, --tls, --ca-file, --user "
                          "...), or STRATALOG_* environment variables (stratalog consume --help)",
     "--command-config": "client settings are options here (--target, --tls, --ca-file, --user "
@@ -49,8 +58,8 @@ HINTS: dict[str, str] = {
     "--timeout-ms": "without --follow, consume stops at the end of every partition; "
                     "--max-records N stops after N",
     "produce --topic": "the topic is the first argument: stratalog produce TOPIC",
-    "--whitelist": "one topic per command: stratalog consume TOPIC",
-    "--include": "one topic per command: stratalog consume TOPIC",
+    "--whitelist": "--include REGEX (with --group G)",
+    "--include": "consume T1,T2 --group G, or consume --include REGEX --group G",
     "--skip-message-on-error": "a record is never skipped: a batch that fails its CRC is an error",
     "--replica-assignment": "replicas are placed by the cluster's controller: "
                             "--replication-factor N on topics create",
@@ -71,35 +80,43 @@ HINTS: dict[str, str] = {
     "-J": "--format json",
     "-K": "--print-key --key-separator SEP",
     "-f": "--format json, --print-key and --print-metadata choose what is printed",
-    "-G": "consumer groups are not there yet: --partition N and --from OFFSET instead",
+    "-G": "stratalog consume T --group G (kcat -G G T)",
 }
 
 
-# kafka-topics.sh's actions, which are flags there and subcommands here.
-_TOPICS_ACTIONS = {"--create": "create", "--list": "list", "--describe": "describe",
-                   "--delete": "delete", "--alter": "alter"}
+# kafka-topics.sh's and kafka-consumer-groups.sh's actions, which are flags there and
+# subcommands here.
+_ACTIONS = {
+    "topics": {"--create": "create", "--list": "list", "--describe": "describe",
+               "--delete": "delete", "--alter": "alter"},
+    "groups": {"--list": "list", "--describe": "describe", "--delete": "delete",
+               "--reset-offsets": "reset-offsets", "--delete-offsets": "delete-offsets"},
+}
 
 
 def kafka_topics_action(argv: Sequence[str]) -> list[str]:
-    """``argv`` with kafka-topics.sh's action flag made the ``topics`` subcommand's action.
+    """``argv`` with kafka-topics.sh's (or kafka-consumer-groups.sh's) action flag made the
+    ``topics`` (or ``groups``) subcommand's action.
 
     ``stratalog topics --create --topic T --partitions 3`` (as ``kafka-topics.sh`` takes it)
-    becomes ``stratalog topics create --topic T --partitions 3``. Only when ``topics`` is not
-    already followed by an action and exactly one such flag follows it; ``topics alter
-    --delete NAME`` (a config to return to its default) is left alone, since ``alter`` comes
-    first there.
+    becomes ``stratalog topics create --topic T --partitions 3``; ``stratalog groups
+    --describe --group G`` becomes ``stratalog groups describe --group G``. Only when the
+    command is not already followed by an action and exactly one such flag follows it;
+    ``topics alter --delete NAME`` (a config to return to its default) is left alone, since
+    ``alter`` comes first there.
     """
     argv = list(argv)
     command = _command_index(argv)
-    if command is None or argv[command] != "topics":
+    if command is None or argv[command] not in _ACTIONS:
         return argv  # (a topic named "topics" is not the command)
+    actions = _ACTIONS[argv[command]]
     start = command + 1
     if start < len(argv) and not argv[start].startswith("-"):
         return argv  # an action is there already (or a mistake argparse will name)
-    flags = [i for i in range(start, len(argv)) if argv[i] in _TOPICS_ACTIONS]
+    flags = [i for i in range(start, len(argv)) if argv[i] in actions]
     if len(flags) != 1:
         return argv
-    action = _TOPICS_ACTIONS[argv.pop(flags[0])]
+    action = actions[argv.pop(flags[0])]
     argv.insert(start, action)
     return argv
 

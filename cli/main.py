@@ -28,6 +28,7 @@ from . import (
     delete_records,
     dev_cluster,
     dump_log,
+    groups,
     offsets,
     produce,
     reload,
@@ -41,7 +42,7 @@ from .timestamps import join_relative_times
 
 # Subcommand modules, in the order `stratalog --help` lists them.
 _COMMANDS = (
-    serve, topics, produce, consume, offsets, delete_records, acls, cluster, dump_log, bench,
+    serve, topics, produce, consume, groups, offsets, delete_records, acls, cluster, dump_log, bench,
     whoami, credentials, dev_cluster, reload,
 )
 

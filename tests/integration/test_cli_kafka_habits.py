@@ -180,8 +180,8 @@ def test_if_not_exists_and_if_exists(server):
 @pytest.mark.parametrize(
     ("args", "usage", "hint"),
     [
-        (("consume", "t", "--group", "g"), "usage: stratalog consume ",
-         "--group: consumer groups are not there yet"),
+        (("offsets", "t", "--group", "g"), "usage: stratalog offsets ",
+         "--group: consumer groups: stratalog consume T --group G reads as a member"),
     ],
 )
 def test_unsupported_flags_print_the_subcommands_usage_and_what_to_use(server, args, usage,

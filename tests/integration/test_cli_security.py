@@ -236,3 +236,37 @@ def test_a_streamed_produce_without_write_is_refused_at_once_in_one_line(acl_ser
         for stream in (process.stdout, process.stderr):
             stream.close()
     _assert_one_write_refusal(printed.decode())
+
+
+def test_acls_on_a_group(acl_server) -> None:
+    """``acls add --consumer --topic T --group G`` lets alice read T as a member of G (READ on
+    the group, as kafka-acls.sh's --consumer); ``acls list --group G`` shows it; once removed,
+    her ``consume --group`` is refused, naming the group."""
+    as_user, _ = acl_server
+    for command in (("topics", "create", "ledger"),
+                    ("acls", "add", "--allow-principal", "User:alice", "--consumer",
+                     "--topic", "ledger", "--group", "billing")):
+        done = stratalog(*as_user("admin"), *command)
+        assert done.returncode == 0, done.stderr
+    produced = stratalog(*as_user("admin"), "produce", "ledger", stdin=b"entry\n")
+    assert produced.returncode == 0, produced.stderr
+    listed = stratalog(*as_user("admin"), "acls", "list", "--group", "billing", "--format",
+                       "json")
+    assert listed.returncode == 0, listed.stderr
+    assert [(b["resource_type"], b["resource_name"], b["operation"])
+            for b in json.loads(listed.stdout)] == [("GROUP", "billing", "READ")]
+
+    read = stratalog(*as_user("alice"), "consume", "ledger", "--group", "billing",
+                     "--from-beginning", "--max-records", "1")
+    assert read.returncode == 0, read.stderr
+    assert read.stdout == b"entry\n"
+
+    removed = stratalog(*as_user("admin"), "acls", "remove", "--group", "billing")
+    assert removed.returncode == 0, removed.stderr
+    refused = stratalog(*as_user("alice"), "consume", "ledger", "--group", "billing",
+                        "--max-records", "1")
+    assert refused.returncode == 1, refused.stderr
+    # Once, in the command's words (not restated by the group member's log lines).
+    assert refused.stderr.decode().splitlines() == [
+        "stratalog consume: not authorized: User:alice may not DESCRIBE Group:billing "
+        "[NOT_AUTHORIZED]"]

@@ -23,8 +23,8 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
 @pytest.mark.parametrize(
     ("args", "usage", "hint"),
     [
-        (("consume", "t", "--group", "g"), "usage: stratalog consume ",
-         "  --group: consumer groups are not there yet"),
+        (("consume", "t", "-G", "g"), "usage: stratalog consume ",
+         "  -G: stratalog consume T --group G"),
         (("consume", "t", "--property", "print.key=true"), "usage: stratalog consume ",
          "  --property: print.key=true is --print-key"),
         (("consume", "t", "--property=print.key=true"), "usage: stratalog consume ",
@@ -32,7 +32,11 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
         (("consume", "t", "-J"), "usage: stratalog consume ", "  -J: --format json"),
         (("consume", "t", "-K:"), "usage: stratalog consume ", "  -K: --print-key"),
         (("offsets", "t", "--group", "g"), "usage: stratalog offsets ",
-         "  --group: consumer groups are not there yet"),
+         "  --group: consumer groups: stratalog consume T --group G reads as a member"),
+        (("groups", "--describe", "--group", "g", "--offsets"),
+         "usage: stratalog groups describe ", "  --offsets: the partition table"),
+        (("groups", "--reset-offsets", "--group", "g", "--topic", "t", "--by-duration", "PT1H"),
+         "usage: stratalog groups reset-offsets ", "  --by-duration: --to-datetime -1h"),
         (("topics", "--alter", "--topic", "t", "--add-config", "a=1"),
          "usage: stratalog topics alter ", "  --add-config: topics alter NAME --set"),
         (("produce", "--topic", "t"), "usage: stratalog produce ",
