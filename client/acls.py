@@ -83,8 +83,8 @@ def _from_proto(name: str, values: EnumTypeWrapper, prefix: str, doc: str) -> ty
 # AclPermissionType.java.
 ResourceType = _from_proto(
     "ResourceType", broker_pb2.ResourceType, "RESOURCE_TYPE_",
-    "Kafka's ``ResourceType``. ANY only in filters; UNKNOWN never valid; stratalog checks no"
-    " GROUP ACLs.",
+    "Kafka's ``ResourceType``. ANY only in filters; UNKNOWN never valid; GROUP is a consumer"
+    " group, by group id.",
 )
 PatternType = _from_proto(
     "PatternType", broker_pb2.PatternType, "PATTERN_TYPE_",

@@ -370,8 +370,10 @@ class GroupCalls:
 
     async def list_groups(self, states: Iterable[str] = (), *,
                           timeout_s: Any = UNSET) -> list[ListedGroup]:
-        """The groups the server coordinates (every state, or those named: Kafka's names, any
-        case), sorted by group id. Needs DESCRIBE on each group listed."""
+        """The groups the server this Client asks coordinates (every state, or those named:
+        Kafka's names, any case), sorted by group id. In a cluster each server lists only its
+        own groups: ask every broker for them all (``stratalog groups list`` does). Needs
+        DESCRIBE on each group listed."""
         request = broker_pb2.ListGroupsRequest(states_filter=list(states))
         response = await self._call("ListGroups", request, self._deadline(timeout_s))
         return sorted(

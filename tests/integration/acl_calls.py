@@ -17,7 +17,6 @@ from .conftest import CALL_TIMEOUT_S
 
 __all__ = [
     "ACLS_FOR_EVERY_CALL",
-    "NOT_SERVED",
     "group_acls_for_every_call",
     "list_services",
     "outcome",
@@ -37,14 +36,9 @@ ACLS_FOR_EVERY_CALL = (
 )
 
 
-#: The group RPCs a server authorizes but does not serve yet (issue 27): UNIMPLEMENTED once the
-#: caller holds their ACLs. None now (OffsetDelete is served).
-NOT_SERVED: frozenset[str] = frozenset()
-
-
 def group_acls_for_every_call(principal: str) -> list[Any]:
     """The group ACLs rpc_calls needs (READ and DELETE on group ``grp``), as client bindings
-    (``stratalog acls`` has no ``--group`` yet: granted with the client's create_acls)."""
+    (granted with the client's create_acls; ``stratalog acls add --group`` does the same)."""
     from stratalog.client import (
         AclBinding,
         AclOperation,
