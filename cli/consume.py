@@ -71,6 +71,7 @@ from collections.abc import Sequence
 from tqdm import tqdm
 
 from stratalog.client import (
+    Client,
     Consumer,
     ConsumerRecord,
     IsolationLevel,
@@ -83,7 +84,6 @@ from stratalog.records import Header
 from .connection import (
     EXIT_REFUSED,
     add_target_argument,
-    connect,
     connection_options,
     fail,
     run_client_command,
@@ -334,6 +334,8 @@ _MEMBER_LOGGERS = ("stratalog.client.group_consumer", "stratalog.client.groups.g
 #: The signals after which a group member commits what it printed and leaves (module
 #: docstring); the exit code is 128 + the signal's number, as a shell reports a signal.
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+#: The client id of `consume --group`'s member (Kafka's console consumer: "console-consumer").
+GROUP_CLIENT_ID = "stratalog-consume"
 
 
 def group_start(args: argparse.Namespace) -> str:
@@ -453,7 +455,9 @@ def _run_group(args: argparse.Namespace) -> int:
             for number, handler in previous.items():
                 signal.signal(number, handler)
 
-        client = connect(args)
+        # Named as Kafka's console consumer names itself ("console-consumer"): the member's
+        # client id in `stratalog groups describe`.
+        client = Client(args.target, client_id=GROUP_CLIENT_ID, **connection_options(args))
         try:
             # Topics named must exist: an error at once, as without a group (a member would
             # wait for them silently). A pattern may match nothing yet: it waits.

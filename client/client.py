@@ -210,6 +210,28 @@ def check_timeout(timeout_s: object, name: str = "timeout_s") -> float | None:
     return float(timeout_s)
 
 
+#: The call metadata that carries a Client's ``client_id`` (server/rpc/group_rpcs.py reads it).
+CLIENT_ID_METADATA = "x-client-id"
+_CLIENT_ID_CHARS_MAX = 255
+
+
+def check_client_id(client_id: object) -> bool:
+    """True if ``client_id`` names the client (False for ""); refuses what gRPC metadata cannot
+    carry.
+
+    Raises:
+        TypeError: not a str.
+        ValueError: longer than 255 characters, or not printable ASCII.
+    """
+    if not isinstance(client_id, str):
+        raise TypeError(f"client_id must be a str, got {client_id!r}")
+    if len(client_id) > _CLIENT_ID_CHARS_MAX:
+        raise ValueError(f"client_id: {len(client_id)} characters, at most {_CLIENT_ID_CHARS_MAX}")
+    if not all(" " <= char <= "~" for char in client_id):
+        raise ValueError(f"client_id must be printable ASCII (gRPC metadata), got {client_id!r}")
+    return bool(client_id)
+
+
 class Client(GroupCalls):
     """An asyncio client of a stratalog server or cluster: every RPC of the Broker service.
 
@@ -240,6 +262,9 @@ class Client(GroupCalls):
             a request is sent again after a routing error (Kafka's ``retry.backoff.ms``).
         metadata_max_age_ms: a topic's leaders are asked again at their first use after this
             long (Kafka's ``metadata.max.age.ms``).
+        client_id: Kafka's ``client.id``: a name the servers see on every call (metadata
+            ``x-client-id``), shown as a group member's client id (``stratalog groups
+            describe``). Printable ASCII, at most 255 characters; "" sends none.
     """
 
     def __init__(
@@ -255,6 +280,7 @@ class Client(GroupCalls):
         sessions: bool = True,
         retry_backoff_ms: int = RETRY_BACKOFF_MS,
         metadata_max_age_ms: int = METADATA_MAX_AGE_MS,
+        client_id: str = "",
     ) -> None:
         self._targets = bootstrap_targets(target)
         self._target = ",".join(self._targets)
@@ -262,6 +288,8 @@ class Client(GroupCalls):
         self._credentials, tls_options, self._metadata = channel_security(
             self._target, tls, auth, credentials
         )
+        if check_client_id(client_id):
+            self._metadata = (*(self._metadata or ()), (CLIENT_ID_METADATA, client_id))
         self._channel_args = channel_options(max_message_bytes, [*tls_options, *options])
         self._tls = tls
         if not isinstance(sessions, bool):

@@ -610,3 +610,18 @@ async def test_a_failing_rebalance_callback_is_raised_to_the_reader(
                 await asyncio.wait_for(_first_record(consumer), BOUND_S)
         finally:
             await asyncio.wait_for(consumer.close(), BOUND_S)
+
+
+async def test_a_members_client_id_is_the_clients(group_server: ServerProcess) -> None:
+    """Kafka's client.id: the Client's ``client_id`` reaches the coordinator on every call and
+    names the member (``stratalog groups describe`` shows it)."""
+    async with Client(group_server.target, client_id="billing-reader") as client:
+        await _topic(client, "named", 1)
+        async with Consumer(client, topics=["named"], group_id="g-named",
+                            auto_offset_reset="earliest", **FAST) as consumer:
+            await asyncio.wait_for(_first_record(consumer), BOUND_S)
+            (described,) = await client.describe_groups(["g-named"])
+    assert [m.client_id for m in described.members] == ["billing-reader"]
+    assert described.members[0].member_id.startswith("billing-reader-")
+    with pytest.raises(ValueError, match="printable ASCII"):
+        Client(group_server.target, client_id="naïve")
