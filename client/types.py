@@ -329,7 +329,8 @@ class GroupMemberDescription:
 @dataclass(frozen=True, slots=True)
 class GroupDescription:
     """A described group; ``error`` is that group's own error (None: described). A group that
-    does not exist is described as state "Dead" with no members."""
+    does not exist is described as state "Dead" with no members and ``error`` a
+    GroupIdNotFoundError (Kafka's DescribeGroups v6+; v0-v5 answered Dead without an error)."""
 
     group_id: str
     state: str
