@@ -5,6 +5,10 @@
   beyond the log end, a commit from a stale generation or an unknown member, a fenced static
   instance, a join beyond ``group.max.size``: each a clear error naming the problem, and
   nothing written (the ``__consumer_offsets`` log ends unchanged).
+- A corrupt ``__consumer_offsets`` record stops nothing: in the segment of a stopped server, a
+  commit's value made undecodable (the batch's CRC written again): the load skips the record
+  with a log line naming its offset and serves the other groups; the batch's CRC left wrong:
+  after a clean stop the load skips the batch, after kill -9 storage recovery cuts the log there.
 
 Every wait is on a condition, bounded; nothing asserts on timing.
 """
@@ -13,7 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import AsyncIterator, Iterator
+import struct
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -30,6 +36,9 @@ from stratalog.client.errors import (
 from stratalog.client.groups import membership_messages as m
 from stratalog.client.types import TopicPartition
 from stratalog.client.wire import LATEST
+from stratalog.records import iter_batch_headers
+from stratalog.records.batch import ATTRIBUTES_OFFSET, CRC_OFFSET
+from stratalog.records.crc import crc32c
 
 from .conftest import ServerProcess, launch_server
 
@@ -228,3 +237,137 @@ async def test_a_join_beyond_group_max_size_is_refused(client: Client) -> None:
     finally:
         for member in members:
             await member.close()
+
+
+# ------------------------------------------------------------------ a corrupt __consumer_offsets
+
+
+def _offsets_segment(data_dir: Path) -> Path:
+    """The one segment of ``__consumer_offsets-0`` (a few commits fill no more)."""
+    (segment,) = sorted((data_dir / "__consumer_offsets-0").glob("*.log"))
+    return segment
+
+
+def _batch_holding(data: bytes, needle: bytes) -> tuple[int, int, int]:
+    """(position, size, base offset) of the batch whose bytes hold ``needle`` (once)."""
+    at = data.index(needle)
+    assert data.find(needle, at + 1) == -1, f"{needle!r} twice in the segment"
+    for header in iter_batch_headers(data):
+        if header.position <= at < header.position + header.size_bytes:
+            return header.position, header.size_bytes, header.base_offset
+    raise AssertionError(f"{needle!r} is in no batch")
+
+
+def _damage_commit_value(segment: Path, group: str, topic: str, *, recompute_crc: bool) -> int:
+    """Make the offset commit of ``group`` (the one record of its batch) a value that does not
+    decode: its schema version becomes 32767, which no reader knows. With ``recompute_crc`` the
+    batch's CRC is written again, so the batch reads as whole. Returns the record's offset."""
+    data = bytearray(segment.read_bytes())
+    # The key of an offset commit: version int16 (1), group, topic (int16 length + UTF-8),
+    # partition int32 (docs/groups.md); the record's value length (a varint) follows it.
+    key = (struct.pack(">hh", 1, len(group)) + group.encode()
+           + struct.pack(">h", len(topic)) + topic.encode() + struct.pack(">i", 0))
+    position, size, base_offset = _batch_holding(bytes(data), key)
+    value_length_at = data.index(key, position) + len(key)
+    assert data[value_length_at] < 0x80, "a one-byte varint: the value is short"
+    version_at = value_length_at + 1
+    assert struct.unpack_from(">h", data, version_at)[0] in (1, 2, 3), "not a commit value"
+    struct.pack_into(">h", data, version_at, 32767)
+    if recompute_crc:
+        struct.pack_into(">I", data, position + CRC_OFFSET,
+                         crc32c(bytes(data[position + ATTRIBUTES_OFFSET:position + size])))
+    segment.write_bytes(bytes(data))
+    return base_offset
+
+
+async def _simple_commits(target: str, commits: dict[str, int]) -> None:
+    async with Client(target, timeout_s=30) as client:
+        for group, offset in commits.items():
+            await client.offset_commit(_commit(group, (TOPIC, 0, offset)))
+
+
+async def _committed(target: str, group: str) -> int | None:
+    async with Client(target, timeout_s=30) as client:
+        found = await client.offset_fetch(group)
+    committed = found.get(TopicPartition(TOPIC, 0))
+    return None if committed is None else committed.offset
+
+
+CORRUPT_FLAGS = (*SERVER_FLAGS[:4], "--offsets-topic-num-partitions", "1")
+COMMITS = {"g-before": 3, "g-corrupt": 4, "g-after": 5}
+
+
+async def test_a_commit_value_that_does_not_decode_is_skipped_at_load(
+    start_server: Callable[..., ServerProcess], tmp_path: Path,
+) -> None:
+    data_dir = tmp_path / "data"
+    server = await _server_with_commits(start_server, data_dir)
+    assert server.stop(signal.SIGTERM) == 0
+    offset = _damage_commit_value(_offsets_segment(data_dir), "g-corrupt", TOPIC,
+                                  recompute_crc=True)
+    server = start_server(data_dir, *CORRUPT_FLAGS)
+    assert await _committed(server.target, "g-before") == 3
+    assert await _committed(server.target, "g-after") == 5
+    assert await _committed(server.target, "g-corrupt") is None
+    assert (f"__consumer_offsets-0: skipping the record at offset {offset}, which does not "
+            "decode") in server.log_text()
+    # The group is usable again: a new commit is kept.
+    await _simple_commits(server.target, {"g-corrupt": 6})
+    assert await _committed(server.target, "g-corrupt") == 6
+
+
+async def test_a_batch_failing_its_crc_after_a_clean_stop_is_skipped_at_load(
+    start_server: Callable[..., ServerProcess], tmp_path: Path,
+) -> None:
+    """After a clean stop, storage recovery does not read the segments: the batch whose CRC
+    fails reaches the coordinator's load, which skips the whole batch (its one record) with a
+    log line naming its offsets and loads the rest (before the fix, the load stopped and every
+    group of the partition answered COORDINATOR_LOAD_IN_PROGRESS for good)."""
+    data_dir = tmp_path / "data"
+    server = await _server_with_commits(start_server, data_dir)
+    assert server.stop(signal.SIGTERM) == 0
+    offset = _damage_commit_value(_offsets_segment(data_dir), "g-corrupt", TOPIC,
+                                  recompute_crc=False)
+    server = start_server(data_dir, *CORRUPT_FLAGS)
+    assert await _committed(server.target, "g-before") == 3
+    assert await _committed(server.target, "g-after") == 5
+    assert await _committed(server.target, "g-corrupt") is None
+    assert (f"__consumer_offsets-0: skipping the batch at offsets {offset}-{offset}, which does "
+            "not decode") in server.log_text()
+    await _simple_commits(server.target, {"g-corrupt": 6})
+    assert await _committed(server.target, "g-corrupt") == 6
+
+
+async def test_a_batch_failing_its_crc_after_a_kill_is_cut_by_recovery(
+    start_server: Callable[..., ServerProcess], tmp_path: Path,
+) -> None:
+    """After kill -9, storage recovery checks every batch of the unflushed segments and cuts
+    the log at the first that fails its CRC (as Kafka's LogSegment.recover): the damaged
+    commit and every one after it are gone (g-after's, acknowledged, too: the log is damaged,
+    docs/storage.md), the ones before are served, and the coordinator loads and serves on."""
+    data_dir = tmp_path / "data"
+    server = await _server_with_commits(start_server, data_dir)
+    server.kill()
+    segment = _offsets_segment(data_dir)
+    _damage_commit_value(segment, "g-corrupt", TOPIC, recompute_crc=False)
+    server = start_server(data_dir, *CORRUPT_FLAGS)
+    assert await _committed(server.target, "g-before") == 3
+    assert await _committed(server.target, "g-corrupt") is None
+    assert await _committed(server.target, "g-after") is None
+    assert "recovery stops at a batch of" in server.log_text()
+    assert f"of segment {segment} failing its CRC" in server.log_text()
+    await _simple_commits(server.target, {"g-after": 6})
+    assert await _committed(server.target, "g-after") == 6
+
+
+async def _server_with_commits(start_server: Callable[..., ServerProcess],
+                               data_dir: Path) -> ServerProcess:
+    """A server on ``data_dir`` with a topic and COMMITS' simple commits, one batch each, in
+    this order, in ``__consumer_offsets``' one partition."""
+    server = start_server(data_dir, *CORRUPT_FLAGS)
+    async with Client(server.target, timeout_s=30) as client:
+        await client.create_topic(TOPIC, 1)
+        async with Producer(client) as producer:
+            await producer.send_many(TOPIC, [b"r"] * 10, partition=0)
+    await _simple_commits(server.target, COMMITS)
+    return server
