@@ -9,6 +9,9 @@
   commit's value made undecodable (the batch's CRC written again): the load skips the record
   with a log line naming its offset and serves the other groups; the batch's CRC left wrong:
   after a clean stop the load skips the batch, after kill -9 storage recovery cuts the log there.
+- kill -9 of the server while several members commit and while another group is between the
+  JoinGroups and SyncGroups of a generation: after the restart every acknowledged commit is
+  there, the interrupted generation is refused and the group forms a new one.
 
 Every wait is on a condition, bounded; nothing asserts on timing.
 """
@@ -16,6 +19,7 @@ Every wait is on a condition, bounded; nothing asserts on timing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import struct
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -29,18 +33,25 @@ from stratalog.client.errors import (
     GroupMaxSizeReachedError,
     IllegalGenerationError,
     InvalidGroupIdError,
+    MemberIdRequiredError,
     OffsetOutOfRangeError,
     UnknownMemberIdError,
     UnknownTopicOrPartitionError,
 )
 from stratalog.client.groups import membership_messages as m
+from stratalog.client.groups.consumer_protocol import (
+    Assignment,
+    Subscription,
+    encode_assignment,
+    encode_subscription,
+)
 from stratalog.client.types import TopicPartition
 from stratalog.client.wire import LATEST
 from stratalog.records import iter_batch_headers
 from stratalog.records.batch import ATTRIBUTES_OFFSET, CRC_OFFSET
 from stratalog.records.crc import crc32c
 
-from .conftest import ServerProcess, launch_server
+from .conftest import ServerProcess, free_port, launch_server, until
 
 OFFSETS_PARTITIONS = 2
 GROUP_MAX_SIZE = 2
@@ -371,3 +382,181 @@ async def _server_with_commits(start_server: Callable[..., ServerProcess],
             await producer.send_many(TOPIC, [b"r"] * 10, partition=0)
     await _simple_commits(server.target, COMMITS)
     return server
+
+
+# ------------------------------------------------------------------ kill -9 at a commit, a rebalance
+
+CRASH_FLAGS = (*SERVER_FLAGS[:4], "--offsets-topic-num-partitions", "2")
+CRASH_PARTITIONS = 4
+CRASH_RECORDS = 2_000
+CRASH_MEMBERS = 3
+#: Commits each committer has acknowledged before the kill (commits flow, several in flight).
+ACKS_BEFORE_KILL = 10
+
+
+class Committer:
+    """One group member committing, one partition of its assignment after the other, offsets
+    counting up per partition (``attempted`` shared by all); what the server acknowledged."""
+
+    def __init__(self, consumer: Consumer, attempted: dict[TopicPartition, int],
+                 acked: dict[TopicPartition, int]) -> None:
+        self.consumer = consumer
+        self.attempted = attempted
+        self.acked = acked
+        self.acks = 0
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            for tp in sorted(self.consumer.assignment()):
+                offset = self.attempted[tp] = self.attempted.get(tp, 0) + 1
+                assert offset <= CRASH_RECORDS
+                await self.consumer.commit({tp: offset})
+                self.acked[tp] = max(self.acked.get(tp, 0), offset)
+                self.acks += 1
+            await asyncio.sleep(0)  # an empty assignment does not starve the loop
+
+
+def _join(group: str, member_id: str) -> m.JoinGroupRequest:
+    subscription = encode_subscription(Subscription((TOPIC,)))
+    return m.JoinGroupRequest(group, 10_000, 10_000, member_id, None, "consumer",
+                              (("range", subscription),))
+
+
+async def _join_anew(client: Client, group: str) -> m.JoinGroupResponse:
+    """A new dynamic member's JoinGroup: MEMBER_ID_REQUIRED, then again with the id given."""
+    with pytest.raises(MemberIdRequiredError) as required:
+        await client.join_group(_join(group, ""))
+    assert required.value.member_id
+    return await client.join_group(_join(group, required.value.member_id))
+
+
+async def _sync(client: Client, group: str, joined: m.JoinGroupResponse) -> m.SyncGroupResponse:
+    """SyncGroup of a member of ``joined``'s generation; a leader assigns nothing (the test
+    needs the group's generations, not partitions)."""
+    assignments = tuple((member.member_id, encode_assignment(Assignment(())))
+                        for member in joined.members)
+    return await client.sync_group(m.SyncGroupRequest(
+        group, joined.generation_id, joined.member_id, None, "consumer", joined.protocol_name,
+        assignments))
+
+
+async def _rebalance(client: Client, new_client: Client, group: str,
+                     member_id: str) -> tuple[m.JoinGroupResponse, m.JoinGroupResponse]:
+    """A new member joins (on ``new_client``) and waits in the rebalance its join started; then
+    ``member_id`` joins again: both JoinGroups are answered, in one generation."""
+    with pytest.raises(MemberIdRequiredError) as required:
+        await new_client.join_group(_join(group, ""))
+    joining = asyncio.ensure_future(new_client.join_group(_join(group, required.value.member_id)))
+    try:
+        deadline = asyncio.get_running_loop().time() + BOUND_S
+        while (await client.describe_groups([group]))[0].state != "PreparingRebalance":
+            assert asyncio.get_running_loop().time() < deadline, "no rebalance began"
+            assert not joining.done(), joining.result()
+            await asyncio.sleep(0.05)
+        known = await asyncio.wait_for(client.join_group(_join(group, member_id)), BOUND_S)
+        return known, await asyncio.wait_for(joining, BOUND_S)
+    finally:
+        joining.cancel()
+
+
+async def test_kill_during_commits_and_a_rebalance_keeps_acknowledged_commits(
+    start_server: Callable[..., ServerProcess], tmp_path: Path,
+) -> None:
+    """kill -9 of the server while three members of a group commit (several commits in
+    flight), and while another group is between the JoinGroups of its second generation and
+    their SyncGroups: after the restart every acknowledged commit is there (and nothing that
+    was never sent), the interrupted generation is refused and its members form a new one,
+    and the committing members go on committing."""
+    port = free_port()
+    data_dir = tmp_path / "data"
+    flags = ("--listen", f"127.0.0.1:{port}", *CRASH_FLAGS)
+    loop = asyncio.get_running_loop()
+    server = start_server(data_dir, *flags)
+    committing, rebalancing = "g-crash-commits", "g-crash-rebalance"
+    attempted: dict[TopicPartition, int] = {}
+    acked: dict[TopicPartition, int] = {}
+    async with contextlib.AsyncExitStack() as stack:
+        admin = await stack.enter_async_context(Client(server.target, timeout_s=30))
+        await admin.create_topic(TOPIC, CRASH_PARTITIONS)
+        async with Producer(admin) as producer:
+            for p in range(CRASH_PARTITIONS):
+                await producer.send_many(TOPIC, [b"r"] * CRASH_RECORDS, partition=p)
+
+        # The rebalancing group: generation 1 Stable with one member; a second joins and
+        # both JoinGroups of generation 2 are answered; no SyncGroup yet.
+        first = await _join_anew(admin, rebalancing)
+        assert first.generation_id == 1 and first.leader_id == first.member_id
+        await _sync(admin, rebalancing, first)
+        second_client = await stack.enter_async_context(Client(server.target, timeout_s=30))
+        first_again, second = await _rebalance(admin, second_client, rebalancing,
+                                               first.member_id)
+        assert first_again.generation_id == second.generation_id == 2
+
+        # The committing group: three members, each on a client of its own.
+        consumers = []
+        for _ in range(CRASH_MEMBERS):
+            client = await stack.enter_async_context(Client(server.target, timeout_s=30))
+            consumer = Consumer(client, topics=[TOPIC], group_id=committing, **MEMBER)
+            stack.push_async_callback(consumer.close)
+            consumers.append(consumer)
+        for consumer in consumers:
+            await consumer.start()
+        await until(lambda: sorted(tp.partition for c in consumers for tp in c.assignment())
+                    == list(range(CRASH_PARTITIONS))
+                    and all(c.assignment() for c in consumers),
+                    "the committing group shares the partitions", BOUND_S)
+        committers = [Committer(c, attempted, acked) for c in consumers]
+        stop = asyncio.Event()
+        tasks = [loop.create_task(c.run(stop)) for c in committers]
+        await until(lambda: all(c.acks >= ACKS_BEFORE_KILL for c in committers)
+                    or any(t.done() for t in tasks), "commits acknowledged", BOUND_S)
+        assert not any(t.done() for t in tasks), [t.result() for t in tasks if t.done()]
+
+        await loop.run_in_executor(None, server.kill)  # commits in flight from every member
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        acked_at_kill, attempted_at_kill = dict(acked), dict(attempted)
+        server = await loop.run_in_executor(None, lambda: start_server(data_dir, *flags))
+        # The Client's group RPCs are tried once (a lost connection is the caller's to retry):
+        # wait until the clients are connected again.
+        await admin.wait_ready(BOUND_S)
+        await second_client.wait_ready(BOUND_S)
+
+        found = await admin.offset_fetch(committing)
+        for tp, offset in acked_at_kill.items():
+            assert offset <= found[tp].offset <= attempted_at_kill[tp], (
+                tp, offset, found[tp].offset, attempted_at_kill[tp])
+
+        # The interrupted generation is gone: its SyncGroups are refused, and the members
+        # join again: a new generation, Stable with both.
+        # The load gave the group its last stored generation, 1 (a generation is stored when
+        # its leader's SyncGroup is): the first member is in it, the second in none.
+        with pytest.raises(IllegalGenerationError, match="generation 2 is not the group's 1"):
+            await _sync(admin, rebalancing, first_again)
+        with pytest.raises(UnknownMemberIdError, match=f"no member '{second.member_id}'"):
+            await _sync(second_client, rebalancing, second)
+        first_new, second_new = await _rebalance(admin, second_client, rebalancing,
+                                                 first.member_id)
+        assert first_new.generation_id == second_new.generation_id == 2
+        assert first_new.member_id == first.member_id
+        leader = first_new if first_new.members else second_new
+        await asyncio.gather(_sync(admin, rebalancing, first_new),
+                             _sync(second_client, rebalancing, second_new))
+        (described,) = await admin.describe_groups([rebalancing])
+        assert described.state == "Stable"
+        assert {mb.member_id for mb in described.members} == {
+            first_new.member_id, second_new.member_id}
+        assert leader.leader_id in {first_new.member_id, second_new.member_id}
+
+        # The committing group goes on: every member's commits are acknowledged again, and
+        # what is committed at the end is exactly what was last acknowledged.
+        before = [c.acks for c in committers]
+        stop = asyncio.Event()
+        tasks = [loop.create_task(c.run(stop)) for c in committers]
+        await until(lambda: all(c.acks > b for c, b in zip(committers, before, strict=True))
+                    or any(t.done() for t in tasks), "commits acknowledged after", BOUND_S)
+        stop.set()
+        await asyncio.wait_for(asyncio.gather(*tasks), BOUND_S)
+        found = await admin.offset_fetch(committing)
+        assert {tp: c.offset for tp, c in found.items()} == acked
