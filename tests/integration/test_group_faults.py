@@ -11,7 +11,8 @@
   after a clean stop the load skips the batch, after kill -9 storage recovery cuts the log there.
 - kill -9 of the server while several members commit and while another group is between the
   JoinGroups and SyncGroups of a generation: after the restart every acknowledged commit is
-  there, the interrupted generation is refused and the group forms a new one.
+  there, the interrupted generation is refused and the group forms a new one; a committed
+  transaction's offsets are there, an open one's stay pending until its producer aborts it.
 
 Every wait is on a condition, bounded; nothing asserts on timing.
 """
@@ -37,6 +38,7 @@ from stratalog.client.errors import (
     OffsetOutOfRangeError,
     UnknownMemberIdError,
     UnknownTopicOrPartitionError,
+    UnstableOffsetCommitError,
 )
 from stratalog.client.groups import membership_messages as m
 from stratalog.client.groups.consumer_protocol import (
@@ -45,6 +47,7 @@ from stratalog.client.groups.consumer_protocol import (
     encode_assignment,
     encode_subscription,
 )
+from stratalog.client.groups.membership_messages import GroupMetadata
 from stratalog.client.types import TopicPartition
 from stratalog.client.wire import LATEST
 from stratalog.records import iter_batch_headers
@@ -560,3 +563,51 @@ async def test_kill_during_commits_and_a_rebalance_keeps_acknowledged_commits(
         await asyncio.wait_for(asyncio.gather(*tasks), BOUND_S)
         found = await admin.offset_fetch(committing)
         assert {tp: c.offset for tp, c in found.items()} == acked
+
+
+async def test_kill_with_transactional_offsets_committed_and_open(
+    start_server: Callable[..., ServerProcess], tmp_path: Path,
+) -> None:
+    """kill -9 after one transaction with offsets committed and while another holds offsets
+    (its TxnOffsetCommit acknowledged, no EndTxn): after the restart the committed
+    transaction's offset is the group's, the open one's stays pending (a stable read is
+    UNSTABLE_OFFSET_COMMIT) until its producer's next InitProducerId aborts it, and is then
+    dropped."""
+    port = free_port()
+    data_dir = tmp_path / "data"
+    flags = ("--listen", f"127.0.0.1:{port}", *CRASH_FLAGS)
+    loop = asyncio.get_running_loop()
+    server = start_server(data_dir, *flags)
+    group, tp = "g-txn-crash", TopicPartition(TOPIC, 0)
+    simple = GroupMetadata(group, -1, "", None)  # a group without members: a simple commit
+    async with Client(server.target, timeout_s=30) as client:
+        await client.create_topic(TOPIC, 1)
+        async with Producer(client) as producer:
+            await producer.send_many(TOPIC, [b"r"] * 10, partition=0)
+        committed = Producer(client, transactional_id="t-committed")
+        open_ = Producer(client, transactional_id="t-open")
+        try:
+            async with committed.transaction():
+                await committed.send_offsets_to_transaction({tp: 3}, simple)
+            await open_.begin_transaction()
+            await open_.send_offsets_to_transaction({tp: 7}, simple)
+            await loop.run_in_executor(None, server.kill)
+        finally:
+            for producer in (committed, open_):
+                await producer.close(timeout_s=0)
+    server = start_server(data_dir, *flags)
+    async with Client(server.target, timeout_s=30) as client:
+        assert (await client.offset_fetch(group))[tp].offset == 3
+        with pytest.raises(UnstableOffsetCommitError):
+            await client.offset_fetch(group, [tp], require_stable=True)
+        async with Producer(client, transactional_id="t-open") as again:
+            await again.init_transactions()  # fences the open transaction: it is aborted
+        deadline = loop.time() + BOUND_S
+        while True:  # the abort's markers are written after InitProducerId's answer
+            try:
+                found = await client.offset_fetch(group, [tp], require_stable=True)
+                break
+            except UnstableOffsetCommitError:
+                assert loop.time() < deadline, "the open transaction's offsets stay pending"
+                await asyncio.sleep(0.05)
+        assert found[tp].offset == 3
