@@ -12,7 +12,8 @@
 - kill -9 of the server while several members commit and while another group is between the
   JoinGroups and SyncGroups of a generation: after the restart every acknowledged commit is
   there, the interrupted generation is refused and the group forms a new one; a committed
-  transaction's offsets are there, an open one's stay pending until its producer aborts it.
+  transaction's offsets are there, an open one's stay pending until its producer aborts it;
+  group Consumers killed in a rebalance form the group again in a newer generation.
 
 Every wait is on a condition, bounded; nothing asserts on timing.
 """
@@ -611,3 +612,54 @@ async def test_kill_with_transactional_offsets_committed_and_open(
                 assert loop.time() < deadline, "the open transaction's offsets stay pending"
                 await asyncio.sleep(0.05)
         assert found[tp].offset == 3
+
+
+async def test_consumers_in_a_rebalance_at_a_kill_form_the_group_again(
+    start_server: Callable[..., ServerProcess], tmp_path: Path,
+) -> None:
+    """Group Consumers (cooperative-sticky) when the server is killed just after a third
+    member started to join (its rebalance most often still under way): after the restart they form the group again, every partition
+    owned by exactly one of them in a generation newer than the one before the kill, and
+    each member's commits are acknowledged again."""
+    port = free_port()
+    data_dir = tmp_path / "data"
+    flags = ("--listen", f"127.0.0.1:{port}", *CRASH_FLAGS)
+    loop = asyncio.get_running_loop()
+    server = start_server(data_dir, *flags)
+    group = "g-crash-consumers"
+    async with contextlib.AsyncExitStack() as stack:
+        admin = await stack.enter_async_context(Client(server.target, timeout_s=30))
+        await admin.create_topic(TOPIC, CRASH_PARTITIONS)
+        async with Producer(admin) as producer:
+            for p in range(CRASH_PARTITIONS):
+                await producer.send_many(TOPIC, [b"r"] * 10, partition=p)
+        consumers: list[Consumer] = []
+
+        async def add_member() -> Consumer:
+            client = await stack.enter_async_context(Client(server.target, timeout_s=30))
+            consumer = Consumer(client, topics=[TOPIC], group_id=group, **MEMBER)
+            stack.push_async_callback(consumer.close)
+            consumers.append(consumer)
+            await consumer.start()
+            return consumer
+
+        def formed() -> bool:
+            owned = [tp.partition for c in consumers for tp in c.assignment()]
+            return sorted(owned) == list(range(CRASH_PARTITIONS)) and all(
+                c.assignment() for c in consumers)
+
+        for _ in range(2):
+            await add_member()
+        await until(formed, "two members share the partitions", BOUND_S)
+        generation_before = max(c.group_metadata().generation_id for c in consumers)
+        await add_member()  # its JoinGroup is sent; the kill comes at once
+        await loop.run_in_executor(None, server.kill)
+        server = await loop.run_in_executor(None, lambda: start_server(data_dir, *flags))
+        await until(formed, "three members share the partitions after the restart", BOUND_S)
+        generations = {c.group_metadata().generation_id for c in consumers}
+        assert len(generations) == 1 and generations.pop() > generation_before, (
+            generations, generation_before)
+        for offset, consumer in enumerate(consumers, start=1):
+            tp = min(consumer.assignment())
+            await consumer.commit({tp: offset})
+            assert await consumer.committed([tp]) == {tp: offset}
