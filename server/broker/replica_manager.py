@@ -182,6 +182,20 @@ class ReplicaManager:
         assert self._coordinator is None and not self._partitions
         self._coordinator = coordinator
 
+    def listen_to_internal_markers(self, listener: Callable[[str, int, int, bool], None]) -> None:
+        """Tell ``listener`` (on this event loop) of each transaction marker written to a topic
+        the server writes itself; called on the loop, once, before anything is served.
+
+        The loop is remembered now, not at the first Partition made: after a restart the
+        transaction coordinator may abort a transaction left open (InitProducerId of its id,
+        or its timeout) before any produce or fetch made a Partition, and a marker written to
+        ``__consumer_offsets`` then must still reach its group coordinator, else the
+        transaction's offsets stay pending (OffsetFetch UNSTABLE_OFFSET_COMMIT) until the next
+        restart.
+        """
+        self.internal_marker_listener = listener
+        self._loop = asyncio.get_running_loop()
+
     def join_cluster(self, node: ClusterNode, roles: ReplicaRoles) -> None:
         """Serve replicated partitions as ``roles`` lead them; before the roles apply the view
         (a replicated topic must never be served as a local one)."""

@@ -148,7 +148,7 @@ class GroupService:
         self.config = group_config(settings)
         self._metrics = metrics
         self._transactions = transactions
-        replica_manager.internal_marker_listener = self._marker_written
+        replica_manager.listen_to_internal_markers(self._marker_written)
         #: Partition -> its coordinator; empty until the topic exists. In a cluster: the
         #: partitions led here only.
         self.partitions: dict[int, PartitionCoordinator] = {}

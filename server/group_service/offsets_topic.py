@@ -18,7 +18,8 @@ translation between the two, in both directions, and nothing else:
   applies, in log order: the rows of a run of offset commit records (``rows``, for the core's
   ``replay_offset_commits``), ``(offset, GroupRecord, producer_id)`` for another record,
   ``(offset, None, producer_id, committed)`` for a transaction marker. A record that does not decode is skipped
-  with a log line naming its offset (issue 27, "Bad input and faults"); records of the newer
+  with a log line naming its offset (issue 27, "Bad input and faults"), and so is a whole batch
+  that does not (a failed CRC), naming its offsets; records of the newer
   group types (3-15: the consumer protocol's, share groups) are skipped without one, as a
   classic-only coordinator has no use for them.
 
@@ -227,14 +228,26 @@ def replay_items(data: bytes | memoryview, topic_partition: str,
     the group coordinator"). ``partitions``: the load's memo of ``(topic, partition)``
     tuples, so that every group's offset of a partition shares one (``offset_commit_rows``).
 
+    A batch whose contents do not decode (its CRC fails, a record inside is cut) is skipped
+    whole with a log line naming its offsets, as a record that does not decode is.
+
     Raises:
-        RecordError: a batch itself is corrupt (CRC, truncation inside it): the log is damaged,
-            which storage recovery should have caught; the load stops.
+        RecordError: the batches' framing itself is damaged (a length that runs past the data
+            or is too small, a bad magic): no next batch can be found; the load stops.
     """
     for header in iter_batch_headers(data, partial_tail_ok=True):
         if end_offset is not None and header.base_offset >= end_offset:
             return
-        _, columns = decode_batch_columns(data, header.position)
+        try:
+            _, columns = decode_batch_columns(data, header.position)
+        except RecordError as exc:
+            # A batch whose frame is whole but whose contents are damaged (its CRC fails, a
+            # record inside does not parse): storage recovery checks CRCs only after an
+            # unclean shutdown, so one can reach a load. It stops nothing: skipped as a
+            # record that does not decode is, the walk goes on at the next batch.
+            logger.warning("%s: skipping the batch at offsets %d-%d, which does not decode:"
+                           " %s", topic_partition, header.base_offset, header.last_offset, exc)
+            continue
         producer_id = header.producer_id if header.is_transactional else NO_PRODUCER_ID
         offsets = columns.offsets
         count = len(offsets)

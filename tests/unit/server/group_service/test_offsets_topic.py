@@ -125,6 +125,24 @@ def test_a_load_stops_before_the_end_offset_inside_a_batch() -> None:
     assert flat(list(replay_items(batch + second, "__consumer_offsets-0", end_offset=0))) == []
 
 
+def test_a_load_skips_a_batch_failing_its_crc_and_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    first = append_batch(Append(0, (RECORDS[0],)), 1)
+    damaged = bytearray(build_batch(
+        [(1, *encode_group_record(RECORDS[1]), ()), (1, *encode_group_record(RECORDS[2]), ())],
+        base_offset=1))
+    damaged[-1] ^= 0xFF  # the last byte of the last record's value: the CRC fails
+    last = build_batch([(1, *encode_group_record(RECORDS[3]), ())], base_offset=3)
+    with caplog.at_level(logging.WARNING):
+        items = list(replay_items(first + bytes(damaged) + last, "__consumer_offsets-0"))
+    assert flat(items) == [(0, RECORDS[0], NO_PRODUCER_ID, False),
+                           (3, RECORDS[3], NO_PRODUCER_ID, False)]
+    assert ("__consumer_offsets-0: skipping the batch at offsets 1-2, which does not decode"
+            in caplog.text)
+    assert "CRC" in caplog.text
+
+
 def test_the_topic_is_compacted_with_its_segment_bytes() -> None:
     assert topic_configs(1 << 20) == {"cleanup.policy": "compact", "segment.bytes": "1048576"}
 
