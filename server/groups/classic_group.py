@@ -13,11 +13,12 @@ Invariants (:meth:`ClassicGroup.check` asserts them; the tests call it after eve
 * a pending (KIP-394) member id is not a member; pending-sync ids are members;
 * ``protocol_type`` is set while the group has members, and every member shares it;
 * in CompletingRebalance and Stable the group has members and a chosen protocol every member
-  supports; in Empty it has none.
+  supports; in Empty it has none;
+* in PreparingRebalance no member holds a heartbeat (the move there answered them).
 
 Crash behaviour: all of this is memory. What survives is the last :class:`GroupMetadataRecord`
 written for the group (:meth:`to_record`), from which :meth:`from_record` rebuilds an Empty or
-Stable group; parked requests and pending members are lost with the connections that sent them.
+Stable group; parked requests (held heartbeats included) and pending members are lost with the connections that sent them.
 
 Not thread-safe; the coordinator serialises every call.
 """
@@ -435,5 +436,8 @@ class ClassicGroup:
             assert self.protocol_name is not None
             for member in self.members.values():
                 assert self.protocol_name in member.protocol_names
+        if self.state is GroupState.PREPARING_REBALANCE:
+            # Moving here answered every held heartbeat, and none is held while here.
+            assert not any(m.is_holding_heartbeat for m in self.members.values())
         if self.state is GroupState.EMPTY:
             assert not self.members
