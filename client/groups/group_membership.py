@@ -614,9 +614,12 @@ class GroupMembership(MemberOffsets):
         if self._poll_expired and pending.kind in (RequestKind.JOIN, RequestKind.SYNC):
             return  # the member is leaving: no generation of it may begin
         if pending.kind is RequestKind.HEARTBEAT and pending.generation != self.generation:
-            # An answer about a past generation (Kafka's generationUnchanged check).
+            # An answer about a past generation (Kafka's generationUnchanged check). A held one
+            # kept the new generation's first heartbeat back: send that at once.
             if not self._has_inflight(RequestKind.HEARTBEAT):
-                self._next_heartbeat_ms = now_ms + self.config.heartbeat_interval_ms
+                self._next_heartbeat_ms = now_ms + (
+                    0 if self.config.held_heartbeats else self.config.heartbeat_interval_ms)
+                self._maybe_heartbeat(now_ms, out)
             return
         if pending.kind is RequestKind.FIND:
             self._find_outcome(response, error, now_ms, out)

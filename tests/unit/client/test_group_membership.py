@@ -283,6 +283,17 @@ def test_held_heartbeat_answered_rebalance_in_progress_rejoins_at_once() -> None
     assert member.core.assignment == {T0, T1}  # cooperative: kept while rejoining
 
 
+def test_held_heartbeat_of_a_past_generation_answered_late_sends_the_new_ones_at_once() -> None:
+    # The member rejoins by itself while its heartbeat is held; the new generation's answer
+    # comes first, its first heartbeat waits for the old one, which is answered next.
+    member, beat = held_member()
+    member.out = member.core.subscribe(member.now, ["t", "u"])
+    member.join(generation=2)
+    assert m.HeartbeatRequest not in member.sends()  # one in flight at a time
+    member.answer(beat, error=errors.RebalanceInProgressError("rebalancing"))
+    assert member.sent(m.HeartbeatRequest).request.generation_id == 2
+
+
 def test_kafkas_schedule_sends_heartbeats_that_are_not_held() -> None:
     member = Member()  # held_heartbeats=False
     member.stable()
