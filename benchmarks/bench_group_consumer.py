@@ -17,9 +17,12 @@ repository's client (``stratalog.client.Consumer`` with ``group_id``):
               four); and the old members' largest gap between two records of a partition they
               kept (Kafka's cooperative protocol: those never stop), against the same
               partitions' largest gap in the second before t0. Measured with the Consumer's
-              default ``heartbeat_interval_ms`` (3,000) and with ``--heartbeat-ms`` (200): the
-              old members learn of the rebalance from a heartbeat's answer (as in Kafka's
-              classic protocol), so the heartbeat interval bounds the rebalance.
+              default held heartbeats at its default ``heartbeat_interval_ms`` (3,000), then
+              with Kafka's schedule (``held_heartbeats=False``) at 3,000 and at
+              ``--heartbeat-ms`` (200): on Kafka's schedule the old members learn of the
+              rebalance from their next heartbeat's answer, so the interval bounds the
+              rebalance; a held heartbeat is answered as the rebalance starts
+              (docs/groups.md "Held heartbeats").
   throughput  one topic of ``--partitions`` (4) holding ``--records`` (1,000,000) records of 100
               bytes; the same Consumer reads all of it, in turns: without a group (``topics=``,
               partitions assigned, until the end), and as a group of one with auto-commit at the
@@ -200,7 +203,7 @@ def make_values(count: int) -> list[bytes]:
 # ------------------------------------------------------------------ the member process
 
 
-async def _member(target: str, topic: str, group: str, heartbeat_ms: int) -> None:
+async def _member(target: str, topic: str, group: str, heartbeat_ms: int, held: bool) -> None:
     """A member process: waits for "go" on stdin, then consumes; prints ``START t``, ``EV t
     KIND p p ...`` per callback and ``FIRST t p`` per newly assigned partition's first record;
     on "stop" prints ``TIMES {json}`` (receipt times per partition) and exits at once (no
@@ -232,6 +235,7 @@ async def _member(target: str, topic: str, group: str, heartbeat_ms: int) -> Non
         print("START", clock(), flush=True)
         async with Consumer(client, topics=[topic], group_id=group,
                             auto_offset_reset="latest", heartbeat_interval_ms=heartbeat_ms,
+                            held_heartbeats=held,
                             on_partitions_assigned=event("ASSIGNED"),
                             on_partitions_revoked=event("REVOKED"),
                             on_partitions_lost=event("LOST")) as consumer:
@@ -258,11 +262,11 @@ class _MemberProcess:
         self.reader = asyncio.get_running_loop().create_task(self._read())
 
     @classmethod
-    async def spawn(cls, target: str, topic: str, group: str, heartbeat_ms: int
+    async def spawn(cls, target: str, topic: str, group: str, heartbeat_ms: int, held: bool
                     ) -> _MemberProcess:
         process = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "benchmarks.bench_group_consumer", "--member", target, topic,
-            group, str(heartbeat_ms), stdin=asyncio.subprocess.PIPE,
+            group, str(heartbeat_ms), "held" if held else "kafka", stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE, stderr=None, limit=64 * 1024 * 1024)
         return cls(process)
 
@@ -338,13 +342,15 @@ async def _produce_steadily(client: Client, topic: str, stop: asyncio.Event) -> 
             await asyncio.sleep(max(0.0, next_at - time.monotonic()))
 
 
-async def rebalance_run(client: Client, target: str, run: int, heartbeat_ms: int
+async def rebalance_run(client: Client, target: str, run: int, heartbeat_ms: int, held: bool
                         ) -> RebalanceFigures:
-    topic, group = f"rebalance-{heartbeat_ms}-{run}", f"g-rebalance-{heartbeat_ms}-{run}"
+    schedule = f"{heartbeat_ms}-{'held' if held else 'kafka'}"
+    topic, group = f"rebalance-{schedule}-{run}", f"g-rebalance-{schedule}-{run}"
     await client.create_topic(topic, REBALANCE_PARTITIONS)
     stop = asyncio.Event()
     producer = asyncio.get_running_loop().create_task(_produce_steadily(client, topic, stop))
-    members = [await _MemberProcess.spawn(target, topic, group, heartbeat_ms) for _ in range(4)]
+    members = [await _MemberProcess.spawn(target, topic, group, heartbeat_ms, held)
+               for _ in range(4)]
     old, joiner = members[:3], members[3]
     try:
         await _until(lambda: all(m.ready.is_set() for m in members), "members connected")
@@ -521,15 +527,17 @@ async def _main(args: argparse.Namespace, target: str) -> None:
     async with Client(target) as client:
         if not args.skip_rebalance:
             print("rebalance: a fourth member joins three (12 partitions, cooperative-sticky)")
-            for heartbeat_ms in (DEFAULT_HEARTBEAT_MS, args.heartbeat_ms):
+            # Held heartbeats (the Consumer's default) at the default interval, then Kafka's
+            # schedule (held_heartbeats=False) at the default interval and at --heartbeat-ms.
+            for heartbeat_ms, held in ((DEFAULT_HEARTBEAT_MS, True),
+                                       (DEFAULT_HEARTBEAT_MS, False), (args.heartbeat_ms, False)):
+                name = f"heartbeat {heartbeat_ms} ms, {'held' if held else 'Kafka schedule'}"
                 runs = []
                 for run in range(args.runs):
-                    figures = await rebalance_run(client, target, run, heartbeat_ms)
+                    figures = await rebalance_run(client, target, run, heartbeat_ms, held)
                     runs.append(figures)
-                    print(f"  heartbeat {heartbeat_ms} ms, run {run + 1}: {_row(figures)}",
-                          flush=True)
-                print(f"  heartbeat {heartbeat_ms} ms, median: {_row(median_of(runs))}",
-                      flush=True)
+                    print(f"  {name}, run {run + 1}: {_row(figures)}", flush=True)
+                print(f"  {name}, median: {_row(median_of(runs))}", flush=True)
         if not args.skip_throughput:
             print(f"throughput: {args.records:,} records of {VALUE_SIZE_BYTES} B,"
                   f" {args.partitions} partitions")
@@ -564,7 +572,8 @@ def _row(f: RebalanceFigures) -> str:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--member", nargs=4, metavar=("TARGET", "TOPIC", "GROUP", "HB_MS"),
+    parser.add_argument("--member", nargs=5,
+                        metavar=("TARGET", "TOPIC", "GROUP", "HB_MS", "HELD_OR_KAFKA"),
                         help=argparse.SUPPRESS)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--records", type=int, default=1_000_000)
@@ -576,8 +585,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--skip-commit", action="store_true")
     args = parser.parse_args(argv)
     if args.member:
-        target, topic, group, heartbeat_ms = args.member
-        asyncio.run(_member(target, topic, group, int(heartbeat_ms)))
+        target, topic, group, heartbeat_ms, schedule = args.member
+        asyncio.run(_member(target, topic, group, int(heartbeat_ms), schedule == "held"))
         return
     from benchmarks.bench_client import running_server
 

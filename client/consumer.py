@@ -177,6 +177,10 @@ class Consumer:
             enable_auto_commit, auto_commit_interval_ms, assignors: the group member's
             settings, Kafka's consumer settings of the same names (docs/client.md,
             "Settings"); ``assignors`` default to cooperative-sticky only.
+        held_heartbeats: ask the coordinator to hold each Heartbeat up to
+            ``heartbeat_interval_ms``, answering at once when the group rebalances, so a
+            rebalance is learnt of in one round trip (docs/groups.md "Held heartbeats");
+            False: Kafka's schedule.
         on_partitions_assigned, on_partitions_revoked, on_partitions_lost: rebalance
             callbacks, called on the event loop with a frozenset of TopicPartition.
         metadata_max_age_ms: how often a group consumer re-reads its topics' metadata.
@@ -210,6 +214,7 @@ class Consumer:
         group_instance_id: str | None = None,
         session_timeout_ms: int = 45_000,
         heartbeat_interval_ms: int = 3_000,
+        held_heartbeats: bool = True,
         max_poll_interval_ms: int = 300_000,
         enable_auto_commit: bool = True,
         auto_commit_interval_ms: int = 5_000,
@@ -338,14 +343,17 @@ class Consumer:
                                      ) from None
             if pattern is not None and not isinstance(pattern, re.Pattern):
                 raise TypeError(f"pattern must be a str or re.Pattern, got {pattern!r}")
-            if not isinstance(enable_auto_commit, bool):
-                raise TypeError("enable_auto_commit must be a bool")
+            for name, flag in (("enable_auto_commit", enable_auto_commit),
+                               ("held_heartbeats", held_heartbeats)):
+                if not isinstance(flag, bool):
+                    raise TypeError(f"{name} must be a bool")
             config = MembershipConfig(  # checks every setting (ValueError naming it)
                 group_id=group_id,
                 topics=self._topics or ("-",),  # a pattern's matches come at start
                 group_instance_id=group_instance_id,
                 session_timeout_ms=session_timeout_ms,
                 heartbeat_interval_ms=heartbeat_interval_ms,
+                held_heartbeats=held_heartbeats,
                 max_poll_interval_ms=max_poll_interval_ms,
                 enable_auto_commit=enable_auto_commit,
                 auto_commit_interval_ms=auto_commit_interval_ms,

@@ -111,6 +111,7 @@ def request_message(request: object) -> Any:
         return broker_pb2.HeartbeatRequest(
             group_id=request.group_id, generation_id=request.generation_id,
             member_id=request.member_id, group_instance_id=request.group_instance_id,
+            max_wait_ms=request.max_wait_ms,
         )
     if isinstance(request, m.LeaveGroupRequest):
         return broker_pb2.LeaveGroupRequest(group_id=request.group_id, members=[
@@ -281,7 +282,8 @@ class GroupCalls:
         """Send a group member's request value (:mod:`.groups.membership_messages`) and return
         its response value: FindCoordinator to any server (``address`` None), the others to
         ``address`` or the group's coordinator. JoinGroup's deadline is its rebalance timeout
-        plus the request timeout; SyncGroup's ``rebalance_timeout_ms`` plus it.
+        plus the request timeout; SyncGroup's ``rebalance_timeout_ms`` plus it; a held
+        Heartbeat's its ``max_wait_ms`` plus it.
 
         Raises the call's StratalogError (errors.py; a lost connection or deadline included).
         """
@@ -294,6 +296,8 @@ class GroupCalls:
         if isinstance(request, m.JoinGroupRequest):
             rebalance_timeout_ms = max(rebalance_timeout_ms, request.rebalance_timeout_ms)
         extra_ms = rebalance_timeout_ms if name in ("JoinGroup", "SyncGroup") else 0
+        if isinstance(request, m.HeartbeatRequest):
+            extra_ms = request.max_wait_ms  # a held heartbeat may be answered that late
         group_id = getattr(request, "group_id", None) or getattr(request, "key", "")
         response = await self._to_coordinator(
             group_id, name, request_message(request), timeout_s, address=address,

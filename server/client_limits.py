@@ -101,6 +101,8 @@ class WaitingRpcKind(enum.Enum):
     SESSION = "Session stream"
     #: A JoinGroup or SyncGroup parked until its group's rebalance completes (issue 27).
     GROUP_REBALANCE = "JoinGroup or SyncGroup"
+    #: A Heartbeat with max_wait_ms > 0, held until its group rebalances or its wait ends.
+    HELD_HEARTBEAT = "held Heartbeat"
 
 
 @dataclass(frozen=True, slots=True)

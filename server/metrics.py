@@ -31,7 +31,8 @@ What an operator watches, in Prometheus's text format at ``http://HOST:metrics_p
                                                holding a slot: kind "subscribe" or "session"
                                                (streams, for their life), "long_poll" (while
                                                waiting, unary or on a session) or
-                                               "group_rebalance" (a JoinGroup or SyncGroup)
+                                               "group_rebalance" (a JoinGroup or SyncGroup),
+                                               "held_heartbeat" (a Heartbeat held)
     stratalog_sessions                         Session streams open now
     stratalog_session_requests                 requests on Session streams being served or
                                                answered now, all streams (each one is counted

@@ -34,7 +34,11 @@ Rules, each Kafka's unless docs/client.md's "Differences" says otherwise:
   assignment took away (committing it first) and rejoins at once; the added partitions start at
   their committed offsets (OffsetFetch), else at ``auto_offset_reset``.
 * **Heartbeats** every ``heartbeat_interval_ms`` while in a generation; none answered within
-  ``session_timeout_ms`` means the coordinator is lost (find it again).
+  ``session_timeout_ms`` means the coordinator is lost (find it again). With
+  ``held_heartbeats`` (ours; docs/groups.md "Held heartbeats") each is sent with
+  ``max_wait_ms = heartbeat_interval_ms`` and the next is due ``heartbeat_interval_ms`` after
+  the previous was *sent*: at once when the coordinator held it that long, Kafka's schedule
+  when it answered at once (a server that does not hold heartbeats).
 * **max_poll_interval_ms**: a reader that has not polled for that long makes the member leave
   (commit, revoke, LeaveGroup for a dynamic member); its next poll joins again.
 * **Static membership** (``group_instance_id``): no LeaveGroup on close or poll timeout, so a
@@ -142,6 +146,7 @@ class GroupMembership(MemberOffsets):
         self._join_at_ms = now_ms
         self._join_failures = 0
         self._next_heartbeat_ms: int | None = None
+        self._heartbeat_sent_ms = now_ms
         self._heartbeat_ok_ms = now_ms
         self._last_poll_ms = now_ms
         self._poll_expired = False
@@ -420,7 +425,10 @@ class GroupMembership(MemberOffsets):
         self.leader = response.leader_id == response.member_id
         self.state = MemberState.SYNCING
         self._heartbeat_ok_ms = now_ms
-        self._next_heartbeat_ms = now_ms + self.config.heartbeat_interval_ms
+        # Held heartbeats: one is held from the start of the generation, so that a rebalance
+        # starting right after this one (a cooperative second round) is learnt of at once.
+        self._next_heartbeat_ms = now_ms + (
+            0 if self.config.held_heartbeats else self.config.heartbeat_interval_ms)
         if self.leader and not response.skip_assignment:
             self._leading = response
             self._maybe_assign(now_ms, out)
@@ -515,14 +523,23 @@ class GroupMembership(MemberOffsets):
                 or self._has_inflight(RequestKind.HEARTBEAT)):
             return
         self._next_heartbeat_ms = None  # rearmed by the answer
+        self._heartbeat_sent_ms = now_ms
+        max_wait_ms = self.config.heartbeat_interval_ms if self.config.held_heartbeats else 0
         self._send(out, RequestKind.HEARTBEAT, HeartbeatRequest(
-            self.config.group_id, self.generation, self.member_id, self.config.group_instance_id))
+            self.config.group_id, self.generation, self.member_id, self.config.group_instance_id,
+            max_wait_ms))
 
     def _heartbeat_outcome(self, error: errors.StratalogError | None, now_ms: int,
                            out: Output) -> None:
         self._next_heartbeat_ms = now_ms + self.config.heartbeat_interval_ms
         if error is None:
             self._heartbeat_ok_ms = now_ms
+            if self.config.held_heartbeats:
+                # Held for its whole wait: the next at once (one is always held). Answered
+                # early (a server that does not hold them): the interval after the send, so
+                # such a server sees Kafka's schedule, never a busy loop.
+                self._next_heartbeat_ms = max(
+                    now_ms, self._heartbeat_sent_ms + self.config.heartbeat_interval_ms)
         elif isinstance(error, errors.RebalanceInProgressError):
             self._heartbeat_ok_ms = now_ms
             if self.state is MemberState.STABLE:
@@ -597,9 +614,12 @@ class GroupMembership(MemberOffsets):
         if self._poll_expired and pending.kind in (RequestKind.JOIN, RequestKind.SYNC):
             return  # the member is leaving: no generation of it may begin
         if pending.kind is RequestKind.HEARTBEAT and pending.generation != self.generation:
-            # An answer about a past generation (Kafka's generationUnchanged check).
+            # An answer about a past generation (Kafka's generationUnchanged check). A held one
+            # kept the new generation's first heartbeat back: send that at once.
             if not self._has_inflight(RequestKind.HEARTBEAT):
-                self._next_heartbeat_ms = now_ms + self.config.heartbeat_interval_ms
+                self._next_heartbeat_ms = now_ms + (
+                    0 if self.config.held_heartbeats else self.config.heartbeat_interval_ms)
+                self._maybe_heartbeat(now_ms, out)
             return
         if pending.kind is RequestKind.FIND:
             self._find_outcome(response, error, now_ms, out)

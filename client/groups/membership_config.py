@@ -27,6 +27,11 @@ class MembershipConfig:
 
     ``assignors``: the protocols offered, most preferred first (default: cooperative-sticky
     only); the rebalance protocol is COOPERATIVE when every one supports it, else EAGER.
+
+    ``held_heartbeats`` (ours, not Kafka's; docs/groups.md "Held heartbeats"): each Heartbeat
+    asks the coordinator to hold it up to ``heartbeat_interval_ms`` and the next is sent as soon
+    as it is answered, so a rebalance is learnt of in one round trip instead of at the next
+    interval. False: Kafka's schedule, one Heartbeat answered at once every interval.
     """
 
     group_id: str
@@ -42,6 +47,7 @@ class MembershipConfig:
     retry_backoff_ms: int = 100
     retry_backoff_max_ms: int = 1_000
     require_stable_offsets: bool = False  # read_committed consumers fetch stable offsets
+    held_heartbeats: bool = True
     assignors: tuple[PartitionAssignor, ...] = field(
         default_factory=lambda: (CooperativeStickyAssignor(),)
     )

@@ -145,10 +145,14 @@ class SyncGroupResponse:
 
 @dataclass(frozen=True, slots=True)
 class HeartbeatRequest:
+    """``max_wait_ms`` > 0: a held heartbeat, answered when the group rebalances or the wait
+    ends (docs/groups.md "Held heartbeats"); its deadline is max_wait_ms + the request timeout."""
+
     group_id: str
     generation_id: int
     member_id: str
     group_instance_id: str | None
+    max_wait_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,11 +13,12 @@ Invariants (:meth:`ClassicGroup.check` asserts them; the tests call it after eve
 * a pending (KIP-394) member id is not a member; pending-sync ids are members;
 * ``protocol_type`` is set while the group has members, and every member shares it;
 * in CompletingRebalance and Stable the group has members and a chosen protocol every member
-  supports; in Empty it has none.
+  supports; in Empty it has none;
+* in PreparingRebalance no member holds a heartbeat (the move there answered them).
 
 Crash behaviour: all of this is memory. What survives is the last :class:`GroupMetadataRecord`
 written for the group (:meth:`to_record`), from which :meth:`from_record` rebuilds an Empty or
-Stable group; parked requests and pending members are lost with the connections that sent them.
+Stable group; parked requests (held heartbeats included) and pending members are lost with the connections that sent them.
 
 Not thread-safe; the coordinator serialises every call.
 """
@@ -34,7 +35,7 @@ from .group_errors import (
     UnknownMemberIdError,
 )
 from .group_member import GroupMember
-from .group_messages import JoinGroupResponse, Reply, SyncGroupResponse
+from .group_messages import HeartbeatResponse, JoinGroupResponse, Reply, SyncGroupResponse
 from .group_records import GroupMetadataRecord, MemberMetadata
 from .group_state import GroupState
 
@@ -247,7 +248,7 @@ class ClassicGroup:
     ) -> tuple[GroupMember, list[Reply]]:
         """Give ``group_instance_id`` a new member id (a static member restarted).
 
-        The old id's parked join or sync, if any, is answered FENCED_INSTANCE_ID at once (it is
+        The old id's parked join, sync or held heartbeat is answered FENCED_INSTANCE_ID at once (it is
         a duplicate or a zombie). The new member keeps the old one's protocols, timeouts and
         assignment, and the leadership if the old one led. Returns it and the fencing replies.
         """
@@ -263,6 +264,9 @@ class ClassicGroup:
         if old.is_awaiting_sync:
             replies.append(Reply(old.sync_reply_to, SyncGroupResponse(fenced)))
             old.sync_reply_to = None
+        if old.is_holding_heartbeat:
+            replies.append(Reply(old.heartbeat_reply_to, HeartbeatResponse(fenced)))
+            old.heartbeat_reply_to = None
         new = GroupMember(
             member_id=new_member_id,
             group_instance_id=group_instance_id,
@@ -328,6 +332,23 @@ class ClassicGroup:
         member.join_reply_to = None
         self.awaiting_join_count -= 1
         return reply
+
+    def complete_heartbeat(self, member: GroupMember, response: object) -> Reply | None:
+        """Answer ``member``'s held heartbeat, if it has one."""
+        if not member.is_holding_heartbeat:
+            return None
+        reply = Reply(member.heartbeat_reply_to, response)
+        member.heartbeat_reply_to = None
+        return reply
+
+    def complete_heartbeats(self, response: object) -> list[Reply]:
+        """Answer every member's held heartbeat with ``response``."""
+        replies = []
+        for member in self.members.values():
+            reply = self.complete_heartbeat(member, response)
+            if reply is not None:
+                replies.append(reply)
+        return replies
 
     def complete_sync(self, member: GroupMember, response: object) -> Reply | None:
         """Answer ``member``'s parked SyncGroup, if it has one."""
@@ -415,5 +436,8 @@ class ClassicGroup:
             assert self.protocol_name is not None
             for member in self.members.values():
                 assert self.protocol_name in member.protocol_names
+        if self.state is GroupState.PREPARING_REBALANCE:
+            # Moving here answered every held heartbeat, and none is held while here.
+            assert not any(m.is_holding_heartbeat for m in self.members.values())
         if self.state is GroupState.EMPTY:
             assert not self.members

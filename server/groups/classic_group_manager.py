@@ -22,9 +22,14 @@ rebalances; heartbeats answer REBALANCE_IN_PROGRESS while one is under way. A st
 rebalance when the group is Stable and its protocols still select the same protocol (the old id
 is FENCED_INSTANCE_ID from then on).
 
+A held heartbeat (``max_wait_ms`` > 0; ours, docs/groups.md "Held heartbeats") is parked like a
+join and answered as soon as the group starts a rebalance, so members learn of it in one round
+trip instead of at their next heartbeat interval.
+
 Timers (keys of :class:`~.coordinator_effects.CoordinatorEffects`): ``("heartbeat", group,
-member)`` per member or pending member id, ``("join", group)`` while PreparingRebalance (the
-initial delay or the rebalance timeout), ``("sync", group)`` while SyncGroups are awaited.
+member)`` per member or pending member id, ``("held-heartbeat", group, member)`` while a
+member's heartbeat is held, ``("join", group)`` while PreparingRebalance (the initial delay or
+the rebalance timeout), ``("sync", group)`` while SyncGroups are awaited.
 
 Crash behaviour: memory only; what must survive is written through the effects' appends.
 Concurrency: not thread-safe; the coordinator serialises every call.
@@ -367,6 +372,11 @@ class ClassicGroupManager:
         group.transition_to(GroupState.PREPARING_REBALANCE, self._effects.now_ms)
         logger.info("group %s: preparing to rebalance from generation %d (%s)", group.group_id,
                     group.generation_id, reason)
+        # Held heartbeats tell their members now, not at their next heartbeat: the point of
+        # holding them (docs/groups.md "Held heartbeats").
+        self._effects.replies(group.complete_heartbeats(HeartbeatResponse(
+            RebalanceInProgressError(f"group {group.group_id} is rebalancing")
+        )))
         if not initial:
             if group.has_all_members_joined():
                 self._complete_join(group)
@@ -481,8 +491,10 @@ class ClassicGroupManager:
             )
             self._effects.add(group.complete_join(member, JoinGroupResponse(error, UNKNOWN_MEMBER_ID)))
             self._effects.add(group.complete_sync(member, SyncGroupResponse(error)))
+            self._effects.add(group.complete_heartbeat(member, HeartbeatResponse(error)))
         group.remove(member_id)
         self._effects.cancel(heartbeat_key(group, member_id))
+        self._effects.cancel(held_heartbeat_key(group, member_id))
 
     # -- SyncGroup -------------------------------------------------------------------------------
 
@@ -579,8 +591,34 @@ class ClassicGroupManager:
     # -- Heartbeat, LeaveGroup -------------------------------------------------------------------
 
     def heartbeat(self, request: HeartbeatRequest, reply_to: Hashable) -> None:
-        """Heartbeat: keeps the member's session; says whether a rebalance is under way."""
-        self._effects.reply(reply_to, HeartbeatResponse(self._heartbeat(request)))
+        """Heartbeat: keeps the member's session; says whether a rebalance is under way.
+
+        A held heartbeat (``max_wait_ms`` > 0) that would be answered OK is parked instead, for
+        ``min(max_wait_ms, session timeout / 2)``: the half leaves the member the other half of
+        its session to send the next one. It is answered REBALANCE_IN_PROGRESS when the group
+        starts a rebalance (:meth:`_prepare_rebalance`), with the member's error when it is
+        removed or fenced, NOT_COORDINATOR on unload, else OK when the wait ends. A member's
+        second held heartbeat answers its first OK (the client gave up on it).
+        """
+        assert reply_to is not None, "reply_to None cannot be told apart from no parked request"
+        error = self._heartbeat(request)
+        if error is not None or request.max_wait_ms <= 0:
+            self._effects.reply(reply_to, HeartbeatResponse(error))
+            return
+        group = self._groups[request.group_id]
+        member = group.members[request.member_id]
+        self._effects.add(group.complete_heartbeat(member, HeartbeatResponse(None)))
+        member.heartbeat_reply_to = reply_to
+        wait_ms = min(request.max_wait_ms, member.session_timeout_ms // 2)
+        member_id = member.member_id
+        self._effects.schedule(held_heartbeat_key(group, member_id), wait_ms,
+                               lambda: self._end_held_heartbeat(group, member_id, reply_to))
+
+    def _end_held_heartbeat(self, group: ClassicGroup, member_id: str, reply_to: Hashable) -> None:
+        """A held heartbeat's wait ended with nothing to tell: answer it OK."""
+        member = group.members.get(member_id)
+        if member is not None and member.heartbeat_reply_to == reply_to:
+            self._effects.add(group.complete_heartbeat(member, HeartbeatResponse(None)))
 
     def _heartbeat(self, request: HeartbeatRequest) -> GroupError | None:
         group = self._groups.get(request.group_id)
@@ -664,6 +702,10 @@ def _names(protocols: tuple[tuple[str, bytes], ...]) -> frozenset[str]:
 
 def heartbeat_key(group: ClassicGroup, member_id: str) -> TimerKey:
     return ("heartbeat", group.group_id, member_id)
+
+
+def held_heartbeat_key(group: ClassicGroup, member_id: str) -> TimerKey:
+    return ("held-heartbeat", group.group_id, member_id)
 
 
 def join_key(group: ClassicGroup) -> TimerKey:

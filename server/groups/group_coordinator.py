@@ -236,6 +236,7 @@ class GroupCoordinator:
                 self._effects.add(group.complete_join(member, JoinGroupResponse(error,
                                                                                 member.member_id)))
                 self._effects.add(group.complete_sync(member, SyncGroupResponse(error)))
+                self._effects.add(group.complete_heartbeat(member, HeartbeatResponse(error)))
         self._effects.fail_all_appends(error)
         self.groups.clear()
         self.offsets.clear()

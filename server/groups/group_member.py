@@ -3,7 +3,8 @@
 As Kafka's ``group-coordinator/src/main/java/org/apache/kafka/coordinator/group/classic/
 ClassicGroupMember.java``, with the parked JoinGroup/SyncGroup "futures" replaced by the
 caller's reply tokens (``join_reply_to``, ``sync_reply_to``): a member is *awaiting join* while
-its JoinGroup is parked and *awaiting sync* while its SyncGroup is. Completing one means emitting
+its JoinGroup is parked and *awaiting sync* while its SyncGroup is. ``heartbeat_reply_to`` is a
+held heartbeat (ours, not Kafka's: docs/groups.md "Held heartbeats"). Completing one means emitting
 a :class:`~.group_messages.Reply` for the token and clearing it; :class:`~.classic_group.
 ClassicGroup` does both, so its count of members awaiting join stays exact.
 
@@ -38,6 +39,9 @@ class GroupMember:
     assignment: bytes = b""
     join_reply_to: Hashable | None = None
     sync_reply_to: Hashable | None = None
+    #: The member's held heartbeat (at most one), answered when the group rebalances, the
+    #: member goes, or its wait ends.
+    heartbeat_reply_to: Hashable | None = None
     is_new: bool = False
 
     @property
@@ -51,6 +55,10 @@ class GroupMember:
     @property
     def is_awaiting_sync(self) -> bool:
         return self.sync_reply_to is not None
+
+    @property
+    def is_holding_heartbeat(self) -> bool:
+        return self.heartbeat_reply_to is not None
 
     @property
     def protocol_names(self) -> frozenset[str]:

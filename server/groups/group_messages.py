@@ -148,10 +148,16 @@ class SyncGroupResponse:
 
 @dataclass(frozen=True, slots=True)
 class HeartbeatRequest:
+    """A Heartbeat. ``max_wait_ms`` > 0 makes it a *held* heartbeat: the coordinator may hold
+    the answer up to ``min(max_wait_ms, session timeout / 2)``, answering at once when the group
+    starts a rebalance, the member is removed or fenced, or the coordinator unloads
+    (docs/groups.md "Held heartbeats"); 0 is Kafka's Heartbeat, answered at once."""
+
     group_id: str
     member_id: str
     generation_id: int
     group_instance_id: str | None = None
+    max_wait_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,8 +11,9 @@ status.py; requests about several groups or members answer an ErrorReason per it
 
 The member's client id is the call's ``x-client-id`` metadata ("" without one), its host the
 call's peer, as Kafka's coordinator records them for DescribeGroups. A JoinGroup or SyncGroup
-may wait for its group's rebalance: it is admitted as a waiting RPC (the per-connection,
-per-client and total limits of server/client_limits.py), as a long poll is.
+may wait for its group's rebalance, and a held Heartbeat (``max_wait_ms`` > 0, docs/groups.md
+"Held heartbeats") until its group rebalances: each is admitted as a waiting RPC (the
+per-connection, per-client and total limits of server/client_limits.py), as a long poll is.
 
 Concurrency: event-loop only.
 """
@@ -208,10 +209,17 @@ class GroupRpcs(RpcBase):
     async def Heartbeat(
         self, request: broker_pb2.HeartbeatRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.HeartbeatResponse:
-        response = await self._group_service().heartbeat(HeartbeatRequest(
+        if request.max_wait_ms < 0:
+            raise BadRequestError("max_wait_ms", f"{request.max_wait_ms}: must be >= 0")
+        heartbeat = HeartbeatRequest(
             request.group_id, request.member_id, request.generation_id,
-            _optional(request, "group_instance_id"),
-        ))
+            _optional(request, "group_instance_id"), request.max_wait_ms,
+        )
+        if request.max_wait_ms == 0:
+            response = await self._group_service().heartbeat(heartbeat)
+        else:
+            with self._limits.admit(call_origin(context), WaitingRpcKind.HELD_HEARTBEAT):
+                response = await self._group_service().heartbeat(heartbeat)
         _raise(response.error)
         return broker_pb2.HeartbeatResponse()
 

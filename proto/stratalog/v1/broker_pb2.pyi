@@ -970,16 +970,18 @@ class SyncGroupResponse(_message.Message):
     def __init__(self, protocol_type: _Optional[str] = ..., protocol_name: _Optional[str] = ..., assignment: _Optional[bytes] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("group_id", "generation_id", "member_id", "group_instance_id")
+    __slots__ = ("group_id", "generation_id", "member_id", "group_instance_id", "max_wait_ms")
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     GENERATION_ID_FIELD_NUMBER: _ClassVar[int]
     MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
     GROUP_INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    MAX_WAIT_MS_FIELD_NUMBER: _ClassVar[int]
     group_id: str
     generation_id: int
     member_id: str
     group_instance_id: str
-    def __init__(self, group_id: _Optional[str] = ..., generation_id: _Optional[int] = ..., member_id: _Optional[str] = ..., group_instance_id: _Optional[str] = ...) -> None: ...
+    max_wait_ms: int
+    def __init__(self, group_id: _Optional[str] = ..., generation_id: _Optional[int] = ..., member_id: _Optional[str] = ..., group_instance_id: _Optional[str] = ..., max_wait_ms: _Optional[int] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
     __slots__ = ()

@@ -134,7 +134,7 @@ class GroupPump:
         elif isinstance(request, m.HeartbeatRequest):
             out = c.heartbeat(s.HeartbeatRequest(
                 request.group_id, request.member_id, request.generation_id,
-                request.group_instance_id), token, now)
+                request.group_instance_id, request.max_wait_ms), token, now)
         elif isinstance(request, m.LeaveGroupRequest):
             out = c.leave_group(s.LeaveGroupRequest(request.group_id, tuple(
                 s.LeavingMember(x.member_id, x.group_instance_id, x.reason)

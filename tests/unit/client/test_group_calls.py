@@ -26,6 +26,9 @@ def test_requests_become_their_messages_field_for_field() -> None:
     dynamic = request_message(m.HeartbeatRequest("g", 3, "m-1", None))
     assert not dynamic.HasField("group_instance_id")
     assert dynamic == pb.HeartbeatRequest(group_id="g", generation_id=3, member_id="m-1")
+    held = request_message(m.HeartbeatRequest("g", 3, "m-1", None, 3_000))
+    assert held == pb.HeartbeatRequest(group_id="g", generation_id=3, member_id="m-1",
+                                       max_wait_ms=3_000)
     sync = m.SyncGroupRequest("g", 3, "m-1", None, "consumer", "range", (("m-1", b"a"),))
     assert request_message(sync) == pb.SyncGroupRequest(
         group_id="g", generation_id=3, member_id="m-1", protocol_type="consumer",

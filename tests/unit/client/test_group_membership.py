@@ -41,9 +41,11 @@ class Member:
     """One GroupMembership and the Output of its last call."""
 
     def __init__(self, **overrides) -> None:
+        # Kafka's heartbeat schedule unless a test asks for held heartbeats (their own tests).
         settings = dict(group_id="g", topics=("t",), heartbeat_interval_ms=HEARTBEAT_MS,
                         session_timeout_ms=SESSION_MS, max_poll_interval_ms=POLL_MS,
-                        auto_commit_interval_ms=COMMIT_MS, auto_offset_reset="earliest")
+                        auto_commit_interval_ms=COMMIT_MS, auto_offset_reset="earliest",
+                        held_heartbeats=False)
         settings.update(overrides)
         self.now = 0
         self.core = GroupMembership(MembershipConfig(**settings), self.now)
@@ -234,6 +236,69 @@ def test_heartbeats_every_interval_one_at_a_time() -> None:
     member.answer(beat, m.HeartbeatResponse())
     member.at(3 * HEARTBEAT_MS)
     assert m.HeartbeatRequest in member.sends()
+
+
+def held_member() -> tuple[Member, m.Send]:
+    """A member with held heartbeats, joined and synced; returns its first (held) Heartbeat,
+    sent with the SyncGroup as the generation starts."""
+    member = Member(held_heartbeats=True)
+    member.find()
+    member.join()
+    beat = member.sent(m.HeartbeatRequest)
+    assert beat.request.max_wait_ms == HEARTBEAT_MS and beat.request.generation_id == 1
+    member.sync((T0, T1))
+    member.fetch({T0: 10, T1: 10})
+    assert member.core.state is MemberState.STABLE
+    return member, beat
+
+
+def test_held_heartbeats_one_in_flight_the_next_as_soon_as_one_is_answered() -> None:
+    member, beat = held_member()
+    member.at(HEARTBEAT_MS + 1)
+    assert m.HeartbeatRequest not in member.sends()  # the held one is unanswered: no second
+    member.now = HEARTBEAT_MS + 5  # the coordinator held it its whole wait
+    member.answer(beat, m.HeartbeatResponse())
+    beat = member.sent(m.HeartbeatRequest)
+    assert beat.request.max_wait_ms == HEARTBEAT_MS
+    assert member.core.state is MemberState.STABLE
+
+
+def test_held_heartbeat_answered_early_ok_waits_out_the_interval() -> None:
+    # A server that does not hold heartbeats answers at once: Kafka's schedule, not a busy loop.
+    member, beat = held_member()
+    member.now = 10
+    member.answer(beat, m.HeartbeatResponse())
+    assert m.HeartbeatRequest not in member.sends()
+    assert member.out.next_deadline_ms == HEARTBEAT_MS
+    member.at(HEARTBEAT_MS)
+    assert member.sent(m.HeartbeatRequest).request.max_wait_ms == HEARTBEAT_MS
+
+
+def test_held_heartbeat_answered_rebalance_in_progress_rejoins_at_once() -> None:
+    member, beat = held_member()
+    member.now = 7  # long before the interval: the coordinator answered as the rebalance began
+    member.answer(beat, error=errors.RebalanceInProgressError("rebalancing"))
+    join = member.sent(m.JoinGroupRequest).request  # nothing handed out: nothing to commit
+    assert join.member_id == "m-1"
+    assert member.core.assignment == {T0, T1}  # cooperative: kept while rejoining
+
+
+def test_held_heartbeat_of_a_past_generation_answered_late_sends_the_new_ones_at_once() -> None:
+    # The member rejoins by itself while its heartbeat is held; the new generation's answer
+    # comes first, its first heartbeat waits for the old one, which is answered next.
+    member, beat = held_member()
+    member.out = member.core.subscribe(member.now, ["t", "u"])
+    member.join(generation=2)
+    assert m.HeartbeatRequest not in member.sends()  # one in flight at a time
+    member.answer(beat, error=errors.RebalanceInProgressError("rebalancing"))
+    assert member.sent(m.HeartbeatRequest).request.generation_id == 2
+
+
+def test_kafkas_schedule_sends_heartbeats_that_are_not_held() -> None:
+    member = Member()  # held_heartbeats=False
+    member.stable()
+    member.at(HEARTBEAT_MS)
+    assert member.sent(m.HeartbeatRequest).request.max_wait_ms == 0
 
 
 def test_no_heartbeat_answered_within_the_session_timeout_finds_the_coordinator_again() -> None:

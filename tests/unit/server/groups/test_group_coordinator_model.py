@@ -3,7 +3,8 @@ fall silent while the clock jumps; after every step the coordinator's invariants
 (GroupCoordinator.check(): one leader among the members, static members mapped, counts exact,
 timers set), and across steps: the generation only grows, every member of a Stable group has
 the assignment its leader gave it and no parked SyncGroup, no request is answered twice (the
-harness asserts it), and every committed offset a member was told is written is fetched back."""
+harness asserts it), every committed offset a member was told is written is fetched back, and
+a held heartbeat still waiting is its member's one in a group that is not rebalancing."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from hypothesis.stateful import (
 from stratalog.server.groups import (
     GroupConfig,
     GroupState,
+    HeartbeatRequest,
     JoinGroupResponse,
     LeavingMember,
     MemberIdRequiredError,
@@ -58,6 +60,7 @@ class GroupModel(RuleBasedStateMachine):
         self.acknowledged: dict[tuple[str, int], int] = {}
         self.commits: dict[int, tuple[tuple[str, int], int]] = {}  # token -> (partition, offset)
         self.next_offset = 0
+        self.held: set[int] = set()  # tokens of held heartbeats sent
 
     # -- what the clients learn ----------------------------------------------------------------
 
@@ -119,6 +122,17 @@ class GroupModel(RuleBasedStateMachine):
         if process.member_id:
             self.harness.heartbeat(process.member_id, process.generation,
                                    instance_id=process.instance_id)
+            self._learn()
+
+    @rule(i=st.integers(0, PROCESSES - 1), max_wait_ms=st.sampled_from([1_000, 4_000, 60_000]))
+    def held_heartbeat(self, i: int, max_wait_ms: int) -> None:
+        process = self.processes[i]
+        if process.member_id:
+            token = self.harness.token()
+            self.harness.run(self.harness.coordinator.heartbeat(HeartbeatRequest(
+                "g", process.member_id, process.generation, process.instance_id, max_wait_ms,
+            ), token, self.harness.now_ms))
+            self.held.add(token)
             self._learn()
 
     @rule(i=st.integers(0, PROCESSES - 1))
@@ -188,6 +202,21 @@ class GroupModel(RuleBasedStateMachine):
             assert member.assignment.endswith(f"@{group.generation_id}".encode()), (
                 member.member_id, member.assignment, group.generation_id
             )
+
+    @invariant()
+    def held_heartbeats_wait_only_in_a_group_not_rebalancing(self) -> None:
+        """An unanswered held heartbeat is its member's one, in a group not rebalancing: a
+        rebalance, a removal or a newer one answered every other."""
+        if not hasattr(self, "harness"):
+            return
+        waiting = {t for t in self.held if self.harness.answer(t) is None}
+        group = self.harness.coordinator.groups.get("g")
+        holders = {} if group is None else {
+            m.heartbeat_reply_to: m for m in group.members.values() if m.is_holding_heartbeat
+        }
+        assert waiting == holders.keys(), (waiting, holders.keys())
+        if waiting:
+            assert group is not None and group.state is not GroupState.PREPARING_REBALANCE
 
     @invariant()
     def acknowledged_commits_are_fetched(self) -> None:
