@@ -187,8 +187,9 @@ class GroupDriver:
             raise self._failure
         if self._no_offset is not None:
             raise self._no_offset[0]
-        if self._member is not None:
-            self._call(self._member.reader_polled)
+        member = self._member
+        if member is not None and not member.poll_noted(self._now_ms()):
+            self._call(member.reader_polled)
 
     async def commit(self, offsets: Mapping[TopicPartition, int] | None,
                      timeout_s: float | None) -> None:

@@ -194,6 +194,18 @@ class GroupMembership(MemberOffsets):
                 self._request_rejoin("the reader polled again after max_poll_interval_ms")
         return self._run(now_ms, event)
 
+    def poll_noted(self, now_ms: int) -> bool:
+        """The common case of :meth:`reader_polled`, on the hot path (once per batch handed
+        over): note the reader is alive, without an Output. True if noted; False when the full
+        :meth:`reader_polled` must run (the reader's poll had expired: it rejoins; or the member
+        failed or closed). The poll timer, armed for an earlier poll, then fires early, finds
+        the reader alive and is armed again: no timer is moved per batch (measured: a full
+        reader_polled per batch cost a group Consumer ~10% of its per-batch read CPU)."""
+        if self._poll_expired or self.failure is not None or self._closed:
+            return False
+        self._last_poll_ms = now_ms
+        return True
+
     def handed_out(self, tp: TopicPartition, next_offset: int, leader_epoch: int = -1) -> None:
         """The reader was handed records of ``tp`` up to ``next_offset`` (exclusive). No output:
         called per batch on the hot path; commits happen on the next event."""

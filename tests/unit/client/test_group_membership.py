@@ -498,6 +498,28 @@ def test_a_reader_that_stops_polling_leaves_and_rejoins_on_its_next_poll() -> No
     assert join.member_id == ""
 
 
+def test_a_noted_poll_keeps_the_reader_alive_without_an_output() -> None:
+    # The hot path's poll (poll_noted) moves no timer: the poll timer armed for the first poll
+    # fires, finds the later poll and is armed again; the member stays and leaves nothing.
+    member = Member()
+    member.stable()
+    first_deadline = member.core._last_poll_ms + POLL_MS + 1
+    member.now = POLL_MS // 2
+    assert member.core.poll_noted(member.now)
+    while member.now < POLL_MS + POLL_MS // 4:  # past the first poll's timeout
+        member.now = member.out.next_deadline_ms
+        member.out = member.core.tick(member.now)
+        if m.HeartbeatRequest in member.sends():
+            member.answer(member.sent(m.HeartbeatRequest), m.HeartbeatResponse())
+        assert m.LeaveGroupRequest not in member.sends()
+    assert member.now >= first_deadline and member.core.state is MemberState.STABLE
+    assert member.out.next_deadline_ms <= POLL_MS // 2 + POLL_MS + 1
+    # Once the poll expired, only the full reader_polled rejoins.
+    member.now += 2 * POLL_MS
+    member.out = member.core.tick(member.now)
+    assert not member.core.poll_noted(member.now)
+
+
 def test_close_commits_revokes_and_leaves_a_dynamic_member() -> None:
     member = Member()
     member.stable()
