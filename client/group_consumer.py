@@ -100,6 +100,9 @@ class GroupDriver:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at_ms: int | None = None
         self._failure: BaseException | None = None
+        #: The first error of an application's rebalance callback not raised to the reader yet
+        #: (raised once, at its next poll; the member goes on, as Kafka's consumer does).
+        self._callback_error: BaseException | None = None
         self._no_offset: tuple[errors.StratalogError, set[TopicPartition]] | None = None
         self._closed: asyncio.Future[None] = self._loop.create_future()
         self._metadata_task: asyncio.Task[None] | None = None
@@ -185,6 +188,9 @@ class GroupDriver:
         """A poll: raises the member's failure, or a pending NoOffsetForPartitionError."""
         if self._failure is not None:
             raise self._failure
+        if self._callback_error is not None:
+            error, self._callback_error = self._callback_error, None
+            raise error
         if self._no_offset is not None:
             raise self._no_offset[0]
         member = self._member
@@ -280,14 +286,14 @@ class GroupDriver:
         elif isinstance(action, m.PartitionsRevoked):
             consumer._remove_partitions(action.partitions)
             if self._on_revoked is not None and action.partitions:
-                self._on_revoked(action.partitions)
+                self._callback(self._on_revoked, action.partitions)
         elif isinstance(action, m.PartitionsLost):
             consumer._remove_partitions(action.partitions)
             if self._on_lost is not None and action.partitions:
-                self._on_lost(action.partitions)
+                self._callback(self._on_lost, action.partitions)
         elif isinstance(action, m.PartitionsAssigned):
             if self._on_assigned is not None:
-                self._on_assigned(action.added)
+                self._callback(self._on_assigned, action.added)
         elif isinstance(action, m.StartPositions):
             for tp, (offset, _epoch) in action.committed.items():
                 consumer._add_partition(tp, offset)
@@ -310,6 +316,21 @@ class GroupDriver:
             self._fail(action.error)
         elif isinstance(action, m.Closed) and not self._closed.done():
             self._closed.set_result(None)
+
+    def _callback(self, callback: Callable[[frozenset[TopicPartition]], object],
+                  partitions: frozenset[TopicPartition]) -> None:
+        """An application's rebalance callback. Its error does not stop the member (the
+        assignment already changed): it is logged and raised once to the reader at its next
+        poll, as Kafka's ConsumerCoordinator raises a listener's error from poll() while the
+        consumer stays in the group (an exception left to stop the member stopped its
+        heartbeats and left it in the group until its session timeout)."""
+        try:
+            callback(partitions)
+        except Exception as err:
+            logger.exception("group %s: a rebalance callback failed", self.group_id)
+            if self._callback_error is None:
+                self._callback_error = err
+            self._consumer._wake_reader()
 
     def _fail(self, error: BaseException) -> None:
         if self._failure is None:

@@ -594,7 +594,7 @@ async def test_several_topics_without_a_group(group_server: ServerProcess) -> No
                 break
 
 
-async def test_a_failing_rebalance_callback_is_raised_to_the_reader(
+async def test_a_failing_rebalance_callback_is_raised_once_and_the_member_goes_on(
     group_server: ServerProcess,
 ) -> None:
     async with Client(group_server.target) as client:
@@ -604,12 +604,20 @@ async def test_a_failing_rebalance_callback_is_raised_to_the_reader(
             raise RuntimeError(f"cannot take {len(partitions)} partitions")
 
         consumer = Consumer(client, topics=["bad-callback"], group_id="g-bad-callback",
-                            on_partitions_assigned=refuse, **FAST)
+                            on_partitions_assigned=refuse, auto_offset_reset="earliest", **FAST)
         try:
             with pytest.raises(RuntimeError, match="cannot take 6 partitions"):
                 await asyncio.wait_for(_first_record(consumer), BOUND_S)
+            # Raised once, as Kafka's poll() raises a listener's error: the member stayed in
+            # the group with its partitions, and the reader goes on reading them.
+            await asyncio.wait_for(_first_record(consumer), BOUND_S)
+            assert len(consumer.assignment()) == PARTITIONS
+            (described,) = await client.describe_groups(["g-bad-callback"])
+            assert (described.state, len(described.members)) == ("Stable", 1)
         finally:
             await asyncio.wait_for(consumer.close(), BOUND_S)
+        (described,) = await client.describe_groups(["g-bad-callback"])
+        assert described.members == ()  # close() left the group
 
 
 async def test_a_members_client_id_is_the_clients(group_server: ServerProcess) -> None:
