@@ -312,43 +312,30 @@ CORRUPT_FLAGS = (*SERVER_FLAGS[:4], "--offsets-topic-num-partitions", "1")
 COMMITS = {"g-before": 3, "g-corrupt": 4, "g-after": 5}
 
 
-async def test_a_commit_value_that_does_not_decode_is_skipped_at_load(
-    start_server: Callable[..., ServerProcess], tmp_path: Path,
+@pytest.mark.parametrize(("recompute_crc", "skipped"), [
+    # A value that does not decode in a batch whose CRC holds: the record is skipped.
+    (True, "skipping the record at offset {offset}, which does not decode"),
+    # A batch whose CRC fails after a clean stop: storage recovery does not read the segments,
+    # so it reaches the coordinator's load, which skips the whole batch (its one record) with a
+    # log line naming its offsets and loads the rest (before the fix, the load stopped and every
+    # group of the partition answered COORDINATOR_LOAD_IN_PROGRESS for good).
+    (False, "skipping the batch at offsets {offset}-{offset}, which does not decode"),
+], ids=["record", "batch-crc"])
+async def test_a_commit_that_does_not_decode_is_skipped_at_load(
+    start_server: Callable[..., ServerProcess], tmp_path: Path, recompute_crc: bool,
+    skipped: str,
 ) -> None:
     data_dir = tmp_path / "data"
     server = await _server_with_commits(start_server, data_dir)
     assert server.stop(signal.SIGTERM) == 0
     offset = _damage_commit_value(_offsets_segment(data_dir), "g-corrupt", TOPIC,
-                                  recompute_crc=True)
+                                  recompute_crc=recompute_crc)
     server = start_server(data_dir, *CORRUPT_FLAGS)
     assert await _committed(server.target, "g-before") == 3
     assert await _committed(server.target, "g-after") == 5
     assert await _committed(server.target, "g-corrupt") is None
-    assert (f"__consumer_offsets-0: skipping the record at offset {offset}, which does not "
-            "decode") in server.log_text()
+    assert f"__consumer_offsets-0: {skipped.format(offset=offset)}" in server.log_text()
     # The group is usable again: a new commit is kept.
-    await _simple_commits(server.target, {"g-corrupt": 6})
-    assert await _committed(server.target, "g-corrupt") == 6
-
-
-async def test_a_batch_failing_its_crc_after_a_clean_stop_is_skipped_at_load(
-    start_server: Callable[..., ServerProcess], tmp_path: Path,
-) -> None:
-    """After a clean stop, storage recovery does not read the segments: the batch whose CRC
-    fails reaches the coordinator's load, which skips the whole batch (its one record) with a
-    log line naming its offsets and loads the rest (before the fix, the load stopped and every
-    group of the partition answered COORDINATOR_LOAD_IN_PROGRESS for good)."""
-    data_dir = tmp_path / "data"
-    server = await _server_with_commits(start_server, data_dir)
-    assert server.stop(signal.SIGTERM) == 0
-    offset = _damage_commit_value(_offsets_segment(data_dir), "g-corrupt", TOPIC,
-                                  recompute_crc=False)
-    server = start_server(data_dir, *CORRUPT_FLAGS)
-    assert await _committed(server.target, "g-before") == 3
-    assert await _committed(server.target, "g-after") == 5
-    assert await _committed(server.target, "g-corrupt") is None
-    assert (f"__consumer_offsets-0: skipping the batch at offsets {offset}-{offset}, which does "
-            "not decode") in server.log_text()
     await _simple_commits(server.target, {"g-corrupt": 6})
     assert await _committed(server.target, "g-corrupt") == 6
 

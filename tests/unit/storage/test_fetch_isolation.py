@@ -362,35 +362,42 @@ def test_the_cut_is_the_header_walk_then_a_copy(seed: int) -> None:
         assert (bytes(through.data), *through[1:]) == (expected[0], *expected[1:], ())
 
 
+def _live_log(tmp_path, rng: random.Random) -> PartitionLog:
+    """A partition log of 40 random steps over several segments: plain batches, transactional
+    ones of three producers, their COMMIT and ABORT markers (some left open), and a high
+    watermark below the log end."""
+    log = PartitionLog.open(tmp_path / "t-0", {"segment.bytes": rng.choice([700, 4000, 1 << 20])},
+                            time_ms=lambda: T0)
+    sequences = [0, 0, 0]
+    open_txn = [False, False, False]
+    for _ in range(40):
+        producer_id = rng.randrange(3)
+        if open_txn[producer_id] and rng.random() < 0.3:
+            log.write_txn_marker(producer_id, 0, 0, commit=rng.random() < 0.5)
+            open_txn[producer_id] = False
+            continue
+        count = rng.randrange(1, 6)
+        records = [(T0, b"k", b"v" * rng.randrange(60), ())] * count
+        if rng.random() < 0.6:
+            log.append(build_batch(records, producer_id=producer_id, producer_epoch=0,
+                                   base_sequence=sequences[producer_id], is_transactional=True))
+            sequences[producer_id] += count
+            open_txn[producer_id] = True
+        else:
+            log.append(build_batch(records))
+    log.update_high_watermark(rng.randrange(log.log_end_offset // 2, log.log_end_offset + 1))
+    return log
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_a_logs_bounded_fetch_is_its_whole_read_cut(tmp_path, seed: int) -> None:
     """On live logs (transactions over several segments, a high watermark below the log end):
     a fetch bounded by the high watermark or the LSO is the unbounded read cut by the header
     walk, and decodes (the RECORDS answer) to what those bytes, copied, decode to."""
     rng = random.Random(seed)
-    log = PartitionLog.open(tmp_path / "t-0", {"segment.bytes": rng.choice([700, 4000, 1 << 20])},
-                            time_ms=lambda: T0)
-    sequences = [0, 0, 0]
-    open_txn = [False, False, False]
+    log = _live_log(tmp_path, rng)
     try:
-        for _ in range(40):
-            producer_id = rng.randrange(3)
-            if open_txn[producer_id] and rng.random() < 0.3:
-                log.write_txn_marker(producer_id, 0, 0, commit=rng.random() < 0.5)
-                open_txn[producer_id] = False
-                continue
-            count = rng.randrange(1, 6)
-            records = [(T0, b"k", b"v" * rng.randrange(60), ())] * count
-            if rng.random() < 0.6:
-                log.append(build_batch(records, producer_id=producer_id, producer_epoch=0,
-                                       base_sequence=sequences[producer_id],
-                                       is_transactional=True))
-                sequences[producer_id] += count
-                open_txn[producer_id] = True
-            else:
-                log.append(build_batch(records))
         end = log.log_end_offset
-        log.update_high_watermark(rng.randrange(end // 2, end + 1))
         for _ in range(60):
             offset = rng.randrange(0, end + 1)
             max_bytes = rng.choice([0, 100, 1000, 1 << 20])
@@ -428,29 +435,9 @@ def test_a_logs_take_records_is_its_fetch_then_the_slicing(tmp_path, seed: int) 
     watermark below the log end): the one walk gives what the fetch's whole batches, sliced
     without a cut, give, and counts the fetch's bytes."""
     rng = random.Random(seed)
-    log = PartitionLog.open(tmp_path / "t-0", {"segment.bytes": rng.choice([700, 4000, 1 << 20])},
-                            time_ms=lambda: T0)
-    sequences = [0, 0, 0]
-    open_txn = [False, False, False]
+    log = _live_log(tmp_path, rng)
     try:
-        for _ in range(40):
-            producer_id = rng.randrange(3)
-            if open_txn[producer_id] and rng.random() < 0.3:
-                log.write_txn_marker(producer_id, 0, 0, commit=rng.random() < 0.5)
-                open_txn[producer_id] = False
-                continue
-            count = rng.randrange(1, 6)
-            records = [(T0, b"k", b"v" * rng.randrange(60), ())] * count
-            if rng.random() < 0.6:
-                log.append(build_batch(records, producer_id=producer_id, producer_epoch=0,
-                                       base_sequence=sequences[producer_id],
-                                       is_transactional=True))
-                sequences[producer_id] += count
-                open_txn[producer_id] = True
-            else:
-                log.append(build_batch(records))
         end = log.log_end_offset
-        log.update_high_watermark(rng.randrange(end // 2, end + 1))
         for _ in range(60):
             offset = rng.randrange(0, end + 1)
             max_records = rng.choice([1, 2, 7, 1000])
