@@ -21,6 +21,13 @@ into a front end.
 """
 
 from .partition import Partition
-from .replica_manager import ACKS_ALL, FetchResult, ReplicaManager
+from .replica_manager import (
+    ACKS_ALL,
+    FetchResult,
+    PartitionRead,
+    PartitionReadResult,
+    ReplicaManager,
+)
 
-__all__ = ["ACKS_ALL", "FetchResult", "Partition", "ReplicaManager"]
+__all__ = ["ACKS_ALL", "FetchResult", "Partition", "PartitionRead", "PartitionReadResult",
+           "ReplicaManager"]
