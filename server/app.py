@@ -10,8 +10,8 @@ Life of a server process (``stratalog serve``)::
     raise the soft RLIMIT_NOFILE to the hard one; lower the descriptor reservations the user
         did not set when the limit is low (server/open_files_fit.py, one warning)
     open the LogManager (locks the log dirs, recovers after an unclean shutdown), its share of
-        RLIMIT_NOFILE computed after the connection caps (max_connections and
-        metrics_connections_max: connections_reserved)
+        RLIMIT_NOFILE computed after the connection caps (max_connections,
+        metrics_connections_max, kafka_connections_max: open_files_fit.connections_reserved)
     open the TransactionCoordinator: replay __transaction_state (without recovery where the
         directory's clean-shutdown marker was found), complete the commits and aborts a crash
         left half-written (their markers go to the LogManager's partitions)
@@ -96,7 +96,7 @@ from stratalog.server.garbage_collector import freeze_loaded_objects, set_young_
 from stratalog.server.group_service import GroupService
 from stratalog.server.metrics import ServerMetrics
 from stratalog.server.metrics_endpoint import MetricsEndpoint, MetricsEndpointLimits
-from stratalog.server.open_files_fit import fit_to_open_files_limit
+from stratalog.server.open_files_fit import connections_reserved, fit_to_open_files_limit
 from stratalog.server.pid_file import PidFile, PidFileError
 from stratalog.server.rpc.authentication import AuthenticationInterceptor
 from stratalog.server.rpc.authorization import AuthorizationInterceptor
@@ -815,6 +815,8 @@ class Server:
             recovered_segments=log_manager.recovered_segments,
             open_files_limit=log_manager.descriptor_budget.limit,
             partitions_max=log_manager.descriptor_budget.partitions_max,
+            kafka=(f"{self.kafka.address.host}:{self.kafka.port}" if self.kafka is not None
+                   else None),
         )
 
     def held_for_waiting_rpcs_bytes(self) -> int:
@@ -1055,15 +1057,6 @@ def client_limit_options(settings: Settings) -> list[tuple[str, int]]:
         ("grpc.max_allowed_incoming_connections", settings.max_connections),
         ("grpc.max_connection_idle_ms", settings.connections_max_idle_ms),
     ]
-
-
-def connections_reserved(settings: Settings) -> int:
-    """Descriptors the server's connections may hold at once, which the storage's share of
-    ``RLIMIT_NOFILE`` leaves out (server/storage/descriptor_budget.py): one per gRPC connection
-    (``max_connections``) and per metrics connection (``metrics_connections_max``, when the
-    endpoint is on)."""
-    metrics = settings.metrics_connections_max if settings.metrics_port >= 0 else 0
-    return settings.max_connections + metrics
 
 
 def metrics_endpoint_limits(settings: Settings) -> MetricsEndpointLimits:
