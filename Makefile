@@ -29,7 +29,7 @@ CLUSTER_FLAGS ?=
 .NOTPARALLEL: test
 
 help:
-	@echo "make run     install what serving needs into .venv, start the server (data in $(DATA_DIR), 127.0.0.1:50051)"
+	@echo "make run     install what serving needs into .venv, start the server (data in $(DATA_DIR), gRPC 127.0.0.1:50051, Kafka 127.0.0.1:9092)"
 	@echo "make cluster install etcd too, start a local etcd and three servers in cluster mode (127.0.0.1:50051-50053, data in $(CLUSTER_DATA_DIR)); Ctrl-C stops them"
 	@echo "make test    install the test and Spark dependencies too, lint, run every test (unit, integration, crash, cluster, Spark): in parallel, then the serial ones"
 	@echo "make lint    ruff and the import-linter contracts"
