@@ -117,6 +117,7 @@ from stratalog.server.settings import (
     SettingsError,
     configure_logging,
     describe,
+    parse_address,
     reload_settings,
 )
 from stratalog.server.startup_banner import ServingFacts, banner_lines
@@ -978,6 +979,9 @@ def _check_ports_free(settings: Settings) -> None:
     # port someone chose must be free.
     if settings.metrics_port > 0 and settings.given("metrics_port"):
         ports.append((settings.metrics_listen_host, settings.metrics_port, " (the metrics port)"))
+    if settings.kafka_listen and settings.given("kafka_listen"):
+        kafka = parse_address(settings.kafka_listen)
+        ports.append((kafka.host, kafka.port, " (the Kafka port, kafka_listen)"))
     for host, port, what in ports:
         if port == 0:
             continue
