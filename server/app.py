@@ -61,8 +61,8 @@ the coordinator writes its transaction markers through it
 (:meth:`~stratalog.server.broker.ReplicaManager.write_txn_markers`), as every other writer does,
 and the Broker servicer and, in cluster mode, the replica roles sit on it.
 
-The two lines printed on stdout are an interface: tests and scripts read the bound ports from
-them (``listening on`` and ``metrics on``).
+The lines printed on stdout are an interface: tests and scripts read the bound ports from
+them (``listening on``, ``metrics on``, then ``kafka on``: the Kafka listener, server/kafka/).
 """
 
 from __future__ import annotations
@@ -78,6 +78,7 @@ import socket
 import ssl
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -131,6 +132,7 @@ if TYPE_CHECKING:
     from stratalog.server.cluster.peer_channels import PeerChannels
     from stratalog.server.cluster.replica_roles import ReplicaRoles
     from stratalog.server.cluster.session import EtcdSession
+    from stratalog.server.kafka import KafkaListener
     from stratalog.server.rpc.replication_service import ReplicationService
     from stratalog.server.storage.log_manager import LogManager
     from stratalog.server.transactions import TransactionConfig, TransactionCoordinator
@@ -196,6 +198,8 @@ class Server:
             ),
         )
         self._grpc: grpc.aio.Server | None = None
+        #: The Kafka protocol's listener (server/kafka/), from _start_serving; None without one.
+        self.kafka: KafkaListener | None = None
         self._health: health.aio.HealthServicer | None = None
         self._service: BrokerService | None = None
         self._endpoint: MetricsEndpoint | None = None  # from _start_serving
@@ -430,6 +434,8 @@ class Server:
         # (requests meanwhile are COORDINATOR_LOAD_IN_PROGRESS).
         await self.groups.start()
         await self._grpc.start()
+        if settings.kafka_listen:
+            await self._start_kafka()
         if settings.cluster:
             await self._join_cluster()
         for service in ("", SERVICE_NAME):
@@ -469,6 +475,37 @@ class Server:
             logger.info("log cleaner started (log.cleaner.threads=%s)",
                         settings.log_defaults.get("log.cleaner.threads", "1"))
         self._maintenance = asyncio.create_task(self._maintain(), name="stratalog-maintenance")
+
+    async def _start_kafka(self) -> None:
+        """Bind the Kafka listener over the same serving layer, coordinators and security as
+        the gRPC service. A default port that is taken gives way to a free one (printed), as
+        the metrics port does; a port someone chose must bind."""
+        from stratalog.server.kafka import KafkaListener, KafkaServices
+        from stratalog.server.storage.meta_properties import read_meta_properties
+
+        assert self.replica_manager and self.log_manager and self.groups and self.coordinator
+        assert self._limits is not None
+        settings = self.settings
+        services = KafkaServices(
+            self.replica_manager, self.log_manager, self.groups, self.coordinator, settings,
+            self.metrics, self._executor, self._limits, self.quotas, self.authorizer,
+            advertised=lambda: listener.advertised(),
+            time_ms=lambda: int(time.time() * 1000),
+            cluster_id=getattr(read_meta_properties(Path(settings.log_dirs[0])), "cluster_id",
+                               None),
+        )
+        listener = self.kafka = KafkaListener(
+            services, self._tls.ssl_context if self._tls is not None else None)
+        try:
+            await listener.start()
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE or settings.given("kafka_listen"):
+                raise StartupError(f"cannot listen for Kafka clients on {settings.kafka_listen}:"
+                                   f" {exc}") from exc
+            await listener.start(port=0)
+            logger.warning("the default Kafka port %d is in use on %s: serving Kafka clients on"
+                           " port %d instead; set kafka_listen to choose one",
+                           listener.address.port, listener.address.host, listener.port)
 
     async def _start_metrics(self, port: int) -> int:
         """Start the metrics endpoint on ``port`` of the metrics host; the port bound.
@@ -857,6 +894,8 @@ class Server:
             self.groups.begin_shutdown()  # parked JoinGroups and SyncGroups: NOT_COORDINATOR
         if self.replica_roles is not None:
             self.replica_roles.begin_shutdown()
+        if self.kafka is not None:
+            await self.kafka.stop()
         if self._grpc is not None:
             await self._grpc.stop(grace_s)
         await self._close_everything()
@@ -878,6 +917,9 @@ class Server:
             self._maintenance = None
         if self._grpc is not None:
             await self._grpc.stop(0)
+        kafka, self.kafka = self.kafka, None
+        if kafka is not None:
+            await kafka.stop()
         groups, self.groups = self.groups, None
         if groups is not None:
             await groups.close()  # before the logs close: its writer appends to them
@@ -1120,6 +1162,9 @@ async def _serve(server: Server, settings: Settings, stop: asyncio.Event, out: T
         scheme = "https" if settings.tls_enabled else "http"
         print(f"stratalog: metrics on {scheme}://{settings.metrics_listen_host}:"
               f"{server.metrics_port}/metrics", file=out, flush=True)
+    if server.kafka is not None:
+        print(f"stratalog: kafka on {server.kafka.address.host}:{server.kafka.port}", file=out,
+              flush=True)
     await stop.wait()
     try:
         await server.stop()

@@ -115,6 +115,43 @@ class Settings:
         "127.0.0.1:50051",
         "gRPC listen address HOST:PORT; port 0 binds a free port and the server prints it",
     )
+    kafka_listen: str = _setting(
+        "127.0.0.1:9092",
+        "Kafka protocol listen address HOST:PORT (kcat, librdkafka, kafka-python, aiokafka reach"
+        " the same logs there: docs/kafka-protocol.md); port 0 binds a free port; empty = no"
+        " Kafka listener. When the default port is taken and this was not set, a free port is"
+        " bound and printed",
+    )
+    kafka_advertised_listen: str = _setting(
+        "",
+        "HOST:PORT Kafka clients reach this server at, in Metadata answers (Kafka's"
+        " advertised.listeners); empty = the Kafka listen host and the port bound",
+    )
+    kafka_request_bytes_max: int = _setting(
+        100 * _MIB,
+        "largest Kafka request the server reads (Kafka's socket.request.max.bytes); a larger"
+        " size prefix closes the connection before a byte of it is buffered",
+        1,
+    )
+    kafka_queued_request_bytes_max: int = _setting(
+        256 * _MIB,
+        "bytes of Kafka requests being read or served at once, every connection together"
+        " (Kafka's queued.max.request.bytes); past it connections are not read until"
+        " requests are answered",
+        1,
+    )
+    kafka_queued_requests_per_connection_max: int = _setting(
+        16,
+        "requests one Kafka connection may have read ahead while one is served (answered in"
+        " order, one at a time, as Kafka does); past it the connection is not read",
+        1,
+    )
+    kafka_connections_max: int = _setting(
+        1024,
+        "Kafka connections open at once, all clients (Kafka's max.connections); one more is"
+        " closed as it is accepted",
+        1,
+    )
     log_dirs: tuple[str, ...] = _setting(
         ("./data",), "log directories (Kafka's log.dirs); each holds partition directories"
     )
@@ -739,6 +776,15 @@ class Settings:
             parse_address(self.listen)
         except ValueError as exc:
             raise SettingsError(f"setting 'listen': {exc}") from None
+        for name in ("kafka_listen", "kafka_advertised_listen"):
+            value = getattr(self, name)
+            if value:
+                try:
+                    parse_address(value)
+                except ValueError as exc:
+                    raise SettingsError(f"setting '{name}': {exc}") from None
+        if self.kafka_advertised_listen and parse_address(self.kafka_advertised_listen).port == 0:
+            raise SettingsError("setting 'kafka_advertised_listen' needs a real port, not 0")
         if not self.log_dirs or any(not d for d in self.log_dirs):
             raise SettingsError(f"setting 'log_dirs' needs at least one non-empty path, got "
                                 f"{list(self.log_dirs)}")

@@ -25,7 +25,13 @@ into a front end.
 
 from .admin_manager import AdminManager, ConfigOp, DescribedTopic
 from .partition import Partition
-from .replica_manager import ACKS_ALL, FetchResult, ReplicaManager
+from .replica_manager import (
+    ACKS_ALL,
+    FetchResult,
+    PartitionRead,
+    PartitionReadResult,
+    ReplicaManager,
+)
 
 __all__ = ["ACKS_ALL", "AdminManager", "ConfigOp", "DescribedTopic", "FetchResult", "Partition",
-           "ReplicaManager"]
+           "PartitionRead", "PartitionReadResult", "ReplicaManager"]

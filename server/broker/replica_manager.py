@@ -78,7 +78,7 @@ if TYPE_CHECKING:
     from stratalog.server.storage.time_index import TimestampOffset
     from stratalog.server.transactions import TransactionCoordinator
 
-__all__ = ["ACKS_ALL", "FetchResult", "ReplicaManager"]
+__all__ = ["ACKS_ALL", "FetchResult", "PartitionRead", "PartitionReadResult", "ReplicaManager"]
 
 logger = logging.getLogger(__name__)
 
@@ -105,6 +105,26 @@ class FetchResult(NamedTuple):
     fetched: FetchedBatches | SlicedWalk
 
 
+class PartitionRead(NamedTuple):
+    """One partition of a multi-partition fetch (:meth:`ReplicaManager.fetch_messages`)."""
+
+    topic: str
+    partition: int
+    offset: int
+    max_bytes: int
+
+
+class PartitionReadResult(NamedTuple):
+    """What :meth:`ReplicaManager.fetch_messages` read of one partition: the batches and the
+    log they came from (its high watermark, log start and LSO read after the data), or the
+    error that partition met (the others are read regardless)."""
+
+    read: PartitionRead
+    log: PartitionLog | None
+    fetched: FetchedBatches | None
+    error: Exception | None
+
+
 def client_out_of_range(
     topic: str, partition: int, offset: int, exc: OffsetOutOfRangeError
 ) -> OffsetOutOfRangeError:
@@ -117,6 +137,27 @@ def client_out_of_range(
         log_start_offset=exc.log_start_offset,
         log_end_offset=exc.log_end_offset,
     )
+
+
+def _nothing_read(offset: int) -> FetchedBatches:
+    from stratalog.server.storage.segment import FetchedBatches
+
+    return FetchedBatches(b"", offset, 0)
+
+
+async def _wait_any(signals: list[asyncio.Event], timeout_s: float) -> None:
+    """Wait until one of ``signals`` is set or ``timeout_s`` passed."""
+    if len(signals) == 1:
+        await Partition.wait(signals[0], timeout_s)
+        return
+    if any(signal.is_set() for signal in signals):
+        return
+    waiters = [asyncio.ensure_future(signal.wait()) for signal in dict.fromkeys(signals)]
+    try:
+        await asyncio.wait(waiters, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
 
 
 def _upper_bound(partition_log: PartitionLog) -> int | None:
@@ -685,6 +726,96 @@ class ReplicaManager:
             if waiting is not None:
                 waiting.release()
         return FetchResult(partition_log, fetched)
+
+    async def fetch_messages(
+        self,
+        reads: list[PartitionRead],
+        isolation_level: IsolationLevel,
+        *,
+        max_bytes: int,
+        min_bytes: int = 0,
+        max_wait_ms: int = 0,
+        admit_wait: Callable[[], Releasable] | None = None,
+    ) -> list[PartitionReadResult]:
+        """Kafka's ``fetchMessages`` for a consumer's multi-partition fetch (the Kafka front
+        end's Fetch): read every partition of ``reads`` on its leader, each at most its own
+        ``max_bytes`` and all together about ``max_bytes`` (the first partition with data
+        gives at least one whole batch, KIP-74; once the total is reached the others are
+        answered without data, to be fetched next time); if fewer than ``min_bytes`` (at
+        least one) came, no partition failed and ``max_wait_ms`` allows, wait for a write to
+        any of them and read them all again (the delayed fetch).
+
+        A partition's error (not the leader, unknown, offset out of range in the client's
+        terms) is its result's, never the call's. A long poll takes a slot from
+        ``admit_wait`` when it first waits and gives it back when it answers.
+        """
+        enough_bytes = max(1, min(min_bytes, max_bytes))
+        loop = asyncio.get_running_loop() if max_wait_ms else None
+        deadline = loop.time() + max_wait_ms / 1000 if loop is not None else 0.0
+        waiting: Releasable | None = None
+        try:
+            while True:
+                signals: list[asyncio.Event] = []
+                results = await self._read_partitions(reads, isolation_level, max_bytes,
+                                                      signals)
+                read_bytes = sum(len(r.fetched.data) for r in results if r.fetched is not None)
+                failed = any(r.error is not None for r in results)
+                if (read_bytes >= enough_bytes or failed or loop is None or not signals
+                        or self.shutting_down):
+                    return results
+                remaining_s = deadline - loop.time()
+                if remaining_s <= 0:
+                    return results
+                if waiting is None and admit_wait is not None:
+                    waiting = admit_wait()
+                await _wait_any(signals, remaining_s)
+        finally:
+            if waiting is not None:
+                waiting.release()
+
+    async def _read_partitions(
+        self, reads: list[PartitionRead], isolation_level: IsolationLevel, max_bytes: int,
+        signals: list[asyncio.Event],
+    ) -> list[PartitionReadResult]:
+        """One pass of :meth:`fetch_messages`: every partition read once; the wake-up event
+        of each partition served here is appended to ``signals`` (taken before its read)."""
+        results: list[PartitionReadResult] = []
+        remaining = max_bytes
+        first = True
+        for read in reads:
+            try:
+                self.leader(read.topic, read.partition)
+                partition_log, state = self.get_partition(read.topic, read.partition)
+                signals.append(state.signal())
+                if remaining <= 0:
+                    fetched = _nothing_read(read.offset)
+                else:
+                    limit = min(read.max_bytes, remaining)
+                    fetched = await self._read_one(read, partition_log, limit,
+                                                   isolation_level, first)
+                size = len(fetched.data)
+                if size:
+                    first = False
+                    remaining -= size
+                results.append(PartitionReadResult(read, partition_log, fetched, None))
+            except Exception as exc:
+                results.append(PartitionReadResult(read, None, None, exc))
+        return results
+
+    async def _read_one(
+        self, read: PartitionRead, partition_log: PartitionLog, max_bytes: int,
+        isolation_level: IsolationLevel, min_one_message: bool,
+    ) -> FetchedBatches:
+        call = functools.partial(
+            partition_log.fetch, read.offset, max_bytes, min_one_message=min_one_message,
+            isolation_level=isolation_level, upper_bound=_upper_bound(partition_log),
+        )
+        try:
+            if self.reads_inline(partition_log, read.offset, max_bytes):
+                return call()
+            return await self._blocking(call)
+        except OffsetOutOfRangeError as exc:
+            raise client_out_of_range(read.topic, read.partition, read.offset, exc) from None
 
     async def fetch_by_timestamp(
         self,

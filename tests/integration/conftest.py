@@ -63,6 +63,7 @@ BOMB_BATCHES = 498
 BOMB_RECORD_BYTES = 63 << 20
 _LISTENING = re.compile(r"^stratalog: listening on (\S+):(\d+)$")
 _METRICS = re.compile(r"^stratalog: metrics on https?://(\S+):(\d+)/metrics$")
+_KAFKA = re.compile(r"^stratalog: kafka on (\S+):(\d+)$")
 
 
 @dataclass
@@ -75,10 +76,17 @@ class ServerProcess:
     port: int
     metrics_port: int | None
     args: list[str] = field(default_factory=list)
+    kafka_port: int | None = None
 
     @property
     def target(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        """``"127.0.0.1:PORT"`` of the server's Kafka listener (docs/kafka-protocol.md)."""
+        assert self.kafka_port is not None, "started without a Kafka listener"
+        return f"127.0.0.1:{self.kafka_port}"
 
     @property
     def metrics_url(self) -> str:
@@ -203,6 +211,7 @@ def launch_server(data_dir: Path, *extra_args: str, log_path: Path | None = None
         sys.executable, "-m", "stratalog.server",
         "--listen", "127.0.0.1:0",
         "--metrics-port", "0",
+        "--kafka-listen", "127.0.0.1:0",
         "--log-dirs", str(data_dir),
         *extra_args,
     ]
@@ -217,10 +226,14 @@ def launch_server(data_dir: Path, *extra_args: str, log_path: Path | None = None
     log_file.close()
     port: int | None = None
     metrics_port: int | None = None
+    kafka_port: int | None = None
     wants_metrics = True  # argparse takes the last --metrics-port given
+    wants_kafka = True
     for flag, value in itertools.pairwise(extra_args):
         if flag == "--metrics-port":
             wants_metrics = value != "-1"
+        elif flag == "--kafka-listen":
+            wants_kafka = bool(value)
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     assert process.stdout is not None
     # Raw reads of the pipe, lines split here: a buffered readline could swallow both lines in
@@ -229,7 +242,8 @@ def launch_server(data_dir: Path, *extra_args: str, log_path: Path | None = None
     pending = b""
     with selectors.DefaultSelector() as selector:
         selector.register(fd, selectors.EVENT_READ)
-        while port is None or (wants_metrics and metrics_port is None):
+        while (port is None or (wants_metrics and metrics_port is None)
+               or (wants_kafka and kafka_port is None)):
             if b"\n" not in pending:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or not selector.select(remaining):
@@ -254,7 +268,9 @@ def launch_server(data_dir: Path, *extra_args: str, log_path: Path | None = None
                 port = int(match.group(2))
             elif match := _METRICS.match(line):
                 metrics_port = int(match.group(2))
-    return ServerProcess(process, data_dir, log_path, port, metrics_port, args)
+            elif match := _KAFKA.match(line):
+                kafka_port = int(match.group(2))
+    return ServerProcess(process, data_dir, log_path, port, metrics_port, args, kafka_port)
 
 
 # Sets the limits, then becomes the server. Not a preexec_fn: Python code run between fork and

@@ -1,0 +1,152 @@
+"""Fetch (key 1, versions 4 to 12): a consumer's read of many partitions with one long poll,
+through the serving layer's ``fetch_messages`` (Kafka's ``ReplicaManager.fetchMessages``).
+
+* From version 4: isolation level (READ_COMMITTED stops at the LSO and lists the aborted
+  transactions overlapping the batches), the LSO, from 5 the log start. Versions 13+ name
+  topics by id and are not served (docs/kafka-protocol.md).
+* ``max_wait_ms`` is capped by ``fetch_max_wait_ms_max``, ``max_bytes`` by ``fetch_max_bytes_max``;
+  a long poll that waits takes a slot of the client's waiting requests (client_limits.py);
+  past the client's limit it answers what one read found, without waiting.
+* Fetch sessions (KIP-227, v7+) are answered as full fetches: session id 0 ("no session"), which
+  every client handles by sending full fetch requests; a request naming a session gets
+  FETCH_SESSION_ID_NOT_FOUND (70), and the client starts over without one.
+* Follower fetches (``replica_id`` >= 0) are not served here (replication has its own
+  protocol): every partition is answered NOT_LEADER_OR_FOLLOWER.
+* Quotas: the answer's bytes count against the principal's ``consumer_byte_rate``.
+"""
+
+from __future__ import annotations
+
+from kafka.protocol.api_key import ApiKey
+from kafka.protocol.consumer import FetchRequest, FetchResponse
+
+from stratalog.server.broker import PartitionRead, PartitionReadResult
+from stratalog.server.client_limits import ClientLimitExceededError, WaitingRpc, WaitingRpcKind
+from stratalog.server.kafka.apis.registry import kafka_api
+from stratalog.server.kafka.context import RequestContext
+from stratalog.server.kafka.error_codes import Code, code_of
+from stratalog.server.security.acls import AclOperation, ResourceType
+from stratalog.server.storage.errors import OffsetOutOfRangeError
+from stratalog.server.storage.partition_log import IsolationLevel
+
+__all__ = ["fetch"]
+
+_TopicResponse = FetchResponse.FetchableTopicResponse
+_PartitionData = _TopicResponse.PartitionData
+_Aborted = _PartitionData.AbortedTransaction
+_FETCH_SESSION_ID_NOT_FOUND = 70
+_NO_SESSION_EPOCHS = (-1, 0)
+
+
+@kafka_api(ApiKey.Fetch, versions=(4, 12))
+async def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
+    services = ctx.services
+    settings = services.settings
+    version = request.API_VERSION
+    if version >= 7 and (request.session_id != 0
+                         or request.session_epoch not in _NO_SESSION_EPOCHS):
+        return FetchResponse(throttle_time_ms=0, error_code=_FETCH_SESSION_ID_NOT_FOUND,
+                             session_id=0, responses=[])
+    replica_id = request.replica_id if version <= 14 else -1
+    committed = request.isolation_level == 1
+    isolation = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
+    max_bytes = min(request.max_bytes if request.max_bytes > 0 else settings.fetch_max_bytes_default,
+                    settings.fetch_max_bytes_max)
+    quota_max = services.quotas.fetch_bytes_max(str(ctx.identity.principal)) if (
+        services.quotas.enabled) else None
+    if quota_max is not None:
+        max_bytes = min(max_bytes, quota_max)
+    max_wait_ms = min(max(request.max_wait_ms, 0), settings.fetch_max_wait_ms_max)
+    # (topic, partition) -> its answer's error, for the partitions not read.
+    refused: dict[tuple[str, int], int] = {}
+    reads: list[PartitionRead] = []
+    order: list[tuple[str, list[int]]] = []
+    for topic in request.topics:
+        name = topic.topic
+        allowed = ctx.allowed(AclOperation.READ, ResourceType.TOPIC, name)
+        indexes = []
+        for partition in topic.partitions:
+            index = partition.partition
+            indexes.append(index)
+            if replica_id >= 0:
+                refused[(name, index)] = Code.NOT_LEADER_OR_FOLLOWER
+            elif not allowed:
+                refused[(name, index)] = Code.TOPIC_AUTHORIZATION_FAILED
+            elif partition.fetch_offset < 0:
+                refused[(name, index)] = Code.OFFSET_OUT_OF_RANGE
+            else:
+                reads.append(PartitionRead(name, index, partition.fetch_offset,
+                                           max(partition.partition_max_bytes, 0)))
+        order.append((name, indexes))
+    admit_wait = None
+    if max_wait_ms and reads:
+        origin = ctx.origin()
+
+        def admit_wait() -> WaitingRpc:
+            return services.limits.admit(origin, WaitingRpcKind.LONG_POLL)
+
+    results: dict[tuple[str, int], PartitionReadResult] = {}
+    if reads:
+        try:
+            read = await services.replicas.fetch_messages(
+                reads, isolation, max_bytes=max_bytes, min_bytes=request.min_bytes,
+                max_wait_ms=max_wait_ms if not refused else 0, admit_wait=admit_wait,
+            )
+        except ClientLimitExceededError:
+            # The waiting limit refused the long poll: answer what one read finds, no wait.
+            read = await services.replicas.fetch_messages(reads, isolation, max_bytes=max_bytes)
+        results = {(r.read.topic, r.read.partition): r for r in read}
+    responses = []
+    bytes_out = 0
+    for name, indexes in order:
+        partitions = []
+        for index in indexes:
+            key = (name, index)
+            result = results.get(key)
+            if result is None:
+                partitions.append(_error_partition(index, refused.get(key, Code.NONE)))
+                continue
+            entry, size = _partition_answer(ctx, index, result, committed)
+            bytes_out += size
+            partitions.append(entry)
+        responses.append(_TopicResponse(topic=name, partitions=partitions))
+    if bytes_out and services.quotas.enabled:
+        ctx.throttle_ms = services.quotas.record_fetch(str(ctx.identity.principal), bytes_out)
+    return FetchResponse(throttle_time_ms=ctx.throttle_ms, error_code=Code.NONE, session_id=0,
+                         responses=responses)
+
+
+def _partition_answer(ctx: RequestContext, index: int, result: PartitionReadResult,
+                      committed: bool) -> tuple[_PartitionData, int]:
+    """The answer of one partition read, and the bytes of records it carries."""
+    log, fetched, error = result.log, result.fetched, result.error
+    if error is not None or log is None or fetched is None:
+        assert error is not None
+        entry = _error_partition(index, code_of(error))
+        if isinstance(error, OffsetOutOfRangeError):
+            # The bounds help the client reset (Kafka sends its log's).
+            try:
+                log, _ = ctx.services.replicas.get_partition(result.read.topic,
+                                                              result.read.partition)
+            except Exception:  # deleted meanwhile: the error is all there is to say
+                return entry, 0
+            entry.log_start_offset, entry.high_watermark = log.log_start_offset, log.high_watermark
+        return entry, 0
+    aborted = None
+    if committed:
+        aborted = [_Aborted(producer_id=t.producer_id, first_offset=t.first_offset)
+                   for t in fetched.aborted_transactions]
+    data = fetched.data
+    ctx.services.metrics.observe_fetch(result.read.topic, fetched.records_count, len(data))
+    # Read after the data: the high watermark is never below what the answer carries.
+    return _PartitionData(
+        partition_index=index, error_code=Code.NONE, high_watermark=log.high_watermark,
+        last_stable_offset=log.last_stable_offset, log_start_offset=log.log_start_offset,
+        aborted_transactions=aborted, preferred_read_replica=-1, records=data,
+    ), len(data)
+
+
+def _error_partition(index: int, code: int) -> _PartitionData:
+    return _PartitionData(partition_index=index, error_code=code, high_watermark=-1,
+                          last_stable_offset=-1, log_start_offset=-1, aborted_transactions=None,
+                          preferred_read_replica=-1, records=b"")

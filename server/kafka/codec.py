@@ -1,0 +1,208 @@
+"""Kafka request and response messages to and from bytes, sans-IO, on kafka-python's codec.
+
+kafka-python 3.x generates its ``kafka.protocol`` message classes from Kafka's own JSON message
+schemas (``clients/src/main/resources/common/message/*.json``): every field, version range,
+flexible version (compact types, tagged fields) and default as Kafka has them. This module uses
+them for every request body and response body, and writes the two small headers itself:
+
+Request (inside a frame, framing.py; Kafka's ``RequestHeader.json``)::
+
+    int16 api_key | int16 api_version | int32 correlation_id | int16 client_id length + bytes
+    (-1: null) | header v2 only: tagged fields (uvarint count, then uvarint tag, uvarint size,
+    bytes each) | body
+
+The header is v2 when the request's API version is flexible, else v1; client_id is never a
+compact string (Kafka kept it so, for ApiVersions' sake).
+
+Response: ``int32 size | int32 correlation_id | header v1 only: tagged fields (one 0 byte:
+none) | body``; ApiVersions' response header is always v0 (KIP-511: a client that does not
+know the broker's versions must still read it).
+
+Errors: :class:`RequestHeaderError` for a header that does not parse (the connection closes:
+Kafka's ``InvalidRequestException``), :class:`UnknownApiError` for an API key or version this
+server does not serve (the caller decides: ApiVersions answers, anything else closes, as
+Kafka's ``SocketServer`` does), and :class:`RequestBodyError` for a body that does not decode.
+
+Concurrency: none (pure functions over bytes); safe from any thread.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kafka.protocol import admin, consumer, metadata, producer, sasl
+from kafka.protocol.api_key import ApiKey
+from kafka.protocol.api_message import ApiMessage
+
+from stratalog.server.kafka.framing import frame_size_prefix
+
+__all__ = [
+    "REQUEST_CLASSES",
+    "RESPONSE_CLASSES",
+    "RequestBodyError",
+    "RequestHeader",
+    "RequestHeaderError",
+    "UnknownApiError",
+    "decode_body",
+    "decode_header",
+    "encode_response",
+    "is_flexible",
+]
+
+_HEAD = struct.Struct(">hhih")
+_CORRELATION = struct.Struct(">i")
+
+
+def _classes(kind: str) -> dict[int, type[ApiMessage]]:
+    found: dict[int, type[ApiMessage]] = {}
+    for module in (admin, consumer, metadata, producer, sasl):
+        for name in dir(module):
+            value = getattr(module, name)
+            if (isinstance(value, type) and issubclass(value, ApiMessage)
+                    and value is not ApiMessage and name.endswith(kind)
+                    and getattr(value, "_json", None) is not None):
+                found[value.API_KEY] = value
+    return found
+
+
+#: The request class of each API key kafka-python knows (its schemas are Kafka's).
+REQUEST_CLASSES: Mapping[int, type[ApiMessage]] = _classes("Request")
+#: The response class of each API key.
+RESPONSE_CLASSES: Mapping[int, type[ApiMessage]] = _classes("Response")
+
+
+class RequestHeaderError(Exception):
+    """A request header that does not parse: the connection closes."""
+
+
+class UnknownApiError(Exception):
+    """An API key or version this server does not serve."""
+
+    def __init__(self, message: str, api_key: int, api_version: int,
+                 correlation_id: int) -> None:
+        super().__init__(message)
+        self.api_key = api_key
+        self.api_version = api_version
+        self.correlation_id = correlation_id
+
+
+class RequestBodyError(Exception):
+    """A request body that does not decode as its API key and version say."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeader:
+    """What a request header says, and where its body starts in the frame."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body_offset: int
+
+
+def is_flexible(message_class: type[ApiMessage], version: int) -> bool:
+    """Whether ``version`` of ``message_class`` uses compact types and tagged fields."""
+    return bool(message_class.flexible_version_q(version))
+
+
+def _uvarint(frame: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(frame):
+            raise RequestHeaderError("the request header's tagged fields are cut short")
+        byte = frame[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+        if shift > 28:
+            raise RequestHeaderError("a varint in the request header is longer than 5 bytes")
+
+
+def decode_header(frame: bytes, served: Mapping[int, tuple[int, int]]) -> RequestHeader:
+    """The header of ``frame`` (a whole request, framing.py), checked against ``served``
+    (the version range of each API key this server answers).
+
+    Raises:
+        RequestHeaderError: the header is cut short or malformed.
+        UnknownApiError: the key is not served, or the version is outside its range; the
+            header's fields are on the exception (an ApiVersions request is answered anyway).
+    """
+    if len(frame) < _HEAD.size:
+        raise RequestHeaderError(f"a request of {len(frame)} bytes cannot hold its header")
+    api_key, api_version, correlation_id, client_id_length = _HEAD.unpack_from(frame, 0)
+    pos = _HEAD.size
+    client_id: str | None = None
+    if client_id_length >= 0:
+        end = pos + client_id_length
+        if end > len(frame):
+            raise RequestHeaderError("the request header's client_id is cut short")
+        try:
+            client_id = frame[pos:end].decode("utf-8")
+        except UnicodeDecodeError:
+            raise RequestHeaderError("the request header's client_id is not UTF-8") from None
+        pos = end
+    elif client_id_length != -1:
+        raise RequestHeaderError(f"the request header's client_id length is {client_id_length}")
+    versions = served.get(api_key)
+    request_class = REQUEST_CLASSES.get(api_key)
+    if versions is None or request_class is None:
+        name = ApiKey(api_key).name if api_key in ApiKey._value2member_map_ else "unknown"
+        raise UnknownApiError(
+            f"API key {api_key} ({name}) is not served by this server", api_key, api_version,
+            correlation_id,
+        )
+    low, high = versions
+    if not low <= api_version <= high:
+        raise UnknownApiError(
+            f"{request_class.name} version {api_version} is not served (versions {low} to "
+            f"{high} are)", api_key, api_version, correlation_id,
+        )
+    if is_flexible(request_class, api_version):
+        count, pos = _uvarint(frame, pos)
+        for _ in range(count):
+            _tag, pos = _uvarint(frame, pos)
+            size, pos = _uvarint(frame, pos)
+            pos += size
+            if pos > len(frame):
+                raise RequestHeaderError("a tagged field of the request header is cut short")
+    return RequestHeader(api_key, api_version, correlation_id, client_id, pos)
+
+
+def decode_body(frame: bytes, header: RequestHeader) -> Any:
+    """The request body of ``frame`` as kafka-python's message object.
+
+    Raises:
+        RequestBodyError: the body does not decode (cut short, a bad length, bad UTF-8), or
+            bytes are left after it.
+    """
+    request_class = REQUEST_CLASSES[header.api_key]
+    view = memoryview(frame)[header.body_offset:]
+    try:
+        return request_class.decode(view, version=header.api_version)
+    except Exception as exc:  # the library raises struct.error, ValueError, IndexError, ...
+        raise RequestBodyError(
+            f"{request_class.name} v{header.api_version} does not decode: "
+            f"{type(exc).__name__}: {exc}"
+        ) from None
+
+
+def encode_response(
+    header: RequestHeader, response: ApiMessage, flexible_header: bool | None = None
+) -> list[bytes]:
+    """The frame of ``response`` to the request ``header``, as buffers to write in order.
+
+    ``flexible_header`` forces the response header's version (ApiVersions: never flexible);
+    by default it follows the request's version.
+    """
+    version = header.api_version
+    body = response.encode(version=version)
+    if flexible_header is None:
+        flexible_header = is_flexible(type(response), version)
+    head = _CORRELATION.pack(header.correlation_id) + (b"\x00" if flexible_header else b"")
+    return [frame_size_prefix(len(head) + len(body)) + head, body]

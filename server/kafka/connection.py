@@ -1,0 +1,335 @@
+"""One Kafka client connection: frames in, requests served one at a time, answers out in order.
+
+Kafka's broker reads a connection's next request only once it answered the one before (the
+``SocketServer`` processor mutes the channel meanwhile): a client may pipeline requests (its
+``max.in.flight.requests.per.connection``), and they are served in the order sent, which the
+idempotent producer's sequence numbers rely on. This connection does the same with a short
+queue: frames are read ahead while one request is served, up to
+``kafka_queued_requests_per_connection_max`` of them, then the socket is not read until the
+queue drains.
+
+Bounds (nothing a client sends makes the server hold more):
+
+* a frame's size is checked from its prefix (framing.py: ``kafka_request_bytes_max``, Kafka's
+  ``socket.request.max.bytes``) and its bytes are reserved from the listener's
+  :class:`~stratalog.server.byte_budget.ByteBudget` (``kafka_queued_request_bytes_max``, Kafka's
+  ``queued.max.request.bytes``) before its body is buffered; while the budget is full the socket
+  is not read. The reservation is released once the request is answered.
+* answers: when the transport's write buffer is above its high-water mark (a client that does
+  not read), the next request waits until it drains: one answer at a time is held.
+* a connection idle for ``connections_max_idle_ms`` is closed (Kafka's
+  ``connections.max.idle.ms``).
+
+A frame that is not Kafka's (a size out of bounds, a header that does not parse, an API key or
+version not served, a body that does not decode) closes the connection, as Kafka does; a bad
+ApiVersions version is answered (KIP-511). A handler's unexpected exception is logged and closes
+the connection (the client reconnects and retries): a request is never half answered.
+
+Concurrency: event-loop only. One task per connection serves its requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import time
+from typing import TYPE_CHECKING, Any, Protocol
+
+from kafka.protocol.api_key import ApiKey
+
+from stratalog.server.client_text import loggable
+from stratalog.server.kafka.apis.registry import HANDLERS, SERVED_VERSIONS
+from stratalog.server.kafka.codec import (
+    RequestBodyError,
+    RequestHeader,
+    RequestHeaderError,
+    UnknownApiError,
+    decode_body,
+    decode_header,
+    encode_response,
+)
+from stratalog.server.kafka.context import ConnectionState, RequestContext
+from stratalog.server.kafka.framing import FrameError, FrameReader
+from stratalog.server.security.principal import current_identity
+
+if TYPE_CHECKING:
+    from stratalog.server.byte_budget import ByteBudget
+    from stratalog.server.kafka.context import KafkaServices
+
+__all__ = ["ConnectionHost", "KafkaConnection"]
+
+logger = logging.getLogger(__name__)
+
+#: API keys served before a required SASL exchange succeeded.
+_BEFORE_AUTHENTICATION = frozenset({ApiKey.ApiVersions, ApiKey.SaslHandshake,
+                                    ApiKey.SaslAuthenticate})
+
+
+class ConnectionHost(Protocol):
+    """What a connection needs of its listener (listener.py's KafkaListener)."""
+
+    services: KafkaServices
+    budget: ByteBudget
+
+    def admit(self, connection: KafkaConnection) -> bool: ...
+    def forget(self, connection: KafkaConnection) -> None: ...
+    def connection_state(self, connection_id: str, host: str,
+                         transport: asyncio.BaseTransport) -> ConnectionState: ...
+    def log_refusal(self, connection_id: str, problem: str) -> None: ...
+
+
+class KafkaConnection(asyncio.Protocol):
+    """One client connection (module docstring)."""
+
+    def __init__(self, listener: ConnectionHost) -> None:
+        self._listener = listener
+        settings = listener.services.settings
+        self._reader = FrameReader(settings.kafka_request_bytes_max)
+        self._queue: collections.deque[tuple[bytes, int]] = collections.deque()
+        self._queued_max = settings.kafka_queued_requests_per_connection_max
+        self._transport: asyncio.Transport | None = None
+        self._state: ConnectionState | None = None
+        self._ready = asyncio.Event()  # a frame is queued
+        self._writable = asyncio.Event()
+        self._writable.set()
+        self._task: asyncio.Task[None] | None = None
+        self._reserved = 0  # bytes of the budget taken for the frame being read
+        self._reserving: asyncio.Task[None] | None = None
+        self._paused = False
+        self._closed = False
+        self._last_active = time.monotonic()
+        self._idle_timer: asyncio.TimerHandle | None = None
+
+    # ---------------------------------------------------------------- asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # (uvloop's transports are not asyncio.Transport subclasses, but have its methods.)
+        self._transport = transport  # type: ignore[assignment]
+        listener = self._listener
+        if not listener.admit(self):
+            transport.abort()
+            self._closed = True
+            return
+        peer = transport.get_extra_info("peername")
+        host = peer[0] if isinstance(peer, tuple) and peer else "unknown"
+        port = peer[1] if isinstance(peer, tuple) and len(peer) > 1 else 0
+        self._state = listener.connection_state(f"{host}:{port}", host, transport)
+        self._task = asyncio.get_running_loop().create_task(
+            self._serve(), name=f"stratalog-kafka-{host}:{port}")
+        self._arm_idle_timer(listener.services.settings.connections_max_idle_ms / 1000)
+
+    def data_received(self, data: bytes) -> None:
+        if self._closed:
+            return
+        self._last_active = time.monotonic()
+        self._reader.feed(data)
+        self._take_frames()
+
+    def eof_received(self) -> bool | None:
+        return None  # close the transport: a half-closed client gets no more answers
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        if self._task is not None:
+            self._task.cancel()
+        if self._reserving is not None:
+            self._reserving.cancel()
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+        self._release_all()
+        self._listener.forget(self)
+
+    def pause_writing(self) -> None:
+        self._writable.clear()
+
+    def resume_writing(self) -> None:
+        self._writable.set()
+
+    # ---------------------------------------------------------------- reading
+
+    def _take_frames(self) -> None:
+        """Move whole frames from the reader to the queue, reserving each one's bytes first;
+        stop reading the socket when the queue is full or the budget is."""
+        reader = self._reader
+        budget = self._listener.budget
+        while not self._closed:
+            try:
+                size = reader.next_size()
+            except FrameError as exc:
+                self._close(f"{exc}")
+                return
+            if size is None:
+                break
+            if not self._reserved:
+                taken = budget.try_reserve(size)
+                if taken is None:
+                    self._pause()
+                    if self._reserving is None:
+                        self._reserving = asyncio.get_running_loop().create_task(
+                            self._reserve(size))
+                    return
+                self._reserved = taken
+            frame = reader.next_frame()
+            if frame is None:
+                break
+            self._queue.append((frame, self._reserved))
+            self._reserved = 0
+            self._ready.set()
+        if len(self._queue) >= self._queued_max:
+            self._pause()
+        else:
+            self._resume()
+
+    async def _reserve(self, size: int) -> None:
+        """Wait for room in the budget for the next frame, then go on reading."""
+        try:
+            self._reserved = await self._listener.budget.reserve(size)
+        finally:
+            self._reserving = None
+        if self._closed:
+            self._release_all()
+            return
+        self._take_frames()
+
+    def _pause(self) -> None:
+        if not self._paused and self._transport is not None:
+            self._paused = True
+            self._transport.pause_reading()
+
+    def _resume(self) -> None:
+        if self._paused and self._transport is not None and self._reserving is None:
+            self._paused = False
+            self._transport.resume_reading()
+
+    def _release_all(self) -> None:
+        budget = self._listener.budget
+        while self._queue:
+            budget.release(self._queue.popleft()[1])
+        if self._reserved:
+            budget.release(self._reserved)
+            self._reserved = 0
+
+    # ---------------------------------------------------------------- serving
+
+    async def _serve(self) -> None:
+        """Serve the queued requests in order, one at a time, until the connection ends."""
+        state = self._state
+        assert state is not None
+        services = self._listener.services
+        budget = self._listener.budget
+        try:
+            while True:
+                while not self._queue:
+                    self._ready.clear()
+                    await self._ready.wait()
+                frame, reserved = self._queue.popleft()
+                self._take_frames()  # room in the queue again: read on
+                try:
+                    await self._writable.wait()
+                    throttle_ms = await self._answer(frame, state, services)
+                finally:
+                    budget.release(reserved)
+                    del frame
+                self._last_active = time.monotonic()
+                if throttle_ms is None:
+                    return
+                if throttle_ms > 0:
+                    # Kafka mutes a throttled client's channel for the throttle time.
+                    await asyncio.sleep(throttle_ms / 1000)
+        except asyncio.CancelledError:
+            pass
+
+    async def _answer(self, frame: bytes, state: ConnectionState, services: Any) -> int | None:
+        """Serve one request and write its answer; its throttle time, or None when the
+        connection was closed instead."""
+        try:
+            header = decode_header(frame, SERVED_VERSIONS)
+        except UnknownApiError as exc:
+            if exc.api_key == ApiKey.ApiVersions:
+                from stratalog.server.kafka.apis.api_versions import unsupported_version_answer
+
+                self._write(unsupported_version_answer(exc.correlation_id))
+                return 0
+            self._close(str(exc))
+            return None
+        except RequestHeaderError as exc:
+            self._close(str(exc))
+            return None
+        if not state.authenticated and header.api_key not in _BEFORE_AUTHENTICATION:
+            self._close(f"{ApiKey(header.api_key).name} before the SASL authentication"
+                        " this listener requires (send SaslHandshake and SaslAuthenticate"
+                        " first)")
+            return None
+        try:
+            request = decode_body(frame, header)
+        except RequestBodyError as exc:
+            self._close(str(exc))
+            return None
+        ctx = RequestContext(services, state, header.api_key, header.api_version,
+                             header.client_id or "")
+        current_identity.set(state.identity)
+        api = HANDLERS[header.api_key]
+        try:
+            response = await api.handler(ctx, request)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.exception("Kafka %s v%d from %s failed; closing the connection",
+                             ApiKey(header.api_key).name, header.api_version,
+                             loggable(state.connection_id))
+            self._close(None)
+            return None
+        if response is not None and not self._closed:
+            self._write(self._encode(header, response))
+        return ctx.throttle_ms
+
+    @staticmethod
+    def _encode(header: RequestHeader, response: Any) -> list[Any]:
+        if header.api_key == ApiKey.ApiVersions:
+            return encode_response(header, response, flexible_header=False)
+        return encode_response(header, response)
+
+    def _write(self, buffers: list[Any]) -> None:
+        transport = self._transport
+        if transport is None or self._closed:
+            return
+        transport.writelines(buffers)
+
+    # ---------------------------------------------------------------- ending
+
+    def _arm_idle_timer(self, delay_s: float) -> None:
+        loop = asyncio.get_running_loop()
+        self._idle_timer = loop.call_later(delay_s, self._check_idle)
+
+    def _check_idle(self) -> None:
+        if self._closed:
+            return
+        idle_s = self._listener.services.settings.connections_max_idle_ms / 1000
+        remaining = self._last_active + idle_s - time.monotonic()
+        if remaining > 0 or self._queue:
+            self._arm_idle_timer(max(remaining, idle_s / 10))
+            return
+        self._close(None, level=logging.DEBUG, why="idle for connections_max_idle_ms")
+
+    def _close(self, problem: str | None, level: int = logging.INFO, why: str = "") -> None:
+        """Close the connection; ``problem`` (the client's fault) is logged, rate-limited."""
+        if self._closed:
+            return
+        self._closed = True
+        if problem is not None:
+            self._listener.log_refusal(self._state.connection_id if self._state else "?",
+                                       problem)
+        elif why:
+            logger.log(level, "closing Kafka connection %s: %s",
+                       loggable(self._state.connection_id if self._state else "?"), why)
+        if self._transport is not None:
+            self._transport.close()
+
+    def close(self) -> None:
+        """Close from the server's side (shutdown)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._transport is not None:
+            self._transport.close()

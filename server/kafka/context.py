@@ -1,0 +1,112 @@
+"""What a Kafka API handler is given: the services it calls and who is asking.
+
+:class:`KafkaServices` holds the server's parts that the Kafka front end calls, the same objects
+the gRPC front end calls (the composition root, server/app.py, makes both): the partition-serving
+layer, the coordinators, security and limits. :class:`ConnectionState` is one connection's
+state across its requests (who it authenticated as; the SASL exchange moves it);
+:class:`RequestContext` is one request's view of both.
+
+Concurrency: event-loop only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from stratalog.server.client_limits import Origin
+from stratalog.server.security.acls import AclOperation, ResourceType
+from stratalog.server.security.principal import ANONYMOUS, CallIdentity
+
+if TYPE_CHECKING:
+    from stratalog.server.broker import ReplicaManager
+    from stratalog.server.client_limits import ClientLimits
+    from stratalog.server.group_service import GroupService
+    from stratalog.server.metrics import ServerMetrics
+    from stratalog.server.security.authorizer import Authorizer
+    from stratalog.server.security.quotas import QuotaManager
+    from stratalog.server.settings import Address, Settings
+    from stratalog.server.storage.log_manager import LogManager
+    from stratalog.server.transactions import TransactionCoordinator
+
+__all__ = ["ConnectionState", "KafkaServices", "RequestContext"]
+
+
+@dataclass(slots=True)
+class KafkaServices:
+    """The server's parts a Kafka API handler calls (module docstring). ``authorizer`` is None
+    when the server runs without one (``authorizer = "none"``); ``admin`` is the topic
+    administration (server/broker/admin_manager.py) once the server made it.
+    ``advertised`` is this server's Kafka address as clients reach it (Metadata's broker)."""
+
+    replicas: ReplicaManager
+    log_manager: LogManager
+    groups: GroupService
+    transactions: TransactionCoordinator
+    settings: Settings
+    metrics: ServerMetrics
+    executor: Executor
+    limits: ClientLimits
+    quotas: QuotaManager
+    authorizer: Authorizer | None
+    advertised: Callable[[], Address]
+    time_ms: Callable[[], int]
+    #: meta.properties' cluster.id (Metadata's cluster_id).
+    cluster_id: str | None = None
+    admin: Any = None
+
+
+@dataclass(slots=True)
+class ConnectionState:
+    """One connection's state across its requests: its peer's host, its identity (anonymous,
+    or from the client certificate, until a SASL exchange sets it), and the SASL exchange's
+    state (``sasl``: free for the SASL handlers' use)."""
+
+    connection_id: str
+    host: str
+    identity: CallIdentity
+    sasl: Any = None
+    #: Whether a request other than ApiVersions and SASL's may be served (False until a
+    #: required SASL exchange succeeded).
+    authenticated: bool = True
+
+
+@dataclass(slots=True)
+class RequestContext:
+    """One request: the services, the connection, the header's fields. ``throttle_ms`` is set
+    by the handler when a quota delays the client: the answer says so and the connection
+    reads nothing more for that long (Kafka mutes a throttled channel)."""
+
+    services: KafkaServices
+    connection: ConnectionState
+    api_key: int
+    api_version: int
+    client_id: str
+    throttle_ms: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def identity(self) -> CallIdentity:
+        return self.connection.identity
+
+    def origin(self) -> Origin:
+        """Whose waiting requests a long poll counts in (client_limits.py): this connection,
+        and the principal (its host when anonymous), as for a gRPC call."""
+        identity = self.connection.identity
+        if identity.principal != ANONYMOUS:
+            return Origin(self.connection.connection_id, str(identity.principal))
+        return Origin(self.connection.connection_id, f"host:{self.connection.host}")
+
+    def allowed(self, operation: AclOperation, resource_type: ResourceType, name: str) -> bool:
+        """Whether the caller may do ``operation`` on the resource (always, without an
+        authorizer). A topic name that is not valid is never allowed: the caller gets the
+        authorization error or the topic's own error, whichever the handler checks first."""
+        authorizer = self.services.authorizer
+        if authorizer is None:
+            return True
+        try:
+            return authorizer.authorize(self.identity, operation, resource_type, name)
+        except Exception:  # an invalid topic name: nothing to authorize
+            return False
