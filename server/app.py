@@ -493,6 +493,7 @@ class Server:
             time_ms=lambda: int(time.time() * 1000),
             cluster_id=getattr(read_meta_properties(Path(settings.log_dirs[0])), "cluster_id",
                                None),
+            admin=self.admin,
         )
         listener = self.kafka = KafkaListener(
             services, self._tls.ssl_context if self._tls is not None else None)

@@ -150,6 +150,24 @@ class AdminManager:
         """The most partitions a topic may have (``topic_partitions_max``)."""
         return self._settings.topic_partitions_max
 
+    @property
+    def controller_id(self) -> int:
+        """The controller's node id as this server knows it: itself for a single server; in
+        cluster mode the elected one (-1: none known, or not joined yet)."""
+        if not self._settings.cluster:
+            return SINGLE_SERVER_NODE_ID
+        node = self._replicas.cluster_node
+        return node.controller.node_id if node is not None else NO_CONTROLLER.node_id
+
+    def replication_factor(self, name: str) -> int:
+        """How many copies topic ``name`` has: 1 on a single server; in cluster mode its
+        assignment's (-1 while this server's view of etcd does not show the topic yet)."""
+        node = self._replicas.cluster_node
+        if not self._settings.cluster:
+            return 1
+        assignment = node.view.topics.get(name) if node is not None else None
+        return assignment.replication_factor if assignment is not None else -1
+
     async def _blocking(self, function: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(
@@ -348,8 +366,12 @@ class AdminManager:
         Raises:
             UnknownTopicOrPartitionError: no such topic.
         """
-        described = await self.describe_topic(name)
-        return describe_topic_configs(described.description, self._settings.log_defaults)
+        return self.config_entries((await self.describe_topic(name)).description)
+
+    def config_entries(self, description: TopicDescription) -> list[ConfigEntry]:
+        """The configs of a topic already described (CreateTopics' answer), as
+        :meth:`describe_topic_configs` lists them."""
+        return describe_topic_configs(description, self._settings.log_defaults)
 
     def describe_broker_configs(self) -> list[ConfigEntry]:
         """Every config of this broker, read-only (config_descriptions.py)."""
