@@ -34,9 +34,17 @@ from kafka.errors import (
     TopicAlreadyExistsError,
 )
 
-from stratalog.client import SyncClient
+from stratalog.client import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourceType,
+    SyncClient,
+)
 
 TIMEOUT_S = 30
+ANONYMOUS = "User:ANONYMOUS"
 
 # confluent-kafka deprecates alter_configs for incremental_alter_configs; AlterConfigs is one
 # of the APIs under test here.
@@ -271,3 +279,123 @@ def test_kafka_python_admin_client(server, kp_admin) -> None:
     assert described_topic.num_partitions == 4
     kp_admin.delete_topics([topic])
     assert topic not in kp_admin.list_topics()
+
+
+def test_each_topic_and_the_cluster_authorized_as_kafka_does(start_server, tmp_path) -> None:
+    """An anonymous Kafka client (no SASL, plaintext) on a server with ACLs: CREATE and
+    DESCRIBE on topics prefixed ok- and ALTER_CONFIGS on ok-conf only. Each topic is refused on its own, with
+    TOPIC_AUTHORIZATION_FAILED; a broker's configs need DESCRIBE_CONFIGS on the cluster."""
+    data = tmp_path / "data"
+    granting = start_server(data, "--authorizer", "acl", "--super-users", ANONYMOUS)
+    with SyncClient(granting.target) as client:
+        client.create_acls([
+            AclBinding(ResourceType.TOPIC, "ok-", PatternType.PREFIXED, ANONYMOUS, "*",
+                       AclOperation.CREATE, AclPermissionType.ALLOW),
+            # DESCRIBE for Metadata: librdkafka finds a partition's leader before it asks.
+            AclBinding(ResourceType.TOPIC, "ok-", PatternType.PREFIXED, ANONYMOUS, "*",
+                       AclOperation.DESCRIBE, AclPermissionType.ALLOW),
+            AclBinding(ResourceType.TOPIC, "ok-conf", PatternType.LITERAL, ANONYMOUS, "*",
+                       AclOperation.ALTER_CONFIGS, AclPermissionType.ALLOW),
+        ])
+    assert granting.stop() == 0
+    server = start_server(data, "--authorizer", "acl")
+    admin = AdminClient({"bootstrap.servers": server.kafka_bootstrap})
+    futures = admin.create_topics([NewTopic("ok-a", 1), NewTopic("ok-conf", 1),
+                                   NewTopic("no-a", 1)])
+    futures["ok-a"].result(TIMEOUT_S)
+    futures["ok-conf"].result(TIMEOUT_S)
+    assert _error(futures["no-a"]).code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+    refused = {
+        "DeleteTopics": admin.delete_topics(["ok-a"])["ok-a"],
+        "CreatePartitions": admin.create_partitions([NewPartitions("ok-a", 2)])["ok-a"],
+        "DeleteRecords": admin.delete_records([TopicPartition("ok-a", 0, 0)])[
+            TopicPartition("ok-a", 0, 0)],
+        "DescribeConfigs": admin.describe_configs([ConfigResource("topic", "ok-a")])[
+            ConfigResource("topic", "ok-a")],
+        "IncrementalAlterConfigs": admin.incremental_alter_configs([ConfigResource(
+            "topic", "ok-a", incremental_configs=[ConfigEntry(
+                "retention.ms", "1", incremental_operation=AlterConfigOpType.SET)])])[
+            ConfigResource("topic", "ok-a")],
+    }
+    for name, future in refused.items():
+        assert _error(future).code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, name
+    # ALTER_CONFIGS on ok-conf implies DESCRIBE_CONFIGS on it (Kafka's implication).
+    altered = ConfigResource("topic", "ok-conf", incremental_configs=[
+        ConfigEntry("retention.ms", "60000", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([altered])[altered].result(TIMEOUT_S)
+    assert _described(admin, "ok-conf")["retention.ms"].value == "60000"
+    [broker] = admin.describe_configs([ConfigResource("broker", "0")]).values()
+    assert _error(broker).code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+
+
+def test_request_shapes_on_the_wire(server) -> None:
+    """What the clients above never send, with kafka-python's classes as the oracle: v7's
+    answer with the topic's configs, duplicates, manual assignments, a replication factor of 0,
+    a topic id without a name, synonyms, unsupported resource types, another broker's id and an
+    unknown incremental operation."""
+    from kafka.protocol.admin import (
+        CreateTopicsRequest,
+        CreateTopicsResponse,
+        DeleteTopicsRequest,
+        DeleteTopicsResponse,
+        DescribeConfigsRequest,
+        DescribeConfigsResponse,
+        IncrementalAlterConfigsRequest,
+        IncrementalAlterConfigsResponse,
+    )
+
+    new = CreateTopicsRequest.CreatableTopic
+    config = new.CreatableTopicConfig
+    topic, twice = _topic(), _topic()
+    request = CreateTopicsRequest(topics=[
+        new(name=topic, num_partitions=-1, replication_factor=-1, assignments=[],
+            configs=[config(name="retention.ms", value="1000")]),
+        new(name=twice, num_partitions=1, replication_factor=1, assignments=[], configs=[]),
+        new(name=twice, num_partitions=2, replication_factor=1, assignments=[], configs=[]),
+        new(name=_topic(), num_partitions=1, replication_factor=0, assignments=[], configs=[]),
+        new(name=_topic(), num_partitions=-1, replication_factor=-1, configs=[], assignments=[
+            new.CreatableReplicaAssignment(partition_index=0, broker_ids=[0])]),
+    ], timeout_ms=30_000, validate_only=False)
+    answer = _round_trip(server.kafka_bootstrap, request, CreateTopicsResponse, 7)
+    created, repeated, factor, assigned = answer.topics
+    assert (created.error_code, created.num_partitions, created.replication_factor) == (0, 1, 1)
+    configs = {c.name: (c.value, c.config_source, c.read_only) for c in created.configs}
+    assert configs["retention.ms"] == ("1000", 1, False)  # TOPIC_CONFIG
+    assert configs["segment.bytes"][1] == 5  # DEFAULT_CONFIG
+    assert (repeated.name, repeated.error_code) == (twice, KafkaError.INVALID_REQUEST)
+    assert factor.error_code == KafkaError.INVALID_REPLICATION_FACTOR
+    assert "larger than 0, or -1" in factor.error_message
+    assert assigned.error_code == KafkaError.INVALID_REQUEST
+    assert "assignments" in assigned.error_message
+
+    state = DeleteTopicsRequest.DeleteTopicState
+    deleted = _round_trip(server.kafka_bootstrap, DeleteTopicsRequest(
+        topics=[state(name=None, topic_id=uuid.uuid4())], timeout_ms=30_000),
+        DeleteTopicsResponse, 6)
+    assert [r.error_code for r in deleted.responses] == [KafkaError.UNKNOWN_TOPIC_ID]
+
+    resource = DescribeConfigsRequest.DescribeConfigsResource
+    described = _round_trip(server.kafka_bootstrap, DescribeConfigsRequest(resources=[
+        resource(resource_type=2, resource_name=topic, configuration_keys=["retention.ms"]),
+        resource(resource_type=8, resource_name="0", configuration_keys=None),
+        resource(resource_type=4, resource_name="7", configuration_keys=None),
+        resource(resource_type=4, resource_name="", configuration_keys=None),
+    ], include_synonyms=True, include_documentation=False), DescribeConfigsResponse, 4)
+    mine, logger, other, defaults = described.results
+    [retention] = mine.configs
+    assert [(s.name, s.value, s.source) for s in retention.synonyms] == [
+        ("retention.ms", "1000", 1), ("retention.ms", "604800000", 5)]
+    assert logger.error_code == KafkaError.INVALID_REQUEST
+    assert "unsupported resource type BROKER_LOGGER" in logger.error_message
+    assert other.error_code == KafkaError.INVALID_REQUEST and "this broker is 0" in other.error_message
+    assert (defaults.error_code, defaults.configs) == (0, [])  # no dynamic cluster defaults
+
+    alter = IncrementalAlterConfigsRequest.AlterConfigsResource
+    altered = _round_trip(server.kafka_bootstrap, IncrementalAlterConfigsRequest(resources=[
+        alter(resource_type=2, resource_name=topic, configs=[
+            alter.AlterableConfig(name="retention.ms", config_operation=9, value="1")]),
+    ], validate_only=False), IncrementalAlterConfigsResponse, 1)
+    [result] = altered.responses
+    assert result.error_code == KafkaError.INVALID_REQUEST
+    assert "unknown operation 9" in result.error_message
