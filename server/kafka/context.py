@@ -56,6 +56,15 @@ class KafkaServices:
     #: meta.properties' cluster.id (Metadata's cluster_id).
     cluster_id: str | None = None
     admin: Any = None
+    #: Every live server's node id -> the address its Kafka listener is reached at (Metadata's
+    #: brokers, FindCoordinator's answer). None: a single server, node 0 at ``advertised()``.
+    kafka_brokers: Callable[[], dict[int, Address]] | None = None
+
+    def broker_addresses(self) -> dict[int, Address]:
+        """Node id -> Kafka address of every live server (this one alone without a cluster)."""
+        if self.kafka_brokers is None:
+            return {0: self.advertised()}
+        return self.kafka_brokers()
 
 
 @dataclass(slots=True)

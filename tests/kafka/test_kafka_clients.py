@@ -17,6 +17,16 @@ def _topic() -> str:
     return f"k-{uuid.uuid4().hex[:10]}"
 
 
+def _take(consumer: KafkaConsumer, count: int) -> list[bytes]:
+    """The values of the next ``count`` records (the consumer's timeout ends a shortfall)."""
+    values = []
+    for message in consumer:
+        values.append(message.value)
+        if len(values) == count:
+            break
+    return values
+
+
 def test_kcat_produces_and_reads_back_keys_and_values(server, kcat):
     topic = _topic()
     lines = "".join(f"key{i}:value{i}\n" for i in range(20))
@@ -77,7 +87,56 @@ def test_kafka_python_consumer_reads_without_a_group(server):
     producer.flush(30)
     consumer = KafkaConsumer(topic, bootstrap_servers=server.kafka_bootstrap,
                              auto_offset_reset="earliest", group_id=None,
-                             consumer_timeout_ms=10_000)
-    values = [m.value for m in consumer]
+                             consumer_timeout_ms=30_000)
+    values = _take(consumer, 30)
     consumer.close()
     assert values == [f"r{i}".encode() for i in range(30)]
+
+
+async def test_aiokafka_produces_and_reads_back(server):
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka.structs import TopicPartition as AioTopicPartition
+
+    topic = _topic()
+    producer = AIOKafkaProducer(bootstrap_servers=server.kafka_bootstrap,
+                                enable_idempotence=False, compression_type="gzip")
+    await producer.start()
+    try:
+        sent = [await producer.send_and_wait(topic, f"a{i}".encode(), key=b"k")
+                for i in range(10)]
+    finally:
+        await producer.stop()
+    assert [m.offset for m in sent] == list(range(10))
+    consumer = AIOKafkaConsumer(bootstrap_servers=server.kafka_bootstrap, group_id=None,
+                                auto_offset_reset="earliest")
+    await consumer.start()
+    try:
+        partition = AioTopicPartition(topic, 0)
+        consumer.assign([partition])
+        batches = await consumer.getmany(partition, timeout_ms=10_000, max_records=10)
+        values = [m.value for m in batches.get(partition, [])]
+    finally:
+        await consumer.stop()
+    assert values == [f"a{i}".encode() for i in range(10)]
+
+
+def test_kafka_python_seeks_by_timestamp(server):
+    """offsets_for_times is ListOffsets with a timestamp: the first record at or after it."""
+    from kafka import TopicPartition as KpTopicPartition
+
+    topic = _topic()
+    producer = Producer({"bootstrap.servers": server.kafka_bootstrap})
+    for i in range(10):
+        producer.produce(topic, value=f"t{i}".encode(), timestamp=1_700_000_000_000 + 1000 * i)
+    producer.flush(30)
+    consumer = KafkaConsumer(bootstrap_servers=server.kafka_bootstrap, group_id=None,
+                             consumer_timeout_ms=30_000)
+    partition = KpTopicPartition(topic, 0)
+    found = consumer.offsets_for_times({partition: 1_700_000_000_000 + 6_500})
+    assert (found[partition].offset, found[partition].timestamp) == (7, 1_700_000_007_000)
+    consumer.assign([partition])
+    consumer.seek(partition, found[partition].offset)
+    assert _take(consumer, 3) == [b"t7", b"t8", b"t9"]
+    assert consumer.end_offsets([partition]) == {partition: 10}
+    assert consumer.beginning_offsets([partition]) == {partition: 0}
+    consumer.close()

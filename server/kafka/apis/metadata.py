@@ -58,11 +58,10 @@ async def metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataRes
     else:
         for name in names:
             topics.append(await _named_topic(ctx, name, allow_create))
-    advertised = services.advertised()
     return MetadataResponse(
         throttle_time_ms=0,
-        brokers=[_Broker(node_id=_SINGLE_NODE_ID, host=advertised.host, port=advertised.port,
-                         rack=None)],
+        brokers=[_Broker(node_id=node_id, host=address.host, port=address.port, rack=None)
+                 for node_id, address in sorted(services.broker_addresses().items())],
         cluster_id=services.cluster_id,
         controller_id=_SINGLE_NODE_ID,
         topics=topics,
