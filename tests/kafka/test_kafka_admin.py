@@ -6,9 +6,6 @@ DeleteTopics, DescribeCluster, and the errors each with its Kafka code (issue 28
 
 from __future__ import annotations
 
-import io
-import socket
-import struct
 import uuid
 from collections.abc import Iterator
 
@@ -42,6 +39,8 @@ from stratalog.client import (
     ResourceType,
     SyncClient,
 )
+
+from .kafka_wire import KafkaWire
 
 TIMEOUT_S = 30
 ANONYMOUS = "User:ANONYMOUS"
@@ -220,20 +219,10 @@ def test_delete_topics(admin) -> None:
 
 
 def _round_trip(bootstrap: str, request, response_class, version: int):
-    """One request on a fresh connection, framed, encoded and decoded by kafka-python's classes
-    (the oracle: the clients here ask Metadata for the cluster, never DescribeCluster)."""
-    request.API_VERSION = version
-    request.with_header(correlation_id=7)
-    host, port = bootstrap.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=TIMEOUT_S) as connection:
-        connection.sendall(request.encode(version=version, header=True, framed=True))
-        with connection.makefile("rb") as stream:
-            (size,) = struct.unpack(">i", stream.read(4))
-            body = stream.read(size)
-    assert struct.unpack(">i", body[:4]) == (7,)
-    # Response header v1 (a flexible version): an empty tagged-field list after the id.
-    header_bytes = 5 if response_class.flexible_version_q(version) else 4
-    return response_class.decode(io.BytesIO(body[header_bytes:]), version=version)
+    """One request on a fresh connection, encoded and decoded by kafka-python's classes (the
+    oracle: tests/kafka/kafka_wire.py)."""
+    with KafkaWire(bootstrap, TIMEOUT_S) as wire:
+        return wire.call(request, response_class, version)
 
 
 def test_describe_cluster(server) -> None:
