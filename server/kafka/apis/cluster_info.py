@@ -7,8 +7,8 @@ No ACL is needed to ask (Kafka's rule); the cluster's authorized operations, whe
 are answered only to a caller with DESCRIBE on the cluster (else the schema's "not given",
 Int.MinValue), as a bitfield of the cluster operations it may do. v1's endpoint type must be
 BROKER (1): CONTROLLER is MISMATCHED_ENDPOINT_TYPE (this server is not a KRaft controller),
-any other UNSUPPORTED_ENDPOINT_TYPE. The brokers are this server at its Kafka listener's
-advertised address, as Metadata answers (apis/metadata.py); the controller is the serving
+any other UNSUPPORTED_ENDPOINT_TYPE. The brokers are every live server's Kafka listener, as
+Metadata answers them (``KafkaServices.broker_addresses``); the controller is the serving
 layer's (:attr:`~stratalog.server.broker.AdminManager.controller_id`).
 
 Concurrency: event-loop only.
@@ -60,12 +60,10 @@ async def describe_cluster(ctx: RequestContext, request: DescribeClusterRequest
             AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
         operations = {int(op) for op in _CLUSTER_OPERATIONS
                       if ctx.allowed(op, ResourceType.CLUSTER, CLUSTER_NAME)}
-    advertised = services.advertised()
-    admin = services.admin
     return DescribeClusterResponse(
         throttle_time_ms=0, error_code=Code.NONE, error_message=None,
         endpoint_type=_BROKER_ENDPOINT, cluster_id=services.cluster_id or "",
-        controller_id=admin.controller_id,
-        brokers=[_Broker(broker_id=admin.node_id, host=advertised.host, port=advertised.port,
-                         rack=None)],
+        controller_id=services.admin.controller_id,
+        brokers=[_Broker(broker_id=node_id, host=address.host, port=address.port, rack=None)
+                 for node_id, address in sorted(services.broker_addresses().items())],
         authorized_operations=operations)
