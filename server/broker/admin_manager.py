@@ -61,7 +61,7 @@ from stratalog.server.metadata import (
     cluster_metadata,
     single_server_metadata,
 )
-from stratalog.server.storage.config import LogConfig
+from stratalog.server.storage.config import TOPIC_CONFIG_KINDS, LogConfig
 from stratalog.server.storage.errors import (
     InvalidConfigError,
     InvalidPartitionsError,
@@ -89,11 +89,12 @@ _T = TypeVar("_T")
 
 #: Topic configs whose value is a comma-separated list: the only ones Kafka's APPEND and
 #: SUBTRACT apply to (its ``ConfigDef.Type.LIST``).
-_LIST_CONFIGS = frozenset({"cleanup.policy"})
+_LIST_CONFIGS = frozenset(name for name, kind in TOPIC_CONFIG_KINDS.items() if kind == "list")
 
 
 class ConfigOp(enum.IntEnum):
-    """Kafka's ``AlterConfigOp.OpType`` (the values on the wire of IncrementalAlterConfigs)."""
+    """Kafka's ``AlterConfigOp.OpType`` (the values on the wire of IncrementalAlterConfigs;
+    ``clients/src/main/java/org/apache/kafka/clients/admin/AlterConfigOp.java``)."""
 
     SET = 0
     DELETE = 1
@@ -321,8 +322,9 @@ class AdminManager:
         """Kafka's IncrementalAlterConfigs on a topic: each ``(op, config, value)`` applied to
         the topic's current configs. SET sets the value; DELETE removes the override; APPEND
         adds the comma-separated values not yet in a list config's current value, SUBTRACT
-        removes them (Kafka's ``ConfigAdminManager.prepareIncrementalConfigs``; the current
-        value is the effective one, the server default when the topic sets none).
+        removes them (Kafka's ``prepareIncrementalConfigs`` in
+        ``core/src/main/scala/kafka/server/ConfigAdminManager.scala``; the current value is the
+        effective one, the server default when the topic sets none).
 
         Raises:
             InvalidConfigError: a config named twice, APPEND or SUBTRACT on a config that is

@@ -16,7 +16,9 @@ Kafka's ``DescribeConfigsResponse.ConfigSource`` values
 
 ``is_default`` is ``source == DEFAULT_CONFIG`` (Kafka's rule). A topic's configs are
 alterable (not read-only); every broker config is read-only: stratalog has no dynamic broker
-configs, its settings are changed in the config file (docs/configuration.md). Synonyms follow
+configs, its settings are changed in the config file (docs/configuration.md). A topic config's
+type is Kafka's ``ConfigType`` of its kind (storage/config.py), as is the type of a broker name
+behind one; any other broker setting's is UNKNOWN. Synonyms follow
 Kafka's order: the topic's override, then each broker synonym that is set (with its value as
 written in the settings), then Kafka's default. No value is sensitive (no setting here holds a
 secret: passwords live in the credential file, docs/security.md); ``log.dirs`` is left out of
@@ -33,7 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from stratalog.server.settings import KAFKA_SETTING_NAMES
-from stratalog.server.storage.config import TOPIC_CONFIG_NAMES, LogConfig
+from stratalog.server.storage.config import TOPIC_CONFIG_KINDS, TOPIC_CONFIG_NAMES, LogConfig
 from stratalog.server.storage.log_defaults import broker_synonyms, server_setting_values
 
 if TYPE_CHECKING:
@@ -45,6 +47,7 @@ __all__ = [
     "ConfigEntry",
     "ConfigSource",
     "ConfigSynonym",
+    "ConfigType",
     "describe_broker_configs",
     "describe_topic_configs",
 ]
@@ -53,6 +56,25 @@ __all__ = [
 _KAFKA_DEFAULTS = LogConfig().to_mapping()
 #: Kafka-named settings a client must not see (the server's paths).
 _HIDDEN_SETTINGS = frozenset({"log.dirs"})
+
+
+class ConfigType(enum.IntEnum):
+    """Kafka's ``DescribeConfigsResponse.ConfigType`` (the values on the wire)."""
+
+    UNKNOWN = 0
+    BOOLEAN = 1
+    STRING = 2
+    INT = 3
+    SHORT = 4
+    LONG = 5
+    DOUBLE = 6
+    LIST = 7
+
+
+#: A topic config's kind (storage/config.py) -> its Kafka type.
+_TYPES = {"int": ConfigType.INT, "long": ConfigType.LONG, "double": ConfigType.DOUBLE,
+          "bool": ConfigType.BOOLEAN, "list": ConfigType.LIST,
+          "timestamp_type": ConfigType.STRING}
 
 
 class ConfigSource(enum.IntEnum):
@@ -86,6 +108,7 @@ class ConfigEntry:
     read_only: bool
     sensitive: bool = False
     synonyms: tuple[ConfigSynonym, ...] = ()
+    type: ConfigType = ConfigType.UNKNOWN
 
     @property
     def is_default(self) -> bool:
@@ -113,7 +136,8 @@ def describe_topic_configs(
                                               ConfigSource.STATIC_BROKER_CONFIG))
         synonyms.append(ConfigSynonym(name, _KAFKA_DEFAULTS[name], ConfigSource.DEFAULT_CONFIG))
         entries.append(ConfigEntry(name, value, synonyms[0].source, read_only=False,
-                                   synonyms=tuple(synonyms)))
+                                   synonyms=tuple(synonyms),
+                                   type=_TYPES[TOPIC_CONFIG_KINDS[name]]))
     return entries
 
 
@@ -138,7 +162,8 @@ def describe_broker_configs(
         )
         # The first (Kafka's primary) name carries the value in the topic config's unit.
         entries[names[0]] = ConfigEntry(names[0], defaults[topic_name], synonyms[0].source,
-                                        read_only=True, synonyms=synonyms)
+                                        read_only=True, synonyms=synonyms,
+                                        type=_TYPES[TOPIC_CONFIG_KINDS[topic_name]])
     for name, field_name in KAFKA_SETTING_NAMES.items():
         if name in _HIDDEN_SETTINGS:
             continue

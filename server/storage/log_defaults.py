@@ -174,9 +174,10 @@ SERVER_SETTING_NAMES: tuple[str, ...] = tuple(
 
 def broker_synonyms(topic_name: str) -> tuple[str, ...]:
     """The broker names that give topic config ``topic_name`` its server default, highest
-    precedence first (Kafka's ``ServerTopicConfigSynonyms``; DescribeConfigs lists them as a
-    config's synonyms). Empty for a topic config without one. Kafka's own names only: the
-    ``log.message.max.bytes`` alias is ours."""
+    precedence first, as Kafka's
+    ``server-common/src/main/java/org/apache/kafka/server/config/ServerTopicConfigSynonyms.java``
+    lists them (DescribeConfigs answers them as the config's synonyms). Empty for a topic config
+    without one. Kafka's own names only: the ``log.message.max.bytes`` alias is ours."""
     if topic_name in _TIME_SYNONYMS:
         return tuple(name for name, _ in _TIME_SYNONYMS[topic_name])
     return tuple(broker for broker, topic in BROKER_TO_TOPIC_CONFIG.items()

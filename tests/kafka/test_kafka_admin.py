@@ -373,6 +373,7 @@ def test_request_shapes_on_the_wire(server) -> None:
     ], include_synonyms=True, include_documentation=False), DescribeConfigsResponse, 4)
     mine, logger, other, defaults = described.results
     [retention] = mine.configs
+    assert retention.config_type == 5  # LONG
     assert [(s.name, s.value, s.source) for s in retention.synonyms] == [
         ("retention.ms", "1000", 1), ("retention.ms", "604800000", 5)]
     assert logger.error_code == KafkaError.INVALID_REQUEST

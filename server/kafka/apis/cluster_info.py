@@ -33,7 +33,8 @@ __all__ = ["describe_cluster"]
 _Broker = DescribeClusterResponse.DescribeClusterBroker
 #: Kafka's ``EndpointType``: the listener a request may be sent to.
 _BROKER_ENDPOINT, _CONTROLLER_ENDPOINT = 1, 2
-#: The operations Kafka's authorizer knows on the cluster (``AclEntry.supportedOperations``).
+#: The operations Kafka's authorizer knows on the cluster (``supportedOperations`` in
+#: ``server/src/main/java/org/apache/kafka/security/authorizer/AclEntry.java``).
 _CLUSTER_OPERATIONS = (
     AclOperation.ALTER, AclOperation.ALTER_CONFIGS, AclOperation.CLUSTER_ACTION,
     AclOperation.CREATE, AclOperation.DESCRIBE, AclOperation.DESCRIBE_CONFIGS,

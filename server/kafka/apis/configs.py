@@ -162,7 +162,7 @@ def _entry(entry: ConfigEntry, include_synonyms: bool) -> _Entry:
                      source=synonym.source)
             for synonym in entry.synonyms
         ] if include_synonyms else [],
-        config_type=0,  # UNKNOWN: the type is not tracked per config here
+        config_type=entry.type,
         documentation=None,
     )
 

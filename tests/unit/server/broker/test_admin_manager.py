@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from stratalog.server.broker import AdminManager, ConfigOp, ReplicaManager
-from stratalog.server.broker.config_descriptions import ConfigSource
+from stratalog.server.broker.config_descriptions import ConfigSource, ConfigType
 from stratalog.server.cluster.errors import InvalidReplicationFactorError
 from stratalog.server.metrics import ServerMetrics
 from stratalog.server.security.acl_store import AclStore
@@ -163,6 +163,9 @@ async def test_describe_configs_names_each_value_s_source(make: Make) -> None:
         ("retention.ms", "604800000", ConfigSource.DEFAULT_CONFIG)]
     flush = entries["flush.messages"]
     assert (flush.source, flush.is_default) == (ConfigSource.DEFAULT_CONFIG, True)
+    assert [entries[name].type for name in ("segment.bytes", "retention.ms", "preallocate",
+                                             "cleanup.policy", "message.timestamp.type")] == [
+        ConfigType.INT, ConfigType.LONG, ConfigType.BOOLEAN, ConfigType.LIST, ConfigType.STRING]
 
     broker = {entry.name: entry for entry in admin.describe_broker_configs()}
     assert all(entry.read_only and not entry.sensitive for entry in broker.values())
