@@ -186,7 +186,7 @@ class Server:
         self.replica_roles: ReplicaRoles | None = None  # with --cluster, once joined
         #: The consumer groups' coordinators (server/group_service/), from _start_serving.
         self.groups: GroupService | None = None
-        self.admin: AdminManager | None = None
+        self.admin: AdminManager | None = None  # topic administration, both front ends
         self._replication: ReplicationService | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         # Each pool thread lowers its own CPU priority as it starts: the loop serves every
@@ -381,7 +381,6 @@ class Server:
                                    metrics=self.metrics, transactions=self.coordinator)
         self.metrics.bind_groups(self.groups.group_counts)
         self.metrics.bind_group_lag(self.groups.committed_offsets, self.groups.log_end_offset)
-        # The topic administration both front ends call (server/broker/admin_manager.py).
         self.admin = AdminManager(self.replica_manager, settings, self._executor,
                                   authorizer=self.authorizer)
         self._service = BrokerService(
@@ -490,10 +489,9 @@ class Server:
             self.replica_manager, self.log_manager, self.groups, self.coordinator, settings,
             self.metrics, self._executor, self._limits, self.quotas, self.authorizer,
             advertised=lambda: listener.advertised(),
-            time_ms=lambda: int(time.time() * 1000),
+            time_ms=lambda: int(time.time() * 1000), admin=self.admin,
             cluster_id=getattr(read_meta_properties(Path(settings.log_dirs[0])), "cluster_id",
                                None),
-            admin=self.admin,
         )
         listener = self.kafka = KafkaListener(
             services, self._tls.ssl_context if self._tls is not None else None)
