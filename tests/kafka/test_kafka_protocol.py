@@ -283,3 +283,20 @@ def test_list_offsets_targets(server):
     assert (at_1001.offset, at_1001.timestamp) == (1, 1_001)
     assert (after_all.offset, after_all.timestamp) == (-1, -1)
     assert old_version_max.error_code == 35  # -3 needs v7 (KIP-734)
+
+
+def test_metrics_count_requests_connections_and_closes(server):
+    requests_before = server.metric('stratalog_kafka_requests_total{api="Metadata"}')
+    closed_before = server.metric(
+        'stratalog_kafka_connections_closed_total{reason="bad_request"}')
+    with KafkaWire(server.kafka_bootstrap) as wire:
+        wire.call(MetadataRequest(topics=[]), MetadataResponse, 1)
+        assert server.metric("stratalog_kafka_connections") >= 1
+        assert server.metric(
+            'stratalog_kafka_requests_total{api="Metadata"}') == requests_before + 1
+        assert server.metric(
+            'stratalog_kafka_request_seconds_count{api="Metadata"}') >= 1
+        wire.send_raw(struct.pack(">i", 5) + b"\x00" * 5)
+        assert wire.closed_by_server()
+    assert server.metric(
+        'stratalog_kafka_connections_closed_total{reason="bad_request"}') == closed_before + 1
