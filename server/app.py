@@ -90,7 +90,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from stratalog.server.allocator import TrimWatch, limit_arenas, trim_heap, tune_allocator
-from stratalog.server.broker import ReplicaManager
+from stratalog.server.broker import AdminManager, ReplicaManager
 from stratalog.server.client_limits import WAITING_RPC_BYTES_ESTIMATE, ClientLimits
 from stratalog.server.garbage_collector import freeze_loaded_objects, set_young_objects_max
 from stratalog.server.group_service import GroupService
@@ -187,6 +187,7 @@ class Server:
         self.replica_roles: ReplicaRoles | None = None  # with --cluster, once joined
         #: The consumer groups' coordinators (server/group_service/), from _start_serving.
         self.groups: GroupService | None = None
+        self.admin: AdminManager | None = None  # topic administration, both front ends
         self._replication: ReplicationService | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         # Each pool thread lowers its own CPU priority as it starts: the loop serves every
@@ -381,9 +382,11 @@ class Server:
                                    metrics=self.metrics, transactions=self.coordinator)
         self.metrics.bind_groups(self.groups.group_counts)
         self.metrics.bind_group_lag(self.groups.committed_offsets, self.groups.log_end_offset)
+        self.admin = AdminManager(self.replica_manager, settings, self._executor,
+                                  authorizer=self.authorizer)
         self._service = BrokerService(
             self.replica_manager, settings, self.metrics, self._executor,
-            coordinator=self.coordinator,
+            coordinator=self.coordinator, admin=self.admin,
             limits=limits, subscribe_budget=budget, authorizer=self.authorizer,
             # A Session request is served under the rules of its unary call; who the caller
             # is was decided once, when its stream was authenticated, but re-checked against
@@ -487,7 +490,7 @@ class Server:
             self.replica_manager, self.log_manager, self.groups, self.coordinator, settings,
             self.metrics, self._executor, self._limits, self.quotas, self.authorizer,
             advertised=lambda: listener.advertised(),
-            time_ms=lambda: int(time.time() * 1000),
+            time_ms=lambda: int(time.time() * 1000), admin=self.admin,
             cluster_id=getattr(read_meta_properties(Path(settings.log_dirs[0])), "cluster_id",
                                None),
         )

@@ -6,10 +6,16 @@
     produce.py        Produce
     fetch.py          Fetch
     list_offsets.py   ListOffsets
+    admin_topics.py   CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords
+    configs.py        DescribeConfigs, AlterConfigs, IncrementalAlterConfigs
+    cluster_info.py   DescribeCluster
 """
 
 from stratalog.server.kafka.apis import (  # noqa: F401  (each registers its handlers)
+    admin_topics,
     api_versions,
+    cluster_info,
+    configs,
     fetch,
     list_offsets,
     metadata,
