@@ -97,6 +97,7 @@ class KafkaConnection(asyncio.Protocol):
         self._reserved = 0  # bytes of the budget taken for the frame being read
         self._reserving: asyncio.Task[None] | None = None
         self._paused = False
+        self._throttled = False  # muted by a quota: the socket is not read
         self._closed = False
         self._last_active = time.monotonic()
         self._idle_timer: asyncio.TimerHandle | None = None
@@ -198,7 +199,8 @@ class KafkaConnection(asyncio.Protocol):
             self._transport.pause_reading()
 
     def _resume(self) -> None:
-        if self._paused and self._transport is not None and self._reserving is None:
+        if (self._paused and self._transport is not None and self._reserving is None
+                and not self._throttled):
             self._paused = False
             self._transport.resume_reading()
 
@@ -235,8 +237,15 @@ class KafkaConnection(asyncio.Protocol):
                 if throttle_ms is None:
                     return
                 if throttle_ms > 0:
-                    # Kafka mutes a throttled client's channel for the throttle time.
-                    await asyncio.sleep(throttle_ms / 1000)
+                    # Kafka mutes a throttled client's channel for the throttle time: nothing
+                    # is read nor served (the client's next requests wait in its socket).
+                    self._throttled = True
+                    self._pause()
+                    try:
+                        await asyncio.sleep(throttle_ms / 1000)
+                    finally:
+                        self._throttled = False
+                    self._take_frames()
         except asyncio.CancelledError:
             pass
 
@@ -255,6 +264,14 @@ class KafkaConnection(asyncio.Protocol):
             return None
         except RequestHeaderError as exc:
             self._close(str(exc))
+            return None
+        authenticator = services.authenticator
+        if (state.identity.credential is not None and authenticator is not None
+                and not authenticator.still_valid(state.identity)):
+            # A reload removed the user or changed its password (as server/rpc/
+            # authentication.py's stale_credentials refuses a Session stream's next request).
+            self._close(None, why="the credentials it authenticated with are no longer valid"
+                        " (the credential file was reloaded)")
             return None
         if not state.authenticated and header.api_key not in _BEFORE_AUTHENTICATION:
             self._close(f"{ApiKey(header.api_key).name} before the SASL authentication"
@@ -282,6 +299,9 @@ class KafkaConnection(asyncio.Protocol):
             return None
         if response is not None and not self._closed:
             self._write(self._encode(header, response))
+        if ctx.close_after_answer:
+            self._close(None, why="its SASL request was refused (Kafka closes the connection)")
+            return None
         return ctx.throttle_ms
 
     @staticmethod

@@ -6,12 +6,16 @@
     produce.py        Produce
     fetch.py          Fetch
     list_offsets.py   ListOffsets
+    sasl.py           SaslHandshake, SaslAuthenticate
+    acls.py           CreateAcls, DescribeAcls, DeleteAcls
 """
 
 from stratalog.server.kafka.apis import (  # noqa: F401  (each registers its handlers)
+    acls,
     api_versions,
     fetch,
     list_offsets,
     metadata,
     produce,
+    sasl,
 )
