@@ -60,6 +60,10 @@ _NONCE_BYTES = 24
 MESSAGE_BYTES_MAX = 4096
 
 
+def _random_nonce() -> str:
+    return base64.b64encode(secrets.token_bytes(_NONCE_BYTES)).decode()
+
+
 class ScramError(ValueError):
     """A SCRAM message that breaks the protocol (RFC 5802's ``e=invalid-encoding`` and kin)."""
 
@@ -104,10 +108,14 @@ class ScramServerExchange:
     """
 
     def __init__(self, credentials: CredentialFile,
-                 derived_secret: Callable[[bytes, bytes], bytes]) -> None:
+                 derived_secret: Callable[[bytes, bytes], bytes],
+                 server_nonce: Callable[[], str] | None = None) -> None:
         """``derived_secret(purpose, data)``: a keyed hash stable for the process
-        (Authenticator.derived_secret), for decoy salts and keys."""
+        (Authenticator.derived_secret), for decoy salts and keys; ``server_nonce``: the
+        server's part of the nonce (random printable ASCII unless given: RFC 7677's example
+        exchange gives its own)."""
         self._credentials = credentials
+        self._server_nonce = server_nonce or _random_nonce
         self._derived_secret = derived_secret
         self._step = _Step.CLIENT_FIRST
         self.user = ""
@@ -175,7 +183,7 @@ class ScramServerExchange:
         self._secret = self.entry if self.entry is not None else self._decoy(user)
         self._gs2_header = f"{cbind},{authzid},"
         self._client_first_bare = bare
-        self._nonce = nonce + base64.b64encode(secrets.token_bytes(_NONCE_BYTES)).decode()
+        self._nonce = nonce + self._server_nonce()
         secret = self._secret
         self._server_first = (f"r={self._nonce},s={base64.b64encode(secret.salt).decode()},"
                               f"i={secret.iterations}")

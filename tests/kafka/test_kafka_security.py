@@ -34,11 +34,13 @@ from confluent_kafka.admin import (
 )
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.protocol.metadata import MetadataRequest
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kafka.protocol.sasl import SaslHandshakeRequest, SaslHandshakeResponse
 
 from stratalog.client import Credentials, SyncClient, TlsConfig
 from stratalog.client import acls as client_acls
 from stratalog.client.errors import StratalogError
+from stratalog.records.builder import build_batch
 from stratalog.server.security.credentials import CredentialFile
 from tests.integration.conftest import ServerProcess, launch_server, wait_until
 
@@ -265,7 +267,8 @@ def test_acl_calls_need_rights_on_the_cluster(secured, pki):
 
 
 def _answer(sock: socket.socket, response_class: type, version: int) -> object | None:
-    """The next answer on ``sock`` (header v0: a version-1 SaslHandshake's), or None at EOF."""
+    """The next answer on ``sock`` (response header v0: not a flexible version), or None at
+    EOF."""
     def read(count: int) -> bytes:
         data = b""
         while len(data) < count:
@@ -405,3 +408,72 @@ def test_a_produce_quota_throttles_a_confluent_producer(start_server, tmp_path):
     # The quota's window lets the first burst through; past it the rate is held near the
     # quota (Kafka's throttling is approximate): well under the unthrottled rate.
     assert measured < 2.0 * rate, f"{measured:.0f} B/s against a quota of {rate} B/s"
+
+
+# ---------------------------------------------------------------- authorization rules
+
+
+def test_transactional_batches_without_a_transactional_id_are_refused(server):
+    """Kafka's handleProduceRequest: transactional records need WRITE on the transactional id
+    the request names, and a request that names none has none."""
+    batch = build_batch([(1_700_000_000_000, None, b"v", [])], producer_id=7,
+                        producer_epoch=0, base_sequence=0, is_transactional=True)
+    topic_data = ProduceRequest.TopicProduceData(
+        name=_topic(), partition_data=[
+            ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=batch)])
+    request = ProduceRequest(transactional_id=None, acks=-1, timeout_ms=10_000,
+                             topic_data=[topic_data])
+    with socket.create_connection(("127.0.0.1", server.kafka_port), timeout=_WAIT_S) as sock:
+        sock.sendall(_frame(0, 8, request.encode(version=8)))
+        answer = _answer(sock, ProduceResponse, 8)
+    assert answer is not None
+    codes = [p.error_code for t in answer.responses for p in t.partition_responses]
+    assert codes == [53]  # TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+
+
+def test_metadata_that_would_create_a_topic_the_caller_may_not_create(start_server, tmp_path,
+                                                                      pki):
+    """Kafka's handleTopicMetadataRequest: a topic to be created automatically by a caller
+    without CREATE is answered TOPIC_AUTHORIZATION_FAILED (DESCRIBE alone is not enough)."""
+    server = start_server(
+        tmp_path / "data", *_tls_flags(pki),
+        "--authentication-credentials-file", str(_credentials(tmp_path)),
+        "--authorizer", "acl", "--super-users", "User:admin")
+    topic = _topic("nocreate")
+    tls = TlsConfig.from_files(pki.ca)
+    with SyncClient(server.target, tls=tls,
+                    auth=Credentials.password("admin", "admin-secret")) as client:
+        client.create_acls([client_acls.AclBinding(
+            client_acls.ResourceType.TOPIC, topic, client_acls.PatternType.LITERAL,
+            "User:alice", "*", client_acls.AclOperation.DESCRIBE,
+            client_acls.AclPermissionType.ALLOW)])
+    # librdkafka's producer asks with allow_auto_topic_creation (allow.auto.create.topics).
+    producer = Producer(_sasl(server, pki, "SCRAM-SHA-256", "alice", "alice-secret"))
+    answer = producer.list_topics(topic, timeout=_WAIT_S).topics[topic]
+    assert answer.error is not None
+    assert answer.error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, answer.error
+
+
+def test_failed_exchanges_count_against_their_host(start_server, tmp_path):
+    """security/authentication.py's per-host failure limit holds for SASL as for gRPC calls:
+    past it, even the right password is refused until the failures age out."""
+    server = start_server(
+        tmp_path / "data", "--authentication-credentials-file", str(_credentials(tmp_path)),
+        "--authentication-plaintext-allowed", "true",
+        "--authentication-failures-per-host-max", "2")
+
+    def config(mechanism: str, password: str) -> dict[str, object]:
+        return {"bootstrap.servers": server.kafka_bootstrap,
+                "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": mechanism,
+                "sasl.username": "alice", "sasl.password": password,
+                # One attempt each within the test: no reconnection adds a failure.
+                "reconnect.backoff.ms": 60_000, "reconnect.backoff.max.ms": 60_000}
+
+    for mechanism in ("SCRAM-SHA-256", "PLAIN"):
+        error = _first_error(config(mechanism, "wrong"))
+        assert error.code() == KafkaError._AUTHENTICATION, error
+        assert "authentication refused for now" not in error.str()
+    for mechanism in ("SCRAM-SHA-256", "PLAIN"):
+        error = _first_error(config(mechanism, "alice-secret"))
+        assert error.code() == KafkaError._AUTHENTICATION, error
+        assert "authentication refused for now" in error.str(), error.str()

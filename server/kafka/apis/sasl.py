@@ -123,6 +123,9 @@ async def sasl_authenticate(ctx: RequestContext,
             return _answer(Code.NONE, None)
         return _scram_step(ctx, exchange, token)
     except (AuthenticationFailedError, AuthenticationThrottledError) as exc:
+        if isinstance(exc, AuthenticationFailedError):
+            # Counted with the gRPC calls' (stratalog_authentication_failures_total).
+            ctx.services.metrics.observe_authentication_failure(exc.failure)
         ctx.close_after_answer = True
         state.sasl = None
         return _answer(Code.SASL_AUTHENTICATION_FAILED, message_of(exc))
