@@ -527,7 +527,7 @@ class Settings:
     tls_cert_file: str = _setting(
         "",
         "PEM certificate chain of the server: set with tls_key_file to serve TLS on the gRPC"
-        " port and the metrics endpoint (reloaded on SIGHUP); empty = plaintext",
+        " port, the Kafka port and the metrics endpoint (reloaded on SIGHUP); empty = plaintext",
     )
     tls_key_file: str = _setting("", "PEM private key of tls_cert_file")
     tls_ca_file: str = _setting(
