@@ -477,3 +477,62 @@ def test_failed_exchanges_count_against_their_host(start_server, tmp_path):
         error = _first_error(config(mechanism, "alice-secret"))
         assert error.code() == KafkaError._AUTHENTICATION, error
         assert "authentication refused for now" in error.str(), error.str()
+
+
+def test_a_throttled_connection_serves_nothing_for_its_throttle_time(start_server, tmp_path):
+    """Kafka mutes a throttled connection: a request pipelined behind a throttled Produce is
+    answered no sooner than the throttle time after the Produce's answer. (A lower bound only:
+    a slow machine makes the gap longer, never shorter.)"""
+    from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
+
+    server = start_server(tmp_path / "data", "--quota-producer-byte-rate", "100000",
+                          "--quota-window-size-ms", "100")
+    batch = build_batch([(1_700_000_000_000, None, b"x" * 400_000, [])])
+    topic_data = ProduceRequest.TopicProduceData(
+        name=_topic(), partition_data=[
+            ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=batch)])
+    produce = ProduceRequest(transactional_id=None, acks=1, timeout_ms=10_000,
+                             topic_data=[topic_data])
+    with socket.create_connection(("127.0.0.1", server.kafka_port), timeout=_WAIT_S) as sock:
+        # 400 KB against 100 KB/s measured over at least a second: the Produce is throttled.
+        sock.sendall(_frame(0, 8, produce.encode(version=8), correlation_id=1)
+                     + _frame(18, 0, ApiVersionsRequest().encode(version=0), correlation_id=2))
+        answer = _answer(sock, ProduceResponse, 8)
+        answered = time.monotonic()
+        assert answer is not None
+        after = _answer(sock, ApiVersionsResponse, 0)
+        gap_s = time.monotonic() - answered
+    assert after is not None
+    throttle_ms = answer.throttle_time_ms
+    assert throttle_ms > 0, answer
+    assert gap_s >= throttle_ms / 1000 - 0.05, (gap_s, throttle_ms)
+
+
+def test_acl_calls_without_an_authorizer_are_security_disabled(server):
+    admin = AdminClient({"bootstrap.servers": server.kafka_bootstrap})
+    binding = AclBinding(ResourceType.TOPIC, "t", ResourcePatternType.LITERAL, "User:alice", "*",
+                         AclOperation.READ, AclPermissionType.ALLOW)
+    for future in admin.create_acls([binding], request_timeout=_WAIT_S).values():
+        with pytest.raises(KafkaException) as refused:
+            future.result()
+        assert refused.value.args[0].code() == KafkaError.SECURITY_DISABLED
+        assert "authorizer" in refused.value.args[0].str()
+
+
+def test_each_acl_creation_is_checked_on_its_own(secured, pki):
+    admin = _admin(secured, pki)
+    topic = _topic("each")
+    good = AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:bob", "*",
+                      AclOperation.READ, AclPermissionType.ALLOW)
+    bad = AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:bob",
+                     "not-an-address", AclOperation.READ, AclPermissionType.ALLOW)
+    futures = admin.create_acls([good, bad], request_timeout=_WAIT_S)
+    assert futures[good].result() is None
+    with pytest.raises(KafkaException) as refused:
+        futures[bad].result()
+    error = refused.value.args[0]
+    assert error.code() == KafkaError.INVALID_REQUEST and "creations[1].host" in error.str()
+    described = admin.describe_acls(AclBindingFilter(
+        ResourceType.TOPIC, topic, ResourcePatternType.ANY, None, None, AclOperation.ANY,
+        AclPermissionType.ANY), request_timeout=_WAIT_S).result()
+    assert described == [good]

@@ -45,7 +45,7 @@ from stratalog.server.security.acls import (
     PatternType,
     ResourceType,
 )
-from stratalog.server.security.authorizer import Authorizer
+from stratalog.server.security.authorizer import Authorizer, managing_acls
 from stratalog.server.security.errors import SecurityDisabledError
 
 __all__ = ["create_acls", "delete_acls", "describe_acls"]
@@ -69,11 +69,7 @@ def _authorizer(ctx: RequestContext, operation: AclOperation) -> Authorizer:
         SecurityDisabledError: no authorizer.
         _Refused: the caller may not.
     """
-    authorizer = ctx.services.authorizer
-    if authorizer is None:
-        raise SecurityDisabledError(
-            "this server has no authorizer (authorizer = \"none\"), so ACLs would have no"
-            " effect and none are stored; start it with authorizer = \"acl\" to manage them")
+    authorizer = managing_acls(ctx.services.authorizer)
     if not ctx.allowed(operation, ResourceType.CLUSTER, CLUSTER_NAME):
         raise _Refused(f"{operation.name} on the cluster is needed to "
                        f"{'read' if operation == AclOperation.DESCRIBE else 'change'} ACLs")
