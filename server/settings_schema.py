@@ -158,6 +158,12 @@ class Settings:
         " SCRAM-SHA-256 (comma-separated in the environment and the flag); PLAIN only over TLS"
         " unless authentication_plaintext_allowed; empty = no SASL",
     )
+    kafka_sasl_receive_bytes_max: int = _setting(
+        512 * 1024,
+        "largest Kafka request read from a connection that must still authenticate with SASL"
+        " (Kafka's sasl.server.max.receive.size); a larger size prefix closes the connection",
+        1,
+    )
     log_dirs: tuple[str, ...] = _setting(
         ("./data",), "log directories (Kafka's log.dirs); each holds partition directories"
     )

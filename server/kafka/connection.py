@@ -19,6 +19,10 @@ Bounds (nothing a client sends makes the server hold more):
   not read), the next request waits until it drains: one answer at a time is held.
 * a connection idle for ``connections_max_idle_ms`` is closed (Kafka's
   ``connections.max.idle.ms``).
+* before a required SASL exchange succeeded, a frame larger than
+  ``kafka_sasl_receive_bytes_max`` closes the connection (Kafka's
+  ``sasl.server.max.receive.size``): a client that has not said who it is cannot reserve
+  more of the budget than an exchange needs.
 
 A frame that is not Kafka's (a size out of bounds, a header that does not parse, an API key or
 version not served, a body that does not decode) closes the connection, as Kafka does; a bad
@@ -88,6 +92,7 @@ class KafkaConnection(asyncio.Protocol):
         self._reader = FrameReader(settings.kafka_request_bytes_max)
         self._queue: collections.deque[tuple[bytes, int]] = collections.deque()
         self._queued_max = settings.kafka_queued_requests_per_connection_max
+        self._unauthenticated_bytes_max = settings.kafka_sasl_receive_bytes_max
         self._transport: asyncio.Transport | None = None
         self._state: ConnectionState | None = None
         self._ready = asyncio.Event()  # a frame is queued
@@ -162,6 +167,13 @@ class KafkaConnection(asyncio.Protocol):
                 return
             if size is None:
                 break
+            state = self._state
+            if (state is not None and not state.authenticated
+                    and size > self._unauthenticated_bytes_max):
+                self._close(f"a request of {size} bytes before the SASL authentication this"
+                            " listener requires (kafka_sasl_receive_bytes_max"
+                            f" {self._unauthenticated_bytes_max})")
+                return
             if not self._reserved:
                 taken = budget.try_reserve(size)
                 if taken is None:

@@ -536,3 +536,12 @@ def test_each_acl_creation_is_checked_on_its_own(secured, pki):
         ResourceType.TOPIC, topic, ResourcePatternType.ANY, None, None, AclOperation.ANY,
         AclPermissionType.ANY), request_timeout=_WAIT_S).result()
     assert described == [good]
+
+
+def test_a_large_request_before_authentication_closes_the_connection(secured, pki):
+    """kafka_sasl_receive_bytes_max (Kafka's sasl.server.max.receive.size): the size prefix
+    alone closes the connection; nothing of the body is awaited."""
+    with _tls_socket(secured, pki) as tls:
+        tls.sendall(struct.pack(">i", 512 * 1024 + 1) + b"\0" * 64)
+        assert tls.recv(4096) == b""
+    assert "before the SASL authentication this listener requires" in secured.log_text()
