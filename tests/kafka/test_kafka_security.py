@@ -545,3 +545,44 @@ def test_a_large_request_before_authentication_closes_the_connection(secured, pk
         tls.sendall(struct.pack(">i", 512 * 1024 + 1) + b"\0" * 64)
         assert tls.recv(4096) == b""
     assert "before the SASL authentication this listener requires" in secured.log_text()
+
+
+def test_sasl_out_of_order_is_an_illegal_state(start_server, tmp_path):
+    from kafka.protocol.sasl import SaslAuthenticateRequest, SaslAuthenticateResponse
+
+    server = start_server(
+        tmp_path / "data", "--authentication-credentials-file", str(_credentials(tmp_path)),
+        "--authentication-plaintext-allowed", "true")
+
+    def connect() -> socket.socket:
+        return socket.create_connection(("127.0.0.1", server.kafka_port), timeout=_WAIT_S)
+
+    def authenticate(token: bytes) -> bytes:
+        return _frame(36, 1, SaslAuthenticateRequest(auth_bytes=token).encode(version=1))
+
+    def handshake(mechanism: str) -> bytes:
+        return _frame(17, 1, SaslHandshakeRequest(mechanism=mechanism).encode(version=1))
+
+    with connect() as sock:  # SaslAuthenticate before a mechanism was chosen
+        sock.sendall(authenticate(b"\0alice\0alice-secret"))
+        answer = _answer(sock, SaslAuthenticateResponse, 1)
+        assert answer is not None and answer.error_code == 34  # ILLEGAL_SASL_STATE
+        assert _answer(sock, SaslAuthenticateResponse, 1) is None
+    with connect() as sock:  # PLAIN, then a second exchange (no re-authentication)
+        sock.sendall(handshake("PLAIN"))
+        answer = _answer(sock, SaslHandshakeResponse, 1)
+        assert answer is not None and answer.error_code == 0
+        assert answer.mechanisms == ["PLAIN", "SCRAM-SHA-256"]
+        sock.sendall(authenticate(b"\0alice\0alice-secret"))
+        answer = _answer(sock, SaslAuthenticateResponse, 1)
+        assert answer is not None and (answer.error_code, answer.error_message) == (0, None)
+        sock.sendall(handshake("PLAIN"))
+        answer = _answer(sock, SaslHandshakeResponse, 1)
+        assert answer is not None and answer.error_code == 34
+        assert _answer(sock, SaslHandshakeResponse, 1) is None
+    with connect() as sock:  # a PLAIN message that is not authzid NUL user NUL password
+        sock.sendall(handshake("PLAIN") + authenticate(b"alice:alice-secret"))
+        assert _answer(sock, SaslHandshakeResponse, 1) is not None
+        answer = _answer(sock, SaslAuthenticateResponse, 1)
+        assert answer is not None and answer.error_code == 58  # SASL_AUTHENTICATION_FAILED
+        assert "authzid NUL user NUL password" in answer.error_message
