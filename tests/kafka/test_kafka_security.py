@@ -586,3 +586,60 @@ def test_sasl_out_of_order_is_an_illegal_state(start_server, tmp_path):
         answer = _answer(sock, SaslAuthenticateResponse, 1)
         assert answer is not None and answer.error_code == 58  # SASL_AUTHENTICATION_FAILED
         assert "authzid NUL user NUL password" in answer.error_message
+
+
+def test_a_reload_that_removes_the_user_closes_its_connections(start_server, tmp_path):
+    from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
+    from kafka.protocol.sasl import SaslAuthenticateRequest, SaslAuthenticateResponse
+
+    credentials = _credentials(tmp_path)
+    server = start_server(
+        tmp_path / "data", "--authentication-credentials-file", str(credentials),
+        "--authentication-plaintext-allowed", "true")
+    api_versions = _frame(18, 0, ApiVersionsRequest().encode(version=0))
+    with socket.create_connection(("127.0.0.1", server.kafka_port), timeout=_WAIT_S) as sock:
+        sock.sendall(_frame(17, 1, SaslHandshakeRequest(mechanism="PLAIN").encode(version=1))
+                     + _frame(36, 1, SaslAuthenticateRequest(
+                         auth_bytes=b"\0alice\0alice-secret").encode(version=1)))
+        assert _answer(sock, SaslHandshakeResponse, 1).error_code == 0
+        assert _answer(sock, SaslAuthenticateResponse, 1).error_code == 0
+        sock.sendall(api_versions)
+        assert _answer(sock, ApiVersionsResponse, 0) is not None
+        CredentialFile.load(credentials).without_user("alice").save(credentials)
+        server.process.send_signal(signal.SIGHUP)
+        wait_until(lambda: "reloaded the credential file" in server.log_text(),
+                   "the credential file's reload")
+        sock.sendall(api_versions)
+        assert _answer(sock, ApiVersionsResponse, 0) is None
+    assert "credentials it authenticated with are no longer valid" in server.log_text()
+
+
+def test_aiokafka_scram_over_tls(secured, pki):
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka.helpers import create_ssl_context
+
+    topic = _topic()
+    settings = dict(bootstrap_servers=secured.kafka_bootstrap, security_protocol="SASL_SSL",
+                    ssl_context=create_ssl_context(cafile=str(pki.ca)),
+                    sasl_mechanism="SCRAM-SHA-256", sasl_plain_username="alice",
+                    sasl_plain_password="alice-secret")
+
+    async def run() -> list[bytes]:
+        producer = AIOKafkaProducer(**settings)
+        await producer.start()
+        try:
+            for i in range(3):
+                await producer.send_and_wait(topic, f"a{i}".encode())
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(topic, auto_offset_reset="earliest", **settings)
+        await consumer.start()
+        try:
+            return [(await asyncio.wait_for(consumer.getone(), _WAIT_S)).value
+                    for _ in range(3)]
+        finally:
+            await consumer.stop()
+
+    assert asyncio.run(run()) == [b"a0", b"a1", b"a2"]
