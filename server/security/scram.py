@@ -49,7 +49,13 @@ import hmac
 import secrets
 from collections.abc import Callable
 
-from .credentials import MECHANISM, CredentialFile, ScramSecret, check_user_name
+from .credentials import (
+    MECHANISM,
+    USER_NAME_CHARS_MAX,
+    CredentialFile,
+    ScramSecret,
+    check_user_name,
+)
 from .principal import Principal
 
 __all__ = ["MECHANISM", "ScramError", "ScramServerExchange"]
@@ -176,8 +182,11 @@ class ScramServerExchange:
                              " than the user itself is not supported")
         try:
             check_user_name(user)
-        except ValueError as exc:
-            raise ScramError(f"SCRAM client-first message: {exc}") from None
+        except ValueError:
+            # Not the name itself: an answer to a failed exchange names no user.
+            raise ScramError(f"SCRAM client-first message: a user name has 1 to"
+                             f" {USER_NAME_CHARS_MAX} characters, no ':', spaces or control"
+                             " characters") from None
         self.user = user
         self.entry = self._credentials.users.get(user)
         self._secret = self.entry if self.entry is not None else self._decoy(user)

@@ -94,6 +94,7 @@ def test_escaped_user_names() -> None:
     (b"n,,n=alice,r=a\x01c", "printable ASCII"),
     (b"n,,n=alice,r=abc,tokenauth=true", "delegation tokens"),
     (b"n,a=bob,n=alice,r=abc", "authorization id"),
+    (b"n,,n=al ice,r=abc", "a user name has 1 to 256 characters"),
     (b"\xff", "not UTF-8"),
     (b"n,,n=alice,r=" + b"a" * MESSAGE_BYTES_MAX, "at most"),
 ])
