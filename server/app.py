@@ -493,9 +493,10 @@ class Server:
             time_ms=lambda: int(time.time() * 1000), admin=self.admin,
             cluster_id=getattr(read_meta_properties(Path(settings.log_dirs[0])), "cluster_id",
                                None),
+            authenticator=self._authenticator,
         )
         listener = self.kafka = KafkaListener(
-            services, self._tls.ssl_context if self._tls is not None else None)
+            services, self._tls.listener_context() if self._tls is not None else None)
         try:
             await listener.start()
         except OSError as exc:

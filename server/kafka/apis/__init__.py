@@ -9,9 +9,12 @@
     admin_topics.py   CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords
     configs.py        DescribeConfigs, AlterConfigs, IncrementalAlterConfigs
     cluster_info.py   DescribeCluster
+    sasl.py           SaslHandshake, SaslAuthenticate
+    acls.py           CreateAcls, DescribeAcls, DeleteAcls
 """
 
 from stratalog.server.kafka.apis import (  # noqa: F401  (each registers its handlers)
+    acls,
     admin_topics,
     api_versions,
     cluster_info,
@@ -20,4 +23,5 @@ from stratalog.server.kafka.apis import (  # noqa: F401  (each registers its han
     list_offsets,
     metadata,
     produce,
+    sasl,
 )
