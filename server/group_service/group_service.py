@@ -350,10 +350,12 @@ class GroupService:
     # ---------------------------------------------------------------- transactional offsets
 
     def _transaction_coordinator(self) -> TransactionCoordinator:
-        if self._transactions is None or self._settings.cluster:
+        # In cluster mode the coordinator itself refuses every transactional id
+        # (TransactionsNotSupportedError: not retriable, unlike COORDINATOR_NOT_AVAILABLE).
+        if self._transactions is None:
             raise CoordinatorNotAvailableError(
-                "transactional offset commits need the transaction coordinator, which is not"
-                " served in cluster mode yet")
+                "transactional offset commits need the transaction coordinator, which this"
+                " server was started without")
         return self._transactions
 
     async def add_offsets_to_txn(
