@@ -48,8 +48,7 @@ def test_librdkafka_produces_with_each_codec_and_the_grpc_client_reads(server, c
 
 def test_kafka_python_produces_and_librdkafka_reads(server):
     topic = _topic()
-    producer = KafkaProducer(bootstrap_servers=server.kafka_bootstrap, acks="all",
-                             enable_idempotence=False)
+    producer = KafkaProducer(bootstrap_servers=server.kafka_bootstrap, acks="all")
     futures = [producer.send(topic, key=b"k", value=f"v{i}".encode()) for i in range(50)]
     offsets = [f.get(timeout=30).offset for f in futures]
     producer.close()

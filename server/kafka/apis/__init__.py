@@ -6,12 +6,17 @@
     produce.py        Produce
     fetch.py          Fetch
     list_offsets.py   ListOffsets
+    groups.py         FindCoordinator (a stand-in until the consumer-groups part's module)
+    transactions.py   InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
+                      TxnOffsetCommit
 """
 
 from stratalog.server.kafka.apis import (  # noqa: F401  (each registers its handlers)
     api_versions,
     fetch,
+    groups,
     list_offsets,
     metadata,
     produce,
+    transactions,
 )
