@@ -1,0 +1,274 @@
+"""The transaction APIs request by request (server/kafka/apis/transactions.py), on a real server
+with kafka-python's message classes as the oracle: KIP-360's expected producer id and epoch,
+the per-partition errors of AddPartitionsToTxn and TxnOffsetCommit (OPERATION_NOT_ATTEMPTED for
+the partitions a failed one held back), PRODUCER_FENCED told as INVALID_PRODUCER_EPOCH to old
+versions, bad values refused with INVALID_REQUEST, and KafkaApis' authorization."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import uuid
+from typing import Any
+
+from kafka.protocol.producer.transaction import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    EndTxnRequest,
+    EndTxnResponse,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
+)
+
+from stratalog.client import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourceType,
+    SyncClient,
+)
+
+# Kafka's error codes (clients/src/main/java/org/apache/kafka/common/protocol/Errors.java).
+NONE, OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_PARTITION = 0, 1, 3
+TOPIC_AUTHORIZATION_FAILED = 29
+GROUP_AUTHORIZATION_FAILED, CLUSTER_AUTHORIZATION_FAILED, INVALID_REQUEST = 30, 31, 42
+INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE, INVALID_TRANSACTION_TIMEOUT = 47, 48, 50
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED, OPERATION_NOT_ATTEMPTED, PRODUCER_FENCED = 53, 55, 90
+
+#: The first flexible version of each API (its message schema's "flexibleVersions").
+FLEXIBLE_SINCE = {22: 2, 24: 3, 25: 3, 26: 3, 28: 3}
+ANONYMOUS = "User:ANONYMOUS"
+TIMEOUT_S = 30
+
+
+class KafkaWire:
+    """One connection to the Kafka listener: request headers by hand (v1, or v2 for flexible
+    versions), bodies encoded and decoded by kafka-python."""
+
+    def __init__(self, bootstrap: str) -> None:
+        host, port = bootstrap.rsplit(":", 1)
+        self._socket = socket.create_connection((host, int(port)), timeout=TIMEOUT_S)
+        self._correlation_id = 0
+
+    def close(self) -> None:
+        self._socket.close()
+
+    def call(self, request: Any, response_class: Any, version: int) -> Any:
+        self._correlation_id += 1
+        api_key = request.API_KEY
+        flexible = version >= FLEXIBLE_SINCE[api_key]
+        client_id = b"txn-test"
+        head = struct.pack(">hhih", api_key, version, self._correlation_id, len(client_id))
+        head += client_id + (b"\x00" if flexible else b"")
+        body = bytes(request.encode(version=version))
+        self._socket.sendall(struct.pack(">i", len(head) + len(body)) + head + body)
+        (size,) = struct.unpack(">i", self._read(4))
+        frame = self._read(size)
+        (correlation_id,) = struct.unpack(">i", frame[:4])
+        assert correlation_id == self._correlation_id
+        if flexible:
+            assert frame[4] == 0, "no tagged fields in the response header"
+            frame = frame[5:]
+        else:
+            frame = frame[4:]
+        return response_class.decode(frame, version=version)
+
+    def _read(self, size: int) -> bytes:
+        data = b""
+        while len(data) < size:
+            chunk = self._socket.recv(size - len(data))
+            assert chunk, "the server closed the connection"
+            data += chunk
+        return data
+
+
+def _init(wire: KafkaWire, transactional_id: str | None, version: int = 4,
+          expected: tuple[int, int] = (-1, -1), timeout_ms: int = 60_000) -> tuple[int, int, int]:
+    response = wire.call(InitProducerIdRequest(
+        transactional_id=transactional_id, transaction_timeout_ms=timeout_ms,
+        producer_id=expected[0], producer_epoch=expected[1]),
+        InitProducerIdResponse, version)
+    return response.error_code, response.producer_id, response.producer_epoch
+
+
+def _add_partitions(wire: KafkaWire, transactional_id: str, producer: tuple[int, int],
+                    partitions: dict[str, list[int]], version: int = 3) -> dict[tuple[str, int], int]:
+    topics = [AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=name, partitions=indexes)
+              for name, indexes in partitions.items()]
+    response = wire.call(AddPartitionsToTxnRequest(
+        v3_and_below_transactional_id=transactional_id, v3_and_below_producer_id=producer[0],
+        v3_and_below_producer_epoch=producer[1], v3_and_below_topics=topics),
+        AddPartitionsToTxnResponse, version)
+    return {(topic.name, result.partition_index): result.partition_error_code
+            for topic in response.results_by_topic_v3_and_below
+            for result in topic.results_by_partition}
+
+
+def _end(wire: KafkaWire, transactional_id: str, producer: tuple[int, int], commit: bool,
+         version: int = 3) -> int:
+    return wire.call(EndTxnRequest(transactional_id=transactional_id, producer_id=producer[0],
+                                   producer_epoch=producer[1], committed=commit),
+                     EndTxnResponse, version).error_code
+
+
+def _add_offsets(wire: KafkaWire, transactional_id: str, producer: tuple[int, int],
+                 group_id: str, version: int = 3) -> int:
+    return wire.call(AddOffsetsToTxnRequest(
+        transactional_id=transactional_id, producer_id=producer[0], producer_epoch=producer[1],
+        group_id=group_id), AddOffsetsToTxnResponse, version).error_code
+
+
+def _txn_offset_commit(wire: KafkaWire, transactional_id: str, producer: tuple[int, int],
+                       group_id: str, offsets: dict[tuple[str, int], int],
+                       version: int = 3) -> dict[tuple[str, int], int]:
+    by_topic: dict[str, list[Any]] = {}
+    for (topic, partition), offset in offsets.items():
+        by_topic.setdefault(topic, []).append(
+            TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.TxnOffsetCommitRequestPartition(
+                partition_index=partition, committed_offset=offset, committed_leader_epoch=-1,
+                committed_metadata=""))
+    response = wire.call(TxnOffsetCommitRequest(
+        transactional_id=transactional_id, group_id=group_id, producer_id=producer[0],
+        producer_epoch=producer[1], generation_id=-1, member_id="", group_instance_id=None,
+        topics=[TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic(name=name, partitions=items)
+                for name, items in by_topic.items()]), TxnOffsetCommitResponse, version)
+    return {(topic.name, partition.partition_index): partition.error_code
+            for topic in response.topics for partition in topic.partitions}
+
+
+def _name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def test_an_epoch_bump_with_the_expected_producer_and_a_stale_one_fenced(server):
+    wire = KafkaWire(server.kafka_bootstrap)
+    try:
+        transactional_id = _name("tx")
+        code, producer_id, epoch = _init(wire, transactional_id)
+        assert (code, epoch) == (NONE, 0)
+        # KIP-360: the current producer bumps its own epoch.
+        assert _init(wire, transactional_id, expected=(producer_id, 0)) == (
+            NONE, producer_id, 1)
+        # The old epoch is fenced: PRODUCER_FENCED from v4, INVALID_PRODUCER_EPOCH before.
+        assert _init(wire, transactional_id, expected=(producer_id, 0))[0] == PRODUCER_FENCED
+        assert _init(wire, transactional_id, version=3,
+                     expected=(producer_id, 0))[0] == INVALID_PRODUCER_EPOCH
+        # One of the two without the other is a malformed request (Kafka's KafkaApis).
+        assert _init(wire, transactional_id, expected=(producer_id, -1))[0] == INVALID_REQUEST
+        assert _init(wire, transactional_id, timeout_ms=10**9)[0] == INVALID_TRANSACTION_TIMEOUT
+        assert _init(wire, "")[0] == INVALID_REQUEST
+        # An idempotent producer's bump is a new producer id, whatever it names.
+        code, other_id, other_epoch = _init(wire, None, expected=(producer_id, 1))
+        assert (code, other_epoch) == (NONE, 0) and other_id != producer_id
+        # The fencing that EndTxn reports, by version.
+        assert _end(wire, transactional_id, (producer_id, 0), True) == PRODUCER_FENCED
+        assert _end(wire, transactional_id, (producer_id, 0), True,
+                    version=1) == INVALID_PRODUCER_EPOCH
+    finally:
+        wire.close()
+
+
+def test_a_partition_that_fails_holds_back_the_others_and_nothing_joins(server):
+    topic = _name("t")
+    with SyncClient(server.target) as client:
+        client.create_topic(topic, 2)
+    wire = KafkaWire(server.kafka_bootstrap)
+    try:
+        transactional_id = _name("tx")
+        code, producer_id, epoch = _init(wire, transactional_id)
+        assert code == NONE
+        producer = (producer_id, epoch)
+        assert _add_partitions(wire, transactional_id, producer, {topic: [0, 1, 7]}) == {
+            (topic, 0): OPERATION_NOT_ATTEMPTED, (topic, 1): OPERATION_NOT_ATTEMPTED,
+            (topic, 7): UNKNOWN_TOPIC_OR_PARTITION}
+        # A server-written topic never joins a client's transaction.
+        assert _add_partitions(wire, transactional_id, producer,
+                               {topic: [0], "__consumer_offsets": [0]}) == {
+            (topic, 0): OPERATION_NOT_ATTEMPTED,
+            ("__consumer_offsets", 0): TOPIC_AUTHORIZATION_FAILED}
+        # Nothing was added: no transaction is open to commit.
+        assert _end(wire, transactional_id, producer, True) == INVALID_TXN_STATE
+        assert _add_partitions(wire, transactional_id, producer, {topic: [0, 1]}) == {
+            (topic, 0): NONE, (topic, 1): NONE}
+        # TxnOffsetCommit answers each partition: an unknown one, one of the transaction's
+        # group partition not added yet (INVALID_TXN_STATE: AddOffsetsToTxn first).
+        group = _name("g")
+        assert _txn_offset_commit(wire, transactional_id, producer, group,
+                                  {(topic, 0): 0, (topic, 9): 0}) == {
+            (topic, 0): INVALID_TXN_STATE, (topic, 9): UNKNOWN_TOPIC_OR_PARTITION}
+        # The partition's checks as for any commit: past the log end of an empty partition.
+        assert _txn_offset_commit(wire, transactional_id, producer, group, {(topic, 1): 5}) == {
+            (topic, 1): OFFSET_OUT_OF_RANGE}
+        assert _add_offsets(wire, transactional_id, producer, group) == NONE
+        assert _txn_offset_commit(wire, transactional_id, (-1, 0), group, {(topic, 0): 1}) == {
+            (topic, 0): INVALID_REQUEST}
+        assert _txn_offset_commit(wire, transactional_id, producer, group,
+                                  {(topic, 0): 0, (topic, 1): 0}) == {
+            (topic, 0): NONE, (topic, 1): NONE}
+        assert _end(wire, transactional_id, producer, False) == NONE
+        assert _end(wire, transactional_id, producer, True) == INVALID_TXN_STATE
+    finally:
+        wire.close()
+
+
+def test_authorization_as_kafkas(start_server, tmp_path):
+    data = tmp_path / "data"
+    super_anonymous = ("--authorizer", "acl", "--super-users", ANONYMOUS)
+    acl_server = ("--authorizer", "acl")
+    server = start_server(data, *super_anonymous)
+    with SyncClient(server.target) as client:
+        client.create_topic("open", 1)
+        client.create_topic("closed", 1)
+    assert server.stop() == 0
+
+    # No ACL at all: an idempotent producer needs IDEMPOTENT_WRITE or WRITE on some topic.
+    server = start_server(data, *acl_server)
+    wire = KafkaWire(server.kafka_bootstrap)
+    try:
+        assert _init(wire, None)[0] == CLUSTER_AUTHORIZATION_FAILED
+    finally:
+        wire.close()
+    assert server.stop() == 0
+
+    server = start_server(data, *super_anonymous)
+    with SyncClient(server.target) as client:
+        client.create_acls([
+            AclBinding(resource_type, name, PatternType.LITERAL, ANONYMOUS, "*", operation,
+                       AclPermissionType.ALLOW)
+            for resource_type, name, operation in (
+                (ResourceType.TOPIC, "open", AclOperation.WRITE),
+                (ResourceType.TRANSACTIONAL_ID, "tx-ok", AclOperation.WRITE),
+                (ResourceType.GROUP, "g-ok", AclOperation.READ),
+            )])
+    assert server.stop() == 0
+
+    server = start_server(data, *acl_server)
+    wire = KafkaWire(server.kafka_bootstrap)
+    try:
+        assert _init(wire, None)[0] == NONE  # WRITE on one topic suffices (KIP-679)
+        assert _init(wire, "tx-denied")[0] == TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        code, producer_id, epoch = _init(wire, "tx-ok")
+        assert code == NONE
+        producer = (producer_id, epoch)
+        assert _add_partitions(wire, "tx-ok", producer, {"open": [0], "closed": [0]}) == {
+            ("open", 0): OPERATION_NOT_ATTEMPTED, ("closed", 0): TOPIC_AUTHORIZATION_FAILED}
+        assert _add_partitions(wire, "tx-denied", producer, {"open": [0]}) == {
+            ("open", 0): TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
+        assert _add_offsets(wire, "tx-ok", producer, "g-denied") == GROUP_AUTHORIZATION_FAILED
+        assert _add_offsets(wire, "tx-denied", producer, "g-ok") == (
+            TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        assert _txn_offset_commit(wire, "tx-ok", producer, "g-denied", {("open", 0): 0}) == {
+            ("open", 0): GROUP_AUTHORIZATION_FAILED}
+        # READ on the topic is needed too: only WRITE was granted on "open".
+        assert _txn_offset_commit(wire, "tx-ok", producer, "g-ok", {("open", 0): 0}) == {
+            ("open", 0): TOPIC_AUTHORIZATION_FAILED}
+        assert _end(wire, "tx-denied", producer, True) == TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        assert _add_partitions(wire, "tx-ok", producer, {"open": [0]}) == {("open", 0): NONE}
+        assert _end(wire, "tx-ok", producer, True) == NONE
+    finally:
+        wire.close()
