@@ -32,6 +32,8 @@ from stratalog.client import (
     ResourceType,
     SyncClient,
 )
+from stratalog.server.transactions.producer_ids import LOCAL_ID_BITS
+from tests.cluster.conftest import etcd, start_member  # noqa: F401  (fixtures)
 
 # Kafka's error codes (clients/src/main/java/org/apache/kafka/common/protocol/Errors.java).
 NONE, OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_PARTITION = 0, 1, 3
@@ -272,3 +274,20 @@ def test_authorization_as_kafkas(start_server, tmp_path):
         assert _end(wire, "tx-ok", producer, True) == NONE
     finally:
         wire.close()
+
+
+def test_cluster_mode_serves_idempotent_producers_and_refuses_transactional_ids(
+    start_member,  # noqa: F811  (the fixture imported above)
+):
+    member = start_member(1)
+    wire = KafkaWire(member.kafka_bootstrap)
+    try:
+        code, producer_id, epoch = _init(wire, None)
+        assert (code, epoch) == (NONE, 0)
+        assert producer_id >> LOCAL_ID_BITS == 1  # the node id above the server's counter
+        # The same rule as the gRPC front end's, from the coordinator: INVALID_REQUEST.
+        assert _init(wire, _name("tx"))[0] == INVALID_REQUEST
+        assert _end(wire, "tx", (producer_id, 0), True) == INVALID_REQUEST
+    finally:
+        wire.close()
+    assert "transactions are not supported in cluster mode yet" in member.log_text()
