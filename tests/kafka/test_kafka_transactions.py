@@ -1,6 +1,6 @@
 """Idempotent and transactional producers over the Kafka protocol, with real clients against a
-real server (issue 28; server/kafka/apis/transactions.py): confluent-kafka (librdkafka) and
-kafka-python producers, read_committed and read_uncommitted consumers, the LSO, offsets sent
+real server (issue 28; server/kafka/apis/transactions.py): confluent-kafka (librdkafka),
+kafka-python and aiokafka producers, read_committed and read_uncommitted consumers, the LSO, offsets sent
 with a transaction, fencing, the gRPC client's transactions read by librdkafka, and a kill -9
 under an idempotent producer."""
 
@@ -14,6 +14,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import TopicPartition as AioTopicPartition
 from confluent_kafka import (
     Consumer,
     KafkaError,
@@ -288,6 +290,48 @@ def test_a_second_producer_with_the_same_transactional_id_fences_the_first(serve
     assert error.fatal(), error
     assert _values(_read(server.kafka_bootstrap, topic, 2, "read_committed")) == _expected(
         ["live"], 2, 10)
+
+
+def test_aiokafka_transactions_and_read_committed(server):
+    topic = _topic()
+    _create(server, topic, 1)
+
+    async def run() -> list[bytes]:
+        producer = AIOKafkaProducer(bootstrap_servers=server.kafka_bootstrap,
+                                    transactional_id=f"tx-{topic}")
+        await producer.start()
+        try:
+            async with producer.transaction():
+                for i in range(5):
+                    await producer.send(topic, f"c{i}".encode(), partition=0)
+            await producer.begin_transaction()
+            for i in range(5):
+                await producer.send(topic, f"a{i}".encode(), partition=0)
+            await producer.abort_transaction()
+            async with producer.transaction():
+                await producer.send(topic, b"c5", partition=0)
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(bootstrap_servers=server.kafka_bootstrap,
+                                    isolation_level="read_committed",
+                                    auto_offset_reset="earliest")
+        await consumer.start()
+        partition = AioTopicPartition(topic, 0)
+        consumer.assign([partition])
+        seen: list[bytes] = []
+        try:
+            end = (await consumer.end_offsets([partition]))[partition]
+            assert end == 14  # 11 records, 3 markers
+            deadline = time.monotonic() + CALL_TIMEOUT_S
+            while await consumer.position(partition) < end:
+                assert time.monotonic() < deadline, seen
+                for messages in (await consumer.getmany(timeout_ms=1000)).values():
+                    seen.extend(m.value for m in messages)
+        finally:
+            await consumer.stop()
+        return seen
+
+    assert asyncio.run(run()) == [f"c{i}".encode() for i in range(6)]
 
 
 # ------------------------------------------------------------------------ interchange
