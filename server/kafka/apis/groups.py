@@ -27,8 +27,6 @@ __all__ = ["find_coordinator"]
 
 _Coordinator = FindCoordinatorResponse.Coordinator
 _GROUP, _TRANSACTION = 0, 1
-#: Most keys one v4+ request may name.
-_KEYS_MAX = 1000
 
 
 @kafka_api(ApiKey.FindCoordinator, versions=(0, 4))
@@ -37,7 +35,7 @@ async def find_coordinator(ctx: RequestContext,
     version = request.API_VERSION
     key_type = request.key_type if version >= 1 else _GROUP
     if version >= 4:
-        keys = list(request.coordinator_keys)[:_KEYS_MAX]
+        keys = list(request.coordinator_keys)  # bounded by the request's size
         answers = [await _find(ctx, key_type, key) for key in keys]
         return FindCoordinatorResponse(throttle_time_ms=0, coordinators=[
             _Coordinator(key=key, node_id=node_id, host=host, port=port, error_code=code,

@@ -72,7 +72,10 @@ from stratalog.server.kafka.error_codes import Code, code_of, message_of
 from stratalog.server.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from stratalog.server.storage.log_manager import INTERNAL_TOPICS, SERVER_WRITTEN_TOPICS
 from stratalog.server.transactions import ProducerIdAndEpoch
-from stratalog.server.transactions.transaction_metadata import PRODUCER_EPOCH_MAX
+from stratalog.server.transactions.transaction_metadata import (
+    PRODUCER_EPOCH_MAX,
+    TopicPartition,
+)
 
 __all__ = [
     "add_offsets_to_txn",
@@ -96,8 +99,6 @@ _INTERNAL = INTERNAL_TOPICS | SERVER_WRITTEN_TOPICS
 _NO_PRODUCER = (-1, -1)
 #: Kafka's OPERATION_NOT_ATTEMPTED: the partition was fine, another one failed the request.
 _OPERATION_NOT_ATTEMPTED = Code.OPERATION_NOT_ATTEMPTED
-
-TopicPartition = tuple[str, int]
 
 
 # ------------------------------------------------------------------------ InitProducerId
@@ -169,7 +170,7 @@ async def add_partitions_to_txn(ctx: RequestContext, request: AddPartitionsToTxn
             continue
         try:
             # Only existing partitions join a transaction: a marker could never be written to
-            # another (transaction_rpcs.py checks the same).
+            # another (Kafka's KafkaApis asks its metadata cache).
             log_manager.get_log(topic, partition)
         except Exception:
             refused[(topic, partition)] = Code.UNKNOWN_TOPIC_OR_PARTITION
