@@ -781,6 +781,29 @@ class ServerMetrics:
             " request_timeout, request_too_large, bad_request, unauthenticated)",
             labelnames=("reason",), registry=r,
         )
+        # The Kafka listener (issue 28, server/kafka/): labels are API names and fixed reasons.
+        self.kafka_requests = Counter(
+            "stratalog_kafka_requests", "Kafka requests answered, by API (Kafka's request name)",
+            labelnames=("api",), registry=r,
+        )
+        self.kafka_request_seconds = Histogram(
+            "stratalog_kafka_request_seconds",
+            "Time from a Kafka request's decoding to its answer being written, by API (a long"
+            " poll's wait included)",
+            labelnames=("api",), registry=r,
+            buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                     0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
+        )
+        self.kafka_connections = Gauge(
+            "stratalog_kafka_connections", "Kafka connections open now", registry=r,
+        )
+        self.kafka_connections_closed = Counter(
+            "stratalog_kafka_connections_closed",
+            "Kafka connections the server closed, by why (bad_request: a frame that is not"
+            " Kafka's or a version not served; unauthenticated; connections_max; idle;"
+            " server_error)",
+            labelnames=("reason",), registry=r,
+        )
         # Consumer groups (issue 27, server/group_service/): no label is a group id.
         self.groups = GroupsCollector()
         r.register(self.groups)

@@ -6,13 +6,19 @@
     produce.py        Produce
     fetch.py          Fetch
     list_offsets.py   ListOffsets
+    admin_topics.py   CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords
+    configs.py        DescribeConfigs, AlterConfigs, IncrementalAlterConfigs
+    cluster_info.py   DescribeCluster
     groups.py         FindCoordinator (a stand-in until the consumer-groups part's module)
     transactions.py   InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
                       TxnOffsetCommit
 """
 
 from stratalog.server.kafka.apis import (  # noqa: F401  (each registers its handlers)
+    admin_topics,
     api_versions,
+    cluster_info,
+    configs,
     fetch,
     groups,
     list_offsets,

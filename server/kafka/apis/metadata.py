@@ -83,8 +83,8 @@ async def _named_topic(ctx: RequestContext, name: str, allow_create: bool) -> _T
                 and (ctx.allowed(AclOperation.CREATE, ResourceType.CLUSTER, "kafka-cluster")
                      or ctx.allowed(AclOperation.CREATE, ResourceType.TOPIC, name))):
             try:
-                await services.replicas.admin(log_manager.create_topic, name,
-                                              services.settings.num_partitions, {})
+                # The serving layer's creation (etcd in cluster mode), with num_partitions.
+                await services.admin.create_topic(name)
                 logger.info("created topic %s automatically (auto_create_topics_enable, a"
                             " Kafka Metadata request): %d partition(s)", name,
                             services.settings.num_partitions)
