@@ -6,8 +6,6 @@ versions, bad values refused with INVALID_REQUEST, and KafkaApis' authorization.
 
 from __future__ import annotations
 
-import socket
-import struct
 import uuid
 from typing import Any
 
@@ -34,6 +32,7 @@ from stratalog.client import (
 )
 from stratalog.server.transactions.producer_ids import LOCAL_ID_BITS
 from tests.cluster.conftest import etcd, start_member  # noqa: F401  (fixtures)
+from tests.kafka.kafka_wire import KafkaWire
 
 # Kafka's error codes (clients/src/main/java/org/apache/kafka/common/protocol/Errors.java).
 NONE, OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_PARTITION = 0, 1, 3
@@ -42,51 +41,7 @@ GROUP_AUTHORIZATION_FAILED, CLUSTER_AUTHORIZATION_FAILED, INVALID_REQUEST = 30, 
 INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE, INVALID_TRANSACTION_TIMEOUT = 47, 48, 50
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED, OPERATION_NOT_ATTEMPTED, PRODUCER_FENCED = 53, 55, 90
 
-#: The first flexible version of each API (its message schema's "flexibleVersions").
-FLEXIBLE_SINCE = {22: 2, 24: 3, 25: 3, 26: 3, 28: 3}
 ANONYMOUS = "User:ANONYMOUS"
-TIMEOUT_S = 30
-
-
-class KafkaWire:
-    """One connection to the Kafka listener: request headers by hand (v1, or v2 for flexible
-    versions), bodies encoded and decoded by kafka-python."""
-
-    def __init__(self, bootstrap: str) -> None:
-        host, port = bootstrap.rsplit(":", 1)
-        self._socket = socket.create_connection((host, int(port)), timeout=TIMEOUT_S)
-        self._correlation_id = 0
-
-    def close(self) -> None:
-        self._socket.close()
-
-    def call(self, request: Any, response_class: Any, version: int) -> Any:
-        self._correlation_id += 1
-        api_key = request.API_KEY
-        flexible = version >= FLEXIBLE_SINCE[api_key]
-        client_id = b"txn-test"
-        head = struct.pack(">hhih", api_key, version, self._correlation_id, len(client_id))
-        head += client_id + (b"\x00" if flexible else b"")
-        body = bytes(request.encode(version=version))
-        self._socket.sendall(struct.pack(">i", len(head) + len(body)) + head + body)
-        (size,) = struct.unpack(">i", self._read(4))
-        frame = self._read(size)
-        (correlation_id,) = struct.unpack(">i", frame[:4])
-        assert correlation_id == self._correlation_id
-        if flexible:
-            assert frame[4] == 0, "no tagged fields in the response header"
-            frame = frame[5:]
-        else:
-            frame = frame[4:]
-        return response_class.decode(frame, version=version)
-
-    def _read(self, size: int) -> bytes:
-        data = b""
-        while len(data) < size:
-            chunk = self._socket.recv(size - len(data))
-            assert chunk, "the server closed the connection"
-            data += chunk
-        return data
 
 
 def _init(wire: KafkaWire, transactional_id: str | None, version: int = 4,
