@@ -34,9 +34,9 @@ are written in-process and synchronously, so an InitProducerId that must abort a
 transaction answers once the abort is complete instead of asking the client to retry
 (CONCURRENT_TRANSACTIONS); an unknown transactional id gets TRANSACTIONAL_ID_NOT_FOUND rather
 than INVALID_PRODUCER_ID_MAPPING; KIP-360's epoch bump with an expected producer id and epoch
-is served, but not its retry of a bump whose answer was lost (Kafka keeps the id's last epoch
-for it; here that retry is fenced, and the producer must start again); no transaction version 2
-(KIP-890).
+is served, and its retry (the answer lost) answered from the epoch it replaced, kept in memory
+as Kafka keeps it, but not after a restart nor across a producer id rotation (Kafka logs the
+previous producer id for that); no transaction version 2 (KIP-890).
 
 Cluster mode (``cluster_node_id`` set): every producer id handed out carries the node id
 (:func:`.producer_ids.cluster_producer_id`), and every request with a transactional id is
@@ -286,8 +286,9 @@ class TransactionCoordinator:
 
         ``expected``: the producer id and epoch of a producer that goes on after an abortable
         error (KIP-360, Kafka's ``prepareInitProducerIdTransit``): the bump happens only if
-        they are the id's current ones (or the id has no epoch yet); otherwise another
-        instance took over and this one is fenced.
+        they are the id's current ones (or the id has no epoch yet); the epoch the last such
+        bump replaced gets the same answer again (a retry whose answer was lost); otherwise
+        another instance took over and this one is fenced.
 
         Raises:
             InvalidTransactionalIdError: an empty or oversized transactional id.
@@ -311,8 +312,10 @@ class TransactionCoordinator:
                     transactional_id, self._generate_producer_id(), transaction_timeout_ms, now_ms)
             else:
                 metadata = self._complete_or_refuse(metadata)
-            if expected is not None:
-                _check_expected_producer(metadata, expected)
+            if expected is not None and _is_repeated_bump(metadata, expected):
+                repeated = metadata.prepare_repeated_bump(transaction_timeout_ms, now_ms)
+                state.append_transaction(repeated)
+                return ProducerIdAndEpoch(repeated.producer_id, repeated.producer_epoch)
             if metadata.state is TransactionState.ONGOING:
                 log.info("InitProducerId for %s: aborting its open transaction",
                          metadata.describe())
@@ -323,7 +326,12 @@ class TransactionCoordinator:
                 log.info("%s: epoch exhausted, new producer id %d", metadata.describe(),
                          new.producer_id)
             else:
-                new = metadata.prepare_increment_epoch(transaction_timeout_ms, now_ms)
+                # An expected epoch that an abort just fenced is not remembered (Kafka's fence
+                # forgets the last epoch too).
+                new = metadata.prepare_increment_epoch(
+                    transaction_timeout_ms, now_ms,
+                    expected=expected is not None and expected.producer_epoch == (
+                        metadata.producer_epoch))
             state.append_transaction(new)
             return ProducerIdAndEpoch(new.producer_id, new.producer_epoch)
 
@@ -701,19 +709,25 @@ def _check_transactional_id(transactional_id: str) -> None:
         )
 
 
-def _check_expected_producer(metadata: TransactionMetadata, expected: ProducerIdAndEpoch) -> None:
-    """KIP-360: a producer going on after an abortable error may bump the epoch only if no
-    other instance took over since (Kafka's ``isValidProducerId`` and
-    ``prepareIncrementProducerEpoch``; the retry of a lost answer, which Kafka recognises by
-    the id's last epoch, is fenced here: module docstring)."""
+def _is_repeated_bump(metadata: TransactionMetadata, expected: ProducerIdAndEpoch) -> bool:
+    """KIP-360: whether a producer going on after an abortable error repeats a bump whose
+    answer it lost (True: answer the same epoch again), or asks for a new one (False). Raises
+    ProducerFencedError when another instance took over since (Kafka's ``isValidProducerId``
+    and ``prepareIncrementProducerEpoch``). A transaction open at the bumped epoch means the
+    answer was not lost: then the repeat is fenced, as Kafka's eventually is."""
     if metadata.producer_epoch == NO_PRODUCER_EPOCH:
-        return  # a new id: nothing to fence
-    if expected != (metadata.producer_id, metadata.producer_epoch):
-        raise ProducerFencedError(
-            f"InitProducerId expected producer id {expected.producer_id} at epoch "
-            f"{expected.producer_epoch}, but {metadata.describe()}: another producer instance"
-            " took over this transactional id"
-        )
+        return False  # a new id: nothing to fence
+    if expected == (metadata.producer_id, metadata.producer_epoch):
+        return False
+    if (expected.producer_id == metadata.producer_id
+            and expected.producer_epoch == metadata.last_producer_epoch != NO_PRODUCER_EPOCH
+            and metadata.state is not TransactionState.ONGOING):
+        return True
+    raise ProducerFencedError(
+        f"InitProducerId expected producer id {expected.producer_id} at epoch "
+        f"{expected.producer_epoch}, but {metadata.describe()}: another producer instance"
+        " took over this transactional id"
+    )
 
 
 def _expired(metadata: TransactionMetadata, horizon_ms: int) -> bool:

@@ -111,10 +111,13 @@ def test_an_epoch_bump_with_the_expected_producer_and_a_stale_one_fenced(server)
         # KIP-360: the current producer bumps its own epoch.
         assert _init(wire, transactional_id, expected=(producer_id, 0)) == (
             NONE, producer_id, 1)
-        # The old epoch is fenced: PRODUCER_FENCED from v4, INVALID_PRODUCER_EPOCH before.
-        assert _init(wire, transactional_id, expected=(producer_id, 0))[0] == PRODUCER_FENCED
+        # Its retry (the answer lost) gets the same epoch again.
+        assert _init(wire, transactional_id, expected=(producer_id, 0)) == (
+            NONE, producer_id, 1)
+        # Another epoch is fenced: PRODUCER_FENCED from v4, INVALID_PRODUCER_EPOCH before.
+        assert _init(wire, transactional_id, expected=(producer_id, 7))[0] == PRODUCER_FENCED
         assert _init(wire, transactional_id, version=3,
-                     expected=(producer_id, 0))[0] == INVALID_PRODUCER_EPOCH
+                     expected=(producer_id, 7))[0] == INVALID_PRODUCER_EPOCH
         # One of the two without the other is a malformed request (Kafka's KafkaApis).
         assert _init(wire, transactional_id, expected=(producer_id, -1))[0] == INVALID_REQUEST
         assert _init(wire, transactional_id, timeout_ms=10**9)[0] == INVALID_TRANSACTION_TIMEOUT
