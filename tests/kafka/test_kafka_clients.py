@@ -107,7 +107,7 @@ async def test_aiokafka_produces_and_reads_back(server):
 
     topic = _topic()
     producer = AIOKafkaProducer(bootstrap_servers=server.kafka_bootstrap,
-                                enable_idempotence=False, compression_type="gzip")
+                                enable_idempotence=True, compression_type="gzip")
     await producer.start()
     try:
         sent = [await producer.send_and_wait(topic, f"a{i}".encode(), key=b"k")
