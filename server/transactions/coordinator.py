@@ -9,7 +9,8 @@ in ``__transaction_state`` (:mod:`.transaction_state_manager`)::
                                        32766 t gets a new producer id with epoch 0
     InitProducerId("t", timeout, expected=(pid, epoch))  the same, for a producer that goes on
                                        after an abortable error (KIP-360): fenced unless it is
-                                       t's current producer id and epoch
+                                       t's current producer id and epoch (or the one the last
+                                       such bump replaced: its retry, answered the same)
     AddPartitionsToTxn(t, pid, epoch, partitions)  Empty/Complete* -> Ongoing (a transaction
                                        begins), Ongoing -> Ongoing with more partitions
     EndTxn(t, pid, epoch, commit)   Ongoing -> Prepare{Commit,Abort} logged -> a COMMIT/ABORT
