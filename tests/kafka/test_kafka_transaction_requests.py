@@ -6,6 +6,7 @@ versions, bad values refused with INVALID_REQUEST, and KafkaApis' authorization.
 
 from __future__ import annotations
 
+import random
 import uuid
 from typing import Any
 
@@ -249,3 +250,64 @@ def test_cluster_mode_serves_idempotent_producers_and_refuses_transactional_ids(
     finally:
         wire.close()
     assert "transactions are not supported in cluster mode yet" in member.log_text()
+
+
+def _random_name(rng: random.Random) -> str:
+    return rng.choice(["", "t", "__consumer_offsets", "bad/name", "x" * 300, _name("r"),
+                       "é" * 20])
+
+
+def _random_request(rng: random.Random) -> tuple[Any, Any, int]:
+    """One of the five requests with random field values, a version it is served at."""
+    int64 = rng.choice([-1, 0, 1, rng.randrange(-2**63, 2**63)])
+    int16 = rng.choice([-1, 0, 32767, rng.randrange(-2**15, 2**15)])
+    int32 = rng.choice([-1, 0, 1, rng.randrange(-2**31, 2**31)])
+    kind = rng.randrange(5)
+    if kind == 0:
+        return (InitProducerIdRequest(
+            transactional_id=rng.choice([None, _random_name(rng)]), transaction_timeout_ms=int32,
+            producer_id=int64, producer_epoch=int16), InitProducerIdResponse, rng.randrange(5))
+    if kind == 1:
+        topics = [AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(
+            name=_random_name(rng), partitions=[rng.randrange(-3, 5) for _ in range(3)])
+            for _ in range(rng.randrange(3))]
+        return (AddPartitionsToTxnRequest(
+            v3_and_below_transactional_id=_random_name(rng), v3_and_below_producer_id=int64,
+            v3_and_below_producer_epoch=int16, v3_and_below_topics=topics),
+            AddPartitionsToTxnResponse, rng.randrange(4))
+    if kind == 2:
+        return (AddOffsetsToTxnRequest(
+            transactional_id=_random_name(rng), producer_id=int64, producer_epoch=int16,
+            group_id=_random_name(rng)), AddOffsetsToTxnResponse, rng.randrange(4))
+    if kind == 3:
+        return (EndTxnRequest(transactional_id=_random_name(rng), producer_id=int64,
+                              producer_epoch=int16, committed=rng.random() < 0.5),
+                EndTxnResponse, rng.randrange(4))
+    partition = TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.TxnOffsetCommitRequestPartition
+    topics = [TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic(name=_random_name(rng), partitions=[
+        partition(partition_index=rng.randrange(-2, 4), committed_offset=int64,
+                  committed_leader_epoch=int32,
+                  committed_metadata=rng.choice([None, "", "m" * 5000]))
+        for _ in range(2)]) for _ in range(rng.randrange(3))]
+    return (TxnOffsetCommitRequest(
+        transactional_id=_random_name(rng), group_id=_random_name(rng), producer_id=int64,
+        producer_epoch=int16, generation_id=int32, member_id=_random_name(rng),
+        group_instance_id=rng.choice([None, _random_name(rng)]), topics=topics),
+        TxnOffsetCommitResponse, rng.randrange(4))
+
+
+def test_random_field_values_are_each_answered_and_the_connection_stays_open(server):
+    """Any value of any field gets an answer with error codes, never a closed connection or
+    a server error (UNKNOWN_SERVER_ERROR, -1)."""
+    rng = random.Random(28)
+    with KafkaWire(server.kafka_bootstrap) as wire:
+        for _ in range(300):
+            request, response_class, version = _random_request(rng)
+            response = wire.call(request, response_class, version)
+            codes = [getattr(response, "error_code", 0)]
+            for topic in (getattr(response, "results_by_topic_v3_and_below", None)
+                          or getattr(response, "topics", None) or []):
+                codes += [getattr(p, "partition_error_code", None) or getattr(p, "error_code", 0)
+                          for p in (getattr(topic, "results_by_partition", None)
+                                    or topic.partitions)]
+            assert -1 not in codes, (request, response)

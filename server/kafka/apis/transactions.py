@@ -46,6 +46,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -367,6 +368,34 @@ def _failure(ctx: RequestContext, exc: BaseException) -> int:
     return code
 
 
+class _RefusalLog:
+    """At most :data:`REFUSALS_LOGGED_PER_S` refusal lines a second, the rest counted in the
+    next line: a client sending bad requests in a loop must not fill the server's log (as the
+    authorizer's denials, server/security/authorizer.py). Event-loop only."""
+
+    def __init__(self) -> None:
+        self._second = 0.0
+        self._logged = 0
+        self._unlogged = 0
+
+    def log(self, ctx: RequestContext, reason: str) -> None:
+        now = time.monotonic()
+        if now - self._second >= 1.0:
+            self._second, self._logged = now, 0
+        if self._logged >= REFUSALS_LOGGED_PER_S:
+            self._unlogged += 1
+            return
+        self._logged += 1
+        unlogged, self._unlogged = self._unlogged, 0
+        logger.info("Kafka %s from %s (client id %s) refused: %s%s", ApiKey(ctx.api_key).name,
+                    ctx.connection.host, loggable(ctx.client_id), reason,
+                    f" ({unlogged} more refusals not logged)" if unlogged else "")
+
+
+#: Most refusal lines logged a second.
+REFUSALS_LOGGED_PER_S = 10
+_refusals = _RefusalLog()
+
+
 def _log_refusal(ctx: RequestContext, reason: str) -> None:
-    logger.info("Kafka %s from %s (client id %s) refused: %s", ApiKey(ctx.api_key).name,
-                ctx.connection.host, loggable(ctx.client_id), reason)
+    _refusals.log(ctx, reason)
