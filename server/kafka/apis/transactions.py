@@ -35,7 +35,8 @@ Rules kept from KafkaApis:
   log is one server's, docs/cluster.md); idempotent producers get cluster-wide producer ids.
 
 These responses have no error message field: a refusal's reason is logged at INFO for the
-requests a client cannot get right by retrying.
+requests a client cannot get right by retrying (at most :data:`REFUSALS_LOGGED_PER_S` lines a
+second).
 
 The coordinator's calls block (they fsync its state log and write markers): they run in the
 server's executor. Concurrency: event-loop only.
