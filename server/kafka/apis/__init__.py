@@ -12,9 +12,12 @@
     groups.py         FindCoordinator (a stand-in until the consumer-groups part's module)
     transactions.py   InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
                       TxnOffsetCommit
+    sasl.py           SaslHandshake, SaslAuthenticate
+    acls.py           CreateAcls, DescribeAcls, DeleteAcls
 """
 
 from stratalog.server.kafka.apis import (  # noqa: F401  (each registers its handlers)
+    acls,
     admin_topics,
     api_versions,
     cluster_info,
@@ -24,5 +27,6 @@ from stratalog.server.kafka.apis import (  # noqa: F401  (each registers its han
     list_offsets,
     metadata,
     produce,
+    sasl,
     transactions,
 )

@@ -6,8 +6,10 @@ with their leaders, as Kafka's ``KafkaApis.handleTopicMetadataRequest`` answers.
   (UNKNOWN_TOPIC_OR_PARTITION, INVALID_TOPIC_EXCEPTION, TOPIC_AUTHORIZATION_FAILED).
 * Auto-creation: a named topic that does not exist is created when the request allows it
   (v4+'s ``allow_auto_topic_creation``; always before v4), the server's
-  ``auto_create_topics_enable`` is on and the caller may CREATE it; the answer then says
-  LEADER_NOT_AVAILABLE for it, as Kafka's does (the client asks again).
+  ``auto_create_topics_enable`` is on and the caller may CREATE it (on the cluster or the
+  topic); the answer then says LEADER_NOT_AVAILABLE for it, as Kafka's does (the client asks
+  again). A caller that may not create it is answered TOPIC_AUTHORIZATION_FAILED, as Kafka's
+  ``handleTopicMetadataRequest`` answers it.
 * Topic ids (v10+) are the zero UUID: this server names topics only, and serves the versions
   of Fetch and Produce that name them (docs/kafka-protocol.md).
 """
@@ -79,9 +81,11 @@ async def _named_topic(ctx: RequestContext, name: str, allow_create: bool) -> _T
     log_manager = services.log_manager
     if not log_manager.has_topic(name):
         if (allow_create and services.settings.auto_create_topics_enable
-                and name not in SERVER_WRITTEN_TOPICS
-                and (ctx.allowed(AclOperation.CREATE, ResourceType.CLUSTER, "kafka-cluster")
-                     or ctx.allowed(AclOperation.CREATE, ResourceType.TOPIC, name))):
+                and name not in SERVER_WRITTEN_TOPICS):
+            if not (ctx.allowed(AclOperation.CREATE, ResourceType.CLUSTER, "kafka-cluster")
+                    or ctx.allowed(AclOperation.CREATE, ResourceType.TOPIC, name)):
+                # Kafka's answer to a caller that would create it but may not.
+                return _error_topic(name, Code.TOPIC_AUTHORIZATION_FAILED)
             try:
                 # The serving layer's creation (etcd in cluster mode), with num_partitions.
                 await services.admin.create_topic(name)

@@ -7,8 +7,10 @@ Kafka's ``KafkaApis.handleProduceRequest`` -> ``ReplicaManager.appendRecords``.
   UNSUPPORTED_FOR_MESSAGE_FORMAT (the storage keeps RecordBatch v2 only: records/errors.py).
 * ``acks`` must be 0, 1 or -1 (INVALID_REQUIRED_ACKS); acks=0 gets no answer at all, as Kafka's.
 * Authorization: WRITE on each topic (TOPIC_AUTHORIZATION_FAILED for its partitions), and for a
-  transactional request WRITE on the transactional id (every partition refused
-  TRANSACTIONAL_ID_AUTHORIZATION_FAILED otherwise).
+  request with transactional batches WRITE on its transactional id (every partition refused
+  TRANSACTIONAL_ID_AUTHORIZATION_FAILED otherwise, and when it names none), as Kafka's
+  ``handleProduceRequest`` (``RequestUtils.hasTransactionalRecords``: a partition's first
+  batch says).
 * The partitions of one request are appended concurrently, each under its partition's append
   lock in request order; each has its own error code.
 * Quotas: the bytes count against the principal's ``producer_byte_rate``; the throttle time it
@@ -22,6 +24,7 @@ import asyncio
 from kafka.protocol.api_key import ApiKey
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
+from stratalog.records.batch import ATTRIBUTES_OFFSET, MAGIC, MAGIC_OFFSET, TRANSACTIONAL_FLAG_MASK
 from stratalog.server.append_placement import holds_compressed_batches
 from stratalog.server.kafka.apis.registry import kafka_api
 from stratalog.server.kafka.context import RequestContext
@@ -43,8 +46,8 @@ async def produce(ctx: RequestContext, request: ProduceRequest) -> ProduceRespon
     refused: int | None = None
     if acks not in _ACKS:
         refused = Code.INVALID_REQUIRED_ACKS
-    elif transactional_id is not None and not ctx.allowed(
-            AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+    elif _has_transactional_batches(request) and (transactional_id is None or not ctx.allowed(
+            AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)):
         refused = Code.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     size_bytes = 0
     plans: list[tuple[str, list[tuple[int, object]]]] = []
@@ -84,6 +87,19 @@ async def produce(ctx: RequestContext, request: ProduceRequest) -> ProduceRespon
             partitions.append(_partition_response(index, outcome))
         responses.append(_TopicResponse(name=name, partition_responses=partitions))
     return ProduceResponse(responses=responses, throttle_time_ms=ctx.throttle_ms)
+
+
+def _has_transactional_batches(request: ProduceRequest) -> bool:
+    """Whether a partition's first batch is transactional (its attributes' bit 4); bytes too
+    short to say are left to the append's validation."""
+    for topic_data in request.topic_data:
+        for partition_data in topic_data.partition_data:
+            records = partition_data.records
+            if (records and len(records) >= ATTRIBUTES_OFFSET + 2
+                    and records[MAGIC_OFFSET] == MAGIC
+                    and records[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_FLAG_MASK):
+                return True
+    return False
 
 
 async def _append(ctx: RequestContext, topic: str, partition: int, acks: int,
