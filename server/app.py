@@ -296,6 +296,8 @@ class Server:
                         settings.log_dirs, replica_manager.write_txn_markers,
                         config=transaction_config(settings),
                         clean_log_dirs=clean_log_dirs,
+                        # Cluster mode: ids carry the node id, transactional ids are refused.
+                        cluster_node_id=settings.node_id if settings.cluster else None,
                     ),
                 )
             except Exception as exc:

@@ -9,6 +9,9 @@
     admin_topics.py   CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords
     configs.py        DescribeConfigs, AlterConfigs, IncrementalAlterConfigs
     cluster_info.py   DescribeCluster
+    groups.py         FindCoordinator (a stand-in until the consumer-groups part's module)
+    transactions.py   InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
+                      TxnOffsetCommit
     sasl.py           SaslHandshake, SaslAuthenticate
     acls.py           CreateAcls, DescribeAcls, DeleteAcls
 """
@@ -20,8 +23,10 @@ from stratalog.server.kafka.apis import (  # noqa: F401  (each registers its han
     cluster_info,
     configs,
     fetch,
+    groups,
     list_offsets,
     metadata,
     produce,
     sasl,
+    transactions,
 )
