@@ -168,8 +168,7 @@ def test_kafka_clients_reach_the_container(
     from kafka import KafkaConsumer, KafkaProducer
 
     topic, count = dataset.kafka_topic, dataset.kafka_records
-    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all",
-                             enable_idempotence=False)
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")  # idempotent
     sent = [producer.send(topic, key=b"k", value=f"v{i}".encode()) for i in range(count)]
     assert [future.get(timeout=30).offset for future in sent] == list(range(count))
     producer.close()
