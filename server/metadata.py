@@ -10,19 +10,20 @@ Two sources, one answer (broker.proto's ``MetadataResponse``):
   every poll interval, kept while etcd is down): each partition's replicas from its topic's
   assignment, its leader, leader epoch and ISR from its partition state. Topics this server
   holds that the cluster does not know (created before it joined one) are left out: no broker
-  leads them for clients.
+  leads them for clients. :func:`cluster_topic_view` is that reading, protocol-neutral: the
+  Kafka front end's Metadata translates the same view (server/kafka/apis/metadata.py).
 
 A single server's ``leader_epoch`` is the latest epoch of the partition's leader-epoch-checkpoint
 (0 when it has none: nothing was appended with an epoch yet).
 
 :func:`metadata_response` is blocking (reads the LogManager): run it in the executor.
-:func:`cluster_metadata_response` only reads its arguments.
+:func:`cluster_metadata_response` and :func:`cluster_topic_view` only read their arguments.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from stratalog.v1 import broker_pb2
 
@@ -32,7 +33,13 @@ if TYPE_CHECKING:
     from stratalog.server.cluster.partition_state import TopicAssignment
     from stratalog.server.storage.log_manager import LogManager
 
-__all__ = ["SINGLE_SERVER_NODE_ID", "cluster_metadata_response", "metadata_response"]
+__all__ = [
+    "SINGLE_SERVER_NODE_ID",
+    "PartitionView",
+    "cluster_metadata_response",
+    "cluster_topic_view",
+    "metadata_response",
+]
 
 #: The node id of a server without --cluster.
 SINGLE_SERVER_NODE_ID = 0
@@ -67,6 +74,42 @@ def metadata_response(
     return response
 
 
+class PartitionView(NamedTuple):
+    """One replicated partition as the cluster view has it, before any protocol's shape:
+    ``leader`` -1 and ``leader_epoch`` 0 with an empty ``isr`` while its state is not (yet)
+    in the view."""
+
+    partition: int
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+
+def cluster_topic_view(
+    assignments: Mapping[str, TopicAssignment],
+    states: Mapping[PartitionKey, VersionedState],
+    name: str,
+) -> list[PartitionView] | None:
+    """The partitions of replicated topic ``name`` by partition number, from a cluster
+    member's views of etcd; None when the cluster does not know the topic. The one reading of
+    the views that both front ends translate (the gRPC Metadata RPC below, the Kafka
+    protocol's Metadata: server/kafka/apis/metadata.py)."""
+    assignment = assignments.get(name)
+    if assignment is None:
+        return None
+    partitions = []
+    for partition, replicas in sorted(assignment.replicas.items()):
+        versioned = states.get((name, partition))
+        if versioned is None:
+            partitions.append(PartitionView(partition, -1, 0, tuple(replicas), ()))
+        else:
+            state = versioned.state
+            partitions.append(PartitionView(partition, state.leader, state.leader_epoch,
+                                            tuple(replicas), tuple(state.isr)))
+    return partitions
+
+
 def cluster_metadata_response(
     node_id: int,
     brokers: Sequence[BrokerInfo],
@@ -76,8 +119,7 @@ def cluster_metadata_response(
     topics: Sequence[str],
 ) -> broker_pb2.MetadataResponse:
     """The answer of cluster member ``node_id`` for ``topics`` (empty: every topic), from its
-    views of etcd. A partition whose state is not (yet) in the view has leader -1, epoch 0
-    and an empty ISR.
+    views of etcd (:func:`cluster_topic_view`).
 
     Raises:
         UnknownTopicOrPartitionError: a topic named is not in the cluster view.
@@ -85,19 +127,18 @@ def cluster_metadata_response(
     from stratalog.server.storage.errors import UnknownTopicOrPartitionError
 
     names = list(dict.fromkeys(topics)) if topics else sorted(assignments)
+    views = {}
     for name in names:
-        if name not in assignments:
+        view = cluster_topic_view(assignments, states, name)
+        if view is None:
             raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
+        views[name] = view
     response = _header(node_id, brokers, controller)
     for name in sorted(names):
         topic = response.topics.add(name=name)
-        for partition, replicas in sorted(assignments[name].replicas.items()):
-            versioned = states.get((name, partition))
-            message = topic.partitions.add(partition=partition, replicas=replicas, leader=-1)
-            if versioned is not None:
-                state = versioned.state
-                message.leader, message.leader_epoch = state.leader, state.leader_epoch
-                message.isr.extend(state.isr)
+        for p in views[name]:
+            topic.partitions.add(partition=p.partition, replicas=p.replicas, leader=p.leader,
+                                 leader_epoch=p.leader_epoch, isr=p.isr)
     return response
 
 

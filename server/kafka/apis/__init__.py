@@ -6,11 +6,13 @@
     produce.py        Produce
     fetch.py          Fetch
     list_offsets.py   ListOffsets
+    leader_epochs.py  OffsetForLeaderEpoch
 """
 
 from stratalog.server.kafka.apis import (  # noqa: F401  (each registers its handlers)
     api_versions,
     fetch,
+    leader_epochs,
     list_offsets,
     metadata,
     produce,

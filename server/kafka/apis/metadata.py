@@ -8,6 +8,16 @@ with their leaders, as Kafka's ``KafkaApis.handleTopicMetadataRequest`` answers.
   (v4+'s ``allow_auto_topic_creation``; always before v4), the server's
   ``auto_create_topics_enable`` is on and the caller may CREATE it; the answer then says
   LEADER_NOT_AVAILABLE for it, as Kafka's does (the client asks again).
+* Cluster mode (``--cluster``; docs/kafka-protocol.md "Cluster mode"): the brokers are the live
+  servers that registered a Kafka listener, the controller is the cluster's, and the topics are
+  the replicated topics of the cluster view (server/metadata.py's ``cluster_topic_view``, the
+  reading the gRPC Metadata RPC translates too): each partition's leader, leader epoch,
+  replicas and ISR as etcd has them; a partition whose leader is unknown or has no Kafka
+  listener is LEADER_NOT_AVAILABLE (leader -1), as Kafka's for a leader without an endpoint on
+  the listener. Topics the cluster does not know are UNKNOWN_TOPIC_OR_PARTITION (LEADER_NOT_
+  AVAILABLE before the server joined), and are not created automatically: a cluster's topics
+  are created through its controller (the gRPC CreateTopic) until the topic administration
+  serves both front ends.
 * Topic ids (v10+) are the zero UUID: this server names topics only, and serves the versions
   of Fetch and Produce that name them (docs/kafka-protocol.md).
 """
@@ -16,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from typing import TYPE_CHECKING
 
 from kafka.protocol.api_key import ApiKey
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
@@ -23,10 +34,14 @@ from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from stratalog.server.kafka.apis.registry import kafka_api
 from stratalog.server.kafka.context import RequestContext
 from stratalog.server.kafka.error_codes import Code, code_of
+from stratalog.server.metadata import PartitionView, cluster_topic_view
 from stratalog.server.security.acls import AclOperation, ResourceType
 from stratalog.server.storage.errors import TopicAlreadyExistsError
 from stratalog.server.storage.log_manager import SERVER_WRITTEN_TOPICS
 from stratalog.server.storage.topic_names import validate_topic_name
+
+if TYPE_CHECKING:
+    from stratalog.server.settings import Address
 
 __all__ = ["metadata"]
 
@@ -49,6 +64,9 @@ async def metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataRes
     else:
         names = list(dict.fromkeys(t.name for t in request.topics if t.name is not None))
     allow_create = version < 4 or bool(request.allow_auto_topic_creation)
+    brokers = services.broker_addresses()
+    if services.settings.cluster:
+        return _cluster_metadata(ctx, names, brokers)
     topics: list[_Topic] = []
     if names is None:
         descriptions = await services.replicas.admin(services.log_manager.list_topics)
@@ -61,11 +79,72 @@ async def metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataRes
     return MetadataResponse(
         throttle_time_ms=0,
         brokers=[_Broker(node_id=node_id, host=address.host, port=address.port, rack=None)
-                 for node_id, address in sorted(services.broker_addresses().items())],
+                 for node_id, address in sorted(brokers.items())],
         cluster_id=services.cluster_id,
         controller_id=_SINGLE_NODE_ID,
         topics=topics,
     )
+
+
+def _cluster_metadata(ctx: RequestContext, names: list[str] | None,
+                      brokers: dict[int, Address]) -> MetadataResponse:
+    """The answer of a cluster member, from its views of etcd (module docstring)."""
+    node = ctx.services.replicas.cluster_node
+    controller_id = -1
+    topics: list[_Topic] = []
+    if node is None:
+        # Between the listener's bind and the registration (app.py): nothing known yet.
+        topics = [_error_topic(name, Code.LEADER_NOT_AVAILABLE) for name in names or ()]
+    else:
+        controller_id = node.controller.node_id
+        assignments, states = node.view.topics, node.view.partitions
+        if names is None:
+            for name in sorted(assignments):
+                view = cluster_topic_view(assignments, states, name)
+                if view is not None and ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC,
+                                                    name):
+                    topics.append(_cluster_topic(name, view, brokers))
+        for name in names or ():
+            try:
+                validate_topic_name(name)
+            except Exception:
+                topics.append(_error_topic(name, Code.INVALID_TOPIC_EXCEPTION))
+                continue
+            if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, name):
+                topics.append(_error_topic(name, Code.TOPIC_AUTHORIZATION_FAILED))
+                continue
+            view = cluster_topic_view(assignments, states, name)
+            if view is None:
+                topics.append(_error_topic(name, Code.UNKNOWN_TOPIC_OR_PARTITION))
+            else:
+                topics.append(_cluster_topic(name, view, brokers))
+    return MetadataResponse(
+        throttle_time_ms=0,
+        brokers=[_Broker(node_id=node_id, host=address.host, port=address.port, rack=None)
+                 for node_id, address in sorted(brokers.items())],
+        cluster_id=ctx.services.cluster_id,
+        controller_id=controller_id,
+        topics=topics,
+    )
+
+
+def _cluster_topic(name: str, view: list[PartitionView],
+                   brokers: dict[int, Address]) -> _Topic:
+    partitions = []
+    for p in view:
+        # A leader Kafka clients cannot reach (not live, or without a Kafka listener) is no
+        # leader to them: they ask again (Kafka's
+        # core/src/main/scala/kafka/server/metadata/KRaftMetadataCache.scala, getPartitionMetadata).
+        reachable = p.leader >= 0 and p.leader in brokers
+        partitions.append(_Partition(
+            error_code=Code.NONE if reachable else Code.LEADER_NOT_AVAILABLE,
+            partition_index=p.partition, leader_id=p.leader if reachable else -1,
+            leader_epoch=p.leader_epoch, replica_nodes=list(p.replicas),
+            isr_nodes=list(p.isr),
+            offline_replicas=[r for r in p.replicas if r not in brokers],
+        ))
+    return _Topic(error_code=Code.NONE, name=name, topic_id=_ZERO_UUID,
+                  is_internal=name in SERVER_WRITTEN_TOPICS, partitions=partitions)
 
 
 async def _named_topic(ctx: RequestContext, name: str, allow_create: bool) -> _Topic:
