@@ -497,6 +497,8 @@ class Server:
         )
         listener = self.kafka = KafkaListener(
             services, self._tls.ssl_context if self._tls is not None else None)
+        self.metrics.kafka_connections.set_function(lambda: listener.connection_count)
+        self.metrics.kafka_request_bytes.set_function(lambda: listener.budget.in_use_bytes)
         try:
             await listener.start()
         except OSError as exc:

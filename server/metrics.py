@@ -43,6 +43,11 @@ What an operator watches, in Prometheus's text format at ``http://HOST:metrics_p
                                                per principal would grow without bound)
     stratalog_subscribe_buffer_bytes           bytes of Subscribe messages read and not yet
                                                taken by gRPC's flow control (the budget's use)
+    stratalog_kafka_connections                Kafka-protocol connections open now
+                                               (server/kafka/listener.py)
+    stratalog_kafka_request_bytes              bytes of Kafka requests read and not yet
+                                               answered, all connections (the budget
+                                               kafka_queued_request_bytes_max bounds)
     stratalog_authentication_failures_total{reason}  calls refused UNAUTHENTICATED, by what was
                                                wrong: wrong_credentials, malformed_credentials,
                                                credentials_not_accepted, credentials_required
@@ -719,6 +724,14 @@ class ServerMetrics:
             "stratalog_subscribe_buffer_bytes",
             "Bytes of Subscribe messages read and not yet taken by gRPC flow control",
             registry=r,
+        )
+        # The Kafka listener's (server/kafka/listener.py): read from it at scrape time.
+        self.kafka_connections = Gauge(
+            "stratalog_kafka_connections", "Kafka-protocol connections open now", registry=r,
+        )
+        self.kafka_request_bytes = Gauge(
+            "stratalog_kafka_request_bytes",
+            "Bytes of Kafka requests read and not yet answered, all connections", registry=r,
         )
         # Security (server/security/): totals by reason, operation or quota, never by principal.
         self.authentication_failures = Counter(
