@@ -182,14 +182,35 @@ def decode_body(frame: bytes, header: RequestHeader) -> Any:
             bytes are left after it.
     """
     request_class = REQUEST_CLASSES[header.api_key]
+    version = header.api_version
     view = memoryview(frame)[header.body_offset:]
     try:
-        return request_class.decode(view, version=header.api_version)
+        message, end = _body_decoder(request_class, version)(view, 0)
     except Exception as exc:  # the library raises struct.error, ValueError, IndexError, ...
         raise RequestBodyError(
-            f"{request_class.name} v{header.api_version} does not decode: "
-            f"{type(exc).__name__}: {exc}"
+            f"{request_class.name} v{version} does not decode: {type(exc).__name__}: {exc}"
         ) from None
+    # The library slices a bytes field (a Produce's records) or a string as its length
+    # prefix says, and a slice past the end of a memoryview is silently short: a frame cut
+    # inside its last such field decodes "whole" unless the end is checked.
+    if end != len(view):
+        problem = "is cut short" if end > len(view) else "has bytes after its last field"
+        raise RequestBodyError(
+            f"{request_class.name} v{version} {problem}: its fields take {end} bytes, the"
+            f" frame holds {len(view)} after the header"
+        )
+    return message
+
+
+def _body_decoder(request_class: type[ApiMessage], version: int) -> Any:
+    """kafka-python's decoder of ``request_class`` at ``version``, which returns the message
+    and the position after it (``ApiMessage.decode`` returns the message only; this is its
+    own call, with the end kept)."""
+    flexible = is_flexible(request_class, version)
+    return request_class._struct.compiled_decode_from(  # type: ignore[attr-defined]
+        version, compact=flexible, tagged=flexible,
+        data_class=request_class[None],  # type: ignore[index]
+    )
 
 
 def encode_response(
