@@ -24,12 +24,12 @@ DATA_DIR ?= ./data
 CLUSTER_DATA_DIR ?= ./cluster-data
 CLUSTER_FLAGS ?=
 
-.PHONY: run cluster test check-java unit lint install install-serve proto bench clean help
+.PHONY: run cluster test check-java unit lint kcat install install-serve proto bench clean help
 # `make test` checks Java before installing anything, and lints before running the tests.
 .NOTPARALLEL: test
 
 help:
-	@echo "make run     install what serving needs into .venv, start the server (data in $(DATA_DIR), 127.0.0.1:50051)"
+	@echo "make run     install what serving needs into .venv, start the server (data in $(DATA_DIR), gRPC 127.0.0.1:50051, Kafka 127.0.0.1:9092)"
 	@echo "make cluster install etcd too, start a local etcd and three servers in cluster mode (127.0.0.1:50051-50053, data in $(CLUSTER_DATA_DIR)); Ctrl-C stops them"
 	@echo "make test    install the test and Spark dependencies too, lint, run every test (unit, integration, crash, cluster, Spark): in parallel, then the serial ones"
 	@echo "make lint    ruff and the import-linter contracts"
@@ -129,13 +129,25 @@ PYTEST_ARGS ?=
 PYTEST_PARALLEL = $(VENV)/bin/pytest -m "not serial" -n $(TEST_WORKERS) \
   --maxprocesses $(TEST_WORKERS_MAX) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 PYTEST_SERIAL = $(VENV)/bin/pytest -m serial $(PYTEST_ARGS)
-test: check-java install lint
+test: check-java install kcat lint
 	@status=0; \
 	echo "== the parallel phase: every test not marked serial"; \
 	echo '$(PYTEST_PARALLEL)'; $(PYTEST_PARALLEL) || status=1; \
 	echo "== the serial phase: the tests that measure memory, rates or latency, one at a time"; \
 	echo '$(PYTEST_SERIAL)'; $(PYTEST_SERIAL) || status=1; \
 	exit $$status
+
+# kcat (Debian's package), a Kafka client of tests/kafka/: installed with apt-get when it is
+# missing and this is a root shell on Debian/Ubuntu; elsewhere one line says so and those tests
+# skip, each with a line that names it (tests/kafka/conftest.py). Idempotent.
+kcat:
+	@command -v kcat >/dev/null 2>&1 || command -v kafkacat >/dev/null 2>&1 \
+	  || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
+	       && echo "== installing kcat (Debian's package) for the Kafka listener's tests" \
+	       && { apt-get install -y -q kcat >/dev/null 2>&1 \
+	            || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q kcat >/dev/null 2>&1; }; } \
+	       && command -v kcat >/dev/null 2>&1; } \
+	  || echo "== kcat is not installed and could not be (apt-get install kcat as root): the kcat tests will skip"
 
 # Regenerates the committed gRPC/protobuf modules from the .proto; tests/unit/test_proto.py fails
 # when they drift apart, so run this after every edit of broker.proto and commit the result.

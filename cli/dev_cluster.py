@@ -8,6 +8,8 @@ ports, node ids and data directories of three servers first. Everything listens 
               data DATA/etcd, log DATA/etcd.log
     node K    stratalog serve --cluster etcd://127.0.0.1:2379 --node-id K
               --listen 127.0.0.1:(50051 + K - 1) (--base-port; 0 = any free ports)
+              --kafka-listen 127.0.0.1:(9092 + K - 1) (--kafka-base-port; 0, or --base-port 0:
+              any free ports), its Kafka listener (docs/kafka-protocol.md)
               --log-dirs DATA/node-K, log DATA/node-K.log; the metrics on the default port
               when free, else on any free port (the server's own rule, docs/configuration.md)
 
@@ -82,6 +84,7 @@ __all__ = [
 #: The first server's gRPC port: stratalog's default, so that every command without
 #: ``--target`` reaches node 1.
 BASE_PORT_DEFAULT = 50051
+KAFKA_BASE_PORT_DEFAULT = 9092
 #: etcd's own default client port (its peer port is the next one), so that ``etcdctl``
 #: without ``--endpoints`` reaches it.
 ETCD_PORT_DEFAULT = 2379
@@ -99,6 +102,7 @@ LOG_TAIL_LINES = 15
 _PREFIX = "stratalog dev-cluster"
 _LISTENING = re.compile(r"^stratalog: listening on (\S+):(\d+)$")
 _METRICS = re.compile(r"^stratalog: metrics on (\S+)$")
+_KAFKA = re.compile(r"^stratalog: kafka on (\S+)$")
 
 # Run before each child: asks the kernel for SIGTERM when this command's process dies
 # (PR_SET_PDEATHSIG, kept across exec), then becomes the child. Not a preexec_fn: Python code
@@ -142,6 +146,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--base-port", type=int, default=BASE_PORT_DEFAULT, metavar="PORT",
                         help="node K listens on PORT + K - 1 (default"
                              f" {BASE_PORT_DEFAULT}); 0 = any free ports, printed")
+    parser.add_argument("--kafka-base-port", type=int, default=KAFKA_BASE_PORT_DEFAULT,
+                        metavar="PORT",
+                        help="node K's Kafka listener is on PORT + K - 1 (default"
+                             f" {KAFKA_BASE_PORT_DEFAULT}); 0 = any free ports, as with"
+                             " --base-port 0")
     parser.add_argument("--etcd-port", type=int, default=ETCD_PORT_DEFAULT, metavar="PORT",
                         help=f"etcd's client port, its peer port the next one (default"
                              f" {ETCD_PORT_DEFAULT}); 0 = any free ports, printed")
@@ -229,6 +238,7 @@ class Plan:
     etcd_port: int
     etcd_binary: str | None
     server_settings: tuple[str, ...]
+    kafka_base_port: int = KAFKA_BASE_PORT_DEFAULT
 
     @staticmethod
     def from_args(args: argparse.Namespace) -> Plan:
@@ -238,16 +248,27 @@ class Plan:
         if not (args.base_port == 0 or 1 <= args.base_port <= 65536 - args.servers):
             raise ValueError(f"--base-port must be 0 or leave room for {args.servers} ports"
                              f" below 65536, got {args.base_port}")
+        if not (args.kafka_base_port == 0
+                or 1 <= args.kafka_base_port <= 65536 - args.servers):
+            raise ValueError(f"--kafka-base-port must be 0 or leave room for {args.servers}"
+                             f" ports below 65536, got {args.kafka_base_port}")
         if not (args.etcd_port == 0 or 1 <= args.etcd_port <= 65534):
             raise ValueError(f"--etcd-port must be 0 or in 1..65534, got {args.etcd_port}")
         for item in args.server_settings:
             if "=" not in item:
                 raise ValueError(f"--set {item!r}: expected NAME=VALUE")
         return Plan(args.servers, Path(args.data_dir), args.base_port, args.etcd_port,
-                    args.etcd_binary, tuple(args.server_settings))
+                    args.etcd_binary, tuple(args.server_settings), args.kafka_base_port)
 
     def server_port(self, node_id: int) -> int:
         return 0 if self.base_port == 0 else self.base_port + node_id - 1
+
+    def kafka_port(self, node_id: int) -> int:
+        """Node ``node_id``'s Kafka port: any free one with --base-port 0 or
+        --kafka-base-port 0."""
+        if self.base_port == 0 or self.kafka_base_port == 0:
+            return 0
+        return self.kafka_base_port + node_id - 1
 
     @property
     def _settings(self) -> dict[str, str]:
@@ -283,6 +304,9 @@ class Plan:
             port = self.server_port(node_id)
             if port:
                 _check_free(port, f"node {node_id}", "--base-port")
+            kafka = self.kafka_port(node_id)
+            if kafka:
+                _check_free(kafka, f"node {node_id}'s Kafka listener", "--kafka-base-port")
 
 
 # ---------------------------------------------------------------------------- the processes
@@ -303,6 +327,7 @@ class Child:
     process: asyncio.subprocess.Process | None = None
     address: str = ""
     metrics: str = ""
+    kafka: str = ""
     exited: asyncio.Task[int] | None = field(default=None, repr=False)
     _drain: asyncio.Task[None] | None = field(default=None, repr=False)
 
@@ -332,7 +357,8 @@ class Child:
                                f"{self.log_tail()}")
 
     async def read_ports(self, wants_metrics: bool, deadline: float) -> None:
-        """Read the server's ``listening on`` (and ``metrics on``) lines from its stdout,
+        """Read the server's ``listening on``, ``kafka on`` (and ``metrics on``) lines from
+        its stdout,
         then copy the rest of its stdout to its log.
 
         Raises:
@@ -341,7 +367,7 @@ class Child:
         assert self.process is not None and self.process.stdout is not None
         stdout = self.process.stdout
         loop = asyncio.get_running_loop()
-        while not self.address or (wants_metrics and not self.metrics):
+        while not self.address or not self.kafka or (wants_metrics and not self.metrics):
             try:
                 async with asyncio.timeout(max(0.0, deadline - loop.time())):
                     line = await stdout.readline()
@@ -355,6 +381,8 @@ class Child:
                 self.address = f"{match.group(1)}:{match.group(2)}"
             elif match := _METRICS.match(text):
                 self.metrics = match.group(1)
+            elif match := _KAFKA.match(text):
+                self.kafka = match.group(1)
         self._drain = asyncio.create_task(self._copy_stdout(), name=f"{self.name} stdout")
 
     async def _copy_stdout(self) -> None:
@@ -513,6 +541,7 @@ class DevCluster:
                 sys.executable, "-m", "stratalog.server",
                 "--cluster", cluster_url, "--node-id", str(node_id),
                 "--listen", f"127.0.0.1:{plan.server_port(node_id)}",
+                "--kafka-listen", f"127.0.0.1:{plan.kafka_port(node_id)}",
                 "--log-dirs", str(plan.data_dir / f"node-{node_id}"),
             ]
             for item in plan.server_settings:
@@ -550,8 +579,8 @@ class DevCluster:
         for server in self.servers:
             metrics = f", metrics {server.metrics}" if server.metrics else ""
             assert server.process is not None
-            print(f"{_PREFIX}: {server.name} on {server.address} (pid {server.process.pid})"
-                  f"{metrics} (data"
+            print(f"{_PREFIX}: {server.name} on {server.address} (pid {server.process.pid}),"
+                  f" Kafka {server.kafka}{metrics} (data"
                   f" {self.plan.data_dir / server.name.replace(' ', '-')}, log"
                   f" {server.log_path})", flush=True)
         targets = ",".join(s.address for s in self.servers)

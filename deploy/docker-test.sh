@@ -273,10 +273,10 @@ echo "image size $((image_bytes / 1000000)) MB ($image_bytes bytes;" \
 
 # ----------------------------------------------------------------------------- helpers
 
-free_ports() {  # two free TCP ports on every interface (the container binds 0.0.0.0)
+free_ports() {  # three free TCP ports on every interface (the container binds 0.0.0.0)
     "$venv/bin/python" - <<'EOF'
 import socket
-socks = [socket.socket() for _ in range(2)]
+socks = [socket.socket() for _ in range(3)]
 for s in socks:
     s.bind(("0.0.0.0", 0))
 print(*(s.getsockname()[1] for s in socks))
@@ -284,13 +284,15 @@ EOF
 }
 
 start_container() {  # $1 = name suffix, $2 = volume, $3 = port, $4 = metrics port, then more
-                    # `docker run` arguments
+                    # `docker run` arguments; the Kafka listener on $kafka_port (free_ports)
     local name=$run_id-$1 created started status
     containers+=("$name")
     created=$(now)
     docker run --detach --name "$name" --network host --label "$label=$run_id" \
         --volume "$2:$data_dir" \
         --env STRATALOG_LISTEN="0.0.0.0:$3" --env STRATALOG_METRICS_PORT="$4" \
+        --env STRATALOG_KAFKA_LISTEN="0.0.0.0:$kafka_port" \
+        --env STRATALOG_KAFKA_ADVERTISED_LISTEN="127.0.0.1:$kafka_port" \
         --health-interval 1s --health-start-period 60s \
         "${@:5}" "$image" >/dev/null
     timings[create_$1]=$(since "$created")  # on vfs mostly the copy of the image's files
@@ -314,6 +316,7 @@ run_phase() {  # $1 = phase, $2 = port, $3 = metrics port
     STRATALOG_DOCKER_TEST_TARGET="127.0.0.1:$2" \
     STRATALOG_DOCKER_TEST_METRICS_URL="http://127.0.0.1:$3/metrics" \
     STRATALOG_DOCKER_TEST_PHASE="$1" \
+    STRATALOG_DOCKER_TEST_KAFKA="127.0.0.1:$kafka_port" \
         timeout 900 "$venv/bin/pytest" tests/docker -v -p no:cacheprovider
 }
 
@@ -359,7 +362,7 @@ EOF
 volume=$run_id-data
 docker volume create --label "$label=$run_id" "$volume" >/dev/null
 volumes+=("$volume")
-read -r port metrics_port < <(free_ports)
+read -r port metrics_port kafka_port < <(free_ports)
 
 log "container 1 on a new volume $volume (gRPC :$port, metrics :$metrics_port)"
 start_container first "$volume" "$port" "$metrics_port"
@@ -425,7 +428,7 @@ check_volume first
 echo "pid file removed at the clean stop"
 
 log "container 2 on the same volume"
-read -r port metrics_port < <(free_ports)
+read -r port metrics_port kafka_port < <(free_ports)
 start_container restarted "$volume" "$port" "$metrics_port"
 
 log "every record still there (tests/docker, phase restarted)"
@@ -459,7 +462,7 @@ chmod 0755 "$tls_dir" && chmod 0644 "$tls_dir"/*
 secure_volume=$run_id-secure
 docker volume create --label "$label=$run_id" "$secure_volume" >/dev/null
 volumes+=("$secure_volume")
-read -r port metrics_port < <(free_ports)
+read -r port metrics_port kafka_port < <(free_ports)
 start_container secure "$secure_volume" "$port" "$metrics_port" \
     --volume "$tls_dir:/etc/stratalog/tls:ro" \
     --env STRATALOG_TLS_CERT_FILE=/etc/stratalog/tls/server.crt \
@@ -517,14 +520,14 @@ hardened=(--read-only --cap-drop ALL --security-opt no-new-privileges)
 killed_volume=$run_id-killed
 docker volume create --label "$label=$run_id" "$killed_volume" >/dev/null
 volumes+=("$killed_volume")
-read -r port metrics_port < <(free_ports)
+read -r port metrics_port kafka_port < <(free_ports)
 start_container hardened "$killed_volume" "$port" "$metrics_port" "${hardened[@]}"
 docker kill --signal KILL "$run_id-hardened" >/dev/null
 timeout 60 docker wait "$run_id-hardened" >/dev/null
 left=$(timeout 60 docker cp "$run_id-hardened:$data_dir/stratalog.pid" - | tar -xO)
 echo "killed; the pid file left in the volume holds: $left"
 [[ $left == 1 ]] || die "SIGKILL left no pid file naming 1 (found '$left')"
-read -r port metrics_port < <(free_ports)
+read -r port metrics_port kafka_port < <(free_ports)
 start_container successor "$killed_volume" "$port" "$metrics_port" "${hardened[@]}"
 docker exec "$run_id-successor" stratalog reload \
     || die "stratalog reload failed after the stale pid file was taken over"
@@ -542,8 +545,8 @@ compose_up() {  # the compose file as shipped: server healthy, example producer 
     compose_project=${run_id//-/}  # compose v1 drops dashes from project names anyway
     local run=("${compose[@]}" -p "$compose_project" -f deploy/compose.yaml --profile example)
     local server started status code consumed
-    read -r STRATALOG_HOST_PORT STRATALOG_HOST_METRICS_PORT < <(free_ports)
-    export STRATALOG_IMAGE=$image STRATALOG_HOST_PORT STRATALOG_HOST_METRICS_PORT
+    read -r STRATALOG_HOST_PORT STRATALOG_HOST_METRICS_PORT STRATALOG_HOST_KAFKA_PORT < <(free_ports)
+    export STRATALOG_IMAGE=$image STRATALOG_HOST_PORT STRATALOG_HOST_METRICS_PORT STRATALOG_HOST_KAFKA_PORT
     echo "${compose[*]}: $("${compose[@]}" version 2>/dev/null | head -1)"
     started=$(now)
     timeout 300 "${run[@]}" up --detach --no-build server
@@ -616,7 +619,7 @@ cluster_failover() {
     local started status targets=server1:50051,server2:50051,server3:50051 leader other
     local killed_at elapsed consumed
     STRATALOG_ETCD_IMAGE=$(etcd_image)
-    read -r STRATALOG_HOST_PORT_1 STRATALOG_HOST_PORT_2 < <(free_ports)
+    read -r STRATALOG_HOST_PORT_1 STRATALOG_HOST_PORT_2 _ < <(free_ports)
     read -r STRATALOG_HOST_PORT_3 _ < <(free_ports)
     export STRATALOG_IMAGE=$image STRATALOG_ETCD_IMAGE STRATALOG_HOST_PORT_1 \
         STRATALOG_HOST_PORT_2 STRATALOG_HOST_PORT_3

@@ -10,8 +10,8 @@ Life of a server process (``stratalog serve``)::
     raise the soft RLIMIT_NOFILE to the hard one; lower the descriptor reservations the user
         did not set when the limit is low (server/open_files_fit.py, one warning)
     open the LogManager (locks the log dirs, recovers after an unclean shutdown), its share of
-        RLIMIT_NOFILE computed after the connection caps (max_connections and
-        metrics_connections_max: connections_reserved)
+        RLIMIT_NOFILE computed after the connection caps (max_connections,
+        metrics_connections_max, kafka_connections_max: open_files_fit.connections_reserved)
     open the TransactionCoordinator: replay __transaction_state (without recovery where the
         directory's clean-shutdown marker was found), complete the commits and aborts a crash
         left half-written (their markers go to the LogManager's partitions)
@@ -90,13 +90,13 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from stratalog.server.allocator import TrimWatch, limit_arenas, trim_heap, tune_allocator
-from stratalog.server.broker import ReplicaManager
+from stratalog.server.broker import AdminManager, ReplicaManager
 from stratalog.server.client_limits import WAITING_RPC_BYTES_ESTIMATE, ClientLimits
 from stratalog.server.garbage_collector import freeze_loaded_objects, set_young_objects_max
 from stratalog.server.group_service import GroupService
 from stratalog.server.metrics import ServerMetrics
 from stratalog.server.metrics_endpoint import MetricsEndpoint, MetricsEndpointLimits
-from stratalog.server.open_files_fit import fit_to_open_files_limit
+from stratalog.server.open_files_fit import connections_reserved, fit_to_open_files_limit
 from stratalog.server.pid_file import PidFile, PidFileError
 from stratalog.server.rpc.authentication import AuthenticationInterceptor
 from stratalog.server.rpc.authorization import AuthorizationInterceptor
@@ -187,6 +187,7 @@ class Server:
         self.replica_roles: ReplicaRoles | None = None  # with --cluster, once joined
         #: The consumer groups' coordinators (server/group_service/), from _start_serving.
         self.groups: GroupService | None = None
+        self.admin: AdminManager | None = None  # topic administration, both front ends
         self._replication: ReplicationService | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         # Each pool thread lowers its own CPU priority as it starts: the loop serves every
@@ -381,9 +382,11 @@ class Server:
                                    metrics=self.metrics, transactions=self.coordinator)
         self.metrics.bind_groups(self.groups.group_counts)
         self.metrics.bind_group_lag(self.groups.committed_offsets, self.groups.log_end_offset)
+        self.admin = AdminManager(self.replica_manager, settings, self._executor,
+                                  authorizer=self.authorizer)
         self._service = BrokerService(
             self.replica_manager, settings, self.metrics, self._executor,
-            coordinator=self.coordinator,
+            coordinator=self.coordinator, admin=self.admin,
             limits=limits, subscribe_budget=budget, authorizer=self.authorizer,
             # A Session request is served under the rules of its unary call; who the caller
             # is was decided once, when its stream was authenticated, but re-checked against
@@ -487,7 +490,7 @@ class Server:
             self.replica_manager, self.log_manager, self.groups, self.coordinator, settings,
             self.metrics, self._executor, self._limits, self.quotas, self.authorizer,
             advertised=lambda: listener.advertised(),
-            time_ms=lambda: int(time.time() * 1000),
+            time_ms=lambda: int(time.time() * 1000), admin=self.admin,
             # Each server of a cluster made its own meta.properties' cluster.id, so none of
             # them is the cluster's: a cluster answers none (null) rather than a different id
             # from each server, which clients take for servers of several clusters.
@@ -497,7 +500,6 @@ class Server:
         )
         listener = self.kafka = KafkaListener(
             services, self._tls.ssl_context if self._tls is not None else None)
-        self.metrics.kafka_connections.set_function(lambda: listener.connection_count)
         self.metrics.kafka_request_bytes.set_function(lambda: listener.budget.in_use_bytes)
         try:
             await listener.start()
@@ -838,6 +840,8 @@ class Server:
             recovered_segments=log_manager.recovered_segments,
             open_files_limit=log_manager.descriptor_budget.limit,
             partitions_max=log_manager.descriptor_budget.partitions_max,
+            kafka=(f"{self.kafka.address.host}:{self.kafka.port}" if self.kafka is not None
+                   else None),
         )
 
     def held_for_waiting_rpcs_bytes(self) -> int:
@@ -999,6 +1003,9 @@ def _check_ports_free(settings: Settings) -> None:
     # port someone chose must be free.
     if settings.metrics_port > 0 and settings.given("metrics_port"):
         ports.append((settings.metrics_listen_host, settings.metrics_port, " (the metrics port)"))
+    if settings.kafka_listen and settings.given("kafka_listen"):
+        kafka = parse_address(settings.kafka_listen)
+        ports.append((kafka.host, kafka.port, " (the Kafka port, kafka_listen)"))
     for host, port, what in ports:
         if port == 0:
             continue
@@ -1078,15 +1085,6 @@ def client_limit_options(settings: Settings) -> list[tuple[str, int]]:
         ("grpc.max_allowed_incoming_connections", settings.max_connections),
         ("grpc.max_connection_idle_ms", settings.connections_max_idle_ms),
     ]
-
-
-def connections_reserved(settings: Settings) -> int:
-    """Descriptors the server's connections may hold at once, which the storage's share of
-    ``RLIMIT_NOFILE`` leaves out (server/storage/descriptor_budget.py): one per gRPC connection
-    (``max_connections``) and per metrics connection (``metrics_connections_max``, when the
-    endpoint is on)."""
-    metrics = settings.metrics_connections_max if settings.metrics_port >= 0 else 0
-    return settings.max_connections + metrics
 
 
 def metrics_endpoint_limits(settings: Settings) -> MetricsEndpointLimits:

@@ -1,31 +1,37 @@
-"""The Metadata RPC's answer: the brokers, the controller, the topics with their leaders.
+"""A Metadata answer, whichever front end asked: the brokers, the controller, the topics with
+their leaders.
 
-Two sources, one answer (broker.proto's ``MetadataResponse``):
+Two sources, one answer (:class:`ClusterMetadata`; the gRPC front end turns it into
+broker.proto's ``MetadataResponse``, the Kafka front end into Kafka's ``MetadataResponse``):
 
-- *a single server* (no ``--cluster``): one broker, itself, node id 0 at its advertised address;
-  it is the controller (epoch 0: there never was an election) and the leader, only replica and
-  only in-sync replica of every partition it holds.
-- *a cluster member* (:func:`cluster_metadata_response`): the brokers, the controller and the
+- *a single server* (no ``--cluster``): one broker, itself, node id 0 at the address the
+  caller's front end advertises; it is the controller (epoch 0: there never was an election)
+  and the leader, only replica and only in-sync replica of every partition it holds.
+- *a cluster member* (:func:`cluster_metadata`): the brokers, the controller and the
   replicated topics as this server last read them from etcd (server/cluster/: views refreshed
   every poll interval, kept while etcd is down): each partition's replicas from its topic's
   assignment, its leader, leader epoch and ISR from its partition state. Topics this server
   holds that the cluster does not know (created before it joined one) are left out: no broker
-  leads them for clients. :func:`cluster_topic_view` is that reading, protocol-neutral: the
-  Kafka front end's Metadata translates the same view (server/kafka/apis/metadata.py).
+  leads them for clients.
 
 A single server's ``leader_epoch`` is the latest epoch of the partition's leader-epoch-checkpoint
 (0 when it has none: nothing was appended with an epoch yet).
 
-:func:`metadata_response` is blocking (reads the LogManager): run it in the executor.
-:func:`cluster_metadata_response` and :func:`cluster_topic_view` only read their arguments.
+A topic named that does not exist is not an error here: it is listed in ``unknown_topics``,
+for each front end to answer as its protocol does (gRPC: the whole call fails with
+UNKNOWN_TOPIC_OR_PARTITION; Kafka: that topic's entry carries the error code).
+
+:func:`single_server_metadata` is blocking (reads the LogManager): run it in the executor.
+:func:`cluster_metadata` only reads its arguments. The values are immutable.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from stratalog.v1 import broker_pb2
+from stratalog.server.storage.errors import UnknownTopicOrPartitionError
 
 if TYPE_CHECKING:
     from stratalog.server.cluster import BrokerInfo, ControllerState
@@ -35,49 +41,20 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SINGLE_SERVER_NODE_ID",
-    "PartitionView",
-    "cluster_metadata_response",
-    "cluster_topic_view",
-    "metadata_response",
+    "ClusterMetadata",
+    "PartitionMetadata",
+    "TopicMetadata",
+    "cluster_metadata",
+    "single_server_metadata",
 ]
 
 #: The node id of a server without --cluster.
 SINGLE_SERVER_NODE_ID = 0
 
 
-def metadata_response(
-    log_manager: LogManager,
-    node_id: int,
-    brokers: Sequence[BrokerInfo],
-    controller: ControllerState,
-    topics: Sequence[str],
-) -> broker_pb2.MetadataResponse:
-    """The answer for ``topics`` (empty: every topic), this server being ``node_id``.
-
-    Raises:
-        UnknownTopicOrPartitionError: a topic named does not exist.
-    """
-    if topics:
-        descriptions = [log_manager.describe_topic(name) for name in dict.fromkeys(topics)]
-    else:
-        descriptions = log_manager.list_topics()
-    response = _header(node_id, brokers, controller)
-    for description in sorted(descriptions, key=lambda d: d.name):
-        topic = response.topics.add(name=description.name)
-        for partition in sorted(description.partitions, key=lambda p: p.partition):
-            epoch = log_manager.get_log(description.name, partition.partition).latest_epoch
-            topic.partitions.add(
-                partition=partition.partition, leader=node_id,
-                leader_epoch=epoch if epoch is not None else 0,
-                replicas=[node_id], isr=[node_id],
-            )
-    return response
-
-
-class PartitionView(NamedTuple):
-    """One replicated partition as the cluster view has it, before any protocol's shape:
-    ``leader`` -1 and ``leader_epoch`` 0 with an empty ``isr`` while its state is not (yet)
-    in the view."""
+@dataclass(frozen=True, slots=True)
+class PartitionMetadata:
+    """One partition: its leader (-1: none known), the leader's epoch, its replicas and ISR."""
 
     partition: int
     leader: int
@@ -86,68 +63,96 @@ class PartitionView(NamedTuple):
     isr: tuple[int, ...]
 
 
-def cluster_topic_view(
-    assignments: Mapping[str, TopicAssignment],
-    states: Mapping[PartitionKey, VersionedState],
-    name: str,
-) -> list[PartitionView] | None:
-    """The partitions of replicated topic ``name`` by partition number, from a cluster
-    member's views of etcd; None when the cluster does not know the topic. The one reading of
-    the views that both front ends translate (the gRPC Metadata RPC below, the Kafka
-    protocol's Metadata: server/kafka/apis/metadata.py)."""
-    assignment = assignments.get(name)
-    if assignment is None:
-        return None
-    partitions = []
-    for partition, replicas in sorted(assignment.replicas.items()):
-        versioned = states.get((name, partition))
-        if versioned is None:
-            partitions.append(PartitionView(partition, -1, 0, tuple(replicas), ()))
-        else:
-            state = versioned.state
-            partitions.append(PartitionView(partition, state.leader, state.leader_epoch,
-                                            tuple(replicas), tuple(state.isr)))
-    return partitions
+@dataclass(frozen=True, slots=True)
+class TopicMetadata:
+    """One topic and its partitions, by partition number."""
+
+    name: str
+    partitions: tuple[PartitionMetadata, ...]
 
 
-def cluster_metadata_response(
+@dataclass(frozen=True, slots=True)
+class ClusterMetadata:
+    """The answer: which node answers (``node_id``), the brokers by node id, the controller,
+    the topics found (by name) and the names asked for that do not exist (in the order
+    asked)."""
+
+    node_id: int
+    brokers: tuple[BrokerInfo, ...]
+    controller: ControllerState
+    topics: tuple[TopicMetadata, ...]
+    unknown_topics: tuple[str, ...] = ()
+
+    def raise_for_unknown(self) -> None:
+        """For a front end whose whole call fails on an unknown topic.
+
+        Raises:
+            UnknownTopicOrPartitionError: naming the first topic asked for that does not exist.
+        """
+        if self.unknown_topics:
+            raise UnknownTopicOrPartitionError(f"unknown topic {self.unknown_topics[0]!r}")
+
+
+def single_server_metadata(
+    log_manager: LogManager,
+    node_id: int,
+    brokers: Sequence[BrokerInfo],
+    controller: ControllerState,
+    topics: Sequence[str],
+) -> ClusterMetadata:
+    """Blocking: the answer for ``topics`` (empty: every topic), this server being ``node_id``
+    and leading everything it holds."""
+    unknown = []
+    if topics:
+        descriptions = []
+        for name in dict.fromkeys(topics):
+            try:
+                descriptions.append(log_manager.describe_topic(name))
+            except UnknownTopicOrPartitionError:
+                unknown.append(name)
+    else:
+        descriptions = log_manager.list_topics()
+    answer = []
+    for description in sorted(descriptions, key=lambda d: d.name):
+        partitions = []
+        for partition in sorted(description.partitions, key=lambda p: p.partition):
+            try:
+                epoch = log_manager.get_log(description.name, partition.partition).latest_epoch
+            except UnknownTopicOrPartitionError:
+                continue  # deleted since it was described
+            partitions.append(PartitionMetadata(
+                partition.partition, node_id, epoch if epoch is not None else 0,
+                (node_id,), (node_id,),
+            ))
+        answer.append(TopicMetadata(description.name, tuple(partitions)))
+    return ClusterMetadata(node_id, tuple(sorted(brokers)), controller, tuple(answer),
+                           tuple(unknown))
+
+
+def cluster_metadata(
     node_id: int,
     brokers: Sequence[BrokerInfo],
     controller: ControllerState,
     assignments: Mapping[str, TopicAssignment],
     states: Mapping[PartitionKey, VersionedState],
     topics: Sequence[str],
-) -> broker_pb2.MetadataResponse:
+) -> ClusterMetadata:
     """The answer of cluster member ``node_id`` for ``topics`` (empty: every topic), from its
-    views of etcd (:func:`cluster_topic_view`).
-
-    Raises:
-        UnknownTopicOrPartitionError: a topic named is not in the cluster view.
-    """
-    from stratalog.server.storage.errors import UnknownTopicOrPartitionError
-
+    views of etcd. A partition whose state is not (yet) in the view has leader -1, epoch 0
+    and an empty ISR."""
     names = list(dict.fromkeys(topics)) if topics else sorted(assignments)
-    views = {}
-    for name in names:
-        view = cluster_topic_view(assignments, states, name)
-        if view is None:
-            raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
-        views[name] = view
-    response = _header(node_id, brokers, controller)
-    for name in sorted(names):
-        topic = response.topics.add(name=name)
-        for p in views[name]:
-            topic.partitions.add(partition=p.partition, replicas=p.replicas, leader=p.leader,
-                                 leader_epoch=p.leader_epoch, isr=p.isr)
-    return response
-
-
-def _header(node_id: int, brokers: Sequence[BrokerInfo],
-            controller: ControllerState) -> broker_pb2.MetadataResponse:
-    return broker_pb2.MetadataResponse(
-        node_id=node_id,
-        controller_id=controller.node_id,
-        controller_epoch=controller.epoch,
-        brokers=[broker_pb2.BrokerMetadata(node_id=b.node_id, address=b.address)
-                 for b in sorted(brokers)],
-    )
+    unknown = tuple(name for name in names if name not in assignments)
+    answer = []
+    for name in sorted(set(names) - set(unknown)):
+        partitions = []
+        for partition, replicas in sorted(assignments[name].replicas.items()):
+            versioned = states.get((name, partition))
+            if versioned is None:
+                partitions.append(PartitionMetadata(partition, -1, 0, tuple(replicas), ()))
+                continue
+            state = versioned.state
+            partitions.append(PartitionMetadata(
+                partition, state.leader, state.leader_epoch, tuple(replicas), tuple(state.isr)
+            ))
+        answer.append(TopicMetadata(name, tuple(partitions)))
+    return ClusterMetadata(node_id, tuple(sorted(brokers)), controller, tuple(answer), unknown)

@@ -725,14 +725,6 @@ class ServerMetrics:
             "Bytes of Subscribe messages read and not yet taken by gRPC flow control",
             registry=r,
         )
-        # The Kafka listener's (server/kafka/listener.py): read from it at scrape time.
-        self.kafka_connections = Gauge(
-            "stratalog_kafka_connections", "Kafka-protocol connections open now", registry=r,
-        )
-        self.kafka_request_bytes = Gauge(
-            "stratalog_kafka_request_bytes",
-            "Bytes of Kafka requests read and not yet answered, all connections", registry=r,
-        )
         # Security (server/security/): totals by reason, operation or quota, never by principal.
         self.authentication_failures = Counter(
             "stratalog_authentication_failures",
@@ -792,6 +784,34 @@ class ServerMetrics:
             "stratalog_metrics_connections_refused",
             "Connections the metrics endpoint closed early, by why (connections_max, idle,"
             " request_timeout, request_too_large, bad_request, unauthenticated)",
+            labelnames=("reason",), registry=r,
+        )
+        # The Kafka listener (issue 28, server/kafka/): labels are API names and fixed reasons.
+        self.kafka_requests = Counter(
+            "stratalog_kafka_requests", "Kafka requests answered, by API (Kafka's request name)",
+            labelnames=("api",), registry=r,
+        )
+        self.kafka_request_seconds = Histogram(
+            "stratalog_kafka_request_seconds",
+            "Time from a Kafka request's decoding to its answer being written, by API (a long"
+            " poll's wait included)",
+            labelnames=("api",), registry=r,
+            buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                     0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
+        )
+        self.kafka_connections = Gauge(
+            "stratalog_kafka_connections", "Kafka connections open now", registry=r,
+        )
+        # The listener's request-byte budget (server/kafka/listener.py), read at scrape time.
+        self.kafka_request_bytes = Gauge(
+            "stratalog_kafka_request_bytes",
+            "Bytes of Kafka requests read and not yet answered, all connections", registry=r,
+        )
+        self.kafka_connections_closed = Counter(
+            "stratalog_kafka_connections_closed",
+            "Kafka connections the server closed, by why (bad_request: a frame that is not"
+            " Kafka's or a version not served; unauthenticated; connections_max; idle;"
+            " server_error)",
             labelnames=("reason",), registry=r,
         )
         # Consumer groups (issue 27, server/group_service/): no label is a group id.

@@ -1,8 +1,9 @@
 """Fitting the default descriptor reservations to a low open files limit, at start.
 
-The server takes three reservations out of ``RLIMIT_NOFILE`` before the storage gets its share
+The server takes four reservations out of ``RLIMIT_NOFILE`` before the storage gets its share
 (server/storage/descriptor_budget.py): ``log.descriptors.reserved`` (512), ``max_connections``
-(1,024) and ``metrics_connections_max`` (32), 1,568 descriptors before the first partition.
+(1,024), ``metrics_connections_max`` (32) and ``kafka_connections_max`` (1,024, with the Kafka
+listener on), 2,592 descriptors before the first partition.
 Many machines, containers and CI runners have a hard limit of 1,024 (or 256): with the defaults,
 such a server would refuse to start with no partition at all. Kafka has no such reservation
 (it lets a broker run out of descriptors at run time); stratalog keeps it, and sizes its
@@ -14,9 +15,10 @@ defaults to the limit instead::
         log.descriptors.reserved    limit / 8, at least 64   (1,024 -> 128;  256 -> 64)
         max_connections             limit / 4, at least 16   (1,024 -> 256;  256 -> 64)
         metrics_connections_max     limit / 32, at least 4   (1,024 -> 32;   256 -> 8)
+        kafka_connections_max       limit / 8, at least 16   (1,024 -> 128;  256 -> 32)
 
-so that a limit of 1,024 leaves the storage 608 descriptors (101 partitions), and 256 leaves
-120 (20 partitions); 2,048 keeps the defaults (room for 80 partitions). A value the user set (a file, the environment, a flag, ``--set``) is never
+so that a limit of 1,024 leaves the storage room for 80 partitions, 256 for 14 and 2,048 for
+165; 4,096 keeps the defaults (room for 250). A value the user set (a file, the environment, a flag, ``--set``) is never
 changed: if it does not fit, the start fails naming it (``DescriptorBudget.check_startup``).
 Every change is logged as one warning, with the number of partitions the limit then allows.
 
@@ -32,7 +34,8 @@ from stratalog.server.settings import Settings
 from stratalog.server.storage.descriptor_budget import DescriptorBudget
 from stratalog.server.storage.log_defaults import parse_server_defaults
 
-__all__ = ["OpenFilesFit", "descriptor_budget_of", "fit_to_open_files_limit"]
+__all__ = ["OpenFilesFit", "connections_reserved", "descriptor_budget_of",
+           "fit_to_open_files_limit"]
 
 #: The ``log.*`` name of the storage's reserve (server/storage/log_defaults.py).
 RESERVED_NAME = "log.descriptors.reserved"
@@ -43,6 +46,7 @@ PARTITIONS_KEPT_MIN = 64
 _RESERVED_SHARE = (8, 64)
 _CONNECTIONS_SHARE = (4, 16)
 _METRICS_CONNECTIONS_SHARE = (32, 4)
+_KAFKA_CONNECTIONS_SHARE = (8, 16)
 
 
 @dataclass(frozen=True)
@@ -54,14 +58,23 @@ class OpenFilesFit:
     warning: str | None
 
 
+def connections_reserved(settings: Settings) -> int:
+    """Descriptors the server's connections may hold at once, which the storage's share of
+    ``RLIMIT_NOFILE`` leaves out: one per gRPC connection (``max_connections``), per metrics
+    connection (``metrics_connections_max``, when the endpoint is on) and per Kafka connection
+    (``kafka_connections_max``, when the Kafka listener is on)."""
+    metrics = settings.metrics_connections_max if settings.metrics_port >= 0 else 0
+    kafka = settings.kafka_connections_max if settings.kafka_listen else 0
+    return settings.max_connections + metrics + kafka
+
+
 def descriptor_budget_of(settings: Settings, limit: int) -> DescriptorBudget:
     """The storage's share of ``limit`` with these settings (as the LogManager computes it)."""
-    metrics = settings.metrics_connections_max if settings.metrics_port >= 0 else 0
     return DescriptorBudget(
         limit,
         reserved=_reserved(settings),
         open_segments_max=parse_server_defaults(settings.log_defaults)[1].open_segments_max,
-        connections=settings.max_connections + metrics,
+        connections=connections_reserved(settings),
     )
 
 
@@ -71,9 +84,9 @@ def fit_to_open_files_limit(settings: Settings, limit: int) -> OpenFilesFit:
     the storage room for fewer than :data:`PARTITIONS_KEPT_MIN` partitions; unchanged
     otherwise."""
     metrics_on = settings.metrics_port >= 0
+    kafka_on = bool(settings.kafka_listen)
     reserved = _reserved(settings)
-    metrics = settings.metrics_connections_max if metrics_on else 0
-    before = reserved + settings.max_connections + metrics
+    before = reserved + connections_reserved(settings)
     if descriptor_budget_of(settings, limit).partitions_max >= PARTITIONS_KEPT_MIN:
         return OpenFilesFit(settings, None)
     explicit = settings.explicit
@@ -85,11 +98,15 @@ def fit_to_open_files_limit(settings: Settings, limit: int) -> OpenFilesFit:
                    if "metrics_connections_max" in explicit or not metrics_on
                    else _share(settings.metrics_connections_max, limit,
                                *_METRICS_CONNECTIONS_SHARE))
+    new_kafka = (settings.kafka_connections_max
+                 if "kafka_connections_max" in explicit or not kafka_on
+                 else _share(settings.kafka_connections_max, limit, *_KAFKA_CONNECTIONS_SHARE))
     changes = [
         (name, old, new) for name, old, new in (
             (RESERVED_NAME, reserved, new_reserved),
             ("max_connections", settings.max_connections, new_connections),
             ("metrics_connections_max", settings.metrics_connections_max, new_metrics),
+            ("kafka_connections_max", settings.kafka_connections_max, new_kafka),
         ) if old != new
     ]
     if not changes:
@@ -99,7 +116,7 @@ def fit_to_open_files_limit(settings: Settings, limit: int) -> OpenFilesFit:
         log_defaults[RESERVED_NAME] = str(new_reserved)
     fitted = dataclasses.replace(
         settings, max_connections=new_connections, metrics_connections_max=new_metrics,
-        log_defaults=log_defaults,
+        kafka_connections_max=new_kafka, log_defaults=log_defaults,
     )
     partitions = descriptor_budget_of(fitted, limit).partitions_max
     lowered = ", ".join(f"{name} {old:,} -> {new:,}" for name, old, new in changes)

@@ -64,6 +64,7 @@ import os
 import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from stratalog.server.settings_schema import (
@@ -89,6 +90,7 @@ __all__ = [
     "AUTHORIZERS",
     "CONFIG_ENV_VAR",
     "ENV_PREFIX",
+    "KAFKA_SETTING_NAMES",
     "METRICS_AUTHENTICATION_MODES",
     "NODE_ID_MAX",
     "QUOTA_NAMES",
@@ -164,6 +166,9 @@ _KAFKA_ALIASES = {
     "group.max.size": "group_max_size",
 }
 assert all(setting in _FIELDS for setting in _KAFKA_ALIASES.values())
+#: Kafka's broker config name -> the setting it names (read-only): what a Kafka client's
+#: DescribeConfigs of this broker lists beside the ``log.*`` defaults.
+KAFKA_SETTING_NAMES: Mapping[str, str] = MappingProxyType(_KAFKA_ALIASES)
 
 
 # ------------------------------------------------------------------------ parsing one value

@@ -3,7 +3,7 @@
 Before issue 25 every start logged one ``setting X = ...`` line per setting (about 66), and
 nothing said in a glance what was secured. The banner is five lines at INFO::
 
-    stratalog 0.1.0 serving on 127.0.0.1:50051 (gRPC, plaintext); metrics on http://127.0.0.1:9464/metrics
+    stratalog 0.1.0 serving on 127.0.0.1:50051 (gRPC, plaintext), 127.0.0.1:9092 (Kafka, plaintext); metrics on http://127.0.0.1:9464/metrics
     data: /srv/data (2 topics, 5 partitions; shut down cleanly last time); RLIMIT_NOFILE 65,536 leaves room for 10,667 partitions
     security: NONE: no TLS, no authentication, no authorizer: anyone who reaches 127.0.0.1:50051 may do everything (docs/security.md)
     cluster: none (a single server)
@@ -41,6 +41,7 @@ class ServingFacts:
     recovered_segments: int
     open_files_limit: int
     partitions_max: int  # what the open files limit leaves room for
+    kafka: str | None = None  # the Kafka listener's HOST:PORT; None: off
 
 
 def banner_lines(settings: Settings, facts: ServingFacts) -> list[str]:
@@ -53,11 +54,12 @@ def banner_lines(settings: Settings, facts: ServingFacts) -> list[str]:
         shutdown = "; shut down cleanly last time"
     else:
         shutdown = ""  # new, or a crash that left nothing to rebuild: nothing to say
+    kafka = f", {facts.kafka} (Kafka, {scheme})" if facts.kafka else ""
     cluster = (f"node {settings.node_id} of {settings.cluster}" if settings.cluster
                else "none (a single server)")
     return [
         f"stratalog {facts.version} serving on {facts.host}:{facts.port} (gRPC, {scheme})"
-        f"{metrics}",
+        f"{kafka}{metrics}",
         f"data: {', '.join(facts.log_dirs)} ({facts.topics:,} topics, {facts.partitions:,} "
         f"partitions{shutdown}); RLIMIT_NOFILE {facts.open_files_limit:,} leaves room for "
         f"{facts.partitions_max:,} partitions",

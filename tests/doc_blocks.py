@@ -23,7 +23,8 @@ the docs cannot drift from what the code does (issue 15). The conventions, in th
 
 Every block is run with ``127.0.0.1:50051`` (the server's default address in the docs) replaced
 by the test server's target (in the commands and in the output they show), and with
-``STRATALOG_TARGET`` set to it: nothing else is changed.
+``STRATALOG_TARGET`` set to it; ``127.0.0.1:9092`` (the default Kafka listener) by the test
+server's Kafka address: nothing else is changed.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DOC_TARGET = "127.0.0.1:50051"
+DOC_KAFKA = "127.0.0.1:9092"
 SHELL_LANGUAGES = ("", "sh", "shell", "bash", "console")
 #: A command's time limit: generous; it only turns a hang into a failure.
 COMMAND_TIMEOUT_S = 300.0
@@ -177,15 +179,16 @@ class Reader:
 
     directory: Path
     target: str
+    kafka: str | None = None  # the server's Kafka listener, "127.0.0.1:PORT"
 
     @staticmethod
-    def prepare(directory: Path, target: str) -> Reader:
+    def prepare(directory: Path, target: str, kafka: str | None = None) -> Reader:
         directory.mkdir(parents=True, exist_ok=True)
         for name, source in ((".venv", Path(sys.prefix)), ("examples", PROJECT_ROOT / "examples")):
             link = directory / name
             if not link.exists():
                 link.symlink_to(source, target_is_directory=True)
-        return Reader(directory, target)
+        return Reader(directory, target, kafka)
 
     def env(self, **extra: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("STRATALOG_")}
@@ -194,7 +197,8 @@ class Reader:
         return env
 
     def substitute(self, text: str) -> str:
-        return text.replace(DOC_TARGET, self.target)
+        text = text.replace(DOC_TARGET, self.target)
+        return text.replace(DOC_KAFKA, self.kafka) if self.kafka else text
 
     def run_shell(self, block: Block, env: dict[str, str] | None = None) -> None:
         """Run every command of a shell block, in order: each must exit 0 and print what the
@@ -246,7 +250,8 @@ class Reader:
         :data:`SERVER_START_TIMEOUT_S`.
         """
         [command] = commands(block)
-        env = self.env(STRATALOG_LISTEN="127.0.0.1:0", STRATALOG_METRICS_PORT="0")
+        env = self.env(STRATALOG_LISTEN="127.0.0.1:0", STRATALOG_METRICS_PORT="0",
+                       STRATALOG_KAFKA_LISTEN="127.0.0.1:0")
         with log_path.open("ab") as log:
             process = subprocess.Popen(
                 ["bash", "-c", self.substitute(command.text)], cwd=self.directory, env=env,

@@ -13,6 +13,9 @@ here the readers wake::
                          acks=all waiters
     delayed_produce.py   acks=all produces waiting for the high watermark
     delayed_fetch.py     the wake-up long polls and Subscribe streams wait on
+    admin_manager.py     AdminManager: create, delete and grow topics, alter their configs,
+                         describe and list them, Metadata (auto-creation included)
+    config_descriptions.py  DescribeConfigs' entries: values, sources, synonyms
 
 Below it: the storage engine (server/storage/), the transaction coordinator
 (server/transactions/) and the cluster's replicas (server/cluster/: roles, ISR, fetchers),
@@ -20,6 +23,7 @@ which tell it what changed through ``cluster.replica.ReplicaEvents``; nothing be
 into a front end.
 """
 
+from .admin_manager import AdminManager, ConfigOp, DescribedTopic
 from .partition import Partition
 from .replica_manager import (
     ACKS_ALL,
@@ -29,5 +33,5 @@ from .replica_manager import (
     ReplicaManager,
 )
 
-__all__ = ["ACKS_ALL", "FetchResult", "Partition", "PartitionRead", "PartitionReadResult",
-           "ReplicaManager"]
+__all__ = ["ACKS_ALL", "AdminManager", "ConfigOp", "DescribedTopic", "FetchResult", "Partition",
+           "PartitionRead", "PartitionReadResult", "ReplicaManager"]

@@ -27,6 +27,7 @@ __all__ = [
     "ReplicationTimeoutError",
     "UnknownLeaderEpochError",
     "UnregisteredReplicaError",
+    "UnsupportedInClusterError",
 ]
 
 
@@ -141,6 +142,11 @@ class UnregisteredReplicaError(PartitionError):
 
 class InvalidReplicationFactorError(ClusterError):
     """CreateTopic asked for a replication factor below 1 or above the live brokers."""
+
+
+class UnsupportedInClusterError(ClusterError):
+    """A request a cluster member does not serve yet (CreatePartitions: the controller does
+    not assign new partitions' replicas yet); refused whole, nothing changed."""
 
 
 class ReplicationTimeoutError(PartitionError):

@@ -105,11 +105,13 @@ class TopicAdmin:
     # ---------------------------------------------------------------- create
 
     async def create_topic(self, name: str, partitions: int, configs: dict[str, str],
-                           replication_factor: int, *, internal: bool = False
-                           ) -> TopicDescription:
+                           replication_factor: int, *, internal: bool = False,
+                           validate_only: bool = False) -> TopicDescription:
         """Write topic ``name`` to etcd (module docstring); its description. ``internal``:
         the server creates ``__consumer_offsets`` for itself (the group service; its name is
         refused otherwise, as a single server's ``LogManager.create_topic`` refuses it).
+        ``validate_only``: every check (etcd read), nothing written; the description of the
+        topic as it would be.
 
         Raises:
             InvalidTopicError, InvalidConfigError: as a single server's CreateTopic.
@@ -140,6 +142,8 @@ class TopicAdmin:
             TopicAssignment.round_robin(partitions, factor, live, random.randrange(len(live))),
             overrides,
         )
+        if validate_only:
+            return self.describe(name, None, assignment)
         with self._etcd_errors("CreateTopic", "the topic may or may not have been written:"
                                " describe it to find out"):
             async with asyncio.timeout(ADMIN_TIMEOUT_S):

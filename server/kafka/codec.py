@@ -178,8 +178,8 @@ def decode_body(frame: bytes, header: RequestHeader) -> Any:
     """The request body of ``frame`` as kafka-python's message object.
 
     Raises:
-        RequestBodyError: the body does not decode (cut short, a bad length, bad UTF-8), or
-            bytes are left after it.
+        RequestBodyError: the body does not decode (cut short, a bad length, bad UTF-8).
+            Bytes after its last field are ignored, as Kafka ignores them.
     """
     request_class = REQUEST_CLASSES[header.api_key]
     version = header.api_version
@@ -192,11 +192,12 @@ def decode_body(frame: bytes, header: RequestHeader) -> Any:
         ) from None
     # The library slices a bytes field (a Produce's records) or a string as its length
     # prefix says, and a slice past the end of a memoryview is silently short: a frame cut
-    # inside its last such field decodes "whole" unless the end is checked.
-    if end != len(view):
-        problem = "is cut short" if end > len(view) else "has bytes after its last field"
+    # inside its last such field decodes "whole" unless the end is checked. Bytes after the
+    # last field are left unread, as Kafka's parser leaves them (librdkafka's Metadata v12
+    # carries three: refusing them would refuse librdkafka).
+    if end > len(view):
         raise RequestBodyError(
-            f"{request_class.name} v{version} {problem}: its fields take {end} bytes, the"
+            f"{request_class.name} v{version} is cut short: its fields take {end} bytes, the"
             f" frame holds {len(view)} after the header"
         )
     return message

@@ -77,6 +77,7 @@ class ConnectionHost(Protocol):
     def connection_state(self, connection_id: str, host: str,
                          transport: asyncio.BaseTransport) -> ConnectionState: ...
     def log_refusal(self, connection_id: str, problem: str) -> None: ...
+    def observe(self, api_key: int, seconds: float) -> None: ...
 
 
 class KafkaConnection(asyncio.Protocol):
@@ -259,7 +260,7 @@ class KafkaConnection(asyncio.Protocol):
         if not state.authenticated and header.api_key not in _BEFORE_AUTHENTICATION:
             self._close(f"{ApiKey(header.api_key).name} before the SASL authentication"
                         " this listener requires (send SaslHandshake and SaslAuthenticate"
-                        " first)")
+                        " first)", reason="unauthenticated")
             return None
         try:
             request = decode_body(frame, header)
@@ -270,6 +271,7 @@ class KafkaConnection(asyncio.Protocol):
                              header.client_id or "")
         current_identity.set(state.identity)
         api = HANDLERS[header.api_key]
+        started = time.perf_counter()
         try:
             response = await api.handler(ctx, request)
         except asyncio.CancelledError:
@@ -278,10 +280,11 @@ class KafkaConnection(asyncio.Protocol):
             logger.exception("Kafka %s v%d from %s failed; closing the connection",
                              ApiKey(header.api_key).name, header.api_version,
                              loggable(state.connection_id))
-            self._close(None)
+            self._close(None, reason="server_error")
             return None
         if response is not None and not self._closed:
             self._write(self._encode(header, response))
+        self._listener.observe(header.api_key, time.perf_counter() - started)
         return ctx.throttle_ms
 
     @staticmethod
@@ -310,13 +313,17 @@ class KafkaConnection(asyncio.Protocol):
         if remaining > 0 or self._queue:
             self._arm_idle_timer(max(remaining, idle_s / 10))
             return
-        self._close(None, level=logging.DEBUG, why="idle for connections_max_idle_ms")
+        self._close(None, level=logging.DEBUG, why="idle for connections_max_idle_ms",
+                    reason="idle")
 
-    def _close(self, problem: str | None, level: int = logging.INFO, why: str = "") -> None:
-        """Close the connection; ``problem`` (the client's fault) is logged, rate-limited."""
+    def _close(self, problem: str | None, level: int = logging.INFO, why: str = "",
+               reason: str = "bad_request") -> None:
+        """Close the connection; ``problem`` (the client's fault) is logged, rate-limited;
+        ``reason`` is the label it is counted under (stratalog_kafka_connections_closed)."""
         if self._closed:
             return
         self._closed = True
+        self._listener.services.metrics.kafka_connections_closed.labels(reason).inc()
         if problem is not None:
             self._listener.log_refusal(self._state.connection_id if self._state else "?",
                                        problem)

@@ -91,7 +91,10 @@ class Code(enum.IntEnum):
     THROTTLING_QUOTA_EXCEEDED = 89
     PRODUCER_FENCED = 90
     RESOURCE_NOT_FOUND = 91
+    UNKNOWN_TOPIC_ID = 100
     TRANSACTIONAL_ID_NOT_FOUND = 105
+    MISMATCHED_ENDPOINT_TYPE = 114
+    UNSUPPORTED_ENDPOINT_TYPE = 115
 
 
 class KafkaRequestError(Exception):
@@ -164,6 +167,7 @@ ERROR_TABLE: Mapping[type[BaseException], Code] = types.MappingProxyType({
     cluster_errors.UnknownLeaderEpochError: _C.UNKNOWN_LEADER_EPOCH,
     cluster_errors.LeaderNotAvailableError: _C.LEADER_NOT_AVAILABLE,
     cluster_errors.InvalidReplicationFactorError: _C.INVALID_REPLICATION_FACTOR,
+    cluster_errors.UnsupportedInClusterError: _C.INVALID_REQUEST,
     cluster_errors.ReplicationTimeoutError: _C.REQUEST_TIMED_OUT,
 })
 

@@ -18,7 +18,9 @@ import asyncio
 import logging
 import socket
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from kafka.protocol.api_key import ApiKey
 
 from stratalog.server.byte_budget import ByteBudget
 from stratalog.server.client_text import loggable
@@ -52,6 +54,8 @@ class KafkaListener:
         self._ssl_context = ssl_context
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[KafkaConnection] = set()
+        # API key -> its request counter and latency histogram (children made once).
+        self._observers: dict[int, tuple[Any, Any]] = {}
         self._refusals_second = 0.0
         self._refusals_logged = 0
         self._refusals_unlogged = 0
@@ -111,12 +115,27 @@ class KafkaListener:
             self.log_refusal("a new connection", "kafka_connections_max "
                              f"({self.services.settings.kafka_connections_max}) connections are"
                              " open")
+            self.services.metrics.kafka_connections_closed.labels("connections_max").inc()
             return False
         self._connections.add(connection)
+        self.services.metrics.kafka_connections.inc()
         return True
 
     def forget(self, connection: KafkaConnection) -> None:
-        self._connections.discard(connection)
+        if connection in self._connections:
+            self._connections.discard(connection)
+            self.services.metrics.kafka_connections.dec()
+
+    def observe(self, api_key: int, seconds: float) -> None:
+        """Count one answered request of ``api_key`` and its time."""
+        observers = self._observers.get(api_key)
+        if observers is None:
+            metrics = self.services.metrics
+            name = ApiKey(api_key).name
+            observers = self._observers[api_key] = (
+                metrics.kafka_requests.labels(name), metrics.kafka_request_seconds.labels(name))
+        observers[0].inc()
+        observers[1].observe(seconds)
 
     def connection_state(self, connection_id: str, host: str,
                          transport: asyncio.BaseTransport) -> ConnectionState:

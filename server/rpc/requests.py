@@ -34,7 +34,7 @@ from stratalog.v1 import broker_pb2
 
 if TYPE_CHECKING:
     from stratalog.server.append_placement import AppendPlacement
-    from stratalog.server.cluster.topic_admin import TopicAdmin
+    from stratalog.server.broker import AdminManager
     from stratalog.server.metrics import ServerMetrics
     from stratalog.server.security.authorizer import Authorizer
     from stratalog.server.settings import Settings
@@ -205,7 +205,7 @@ class RpcBase:
     _subscribe_budget: SubscribeBudget
     _shared_messages: SharedMessages
     _authorizer: Authorizer | None
-    _cluster_topic_admin: TopicAdmin | None
+    _admin: AdminManager
     advertised_address: str
 
     def _topic(self, name: str, field: str = "topic") -> str:

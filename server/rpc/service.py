@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 import grpc.aio
 
-from stratalog.server.broker import ReplicaManager
+from stratalog.server.broker import AdminManager, ReplicaManager
 from stratalog.server.byte_budget import ByteBudget
 from stratalog.server.client_limits import ClientLimits
 from stratalog.server.rpc.group_rpcs import GroupRpcs
@@ -58,7 +58,6 @@ from stratalog.server.topic_name_memo import ValidTopicNames
 from stratalog.v1 import broker_pb2_grpc
 
 if TYPE_CHECKING:
-    from stratalog.server.cluster.topic_admin import TopicAdmin
     from stratalog.server.group_service import GroupService
     from stratalog.server.metrics import ServerMetrics
     from stratalog.server.security.authentication import Authenticator
@@ -102,6 +101,7 @@ class BrokerService(RecordRpcs, TopicRpcs, TransactionRpcs, GroupRpcs, SecurityR
         session_credentials: Authenticator | None = None,
         quotas: RequestQuotas | None = None,
         groups: GroupService | None = None,
+        admin: AdminManager | None = None,
     ) -> None:
         """``time_ms`` is the clock records-form Produce stamps records with (default: the
         wall clock); ``topic_names`` defaults to an empty memo of its own, ``limits`` and
@@ -111,14 +111,16 @@ class BrokerService(RecordRpcs, TopicRpcs, TransactionRpcs, GroupRpcs, SecurityR
         ``quotas`` (None: none apply) and ``session_credentials`` (the authenticator that
         re-checks a Session stream's credentials for each request; None: nothing to
         re-check, there is no credential file). ``groups`` serves the consumer-group RPCs
-        (None: they answer COORDINATOR_NOT_AVAILABLE)."""
+        (None: they answer COORDINATOR_NOT_AVAILABLE). ``admin`` serves the topic RPCs
+        (default: one of its own over ``replica_manager``, with ``authorizer``)."""
         self._replicas = replica_manager
         self._log_manager = replica_manager.log_manager
         self._placement = replica_manager.placement
         self._coordinator = coordinator
         self._groups = groups
         self._settings = settings
-        self._cluster_topic_admin: TopicAdmin | None = None
+        self._admin = admin if admin is not None else AdminManager(
+            replica_manager, settings, executor, authorizer=authorizer)
         #: HOST:PORT clients reach this server at (app.py sets it once the port is bound).
         self.advertised_address = settings.advertised_listen or settings.listen
         self._metrics = metrics

@@ -279,6 +279,8 @@ ERROR_TABLE: Mapping[type[BaseException], str] = types.MappingProxyType({
     cluster_errors.UnknownLeaderEpochError: "UNKNOWN_LEADER_EPOCH",
     cluster_errors.LeaderNotAvailableError: "LEADER_NOT_AVAILABLE",
     cluster_errors.InvalidReplicationFactorError: "INVALID_REPLICATION_FACTOR",
+    # A request a cluster member does not serve yet (CreatePartitions): refused, not half done.
+    cluster_errors.UnsupportedInClusterError: "INVALID_REQUEST",
     cluster_errors.ReplicationTimeoutError: "REQUEST_TIMED_OUT",
     # The group coordinator (issue 27, server/groups/group_errors.py): Kafka's error of the
     # same name. Retriable: COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE,

@@ -38,6 +38,7 @@ from stratalog.server.storage.errors import StorageError
 from stratalog.v1 import broker_pb2
 
 if TYPE_CHECKING:
+    from stratalog.server.metadata import ClusterMetadata
     from stratalog.server.storage.log_manager import TopicDescription
     from stratalog.server.storage.txn_index import AbortedTxn
 
@@ -51,6 +52,7 @@ __all__ = [
     "ProducerFields",
     "decode_records_into",
     "encode_records",
+    "metadata_message",
     "topic_message",
 ]
 
@@ -349,3 +351,25 @@ def topic_message(
             partition_message.dirty_ratio = position.dirty_ratio
             partition_message.last_clean_ms = position.last_clean_ms
     return message
+
+
+def metadata_message(metadata: ClusterMetadata) -> broker_pb2.MetadataResponse:
+    """The serving layer's Metadata answer (server/metadata.py) as broker.proto's message,
+    field for field."""
+    return broker_pb2.MetadataResponse(
+        node_id=metadata.node_id,
+        controller_id=metadata.controller.node_id,
+        controller_epoch=metadata.controller.epoch,
+        brokers=[broker_pb2.BrokerMetadata(node_id=b.node_id, address=b.address)
+                 for b in metadata.brokers],
+        topics=[
+            broker_pb2.TopicMetadata(name=topic.name, partitions=[
+                broker_pb2.PartitionMetadata(
+                    partition=p.partition, leader=p.leader, leader_epoch=p.leader_epoch,
+                    replicas=p.replicas, isr=p.isr,
+                )
+                for p in topic.partitions
+            ])
+            for topic in metadata.topics
+        ],
+    )

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import types
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +30,7 @@ __all__ = [
     "CLEANUP_POLICY_COMPACT",
     "CLEANUP_POLICY_DELETE",
     "PRODUCER_ID_EXPIRATION_MS_DEFAULT",
+    "TOPIC_CONFIG_KINDS",
     "TOPIC_CONFIG_NAMES",
     "LogConfig",
 ]
@@ -104,6 +106,10 @@ _SPECS_BY_FIELD = {spec.field: spec for spec in _SPECS}
 
 TOPIC_CONFIG_NAMES: tuple[str, ...] = tuple(spec.name for spec in _SPECS)
 """Every topic config name :class:`LogConfig` understands, in Kafka's spelling."""
+TOPIC_CONFIG_KINDS: Mapping[str, str] = types.MappingProxyType(
+    {spec.name: spec.kind for spec in _SPECS})
+"""Each topic config's type: "int" (a Java int), "long", "double", "bool", "timestamp_type"
+(CreateTime or LogAppendTime) or "list" (comma-separated), as DescribeConfigs reports it."""
 
 _VALID_CLEANUP_POLICIES = (CLEANUP_POLICY_COMPACT, CLEANUP_POLICY_DELETE)
 

@@ -200,7 +200,7 @@ class DescriptorBudget:
         loading = " (EMFILE while loading)" if ran_out else ""
         lower = " or lower --set log.descriptors.reserved=N"
         if self.connections:
-            lower += ", max_connections or metrics_connections_max"
+            lower += ", max_connections, metrics_connections_max or kafka_connections_max"
         return (
             f"Too many open files{loading}: {need:,} descriptors needed for {partitions:,} "
             f"partitions{of_segments} ({DESCRIPTORS_PER_PARTITION} per partition for its active "
@@ -219,4 +219,4 @@ class DescriptorBudget:
         if not self.connections:
             return ""
         return (f", {self.connections:,} for connections: max_connections + "
-                "metrics_connections_max")
+                "metrics_connections_max + kafka_connections_max")

@@ -181,8 +181,9 @@ class InvalidTopicError(StorageError):
 
 
 class InvalidPartitionsError(StorageError):
-    """CreatePartitions asked for a count not above the topic's (Kafka's INVALID_PARTITIONS):
-    a topic's partitions are only ever added."""
+    """A partition count that is not allowed (Kafka's INVALID_PARTITIONS): CreatePartitions
+    asked for a count not above the topic's (a topic's partitions are only ever added), or a
+    request's count is outside 1..``topic_partitions_max`` (server/broker/admin_manager.py)."""
 
 
 class UnknownTopicOrPartitionError(StorageError):

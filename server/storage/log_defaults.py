@@ -33,7 +33,9 @@ __all__ = [
     "BROKER_TO_TOPIC_CONFIG",
     "SERVER_SETTING_NAMES",
     "ServerLogSettings",
+    "broker_synonyms",
     "parse_server_defaults",
+    "server_setting_values",
 ]
 
 _INT64_MAX = 2**63 - 1
@@ -168,6 +170,31 @@ SERVER_SETTING_NAMES: tuple[str, ...] = tuple(
     )
 )
 """Every broker-level name :func:`parse_server_defaults` understands (topic names aside)."""
+
+
+def broker_synonyms(topic_name: str) -> tuple[str, ...]:
+    """The broker names that give topic config ``topic_name`` its server default, highest
+    precedence first, as Kafka's
+    ``server-common/src/main/java/org/apache/kafka/server/config/ServerTopicConfigSynonyms.java``
+    lists them (DescribeConfigs answers them as the config's synonyms). Empty for a topic config
+    without one. Kafka's own names only: the ``log.message.max.bytes`` alias is ours."""
+    if topic_name in _TIME_SYNONYMS:
+        return tuple(name for name, _ in _TIME_SYNONYMS[topic_name])
+    return tuple(broker for broker, topic in BROKER_TO_TOPIC_CONFIG.items()
+                 if topic == topic_name and broker != "log.message.max.bytes")
+
+
+def server_setting_values(settings: ServerLogSettings) -> dict[str, str]:
+    """Every setting of ``settings`` by its broker name, as Kafka writes the value (integers in
+    decimal, ``true``/``false``, doubles with a decimal point), sorted by name."""
+    values: dict[str, str] = {}
+    for name, (field_name, _) in _SERVER_SETTINGS.items():
+        values[name] = str(getattr(settings, field_name))
+    for name, field_name in _BOOL_SETTINGS.items():
+        values[name] = "true" if getattr(settings, field_name) else "false"
+    for name, (field_name, _, _) in _DOUBLE_SETTINGS.items():
+        values[name] = repr(float(getattr(settings, field_name)))
+    return dict(sorted(values.items()))
 
 
 def _parse_long(name: str, raw: object) -> int:

@@ -441,12 +441,15 @@ class LogManager:
 
     def create_topic(
         self, name: str, partitions: int, configs: Mapping[str, str] | None = None, *,
-        internal: bool = False,
+        internal: bool = False, validate_only: bool = False,
     ) -> TopicDescription:
         """Create ``name`` with ``partitions`` partitions and the config overrides ``configs``.
 
         ``internal``: the server creates one of ``SERVER_WRITTEN_TOPICS`` for itself (their
         names are refused otherwise, as Kafka refuses clients' creation of internal topics).
+        ``validate_only``: every check below, nothing written (Kafka's CreateTopics
+        ``validate_only``); the answer describes the topic as it would be, its partitions
+        empty, with ``log_dir`` "".
 
         Each partition goes to the log directory holding the fewest partitions (ties: the
         first in ``log_dirs``), as Kafka's ``nextLogDirs``.
@@ -498,6 +501,12 @@ class LogManager:
                         f"creating topic {name} ({count:,} partitions of segment.bytes "
                         f"{config.segment_bytes:,} in one log directory)",
                     )
+            if validate_only:
+                return TopicDescription(
+                    name, config.to_mapping(),
+                    [PartitionDescription(p, 0, 0, 0, 0, "", -1) for p in range(partitions)],
+                    tuple(sorted(overrides)),
+                )
             # The catalogue first: a crash after it leaves a topic whose missing partition
             # directories the next open creates. In memory only once every log opened.
             pending = self._catalog.with_topic(entry)
@@ -518,12 +527,15 @@ class LogManager:
                      overrides)
             return self._describe_locked(name)
 
-    def create_partitions(self, name: str, count: int) -> TopicDescription:
+    def create_partitions(
+        self, name: str, count: int, *, validate_only: bool = False
+    ) -> TopicDescription:
         """Grow topic ``name`` to ``count`` partitions (Kafka's CreatePartitions); its
         description. The new partitions are empty, placed as :meth:`create_topic` places a new
         topic's, with the topic's configs. Existing partitions are untouched, so a key's records
         written before go on being read where they are; after, the producers' partitioner
-        (hash modulo the count) may send the key elsewhere, as in Kafka.
+        (hash modulo the count) may send the key elsewhere, as in Kafka. ``validate_only``:
+        every check, nothing written; the answer is the topic as it is.
 
         Crash behaviour: the catalogue is written (and fsynced) with the new count first, then
         the new partitions' directories are created; a crash in between leaves a catalogue
@@ -562,6 +574,8 @@ class LogManager:
             partition_dir_name(name, count - 1)  # the longest directory name must fit
             added = count - current
             self.descriptor_budget.check_new_partitions(name, len(self._logs), added)
+            if validate_only:
+                return self._describe_locked(name)
             grown = TopicEntry(name, count, dict(entry.configs))
             config = self._config_for(grown)
             placement = self._place_partitions(added)
@@ -861,9 +875,11 @@ class LogManager:
                                 tuple(sorted(entry.configs)))
 
     def alter_topic_configs(
-        self, name: str, set: Mapping[str, str], delete: Iterable[str] = ()
+        self, name: str, set: Mapping[str, str], delete: Iterable[str] = (), *,
+        validate_only: bool = False,
     ) -> TopicDescription:
         """Set and delete (back to the server default) config overrides of ``name``.
+        ``validate_only``: every check, nothing changed; the topic as it would be.
 
         The new configuration applies to every partition at once: existing segments keep
         their files, new segments and every later append, roll, flush and retention decision
@@ -896,6 +912,10 @@ class LogManager:
             overrides = self._normalise_overrides(name, overrides)
             new_entry = TopicEntry(name, entry.partitions, overrides, entry.state)
             config = self._config_for(new_entry)
+            if validate_only:
+                current = self._describe_locked(name)
+                return TopicDescription(name, config.to_mapping(), current.partitions,
+                                        tuple(sorted(overrides)))
             catalog = self._catalog.with_topic(new_entry)
             write_catalog(self._online_log_dirs(), catalog)
             self._catalog = catalog

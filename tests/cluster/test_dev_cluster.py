@@ -37,7 +37,8 @@ RECIPE = "## A local cluster on one machine"
 READY_TIMEOUT_S = 120.0
 #: Stop bound: the command gives each process 30 s before SIGKILL.
 STOP_TIMEOUT_S = 90.0
-_NODE = re.compile(r"^stratalog dev-cluster: node (\d+) on (\S+) \(pid (\d+)\), metrics (\S+) ")
+_NODE = re.compile(
+    r"^stratalog dev-cluster: node (\d+) on (\S+) \(pid (\d+)\), Kafka \S+, metrics (\S+) ")
 
 
 @dataclass

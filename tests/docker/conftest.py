@@ -5,6 +5,7 @@ phase of these tests against it, through the client library, with:
 
 ``STRATALOG_DOCKER_TEST_TARGET``       ``127.0.0.1:PORT`` of the container's gRPC server
 ``STRATALOG_DOCKER_TEST_METRICS_URL``  ``http://127.0.0.1:PORT/metrics`` of its Prometheus endpoint
+``STRATALOG_DOCKER_TEST_KAFKA``        ``127.0.0.1:PORT`` of its Kafka listener (issue 28)
 ``STRATALOG_DOCKER_TEST_PHASE``        ``first``: a fresh volume; create, produce, read back
                                        ``restarted``: a new container on the same volume after a
                                        SIGTERM stop; every record of ``first`` must be there
@@ -32,6 +33,7 @@ from stratalog.records import Compression
 
 TARGET_ENV = "STRATALOG_DOCKER_TEST_TARGET"
 METRICS_URL_ENV = "STRATALOG_DOCKER_TEST_METRICS_URL"
+KAFKA_ENV = "STRATALOG_DOCKER_TEST_KAFKA"
 PHASE_ENV = "STRATALOG_DOCKER_TEST_PHASE"
 PHASE_MODULES = {"first": "test_first_container.py", "restarted": "test_restarted_container.py"}
 
@@ -66,6 +68,9 @@ class Dataset:
     keyed_partitions: int = 2
     keyed_records: int = 300
     keyed_keys: int = 12
+    #: Written by kafka-python through the Kafka listener: values v0..v{kafka_records - 1}.
+    kafka_topic: str = "docker-kafka"
+    kafka_records: int = 20
 
     def batch_count(self, partition: int) -> int:
         return 26 if partition == 0 else 8
@@ -132,6 +137,14 @@ def metrics_url() -> str:
     if not url:
         pytest.fail(f"{METRICS_URL_ENV} is not set: deploy/docker-test.sh sets it")
     return url
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap() -> str:
+    address = os.environ.get(KAFKA_ENV)
+    if not address:
+        pytest.fail(f"{KAFKA_ENV} is not set: deploy/docker-test.sh sets it")
+    return address
 
 
 @pytest.fixture(scope="session")

@@ -160,6 +160,27 @@ async def test_producer_and_consumer(target: str, dataset) -> None:
         assert [r.value for r in consumed if r.key == key] == [v for k, v in pairs if k == key]
 
 
+def test_kafka_clients_reach_the_container(
+    client: SyncClient, kafka_bootstrap: str, dataset
+) -> None:
+    """kafka-python produces to the container's Kafka listener (the address it advertises is
+    the one the test reaches), and the gRPC client reads the same log back (issue 28)."""
+    from kafka import KafkaConsumer, KafkaProducer
+
+    topic, count = dataset.kafka_topic, dataset.kafka_records
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all",
+                             enable_idempotence=False)
+    sent = [producer.send(topic, key=b"k", value=f"v{i}".encode()) for i in range(count)]
+    assert [future.get(timeout=30).offset for future in sent] == list(range(count))
+    producer.close()
+    records = client.fetch_by_offset(topic, 0, 0).records
+    assert [r.value for r in records] == [f"v{i}".encode() for i in range(count)]
+    consumer = KafkaConsumer(topic, bootstrap_servers=kafka_bootstrap, group_id=None,
+                             auto_offset_reset="earliest", consumer_timeout_ms=10_000)
+    assert [m.value for m in consumer] == [f"v{i}".encode() for i in range(count)]
+    consumer.close()
+
+
 def test_metrics_endpoint_counts_the_records(produced, dataset, metrics_url: str) -> None:
     with urllib.request.urlopen(metrics_url, timeout=10) as response:
         text = response.read().decode()

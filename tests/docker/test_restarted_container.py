@@ -16,7 +16,7 @@ from stratalog.client import EARLIEST, LATEST, MAX_TIMESTAMP, Client, Consumer, 
 
 def test_topics_and_configs_survived(client: SyncClient, dataset) -> None:
     topics = {t.name: t for t in client.list_topics()}
-    assert set(topics) == {dataset.events_topic, dataset.keyed_topic}
+    assert set(topics) == {dataset.events_topic, dataset.keyed_topic, dataset.kafka_topic}
     events = topics[dataset.events_topic]
     assert events.num_partitions == dataset.partitions
     assert events.configs["retention.ms"] == "-1"
@@ -31,6 +31,9 @@ def test_every_record_survived(client: SyncClient, dataset, read_partition) -> N
     for partition in range(dataset.partitions):
         records = read_partition(client, dataset.events_topic, partition)
         assert dataset.observed(records) == dataset.expected(partition), partition
+    written_by_kafka = read_partition(client, dataset.kafka_topic, 0)
+    assert [r.value for r in written_by_kafka] == [
+        f"v{i}".encode() for i in range(dataset.kafka_records)]
 
 
 async def test_every_keyed_record_survived(target: str, dataset) -> None:

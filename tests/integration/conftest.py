@@ -194,8 +194,12 @@ def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 120.
 
 def launch_server(data_dir: Path, *extra_args: str, log_path: Path | None = None,
                   env: dict[str, str] | None = None,
-                  rlimits: dict[int, tuple[int, int]] | None = None) -> ServerProcess:
+                  rlimits: dict[int, tuple[int, int]] | None = None,
+                  kafka_listen: str | None = "127.0.0.1:0") -> ServerProcess:
     """Start a server on ``data_dir`` and wait until it printed its ports.
+
+    ``kafka_listen``: the Kafka listener's address (a free port by default; None: no flag, the
+    server's default ``127.0.0.1:9092``, which gives way to a free port when taken).
 
     ``rlimits``: ``resource`` limits set in the child before it runs the server, e.g.
     ``{resource.RLIMIT_NOFILE: (1024, 1024)}`` (the server raises the soft limit to the hard one
@@ -211,7 +215,7 @@ def launch_server(data_dir: Path, *extra_args: str, log_path: Path | None = None
         sys.executable, "-m", "stratalog.server",
         "--listen", "127.0.0.1:0",
         "--metrics-port", "0",
-        "--kafka-listen", "127.0.0.1:0",
+        *(("--kafka-listen", kafka_listen) if kafka_listen is not None else ()),
         "--log-dirs", str(data_dir),
         *extra_args,
     ]
@@ -228,7 +232,7 @@ def launch_server(data_dir: Path, *extra_args: str, log_path: Path | None = None
     metrics_port: int | None = None
     kafka_port: int | None = None
     wants_metrics = True  # argparse takes the last --metrics-port given
-    wants_kafka = True
+    wants_kafka = kafka_listen != ""
     for flag, value in itertools.pairwise(extra_args):
         if flag == "--metrics-port":
             wants_metrics = value != "-1"

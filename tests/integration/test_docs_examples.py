@@ -13,6 +13,7 @@ walk-through in test_docs_security.py (servers of its own, with TLS).
 
 from __future__ import annotations
 
+import shutil
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,7 +32,7 @@ CLIENT_MD = PROJECT_ROOT / "docs" / "client.md"
 def reader(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Reader]:
     directory = tmp_path_factory.mktemp("reader")
     server = launch_server(directory / "data")
-    yield Reader.prepare(directory, server.target)
+    yield Reader.prepare(directory, server.target, server.kafka_bootstrap)
     code = server.stop(signal.SIGTERM)
     assert code == 0, f"server exited {code}; log:\n{server.log_text()[-4000:]}"
 
@@ -47,6 +48,15 @@ def _run_all(reader: Reader, path: Path, section: str) -> None:
 
 def test_readme_quick_start(reader: Reader) -> None:
     _run_all(reader, README, "## Quick start")
+
+
+def test_readme_kafka_clients(reader: Reader) -> None:
+    """The README's Kafka clients section (issue 28): kcat and confluent-kafka on the same
+    server, the gRPC command reading what they wrote."""
+    if shutil.which("kcat") is None:
+        pytest.skip("kcat is not installed (Debian's kcat package): the README's Kafka"
+                    " section uses it")
+    _run_all(reader, README, "## Kafka clients")
 
 
 def test_readme_python_example_runs_again(reader: Reader) -> None:

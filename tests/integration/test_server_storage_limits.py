@@ -96,10 +96,11 @@ def test_a_restart_under_a_lower_limit_reports_too_many_open_files(start_server,
     with pytest.raises(AssertionError, match="exited with 1 before serving") as failed:
         start_server(data_dir, rlimits=_nofile(1024))
     log = str(failed.value)
-    # The defaults fitted to the limit (issue 25 item 19): 288 for connections (max_connections
-    # 256 + metrics_connections_max 32) + 128 reserved + 1,200 for the partitions.
-    assert "Too many open files: 1,616 descriptors needed for 200 partitions" in log
-    assert "leaves room for 101 partitions" in log
+    # The defaults fitted to the limit (issue 25 item 19): 416 for connections (max_connections
+    # 256 + metrics_connections_max 32 + kafka_connections_max 128) + 128 reserved + 1,200 for
+    # the partitions.
+    assert "Too many open files: 1,744 descriptors needed for 200 partitions" in log
+    assert "leaves room for 80 partitions" in log
     assert "RLIMIT_NOFILE is 1,024" in log and "ulimit -n" in log
     assert "Failed to bind" not in log
     # With the limit it had, it starts again: nothing was harmed.
@@ -115,18 +116,20 @@ def test_a_low_hard_limit_starts_with_smaller_default_reservations(
     start_server, tmp_path, rpc_error
 ) -> None:
     """Issue 25 item 19: with a hard RLIMIT_NOFILE of 1,024 (or 256) the default reservations
-    (512 + 1,024 connections + 32 metrics connections) left the storage nothing, and the server
+    (512 + 1,024 connections + 32 metrics connections; 1,024 Kafka connections since issue 28)
+    left the storage nothing, and the server
     refused to start with no partition at all. It now starts with smaller ones, says so once
     with the partitions the limit allows, and holds to that count."""
     server = start_server(tmp_path / "data", rlimits=_nofile(1024))
     log = server.log_text()
     assert log.count("the open files limit RLIMIT_NOFILE is 1,024") == 1, log[-4000:]
-    assert ("starting with log.descriptors.reserved 512 -> 128, max_connections 1,024 -> 256;"
-            " the limit now leaves room for 101 partitions") in log
+    assert ("starting with log.descriptors.reserved 512 -> 128, max_connections 1,024 -> 256,"
+            " kafka_connections_max 1,024 -> 128; the limit now leaves room for 80 partitions"
+            ) in log
     channel, stub = _stub(server)
     with channel:
-        # 1,024 - 128 - 256 - 32 = 608 descriptors: 101 partitions of 6.
-        stub.CreateTopic(pb.CreateTopicRequest(name="fits", partitions=101), timeout=TIMEOUT)
+        # 1,024 - 128 - 256 - 32 - 128 = 480 descriptors: 80 partitions of 6.
+        stub.CreateTopic(pb.CreateTopicRequest(name="fits", partitions=80), timeout=TIMEOUT)
         error = rpc_error(stub.CreateTopic, pb.CreateTopicRequest(name="more", partitions=1))
         assert error.reason == "RESOURCE_LIMIT_EXCEEDED", error
         assert _produce_one(stub, "fits", 3).base_offset == 0
@@ -134,8 +137,8 @@ def test_a_low_hard_limit_starts_with_smaller_default_reservations(
 
     small = start_server(tmp_path / "small", rlimits=_nofile(256))
     assert ("starting with log.descriptors.reserved 512 -> 64, max_connections 1,024 -> 64, "
-            "metrics_connections_max 32 -> 8; the limit now leaves room for 20 partitions"
-            ) in small.log_text()
+            "metrics_connections_max 32 -> 8, kafka_connections_max 1,024 -> 32; the limit now"
+            " leaves room for 14 partitions") in small.log_text()
     assert small.stop(signal.SIGTERM) == 0
 
     # A value set explicitly is never lowered: one that does not fit is refused, named.

@@ -1,9 +1,6 @@
-"""Kafka requests on a raw socket, for the tests that need what a client library hides: a
-chosen version, the raw error codes and KIP-951 hints, or bytes that are not Kafka's at all.
-
-Requests and responses are kafka-python's ``kafka.protocol`` classes (Kafka's own schemas),
-so the codec under test is checked against an independent one.
-"""
+"""A minimal blocking Kafka-protocol client for the listener's tests: requests encoded and
+responses decoded by kafka-python's message classes (generated from Kafka's JSON schemas: the
+oracle), framing by hand, nothing else — so a test sees exactly what the server sent."""
 
 from __future__ import annotations
 
@@ -14,64 +11,97 @@ import struct
 import uuid
 from typing import Any
 
-from stratalog.server.kafka.codec import RESPONSE_CLASSES
+from kafka.protocol.api_message import ApiMessage
 
-__all__ = ["KafkaSocket", "encode_request", "sample_request"]
-
-_SIZE = struct.Struct(">i")
+CLIENT_ID = "stratalog-tests"
 
 
-def encode_request(request: Any, version: int, correlation_id: int = 1,
-                   client_id: str = "stratalog-test") -> bytes:
-    """``request``'s whole frame (size prefix, header, body) at ``version``."""
-    request.API_VERSION = version
+def encode_request(request: ApiMessage, version: int, correlation_id: int,
+                   client_id: str | None = CLIENT_ID) -> bytes:
+    """The whole frame of ``request`` at ``version`` (size prefix, header, body)."""
     request.with_header(correlation_id=correlation_id, client_id=client_id)
-    return bytes(request.encode(version=version, header=True, framed=True))
+    return request.encode(version=version, header=True, framed=True)
 
 
-class KafkaSocket:
-    """One connection to a Kafka listener; requests answered one at a time."""
+class KafkaWire:
+    """One TCP connection to a Kafka listener; ``call`` sends a request and reads its answer."""
 
     def __init__(self, bootstrap: str, timeout_s: float = 30.0) -> None:
         host, _, port = bootstrap.rpartition(":")
         self.sock = socket.create_connection((host, int(port)), timeout=timeout_s)
-        self._correlation_id = 0
+        self._correlation = 0
 
-    def __enter__(self) -> KafkaSocket:
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> KafkaWire:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def close(self) -> None:
-        self.sock.close()
+    def send(self, request: ApiMessage, version: int) -> int:
+        """Send ``request``; its correlation id."""
+        self._correlation += 1
+        self.sock.sendall(encode_request(request, version, self._correlation))
+        return self._correlation
 
-    def call(self, request: Any, version: int) -> Any:
-        """Send ``request`` at ``version`` and decode its answer."""
-        self._correlation_id += 1
-        self.sock.sendall(encode_request(request, version, self._correlation_id))
-        frame = self.read_frame()
-        (correlation_id,) = _SIZE.unpack_from(frame, 0)
-        assert correlation_id == self._correlation_id, (correlation_id, self._correlation_id)
-        response_class = RESPONSE_CLASSES[request.API_KEY]
-        flexible = response_class.flexible_version_q(version) and request.API_KEY != 18
+    def send_raw(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def receive_frame(self) -> bytes:
+        """The next response frame's bytes (after the size prefix); b"" when the server closed
+        the connection."""
+        head = self._read(4)
+        if len(head) < 4:
+            return b""
+        (size,) = struct.unpack(">i", head)
+        return self._read(size)
+
+    def receive(self, response_class: type[ApiMessage], version: int,
+                flexible_header: bool | None = None) -> tuple[int, Any]:
+        """The next response: (correlation id, decoded body)."""
+        frame = self.receive_frame()
+        assert frame, "the server closed the connection"
+        (correlation_id,) = struct.unpack_from(">i", frame, 0)
+        flexible = (response_class.flexible_version_q(version) if flexible_header is None
+                    else flexible_header)
         body = memoryview(frame)[5 if flexible else 4:]
-        return response_class.decode(body, version=version)
+        return correlation_id, response_class.decode(body, version=version)
 
-    def read_frame(self) -> bytes:
-        """The next response frame (after its size prefix); EOFError when the server closed."""
-        (size,) = _SIZE.unpack(self._read_exactly(4))
-        return self._read_exactly(size)
+    def call(self, request: ApiMessage, response_class: type[ApiMessage], version: int) -> Any:
+        sent = self.send(request, version)
+        flexible_header = False if response_class.API_KEY == 18 else None
+        correlation_id, response = self.receive(response_class, version, flexible_header)
+        assert correlation_id == sent
+        return response
 
-    def _read_exactly(self, count: int) -> bytes:
+    def closed_by_server(self, timeout_s: float = 10.0) -> bool:
+        """Whether the server closed the connection (reads EOF within ``timeout_s``)."""
+        self.sock.settimeout(timeout_s)
+        try:
+            return self.sock.recv(1) == b""
+        except (ConnectionResetError, BrokenPipeError):
+            return True
+        except TimeoutError:
+            return False
+
+    def _read(self, count: int) -> bytes:
         chunks = []
         while count:
             chunk = self.sock.recv(count)
             if not chunk:
-                raise EOFError("the server closed the connection")
+                break
             chunks.append(chunk)
             count -= len(chunk)
         return b"".join(chunks)
+
+
+def ask(wire: KafkaWire, request: ApiMessage, version: int) -> Any:
+    """``wire.call`` with the response class of ``request``'s API."""
+    from stratalog.server.kafka.codec import RESPONSE_CLASSES
+
+    return wire.call(request, RESPONSE_CLASSES[request.API_KEY], version)
 
 
 # ---------------------------------------------------------------- sample requests

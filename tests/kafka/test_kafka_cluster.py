@@ -32,7 +32,7 @@ from kafka.protocol.producer import ProduceRequest
 from tests.cluster.conftest import metadata, wait_for
 from tests.cluster.test_faults import FAILOVER_BOUND_S, create_topic, leader_of, start_cluster
 from tests.integration.conftest import ServerProcess
-from tests.kafka.kafka_wire import KafkaSocket
+from tests.kafka.kafka_wire import KafkaWire, ask
 
 NOT_LEADER_OR_FOLLOWER = 6
 UNKNOWN_TOPIC_OR_PARTITION = 3
@@ -50,8 +50,8 @@ def _bootstrap(servers: dict[int, ServerProcess]) -> str:
 
 
 def _kafka_metadata(server: ServerProcess, *topics: str, version: int = 12):
-    with KafkaSocket(server.kafka_bootstrap) as sock:
-        return sock.call(MetadataRequest(
+    with KafkaWire(server.kafka_bootstrap) as sock:
+        return ask(sock, MetadataRequest(
             topics=[MetadataRequest.MetadataRequestTopic(name=t, topic_id=None) for t in topics],
             allow_auto_topic_creation=False, include_topic_authorized_operations=False,
         ), version)
@@ -118,37 +118,37 @@ def test_metadata_hints_and_epochs_from_every_server(start_member):
     epoch = metadata(servers[leader], topic).topics[0].partitions[0].leader_epoch
 
     # A follower: NOT_LEADER_OR_FOLLOWER with the leader named, and its Kafka address.
-    with KafkaSocket(servers[followers[0]].kafka_bootstrap) as sock:
-        produced = sock.call(_produce(topic, _one_batch()), 11)
+    with KafkaWire(servers[followers[0]].kafka_bootstrap) as sock:
+        produced = ask(sock, _produce(topic, _one_batch()), 11)
         partition = produced.responses[0].partition_responses[0]
         assert partition.error_code == NOT_LEADER_OR_FOLLOWER
         assert (partition.current_leader.leader_id,
                 partition.current_leader.leader_epoch) == (leader, epoch)
         assert [(e.node_id, e.port) for e in produced.node_endpoints] == [
             (leader, servers[leader].kafka_port)]
-        fetched = sock.call(_fetch(topic, 0), 12).responses[0].partitions[0]
+        fetched = ask(sock, _fetch(topic, 0), 12).responses[0].partitions[0]
         assert fetched.error_code == NOT_LEADER_OR_FOLLOWER
         assert (fetched.current_leader.leader_id,
                 fetched.current_leader.leader_epoch) == (leader, epoch)
 
     # The leader: records in, epochs out.
-    with KafkaSocket(servers[leader].kafka_bootstrap) as sock:
+    with KafkaWire(servers[leader].kafka_bootstrap) as sock:
         for _ in range(3):
-            answer = sock.call(_produce(topic, _one_batch()), 11)
+            answer = ask(sock, _produce(topic, _one_batch()), 11)
             assert answer.responses[0].partition_responses[0].error_code == 0
-        fetched = sock.call(_fetch(topic, 0, current_leader_epoch=epoch), 12)
+        fetched = ask(sock, _fetch(topic, 0, current_leader_epoch=epoch), 12)
         assert fetched.responses[0].partitions[0].error_code == 0
         assert fetched.responses[0].partitions[0].high_watermark == 3
-        ahead = sock.call(_fetch(topic, 0, current_leader_epoch=epoch + 1), 12)
+        ahead = ask(sock, _fetch(topic, 0, current_leader_epoch=epoch + 1), 12)
         assert ahead.responses[0].partitions[0].error_code == UNKNOWN_LEADER_EPOCH
-        offsets = sock.call(_offset_for_leader_epoch(topic, epoch, epoch), 4)
+        offsets = ask(sock, _offset_for_leader_epoch(topic, epoch, epoch), 4)
         assert [(p.error_code, p.leader_epoch, p.end_offset)
                 for p in offsets.topics[0].partitions] == [(0, epoch, 3)]
-        unknown = sock.call(_offset_for_leader_epoch(topic, epoch + 7, epoch), 4)
+        unknown = ask(sock, _offset_for_leader_epoch(topic, epoch + 7, epoch), 4)
         assert [(p.error_code, p.leader_epoch, p.end_offset)
                 for p in unknown.topics[0].partitions] == [(0, -1, -1)]
-        latest = sock.call(_list_offsets(topic, -1, epoch), 7).topics[0].partitions[0]
-        earliest = sock.call(_list_offsets(topic, -2, epoch), 7).topics[0].partitions[0]
+        latest = ask(sock, _list_offsets(topic, -1, epoch), 7).topics[0].partitions[0]
+        earliest = ask(sock, _list_offsets(topic, -2, epoch), 7).topics[0].partitions[0]
         assert (latest.error_code, latest.offset, latest.leader_epoch) == (0, 3, epoch)
         assert (earliest.error_code, earliest.offset, earliest.leader_epoch) == (0, 0, epoch)
 
@@ -259,6 +259,6 @@ def test_a_killed_leader_under_librdkafka_loses_no_acknowledged_record(start_mem
     assert not set(acked) - set(values)
 
     # The old epoch is fenced at the new leader.
-    with KafkaSocket(survivors[new_leader].kafka_bootstrap) as sock:
-        fenced = sock.call(_fetch(topic, 0, current_leader_epoch=old_epoch), 12)
+    with KafkaWire(survivors[new_leader].kafka_bootstrap) as sock:
+        fenced = ask(sock, _fetch(topic, 0, current_leader_epoch=old_epoch), 12)
         assert fenced.responses[0].partitions[0].error_code == FENCED_LEADER_EPOCH

@@ -18,7 +18,7 @@ from confluent_kafka import Producer
 from kafka.protocol.consumer import FetchRequest
 
 from tests.integration.conftest import ServerProcess, wait_until
-from tests.kafka.kafka_wire import KafkaSocket, encode_request
+from tests.kafka.kafka_wire import KafkaWire, ask, encode_request
 
 HALF_SENT_CONNECTIONS = 8
 #: The size each half-sent frame announces: reserved whole, as Kafka's memory pool does.
@@ -53,7 +53,7 @@ def test_half_sent_frames_give_their_reservations_back(start_server):
     sockets = []
     for n in range(HALF_SENT_CONNECTIONS):
         sock = _connect(server)
-        frame = encode_request(_long_poll(f"half-{n}", 0), 12)
+        frame = encode_request(_long_poll(f"half-{n}", 0), 12, 1)
         # The size prefix of a large frame, then the first bytes of a real request.
         sock.sendall(struct.pack(">i", ANNOUNCED_BYTES) + frame[4:40])
         sockets.append(sock)
@@ -87,11 +87,11 @@ def test_a_closed_socket_ends_its_long_poll(start_server):
     _still_serves(server, topic)  # the topic exists, one record at offset 0
     sockets = []
     for _ in range(LONG_POLLS):
-        sock = KafkaSocket(server.kafka_bootstrap)
+        sock = KafkaWire(server.kafka_bootstrap)
         # Waits at the log end for a record that never comes (30 s, the cap).
-        sock.sock.sendall(encode_request(_long_poll(topic, 1), 12))
+        sock.sock.sendall(encode_request(_long_poll(topic, 1), 12, 1))
         # A second request queued behind it on the same connection.
-        sock.sock.sendall(encode_request(_long_poll(topic, 1), 12, correlation_id=2))
+        sock.sock.sendall(encode_request(_long_poll(topic, 1), 12, 2))
         sockets.append(sock)
     wait_until(lambda: server.waiting_rpcs("long_poll") == LONG_POLLS,
                "every long poll waiting")
@@ -103,7 +103,7 @@ def test_a_closed_socket_ends_its_long_poll(start_server):
             sock.close()
     wait_until(lambda: _idle(server), "long polls, reservations and connections given back")
     _still_serves(server, topic)
-    with KafkaSocket(server.kafka_bootstrap) as sock:
-        fetched = sock.call(_long_poll(topic, 1), 12).responses[0].partitions[0]
+    with KafkaWire(server.kafka_bootstrap) as sock:
+        fetched = ask(sock, _long_poll(topic, 1), 12).responses[0].partitions[0]
         assert fetched.error_code == 0 and fetched.high_watermark == 2
         assert fetched.records

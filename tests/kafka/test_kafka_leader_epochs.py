@@ -15,7 +15,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from kafka.protocol.consumer import ListOffsetsRequest, OffsetForLeaderEpochRequest
 from kafka.protocol.metadata import MetadataRequest
 
-from tests.kafka.kafka_wire import KafkaSocket
+from tests.kafka.kafka_wire import KafkaWire, ask
 
 _OffsetTopic = OffsetForLeaderEpochRequest.OffsetForLeaderTopic
 _ListTopic = ListOffsetsRequest.ListOffsetsTopic
@@ -34,20 +34,20 @@ def test_epochs_of_a_single_server(server):
     for i in range(25):
         producer.produce(topic, value=f"v{i}".encode(), partition=0)
     assert producer.flush(30) == 0
-    with KafkaSocket(server.kafka_bootstrap) as sock:
-        answer = sock.call(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(
+    with KafkaWire(server.kafka_bootstrap) as sock:
+        answer = ask(sock, MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(
             name=topic, topic_id=None)], allow_auto_topic_creation=False,
             include_topic_authorized_operations=False), 12)
         assert [p.leader_epoch for p in answer.topics[0].partitions] == [0]
         for version in (2, 3, 4):
-            ends = sock.call(_epoch_request(topic, 0), version).topics[0].partitions
+            ends = ask(sock, _epoch_request(topic, 0), version).topics[0].partitions
             assert [(p.error_code, p.leader_epoch, p.end_offset) for p in ends] == [(0, 0, 25)]
-        unknown = sock.call(_epoch_request(topic, 3), 4).topics[0].partitions
+        unknown = ask(sock, _epoch_request(topic, 3), 4).topics[0].partitions
         assert [(p.error_code, p.leader_epoch, p.end_offset) for p in unknown] == [(0, -1, -1)]
-        missing = sock.call(_epoch_request(topic, 0, partition=9), 4).topics[0].partitions
+        missing = ask(sock, _epoch_request(topic, 0, partition=9), 4).topics[0].partitions
         assert [p.error_code for p in missing] == [3]  # UNKNOWN_TOPIC_OR_PARTITION
         for target, offset in ((-1, 25), (-2, 0)):
-            found = sock.call(ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[
+            found = ask(sock, ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[
                 _ListTopic(name=topic, partitions=[_ListTopic.ListOffsetsPartition(
                     partition_index=0, current_leader_epoch=-1, timestamp=target)])]), 7)
             partition = found.topics[0].partitions[0]

@@ -40,6 +40,7 @@ from stratalog.client import SyncClient
 
 STARTUP_TIMEOUT_S = 60.0
 _LISTENING = re.compile(r"^stratalog: listening on (\S+):(\d+)$")
+_KAFKA = re.compile(r"^stratalog: kafka on (\S+):(\d+)$")
 
 
 @dataclass
@@ -50,10 +51,16 @@ class ServerProcess:
     data_dir: Path
     log_path: Path
     port: int
+    kafka_port: int
 
     @property
     def target(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        """The server's Kafka listener (issue 28: records Kafka clients wrote, read by Spark)."""
+        return f"127.0.0.1:{self.kafka_port}"
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
@@ -63,7 +70,7 @@ def _launch(data_dir: Path, *extra_args: str) -> ServerProcess:
     log_path = data_dir.parent / "server.log"
     args = [
         sys.executable, "-m", "stratalog.server",
-        "--listen", "127.0.0.1:0", "--metrics-port", "-1",
+        "--listen", "127.0.0.1:0", "--metrics-port", "-1", "--kafka-listen", "127.0.0.1:0",
         "--log-dirs", str(data_dir), *extra_args,
     ]
     env = {k: v for k, v in os.environ.items() if not k.startswith("STRATALOG_")}
@@ -72,14 +79,19 @@ def _launch(data_dir: Path, *extra_args: str) -> ServerProcess:
     assert process.stdout is not None
     fd = process.stdout.fileno()
     pending = b""
+    port: int | None = None
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     with selectors.DefaultSelector() as selector:
         selector.register(fd, selectors.EVENT_READ)
         while True:
             while b"\n" in pending:
                 raw, pending = pending.split(b"\n", 1)
-                if match := _LISTENING.match(raw.decode(errors="replace").strip()):
-                    return ServerProcess(process, data_dir, log_path, int(match.group(2)))
+                line = raw.decode(errors="replace").strip()
+                if match := _LISTENING.match(line):
+                    port = int(match.group(2))
+                elif (match := _KAFKA.match(line)) and port is not None:
+                    return ServerProcess(process, data_dir, log_path, port,
+                                         int(match.group(2)))
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not selector.select(remaining):
                 process.kill()

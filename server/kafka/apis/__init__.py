@@ -7,10 +7,16 @@
     fetch.py          Fetch
     list_offsets.py   ListOffsets
     leader_epochs.py  OffsetForLeaderEpoch
+    admin_topics.py   CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords
+    configs.py        DescribeConfigs, AlterConfigs, IncrementalAlterConfigs
+    cluster_info.py   DescribeCluster
 """
 
 from stratalog.server.kafka.apis import (  # noqa: F401  (each registers its handlers)
+    admin_topics,
     api_versions,
+    cluster_info,
+    configs,
     fetch,
     leader_epochs,
     list_offsets,

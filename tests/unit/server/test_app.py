@@ -22,6 +22,7 @@ from stratalog.v1 import broker_pb2_grpc
 def _settings(data_dir: Path, **overrides: object) -> Settings:
     values: dict[str, object] = {
         "listen": "127.0.0.1:0", "log_dirs": (str(data_dir),), "metrics_port": -1,
+        "kafka_listen": "127.0.0.1:0",
         "maintenance_interval_ms": 20, "io_threads": 2,
     }
     values.update(overrides)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from stratalog.server.settings import load_settings
@@ -12,6 +13,14 @@ FACTS = ServingFacts(
     topics=2, partitions=5, clean_shutdown=False, recovered_segments=3,
     open_files_limit=1024, partitions_max=101,
 )
+
+
+def test_the_banner_names_the_kafka_listener() -> None:
+    settings = load_settings(environ={}, overrides={"listen": "127.0.0.1:50051"})
+    facts = dataclasses.replace(FACTS, kafka="127.0.0.1:9092")
+    assert banner_lines(settings, facts)[0] == (
+        "stratalog 9.9.9 serving on 127.0.0.1:50051 (gRPC, plaintext), 127.0.0.1:9092 (Kafka,"
+        " plaintext); metrics off")
 
 
 def test_the_banner_names_what_runs_where_on_what() -> None:

@@ -76,7 +76,7 @@ def test_connections_come_out_of_the_limit_before_the_storage_share() -> None:
     message = str(failed.value)
     assert message.startswith("Too many open files: 2,054 descriptors needed for 81 partitions")
     assert "1,056 for connections" in message
-    assert "max_connections or metrics_connections_max" in message
+    assert "max_connections, metrics_connections_max or kafka_connections_max" in message
     # Connections alone beyond the limit: not even an empty server fits.
     with pytest.raises(TooManyOpenFilesError):
         DescriptorBudget(limit=1024, reserved=512, connections=1056).check_startup(0)
