@@ -135,3 +135,24 @@ def test_responses_frame_as_kafka_python_reads_them(key, version):
     body = memoryview(out)[9 if flexible else 8:]
     expected = RESPONSE_CLASSES[key].decode(response.encode(version=version), version=version)
     assert RESPONSE_CLASSES[key].decode(body, version=version).to_dict() == expected.to_dict()
+
+
+@pytest.mark.parametrize("version", [3, 9, 11])
+def test_a_null_where_the_schema_allows_none_is_refused(version):
+    """kafka-python reads a null array into a non-nullable field; the handler would iterate
+    None (found by tests/kafka/test_kafka_fuzz.py: Produce v10 with null topic_data)."""
+    produce = REQUEST_CLASSES[0]
+    data = produce.TopicProduceData
+    frame = encode_request(produce(transactional_id=None, acks=1, timeout_ms=100,
+                                   topic_data=None), version, 1)[4:]
+    with pytest.raises(RequestBodyError, match="topic_data is null"):
+        _decode(frame)
+    nested = encode_request(produce(transactional_id=None, acks=1, timeout_ms=100, topic_data=[
+        data(name="t", partition_data=None)]), version, 1)[4:]
+    with pytest.raises(RequestBodyError, match=r"topic_data\[0\]\.partition_data is null"):
+        _decode(nested)
+    # records and transactional_id are nullable: a null is the handler's to answer.
+    nullable = encode_request(produce(transactional_id=None, acks=1, timeout_ms=100, topic_data=[
+        data(name="t", partition_data=[data.PartitionProduceData(index=0, records=None)])]),
+        version, 1)[4:]
+    assert _decode(nullable)[1].topic_data[0].partition_data[0].records is None
