@@ -71,6 +71,40 @@ def test_half_sent_frames_give_their_reservations_back(start_server):
     assert server.process.poll() is None
 
 
+def test_connections_waiting_for_a_full_budget_give_up_their_turn(start_server):
+    """The budget full of half-sent frames: the next frames wait for room (their connections
+    are not read). Two waiting clients go away: their connections, not being read, learn it
+    when room frees and they are read again (as Kafka's muted channels), and pass their turn
+    on; the holders close, the live waiter's frame is reserved, and once it closes too every
+    byte is back and the server serves again."""
+    budget_frames = 4
+    server = start_server(None, "--kafka-queued-request-bytes-max",
+                          str(budget_frames * ANNOUNCED_BYTES))
+    holders, waiters = [], []
+    for n in range(budget_frames + 3):
+        sock = _connect(server)
+        sock.sendall(struct.pack(">i", ANNOUNCED_BYTES)
+                     + encode_request(_long_poll(f"full-{n}", 0), 12, 1)[4:40])
+        (holders if n < budget_frames else waiters).append(sock)
+        if n == budget_frames - 1:
+            wait_until(lambda: server.metric("stratalog_kafka_request_bytes")
+                       == budget_frames * ANNOUNCED_BYTES, "the budget full")
+    wait_until(lambda: server.metric("stratalog_kafka_connections") == budget_frames + 3,
+               "every connection accepted")
+    assert server.metric("stratalog_kafka_request_bytes") == budget_frames * ANNOUNCED_BYTES
+    for sock in waiters[:2]:  # waiting for room, then gone
+        _reset(sock)
+    for sock in holders:
+        sock.close()
+    # The live waiter takes its turn after the two gone: its announced size alone is held.
+    wait_until(lambda: (server.metric("stratalog_kafka_request_bytes") == ANNOUNCED_BYTES
+                        and server.metric("stratalog_kafka_connections") == 1),
+               "the live waiter's frame reserved, every other connection forgotten")
+    waiters[2].close()
+    wait_until(lambda: _idle(server), "reservations and connections given back")
+    _still_serves(server, f"after-{uuid.uuid4().hex[:6]}")
+
+
 def _long_poll(topic: str, offset: int) -> FetchRequest:
     partition = FetchRequest.FetchTopic.FetchPartition(
         partition=0, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1,
