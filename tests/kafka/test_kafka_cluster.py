@@ -9,6 +9,8 @@
   newer ``current_leader_epoch`` UNKNOWN_LEADER_EPOCH, and after a failover the new leader
   answers the old epoch FENCED_LEADER_EPOCH.
 * OffsetForLeaderEpoch and ListOffsets answer the real epochs.
+* Metadata's auto-creation goes through the controller: a topic created through a follower is
+  replicated on every server.
 * A leader killed (SIGKILL) under a librdkafka producer (acks=all) and consumer: both follow
   the failover, and every acknowledged record is read back afterwards.
 """
@@ -38,6 +40,7 @@ NOT_LEADER_OR_FOLLOWER = 6
 UNKNOWN_TOPIC_OR_PARTITION = 3
 FENCED_LEADER_EPOCH = 74
 UNKNOWN_LEADER_EPOCH = 75
+LEADER_NOT_AVAILABLE = 5
 _FETCH_MAX_BYTES = 1 << 20
 
 
@@ -55,6 +58,14 @@ def _kafka_metadata(server: ServerProcess, *topics: str, version: int = 12):
             topics=[MetadataRequest.MetadataRequestTopic(name=t, topic_id=None) for t in topics],
             allow_auto_topic_creation=False, include_topic_authorized_operations=False,
         ), version)
+
+
+def _auto_create(server: ServerProcess, topic: str):
+    with KafkaWire(server.kafka_bootstrap) as sock:
+        return ask(sock, MetadataRequest(
+            topics=[MetadataRequest.MetadataRequestTopic(name=topic, topic_id=None)],
+            allow_auto_topic_creation=True, include_topic_authorized_operations=False,
+        ), 12).topics[0]
 
 
 def _fetch(topic: str, offset: int, current_leader_epoch: int = -1) -> FetchRequest:
@@ -116,6 +127,17 @@ def test_metadata_hints_and_epochs_from_every_server(start_member):
                  sorted(p.isr_nodes)) for p in found[topic].partitions] == expected
         assert [p.error_code for p in found[topic].partitions] == [0]
     epoch = metadata(servers[leader], topic).topics[0].partitions[0].leader_epoch
+
+    # Auto-creation goes through the controller: the topic is replicated on every server.
+    created = f"{topic}-auto"
+    assert _auto_create(servers[followers[1]], created).error_code == LEADER_NOT_AVAILABLE
+
+    def replicated() -> bool:
+        found = _auto_create(servers[followers[0]], created)
+        return found.error_code == 0 and all(
+            p.error_code == 0 and len(p.isr_nodes) == 3 for p in found.partitions)
+
+    wait_for(replicated, "the topic auto-created through a follower led and replicated three times")
 
     # A follower: NOT_LEADER_OR_FOLLOWER with the leader named, and its Kafka address.
     with KafkaWire(servers[followers[0]].kafka_bootstrap) as sock:
