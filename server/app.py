@@ -121,6 +121,12 @@ from stratalog.server.settings import (
     reload_settings,
 )
 from stratalog.server.startup_banner import ServingFacts, banner_lines
+from stratalog.server.startup_checks import (
+    StartupError,
+    check_ports_free,
+    out_of_descriptors,
+    raise_open_files_limit,
+)
 from stratalog.server.storage.errors import StorageIOError
 from stratalog.server.storage.meta_properties import META_PROPERTIES_FILE
 from stratalog.server.subscribe_budget import MESSAGE_COPIES_HELD, SubscribeBudget
@@ -150,10 +156,6 @@ TRIM_AFTER_FALL_BYTES = 32 * 1024 * 1024
 #: The Broker service's full name, as health checks and reflection know it.
 SERVICE_NAME = broker_pb2.DESCRIPTOR.services_by_name["Broker"].full_name
 
-
-class StartupError(Exception):
-    """The server could not start: a log dir is locked or broken, the transaction state log
-    does not load, or the address is taken."""
 
 
 class Server:
@@ -237,12 +239,12 @@ class Server:
         try:
             # First of all: a busy port must not cost a recovery pass, nor create the log
             # directories of a server that will not run.
-            _check_ports_free(settings)
+            check_ports_free(settings)
         except StartupError:
             self._executor.shutdown(wait=False)
             self._auth_executor.shutdown(wait=False)
             raise
-        open_files_limit = _raise_open_files_limit()
+        open_files_limit = raise_open_files_limit()
         # Before the LogManager writes it: whether this server has run before (an ACL file
         # missing then means lost, server/security/acl_store.py).
         new_server = not any((Path(d) / META_PROPERTIES_FILE).exists() for d in settings.log_dirs)
@@ -295,6 +297,8 @@ class Server:
                         settings.log_dirs, replica_manager.write_txn_markers,
                         config=transaction_config(settings),
                         clean_log_dirs=clean_log_dirs,
+                        # Cluster mode: ids carry the node id, transactional ids are refused.
+                        cluster_node_id=settings.node_id if settings.cluster else None,
                     ),
                 )
             except Exception as exc:
@@ -427,7 +431,7 @@ class Server:
             # gRPC says "Failed to bind" for any failure to make the socket, a process out of
             # descriptors included: say so when that is the cause.
             raise StartupError(
-                f"cannot listen on {address}: {_out_of_descriptors() or exc}"
+                f"cannot listen on {address}: {out_of_descriptors() or exc}"
             ) from exc
         self._service.advertised_address = self.advertised_address()
         # Before the first request: an existing __consumer_offsets loads in the background
@@ -497,9 +501,10 @@ class Server:
             cluster_id=None if settings.cluster else getattr(
                 read_meta_properties(Path(settings.log_dirs[0])), "cluster_id", None),
             kafka_brokers=self._kafka_brokers if settings.cluster else None,
+            authenticator=self._authenticator,
         )
         listener = self.kafka = KafkaListener(
-            services, self._tls.ssl_context if self._tls is not None else None)
+            services, self._tls.listener_context() if self._tls is not None else None)
         self.metrics.kafka_request_bytes.set_function(lambda: listener.budget.in_use_bytes)
         try:
             await listener.start()
@@ -975,61 +980,6 @@ def _context_source(tls: ServerTls) -> Callable[[], ssl.SSLContext]:
     return lambda: tls.ssl_context
 
 
-def _raise_open_files_limit() -> int:
-    """Raise the soft RLIMIT_NOFILE to the hard limit (the storage budgets descriptors
-    within it: server/storage/descriptor_budget.py), log both; returns the limit in force."""
-    from stratalog.server.storage.descriptor_budget import raise_open_files_limit
-
-    before, after = raise_open_files_limit()
-    if after != before:
-        logger.info("open files limit (RLIMIT_NOFILE) raised from %d to %d, the hard limit",
-                    before, after)
-    else:
-        logger.info("open files limit (RLIMIT_NOFILE) %d", after)
-    return after
-
-
-def _check_ports_free(settings: Settings) -> None:
-    """Raise StartupError when the listen port (or the metrics port) is already taken.
-
-    A bind test on each address the host resolves to, with SO_REUSEADDR as gRPC binds (a port
-    whose last connections linger in TIME_WAIT is free), closed at once. Port 0 (any free one)
-    is not tested. Another process may still take the port between this test and the real
-    bind; that bind then fails with its own StartupError.
-    """
-    address = settings.listen_address
-    ports = [(address.host, address.port, "")]
-    # A default metrics port that is taken gives way to a free one (Server.start): only a
-    # port someone chose must be free.
-    if settings.metrics_port > 0 and settings.given("metrics_port"):
-        ports.append((settings.metrics_listen_host, settings.metrics_port, " (the metrics port)"))
-    if settings.kafka_listen and settings.given("kafka_listen"):
-        kafka = parse_address(settings.kafka_listen)
-        ports.append((kafka.host, kafka.port, " (the Kafka port, kafka_listen)"))
-    for host, port, what in ports:
-        if port == 0:
-            continue
-        try:
-            resolved = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
-                                          flags=socket.AI_PASSIVE)
-        except socket.gaierror as exc:
-            raise StartupError(f"cannot listen on {host}:{port}{what}: {exc.strerror}") from exc
-        for family, kind, proto, _, sockaddr in resolved:
-            with socket.socket(family, kind, proto) as probe:
-                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                if family == socket.AF_INET6:
-                    probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-                try:
-                    probe.bind(sockaddr)
-                except OSError as exc:
-                    if exc.errno == errno.EADDRINUSE:
-                        raise StartupError(
-                            f"port {port}{what} is already in use on {host}"
-                        ) from exc
-                    # Anything else (an address this host lacks, a privileged port) is for
-                    # the real bind to report.
-
-
 @contextlib.contextmanager
 def _grpc_log_kept_on_failure() -> Iterator[None]:
     """Hold back what is written to file descriptor 2 inside the block; write it out again
@@ -1049,24 +999,6 @@ def _grpc_log_kept_on_failure() -> Iterator[None]:
                 os.write(2, written)
     finally:
         os.close(saved)
-
-
-def _out_of_descriptors() -> str | None:
-    """"Too many open files ..." when the process has no descriptor left (EMFILE), else None."""
-    from stratalog.server.storage.descriptor_budget import read_open_files_limit
-
-    try:
-        fd = os.open(os.devnull, os.O_RDONLY)
-    except OSError as exc:
-        if exc.errno not in (errno.EMFILE, errno.ENFILE):
-            return None
-        return (
-            f"Too many open files: the process holds all {read_open_files_limit()[0]:,} "
-            "descriptors of its RLIMIT_NOFILE; raise it with ulimit -n, or serve fewer "
-            "partitions (see log.descriptors.reserved in docs/configuration.md)"
-        )
-    os.close(fd)
-    return None
 
 
 def client_limit_options(settings: Settings) -> list[tuple[str, int]]:

@@ -152,6 +152,18 @@ class Settings:
         " closed as it is accepted",
         1,
     )
+    kafka_sasl_mechanisms: tuple[str, ...] = _setting(
+        ("PLAIN", "SCRAM-SHA-256"),
+        "SASL mechanisms the Kafka listener offers against the credential file: PLAIN and"
+        " SCRAM-SHA-256 (comma-separated in the environment and the flag); PLAIN only over TLS"
+        " unless authentication_plaintext_allowed; empty = no SASL",
+    )
+    kafka_sasl_receive_bytes_max: int = _setting(
+        512 * 1024,
+        "largest Kafka request read from a connection that must still authenticate with SASL"
+        " (Kafka's sasl.server.max.receive.size); a larger size prefix closes the connection",
+        1,
+    )
     log_dirs: tuple[str, ...] = _setting(
         ("./data",), "log directories (Kafka's log.dirs); each holds partition directories"
     )
@@ -521,7 +533,7 @@ class Settings:
     tls_cert_file: str = _setting(
         "",
         "PEM certificate chain of the server: set with tls_key_file to serve TLS on the gRPC"
-        " port and the metrics endpoint (reloaded on SIGHUP); empty = plaintext",
+        " port, the Kafka port and the metrics endpoint (reloaded on SIGHUP); empty = plaintext",
     )
     tls_key_file: str = _setting("", "PEM private key of tls_cert_file")
     tls_ca_file: str = _setting(
@@ -982,6 +994,13 @@ class Settings:
                 f"setting 'authentication_anonymous' must be one of "
                 f"{', '.join(_ANONYMOUS_MODES)}, got {self.authentication_anonymous!r}"
             )
+        for mechanism in self.kafka_sasl_mechanisms:
+            if mechanism not in KAFKA_SASL_MECHANISMS:
+                extra = (" (the credential file holds SCRAM-SHA-256 keys only: SHA-512 would need"
+                         " the passwords)" if mechanism == "SCRAM-SHA-512" else "")
+                raise SettingsError(
+                    f"setting 'kafka_sasl_mechanisms': {mechanism!r} is not offered{extra};"
+                    f" the mechanisms are {', '.join(KAFKA_SASL_MECHANISMS)}")
         if (self.authentication_credentials_file and not self.tls_enabled
                 and not self.authentication_plaintext_allowed):
             raise SettingsError(
@@ -1036,6 +1055,8 @@ class SettingsSources(NamedTuple):
     overrides: Mapping[str, object]
 
 
+#: The SASL mechanisms the Kafka listener can offer (server/kafka/apis/sasl.py).
+KAFKA_SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256")
 #: Values of ``authorizer`` (server/security/authorizer.py owns their meaning).
 AUTHORIZERS = ("none", "acl")
 #: The quotas a principal may have (Kafka's names), in ``[quotas."User:alice"]`` tables.

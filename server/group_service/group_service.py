@@ -87,6 +87,7 @@ from stratalog.server.groups import (
 from stratalog.server.storage.errors import (
     LogClosedError,
     OffsetOutOfRangeError,
+    TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
 
@@ -224,13 +225,19 @@ class GroupService:
             log_manager = self._replicas.log_manager
             if not log_manager.has_topic(GROUP_METADATA_TOPIC):
                 settings = self._settings
-                await self._replicas.admin(functools.partial(
-                    log_manager.create_topic, GROUP_METADATA_TOPIC,
-                    settings.offsets_topic_num_partitions,
-                    topic_configs(settings.offsets_topic_segment_bytes), internal=True,
-                ))
-                logger.info("created the internal topic %s: %d partitions, compacted",
-                            GROUP_METADATA_TOPIC, settings.offsets_topic_num_partitions)
+                try:
+                    await self._replicas.admin(functools.partial(
+                        log_manager.create_topic, GROUP_METADATA_TOPIC,
+                        settings.offsets_topic_num_partitions,
+                        topic_configs(settings.offsets_topic_segment_bytes), internal=True,
+                    ))
+                    logger.info("created the internal topic %s: %d partitions, compacted",
+                                GROUP_METADATA_TOPIC, settings.offsets_topic_num_partitions)
+                except TopicAlreadyExistsError:
+                    # A request cancelled while its creation ran in the executor (its client
+                    # hung up) released the lock before the topic was in the catalogue; the
+                    # creation finished meanwhile.
+                    pass
             self._start_coordinators(self._partition_count())
             # A new topic's (or one found since start) loads are short: the request that made
             # it waits for them rather than be answered COORDINATOR_LOAD_IN_PROGRESS.
@@ -350,10 +357,12 @@ class GroupService:
     # ---------------------------------------------------------------- transactional offsets
 
     def _transaction_coordinator(self) -> TransactionCoordinator:
-        if self._transactions is None or self._settings.cluster:
+        # In cluster mode the coordinator itself refuses every transactional id
+        # (TransactionsNotSupportedError: not retriable, unlike COORDINATOR_NOT_AVAILABLE).
+        if self._transactions is None:
             raise CoordinatorNotAvailableError(
-                "transactional offset commits need the transaction coordinator, which is not"
-                " served in cluster mode yet")
+                "transactional offset commits need the transaction coordinator, which this"
+                " server was started without")
         return self._transactions
 
     async def add_offsets_to_txn(

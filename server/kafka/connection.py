@@ -19,6 +19,10 @@ Bounds (nothing a client sends makes the server hold more):
   not read), the next request waits until it drains: one answer at a time is held.
 * a connection idle for ``connections_max_idle_ms`` is closed (Kafka's
   ``connections.max.idle.ms``).
+* before a required SASL exchange succeeded, a frame larger than
+  ``kafka_sasl_receive_bytes_max`` closes the connection (Kafka's
+  ``sasl.server.max.receive.size``): a client that has not said who it is cannot reserve
+  more of the budget than an exchange needs.
 
 A frame that is not Kafka's (a size out of bounds, a header that does not parse, an API key or
 version not served, a body that does not decode) closes the connection, as Kafka does; a bad
@@ -89,6 +93,7 @@ class KafkaConnection(asyncio.Protocol):
         self._reader = FrameReader(settings.kafka_request_bytes_max)
         self._queue: collections.deque[tuple[bytes, int]] = collections.deque()
         self._queued_max = settings.kafka_queued_requests_per_connection_max
+        self._unauthenticated_bytes_max = settings.kafka_sasl_receive_bytes_max
         self._transport: asyncio.Transport | None = None
         self._state: ConnectionState | None = None
         self._ready = asyncio.Event()  # a frame is queued
@@ -98,6 +103,7 @@ class KafkaConnection(asyncio.Protocol):
         self._reserved = 0  # bytes of the budget taken for the frame being read
         self._reserving: asyncio.Task[None] | None = None
         self._paused = False
+        self._throttled = False  # muted by a quota: the socket is not read
         self._closed = False
         self._last_active = time.monotonic()
         self._idle_timer: asyncio.TimerHandle | None = None
@@ -162,6 +168,13 @@ class KafkaConnection(asyncio.Protocol):
                 return
             if size is None:
                 break
+            state = self._state
+            if (state is not None and not state.authenticated
+                    and size > self._unauthenticated_bytes_max):
+                self._close(f"a request of {size} bytes before the SASL authentication this"
+                            " listener requires (kafka_sasl_receive_bytes_max"
+                            f" {self._unauthenticated_bytes_max})")
+                return
             if not self._reserved:
                 taken = budget.try_reserve(size)
                 if taken is None:
@@ -199,7 +212,8 @@ class KafkaConnection(asyncio.Protocol):
             self._transport.pause_reading()
 
     def _resume(self) -> None:
-        if self._paused and self._transport is not None and self._reserving is None:
+        if (self._paused and self._transport is not None and self._reserving is None
+                and not self._throttled):
             self._paused = False
             self._transport.resume_reading()
 
@@ -236,8 +250,15 @@ class KafkaConnection(asyncio.Protocol):
                 if throttle_ms is None:
                     return
                 if throttle_ms > 0:
-                    # Kafka mutes a throttled client's channel for the throttle time.
-                    await asyncio.sleep(throttle_ms / 1000)
+                    # Kafka mutes a throttled client's channel for the throttle time: nothing
+                    # is read nor served (the client's next requests wait in its socket).
+                    self._throttled = True
+                    self._pause()
+                    try:
+                        await asyncio.sleep(throttle_ms / 1000)
+                    finally:
+                        self._throttled = False
+                    self._take_frames()
         except asyncio.CancelledError:
             pass
 
@@ -256,6 +277,14 @@ class KafkaConnection(asyncio.Protocol):
             return None
         except RequestHeaderError as exc:
             self._close(str(exc))
+            return None
+        authenticator = services.authenticator
+        if (state.identity.credential is not None and authenticator is not None
+                and not authenticator.still_valid(state.identity)):
+            # A reload removed the user or changed its password (as server/rpc/
+            # authentication.py's stale_credentials refuses a Session stream's next request).
+            self._close(None, why="the credentials it authenticated with are no longer valid"
+                        " (the credential file was reloaded)")
             return None
         if not state.authenticated and header.api_key not in _BEFORE_AUTHENTICATION:
             self._close(f"{ApiKey(header.api_key).name} before the SASL authentication"
@@ -285,6 +314,10 @@ class KafkaConnection(asyncio.Protocol):
         if response is not None and not self._closed:
             self._write(self._encode(header, response))
         self._listener.observe(header.api_key, time.perf_counter() - started)
+        if ctx.close_after_answer:
+            self._close(None, why="its SASL request was refused (Kafka closes the connection)",
+                        reason="unauthenticated")
+            return None
         return ctx.throttle_ms
 
     @staticmethod

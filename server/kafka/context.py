@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from stratalog.server.client_limits import ClientLimits
     from stratalog.server.group_service import GroupService
     from stratalog.server.metrics import ServerMetrics
+    from stratalog.server.security.authentication import Authenticator
     from stratalog.server.security.authorizer import Authorizer
     from stratalog.server.security.quotas import QuotaManager
     from stratalog.server.settings import Address, Settings
@@ -59,6 +60,8 @@ class KafkaServices:
     #: Every live server's node id -> the address its Kafka listener is reached at (Metadata's
     #: brokers, FindCoordinator's answer). None: a single server, node 0 at ``advertised()``.
     kafka_brokers: Callable[[], dict[int, Address]] | None = None
+    #: The credential checks SASL's exchanges go through (the gRPC calls' own); None: no SASL.
+    authenticator: Authenticator | None = None
 
     def broker_addresses(self) -> dict[int, Address]:
         """Node id -> Kafka address of every live server (this one alone without a cluster)."""
@@ -80,6 +83,8 @@ class ConnectionState:
     #: Whether a request other than ApiVersions and SASL's may be served (False until a
     #: required SASL exchange succeeded).
     authenticated: bool = True
+    #: Whether the connection is TLS (PLAIN sends a password: only over TLS, unless allowed).
+    tls: bool = False
 
 
 @dataclass(slots=True)
@@ -94,6 +99,9 @@ class RequestContext:
     api_version: int
     client_id: str
     throttle_ms: int = 0
+    #: Set by a handler whose answer is the connection's last (a refused SASL request, as
+    #: Kafka's SaslServerAuthenticator closes it): the answer is written, then it closes.
+    close_after_answer: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -81,6 +81,7 @@ class Code(enum.IntEnum):
     TRANSACTION_COORDINATOR_FENCED = 52
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
     SECURITY_DISABLED = 54
+    OPERATION_NOT_ATTEMPTED = 55
     KAFKA_STORAGE_ERROR = 56
     SASL_AUTHENTICATION_FAILED = 58
     UNKNOWN_PRODUCER_ID = 59
@@ -146,6 +147,7 @@ ERROR_TABLE: Mapping[type[BaseException], Code] = types.MappingProxyType({
     transaction_errors.InvalidTxnStateError: _C.INVALID_TXN_STATE,
     transaction_errors.InvalidTransactionTimeoutError: _C.INVALID_TRANSACTION_TIMEOUT,
     transaction_errors.InvalidTransactionalIdError: _C.INVALID_REQUEST,
+    transaction_errors.TransactionsNotSupportedError: _C.INVALID_REQUEST,
     transaction_errors.CorruptTransactionLogError: _C.KAFKA_STORAGE_ERROR,
     transaction_errors.ProducerIdsExhaustedError: _C.KAFKA_STORAGE_ERROR,
     # Security.

@@ -9,6 +9,15 @@ one more is closed as it is accepted, as Kafka's ``max.connections``), the TLS c
 rate limit on the log lines about refused connections (a client sending garbage in a loop must
 not fill the server's log).
 
+Security (docs/kafka-protocol.md, "Security"): with the server's TLS files, the listener serves
+TLS with the same certificate, reloaded on SIGHUP for new handshakes
+(:meth:`~stratalog.server.security.tls.ServerTls.listener_context`). A connection's first
+identity (:meth:`connection_state`) is its client certificate's subject (mTLS), else
+``User:ANONYMOUS``; when the server has a credential file and refuses anonymous callers, a
+connection without a certificate must pass a SASL exchange (apis/sasl.py) before anything but
+ApiVersions and SASL's own requests is served, as the gRPC listener refuses such a call
+(``authentication_anonymous``).
+
 Crash behaviour: nothing here is durable. Concurrency: event-loop only.
 """
 
@@ -28,6 +37,7 @@ from stratalog.server.kafka import apis  # noqa: F401  (registers every API's ha
 from stratalog.server.kafka.connection import KafkaConnection
 from stratalog.server.kafka.context import ConnectionState, KafkaServices
 from stratalog.server.security.principal import ANONYMOUS, CallIdentity
+from stratalog.server.security.tls import peer_certificate_principal
 from stratalog.server.settings import Address, parse_address
 
 if TYPE_CHECKING:
@@ -139,8 +149,21 @@ class KafkaListener:
 
     def connection_state(self, connection_id: str, host: str,
                          transport: asyncio.BaseTransport) -> ConnectionState:
-        """A new connection's state: anonymous until a SASL exchange says otherwise."""
-        return ConnectionState(connection_id, host, CallIdentity(ANONYMOUS, host))
+        """A new connection's state (the module docstring's "Security"): the client
+        certificate's principal, else anonymous, which must authenticate with SASL first
+        when anonymous callers are refused and the server has a credential file."""
+        settings = self.services.settings
+        ssl_object = transport.get_extra_info("ssl_object")
+        principal = (peer_certificate_principal(ssl_object)
+                     if settings.tls_client_auth == "required" else None)
+        if principal is not None:
+            return ConnectionState(connection_id, host, CallIdentity(principal, host, "tls"),
+                                   tls=True)
+        # Anonymous callers refused: SASL first (without a credential file it cannot pass,
+        # and the connection gets nothing, as a gRPC call without credentials would not).
+        return ConnectionState(connection_id, host, CallIdentity(ANONYMOUS, host),
+                               authenticated=settings.anonymous_allowed,
+                               tls=ssl_object is not None)
 
     def log_refusal(self, connection_id: str, problem: str) -> None:
         """Log why a connection was closed, at most a few lines a second."""

@@ -375,21 +375,11 @@ class GroupRpcs(RpcBase):
 
     # ---------------------------------------------------------------- transactional offsets
 
-    def _transactional_id(self, transactional_id: str) -> str:
-        """The request's transactional id, checked; refused in cluster mode, as InitProducerId
-        refuses a transactional producer there (not retriable: docs/cluster.md)."""
-        checked = transactional_id_of(transactional_id)
-        if self._settings.cluster:
-            raise BadRequestError(
-                "transactional_id", "transactions are not supported in cluster mode yet, so"
-                " neither are transactional offset commits (docs/cluster.md)")
-        return checked
-
     @rpc_method()
     async def AddOffsetsToTxn(
         self, request: broker_pb2.AddOffsetsToTxnRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.AddOffsetsToTxnResponse:
-        transactional_id = self._transactional_id(request.transactional_id)
+        transactional_id = transactional_id_of(request.transactional_id)
         producer_id, producer_epoch = producer_of(request.producer_id, request.producer_epoch)
         groups = self._group_service()
         _raise(groups.config.group_id_error(request.group_id))
@@ -401,7 +391,7 @@ class GroupRpcs(RpcBase):
     async def TxnOffsetCommit(
         self, request: broker_pb2.TxnOffsetCommitRequest, context: grpc.aio.ServicerContext
     ) -> broker_pb2.TxnOffsetCommitResponse:
-        transactional_id = self._transactional_id(request.transactional_id)
+        transactional_id = transactional_id_of(request.transactional_id)
         producer_id, producer_epoch = producer_of(request.producer_id, request.producer_epoch)
         response = await self._group_service().commit_transactional_offsets(
             TxnOffsetCommitRequest(

@@ -19,7 +19,7 @@ from stratalog.server.security.acl_messages import (
     filter_from_message,
 )
 from stratalog.server.security.authentication import peer_host
-from stratalog.server.security.errors import SecurityDisabledError
+from stratalog.server.security.authorizer import managing_acls
 from stratalog.server.security.principal import ANONYMOUS, CallIdentity, current_identity
 from stratalog.v1 import broker_pb2
 
@@ -48,13 +48,7 @@ class SecurityRpcs(RpcBase):
         )
 
     def _acl_authorizer(self) -> Authorizer:
-        if self._authorizer is None:
-            raise SecurityDisabledError(
-                "this server has no authorizer (authorizer = \"none\"), so ACLs would have no"
-                " effect and none are stored; start it with authorizer = \"acl\" (and"
-                " super_users) to manage them"
-            )
-        return self._authorizer
+        return managing_acls(self._authorizer)
 
     @rpc_method()
     async def CreateAcls(

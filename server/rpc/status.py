@@ -247,6 +247,7 @@ ERROR_TABLE: Mapping[type[BaseException], str] = types.MappingProxyType({
     transaction_errors.InvalidTxnStateError: "INVALID_TXN_STATE",
     transaction_errors.InvalidTransactionTimeoutError: "INVALID_TRANSACTION_TIMEOUT",
     transaction_errors.InvalidTransactionalIdError: "INVALID_REQUEST",
+    transaction_errors.TransactionsNotSupportedError: "INVALID_REQUEST",
     # The server's own trouble: its state log is damaged, or it ran out of producer ids.
     transaction_errors.CorruptTransactionLogError: "STORAGE_ERROR",
     transaction_errors.ProducerIdsExhaustedError: "STORAGE_ERROR",

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 import grpc
 import grpc.aio
 
-from stratalog.server.cluster.producer_ids import cluster_producer_id
 from stratalog.server.rpc.requests import RpcBase, producer_of, rpc_method, transactional_id_of
 from stratalog.server.rpc.translation import BadRequestError
 from stratalog.server.transactions import DEFAULT_TRANSACTION_TIMEOUT_MS
@@ -40,23 +39,15 @@ class TransactionRpcs(RpcBase):
                     "must not be empty; leave it unset for an idempotent producer",
                 )
             transactional_id = request.transactional_id
-            if self._settings.cluster:
-                # The coordinator's state and its markers live on one server's disk; in a
-                # cluster they would need a replicated __transaction_state (docs/cluster.md).
-                raise BadRequestError(
-                    "transactional_id",
-                    "transactions are not supported in cluster mode yet; leave it unset for an"
-                    " idempotent producer",
-                )
         # 0 is proto3's unset: Kafka's producer default. A negative timeout is the
-        # coordinator's to refuse (INVALID_TRANSACTION_TIMEOUT, with the allowed range).
+        # coordinator's to refuse (INVALID_TRANSACTION_TIMEOUT, with the allowed range). In
+        # cluster mode the coordinator refuses a transactional id and gives idempotent
+        # producers cluster-wide ids (server/transactions/producer_ids.py).
         timeout_ms = request.transaction_timeout_ms or DEFAULT_TRANSACTION_TIMEOUT_MS
         producer = await self._blocking(
             self._coordinator.init_producer_id, transactional_id, timeout_ms
         )
         producer_id = producer.producer_id
-        if self._settings.cluster:
-            producer_id = cluster_producer_id(self._settings.node_id, producer_id)
         return broker_pb2.InitProducerIdResponse(
             producer_id=producer_id, producer_epoch=producer.producer_epoch
         )

@@ -4,16 +4,18 @@ The storage engine and the coordinator know nothing of callers; every check happ
 request reaches the serving layer, at the front end, as Kafka authorizes each request in
 ``KafkaApis`` (core/src/main/scala/kafka/server/AuthHelper.scala) before its work (docs/security.md,
 first section). This package decides (who, what, how fast); the gRPC front end's interceptors
-(server/rpc/) are thin adapters that ask it, once per call. docs/security.md has the threat
+(server/rpc/) are thin adapters that ask it, once per call, and the Kafka front end
+(server/kafka/) asks it per connection (TLS, SASL) and per request (ACLs, quotas). docs/security.md has the threat
 model, the settings and how to make test certificates.
 
 | module | what it holds |
 |---|---|
 | ``principal.py`` | :class:`Principal` (Kafka's ``KafkaPrincipal``), the identity of one call |
 | ``errors.py`` | the package's error tree (``AuthenticationFailedError``, ``NotAuthorizedError`` ...) |
-| ``tls.py`` | the listeners' TLS material (certificate, key, client CA), its SIGHUP reload, the principal of an mTLS certificate |
+| ``tls.py`` | the listeners' TLS material (certificate, key, client CA), its SIGHUP reload (gRPC, Kafka, metrics), the principal of an mTLS certificate |
 | ``credentials.py`` | the credential file: users' and tokens' salted SCRAM-SHA-256 secrets |
 | ``authentication.py`` | the authenticator: its credential cache and check queue (bounded, per host, round robin), the re-check after a reload |
+| ``scram.py`` | SCRAM-SHA-256's server side against the credential file's stored keys (the Kafka listener's SASL) |
 | ``acls.py`` | Kafka's ACL model (bindings, filters, enums) and its matching rules |
 | ``acl_store.py`` | the ACL file (``acls.json`` in a log dir), replaced atomically |
 | ``acl_messages.py`` | broker.proto's ACL messages to the model and back |

@@ -324,7 +324,7 @@ class _CheckQueue:
                 # failures_per_host_max a window per host.
                 logger.info("authentication failed from %s: %s %s", loggable(check.host),
                             pending.mechanism, loggable(pending.name or "(token)"))
-                self._fail(check.host)
+                self.fail(check.host)
                 check.future.set_result(None)
             else:
                 check.future.set_result(VerifiedCredential(principal, pending.mechanism,
@@ -339,7 +339,8 @@ class _CheckQueue:
         else:
             del self._pending_by_host[check.host]
 
-    def _fail(self, host: str) -> None:
+    def fail(self, host: str) -> None:
+        """Count one failure of ``host`` (a wrong credential)."""
         failures = self._recent_failures(host)
         failures.append(self._clock())
         while len(failures) > self.failures_max:
@@ -471,6 +472,9 @@ class Authenticator:
             raise AuthenticationFailedError("authentication failed: authorization is not text",
                                             failure=_MALFORMED)
         mechanism, name, secret = _parse_authorization(value)
+        return self._lookup(mechanism, name, secret)
+
+    def _lookup(self, mechanism: str, name: str, secret: str) -> VerifiedCredential | PendingCheck:
         credentials = self._credentials
         if credentials is None:
             raise AuthenticationFailedError(
@@ -488,6 +492,45 @@ class Authenticator:
             self._cache.move_to_end(key)
             return verified
         return PendingCheck(key, mechanism, name, secret, credentials)
+
+    async def check_password(self, user: str, password: str, host: str) -> VerifiedCredential:
+        """``User:<user>`` if ``password`` is the user's: from the cache, else checked in the
+        pool through the check queue, as a gRPC call's Basic credentials are (the Kafka
+        listener's SASL/PLAIN).
+
+        Raises:
+            AuthenticationFailedError: wrong credentials, or no credential file.
+            AuthenticationThrottledError: see :meth:`authenticate`.
+        """
+        found = self._lookup("password", user, password)
+        if isinstance(found, VerifiedCredential):
+            return found
+        return await self.verify(found, host)
+
+    def admit_exchange(self, host: str) -> None:
+        """Whether ``host`` may begin a challenge-response exchange (SCRAM, which checks no
+        password here: the client hashes it): refused past the host's recent failures, as a
+        new credential check would be.
+
+        Raises:
+            AuthenticationThrottledError: ``host`` has its limit of recent failures.
+        """
+        self.queue.admit(host)
+
+    def exchange_failed(self, host: str, mechanism: str, name: str) -> AuthenticationFailedError:
+        """Count a failed challenge-response exchange of ``host`` against its failures (the
+        same limit as failed password checks), log it, and return the error to answer: the
+        same words whatever was wrong, naming no user."""
+        logger.info("authentication failed from %s: %s %s", loggable(host), mechanism,
+                    loggable(name or "(no user)"))
+        self.queue.fail(host)
+        return AuthenticationFailedError(_WRONG, failure="wrong_credentials")
+
+    def derived_secret(self, purpose: bytes, data: bytes) -> bytes:
+        """HMAC-SHA-256 of ``data`` under this process's random key, for ``purpose``: stable
+        for the process's life, unpredictable outside it (a SCRAM decoy's salt for a user the
+        file does not hold, the same at every attempt, as RFC 5802 section 9 advises)."""
+        return hmac.new(self._cache_key, purpose + b"\0" + data, hashlib.sha256).digest()
 
     async def verify(self, pending: PendingCheck, host: str) -> VerifiedCredential:
         """Check ``pending`` for a call from ``host`` (sharing a check of the same

@@ -121,7 +121,7 @@ from .acls import (
     ResourceType,
     resource_label,
 )
-from .errors import AclLimitError, NotAuthorizedError
+from .errors import AclLimitError, NotAuthorizedError, SecurityDisabledError
 from .principal import CallIdentity, Principal
 
 if TYPE_CHECKING:
@@ -140,6 +140,7 @@ __all__ = [
     "Decider",
     "Rule",
     "decide_request",
+    "managing_acls",
     "may_create_topic",
     "rule_for",
 ]
@@ -406,6 +407,24 @@ class Authorizer:
                 # Whatever the storage holds now (the new set, or after a failed write the
                 # set it read back) is what applies: memory never differs from the storage.
                 self._current()
+
+
+def managing_acls(authorizer: Authorizer | None) -> Authorizer:
+    """The authorizer whose ACLs a CreateAcls, DescribeAcls or DeleteAcls manages (either front
+    end's).
+
+    Raises:
+        SecurityDisabledError: the server has none (``authorizer = "none"``): ACLs would have
+            no effect, so none are stored (Kafka answers SECURITY_DISABLED without an
+            ``authorizer.class.name``).
+    """
+    if authorizer is None:
+        raise SecurityDisabledError(
+            "this server has no authorizer (authorizer = \"none\"), so ACLs would have no"
+            " effect and none are stored; start it with authorizer = \"acl\" (and"
+            " super_users) to manage them"
+        )
+    return authorizer
 
 
 def _entry_bytes(key: tuple[Any, ...]) -> int:

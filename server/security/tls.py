@@ -1,6 +1,7 @@
 """TLS on the server's listeners: certificate files, mTLS, and reloading them without a restart.
 
-One set of files serves both listeners: the gRPC port and the Prometheus endpoint::
+One set of files serves every listener: the gRPC port, the Kafka port and the Prometheus
+endpoint::
 
     tls_cert_file     PEM certificate chain of the server (leaf first)
     tls_key_file      PEM private key of that certificate
@@ -18,13 +19,17 @@ The settings refuse it with that explanation (docs/security.md).
 The principal of an mTLS client is the subject of its certificate as RFC 2253 writes it,
 ``User:CN=client-1,O=example``: what Kafka's default ``ssl.principal.mapping.rules`` (DEFAULT)
 gives, read from gRPC's ``auth_context()`` property ``x509_subject``
-(:func:`certificate_principal`).
+(:func:`certificate_principal`), or from the ``ssl`` module's verified peer certificate on the
+Kafka listener (:func:`peer_certificate_principal`: the same RFC 2253 text, which gRPC's core
+writes with OpenSSL's ``XN_FLAG_RFC2253``: the RDNs last to first, short attribute names).
 
 Reload (SIGHUP): :meth:`ServerTls.reload` reads the three files again and checks them (the key
 matches the certificate, the PEMs parse). If they are good, the next TLS handshake on either
 listener uses them; connections already open keep the certificate they were made with (gRPC
-asks :meth:`ServerTls._fetch` for a configuration at each new handshake, and the metrics
-endpoint takes :attr:`ServerTls.ssl_context` for each accepted socket). If they are not, the
+asks :meth:`ServerTls._fetch` for a configuration at each new handshake, the metrics
+endpoint takes :attr:`ServerTls.ssl_context` for each accepted socket, and the Kafka
+listener's context, :meth:`ServerTls.listener_context`, swaps the current one in from its
+``sni_callback``, which OpenSSL calls at every handshake, with or without SNI). If they are not, the
 error names the file and the previous certificate stays in use.
 
 Concurrency: :meth:`reload` runs on any thread (the server calls it in its thread pool); gRPC
@@ -49,6 +54,7 @@ __all__ = [
     "TlsFiles",
     "certificate_principal",
     "is_tls",
+    "peer_certificate_principal",
 ]
 
 #: Values of ``tls_client_auth``.
@@ -162,6 +168,23 @@ class ServerTls:
         with self._lock:
             return self._material.ssl_context
 
+    def listener_context(self) -> ssl.SSLContext:
+        """A context for an asyncio server (the Kafka listener) that serves the last good load
+        at each new handshake: its ``sni_callback`` moves the handshake onto
+        :attr:`ssl_context` (OpenSSL's ``SSL_set_SSL_CTX``: the certificate, key and client CA
+        of the current load). The verify mode is the base context's, which a reload does not
+        change (``tls_client_auth`` is not reloaded)."""
+        base = _load(self.files).ssl_context
+
+        def swap(ssl_object: ssl.SSLObject | ssl.SSLSocket, server_name: str | None,
+                 context: ssl.SSLContext) -> None:
+            current = self.ssl_context
+            if current is not context:
+                ssl_object.context = current
+
+        base.sni_callback = swap
+        return base
+
     def grpc_credentials(self) -> grpc.ServerCredentials:
         """Credentials for ``add_secure_port`` that pick up reloads at each new handshake."""
         with self._lock:
@@ -209,3 +232,41 @@ def certificate_principal(auth_context: Mapping[str, Sequence[bytes]]) -> Princi
         return None
     return Principal.user(subject.decode("utf-8", "replace"))
 
+
+
+# OpenSSL's long attribute names (what ``SSLSocket.getpeercert()`` gives) -> the short names
+# RFC 2253 and OpenSSL's XN_FLAG_RFC2253 write; others are written as OpenSSL names them.
+_SHORT_NAMES = {
+    "commonName": "CN", "organizationName": "O", "organizationalUnitName": "OU",
+    "countryName": "C", "stateOrProvinceName": "ST", "localityName": "L",
+    "streetAddress": "STREET", "domainComponent": "DC", "userId": "UID",
+}
+_RFC2253_SPECIAL = frozenset(',+"\\<>;')
+
+
+def _rfc2253_value(value: str) -> str:
+    escaped = "".join(f"\\{c}" if c in _RFC2253_SPECIAL else c for c in value)
+    if escaped.startswith((" ", "#")):
+        escaped = "\\" + escaped
+    if escaped.endswith(" ") and len(escaped) > 1:
+        escaped = escaped[:-1] + "\\ "
+    return escaped
+
+
+def peer_certificate_principal(ssl_object: ssl.SSLObject | ssl.SSLSocket | None) -> Principal | None:
+    """``User:<subject>`` of the client certificate a handshake of the ``ssl`` module verified
+    (RFC 2253, as :func:`certificate_principal` reads it from gRPC), or None without one
+    (no TLS, or no certificate asked for)."""
+    if ssl_object is None:
+        return None
+    certificate = ssl_object.getpeercert()
+    if not certificate:
+        return None
+    subject = certificate.get("subject") or ()
+    rdns = []
+    for rdn in reversed(subject):  # RFC 2253 writes the last RDN first
+        rdns.append("+".join(f"{_SHORT_NAMES.get(name, name)}={_rfc2253_value(value)}"
+                             for name, value in rdn))
+    if not rdns:
+        return None
+    return Principal.user(",".join(rdns))

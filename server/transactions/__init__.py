@@ -38,6 +38,7 @@ from .errors import (
     ProducerIdsExhaustedError,
     TransactionalIdNotFoundError,
     TransactionError,
+    TransactionsNotSupportedError,
 )
 from .producer_ids import ProducerIdManager
 from .transaction_metadata import TransactionMetadata, TransactionState
@@ -65,5 +66,6 @@ __all__ = [
     "TransactionState",
     "TransactionStateManager",
     "TransactionalIdNotFoundError",
+    "TransactionsNotSupportedError",
     "WriteMarkers",
 ]

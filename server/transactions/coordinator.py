@@ -7,6 +7,10 @@ in ``__transaction_state`` (:mod:`.transaction_state_manager`)::
     InitProducerId("t", timeout)    -> t's producer id, epoch + 1: the previous instance is fenced;
                                        an open transaction of t is aborted first; at epoch
                                        32766 t gets a new producer id with epoch 0
+    InitProducerId("t", timeout, expected=(pid, epoch))  the same, for a producer that goes on
+                                       after an abortable error (KIP-360): fenced unless it is
+                                       t's current producer id and epoch (or the one the last
+                                       such bump replaced: its retry, answered the same)
     AddPartitionsToTxn(t, pid, epoch, partitions)  Empty/Complete* -> Ongoing (a transaction
                                        begins), Ongoing -> Ongoing with more partitions
     EndTxn(t, pid, epoch, commit)   Ongoing -> Prepare{Commit,Abort} logged -> a COMMIT/ABORT
@@ -30,8 +34,16 @@ FindCoordinator (this server coordinates every id; the coordinator epoch is alwa
 are written in-process and synchronously, so an InitProducerId that must abort an open
 transaction answers once the abort is complete instead of asking the client to retry
 (CONCURRENT_TRANSACTIONS); an unknown transactional id gets TRANSACTIONAL_ID_NOT_FOUND rather
-than INVALID_PRODUCER_ID_MAPPING; no KIP-360 epoch-bump recovery (``expected producer id and
-epoch``) and no transaction version 2 (KIP-890).
+than INVALID_PRODUCER_ID_MAPPING; KIP-360's epoch bump with an expected producer id and epoch
+is served, and its retry (the answer lost) answered from the epoch it replaced, kept in memory
+as Kafka keeps it, but not after a restart nor across a producer id rotation (Kafka logs the
+previous producer id for that); no transaction version 2 (KIP-890).
+
+Cluster mode (``cluster_node_id`` set): every producer id handed out carries the node id
+(:func:`.producer_ids.cluster_producer_id`), and every request with a transactional id is
+refused with :class:`TransactionsNotSupportedError`: the state log and the markers are one
+server's, a cluster would need them replicated (docs/cluster.md). Both front ends call these
+methods, so both refuse alike.
 
 Transactional produce: a transactional batch is appended only to a partition of its producer's
 Ongoing transaction, at the producer's current epoch: the server hands each partition log
@@ -76,10 +88,16 @@ from .errors import (
     InvalidTxnStateError,
     ProducerFencedError,
     TransactionalIdNotFoundError,
+    TransactionsNotSupportedError,
 )
-from .producer_ids import ProducerIdManager
+from .producer_ids import ProducerIdManager, cluster_producer_id
 from .transaction_log import TRANSACTIONAL_ID_BYTES_MAX
-from .transaction_metadata import TopicPartition, TransactionMetadata, TransactionState
+from .transaction_metadata import (
+    NO_PRODUCER_EPOCH,
+    TopicPartition,
+    TransactionMetadata,
+    TransactionState,
+)
 from .transaction_state_manager import TransactionStateManager
 
 __all__ = [
@@ -156,8 +174,11 @@ class TransactionCoordinator:
         flush_each_append: bool = True,
         broker_id: int = 0,
         clean_log_dirs: Collection[Path] = (),
+        cluster_node_id: int | None = None,
     ) -> None:
         assert log_dirs, "at least one log directory"
+        # Cluster mode: producer ids carry the node id; transactional ids are refused.
+        self._cluster_node_id = cluster_node_id
         # The directories closed cleanly last time: the state log there needs no recovery
         # (TransactionStateManager.open).
         self._clean_log_dirs = frozenset(clean_log_dirs)
@@ -253,18 +274,28 @@ class TransactionCoordinator:
         self,
         transactional_id: str | None = None,
         transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS,
+        expected: ProducerIdAndEpoch | None = None,
     ) -> ProducerIdAndEpoch:
         """Kafka's InitProducerId: a producer id and epoch for a producer that starts.
 
         Without ``transactional_id``: a producer id never handed out before, epoch 0 (the
-        timeout is ignored). With one: the id's producer id (allocated on its first call) with
-        its epoch bumped, fencing every earlier instance; a transaction left open is aborted
-        first (its markers written); at an exhausted epoch (32766) the id gets a new producer
-        id with epoch 0. The timeout is stored for the id's transactions.
+        timeout and ``expected`` are ignored, as Kafka does: an idempotent producer that bumps
+        its epoch gets a new id). With one: the id's producer id (allocated on its first call)
+        with its epoch bumped, fencing every earlier instance; a transaction left open is
+        aborted first (its markers written); at an exhausted epoch (32766) the id gets a new
+        producer id with epoch 0. The timeout is stored for the id's transactions.
+
+        ``expected``: the producer id and epoch of a producer that goes on after an abortable
+        error (KIP-360, Kafka's ``prepareInitProducerIdTransit``): the bump happens only if
+        they are the id's current ones (or the id has no epoch yet); the epoch the last such
+        bump replaced gets the same answer again (a retry whose answer was lost); otherwise
+        another instance took over and this one is fenced.
 
         Raises:
             InvalidTransactionalIdError: an empty or oversized transactional id.
+            TransactionsNotSupportedError: a transactional id in cluster mode.
             InvalidTransactionTimeoutError: timeout not in 1 .. transaction.max.timeout.ms.
+            ProducerFencedError: ``expected`` is not the id's current producer id and epoch.
             ConcurrentTransactionsError: a commit or abort of the id cannot complete yet.
             CoordinatorLoadInProgressError, LogClosedError, StorageError, ProducerIdsExhaustedError.
         """
@@ -272,6 +303,7 @@ class TransactionCoordinator:
         if transactional_id is None:
             return ProducerIdAndEpoch(self._generate_producer_id(), 0)
         _check_transactional_id(transactional_id)
+        self._refuse_in_cluster()
         self._check_timeout(transactional_id, transaction_timeout_ms)
         with self._lock_for(transactional_id):
             now_ms = self._time_ms()
@@ -281,6 +313,10 @@ class TransactionCoordinator:
                     transactional_id, self._generate_producer_id(), transaction_timeout_ms, now_ms)
             else:
                 metadata = self._complete_or_refuse(metadata)
+            if expected is not None and _is_repeated_bump(metadata, expected):
+                repeated = metadata.prepare_repeated_bump(transaction_timeout_ms, now_ms)
+                state.append_transaction(repeated)
+                return ProducerIdAndEpoch(repeated.producer_id, repeated.producer_epoch)
             if metadata.state is TransactionState.ONGOING:
                 log.info("InitProducerId for %s: aborting its open transaction",
                          metadata.describe())
@@ -291,7 +327,12 @@ class TransactionCoordinator:
                 log.info("%s: epoch exhausted, new producer id %d", metadata.describe(),
                          new.producer_id)
             else:
-                new = metadata.prepare_increment_epoch(transaction_timeout_ms, now_ms)
+                # An expected epoch that an abort just fenced is not remembered (Kafka's fence
+                # forgets the last epoch too).
+                new = metadata.prepare_increment_epoch(
+                    transaction_timeout_ms, now_ms,
+                    expected=expected is not None and expected.producer_epoch == (
+                        metadata.producer_epoch))
             state.append_transaction(new)
             return ProducerIdAndEpoch(new.producer_id, new.producer_epoch)
 
@@ -308,6 +349,7 @@ class TransactionCoordinator:
         Raises:
             InvalidTransactionalIdError: empty/oversized id, no partitions, or more than
                 transaction.partitions.max in the transaction.
+            TransactionsNotSupportedError: in cluster mode.
             InvalidTopicError: a bad topic name or partition number.
             TransactionalIdNotFoundError: the id has no state (InitProducerId first).
             InvalidProducerIdMappingError: ``producer_id`` is not the id's.
@@ -317,6 +359,7 @@ class TransactionCoordinator:
         """
         state = self._loaded()
         _check_transactional_id(transactional_id)
+        self._refuse_in_cluster()
         requested = self._check_partitions(transactional_id, partitions)
         with self._lock_for(transactional_id):
             metadata = self._complete_or_refuse(self._require(state, transactional_id))
@@ -346,6 +389,7 @@ class TransactionCoordinator:
 
         Raises:
             InvalidTransactionalIdError: an empty or oversized id.
+            TransactionsNotSupportedError: in cluster mode.
             TransactionalIdNotFoundError, InvalidProducerIdMappingError, ProducerFencedError:
                 as for :meth:`add_partitions_to_txn`.
             InvalidTxnStateError: no transaction open (Empty), or the opposite outcome already
@@ -355,6 +399,7 @@ class TransactionCoordinator:
         """
         state = self._loaded()
         _check_transactional_id(transactional_id)
+        self._refuse_in_cluster()
         with self._lock_for(transactional_id):
             metadata = self._complete_or_refuse(self._require(state, transactional_id))
             self._check_producer(metadata, producer_id, producer_epoch)
@@ -395,8 +440,10 @@ class TransactionCoordinator:
             ConcurrentTransactionsError: the id's transaction is being committed or aborted
                 (retriable: once it completes the answer is INVALID_TXN_STATE).
             InvalidTxnStateError: no transaction is open, or the partition is not in it.
+            TransactionsNotSupportedError: in cluster mode.
             CoordinatorLoadInProgressError, LogClosedError: not loaded yet, or closed.
         """
+        self._refuse_in_cluster()
         metadata = self._loaded().get_by_producer_id(producer_id)
         if metadata is None:
             raise InvalidProducerIdMappingError(
@@ -544,7 +591,16 @@ class TransactionCoordinator:
     def _generate_producer_id(self) -> int:
         producer_ids = self._producer_ids
         assert producer_ids is not None
-        return producer_ids.generate()
+        if self._cluster_node_id is None:
+            return producer_ids.generate()
+        return cluster_producer_id(self._cluster_node_id, producer_ids.generate())
+
+    def _refuse_in_cluster(self) -> None:
+        if self._cluster_node_id is not None:
+            raise TransactionsNotSupportedError(
+                "transactions are not supported in cluster mode yet; leave the transactional id"
+                " unset for an idempotent producer (docs/cluster.md)"
+            )
 
     def _check_timeout(self, transactional_id: str, timeout_ms: int) -> None:
         maximum = self._config.transaction_max_timeout_ms
@@ -652,6 +708,27 @@ def _check_transactional_id(transactional_id: str) -> None:
         raise InvalidTransactionalIdError(
             f"transactional id of {size} UTF-8 bytes exceeds {TRANSACTIONAL_ID_BYTES_MAX}"
         )
+
+
+def _is_repeated_bump(metadata: TransactionMetadata, expected: ProducerIdAndEpoch) -> bool:
+    """KIP-360: whether a producer going on after an abortable error repeats a bump whose
+    answer it lost (True: answer the same epoch again), or asks for a new one (False). Raises
+    ProducerFencedError when another instance took over since (Kafka's ``isValidProducerId``
+    and ``prepareIncrementProducerEpoch``). A transaction open at the bumped epoch means the
+    answer was not lost: then the repeat is fenced, as Kafka's eventually is."""
+    if metadata.producer_epoch == NO_PRODUCER_EPOCH:
+        return False  # a new id: nothing to fence
+    if expected == (metadata.producer_id, metadata.producer_epoch):
+        return False
+    if (expected.producer_id == metadata.producer_id
+            and expected.producer_epoch == metadata.last_producer_epoch != NO_PRODUCER_EPOCH
+            and metadata.state is not TransactionState.ONGOING):
+        return True
+    raise ProducerFencedError(
+        f"InitProducerId expected producer id {expected.producer_id} at epoch "
+        f"{expected.producer_epoch}, but {metadata.describe()}: another producer instance"
+        " took over this transactional id"
+    )
 
 
 def _expired(metadata: TransactionMetadata, horizon_ms: int) -> bool:

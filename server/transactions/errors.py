@@ -19,6 +19,8 @@ an ErrorReason of broker.proto; programmer errors are assertions.
     ├── InvalidTransactionTimeoutError  not retriable: timeout <= 0 or > transaction.max.timeout.ms
     ├── InvalidTransactionalIdError   not retriable: an empty or oversized transactional id, or a
     │                                 bad partition list
+    ├── TransactionsNotSupportedError not retriable: a transactional id in cluster mode (the
+    │                                 coordinator's state is one server's: docs/cluster.md)
     ├── ProducerIdsExhaustedError     not retriable: no producer id is left below 2^63 - 1
     └── CorruptTransactionLogError    not retriable: a record of ``__transaction_state`` does not
                                       decode (the server's own files are damaged)
@@ -41,6 +43,7 @@ __all__ = [
     "ProducerIdsExhaustedError",
     "TransactionError",
     "TransactionalIdNotFoundError",
+    "TransactionsNotSupportedError",
 ]
 
 
@@ -94,6 +97,15 @@ class InvalidTransactionTimeoutError(TransactionError):
 class InvalidTransactionalIdError(TransactionError):
     """A request the coordinator cannot take as written (Kafka's INVALID_REQUEST): an empty or
     oversized transactional id, an empty or bad partition list, too many partitions."""
+
+
+class TransactionsNotSupportedError(TransactionError):
+    """A request with a transactional id to a server in cluster mode (Kafka's INVALID_REQUEST).
+
+    The coordinator's state log and its markers live on one server's disk; in a cluster they
+    would need a replicated ``__transaction_state`` (docs/cluster.md). Idempotent producers
+    (InitProducerId without a transactional id) are served.
+    """
 
 
 class ProducerIdsExhaustedError(TransactionError):

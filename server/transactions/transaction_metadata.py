@@ -15,7 +15,10 @@ the PrepareAbort a fence writes: it is never logged (Kafka does not log it eithe
 
 :class:`TransactionMetadata` is immutable: each ``prepare_*`` method returns the metadata the
 transition leads to, the coordinator appends it to the state log, and only then installs it.
-So the cache never holds a state that is not in the log, and a failed append changes nothing.
+So the cache never holds a state that is not in the log, and a failed append changes nothing,
+with one exception, as in Kafka: ``last_producer_epoch``, the epoch a KIP-360 bump replaced,
+is kept in memory only (Kafka's ``TransactionLogValue`` has no field for it either); a restart
+forgets it, and the retry it serves is then fenced.
 An invalid transition is a programmer error (an assertion): the coordinator checks the request
 first and raises the operating errors of :mod:`.errors`.
 """
@@ -23,7 +26,7 @@ first and raises the operating errors of :mod:`.errors`.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from stratalog.server.client_text import loggable
 
@@ -109,6 +112,10 @@ class TransactionMetadata:
     partitions: frozenset[TopicPartition]
     txn_start_timestamp_ms: int
     txn_last_update_timestamp_ms: int
+    #: The epoch that an InitProducerId with an expected epoch (KIP-360) bumped from, so that
+    #: its retry (the answer lost) gets the same epoch again; -1 otherwise. Not logged, and
+    #: not part of equality: see the module docstring.
+    last_producer_epoch: int = field(default=NO_PRODUCER_EPOCH, compare=False)
 
     @classmethod
     def new(
@@ -138,12 +145,25 @@ class TransactionMetadata:
                        txn_last_update_timestamp_ms=max(now_ms, self.txn_last_update_timestamp_ms),
                        **changes)  # type: ignore[arg-type]
 
-    def prepare_increment_epoch(self, txn_timeout_ms: int, now_ms: int) -> TransactionMetadata:
-        """InitProducerId with no transaction open: epoch + 1, new timeout, state Empty."""
+    def prepare_increment_epoch(
+        self, txn_timeout_ms: int, now_ms: int, *, expected: bool = False
+    ) -> TransactionMetadata:
+        """InitProducerId with no transaction open: epoch + 1, new timeout, state Empty.
+        ``expected``: the producer named this epoch (KIP-360), which is remembered as
+        ``last_producer_epoch`` for a retry (Kafka's ``prepareIncrementProducerEpoch``)."""
         assert not self.is_producer_epoch_exhausted
         return self._transit(TransactionState.EMPTY, now_ms, producer_epoch=self.producer_epoch + 1,
                              txn_timeout_ms=txn_timeout_ms, partitions=frozenset(),
-                             txn_start_timestamp_ms=NO_TIMESTAMP)
+                             txn_start_timestamp_ms=NO_TIMESTAMP,
+                             last_producer_epoch=(self.producer_epoch if expected
+                                                  else NO_PRODUCER_EPOCH))
+
+    def prepare_repeated_bump(self, txn_timeout_ms: int, now_ms: int) -> TransactionMetadata:
+        """The retry of a KIP-360 bump whose answer was lost: the same epoch again, state
+        Empty (Kafka answers it from ``lastProducerEpoch`` without a second bump)."""
+        assert self.last_producer_epoch != NO_PRODUCER_EPOCH
+        return self._transit(TransactionState.EMPTY, now_ms, txn_timeout_ms=txn_timeout_ms,
+                             partitions=frozenset(), txn_start_timestamp_ms=NO_TIMESTAMP)
 
     def prepare_producer_id_rotation(
         self, producer_id: int, txn_timeout_ms: int, now_ms: int
@@ -152,14 +172,16 @@ class TransactionMetadata:
         assert producer_id != self.producer_id
         return self._transit(TransactionState.EMPTY, now_ms, producer_id=producer_id,
                              producer_epoch=0, txn_timeout_ms=txn_timeout_ms,
-                             partitions=frozenset(), txn_start_timestamp_ms=NO_TIMESTAMP)
+                             partitions=frozenset(), txn_start_timestamp_ms=NO_TIMESTAMP,
+                             last_producer_epoch=NO_PRODUCER_EPOCH)
 
     def prepare_fence_producer_epoch(self, now_ms: int) -> TransactionMetadata:
         """Ongoing -> PrepareEpochFence with epoch + 1: the open transaction's producer is fenced
         before the coordinator aborts it (never logged: :meth:`prepare_end` follows)."""
         assert self.producer_epoch < PRODUCER_EPOCH_MAX, "an Ongoing epoch is below Short.MAX"
         return self._transit(TransactionState.PREPARE_EPOCH_FENCE, now_ms,
-                             producer_epoch=self.producer_epoch + 1)
+                             producer_epoch=self.producer_epoch + 1,
+                             last_producer_epoch=NO_PRODUCER_EPOCH)
 
     def prepare_add_partitions(
         self, partitions: frozenset[TopicPartition], now_ms: int

@@ -360,7 +360,7 @@ def test_consumer_offsets_is_internal_readable_and_refused_to_client_changes(stu
         (stub.CreatePartitions, pb.CreatePartitionsRequest(name="__consumer_offsets", count=9),
          "CreatePartitions"),
         (stub.AlterTopicConfigs, pb.AlterTopicConfigsRequest(
-            name="__consumer_offsets", set={"retention.ms": "1"}), "AlterTopicConfigs"),
+            name="__consumer_offsets", set={"retention.ms": "1"}), "a config change"),
     ]
     for call, request, operation in attempts:
         refusal = refused(call, request)

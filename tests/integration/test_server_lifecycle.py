@@ -99,13 +99,15 @@ def test_the_start_logs_a_short_banner_and_the_settings_only_at_debug(
     banner = [line.split(": ", 1)[1] for line in log.splitlines()
               if " INFO stratalog.server.app: " in line][-5:]
     assert banner[0] == (f"stratalog {stratalog.__version__} serving on {server.target} "
-                         f"(gRPC, plaintext); metrics on {server.metrics_url}"), banner
+                         f"(gRPC, plaintext), {server.kafka_bootstrap} (Kafka, plaintext); "
+                         f"metrics on {server.metrics_url}"), banner
     assert banner[1].startswith(f"data: {(tmp_path / 'data').resolve()} (0 topics, 0 partitions)")
     assert "leaves room for" in banner[1]
     assert banner[2] == (f"security: NONE: no TLS, no authentication, no authorizer: anyone who "
                          f"reaches {server.target} may do everything (docs/security.md)")
     assert banner[3] == "cluster: none (a single server)"
-    assert banner[4].startswith("settings: 3 given (listen, log_dirs, metrics_port), the rest "
+    assert banner[4].startswith("settings: 4 given (kafka_listen, listen, log_dirs, metrics_port),"
+                                " the rest "
                                 "defaults; every value: stratalog serve --print-settings")
     assert server.stop(signal.SIGTERM) == 0
 

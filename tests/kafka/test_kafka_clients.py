@@ -67,8 +67,7 @@ def test_librdkafka_produces_with_each_codec_and_the_grpc_client_reads(server, c
 
 def test_kafka_python_produces_and_librdkafka_reads(server):
     topic = _topic()
-    producer = KafkaProducer(bootstrap_servers=server.kafka_bootstrap, acks="all",
-                             enable_idempotence=False)
+    producer = KafkaProducer(bootstrap_servers=server.kafka_bootstrap, acks="all")
     futures = [producer.send(topic, key=b"k", value=f"v{i}".encode()) for i in range(50)]
     offsets = [f.get(timeout=30).offset for f in futures]
     producer.close()
@@ -108,7 +107,7 @@ async def test_aiokafka_produces_and_reads_back(server):
 
     topic = _topic()
     producer = AIOKafkaProducer(bootstrap_servers=server.kafka_bootstrap,
-                                enable_idempotence=False, compression_type="gzip")
+                                enable_idempotence=True, compression_type="gzip")
     await producer.start()
     try:
         sent = [await producer.send_and_wait(topic, f"a{i}".encode(), key=b"k")

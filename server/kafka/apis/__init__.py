@@ -10,16 +10,25 @@
     admin_topics.py   CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords
     configs.py        DescribeConfigs, AlterConfigs, IncrementalAlterConfigs
     cluster_info.py   DescribeCluster
+    groups.py         FindCoordinator (a stand-in until the consumer-groups part's module)
+    transactions.py   InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
+                      TxnOffsetCommit
+    sasl.py           SaslHandshake, SaslAuthenticate
+    acls.py           CreateAcls, DescribeAcls, DeleteAcls
 """
 
 from stratalog.server.kafka.apis import (  # noqa: F401  (each registers its handlers)
+    acls,
     admin_topics,
     api_versions,
     cluster_info,
     configs,
     fetch,
+    groups,
     leader_epochs,
     list_offsets,
     metadata,
     produce,
+    sasl,
+    transactions,
 )

@@ -14,9 +14,11 @@ partition's leader, leader epoch, replicas and ISR), which this module translate
   LEADER_NOT_AVAILABLE.
 * Auto-creation: a named topic that does not exist is created when the request allows it
   (v4+'s ``allow_auto_topic_creation``; always before v4), the server's
-  ``auto_create_topics_enable`` is on and the caller may CREATE it (AdminManager's rule; in
-  cluster mode through etcd); the answer then says LEADER_NOT_AVAILABLE for it, as Kafka's
-  does (the client asks again). The topics the server writes itself (``__consumer_offsets``,
+  ``auto_create_topics_enable`` is on and the caller may CREATE it (on the cluster or the
+  topic; AdminManager creates it, in cluster mode through etcd); the answer then says
+  LEADER_NOT_AVAILABLE for it, as Kafka's does (the client asks again). A caller that may not
+  create it is answered TOPIC_AUTHORIZATION_FAILED, as Kafka's ``handleTopicMetadataRequest``
+  answers it. The topics the server writes itself (``__consumer_offsets``,
   ``__transaction_state``) never are, as Kafka's Metadata does not create internal topics.
 * Brokers: every live server's Kafka listener (``KafkaServices.broker_addresses``: this one
   alone without a cluster). A partition whose leader is unknown, not live or without a Kafka
@@ -38,7 +40,7 @@ from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from stratalog.server.kafka.apis.registry import kafka_api
 from stratalog.server.kafka.context import RequestContext
 from stratalog.server.kafka.error_codes import Code
-from stratalog.server.security.acls import AclOperation, ResourceType
+from stratalog.server.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from stratalog.server.storage.log_manager import SERVER_WRITTEN_TOPICS
 from stratalog.server.storage.topic_names import validate_topic_name
 
@@ -82,13 +84,12 @@ async def metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataRes
         # Between the listener's bind and the registration (app.py): nothing known yet.
         refused.update(dict.fromkeys(wanted, Code.LEADER_NOT_AVAILABLE))
     elif names is None or wanted:
-        answer, created = await _read(ctx, wanted, allow_create)
+        answer, missing = await _read(ctx, wanted, allow_create)
         found = {topic.name: topic for topic in answer.topics}
         if names is None:
             topics = [_topic(topic, brokers) for name, topic in sorted(found.items())
                       if ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, name)]
-        refused.update({name: Code.LEADER_NOT_AVAILABLE if name in created
-                        else Code.UNKNOWN_TOPIC_OR_PARTITION for name in answer.unknown_topics})
+        refused.update(missing)
         topics += [_topic(found[name], brokers) for name in wanted if name in found]
     topics += [_error_topic(name, code) for name, code in refused.items()]
     if names is not None:
@@ -105,21 +106,32 @@ async def metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataRes
 
 
 async def _read(ctx: RequestContext, wanted: list[str],
-                allow_create: bool) -> tuple[ClusterMetadata, set[str]]:
-    """The serving layer's answer for ``wanted`` (empty: every topic), and the topics it
-    created: when the request allows it, the topics missing are created if the caller may
-    (never the topics the server writes itself); the caller answers those
-    LEADER_NOT_AVAILABLE, as Kafka's Metadata answers a topic it has just created (the client
-    asks again)."""
-    admin = ctx.services.admin
-    advertised = str(ctx.services.advertised())
-    answer = await admin.metadata(wanted, advertised_address=advertised)
-    missing = [name for name in answer.unknown_topics if name not in SERVER_WRITTEN_TOPICS]
-    if not (allow_create and missing):
-        return answer, set()
-    after = await admin.metadata(missing, advertised_address=advertised,
-                                 allow_auto_create=True, identity=ctx.identity)
-    return answer, {topic.name for topic in after.topics}
+                allow_create: bool) -> tuple[ClusterMetadata, dict[str, int]]:
+    """The serving layer's answer for ``wanted`` (empty: every topic), and the error code of
+    each topic it does not have: UNKNOWN_TOPIC_OR_PARTITION, or when the request allows
+    creation (module docstring) LEADER_NOT_AVAILABLE for a topic created now and
+    TOPIC_AUTHORIZATION_FAILED for one the caller may not create."""
+    services = ctx.services
+    advertised = str(services.advertised())
+    answer = await services.admin.metadata(wanted, advertised_address=advertised)
+    codes = dict.fromkeys(answer.unknown_topics, Code.UNKNOWN_TOPIC_OR_PARTITION)
+    if not (allow_create and services.settings.auto_create_topics_enable):
+        return answer, codes
+    creatable = []
+    for name in answer.unknown_topics:
+        if name in SERVER_WRITTEN_TOPICS:
+            continue
+        if (ctx.allowed(AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME)
+                or ctx.allowed(AclOperation.CREATE, ResourceType.TOPIC, name)):
+            creatable.append(name)
+        else:
+            codes[name] = Code.TOPIC_AUTHORIZATION_FAILED
+    if creatable:
+        after = await services.admin.metadata(creatable, advertised_address=advertised,
+                                              allow_auto_create=True, identity=ctx.identity)
+        codes.update(dict.fromkeys((topic.name for topic in after.topics),
+                                   Code.LEADER_NOT_AVAILABLE))
+    return answer, codes
 
 
 def _topic(topic: TopicMetadata, brokers: dict[int, Address]) -> _Topic:

@@ -7,8 +7,10 @@ Kafka's ``KafkaApis.handleProduceRequest`` -> ``ReplicaManager.appendRecords``.
   UNSUPPORTED_FOR_MESSAGE_FORMAT (the storage keeps RecordBatch v2 only: records/errors.py).
 * ``acks`` must be 0, 1 or -1 (INVALID_REQUIRED_ACKS); acks=0 gets no answer at all, as Kafka's.
 * Authorization: WRITE on each topic (TOPIC_AUTHORIZATION_FAILED for its partitions), and for a
-  transactional request WRITE on the transactional id (every partition refused
-  TRANSACTIONAL_ID_AUTHORIZATION_FAILED otherwise).
+  request with transactional batches WRITE on its transactional id (every partition refused
+  TRANSACTIONAL_ID_AUTHORIZATION_FAILED otherwise, and when it names none), as Kafka's
+  ``handleProduceRequest`` (``RequestUtils.hasTransactionalRecords``: a partition's first
+  batch says).
 * The partitions of one request are appended concurrently, each under its partition's append
   lock in request order; each has its own error code.
 * A partition this server does not lead (cluster mode) is NOT_LEADER_OR_FOLLOWER; from v10
@@ -25,6 +27,7 @@ import asyncio
 from kafka.protocol.api_key import ApiKey
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
+from stratalog.records.batch import ATTRIBUTES_OFFSET, MAGIC, MAGIC_OFFSET, TRANSACTIONAL_FLAG_MASK
 from stratalog.server.append_placement import holds_compressed_batches
 from stratalog.server.kafka.apis.leader_hints import leader_hint, node_endpoints
 from stratalog.server.kafka.apis.registry import kafka_api
@@ -51,8 +54,8 @@ async def produce(ctx: RequestContext, request: ProduceRequest) -> ProduceRespon
     refused: int | None = None
     if acks not in _ACKS:
         refused = Code.INVALID_REQUIRED_ACKS
-    elif transactional_id is not None and not ctx.allowed(
-            AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+    elif _has_transactional_batches(request) and (transactional_id is None or not ctx.allowed(
+            AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)):
         refused = Code.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     size_bytes = 0
     plans: list[tuple[str, list[tuple[int, object]]]] = []
@@ -106,6 +109,19 @@ async def produce(ctx: RequestContext, request: ProduceRequest) -> ProduceRespon
     ] if leaders else []
     return ProduceResponse(responses=responses, throttle_time_ms=ctx.throttle_ms,
                            node_endpoints=endpoints)
+
+
+def _has_transactional_batches(request: ProduceRequest) -> bool:
+    """Whether a partition's first batch is transactional (its attributes' bit 4); bytes too
+    short to say are left to the append's validation."""
+    for topic_data in request.topic_data:
+        for partition_data in topic_data.partition_data:
+            records = partition_data.records
+            if (records and len(records) >= ATTRIBUTES_OFFSET + 2
+                    and records[MAGIC_OFFSET] == MAGIC
+                    and records[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_FLAG_MASK):
+                return True
+    return False
 
 
 async def _append(ctx: RequestContext, topic: str, partition: int, acks: int,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import ssl
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -132,6 +133,50 @@ def test_certificate_principal() -> None:
     assert tls.certificate_principal({"x509_subject": [b"CN=x"]}) is None  # not TLS
 
 
+def _handshake(server_context: ssl.SSLContext,
+               client_context: ssl.SSLContext) -> tuple[ssl.SSLObject, ssl.SSLObject]:
+    """An in-memory TLS handshake: its server's side and its client's."""
+    server_in, server_out, client_in, client_out = (ssl.MemoryBIO() for _ in range(4))
+    server = server_context.wrap_bio(server_in, server_out, server_side=True)
+    client = client_context.wrap_bio(client_in, client_out, server_hostname="localhost")
+    done = {"server": False, "client": False}
+    for _ in range(10):  # TLS 1.3 takes two flights; a few more rounds to be sure
+        for name, side in (("client", client), ("server", server)):
+            if not done[name]:
+                try:
+                    side.do_handshake()
+                    done[name] = True
+                except ssl.SSLWantReadError:
+                    pass
+        server_in.write(client_out.read())
+        client_in.write(server_out.read())
+        if all(done.values()):
+            return server, client
+    raise AssertionError("the handshake did not finish")
+
+
+def test_peer_certificate_principal_is_the_subject_as_grpc_writes_it(pki, tmp_path) -> None:
+    import shutil
+
+    cert, key = tmp_path / "server.crt", tmp_path / "server.key"
+    shutil.copy(pki.server[0], cert)
+    shutil.copy(pki.server[1], key)
+    server_tls = tls.ServerTls(tls.TlsFiles(str(cert), str(key), str(pki.ca), "required"))
+    listener = server_tls.listener_context()
+    client = ssl.create_default_context(cafile=str(pki.ca))
+    client.load_cert_chain(str(pki.client[0]), str(pki.client[1]))
+    side, _ = _handshake(listener, client)
+    assert tls.peer_certificate_principal(side) == Principal.user(pki.CLIENT_SUBJECT)
+    assert tls.peer_certificate_principal(None) is None
+    # A reload: the listener's context serves the new certificate from the next handshake.
+    shutil.copy(pki.server2[0], cert)
+    shutil.copy(pki.server2[1], key)
+    server_tls.reload()
+    _, client_side = _handshake(listener, client)
+    assert client_side.getpeercert(binary_form=True) == ssl.PEM_cert_to_DER_cert(
+        pki.server2[0].read_text())
+
+
 def test_modes_agree_with_the_settings() -> None:
     from stratalog.server import settings
 
@@ -147,6 +192,8 @@ def test_modes_agree_with_the_settings() -> None:
     ({"authentication_credentials_file": "c.json"}, "TLS is off"),
     ({"authentication_anonymous": "maybe"}, "authentication_anonymous"),
     ({"reflection_open": "perhaps"}, "true or false"),
+    ({"kafka_sasl_mechanisms": "PLAIN,SCRAM-SHA-512"}, "SCRAM-SHA-256 keys only"),
+    ({"kafka_sasl_mechanisms": "GSSAPI"}, "'GSSAPI' is not offered"),
 ])
 def test_security_settings_refused(overrides: dict[str, str], message: str) -> None:
     with pytest.raises(SettingsError, match=message):

@@ -133,7 +133,7 @@ async def test_a_bind_lost_after_the_check_still_closes_the_logs(
     # with our message, without gRPC's log line, and what start opened is closed again.
     from stratalog.server import app
 
-    monkeypatch.setattr(app, "_check_ports_free", lambda settings: None)
+    monkeypatch.setattr(app, "check_ports_free", lambda settings: None)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()

@@ -24,13 +24,16 @@ from stratalog.server.transactions import (
     InvalidTransactionTimeoutError,
     InvalidTxnStateError,
     ProducerFencedError,
+    ProducerIdAndEpoch,
     TransactionalIdNotFoundError,
     TransactionConfig,
     TransactionCoordinator,
     TransactionError,
     TransactionMetadata,
+    TransactionsNotSupportedError,
     TransactionState,
 )
+from stratalog.server.transactions.producer_ids import LOCAL_ID_BITS
 from stratalog.server.transactions.transaction_log import decode_key, decode_transaction_value
 
 S = TransactionState
@@ -163,6 +166,76 @@ def test_init_aborts_an_open_transaction_first(coordinator, markers) -> None:
         "Empty", "Ongoing", "PrepareAbort", "CompleteAbort", "Empty"]
     with pytest.raises(ProducerFencedError):
         coordinator.end_txn("t", *old, commit=True)
+
+
+def test_an_expected_producer_bumps_its_own_epoch_and_a_stale_one_is_fenced(
+    coordinator, markers, tmp_path, clock,
+) -> None:
+    """KIP-360: a producer that goes on after an abortable error names its id and epoch."""
+    first = coordinator.init_producer_id("t")
+    bumped = coordinator.init_producer_id("t", expected=first)
+    assert bumped == (first.producer_id, first.producer_epoch + 1)
+    # Its retry (the answer lost) gets the same epoch again, not a second bump.
+    assert coordinator.init_producer_id("t", expected=first) == bumped
+    end = log_end(coordinator)
+    for stale in (ProducerIdAndEpoch(first.producer_id + 1, bumped.producer_epoch),
+                  ProducerIdAndEpoch(first.producer_id, bumped.producer_epoch + 5)):
+        with pytest.raises(ProducerFencedError, match="another producer instance took over"):
+            coordinator.init_producer_id("t", expected=stale)
+    assert log_end(coordinator) == end  # nothing written
+    # A new instance (no expected epoch) takes over: both earlier epochs are fenced now.
+    taken = coordinator.init_producer_id("t")
+    for stale in (first, bumped):
+        with pytest.raises(ProducerFencedError):
+            coordinator.init_producer_id("t", expected=stale)
+    # With a transaction open, the check comes before the fence that aborts it.
+    coordinator.add_partitions_to_txn("t", *taken, [("a", 0)])
+    with pytest.raises(ProducerFencedError):
+        coordinator.init_producer_id("t", expected=bumped)
+    assert markers.calls == []
+    again = coordinator.init_producer_id("t", expected=taken)
+    assert again == (first.producer_id, taken.producer_epoch + 2)
+    assert markers.calls == [("a", 0, first.producer_id, taken.producer_epoch + 1, 0, False)]
+    # The abort's fence forgets the expected epoch: its repeat is fenced, as in Kafka.
+    with pytest.raises(ProducerFencedError):
+        coordinator.init_producer_id("t", expected=taken)
+    # An idempotent producer's expected id is ignored, as Kafka does: a new id, epoch 0.
+    fresh = coordinator.init_producer_id(None, expected=again)
+    assert fresh.producer_epoch == 0 and fresh.producer_id != again.producer_id
+    # The epoch a bump replaced is kept in memory only (Kafka logs it neither): a restart
+    # forgets it, and the repeat is fenced then.
+    last = coordinator.init_producer_id("t", expected=again)
+    coordinator.close()
+    reopened = TransactionCoordinator.open([tmp_path], markers, time_ms=clock)
+    try:
+        assert reopened.describe_transaction("t").producer_epoch == last.producer_epoch
+        with pytest.raises(ProducerFencedError):
+            reopened.init_producer_id("t", expected=again)
+    finally:
+        reopened.close()
+
+
+def test_cluster_mode_gives_node_ids_and_refuses_transactional_ids(
+    tmp_path, markers, clock,
+) -> None:
+    coordinator = TransactionCoordinator.open([tmp_path], markers, time_ms=clock,
+                                              cluster_node_id=3)
+    try:
+        ids = [coordinator.init_producer_id().producer_id for _ in range(2)]
+        assert [i >> LOCAL_ID_BITS for i in ids] == [3, 3] and ids[0] != ids[1]
+        refusals = [
+            lambda: coordinator.init_producer_id("t"),
+            lambda: coordinator.add_partitions_to_txn("t", ids[0], 0, [("a", 0)]),
+            lambda: coordinator.end_txn("t", ids[0], 0, commit=True),
+            lambda: coordinator.verify_transactional_append("a", 0, ids[0], 0),
+        ]
+        for refusal in refusals:
+            with pytest.raises(TransactionsNotSupportedError,
+                               match="not supported in cluster mode yet"):
+                refusal()
+        assert coordinator.state_manager.transactions() == []
+    finally:
+        coordinator.close()
 
 
 def _install(coordinator, metadata: TransactionMetadata) -> None:

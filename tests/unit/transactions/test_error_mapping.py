@@ -21,6 +21,7 @@ C = grpc.StatusCode
     (errors.InvalidTxnStateError, "INVALID_TXN_STATE", C.FAILED_PRECONDITION),
     (errors.InvalidTransactionTimeoutError, "INVALID_TRANSACTION_TIMEOUT", C.INVALID_ARGUMENT),
     (errors.InvalidTransactionalIdError, "INVALID_REQUEST", C.INVALID_ARGUMENT),
+    (errors.TransactionsNotSupportedError, "INVALID_REQUEST", C.INVALID_ARGUMENT),
     (errors.CorruptTransactionLogError, "STORAGE_ERROR", C.UNAVAILABLE),
     (errors.ProducerIdsExhaustedError, "STORAGE_ERROR", C.UNAVAILABLE),
 ])

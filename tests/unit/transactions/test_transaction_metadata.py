@@ -6,6 +6,10 @@ import itertools
 
 import pytest
 
+from stratalog.server.transactions.transaction_log import (
+    decode_transaction_value,
+    encode_transaction_value,
+)
 from stratalog.server.transactions.transaction_metadata import (
     NO_PRODUCER_EPOCH,
     PRODUCER_EPOCH_MAX,
@@ -118,3 +122,19 @@ def test_every_transition_is_allowed_exactly_when_kafka_allows_it(source, target
     else:
         with pytest.raises(AssertionError, match="no transition"):
             _ENTER[target](metadata)
+
+
+def test_an_expected_bump_remembers_the_epoch_it_replaced_in_memory_only() -> None:
+    bumped = new(3).prepare_increment_epoch(60000, 200, expected=True)
+    assert (bumped.producer_epoch, bumped.last_producer_epoch) == (4, 3)
+    repeated = bumped.prepare_repeated_bump(45000, 300)
+    assert (repeated.producer_epoch, repeated.last_producer_epoch) == (4, 3)
+    assert (repeated.state, repeated.txn_timeout_ms) == (S.EMPTY, 45000)
+    # Transitions keep it, a plain bump and a fence forget it.
+    ongoing = repeated.prepare_add_partitions(frozenset({("a", 0)}), 400)
+    assert ongoing.last_producer_epoch == 3
+    assert ongoing.prepare_fence_producer_epoch(500).last_producer_epoch == NO_PRODUCER_EPOCH
+    assert repeated.prepare_increment_epoch(60000, 600).last_producer_epoch == NO_PRODUCER_EPOCH
+    # Not logged (Kafka's TransactionLogValue has no field for it): the log gives -1.
+    decoded = decode_transaction_value("t", encode_transaction_value(bumped))
+    assert decoded == bumped and decoded.last_producer_epoch == NO_PRODUCER_EPOCH

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 
 import pytest
 
@@ -102,4 +103,36 @@ async def test_shutdown_answers_a_parked_join_not_coordinator(serving: Serving) 
     groups.begin_shutdown()
     answer = await asyncio.wait_for(parked, WAIT_S)
     assert isinstance(answer.error, NotCoordinatorError)
+    await groups.close()
+
+
+async def test_a_request_cancelled_while_the_topic_is_made_does_not_fail_the_next(
+    serving: Serving, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A Kafka client that hangs up cancels its FindCoordinator while ``__consumer_offsets`` is
+    being created in the executor: the next request finds the topic made, not
+    TOPIC_ALREADY_EXISTS."""
+    log_manager = serving.replicas.log_manager
+    create_topic = log_manager.create_topic
+    started, release = threading.Event(), threading.Event()
+
+    def gated_create_topic(*args, **kwargs):
+        started.set()
+        assert release.wait(WAIT_S), "never released"
+        return create_topic(*args, **kwargs)
+
+    monkeypatch.setattr(log_manager, "create_topic", gated_create_topic)
+    groups = service_of(serving)
+    await groups.start()
+    first = asyncio.create_task(groups.find_coordinator("g"))
+    loop = asyncio.get_running_loop()
+    assert await loop.run_in_executor(None, started.wait, WAIT_S), "creation never started"
+    first.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    second = asyncio.create_task(groups.find_coordinator("g"))
+    release.set()
+    found = await asyncio.wait_for(second, WAIT_S)
+    assert found.partition == partition_for_group("g", PARTITIONS)
+    assert log_manager.has_topic(GROUP_METADATA_TOPIC)
     await groups.close()

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from stratalog.server.cluster.producer_ids import LOCAL_ID_BITS, cluster_producer_id
 from stratalog.server.settings import NODE_ID_MAX
 from stratalog.server.transactions.errors import ProducerIdsExhaustedError
+from stratalog.server.transactions.producer_ids import LOCAL_ID_BITS, cluster_producer_id
 
 
 def test_cluster_producer_ids_carry_the_node_id() -> None:
