@@ -317,7 +317,8 @@ class ReplicaManager:
         if current_leader_epoch < replica.leader_epoch:
             raise FencedLeaderEpochError(
                 topic, partition, f"leader epoch {current_leader_epoch} is older than the"
-                f" leader's, {replica.leader_epoch}: refresh the metadata")
+                f" leader's, {replica.leader_epoch}: refresh the metadata",
+                replica.node_id, replica.leader_epoch)
         if current_leader_epoch > replica.leader_epoch:
             raise UnknownLeaderEpochError(
                 topic, partition, f"leader epoch {current_leader_epoch} is newer than this"

@@ -287,4 +287,9 @@ def test_a_killed_leader_under_librdkafka_loses_no_acknowledged_record(start_mem
         end = ask(sock, _list_offsets(topic, -1, -1), 7).topics[0].partitions[0]
         assert (end.error_code, end.offset) == (0, sent)
         fenced = ask(sock, _fetch(topic, 0, current_leader_epoch=old_epoch), 12)
-        assert fenced.responses[0].partitions[0].error_code == FENCED_LEADER_EPOCH
+        partition = fenced.responses[0].partitions[0]
+        assert partition.error_code == FENCED_LEADER_EPOCH
+        new_epoch = metadata(survivors[new_leader], topic).topics[0].partitions[0].leader_epoch
+        assert new_epoch > old_epoch
+        assert (partition.current_leader.leader_id,
+                partition.current_leader.leader_epoch) == (new_leader, new_epoch)

@@ -12,11 +12,11 @@ through the serving layer's ``fetch_messages`` (Kafka's ``ReplicaManager.fetchMe
   FETCH_SESSION_ID_NOT_FOUND (70), and the client starts over without one.
 * Follower fetches (``replica_id`` >= 0) are not served here (replication has its own
   protocol): every partition is answered NOT_LEADER_OR_FOLLOWER.
-* Cluster mode: a partition this server does not lead is NOT_LEADER_OR_FOLLOWER, from v12
-  with ``current_leader`` naming the leader (KIP-951: leader_hints.py); a
+* Cluster mode: a partition this server does not lead is NOT_LEADER_OR_FOLLOWER; a
   ``current_leader_epoch`` (v9+, -1: none) older than the leader's is FENCED_LEADER_EPOCH, a
   newer one UNKNOWN_LEADER_EPOCH (the serving layer's check, Kafka's
-  ``Partition.checkCurrentLeaderEpoch``).
+  ``Partition.checkCurrentLeaderEpoch``). From v12 the first two name the leader and its
+  epoch in ``current_leader`` (KIP-951: leader_hints.py).
 * Quotas: the answer's bytes count against the principal's ``consumer_byte_rate``.
 """
 

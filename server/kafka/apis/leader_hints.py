@@ -1,12 +1,13 @@
 """KIP-951's leader hints: who leads a partition, told to a client that asked the wrong server.
 
-A Produce (v10+) or Fetch (v12+) partition answered NOT_LEADER_OR_FOLLOWER carries
-``current_leader`` (the leader's node id and epoch as this server knows them; -1 and -1 when it
-knows none), and a Produce answer (v10+; Fetch from v16, not served) lists the Kafka endpoint of
+A Produce (v10+) or Fetch (v12+) partition answered NOT_LEADER_OR_FOLLOWER (or, for Fetch,
+FENCED_LEADER_EPOCH) carries ``current_leader`` (the leader's node id and epoch as this server
+knows them; -1 and -1 when it knows none), and a Produce answer (v10+; Fetch from v16, not served) lists the Kafka endpoint of
 each leader it names in ``node_endpoints``, so that the client goes there without waiting for
 a Metadata refresh (``clients/src/main/resources/common/message/ProduceResponse.json``,
 ``FetchResponse.json``). The hint is the serving layer's: server/cluster/errors.py's
-``NotLeaderOrFollowerError`` carries the leader from this server's view of etcd.
+``NotLeaderOrFollowerError`` carries the leader from this server's view of etcd, and a
+``FencedLeaderEpochError`` raised by the leader carries itself and its epoch.
 
 Concurrency: pure functions; event-loop callers.
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from stratalog.server.cluster.errors import NotLeaderOrFollowerError
+from stratalog.server.cluster.errors import FencedLeaderEpochError, NotLeaderOrFollowerError
 
 if TYPE_CHECKING:
     from stratalog.server.settings import Address
@@ -28,8 +29,10 @@ _UNKNOWN = (-1, -1)
 
 def leader_hint(error: BaseException | None) -> tuple[int, int]:
     """``(leader_id, leader_epoch)`` for a partition's answer: the leader a
-    NOT_LEADER_OR_FOLLOWER error names, else (-1, -1)."""
-    if isinstance(error, NotLeaderOrFollowerError) and error.leader_id >= 0:
+    NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH error names (Kafka's ``KafkaApis`` hints
+    both), else (-1, -1)."""
+    if (isinstance(error, (NotLeaderOrFollowerError, FencedLeaderEpochError))
+            and error.leader_id >= 0):
         return error.leader_id, error.leader_epoch
     return _UNKNOWN
 

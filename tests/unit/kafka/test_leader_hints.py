@@ -20,6 +20,10 @@ def test_no_leader_known_or_another_error_is_no_hint():
     assert leader_hint(NotLeaderOrFollowerError("t", 0)) == (-1, -1)
     assert leader_hint(LeaderNotAvailableError("t", 0, "no leader")) == (-1, -1)
     assert leader_hint(FencedLeaderEpochError("t", 0, "old epoch")) == (-1, -1)
+
+
+def test_the_leader_that_fenced_an_old_epoch():
+    assert leader_hint(FencedLeaderEpochError("t", 0, "old epoch", 3, 9)) == (3, 9)
     assert leader_hint(None) == (-1, -1)
 
 
