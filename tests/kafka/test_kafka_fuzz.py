@@ -15,6 +15,8 @@ close the connection (a frame that is not Kafka's); never hang. After each API's
 server is still up and a librdkafka producer is served; at the end its log names no handler
 failure (a request that raised instead of being answered with an error code), its RSS grew by
 less than a generous bound, and its request bytes, connections and long polls are back to zero.
+A shorter run spreads the same kinds of frames over a three-server cluster (leaders, followers,
+topic administration through etcd).
 """
 
 from __future__ import annotations
@@ -202,3 +204,38 @@ def test_fuzzed_frames_of_every_served_api(start_server):
     log = server.log_text()
     failures = [line for line in log.splitlines() if any(f in line for f in HANDLER_FAILURES)]
     assert not failures, "\n".join(failures[:10])
+
+
+@pytest.mark.serial  # three servers and etcd
+def test_fuzzed_frames_in_cluster_mode(start_member):
+    """The same frames, fewer of them, spread over the three servers of a cluster: leaders,
+    followers and the controller's topic administration (through etcd) meet them; every
+    server stays up, serves librdkafka and logs no handler failure."""
+    servers = [start_member(node_id, "--fetch-max-wait-ms-max", "100",
+                            "--kafka-request-bytes-max", str(REQUEST_BYTES_MAX))
+               for node_id in (1, 2, 3)]
+    bootstrap = ",".join(server.kafka_bootstrap for server in servers)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    # The sample requests' topic names, replicated, so that requests reach real partitions.
+    names = [ALIVE_TOPIC, "t", "topic-a", "g"]
+    for future in admin.create_topics([NewTopic(n, num_partitions=2) for n in names]).values():
+        future.result(60)
+    del admin
+    rng = random.Random(951)
+    outcomes: Counter[str] = Counter()
+    for key, (low, high) in _SERVED:
+        for version in range(low, high + 1):
+            server = servers[rng.randrange(len(servers))]
+            request = sample_request(REQUEST_CLASSES[key], version, rng)
+            body = encode_request(request, version, 1)[4:]
+            outcomes[_exchange(server, _framed(body))] += 1
+            for _ in range(2):
+                outcomes[_exchange(server, _framed(_mutated(body, rng)))] += 1
+    for server in servers:
+        _still_serves(server)
+    assert outcomes["answered"] and outcomes["closed"], outcomes
+    for server in servers:
+        log = server.log_text()
+        failures = [line for line in log.splitlines()
+                    if any(f in line for f in HANDLER_FAILURES)]
+        assert not failures, "\n".join(failures[:10])
