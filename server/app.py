@@ -117,6 +117,7 @@ from stratalog.server.settings import (
     SettingsError,
     configure_logging,
     describe,
+    parse_address,
     reload_settings,
 )
 from stratalog.server.startup_banner import ServingFacts, banner_lines
@@ -494,12 +495,17 @@ class Server:
             self.metrics, self._executor, self._limits, self.quotas, self.authorizer,
             advertised=lambda: listener.advertised(),
             time_ms=lambda: int(time.time() * 1000), admin=self.admin,
-            cluster_id=getattr(read_meta_properties(Path(settings.log_dirs[0])), "cluster_id",
-                               None),
+            # Each server of a cluster made its own meta.properties' cluster.id, so none of
+            # them is the cluster's: a cluster answers none (null) rather than a different id
+            # from each server, which clients take for servers of several clusters.
+            cluster_id=None if settings.cluster else getattr(
+                read_meta_properties(Path(settings.log_dirs[0])), "cluster_id", None),
+            kafka_brokers=self._kafka_brokers if settings.cluster else None,
             authenticator=self._authenticator,
         )
         listener = self.kafka = KafkaListener(
             services, self._tls.listener_context() if self._tls is not None else None)
+        self.metrics.kafka_request_bytes.set_function(lambda: listener.budget.in_use_bytes)
         try:
             await listener.start()
         except OSError as exc:
@@ -510,6 +516,21 @@ class Server:
             logger.warning("the default Kafka port %d is in use on %s: serving Kafka clients on"
                            " port %d instead; set kafka_listen to choose one",
                            listener.address.port, listener.address.host, listener.port)
+
+    def _kafka_brokers(self) -> dict[int, Address]:
+        """In cluster mode, node id -> Kafka address of every live server that registered one
+        (server/cluster/membership.py); before this server joined, none is known."""
+        node = self.cluster_node
+        if node is None:
+            return {}
+        brokers = {}
+        for broker in node.brokers:
+            if broker.kafka_address:
+                try:
+                    brokers[broker.node_id] = parse_address(broker.kafka_address)
+                except ValueError:  # a registration this version cannot read: not reachable
+                    continue
+        return brokers
 
     async def _start_metrics(self, port: int) -> int:
         """Start the metrics endpoint on ``port`` of the metrics host; the port bound.
@@ -623,6 +644,7 @@ class Server:
                     settings.cluster_session_timeout_ms,
                     unclean_leader_election_enable=settings.unclean_leader_election_enable,
                     principal=principal,
+                    kafka_address=str(self.kafka.advertised()) if self.kafka is not None else "",
                 )
             except (TimeoutError, aetcd.ClientError, OSError) as exc:
                 raise StartupError(f"cannot join the cluster {settings.cluster}: etcd"

@@ -43,6 +43,11 @@ What an operator watches, in Prometheus's text format at ``http://HOST:metrics_p
                                                per principal would grow without bound)
     stratalog_subscribe_buffer_bytes           bytes of Subscribe messages read and not yet
                                                taken by gRPC's flow control (the budget's use)
+    stratalog_kafka_connections                Kafka-protocol connections open now
+                                               (server/kafka/listener.py)
+    stratalog_kafka_request_bytes              bytes of Kafka requests read and not yet
+                                               answered, all connections (the budget
+                                               kafka_queued_request_bytes_max bounds)
     stratalog_authentication_failures_total{reason}  calls refused UNAUTHENTICATED, by what was
                                                wrong: wrong_credentials, malformed_credentials,
                                                credentials_not_accepted, credentials_required
@@ -796,6 +801,11 @@ class ServerMetrics:
         )
         self.kafka_connections = Gauge(
             "stratalog_kafka_connections", "Kafka connections open now", registry=r,
+        )
+        # The listener's request-byte budget (server/kafka/listener.py), read at scrape time.
+        self.kafka_request_bytes = Gauge(
+            "stratalog_kafka_request_bytes",
+            "Bytes of Kafka requests read and not yet answered, all connections", registry=r,
         )
         self.kafka_connections_closed = Counter(
             "stratalog_kafka_connections_closed",

@@ -112,6 +112,8 @@ class PartitionRead(NamedTuple):
     partition: int
     offset: int
     max_bytes: int
+    #: The leader epoch the client believes current (Kafka's Fetch v9+), -1: unchecked.
+    current_leader_epoch: int = -1
 
 
 class PartitionReadResult(NamedTuple):
@@ -292,6 +294,36 @@ class ReplicaManager:
                 raise NotLeaderOrFollowerError(topic, partition)
             return None
         return roles.leader_partition(topic, partition)
+
+    def leader_at_epoch(self, topic: str, partition: int,
+                        current_leader_epoch: int) -> Replica | None:
+        """:meth:`leader`, and the leader epoch a client believes current checked against the
+        leader's (-1: not checked; a single server has nothing to check against), as Kafka's
+        ``Partition.checkCurrentLeaderEpoch``.
+
+        Raises:
+            what :meth:`leader` raises; FencedLeaderEpochError: ``current_leader_epoch`` is
+            older than the leader's (the client refreshes its metadata);
+            UnknownLeaderEpochError: newer (this server has not seen that election yet).
+        """
+        replica = self.leader(topic, partition)
+        if replica is None or current_leader_epoch < 0:
+            return replica
+        from stratalog.server.cluster.errors import (
+            FencedLeaderEpochError,
+            UnknownLeaderEpochError,
+        )
+
+        if current_leader_epoch < replica.leader_epoch:
+            raise FencedLeaderEpochError(
+                topic, partition, f"leader epoch {current_leader_epoch} is older than the"
+                f" leader's, {replica.leader_epoch}: refresh the metadata",
+                replica.node_id, replica.leader_epoch)
+        if current_leader_epoch > replica.leader_epoch:
+            raise UnknownLeaderEpochError(
+                topic, partition, f"leader epoch {current_leader_epoch} is newer than this"
+                f" leader's, {replica.leader_epoch}: retry after a metadata refresh")
+        return replica
 
     # ---------------------------------------------------------------- waking (every writer)
 
@@ -784,7 +816,7 @@ class ReplicaManager:
         first = True
         for read in reads:
             try:
-                self.leader(read.topic, read.partition)
+                self.leader_at_epoch(read.topic, read.partition, read.current_leader_epoch)
                 partition_log, state = self.get_partition(read.topic, read.partition)
                 signals.append(state.signal())
                 if remaining <= 0:
@@ -858,6 +890,37 @@ class ReplicaManager:
         self.leader(topic, partition)
         partition_log, _ = self.get_partition(topic, partition)
         return partition_log.offset_for_timestamp(target, isolation_level=isolation_level)
+
+    def offset_and_epoch_for_timestamp(
+        self, topic: str, partition: int, target: int, isolation_level: IsolationLevel,
+        current_leader_epoch: int = -1,
+    ) -> tuple[TimestampOffset | None, int]:
+        """:meth:`offset_for_timestamp` with the client's leader epoch checked
+        (:meth:`leader_at_epoch`), and the leader epoch of the offset found (Kafka's
+        ``Partition.fetchOffsetForTimestamp``): for -1 (latest) the leader's current epoch,
+        else the epoch the record at that offset was written in; -1 when the leader-epoch
+        cache does not know it (a log written before epochs were kept)."""
+        replica = self.leader_at_epoch(topic, partition, current_leader_epoch)
+        partition_log, _ = self.get_partition(topic, partition)
+        found = partition_log.offset_for_timestamp(target, isolation_level=isolation_level)
+        if found is None:
+            return None, -1
+        if target == _LATEST:
+            epoch = replica.leader_epoch if replica is not None else partition_log.latest_epoch
+        else:
+            epoch = partition_log.leader_epoch_cache.epoch_for_offset(found.offset)
+        return found, -1 if epoch is None else epoch
+
+    def end_offset_for_epoch(self, topic: str, partition: int, leader_epoch: int,
+                             current_leader_epoch: int = -1) -> tuple[int, int]:
+        """OffsetsForLeaderEpoch on the leader (Kafka's ``Partition.lastOffsetForLeaderEpoch``,
+        ``fetchOnlyFromLeader``): ``(epoch, end offset)`` of the greatest epoch at or below
+        ``leader_epoch`` in the partition's leader-epoch cache (LeaderEpochCache.end_offset_for:
+        the log end for the latest epoch), ``(-1, -1)`` when the cache cannot say; the client's
+        ``current_leader_epoch`` is checked first (:meth:`leader_at_epoch`)."""
+        self.leader_at_epoch(topic, partition, current_leader_epoch)
+        partition_log, _ = self.get_partition(topic, partition)
+        return partition_log.end_offset_for_epoch(leader_epoch)
 
     def subscription_start(
         self, topic: str, partition: int, isolation_level: IsolationLevel, offset: int,

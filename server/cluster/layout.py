@@ -1,6 +1,7 @@
 """The etcd keys of one cluster, under its prefix (``cluster_prefix``, ``/stratalog``)::
 
-    <prefix>/brokers/<node_id>     JSON {"node_id": 1, "address": "10.0.0.1:50051"}
+    <prefix>/brokers/<node_id>     JSON {"node_id": 1, "address": "10.0.0.1:50051"} (and
+                                   "principal", "kafka_address": membership.py)
                                    under the broker's lease: gone when the broker is
     <prefix>/controller            JSON {"node_id": 1, "epoch": 7}
                                    under the controller's lease: gone when the controller is

@@ -1,9 +1,11 @@
 """Broker registration and the view of the live brokers.
 
 Registration: ``<prefix>/brokers/<node_id>`` = ``{"node_id": N, "address": "HOST:PORT",
-"principal": "User:..."}`` under this server's lease (session.py); ``principal`` is who the
-server proves to be to its peers (broker_identity.py), left out in a cluster without
-``broker_principals``. It is written by a transaction that succeeds only if the key
+"principal": "User:...", "kafka_address": "HOST:PORT"}`` under this server's lease (session.py);
+``principal`` is who the server proves to be to its peers (broker_identity.py), left out in a
+cluster without ``broker_principals``; ``kafka_address`` is where Kafka clients reach the
+server's Kafka listener (server/kafka/: Metadata's brokers), left out by a server without one.
+Both are optional: a registration without them (an older server's) reads as "none". It is written by a transaction that succeeds only if the key
 does not exist (``create_revision == 0``). If it exists, another server holds the node id under
 a lease of its own that has not expired, and the start is refused (:class:`NodeIdInUseError`)
 rather than take the id over: two servers with one id would corrupt each other's replicas once
@@ -41,25 +43,29 @@ logger = logging.getLogger(__name__)
 
 
 class BrokerInfo(NamedTuple):
-    """A registered broker: its node id, the address it advertised, and the principal it
-    authenticates as to its peers ("" when it registered none)."""
+    """A registered broker: its node id, the (gRPC) address it advertised, the principal it
+    authenticates as to its peers ("" when it registered none) and its Kafka listener's
+    advertised address ("" when it has no Kafka listener)."""
 
     node_id: int
     address: str
     principal: str = ""
+    kafka_address: str = ""
 
 
 class Membership:
     """This server's registration and the brokers etcd lists; :meth:`register` first."""
 
     def __init__(self, session: EtcdSession, keys: ClusterKeys, node_id: int, address: str,
-                 poll_interval_s: float, principal: str = "") -> None:
+                 poll_interval_s: float, principal: str = "", kafka_address: str = "") -> None:
         self._session = session
         self._keys = keys
         self.node_id = node_id
         self.address = address
         #: Who this server is to its peers (its registration says so); "" for nobody.
         self.principal = principal
+        #: Where Kafka clients reach this server (its registration says so); "" for nowhere.
+        self.kafka_address = kafka_address
         #: The live brokers by node id, as last read from etcd (this server's own included
         #: from registration on).
         self.brokers: dict[int, BrokerInfo] = {}
@@ -77,6 +83,8 @@ class Membership:
         registration: dict[str, object] = {"node_id": self.node_id, "address": self.address}
         if self.principal:
             registration["principal"] = self.principal
+        if self.kafka_address:
+            registration["kafka_address"] = self.kafka_address
         value = json.dumps(registration).encode()
         succeeded, responses = await client.transaction(
             compare=[client.transactions.create(key) == 0],
@@ -92,7 +100,8 @@ class Membership:
                     info = await client.get_lease_info(kv.lease, keys=False)
                     ttl_s = max(0, info.TTL)
             raise NodeIdInUseError(self.node_id, holder, ttl_s)
-        self.brokers[self.node_id] = BrokerInfo(self.node_id, self.address, self.principal)
+        self.brokers[self.node_id] = BrokerInfo(self.node_id, self.address, self.principal,
+                                                  self.kafka_address)
         logger.info("registered as broker %d at %s", self.node_id, self.address)
 
     async def reregister(self) -> None:
@@ -110,9 +119,10 @@ class Membership:
             value = decode_json(kv.value)
             node_id, address = value.get("node_id"), value.get("address")
             principal = value.get("principal", "")
+            kafka_address = value.get("kafka_address", "")
             if (isinstance(node_id, int) and isinstance(address, str)
-                    and isinstance(principal, str)):
-                brokers[node_id] = BrokerInfo(node_id, address, principal)
+                    and isinstance(principal, str) and isinstance(kafka_address, str)):
+                brokers[node_id] = BrokerInfo(node_id, address, principal, kafka_address)
         self.brokers = dict(sorted(brokers.items()))
 
     def start(self) -> None:

@@ -178,18 +178,107 @@ def decode_body(frame: bytes, header: RequestHeader) -> Any:
     """The request body of ``frame`` as kafka-python's message object.
 
     Raises:
-        RequestBodyError: the body does not decode (cut short, a bad length, bad UTF-8), or
-            bytes are left after it.
+        RequestBodyError: the body does not decode (cut short, a bad length, bad UTF-8, a
+            null where the schema allows none).
+            Bytes after its last field are ignored, as Kafka ignores them.
     """
     request_class = REQUEST_CLASSES[header.api_key]
+    version = header.api_version
     view = memoryview(frame)[header.body_offset:]
     try:
-        return request_class.decode(view, version=header.api_version)
+        message, end = _body_decoder(request_class, version)(view, 0)
     except Exception as exc:  # the library raises struct.error, ValueError, IndexError, ...
         raise RequestBodyError(
-            f"{request_class.name} v{header.api_version} does not decode: "
-            f"{type(exc).__name__}: {exc}"
+            f"{request_class.name} v{version} does not decode: {type(exc).__name__}: {exc}"
         ) from None
+    # The library slices a bytes field (a Produce's records) or a string as its length
+    # prefix says, and a slice past the end of a memoryview is silently short: a frame cut
+    # inside its last such field decodes "whole" unless the end is checked. Bytes after the
+    # last field are left unread, as Kafka's parser leaves them (librdkafka's Metadata v12
+    # carries three: refusing them would refuse librdkafka).
+    if end > len(view):
+        raise RequestBodyError(
+            f"{request_class.name} v{version} is cut short: its fields take {end} bytes, the"
+            f" frame holds {len(view)} after the header"
+        )
+    # The library reads a null (length -1, or a compact length 0) into any array or string,
+    # nullable or not: a handler would meet None where the schema promises a value. Kafka's
+    # generated readers refuse it ("non-nullable field ... was serialized as null").
+    null = _first_null(message, request_class._struct, version)  # type: ignore[attr-defined]
+    if null is not None:
+        raise RequestBodyError(
+            f"{request_class.name} v{version}: {null} is null, and that field is not nullable"
+        )
+    return message
+
+
+#: The field types the library reads as None for a null length (-1, or a compact 0). Not
+#: "uuid": it reads the zero UUID, which is no null on the wire, as None too.
+_NULLABLE_TYPES = frozenset({"string", "bytes", "records"})
+#: (struct field, version) -> the checks of :func:`_first_null`: (attribute, kind, field).
+_NULL_CHECKS: dict[tuple[int, int], list[tuple[str, str, Any]]] = {}
+
+
+def _null_checks(struct_field: Any, version: int) -> list[tuple[str, str, Any]]:
+    """What :func:`_first_null` looks at in a struct at ``version``, worked out once: each
+    field present that may be None, as "null" (must not be), "structs" (an array of structs:
+    walk each), "array" (no null element), "struct" (walk it) or "walk" (a nullable struct or
+    struct array: walk it when present)."""
+    key = (id(struct_field), version)
+    checks = _NULL_CHECKS.get(key)
+    if checks is None:
+        checks = []
+        for name, field in struct_field.fields.items():
+            if not field.for_version_q(version):
+                continue
+            nullable = field.nullable_for_version_q(version) or field.tagged_field_q(version)
+            if field.is_struct_array():
+                checks.append((name, "walk-structs" if nullable else "structs", field))
+            elif field.is_array():
+                checks.append((name, "walk-array" if nullable else "array", field))
+            elif field.is_struct():
+                checks.append((name, "walk-struct" if nullable else "struct", field))
+            elif not nullable and field.type_str in _NULLABLE_TYPES:
+                checks.append((name, "null", field))
+        _NULL_CHECKS[key] = checks  # bounded: the schemas' structs times their versions
+    return checks
+
+
+def _first_null(message: Any, struct_field: Any, version: int, path: str = "") -> str | None:
+    """The path of the first field of ``message`` (as ``struct_field``, kafka-python's schema
+    of it, defines it) that is null without being nullable at ``version``, or None. Walks
+    the nested structs and arrays: O(the fields of the message that may be null)."""
+    for name, kind, field in _null_checks(struct_field, version):
+        value = getattr(message, name, None)
+        if value is None:
+            if not kind.startswith("walk"):
+                return f"{path}{name}"
+            continue
+        if kind.endswith("structs"):
+            for n, item in enumerate(value):
+                null = _first_null(item, field, version, f"{path}{name}[{n}].")
+                if null is not None:
+                    return null
+        elif kind.endswith("array"):
+            for n, item in enumerate(value):
+                if item is None:
+                    return f"{path}{name}[{n}]"
+        elif kind.endswith("struct"):
+            null = _first_null(value, field, version, f"{path}{name}.")
+            if null is not None:
+                return null
+    return None
+
+
+def _body_decoder(request_class: type[ApiMessage], version: int) -> Any:
+    """kafka-python's decoder of ``request_class`` at ``version``, which returns the message
+    and the position after it (``ApiMessage.decode`` returns the message only; this is its
+    own call, with the end kept)."""
+    flexible = is_flexible(request_class, version)
+    return request_class._struct.compiled_decode_from(  # type: ignore[attr-defined]
+        version, compact=flexible, tagged=flexible,
+        data_class=request_class[None],  # type: ignore[index]
+    )
 
 
 def encode_response(

@@ -2,7 +2,9 @@
 clients (kafka-python, aiokafka, confluent-kafka, kcat).
 
 The ``server`` and ``start_server`` fixtures are tests/integration/conftest.py's; a server they
-start listens for Kafka clients on a free port: ``server.kafka_bootstrap``. ``kcat`` is the path
+start listens for Kafka clients on a free port: ``server.kafka_bootstrap``. ``etcd`` and
+``start_member`` (a server joined to that etcd, with its Kafka listener) are
+tests/cluster/conftest.py's, for the cluster-mode tests (test_kafka_cluster.py). ``kcat`` is the path
 of Debian's kcat, or the test is skipped with a line that says it is missing (`make test`
 installs it where apt-get can).
 """
@@ -13,6 +15,7 @@ import shutil
 
 import pytest
 
+from tests.cluster.conftest import etcd, start_member  # noqa: F401  (fixtures)
 from tests.integration.conftest import server, start_server  # noqa: F401  (fixtures)
 
 

@@ -4,8 +4,11 @@ oracle), framing by hand, nothing else — so a test sees exactly what the serve
 
 from __future__ import annotations
 
+import random
+import re
 import socket
 import struct
+import uuid
 from typing import Any
 
 from kafka.protocol.api_message import ApiMessage
@@ -92,3 +95,77 @@ class KafkaWire:
             chunks.append(chunk)
             count -= len(chunk)
         return b"".join(chunks)
+
+
+def ask(wire: KafkaWire, request: ApiMessage, version: int) -> Any:
+    """``wire.call`` with the response class of ``request``'s API."""
+    from stratalog.server.kafka.codec import RESPONSE_CLASSES
+
+    return wire.call(request, RESPONSE_CLASSES[request.API_KEY], version)
+
+
+# ---------------------------------------------------------------- sample requests
+
+_SCALARS = {
+    "int8": lambda rng: rng.randrange(-1, 3),
+    "int16": lambda rng: rng.randrange(-1, 5),
+    "uint16": lambda rng: rng.randrange(0, 5),
+    "int32": lambda rng: rng.randrange(-1, 100),
+    "uint32": lambda rng: rng.randrange(0, 100),
+    "int64": lambda rng: rng.randrange(-2, 1000),
+    "float64": lambda rng: rng.random(),
+    "bool": lambda rng: bool(rng.randrange(2)),
+    "string": lambda rng: rng.choice(["t", "topic-a", "g", "x" * rng.randrange(0, 40)]),
+    "bytes": lambda rng: rng.randbytes(rng.randrange(0, 30)),
+    "records": lambda rng: rng.randbytes(rng.randrange(0, 80)),
+    "uuid": lambda rng: uuid.UUID(int=rng.getrandbits(128)),
+}
+
+
+def sample_request(request_class: Any, version: int, rng: random.Random) -> Any:
+    """A request of ``request_class`` at ``version`` with every field of that version set to
+    a random value of its type (but types :func:`_known` does not know), and arrays of 0 to 2
+    elements: built from the class's own
+    schema (Kafka's JSON message schema), so it covers every API kafka-python knows."""
+    return _build(request_class, request_class._json["fields"], version, rng)
+
+
+def _build(owner: Any, fields: list[dict[str, Any]], version: int, rng: random.Random) -> Any:
+    values = {}
+    for spec in fields:
+        if _in_versions(spec.get("versions"), version) and _known(spec["type"]):
+            values[_snake(spec["name"])] = _value(owner, spec, version, rng)
+    return owner(**values)
+
+
+def _known(kind: str) -> bool:
+    """Whether a field of this type gets a random value (a struct, an array, or a scalar of
+    :data:`_SCALARS`); others (a response's ``bitfield``) keep the class's default."""
+    element = kind.removeprefix("[]")
+    return element in _SCALARS or element[:1].isupper()
+
+
+def _value(owner: Any, spec: dict[str, Any], version: int, rng: random.Random) -> Any:
+    kind = spec["type"]
+    if kind.startswith("[]"):
+        element = kind[2:]
+        if "fields" in spec:
+            return [_build(getattr(owner, element), spec["fields"], version, rng)
+                    for _ in range(rng.randrange(3))]
+        return [_SCALARS[element](rng) for _ in range(rng.randrange(3))]
+    if "fields" in spec:
+        return _build(getattr(owner, kind), spec["fields"], version, rng)
+    return _SCALARS[kind](rng)
+
+
+def _in_versions(spec: str | None, version: int) -> bool:
+    if not spec or spec == "none":
+        return False
+    if spec.endswith("+"):
+        return version >= int(spec[:-1])
+    low, _, high = spec.partition("-")
+    return int(low) <= version <= int(high or low)
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).lower()

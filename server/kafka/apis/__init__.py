@@ -6,6 +6,7 @@
     produce.py        Produce
     fetch.py          Fetch
     list_offsets.py   ListOffsets
+    leader_epochs.py  OffsetForLeaderEpoch
     admin_topics.py   CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords
     configs.py        DescribeConfigs, AlterConfigs, IncrementalAlterConfigs
     cluster_info.py   DescribeCluster
@@ -24,6 +25,7 @@ from stratalog.server.kafka.apis import (  # noqa: F401  (each registers its han
     configs,
     fetch,
     groups,
+    leader_epochs,
     list_offsets,
     metadata,
     produce,

@@ -12,6 +12,11 @@ through the serving layer's ``fetch_messages`` (Kafka's ``ReplicaManager.fetchMe
   FETCH_SESSION_ID_NOT_FOUND (70), and the client starts over without one.
 * Follower fetches (``replica_id`` >= 0) are not served here (replication has its own
   protocol): every partition is answered NOT_LEADER_OR_FOLLOWER.
+* Cluster mode: a partition this server does not lead is NOT_LEADER_OR_FOLLOWER; a
+  ``current_leader_epoch`` (v9+, -1: none) older than the leader's is FENCED_LEADER_EPOCH, a
+  newer one UNKNOWN_LEADER_EPOCH (the serving layer's check, Kafka's
+  ``Partition.checkCurrentLeaderEpoch``). From v12 the first two name the leader and its
+  epoch in ``current_leader`` (KIP-951: leader_hints.py).
 * Quotas: the answer's bytes count against the principal's ``consumer_byte_rate``.
 """
 
@@ -22,6 +27,7 @@ from kafka.protocol.consumer import FetchRequest, FetchResponse
 
 from stratalog.server.broker import PartitionRead, PartitionReadResult
 from stratalog.server.client_limits import ClientLimitExceededError, WaitingRpc, WaitingRpcKind
+from stratalog.server.kafka.apis.leader_hints import leader_hint
 from stratalog.server.kafka.apis.registry import kafka_api
 from stratalog.server.kafka.context import RequestContext
 from stratalog.server.kafka.error_codes import Code, code_of
@@ -36,6 +42,8 @@ _PartitionData = _TopicResponse.PartitionData
 _Aborted = _PartitionData.AbortedTransaction
 _FETCH_SESSION_ID_NOT_FOUND = 70
 _NO_SESSION_EPOCHS = (-1, 0)
+#: The first version with KIP-951's current_leader.
+_LEADER_HINT_VERSION = 12
 
 
 @kafka_api(ApiKey.Fetch, versions=(4, 12))
@@ -75,8 +83,10 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
             elif partition.fetch_offset < 0:
                 refused[(name, index)] = Code.OFFSET_OUT_OF_RANGE
             else:
-                reads.append(PartitionRead(name, index, partition.fetch_offset,
-                                           max(partition.partition_max_bytes, 0)))
+                reads.append(PartitionRead(
+                    name, index, partition.fetch_offset, max(partition.partition_max_bytes, 0),
+                    partition.current_leader_epoch if version >= 9 else -1,
+                ))
         order.append((name, indexes))
     admit_wait = None
     if max_wait_ms and reads:
@@ -107,6 +117,11 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
                 partitions.append(_error_partition(index, refused.get(key, Code.NONE)))
                 continue
             entry, size = _partition_answer(ctx, index, result, committed)
+            if version >= _LEADER_HINT_VERSION and result.error is not None:
+                leader_id, leader_epoch = leader_hint(result.error)
+                if leader_id >= 0:
+                    entry.current_leader = _PartitionData.LeaderIdAndEpoch(
+                        leader_id=leader_id, leader_epoch=leader_epoch)
             bytes_out += size
             partitions.append(entry)
         responses.append(_TopicResponse(topic=name, partitions=partitions))

@@ -5,8 +5,11 @@ Targets, as Kafka's ``UnifiedLog.fetchOffsetByTimestamp``: -2 earliest (the log 
 latest (the high watermark, or for READ_COMMITTED (v2+) the LSO), -3 (v7+) the record with the
 largest timestamp, a timestamp >= 0: the first record at or after it (offset -1 and timestamp -1
 when there is none). Other negative targets are answered UNSUPPORTED_VERSION, as Kafka does for
-a target the request's version does not know. The leader epoch (v4+) is -1 (unknown): clients
-then skip the epoch validation it would allow (KIP-320). Authorization: DESCRIBE on the topic.
+a target the request's version does not know. The leader epoch (v4+) is the epoch of the offset
+found (for latest, the leader's current epoch), from the partition's leader-epoch cache, -1
+when it does not know (clients then skip the validation it allows, KIP-320); the request's
+``current_leader_epoch`` (v4+, -1: none) is checked against the leader's in cluster mode
+(FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH). Authorization: DESCRIBE on the topic.
 """
 
 from __future__ import annotations
@@ -46,19 +49,24 @@ async def list_offsets(ctx: RequestContext, request: ListOffsetsRequest) -> List
             if target < lowest_target:
                 partitions.append(_answer(index, Code.UNSUPPORTED_VERSION))
                 continue
+            current_epoch = (partition.current_leader_epoch if request.API_VERSION >= 4
+                             else -1)
             try:
-                found = replicas.offset_for_timestamp(name, index, target, isolation)
+                found, epoch = replicas.offset_and_epoch_for_timestamp(
+                    name, index, target, isolation, current_epoch)
             except Exception as exc:
                 partitions.append(_answer(index, code_of(exc)))
                 continue
             if found is None:
                 partitions.append(_answer(index, Code.NONE))
             else:
-                partitions.append(_answer(index, Code.NONE, found.offset, found.timestamp))
+                partitions.append(_answer(index, Code.NONE, found.offset, found.timestamp,
+                                          epoch))
         topics.append(_TopicResponse(name=name, partitions=partitions))
     return ListOffsetsResponse(throttle_time_ms=0, topics=topics)
 
 
-def _answer(index: int, code: int, offset: int = -1, timestamp: int = -1) -> _PartitionResponse:
+def _answer(index: int, code: int, offset: int = -1, timestamp: int = -1,
+            leader_epoch: int = -1) -> _PartitionResponse:
     return _PartitionResponse(partition_index=index, error_code=code, timestamp=timestamp,
-                              offset=offset, leader_epoch=-1)
+                              offset=offset, leader_epoch=leader_epoch)

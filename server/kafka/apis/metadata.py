@@ -1,45 +1,59 @@
 """Metadata (key 3, versions 0 to 12): the brokers, the controller and the topics' partitions
 with their leaders, as Kafka's ``KafkaApis.handleTopicMetadataRequest`` answers.
 
+The reading is the serving layer's, the same as the gRPC Metadata RPC's: ``AdminManager.metadata``
+gives server/metadata.py's protocol-neutral ``ClusterMetadata`` (a single server: itself,
+leading everything it holds; a cluster member: the replicated topics of its view of etcd, each
+partition's leader, leader epoch, replicas and ISR), which this module translates.
+
 * Which topics: v0's empty list and v1+'s null mean every topic the caller may DESCRIBE (the
   others are left out); named topics are answered each with its own error
-  (UNKNOWN_TOPIC_OR_PARTITION, INVALID_TOPIC_EXCEPTION, TOPIC_AUTHORIZATION_FAILED).
+  (UNKNOWN_TOPIC_OR_PARTITION, INVALID_TOPIC_EXCEPTION, TOPIC_AUTHORIZATION_FAILED). In
+  cluster mode a topic the cluster does not know is unknown, also when this server holds a
+  local topic of that name; before the server joined, every named topic is
+  LEADER_NOT_AVAILABLE.
 * Auto-creation: a named topic that does not exist is created when the request allows it
   (v4+'s ``allow_auto_topic_creation``; always before v4), the server's
   ``auto_create_topics_enable`` is on and the caller may CREATE it (on the cluster or the
-  topic); the answer then says LEADER_NOT_AVAILABLE for it, as Kafka's does (the client asks
-  again). A caller that may not create it is answered TOPIC_AUTHORIZATION_FAILED, as Kafka's
-  ``handleTopicMetadataRequest`` answers it.
+  topic; AdminManager creates it, in cluster mode through etcd); the answer then says
+  LEADER_NOT_AVAILABLE for it, as Kafka's does (the client asks again). A caller that may not
+  create it is answered TOPIC_AUTHORIZATION_FAILED, as Kafka's ``handleTopicMetadataRequest``
+  answers it. The topics the server writes itself (``__consumer_offsets``,
+  ``__transaction_state``) never are, as Kafka's Metadata does not create internal topics.
+* Brokers: every live server's Kafka listener (``KafkaServices.broker_addresses``: this one
+  alone without a cluster). A partition whose leader is unknown, not live or without a Kafka
+  listener is LEADER_NOT_AVAILABLE with leader -1, as Kafka's for a leader without an endpoint
+  on the listener (``core/src/main/scala/kafka/server/metadata/KRaftMetadataCache.scala``,
+  ``getPartitionMetadata``); ``offline_replicas`` are the replicas without one.
 * Topic ids (v10+) are the zero UUID: this server names topics only, and serves the versions
   of Fetch and Produce that name them (docs/kafka-protocol.md).
 """
 
 from __future__ import annotations
 
-import logging
 import uuid
+from typing import TYPE_CHECKING
 
 from kafka.protocol.api_key import ApiKey
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
 from stratalog.server.kafka.apis.registry import kafka_api
 from stratalog.server.kafka.context import RequestContext
-from stratalog.server.kafka.error_codes import Code, code_of
-from stratalog.server.security.acls import AclOperation, ResourceType
-from stratalog.server.storage.errors import TopicAlreadyExistsError
+from stratalog.server.kafka.error_codes import Code
+from stratalog.server.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from stratalog.server.storage.log_manager import SERVER_WRITTEN_TOPICS
 from stratalog.server.storage.topic_names import validate_topic_name
 
-__all__ = ["metadata"]
+if TYPE_CHECKING:
+    from stratalog.server.metadata import ClusterMetadata, TopicMetadata
+    from stratalog.server.settings import Address
 
-logger = logging.getLogger(__name__)
+__all__ = ["metadata"]
 
 _Broker = MetadataResponse.MetadataResponseBroker
 _Topic = MetadataResponse.MetadataResponseTopic
 _Partition = _Topic.MetadataResponsePartition
 _ZERO_UUID = uuid.UUID(int=0)
-#: The node id of a server without --cluster (server/metadata.py's).
-_SINGLE_NODE_ID = 0
 
 
 @kafka_api(ApiKey.Metadata, versions=(0, 12))
@@ -51,76 +65,89 @@ async def metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataRes
     else:
         names = list(dict.fromkeys(t.name for t in request.topics if t.name is not None))
     allow_create = version < 4 or bool(request.allow_auto_topic_creation)
+    brokers = services.broker_addresses()
+    # Each named topic's own error, before anything is read: (name, code) in the order asked.
+    refused: dict[str, int] = {}
+    for name in names or ():
+        try:
+            validate_topic_name(name)
+        except Exception:
+            refused[name] = Code.INVALID_TOPIC_EXCEPTION
+            continue
+        if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, name):
+            refused[name] = Code.TOPIC_AUTHORIZATION_FAILED
+    wanted = [name for name in names or () if name not in refused]
+    # Asked for every answer, topics or not: librdkafka's admin client waits for a controller.
+    controller_id = services.admin.controller_id
     topics: list[_Topic] = []
-    if names is None:
-        descriptions = await services.replicas.admin(services.log_manager.list_topics)
-        for description in descriptions:
-            if ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, description.name):
-                topics.append(_topic_entry(ctx, description))
-    else:
-        for name in names:
-            topics.append(await _named_topic(ctx, name, allow_create))
+    if services.settings.cluster and services.replicas.cluster_node is None:
+        # Between the listener's bind and the registration (app.py): nothing known yet.
+        refused.update(dict.fromkeys(wanted, Code.LEADER_NOT_AVAILABLE))
+    elif names is None or wanted:
+        answer, missing = await _read(ctx, wanted, allow_create)
+        found = {topic.name: topic for topic in answer.topics}
+        if names is None:
+            topics = [_topic(topic, brokers) for name, topic in sorted(found.items())
+                      if ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, name)]
+        refused.update(missing)
+        topics += [_topic(found[name], brokers) for name in wanted if name in found]
+    topics += [_error_topic(name, code) for name, code in refused.items()]
+    if names is not None:
+        order = {name: n for n, name in enumerate(names)}
+        topics.sort(key=lambda topic: order[topic.name])
     return MetadataResponse(
         throttle_time_ms=0,
         brokers=[_Broker(node_id=node_id, host=address.host, port=address.port, rack=None)
-                 for node_id, address in sorted(services.broker_addresses().items())],
+                 for node_id, address in sorted(brokers.items())],
         cluster_id=services.cluster_id,
-        controller_id=_SINGLE_NODE_ID,
+        controller_id=controller_id,
         topics=topics,
     )
 
 
-async def _named_topic(ctx: RequestContext, name: str, allow_create: bool) -> _Topic:
+async def _read(ctx: RequestContext, wanted: list[str],
+                allow_create: bool) -> tuple[ClusterMetadata, dict[str, int]]:
+    """The serving layer's answer for ``wanted`` (empty: every topic), and the error code of
+    each topic it does not have: UNKNOWN_TOPIC_OR_PARTITION, or when the request allows
+    creation (module docstring) LEADER_NOT_AVAILABLE for a topic created now and
+    TOPIC_AUTHORIZATION_FAILED for one the caller may not create."""
     services = ctx.services
-    try:
-        validate_topic_name(name)
-    except Exception:
-        return _error_topic(name, Code.INVALID_TOPIC_EXCEPTION)
-    if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, name):
-        return _error_topic(name, Code.TOPIC_AUTHORIZATION_FAILED)
-    log_manager = services.log_manager
-    if not log_manager.has_topic(name):
-        if (allow_create and services.settings.auto_create_topics_enable
-                and name not in SERVER_WRITTEN_TOPICS):
-            if not (ctx.allowed(AclOperation.CREATE, ResourceType.CLUSTER, "kafka-cluster")
-                    or ctx.allowed(AclOperation.CREATE, ResourceType.TOPIC, name)):
-                # Kafka's answer to a caller that would create it but may not.
-                return _error_topic(name, Code.TOPIC_AUTHORIZATION_FAILED)
-            try:
-                # The serving layer's creation (etcd in cluster mode), with num_partitions.
-                await services.admin.create_topic(name)
-                logger.info("created topic %s automatically (auto_create_topics_enable, a"
-                            " Kafka Metadata request): %d partition(s)", name,
-                            services.settings.num_partitions)
-            except TopicAlreadyExistsError:
-                pass  # created meanwhile
-            except Exception as exc:
-                return _error_topic(name, code_of(exc))
-            return _error_topic(name, Code.LEADER_NOT_AVAILABLE)
-        return _error_topic(name, Code.UNKNOWN_TOPIC_OR_PARTITION)
-    try:
-        description = await services.replicas.admin(log_manager.describe_topic, name)
-    except Exception as exc:
-        return _error_topic(name, code_of(exc))
-    return _topic_entry(ctx, description)
+    advertised = str(services.advertised())
+    answer = await services.admin.metadata(wanted, advertised_address=advertised)
+    codes = dict.fromkeys(answer.unknown_topics, Code.UNKNOWN_TOPIC_OR_PARTITION)
+    if not (allow_create and services.settings.auto_create_topics_enable):
+        return answer, codes
+    creatable = []
+    for name in answer.unknown_topics:
+        if name in SERVER_WRITTEN_TOPICS:
+            continue
+        if (ctx.allowed(AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME)
+                or ctx.allowed(AclOperation.CREATE, ResourceType.TOPIC, name)):
+            creatable.append(name)
+        else:
+            codes[name] = Code.TOPIC_AUTHORIZATION_FAILED
+    if creatable:
+        after = await services.admin.metadata(creatable, advertised_address=advertised,
+                                              allow_auto_create=True, identity=ctx.identity)
+        codes.update(dict.fromkeys((topic.name for topic in after.topics),
+                                   Code.LEADER_NOT_AVAILABLE))
+    return answer, codes
 
 
-def _topic_entry(ctx: RequestContext, description: object) -> _Topic:
-    log_manager = ctx.services.log_manager
-    name = description.name  # type: ignore[attr-defined]
+def _topic(topic: TopicMetadata, brokers: dict[int, Address]) -> _Topic:
     partitions = []
-    for p in sorted(description.partitions, key=lambda p: p.partition):  # type: ignore[attr-defined]
-        try:
-            epoch = log_manager.get_log(name, p.partition).latest_epoch
-        except Exception:
-            epoch = None
+    for p in topic.partitions:
+        # A leader Kafka clients cannot reach is no leader to them: they ask again.
+        reachable = p.leader >= 0 and p.leader in brokers
         partitions.append(_Partition(
-            error_code=Code.NONE, partition_index=p.partition, leader_id=_SINGLE_NODE_ID,
-            leader_epoch=epoch if epoch is not None else 0,
-            replica_nodes=[_SINGLE_NODE_ID], isr_nodes=[_SINGLE_NODE_ID], offline_replicas=[],
+            error_code=Code.NONE if reachable else Code.LEADER_NOT_AVAILABLE,
+            partition_index=p.partition, leader_id=p.leader if reachable else -1,
+            leader_epoch=p.leader_epoch, replica_nodes=list(p.replicas),
+            isr_nodes=list(p.isr),
+            offline_replicas=[r for r in p.replicas if r not in brokers],
         ))
-    return _Topic(error_code=Code.NONE, name=name, topic_id=_ZERO_UUID,
-                  is_internal=name in SERVER_WRITTEN_TOPICS, partitions=partitions)
+    return _Topic(error_code=Code.NONE, name=topic.name, topic_id=_ZERO_UUID,
+                  is_internal=topic.name in SERVER_WRITTEN_TOPICS, partitions=partitions)
 
 
 def _error_topic(name: str, code: int) -> _Topic:

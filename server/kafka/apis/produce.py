@@ -13,6 +13,9 @@ Kafka's ``KafkaApis.handleProduceRequest`` -> ``ReplicaManager.appendRecords``.
   batch says).
 * The partitions of one request are appended concurrently, each under its partition's append
   lock in request order; each has its own error code.
+* A partition this server does not lead (cluster mode) is NOT_LEADER_OR_FOLLOWER; from v10
+  its answer names the leader (``current_leader``) and ``node_endpoints`` its Kafka address
+  (KIP-951: leader_hints.py).
 * Quotas: the bytes count against the principal's ``producer_byte_rate``; the throttle time it
   earns is in the answer and the connection reads nothing more for that long.
 """
@@ -26,6 +29,7 @@ from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from stratalog.records.batch import ATTRIBUTES_OFFSET, MAGIC, MAGIC_OFFSET, TRANSACTIONAL_FLAG_MASK
 from stratalog.server.append_placement import holds_compressed_batches
+from stratalog.server.kafka.apis.leader_hints import leader_hint, node_endpoints
 from stratalog.server.kafka.apis.registry import kafka_api
 from stratalog.server.kafka.context import RequestContext
 from stratalog.server.kafka.error_codes import Code, code_of, message_of
@@ -35,7 +39,11 @@ __all__ = ["produce"]
 
 _TopicResponse = ProduceResponse.TopicProduceResponse
 _PartitionResponse = _TopicResponse.PartitionProduceResponse
+_LeaderIdAndEpoch = _PartitionResponse.LeaderIdAndEpoch
+_NodeEndpoint = ProduceResponse.NodeEndpoint
 _ACKS = (0, 1, -1)
+#: The first version with KIP-951's current_leader and node_endpoints.
+_LEADER_HINT_VERSION = 10
 
 
 @kafka_api(ApiKey.Produce, versions=(0, 11))
@@ -79,14 +87,28 @@ async def produce(ctx: RequestContext, request: ProduceRequest) -> ProduceRespon
                         strict=True))
     if acks == 0:
         return None
+    hints = request.API_VERSION >= _LEADER_HINT_VERSION
+    leaders: set[int] = set()
     responses = []
     for name, entries in plans:
         partitions = []
         for index, entry in entries:
             outcome = outcomes.get(id(entry), entry)
-            partitions.append(_partition_response(index, outcome))
+            partition = _partition_response(index, outcome)
+            if hints and isinstance(outcome, BaseException):
+                leader_id, leader_epoch = leader_hint(outcome)
+                if leader_id >= 0:
+                    partition.current_leader = _LeaderIdAndEpoch(leader_id=leader_id,
+                                                                 leader_epoch=leader_epoch)
+                    leaders.add(leader_id)
+            partitions.append(partition)
         responses.append(_TopicResponse(name=name, partition_responses=partitions))
-    return ProduceResponse(responses=responses, throttle_time_ms=ctx.throttle_ms)
+    endpoints = [
+        _NodeEndpoint(node_id=node_id, host=address.host, port=address.port, rack=None)
+        for node_id, address in node_endpoints(leaders, services.broker_addresses())
+    ] if leaders else []
+    return ProduceResponse(responses=responses, throttle_time_ms=ctx.throttle_ms,
+                           node_endpoints=endpoints)
 
 
 def _has_transactional_batches(request: ProduceRequest) -> bool:
