@@ -396,7 +396,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f = _FIELDS[name]
         default = f.default
         if name == "log_dirs":
-            help_text = f"{f.metadata['doc']}; comma-separated (default: ./data)"
+            help_text = f"{f.metadata['doc']}; comma-separated (default: ./data)".replace("%", "%%")
             parser.add_argument(_flag(name), metavar="PATH[,PATH]", default=None, help=help_text)
             continue
         if isinstance(default, bool):
@@ -407,7 +407,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             metavar = "HOST:PORT" if name == "listen" else "VALUE"
         parser.add_argument(
             _flag(name), *_FLAG_ALIASES.get(name, ()), metavar=metavar, default=None,
-            help=f"{f.metadata['doc']} (default: {default})",
+            # argparse formats help with %: a doc's own % (a modulo) must be escaped.
+            help=f"{f.metadata['doc']} (default: {default})".replace("%", "%%"),
         )
     parser.add_argument(
         "--set", metavar="NAME=VALUE", action="append", default=[], dest="set_values",

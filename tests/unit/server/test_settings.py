@@ -409,3 +409,16 @@ def test_a_cluster_with_passwords_between_its_servers() -> None:
     assert (settings.inter_broker_user, settings.anonymous_allowed) == ("broker-1", False)
     # Without security at all, a cluster needs none of it (it trusts its network).
     assert load_settings(environ=_CLUSTER).broker_principals == ()
+
+
+def test_the_help_of_every_flag_formats() -> None:
+    """argparse formats each help text with %: a setting's doc with a % of its own (the group
+    partition's ``hashCode % partitions``) made `stratalog serve --help` crash."""
+    import argparse
+
+    from stratalog.server.settings import add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    text = parser.format_help()
+    assert "--kafka-listen" in text and "% this" in text
