@@ -6,12 +6,17 @@
     produce.py        Produce
     fetch.py          Fetch
     list_offsets.py   ListOffsets
+    groups.py         FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, ListGroups,
+                      DescribeGroups, DeleteGroups
+    offsets.py        OffsetCommit, OffsetFetch, OffsetDelete
 """
 
 from stratalog.server.kafka.apis import (  # noqa: F401  (each registers its handlers)
     api_versions,
     fetch,
+    groups,
     list_offsets,
     metadata,
+    offsets,
     produce,
 )
