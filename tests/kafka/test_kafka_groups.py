@@ -354,3 +354,130 @@ def test_refusals_carry_kafkas_error_codes(group_server):
         old = _join(wire, _name("g-old"), version=3)
         assert old.error_code == 0 and old.member_id and old.leader == old.member_id
 
+
+
+# ---------------------------------------------------------------- authorization
+
+
+def _bindings(principal: str) -> list:
+    """READ and DELETE on group ``g-ok`` (READ allows DESCRIBE), READ on topic ``t-ok``."""
+    from stratalog.client import (
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        PatternType,
+        ResourceType,
+    )
+
+    def allow(resource_type: object, name: str, operation: object) -> AclBinding:
+        return AclBinding(resource_type, name, PatternType.LITERAL, principal, "*", operation,
+                          AclPermissionType.ALLOW)
+
+    return [allow(ResourceType.GROUP, "g-ok", AclOperation.READ),
+            allow(ResourceType.GROUP, "g-ok", AclOperation.DELETE),
+            allow(ResourceType.TOPIC, "t-ok", AclOperation.READ)]
+
+
+def test_group_apis_authorize_as_kafka(start_server, tmp_path):
+    """KafkaApis' checks, for the principal of a plaintext Kafka client (User:ANONYMOUS):
+    DESCRIBE on the group (FindCoordinator, DescribeGroups, OffsetFetch), READ (JoinGroup,
+    SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, with READ on each topic), DELETE
+    (DeleteGroups, OffsetDelete), DESCRIBE on the transactional id; ListGroups and a fetch of
+    every offset leave out what the caller may not DESCRIBE."""
+    from kafka.protocol.admin.groups import (
+        DeleteGroupsRequest,
+        DescribeGroupsRequest,
+        ListGroupsRequest,
+    )
+    from kafka.protocol.consumer.group import (
+        LeaveGroupRequest,
+        OffsetCommitRequest,
+        OffsetDeleteRequest,
+        OffsetFetchRequest,
+    )
+    from kafka.protocol.metadata import FindCoordinatorRequest
+
+    anonymous = "User:ANONYMOUS"
+    data = tmp_path / "data"
+    commit_topic = OffsetCommitRequest.OffsetCommitRequestTopic
+    commit_partition = commit_topic.OffsetCommitRequestPartition
+
+    def commit(wire: KafkaWire, group: str) -> dict[str, int]:
+        response = wire.send(OffsetCommitRequest(
+            group_id=group, generation_id_or_member_epoch=-1, member_id="", topics=[
+                commit_topic(name=name, partitions=[commit_partition(
+                    partition_index=0, committed_offset=1)]) for name in ("t-ok", "t-no")]),
+            version=8)
+        return {t.name: t.partitions[0].error_code for t in response.topics}
+
+    # 1. A super user makes the topics and both groups' offsets, and grants the ACLs.
+    server = start_server(data, "--authorizer", "acl", "--super-users", anonymous,
+                          *GROUP_FLAGS)
+    with SyncClient(server.target) as client:
+        for name in ("t-ok", "t-no"):
+            client.create_topic(name, 1)
+            client.produce(name, 0, [b"r"] * 3)
+        client.create_acls(_bindings(anonymous))
+    with KafkaWire(server.kafka_bootstrap) as wire:
+        assert commit(wire, "g-ok") == commit(wire, "g-no") == {"t-ok": 0, "t-no": 0}
+    assert server.stop() == 0
+
+    # 2. Without super users: the ACLs decide.
+    server = start_server(data, "--authorizer", "acl", *GROUP_FLAGS)
+    with KafkaWire(server.kafka_bootstrap) as wire:
+        def find(key: str, key_type: int = 0) -> int:
+            return wire.send(FindCoordinatorRequest(key=key, key_type=key_type),
+                             version=3).error_code
+
+        assert (find("g-ok"), find("g-no"), find("tx", 1)) == (0, 30, 53)
+        batched = wire.send(FindCoordinatorRequest(key_type=0, coordinator_keys=["g-ok", "g-no"]),
+                            version=4)
+        assert [(c.key, c.error_code, c.node_id) for c in batched.coordinators] == [
+            ("g-ok", 0, 0), ("g-no", 30, -1)]
+        assert _join(wire, "g-no").error_code == 30
+        assert _join(wire, "g-ok").error_code == 79  # allowed: MEMBER_ID_REQUIRED
+        assert wire.send(HeartbeatRequest(group_id="g-no", generation_id=1, member_id="m"),
+                         version=3).error_code == 30
+        assert wire.send(SyncGroupRequest(group_id="g-no", generation_id=1, member_id="m",
+                                          assignments=[]), version=3).error_code == 30
+        assert wire.send(LeaveGroupRequest(group_id="g-no", members=[
+            LeaveGroupRequest.MemberIdentity(member_id="m")]), version=3).error_code == 30
+        assert commit(wire, "g-ok") == {"t-ok": 0, "t-no": 29}
+        assert commit(wire, "g-no") == {"t-ok": 30, "t-no": 30}
+        fetch_group = OffsetFetchRequest.OffsetFetchRequestGroup
+        fetched = wire.send(OffsetFetchRequest(groups=[
+            fetch_group(group_id="g-ok", topics=None),
+            fetch_group(group_id="g-ok", topics=[fetch_group.OffsetFetchRequestTopics(
+                name="t-no", partition_indexes=[0])]),
+            fetch_group(group_id="g-no", topics=None)]), version=8)
+        assert [(g.group_id, g.error_code, [(t.name, [(p.committed_offset, p.error_code)
+                                                      for p in t.partitions])
+                                            for t in g.topics])
+                for g in fetched.groups] == [
+            ("g-ok", 0, [("t-ok", [(1, 0)])]),  # t-no's offset left out
+            ("g-ok", 0, [("t-no", [(-1, 29)])]),
+            ("g-no", 30, []),
+        ]
+        listed = wire.send(ListGroupsRequest(), version=4)
+        assert [g.group_id for g in listed.groups] == ["g-ok"]
+        described = wire.send(DescribeGroupsRequest(groups=["g-ok", "g-no"],
+                                                    include_authorized_operations=True),
+                              version=5)
+        assert [(g.group_id, g.error_code) for g in described.groups] == [
+            ("g-ok", 0), ("g-no", 30)]
+        assert described.groups[0].authorized_operations == {3, 6, 8}  # READ, DELETE, DESCRIBE
+        delete_topic = OffsetDeleteRequest.OffsetDeleteRequestTopic
+        deleted = wire.send(OffsetDeleteRequest(group_id="g-ok", topics=[
+            delete_topic(name=name, partitions=[
+                delete_topic.OffsetDeleteRequestPartition(partition_index=0)])
+            for name in ("t-ok", "t-no")]), version=0)
+        assert deleted.error_code == 0
+        assert {t.name: t.partitions[0].error_code for t in deleted.topics} == {
+            "t-ok": 0, "t-no": 29}
+        assert wire.send(OffsetDeleteRequest(group_id="g-no", topics=[]),
+                         version=0).error_code == 30
+        groups_deleted = wire.send(DeleteGroupsRequest(groups_names=["g-no", "g-ok"]),
+                                   version=2)
+        assert {r.group_id: r.error_code for r in groups_deleted.results} == {
+            "g-no": 30, "g-ok": 0}
+    assert server.stop() == 0
