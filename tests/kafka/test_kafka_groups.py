@@ -481,3 +481,48 @@ def test_group_apis_authorize_as_kafka(start_server, tmp_path):
         assert {r.group_id: r.error_code for r in groups_deleted.results} == {
             "g-no": 30, "g-ok": 0}
     assert server.stop() == 0
+
+
+# ---------------------------------------------------------------- versions
+
+
+def test_each_versions_shape_is_kafkas(group_server):
+    """JoinGroup v0 (no rebalance timeout) and v7+ (a null protocol type and name when there
+    is none), LeaveGroup v0-v2 (one member, its error at the top) and v3+ (members each with
+    an error), SyncGroup v5 (protocol type and name required), OffsetFetch v1 (a group's error
+    in each partition), FindCoordinator v0 (no key type)."""
+    from kafka.protocol.consumer.group import LeaveGroupRequest, OffsetFetchRequest
+    from kafka.protocol.metadata import FindCoordinatorRequest
+
+    group = _name("g-versions")
+    with KafkaWire(group_server.kafka_bootstrap) as wire:
+        found = wire.send(FindCoordinatorRequest(key=group), version=0)
+        assert (found.error_code, found.node_id) == (0, 0)
+        assert f"{found.host}:{found.port}" == group_server.kafka_bootstrap
+        joined = _join(wire, group, version=0)  # admitted at once, the session as rebalance
+        assert joined.error_code == 0 and joined.leader == joined.member_id
+        assert joined.protocol_name == "range"
+        # v7+: an error answer's protocol name is null (before v7: "").
+        refused = _join(wire, group, "nobody", version=7)
+        assert (refused.error_code, refused.protocol_name) == (25, None)
+        assert _join(wire, group, "nobody", version=6).protocol_name == ""
+        no_protocol = wire.send(SyncGroupRequest(
+            group_id=group, generation_id=joined.generation_id, member_id=joined.member_id,
+            assignments=[]), version=5)
+        assert no_protocol.error_code == 23  # INCONSISTENT_GROUP_PROTOCOL
+        left = wire.send(LeaveGroupRequest(group_id=group, member_id="nobody"), version=1)
+        assert left.error_code == 25
+        left = wire.send(LeaveGroupRequest(group_id=group, members=[
+            LeaveGroupRequest.MemberIdentity(member_id=joined.member_id),
+            LeaveGroupRequest.MemberIdentity(member_id="nobody")]), version=3)
+        assert left.error_code == 0
+        assert [(m.member_id, m.error_code) for m in left.members] == [
+            (joined.member_id, 0), ("nobody", 25)]
+        # A group name that is not valid: the error is each partition's before v2.
+        fetched = wire.send(OffsetFetchRequest(group_id="", topics=[
+            OffsetFetchRequest.OffsetFetchRequestTopic(name="t", partition_indexes=[0, 1])]),
+            version=1)
+        assert [(p.partition_index, p.committed_offset, p.error_code)
+                for p in fetched.topics[0].partitions] == [(0, -1, 24), (1, -1, 24)]
+        fetched = wire.send(OffsetFetchRequest(group_id="", topics=None), version=2)
+        assert (fetched.error_code, fetched.topics) == (24, [])
