@@ -8,8 +8,8 @@ Kafka's ``core/src/main/scala/kafka/server/KafkaApis.scala`` answers them.
 API            served    why
 =============  ========  =======================================================================
 OffsetCommit   2 to 8    v0 stored offsets in ZooKeeper and v1 carried a commit timestamp
-                         (Kafka 4 serves neither; aiokafka asks v2, kafka-python and
-                         librdkafka up to 8 and 9); v9+ is KIP-848's consumer protocol
+                         (Kafka 4 serves neither; aiokafka's classes go to v3, kafka-python's
+                         to 8, librdkafka's to 9); v9+ is KIP-848's consumer protocol
                          (member epochs), v10 names topics by id
 OffsetFetch    1 to 8    v0 read ZooKeeper; v8 asks about several groups at once (kafka-python's
                          admin); v9+ is KIP-848's, v10 names topics by id
