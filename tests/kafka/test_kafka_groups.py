@@ -526,3 +526,73 @@ def test_each_versions_shape_is_kafkas(group_server):
                 for p in fetched.topics[0].partitions] == [(0, -1, 24), (1, -1, 24)]
         fetched = wire.send(OffsetFetchRequest(group_id="", topics=None), version=2)
         assert (fetched.error_code, fetched.topics) == (24, [])
+
+
+def test_a_static_member_rejoins_without_a_rebalance(group_server):
+    """KIP-345 over Kafka's protocol: a member with a group.instance.id joins at once (no
+    MEMBER_ID_REQUIRED), and when it comes back with no member id (a restart) it takes its
+    instance's place without a rebalance: same generation, and as the leader it is told to
+    skip the assignment (JoinGroup v9, KIP-814); its old member id is fenced."""
+    group = _name("g-static")
+
+    def join(wire: KafkaWire, member_id: str = "") -> object:
+        return wire.send(JoinGroupRequest(
+            group_id=group, session_timeout_ms=6000, rebalance_timeout_ms=10_000,
+            member_id=member_id, group_instance_id="instance-1", protocol_type="consumer",
+            protocols=[JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"m")]),
+            version=9)
+
+    with KafkaWire(group_server.kafka_bootstrap) as wire:
+        first = join(wire)
+        assert first.error_code == 0 and first.member_id.startswith("instance-1-")
+        synced = wire.send(SyncGroupRequest(
+            group_id=group, generation_id=first.generation_id, member_id=first.member_id,
+            group_instance_id="instance-1", protocol_type="consumer", protocol_name="range",
+            assignments=[SyncGroupRequest.SyncGroupRequestAssignment(
+                member_id=first.member_id, assignment=b"a")]), version=5)
+        assert (synced.error_code, synced.protocol_name, bytes(synced.assignment)) == (
+            0, "range", b"a")
+        again = join(wire)
+        assert again.error_code == 0 and again.member_id != first.member_id
+        assert again.generation_id == first.generation_id
+        assert again.skip_assignment and again.leader == again.member_id
+        fenced = wire.send(HeartbeatRequest(
+            group_id=group, generation_id=first.generation_id, member_id=first.member_id,
+            group_instance_id="instance-1"), version=4)
+        assert fenced.error_code == 82  # FENCED_INSTANCE_ID
+        assert wire.send(HeartbeatRequest(
+            group_id=group, generation_id=again.generation_id, member_id=again.member_id,
+            group_instance_id="instance-1"), version=4).error_code == 0
+
+
+def test_a_parked_join_is_a_waiting_request(group_server):
+    """A JoinGroup that waits for its group's rebalance counts in the server's waiting
+    requests (kind group_rebalance, client_limits.py) until it is answered, as over gRPC."""
+    group = _name("g-parked")
+    waiting = 'stratalog_waiting_rpcs{kind="group_rebalance"}'
+    wait_until(lambda: group_server.metric(waiting) == 0, "no other parked join")
+    with KafkaWire(group_server.kafka_bootstrap) as first, \
+            KafkaWire(group_server.kafka_bootstrap) as second:
+        member_id, generation = _member(first, group)
+        required = _join(second, group)
+        assert required.error_code == 79
+        answers: list[object] = []
+        # The second member's join parks until the first rejoins (it learns of the
+        # rebalance at its next heartbeat).
+        joining = threading.Thread(
+            target=lambda: answers.append(_join(second, group, required.member_id)))
+        joining.start()
+        try:
+            wait_until(lambda: group_server.metric(waiting) == 1, "the second join parked")
+            beat = first.send(HeartbeatRequest(group_id=group, generation_id=generation,
+                                               member_id=member_id), version=4)
+            assert beat.error_code == 27  # REBALANCE_IN_PROGRESS: rejoin
+            rejoined = _join(first, group, member_id)
+        finally:
+            joining.join(BOUND_S)
+        (answer,) = answers
+        assert rejoined.error_code == answer.error_code == 0
+        assert rejoined.generation_id == answer.generation_id == generation + 1
+        assert sorted(m.member_id for m in rejoined.members) == sorted(
+            [member_id, required.member_id])
+    wait_until(lambda: group_server.metric(waiting) == 0, "the parked join was answered")

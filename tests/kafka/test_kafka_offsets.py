@@ -166,6 +166,7 @@ def test_admin_lists_describes_alters_and_deletes_groups(group_server):
         described = admin.describe_consumer_groups([group])[group].result(BOUND_S)
         assert described.state.name == "STABLE" and described.partition_assignor == "range"
         (only,) = described.members
+        assert (only.client_id, only.host) == ("rdkafka", "127.0.0.1")  # the request header's
         assert sorted(tp.partition for tp in only.assignment.topic_partitions) == [0, 1]
         # A group with a member cannot be deleted.
         with pytest.raises(KafkaException) as refused:

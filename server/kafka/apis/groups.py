@@ -91,6 +91,7 @@ __all__ = [
     "GROUP_IDS_MAX",
     "delete_groups",
     "describe_groups",
+    "failure_code",
     "find_coordinator",
     "heartbeat",
     "join_group",
