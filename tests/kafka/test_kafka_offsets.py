@@ -24,7 +24,13 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupState,
+    ConsumerGroupTopicPartitions,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.error import KafkaError, KafkaException
 from kafka import KafkaAdminClient
@@ -163,6 +169,11 @@ def test_admin_lists_describes_alters_and_deletes_groups(group_server):
         listed = admin.list_consumer_groups().result(BOUND_S)
         states = {g.group_id: g.state.name for g in listed.valid}
         assert states.get(group) == "STABLE"
+        # ListGroups v4's states filter.
+        empty = admin.list_consumer_groups(states={ConsumerGroupState.EMPTY}).result(BOUND_S)
+        assert group not in {g.group_id for g in empty.valid}
+        stable = admin.list_consumer_groups(states={ConsumerGroupState.STABLE}).result(BOUND_S)
+        assert group in {g.group_id for g in stable.valid}
         described = admin.describe_consumer_groups([group])[group].result(BOUND_S)
         assert described.state.name == "STABLE" and described.partition_assignor == "range"
         (only,) = described.members
