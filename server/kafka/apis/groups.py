@@ -148,9 +148,10 @@ async def find_coordinator(ctx: RequestContext,
             throttle_time_ms=0, error_code=code, error_message=message, node_id=node_id,
             host=host, port=port)
     keys = list(request.coordinator_keys)
+    too_many = len(keys) > GROUP_IDS_MAX
     answers = []
     for key in keys:
-        if len(keys) > GROUP_IDS_MAX:
+        if too_many:
             code, message, node = (Code.INVALID_REQUEST, f"{len(keys)} coordinator keys: at"
                                    f" most {GROUP_IDS_MAX}", _NO_NODE)
         else:
@@ -190,8 +191,9 @@ async def _coordinator(ctx: RequestContext, key_type: int,
         return _node(ctx, found.node_id)
     coordinator = groups.partitions.get(found.partition)
     if coordinator is not None and coordinator.core.loading:
-        # Kafka answers COORDINATOR_NOT_AVAILABLE until its coordinator can serve the group;
-        # the client asks again after its backoff (docs/kafka-protocol.md, "Consumer groups").
+        # Not named until it can serve the group: the client asks again after its backoff
+        # (Kafka names it, and its requests answer COORDINATOR_LOAD_IN_PROGRESS meanwhile;
+        # docs/kafka-protocol.md, "Differences from Kafka (consumer groups)").
         return (Code.COORDINATOR_NOT_AVAILABLE, "__consumer_offsets is loading on this server",
                 _NO_NODE)
     return _node(ctx, SINGLE_SERVER_NODE_ID)
