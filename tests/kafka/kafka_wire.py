@@ -12,6 +12,7 @@ timeout: a missing answer fails the test instead of hanging it.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import struct
 from typing import Any
@@ -39,6 +40,10 @@ class KafkaWire:
         self.close()
 
     def close(self) -> None:
+        """Close the connection; a ``send`` waiting in another thread ends (shutdown first:
+        a close alone would leave its read blocked and the connection open)."""
+        with contextlib.suppress(OSError):
+            self._socket.shutdown(socket.SHUT_RDWR)
         self._socket.close()
 
     def send(self, request: Any, version: int) -> Any:

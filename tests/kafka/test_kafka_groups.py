@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import itertools
 import json
 import signal
@@ -26,7 +27,7 @@ import subprocess
 import sys
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -593,3 +594,33 @@ def test_a_parked_join_is_a_waiting_request(group_server):
         assert sorted(m.member_id for m in rejoined.members) == sorted(
             [member_id, required.member_id])
     wait_until(lambda: group_server.metric(waiting) == 0, "the parked join was answered")
+
+
+def test_a_parked_join_whose_client_goes_away_stops_counting(group_server):
+    """The connection of a parked JoinGroup closes: the request no longer counts as waiting,
+    and the group goes on with the members left."""
+    group = _name("g-gone")
+    waiting = 'stratalog_waiting_rpcs{kind="group_rebalance"}'
+    wait_until(lambda: group_server.metric(waiting) == 0, "no other parked join")
+    with KafkaWire(group_server.kafka_bootstrap) as first:
+        member_id, generation = _member(first, group)
+        second = KafkaWire(group_server.kafka_bootstrap)
+        required = _join(second, group)
+        joining = threading.Thread(target=lambda: _swallow(
+            lambda: _join(second, group, required.member_id)))
+        joining.start()
+        wait_until(lambda: group_server.metric(waiting) == 1, "the second join parked")
+        second.close()  # the client goes away while its join waits
+        wait_until(lambda: group_server.metric(waiting) == 0, "the parked join stopped counting")
+        joining.join(BOUND_S)
+        beat = first.send(HeartbeatRequest(group_id=group, generation_id=generation,
+                                           member_id=member_id), version=4)
+        assert beat.error_code == 27  # the rebalance the second join began goes on
+        rejoined = _join(first, group, member_id)
+        assert rejoined.error_code == 0 and rejoined.generation_id > generation
+
+
+def _swallow(call: Callable[[], object]) -> None:
+    """Run ``call``; the error of a socket closed under it is expected."""
+    with contextlib.suppress(OSError):
+        call()
