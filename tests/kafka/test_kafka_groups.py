@@ -5,8 +5,11 @@ clients' groups on the same coordinators as the gRPC front end.
   range and the cooperative-sticky assignors: every record is consumed exactly once across
   them, no two members own a partition at once, and a member that leaves hands its partitions
   to the others;
-* kafka-python's KafkaConsumer and aiokafka's AIOKafkaConsumer in a group commit, and a new
-  consumer of the group resumes from the committed offset;
+* kafka-python's KafkaConsumer, aiokafka's AIOKafkaConsumer and kcat's balanced consumer in
+  a group commit, and a new consumer of the group resumes from the committed offset;
+* a static member rejoins without a rebalance; a parked JoinGroup counts as a waiting request
+  until it is answered or its client goes away;
+* every group API authorizes as Kafka's KafkaApis; each version's shape is Kafka's;
 * the coordinator's refusals reach a Kafka client with Kafka's codes: UNKNOWN_MEMBER_ID,
   ILLEGAL_GENERATION, INVALID_SESSION_TIMEOUT, MEMBER_ID_REQUIRED (JoinGroup v4+; before,
   a new member is admitted at once).
@@ -624,3 +627,32 @@ def _swallow(call: Callable[[], object]) -> None:
     """Run ``call``; the error of a socket closed under it is expected."""
     with contextlib.suppress(OSError):
         call()
+
+
+def test_kcat_balanced_consumer_commits_and_resumes(group_server, kcat):
+    """kcat -G (librdkafka's balanced consumer, auto-commit): a second run of the group reads
+    only what was produced since the first, which the gRPC client sees committed."""
+    topic, group = _name("kcat"), _name("g-kcat")
+    with SyncClient(group_server.target) as client:
+        client.create_topic(topic, 2)
+        for p in range(2):
+            client.produce(topic, p, [b"%d-%d" % (p, i) for i in range(5)])
+
+    def consume() -> list[str]:
+        out = subprocess.run(
+            [kcat, "-b", group_server.kafka_bootstrap, "-G", group, "-e", "-X",
+             "auto.offset.reset=earliest", "-f", "%s\n", topic],
+            capture_output=True, check=True, timeout=BOUND_S)
+        return sorted(out.stdout.decode().split())
+
+    assert consume() == sorted(f"{p}-{i}" for p in range(2) for i in range(5))
+    with SyncClient(group_server.target) as client:
+        client.produce(topic, 1, [b"1-5", b"1-6"])
+    assert consume() == ["1-5", "1-6"]
+
+    async def committed() -> dict[int, int]:
+        async with Client(group_server.target) as client:
+            found = await client.offset_fetch(group)
+        return {tp.partition: c.offset for tp, c in found.items()}
+
+    assert asyncio.run(committed()) == {0: 5, 1: 7}
