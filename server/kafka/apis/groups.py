@@ -93,6 +93,7 @@ __all__ = [
     "describe_groups",
     "failure_code",
     "find_coordinator",
+    "group_error_code",
     "heartbeat",
     "join_group",
     "leave_group",
@@ -130,7 +131,8 @@ def failure_code(exc: BaseException) -> int:
     return code_of(exc)
 
 
-def _group_error_code(error: group_core.GroupError | None) -> int:
+def group_error_code(error: group_core.GroupError | None) -> int:
+    """The code of the coordinator's answer (its error carries Kafka's code; None: NONE)."""
     return Code.NONE if error is None else error.code
 
 
@@ -245,7 +247,7 @@ async def join_group(ctx: RequestContext, request: JoinGroupRequest) -> JoinGrou
         return _join_error(failure_code(exc), request.member_id)
     return JoinGroupResponse(
         throttle_time_ms=0,
-        error_code=_group_error_code(response.error),
+        error_code=group_error_code(response.error),
         generation_id=response.generation_id,
         protocol_type=response.protocol_type,
         # Kafka's JoinGroupResponse: "" before v7, null for none from v7.
@@ -290,7 +292,7 @@ async def sync_group(ctx: RequestContext, request: SyncGroupRequest) -> SyncGrou
     except Exception as exc:
         return SyncGroupResponse(error_code=failure_code(exc), assignment=b"")
     return SyncGroupResponse(
-        throttle_time_ms=0, error_code=_group_error_code(response.error),
+        throttle_time_ms=0, error_code=group_error_code(response.error),
         protocol_type=response.protocol_type, protocol_name=response.protocol_name,
         assignment=response.assignment,
     )
@@ -309,7 +311,7 @@ async def heartbeat(ctx: RequestContext, request: HeartbeatRequest) -> Heartbeat
         response = await ctx.services.groups.heartbeat(beat)
     except Exception as exc:
         return HeartbeatResponse(throttle_time_ms=0, error_code=failure_code(exc))
-    return HeartbeatResponse(throttle_time_ms=0, error_code=_group_error_code(response.error))
+    return HeartbeatResponse(throttle_time_ms=0, error_code=group_error_code(response.error))
 
 
 @kafka_api(ApiKey.LeaveGroup, versions=(0, 5))
@@ -332,16 +334,16 @@ async def leave_group(ctx: RequestContext, request: LeaveGroupRequest) -> LeaveG
             group_core.LeaveGroupRequest(request.group_id, leaving))
     except Exception as exc:
         return LeaveGroupResponse(error_code=failure_code(exc), members=[])
-    code = _group_error_code(response.error)
+    code = group_error_code(response.error)
     if version < 3:
         # Kafka's LeaveGroupResponse before v3: the group's error, else the one member's.
         if code == Code.NONE and response.members:
-            code = _group_error_code(response.members[0].error)
+            code = group_error_code(response.members[0].error)
         return LeaveGroupResponse(throttle_time_ms=0, error_code=code)
     return LeaveGroupResponse(
         throttle_time_ms=0, error_code=code,
         members=[_LeftMember(member_id=m.member_id, group_instance_id=m.group_instance_id,
-                             error_code=_group_error_code(m.error))
+                             error_code=group_error_code(m.error))
                  for m in response.members],
     )
 
@@ -400,7 +402,7 @@ async def describe_groups(ctx: RequestContext,
                 protocol_type="", protocol_data="", members=[],
                 authorized_operations=None))
             continue
-        code = _group_error_code(group.error)
+        code = group_error_code(group.error)
         if isinstance(group.error, GroupIdNotFoundError):
             # Kafka's GroupMetadataManager.describeGroups: a group that does not exist is
             # Dead with no error before v6 (which this server does not serve).
@@ -447,7 +449,7 @@ async def delete_groups(ctx: RequestContext, request: DeleteGroupsRequest) -> De
         except Exception as exc:
             codes.update(dict.fromkeys(allowed, failure_code(exc)))
         else:
-            codes.update((g, _group_error_code(e)) for g, e in response.results)
+            codes.update((g, group_error_code(e)) for g, e in response.results)
     return DeleteGroupsResponse(throttle_time_ms=0, results=[
         _DeletedGroup(group_id=g, error_code=codes[g]) for g in group_ids])
 

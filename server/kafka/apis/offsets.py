@@ -48,7 +48,7 @@ from kafka.protocol.consumer.group import (
 )
 
 from stratalog.server import groups as group_core
-from stratalog.server.kafka.apis.groups import GROUP_IDS_MAX, failure_code
+from stratalog.server.kafka.apis.groups import GROUP_IDS_MAX, failure_code, group_error_code
 from stratalog.server.kafka.apis.registry import kafka_api
 from stratalog.server.kafka.context import RequestContext
 from stratalog.server.kafka.error_codes import Code, code_of
@@ -70,10 +70,6 @@ _DeletePartition = _DeleteTopic.OffsetDeleteResponsePartition
 _NO_OFFSET = -1
 
 
-def _group_error_code(error: group_core.GroupError | None) -> int:
-    return Code.NONE if error is None else error.code
-
-
 # ---------------------------------------------------------------- OffsetCommit
 
 
@@ -81,7 +77,7 @@ def _group_error_code(error: group_core.GroupError | None) -> int:
 async def offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> OffsetCommitResponse:
     version = request.API_VERSION
     group_id = request.group_id
-    # (topic, partition) in request order -> its code (None: to commit).
+    # (topic, partition, code) in request order; code None: committed below.
     codes: list[tuple[str, int, int | None]] = []
     to_commit: list[group_core.PartitionOffset] = []
     group_allowed = ctx.allowed(AclOperation.READ, ResourceType.GROUP, group_id)
@@ -130,7 +126,7 @@ async def offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> Of
             code = failure_code(exc)
             committed = {(p.topic, p.partition): code for p in to_commit}
         else:
-            committed = {(p.topic, p.partition): _group_error_code(p.error)
+            committed = {(p.topic, p.partition): group_error_code(p.error)
                          for p in response.partitions}
     topics: dict[str, list[_CommitPartition]] = {}
     for name, index, code in codes:
@@ -233,7 +229,7 @@ async def _group_offsets(ctx: RequestContext, group_id: str,
         return _GroupOffsets(response.error.code, [])
     found = [
         (f.topic, f.partition, f.offset, f.leader_epoch, f.metadata,
-         _group_error_code(f.error))
+         group_error_code(f.error))
         for f in response.partitions
         # Every topic: those the caller may not DESCRIBE are left out, as Kafka's.
         if topics is not None or ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC,
@@ -270,7 +266,7 @@ async def offset_delete(ctx: RequestContext, request: OffsetDeleteRequest) -> Of
             return OffsetDeleteResponse(error_code=failure_code(exc), topics=[])
         if response.error is not None:
             return OffsetDeleteResponse(error_code=code_of(response.error), topics=[])
-        deleted = {(p.topic, p.partition): _group_error_code(p.error)
+        deleted = {(p.topic, p.partition): group_error_code(p.error)
                    for p in response.partitions}
     topics: dict[str, list[_DeletePartition]] = {}
     for name, index, code in codes:
