@@ -4,6 +4,7 @@ oracle), framing by hand, nothing else — so a test sees exactly what the serve
 
 from __future__ import annotations
 
+import contextlib
 import random
 import re
 import socket
@@ -32,6 +33,10 @@ class KafkaWire:
         self._correlation = 0
 
     def close(self) -> None:
+        """Close the connection; a read waiting in another thread ends (shutdown first: a
+        close alone would leave it blocked and the connection open)."""
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
         self.sock.close()
 
     def __enter__(self) -> KafkaWire:
@@ -98,7 +103,8 @@ class KafkaWire:
 
 
 def ask(wire: KafkaWire, request: ApiMessage, version: int) -> Any:
-    """``wire.call`` with the response class of ``request``'s API."""
+    """``wire.call`` with the response class of ``request``'s API: send, then the decoded
+    answer (its correlation id checked)."""
     from stratalog.server.kafka.codec import RESPONSE_CLASSES
 
     return wire.call(request, RESPONSE_CLASSES[request.API_KEY], version)

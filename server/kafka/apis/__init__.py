@@ -10,7 +10,9 @@
     admin_topics.py   CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords
     configs.py        DescribeConfigs, AlterConfigs, IncrementalAlterConfigs
     cluster_info.py   DescribeCluster
-    groups.py         FindCoordinator (a stand-in until the consumer-groups part's module)
+    groups.py         FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, ListGroups,
+                      DescribeGroups, DeleteGroups
+    offsets.py        OffsetCommit, OffsetFetch, OffsetDelete
     transactions.py   InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
                       TxnOffsetCommit
     sasl.py           SaslHandshake, SaslAuthenticate
@@ -28,6 +30,7 @@ from stratalog.server.kafka.apis import (  # noqa: F401  (each registers its han
     leader_epochs,
     list_offsets,
     metadata,
+    offsets,
     produce,
     sasl,
     transactions,
