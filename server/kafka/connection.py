@@ -312,7 +312,16 @@ class KafkaConnection(asyncio.Protocol):
             self._close(None, reason="server_error")
             return None
         if response is not None and not self._closed:
-            self._write(self._encode(header, response))
+            try:
+                frame = self._encode(header, response)
+            except Exception:
+                # A handler built an answer its version cannot carry: the server's bug. The
+                # client is told by the close (it retries), never left waiting.
+                logger.exception("Kafka %s v%d: the answer does not encode; closing the"
+                                 " connection", ApiKey(header.api_key).name, header.api_version)
+                self._close(None, reason="server_error")
+                return None
+            self._write(frame)
         self._listener.observe(header.api_key, time.perf_counter() - started)
         if ctx.close_after_answer:
             self._close(None, why="its SASL request was refused (Kafka closes the connection)",

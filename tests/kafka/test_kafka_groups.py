@@ -312,20 +312,22 @@ def test_aiokafka_consumer_commits_and_a_new_one_resumes(group_server):
 
 
 def _join(wire: KafkaWire, group: str, member_id: str = "", *, session_timeout_ms: int = 6000,
-          version: int = 5) -> object:
+          rebalance_timeout_ms: int = 10_000, version: int = 5) -> object:
     return ask(wire, JoinGroupRequest(
-        group_id=group, session_timeout_ms=session_timeout_ms, rebalance_timeout_ms=10_000,
+        group_id=group, session_timeout_ms=session_timeout_ms,
+        rebalance_timeout_ms=rebalance_timeout_ms,
         member_id=member_id, protocol_type="consumer",
         protocols=[JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"m")]),
         version=version)
 
 
-def _member(wire: KafkaWire, group: str) -> tuple[str, int]:
-    """A member that joined ``group`` alone and synced: its member id and generation."""
-    required = _join(wire, group)
+def _member(wire: KafkaWire, group: str, **timeouts: int) -> tuple[str, int]:
+    """A member that joined ``group`` alone and synced: its member id and generation.
+    ``timeouts``: _join's session and rebalance timeouts."""
+    required = _join(wire, group, **timeouts)
     assert required.error_code == 79  # MEMBER_ID_REQUIRED (KIP-394, JoinGroup v4+)
     assert required.member_id
-    joined = _join(wire, group, required.member_id)
+    joined = _join(wire, group, required.member_id, **timeouts)
     assert joined.error_code == 0 and joined.leader == joined.member_id == required.member_id
     assert [m.member_id for m in joined.members] == [joined.member_id]
     assert bytes(joined.members[0].metadata) == b"m"  # the member's bytes, unchanged
@@ -606,7 +608,10 @@ def test_a_parked_join_whose_client_goes_away_stops_counting(group_server):
     waiting = 'stratalog_waiting_rpcs{kind="group_rebalance"}'
     wait_until(lambda: group_server.metric(waiting) == 0, "no other parked join")
     with KafkaWire(group_server.kafka_bootstrap) as first:
-        member_id, generation = _member(first, group)
+        # The first member neither heartbeats nor rejoins while the test waits on the server's
+        # metrics: timeouts long enough for a loaded machine (6 s expired it once).
+        member_id, generation = _member(first, group, session_timeout_ms=60_000,
+                                        rebalance_timeout_ms=60_000)
         second = KafkaWire(group_server.kafka_bootstrap)
         required = _join(second, group)
         joining = threading.Thread(target=lambda: _swallow(
