@@ -182,7 +182,8 @@ def _demo(args: argparse.Namespace) -> int:
     data_dir = tempfile.mkdtemp(prefix="stratalog-demo-")
     server = subprocess.Popen(
         [sys.executable, "-m", "stratalog.server", "--listen", "127.0.0.1:0",
-         "--log-dirs", data_dir, "--metrics-port", "-1", "--logging-level", "WARNING"],
+         "--log-dirs", data_dir, "--metrics-port", "-1", "--kafka-listen", "",
+         "--logging-level", "WARNING"],
         stdout=subprocess.PIPE, text=True,
     )
     try:

@@ -119,12 +119,14 @@ class NotEnoughReplicasAfterAppendError(PartitionError):
 class FencedLeaderEpochError(PartitionError):
     """A replication request (or an append) carries a leader epoch older than this server's:
     its sender acts on a stale view and must refresh it. ``leader_id`` and ``leader_epoch``
-    (-1: not said) are the leader's, when the leader raised it: a hint for the client."""
+    are the leader's, set only when the leader raised it (a hint for the client; absent, the
+    error names no leader, and the gRPC answer's metadata carries none)."""
 
     def __init__(self, topic: str, partition: int, message: str, leader_id: int = -1,
                  leader_epoch: int = -1) -> None:
-        self.leader_id = leader_id
-        self.leader_epoch = leader_epoch
+        if leader_id >= 0:
+            self.leader_id = leader_id
+            self.leader_epoch = leader_epoch
         super().__init__(topic, partition, message)
 
 

@@ -398,7 +398,9 @@ def test_an_unsecured_cluster_lets_no_departed_node_back_into_the_isr(
     create_topic(etcd, "audit", [1, 2], {"min.insync.replicas": "2"})
     assert produce_when_ready(leader, "audit", [b"a"]).base_offset == 0
     # No principal registered without broker_principals: nothing to check a fetch against.
-    assert json.loads(registration(etcd, 2)) == {"node_id": 2, "address": servers[2].target}
+    assert json.loads(registration(etcd, 2)) == {
+        "node_id": 2, "address": servers[2].target,
+        "kafka_address": servers[2].kafka_bootstrap}  # its Kafka listener (issue 28)
     servers[2].kill()
     wait_for(lambda: read_state(etcd, "audit", 0).isr == (1,), "node 2 out of the ISR")
     wait_for(lambda: [b.node_id for b in metadata(leader).brokers] == [1],

@@ -224,6 +224,7 @@ async def test_a_roll_without_a_descriptor_free_is_retried_once_connections_are_
         "--metrics-connections-max", str(metrics_cap),
         "--set", "log.descriptors.reserved=0",
         rlimits=_nofile(limit),
+        kafka_listen="",  # no Kafka listener: its cap would take the descriptors counted here
     )
     pid = server.process.pid
     assert server.metrics_port is not None

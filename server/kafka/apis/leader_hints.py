@@ -31,9 +31,10 @@ def leader_hint(error: BaseException | None) -> tuple[int, int]:
     """``(leader_id, leader_epoch)`` for a partition's answer: the leader a
     NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH error names (Kafka's ``KafkaApis`` hints
     both), else (-1, -1)."""
-    if (isinstance(error, (NotLeaderOrFollowerError, FencedLeaderEpochError))
-            and error.leader_id >= 0):
-        return error.leader_id, error.leader_epoch
+    if isinstance(error, (NotLeaderOrFollowerError, FencedLeaderEpochError)):
+        leader_id = getattr(error, "leader_id", None)  # a FencedLeaderEpochError may name none
+        if leader_id is not None and leader_id >= 0:
+            return leader_id, error.leader_epoch
     return _UNKNOWN
 
 
