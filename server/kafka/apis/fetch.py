@@ -18,13 +18,13 @@ through the serving layer's ``fetch_messages`` (Kafka's ``ReplicaManager.fetchMe
 from __future__ import annotations
 
 from kafka.protocol.api_key import ApiKey
-from kafka.protocol.consumer import FetchRequest, FetchResponse
 
 from stratalog.server.broker import PartitionRead, PartitionReadResult
 from stratalog.server.client_limits import ClientLimitExceededError, WaitingRpc, WaitingRpcKind
 from stratalog.server.kafka.apis.registry import kafka_api
 from stratalog.server.kafka.context import RequestContext
 from stratalog.server.kafka.error_codes import Code, code_of
+from stratalog.server.kafka.hot_messages import FetchRequest, FetchResponse
 from stratalog.server.security.acls import AclOperation, ResourceType
 from stratalog.server.storage.errors import OffsetOutOfRangeError
 from stratalog.server.storage.partition_log import IsolationLevel

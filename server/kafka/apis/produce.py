@@ -20,12 +20,12 @@ from __future__ import annotations
 import asyncio
 
 from kafka.protocol.api_key import ApiKey
-from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from stratalog.server.append_placement import holds_compressed_batches
 from stratalog.server.kafka.apis.registry import kafka_api
 from stratalog.server.kafka.context import RequestContext
 from stratalog.server.kafka.error_codes import Code, code_of, message_of
+from stratalog.server.kafka.hot_messages import ProduceRequest, ProduceResponse
 from stratalog.server.security.acls import AclOperation, ResourceType
 
 __all__ = ["produce"]
