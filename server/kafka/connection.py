@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import os
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -52,6 +53,7 @@ from stratalog.server.kafka.codec import (
 from stratalog.server.kafka.context import ConnectionState, RequestContext
 from stratalog.server.kafka.framing import FrameError, FrameReader
 from stratalog.server.security.principal import current_identity
+from stratalog.server.storage.file_region import RegionTruncatedError
 
 if TYPE_CHECKING:
     from stratalog.server.byte_budget import ByteBudget
@@ -64,6 +66,11 @@ logger = logging.getLogger(__name__)
 #: API keys served before a required SASL exchange succeeded.
 _BEFORE_AUTHENTICATION = frozenset({ApiKey.ApiVersions, ApiKey.SaslHandshake,
                                     ApiKey.SaslAuthenticate})
+
+
+def _set_ready(ready: asyncio.Future[None]) -> None:
+    if not ready.done():
+        ready.set_result(None)
 
 
 class ConnectionHost(Protocol):
@@ -115,6 +122,11 @@ class KafkaConnection(asyncio.Protocol):
         host = peer[0] if isinstance(peer, tuple) and peer else "unknown"
         port = peer[1] if isinstance(peer, tuple) and len(peer) > 1 else 0
         self._state = listener.connection_state(f"{host}:{port}", host, transport)
+        # Fetch answers send batches from the segment files on a plain TCP socket only: TLS
+        # encrypts them in this process.
+        self._state.zero_copy = (transport.get_extra_info("sslcontext") is None
+                                 and transport.get_extra_info("ssl_object") is None
+                                 and transport.get_extra_info("socket") is not None)
         self._task = asyncio.get_running_loop().create_task(
             self._serve(), name=f"stratalog-kafka-{host}:{port}")
         self._arm_idle_timer(listener.services.settings.connections_max_idle_ms / 1000)
@@ -281,7 +293,12 @@ class KafkaConnection(asyncio.Protocol):
             self._close(None)
             return None
         if response is not None and not self._closed:
-            self._write(self._encode(header, response))
+            pieces = self._encode(header, response)
+            if header.api_key == ApiKey.Fetch and any(
+                    getattr(piece, "file_region", False) for piece in pieces):
+                await self._write_with_regions(pieces)
+            else:
+                self._write(pieces)
         return ctx.throttle_ms
 
     @staticmethod
@@ -295,6 +312,85 @@ class KafkaConnection(asyncio.Protocol):
         if transport is None or self._closed:
             return
         transport.writelines(buffers)
+
+    async def _write_with_regions(self, pieces: list[Any]) -> None:
+        """Write a frame some of whose pieces are file regions (a plaintext Fetch answer:
+        storage/file_region.py): the bytes through the transport, each region with
+        ``sendfile`` from its file straight to the socket once the transport has written
+        everything before it (Kafka's ``FileRecords.writeTo``). The regions are closed
+        whatever happens. A region whose file was truncated meanwhile, or a socket error,
+        closes the connection: the frame is half written (Kafka closes it too)."""
+        transport = self._transport
+        state = self._state
+        try:
+            if transport is None or self._closed:
+                return
+            if state is None or not state.zero_copy:  # (regions are asked for plaintext only)
+                self._write([p.read() if getattr(p, "file_region", False) else p
+                             for p in pieces])
+                return
+            # A descriptor of our own for the socket: the transport's may be closed under us.
+            socket_fd = os.dup(transport.get_extra_info("socket").fileno())
+            try:
+                run: list[Any] = []
+                for piece in pieces:
+                    if not getattr(piece, "file_region", False):
+                        run.append(piece)
+                        continue
+                    if run:
+                        transport.writelines(run)
+                        run = []
+                    while transport.get_write_buffer_size():  # the bytes before go first
+                        await self._writable(socket_fd)
+                        await asyncio.sleep(0)  # the transport writes what it holds
+                        if self._closed:
+                            return
+                    await self._send_region(piece, socket_fd)
+                    if self._closed:
+                        return
+                if run:
+                    transport.writelines(run)
+            finally:
+                os.close(socket_fd)
+        except RegionTruncatedError as exc:
+            self._abort(f"{exc}: closing the connection (its answer is half written)")
+        except OSError as exc:  # the peer went away, or no descriptor was left
+            self._abort(f"a Fetch answer could not be sent: {exc}")
+        finally:
+            for piece in pieces:
+                if getattr(piece, "file_region", False):
+                    piece.close()
+
+    async def _send_region(self, region: Any, socket_fd: int) -> None:
+        """Send all of ``region`` to the non-blocking ``socket_fd``, waiting for room."""
+        offset = 0
+        size = len(region)
+        while True:
+            offset += region.send(socket_fd, offset)
+            self._last_active = time.monotonic()  # a reader that reads is not idle
+            if offset >= size or self._closed:
+                return
+            await self._writable(socket_fd)
+
+    @staticmethod
+    async def _writable(socket_fd: int) -> None:
+        """Wait until ``socket_fd`` (a duplicate of the transport's) has room to write."""
+        loop = asyncio.get_running_loop()
+        ready = loop.create_future()
+        loop.add_writer(socket_fd, _set_ready, ready)
+        try:
+            await ready
+        finally:
+            loop.remove_writer(socket_fd)
+
+    def _abort(self, why: str) -> None:
+        if self._closed:
+            return
+        logger.info("closing Kafka connection %s: %s",
+                    loggable(self._state.connection_id if self._state else "?"), why)
+        self._closed = True
+        if self._transport is not None:
+            self._transport.abort()
 
     # ---------------------------------------------------------------- ending
 

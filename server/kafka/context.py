@@ -80,6 +80,9 @@ class ConnectionState:
     #: Whether a request other than ApiVersions and SASL's may be served (False until a
     #: required SASL exchange succeeded).
     authenticated: bool = True
+    #: Whether Fetch answers may send batches from the segment files (a plaintext TCP
+    #: connection; TLS encrypts them in this process): connection.py sets it.
+    zero_copy: bool = False
 
 
 @dataclass(slots=True)

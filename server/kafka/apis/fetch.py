@@ -13,6 +13,9 @@ through the serving layer's ``fetch_messages`` (Kafka's ``ReplicaManager.fetchMe
 * Follower fetches (``replica_id`` >= 0) are not served here (replication has its own
   protocol): every partition is answered NOT_LEADER_OR_FOLLOWER.
 * Quotas: the answer's bytes count against the principal's ``consumer_byte_rate``.
+* Zero copy: on a plaintext connection a partition's batches of ``REGION_BYTES_MIN`` or more
+  are a region of the segment file, sent from it by the connection (docs/kafka-protocol.md,
+  "Zero-copy fetch and the hot path").
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from stratalog.server.kafka.error_codes import Code, code_of
 from stratalog.server.kafka.hot_messages import FetchRequest, FetchResponse
 from stratalog.server.security.acls import AclOperation, ResourceType
 from stratalog.server.storage.errors import OffsetOutOfRangeError
+from stratalog.server.storage.file_region import REGION_BYTES_MIN
 from stratalog.server.storage.partition_log import IsolationLevel
 
 __all__ = ["fetch"]
@@ -91,10 +95,13 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
             read = await services.replicas.fetch_messages(
                 reads, isolation, max_bytes=max_bytes, min_bytes=request.min_bytes,
                 max_wait_ms=max_wait_ms if not refused else 0, admit_wait=admit_wait,
+                region_bytes_min=REGION_BYTES_MIN if ctx.connection.zero_copy else None,
             )
         except ClientLimitExceededError:
             # The waiting limit refused the long poll: answer what one read finds, no wait.
-            read = await services.replicas.fetch_messages(reads, isolation, max_bytes=max_bytes)
+            read = await services.replicas.fetch_messages(
+                reads, isolation, max_bytes=max_bytes,
+                region_bytes_min=REGION_BYTES_MIN if ctx.connection.zero_copy else None)
         results = {(r.read.topic, r.read.partition): r for r in read}
     responses = []
     bytes_out = 0
