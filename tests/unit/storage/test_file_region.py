@@ -95,7 +95,8 @@ def test_a_region_stops_before_the_batch_holding_its_stop_offset(
         expected = segment.fetch(offset, 1 << 30, None, True)
         assert got is not None and expected is not None
         # The whole batches before the stop: those starting below it.
-        kept = [b for b in bases if b < stop and (bases + [1 << 62])[bases.index(b) + 1] > offset]
+        ends = [*bases[1:], 1 << 62]
+        kept = [b for b, after in zip(bases, ends, strict=True) if b < stop and after > offset]
         if not kept:
             assert got.data == b"" and got.next_offset == offset
             return

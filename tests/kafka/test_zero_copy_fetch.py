@@ -1,0 +1,96 @@
+"""Zero-copy Fetch (storage/file_region.py, kafka/connection.py): a plaintext Kafka Fetch of 64 KiB
+or more is sent from the segment files, and must carry exactly the bytes the gRPC fetch returns
+for the same read — across a segment roll, and after retention deleted the first segment."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+from benchmarks.kafka_wire import KafkaWire, first_value_at
+from stratalog.client import FetchFormat, SyncClient
+from stratalog.records.builder import build_batch
+
+RECORDS_PER_BATCH = 64
+VALUE_BYTES = 1040  # ~66 KiB batches: every fetch below is a region (REGION_BYTES_MIN: 64 KiB)
+BATCHES = 48  # ~3 MiB: three segments of 1 MiB
+OFFSET_OUT_OF_RANGE = 1
+WAIT_S = 30.0
+
+
+def _value(offset: int) -> bytes:
+    return offset.to_bytes(8, "big") * (VALUE_BYTES // 8)
+
+
+def _fill(client: SyncClient, topic: str) -> None:
+    client.create_topic(topic, 1, {"segment.bytes": str(1 << 20)})
+    t0 = int(time.time() * 1000)  # now: retention.ms (7 days) must not take the records
+    for b in range(BATCHES):
+        first = b * RECORDS_PER_BATCH
+        batch = build_batch([(t0 + first + i, None, _value(first + i), ())
+                             for i in range(RECORDS_PER_BATCH)])
+        client.produce(topic, 0, record_batches=batch, acks=1)
+
+
+async def _kafka_fetches(bootstrap: str, topic: str, reads: list[tuple[int, int]]
+                         ) -> list[object]:
+    wire = await KafkaWire.connect(bootstrap)
+    try:
+        return [await wire.fetch_at(topic, 0, offset, max_bytes) for offset, max_bytes in reads]
+    finally:
+        await wire.close()
+
+
+def _segment_bases(server: object, topic: str) -> list[int]:
+    directory = server.data_dir / f"{topic}-0"  # type: ignore[attr-defined]
+    return sorted(int(p.name[:20]) for p in directory.glob("*.log"))
+
+
+def _compare(server: object, client: SyncClient, topic: str, reads: list[tuple[int, int]]
+             ) -> None:
+    answers = asyncio.run(_kafka_fetches(server.kafka_bootstrap, topic, reads))  # type: ignore[attr-defined]
+    for (offset, max_bytes), answer in zip(reads, answers, strict=True):
+        grpc = client.fetch_by_offset(topic, 0, offset, max_bytes=max_bytes,
+                                      fetch_format=FetchFormat.RECORD_BATCHES)
+        assert answer.records == grpc.record_batches, (offset, max_bytes)
+        assert len(answer.records) >= 64 * 1024
+        assert first_value_at(answer.records, offset) == _value(offset)
+        assert answer.high_watermark == BATCHES * RECORDS_PER_BATCH
+
+
+def test_a_zero_copy_fetch_returns_the_grpc_fetch_s_bytes_across_rolls_and_deletion(
+        start_server):
+    # Retention checked every 100 ms (Kafka's log.retention.check.interval.ms; 5 min default).
+    server = start_server(None, "--set", "log.retention.check.interval.ms=100")
+    topic = f"zc-{uuid.uuid4().hex[:10]}"
+    end = BATCHES * RECORDS_PER_BATCH
+    with SyncClient(server.target) as client:
+        _fill(client, topic)
+        bases = _segment_bases(server, topic)
+        assert len(bases) >= 3, bases  # rolled
+        # Each read stops at its segment's end: at, before and just past each roll.
+        reads = [(0, 1 << 20), (5, 200_000), (end - 1, 1 << 20), (end // 2, 3 << 20)]
+        for base in bases[1:]:
+            reads += [(base - 1, 1 << 20), (base, 1 << 20), (base + 1, 100_000),
+                      (base - RECORDS_PER_BATCH, 300_000)]
+        _compare(server, client, topic, reads)
+
+        # Retention deletes the first segment once the log start passed it.
+        assert client.delete_records(topic, 0, bases[1]) == bases[1]
+        deadline = time.monotonic() + WAIT_S
+        while bases[0] in _segment_bases(server, topic):
+            assert time.monotonic() < deadline, "the first segment was not deleted"
+            time.sleep(0.05)
+        _compare(server, client, topic, [(bases[1], 1 << 20), (bases[1] + 3, 500_000),
+                                         (bases[2] - 1, 1 << 20), (end - 1, 1 << 20)])
+
+        async def below_the_start() -> int:
+            wire = await KafkaWire.connect(server.kafka_bootstrap)
+            try:
+                answer = await wire.request(wire.fetch_request(topic, 0, 0, 1 << 20), 12)
+                return answer.responses[0].partitions[0].error_code
+            finally:
+                await wire.close()
+
+        assert asyncio.run(below_the_start()) == OFFSET_OUT_OF_RANGE
