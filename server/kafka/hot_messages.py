@@ -386,23 +386,18 @@ def decode_fetch_request(body: bytes, pos: int, version: int) -> FetchRequest:
         request.session_id, request.session_epoch = r.fixed(_SESSION, "session id and epoch")
     else:
         request.session_id, request.session_epoch = 0, -1
-    partition_bytes_min = 16 + (4 if version >= 9 else 0) + (4 if version >= 12 else 0) + (
-        8 if version >= 5 else 0)
+    layout = _fetch_partition_layout(version)
     topics = []
     for _ in range(max(r.array_count(flexible, "topics", 2), 0)):
         topic = _FetchTopic.__new__(_FetchTopic)
         topic.topic = r.string(flexible, "topics.topic")
         partitions = []
-        for _ in range(max(r.array_count(flexible, "partitions", partition_bytes_min), 0)):
+        for _ in range(max(r.array_count(flexible, "partitions", layout.size), 0)):
             p = _FetchPartition.__new__(_FetchPartition)
-            p.partition = r.fixed(_I32, "partition")[0]
-            p.current_leader_epoch = r.fixed(_I32, "current_leader_epoch")[0] if (
-                version >= 9) else -1
-            p.fetch_offset = r.fixed(_I64, "fetch_offset")[0]
-            p.last_fetched_epoch = r.fixed(_I32, "last_fetched_epoch")[0] if (
-                version >= 12) else -1
-            p.log_start_offset = r.fixed(_I64, "log_start_offset")[0] if version >= 5 else -1
-            p.partition_max_bytes = r.fixed(_I32, "partition_max_bytes")[0]
+            # One unpack of the version's fixed fields; the absent ones are their defaults.
+            (p.partition, p.current_leader_epoch, p.fetch_offset, p.last_fetched_epoch,
+             p.log_start_offset, p.partition_max_bytes) = _FETCH_PARTITION_FIELDS[version](
+                r.fixed(layout, "a fetch partition"))
             if flexible:
                 r.tags("a partition's tagged fields")
             partitions.append(p)
@@ -430,6 +425,38 @@ def decode_fetch_request(body: bytes, pos: int, version: int) -> FetchRequest:
         if at is not None:
             request.cluster_id = _Reader(body, at).string(True, "cluster_id")
     return request
+
+
+def _fetch_partition_layout(version: int) -> struct.Struct:
+    """A Fetch request partition's fixed fields at ``version``: partition int32,
+    current_leader_epoch int32 (9+), fetch_offset int64, last_fetched_epoch int32 (12+),
+    log_start_offset int64 (5+), partition_max_bytes int32."""
+    return _FETCH_PARTITION_LAYOUTS[version]
+
+
+_FETCH_PARTITION_LAYOUTS = {
+    v: struct.Struct(">i" + ("i" if v >= 9 else "") + "q" + ("i" if v >= 12 else "")
+                     + ("q" if v >= 5 else "") + "i")
+    for v in range(FETCH_VERSIONS[0], FETCH_VERSIONS[1] + 1)
+}
+
+
+def _fetch_partition_fields(version: int) -> Any:
+    """The unpacked fields of ``version``'s layout to all six, with the defaults (-1) of those
+    the version does not have."""
+    epoch, last_fetched, start = version >= 9, version >= 12, version >= 5
+
+    def fields(values: tuple[int, ...]) -> tuple[int, ...]:
+        it = iter(values)
+        return (next(it), next(it) if epoch else -1, next(it), next(it) if last_fetched else -1,
+                next(it) if start else -1, next(it))
+
+    if epoch and last_fetched and start:
+        return lambda values: values
+    return fields
+
+
+_FETCH_PARTITION_FIELDS = {v: _fetch_partition_fields(v) for v in _FETCH_PARTITION_LAYOUTS}
 
 
 # --------------------------------------------------------------------------- encoding
