@@ -236,9 +236,11 @@ class KafkaConnection(asyncio.Protocol):
                     self._ready.clear()
                     await self._ready.wait()
                 frame, reserved = self._queue.popleft()
-                self._take_frames()  # room in the queue again: read on
+                if self._paused:
+                    self._take_frames()  # room in the queue again: read on
                 try:
-                    await self._writable.wait()
+                    if not self._writable.is_set():
+                        await self._writable.wait()
                     throttle_ms = await self._answer(frame, state, services)
                 finally:
                     budget.release(reserved)
