@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
+import importlib
 import random
 import struct
 import time
@@ -124,10 +126,7 @@ class KafkaWire(asyncio.Protocol):
         if getattr(request, "acks", None) == 0:
             future.set_result(None)
         else:
-            response_class = request.__class__.__name__.replace("Request", "Response")
-            module = __import__(type(request).__module__, fromlist=[response_class])
-            answer_class = getattr(module, response_class)
-            flexible = bool(answer_class.flexible_version_q(version)) and request.API_KEY != 18
+            answer_class, flexible = _answer_of(type(request), version)
             self._pending[correlation_id] = (answer_class, version, flexible, future)
         transport.write(frame)
         return future
@@ -210,6 +209,16 @@ class KafkaWire(asyncio.Protocol):
             raise RuntimeError(f"Fetch of {topic}-{partition} at {offset}: error "
                                f"{data.error_code}")
         return data
+
+
+@functools.cache
+def _answer_of(request_class: type[ApiMessage], version: int) -> tuple[type[ApiMessage], bool]:
+    """The response class of ``request_class`` and whether its header is flexible at
+    ``version`` (ApiVersions' never is, KIP-511)."""
+    name = request_class.__name__.replace("Request", "Response")
+    answer_class = getattr(importlib.import_module(request_class.__module__), name)
+    flexible = bool(answer_class.flexible_version_q(version)) and request_class.API_KEY != 18
+    return answer_class, flexible
 
 
 def first_value_at(records: bytes | memoryview, offset: int) -> bytes | None:

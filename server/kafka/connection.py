@@ -295,7 +295,14 @@ class KafkaConnection(asyncio.Protocol):
             self._close(None)
             return None
         if response is not None and not self._closed:
-            pieces = self._encode(header, response)
+            try:
+                pieces = self._encode(header, response)
+            except Exception:  # a handler's answer that does not encode: a bug, logged
+                logger.exception("Kafka %s v%d answer to %s does not encode; closing the"
+                                 " connection", ApiKey(header.api_key).name, header.api_version,
+                                 loggable(state.connection_id))
+                self._close(None)
+                return None
             if header.api_key == ApiKey.Fetch and any(
                     getattr(piece, "file_region", False) for piece in pieces):
                 await self._write_with_regions(pieces)
@@ -343,7 +350,7 @@ class KafkaConnection(asyncio.Protocol):
                         transport.writelines(run)
                         run = []
                     while transport.get_write_buffer_size():  # the bytes before go first
-                        await self._writable(socket_fd)
+                        await self._socket_writable(socket_fd)
                         await asyncio.sleep(0)  # the transport writes what it holds
                         if self._closed:
                             return
@@ -358,6 +365,9 @@ class KafkaConnection(asyncio.Protocol):
             self._abort(f"{exc}: closing the connection (its answer is half written)")
         except OSError as exc:  # the peer went away, or no descriptor was left
             self._abort(f"a Fetch answer could not be sent: {exc}")
+        except Exception:  # a bug: the answer is half written, the connection must end
+            logger.exception("a Fetch answer failed half written")
+            self._abort("a Fetch answer failed half written")
         finally:
             for piece in pieces:
                 if getattr(piece, "file_region", False):
@@ -372,10 +382,10 @@ class KafkaConnection(asyncio.Protocol):
             self._last_active = time.monotonic()  # a reader that reads is not idle
             if offset >= size or self._closed:
                 return
-            await self._writable(socket_fd)
+            await self._socket_writable(socket_fd)
 
     @staticmethod
-    async def _writable(socket_fd: int) -> None:
+    async def _socket_writable(socket_fd: int) -> None:
         """Wait until ``socket_fd`` (a duplicate of the transport's) has room to write."""
         loop = asyncio.get_running_loop()
         ready = loop.create_future()

@@ -5,6 +5,7 @@ for the same read — across a segment roll, and after retention deleted the fir
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 import uuid
 
@@ -23,10 +24,11 @@ def _value(offset: int) -> bytes:
     return offset.to_bytes(8, "big") * (VALUE_BYTES // 8)
 
 
-def _fill(client: SyncClient, topic: str) -> None:
-    client.create_topic(topic, 1, {"segment.bytes": str(1 << 20)})
+def _fill(client: SyncClient, topic: str, segment_bytes: int = 1 << 20,
+          batches: int = BATCHES) -> None:
+    client.create_topic(topic, 1, {"segment.bytes": str(segment_bytes)})
     t0 = int(time.time() * 1000)  # now: retention.ms (7 days) must not take the records
-    for b in range(BATCHES):
+    for b in range(batches):
         first = b * RECORDS_PER_BATCH
         batch = build_batch([(t0 + first + i, None, _value(first + i), ())
                              for i in range(RECORDS_PER_BATCH)])
@@ -94,3 +96,36 @@ def test_a_zero_copy_fetch_returns_the_grpc_fetch_s_bytes_across_rolls_and_delet
                 await wire.close()
 
         assert asyncio.run(below_the_start()) == OFFSET_OUT_OF_RANGE
+
+
+def test_a_zero_copy_fetch_to_a_slow_reader_waits_for_room_and_sends_it_all(server):
+    """A reader with a 4 KiB receive buffer that reads 4 KiB at a time, of an answer twice the
+    largest socket send buffer (net.ipv4.tcp_wmem: 4 MiB): the server's sendfile fills the
+    socket, waits for it to be writable, and goes on (connection.py)."""
+    from kafka.protocol.consumer import FetchResponse
+
+    topic = f"zc-slow-{uuid.uuid4().hex[:8]}"
+    fetch_bytes = 8 << 20
+    with SyncClient(server.target) as client:
+        _fill(client, topic, segment_bytes=1 << 30, batches=130)
+        expected = client.fetch_by_offset(topic, 0, 0, max_bytes=fetch_bytes,
+                                          fetch_format=FetchFormat.RECORD_BATCHES).record_batches
+    request = KafkaWire().fetch_request(topic, 0, 0, fetch_bytes)
+    request.with_header(correlation_id=1, client_id="slow")
+    host, port = server.kafka_bootstrap.rsplit(":", 1)
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.settimeout(WAIT_S)
+        sock.connect((host, int(port)))
+        sock.sendall(request.encode(version=12, header=True, framed=True))
+        frame = bytearray()
+        while len(frame) < 4 or len(frame) < 4 + int.from_bytes(frame[:4], "big"):
+            chunk = sock.recv(4096)
+            assert chunk, f"the connection closed after {len(frame)} bytes"
+            frame += chunk
+    # size, correlation id, the flexible header's empty tagged fields, then the body.
+    assert int.from_bytes(frame[4:8], "big") == 1
+    answer = FetchResponse.decode(bytes(frame[9:]), version=12)
+    records = answer.responses[0].partitions[0].records
+    assert len(records) > 8_000_000
+    assert records == expected
