@@ -769,8 +769,13 @@ class StratalogKafka(System):
         from confluent_kafka import Consumer as KafkaConsumer
         from confluent_kafka import TopicPartition
 
+        # fetch.queue.backoff.ms 0: librdkafka's default (1,000) stops fetching for a second
+        # each time its local queue passes queued.min.messages (100,000), which a reader of
+        # 100-byte records drains in ~0.1 s: the run measured the back-off (180k records/s),
+        # not the server (2026-11-29, docs/performance.md "Issue 28").
         consumer = KafkaConsumer({"bootstrap.servers": self.server.kafka_address,
-                                  "group.id": "bench-peers", "enable.auto.commit": False})
+                                  "group.id": "bench-peers", "enable.auto.commit": False,
+                                  "fetch.queue.backoff.ms": 0})
         count = size = 0
         try:
             with self.meter:
@@ -1329,7 +1334,8 @@ def main(argv: list[str] | None = None) -> None:
                     settings=stratalog.settings + f"; Kafka listener {stratalog.kafka_address}"
                     ", clients: confluent-kafka's defaults (linger.ms 5, acks all, batch.size"
                     " 1,000,000; consumer fetch.max.bytes 50 MiB, max.partition.fetch.bytes 1"
-                    " MiB, isolation.level read_committed)"))
+                    " MiB, isolation.level read_committed) but the consumer's"
+                    " fetch.queue.backoff.ms 0"))
                 continue
             server = stack.enter_context(starters[system]())
             if system == STRATALOG:
