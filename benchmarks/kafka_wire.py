@@ -20,8 +20,10 @@ Not a general client: no metadata refresh, no retries, no SASL or TLS; the calle
 partition's leader (a single server here). Concurrency: one event loop; a KafkaWire is not
 shared between loops.
 
-Run ``python -m benchmarks.kafka_wire --bootstrap HOST:PORT`` for a quick point-read and
-round-trip figure against a running server (the topic is created when missing).
+Run ``python -m benchmarks.kafka_wire --bootstrap HOST:PORT [--bootstrap HOST:PORT ...]
+[--rounds N] [--count N]`` for point-read and round-trip figures against running servers
+(:func:`measure`; the topics are created through Metadata's auto-creation); with several
+servers the rounds alternate between them and the medians are compared with the first's.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import asyncio
 import functools
 import importlib
 import random
+import statistics
 import struct
 import time
 from typing import Any
@@ -235,39 +238,73 @@ def first_value_at(records: bytes | memoryview, offset: int) -> bytes | None:
     raise LookupError(f"no record at offset {offset} in {len(view)} bytes of batches")
 
 
-async def _main(args: argparse.Namespace) -> None:
-    wire = await KafkaWire.connect(args.bootstrap)
+async def measure(bootstrap: str, topic: str, count: int, rng: random.Random
+                  ) -> dict[str, float]:
+    """``count`` produce round trips (acks=1, one record of 100 bytes each, waited for) into
+    ``topic``, then ``count`` point reads of those records at random offsets (each the batch
+    holding the offset alone: partition_max_bytes 1), each value checked: the rate of the
+    first, p50 and p99 µs of both."""
+    wire = await KafkaWire.connect(bootstrap)
     try:
-        await wire.create_topic(args.topic)
-        values = [random.randbytes(100) for _ in range(args.count)]
-        latencies = []
+        await wire.create_topic(topic)
+        values = [rng.randbytes(100) for _ in range(count)]
+        produce_s = []
+        offsets = []
         for value in values:
             started = time.perf_counter()
-            await wire.produce_one(args.topic, 0, value)
-            latencies.append(time.perf_counter() - started)
-        latencies.sort()
-        print(f"produce round trip: {len(values) / sum(latencies):,.0f}/s, "
-              f"p50 {latencies[len(latencies) // 2] * 1e6:.0f} µs")
-        end = (await wire.fetch_at(args.topic, 0, 0)).high_watermark
-        latencies = []
-        for _ in range(args.count):
-            offset = random.randrange(end)
+            offsets.append(await wire.produce_one(topic, 0, value))
+            produce_s.append(time.perf_counter() - started)
+        read_s = []
+        for _ in range(count):
+            i = rng.randrange(count)
             started = time.perf_counter()
-            data = await wire.fetch_at(args.topic, 0, offset)
-            latencies.append(time.perf_counter() - started)
-            first_value_at(data.records, offset)
-        latencies.sort()
-        print(f"point read: p50 {latencies[len(latencies) // 2] * 1e6:.0f} µs, "
-              f"p99 {latencies[int(len(latencies) * 0.99)] * 1e6:.0f} µs")
+            data = await wire.fetch_at(topic, 0, offsets[i], 1)
+            read_s.append(time.perf_counter() - started)
+            if first_value_at(data.records, offsets[i]) != values[i]:
+                raise AssertionError(f"{bootstrap}: offset {offsets[i]} read a wrong value")
     finally:
         await wire.close()
+    produce_s.sort()
+    read_s.sort()
+    return {
+        "round_trips_per_s": count / sum(produce_s),
+        "round_trip_p50_us": produce_s[count // 2] * 1e6,
+        "round_trip_p99_us": produce_s[int(count * 0.99)] * 1e6,
+        "point_read_p50_us": read_s[count // 2] * 1e6,
+        "point_read_p99_us": read_s[int(count * 0.99)] * 1e6,
+    }
+
+
+async def _main(args: argparse.Namespace) -> None:
+    rng = random.Random(28)
+    runs: dict[str, list[dict[str, float]]] = {b: [] for b in args.bootstrap}
+    for round_index in range(args.rounds):
+        # Alternating order: neither server always goes first.
+        order = args.bootstrap if round_index % 2 == 0 else args.bootstrap[::-1]
+        for bootstrap in order:
+            topic = f"{args.topic}-{round_index}"
+            runs[bootstrap].append(await measure(bootstrap, topic, args.count, rng))
+    first = args.bootstrap[0]
+    medians = {b: {k: statistics.median(r[k] for r in rs) for k in rs[0]}
+               for b, rs in runs.items()}
+    print(f"medians of {args.rounds} rounds of {args.count} (ratios: against {first})")
+    for bootstrap, figures in medians.items():
+        cells = []
+        for key, value in figures.items():
+            ratio = value / medians[first][key]
+            cells.append(f"{key} {value:,.0f}" + (f" (x{ratio:.2f})" if bootstrap != first
+                                                   else ""))
+        print(f"{bootstrap}: " + ", ".join(cells))
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--bootstrap", required=True, help="HOST:PORT of a Kafka listener")
+    parser.add_argument("--bootstrap", required=True, action="append",
+                        help="HOST:PORT of a Kafka listener; repeat to compare servers in one"
+                             " run (rounds alternate between them)")
     parser.add_argument("--topic", default="kafka-wire")
     parser.add_argument("--count", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=1)
     args = parser.parse_args(argv)
     try:
         import uvloop
