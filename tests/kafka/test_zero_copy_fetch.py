@@ -8,6 +8,7 @@ import asyncio
 import socket
 import time
 import uuid
+from pathlib import Path
 
 from benchmarks.kafka_wire import KafkaWire, first_value_at
 from stratalog.client import FetchFormat, SyncClient
@@ -129,3 +130,35 @@ def test_a_zero_copy_fetch_to_a_slow_reader_waits_for_room_and_sends_it_all(serv
     records = answer.responses[0].partitions[0].records
     assert len(records) > 8_000_000
     assert records == expected
+
+
+def test_zero_copy_fetches_give_every_descriptor_back(server):
+    """Each region holds a duplicate descriptor until its send ends: after 200 fetches, and a
+    connection closed in the middle of an answer, the server holds as many as before."""
+    topic = f"zc-fds-{uuid.uuid4().hex[:8]}"
+    large = f"zc-fds-large-{uuid.uuid4().hex[:8]}"
+    fds = Path(f"/proc/{server.process.pid}/fd")
+    with SyncClient(server.target) as client:
+        _fill(client, topic)
+        _fill(client, large, segment_bytes=1 << 30, batches=130)  # answers above 4 MiB
+    asyncio.run(_kafka_fetches(server.kafka_bootstrap, topic, [(0, 1 << 20)]))  # warm
+    before = len(list(fds.iterdir()))
+    reads = [(offset, 1 << 20) for offset in range(0, BATCHES * RECORDS_PER_BATCH, 16)][:200]
+    answers = asyncio.run(_kafka_fetches(server.kafka_bootstrap, topic, reads))
+    assert all(len(a.records) >= 64 * 1024 for a in answers)
+    # A reader that goes away mid-answer: a 4 KiB receive buffer, an 8 MiB answer (twice the
+    # largest socket send buffer: the server waits for room), then close.
+    request = KafkaWire().fetch_request(large, 0, 0, 8 << 20)
+    request.with_header(correlation_id=1, client_id="gone")
+    host, port = server.kafka_bootstrap.rsplit(":", 1)
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect((host, int(port)))
+        sock.sendall(request.encode(version=12, header=True, framed=True))
+        assert sock.recv(4)  # the answer began
+    # The server notices the closed connection when it next writes (or reads): wait for it.
+    deadline = time.monotonic() + WAIT_S
+    while len(list(fds.iterdir())) > before:
+        assert time.monotonic() < deadline, (
+            f"{len(list(fds.iterdir())) - before} descriptors more than before the fetches")
+        time.sleep(0.05)
