@@ -146,6 +146,19 @@ def test_zero_copy_fetches_give_every_descriptor_back(server):
     reads = [(offset, 1 << 20) for offset in range(0, BATCHES * RECORDS_PER_BATCH, 16)][:200]
     answers = asyncio.run(_kafka_fetches(server.kafka_bootstrap, topic, reads))
     assert all(len(a.records) >= 64 * 1024 for a in answers)
+
+    async def long_poll() -> object:
+        # min_bytes above what the partition holds: each read's region is given back before
+        # the wait, and the answer after max_wait_ms is the last read's.
+        wire = await KafkaWire.connect(server.kafka_bootstrap)
+        try:
+            return await wire.request(wire.fetch_request(
+                topic, 0, 0, 1 << 20, max_wait_ms=200, min_bytes=64 << 20), 12)
+        finally:
+            await wire.close()
+
+    polled = asyncio.run(long_poll()).responses[0].partitions[0]  # type: ignore[attr-defined]
+    assert polled.error_code == 0 and len(polled.records) >= 64 * 1024
     # A reader that goes away mid-answer: a 4 KiB receive buffer, an 8 MiB answer (twice the
     # largest socket send buffer: the server waits for room), then close.
     request = KafkaWire().fetch_request(large, 0, 0, 8 << 20)
