@@ -20,10 +20,17 @@ Bounds (nothing a client sends makes the server hold more):
 * a connection idle for ``connections_max_idle_ms`` is closed (Kafka's
   ``connections.max.idle.ms``).
 
+A plaintext Fetch answer may carry file regions (storage/file_region.py): its encoded bytes go
+through the transport and each region's bytes from the segment file to the socket with
+``sendfile``, once the transport has written what came before (zero copy: docs/kafka-protocol.md,
+"Zero-copy fetch and the hot path"). A TLS connection never asks for regions.
+
 A frame that is not Kafka's (a size out of bounds, a header that does not parse, an API key or
 version not served, a body that does not decode) closes the connection, as Kafka does; a bad
 ApiVersions version is answered (KIP-511). A handler's unexpected exception is logged and closes
-the connection (the client reconnects and retries): a request is never half answered.
+the connection (the client reconnects and retries): a request is never half answered, but for
+a zero-copy answer whose segment file was truncated during the send, which closes the connection
+in the middle of the frame (as Kafka's broker does).
 
 Concurrency: event-loop only. One task per connection serves its requests.
 """
@@ -363,8 +370,8 @@ class KafkaConnection(asyncio.Protocol):
                 os.close(socket_fd)
         except RegionTruncatedError as exc:
             self._abort(f"{exc}: closing the connection (its answer is half written)")
-        except OSError as exc:  # the peer went away, or no descriptor was left
-            self._abort(f"a Fetch answer could not be sent: {exc}")
+        except OSError as exc:  # the peer went away (the usual case), or no descriptor left
+            self._abort(f"a Fetch answer could not be sent: {exc}", logging.DEBUG)
         except Exception:  # a bug: the answer is half written, the connection must end
             logger.exception("a Fetch answer failed half written")
             self._abort("a Fetch answer failed half written")
@@ -395,11 +402,12 @@ class KafkaConnection(asyncio.Protocol):
         finally:
             loop.remove_writer(socket_fd)
 
-    def _abort(self, why: str) -> None:
+    def _abort(self, why: str, level: int = logging.INFO) -> None:
+        """Close the connection at once, its answer half written (nothing more is sent)."""
         if self._closed:
             return
-        logger.info("closing Kafka connection %s: %s",
-                    loggable(self._state.connection_id if self._state else "?"), why)
+        logger.log(level, "closing Kafka connection %s: %s",
+                   loggable(self._state.connection_id if self._state else "?"), why)
         self._closed = True
         if self._transport is not None:
             self._transport.abort()
