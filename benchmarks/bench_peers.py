@@ -770,9 +770,9 @@ class StratalogKafka(System):
         from confluent_kafka import TopicPartition
 
         # fetch.queue.backoff.ms 0: librdkafka's default (1,000) stops fetching for a second
-        # each time its local queue passes queued.min.messages (100,000), which a reader of
-        # 100-byte records drains in ~0.1 s: the run measured the back-off (180k records/s),
-        # not the server (2026-11-29, docs/performance.md "Issue 28").
+        # each time its local queue passes queued.min.messages (100,000), which this reader of
+        # 100-byte records drains in ~0.1 s: a run would measure the back-off, not the server
+        # (docs/performance.md, "Issue 28: the Kafka listener").
         consumer = KafkaConsumer({"bootstrap.servers": self.server.kafka_address,
                                   "group.id": "bench-peers", "enable.auto.commit": False,
                                   "fetch.queue.backoff.ms": 0})

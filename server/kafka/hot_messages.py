@@ -2,10 +2,9 @@
 to 11), Fetch requests and responses (versions 4 to 12).
 
 Intuition: every other API goes through kafka-python's schema classes (codec.py); these two are
-nearly every request a producer or consumer sends, and kafka-python's generic objects cost more
-than the rest of serving a one-record request (building a response's three containers and
-encoding them: ~12 µs of the server's ~60 µs for a point read, docs/performance.md "Issue 28").
-This module reads and writes exactly the same bytes (tests/unit/kafka/test_hot_messages.py
+nearly every request a producer or consumer sends, and building and encoding kafka-python's
+generic response containers cost more than anything else of the front end's own per request
+(docs/performance.md, "Issue 28: the Kafka listener"). This module reads and writes exactly the same bytes (tests/unit/kafka/test_hot_messages.py
 compares both ways with kafka-python's classes as the oracle, for random messages of every
 version served), into plain slotted objects whose attribute names and constructor keywords are
 kafka-python's (snake_case, as in Kafka's JSON schemas): a handler reads ``request.topics[0]
