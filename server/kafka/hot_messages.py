@@ -4,9 +4,9 @@ to 11), Fetch requests and responses (versions 4 to 12).
 Intuition: every other API goes through kafka-python's schema classes (codec.py); these two are
 nearly every request a producer or consumer sends, and building and encoding kafka-python's
 generic response containers cost more than anything else of the front end's own per request
-(docs/performance.md, "Issue 28: the Kafka listener"). This module reads and writes exactly the same bytes (tests/unit/kafka/test_hot_messages.py
-compares both ways with kafka-python's classes as the oracle, for random messages of every
-version served), into plain slotted objects whose attribute names and constructor keywords are
+(docs/performance.md, "Issue 28: the Kafka listener"). This module reads and writes exactly
+the same bytes (tests/unit/kafka/test_hot_messages.py compares both ways with kafka-python's
+classes as the oracle, for random messages of every version served), into plain slotted objects whose attribute names and constructor keywords are
 kafka-python's (snake_case, as in Kafka's JSON schemas): a handler reads ``request.topics[0]
 .partitions[0].fetch_offset`` and builds ``FetchResponse.FetchableTopicResponse.PartitionData(
 partition_index=..., records=...)`` the same way with either.
