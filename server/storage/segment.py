@@ -651,8 +651,8 @@ class Segment(SegmentFiles):
         limit; nothing between is read. So the region's ``records_count`` is the offsets it
         spans (its first batch's base offset to its next offset), which is the record count
         unless a compaction removed records. ``stop_offset`` (a high watermark or an LSO, at a
-        batch boundary) leaves out the batches from the one holding it on (one more walk from
-        the first batch). Thread-safe, as :meth:`fetch`.
+        batch boundary) leaves out the batches from the one holding it on (one more index
+        lookup, and a walk only when it lies within the read). Thread-safe, as :meth:`fetch`.
 
         Raises:
             as :meth:`fetch`; OSError: no descriptor left for the region.
@@ -679,22 +679,16 @@ class Segment(SegmentFiles):
                 return None
             position, size, last_offset, _, _, buf, buf_start = found
             base_offset = BASE_OFFSET_FIELD.unpack_from(buf, position - buf_start)[0]
-            if stop_offset is not None:
-                if base_offset >= stop_offset:
-                    return FetchedBatches(b"", start_offset, 0)
-                if last_offset < stop_offset:
-                    stop = log_file.walk(position + size, end, stop_offset)
-                    if stop is not None:
-                        stop_position, stop_size, _, _, _, stop_buf, stop_buf_start = stop
-                        stop_base = BASE_OFFSET_FIELD.unpack_from(
-                            stop_buf, stop_position - stop_buf_start)[0]
-                        # (A bound inside a batch keeps the batch, as fetch_isolation does.)
-                        end = stop_position if stop_base >= stop_offset else (
-                            stop_position + stop_size)
+            if stop_offset is not None and base_offset >= stop_offset:
+                return FetchedBatches(b"", start_offset, 0)
             if size > max_bytes and not min_one_message:
                 return FetchedBatches(b"", start_offset, 0)
             region_end, next_offset = position + size, last_offset + 1
             limit = min(position + max_bytes, end)
+            if stop_offset is not None and limit > region_end:
+                # A bound inside the first batch keeps that batch alone.
+                limit = (region_end if last_offset >= stop_offset
+                         else self._stop_before(stop_offset, region_end, limit))
             if limit > region_end:
                 region_end, next_offset = self._last_whole_batch_before(
                     limit, region_end, next_offset)
@@ -715,6 +709,23 @@ class Segment(SegmentFiles):
             return FetchedBatches(data, next_offset, next_offset - base_offset)
         finally:
             users.pop()
+
+    def _stop_before(self, stop_offset: int, position: int, limit: int) -> int:
+        """``limit``, or where the batch holding ``stop_offset`` starts when that is below it
+        (past it when the bound lies inside the batch, which is kept, as fetch_isolation.py
+        keeps it). Walks from the offset index's floor entry for ``stop_offset`` (or
+        ``position``, a batch start, if later), so at most the bytes from there to ``limit``:
+        a bound far ahead, a READ_COMMITTED reader's LSO at the log end, costs one lookup."""
+        offset_index = self._offset_index.loaded or self._offset_index.get()
+        start = max(offset_index.lookup_position(stop_offset), position)
+        if start >= limit:
+            return limit
+        stop = self._log.walk(start, limit, stop_offset)
+        if stop is None:
+            return limit
+        stop_position, stop_size, _, _, _, stop_buf, stop_buf_start = stop
+        stop_base = BASE_OFFSET_FIELD.unpack_from(stop_buf, stop_position - stop_buf_start)[0]
+        return stop_position if stop_base >= stop_offset else stop_position + stop_size
 
     def _last_whole_batch_before(
         self, limit: int, position: int, next_offset: int
