@@ -30,16 +30,17 @@ now is.
 
 Bounds: at most :data:`REGIONS_MAX` regions are open in the process at once (each holds a
 descriptor); a read that finds none free returns the bytes instead (:func:`open_region`
-returns None). A region is only worth its three system calls (dup, sendfile, close) for
+returns None), as does one made when the process is out of descriptors. A region is only worth its three system calls (dup, sendfile, close) for
 :data:`REGION_BYTES_MIN` bytes or more; smaller reads return bytes.
 
 Concurrency: a region is made in any thread and sent from the event loop; the count of open
-regions is a lock-free-for-the-caller semaphore. Blocking: :meth:`send` and :meth:`read` may
+regions is a semaphore taken without waiting (a read that finds none free copies). Blocking: :meth:`send` and :meth:`read` may
 read the disk when the batches are not in the page cache (as Kafka's network threads do).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 from pathlib import Path
@@ -169,15 +170,21 @@ class FileRegion:
 def open_region(log_file: LogFile, fd: int, truncations: int, position: int,
                 size_bytes: int) -> FileRegion | None:
     """A region of ``log_file`` (open as ``fd``, truncated ``truncations`` times when the read
-    began), or None when :data:`REGIONS_MAX` are open already (the caller reads the bytes).
+    began), or None when :data:`REGIONS_MAX` are open already or the process is out of
+    descriptors (the caller reads the bytes).
 
     Raises:
-        OSError: the descriptor could not be duplicated (out of descriptors).
+        OSError: the descriptor could not be duplicated for another reason (it is closed).
     """
     if not _REGIONS.acquire(blocking=False):
         return None
     try:
         duplicate = os.dup(fd)
+    except OSError as exc:
+        _REGIONS.release()
+        if exc.errno in (errno.EMFILE, errno.ENFILE):
+            return None
+        raise
     except BaseException:
         _REGIONS.release()
         raise

@@ -260,10 +260,10 @@ class LogFile:
     def open_region(self, position: int, size_bytes: int, truncations: int) -> FileRegion | None:
         """``size_bytes`` at ``position`` as a region with a descriptor of its own, for a read
         that began when the file had been truncated ``truncations`` times (file_region.py);
-        None when the process has as many regions open as it may.
+        None when the process has as many regions open as it may, or no descriptor left.
 
         Raises:
-            LogClosedError: the file is closed. OSError: no descriptor left to duplicate.
+            LogClosedError: the file is closed.
         """
         return open_region(self, self._require_fd(), truncations, position, size_bytes)
 

@@ -806,7 +806,7 @@ class PartitionLog:
         are not read).
 
         Raises:
-            as :meth:`fetch`; OSError: no descriptor left for the region.
+            as :meth:`fetch`.
         """
         stop = upper_bound
         if isolation_level == IsolationLevel.READ_COMMITTED:

@@ -655,7 +655,7 @@ class Segment(SegmentFiles):
         lookup, and a walk only when it lies within the read). Thread-safe, as :meth:`fetch`.
 
         Raises:
-            as :meth:`fetch`; OSError: no descriptor left for the region.
+            as :meth:`fetch`.
         """
         if max_bytes < 0:
             raise ValueError(

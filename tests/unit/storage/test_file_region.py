@@ -185,3 +185,23 @@ def test_regions_give_their_descriptors_back(tmp_path: Path) -> None:
     del dropped  # unclosed: the garbage collector's close gives it back
     assert len(os.listdir("/proc/self/fd")) == before
     segment.close()
+
+
+def test_out_of_descriptors_a_read_returns_the_bytes(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    from stratalog.server.storage import file_region
+
+    def no_descriptor_left(fd: int) -> int:
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    segment = Segment.create(tmp_path, 0, config(4096))
+    fill(segment, [(10, 1000)] * 10)
+    expected = segment.fetch(0, 1 << 20, None, True)
+    monkeypatch.setattr(file_region.os, "dup", no_descriptor_left)
+    got = segment.fetch_region(0, 1 << 20, None, True, None, 0)
+    assert got is not None and expected is not None
+    assert not isinstance(got.data, FileRegion)
+    assert bytes(got.data) == bytes(expected.data)
+    segment.close()
