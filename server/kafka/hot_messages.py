@@ -37,6 +37,10 @@ Response}.json``; "flexible" is Produce v9+, Fetch v12+: compact strings, arrays
                     0 diverging_epoch {epoch int32, end_offset int64}, 1 current_leader
                     {leader_id, leader_epoch}, 2 snapshot_id {end_offset int64, epoch int32}]]
 
+The objects also have the fields of versions not served (``topic_id``, ``replica_state``,
+``replica_directory_id``, a Fetch answer's ``node_endpoints``), at their defaults and never
+written, so that code written against kafka-python's classes reads and builds them alike.
+
 Tagged fields a request carries that this server does not read are skipped (Kafka ignores
 unknown tags too); a response's optional tagged fields are written when set (not None, not
 empty), as Kafka's generated code writes them when they differ from their default.
@@ -169,7 +173,8 @@ class ProduceResponse(_message(  # type: ignore[misc]
 
 
 _PartitionProduceData = _message("PartitionProduceData", (("index", 0), ("records", None)))
-_TopicProduceData = _message("TopicProduceData", (("name", ""), ("partition_data", [])),
+_TopicProduceData = _message("TopicProduceData",
+                             (("name", ""), ("topic_id", None), ("partition_data", [])),
                              PartitionProduceData=_PartitionProduceData)
 
 
@@ -187,15 +192,18 @@ class ProduceRequest(_message(  # type: ignore[misc]
 _FetchPartition = _message(
     "FetchPartition",
     (("partition", 0), ("current_leader_epoch", -1), ("fetch_offset", 0),
-     ("last_fetched_epoch", -1), ("log_start_offset", -1), ("partition_max_bytes", 0)))
-_FetchTopic = _message("FetchTopic", (("topic", ""), ("partitions", [])),
+     ("last_fetched_epoch", -1), ("log_start_offset", -1), ("partition_max_bytes", 0),
+     ("replica_directory_id", None)))
+_FetchTopic = _message("FetchTopic", (("topic", ""), ("topic_id", None), ("partitions", [])),
                        FetchPartition=_FetchPartition)
-_ForgottenTopic = _message("ForgottenTopic", (("topic", ""), ("partitions", [])))
+_ForgottenTopic = _message("ForgottenTopic",
+                           (("topic", ""), ("topic_id", None), ("partitions", [])))
 
 
 class FetchRequest(_message(  # type: ignore[misc]
         "FetchRequest",
-        (("cluster_id", None), ("replica_id", -1), ("max_wait_ms", 0), ("min_bytes", 0),
+        (("cluster_id", None), ("replica_id", -1), ("replica_state", None), ("max_wait_ms", 0),
+         ("min_bytes", 0),
          ("max_bytes", 0x7FFFFFFF), ("isolation_level", 0), ("session_id", 0),
          ("session_epoch", -1), ("topics", []), ("forgotten_topics_data", []),
          ("rack_id", "")),
@@ -219,13 +227,14 @@ _PartitionData = _message(
     AbortedTransaction=_AbortedTransaction, EpochEndOffset=_EpochEndOffset,
     LeaderIdAndEpoch=_LeaderIdAndEpoch, SnapshotId=_SnapshotId)
 _FetchableTopicResponse = _message("FetchableTopicResponse",
-                                   (("topic", ""), ("partitions", [])),
+                                   (("topic", ""), ("topic_id", None), ("partitions", [])),
                                    PartitionData=_PartitionData)
 
 
 class FetchResponse(_message(  # type: ignore[misc]
         "FetchResponse",
-        (("throttle_time_ms", 0), ("error_code", 0), ("session_id", 0), ("responses", [])),
+        (("throttle_time_ms", 0), ("error_code", 0), ("session_id", 0), ("responses", []),
+         ("node_endpoints", [])),
         FetchableTopicResponse=_FetchableTopicResponse)):
     """kafka-python's ``FetchResponse``, field for field (module docstring)."""
 
@@ -351,6 +360,7 @@ def decode_produce_request(body: bytes, pos: int, version: int) -> ProduceReques
     for _ in range(max(r.array_count(flexible, "topic_data", 2), 0)):
         topic = _TopicProduceData.__new__(_TopicProduceData)
         topic.name = r.string(flexible, "topic_data.name")
+        topic.topic_id = None
         partitions = []
         for _ in range(max(r.array_count(flexible, "partition_data", 5), 0)):
             partition = _PartitionProduceData.__new__(_PartitionProduceData)
@@ -390,6 +400,7 @@ def decode_fetch_request(body: bytes, pos: int, version: int) -> FetchRequest:
     for _ in range(max(r.array_count(flexible, "topics", 2), 0)):
         topic = _FetchTopic.__new__(_FetchTopic)
         topic.topic = r.string(flexible, "topics.topic")
+        topic.topic_id = None
         partitions = []
         for _ in range(max(r.array_count(flexible, "partitions", layout.size), 0)):
             p = _FetchPartition.__new__(_FetchPartition)
@@ -397,6 +408,7 @@ def decode_fetch_request(body: bytes, pos: int, version: int) -> FetchRequest:
             (p.partition, p.current_leader_epoch, p.fetch_offset, p.last_fetched_epoch,
              p.log_start_offset, p.partition_max_bytes) = _FETCH_PARTITION_FIELDS[version](
                 r.fixed(layout, "a fetch partition"))
+            p.replica_directory_id = None
             if flexible:
                 r.tags("a partition's tagged fields")
             partitions.append(p)
@@ -410,6 +422,7 @@ def decode_fetch_request(body: bytes, pos: int, version: int) -> FetchRequest:
         for _ in range(max(r.array_count(flexible, "forgotten_topics_data", 2), 0)):
             item = _ForgottenTopic.__new__(_ForgottenTopic)
             item.topic = r.string(flexible, "forgotten_topics_data.topic")
+            item.topic_id = None
             count = max(r.array_count(flexible, "forgotten_topics_data.partitions", 4), 0)
             item.partitions = [r.fixed(_I32, "a forgotten partition")[0] for _ in range(count)]
             if flexible:
@@ -418,6 +431,7 @@ def decode_fetch_request(body: bytes, pos: int, version: int) -> FetchRequest:
     request.forgotten_topics_data = forgotten
     request.rack_id = r.string(flexible, "rack_id") if version >= 11 else ""
     request.cluster_id = None
+    request.replica_state = None
     if flexible:
         tags = r.tags("the request's tagged fields")
         at = tags.get(0)
