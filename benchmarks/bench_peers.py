@@ -73,6 +73,7 @@ import asyncio
 import calendar
 import contextlib
 import ctypes
+import dataclasses
 import functools
 import importlib.metadata
 import json
@@ -103,8 +104,15 @@ SERVER_START_TIMEOUT_S = 30.0
 SERVER_STOP_TIMEOUT_S = 30.0
 
 STRATALOG, NATS, REDIS = "stratalog", "NATS JetStream", "Redis Streams"
-SYSTEMS = (STRATALOG, NATS, REDIS)
-SYSTEM_FLAGS = {"stratalog": STRATALOG, "nats": NATS, "redis": REDIS}
+#: The same stratalog server through its Kafka listener (issue 28): librdkafka in bulk, the
+#: minimal client of benchmarks/kafka_wire.py one request at a time.
+STRATALOG_KAFKA = "stratalog Kafka"
+SYSTEMS = (STRATALOG, STRATALOG_KAFKA, NATS, REDIS)
+#: stratalog's two front ends: the ratio columns compare each with each peer.
+OURS = (STRATALOG, STRATALOG_KAFKA)
+SYSTEM_FLAGS = {"stratalog": STRATALOG, "kafka": STRATALOG_KAFKA, "nats": NATS, "redis": REDIS}
+#: Bytes per read of the bulk fetch rows (a consumer's max.partition.fetch.bytes default).
+FETCH_BYTES = 1 << 20
 
 
 # --- the pure parts ---------------------------------------------------------------------------
@@ -212,6 +220,7 @@ class Server:
     pid: int
     version: str
     settings: str
+    kafka_address: str = ""  # stratalog's Kafka listener
 
 
 def free_port() -> int:
@@ -279,15 +288,18 @@ def _package_version(name: str) -> str:
 def stratalog_server(work_dir: Path) -> Iterator[Server]:
     data_dir = work_dir / "stratalog"
     data_dir.mkdir()
-    ready = re.compile(r"listening on (\S+:\d+)")
-    with server_process(server_argv(str(data_dir)), ready, work_dir / "stratalog.log") as (
-        process, match,
-    ):
+    # The Kafka listener's line comes last: the gRPC address is read from the log before it.
+    ready = re.compile(r"kafka on (\S+:\d+)")
+    log_path = work_dir / "stratalog.log"
+    argv = server_argv(str(data_dir), "--kafka-listen", "127.0.0.1:0")
+    with server_process(argv, ready, log_path) as (process, match):
+        listening = re.search(r"listening on (\S+:\d+)", log_path.read_text(errors="replace"))
+        assert listening is not None
         commit = _version(["git", "rev-parse", "--short", "HEAD"], r"(\w+)")
         version = f"{_package_version('stratalog')} (commit {commit})"
-        yield Server(STRATALOG, match.group(1), process.pid, version,
+        yield Server(STRATALOG, listening.group(1), process.pid, version,
                      "defaults: appends to the page cache, fsync when a segment rolls "
-                     "(log.flush.interval.* unset, as Kafka's)")
+                     "(log.flush.interval.* unset, as Kafka's)", kafka_address=match.group(1))
 
 
 @contextlib.contextmanager
@@ -345,6 +357,7 @@ class Measurement:
     client_cpu_s: float
     server_cpu_s: float
     latencies_s: list[float] = field(default_factory=list)
+    size_bytes: int = 0  # the bytes moved, where a row shows MB/s
 
     def figures(self) -> dict[str, float]:
         out = {
@@ -352,6 +365,8 @@ class Measurement:
             "client_cpu_us": self.client_cpu_s / self.requests * 1e6,
             "server_cpu_us": self.server_cpu_s / self.requests * 1e6,
         }
+        if self.size_bytes:
+            out["mb_per_s"] = self.size_bytes / self.wall_s / 1e6
         if self.latencies_s:
             out["p50_us"] = percentile(self.latencies_s, 0.50) * 1e6
             out["p99_us"] = percentile(self.latencies_s, 0.99) * 1e6
@@ -375,9 +390,10 @@ class Meter:
         self.client_cpu_s = time.process_time() - self._client_before
         self.server_cpu_s = self._server_cpu.delta_s(self._server_before)
 
-    def measurement(self, requests: int, latencies_s: list[float] | None = None) -> Measurement:
+    def measurement(self, requests: int, latencies_s: list[float] | None = None,
+                    size_bytes: int = 0) -> Measurement:
         return Measurement(requests, self.wall_s, self.client_cpu_s, self.server_cpu_s,
-                           sorted(latencies_s or []))
+                           sorted(latencies_s or []), size_bytes)
 
 
 async def timed_one_by_one(meter: Meter, call: Callable[[Any], Awaitable[object]],
@@ -599,6 +615,21 @@ class Stratalog(System):
         assert record.offset == offset, (record.offset, offset)
         _check_value(self.name, offset, record.value, self.expected)
 
+    async def fetch_all(self, values: list[bytes]) -> Measurement:
+        """The data set in reads of FETCH_BYTES of whole batches (RECORD_BATCHES: the bytes as
+        stored, as a Kafka Fetch carries them), one after the other."""
+        offset = size = reads = 0
+        with self.meter:
+            while offset < len(values):
+                result = await self.client.fetch_by_offset(
+                    self.topic, 0, offset, max_bytes=FETCH_BYTES,
+                    fetch_format=FetchFormat.RECORD_BATCHES)
+                size += len(result.record_batches)
+                offset = result.next_offset
+                reads += 1
+        assert offset == len(values), offset
+        return self.meter.measurement(len(values), size_bytes=size)
+
     async def read_batches_at(self, offset: int) -> None:
         result = await self.client.fetch_by_offset(
             self.topic, 0, offset, max_records=1, fetch_format=FetchFormat.RECORD_BATCHES)
@@ -659,6 +690,7 @@ class Stratalog(System):
 
         unary = self.unary_client
         return {
+            "fetch_mb": lambda i: self.fetch_all(i.values),
             "round_trip.unary_rpc": lambda i: self.round_trips(i.round_trip_values, unary),
             "round_trip.linger0": lambda i: self.round_trips(i.round_trip_values, linger_ms=0),
             "round_trip.client": lambda i: self.round_trips_client(i.round_trip_values,
@@ -677,6 +709,177 @@ class Stratalog(System):
             "lookup.whole": lambda i: one_by_one(
                 lambda f: self.lookup(f, max_records=0), i.lookup_fractions),
         }
+
+
+class StratalogKafka(System):
+    """The stratalog server through its Kafka listener. Bulk through confluent-kafka
+    (librdkafka) with its defaults; one request at a time through the minimal client of
+    benchmarks/kafka_wire.py (kafka-python's protocol classes on one asyncio connection).
+
+    A Kafka Fetch returns whole batches (the protocol has no record count): its point read
+    reads the round-trip partition, whose records were each produced alone (one per batch),
+    at the offset the run drew modulo its size; the "whole batch" row reads the bulk data set,
+    whose batches librdkafka filled (up to 10,000 records)."""
+
+    name = STRATALOG_KAFKA
+
+    async def open(self) -> None:
+        from benchmarks.kafka_wire import KafkaWire
+
+        self.wire = await KafkaWire.connect(self.server.kafka_address)
+        self.admin = Client(self.server.address)
+        self._readers: list[Any] = []
+
+    async def close(self) -> None:
+        await self.wire.close()
+        await self.admin.close()
+
+    async def create(self, run_index: int) -> None:
+        self.topic = f"kafka-peers-{run_index}"
+        self.round_trip_topic = f"kafka-peers-rt-{run_index}"
+        await self.admin.create_topic(self.topic, 1)
+        await self.admin.create_topic(self.round_trip_topic, 1)
+
+    async def drop(self) -> None:
+        await self.admin.delete_topic(self.topic)
+        await self.admin.delete_topic(self.round_trip_topic)
+
+    async def produce(self, values: list[bytes]) -> Measurement:
+        from confluent_kafka import Producer as KafkaProducer
+
+        producer = KafkaProducer({"bootstrap.servers": self.server.kafka_address})
+        topic = self.topic
+        with self.meter:
+            for value in values:
+                while True:
+                    try:
+                        producer.produce(topic, value, partition=0)
+                        break
+                    except BufferError:  # its queue is full: let it send
+                        producer.poll(0.001)
+            assert producer.flush(60) == 0
+        end = await self.admin.list_offsets(topic, 0, -1)
+        assert end.offset == len(values), (end, len(values))
+        first = await self.admin.fetch_by_offset(topic, 0, 0, max_records=1)
+        last = await self.admin.fetch_by_offset(topic, 0, len(values) - 1, max_records=1)
+        self.first_ms, self.last_ms = first.records[0].timestamp, last.records[0].timestamp
+        return self.meter.measurement(len(values), size_bytes=len(values) * VALUE_SIZE_BYTES)
+
+    async def consume(self, values: list[bytes]) -> Measurement:
+        from confluent_kafka import Consumer as KafkaConsumer
+        from confluent_kafka import TopicPartition
+
+        # fetch.queue.backoff.ms 0: librdkafka's default (1,000) stops fetching for a second
+        # each time its local queue passes queued.min.messages (100,000), which this reader of
+        # 100-byte records drains in ~0.1 s: a run would measure the back-off, not the server
+        # (docs/performance.md, "Issue 28: the Kafka listener").
+        consumer = KafkaConsumer({"bootstrap.servers": self.server.kafka_address,
+                                  "group.id": "bench-peers", "enable.auto.commit": False,
+                                  "fetch.queue.backoff.ms": 0})
+        count = size = 0
+        try:
+            with self.meter:
+                consumer.assign([TopicPartition(self.topic, 0, 0)])
+                while count < len(values):
+                    for message in consumer.consume(10_000, 5.0):
+                        if message.error() is not None:
+                            raise RuntimeError(f"{self.name}: {message.error()}")
+                        count += 1
+                        size += len(message.value())
+        finally:
+            consumer.close()
+        assert count == len(values) and size == len(values) * VALUE_SIZE_BYTES, (count, size)
+        return self.meter.measurement(count, size_bytes=size)
+
+    async def round_trips(self, values: list[bytes]) -> Measurement:
+        produce_one, topic = self.wire.produce_one, self.round_trip_topic
+        with self.meter:
+            for value in values:
+                await produce_one(topic, 0, value)
+        self.round_trip_values = values
+        return self.meter.measurement(len(values))
+
+    async def read_at(self, offset: int, wire: Any = None) -> None:
+        from benchmarks.kafka_wire import first_value_at
+
+        offset %= len(self.round_trip_values)
+        # partition_max_bytes 1: the batch holding the offset alone (a first batch always
+        # comes whole, KIP-74), as a consumer's Fetch of one record gets it.
+        data = await (wire or self.wire).fetch_at(self.round_trip_topic, 0, offset, 1)
+        value = first_value_at(data.records, offset)
+        if value != self.round_trip_values[offset]:
+            raise AssertionError(f"{self.name}: offset {offset} read {value!r}")
+
+    async def read_whole_batch_at(self, offset: int) -> None:
+        from benchmarks.kafka_wire import first_value_at
+
+        data = await self.wire.fetch_at(self.topic, 0, offset, 1)
+        _check_value(self.name, offset, first_value_at(data.records, offset), self.expected)
+
+    def _time_of(self, fraction: float) -> int:
+        return self.first_ms + int(fraction * (self.last_ms - self.first_ms))
+
+    async def lookup(self, fraction: float) -> None:
+        from kafka.protocol.consumer import ListOffsetsRequest
+
+        from benchmarks.kafka_wire import first_value_at
+
+        target = self._time_of(fraction)
+        Topic = ListOffsetsRequest.ListOffsetsTopic
+        request = ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[Topic(
+            name=self.topic, partitions=[Topic.ListOffsetsPartition(
+                partition_index=0, current_leader_epoch=-1, timestamp=target)])])
+        answer = await self.wire.request(request, 7)
+        found = answer.topics[0].partitions[0]
+        assert found.error_code == 0 and found.timestamp >= target, found
+        data = await self.wire.fetch_at(self.topic, 0, found.offset, 1)
+        _check_value(self.name, found.offset, first_value_at(data.records, found.offset),
+                     self.expected)
+
+    async def readers(self, count: int) -> list[Callable[[int], Awaitable[None]]]:
+        from benchmarks.kafka_wire import KafkaWire
+
+        self._readers = [await KafkaWire.connect(self.server.kafka_address)
+                         for _ in range(count)]
+        return [functools.partial(self.read_at, wire=w) for w in self._readers]
+
+    async def close_readers(self) -> None:
+        for wire in self._readers:
+            await wire.close()
+        self._readers = []
+
+    async def fetch_all(self, values: list[bytes]) -> Measurement:
+        """The data set in Fetches of FETCH_BYTES (zero copy: sent from the segment files),
+        the records' bytes only counted."""
+        offset = size = 0
+        fetch_at, topic = self.wire.fetch_at, self.topic
+        with self.meter:
+            while offset < len(values):
+                data = await fetch_at(topic, 0, offset, FETCH_BYTES)
+                records = data.records
+                size += len(records)
+                # The next offset: the last batch's base offset + last offset delta + 1.
+                last = _last_batch_start(records)
+                offset = (int.from_bytes(records[last:last + 8], "big")
+                          + int.from_bytes(records[last + 23:last + 27], "big") + 1)
+        assert offset == len(values), offset
+        return self.meter.measurement(len(values), size_bytes=size)
+
+    def variants(self) -> dict[str, Callable[[RunInputs], Awaitable[Measurement]]]:
+        return {
+            "fetch_mb": lambda i: self.fetch_all(i.values),
+            "point_read.kafka_whole": lambda i: timed_one_by_one(
+                self.meter, self.read_whole_batch_at, i.read_offsets[:200]),
+        }
+
+
+def _last_batch_start(records: bytes) -> int:
+    """Where the last batch of whole batches ``records`` starts (batch_length at byte 8)."""
+    position = last = 0
+    while position + 12 <= len(records):
+        last = position
+        position += 12 + int.from_bytes(records[position + 8:position + 12], "big")
+    return last
 
 
 class NatsJetStream(System):
@@ -899,6 +1102,7 @@ class RedisStreams(System):
 ROWS = (
     ("produce", "produce, fast API (rec/s)", "produce", "rate"),
     ("consume", "consume all (rec/s)", "consume", "rate"),
+    ("fetch_mb", "fetch all, 1 MiB reads (MB/s)", "fetch all, 1 MiB", "mb"),
     ("round_trip", "round trip per record (rec/s)", "round trip", "rate"),
     ("round_trip.unary_rpc", "  stratalog, sessions=False", "  sessions=False", "rate"),
     ("round_trip.linger0", "  stratalog Producer(linger_ms=0)", "  linger_ms=0", "rate"),
@@ -910,6 +1114,8 @@ ROWS = (
     ("point_read.batches", "  stratalog RECORD_BATCHES", "  RECORD_BATCHES", "latency"),
     ("point_read.whole", "  stratalog whole batches (no max_records)", "  whole batches",
      "latency"),
+    ("point_read.kafka_whole", "  Kafka Fetch of a librdkafka batch (200 reads)",
+     "  Kafka whole batch", "latency"),
     ("lookup", "lookup by time, p50/p99 (µs)", "lookup by time", "latency"),
     ("lookup.unary_rpc", "  stratalog, sessions=False", "  sessions=False", "latency"),
     ("lookup.batches", "  stratalog RECORD_BATCHES", "  RECORD_BATCHES", "latency"),
@@ -935,6 +1141,8 @@ def _cell(figures: dict[str, float] | None, kind: str) -> str:
         return ""
     if kind == "rate":
         return f"{figures['rate_per_s']:,.0f}"
+    if kind == "mb":
+        return f"{figures['mb_per_s']:,.0f}"
     return f"{figures['p50_us']:,.0f} / {figures['p99_us']:,.0f}"
 
 
@@ -954,8 +1162,14 @@ def _ratio(ours: dict[str, float] | None, theirs: dict[str, float] | None, kind:
         return ""
     if kind == "rate":
         return format_ratio(ours["rate_per_s"] / theirs["rate_per_s"])
+    if kind == "mb":
+        return format_ratio(ours["mb_per_s"] / theirs["mb_per_s"])
     return (f"{format_ratio(ours['p50_us'] / theirs['p50_us'])} / "
             f"{format_ratio(ours['p99_us'] / theirs['p99_us'])}")
+
+
+def _short(system: str) -> str:
+    return {STRATALOG: "grpc", STRATALOG_KAFKA: "kafka"}.get(system, system.split()[0])
 
 
 def print_tables(results: dict[str, dict[str, dict[str, float]]], systems: list[str],
@@ -963,11 +1177,15 @@ def print_tables(results: dict[str, dict[str, dict[str, float]]], systems: list[
     """``results[row][system]`` holds the medians. A variant row's ratios compare its own
     figure with the other system's main row, so a tuned call is set against each peer's
     default one."""
-    peers = [s for s in systems if s != STRATALOG] if STRATALOG in systems else []
+    ours_present = [s for s in OURS if s in systems]
+    # Each of stratalog's front ends against each other system (the gRPC Session against
+    # the Kafka listener too, when both run).
+    pairs = [(o, p) for o in ours_present for p in systems if p != o
+             and not (o == STRATALOG_KAFKA and p == STRATALOG)]
     width = 42
     print("ratios: stratalog / peer (a rate above 1, a latency below 1: stratalog ahead)")
     header = f"{'workload':<{width}}" + "".join(f"{s:>20}" for s in systems)
-    header += "".join(f"{'stratalog/' + p.split()[0]:>18}" for p in peers)
+    header += "".join(f"{_short(o) + '/' + _short(p):>20}" for o, p in pairs)
     print(header)
     for key, label, _, kind in ROWS:
         row = results.get(key, {})
@@ -976,10 +1194,10 @@ def print_tables(results: dict[str, dict[str, dict[str, float]]], systems: list[
         main = results.get(key.split(".")[0], {})
         line = f"{label.format(clients=clients):<{width}}"
         line += "".join(f"{_cell(row.get(s), kind):>20}" for s in systems)
-        for peer in peers:
-            ours = row.get(STRATALOG) or (main.get(STRATALOG) if peer in row else None)
+        for us, peer in pairs:
+            ours = row.get(us) or (main.get(us) if peer in row else None)
             theirs = row.get(peer) or main.get(peer)
-            line += f"{_ratio(ours, theirs, kind):>18}"
+            line += f"{_ratio(ours, theirs, kind):>20}"
         print(line)
     print()
     print("CPU per request, client / server (µs; per record for produce and consume)")
@@ -1017,7 +1235,8 @@ def make_inputs(values: list[bytes], run_index: int, reads: int, round_trips: in
 async def run_all(servers: list[Server], args: argparse.Namespace
                   ) -> dict[str, dict[str, list[dict[str, float]]]]:
     """``figures[row][system]``: one dict of figures per run."""
-    kinds = {STRATALOG: Stratalog, NATS: NatsJetStream, REDIS: RedisStreams}
+    kinds = {STRATALOG: Stratalog, STRATALOG_KAFKA: StratalogKafka, NATS: NatsJetStream,
+             REDIS: RedisStreams}
     systems = {server.system: kinds[server.system](server) for server in servers}
     values = make_values(args.records)
     figures: dict[str, dict[str, list[dict[str, float]]]] = {}
@@ -1045,7 +1264,7 @@ def available(system: str) -> str | None:
     binary = {NATS: "nats-server", REDIS: "redis-server"}.get(system)
     if binary and shutil.which(binary) is None:
         return f"{binary} is not on PATH (apt-get install {binary})"
-    module = {NATS: "nats", REDIS: "redis"}.get(system)
+    module = {NATS: "nats", REDIS: "redis", STRATALOG_KAFKA: "confluent_kafka"}.get(system)
     if module:
         try:
             __import__(module)
@@ -1063,8 +1282,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="point reads and lookups per run (also the concurrent reads)")
     parser.add_argument("--round-trips", type=int, default=2_000)
     parser.add_argument("--clients", type=int, default=16)
-    parser.add_argument("--systems", default="stratalog,nats,redis",
-                        help="a comma-separated subset of stratalog, nats, redis")
+    parser.add_argument("--systems", default="stratalog,kafka,nats,redis",
+                        help="a comma-separated subset of stratalog, kafka (the same server's"
+                             " Kafka listener), nats, redis")
     parser.add_argument("--redis-persistence", choices=sorted(REDIS_PERSISTENCE), default="aof")
     parser.add_argument("--seed", type=int, default=14)
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
@@ -1087,7 +1307,8 @@ def main(argv: list[str] | None = None) -> None:
           f" median of {args.runs} runs (systems' order rotated per run)")
     print(f"# python {platform.python_version()}, {os.cpu_count()} cores, {loop_name}, "
           f"stratalog record codec: {codec_path()}, grpcio {_package_version('grpcio')}; "
-          f"clients: nats-py "
+          f"clients: confluent-kafka {_package_version('confluent-kafka')}, kafka-python "
+          f"{_package_version('kafka-python')}, nats-py "
           f"{_package_version('nats-py')}, redis-py {_package_version('redis')} "
           f"(hiredis {_package_version('hiredis')})")
     with tempfile.TemporaryDirectory(prefix="stratalog-bench-peers-") as work, \
@@ -1096,6 +1317,7 @@ def main(argv: list[str] | None = None) -> None:
                     NATS: lambda: nats_server(Path(work)),
                     REDIS: lambda: redis_server(Path(work), args.redis_persistence)}
         servers = []
+        stratalog = None
         for system in SYSTEMS:
             if system not in chosen:
                 continue
@@ -1103,7 +1325,22 @@ def main(argv: list[str] | None = None) -> None:
             if reason is not None:
                 print(f"# {system}: skipped: {reason}")
                 continue
-            servers.append(stack.enter_context(starters[system]()))
+            if system == STRATALOG_KAFKA:
+                # The same server process, through its Kafka listener.
+                if stratalog is None:
+                    stratalog = stack.enter_context(starters[STRATALOG]())
+                servers.append(dataclasses.replace(
+                    stratalog, system=STRATALOG_KAFKA,
+                    settings=stratalog.settings + f"; Kafka listener {stratalog.kafka_address}"
+                    ", clients: confluent-kafka's defaults (linger.ms 5, acks all, batch.size"
+                    " 1,000,000; consumer fetch.max.bytes 50 MiB, max.partition.fetch.bytes 1"
+                    " MiB, isolation.level read_committed) but the consumer's"
+                    " fetch.queue.backoff.ms 0"))
+                continue
+            server = stack.enter_context(starters[system]())
+            if system == STRATALOG:
+                stratalog = server
+            servers.append(server)
         for server in servers:
             print(f"# {server.system} {server.version} on {server.address}: {server.settings}")
         print(flush=True)
@@ -1124,7 +1361,8 @@ def main(argv: list[str] | None = None) -> None:
             "servers": {s.system: {"version": s.version, "settings": s.settings}
                         for s in servers},
             "clients": {p: _package_version(p)
-                        for p in ("grpcio", "protobuf", "nats-py", "redis", "hiredis")},
+                        for p in ("grpcio", "protobuf", "nats-py", "redis", "hiredis",
+                                  "confluent-kafka", "kafka-python")},
             "medians": results,
             "runs": figures,
         }, indent=1))

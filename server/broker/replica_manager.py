@@ -141,6 +141,14 @@ def client_out_of_range(
     )
 
 
+def _close_regions(results: list[PartitionReadResult]) -> None:
+    """Give back the file regions of reads that will not be answered (file_region.py)."""
+    for result in results:
+        data = result.fetched.data if result.fetched is not None else None
+        if getattr(data, "file_region", False):
+            data.close()  # type: ignore[union-attr]
+
+
 def _nothing_read(offset: int) -> FetchedBatches:
     from stratalog.server.storage.segment import FetchedBatches
 
@@ -768,6 +776,7 @@ class ReplicaManager:
         min_bytes: int = 0,
         max_wait_ms: int = 0,
         admit_wait: Callable[[], Releasable] | None = None,
+        region_bytes_min: int | None = None,
     ) -> list[PartitionReadResult]:
         """Kafka's ``fetchMessages`` for a consumer's multi-partition fetch (the Kafka front
         end's Fetch): read every partition of ``reads`` on its leader, each at most its own
@@ -780,6 +789,11 @@ class ReplicaManager:
         A partition's error (not the leader, unknown, offset out of range in the client's
         terms) is its result's, never the call's. A long poll takes a slot from
         ``admit_wait`` when it first waits and gives it back when it answers.
+
+        ``region_bytes_min`` (not None: a caller that sends batches from the file, the Kafka
+        front end on a plaintext connection): a partition's batches of that many bytes or more
+        are a file region (:meth:`PartitionLog.fetch_region`), read on the loop (no batch is
+        read, only where they start and end); the caller closes the regions it gets.
         """
         enough_bytes = max(1, min(min_bytes, max_bytes))
         loop = asyncio.get_running_loop() if max_wait_ms else None
@@ -789,7 +803,7 @@ class ReplicaManager:
             while True:
                 signals: list[asyncio.Event] = []
                 results = await self._read_partitions(reads, isolation_level, max_bytes,
-                                                      signals)
+                                                      signals, region_bytes_min)
                 read_bytes = sum(len(r.fetched.data) for r in results if r.fetched is not None)
                 failed = any(r.error is not None for r in results)
                 if (read_bytes >= enough_bytes or failed or loop is None or not signals
@@ -798,6 +812,7 @@ class ReplicaManager:
                 remaining_s = deadline - loop.time()
                 if remaining_s <= 0:
                     return results
+                _close_regions(results)  # read again after the wait
                 if waiting is None and admit_wait is not None:
                     waiting = admit_wait()
                 await _wait_any(signals, remaining_s)
@@ -807,7 +822,7 @@ class ReplicaManager:
 
     async def _read_partitions(
         self, reads: list[PartitionRead], isolation_level: IsolationLevel, max_bytes: int,
-        signals: list[asyncio.Event],
+        signals: list[asyncio.Event], region_bytes_min: int | None = None,
     ) -> list[PartitionReadResult]:
         """One pass of :meth:`fetch_messages`: every partition read once; the wake-up event
         of each partition served here is appended to ``signals`` (taken before its read)."""
@@ -824,7 +839,7 @@ class ReplicaManager:
                 else:
                     limit = min(read.max_bytes, remaining)
                     fetched = await self._read_one(read, partition_log, limit,
-                                                   isolation_level, first)
+                                                   isolation_level, first, region_bytes_min)
                 size = len(fetched.data)
                 if size:
                     first = False
@@ -837,7 +852,18 @@ class ReplicaManager:
     async def _read_one(
         self, read: PartitionRead, partition_log: PartitionLog, max_bytes: int,
         isolation_level: IsolationLevel, min_one_message: bool,
+        region_bytes_min: int | None = None,
     ) -> FetchedBatches:
+        if region_bytes_min is not None and max_bytes >= region_bytes_min:
+            try:
+                return partition_log.fetch_region(
+                    read.offset, max_bytes, region_bytes_min=region_bytes_min,
+                    min_one_message=min_one_message, isolation_level=isolation_level,
+                    upper_bound=_upper_bound(partition_log),
+                )
+            except OffsetOutOfRangeError as exc:
+                raise client_out_of_range(read.topic, read.partition, read.offset,
+                                          exc) from None
         call = functools.partial(
             partition_log.fetch, read.offset, max_bytes, min_one_message=min_one_message,
             isolation_level=isolation_level, upper_bound=_upper_bound(partition_log),

@@ -18,6 +18,10 @@ Response: ``int32 size | int32 correlation_id | header v1 only: tagged fields (o
 none) | body``; ApiVersions' response header is always v0 (KIP-511: a client that does not
 know the broker's versions must still read it).
 
+Produce and Fetch bodies, nearly every request a producer or consumer sends, are read and
+written by hot_messages.py instead (by hand, byte for byte kafka-python's, which its tests
+hold it to); a Fetch answer's frame is then pieces, its records written as they are.
+
 Errors: :class:`RequestHeaderError` for a header that does not parse (the connection closes:
 Kafka's ``InvalidRequestException``), :class:`UnknownApiError` for an API key or version this
 server does not serve (the caller decides: ApiVersions answers, anything else closes, as
@@ -37,6 +41,7 @@ from kafka.protocol import admin, consumer, metadata, producer, sasl
 from kafka.protocol.api_key import ApiKey
 from kafka.protocol.api_message import ApiMessage
 
+from stratalog.server.kafka import hot_messages
 from stratalog.server.kafka.framing import frame_size_prefix
 
 __all__ = [
@@ -54,6 +59,9 @@ __all__ = [
 
 _HEAD = struct.Struct(">hhih")
 _CORRELATION = struct.Struct(">i")
+#: A body's first piece up to this size is joined to the frame's head (a copy cheaper than a
+#: buffer more to write); a larger one is written after it as it is.
+_JOINED_HEAD_BYTES_MAX = 4096
 
 
 def _classes(kind: str) -> dict[int, type[ApiMessage]]:
@@ -72,6 +80,29 @@ def _classes(kind: str) -> dict[int, type[ApiMessage]]:
 REQUEST_CLASSES: Mapping[int, type[ApiMessage]] = _classes("Request")
 #: The response class of each API key.
 RESPONSE_CLASSES: Mapping[int, type[ApiMessage]] = _classes("Response")
+
+
+#: API key -> the hand-written decoder of its request body (hot_messages.py).
+_HOT_DECODERS: Mapping[int, Any] = {
+    ApiKey.Produce: hot_messages.decode_produce_request,
+    ApiKey.Fetch: hot_messages.decode_fetch_request,
+}
+
+
+def _encode_produce(response: Any, version: int) -> list[Any]:
+    return [hot_messages.encode_produce_response(response, version)]
+
+
+#: API key -> the hand-written encoder of its response body, as pieces (hot_messages.py).
+_HOT_ENCODERS: Mapping[int, Any] = {
+    ApiKey.Produce: _encode_produce,
+    ApiKey.Fetch: hot_messages.encode_fetch_response,
+}
+#: API key -> the versions its hand-written codec covers (both ends in).
+_HOT_VERSIONS: Mapping[int, tuple[int, int]] = {
+    ApiKey.Produce: hot_messages.PRODUCE_VERSIONS,
+    ApiKey.Fetch: hot_messages.FETCH_VERSIONS,
+}
 
 
 class RequestHeaderError(Exception):
@@ -182,8 +213,15 @@ def decode_body(frame: bytes, header: RequestHeader) -> Any:
             null where the schema allows none).
             Bytes after its last field are ignored, as Kafka ignores them.
     """
-    request_class = REQUEST_CLASSES[header.api_key]
-    version = header.api_version
+    api_key, version = header.api_key, header.api_version
+    hot = _HOT_DECODERS.get(api_key)
+    if hot is not None and _covers(api_key, version):
+        try:
+            return hot(frame, header.body_offset, version)
+        except hot_messages.HotDecodeError as exc:
+            raise RequestBodyError(
+                f"{ApiKey(api_key).name}Request v{version} does not decode: {exc}") from None
+    request_class = REQUEST_CLASSES[api_key]
     view = memoryview(frame)[header.body_offset:]
     try:
         message, end = _body_decoder(request_class, version)(view, 0)
@@ -281,17 +319,35 @@ def _body_decoder(request_class: type[ApiMessage], version: int) -> Any:
     )
 
 
+def _covers(api_key: int, version: int) -> bool:
+    low, high = _HOT_VERSIONS[api_key]
+    return low <= version <= high
+
+
 def encode_response(
-    header: RequestHeader, response: ApiMessage, flexible_header: bool | None = None
-) -> list[bytes]:
-    """The frame of ``response`` to the request ``header``, as buffers to write in order.
+    header: RequestHeader, response: Any, flexible_header: bool | None = None
+) -> list[Any]:
+    """The frame of ``response`` to the request ``header``, as pieces to write in order:
+    bytes, and for a Fetch answer its records as they are (bytes, views or file regions:
+    hot_messages.py).
 
     ``flexible_header`` forces the response header's version (ApiVersions: never flexible);
     by default it follows the request's version.
     """
-    version = header.api_version
-    body = response.encode(version=version)
+    api_key, version = header.api_key, header.api_version
     if flexible_header is None:
-        flexible_header = is_flexible(type(response), version)
+        flexible_header = is_flexible(RESPONSE_CLASSES[api_key], version)
     head = _CORRELATION.pack(header.correlation_id) + (b"\x00" if flexible_header else b"")
-    return [frame_size_prefix(len(head) + len(body)) + head, body]
+    hot = _HOT_ENCODERS.get(api_key)
+    if hot is not None and _covers(api_key, version):
+        pieces = hot(response, version)
+    else:
+        pieces = [response.encode(version=version)]
+    size = len(head)
+    for piece in pieces:
+        size += len(piece)
+    if len(pieces[0]) <= _JOINED_HEAD_BYTES_MAX:
+        pieces[0] = frame_size_prefix(size) + head + pieces[0]  # one piece fewer to write
+    else:
+        pieces.insert(0, frame_size_prefix(size) + head)
+    return pieces

@@ -24,10 +24,17 @@ Bounds (nothing a client sends makes the server hold more):
   ``sasl.server.max.receive.size``): a client that has not said who it is cannot reserve
   more of the budget than an exchange needs.
 
+A plaintext Fetch answer may carry file regions (storage/file_region.py): its encoded bytes go
+through the transport and each region's bytes from the segment file to the socket with
+``sendfile``, once the transport has written what came before (zero copy: docs/kafka-protocol.md,
+"Zero-copy fetch and the hot path"). A TLS connection never asks for regions.
+
 A frame that is not Kafka's (a size out of bounds, a header that does not parse, an API key or
 version not served, a body that does not decode) closes the connection, as Kafka does; a bad
 ApiVersions version is answered (KIP-511). A handler's unexpected exception is logged and closes
-the connection (the client reconnects and retries): a request is never half answered.
+the connection (the client reconnects and retries): a request is never half answered, but for
+a zero-copy answer whose segment file was truncated during the send, which closes the connection
+in the middle of the frame (as Kafka's broker does).
 
 Concurrency: event-loop only. One task per connection serves its requests.
 """
@@ -37,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import os
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -56,6 +64,7 @@ from stratalog.server.kafka.codec import (
 from stratalog.server.kafka.context import ConnectionState, RequestContext
 from stratalog.server.kafka.framing import FrameError, FrameReader
 from stratalog.server.security.principal import current_identity
+from stratalog.server.storage.file_region import RegionTruncatedError
 
 if TYPE_CHECKING:
     from stratalog.server.byte_budget import ByteBudget
@@ -68,6 +77,11 @@ logger = logging.getLogger(__name__)
 #: API keys served before a required SASL exchange succeeded.
 _BEFORE_AUTHENTICATION = frozenset({ApiKey.ApiVersions, ApiKey.SaslHandshake,
                                     ApiKey.SaslAuthenticate})
+
+
+def _set_ready(ready: asyncio.Future[None]) -> None:
+    if not ready.done():
+        ready.set_result(None)
 
 
 class ConnectionHost(Protocol):
@@ -122,6 +136,11 @@ class KafkaConnection(asyncio.Protocol):
         host = peer[0] if isinstance(peer, tuple) and peer else "unknown"
         port = peer[1] if isinstance(peer, tuple) and len(peer) > 1 else 0
         self._state = listener.connection_state(f"{host}:{port}", host, transport)
+        # Fetch answers send batches from the segment files on a plain TCP socket only: TLS
+        # encrypts them in this process.
+        self._state.zero_copy = (transport.get_extra_info("sslcontext") is None
+                                 and transport.get_extra_info("ssl_object") is None
+                                 and transport.get_extra_info("socket") is not None)
         self._task = asyncio.get_running_loop().create_task(
             self._serve(), name=f"stratalog-kafka-{host}:{port}")
         self._arm_idle_timer(listener.services.settings.connections_max_idle_ms / 1000)
@@ -239,9 +258,11 @@ class KafkaConnection(asyncio.Protocol):
                     self._ready.clear()
                     await self._ready.wait()
                 frame, reserved = self._queue.popleft()
-                self._take_frames()  # room in the queue again: read on
+                if self._paused:
+                    self._take_frames()  # room in the queue again: read on
                 try:
-                    await self._writable.wait()
+                    if not self._writable.is_set():
+                        await self._writable.wait()
                     throttle_ms = await self._answer(frame, state, services)
                 finally:
                     budget.release(reserved)
@@ -313,15 +334,20 @@ class KafkaConnection(asyncio.Protocol):
             return None
         if response is not None and not self._closed:
             try:
-                frame = self._encode(header, response)
+                pieces = self._encode(header, response)
             except Exception:
                 # A handler built an answer its version cannot carry: the server's bug. The
                 # client is told by the close (it retries), never left waiting.
-                logger.exception("Kafka %s v%d: the answer does not encode; closing the"
-                                 " connection", ApiKey(header.api_key).name, header.api_version)
+                logger.exception("Kafka %s v%d answer to %s does not encode; closing the"
+                                 " connection", ApiKey(header.api_key).name, header.api_version,
+                                 loggable(state.connection_id))
                 self._close(None, reason="server_error")
                 return None
-            self._write(frame)
+            if header.api_key == ApiKey.Fetch and any(
+                    getattr(piece, "file_region", False) for piece in pieces):
+                await self._write_with_regions(pieces)
+            else:
+                self._write(pieces)
         self._listener.observe(header.api_key, time.perf_counter() - started)
         if ctx.close_after_answer:
             self._close(None, why="its SASL request was refused (Kafka closes the connection)",
@@ -340,6 +366,89 @@ class KafkaConnection(asyncio.Protocol):
         if transport is None or self._closed:
             return
         transport.writelines(buffers)
+
+    async def _write_with_regions(self, pieces: list[Any]) -> None:
+        """Write a frame some of whose pieces are file regions (a plaintext Fetch answer:
+        storage/file_region.py): the bytes through the transport, each region with
+        ``sendfile`` from its file straight to the socket once the transport has written
+        everything before it (Kafka's ``FileRecords.writeTo``). The regions are closed
+        whatever happens. A region whose file was truncated meanwhile, or a socket error,
+        closes the connection: the frame is half written (Kafka closes it too)."""
+        transport = self._transport
+        state = self._state
+        try:
+            if transport is None or self._closed:
+                return
+            if state is None or not state.zero_copy:  # (regions are asked for plaintext only)
+                self._write([p.read() if getattr(p, "file_region", False) else p
+                             for p in pieces])
+                return
+            # A descriptor of our own for the socket: the transport's may be closed under us.
+            socket_fd = os.dup(transport.get_extra_info("socket").fileno())
+            try:
+                run: list[Any] = []
+                for piece in pieces:
+                    if not getattr(piece, "file_region", False):
+                        run.append(piece)
+                        continue
+                    if run:
+                        transport.writelines(run)
+                        run = []
+                    while transport.get_write_buffer_size():  # the bytes before go first
+                        await self._socket_writable(socket_fd)
+                        await asyncio.sleep(0)  # the transport writes what it holds
+                        if self._closed:
+                            return
+                    await self._send_region(piece, socket_fd)
+                    if self._closed:
+                        return
+                if run:
+                    transport.writelines(run)
+            finally:
+                os.close(socket_fd)
+        except RegionTruncatedError as exc:
+            self._abort(f"{exc}: closing the connection (its answer is half written)")
+        except OSError as exc:  # the peer went away (the usual case), or no descriptor left
+            self._abort(f"a Fetch answer could not be sent: {exc}", logging.DEBUG)
+        except Exception:  # a bug: the answer is half written, the connection must end
+            logger.exception("a Fetch answer failed half written")
+            self._abort("a Fetch answer failed half written")
+        finally:
+            for piece in pieces:
+                if getattr(piece, "file_region", False):
+                    piece.close()
+
+    async def _send_region(self, region: Any, socket_fd: int) -> None:
+        """Send all of ``region`` to the non-blocking ``socket_fd``, waiting for room."""
+        offset = 0
+        size = len(region)
+        while True:
+            offset += region.send(socket_fd, offset)
+            self._last_active = time.monotonic()  # a reader that reads is not idle
+            if offset >= size or self._closed:
+                return
+            await self._socket_writable(socket_fd)
+
+    @staticmethod
+    async def _socket_writable(socket_fd: int) -> None:
+        """Wait until ``socket_fd`` (a duplicate of the transport's) has room to write."""
+        loop = asyncio.get_running_loop()
+        ready = loop.create_future()
+        loop.add_writer(socket_fd, _set_ready, ready)
+        try:
+            await ready
+        finally:
+            loop.remove_writer(socket_fd)
+
+    def _abort(self, why: str, level: int = logging.INFO) -> None:
+        """Close the connection at once, its answer half written (nothing more is sent)."""
+        if self._closed:
+            return
+        logger.log(level, "closing Kafka connection %s: %s",
+                   loggable(self._state.connection_id if self._state else "?"), why)
+        self._closed = True
+        if self._transport is not None:
+            self._transport.abort()
 
     # ---------------------------------------------------------------- ending
 

@@ -85,6 +85,9 @@ class ConnectionState:
     authenticated: bool = True
     #: Whether the connection is TLS (PLAIN sends a password: only over TLS, unless allowed).
     tls: bool = False
+    #: Whether Fetch answers may send batches from the segment files (a plaintext TCP
+    #: connection; TLS encrypts them in this process): connection.py sets it.
+    zero_copy: bool = False
 
 
 @dataclass(slots=True)

@@ -408,10 +408,16 @@ class LocalLog:
         min_one_message: bool,
         max_records: int,
         log_start_offset: int,
+        stop_offset: int | None = None,
+        region_bytes_min: int | None = None,
     ) -> FetchedBatches | None:
         """:meth:`Segment.fetch` on the segment holding ``offset``, then on later ones while it
         says None (a gap at the end of a segment), never past the published log end. None at
         the log end. Kafka's ``LocalLog.read``; lock-free.
+
+        With ``region_bytes_min`` (not None), :meth:`Segment.fetch_region` instead: the
+        batches as a file region when that large, those from the one holding ``stop_offset``
+        on left out.
 
         Raises:
             OffsetOutOfRangeError: ``offset`` below ``log_start_offset`` or above the log end.
@@ -445,7 +451,12 @@ class LocalLog:
                 max_position = end.position
             else:
                 max_position = segment.size_bytes
-            fetched = segment.fetch(offset, max_bytes, max_position, min_one_message, max_records)
+            if region_bytes_min is None:
+                fetched = segment.fetch(offset, max_bytes, max_position, min_one_message,
+                                        max_records)
+            else:
+                fetched = segment.fetch_region(offset, max_bytes, max_position, min_one_message,
+                                               stop_offset, region_bytes_min)
             if fetched is not None:
                 if (fetched.records_count or not fetched.data
                         or fetched.next_offset <= offset or fetched.next_offset >= end.offset):

@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Iterator, Sequence
 from operator import itemgetter
 from pathlib import Path
@@ -86,6 +87,7 @@ from stratalog.records.errors import CorruptRecordError, InvalidRecordError, Rec
 
 from . import space
 from .errors import LogClosedError, StorageIOError
+from .file_region import FileRegion, open_region
 from .index import INT32_MAX
 
 __all__ = [
@@ -145,9 +147,15 @@ class LogFile:
     Invariants: ``size_bytes`` is the end of the last whole batch written through this object
     (for a file opened from disk, its length until recovery says otherwise); the file may be
     longer (a preallocated tail, blocks being written), never read past ``size_bytes``.
+
+    ``truncations`` counts the cuts of the file (:meth:`truncate_to`, :meth:`cut_at`), each
+    made under ``truncation_lock``: a :class:`~stratalog.server.storage.file_region.FileRegion`
+    being sent checks it under the same lock, so that no byte of a region is sent once the
+    bytes at its positions may have been rewritten.
     """
 
-    __slots__ = ("_allocate_appends", "_fd", "_name", "_path", "size_bytes")
+    __slots__ = ("_allocate_appends", "_fd", "_name", "_path", "size_bytes", "truncation_lock",
+                 "truncations")
 
     def __init__(self, name: str, fd: int, size_bytes: int, *, allocate_appends: bool) -> None:
         """Use :meth:`open`; this takes an opened descriptor and the file's path as a string."""
@@ -160,6 +168,8 @@ class LogFile:
         # Large appends allocate their blocks first (space.py), until the file system says it
         # cannot (or the file was sized in advance: preallocate).
         self._allocate_appends = allocate_appends
+        self.truncations = 0
+        self.truncation_lock = threading.Lock()
 
     @classmethod
     def open(
@@ -247,6 +257,16 @@ class LogFile:
         except OSError as exc:
             raise self._read_error(size_bytes, position, exc) from exc
 
+    def open_region(self, position: int, size_bytes: int, truncations: int) -> FileRegion | None:
+        """``size_bytes`` at ``position`` as a region with a descriptor of its own, for a read
+        that began when the file had been truncated ``truncations`` times (file_region.py);
+        None when the process has as many regions open as it may, or no descriptor left.
+
+        Raises:
+            LogClosedError: the file is closed.
+        """
+        return open_region(self, self._require_fd(), truncations, position, size_bytes)
+
     def append(self, pieces: Sequence[bytes | bytearray | memoryview], size_bytes: int) -> int:
         """Write ``pieces`` (``size_bytes`` in all) back to back at the published end, then
         publish the new end. Returns the position written at.
@@ -291,6 +311,8 @@ class LogFile:
                 f"cannot truncate segment {self._name} of {original} bytes to {size_bytes}"
             )
         fd = self._require_fd()
+        with self.truncation_lock:
+            self.truncations += 1
         self.size_bytes = size_bytes
         try:
             if os.fstat(fd).st_size > size_bytes:
@@ -309,6 +331,8 @@ class LogFile:
             StorageIOError: the file could not be truncated.
         """
         fd = self._require_fd()
+        with self.truncation_lock:
+            self.truncations += 1
         self.size_bytes = size_bytes
         try:
             os.ftruncate(fd, size_bytes)

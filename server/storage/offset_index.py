@@ -160,6 +160,13 @@ class OffsetIndex(Index):
         except ValueError:
             return -1, 0, -1
 
+    def lookup_by_position(self, target_position: int) -> OffsetPosition | None:
+        """The entry with the largest position ``<= target_position``, or None (every entry is
+        above it, or none). Entries point at batch starts, so a reader bounded at a byte
+        position walks from here to find the last whole batch before it. Runtime
+        O(log entries)."""
+        return self._largest_lower_bound(target_position, _POSITION_COLUMN, self._parse)
+
     def entry(self, slot: int) -> OffsetPosition:
         """The entry in ``slot`` (Kafka OffsetIndex.entry; docs/kafka-behaviours.md#index-lookups).
 

@@ -786,6 +786,43 @@ class PartitionLog:
             return FetchedBatches(b"", offset, 0)
         return committed_part(self._local, fetched, offset, stable)
 
+    def fetch_region(
+        self,
+        offset: int,
+        max_bytes: int,
+        *,
+        region_bytes_min: int,
+        min_one_message: bool = True,
+        isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+        upper_bound: int | None = None,
+    ) -> FetchedBatches:
+        """:meth:`fetch` for a reader that sends the batches from the file (the Kafka front
+        end's plaintext Fetch, as Kafka's ``FileRecords.writeTo``): the same whole batches,
+        as a region of the segment's ``.log`` when they are ``region_bytes_min`` bytes or more
+        (:meth:`Segment.fetch_region`: the holder closes it), else their bytes. The bounds
+        (``upper_bound``, READ_COMMITTED's last stable offset) stop the read at the batch
+        holding them; READ_COMMITTED's aborted transactions are collected as :meth:`fetch`
+        does. ``records_count`` is the offsets spanned (no record is counted: the batches
+        are not read).
+
+        Raises:
+            as :meth:`fetch`.
+        """
+        stop = upper_bound
+        if isolation_level == IsolationLevel.READ_COMMITTED:
+            stable = self.last_stable_offset
+            stop = stable if stop is None else min(stop, stable)
+        if stop is not None and offset >= stop:
+            return FetchedBatches(b"", offset, 0)
+        fetched = self._local.read(offset, max_bytes, min_one_message, 0,
+                                   self._log_start_offset, stop, region_bytes_min)
+        if fetched is None:
+            return FetchedBatches(b"", offset, 0)
+        if isolation_level == IsolationLevel.READ_COMMITTED and fetched.data:
+            aborted = self._local.collect_aborted_txns(offset, fetched.next_offset)
+            return fetched._replace(aborted_transactions=aborted)
+        return fetched
+
     def take_records(
         self,
         offset: int,

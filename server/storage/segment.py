@@ -59,6 +59,7 @@ from .errors import (
     InvalidOffsetError,
     OffsetOverflowError,
 )
+from .file_region import FileRegion
 from .index import INT32_MAX
 from .log_file import (
     ANY_OFFSET,
@@ -93,8 +94,9 @@ class FetchedBatches(NamedTuple):
     """Whole batches read for a fetch, and what a fetch response says of them."""
 
     # Whole batches back to back, from a batch boundary; b"" when none. A read's own bytes, or
-    # a memoryview of their start where a fetch was cut at a bound (fetch_isolation.py).
-    data: bytes | memoryview
+    # a memoryview of their start where a fetch was cut at a bound (fetch_isolation.py), or
+    # (Segment.fetch_region only) a region of the .log to send from the file (file_region.py).
+    data: bytes | memoryview | FileRegion
     next_offset: int  # the last batch's last offset + 1; the offset asked for when no data
     records_count: int  # the records_count fields of the batches, summed
     # read_committed fetches only (PartitionLog.fetch): the aborted transactions overlapping
@@ -628,6 +630,144 @@ class Segment(SegmentFiles):
             )
         finally:
             users.pop()
+
+    def fetch_region(
+        self,
+        start_offset: int,
+        max_bytes: int,
+        max_position: int | None = None,
+        min_one_message: bool = False,
+        stop_offset: int | None = None,
+        region_bytes_min: int = 0,
+    ) -> FetchedBatches | None:
+        """:meth:`fetch` for a reader that sends the batches from the file (zero copy): the
+        same whole batches, as a
+        :class:`~stratalog.server.storage.file_region.FileRegion` when they are
+        ``region_bytes_min`` bytes or more (else, or when no region is free, their bytes).
+
+        The batches are not read: the first is found as :meth:`fetch` finds it; the last whole
+        batch within ``max_bytes`` is found from the offset index's entry at or below the
+        limit (entries point at batch starts), walking at most the bytes from there to the
+        limit; nothing between is read. So the region's ``records_count`` is the offsets it
+        spans (its first batch's base offset to its next offset), which is the record count
+        unless a compaction removed records. ``stop_offset`` (a high watermark or an LSO, at a
+        batch boundary) leaves out the batches from the one holding it on (one more index
+        lookup, and a walk only when it lies within the read). Thread-safe, as :meth:`fetch`.
+
+        Raises:
+            as :meth:`fetch`.
+        """
+        if max_bytes < 0:
+            raise ValueError(
+                f"invalid max size {max_bytes} for a read from segment {self._log.path}"
+            )
+        log_file = self._log
+        # Before anything is found: a truncation after this makes the region unsendable.
+        truncations = log_file.truncations
+        end = log_file.size_bytes
+        if max_position is not None and max_position < end:
+            end = max_position
+        users = self._users
+        users.append(None)
+        self.referenced = True
+        if self._files_closed:
+            users.pop()
+            self._pin_reopening()
+        try:
+            found = self._find(start_offset, ANY_TIMESTAMP, start_offset, end, 0)
+            if found is None:
+                return None
+            position, size, last_offset, _, _, buf, buf_start = found
+            base_offset = BASE_OFFSET_FIELD.unpack_from(buf, position - buf_start)[0]
+            if stop_offset is not None and base_offset >= stop_offset:
+                return FetchedBatches(b"", start_offset, 0)
+            if size > max_bytes and not min_one_message:
+                return FetchedBatches(b"", start_offset, 0)
+            region_end, next_offset = position + size, last_offset + 1
+            limit = min(position + max_bytes, end)
+            if stop_offset is not None and limit > region_end:
+                # A bound inside the first batch keeps that batch alone.
+                limit = (region_end if last_offset >= stop_offset
+                         else self._stop_before(stop_offset, region_end, limit))
+            if limit > region_end:
+                region_end, next_offset = self._last_whole_batch_before(
+                    limit, region_end, next_offset)
+            size_bytes = region_end - position
+            region = None
+            if size_bytes >= region_bytes_min:
+                region = log_file.open_region(position, size_bytes, truncations)
+            if region is None:
+                relative = position - buf_start
+                if relative + size_bytes <= len(buf):
+                    data: bytes | FileRegion = buf[relative:relative + size_bytes]
+                else:
+                    data = log_file.read(size_bytes, position)
+                if len(data) < size_bytes:  # the file shrank under the read
+                    return FetchedBatches(b"", start_offset, 0)
+            else:
+                data = region
+            return FetchedBatches(data, next_offset, next_offset - base_offset)
+        finally:
+            users.pop()
+
+    def _stop_before(self, stop_offset: int, position: int, limit: int) -> int:
+        """``limit``, or where the batch holding ``stop_offset`` starts when that is below it
+        (past it when the bound lies inside the batch, which is kept, as fetch_isolation.py
+        keeps it). Walks from the offset index's floor entry for ``stop_offset`` (or
+        ``position``, a batch start, if later), so at most the bytes from there to ``limit``:
+        a bound far ahead, a READ_COMMITTED reader's LSO at the log end, costs one lookup."""
+        offset_index = self._offset_index.loaded or self._offset_index.get()
+        start = max(offset_index.lookup_position(stop_offset), position)
+        if start >= limit:
+            return limit
+        stop = self._log.walk(start, limit, stop_offset)
+        if stop is None:
+            return limit
+        stop_position, stop_size, _, _, _, stop_buf, stop_buf_start = stop
+        stop_base = BASE_OFFSET_FIELD.unpack_from(stop_buf, stop_position - stop_buf_start)[0]
+        return stop_position if stop_base >= stop_offset else stop_position + stop_size
+
+    def _last_whole_batch_before(
+        self, limit: int, position: int, next_offset: int
+    ) -> tuple[int, int]:
+        """Where the last whole batch ending at or before ``limit`` ends, and the offset after
+        it, for batches known to run whole up to ``position`` (ending with ``next_offset`` -
+        1): walked from the offset index's last entry below ``limit`` when it is past
+        ``position`` (every batch between is whole: the log holds whole batches up to its
+        published size), else from ``position``. Reads at most the bytes from that entry to
+        ``limit``, in blocks."""
+        offset_index = self._offset_index.loaded or self._offset_index.get()
+        entry = offset_index.lookup_by_position(limit - 1)
+        start = position
+        if entry is not None and entry.position > position:
+            start = entry.position
+        log_file = self._log
+        read_bytes = min(limit - start, FIRST_BLOCK_BYTES)
+        walk_from = start
+        end_position = start
+        while True:
+            scanned: list[ScannedBatch] = []
+            walked, _, _ = log_file.walk(  # type: ignore[misc]
+                walk_from, limit, ANY_OFFSET, ANY_TIMESTAMP, b"", walk_from, read_bytes,
+                scanned, LENIENT,
+            )
+            for base_offset, length, _, _, last_offset_delta, _, _ in scanned:
+                end_position += length + LOG_OVERHEAD
+                next_offset = base_offset + last_offset_delta + 1
+            if walked is None or not scanned:
+                break
+            walk_from = walked
+            read_bytes = min(2 * read_bytes, MAX_BLOCK_BYTES)
+        if end_position == start:  # no whole batch after the entry: it ends at the entry
+            return (start, next_offset) if start == position else self._batch_end_at(start)
+        return end_position, next_offset
+
+    def _batch_end_at(self, position: int) -> tuple[int, int]:
+        """Where the batches up to ``position`` end (``position``, a batch start) and the
+        offset after the batch before it: that batch's last offset + 1 is its own base offset
+        (the index entry's batch starts there)."""
+        block = self._log.read(LOG_OVERHEAD, position)
+        return position, BASE_OFFSET_FIELD.unpack_from(block)[0]
 
     def _find(
         self, offset: int, timestamp: int, from_offset: int, end: int, max_bytes: int

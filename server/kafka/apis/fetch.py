@@ -18,12 +18,14 @@ through the serving layer's ``fetch_messages`` (Kafka's ``ReplicaManager.fetchMe
   ``Partition.checkCurrentLeaderEpoch``). From v12 the first two name the leader and its
   epoch in ``current_leader`` (KIP-951: leader_hints.py).
 * Quotas: the answer's bytes count against the principal's ``consumer_byte_rate``.
+* Zero copy: on a plaintext connection a partition's batches of ``REGION_BYTES_MIN`` or more
+  are a region of the segment file, sent from it by the connection (docs/kafka-protocol.md,
+  "Zero-copy fetch and the hot path").
 """
 
 from __future__ import annotations
 
 from kafka.protocol.api_key import ApiKey
-from kafka.protocol.consumer import FetchRequest, FetchResponse
 
 from stratalog.server.broker import PartitionRead, PartitionReadResult
 from stratalog.server.client_limits import ClientLimitExceededError, WaitingRpc, WaitingRpcKind
@@ -31,8 +33,10 @@ from stratalog.server.kafka.apis.leader_hints import leader_hint
 from stratalog.server.kafka.apis.registry import kafka_api
 from stratalog.server.kafka.context import RequestContext
 from stratalog.server.kafka.error_codes import Code, code_of
+from stratalog.server.kafka.hot_messages import FetchRequest, FetchResponse
 from stratalog.server.security.acls import AclOperation, ResourceType
 from stratalog.server.storage.errors import OffsetOutOfRangeError
+from stratalog.server.storage.file_region import REGION_BYTES_MIN
 from stratalog.server.storage.partition_log import IsolationLevel
 
 __all__ = ["fetch"]
@@ -101,10 +105,13 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
             read = await services.replicas.fetch_messages(
                 reads, isolation, max_bytes=max_bytes, min_bytes=request.min_bytes,
                 max_wait_ms=max_wait_ms if not refused else 0, admit_wait=admit_wait,
+                region_bytes_min=REGION_BYTES_MIN if ctx.connection.zero_copy else None,
             )
         except ClientLimitExceededError:
             # The waiting limit refused the long poll: answer what one read finds, no wait.
-            read = await services.replicas.fetch_messages(reads, isolation, max_bytes=max_bytes)
+            read = await services.replicas.fetch_messages(
+                reads, isolation, max_bytes=max_bytes,
+                region_bytes_min=REGION_BYTES_MIN if ctx.connection.zero_copy else None)
         results = {(r.read.topic, r.read.partition): r for r in read}
     responses = []
     bytes_out = 0

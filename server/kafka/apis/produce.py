@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 
 from kafka.protocol.api_key import ApiKey
-from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from stratalog.records.batch import ATTRIBUTES_OFFSET, MAGIC, MAGIC_OFFSET, TRANSACTIONAL_FLAG_MASK
 from stratalog.server.append_placement import holds_compressed_batches
@@ -33,6 +32,7 @@ from stratalog.server.kafka.apis.leader_hints import leader_hint, node_endpoints
 from stratalog.server.kafka.apis.registry import kafka_api
 from stratalog.server.kafka.context import RequestContext
 from stratalog.server.kafka.error_codes import Code, code_of, message_of
+from stratalog.server.kafka.hot_messages import ProduceRequest, ProduceResponse
 from stratalog.server.security.acls import AclOperation, ResourceType
 
 __all__ = ["produce"]
@@ -83,8 +83,18 @@ async def produce(ctx: RequestContext, request: ProduceRequest) -> ProduceRespon
                                                          size_bytes)
     pending = [entry for _, entries in plans for _, entry in entries
                if asyncio.iscoroutine(entry)]
-    outcomes = dict(zip(map(id, pending), await asyncio.gather(*pending, return_exceptions=True),
-                        strict=True))
+    if len(pending) == 1:
+        # One partition (a producer's usual request): awaited in this task, not a task of
+        # its own as gather would make (two trips through the loop fewer per request).
+        try:
+            outcome: object = await pending[0]
+        except Exception as exc:
+            outcome = exc
+        outcomes = {id(pending[0]): outcome}
+    else:
+        outcomes = dict(zip(map(id, pending),
+                            await asyncio.gather(*pending, return_exceptions=True),
+                            strict=True))
     if acks == 0:
         return None
     hints = request.API_VERSION >= _LEADER_HINT_VERSION

@@ -18,6 +18,7 @@ if str(PROJECT_ROOT) not in sys.path:
 
 from benchmarks.bench_peers import (  # noqa: E402
     Measurement,
+    _last_batch_start,
     format_ratio,
     format_rfc3339_ns,
     percentile,
@@ -115,6 +116,21 @@ def test_measurement_figures() -> None:
     assert figures["p50_us"] == pytest.approx(2000.0)
     assert figures["p99_us"] == pytest.approx(4000.0)
     assert "p50_us" not in Measurement(1, 1.0, 0.0, 0.0).figures()
+    assert "mb_per_s" not in figures
+    assert Measurement(10, 2.0, 0.0, 0.0, size_bytes=4_000_000).figures()["mb_per_s"] == 2.0
+
+
+def test_the_kafka_rows_find_the_last_batch_and_a_record_in_whole_batches() -> None:
+    from benchmarks.kafka_wire import first_value_at
+    from stratalog.records.builder import build_batch
+
+    batches = [build_batch([(0, None, b"%d" % (b * 10 + i), ()) for i in range(10)],
+                           base_offset=b * 10) for b in range(5)]
+    records = b"".join(batches)
+    assert _last_batch_start(records) == len(records) - len(batches[-1])
+    assert first_value_at(records, 37) == b"37"
+    with pytest.raises(LookupError):
+        first_value_at(records, 50)
 
 
 @pytest.mark.parametrize(("ratio", "text"), [

@@ -1,0 +1,318 @@
+"""A minimal Kafka client for measuring one request at a time: kafka-python's protocol classes
+over one raw asyncio connection.
+
+Intuition: a full client (kafka-python's ``KafkaConsumer``, librdkafka) adds its own batching,
+prefetching and threads, so that its latency says more about the client than about the server.
+This one does nothing but what a measurement needs: it encodes each request with
+``kafka.protocol``'s classes (generated from Kafka's own message schemas), writes it on one
+TCP connection, and decodes the answer with the response class; requests may be pipelined (each
+answer is matched by its correlation id, and Kafka answers a connection's requests in order).
+
+Helpers for the two hot-path workloads of docs/performance.md ("Issue 28"):
+
+* :meth:`KafkaWire.produce_one`: one record in one batch (``stratalog.records.build_batch``),
+  ``acks`` 1 by default, its base offset back;
+* :meth:`KafkaWire.fetch_at`: a Fetch of one partition at an offset (the point read: a
+  ``partition_max_bytes`` small enough for one batch), the partition's answer back, and
+  :func:`first_value_at` to take the value of the record at that offset out of its batches.
+
+Not a general client: no metadata refresh, no retries, no SASL or TLS; the caller names a
+partition's leader (a single server here). Concurrency: one event loop; a KafkaWire is not
+shared between loops.
+
+Run ``python -m benchmarks.kafka_wire --bootstrap HOST:PORT [--bootstrap HOST:PORT ...]
+[--rounds N] [--count N]`` for point-read and round-trip figures against running servers
+(:func:`measure`; the topics are created through Metadata's auto-creation); with several
+servers the rounds alternate between them and the medians are compared with the first's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import importlib
+import random
+import statistics
+import struct
+import time
+from typing import Any
+
+from kafka.protocol.api_message import ApiMessage
+from kafka.protocol.consumer import FetchRequest
+from kafka.protocol.metadata import MetadataRequest
+from kafka.protocol.producer import ProduceRequest
+
+from stratalog.records.builder import build_batch
+from stratalog.records.reader import iter_records
+
+__all__ = ["FETCH_VERSION", "PRODUCE_VERSION", "KafkaWire", "first_value_at"]
+
+#: The versions used unless told otherwise: the newest the server serves (both flexible).
+PRODUCE_VERSION = 9
+FETCH_VERSION = 12
+
+_SIZE = struct.Struct(">i")
+_HEAD = struct.Struct(">ii")  # size, correlation id
+
+
+class KafkaWire(asyncio.Protocol):
+    """One connection to a Kafka listener (module docstring)."""
+
+    def __init__(self, client_id: str = "kafka-wire") -> None:
+        self.client_id = client_id
+        self._transport: asyncio.Transport | None = None
+        self._buffer = bytearray()
+        self._correlation = 0
+        # correlation id -> (response class, version, flexible header, future)
+        self._pending: dict[int, tuple[type[ApiMessage], int, bool, asyncio.Future[Any]]] = {}
+        self._lost: asyncio.Future[None] | None = None
+
+    @classmethod
+    async def connect(cls, bootstrap: str, client_id: str = "kafka-wire") -> KafkaWire:
+        host, _, port = bootstrap.rpartition(":")
+        loop = asyncio.get_running_loop()
+        _, wire = await loop.create_connection(lambda: cls(client_id), host, int(port))
+        return wire
+
+    # ---------------------------------------------------------------- asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+        self._lost = asyncio.get_running_loop().create_future()
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self._buffer
+        buffer += data
+        start = 0
+        while len(buffer) - start >= 8:
+            size, correlation_id = _HEAD.unpack_from(buffer, start)
+            end = start + 4 + size
+            if len(buffer) < end:
+                break
+            response_class, version, flexible, future = self._pending.pop(correlation_id)
+            body = start + 8 + (1 if flexible else 0)  # flexible: an empty tagged-field list
+            try:
+                # A copy: the buffer is reused for the next answers.
+                answer = response_class.decode(bytes(buffer[body:end]), version=version)
+            except Exception as exc:  # an answer that does not decode fails its request
+                if not future.done():
+                    future.set_exception(exc)
+            else:
+                if not future.done():
+                    future.set_result(answer)
+            start = end
+        if start:
+            del buffer[:start]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        error = exc or ConnectionError("the server closed the connection")
+        for *_, future in self._pending.values():
+            if not future.done():
+                future.set_exception(error)
+        self._pending.clear()
+        if self._lost is not None and not self._lost.done():
+            self._lost.set_result(None)
+
+    # ---------------------------------------------------------------- requests
+
+    def send(self, request: ApiMessage, version: int) -> asyncio.Future[Any]:
+        """Write ``request`` at ``version``; a future of its decoded answer (None for an
+        acks=0 Produce, which gets none)."""
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            raise ConnectionError("not connected")
+        self._correlation = correlation_id = (self._correlation + 1) & 0x7FFFFFFF
+        request.with_header(correlation_id=correlation_id, client_id=self.client_id)
+        frame = request.encode(version=version, header=True, framed=True)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        if getattr(request, "acks", None) == 0:
+            future.set_result(None)
+        else:
+            answer_class, flexible = _answer_of(type(request), version)
+            self._pending[correlation_id] = (answer_class, version, flexible, future)
+        transport.write(frame)
+        return future
+
+    async def request(self, request: ApiMessage, version: int) -> Any:
+        return await self.send(request, version)
+
+    async def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+            if self._lost is not None:
+                await self._lost
+
+    # ---------------------------------------------------------------- helpers
+
+    async def create_topic(self, topic: str) -> int:
+        """Make sure ``topic`` exists (a Metadata request that may create it, with the server's
+        ``auto_create_topics_enable`` defaults); its error code in the answer."""
+        answer = await self.metadata([topic], allow_create=True)
+        return answer.topics[0].error_code
+
+    async def metadata(self, topics: list[str] | None = None, allow_create: bool = False
+                       ) -> Any:
+        wanted = None if topics is None else [
+            MetadataRequest.MetadataRequestTopic(name=t) for t in topics]
+        return await self.request(MetadataRequest(
+            topics=wanted, allow_auto_topic_creation=allow_create,
+            include_cluster_authorized_operations=False,
+            include_topic_authorized_operations=False), 8)
+
+    def produce_request(self, topic: str, partition: int, records: bytes, acks: int = 1,
+                        timeout_ms: int = 30_000) -> ProduceRequest:
+        partition_data = ProduceRequest.TopicProduceData.PartitionProduceData(
+            index=partition, records=records)
+        topic_data = ProduceRequest.TopicProduceData(name=topic, partition_data=[partition_data])
+        return ProduceRequest(transactional_id=None, acks=acks, timeout_ms=timeout_ms,
+                              topic_data=[topic_data])
+
+    async def produce_one(self, topic: str, partition: int, value: bytes, key: bytes | None = None,
+                          acks: int = 1, version: int = PRODUCE_VERSION) -> int:
+        """One record in its own batch; its offset (-1 for acks=0).
+
+        Raises:
+            RuntimeError: the partition's answer carries an error code.
+        """
+        batch = build_batch([(int(time.time() * 1000), key, value, ())])
+        answer = await self.request(self.produce_request(topic, partition, batch, acks), version)
+        if answer is None:
+            return -1
+        result = answer.responses[0].partition_responses[0]
+        if result.error_code:
+            raise RuntimeError(f"Produce to {topic}-{partition}: error {result.error_code}")
+        return result.base_offset
+
+    def fetch_request(self, topic: str, partition: int, offset: int, max_bytes: int,
+                      max_wait_ms: int = 0, min_bytes: int = 1,
+                      isolation_level: int = 0) -> FetchRequest:
+        fetch_partition = FetchRequest.FetchTopic.FetchPartition(
+            partition=partition, current_leader_epoch=-1, fetch_offset=offset,
+            last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=max_bytes)
+        fetch_topic = FetchRequest.FetchTopic(topic=topic, partitions=[fetch_partition])
+        return FetchRequest(cluster_id=None, replica_id=-1, replica_state=None,
+                            max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes,
+                            isolation_level=isolation_level, session_id=0, session_epoch=-1,
+                            topics=[fetch_topic], forgotten_topics_data=[], rack_id="")
+
+    async def fetch_at(self, topic: str, partition: int, offset: int, max_bytes: int = 1024,
+                       version: int = FETCH_VERSION, max_wait_ms: int = 0) -> Any:
+        """The partition's answer (``PartitionData``) of a Fetch at ``offset``.
+
+        Raises:
+            RuntimeError: the partition's answer carries an error code.
+        """
+        answer = await self.request(
+            self.fetch_request(topic, partition, offset, max_bytes, max_wait_ms), version)
+        if answer.error_code:
+            raise RuntimeError(f"Fetch: error {answer.error_code}")
+        data = answer.responses[0].partitions[0]
+        if data.error_code:
+            raise RuntimeError(f"Fetch of {topic}-{partition} at {offset}: error "
+                               f"{data.error_code}")
+        return data
+
+
+@functools.cache
+def _answer_of(request_class: type[ApiMessage], version: int) -> tuple[type[ApiMessage], bool]:
+    """The response class of ``request_class`` and whether its header is flexible at
+    ``version`` (ApiVersions' never is, KIP-511)."""
+    name = request_class.__name__.replace("Request", "Response")
+    answer_class = getattr(importlib.import_module(request_class.__module__), name)
+    flexible = bool(answer_class.flexible_version_q(version)) and request_class.API_KEY != 18
+    return answer_class, flexible
+
+
+def first_value_at(records: bytes | memoryview, offset: int) -> bytes | None:
+    """The value of the record at ``offset`` in whole batches ``records`` (the first batch may
+    start before it). Raises LookupError when no record there."""
+    position = 0
+    view = memoryview(records)
+    while position + 12 <= len(view):
+        size = _SIZE.unpack_from(view, position + 8)[0]
+        for record in iter_records(view, position, verify_crc=False):
+            if record.offset == offset:
+                return record.value
+        position += 12 + size
+    raise LookupError(f"no record at offset {offset} in {len(view)} bytes of batches")
+
+
+async def measure(bootstrap: str, topic: str, count: int, rng: random.Random
+                  ) -> dict[str, float]:
+    """``count`` produce round trips (acks=1, one record of 100 bytes each, waited for) into
+    ``topic``, then ``count`` point reads of those records at random offsets (each the batch
+    holding the offset alone: partition_max_bytes 1), each value checked: the rate of the
+    first, p50 and p99 µs of both."""
+    wire = await KafkaWire.connect(bootstrap)
+    try:
+        await wire.create_topic(topic)
+        values = [rng.randbytes(100) for _ in range(count)]
+        produce_s = []
+        offsets = []
+        for value in values:
+            started = time.perf_counter()
+            offsets.append(await wire.produce_one(topic, 0, value))
+            produce_s.append(time.perf_counter() - started)
+        read_s = []
+        for _ in range(count):
+            i = rng.randrange(count)
+            started = time.perf_counter()
+            data = await wire.fetch_at(topic, 0, offsets[i], 1)
+            read_s.append(time.perf_counter() - started)
+            if first_value_at(data.records, offsets[i]) != values[i]:
+                raise AssertionError(f"{bootstrap}: offset {offsets[i]} read a wrong value")
+    finally:
+        await wire.close()
+    produce_s.sort()
+    read_s.sort()
+    return {
+        "round_trips_per_s": count / sum(produce_s),
+        "round_trip_p50_us": produce_s[count // 2] * 1e6,
+        "round_trip_p99_us": produce_s[int(count * 0.99)] * 1e6,
+        "point_read_p50_us": read_s[count // 2] * 1e6,
+        "point_read_p99_us": read_s[int(count * 0.99)] * 1e6,
+    }
+
+
+async def _main(args: argparse.Namespace) -> None:
+    rng = random.Random(28)
+    runs: dict[str, list[dict[str, float]]] = {b: [] for b in args.bootstrap}
+    for round_index in range(args.rounds):
+        # Alternating order: neither server always goes first.
+        order = args.bootstrap if round_index % 2 == 0 else args.bootstrap[::-1]
+        for bootstrap in order:
+            topic = f"{args.topic}-{round_index}"
+            runs[bootstrap].append(await measure(bootstrap, topic, args.count, rng))
+    first = args.bootstrap[0]
+    medians = {b: {k: statistics.median(r[k] for r in rs) for k in rs[0]}
+               for b, rs in runs.items()}
+    print(f"medians of {args.rounds} rounds of {args.count} (ratios: against {first})")
+    for bootstrap, figures in medians.items():
+        cells = []
+        for key, value in figures.items():
+            ratio = value / medians[first][key]
+            cells.append(f"{key} {value:,.0f}" + (f" (x{ratio:.2f})" if bootstrap != first
+                                                   else ""))
+        print(f"{bootstrap}: " + ", ".join(cells))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--bootstrap", required=True, action="append",
+                        help="HOST:PORT of a Kafka listener; repeat to compare servers in one"
+                             " run (rounds alternate between them)")
+    parser.add_argument("--topic", default="kafka-wire")
+    parser.add_argument("--count", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=1)
+    args = parser.parse_args(argv)
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(_main(args))
+    else:
+        uvloop.run(_main(args))
+
+
+if __name__ == "__main__":
+    main()
