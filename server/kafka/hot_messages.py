@@ -291,7 +291,9 @@ class _Reader:
                                  f"{self.end - self.pos} bytes left")
         return length
 
-    def string(self, flexible: bool, what: str) -> str | None:
+    def string(self, flexible: bool, what: str, nullable: bool = False) -> str | None:
+        """A string; a null only where the schema allows one (Kafka's generated readers
+        refuse "non-nullable field ... was serialized as null")."""
         if flexible:
             length = self.uvarint(what) - 1
         else:
@@ -299,6 +301,8 @@ class _Reader:
         if length < 0:
             if length != -1:
                 raise HotDecodeError(f"{what} has length {length}")
+            if not nullable:
+                raise HotDecodeError(f"{what} is null, and that field is not nullable")
             return None
         pos = self.pos
         if pos + length > self.end:
@@ -318,12 +322,15 @@ class _Reader:
         return self.buf[pos:pos + length]
 
     def array_count(self, flexible: bool, what: str, item_bytes_min: int) -> int:
-        """An array's count (-1: null), refused when its items cannot fit in what is left."""
+        """An array's count, refused when its items cannot fit in what is left, and when it
+        is null (no array of Produce's or Fetch's requests is nullable)."""
         if flexible:
             count = self.uvarint(what) - 1
         else:
             count = self.fixed(_I32, what)[0]
-        if count < -1:
+        if count < 0:
+            if count == -1:
+                raise HotDecodeError(f"{what} is null, and that field is not nullable")
             raise HotDecodeError(f"{what} has {count} items")
         if count * item_bytes_min > self.end - self.pos:
             raise HotDecodeError(f"{what} of {count} items cannot fit in the "
@@ -354,15 +361,16 @@ def decode_produce_request(body: bytes, pos: int, version: int) -> ProduceReques
     r = _Reader(body, pos)
     request = ProduceRequest.__new__(ProduceRequest)
     request.API_VERSION = version
-    request.transactional_id = r.string(flexible, "transactional_id") if version >= 3 else None
+    request.transactional_id = (r.string(flexible, "transactional_id", nullable=True)
+                                if version >= 3 else None)
     request.acks, request.timeout_ms = r.fixed(_PRODUCE_HEAD, "acks and timeout_ms")
     topics = []
-    for _ in range(max(r.array_count(flexible, "topic_data", 2), 0)):
+    for i in range(r.array_count(flexible, "topic_data", 2)):
         topic = _TopicProduceData.__new__(_TopicProduceData)
         topic.name = r.string(flexible, "topic_data.name")
         topic.topic_id = None
         partitions = []
-        for _ in range(max(r.array_count(flexible, "partition_data", 5), 0)):
+        for _ in range(r.array_count(flexible, f"topic_data[{i}].partition_data", 5)):
             partition = _PartitionProduceData.__new__(_PartitionProduceData)
             partition.index = r.fixed(_I32, "partition_data.index")[0]
             partition.records = r.bytes_field(flexible, "partition_data.records")
@@ -397,12 +405,12 @@ def decode_fetch_request(body: bytes, pos: int, version: int) -> FetchRequest:
         request.session_id, request.session_epoch = 0, -1
     layout = _fetch_partition_layout(version)
     topics = []
-    for _ in range(max(r.array_count(flexible, "topics", 2), 0)):
+    for i in range(r.array_count(flexible, "topics", 2)):
         topic = _FetchTopic.__new__(_FetchTopic)
         topic.topic = r.string(flexible, "topics.topic")
         topic.topic_id = None
         partitions = []
-        for _ in range(max(r.array_count(flexible, "partitions", layout.size), 0)):
+        for _ in range(r.array_count(flexible, f"topics[{i}].partitions", layout.size)):
             p = _FetchPartition.__new__(_FetchPartition)
             # One unpack of the version's fixed fields; the absent ones are their defaults.
             (p.partition, p.current_leader_epoch, p.fetch_offset, p.last_fetched_epoch,
@@ -419,11 +427,11 @@ def decode_fetch_request(body: bytes, pos: int, version: int) -> FetchRequest:
     request.topics = topics
     forgotten = []
     if version >= 7:
-        for _ in range(max(r.array_count(flexible, "forgotten_topics_data", 2), 0)):
+        for _ in range(r.array_count(flexible, "forgotten_topics_data", 2)):
             item = _ForgottenTopic.__new__(_ForgottenTopic)
             item.topic = r.string(flexible, "forgotten_topics_data.topic")
             item.topic_id = None
-            count = max(r.array_count(flexible, "forgotten_topics_data.partitions", 4), 0)
+            count = r.array_count(flexible, "forgotten_topics_data.partitions", 4)
             item.partitions = [r.fixed(_I32, "a forgotten partition")[0] for _ in range(count)]
             if flexible:
                 r.tags("a forgotten topic's tagged fields")
@@ -436,7 +444,7 @@ def decode_fetch_request(body: bytes, pos: int, version: int) -> FetchRequest:
         tags = r.tags("the request's tagged fields")
         at = tags.get(0)
         if at is not None:
-            request.cluster_id = _Reader(body, at).string(True, "cluster_id")
+            request.cluster_id = _Reader(body, at).string(True, "cluster_id", nullable=True)
     return request
 
 

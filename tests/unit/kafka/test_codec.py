@@ -45,6 +45,26 @@ def _decode(frame: bytes):
     return header, decode_body(frame, header)
 
 
+def _fields(message: object, shape: object) -> object:
+    """``message``'s fields as plain values, the ones ``shape`` (the library's ``to_dict()`` of
+    the same message: the fields of that version) names: Produce and Fetch requests are decoded
+    by hand (server/kafka/hot_messages.py) into objects of their own, with the library's field
+    names."""
+    if isinstance(shape, dict):
+        return {name: _fields(getattr(message, name), shape[name]) for name in shape}
+    if isinstance(shape, list):
+        assert isinstance(message, list) and len(message) == len(shape)
+        return [_fields(item, item_shape) for item, item_shape in zip(message, shape, strict=True)]
+    if isinstance(message, bytes | bytearray | memoryview):
+        return bytes(message)
+    return message
+
+
+def _same_request(decoded: object, expected: object) -> bool:
+    shape = expected.to_dict()  # type: ignore[attr-defined]
+    return _fields(decoded, shape) == _fields(expected, shape)
+
+
 @pytest.mark.parametrize(("key", "version"), SERVED)
 def test_served_requests_round_trip(key, version):
     for seed in range(20):
@@ -55,7 +75,7 @@ def test_served_requests_round_trip(key, version):
             key, version, seed, "cli é")
         # Equal field by field to what the library reads of its own encoding of the body.
         expected = REQUEST_CLASSES[key].decode(request.encode(version=version), version=version)
-        assert decoded.to_dict() == expected.to_dict()
+        assert _same_request(decoded, expected)
 
 
 @pytest.mark.parametrize(("key", "version"), SERVED)
@@ -66,7 +86,8 @@ def test_every_cut_is_refused_and_extra_bytes_ignored(key, version):
             _decode(frame[:end])
     # Bytes after the last field are left unread, as Kafka's parser leaves them.
     _, decoded = _decode(frame + b"\x00\x01\x02")
-    assert decoded.to_dict() == _decode(frame)[1].to_dict()
+    expected = REQUEST_CLASSES[key].decode(frame[_decode(frame)[0].body_offset:], version=version)
+    assert _same_request(decoded, expected)
 
 
 @settings(max_examples=400, deadline=None)
@@ -103,7 +124,8 @@ def _decodes_or_names_the_problem(frame: bytes) -> None:
     except CODEC_ERRORS as exc:
         assert str(exc)
     else:
-        assert isinstance(message, REQUEST_CLASSES[header.api_key])
+        # The library's class, or for Produce and Fetch the hand-written one of that name.
+        assert type(message).__name__.split("_v")[0] == REQUEST_CLASSES[header.api_key].name
         low, high = SERVED_VERSIONS[header.api_key]
         assert low <= header.api_version <= high
 
