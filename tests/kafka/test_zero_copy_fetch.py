@@ -6,13 +6,22 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import sys
 import time
 import uuid
 from pathlib import Path
 
-from benchmarks.kafka_wire import KafkaWire, first_value_at
 from stratalog.client import FetchFormat, SyncClient
 from stratalog.records.builder import build_batch
+
+# The benchmarks' asyncio Kafka client (benchmarks/kafka_wire.py) is the one with a zero-copy
+# reader's timing control; benchmarks/ is not a package on the test path (as in
+# tests/unit/benchmarks/).
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+if str(PROJECT_ROOT) not in sys.path:
+    sys.path.insert(0, str(PROJECT_ROOT))
+
+from benchmarks.kafka_wire import KafkaWire, first_value_at  # noqa: E402
 
 RECORDS_PER_BATCH = 64
 VALUE_BYTES = 1040  # ~66 KiB batches: every fetch below is a region (REGION_BYTES_MIN: 64 KiB)
