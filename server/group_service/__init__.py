@@ -19,12 +19,14 @@ the same GroupService.
 from __future__ import annotations
 
 from .cluster_partitions import ClusterPartitions, CoordinatorLocation
-from .group_service import GroupService, group_config
+from .group_service import CLIENT_ID_CHARS_MAX, REQUEST_GROUP_IDS_MAX, GroupService, group_config
 from .offsets_topic import GROUP_METADATA_TOPIC
 from .partition_coordinator import PartitionCoordinator
 
 __all__ = [
+    "CLIENT_ID_CHARS_MAX",
     "GROUP_METADATA_TOPIC",
+    "REQUEST_GROUP_IDS_MAX",
     "ClusterPartitions",
     "CoordinatorLocation",
     "GroupService",

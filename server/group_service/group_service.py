@@ -101,9 +101,15 @@ if TYPE_CHECKING:
     from stratalog.server.settings import Settings
     from stratalog.server.transactions import TransactionCoordinator
 
-__all__ = ["GroupService", "group_config"]
+__all__ = ["CLIENT_ID_CHARS_MAX", "REQUEST_GROUP_IDS_MAX", "GroupService", "group_config"]
 
 logger = logging.getLogger(__name__)
+
+#: Most groups (or FindCoordinator keys) one request may name, from either front end.
+REQUEST_GROUP_IDS_MAX = 1000
+#: Longest client id kept with a member (a longer one is cut): it is stored with the member and
+#: written in its group's GroupMetadata record.
+CLIENT_ID_CHARS_MAX = 255
 
 _R = TypeVar("_R")
 
@@ -281,6 +287,12 @@ class GroupService:
         if self.cluster is None:
             return CoordinatorLocation(partition)
         return self.cluster.leader_of(group_id, partition)
+
+    def is_loading(self, partition: int) -> bool:
+        """Whether this server's coordinator of ``partition`` of __consumer_offsets is still
+        loading it (its groups answer COORDINATOR_LOAD_IN_PROGRESS meanwhile)."""
+        coordinator = self.partitions.get(partition)
+        return coordinator is not None and coordinator.core.loading
 
     # ---------------------------------------------------------------- membership
 

@@ -26,6 +26,7 @@ import grpc
 import grpc.aio
 
 from stratalog.server.client_limits import WaitingRpcKind, call_origin, host_of_peer
+from stratalog.server.group_service import CLIENT_ID_CHARS_MAX, REQUEST_GROUP_IDS_MAX
 from stratalog.server.groups import (
     CoordinatorNotAvailableError,
     DeleteGroupsRequest,
@@ -62,11 +63,6 @@ __all__ = ["CLIENT_ID_METADATA_KEY", "GroupRpcs"]
 
 #: The call metadata a client names itself with (Kafka's client.id).
 CLIENT_ID_METADATA_KEY = "x-client-id"
-#: Longest client id kept (a longer one is cut): it is stored with the member and written in
-#: its group's GroupMetadata record.
-_CLIENT_ID_CHARS_MAX = 255
-#: Most group ids one DescribeGroups or DeleteGroups may name.
-_GROUP_IDS_MAX = 1000
 
 
 def _optional(message: Any, field: str) -> str | None:
@@ -101,13 +97,13 @@ class GroupRpcs(RpcBase):
         client_id = ""
         for key, value in context.invocation_metadata() or ():
             if key == CLIENT_ID_METADATA_KEY and isinstance(value, str):
-                client_id = value[:_CLIENT_ID_CHARS_MAX]
+                client_id = value[:CLIENT_ID_CHARS_MAX]
         return client_id, host_of_peer(context.peer() or "")
 
     @staticmethod
     def _group_ids(ids: Any) -> tuple[str, ...]:
-        if len(ids) > _GROUP_IDS_MAX:
-            raise BadRequestError("group_ids", f"{len(ids)} group ids: at most {_GROUP_IDS_MAX}")
+        if len(ids) > REQUEST_GROUP_IDS_MAX:
+            raise BadRequestError("group_ids", f"{len(ids)} group ids: at most {REQUEST_GROUP_IDS_MAX}")
         return tuple(ids)
 
     # ---------------------------------------------------------------- FindCoordinator

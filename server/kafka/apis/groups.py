@@ -76,6 +76,7 @@ from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorRespo
 
 from stratalog.server import groups as group_core
 from stratalog.server.client_limits import WaitingRpcKind
+from stratalog.server.group_service import CLIENT_ID_CHARS_MAX, REQUEST_GROUP_IDS_MAX
 from stratalog.server.groups import (
     GroupIdNotFoundError,
     InconsistentGroupProtocolError,
@@ -101,10 +102,9 @@ __all__ = [
     "sync_group",
 ]
 
-#: Most groups (or coordinator keys) one request may name; the gRPC side's bound.
-GROUP_IDS_MAX = 1000
-#: Longest client id kept with a member (a longer one is cut), as the gRPC side keeps.
-CLIENT_ID_CHARS_MAX = 255
+#: Most groups (or coordinator keys) one request may name: the serving layer's bound, both
+#: front ends'.
+GROUP_IDS_MAX = REQUEST_GROUP_IDS_MAX
 #: FindCoordinator's key types (Kafka's ``CoordinatorType``).
 _KEY_TYPE_GROUP = 0
 _KEY_TYPE_TRANSACTION = 1
@@ -191,8 +191,7 @@ async def _coordinator(ctx: RequestContext, key_type: int,
         return code_of(exc), message_of(exc), _NO_NODE
     if found.node_id is not None:  # a cluster: the partition's leader
         return _node(ctx, found.node_id)
-    coordinator = groups.partitions.get(found.partition)
-    if coordinator is not None and coordinator.core.loading:
+    if groups.is_loading(found.partition):
         # Not named until it can serve the group: the client asks again after its backoff
         # (Kafka names it, and its requests answer COORDINATOR_LOAD_IN_PROGRESS meanwhile;
         # docs/kafka-protocol.md, "Differences from Kafka (consumer groups)").
