@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import enum
 from collections import Counter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.admin import (
     AlterConfigsRequest,
@@ -114,6 +114,13 @@ def _repeated_resources(resources: list[tuple[int, str]]) -> frozenset[tuple[int
     return frozenset(key for key, count in Counter(resources).items() if count > 1)
 
 
+def _refuse_if_repeated(resource: Any, repeated: frozenset[tuple[int, str]]) -> None:
+    """An alteration may name a resource once (Kafka answers INVALID_REQUEST for each repeat)."""
+    if (resource.resource_type, resource.resource_name) in repeated:
+        raise KafkaRequestError(Code.INVALID_REQUEST, f"resource {resource.resource_name!r} is"
+                                " named more than once in the request")
+
+
 # ---------------------------------------------------------------------------- describe
 
 
@@ -180,10 +187,7 @@ async def alter_configs(ctx: RequestContext, request: AlterConfigsRequest
     responses = []
     for resource in request.resources:
         try:
-            if (resource.resource_type, resource.resource_name) in repeated:
-                raise KafkaRequestError(Code.INVALID_REQUEST,
-                                        f"resource {resource.resource_name!r} is named more"
-                                        " than once in the request")
+            _refuse_if_repeated(resource, repeated)
             configs = _configs(resource.resource_name,
                                [(config.name, config.value) for config in resource.configs])
             _check_alteration(ctx, resource.resource_type, resource.resource_name)
@@ -213,10 +217,7 @@ async def incremental_alter_configs(ctx: RequestContext,
     responses = []
     for resource in request.resources:
         try:
-            if (resource.resource_type, resource.resource_name) in repeated:
-                raise KafkaRequestError(Code.INVALID_REQUEST,
-                                        f"resource {resource.resource_name!r} is named more"
-                                        " than once in the request")
+            _refuse_if_repeated(resource, repeated)
             _configs(resource.resource_name,
                      [(config.name, config.value) for config in resource.configs])
             operations = [(_operation(config.config_operation, config.name), config.name,
