@@ -299,6 +299,14 @@ class AdminManager:
             InvalidConfigError: an unknown name, a bad value, or a name both set and deleted.
         """
         self._replicas.refuse_client_change(name, "a config change")
+        topic_admin = self._topic_admin()
+        if topic_admin is not None and topic_admin.knows(name):
+            # The cluster's topic: its overrides live in etcd, every replica applies them.
+            altered = await topic_admin.alter_configs(name, set, delete,
+                                                      validate_only=validate_only)
+            if validate_only:
+                return altered
+            return (await self.describe_topic(name)).description
         return await self._replicas.admin(functools.partial(
             self._log_manager.alter_topic_configs, name, dict(set), list(delete),
             validate_only=validate_only))
@@ -311,7 +319,7 @@ class AdminManager:
         Raises:
             as :meth:`alter_topic_configs`.
         """
-        described = await self._blocking(self._log_manager.describe_topic, name)
+        described = (await self.describe_topic(name)).description
         stale = [key for key in described.overridden_configs if key not in configs]
         return await self.alter_topic_configs(name, configs, stale, validate_only=validate_only)
 
@@ -335,7 +343,7 @@ class AdminManager:
         if repeated:
             raise InvalidConfigError(
                 f"configs of topic {name} named more than once in one request: {repeated}")
-        current = (await self._blocking(self._log_manager.describe_topic, name)).configs
+        current = (await self.describe_topic(name)).description.configs
         set_configs: dict[str, str] = {}
         delete_names: list[str] = []
         for op, config, value in operations:

@@ -76,6 +76,7 @@ from .errors import LeaderNotAvailableError, NotLeaderOrFollowerError
 from .node import POLL_INTERVALS_PER_SESSION
 from .replica import LeadershipListener, Replica, ReplicaEvents, Role
 from .replica_fetcher import FetchSettings, ReplicaFetcher
+from .topic_configs import apply_overrides
 
 if TYPE_CHECKING:
     from stratalog.server.metrics import ServerMetrics
@@ -283,6 +284,8 @@ class ReplicaRoles:
                                                internal=topic in SERVER_WRITTEN_TOPICS)
 
         await self._blocking(create)
+        # Held before (a restart, or an alteration since): the cluster's overrides win.
+        await self._blocking(apply_overrides, self._log_manager, topic, log_configs)
 
     async def _remove_topic(self, topic: str) -> None:
         keys = [key for key in self.partitions if key[0] == topic]

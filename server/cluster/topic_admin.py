@@ -44,7 +44,7 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 import aetcd
@@ -59,6 +59,7 @@ from stratalog.server.storage.topic_names import topic_collision_key
 
 from .errors import CoordinationUnavailableError, InvalidReplicationFactorError
 from .partition_state import PartitionState, TopicAssignment
+from .topic_configs import alter_overrides
 
 if TYPE_CHECKING:
     from stratalog.server.storage.log_manager import LogManager
@@ -240,6 +241,29 @@ class TopicAdmin:
             with contextlib.suppress(Exception):
                 await self._node.view.refresh()
         return bool(succeeded)
+
+    # ---------------------------------------------------------------- configs
+
+    async def alter_configs(self, name: str, set: Mapping[str, str], delete: Iterable[str],
+                            *, validate_only: bool = False) -> TopicDescription:
+        """Set and delete config overrides of topic ``name`` in etcd (topic_configs.py); the
+        topic as the cluster has it now (or would, ``validate_only``). Every server holding
+        the topic applies them when its view shows them; this one before it answers.
+
+        Raises:
+            UnknownTopicOrPartitionError: etcd has no such topic.
+            InvalidConfigError: as a single server's alteration.
+            CoordinationUnavailableError: etcd did not answer within :data:`ADMIN_TIMEOUT_S`.
+        """
+        with self._etcd_errors("AlterConfigs", "the configs may or may not have been altered:"
+                               " describe the topic to find out"):
+            async with asyncio.timeout(ADMIN_TIMEOUT_S):
+                assignment = await alter_overrides(self._node, self._log_manager, name, set,
+                                                   delete, validate_only=validate_only)
+        if not validate_only:
+            with contextlib.suppress(Exception):  # seen at the next poll otherwise
+                await self._node.view.refresh()
+        return self.describe(name, None, assignment)
 
     # ---------------------------------------------------------------- descriptions
 
