@@ -645,6 +645,7 @@ class Server:
                     unclean_leader_election_enable=settings.unclean_leader_election_enable,
                     principal=principal,
                     kafka_address=str(self.kafka.advertised()) if self.kafka is not None else "",
+                    rack=settings.broker_rack,
                 )
             except (TimeoutError, aetcd.ClientError, OSError) as exc:
                 raise StartupError(f"cannot join the cluster {settings.cluster}: etcd"

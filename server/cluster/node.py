@@ -56,14 +56,16 @@ class ClusterNode:
     async def start(cls, session: EtcdSession, prefix: str, node_id: int, address: str,
                     session_timeout_ms: int, *,
                     unclean_leader_election_enable: bool = False,
-                    principal: str = "", kafka_address: str = "") -> ClusterNode:
+                    principal: str = "", kafka_address: str = "",
+                    rack: str = "") -> ClusterNode:
         """Join the cluster through ``session`` (module docstring; :func:`connect` made it).
         Nothing is started before the last read succeeded; on failure the caller closes the
         session, which revokes the lease and so deletes the registration.
 
         ``principal`` is who this server proves to be to its peers, registered with its
         address (broker_identity.py); "" registers none. ``kafka_address`` is where Kafka
-        clients reach this server's Kafka listener (membership.py); "" registers none.
+        clients reach this server's Kafka listener (membership.py); "" registers none. ``rack``:
+        its ``broker_rack`` (membership.py), "" for none.
 
         Raises:
             NodeIdInUseError: a live server holds ``node_id``.
@@ -72,7 +74,7 @@ class ClusterNode:
         poll_interval_s = poll_interval_s_of(session_timeout_ms)
         keys = ClusterKeys(prefix)
         membership = Membership(session, keys, node_id, address, poll_interval_s, principal,
-                                kafka_address)
+                                kafka_address, rack)
         election = ControllerElection(session, keys, node_id, poll_interval_s)
         view = ClusterView(session, keys, poll_interval_s)
         elector = LeaderElector(session, keys, election, membership, view, poll_interval_s,
