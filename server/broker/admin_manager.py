@@ -19,8 +19,8 @@ and translates the answer; the rules are here, once:
   only; a cluster member: 1..the live brokers (topic_admin.py);
 * **topics the server writes itself** (``__consumer_offsets``): clients' deletions, config
   changes and partition growth are refused (:meth:`ReplicaManager.refuse_client_change`);
-* **CreatePartitions in cluster mode** is refused whole (the controller does not assign new
-  partitions' replicas yet);
+* **CreatePartitions in cluster mode** writes the grown assignment to etcd
+  (server/cluster/topic_admin.py); each replica grows its local topic when it sees it;
 * **config alterations** in three forms: set + delete (broker.proto's AlterTopicConfigs),
   replace every override (Kafka's AlterConfigs), and Kafka's incremental SET / DELETE /
   APPEND / SUBTRACT (IncrementalAlterConfigs); each may only validate;
@@ -52,7 +52,6 @@ from stratalog.server.cluster.controller import NO_CONTROLLER, ControllerState
 from stratalog.server.cluster.errors import (
     CoordinationUnavailableError,
     InvalidReplicationFactorError,
-    UnsupportedInClusterError,
 )
 from stratalog.server.cluster.membership import BrokerInfo
 from stratalog.server.metadata import (
@@ -268,19 +267,20 @@ class AdminManager:
             InvalidTopicError: a topic the server writes itself.
             InvalidPartitionsError: ``count`` outside 1..``topic_partitions_max``, or not above
                 the topic's.
-            UnsupportedInClusterError: in cluster mode.
+            InvalidReplicationFactorError: cluster mode, fewer live brokers than the topic's
+                replication factor (or racks on some brokers only).
+            CoordinationUnavailableError: cluster mode, etcd did not answer.
             UnknownTopicOrPartitionError, ResourceLimitExceededError, StorageIOError: as
                 ``LogManager.create_partitions``.
         """
         self._replicas.refuse_client_change(name, "CreatePartitions")
         self.check_partition_count(count)
-        if self._settings.cluster:
-            # The controller would have to assign the new partitions' replicas and write their
-            # first states to etcd (topic_admin.py); not built yet: refused, not half done.
-            raise UnsupportedInClusterError(
-                "CreatePartitions is not supported in cluster mode yet: create a topic with the"
-                " partitions it needs (docs/cluster.md)"
-            )
+        topic_admin = self._topic_admin()
+        if topic_admin is not None:
+            grown = await topic_admin.create_partitions(name, count, validate_only=validate_only)
+            if grown is not None:
+                return grown
+            # Not in etcd: a topic this server holds alone grows as on a single server.
         return await self._replicas.admin(functools.partial(
             self._log_manager.create_partitions, name, count, validate_only=validate_only))
 
