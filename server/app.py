@@ -646,6 +646,11 @@ class Server:
                     principal=principal,
                     kafka_address=str(self.kafka.advertised()) if self.kafka is not None else "",
                     rack=settings.broker_rack,
+                    auto_leader_rebalance_enable=settings.auto_leader_rebalance_enable,
+                    leader_imbalance_check_interval_s=(
+                        settings.leader_imbalance_check_interval_seconds),
+                    leader_imbalance_per_broker_percentage=(
+                        settings.leader_imbalance_per_broker_percentage),
                 )
             except (TimeoutError, aetcd.ClientError, OSError) as exc:
                 raise StartupError(f"cannot join the cluster {settings.cluster}: etcd"
