@@ -501,6 +501,7 @@ class Server:
             cluster_id=None if settings.cluster else getattr(
                 read_meta_properties(Path(settings.log_dirs[0])), "cluster_id", None),
             kafka_brokers=self._kafka_brokers if settings.cluster else None,
+            kafka_racks=self._kafka_racks if settings.cluster else None,
             authenticator=self._authenticator,
         )
         listener = self.kafka = KafkaListener(
@@ -531,6 +532,11 @@ class Server:
                 except ValueError:  # a registration this version cannot read: not reachable
                     continue
         return brokers
+
+    def _kafka_racks(self) -> dict[int, str]:
+        """In cluster mode, node id -> rack of every live server that registered one."""
+        node = self.cluster_node
+        return {} if node is None else {b.node_id: b.rack for b in node.brokers if b.rack}
 
     async def _start_metrics(self, port: int) -> int:
         """Start the metrics endpoint on ``port`` of the metrics host; the port bound.

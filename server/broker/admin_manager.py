@@ -51,9 +51,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 from stratalog.server.cluster.controller import NO_CONTROLLER, ControllerState
 from stratalog.server.cluster.errors import (
     CoordinationUnavailableError,
+    ElectionNotNeededError,
     InvalidReplicationFactorError,
 )
 from stratalog.server.cluster.membership import BrokerInfo
+from stratalog.server.cluster.preferred_leader import ElectionType
 from stratalog.server.metadata import (
     SINGLE_SERVER_NODE_ID,
     ClusterMetadata,
@@ -283,6 +285,41 @@ class AdminManager:
             # Not in etcd: a topic this server holds alone grows as on a single server.
         return await self._replicas.admin(functools.partial(
             self._log_manager.create_partitions, name, count, validate_only=validate_only))
+
+    # ---------------------------------------------------------------- leaders
+
+    async def elect_leaders(
+        self, requested: Mapping[str, Sequence[int]] | None,
+        election_type: ElectionType = ElectionType.PREFERRED,
+    ) -> dict[tuple[str, int], Exception | None]:
+        """Kafka's ElectLeaders: move each partition of ``requested`` (topic -> partition
+        numbers; None: every partition) to its preferred replica (PREFERRED), or elect a live
+        replica for one without a live leader (UNCLEAN). Each partition's outcome: None
+        (elected) or the error saying why not (server/cluster/preferred_leader.py). A single
+        server leads every partition itself, its only (so preferred) replica: every partition
+        named is ElectionNotNeededError, or UnknownTopicOrPartitionError.
+
+        Raises:
+            CoordinationUnavailableError: cluster mode, etcd did not answer (or not joined).
+        """
+        node = self._replicas.cluster_node
+        if node is not None and node.preferred is not None:
+            return await node.preferred.elect(requested, election_type)
+        if self._settings.cluster:
+            self._topic_admin()  # not joined yet: CoordinationUnavailableError
+        outcomes: dict[tuple[str, int], Exception | None] = {}
+        for topic, numbers in (requested or {}).items():
+            count = 0
+            with contextlib.suppress(UnknownTopicOrPartitionError):
+                described = await self._blocking(self._log_manager.describe_topic, topic)
+                count = len(described.partitions)
+            for number in numbers:
+                outcomes[(topic, number)] = (
+                    ElectionNotNeededError("a single server leads each of its partitions, its"
+                                           " only replica")
+                    if 0 <= number < count
+                    else UnknownTopicOrPartitionError(f"{topic}-{number} does not exist"))
+        return outcomes
 
     # ---------------------------------------------------------------- configs
 

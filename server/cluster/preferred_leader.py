@@ -50,10 +50,13 @@ Concurrency: event-loop only; one automatic check at a time (its poller).
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import logging
 from collections.abc import Mapping, Sequence, Set
 from typing import TYPE_CHECKING
+
+import aetcd
 
 from stratalog.server.storage.errors import UnknownTopicOrPartitionError
 
@@ -77,6 +80,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ELECTION_ATTEMPTS_MAX",
+    "ELECT_TIMEOUT_S",
     "ElectionType",
     "PreferredLeaders",
     "elected_state",
@@ -87,6 +91,8 @@ logger = logging.getLogger(__name__)
 
 #: Writes of one partition's election tried before it fails (each lost race re-reads etcd).
 ELECTION_ATTEMPTS_MAX = 3
+#: The longest an on-demand ElectLeaders waits for etcd, all its calls together (seconds).
+ELECT_TIMEOUT_S = 10.0
 
 
 class ElectionType(enum.IntEnum):
@@ -179,9 +185,22 @@ class PreferredLeaders:
         ``requested`` None the partitions whose election was not needed are left out (Kafka's
         ``electLeaders`` does the same).
 
-        Raises what the etcd client raises when etcd does not answer at first; a partition
-        whose write then fails gets a :class:`CoordinationUnavailableError`.
+        Raises:
+            CoordinationUnavailableError: etcd did not answer within :data:`ELECT_TIMEOUT_S`
+                (the elections written before stand).
         """
+        try:
+            async with asyncio.timeout(ELECT_TIMEOUT_S):
+                return await self._elect(requested, election_type)
+        except (TimeoutError, aetcd.ClientError, OSError) as exc:
+            raise CoordinationUnavailableError(
+                f"ElectLeaders needs etcd, which did not answer within {ELECT_TIMEOUT_S:g} s"
+                f" ({self._session.endpoint}: {exc or type(exc).__name__}); the elections"
+                " written before stand: describe the topics to find out"
+            ) from exc
+
+    async def _elect(self, requested: Mapping[str, Sequence[int]] | None,
+                     election_type: ElectionType) -> dict[PartitionKey, Exception | None]:
         await self._membership.refresh()
         await self._view.refresh()
         if requested is None:
