@@ -227,7 +227,7 @@ async def _elect_leaders(client: Client, args: argparse.Namespace) -> int:
         print(json.dumps([
             {"topic": topic, "partition": partition, "elected": error is None,
              "error": error.reason if error is not None else None,
-             "message": str(error) if error is not None else None}
+             "message": error.message if error is not None else None}
             for (topic, partition), error in sorted(outcomes.items())
         ], indent=2))
     else:
@@ -236,9 +236,9 @@ async def _elect_leaders(client: Client, args: argparse.Namespace) -> int:
             if error is None:
                 print(f"{topic}-{partition}: elected ({kind})")
             elif error.reason == "ELECTION_NOT_NEEDED":
-                print(f"{topic}-{partition}: not needed: {error}")
+                print(f"{topic}-{partition}: not needed: {error.message}")
             else:
-                print(f"{topic}-{partition}: not elected: {error.reason}: {error}")
+                print(f"{topic}-{partition}: not elected: {error}")
         if not outcomes:
             print("No election needed: every partition is led by its preferred replica."
                   if not args.unclean else "No election needed: every partition has a leader.")
