@@ -139,6 +139,7 @@ if TYPE_CHECKING:
     from stratalog.server.cluster.peer_channels import PeerChannels
     from stratalog.server.cluster.replica_roles import ReplicaRoles
     from stratalog.server.cluster.session import EtcdSession
+    from stratalog.server.cluster.stray_logs import StrayLogs
     from stratalog.server.kafka import KafkaListener
     from stratalog.server.rpc.replication_service import ReplicationService
     from stratalog.server.storage.log_manager import LogManager
@@ -187,6 +188,7 @@ class Server:
         #: The partition-serving layer, from the LogManager's opening to stop().
         self.replica_manager: ReplicaManager | None = None
         self.replica_roles: ReplicaRoles | None = None  # with --cluster, once joined
+        self.stray_logs: StrayLogs | None = None  # with --cluster, once joined
         #: The consumer groups' coordinators (server/group_service/), from _start_serving.
         self.groups: GroupService | None = None
         self.admin: AdminManager | None = None  # topic administration, both front ends
@@ -722,6 +724,13 @@ class Server:
             self._replication.replica_roles = roles
         self.replica_roles = roles
         await roles.start()
+        # Once the view is applied (never on one not loaded): topics deleted while this
+        # server was away, and topics no longer assigned here, leave its disk.
+        from stratalog.server.cluster.stray_logs import StrayLogs
+
+        self.stray_logs = StrayLogs(self.cluster_node, self.log_manager, self.replica_manager,
+                                    self._executor)
+        await self.stray_logs.start()
 
     # ---------------------------------------------------------------- security
 
@@ -934,6 +943,8 @@ class Server:
             self.groups.begin_shutdown()  # parked JoinGroups and SyncGroups: NOT_COORDINATOR
         if self.replica_roles is not None:
             self.replica_roles.begin_shutdown()
+        if self.stray_logs is not None:
+            self.stray_logs.close()
         if self.kafka is not None:
             await self.kafka.stop()
         if self._grpc is not None:
