@@ -6,10 +6,13 @@ TopicAssignment; replica_placement.py spreads them so that every broker is prefe
 share). After a failover the controller elects another in-sync replica (leader_election.py), and
 the leadership stays there when the old leader comes back: after a rolling restart the leaders
 are bunched on the servers restarted first. This module moves them back, as Kafka's
-``PreferredReplicaPartitionLeaderElectionStrategy`` (``core/src/main/scala/kafka/controller/
-PartitionLeaderElectionAlgorithms.scala``) and ``KafkaController.checkAndTriggerAutoLeaderRebalance``
+``PreferredReplicaPartitionLeaderElectionStrategy``
+(``core/src/main/scala/kafka/controller/PartitionStateMachine.scala``) and
+``KafkaController.checkAndTriggerAutoLeaderRebalance``
 (``core/src/main/scala/kafka/controller/KafkaController.scala``, the ZooKeeper-era controller;
-KRaft's ``ReplicationControlManager.electLeaders`` answers the same errors)::
+KRaft's ``ReplicationControlManager.electLeaders``,
+``metadata/src/main/java/org/apache/kafka/controller/ReplicationControlManager.java``, answers
+the same errors)::
 
     preferred election of a partition (replicas R, state S, live brokers L):
         S.leader == R[0]                     ElectionNotNeededError
@@ -55,8 +58,6 @@ import enum
 import logging
 from collections.abc import Mapping, Sequence, Set
 from typing import TYPE_CHECKING
-
-import aetcd
 
 from stratalog.server.storage.errors import UnknownTopicOrPartitionError
 
@@ -189,6 +190,10 @@ class PreferredLeaders:
             CoordinationUnavailableError: etcd did not answer within :data:`ELECT_TIMEOUT_S`
                 (the elections written before stand).
         """
+        # Imported here: single servers import this module (ElectionType), and load no etcd
+        # client (the package's __init__ says why).
+        import aetcd
+
         try:
             async with asyncio.timeout(ELECT_TIMEOUT_S):
                 return await self._elect(requested, election_type)

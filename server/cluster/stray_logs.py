@@ -4,8 +4,8 @@ any more, found and deleted at start and whenever the cluster view changes.
 A topic deleted while this server was down never leaves its view while it runs (it was never
 in it), so the replica roles (replica_roles.py), which delete a topic when it leaves the view,
 never delete it: its logs would stay on disk for ever. Kafka has the same problem and solves it
-in ``LogManager`` (KAFKA-14616: ``core/src/main/scala/kafka/log/LogManager.scala``,
-``findStrayReplicas`` in ``core/src/main/scala/kafka/server/metadata/BrokerMetadataPublisher.scala``):
+in ``LogManager`` (KAFKA-14616: ``findStrayReplicas`` in
+``core/src/main/scala/kafka/log/LogManager.scala``, called as the broker applies its metadata):
 a log whose topic id the metadata does not know is *stray*, renamed with a ``-stray`` suffix and
 deleted. Our topics have no ids, and a server may hold topics the cluster never knew (created
 before it joined one, served unreplicated: docs/cluster.md), which must never be taken for
