@@ -56,6 +56,8 @@ from concurrent.futures import Executor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import aetcd
+
 from stratalog.server.storage.durable import atomic_write
 from stratalog.server.storage.errors import UnknownTopicOrPartitionError
 
@@ -106,8 +108,15 @@ class StrayLogs:
         self._closed = False
 
     async def start(self) -> None:
-        """A pass on the view as loaded, then one after every view change."""
-        await self.maybe_run_pass()
+        """A pass on the view as loaded, then one after every view change. A failed pass (the
+        record not written: a disk error) is logged; it does not stop the server."""
+        try:
+            await self.maybe_run_pass()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.exception("stray logs: the pass at start failed; the next change of the"
+                             " topics tries again")
         self._node.view.add_listener(self._on_view_change)
 
     def close(self) -> None:
@@ -126,12 +135,19 @@ class StrayLogs:
                 return []
             node_id = self._node.node_id
             view = self._node.view.topics
-            epoch = self._node.election.known.epoch
+            try:
+                # The view is read; the epoch is read after it: a newer etcd state, never an
+                # older one, so a view of the right etcd always passes the check below.
+                stored = await self._node.session.client.get(self._node.keys.controller_epoch)
+            except (TimeoutError, aetcd.ClientError, OSError) as exc:  # the next change retries
+                logger.info("stray logs not looked for: etcd did not answer (%s)", exc)
+                return []
+            epoch = int(stored.value or b"0") if stored is not None else 0
             assigned_here = {topic: any(node_id in nodes for nodes in a.replicas.values())
                              for topic, a in view.items()}
             recorded, recorded_epoch = await self._blocking(self._read)
             held = {d.name for d in await self._blocking(self._log_manager.list_topics)}
-            if epoch and epoch < recorded_epoch:
+            if epoch < recorded_epoch:
                 logger.error(
                     "stray logs not deleted: etcd's controller epoch %d is below %d, the one this"
                     " server recorded in %s: this etcd is not the one its topics were"
