@@ -89,3 +89,29 @@ def test_a_topic_held_before_joining_the_cluster_is_not_stray(start_member, tmp_
     assert (data_dir / "mine-0").is_dir()
     assert {"mine", "theirs"} <= _listed(member)
     assert "stray" not in member.log_text()
+
+
+def test_no_stray_log_is_deleted_against_an_etcd_behind_the_record(start_member,
+                                                                     tmp_path) -> None:
+    """A record made with a newer controller epoch than etcd's (another etcd, wiped or
+    restored): nothing deleted, an ERROR says why; with a record of this etcd, the same
+    recorded topic that the cluster does not have is deleted."""
+    data_dir = tmp_path / "node-1"
+    single = launch_server(data_dir)
+    try:
+        _stub_call(single, "CreateTopic", pb.CreateTopicRequest(name="old", partitions=1))
+    finally:
+        single.stop()
+    (data_dir / RECORD_FILE_NAME).write_text(json.dumps(
+        {"version": 1, "controller_epoch": 1_000_000, "topics": ["old"]}))
+    member = start_member(1, data_dir=data_dir)
+    wait_for(lambda: "stray logs not deleted: etcd's controller epoch" in member.log_text(),
+             "the refusal logged")
+    assert (data_dir / "old-0").is_dir() and "old" in _listed(member)
+    member.stop()
+
+    (data_dir / RECORD_FILE_NAME).write_text(json.dumps(
+        {"version": 1, "controller_epoch": 1, "topics": ["old"]}))
+    member = start_member(1, data_dir=data_dir)
+    wait_for(lambda: not (data_dir / "old-0").exists(), "the recorded topic deleted")
+    assert "old" not in _listed(member)
