@@ -25,7 +25,7 @@ from confluent_kafka.admin import AdminClient
 from tests.cluster.conftest import metadata, wait_for
 from tests.cluster.test_controller import etcd_records
 from tests.cluster.test_faults import FAILOVER_BOUND_S, MEMBER_FLAGS, create_topic
-from tests.integration.conftest import ServerProcess
+from tests.integration.conftest import ServerProcess, launch_server
 
 #: Records the background producer sends at most (a bound, not a target).
 RECORDS_MAX = 40_000
@@ -204,3 +204,21 @@ def test_on_demand_election_through_the_cli_and_the_kafka_api(start_member, etcd
     assert error.name() == "PREFERRED_LEADER_NOT_AVAILABLE"
     assert "is not a live broker" in error.str()
     assert _leaders(servers[2], topic)[by_node[1]] != 1
+
+
+def test_a_single_server_needs_no_election(tmp_path) -> None:
+    server = launch_server(tmp_path / "single")
+    try:
+        subprocess.run([sys.executable, "-m", "stratalog.cli", "--target", server.target,
+                        "topics", "create", "solo", "--partitions", "2"],
+                       check=True, capture_output=True, timeout=60)
+        done = _elect_cli(server, "--topic", "solo", "--format", "json")
+        assert done.returncode == 0, done.stderr
+        assert [(r["partition"], r["error"]) for r in json.loads(done.stdout)] == [
+            (0, "ELECTION_NOT_NEEDED"), (1, "ELECTION_NOT_NEEDED")]
+        unknown = _elect_cli(server, "--topic", "solo", "--partition", "5")
+        assert unknown.returncode == 1
+        assert "solo-5: not elected: UNKNOWN_TOPIC_OR_PARTITION" in unknown.stdout
+        assert "No election needed" in _elect_cli(server).stdout
+    finally:
+        server.stop()
