@@ -172,6 +172,7 @@ class PreferredLeaders:
         self._elector = elector
         self._auto_rebalance = auto_rebalance
         self._imbalance_percentage = imbalance_percentage
+        self._checked_once = False
         self._poller = Poller(self.maybe_rebalance, check_interval_s,
                               "stratalog-leader-rebalance", "leader balance not checked")
 
@@ -259,6 +260,12 @@ class PreferredLeaders:
 
         Raises what the etcd client raises when etcd does not answer.
         """
+        if not self._checked_once:
+            # The poller runs its step at once; the first check waits an interval, as Kafka's
+            # controller waits before its first: a server just started (or a cluster coming
+            # back whole) lets its followers catch up and rejoin their ISRs first.
+            self._checked_once = True
+            return 0
         if not self._auto_rebalance or not self._election.is_controller:
             return 0
         epoch = self._election.known.epoch
