@@ -5,6 +5,8 @@
   away, and with ``leader_imbalance_check_interval_seconds`` 1 the controller moves it back to
   the preferred replica once that replica is in sync again. Every acknowledged record is read
   back once, none failed: the moves are clean.
+* Leaders all bunched on one server (the two others stopped, then started again) are spread
+  over the three again within a few check intervals.
 * On demand, with the automatic rebalance off: after a restart the leadership stays where the
   failover put it; ``stratalog topics elect-leaders`` moves it back (an epoch bump), says "not
   needed" when asked again; a preferred replica that is down is PREFERRED_LEADER_NOT_AVAILABLE;
@@ -137,6 +139,25 @@ def test_leaders_rebalanced_after_a_rolling_restart_under_acks_all(start_member,
     finally:
         consumer.close()
     assert sorted(read) == sorted(delivered)  # every acknowledged record, once
+
+
+def test_leaders_bunched_on_one_server_are_balanced_again(start_member, etcd) -> None:
+    flags = ("--leader-imbalance-check-interval-seconds", str(CHECK_INTERVAL_S))
+    servers = _start(start_member, flags)
+    topic = f"bunch-{uuid.uuid4().hex[:6]}"
+    create_topic(servers[1], topic, partitions=6, min_insync=1)
+    preferred = _preferred(etcd, topic)
+    for node in (2, 3):
+        servers[node].stop()
+    wait_for(lambda: set(_leaders(servers[1], topic).values()) == {1},
+             "every leader on node 1", FAILOVER_BOUND_S)
+    for node in (2, 3):
+        servers[node] = start_member(node, *MEMBER_FLAGS, *flags,
+                                     data_dir=servers[node].data_dir)
+    wait_for(lambda: all(_leaders(s, topic) == preferred for s in servers.values()),
+             "every partition led by its preferred replica again",
+             FAILOVER_BOUND_S + 4 * CHECK_INTERVAL_S)
+    assert sorted(preferred.values()) == [1, 1, 2, 2, 3, 3]
 
 
 def _elect_cli(server: ServerProcess, *args: str) -> subprocess.CompletedProcess:
