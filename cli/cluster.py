@@ -4,13 +4,14 @@ For people::
 
     controller: node 2 (epoch 3), answered by node 1
     brokers:
-      1  127.0.0.1:50051
-      2  127.0.0.1:50052
+      1  127.0.0.1:50051  rack eu-1a
+      2  127.0.0.1:50052  rack eu-1b
     topic orders
       partition 0  leader 1  epoch 0  replicas [1]  isr [1]
 
 ``--topic NAME`` (repeatable) limits the topics; ``--format json`` prints one JSON document.
-A single server (no ``--cluster``) shows itself as node 0, controller and leader of all.
+A single server (no ``--cluster``) shows itself as node 0, controller and leader of all. A
+broker's rack (``broker_rack``) is shown when it has one.
 """
 
 from __future__ import annotations
@@ -62,7 +63,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"controller: {controller}, answered by node {metadata.node_id}")
         print("brokers:")
         for broker in metadata.brokers:
-            print(f"  {broker.node_id}  {broker.address}")
+            rack = f"  rack {broker.rack}" if broker.rack else ""
+            print(f"  {broker.node_id}  {broker.address}{rack}")
         for name, partitions in metadata.topics.items():
             print(f"topic {name}")
             for p in partitions:

@@ -64,7 +64,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import grpc
@@ -684,6 +684,21 @@ class Client(GroupCalls):
         request = wire.create_partitions_request(name, count)
         response = await self._call("CreatePartitions", request, self._deadline(timeout_s))
         return wire.topic_info(response.topic)
+
+    async def elect_leaders(
+        self, partitions: Iterable[tuple[str, int]] | None = None, *, unclean: bool = False,
+        timeout_s: float | None = _UNSET,
+    ) -> dict[tuple[str, int], StratalogError | None]:
+        """Kafka's ElectLeaders: move each of ``partitions`` ((topic, partition) pairs; None:
+        every partition of the cluster) back to its preferred replica, or with ``unclean``
+        elect any live replica of a partition without a live leader. Each partition's outcome:
+        None (elected) or the error saying why not (ElectionNotNeededError,
+        PreferredLeaderNotAvailableError, EligibleLeadersNotAvailableError,
+        UnknownTopicOrPartitionError); with ``partitions`` None the ones not needed are left
+        out. Needs ALTER on the cluster."""
+        request = wire.elect_leaders_request(partitions, unclean)
+        response = await self._call("ElectLeaders", request, self._deadline(timeout_s))
+        return wire.elect_leaders_outcomes(response)
 
     # --- records ---------------------------------------------------------------------------------
 

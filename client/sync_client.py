@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import grpc
@@ -556,6 +556,15 @@ class SyncClient:
         request = wire.create_partitions_request(name, count)
         response = self._call("CreatePartitions", request, self._deadline(timeout_s))
         return wire.topic_info(response.topic)
+
+    def elect_leaders(
+        self, partitions: Iterable[tuple[str, int]] | None = None, *, unclean: bool = False,
+        timeout_s: float | None = _UNSET,
+    ) -> dict[tuple[str, int], StratalogError | None]:
+        """See :meth:`Client.elect_leaders <stratalog.client.Client.elect_leaders>`."""
+        request = wire.elect_leaders_request(partitions, unclean)
+        response = self._call("ElectLeaders", request, self._deadline(timeout_s))
+        return wire.elect_leaders_outcomes(response)
 
     # --- records ---------------------------------------------------------------------------------
 

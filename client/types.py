@@ -230,10 +230,12 @@ class Identity(NamedTuple):
 
 
 class BrokerAddress(NamedTuple):
-    """A broker of the cluster (Metadata): its node id and the ``HOST:PORT`` it advertises."""
+    """A broker of the cluster (Metadata): its node id, the ``HOST:PORT`` it advertises and
+    its rack (``broker_rack``; "" for none)."""
 
     node_id: int
     address: str
+    rack: str = ""
 
 
 class PartitionLeadership(NamedTuple):

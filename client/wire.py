@@ -27,6 +27,7 @@ from .acls import (
     PatternType,
     ResourceType,
 )
+from .errors import StratalogError, from_error_reason
 from .types import (
     AbortedTransaction,
     BrokerAddress,
@@ -313,6 +314,23 @@ def alter_topic_configs_request(
 def create_partitions_request(name: str, count: int) -> pb.CreatePartitionsRequest:
     return pb.CreatePartitionsRequest(name=check_topic(name, "name"),
                                       count=check_int(count, "count", 1, INT32_MAX))
+
+
+def elect_leaders_request(partitions: Iterable[tuple[str, int]] | None, unclean: bool
+                          ) -> pb.ElectLeadersRequest:
+    return pb.ElectLeadersRequest(
+        partitions=[pb.TopicPartition(topic=check_topic(topic),
+                                      partition=check_int(partition, "partition", 0, INT32_MAX))
+                    for topic, partition in partitions or ()],
+        election_type=pb.ELECTION_TYPE_UNCLEAN if unclean else pb.ELECTION_TYPE_PREFERRED,
+    )
+
+
+def elect_leaders_outcomes(response: pb.ElectLeadersResponse
+                           ) -> dict[tuple[str, int], StratalogError | None]:
+    """Each partition's outcome: None (elected) or the error saying why not."""
+    return {(r.topic, r.partition): from_error_reason(r.reason, r.message)
+            for r in response.results}
 
 
 def _proto_record(item: object, index: int) -> pb.Record:
@@ -818,7 +836,7 @@ def cluster_metadata(response: pb.MetadataResponse) -> ClusterMetadata:
         node_id=response.node_id,
         controller_id=response.controller_id,
         controller_epoch=response.controller_epoch,
-        brokers=tuple(BrokerAddress(b.node_id, b.address) for b in response.brokers),
+        brokers=tuple(BrokerAddress(b.node_id, b.address, b.rack) for b in response.brokers),
         topics={
             t.name: tuple(
                 PartitionLeadership(p.partition, p.leader, p.leader_epoch, tuple(p.replicas),

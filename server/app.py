@@ -139,6 +139,7 @@ if TYPE_CHECKING:
     from stratalog.server.cluster.peer_channels import PeerChannels
     from stratalog.server.cluster.replica_roles import ReplicaRoles
     from stratalog.server.cluster.session import EtcdSession
+    from stratalog.server.cluster.stray_logs import StrayLogs
     from stratalog.server.kafka import KafkaListener
     from stratalog.server.rpc.replication_service import ReplicationService
     from stratalog.server.storage.log_manager import LogManager
@@ -187,6 +188,7 @@ class Server:
         #: The partition-serving layer, from the LogManager's opening to stop().
         self.replica_manager: ReplicaManager | None = None
         self.replica_roles: ReplicaRoles | None = None  # with --cluster, once joined
+        self.stray_logs: StrayLogs | None = None  # with --cluster, once joined
         #: The consumer groups' coordinators (server/group_service/), from _start_serving.
         self.groups: GroupService | None = None
         self.admin: AdminManager | None = None  # topic administration, both front ends
@@ -501,6 +503,7 @@ class Server:
             cluster_id=None if settings.cluster else getattr(
                 read_meta_properties(Path(settings.log_dirs[0])), "cluster_id", None),
             kafka_brokers=self._kafka_brokers if settings.cluster else None,
+            kafka_racks=self._kafka_racks if settings.cluster else None,
             authenticator=self._authenticator,
         )
         listener = self.kafka = KafkaListener(
@@ -531,6 +534,11 @@ class Server:
                 except ValueError:  # a registration this version cannot read: not reachable
                     continue
         return brokers
+
+    def _kafka_racks(self) -> dict[int, str]:
+        """In cluster mode, node id -> rack of every live server that registered one."""
+        node = self.cluster_node
+        return {} if node is None else {b.node_id: b.rack for b in node.brokers if b.rack}
 
     async def _start_metrics(self, port: int) -> int:
         """Start the metrics endpoint on ``port`` of the metrics host; the port bound.
@@ -645,6 +653,12 @@ class Server:
                     unclean_leader_election_enable=settings.unclean_leader_election_enable,
                     principal=principal,
                     kafka_address=str(self.kafka.advertised()) if self.kafka is not None else "",
+                    rack=settings.broker_rack,
+                    auto_leader_rebalance_enable=settings.auto_leader_rebalance_enable,
+                    leader_imbalance_check_interval_s=(
+                        settings.leader_imbalance_check_interval_seconds),
+                    leader_imbalance_per_broker_percentage=(
+                        settings.leader_imbalance_per_broker_percentage),
                 )
             except (TimeoutError, aetcd.ClientError, OSError) as exc:
                 raise StartupError(f"cannot join the cluster {settings.cluster}: etcd"
@@ -710,6 +724,13 @@ class Server:
             self._replication.replica_roles = roles
         self.replica_roles = roles
         await roles.start()
+        # Once the view is applied (never on one not loaded): topics deleted while this
+        # server was away, and topics no longer assigned here, leave its disk.
+        from stratalog.server.cluster.stray_logs import StrayLogs
+
+        self.stray_logs = StrayLogs(self.cluster_node, self.log_manager, self.replica_manager,
+                                    self._executor)
+        await self.stray_logs.start()
 
     # ---------------------------------------------------------------- security
 
@@ -922,6 +943,8 @@ class Server:
             self.groups.begin_shutdown()  # parked JoinGroups and SyncGroups: NOT_COORDINATOR
         if self.replica_roles is not None:
             self.replica_roles.begin_shutdown()
+        if self.stray_logs is not None:
+            self.stray_logs.close()
         if self.kafka is not None:
             await self.kafka.stop()
         if self._grpc is not None:

@@ -695,6 +695,34 @@ class Settings:
         "/stratalog", "the etcd key prefix of this cluster's keys (several clusters may share an"
         " etcd)",
     )
+    # ---- partition management (issue 29; docs/cluster.md; replica_placement.py,
+    # preferred_leader.py) ----
+    broker_rack: str = _setting(
+        "",
+        "the rack (or zone) this server is on (Kafka's broker.rack), registered in etcd and"
+        " shown in Metadata: new partitions' replicas are spread over racks; set it on every"
+        " server or on none; empty = no rack",
+    )
+    auto_leader_rebalance_enable: bool = _setting(
+        True,
+        "the controller moves each partition's leadership back to its preferred replica (the"
+        " first assigned) when that replica is in sync and a broker's share of partitions"
+        " not led by their preferred replica is above leader_imbalance_per_broker_percentage"
+        " (Kafka's auto.leader.rebalance.enable)",
+    )
+    leader_imbalance_check_interval_seconds: int = _setting(
+        300,
+        "how often the controller checks the leaders' balance (Kafka's"
+        " leader.imbalance.check.interval.seconds)",
+        1,
+    )
+    leader_imbalance_per_broker_percentage: int = _setting(
+        10,
+        "the share (percent) of a broker's preferred partitions led elsewhere above which the"
+        " controller moves their leadership back (Kafka's"
+        " leader.imbalance.per.broker.percentage)",
+        0,
+    )
     # ---- the broker identity: server-to-server calls (issue 24; docs/cluster.md "Securing
     # a cluster"; server/cluster/broker_identity.py, peer_channels.py) ----
     broker_principals: tuple[str, ...] = _setting(

@@ -19,8 +19,8 @@ and translates the answer; the rules are here, once:
   only; a cluster member: 1..the live brokers (topic_admin.py);
 * **topics the server writes itself** (``__consumer_offsets``): clients' deletions, config
   changes and partition growth are refused (:meth:`ReplicaManager.refuse_client_change`);
-* **CreatePartitions in cluster mode** is refused whole (the controller does not assign new
-  partitions' replicas yet);
+* **CreatePartitions in cluster mode** writes the grown assignment to etcd
+  (server/cluster/topic_admin.py); each replica grows its local topic when it sees it;
 * **config alterations** in three forms: set + delete (broker.proto's AlterTopicConfigs),
   replace every override (Kafka's AlterConfigs), and Kafka's incremental SET / DELETE /
   APPEND / SUBTRACT (IncrementalAlterConfigs); each may only validate;
@@ -51,10 +51,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 from stratalog.server.cluster.controller import NO_CONTROLLER, ControllerState
 from stratalog.server.cluster.errors import (
     CoordinationUnavailableError,
+    ElectionNotNeededError,
     InvalidReplicationFactorError,
-    UnsupportedInClusterError,
 )
 from stratalog.server.cluster.membership import BrokerInfo
+from stratalog.server.cluster.preferred_leader import ElectionType
 from stratalog.server.metadata import (
     SINGLE_SERVER_NODE_ID,
     ClusterMetadata,
@@ -268,21 +269,57 @@ class AdminManager:
             InvalidTopicError: a topic the server writes itself.
             InvalidPartitionsError: ``count`` outside 1..``topic_partitions_max``, or not above
                 the topic's.
-            UnsupportedInClusterError: in cluster mode.
+            InvalidReplicationFactorError: cluster mode, fewer live brokers than the topic's
+                replication factor (or racks on some brokers only).
+            CoordinationUnavailableError: cluster mode, etcd did not answer.
             UnknownTopicOrPartitionError, ResourceLimitExceededError, StorageIOError: as
                 ``LogManager.create_partitions``.
         """
         self._replicas.refuse_client_change(name, "CreatePartitions")
         self.check_partition_count(count)
-        if self._settings.cluster:
-            # The controller would have to assign the new partitions' replicas and write their
-            # first states to etcd (topic_admin.py); not built yet: refused, not half done.
-            raise UnsupportedInClusterError(
-                "CreatePartitions is not supported in cluster mode yet: create a topic with the"
-                " partitions it needs (docs/cluster.md)"
-            )
+        topic_admin = self._topic_admin()
+        if topic_admin is not None:
+            grown = await topic_admin.create_partitions(name, count, validate_only=validate_only)
+            if grown is not None:
+                return grown
+            # Not in etcd: a topic this server holds alone grows as on a single server.
         return await self._replicas.admin(functools.partial(
             self._log_manager.create_partitions, name, count, validate_only=validate_only))
+
+    # ---------------------------------------------------------------- leaders
+
+    async def elect_leaders(
+        self, requested: Mapping[str, Sequence[int]] | None,
+        election_type: ElectionType = ElectionType.PREFERRED,
+    ) -> dict[tuple[str, int], Exception | None]:
+        """Kafka's ElectLeaders: move each partition of ``requested`` (topic -> partition
+        numbers; None: every partition) to its preferred replica (PREFERRED), or elect a live
+        replica for one without a live leader (UNCLEAN). Each partition's outcome: None
+        (elected) or the error saying why not (server/cluster/preferred_leader.py). A single
+        server leads every partition itself, its only (so preferred) replica: every partition
+        named is ElectionNotNeededError, or UnknownTopicOrPartitionError.
+
+        Raises:
+            CoordinationUnavailableError: cluster mode, etcd did not answer (or not joined).
+        """
+        node = self._replicas.cluster_node
+        if node is not None and node.preferred is not None:
+            return await node.preferred.elect(requested, election_type)
+        if self._settings.cluster:
+            self._topic_admin()  # not joined yet: CoordinationUnavailableError
+        outcomes: dict[tuple[str, int], Exception | None] = {}
+        for topic, numbers in (requested or {}).items():
+            count = 0
+            with contextlib.suppress(UnknownTopicOrPartitionError):
+                described = await self._blocking(self._log_manager.describe_topic, topic)
+                count = len(described.partitions)
+            for number in numbers:
+                outcomes[(topic, number)] = (
+                    ElectionNotNeededError("a single server leads each of its partitions, its"
+                                           " only replica")
+                    if 0 <= number < count
+                    else UnknownTopicOrPartitionError(f"{topic}-{number} does not exist"))
+        return outcomes
 
     # ---------------------------------------------------------------- configs
 

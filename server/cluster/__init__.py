@@ -18,8 +18,11 @@ Modules, one concept each::
     controller.py   the controller election and its epoch
     partition_state.py  what etcd stores per replicated topic and partition
     cluster_view.py the topics and partition states as last read from etcd
-    topic_admin.py  CreateTopic and DeleteTopic written to etcd, the topic listings
+    topic_admin.py  CreateTopic, DeleteTopic and CreatePartitions written to etcd, the listings
+    replica_placement.py  which brokers hold a new partition's replicas (racks; pure)
     leader_election.py  the controller's duties: leaders elected, dead brokers out of ISRs
+    preferred_leader.py  leadership back to preferred replicas: ElectLeaders, auto rebalance
+    stray_logs.py   local logs of topics deleted or moved away, found and deleted
     producer_ids.py cluster-unique producer ids: the node id above a server's counter
     node.py         session, membership and controller started and stopped together
     polling.py      the step-every-interval loop the polled parts share

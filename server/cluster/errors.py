@@ -15,6 +15,8 @@ __all__ = [
     "ClusterConfigError",
     "ClusterError",
     "CoordinationUnavailableError",
+    "ElectionNotNeededError",
+    "EligibleLeadersNotAvailableError",
     "EtcdAuthenticationError",
     "EtcdTlsError",
     "FencedLeaderEpochError",
@@ -24,6 +26,7 @@ __all__ = [
     "NotEnoughReplicasAfterAppendError",
     "NotEnoughReplicasError",
     "NotLeaderOrFollowerError",
+    "PreferredLeaderNotAvailableError",
     "ReplicationTimeoutError",
     "UnknownLeaderEpochError",
     "UnregisteredReplicaError",
@@ -151,6 +154,22 @@ class UnregisteredReplicaError(PartitionError):
 
 class InvalidReplicationFactorError(ClusterError):
     """CreateTopic asked for a replication factor below 1 or above the live brokers."""
+
+
+class ElectionNotNeededError(ClusterError):
+    """ElectLeaders: the partition is led by its preferred replica already (PREFERRED), or has a
+    live leader (UNCLEAN); nothing written (Kafka's ELECTION_NOT_NEEDED)."""
+
+
+class PreferredLeaderNotAvailableError(ClusterError):
+    """ElectLeaders (PREFERRED): the preferred replica is not live or not in the ISR, so the
+    leadership cannot move to it without losing records (Kafka's
+    PREFERRED_LEADER_NOT_AVAILABLE); nothing written."""
+
+
+class EligibleLeadersNotAvailableError(ClusterError):
+    """ElectLeaders (UNCLEAN): no replica of the partition is live (Kafka's
+    ELIGIBLE_LEADERS_NOT_AVAILABLE); nothing written."""
 
 
 class UnsupportedInClusterError(ClusterError):

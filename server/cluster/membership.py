@@ -1,7 +1,9 @@
 """Broker registration and the view of the live brokers.
 
 Registration: ``<prefix>/brokers/<node_id>`` = ``{"node_id": N, "address": "HOST:PORT",
-"principal": "User:...", "kafka_address": "HOST:PORT"}`` under this server's lease (session.py);
+"principal": "User:...", "kafka_address": "HOST:PORT", "rack": "r1"}`` under this server's lease
+(session.py); ``rack`` is the server's ``broker_rack`` (Kafka's ``broker.rack``, left out when
+empty: replica_placement.py spreads replicas over racks);
 ``principal`` is who the server proves to be to its peers (broker_identity.py), left out in a
 cluster without ``broker_principals``; ``kafka_address`` is where Kafka clients reach the
 server's Kafka listener (server/kafka/: Metadata's brokers), left out by a server without one.
@@ -51,13 +53,16 @@ class BrokerInfo(NamedTuple):
     address: str
     principal: str = ""
     kafka_address: str = ""
+    #: Its ``broker_rack`` ("" for none).
+    rack: str = ""
 
 
 class Membership:
     """This server's registration and the brokers etcd lists; :meth:`register` first."""
 
     def __init__(self, session: EtcdSession, keys: ClusterKeys, node_id: int, address: str,
-                 poll_interval_s: float, principal: str = "", kafka_address: str = "") -> None:
+                 poll_interval_s: float, principal: str = "", kafka_address: str = "",
+                 rack: str = "") -> None:
         self._session = session
         self._keys = keys
         self.node_id = node_id
@@ -66,6 +71,8 @@ class Membership:
         self.principal = principal
         #: Where Kafka clients reach this server (its registration says so); "" for nowhere.
         self.kafka_address = kafka_address
+        #: The rack this server is on (its registration says so); "" for none.
+        self.rack = rack
         #: The live brokers by node id, as last read from etcd (this server's own included
         #: from registration on).
         self.brokers: dict[int, BrokerInfo] = {}
@@ -85,6 +92,8 @@ class Membership:
             registration["principal"] = self.principal
         if self.kafka_address:
             registration["kafka_address"] = self.kafka_address
+        if self.rack:
+            registration["rack"] = self.rack
         value = json.dumps(registration).encode()
         succeeded, responses = await client.transaction(
             compare=[client.transactions.create(key) == 0],
@@ -101,7 +110,7 @@ class Membership:
                     ttl_s = max(0, info.TTL)
             raise NodeIdInUseError(self.node_id, holder, ttl_s)
         self.brokers[self.node_id] = BrokerInfo(self.node_id, self.address, self.principal,
-                                                  self.kafka_address)
+                                                  self.kafka_address, self.rack)
         logger.info("registered as broker %d at %s", self.node_id, self.address)
 
     async def reregister(self) -> None:
@@ -120,9 +129,11 @@ class Membership:
             node_id, address = value.get("node_id"), value.get("address")
             principal = value.get("principal", "")
             kafka_address = value.get("kafka_address", "")
+            rack = value.get("rack", "")
             if (isinstance(node_id, int) and isinstance(address, str)
-                    and isinstance(principal, str) and isinstance(kafka_address, str)):
-                brokers[node_id] = BrokerInfo(node_id, address, principal, kafka_address)
+                    and isinstance(principal, str) and isinstance(kafka_address, str)
+                    and isinstance(rack, str)):
+                brokers[node_id] = BrokerInfo(node_id, address, principal, kafka_address, rack)
         self.brokers = dict(sorted(brokers.items()))
 
     def start(self) -> None:

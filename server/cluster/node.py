@@ -10,7 +10,8 @@ gRPC port is bound, so that the advertised address carries the real port::
     register <prefix>/brokers/<node_id>         NodeIdInUseError: a live server has the id
     read the broker list, campaign if no controller is known, read the topics and partitions
     start the keep-alive, the broker list poll, the election poll, the view's poll and the
-    controller's duties (leader_election.py: they act only while this server is controller)
+    controller's duties (leader_election.py, and preferred_leader.py's automatic rebalance:
+    they act only while this server is controller)
 
 Stop: the polls end, then the server closes the session: the lease is revoked (the broker key and, on the controller, the
 controller key are deleted at once, so another server takes over without waiting a TTL).
@@ -27,6 +28,7 @@ from .etcd_client import EtcdSecurity
 from .layout import ClusterKeys
 from .leader_election import LeaderElector
 from .membership import BrokerInfo, Membership
+from .preferred_leader import PreferredLeaders
 from .session import EtcdSession
 
 __all__ = ["POLL_INTERVALS_PER_SESSION", "ClusterNode", "connect"]
@@ -41,8 +43,11 @@ class ClusterNode:
 
     def __init__(self, session: EtcdSession, membership: Membership,
                  election: ControllerElection, view: ClusterView, keys: ClusterKeys,
-                 elector: LeaderElector | None = None) -> None:
+                 elector: LeaderElector | None = None,
+                 preferred: PreferredLeaders | None = None) -> None:
         self.session = session
+        #: Preferred-leader elections: on demand and automatic (preferred_leader.py).
+        self.preferred = preferred
         #: The controller's duties (leader_election.py): passes only while this is controller.
         self.elector = elector
         self.membership = membership
@@ -56,14 +61,20 @@ class ClusterNode:
     async def start(cls, session: EtcdSession, prefix: str, node_id: int, address: str,
                     session_timeout_ms: int, *,
                     unclean_leader_election_enable: bool = False,
-                    principal: str = "", kafka_address: str = "") -> ClusterNode:
+                    principal: str = "", kafka_address: str = "",
+                    rack: str = "", auto_leader_rebalance_enable: bool = True,
+                    leader_imbalance_check_interval_s: float = 300.0,
+                    leader_imbalance_per_broker_percentage: int = 10) -> ClusterNode:
         """Join the cluster through ``session`` (module docstring; :func:`connect` made it).
         Nothing is started before the last read succeeded; on failure the caller closes the
         session, which revokes the lease and so deletes the registration.
 
         ``principal`` is who this server proves to be to its peers, registered with its
         address (broker_identity.py); "" registers none. ``kafka_address`` is where Kafka
-        clients reach this server's Kafka listener (membership.py); "" registers none.
+        clients reach this server's Kafka listener (membership.py); "" registers none. ``rack``:
+        its ``broker_rack`` (membership.py), "" for none. The ``leader_*`` and
+        ``auto_leader_rebalance_enable`` arguments are the automatic preferred-leader
+        rebalance's (preferred_leader.py).
 
         Raises:
             NodeIdInUseError: a live server holds ``node_id``.
@@ -72,12 +83,18 @@ class ClusterNode:
         poll_interval_s = poll_interval_s_of(session_timeout_ms)
         keys = ClusterKeys(prefix)
         membership = Membership(session, keys, node_id, address, poll_interval_s, principal,
-                                kafka_address)
+                                kafka_address, rack)
         election = ControllerElection(session, keys, node_id, poll_interval_s)
         view = ClusterView(session, keys, poll_interval_s)
         elector = LeaderElector(session, keys, election, membership, view, poll_interval_s,
                                 unclean_leader_election_enable)
         election.on_elected(elector.wake)
+        preferred = PreferredLeaders(
+            session, keys, election, membership, view, elector,
+            auto_rebalance=auto_leader_rebalance_enable,
+            check_interval_s=leader_imbalance_check_interval_s,
+            imbalance_percentage=leader_imbalance_per_broker_percentage,
+        )
         await membership.register()
         await membership.refresh()
         await election.maybe_campaign()
@@ -87,7 +104,8 @@ class ClusterNode:
         election.start()
         view.start()
         elector.start()
-        return cls(session, membership, election, view, keys, elector)
+        preferred.start()
+        return cls(session, membership, election, view, keys, elector, preferred)
 
     @property
     def node_id(self) -> int:
@@ -103,6 +121,8 @@ class ClusterNode:
         return self.election.state
 
     async def close(self) -> None:
+        if self.preferred is not None:
+            await self.preferred.close()
         if self.elector is not None:
             await self.elector.close()
         await self.view.close()

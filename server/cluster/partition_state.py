@@ -5,8 +5,10 @@ Two kinds of record (keys in layout.py), JSON so that ``etcdctl get --prefix`` i
     <prefix>/topics/<topic>     {"partitions": {"0": [1, 2, 3], "1": [2, 3, 1]},
                                  "configs": {"segment.bytes": "1048576"}}
         TopicAssignment: the replicas of each partition, the preferred leader first, and the
-        topic's configs. Written once, when the topic is created (a transaction that fails if
-        the key exists); deleted with the topic. Replicas never change (no reassignment).
+        topic's configs. Written when the topic is created (a transaction that fails if the
+        key exists) and when partitions are added (a transaction that fails if the key moved
+        since it was read; topic_admin.py); deleted with the topic. The replicas of an existing
+        partition never change (no reassignment yet); replica_placement.py assigns them.
 
     <prefix>/partitions/<topic>/<n>   {"leader": 1, "leader_epoch": 4, "isr": [1, 2],
                                        "controller_epoch": 7}
@@ -90,20 +92,6 @@ class TopicAssignment:
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in configs.items()):
             return None
         return cls(replicas, dict(configs))
-
-    @staticmethod
-    def round_robin(partitions: int, replication_factor: int, brokers: list[int],
-                    start: int = 0) -> dict[int, tuple[int, ...]]:
-        """Rack-unaware round robin, as Kafka's: partition p's replicas are ``replication_factor``
-        consecutive live brokers (by node id) from position ``start + p``, so that leaders
-        (the first replica) spread over the brokers. ``brokers`` must hold at least
-        ``replication_factor`` ids (the caller checks, with a clear error)."""
-        ordered = sorted(brokers)
-        count = len(ordered)
-        return {
-            p: tuple(ordered[(start + p + r) % count] for r in range(replication_factor))
-            for p in range(partitions)
-        }
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,8 +11,9 @@ A listener of the cluster view (cluster_view.py). For every partition whose assi
 this node among its replicas (partition_state.py's TopicAssignment):
 
 1. **The log exists.** The topic is created locally (``LogManager.create_topic``) with the
-   assignment's partition count and configs, all of its partitions: the storage engine creates
-   topics whole (``__consumer_offsets`` as the internal topic it is: its name is reserved). A
+   assignment's partition count and configs, all of its partitions, and grown
+   (``LogManager.create_partitions``) when partitions were added in etcd: the storage engine
+   creates topics whole (``__consumer_offsets`` as the internal topic it is: its name is reserved). A
    partition this node does not replicate is then held locally but never served: clients get
    NotLeaderOrFollowerError for it (the leader hint from the view), and it stays empty.
 2. **The role** follows the partition's state (its PartitionState, read with its mod revision):
@@ -277,11 +278,18 @@ class ReplicaRoles:
                        if name in TOPIC_CONFIG_NAMES}
 
         def create() -> None:
-            # Exists already: created before a restart, or by this server's CreateTopic.
-            with contextlib.suppress(TopicAlreadyExistsError):
+            try:
                 # __consumer_offsets: its name is reserved, made only for the server itself.
                 self._log_manager.create_topic(topic, partitions, log_configs,
                                                internal=topic in SERVER_WRITTEN_TOPICS)
+            except TopicAlreadyExistsError:
+                # Exists already (created before a restart, or by this server's CreateTopic);
+                # partitions were added in etcd (CreatePartitions): grow it to the count.
+                held = len(self._log_manager.describe_topic(topic).partitions)
+                if held < partitions:
+                    self._log_manager.create_partitions(topic, partitions)
+                    logger.info("topic %s: grown locally from %d to %d partitions (the"
+                                " cluster's count)", topic, held, partitions)
 
         await self._blocking(create)
         # Held before (a restart, or an alteration since): the cluster's overrides win.

@@ -60,6 +60,9 @@ class KafkaServices:
     #: Every live server's node id -> the address its Kafka listener is reached at (Metadata's
     #: brokers, FindCoordinator's answer). None: a single server, node 0 at ``advertised()``.
     kafka_brokers: Callable[[], dict[int, Address]] | None = None
+    #: In cluster mode, node id -> rack of every live server with one (issue 29); None
+    #: otherwise.
+    kafka_racks: Callable[[], dict[int, str]] | None = None
     #: The credential checks SASL's exchanges go through (the gRPC calls' own); None: no SASL.
     authenticator: Authenticator | None = None
 
@@ -68,6 +71,11 @@ class KafkaServices:
         if self.kafka_brokers is None:
             return {0: self.advertised()}
         return self.kafka_brokers()
+
+    def broker_rack(self, node_id: int) -> str | None:
+        """The rack (``broker_rack``) a live server registered; None for none (Metadata's and
+        DescribeCluster's null), and always for a single server."""
+        return (self.kafka_racks() if self.kafka_racks is not None else {}).get(node_id) or None
 
 
 @dataclass(slots=True)

@@ -88,6 +88,9 @@ class Code(enum.IntEnum):
     FENCED_LEADER_EPOCH = 74
     UNKNOWN_LEADER_EPOCH = 75
     UNSUPPORTED_COMPRESSION_TYPE = 76
+    PREFERRED_LEADER_NOT_AVAILABLE = 80
+    ELIGIBLE_LEADERS_NOT_AVAILABLE = 83
+    ELECTION_NOT_NEEDED = 84
     INVALID_RECORD = 87
     THROTTLING_QUOTA_EXCEEDED = 89
     PRODUCER_FENCED = 90
@@ -171,6 +174,9 @@ ERROR_TABLE: Mapping[type[BaseException], Code] = types.MappingProxyType({
     cluster_errors.InvalidReplicationFactorError: _C.INVALID_REPLICATION_FACTOR,
     cluster_errors.UnsupportedInClusterError: _C.INVALID_REQUEST,
     cluster_errors.ReplicationTimeoutError: _C.REQUEST_TIMED_OUT,
+    cluster_errors.ElectionNotNeededError: _C.ELECTION_NOT_NEEDED,
+    cluster_errors.PreferredLeaderNotAvailableError: _C.PREFERRED_LEADER_NOT_AVAILABLE,
+    cluster_errors.EligibleLeadersNotAvailableError: _C.ELIGIBLE_LEADERS_NOT_AVAILABLE,
 })
 
 # The server's own trouble: a fixed sentence, the exception logged (its message names files).

@@ -182,6 +182,9 @@ REASON_CODES: Mapping[str, grpc.StatusCode] = types.MappingProxyType({
     _reason("UNSTABLE_OFFSET_COMMIT"): _Code.UNAVAILABLE,
     _reason("OFFSET_METADATA_TOO_LARGE"): _Code.INVALID_ARGUMENT,
     _reason("GROUP_SUBSCRIBED_TO_TOPIC"): _Code.FAILED_PRECONDITION,
+    _reason("ELECTION_NOT_NEEDED"): _Code.FAILED_PRECONDITION,
+    _reason("PREFERRED_LEADER_NOT_AVAILABLE"): _Code.UNAVAILABLE,
+    _reason("ELIGIBLE_LEADERS_NOT_AVAILABLE"): _Code.UNAVAILABLE,
 })
 
 #: Exception class -> ErrorReason name. Looked up along the exception's MRO (nearest ancestor).
@@ -283,6 +286,10 @@ ERROR_TABLE: Mapping[type[BaseException], str] = types.MappingProxyType({
     # A request a cluster member does not serve yet (CreatePartitions): refused, not half done.
     cluster_errors.UnsupportedInClusterError: "INVALID_REQUEST",
     cluster_errors.ReplicationTimeoutError: "REQUEST_TIMED_OUT",
+    # ElectLeaders (issue 29): a partition's election not made, and why (Kafka's names).
+    cluster_errors.ElectionNotNeededError: "ELECTION_NOT_NEEDED",
+    cluster_errors.PreferredLeaderNotAvailableError: "PREFERRED_LEADER_NOT_AVAILABLE",
+    cluster_errors.EligibleLeadersNotAvailableError: "ELIGIBLE_LEADERS_NOT_AVAILABLE",
     # The group coordinator (issue 27, server/groups/group_errors.py): Kafka's error of the
     # same name. Retriable: COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE,
     # NOT_COORDINATOR, REBALANCE_IN_PROGRESS (after a rejoin), UNSTABLE_OFFSET_COMMIT.

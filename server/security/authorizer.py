@@ -15,6 +15,7 @@ operations on resources as Kafka's ``KafkaApis`` does for the request of the sam
     DescribeTopic            DESCRIBE on the topic                       configs*
     AlterTopicConfigs        ALTER_CONFIGS on the topic
     CreatePartitions         ALTER on the topic (Kafka's CreatePartitions)
+    ElectLeaders             ALTER on the cluster (Kafka's ElectLeaders)
     Produce                  WRITE on the topic
     FetchByOffset, FetchByTimestamp, Subscribe     READ on the topic
     ListOffsets              DESCRIBE on the topic
@@ -699,6 +700,8 @@ RULES: Mapping[str, Rule] = {
     "DescribeTopic": _on_topic(_Op.DESCRIBE, "name", _topic_answer),
     "AlterTopicConfigs": _on_topic(_Op.ALTER_CONFIGS, "name", _topic_answer),
     "CreatePartitions": _on_topic(_Op.ALTER, "name", _topic_answer),
+    # Kafka's ElectLeaders: ALTER on the cluster (KafkaApis.handleElectLeaders).
+    "ElectLeaders": _on_cluster(_Op.ALTER),
     "Produce": _on_topic(_Op.WRITE),
     "FetchByOffset": _on_topic(_Op.READ),
     "FetchByTimestamp": _on_topic(_Op.READ),

@@ -64,6 +64,11 @@ class BrokerStub:
                 request_serializer=stratalog_dot_v1_dot_broker__pb2.CreatePartitionsRequest.SerializeToString,
                 response_deserializer=stratalog_dot_v1_dot_broker__pb2.CreatePartitionsResponse.FromString,
                 _registered_method=True)
+        self.ElectLeaders = channel.unary_unary(
+                '/stratalog.v1.Broker/ElectLeaders',
+                request_serializer=stratalog_dot_v1_dot_broker__pb2.ElectLeadersRequest.SerializeToString,
+                response_deserializer=stratalog_dot_v1_dot_broker__pb2.ElectLeadersResponse.FromString,
+                _registered_method=True)
         self.Produce = channel.unary_unary(
                 '/stratalog.v1.Broker/Produce',
                 request_serializer=stratalog_dot_v1_dot_broker__pb2.ProduceRequest.SerializeToString,
@@ -255,7 +260,19 @@ class BrokerServicer:
         the topic's is INVALID_PARTITIONS (partitions are never removed). Records of a key may then
         go to another partition (the key's hash is taken modulo the new count), as in Kafka: the
         order of a key's records holds only within each partition. Needs ALTER on the topic. In
-        cluster mode it is refused (INVALID_REQUEST) for now: docs/cluster.md.
+        cluster mode (issue 29) the new partitions' replicas are assigned and written to etcd:
+        docs/cluster.md.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ElectLeaders(self, request, context):
+        """Kafka's ElectLeaders (issue 29, docs/cluster.md): moves each partition's leadership to its
+        preferred replica (the first of its replicas) when that replica is live and in sync
+        (PREFERRED), or elects a live replica for a partition with no live leader (UNCLEAN). One
+        result per partition; with no partition named, every partition of the cluster, the ones
+        whose election was not needed left out. Needs ALTER on the cluster.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -533,6 +550,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.CreatePartitions,
                     request_deserializer=stratalog_dot_v1_dot_broker__pb2.CreatePartitionsRequest.FromString,
                     response_serializer=stratalog_dot_v1_dot_broker__pb2.CreatePartitionsResponse.SerializeToString,
+            ),
+            'ElectLeaders': grpc.unary_unary_rpc_method_handler(
+                    servicer.ElectLeaders,
+                    request_deserializer=stratalog_dot_v1_dot_broker__pb2.ElectLeadersRequest.FromString,
+                    response_serializer=stratalog_dot_v1_dot_broker__pb2.ElectLeadersResponse.SerializeToString,
             ),
             'Produce': grpc.unary_unary_rpc_method_handler(
                     servicer.Produce,
@@ -847,6 +869,33 @@ class Broker:
             '/stratalog.v1.Broker/CreatePartitions',
             stratalog_dot_v1_dot_broker__pb2.CreatePartitionsRequest.SerializeToString,
             stratalog_dot_v1_dot_broker__pb2.CreatePartitionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ElectLeaders(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stratalog.v1.Broker/ElectLeaders',
+            stratalog_dot_v1_dot_broker__pb2.ElectLeadersRequest.SerializeToString,
+            stratalog_dot_v1_dot_broker__pb2.ElectLeadersResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -10,6 +10,7 @@
     admin_topics.py   CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords
     configs.py        DescribeConfigs, AlterConfigs, IncrementalAlterConfigs
     cluster_info.py   DescribeCluster
+    elect_leaders.py  ElectLeaders
     groups.py         FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, ListGroups,
                       DescribeGroups, DeleteGroups
     offsets.py        OffsetCommit, OffsetFetch, OffsetDelete
@@ -25,6 +26,7 @@ from stratalog.server.kafka.apis import (  # noqa: F401  (each registers its han
     api_versions,
     cluster_info,
     configs,
+    elect_leaders,
     fetch,
     groups,
     leader_epochs,

@@ -97,7 +97,8 @@ async def metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataRes
         topics.sort(key=lambda topic: order[topic.name])
     return MetadataResponse(
         throttle_time_ms=0,
-        brokers=[_Broker(node_id=node_id, host=address.host, port=address.port, rack=None)
+        brokers=[_Broker(node_id=node_id, host=address.host, port=address.port,
+                          rack=services.broker_rack(node_id))
                  for node_id, address in sorted(brokers.items())],
         cluster_id=services.cluster_id,
         controller_id=controller_id,

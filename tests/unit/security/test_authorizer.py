@@ -97,6 +97,7 @@ RPC_CASES: dict[str, tuple[Callable[[], Any], list[AclBinding] | None]] = {
     "DescribeTransaction": (lambda: pb.DescribeTransactionRequest(transactional_id="app-1"),
                             [grant(TXN, "app-1", Op.DESCRIBE)]),
     "CreateAcls": (lambda: pb.CreateAclsRequest(), [grant(CLUSTER, CLUSTER_NAME, Op.ALTER)]),
+    "ElectLeaders": (lambda: pb.ElectLeadersRequest(), [grant(CLUSTER, CLUSTER_NAME, Op.ALTER)]),
     "DeleteAcls": (lambda: pb.DeleteAclsRequest(), [grant(CLUSTER, CLUSTER_NAME, Op.ALTER)]),
     "DescribeAcls": (lambda: pb.DescribeAclsRequest(),
                      [grant(CLUSTER, CLUSTER_NAME, Op.DESCRIBE)]),
