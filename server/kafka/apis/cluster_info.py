@@ -63,7 +63,7 @@ async def describe_cluster(ctx: RequestContext, request: DescribeClusterRequest
                       if ctx.allowed(op, ResourceType.CLUSTER, CLUSTER_NAME)}
     return DescribeClusterResponse(
         throttle_time_ms=0, error_code=Code.NONE, error_message=None,
-        endpoint_type=_BROKER_ENDPOINT, cluster_id=services.cluster_id or "",
+        endpoint_type=_BROKER_ENDPOINT, cluster_id=services.current_cluster_id() or "",
         controller_id=services.admin.controller_id,
         brokers=[_Broker(broker_id=node_id, host=address.host, port=address.port, rack=None)
                  for node_id, address in sorted(services.broker_addresses().items())],

@@ -99,7 +99,7 @@ async def metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataRes
         throttle_time_ms=0,
         brokers=[_Broker(node_id=node_id, host=address.host, port=address.port, rack=None)
                  for node_id, address in sorted(brokers.items())],
-        cluster_id=services.cluster_id,
+        cluster_id=services.current_cluster_id(),
         controller_id=controller_id,
         topics=topics,
     )
