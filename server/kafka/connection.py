@@ -312,8 +312,8 @@ class KafkaConnection(asyncio.Protocol):
             self._close(None, why="the credentials it authenticated with are no longer valid"
                         " (the credential file was reloaded)")
             return None
-        if sasl is not None and (why := sasl.refusal(header.api_key, time.monotonic())):
-            self._close(None, why=why, reason="session_expired")
+        if sasl is not None and (refused := sasl.refusal(header.api_key, time.monotonic())):
+            self._close(None, why=refused[1], reason=refused[0])
             return None
         if not state.authenticated and header.api_key not in _BEFORE_AUTHENTICATION:
             self._close(f"{ApiKey(header.api_key).name} before the SASL authentication"

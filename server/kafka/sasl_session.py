@@ -11,6 +11,7 @@ run a connection's authentication as a small state machine; this module is ours,
     EXCHANGING --token accepted, more expected--> EXCHANGING
     EXCHANGING --last token accepted--> AUTHENTICATED (principal, expires_at_s)
     EXCHANGING --token refused--> the answer, then the connection closes
+    EXCHANGING --any request but SaslAuthenticate--> the connection closes
     AUTHENTICATED --SaslHandshake (same mechanism, lifetime on, >= 1 s since the last)-->
         EXCHANGING (a re-authentication: KIP-368; the principal must not change)
 
@@ -126,15 +127,23 @@ class SaslSession:
     def exchanging(self) -> bool:
         return self.mechanism is not None
 
-    def refusal(self, api_key: int, now_s: float) -> str | None:
-        """Why a request with ``api_key`` closes the connection now (its session ended and
-        it is not a re-authentication), or None. O(1): called for every request of a
-        connection that authenticated with SASL."""
+    def refusal(self, api_key: int, now_s: float) -> tuple[str, str] | None:
+        """Why a request with ``api_key`` closes the connection now, as (the
+        stratalog_kafka_connections_closed reason, a sentence for the log), or None: its
+        session ended and it is not a re-authentication (Kafka's SocketServer), or an exchange
+        is under way and it is not SaslAuthenticate (SaslServerAuthenticator: "Unexpected
+        Kafka request during SASL authentication"; a SaslHandshake is begin_exchange's to
+        refuse). O(1): called for every request of a connection that began a SASL exchange."""
+        if self.mechanism is not None:
+            if api_key in _REAUTHENTICATION:
+                return None
+            return ("unauthenticated", f"{ApiKey(api_key).name} during its SASL exchange"
+                    " (only SaslAuthenticate may follow SaslHandshake)")
         expires_at_s = self.expires_at_s
-        if (expires_at_s is not None and now_s > expires_at_s and not self.exchanging
+        if (expires_at_s is not None and now_s > expires_at_s
                 and api_key not in _REAUTHENTICATION):
-            return ("its SASL session ended (kafka_connections_max_reauth_ms) and it did not"
-                    " re-authenticate")
+            return ("session_expired", "its SASL session ended"
+                    " (kafka_connections_max_reauth_ms) and it did not re-authenticate")
         return None
 
     def _end_exchange(self) -> None:

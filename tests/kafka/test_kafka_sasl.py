@@ -312,6 +312,11 @@ def test_reauthentication_renews_the_session_and_keeps_the_principal(plaintext):
         assert answer.error_code == 58  # SASL_AUTHENTICATION_FAILED
         assert "cannot change principals" in answer.error_message
         assert wire.closed_by_server()
+    with KafkaWire(plaintext.kafka_bootstrap) as wire:  # a request amid the exchange
+        assert _authenticate_v1(wire, "alice", "alice-secret").error_code == 0
+        assert _handshake(wire, "PLAIN", 1).error_code == 0
+        wire.send(MetadataRequest(topics=[]), 1)
+        assert wire.receive_frame() == b""  # closed, not answered
     with KafkaWire(plaintext.kafka_bootstrap) as wire:  # another mechanism: refused
         assert _authenticate_v1(wire, "alice", "alice-secret").error_code == 0
         assert _handshake(wire, "SCRAM-SHA-256", 1).error_code == 34

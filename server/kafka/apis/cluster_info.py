@@ -9,7 +9,9 @@ Int.MinValue), as a bitfield of the cluster operations it may do. v1's endpoint 
 BROKER (1): CONTROLLER is MISMATCHED_ENDPOINT_TYPE (this server is not a KRaft controller),
 any other UNSUPPORTED_ENDPOINT_TYPE. The brokers are every live server's Kafka listener, as
 Metadata answers them (``KafkaServices.broker_addresses``); the controller is the serving
-layer's (:attr:`~stratalog.server.broker.AdminManager.controller_id`).
+layer's (:attr:`~stratalog.server.broker.AdminManager.controller_id`); the cluster id is
+Metadata's (``KafkaServices.current_cluster_id``: etcd's in a cluster, "" before this server
+joined).
 
 Concurrency: event-loop only.
 """

@@ -25,6 +25,9 @@ partition's leader, leader epoch, replicas and ISR), which this module translate
   listener is LEADER_NOT_AVAILABLE with leader -1, as Kafka's for a leader without an endpoint
   on the listener (``core/src/main/scala/kafka/server/metadata/KRaftMetadataCache.scala``,
   ``getPartitionMetadata``); ``offline_replicas`` are the replicas without one.
+* The cluster id (v2+): a cluster's, from etcd (server/cluster/cluster_id.py), the same from
+  every server, null before this server joined; a single server's meta.properties cluster.id
+  (``KafkaServices.current_cluster_id``).
 * Topic ids (v10+) are the zero UUID: this server names topics only, and serves the versions
   of Fetch and Produce that name them (docs/kafka-protocol.md).
 """
