@@ -19,10 +19,15 @@ Bounds (nothing a client sends makes the server hold more):
   not read), the next request waits until it drains: one answer at a time is held.
 * a connection idle for ``connections_max_idle_ms`` is closed (Kafka's
   ``connections.max.idle.ms``).
-* before a required SASL exchange succeeded, a frame larger than
+* before a required SASL exchange succeeded, and during any exchange, a frame larger than
   ``kafka_sasl_receive_bytes_max`` closes the connection (Kafka's
   ``sasl.server.max.receive.size``): a client that has not said who it is cannot reserve
   more of the budget than an exchange needs.
+
+SASL (sasl_session.py): after a SaslHandshake of version 0 the next frames are raw SASL tokens,
+handed to ``sasl_session.answer_raw_token`` instead of being decoded; a connection whose SASL
+session ended (``kafka_connections_max_reauth_ms``), or that sends anything but SaslAuthenticate
+amid an exchange, is closed at that request (``SaslSession.refusal``).
 
 A plaintext Fetch answer may carry file regions (storage/file_region.py): its encoded bytes go
 through the transport and each region's bytes from the segment file to the socket with

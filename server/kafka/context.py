@@ -82,8 +82,8 @@ class KafkaServices:
 @dataclass(slots=True)
 class ConnectionState:
     """One connection's state across its requests: its peer's host, its identity (anonymous,
-    or from the client certificate, until a SASL exchange sets it), and the SASL exchange's
-    state (``sasl``: free for the SASL handlers' use)."""
+    or from the client certificate, until a SASL exchange sets it), and its SASL session
+    (``sasl``: server/kafka/sasl_session.py's SaslSession from its first SaslHandshake on)."""
 
     connection_id: str
     host: str

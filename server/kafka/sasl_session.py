@@ -176,8 +176,6 @@ def begin_exchange(services: KafkaServices, state: ConnectionState, mechanism: s
     offered = offered_mechanisms(services, state.tls)
     session = state.sasl
     if session is None:
-        if state.identity.authenticated_by == "password":  # (only SASL sets it here)
-            raise SessionRefusal(Code.ILLEGAL_SASL_STATE, "already authenticated")
         session = SaslSession()
     elif session.exchanging:
         raise SessionRefusal(Code.ILLEGAL_SASL_STATE, "a SASL exchange is already under way")
