@@ -174,6 +174,35 @@ def test_a_user_without_a_sha_512_credential_fails_sha_512_only(secured, pki):
     for mechanism in ("SCRAM-SHA-256", "PLAIN"):
         config = _confluent(secured, pki, mechanism, "carol", "carol-secret")
         assert _produce(config, _topic(), [b"x"]) == []
+    # The very answer of a wrong password: the code and the words.
+    answers = [_scram_v1(_tls_wire(secured, pki), user, password, "SCRAM-SHA-512")
+               for user, password in (("carol", "carol-secret"), ("alice", "wrong"))]
+    assert answers[0] == answers[1] == (58, "authentication failed: unknown user or token, or"
+                                        " wrong password")
+
+
+def _tls_wire(server: ServerProcess, pki) -> KafkaWire:
+    import ssl
+
+    wire = KafkaWire(server.kafka_bootstrap)
+    context = ssl.create_default_context(cafile=str(pki.ca))
+    wire.sock = context.wrap_socket(wire.sock, server_hostname="localhost")
+    return wire
+
+
+def _scram_v1(wire: KafkaWire, user: str, password: str, mechanism: str) -> tuple[int, str]:
+    """A SCRAM exchange through SaslHandshake v1 and SaslAuthenticate: the last answer's
+    (error code, message)."""
+    with wire:
+        assert _handshake(wire, mechanism, 1).error_code == 0
+        client = ScramClient(user, password, mechanism)
+        first = wire.call(SaslAuthenticateRequest(auth_bytes=client.first_message()),
+                          SaslAuthenticateResponse, 1)
+        assert first.error_code == 0
+        client.process_server_first_message(first.auth_bytes)
+        final = wire.call(SaslAuthenticateRequest(auth_bytes=client.final_message()),
+                          SaslAuthenticateResponse, 1)
+        return final.error_code, final.error_message
 
 
 # ---------------------------------------------------------------- SaslHandshake v0
@@ -326,16 +355,11 @@ def test_reauthentication_renews_the_session_and_keeps_the_principal(plaintext):
 def test_without_a_session_lifetime_a_second_handshake_is_refused(secured, pki):
     """kafka_connections_max_reauth_ms 0 (the default): SaslAuthenticate answers lifetime 0,
     and there is no re-authentication (KafkaChannel: no session expiration, no re-auth)."""
-    import socket
-    import ssl
-
-    context = ssl.create_default_context(cafile=str(pki.ca))
-    with KafkaWire(secured.kafka_bootstrap) as wire:
-        wire.sock = context.wrap_socket(wire.sock, server_hostname="localhost")
+    with _tls_wire(secured, pki) as wire:
         answer = _authenticate_v1(wire, "alice", "alice-secret")
         assert (answer.error_code, answer.session_lifetime_ms) == (0, 0)
         assert _handshake(wire, "PLAIN", 1).error_code == 34
-        assert isinstance(wire.sock, socket.socket) and wire.closed_by_server()
+        assert wire.closed_by_server()
 
 
 def test_confluent_producer_reauthenticates_by_itself_across_two_lifetimes(plaintext):
