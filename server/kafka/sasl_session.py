@@ -94,8 +94,10 @@ _SIZE = struct.Struct(">i")
 
 
 class SessionRefusal(Exception):
-    """A SaslHandshake refused: ``code`` is its answer's error code; the connection closes
-    after the answer (as Kafka's authenticator fails the channel)."""
+    """A SASL request the session's state refuses (a SaslHandshake amid an exchange or not
+    allowed to re-authenticate, a mechanism not offered, a SaslAuthenticate without an
+    exchange): ``code`` is its answer's error code; the connection closes after the answer
+    (as Kafka's authenticator fails the channel)."""
 
     def __init__(self, code: int, why: str) -> None:
         super().__init__(why)
