@@ -233,8 +233,12 @@ def _handshake(wire: KafkaWire, mechanism: str, version: int) -> SaslHandshakeRe
     return wire.call(SaslHandshakeRequest(mechanism=mechanism), SaslHandshakeResponse, version)
 
 
+def _requests(server: ServerProcess, api: str) -> float:
+    return server.metric(f'stratalog_kafka_requests_total{{api="{api}"}}')
+
+
 def _sasl_authenticate_requests(server: ServerProcess) -> float:
-    return server.metric('stratalog_kafka_requests_total{api="SaslAuthenticate"}')
+    return _requests(server, "SaslAuthenticate")
 
 
 def _metadata(wire: KafkaWire) -> MetadataResponse:
@@ -362,9 +366,10 @@ def test_without_a_session_lifetime_a_second_handshake_is_refused(secured, pki):
         assert wire.closed_by_server()
 
 
-def test_confluent_producer_reauthenticates_by_itself_across_two_lifetimes(plaintext):
+def test_confluent_producer_reauthenticates_by_itself_across_three_lifetimes(plaintext):
     """librdkafka reads session_lifetime_ms and re-authenticates before it ends (KIP-368):
-    records produced over more than two 2-second lifetimes on one connection all land."""
+    records produced over three 2-second lifetimes all land, the connection re-authenticated
+    and never closed."""
     topic = _topic()
     errors: list[KafkaError] = []
     producer = Producer({"bootstrap.servers": plaintext.kafka_bootstrap,
@@ -372,14 +377,20 @@ def test_confluent_producer_reauthenticates_by_itself_across_two_lifetimes(plain
                          "sasl.username": "alice", "sasl.password": "alice-secret",
                          "message.timeout.ms": 20_000, "error_cb": errors.append})
     closes_before = plaintext.log_text().count("closing Kafka connection")
+    handshakes_before: float | None = None
     started = time.monotonic()
     sent = 0
-    while time.monotonic() < started + 5.0:  # two lifetimes and a half
+    while time.monotonic() < started + 6.0:  # three lifetimes
         producer.produce(topic, value=b"r%d" % sent)
         sent += 1
         assert producer.flush(_WAIT_S) == 0
+        if handshakes_before is None:  # connected and authenticated: count from here
+            handshakes_before = _requests(plaintext, "SaslHandshake")
         time.sleep(0.2)
     assert errors == []
+    # It re-authenticated (a SaslHandshake per lifetime after its first) ...
+    assert handshakes_before is not None
+    assert _requests(plaintext, "SaslHandshake") - handshakes_before >= 2
     consumer = KafkaConsumer(topic, bootstrap_servers=plaintext.kafka_bootstrap,
                              security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
                              sasl_plain_username="alice", sasl_plain_password="alice-secret",
@@ -387,6 +398,6 @@ def test_confluent_producer_reauthenticates_by_itself_across_two_lifetimes(plain
     values = [m.value for _, m in zip(range(sent), consumer, strict=False)]
     consumer.close()
     assert values == [b"r%d" % i for i in range(sent)]
-    # Re-authenticated, never closed by the server (which logs each close: a session that
-    # ended, a refused handshake) and reconnected.
+    # ... and was never closed by the server (which logs each close: a session that ended, a
+    # refused handshake) and reconnected.
     assert plaintext.log_text().count("closing Kafka connection") == closes_before
