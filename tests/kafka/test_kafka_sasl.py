@@ -401,3 +401,25 @@ def test_confluent_producer_reauthenticates_by_itself_across_three_lifetimes(pla
     # ... and was never closed by the server (which logs each close: a session that ended, a
     # refused handshake) and reconnected.
     assert plaintext.log_text().count("closing Kafka connection") == closes_before
+
+
+def test_kafka_python_producer_reauthenticates_by_itself(plaintext):
+    """kafka-python 3.x re-authenticates too (its SaslReauthenticator, KIP-368)."""
+    topic = _topic()
+    closes_before = plaintext.log_text().count("closing Kafka connection")
+    producer = KafkaProducer(bootstrap_servers=plaintext.kafka_bootstrap,
+                             security_protocol="SASL_PLAINTEXT", sasl_mechanism="SCRAM-SHA-256",
+                             sasl_plain_username="bob", sasl_plain_password="bob-secret",
+                             acks="all", enable_idempotence=False)
+    try:
+        offsets = [producer.send(topic, value=b"first").get(timeout=_WAIT_S).offset]
+        handshakes_before = _requests(plaintext, "SaslHandshake")
+        started = time.monotonic()
+        while time.monotonic() < started + 5.0:  # two lifetimes and a half
+            offsets.append(producer.send(topic, value=b"x").get(timeout=_WAIT_S).offset)
+            time.sleep(0.2)
+    finally:
+        producer.close()
+    assert offsets == list(range(len(offsets)))
+    assert _requests(plaintext, "SaslHandshake") - handshakes_before >= 2
+    assert plaintext.log_text().count("closing Kafka connection") == closes_before
