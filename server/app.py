@@ -498,8 +498,8 @@ class Server:
             advertised=lambda: listener.advertised(),
             time_ms=lambda: int(time.time() * 1000), admin=self.admin,
             # Each server of a cluster made its own meta.properties' cluster.id, so none of
-            # them is the cluster's: a cluster answers none (null) rather than a different id
-            # from each server, which clients take for servers of several clusters.
+            # them is the cluster's: a cluster answers etcd's (KafkaServices.
+            # current_cluster_id; server/cluster/cluster_id.py).
             cluster_id=None if settings.cluster else getattr(
                 read_meta_properties(Path(settings.log_dirs[0])), "cluster_id", None),
             kafka_brokers=self._kafka_brokers if settings.cluster else None,

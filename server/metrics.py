@@ -811,7 +811,8 @@ class ServerMetrics:
             "stratalog_kafka_connections_closed",
             "Kafka connections the server closed, by why (bad_request: a frame that is not"
             " Kafka's or a version not served; unauthenticated; connections_max; idle;"
-            " server_error)",
+            " server_error; session_expired: its SASL session ended without a"
+            " re-authentication)",
             labelnames=("reason",), registry=r,
         )
         # Consumer groups (issue 27, server/group_service/): no label is a group id.

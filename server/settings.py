@@ -144,6 +144,7 @@ _KAFKA_ALIASES = {
     "auto.create.topics.enable": "auto_create_topics_enable",
     "num.partitions": "num_partitions",
     "connections.max.idle.ms": "connections_max_idle_ms",
+    "connections.max.reauth.ms": "kafka_connections_max_reauth_ms",
     "node.id": "node_id",
     "cluster.session.timeout.ms": "cluster_session_timeout_ms",
     "default.replication.factor": "default_replication_factor",

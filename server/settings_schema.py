@@ -153,10 +153,17 @@ class Settings:
         1,
     )
     kafka_sasl_mechanisms: tuple[str, ...] = _setting(
-        ("PLAIN", "SCRAM-SHA-256"),
-        "SASL mechanisms the Kafka listener offers against the credential file: PLAIN and"
-        " SCRAM-SHA-256 (comma-separated in the environment and the flag); PLAIN only over TLS"
-        " unless authentication_plaintext_allowed; empty = no SASL",
+        ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
+        "SASL mechanisms the Kafka listener offers against the credential file: PLAIN,"
+        " SCRAM-SHA-256 and SCRAM-SHA-512 (comma-separated in the environment and the flag);"
+        " PLAIN only over TLS unless authentication_plaintext_allowed; empty = no SASL",
+    )
+    kafka_connections_max_reauth_ms: int = _setting(
+        0,
+        "lifetime of a Kafka connection's SASL session (Kafka's connections.max.reauth.ms,"
+        " KIP-368): answered to the client, which re-authenticates before it ends; a"
+        " connection that did not is closed at its next request; 0 = sessions do not end",
+        0,
     )
     kafka_sasl_receive_bytes_max: int = _setting(
         512 * 1024,
@@ -1024,10 +1031,8 @@ class Settings:
             )
         for mechanism in self.kafka_sasl_mechanisms:
             if mechanism not in KAFKA_SASL_MECHANISMS:
-                extra = (" (the credential file holds SCRAM-SHA-256 keys only: SHA-512 would need"
-                         " the passwords)" if mechanism == "SCRAM-SHA-512" else "")
                 raise SettingsError(
-                    f"setting 'kafka_sasl_mechanisms': {mechanism!r} is not offered{extra};"
+                    f"setting 'kafka_sasl_mechanisms': {mechanism!r} is not offered;"
                     f" the mechanisms are {', '.join(KAFKA_SASL_MECHANISMS)}")
         if (self.authentication_credentials_file and not self.tls_enabled
                 and not self.authentication_plaintext_allowed):
@@ -1083,8 +1088,8 @@ class SettingsSources(NamedTuple):
     overrides: Mapping[str, object]
 
 
-#: The SASL mechanisms the Kafka listener can offer (server/kafka/apis/sasl.py).
-KAFKA_SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256")
+#: The SASL mechanisms the Kafka listener can offer (server/kafka/sasl_session.py).
+KAFKA_SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 #: Values of ``authorizer`` (server/security/authorizer.py owns their meaning).
 AUTHORIZERS = ("none", "acl")
 #: The quotas a principal may have (Kafka's names), in ``[quotas."User:alice"]`` tables.

@@ -15,6 +15,8 @@
     <prefix>/acls                  the cluster's ACLs: an acls.json document (no lease;
                                    server/security/acl_store.py has the format,
                                    cluster_acls.py the updates)
+    <prefix>/cluster_id            the cluster's id, Kafka's Uuid as text; written once by the
+                                   first server, never changed (no lease; cluster_id.py)
 
 Node ids are written in decimal without padding, so ``brokers/10`` sorts before ``brokers/2``
 in etcd; readers sort by the number.
@@ -48,6 +50,10 @@ class ClusterKeys:
     @property
     def controller_epoch(self) -> bytes:
         return f"{self.prefix}/controller_epoch".encode()
+
+    @property
+    def cluster_id(self) -> bytes:
+        return f"{self.prefix}/cluster_id".encode()
 
     @property
     def acls(self) -> bytes:

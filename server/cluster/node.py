@@ -7,6 +7,7 @@ gRPC port is bound, so that the advertised address carries the real port::
     connect to etcd, grant the lease, read      CoordinationUnavailableError: no etcd answered
         <prefix>/controller_epoch               EtcdTlsError, EtcdAuthenticationError
     (the server reads the cluster's ACLs: cluster_acls.py)
+    read <prefix>/cluster_id, or write it       (cluster_id.py: the first server makes it)
     register <prefix>/brokers/<node_id>         NodeIdInUseError: a live server has the id
     read the broker list, campaign if no controller is known, read the topics and partitions
     start the keep-alive, the broker list poll, the election poll, the view's poll and the
@@ -21,6 +22,7 @@ Concurrency: event-loop only.
 
 from __future__ import annotations
 
+from .cluster_id import ensure_cluster_id
 from .cluster_view import ClusterView
 from .controller import ControllerElection, ControllerState
 from .endpoints import parse_cluster_url
@@ -44,10 +46,12 @@ class ClusterNode:
     def __init__(self, session: EtcdSession, membership: Membership,
                  election: ControllerElection, view: ClusterView, keys: ClusterKeys,
                  elector: LeaderElector | None = None,
-                 preferred: PreferredLeaders | None = None) -> None:
+                 preferred: PreferredLeaders | None = None, cluster_id: str = "") -> None:
         self.session = session
         #: Preferred-leader elections: on demand and automatic (preferred_leader.py).
         self.preferred = preferred
+        #: The cluster's id (Kafka's cluster.id, etcd's <prefix>/cluster_id: cluster_id.py).
+        self.cluster_id = cluster_id
         #: The controller's duties (leader_election.py): passes only while this is controller.
         self.elector = elector
         self.membership = membership
@@ -78,6 +82,7 @@ class ClusterNode:
 
         Raises:
             NodeIdInUseError: a live server holds ``node_id``.
+            ClusterConfigError: etcd's cluster id is not one (cluster_id.py).
             What the etcd client raises when etcd stops answering meanwhile.
         """
         poll_interval_s = poll_interval_s_of(session_timeout_ms)
@@ -95,6 +100,7 @@ class ClusterNode:
             check_interval_s=leader_imbalance_check_interval_s,
             imbalance_percentage=leader_imbalance_per_broker_percentage,
         )
+        cluster_id = await ensure_cluster_id(session, keys)
         await membership.register()
         await membership.refresh()
         await election.maybe_campaign()
@@ -105,7 +111,7 @@ class ClusterNode:
         view.start()
         elector.start()
         preferred.start()
-        return cls(session, membership, election, view, keys, elector, preferred)
+        return cls(session, membership, election, view, keys, elector, preferred, cluster_id)
 
     @property
     def node_id(self) -> int:

@@ -19,10 +19,15 @@ Bounds (nothing a client sends makes the server hold more):
   not read), the next request waits until it drains: one answer at a time is held.
 * a connection idle for ``connections_max_idle_ms`` is closed (Kafka's
   ``connections.max.idle.ms``).
-* before a required SASL exchange succeeded, a frame larger than
+* before a required SASL exchange succeeded, and during any exchange, a frame larger than
   ``kafka_sasl_receive_bytes_max`` closes the connection (Kafka's
   ``sasl.server.max.receive.size``): a client that has not said who it is cannot reserve
   more of the budget than an exchange needs.
+
+SASL (sasl_session.py): after a SaslHandshake of version 0 the next frames are raw SASL tokens,
+handed to ``sasl_session.answer_raw_token`` instead of being decoded; a connection whose SASL
+session ended (``kafka_connections_max_reauth_ms``), or that sends anything but SaslAuthenticate
+amid an exchange, is closed at that request (``SaslSession.refusal``).
 
 A plaintext Fetch answer may carry file regions (storage/file_region.py): its encoded bytes go
 through the transport and each region's bytes from the segment file to the socket with
@@ -51,6 +56,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from kafka.protocol.api_key import ApiKey
 
 from stratalog.server.client_text import loggable
+from stratalog.server.kafka import sasl_session
 from stratalog.server.kafka.apis.registry import HANDLERS, SERVED_VERSIONS
 from stratalog.server.kafka.codec import (
     RequestBodyError,
@@ -188,11 +194,12 @@ class KafkaConnection(asyncio.Protocol):
             if size is None:
                 break
             state = self._state
-            if (state is not None and not state.authenticated
-                    and size > self._unauthenticated_bytes_max):
+            if (state is not None and size > self._unauthenticated_bytes_max
+                    and (not state.authenticated
+                         or (state.sasl is not None and state.sasl.exchanging))):
                 self._close(f"a request of {size} bytes before the SASL authentication this"
-                            " listener requires (kafka_sasl_receive_bytes_max"
-                            f" {self._unauthenticated_bytes_max})")
+                            " listener requires, or during an exchange"
+                            f" (kafka_sasl_receive_bytes_max {self._unauthenticated_bytes_max})")
                 return
             if not self._reserved:
                 taken = budget.try_reserve(size)
@@ -286,6 +293,9 @@ class KafkaConnection(asyncio.Protocol):
     async def _answer(self, frame: bytes, state: ConnectionState, services: Any) -> int | None:
         """Serve one request and write its answer; its throttle time, or None when the
         connection was closed instead."""
+        sasl = state.sasl
+        if sasl is not None and sasl.raw_tokens:  # after a SaslHandshake v0 (sasl_session.py)
+            return await self._answer_raw_token(frame, state, services)
         try:
             header = decode_header(frame, SERVED_VERSIONS)
         except UnknownApiError as exc:
@@ -306,6 +316,9 @@ class KafkaConnection(asyncio.Protocol):
             # authentication.py's stale_credentials refuses a Session stream's next request).
             self._close(None, why="the credentials it authenticated with are no longer valid"
                         " (the credential file was reloaded)")
+            return None
+        if sasl is not None and (refused := sasl.refusal(header.api_key, time.monotonic())):
+            self._close(None, why=refused[1], reason=refused[0])
             return None
         if not state.authenticated and header.api_key not in _BEFORE_AUTHENTICATION:
             self._close(f"{ApiKey(header.api_key).name} before the SASL authentication"
@@ -354,6 +367,16 @@ class KafkaConnection(asyncio.Protocol):
                         reason="unauthenticated")
             return None
         return ctx.throttle_ms
+
+    async def _answer_raw_token(self, frame: bytes, state: ConnectionState,
+                                services: Any) -> int | None:
+        """A raw SASL token (sasl_session.py): its raw answer, or the connection closed."""
+        answer = await sasl_session.answer_raw_token(services, state, frame)
+        if answer is None:
+            self._close(None, why="its SASL authentication failed", reason="unauthenticated")
+            return None
+        self._write(answer)
+        return 0
 
     @staticmethod
     def _encode(header: RequestHeader, response: Any) -> list[Any]:
