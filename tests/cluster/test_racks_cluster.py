@@ -46,8 +46,9 @@ def test_replicas_spread_over_racks_and_racks_are_shown(start_member, etcd) -> N
     assert described.returncode == 0, described.stderr
     for node, rack in RACKS.items():
         assert f"  {node}  {servers[node].target}  rack {rack}" in described.stdout
-    # The Kafka listener (kafka-python's classes on the wire; confluent-kafka 2.16's
-    # describe_cluster crashes the test process against a cluster, racks or not).
+    # The Kafka listener (kafka-python's classes on the wire, and librdkafka's AdminClient
+    # below; confluent-kafka 2.16's describe_cluster crashed the process while a cluster
+    # answered a null cluster id).
     with KafkaWire(servers[3].kafka_bootstrap) as wire:
         cluster = ask(wire, DescribeClusterRequest(include_cluster_authorized_operations=False,
                                                    endpoint_type=1), 1)
@@ -56,6 +57,9 @@ def test_replicas_spread_over_racks_and_racks_are_shown(start_member, etcd) -> N
     assert {b.broker_id: b.rack for b in cluster.brokers} == RACKS
     assert {b.node_id: b.rack for b in answer.brokers} == RACKS
     admin = AdminClient({"bootstrap.servers": servers[3].kafka_bootstrap})
+    described = admin.describe_cluster().result(30)
+    assert {node.id: node.rack for node in described.nodes} == RACKS
+    assert described.cluster_id == cluster.cluster_id
 
     two = f"r2-{uuid.uuid4().hex[:6]}"
     create_topic(servers[1], two, 8, 2)
