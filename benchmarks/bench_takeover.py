@@ -14,6 +14,10 @@ each, then, ``--kills`` times for each kind of kill:
 The killed server is restarted on its port and data directory (once its lease expired) and the
 next kill waits until every partition has its three replicas in sync again.
 
+Each time is also given from the moment etcd deleted the killed server's broker key (its lease
+expired; seen by a watch of this process): that part is what the watches change, the rest is
+the lease's TTL and when the killed server had last renewed it.
+
 Two modes, one cluster each: ``watches`` (the defaults: watches, polls every 5 s as the
 fallback) and ``polls`` (``--cluster-watches-enable false --cluster-poll-fallback-ms 250``:
 every part polls etcd every 250 ms, as before issue 29). Metadata is polled every 10 ms, so
@@ -26,6 +30,7 @@ mode and kind (docs/performance.md, "Issue 29: etcd watches")::
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import re
 import shutil
@@ -33,11 +38,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import aetcd
 import grpc
 
 from stratalog.client import StratalogError, SyncClient
@@ -171,40 +178,78 @@ def first_produce(survivors: list[Server], partition: int) -> None:
                     raise
 
 
-def kill_controller(url: str, servers: dict[int, Server], flags: tuple[str, ...]) -> float:
+def kill_controller(url: str, servers: dict[int, Server],
+                    flags: tuple[str, ...]) -> tuple[float, float]:
     old = controller(servers[1])
     survivors = [s for n, s in servers.items() if n != old]
+    deletion = KeyDeletion(url, f"/stratalog/brokers/{old}".encode())
     servers[old].process.kill()
     killed_at = time.monotonic()
     servers[old].process.wait()
     wait(lambda: controller(survivors[0]) not in (-1, old), "a new controller")
-    took = time.monotonic() - killed_at
+    now = time.monotonic()
     restart(url, servers, old, flags)
-    return took
+    return now - killed_at, deletion.since(now)
 
 
 def kill_leader(url: str, servers: dict[int, Server],
-                flags: tuple[str, ...]) -> tuple[float, float]:
+                flags: tuple[str, ...]) -> tuple[float, float, float]:
     boss = controller(servers[1])
     view = leaders(servers[boss])
     partition, (old, _) = next((p, v) for p, v in sorted(view.items()) if v[0] != boss)
     survivors = [s for n, s in servers.items() if n != old]
+    deletion = KeyDeletion(url, f"/stratalog/brokers/{old}".encode())
     servers[old].process.kill()
     killed_at = time.monotonic()
     servers[old].process.wait()
     wait(lambda: all(leaders(s).get(partition, (-1, 0))[0] not in (-1, old)
                      for s in survivors), "every survivor names a new leader")
-    in_views = time.monotonic() - killed_at
+    now = time.monotonic()
+    in_views, after_deletion = now - killed_at, deletion.since(now)
     first_produce(survivors, partition)
     produced = time.monotonic() - killed_at
     restart(url, servers, old, flags)
-    return in_views, produced
+    return in_views, after_deletion, produced
+
+
+class KeyDeletion:
+    """When etcd deletes one key (monotonic seconds), seen by a watch in a thread of its own."""
+
+    def __init__(self, cluster_url: str, key: bytes) -> None:
+        host, _, port = cluster_url.removeprefix("etcd://").rpartition(":")
+        self.deleted_at: float | None = None
+        ready = threading.Event()
+
+        async def watch() -> None:
+            client = aetcd.Client(host=host, port=int(port))
+            try:
+                events = await client.watch(key, kind=aetcd.EventKind.DELETE)
+                ready.set()
+                async for _ in events:
+                    self.deleted_at = time.monotonic()
+                    return
+            finally:
+                ready.set()
+                await client.close()
+
+        self._thread = threading.Thread(target=asyncio.run, args=(watch(),), daemon=True)
+        self._thread.start()
+        if not ready.wait(STEP_TIMEOUT_S):
+            raise RuntimeError(f"no watch of {key!r}")
+
+    def since(self, moment: float) -> float:
+        """Seconds from the deletion to ``moment`` (waiting for the deletion to be seen)."""
+        self._thread.join(STEP_TIMEOUT_S)
+        if self.deleted_at is None:
+            raise RuntimeError("the key was not deleted")
+        return moment - self.deleted_at
 
 
 def run(mode: str, kills: int) -> dict[str, list[float]]:
     flags = MODES[mode]
-    times: dict[str, list[float]] = {"controller": [], "leader (views)": [],
-                                     "leader (produce)": []}
+    times: dict[str, list[float]] = {
+        "controller": [], "controller, after the lease": [], "leader (views)": [],
+        "leader (views), after the lease": [], "leader (produce)": []}
     with running_cluster(flags) as (url, servers):
         wait(lambda: controller(servers[1]) > 0, "a controller")
         with grpc.insecure_channel(servers[1].target) as channel:
@@ -212,15 +257,19 @@ def run(mode: str, kills: int) -> dict[str, list[float]]:
                 name=TOPIC, partitions=PARTITIONS, replication_factor=3), timeout=10)
         wait(lambda: all_in_sync(servers), "the topic in sync")
         for n in range(kills):
-            took = kill_controller(url, servers, flags)
+            took, after_lease = kill_controller(url, servers, flags)
             times["controller"].append(took)
-            print(f"{mode} kill {n + 1}: controller {took:.3f} s", flush=True)
+            times["controller, after the lease"].append(after_lease)
+            print(f"{mode} kill {n + 1}: controller {took:.3f} s ({after_lease:.3f} s after"
+                  " the lease)", flush=True)
         for n in range(kills):
-            in_views, produced = kill_leader(url, servers, flags)
+            in_views, after_lease, produced = kill_leader(url, servers, flags)
             times["leader (views)"].append(in_views)
+            times["leader (views), after the lease"].append(after_lease)
             times["leader (produce)"].append(produced)
-            print(f"{mode} kill {n + 1}: leader {in_views:.3f} s in every view,"
-                  f" {produced:.3f} s to an acknowledged produce", flush=True)
+            print(f"{mode} kill {n + 1}: leader {in_views:.3f} s in every view ({after_lease:.3f}"
+                  f" s after the lease), {produced:.3f} s to an acknowledged produce",
+                  flush=True)
     return times
 
 
@@ -231,12 +280,12 @@ def main() -> None:
     args = parser.parse_args()
     results = {mode: run(mode, args.kills) for mode in args.modes.split(",")}
     print()
-    print("| mode | kill | n | median s | max s | min s |")
+    print("| mode | kill -9 of | n | median s | max s | min s |")
     print("|---|---|---|---|---|---|")
     for mode, times in results.items():
         for kind, values in times.items():
-            print(f"| {mode} | {kind} | {len(values)} | {statistics.median(values):.2f} |"
-                  f" {max(values):.2f} | {min(values):.2f} |")
+            print(f"| {mode} | {kind} | {len(values)} | {statistics.median(values):.3f} |"
+                  f" {max(values):.3f} | {min(values):.3f} |")
 
 
 if __name__ == "__main__":
