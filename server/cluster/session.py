@@ -35,8 +35,9 @@ uses the first that answers; while running, a renewal that cannot reach the endp
 moves the session to the next one in turn (wrapping round), so a dead etcd member costs at most
 one renewal interval plus a call's deadline. The lease is etcd's, not the member's: the next
 member renews the same lease. The other parts read :attr:`client` for every call, so they use
-the new endpoint from their next call; the old client is closed a call's deadline later, after
-the calls it carries ended. With etcd credentials, each renewal is followed by a read of one
+the new endpoint from their next call, and the etcd watches (watches.py), whose streams on the
+old client break, are created again on the new one; the old client is closed a call's deadline
+later, after the calls it carries ended. With etcd credentials, each renewal is followed by a read of one
 key (etcd checks no token on lease renewals): refused for an expired auth token (etcd
 restarted: etcd_client.py), the session connects to the same endpoint again, which
 authenticates again, so the other parts' calls work again within one renewal interval.
