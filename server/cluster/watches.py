@@ -29,6 +29,8 @@ The state machine of one watch::
 - **Broken**: any error of the stream, or the stream ending, waits the backoff and creates the
   watch again through the session's client of that moment, so a session that moved to another
   etcd endpoint (session.py) takes the watches with it. Never a busy loop: every retry waits.
+  The stream asks etcd to require a leader (as etcd's own client's ``WithRequireLeader``): an
+  etcd member cut off from its quorum ends it rather than keep it open with no events.
 
 Coalescing: ``on_change`` only sets the poller's wake flag; a burst of 1,000 changes wakes a
 step that is not running yet once, and a step that is running once more after it ends (a
@@ -64,6 +66,11 @@ logger = logging.getLogger(__name__)
 BACKOFF_INITIAL_S = 0.05
 #: The longest wait between two attempts to create a broken watch (seconds).
 BACKOFF_MAX_S = 2.0
+
+
+#: The gRPC metadata etcd's Go client sends with ``clientv3.WithRequireLeader`` (etcd's
+#: ``rpctypes.MetadataRequireLeaderKey``).
+_REQUIRE_LEADER = ("hasleader", "true")
 
 
 class WatchCanceledError(Exception):
@@ -172,7 +179,10 @@ class KeyWatch:
             yield rpc.WatchRequest(create_request=create)
             await stop  # the stream stays open until this watch stops (cancelled with it)
 
-        call = rpc.WatchStub(client.channel).Watch(requests(), metadata=client.metadata)
+        # etcd's require-leader flag: a member cut off from its quorum ends the stream ("no
+        # leader") instead of keeping it open without events, so the watch is created again.
+        metadata = (*(client.metadata or ()), _REQUIRE_LEADER)
+        call = rpc.WatchStub(client.channel).Watch(requests(), metadata=metadata)
         try:
             async for response in call:
                 if response.compact_revision:

@@ -2,21 +2,31 @@
 created -> a re-read; events -> a wake per response; a compacted resume revision -> watched
 again from now with a re-read; a stream broken by an etcd restart -> created again (with the
 changes made meanwhile delivered); stop -> no task, no stream left; a burst of 1,000 changes
--> one more step of the woken poller, not 1,000; a resumed watch replays what it missed."""
+-> one more step of the woken poller, not 1,000; a resumed watch replays what it missed; over
+TLS and with etcd's auth (a watch that comes back once the session authenticates again after
+an etcd restart); an etcd member cut off from its quorum ends the stream (require-leader)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
 
+import aetcd
 import pytest
 
 from stratalog.server.cluster.endpoints import Endpoint
+from stratalog.server.cluster.etcd_client import EtcdSecurity
 from stratalog.server.cluster.polling import Poller
 from stratalog.server.cluster.session import EtcdSession
 from stratalog.server.cluster.watches import KeyWatch
 
-from .conftest import EtcdProcess
+from .conftest import EtcdProcess, start_etcd_cluster
+
+if TYPE_CHECKING:
+    from tests.conftest import TestPki
 
 # Longer than any test waits: a step that runs did so because the watch woke it.
 LONG_INTERVAL_S = 3600.0
@@ -175,3 +185,84 @@ async def test_stop_ends_the_task_and_the_stream(session: EtcdSession) -> None:
     await asyncio.wait_for(watch.stop(), WAIT_S)
     assert "test-watch" not in {task.get_name() for task in asyncio.all_tasks()}
     assert not watch.watching
+
+
+async def test_over_tls_with_a_client_certificate(etcd_tls: EtcdProcess,
+                                                  pki: TestPki) -> None:
+    security = await asyncio.to_thread(
+        EtcdSecurity.load, etcd_tls.url, ca_file=str(pki.ca), cert_file=str(pki.client[0]),
+        key_file=str(pki.client[1]))
+    session = await EtcdSession.open([Endpoint("127.0.0.1", etcd_tls.client_port)], 3_000,
+                                     security)
+    wakes = Wakes()
+    watch = KeyWatch(session, b"/t/brokers/", [wakes], "test-watch", prefix=True)
+    watch.start()
+    try:
+        await asyncio.wait_for(watch.wait_watching(), WAIT_S)
+        await session.client.put(b"/t/brokers/1", b"a")
+        await until(lambda: wakes.count == 2, "a change woke, over TLS")
+    finally:
+        await watch.stop()
+        await session.close()
+
+
+async def test_with_etcd_auth_the_watch_comes_back_after_an_etcd_restart(
+        etcd: EtcdProcess, tmp_path: Path) -> None:
+    # etcd's auth tokens die with etcd: the watch's stream is refused until the session
+    # authenticates again (after a renewal, session.py), then created on its new client.
+    etcd.enable_auth("watcher", "secret", prefix="/t")
+    password = tmp_path / "password"
+    password.write_text("secret\n")
+    security = await asyncio.to_thread(EtcdSecurity.load, etcd.url, username="watcher",
+                                       password_file=str(password))
+    session = await EtcdSession.open([Endpoint("127.0.0.1", etcd.client_port)], 3_000,
+                                     security, access_check_key=b"/t/check")
+    session.start()
+    wakes = Wakes()
+    watch = KeyWatch(session, b"/t/topics/", [wakes], "test-watch", prefix=True)
+    watch.start()
+    try:
+        await asyncio.wait_for(watch.wait_watching(), WAIT_S)
+        await asyncio.to_thread(etcd.stop)
+        await until(lambda: not watch.watching, "the stream broke")
+        await asyncio.to_thread(etcd.start)
+        await until(lambda: watch.watching, "the watch created again with a new token")
+        before = wakes.count
+        written = False
+
+        async def put() -> None:
+            nonlocal written
+            with contextlib.suppress(aetcd.ClientError):
+                await session.client.put(b"/t/topics/after", b"t")
+                written = True
+
+        while not written:  # the session's client may still hold the old token
+            await put()
+            if not written:
+                await asyncio.sleep(0.1)
+        await until(lambda: wakes.count > before, "a change after the restart woke")
+    finally:
+        await watch.stop()
+        await session.close()
+
+
+async def test_a_member_cut_off_from_its_quorum_ends_the_stream(tmp_path: Path) -> None:
+    members = await asyncio.to_thread(start_etcd_cluster, tmp_path / "etcd-cluster", 3)
+    try:
+        session = await EtcdSession.open([Endpoint("127.0.0.1", members[0].client_port)],
+                                         3_000)
+        watch = KeyWatch(session, b"/t/controller", [], "test-watch")
+        watch.start()
+        try:
+            await asyncio.wait_for(watch.wait_watching(), WAIT_S)
+            for member in members[1:]:
+                await asyncio.to_thread(member.stop)
+            # Without the require-leader flag etcd would keep the stream open, silent.
+            await until(lambda: watch.broken_count >= 1 and not watch.watching,
+                        "the member without a leader ended the stream")
+        finally:
+            await watch.stop()
+            await session.close()
+    finally:
+        for member in members:
+            await asyncio.to_thread(member.stop)
