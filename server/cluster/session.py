@@ -96,6 +96,10 @@ class EtcdSession:
         self._on_new_lease: list[Callable[[], Awaitable[None]]] = []
         self._keep_alive: asyncio.Task[None] | None = None
         self._unreachable_logged = False
+        # Endpoint switches since etcd last answered: the first is logged at WARNING, a whole
+        # round without an answer once more, the others at DEBUG (etcd down for everyone
+        # would otherwise log a switch every renewal interval).
+        self._switches_in_outage = 0
 
     @classmethod
     async def open(cls, endpoints: list[Endpoint], session_timeout_ms: int,
@@ -178,6 +182,7 @@ class EtcdSession:
                 if self._unreachable_logged:
                     logger.info("etcd %s answers again", self.endpoint)
                 self._unreachable_logged = False
+                self._switches_in_outage = 0
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -232,7 +237,14 @@ class EtcdSession:
         old = self.client
         self.client = new_client(endpoint, self._security, CALL_TIMEOUT_S)
         if endpoint != self.endpoint:
-            logger.warning("etcd %s does not answer: using %s", self.endpoint, endpoint)
+            self._switches_in_outage += 1
+            if self._switches_in_outage == 1:
+                logger.warning("etcd %s does not answer: using %s", self.endpoint, endpoint)
+            elif self._switches_in_outage == len(self._endpoints):
+                logger.warning("none of the %d etcd endpoints answers; trying each in turn"
+                               " every %.1f s", len(self._endpoints), self.ttl_s / 3)
+            else:
+                logger.debug("etcd %s does not answer: using %s", self.endpoint, endpoint)
         self.endpoint = endpoint
 
         async def retire() -> None:

@@ -4,14 +4,20 @@ all use (the first that answered). Each server moves to another member with the 
 its registration and the controller stay, no partition changes leader or leader epoch (the
 death of an etcd member causes no failover), and the watches follow the session to the new
 member (a topic created afterwards reaches every server with the fallback polls set to ten
-minutes)."""
+minutes). And a session whose every member is down says so once per round of the endpoints,
+not at every renewal."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from pathlib import Path
 
 import grpc
+import pytest
 
+from stratalog.server.cluster.endpoints import Endpoint
+from stratalog.server.cluster.session import EtcdSession
 from stratalog.v1 import broker_pb2 as pb
 from stratalog.v1 import broker_pb2_grpc
 from tests.integration.conftest import CALL_TIMEOUT_S, ServerProcess, launch_server
@@ -19,6 +25,7 @@ from tests.integration.conftest import CALL_TIMEOUT_S, ServerProcess, launch_ser
 from .conftest import SESSION_TIMEOUT_MS, metadata, start_etcd_cluster, wait_for
 
 NO_POLL_FLAGS = ("--cluster-poll-fallback-ms", "600000")
+session_logger = "stratalog.server.cluster.session"
 
 
 def leaders(server: ServerProcess, topic: str) -> dict[int, tuple[int, int]]:
@@ -84,3 +91,36 @@ def test_kill_9_of_the_etcd_member_in_use_causes_no_failover(tmp_path: Path) -> 
                 server.kill()
         for member in members:
             member.stop()
+
+
+async def test_every_member_down_is_logged_once_per_round_not_every_renewal(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    members = await asyncio.to_thread(start_etcd_cluster, tmp_path / "etcd-cluster", 3)
+    endpoints = [Endpoint("127.0.0.1", m.client_port) for m in members]
+    session = await EtcdSession.open(endpoints, 1_000)  # renewals every 1/3 s
+    session.start()
+    try:
+        caplog.set_level(logging.DEBUG, logger=session_logger)
+        start = len(caplog.records)
+        for member in members:  # all at once: one outage
+            assert member.process is not None
+            member.process.kill()
+        for member in members:
+            await asyncio.to_thread(member.stop)  # reaps the killed process
+
+        def switches() -> list[logging.LogRecord]:
+            return [r for r in caplog.records[start:]
+                    if "does not answer: using" in r.getMessage()]
+
+        # Two full rounds of the three endpoints.
+        async with asyncio.timeout(60):
+            while len(switches()) < 6:
+                await asyncio.sleep(0.05)
+        warnings = [r.getMessage() for r in caplog.records[start:]
+                    if r.levelno == logging.WARNING and r.name == session_logger]
+        assert sum("does not answer: using" in w for w in warnings) == 1, warnings
+        assert sum("none of the 3 etcd endpoints answers" in w for w in warnings) == 1, warnings
+    finally:
+        await session.close()
+        for member in members:
+            await asyncio.to_thread(member.stop)

@@ -18,10 +18,11 @@ import aetcd
 import pytest
 
 from stratalog.server.cluster.endpoints import Endpoint
-from stratalog.server.cluster.etcd_client import EtcdSecurity
+from stratalog.server.cluster.etcd_client import EtcdSecurity, new_client
 from stratalog.server.cluster.polling import Poller
 from stratalog.server.cluster.session import EtcdSession
-from stratalog.server.cluster.watches import KeyWatch
+from stratalog.server.cluster.watches import BACKOFF_INITIAL_S, KeyWatch
+from tests.integration.conftest import free_port
 
 from .conftest import EtcdProcess, start_etcd_cluster
 
@@ -266,3 +267,23 @@ async def test_a_member_cut_off_from_its_quorum_ends_the_stream(tmp_path: Path) 
     finally:
         for member in members:
             await asyncio.to_thread(member.stop)
+
+
+async def test_a_watch_that_cannot_be_created_backs_off() -> None:
+    # Nothing listens on the endpoint: every attempt fails at once, and each waits its
+    # backoff (at least half of 50 ms, 100 ms, 200 ms, ... : the jitter) before the next.
+    endpoint = Endpoint("127.0.0.1", free_port())
+    session = EtcdSession(new_client(endpoint, EtcdSecurity(), 2.0), endpoint, 3)
+    watch = KeyWatch(session, b"/t/brokers/", [], "test-watch", prefix=True)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    watch.start()
+    try:
+        await until(lambda: watch.broken_count >= 6, "six attempts")
+        elapsed = loop.time() - started
+    finally:
+        await watch.stop()
+        await session.client.close()
+    least_s = sum(BACKOFF_INITIAL_S * 2 ** n * 0.5 for n in range(5))  # five waits between six
+    assert elapsed >= least_s, (elapsed, least_s)
+    assert watch.created_count == 0 and watch.change_count == 0
