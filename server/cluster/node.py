@@ -154,6 +154,12 @@ def _watches(session: EtcdSession, keys: ClusterKeys, membership: Membership,
     )
 
 
+def poll_interval_s_of(session_timeout_ms: int) -> float:
+    """How often a part that no watch wakes should read etcd (:data:`POLL_INTERVALS_PER_SESSION`
+    per session timeout): the interval every part polled at before issue 29."""
+    return session_timeout_ms / 1000 / POLL_INTERVALS_PER_SESSION
+
+
 async def connect(url: str, prefix: str, session_timeout_ms: int,
                   security: EtcdSecurity | None = None) -> EtcdSession:
     """Connect to etcd (the first endpoint of ``url`` that answers), grant this server's
