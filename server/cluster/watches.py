@@ -12,11 +12,11 @@ broken, or an event lost in a way etcd does not report, costs at most one fallba
 The state machine of one watch::
 
     idle --start()--> creating --created--> watching --response with events--> on_change()
-                         ^  |                  |
-                         |  |  compacted       |  stream broken (etcd restarted, member
-                         |  +--> re-read ------+  killed, endpoint switched, auth token refused)
-                         |       from now      v
-                         +------------------ backoff (50 ms, doubling up to 2 s, reset once
+                       ^  ^                    |   |
+                       |  |   compacted:       |   |  stream broken (etcd restarted, member
+                       |  +-- from now, at once+   |  killed, endpoint switched, auth token
+                       |                           v  refused, etcd member without a leader)
+                       +-------------------- backoff (50 ms, doubling up to 2 s, reset once
                                               a watch is created again)
 
 - **Created**: the first time (and after a compaction) the watch starts at etcd's current
@@ -66,7 +66,6 @@ logger = logging.getLogger(__name__)
 BACKOFF_INITIAL_S = 0.05
 #: The longest wait between two attempts to create a broken watch (seconds).
 BACKOFF_MAX_S = 2.0
-
 
 #: The gRPC metadata etcd's Go client sends with ``clientv3.WithRequireLeader`` (etcd's
 #: ``rpctypes.MetadataRequireLeaderKey``).
