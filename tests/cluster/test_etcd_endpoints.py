@@ -5,13 +5,14 @@ its registration and the controller stay, no partition changes leader or leader 
 death of an etcd member causes no failover), and the watches follow the session to the new
 member (a topic created afterwards reaches every server with the fallback polls set to ten
 minutes). And a session whose every member is down says so once per round of the endpoints,
-not at every renewal."""
+not at every renewal; the same TLS client certificate and etcd user work on every member."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
 import pytest
@@ -24,6 +25,9 @@ from tests.integration.conftest import CALL_TIMEOUT_S, ServerProcess, launch_ser
 
 from .conftest import SESSION_TIMEOUT_MS, metadata, start_etcd_cluster, wait_for
 
+if TYPE_CHECKING:
+    from tests.conftest import TestPki
+
 NO_POLL_FLAGS = ("--cluster-poll-fallback-ms", "600000")
 session_logger = "stratalog.server.cluster.session"
 
@@ -35,10 +39,11 @@ def leaders(server: ServerProcess, topic: str) -> dict[int, tuple[int, int]]:
             for t in answer.topics for p in t.partitions}
 
 
-def create_topic(server: ServerProcess, name: str) -> None:
+def create_topic(server: ServerProcess, name: str, replication_factor: int = 3) -> None:
     with grpc.insecure_channel(server.target) as channel:
         broker_pb2_grpc.BrokerStub(channel).CreateTopic(pb.CreateTopicRequest(
-            name=name, partitions=3, replication_factor=3), timeout=CALL_TIMEOUT_S)
+            name=name, partitions=3, replication_factor=replication_factor),
+            timeout=CALL_TIMEOUT_S)
 
 
 def test_kill_9_of_the_etcd_member_in_use_causes_no_failover(tmp_path: Path) -> None:
@@ -89,6 +94,37 @@ def test_kill_9_of_the_etcd_member_in_use_causes_no_failover(tmp_path: Path) -> 
         for server in servers.values():
             if server.process.poll() is None:
                 server.kill()
+        for member in members:
+            member.stop()
+
+
+def test_tls_and_credentials_are_the_same_on_every_member(tmp_path: Path, pki: TestPki) -> None:
+    members = start_etcd_cluster(tmp_path / "etcd-cluster", 3, pki)
+    server = None
+    try:
+        members[0].enable_auth("stratalog-1", "etcd-secret")  # etcd's auth is the cluster's
+        password_file = tmp_path / "etcd.password"
+        password_file.write_text("etcd-secret\n")
+        url = "etcds://" + ",".join(f"127.0.0.1:{m.client_port}" for m in members)
+        server = launch_server(
+            tmp_path / "node-1", "--cluster", url, "--node-id", "1",
+            "--cluster-session-timeout-ms", str(SESSION_TIMEOUT_MS),
+            *members[0].server_tls_flags(), "--etcd-username", "stratalog-1",
+            "--etcd-password-file", str(password_file))
+        wait_for(lambda: [b.node_id for b in metadata(server).brokers] == [1], "registered")
+        first = members[0]
+        assert first.process is not None
+        first.process.kill()
+        first.process.wait()
+        wait_for(lambda: "answers again" in server.log_text(),
+                 "the lease renewed through another member, over TLS with the same user")
+        create_topic(server, "over-tls", replication_factor=1)
+        assert "/stratalog/topics/over-tls" in members[1].etcdctl(
+            "get", "--prefix", "--keys-only", "/stratalog/topics/", user="root:root-password")
+        assert "granting a new one" not in server.log_text()
+    finally:
+        if server is not None and server.process.poll() is None:
+            server.kill()
         for member in members:
             member.stop()
 
