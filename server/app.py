@@ -601,14 +601,14 @@ class Server:
         from stratalog.server.cluster.cluster_acls import EtcdAclStore
         from stratalog.server.cluster.errors import ClusterError
         from stratalog.server.cluster.layout import ClusterKeys
-        from stratalog.server.cluster.node import poll_interval_s_of
 
         settings = self.settings
         assert self.etcd_session is not None
         try:
             store = await EtcdAclStore.open(
                 self.etcd_session, ClusterKeys(settings.cluster_prefix),
-                poll_interval_s_of(settings.cluster_session_timeout_ms), local, self._executor,
+                settings.cluster_poll_fallback_ms / 1000, local, self._executor,
+                watch=settings.cluster_watches_enable,
             )
         except ClusterError as exc:
             raise StartupError(f"cannot join the cluster {settings.cluster}: {exc}") from exc
@@ -659,6 +659,8 @@ class Server:
                         settings.leader_imbalance_check_interval_seconds),
                     leader_imbalance_per_broker_percentage=(
                         settings.leader_imbalance_per_broker_percentage),
+                    poll_fallback_ms=settings.cluster_poll_fallback_ms,
+                    watches_enable=settings.cluster_watches_enable,
                 )
             except (TimeoutError, aetcd.ClientError, OSError) as exc:
                 raise StartupError(f"cannot join the cluster {settings.cluster}: etcd"

@@ -685,6 +685,19 @@ class Settings:
         " 9000: docs/cluster.md says why ours is shorter)",
         1_000,
     )
+    cluster_poll_fallback_ms: int = _setting(
+        5_000,
+        "how often each cluster part re-reads etcd by itself (the broker list, the controller,"
+        " the topics and partition states, the ACLs): etcd watches run a part's step as soon"
+        " as its keys change, the poll only covers a watch that is broken (docs/cluster.md,"
+        " \"Watches\")",
+        100,
+    )
+    cluster_watches_enable: bool = _setting(
+        True,
+        "follow etcd through watches; false = polls alone, every cluster_poll_fallback_ms (an"
+        " etcd proxy without watches; set the poll short then)",
+    )
     default_replication_factor: int = _setting(
         0,
         "copies of each partition of a topic created with replication_factor 0 (Kafka's"

@@ -1,6 +1,8 @@
-"""This server's view of the replicated topics and partitions in etcd, polled.
+"""This server's view of the replicated topics and partitions in etcd, followed by watches.
 
-Every ``poll_interval_s`` (the session timeout / 12, 500 ms by default) two range reads fetch
+As soon as an etcd watch on either prefix sees a change (:meth:`ClusterView.wake`; node.py
+wires the watches, watches.py), and every ``poll_interval_s`` (``cluster_poll_fallback_ms``,
+5 s by default) in case a watch is broken, two range reads fetch
 ``<prefix>/topics/`` and ``<prefix>/partitions/`` (partition_state.py says what is stored
 there) into :attr:`ClusterView.topics` and :attr:`ClusterView.partitions`; each partition state
 is kept with its etcd mod revision, which a writer's transaction compares. After a refresh
@@ -115,8 +117,13 @@ class ClusterView:
                         logger.exception("a cluster view listener failed")
 
     def start(self) -> None:
-        """Refresh now and every ``poll_interval_s``."""
+        """Refresh now, every ``poll_interval_s`` and at each :meth:`wake`."""
         self._poller.start()
+
+    def wake(self) -> None:
+        """Refresh now (a topic or partition key changed: a watch saw it). Wakes during a
+        refresh make one more refresh after it, however many they are (polling.py)."""
+        self._poller.wake()
 
     async def close(self) -> None:
         await self._poller.stop()

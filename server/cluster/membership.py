@@ -19,8 +19,11 @@ A lease that expired while the server lived (frozen, cut off) is replaced by the
 then calls :meth:`Membership.register` again; if the id was taken meanwhile, the server logs it
 and stays unregistered (it cannot stop serving the data path it has from here).
 
-The view: every ``poll_interval_s`` the broker keys are read (one range request) into
-:attr:`Membership.brokers`, which Metadata answers from. While etcd is down the last view stays.
+The view: the broker keys are read (one range request) into :attr:`Membership.brokers`, which
+Metadata answers from, as soon as an etcd watch on the broker prefix sees a change
+(:meth:`Membership.wake`; node.py wires the watch, watches.py) and every ``poll_interval_s``
+(``cluster_poll_fallback_ms``) in case the watch is broken. While etcd is down the last view
+stays.
 
 Concurrency: event-loop only.
 """
@@ -137,8 +140,12 @@ class Membership:
         self.brokers = dict(sorted(brokers.items()))
 
     def start(self) -> None:
-        """Start refreshing the view every ``poll_interval_s``."""
+        """Start refreshing the view every ``poll_interval_s``, and at each :meth:`wake`."""
         self._poller.start()
+
+    def wake(self) -> None:
+        """Refresh the view now (the broker keys changed: a watch saw it)."""
+        self._poller.wake()
 
     async def close(self) -> None:
         """Stop refreshing (the registration goes with the session's lease)."""

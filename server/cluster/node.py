@@ -13,9 +13,23 @@ gRPC port is bound, so that the advertised address carries the real port::
     start the keep-alive, the broker list poll, the election poll, the view's poll and the
     controller's duties (leader_election.py, and preferred_leader.py's automatic rebalance:
     they act only while this server is controller)
+    start the watches that wake them (below)
 
-Stop: the polls end, then the server closes the session: the lease is revoked (the broker key and, on the controller, the
-controller key are deleted at once, so another server takes over without waiting a TTL).
+Watches (watches.py; docs/cluster.md, "Watches"): one etcd watch stream per watched key or
+prefix, each waking the parts that read it, so that a part's step runs as soon as etcd changes
+and the polls (every ``cluster_poll_fallback_ms``) are only the fallback::
+
+    <prefix>/brokers/      the broker list; the controller's leader elections (a dead broker)
+    <prefix>/controller    the election (campaign when the key is gone)
+    <prefix>/topics/       the view; the leader elections (a new topic's first states)
+    <prefix>/partitions/   the view; the leader elections (a write that lost a race is retried)
+
+(the ACLs' key has its watch in cluster_acls.py). With ``cluster_watches_enable`` false there
+are no watches, and the polls alone follow etcd.
+
+Stop: the watches and the polls end, then the server closes the session: the lease is revoked
+(the broker key and, on the controller, the controller key are deleted at once, so another
+server takes over without waiting a TTL).
 
 Concurrency: event-loop only.
 """
@@ -32,11 +46,12 @@ from .leader_election import LeaderElector
 from .membership import BrokerInfo, Membership
 from .preferred_leader import PreferredLeaders
 from .session import EtcdSession
+from .watches import KeyWatch
 
 __all__ = ["POLL_INTERVALS_PER_SESSION", "ClusterNode", "connect"]
 
-#: Polls (broker list, controller key) per session timeout: with the default 3 s, every 250 ms,
-#: so a takeover takes at most a quarter of a second more than the session timeout.
+#: Lease checks per session timeout (replica_roles.py): with the default 3 s, every 250 ms. Until
+#: issue 29 every part polled etcd this often; watches replaced those polls.
 POLL_INTERVALS_PER_SESSION = 12
 
 
@@ -46,12 +61,15 @@ class ClusterNode:
     def __init__(self, session: EtcdSession, membership: Membership,
                  election: ControllerElection, view: ClusterView, keys: ClusterKeys,
                  elector: LeaderElector | None = None,
-                 preferred: PreferredLeaders | None = None, cluster_id: str = "") -> None:
+                 preferred: PreferredLeaders | None = None, cluster_id: str = "",
+                 watches: tuple[KeyWatch, ...] = ()) -> None:
         self.session = session
         #: Preferred-leader elections: on demand and automatic (preferred_leader.py).
         self.preferred = preferred
         #: The cluster's id (Kafka's cluster.id, etcd's <prefix>/cluster_id: cluster_id.py).
         self.cluster_id = cluster_id
+        #: The etcd watches that wake the parts (module docstring); () without watches.
+        self.watches = watches
         #: The controller's duties (leader_election.py): passes only while this is controller.
         self.elector = elector
         self.membership = membership
@@ -68,7 +86,9 @@ class ClusterNode:
                     principal: str = "", kafka_address: str = "",
                     rack: str = "", auto_leader_rebalance_enable: bool = True,
                     leader_imbalance_check_interval_s: float = 300.0,
-                    leader_imbalance_per_broker_percentage: int = 10) -> ClusterNode:
+                    leader_imbalance_per_broker_percentage: int = 10,
+                    poll_fallback_ms: int = 5_000,
+                    watches_enable: bool = True) -> ClusterNode:
         """Join the cluster through ``session`` (module docstring; :func:`connect` made it).
         Nothing is started before the last read succeeded; on failure the caller closes the
         session, which revokes the lease and so deletes the registration.
@@ -79,13 +99,16 @@ class ClusterNode:
         its ``broker_rack`` (membership.py), "" for none. The ``leader_*`` and
         ``auto_leader_rebalance_enable`` arguments are the automatic preferred-leader
         rebalance's (preferred_leader.py).
+        ``poll_fallback_ms`` is how often each part reads etcd by itself; ``watches_enable``
+        whether watches wake them in between (module docstring).
 
         Raises:
             NodeIdInUseError: a live server holds ``node_id``.
             ClusterConfigError: etcd's cluster id is not one (cluster_id.py).
             What the etcd client raises when etcd stops answering meanwhile.
         """
-        poll_interval_s = poll_interval_s_of(session_timeout_ms)
+        del session_timeout_ms  # the session's lease has it
+        poll_interval_s = poll_fallback_ms / 1000
         keys = ClusterKeys(prefix)
         membership = Membership(session, keys, node_id, address, poll_interval_s, principal,
                                 kafka_address, rack)
@@ -111,7 +134,12 @@ class ClusterNode:
         view.start()
         elector.start()
         preferred.start()
-        return cls(session, membership, election, view, keys, elector, preferred, cluster_id)
+        watches = _watches(session, keys, membership, election, view, elector) \
+            if watches_enable else ()
+        for watch in watches:
+            watch.start()
+        return cls(session, membership, election, view, keys, elector, preferred, cluster_id,
+                   watches)
 
     @property
     def node_id(self) -> int:
@@ -127,6 +155,8 @@ class ClusterNode:
         return self.election.state
 
     async def close(self) -> None:
+        for watch in self.watches:
+            await watch.stop()
         if self.preferred is not None:
             await self.preferred.close()
         if self.elector is not None:
@@ -136,8 +166,24 @@ class ClusterNode:
         await self.membership.close()
 
 
+def _watches(session: EtcdSession, keys: ClusterKeys, membership: Membership,
+             election: ControllerElection, view: ClusterView,
+             elector: LeaderElector) -> tuple[KeyWatch, ...]:
+    """One watch per key or prefix, each waking the parts that read it (module docstring)."""
+    return (
+        KeyWatch(session, keys.brokers_prefix, [membership.wake, elector.wake],
+                 "stratalog-watch-brokers", prefix=True),
+        KeyWatch(session, keys.controller, [election.wake], "stratalog-watch-controller"),
+        KeyWatch(session, keys.topics_prefix, [view.wake, elector.wake],
+                 "stratalog-watch-topics", prefix=True),
+        KeyWatch(session, keys.partitions_prefix, [view.wake, elector.wake],
+                 "stratalog-watch-partitions", prefix=True),
+    )
+
+
 def poll_interval_s_of(session_timeout_ms: int) -> float:
-    """How often the cluster's parts read etcd (:data:`POLL_INTERVALS_PER_SESSION`)."""
+    """How often a part that no watch wakes should read etcd (:data:`POLL_INTERVALS_PER_SESSION`
+    per session timeout): the interval every part polled at before issue 29."""
     return session_timeout_ms / 1000 / POLL_INTERVALS_PER_SESSION
 
 
