@@ -649,7 +649,6 @@ class Server:
             try:
                 self.cluster_node = await ClusterNode.start(
                     self.etcd_session, settings.cluster_prefix, settings.node_id, address,
-                    settings.cluster_session_timeout_ms,
                     unclean_leader_election_enable=settings.unclean_leader_election_enable,
                     principal=principal,
                     kafka_address=str(self.kafka.advertised()) if self.kafka is not None else "",

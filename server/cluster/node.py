@@ -80,8 +80,7 @@ class ClusterNode:
         self.keys = keys
 
     @classmethod
-    async def start(cls, session: EtcdSession, prefix: str, node_id: int, address: str,
-                    session_timeout_ms: int, *,
+    async def start(cls, session: EtcdSession, prefix: str, node_id: int, address: str, *,
                     unclean_leader_election_enable: bool = False,
                     principal: str = "", kafka_address: str = "",
                     rack: str = "", auto_leader_rebalance_enable: bool = True,
@@ -107,7 +106,6 @@ class ClusterNode:
             ClusterConfigError: etcd's cluster id is not one (cluster_id.py).
             What the etcd client raises when etcd stops answering meanwhile.
         """
-        del session_timeout_ms  # the session's lease has it
         poll_interval_s = poll_fallback_ms / 1000
         keys = ClusterKeys(prefix)
         membership = Membership(session, keys, node_id, address, poll_interval_s, principal,
@@ -179,12 +177,6 @@ def _watches(session: EtcdSession, keys: ClusterKeys, membership: Membership,
         KeyWatch(session, keys.partitions_prefix, [view.wake, elector.wake],
                  "stratalog-watch-partitions", prefix=True),
     )
-
-
-def poll_interval_s_of(session_timeout_ms: int) -> float:
-    """How often a part that no watch wakes should read etcd (:data:`POLL_INTERVALS_PER_SESSION`
-    per session timeout): the interval every part polled at before issue 29."""
-    return session_timeout_ms / 1000 / POLL_INTERVALS_PER_SESSION
 
 
 async def connect(url: str, prefix: str, session_timeout_ms: int,
