@@ -139,8 +139,11 @@ def fetch_frame(correlation_id: int, client_id: str, topic: str, partition: int,
 class KafkaWire(asyncio.Protocol):
     """One connection to a Kafka listener (module docstring)."""
 
-    def __init__(self, client_id: str = "kafka-wire") -> None:
+    def __init__(self, client_id: str = "kafka-wire", library_encoding: bool = False) -> None:
         self.client_id = client_id
+        #: Encode Produce v9 and Fetch v12 with kafka-python's classes too (as every other
+        #: request is), not by hand: the benchmark's "through the libraries" rows.
+        self.library_encoding = library_encoding
         self._transport: asyncio.Transport | None = None
         self._buffer = bytearray()
         self._correlation = 0
@@ -149,10 +152,12 @@ class KafkaWire(asyncio.Protocol):
         self._lost: asyncio.Future[None] | None = None
 
     @classmethod
-    async def connect(cls, bootstrap: str, client_id: str = "kafka-wire") -> KafkaWire:
+    async def connect(cls, bootstrap: str, client_id: str = "kafka-wire",
+                      library_encoding: bool = False) -> KafkaWire:
         host, _, port = bootstrap.rpartition(":")
         loop = asyncio.get_running_loop()
-        _, wire = await loop.create_connection(lambda: cls(client_id), host, int(port))
+        _, wire = await loop.create_connection(lambda: cls(client_id, library_encoding), host,
+                                               int(port))
         return wire
 
     # ---------------------------------------------------------------- asyncio.Protocol
@@ -267,7 +272,7 @@ class KafkaWire(asyncio.Protocol):
             RuntimeError: the partition's answer carries an error code.
         """
         batch = build_batch([(int(time.time() * 1000), key, value, ())])
-        if version == PRODUCE_VERSION and acks != 0:
+        if version == PRODUCE_VERSION and acks != 0 and not self.library_encoding:
             correlation_id, future = self._next_correlation_id(ProduceResponse, version)
             self._transport.writelines(  # type: ignore[union-attr]
                 produce_frame(correlation_id, self.client_id, topic, partition, batch, acks))
@@ -301,7 +306,7 @@ class KafkaWire(asyncio.Protocol):
         Raises:
             RuntimeError: the partition's answer carries an error code.
         """
-        if version == FETCH_VERSION:
+        if version == FETCH_VERSION and not self.library_encoding:
             correlation_id, future = self._next_correlation_id(FetchResponse, version)
             self._transport.write(  # type: ignore[union-attr]
                 fetch_frame(correlation_id, self.client_id, topic, partition, offset, max_bytes,
