@@ -29,9 +29,10 @@ partition's leader (a single server here). Concurrency: one event loop; a KafkaW
 shared between loops.
 
 Run ``python -m benchmarks.kafka_wire --bootstrap HOST:PORT [--bootstrap HOST:PORT ...]
-[--rounds N] [--count N]`` for point-read and round-trip figures against running servers
-(:func:`measure`; the topics are created through Metadata's auto-creation); with several
-servers the rounds alternate between them and the medians are compared with the first's.
+[--rounds N] [--count N] [--server-pid PID ...]`` for point-read and round-trip figures against
+running servers (:func:`measure`; the topics are created through Metadata's auto-creation); with
+several servers the rounds alternate between them and the medians are compared with the
+first's.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ import argparse
 import asyncio
 import functools
 import importlib
+import os
 import random
 import statistics
 import struct
@@ -348,23 +350,38 @@ def first_value_at(records: bytes | memoryview, offset: int) -> bytes | None:
     raise LookupError(f"no record at offset {offset} in {len(view)} bytes of batches")
 
 
-async def measure(bootstrap: str, topic: str, count: int, rng: random.Random
-                  ) -> dict[str, float]:
+def _process_cpu_s(pid: int | None) -> float:
+    """User and system CPU seconds of process ``pid`` (/proc/PID/stat fields 14 and 15);
+    0 without one."""
+    if pid is None:
+        return 0.0
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def measure(bootstrap: str, topic: str, count: int, rng: random.Random,
+                  server_pid: int | None = None) -> dict[str, float]:
     """``count`` produce round trips (acks=1, one record of 100 bytes each, waited for) into
     ``topic``, then ``count`` point reads of those records at random offsets (each the batch
     holding the offset alone: partition_max_bytes 1), each value checked: the rate of the
-    first, p50 and p99 µs of both."""
+    first, p50 and p99 µs of both, and this client's CPU µs per request; with ``server_pid``
+    (a server on this machine) the server process's too."""
     wire = await KafkaWire.connect(bootstrap)
     try:
         await wire.create_topic(topic)
         values = [rng.randbytes(100) for _ in range(count)]
         produce_s = []
         offsets = []
+        server_before, client_before = _process_cpu_s(server_pid), time.process_time()
         for value in values:
             started = time.perf_counter()
             offsets.append(await wire.produce_one(topic, 0, value))
             produce_s.append(time.perf_counter() - started)
+        produce_cpu = (_process_cpu_s(server_pid) - server_before,
+                       time.process_time() - client_before)
         read_s = []
+        server_before, client_before = _process_cpu_s(server_pid), time.process_time()
         for _ in range(count):
             i = rng.randrange(count)
             started = time.perf_counter()
@@ -372,28 +389,38 @@ async def measure(bootstrap: str, topic: str, count: int, rng: random.Random
             read_s.append(time.perf_counter() - started)
             if first_value_at(data.records, offsets[i]) != values[i]:
                 raise AssertionError(f"{bootstrap}: offset {offsets[i]} read a wrong value")
+        read_cpu = (_process_cpu_s(server_pid) - server_before,
+                    time.process_time() - client_before)
     finally:
         await wire.close()
     produce_s.sort()
     read_s.sort()
-    return {
+    figures = {
         "round_trips_per_s": count / sum(produce_s),
         "round_trip_p50_us": produce_s[count // 2] * 1e6,
         "round_trip_p99_us": produce_s[int(count * 0.99)] * 1e6,
         "point_read_p50_us": read_s[count // 2] * 1e6,
         "point_read_p99_us": read_s[int(count * 0.99)] * 1e6,
+        "round_trip_client_cpu_us": produce_cpu[1] / count * 1e6,
+        "point_read_client_cpu_us": read_cpu[1] / count * 1e6,
     }
+    if server_pid is not None:
+        figures["round_trip_server_cpu_us"] = produce_cpu[0] / count * 1e6
+        figures["point_read_server_cpu_us"] = read_cpu[0] / count * 1e6
+    return figures
 
 
 async def _main(args: argparse.Namespace) -> None:
     rng = random.Random(28)
     runs: dict[str, list[dict[str, float]]] = {b: [] for b in args.bootstrap}
+    pids = dict(zip(args.bootstrap, args.server_pid or (), strict=False))
     for round_index in range(args.rounds):
         # Alternating order: neither server always goes first.
         order = args.bootstrap if round_index % 2 == 0 else args.bootstrap[::-1]
         for bootstrap in order:
             topic = f"{args.topic}-{round_index}"
-            runs[bootstrap].append(await measure(bootstrap, topic, args.count, rng))
+            runs[bootstrap].append(await measure(bootstrap, topic, args.count, rng,
+                                                 pids.get(bootstrap)))
     first = args.bootstrap[0]
     medians = {b: {k: statistics.median(r[k] for r in rs) for k in rs[0]}
                for b, rs in runs.items()}
@@ -412,6 +439,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--bootstrap", required=True, action="append",
                         help="HOST:PORT of a Kafka listener; repeat to compare servers in one"
                              " run (rounds alternate between them)")
+    parser.add_argument("--server-pid", type=int, action="append",
+                        help="the process id of each --bootstrap's server, in the same order"
+                             " (a server on this machine): its CPU per request too")
     parser.add_argument("--topic", default="kafka-wire")
     parser.add_argument("--count", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=1)

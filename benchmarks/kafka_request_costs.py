@@ -1,0 +1,209 @@
+"""Where a Kafka request's server time goes: each piece of a Produce round trip and of a point
+read timed in this process, and the floor under them, a socket echo's CPU.
+
+Intuition: the server's CPU per request (benchmarks/kafka_wire.py ``--server-pid``, or
+bench_peers' server column) is the sum of what the Kafka front end and the serving layer do in
+Python and of what the event loop and the kernel do to move the bytes. This script measures
+the first part piece by piece, with no socket: the pieces of server/kafka/connection.py's
+``_answer`` called on the real serving layer (a ReplicaManager over a LogManager in a
+temporary directory, the handlers of server/kafka/apis/), each request a frame as
+kafka_wire.py sends it. A handler that finishes without suspending (every request here does)
+is stepped as connection.py steps it. Then, for the second part, it starts a uvloop echo server
+in a process of its own and reports that process's CPU per round trip of a frame the size of
+a Produce request: what any server on this event loop spends per request before doing
+anything.
+
+Run ``python -m benchmarks.kafka_request_costs [--count N] [--echo-count N]``; figures are
+µs per request, medians of ``--rounds`` rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+__all__ = ["echo_server_cpu_us", "piece_costs_us"]
+
+_PIECES = ("header", "body", "context", "handler", "encode", "metric")
+
+
+def _step(coro: Coroutine[Any, Any, Any]) -> Any:
+    """Run ``coro`` to its end in one step (as connection.py's data_received does)."""
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        return done.value
+    coro.close()
+    raise RuntimeError("the handler suspended: not the request this script measures")
+
+
+def piece_costs_us(count: int, rng: random.Random) -> dict[str, dict[str, float]]:
+    """µs per request of each piece, for ``count`` produce round trips (one record of 100
+    bytes, acks=1) then ``count`` point reads (Fetch v12 at a random offset of those)."""
+    from benchmarks.kafka_wire import fetch_frame, produce_frame
+    from stratalog.records import build_batch
+    from stratalog.server.broker import ReplicaManager
+    from stratalog.server.client_limits import ClientLimits
+    from stratalog.server.kafka.apis.registry import HANDLERS, SERVED_VERSIONS
+    from stratalog.server.kafka.codec import decode_body, decode_header, encode_response
+    from stratalog.server.kafka.context import ConnectionState, KafkaServices, RequestContext
+    from stratalog.server.metrics import ServerMetrics
+    from stratalog.server.security.principal import ANONYMOUS, CallIdentity, current_identity
+    from stratalog.server.security.quotas import QuotaConfig, QuotaManager
+    from stratalog.server.settings import Settings
+    from stratalog.server.settings_schema import Address
+    from stratalog.server.storage.log_manager import LogManager
+
+    async def measure() -> dict[str, dict[str, float]]:
+        with tempfile.TemporaryDirectory(prefix="kafka-request-costs-") as data_dir:
+            log_manager = LogManager.open([Path(data_dir)])
+            executor = ThreadPoolExecutor(2)
+            settings = Settings()
+            metrics = ServerMetrics()
+            replicas = ReplicaManager(log_manager, settings, metrics, executor)
+            log_manager.create_topic("t", 1)
+            services = KafkaServices(
+                replicas, log_manager, None, None, settings, metrics,  # type: ignore[arg-type]
+                executor, ClientLimits(10, 10, 100), QuotaManager(QuotaConfig()), None,
+                advertised=lambda: Address("127.0.0.1", 9092),
+                time_ms=lambda: int(time.time() * 1000))
+            state = ConnectionState("127.0.0.1:5555", "127.0.0.1",
+                                    CallIdentity(ANONYMOUS, "127.0.0.1"))
+            histogram = metrics.kafka_request_seconds.labels("Produce")
+            produces = [b"".join(produce_frame(i, "kafka-wire", "t", 0, build_batch(
+                [(int(time.time() * 1000), None, rng.randbytes(100), ())])))[4:]
+                for i in range(count)]
+            fetches = [fetch_frame(i, "kafka-wire", "t", 0, rng.randrange(count), 1)[4:]
+                       for i in range(count)]
+            out = {}
+            try:
+                for name, frames in (("produce", produces), ("point read", fetches)):
+                    spent = dict.fromkeys(_PIECES, 0.0)
+                    clock = time.perf_counter
+                    for frame in frames:
+                        t0 = clock()
+                        header = decode_header(frame, SERVED_VERSIONS)
+                        t1 = clock()
+                        request = decode_body(frame, header)
+                        t2 = clock()
+                        ctx = RequestContext(services, state, header.api_key,
+                                             header.api_version, header.client_id or "")
+                        current_identity.set(state.identity)
+                        t3 = clock()
+                        response = _step(HANDLERS[header.api_key].handler(ctx, request))
+                        t4 = clock()
+                        encode_response(header, response)
+                        t5 = clock()
+                        histogram.observe(t5 - t3)
+                        t6 = clock()
+                        for piece, seconds in zip(_PIECES, (t1 - t0, t2 - t1, t3 - t2,
+                                                            t4 - t3, t5 - t4, t6 - t5),
+                                                  strict=True):
+                            spent[piece] += seconds
+                    out[name] = {piece: seconds / count * 1e6
+                                 for piece, seconds in spent.items()}
+            finally:
+                replicas.begin_shutdown()
+                executor.shutdown()
+                log_manager.close()
+            return out
+
+    return asyncio.run(measure())
+
+
+_ECHO_SERVER = """
+import asyncio, sys, uvloop
+class Echo(asyncio.Protocol):
+    def connection_made(self, transport): self.transport = transport
+    def data_received(self, data): self.transport.write(data)
+async def main():
+    server = await asyncio.get_running_loop().create_server(Echo, "127.0.0.1", 0)
+    print(server.sockets[0].getsockname()[1], flush=True)
+    await asyncio.Event().wait()
+uvloop.run(main())
+"""
+
+
+def _process_cpu_s(pid: int) -> float:
+    """User and system CPU seconds of process ``pid`` (/proc/PID/stat fields 14 and 15)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def echo_server_cpu_us(count: int, size_bytes: int) -> tuple[float, float]:
+    """The echo server's CPU µs per round trip of ``size_bytes``, and the round trip's p50
+    µs, over ``count`` round trips one at a time from a uvloop client in this process."""
+    import uvloop
+
+    server = subprocess.Popen([sys.executable, "-c", _ECHO_SERVER], stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert server.stdout is not None
+        port = int(server.stdout.readline())
+
+        async def run() -> tuple[float, float]:
+            loop = asyncio.get_running_loop()
+            answered: list[asyncio.Future[None]] = []
+
+            class Client(asyncio.Protocol):
+                received = 0
+
+                def data_received(self, data: bytes) -> None:
+                    self.received += len(data)
+                    if self.received >= size_bytes:
+                        self.received -= size_bytes
+                        answered[0].set_result(None)
+
+            transport, _ = await loop.create_connection(Client, "127.0.0.1", port)
+            payload = b"x" * size_bytes
+            latencies = []
+            before = _process_cpu_s(server.pid)
+            for _ in range(count):
+                answered[:] = [loop.create_future()]
+                started = time.perf_counter()
+                transport.write(payload)
+                await answered[0]
+                latencies.append(time.perf_counter() - started)
+            cpu_us = (_process_cpu_s(server.pid) - before) / count * 1e6
+            transport.close()
+            return cpu_us, statistics.median(latencies) * 1e6
+
+        return uvloop.run(run())
+    finally:
+        server.kill()
+        server.wait()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--count", type=int, default=5000)
+    parser.add_argument("--echo-count", type=int, default=20000)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args(argv)
+    rng = random.Random(28)
+    rounds = [piece_costs_us(args.count, rng) for _ in range(args.rounds)]
+    for name in rounds[0]:
+        figures = {piece: statistics.median(r[name][piece] for r in rounds)
+                   for piece in _PIECES}
+        cells = ", ".join(f"{piece} {us:.1f}" for piece, us in figures.items())
+        print(f"{name}: {cells}; total {sum(figures.values()):.1f} µs")
+    echoes = [echo_server_cpu_us(args.echo_count, 150) for _ in range(args.rounds)]
+    print(f"uvloop echo of 150 bytes: server CPU {statistics.median(e[0] for e in echoes):.1f}"
+          f" µs per round trip, p50 {statistics.median(e[1] for e in echoes):.0f} µs")
+
+
+if __name__ == "__main__":
+    main()
+
