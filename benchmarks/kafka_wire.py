@@ -428,9 +428,9 @@ async def _main(args: argparse.Namespace) -> None:
     for bootstrap, figures in medians.items():
         cells = []
         for key, value in figures.items():
-            ratio = value / medians[first][key]
-            cells.append(f"{key} {value:,.0f}" + (f" (x{ratio:.2f})" if bootstrap != first
-                                                   else ""))
+            base = medians[first].get(key)
+            cells.append(f"{key} {value:,.0f}" + (f" (x{value / base:.2f})"
+                                                   if bootstrap != first and base else ""))
         print(f"{bootstrap}: " + ", ".join(cells))
 
 
