@@ -329,6 +329,12 @@ class KafkaConnection(asyncio.Protocol):
         task = self._task
         context = self._context
         loop = task.get_loop()  # type: ignore[union-attr]
+        if asyncio.current_task(loop) is not None:
+            # Called from inside a task (never by the event loop's transports, but a caller
+            # may): the step cannot run as this connection's task; the task serves.
+            self._busy = True
+            self._ready.set()
+            return
         while queue and not self._closed:
             if self._throttled or not self._writable.is_set():
                 self._busy = True  # the task waits for the throttle or the transport

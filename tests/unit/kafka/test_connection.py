@@ -244,3 +244,20 @@ async def test_a_handler_that_raises_closes_the_connection_and_the_listener_goes
     finally:
         await client.close()
         await other.close()
+
+
+async def test_data_received_called_from_a_task_leaves_the_request_to_the_connections_task(
+        listener):
+    """The transports call data_received from the loop's callbacks, but a caller inside a
+    task (this test) gets the same answer: the step cannot run as the connection's task
+    there, so the task serves it."""
+    client = await Client.connect(listener)
+    try:
+        client.send(_api_versions(1))
+        assert (await client.answer())[0] == 1
+        (connection,) = listener._connections
+        connection.data_received(_api_versions(2)[:9])  # in two pieces, the frame's bytes
+        connection.data_received(_api_versions(2)[9:])
+        assert (await client.answer())[0] == 2
+    finally:
+        await client.close()
