@@ -9,8 +9,9 @@ the first part piece by piece, with no socket: the pieces of server/kafka/connec
 temporary directory, the handlers of server/kafka/apis/), each request a frame as
 kafka_wire.py sends it. A handler that finishes without suspending (every request here does)
 is stepped as connection.py steps it. The same requests then go whole through a
-KafkaConnection's ``data_received`` (framing, the budget, the answer written to a transport
-that drops it): the connection's own cost is the difference. Then, for the second part, it starts a uvloop echo server
+KafkaConnection's ``data_received``, one at a time from the event loop (uvloop) as a
+transport hands them over (framing, the budget, the answer written to a transport that drops
+it): the connection's own cost, event loop turns included, is the difference. Then, for the second part, it starts a uvloop echo server
 in a process of its own and reports that process's CPU per round trip of a frame the size of
 a Produce request: what any server on this event loop spends per request before doing
 anything.
@@ -43,14 +44,16 @@ _PIECES = ("header", "body", "context", "handler", "encode", "metric")
 
 class _Transport:
     """What a KafkaConnection asks of its transport, with nothing behind it: the answers are
-    dropped, as the kernel would take them."""
+    dropped, as the kernel would take them; ``answered`` is resolved by each."""
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         return ("127.0.0.1", 5555) if name == "peername" else default
 
+    answered: asyncio.Future[None] | None = None
+
     def writelines(self, pieces: Any) -> None:
-        for _ in pieces:
-            pass
+        if self.answered is not None and not self.answered.done():
+            self.answered.set_result(None)
 
     def write(self, data: bytes) -> None:
         pass
@@ -72,14 +75,6 @@ class _Transport:
 
     def abort(self) -> None:
         pass
-
-
-def _feed(connection: Any, frames: list[bytes], done: asyncio.Future[float]) -> None:
-    """Hand each of ``frames`` to ``connection.data_received``; the CPU seconds it took."""
-    started = time.thread_time()
-    for frame in frames:
-        connection.data_received(frame)
-    done.set_result(time.thread_time() - started)
 
 
 def _step(coro: Coroutine[Any, Any, Any]) -> Any:
@@ -172,7 +167,8 @@ def piece_costs_us(count: int, rng: random.Random) -> dict[str, dict[str, float]
                 # handed to data_received, its answer to the transport's writelines.
                 listener = KafkaListener(services)
                 connection = KafkaConnection(listener)
-                connection.connection_made(_Transport())  # type: ignore[arg-type]
+                transport = _Transport()
+                connection.connection_made(transport)  # type: ignore[arg-type]
                 more = [b"".join(produce_frame(i, "kafka-wire", "t", 0, build_batch(
                     [(int(time.time() * 1000), None, rng.randbytes(100), ())])))
                     for i in range(count)]
@@ -180,10 +176,14 @@ def piece_costs_us(count: int, rng: random.Random) -> dict[str, dict[str, float]
                          for i in range(count)]
                 loop = asyncio.get_running_loop()
                 for name, frames in (("produce", more), ("point read", reads)):
-                    # From a callback of the loop, as a transport calls it (not in a task).
-                    done: asyncio.Future[float] = loop.create_future()
-                    loop.call_soon(_feed, connection, frames, done)
-                    out[name]["connection"] = await done / count * 1e6
+                    # Each frame from a callback of the loop, as a transport hands it over,
+                    # and the next once the answer is written: the event loop's turns count.
+                    started = time.thread_time()
+                    for frame in frames:
+                        transport.answered = loop.create_future()
+                        loop.call_soon(connection.data_received, frame)
+                        await transport.answered
+                    out[name]["connection"] = (time.thread_time() - started) / count * 1e6
                 connection.close()
                 connection.connection_lost(None)
             finally:
@@ -192,7 +192,9 @@ def piece_costs_us(count: int, rng: random.Random) -> dict[str, dict[str, float]
                 log_manager.close()
             return out
 
-    return asyncio.run(measure())
+    import uvloop
+
+    return uvloop.run(measure())
 
 
 _ECHO_SERVER = """
