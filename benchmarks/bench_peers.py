@@ -16,12 +16,13 @@ measures, through each system's Python client in this one process (uvloop for al
                      ``XRANGE`` pages of 10,000 from the last id read (exclusive)
   round trip         ``--round-trips`` records into a second stream, one at a time, each
                      acknowledged before the next: ``await (await Producer().send(...))``;
-                     ``js.publish``; ``XADD``
+                     a JetStream publish through benchmarks/nats_wire.py; ``XADD``
   point read         ``--reads`` reads of one record at random offsets, each checked against
                      the value produced there: ``Client.fetch_by_offset(..., max_records=1)``,
                      the point read of docs/client.md, all else its defaults;
                      JetStream's direct get by sequence (``$JS.API.DIRECT.GET``, the stream
-                     created with ``allow_direct``); ``XRANGE id id`` with the id XADD returned
+                     created with ``allow_direct``) through benchmarks/nats_wire.py;
+                     ``XRANGE id id`` with the id XADD returned
                      for that offset (Redis has no offsets: the client keeps the ids)
   lookup by time     ``--reads`` lookups of the first record at or after a random time
                      between the first and last record's: ``Client.fetch_by_timestamp(...,
@@ -43,6 +44,13 @@ and ``fetch_format=RECORD_BATCHES`` (decoded by the client), and without ``max_r
 (Kafka's fetch: the whole batches from the record's on); NATS's lookup with a consumer per
 lookup (a pull consumer created with
 ``deliver_policy=by_start_time``, one message fetched, the consumer deleted).
+
+The Kafka listener's and NATS's round trips, point reads and 16 clients go through clients of
+one shape, benchmarks/kafka_wire.py and benchmarks/nats_wire.py: one connection, the request
+written by hand, the answer parsed in full and checked, a future per request. Their "library"
+rows are the same workloads through kafka-python's classes (both ways) and through nats-py
+(``js.publish``, ``js.get_msg(direct=True)``), whose own cost per request the client column
+shows.
 
 Method. The systems take turns: run r runs every system's workloads, the systems in an order
 rotated by r (:func:`rotation`), each on a new topic / stream / key deleted after its run; the
@@ -714,7 +722,9 @@ class Stratalog(System):
 class StratalogKafka(System):
     """The stratalog server through its Kafka listener. Bulk through confluent-kafka
     (librdkafka) with its defaults; one request at a time through the minimal client of
-    benchmarks/kafka_wire.py (kafka-python's protocol classes on one asyncio connection).
+    benchmarks/kafka_wire.py (Produce and Fetch written by hand, answers decoded by
+    kafka-python's classes, on one asyncio connection; the "library" rows encode with
+    kafka-python's classes too).
 
     A Kafka Fetch returns whole batches (the protocol has no record count): its point read
     reads the round-trip partition, whose records were each produced alone (one per batch),
@@ -727,11 +737,14 @@ class StratalogKafka(System):
         from benchmarks.kafka_wire import KafkaWire
 
         self.wire = await KafkaWire.connect(self.server.kafka_address)
+        self.library_wire = await KafkaWire.connect(self.server.kafka_address,
+                                                    library_encoding=True)
         self.admin = Client(self.server.address)
         self._readers: list[Any] = []
 
     async def close(self) -> None:
         await self.wire.close()
+        await self.library_wire.close()
         await self.admin.close()
 
     async def create(self, run_index: int) -> None:
@@ -791,8 +804,8 @@ class StratalogKafka(System):
         assert count == len(values) and size == len(values) * VALUE_SIZE_BYTES, (count, size)
         return self.meter.measurement(count, size_bytes=size)
 
-    async def round_trips(self, values: list[bytes]) -> Measurement:
-        produce_one, topic = self.wire.produce_one, self.round_trip_topic
+    async def round_trips(self, values: list[bytes], wire: Any = None) -> Measurement:
+        produce_one, topic = (wire or self.wire).produce_one, self.round_trip_topic
         with self.meter:
             for value in values:
                 await produce_one(topic, 0, value)
@@ -870,6 +883,11 @@ class StratalogKafka(System):
             "fetch_mb": lambda i: self.fetch_all(i.values),
             "point_read.kafka_whole": lambda i: timed_one_by_one(
                 self.meter, self.read_whole_batch_at, i.read_offsets[:200]),
+            "round_trip.library": lambda i: self.round_trips(i.round_trip_values,
+                                                             self.library_wire),
+            "point_read.library": lambda i: timed_one_by_one(
+                self.meter, functools.partial(self.read_at, wire=self.library_wire),
+                i.read_offsets),
         }
 
 
@@ -891,11 +909,15 @@ class NatsJetStream(System):
         return await nats.connect(f"nats://{self.server.address}")
 
     async def open(self) -> None:
+        from benchmarks.nats_wire import NatsWire
+
         self.connection = await self._connect()
         self.js = self.connection.jetstream()
+        self.wire = await NatsWire.connect(self.server.address)
         self._reader_connections: list[Any] = []
 
     async def close(self) -> None:
+        await self.wire.close()
         await self.connection.close()
 
     async def create(self, run_index: int) -> None:
@@ -952,14 +974,25 @@ class NatsJetStream(System):
         return self.meter.measurement(count)
 
     async def round_trips(self, values: list[bytes]) -> Measurement:
+        publish, subject = self.wire.publish, self.round_trip_stream
+        with self.meter:
+            for value in values:
+                await publish(subject, value)
+        return self.meter.measurement(len(values))
+
+    async def round_trips_library(self, values: list[bytes]) -> Measurement:
         js, subject = self.js, self.round_trip_stream
         with self.meter:
             for value in values:
                 await js.publish(subject, value)
         return self.meter.measurement(len(values))
 
-    async def read_at(self, offset: int, js: Any = None) -> None:
-        message = await self._get(offset + 1, js)
+    async def read_at(self, offset: int, wire: Any = None) -> None:
+        _, data = await (wire or self.wire).direct_get(self.stream, offset + 1)
+        _check_value(self.name, offset, data, self.expected)
+
+    async def read_at_library(self, offset: int) -> None:
+        message = await self._get(offset + 1)
         _check_value(self.name, offset, message.data, self.expected)
 
     def _time_of(self, fraction: float) -> int:
@@ -999,9 +1032,11 @@ class NatsJetStream(System):
         _check_time(self.name, target, found_ns + 2_000)
 
     async def readers(self, count: int) -> list[Callable[[int], Awaitable[None]]]:
-        self._reader_connections = [await self._connect() for _ in range(count)]
-        return [functools.partial(self.read_at, js=c.jetstream())
-                for c in self._reader_connections]
+        from benchmarks.nats_wire import NatsWire
+
+        self._reader_connections = [await NatsWire.connect(self.server.address)
+                                    for _ in range(count)]
+        return [functools.partial(self.read_at, wire=c) for c in self._reader_connections]
 
     async def close_readers(self) -> None:
         for connection in self._reader_connections:
@@ -1009,8 +1044,13 @@ class NatsJetStream(System):
         self._reader_connections = []
 
     def variants(self) -> dict[str, Callable[[RunInputs], Awaitable[Measurement]]]:
-        return {"lookup.consumer": lambda i: timed_one_by_one(
-            self.meter, self.lookup_by_consumer, i.lookup_fractions)}
+        return {
+            "lookup.consumer": lambda i: timed_one_by_one(
+                self.meter, self.lookup_by_consumer, i.lookup_fractions),
+            "round_trip.library": lambda i: self.round_trips_library(i.round_trip_values),
+            "point_read.library": lambda i: timed_one_by_one(
+                self.meter, self.read_at_library, i.read_offsets),
+        }
 
 
 class RedisStreams(System):
@@ -1109,6 +1149,8 @@ ROWS = (
     ("round_trip.client", "  stratalog Client.produce", "  Client.produce", "rate"),
     ("round_trip.client_unary", "  stratalog Client.produce, sessions=False",
      "  Client.produce, sessions=False", "rate"),
+    ("round_trip.library", "  Kafka, NATS through kafka-python's classes, nats-py",
+     "  kafka-python's classes, nats-py", "rate"),
     ("point_read", "point read by offset, p50/p99 (µs)", "point read", "latency"),
     ("point_read.unary_rpc", "  stratalog, sessions=False", "  sessions=False", "latency"),
     ("point_read.batches", "  stratalog RECORD_BATCHES", "  RECORD_BATCHES", "latency"),
@@ -1116,6 +1158,8 @@ ROWS = (
      "latency"),
     ("point_read.kafka_whole", "  Kafka Fetch of a librdkafka batch (200 reads)",
      "  Kafka whole batch", "latency"),
+    ("point_read.library", "  Kafka, NATS through kafka-python's classes, nats-py",
+     "  kafka-python's classes, nats-py", "latency"),
     ("lookup", "lookup by time, p50/p99 (µs)", "lookup by time", "latency"),
     ("lookup.unary_rpc", "  stratalog, sessions=False", "  sessions=False", "latency"),
     ("lookup.batches", "  stratalog RECORD_BATCHES", "  RECORD_BATCHES", "latency"),
