@@ -725,6 +725,10 @@ class Server:
             self._replication.replica_roles = roles
         self.replica_roles = roles
         await roles.start()
+        if self.metrics is not None:
+            from stratalog.server.cluster.cluster_metrics import ClusterHealth
+
+            ClusterHealth(self.cluster_node, self.log_manager.default_config).bind(self.metrics)
         # Once the view is applied (never on one not loaded): topics deleted while this
         # server was away, and topics no longer assigned here, leave its disk.
         from stratalog.server.cluster.stray_logs import StrayLogs
