@@ -79,6 +79,7 @@ class Membership:
         #: The live brokers by node id, as last read from etcd (this server's own included
         #: from registration on).
         self.brokers: dict[int, BrokerInfo] = {}
+        self._registered = False
         self._poller = Poller(self.refresh, poll_interval_s, "stratalog-membership",
                               "broker list not refreshed")
 
@@ -114,6 +115,7 @@ class Membership:
             raise NodeIdInUseError(self.node_id, holder, ttl_s)
         self.brokers[self.node_id] = BrokerInfo(self.node_id, self.address, self.principal,
                                                   self.kafka_address, self.rack)
+        self._registered = True
         logger.info("registered as broker %d at %s", self.node_id, self.address)
 
     async def reregister(self) -> None:
@@ -137,6 +139,14 @@ class Membership:
                     and isinstance(principal, str) and isinstance(kafka_address, str)
                     and isinstance(rack, str)):
                 brokers[node_id] = BrokerInfo(node_id, address, principal, kafka_address, rack)
+        if self._registered and self.node_id not in brokers and self._session.held():
+            # Our key is gone under a live lease: deleted by hand, or etcd's keys wiped and
+            # restored. Without it the controller counts this server dead: register again.
+            logger.warning("broker %d's registration is gone from etcd while its lease lives:"
+                           " registering again", self.node_id)
+            await self.reregister()
+            if self.node_id in self.brokers:
+                brokers[self.node_id] = self.brokers[self.node_id]
         self.brokers = dict(sorted(brokers.items()))
 
     def start(self) -> None:

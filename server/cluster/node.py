@@ -122,6 +122,7 @@ class ClusterNode:
             imbalance_percentage=leader_imbalance_per_broker_percentage,
         )
         cluster_id = await ensure_cluster_id(session, keys)
+        view.expect_cluster_id(cluster_id)
         await membership.register()
         await membership.refresh()
         await election.maybe_campaign()
