@@ -162,6 +162,8 @@ class TransactionCoordinator:
     Lifecycle: ``TransactionCoordinator(...)`` does no I/O; :meth:`load` opens and replays the
     log (requests before it get COORDINATOR_LOAD_IN_PROGRESS); :meth:`close` closes it (requests
     after it get LogClosedError, SHUTTING_DOWN). :meth:`open` is both first steps.
+    :meth:`for_partition` makes the coordinator of one partition of the cluster's state topic
+    over its loaded state (server/transaction_service/).
     """
 
     def __init__(
@@ -177,8 +179,13 @@ class TransactionCoordinator:
         cluster_node_id: int | None = None,
     ) -> None:
         assert log_dirs, "at least one log directory"
-        # Cluster mode: producer ids carry the node id; transactional ids are refused.
+        # Cluster mode: producer ids carry the node id; transactional ids are refused here
+        # (they are the partition coordinators', server/transaction_service/).
         self._cluster_node_id = cluster_node_id
+        # A partition coordinator's (for_partition): where its new producer ids come from, and
+        # the leader epoch of its partition, stamped on its markers.
+        self._generate_external: Callable[[], int] | None = None
+        self._coordinator_epoch = COORDINATOR_EPOCH
         # The directories closed cleanly last time: the state log there needs no recovery
         # (TransactionStateManager.open).
         self._clean_log_dirs = frozenset(clean_log_dirs)
@@ -208,6 +215,46 @@ class TransactionCoordinator:
         coordinator = cls(log_dirs, write_markers, **kwargs)  # type: ignore[arg-type]
         coordinator.load()
         return coordinator
+
+    @classmethod
+    def for_partition(
+        cls,
+        state: TransactionStateManager,
+        write_markers: WriteMarkers | Callable[..., None],
+        generate_producer_id: Callable[[], int],
+        coordinator_epoch: int,
+        *,
+        config: TransactionConfig | None = None,
+        time_ms: Callable[[], int] | None = None,
+    ) -> TransactionCoordinator:
+        """The coordinator of the transactional ids of one partition of the cluster's state
+        topic, over ``state`` (loaded: :meth:`TransactionStateManager.load_replicated`).
+
+        ``generate_producer_id()`` hands out a cluster-wide producer id (this server's local
+        coordinator's); ``coordinator_epoch`` is the partition's leader epoch, stamped on every
+        marker so that a partition refuses the markers of a coordinator it has seen replaced
+        (Kafka's coordinator epoch). The transactions it finds in Prepare* are completed by
+        :meth:`complete_pending_transactions`, which the caller runs next.
+        """
+        coordinator = cls([state.directory], write_markers, config=config, time_ms=time_ms)
+        coordinator._state = state
+        coordinator._generate_external = generate_producer_id
+        coordinator._coordinator_epoch = coordinator_epoch
+        return coordinator
+
+    @property
+    def coordinator_epoch(self) -> int:
+        """The epoch stamped on this coordinator's markers (0 on a single server)."""
+        return self._coordinator_epoch
+
+    def complete_pending_transactions(self) -> CoordinatorMaintenanceReport:
+        """Write the markers of every transaction found in Prepare* and log it complete (a
+        new coordinator's first step, Kafka's ``TransactionMarkerChannelManager`` on load);
+        a failure is in the report's ``errors`` and retried by :meth:`run_maintenance`."""
+        report = CoordinatorMaintenanceReport(self._time_ms())
+        with self._maintenance_lock:
+            self._complete_pending(report)
+        return report
 
     def load(self) -> None:
         """Open and replay the state log, then complete the transactions found in Prepare*.
@@ -589,6 +636,8 @@ class TransactionCoordinator:
     # ---------------------------------------------------------------- steps
 
     def _generate_producer_id(self) -> int:
+        if self._generate_external is not None:
+            return self._generate_external()
         producer_ids = self._producer_ids
         assert producer_ids is not None
         if self._cluster_node_id is None:
@@ -689,7 +738,7 @@ class TransactionCoordinator:
         for topic, partition in sorted(prepared.partitions):
             try:
                 self._write_markers(topic, partition, prepared.producer_id,
-                                    prepared.producer_epoch, COORDINATOR_EPOCH, commit)
+                                    prepared.producer_epoch, self._coordinator_epoch, commit)
             except UnknownTopicOrPartitionError:
                 log.warning("%s: partition %s-%d no longer exists; its marker is skipped",
                             prepared.describe(), topic, partition)
