@@ -9,6 +9,10 @@ an ErrorReason of broker.proto; programmer errors are assertions.
     ├── ConcurrentTransactionsError   retriable: the transactional id is completing a commit or
     │                                 abort whose markers are not all written yet
     ├── CoordinatorLoadInProgressError  retriable: the coordinator is still replaying its log
+    ├── NotCoordinatorError           retriable: a cluster server asked about a transactional id
+    │                                 whose state partition it does not lead (FindCoordinator)
+    ├── CoordinatorNotAvailableError  retriable: the id's partition has no live leader now, or a
+    │                                 partition leader could not be told of the transaction
     ├── ProducerFencedError           not retriable: the epoch is not the id's current one (a newer
     │                                 InitProducerId fenced this producer, or a timeout abort did)
     ├── InvalidProducerIdMappingError not retriable: the producer id is not the transactional id's
@@ -66,6 +70,21 @@ class ConcurrentTransactionsError(TransactionError):
 
 class CoordinatorLoadInProgressError(TransactionError):
     """Kafka's COORDINATOR_LOAD_IN_PROGRESS: the state log is not replayed yet, or is closed."""
+
+    retriable = True
+
+
+class NotCoordinatorError(TransactionError):
+    """Kafka's NOT_COORDINATOR: in a cluster, this server does not lead the state partition of
+    the transactional id (the client asks FindCoordinator again)."""
+
+    retriable = True
+
+
+class CoordinatorNotAvailableError(TransactionError):
+    """Kafka's COORDINATOR_NOT_AVAILABLE: in a cluster, the id's state partition has no live
+    leader now, its topic cannot be made yet, or a partition's leader could not be told that
+    the partition joined a transaction (retry)."""
 
     retriable = True
 
