@@ -10,18 +10,20 @@ transactional producer and read_committed consumer over the Kafka listeners.
 
 from __future__ import annotations
 
+import threading
 import uuid
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from kafka.protocol.metadata import FindCoordinatorRequest
 
 from stratalog.server.transactions.state_partitions import (
     CLUSTER_TRANSACTION_STATE_TOPIC,
     partition_for_transactional_id,
 )
 from tests.cluster.conftest import metadata, wait_for
-from tests.cluster.test_faults import create_topic, start_cluster
+from tests.cluster.test_faults import FAILOVER_BOUND_S, create_topic, start_cluster
 from tests.integration.conftest import ServerProcess
+from tests.kafka.kafka_wire import KafkaWire, ask
 
 PARTITIONS = 3
 #: The state topic's partitions in these tests: few, so that its creation is quick.
@@ -108,13 +110,119 @@ def test_find_coordinator_names_the_state_partitions_leader(start_member):
     producer.init_transactions(60)  # FindCoordinator made the topic; InitProducerId served
     partition = partition_for_transactional_id("finder", STATE_PARTITIONS)
     state_leaders = leaders(servers[1], CLUSTER_TRANSACTION_STATE_TOPIC)
-    assert len(state_leaders) == STATE_PARTITIONS
-    assert state_leaders[partition] in servers
-    admin = AdminClient({"bootstrap.servers": bootstrap(servers)})
+    assert sorted(state_leaders) == list(range(STATE_PARTITIONS))
+    for server in servers.values():
+        with KafkaWire(server.kafka_bootstrap) as sock:
+            answer = ask(sock, FindCoordinatorRequest(key="finder", key_type=1), 3)
+        assert answer.error_code == 0, answer
+        assert answer.node_id == state_leaders[partition]
+        assert answer.port == servers[answer.node_id].kafka_port
+
+
+class TransactionLoop:
+    """A librdkafka transactional producer writing numbered transactions of one record per
+    partition and record slot, committing all but every fourth (aborted), and what became of
+    each: ``committed`` (commit_transaction returned), ``aborted`` (abort_transaction was called:
+    nothing of it may ever be read), ``unknown`` (the commit failed: all or nothing of it)."""
+
+    def __init__(self, servers: dict[int, ServerProcess], topic: str, transactional_id: str
+                 ) -> None:
+        self._servers = servers
+        self._topic = topic
+        self._transactional_id = transactional_id
+        self.committed: dict[int, list[bytes]] = {}
+        self.aborted: dict[int, list[bytes]] = {}
+        self.unknown: dict[int, list[bytes]] = {}
+        self.errors: list[str] = []
+        self._number = 0
+        self._producer = self._start()
+
+    def _start(self) -> Producer:
+        producer = transactional_producer(self._servers, self._transactional_id,
+                                          **{"transaction.timeout.ms": 10_000,
+                                             "message.timeout.ms": 9_000})
+        producer.init_transactions(60)
+        return producer
+
+    def one(self) -> None:
+        """One transaction; a producer left in a fatal state is replaced (InitProducerId
+        aborts what it left open)."""
+        number, self._number = self._number, self._number + 1
+        commit = number % 4 != 3
+        values = [f"t{number}-p{p}-r{r}".encode() for p in range(PARTITIONS) for r in range(2)]
+        producer = self._producer
+        try:
+            producer.begin_transaction()
+            for value in values:
+                producer.produce(self._topic, value=value,
+                                 partition=int(value.split(b"-p")[1][:1]))
+            producer.flush(30)
+            if commit:
+                producer.commit_transaction(60)
+                self.committed[number] = values
+            else:
+                producer.abort_transaction(60)
+                self.aborted[number] = values
+        except KafkaException as exc:
+            error = exc.args[0]
+            self.errors.append(f"t{number}: {error}")
+            if commit:
+                self.unknown[number] = values
+            else:
+                self.aborted[number] = values
+            if error.txn_requires_abort():
+                try:
+                    producer.abort_transaction(60)
+                    if commit:
+                        # Aborted by us: never visible.
+                        self.aborted[number] = self.unknown.pop(number)
+                    return
+                except KafkaException as again:
+                    self.errors.append(f"t{number} abort: {again.args[0]}")
+            self._producer = self._start()
+
+
+def test_kill_9_of_the_transaction_coordinator_under_a_transactional_producer(start_member):
+    servers = start_cluster(lambda node, *flags: start_member(node, *flags, *TXN_FLAGS))
+    topic = f"txk-{uuid.uuid4().hex[:8]}"
+    create_topic(servers[1], topic, partitions=PARTITIONS)
+    loop = TransactionLoop(servers, topic, "killed-coordinator")
+    state_partition = partition_for_transactional_id("killed-coordinator", STATE_PARTITIONS)
+    coordinator = leaders(servers[1], CLUSTER_TRANSACTION_STATE_TOPIC)[state_partition]
+    for _ in range(4):
+        loop.one()
+    assert len(loop.committed) == 3 and not loop.errors, loop.errors
+    # The loop goes on in its own thread: the kill lands wherever a transaction is then.
+    stop = threading.Event()
+    worker = threading.Thread(target=lambda: [loop.one() for _ in iter(stop.is_set, True)],
+                              name="transaction-loop")
+    worker.start()
     try:
-        described = admin.describe_topics(
-            __import__("confluent_kafka").TopicCollection([CLUSTER_TRANSACTION_STATE_TOPIC]))
-        for future in described.values():
-            future.result(30)
-    except KafkaException:
-        pass
+        wait_for(lambda: len(loop.committed) >= 6, "three more transactions committed")
+        servers[coordinator].kill()
+        survivors = {n: s for n, s in servers.items() if n != coordinator}
+        wait_for(lambda: leaders(next(iter(survivors.values())),
+                                 CLUSTER_TRANSACTION_STATE_TOPIC).get(state_partition)
+                 in survivors,
+                 "a surviving server leads the transactional id's state partition",
+                 FAILOVER_BOUND_S)
+        before = len(loop.committed)
+        wait_for(lambda: len(loop.committed) >= before + 6,
+                 f"six more transactions committed after the kill ({loop.errors[-3:]})",
+                 FAILOVER_BOUND_S * 4)
+    finally:
+        stop.set()
+        worker.join(120)
+
+    seen = read_committed(survivors, topic, PARTITIONS, timeout_s=FAILOVER_BOUND_S * 2)
+    assert len(seen) == len(set(seen)), "a record read twice"
+    seen_set = set(seen)
+    for number, values in loop.committed.items():
+        assert seen_set >= set(values), f"committed transaction t{number} not all visible"
+    for number, values in loop.aborted.items():
+        assert not seen_set & set(values), f"aborted transaction t{number} visible"
+    for number, values in loop.unknown.items():
+        shown = seen_set & set(values)
+        assert not shown or shown == set(values), f"transaction t{number} torn: {shown}"
+    expected = {v for vs in [*loop.committed.values(), *loop.unknown.values()] for v in vs}
+    assert seen_set <= expected, "a record of no transaction"
