@@ -166,9 +166,10 @@ class ClusterTransactions:
     def _coordinator_for(self, transactional_id: str) -> TransactionCoordinator:
         count = self._placement.partition_count()
         if not count:
-            raise NotCoordinatorError(
-                f"the transaction state topic does not exist yet: ask FindCoordinator for"
-                f" transactional id {transactional_id!r} first")
+            # A client that did not ask FindCoordinator first (the gRPC one: it sends every
+            # request to the server it targets) gets the topic made too.
+            count = self._wait(self._placement.ensure_topic(), STATE_WRITE_TIMEOUT_S,
+                               f"making {CLUSTER_TRANSACTION_STATE_TOPIC}")
         partition = partition_for_transactional_id(transactional_id, count)
         coordinator = self._coordinators.get(partition)
         if coordinator is not None:
