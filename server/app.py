@@ -14,7 +14,10 @@ Life of a server process (``stratalog serve``)::
         metrics_connections_max, kafka_connections_max: open_files_fit.connections_reserved)
     open the TransactionCoordinator: replay __transaction_state (without recovery where the
         directory's clean-shutdown marker was found), complete the commits and aborts a crash
-        left half-written (their markers go to the LogManager's partitions)
+        left half-written (their markers go to the LogManager's partitions); with --cluster,
+        wrap it in the ClusterTransactions (server/transaction_service/: transactional ids on
+        the leaders of __cluster_transaction_state's partitions, told of leadership by the
+        replica roles, with the TransactionMarkers service registered beside Replication)
     load the TLS files and the credential file (server/security/), if configured
     with --cluster, before the logs open: connect to etcd (TLS and etcd credentials as
         configured), grant the lease and keep it alive (server/cluster/node.py's connect);

@@ -46,6 +46,7 @@ _ERRORS: tuple[tuple[type[BaseException], int], ...] = (
     (storage_errors.UnknownTopicOrPartitionError, _E.TXN_PARTITION_ERROR_UNKNOWN_PARTITION),
     (storage_errors.TransactionCoordinatorFencedError,
      _E.TXN_PARTITION_ERROR_COORDINATOR_FENCED),
+    (storage_errors.InvalidProducerEpochError, _E.TXN_PARTITION_ERROR_PRODUCER_EPOCH_NEWER),
 )
 
 

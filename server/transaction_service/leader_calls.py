@@ -39,6 +39,7 @@ import grpc.aio
 
 from stratalog.server.cluster.errors import NotLeaderOrFollowerError
 from stratalog.server.storage.errors import (
+    InvalidProducerEpochError,
     TransactionCoordinatorFencedError,
     UnknownTopicOrPartitionError,
 )
@@ -221,4 +222,6 @@ def raise_partition_error(result: pb.TxnPartitionResult) -> None:
         raise UnknownTopicOrPartitionError(message)
     if error == _E.TXN_PARTITION_ERROR_COORDINATOR_FENCED:
         raise TransactionCoordinatorFencedError(message, producer_id=-1)
+    if error == _E.TXN_PARTITION_ERROR_PRODUCER_EPOCH_NEWER:
+        raise InvalidProducerEpochError(message, producer_id=-1)
     raise CoordinatorNotAvailableError(message)

@@ -9,6 +9,8 @@ task::
     write(marker) ─► queue of (topic, partition) ─► sender: the head marker, sent with ``send``
                                                     ├─ written          -> next marker
                                                     ├─ partition gone   -> skipped (as Kafka)
+                                                    ├─ producer at a newer epoch there ->
+                                                    │    skipped: its transaction is over there
                                                     ├─ coordinator fenced -> dropped: a newer
                                                     │    coordinator of the producer owns it
                                                     └─ anything else    -> sent again after a
@@ -45,6 +47,7 @@ from collections.abc import Awaitable, Callable
 from typing import NamedTuple
 
 from stratalog.server.storage.errors import (
+    InvalidProducerEpochError,
     TransactionCoordinatorFencedError,
     UnknownTopicOrPartitionError,
 )
@@ -193,6 +196,14 @@ class TxnMarkerChannel:
             except UnknownTopicOrPartitionError:
                 logger.warning("%s-%d no longer exists: the marker of producer %d is skipped",
                                marker.topic, marker.partition, marker.producer_id)
+                _resolve(queued.done, None)
+                return
+            except InvalidProducerEpochError as exc:
+                # The partition has the producer at a newer epoch: a later transaction (or a
+                # fence's abort) ended this one there already.
+                logger.info("%s-%d: the marker of producer %d at epoch %d is not needed: %s",
+                            marker.topic, marker.partition, marker.producer_id,
+                            marker.producer_epoch, exc)
                 _resolve(queued.done, None)
                 return
             except TransactionCoordinatorFencedError as exc:

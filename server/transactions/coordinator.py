@@ -29,8 +29,9 @@ found in Prepare* is completed; one found Ongoing is left to time out. The maint
 aborts transactions open past their timeout, fencing their producer (epoch + 1) as Kafka does,
 and expires ids unused for ``transactional.id.expiration.ms``.
 
-Differences from Kafka, all from having one server: no coordinator partitions, leadership or
-FindCoordinator (this server coordinates every id; the coordinator epoch is always 0); markers
+Differences from Kafka, all from having one server (a cluster has coordinator partitions,
+leadership and FindCoordinator: server/transaction_service/): this server coordinates every id,
+the coordinator epoch is always 0; markers
 are written in-process and synchronously, so an InitProducerId that must abort an open
 transaction answers once the abort is complete instead of asking the client to retry
 (CONCURRENT_TRANSACTIONS); an unknown transactional id gets TRANSACTIONAL_ID_NOT_FOUND rather
@@ -39,11 +40,15 @@ is served, and its retry (the answer lost) answered from the epoch it replaced, 
 as Kafka keeps it, but not after a restart nor across a producer id rotation (Kafka logs the
 previous producer id for that); no transaction version 2 (KIP-890).
 
-Cluster mode (``cluster_node_id`` set): every producer id handed out carries the node id
-(:func:`.producer_ids.cluster_producer_id`), and every request with a transactional id is
-refused with :class:`TransactionsNotSupportedError`: the state log and the markers are one
-server's, a cluster would need them replicated (docs/cluster.md). Both front ends call these
-methods, so both refuse alike.
+Cluster mode (docs/cluster.md, "Transactions"): this server's own coordinator
+(``cluster_node_id`` set) hands out producer ids, each carrying the node id
+(:func:`.producer_ids.cluster_producer_id`), and refuses transactional ids
+(:class:`TransactionsNotSupportedError`: the front ends never send it one then). The
+transactional ids are served by one coordinator per partition of the replicated state topic
+this server leads (:meth:`TransactionCoordinator.for_partition`, made and driven by
+server/transaction_service/): the same class over a replicated
+:class:`TransactionStateManager`, its markers stamped with the partition's leader epoch
+(``coordinator_epoch``) and sent to the partitions' leaders through its ``write_markers``.
 
 Transactional produce: a transactional batch is appended only to a partition of its producer's
 Ongoing transaction, at the producer's current epoch: the server hands each partition log

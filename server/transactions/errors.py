@@ -23,8 +23,8 @@ an ErrorReason of broker.proto; programmer errors are assertions.
     ├── InvalidTransactionTimeoutError  not retriable: timeout <= 0 or > transaction.max.timeout.ms
     ├── InvalidTransactionalIdError   not retriable: an empty or oversized transactional id, or a
     │                                 bad partition list
-    ├── TransactionsNotSupportedError not retriable: a transactional id in cluster mode (the
-    │                                 coordinator's state is one server's: docs/cluster.md)
+    ├── TransactionsNotSupportedError not retriable: a transactional id sent to a cluster
+    │                                 server's own coordinator (it hands out producer ids only)
     ├── ProducerIdsExhaustedError     not retriable: no producer id is left below 2^63 - 1
     └── CorruptTransactionLogError    not retriable: a record of ``__transaction_state`` does not
                                       decode (the server's own files are damaged)
@@ -119,11 +119,11 @@ class InvalidTransactionalIdError(TransactionError):
 
 
 class TransactionsNotSupportedError(TransactionError):
-    """A request with a transactional id to a server in cluster mode (Kafka's INVALID_REQUEST).
+    """A transactional id sent to a cluster server's own coordinator (Kafka's INVALID_REQUEST).
 
-    The coordinator's state log and its markers live on one server's disk; in a cluster they
-    would need a replicated ``__transaction_state`` (docs/cluster.md). Idempotent producers
-    (InitProducerId without a transactional id) are served.
+    In a cluster that coordinator only hands out producer ids; transactional ids are the
+    replicated state partitions' coordinators' (server/transaction_service/), and the front
+    ends send them there: this is a programming slip made visible, not a client's error.
     """
 
 

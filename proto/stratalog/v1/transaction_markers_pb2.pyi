@@ -14,11 +14,13 @@ class TxnPartitionError(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TXN_PARTITION_ERROR_UNKNOWN_PARTITION: _ClassVar[TxnPartitionError]
     TXN_PARTITION_ERROR_COORDINATOR_FENCED: _ClassVar[TxnPartitionError]
     TXN_PARTITION_ERROR_RETRIABLE: _ClassVar[TxnPartitionError]
+    TXN_PARTITION_ERROR_PRODUCER_EPOCH_NEWER: _ClassVar[TxnPartitionError]
 TXN_PARTITION_ERROR_NONE: TxnPartitionError
 TXN_PARTITION_ERROR_NOT_LEADER: TxnPartitionError
 TXN_PARTITION_ERROR_UNKNOWN_PARTITION: TxnPartitionError
 TXN_PARTITION_ERROR_COORDINATOR_FENCED: TxnPartitionError
 TXN_PARTITION_ERROR_RETRIABLE: TxnPartitionError
+TXN_PARTITION_ERROR_PRODUCER_EPOCH_NEWER: TxnPartitionError
 
 class TxnPartition(_message.Message):
     __slots__ = ("topic", "partition")

@@ -635,7 +635,8 @@ def test_requests_before_load_and_after_close(tmp_path, markers) -> None:
 
 def test_retriable_flags() -> None:
     retriable = {cls.__name__ for cls in _leaves(TransactionError) if cls.retriable}
-    assert retriable == {"ConcurrentTransactionsError", "CoordinatorLoadInProgressError"}
+    assert retriable == {"ConcurrentTransactionsError", "CoordinatorLoadInProgressError",
+                         "NotCoordinatorError", "CoordinatorNotAvailableError"}
 
 
 def _leaves(cls: type) -> list[type]:

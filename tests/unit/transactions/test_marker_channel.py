@@ -9,6 +9,7 @@ import threading
 import pytest
 
 from stratalog.server.storage.errors import (
+    InvalidProducerEpochError,
     TransactionCoordinatorFencedError,
     UnknownTopicOrPartitionError,
 )
@@ -76,14 +77,18 @@ async def test_partitions_are_independent() -> None:
 
 async def test_a_gone_partition_is_skipped_and_a_fenced_marker_dropped() -> None:
     leaders = Leaders()
-    gone, fenced, after = marker(0, 1), marker(0, 2), marker(0, 3)
+    gone, fenced, over, after = marker(0, 1), marker(0, 2), marker(0, 4), marker(0, 3)
     leaders.errors = {gone: UnknownTopicOrPartitionError("t-0 is gone"),
                       fenced: TransactionCoordinatorFencedError("newer coordinator",
-                                                                producer_id=2)}
+                                                                producer_id=2),
+                      over: InvalidProducerEpochError("producer 4 is at a newer epoch",
+                                                      producer_id=4)}
     markers = channel(leaders)
     gone_done, fenced_done = markers.enqueue(gone), markers.enqueue(fenced)
+    over_done = markers.enqueue(over)
     await markers.write(after)
     assert await gone_done is None
+    assert await over_done is None  # its transaction is over at the partition
     with pytest.raises(TransactionCoordinatorFencedError):
         await fenced_done
     assert leaders.written == [after]
