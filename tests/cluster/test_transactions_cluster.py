@@ -104,6 +104,49 @@ def test_commits_and_aborts_across_partitions_led_by_different_servers(start_mem
     assert len(seen) == len(set(seen))
 
 
+def test_offsets_committed_in_a_transaction_reach_the_groups_coordinator(start_member):
+    """Consume-transform-produce: AddOffsetsToTxn at the transaction's coordinator,
+    TxnOffsetCommit at the group's, the marker at the group's partition leader."""
+    servers = start_cluster(lambda node, *flags: start_member(node, *flags, *TXN_FLAGS))
+    source, sink = f"src-{uuid.uuid4().hex[:8]}", f"dst-{uuid.uuid4().hex[:8]}"
+    create_topic(servers[1], source)
+    create_topic(servers[1], sink)
+    plain = Producer({"bootstrap.servers": bootstrap(servers), "acks": "all"})
+    for i in range(10):
+        plain.produce(source, value=f"in-{i}".encode(), partition=0)
+    assert plain.flush(30) == 0
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    consumer = Consumer({"bootstrap.servers": bootstrap(servers), "group.id": group,
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                         "isolation.level": "read_committed"})
+    producer = transactional_producer(servers, "transformer")
+    producer.init_transactions(60)
+    try:
+        consumer.assign([TopicPartition(source, 0, 0)])
+        taken: list[bytes] = []
+        wait_for(lambda: (lambda m: m is not None and m.error() is None
+                          and taken.append(m.value()))(consumer.poll(0.2)) or len(taken) >= 10,
+                 "the ten input records")
+        for committed, chunk in ((True, taken[:6]), (False, taken[6:])):
+            producer.begin_transaction()
+            for value in chunk:
+                producer.produce(sink, value=value.replace(b"in", b"out"), partition=0)
+            position = 6 if committed else 10
+            producer.send_offsets_to_transaction([TopicPartition(source, 0, position)],
+                                                 consumer.consumer_group_metadata(), 60)
+            if committed:
+                producer.commit_transaction(60)
+            else:
+                producer.abort_transaction(60)
+        # The committed transaction's offset is the group's; the aborted one's is not.
+        found = consumer.committed([TopicPartition(source, 0)], timeout=30)
+        assert found[0].offset == 6
+    finally:
+        consumer.close()
+    assert sorted(read_committed(servers, sink, 1)) == sorted(
+        v.replace(b"in", b"out") for v in taken[:6])
+
+
 def test_find_coordinator_names_the_state_partitions_leader(start_member):
     servers = start_cluster(lambda node, *flags: start_member(node, *flags, *TXN_FLAGS))
     producer = transactional_producer(servers, "finder")
