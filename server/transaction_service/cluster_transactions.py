@@ -45,7 +45,8 @@ for idempotent producers and for every transactional id's first id alike.
 
 The front ends call the same synchronous methods as on one server, in the pool; those that
 write wait for the event loop (acks=all, markers), at most :data:`STATE_WRITE_TIMEOUT_S` /
-:data:`MARKER_WAIT_S` per step. Concurrency: the listener calls and :meth:`find_coordinator` on
+:data:`MARKER_WAIT_S` per step. The markers of the partitions this server leads are written in
+:data:`MARKER_WRITE_THREADS` threads of their own, not the pool the waiting requests hold. Concurrency: the listener calls and :meth:`find_coordinator` on
 the event loop; the requests in pool threads (they never run on the loop: they would wait for
 it).
 """
@@ -56,7 +57,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable
-from concurrent.futures import Executor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import TYPE_CHECKING, TypeVar
 
 from stratalog.server.broker.replica_manager import ACKS_ALL
@@ -102,6 +103,8 @@ logger = logging.getLogger(__name__)
 STATE_WRITE_TIMEOUT_S = 30.0
 #: The longest a request waits for one marker (it stays queued after that).
 MARKER_WAIT_S = 15.0
+#: Threads writing (and fsyncing) the markers of the partitions this server leads.
+MARKER_WRITE_THREADS = 4
 
 _T = TypeVar("_T")
 
@@ -125,7 +128,12 @@ class ClusterTransactions:
         self._config = config
         self._loop = asyncio.get_running_loop()
         self.verified = VerifiedPartitions()
-        self.calls = LeaderCalls(replica_manager, executor, self.verified)
+        # The markers this server writes as a leader fsync in their own threads: the requests
+        # that wait for them hold pool threads (the front ends call in the pool), and a pool
+        # full of waiting requests must not be what the markers queue behind.
+        self._marker_executor = ThreadPoolExecutor(
+            max_workers=MARKER_WRITE_THREADS, thread_name_prefix="stratalog-txn-markers")
+        self.calls = LeaderCalls(replica_manager, self._marker_executor, self.verified)
         self.markers = TxnMarkerChannel(self.calls.send_marker)
         self._placement = InternalTopicPlacement(
             replica_manager, settings, CLUSTER_TRANSACTION_STATE_TOPIC,
@@ -422,6 +430,7 @@ class ClusterTransactions:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await self.markers.close()
+        await asyncio.to_thread(self._marker_executor.shutdown, True)  # writes under way end
 
 
 async def _awaited(work: Awaitable[_T]) -> _T:
