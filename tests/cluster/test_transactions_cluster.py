@@ -6,6 +6,12 @@ transactional producer and read_committed consumer over the Kafka listeners.
   partition's last stable offset reaches its high watermark.
 * FindCoordinator(key_type=1) names the leader of the id's __cluster_transaction_state
   partition, from every server alike.
+* Consume-transform-produce: offsets committed in a transaction reach the group's coordinator
+  with the transaction's COMMIT, and not with an ABORT.
+* kill -9 of the transaction coordinator's server under a transactional loop: every committed
+  transaction read exactly once, no aborted record, nothing torn, every LSO moving again.
+* A transactional Produce after its transaction ended is refused by the partition's leader
+  (INVALID_TXN_STATE: KIP-890 part 1), and the partition's LSO is not held back by it.
 """
 
 from __future__ import annotations
@@ -15,7 +21,9 @@ import uuid
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from kafka.protocol.metadata import FindCoordinatorRequest
+from kafka.protocol.producer import ProduceRequest
 
+from stratalog.client import SyncClient
 from stratalog.server.transactions.state_partitions import (
     CLUSTER_TRANSACTION_STATE_TOPIC,
     partition_for_transactional_id,
@@ -26,6 +34,7 @@ from tests.integration.conftest import ServerProcess
 from tests.kafka.kafka_wire import KafkaWire, ask
 
 PARTITIONS = 3
+INVALID_TXN_STATE = 48
 #: The state topic's partitions in these tests: few, so that its creation is quick.
 STATE_PARTITIONS = 5
 TXN_FLAGS = ("--transaction-state-log-num-partitions", str(STATE_PARTITIONS))
@@ -269,3 +278,50 @@ def test_kill_9_of_the_transaction_coordinator_under_a_transactional_producer(st
         assert not shown or shown == set(values), f"transaction t{number} torn: {shown}"
     expected = {v for vs in [*loop.committed.values(), *loop.unknown.values()] for v in vs}
     assert seen_set <= expected, "a record of no transaction"
+
+
+def _transactional_batch(producer_id: int, epoch: int, sequence: int, value: bytes) -> bytes:
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=True,
+                                        producer_id=producer_id, producer_epoch=epoch,
+                                        base_sequence=sequence, batch_size=1 << 20)
+    builder.append(0, timestamp=1_700_000_000_000, key=None, value=value, headers=[])
+    return bytes(builder.build())
+
+
+def _produce_code(server: ServerProcess, transactional_id: str, topic: str, records: bytes
+                  ) -> int:
+    data = ProduceRequest.TopicProduceData
+    with KafkaWire(server.kafka_bootstrap) as sock:
+        answer = ask(sock, ProduceRequest(
+            transactional_id=transactional_id, acks=-1, timeout_ms=10_000, topic_data=[
+                data(name=topic, partition_data=[
+                    data.PartitionProduceData(index=0, records=records)])]), 8)
+    return answer.responses[0].partition_responses[0].error_code
+
+
+def test_a_late_transactional_produce_is_refused_by_the_partitions_leader(start_member):
+    """Jepsen's anomaly: a Produce of a transaction that already ended must not open a
+    transaction in the partition (its last stable offset would stay behind it for ever)."""
+    servers = start_cluster(lambda node, *flags: start_member(node, *flags, *TXN_FLAGS))
+    topic = f"late-{uuid.uuid4().hex[:8]}"
+    create_topic(servers[1], topic)
+    leader = servers[leaders(servers[1], topic)[0]]
+    transactional_id = "late-producer"
+    producer = transactional_producer(servers, transactional_id)
+    producer.init_transactions(60)
+    producer.begin_transaction()
+    producer.produce(topic, value=b"committed", partition=0)
+    producer.commit_transaction(60)
+    # The producer's id and epoch, as its coordinator describes them (gRPC, on any server's
+    # answer of where the coordinator is).
+    coordinator = servers[leaders(servers[1], CLUSTER_TRANSACTION_STATE_TOPIC)[
+        partition_for_transactional_id(transactional_id, STATE_PARTITIONS)]]
+    with SyncClient(coordinator.target) as client:
+        described = client.describe_transaction(transactional_id)
+    late = _transactional_batch(described.producer_id, described.producer_epoch, 1, b"late")
+    assert _produce_code(leader, transactional_id, topic, late) == INVALID_TXN_STATE
+    # Nothing was appended: the last stable offset is the high watermark.
+    seen = read_committed(servers, topic, 1)
+    assert seen == [b"committed"]
