@@ -56,7 +56,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import TYPE_CHECKING, TypeVar
 
@@ -322,6 +322,15 @@ class ClusterTransactions:
             self._loop, Marker(topic, partition, producer_id, producer_epoch,
                                coordinator_epoch, commit), MARKER_WAIT_S)
 
+    def _write_markers_many(self, partitions: Sequence[TopicPartition], producer_id: int,
+                            producer_epoch: int, coordinator_epoch: int, commit: bool) -> None:
+        """A partition coordinator's ``write_markers_many`` (pool threads): every marker of a
+        transaction queued at once, each behind its own partition's; waits for all."""
+        markers = [Marker(topic, partition, producer_id, producer_epoch, coordinator_epoch,
+                          commit) for topic, partition in partitions]
+        self._wait(_all(self.markers.write(marker) for marker in markers), MARKER_WAIT_S,
+                   f"writing the {len(markers)} markers of producer {producer_id}")
+
     def _generate_producer_id(self) -> int:
         return self.local.init_producer_id(None).producer_id
 
@@ -401,7 +410,7 @@ class ClusterTransactions:
             return
         coordinator = TransactionCoordinator.for_partition(
             state, self._write_marker, self._generate_producer_id, leader_epoch,
-            config=self._config)
+            config=self._config, write_markers_many=self._write_markers_many)
         if self._epochs.get(partition) != leader_epoch or self._closed:
             await self._loop.run_in_executor(self._executor, coordinator.close)
             return
@@ -435,4 +444,13 @@ class ClusterTransactions:
 
 async def _awaited(work: Awaitable[_T]) -> _T:
     return await work
+
+
+async def _all(works: Iterable[Awaitable[None]]) -> None:
+    """Every one of ``works`` to its end (each marker stays queued if this is cancelled); the
+    first failure raised after all ended."""
+    results = await asyncio.gather(*works, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
 

@@ -112,6 +112,7 @@ __all__ = [
     "ProducerIdAndEpoch",
     "TransactionCoordinator",
     "WriteMarkers",
+    "WriteMarkersMany",
 ]
 
 log = logging.getLogger(__name__)
@@ -132,6 +133,16 @@ class WriteMarkers(Protocol):
 
     def __call__(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
                  coordinator_epoch: int, commit: bool) -> None: ...
+
+
+class WriteMarkersMany(Protocol):
+    """Writes the COMMIT (``commit``) or ABORT markers of a producer to every partition of
+    ``partitions`` (at once), returning once all are written or skipped (a partition gone);
+    raises if any could not be written (the coordinator retries them all: markers are
+    idempotent)."""
+
+    def __call__(self, partitions: Sequence[TopicPartition], producer_id: int,
+                 producer_epoch: int, coordinator_epoch: int, commit: bool) -> None: ...
 
 
 class ProducerIdAndEpoch(NamedTuple):
@@ -191,6 +202,7 @@ class TransactionCoordinator:
         # the leader epoch of its partition, stamped on its markers.
         self._generate_external: Callable[[], int] | None = None
         self._coordinator_epoch = COORDINATOR_EPOCH
+        self._write_markers_many: WriteMarkersMany | None = None
         # The directories closed cleanly last time: the state log there needs no recovery
         # (TransactionStateManager.open).
         self._clean_log_dirs = frozenset(clean_log_dirs)
@@ -231,6 +243,7 @@ class TransactionCoordinator:
         *,
         config: TransactionConfig | None = None,
         time_ms: Callable[[], int] | None = None,
+        write_markers_many: WriteMarkersMany | None = None,
     ) -> TransactionCoordinator:
         """The coordinator of the transactional ids of one partition of the cluster's state
         topic, over ``state`` (loaded: :meth:`TransactionStateManager.load_replicated`).
@@ -240,8 +253,11 @@ class TransactionCoordinator:
         marker so that a partition refuses the markers of a coordinator it has seen replaced
         (Kafka's coordinator epoch). The transactions it finds in Prepare* are completed by
         :meth:`complete_pending_transactions`, which the caller runs next.
+        ``write_markers_many``, when given, writes a transaction's markers all at once instead
+        of ``write_markers`` one partition after the other.
         """
         coordinator = cls([state.directory], write_markers, config=config, time_ms=time_ms)
+        coordinator._write_markers_many = write_markers_many
         coordinator._state = state
         coordinator._generate_external = generate_producer_id
         coordinator._coordinator_epoch = coordinator_epoch
@@ -740,7 +756,14 @@ class TransactionCoordinator:
         """
         assert prepared.state.is_prepare
         commit = prepared.state is TransactionState.PREPARE_COMMIT
-        for topic, partition in sorted(prepared.partitions):
+        if self._write_markers_many is not None:
+            # A partition coordinator's markers go to several leaders at once.
+            self._write_markers_many(sorted(prepared.partitions), prepared.producer_id,
+                                     prepared.producer_epoch, self._coordinator_epoch, commit)
+            partitions: list[TopicPartition] = []
+        else:
+            partitions = sorted(prepared.partitions)
+        for topic, partition in partitions:
             try:
                 self._write_markers(topic, partition, prepared.producer_id,
                                     prepared.producer_epoch, self._coordinator_epoch, commit)

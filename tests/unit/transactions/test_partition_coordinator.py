@@ -136,3 +136,18 @@ def test_a_failed_replicated_write_changes_nothing_in_memory(replica: Replicated
     with pytest.raises(ConnectionError):
         coordinator.init_producer_id("t", 60_000)
     assert state.get("t") is None
+
+
+def test_markers_many_are_written_in_one_call_per_transaction(replica: Replicated) -> None:
+    calls: list[tuple] = []
+    many: list[tuple] = []
+    state = TransactionStateManager.load_replicated(replica.log, 0, replica.write)
+    coordinator = TransactionCoordinator.for_partition(
+        state, markers_recorder(calls), ids(), LEADER_EPOCH,
+        write_markers_many=lambda *args: many.append(args))
+    producer_id, epoch = coordinator.init_producer_id("t", 60_000)
+    coordinator.add_partitions_to_txn("t", producer_id, epoch, [("b", 1), ("a", 0), ("b", 0)])
+    coordinator.end_txn("t", producer_id, epoch, commit=False)
+    assert calls == []
+    assert many == [([("a", 0), ("b", 0), ("b", 1)], producer_id, epoch, LEADER_EPOCH, False)]
+    assert coordinator.describe_transaction("t").state is TransactionState.COMPLETE_ABORT
