@@ -1,0 +1,82 @@
+"""gRPC transactions on a three-server cluster (issue 29): the stratalog Client finds each
+transactional id's coordinator (FindCoordinator, COORDINATOR_TYPE_TRANSACTION) whichever server
+it was pointed at, and a READ_COMMITTED consumer sees the committed transactions only."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+from confluent_kafka import Consumer, TopicPartition
+
+from stratalog.client import Client
+from stratalog.client.errors import StratalogError
+from stratalog.server.transactions.state_partitions import (
+    CLUSTER_TRANSACTION_STATE_TOPIC,
+    partition_for_transactional_id,
+)
+from tests.cluster.conftest import metadata, wait_for
+from tests.cluster.test_faults import create_topic, start_cluster
+
+STATE_PARTITIONS = 5
+TXN_FLAGS = ("--transaction-state-log-num-partitions", str(STATE_PARTITIONS))
+#: How long a new coordinator may answer COORDINATOR_LOAD_IN_PROGRESS.
+LOAD_BOUND_S = 60.0
+
+
+async def init(client: Client, transactional_id: str) -> tuple[int, int]:
+    """InitProducerId, retried while the id's coordinator loads (retriable answers)."""
+    deadline = time.monotonic() + LOAD_BOUND_S
+    while True:
+        try:
+            answer = await client.init_producer_id(transactional_id)
+            return answer.producer_id, answer.producer_epoch
+        except StratalogError as exc:
+            if not exc.retriable or time.monotonic() > deadline:
+                raise
+        await asyncio.sleep(0.1)
+
+
+def state_leaders(server) -> dict[int, int]:
+    return {p.partition: p.leader for t in metadata(server, CLUSTER_TRANSACTION_STATE_TOPIC).topics
+            for p in t.partitions}
+
+
+async def test_the_client_finds_each_ids_coordinator(start_member):
+    servers = start_cluster(lambda node, *flags: start_member(node, *flags, *TXN_FLAGS))
+    topic = f"gtx-{uuid.uuid4().hex[:8]}"
+    create_topic(servers[1], topic)
+    committed: list[bytes] = []
+    async with Client(servers[1].target) as client:
+        await init(client, "probe")  # the first request makes the state topic
+        wait_for(lambda: set(state_leaders(servers[1]).values()) == set(servers),
+                 "the state topic's partitions led by the three servers")
+        state = state_leaders(servers[1])
+        ids: dict[int, str] = {}
+        for i in range(100):
+            name = f"writer-{i}"
+            ids.setdefault(state[partition_for_transactional_id(name, STATE_PARTITIONS)], name)
+        assert sorted(ids) == sorted(servers), ids
+        for node, transactional_id in sorted(ids.items()):
+            producer_id, epoch = await init(client, transactional_id)
+            await client.add_partitions_to_txn(transactional_id, producer_id, epoch, [(topic, 0)])
+            await client.end_txn(transactional_id, producer_id, epoch, commit=node != 2)
+            described = await client.describe_transaction(transactional_id)
+            assert described.state == ("CompleteCommit" if node != 2 else "CompleteAbort"), node
+    consumer = Consumer({"bootstrap.servers": servers[1].kafka_bootstrap, "group.id": "g",
+                         "isolation.level": "read_committed", "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    try:
+        # Three markers and no record: the last stable offset reached the high watermark.
+        def at_end() -> bool:
+            message = consumer.poll(0.1)
+            if message is not None and message.error() is None:
+                committed.append(message.value())
+            position = consumer.position([TopicPartition(topic, 0)])[0].offset
+            high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=5)[1]
+            return message is None and high == 3 and position == high
+        wait_for(at_end, "the consumer at the end, past the three markers")
+    finally:
+        consumer.close()
+    assert committed == []
