@@ -1,6 +1,7 @@
 """gRPC transactions on a three-server cluster (issue 29): the stratalog Client finds each
 transactional id's coordinator (FindCoordinator, COORDINATOR_TYPE_TRANSACTION) whichever server
-it was pointed at, and a READ_COMMITTED consumer sees the committed transactions only."""
+it was pointed at, and the Producer commits and aborts transactions over partitions led by
+each server; a READ_COMMITTED consumer sees the committed transactions only."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import uuid
 
 from confluent_kafka import Consumer, TopicPartition
 
-from stratalog.client import Client
+from stratalog.client import Client, Producer
 from stratalog.client.errors import StratalogError
 from stratalog.server.transactions.state_partitions import (
     CLUSTER_TRANSACTION_STATE_TOPIC,
@@ -80,3 +81,42 @@ async def test_the_client_finds_each_ids_coordinator(start_member):
     finally:
         consumer.close()
     assert committed == []
+
+
+async def test_the_producer_commits_and_aborts_across_partitions_led_by_each_server(
+        start_member):
+    servers = start_cluster(lambda node, *flags: start_member(node, *flags, *TXN_FLAGS))
+    topic = f"gpx-{uuid.uuid4().hex[:8]}"
+    create_topic(servers[1], topic, partitions=3)
+    targets = ",".join(s.target for s in servers.values())
+    async with Client(targets) as client:
+        await init(client, "probe")  # the state topic made, the coordinators loading
+        async with Producer(client, transactional_id="grpc-writer", linger_ms=1) as producer:
+            committed = []
+            for number in range(4):
+                await producer.begin_transaction()
+                batch = [f"t{number}-p{p}".encode() for p in range(3)]
+                for p, value in enumerate(batch):
+                    await producer.send(topic, value, partition=p)
+                if number % 2 == 0:
+                    await producer.commit_transaction()
+                    committed.extend(batch)
+                else:
+                    await producer.flush()
+                    await producer.abort_transaction()
+    consumer = Consumer({"bootstrap.servers": ",".join(
+        s.kafka_bootstrap for s in servers.values()), "group.id": "gp",
+        "isolation.level": "read_committed", "enable.auto.commit": False,
+        "auto.offset.reset": "earliest"})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(3)])
+    seen: list[bytes] = []
+    try:
+        def all_read() -> bool:
+            message = consumer.poll(0.1)
+            if message is not None and message.error() is None:
+                seen.append(message.value())
+            return len(seen) >= len(committed) and message is None
+        wait_for(all_read, "the committed records")
+    finally:
+        consumer.close()
+    assert sorted(seen) == sorted(committed)
