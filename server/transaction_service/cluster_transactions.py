@@ -174,8 +174,9 @@ class ClusterTransactions:
     def _coordinator_for(self, transactional_id: str) -> TransactionCoordinator:
         count = self._placement.partition_count()
         if not count:
-            # A client that did not ask FindCoordinator first (the SyncClient sends every
-            # request to the server it targets) gets the topic made too.
+            # A client that did not ask FindCoordinator first (the stratalog clients ask the
+            # server they know, and find the coordinator on NOT_COORDINATOR) gets the topic
+            # made too.
             count = self._wait(self._placement.ensure_topic(), STATE_WRITE_TIMEOUT_S,
                                f"making {CLUSTER_TRANSACTION_STATE_TOPIC}")
         partition = partition_for_transactional_id(transactional_id, count)

@@ -11,7 +11,7 @@ import uuid
 
 from confluent_kafka import Consumer, TopicPartition
 
-from stratalog.client import Client, Producer
+from stratalog.client import Client, Producer, SyncClient
 from stratalog.client.errors import StratalogError
 from stratalog.server.transactions.state_partitions import (
     CLUSTER_TRANSACTION_STATE_TOPIC,
@@ -120,3 +120,36 @@ async def test_the_producer_commits_and_aborts_across_partitions_led_by_each_ser
     finally:
         consumer.close()
     assert sorted(seen) == sorted(committed)
+
+
+def test_the_sync_client_finds_each_ids_coordinator(start_member):
+    servers = start_cluster(lambda node, *flags: start_member(node, *flags, *TXN_FLAGS))
+    topic = f"gsx-{uuid.uuid4().hex[:8]}"
+    create_topic(servers[1], topic)
+    with SyncClient(servers[1].target) as client:
+        def init_sync(transactional_id: str) -> tuple[int, int]:
+            answers = []
+
+            def served() -> bool:
+                try:
+                    answers.append(client.init_producer_id(transactional_id))
+                except StratalogError as exc:
+                    if not exc.retriable:
+                        raise
+                    return False
+                return True
+            wait_for(served, f"InitProducerId of {transactional_id}", LOAD_BOUND_S)
+            return answers[-1].producer_id, answers[-1].producer_epoch
+
+        init_sync("probe")
+        wait_for(lambda: set(state_leaders(servers[1]).values()) == set(servers),
+                 "the state topic's partitions led by the three servers")
+        state = state_leaders(servers[1])
+        for node in sorted(servers):
+            transactional_id = next(
+                f"sync-{i}" for i in range(1000)
+                if state[partition_for_transactional_id(f"sync-{i}", STATE_PARTITIONS)] == node)
+            producer_id, epoch = init_sync(transactional_id)
+            client.add_partitions_to_txn(transactional_id, producer_id, epoch, [(topic, 0)])
+            client.end_txn(transactional_id, producer_id, epoch, commit=True)
+            assert client.describe_transaction(transactional_id).state == "CompleteCommit"
