@@ -29,6 +29,7 @@ from stratalog.server.transactions.state_partitions import (
     partition_for_transactional_id,
 )
 from tests.cluster.conftest import metadata, wait_for
+from tests.cluster.test_cluster_acls import acl_flags  # noqa: F401  (a fixture)
 from tests.cluster.test_faults import FAILOVER_BOUND_S, create_topic, start_cluster
 from tests.integration.conftest import ServerProcess
 from tests.kafka.kafka_wire import KafkaWire, ask
@@ -325,3 +326,21 @@ def test_a_late_transactional_produce_is_refused_by_the_partitions_leader(start_
     # Nothing was appended: the last stable offset is the high watermark.
     seen = read_committed(servers, topic, 1)
     assert seen == [b"committed"]
+
+
+def test_transactions_on_a_cluster_with_acls_and_broker_principals(
+        start_member, acl_flags):  # noqa: F811  (the fixture imported above)
+    """The coordinators' calls to the leaders go as the broker principal, which the
+    authorizer lets through (CLUSTER_ACTION: the brokers are super users)."""
+    servers = start_cluster(lambda node, *flags: start_member(node, *flags, *TXN_FLAGS,
+                                                              *acl_flags))
+    topic = f"txa-{uuid.uuid4().hex[:8]}"
+    create_topic(servers[1], topic, partitions=PARTITIONS)
+    producer = transactional_producer(servers, "secured-writer")
+    producer.init_transactions(60)
+    producer.begin_transaction()
+    values = [f"s-{p}".encode() for p in range(PARTITIONS)]
+    for p, value in enumerate(values):
+        producer.produce(topic, value=value, partition=p)
+    producer.commit_transaction(60)
+    assert sorted(read_committed(servers, topic, PARTITIONS)) == sorted(values)
