@@ -33,7 +33,9 @@ tries again), and a marker sent twice is harmless: markers are idempotent for th
 the cluster view, then a local write or a WriteTxnMarkers call); it raises to fail the attempt.
 
 Limits: at most ``pending_max`` markers queued in all (beyond, :meth:`write` refuses with a
-retriable error); one sender task per partition with markers queued, none for the others.
+retriable error), each at most once (a marker queued again while it waits, as a coordinator's
+maintenance pass does every pass for a partition whose leader is down, shares the queued one);
+one sender task per partition with markers queued, none for the others.
 Concurrency: event-loop only (:meth:`write_blocking` is the pool threads' entry).
 """
 
@@ -84,7 +86,8 @@ class TxnMarkerChannel:
     """The queues of markers by partition, and their sender tasks (module docstring).
 
     Invariants: a partition has a sender task exactly while its queue is not empty (or the
-    sender is finishing its last marker); ``_pending`` is the number of queued markers.
+    sender is finishing its last marker); ``_pending`` is the number of queued markers, and
+    ``_queued`` holds exactly them (no marker is queued twice).
     """
 
     def __init__(
@@ -103,6 +106,9 @@ class TxnMarkerChannel:
         self._queues: dict[tuple[str, int], collections.deque[_Queued]] = {}
         self._senders: dict[tuple[str, int], asyncio.Task[None]] = {}
         self._pending = 0
+        #: Each queued marker's future: a marker queued again (a coordinator's retry, its
+        #: maintenance pass) waits for the copy already queued instead of adding one.
+        self._queued: dict[Marker, asyncio.Future[None]] = {}
         self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -121,13 +127,17 @@ class TxnMarkerChannel:
         """
         if self._closed:
             raise CoordinatorNotAvailableError("the server is stopping: markers are not sent")
-        if self._pending >= self._pending_max:
+        if marker not in self._queued and self._pending >= self._pending_max:
             raise CoordinatorNotAvailableError(
                 f"{self._pending} transaction markers are queued for their partitions' leaders"
                 " already: retry once they are written")
+        queued = self._queued.get(marker)
+        if queued is not None:
+            return queued  # sent again before it was written: one copy in the queue
         loop = self._loop = asyncio.get_running_loop()
         key = (marker.topic, marker.partition)
         done: asyncio.Future[None] = loop.create_future()
+        self._queued[marker] = done
         # Its caller may have stopped waiting: a failure nobody reads is not an asyncio warning.
         done.add_done_callback(lambda f: f.cancelled() or f.exception())
         queue = self._queues.get(key)
@@ -178,6 +188,7 @@ class TxnMarkerChannel:
                 await self._send_until_done(queued)
                 queue.popleft()
                 self._pending -= 1
+                self._queued.pop(queued.marker, None)
         finally:
             self._senders.pop(key, None)
             if self._queues.get(key) is queue and not queue:
@@ -240,6 +251,7 @@ class TxnMarkerChannel:
                 _resolve(queued.done, CoordinatorNotAvailableError(
                     "the server is stopping: the marker was not written"))
         self._queues.clear()
+        self._queued.clear()
         self._pending = 0
 
 

@@ -114,10 +114,27 @@ async def test_a_caller_that_stops_waiting_leaves_its_marker_queued() -> None:
         await asyncio.sleep(0.001)
     assert len(outcome) == 1 and isinstance(outcome[0], TimeoutError)
     assert "sent again until it is" in str(outcome[0])
-    # Written all the same, once its leader answers: a second write waits behind it.
-    again = marker(0, 1)
-    await markers.write(again)
-    assert leaders.written == [slow, again]
+    # Written all the same, once its leader answers: the same marker sent again (the
+    # coordinator's retry) waits for the queued copy, and is written once.
+    assert markers.pending == 1
+    await markers.write(marker(0, 1))
+    assert leaders.written == [slow]
+    assert markers.pending == 0
+
+
+async def test_a_marker_queued_again_is_queued_once() -> None:
+    leaders = Leaders()
+    held, behind = marker(0, 1), marker(0, 2)
+    leaders.gate[held] = asyncio.Event()
+    markers = channel(leaders, pending_max=2)
+    first, second = markers.enqueue(held), markers.enqueue(behind)
+    # Full, but a copy of a queued marker is not a new one: no refusal, the same future.
+    assert markers.enqueue(held) is first and markers.enqueue(behind) is second
+    leaders.gate[held].set()
+    await asyncio.gather(first, second)
+    assert leaders.written == [held, behind]
+    await markers.write(held)  # written already: queued anew, sent again (idempotent)
+    assert leaders.written == [held, behind, held]
 
 
 async def test_pending_markers_are_bounded_and_close_fails_their_callers() -> None:
