@@ -10,12 +10,15 @@ transactional producer and read_committed consumer over the Kafka listeners.
   with the transaction's COMMIT, and not with an ABORT.
 * kill -9 of the transaction coordinator's server under a transactional loop: every committed
   transaction read exactly once, no aborted record, nothing torn, every LSO moving again.
+* A coordinator killed after it logged PrepareCommit, before the marker was written (the
+  partition's leader frozen): the next coordinator completes the commit, once.
 * A transactional Produce after its transaction ended is refused by the partition's leader
   (INVALID_TXN_STATE: KIP-890 part 1), and the partition's LSO is not held back by it.
 """
 
 from __future__ import annotations
 
+import signal
 import threading
 import uuid
 
@@ -344,3 +347,52 @@ def test_transactions_on_a_cluster_with_acls_and_broker_principals(
         producer.produce(topic, value=value, partition=p)
     producer.commit_transaction(60)
     assert sorted(read_committed(servers, topic, PARTITIONS)) == sorted(values)
+
+
+def test_a_coordinator_killed_in_the_middle_of_a_commit_completes_it(start_member):
+    """PrepareCommit logged, the marker not written (the partition's leader frozen), then the
+    coordinator's server is killed: the next coordinator finds the decision and commits."""
+    servers = start_cluster(lambda node, *flags: start_member(node, *flags, *TXN_FLAGS))
+    topic = f"mid-{uuid.uuid4().hex[:8]}"
+    create_topic(servers[1], topic)
+    probe = transactional_producer(servers, "probe")
+    probe.init_transactions(60)  # the state topic made
+    data_leader = leaders(servers[1], topic)[0]
+    state = leaders(servers[1], CLUSTER_TRANSACTION_STATE_TOPIC)
+    transactional_id = next(
+        name for name in (f"mid-{i}" for i in range(1000))
+        if state[partition_for_transactional_id(name, STATE_PARTITIONS)] not in (
+            data_leader, -1))
+    coordinator = state[partition_for_transactional_id(transactional_id, STATE_PARTITIONS)]
+    producer = transactional_producer(servers, transactional_id)
+    producer.init_transactions(60)
+    producer.begin_transaction()
+    producer.produce(topic, value=b"decided", partition=0)
+    producer.flush(30)
+    frozen = servers[data_leader]
+    frozen.process.send_signal(signal.SIGSTOP)
+    outcome: list[object] = []
+    committer = threading.Thread(target=lambda: outcome.append(_commit(producer)))
+    try:
+        committer.start()
+        with SyncClient(servers[coordinator].target) as client:
+            wait_for(lambda: client.describe_transaction(transactional_id).state
+                     == "PrepareCommit", "the commit decided (PrepareCommit logged)")
+        servers[coordinator].kill()
+    finally:
+        frozen.process.send_signal(signal.SIGCONT)
+    committer.join(FAILOVER_BOUND_S * 6)
+    assert outcome == [None], outcome
+    survivors = {n: s for n, s in servers.items() if n != coordinator}
+    assert read_committed(survivors, topic, 1, timeout_s=FAILOVER_BOUND_S * 3) == [b"decided"]
+    # The next coordinator found the decision when it loaded, and completed it.
+    assert any("completing 1 decided transactions" in s.log_text()
+               for s in survivors.values())
+
+
+def _commit(producer: Producer) -> object:
+    try:
+        producer.commit_transaction(FAILOVER_BOUND_S * 5)
+    except KafkaException as exc:
+        return exc.args[0]
+    return None
