@@ -668,8 +668,9 @@ class TransactionCoordinator:
     def _refuse_in_cluster(self) -> None:
         if self._cluster_node_id is not None:
             raise TransactionsNotSupportedError(
-                "transactions are not supported in cluster mode yet; leave the transactional id"
-                " unset for an idempotent producer (docs/cluster.md)"
+                "this server's own coordinator hands out producer ids only in cluster mode:"
+                " transactional ids are served by the cluster's state partitions' coordinators"
+                " (server/transaction_service/, docs/cluster.md)"
             )
 
     def _check_timeout(self, transactional_id: str, timeout_ms: int) -> None:
