@@ -278,13 +278,16 @@ class ClusterTransactions:
         self._coordinators.clear()
         self.local.close()
 
-    def _wait(self, work: Awaitable[_T], timeout_s: float, what: str) -> _T:
-        """Run ``work`` on the loop from a pool thread and wait for it at most ``timeout_s``."""
+    def _wait(self, work: Awaitable[_T], timeout_s: float, what: str, *,
+              cancel_late: bool = True) -> _T:
+        """Run ``work`` on the loop from a pool thread and wait for it at most ``timeout_s``;
+        then it is cancelled, unless ``cancel_late`` is False (it runs to its end unwatched)."""
         future = asyncio.run_coroutine_threadsafe(_awaited(work), self._loop)
         try:
             return future.result(timeout_s)
         except TimeoutError:
-            future.cancel()
+            if cancel_late:
+                future.cancel()
             raise CoordinatorNotAvailableError(
                 f"{what} took longer than {timeout_s:.0f} s: retry") from None
 
@@ -329,8 +332,10 @@ class ClusterTransactions:
         transaction queued at once, each behind its own partition's; waits for all."""
         markers = [Marker(topic, partition, producer_id, producer_epoch, coordinator_epoch,
                           commit) for topic, partition in partitions]
+        # Not cancelled when the wait ends: every marker must be queued, and stays queued.
         self._wait(_all(self.markers.write(marker) for marker in markers), MARKER_WAIT_S,
-                   f"writing the {len(markers)} markers of producer {producer_id}")
+                   f"writing the {len(markers)} markers of producer {producer_id}",
+                   cancel_late=False)
 
     def _generate_producer_id(self) -> int:
         return self.local.init_producer_id(None).producer_id

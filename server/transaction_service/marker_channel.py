@@ -174,7 +174,7 @@ class TxnMarkerChannel:
         try:
             future.result(timeout_s)
         except TimeoutError:
-            future.cancel()
+            # Not cancelled: the loop may not have queued the marker yet, and it must be.
             raise TimeoutError(
                 f"the {'COMMIT' if marker.commit else 'ABORT'} marker of producer "
                 f"{marker.producer_id} for {marker.topic}-{marker.partition} is not written"
