@@ -73,7 +73,7 @@ import grpc.aio
 from stratalog.records import Compression
 from stratalog.v1 import broker_pb2
 
-from . import wire
+from . import errors, wire
 from .acls import AclBinding, AclBindingFilter
 from .bootstrap import bootstrap_targets
 from .broker_connection import SESSION_RETRY_AFTER_S, BrokerConnection
@@ -924,6 +924,40 @@ class Client(GroupCalls):
 
     # --- exactly-once ----------------------------------------------------------------------------
 
+    async def _to_transaction_coordinator(
+        self, transactional_id: str | None, name: str, request: Any, timeout_s: Any,
+    ) -> Any:
+        """``request`` as RPC ``name`` to the coordinator of ``transactional_id``: on one
+        server (or without an id) the admin path; in a cluster, the leader of the id's state
+        partition, which FindCoordinator names (docs/cluster.md, "Transactions"), found again
+        once when it answers that it is not (or no longer) the coordinator."""
+        if transactional_id is None or not self._routing.in_cluster():
+            try:
+                return await self._call(name, request, self._deadline(timeout_s))
+            except errors.NotCoordinatorError:
+                if transactional_id is None:
+                    raise
+                # A cluster the client did not know it was talking to: find the coordinator.
+        for attempt in range(2):
+            found = await self.find_coordinator(
+                transactional_id, key_type=broker_pb2.COORDINATOR_TYPE_TRANSACTION,
+                timeout_s=timeout_s)
+            if not found.address:
+                raise errors.CoordinatorNotAvailableError(
+                    f"FindCoordinator named no address for transactional id"
+                    f" {transactional_id!r}")
+            connection = self._connection(found.address)
+            try:
+                return await connection.call(getattr(connection.stub, name), request,
+                                             self._deadline(timeout_s))
+            except (errors.NotCoordinatorError, errors.CoordinatorNotAvailableError,
+                    errors.BrokerUnavailableError) as err:
+                if attempt == 1:
+                    raise
+                logger.debug("%s of transactional id %s to %s: %s; finding the coordinator"
+                             " again", name, transactional_id, found.address, err)
+        raise AssertionError("unreachable")
+
     async def init_producer_id(
         self,
         transactional_id: str | None = None,
@@ -940,7 +974,8 @@ class Client(GroupCalls):
         InvalidTransactionTimeoutError.
         """
         request = wire.init_producer_id_request(transactional_id, transaction_timeout_ms)
-        response = await self._call("InitProducerId", request, self._deadline(timeout_s))
+        response = await self._to_transaction_coordinator(
+            transactional_id, "InitProducerId", request, timeout_s)
         return wire.producer_id_and_epoch(response)
 
     async def add_partitions_to_txn(
@@ -961,7 +996,8 @@ class Client(GroupCalls):
         request = wire.add_partitions_to_txn_request(
             transactional_id, producer_id, producer_epoch, partitions
         )
-        await self._call("AddPartitionsToTxn", request, self._deadline(timeout_s))
+        await self._to_transaction_coordinator(
+            transactional_id, "AddPartitionsToTxn", request, timeout_s)
 
     async def add_offsets_to_txn(
         self,
@@ -978,7 +1014,8 @@ class Client(GroupCalls):
         request = broker_pb2.AddOffsetsToTxnRequest(
             transactional_id=transactional_id, producer_id=producer_id,
             producer_epoch=producer_epoch, group_id=group_id)
-        await self._call("AddOffsetsToTxn", request, self._deadline(timeout_s))
+        await self._to_transaction_coordinator(
+            transactional_id, "AddOffsetsToTxn", request, timeout_s)
 
     async def end_txn(
         self,
@@ -996,7 +1033,7 @@ class Client(GroupCalls):
         already decided), ConcurrentTransactionsError (retriable).
         """
         request = wire.end_txn_request(transactional_id, producer_id, producer_epoch, commit)
-        await self._call("EndTxn", request, self._deadline(timeout_s))
+        await self._to_transaction_coordinator(transactional_id, "EndTxn", request, timeout_s)
 
     async def describe_transaction(
         self, transactional_id: str, *, timeout_s: float | None = _UNSET
@@ -1004,7 +1041,8 @@ class Client(GroupCalls):
         """The coordinator's state of ``transactional_id``. Raises
         TransactionalIdNotFoundError."""
         request = wire.describe_transaction_request(transactional_id)
-        response = await self._call("DescribeTransaction", request, self._deadline(timeout_s))
+        response = await self._to_transaction_coordinator(
+            transactional_id, "DescribeTransaction", request, timeout_s)
         return wire.transaction_description(response)
 
     # --- security --------------------------------------------------------------------------------

@@ -14,7 +14,10 @@ Life of a server process (``stratalog serve``)::
         metrics_connections_max, kafka_connections_max: open_files_fit.connections_reserved)
     open the TransactionCoordinator: replay __transaction_state (without recovery where the
         directory's clean-shutdown marker was found), complete the commits and aborts a crash
-        left half-written (their markers go to the LogManager's partitions)
+        left half-written (their markers go to the LogManager's partitions); with --cluster,
+        wrap it in the ClusterTransactions (server/transaction_service/: transactional ids on
+        the leaders of __cluster_transaction_state's partitions, told of leadership by the
+        replica roles, with the TransactionMarkers service registered beside Replication)
     load the TLS files and the credential file (server/security/), if configured
     with --cluster, before the logs open: connect to etcd (TLS and etcd credentials as
         configured), grant the lease and keep it alive (server/cluster/node.py's connect);
@@ -143,6 +146,7 @@ if TYPE_CHECKING:
     from stratalog.server.kafka import KafkaListener
     from stratalog.server.rpc.replication_service import ReplicationService
     from stratalog.server.storage.log_manager import LogManager
+    from stratalog.server.transaction_service import ClusterTransactions
     from stratalog.server.transactions import TransactionConfig, TransactionCoordinator
 
 __all__ = ["SERVICE_NAME", "Server", "StartupError", "main", "run"]
@@ -179,7 +183,8 @@ class Server:
         self.port: int | None = None
         self.metrics_port: int | None = None
         self.log_manager: LogManager | None = None
-        self.coordinator: TransactionCoordinator | None = None
+        # In cluster mode the ClusterTransactions over the local coordinator.
+        self.coordinator: TransactionCoordinator | ClusterTransactions | None = None
         self.cluster_node: ClusterNode | None = None  # with --cluster, from start() to stop()
         # With --cluster: the etcd session from before the logs open until stop(), and with
         # authorizer = "acl" the cluster's ACLs (server/cluster/cluster_acls.py).
@@ -308,6 +313,14 @@ class Server:
                     "cannot load the transaction coordinator's state log (__transaction_state)"
                     f" in {list(settings.log_dirs)}: {exc}"
                 ) from exc
+            if settings.cluster:
+                # Transactional ids are the state partitions' coordinators' (the local one
+                # hands out producer ids): server/transaction_service/.
+                from stratalog.server.transaction_service import ClusterTransactions
+
+                self.coordinator = ClusterTransactions(
+                    self.coordinator, replica_manager, settings, self._executor,
+                    transaction_config(settings))
             if settings.authorizer == "acl":
                 try:
                     # After the LogManager: the ACL file lives in a log dir it has locked.
@@ -415,6 +428,18 @@ class Server:
             self._replication = ReplicationService(
                 self._executor, BrokerIdentity(settings.broker_principals))
             replication_pb2_grpc.add_ReplicationServicer_to_server(self._replication, self._grpc)
+            # The transaction coordinators' markers and produce permissions (issue 29).
+            from stratalog.server.rpc.transaction_markers_service import (
+                TransactionMarkersService,
+            )
+            from stratalog.server.transaction_service import ClusterTransactions
+            from stratalog.v1 import transaction_markers_pb2_grpc
+
+            markers = TransactionMarkersService(BrokerIdentity(settings.broker_principals))
+            if isinstance(self.coordinator, ClusterTransactions):
+                markers.calls = self.coordinator.calls
+            transaction_markers_pb2_grpc.add_TransactionMarkersServicer_to_server(
+                markers, self._grpc)
         self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._grpc)
         reflection.enable_server_reflection(
@@ -713,11 +738,21 @@ class Server:
 
         assert self.replica_manager is not None and self.cluster_node is not None
         assert self.log_manager is not None
+        from stratalog.server.coordinator_placement import LeadershipListeners
+        from stratalog.server.transaction_service import ClusterTransactions
+
+        # The coordinator of a __consumer_offsets or __cluster_transaction_state partition is
+        # its leader; the transactions also drop a partition's produce permissions.
+        listeners = []
+        if self.groups is not None and self.groups.cluster is not None:
+            listeners.append(self.groups.cluster)
+        if isinstance(self.coordinator, ClusterTransactions):
+            self.coordinator.calls.peers = peers
+            listeners.append(self.coordinator)
         roles = ReplicaRoles(
             self.cluster_node, self.log_manager, self.settings, self._executor,
             events=self.replica_manager, peers=peers, metrics=self.metrics,
-            # The coordinator of a __consumer_offsets partition is its leader.
-            leadership=self.groups.cluster if self.groups is not None else None,
+            leadership=LeadershipListeners(*listeners),
         )
         # Before it applies the view: a replicated topic must never be served as a local one.
         self.replica_manager.join_cluster(self.cluster_node, roles)
@@ -988,6 +1023,10 @@ class Server:
         coordinator, self.coordinator = self.coordinator, None
         log_manager = self.log_manager
         loop = asyncio.get_running_loop()
+        from stratalog.server.transaction_service import ClusterTransactions
+
+        if isinstance(coordinator, ClusterTransactions):
+            await coordinator.stop()  # cluster mode: the loads and the marker senders
         try:
             # The executor still runs a maintenance pass or an fsync that outlived its RPC:
             # close after them (the pool finishes queued work in order of submission). The

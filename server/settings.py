@@ -137,6 +137,9 @@ _KAFKA_ALIASES = {
     "transaction.remove.expired.transaction.cleanup.interval.ms":
         "transaction_remove_expired_transaction_cleanup_interval_ms",
     "transaction.partitions.max": "transaction_partitions_max",
+    "transaction.state.log.num.partitions": "transaction_state_log_num_partitions",
+    "transaction.state.log.replication.factor": "transaction_state_log_replication_factor",
+    "transaction.state.log.min.isr": "transaction_state_log_min_isr",
     "super.users": "super_users",
     "allow.everyone.if.no.acl.found": "allow_everyone_if_no_acl_found",
     "quota.window.num": "quota_window_num",

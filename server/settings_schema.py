@@ -421,6 +421,28 @@ class Settings:
         " must fit one batch of the transaction state log)",
         1,
     )
+    transaction_state_log_num_partitions: int = _setting(
+        50,
+        "cluster mode: partitions of the replicated internal topic that holds the transaction"
+        " coordinators' state, made when a transactional id is first used (Kafka's"
+        " transaction.state.log.num.partitions); an id lives in partition"
+        " abs(hashCode(transactional id)) % this. Changing it after the topic exists changes"
+        " nothing",
+        1,
+    )
+    transaction_state_log_replication_factor: int = _setting(
+        3,
+        "cluster mode: copies of each partition of the transaction state topic (Kafka's"
+        " transaction.state.log.replication.factor), at most the live servers when it is made",
+        1,
+    )
+    transaction_state_log_min_isr: int = _setting(
+        2,
+        "cluster mode: min.insync.replicas of the transaction state topic (Kafka's"
+        " transaction.state.log.min.isr), at most its replication factor: a coordinator's"
+        " state change is answered once this many replicas hold it",
+        1,
+    )
     # ---- consumer groups (issue 27; docs/groups.md "Serving groups"; server/group_service/)
     offsets_topic_num_partitions: int = _setting(
         50,

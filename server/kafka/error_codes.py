@@ -144,6 +144,8 @@ ERROR_TABLE: Mapping[type[BaseException], Code] = types.MappingProxyType({
     transaction_errors.TransactionError: _C.INVALID_REQUEST,
     transaction_errors.ConcurrentTransactionsError: _C.CONCURRENT_TRANSACTIONS,
     transaction_errors.CoordinatorLoadInProgressError: _C.COORDINATOR_LOAD_IN_PROGRESS,
+    transaction_errors.NotCoordinatorError: _C.NOT_COORDINATOR,
+    transaction_errors.CoordinatorNotAvailableError: _C.COORDINATOR_NOT_AVAILABLE,
     transaction_errors.ProducerFencedError: _C.PRODUCER_FENCED,
     transaction_errors.InvalidProducerIdMappingError: _C.INVALID_PRODUCER_ID_MAPPING,
     transaction_errors.TransactionalIdNotFoundError: _C.TRANSACTIONAL_ID_NOT_FOUND,

@@ -244,6 +244,8 @@ ERROR_TABLE: Mapping[type[BaseException], str] = types.MappingProxyType({
     transaction_errors.TransactionError: "INVALID_REQUEST",
     transaction_errors.ConcurrentTransactionsError: "CONCURRENT_TRANSACTIONS",
     transaction_errors.CoordinatorLoadInProgressError: "COORDINATOR_LOAD_IN_PROGRESS",
+    transaction_errors.NotCoordinatorError: "NOT_COORDINATOR",
+    transaction_errors.CoordinatorNotAvailableError: "COORDINATOR_NOT_AVAILABLE",
     transaction_errors.ProducerFencedError: "PRODUCER_FENCED",
     transaction_errors.InvalidProducerIdMappingError: "INVALID_PRODUCER_ID_MAPPING",
     transaction_errors.TransactionalIdNotFoundError: "TRANSACTIONAL_ID_NOT_FOUND",

@@ -175,7 +175,7 @@ def test_create_topic_writes_etcd_and_every_server_agrees(start_member, etcd, tm
     assert etcd_records(etcd, "double") == ({}, {})
 
     # Producer ids: the node id above each server's own counter, so never the same twice in
-    # the cluster; transactions are refused in cluster mode.
+    # the cluster (transactions in a cluster: tests/cluster/test_transactions_cluster.py).
     ids = []
     for server in servers:
         with grpc.insecure_channel(server.target) as channel:
@@ -183,12 +183,6 @@ def test_create_topic_writes_etcd_and_every_server_agrees(start_member, etcd, tm
             for _ in range(2):
                 ids.append(stub.InitProducerId(pb.InitProducerIdRequest(),
                                                timeout=CALL_TIMEOUT_S).producer_id)
-            with pytest.raises(grpc.RpcError) as caught:
-                stub.InitProducerId(pb.InitProducerIdRequest(transactional_id="tx"),
-                                    timeout=CALL_TIMEOUT_S)
-            error = from_rpc_error(caught.value)
-            assert error.reason == "INVALID_REQUEST"
-            assert "transactions are not supported in cluster mode yet" in error.message
     assert len(set(ids)) == 6
     assert [producer_id >> 40 for producer_id in ids] == [1, 1, 2, 2, 3, 3]
 

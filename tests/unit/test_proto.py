@@ -101,23 +101,25 @@ def test_generated_modules_match_a_fresh_protoc_run(tmp_path: Path) -> None:
     )
 
 
-def test_replication_modules_match_a_fresh_protoc_run(tmp_path: Path) -> None:
-    # The internal server-to-server service (replication.proto, issue 17): no compatibility
-    # promise, but the committed modules must be what `make proto` makes of it.
+@pytest.mark.parametrize("stem", ["replication", "transaction_markers"])
+def test_internal_modules_match_a_fresh_protoc_run(tmp_path: Path, stem: str) -> None:
+    # The internal server-to-server services (replication.proto, issue 17;
+    # transaction_markers.proto, issue 29): no compatibility promise, but the committed modules
+    # must be what `make proto` makes of them.
     _protoc(
         "-Iproto",
         f"--python_out={tmp_path}",
         f"--pyi_out={tmp_path}",
         f"--grpc_python_out={tmp_path}",
-        "proto/stratalog/v1/replication.proto",
+        f"proto/stratalog/v1/{stem}.proto",
         cwd=PROJECT_ROOT,
     )
     stale = [
-        name for name in ("replication_pb2.py", "replication_pb2.pyi", "replication_pb2_grpc.py")
+        name for name in (f"{stem}_pb2.py", f"{stem}_pb2.pyi", f"{stem}_pb2_grpc.py")
         if (tmp_path / "stratalog" / "v1" / name).read_bytes()
         != (PROTO_ROOT / "stratalog" / "v1" / name).read_bytes()
     ]
-    assert not stale, f"{stale} differ from replication.proto; run `make proto` and commit"
+    assert not stale, f"{stale} differ from {stem}.proto; run `make proto` and commit"
 
 
 def test_imported_module_carries_the_descriptor_of_our_proto(
