@@ -10,8 +10,8 @@ gRPC port is bound, so that the advertised address carries the real port::
     register <prefix>/brokers/<node_id>         NodeIdInUseError: a live server has the id
     read the broker list, campaign if no controller is known, read the topics and partitions
     start the keep-alive, the broker list poll, the election poll, the view's poll and the
-    controller's duties (leader_election.py, and preferred_leader.py's automatic rebalance:
-    they act only while this server is controller)
+    controller's duties (leader_election.py, preferred_leader.py's automatic rebalance and
+    reassignment.py's passes: they act only while this server is controller)
 
 Stop: the polls end, then the server closes the session: the lease is revoked (the broker key and, on the controller, the
 controller key are deleted at once, so another server takes over without waiting a TTL).
@@ -29,6 +29,7 @@ from .layout import ClusterKeys
 from .leader_election import LeaderElector
 from .membership import BrokerInfo, Membership
 from .preferred_leader import PreferredLeaders
+from .reassignment import Reassignments
 from .session import EtcdSession
 
 __all__ = ["POLL_INTERVALS_PER_SESSION", "ClusterNode", "connect"]
@@ -44,8 +45,12 @@ class ClusterNode:
     def __init__(self, session: EtcdSession, membership: Membership,
                  election: ControllerElection, view: ClusterView, keys: ClusterKeys,
                  elector: LeaderElector | None = None,
-                 preferred: PreferredLeaders | None = None) -> None:
+                 preferred: PreferredLeaders | None = None,
+                 reassignments: Reassignments | None = None) -> None:
         self.session = session
+        #: Partition reassignments and drains: requests and the controller's passes
+        #: (reassignment.py).
+        self.reassignments = reassignments
         #: Preferred-leader elections: on demand and automatic (preferred_leader.py).
         self.preferred = preferred
         #: The controller's duties (leader_election.py): passes only while this is controller.
@@ -95,6 +100,8 @@ class ClusterNode:
             check_interval_s=leader_imbalance_check_interval_s,
             imbalance_percentage=leader_imbalance_per_broker_percentage,
         )
+        reassignments = Reassignments(session, keys, election, membership, view, elector,
+                                      poll_interval_s)
         await membership.register()
         await membership.refresh()
         await election.maybe_campaign()
@@ -105,7 +112,9 @@ class ClusterNode:
         view.start()
         elector.start()
         preferred.start()
-        return cls(session, membership, election, view, keys, elector, preferred)
+        reassignments.start()
+        return cls(session, membership, election, view, keys, elector, preferred,
+                   reassignments)
 
     @property
     def node_id(self) -> int:
@@ -121,6 +130,8 @@ class ClusterNode:
         return self.election.state
 
     async def close(self) -> None:
+        if self.reassignments is not None:
+            await self.reassignments.close()
         if self.preferred is not None:
             await self.preferred.close()
         if self.elector is not None:

@@ -22,7 +22,8 @@ this node among its replicas (partition_state.py's TopicAssignment):
      epoch in the leader epoch cache at the log end offset (Kafka's ``makeLeader``), track
      the high watermark from ``replication-offset-checkpoint`` (or the one it tracked as a
      follower), reset the followers' states; from now on appends are stamped with the epoch;
-   * the same leader and epoch: only the ISR changed, applied;
+   * the same leader and epoch: only the ISR, or the replicas (a reassignment:
+     reassignment.py), changed, applied;
    * another leader (or none): follow it (replica_fetcher.py), acks=all producers waiting
      here fail with NotLeaderOrFollowerError;
    * an epoch older than the replica's: a stale read, ignored.
@@ -333,14 +334,29 @@ class ReplicaRoles:
         if state.leader == self.node_id:
             if (replica.role is Role.LEADER and replica.leader_epoch == state.leader_epoch
                     and replica.leads_under_current_lease):
+                self._reassigned(replica, replicas)
                 replica.update_isr(state, revision)
             else:
                 await self._make_leader(replica, state, revision, replicas)
         elif (replica.role is Role.FOLLOWER and replica.leader_epoch == state.leader_epoch
               and replica.leader_id == state.leader):
             replica.isr, replica.mod_revision = state.isr, revision
+            replica.replicas = replicas
         else:
             await self._make_follower(replica, state, revision, replicas)
+
+    @staticmethod
+    def _reassigned(replica: Replica, replicas: tuple[int, ...]) -> None:
+        """The leader's replicas changed at the same epoch (a reassignment, reassignment.py,
+        added or removed some): the added ones may fetch and join the ISR from now on; what it
+        knew of the removed ones is forgotten (they count for nothing, and fetch no more)."""
+        if replicas == replica.replicas:
+            return
+        logger.info("%s-%d: replicas %s -> %s (reassignment)", replica.topic, replica.partition,
+                    list(replica.replicas), list(replicas))
+        replica.replicas = replicas
+        replica.followers = {node: follower for node, follower in replica.followers.items()
+                             if node in replicas}
 
     async def _make_leader(self, replica: Replica, state: PartitionState, revision: int,
                            replicas: tuple[int, ...]) -> None:

@@ -1,0 +1,133 @@
+"""server/cluster/reassignment.py's replica lists and steps (Kafka's
+``PartitionReassignmentReplicas`` and the ZooKeeper-era controller's ``onPartitionReassignment``),
+walked through a whole reassignment, a cancellation and a drain's placement."""
+
+from __future__ import annotations
+
+import pytest
+
+from stratalog.server.cluster.errors import InvalidReplicaAssignmentError
+from stratalog.server.cluster.partition_state import (
+    PartitionReassignment,
+    PartitionState,
+    TopicAssignment,
+)
+from stratalog.server.cluster.reassignment import (
+    Complete,
+    MoveLeader,
+    Wait,
+    cancelled,
+    check_target,
+    next_step,
+    reassigned,
+)
+from stratalog.server.cluster.replica_placement import replacement_broker
+
+LIVE = {1, 2, 3, 4}
+
+
+def test_a_reassignment_records_target_first_then_the_replicas_being_removed() -> None:
+    replicas, reassignment = reassigned((1, 2, 3), None, (2, 3, 4))
+    assert replicas == (2, 3, 4, 1)
+    assert reassignment == PartitionReassignment(adding=(4,), removing=(1,))
+    assert reassignment.target(replicas) == (2, 3, 4)
+    assert reassignment.original(replicas) == (2, 3, 1)
+
+
+def test_a_target_with_the_same_replicas_is_written_at_once() -> None:
+    assert reassigned((1, 2, 3), None, (1, 2, 3)) == ((1, 2, 3), None)
+    # Reordering only moves no replica: the new order (a new preferred leader) at once.
+    assert reassigned((1, 2, 3), None, (3, 2, 1)) == ((3, 2, 1), None)
+
+
+def test_a_new_target_replaces_the_one_in_progress_from_the_original_replicas() -> None:
+    replicas, current = reassigned((1, 2, 3), None, (2, 3, 4))
+    assert current is not None
+    replicas, new = reassigned(replicas, current, (1, 2, 5))
+    assert replicas == (1, 2, 5, 3)
+    assert new == PartitionReassignment(adding=(5,), removing=(3,))  # 4 is dropped at once
+
+
+def test_cancelling_goes_back_to_the_original_replicas() -> None:
+    replicas, current = reassigned((1, 2, 3), None, (2, 3, 4))
+    assert current is not None
+    replicas, undo = cancelled(replicas, current)
+    assert undo == PartitionReassignment(adding=(), removing=(4,))
+    assert undo.target(replicas) == (2, 3, 1)
+
+
+def test_a_whole_reassignment_step_by_step() -> None:
+    replicas, reassignment = reassigned((1, 2, 3), None, (2, 3, 4))
+    assert reassignment is not None
+    state = PartitionState(1, 5, (1, 2, 3), 7)
+    # The leader is being removed and 2 is in sync: the leadership moves first, epoch + 1.
+    step = next_step(replicas, reassignment, state, LIVE, 8)
+    assert step == MoveLeader(PartitionState(2, 6, (1, 2, 3), 8))
+    state = step.state
+    # 4 has not joined the ISR: wait.
+    step = next_step(replicas, reassignment, state, LIVE, 8)
+    assert isinstance(step, Wait) and "[4]" in step.why
+    # 4 caught up and joined: complete, 1 leaves replicas and ISR, leader and epoch kept.
+    state = PartitionState(2, 6, (1, 2, 3, 4), 8)
+    assert next_step(replicas, reassignment, state, LIVE, 8) == \
+        Complete((2, 3, 4), PartitionState(2, 6, (2, 3, 4), 8))
+
+
+def test_the_leadership_waits_for_a_target_replica_in_sync() -> None:
+    replicas, reassignment = reassigned((1,), None, (4,))
+    assert reassignment is not None
+    step = next_step(replicas, reassignment, PartitionState(1, 0, (1,), 0), LIVE, 1)
+    assert isinstance(step, Wait)
+    step = next_step(replicas, reassignment, PartitionState(1, 0, (1, 4), 0), LIVE, 1)
+    assert step == MoveLeader(PartitionState(4, 1, (1, 4), 1))
+    # Not to a dead target replica.
+    step = next_step(replicas, reassignment, PartitionState(1, 0, (1, 4), 0), {1}, 1)
+    assert isinstance(step, Wait)
+
+
+def test_a_cancellation_completes_once_the_leader_is_an_original_replica() -> None:
+    replicas, current = reassigned((1, 2, 3), None, (2, 3, 4))
+    assert current is not None
+    replicas, undo = cancelled(replicas, current)
+    assert undo is not None
+    # 4 had become leader: moved back to the first original replica in sync.
+    step = next_step(replicas, undo, PartitionState(4, 3, (4, 2, 3), 1), LIVE, 2)
+    assert step == MoveLeader(PartitionState(2, 4, (4, 2, 3), 2))
+    # An original replica that is out of the ISR does not hold the cancellation back.
+    step = next_step(replicas, undo, PartitionState(2, 4, (4, 2), 2), LIVE, 2)
+    assert step == Complete((2, 3, 1), PartitionState(2, 4, (2,), 2))
+
+
+def test_targets_are_checked() -> None:
+    check_target((1, 2, 3), LIVE)
+    for target, words in [((), "empty"), ((1, 1), "more than once"), ((1, 9), "[9]")]:
+        with pytest.raises(InvalidReplicaAssignmentError, match=words):
+            check_target(target, LIVE)
+
+
+def test_the_assignment_round_trips_its_reassignments_and_refuses_bad_ones() -> None:
+    replicas, reassignment = reassigned((1, 2, 3), None, (2, 3, 4))
+    assert reassignment is not None
+    assignment = TopicAssignment({0: replicas, 1: (1, 2, 3)}, {"a": "b"}, {0: reassignment})
+    assert TopicAssignment.decode(assignment.encode()) == assignment
+    assert assignment.target(0) == (2, 3, 4) and assignment.target(1) == (1, 2, 3)
+    # Without reassignments the format is the one before (no "reassigning" key).
+    assert b"reassigning" not in TopicAssignment({0: (1,)}).encode()
+    for bad in [b'{"0": {"adding": [9], "removing": []}}',        # not a replica
+                b'{"0": {"adding": [4], "removing": [4]}}',       # both
+                b'{"0": {"adding": [], "removing": []}}',         # nothing
+                b'{"0": {"adding": [], "removing": [2, 3, 4, 1]}}',  # no target
+                b'{"5": {"adding": [4], "removing": []}}']:       # no such partition
+        value = (b'{"partitions": {"0": [2, 3, 4, 1]}, "configs": {}, "reassigning": '
+                 + bad + b"}")
+        assert TopicAssignment.decode(value) is None, bad
+
+
+def test_a_drained_replica_goes_to_the_least_loaded_broker_on_another_rack() -> None:
+    no_racks = {1: "", 2: "", 3: "", 4: "", 5: ""}
+    assert replacement_broker(1, (2, 3), no_racks, {4: 3, 5: 1}) == 5
+    assert replacement_broker(1, (2, 3), no_racks, {4: 1, 5: 1}) == 4
+    racks = {1: "a", 2: "b", 3: "c", 4: "b", 5: "a"}
+    # 4 is less loaded, but on rack b with replica 2: 5 keeps three racks.
+    assert replacement_broker(1, (2, 3), racks, {4: 0, 5: 9}) == 5
+    assert replacement_broker(1, (2, 3), {1: "", 2: "", 3: ""}, {}) is None
