@@ -75,7 +75,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Mapping, Set
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from stratalog.server.storage.errors import UnknownTopicOrPartitionError
@@ -102,6 +102,7 @@ __all__ = [
     "ALTER_TIMEOUT_S",
     "Complete",
     "MoveLeader",
+    "OngoingReassignment",
     "Reassignments",
     "Wait",
     "cancelled",
@@ -144,6 +145,24 @@ def cancelled(replicas: Replicas, current: PartitionReassignment
     if not current.adding:
         return replicas, current  # a removal only: cancelling changes nothing left to undo
     return (*original, *current.adding), PartitionReassignment((), current.adding)
+
+
+@dataclass(frozen=True, slots=True)
+class OngoingReassignment:
+    """A partition being reassigned, as ListPartitionReassignments answers it: its replicas
+    (the target, then the ones being removed), the ones being added and removed, its leader
+    (-1: none), and its progress where the answering server leads it: the leader's log end
+    offset (-1: unknown here) and each follower's log end offset as of its last fetch (-1:
+    none yet)."""
+
+    topic: str
+    partition: int
+    replicas: Replicas
+    adding: Replicas
+    removing: Replicas
+    leader: int = -1
+    leader_log_end_offset: int = -1
+    progress: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
