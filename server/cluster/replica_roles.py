@@ -78,6 +78,7 @@ from .errors import LeaderNotAvailableError, NotLeaderOrFollowerError
 from .node import POLL_INTERVALS_PER_SESSION
 from .replica import LeadershipListener, Replica, ReplicaEvents, Role
 from .replica_fetcher import FetchSettings, ReplicaFetcher
+from .replication_throttle import ReplicationThrottle, ThrottledPeer
 from .topic_configs import apply_overrides
 
 if TYPE_CHECKING:
@@ -128,6 +129,10 @@ class ReplicaRoles:
         )
         self.partitions: dict[PartitionKey, Replica] = {}
         self._fetchers: dict[PartitionKey, ReplicaFetcher] = {}
+        #: One bucket for every partition this server is being added to (Kafka's follower
+        #: throttle is per broker); rate 0: off.
+        self._throttle = ReplicationThrottle(settings.replica_reassignment_throttled_rate,
+                                             time.monotonic())
         self._applying = asyncio.Lock()
         self._isr_task: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
@@ -398,8 +403,8 @@ class ReplicaRoles:
             logger.info("%s-%d: following node %d at epoch %d from offset %d", replica.topic,
                         replica.partition, state.leader, state.leader_epoch, log.log_end_offset)
             fetcher = ReplicaFetcher(replica, state.leader_epoch,
-                                     lambda: self._stub(state.leader), self._fetch_settings,
-                                     self._executor)
+                                     lambda: self._peer(key, state.leader),
+                                     self._fetch_settings, self._executor)
             self._fetchers[key] = fetcher
             fetcher.start()
 
@@ -415,6 +420,18 @@ class ReplicaRoles:
     def _stub(self, node_id: int) -> ReplicationPeer | None:
         address = self.leader_address(node_id)
         return self.peers.replication(address, self._live_addresses) if address else None
+
+    def _peer(self, key: PartitionKey, node_id: int) -> ReplicationPeer | ThrottledPeer | None:
+        """The leader's peer for the fetcher of ``key``: throttled while this server is being
+        added to the partition (replication_throttle.py), as the view says at each fetch."""
+        peer = self._stub(node_id)
+        if peer is None or not self._throttle.enabled:
+            return peer
+        assignment = self._node.view.topics.get(key[0])
+        reassignment = assignment.reassigning.get(key[1]) if assignment is not None else None
+        if reassignment is not None and self.node_id in reassignment.adding:
+            return ThrottledPeer(peer, self._throttle)
+        return peer
 
     def _live_addresses(self) -> set[str]:
         return {broker.address for broker in self._node.membership.brokers.values()}

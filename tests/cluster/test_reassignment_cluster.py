@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import uuid
 
 import grpc
@@ -295,3 +296,52 @@ def test_reassignments_over_the_kafka_protocol(start_member, etcd) -> None:
     finally:
         os.kill(servers[frozen].process.pid, signal.SIGCONT)
         admin.close()
+
+
+#: The throttle test's rate (bytes/s), record size and answer bound (replica_fetch_max_bytes).
+THROTTLE_RATE = 50_000
+RECORD_BYTES = 1_000
+FETCH_BYTES_MAX = 16_384
+
+
+def test_a_throttled_new_replica_fetches_within_the_rate(start_member, etcd) -> None:
+    flags = ("--replica-reassignment-throttled-rate", str(THROTTLE_RATE),
+             "--replica-fetch-max-bytes", str(FETCH_BYTES_MAX))
+    servers = {node: start_member(node, *MEMBER_FLAGS, *flags) for node in range(1, 5)}
+    wait_for(lambda: all(len(metadata(s).brokers) == 4 for s in servers.values()),
+             "4 brokers seen by every server")
+    topic = f"slow-{uuid.uuid4().hex[:6]}"
+    _create(servers[1], topic, partitions=1)
+    original = _replicas(etcd, topic)[0]
+    [newcomer] = set(servers) - set(original)
+    # Batches below an answer's bound, so that no answer holds more than FETCH_BYTES_MAX.
+    producer = Producer({"bootstrap.servers": servers[1].kafka_bootstrap, "acks": "all",
+                         "linger.ms": 20, "batch.size": FETCH_BYTES_MAX // 2})
+    count = 400  # ~400 KB: eight seconds at the rate, one fetch answer without the throttle
+    for n in range(count):
+        producer.produce(topic, value=b"%d" % n + b"x" * (RECORD_BYTES - 8), partition=0)
+    assert producer.flush(60) == 0
+    started = time.monotonic()
+    assert _alter(servers[original[0]], topic, 0, [*original[:2], newcomer]).reason == 0
+    channel, broker = _broker(servers[_leader(servers[1], topic)])
+    samples = []
+    with channel:
+        def sampled() -> bool:
+            [ongoing] = broker.ListPartitionReassignments(
+                pb.ListPartitionReassignmentsRequest(), timeout=CALL_TIMEOUT_S).reassignments
+            progress = {p.node_id: p.log_end_offset for p in ongoing.progress}
+            samples.append((time.monotonic() - started, progress.get(newcomer, -1)))
+            return progress.get(newcomer, -1) > 0
+        wait_for(sampled, "the new replica fetching")
+        wait_for(lambda: sampled() and samples[-1][1] >= count // 2, "half caught up")
+    for elapsed_s, end in samples:
+        # Bytes fetched by then: at most the rate over the time, one second of burst and one
+        # answer (offsets stand for at least RECORD_BYTES each). Unthrottled it is all at once.
+        assert end * RECORD_BYTES <= THROTTLE_RATE * (elapsed_s + 1) + FETCH_BYTES_MAX, samples
+    wait_for(lambda: not _reassigning(etcd, topic), "the throttled reassignment done",
+             REASSIGNMENT_BOUND_S)
+
+
+def _leader(server: ServerProcess, topic: str) -> int:
+    [described] = metadata(server, topic).topics
+    return described.partitions[0].leader
