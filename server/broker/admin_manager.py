@@ -21,6 +21,8 @@ and translates the answer; the rules are here, once:
   changes and partition growth are refused (:meth:`ReplicaManager.refuse_client_change`);
 * **CreatePartitions in cluster mode** writes the grown assignment to etcd
   (server/cluster/topic_admin.py); each replica grows its local topic when it sees it;
+* **reassignments** (AlterPartitionReassignments, ListPartitionReassignments, a drain) are
+  server/cluster/reassignment.py's in cluster mode; a single server has nothing to reassign;
 * **config alterations** in three forms: set + delete (broker.proto's AlterTopicConfigs),
   replace every override (Kafka's AlterConfigs), and Kafka's incremental SET / DELETE /
   APPEND / SUBTRACT (IncrementalAlterConfigs); each may only validate;
