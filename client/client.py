@@ -733,6 +733,10 @@ class Client(GroupCalls):
         if not progress:
             return listed
         completed = []
+        if any(ongoing.leader >= 0 and self._cache.address_of(ongoing.leader) is None
+               for ongoing in listed):
+            with contextlib.suppress(StratalogError):  # to learn the leaders' addresses
+                await self.metadata(timeout_s=deadline)
         for ongoing in listed:
             address = self._cache.address_of(ongoing.leader) if ongoing.leader >= 0 else None
             if ongoing.leader_log_end_offset < 0 and address is not None:

@@ -111,7 +111,8 @@ class TopicAssignment:
 
     @property
     def replication_factor(self) -> int:
-        return len(self.replicas[0]) if self.replicas else 0
+        """Partition 0's, as its target has it (a reassignment in progress lists more)."""
+        return len(self.target(0)) if self.replicas else 0
 
     def target(self, partition: int) -> tuple[int, ...]:
         """The replicas ``partition`` has once its reassignment (if any) is done."""

@@ -31,7 +31,7 @@ from stratalog.v1 import broker_pb2_grpc
 from tests.cluster.conftest import metadata, wait_for
 from tests.cluster.test_controller import etcd_records
 from tests.cluster.test_faults import FAILOVER_BOUND_S, MEMBER_FLAGS
-from tests.integration.conftest import CALL_TIMEOUT_S, ServerProcess
+from tests.integration.conftest import CALL_TIMEOUT_S, ServerProcess, launch_server
 
 #: Records the background producer sends at most (a bound, not a target).
 RECORDS_MAX = 30_000
@@ -345,3 +345,54 @@ def test_a_throttled_new_replica_fetches_within_the_rate(start_member, etcd) -> 
 def _leader(server: ServerProcess, topic: str) -> int:
     [described] = metadata(server, topic).topics
     return described.partitions[0].leader
+
+
+def _cli(server: ServerProcess, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "stratalog.cli", "--target", server.target,
+                           *args], capture_output=True, text=True, timeout=120)
+
+
+def test_a_single_server_has_nothing_to_reassign(tmp_path) -> None:
+    server = launch_server(tmp_path / "single")
+    try:
+        assert _cli(server, "topics", "create", "solo").returncode == 0
+        refused = _cli(server, "topics", "reassign", "solo", "--partition", "0",
+                       "--replicas", "1,2")
+        assert refused.returncode == 1
+        assert "solo-0: not reassigned: INVALID_REPLICA_ASSIGNMENT" in refused.stdout
+        assert "cluster mode only" in refused.stdout
+        listed = _cli(server, "topics", "reassignments")
+        assert listed.returncode == 0 and "No partition is being reassigned." in listed.stdout
+        drained = _cli(server, "cluster", "drain", "--node", "0")
+        assert drained.returncode == 1 and "INVALID_REPLICA_ASSIGNMENT" in drained.stderr
+    finally:
+        server.stop()
+
+
+def test_the_cli_reassigns_lists_progress_and_cancels(start_member, etcd) -> None:
+    servers = _start(start_member)
+    topic = f"cli-{uuid.uuid4().hex[:6]}"
+    _create(servers[1], topic, partitions=1)
+    original = _replicas(etcd, topic)[0]
+    [newcomer] = set(servers) - set(original)
+    target = ",".join(map(str, [*original[:2], newcomer]))
+    os.kill(servers[newcomer].process.pid, signal.SIGSTOP)  # never catches up meanwhile
+    try:
+        started = _cli(servers[1], "topics", "reassign", topic, "--partition", "0",
+                       "--replicas", target)
+        assert started.returncode == 0, started.stderr
+        assert f"{topic}-0: reassignment to [{target.replace(',', ', ')}] started" in \
+            started.stdout
+        listed = _cli(servers[1], "topics", "reassignments")
+        assert listed.returncode == 0, listed.stderr
+        assert f"adding [{newcomer}]  removing [{original[2]}]" in listed.stdout
+        assert f"node {newcomer} not fetched yet" in listed.stdout  # the leader's progress
+        cancelled = _cli(servers[1], "topics", "reassign", topic, "--partition", "0",
+                         "--cancel", "--wait", "--timeout-s", str(REASSIGNMENT_BOUND_S))
+        assert cancelled.returncode == 0, cancelled.stdout + cancelled.stderr
+        assert f"{topic}-0: done" in cancelled.stdout
+        assert _replicas(etcd, topic)[0] == original
+        again = _cli(servers[1], "topics", "reassign", topic, "--partition", "0", "--cancel")
+        assert again.returncode == 1 and "NO_REASSIGNMENT_IN_PROGRESS" in again.stdout
+    finally:
+        os.kill(servers[newcomer].process.pid, signal.SIGCONT)

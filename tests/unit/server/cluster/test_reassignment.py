@@ -131,3 +131,10 @@ def test_a_drained_replica_goes_to_the_least_loaded_broker_on_another_rack() -> 
     # 4 is less loaded, but on rack b with replica 2: 5 keeps three racks.
     assert replacement_broker(1, (2, 3), racks, {4: 0, 5: 9}) == 5
     assert replacement_broker(1, (2, 3), {1: "", 2: "", 3: ""}, {}) is None
+
+
+def test_the_replication_factor_is_the_targets_during_a_reassignment() -> None:
+    replicas, reassignment = reassigned((1, 2, 3), None, (2, 3, 4))
+    assert reassignment is not None
+    assignment = TopicAssignment({0: replicas}, {}, {0: reassignment})
+    assert assignment.replication_factor == 3  # partitions added meanwhile get three
