@@ -143,7 +143,7 @@ def cancelled(replicas: Replicas, current: PartitionReassignment
     original replicas (in their order), the ones being added now being removed."""
     original = current.original(replicas)
     if not current.adding:
-        return replicas, current  # a removal only: cancelling changes nothing left to undo
+        return original, None  # a removal only: the original replicas are all still there
     return (*original, *current.adding), PartitionReassignment((), current.adding)
 
 

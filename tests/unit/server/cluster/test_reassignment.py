@@ -5,6 +5,8 @@ walked through a whole reassignment, a cancellation and a drain's placement."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from stratalog.server.cluster.errors import InvalidReplicaAssignmentError
 from stratalog.server.cluster.partition_state import (
@@ -138,3 +140,58 @@ def test_the_replication_factor_is_the_targets_during_a_reassignment() -> None:
     assert reassignment is not None
     assignment = TopicAssignment({0: replicas}, {}, {0: reassignment})
     assert assignment.replication_factor == 3  # partitions added meanwhile get three
+
+
+@given(data=st.data())
+def test_random_reassignments_end_at_their_target_through_clean_steps(data) -> None:
+    """A model of the controller's passes over a random reassignment (perhaps replaced or
+    cancelled once on the way), with followers joining the ISR in a random order: every step
+    keeps the invariants, the leadership only ever goes to an in-sync replica, completion only
+    comes once the added replicas are in sync, and the end is the target."""
+    brokers = list(range(1, 7))
+    original = tuple(data.draw(st.permutations(brokers))[:data.draw(st.integers(1, 3))])
+    target = tuple(data.draw(st.permutations(brokers))[:data.draw(st.integers(1, 3))])
+    replicas, reassignment = reassigned(original, None, target)
+    state = PartitionState(original[0], 0, original, 1)
+    if reassignment is None:
+        assert replicas == target
+        return
+    for _ in range(40):
+        assert replicas[:len(reassignment.target(replicas))] == reassignment.target(replicas)
+        assert set(reassignment.original(replicas)) | set(reassignment.adding) == set(replicas)
+        choice = data.draw(st.sampled_from(["join", "step", "step", "change"]))
+        if choice == "join":
+            outside = [r for r in replicas if r not in state.isr]
+            if outside:
+                joining = data.draw(st.sampled_from(outside))
+                state = PartitionState(state.leader, state.leader_epoch,
+                                       (*state.isr, joining), 1)
+            continue
+        if choice == "change":
+            new_target = data.draw(st.none() | st.permutations(brokers).map(lambda p: tuple(p[:3])))
+            if new_target is None:
+                target = reassignment.original(replicas)
+                replicas, new = cancelled(replicas, reassignment)
+            else:
+                replicas, new = reassigned(replicas, reassignment, new_target)
+                target = new_target
+            # Replicas dropped by the change leave the ISR with them (the leader's next write).
+            state = PartitionState(state.leader, state.leader_epoch,
+                                   tuple(r for r in state.isr if r in replicas), 1)
+            if new is None:
+                assert replicas == target
+                return
+            reassignment = new
+            if state.leader not in replicas or not state.isr:
+                return  # the controller's failover election takes over: not modelled here
+            continue
+        step = next_step(replicas, reassignment, state, set(brokers), 1)
+        if isinstance(step, MoveLeader):
+            assert step.state.leader in state.isr and step.state.leader in target
+            assert step.state.leader_epoch == state.leader_epoch + 1
+            state = step.state
+        elif isinstance(step, Complete):
+            assert set(reassignment.adding) <= set(state.isr)
+            assert step.replicas == target and step.state.leader in target
+            assert set(step.state.isr) <= set(target) and step.state.leader in step.state.isr
+            return
