@@ -195,3 +195,16 @@ def test_random_reassignments_end_at_their_target_through_clean_steps(data) -> N
             assert step.replicas == target and step.state.leader in target
             assert set(step.state.isr) <= set(target) and step.state.leader in step.state.isr
             return
+
+
+def test_the_leader_rebalance_leaves_partitions_being_reassigned_alone() -> None:
+    from stratalog.server.cluster.preferred_leader import imbalanced_partitions
+
+    replicas, reassignment = reassigned((1, 2, 3), None, (4, 2, 3))
+    assert reassignment is not None
+    # Both partitions are led by 2, away from their first replica: only the one not being
+    # reassigned moves back (the other's first replica, 4, is the reassignment's to place).
+    topics = {"t": TopicAssignment({0: replicas, 1: (1, 2, 3)}, {}, {0: reassignment})}
+    states = {("t", 0): PartitionState(2, 3, (1, 2, 3, 4), 1),
+              ("t", 1): PartitionState(2, 3, (1, 2, 3), 1)}
+    assert imbalanced_partitions(topics, states, {1, 2, 3, 4}, 10) == [("t", 1)]
