@@ -451,6 +451,7 @@ class Reassignments:
                 step = next_step(assignment.replicas[number], reassignment, versioned.state,
                                  live, epoch)
                 if isinstance(step, Wait):
+                    logger.debug("%s-%d: reassignment waits: %s", topic, number, step.why)
                     continue
                 if isinstance(step, MoveLeader):
                     if await self._elector.write_state(topic, number, step.state,
