@@ -5,8 +5,9 @@
   librdkafka acks=all idempotent producer, with the controller killed (kill -9) right after the
   reassignment is recorded: the new controller carries it on, the leadership leaves the replica
   being removed, the replicas become the target, and every acknowledged record is read back.
-* A reassignment cancelled while the new replica cannot catch up (its server frozen): back to
-  the original replicas, nothing left of the reassignment in etcd.
+* A reassignment cancelled while the new replica cannot catch up (the reassignment throttle at
+  one byte per second): back to the original replicas, nothing left of the reassignment in
+  etcd.
 * ``stratalog cluster drain --node N --wait``: every partition keeps three replicas, none on N;
   N is then stopped and every partition still takes acks=all writes.
 * ListPartitionReassignments and AlterPartitionReassignments over the Kafka protocol
@@ -15,8 +16,7 @@
 
 from __future__ import annotations
 
-import os
-import signal
+import re
 import subprocess
 import sys
 import threading
@@ -39,8 +39,13 @@ RECORDS_MAX = 30_000
 REASSIGNMENT_BOUND_S = 60.0
 
 
-def _start(start_member, count: int = 4) -> dict[int, ServerProcess]:
-    servers = {node: start_member(node, *MEMBER_FLAGS) for node in range(1, count + 1)}
+#: The reassignment throttle that keeps a new replica from ever catching up in these tests:
+#: its first answer leaves it a debt of hundreds of seconds (replication_throttle.py).
+STALLED = ("--replica-reassignment-throttled-rate", "1")
+
+
+def _start(start_member, count: int = 4, *flags: str) -> dict[int, ServerProcess]:
+    servers = {node: start_member(node, *MEMBER_FLAGS, *flags) for node in range(1, count + 1)}
     wait_for(lambda: all(len(metadata(s).brokers) == count for s in servers.values()),
              f"{count} brokers seen by every server")
     return servers
@@ -74,6 +79,16 @@ def _alter(server: ServerProcess, topic: str, partition: int, replicas: list[int
 def _replicas(etcd, topic: str) -> dict[int, list[int]]:
     assignment, _ = etcd_records(etcd, topic)
     return {int(p): nodes for p, nodes in assignment["partitions"].items()}
+
+
+def _fill(servers: dict[int, ServerProcess], topic: str, partitions: int) -> None:
+    """A few acks=all records in each partition: a new replica has something to catch up."""
+    producer = Producer({"bootstrap.servers": ",".join(s.kafka_bootstrap
+                                                       for s in servers.values()),
+                         "acks": "all"})
+    for n in range(20 * partitions):
+        producer.produce(topic, value=b"v" * 500, partition=n % partitions)
+    assert producer.flush(60) == 0
 
 
 def _reassigning(etcd, topic: str) -> dict:
@@ -193,47 +208,43 @@ def test_reassignment_under_acks_all_survives_a_controller_kill(start_member, et
 
 def test_a_reassignment_cancelled_goes_back_to_the_original_replicas(start_member,
                                                                     etcd) -> None:
-    servers = _start(start_member)
+    servers = _start(start_member, 4, *STALLED)
     topic = f"undo-{uuid.uuid4().hex[:6]}"
     _create(servers[1], topic, partitions=1)
+    _fill(servers, topic, 1)
     original = _replicas(etcd, topic)[0]
     [newcomer] = set(servers) - set(original)
     target = [*original[:2], newcomer]
-    # Frozen, the new replica never fetches: the reassignment stays in progress (its lease,
-    # held for the session timeout, keeps it live for the request's check).
-    os.kill(servers[newcomer].process.pid, signal.SIGSTOP)
-    try:
-        result = _alter(servers[original[0]], topic, 0, target)
-        assert result.reason == pb.ERROR_REASON_UNSPECIFIED, result.message
-        assert _reassigning(etcd, topic) == {"0": {"adding": [newcomer],
-                                                   "removing": [original[2]]}}
-        channel, broker = _broker(servers[original[1]])
-        with channel:
-            listed = broker.ListPartitionReassignments(pb.ListPartitionReassignmentsRequest(),
-                                                       timeout=CALL_TIMEOUT_S)
-            [ongoing] = listed.reassignments
-            assert (list(ongoing.replicas), list(ongoing.adding_replicas),
-                    list(ongoing.removing_replicas)) == ([*target, original[2]], [newcomer],
-                                                         [original[2]])
-            cancel = broker.AlterPartitionReassignments(pb.AlterPartitionReassignmentsRequest(
-                partitions=[pb.PartitionReassignmentTarget(topic=topic, partition=0)]),
-                timeout=CALL_TIMEOUT_S)
-            assert cancel.results[0].reason == pb.ERROR_REASON_UNSPECIFIED
-            wait_for(lambda: _replicas(etcd, topic)[0] == original
-                     and not _reassigning(etcd, topic), "back to the original replicas",
-                     REASSIGNMENT_BOUND_S)
-            again = broker.AlterPartitionReassignments(pb.AlterPartitionReassignmentsRequest(
-                partitions=[pb.PartitionReassignmentTarget(topic=topic, partition=0)]),
-                timeout=CALL_TIMEOUT_S)
-            assert again.results[0].reason == pb.NO_REASSIGNMENT_IN_PROGRESS
-            bad = broker.AlterPartitionReassignments(pb.AlterPartitionReassignmentsRequest(
-                partitions=[pb.PartitionReassignmentTarget(topic=topic, partition=0,
-                                                           replicas=[1, 1, 2])]),
-                timeout=CALL_TIMEOUT_S)
-            assert bad.results[0].reason == pb.INVALID_REPLICA_ASSIGNMENT
-            assert "more than once" in bad.results[0].message
-    finally:
-        os.kill(servers[newcomer].process.pid, signal.SIGCONT)
+    # The throttle keeps the new replica out of the ISR: in progress until cancelled.
+    result = _alter(servers[original[0]], topic, 0, target)
+    assert result.reason == pb.ERROR_REASON_UNSPECIFIED, result.message
+    assert _reassigning(etcd, topic) == {"0": {"adding": [newcomer],
+                                               "removing": [original[2]]}}
+    channel, broker = _broker(servers[original[1]])
+    with channel:
+        listed = broker.ListPartitionReassignments(pb.ListPartitionReassignmentsRequest(),
+                                                   timeout=CALL_TIMEOUT_S)
+        [ongoing] = listed.reassignments
+        assert (list(ongoing.replicas), list(ongoing.adding_replicas),
+                list(ongoing.removing_replicas)) == ([*target, original[2]], [newcomer],
+                                                     [original[2]])
+        cancel = broker.AlterPartitionReassignments(pb.AlterPartitionReassignmentsRequest(
+            partitions=[pb.PartitionReassignmentTarget(topic=topic, partition=0)]),
+            timeout=CALL_TIMEOUT_S)
+        assert cancel.results[0].reason == pb.ERROR_REASON_UNSPECIFIED
+        wait_for(lambda: _replicas(etcd, topic)[0] == original
+                 and not _reassigning(etcd, topic), "back to the original replicas",
+                 REASSIGNMENT_BOUND_S)
+        again = broker.AlterPartitionReassignments(pb.AlterPartitionReassignmentsRequest(
+            partitions=[pb.PartitionReassignmentTarget(topic=topic, partition=0)]),
+            timeout=CALL_TIMEOUT_S)
+        assert again.results[0].reason == pb.NO_REASSIGNMENT_IN_PROGRESS
+        bad = broker.AlterPartitionReassignments(pb.AlterPartitionReassignmentsRequest(
+            partitions=[pb.PartitionReassignmentTarget(topic=topic, partition=0,
+                                                       replicas=[1, 1, 2])]),
+            timeout=CALL_TIMEOUT_S)
+        assert bad.results[0].reason == pb.INVALID_REPLICA_ASSIGNMENT
+        assert "more than once" in bad.results[0].message
 
 
 def test_a_drained_server_holds_nothing_and_can_be_stopped(start_member, etcd) -> None:
@@ -270,13 +281,13 @@ def test_reassignments_over_the_kafka_protocol(start_member, etcd) -> None:
     from kafka import TopicPartition as KafkaPartition
     from kafka.errors import InvalidReplicationAssignmentError
 
-    servers = _start(start_member)
+    servers = _start(start_member, 4, *STALLED)
     topic = f"kafka-{uuid.uuid4().hex[:6]}"
     _create(servers[1], topic, partitions=2)
+    _fill(servers, topic, 2)
     original = _replicas(etcd, topic)
-    frozen = next(iter(set(servers) - set(original[0])))
+    [frozen] = set(servers) - set(original[0])  # the new replica, stalled by the throttle
     admin = KafkaAdminClient(bootstrap_servers=[s.kafka_bootstrap for s in servers.values()])
-    os.kill(servers[frozen].process.pid, signal.SIGSTOP)
     try:
         target = [*original[0][:2], frozen]
         outcomes = admin.alter_partition_reassignments({
@@ -294,7 +305,6 @@ def test_reassignments_over_the_kafka_protocol(start_member, etcd) -> None:
         wait_for(lambda: not admin.list_partition_reassignments(), "the cancellation done",
                  REASSIGNMENT_BOUND_S)
     finally:
-        os.kill(servers[frozen].process.pid, signal.SIGCONT)
         admin.close()
 
 
@@ -370,29 +380,29 @@ def test_a_single_server_has_nothing_to_reassign(tmp_path) -> None:
 
 
 def test_the_cli_reassigns_lists_progress_and_cancels(start_member, etcd) -> None:
-    servers = _start(start_member)
+    servers = _start(start_member, 4, *STALLED)
     topic = f"cli-{uuid.uuid4().hex[:6]}"
     _create(servers[1], topic, partitions=1)
+    _fill(servers, topic, 1)
     original = _replicas(etcd, topic)[0]
     [newcomer] = set(servers) - set(original)
     target = ",".join(map(str, [*original[:2], newcomer]))
-    os.kill(servers[newcomer].process.pid, signal.SIGSTOP)  # never catches up meanwhile
-    try:
-        started = _cli(servers[1], "topics", "reassign", topic, "--partition", "0",
-                       "--replicas", target)
-        assert started.returncode == 0, started.stderr
-        assert f"{topic}-0: reassignment to [{target.replace(',', ', ')}] started" in \
-            started.stdout
-        listed = _cli(servers[1], "topics", "reassignments")
-        assert listed.returncode == 0, listed.stderr
-        assert f"adding [{newcomer}]  removing [{original[2]}]" in listed.stdout
-        assert f"node {newcomer} not fetched yet" in listed.stdout  # the leader's progress
-        cancelled = _cli(servers[1], "topics", "reassign", topic, "--partition", "0",
-                         "--cancel", "--wait", "--timeout-s", str(REASSIGNMENT_BOUND_S))
-        assert cancelled.returncode == 0, cancelled.stdout + cancelled.stderr
-        assert f"{topic}-0: done" in cancelled.stdout
-        assert _replicas(etcd, topic)[0] == original
-        again = _cli(servers[1], "topics", "reassign", topic, "--partition", "0", "--cancel")
-        assert again.returncode == 1 and "NO_REASSIGNMENT_IN_PROGRESS" in again.stdout
-    finally:
-        os.kill(servers[newcomer].process.pid, signal.SIGCONT)
+    # The throttle keeps the new replica behind: in progress until cancelled.
+    started = _cli(servers[1], "topics", "reassign", topic, "--partition", "0",
+                   "--replicas", target)
+    assert started.returncode == 0, started.stderr
+    assert f"{topic}-0: reassignment to [{target.replace(',', ', ')}] started" in \
+        started.stdout
+    listed = _cli(servers[1], "topics", "reassignments")
+    assert listed.returncode == 0, listed.stderr
+    assert f"adding [{newcomer}]  removing [{original[2]}]" in listed.stdout
+    # The leader's progress: the stalled replica has fetched nothing yet, or is behind.
+    assert re.search(rf"node {newcomer} (not fetched yet|\d+ \(\d+ behind\))", listed.stdout), \
+        listed.stdout
+    cancelled = _cli(servers[1], "topics", "reassign", topic, "--partition", "0",
+                     "--cancel", "--wait", "--timeout-s", str(REASSIGNMENT_BOUND_S))
+    assert cancelled.returncode == 0, cancelled.stdout + cancelled.stderr
+    assert f"{topic}-0: done" in cancelled.stdout
+    assert _replicas(etcd, topic)[0] == original
+    again = _cli(servers[1], "topics", "reassign", topic, "--partition", "0", "--cancel")
+    assert again.returncode == 1 and "NO_REASSIGNMENT_IN_PROGRESS" in again.stdout
