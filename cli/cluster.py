@@ -1,4 +1,6 @@
-"""``stratalog cluster describe``: the brokers, the controller and who leads what (Metadata).
+"""``stratalog cluster describe``: the brokers, the controller and who leads what (Metadata);
+``stratalog cluster drain --node N [--wait]``: every replica moved off a server
+(cli/reassignments.py).
 
 For people::
 
@@ -21,6 +23,7 @@ import json
 
 from .connection import add_target_argument, connect, run_client_command
 from .output_format import add_format_argument, wants_json
+from .reassignments import drain
 
 __all__ = ["add_parser", "run"]
 
@@ -42,6 +45,29 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_target_argument(describe)
     add_format_argument(describe)
     describe.set_defaults(run=run)
+    drain_parser = actions.add_parser(
+        "drain", help="move every replica off a server (before removing it)",
+        description="Reassign every partition that has the node among its replicas to"
+                    " replicas without it: a replacement chosen as new partitions' replicas"
+                    " are (racks respected), the leaderships moved off the node first"
+                    " (docs/cluster.md, \"Draining a server\").")
+    drain_parser.add_argument("--node", type=int, required=True, metavar="N",
+                              help="the node id to drain")
+    drain_parser.add_argument("--wait", action="store_true",
+                              help="wait until every partition moved")
+    drain_parser.add_argument("--timeout-s", type=float, default=600.0, metavar="SECONDS",
+                              help="how long --wait waits (default: 600)")
+    add_target_argument(drain_parser)
+    add_format_argument(drain_parser)
+    drain_parser.set_defaults(run=run_drain)
+
+
+def run_drain(args: argparse.Namespace) -> int:
+    async def body() -> int:
+        async with connect(args) as client:
+            return await drain(client, args)
+
+    return run_client_command("cluster drain", body)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,5 +1,5 @@
-"""``stratalog topics create|list|describe|delete|alter|clean|elect-leaders``: topic
-administration.
+"""``stratalog topics create|list|describe|delete|alter|clean|elect-leaders|reassign|
+reassignments``: topic administration.
 
 Output is for people by default (one line per topic, Kafka-style ``describe``) and for scripts
 with ``--format json`` (one JSON document). Configs use Kafka's topic config names
@@ -30,6 +30,9 @@ docs/durability.md, "Compaction: operating it").
 their preferred replicas (Kafka's ``kafka-leader-election --election-type PREFERRED``; the
 ElectLeaders RPC; docs/cluster.md, "Preferred leaders"): one line per partition, exit 1 when an
 election that was needed could not be made.
+``reassign TOPIC --partition P --replicas 2,3,4`` (``--cancel``, ``--wait``) and
+``reassignments`` move a partition's replicas and show the moves in progress (cli/reassignments.py;
+docs/cluster.md, "Reassigning partitions").
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ from .connection import add_target_argument, connect, fail, run_client_command
 from .kafka_habits import add_topic_argument
 from .output_format import add_format_argument, wants_json
 from .partitions import add_partition_argument, chosen_or_all
+from .reassignments import list_reassignments, parse_replicas, reassign
 from .timestamps import format_timestamp_ms
 
 __all__ = ["add_parser", "run"]
@@ -325,7 +329,28 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                        help="elect any live replica of a partition with no live leader, even"
                             " outside the ISR (loses the records only the ISR had)")
 
-    for sub in (create, actions.choices["list"], describe, delete, alter, clean, elect):
+    move = actions.add_parser(
+        "reassign", help="move a partition's replicas to other brokers (cluster mode)",
+        description="Kafka's kafka-reassign-partitions for one partition: the new replicas"
+                    " catch up, the leadership leaves a replica being removed, then the"
+                    " replicas become the list given (docs/cluster.md).")
+    add_topic_argument(move, "name")
+    move.add_argument("--partition", type=int, required=True, metavar="P")
+    target = move.add_mutually_exclusive_group(required=True)
+    target.add_argument("--replicas", type=parse_replicas, metavar="N,M,...",
+                        help="the new replicas, the preferred leader first")
+    target.add_argument("--cancel", action="store_true",
+                        help="cancel the partition's reassignment: back to its original replicas")
+    move.add_argument("--wait", action="store_true", help="wait until it is done")
+    move.add_argument("--timeout-s", type=float, default=600.0, metavar="SECONDS",
+                      help="how long --wait waits (default: 600)")
+    ongoing = actions.add_parser(
+        "reassignments", help="the partitions being reassigned and their progress")
+    add_topic_argument(ongoing, "name", required=False,
+                       help="only this topic's partitions (default: every topic)")
+
+    for sub in (create, actions.choices["list"], describe, delete, alter, clean, elect, move,
+                ongoing):
         add_target_argument(sub)
         add_format_argument(sub)
     parser.set_defaults(run=run)
@@ -349,6 +374,10 @@ def run(args: argparse.Namespace) -> int:
         async with connect(args) as client:
             if args.action == "elect-leaders":
                 return await _elect_leaders(client, args)
+            if args.action == "reassign":
+                return await reassign(client, args)
+            if args.action == "reassignments":
+                return await list_reassignments(client, args)
             if args.action == "create":
                 try:
                     topic = await client.create_topic(

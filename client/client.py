@@ -63,6 +63,7 @@ unless one is passed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -109,6 +110,7 @@ from .types import (
     FetchResult,
     Identity,
     OffsetAndTimestamp,
+    PartitionReassignment,
     ProduceResult,
     ProducerIdAndEpoch,
     ProducerRecord,
@@ -699,6 +701,66 @@ class Client(GroupCalls):
         request = wire.elect_leaders_request(partitions, unclean)
         response = await self._call("ElectLeaders", request, self._deadline(timeout_s))
         return wire.elect_leaders_outcomes(response)
+
+    async def alter_partition_reassignments(
+        self, targets: Mapping[tuple[str, int], Sequence[int] | None], *,
+        timeout_s: float | None = _UNSET,
+    ) -> dict[tuple[str, int], StratalogError | None]:
+        """Kafka's AlterPartitionReassignments: move each partition ((topic, partition) ->
+        its new replicas, the preferred leader first) to its target, or cancel its
+        reassignment (None: back to the original replicas). Each partition's outcome: None
+        (recorded; the controller carries it out: :meth:`list_partition_reassignments`) or
+        the error saying why not (InvalidReplicaAssignmentError,
+        NoReassignmentInProgressError, UnknownTopicOrPartitionError). Needs ALTER on the
+        cluster; cluster mode only (docs/cluster.md, "Reassigning partitions")."""
+        request = wire.alter_partition_reassignments_request(targets)
+        response = await self._call("AlterPartitionReassignments", request,
+                                    self._deadline(timeout_s))
+        return wire.reassignment_outcomes(response.results)
+
+    async def list_partition_reassignments(
+        self, partitions: Iterable[tuple[str, int]] | None = None, *, progress: bool = False,
+        timeout_s: float | None = _UNSET,
+    ) -> list[PartitionReassignment]:
+        """Kafka's ListPartitionReassignments: the partitions being reassigned (of
+        ``partitions``, or all). With ``progress``, each partition's leader is asked too, for
+        its log end offset and its followers' (the answer carries them only from the server
+        leading the partition). Needs DESCRIBE on the cluster."""
+        request = wire.list_partition_reassignments_request(partitions)
+        deadline = self._deadline(timeout_s)
+        listed = wire.partition_reassignments(
+            await self._call("ListPartitionReassignments", request, deadline))
+        if not progress:
+            return listed
+        completed = []
+        if any(ongoing.leader >= 0 and self._cache.address_of(ongoing.leader) is None
+               for ongoing in listed):
+            with contextlib.suppress(StratalogError):  # to learn the leaders' addresses
+                await self.metadata(timeout_s=deadline)
+        for ongoing in listed:
+            address = self._cache.address_of(ongoing.leader) if ongoing.leader >= 0 else None
+            if ongoing.leader_log_end_offset < 0 and address is not None:
+                connection = self._connection(address)
+                with contextlib.suppress(StratalogError):  # no progress shown, then
+                    answer = wire.partition_reassignments(await connection.call(
+                        connection.stub.ListPartitionReassignments,
+                        wire.list_partition_reassignments_request(
+                            [(ongoing.topic, ongoing.partition)]), deadline))
+                    ongoing = answer[0] if answer else ongoing
+            completed.append(ongoing)
+        return completed
+
+    async def drain_broker(
+        self, node_id: int, *, timeout_s: float | None = _UNSET,
+    ) -> dict[tuple[str, int], tuple[int, ...] | StratalogError]:
+        """Reassign every partition with ``node_id`` among its replicas to replicas without
+        it (a replacement chosen by the servers' placement, racks respected; the leaderships
+        leave it first). Each partition's new replicas, or the error saying why it was not
+        moved. Needs ALTER on the cluster."""
+        request = broker_pb2.DrainBrokerRequest(node_id=wire.check_int(node_id, "node_id", 0,
+                                                               wire.INT32_MAX))
+        response = await self._call("DrainBroker", request, self._deadline(timeout_s))
+        return wire.drain_outcomes(response)
 
     # --- records ---------------------------------------------------------------------------------
 

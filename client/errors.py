@@ -65,6 +65,8 @@ The replication reasons (issue 17, docs/cluster.md), Kafka's names and retriable
     ElectionNotNeededError            FAILED_PRECONDITION ELECTION_NOT_NEEDED
     PreferredLeaderNotAvailableError  UNAVAILABLE        PREFERRED_LEADER_NOT_AVAILABLE
     EligibleLeadersNotAvailableError  UNAVAILABLE        ELIGIBLE_LEADERS_NOT_AVAILABLE
+    InvalidReplicaAssignmentError     INVALID_ARGUMENT   INVALID_REPLICA_ASSIGNMENT
+    NoReassignmentInProgressError     FAILED_PRECONDITION NO_REASSIGNMENT_IN_PROGRESS
 
 The first three say "ask someone else": the Client refreshes its metadata (the leader hint of
 NOT_LEADER_OR_FOLLOWER first) and sends the request to the partition's leader again
@@ -153,6 +155,7 @@ __all__ = [
     "InvalidProducerEpochError",
     "InvalidProducerIdMappingError",
     "InvalidRecordError",
+    "InvalidReplicaAssignmentError",
     "InvalidReplicationFactorError",
     "InvalidRequestError",
     "InvalidSessionTimeoutError",
@@ -164,6 +167,7 @@ __all__ = [
     "MemberIdRequiredError",
     "MessageTooLargeError",
     "NoOffsetForPartitionError",
+    "NoReassignmentInProgressError",
     "NonEmptyGroupError",
     "NotAuthorizedError",
     "NotCoordinatorError",
@@ -755,6 +759,21 @@ class EligibleLeadersNotAvailableError(StratalogError):
     reason = "ELIGIBLE_LEADERS_NOT_AVAILABLE"
 
 
+class InvalidReplicaAssignmentError(StratalogError):
+    """AlterPartitionReassignments: the target replicas name a broker twice, or one that is
+    not live; DrainBroker: no broker can take a replica (Kafka's name)."""
+
+    code = grpc.StatusCode.INVALID_ARGUMENT
+    reason = "INVALID_REPLICA_ASSIGNMENT"
+
+
+class NoReassignmentInProgressError(StratalogError):
+    """AlterPartitionReassignments: a cancellation of a partition not being reassigned."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+    reason = "NO_REASSIGNMENT_IN_PROGRESS"
+
+
 class AuthenticationError(StratalogError):
     """The server (or a proxy before it) did not accept the caller's credentials."""
 
@@ -946,6 +965,8 @@ ERRORS_BY_REASON: Mapping[str, type[StratalogError]] = _table_by_reason(
     ElectionNotNeededError,
     PreferredLeaderNotAvailableError,
     EligibleLeadersNotAvailableError,
+    InvalidReplicaAssignmentError,
+    NoReassignmentInProgressError,
 )
 
 # Statuses without ErrorInfo that still have a class of their own: transport failures, and

@@ -66,6 +66,7 @@ from .types import (
     FetchResult,
     Identity,
     OffsetAndTimestamp,
+    PartitionReassignment,
     ProduceResult,
     ProducerIdAndEpoch,
     ProducerRecord,
@@ -567,6 +568,36 @@ class SyncClient:
         request = wire.elect_leaders_request(partitions, unclean)
         response = self._call("ElectLeaders", request, self._deadline(timeout_s))
         return wire.elect_leaders_outcomes(response)
+
+    def alter_partition_reassignments(
+        self, targets: Mapping[tuple[str, int], Sequence[int] | None], *,
+        timeout_s: float | None = _UNSET,
+    ) -> dict[tuple[str, int], StratalogError | None]:
+        """See :meth:`Client.alter_partition_reassignments
+        <stratalog.client.Client.alter_partition_reassignments>`."""
+        request = wire.alter_partition_reassignments_request(targets)
+        response = self._call("AlterPartitionReassignments", request, self._deadline(timeout_s))
+        return wire.reassignment_outcomes(response.results)
+
+    def list_partition_reassignments(
+        self, partitions: Iterable[tuple[str, int]] | None = None, *,
+        timeout_s: float | None = _UNSET,
+    ) -> list[PartitionReassignment]:
+        """See :meth:`Client.list_partition_reassignments
+        <stratalog.client.Client.list_partition_reassignments>` (without ``progress``: the
+        answering server's view)."""
+        request = wire.list_partition_reassignments_request(partitions)
+        return wire.partition_reassignments(
+            self._call("ListPartitionReassignments", request, self._deadline(timeout_s)))
+
+    def drain_broker(
+        self, node_id: int, *, timeout_s: float | None = _UNSET,
+    ) -> dict[tuple[str, int], tuple[int, ...] | StratalogError]:
+        """See :meth:`Client.drain_broker <stratalog.client.Client.drain_broker>`."""
+        request = broker_pb2.DrainBrokerRequest(node_id=wire.check_int(node_id, "node_id", 0,
+                                                               wire.INT32_MAX))
+        return wire.drain_outcomes(
+            self._call("DrainBroker", request, self._deadline(timeout_s)))
 
     # --- records ---------------------------------------------------------------------------------
 

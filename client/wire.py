@@ -38,6 +38,7 @@ from .types import (
     OffsetAndTimestamp,
     PartitionInfo,
     PartitionLeadership,
+    PartitionReassignment,
     ProduceResult,
     ProducerIdAndEpoch,
     ProducerRecord,
@@ -331,6 +332,46 @@ def elect_leaders_outcomes(response: pb.ElectLeadersResponse
     """Each partition's outcome: None (elected) or the error saying why not."""
     return {(r.topic, r.partition): from_error_reason(r.reason, r.message)
             for r in response.results}
+
+
+def alter_partition_reassignments_request(
+    targets: Mapping[tuple[str, int], Sequence[int] | None],
+) -> pb.AlterPartitionReassignmentsRequest:
+    return pb.AlterPartitionReassignmentsRequest(partitions=[
+        pb.PartitionReassignmentTarget(
+            topic=check_topic(topic), partition=check_int(partition, "partition", 0, INT32_MAX),
+            replicas=[check_int(node, "replica", 0, INT32_MAX) for node in replicas or ()])
+        for (topic, partition), replicas in targets.items()
+    ])
+
+
+def reassignment_outcomes(results: Iterable[pb.ReassignmentResult]
+                          ) -> dict[tuple[str, int], StratalogError | None]:
+    """Each partition's outcome: None (recorded) or the error saying why not."""
+    return {(r.topic, r.partition): from_error_reason(r.reason, r.message) for r in results}
+
+
+def drain_outcomes(response: pb.DrainBrokerResponse
+                   ) -> dict[tuple[str, int], tuple[int, ...] | StratalogError]:
+    """Each partition's new replicas, or the error saying why it was not moved."""
+    return {(r.topic, r.partition): from_error_reason(r.reason, r.message) or tuple(r.replicas)
+            for r in response.results}
+
+
+def list_partition_reassignments_request(partitions: Iterable[tuple[str, int]] | None
+                                         ) -> pb.ListPartitionReassignmentsRequest:
+    return pb.ListPartitionReassignmentsRequest(partitions=[
+        pb.TopicPartition(topic=check_topic(topic),
+                          partition=check_int(partition, "partition", 0, INT32_MAX))
+        for topic, partition in partitions or ()])
+
+
+def partition_reassignments(response: pb.ListPartitionReassignmentsResponse
+                            ) -> list[PartitionReassignment]:
+    return [PartitionReassignment(
+        r.topic, r.partition, tuple(r.replicas), tuple(r.adding_replicas),
+        tuple(r.removing_replicas), r.leader, r.leader_log_end_offset,
+        {p.node_id: p.log_end_offset for p in r.progress}) for r in response.reassignments]
 
 
 def _proto_record(item: object, index: int) -> pb.Record:

@@ -161,6 +161,7 @@ _KAFKA_ALIASES = {
     "replica.fetch.wait.max.ms": "replica_fetch_wait_max_ms",
     "replica.fetch.max.bytes": "replica_fetch_max_bytes",
     "replica.fetch.backoff.ms": "replica_fetch_backoff_ms",
+    "follower.replication.throttled.rate": "replica_reassignment_throttled_rate",
     "request.timeout.ms": "request_timeout_ms",
     "offsets.topic.num.partitions": "offsets_topic_num_partitions",
     "offsets.topic.replication.factor": "offsets_topic_replication_factor",

@@ -829,6 +829,11 @@ class Settings:
         1_000, "a follower whose fetch failed waits this long before the next (Kafka's"
         " replica.fetch.backoff.ms)", 0,
     )
+    replica_reassignment_throttled_rate: int = _setting(
+        0, "bytes per second a server fetches, all together, for the partitions it is being"
+        " added to by a reassignment (Kafka's follower.replication.throttled.rate for the"
+        " reassigned replicas); 0 = no throttle. In-sync replicas are never throttled", 0,
+    )
     request_timeout_ms: int = _setting(
         30_000, "how long an acks=all produce waits for the in-sync replicas before"
         " REQUEST_TIMED_OUT (Kafka's request.timeout.ms)", 1,

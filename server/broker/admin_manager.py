@@ -21,6 +21,8 @@ and translates the answer; the rules are here, once:
   changes and partition growth are refused (:meth:`ReplicaManager.refuse_client_change`);
 * **CreatePartitions in cluster mode** writes the grown assignment to etcd
   (server/cluster/topic_admin.py); each replica grows its local topic when it sees it;
+* **reassignments** (AlterPartitionReassignments, ListPartitionReassignments, a drain) are
+  server/cluster/reassignment.py's in cluster mode; a single server has nothing to reassign;
 * **config alterations** in three forms: set + delete (broker.proto's AlterTopicConfigs),
   replace every override (Kafka's AlterConfigs), and Kafka's incremental SET / DELETE /
   APPEND / SUBTRACT (IncrementalAlterConfigs); each may only validate;
@@ -52,10 +54,12 @@ from stratalog.server.cluster.controller import NO_CONTROLLER, ControllerState
 from stratalog.server.cluster.errors import (
     CoordinationUnavailableError,
     ElectionNotNeededError,
+    InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
 )
 from stratalog.server.cluster.membership import BrokerInfo
 from stratalog.server.cluster.preferred_leader import ElectionType
+from stratalog.server.cluster.reassignment import OngoingReassignment
 from stratalog.server.metadata import (
     SINGLE_SERVER_NODE_ID,
     ClusterMetadata,
@@ -73,6 +77,7 @@ from stratalog.server.storage.errors import (
 from .config_descriptions import ConfigEntry, describe_broker_configs, describe_topic_configs
 
 if TYPE_CHECKING:
+    from stratalog.server.cluster.reassignment import Reassignments
     from stratalog.server.cluster.topic_admin import TopicAdmin
     from stratalog.server.security.authorizer import Authorizer
     from stratalog.server.security.principal import CallIdentity
@@ -320,6 +325,84 @@ class AdminManager:
                     if 0 <= number < count
                     else UnknownTopicOrPartitionError(f"{topic}-{number} does not exist"))
         return outcomes
+
+    # ---------------------------------------------------------------- reassignments
+
+    def _reassignments(self) -> Reassignments | None:
+        """Cluster mode: the node's reassignments (CoordinationUnavailableError before it
+        joined); None for a single server."""
+        if not self._settings.cluster:
+            return None
+        self._topic_admin()  # not joined yet: CoordinationUnavailableError
+        node = self._replicas.cluster_node
+        return node.reassignments if node is not None else None
+
+    async def alter_partition_reassignments(
+        self, requested: Mapping[tuple[str, int], tuple[int, ...] | None],
+    ) -> dict[tuple[str, int], Exception | None]:
+        """Kafka's AlterPartitionReassignments: reassign each partition to its target replicas,
+        or cancel its reassignment (None); each partition's outcome: None (recorded in etcd)
+        or the error saying why not (server/cluster/reassignment.py). A single server holds
+        the only replica of each partition: every partition is InvalidReplicaAssignmentError.
+
+        Raises:
+            CoordinationUnavailableError: cluster mode, etcd did not answer (or not joined).
+        """
+        reassignments = self._reassignments()
+        if reassignments is not None:
+            return await reassignments.alter(requested)
+        return dict.fromkeys(requested, InvalidReplicaAssignmentError(
+            "a single server holds the only replica of each of its partitions: there is"
+            " nothing to reassign (cluster mode only)"))
+
+    async def list_partition_reassignments(
+        self, requested: Iterable[tuple[str, int]] | None = None,
+    ) -> list[OngoingReassignment]:
+        """Kafka's ListPartitionReassignments: the partitions being reassigned (of
+        ``requested``, or all), by topic and partition, with the progress this server knows
+        as the leader of each (reassignment.py's OngoingReassignment). Empty on a single
+        server.
+
+        Raises:
+            CoordinationUnavailableError: cluster mode, etcd did not answer (or not joined).
+        """
+        reassignments = self._reassignments()
+        if reassignments is None:
+            return []
+        await reassignments.refresh()
+        node, roles = self._replicas.cluster_node, self._replicas.replica_roles
+        listed = []
+        wanted = set(requested) if requested is not None else None
+        for (topic, number), (replicas, reassignment) in reassignments.listed(wanted).items():
+            versioned = node.view.state(topic, number) if node is not None else None
+            leader = versioned.state.leader if versioned is not None else -1
+            replica = roles.partitions.get((topic, number)) if roles is not None else None
+            leader_end, progress = -1, {}
+            if replica is not None and replica.is_leader():
+                leader_end = replica.log.log_end_offset
+                progress = {r: (replica.followers[r].log_end_offset
+                                if r in replica.followers else -1)
+                            for r in replicas if r != replica.node_id}
+            listed.append(OngoingReassignment(topic, number, replicas, reassignment.adding,
+                                              reassignment.removing, leader, leader_end,
+                                              progress))
+        return listed
+
+    async def drain_broker(self, node_id: int) -> dict[tuple[str, int], tuple[int, ...] | Exception]:
+        """Reassign every partition with ``node_id`` among its replicas to replicas without it
+        (reassignment.py's drain); each partition's new replicas, or the error saying why it
+        could not be moved.
+
+        Raises:
+            InvalidReplicaAssignmentError: a single server (nothing to drain to).
+            CoordinationUnavailableError: cluster mode, etcd did not answer (or not joined).
+        """
+        reassignments = self._reassignments()
+        if reassignments is None:
+            raise InvalidReplicaAssignmentError(
+                "a single server has no other server to move its partitions to (cluster mode"
+                " only)")
+        return await reassignments.drain(node_id)
 
     # ---------------------------------------------------------------- configs
 

@@ -23,6 +23,8 @@ Modules, one concept each::
     leader_election.py  the controller's duties: leaders elected, dead brokers out of ISRs
     preferred_leader.py  leadership back to preferred replicas: ElectLeaders, auto rebalance
     stray_logs.py   local logs of topics deleted or moved away, found and deleted
+    reassignment.py partition reassignment and draining: requests, the controller's steps
+    replication_throttle.py  the token bucket that throttles reassignment fetches (sans-IO)
     producer_ids.py cluster-unique producer ids: the node id above a server's counter
     node.py         session, membership and controller started and stopped together
     polling.py      the step-every-interval loop the parts share, woken by the watches

@@ -20,8 +20,10 @@ __all__ = [
     "EtcdAuthenticationError",
     "EtcdTlsError",
     "FencedLeaderEpochError",
+    "InvalidReplicaAssignmentError",
     "InvalidReplicationFactorError",
     "LeaderNotAvailableError",
+    "NoReassignmentInProgressError",
     "NodeIdInUseError",
     "NotEnoughReplicasAfterAppendError",
     "NotEnoughReplicasError",
@@ -170,6 +172,17 @@ class PreferredLeaderNotAvailableError(ClusterError):
 class EligibleLeadersNotAvailableError(ClusterError):
     """ElectLeaders (UNCLEAN): no replica of the partition is live (Kafka's
     ELIGIBLE_LEADERS_NOT_AVAILABLE); nothing written."""
+
+
+class InvalidReplicaAssignmentError(ClusterError):
+    """AlterPartitionReassignments (issue 29): the target replicas name no broker, one twice,
+    or a broker that is not live; a drain finds no broker to take a replica (Kafka's
+    INVALID_REPLICA_ASSIGNMENT)."""
+
+
+class NoReassignmentInProgressError(ClusterError):
+    """AlterPartitionReassignments: a cancellation of a partition that is not being
+    reassigned (Kafka's NO_REASSIGNMENT_IN_PROGRESS)."""
 
 
 class UnsupportedInClusterError(ClusterError):

@@ -8,7 +8,9 @@
     <prefix>/controller_epoch      decimal: the epoch of the last election (no lease; grows by
                                    one per election, never reset: the fencing token)
     <prefix>/topics/<topic>        JSON TopicAssignment: replicas per partition and the topic's
-                                   configs; written once, by CreateTopic (no lease)
+                                   configs, and the partitions being reassigned; written by
+                                   CreateTopic, CreatePartitions, AlterConfigs and
+                                   reassignment.py (no lease)
     <prefix>/partitions/<topic>/<partition>
                                    JSON PartitionState: leader, leader epoch, ISR, the controller
                                    epoch of the last writer (no lease; partition_state.py)

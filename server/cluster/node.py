@@ -11,8 +11,8 @@ gRPC port is bound, so that the advertised address carries the real port::
     register <prefix>/brokers/<node_id>         NodeIdInUseError: a live server has the id
     read the broker list, campaign if no controller is known, read the topics and partitions
     start the keep-alive, the broker list poll, the election poll, the view's poll and the
-    controller's duties (leader_election.py, and preferred_leader.py's automatic rebalance:
-    they act only while this server is controller)
+    controller's duties (leader_election.py, preferred_leader.py's automatic rebalance and
+    reassignment.py's passes: they act only while this server is controller)
     start the watches that wake them (below)
 
 Watches (watches.py; docs/cluster.md, "Watches"): one etcd watch stream per watched key or
@@ -45,6 +45,7 @@ from .layout import ClusterKeys
 from .leader_election import LeaderElector
 from .membership import BrokerInfo, Membership
 from .preferred_leader import PreferredLeaders
+from .reassignment import Reassignments
 from .session import EtcdSession
 from .watches import KeyWatch
 
@@ -62,8 +63,12 @@ class ClusterNode:
                  election: ControllerElection, view: ClusterView, keys: ClusterKeys,
                  elector: LeaderElector | None = None,
                  preferred: PreferredLeaders | None = None, cluster_id: str = "",
-                 watches: tuple[KeyWatch, ...] = ()) -> None:
+                 watches: tuple[KeyWatch, ...] = (),
+                 reassignments: Reassignments | None = None) -> None:
         self.session = session
+        #: Partition reassignments and drains: requests and the controller's passes
+        #: (reassignment.py).
+        self.reassignments = reassignments
         #: Preferred-leader elections: on demand and automatic (preferred_leader.py).
         self.preferred = preferred
         #: The cluster's id (Kafka's cluster.id, etcd's <prefix>/cluster_id: cluster_id.py).
@@ -123,6 +128,8 @@ class ClusterNode:
         )
         cluster_id = await ensure_cluster_id(session, keys)
         view.expect_cluster_id(cluster_id)
+        reassignments = Reassignments(session, keys, election, membership, view, elector,
+                                      poll_interval_s)
         await membership.register()
         await membership.refresh()
         await election.maybe_campaign()
@@ -133,12 +140,13 @@ class ClusterNode:
         view.start()
         elector.start()
         preferred.start()
-        watches = _watches(session, keys, membership, election, view, elector) \
-            if watches_enable else ()
+        reassignments.start()
+        watches = _watches(session, keys, membership, election, view, elector,
+                           reassignments) if watches_enable else ()
         for watch in watches:
             watch.start()
         return cls(session, membership, election, view, keys, elector, preferred, cluster_id,
-                   watches)
+                   watches, reassignments)
 
     @property
     def node_id(self) -> int:
@@ -156,6 +164,8 @@ class ClusterNode:
     async def close(self) -> None:
         for watch in self.watches:
             await watch.stop()
+        if self.reassignments is not None:
+            await self.reassignments.close()
         if self.preferred is not None:
             await self.preferred.close()
         if self.elector is not None:
@@ -167,15 +177,16 @@ class ClusterNode:
 
 def _watches(session: EtcdSession, keys: ClusterKeys, membership: Membership,
              election: ControllerElection, view: ClusterView,
-             elector: LeaderElector) -> tuple[KeyWatch, ...]:
+             elector: LeaderElector, reassignments: Reassignments) -> tuple[KeyWatch, ...]:
     """One watch per key or prefix, each waking the parts that read it (module docstring)."""
     return (
         KeyWatch(session, keys.brokers_prefix, [membership.wake, elector.wake],
                  "stratalog-watch-brokers", prefix=True),
         KeyWatch(session, keys.controller, [election.wake], "stratalog-watch-controller"),
-        KeyWatch(session, keys.topics_prefix, [view.wake, elector.wake],
+        KeyWatch(session, keys.topics_prefix, [view.wake, elector.wake, reassignments.wake],
                  "stratalog-watch-topics", prefix=True),
-        KeyWatch(session, keys.partitions_prefix, [view.wake, elector.wake],
+        KeyWatch(session, keys.partitions_prefix,
+                 [view.wake, elector.wake, reassignments.wake],
                  "stratalog-watch-partitions", prefix=True),
     )
 

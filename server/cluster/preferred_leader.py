@@ -30,6 +30,8 @@ the same errors)::
             imbalance(B) > leader_imbalance_per_broker_percentage / 100
                 -> preferred election of each p in P(B) led elsewhere whose preferred
                    replica is live and in sync (the others are skipped, not errors)
+        partitions being reassigned count for nothing and never move (reassignment.py
+        moves their leadership; Kafka's rebalance skips them too)
 
 **Clean.** A move is an epoch bump like a failover election, and only to a replica in the ISR:
 it holds every record below the high watermark, so nothing acknowledged with acks=all is lost.
@@ -143,7 +145,10 @@ def imbalanced_partitions(topics: Mapping[str, TopicAssignment],
     preferred_of: dict[int, list[PartitionKey]] = {}
     for topic, assignment in topics.items():
         for number, replicas in assignment.replicas.items():
-            if (topic, number) in states:
+            # A partition being reassigned is left to the reassignment (reassignment.py), as
+            # Kafka's rebalance skips them: its first replica is the target's, which may not
+            # have caught up yet, and the reassignment moves its leadership itself.
+            if (topic, number) in states and number not in assignment.reassigning:
                 preferred_of.setdefault(replicas[0], []).append((topic, number))
     moves: list[PartitionKey] = []
     for broker, keys in preferred_of.items():

@@ -38,7 +38,8 @@ from collections.abc import Mapping, Sequence
 
 from .errors import InvalidReplicationFactorError
 
-__all__ = ["assign_replicas", "rack_alternated", "rack_aware", "rack_unaware", "start_index_of"]
+__all__ = ["assign_replicas", "rack_alternated", "rack_aware", "rack_unaware", "replacement_broker",
+           "start_index_of"]
 
 
 def rack_unaware(first_partition: int, partitions: int, replication_factor: int,
@@ -151,3 +152,18 @@ def assign_replicas(first_partition: int, partitions: int, replication_factor: i
             " every server, or on none)"
         )
     return rack_aware(first_partition, partitions, replication_factor, racks, start, shift)
+
+
+def replacement_broker(leaving: int, kept: Sequence[int], racks: Mapping[int, str],
+                       load: Mapping[int, int]) -> int | None:
+    """The broker that takes a drained replica (reassignment.py's drain): a live broker
+    (``racks``: node id -> rack, "" for none) other than ``leaving`` and the partition's
+    ``kept`` replicas; with racks, one on a rack none of ``kept`` is on when there is one
+    (so the partition keeps its spread over racks); the least loaded (``load``: replicas per
+    broker), then the lowest node id. None when no broker can take it."""
+    candidates = [b for b in racks if b != leaving and b not in kept]
+    if not candidates:
+        return None
+    used_racks = {racks.get(b, "") for b in kept}
+    return min(candidates, key=lambda b: (bool(racks[b]) and racks[b] in used_racks,
+                                          load.get(b, 0), b))

@@ -22,7 +22,8 @@ this node among its replicas (partition_state.py's TopicAssignment):
      epoch in the leader epoch cache at the log end offset (Kafka's ``makeLeader``), track
      the high watermark from ``replication-offset-checkpoint`` (or the one it tracked as a
      follower), reset the followers' states; from now on appends are stamped with the epoch;
-   * the same leader and epoch: only the ISR changed, applied;
+   * the same leader and epoch: only the ISR, or the replicas (a reassignment:
+     reassignment.py), changed, applied;
    * another leader (or none): follow it (replica_fetcher.py), acks=all producers waiting
      here fail with NotLeaderOrFollowerError;
    * an epoch older than the replica's: a stale read, ignored.
@@ -77,6 +78,7 @@ from .errors import LeaderNotAvailableError, NotLeaderOrFollowerError
 from .node import POLL_INTERVALS_PER_SESSION
 from .replica import LeadershipListener, Replica, ReplicaEvents, Role
 from .replica_fetcher import FetchSettings, ReplicaFetcher
+from .replication_throttle import ReplicationThrottle, ThrottledPeer
 from .topic_configs import apply_overrides
 
 if TYPE_CHECKING:
@@ -127,6 +129,10 @@ class ReplicaRoles:
         )
         self.partitions: dict[PartitionKey, Replica] = {}
         self._fetchers: dict[PartitionKey, ReplicaFetcher] = {}
+        #: One bucket for every partition this server is being added to (Kafka's follower
+        #: throttle is per broker); rate 0: off.
+        self._throttle = ReplicationThrottle(settings.replica_reassignment_throttled_rate,
+                                             time.monotonic())
         self._applying = asyncio.Lock()
         self._isr_task: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
@@ -333,14 +339,29 @@ class ReplicaRoles:
         if state.leader == self.node_id:
             if (replica.role is Role.LEADER and replica.leader_epoch == state.leader_epoch
                     and replica.leads_under_current_lease):
+                self._reassigned(replica, replicas)
                 replica.update_isr(state, revision)
             else:
                 await self._make_leader(replica, state, revision, replicas)
         elif (replica.role is Role.FOLLOWER and replica.leader_epoch == state.leader_epoch
               and replica.leader_id == state.leader):
             replica.isr, replica.mod_revision = state.isr, revision
+            replica.replicas = replicas
         else:
             await self._make_follower(replica, state, revision, replicas)
+
+    @staticmethod
+    def _reassigned(replica: Replica, replicas: tuple[int, ...]) -> None:
+        """The leader's replicas changed at the same epoch (a reassignment, reassignment.py,
+        added or removed some): the added ones may fetch and join the ISR from now on; what it
+        knew of the removed ones is forgotten (they count for nothing, and fetch no more)."""
+        if replicas == replica.replicas:
+            return
+        logger.info("%s-%d: replicas %s -> %s (reassignment)", replica.topic, replica.partition,
+                    list(replica.replicas), list(replicas))
+        replica.replicas = replicas
+        replica.followers = {node: follower for node, follower in replica.followers.items()
+                             if node in replicas}
 
     async def _make_leader(self, replica: Replica, state: PartitionState, revision: int,
                            replicas: tuple[int, ...]) -> None:
@@ -382,8 +403,8 @@ class ReplicaRoles:
             logger.info("%s-%d: following node %d at epoch %d from offset %d", replica.topic,
                         replica.partition, state.leader, state.leader_epoch, log.log_end_offset)
             fetcher = ReplicaFetcher(replica, state.leader_epoch,
-                                     lambda: self._stub(state.leader), self._fetch_settings,
-                                     self._executor)
+                                     lambda: self._peer(key, state.leader),
+                                     self._fetch_settings, self._executor)
             self._fetchers[key] = fetcher
             fetcher.start()
 
@@ -399,6 +420,18 @@ class ReplicaRoles:
     def _stub(self, node_id: int) -> ReplicationPeer | None:
         address = self.leader_address(node_id)
         return self.peers.replication(address, self._live_addresses) if address else None
+
+    def _peer(self, key: PartitionKey, node_id: int) -> ReplicationPeer | ThrottledPeer | None:
+        """The leader's peer for the fetcher of ``key``: throttled while this server is being
+        added to the partition (replication_throttle.py), as the view says at each fetch."""
+        peer = self._stub(node_id)
+        if peer is None or not self._throttle.enabled:
+            return peer
+        assignment = self._node.view.topics.get(key[0])
+        reassignment = assignment.reassigning.get(key[1]) if assignment is not None else None
+        if reassignment is not None and self.node_id in reassignment.adding:
+            return ThrottledPeer(peer, self._throttle)
+        return peer
 
     def _live_addresses(self) -> set[str]:
         return {broker.address for broker in self._node.membership.brokers.values()}

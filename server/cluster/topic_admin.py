@@ -279,7 +279,8 @@ class TopicAdmin:
         added = assign_replicas(current, count - current, existing.replication_factor, racks,
                                 start_index_of(existing.replicas, racks),
                                 start_index_of(existing.replicas, racks))
-        grown = TopicAssignment({**existing.replicas, **added}, dict(existing.configs))
+        grown = TopicAssignment({**existing.replicas, **added}, dict(existing.configs),
+                                dict(existing.reassigning))
         if validate_only:
             return self.describe(name, None, grown)
         with self._etcd_errors("CreatePartitions", "the partitions may or may not have been"

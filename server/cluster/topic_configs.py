@@ -30,6 +30,7 @@ it applies it on its next start. Concurrency: :func:`alter_overrides` on the eve
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
@@ -95,9 +96,9 @@ async def alter_overrides(node: ClusterNode, log_manager: LogManager, name: str,
         assignment = TopicAssignment.decode(stored.value) if stored is not None else None
         if stored is None or assignment is None:
             raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
-        altered = TopicAssignment(
-            assignment.replicas,
-            new_overrides(log_manager, name, assignment.configs, set, delete_names))
+        altered = dataclasses.replace(  # replicas and reassignments kept as they are
+            assignment,
+            configs=new_overrides(log_manager, name, assignment.configs, set, delete_names))
         if validate_only or altered == assignment:
             return altered
         succeeded, _ = await client.transaction(

@@ -68,6 +68,7 @@ class Code(enum.IntEnum):
     TOPIC_ALREADY_EXISTS = 36
     INVALID_PARTITIONS = 37
     INVALID_REPLICATION_FACTOR = 38
+    INVALID_REPLICA_ASSIGNMENT = 39
     INVALID_CONFIG = 40
     INVALID_REQUEST = 42
     UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
@@ -91,6 +92,7 @@ class Code(enum.IntEnum):
     PREFERRED_LEADER_NOT_AVAILABLE = 80
     ELIGIBLE_LEADERS_NOT_AVAILABLE = 83
     ELECTION_NOT_NEEDED = 84
+    NO_REASSIGNMENT_IN_PROGRESS = 85
     INVALID_RECORD = 87
     THROTTLING_QUOTA_EXCEEDED = 89
     PRODUCER_FENCED = 90
@@ -179,6 +181,8 @@ ERROR_TABLE: Mapping[type[BaseException], Code] = types.MappingProxyType({
     cluster_errors.ElectionNotNeededError: _C.ELECTION_NOT_NEEDED,
     cluster_errors.PreferredLeaderNotAvailableError: _C.PREFERRED_LEADER_NOT_AVAILABLE,
     cluster_errors.EligibleLeadersNotAvailableError: _C.ELIGIBLE_LEADERS_NOT_AVAILABLE,
+    cluster_errors.InvalidReplicaAssignmentError: _C.INVALID_REPLICA_ASSIGNMENT,
+    cluster_errors.NoReassignmentInProgressError: _C.NO_REASSIGNMENT_IN_PROGRESS,
 })
 
 # The server's own trouble: a fixed sentence, the exception logged (its message names files).

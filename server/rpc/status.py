@@ -185,6 +185,8 @@ REASON_CODES: Mapping[str, grpc.StatusCode] = types.MappingProxyType({
     _reason("ELECTION_NOT_NEEDED"): _Code.FAILED_PRECONDITION,
     _reason("PREFERRED_LEADER_NOT_AVAILABLE"): _Code.UNAVAILABLE,
     _reason("ELIGIBLE_LEADERS_NOT_AVAILABLE"): _Code.UNAVAILABLE,
+    _reason("INVALID_REPLICA_ASSIGNMENT"): _Code.INVALID_ARGUMENT,
+    _reason("NO_REASSIGNMENT_IN_PROGRESS"): _Code.FAILED_PRECONDITION,
 })
 
 #: Exception class -> ErrorReason name. Looked up along the exception's MRO (nearest ancestor).
@@ -292,6 +294,9 @@ ERROR_TABLE: Mapping[type[BaseException], str] = types.MappingProxyType({
     cluster_errors.ElectionNotNeededError: "ELECTION_NOT_NEEDED",
     cluster_errors.PreferredLeaderNotAvailableError: "PREFERRED_LEADER_NOT_AVAILABLE",
     cluster_errors.EligibleLeadersNotAvailableError: "ELIGIBLE_LEADERS_NOT_AVAILABLE",
+    # AlterPartitionReassignments (issue 29): a partition's reassignment refused.
+    cluster_errors.InvalidReplicaAssignmentError: "INVALID_REPLICA_ASSIGNMENT",
+    cluster_errors.NoReassignmentInProgressError: "NO_REASSIGNMENT_IN_PROGRESS",
     # The group coordinator (issue 27, server/groups/group_errors.py): Kafka's error of the
     # same name. Retriable: COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE,
     # NOT_COORDINATOR, REBALANCE_IN_PROGRESS (after a rejoin), UNSTABLE_OFFSET_COMMIT.

@@ -16,6 +16,8 @@ operations on resources as Kafka's ``KafkaApis`` does for the request of the sam
     AlterTopicConfigs        ALTER_CONFIGS on the topic
     CreatePartitions         ALTER on the topic (Kafka's CreatePartitions)
     ElectLeaders             ALTER on the cluster (Kafka's ElectLeaders)
+    AlterPartitionReassignments, DrainBroker   ALTER on the cluster
+    ListPartitionReassignments                 DESCRIBE on the cluster
     Produce                  WRITE on the topic
     FetchByOffset, FetchByTimestamp, Subscribe     READ on the topic
     ListOffsets              DESCRIBE on the topic
@@ -710,6 +712,11 @@ RULES: Mapping[str, Rule] = {
     "CreatePartitions": _on_topic(_Op.ALTER, "name", _topic_answer),
     # Kafka's ElectLeaders: ALTER on the cluster (KafkaApis.handleElectLeaders).
     "ElectLeaders": _on_cluster(_Op.ALTER),
+    # Kafka's AlterPartitionReassignments: ALTER on the cluster, its List: DESCRIBE; a drain
+    # is a set of reassignments.
+    "AlterPartitionReassignments": _on_cluster(_Op.ALTER),
+    "ListPartitionReassignments": _on_cluster(_Op.DESCRIBE),
+    "DrainBroker": _on_cluster(_Op.ALTER),
     "Produce": _on_topic(_Op.WRITE),
     "FetchByOffset": _on_topic(_Op.READ),
     "FetchByTimestamp": _on_topic(_Op.READ),

@@ -508,8 +508,8 @@ def test_generated_enums_hold_the_contract_error_reasons() -> None:
     # 16 released reasons, then issue 12's: the producer state's 5, the coordinator's 6; then
     # issue 13's limit; then issue 17's replication reasons.
     # Issue 25: INVALID_PARTITIONS (CreatePartitions). Issue 27: the consumer groups' 16.
-    # Issue 29: ElectLeaders' 3.
-    assert len(broker_pb2.ErrorReason.keys()) == 16 + 5 + 6 + 1 + 9 + 1 + 16 + 3
+    # Issue 29: ElectLeaders' 3, reassignments' 2.
+    assert len(broker_pb2.ErrorReason.keys()) == 16 + 5 + 6 + 1 + 9 + 1 + 16 + 3 + 2
     assert broker_pb2.ErrorReason.keys()[16:] == [
         "OUT_OF_ORDER_SEQUENCE", "INVALID_PRODUCER_EPOCH", "UNKNOWN_PRODUCER_ID",
         "INVALID_TXN_STATE", "TRANSACTION_COORDINATOR_FENCED",
@@ -526,4 +526,5 @@ def test_generated_enums_hold_the_contract_error_reasons() -> None:
         "INVALID_SESSION_TIMEOUT", "NON_EMPTY_GROUP", "GROUP_ID_NOT_FOUND",
         "UNSTABLE_OFFSET_COMMIT", "OFFSET_METADATA_TOO_LARGE", "GROUP_SUBSCRIBED_TO_TOPIC",
         "ELECTION_NOT_NEEDED", "PREFERRED_LEADER_NOT_AVAILABLE", "ELIGIBLE_LEADERS_NOT_AVAILABLE",
+        "INVALID_REPLICA_ASSIGNMENT", "NO_REASSIGNMENT_IN_PROGRESS",
     ]

@@ -14,6 +14,7 @@
     groups.py         FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, ListGroups,
                       DescribeGroups, DeleteGroups
     offsets.py        OffsetCommit, OffsetFetch, OffsetDelete
+    reassignments.py  AlterPartitionReassignments, ListPartitionReassignments
     transactions.py   InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
                       TxnOffsetCommit
     sasl.py           SaslHandshake, SaslAuthenticate
@@ -34,6 +35,7 @@ from stratalog.server.kafka.apis import (  # noqa: F401  (each registers its han
     metadata,
     offsets,
     produce,
+    reassignments,
     sasl,
     transactions,
 )
