@@ -60,6 +60,7 @@ HOT_PATH_MODULES = (
     "server.storage.segments",
     "server.storage.offset_index",
     "server.storage.partition_log",
+    "server.storage.time_index",
     "records.varint",
 )
 # mypyc's one shared library for the group: a module of the package, so it imports as any other.
