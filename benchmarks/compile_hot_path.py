@@ -10,8 +10,9 @@ removing them brings back the pure-Python package. The ``.py`` files are not cha
   ``stratalog/server/hot_path__mypyc*.so``, and one small shim per module. It type-checks the
   modules first (mypy) and refuses to build while any error is left; at run time it checks
   every annotated argument, return and attribute against its annotation.
-- **Cython** (pure-Python mode, no ``.pxd``) compiles each module on its own; annotations are
-  mostly left as Python objects, so any module that runs under CPython compiles.
+- **Cython** (pure-Python mode, no ``.pxd``) compiles each module on its own, its annotations
+  ignored (``annotation_typing`` off), so any module that runs under CPython compiles and
+  behaves as it does there.
 
 Our package is mapped from several folders (pyproject's ``package-dir``), and both compilers name
 a module after its path, so the build runs in a private tree of symlinks shaped like the package,
@@ -122,7 +123,9 @@ def build(backend: str, modules: tuple[str, ...]) -> list[Path]:
                 extensions = cythonize(
                     paths,
                     build_dir=str(scratch / "cython"),
-                    compiler_directives={"language_level": 3},
+                    # Annotations are left as the hints they are in CPython: with annotation
+                    # typing, an argument annotated ``bytes`` refuses a bytearray (TypeError).
+                    compiler_directives={"language_level": 3, "annotation_typing": False},
                     quiet=True,
                 )
             setup(
