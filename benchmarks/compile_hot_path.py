@@ -35,7 +35,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["HOT_PATH_MODULES", "MYPYC_MODULES", "build", "clean"]
+__all__ = ["HOT_PATH_MODULES", "MYPYC_MODULES", "build", "clean", "compiled_files"]
 
 _ROOT = Path(__file__).resolve().parent.parent
 # The package's folders as pyproject's package-dir maps them (the subset the hot path lives in).
@@ -135,23 +135,24 @@ def build(backend: str, modules: tuple[str, ...]) -> list[Path]:
             )
         finally:
             os.chdir(cwd)
-    return _compiled_files()
+    return compiled_files()
 
 
-def _compiled_files() -> list[Path]:
-    """The extension files this script writes: one per hot-path module, and mypyc's library."""
+def compiled_files(root: Path = _ROOT) -> list[Path]:
+    """The extension files this script writes under the checkout ``root``: one per hot-path
+    module, and mypyc's library."""
     found = []
     for module in HOT_PATH_MODULES:
         folder, _, name = module.rpartition(".")
-        found += (_ROOT / folder.replace(".", "/")).glob(name + ".*.so")
-    found += (_ROOT / "server").glob("hot_path__mypyc.*.so")
+        found += (root / folder.replace(".", "/")).glob(name + ".*.so")
+    found += (root / "server").glob("hot_path__mypyc.*.so")
     return sorted(found)
 
 
-def clean() -> list[Path]:
-    """Removes every extension file ``build`` may have written (and nothing else: records'
-    C speedups, ``records/_speedups*.so``, is the package's own and stays)."""
-    removed = _compiled_files()
+def clean(root: Path = _ROOT) -> list[Path]:
+    """Removes every extension file ``build`` may have written under ``root`` (and nothing
+    else: records' C speedups, ``records/_speedups*.so``, is the package's own and stays)."""
+    removed = compiled_files(root)
     for path in removed:
         path.unlink()
     return removed
