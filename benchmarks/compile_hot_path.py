@@ -98,9 +98,22 @@ def _module_path(module: str) -> str:
     return "stratalog/" + module.replace(".", "/") + ".py"
 
 
+def _require(backend: str) -> None:
+    """Exits with a line that names the missing compiler: neither is a dependency of the
+    package (pip install mypy, or cython, into the virtualenv first)."""
+    package = {"mypyc": "mypyc", "cython": "Cython"}[backend]
+    try:
+        __import__(package)
+    except ImportError:
+        sys.exit(f"{backend} is not installed in this virtualenv: "
+                 f"pip install {'mypy' if backend == 'mypyc' else 'cython'}")
+
+
 def build(backend: str, modules: tuple[str, ...]) -> list[Path]:
     """Builds ``modules`` in place with ``backend``; returns the extension files written."""
     from setuptools import setup
+
+    _require(backend)
 
     with tempfile.TemporaryDirectory(prefix="stratalog-compile-") as scratch_dir:
         scratch = Path(scratch_dir)
