@@ -690,7 +690,7 @@ class ReplicaManager:
         offset: int,
         max_bytes: int,
         isolation_level: IsolationLevel,
-    ) -> FetchedBatches:
+    ) -> FetchedBatches | SlicedWalk:
         """One read at ``offset``: on the loop when small (:meth:`reads_inline`), else in the
         executor."""
         if self.reads_inline(partition_log, offset, max_bytes):
