@@ -484,7 +484,7 @@ class LogFile:
                 if into is None:
                     step = find_in_block(buf, buf_start, position, end, offset, timestamp, size)
                     if len(step) != 3:
-                        return step  # type: ignore[return-value] (a FoundBatch)
+                        return step  # type: ignore[return-value]  # a FoundBatch
                     how, position, size = step  # type: ignore[misc]
                 else:
                     how, position, _ = collect_in_block(
