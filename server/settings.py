@@ -152,6 +152,7 @@ _KAFKA_ALIASES = {
     "replica.lag.time.max.ms": "replica_lag_time_max_ms",
     "replica.fetch.wait.max.ms": "replica_fetch_wait_max_ms",
     "replica.fetch.max.bytes": "replica_fetch_max_bytes",
+    "replica.fetch.response.max.bytes": "replica_fetch_response_max_bytes",
     "replica.fetch.backoff.ms": "replica_fetch_backoff_ms",
     "request.timeout.ms": "request_timeout_ms",
     "offsets.topic.num.partitions": "offsets_topic_num_partitions",

@@ -755,6 +755,11 @@ class Settings:
         1 * _MIB, "bytes of batches one follower fetch asks for (Kafka's replica.fetch.max.bytes;"
         " a larger first batch comes whole)", 1,
     )
+    replica_fetch_response_max_bytes: int = _setting(
+        10 * _MIB, "bytes of batches one answer of a follower's fetch session holds over all its"
+        " partitions (Kafka's replica.fetch.response.max.bytes; a larger first batch comes"
+        " whole)", 1,
+    )
     replica_fetch_backoff_ms: int = _setting(
         1_000, "a follower whose fetch failed waits this long before the next (Kafka's"
         " replica.fetch.backoff.ms)", 0,

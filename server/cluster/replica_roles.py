@@ -121,10 +121,13 @@ class ReplicaRoles:
         self.lag_time_max_ms = settings.replica_lag_time_max_ms
         self._fetch_settings = FetchSettings(
             settings.replica_fetch_wait_max_ms, settings.replica_fetch_max_bytes,
-            settings.replica_fetch_backoff_ms,
+            settings.replica_fetch_backoff_ms, settings.replica_fetch_response_max_bytes,
         )
         self.partitions: dict[PartitionKey, Replica] = {}
-        self._fetchers: dict[PartitionKey, ReplicaFetcher] = {}
+        #: One fetcher (one fetch session) per leader this server follows partitions of.
+        self._fetchers: dict[int, ReplicaFetcher] = {}
+        #: The leader each followed partition is fetched from.
+        self._fetched_from: dict[PartitionKey, int] = {}
         self._applying = asyncio.Lock()
         self._isr_task: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
@@ -175,6 +178,7 @@ class ReplicaRoles:
         for fetcher in list(self._fetchers.values()):
             await fetcher.stop()
         self._fetchers.clear()
+        self._fetched_from.clear()
         for partition in self.partitions.values():
             partition.stop()
         await self.peers.close()
@@ -370,19 +374,30 @@ class ReplicaRoles:
         if state.has_leader:
             logger.info("%s-%d: following node %d at epoch %d from offset %d", replica.topic,
                         replica.partition, state.leader, state.leader_epoch, log.log_end_offset)
-            fetcher = ReplicaFetcher(replica, state.leader_epoch,
-                                     lambda: self._stub(state.leader), self._fetch_settings,
-                                     self._executor)
-            self._fetchers[key] = fetcher
-            fetcher.start()
+            fetcher = self._fetchers.get(state.leader)
+            if fetcher is None:
+                leader = state.leader
+                fetcher = self._fetchers[leader] = ReplicaFetcher(
+                    self.node_id, leader, lambda: self._stub(leader), self._fetch_settings,
+                    self._executor)
+                fetcher.start()
+            fetcher.add_partition(replica, state.leader_epoch)
+            self._fetched_from[key] = state.leader
 
     def _stopped_leading(self, key: PartitionKey) -> None:
         if self._leadership is not None:
             self._leadership.stopped_leading(*key)
 
     async def _stop_fetcher(self, key: PartitionKey) -> None:
-        fetcher = self._fetchers.pop(key, None)
-        if fetcher is not None:
+        """Fetch ``key`` no more (its storage call in flight finished); a fetcher left with no
+        partition is stopped (its session ends)."""
+        leader = self._fetched_from.pop(key, None)
+        fetcher = self._fetchers.get(leader) if leader is not None else None
+        if fetcher is None:
+            return
+        await fetcher.remove_partition(key)
+        if not len(fetcher) and self._fetchers.get(leader) is fetcher:
+            del self._fetchers[leader]
             await fetcher.stop()
 
     def _stub(self, node_id: int) -> ReplicationPeer | None:

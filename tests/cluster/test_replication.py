@@ -22,10 +22,12 @@ from stratalog.client.errors import from_rpc_error
 from stratalog.server.cluster.layout import ClusterKeys
 from stratalog.server.cluster.partition_state import PartitionState, TopicAssignment
 from stratalog.v1 import broker_pb2 as pb
-from stratalog.v1 import broker_pb2_grpc, replication_pb2, replication_pb2_grpc
+from stratalog.v1 import broker_pb2_grpc, replication_pb2
 from tests.integration.conftest import CALL_TIMEOUT_S, ServerProcess
 
 from .conftest import ETCD_BINARY, SESSION_TIMEOUT_MS, EtcdProcess, wait_for
+from .replica_fetch_call import PartitionFetchError
+from .replica_fetch_call import replica_fetch as session_fetch
 
 ETCDCTL = ETCD_BINARY.parent / "etcdctl"
 KEYS = ClusterKeys("/stratalog")
@@ -120,6 +122,8 @@ def refused(call: object) -> tuple[str, dict[str, str]]:
         call()  # type: ignore[operator]
     except grpc.RpcError as exc:
         return error_of(exc)
+    except PartitionFetchError as exc:
+        return exc.reason, exc.metadata
     raise AssertionError("the call succeeded")
 
 
@@ -221,13 +225,9 @@ def test_acks_all_reaches_every_replica_and_followers_refuse_clients(etcd, start
 
     # The Replication RPC itself, as a follower would call it.
     def replica_fetch(server: ServerProcess, epoch: int, **fields: int
-                      ) -> replication_pb2.ReplicaFetchResponse:
+                      ) -> replication_pb2.PartitionData:
         with grpc.insecure_channel(server.target) as channel:
-            return replication_pb2_grpc.ReplicationStub(channel).ReplicaFetch(
-                replication_pb2.ReplicaFetchRequest(
-                    topic="orders", partition=0, replica_id=3, current_leader_epoch=epoch,
-                    max_bytes=1 << 20, **fields),
-                timeout=CALL_TIMEOUT_S)
+            return session_fetch(channel, "orders", 3, epoch, **fields)
 
     assert refused(lambda: replica_fetch(servers[2], 0))[0] == "FENCED_LEADER_EPOCH"
     assert refused(lambda: replica_fetch(servers[2], 7))[0] == "UNKNOWN_LEADER_EPOCH"
