@@ -152,11 +152,16 @@ class FetchSession:
         """The follower wrote its next request: an answer waiting for appends returns now."""
         self._wakeup.set()
 
+    def clear_interrupt(self) -> None:
+        """Before the caller looks whether a next request is there already (then it answers
+        without waiting): an interrupt after that look ends the wait."""
+        self._wakeup.clear()
+
     async def answer(self, max_wait_ms: int, max_bytes: int, response_max_bytes: int
                      ) -> Sequence[PartitionResult]:
         """The answer to the latest request (module docstring): records the follower's
-        progress, reads, waits up to ``max_wait_ms`` when there is nothing to answer."""
-        self._wakeup.clear()
+        progress, reads, waits up to ``max_wait_ms`` when there is nothing to answer (0 when
+        the follower's next request is there already)."""
         waiting: list[tuple[Replica, int]] = []
         try:
             results, readable = self._check(waiting)

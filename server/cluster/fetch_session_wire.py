@@ -21,7 +21,7 @@ round (docs/performance.md, "Issue 29"). Kafka's fetcher hands the follower's lo
 
 A protobuf parser takes fields in any order, so the bytes are exactly a ReplicaFetchResponse:
 ``ReplicaFetchResponse.FromString(encode_response(...))`` is equal, field by field, to the
-message with the records set (tests/unit/cluster/test_fetch_session_wire.py). Whatever the
+message with the records set (tests/unit/server/cluster/test_fetch_session_wire.py). Whatever the
 walker does not expect (another field of the response, a repeated records field, a group, a
 truncated or malformed tag or length) goes to ``FromString`` whole, so that malformed input gets
 protobuf's reading (or its ``DecodeError``), never a second interpretation.

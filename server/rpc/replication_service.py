@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any
@@ -59,6 +60,8 @@ if TYPE_CHECKING:
     from stratalog.server.cluster.replica_roles import ReplicaRoles
 
 __all__ = ["REQUESTS_QUEUED_MAX", "ReplicationService", "add_replication_service"]
+
+logger = logging.getLogger(__name__)
 
 #: Requests of one stream read ahead of the one being answered.
 REQUESTS_QUEUED_MAX = 2
@@ -105,6 +108,8 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
                     return
                 if session is None:
                     session = FetchSession(request.replica_id, roles, self._executor)
+                    logger.info("node %d opened a fetch session (%d partitions)",
+                                request.replica_id, len(request.partitions))
                 elif request.replica_id != session.replica_id:
                     await context.abort_with_status(status.invalid_request(
                         f"replica_id {request.replica_id} differs from the stream's first,"
@@ -118,8 +123,11 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
                      for p in request.partitions),
                     ((p.topic, p.partition) for p in request.forgotten),
                 )
+                session.clear_interrupt()
+                # A next request already read: answer this one without waiting (it says more).
+                max_wait_ms = request.max_wait_ms if requests.empty() else 0
                 results = await session.answer(
-                    min(max(request.max_wait_ms, 0), FETCH_MAX_WAIT_MS_MAX),
+                    min(max(max_wait_ms, 0), FETCH_MAX_WAIT_MS_MAX),
                     min(max(request.max_bytes, 1), FETCH_MAX_BYTES_MAX),
                     min(max(request.response_max_bytes, 1), FETCH_RESPONSE_MAX_BYTES_MAX),
                 )
