@@ -17,7 +17,7 @@ and :meth:`FetchSession.answer` calls and the results back into answers.
   rise, acks=all producers complete) and may add the follower to the ISR. An idle partition's
   follower thus stays caught up without being named.
 * **An answer** (:meth:`FetchSession.answer`) holds, per partition, in this order of checks
-  (the old ReplicaFetch's, per partition)::
+  (issue 17's, now per partition)::
 
       this server leads it under its lease              else NOT_LEADER_OR_FOLLOWER
       the follower's epoch == the leader's              older: FENCED_LEADER_EPOCH,
