@@ -20,7 +20,8 @@ server's own settings, as Kafka's brokers reach each other with the inter-broker
 The files are read at start and on SIGHUP (:meth:`PeerChannels.reload`): a certificate that
 was renewed on disk is presented from the next connection; the channels open at the reload
 are closed once the calls on them ended (the longest a fetch may wait, plus slack), so that
-no fetch is cut.
+no fetch is cut: a follower's fetch session moves to the new channel at its next request
+(replica_fetcher.py), before the old one closes.
 
 Limits: one channel per peer address, and only for live servers: when a channel to a new
 address is made (a server restarted on another port, or moved), the channels to addresses no
@@ -130,6 +131,11 @@ class ReplicationPeer:
                  ) -> None:
         self._channel = channel
         self._metadata = metadata
+
+    @property
+    def channel(self) -> grpc.aio.Channel:
+        """The channel the calls go on (a reload or a move of the peer replaces it)."""
+        return self._channel
 
     def fetch_session(self) -> grpc.aio.StreamStreamCall:
         """A new ReplicaFetchSession stream: requests written as messages, answers read as

@@ -33,7 +33,9 @@ goes in a second request written at once, which makes the leader answer the firs
 follower starts copying without waiting out the long poll. The stream itself failing (the
 leader gone or restarted, a refusal of the whole stream) is retried on a new stream after
 replica_fetch_backoff_ms (100 ms for the election reasons above); a new stream starts a new
-session with a full request.
+session with a full request. A channel replaced under the stream (peer_channels.py: a reload
+of the TLS files) ends it at its next request, and the next stream goes on the new channel at
+once.
 
 A removal (the view changed the role, leader or epoch) waits for a storage call in flight to
 finish, so that the next role (say, leader at a new epoch) starts from a log no fetcher touches
@@ -211,6 +213,7 @@ class ReplicaFetcher:
             else:
                 try:
                     await self._session(stub)
+                    continue  # the channel was replaced: a new stream on the new one, now
                 except asyncio.CancelledError:
                     raise
                 except grpc.aio.AioRpcError as exc:
@@ -229,7 +232,9 @@ class ReplicaFetcher:
             self._failure_logged = what
 
     async def _session(self, stub: ReplicationPeer) -> None:
-        """One stream: requests and answers until it fails (module docstring)."""
+        """One stream: requests and answers until it fails, or until the channel to the
+        leader is replaced (a reload of the TLS files, the leader's new address): then it
+        returns, at a request's turn, and the next stream goes on the new channel."""
         call = stub.fetch_session()
         sent: dict[PartitionKey, _Sent] = {}
         answer_timeout_s = self._settings.max_wait_ms / 1000 + CALL_SLACK_S
@@ -238,6 +243,9 @@ class ReplicaFetcher:
         try:
             while True:
                 if outstanding == 0:
+                    current = self._stub_for_leader()
+                    if current is None or current.channel is not stub.channel:
+                        return
                     self._changed.clear()
                     await call.write(self._request(sent))
                     outstanding = 1
