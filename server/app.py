@@ -413,7 +413,8 @@ class Server:
             )
 
             self._replication = ReplicationService(
-                self._executor, BrokerIdentity(settings.broker_principals))
+                self._executor, BrokerIdentity(settings.broker_principals),
+                settings.read_in_executor_min_bytes)
             add_replication_service(self._replication, self._grpc)
         self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._grpc)

@@ -43,7 +43,9 @@ Limits: at most :data:`SESSION_PARTITIONS_MAX` partitions per session; one answe
 Crash behaviour: nothing here is durable; a follower that reconnects starts a new session with
 a full request.
 
-Concurrency: event-loop only; reads go to the executor, one call per answer.
+Concurrency: event-loop only; reads go to the executor, one call per answer, unless they are
+small (below ``read_in_executor_min_bytes`` in all: then on the loop, as the serving layer
+reads consumers' small fetches).
 """
 
 from __future__ import annotations
@@ -117,10 +119,12 @@ class PartitionResult:
 class FetchSession:
     """One follower's partitions on this leader (module docstring). Event-loop only."""
 
-    def __init__(self, replica_id: int, roles: ReplicaRoles, executor: Executor) -> None:
+    def __init__(self, replica_id: int, roles: ReplicaRoles, executor: Executor,
+                 read_in_executor_min_bytes: int) -> None:
         self.replica_id = replica_id
         self._roles = roles
         self._executor = executor
+        self._read_in_executor_min_bytes = read_in_executor_min_bytes
         #: Insertion order is the order partitions are read in (rotated: module docstring).
         self._partitions: dict[PartitionKey, _SessionPartition] = {}
         self._wakeup = asyncio.Event()
@@ -172,7 +176,9 @@ class FetchSession:
         finally:
             for replica, _ in waiting:
                 replica.remove_append_listener(self._wakeup.set)
-        if readable:
+        if readable and self._reads_inline(readable, max_bytes, response_max_bytes):
+            results += _read_all(readable, max_bytes, response_max_bytes)
+        elif readable:
             loop = asyncio.get_running_loop()
             results += await loop.run_in_executor(
                 self._executor, _read_all, readable, max_bytes, response_max_bytes)
@@ -185,6 +191,23 @@ class FetchSession:
                     key = (result.topic, result.partition)
                     self._partitions[key] = self._partitions.pop(key)
         return results
+
+    def _reads_inline(self, readable: Sequence[tuple[Replica, int]], max_bytes: int,
+                      response_max_bytes: int) -> bool:
+        """Whether the reads are small enough for the loop: at most
+        ``read_in_executor_min_bytes`` in all, known from the logs' published ends (the
+        serving layer's rule for consumers' reads, ReplicaManager.reads_inline). A follower
+        that keeps up reads a few batches per answer: page-cache reads cheaper inline than a
+        thread hop, which each acks=all produce would wait for."""
+        total = 0
+        for replica, offset in readable:
+            fetchable = replica.log.fetchable_bytes_max(offset)
+            if fetchable is None:
+                return False  # in an older segment: its size is not known without a lookup
+            total += min(fetchable, max_bytes)
+            if total >= min(self._read_in_executor_min_bytes, response_max_bytes + 1):
+                return False
+        return True
 
     def _check(self, waiting: list[tuple[Replica, int]]
                ) -> tuple[list[PartitionResult], list[tuple[Replica, int]]]:

@@ -72,9 +72,11 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
     """replication.proto's Replication service over this server's replica roles (set once
     joined), for the callers ``identity`` admits."""
 
-    def __init__(self, executor: Executor, identity: BrokerIdentity) -> None:
+    def __init__(self, executor: Executor, identity: BrokerIdentity,
+                 read_in_executor_min_bytes: int) -> None:
         self._executor = executor
         self._identity = identity
+        self._read_in_executor_min_bytes = read_in_executor_min_bytes
         #: Set by app.py once the server joined the cluster.
         self.replica_roles: ReplicaRoles | None = None
 
@@ -107,7 +109,8 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
                 if request is None:
                     return
                 if session is None:
-                    session = FetchSession(request.replica_id, roles, self._executor)
+                    session = FetchSession(request.replica_id, roles, self._executor,
+                                           self._read_in_executor_min_bytes)
                     logger.info("node %d opened a fetch session (%d partitions)",
                                 request.replica_id, len(request.partitions))
                 elif request.replica_id != session.replica_id:
