@@ -7,15 +7,23 @@ lives as long as its ReplicaFetchSession stream (replication.proto); the service
 (server/rpc/replication_service.py) translates its requests into :meth:`FetchSession.update`
 and :meth:`FetchSession.answer` calls and the results back into answers.
 
-* **What is remembered.** Per partition: the follower's leader epoch, fetch offset (its log end
-  offset), last fetched epoch and log start offset, as last sent, and the high watermark and
-  log start offset last answered. A request carries only the partitions added or changed and
-  those forgotten; the others keep their last values.
+* **What is remembered.** Per partition: the follower's leader epoch, last fetched epoch, log
+  start and log end offsets as last sent; the *cursor*, where the next read starts; and the
+  high watermark and log start offset last answered. A request carries only the partitions
+  added or changed and those forgotten; the others keep their last values.
+* **The cursor** is the fetch offset the follower sent (a partition new in the session, or a
+  follower resynchronising: its log end offset), then the end of each answer's records: the
+  follower appends the answers in order, so its next request may go before it appended the
+  previous answer (pipelining), with ``fetch_offset`` = CONTINUE. A follower whose log is not
+  where an answer starts sends its log end again. The follower's log is checked at its last
+  fetched epoch (KIP-320) only where it sent an offset: from there the cursor follows the
+  leader's own log.
 * **Each request is the follower's progress for every partition of the session**, sent or not
   (Kafka expands an incremental request to the session's partitions the same way): the
-  leader records each fetch offset (``Replica.record_follower_fetch``: the high watermark may
-  rise, acks=all producers complete) and may add the follower to the ISR. An idle partition's
-  follower thus stays caught up without being named.
+  leader records each ``log_end_offset``, what the follower appended, never the cursor
+  (``Replica.record_follower_fetch``: the high watermark may rise, acks=all producers
+  complete) and may add the follower to the ISR. An idle partition's follower thus stays
+  caught up without being named.
 * **An answer** (:meth:`FetchSession.answer`) holds, per partition, in this order of checks
   (issue 17's, now per partition)::
 
@@ -23,12 +31,14 @@ and :meth:`FetchSession.answer` calls and the results back into answers.
       the follower's epoch == the leader's              older: FENCED_LEADER_EPOCH,
                                                         newer: UNKNOWN_LEADER_EPOCH
       the follower is an assigned replica, not this one else NOT_LEADER_OR_FOLLOWER
-      its log agrees at last_fetched_epoch              else diverging_epoch (no records;
-                                                        its progress not recorded)
-      log start <= fetch offset <= log end              else OFFSET_OUT_OF_RANGE
-      records past the fetch offset                     up to max_bytes, and response_max_bytes
-                                                        over the answer
-      else: only if just added, or its high watermark or log start moved since last answered
+      (the follower sent a fetch offset:) its log       else diverging_epoch (no records;
+        agrees at last_fetched_epoch there              its progress not recorded)
+      log start <= cursor <= log end                    else OFFSET_OUT_OF_RANGE
+      records past the cursor                           up to max_bytes, and response_max_bytes
+                                                        over the answer; the cursor moves
+                                                        past them
+      else: only if just added, or its high watermark or log start moved since last answered,
+            and only in an answer that goes anyway (records, an error, the wait's end)
 
   When no partition has anything, it waits for an append to any of them (Replica's append
   listeners: the leader's delayed-fetch wake-up, nothing polls), a change of their role, or
@@ -82,19 +92,32 @@ class SessionLimitError(ValueError):
     partitions."""
 
 
+#: A FetchPartition's fetch_offset that means "where your previous answer ended".
+CONTINUE = -1
+
+
 @dataclass(slots=True)
 class PartitionFetch:
-    """What the follower last sent for one partition (replication.proto's FetchPartition)."""
+    """What the follower last sent for one partition (replication.proto's FetchPartition):
+    ``fetch_offset`` is :data:`CONTINUE` or where to read from (a resynchronisation),
+    ``log_end_offset`` its progress."""
 
     current_leader_epoch: int
     fetch_offset: int
     last_fetched_epoch: int
     log_start_offset: int
+    log_end_offset: int
 
 
 @dataclass(slots=True)
 class _SessionPartition:
     fetch: PartitionFetch
+    #: Where the next read starts: the follower's fetch offset when it sent one, then the end
+    #: of each answer's records (the follower appends them in order, or resynchronises).
+    cursor: int
+    #: The follower's log must be checked at (last_fetched_epoch, cursor) before a read: it
+    #: sent a fetch offset (new in the session, or resynchronising) and no check passed yet.
+    verify: bool = True
     #: The high watermark and log start last answered; -1: never answered (answer it).
     answered_high_watermark: int = -1
     answered_log_start_offset: int = -1
@@ -114,6 +137,8 @@ class PartitionResult:
     records: bytes = b""
     diverging: DivergingEpoch | None = None
     error: Exception | None = None
+    #: Where the next read starts: after ``records``.
+    next_fetch_offset: int = 0
 
 
 class FetchSession:
@@ -143,14 +168,17 @@ class FetchSession:
             self._partitions.pop(key, None)
         for key, fetch in partitions:
             entry = self._partitions.get(key)
+            start = fetch.fetch_offset if fetch.fetch_offset >= 0 else fetch.log_end_offset
             if entry is None:
                 if len(self._partitions) >= SESSION_PARTITIONS_MAX:
                     raise SessionLimitError(
                         f"a fetch session holds at most {SESSION_PARTITIONS_MAX} partitions;"
                         f" adding {key[0]}-{key[1]} would exceed it")
-                self._partitions[key] = _SessionPartition(fetch)
-            else:
-                entry.fetch = fetch
+                self._partitions[key] = _SessionPartition(fetch, start)
+                continue
+            entry.fetch = fetch
+            if fetch.fetch_offset >= 0:  # resynchronising: read there, once checked
+                entry.cursor, entry.verify = fetch.fetch_offset, True
 
     def interrupt(self) -> None:
         """The follower wrote its next request: an answer waiting for appends returns now."""
@@ -168,11 +196,16 @@ class FetchSession:
         the follower's next request is there already)."""
         waiting: list[tuple[Replica, int]] = []
         try:
-            results, readable = self._check(waiting)
+            results, readable, moved = self._check(waiting)
             if not results and not readable and max_wait_ms > 0:
+                # A moved high watermark alone does not end the wait (Kafka's DelayedFetch
+                # waits for bytes): the request stays the follower's long poll, which the
+                # next append answers at once.
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wakeup.wait(), max_wait_ms / 1000)
                 readable = self._recheck(waiting, results)
+            else:
+                results += [_offsets(replica, cursor) for replica, cursor in moved]
         finally:
             for replica, _ in waiting:
                 replica.remove_append_listener(self._wakeup.set)
@@ -187,7 +220,10 @@ class FetchSession:
             if entry is not None and result.error is None:
                 entry.answered_high_watermark = result.high_watermark
                 entry.answered_log_start_offset = result.log_start_offset
-                if result.records:  # round-robin: the others go first next time
+                if result.records:
+                    # The follower appends them next: the next read starts after them.
+                    entry.cursor = result.next_fetch_offset
+                    # Round-robin: the others go first next time.
                     key = (result.topic, result.partition)
                     self._partitions[key] = self._partitions.pop(key)
         return results
@@ -210,13 +246,16 @@ class FetchSession:
         return True
 
     def _check(self, waiting: list[tuple[Replica, int]]
-               ) -> tuple[list[PartitionResult], list[tuple[Replica, int]]]:
-        """Checks and progress of every partition: the results to answer now, and the
-        (replica, fetch offset) with records to read. Every leader replica with nothing
+               ) -> tuple[list[PartitionResult], list[tuple[Replica, int]],
+                          list[tuple[Replica, int]]]:
+        """Checks and progress of every partition: the results to answer now, the
+        (replica, cursor) with records to read, and those whose high watermark or log start
+        moved since last answered (sent with an answer that goes anyway). Every leader replica with nothing
         to read is listened to (``waiting``) *before* its log end is looked at, so that an
         append after the look wakes the answer."""
         results: list[PartitionResult] = []
         readable: list[tuple[Replica, int]] = []
+        moved: list[tuple[Replica, int]] = []
         now_ms = int(time.monotonic() * 1000)
         roles = self._roles
         for (topic, number), entry in self._partitions.items():
@@ -227,30 +266,36 @@ class FetchSession:
                 results.append(PartitionResult(topic, number, fetch.fetch_offset, error=exc))
                 continue
             log = replica.log
-            diverging = diverging_epoch(fetch.last_fetched_epoch, fetch.fetch_offset,
-                                        log.end_offset_for_epoch)
-            if diverging is not None:
-                results.append(_offsets(replica, fetch.fetch_offset, diverging=diverging))
-                continue
+            cursor = entry.cursor
+            if entry.verify:
+                # Only where the follower said its log ends: the leader's own answers since
+                # then continue its log as the leader has it, nothing to check.
+                diverging = diverging_epoch(fetch.last_fetched_epoch, cursor,
+                                            log.end_offset_for_epoch)
+                if diverging is not None:
+                    results.append(_offsets(replica, cursor, diverging=diverging))
+                    continue
             start, end = log.log_start_offset, log.log_end_offset
-            if not start <= fetch.fetch_offset <= end:
-                results.append(PartitionResult(topic, number, fetch.fetch_offset,
+            if not start <= cursor <= end:
+                results.append(PartitionResult(topic, number, cursor,
                                error=OffsetOutOfRangeError(
-                    f"fetch offset {fetch.fetch_offset} of replica {self.replica_id} is out of"
+                    f"fetch offset {cursor} of replica {self.replica_id} is out of"
                     f" range for {topic}-{number}: the leader's log holds [{start}, {end})",
                     log_start_offset=start, log_end_offset=end)))
                 continue
+            entry.verify = False
             replica.add_append_listener(self._wakeup.set)
-            waiting.append((replica, fetch.fetch_offset))
-            replica.record_follower_fetch(self.replica_id, fetch.fetch_offset,
+            waiting.append((replica, cursor))
+            # The follower's progress is what it appended, never where the leader reads next.
+            replica.record_follower_fetch(self.replica_id, min(fetch.log_end_offset, end),
                                           fetch.log_start_offset, now_ms)
             roles.maybe_expand_isr(replica)
-            if fetch.fetch_offset < log.log_end_offset:
-                readable.append((replica, fetch.fetch_offset))
+            if cursor < end:
+                readable.append((replica, cursor))
             elif (entry.answered_high_watermark != log.high_watermark
                   or entry.answered_log_start_offset != log.log_start_offset):
-                results.append(_offsets(replica, fetch.fetch_offset))
-        return results, readable
+                moved.append((replica, cursor))
+        return results, readable, moved
 
     def _recheck(self, candidates: Iterable[tuple[Replica, int]],
                  results: list[PartitionResult]) -> list[tuple[Replica, int]]:
@@ -266,7 +311,8 @@ class FetchSession:
                                                error=replica.not_leader()))
             elif offset < replica.log.log_end_offset:
                 readable.append((replica, offset))
-            elif entry.answered_high_watermark != replica.log.high_watermark:
+            elif (entry.answered_high_watermark != replica.log.high_watermark
+                  or entry.answered_log_start_offset != replica.log.log_start_offset):
                 results.append(_offsets(replica, offset))
         return readable
 
@@ -290,11 +336,14 @@ class FetchSession:
 
 
 def _offsets(replica: Replica, fetch_offset: int, records: bytes = b"",
-             diverging: DivergingEpoch | None = None) -> PartitionResult:
+             diverging: DivergingEpoch | None = None, next_fetch_offset: int | None = None
+             ) -> PartitionResult:
     log = replica.log
     return PartitionResult(replica.topic, replica.partition, fetch_offset,
                            log.high_watermark, log.log_start_offset, log.log_end_offset,
-                           records, diverging)
+                           records, diverging,
+                           next_fetch_offset=(fetch_offset if next_fetch_offset is None
+                                              else next_fetch_offset))
 
 
 def _read_all(readable: Sequence[tuple[Replica, int]], max_bytes: int,
@@ -308,13 +357,15 @@ def _read_all(readable: Sequence[tuple[Replica, int]], max_bytes: int,
             break
         log = replica.log
         try:
-            data = log.read(offset, min(max_bytes, left), min_one_message=not results)
+            fetched = log.fetch(offset, min(max_bytes, left), min_one_message=not results)
         except OffsetOutOfRangeError as exc:  # truncated or restarted meanwhile
             results.append(PartitionResult(replica.topic, replica.partition, offset, error=exc))
             continue
+        data = fetched.data
         if not data:
             continue
+        assert isinstance(data, bytes)  # a plain read: neither cut at a bound nor a region
         left -= len(data)
-        results.append(_offsets(replica, offset, data))
+        results.append(_offsets(replica, offset, data, next_fetch_offset=fetched.next_offset))
     return results
 

@@ -4,15 +4,19 @@ each answer's batches appended as they are (Kafka's ``ReplicaFetcherThread`` /
 
 One :class:`ReplicaFetcher` per leader node (replica_roles.py adds and removes its partitions
 as the roles change, and stops it when none is left), one ReplicaFetchSession stream to that
-leader (replication.proto; the leader's side is fetch_session.py), one request at a time::
+leader (replication.proto; the leader's side is fetch_session.py), up to two requests ahead of
+their answers::
 
     request: every partition followed here whose fields changed since the stream's last
-             request (fetch_offset = my log end, last_fetched_epoch = my latest epoch,
-             current_leader_epoch = the epoch I follow in, my log start; all of them in a
-             stream's first request), the ones dropped as `forgotten`
-    answer, per partition it names:
-      fetch_offset is not my log end -> ignored (an answer to a superseded request)
-      diverging_epoch set  -> truncate_to(divergence.truncation_offset(...))
+             request (log_end_offset = my log end: my progress; last_fetched_epoch = my
+             latest epoch; current_leader_epoch = the epoch I follow in; my log start;
+             fetch_offset = CONTINUE, or my log end when the leader must be told where to
+             read: in a stream's first request, which names them all, and after a truncation,
+             an error or an answer not taken), the ones dropped as `forgotten`
+    answer, per partition it names (unless it answers a request older than the one that
+    last told the leader where to read: that answer is for the old position, ignored):
+      fetch_offset is not my log end -> not taken: resynchronise
+      diverging_epoch set  -> truncate_to(divergence.truncation_offset(...)); resynchronise
       records              -> append_as_follower (a view of the received bytes, the
                               leader's offsets and epochs, byte for byte)
       always               -> high watermark = min(leader's, my log end); log start raised to
@@ -24,8 +28,13 @@ leader (replication.proto; the leader's side is fetch_session.py), one request a
                            seen yet) -> the partition leaves the session for 100 ms (the view
                            settles within a poll)
       any other error      -> it leaves the session for replica_fetch_backoff_ms
-    then at once the next request: it carries the new log ends, which is what moves the
-    leader's high watermark (and completes its acks=all producers).
+
+**Pipelining.** When an answer brings records and no request is outstanding, the next request
+(CONTINUE: nothing changed yet) is written before the answer is appended, so that the leader
+reads on while this follower writes; after the append, the next request carries the new log
+ends, which is what moves the leader's high watermark (and completes its acks=all
+producers). The leader counts only log_end_offset as progress, so a request written before an
+append never claims records this log does not hold yet.
 
 The storage calls of one answer are one executor call. A partition added while a request
 waits at the leader (it holds a request up to replica_fetch_wait_max_ms when it has nothing)
@@ -90,8 +99,10 @@ REQUESTS_AHEAD_MAX = 2
 
 PartitionKey = tuple[str, int]
 #: What a request said of a partition: (current_leader_epoch, fetch_offset,
-#: last_fetched_epoch, log_start_offset).
-_Sent = tuple[int, int, int, int]
+#: last_fetched_epoch, log_start_offset, log_end_offset).
+_Sent = tuple[int, int, int, int, int]
+#: fetch_offset: "go on where your previous answer ended" (replication.proto).
+CONTINUE = -1
 
 
 def error_reason(exc: grpc.aio.AioRpcError) -> tuple[str, dict[str, str]]:
@@ -121,33 +132,42 @@ class FetchSettings:
 
 
 class _Followed:
-    """One partition of the session: its replica, the epoch it follows in, and until when
-    (loop time) it stays out of the session after an error."""
+    """One partition of the session: its replica, the epoch it follows in, until when (loop
+    time) it stays out of the session after an error, and whether the leader must be told
+    where to read (``needs_resync``: new in the session, or the log is not where the leader's
+    answers continue) and from which request on it was (``resync_index``: answers to earlier
+    requests are for the old position, and are ignored)."""
 
-    __slots__ = ("delayed_until", "failure_logged", "leader_epoch", "replica")
+    __slots__ = ("delayed_until", "failure_logged", "leader_epoch", "needs_resync", "replica",
+                 "resync_index")
 
     def __init__(self, replica: Replica, leader_epoch: int) -> None:
         self.replica = replica
         self.leader_epoch = leader_epoch
         self.delayed_until = 0.0
         self.failure_logged = ""
+        self.needs_resync = True
+        self.resync_index = 0
 
     def fields(self) -> _Sent:
         log = self.replica.log
         latest_epoch = log.latest_epoch
-        return (self.leader_epoch, log.log_end_offset,
-                -1 if latest_epoch is None else latest_epoch, log.log_start_offset)
+        end = log.log_end_offset
+        return (self.leader_epoch, end if self.needs_resync else CONTINUE,
+                -1 if latest_epoch is None else latest_epoch, log.log_start_offset, end)
 
 
 class _Outcome:
     """What applying one partition's answer asks of the loop: an error reason to back off
-    for (with the message to log), or nothing."""
+    for (with the message to log), and whether the leader must be told where the log ends
+    now (``resync``: it truncated, restarted, or did not take the answer)."""
 
-    __slots__ = ("message", "reason")
+    __slots__ = ("message", "reason", "resync")
 
-    def __init__(self, reason: str = "", message: str = "") -> None:
+    def __init__(self, reason: str = "", message: str = "", *, resync: bool = False) -> None:
         self.reason = reason
         self.message = message
+        self.resync = resync or bool(reason)
 
 
 class ReplicaFetcher:
@@ -237,18 +257,25 @@ class ReplicaFetcher:
         returns, at a request's turn, and the next stream goes on the new channel."""
         call = stub.fetch_session()
         sent: dict[PartitionKey, _Sent] = {}
+        for followed in self._partitions.values():
+            followed.needs_resync = True  # a new session knows none of them
         answer_timeout_s = self._settings.max_wait_ms / 1000 + CALL_SLACK_S
-        outstanding = 0
+        written = answered = 0  # requests written, answers read: answer i is request i's
         read: asyncio.Future[Any] | None = None
+
+        async def write() -> None:
+            nonlocal written
+            self._changed.clear()
+            await call.write(self._request(sent, written))
+            written += 1
+
         try:
             while True:
-                if outstanding == 0:
+                if written == answered:
                     current = self._stub_for_leader()
                     if current is None or current.channel is not stub.channel:
                         return
-                    self._changed.clear()
-                    await call.write(self._request(sent))
-                    outstanding = 1
+                    await write()
                 if read is None:
                     read = asyncio.ensure_future(call.read())
                 changed = asyncio.ensure_future(self._changed.wait())
@@ -261,16 +288,22 @@ class ReplicaFetcher:
                     data, read = read.result(), None
                     if data is grpc.aio.EOF:
                         raise ConnectionError(f"node {self.leader_id} ended the fetch session")
-                    outstanding -= 1
+                    index, answered = answered, answered + 1
                     self._failure_logged = ""
-                    await self._apply(decode_response(data))
+                    answers = decode_response(data)
+                    if written == answered and any(a.records for a in answers):
+                        # Pipelining: the leader reads on (from where this answer ends) while
+                        # this one is appended.
+                        await write()
+                    await self._apply(answers, index)
+                    if answers and written - answered < REQUESTS_AHEAD_MAX:
+                        # The new log ends: what moves the leader's high watermark.
+                        await write()
                 elif changed in done:
                     # Partitions added or back from a backoff: ask now rather than after the
                     # long poll (the leader answers the request it holds at once).
-                    self._changed.clear()
-                    if outstanding < REQUESTS_AHEAD_MAX:
-                        await call.write(self._request(sent))
-                        outstanding += 1
+                    if written - answered < REQUESTS_AHEAD_MAX:
+                        await write()
                 else:
                     raise TimeoutError(f"node {self.leader_id} did not answer a fetch within"
                                        f" {answer_timeout_s:.1f} s")
@@ -279,9 +312,11 @@ class ReplicaFetcher:
                 read.cancel()
             call.cancel()
 
-    def _request(self, sent: dict[PartitionKey, _Sent]) -> replication_pb2.ReplicaFetchRequest:
-        """The next request: the partitions whose fields differ from ``sent`` (updated), and
-        those ``sent`` holds that are no longer fetched (removed from it)."""
+    def _request(self, sent: dict[PartitionKey, _Sent], index: int
+                 ) -> replication_pb2.ReplicaFetchRequest:
+        """Request ``index``: the partitions whose fields differ from ``sent`` or that
+        resynchronise (updated), and those ``sent`` holds that are no longer fetched (removed
+        from it)."""
         settings = self._settings
         request = replication_pb2.ReplicaFetchRequest(
             replica_id=self.node_id, max_wait_ms=settings.max_wait_ms,
@@ -293,13 +328,16 @@ class ReplicaFetcher:
                 continue
             active.add(key)
             fields = followed.fields()
-            if sent.get(key) != fields:
+            if followed.needs_resync or sent.get(key) != fields:
                 sent[key] = fields
-                epoch, offset, last_epoch, log_start = fields
+                if followed.needs_resync:
+                    followed.needs_resync = False
+                    followed.resync_index = index
+                epoch, offset, last_epoch, log_start, end = fields
                 request.partitions.add(topic=key[0], partition=key[1],
                                        current_leader_epoch=epoch, fetch_offset=offset,
                                        last_fetched_epoch=last_epoch,
-                                       log_start_offset=log_start)
+                                       log_start_offset=log_start, log_end_offset=end)
         for key in [key for key in sent if key not in active]:
             del sent[key]
             request.forgotten.add(topic=key[0], partition=key[1])
@@ -307,11 +345,13 @@ class ReplicaFetcher:
 
     # ---------------------------------------------------------------- answers
 
-    async def _apply(self, answers: Sequence[PartitionAnswer]) -> None:
+    async def _apply(self, answers: Sequence[PartitionAnswer], index: int) -> None:
+        """Apply answer ``index`` (to request ``index``): each partition still fetched here,
+        unless it resynchronised in a later request than this one."""
         work = []
         for answer in answers:
             followed = self._partitions.get((answer.data.topic, answer.data.partition))
-            if followed is not None:
+            if followed is not None and index >= followed.resync_index:
                 work.append((followed, answer))
         if not work:
             return
@@ -321,6 +361,8 @@ class ReplicaFetcher:
         now = loop.time()
         for (followed, _), outcome in zip(work, outcomes, strict=True):
             followed.replica.follower_appended()
+            if outcome.resync:
+                followed.needs_resync = True
             key = (followed.replica.topic, followed.replica.partition)
             if not outcome.reason or self._partitions.get(key) is not followed:
                 followed.failure_logged = ""
@@ -346,7 +388,7 @@ def _apply_all(work: Sequence[tuple[_Followed, PartitionAnswer]]) -> list[_Outco
         replica = followed.replica
         try:
             outcomes.append(_apply_one(replica, answer))
-        except Exception as exc:  # a storage error: this partition backs off
+        except Exception as exc:  # a storage error: this partition backs off, resynchronises
             outcomes.append(_Outcome(type(exc).__name__, str(exc)))
     return outcomes
 
@@ -357,14 +399,16 @@ def _apply_one(replica: Replica, answer: PartitionAnswer) -> _Outcome:
         reason = broker_pb2.ErrorReason.Name(data.error.reason)
         if reason == "OFFSET_OUT_OF_RANGE":
             _out_of_range(replica, data.fetch_offset, data.error.metadata)
-            return _Outcome()
+            return _Outcome(resync=True)
         return _Outcome(reason, data.error.message)
     if data.fetch_offset != log.log_end_offset:
-        return _Outcome()  # read for a request this follower has superseded
+        # Not where this log ends (an append failed, or the log was truncated meanwhile):
+        # the leader is told where it ends.
+        return _Outcome(resync=True)
     if data.HasField("diverging_epoch"):
         _truncate(replica, DivergingEpoch(data.diverging_epoch.epoch,
                                           data.diverging_epoch.end_offset))
-        return _Outcome()
+        return _Outcome(resync=True)
     if answer.records:
         _append(replica, log, answer.records)
     log.update_high_watermark(min(data.high_watermark, log.log_end_offset))

@@ -122,7 +122,8 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
                 session.update(
                     (((p.topic, p.partition),
                       PartitionFetch(p.current_leader_epoch, p.fetch_offset,
-                                     p.last_fetched_epoch, p.log_start_offset))
+                                     p.last_fetched_epoch, p.log_start_offset,
+                                     p.log_end_offset))
                      for p in request.partitions),
                     ((p.topic, p.partition) for p in request.forgotten),
                 )
@@ -174,6 +175,7 @@ def _partition_data(result: PartitionResult
     data.high_watermark = result.high_watermark
     data.log_start_offset = result.log_start_offset
     data.log_end_offset = result.log_end_offset
+    data.next_fetch_offset = result.next_fetch_offset
     if result.diverging is not None:
         data.diverging_epoch.epoch = result.diverging.epoch
         data.diverging_epoch.end_offset = result.diverging.end_offset

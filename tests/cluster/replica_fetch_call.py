@@ -24,7 +24,8 @@ def replica_fetch(channel: grpc.Channel, topic: str, replica_id: int, epoch: int
                   partition: int = 0, metadata: tuple[tuple[str, str], ...] | None = None,
                   max_wait_ms: int = 0, **fields: int) -> replication_pb2.PartitionData:
     """One request naming ``topic``-``partition`` as node ``replica_id`` at ``epoch`` (with
-    ``fields``: fetch_offset, last_fetched_epoch, log_start_offset); its PartitionData.
+    ``fields``: fetch_offset, last_fetched_epoch, log_start_offset; log_end_offset is
+    fetch_offset, as a follower's first request says); its PartitionData.
 
     Raises:
         PartitionFetchError: the partition's error.
@@ -37,7 +38,8 @@ def replica_fetch(channel: grpc.Channel, topic: str, replica_id: int, epoch: int
         replica_id=replica_id, max_wait_ms=max_wait_ms, max_bytes=1 << 20,
         response_max_bytes=1 << 20,
         partitions=[replication_pb2.FetchPartition(
-            topic=topic, partition=partition, current_leader_epoch=epoch, **fields)])
+            topic=topic, partition=partition, current_leader_epoch=epoch,
+            log_end_offset=fields.get("fetch_offset", 0), **fields)])
     answers = call(iter([request]), timeout=CALL_TIMEOUT_S, metadata=metadata)
     try:
         answer = next(answers)

@@ -32,20 +32,22 @@ class PartitionId(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ...) -> None: ...
 
 class FetchPartition(_message.Message):
-    __slots__ = ("topic", "partition", "current_leader_epoch", "fetch_offset", "last_fetched_epoch", "log_start_offset")
+    __slots__ = ("topic", "partition", "current_leader_epoch", "fetch_offset", "last_fetched_epoch", "log_start_offset", "log_end_offset")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     CURRENT_LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     FETCH_OFFSET_FIELD_NUMBER: _ClassVar[int]
     LAST_FETCHED_EPOCH_FIELD_NUMBER: _ClassVar[int]
     LOG_START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LOG_END_OFFSET_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     current_leader_epoch: int
     fetch_offset: int
     last_fetched_epoch: int
     log_start_offset: int
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., current_leader_epoch: _Optional[int] = ..., fetch_offset: _Optional[int] = ..., last_fetched_epoch: _Optional[int] = ..., log_start_offset: _Optional[int] = ...) -> None: ...
+    log_end_offset: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., current_leader_epoch: _Optional[int] = ..., fetch_offset: _Optional[int] = ..., last_fetched_epoch: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., log_end_offset: _Optional[int] = ...) -> None: ...
 
 class DivergingEpoch(_message.Message):
     __slots__ = ("epoch", "end_offset")
@@ -56,7 +58,7 @@ class DivergingEpoch(_message.Message):
     def __init__(self, epoch: _Optional[int] = ..., end_offset: _Optional[int] = ...) -> None: ...
 
 class PartitionData(_message.Message):
-    __slots__ = ("topic", "partition", "fetch_offset", "high_watermark", "log_start_offset", "log_end_offset", "diverging_epoch", "error", "records")
+    __slots__ = ("topic", "partition", "fetch_offset", "high_watermark", "log_start_offset", "log_end_offset", "diverging_epoch", "error", "next_fetch_offset", "records")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     FETCH_OFFSET_FIELD_NUMBER: _ClassVar[int]
@@ -65,6 +67,7 @@ class PartitionData(_message.Message):
     LOG_END_OFFSET_FIELD_NUMBER: _ClassVar[int]
     DIVERGING_EPOCH_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    NEXT_FETCH_OFFSET_FIELD_NUMBER: _ClassVar[int]
     RECORDS_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
@@ -74,8 +77,9 @@ class PartitionData(_message.Message):
     log_end_offset: int
     diverging_epoch: DivergingEpoch
     error: _broker_pb2.SessionError
+    next_fetch_offset: int
     records: bytes
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., fetch_offset: _Optional[int] = ..., high_watermark: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., log_end_offset: _Optional[int] = ..., diverging_epoch: _Optional[_Union[DivergingEpoch, _Mapping]] = ..., error: _Optional[_Union[_broker_pb2.SessionError, _Mapping]] = ..., records: _Optional[bytes] = ...) -> None: ...
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., fetch_offset: _Optional[int] = ..., high_watermark: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., log_end_offset: _Optional[int] = ..., diverging_epoch: _Optional[_Union[DivergingEpoch, _Mapping]] = ..., error: _Optional[_Union[_broker_pb2.SessionError, _Mapping]] = ..., next_fetch_offset: _Optional[int] = ..., records: _Optional[bytes] = ...) -> None: ...
 
 class ReplicaFetchResponse(_message.Message):
     __slots__ = ("partitions",)
