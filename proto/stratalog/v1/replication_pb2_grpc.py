@@ -49,15 +49,18 @@ class ReplicationServicer:
         that leader over one stream (Kafka's ReplicaFetcherThread: one FetchRequest with all of
         them, and KIP-227's fetch sessions). The follower writes a ReplicaFetchRequest; the leader
         writes exactly one ReplicaFetchResponse per request, in order: at once when a partition of
-        the session has records past its fetch offset (or an error, or must truncate), else when
+        the session has records past its read position (or an error, or must truncate), else when
         one gets an append, at the latest after max_wait_ms (then with the partitions whose high
         watermark or log start moved, maybe none). The first request names every partition; each
-        later one only those added or whose fields changed (a new fetch offset after an append,
-        a new leader epoch), and those dropped in `forgotten`: the leader remembers the rest as
-        last sent. Every request is the follower's progress for every partition of the session
-        (fetch_offset is its log end offset: the high watermark and the ISR follow it).
-        A follower may write a request before the answer to its previous one came (to add a
-        partition without waiting max_wait_ms): the leader then answers the previous one at once.
+        later one only those added or whose fields changed (a new log end after an append, a new
+        leader epoch), and those dropped in `forgotten`: the leader remembers the rest as last
+        sent. Every request is the follower's progress for every partition of the session
+        (log_end_offset: the high watermark and the ISR follow it). The leader reads each
+        partition from where its previous answer of it ended, unless the request names a
+        fetch_offset (FetchPartition). A follower may write up to two requests ahead of their
+        answers: the next one before it appended an answer (pipelining), or one that adds
+        partitions; a request that arrives while the previous one waits makes the leader answer
+        that one at once.
         Stream errors (status, as above): PERMISSION_DENIED (not a broker), NOT_LEADER_OR_FOLLOWER
         (the server has not joined the cluster), INVALID_REQUEST (a replica_id that changed, too
         many partitions); each partition's own errors are in its PartitionData.
