@@ -142,6 +142,8 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
             await context.abort_with_status(
                 status.invalid_request(str(exc), metadata={"field": "partitions"}))
         except Exception as exc:
+            if status.call_ended(context, exc):
+                return  # the follower went (a new session, a restart): nobody to answer
             await status.abort_with_error(context, exc)
         finally:
             if reader is not None:
