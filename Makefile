@@ -153,7 +153,8 @@ kcat:
 # when they drift apart, so run this after every edit of broker.proto and commit the result.
 proto: install
 	$(PY) -m grpc_tools.protoc -Iproto --python_out=proto --pyi_out=proto --grpc_python_out=proto \
-		proto/stratalog/v1/broker.proto proto/stratalog/v1/replication.proto
+		proto/stratalog/v1/broker.proto proto/stratalog/v1/replication.proto \
+		proto/stratalog/v1/transaction_markers.proto
 
 bench: $(STAMP_BENCH)
 	$(PY) -m benchmarks.run

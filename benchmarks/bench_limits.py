@@ -60,7 +60,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.bench_peers import Meter, ServerCpu, rotation, server_process, timed_one_by_one
+from benchmarks.peer_harness import Meter, ServerCpu, rotation, server_process, timed_one_by_one
 from stratalog.client import Client, FetchFormat
 from stratalog.records import build_batch
 from stratalog.records.batch import Compression

@@ -60,7 +60,7 @@ import grpc
 import grpc.aio
 
 from benchmarks.bench_limits import median_interval
-from benchmarks.bench_peers import ServerCpu, percentile
+from benchmarks.peer_harness import ServerCpu, percentile
 from stratalog.records.builder import build_batch
 from stratalog.v1 import broker_pb2 as pb
 from stratalog.v1 import broker_pb2_grpc

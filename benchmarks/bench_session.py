@@ -47,7 +47,7 @@ import grpc
 import grpc.aio
 
 from benchmarks.bench_client import server_argv
-from benchmarks.bench_peers import (
+from benchmarks.peer_harness import (
     Measurement,
     Meter,
     ServerCpu,

@@ -16,14 +16,23 @@ Helpers for the two hot-path workloads of docs/performance.md ("Issue 28"):
   ``partition_max_bytes`` small enough for one batch), the partition's answer back, and
   :func:`first_value_at` to take the value of the record at that offset out of its batches.
 
+Per round trip it does what a real client's hot path does and no more, as nats-py does for a
+JetStream publish (its PUB line written by hand, its JSON ack parsed with ``json``): the two
+measured requests, Produce v9 and Fetch v12, are written by hand (:func:`produce_frame`,
+:func:`fetch_frame`: byte for byte what kafka-python's classes encode, a test checks), one batch
+is built with its CRC (``build_batch``), and every answer is decoded in full by kafka-python's
+generated decoders, error codes checked. Other requests and versions go through kafka-python's
+classes both ways.
+
 Not a general client: no metadata refresh, no retries, no SASL or TLS; the caller names a
 partition's leader (a single server here). Concurrency: one event loop; a KafkaWire is not
 shared between loops.
 
 Run ``python -m benchmarks.kafka_wire --bootstrap HOST:PORT [--bootstrap HOST:PORT ...]
-[--rounds N] [--count N]`` for point-read and round-trip figures against running servers
-(:func:`measure`; the topics are created through Metadata's auto-creation); with several
-servers the rounds alternate between them and the medians are compared with the first's.
+[--rounds N] [--count N] [--server-pid PID ...]`` for point-read and round-trip figures against
+running servers (:func:`measure`; the topics are created through Metadata's auto-creation); with
+several servers the rounds alternate between them and the medians are compared with the
+first's.
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ import argparse
 import asyncio
 import functools
 import importlib
+import os
 import random
 import statistics
 import struct
@@ -39,14 +49,15 @@ import time
 from typing import Any
 
 from kafka.protocol.api_message import ApiMessage
-from kafka.protocol.consumer import FetchRequest
+from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.protocol.metadata import MetadataRequest
-from kafka.protocol.producer import ProduceRequest
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from stratalog.records.builder import build_batch
 from stratalog.records.reader import iter_records
 
-__all__ = ["FETCH_VERSION", "PRODUCE_VERSION", "KafkaWire", "first_value_at"]
+__all__ = ["FETCH_VERSION", "PRODUCE_VERSION", "KafkaWire", "fetch_frame", "first_value_at",
+           "produce_frame"]
 
 #: The versions used unless told otherwise: the newest the server serves (both flexible).
 PRODUCE_VERSION = 9
@@ -54,13 +65,87 @@ FETCH_VERSION = 12
 
 _SIZE = struct.Struct(">i")
 _HEAD = struct.Struct(">ii")  # size, correlation id
+# A request's frame up to its client id: size, api key, version, correlation id, client id length.
+_REQUEST_HEAD = struct.Struct(">ihhih")
+_PRODUCE_KEY = 0
+_FETCH_KEY = 1
+# Produce v9's fields after transactional_id: acks, timeout_ms.
+_PRODUCE_FIXED = struct.Struct(">hi")
+# Fetch v12's fields before its topics: replica_id, max_wait_ms, min_bytes, max_bytes,
+# isolation_level, session_id, session_epoch.
+_FETCH_FIXED = struct.Struct(">iiiibii")
+# A Fetch v12 partition: partition, current_leader_epoch, fetch_offset, last_fetched_epoch,
+# log_start_offset, partition_max_bytes.
+_FETCH_PARTITION = struct.Struct(">iiqiqi")
+
+
+def _uvarint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _compact_string(value: str) -> bytes:
+    data = value.encode()
+    return _uvarint(len(data) + 1) + data
+
+
+def _request_head(api_key: int, version: int, correlation_id: int, client_id: bytes,
+                  body_bytes: int) -> bytes:
+    """The size prefix and a flexible (v2) request header: key, version, correlation id, the
+    client id (a nullable string with an int16 length in every header version), no tags."""
+    size = _REQUEST_HEAD.size - 4 + len(client_id) + 1 + body_bytes
+    return (_REQUEST_HEAD.pack(size, api_key, version, correlation_id, len(client_id))
+            + client_id + b"\x00")
+
+
+def produce_frame(correlation_id: int, client_id: str, topic: str, partition: int,
+                  records: bytes, acks: int = 1, timeout_ms: int = 30_000) -> list[bytes]:
+    """A Produce v9 request of ``records`` to one partition, framed, as pieces to write in
+    order (the records are not copied): what kafka-python's ``ProduceRequest`` encodes at
+    version 9 with no transactional id.
+
+    Layout (flexible: compact strings, arrays and bytes are uvarint length + 1): header v2;
+    transactional_id null (0); acks int16; timeout_ms int32; topic_data [1]: name,
+    partition_data [1]: index int32, records; a tag list (0) closing each struct."""
+    middle = (b"\x00" + _PRODUCE_FIXED.pack(acks, timeout_ms) + b"\x02"
+              + _compact_string(topic) + b"\x02" + _SIZE.pack(partition)
+              + _uvarint(len(records) + 1))
+    tail = b"\x00\x00\x00"  # the partition's, the topic's and the request's tag lists
+    head = _request_head(_PRODUCE_KEY, 9, correlation_id, client_id.encode(),
+                         len(middle) + len(records) + len(tail))
+    return [head + middle, records, tail]
+
+
+def fetch_frame(correlation_id: int, client_id: str, topic: str, partition: int, offset: int,
+                max_bytes: int, max_wait_ms: int = 0, min_bytes: int = 1,
+                isolation_level: int = 0) -> bytes:
+    """A Fetch v12 request of one partition at ``offset``, framed: what kafka-python's
+    ``FetchRequest`` encodes at version 12 for :meth:`KafkaWire.fetch_request`'s fields.
+
+    Layout: header v2; replica_id -1, max_wait_ms, min_bytes, max_bytes, isolation_level int8,
+    session_id 0, session_epoch -1; topics [1]: topic, partitions [1]: partition,
+    current_leader_epoch -1, fetch_offset, last_fetched_epoch -1, log_start_offset -1,
+    partition_max_bytes (then its tags); the topic's tags; forgotten_topics_data []; rack_id
+    ""; the request's tags (no cluster_id)."""
+    body = (_FETCH_FIXED.pack(-1, max_wait_ms, min_bytes, max_bytes, isolation_level, 0, -1)
+            + b"\x02" + _compact_string(topic) + b"\x02"
+            + _FETCH_PARTITION.pack(partition, -1, offset, -1, -1, max_bytes)
+            + b"\x00\x00\x01\x01\x00")
+    return _request_head(_FETCH_KEY, 12, correlation_id, client_id.encode(), len(body)) + body
 
 
 class KafkaWire(asyncio.Protocol):
     """One connection to a Kafka listener (module docstring)."""
 
-    def __init__(self, client_id: str = "kafka-wire") -> None:
+    def __init__(self, client_id: str = "kafka-wire", library_encoding: bool = False) -> None:
         self.client_id = client_id
+        #: Encode Produce v9 and Fetch v12 with kafka-python's classes too (as every other
+        #: request is), not by hand: the benchmark's "through the libraries" rows.
+        self.library_encoding = library_encoding
         self._transport: asyncio.Transport | None = None
         self._buffer = bytearray()
         self._correlation = 0
@@ -69,10 +154,12 @@ class KafkaWire(asyncio.Protocol):
         self._lost: asyncio.Future[None] | None = None
 
     @classmethod
-    async def connect(cls, bootstrap: str, client_id: str = "kafka-wire") -> KafkaWire:
+    async def connect(cls, bootstrap: str, client_id: str = "kafka-wire",
+                      library_encoding: bool = False) -> KafkaWire:
         host, _, port = bootstrap.rpartition(":")
         loop = asyncio.get_running_loop()
-        _, wire = await loop.create_connection(lambda: cls(client_id), host, int(port))
+        _, wire = await loop.create_connection(lambda: cls(client_id, library_encoding), host,
+                                               int(port))
         return wire
 
     # ---------------------------------------------------------------- asyncio.Protocol
@@ -137,6 +224,17 @@ class KafkaWire(asyncio.Protocol):
     async def request(self, request: ApiMessage, version: int) -> Any:
         return await self.send(request, version)
 
+    def _next_correlation_id(self, response_class: type[ApiMessage], version: int
+                             ) -> tuple[int, asyncio.Future[Any]]:
+        """A correlation id for a request written by hand, and the future of its answer."""
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            raise ConnectionError("not connected")
+        self._correlation = correlation_id = (self._correlation + 1) & 0x7FFFFFFF
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending[correlation_id] = (response_class, version, True, future)
+        return correlation_id, future
+
     async def close(self) -> None:
         if self._transport is not None:
             self._transport.close()
@@ -176,7 +274,14 @@ class KafkaWire(asyncio.Protocol):
             RuntimeError: the partition's answer carries an error code.
         """
         batch = build_batch([(int(time.time() * 1000), key, value, ())])
-        answer = await self.request(self.produce_request(topic, partition, batch, acks), version)
+        if version == PRODUCE_VERSION and acks != 0 and not self.library_encoding:
+            correlation_id, future = self._next_correlation_id(ProduceResponse, version)
+            self._transport.writelines(  # type: ignore[union-attr]
+                produce_frame(correlation_id, self.client_id, topic, partition, batch, acks))
+            answer = await future
+        else:
+            answer = await self.request(self.produce_request(topic, partition, batch, acks),
+                                        version)
         if answer is None:
             return -1
         result = answer.responses[0].partition_responses[0]
@@ -203,8 +308,15 @@ class KafkaWire(asyncio.Protocol):
         Raises:
             RuntimeError: the partition's answer carries an error code.
         """
-        answer = await self.request(
-            self.fetch_request(topic, partition, offset, max_bytes, max_wait_ms), version)
+        if version == FETCH_VERSION and not self.library_encoding:
+            correlation_id, future = self._next_correlation_id(FetchResponse, version)
+            self._transport.write(  # type: ignore[union-attr]
+                fetch_frame(correlation_id, self.client_id, topic, partition, offset, max_bytes,
+                            max_wait_ms))
+            answer = await future
+        else:
+            answer = await self.request(
+                self.fetch_request(topic, partition, offset, max_bytes, max_wait_ms), version)
         if answer.error_code:
             raise RuntimeError(f"Fetch: error {answer.error_code}")
         data = answer.responses[0].partitions[0]
@@ -238,23 +350,38 @@ def first_value_at(records: bytes | memoryview, offset: int) -> bytes | None:
     raise LookupError(f"no record at offset {offset} in {len(view)} bytes of batches")
 
 
-async def measure(bootstrap: str, topic: str, count: int, rng: random.Random
-                  ) -> dict[str, float]:
+def _process_cpu_s(pid: int | None) -> float:
+    """User and system CPU seconds of process ``pid`` (/proc/PID/stat fields 14 and 15);
+    0 without one."""
+    if pid is None:
+        return 0.0
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def measure(bootstrap: str, topic: str, count: int, rng: random.Random,
+                  server_pid: int | None = None) -> dict[str, float]:
     """``count`` produce round trips (acks=1, one record of 100 bytes each, waited for) into
     ``topic``, then ``count`` point reads of those records at random offsets (each the batch
     holding the offset alone: partition_max_bytes 1), each value checked: the rate of the
-    first, p50 and p99 µs of both."""
+    first, p50 and p99 µs of both, and this client's CPU µs per request; with ``server_pid``
+    (a server on this machine) the server process's too."""
     wire = await KafkaWire.connect(bootstrap)
     try:
         await wire.create_topic(topic)
         values = [rng.randbytes(100) for _ in range(count)]
         produce_s = []
         offsets = []
+        server_before, client_before = _process_cpu_s(server_pid), time.process_time()
         for value in values:
             started = time.perf_counter()
             offsets.append(await wire.produce_one(topic, 0, value))
             produce_s.append(time.perf_counter() - started)
+        produce_cpu = (_process_cpu_s(server_pid) - server_before,
+                       time.process_time() - client_before)
         read_s = []
+        server_before, client_before = _process_cpu_s(server_pid), time.process_time()
         for _ in range(count):
             i = rng.randrange(count)
             started = time.perf_counter()
@@ -262,28 +389,38 @@ async def measure(bootstrap: str, topic: str, count: int, rng: random.Random
             read_s.append(time.perf_counter() - started)
             if first_value_at(data.records, offsets[i]) != values[i]:
                 raise AssertionError(f"{bootstrap}: offset {offsets[i]} read a wrong value")
+        read_cpu = (_process_cpu_s(server_pid) - server_before,
+                    time.process_time() - client_before)
     finally:
         await wire.close()
     produce_s.sort()
     read_s.sort()
-    return {
+    figures = {
         "round_trips_per_s": count / sum(produce_s),
         "round_trip_p50_us": produce_s[count // 2] * 1e6,
         "round_trip_p99_us": produce_s[int(count * 0.99)] * 1e6,
         "point_read_p50_us": read_s[count // 2] * 1e6,
         "point_read_p99_us": read_s[int(count * 0.99)] * 1e6,
+        "round_trip_client_cpu_us": produce_cpu[1] / count * 1e6,
+        "point_read_client_cpu_us": read_cpu[1] / count * 1e6,
     }
+    if server_pid is not None:
+        figures["round_trip_server_cpu_us"] = produce_cpu[0] / count * 1e6
+        figures["point_read_server_cpu_us"] = read_cpu[0] / count * 1e6
+    return figures
 
 
 async def _main(args: argparse.Namespace) -> None:
     rng = random.Random(28)
     runs: dict[str, list[dict[str, float]]] = {b: [] for b in args.bootstrap}
+    pids = dict(zip(args.bootstrap, args.server_pid or (), strict=False))
     for round_index in range(args.rounds):
         # Alternating order: neither server always goes first.
         order = args.bootstrap if round_index % 2 == 0 else args.bootstrap[::-1]
         for bootstrap in order:
             topic = f"{args.topic}-{round_index}"
-            runs[bootstrap].append(await measure(bootstrap, topic, args.count, rng))
+            runs[bootstrap].append(await measure(bootstrap, topic, args.count, rng,
+                                                 pids.get(bootstrap)))
     first = args.bootstrap[0]
     medians = {b: {k: statistics.median(r[k] for r in rs) for k in rs[0]}
                for b, rs in runs.items()}
@@ -291,9 +428,9 @@ async def _main(args: argparse.Namespace) -> None:
     for bootstrap, figures in medians.items():
         cells = []
         for key, value in figures.items():
-            ratio = value / medians[first][key]
-            cells.append(f"{key} {value:,.0f}" + (f" (x{ratio:.2f})" if bootstrap != first
-                                                   else ""))
+            base = medians[first].get(key)
+            cells.append(f"{key} {value:,.0f}" + (f" (x{value / base:.2f})"
+                                                   if bootstrap != first and base else ""))
         print(f"{bootstrap}: " + ", ".join(cells))
 
 
@@ -302,6 +439,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--bootstrap", required=True, action="append",
                         help="HOST:PORT of a Kafka listener; repeat to compare servers in one"
                              " run (rounds alternate between them)")
+    parser.add_argument("--server-pid", type=int, action="append",
+                        help="the process id of each --bootstrap's server, in the same order"
+                             " (a server on this machine): its CPU per request too")
     parser.add_argument("--topic", default="kafka-wire")
     parser.add_argument("--count", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=1)

@@ -1,16 +1,19 @@
-"""``stratalog cluster describe``: the brokers, the controller and who leads what (Metadata).
+"""``stratalog cluster describe``: the brokers, the controller and who leads what (Metadata);
+``stratalog cluster drain --node N [--wait]``: every replica moved off a server
+(cli/reassignments.py).
 
 For people::
 
     controller: node 2 (epoch 3), answered by node 1
     brokers:
-      1  127.0.0.1:50051
-      2  127.0.0.1:50052
+      1  127.0.0.1:50051  rack eu-1a
+      2  127.0.0.1:50052  rack eu-1b
     topic orders
       partition 0  leader 1  epoch 0  replicas [1]  isr [1]
 
 ``--topic NAME`` (repeatable) limits the topics; ``--format json`` prints one JSON document.
-A single server (no ``--cluster``) shows itself as node 0, controller and leader of all.
+A single server (no ``--cluster``) shows itself as node 0, controller and leader of all. A
+broker's rack (``broker_rack``) is shown when it has one.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import json
 
 from .connection import add_target_argument, connect, run_client_command
 from .output_format import add_format_argument, wants_json
+from .reassignments import drain
 
 __all__ = ["add_parser", "run"]
 
@@ -41,6 +45,29 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_target_argument(describe)
     add_format_argument(describe)
     describe.set_defaults(run=run)
+    drain_parser = actions.add_parser(
+        "drain", help="move every replica off a server (before removing it)",
+        description="Reassign every partition that has the node among its replicas to"
+                    " replicas without it: a replacement chosen as new partitions' replicas"
+                    " are (racks respected), the leaderships moved off the node first"
+                    " (docs/cluster.md, \"Draining a server\").")
+    drain_parser.add_argument("--node", type=int, required=True, metavar="N",
+                              help="the node id to drain")
+    drain_parser.add_argument("--wait", action="store_true",
+                              help="wait until every partition moved")
+    drain_parser.add_argument("--timeout-s", type=float, default=600.0, metavar="SECONDS",
+                              help="how long --wait waits (default: 600)")
+    add_target_argument(drain_parser)
+    add_format_argument(drain_parser)
+    drain_parser.set_defaults(run=run_drain)
+
+
+def run_drain(args: argparse.Namespace) -> int:
+    async def body() -> int:
+        async with connect(args) as client:
+            return await drain(client, args)
+
+    return run_client_command("cluster drain", body)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -62,7 +89,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"controller: {controller}, answered by node {metadata.node_id}")
         print("brokers:")
         for broker in metadata.brokers:
-            print(f"  {broker.node_id}  {broker.address}")
+            rack = f"  rack {broker.rack}" if broker.rack else ""
+            print(f"  {broker.node_id}  {broker.address}{rack}")
         for name, partitions in metadata.topics.items():
             print(f"topic {name}")
             for p in partitions:

@@ -1,8 +1,11 @@
 """``stratalog credentials add|remove|list --file F``: the server's credential file.
 
 The server checks passwords and tokens against this file (``authentication_credentials_file``;
-reloaded on SIGHUP). It holds salted SCRAM-SHA-256 hashes only (format and cost:
-stratalog.server.security.credentials); this command writes it atomically, mode 0600::
+reloaded on SIGHUP). It holds salted SCRAM hashes only: for each user a SCRAM-SHA-256 and a
+SCRAM-SHA-512 credential, each with its own salt (Kafka's SASL/SCRAM of either mechanism; the
+gRPC listener and SASL/PLAIN check passwords against the SHA-256 one), for a token a
+SCRAM-SHA-256 one (format and cost: stratalog.server.security.credentials); this command writes
+it atomically, mode 0600::
 
     stratalog credentials add --file creds.json --user alice            # password prompted
     stratalog credentials add --file creds.json --user alice --password-file pw.txt
@@ -13,8 +16,9 @@ stratalog.server.security.credentials); this command writes it atomically, mode 
 
 A password comes from ``--password-file`` (its first line), else from a prompt on a terminal
 (asked twice), else from the first line of standard input; never from a flag, which ``ps``
-shows. The file is created by the first ``add``. Exit codes: 0 done, 1 nothing to remove or an
-unreadable file, 2 bad usage.
+shows. The file is created by the first ``add``. A user added before SCRAM-SHA-512 credentials
+were stored has none (``list`` shows its mechanisms): ``add`` it again to store one. Exit
+codes: 0 done, 1 nothing to remove or an unreadable file, 2 bad usage.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from stratalog.server.security.credentials import (
     ITERATIONS_MAX,
     ITERATIONS_MIN,
     PASSWORD_ITERATIONS_DEFAULT,
+    SCRAM_SHA_512,
     TOKEN_ITERATIONS_DEFAULT,
     CredentialFile,
     check_user_name,
@@ -48,8 +53,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "credentials",
         help="add, remove and list users and tokens of a credential file",
         description="Edit the credential file the server checks passwords and tokens against"
-                    " (salted SCRAM-SHA-256 hashes, never the secrets). Send the server SIGHUP"
-                    " to load the change.",
+                    " (salted SCRAM-SHA-256 and SCRAM-SHA-512 hashes, never the secrets). Send"
+                    " the server SIGHUP to load the change.",
     )
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     add = actions.add_parser("add", help="add a user (or set its password), or a new token")
@@ -154,7 +159,9 @@ def _remove(args: argparse.Namespace) -> int:
 
 def _list(args: argparse.Namespace) -> int:
     store = _load(args.file, create=False)
-    users = [{"user": name, "principal": f"User:{name}", "iterations": secret.iterations}
+    users = [{"user": name, "principal": f"User:{name}", "iterations": secret.iterations,
+              "mechanisms": [secret.mechanism.name] + (
+                  [SCRAM_SHA_512.name] if name in store.users_sha512 else [])}
              for name, secret in sorted(store.users.items())]
     tokens = [{"token_id": token_id, "principal": str(entry.principal),
                "iterations": entry.secret.iterations}
@@ -163,7 +170,8 @@ def _list(args: argparse.Namespace) -> int:
         print(json.dumps({"users": users, "tokens": tokens}, indent=2))
         return EXIT_OK
     for user in users:
-        print(f"user\t{user['user']}\t{user['principal']}\titerations={user['iterations']}")
+        print(f"user\t{user['user']}\t{user['principal']}\titerations={user['iterations']}"
+              f"\tmechanisms={','.join(user['mechanisms'])}")
     for token in tokens:
         print(f"token\t{token['token_id']}\t{token['principal']}\t"
               f"iterations={token['iterations']}")

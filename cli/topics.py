@@ -1,4 +1,5 @@
-"""``stratalog topics create|list|describe|delete|alter|clean``: topic administration.
+"""``stratalog topics create|list|describe|delete|alter|clean|elect-leaders|reassign|
+reassignments``: topic administration.
 
 Output is for people by default (one line per topic, Kafka-style ``describe``) and for scripts
 with ``--format json`` (one JSON document). Configs use Kafka's topic config names
@@ -25,6 +26,13 @@ exit 0 with a line on stderr (Kafka's tool says nothing).
 ``describe`` also shows the log cleaner's position in each partition of a compacted topic;
 ``clean`` cleans partitions of a compacted topic now (the CleanPartition RPC;
 docs/durability.md, "Compaction: operating it").
+``elect-leaders [--topic T [--partition P]] [--unclean]`` moves partitions' leadership back to
+their preferred replicas (Kafka's ``kafka-leader-election --election-type PREFERRED``; the
+ElectLeaders RPC; docs/cluster.md, "Preferred leaders"): one line per partition, exit 1 when an
+election that was needed could not be made.
+``reassign TOPIC --partition P --replicas 2,3,4`` (``--cancel``, ``--wait``) and
+``reassignments`` move a partition's replicas and show the moves in progress (cli/reassignments.py;
+docs/cluster.md, "Reassigning partitions").
 """
 
 from __future__ import annotations
@@ -49,6 +57,7 @@ from .connection import add_target_argument, connect, fail, run_client_command
 from .kafka_habits import add_topic_argument
 from .output_format import add_format_argument, wants_json
 from .partitions import add_partition_argument, chosen_or_all
+from .reassignments import list_reassignments, parse_replicas, reassign
 from .timestamps import format_timestamp_ms
 
 __all__ = ["add_parser", "run"]
@@ -207,6 +216,39 @@ async def _clean(client: Client, args: argparse.Namespace) -> int:
     return 0
 
 
+async def _elect_leaders(client: Client, args: argparse.Namespace) -> int:
+    """ElectLeaders for the partitions chosen; 1 when an election that was needed failed."""
+    chosen: list[tuple[str, int]] | None = None
+    if args.name is not None:
+        numbers = args.partitions
+        if numbers is None:
+            numbers = sorted((await _leadership(client, args.name)).keys())
+        chosen = [(args.name, number) for number in numbers]
+    outcomes = await client.elect_leaders(chosen, unclean=args.unclean)
+    failed = {key: error for key, error in outcomes.items()
+              if error is not None and error.reason != "ELECTION_NOT_NEEDED"}
+    if wants_json(args):
+        print(json.dumps([
+            {"topic": topic, "partition": partition, "elected": error is None,
+             "error": error.reason if error is not None else None,
+             "message": error.message if error is not None else None}
+            for (topic, partition), error in sorted(outcomes.items())
+        ], indent=2))
+    else:
+        kind = "unclean" if args.unclean else "preferred"
+        for (topic, partition), error in sorted(outcomes.items()):
+            if error is None:
+                print(f"{topic}-{partition}: elected ({kind})")
+            elif error.reason == "ELECTION_NOT_NEEDED":
+                print(f"{topic}-{partition}: not needed: {error.message}")
+            else:
+                print(f"{topic}-{partition}: not elected: {error}")
+        if not outcomes:
+            print("No election needed: every partition is led by its preferred replica."
+                  if not args.unclean else "No election needed: every partition has a leader.")
+    return 1 if failed else 0
+
+
 #: ``topics describe --help``: what its columns mean.
 _DESCRIBE_COLUMNS = """\
 Show a topic's configs, then one line per partition, as kafka-topics.sh --describe:
@@ -273,7 +315,42 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     clean.add_argument("--timeout-s", type=float, default=600.0, metavar="SECONDS",
                        help="how long to wait for each cleaning (default: 600)")
 
-    for sub in (create, actions.choices["list"], describe, delete, alter, clean):
+    elect = actions.add_parser(
+        "elect-leaders",
+        help="move partitions' leadership back to their preferred replicas (cluster mode)",
+        description="Kafka's kafka-leader-election: each partition named (default: every"
+                    " partition of the cluster) is led by its preferred replica, the first of"
+                    " its replicas, if that replica is live and in sync (docs/cluster.md).")
+    add_topic_argument(elect, "name", required=False,
+                       help="only this topic's partitions (default: every topic)")
+    add_partition_argument(elect, repeatable=True,
+                           help="only this partition of the topic (repeatable, or N,M)")
+    elect.add_argument("--unclean", action="store_true",
+                       help="elect any live replica of a partition with no live leader, even"
+                            " outside the ISR (loses the records only the ISR had)")
+
+    move = actions.add_parser(
+        "reassign", help="move a partition's replicas to other brokers (cluster mode)",
+        description="Kafka's kafka-reassign-partitions for one partition: the new replicas"
+                    " catch up, the leadership leaves a replica being removed, then the"
+                    " replicas become the list given (docs/cluster.md).")
+    add_topic_argument(move, "name")
+    move.add_argument("--partition", type=int, required=True, metavar="P")
+    target = move.add_mutually_exclusive_group(required=True)
+    target.add_argument("--replicas", type=parse_replicas, metavar="N,M,...",
+                        help="the new replicas, the preferred leader first")
+    target.add_argument("--cancel", action="store_true",
+                        help="cancel the partition's reassignment: back to its original replicas")
+    move.add_argument("--wait", action="store_true", help="wait until it is done")
+    move.add_argument("--timeout-s", type=float, default=600.0, metavar="SECONDS",
+                      help="how long --wait waits (default: 600)")
+    ongoing = actions.add_parser(
+        "reassignments", help="the partitions being reassigned and their progress")
+    add_topic_argument(ongoing, "name", required=False,
+                       help="only this topic's partitions (default: every topic)")
+
+    for sub in (create, actions.choices["list"], describe, delete, alter, clean, elect, move,
+                ongoing):
         add_target_argument(sub)
         add_format_argument(sub)
     parser.set_defaults(run=run)
@@ -289,9 +366,18 @@ def run(args: argparse.Namespace) -> int:
         return fail(command, "nothing to change: give --set NAME=VALUE, --delete NAME or "
                              "--partitions N")
 
+    if args.action == "elect-leaders" and args.partitions is not None and args.name is None:
+        return fail(command, "--partition needs the topic: give --topic T (or TOPIC first)")
+
     async def body() -> int:
         leadership: Leadership = {}
         async with connect(args) as client:
+            if args.action == "elect-leaders":
+                return await _elect_leaders(client, args)
+            if args.action == "reassign":
+                return await reassign(client, args)
+            if args.action == "reassignments":
+                return await list_reassignments(client, args)
             if args.action == "create":
                 try:
                     topic = await client.create_topic(

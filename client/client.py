@@ -63,8 +63,9 @@ unless one is passed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import grpc
@@ -73,7 +74,7 @@ import grpc.aio
 from stratalog.records import Compression
 from stratalog.v1 import broker_pb2
 
-from . import wire
+from . import errors, wire
 from .acls import AclBinding, AclBindingFilter
 from .bootstrap import bootstrap_targets
 from .broker_connection import SESSION_RETRY_AFTER_S, BrokerConnection
@@ -109,6 +110,7 @@ from .types import (
     FetchResult,
     Identity,
     OffsetAndTimestamp,
+    PartitionReassignment,
     ProduceResult,
     ProducerIdAndEpoch,
     ProducerRecord,
@@ -685,6 +687,81 @@ class Client(GroupCalls):
         response = await self._call("CreatePartitions", request, self._deadline(timeout_s))
         return wire.topic_info(response.topic)
 
+    async def elect_leaders(
+        self, partitions: Iterable[tuple[str, int]] | None = None, *, unclean: bool = False,
+        timeout_s: float | None = _UNSET,
+    ) -> dict[tuple[str, int], StratalogError | None]:
+        """Kafka's ElectLeaders: move each of ``partitions`` ((topic, partition) pairs; None:
+        every partition of the cluster) back to its preferred replica, or with ``unclean``
+        elect any live replica of a partition without a live leader. Each partition's outcome:
+        None (elected) or the error saying why not (ElectionNotNeededError,
+        PreferredLeaderNotAvailableError, EligibleLeadersNotAvailableError,
+        UnknownTopicOrPartitionError); with ``partitions`` None the ones not needed are left
+        out. Needs ALTER on the cluster."""
+        request = wire.elect_leaders_request(partitions, unclean)
+        response = await self._call("ElectLeaders", request, self._deadline(timeout_s))
+        return wire.elect_leaders_outcomes(response)
+
+    async def alter_partition_reassignments(
+        self, targets: Mapping[tuple[str, int], Sequence[int] | None], *,
+        timeout_s: float | None = _UNSET,
+    ) -> dict[tuple[str, int], StratalogError | None]:
+        """Kafka's AlterPartitionReassignments: move each partition ((topic, partition) ->
+        its new replicas, the preferred leader first) to its target, or cancel its
+        reassignment (None: back to the original replicas). Each partition's outcome: None
+        (recorded; the controller carries it out: :meth:`list_partition_reassignments`) or
+        the error saying why not (InvalidReplicaAssignmentError,
+        NoReassignmentInProgressError, UnknownTopicOrPartitionError). Needs ALTER on the
+        cluster; cluster mode only (docs/cluster.md, "Reassigning partitions")."""
+        request = wire.alter_partition_reassignments_request(targets)
+        response = await self._call("AlterPartitionReassignments", request,
+                                    self._deadline(timeout_s))
+        return wire.reassignment_outcomes(response.results)
+
+    async def list_partition_reassignments(
+        self, partitions: Iterable[tuple[str, int]] | None = None, *, progress: bool = False,
+        timeout_s: float | None = _UNSET,
+    ) -> list[PartitionReassignment]:
+        """Kafka's ListPartitionReassignments: the partitions being reassigned (of
+        ``partitions``, or all). With ``progress``, each partition's leader is asked too, for
+        its log end offset and its followers' (the answer carries them only from the server
+        leading the partition). Needs DESCRIBE on the cluster."""
+        request = wire.list_partition_reassignments_request(partitions)
+        deadline = self._deadline(timeout_s)
+        listed = wire.partition_reassignments(
+            await self._call("ListPartitionReassignments", request, deadline))
+        if not progress:
+            return listed
+        completed = []
+        if any(ongoing.leader >= 0 and self._cache.address_of(ongoing.leader) is None
+               for ongoing in listed):
+            with contextlib.suppress(StratalogError):  # to learn the leaders' addresses
+                await self.metadata(timeout_s=deadline)
+        for ongoing in listed:
+            address = self._cache.address_of(ongoing.leader) if ongoing.leader >= 0 else None
+            if ongoing.leader_log_end_offset < 0 and address is not None:
+                connection = self._connection(address)
+                with contextlib.suppress(StratalogError):  # no progress shown, then
+                    answer = wire.partition_reassignments(await connection.call(
+                        connection.stub.ListPartitionReassignments,
+                        wire.list_partition_reassignments_request(
+                            [(ongoing.topic, ongoing.partition)]), deadline))
+                    ongoing = answer[0] if answer else ongoing
+            completed.append(ongoing)
+        return completed
+
+    async def drain_broker(
+        self, node_id: int, *, timeout_s: float | None = _UNSET,
+    ) -> dict[tuple[str, int], tuple[int, ...] | StratalogError]:
+        """Reassign every partition with ``node_id`` among its replicas to replicas without
+        it (a replacement chosen by the servers' placement, racks respected; the leaderships
+        leave it first). Each partition's new replicas, or the error saying why it was not
+        moved. Needs ALTER on the cluster."""
+        request = broker_pb2.DrainBrokerRequest(node_id=wire.check_int(node_id, "node_id", 0,
+                                                               wire.INT32_MAX))
+        response = await self._call("DrainBroker", request, self._deadline(timeout_s))
+        return wire.drain_outcomes(response)
+
     # --- records ---------------------------------------------------------------------------------
 
     async def produce(
@@ -909,6 +986,40 @@ class Client(GroupCalls):
 
     # --- exactly-once ----------------------------------------------------------------------------
 
+    async def _to_transaction_coordinator(
+        self, transactional_id: str | None, name: str, request: Any, timeout_s: Any,
+    ) -> Any:
+        """``request`` as RPC ``name`` to the coordinator of ``transactional_id``: on one
+        server (or without an id) the admin path; in a cluster, the leader of the id's state
+        partition, which FindCoordinator names (docs/cluster.md, "Transactions"), found again
+        once when it answers that it is not (or no longer) the coordinator."""
+        if transactional_id is None or not self._routing.in_cluster():
+            try:
+                return await self._call(name, request, self._deadline(timeout_s))
+            except errors.NotCoordinatorError:
+                if transactional_id is None:
+                    raise
+                # A cluster the client did not know it was talking to: find the coordinator.
+        for attempt in range(2):
+            found = await self.find_coordinator(
+                transactional_id, key_type=broker_pb2.COORDINATOR_TYPE_TRANSACTION,
+                timeout_s=timeout_s)
+            if not found.address:
+                raise errors.CoordinatorNotAvailableError(
+                    f"FindCoordinator named no address for transactional id"
+                    f" {transactional_id!r}")
+            connection = self._connection(found.address)
+            try:
+                return await connection.call(getattr(connection.stub, name), request,
+                                             self._deadline(timeout_s))
+            except (errors.NotCoordinatorError, errors.CoordinatorNotAvailableError,
+                    errors.BrokerUnavailableError) as err:
+                if attempt == 1:
+                    raise
+                logger.debug("%s of transactional id %s to %s: %s; finding the coordinator"
+                             " again", name, transactional_id, found.address, err)
+        raise AssertionError("unreachable")
+
     async def init_producer_id(
         self,
         transactional_id: str | None = None,
@@ -925,7 +1036,8 @@ class Client(GroupCalls):
         InvalidTransactionTimeoutError.
         """
         request = wire.init_producer_id_request(transactional_id, transaction_timeout_ms)
-        response = await self._call("InitProducerId", request, self._deadline(timeout_s))
+        response = await self._to_transaction_coordinator(
+            transactional_id, "InitProducerId", request, timeout_s)
         return wire.producer_id_and_epoch(response)
 
     async def add_partitions_to_txn(
@@ -946,7 +1058,8 @@ class Client(GroupCalls):
         request = wire.add_partitions_to_txn_request(
             transactional_id, producer_id, producer_epoch, partitions
         )
-        await self._call("AddPartitionsToTxn", request, self._deadline(timeout_s))
+        await self._to_transaction_coordinator(
+            transactional_id, "AddPartitionsToTxn", request, timeout_s)
 
     async def add_offsets_to_txn(
         self,
@@ -963,7 +1076,8 @@ class Client(GroupCalls):
         request = broker_pb2.AddOffsetsToTxnRequest(
             transactional_id=transactional_id, producer_id=producer_id,
             producer_epoch=producer_epoch, group_id=group_id)
-        await self._call("AddOffsetsToTxn", request, self._deadline(timeout_s))
+        await self._to_transaction_coordinator(
+            transactional_id, "AddOffsetsToTxn", request, timeout_s)
 
     async def end_txn(
         self,
@@ -981,7 +1095,7 @@ class Client(GroupCalls):
         already decided), ConcurrentTransactionsError (retriable).
         """
         request = wire.end_txn_request(transactional_id, producer_id, producer_epoch, commit)
-        await self._call("EndTxn", request, self._deadline(timeout_s))
+        await self._to_transaction_coordinator(transactional_id, "EndTxn", request, timeout_s)
 
     async def describe_transaction(
         self, transactional_id: str, *, timeout_s: float | None = _UNSET
@@ -989,7 +1103,8 @@ class Client(GroupCalls):
         """The coordinator's state of ``transactional_id``. Raises
         TransactionalIdNotFoundError."""
         request = wire.describe_transaction_request(transactional_id)
-        response = await self._call("DescribeTransaction", request, self._deadline(timeout_s))
+        response = await self._to_transaction_coordinator(
+            transactional_id, "DescribeTransaction", request, timeout_s)
         return wire.transaction_description(response)
 
     # --- security --------------------------------------------------------------------------------

@@ -62,6 +62,11 @@ The replication reasons (issue 17, docs/cluster.md), Kafka's names and retriable
     InvalidReplicationFactorError     INVALID_ARGUMENT   INVALID_REPLICATION_FACTOR
     CoordinationUnavailableError      UNAVAILABLE        COORDINATION_UNAVAILABLE retriable
     InvalidPartitionsError            INVALID_ARGUMENT   INVALID_PARTITIONS
+    ElectionNotNeededError            FAILED_PRECONDITION ELECTION_NOT_NEEDED
+    PreferredLeaderNotAvailableError  UNAVAILABLE        PREFERRED_LEADER_NOT_AVAILABLE
+    EligibleLeadersNotAvailableError  UNAVAILABLE        ELIGIBLE_LEADERS_NOT_AVAILABLE
+    InvalidReplicaAssignmentError     INVALID_ARGUMENT   INVALID_REPLICA_ASSIGNMENT
+    NoReassignmentInProgressError     FAILED_PRECONDITION NO_REASSIGNMENT_IN_PROGRESS
 
 The first three say "ask someone else": the Client refreshes its metadata (the leader hint of
 NOT_LEADER_OR_FOLLOWER first) and sends the request to the partition's leader again
@@ -135,6 +140,8 @@ __all__ = [
     "CoordinatorNotAvailableError",
     "CorruptRecordError",
     "DeliveryTimeoutError",
+    "ElectionNotNeededError",
+    "EligibleLeadersNotAvailableError",
     "FencedInstanceIdError",
     "FencedLeaderEpochError",
     "GroupIdNotFoundError",
@@ -148,6 +155,7 @@ __all__ = [
     "InvalidProducerEpochError",
     "InvalidProducerIdMappingError",
     "InvalidRecordError",
+    "InvalidReplicaAssignmentError",
     "InvalidReplicationFactorError",
     "InvalidRequestError",
     "InvalidSessionTimeoutError",
@@ -159,6 +167,7 @@ __all__ = [
     "MemberIdRequiredError",
     "MessageTooLargeError",
     "NoOffsetForPartitionError",
+    "NoReassignmentInProgressError",
     "NonEmptyGroupError",
     "NotAuthorizedError",
     "NotCoordinatorError",
@@ -168,6 +177,7 @@ __all__ = [
     "OffsetMetadataTooLargeError",
     "OffsetOutOfRangeError",
     "OutOfOrderSequenceError",
+    "PreferredLeaderNotAvailableError",
     "ProducerFencedError",
     "RebalanceInProgressError",
     "RecordTooLargeError",
@@ -728,6 +738,42 @@ class GroupSubscribedToTopicError(StratalogError):
     reason = "GROUP_SUBSCRIBED_TO_TOPIC"
 
 
+class ElectionNotNeededError(StratalogError):
+    """ElectLeaders: the partition is led as asked already (issue 29; Kafka's name)."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+    reason = "ELECTION_NOT_NEEDED"
+
+
+class PreferredLeaderNotAvailableError(StratalogError):
+    """ElectLeaders: the partition's preferred replica is down or not in sync."""
+
+    code = grpc.StatusCode.UNAVAILABLE
+    reason = "PREFERRED_LEADER_NOT_AVAILABLE"
+
+
+class EligibleLeadersNotAvailableError(StratalogError):
+    """ElectLeaders (unclean): no replica of the partition is live."""
+
+    code = grpc.StatusCode.UNAVAILABLE
+    reason = "ELIGIBLE_LEADERS_NOT_AVAILABLE"
+
+
+class InvalidReplicaAssignmentError(StratalogError):
+    """AlterPartitionReassignments: the target replicas name a broker twice, or one that is
+    not live; DrainBroker: no broker can take a replica (Kafka's name)."""
+
+    code = grpc.StatusCode.INVALID_ARGUMENT
+    reason = "INVALID_REPLICA_ASSIGNMENT"
+
+
+class NoReassignmentInProgressError(StratalogError):
+    """AlterPartitionReassignments: a cancellation of a partition not being reassigned."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+    reason = "NO_REASSIGNMENT_IN_PROGRESS"
+
+
 class AuthenticationError(StratalogError):
     """The server (or a proxy before it) did not accept the caller's credentials."""
 
@@ -916,6 +962,11 @@ ERRORS_BY_REASON: Mapping[str, type[StratalogError]] = _table_by_reason(
     UnstableOffsetCommitError,
     OffsetMetadataTooLargeError,
     GroupSubscribedToTopicError,
+    ElectionNotNeededError,
+    PreferredLeaderNotAvailableError,
+    EligibleLeadersNotAvailableError,
+    InvalidReplicaAssignmentError,
+    NoReassignmentInProgressError,
 )
 
 # Statuses without ErrorInfo that still have a class of their own: transport failures, and

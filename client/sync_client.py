@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import grpc
@@ -35,6 +35,8 @@ from .client import (
 from .credentials import Credentials, TlsConfig, channel_security
 from .errors import (
     BrokerUnavailableError,
+    CoordinatorNotAvailableError,
+    NotCoordinatorError,
     StratalogError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
@@ -64,6 +66,7 @@ from .types import (
     FetchResult,
     Identity,
     OffsetAndTimestamp,
+    PartitionReassignment,
     ProduceResult,
     ProducerIdAndEpoch,
     ProducerRecord,
@@ -557,6 +560,45 @@ class SyncClient:
         response = self._call("CreatePartitions", request, self._deadline(timeout_s))
         return wire.topic_info(response.topic)
 
+    def elect_leaders(
+        self, partitions: Iterable[tuple[str, int]] | None = None, *, unclean: bool = False,
+        timeout_s: float | None = _UNSET,
+    ) -> dict[tuple[str, int], StratalogError | None]:
+        """See :meth:`Client.elect_leaders <stratalog.client.Client.elect_leaders>`."""
+        request = wire.elect_leaders_request(partitions, unclean)
+        response = self._call("ElectLeaders", request, self._deadline(timeout_s))
+        return wire.elect_leaders_outcomes(response)
+
+    def alter_partition_reassignments(
+        self, targets: Mapping[tuple[str, int], Sequence[int] | None], *,
+        timeout_s: float | None = _UNSET,
+    ) -> dict[tuple[str, int], StratalogError | None]:
+        """See :meth:`Client.alter_partition_reassignments
+        <stratalog.client.Client.alter_partition_reassignments>`."""
+        request = wire.alter_partition_reassignments_request(targets)
+        response = self._call("AlterPartitionReassignments", request, self._deadline(timeout_s))
+        return wire.reassignment_outcomes(response.results)
+
+    def list_partition_reassignments(
+        self, partitions: Iterable[tuple[str, int]] | None = None, *,
+        timeout_s: float | None = _UNSET,
+    ) -> list[PartitionReassignment]:
+        """See :meth:`Client.list_partition_reassignments
+        <stratalog.client.Client.list_partition_reassignments>` (without ``progress``: the
+        answering server's view)."""
+        request = wire.list_partition_reassignments_request(partitions)
+        return wire.partition_reassignments(
+            self._call("ListPartitionReassignments", request, self._deadline(timeout_s)))
+
+    def drain_broker(
+        self, node_id: int, *, timeout_s: float | None = _UNSET,
+    ) -> dict[tuple[str, int], tuple[int, ...] | StratalogError]:
+        """See :meth:`Client.drain_broker <stratalog.client.Client.drain_broker>`."""
+        request = broker_pb2.DrainBrokerRequest(node_id=wire.check_int(node_id, "node_id", 0,
+                                                               wire.INT32_MAX))
+        return wire.drain_outcomes(
+            self._call("DrainBroker", request, self._deadline(timeout_s)))
+
     # --- records ---------------------------------------------------------------------------------
 
     def produce(
@@ -728,6 +770,37 @@ class SyncClient:
 
     # --- exactly-once ----------------------------------------------------------------------------
 
+    def _to_transaction_coordinator(
+        self, transactional_id: str | None, name: str, request: Any, timeout_s: Any,
+    ) -> Any:
+        """As the Client's: to the coordinator of ``transactional_id`` (in a cluster, the
+        server FindCoordinator names, found again once when it is not the coordinator)."""
+        timeout = self._deadline(timeout_s)
+        if transactional_id is None or not self._routing.in_cluster():
+            try:
+                return self._call(name, request, timeout)
+            except NotCoordinatorError:
+                if transactional_id is None:
+                    raise
+                # A cluster the client did not know it was talking to: find the coordinator.
+        for attempt in range(2):
+            found = self._call("FindCoordinator", broker_pb2.FindCoordinatorRequest(
+                key=transactional_id, key_type=broker_pb2.COORDINATOR_TYPE_TRANSACTION),
+                timeout)
+            if not found.address:
+                raise CoordinatorNotAvailableError(
+                    f"FindCoordinator named no address for transactional id"
+                    f" {transactional_id!r}")
+            try:
+                self._ensure_ready(found.address, None if timeout is None
+                                   else time.monotonic() + timeout)
+                return self._invoke(found.address, name, request, timeout)
+            except (NotCoordinatorError, CoordinatorNotAvailableError,
+                    BrokerUnavailableError):
+                if attempt == 1:
+                    raise
+        raise AssertionError("unreachable")
+
     def init_producer_id(
         self,
         transactional_id: str | None = None,
@@ -737,7 +810,8 @@ class SyncClient:
     ) -> ProducerIdAndEpoch:
         """See :meth:`Client.init_producer_id <stratalog.client.Client.init_producer_id>`."""
         request = wire.init_producer_id_request(transactional_id, transaction_timeout_ms)
-        response = self._call("InitProducerId", request, self._deadline(timeout_s))
+        response = self._to_transaction_coordinator(
+            transactional_id, "InitProducerId", request, timeout_s)
         return wire.producer_id_and_epoch(response)
 
     def add_partitions_to_txn(
@@ -754,7 +828,8 @@ class SyncClient:
         request = wire.add_partitions_to_txn_request(
             transactional_id, producer_id, producer_epoch, partitions
         )
-        self._call("AddPartitionsToTxn", request, self._deadline(timeout_s))
+        self._to_transaction_coordinator(
+            transactional_id, "AddPartitionsToTxn", request, timeout_s)
 
     def end_txn(
         self,
@@ -767,7 +842,7 @@ class SyncClient:
     ) -> None:
         """See :meth:`Client.end_txn <stratalog.client.Client.end_txn>`."""
         request = wire.end_txn_request(transactional_id, producer_id, producer_epoch, commit)
-        self._call("EndTxn", request, self._deadline(timeout_s))
+        self._to_transaction_coordinator(transactional_id, "EndTxn", request, timeout_s)
 
     def describe_transaction(
         self, transactional_id: str, *, timeout_s: float | None = _UNSET
@@ -775,7 +850,8 @@ class SyncClient:
         """See :meth:`Client.describe_transaction
         <stratalog.client.Client.describe_transaction>`."""
         request = wire.describe_transaction_request(transactional_id)
-        response = self._call("DescribeTransaction", request, self._deadline(timeout_s))
+        response = self._to_transaction_coordinator(
+            transactional_id, "DescribeTransaction", request, timeout_s)
         return wire.transaction_description(response)
 
     # --- security --------------------------------------------------------------------------------

@@ -230,10 +230,12 @@ class Identity(NamedTuple):
 
 
 class BrokerAddress(NamedTuple):
-    """A broker of the cluster (Metadata): its node id and the ``HOST:PORT`` it advertises."""
+    """A broker of the cluster (Metadata): its node id, the ``HOST:PORT`` it advertises and
+    its rack (``broker_rack``; "" for none)."""
 
     node_id: int
     address: str
+    rack: str = ""
 
 
 class PartitionLeadership(NamedTuple):
@@ -245,6 +247,28 @@ class PartitionLeadership(NamedTuple):
     leader_epoch: int
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
+
+
+class PartitionReassignment(NamedTuple):
+    """A partition being reassigned (ListPartitionReassignments): its ``replicas`` (the
+    target, then the ones being removed), the ``adding`` and ``removing`` ones, its
+    ``leader`` (-1: none), and, from the server that leads it, its progress: the leader's
+    ``leader_log_end_offset`` (-1: the answering server does not lead it) and each follower's
+    log end offset as of its last fetch (``progress``: node id -> offset, -1 before any)."""
+
+    topic: str
+    partition: int
+    replicas: tuple[int, ...]
+    adding: tuple[int, ...]
+    removing: tuple[int, ...]
+    leader: int
+    leader_log_end_offset: int
+    progress: Mapping[int, int]
+
+    @property
+    def target(self) -> tuple[int, ...]:
+        """The replicas the partition ends with."""
+        return tuple(r for r in self.replicas if r not in self.removing)
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ from .acls import (
     PatternType,
     ResourceType,
 )
+from .errors import StratalogError, from_error_reason
 from .types import (
     AbortedTransaction,
     BrokerAddress,
@@ -37,6 +38,7 @@ from .types import (
     OffsetAndTimestamp,
     PartitionInfo,
     PartitionLeadership,
+    PartitionReassignment,
     ProduceResult,
     ProducerIdAndEpoch,
     ProducerRecord,
@@ -313,6 +315,63 @@ def alter_topic_configs_request(
 def create_partitions_request(name: str, count: int) -> pb.CreatePartitionsRequest:
     return pb.CreatePartitionsRequest(name=check_topic(name, "name"),
                                       count=check_int(count, "count", 1, INT32_MAX))
+
+
+def elect_leaders_request(partitions: Iterable[tuple[str, int]] | None, unclean: bool
+                          ) -> pb.ElectLeadersRequest:
+    return pb.ElectLeadersRequest(
+        partitions=[pb.TopicPartition(topic=check_topic(topic),
+                                      partition=check_int(partition, "partition", 0, INT32_MAX))
+                    for topic, partition in partitions or ()],
+        election_type=pb.ELECTION_TYPE_UNCLEAN if unclean else pb.ELECTION_TYPE_PREFERRED,
+    )
+
+
+def elect_leaders_outcomes(response: pb.ElectLeadersResponse
+                           ) -> dict[tuple[str, int], StratalogError | None]:
+    """Each partition's outcome: None (elected) or the error saying why not."""
+    return {(r.topic, r.partition): from_error_reason(r.reason, r.message)
+            for r in response.results}
+
+
+def alter_partition_reassignments_request(
+    targets: Mapping[tuple[str, int], Sequence[int] | None],
+) -> pb.AlterPartitionReassignmentsRequest:
+    return pb.AlterPartitionReassignmentsRequest(partitions=[
+        pb.PartitionReassignmentTarget(
+            topic=check_topic(topic), partition=check_int(partition, "partition", 0, INT32_MAX),
+            replicas=[check_int(node, "replica", 0, INT32_MAX) for node in replicas or ()])
+        for (topic, partition), replicas in targets.items()
+    ])
+
+
+def reassignment_outcomes(results: Iterable[pb.ReassignmentResult]
+                          ) -> dict[tuple[str, int], StratalogError | None]:
+    """Each partition's outcome: None (recorded) or the error saying why not."""
+    return {(r.topic, r.partition): from_error_reason(r.reason, r.message) for r in results}
+
+
+def drain_outcomes(response: pb.DrainBrokerResponse
+                   ) -> dict[tuple[str, int], tuple[int, ...] | StratalogError]:
+    """Each partition's new replicas, or the error saying why it was not moved."""
+    return {(r.topic, r.partition): from_error_reason(r.reason, r.message) or tuple(r.replicas)
+            for r in response.results}
+
+
+def list_partition_reassignments_request(partitions: Iterable[tuple[str, int]] | None
+                                         ) -> pb.ListPartitionReassignmentsRequest:
+    return pb.ListPartitionReassignmentsRequest(partitions=[
+        pb.TopicPartition(topic=check_topic(topic),
+                          partition=check_int(partition, "partition", 0, INT32_MAX))
+        for topic, partition in partitions or ()])
+
+
+def partition_reassignments(response: pb.ListPartitionReassignmentsResponse
+                            ) -> list[PartitionReassignment]:
+    return [PartitionReassignment(
+        r.topic, r.partition, tuple(r.replicas), tuple(r.adding_replicas),
+        tuple(r.removing_replicas), r.leader, r.leader_log_end_offset,
+        {p.node_id: p.log_end_offset for p in r.progress}) for r in response.reassignments]
 
 
 def _proto_record(item: object, index: int) -> pb.Record:
@@ -818,7 +877,7 @@ def cluster_metadata(response: pb.MetadataResponse) -> ClusterMetadata:
         node_id=response.node_id,
         controller_id=response.controller_id,
         controller_epoch=response.controller_epoch,
-        brokers=tuple(BrokerAddress(b.node_id, b.address) for b in response.brokers),
+        brokers=tuple(BrokerAddress(b.node_id, b.address, b.rack) for b in response.brokers),
         topics={
             t.name: tuple(
                 PartitionLeadership(p.partition, p.leader, p.leader_epoch, tuple(p.replicas),

@@ -14,7 +14,10 @@ Life of a server process (``stratalog serve``)::
         metrics_connections_max, kafka_connections_max: open_files_fit.connections_reserved)
     open the TransactionCoordinator: replay __transaction_state (without recovery where the
         directory's clean-shutdown marker was found), complete the commits and aborts a crash
-        left half-written (their markers go to the LogManager's partitions)
+        left half-written (their markers go to the LogManager's partitions); with --cluster,
+        wrap it in the ClusterTransactions (server/transaction_service/: transactional ids on
+        the leaders of __cluster_transaction_state's partitions, told of leadership by the
+        replica roles, with the TransactionMarkers service registered beside Replication)
     load the TLS files and the credential file (server/security/), if configured
     with --cluster, before the logs open: connect to etcd (TLS and etcd credentials as
         configured), grant the lease and keep it alive (server/cluster/node.py's connect);
@@ -139,9 +142,11 @@ if TYPE_CHECKING:
     from stratalog.server.cluster.peer_channels import PeerChannels
     from stratalog.server.cluster.replica_roles import ReplicaRoles
     from stratalog.server.cluster.session import EtcdSession
+    from stratalog.server.cluster.stray_logs import StrayLogs
     from stratalog.server.kafka import KafkaListener
     from stratalog.server.rpc.replication_service import ReplicationService
     from stratalog.server.storage.log_manager import LogManager
+    from stratalog.server.transaction_service import ClusterTransactions
     from stratalog.server.transactions import TransactionConfig, TransactionCoordinator
 
 __all__ = ["SERVICE_NAME", "Server", "StartupError", "main", "run"]
@@ -178,7 +183,8 @@ class Server:
         self.port: int | None = None
         self.metrics_port: int | None = None
         self.log_manager: LogManager | None = None
-        self.coordinator: TransactionCoordinator | None = None
+        # In cluster mode the ClusterTransactions over the local coordinator.
+        self.coordinator: TransactionCoordinator | ClusterTransactions | None = None
         self.cluster_node: ClusterNode | None = None  # with --cluster, from start() to stop()
         # With --cluster: the etcd session from before the logs open until stop(), and with
         # authorizer = "acl" the cluster's ACLs (server/cluster/cluster_acls.py).
@@ -187,6 +193,7 @@ class Server:
         #: The partition-serving layer, from the LogManager's opening to stop().
         self.replica_manager: ReplicaManager | None = None
         self.replica_roles: ReplicaRoles | None = None  # with --cluster, once joined
+        self.stray_logs: StrayLogs | None = None  # with --cluster, once joined
         #: The consumer groups' coordinators (server/group_service/), from _start_serving.
         self.groups: GroupService | None = None
         self.admin: AdminManager | None = None  # topic administration, both front ends
@@ -306,6 +313,14 @@ class Server:
                     "cannot load the transaction coordinator's state log (__transaction_state)"
                     f" in {list(settings.log_dirs)}: {exc}"
                 ) from exc
+            if settings.cluster:
+                # Transactional ids are the state partitions' coordinators' (the local one
+                # hands out producer ids): server/transaction_service/.
+                from stratalog.server.transaction_service import ClusterTransactions
+
+                self.coordinator = ClusterTransactions(
+                    self.coordinator, replica_manager, settings, self._executor,
+                    transaction_config(settings))
             if settings.authorizer == "acl":
                 try:
                     # After the LogManager: the ACL file lives in a log dir it has locked.
@@ -416,6 +431,18 @@ class Server:
                 self._executor, BrokerIdentity(settings.broker_principals),
                 settings.read_in_executor_min_bytes)
             add_replication_service(self._replication, self._grpc)
+            # The transaction coordinators' markers and produce permissions (issue 29).
+            from stratalog.server.rpc.transaction_markers_service import (
+                TransactionMarkersService,
+            )
+            from stratalog.server.transaction_service import ClusterTransactions
+            from stratalog.v1 import transaction_markers_pb2_grpc
+
+            markers = TransactionMarkersService(BrokerIdentity(settings.broker_principals))
+            if isinstance(self.coordinator, ClusterTransactions):
+                markers.calls = self.coordinator.calls
+            transaction_markers_pb2_grpc.add_TransactionMarkersServicer_to_server(
+                markers, self._grpc)
         self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._grpc)
         reflection.enable_server_reflection(
@@ -499,11 +526,12 @@ class Server:
             advertised=lambda: listener.advertised(),
             time_ms=lambda: int(time.time() * 1000), admin=self.admin,
             # Each server of a cluster made its own meta.properties' cluster.id, so none of
-            # them is the cluster's: a cluster answers none (null) rather than a different id
-            # from each server, which clients take for servers of several clusters.
+            # them is the cluster's: a cluster answers etcd's (KafkaServices.
+            # current_cluster_id; server/cluster/cluster_id.py).
             cluster_id=None if settings.cluster else getattr(
                 read_meta_properties(Path(settings.log_dirs[0])), "cluster_id", None),
             kafka_brokers=self._kafka_brokers if settings.cluster else None,
+            kafka_racks=self._kafka_racks if settings.cluster else None,
             authenticator=self._authenticator,
         )
         listener = self.kafka = KafkaListener(
@@ -534,6 +562,11 @@ class Server:
                 except ValueError:  # a registration this version cannot read: not reachable
                     continue
         return brokers
+
+    def _kafka_racks(self) -> dict[int, str]:
+        """In cluster mode, node id -> rack of every live server that registered one."""
+        node = self.cluster_node
+        return {} if node is None else {b.node_id: b.rack for b in node.brokers if b.rack}
 
     async def _start_metrics(self, port: int) -> int:
         """Start the metrics endpoint on ``port`` of the metrics host; the port bound.
@@ -596,14 +629,14 @@ class Server:
         from stratalog.server.cluster.cluster_acls import EtcdAclStore
         from stratalog.server.cluster.errors import ClusterError
         from stratalog.server.cluster.layout import ClusterKeys
-        from stratalog.server.cluster.node import poll_interval_s_of
 
         settings = self.settings
         assert self.etcd_session is not None
         try:
             store = await EtcdAclStore.open(
                 self.etcd_session, ClusterKeys(settings.cluster_prefix),
-                poll_interval_s_of(settings.cluster_session_timeout_ms), local, self._executor,
+                settings.cluster_poll_fallback_ms / 1000, local, self._executor,
+                watch=settings.cluster_watches_enable,
             )
         except ClusterError as exc:
             raise StartupError(f"cannot join the cluster {settings.cluster}: {exc}") from exc
@@ -644,10 +677,17 @@ class Server:
             try:
                 self.cluster_node = await ClusterNode.start(
                     self.etcd_session, settings.cluster_prefix, settings.node_id, address,
-                    settings.cluster_session_timeout_ms,
                     unclean_leader_election_enable=settings.unclean_leader_election_enable,
                     principal=principal,
                     kafka_address=str(self.kafka.advertised()) if self.kafka is not None else "",
+                    rack=settings.broker_rack,
+                    auto_leader_rebalance_enable=settings.auto_leader_rebalance_enable,
+                    leader_imbalance_check_interval_s=(
+                        settings.leader_imbalance_check_interval_seconds),
+                    leader_imbalance_per_broker_percentage=(
+                        settings.leader_imbalance_per_broker_percentage),
+                    poll_fallback_ms=settings.cluster_poll_fallback_ms,
+                    watches_enable=settings.cluster_watches_enable,
                 )
             except (TimeoutError, aetcd.ClientError, OSError) as exc:
                 raise StartupError(f"cannot join the cluster {settings.cluster}: etcd"
@@ -701,11 +741,21 @@ class Server:
 
         assert self.replica_manager is not None and self.cluster_node is not None
         assert self.log_manager is not None
+        from stratalog.server.coordinator_placement import LeadershipListeners
+        from stratalog.server.transaction_service import ClusterTransactions
+
+        # The coordinator of a __consumer_offsets or __cluster_transaction_state partition is
+        # its leader; the transactions also drop a partition's produce permissions.
+        listeners = []
+        if self.groups is not None and self.groups.cluster is not None:
+            listeners.append(self.groups.cluster)
+        if isinstance(self.coordinator, ClusterTransactions):
+            self.coordinator.calls.peers = peers
+            listeners.append(self.coordinator)
         roles = ReplicaRoles(
             self.cluster_node, self.log_manager, self.settings, self._executor,
             events=self.replica_manager, peers=peers, metrics=self.metrics,
-            # The coordinator of a __consumer_offsets partition is its leader.
-            leadership=self.groups.cluster if self.groups is not None else None,
+            leadership=LeadershipListeners(*listeners),
         )
         # Before it applies the view: a replicated topic must never be served as a local one.
         self.replica_manager.join_cluster(self.cluster_node, roles)
@@ -713,6 +763,17 @@ class Server:
             self._replication.replica_roles = roles
         self.replica_roles = roles
         await roles.start()
+        if self.metrics is not None:
+            from stratalog.server.cluster.cluster_metrics import ClusterHealth
+
+            ClusterHealth(self.cluster_node, self.log_manager.default_config).bind(self.metrics)
+        # Once the view is applied (never on one not loaded): topics deleted while this
+        # server was away, and topics no longer assigned here, leave its disk.
+        from stratalog.server.cluster.stray_logs import StrayLogs
+
+        self.stray_logs = StrayLogs(self.cluster_node, self.log_manager, self.replica_manager,
+                                    self._executor)
+        await self.stray_logs.start()
 
     # ---------------------------------------------------------------- security
 
@@ -925,6 +986,8 @@ class Server:
             self.groups.begin_shutdown()  # parked JoinGroups and SyncGroups: NOT_COORDINATOR
         if self.replica_roles is not None:
             self.replica_roles.begin_shutdown()
+        if self.stray_logs is not None:
+            self.stray_logs.close()
         if self.kafka is not None:
             await self.kafka.stop()
         if self._grpc is not None:
@@ -963,6 +1026,10 @@ class Server:
         coordinator, self.coordinator = self.coordinator, None
         log_manager = self.log_manager
         loop = asyncio.get_running_loop()
+        from stratalog.server.transaction_service import ClusterTransactions
+
+        if isinstance(coordinator, ClusterTransactions):
+            await coordinator.stop()  # cluster mode: the loads and the marker senders
         try:
             # The executor still runs a maintenance pass or an fsync that outlived its RPC:
             # close after them (the pool finishes queued work in order of submission). The

@@ -82,6 +82,13 @@ What an operator watches, in Prometheus's text format at ``http://HOST:metrics_p
                                                their replicas (Kafka's UnderReplicatedPartitions)
     stratalog_isr_shrinks_total, stratalog_isr_expands_total   ISR changes this server wrote
                                                as leader (Kafka's IsrShrinksPerSec/ExpandsPerSec)
+    stratalog_active_controller                1 on the controller (Kafka's ActiveControllerCount)
+    stratalog_offline_partitions               partitions with no live leader, counted by the
+                                               controller (Kafka's OfflinePartitionsCount)
+    stratalog_under_min_isr_partitions         partitions led here with an ISR below their
+                                               min.insync.replicas (Kafka's UnderMinIsr)
+    stratalog_live_brokers                     brokers registered in etcd as last read
+                                               (server/cluster/cluster_metrics.py)
     stratalog_metrics_connections              connections to the metrics endpoint open now
     stratalog_metrics_connections_refused_total{reason}  connections the metrics endpoint
                                                closed early, by why: connections_max, idle,
@@ -763,6 +770,25 @@ class ServerMetrics:
         self.isr_expands = Counter(
             "stratalog_isr_expands", "ISR expansions this server wrote as leader", registry=r
         )
+        # The cluster's health (server/cluster/cluster_metrics.py), bound once the server
+        # joined its cluster; no sample is 0.
+        self.active_controller = Gauge(
+            "stratalog_active_controller", "1 on the cluster's controller, 0 elsewhere",
+            registry=r,
+        )
+        self.offline_partitions = Gauge(
+            "stratalog_offline_partitions",
+            "Partitions with no live leader (counted by the controller only)", registry=r,
+        )
+        self.under_min_isr_partitions = Gauge(
+            "stratalog_under_min_isr_partitions",
+            "Partitions led here whose ISR is smaller than their min.insync.replicas",
+            registry=r,
+        )
+        self.live_brokers = Gauge(
+            "stratalog_live_brokers", "Brokers registered in etcd, as this server last read them",
+            registry=r,
+        )
         self.logs = LogSnapshotCollector()
         r.register(self.logs)
         self.grpc_server = GrpcServerCollector()
@@ -811,7 +837,8 @@ class ServerMetrics:
             "stratalog_kafka_connections_closed",
             "Kafka connections the server closed, by why (bad_request: a frame that is not"
             " Kafka's or a version not served; unauthenticated; connections_max; idle;"
-            " server_error)",
+            " server_error; session_expired: its SASL session ended without a"
+            " re-authentication)",
             labelnames=("reason",), registry=r,
         )
         # Consumer groups (issue 27, server/group_service/): no label is a group id.

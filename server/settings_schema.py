@@ -153,10 +153,17 @@ class Settings:
         1,
     )
     kafka_sasl_mechanisms: tuple[str, ...] = _setting(
-        ("PLAIN", "SCRAM-SHA-256"),
-        "SASL mechanisms the Kafka listener offers against the credential file: PLAIN and"
-        " SCRAM-SHA-256 (comma-separated in the environment and the flag); PLAIN only over TLS"
-        " unless authentication_plaintext_allowed; empty = no SASL",
+        ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
+        "SASL mechanisms the Kafka listener offers against the credential file: PLAIN,"
+        " SCRAM-SHA-256 and SCRAM-SHA-512 (comma-separated in the environment and the flag);"
+        " PLAIN only over TLS unless authentication_plaintext_allowed; empty = no SASL",
+    )
+    kafka_connections_max_reauth_ms: int = _setting(
+        0,
+        "lifetime of a Kafka connection's SASL session (Kafka's connections.max.reauth.ms,"
+        " KIP-368): answered to the client, which re-authenticates before it ends; a"
+        " connection that did not is closed at its next request; 0 = sessions do not end",
+        0,
     )
     kafka_sasl_receive_bytes_max: int = _setting(
         512 * 1024,
@@ -412,6 +419,28 @@ class Settings:
         1000,
         "most partitions one transaction may hold (stratalog's: the state record listing them"
         " must fit one batch of the transaction state log)",
+        1,
+    )
+    transaction_state_log_num_partitions: int = _setting(
+        50,
+        "cluster mode: partitions of the replicated internal topic that holds the transaction"
+        " coordinators' state, made when a transactional id is first used (Kafka's"
+        " transaction.state.log.num.partitions); an id lives in partition"
+        " abs(hashCode(transactional id)) % this. Changing it after the topic exists changes"
+        " nothing",
+        1,
+    )
+    transaction_state_log_replication_factor: int = _setting(
+        3,
+        "cluster mode: copies of each partition of the transaction state topic (Kafka's"
+        " transaction.state.log.replication.factor), at most the live servers when it is made",
+        1,
+    )
+    transaction_state_log_min_isr: int = _setting(
+        2,
+        "cluster mode: min.insync.replicas of the transaction state topic (Kafka's"
+        " transaction.state.log.min.isr), at most its replication factor: a coordinator's"
+        " state change is answered once this many replicas hold it",
         1,
     )
     # ---- consumer groups (issue 27; docs/groups.md "Serving groups"; server/group_service/)
@@ -678,6 +707,19 @@ class Settings:
         " 9000: docs/cluster.md says why ours is shorter)",
         1_000,
     )
+    cluster_poll_fallback_ms: int = _setting(
+        5_000,
+        "how often each cluster part re-reads etcd by itself (the broker list, the controller,"
+        " the topics and partition states, the ACLs): etcd watches run a part's step as soon"
+        " as its keys change, the poll only covers a watch that is broken (docs/cluster.md,"
+        " \"Watches\")",
+        100,
+    )
+    cluster_watches_enable: bool = _setting(
+        True,
+        "follow etcd through watches; false = polls alone, every cluster_poll_fallback_ms (an"
+        " etcd proxy without watches; set the poll short then)",
+    )
     default_replication_factor: int = _setting(
         0,
         "copies of each partition of a topic created with replication_factor 0 (Kafka's"
@@ -694,6 +736,34 @@ class Settings:
     cluster_prefix: str = _setting(
         "/stratalog", "the etcd key prefix of this cluster's keys (several clusters may share an"
         " etcd)",
+    )
+    # ---- partition management (issue 29; docs/cluster.md; replica_placement.py,
+    # preferred_leader.py) ----
+    broker_rack: str = _setting(
+        "",
+        "the rack (or zone) this server is on (Kafka's broker.rack), registered in etcd and"
+        " shown in Metadata: new partitions' replicas are spread over racks; set it on every"
+        " server or on none; empty = no rack",
+    )
+    auto_leader_rebalance_enable: bool = _setting(
+        True,
+        "the controller moves each partition's leadership back to its preferred replica (the"
+        " first assigned) when that replica is in sync and a broker's share of partitions"
+        " not led by their preferred replica is above leader_imbalance_per_broker_percentage"
+        " (Kafka's auto.leader.rebalance.enable)",
+    )
+    leader_imbalance_check_interval_seconds: int = _setting(
+        300,
+        "how often the controller checks the leaders' balance (Kafka's"
+        " leader.imbalance.check.interval.seconds)",
+        1,
+    )
+    leader_imbalance_per_broker_percentage: int = _setting(
+        10,
+        "the share (percent) of a broker's preferred partitions led elsewhere above which the"
+        " controller moves their leadership back (Kafka's"
+        " leader.imbalance.per.broker.percentage)",
+        0,
     )
     # ---- the broker identity: server-to-server calls (issue 24; docs/cluster.md "Securing
     # a cluster"; server/cluster/broker_identity.py, peer_channels.py) ----
@@ -765,6 +835,11 @@ class Settings:
     replica_fetch_backoff_ms: int = _setting(
         1_000, "a follower whose fetch failed waits this long before the next (Kafka's"
         " replica.fetch.backoff.ms)", 0,
+    )
+    replica_reassignment_throttled_rate: int = _setting(
+        0, "bytes per second a server fetches, all together, for the partitions it is being"
+        " added to by a reassignment (Kafka's follower.replication.throttled.rate for the"
+        " reassigned replicas); 0 = no throttle. In-sync replicas are never throttled", 0,
     )
     request_timeout_ms: int = _setting(
         30_000, "how long an acks=all produce waits for the in-sync replicas before"
@@ -1003,10 +1078,8 @@ class Settings:
             )
         for mechanism in self.kafka_sasl_mechanisms:
             if mechanism not in KAFKA_SASL_MECHANISMS:
-                extra = (" (the credential file holds SCRAM-SHA-256 keys only: SHA-512 would need"
-                         " the passwords)" if mechanism == "SCRAM-SHA-512" else "")
                 raise SettingsError(
-                    f"setting 'kafka_sasl_mechanisms': {mechanism!r} is not offered{extra};"
+                    f"setting 'kafka_sasl_mechanisms': {mechanism!r} is not offered;"
                     f" the mechanisms are {', '.join(KAFKA_SASL_MECHANISMS)}")
         if (self.authentication_credentials_file and not self.tls_enabled
                 and not self.authentication_plaintext_allowed):
@@ -1062,8 +1135,8 @@ class SettingsSources(NamedTuple):
     overrides: Mapping[str, object]
 
 
-#: The SASL mechanisms the Kafka listener can offer (server/kafka/apis/sasl.py).
-KAFKA_SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256")
+#: The SASL mechanisms the Kafka listener can offer (server/kafka/sasl_session.py).
+KAFKA_SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 #: Values of ``authorizer`` (server/security/authorizer.py owns their meaning).
 AUTHORIZERS = ("none", "acl")
 #: The quotas a principal may have (Kafka's names), in ``[quotas."User:alice"]`` tables.

@@ -19,8 +19,10 @@ and translates the answer; the rules are here, once:
   only; a cluster member: 1..the live brokers (topic_admin.py);
 * **topics the server writes itself** (``__consumer_offsets``): clients' deletions, config
   changes and partition growth are refused (:meth:`ReplicaManager.refuse_client_change`);
-* **CreatePartitions in cluster mode** is refused whole (the controller does not assign new
-  partitions' replicas yet);
+* **CreatePartitions in cluster mode** writes the grown assignment to etcd
+  (server/cluster/topic_admin.py); each replica grows its local topic when it sees it;
+* **reassignments** (AlterPartitionReassignments, ListPartitionReassignments, a drain) are
+  server/cluster/reassignment.py's in cluster mode; a single server has nothing to reassign;
 * **config alterations** in three forms: set + delete (broker.proto's AlterTopicConfigs),
   replace every override (Kafka's AlterConfigs), and Kafka's incremental SET / DELETE /
   APPEND / SUBTRACT (IncrementalAlterConfigs); each may only validate;
@@ -51,10 +53,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 from stratalog.server.cluster.controller import NO_CONTROLLER, ControllerState
 from stratalog.server.cluster.errors import (
     CoordinationUnavailableError,
+    ElectionNotNeededError,
+    InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
-    UnsupportedInClusterError,
 )
 from stratalog.server.cluster.membership import BrokerInfo
+from stratalog.server.cluster.preferred_leader import ElectionType
+from stratalog.server.cluster.reassignment import OngoingReassignment
 from stratalog.server.metadata import (
     SINGLE_SERVER_NODE_ID,
     ClusterMetadata,
@@ -72,6 +77,7 @@ from stratalog.server.storage.errors import (
 from .config_descriptions import ConfigEntry, describe_broker_configs, describe_topic_configs
 
 if TYPE_CHECKING:
+    from stratalog.server.cluster.reassignment import Reassignments
     from stratalog.server.cluster.topic_admin import TopicAdmin
     from stratalog.server.security.authorizer import Authorizer
     from stratalog.server.security.principal import CallIdentity
@@ -268,21 +274,135 @@ class AdminManager:
             InvalidTopicError: a topic the server writes itself.
             InvalidPartitionsError: ``count`` outside 1..``topic_partitions_max``, or not above
                 the topic's.
-            UnsupportedInClusterError: in cluster mode.
+            InvalidReplicationFactorError: cluster mode, fewer live brokers than the topic's
+                replication factor (or racks on some brokers only).
+            CoordinationUnavailableError: cluster mode, etcd did not answer.
             UnknownTopicOrPartitionError, ResourceLimitExceededError, StorageIOError: as
                 ``LogManager.create_partitions``.
         """
         self._replicas.refuse_client_change(name, "CreatePartitions")
         self.check_partition_count(count)
-        if self._settings.cluster:
-            # The controller would have to assign the new partitions' replicas and write their
-            # first states to etcd (topic_admin.py); not built yet: refused, not half done.
-            raise UnsupportedInClusterError(
-                "CreatePartitions is not supported in cluster mode yet: create a topic with the"
-                " partitions it needs (docs/cluster.md)"
-            )
+        topic_admin = self._topic_admin()
+        if topic_admin is not None:
+            grown = await topic_admin.create_partitions(name, count, validate_only=validate_only)
+            if grown is not None:
+                return grown
+            # Not in etcd: a topic this server holds alone grows as on a single server.
         return await self._replicas.admin(functools.partial(
             self._log_manager.create_partitions, name, count, validate_only=validate_only))
+
+    # ---------------------------------------------------------------- leaders
+
+    async def elect_leaders(
+        self, requested: Mapping[str, Sequence[int]] | None,
+        election_type: ElectionType = ElectionType.PREFERRED,
+    ) -> dict[tuple[str, int], Exception | None]:
+        """Kafka's ElectLeaders: move each partition of ``requested`` (topic -> partition
+        numbers; None: every partition) to its preferred replica (PREFERRED), or elect a live
+        replica for one without a live leader (UNCLEAN). Each partition's outcome: None
+        (elected) or the error saying why not (server/cluster/preferred_leader.py). A single
+        server leads every partition itself, its only (so preferred) replica: every partition
+        named is ElectionNotNeededError, or UnknownTopicOrPartitionError.
+
+        Raises:
+            CoordinationUnavailableError: cluster mode, etcd did not answer (or not joined).
+        """
+        node = self._replicas.cluster_node
+        if node is not None and node.preferred is not None:
+            return await node.preferred.elect(requested, election_type)
+        if self._settings.cluster:
+            self._topic_admin()  # not joined yet: CoordinationUnavailableError
+        outcomes: dict[tuple[str, int], Exception | None] = {}
+        for topic, numbers in (requested or {}).items():
+            count = 0
+            with contextlib.suppress(UnknownTopicOrPartitionError):
+                described = await self._blocking(self._log_manager.describe_topic, topic)
+                count = len(described.partitions)
+            for number in numbers:
+                outcomes[(topic, number)] = (
+                    ElectionNotNeededError("a single server leads each of its partitions, its"
+                                           " only replica")
+                    if 0 <= number < count
+                    else UnknownTopicOrPartitionError(f"{topic}-{number} does not exist"))
+        return outcomes
+
+    # ---------------------------------------------------------------- reassignments
+
+    def _reassignments(self) -> Reassignments | None:
+        """Cluster mode: the node's reassignments (CoordinationUnavailableError before it
+        joined); None for a single server."""
+        if not self._settings.cluster:
+            return None
+        self._topic_admin()  # not joined yet: CoordinationUnavailableError
+        node = self._replicas.cluster_node
+        return node.reassignments if node is not None else None
+
+    async def alter_partition_reassignments(
+        self, requested: Mapping[tuple[str, int], tuple[int, ...] | None],
+    ) -> dict[tuple[str, int], Exception | None]:
+        """Kafka's AlterPartitionReassignments: reassign each partition to its target replicas,
+        or cancel its reassignment (None); each partition's outcome: None (recorded in etcd)
+        or the error saying why not (server/cluster/reassignment.py). A single server holds
+        the only replica of each partition: every partition is InvalidReplicaAssignmentError.
+
+        Raises:
+            CoordinationUnavailableError: cluster mode, etcd did not answer (or not joined).
+        """
+        reassignments = self._reassignments()
+        if reassignments is not None:
+            return await reassignments.alter(requested)
+        return dict.fromkeys(requested, InvalidReplicaAssignmentError(
+            "a single server holds the only replica of each of its partitions: there is"
+            " nothing to reassign (cluster mode only)"))
+
+    async def list_partition_reassignments(
+        self, requested: Iterable[tuple[str, int]] | None = None,
+    ) -> list[OngoingReassignment]:
+        """Kafka's ListPartitionReassignments: the partitions being reassigned (of
+        ``requested``, or all), by topic and partition, with the progress this server knows
+        as the leader of each (reassignment.py's OngoingReassignment). Empty on a single
+        server.
+
+        Raises:
+            CoordinationUnavailableError: cluster mode, etcd did not answer (or not joined).
+        """
+        reassignments = self._reassignments()
+        if reassignments is None:
+            return []
+        await reassignments.refresh()
+        node, roles = self._replicas.cluster_node, self._replicas.replica_roles
+        listed = []
+        wanted = set(requested) if requested is not None else None
+        for (topic, number), (replicas, reassignment) in reassignments.listed(wanted).items():
+            versioned = node.view.state(topic, number) if node is not None else None
+            leader = versioned.state.leader if versioned is not None else -1
+            replica = roles.partitions.get((topic, number)) if roles is not None else None
+            leader_end, progress = -1, {}
+            if replica is not None and replica.is_leader():
+                leader_end = replica.log.log_end_offset
+                progress = {r: (replica.followers[r].log_end_offset
+                                if r in replica.followers else -1)
+                            for r in replicas if r != replica.node_id}
+            listed.append(OngoingReassignment(topic, number, replicas, reassignment.adding,
+                                              reassignment.removing, leader, leader_end,
+                                              progress))
+        return listed
+
+    async def drain_broker(self, node_id: int) -> dict[tuple[str, int], tuple[int, ...] | Exception]:
+        """Reassign every partition with ``node_id`` among its replicas to replicas without it
+        (reassignment.py's drain); each partition's new replicas, or the error saying why it
+        could not be moved.
+
+        Raises:
+            InvalidReplicaAssignmentError: a single server (nothing to drain to).
+            CoordinationUnavailableError: cluster mode, etcd did not answer (or not joined).
+        """
+        reassignments = self._reassignments()
+        if reassignments is None:
+            raise InvalidReplicaAssignmentError(
+                "a single server has no other server to move its partitions to (cluster mode"
+                " only)")
+        return await reassignments.drain(node_id)
 
     # ---------------------------------------------------------------- configs
 
@@ -299,6 +419,14 @@ class AdminManager:
             InvalidConfigError: an unknown name, a bad value, or a name both set and deleted.
         """
         self._replicas.refuse_client_change(name, "a config change")
+        topic_admin = self._topic_admin()
+        if topic_admin is not None and topic_admin.knows(name):
+            # The cluster's topic: its overrides live in etcd, every replica applies them.
+            altered = await topic_admin.alter_configs(name, set, delete,
+                                                      validate_only=validate_only)
+            if validate_only:
+                return altered
+            return (await self.describe_topic(name)).description
         return await self._replicas.admin(functools.partial(
             self._log_manager.alter_topic_configs, name, dict(set), list(delete),
             validate_only=validate_only))
@@ -311,7 +439,7 @@ class AdminManager:
         Raises:
             as :meth:`alter_topic_configs`.
         """
-        described = await self._blocking(self._log_manager.describe_topic, name)
+        described = (await self.describe_topic(name)).description
         stale = [key for key in described.overridden_configs if key not in configs]
         return await self.alter_topic_configs(name, configs, stale, validate_only=validate_only)
 
@@ -335,7 +463,7 @@ class AdminManager:
         if repeated:
             raise InvalidConfigError(
                 f"configs of topic {name} named more than once in one request: {repeated}")
-        current = (await self._blocking(self._log_manager.describe_topic, name)).configs
+        current = (await self.describe_topic(name)).description.configs
         set_configs: dict[str, str] = {}
         delete_names: list[str] = []
         for op, config, value in operations:

@@ -14,12 +14,14 @@ transaction's failure branch returns the newer value, and the change is applied 
 tried again (at most :data:`UPDATE_ATTEMPTS` times): two servers adding bindings at once both
 keep theirs.
 
-Propagation (:meth:`EtcdAclStore.refresh`, by a :class:`~.polling.Poller`): every
-``poll_interval_s`` (``cluster_session_timeout_ms / 12``, 250 ms by default) one transaction
+Propagation (:meth:`EtcdAclStore.refresh`, by a :class:`~.polling.Poller`): as soon as an
+etcd watch on the key sees it change (watches.py), and every ``poll_interval_s``
+(``cluster_poll_fallback_ms``, 5 s by default) in case the watch is broken, one transaction
 compares the key's mod revision with the one this server holds, and returns the value only when
 it moved, so an unchanged set costs a few bytes. A change made through one server is therefore
-in force on every server within one poll interval plus one etcd read of its commit (the writer
-applies it before it answers). While etcd does not answer, the ACLs last read stay in force.
+in force on every server within the watch's latency plus one etcd read of its commit (the writer
+applies it before it answers); within one fallback interval while a watch is broken. While etcd
+does not answer, the ACLs last read stay in force.
 
 Size: the whole set travels in one etcd request, within etcd's ``--max-request-bytes`` (1.5 MiB
 by default; about 7,000 bindings of 200 bytes). etcd refusing a larger one is answered as
@@ -57,6 +59,7 @@ from stratalog.server.security.errors import AclLimitError, SecurityConfigError
 
 from .errors import ClusterConfigError, CoordinationUnavailableError
 from .polling import Poller
+from .watches import KeyWatch
 
 if TYPE_CHECKING:
     from .layout import ClusterKeys
@@ -83,7 +86,8 @@ class EtcdAclStore:
     """
 
     def __init__(self, session: EtcdSession, keys: ClusterKeys, poll_interval_s: float,
-                 bindings: Sequence[AclBinding] = (), mod_revision: int = 0) -> None:
+                 bindings: Sequence[AclBinding] = (), mod_revision: int = 0, *,
+                 watch: bool = True) -> None:
         self._session = session
         self._key = keys.acls
         self.bindings: tuple[AclBinding, ...] = tuple(bindings)
@@ -91,20 +95,25 @@ class EtcdAclStore:
         self._mod_revision = mod_revision
         self._poller = Poller(self.refresh, poll_interval_s, "stratalog-cluster-acls",
                               "cluster ACLs not refreshed")
+        #: The watch that wakes the poll when the key changes; None without watches.
+        self.watch = KeyWatch(session, self._key, [self._poller.wake],
+                              "stratalog-watch-acls") if watch else None
         self._bad_value_logged_at = -1  # the mod revision of an undecodable value, logged once
 
     @classmethod
     async def open(cls, session: EtcdSession, keys: ClusterKeys, poll_interval_s: float,
-                   local: AclStore, executor: Executor | None = None) -> EtcdAclStore:
+                   local: AclStore, executor: Executor | None = None, *,
+                   watch: bool = True) -> EtcdAclStore:
         """Read the cluster's ACLs, after importing or checking this node's ``acls.json``
-        (module docstring). Does not start the poll (:meth:`start`).
+        (module docstring). Does not start the poll nor, with ``watch``, the watch
+        (:meth:`start`).
 
         Raises:
             ClusterConfigError: the node's file holds other ACLs than etcd, or etcd's value does
                 not decode.
             CoordinationUnavailableError: etcd did not answer.
         """
-        store = cls(session, keys, poll_interval_s)
+        store = cls(session, keys, poll_interval_s, watch=watch)
         key_text = store._key.decode()
         try:
             await store.refresh(strict=True)
@@ -148,10 +157,14 @@ class EtcdAclStore:
         return store
 
     def start(self) -> None:
-        """Follow etcd's key every poll interval."""
+        """Follow etcd's key: every poll interval, and when the watch sees it change."""
         self._poller.start()
+        if self.watch is not None:
+            self.watch.start()
 
     async def close(self) -> None:
+        if self.watch is not None:
+            await self.watch.stop()
         await self._poller.stop()
 
     async def refresh(self, *, strict: bool = False) -> None:

@@ -13,9 +13,10 @@ The recipe (etcd's election, written with a transaction so that the epoch moves 
 
 So every election increments the epoch exactly once, and the key names the epoch it won. The
 controller key lives under the winner's lease: when the controller dies (or is frozen, or cut
-off from etcd) for ``cluster_session_timeout_ms``, etcd deletes the key, and the next poll of
-any other server (every ``poll_interval_s``) finds it absent and campaigns. A takeover therefore
-takes the session timeout plus at most one poll interval.
+off from etcd) for ``cluster_session_timeout_ms``, etcd deletes the key, and every other server
+campaigns as soon as its watch of the key sees the deletion (watches.py; its poll, every
+``poll_interval_s``, if the watch is broken). A takeover takes the session timeout plus the
+watch's latency.
 
 A server is controller (:attr:`ControllerElection.state` ``is_self``) while the key names it and
 its lease is held as far as it knows (session.py's :meth:`held`): a controller cut off from etcd
@@ -144,6 +145,10 @@ class ControllerElection:
     def start(self) -> None:
         """Campaign now and whenever the controller key is found absent."""
         self._poller.start()
+
+    def wake(self) -> None:
+        """Check the controller key now (a watch saw it change: node.py, watches.py)."""
+        self._poller.wake()
 
     async def _check(self) -> None:
         previous = self.known

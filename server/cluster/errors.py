@@ -15,15 +15,20 @@ __all__ = [
     "ClusterConfigError",
     "ClusterError",
     "CoordinationUnavailableError",
+    "ElectionNotNeededError",
+    "EligibleLeadersNotAvailableError",
     "EtcdAuthenticationError",
     "EtcdTlsError",
     "FencedLeaderEpochError",
+    "InvalidReplicaAssignmentError",
     "InvalidReplicationFactorError",
     "LeaderNotAvailableError",
+    "NoReassignmentInProgressError",
     "NodeIdInUseError",
     "NotEnoughReplicasAfterAppendError",
     "NotEnoughReplicasError",
     "NotLeaderOrFollowerError",
+    "PreferredLeaderNotAvailableError",
     "ReplicationTimeoutError",
     "UnknownLeaderEpochError",
     "UnregisteredReplicaError",
@@ -151,6 +156,33 @@ class UnregisteredReplicaError(PartitionError):
 
 class InvalidReplicationFactorError(ClusterError):
     """CreateTopic asked for a replication factor below 1 or above the live brokers."""
+
+
+class ElectionNotNeededError(ClusterError):
+    """ElectLeaders: the partition is led by its preferred replica already (PREFERRED), or has a
+    live leader (UNCLEAN); nothing written (Kafka's ELECTION_NOT_NEEDED)."""
+
+
+class PreferredLeaderNotAvailableError(ClusterError):
+    """ElectLeaders (PREFERRED): the preferred replica is not live or not in the ISR, so the
+    leadership cannot move to it without losing records (Kafka's
+    PREFERRED_LEADER_NOT_AVAILABLE); nothing written."""
+
+
+class EligibleLeadersNotAvailableError(ClusterError):
+    """ElectLeaders (UNCLEAN): no replica of the partition is live (Kafka's
+    ELIGIBLE_LEADERS_NOT_AVAILABLE); nothing written."""
+
+
+class InvalidReplicaAssignmentError(ClusterError):
+    """AlterPartitionReassignments (issue 29): the target replicas name no broker, one twice,
+    or a broker that is not live; a drain finds no broker to take a replica (Kafka's
+    INVALID_REPLICA_ASSIGNMENT)."""
+
+
+class NoReassignmentInProgressError(ClusterError):
+    """AlterPartitionReassignments: a cancellation of a partition that is not being
+    reassigned (Kafka's NO_REASSIGNMENT_IN_PROGRESS)."""
 
 
 class UnsupportedInClusterError(ClusterError):

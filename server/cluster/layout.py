@@ -8,13 +8,17 @@
     <prefix>/controller_epoch      decimal: the epoch of the last election (no lease; grows by
                                    one per election, never reset: the fencing token)
     <prefix>/topics/<topic>        JSON TopicAssignment: replicas per partition and the topic's
-                                   configs; written once, by CreateTopic (no lease)
+                                   configs, and the partitions being reassigned; written by
+                                   CreateTopic, CreatePartitions, AlterConfigs and
+                                   reassignment.py (no lease)
     <prefix>/partitions/<topic>/<partition>
                                    JSON PartitionState: leader, leader epoch, ISR, the controller
                                    epoch of the last writer (no lease; partition_state.py)
     <prefix>/acls                  the cluster's ACLs: an acls.json document (no lease;
                                    server/security/acl_store.py has the format,
                                    cluster_acls.py the updates)
+    <prefix>/cluster_id            the cluster's id, Kafka's Uuid as text; written once by the
+                                   first server, never changed (no lease; cluster_id.py)
 
 Node ids are written in decimal without padding, so ``brokers/10`` sorts before ``brokers/2``
 in etcd; readers sort by the number.
@@ -48,6 +52,10 @@ class ClusterKeys:
     @property
     def controller_epoch(self) -> bytes:
         return f"{self.prefix}/controller_epoch".encode()
+
+    @property
+    def cluster_id(self) -> bytes:
+        return f"{self.prefix}/cluster_id".encode()
 
     @property
     def acls(self) -> bytes:

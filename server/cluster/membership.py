@@ -1,7 +1,9 @@
 """Broker registration and the view of the live brokers.
 
 Registration: ``<prefix>/brokers/<node_id>`` = ``{"node_id": N, "address": "HOST:PORT",
-"principal": "User:...", "kafka_address": "HOST:PORT"}`` under this server's lease (session.py);
+"principal": "User:...", "kafka_address": "HOST:PORT", "rack": "r1"}`` under this server's lease
+(session.py); ``rack`` is the server's ``broker_rack`` (Kafka's ``broker.rack``, left out when
+empty: replica_placement.py spreads replicas over racks);
 ``principal`` is who the server proves to be to its peers (broker_identity.py), left out in a
 cluster without ``broker_principals``; ``kafka_address`` is where Kafka clients reach the
 server's Kafka listener (server/kafka/: Metadata's brokers), left out by a server without one.
@@ -17,8 +19,11 @@ A lease that expired while the server lived (frozen, cut off) is replaced by the
 then calls :meth:`Membership.register` again; if the id was taken meanwhile, the server logs it
 and stays unregistered (it cannot stop serving the data path it has from here).
 
-The view: every ``poll_interval_s`` the broker keys are read (one range request) into
-:attr:`Membership.brokers`, which Metadata answers from. While etcd is down the last view stays.
+The view: the broker keys are read (one range request) into :attr:`Membership.brokers`, which
+Metadata answers from, as soon as an etcd watch on the broker prefix sees a change
+(:meth:`Membership.wake`; node.py wires the watch, watches.py) and every ``poll_interval_s``
+(``cluster_poll_fallback_ms``) in case the watch is broken. While etcd is down the last view
+stays.
 
 Concurrency: event-loop only.
 """
@@ -51,13 +56,16 @@ class BrokerInfo(NamedTuple):
     address: str
     principal: str = ""
     kafka_address: str = ""
+    #: Its ``broker_rack`` ("" for none).
+    rack: str = ""
 
 
 class Membership:
     """This server's registration and the brokers etcd lists; :meth:`register` first."""
 
     def __init__(self, session: EtcdSession, keys: ClusterKeys, node_id: int, address: str,
-                 poll_interval_s: float, principal: str = "", kafka_address: str = "") -> None:
+                 poll_interval_s: float, principal: str = "", kafka_address: str = "",
+                 rack: str = "") -> None:
         self._session = session
         self._keys = keys
         self.node_id = node_id
@@ -66,9 +74,12 @@ class Membership:
         self.principal = principal
         #: Where Kafka clients reach this server (its registration says so); "" for nowhere.
         self.kafka_address = kafka_address
+        #: The rack this server is on (its registration says so); "" for none.
+        self.rack = rack
         #: The live brokers by node id, as last read from etcd (this server's own included
         #: from registration on).
         self.brokers: dict[int, BrokerInfo] = {}
+        self._registered = False
         self._poller = Poller(self.refresh, poll_interval_s, "stratalog-membership",
                               "broker list not refreshed")
 
@@ -85,6 +96,8 @@ class Membership:
             registration["principal"] = self.principal
         if self.kafka_address:
             registration["kafka_address"] = self.kafka_address
+        if self.rack:
+            registration["rack"] = self.rack
         value = json.dumps(registration).encode()
         succeeded, responses = await client.transaction(
             compare=[client.transactions.create(key) == 0],
@@ -101,7 +114,8 @@ class Membership:
                     ttl_s = max(0, info.TTL)
             raise NodeIdInUseError(self.node_id, holder, ttl_s)
         self.brokers[self.node_id] = BrokerInfo(self.node_id, self.address, self.principal,
-                                                  self.kafka_address)
+                                                  self.kafka_address, self.rack)
+        self._registered = True
         logger.info("registered as broker %d at %s", self.node_id, self.address)
 
     async def reregister(self) -> None:
@@ -120,14 +134,28 @@ class Membership:
             node_id, address = value.get("node_id"), value.get("address")
             principal = value.get("principal", "")
             kafka_address = value.get("kafka_address", "")
+            rack = value.get("rack", "")
             if (isinstance(node_id, int) and isinstance(address, str)
-                    and isinstance(principal, str) and isinstance(kafka_address, str)):
-                brokers[node_id] = BrokerInfo(node_id, address, principal, kafka_address)
+                    and isinstance(principal, str) and isinstance(kafka_address, str)
+                    and isinstance(rack, str)):
+                brokers[node_id] = BrokerInfo(node_id, address, principal, kafka_address, rack)
+        if self._registered and self.node_id not in brokers and self._session.held():
+            # Our key is gone under a live lease: deleted by hand, or etcd's keys wiped and
+            # restored. Without it the controller counts this server dead: register again.
+            logger.warning("broker %d's registration is gone from etcd while its lease lives:"
+                           " registering again", self.node_id)
+            await self.reregister()
+            if self.node_id in self.brokers:
+                brokers[self.node_id] = self.brokers[self.node_id]
         self.brokers = dict(sorted(brokers.items()))
 
     def start(self) -> None:
-        """Start refreshing the view every ``poll_interval_s``."""
+        """Start refreshing the view every ``poll_interval_s``, and at each :meth:`wake`."""
         self._poller.start()
+
+    def wake(self) -> None:
+        """Refresh the view now (the broker keys changed: a watch saw it)."""
+        self._poller.wake()
 
     async def close(self) -> None:
         """Stop refreshing (the registration goes with the session's lease)."""

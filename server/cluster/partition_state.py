@@ -2,11 +2,21 @@
 
 Two kinds of record (keys in layout.py), JSON so that ``etcdctl get --prefix`` is readable::
 
-    <prefix>/topics/<topic>     {"partitions": {"0": [1, 2, 3], "1": [2, 3, 1]},
-                                 "configs": {"segment.bytes": "1048576"}}
+    <prefix>/topics/<topic>     {"partitions": {"0": [1, 2, 3], "1": [2, 3, 4, 1]},
+                                 "configs": {"segment.bytes": "1048576"},
+                                 "reassigning": {"1": {"adding": [4], "removing": [1]}}}
         TopicAssignment: the replicas of each partition, the preferred leader first, and the
-        topic's configs. Written once, when the topic is created (a transaction that fails if
-        the key exists); deleted with the topic. Replicas never change (no reassignment).
+        topic's configs. Written when the topic is created (a transaction that fails if the
+        key exists), when partitions are added, and when a reassignment starts, is cancelled
+        or completes (transactions that fail if the key moved since it was read;
+        topic_admin.py, reassignment.py); deleted with the topic. replica_placement.py assigns
+        the replicas of new partitions.
+        ``reassigning`` (absent when empty): the partitions being reassigned, Kafka's
+        ``addingReplicas`` / ``removingReplicas`` (ZooKeeper-era Kafka kept them in the same
+        topic znode, ``adding_replicas`` / ``removing_replicas``). While a partition is being
+        reassigned its replicas are the target followed by the replicas being removed, so
+        every replica of either list is a replica: the target is the replicas without
+        ``removing``, the original replicas are the replicas without ``adding``.
 
     <prefix>/partitions/<topic>/<n>   {"leader": 1, "leader_epoch": 4, "isr": [1, 2],
                                        "controller_epoch": 7}
@@ -37,7 +47,7 @@ from dataclasses import dataclass, field
 
 from .layout import decode_json
 
-__all__ = ["NO_LEADER", "PartitionState", "TopicAssignment"]
+__all__ = ["NO_LEADER", "PartitionReassignment", "PartitionState", "TopicAssignment"]
 
 #: ``leader`` of a partition that has none.
 NO_LEADER = -1
@@ -52,12 +62,48 @@ def _node_ids(value: object) -> tuple[int, ...] | None:
 
 
 @dataclass(frozen=True, slots=True)
+class PartitionReassignment:
+    """The replicas a partition being reassigned adds and removes (Kafka's
+    ``PartitionRegistration.addingReplicas`` / ``removingReplicas``). Invariant: disjoint, and
+    not both empty; both subsets of the partition's replicas (checked on decode)."""
+
+    adding: tuple[int, ...]
+    removing: tuple[int, ...]
+
+    def target(self, replicas: tuple[int, ...]) -> tuple[int, ...]:
+        """The replicas the partition ends with: ``replicas`` without the ones removed."""
+        return tuple(r for r in replicas if r not in self.removing)
+
+    def original(self, replicas: tuple[int, ...]) -> tuple[int, ...]:
+        """The replicas it had before: ``replicas`` without the ones added."""
+        return tuple(r for r in replicas if r not in self.adding)
+
+    def encode_json(self) -> dict[str, list[int]]:
+        return {"adding": list(self.adding), "removing": list(self.removing)}
+
+    @classmethod
+    def decode_json(cls, value: object, replicas: tuple[int, ...]
+                    ) -> PartitionReassignment | None:
+        if not isinstance(value, dict):
+            return None
+        adding, removing = _node_ids(value.get("adding")), _node_ids(value.get("removing"))
+        if adding is None or removing is None or not (adding or removing):
+            return None
+        if set(adding) & set(removing) or not set(adding + removing) <= set(replicas):
+            return None
+        if not [r for r in replicas if r not in removing]:
+            return None  # a target with no replica
+        return cls(adding, removing)
+
+
+@dataclass(frozen=True, slots=True)
 class TopicAssignment:
-    """A topic's replicas per partition (partition number -> node ids, preferred leader first)
-    and its configs (Kafka topic config names -> values)."""
+    """A topic's replicas per partition (partition number -> node ids, preferred leader first),
+    its configs (Kafka topic config names -> values), and the partitions being reassigned."""
 
     replicas: dict[int, tuple[int, ...]]
     configs: dict[str, str] = field(default_factory=dict)
+    reassigning: dict[int, PartitionReassignment] = field(default_factory=dict)
 
     @property
     def partition_count(self) -> int:
@@ -65,13 +111,24 @@ class TopicAssignment:
 
     @property
     def replication_factor(self) -> int:
-        return len(self.replicas[0]) if self.replicas else 0
+        """Partition 0's, as its target has it (a reassignment in progress lists more)."""
+        return len(self.target(0)) if self.replicas else 0
+
+    def target(self, partition: int) -> tuple[int, ...]:
+        """The replicas ``partition`` has once its reassignment (if any) is done."""
+        replicas = self.replicas[partition]
+        reassignment = self.reassigning.get(partition)
+        return reassignment.target(replicas) if reassignment is not None else replicas
 
     def encode(self) -> bytes:
-        return json.dumps({
+        encoded: dict[str, object] = {
             "partitions": {str(number): list(nodes) for number, nodes in sorted(self.replicas.items())},
             "configs": dict(sorted(self.configs.items())),
-        }).encode()
+        }
+        if self.reassigning:
+            encoded["reassigning"] = {str(number): reassignment.encode_json()
+                                      for number, reassignment in sorted(self.reassigning.items())}
+        return json.dumps(encoded).encode()
 
     @classmethod
     def decode(cls, value: bytes) -> TopicAssignment | None:
@@ -89,21 +146,18 @@ class TopicAssignment:
             return None  # partitions are 0..n-1, none missing
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in configs.items()):
             return None
-        return cls(replicas, dict(configs))
-
-    @staticmethod
-    def round_robin(partitions: int, replication_factor: int, brokers: list[int],
-                    start: int = 0) -> dict[int, tuple[int, ...]]:
-        """Rack-unaware round robin, as Kafka's: partition p's replicas are ``replication_factor``
-        consecutive live brokers (by node id) from position ``start + p``, so that leaders
-        (the first replica) spread over the brokers. ``brokers`` must hold at least
-        ``replication_factor`` ids (the caller checks, with a clear error)."""
-        ordered = sorted(brokers)
-        count = len(ordered)
-        return {
-            p: tuple(ordered[(start + p + r) % count] for r in range(replication_factor))
-            for p in range(partitions)
-        }
+        reassigning_json = decoded.get("reassigning", {})
+        if not isinstance(reassigning_json, dict):
+            return None
+        reassigning: dict[int, PartitionReassignment] = {}
+        for number, value in reassigning_json.items():
+            if not isinstance(number, str) or not number.isdigit() or int(number) not in replicas:
+                return None
+            reassignment = PartitionReassignment.decode_json(value, replicas[int(number)])
+            if reassignment is None:
+                return None
+            reassigning[int(number)] = reassignment
+        return cls(replicas, dict(configs), reassigning)
 
 
 @dataclass(frozen=True, slots=True)

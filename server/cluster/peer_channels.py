@@ -181,12 +181,24 @@ class PeerChannels:
         """The Replication service of the server at ``address`` (HOST:PORT). O(1) when a
         channel to it is open; a new one first retires the channels to addresses not in
         ``live_addresses()`` (the live servers')."""
+        return ReplicationPeer(self.channel(address, live_addresses), self._security.metadata)
+
+    def channel(self, address: str, live_addresses: Callable[[], Collection[str]]
+                ) -> grpc.aio.Channel:
+        """The channel to the server at ``address``, for any internal service's stub (the
+        transaction coordinators' markers too); made as :meth:`replication` says. Its calls
+        carry :attr:`call_metadata`."""
         channel = self._channels.get(address)
         if channel is None:
             live = live_addresses()
             self._retire([a for a in self._channels if a not in live])
             channel = self._channels[address] = self._new_channel(address)
-        return ReplicationPeer(channel, self._security.metadata)
+        return channel
+
+    @property
+    def call_metadata(self) -> tuple[tuple[str, str], ...] | None:
+        """The credentials every call to a peer sends (None: none configured)."""
+        return self._security.metadata
 
     async def who_am_i(self, address: str, timeout_s: float) -> str:
         """The principal the server at ``address`` authenticates this server as.

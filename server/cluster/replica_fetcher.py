@@ -36,6 +36,10 @@ ends, which is what moves the leader's high watermark (and completes its acks=al
 producers). The leader counts only log_end_offset as progress, so a request written before an
 append never claims records this log does not hold yet.
 
+**The reassignment throttle** (replication_throttle.py): a partition this server is being
+added to pays for each answer's bytes by leaving the session until the bucket's debt is paid
+(then it comes back, naming its log end), as the partitions with errors do.
+
 The storage calls of one answer are one executor call. A partition added while a request
 waits at the leader (it holds a request up to replica_fetch_wait_max_ms when it has nothing)
 goes in a second request written at once, which makes the leader answer the first: a new
@@ -176,12 +180,16 @@ class ReplicaFetcher:
 
     def __init__(self, node_id: int, leader_id: int,
                  stub_for_leader: Callable[[], ReplicationPeer | None],
-                 settings: FetchSettings, executor: Executor) -> None:
+                 settings: FetchSettings, executor: Executor,
+                 throttled_delay: Callable[[PartitionKey, int], float] | None = None) -> None:
         self.node_id = node_id
         self.leader_id = leader_id
         self._stub_for_leader = stub_for_leader
         self._settings = settings
         self._executor = executor
+        #: The reassignment throttle (replica_roles.py): the records' bytes of a partition
+        #: fetched in -> how long it stays out of the session (0: it is not throttled).
+        self._throttled_delay = throttled_delay
         self._partitions: dict[PartitionKey, _Followed] = {}
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -359,11 +367,19 @@ class ReplicaFetcher:
         self._in_flight = loop.run_in_executor(self._executor, _apply_all, work)
         outcomes = await asyncio.shield(self._in_flight)
         now = loop.time()
-        for (followed, _), outcome in zip(work, outcomes, strict=True):
+        for (followed, answer), outcome in zip(work, outcomes, strict=True):
             followed.replica.follower_appended()
             if outcome.resync:
                 followed.needs_resync = True
             key = (followed.replica.topic, followed.replica.partition)
+            if answer.records and self._throttled_delay is not None:
+                # A partition this server is being added to pays for its bytes by staying out
+                # of the session (the in-sync ones are never throttled: acks=all is not slowed).
+                delay_s = self._throttled_delay(key, len(answer.records))
+                if delay_s > 0 and self._partitions.get(key) is followed:
+                    followed.delayed_until = max(followed.delayed_until, now + delay_s)
+                    followed.needs_resync = True
+                    loop.call_later(delay_s, self._changed.set)
             if not outcome.reason or self._partitions.get(key) is not followed:
                 followed.failure_logged = ""
                 continue

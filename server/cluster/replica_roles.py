@@ -11,8 +11,9 @@ A listener of the cluster view (cluster_view.py). For every partition whose assi
 this node among its replicas (partition_state.py's TopicAssignment):
 
 1. **The log exists.** The topic is created locally (``LogManager.create_topic``) with the
-   assignment's partition count and configs, all of its partitions: the storage engine creates
-   topics whole (``__consumer_offsets`` as the internal topic it is: its name is reserved). A
+   assignment's partition count and configs, all of its partitions, and grown
+   (``LogManager.create_partitions``) when partitions were added in etcd: the storage engine
+   creates topics whole (``__consumer_offsets`` as the internal topic it is: its name is reserved). A
    partition this node does not replicate is then held locally but never served: clients get
    NotLeaderOrFollowerError for it (the leader hint from the view), and it stays empty.
 2. **The role** follows the partition's state (its PartitionState, read with its mod revision):
@@ -21,7 +22,8 @@ this node among its replicas (partition_state.py's TopicAssignment):
      epoch in the leader epoch cache at the log end offset (Kafka's ``makeLeader``), track
      the high watermark from ``replication-offset-checkpoint`` (or the one it tracked as a
      follower), reset the followers' states; from now on appends are stamped with the epoch;
-   * the same leader and epoch: only the ISR changed, applied;
+   * the same leader and epoch: only the ISR, or the replicas (a reassignment:
+     reassignment.py), changed, applied;
    * another leader (or none): follow it (replica_fetcher.py), acks=all producers waiting
      here fail with NotLeaderOrFollowerError;
    * an epoch older than the replica's: a stale read, ignored.
@@ -76,6 +78,8 @@ from .errors import LeaderNotAvailableError, NotLeaderOrFollowerError
 from .node import POLL_INTERVALS_PER_SESSION
 from .replica import LeadershipListener, Replica, ReplicaEvents, Role
 from .replica_fetcher import FetchSettings, ReplicaFetcher
+from .replication_throttle import ReplicationThrottle
+from .topic_configs import apply_overrides
 
 if TYPE_CHECKING:
     from stratalog.server.metrics import ServerMetrics
@@ -128,6 +132,10 @@ class ReplicaRoles:
         self._fetchers: dict[int, ReplicaFetcher] = {}
         #: The leader each followed partition is fetched from.
         self._fetched_from: dict[PartitionKey, int] = {}
+        #: One bucket for every partition this server is being added to (Kafka's follower
+        #: throttle is per broker); rate 0: off.
+        self._throttle = ReplicationThrottle(settings.replica_reassignment_throttled_rate,
+                                             time.monotonic())
         self._applying = asyncio.Lock()
         self._isr_task: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
@@ -280,13 +288,22 @@ class ReplicaRoles:
                        if name in TOPIC_CONFIG_NAMES}
 
         def create() -> None:
-            # Exists already: created before a restart, or by this server's CreateTopic.
-            with contextlib.suppress(TopicAlreadyExistsError):
+            try:
                 # __consumer_offsets: its name is reserved, made only for the server itself.
                 self._log_manager.create_topic(topic, partitions, log_configs,
                                                internal=topic in SERVER_WRITTEN_TOPICS)
+            except TopicAlreadyExistsError:
+                # Exists already (created before a restart, or by this server's CreateTopic);
+                # partitions were added in etcd (CreatePartitions): grow it to the count.
+                held = len(self._log_manager.describe_topic(topic).partitions)
+                if held < partitions:
+                    self._log_manager.create_partitions(topic, partitions)
+                    logger.info("topic %s: grown locally from %d to %d partitions (the"
+                                " cluster's count)", topic, held, partitions)
 
         await self._blocking(create)
+        # Held before (a restart, or an alteration since): the cluster's overrides win.
+        await self._blocking(apply_overrides, self._log_manager, topic, log_configs)
 
     async def _remove_topic(self, topic: str) -> None:
         keys = [key for key in self.partitions if key[0] == topic]
@@ -326,14 +343,29 @@ class ReplicaRoles:
         if state.leader == self.node_id:
             if (replica.role is Role.LEADER and replica.leader_epoch == state.leader_epoch
                     and replica.leads_under_current_lease):
+                self._reassigned(replica, replicas)
                 replica.update_isr(state, revision)
             else:
                 await self._make_leader(replica, state, revision, replicas)
         elif (replica.role is Role.FOLLOWER and replica.leader_epoch == state.leader_epoch
               and replica.leader_id == state.leader):
             replica.isr, replica.mod_revision = state.isr, revision
+            replica.replicas = replicas
         else:
             await self._make_follower(replica, state, revision, replicas)
+
+    @staticmethod
+    def _reassigned(replica: Replica, replicas: tuple[int, ...]) -> None:
+        """The leader's replicas changed at the same epoch (a reassignment, reassignment.py,
+        added or removed some): the added ones may fetch and join the ISR from now on; what it
+        knew of the removed ones is forgotten (they count for nothing, and fetch no more)."""
+        if replicas == replica.replicas:
+            return
+        logger.info("%s-%d: replicas %s -> %s (reassignment)", replica.topic, replica.partition,
+                    list(replica.replicas), list(replicas))
+        replica.replicas = replicas
+        replica.followers = {node: follower for node, follower in replica.followers.items()
+                             if node in replicas}
 
     async def _make_leader(self, replica: Replica, state: PartitionState, revision: int,
                            replicas: tuple[int, ...]) -> None:
@@ -379,7 +411,7 @@ class ReplicaRoles:
                 leader = state.leader
                 fetcher = self._fetchers[leader] = ReplicaFetcher(
                     self.node_id, leader, lambda: self._stub(leader), self._fetch_settings,
-                    self._executor)
+                    self._executor, self._throttled_delay)
                 fetcher.start()
             fetcher.add_partition(replica, state.leader_epoch)
             self._fetched_from[key] = state.leader
@@ -403,6 +435,21 @@ class ReplicaRoles:
     def _stub(self, node_id: int) -> ReplicationPeer | None:
         address = self.leader_address(node_id)
         return self.peers.replication(address, self._live_addresses) if address else None
+
+    def _throttled_delay(self, key: PartitionKey, size_bytes: int) -> float:
+        """The fetchers' throttle (replication_throttle.py): ``size_bytes`` of ``key`` were
+        fetched; how long the partition waits before its next fetch. Only while this server is
+        being added to the partition, as the view says now: 0 otherwise, and when the
+        throttle is off."""
+        if not self._throttle.enabled:
+            return 0.0
+        assignment = self._node.view.topics.get(key[0])
+        reassignment = assignment.reassigning.get(key[1]) if assignment is not None else None
+        if reassignment is None or self.node_id not in reassignment.adding:
+            return 0.0
+        now = time.monotonic()
+        self._throttle.record(size_bytes, now)
+        return self._throttle.delay_s(now)
 
     def _live_addresses(self) -> set[str]:
         return {broker.address for broker in self._node.membership.brokers.values()}

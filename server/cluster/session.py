@@ -35,8 +35,9 @@ uses the first that answers; while running, a renewal that cannot reach the endp
 moves the session to the next one in turn (wrapping round), so a dead etcd member costs at most
 one renewal interval plus a call's deadline. The lease is etcd's, not the member's: the next
 member renews the same lease. The other parts read :attr:`client` for every call, so they use
-the new endpoint from their next call; the old client is closed a call's deadline later, after
-the calls it carries ended. With etcd credentials, each renewal is followed by a read of one
+the new endpoint from their next call, and the etcd watches (watches.py), whose streams on the
+old client break, are created again on the new one; the old client is closed a call's deadline
+later, after the calls it carries ended. With etcd credentials, each renewal is followed by a read of one
 key (etcd checks no token on lease renewals): refused for an expired auth token (etcd
 restarted: etcd_client.py), the session connects to the same endpoint again, which
 authenticates again, so the other parts' calls work again within one renewal interval.
@@ -95,6 +96,10 @@ class EtcdSession:
         self._on_new_lease: list[Callable[[], Awaitable[None]]] = []
         self._keep_alive: asyncio.Task[None] | None = None
         self._unreachable_logged = False
+        # Endpoint switches since etcd last answered: the first is logged at WARNING, a whole
+        # round without an answer once more, the others at DEBUG (etcd down for everyone
+        # would otherwise log a switch every renewal interval).
+        self._switches_in_outage = 0
 
     @classmethod
     async def open(cls, endpoints: list[Endpoint], session_timeout_ms: int,
@@ -177,6 +182,7 @@ class EtcdSession:
                 if self._unreachable_logged:
                     logger.info("etcd %s answers again", self.endpoint)
                 self._unreachable_logged = False
+                self._switches_in_outage = 0
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -231,7 +237,14 @@ class EtcdSession:
         old = self.client
         self.client = new_client(endpoint, self._security, CALL_TIMEOUT_S)
         if endpoint != self.endpoint:
-            logger.warning("etcd %s does not answer: using %s", self.endpoint, endpoint)
+            self._switches_in_outage += 1
+            if self._switches_in_outage == 1:
+                logger.warning("etcd %s does not answer: using %s", self.endpoint, endpoint)
+            elif self._switches_in_outage == len(self._endpoints):
+                logger.warning("none of the %d etcd endpoints answers; trying each in turn"
+                               " every %.1f s", len(self._endpoints), self.ttl_s / 3)
+            else:
+                logger.debug("etcd %s does not answer: using %s", self.endpoint, endpoint)
         self.endpoint = endpoint
 
         async def retire() -> None:

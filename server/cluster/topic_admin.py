@@ -12,8 +12,9 @@ transaction is the serialisation point, as ZooKeeper-era Kafka's ``AdminZkClient
     replication factor 0                    -> default_replication_factor, or when that is 0
                                             (its default): min(3, live brokers)
     replication factor > live brokers       -> InvalidReplicationFactorError
-    replicas: TopicAssignment.round_robin   rack-unaware, from a random broker (Kafka's
-                                            assignReplicasToBrokersRackUnaware)
+    replicas: replica_placement.py          rack-unaware round robin from a random broker, or
+                                            rack-aware when the brokers have racks (Kafka's
+                                            AdminUtils.assignReplicasToBrokers)
     one txn  if   create_revision(<prefix>/topics/<t>) == 0     else TopicAlreadyExistsError
              then put <prefix>/topics/<t>                TopicAssignment
                   put <prefix>/partitions/<t>/<p>        PartitionState(first replica, 0,
@@ -25,6 +26,24 @@ are described empty, with ``log_dir`` "". etcd limits a transaction to 128 opera
 (``--max-txn-ops``): a topic of more partitions writes the other states in further
 transactions, each conditional on the topic key still being the one written; if this server
 dies in between, the controller writes the missing first states (leader_election.py).
+
+CreatePartitions (``topics alter --partitions N``, Kafka's CreatePartitions), on any server::
+
+    read the live brokers and <prefix>/topics/<t> (its value and mod revision R)
+    not in etcd                             -> None: a topic this server holds alone grows
+                                            locally, as on a single server
+    count <= the topic's                    -> InvalidPartitionsError
+    replicas of the new partitions          replica_placement.py, continuing the topic's
+                                            assignment (partition 0's factor and start)
+    one txn  if   mod_revision(<prefix>/topics/<t>) == R      else CoordinationUnavailable
+             then put <prefix>/topics/<t>              the grown TopicAssignment
+                  put <prefix>/partitions/<t>/<p>      first states of the new partitions
+
+The comparison fences it as CreateTopic's ``create_revision == 0`` fences a creation: a
+concurrent CreatePartitions, deletion or re-creation in between makes it write nothing. Each
+replica grows its local topic when its view shows the new count (the replica manager), and
+Metadata lists the new partitions from then on, so producers and consumers that refresh their
+metadata use them.
 
 DeleteTopic: one transaction deletes the topic key and its partition prefix; each replica
 deletes its local log when the topic leaves its view. A topic that etcd does not know but this
@@ -44,21 +63,28 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 import aetcd
 
 from stratalog.server.storage.errors import (
+    InvalidPartitionsError,
     InvalidTopicError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
-from stratalog.server.storage.log_manager import PartitionDescription, TopicDescription
+from stratalog.server.storage.log_manager import (
+    SERVER_WRITTEN_TOPICS,
+    PartitionDescription,
+    TopicDescription,
+)
 from stratalog.server.storage.topic_names import topic_collision_key
 
 from .errors import CoordinationUnavailableError, InvalidReplicationFactorError
 from .partition_state import PartitionState, TopicAssignment
+from .replica_placement import assign_replicas, start_index_of
+from .topic_configs import alter_overrides
 
 if TYPE_CHECKING:
     from stratalog.server.storage.log_manager import LogManager
@@ -130,16 +156,13 @@ class TopicAdmin:
             async with asyncio.timeout(ADMIN_TIMEOUT_S):
                 await self._node.membership.refresh()
                 await self._node.view.refresh()
-        live = sorted(self._node.membership.brokers)
-        factor = replication_factor or self.default_replication_factor(len(live))
-        if factor > len(live):
-            raise InvalidReplicationFactorError(
-                f"replication factor {factor} is larger than the {len(live)} live broker(s)"
-                f" (node ids {live}): a partition's replicas must be on distinct brokers"
-            )
+        racks = self._live_racks()
+        factor = replication_factor or self.default_replication_factor(len(racks))
         self._check_collisions(name)
+        count = max(1, len(racks))
         assignment = TopicAssignment(
-            TopicAssignment.round_robin(partitions, factor, live, random.randrange(len(live))),
+            assign_replicas(0, partitions, factor, racks, random.randrange(count),
+                            random.randrange(count)),
             overrides,
         )
         if validate_only:
@@ -213,6 +236,98 @@ class TopicAdmin:
             if not succeeded:
                 return  # deleted (or deleted and created again) meanwhile: stop here
 
+    def _live_racks(self) -> dict[int, str]:
+        """The live brokers (as last read) and their racks ("" for none)."""
+        return {node_id: broker.rack
+                for node_id, broker in sorted(self._node.membership.brokers.items())}
+
+    # ---------------------------------------------------------------- grow
+
+    async def create_partitions(self, name: str, count: int, *,
+                                validate_only: bool = False) -> TopicDescription | None:
+        """Grow topic ``name`` to ``count`` partitions in etcd (module docstring); its
+        description, or None when the cluster does not know the topic (one this server holds
+        alone: the caller grows it locally). ``validate_only``: every check, nothing written;
+        the topic as it would be.
+
+        Raises:
+            InvalidPartitionsError: ``count`` not above the topic's partition count.
+            InvalidTopicError: ``count`` above ``topic_partitions_max``.
+            InvalidReplicationFactorError: fewer live brokers than the topic's replication
+                factor, or racks on some brokers only.
+            CoordinationUnavailableError: etcd did not answer within :data:`ADMIN_TIMEOUT_S`;
+                or the topic changed in etcd meanwhile (retriable).
+        """
+        client = self._node.session.client
+        with self._etcd_errors("CreatePartitions", "nothing was written"):
+            async with asyncio.timeout(ADMIN_TIMEOUT_S):
+                await self._node.membership.refresh()
+                stored = await client.get(self._node.keys.topic(name))
+        existing = TopicAssignment.decode(stored.value) if stored is not None else None
+        if existing is None:
+            return None
+        current = existing.partition_count
+        if count <= current:
+            raise InvalidPartitionsError(
+                f"topic {name} has {current} partitions and cannot have {count}: "
+                f"partitions can only be added (ask for more than {current})"
+            )
+        # The count bound and the longest partition directory name, as a new topic's.
+        self._log_manager.check_new_topic(name, count, existing.configs,
+                                          internal=name in SERVER_WRITTEN_TOPICS)
+        racks = self._live_racks()
+        added = assign_replicas(current, count - current, existing.replication_factor, racks,
+                                start_index_of(existing.replicas, racks),
+                                start_index_of(existing.replicas, racks))
+        grown = TopicAssignment({**existing.replicas, **added}, dict(existing.configs),
+                                dict(existing.reassigning))
+        if validate_only:
+            return self.describe(name, None, grown)
+        with self._etcd_errors("CreatePartitions", "the partitions may or may not have been"
+                               " added: describe the topic to find out"):
+            async with asyncio.timeout(ADMIN_TIMEOUT_S):
+                await self._write_partitions(name, grown, added, stored.mod_revision)
+        logger.info("topic %s: partitions %d..%d added, replicas %s", name, current, count - 1,
+                    added)
+        with contextlib.suppress(Exception):  # seen at the next poll otherwise
+            await self._node.view.refresh()
+        return self.describe(name, None, grown)
+
+    async def _write_partitions(self, name: str, grown: TopicAssignment,
+                                added: dict[int, tuple[int, ...]], mod_revision: int) -> None:
+        """One transaction, conditional on the topic key still being at ``mod_revision``: the
+        grown assignment and the new partitions' first states (more in further transactions,
+        as :meth:`_write_topic`; the controller writes any a crash left missing)."""
+        client, keys = self._node.session.client, self._node.keys
+        topic_key = keys.topic(name)
+        puts = [
+            client.transactions.put(keys.partition(name, partition),
+                                    PartitionState(replicas[0], 0, replicas, 0).encode())
+            for partition, replicas in sorted(added.items())
+        ]
+        first = ETCD_TXN_OPS_MAX - 1
+        succeeded, _ = await client.transaction(
+            compare=[client.transactions.mod(topic_key) == mod_revision],
+            success=[client.transactions.put(topic_key, grown.encode()), *puts[:first]],
+            failure=[],
+        )
+        if not succeeded:
+            raise CoordinationUnavailableError(
+                f"topic {name} changed in etcd while its partitions were being added (another"
+                " CreatePartitions, or its deletion): nothing was written; retry"
+            )
+        written = await client.get(topic_key)
+        for start in range(first, len(puts), ETCD_TXN_OPS_MAX):
+            if written is None:
+                return
+            succeeded, _ = await client.transaction(
+                compare=[client.transactions.mod(topic_key) == written.mod_revision],
+                success=puts[start:start + ETCD_TXN_OPS_MAX],
+                failure=[],
+            )
+            if not succeeded:
+                return  # changed meanwhile: the controller writes what is missing
+
     # ---------------------------------------------------------------- delete
 
     async def delete_topic(self, name: str) -> bool:
@@ -240,6 +355,29 @@ class TopicAdmin:
             with contextlib.suppress(Exception):
                 await self._node.view.refresh()
         return bool(succeeded)
+
+    # ---------------------------------------------------------------- configs
+
+    async def alter_configs(self, name: str, set: Mapping[str, str], delete: Iterable[str],
+                            *, validate_only: bool = False) -> TopicDescription:
+        """Set and delete config overrides of topic ``name`` in etcd (topic_configs.py); the
+        topic as the cluster has it now (or would, ``validate_only``). Every server holding
+        the topic applies them when its view shows them; this one before it answers.
+
+        Raises:
+            UnknownTopicOrPartitionError: etcd has no such topic.
+            InvalidConfigError: as a single server's alteration.
+            CoordinationUnavailableError: etcd did not answer within :data:`ADMIN_TIMEOUT_S`.
+        """
+        with self._etcd_errors("AlterConfigs", "the configs may or may not have been altered:"
+                               " describe the topic to find out"):
+            async with asyncio.timeout(ADMIN_TIMEOUT_S):
+                assignment = await alter_overrides(self._node, self._log_manager, name, set,
+                                                   delete, validate_only=validate_only)
+        if not validate_only:
+            with contextlib.suppress(Exception):  # seen at the next poll otherwise
+                await self._node.view.refresh()
+        return self.describe(name, None, assignment)
 
     # ---------------------------------------------------------------- descriptions
 

@@ -35,8 +35,12 @@ partition's leader from the cluster view. A commit's topic and partition are che
 the cluster's topics (the offset against the log end only when this server holds the
 partition's log unreplicated: another leader's log end is not known here).
 
-Transactions are not served in cluster mode (docs/cluster.md), so neither are the
-transactional offsets.
+In a cluster the transactional offsets work as on one server: AddOffsetsToTxn reaches the
+transaction coordinator (the leader of the id's state partition), which adds the group's
+partition to the transaction; TxnOffsetCommit reaches the group's coordinator, which checks the
+producer against the permissions the transaction coordinator gave it
+(server/transaction_service/verified_partitions.py); the marker is written at the partition's
+leader, which tells its group coordinator.
 
 Crash behaviour: state is the topic's; see partition_coordinator.py. Concurrency: event-loop
 only (loads decode in the thread pool).
@@ -369,8 +373,6 @@ class GroupService:
     # ---------------------------------------------------------------- transactional offsets
 
     def _transaction_coordinator(self) -> TransactionCoordinator:
-        # In cluster mode the coordinator itself refuses every transactional id
-        # (TransactionsNotSupportedError: not retriable, unlike COORDINATOR_NOT_AVAILABLE).
         if self._transactions is None:
             raise CoordinatorNotAvailableError(
                 "transactional offset commits need the transaction coordinator, which this"
@@ -388,7 +390,9 @@ class GroupService:
             what ``TransactionCoordinator.add_partitions_to_txn`` raises.
         """
         transactions = self._transaction_coordinator()
-        partition = (await self._coordinator_of(group_id)).partition
+        # The group's partition, wherever its coordinator is: AddOffsetsToTxn goes to the
+        # transaction coordinator, which in a cluster need not lead the group's partition.
+        partition = partition_for_group(group_id, await self._ensure_topic())
         # In the pool: the coordinator fsyncs its state log.
         await asyncio.get_running_loop().run_in_executor(
             self._executor, functools.partial(

@@ -19,10 +19,15 @@ Bounds (nothing a client sends makes the server hold more):
   not read), the next request waits until it drains: one answer at a time is held.
 * a connection idle for ``connections_max_idle_ms`` is closed (Kafka's
   ``connections.max.idle.ms``).
-* before a required SASL exchange succeeded, a frame larger than
+* before a required SASL exchange succeeded, and during any exchange, a frame larger than
   ``kafka_sasl_receive_bytes_max`` closes the connection (Kafka's
   ``sasl.server.max.receive.size``): a client that has not said who it is cannot reserve
   more of the budget than an exchange needs.
+
+SASL (sasl_session.py): after a SaslHandshake of version 0 the next frames are raw SASL tokens,
+handed to ``sasl_session.answer_raw_token`` instead of being decoded; a connection whose SASL
+session ended (``kafka_connections_max_reauth_ms``), or that sends anything but SaslAuthenticate
+amid an exchange, is closed at that request (``SaslSession.refusal``).
 
 A plaintext Fetch answer may carry file regions (storage/file_region.py): its encoded bytes go
 through the transport and each region's bytes from the segment file to the socket with
@@ -36,21 +41,36 @@ the connection (the client reconnects and retries): a request is never half answ
 a zero-copy answer whose segment file was truncated during the send, which closes the connection
 in the middle of the frame (as Kafka's broker does).
 
-Concurrency: event-loop only. One task per connection serves its requests.
+Serving without a task switch: a request that arrives while nothing is being served (the
+connection idle, not throttled, its answers drained) is served at once from ``data_received``
+by stepping its coroutine: when it finishes without suspending (an inline append, a read of the
+page cache: most requests) its answer is written in the same loop iteration; when it suspends
+(a long poll, an append in the thread pool, a lock held by another connection), the coroutine,
+as it stands, is handed to the connection's task, which resumes it and serves what came after in
+order. The two paths run the same ``_answer``: the same checks, bounds, metrics and bytes out.
+
+Concurrency: event-loop only. One task per connection serves the requests that wait or
+suspend; ``_busy`` says that task is serving (then ``data_received`` only queues), and every
+request runs in the connection's one :class:`contextvars.Context` (``current_identity``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import contextvars
 import logging
 import os
 import time
+import types
+from asyncio.tasks import _enter_task, _leave_task
+from collections.abc import Coroutine, Generator
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kafka.protocol.api_key import ApiKey
 
 from stratalog.server.client_text import loggable
+from stratalog.server.kafka import sasl_session
 from stratalog.server.kafka.apis.registry import HANDLERS, SERVED_VERSIONS
 from stratalog.server.kafka.codec import (
     RequestBodyError,
@@ -84,6 +104,35 @@ def _set_ready(ready: asyncio.Future[None]) -> None:
         ready.set_result(None)
 
 
+@types.coroutine
+def _resumed(coro: Coroutine[Any, Any, Any], yielded: Any,
+             thrown: BaseException | None = None) -> Generator[Any, Any, Any]:
+    """Await the rest of ``coro``, which was stepped outside the awaiting task's own steps and
+    suspended on ``yielded`` (a future, or None for a bare yield): the task waits for
+    ``yielded`` and then drives ``coro`` on exactly as if it had awaited ``coro`` from its
+    start (results sent, exceptions such as a cancellation thrown in); ``coro``'s result
+    back. ``thrown``: an exception for ``coro`` at once instead of waiting."""
+    while True:
+        try:
+            if thrown is not None:
+                exc, thrown = thrown, None
+                raise exc
+            sent = yield yielded
+        except GeneratorExit:
+            coro.close()
+            raise
+        except BaseException as exc:  # a cancellation goes on to coro, as in a task
+            try:
+                yielded = coro.throw(exc)
+            except StopIteration as done:
+                return done.value
+        else:
+            try:
+                yielded = coro.send(sent)
+            except StopIteration as done:
+                return done.value
+
+
 class ConnectionHost(Protocol):
     """What a connection needs of its listener (listener.py's KafkaListener)."""
 
@@ -110,7 +159,14 @@ class KafkaConnection(asyncio.Protocol):
         self._unauthenticated_bytes_max = settings.kafka_sasl_receive_bytes_max
         self._transport: asyncio.Transport | None = None
         self._state: ConnectionState | None = None
-        self._ready = asyncio.Event()  # a frame is queued
+        self._ready = asyncio.Event()  # the task has something to serve
+        self._busy = False  # the task is serving (data_received only queues meanwhile)
+        # A request stepped in data_received that suspended: (its coroutine, what it awaits,
+        # its frame's reserved bytes), for the task to finish.
+        self._handoff: tuple[Coroutine[Any, Any, int | None], Any, int] | None = None
+        self._throttle_ms = 0  # a throttle earned by a request answered in data_received
+        self._thrown: BaseException | None = None  # for the handed-over request, at once
+        self._context = contextvars.copy_context()
         self._writable = asyncio.Event()
         self._writable.set()
         self._task: asyncio.Task[None] | None = None
@@ -142,7 +198,7 @@ class KafkaConnection(asyncio.Protocol):
                                  and transport.get_extra_info("ssl_object") is None
                                  and transport.get_extra_info("socket") is not None)
         self._task = asyncio.get_running_loop().create_task(
-            self._serve(), name=f"stratalog-kafka-{host}:{port}")
+            self._serve(), name=f"stratalog-kafka-{host}:{port}", context=self._context)
         self._arm_idle_timer(listener.services.settings.connections_max_idle_ms / 1000)
 
     def data_received(self, data: bytes) -> None:
@@ -151,6 +207,8 @@ class KafkaConnection(asyncio.Protocol):
         self._last_active = time.monotonic()
         self._reader.feed(data)
         self._take_frames()
+        if self._queue and not self._busy:
+            self._serve_now()
 
     def eof_received(self) -> bool | None:
         return None  # close the transport: a half-closed client gets no more answers
@@ -163,6 +221,20 @@ class KafkaConnection(asyncio.Protocol):
             self._reserving.cancel()
         if self._idle_timer is not None:
             self._idle_timer.cancel()
+        handoff, self._handoff = self._handoff, None
+        if handoff is not None:
+            # The task is cancelled before it took the request over: the request is
+            # cancelled as it would have been in the task.
+            coro, _, reserved = handoff
+            self._listener.budget.release(reserved)
+            try:
+                coro.throw(asyncio.CancelledError())
+            except (StopIteration, asyncio.CancelledError):
+                pass
+            except Exception:
+                logger.exception("a Kafka request failed as its connection closed")
+            else:
+                coro.close()  # it awaited again: end it there
         self._release_all()
         self._listener.forget(self)
 
@@ -188,11 +260,12 @@ class KafkaConnection(asyncio.Protocol):
             if size is None:
                 break
             state = self._state
-            if (state is not None and not state.authenticated
-                    and size > self._unauthenticated_bytes_max):
+            if (state is not None and size > self._unauthenticated_bytes_max
+                    and (not state.authenticated
+                         or (state.sasl is not None and state.sasl.exchanging))):
                 self._close(f"a request of {size} bytes before the SASL authentication this"
-                            " listener requires (kafka_sasl_receive_bytes_max"
-                            f" {self._unauthenticated_bytes_max})")
+                            " listener requires, or during an exchange"
+                            f" (kafka_sasl_receive_bytes_max {self._unauthenticated_bytes_max})")
                 return
             if not self._reserved:
                 taken = budget.try_reserve(size)
@@ -208,7 +281,6 @@ class KafkaConnection(asyncio.Protocol):
                 break
             self._queue.append((frame, self._reserved))
             self._reserved = 0
-            self._ready.set()
         if len(self._queue) >= self._queued_max:
             self._pause()
         else:
@@ -224,6 +296,12 @@ class KafkaConnection(asyncio.Protocol):
             self._release_all()
             return
         self._take_frames()
+        self._wake()
+
+    def _wake(self) -> None:
+        """Have the task serve what is queued (when it is not serving already)."""
+        if self._queue and not self._busy:
+            self._ready.set()
 
     def _pause(self) -> None:
         if not self._paused and self._transport is not None:
@@ -246,46 +324,140 @@ class KafkaConnection(asyncio.Protocol):
 
     # ---------------------------------------------------------------- serving
 
+    def _serve_now(self) -> None:
+        """Serve the queued requests here, in data_received, while each finishes without
+        suspending (the module docstring); hand the first that suspends, or a throttle, to
+        the task. The caller checked that the task is not serving."""
+        state = self._state
+        assert state is not None
+        services = self._listener.services
+        budget = self._listener.budget
+        queue = self._queue
+        task = self._task
+        context = self._context
+        loop = task.get_loop()  # type: ignore[union-attr]
+        if asyncio.current_task(loop) is not None:
+            # Called from inside a task (never by the event loop's transports, but a caller
+            # may): the step cannot run as this connection's task; the task serves.
+            self._busy = True
+            self._ready.set()
+            return
+        while queue and not self._closed:
+            if self._throttled or not self._writable.is_set():
+                self._busy = True  # the task waits for the throttle or the transport
+                self._ready.set()
+                return
+            frame, reserved = queue.popleft()
+            if self._paused:
+                self._take_frames()  # room in the queue again: read on
+            coro = self._answer(frame, state, services)
+            del frame
+            # The step runs as a step of the connection's task (its context, and the task as
+            # asyncio.current_task(): asyncio.timeout and its kin need one), since the task is
+            # where the rest of the coroutine runs if it suspends.
+            _enter_task(loop, task)
+            try:
+                yielded = context.run(coro.send, None)
+            except StopIteration as done:
+                budget.release(reserved)
+                throttle_ms = done.value
+            except (Exception, asyncio.CancelledError):
+                budget.release(reserved)
+                # (_answer handles a handler's exceptions; this is a cancellation the handler
+                # raised itself, or a bug in _answer: the task would have ended, the
+                # connection left unserved. Closing it lets the client retry elsewhere.)
+                logger.exception("a Kafka request failed outside its handler")
+                self._close(None, reason="server_error")
+                return
+            else:
+                self._busy = True
+                self._handoff = (coro, yielded, reserved)
+                self._ready.set()
+                return
+            finally:
+                _leave_task(loop, task)
+            self._last_active = time.monotonic()
+            if throttle_ms is None:
+                return  # closed
+            if throttle_ms > 0:
+                self._throttle_ms = throttle_ms
+                self._throttled = True
+                self._pause()
+                self._busy = True
+                self._ready.set()
+                return
+
     async def _serve(self) -> None:
-        """Serve the queued requests in order, one at a time, until the connection ends."""
+        """Serve in order, one at a time, until the connection ends: a request handed over by
+        ``_serve_now``, a throttle it earned, then the queued requests."""
         state = self._state
         assert state is not None
         services = self._listener.services
         budget = self._listener.budget
         try:
             while True:
-                while not self._queue:
+                if self._throttle_ms:
+                    throttle_ms, self._throttle_ms = self._throttle_ms, 0
+                    await self._mute(throttle_ms)
+                    continue
+                handoff = self._handoff
+                if handoff is not None:
+                    self._handoff = None
+                    coro, yielded, reserved = handoff
+                    thrown, self._thrown = self._thrown, None
+                    try:
+                        throttle_ms = await _resumed(coro, yielded, thrown)
+                    finally:
+                        budget.release(reserved)
+                elif self._queue:
+                    self._busy = True
+                    frame, reserved = self._queue.popleft()
+                    if self._paused:
+                        self._take_frames()  # room in the queue again: read on
+                    try:
+                        if not self._writable.is_set():
+                            await self._writable.wait()
+                        throttle_ms = await self._answer(frame, state, services)
+                    finally:
+                        budget.release(reserved)
+                        del frame
+                else:
+                    self._busy = False  # data_received serves the next request itself
                     self._ready.clear()
-                    await self._ready.wait()
-                frame, reserved = self._queue.popleft()
-                if self._paused:
-                    self._take_frames()  # room in the queue again: read on
-                try:
-                    if not self._writable.is_set():
-                        await self._writable.wait()
-                    throttle_ms = await self._answer(frame, state, services)
-                finally:
-                    budget.release(reserved)
-                    del frame
+                    try:
+                        await self._ready.wait()
+                    except asyncio.CancelledError as exc:
+                        if self._handoff is None or self._closed:
+                            raise
+                        # Meant for the request just handed over, which ran as this task
+                        # (an asyncio.timeout that ran out before the task took it over).
+                        self._thrown = exc
+                    continue
                 self._last_active = time.monotonic()
                 if throttle_ms is None:
                     return
                 if throttle_ms > 0:
-                    # Kafka mutes a throttled client's channel for the throttle time: nothing
-                    # is read nor served (the client's next requests wait in its socket).
-                    self._throttled = True
-                    self._pause()
-                    try:
-                        await asyncio.sleep(throttle_ms / 1000)
-                    finally:
-                        self._throttled = False
-                    self._take_frames()
+                    await self._mute(throttle_ms)
         except asyncio.CancelledError:
             pass
+
+    async def _mute(self, throttle_ms: int) -> None:
+        """Kafka mutes a throttled client's channel for the throttle time: nothing is read
+        nor served (the client's next requests wait in its socket)."""
+        self._throttled = True
+        self._pause()
+        try:
+            await asyncio.sleep(throttle_ms / 1000)
+        finally:
+            self._throttled = False
+        self._take_frames()
 
     async def _answer(self, frame: bytes, state: ConnectionState, services: Any) -> int | None:
         """Serve one request and write its answer; its throttle time, or None when the
         connection was closed instead."""
+        sasl = state.sasl
+        if sasl is not None and sasl.raw_tokens:  # after a SaslHandshake v0 (sasl_session.py)
+            return await self._answer_raw_token(frame, state, services)
         try:
             header = decode_header(frame, SERVED_VERSIONS)
         except UnknownApiError as exc:
@@ -306,6 +478,9 @@ class KafkaConnection(asyncio.Protocol):
             # authentication.py's stale_credentials refuses a Session stream's next request).
             self._close(None, why="the credentials it authenticated with are no longer valid"
                         " (the credential file was reloaded)")
+            return None
+        if sasl is not None and (refused := sasl.refusal(header.api_key, time.monotonic())):
+            self._close(None, why=refused[1], reason=refused[0])
             return None
         if not state.authenticated and header.api_key not in _BEFORE_AUTHENTICATION:
             self._close(f"{ApiKey(header.api_key).name} before the SASL authentication"
@@ -354,6 +529,16 @@ class KafkaConnection(asyncio.Protocol):
                         reason="unauthenticated")
             return None
         return ctx.throttle_ms
+
+    async def _answer_raw_token(self, frame: bytes, state: ConnectionState,
+                                services: Any) -> int | None:
+        """A raw SASL token (sasl_session.py): its raw answer, or the connection closed."""
+        answer = await sasl_session.answer_raw_token(services, state, frame)
+        if answer is None:
+            self._close(None, why="its SASL authentication failed", reason="unauthenticated")
+            return None
+        self._write(answer)
+        return 0
 
     @staticmethod
     def _encode(header: RequestHeader, response: Any) -> list[Any]:

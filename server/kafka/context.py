@@ -54,14 +54,26 @@ class KafkaServices:
     authorizer: Authorizer | None
     advertised: Callable[[], Address]
     time_ms: Callable[[], int]
-    #: meta.properties' cluster.id (Metadata's cluster_id).
+    #: meta.properties' cluster.id: a single server's cluster id (current_cluster_id).
     cluster_id: str | None = None
     admin: Any = None
     #: Every live server's node id -> the address its Kafka listener is reached at (Metadata's
     #: brokers, FindCoordinator's answer). None: a single server, node 0 at ``advertised()``.
     kafka_brokers: Callable[[], dict[int, Address]] | None = None
+    #: In cluster mode, node id -> rack of every live server with one (issue 29); None
+    #: otherwise.
+    kafka_racks: Callable[[], dict[int, str]] | None = None
     #: The credential checks SASL's exchanges go through (the gRPC calls' own); None: no SASL.
     authenticator: Authenticator | None = None
+
+    def current_cluster_id(self) -> str | None:
+        """Metadata's and DescribeCluster's cluster id: a cluster's is etcd's, the same on
+        every server (server/cluster/cluster_id.py; None until this server joined); a single
+        server's is its meta.properties cluster.id."""
+        if not self.settings.cluster:
+            return self.cluster_id
+        node = self.replicas.cluster_node
+        return node.cluster_id or None if node is not None else None
 
     def broker_addresses(self) -> dict[int, Address]:
         """Node id -> Kafka address of every live server (this one alone without a cluster)."""
@@ -69,12 +81,17 @@ class KafkaServices:
             return {0: self.advertised()}
         return self.kafka_brokers()
 
+    def broker_rack(self, node_id: int) -> str | None:
+        """The rack (``broker_rack``) a live server registered; None for none (Metadata's and
+        DescribeCluster's null), and always for a single server."""
+        return (self.kafka_racks() if self.kafka_racks is not None else {}).get(node_id) or None
+
 
 @dataclass(slots=True)
 class ConnectionState:
     """One connection's state across its requests: its peer's host, its identity (anonymous,
-    or from the client certificate, until a SASL exchange sets it), and the SASL exchange's
-    state (``sasl``: free for the SASL handlers' use)."""
+    or from the client certificate, until a SASL exchange sets it), and its SASL session
+    (``sasl``: server/kafka/sasl_session.py's SaslSession from its first SaslHandshake on)."""
 
     connection_id: str
     host: str

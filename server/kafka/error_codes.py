@@ -68,6 +68,7 @@ class Code(enum.IntEnum):
     TOPIC_ALREADY_EXISTS = 36
     INVALID_PARTITIONS = 37
     INVALID_REPLICATION_FACTOR = 38
+    INVALID_REPLICA_ASSIGNMENT = 39
     INVALID_CONFIG = 40
     INVALID_REQUEST = 42
     UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
@@ -88,6 +89,10 @@ class Code(enum.IntEnum):
     FENCED_LEADER_EPOCH = 74
     UNKNOWN_LEADER_EPOCH = 75
     UNSUPPORTED_COMPRESSION_TYPE = 76
+    PREFERRED_LEADER_NOT_AVAILABLE = 80
+    ELIGIBLE_LEADERS_NOT_AVAILABLE = 83
+    ELECTION_NOT_NEEDED = 84
+    NO_REASSIGNMENT_IN_PROGRESS = 85
     INVALID_RECORD = 87
     THROTTLING_QUOTA_EXCEEDED = 89
     PRODUCER_FENCED = 90
@@ -141,6 +146,8 @@ ERROR_TABLE: Mapping[type[BaseException], Code] = types.MappingProxyType({
     transaction_errors.TransactionError: _C.INVALID_REQUEST,
     transaction_errors.ConcurrentTransactionsError: _C.CONCURRENT_TRANSACTIONS,
     transaction_errors.CoordinatorLoadInProgressError: _C.COORDINATOR_LOAD_IN_PROGRESS,
+    transaction_errors.NotCoordinatorError: _C.NOT_COORDINATOR,
+    transaction_errors.CoordinatorNotAvailableError: _C.COORDINATOR_NOT_AVAILABLE,
     transaction_errors.ProducerFencedError: _C.PRODUCER_FENCED,
     transaction_errors.InvalidProducerIdMappingError: _C.INVALID_PRODUCER_ID_MAPPING,
     transaction_errors.TransactionalIdNotFoundError: _C.TRANSACTIONAL_ID_NOT_FOUND,
@@ -171,6 +178,11 @@ ERROR_TABLE: Mapping[type[BaseException], Code] = types.MappingProxyType({
     cluster_errors.InvalidReplicationFactorError: _C.INVALID_REPLICATION_FACTOR,
     cluster_errors.UnsupportedInClusterError: _C.INVALID_REQUEST,
     cluster_errors.ReplicationTimeoutError: _C.REQUEST_TIMED_OUT,
+    cluster_errors.ElectionNotNeededError: _C.ELECTION_NOT_NEEDED,
+    cluster_errors.PreferredLeaderNotAvailableError: _C.PREFERRED_LEADER_NOT_AVAILABLE,
+    cluster_errors.EligibleLeadersNotAvailableError: _C.ELIGIBLE_LEADERS_NOT_AVAILABLE,
+    cluster_errors.InvalidReplicaAssignmentError: _C.INVALID_REPLICA_ASSIGNMENT,
+    cluster_errors.NoReassignmentInProgressError: _C.NO_REASSIGNMENT_IN_PROGRESS,
 })
 
 # The server's own trouble: a fixed sentence, the exception logged (its message names files).

@@ -115,8 +115,13 @@ class GroupRpcs(RpcBase):
         if request.key_type == broker_pb2.COORDINATOR_TYPE_TRANSACTION:
             if not request.key:
                 raise BadRequestError("key", "a transactional id must not be empty")
-            # This server's transaction coordinator keeps every transactional id in one state
-            # log (server/transactions): no partition to name.
+            if self._settings.cluster:
+                # The leader of the id's state partition (server/transaction_service/).
+                found = await self._coordinator.find_coordinator(request.key)
+                return broker_pb2.FindCoordinatorResponse(
+                    node_id=found.node_id, address=found.address, partition=found.partition)
+            # One server's coordinator keeps every transactional id in one state log
+            # (server/transactions): no partition to name.
             partition = 0
         elif request.key_type == broker_pb2.COORDINATOR_TYPE_GROUP:
             groups = self._group_service()

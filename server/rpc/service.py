@@ -44,6 +44,7 @@ from stratalog.server.byte_budget import ByteBudget
 from stratalog.server.client_limits import ClientLimits
 from stratalog.server.rpc.group_rpcs import GroupRpcs
 from stratalog.server.rpc.quotas import RequestQuotas
+from stratalog.server.rpc.reassignment_rpcs import ReassignmentRpcs
 from stratalog.server.rpc.record_rpcs import RecordRpcs
 from stratalog.server.rpc.requests import rpc_method
 from stratalog.server.rpc.security_rpcs import SecurityRpcs
@@ -68,8 +69,8 @@ if TYPE_CHECKING:
 __all__ = ["BadRequestError", "BrokerService"]
 
 
-class BrokerService(RecordRpcs, TopicRpcs, TransactionRpcs, GroupRpcs, SecurityRpcs,
-                    broker_pb2_grpc.BrokerServicer):
+class BrokerService(RecordRpcs, TopicRpcs, ReassignmentRpcs, TransactionRpcs, GroupRpcs,
+                    SecurityRpcs, broker_pb2_grpc.BrokerServicer):
     """broker.proto's Broker service over the partition-serving layer and the transaction
     coordinator.
 

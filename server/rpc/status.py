@@ -182,6 +182,11 @@ REASON_CODES: Mapping[str, grpc.StatusCode] = types.MappingProxyType({
     _reason("UNSTABLE_OFFSET_COMMIT"): _Code.UNAVAILABLE,
     _reason("OFFSET_METADATA_TOO_LARGE"): _Code.INVALID_ARGUMENT,
     _reason("GROUP_SUBSCRIBED_TO_TOPIC"): _Code.FAILED_PRECONDITION,
+    _reason("ELECTION_NOT_NEEDED"): _Code.FAILED_PRECONDITION,
+    _reason("PREFERRED_LEADER_NOT_AVAILABLE"): _Code.UNAVAILABLE,
+    _reason("ELIGIBLE_LEADERS_NOT_AVAILABLE"): _Code.UNAVAILABLE,
+    _reason("INVALID_REPLICA_ASSIGNMENT"): _Code.INVALID_ARGUMENT,
+    _reason("NO_REASSIGNMENT_IN_PROGRESS"): _Code.FAILED_PRECONDITION,
 })
 
 #: Exception class -> ErrorReason name. Looked up along the exception's MRO (nearest ancestor).
@@ -241,6 +246,8 @@ ERROR_TABLE: Mapping[type[BaseException], str] = types.MappingProxyType({
     transaction_errors.TransactionError: "INVALID_REQUEST",
     transaction_errors.ConcurrentTransactionsError: "CONCURRENT_TRANSACTIONS",
     transaction_errors.CoordinatorLoadInProgressError: "COORDINATOR_LOAD_IN_PROGRESS",
+    transaction_errors.NotCoordinatorError: "NOT_COORDINATOR",
+    transaction_errors.CoordinatorNotAvailableError: "COORDINATOR_NOT_AVAILABLE",
     transaction_errors.ProducerFencedError: "PRODUCER_FENCED",
     transaction_errors.InvalidProducerIdMappingError: "INVALID_PRODUCER_ID_MAPPING",
     transaction_errors.TransactionalIdNotFoundError: "TRANSACTIONAL_ID_NOT_FOUND",
@@ -283,6 +290,13 @@ ERROR_TABLE: Mapping[type[BaseException], str] = types.MappingProxyType({
     # A request a cluster member does not serve yet (CreatePartitions): refused, not half done.
     cluster_errors.UnsupportedInClusterError: "INVALID_REQUEST",
     cluster_errors.ReplicationTimeoutError: "REQUEST_TIMED_OUT",
+    # ElectLeaders (issue 29): a partition's election not made, and why (Kafka's names).
+    cluster_errors.ElectionNotNeededError: "ELECTION_NOT_NEEDED",
+    cluster_errors.PreferredLeaderNotAvailableError: "PREFERRED_LEADER_NOT_AVAILABLE",
+    cluster_errors.EligibleLeadersNotAvailableError: "ELIGIBLE_LEADERS_NOT_AVAILABLE",
+    # AlterPartitionReassignments (issue 29): a partition's reassignment refused.
+    cluster_errors.InvalidReplicaAssignmentError: "INVALID_REPLICA_ASSIGNMENT",
+    cluster_errors.NoReassignmentInProgressError: "NO_REASSIGNMENT_IN_PROGRESS",
     # The group coordinator (issue 27, server/groups/group_errors.py): Kafka's error of the
     # same name. Retriable: COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE,
     # NOT_COORDINATOR, REBALANCE_IN_PROGRESS (after a rejoin), UNSTABLE_OFFSET_COMMIT.

@@ -1,5 +1,5 @@
 """The topic RPCs of the Broker service: CreateTopic, DeleteTopic, ListTopics, DescribeTopic,
-AlterTopicConfigs, CreatePartitions, and Metadata (with Kafka's ``auto.create.topics.enable``).
+AlterTopicConfigs, CreatePartitions, ElectLeaders, and Metadata (with Kafka's ``auto.create.topics.enable``).
 
 Each checks its request's shape, makes one call to the serving layer's topic administration
 (:class:`~stratalog.server.broker.AdminManager`: where topics live, single server or etcd, the
@@ -16,7 +16,9 @@ from typing import TYPE_CHECKING
 import grpc
 import grpc.aio
 
+from stratalog.server.cluster.preferred_leader import ElectionType
 from stratalog.server.rpc.requests import RpcBase, rpc_method
+from stratalog.server.rpc.status import error_reason
 from stratalog.server.rpc.translation import (
     BadRequestError,
     CleanerPositions,
@@ -108,6 +110,30 @@ class TopicRpcs(RpcBase):
         count = self._partition_count("count", request.count, "INVALID_PARTITIONS")
         description = await self._admin.create_partitions(name, count)
         return broker_pb2.CreatePartitionsResponse(topic=self._topic_message(description))
+
+    @rpc_method()
+    async def ElectLeaders(
+        self, request: broker_pb2.ElectLeadersRequest, context: grpc.aio.ServicerContext
+    ) -> broker_pb2.ElectLeadersResponse:
+        if request.election_type not in (ElectionType.PREFERRED, ElectionType.UNCLEAN):
+            raise BadRequestError(
+                "election_type", f"{request.election_type} is not ELECTION_TYPE_PREFERRED (0)"
+                " or ELECTION_TYPE_UNCLEAN (1)")
+        requested: dict[str, list[int]] | None = None
+        if request.partitions:
+            requested = {}
+            for named in request.partitions:
+                requested.setdefault(self._topic(named.topic, "partitions"), []).append(
+                    named.partition)
+        outcomes = await self._admin.elect_leaders(requested,
+                                                   ElectionType(request.election_type))
+        results = []
+        for (topic, partition), error in sorted(outcomes.items()):
+            reason, message = (error_reason(error) if error is not None
+                               else (broker_pb2.ERROR_REASON_UNSPECIFIED, ""))
+            results.append(broker_pb2.ElectLeadersResult(topic=topic, partition=partition,
+                                                         reason=reason, message=message))
+        return broker_pb2.ElectLeadersResponse(results=results)
 
     @rpc_method()
     async def Metadata(

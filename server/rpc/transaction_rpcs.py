@@ -41,8 +41,9 @@ class TransactionRpcs(RpcBase):
             transactional_id = request.transactional_id
         # 0 is proto3's unset: Kafka's producer default. A negative timeout is the
         # coordinator's to refuse (INVALID_TRANSACTION_TIMEOUT, with the allowed range). In
-        # cluster mode the coordinator refuses a transactional id and gives idempotent
-        # producers cluster-wide ids (server/transactions/producer_ids.py).
+        # cluster mode a transactional id is its state partition's leader's to serve
+        # (NOT_COORDINATOR elsewhere), and idempotent producers get cluster-wide ids
+        # (server/transaction_service/, server/transactions/producer_ids.py).
         timeout_ms = request.transaction_timeout_ms or DEFAULT_TRANSACTION_TIMEOUT_MS
         producer = await self._blocking(
             self._coordinator.init_producer_id, transactional_id, timeout_ms

@@ -360,7 +360,7 @@ def metadata_message(metadata: ClusterMetadata) -> broker_pb2.MetadataResponse:
         node_id=metadata.node_id,
         controller_id=metadata.controller.node_id,
         controller_epoch=metadata.controller.epoch,
-        brokers=[broker_pb2.BrokerMetadata(node_id=b.node_id, address=b.address)
+        brokers=[broker_pb2.BrokerMetadata(node_id=b.node_id, address=b.address, rack=b.rack)
                  for b in metadata.brokers],
         topics=[
             broker_pb2.TopicMetadata(name=topic.name, partitions=[

@@ -85,7 +85,7 @@ from typing import Any
 
 from stratalog.server.client_text import loggable
 
-from .credentials import CredentialFile
+from .credentials import SCRAM_MECHANISMS, CredentialFile
 from .errors import AuthenticationFailedError, AuthenticationThrottledError
 from .principal import CallIdentity, Principal
 
@@ -122,7 +122,8 @@ _WRONG = "authentication failed: unknown user or token, or wrong password"
 class VerifiedCredential:
     principal: Principal
     authenticated_by: str
-    #: (mechanism, user or token id, the file's entry it was verified against).
+    #: (mechanism: "password", "token" or a SCRAM mechanism's name; user or token id; the
+    #: file's entry it was verified against).
     credential: tuple[str, str, object] | None = None
 
 
@@ -423,8 +424,13 @@ class Authenticator:
         if credentials is None:
             return False
         mechanism, name, entry = identity.credential
-        current = (credentials.users.get(name) if mechanism == "password"
-                   else credentials.tokens.get(name))
+        current: object
+        if mechanism == "token":
+            current = credentials.tokens.get(name)
+        elif mechanism in SCRAM_MECHANISMS:  # a SCRAM exchange's credential (Kafka's SASL)
+            current = credentials.scram_secret(name, SCRAM_MECHANISMS[mechanism])
+        else:  # "password": the user's password credential
+            current = credentials.users.get(name)
         return current is not None and current == entry
 
     def replace_credentials(self, credentials: CredentialFile | None) -> None:

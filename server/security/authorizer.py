@@ -15,6 +15,9 @@ operations on resources as Kafka's ``KafkaApis`` does for the request of the sam
     DescribeTopic            DESCRIBE on the topic                       configs*
     AlterTopicConfigs        ALTER_CONFIGS on the topic
     CreatePartitions         ALTER on the topic (Kafka's CreatePartitions)
+    ElectLeaders             ALTER on the cluster (Kafka's ElectLeaders)
+    AlterPartitionReassignments, DrainBroker   ALTER on the cluster
+    ListPartitionReassignments                 DESCRIBE on the cluster
     Produce                  WRITE on the topic
     FetchByOffset, FetchByTimestamp, Subscribe     READ on the topic
     ListOffsets              DESCRIBE on the topic
@@ -56,6 +59,10 @@ operations on resources as Kafka's ``KafkaApis`` does for the request of the sam
                              The broker principals are super users; the service itself
                              refuses every other caller, whatever the ACLs
                              (server/cluster/broker_identity.py)
+    TransactionMarkers/*     CLUSTER_ACTION on the cluster (a transaction coordinator's
+                             WriteTxnMarkers and AllowTxnAppends to a partition's leader:
+                             Kafka's WriteTxnMarkers needs it; transaction_markers.proto,
+                             cluster mode only), the same callers as ReplicaFetchSession
 
     * a topic's configs are left out of the answer unless the caller may DESCRIBE_CONFIGS it
       (Kafka's CreateTopics answer does the same).
@@ -136,6 +143,8 @@ __all__ = [
     "REPLICATION_RULES",
     "REPLICATION_SERVICE",
     "RULES",
+    "TRANSACTION_MARKERS_RULES",
+    "TRANSACTION_MARKERS_SERVICE",
     "Authorizer",
     "Decider",
     "Rule",
@@ -151,6 +160,8 @@ logger = logging.getLogger(__name__)
 BROKER_SERVICE = broker_pb2.DESCRIPTOR.services_by_name["Broker"].full_name
 #: The server-to-server service (replication.proto), registered in cluster mode.
 REPLICATION_SERVICE = "stratalog.v1.Replication"
+#: The transaction coordinators' calls to partitions' leaders (transaction_markers.proto).
+TRANSACTION_MARKERS_SERVICE = "stratalog.v1.TransactionMarkers"
 #: Method paths of gRPC's health service: open to every caller, always.
 HEALTH_PREFIX = "/grpc.health.v1.Health/"
 #: Method paths of server reflection (both versions): open with ``reflection_open``.
@@ -699,6 +710,13 @@ RULES: Mapping[str, Rule] = {
     "DescribeTopic": _on_topic(_Op.DESCRIBE, "name", _topic_answer),
     "AlterTopicConfigs": _on_topic(_Op.ALTER_CONFIGS, "name", _topic_answer),
     "CreatePartitions": _on_topic(_Op.ALTER, "name", _topic_answer),
+    # Kafka's ElectLeaders: ALTER on the cluster (KafkaApis.handleElectLeaders).
+    "ElectLeaders": _on_cluster(_Op.ALTER),
+    # Kafka's AlterPartitionReassignments: ALTER on the cluster, its List: DESCRIBE; a drain
+    # is a set of reassignments.
+    "AlterPartitionReassignments": _on_cluster(_Op.ALTER),
+    "ListPartitionReassignments": _on_cluster(_Op.DESCRIBE),
+    "DrainBroker": _on_cluster(_Op.ALTER),
     "Produce": _on_topic(_Op.WRITE),
     "FetchByOffset": _on_topic(_Op.READ),
     "FetchByTimestamp": _on_topic(_Op.READ),
@@ -740,6 +758,12 @@ REPLICATION_RULES: Mapping[str, Rule] = {
     "ReplicaFetchSession": _on_cluster(_Op.CLUSTER_ACTION),
 }
 
+#: TransactionMarkers RPC name (transaction_markers.proto, servers only) -> its rule.
+TRANSACTION_MARKERS_RULES: Mapping[str, Rule] = {
+    "WriteTxnMarkers": _on_cluster(_Op.CLUSTER_ACTION),
+    "AllowTxnAppends": _on_cluster(_Op.CLUSTER_ACTION),
+}
+
 OPEN = Rule(None)
 _REFLECTION = _on_cluster(_Op.DESCRIBE)
 
@@ -765,6 +789,8 @@ def rule_for(
         return rules.get(name, _UNKNOWN)
     if service == REPLICATION_SERVICE:
         return REPLICATION_RULES.get(name, _UNKNOWN)
+    if service == TRANSACTION_MARKERS_SERVICE:
+        return TRANSACTION_MARKERS_RULES.get(name, _UNKNOWN)
     if method.startswith(HEALTH_PREFIX):
         return OPEN
     if method.startswith(REFLECTION_PREFIXES):

@@ -1,15 +1,24 @@
-"""The credential file: users' passwords and API tokens as salted SCRAM-SHA-256 secrets.
+"""The credential file: users' passwords and API tokens as salted SCRAM secrets.
 
 The server reads this file (``authentication_credentials_file``) at start and on SIGHUP;
 ``stratalog credentials add|remove|list --file F`` writes it. No password or token is ever
-stored: each entry keeps what SCRAM-SHA-256 (RFC 5802/7677) keeps and Kafka stores for a SCRAM
-user, from which the password cannot be read back::
+stored: each entry keeps what SCRAM (RFC 5802/7677) keeps and Kafka stores for a SCRAM user,
+one credential per mechanism (Kafka's ``ScramCredential``, per ``ScramMechanism``:
+clients/src/main/java/org/apache/kafka/common/security/scram/internals/ScramMechanism.java),
+from which the password cannot be read back. With H = SHA-256 (SCRAM-SHA-256, 32-byte keys)
+or SHA-512 (SCRAM-SHA-512, 64-byte keys)::
 
-    SaltedPassword = PBKDF2-HMAC-SHA-256(password, salt, iterations)   32 bytes, never stored
-    ClientKey      = HMAC-SHA-256(SaltedPassword, "Client Key")        never stored
-    StoredKey      = SHA-256(ClientKey)                                stored
-    ServerKey      = HMAC-SHA-256(SaltedPassword, "Server Key")        stored (for a SCRAM
-                                                                       exchange; unused today)
+    SaltedPassword = PBKDF2-HMAC-H(password, salt, iterations)   never stored
+    ClientKey      = HMAC-H(SaltedPassword, "Client Key")        never stored
+    StoredKey      = H(ClientKey)                                stored
+    ServerKey      = HMAC-H(SaltedPassword, "Server Key")        stored (a SCRAM exchange's
+                                                                 server signature)
+
+A user's SCRAM-SHA-256 credential is the one its password is checked against (a gRPC call's
+Basic credentials, SASL/PLAIN); its SCRAM-SHA-512 credential (its own salt) serves
+SCRAM-SHA-512 exchanges only. A file written before SHA-512 credentials were stored has
+SHA-256 ones only: it keeps working, and such a user's SCRAM-SHA-512 exchanges fail (as Kafka's
+for a user without a credential of that mechanism) until its password is set again.
 
 A password arrives over TLS in the call's metadata (see authentication.py); checking it means
 computing StoredKey again with the entry's salt and iteration count and comparing in constant
@@ -23,7 +32,10 @@ Format: UTF-8 JSON, one document, written by :meth:`CredentialFile.dumps`::
       "version": 1,
       "users": {
         "alice": {"mechanism": "SCRAM-SHA-256", "iterations": 100000,
-                  "salt": "<base64>", "stored_key": "<base64>", "server_key": "<base64>"}
+                  "salt": "<base64>", "stored_key": "<base64>", "server_key": "<base64>",
+                  "scram_sha_512": {"mechanism": "SCRAM-SHA-512", "iterations": 100000,
+                                    "salt": "<base64>", "stored_key": "<base64 of 64 bytes>",
+                                    "server_key": "<base64 of 64 bytes>"}}
       },
       "tokens": {
         "5f0c2a9be13d": {"principal": "User:etl", "mechanism": "SCRAM-SHA-256",
@@ -31,6 +43,11 @@ Format: UTF-8 JSON, one document, written by :meth:`CredentialFile.dumps`::
                          "server_key": "..."}
       }
     }
+
+A user's top-level fields are its SCRAM-SHA-256 credential, as in the first files of this
+format; ``scram_sha_512`` is optional (absent from files written before it existed). Still
+version 1: a server that does not know ``scram_sha_512`` reads the file and ignores it.
+Tokens have a SCRAM-SHA-256 credential only (they are gRPC's Bearer credentials).
 
 A user ``alice`` authenticates as the principal ``User:alice``. A token is
 ``<id>.<secret>``: the id (12 hex digits) is the public key of its entry, so the server finds
@@ -87,19 +104,39 @@ __all__ = [
     "MECHANISM",
     "PASSWORD_BYTES_MAX",
     "PASSWORD_ITERATIONS_DEFAULT",
+    "SCRAM_MECHANISMS",
+    "SCRAM_SHA_256",
+    "SCRAM_SHA_512",
     "TOKEN_ITERATIONS_DEFAULT",
     "USER_NAME_CHARS_MAX",
     "CredentialFile",
+    "ScramMechanism",
     "ScramSecret",
     "TokenEntry",
     "check_user_name",
 ]
 
-MECHANISM = "SCRAM-SHA-256"
+
+
+@dataclass(frozen=True, slots=True)
+class ScramMechanism:
+    """A SCRAM mechanism: its SASL name, the hash it is built on, that hash's size."""
+
+    name: str
+    hash_name: str
+    key_bytes: int
+
+
+SCRAM_SHA_256 = ScramMechanism("SCRAM-SHA-256", "sha256", 32)
+SCRAM_SHA_512 = ScramMechanism("SCRAM-SHA-512", "sha512", 64)
+#: Mechanism by SASL name.
+SCRAM_MECHANISMS = {m.name: m for m in (SCRAM_SHA_256, SCRAM_SHA_512)}
+#: The mechanism of a user's password credential and of tokens.
+MECHANISM = SCRAM_SHA_256.name
 _FORMAT = "stratalog-credentials"
 _VERSION = 1
 
-#: Kafka's minimum for SCRAM-SHA-256 (``ScramMechanism.minIterations``).
+#: Kafka's minimum for SCRAM-SHA-256 and SCRAM-SHA-512 (``ScramMechanism.minIterations``).
 ITERATIONS_MIN = 4096
 #: A check costs this many HMACs at most (~4 s on one core today): a bound on what one entry
 #: of the file can make the server spend per new credential.
@@ -113,7 +150,8 @@ PASSWORD_BYTES_MAX = 1024
 USER_NAME_CHARS_MAX = 256
 
 _SALT_BYTES = 16
-_KEY_BYTES = 32  # SHA-256
+#: The key of a user's SCRAM-SHA-512 credential in its entry.
+_SHA_512_KEY = "scram_sha_512"
 _TOKEN_ID_HEX_CHARS = 12
 _TOKEN_SECRET_BYTES = 32
 
@@ -136,29 +174,36 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
-def _salted_password(password: bytes, salt: bytes, iterations: int) -> bytes:
-    return hashlib.pbkdf2_hmac("sha256", password, salt, iterations)
+def _salted_password(password: bytes, salt: bytes, iterations: int,
+                     hash_name: str = "sha256") -> bytes:
+    return hashlib.pbkdf2_hmac(hash_name, password, salt, iterations)
 
 
 @dataclass(frozen=True, slots=True)
 class ScramSecret:
-    """One SCRAM-SHA-256 credential as stored: salt, iteration count, StoredKey, ServerKey.
+    """One SCRAM credential as stored: salt, iteration count, StoredKey, ServerKey, and the
+    mechanism they were computed with (SCRAM-SHA-256 unless said).
 
-    Invariant: 16-byte salt, 32-byte keys, ``ITERATIONS_MIN <= iterations <= ITERATIONS_MAX``.
+    Invariant: keys of the mechanism's hash size, ``ITERATIONS_MIN <= iterations <=
+    ITERATIONS_MAX``.
     """
 
     iterations: int
     salt: bytes
     stored_key: bytes
     server_key: bytes
+    mechanism: ScramMechanism = SCRAM_SHA_256
 
     def __post_init__(self) -> None:
         assert ITERATIONS_MIN <= self.iterations <= ITERATIONS_MAX, self.iterations
-        assert len(self.stored_key) == len(self.server_key) == _KEY_BYTES
+        key_bytes = self.mechanism.key_bytes
+        assert len(self.stored_key) == len(self.server_key) == key_bytes
 
     @classmethod
-    def derive(cls, password: str, iterations: int, salt: bytes | None = None) -> ScramSecret:
-        """The stored form of ``password`` with a new random salt (or ``salt``). Blocking.
+    def derive(cls, password: str, iterations: int, salt: bytes | None = None,
+               mechanism: ScramMechanism = SCRAM_SHA_256) -> ScramSecret:
+        """The stored form of ``password`` for ``mechanism`` with a new random salt (or
+        ``salt``). Blocking.
 
         Raises:
             ValueError: ``iterations`` out of range, or an empty or too long password.
@@ -171,10 +216,12 @@ class ScramSecret:
             raise ValueError(f"a password has 1 to {PASSWORD_BYTES_MAX} bytes in UTF-8, "
                              f"got {len(encoded)}")
         salt = secrets.token_bytes(_SALT_BYTES) if salt is None else salt
-        salted = _salted_password(encoded, salt, iterations)
-        client_key = hmac.digest(salted, b"Client Key", "sha256")
-        server_key = hmac.digest(salted, b"Server Key", "sha256")
-        return cls(iterations, salt, hashlib.sha256(client_key).digest(), server_key)
+        hash_name = mechanism.hash_name
+        salted = _salted_password(encoded, salt, iterations, hash_name)
+        client_key = hmac.digest(salted, b"Client Key", hash_name)
+        server_key = hmac.digest(salted, b"Server Key", hash_name)
+        return cls(iterations, salt, hashlib.new(hash_name, client_key).digest(), server_key,
+                   mechanism)
 
     def verify(self, password: str) -> bool:
         """Whether ``password`` is the one this secret was derived from. Blocking: one PBKDF2
@@ -182,13 +229,15 @@ class ScramSecret:
         encoded = password.encode()
         if not 0 < len(encoded) <= PASSWORD_BYTES_MAX:
             return False
-        salted = _salted_password(encoded, self.salt, self.iterations)
-        client_key = hmac.digest(salted, b"Client Key", "sha256")
-        return hmac.compare_digest(hashlib.sha256(client_key).digest(), self.stored_key)
+        hash_name = self.mechanism.hash_name
+        salted = _salted_password(encoded, self.salt, self.iterations, hash_name)
+        client_key = hmac.digest(salted, b"Client Key", hash_name)
+        return hmac.compare_digest(hashlib.new(hash_name, client_key).digest(),
+                                   self.stored_key)
 
     def to_json(self) -> dict[str, object]:
         return {
-            "mechanism": MECHANISM,
+            "mechanism": self.mechanism.name,
             "iterations": self.iterations,
             "salt": _b64(self.salt),
             "stored_key": _b64(self.stored_key),
@@ -196,12 +245,14 @@ class ScramSecret:
         }
 
     @classmethod
-    def from_json(cls, value: object, where: str) -> ScramSecret:
-        """Raises ValueError naming ``where`` and the field at fault."""
+    def from_json(cls, value: object, where: str,
+                  mechanism: ScramMechanism = SCRAM_SHA_256) -> ScramSecret:
+        """A ``mechanism`` credential from its JSON object. Raises ValueError naming
+        ``where`` and the field at fault."""
         if not isinstance(value, dict):
             raise ValueError(f"{where}: expected an object, got {type(value).__name__}")
-        if value.get("mechanism") != MECHANISM:
-            raise ValueError(f"{where}: mechanism must be {MECHANISM!r}, "
+        if value.get("mechanism") != mechanism.name:
+            raise ValueError(f"{where}: mechanism must be {mechanism.name!r}, "
                              f"got {value.get('mechanism')!r}")
         iterations = value.get("iterations")
         if (not isinstance(iterations, int) or isinstance(iterations, bool)
@@ -209,8 +260,8 @@ class ScramSecret:
             raise ValueError(f"{where}: iterations must be an integer in "
                              f"{ITERATIONS_MIN}..{ITERATIONS_MAX}, got {iterations!r}")
         fields: dict[str, bytes] = {}
-        for name, size in (("salt", None), ("stored_key", _KEY_BYTES),
-                           ("server_key", _KEY_BYTES)):
+        for name, size in (("salt", None), ("stored_key", mechanism.key_bytes),
+                           ("server_key", mechanism.key_bytes)):
             raw = value.get(name)
             try:
                 decoded = base64.b64decode(raw, validate=True) if isinstance(raw, str) else None
@@ -220,7 +271,8 @@ class ScramSecret:
                 expected = f"{size} bytes" if size else "bytes"
                 raise ValueError(f"{where}: {name} must be base64 of {expected}")
             fields[name] = decoded
-        return cls(iterations, fields["salt"], fields["stored_key"], fields["server_key"])
+        return cls(iterations, fields["salt"], fields["stored_key"], fields["server_key"],
+                   mechanism)
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,12 +310,16 @@ class CredentialFile:
     """The contents of one credential file: users by name, tokens by id. Immutable.
 
     Build it with :meth:`load`, :meth:`parse` or ``CredentialFile()`` (empty); change it with
-    the ``with_*``/``without_*`` methods, which return a new one.
+    the ``with_*``/``without_*`` methods, which return a new one. ``users`` holds each user's
+    SCRAM-SHA-256 credential (its password's), ``users_sha512`` the SCRAM-SHA-512 credentials
+    of the users that have one (invariant: a subset of ``users``' names).
     """
 
     users: Mapping[str, ScramSecret] = field(
         default_factory=lambda: types.MappingProxyType({}))
     tokens: Mapping[str, TokenEntry] = field(
+        default_factory=lambda: types.MappingProxyType({}))
+    users_sha512: Mapping[str, ScramSecret] = field(
         default_factory=lambda: types.MappingProxyType({}))
     #: What every password check of this file costs: the users' largest iteration count
     #: (the default for a file without users).
@@ -272,6 +328,7 @@ class CredentialFile:
     token_iterations: int = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
+        assert self.users_sha512.keys() <= self.users.keys()
         object.__setattr__(self, "password_iterations", max(
             (secret.iterations for secret in self.users.values()),
             default=PASSWORD_ITERATIONS_DEFAULT))
@@ -330,9 +387,13 @@ class CredentialFile:
         if not isinstance(users_doc, dict) or not isinstance(tokens_doc, dict):
             raise ValueError("\"users\" and \"tokens\" must be objects")
         users = {}
+        users_sha512 = {}
         for name, entry in users_doc.items():
             check_user_name(name)
             users[name] = ScramSecret.from_json(entry, f"user {name!r}")
+            if _SHA_512_KEY in entry:
+                users_sha512[name] = ScramSecret.from_json(
+                    entry[_SHA_512_KEY], f"user {name!r} {_SHA_512_KEY}", SCRAM_SHA_512)
         tokens = {}
         for token_id, entry in tokens_doc.items():
             where = f"token {token_id!r}"
@@ -342,20 +403,35 @@ class CredentialFile:
                 raise ValueError(f"{where}: needs a \"principal\" such as \"User:etl\"")
             principal = Principal.parse(entry["principal"])
             tokens[token_id] = TokenEntry(principal, ScramSecret.from_json(entry, where))
-        return cls(types.MappingProxyType(users), types.MappingProxyType(tokens))
+        return cls(types.MappingProxyType(users), types.MappingProxyType(tokens),
+                   types.MappingProxyType(users_sha512))
 
     def dumps(self) -> bytes:
         """The file's bytes: sorted keys, so that a change shows as a small diff."""
         document = {
             "format": _FORMAT,
             "version": _VERSION,
-            "users": {name: secret.to_json() for name, secret in sorted(self.users.items())},
+            "users": {name: self._user_json(name) for name in sorted(self.users)},
             "tokens": {
                 token_id: {"principal": str(entry.principal), **entry.secret.to_json()}
                 for token_id, entry in sorted(self.tokens.items())
             },
         }
         return (json.dumps(document, indent=2) + "\n").encode()
+
+    def _user_json(self, name: str) -> dict[str, object]:
+        document = self.users[name].to_json()
+        sha512 = self.users_sha512.get(name)
+        if sha512 is not None:
+            document[_SHA_512_KEY] = sha512.to_json()
+        return document
+
+    def scram_secret(self, user: str, mechanism: ScramMechanism) -> ScramSecret | None:
+        """``user``'s credential for ``mechanism`` (None: no such user, or none for that
+        mechanism). O(1)."""
+        if mechanism is SCRAM_SHA_512:
+            return self.users_sha512.get(user)
+        return self.users.get(user)
 
     def save(self, path: str | Path) -> None:
         """Write atomically (tmp + fsync + rename + directory fsync), mode 0600: the hashes
@@ -384,17 +460,25 @@ class CredentialFile:
 
     def with_user(self, name: str, password: str,
                   iterations: int = PASSWORD_ITERATIONS_DEFAULT) -> CredentialFile:
-        """A copy with user ``name`` set to ``password`` (added, or its password replaced)."""
+        """A copy with user ``name`` set to ``password`` (added, or its password replaced):
+        a SCRAM-SHA-256 and a SCRAM-SHA-512 credential, each with its own salt. Blocking (two
+        PBKDF2s of ``iterations``)."""
         users = dict(self.users)
+        users_sha512 = dict(self.users_sha512)
         users[check_user_name(name)] = ScramSecret.derive(password, iterations)
-        return CredentialFile(types.MappingProxyType(users), self.tokens)
+        users_sha512[name] = ScramSecret.derive(password, iterations,
+                                                mechanism=SCRAM_SHA_512)
+        return CredentialFile(types.MappingProxyType(users), self.tokens,
+                              types.MappingProxyType(users_sha512))
 
     def without_user(self, name: str) -> CredentialFile:
         """A copy without user ``name``. Raises KeyError if there is none."""
         if name not in self.users:
             raise KeyError(name)
         users = {n: s for n, s in self.users.items() if n != name}
-        return CredentialFile(types.MappingProxyType(users), self.tokens)
+        users_sha512 = {n: s for n, s in self.users_sha512.items() if n != name}
+        return CredentialFile(types.MappingProxyType(users), self.tokens,
+                              types.MappingProxyType(users_sha512))
 
     def with_new_token(self, principal: Principal,
                        iterations: int = TOKEN_ITERATIONS_DEFAULT) -> tuple[CredentialFile, str]:
@@ -407,14 +491,15 @@ class CredentialFile:
         secret = secrets.token_urlsafe(_TOKEN_SECRET_BYTES)
         tokens = dict(self.tokens)
         tokens[token_id] = TokenEntry(principal, ScramSecret.derive(secret, iterations))
-        return CredentialFile(self.users, types.MappingProxyType(tokens)), f"{token_id}.{secret}"
+        return (CredentialFile(self.users, types.MappingProxyType(tokens), self.users_sha512),
+                f"{token_id}.{secret}")
 
     def without_token(self, token_id: str) -> CredentialFile:
         """A copy without the token ``token_id``. Raises KeyError if there is none."""
         if token_id not in self.tokens:
             raise KeyError(token_id)
         tokens = {i: e for i, e in self.tokens.items() if i != token_id}
-        return CredentialFile(self.users, types.MappingProxyType(tokens))
+        return CredentialFile(self.users, types.MappingProxyType(tokens), self.users_sha512)
 
     # ------------------------------------------------------------------ checks (blocking)
 

@@ -1,5 +1,5 @@
-"""SCRAM-SHA-256's server side (RFC 5802, RFC 7677): a challenge-response exchange checked
-against the credential file's stored keys, never a password.
+"""SCRAM-SHA-256 and SCRAM-SHA-512's server side (RFC 5802, RFC 7677): a challenge-response
+exchange checked against the credential file's stored keys, never a password.
 
 The exchange, as Kafka's ``ScramSaslServer``
 (clients/src/main/java/org/apache/kafka/common/security/scram/internals/ScramSaslServer.java)
@@ -15,22 +15,28 @@ runs it; each message is UTF-8 text of ``key=value`` attributes separated by com
     AuthMessage     = client-first-bare "," server-first "," client-final-without-proof
     ClientSignature = HMAC(StoredKey, AuthMessage)
     ClientKey       = ClientProof XOR ClientSignature
-    accepted iff    SHA-256(ClientKey) == StoredKey           (constant-time compare)
+    accepted iff    H(ClientKey) == StoredKey           (constant-time compare)
     ServerSignature = HMAC(ServerKey, AuthMessage)
 
-The salt, iteration count, StoredKey and ServerKey are the user's entry in the credential file
-(credentials.py: the same secret as Kafka's SCRAM credentials): the password never crosses the
+HMAC and H are the mechanism's hash: SHA-256 or SHA-512.
+
+The salt, iteration count, StoredKey and ServerKey are the user's credential for the mechanism
+in the credential file (credentials.py: the same secret as Kafka's SCRAM credentials): the password never crosses the
 network, and checking the proof costs two HMACs and a hash, so it runs on the event loop. The
 client spends the PBKDF2.
 
 A user the file does not hold gets a server-first message all the same, with a salt derived
 from the user name under the process's secret key (the same at every attempt) and the file's
 password iteration count; its exchange fails at the proof, with the same message as a wrong
-password: an exchange never tells whether a user exists (RFC 5802 section 9).
+password: an exchange never tells whether a user exists (RFC 5802 section 9). A user the file
+holds without a credential for the mechanism (a SCRAM-SHA-512 exchange for a user whose entry
+predates SHA-512 credentials) is challenged with a decoy too, and fails the same way;
+:attr:`ScramServerExchange.lacks_credential` says so, for the server's log (Kafka fails it at
+the client-first message, "Authentication failed: Invalid user credentials", which tells the
+client the user exists).
 
 Delegation tokens (Kafka's ``tokenauth=true`` extension) are not served: the file's tokens are
-for gRPC's Bearer credentials. Only SHA-256: the credential file holds SHA-256 keys only, so
-SCRAM-SHA-512 cannot be checked without the password.
+for gRPC's Bearer credentials.
 
 Errors: :class:`ScramError` for a message that breaks the protocol (its text says what, never
 whether the user exists); a wrong proof is :attr:`ScramServerExchange.failed`, not an exception,
@@ -51,8 +57,10 @@ from collections.abc import Callable
 
 from .credentials import (
     MECHANISM,
+    SCRAM_SHA_256,
     USER_NAME_CHARS_MAX,
     CredentialFile,
+    ScramMechanism,
     ScramSecret,
     check_user_name,
 )
@@ -105,7 +113,7 @@ def _b64decode(value: str, what: str) -> bytes:
 
 
 class ScramServerExchange:
-    """One SCRAM-SHA-256 exchange, server side (module docstring).
+    """One SCRAM exchange of ``mechanism``, server side (module docstring).
 
     :meth:`step` takes each client message and returns the server's answer; after the
     client-final message, :attr:`principal` is the user's principal if the proof was right,
@@ -115,12 +123,14 @@ class ScramServerExchange:
 
     def __init__(self, credentials: CredentialFile,
                  derived_secret: Callable[[bytes, bytes], bytes],
-                 server_nonce: Callable[[], str] | None = None) -> None:
+                 server_nonce: Callable[[], str] | None = None,
+                 mechanism: ScramMechanism = SCRAM_SHA_256) -> None:
         """``derived_secret(purpose, data)``: a keyed hash stable for the process
         (Authenticator.derived_secret), for decoy salts and keys; ``server_nonce``: the
         server's part of the nonce (random printable ASCII unless given: RFC 7677's example
         exchange gives its own)."""
         self._credentials = credentials
+        self.mechanism = mechanism
         self._server_nonce = server_nonce or _random_nonce
         self._derived_secret = derived_secret
         self._step = _Step.CLIENT_FIRST
@@ -129,6 +139,8 @@ class ScramServerExchange:
         self.failed = False
         #: The credential file's entry the exchange was checked against (None: a decoy).
         self.entry: ScramSecret | None = None
+        #: The file holds the user, but no credential of this mechanism for it.
+        self.lacks_credential = False
         self._secret: ScramSecret | None = None
         self._gs2_header = ""
         self._client_first_bare = ""
@@ -188,7 +200,8 @@ class ScramServerExchange:
                              f" {USER_NAME_CHARS_MAX} characters, no ':', spaces or control"
                              " characters") from None
         self.user = user
-        self.entry = self._credentials.users.get(user)
+        self.entry = self._credentials.scram_secret(user, self.mechanism)
+        self.lacks_credential = self.entry is None and user in self._credentials.users
         self._secret = self.entry if self.entry is not None else self._decoy(user)
         self._gs2_header = f"{cbind},{authzid},"
         self._client_first_bare = bare
@@ -203,12 +216,22 @@ class ScramServerExchange:
         """What a user the file does not hold is challenged with: a stable salt, the file's
         password iteration count, and keys no proof matches (module docstring)."""
         name = user.encode()
+        size = self.mechanism.key_bytes
         return ScramSecret(
             self._credentials.password_iterations,
             self._derived_secret(b"scram-salt", name)[:16],
-            self._derived_secret(b"scram-stored-key", name),
-            self._derived_secret(b"scram-server-key", name),
+            self._decoy_key(b"scram-stored-key", name, size),
+            self._decoy_key(b"scram-server-key", name, size),
+            self.mechanism,
         )
+
+    def _decoy_key(self, purpose: bytes, name: bytes, size: int) -> bytes:
+        """``size`` bytes of the derived secret (32 at a time: a SHA-512 key takes two)."""
+        parts = []
+        for block in range(-(-size // 32)):
+            tagged = purpose if block == 0 else purpose + b"-" + str(block).encode()
+            parts.append(self._derived_secret(tagged, name))
+        return b"".join(parts)[:size]
 
     def _client_final(self, text: str) -> bytes:
         without_proof, sep, proof_attribute = text.rpartition(",p=")
@@ -232,12 +255,14 @@ class ScramServerExchange:
             return b""
         auth_message = ",".join((self._client_first_bare, self._server_first,
                                  without_proof)).encode()
-        signature = hmac.digest(secret.stored_key, auth_message, "sha256")
+        hash_name = self.mechanism.hash_name
+        signature = hmac.digest(secret.stored_key, auth_message, hash_name)
         client_key = bytes(a ^ b for a, b in zip(proof, signature, strict=True))
-        matched = hmac.compare_digest(hashlib.sha256(client_key).digest(), secret.stored_key)
+        matched = hmac.compare_digest(hashlib.new(hash_name, client_key).digest(),
+                                      secret.stored_key)
         if self.entry is None or not matched:
             self.failed = True
             return b""
         self.principal = Principal.user(self.user)
-        server_signature = hmac.digest(secret.server_key, auth_message, "sha256")
+        server_signature = hmac.digest(secret.server_key, auth_message, hash_name)
         return b"v=" + base64.b64encode(server_signature)

@@ -91,6 +91,7 @@ from .topic_names import (
 )
 
 __all__ = [
+    "CLUSTER_TRANSACTION_STATE_TOPIC",
     "DEFAULT_MAINTENANCE_INTERVAL_MS",
     "GROUP_METADATA_TOPIC",
     "INTERNAL_TOPICS",
@@ -114,7 +115,10 @@ INTERNAL_TOPICS = frozenset({TRANSACTION_STATE_TOPIC})
 # makes them only when asked with internal=True, and the serving layer refuses clients' writes
 # and topic changes on them (server/broker/replica_manager.py, refuse_client_change).
 GROUP_METADATA_TOPIC = "__consumer_offsets"
-SERVER_WRITTEN_TOPICS = frozenset({GROUP_METADATA_TOPIC})
+# The transaction coordinators' state in a cluster (server/transaction_service/): replicated, so a
+# catalogue topic; not __transaction_state, whose name this server's own log above holds.
+CLUSTER_TRANSACTION_STATE_TOPIC = "__cluster_transaction_state"
+SERVER_WRITTEN_TOPICS = frozenset({GROUP_METADATA_TOPIC, CLUSTER_TRANSACTION_STATE_TOPIC})
 _INTERNAL_COLLISION_KEYS = frozenset(
     topic_collision_key(name) for name in INTERNAL_TOPICS | SERVER_WRITTEN_TOPICS
 )

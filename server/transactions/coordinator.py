@@ -29,8 +29,9 @@ found in Prepare* is completed; one found Ongoing is left to time out. The maint
 aborts transactions open past their timeout, fencing their producer (epoch + 1) as Kafka does,
 and expires ids unused for ``transactional.id.expiration.ms``.
 
-Differences from Kafka, all from having one server: no coordinator partitions, leadership or
-FindCoordinator (this server coordinates every id; the coordinator epoch is always 0); markers
+Differences from Kafka, all from having one server (a cluster has coordinator partitions,
+leadership and FindCoordinator: server/transaction_service/): this server coordinates every id,
+the coordinator epoch is always 0; markers
 are written in-process and synchronously, so an InitProducerId that must abort an open
 transaction answers once the abort is complete instead of asking the client to retry
 (CONCURRENT_TRANSACTIONS); an unknown transactional id gets TRANSACTIONAL_ID_NOT_FOUND rather
@@ -39,11 +40,15 @@ is served, and its retry (the answer lost) answered from the epoch it replaced, 
 as Kafka keeps it, but not after a restart nor across a producer id rotation (Kafka logs the
 previous producer id for that); no transaction version 2 (KIP-890).
 
-Cluster mode (``cluster_node_id`` set): every producer id handed out carries the node id
-(:func:`.producer_ids.cluster_producer_id`), and every request with a transactional id is
-refused with :class:`TransactionsNotSupportedError`: the state log and the markers are one
-server's, a cluster would need them replicated (docs/cluster.md). Both front ends call these
-methods, so both refuse alike.
+Cluster mode (docs/cluster.md, "Transactions"): this server's own coordinator
+(``cluster_node_id`` set) hands out producer ids, each carrying the node id
+(:func:`.producer_ids.cluster_producer_id`), and refuses transactional ids
+(:class:`TransactionsNotSupportedError`: the front ends never send it one then). The
+transactional ids are served by one coordinator per partition of the replicated state topic
+this server leads (:meth:`TransactionCoordinator.for_partition`, made and driven by
+server/transaction_service/): the same class over a replicated
+:class:`TransactionStateManager`, its markers stamped with the partition's leader epoch
+(``coordinator_epoch``) and sent to the partitions' leaders through its ``write_markers``.
 
 Transactional produce: a transactional batch is appended only to a partition of its producer's
 Ongoing transaction, at the producer's current epoch: the server hands each partition log
@@ -107,6 +112,7 @@ __all__ = [
     "ProducerIdAndEpoch",
     "TransactionCoordinator",
     "WriteMarkers",
+    "WriteMarkersMany",
 ]
 
 log = logging.getLogger(__name__)
@@ -127,6 +133,16 @@ class WriteMarkers(Protocol):
 
     def __call__(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
                  coordinator_epoch: int, commit: bool) -> None: ...
+
+
+class WriteMarkersMany(Protocol):
+    """Writes the COMMIT (``commit``) or ABORT markers of a producer to every partition of
+    ``partitions`` (at once), returning once all are written or skipped (a partition gone);
+    raises if any could not be written (the coordinator retries them all: markers are
+    idempotent)."""
+
+    def __call__(self, partitions: Sequence[TopicPartition], producer_id: int,
+                 producer_epoch: int, coordinator_epoch: int, commit: bool) -> None: ...
 
 
 class ProducerIdAndEpoch(NamedTuple):
@@ -162,6 +178,8 @@ class TransactionCoordinator:
     Lifecycle: ``TransactionCoordinator(...)`` does no I/O; :meth:`load` opens and replays the
     log (requests before it get COORDINATOR_LOAD_IN_PROGRESS); :meth:`close` closes it (requests
     after it get LogClosedError, SHUTTING_DOWN). :meth:`open` is both first steps.
+    :meth:`for_partition` makes the coordinator of one partition of the cluster's state topic
+    over its loaded state (server/transaction_service/).
     """
 
     def __init__(
@@ -177,8 +195,14 @@ class TransactionCoordinator:
         cluster_node_id: int | None = None,
     ) -> None:
         assert log_dirs, "at least one log directory"
-        # Cluster mode: producer ids carry the node id; transactional ids are refused.
+        # Cluster mode: producer ids carry the node id; transactional ids are refused here
+        # (they are the partition coordinators', server/transaction_service/).
         self._cluster_node_id = cluster_node_id
+        # A partition coordinator's (for_partition): where its new producer ids come from, and
+        # the leader epoch of its partition, stamped on its markers.
+        self._generate_external: Callable[[], int] | None = None
+        self._coordinator_epoch = COORDINATOR_EPOCH
+        self._write_markers_many: WriteMarkersMany | None = None
         # The directories closed cleanly last time: the state log there needs no recovery
         # (TransactionStateManager.open).
         self._clean_log_dirs = frozenset(clean_log_dirs)
@@ -208,6 +232,50 @@ class TransactionCoordinator:
         coordinator = cls(log_dirs, write_markers, **kwargs)  # type: ignore[arg-type]
         coordinator.load()
         return coordinator
+
+    @classmethod
+    def for_partition(
+        cls,
+        state: TransactionStateManager,
+        write_markers: WriteMarkers | Callable[..., None],
+        generate_producer_id: Callable[[], int],
+        coordinator_epoch: int,
+        *,
+        config: TransactionConfig | None = None,
+        time_ms: Callable[[], int] | None = None,
+        write_markers_many: WriteMarkersMany | None = None,
+    ) -> TransactionCoordinator:
+        """The coordinator of the transactional ids of one partition of the cluster's state
+        topic, over ``state`` (loaded: :meth:`TransactionStateManager.load_replicated`).
+
+        ``generate_producer_id()`` hands out a cluster-wide producer id (this server's local
+        coordinator's); ``coordinator_epoch`` is the partition's leader epoch, stamped on every
+        marker so that a partition refuses the markers of a coordinator it has seen replaced
+        (Kafka's coordinator epoch). The transactions it finds in Prepare* are completed by
+        :meth:`complete_pending_transactions`, which the caller runs next.
+        ``write_markers_many``, when given, writes a transaction's markers all at once instead
+        of ``write_markers`` one partition after the other.
+        """
+        coordinator = cls([state.directory], write_markers, config=config, time_ms=time_ms)
+        coordinator._write_markers_many = write_markers_many
+        coordinator._state = state
+        coordinator._generate_external = generate_producer_id
+        coordinator._coordinator_epoch = coordinator_epoch
+        return coordinator
+
+    @property
+    def coordinator_epoch(self) -> int:
+        """The epoch stamped on this coordinator's markers (0 on a single server)."""
+        return self._coordinator_epoch
+
+    def complete_pending_transactions(self) -> CoordinatorMaintenanceReport:
+        """Write the markers of every transaction found in Prepare* and log it complete (a
+        new coordinator's first step, Kafka's ``TransactionMarkerChannelManager`` on load);
+        a failure is in the report's ``errors`` and retried by :meth:`run_maintenance`."""
+        report = CoordinatorMaintenanceReport(self._time_ms())
+        with self._maintenance_lock:
+            self._complete_pending(report)
+        return report
 
     def load(self) -> None:
         """Open and replay the state log, then complete the transactions found in Prepare*.
@@ -589,6 +657,8 @@ class TransactionCoordinator:
     # ---------------------------------------------------------------- steps
 
     def _generate_producer_id(self) -> int:
+        if self._generate_external is not None:
+            return self._generate_external()
         producer_ids = self._producer_ids
         assert producer_ids is not None
         if self._cluster_node_id is None:
@@ -598,8 +668,9 @@ class TransactionCoordinator:
     def _refuse_in_cluster(self) -> None:
         if self._cluster_node_id is not None:
             raise TransactionsNotSupportedError(
-                "transactions are not supported in cluster mode yet; leave the transactional id"
-                " unset for an idempotent producer (docs/cluster.md)"
+                "this server's own coordinator hands out producer ids only in cluster mode:"
+                " transactional ids are served by the cluster's state partitions' coordinators"
+                " (server/transaction_service/, docs/cluster.md)"
             )
 
     def _check_timeout(self, transactional_id: str, timeout_ms: int) -> None:
@@ -686,10 +757,17 @@ class TransactionCoordinator:
         """
         assert prepared.state.is_prepare
         commit = prepared.state is TransactionState.PREPARE_COMMIT
-        for topic, partition in sorted(prepared.partitions):
+        if self._write_markers_many is not None:
+            # A partition coordinator's markers go to several leaders at once.
+            self._write_markers_many(sorted(prepared.partitions), prepared.producer_id,
+                                     prepared.producer_epoch, self._coordinator_epoch, commit)
+            partitions: list[TopicPartition] = []
+        else:
+            partitions = sorted(prepared.partitions)
+        for topic, partition in partitions:
             try:
                 self._write_markers(topic, partition, prepared.producer_id,
-                                    prepared.producer_epoch, COORDINATOR_EPOCH, commit)
+                                    prepared.producer_epoch, self._coordinator_epoch, commit)
             except UnknownTopicOrPartitionError:
                 log.warning("%s: partition %s-%d no longer exists; its marker is skipped",
                             prepared.describe(), topic, partition)

@@ -9,6 +9,10 @@ an ErrorReason of broker.proto; programmer errors are assertions.
     ├── ConcurrentTransactionsError   retriable: the transactional id is completing a commit or
     │                                 abort whose markers are not all written yet
     ├── CoordinatorLoadInProgressError  retriable: the coordinator is still replaying its log
+    ├── NotCoordinatorError           retriable: a cluster server asked about a transactional id
+    │                                 whose state partition it does not lead (FindCoordinator)
+    ├── CoordinatorNotAvailableError  retriable: the id's partition has no live leader now, or a
+    │                                 partition leader could not be told of the transaction
     ├── ProducerFencedError           not retriable: the epoch is not the id's current one (a newer
     │                                 InitProducerId fenced this producer, or a timeout abort did)
     ├── InvalidProducerIdMappingError not retriable: the producer id is not the transactional id's
@@ -19,8 +23,8 @@ an ErrorReason of broker.proto; programmer errors are assertions.
     ├── InvalidTransactionTimeoutError  not retriable: timeout <= 0 or > transaction.max.timeout.ms
     ├── InvalidTransactionalIdError   not retriable: an empty or oversized transactional id, or a
     │                                 bad partition list
-    ├── TransactionsNotSupportedError not retriable: a transactional id in cluster mode (the
-    │                                 coordinator's state is one server's: docs/cluster.md)
+    ├── TransactionsNotSupportedError not retriable: a transactional id sent to a cluster
+    │                                 server's own coordinator (it hands out producer ids only)
     ├── ProducerIdsExhaustedError     not retriable: no producer id is left below 2^63 - 1
     └── CorruptTransactionLogError    not retriable: a record of ``__transaction_state`` does not
                                       decode (the server's own files are damaged)
@@ -70,6 +74,21 @@ class CoordinatorLoadInProgressError(TransactionError):
     retriable = True
 
 
+class NotCoordinatorError(TransactionError):
+    """Kafka's NOT_COORDINATOR: in a cluster, this server does not lead the state partition of
+    the transactional id (the client asks FindCoordinator again)."""
+
+    retriable = True
+
+
+class CoordinatorNotAvailableError(TransactionError):
+    """Kafka's COORDINATOR_NOT_AVAILABLE: in a cluster, the id's state partition has no live
+    leader now, its topic cannot be made yet, or a partition's leader could not be told that
+    the partition joined a transaction (retry)."""
+
+    retriable = True
+
+
 class ProducerFencedError(TransactionError):
     """Kafka's PRODUCER_FENCED: the producer's epoch is not the transactional id's current one."""
 
@@ -100,11 +119,11 @@ class InvalidTransactionalIdError(TransactionError):
 
 
 class TransactionsNotSupportedError(TransactionError):
-    """A request with a transactional id to a server in cluster mode (Kafka's INVALID_REQUEST).
+    """A transactional id sent to a cluster server's own coordinator (Kafka's INVALID_REQUEST).
 
-    The coordinator's state log and its markers live on one server's disk; in a cluster they
-    would need a replicated ``__transaction_state`` (docs/cluster.md). Idempotent producers
-    (InitProducerId without a transactional id) are served.
+    In a cluster that coordinator only hands out producer ids; transactional ids are the
+    replicated state partitions' coordinators' (server/transaction_service/), and the front
+    ends send them there: this is a programming slip made visible, not a client's error.
     """
 
 

@@ -23,6 +23,15 @@ holds many more records than live keys, it rolls a segment, rewrites the latest 
 key there, and deletes the segments before it. Replaying any prefix of the old records and then
 the rewrite gives the rewrite's state, so a crash at any point of it loses nothing.
 
+**A replicated partition** (cluster mode, :meth:`TransactionStateManager.load_replicated`):
+the log is a partition of the cluster's state topic (:mod:`.state_partitions`), the
+LogManager's, led by this server. The manager replays it up to the high watermark its leader
+waited for, and every append goes through ``write`` (the caller's: an acks=all append to the
+partition's leader, which returns once the in-sync replicas hold it) instead of to the log
+directly; it never compacts (the topic is compacted by the log cleaner), holds no producer id
+block (producer ids are this server's own, from its local log), and :meth:`close` leaves the
+log open (it is not the manager's).
+
 Crash behaviour: every append is fsynced before it returns (``flush_each_append``, on by
 default; off, an append reaches the page cache only, which survives a process crash but not a
 power loss). A state change is installed in memory only after its append returned, so the
@@ -49,7 +58,7 @@ from stratalog.records import BatchBuilder, iter_batches
 from stratalog.records.errors import RecordError
 from stratalog.server.storage.clock import wall_clock_ms
 from stratalog.server.storage.config import LogConfig
-from stratalog.server.storage.errors import StorageError
+from stratalog.server.storage.errors import LogClosedError, StorageError
 from stratalog.server.storage.log_manager import TRANSACTION_STATE_TOPIC
 from stratalog.server.storage.partition_log import PartitionLog
 from stratalog.server.storage.topic_names import partition_dir_name
@@ -120,9 +129,13 @@ class TransactionStateManager:
         flush_each_append: bool,
         broker_id: int,
         compact_records_min: int,
+        write: Callable[[bytes], None] | None = None,
     ) -> None:
-        """Use :meth:`open`."""
+        """Use :meth:`open` or :meth:`load_replicated`."""
         self._log = partition_log
+        # A replicated partition: appends go through ``write``; the log is not ours to close.
+        self._write = write
+        self._closed = False
         self._transactions = transactions
         self._by_producer_id = {m.producer_id: m for m in transactions.values()}
         self._next_producer_id = next_producer_id
@@ -181,6 +194,30 @@ class TransactionStateManager:
         return cls(partition_log, transactions, next_producer_id, time_ms=clock,
                    flush_each_append=flush_each_append, broker_id=broker_id,
                    compact_records_min=compact_records_min)
+
+    @classmethod
+    def load_replicated(
+        cls,
+        partition_log: PartitionLog,
+        end_offset: int,
+        write: Callable[[bytes], None],
+        *,
+        time_ms: Callable[[], int] | None = None,
+    ) -> TransactionStateManager:
+        """Replay a partition of the cluster's state topic below ``end_offset`` (its high
+        watermark: what the in-sync replicas hold) and keep it; ``write(batches)`` appends
+        from now on (module docstring). Blocking.
+
+        Raises:
+            StorageError: the log cannot be read.
+            CorruptTransactionLogError: a record does not decode.
+        """
+        transactions, _ = _replay(partition_log, end_offset)
+        log.info("loaded %s: %d transactional ids, offsets [%d, %d)", partition_log.directory,
+                 len(transactions), partition_log.log_start_offset, end_offset)
+        return cls(partition_log, transactions, 0,
+                   time_ms=time_ms if time_ms is not None else wall_clock_ms,
+                   flush_each_append=False, broker_id=-1, compact_records_min=0, write=write)
 
     # ---------------------------------------------------------------- reads
 
@@ -247,6 +284,7 @@ class TransactionStateManager:
             StorageError: the append or its fsync failed.
         """
         value = ProducerIdsValue(self._broker_id, -1, next_producer_id)
+        assert self._write is None, "a replicated partition holds no producer id blocks"
         with self._lock:
             assert next_producer_id > self._next_producer_id, "producer id blocks only grow"
             self._append([(encode_producer_ids_key(), encode_producer_ids_value(value))])
@@ -263,6 +301,12 @@ class TransactionStateManager:
                 builder = BatchBuilder()
             builder.append(now_ms, key, value, ())
         batches.append(builder.build())
+        if self._write is not None:
+            if self._closed:
+                raise LogClosedError(f"the transaction state of {self._log.directory.name} was"
+                                     " unloaded: this server no longer coordinates it")
+            self._write(b"".join(batches))
+            return
         self._log.append(b"".join(batches))
         if self._flush_each_append:
             self._log.flush()
@@ -278,6 +322,8 @@ class TransactionStateManager:
             StorageError: a roll, append, fsync or deletion failed (what was done is harmless:
                 see the module docstring).
         """
+        if self._write is not None:
+            return False  # the topic's log cleaner compacts a replicated partition
         with self._lock:
             records = self._log.log_end_offset - self._log.log_start_offset
             live = len(self._transactions) + (1 if self._next_producer_id else 0)
@@ -305,19 +351,22 @@ class TransactionStateManager:
             return True
 
     def close(self) -> None:
-        """Flush and close the state log. Idempotent."""
+        """Flush and close the state log (a replicated partition's stays open: appends are
+        refused from now on). Idempotent."""
         with self._lock:
-            self._log.close()
+            self._closed = True
+            if self._write is None:
+                self._log.close()
 
     @property
     def is_closed(self) -> bool:
-        return self._log.is_closed
+        return self._closed or self._log.is_closed
 
 
-def _iter_records(partition_log: PartitionLog) -> Iterator[tuple[int, bytes | None, bytes | None]]:
-    """(offset, key, value) of every record from the log start to the end."""
+def _iter_records(partition_log: PartitionLog, end: int
+                  ) -> Iterator[tuple[int, bytes | None, bytes | None]]:
+    """(offset, key, value) of every record from the log start to ``end``."""
     offset = partition_log.log_start_offset
-    end = partition_log.log_end_offset
     while offset < end:
         fetched = partition_log.fetch(offset, _REPLAY_FETCH_BYTES)
         if not fetched.data:
@@ -325,7 +374,7 @@ def _iter_records(partition_log: PartitionLog) -> Iterator[tuple[int, bytes | No
         try:
             for _, batch_records in iter_batches(fetched.data):
                 for record in batch_records:
-                    if record.offset >= offset:
+                    if offset <= record.offset < end:
                         yield record.offset, record.key, record.value
         except RecordError as exc:
             raise CorruptTransactionLogError(
@@ -335,11 +384,14 @@ def _iter_records(partition_log: PartitionLog) -> Iterator[tuple[int, bytes | No
         offset = fetched.next_offset
 
 
-def _replay(partition_log: PartitionLog) -> tuple[dict[str, TransactionMetadata], int]:
-    """The latest metadata of every live transactional id, and the latest block's next id."""
+def _replay(partition_log: PartitionLog, end: int | None = None
+            ) -> tuple[dict[str, TransactionMetadata], int]:
+    """The latest metadata of every live transactional id below ``end`` (None: the log end),
+    and the latest block's next id."""
     transactions: dict[str, TransactionMetadata] = {}
     next_producer_id = 0
-    for offset, key, value in _iter_records(partition_log):
+    end = partition_log.log_end_offset if end is None else end
+    for offset, key, value in _iter_records(partition_log, end):
         try:
             decoded_key = decode_key(key)
             if isinstance(decoded_key, TransactionKey):

@@ -201,10 +201,13 @@ def etcd(tmp_path: Path) -> Iterator[EtcdProcess]:
     process.stop()
 
 
-def start_etcd_cluster(directory: Path, members: int) -> list[EtcdProcess]:
-    """``members`` etcd members on 127.0.0.1 forming one etcd cluster, started and healthy."""
+def start_etcd_cluster(directory: Path, members: int,
+                       pki: TestPki | None = None) -> list[EtcdProcess]:
+    """``members`` etcd members on 127.0.0.1 forming one etcd cluster, started and healthy
+    (with ``pki``, each serving TLS to its clients as :class:`EtcdProcess` does)."""
     directory.mkdir(parents=True, exist_ok=True)
-    processes = [EtcdProcess(directory / f"etcd-{n}", name=f"m{n}") for n in range(members)]
+    processes = [EtcdProcess(directory / f"etcd-{n}", pki, name=f"m{n}")
+                 for n in range(members)]
     initial = ",".join(f"{p.name}=http://127.0.0.1:{p.peer_port}" for p in processes)
     for process in processes:
         process.initial_cluster = initial

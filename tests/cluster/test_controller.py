@@ -175,7 +175,7 @@ def test_create_topic_writes_etcd_and_every_server_agrees(start_member, etcd, tm
     assert etcd_records(etcd, "double") == ({}, {})
 
     # Producer ids: the node id above each server's own counter, so never the same twice in
-    # the cluster; transactions are refused in cluster mode.
+    # the cluster (transactions in a cluster: tests/cluster/test_transactions_cluster.py).
     ids = []
     for server in servers:
         with grpc.insecure_channel(server.target) as channel:
@@ -183,12 +183,6 @@ def test_create_topic_writes_etcd_and_every_server_agrees(start_member, etcd, tm
             for _ in range(2):
                 ids.append(stub.InitProducerId(pb.InitProducerIdRequest(),
                                                timeout=CALL_TIMEOUT_S).producer_id)
-            with pytest.raises(grpc.RpcError) as caught:
-                stub.InitProducerId(pb.InitProducerIdRequest(transactional_id="tx"),
-                                    timeout=CALL_TIMEOUT_S)
-            error = from_rpc_error(caught.value)
-            assert error.reason == "INVALID_REQUEST"
-            assert "transactions are not supported in cluster mode yet" in error.message
     assert len(set(ids)) == 6
     assert [producer_id >> 40 for producer_id in ids] == [1, 1, 2, 2, 3, 3]
 
@@ -349,11 +343,11 @@ async def test_a_deposed_controllers_write_is_refused_by_etcd(etcd) -> None:
         await second.close()
 
 
-def test_auto_creation_goes_through_etcd_and_create_partitions_is_refused(start_member,
-                                                                          etcd) -> None:
+def test_auto_creation_goes_through_etcd_and_create_partitions_grows_it(start_member,
+                                                                         etcd) -> None:
     """Issue 25: a Metadata that allows auto-creation creates the topic as CreateTopic does in a
-    cluster (etcd, the default replication factor); CreatePartitions is refused clearly (the
-    controller does not assign new partitions yet), and nothing changes."""
+    cluster (etcd, the default replication factor); issue 29: CreatePartitions grows it in etcd,
+    and a count not above the topic's is refused, nothing changed."""
     servers = [start_member(node_id, "--num-partitions", "2") for node_id in (1, 2)]
     wait_for(lambda: all([b.node_id for b in metadata(s).brokers] == [1, 2] for s in servers),
              "2 brokers everywhere")
@@ -365,9 +359,14 @@ def test_auto_creation_goes_through_etcd_and_create_partitions_is_refused(start_
         assignment, _ = etcd_records(etcd, "auto")
         assert sorted(assignment["partitions"]) == ["0", "1"]
         with pytest.raises(grpc.RpcError) as caught:
-            stub.CreatePartitions(pb.CreatePartitionsRequest(name="auto", count=3),
+            stub.CreatePartitions(pb.CreatePartitionsRequest(name="auto", count=2),
                                   timeout=CALL_TIMEOUT_S)
-    error = from_rpc_error(caught.value)
-    assert error.reason == "INVALID_REQUEST"
-    assert "not supported in cluster mode" in str(error)
-    assert sorted(etcd_records(etcd, "auto")[0]["partitions"]) == ["0", "1"]
+        error = from_rpc_error(caught.value)
+        assert "has 2 partitions and cannot have 2" in str(error)
+        assert sorted(etcd_records(etcd, "auto")[0]["partitions"]) == ["0", "1"]
+        grown = stub.CreatePartitions(pb.CreatePartitionsRequest(name="auto", count=3),
+                                      timeout=ADMIN_TIMEOUT_S + CALL_TIMEOUT_S)
+    assert [p.partition for p in grown.topic.partitions] == [0, 1, 2]
+    assignment, states = etcd_records(etcd, "auto")
+    assert sorted(assignment["partitions"]) == ["0", "1", "2"]
+    assert sorted(states) == [0, 1, 2]

@@ -323,7 +323,13 @@ def test_a_lagging_follower_leaves_the_isr_and_rejoins(etcd, start_member) -> No
 
 
 def test_a_leader_that_lost_its_lease_is_refused_until_it_follows(etcd, start_member) -> None:
-    servers = {n: start_member(n, "--request-timeout-ms", "1500") for n in (1, 2)}
+    # A session of 4 s: the frozen follower's lease (renewed every third of it) must outlive
+    # the 1.5 s acks=all wait below, else the controller, woken by etcd's watch, takes it out
+    # of the ISR first and the produce succeeds.
+    session_ms = 4_000
+    servers = {n: start_member(n, "--request-timeout-ms", "1500",
+                               "--cluster-session-timeout-ms", str(session_ms))
+               for n in (1, 2)}
     create_topic(etcd, "ledger", [1, 2])
     produce_when_ready(servers[1], "ledger", [b"a"])
     # A follower frozen for less than replica_lag_time_max_ms stays in the ISR: acks=all
@@ -335,7 +341,7 @@ def test_a_leader_that_lost_its_lease_is_refused_until_it_follows(etcd, start_me
         os.kill(servers[2].process.pid, signal.SIGCONT)
     os.kill(servers[1].process.pid, signal.SIGSTOP)
     try:
-        time.sleep(SESSION_TIMEOUT_MS / 1000 * 2)  # its lease expires
+        time.sleep(session_ms / 1000 * 2)  # its lease expires
         write_state(etcd, "ledger", 0, 2, 1, [2])  # the controller moves the leadership
     finally:
         os.kill(servers[1].process.pid, signal.SIGCONT)

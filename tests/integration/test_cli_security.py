@@ -46,10 +46,14 @@ def test_credentials_add_list_remove(tmp_path: Path) -> None:
     store = CredentialFile.load(file)
     assert store.verify_password("alice", "alice-secret") is not None
     assert store.users["bob"].iterations == 100_000  # the default for a password
+    # A SCRAM-SHA-512 credential too (the Kafka listener's SCRAM-SHA-512), its own salt.
+    assert store.users_sha512["alice"].verify("alice-secret")
+    assert store.users_sha512["alice"].salt != store.users["alice"].salt
     assert str(store.verify_token(token)) == "User:etl"
 
     listed = json.loads(stratalog("credentials", "list", "--file", str(file), "--json").stdout)
     assert [u["user"] for u in listed["users"]] == ["alice", "bob"]
+    assert listed["users"][0]["mechanisms"] == ["SCRAM-SHA-256", "SCRAM-SHA-512"]
     assert listed["tokens"] == [{"token_id": token_id, "principal": "User:etl",
                                  "iterations": 4096}]
     assert "stored_key" not in json.dumps(listed)

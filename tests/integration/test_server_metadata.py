@@ -77,7 +77,7 @@ def test_cli_cluster_describe(server) -> None:
     as_json = subprocess.run([*cli, "--topic", "md-cli", "--format", "json"],
                              capture_output=True, env=env, timeout=120)
     document = json.loads(as_json.stdout)
-    assert document["brokers"] == [{"node_id": 0, "address": server.target}]
+    assert document["brokers"] == [{"node_id": 0, "address": server.target, "rack": ""}]
     assert document["topics"]["md-cli"][0]["replicas"] == [0]
     missing = subprocess.run([*cli, "--topic", "md-nope"], capture_output=True, env=env,
                              timeout=120)

@@ -9,6 +9,8 @@
   newer ``current_leader_epoch`` UNKNOWN_LEADER_EPOCH, and after a failover the new leader
   answers the old epoch FENCED_LEADER_EPOCH.
 * OffsetForLeaderEpoch and ListOffsets answer the real epochs.
+* Metadata and DescribeCluster answer one cluster id from every server: etcd's
+  ``<prefix>/cluster_id``.
 * Metadata's auto-creation goes through the controller: a topic created through a follower is
   replicated on every server.
 * A leader killed (SIGKILL) under a librdkafka producer (acks=all, idempotent) and consumer:
@@ -24,6 +26,7 @@ import uuid
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from kafka.protocol.admin import DescribeClusterRequest
 from kafka.protocol.consumer import (
     FetchRequest,
     ListOffsetsRequest,
@@ -103,7 +106,7 @@ def _produce_with_librdkafka(servers: dict[int, ServerProcess], topic: str, coun
     assert producer.flush(60) == 0
 
 
-def test_metadata_hints_and_epochs_from_every_server(start_member):
+def test_metadata_hints_and_epochs_from_every_server(start_member, etcd):
     servers = start_cluster(start_member)
     topic = _topic()
     create_topic(servers[1], topic)
@@ -128,6 +131,16 @@ def test_metadata_hints_and_epochs_from_every_server(start_member):
                  sorted(p.isr_nodes)) for p in found[topic].partitions] == expected
         assert [p.error_code for p in found[topic].partitions] == [0]
     epoch = metadata(servers[leader], topic).topics[0].partitions[0].leader_epoch
+
+    # One cluster id, etcd's, from every server (each one's meta.properties has its own).
+    cluster_id = etcd.etcdctl("get", "/stratalog/cluster_id", "--print-value-only").strip()
+    assert len(cluster_id) == 22  # a Kafka Uuid
+    for server in servers.values():
+        assert _kafka_metadata(server).cluster_id == cluster_id
+        with KafkaWire(server.kafka_bootstrap) as sock:
+            described = ask(sock, DescribeClusterRequest(
+                include_cluster_authorized_operations=False, endpoint_type=1), 1)
+        assert described.cluster_id == cluster_id
 
     # Auto-creation goes through the controller: the topic is replicated on every server.
     created = f"{topic}-auto"

@@ -32,7 +32,7 @@ from stratalog.client import (
     SyncClient,
 )
 from stratalog.server.transactions.producer_ids import LOCAL_ID_BITS
-from tests.cluster.conftest import etcd, start_member  # noqa: F401  (fixtures)
+from tests.cluster.conftest import etcd, start_member, wait_for  # noqa: F401  (fixtures)
 from tests.kafka.kafka_wire import KafkaWire
 
 # Kafka's error codes (clients/src/main/java/org/apache/kafka/common/protocol/Errors.java).
@@ -41,6 +41,7 @@ TOPIC_AUTHORIZATION_FAILED = 29
 GROUP_AUTHORIZATION_FAILED, CLUSTER_AUTHORIZATION_FAILED, INVALID_REQUEST = 30, 31, 42
 INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE, INVALID_TRANSACTION_TIMEOUT = 47, 48, 50
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED, OPERATION_NOT_ATTEMPTED, PRODUCER_FENCED = 53, 55, 90
+COORDINATOR_LOAD_IN_PROGRESS = 14
 
 ANONYMOUS = "User:ANONYMOUS"
 
@@ -235,21 +236,28 @@ def test_authorization_as_kafkas(start_server, tmp_path):
         wire.close()
 
 
-def test_cluster_mode_serves_idempotent_producers_and_refuses_transactional_ids(
+def test_cluster_mode_serves_idempotent_producers_and_transactional_ids(
     start_member,  # noqa: F811  (the fixture imported above)
 ):
-    member = start_member(1)
+    member = start_member(1, "--transaction-state-log-num-partitions", "3")
     wire = KafkaWire(member.kafka_bootstrap)
     try:
         code, producer_id, epoch = _init(wire, None)
         assert (code, epoch) == (NONE, 0)
         assert producer_id >> LOCAL_ID_BITS == 1  # the node id above the server's counter
-        # The same rule as the gRPC front end's, from the coordinator: INVALID_REQUEST.
-        assert _init(wire, _name("tx"))[0] == INVALID_REQUEST
-        assert _end(wire, "tx", (producer_id, 0), True) == INVALID_REQUEST
+        # A transactional id: the lone member leads every partition of the state topic (made
+        # by this first request); served once its partition loaded (retriable until then).
+        transactional_id = _name("tx")
+        answers: list[tuple[int, int, int]] = []
+        wait_for(lambda: answers.append(_init(wire, transactional_id))
+                 or answers[-1][0] == NONE, "InitProducerId served")
+        assert {code for code, _, _ in answers[:-1]} <= {COORDINATOR_LOAD_IN_PROGRESS}
+        _, producer_id, epoch = answers[-1]
+        assert producer_id >> LOCAL_ID_BITS == 1
+        assert _end(wire, transactional_id, (producer_id, epoch), True) == INVALID_TXN_STATE
+        assert _end(wire, transactional_id, (producer_id, epoch - 1), True) == PRODUCER_FENCED
     finally:
         wire.close()
-    assert "transactions are not supported in cluster mode yet" in member.log_text()
 
 
 def _random_name(rng: random.Random) -> str:

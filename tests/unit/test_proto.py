@@ -101,23 +101,25 @@ def test_generated_modules_match_a_fresh_protoc_run(tmp_path: Path) -> None:
     )
 
 
-def test_replication_modules_match_a_fresh_protoc_run(tmp_path: Path) -> None:
-    # The internal server-to-server service (replication.proto, issue 17): no compatibility
-    # promise, but the committed modules must be what `make proto` makes of it.
+@pytest.mark.parametrize("stem", ["replication", "transaction_markers"])
+def test_internal_modules_match_a_fresh_protoc_run(tmp_path: Path, stem: str) -> None:
+    # The internal server-to-server services (replication.proto, issue 17;
+    # transaction_markers.proto, issue 29): no compatibility promise, but the committed modules
+    # must be what `make proto` makes of them.
     _protoc(
         "-Iproto",
         f"--python_out={tmp_path}",
         f"--pyi_out={tmp_path}",
         f"--grpc_python_out={tmp_path}",
-        "proto/stratalog/v1/replication.proto",
+        f"proto/stratalog/v1/{stem}.proto",
         cwd=PROJECT_ROOT,
     )
     stale = [
-        name for name in ("replication_pb2.py", "replication_pb2.pyi", "replication_pb2_grpc.py")
+        name for name in (f"{stem}_pb2.py", f"{stem}_pb2.pyi", f"{stem}_pb2_grpc.py")
         if (tmp_path / "stratalog" / "v1" / name).read_bytes()
         != (PROTO_ROOT / "stratalog" / "v1" / name).read_bytes()
     ]
-    assert not stale, f"{stale} differ from replication.proto; run `make proto` and commit"
+    assert not stale, f"{stale} differ from {stem}.proto; run `make proto` and commit"
 
 
 def test_imported_module_carries_the_descriptor_of_our_proto(
@@ -506,7 +508,8 @@ def test_generated_enums_hold_the_contract_error_reasons() -> None:
     # 16 released reasons, then issue 12's: the producer state's 5, the coordinator's 6; then
     # issue 13's limit; then issue 17's replication reasons.
     # Issue 25: INVALID_PARTITIONS (CreatePartitions). Issue 27: the consumer groups' 16.
-    assert len(broker_pb2.ErrorReason.keys()) == 16 + 5 + 6 + 1 + 9 + 1 + 16
+    # Issue 29: ElectLeaders' 3, reassignments' 2.
+    assert len(broker_pb2.ErrorReason.keys()) == 16 + 5 + 6 + 1 + 9 + 1 + 16 + 3 + 2
     assert broker_pb2.ErrorReason.keys()[16:] == [
         "OUT_OF_ORDER_SEQUENCE", "INVALID_PRODUCER_EPOCH", "UNKNOWN_PRODUCER_ID",
         "INVALID_TXN_STATE", "TRANSACTION_COORDINATOR_FENCED",
@@ -522,4 +525,6 @@ def test_generated_enums_hold_the_contract_error_reasons() -> None:
         "GROUP_MAX_SIZE_REACHED", "INCONSISTENT_GROUP_PROTOCOL", "INVALID_GROUP_ID",
         "INVALID_SESSION_TIMEOUT", "NON_EMPTY_GROUP", "GROUP_ID_NOT_FOUND",
         "UNSTABLE_OFFSET_COMMIT", "OFFSET_METADATA_TOO_LARGE", "GROUP_SUBSCRIBED_TO_TOPIC",
+        "ELECTION_NOT_NEEDED", "PREFERRED_LEADER_NOT_AVAILABLE", "ELIGIBLE_LEADERS_NOT_AVAILABLE",
+        "INVALID_REPLICA_ASSIGNMENT", "NO_REASSIGNMENT_IN_PROGRESS",
     ]

@@ -63,6 +63,11 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     UNSTABLE_OFFSET_COMMIT: _ClassVar[ErrorReason]
     OFFSET_METADATA_TOO_LARGE: _ClassVar[ErrorReason]
     GROUP_SUBSCRIBED_TO_TOPIC: _ClassVar[ErrorReason]
+    ELECTION_NOT_NEEDED: _ClassVar[ErrorReason]
+    PREFERRED_LEADER_NOT_AVAILABLE: _ClassVar[ErrorReason]
+    ELIGIBLE_LEADERS_NOT_AVAILABLE: _ClassVar[ErrorReason]
+    INVALID_REPLICA_ASSIGNMENT: _ClassVar[ErrorReason]
+    NO_REASSIGNMENT_IN_PROGRESS: _ClassVar[ErrorReason]
 
 class Compression(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -87,6 +92,11 @@ class IsolationLevel(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     READ_UNCOMMITTED: _ClassVar[IsolationLevel]
     READ_COMMITTED: _ClassVar[IsolationLevel]
+
+class ElectionType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ELECTION_TYPE_PREFERRED: _ClassVar[ElectionType]
+    ELECTION_TYPE_UNCLEAN: _ClassVar[ElectionType]
 
 class ResourceType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -186,6 +196,11 @@ GROUP_ID_NOT_FOUND: ErrorReason
 UNSTABLE_OFFSET_COMMIT: ErrorReason
 OFFSET_METADATA_TOO_LARGE: ErrorReason
 GROUP_SUBSCRIBED_TO_TOPIC: ErrorReason
+ELECTION_NOT_NEEDED: ErrorReason
+PREFERRED_LEADER_NOT_AVAILABLE: ErrorReason
+ELIGIBLE_LEADERS_NOT_AVAILABLE: ErrorReason
+INVALID_REPLICA_ASSIGNMENT: ErrorReason
+NO_REASSIGNMENT_IN_PROGRESS: ErrorReason
 COMPRESSION_NONE: Compression
 COMPRESSION_GZIP: Compression
 COMPRESSION_SNAPPY: Compression
@@ -198,6 +213,8 @@ FETCH_FORMAT_RECORDS: FetchFormat
 FETCH_FORMAT_RECORD_BATCHES: FetchFormat
 READ_UNCOMMITTED: IsolationLevel
 READ_COMMITTED: IsolationLevel
+ELECTION_TYPE_PREFERRED: ElectionType
+ELECTION_TYPE_UNCLEAN: ElectionType
 RESOURCE_TYPE_UNKNOWN: ResourceType
 RESOURCE_TYPE_ANY: ResourceType
 RESOURCE_TYPE_TOPIC: ResourceType
@@ -521,6 +538,120 @@ class CreatePartitionsResponse(_message.Message):
     topic: TopicDescription
     def __init__(self, topic: _Optional[_Union[TopicDescription, _Mapping]] = ...) -> None: ...
 
+class ElectLeadersRequest(_message.Message):
+    __slots__ = ("partitions", "election_type")
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    ELECTION_TYPE_FIELD_NUMBER: _ClassVar[int]
+    partitions: _containers.RepeatedCompositeFieldContainer[TopicPartition]
+    election_type: ElectionType
+    def __init__(self, partitions: _Optional[_Iterable[_Union[TopicPartition, _Mapping]]] = ..., election_type: _Optional[_Union[ElectionType, str]] = ...) -> None: ...
+
+class ElectLeadersResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[ElectLeadersResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[ElectLeadersResult, _Mapping]]] = ...) -> None: ...
+
+class ElectLeadersResult(_message.Message):
+    __slots__ = ("topic", "partition", "reason", "message")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    reason: ErrorReason
+    message: str
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., reason: _Optional[_Union[ErrorReason, str]] = ..., message: _Optional[str] = ...) -> None: ...
+
+class AlterPartitionReassignmentsRequest(_message.Message):
+    __slots__ = ("partitions",)
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    partitions: _containers.RepeatedCompositeFieldContainer[PartitionReassignmentTarget]
+    def __init__(self, partitions: _Optional[_Iterable[_Union[PartitionReassignmentTarget, _Mapping]]] = ...) -> None: ...
+
+class PartitionReassignmentTarget(_message.Message):
+    __slots__ = ("topic", "partition", "replicas")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    replicas: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class AlterPartitionReassignmentsResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[ReassignmentResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[ReassignmentResult, _Mapping]]] = ...) -> None: ...
+
+class ReassignmentResult(_message.Message):
+    __slots__ = ("topic", "partition", "reason", "message", "replicas")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    reason: ErrorReason
+    message: str
+    replicas: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., reason: _Optional[_Union[ErrorReason, str]] = ..., message: _Optional[str] = ..., replicas: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class ListPartitionReassignmentsRequest(_message.Message):
+    __slots__ = ("partitions",)
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    partitions: _containers.RepeatedCompositeFieldContainer[TopicPartition]
+    def __init__(self, partitions: _Optional[_Iterable[_Union[TopicPartition, _Mapping]]] = ...) -> None: ...
+
+class ListPartitionReassignmentsResponse(_message.Message):
+    __slots__ = ("reassignments",)
+    REASSIGNMENTS_FIELD_NUMBER: _ClassVar[int]
+    reassignments: _containers.RepeatedCompositeFieldContainer[OngoingReassignment]
+    def __init__(self, reassignments: _Optional[_Iterable[_Union[OngoingReassignment, _Mapping]]] = ...) -> None: ...
+
+class OngoingReassignment(_message.Message):
+    __slots__ = ("topic", "partition", "replicas", "adding_replicas", "removing_replicas", "leader", "leader_log_end_offset", "progress")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    ADDING_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    REMOVING_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    LEADER_LOG_END_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    replicas: _containers.RepeatedScalarFieldContainer[int]
+    adding_replicas: _containers.RepeatedScalarFieldContainer[int]
+    removing_replicas: _containers.RepeatedScalarFieldContainer[int]
+    leader: int
+    leader_log_end_offset: int
+    progress: _containers.RepeatedCompositeFieldContainer[ReplicaProgress]
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., adding_replicas: _Optional[_Iterable[int]] = ..., removing_replicas: _Optional[_Iterable[int]] = ..., leader: _Optional[int] = ..., leader_log_end_offset: _Optional[int] = ..., progress: _Optional[_Iterable[_Union[ReplicaProgress, _Mapping]]] = ...) -> None: ...
+
+class ReplicaProgress(_message.Message):
+    __slots__ = ("node_id", "log_end_offset")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    LOG_END_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    node_id: int
+    log_end_offset: int
+    def __init__(self, node_id: _Optional[int] = ..., log_end_offset: _Optional[int] = ...) -> None: ...
+
+class DrainBrokerRequest(_message.Message):
+    __slots__ = ("node_id",)
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    node_id: int
+    def __init__(self, node_id: _Optional[int] = ...) -> None: ...
+
+class DrainBrokerResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[ReassignmentResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[ReassignmentResult, _Mapping]]] = ...) -> None: ...
+
 class TopicDescription(_message.Message):
     __slots__ = ("name", "configs", "partitions", "overridden_configs")
     class ConfigsEntry(_message.Message):
@@ -830,12 +961,14 @@ class MetadataResponse(_message.Message):
     def __init__(self, brokers: _Optional[_Iterable[_Union[BrokerMetadata, _Mapping]]] = ..., controller_id: _Optional[int] = ..., controller_epoch: _Optional[int] = ..., topics: _Optional[_Iterable[_Union[TopicMetadata, _Mapping]]] = ..., node_id: _Optional[int] = ...) -> None: ...
 
 class BrokerMetadata(_message.Message):
-    __slots__ = ("node_id", "address")
+    __slots__ = ("node_id", "address", "rack")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    RACK_FIELD_NUMBER: _ClassVar[int]
     node_id: int
     address: str
-    def __init__(self, node_id: _Optional[int] = ..., address: _Optional[str] = ...) -> None: ...
+    rack: str
+    def __init__(self, node_id: _Optional[int] = ..., address: _Optional[str] = ..., rack: _Optional[str] = ...) -> None: ...
 
 class TopicMetadata(_message.Message):
     __slots__ = ("name", "partitions")

@@ -64,6 +64,26 @@ class BrokerStub:
                 request_serializer=stratalog_dot_v1_dot_broker__pb2.CreatePartitionsRequest.SerializeToString,
                 response_deserializer=stratalog_dot_v1_dot_broker__pb2.CreatePartitionsResponse.FromString,
                 _registered_method=True)
+        self.ElectLeaders = channel.unary_unary(
+                '/stratalog.v1.Broker/ElectLeaders',
+                request_serializer=stratalog_dot_v1_dot_broker__pb2.ElectLeadersRequest.SerializeToString,
+                response_deserializer=stratalog_dot_v1_dot_broker__pb2.ElectLeadersResponse.FromString,
+                _registered_method=True)
+        self.AlterPartitionReassignments = channel.unary_unary(
+                '/stratalog.v1.Broker/AlterPartitionReassignments',
+                request_serializer=stratalog_dot_v1_dot_broker__pb2.AlterPartitionReassignmentsRequest.SerializeToString,
+                response_deserializer=stratalog_dot_v1_dot_broker__pb2.AlterPartitionReassignmentsResponse.FromString,
+                _registered_method=True)
+        self.ListPartitionReassignments = channel.unary_unary(
+                '/stratalog.v1.Broker/ListPartitionReassignments',
+                request_serializer=stratalog_dot_v1_dot_broker__pb2.ListPartitionReassignmentsRequest.SerializeToString,
+                response_deserializer=stratalog_dot_v1_dot_broker__pb2.ListPartitionReassignmentsResponse.FromString,
+                _registered_method=True)
+        self.DrainBroker = channel.unary_unary(
+                '/stratalog.v1.Broker/DrainBroker',
+                request_serializer=stratalog_dot_v1_dot_broker__pb2.DrainBrokerRequest.SerializeToString,
+                response_deserializer=stratalog_dot_v1_dot_broker__pb2.DrainBrokerResponse.FromString,
+                _registered_method=True)
         self.Produce = channel.unary_unary(
                 '/stratalog.v1.Broker/Produce',
                 request_serializer=stratalog_dot_v1_dot_broker__pb2.ProduceRequest.SerializeToString,
@@ -255,7 +275,49 @@ class BrokerServicer:
         the topic's is INVALID_PARTITIONS (partitions are never removed). Records of a key may then
         go to another partition (the key's hash is taken modulo the new count), as in Kafka: the
         order of a key's records holds only within each partition. Needs ALTER on the topic. In
-        cluster mode it is refused (INVALID_REQUEST) for now: docs/cluster.md.
+        cluster mode (issue 29) the new partitions' replicas are assigned and written to etcd:
+        docs/cluster.md.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ElectLeaders(self, request, context):
+        """Kafka's ElectLeaders (issue 29, docs/cluster.md): moves each partition's leadership to its
+        preferred replica (the first of its replicas) when that replica is live and in sync
+        (PREFERRED), or elects a live replica for a partition with no live leader (UNCLEAN). One
+        result per partition; with no partition named, every partition of the cluster, the ones
+        whose election was not needed left out. Needs ALTER on the cluster.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AlterPartitionReassignments(self, request, context):
+        """Kafka's AlterPartitionReassignments (issue 29, docs/cluster.md "Reassigning partitions"):
+        moves each partition named to a new replica list (the new replicas catch up, the
+        leadership leaves a replica being removed, then the replica set shrinks to the target),
+        or cancels its reassignment (no replicas given: back to the original ones). Answered once
+        the reassignments are recorded in etcd; the controller carries them out. One result per
+        partition. Needs ALTER on the cluster. Cluster mode only (INVALID_REQUEST otherwise).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListPartitionReassignments(self, request, context):
+        """Kafka's ListPartitionReassignments: the partitions being reassigned (of those named, or
+        all), with their replicas, the ones being added and removed, and, on the server leading
+        the partition, each replica's log end offset (progress). Needs DESCRIBE on the cluster.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DrainBroker(self, request, context):
+        """Reassigns every partition with the node among its replicas to replicas without it (a
+        replacement chosen as new partitions' replicas are, racks respected); the leaderships
+        leave it first. One result per partition moved. Needs ALTER on the cluster.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -533,6 +595,26 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.CreatePartitions,
                     request_deserializer=stratalog_dot_v1_dot_broker__pb2.CreatePartitionsRequest.FromString,
                     response_serializer=stratalog_dot_v1_dot_broker__pb2.CreatePartitionsResponse.SerializeToString,
+            ),
+            'ElectLeaders': grpc.unary_unary_rpc_method_handler(
+                    servicer.ElectLeaders,
+                    request_deserializer=stratalog_dot_v1_dot_broker__pb2.ElectLeadersRequest.FromString,
+                    response_serializer=stratalog_dot_v1_dot_broker__pb2.ElectLeadersResponse.SerializeToString,
+            ),
+            'AlterPartitionReassignments': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterPartitionReassignments,
+                    request_deserializer=stratalog_dot_v1_dot_broker__pb2.AlterPartitionReassignmentsRequest.FromString,
+                    response_serializer=stratalog_dot_v1_dot_broker__pb2.AlterPartitionReassignmentsResponse.SerializeToString,
+            ),
+            'ListPartitionReassignments': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListPartitionReassignments,
+                    request_deserializer=stratalog_dot_v1_dot_broker__pb2.ListPartitionReassignmentsRequest.FromString,
+                    response_serializer=stratalog_dot_v1_dot_broker__pb2.ListPartitionReassignmentsResponse.SerializeToString,
+            ),
+            'DrainBroker': grpc.unary_unary_rpc_method_handler(
+                    servicer.DrainBroker,
+                    request_deserializer=stratalog_dot_v1_dot_broker__pb2.DrainBrokerRequest.FromString,
+                    response_serializer=stratalog_dot_v1_dot_broker__pb2.DrainBrokerResponse.SerializeToString,
             ),
             'Produce': grpc.unary_unary_rpc_method_handler(
                     servicer.Produce,
@@ -847,6 +929,114 @@ class Broker:
             '/stratalog.v1.Broker/CreatePartitions',
             stratalog_dot_v1_dot_broker__pb2.CreatePartitionsRequest.SerializeToString,
             stratalog_dot_v1_dot_broker__pb2.CreatePartitionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ElectLeaders(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stratalog.v1.Broker/ElectLeaders',
+            stratalog_dot_v1_dot_broker__pb2.ElectLeadersRequest.SerializeToString,
+            stratalog_dot_v1_dot_broker__pb2.ElectLeadersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterPartitionReassignments(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stratalog.v1.Broker/AlterPartitionReassignments',
+            stratalog_dot_v1_dot_broker__pb2.AlterPartitionReassignmentsRequest.SerializeToString,
+            stratalog_dot_v1_dot_broker__pb2.AlterPartitionReassignmentsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListPartitionReassignments(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stratalog.v1.Broker/ListPartitionReassignments',
+            stratalog_dot_v1_dot_broker__pb2.ListPartitionReassignmentsRequest.SerializeToString,
+            stratalog_dot_v1_dot_broker__pb2.ListPartitionReassignmentsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DrainBroker(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stratalog.v1.Broker/DrainBroker',
+            stratalog_dot_v1_dot_broker__pb2.DrainBrokerRequest.SerializeToString,
+            stratalog_dot_v1_dot_broker__pb2.DrainBrokerResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -10,9 +10,11 @@
     admin_topics.py   CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords
     configs.py        DescribeConfigs, AlterConfigs, IncrementalAlterConfigs
     cluster_info.py   DescribeCluster
+    elect_leaders.py  ElectLeaders
     groups.py         FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, ListGroups,
                       DescribeGroups, DeleteGroups
     offsets.py        OffsetCommit, OffsetFetch, OffsetDelete
+    reassignments.py  AlterPartitionReassignments, ListPartitionReassignments
     transactions.py   InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
                       TxnOffsetCommit
     sasl.py           SaslHandshake, SaslAuthenticate
@@ -25,6 +27,7 @@ from stratalog.server.kafka.apis import (  # noqa: F401  (each registers its han
     api_versions,
     cluster_info,
     configs,
+    elect_leaders,
     fetch,
     groups,
     leader_epochs,
@@ -32,6 +35,7 @@ from stratalog.server.kafka.apis import (  # noqa: F401  (each registers its han
     metadata,
     offsets,
     produce,
+    reassignments,
     sasl,
     transactions,
 )

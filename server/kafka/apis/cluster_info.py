@@ -9,7 +9,9 @@ Int.MinValue), as a bitfield of the cluster operations it may do. v1's endpoint 
 BROKER (1): CONTROLLER is MISMATCHED_ENDPOINT_TYPE (this server is not a KRaft controller),
 any other UNSUPPORTED_ENDPOINT_TYPE. The brokers are every live server's Kafka listener, as
 Metadata answers them (``KafkaServices.broker_addresses``); the controller is the serving
-layer's (:attr:`~stratalog.server.broker.AdminManager.controller_id`).
+layer's (:attr:`~stratalog.server.broker.AdminManager.controller_id`); the cluster id is
+Metadata's (``KafkaServices.current_cluster_id``: etcd's in a cluster, "" before this server
+joined).
 
 Concurrency: event-loop only.
 """
@@ -63,8 +65,9 @@ async def describe_cluster(ctx: RequestContext, request: DescribeClusterRequest
                       if ctx.allowed(op, ResourceType.CLUSTER, CLUSTER_NAME)}
     return DescribeClusterResponse(
         throttle_time_ms=0, error_code=Code.NONE, error_message=None,
-        endpoint_type=_BROKER_ENDPOINT, cluster_id=services.cluster_id or "",
+        endpoint_type=_BROKER_ENDPOINT, cluster_id=services.current_cluster_id() or "",
         controller_id=services.admin.controller_id,
-        brokers=[_Broker(broker_id=node_id, host=address.host, port=address.port, rack=None)
+        brokers=[_Broker(broker_id=node_id, host=address.host, port=address.port,
+                          rack=services.broker_rack(node_id))
                  for node_id, address in sorted(services.broker_addresses().items())],
         authorized_operations=operations)

@@ -172,11 +172,17 @@ async def _coordinator(ctx: RequestContext, key_type: int,
             return Code.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, None, _NO_NODE
         if not key:
             return Code.INVALID_REQUEST, "a transactional id must not be empty", _NO_NODE
-        # The transaction coordinator keeps every transactional id in this server's one state
-        # log (server/transactions): this server is its coordinator.
-        node_id = services.settings.node_id if services.settings.cluster else (
-            SINGLE_SERVER_NODE_ID)
-        return _node(ctx, node_id)
+        if not services.settings.cluster:
+            # One server keeps every transactional id in its one state log
+            # (server/transactions): it is their coordinator.
+            return _node(ctx, SINGLE_SERVER_NODE_ID)
+        # A cluster: the leader of the id's state partition (server/transaction_service/).
+        try:
+            found = await services.transactions.find_coordinator(key)
+        except Exception as exc:  # the topic cannot be made now, no leader, shutting down
+            return code_of(exc), message_of(exc), _NO_NODE
+        assert found.node_id is not None
+        return _node(ctx, found.node_id)
     if key_type != _KEY_TYPE_GROUP:
         return Code.INVALID_REQUEST, f"unknown coordinator key type {key_type}", _NO_NODE
     if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, key):

@@ -25,6 +25,9 @@ partition's leader, leader epoch, replicas and ISR), which this module translate
   listener is LEADER_NOT_AVAILABLE with leader -1, as Kafka's for a leader without an endpoint
   on the listener (``core/src/main/scala/kafka/server/metadata/KRaftMetadataCache.scala``,
   ``getPartitionMetadata``); ``offline_replicas`` are the replicas without one.
+* The cluster id (v2+): a cluster's, from etcd (server/cluster/cluster_id.py), the same from
+  every server, null before this server joined; a single server's meta.properties cluster.id
+  (``KafkaServices.current_cluster_id``).
 * Topic ids (v10+) are the zero UUID: this server names topics only, and serves the versions
   of Fetch and Produce that name them (docs/kafka-protocol.md).
 """
@@ -97,9 +100,10 @@ async def metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataRes
         topics.sort(key=lambda topic: order[topic.name])
     return MetadataResponse(
         throttle_time_ms=0,
-        brokers=[_Broker(node_id=node_id, host=address.host, port=address.port, rack=None)
+        brokers=[_Broker(node_id=node_id, host=address.host, port=address.port,
+                          rack=services.broker_rack(node_id))
                  for node_id, address in sorted(brokers.items())],
-        cluster_id=services.cluster_id,
+        cluster_id=services.current_cluster_id(),
         controller_id=controller_id,
         topics=topics,
     )

@@ -31,8 +31,10 @@ Rules kept from KafkaApis:
 * Clients older than PRODUCER_FENCED (InitProducerId < 4, AddPartitionsToTxn, AddOffsetsToTxn
   and EndTxn < 2) are told INVALID_PRODUCER_EPOCH instead; TxnOffsetCommit < 2 is told
   COORDINATOR_NOT_AVAILABLE for COORDINATOR_LOAD_IN_PROGRESS (KAFKA-7296).
-* In cluster mode the coordinator refuses every transactional id (INVALID_REQUEST: the state
-  log is one server's, docs/cluster.md); idempotent producers get cluster-wide producer ids.
+* In cluster mode ``ctx.services.transactions`` is the cluster's (server/transaction_service/):
+  a transactional id is served by the leader of its state partition (NOT_COORDINATOR
+  elsewhere, COORDINATOR_LOAD_IN_PROGRESS while it loads; docs/cluster.md, "Transactions");
+  idempotent producers get cluster-wide producer ids.
 
 These responses have no error message field: a refusal's reason is logged at INFO for the
 requests a client cannot get right by retrying (at most :data:`REFUSALS_LOGGED_PER_S` lines a

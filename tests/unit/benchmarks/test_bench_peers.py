@@ -16,16 +16,16 @@ PROJECT_ROOT = Path(__file__).resolve().parents[3]
 if str(PROJECT_ROOT) not in sys.path:
     sys.path.insert(0, str(PROJECT_ROOT))
 
-from benchmarks.bench_peers import (  # noqa: E402
+from benchmarks.bench_peers import format_ratio  # noqa: E402
+from benchmarks.peer_harness import (  # noqa: E402
     Measurement,
-    _last_batch_start,
-    format_ratio,
     format_rfc3339_ns,
     percentile,
     rfc3339_ns,
     rotation,
     server_cpu_delta_s,
 )
+from benchmarks.peer_systems import _last_batch_start  # noqa: E402
 
 
 def nearest_rank(values: list[float], fraction: float) -> float:

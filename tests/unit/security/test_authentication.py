@@ -192,7 +192,7 @@ def test_modes_agree_with_the_settings() -> None:
     ({"authentication_credentials_file": "c.json"}, "TLS is off"),
     ({"authentication_anonymous": "maybe"}, "authentication_anonymous"),
     ({"reflection_open": "perhaps"}, "true or false"),
-    ({"kafka_sasl_mechanisms": "PLAIN,SCRAM-SHA-512"}, "SCRAM-SHA-256 keys only"),
+    ({"kafka_sasl_mechanisms": "PLAIN,SCRAM-SHA-1"}, "'SCRAM-SHA-1' is not offered"),
     ({"kafka_sasl_mechanisms": "GSSAPI"}, "'GSSAPI' is not offered"),
 ])
 def test_security_settings_refused(overrides: dict[str, str], message: str) -> None:
@@ -303,3 +303,19 @@ async def test_a_reload_invalidates_identities_of_removed_or_changed_entries(exe
     assert authenticator.still_valid(anonymous)
     authenticator.replace_credentials(None)
     assert not authenticator.still_valid(identities["alice"])
+
+
+def test_a_reload_invalidates_a_scram_sha_512_identity_whose_credential_changed(executor) -> None:
+    """A Kafka SCRAM-SHA-512 exchange's identity names the user's SHA-512 credential: valid
+    while that credential is in the file, unchanged (a SHA-256-only entry is not it)."""
+    store = CredentialFile().with_user("alice", "pw", ITERATIONS_MIN)
+    authenticator = Authenticator(store, anonymous_allowed=False, executor=executor,
+                                  cache_entries_max=100)
+    identity = CallIdentity(Principal.user("alice"), "10.0.0.1", "password",
+                            ("SCRAM-SHA-512", "alice", store.users_sha512["alice"]))
+    assert authenticator.still_valid(identity)
+    authenticator.replace_credentials(store.with_user("alice", "pw", ITERATIONS_MIN))
+    assert not authenticator.still_valid(identity)
+    sha_256_only = CredentialFile(store.users)  # as a file from before SHA-512 credentials
+    authenticator.replace_credentials(sha_256_only)
+    assert not authenticator.still_valid(identity)

@@ -27,6 +27,7 @@ from stratalog.server.security.acls import (
 from stratalog.server.security.authorizer import (
     REPLICATION_RULES,
     RULES,
+    TRANSACTION_MARKERS_RULES,
     Authorizer,
     Decider,
     rule_for,
@@ -35,7 +36,7 @@ from stratalog.server.security.errors import AclLimitError, InvalidAclError, Not
 from stratalog.server.security.principal import CallIdentity, Principal
 from stratalog.server.storage.errors import InvalidTopicError
 from stratalog.v1 import broker_pb2 as pb
-from stratalog.v1 import replication_pb2
+from stratalog.v1 import replication_pb2, transaction_markers_pb2
 
 Op = AclOperation
 TOPIC, CLUSTER, TXN = ResourceType.TOPIC, ResourceType.CLUSTER, ResourceType.TRANSACTIONAL_ID
@@ -97,6 +98,12 @@ RPC_CASES: dict[str, tuple[Callable[[], Any], list[AclBinding] | None]] = {
     "DescribeTransaction": (lambda: pb.DescribeTransactionRequest(transactional_id="app-1"),
                             [grant(TXN, "app-1", Op.DESCRIBE)]),
     "CreateAcls": (lambda: pb.CreateAclsRequest(), [grant(CLUSTER, CLUSTER_NAME, Op.ALTER)]),
+    "ElectLeaders": (lambda: pb.ElectLeadersRequest(), [grant(CLUSTER, CLUSTER_NAME, Op.ALTER)]),
+    "AlterPartitionReassignments": (lambda: pb.AlterPartitionReassignmentsRequest(),
+                                    [grant(CLUSTER, CLUSTER_NAME, Op.ALTER)]),
+    "ListPartitionReassignments": (lambda: pb.ListPartitionReassignmentsRequest(),
+                                   [grant(CLUSTER, CLUSTER_NAME, Op.DESCRIBE)]),
+    "DrainBroker": (lambda: pb.DrainBrokerRequest(), [grant(CLUSTER, CLUSTER_NAME, Op.ALTER)]),
     "DeleteAcls": (lambda: pb.DeleteAclsRequest(), [grant(CLUSTER, CLUSTER_NAME, Op.ALTER)]),
     "DescribeAcls": (lambda: pb.DescribeAclsRequest(),
                      [grant(CLUSTER, CLUSTER_NAME, Op.DESCRIBE)]),
@@ -523,3 +530,18 @@ def test_the_decision_cache_is_bounded_in_bytes(tmp_path: Path) -> None:
     authorizer.authorize(ALICE, Op.WRITE, TXN, "t" * (2 << 20))
     authorizer.check()
     assert ALICE.principal  # the identity is unchanged by any of it
+
+
+def test_the_transaction_markers_service_needs_cluster_action(tmp_path: Path) -> None:
+    service = transaction_markers_pb2.DESCRIPTOR.services_by_name["TransactionMarkers"]
+    assert set(TRANSACTION_MARKERS_RULES) == {m.name for m in service.methods}, (
+        "a TransactionMarkers RPC without a rule is refused")
+    for name in TRANSACTION_MARKERS_RULES:
+        rule = rule_for(f"/stratalog.v1.TransactionMarkers/{name}")
+        assert rule is TRANSACTION_MARKERS_RULES[name]
+        request = transaction_markers_pb2.WriteTxnMarkersRequest(producer_id=1)
+        with pytest.raises(NotAuthorizedError, match="CLUSTER_ACTION"):
+            rule.check(Decider(authorizer_with(tmp_path), ALICE), request)  # type: ignore[misc]
+        rule.check(Decider(authorizer_with(tmp_path, grant(CLUSTER, CLUSTER_NAME,
+                                                           Op.CLUSTER_ACTION)), ALICE),
+                   request)  # type: ignore[misc]

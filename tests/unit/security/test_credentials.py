@@ -1,4 +1,5 @@
-"""The credential file: SCRAM-SHA-256 secrets, the JSON format, its checks and atomic saves."""
+"""The credential file: SCRAM-SHA-256 and SCRAM-SHA-512 secrets, the JSON format, its checks
+and atomic saves."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import pytest
 
 from stratalog.server.security.credentials import (
     ITERATIONS_MIN,
+    SCRAM_SHA_256,
+    SCRAM_SHA_512,
     CredentialFile,
     ScramSecret,
     check_user_name,
@@ -32,6 +35,45 @@ def test_secret_is_rfc5802_stored_key_and_server_key() -> None:
     assert secret.verify("pencil")
     assert not secret.verify("pencil ")
     assert not secret.verify("")
+
+
+def test_sha_512_secret_is_rfc5802_with_sha_512() -> None:
+    salt = b"0123456789abcdef"
+    secret = ScramSecret.derive("pencil", 4096, salt, SCRAM_SHA_512)
+    salted = hashlib.pbkdf2_hmac("sha512", b"pencil", salt, 4096)
+    client_key = hmac.new(salted, b"Client Key", hashlib.sha512).digest()
+    assert secret.stored_key == hashlib.sha512(client_key).digest()
+    assert secret.server_key == hmac.new(salted, b"Server Key", hashlib.sha512).digest()
+    assert len(secret.stored_key) == 64 and secret.verify("pencil")
+    assert secret.to_json()["mechanism"] == "SCRAM-SHA-512"
+
+
+def test_a_user_gets_a_credential_per_mechanism_each_with_its_salt(tmp_path: Path) -> None:
+    store = CredentialFile().with_user("alice", "pw", ITERATIONS_MIN)
+    sha256 = store.scram_secret("alice", SCRAM_SHA_256)
+    sha512 = store.scram_secret("alice", SCRAM_SHA_512)
+    assert sha256 is store.users["alice"] and sha512 is store.users_sha512["alice"]
+    assert sha512.mechanism is SCRAM_SHA_512 and sha512.salt != sha256.salt
+    assert sha512.verify("pw") and sha512.iterations == ITERATIONS_MIN
+    path = tmp_path / "creds.json"
+    store.save(path)
+    entry = json.loads(path.read_text())["users"]["alice"]
+    assert entry["mechanism"] == "SCRAM-SHA-256"  # what a server of version 1 reads
+    assert entry["scram_sha_512"]["mechanism"] == "SCRAM-SHA-512"
+    assert CredentialFile.load(path) == store
+    assert store.without_user("alice").users_sha512 == {}
+    assert store.scram_secret("nobody", SCRAM_SHA_512) is None
+
+
+def test_a_file_with_sha_256_credentials_only_keeps_working() -> None:
+    """A file written before SCRAM-SHA-512 credentials were stored (entries without
+    scram_sha_512): its users' passwords check, and they have no SHA-512 credential."""
+    old = CredentialFile.parse(_document(), "old.json")
+    assert old.verify_password("alice", "pw") == Principal.user("alice")
+    assert old.scram_secret("alice", SCRAM_SHA_256) is not None
+    assert old.scram_secret("alice", SCRAM_SHA_512) is None
+    renewed = old.with_user("alice", "pw2", ITERATIONS_MIN)  # setting the password again
+    assert renewed.scram_secret("alice", SCRAM_SHA_512) is not None
 
 
 def test_each_derivation_has_its_own_salt() -> None:
@@ -91,6 +133,13 @@ def _document(**changes: object) -> bytes:
     (_document(users={"alice": {**ScramSecret.derive("p", 4096).to_json(),
                                 "stored_key": base64.b64encode(b"short").decode()}}),
      "stored_key must be base64 of 32 bytes"),
+    (_document(users={"alice": {**ScramSecret.derive("p", 4096).to_json(),
+                                "scram_sha_512": ScramSecret.derive("p", 4096).to_json()}}),
+     "user 'alice' scram_sha_512: mechanism must be 'SCRAM-SHA-512'"),
+    (_document(users={"alice": {**ScramSecret.derive("p", 4096).to_json(), "scram_sha_512": {
+        **ScramSecret.derive("p", 4096, mechanism=SCRAM_SHA_512).to_json(),
+        "server_key": base64.b64encode(b"x" * 32).decode()}}}),
+     "server_key must be base64 of 64 bytes"),
     (_document(tokens={"XYZ": {}}), "12 lower-case hex"),
     (_document(tokens={"0123456789ab": {"mechanism": "SCRAM-SHA-256"}}), "principal"),
 ])
@@ -130,9 +179,11 @@ def test_every_check_costs_the_files_largest_iteration_count(monkeypatch) -> Non
     rounds: list[int] = []
     real = module._salted_password
 
-    def counting(password: bytes, salt: bytes, iterations: int) -> bytes:
+    def counting(password: bytes, salt: bytes, iterations: int,
+                 hash_name: str = "sha256") -> bytes:
+        assert hash_name == "sha256"  # passwords are checked against the SHA-256 credential
         rounds.append(iterations)
-        return real(password, salt, iterations)
+        return real(password, salt, iterations, hash_name)
 
     file = (CredentialFile().with_user("cheap", "pw", iterations=4096)
             .with_user("dear", "pw", iterations=20_000))

@@ -1,5 +1,6 @@
-"""SCRAM-SHA-256's server side (server/security/scram.py): RFC 7677's example exchange byte for
-byte, kafka-python's SCRAM client as an independent client, and every refusal."""
+"""SCRAM's server side (server/security/scram.py): RFC 7677's example exchange byte for byte,
+kafka-python's SCRAM client as an independent client of SCRAM-SHA-256 and SCRAM-SHA-512, and
+every refusal."""
 
 from __future__ import annotations
 
@@ -11,7 +12,13 @@ import types
 import pytest
 from kafka.net.sasl.scram import ScramClient
 
-from stratalog.server.security.credentials import CredentialFile, ScramSecret
+from stratalog.server.security.credentials import (
+    SCRAM_SHA_256,
+    SCRAM_SHA_512,
+    CredentialFile,
+    ScramMechanism,
+    ScramSecret,
+)
 from stratalog.server.security.scram import MESSAGE_BYTES_MAX, ScramError, ScramServerExchange
 
 
@@ -41,10 +48,11 @@ def test_rfc_7677_example_exchange() -> None:
     assert exchange.entry is credentials.users["user"]
 
 
-def _run(credentials: CredentialFile, user: str, password: str) -> ScramServerExchange:
+def _run(credentials: CredentialFile, user: str, password: str,
+         mechanism: ScramMechanism = SCRAM_SHA_256) -> ScramServerExchange:
     """An exchange driven by kafka-python's ScramClient, which checks the server's signature."""
-    client = ScramClient(user, password, "SCRAM-SHA-256")
-    exchange = ScramServerExchange(credentials, _derived)
+    client = ScramClient(user, password, mechanism.name)
+    exchange = ScramServerExchange(credentials, _derived, mechanism=mechanism)
     client.process_server_first_message(exchange.step(client.first_message()))
     server_final = exchange.step(client.final_message())
     if not exchange.failed:
@@ -56,6 +64,27 @@ def test_kafka_pythons_client_authenticates_and_checks_the_server() -> None:
     credentials = _file(alice=ScramSecret.derive("secret", 4096))
     exchange = _run(credentials, "alice", "secret")
     assert str(exchange.principal) == "User:alice"
+
+
+def test_sha_512_against_kafka_pythons_client() -> None:
+    credentials = CredentialFile().with_user("alice", "secret", 4096)
+    exchange = _run(credentials, "alice", "secret", SCRAM_SHA_512)
+    assert str(exchange.principal) == "User:alice"
+    assert exchange.entry is credentials.users_sha512["alice"]
+    # The SHA-256 exchange of the same user checks its other credential.
+    assert _run(credentials, "alice", "secret").entry is credentials.users["alice"]
+    assert _run(credentials, "alice", "wrong", SCRAM_SHA_512).failed
+
+
+def test_a_user_without_a_sha_512_credential_fails_as_an_unknown_user_does() -> None:
+    """A file from before SHA-512 credentials: the exchange is challenged (a decoy of the
+    mechanism's key size) and fails at the proof; only lacks_credential tells the log why."""
+    credentials = _file(alice=ScramSecret.derive("secret", 4096))
+    lacking = _run(credentials, "alice", "secret", SCRAM_SHA_512)
+    assert lacking.failed and lacking.principal is None and lacking.lacks_credential
+    unknown = _run(credentials, "nobody", "secret", SCRAM_SHA_512)
+    assert unknown.failed and not unknown.lacks_credential
+    assert not _run(credentials, "alice", "secret").lacks_credential
 
 
 @pytest.mark.parametrize(("user", "password"), [("alice", "wrong"), ("nobody", "secret")])

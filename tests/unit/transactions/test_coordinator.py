@@ -215,9 +215,11 @@ def test_an_expected_producer_bumps_its_own_epoch_and_a_stale_one_is_fenced(
         reopened.close()
 
 
-def test_cluster_mode_gives_node_ids_and_refuses_transactional_ids(
+def test_a_cluster_servers_own_coordinator_gives_node_ids_and_refuses_transactional_ids(
     tmp_path, markers, clock,
 ) -> None:
+    # In a cluster, transactional ids are the state partitions' coordinators'
+    # (test_partition_coordinator.py); this server's own one hands out producer ids.
     coordinator = TransactionCoordinator.open([tmp_path], markers, time_ms=clock,
                                               cluster_node_id=3)
     try:
@@ -231,7 +233,7 @@ def test_cluster_mode_gives_node_ids_and_refuses_transactional_ids(
         ]
         for refusal in refusals:
             with pytest.raises(TransactionsNotSupportedError,
-                               match="not supported in cluster mode yet"):
+                               match="hands out producer ids only"):
                 refusal()
         assert coordinator.state_manager.transactions() == []
     finally:
@@ -635,7 +637,8 @@ def test_requests_before_load_and_after_close(tmp_path, markers) -> None:
 
 def test_retriable_flags() -> None:
     retriable = {cls.__name__ for cls in _leaves(TransactionError) if cls.retriable}
-    assert retriable == {"ConcurrentTransactionsError", "CoordinatorLoadInProgressError"}
+    assert retriable == {"ConcurrentTransactionsError", "CoordinatorLoadInProgressError",
+                         "NotCoordinatorError", "CoordinatorNotAvailableError"}
 
 
 def _leaves(cls: type) -> list[type]:

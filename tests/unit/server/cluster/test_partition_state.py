@@ -54,14 +54,6 @@ def test_a_topic_assignment_that_is_not_ours_decodes_to_none(value: bytes) -> No
     assert TopicAssignment.decode(value) is None
 
 
-def test_round_robin_spreads_leaders_and_never_repeats_a_broker() -> None:
-    replicas = TopicAssignment.round_robin(6, 3, [3, 1, 2])
-    assert replicas[0] == (1, 2, 3)
-    assert replicas[1] == (2, 3, 1)
-    assert [nodes[0] for nodes in replicas.values()] == [1, 2, 3, 1, 2, 3]
-    assert all(len(set(nodes)) == 3 for nodes in replicas.values())
-
-
 def test_partition_keys_parse_back_and_others_do_not() -> None:
     keys = ClusterKeys("/stratalog")
     assert keys.parse_partition_key(keys.partition("orders-eu", 12)) == ("orders-eu", 12)
