@@ -59,6 +59,7 @@ from stratalog.server.storage.errors import (
     InvalidTopicError,
     LogClosedError,
     OffsetOutOfRangeError,
+    UnknownTopicOrPartitionError,
 )
 from stratalog.server.storage.fetch_isolation import SlicedWalk
 from stratalog.server.storage.log_manager import SERVER_WRITTEN_TOPICS
@@ -380,6 +381,26 @@ class ReplicaManager:
                 " group RPCs (OffsetCommit, DeleteGroups)"
             )
 
+    def check_partition_exists(self, topic: str, partition: int) -> None:
+        """That ``topic``-``partition`` exists (Kafka's KafkaApis asks its metadata cache): in
+        cluster mode as the cluster view has it, wherever its replicas are (this server may
+        hold none), else this server's logs (a single server's, or a topic held only here).
+        O(1), no I/O.
+
+        Raises:
+            UnknownTopicOrPartitionError: no such topic or partition.
+        """
+        node = self.cluster_node
+        if node is not None:
+            assignment = node.view.topics.get(topic)
+            if assignment is not None:
+                if partition not in assignment.replicas:
+                    raise UnknownTopicOrPartitionError(
+                        f"topic {topic} has partitions 0 .. {assignment.partition_count - 1};"
+                        f" there is no partition {partition}")
+                return
+        self.log_manager.get_log(topic, partition)
+
     # ---------------------------------------------------------------- appends
 
     async def append_records(
@@ -669,7 +690,7 @@ class ReplicaManager:
         offset: int,
         max_bytes: int,
         isolation_level: IsolationLevel,
-    ) -> FetchedBatches:
+    ) -> FetchedBatches | SlicedWalk:
         """One read at ``offset``: on the loop when small (:meth:`reads_inline`), else in the
         executor."""
         if self.reads_inline(partition_log, offset, max_bytes):

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from stratalog.server.security.quotas import QuotaManager
     from stratalog.server.settings import Address, Settings
     from stratalog.server.storage.log_manager import LogManager
+    from stratalog.server.transaction_service import ClusterTransactions
     from stratalog.server.transactions import TransactionCoordinator
 
 __all__ = ["ConnectionState", "KafkaServices", "RequestContext"]
@@ -45,7 +46,9 @@ class KafkaServices:
     replicas: ReplicaManager
     log_manager: LogManager
     groups: GroupService
-    transactions: TransactionCoordinator
+    #: A single server's coordinator, or in cluster mode the replicated coordinators'
+    #: front (server/transaction_service/), which answers the same calls.
+    transactions: TransactionCoordinator | ClusterTransactions
     settings: Settings
     metrics: ServerMetrics
     executor: Executor

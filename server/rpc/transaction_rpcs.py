@@ -76,7 +76,7 @@ class TransactionRpcs(RpcBase):
                 )
             # Only existing partitions join a transaction (Kafka answers
             # UNKNOWN_TOPIC_OR_PARTITION): a marker could never be written to another.
-            self._log_manager.get_log(topic, item.partition)
+            self._replicas.check_partition_exists(topic, item.partition)
             partitions.append((topic, item.partition))
         await self._blocking(
             self._coordinator.add_partitions_to_txn,

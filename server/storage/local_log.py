@@ -660,7 +660,8 @@ class LocalLog:
         it (unlinking a large file can take milliseconds, and appends wait for the lock)."""
         if not self._pending_deletes:
             return []
-        due, remaining = [], []
+        due: list[tuple[int, Segment]] = []
+        remaining: list[tuple[int, Segment]] = []
         for due_ms, segment in self._pending_deletes:
             (due if due_ms <= now_ms else remaining).append((due_ms, segment))
         self._pending_deletes = remaining

@@ -212,7 +212,9 @@ class PartitionLog:
         # collector's reach: server/garbage_collector.py).
         this = weakref.ref(self)
 
-        def log_start_offset() -> int:
+        # Named apart from the argument log_start_offset above: a second binding of one local
+        # name with another type is refused by both mypyc and Cython.
+        def current_log_start_offset() -> int:
             partition_log = this()
             assert partition_log is not None, "called by a method of the log"
             return partition_log._log_start_offset
@@ -257,7 +259,7 @@ class PartitionLog:
             producer_state,
             leader_epoch_cache,
             time_ms,
-            log_start_offset,
+            current_log_start_offset,
             flush_scheduler,
         )
         # Every produce's path goes straight to the writer: these instance attributes are the

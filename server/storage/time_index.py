@@ -278,7 +278,8 @@ class TimeIndex(Index):
 
 
 def _read_timestamp(mm: mmap.mmap, slot: int) -> int:
-    return TIME_INDEX_TIMESTAMP.read(mm, slot * _ENTRY_SIZE)
+    # An mmap is a buffer, which entry_field's Buffer alias does not name.
+    return TIME_INDEX_TIMESTAMP.read(mm, slot * _ENTRY_SIZE)  # type: ignore[arg-type]
 
 
 def _slot_of(mm: mmap.mmap, slot: int) -> int:

@@ -153,3 +153,37 @@ def test_the_sync_client_finds_each_ids_coordinator(start_member):
             client.add_partitions_to_txn(transactional_id, producer_id, epoch, [(topic, 0)])
             client.end_txn(transactional_id, producer_id, epoch, commit=True)
             assert client.describe_transaction(transactional_id).state == "CompleteCommit"
+
+
+async def test_partitions_a_coordinator_does_not_hold_join_its_transactions(start_member):
+    """AddPartitionsToTxn asks the cluster's view, not the coordinator's disk: a partition
+    whose only replica is on another server (the coordinator holds no log of its topic) joins;
+    one that does not exist is refused."""
+    from stratalog.client.errors import UnknownTopicOrPartitionError
+
+    servers = start_cluster(lambda node, *flags: start_member(node, *flags, *TXN_FLAGS))
+    topic = f"one-copy-{uuid.uuid4().hex[:8]}"
+    async with Client(",".join(s.target for s in servers.values())) as client:
+        await init(client, "probe")  # the first request makes the state topic
+        wait_for(lambda: set(state_leaders(servers[1]).values()) == set(servers),
+                 "the state topic's partitions led by the three servers")
+        await client.create_topic(topic, 1, replication_factor=1)
+        wait_for(lambda: [p.leader for t in metadata(servers[1], topic).topics
+                          for p in t.partitions if p.leader > 0], "the topic has a leader")
+        (holder,) = [p.leader for t in metadata(servers[1], topic).topics for p in t.partitions]
+        state = state_leaders(servers[1])
+        transactional_id = next(
+            name for name in (f"elsewhere-{i}" for i in range(200))
+            if state[partition_for_transactional_id(name, STATE_PARTITIONS)] != holder)
+        producer_id, epoch = await init(client, transactional_id)
+        await client.add_partitions_to_txn(transactional_id, producer_id, epoch, [(topic, 0)])
+        await client.end_txn(transactional_id, producer_id, epoch, commit=True)
+        assert (await client.describe_transaction(transactional_id)).state == "CompleteCommit"
+        producer_id, epoch = await init(client, transactional_id)
+        try:
+            await client.add_partitions_to_txn(transactional_id, producer_id, epoch,
+                                               [(topic, 7)])
+        except UnknownTopicOrPartitionError as exc:
+            assert "there is no partition 7" in str(exc)
+        else:
+            raise AssertionError("a partition that does not exist joined a transaction")

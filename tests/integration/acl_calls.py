@@ -217,6 +217,28 @@ def rpc_calls(stub: broker_pb2_grpc.BrokerStub) -> list[tuple[str, Callable[[], 
             timeout=t)),
         ("DeleteGroups", lambda: stub.DeleteGroups(pb.DeleteGroupsRequest(group_ids=["grp"]),
                                                    timeout=t)),
+        # Cluster administration (issue 29): on a single server each is authorized first,
+        # then answers that there is nothing to do (or, DrainBroker, refuses).
+        ("ElectLeaders", lambda: stub.ElectLeaders(pb.ElectLeadersRequest(), timeout=t)),
+        ("AlterPartitionReassignments", lambda: stub.AlterPartitionReassignments(
+            pb.AlterPartitionReassignmentsRequest(partitions=[pb.PartitionReassignmentTarget(
+                topic="orders", partition=0, replicas=[0])]), timeout=t)),
+        ("ListPartitionReassignments", lambda: stub.ListPartitionReassignments(
+            pb.ListPartitionReassignmentsRequest(), timeout=t)),
+        ("DrainBroker", lambda: _single_server_refusal(
+            lambda: stub.DrainBroker(pb.DrainBrokerRequest(node_id=0), timeout=t))),
     ]
+
+
+def _single_server_refusal(call: Callable[[], Any]) -> Any:
+    """``call``'s answer; a single server's refusal of what needs a cluster (which it gives
+    only to a caller it authorized) as the refusal's message: authorized, nothing done."""
+    try:
+        return call()
+    except grpc.RpcError as exc:
+        error = from_rpc_error(exc)
+        if "cluster mode only" in error.message and exc.code() == grpc.StatusCode.INVALID_ARGUMENT:
+            return error.message
+        raise
 
 

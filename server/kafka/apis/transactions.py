@@ -74,6 +74,7 @@ from stratalog.server.kafka.apis.registry import kafka_api
 from stratalog.server.kafka.context import RequestContext
 from stratalog.server.kafka.error_codes import Code, code_of, message_of
 from stratalog.server.security.acls import CLUSTER_NAME, AclOperation, ResourceType
+from stratalog.server.storage.errors import UnknownTopicOrPartitionError
 from stratalog.server.storage.log_manager import INTERNAL_TOPICS, SERVER_WRITTEN_TOPICS
 from stratalog.server.transactions import ProducerIdAndEpoch
 from stratalog.server.transactions.transaction_metadata import (
@@ -162,7 +163,6 @@ async def add_partitions_to_txn(ctx: RequestContext, request: AddPartitionsToTxn
     if not ctx.allowed(_Op.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
         return _partitions_answer(
             {tp: Code.TRANSACTIONAL_ID_AUTHORIZATION_FAILED for tp in requested})
-    log_manager = ctx.services.log_manager
     writable: dict[str, bool] = {}
     refused: dict[TopicPartition, int] = {}
     for topic, partition in requested:
@@ -175,8 +175,8 @@ async def add_partitions_to_txn(ctx: RequestContext, request: AddPartitionsToTxn
         try:
             # Only existing partitions join a transaction: a marker could never be written to
             # another (Kafka's KafkaApis asks its metadata cache).
-            log_manager.get_log(topic, partition)
-        except Exception:
+            ctx.services.replicas.check_partition_exists(topic, partition)
+        except UnknownTopicOrPartitionError:
             refused[(topic, partition)] = Code.UNKNOWN_TOPIC_OR_PARTITION
     if refused:
         return _partitions_answer({tp: refused.get(tp, _OPERATION_NOT_ATTEMPTED)
