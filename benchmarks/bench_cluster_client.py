@@ -12,10 +12,11 @@ temporary log directory, and measures, in this one client process, through a
   throughput    ``Producer.send_many()`` of ``--records`` 100-byte records to one partition:
                 replication factor 3 with acks=all (min.insync.replicas=2) against replication
                 factor 1 with acks=1 (the baseline: no replication, nothing waited for), in
-                alternating order, ``--runs`` times each, median records/s; goal >= 50%
-  latency       one record at a time (``--latency-records``), acks=all against acks=1, both to
-                the RF=3 topic: the time from ``send()`` to the acknowledgement, and end to end,
-                to a following Consumer's delivery (consumers read below the high watermark, so
+                alternating order, ``--runs`` times each, median records/s; goal >= 50%. Each
+                topic first gets one acks=all record, untimed: the followers have found it
+  latency       one record at a time (``--latency-records``, in chunks of 50 taking turns),
+                acks=all against acks=1, both to an RF=3 topic: the time from ``send()`` to
+                the acknowledgement, and end to end, to a following Consumer's delivery (consumers read below the high watermark, so
                 an acks=1 record too is seen only once the ISR has it); p50 and p99; goal:
                 acks=all's p99 <= 3x acks=1's
   failover      a producer sends one record at a time (acks=all) to the RF=3 topic; the
@@ -26,12 +27,19 @@ temporary log directory, and measures, in this one client process, through a
 
 The three servers and the client share the machine's cores. Each run uses a fresh topic.
 
+Before/after in one run: ``--compare-python PATH`` starts a second cluster (its own etcd and
+three servers) with another interpreter's stratalog (``PATH -m stratalog.server``, e.g. the
+tree before a change: another checkout's ``.venv/bin/python``), both up at once, and
+alternates every measurement between the two (the idle one costs only its etcd polls), so the
+machine's other load falls on both alike; it prints both sides' tables and the after/before
+ratios.
+
 It needs the replication of issue 17 (CreateTopic ``replication_factor``, Produce ``acks``,
 Metadata leaders and ISRs): against a server that does not replicate, it stops with a message
 saying what is missing (exit 1) instead of printing figures of something else.
 
 Run: ``.venv/bin/python -m benchmarks.bench_cluster_client [--records 200000] [--runs 3]
-[--latency-records 500] [--failovers 3] [--failover-only]``.
+[--latency-records 500] [--failovers 3] [--failover-only] [--compare-python PATH]``.
 """
 
 from __future__ import annotations
@@ -53,7 +61,7 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from stratalog.client import Client, Consumer, Producer, StratalogError
@@ -144,12 +152,15 @@ class Member:
         self.process.wait()
 
 
-def start_member(cluster_url: str, node_id: int, data_dir: Path) -> Member:
+def start_member(cluster_url: str, node_id: int, data_dir: Path,
+                 python: str = sys.executable) -> Member:
+    # The other side's interpreter must not write its bytecode into its tree.
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
     process = subprocess.Popen(
-        [sys.executable, "-m", "stratalog.server", "--listen", "127.0.0.1:0",
+        [python, "-m", "stratalog.server", "--listen", "127.0.0.1:0",
          "--log-dirs", str(data_dir), "--metrics-port", "-1", "--logging-level", "WARNING",
          "--cluster", cluster_url, "--node-id", str(node_id)],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
     )
     assert process.stdout is not None
     for line in process.stdout:
@@ -160,14 +171,15 @@ def start_member(cluster_url: str, node_id: int, data_dir: Path) -> Member:
 
 
 @contextlib.contextmanager
-def running_cluster(size: int = 3) -> Iterator[list[Member]]:
+def running_cluster(size: int = 3, python: str = sys.executable) -> Iterator[list[Member]]:
     work_dir = Path(tempfile.mkdtemp(prefix="stratalog-bench-replication-"))
     members: list[Member] = []
     try:
         with running_etcd(work_dir) as cluster_url:
             try:
                 for node_id in range(1, size + 1):
-                    members.append(start_member(cluster_url, node_id, work_dir / f"node-{node_id}"))
+                    members.append(start_member(cluster_url, node_id,
+                                                work_dir / f"node-{node_id}", python))
                 yield members
             finally:
                 for member in members:
@@ -298,55 +310,138 @@ def print_table(title: str, rows: list[tuple[str, str]]) -> None:
     print()
 
 
+@dataclass
+class Side:
+    """One cluster of an A/B run: its name, interpreter, targets and figures."""
+
+    name: str
+    python: str
+    targets: list[str] = field(default_factory=list)
+    rf3_rates: list[float] = field(default_factory=list)
+    rf1_rates: list[float] = field(default_factory=list)
+    acked_all: list[float] = field(default_factory=list)
+    e2e_all: list[float] = field(default_factory=list)
+    acked_one: list[float] = field(default_factory=list)
+    e2e_one: list[float] = field(default_factory=list)
+    failover_s: list[float] = field(default_factory=list)
+
+
+async def warm(targets: list[str], topic: str) -> None:
+    """One acks=all record to ``topic``: acknowledged once every replica fetches it, so the
+    timed run measures replication, not the followers finding the new topic (a view poll)."""
+    async with Producer(targets, linger_ms=0, acks="all") as producer:
+        await (await producer.send(topic, b"warm", partition=0))
+
+
+async def measure_throughput(side: Side, run_index: int, values: list[bytes]) -> None:
+    async with Client(side.targets) as client:
+        await create_replicated(client, f"rf3-{run_index}", 3)
+        await create_replicated(client, f"rf1-{run_index}", 1)
+    for name in ("rf3", "rf1"):
+        await warm(side.targets, f"{name}-{run_index}")
+    # Alternating order: the machine's other load falls on both alike.
+    pairs = [("rf3", "all"), ("rf1", "1")]
+    for name, acks in pairs if run_index % 2 == 0 else reversed(pairs):
+        rate = await throughput(side.targets, f"{name}-{run_index}", values, acks)
+        (side.rf3_rates if name == "rf3" else side.rf1_rates).append(rate)
+
+
+#: Records per latency chunk: the sides (and acks=all, acks=1) take turns by chunks, so that
+#: the machine's other load falls on all four alike.
+LATENCY_CHUNK = 50
+
+
+async def measure_latency(sides: list[Side], count: int) -> None:
+    for side in sides:
+        async with Client(side.targets) as client:
+            await create_replicated(client, "latency-all", 3)
+            await create_replicated(client, "latency-one", 3)
+    for start in range(0, count, LATENCY_CHUNK):
+        chunk = min(LATENCY_CHUNK, count - start)
+        turn = start // LATENCY_CHUNK
+        for side in sides if turn % 2 == 0 else list(reversed(sides)):
+            for topic, acks, acked, e2e in (
+                ("latency-all", "all", side.acked_all, side.e2e_all),
+                ("latency-one", "1", side.acked_one, side.e2e_one),
+            ):
+                acked_ms, e2e_ms = await latencies(side.targets, topic, chunk, acks)
+                acked += acked_ms
+                e2e += e2e_ms
+
+
 async def run(args: argparse.Namespace) -> None:
     if args.failover_only:
         print_failovers(await failovers(args.failovers))
         return
     values = make_values(args.records)
-    rf3_rates, rf1_rates = [], []
-    with running_cluster() as members:
-        targets = [m.target for m in members]
-        async with Client(targets) as client:
-            await wait_for_brokers(client, len(members))
-            for run_index in range(args.runs):
-                await create_replicated(client, f"rf3-{run_index}", 3)
-                await create_replicated(client, f"rf1-{run_index}", 1)
-                # Alternating order: the machine's other load falls on both alike.
-                pairs = [("rf3", "all"), ("rf1", "1")]
-                for name, acks in pairs if run_index % 2 == 0 else reversed(pairs):
-                    rate = await throughput(targets, f"{name}-{run_index}", values, acks)
-                    (rf3_rates if name == "rf3" else rf1_rates).append(rate)
-            await create_replicated(client, "latency-all", 3)
-            await create_replicated(client, "latency-one", 3)
-        acked_all, e2e_all = await latencies(targets, "latency-all", args.latency_records, "all")
-        acked_one, e2e_one = await latencies(targets, "latency-one", args.latency_records, "1")
-    failover_s = await failovers(args.failovers)
+    sides = [Side("after" if args.compare_python else "this tree", sys.executable)]
+    if args.compare_python:
+        sides.insert(0, Side("before", args.compare_python))
+    with contextlib.ExitStack() as clusters:
+        for side in sides:
+            side.targets = [m.target for m in clusters.enter_context(
+                running_cluster(python=side.python))]
+            async with Client(side.targets) as client:
+                await wait_for_brokers(client, len(side.targets))
+        for run_index in range(args.runs):
+            order = sides if run_index % 2 == 0 else list(reversed(sides))
+            for side in order:
+                await measure_throughput(side, run_index, values)
+        await measure_latency(sides, args.latency_records)
+    for side in sides:
+        side.failover_s = await failovers(args.failovers, side.python)
+    for side in sides:
+        print_side(side, args.latency_records, len(sides) > 1)
+    if len(sides) > 1:
+        print_comparison(*sides)
 
-    rf3, rf1 = statistics.median(rf3_rates), statistics.median(rf1_rates)
-    print_table("throughput, send_many (median records/s)", [
-        ("RF=3 acks=all", f"{rf3:>12,.0f}  (min {min(rf3_rates):,.0f}, max {max(rf3_rates):,.0f})"),
-        ("RF=1 acks=1", f"{rf1:>12,.0f}  (min {min(rf1_rates):,.0f}, max {max(rf1_rates):,.0f})"),
+
+def print_side(side: Side, latency_records: int, named: bool) -> None:
+    suffix = f" -- {side.name} ({side.python})" if named else ""
+    rf3, rf1 = statistics.median(side.rf3_rates), statistics.median(side.rf1_rates)
+    print_table(f"throughput, send_many (median records/s){suffix}", [
+        ("RF=3 acks=all", f"{rf3:>12,.0f}  (min {min(side.rf3_rates):,.0f}, max "
+                          f"{max(side.rf3_rates):,.0f})"),
+        ("RF=1 acks=1", f"{rf1:>12,.0f}  (min {min(side.rf1_rates):,.0f}, max "
+                        f"{max(side.rf1_rates):,.0f})"),
         ("RF=3 acks=all / RF=1 acks=1 (goal >= 0.50)", f"{rf3 / rf1:>12.2f}"),
     ])
     rows = []
-    for name, acked, e2e in (("acks=all", acked_all, e2e_all), ("acks=1", acked_one, e2e_one)):
+    for name, acked, e2e in (("acks=all", side.acked_all, side.e2e_all),
+                             ("acks=1", side.acked_one, side.e2e_one)):
         rows.append((f"{name} ack p50 / p99 ms",
                      f"{percentile(acked, 0.5):>8.2f} / {percentile(acked, 0.99):.2f}"))
         rows.append((f"{name} end-to-end p50 / p99 ms",
                      f"{percentile(e2e, 0.5):>8.2f} / {percentile(e2e, 0.99):.2f}"))
     rows.append(("ack p99 acks=all / acks=1 (goal <= 3)",
-                 f"{percentile(acked_all, 0.99) / percentile(acked_one, 0.99):>8.2f}"))
+                 f"{percentile(side.acked_all, 0.99) / percentile(side.acked_one, 0.99):>8.2f}"))
     rows.append(("end-to-end p99 acks=all / acks=1 (goal <= 3)",
-                 f"{percentile(e2e_all, 0.99) / percentile(e2e_one, 0.99):>8.2f}"))
-    print_table(f"latency, one record at a time ({args.latency_records} records, RF=3)", rows)
-    print_failovers(failover_s)
+                 f"{percentile(side.e2e_all, 0.99) / percentile(side.e2e_one, 0.99):>8.2f}"))
+    print_table(f"latency, one record at a time ({latency_records} records, RF=3){suffix}",
+                rows)
+    print_failovers(side.failover_s, suffix)
 
 
-async def failovers(count: int) -> list[float]:
-    """:func:`failover` ``count`` times, each in a fresh cluster."""
+def print_comparison(before: Side, after: Side) -> None:
+    def ratio(after_value: float, before_value: float) -> str:
+        return f"{after_value / before_value:>8.2f}"
+
+    median = statistics.median
+    print_table("after / before", [
+        ("RF=3 acks=all records/s", ratio(median(after.rf3_rates), median(before.rf3_rates))),
+        ("RF=1 acks=1 records/s", ratio(median(after.rf1_rates), median(before.rf1_rates))),
+        ("acks=all ack p99", ratio(percentile(after.acked_all, 0.99),
+                                   percentile(before.acked_all, 0.99))),
+        ("acks=all end-to-end p99", ratio(percentile(after.e2e_all, 0.99),
+                                          percentile(before.e2e_all, 0.99))),
+    ])
+
+
+async def failovers(count: int, python: str = sys.executable) -> list[float]:
+    """:func:`failover` ``count`` times, each in a fresh cluster (servers run by ``python``)."""
     failover_s = []
     for index in range(count):
-        with running_cluster() as members:
+        with running_cluster(python=python) as members:
             targets = [m.target for m in members]
             async with Client(targets) as client:
                 await wait_for_brokers(client, len(members))
@@ -354,8 +449,10 @@ async def failovers(count: int) -> list[float]:
     return failover_s
 
 
-def print_failovers(failover_s: list[float]) -> None:
-    print_table("failover: SIGKILL of the leader to the first acknowledged send (s)", [
+def print_failovers(failover_s: list[float], suffix: str = "") -> None:
+    if not failover_s:
+        return
+    print_table(f"failover: SIGKILL of the leader to the first acknowledged send (s){suffix}", [
         ("each", ", ".join(f"{s:.2f}" for s in failover_s)),
         ("median (goal <= 5 s)", f"{statistics.median(failover_s):.2f}"),
         ("max (issue 24: every kill <= 5 s)", f"{max(failover_s):.2f}"),
@@ -370,6 +467,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--failovers", type=int, default=3)
     parser.add_argument("--failover-only", action="store_true",
                         help="measure the failovers only (no throughput or latency runs)")
+    parser.add_argument("--compare-python", metavar="PATH",
+                        help="also run a cluster with this interpreter's stratalog (the"
+                        " 'before' side), alternating every measurement with this one's")
     args = parser.parse_args(argv)
     print(f"# bench_cluster_client: {args.records} records of {VALUE_SIZE_BYTES} bytes, "
           f"{args.runs} runs; {args.latency_records} latency records; {args.failovers} "

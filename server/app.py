@@ -422,12 +422,15 @@ class Server:
             # The server-to-server Replication service (replication.proto), cluster mode only;
             # it answers NOT_LEADER_OR_FOLLOWER until the replica manager starts.
             from stratalog.server.cluster.broker_identity import BrokerIdentity
-            from stratalog.server.rpc.replication_service import ReplicationService
-            from stratalog.v1 import replication_pb2_grpc
+            from stratalog.server.rpc.replication_service import (
+                ReplicationService,
+                add_replication_service,
+            )
 
             self._replication = ReplicationService(
-                self._executor, BrokerIdentity(settings.broker_principals))
-            replication_pb2_grpc.add_ReplicationServicer_to_server(self._replication, self._grpc)
+                self._executor, BrokerIdentity(settings.broker_principals),
+                settings.read_in_executor_min_bytes)
+            add_replication_service(self._replication, self._grpc)
             # The transaction coordinators' markers and produce permissions (issue 29).
             from stratalog.server.rpc.transaction_markers_service import (
                 TransactionMarkersService,

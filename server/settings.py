@@ -160,6 +160,7 @@ _KAFKA_ALIASES = {
     "replica.lag.time.max.ms": "replica_lag_time_max_ms",
     "replica.fetch.wait.max.ms": "replica_fetch_wait_max_ms",
     "replica.fetch.max.bytes": "replica_fetch_max_bytes",
+    "replica.fetch.response.max.bytes": "replica_fetch_response_max_bytes",
     "replica.fetch.backoff.ms": "replica_fetch_backoff_ms",
     "follower.replication.throttled.rate": "replica_reassignment_throttled_rate",
     "request.timeout.ms": "request_timeout_ms",

@@ -822,8 +822,15 @@ class Settings:
         " replica.fetch.wait.max.ms)", 0,
     )
     replica_fetch_max_bytes: int = _setting(
-        1 * _MIB, "bytes of batches one follower fetch asks for (Kafka's replica.fetch.max.bytes;"
+        8 * _MIB, "bytes of batches per partition in one answer of a follower's fetch session"
+        " (Kafka's replica.fetch.max.bytes, whose default is 1 MiB: stratalog's producers send"
+        " batches of up to 960 KiB, Kafka's 16 KiB, and 1 MiB would move one batch per round;"
         " a larger first batch comes whole)", 1,
+    )
+    replica_fetch_response_max_bytes: int = _setting(
+        10 * _MIB, "bytes of batches one answer of a follower's fetch session holds over all its"
+        " partitions (Kafka's replica.fetch.response.max.bytes; a larger first batch comes"
+        " whole)", 1,
     )
     replica_fetch_backoff_ms: int = _setting(
         1_000, "a follower whose fetch failed waits this long before the next (Kafka's"

@@ -33,8 +33,10 @@ Modules, one concept each::
     divergence.py   where a follower's log leaves its leader's, where it truncates (pure)
     replica.py      one replicated partition here: its role, ISR and high watermark
     replica_roles.py     this server's replicas made leaders and followers as etcd says
-    replica_fetcher.py   a follower's copy loop (ReplicaFetch, append_as_follower)
-    (the leader's side of ReplicaFetch, a gRPC servicer, is server/rpc/replication_service.py)
+    replica_fetcher.py   a follower's copy loop, one fetch session per leader
+    fetch_session.py     the leader's side of a fetch session: partitions, checks, progress
+    fetch_session_wire.py  a fetch session's answer on the wire, batches not copied
+    (the ReplicaFetchSession servicer, translating only, is server/rpc/replication_service.py)
     errors.py       this package's errors
 """
 

@@ -4,7 +4,7 @@ Kafka's ``Replica`` (one follower's fetch state) and the rules of ``Partition`` 
 as pure functions of that state and a clock value, so that they are tested without processes:
 
 * **A follower's progress** (:meth:`FollowerState.update_fetch_state`, Kafka's
-  ``Replica.updateFetchState``): each ReplicaFetch tells the leader the follower's log end
+  ``Replica.updateFetchState``): each fetch session request tells the leader the follower's log end
   offset (its ``fetch_offset``: it has every record below). The follower was *caught up* at
   the time of a fetch when it asked for the leader's log end offset as the leader had it then,
   or, looking one fetch back, when it now asks for at least the log end the leader had at the

@@ -1,7 +1,7 @@
 """This server's channels to its peers, secured as their listeners are: the client side of
 Kafka's inter-broker listener.
 
-Every server-to-server call (a follower's ReplicaFetch; the WhoAmI a server sends itself when
+Every server-to-server call (a follower's ReplicaFetchSession stream; the WhoAmI a server sends itself when
 it joins, broker_identity.py) goes through one channel per peer address, made here from the
 server's own settings, as Kafka's brokers reach each other with the inter-broker listener's
 ``security.protocol`` and keystore::
@@ -20,14 +20,17 @@ server's own settings, as Kafka's brokers reach each other with the inter-broker
 The files are read at start and on SIGHUP (:meth:`PeerChannels.reload`): a certificate that
 was renewed on disk is presented from the next connection; the channels open at the reload
 are closed once the calls on them ended (the longest a fetch may wait, plus slack), so that
-no fetch is cut.
+no fetch is cut: a follower's fetch session moves to the new channel at its next request
+(replica_fetcher.py), before the old one closes.
 
 Limits: one channel per peer address, and only for live servers: when a channel to a new
 address is made (a server restarted on another port, or moved), the channels to addresses no
 live server registered any more are closed (gracefully, as at a reload), so the channels never
-outnumber the cluster's servers plus those leaving. A fetch answer holds up to replica_fetch_max_bytes of
-batches and always its first batch whole, up to the leader's cap (FETCH_MAX_BYTES_MAX):
-gRPC's default 4 MiB receive limit would refuse a larger answer, so the channels allow it.
+outnumber the cluster's servers plus those leaving. A fetch answer holds up to
+replica_fetch_response_max_bytes of batches and always a first batch whole, up to the leader's
+caps (FETCH_MAX_BYTES_MAX per partition, FETCH_RESPONSE_MAX_BYTES_MAX in all): gRPC's default
+4 MiB receive limit would refuse a larger answer, so the channels allow it. A fetch session's
+answers are received as bytes (fetch_session_wire.py reads them in place).
 
 Concurrency: event-loop only.
 """
@@ -49,7 +52,7 @@ from stratalog.client.credentials import (
     credentials_from,
 )
 from stratalog.server.security.errors import SecurityConfigError
-from stratalog.v1 import broker_pb2, broker_pb2_grpc, replication_pb2, replication_pb2_grpc
+from stratalog.v1 import broker_pb2, broker_pb2_grpc, replication_pb2
 
 if TYPE_CHECKING:
     from stratalog.server.settings import Settings
@@ -57,6 +60,7 @@ if TYPE_CHECKING:
 __all__ = [
     "FETCH_MAX_BYTES_MAX",
     "FETCH_MAX_WAIT_MS_MAX",
+    "FETCH_RESPONSE_MAX_BYTES_MAX",
     "RESPONSE_OVERHEAD_BYTES",
     "PeerChannels",
     "ReplicationPeer",
@@ -67,6 +71,7 @@ __all__ = [
 #: large.
 FETCH_MAX_WAIT_MS_MAX = 30_000
 FETCH_MAX_BYTES_MAX = 64 * 1024 * 1024
+FETCH_RESPONSE_MAX_BYTES_MAX = 64 * 1024 * 1024
 
 #: Room for a fetch answer's fields besides its batches.
 RESPONSE_OVERHEAD_BYTES = 64 * 1024
@@ -74,6 +79,13 @@ RESPONSE_OVERHEAD_BYTES = 64 * 1024
 #: still on it: the longest a leader holds a fetch (FETCH_MAX_WAIT_MS_MAX)
 #: and some slack.
 RETIRE_GRACE_S = 35.0
+
+
+_FETCH_SESSION_METHOD = "/stratalog.v1.Replication/ReplicaFetchSession"
+
+
+def _as_is(data: bytes) -> bytes:
+    return data
 
 
 class _Security:
@@ -104,7 +116,8 @@ class _Security:
         self.channel_credentials = channel_credentials
         self.options: list[tuple[str, Any]] = [
             *options,
-            ("grpc.max_receive_message_length", FETCH_MAX_BYTES_MAX + RESPONSE_OVERHEAD_BYTES),
+            ("grpc.max_receive_message_length",
+             FETCH_RESPONSE_MAX_BYTES_MAX + RESPONSE_OVERHEAD_BYTES),
         ]
         self.metadata = metadata
 
@@ -112,18 +125,28 @@ class _Security:
 class ReplicationPeer:
     """The Replication service of one peer, called with this server's credentials."""
 
-    __slots__ = ("_metadata", "_stub")
+    __slots__ = ("_channel", "_metadata")
 
     def __init__(self, channel: grpc.aio.Channel, metadata: tuple[tuple[str, str], ...] | None
                  ) -> None:
-        self._stub = replication_pb2_grpc.ReplicationStub(channel)
+        self._channel = channel
         self._metadata = metadata
 
-    async def replica_fetch(self, request: replication_pb2.ReplicaFetchRequest, timeout_s: float
-                            ) -> replication_pb2.ReplicaFetchResponse:
-        """One ReplicaFetch. Raises grpc.aio.AioRpcError as the stub does."""
-        return await self._stub.ReplicaFetch(request, timeout=timeout_s,
-                                             metadata=self._metadata)
+    @property
+    def channel(self) -> grpc.aio.Channel:
+        """The channel the calls go on (a reload or a move of the peer replaces it)."""
+        return self._channel
+
+    def fetch_session(self) -> grpc.aio.StreamStreamCall:
+        """A new ReplicaFetchSession stream: requests written as messages, answers read as
+        their serialized bytes (fetch_session_wire.decode_response reads them). Its calls raise
+        grpc.aio.AioRpcError as a stub's do."""
+        method = self._channel.stream_stream(
+            _FETCH_SESSION_METHOD,
+            request_serializer=replication_pb2.ReplicaFetchRequest.SerializeToString,
+            response_deserializer=_as_is,
+        )
+        return method(metadata=self._metadata)
 
 
 class PeerChannels:

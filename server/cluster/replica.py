@@ -16,7 +16,8 @@ role needs:
   the serving layer above it (:class:`ReplicaEvents`), which completes its delayed operations:
   the acks=all producers waiting for the high watermark, the consumers' long polls and
   Subscribe streams.
-  Replica fetches long-poll on :meth:`append_signal`.
+  Fetch sessions (fetch_session.py) waiting for records listen to appends
+  (:meth:`add_append_listener`): the leader's delayed-fetch wake-up, called by every append.
 * **Follower** of node L at epoch E: the replica fetcher (replica_fetcher.py) copies L's log;
   clients are refused (NotLeaderOrFollowerError with L as the hint).
 
@@ -37,9 +38,9 @@ the log's lock briefly on the loop, as Kafka's request threads do.
 
 from __future__ import annotations
 
-import asyncio
 import enum
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from .errors import NotEnoughReplicasError, NotLeaderOrFollowerError
@@ -124,7 +125,8 @@ class Replica:
         #: only once it reached it).
         self.leader_epoch_start_offset = 0
         self._lease_id = 0
-        self._signal = asyncio.Event()
+        #: Leader only: what hears of the next append (fetch sessions waiting for records).
+        self._append_listeners: set[Callable[[], None]] = set()
 
     def __repr__(self) -> str:
         return (f"Replica({self.topic}-{self.partition}, {self.role.value}, "
@@ -166,7 +168,7 @@ class Replica:
         if was_leader:
             logger.info("%s-%d: no longer leader (leader now %d, epoch %d)", self.topic,
                         self.partition, state.leader, state.leader_epoch)
-        self.notify_append()  # replica fetches waiting on this server answer now
+        self.notify_append()  # fetch sessions waiting on this server answer now
         self._events.replica_changed(self.topic, self.partition)
 
     def stop(self) -> None:
@@ -253,9 +255,13 @@ class Replica:
 
     # ---------------------------------------------------------------- appends
 
-    def append_signal(self) -> asyncio.Event:
-        """The event the next leader append sets; take it *before* reading, then wait."""
-        return self._signal
+    def add_append_listener(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` at the next :meth:`notify_append` (an append, or a change of role);
+        add it *before* looking at the log end, then wait. Must not block."""
+        self._append_listeners.add(listener)
+
+    def remove_append_listener(self, listener: Callable[[], None]) -> None:
+        self._append_listeners.discard(listener)
 
     def follower_appended(self) -> None:
         """Follower: the fetcher appended the leader's records, truncated, or moved the high
@@ -266,6 +272,6 @@ class Replica:
     def notify_append(self) -> None:
         """Leader: records were appended (replica fetches waiting for them answer); a leader
         alone in its ISR moves its high watermark at once."""
-        signal, self._signal = self._signal, asyncio.Event()
-        signal.set()
+        for listener in list(self._append_listeners):
+            listener()
         self.maybe_increment_high_watermark()

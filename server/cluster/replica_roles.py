@@ -78,7 +78,7 @@ from .errors import LeaderNotAvailableError, NotLeaderOrFollowerError
 from .node import POLL_INTERVALS_PER_SESSION
 from .replica import LeadershipListener, Replica, ReplicaEvents, Role
 from .replica_fetcher import FetchSettings, ReplicaFetcher
-from .replication_throttle import ReplicationThrottle, ThrottledPeer
+from .replication_throttle import ReplicationThrottle
 from .topic_configs import apply_overrides
 
 if TYPE_CHECKING:
@@ -125,10 +125,13 @@ class ReplicaRoles:
         self.lag_time_max_ms = settings.replica_lag_time_max_ms
         self._fetch_settings = FetchSettings(
             settings.replica_fetch_wait_max_ms, settings.replica_fetch_max_bytes,
-            settings.replica_fetch_backoff_ms,
+            settings.replica_fetch_backoff_ms, settings.replica_fetch_response_max_bytes,
         )
         self.partitions: dict[PartitionKey, Replica] = {}
-        self._fetchers: dict[PartitionKey, ReplicaFetcher] = {}
+        #: One fetcher (one fetch session) per leader this server follows partitions of.
+        self._fetchers: dict[int, ReplicaFetcher] = {}
+        #: The leader each followed partition is fetched from.
+        self._fetched_from: dict[PartitionKey, int] = {}
         #: One bucket for every partition this server is being added to (Kafka's follower
         #: throttle is per broker); rate 0: off.
         self._throttle = ReplicationThrottle(settings.replica_reassignment_throttled_rate,
@@ -183,6 +186,7 @@ class ReplicaRoles:
         for fetcher in list(self._fetchers.values()):
             await fetcher.stop()
         self._fetchers.clear()
+        self._fetched_from.clear()
         for partition in self.partitions.values():
             partition.stop()
         await self.peers.close()
@@ -402,36 +406,50 @@ class ReplicaRoles:
         if state.has_leader:
             logger.info("%s-%d: following node %d at epoch %d from offset %d", replica.topic,
                         replica.partition, state.leader, state.leader_epoch, log.log_end_offset)
-            fetcher = ReplicaFetcher(replica, state.leader_epoch,
-                                     lambda: self._peer(key, state.leader),
-                                     self._fetch_settings, self._executor)
-            self._fetchers[key] = fetcher
-            fetcher.start()
+            fetcher = self._fetchers.get(state.leader)
+            if fetcher is None:
+                leader = state.leader
+                fetcher = self._fetchers[leader] = ReplicaFetcher(
+                    self.node_id, leader, lambda: self._stub(leader), self._fetch_settings,
+                    self._executor, self._throttled_delay)
+                fetcher.start()
+            fetcher.add_partition(replica, state.leader_epoch)
+            self._fetched_from[key] = state.leader
 
     def _stopped_leading(self, key: PartitionKey) -> None:
         if self._leadership is not None:
             self._leadership.stopped_leading(*key)
 
     async def _stop_fetcher(self, key: PartitionKey) -> None:
-        fetcher = self._fetchers.pop(key, None)
-        if fetcher is not None:
+        """Fetch ``key`` no more (its storage call in flight finished); a fetcher left with no
+        partition is stopped (its session ends)."""
+        leader = self._fetched_from.pop(key, None)
+        fetcher = self._fetchers.get(leader) if leader is not None else None
+        if fetcher is None:
+            return
+        await fetcher.remove_partition(key)
+        if not len(fetcher) and self._fetchers.get(leader) is fetcher:
+            del self._fetchers[leader]
             await fetcher.stop()
 
     def _stub(self, node_id: int) -> ReplicationPeer | None:
         address = self.leader_address(node_id)
         return self.peers.replication(address, self._live_addresses) if address else None
 
-    def _peer(self, key: PartitionKey, node_id: int) -> ReplicationPeer | ThrottledPeer | None:
-        """The leader's peer for the fetcher of ``key``: throttled while this server is being
-        added to the partition (replication_throttle.py), as the view says at each fetch."""
-        peer = self._stub(node_id)
-        if peer is None or not self._throttle.enabled:
-            return peer
+    def _throttled_delay(self, key: PartitionKey, size_bytes: int) -> float:
+        """The fetchers' throttle (replication_throttle.py): ``size_bytes`` of ``key`` were
+        fetched; how long the partition waits before its next fetch. Only while this server is
+        being added to the partition, as the view says now: 0 otherwise, and when the
+        throttle is off."""
+        if not self._throttle.enabled:
+            return 0.0
         assignment = self._node.view.topics.get(key[0])
         reassignment = assignment.reassigning.get(key[1]) if assignment is not None else None
-        if reassignment is not None and self.node_id in reassignment.adding:
-            return ThrottledPeer(peer, self._throttle)
-        return peer
+        if reassignment is None or self.node_id not in reassignment.adding:
+            return 0.0
+        now = time.monotonic()
+        self._throttle.record(size_bytes, now)
+        return self._throttle.delay_s(now)
 
     def _live_addresses(self) -> set[str]:
         return {broker.address for broker in self._node.membership.brokers.values()}

@@ -20,28 +20,18 @@ plus one answer. A rate of 0 turns the throttle off: every delay is 0. One bucke
 (the follower's): every partition it is being added to shares the rate, as Kafka's quota is
 per broker.
 
-Where it is applied (server/cluster/replica_roles.py, :meth:`ReplicaRoles._peer`): the
-follower's fetcher asks for its leader's peer before each fetch; for a partition this server
-is being added to (the assignment's ``adding``), the peer is wrapped by
-:class:`ThrottledPeer`, which records each answer's record bytes and waits out the delay
-before it returns the answer. In-sync replicas and replicas not being added are never
-throttled: the ISR, and so acks=all, is never slowed.
+Where it is applied (server/cluster/replica_roles.py, :meth:`ReplicaRoles._throttled_delay`,
+called by the follower's fetcher, replica_fetcher.py): for a partition this server is being
+added to (the assignment's ``adding``), each answer's record bytes are recorded, and the
+partition stays out of the fetch session until the delay has passed. In-sync replicas and
+replicas not being added are never throttled: the ISR, and so acks=all, is never slowed.
 
 Concurrency: not thread-safe; event-loop only (one bucket, callers on the loop).
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from stratalog.v1 import replication_pb2
-
-    from .peer_channels import ReplicationPeer
-
-__all__ = ["ReplicationThrottle", "ThrottledPeer"]
+__all__ = ["ReplicationThrottle"]
 
 
 class ReplicationThrottle:
@@ -82,23 +72,3 @@ class ReplicationThrottle:
     def check(self) -> None:
         """Assert the invariant (tests call it after every step)."""
         assert self.tokens <= self.rate_bytes_per_s, (self.tokens, self.rate_bytes_per_s)
-
-
-class ThrottledPeer:
-    """A leader's peer whose fetch answers are paid for from ``throttle`` (module docstring):
-    the answer is returned once the bucket's debt is paid, so the fetcher's next round waits."""
-
-    __slots__ = ("_peer", "_throttle")
-
-    def __init__(self, peer: ReplicationPeer, throttle: ReplicationThrottle) -> None:
-        self._peer = peer
-        self._throttle = throttle
-
-    async def replica_fetch(self, request: replication_pb2.ReplicaFetchRequest, timeout_s: float
-                            ) -> replication_pb2.ReplicaFetchResponse:
-        response = await self._peer.replica_fetch(request, timeout_s)
-        self._throttle.record(len(response.records), time.monotonic())
-        delay = self._throttle.delay_s(time.monotonic())
-        if delay > 0:
-            await asyncio.sleep(delay)
-        return response

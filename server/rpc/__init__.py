@@ -11,7 +11,7 @@ below this package imports it (import-linter contracts in pyproject.toml)::
     translation.py         proto <-> records (records-form Produce, decoded fetches, topics)
     subscribe_messages.py  Subscribe messages serialized once for the streams sharing them
     status.py              every error to its gRPC status and ErrorInfo reason (one place)
-    replication_service.py the leader's side of ReplicaFetch (cluster mode)
+    replication_service.py the leader's side of ReplicaFetchSession (cluster mode)
     handlers.py            what the interceptors share: a handler's kind, its wrapping
     metrics_interceptor.py counts every call (grpc_server_*)
     authentication.py      who calls (over security.authentication.Authenticator)

@@ -1,7 +1,7 @@
 """The TransactionMarkers servicer: a partition leader's side of a cluster's transaction
 coordinators' calls (transaction_markers.proto; docs/cluster.md, "Transactions").
 
-Translation only: the caller must be one of the cluster's servers (as for ReplicaFetch:
+Translation only: the caller must be one of the cluster's servers (as for ReplicaFetchSession:
 server/cluster/broker_identity.py), then each partition goes to the transaction runtime's leader
 side (server/transaction_service/leader_calls.py: ``write_marker_here``, ``allow_here``), and
 what it raised becomes that partition's :class:`TxnPartitionError` (:data:`_ERRORS`, the one

@@ -54,7 +54,7 @@ operations on resources as Kafka's ``KafkaApis`` does for the request of the sam
     AddOffsetsToTxn          WRITE on the transactional id, READ on the group
     Session                  (none for the stream: each request on it needs what its unary
                              RPC needs, checked by the servicer with these same rules)
-    Replication/ReplicaFetch CLUSTER_ACTION on the cluster (a follower's fetch: Kafka's
+    Replication/ReplicaFetchSession CLUSTER_ACTION on the cluster (a follower's fetch: Kafka's
                              inter-broker action; replication.proto, cluster mode only).
                              The broker principals are super users; the service itself
                              refuses every other caller, whatever the ACLs
@@ -62,7 +62,7 @@ operations on resources as Kafka's ``KafkaApis`` does for the request of the sam
     TransactionMarkers/*     CLUSTER_ACTION on the cluster (a transaction coordinator's
                              WriteTxnMarkers and AllowTxnAppends to a partition's leader:
                              Kafka's WriteTxnMarkers needs it; transaction_markers.proto,
-                             cluster mode only), the same callers as ReplicaFetch
+                             cluster mode only), the same callers as ReplicaFetchSession
 
     * a topic's configs are left out of the answer unless the caller may DESCRIBE_CONFIGS it
       (Kafka's CreateTopics answer does the same).
@@ -755,7 +755,7 @@ RULES: Mapping[str, Rule] = {
 #: Replication RPC name (replication.proto, servers only) -> its rule: Kafka's inter-broker
 #: requests need CLUSTER_ACTION on the cluster.
 REPLICATION_RULES: Mapping[str, Rule] = {
-    "ReplicaFetch": _on_cluster(_Op.CLUSTER_ACTION),
+    "ReplicaFetchSession": _on_cluster(_Op.CLUSTER_ACTION),
 }
 
 #: TransactionMarkers RPC name (transaction_markers.proto, servers only) -> its rule.

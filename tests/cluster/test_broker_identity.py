@@ -29,10 +29,11 @@ import pytest
 from stratalog.server.security.credentials import CredentialFile
 from stratalog.server.security.principal import Principal
 from stratalog.v1 import broker_pb2 as pb
-from stratalog.v1 import broker_pb2_grpc, replication_pb2, replication_pb2_grpc
-from tests.integration.conftest import CALL_TIMEOUT_S, ServerProcess, launch_server
+from stratalog.v1 import broker_pb2_grpc, replication_pb2
+from tests.integration.conftest import ServerProcess, launch_server
 
 from .conftest import EtcdProcess, metadata, wait_for
+from .replica_fetch_call import replica_fetch
 from .test_replication import (
     KEYS,
     LAG_FLAGS,
@@ -157,16 +158,12 @@ class Caller:
         return [record.value for record in response.records]  # type: ignore[attr-defined]
 
     def replica_fetch(self, server: ServerProcess, topic: str, replica_id: int, epoch: int,
-                      fetch_offset: int) -> replication_pb2.ReplicaFetchResponse:
+                      fetch_offset: int) -> replication_pb2.PartitionData:
         """A follower's fetch, as the probe of issue 24 sent it: from ``fetch_offset`` (the
         leader's end: "I have everything"), at the current epoch, without waiting."""
         with self.channel(server) as channel:
-            return replication_pb2_grpc.ReplicationStub(channel).ReplicaFetch(
-                replication_pb2.ReplicaFetchRequest(
-                    topic=topic, partition=0, replica_id=replica_id,
-                    current_leader_epoch=epoch, fetch_offset=fetch_offset,
-                    last_fetched_epoch=epoch, max_bytes=1 << 20, max_wait_ms=0),
-                timeout=CALL_TIMEOUT_S, metadata=self.metadata)
+            return replica_fetch(channel, topic, replica_id, epoch, metadata=self.metadata,
+                                 fetch_offset=fetch_offset, last_fetched_epoch=epoch)
 
 
 def produced_when_ready(caller: Caller, server: ServerProcess, topic: str,
@@ -406,14 +403,10 @@ def test_an_unsecured_cluster_lets_no_departed_node_back_into_the_isr(
     wait_for(lambda: [b.node_id for b in metadata(leader).brokers] == [1],
              "the leader's broker list without node 2")
 
-    anonymous = replication_pb2_grpc.ReplicationStub
     with grpc.insecure_channel(leader.target) as channel:
         for replica_id in (2, 3):  # gone, and never a server
-            reason, _ = refused(lambda r=replica_id: anonymous(channel).ReplicaFetch(
-                replication_pb2.ReplicaFetchRequest(
-                    topic="audit", partition=0, replica_id=r, current_leader_epoch=0,
-                    fetch_offset=1, last_fetched_epoch=0, max_bytes=1 << 20),
-                timeout=CALL_TIMEOUT_S))
+            reason, _ = refused(lambda r=replica_id: replica_fetch(
+                channel, "audit", r, 0, fetch_offset=1, last_fetched_epoch=0))
             assert reason == "NOT_LEADER_OR_FOLLOWER"
     assert read_state(etcd, "audit", 0).isr == (1,)
     reason, _ = refused(lambda: produce(leader, "audit", [b"b"]))
@@ -424,11 +417,7 @@ def test_an_unsecured_cluster_lets_no_departed_node_back_into_the_isr(
 def _replica_fetch_details(server: ServerProcess, replica_id: int) -> str:
     with grpc.insecure_channel(server.target) as channel:
         try:
-            replication_pb2_grpc.ReplicationStub(channel).ReplicaFetch(
-                replication_pb2.ReplicaFetchRequest(
-                    topic="audit", partition=0, replica_id=replica_id, current_leader_epoch=0,
-                    fetch_offset=1, last_fetched_epoch=0, max_bytes=1 << 20),
-                timeout=CALL_TIMEOUT_S)
+            replica_fetch(channel, "audit", replica_id, 0, fetch_offset=1, last_fetched_epoch=0)
         except grpc.RpcError as exc:
             return exc.details() or ""
     raise AssertionError("the fetch succeeded")

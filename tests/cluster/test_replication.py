@@ -22,10 +22,12 @@ from stratalog.client.errors import from_rpc_error
 from stratalog.server.cluster.layout import ClusterKeys
 from stratalog.server.cluster.partition_state import PartitionState, TopicAssignment
 from stratalog.v1 import broker_pb2 as pb
-from stratalog.v1 import broker_pb2_grpc, replication_pb2, replication_pb2_grpc
+from stratalog.v1 import broker_pb2_grpc, replication_pb2
 from tests.integration.conftest import CALL_TIMEOUT_S, ServerProcess
 
 from .conftest import ETCD_BINARY, SESSION_TIMEOUT_MS, EtcdProcess, wait_for
+from .replica_fetch_call import PartitionFetchError
+from .replica_fetch_call import replica_fetch as session_fetch
 
 ETCDCTL = ETCD_BINARY.parent / "etcdctl"
 KEYS = ClusterKeys("/stratalog")
@@ -120,6 +122,8 @@ def refused(call: object) -> tuple[str, dict[str, str]]:
         call()  # type: ignore[operator]
     except grpc.RpcError as exc:
         return error_of(exc)
+    except PartitionFetchError as exc:
+        return exc.reason, exc.metadata
     raise AssertionError("the call succeeded")
 
 
@@ -221,13 +225,9 @@ def test_acks_all_reaches_every_replica_and_followers_refuse_clients(etcd, start
 
     # The Replication RPC itself, as a follower would call it.
     def replica_fetch(server: ServerProcess, epoch: int, **fields: int
-                      ) -> replication_pb2.ReplicaFetchResponse:
+                      ) -> replication_pb2.PartitionData:
         with grpc.insecure_channel(server.target) as channel:
-            return replication_pb2_grpc.ReplicationStub(channel).ReplicaFetch(
-                replication_pb2.ReplicaFetchRequest(
-                    topic="orders", partition=0, replica_id=3, current_leader_epoch=epoch,
-                    max_bytes=1 << 20, **fields),
-                timeout=CALL_TIMEOUT_S)
+            return session_fetch(channel, "orders", 3, epoch, **fields)
 
     assert refused(lambda: replica_fetch(servers[2], 0))[0] == "FENCED_LEADER_EPOCH"
     assert refused(lambda: replica_fetch(servers[2], 7))[0] == "UNKNOWN_LEADER_EPOCH"
@@ -323,7 +323,13 @@ def test_a_lagging_follower_leaves_the_isr_and_rejoins(etcd, start_member) -> No
 
 
 def test_a_leader_that_lost_its_lease_is_refused_until_it_follows(etcd, start_member) -> None:
-    servers = {n: start_member(n, "--request-timeout-ms", "1500") for n in (1, 2)}
+    # A session of 4 s: the frozen follower's lease (renewed every third of it) must outlive
+    # the 1.5 s acks=all wait below, else the controller, woken by etcd's watch, takes it out
+    # of the ISR first and the produce succeeds.
+    session_ms = 4_000
+    servers = {n: start_member(n, "--request-timeout-ms", "1500",
+                               "--cluster-session-timeout-ms", str(session_ms))
+               for n in (1, 2)}
     create_topic(etcd, "ledger", [1, 2])
     produce_when_ready(servers[1], "ledger", [b"a"])
     # A follower frozen for less than replica_lag_time_max_ms stays in the ISR: acks=all
@@ -335,7 +341,7 @@ def test_a_leader_that_lost_its_lease_is_refused_until_it_follows(etcd, start_me
         os.kill(servers[2].process.pid, signal.SIGCONT)
     os.kill(servers[1].process.pid, signal.SIGSTOP)
     try:
-        time.sleep(SESSION_TIMEOUT_MS / 1000 * 2)  # its lease expires
+        time.sleep(session_ms / 1000 * 2)  # its lease expires
         write_state(etcd, "ledger", 0, 2, 1, [2])  # the controller moves the leadership
     finally:
         os.kill(servers[1].process.pid, signal.SIGCONT)

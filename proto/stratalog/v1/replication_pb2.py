@@ -22,21 +22,28 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from stratalog.v1 import broker_pb2 as stratalog_dot_v1_dot_broker__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1estratalog/v1/replication.proto\x12\x0cstratalog.v1\"\xdd\x01\n\x13ReplicaFetchRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x12\n\nreplica_id\x18\x03 \x01(\x05\x12\x1c\n\x14\x63urrent_leader_epoch\x18\x04 \x01(\x05\x12\x14\n\x0c\x66\x65tch_offset\x18\x05 \x01(\x03\x12\x1a\n\x12last_fetched_epoch\x18\x06 \x01(\x05\x12\x18\n\x10log_start_offset\x18\x07 \x01(\x03\x12\x11\n\tmax_bytes\x18\x08 \x01(\x05\x12\x13\n\x0bmax_wait_ms\x18\t \x01(\x05\"3\n\x0e\x44ivergingEpoch\x12\r\n\x05\x65poch\x18\x01 \x01(\x05\x12\x12\n\nend_offset\x18\x02 \x01(\x03\"\xc1\x01\n\x14ReplicaFetchResponse\x12\x16\n\x0ehigh_watermark\x18\x01 \x01(\x03\x12\x18\n\x10log_start_offset\x18\x02 \x01(\x03\x12\x0f\n\x07records\x18\x03 \x01(\x0c\x12:\n\x0f\x64iverging_epoch\x18\x04 \x01(\x0b\x32\x1c.stratalog.v1.DivergingEpochH\x00\x88\x01\x01\x12\x16\n\x0elog_end_offset\x18\x05 \x01(\x03\x42\x12\n\x10_diverging_epoch2d\n\x0bReplication\x12U\n\x0cReplicaFetch\x12!.stratalog.v1.ReplicaFetchRequest\x1a\".stratalog.v1.ReplicaFetchResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1estratalog/v1/replication.proto\x12\x0cstratalog.v1\x1a\x19stratalog/v1/broker.proto\"\xcd\x01\n\x13ReplicaFetchRequest\x12\x12\n\nreplica_id\x18\x01 \x01(\x05\x12\x13\n\x0bmax_wait_ms\x18\x02 \x01(\x05\x12\x11\n\tmax_bytes\x18\x03 \x01(\x05\x12\x1a\n\x12response_max_bytes\x18\x04 \x01(\x05\x12\x30\n\npartitions\x18\x05 \x03(\x0b\x32\x1c.stratalog.v1.FetchPartition\x12,\n\tforgotten\x18\x06 \x03(\x0b\x32\x19.stratalog.v1.PartitionId\"/\n\x0bPartitionId\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\"\xb4\x01\n\x0e\x46\x65tchPartition\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x1c\n\x14\x63urrent_leader_epoch\x18\x03 \x01(\x05\x12\x14\n\x0c\x66\x65tch_offset\x18\x04 \x01(\x03\x12\x1a\n\x12last_fetched_epoch\x18\x05 \x01(\x05\x12\x18\n\x10log_start_offset\x18\x06 \x01(\x03\x12\x16\n\x0elog_end_offset\x18\x07 \x01(\x03\"3\n\x0e\x44ivergingEpoch\x12\r\n\x05\x65poch\x18\x01 \x01(\x05\x12\x12\n\nend_offset\x18\x02 \x01(\x03\"\xc7\x02\n\rPartitionData\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x14\n\x0c\x66\x65tch_offset\x18\x03 \x01(\x03\x12\x16\n\x0ehigh_watermark\x18\x04 \x01(\x03\x12\x18\n\x10log_start_offset\x18\x05 \x01(\x03\x12\x16\n\x0elog_end_offset\x18\x06 \x01(\x03\x12:\n\x0f\x64iverging_epoch\x18\x07 \x01(\x0b\x32\x1c.stratalog.v1.DivergingEpochH\x00\x88\x01\x01\x12.\n\x05\x65rror\x18\x08 \x01(\x0b\x32\x1a.stratalog.v1.SessionErrorH\x01\x88\x01\x01\x12\x19\n\x11next_fetch_offset\x18\t \x01(\x03\x12\x0f\n\x07records\x18\x0f \x01(\x0c\x42\x12\n\x10_diverging_epochB\x08\n\x06_error\"G\n\x14ReplicaFetchResponse\x12/\n\npartitions\x18\x01 \x03(\x0b\x32\x1b.stratalog.v1.PartitionData2o\n\x0bReplication\x12`\n\x13ReplicaFetchSession\x12!.stratalog.v1.ReplicaFetchRequest\x1a\".stratalog.v1.ReplicaFetchResponse(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'stratalog.v1.replication_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_REPLICAFETCHREQUEST']._serialized_start=49
-  _globals['_REPLICAFETCHREQUEST']._serialized_end=270
-  _globals['_DIVERGINGEPOCH']._serialized_start=272
-  _globals['_DIVERGINGEPOCH']._serialized_end=323
-  _globals['_REPLICAFETCHRESPONSE']._serialized_start=326
-  _globals['_REPLICAFETCHRESPONSE']._serialized_end=519
-  _globals['_REPLICATION']._serialized_start=521
-  _globals['_REPLICATION']._serialized_end=621
+  _globals['_REPLICAFETCHREQUEST']._serialized_start=76
+  _globals['_REPLICAFETCHREQUEST']._serialized_end=281
+  _globals['_PARTITIONID']._serialized_start=283
+  _globals['_PARTITIONID']._serialized_end=330
+  _globals['_FETCHPARTITION']._serialized_start=333
+  _globals['_FETCHPARTITION']._serialized_end=513
+  _globals['_DIVERGINGEPOCH']._serialized_start=515
+  _globals['_DIVERGINGEPOCH']._serialized_end=566
+  _globals['_PARTITIONDATA']._serialized_start=569
+  _globals['_PARTITIONDATA']._serialized_end=896
+  _globals['_REPLICAFETCHRESPONSE']._serialized_start=898
+  _globals['_REPLICAFETCHRESPONSE']._serialized_end=969
+  _globals['_REPLICATION']._serialized_start=971
+  _globals['_REPLICATION']._serialized_end=1082
 # @@protoc_insertion_point(module_scope)

@@ -34,8 +34,8 @@ class ReplicationStub:
         Args:
             channel: A grpc.Channel.
         """
-        self.ReplicaFetch = channel.unary_unary(
-                '/stratalog.v1.Replication/ReplicaFetch',
+        self.ReplicaFetchSession = channel.stream_stream(
+                '/stratalog.v1.Replication/ReplicaFetchSession',
                 request_serializer=stratalog_dot_v1_dot_replication__pb2.ReplicaFetchRequest.SerializeToString,
                 response_deserializer=stratalog_dot_v1_dot_replication__pb2.ReplicaFetchResponse.FromString,
                 _registered_method=True)
@@ -44,11 +44,26 @@ class ReplicationStub:
 class ReplicationServicer:
     """Missing associated documentation comment in .proto file."""
 
-    def ReplicaFetch(self, request, context):
-        """One fetch of one partition's log by a follower. The leader answers at once when it has
-        records at fetch_offset (or the follower must truncate), else waits up to max_wait_ms for
-        an append. fetch_offset is the follower's log end offset: the leader takes it as the
-        follower's progress (for the high watermark and the in-sync replica set).
+    def ReplicaFetchSession(self, request_iterator, context):
+        """A follower's fetch session with one leader: every partition the follower replicates from
+        that leader over one stream (Kafka's ReplicaFetcherThread: one FetchRequest with all of
+        them, and KIP-227's fetch sessions). The follower writes a ReplicaFetchRequest; the leader
+        writes exactly one ReplicaFetchResponse per request, in order: at once when a partition of
+        the session has records past its read position (or an error, or must truncate), else when
+        one gets an append, at the latest after max_wait_ms (then with the partitions whose high
+        watermark or log start moved, maybe none). The first request names every partition; each
+        later one only those added or whose fields changed (a new log end after an append, a new
+        leader epoch), and those dropped in `forgotten`: the leader remembers the rest as last
+        sent. Every request is the follower's progress for every partition of the session
+        (log_end_offset: the high watermark and the ISR follow it). The leader reads each
+        partition from where its previous answer of it ended, unless the request names a
+        fetch_offset (FetchPartition). A follower may write up to two requests ahead of their
+        answers: the next one before it appended an answer (pipelining), or one that adds
+        partitions; a request that arrives while the previous one waits makes the leader answer
+        that one at once.
+        Stream errors (status, as above): PERMISSION_DENIED (not a broker), NOT_LEADER_OR_FOLLOWER
+        (the server has not joined the cluster), INVALID_REQUEST (a replica_id that changed, too
+        many partitions); each partition's own errors are in its PartitionData.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -57,8 +72,8 @@ class ReplicationServicer:
 
 def add_ReplicationServicer_to_server(servicer, server):
     rpc_method_handlers = {
-            'ReplicaFetch': grpc.unary_unary_rpc_method_handler(
-                    servicer.ReplicaFetch,
+            'ReplicaFetchSession': grpc.stream_stream_rpc_method_handler(
+                    servicer.ReplicaFetchSession,
                     request_deserializer=stratalog_dot_v1_dot_replication__pb2.ReplicaFetchRequest.FromString,
                     response_serializer=stratalog_dot_v1_dot_replication__pb2.ReplicaFetchResponse.SerializeToString,
             ),
@@ -74,7 +89,7 @@ class Replication:
     """Missing associated documentation comment in .proto file."""
 
     @staticmethod
-    def ReplicaFetch(request,
+    def ReplicaFetchSession(request_iterator,
             target,
             options=(),
             channel_credentials=None,
@@ -84,10 +99,10 @@ class Replication:
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
+        return grpc.experimental.stream_stream(
+            request_iterator,
             target,
-            '/stratalog.v1.Replication/ReplicaFetch',
+            '/stratalog.v1.Replication/ReplicaFetchSession',
             stratalog_dot_v1_dot_replication__pb2.ReplicaFetchRequest.SerializeToString,
             stratalog_dot_v1_dot_replication__pb2.ReplicaFetchResponse.FromString,
             options,

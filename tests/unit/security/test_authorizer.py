@@ -230,9 +230,10 @@ def test_refusals_name_operation_and_resource_but_not_whether_it_exists(tmp_path
 def test_the_replication_service_needs_cluster_action(tmp_path: Path) -> None:
     methods = {m.name for m in replication_pb2.DESCRIPTOR.services_by_name["Replication"].methods}
     assert set(REPLICATION_RULES) == methods, "a Replication RPC without a rule is refused"
-    rule = rule_for("/stratalog.v1.Replication/ReplicaFetch")
-    assert rule is REPLICATION_RULES["ReplicaFetch"]
-    request = replication_pb2.ReplicaFetchRequest(topic="orders")
+    rule = rule_for("/stratalog.v1.Replication/ReplicaFetchSession")
+    assert rule is REPLICATION_RULES["ReplicaFetchSession"]
+    request = replication_pb2.ReplicaFetchRequest(
+        partitions=[replication_pb2.FetchPartition(topic="orders")])
 
     def allowed(*bindings: AclBinding) -> bool:
         try:
