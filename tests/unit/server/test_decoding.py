@@ -299,8 +299,14 @@ def test_arbitrary_bytes_as_a_session_request_never_raise(data):
     try:
         expected = _expected_session(data)
     except DecodeError:
-        assert view.rpc is None and isinstance(view.request, UndecodableRequest)
-        assert view.request.message_type == "stratalog.v1.SessionRequest"
+        assert isinstance(view.request, UndecodableRequest)
+        if view.rpc is None:
+            assert view.request.message_type == "stratalog.v1.SessionRequest"
+        else:
+            # protobuf parses the request inside the envelope at once, so a corrupt request
+            # makes the whole envelope corrupt to it; the lazy parser names the call whose
+            # request does not parse (b'"\n' + ten zero bytes: FetchByTimestamp).
+            assert view.request.message_type == f"stratalog.v1.{view.rpc}Request"
         return
     if view.rpc is not None and isinstance(view.request, UndecodableRequest):
         # The envelope parsed, its request did not: named as the unary call would name it.
@@ -314,3 +320,12 @@ def test_a_request_inside_that_does_not_parse_is_named_by_its_type():
     assert (view.id, view.rpc) == (3, "FetchByOffset")
     assert isinstance(view.request, UndecodableRequest)
     assert view.request.message_type == "stratalog.v1.FetchByOffsetRequest"
+
+
+def test_a_request_whose_inner_message_is_corrupt_names_its_call():
+    """Found by Hypothesis: field 4 (FetchByTimestamp) holding ten zero bytes (field number 0
+    is invalid): protobuf calls the whole envelope corrupt; the view names the call."""
+    view = parse_session_request(b'"\n' + bytes(10))
+    assert view.rpc == "FetchByTimestamp"
+    assert isinstance(view.request, UndecodableRequest)
+    assert view.request.message_type == "stratalog.v1.FetchByTimestampRequest"
