@@ -147,7 +147,7 @@ if TYPE_CHECKING:
     from stratalog.server.rpc.replication_service import ReplicationService
     from stratalog.server.storage.log_manager import LogManager
     from stratalog.server.transaction_service import ClusterTransactions
-    from stratalog.server.transactions import TransactionConfig, TransactionCoordinator
+    from stratalog.server.transactions import TransactionCoordinator
 
 __all__ = ["SERVICE_NAME", "Server", "StartupError", "main", "run"]
 
@@ -239,7 +239,7 @@ class Server:
                 again.
         """
         from stratalog.server.storage.log_manager import LogManager
-        from stratalog.server.transactions import TransactionCoordinator
+        from stratalog.server.transaction_service.opening import open_transactions
 
         settings = self.settings
         loop = self._loop = asyncio.get_running_loop()
@@ -298,29 +298,13 @@ class Server:
             self.log_manager, settings, self.metrics, self._executor)
         try:
             try:
-                self.coordinator = await loop.run_in_executor(
-                    self._executor,
-                    lambda: TransactionCoordinator.open(
-                        settings.log_dirs, replica_manager.write_txn_markers,
-                        config=transaction_config(settings),
-                        clean_log_dirs=clean_log_dirs,
-                        # Cluster mode: ids carry the node id, transactional ids are refused.
-                        cluster_node_id=settings.node_id if settings.cluster else None,
-                    ),
-                )
+                self.coordinator = await open_transactions(
+                    settings, replica_manager, self._executor, clean_log_dirs)
             except Exception as exc:
                 raise StartupError(
                     "cannot load the transaction coordinator's state log (__transaction_state)"
                     f" in {list(settings.log_dirs)}: {exc}"
                 ) from exc
-            if settings.cluster:
-                # Transactional ids are the state partitions' coordinators' (the local one
-                # hands out producer ids): server/transaction_service/.
-                from stratalog.server.transaction_service import ClusterTransactions
-
-                self.coordinator = ClusterTransactions(
-                    self.coordinator, replica_manager, settings, self._executor,
-                    transaction_config(settings))
             if settings.authorizer == "acl":
                 try:
                     # After the LogManager: the ACL file lives in a log dir it has locked.
@@ -1097,21 +1081,6 @@ def metrics_endpoint_limits(settings: Settings) -> MetricsEndpointLimits:
         request_timeout_ms=settings.metrics_request_timeout_ms,
         request_bytes_max=settings.metrics_request_bytes_max,
         authentication_required=settings.metrics_authentication == "required",
-    )
-
-
-def transaction_config(settings: Settings) -> TransactionConfig:
-    """The coordinator's config from the server's settings (already range-checked)."""
-    from stratalog.server.transactions import TransactionConfig
-
-    return TransactionConfig(
-        transaction_max_timeout_ms=settings.transaction_max_timeout_ms,
-        transactional_id_expiration_ms=settings.transactional_id_expiration_ms,
-        abort_timed_out_interval_ms=(
-            settings.transaction_abort_timed_out_transaction_cleanup_interval_ms),
-        remove_expired_interval_ms=(
-            settings.transaction_remove_expired_transaction_cleanup_interval_ms),
-        transaction_partitions_max=settings.transaction_partitions_max,
     )
 
 

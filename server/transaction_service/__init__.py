@@ -12,6 +12,8 @@ partitions and ``TransactionMarkerChannelManager``, for a cluster of servers:
   AllowTxnAppends), local or over the peer channels, and the leader's side of both.
 * :mod:`.verified_partitions`: the producers a leader lets append transactional batches
   (KIP-890 part 1's verification, told by the coordinator).
+* :mod:`.opening`: the coordinator a server starts with (the local one, wrapped by
+  :class:`ClusterTransactions` in cluster mode) and its config from the settings.
 
 On one server none of this runs: the single coordinator writes its own log and markers in-process.
 Below both front ends: it never imports server/rpc, server/kafka or app.py (import-linter).
