@@ -267,3 +267,26 @@ def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 60.0) 
             raise AssertionError(f"not within {timeout_s} s: {what}")
         time.sleep(0.1)
     return time.monotonic() - started
+
+
+def read_back(servers: dict[int, ServerProcess], topic: str, partitions: int,
+              expected: int) -> list[tuple[int, bytes]]:
+    """(partition, value) of every record of ``topic``'s first ``partitions`` partitions, read
+    with librdkafka from the live servers' Kafka listeners until ``expected`` came back."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": ",".join(
+        s.kafka_bootstrap for s in servers.values() if s.process.poll() is None),
+        "group.id": "check", "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    read: list[tuple[int, bytes]] = []
+    try:
+        def drained() -> bool:
+            for message in consumer.consume(1000, timeout=0.5):
+                if message.error() is None:
+                    read.append((message.partition(), message.value()))
+            return len(read) >= expected
+        wait_for(drained, f"{expected} records read back")
+    finally:
+        consumer.close()
+    return read

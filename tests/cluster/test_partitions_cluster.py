@@ -16,10 +16,10 @@ import sys
 import threading
 import uuid
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewPartitions
 
-from tests.cluster.conftest import metadata, wait_for
+from tests.cluster.conftest import metadata, read_back, wait_for
 from tests.cluster.test_controller import as_tuple, etcd_records
 from tests.cluster.test_faults import create_topic, start_cluster
 from tests.integration.conftest import ServerProcess
@@ -104,19 +104,7 @@ def test_partitions_added_under_a_producer_are_replicated_and_used(start_member,
     assert not thread.is_alive()
     assert failed == []
 
-    consumer = Consumer({"bootstrap.servers": _kafka_bootstrap(servers), "group.id": "check",
-                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(4)])
-    read: list[tuple[int, bytes]] = []
-    try:
-        def drained() -> bool:
-            for message in consumer.consume(500, timeout=0.5):
-                if message.error() is None:
-                    read.append((message.partition(), message.value()))
-            return len(read) >= len(delivered)
-        wait_for(drained, f"{len(delivered)} records read back")
-    finally:
-        consumer.close()
+    read = read_back(servers, topic, 4, len(delivered))
     assert sorted(read) == sorted(delivered)  # every acknowledged record, once
 
 

@@ -21,10 +21,10 @@ import sys
 import threading
 import uuid
 
-from confluent_kafka import Consumer, ElectionType, Producer, TopicPartition
+from confluent_kafka import ElectionType, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from tests.cluster.conftest import metadata, wait_for
+from tests.cluster.conftest import metadata, read_back, wait_for
 from tests.cluster.test_controller import etcd_records
 from tests.cluster.test_faults import FAILOVER_BOUND_S, MEMBER_FLAGS, create_topic
 from tests.integration.conftest import ServerProcess, launch_server
@@ -125,19 +125,7 @@ def test_leaders_rebalanced_after_a_rolling_restart_under_acks_all(start_member,
     controller_logs = "".join(s.log_text() for s in servers.values())
     assert "moved back to its preferred replica" in controller_logs
 
-    consumer = Consumer({"bootstrap.servers": servers[1].kafka_bootstrap, "group.id": "check",
-                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(3)])
-    read: list[tuple[int, bytes]] = []
-    try:
-        def drained() -> bool:
-            for message in consumer.consume(1000, timeout=0.5):
-                if message.error() is None:
-                    read.append((message.partition(), message.value()))
-            return len(read) >= len(delivered)
-        wait_for(drained, f"{len(delivered)} records read back")
-    finally:
-        consumer.close()
+    read = read_back(servers, topic, 3, len(delivered))
     assert sorted(read) == sorted(delivered)  # every acknowledged record, once
 
 

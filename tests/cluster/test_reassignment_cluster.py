@@ -24,11 +24,11 @@ import time
 import uuid
 
 import grpc
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 
 from stratalog.v1 import broker_pb2 as pb
 from stratalog.v1 import broker_pb2_grpc
-from tests.cluster.conftest import metadata, wait_for
+from tests.cluster.conftest import metadata, read_back, wait_for
 from tests.cluster.test_controller import etcd_records
 from tests.cluster.test_faults import FAILOVER_BOUND_S, MEMBER_FLAGS
 from tests.integration.conftest import CALL_TIMEOUT_S, ServerProcess, launch_server
@@ -100,25 +100,6 @@ def _controller(servers: dict[int, ServerProcess]) -> int:
     live = [s for s in servers.values() if s.process.poll() is None]
     controllers = {metadata(s).controller_id for s in live}
     return next(iter(controllers)) if len(controllers) == 1 else -1
-
-
-def _read_back(servers: dict[int, ServerProcess], topic: str, partitions: int,
-               expected: int) -> list[tuple[int, bytes]]:
-    consumer = Consumer({"bootstrap.servers": ",".join(
-        s.kafka_bootstrap for s in servers.values() if s.process.poll() is None),
-        "group.id": "check", "enable.auto.commit": False, "auto.offset.reset": "earliest"})
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    read: list[tuple[int, bytes]] = []
-    try:
-        def drained() -> bool:
-            for message in consumer.consume(1000, timeout=0.5):
-                if message.error() is None:
-                    read.append((message.partition(), message.value()))
-            return len(read) >= expected
-        wait_for(drained, f"{expected} records read back")
-    finally:
-        consumer.close()
-    return read
 
 
 class _Load:
@@ -198,7 +179,7 @@ def test_reassignment_under_acks_all_survives_a_controller_kill(start_member, et
     assert "reassignment complete" in logs
     print(f"in progress at the kill: {in_progress}", file=sys.stderr)
 
-    read = _read_back(servers, topic, 1, len(load.delivered))
+    read = read_back(servers, topic, 1, len(load.delivered))
     assert sorted(set(read)) == sorted(set(load.delivered))  # nothing acknowledged lost
     # The removed replica holds no partition of the topic: its logs are deleted.
     removed = servers[original[0]]
@@ -272,7 +253,7 @@ def test_a_drained_server_holds_nothing_and_can_be_stopped(start_member, etcd) -
     assert load.failed == []
     served = {partition for partition, _ in load.delivered[-400:]}
     assert served == {0, 1, 2, 3}
-    read = _read_back(servers, topic, 4, len(load.delivered))
+    read = read_back(servers, topic, 4, len(load.delivered))
     assert sorted(set(read)) == sorted(set(load.delivered))
 
 

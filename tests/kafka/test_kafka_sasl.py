@@ -32,6 +32,7 @@ from kafka.protocol.sasl import (
 from stratalog.server.security.credentials import CredentialFile
 from tests.integration.conftest import ServerProcess, launch_server, wait_until
 from tests.kafka.kafka_wire import KafkaWire
+from tests.kafka.test_kafka_security import librdkafka_produce, sasl_settings
 
 _ITERATIONS = 4096
 _WAIT_S = 30.0
@@ -67,27 +68,6 @@ def secured(tmp_path_factory: pytest.TempPathFactory, pki) -> Iterator[ServerPro
     assert server.stop(signal.SIGTERM) == 0, server.log_text()[-4000:]
 
 
-def _confluent(server: ServerProcess, pki, mechanism: str, user: str, password: str,
-               **more: object) -> dict[str, object]:
-    return {"bootstrap.servers": server.kafka_bootstrap, "security.protocol": "SASL_SSL",
-            "ssl.ca.location": str(pki.ca), "sasl.mechanism": mechanism,
-            "sasl.username": user, "sasl.password": password, **more}
-
-
-def _produce(config: dict[str, object], topic: str, values: list[bytes]) -> list[KafkaError]:
-    errors: list[KafkaError] = []
-
-    def delivered(error: KafkaError | None, message: object) -> None:
-        if error is not None:
-            errors.append(error)
-
-    producer = Producer({**config, "message.timeout.ms": 20_000})
-    for value in values:
-        producer.produce(topic, value=value, on_delivery=delivered)
-    assert producer.flush(_WAIT_S) == 0, "records left undelivered"
-    return errors
-
-
 def _first_error(config: dict[str, object]) -> KafkaError:
     errors: list[KafkaError] = []
     producer = Producer({**config, "error_cb": errors.append})
@@ -103,8 +83,8 @@ def _first_error(config: dict[str, object]) -> KafkaError:
 
 def test_confluent_scram_sha_512_over_tls(secured, pki):
     topic = _topic()
-    config = _confluent(secured, pki, "SCRAM-SHA-512", "alice", "alice-secret")
-    assert _produce(config, topic, [b"one", b"two"]) == []
+    config = sasl_settings(secured, pki, "SCRAM-SHA-512", "alice", "alice-secret")
+    assert librdkafka_produce(config, topic, [b"one", b"two"]) == []
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer({**config, "group.id": "g-" + topic, "enable.auto.commit": False})
@@ -166,14 +146,14 @@ def test_aiokafka_scram_sha_512_over_tls(secured, pki):
 def test_a_user_without_a_sha_512_credential_fails_sha_512_only(secured, pki):
     """carol's entry predates SHA-512 credentials: SCRAM-SHA-512 fails as a wrong password
     does (the client is not told the user exists), the log says why; SHA-256 and PLAIN work."""
-    error = _first_error(_confluent(secured, pki, "SCRAM-SHA-512", "carol", "carol-secret"))
+    error = _first_error(sasl_settings(secured, pki, "SCRAM-SHA-512", "carol", "carol-secret"))
     assert error.code() == KafkaError._AUTHENTICATION, error
     assert "carol" not in error.str()
     wait_until(lambda: "user 'carol' has no SCRAM-SHA-512 credential" in secured.log_text(),
                "the log line that names the missing credential", _WAIT_S)
     for mechanism in ("SCRAM-SHA-256", "PLAIN"):
-        config = _confluent(secured, pki, mechanism, "carol", "carol-secret")
-        assert _produce(config, _topic(), [b"x"]) == []
+        config = sasl_settings(secured, pki, mechanism, "carol", "carol-secret")
+        assert librdkafka_produce(config, _topic(), [b"x"]) == []
     # The very answer of a wrong password: the code and the words.
     answers = [_scram_v1(_tls_wire(secured, pki), user, password, "SCRAM-SHA-512")
                for user, password in (("carol", "carol-secret"), ("alice", "wrong"))]

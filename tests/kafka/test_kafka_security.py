@@ -66,7 +66,7 @@ def _tls_flags(pki, cert: tuple[Path, Path] | None = None) -> tuple[str, ...]:
     return ("--tls-cert-file", str(cert[0]), "--tls-key-file", str(cert[1]))
 
 
-def _sasl(server: ServerProcess, pki, mechanism: str, user: str, password: str,
+def sasl_settings(server: ServerProcess, pki, mechanism: str, user: str, password: str,
           **more: object) -> dict[str, object]:
     """librdkafka's settings for SASL_SSL as ``user``."""
     return {"bootstrap.servers": server.kafka_bootstrap, "security.protocol": "SASL_SSL",
@@ -74,7 +74,7 @@ def _sasl(server: ServerProcess, pki, mechanism: str, user: str, password: str,
             "sasl.username": user, "sasl.password": password, **more}
 
 
-def _produce(config: dict[str, object], topic: str, values: list[bytes]) -> list[KafkaError]:
+def librdkafka_produce(config: dict[str, object], topic: str, values: list[bytes]) -> list[KafkaError]:
     """Produce ``values`` with librdkafka; the delivery errors (empty: all delivered)."""
     errors: list[KafkaError] = []
 
@@ -139,23 +139,23 @@ def secured(tmp_path_factory: pytest.TempPathFactory, pki) -> Iterator[ServerPro
 
 def test_confluent_scram_sha_256_over_tls_produces_and_consumes(secured, pki):
     topic = _topic()
-    config = _sasl(secured, pki, "SCRAM-SHA-256", "alice", "alice-secret")
+    config = sasl_settings(secured, pki, "SCRAM-SHA-256", "alice", "alice-secret")
     values = [f"v{i}".encode() for i in range(20)]
-    assert _produce(config, topic, values) == []
+    assert librdkafka_produce(config, topic, values) == []
     assert _consume(config, topic, 20) == values
 
 
 def test_confluent_plain_over_tls_produces(secured, pki):
     topic = _topic()
-    assert _produce(_sasl(secured, pki, "PLAIN", "alice", "alice-secret"), topic, [b"x"]) == []
+    assert librdkafka_produce(sasl_settings(secured, pki, "PLAIN", "alice", "alice-secret"), topic, [b"x"]) == []
 
 
 @pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "PLAIN"])
 def test_a_wrong_password_fails_authentication(secured, pki, mechanism):
-    error = _first_error(_sasl(secured, pki, mechanism, "alice", "wrong"))
+    error = _first_error(sasl_settings(secured, pki, mechanism, "alice", "wrong"))
     assert error.code() == KafkaError._AUTHENTICATION, error
     # The server's message names no user: the same for a user that does not exist.
-    unknown = _first_error(_sasl(secured, pki, mechanism, "nobody", "wrong"))
+    unknown = _first_error(sasl_settings(secured, pki, mechanism, "nobody", "wrong"))
     assert unknown.code() == KafkaError._AUTHENTICATION, unknown
     assert "alice" not in error.str() and "nobody" not in unknown.str()
 
@@ -200,7 +200,7 @@ def test_metadata_before_authentication_closes_the_connection(secured, pki):
 
 
 def _admin(server: ServerProcess, pki) -> AdminClient:
-    return AdminClient(_sasl(server, pki, "SCRAM-SHA-256", "admin", "admin-secret"))
+    return AdminClient(sasl_settings(server, pki, "SCRAM-SHA-256", "admin", "admin-secret"))
 
 
 def test_acls_through_the_admin_client_are_the_grpc_sides_and_enforced_on_both(secured, pki):
@@ -221,8 +221,8 @@ def test_acls_through_the_admin_client_are_the_grpc_sides_and_enforced_on_both(s
     assert [(b.principal, b.operation.name, b.permission_type.name) for b in seen] == [
         ("User:alice", "WRITE", "DENY")]
     # Enforced on the Kafka listener ...
-    alice = _sasl(secured, pki, "SCRAM-SHA-256", "alice", "alice-secret")
-    errors = _produce(alice, topic, [b"denied"])
+    alice = sasl_settings(secured, pki, "SCRAM-SHA-256", "alice", "alice-secret")
+    errors = librdkafka_produce(alice, topic, [b"denied"])
     assert [e.code() for e in errors] == [KafkaError.TOPIC_AUTHORIZATION_FAILED], errors
     # ... and on the gRPC one.
     with SyncClient(secured.target, tls=tls,
@@ -234,11 +234,11 @@ def test_acls_through_the_admin_client_are_the_grpc_sides_and_enforced_on_both(s
         ResourceType.TOPIC, topic, ResourcePatternType.MATCH, None, None, AclOperation.ANY,
         AclPermissionType.ANY)], request_timeout=_WAIT_S)
     assert [f.result() for f in deleted.values()] == [[deny]]
-    assert _produce(alice, topic, [b"allowed"]) == []
+    assert librdkafka_produce(alice, topic, [b"allowed"]) == []
 
 
 def test_acl_calls_need_rights_on_the_cluster(secured, pki):
-    alice = AdminClient(_sasl(secured, pki, "SCRAM-SHA-256", "alice", "alice-secret"))
+    alice = AdminClient(sasl_settings(secured, pki, "SCRAM-SHA-256", "alice", "alice-secret"))
     # No ACL names the cluster and everyone may use what no ACL names: give the cluster one.
     admin = _admin(secured, pki)
     grant = AclBinding(ResourceType.BROKER, "kafka-cluster", ResourcePatternType.LITERAL,
@@ -297,7 +297,7 @@ def test_plain_over_plaintext_where_allowed(start_server, tmp_path):
     config = {"bootstrap.servers": server.kafka_bootstrap, "security.protocol": "SASL_PLAINTEXT",
               "sasl.mechanism": "PLAIN", "sasl.username": "alice",
               "sasl.password": "alice-secret"}
-    assert _produce(config, _topic(), [b"x"]) == []
+    assert librdkafka_produce(config, _topic(), [b"x"]) == []
 
 
 # ---------------------------------------------------------------- mTLS
@@ -323,8 +323,8 @@ def test_mtls_principal_is_what_acls_see(start_server, tmp_path, pki):
     config = {"bootstrap.servers": server.kafka_bootstrap, "security.protocol": "SSL",
               "ssl.ca.location": str(pki.ca), "ssl.certificate.location": str(pki.client[0]),
               "ssl.key.location": str(pki.client[1])}
-    assert _produce(config, allowed, [b"ok"]) == []
-    errors = _produce(config, denied, [b"no"])
+    assert librdkafka_produce(config, allowed, [b"ok"]) == []
+    errors = librdkafka_produce(config, denied, [b"no"])
     assert [e.code() for e in errors] == [KafkaError.TOPIC_AUTHORIZATION_FAILED], errors
     # A client without a certificate does not get through the handshake.
     error = _first_error({"bootstrap.servers": server.kafka_bootstrap,
@@ -354,13 +354,13 @@ def test_new_kafka_connections_get_the_certificate_reloaded_on_sighup(start_serv
     assert served() == der(pki.server[0])
     config = {"bootstrap.servers": server.kafka_bootstrap, "security.protocol": "SSL",
               "ssl.ca.location": str(pki.ca)}
-    assert _produce(config, _topic(), [b"before"]) == []
+    assert librdkafka_produce(config, _topic(), [b"before"]) == []
     shutil.copy(pki.server2[0], cert)
     shutil.copy(pki.server2[1], key)
     server.process.send_signal(signal.SIGHUP)
     wait_until(lambda: "reloaded the TLS certificate" in server.log_text(), "the TLS reload")
     assert served() == der(pki.server2[0])
-    assert _produce(config, _topic(), [b"after"]) == []
+    assert librdkafka_produce(config, _topic(), [b"after"]) == []
 
 
 # ---------------------------------------------------------------- quotas
@@ -443,7 +443,7 @@ def test_metadata_that_would_create_a_topic_the_caller_may_not_create(start_serv
             "User:alice", "*", client_acls.AclOperation.DESCRIBE,
             client_acls.AclPermissionType.ALLOW)])
     # librdkafka's producer asks with allow_auto_topic_creation (allow.auto.create.topics).
-    producer = Producer(_sasl(server, pki, "SCRAM-SHA-256", "alice", "alice-secret"))
+    producer = Producer(sasl_settings(server, pki, "SCRAM-SHA-256", "alice", "alice-secret"))
     answer = producer.list_topics(topic, timeout=_WAIT_S).topics[topic]
     assert answer.error is not None
     assert answer.error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, answer.error
