@@ -4,7 +4,7 @@ over random fetch sizes and clocks."""
 
 from __future__ import annotations
 
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from stratalog.server.cluster.replication_throttle import ReplicationThrottle
@@ -42,6 +42,7 @@ def test_a_clock_going_back_refills_nothing() -> None:
     throttle.check()
 
 
+@example(rate=139, steps=[(311, 0.0), (18213, 0.0), (0, 0.0)])  # met with equality: float rounding
 @given(rate=st.integers(1, 10_000),
        steps=st.lists(st.tuples(st.integers(0, 50_000), st.floats(0.0, 3.0)), max_size=60))
 def test_a_fetcher_that_waits_as_told_stays_within_the_rate(rate: int,
@@ -54,5 +55,7 @@ def test_a_fetcher_that_waits_as_told_stays_within_the_rate(rate: int,
         fetched += size
         throttle.record(size, now)
         throttle.check()
-        assert fetched <= rate * now + rate + size
+        # The bound is exact (a fetcher that waits exactly as told meets it with equality), so
+        # allow the float arithmetic of ``now`` its rounding: a relative 1e-9.
+        assert fetched <= (rate * now + rate + size) * (1 + 1e-9) + 1e-6
         now += throttle.delay_s(now) + extra_wait
