@@ -247,7 +247,8 @@ class Settings:
         "Produce payloads under this size are validated and appended inline on the event loop;"
         " larger ones in the thread pool while the server is serving reads (any in the last"
         " 100 ms), so that reads do not wait behind them (one append at a time per partition"
-        " either way)",
+        " either way); in a cluster, a follower's fetch answers under this size are appended"
+        " inline too",
         0,
     )
     append_inline_max_bytes: int = _setting(

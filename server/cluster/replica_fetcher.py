@@ -40,7 +40,13 @@ append never claims records this log does not hold yet.
 added to pays for each answer's bytes by leaving the session until the bucket's debt is paid
 (then it comes back, naming its log end), as the partitions with errors do.
 
-The storage calls of one answer are one executor call. A partition added while a request
+The storage calls of one answer are one executor call, except for a small answer (its
+records under ``append_in_executor_min_bytes`` in all, the leader's rule for a Produce): each
+partition of it is first tried inline on the loop (``PartitionLog.try_follow_without_blocking``:
+a page-cache write, never a wait for the lock, a roll, an fsync or a new epoch's checkpoint),
+and only the partitions from the first one that cannot be go to the executor. A record that
+an acks=all producer waits for is then appended without a thread hop (0.26-0.46 ms of its
+chain; docs/performance.md, "Issue 29: follower appends on the loop"). A partition added while a request
 waits at the leader (it holds a request up to replica_fetch_wait_max_ms when it has nothing)
 goes in a second request written at once, which makes the leader answer the first: a new
 follower starts copying without waiting out the long poll. The stream itself failing (the
@@ -57,7 +63,8 @@ any more.
 Crash behaviour: every step is a storage call with its own crash guarantees (an append is
 whole or recovered away, a truncation is redone from the epochs at the next fetch).
 
-Concurrency: event-loop only; storage calls go to the executor.
+Concurrency: event-loop only; storage calls go to the executor, but small non-blocking
+appends (above).
 """
 
 from __future__ import annotations
@@ -125,14 +132,17 @@ def error_reason(exc: grpc.aio.AioRpcError) -> tuple[str, dict[str, str]]:
 class FetchSettings:
     """The replica fetch settings (server/settings.py's replica_fetch_*), in seconds/bytes."""
 
-    __slots__ = ("backoff_s", "max_bytes", "max_wait_ms", "response_max_bytes")
+    __slots__ = ("backoff_s", "inline_max_bytes", "max_bytes", "max_wait_ms",
+                 "response_max_bytes")
 
     def __init__(self, max_wait_ms: int, max_bytes: int, backoff_ms: int,
-                 response_max_bytes: int) -> None:
+                 response_max_bytes: int, inline_max_bytes: int = 0) -> None:
         self.max_wait_ms = max_wait_ms
         self.max_bytes = max_bytes
         self.backoff_s = backoff_ms / 1000
         self.response_max_bytes = response_max_bytes
+        #: Answers whose records are under this many bytes in all are tried inline (0: never).
+        self.inline_max_bytes = inline_max_bytes
 
 
 class _Followed:
@@ -364,8 +374,17 @@ class ReplicaFetcher:
         if not work:
             return
         loop = asyncio.get_running_loop()
-        self._in_flight = loop.run_in_executor(self._executor, _apply_all, work)
-        outcomes = await asyncio.shield(self._in_flight)
+        outcomes: list[_Outcome] = []
+        if sum(len(answer.records) for _, answer in work) < self._settings.inline_max_bytes:
+            for followed, answer in work:
+                outcome = _apply_inline(followed.replica, answer)
+                if outcome is None:
+                    break  # this one and the rest in the executor, in order
+                outcomes.append(outcome)
+        if len(outcomes) < len(work):
+            self._in_flight = loop.run_in_executor(self._executor, _apply_all,
+                                                   work[len(outcomes):])
+            outcomes += await asyncio.shield(self._in_flight)
         now = loop.time()
         for (followed, answer), outcome in zip(work, outcomes, strict=True):
             followed.replica.follower_appended()
@@ -407,6 +426,24 @@ def _apply_all(work: Sequence[tuple[_Followed, PartitionAnswer]]) -> list[_Outco
         except Exception as exc:  # a storage error: this partition backs off, resynchronises
             outcomes.append(_Outcome(type(exc).__name__, str(exc)))
     return outcomes
+
+
+def _apply_inline(replica: Replica, answer: PartitionAnswer) -> _Outcome | None:
+    """:func:`_apply_one` on the loop when it is a page-cache write and nothing else; None
+    (nothing changed) when it must go to the executor: an error, a divergence or a log start
+    to move, or an append the log cannot do without blocking (or that fails: the executor's
+    try reports it, with the offset recovery of :func:`_append`)."""
+    data, log = answer.data, replica.log
+    if (data.HasField("error") or data.HasField("diverging_epoch")
+            or data.log_start_offset > log.log_start_offset):
+        return None
+    if data.fetch_offset != log.log_end_offset:
+        return _Outcome(resync=True)  # as _apply_one: not where this log ends
+    try:
+        appended = log.try_follow_without_blocking(answer.records, data.high_watermark)
+    except Exception:  # validation refused it whole: nothing written
+        return None
+    return None if appended is None else _Outcome()
 
 
 def _apply_one(replica: Replica, answer: PartitionAnswer) -> _Outcome:

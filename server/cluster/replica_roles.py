@@ -126,6 +126,7 @@ class ReplicaRoles:
         self._fetch_settings = FetchSettings(
             settings.replica_fetch_wait_max_ms, settings.replica_fetch_max_bytes,
             settings.replica_fetch_backoff_ms, settings.replica_fetch_response_max_bytes,
+            inline_max_bytes=settings.append_in_executor_min_bytes,
         )
         self.partitions: dict[PartitionKey, Replica] = {}
         #: One fetcher (one fetch session) per leader this server follows partitions of.

@@ -463,6 +463,66 @@ class LogWriter:
                 log_start_offset=self._log_start_offset(),
             )
 
+    def try_append_as_follower_without_blocking(
+        self, record_batches: bytes | bytearray | memoryview
+    ) -> AppendInfo | None:
+        """:meth:`append_as_follower`, unless it would wait for the lock or touch the file
+        system beyond the write: then nothing changes and None (the caller appends in a thread
+        that may block, validating again).
+
+        Left undone (None) when the log's lock is held by another thread, when the active
+        segment's index files are not open yet, when the batches need a roll (or several
+        segments), when their leader epoch is not the cache's latest (assigning it rewrites
+        and fsyncs ``leader-epoch-checkpoint``), when a batch is a transaction marker (an
+        ABORT writes the ``.txnindex``, which may be opened first), and when the append would
+        fsync (``flush.messages``). Otherwise it does exactly what :meth:`append_as_follower`
+        does: a page-cache write and index entries in mapped memory. Batches that fail
+        validation raise as there, with nothing written.
+
+        Never waits: the lock is taken only if it is free. For an event loop applying a
+        follower's small fetch answers, which the replication of each acks=all produce waits
+        for (docs/cluster.md, "Replication").
+        """
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            self._local.ensure_open()
+            segment = self._local.active_segment
+            if segment.indexes_loaded != (True, True):
+                return None
+            runs = validate_follower_batches(
+                record_batches, self._local.config, log_end_offset=self._local.end.offset,
+                log_name=str(self._local.directory),
+            )
+            if not runs:
+                return self._empty_append_info()
+            if len(runs) > 1:
+                return None  # a roll between them
+            run = runs[0]
+            validated = run.validated
+            now_ms = self._time_ms()
+            epoch_cache = self._epoch_cache
+            if (
+                any(epoch_cache.needs_assign(epoch, start) for epoch, start in run.epoch_starts)
+                or any(batch.control_type is not None for batch in run.producer_batches)
+                or self._roll_due(segment, validated, now_ms)
+                or self._flush_due(validated.last_offset + 1)
+            ):
+                return None
+            self._write_follower_run(run, now_ms)
+            return AppendInfo(
+                first_offset=validated.first_offset,
+                last_offset=validated.last_offset,
+                max_timestamp=validated.max_timestamp,
+                offset_of_max_timestamp=validated.shallow_offset_of_max_timestamp,
+                log_append_time=NO_TIMESTAMP,
+                record_count=validated.record_count,
+                size_bytes=validated.size_bytes,
+                log_start_offset=self._log_start_offset(),
+            )
+        finally:
+            self._lock.release()
+
     def _write_follower_run(self, run: FollowerRun, now_ms: int) -> None:
         """Roll if due, assign the run's epochs, replay its producers, write it, then flush
         when ``flush.messages`` says so, and publish the new end. Under the lock.

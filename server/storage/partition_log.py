@@ -678,6 +678,28 @@ class PartitionLog:
         (Kafka's ``UnifiedLog.appendAsFollower``; :meth:`LogWriter.append_as_follower`)."""
         return self._writer.append_as_follower(record_batches)
 
+    def try_follow_without_blocking(
+        self, record_batches: bytes | bytearray | memoryview, leader_high_watermark: int
+    ) -> AppendInfo | None:
+        """:meth:`append_as_follower` of ``record_batches`` (none: only the high watermark),
+        then :meth:`update_high_watermark` to ``leader_high_watermark`` bounded by the new log
+        end, as one step; or None, with nothing changed, when either would wait for the lock
+        or the append would touch the file system beyond its write
+        (:meth:`LogWriter.try_append_as_follower_without_blocking` says when). Never waits: an
+        event loop's follower append."""
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            self._local.ensure_open()
+            info = self._writer.try_append_as_follower_without_blocking(record_batches)
+            if info is None:
+                return None
+            self._high_watermark = min(max(leader_high_watermark, self._log_start_offset),
+                                       self._local.end.offset)
+            return info
+        finally:
+            self._lock.release()
+
     def roll(self) -> Segment:
         """Start a new active segment at the log end offset (Kafka LocalLog.roll;
         docs/kafka-behaviours.md#roll); returns it.

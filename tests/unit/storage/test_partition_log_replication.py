@@ -263,6 +263,80 @@ def test_follower_append_rolls_by_size_at_the_batch_offset(directory: Path) -> N
         assert log.segments.base_offsets() == [0, 2, 4]
 
 
+# ---------------------------------------------------------------- follower appends on the loop
+
+
+def _follower_state(log: PartitionLog) -> tuple[object, ...]:
+    return (log.log_end_offset, log.high_watermark, log.last_stable_offset,
+            log.leader_epoch_cache.entries, log.segments.base_offsets(), read_all(log))
+
+
+def test_a_follower_append_in_the_current_epoch_is_done_without_blocking(
+    directory: Path,
+) -> None:
+    # The same bytes, offsets, producer state and high watermark as append_as_follower then
+    # update_high_watermark, in a log beside it.
+    batches = [leader_batch(0, 2, 3), leader_batch(3, 2, 2, producer_id=5, producer_epoch=0,
+                                                   base_sequence=0)]
+    with open_log(directory) as log, open_log(directory.parent / "topic-1") as twin:
+        log.append_as_follower(batches[0])
+        twin.append_as_follower(batches[0])
+        info = log.try_follow_without_blocking(batches[1], leader_high_watermark=4)
+        assert info is not None
+        assert (info.first_offset, info.last_offset, info.record_count) == (3, 4, 2)
+        twin.append_as_follower(batches[1])
+        twin.update_high_watermark(4)
+        assert _follower_state(log) == _follower_state(twin)
+        assert log.high_watermark == 4
+        entry = log.producer_state.last_entry(5)
+        assert entry is not None and entry.last_seq == 1
+        # Nothing to append: only the high watermark, bounded by the log end.
+        assert log.try_follow_without_blocking(b"", leader_high_watermark=99) is not None
+        assert log.high_watermark == 5
+
+
+@pytest.mark.parametrize("why", ["new epoch", "marker", "roll", "flush", "two segments"])
+def test_a_follower_append_that_would_block_is_left_undone(directory: Path, why: str) -> None:
+    # Each of these writes more than the page cache (a checkpoint, the .txnindex, a new
+    # segment, an fsync): the loop leaves it to a thread, which does it whole.
+    first = leader_batch(0, 1, 1, producer_id=7, producer_epoch=0, base_sequence=0,
+                         is_transactional=True)
+    data = {
+        "new epoch": leader_batch(1, 2),
+        "marker": marker_batch(1, 1, 7, 0, commit=True),
+        "roll": leader_batch(1, 1, 3),
+        "flush": leader_batch(1, 1),
+        "two segments": leader_batch(1, 1) + leader_batch(INT32_MAX + 5, 1),
+    }[why]
+    config: dict[str, object] = {}
+    if why == "roll":
+        config["segment_bytes"] = len(first) + len(data) - 1  # both do not fit one segment
+    if why == "flush":
+        config["flush_messages"] = 2
+    with open_log(directory, **config) as log:
+        log.append_as_follower(first)
+        before = _follower_state(log)
+        assert log.try_follow_without_blocking(data, leader_high_watermark=1) is None
+        assert _follower_state(log) == before
+        log.append_as_follower(data)  # the thread's append takes it
+        assert log.log_end_offset > 1
+
+
+def test_a_bad_follower_append_without_blocking_raises_and_writes_nothing(
+    directory: Path,
+) -> None:
+    with open_log(directory) as log:
+        log.append_as_follower(leader_batch(0, 1, 2))
+        before = _follower_state(log)
+        with pytest.raises(UnexpectedAppendOffsetError):
+            log.try_follow_without_blocking(leader_batch(1, 1), leader_high_watermark=2)
+        corrupt = bytearray(leader_batch(2, 1))
+        corrupt[-1] ^= 0xFF
+        with pytest.raises(CorruptRecordError):
+            log.try_follow_without_blocking(bytes(corrupt), leader_high_watermark=2)
+        assert _follower_state(log) == before
+
+
 # ---------------------------------------------------------------- leader appends
 
 
