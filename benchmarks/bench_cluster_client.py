@@ -25,6 +25,13 @@ temporary log directory, and measures, in this one client process, through a
                 <= 5 s for every kill (issue 24), not only the median; ``--failover-only``
                 measures this alone
 
+  CPU           around every throughput run, each process's CPU time (``/proc/PID/stat``,
+                user and system; the client's ``getrusage``) and minor page faults, per
+                million records: the leader, each follower, the client, the whole machine
+                (``/proc/stat``: every process and the kernel's own threads); medians over the
+                runs. Where replication's cost goes (docs/performance.md, "Issue 29: where an
+                RF=3 run's CPU goes")
+
 The three servers and the client share the machine's cores. Each run uses a fresh topic.
 
 Before/after in one run: ``--compare-python PATH`` starts a second cluster (its own etcd and
@@ -47,10 +54,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import math
 import os
 import platform
 import re
+import resource
 import shutil
 import signal
 import socket
@@ -60,7 +69,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -324,6 +333,35 @@ class Side:
     acked_one: list[float] = field(default_factory=list)
     e2e_one: list[float] = field(default_factory=list)
     failover_s: list[float] = field(default_factory=list)
+    pids: dict[int, int] = field(default_factory=dict)  # node id -> server process id
+    #: (RF, role) -> per run: (CPU s, of which system, minor faults) per million records.
+    cpu: dict[tuple[int, str], list[tuple[float, float, float]]] = field(default_factory=dict)
+
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu(pid: int) -> tuple[float, float, int]:
+    """CPU seconds (user + system), system seconds and minor faults of process ``pid`` so
+    far (``/proc/PID/stat`` fields 10, 14 and 15; all its threads)."""
+    with open(f"/proc/{pid}/stat") as file:
+        fields = file.read().rsplit(")", 1)[1].split()
+    user, system = int(fields[11]) / _CLOCK_TICKS, int(fields[12]) / _CLOCK_TICKS
+    return user + system, system, int(fields[7])
+
+
+def self_cpu() -> tuple[float, float, int]:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime, usage.ru_stime, usage.ru_minflt
+
+
+def machine_cpu() -> tuple[float, float, int]:
+    """CPU seconds every core spent busy (``/proc/stat``: all but idle and iowait), of which
+    in the kernel (system, irq, softirq)."""
+    with open("/proc/stat") as file:
+        ticks = [int(value) for value in file.readline().split()[1:]]
+    busy = sum(ticks) - ticks[3] - ticks[4]
+    return busy / _CLOCK_TICKS, (ticks[2] + ticks[5] + ticks[6]) / _CLOCK_TICKS, 0
 
 
 async def warm(targets: list[str], topic: str) -> None:
@@ -333,16 +371,39 @@ async def warm(targets: list[str], topic: str) -> None:
         await (await producer.send(topic, b"warm", partition=0))
 
 
+async def measured_throughput(side: Side, topic: str, values: list[bytes], acks: str,
+                              replication_factor: int, leader: int) -> float:
+    """:func:`throughput`, with every process's CPU per million records recorded in
+    ``side.cpu`` under (RF, role): "leader", "follower" (each), "client", "machine"."""
+    readers: dict[str, tuple[str, Callable[[], tuple[float, float, int]]]] = {
+        "client": ("client", self_cpu), "machine": ("machine", machine_cpu)}
+    for node_id, pid in side.pids.items():
+        role = "leader" if node_id == leader else "follower"
+        if replication_factor == 1 and role == "follower":
+            continue  # idle but for its polls
+        readers[f"node {node_id}"] = (role, functools.partial(process_cpu, pid))
+    before = {name: read() for name, (_, read) in readers.items()}
+    rate = await throughput(side.targets, topic, values, acks)
+    per_million = 1e6 / len(values)
+    for name, (role, read) in readers.items():
+        after = read()
+        side.cpu.setdefault((replication_factor, role), []).append(
+            tuple((a - b) * per_million for a, b in zip(after, before[name], strict=True)))
+    return rate
+
+
 async def measure_throughput(side: Side, run_index: int, values: list[bytes]) -> None:
     async with Client(side.targets) as client:
-        await create_replicated(client, f"rf3-{run_index}", 3)
-        await create_replicated(client, f"rf1-{run_index}", 1)
+        leaders = {3: await create_replicated(client, f"rf3-{run_index}", 3),
+                   1: await create_replicated(client, f"rf1-{run_index}", 1)}
     for name in ("rf3", "rf1"):
         await warm(side.targets, f"{name}-{run_index}")
     # Alternating order: the machine's other load falls on both alike.
     pairs = [("rf3", "all"), ("rf1", "1")]
     for name, acks in pairs if run_index % 2 == 0 else reversed(pairs):
-        rate = await throughput(side.targets, f"{name}-{run_index}", values, acks)
+        factor = 3 if name == "rf3" else 1
+        rate = await measured_throughput(side, f"{name}-{run_index}", values, acks, factor,
+                                         leaders[factor])
         (side.rf3_rates if name == "rf3" else side.rf1_rates).append(rate)
 
 
@@ -379,8 +440,9 @@ async def run(args: argparse.Namespace) -> None:
         sides.insert(0, Side("before", args.compare_python))
     with contextlib.ExitStack() as clusters:
         for side in sides:
-            side.targets = [m.target for m in clusters.enter_context(
-                running_cluster(python=side.python))]
+            members = clusters.enter_context(running_cluster(python=side.python))
+            side.targets = [m.target for m in members]
+            side.pids = {m.node_id: m.process.pid for m in members}
             async with Client(side.targets) as client:
                 await wait_for_brokers(client, len(side.targets))
         for run_index in range(args.runs):
@@ -419,7 +481,26 @@ def print_side(side: Side, latency_records: int, named: bool) -> None:
                  f"{percentile(side.e2e_all, 0.99) / percentile(side.e2e_one, 0.99):>8.2f}"))
     print_table(f"latency, one record at a time ({latency_records} records, RF=3){suffix}",
                 rows)
+    print_cpu(side, suffix)
     print_failovers(side.failover_s, suffix)
+
+
+def print_cpu(side: Side, suffix: str) -> None:
+    """Medians over the runs of :attr:`Side.cpu`; faults per MB of records sent."""
+    megabytes_per_million = 1e6 * VALUE_SIZE_BYTES / 1e6
+    rows = []
+    for factor, roles in ((3, ("leader", "follower", "client", "machine")),
+                          (1, ("leader", "client", "machine"))):
+        for role in roles:
+            samples = side.cpu.get((factor, role))
+            if not samples:
+                continue
+            total, system, faults = (statistics.median(s[i] for s in samples) for i in range(3))
+            faults_text = "" if role == "machine" else (
+                f", {faults / megabytes_per_million:,.0f} faults/MB")
+            rows.append((f"RF={factor} {role}{' (each)' if role == 'follower' else ''}",
+                         f"{total:>8.3f} s (system {system:.3f}){faults_text}"))
+    print_table(f"CPU per million records, median over the runs{suffix}", rows)
 
 
 def print_comparison(before: Side, after: Side) -> None:
