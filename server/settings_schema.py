@@ -840,7 +840,9 @@ class Settings:
     replica_reassignment_throttled_rate: int = _setting(
         0, "bytes per second a server fetches, all together, for the partitions it is being"
         " added to by a reassignment (Kafka's follower.replication.throttled.rate for the"
-        " reassigned replicas); 0 = no throttle. In-sync replicas are never throttled", 0,
+        " reassigned replicas), and sends, all together, to the replicas being added to the"
+        " partitions it leads (Kafka's leader.replication.throttled.rate); 0 = no throttle."
+        " In-sync replicas are never throttled", 0,
     )
     request_timeout_ms: int = _setting(
         30_000, "how long an acks=all produce waits for the in-sync replicas before"

@@ -47,6 +47,15 @@ and :meth:`FetchSession.answer` calls and the results back into answers.
   that a partition with much to send cannot starve the others under ``response_max_bytes``
   (Kafka's round-robin of a session's partitions).
 
+* **The leader's reassignment throttle** (Kafka's ``leader.replication.throttled.rate``;
+  ``ReplicaManager.readFromLog`` leaves a throttled partition out of a follower's answer while
+  the quota is exceeded): a partition whose follower a reassignment is adding is read only
+  while the server's leader bucket (``ReplicaRoles.leader_throttle``,
+  ``replica_reassignment_throttled_rate``; replication_throttle.py) owes nothing, and the bytes
+  sent are paid into it. Meanwhile it is left out of the answer, not listened to, and the wait
+  ends when the debt is paid (or at ``max_wait_ms``), so that the follower asks again then.
+  The in-sync followers are never throttled.
+
 Limits: at most :data:`SESSION_PARTITIONS_MAX` partitions per session; one answer holds at most
 ``response_max_bytes`` of batches (a partition's first batch whole even when larger).
 
@@ -121,6 +130,9 @@ class _SessionPartition:
     #: The high watermark and log start last answered; -1: never answered (answer it).
     answered_high_watermark: int = -1
     answered_log_start_offset: int = -1
+    #: Its follower is being added by a reassignment (the leader throttle applies), as the
+    #: last check found.
+    throttled: bool = False
 
 
 @dataclass(slots=True)
@@ -196,13 +208,16 @@ class FetchSession:
         the follower's next request is there already)."""
         waiting: list[tuple[Replica, int]] = []
         try:
-            results, readable, moved = self._check(waiting)
+            results, readable, moved, throttled_s = self._check(waiting)
             if not results and not readable and max_wait_ms > 0:
                 # A moved high watermark alone does not end the wait (Kafka's DelayedFetch
                 # waits for bytes): the request stays the follower's long poll, which the
-                # next append answers at once.
+                # next append answers at once. A throttled partition's debt paid ends it too.
+                wait_s = max_wait_ms / 1000
+                if throttled_s is not None:
+                    wait_s = min(wait_s, throttled_s)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wakeup.wait(), max_wait_ms / 1000)
+                    await asyncio.wait_for(self._wakeup.wait(), wait_s)
                 readable = self._recheck(waiting, results)
             else:
                 results += [_offsets(replica, cursor) for replica, cursor in moved]
@@ -215,8 +230,11 @@ class FetchSession:
             loop = asyncio.get_running_loop()
             results += await loop.run_in_executor(
                 self._executor, _read_all, readable, max_bytes, response_max_bytes)
+        throttle = self._roles.leader_throttle
         for result in results:
             entry = self._partitions.get((result.topic, result.partition))
+            if result.records and throttle.enabled and entry is not None and entry.throttled:
+                throttle.record(len(result.records), time.monotonic())
             if entry is not None and result.error is None:
                 entry.answered_high_watermark = result.high_watermark
                 entry.answered_log_start_offset = result.log_start_offset
@@ -247,17 +265,23 @@ class FetchSession:
 
     def _check(self, waiting: list[tuple[Replica, int]]
                ) -> tuple[list[PartitionResult], list[tuple[Replica, int]],
-                          list[tuple[Replica, int]]]:
+                          list[tuple[Replica, int]], float | None]:
         """Checks and progress of every partition: the results to answer now, the
-        (replica, cursor) with records to read, and those whose high watermark or log start
-        moved since last answered (sent with an answer that goes anyway). Every leader replica with nothing
-        to read is listened to (``waiting``) *before* its log end is looked at, so that an
-        append after the look wakes the answer."""
+        (replica, cursor) with records to read, those whose high watermark or log start
+        moved since last answered (sent with an answer that goes anyway), and the seconds
+        until the leader throttle lets the partitions it holds back be read (None: none held
+        back). Every leader replica with nothing to read is listened to (``waiting``)
+        *before* its log end is looked at, so that an append after the look wakes the
+        answer."""
         results: list[PartitionResult] = []
         readable: list[tuple[Replica, int]] = []
         moved: list[tuple[Replica, int]] = []
-        now_ms = int(time.monotonic() * 1000)
+        now = time.monotonic()
+        now_ms = int(now * 1000)
         roles = self._roles
+        throttle = roles.leader_throttle
+        throttle_delay_s = throttle.delay_s(now) if throttle.enabled else 0.0
+        throttled_s: float | None = None
         for (topic, number), entry in self._partitions.items():
             fetch = entry.fetch
             try:
@@ -284,18 +308,23 @@ class FetchSession:
                     log_start_offset=start, log_end_offset=end)))
                 continue
             entry.verify = False
-            replica.add_append_listener(self._wakeup.set)
-            waiting.append((replica, cursor))
             # The follower's progress is what it appended, never where the leader reads next.
             replica.record_follower_fetch(self.replica_id, min(fetch.log_end_offset, end),
                                           fetch.log_start_offset, now_ms)
             roles.maybe_expand_isr(replica)
+            entry.throttled = throttle.enabled and roles.is_being_added((topic, number),
+                                                                        self.replica_id)
+            if entry.throttled and throttle_delay_s > 0 and cursor < end:
+                throttled_s = throttle_delay_s  # held back: not read, not listened to
+                continue
+            replica.add_append_listener(self._wakeup.set)
+            waiting.append((replica, cursor))
             if cursor < end:
                 readable.append((replica, cursor))
             elif (entry.answered_high_watermark != log.high_watermark
                   or entry.answered_log_start_offset != log.log_start_offset):
                 moved.append((replica, cursor))
-        return results, readable, moved
+        return results, readable, moved, throttled_s
 
     def _recheck(self, candidates: Iterable[tuple[Replica, int]],
                  results: list[PartitionResult]) -> list[tuple[Replica, int]]:

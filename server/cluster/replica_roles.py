@@ -137,6 +137,13 @@ class ReplicaRoles:
         #: throttle is per broker); rate 0: off.
         self._throttle = ReplicationThrottle(settings.replica_reassignment_throttled_rate,
                                              time.monotonic())
+        #: The leader's side of the same throttle (Kafka's leader.replication.throttled.rate,
+        #: which ``kafka-reassign-partitions --throttle`` sets to the same value): one bucket
+        #: for the bytes this server sends to every replica being added to a partition it
+        #: leads (fetch_session.py), so that a drain's many new replicas fetching from one
+        #: leader share one rate there.
+        self.leader_throttle = ReplicationThrottle(settings.replica_reassignment_throttled_rate,
+                                                   time.monotonic())
         self._applying = asyncio.Lock()
         self._isr_task: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
@@ -442,15 +449,18 @@ class ReplicaRoles:
         fetched; how long the partition waits before its next fetch. Only while this server is
         being added to the partition, as the view says now: 0 otherwise, and when the
         throttle is off."""
-        if not self._throttle.enabled:
-            return 0.0
-        assignment = self._node.view.topics.get(key[0])
-        reassignment = assignment.reassigning.get(key[1]) if assignment is not None else None
-        if reassignment is None or self.node_id not in reassignment.adding:
+        if not self._throttle.enabled or not self.is_being_added(key, self.node_id):
             return 0.0
         now = time.monotonic()
         self._throttle.record(size_bytes, now)
         return self._throttle.delay_s(now)
+
+    def is_being_added(self, key: PartitionKey, node_id: int) -> bool:
+        """Whether ``node_id`` is a replica a reassignment is adding to ``key``, as the view
+        says now (what both sides of the throttle apply to)."""
+        assignment = self._node.view.topics.get(key[0])
+        reassignment = assignment.reassigning.get(key[1]) if assignment is not None else None
+        return reassignment is not None and node_id in reassignment.adding
 
     def _live_addresses(self) -> set[str]:
         return {broker.address for broker in self._node.membership.brokers.values()}

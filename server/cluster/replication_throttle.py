@@ -20,7 +20,12 @@ plus one answer. A rate of 0 turns the throttle off: every delay is 0. One bucke
 (the follower's): every partition it is being added to shares the rate, as Kafka's quota is
 per broker.
 
-Where it is applied (server/cluster/replica_roles.py, :meth:`ReplicaRoles._throttled_delay`,
+The leader's side uses a second bucket at the same rate (Kafka's
+``leader.replication.throttled.rate``, which ``kafka-reassign-partitions --throttle`` sets to
+the same value): fetch_session.py leaves a partition whose follower is being added out of
+the leader's answers while that bucket owes, and pays each answer's bytes into it.
+
+Where it is applied on the follower (server/cluster/replica_roles.py, :meth:`ReplicaRoles._throttled_delay`,
 called by the follower's fetcher, replica_fetcher.py): for a partition this server is being
 added to (the assignment's ``adding``), each answer's record bytes are recorded, and the
 partition stays out of the fetch session until the delay has passed. In-sync replicas and

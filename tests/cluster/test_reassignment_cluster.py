@@ -5,6 +5,8 @@
   librdkafka acks=all idempotent producer, with the controller killed (kill -9) right after the
   reassignment is recorded: the new controller carries it on, the leadership leaves the replica
   being removed, the replicas become the target, and every acknowledged record is read back.
+* A new replica catching up under the reassignment throttle, applied by every server, and by
+  the leader alone (Kafka's leader.replication.throttled.rate): never faster than the rate.
 * A reassignment cancelled while the new replica cannot catch up (the reassignment throttle at
   one byte per second): back to the original replicas, nothing left of the reassignment in
   etcd.
@@ -296,6 +298,7 @@ FETCH_BYTES_MAX = 16_384
 
 
 def test_a_throttled_new_replica_fetches_within_the_rate(start_member, etcd) -> None:
+    # Every server throttles: the new replica as follower, its leader as leader.
     flags = ("--replica-reassignment-throttled-rate", str(THROTTLE_RATE),
              "--replica-fetch-max-bytes", str(FETCH_BYTES_MAX))
     servers = {node: start_member(node, *MEMBER_FLAGS, *flags) for node in range(1, 5)}
@@ -305,6 +308,32 @@ def test_a_throttled_new_replica_fetches_within_the_rate(start_member, etcd) -> 
     _create(servers[1], topic, partitions=1)
     original = _replicas(etcd, topic)[0]
     [newcomer] = set(servers) - set(original)
+    _throttled_catch_up(servers, etcd, topic, original, newcomer)
+
+
+def test_the_leader_throttles_what_it_sends_a_new_replica(start_member, etcd) -> None:
+    # Kafka's leader.replication.throttled.rate: only the three original servers throttle;
+    # the fourth, the new replica, would fetch as fast as it can.
+    throttled = ("--replica-reassignment-throttled-rate", str(THROTTLE_RATE),
+                 "--replica-fetch-max-bytes", str(FETCH_BYTES_MAX))
+    servers = {node: start_member(node, *MEMBER_FLAGS, *throttled) for node in range(1, 4)}
+    wait_for(lambda: all(len(metadata(s).brokers) == 3 for s in servers.values()),
+             "3 brokers seen by every server")
+    topic = f"slow-{uuid.uuid4().hex[:6]}"
+    _create(servers[1], topic, partitions=1)
+    original = _replicas(etcd, topic)[0]
+    servers[4] = start_member(4, *MEMBER_FLAGS, "--replica-fetch-max-bytes",
+                              str(FETCH_BYTES_MAX))
+    wait_for(lambda: all(len(metadata(s).brokers) == 4 for s in servers.values()),
+             "4 brokers seen by every server")
+    _throttled_catch_up(servers, etcd, topic, original, 4)
+
+
+def _throttled_catch_up(servers: dict[int, ServerProcess], etcd, topic: str,
+                        original: list[int], newcomer: int) -> None:
+    """Fill ``topic``'s partition 0 with ~400 KB, add ``newcomer`` to its replicas, and check
+    that the new replica's progress never runs ahead of THROTTLE_RATE (plus one second of burst
+    and one answer) until it is half caught up; then the reassignment completes."""
     # Batches below an answer's bound, so that no answer holds more than FETCH_BYTES_MAX.
     producer = Producer({"bootstrap.servers": servers[1].kafka_bootstrap, "acks": "all",
                          "linger.ms": 20, "batch.size": FETCH_BYTES_MAX // 2})
@@ -318,9 +347,12 @@ def test_a_throttled_new_replica_fetches_within_the_rate(start_member, etcd) -> 
     samples = []
     with channel:
         def sampled() -> bool:
-            [ongoing] = broker.ListPartitionReassignments(
+            ongoing = broker.ListPartitionReassignments(
                 pb.ListPartitionReassignmentsRequest(), timeout=CALL_TIMEOUT_S).reassignments
-            progress = {p.node_id: p.log_end_offset for p in ongoing.progress}
+            # None left: finished, so the new replica holds every record (an unthrottled
+            # catch-up is done before the first sample).
+            progress = ({p.node_id: p.log_end_offset for r in ongoing for p in r.progress}
+                        if ongoing else {newcomer: count})
             samples.append((time.monotonic() - started, progress.get(newcomer, -1)))
             return progress.get(newcomer, -1) > 0
         wait_for(sampled, "the new replica fetching")
