@@ -91,6 +91,10 @@ ACKS_ALL = -1
 _LATEST = -1
 
 
+#: ``verify(topic, partition, transactional_id, records)``, before a client append.
+VerifyBeforeAppend = Callable[[str, int, str | None, bytes | memoryview], Awaitable[None]]
+
+
 class Releasable(Protocol):
     """A slot a waiting request holds (client_limits.py's WaitingRpc)."""
 
@@ -212,6 +216,9 @@ class ReplicaManager:
             settings.produce_decompressed_bytes_in_flight_max,
         )
         self._coordinator: TransactionCoordinator | None = None
+        #: Cluster mode: asks a producer's coordinator before a transactional append this
+        #: server was not told of (server/transaction_service/append_verifier.py).
+        self._verify_before_append: VerifyBeforeAppend | None = None
         self._partitions: dict[tuple[str, int], Partition] = {}
         self._admin_lock = asyncio.Lock()
         self.shutting_down = False
@@ -233,6 +240,14 @@ class ReplicaManager:
         anything is served."""
         assert self._coordinator is None and not self._partitions
         self._coordinator = coordinator
+
+    def verify_before_appends_with(self, verify: VerifyBeforeAppend) -> None:
+        """``verify(topic, partition, transactional_id, records)`` is awaited before each
+        client append, outside the log's lock (Kafka's ``handleProduceAppend`` verifies before
+        ``appendRecords``): in cluster mode, a leader not told of a producer's transaction asks
+        its coordinator (docs/cluster.md, "Transactions"). Once, before anything is served."""
+        assert self._verify_before_append is None
+        self._verify_before_append = verify
 
     def listen_to_internal_markers(self, listener: Callable[[str, int, int, bool], None]) -> None:
         """Tell ``listener`` (on this event loop) of each transaction marker written to a topic
@@ -415,6 +430,7 @@ class ReplicaManager:
         flush: bool = False,
         appended: Callable[[], None] | None = None,
         internal_topics_allowed: bool = False,
+        transactional_id: str | None = None,
     ) -> AppendInfo:
         """Append ``records`` (batches, or a coroutine function that encodes them once the
         partition is known to be served here) to the partition's leader: Kafka's
@@ -427,9 +443,14 @@ class ReplicaManager:
         the next Produce of the partition go then, as Kafka's in-flight requests of a
         connection are). ``internal_topics_allowed``: the server's own write (the group
         coordinator's); a client's append to an internal topic is refused.
+        ``transactional_id``: the producer's (Kafka's ProduceRequest field), with which a
+        cluster's leader asks its coordinator about a transaction it was not told of
+        (:meth:`verify_before_appends_with`).
 
         Raises:
             InvalidTopicError: a client's append to an internal topic.
+            InvalidTxnStateError, InvalidProducerEpochError,
+                TxnVerificationUnavailableError: the verification before the append.
             NotLeaderOrFollowerError, LeaderNotAvailableError: not the leader here.
             NotEnoughReplicasError: acks=all with the ISR below min.insync.replicas, before
                 anything is written; the delayed produce's errors after.
@@ -447,6 +468,8 @@ class ReplicaManager:
             min_insync = partition_log.config.min_insync_replicas
             replica.check_enough_replicas(min_insync)
         payload = records if not callable(records) else await records()
+        if self._verify_before_append is not None and not internal_topics_allowed:
+            await self._verify_before_append(topic, partition, transactional_id, payload)
         while True:
             async with state.append_lock:
                 if state.closed:
