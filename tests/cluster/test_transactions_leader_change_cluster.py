@@ -9,6 +9,8 @@ and a preferred-leader election (deterministic, nobody killed).
   new leader was never told of the transactions (AllowTxnAppends went to the old one): it
   asked each producer's coordinator, one of them on another server (VerifyTxnAppend), the
   other on itself.
+* The same with the authorizer on (the servers' calls go as the broker principal), and with
+  the partition's leader killed (kill -9) instead of moved.
 * The late-produce protection holds across the move: a transactional Produce after its
   transaction ended, or for a partition the transaction does not hold, is refused by the new
   leader (INVALID_TXN_STATE), and nothing is written.
@@ -27,6 +29,7 @@ from stratalog.server.transactions.state_partitions import (
     partition_for_transactional_id,
 )
 from tests.cluster.conftest import metadata, wait_for
+from tests.cluster.test_cluster_acls import acl_flags  # noqa: F401  (a fixture)
 from tests.cluster.test_faults import FAILOVER_BOUND_S, create_topic, start_cluster
 from tests.cluster.test_transactions_cluster import (
     STATE_PARTITIONS,
@@ -69,8 +72,13 @@ def _id_coordinated_by(server: ServerProcess, node: int, prefix: str) -> str:
                 if state[partition_for_transactional_id(name, STATE_PARTITIONS)] == node)
 
 
-async def test_transactions_commit_across_a_leader_change(start_member):
-    servers = start_cluster(lambda node, *flags: start_member(node, *flags, *TXN_FLAGS))
+@pytest.mark.parametrize("secured", [False, True], ids=["plain", "acls"])
+async def test_transactions_commit_across_a_leader_change(start_member, request, secured):
+    """``acls``: the authorizer on and the servers calling each other as the broker principal
+    (VerifyTxnAppend needs CLUSTER_ACTION, as the other TransactionMarkers calls)."""
+    extra = request.getfixturevalue("acl_flags") if secured else ()
+    servers = start_cluster(lambda node, *flags: start_member(node, *flags, *TXN_FLAGS,
+                                                              *extra))
     topic = f"mv-{uuid.uuid4().hex[:8]}"
     create_topic(servers[1], topic)
     targets = ",".join(s.target for s in servers.values())
@@ -142,3 +150,32 @@ async def test_a_late_produce_is_refused_after_a_leader_change(start_member):
         await client.end_txn(transactional_id, producer_id, epoch, commit=False)
     # Nothing was appended by the refused batches: the LSO is the high watermark.
     assert read_committed(servers, topic, 1) == [b"in"]
+
+
+def test_a_transaction_survives_its_partitions_leader_killed(start_member):
+    servers = start_cluster(lambda node, *flags: start_member(node, *flags, *TXN_FLAGS))
+    topic = f"mvk-{uuid.uuid4().hex[:8]}"
+    create_topic(servers[1], topic)
+    probe = transactional_producer(servers, "probe")
+    probe.init_transactions(60)  # the state topic made
+    old = leaders(servers[1], topic)[0]
+    state = _state_leaders(servers[1])
+    transactional_id = next(
+        name for name in (f"killed-{i}" for i in range(1000))
+        if state[partition_for_transactional_id(name, STATE_PARTITIONS)] not in (old, -1))
+    producer = transactional_producer(servers, transactional_id)
+    producer.init_transactions(60)
+    producer.begin_transaction()
+    for n in range(5):
+        producer.produce(topic, value=b"before-%d" % n, partition=0)
+    producer.flush(30)
+    servers[old].kill()
+    survivors = {node: server for node, server in servers.items() if node != old}
+    some = next(iter(survivors.values()))
+    wait_for(lambda: leaders(some, topic)[0] not in (old, -1), f"{topic}-0 led again",
+             FAILOVER_BOUND_S)
+    for n in range(5):
+        producer.produce(topic, value=b"after-%d" % n, partition=0)
+    producer.commit_transaction(FAILOVER_BOUND_S * 3)
+    expected = sorted(b"%s-%d" % (when, n) for when in (b"before", b"after") for n in range(5))
+    assert sorted(read_committed(survivors, topic, 1, FAILOVER_BOUND_S * 3)) == expected
