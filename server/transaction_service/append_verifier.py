@@ -126,6 +126,7 @@ class AppendVerifier:
         self._in_flight: dict[tuple[str, int, int, int], asyncio.Task[None]] = {}
         #: Questions sent (not coalesced into another), for tests and metrics.
         self.asked = 0
+        self._closed = False
 
     @property
     def in_flight(self) -> int:
@@ -159,6 +160,9 @@ class AppendVerifier:
         key = (topic, partition, producer_id, producer_epoch)
         task = self._in_flight.get(key)
         if task is None:
+            if self._closed:
+                raise TxnVerificationUnavailableError(topic, partition,
+                                                      "the server is stopping")
             if len(self._in_flight) >= self._in_flight_max:
                 raise TxnVerificationUnavailableError(
                     topic, partition, f"{self._in_flight_max} questions to transaction"
@@ -173,6 +177,15 @@ class AppendVerifier:
                                    if self._in_flight.get(key) is done else None)
         # Shielded: one caller's cancellation (its client went away) does not fail the others.
         await asyncio.shield(task)
+
+    async def close(self) -> None:
+        """Cancel the questions under way, and refuse new ones (the server stops): their
+        Produce requests fail retriably. Idempotent."""
+        self._closed = True
+        tasks = list(self._in_flight.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _question(self, guard: VerificationGuard, transactional_id: str) -> None:
         topic, partition, producer_id, producer_epoch = guard
@@ -189,8 +202,13 @@ class AppendVerifier:
                     f" {transactional_id!r} did not answer within {self._timeout_s:.1f} s"
                 ) from None
             except asyncio.CancelledError:
+                if self._closed:  # close(): every waiting Produce is answered, retriably
+                    raise TxnVerificationUnavailableError(
+                        topic, partition, "the server is stopping") from None
                 raise
             except Exception as exc:
+                logger.debug("%s-%d: the coordinator of %r could not verify producer %d: %s",
+                             topic, partition, transactional_id, producer_id, exc)
                 raise TxnVerificationUnavailableError(topic, partition, str(exc)) from exc
             try:
                 recorded = self._verified.allow_verified(guard)

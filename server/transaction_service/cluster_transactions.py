@@ -502,6 +502,7 @@ class ClusterTransactions:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await self.markers.close()
+        await self.verifier.close()
         await asyncio.to_thread(self._marker_executor.shutdown, True)  # writes under way end
 
 

@@ -208,3 +208,18 @@ async def test_a_coordinator_that_cannot_say_is_retriable() -> None:
     verifier = AppendVerifier(VerifiedPartitions(), moving)
     with pytest.raises(TxnVerificationUnavailableError, match="has no leader now"):
         await verifier.verify_before_append("t", 0, "tx", batch(7, 1))
+
+
+async def test_closing_cancels_the_questions_under_way() -> None:
+    coordinator = Coordinator()
+    coordinator.release.clear()  # never answers
+    verified = VerifiedPartitions()
+    verifier = AppendVerifier(verified, coordinator.ask)
+    produce = asyncio.ensure_future(verifier.verify_before_append("t", 0, "tx", batch(7, 1)))
+    await coordinator.asked.wait()
+    await verifier.close()
+    with pytest.raises(TxnVerificationUnavailableError, match="stopping"):
+        await produce  # retriable: the client tries another server
+    assert verifier.in_flight == 0 and verified.guards == 0
+    with pytest.raises(TxnVerificationUnavailableError, match="stopping"):
+        await verifier.verify_before_append("t", 1, "tx", batch(7, 1))
