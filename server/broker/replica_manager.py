@@ -91,8 +91,16 @@ ACKS_ALL = -1
 _LATEST = -1
 
 
-#: ``verify(topic, partition, transactional_id, records)``, before a client append.
-VerifyBeforeAppend = Callable[[str, int, str | None, bytes | memoryview], Awaitable[None]]
+class TransactionVerifier(Protocol):
+    """Cluster mode: a leader not told of a producer's transaction asks its coordinator
+    (server/transaction_service/append_verifier.py)."""
+
+    async def verify_before_append(self, topic: str, partition: int,
+                                   transactional_id: str | None,
+                                   records: bytes | memoryview) -> None: ...
+
+    async def verify_producer(self, topic: str, partition: int, transactional_id: str,
+                              producer_id: int, producer_epoch: int) -> None: ...
 
 
 class Releasable(Protocol):
@@ -218,7 +226,7 @@ class ReplicaManager:
         self._coordinator: TransactionCoordinator | None = None
         #: Cluster mode: asks a producer's coordinator before a transactional append this
         #: server was not told of (server/transaction_service/append_verifier.py).
-        self._verify_before_append: VerifyBeforeAppend | None = None
+        self._transaction_verifier: TransactionVerifier | None = None
         self._partitions: dict[tuple[str, int], Partition] = {}
         self._admin_lock = asyncio.Lock()
         self.shutting_down = False
@@ -241,13 +249,26 @@ class ReplicaManager:
         assert self._coordinator is None and not self._partitions
         self._coordinator = coordinator
 
-    def verify_before_appends_with(self, verify: VerifyBeforeAppend) -> None:
-        """``verify(topic, partition, transactional_id, records)`` is awaited before each
-        client append, outside the log's lock (Kafka's ``handleProduceAppend`` verifies before
-        ``appendRecords``): in cluster mode, a leader not told of a producer's transaction asks
-        its coordinator (docs/cluster.md, "Transactions"). Once, before anything is served."""
-        assert self._verify_before_append is None
-        self._verify_before_append = verify
+    def verify_before_appends_with(self, verifier: TransactionVerifier) -> None:
+        """``verifier.verify_before_append`` is awaited before each client append, outside
+        the log's lock (Kafka's ``handleProduceAppend`` verifies before ``appendRecords``): in
+        cluster mode, a leader not told of a producer's transaction asks its coordinator
+        (docs/cluster.md, "Transactions"). Once, before anything is served."""
+        assert self._transaction_verifier is None
+        self._transaction_verifier = verifier
+
+    async def verify_transaction(self, topic: str, partition: int, transactional_id: str,
+                                 producer_id: int, producer_epoch: int) -> None:
+        """The same verification for a transactional write the server makes itself (a
+        TxnOffsetCommit's offsets, written by the group coordinator), before its own check.
+        Nothing on a single server.
+
+        Raises:
+            what ``TransactionVerifier.verify_producer`` raises.
+        """
+        if self._transaction_verifier is not None:
+            await self._transaction_verifier.verify_producer(
+                topic, partition, transactional_id, producer_id, producer_epoch)
 
     def listen_to_internal_markers(self, listener: Callable[[str, int, int, bool], None]) -> None:
         """Tell ``listener`` (on this event loop) of each transaction marker written to a topic
@@ -468,8 +489,9 @@ class ReplicaManager:
             min_insync = partition_log.config.min_insync_replicas
             replica.check_enough_replicas(min_insync)
         payload = records if not callable(records) else await records()
-        if self._verify_before_append is not None and not internal_topics_allowed:
-            await self._verify_before_append(topic, partition, transactional_id, payload)
+        if self._transaction_verifier is not None and not internal_topics_allowed:
+            await self._transaction_verifier.verify_before_append(
+                topic, partition, transactional_id, payload)
         while True:
             async with state.append_lock:
                 if state.closed:

@@ -33,7 +33,10 @@ needs the same answer meanwhile waits for (coalesced); each waits at most ``time
 Nothing is kept once answered but the verified set's entry.
 
 A Produce without a transactional id (a gRPC client that does not send it) is not verified
-here: the check under the lock refuses it as before.
+here: the check under the lock refuses it as before. A TxnOffsetCommit (the offsets the group
+coordinator writes to ``__consumer_offsets`` in the transaction) is verified the same way
+(:meth:`AppendVerifier.verify_producer`), before the group service's own check: Kafka's group
+coordinator verifies it too.
 
 Concurrency: event-loop only. Crash: nothing durable; a restarted leader asks again.
 """
@@ -148,15 +151,16 @@ class AppendVerifier:
         producer = transactional_producer(records)
         if producer is None:
             return
-        producer_id, producer_epoch = producer
+        await self.verify_producer(topic, partition, transactional_id, *producer)
+
+    async def verify_producer(self, topic: str, partition: int, transactional_id: str,
+                              producer_id: int, producer_epoch: int) -> None:
+        """As :meth:`verify_before_append` for a known producer (a TxnOffsetCommit's, whose
+        offsets the group coordinator writes): one question (or the one under way for the
+        same partition and producer) and its answer recorded, unless the verified set holds
+        the producer already. O(1) then."""
         if self._verified.holds(topic, partition, producer_id, producer_epoch):
             return
-        await self.verify(topic, partition, transactional_id, producer_id, producer_epoch)
-
-    async def verify(self, topic: str, partition: int, transactional_id: str,
-                     producer_id: int, producer_epoch: int) -> None:
-        """One question (or the one under way for the same partition and producer) and its
-        answer recorded; raises as :meth:`verify_before_append`."""
         key = (topic, partition, producer_id, producer_epoch)
         task = self._in_flight.get(key)
         if task is None:

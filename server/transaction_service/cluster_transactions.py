@@ -143,7 +143,7 @@ class ClusterTransactions:
                                  self.verify_in_transaction)
         # This server's partitions ask the coordinators of producers they were not told of.
         self.verifier = AppendVerifier(self.verified, self._ask)
-        replica_manager.verify_before_appends_with(self.verifier.verify_before_append)
+        replica_manager.verify_before_appends_with(self.verifier)
         self.markers = TxnMarkerChannel(self.calls.send_marker)
         self._placement = InternalTopicPlacement(
             replica_manager, settings, CLUSTER_TRANSACTION_STATE_TOPIC,

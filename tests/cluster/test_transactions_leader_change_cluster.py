@@ -11,6 +11,9 @@ and a preferred-leader election (deterministic, nobody killed).
   other on itself.
 * The same with the authorizer on (the servers' calls go as the broker principal), and with
   the partition's leader killed (kill -9) instead of moved.
+* TxnOffsetCommit after the group's ``__consumer_offsets`` partition moved (its group
+  coordinator with it) since AddOffsetsToTxn: the new group coordinator asks too, and the
+  offsets are committed with the transaction.
 * The late-produce protection holds across the move: a transactional Produce after its
   transaction ended, or for a partition the transaction does not hold, is refused by the new
   leader (INVALID_TXN_STATE), and nothing is written.
@@ -18,12 +21,16 @@ and a preferred-leader election (deterministic, nobody killed).
 
 from __future__ import annotations
 
+import asyncio
+import time
 import uuid
 
 import pytest
 
-from stratalog.client import Client, Producer, SyncClient
-from stratalog.client.errors import InvalidTxnStateError
+from stratalog.client import Client, Producer, SyncClient, TopicPartition
+from stratalog.client.errors import InvalidTxnStateError, StratalogError
+from stratalog.client.groups.membership_messages import GroupMetadata
+from stratalog.records.group_partition import partition_for_group
 from stratalog.server.transactions.state_partitions import (
     CLUSTER_TRANSACTION_STATE_TOPIC,
     partition_for_transactional_id,
@@ -38,28 +45,32 @@ from tests.cluster.test_transactions_cluster import (
     read_committed,
     transactional_producer,
 )
-from tests.cluster.test_transactions_grpc_cluster import init
+from tests.cluster.test_transactions_grpc_cluster import LOAD_BOUND_S, init
 from tests.integration.conftest import ServerProcess
 
 
-def _replicas(server: ServerProcess, topic: str) -> list[int]:
-    (found,) = [list(p.replicas) for t in metadata(server, topic).topics for p in t.partitions]
+def _replicas(server: ServerProcess, topic: str, partition: int = 0) -> list[int]:
+    (found,) = [list(p.replicas) for t in metadata(server, topic).topics for p in t.partitions
+                if p.partition == partition]
     return found
 
 
-def move_leadership(servers: dict[int, ServerProcess], topic: str, to: int) -> None:
-    """Make ``to`` the preferred replica of ``topic``-0 (a reassignment to the same replicas
-    in another order, written at once), then elect it (ElectLeaders); wait until every server
-    sees it lead."""
-    replicas = _replicas(servers[1], topic)
+def move_leadership(servers: dict[int, ServerProcess], topic: str, to: int,
+                    partition: int = 0) -> None:
+    """Make ``to`` the preferred replica of ``topic``-``partition`` (a reassignment to the same
+    replicas in another order, written at once), then elect it (ElectLeaders); wait until
+    every server sees it lead."""
+    replicas = _replicas(servers[1], topic, partition)
     order = [to, *(node for node in replicas if node != to)]
+    key = (topic, partition)
     with SyncClient(servers[1].target) as client:
-        assert client.alter_partition_reassignments({(topic, 0): order}) == {(topic, 0): None}
-        wait_for(lambda: all(_replicas(s, topic) == order for s in servers.values()),
-                 f"{topic}-0's replicas reordered to {order}")
-        assert client.elect_leaders([(topic, 0)]) == {(topic, 0): None}
-    wait_for(lambda: all(leaders(s, topic)[0] == to for s in servers.values()),
-             f"node {to} leads {topic}-0", FAILOVER_BOUND_S)
+        assert client.alter_partition_reassignments({key: order}) == {key: None}
+        wait_for(lambda: all(_replicas(s, topic, partition) == order
+                             for s in servers.values()),
+                 f"{topic}-{partition}'s replicas reordered to {order}")
+        assert client.elect_leaders([key]) == {key: None}
+    wait_for(lambda: all(leaders(s, topic)[partition] == to for s in servers.values()),
+             f"node {to} leads {topic}-{partition}", FAILOVER_BOUND_S)
 
 
 def _state_leaders(server: ServerProcess) -> dict[int, int]:
@@ -179,3 +190,39 @@ def test_a_transaction_survives_its_partitions_leader_killed(start_member):
     producer.commit_transaction(FAILOVER_BOUND_S * 3)
     expected = sorted(b"%s-%d" % (when, n) for when in (b"before", b"after") for n in range(5))
     assert sorted(read_committed(survivors, topic, 1, FAILOVER_BOUND_S * 3)) == expected
+
+
+async def test_transactional_offsets_commit_after_the_group_coordinator_moved(start_member):
+    servers = start_cluster(lambda node, *flags: start_member(node, *flags, *TXN_FLAGS))
+    topic = f"mvo-{uuid.uuid4().hex[:8]}"
+    create_topic(servers[1], topic)
+    offsets_topic, group = "__consumer_offsets", "mover-group"
+    async with Client(",".join(s.target for s in servers.values())) as client:
+        await init(client, "probe")
+        transactional_id = "offsets-mover"
+        retried: list[StratalogError] = []
+        producer_id, epoch = await init(client, transactional_id)
+        # The group's partition joins the transaction (the offsets topic made first): its
+        # leader is told.
+        await client.add_offsets_to_txn(transactional_id, producer_id, epoch, group)
+        partition = partition_for_group(group, len(leaders(servers[1], offsets_topic)))
+        old = leaders(servers[1], offsets_topic)[partition]
+        new = next(n for n in _replicas(servers[1], offsets_topic, partition) if n != old)
+        move_leadership(servers, offsets_topic, new, partition)
+        # The new group coordinator loads its partition first (retriable answers meanwhile,
+        # which a client retries), then asks the transaction's coordinator.
+        deadline = time.monotonic() + LOAD_BOUND_S
+        while True:
+            try:
+                await client.txn_offset_commit(transactional_id, producer_id, epoch,
+                                               GroupMetadata(group, -1, "", None),
+                                               {TopicPartition(topic, 0): 5})
+                break
+            except StratalogError as exc:
+                if not exc.retriable or time.monotonic() > deadline:
+                    raise
+                retried.append(exc)
+            await asyncio.sleep(0.1)
+        await client.end_txn(transactional_id, producer_id, epoch, commit=True)
+        committed = await client.offset_fetch(group, [(topic, 0)], require_stable=True)
+    assert committed[TopicPartition(topic, 0)].offset == 5, retried
