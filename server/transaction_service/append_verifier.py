@@ -44,6 +44,7 @@ Concurrency: event-loop only. Crash: nothing durable; a restarted leader asks ag
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -177,10 +178,17 @@ class AppendVerifier:
                 self._question(guard, transactional_id),
                 name=f"stratalog-txn-verify-{topic}-{partition}-{producer_id}")
             self._in_flight[key] = task
-            task.add_done_callback(lambda done: self._in_flight.pop(key, None)
-                                   if self._in_flight.get(key) is done else None)
+            task.add_done_callback(functools.partial(self._finished, key))
         # Shielded: one caller's cancellation (its client went away) does not fail the others.
         await asyncio.shield(task)
+
+    def _finished(self, key: tuple[str, int, int, int], task: asyncio.Task[None]) -> None:
+        if self._in_flight.get(key) is task:
+            del self._in_flight[key]
+        # Every waiting Produce may have gone (cancelled): a failure nobody reads is not an
+        # asyncio warning.
+        if not task.cancelled():
+            task.exception()
 
     async def close(self) -> None:
         """Cancel the questions under way, and refuse new ones (the server stops): their

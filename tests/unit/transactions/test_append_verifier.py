@@ -223,3 +223,16 @@ async def test_closing_cancels_the_questions_under_way() -> None:
     assert verifier.in_flight == 0 and verified.guards == 0
     with pytest.raises(TxnVerificationUnavailableError, match="stopping"):
         await verifier.verify_before_append("t", 1, "tx", batch(7, 1))
+
+
+async def test_a_question_whose_produces_all_went_away_still_ends() -> None:
+    coordinator = Coordinator()  # no transaction: the answer is no
+    coordinator.release.clear()
+    verified = VerifiedPartitions()
+    verifier = AppendVerifier(verified, coordinator.ask)
+    produce = asyncio.ensure_future(verifier.verify_before_append("t", 0, "tx", batch(7, 1)))
+    await coordinator.asked.wait()
+    produce.cancel()  # its client hung up
+    coordinator.release.set()
+    await turns_until(lambda: verifier.in_flight == 0)
+    assert verified.guards == 0 and len(verified) == 0
