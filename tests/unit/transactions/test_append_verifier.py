@@ -236,3 +236,18 @@ async def test_a_question_whose_produces_all_went_away_still_ends() -> None:
     coordinator.release.set()
     await turns_until(lambda: verifier.in_flight == 0)
     assert verified.guards == 0 and len(verified) == 0
+
+
+def test_no_answer_is_not_enough_replicas_in_both_front_ends() -> None:
+    """Kafka answers a Produce whose verification failed retriably NOT_ENOUGH_REPLICAS (older
+    clients retry that, not the coordinator's errors): the gRPC status and the Kafka code."""
+    import grpc
+
+    from stratalog.server.kafka.error_codes import code_of
+    from stratalog.server.rpc import status
+
+    error = TxnVerificationUnavailableError("t", 0, "the coordinator is loading")
+    assert "t-0" in str(error) and "the coordinator is loading" in str(error)
+    assert status.classify(error) == status.ErrorMapping(grpc.StatusCode.UNAVAILABLE,
+                                                         "NOT_ENOUGH_REPLICAS")
+    assert code_of(error) == 19  # Kafka's NOT_ENOUGH_REPLICAS
