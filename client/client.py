@@ -779,6 +779,7 @@ class Client(GroupCalls):
         transactional: bool = False,
         acks: int | str = -1,
         timeout_s: float | None = _UNSET,
+        transactional_id: str | None = None,
     ) -> ProduceResult:
         """Append to one partition, atomically: ``records`` (the server encodes them as one
         batch, compressed with ``compression``) or ``record_batches`` (Kafka v2 batches with base
@@ -794,10 +795,12 @@ class Client(GroupCalls):
         ``duplicate=True`` and the original offsets. ``record_batches`` carry these in their
         headers instead. Raises OutOfOrderSequenceError, InvalidProducerEpochError,
         UnknownProducerIdError, InvalidTxnStateError as the partition's producer state decides.
+        ``transactional_id`` (a transactional produce's): in a cluster, a partition leader that
+        was not told of the transaction asks its coordinator with it (docs/cluster.md).
         """
         request = wire.produce_request(
             topic, partition, records, record_batches, compression, flush,
-            producer_id, producer_epoch, base_sequence, transactional, acks,
+            producer_id, producer_epoch, base_sequence, transactional, acks, transactional_id,
         )
         response = await self._to_leader(
             topic, partition,

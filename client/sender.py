@@ -308,6 +308,8 @@ class Sender:
                         flush=self._flush,
                         acks=self._acks,
                         timeout_s=min(self._request_timeout_s, remaining_s),
+                        transactional_id=(self._manager.transactional_id
+                                          if self._manager is not None else None),
                     )
                 except StratalogError as err:
                     last_error = err

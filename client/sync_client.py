@@ -616,11 +616,12 @@ class SyncClient:
         transactional: bool = False,
         acks: int | str = -1,
         timeout_s: float | None = _UNSET,
+        transactional_id: str | None = None,
     ) -> ProduceResult:
         """See :meth:`Client.produce <stratalog.client.Client.produce>`."""
         request = wire.produce_request(
             topic, partition, records, record_batches, compression, flush,
-            producer_id, producer_epoch, base_sequence, transactional, acks,
+            producer_id, producer_epoch, base_sequence, transactional, acks, transactional_id,
         )
         response = self._to_leader(
             topic, partition, "Produce", request, self._deadline(timeout_s), resendable=False

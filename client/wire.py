@@ -411,9 +411,11 @@ def produce_request(
     base_sequence: int = 0,
     transactional: bool = False,
     acks: int | str = -1,
+    transactional_id: str | None = None,
 ) -> pb.ProduceRequest:
     """Exactly one of ``records`` (encoded by the server) and ``record_batches`` (v2 batches).
-    ``acks`` (:func:`parse_acks`) is set on every request, -1 included.
+    ``acks`` (:func:`parse_acks`) is set on every request, -1 included. ``transactional_id``:
+    a transactional produce's, sent so that a cluster's leader can ask its coordinator.
 
     ``producer_id`` (with ``producer_epoch``, ``base_sequence``, ``transactional``): an
     idempotent or transactional produce of ``records``; batches in ``record_batches`` carry
@@ -429,6 +431,8 @@ def produce_request(
         raise TypeError(f"transactional must be a bool, got {type(transactional).__name__}")
     codec = parse_compression(compression)
     acks = parse_acks(acks)
+    if transactional_id is not None:
+        transactional_id = check_transactional_id(transactional_id)
     if producer_id is None:
         if producer_epoch != 0 or base_sequence != 0 or transactional:
             raise ValueError(
@@ -449,7 +453,8 @@ def produce_request(
         if not batches:
             raise ValueError("record_batches must not be empty")
         return pb.ProduceRequest(
-            topic=topic, partition=partition, record_batches=batches, flush=flush, acks=acks
+            topic=topic, partition=partition, record_batches=batches, flush=flush, acks=acks,
+            transactional_id=transactional_id,
         )
     if isinstance(records, bytes | str) or not isinstance(records, Iterable):
         raise TypeError("records must be a sequence of ProducerRecord or bytes values")
@@ -463,6 +468,7 @@ def produce_request(
         compression=int(codec),
         flush=flush,
         acks=acks,
+        transactional_id=transactional_id,
     )
     if producer_id is not None:
         request.producer_id = producer_id

@@ -91,6 +91,18 @@ ACKS_ALL = -1
 _LATEST = -1
 
 
+class TransactionVerifier(Protocol):
+    """Cluster mode: a leader not told of a producer's transaction asks its coordinator
+    (server/transaction_service/append_verifier.py)."""
+
+    async def verify_before_append(self, topic: str, partition: int,
+                                   transactional_id: str | None,
+                                   records: bytes | memoryview) -> None: ...
+
+    async def verify_producer(self, topic: str, partition: int, transactional_id: str,
+                              producer_id: int, producer_epoch: int) -> None: ...
+
+
 class Releasable(Protocol):
     """A slot a waiting request holds (client_limits.py's WaitingRpc)."""
 
@@ -212,6 +224,9 @@ class ReplicaManager:
             settings.produce_decompressed_bytes_in_flight_max,
         )
         self._coordinator: TransactionCoordinator | None = None
+        #: Cluster mode: asks a producer's coordinator before a transactional append this
+        #: server was not told of (server/transaction_service/append_verifier.py).
+        self._transaction_verifier: TransactionVerifier | None = None
         self._partitions: dict[tuple[str, int], Partition] = {}
         self._admin_lock = asyncio.Lock()
         self.shutting_down = False
@@ -233,6 +248,27 @@ class ReplicaManager:
         anything is served."""
         assert self._coordinator is None and not self._partitions
         self._coordinator = coordinator
+
+    def verify_before_appends_with(self, verifier: TransactionVerifier) -> None:
+        """``verifier.verify_before_append`` is awaited before each client append, outside
+        the log's lock (Kafka's ``handleProduceAppend`` verifies before ``appendRecords``): in
+        cluster mode, a leader not told of a producer's transaction asks its coordinator
+        (docs/cluster.md, "Transactions"). Once, before anything is served."""
+        assert self._transaction_verifier is None
+        self._transaction_verifier = verifier
+
+    async def verify_transaction(self, topic: str, partition: int, transactional_id: str,
+                                 producer_id: int, producer_epoch: int) -> None:
+        """The same verification for a transactional write the server makes itself (a
+        TxnOffsetCommit's offsets, written by the group coordinator), before its own check.
+        Nothing on a single server.
+
+        Raises:
+            what ``TransactionVerifier.verify_producer`` raises.
+        """
+        if self._transaction_verifier is not None:
+            await self._transaction_verifier.verify_producer(
+                topic, partition, transactional_id, producer_id, producer_epoch)
 
     def listen_to_internal_markers(self, listener: Callable[[str, int, int, bool], None]) -> None:
         """Tell ``listener`` (on this event loop) of each transaction marker written to a topic
@@ -415,6 +451,7 @@ class ReplicaManager:
         flush: bool = False,
         appended: Callable[[], None] | None = None,
         internal_topics_allowed: bool = False,
+        transactional_id: str | None = None,
     ) -> AppendInfo:
         """Append ``records`` (batches, or a coroutine function that encodes them once the
         partition is known to be served here) to the partition's leader: Kafka's
@@ -427,9 +464,14 @@ class ReplicaManager:
         the next Produce of the partition go then, as Kafka's in-flight requests of a
         connection are). ``internal_topics_allowed``: the server's own write (the group
         coordinator's); a client's append to an internal topic is refused.
+        ``transactional_id``: the producer's (Kafka's ProduceRequest field), with which a
+        cluster's leader asks its coordinator about a transaction it was not told of
+        (:meth:`verify_before_appends_with`).
 
         Raises:
             InvalidTopicError: a client's append to an internal topic.
+            InvalidTxnStateError, InvalidProducerEpochError,
+                TxnVerificationUnavailableError: the verification before the append.
             NotLeaderOrFollowerError, LeaderNotAvailableError: not the leader here.
             NotEnoughReplicasError: acks=all with the ISR below min.insync.replicas, before
                 anything is written; the delayed produce's errors after.
@@ -447,6 +489,9 @@ class ReplicaManager:
             min_insync = partition_log.config.min_insync_replicas
             replica.check_enough_replicas(min_insync)
         payload = records if not callable(records) else await records()
+        if self._transaction_verifier is not None and not internal_topics_allowed:
+            await self._transaction_verifier.verify_before_append(
+                topic, partition, transactional_id, payload)
         while True:
             async with state.append_lock:
                 if state.closed:

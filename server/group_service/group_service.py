@@ -57,6 +57,7 @@ from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from stratalog.records.group_partition import partition_for_group
+from stratalog.server.cluster.errors import NotEnoughReplicasError
 from stratalog.server.groups import (
     CoordinatorNotAvailableError,
     DeleteGroupsRequest,
@@ -413,6 +414,17 @@ class GroupService:
         transactions = self._transaction_coordinator()
         self.check_commit(request.offsets)
         coordinator = await self._coordinator_of(request.group_id)
+        # In a cluster, a group coordinator newer than the AddOffsetsToTxn asks the
+        # transaction's coordinator first (server/transaction_service/append_verifier.py).
+        try:
+            await self._replicas.verify_transaction(
+                GROUP_METADATA_TOPIC, coordinator.partition, request.transactional_id,
+                request.producer_id, request.producer_epoch)
+        except NotEnoughReplicasError as exc:
+            # No answer now: a group request's retriable error, as Kafka's group coordinator
+            # turns NOT_ENOUGH_REPLICAS into (core/src/main/scala/kafka/coordinator/group/
+            # GroupMetadataManager.scala, storeOffsets).
+            raise CoordinatorNotAvailableError(str(exc)) from exc
         transactions.verify_transactional_append(
             GROUP_METADATA_TOPIC, coordinator.partition, request.producer_id,
             request.producer_epoch)

@@ -102,6 +102,8 @@ class ProduceRequestView:
     request_bytes: int = 0
     #: Kafka's acks: 0, 1 or -1 (all); -1 when the field is unset (issue 17).
     acks: int = -1
+    #: A transactional produce's transactional id; None when unset.
+    transactional_id: str | None = None
 
     @classmethod
     def of_message(
@@ -125,6 +127,7 @@ class ProduceRequestView:
             message.transactional,
             message.ByteSize() if request_bytes is None else request_bytes,
             message.acks if message.HasField("acks") else -1,
+            message.transactional_id if message.HasField("transactional_id") else None,
         )
 
 

@@ -293,7 +293,7 @@ class RecordRpcs(RpcBase):
             size_bytes, compressed = len(record_batches), holds_compressed_batches(record_batches)
         info = await self._replicas.append_records(
             topic, partition, acks, records, size_bytes=size_bytes, compressed=compressed,
-            flush=request.flush, appended=appended,
+            flush=request.flush, appended=appended, transactional_id=request.transactional_id,
         )
         self._metrics.observe_produce(topic, info.record_count, info.size_bytes)
         return broker_pb2.ProduceResponse(

@@ -3,8 +3,8 @@ coordinators' calls (transaction_markers.proto; docs/cluster.md, "Transactions")
 
 Translation only: the caller must be one of the cluster's servers (as for ReplicaFetchSession:
 server/cluster/broker_identity.py), then each partition goes to the transaction runtime's leader
-side (server/transaction_service/leader_calls.py: ``write_marker_here``, ``allow_here``), and
-what it raised becomes that partition's :class:`TxnPartitionError` (:data:`_ERRORS`, the one
+side (server/transaction_service/leader_calls.py: ``write_marker_here``, ``allow_here``; and
+VerifyTxnAppend, a leader's question, to the coordinators' ``verify_here``), and what it raised becomes that partition's :class:`TxnPartitionError` (:data:`_ERRORS`, the one
 table). A request names at most :data:`PARTITIONS_PER_CALL_MAX` partitions. Registered in
 cluster mode only; before the server joined, every partition answers NOT_LEADER.
 
@@ -26,6 +26,7 @@ from stratalog.server.rpc.authorization import call_identity
 from stratalog.server.rpc.translation import BadRequestError
 from stratalog.server.storage import errors as storage_errors
 from stratalog.server.transaction_service import Marker
+from stratalog.server.transactions import CoordinatorNotAvailableError, InvalidTxnStateError
 from stratalog.v1 import transaction_markers_pb2 as pb
 from stratalog.v1 import transaction_markers_pb2_grpc as pb_grpc
 
@@ -47,6 +48,7 @@ _ERRORS: tuple[tuple[type[BaseException], int], ...] = (
     (storage_errors.TransactionCoordinatorFencedError,
      _E.TXN_PARTITION_ERROR_COORDINATOR_FENCED),
     (storage_errors.InvalidProducerEpochError, _E.TXN_PARTITION_ERROR_PRODUCER_EPOCH_NEWER),
+    (InvalidTxnStateError, _E.TXN_PARTITION_ERROR_INVALID_TXN_STATE),
 )
 
 
@@ -91,6 +93,26 @@ class TransactionMarkersService(pb_grpc.TransactionMarkersServicer):
                 except Exception as exc:
                     results.append(_answer(item, exc))
             return pb.AllowTxnAppendsResponse(results=results)
+        except (grpc.aio.AbortError, asyncio.CancelledError):
+            raise
+        except Exception as exc:
+            await status.abort_with_error(context, exc)
+
+    async def VerifyTxnAppend(
+        self, request: pb.VerifyTxnAppendRequest, context: grpc.aio.ServicerContext
+    ) -> pb.VerifyTxnAppendResponse:
+        try:
+            calls = self._admit((), context)
+            item = request.partition
+            try:
+                if calls is None:
+                    raise CoordinatorNotAvailableError("this server has not joined its cluster")
+                calls.verify_here(request.transactional_id, request.producer_id,
+                                  request.producer_epoch, item.topic, item.partition)
+                result = _answer(item, None)
+            except Exception as exc:
+                result = _answer(item, exc)
+            return pb.VerifyTxnAppendResponse(result=result)
         except (grpc.aio.AbortError, asyncio.CancelledError):
             raise
         except Exception as exc:

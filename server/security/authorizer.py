@@ -60,8 +60,9 @@ operations on resources as Kafka's ``KafkaApis`` does for the request of the sam
                              refuses every other caller, whatever the ACLs
                              (server/cluster/broker_identity.py)
     TransactionMarkers/*     CLUSTER_ACTION on the cluster (a transaction coordinator's
-                             WriteTxnMarkers and AllowTxnAppends to a partition's leader:
-                             Kafka's WriteTxnMarkers needs it; transaction_markers.proto,
+                             WriteTxnMarkers and AllowTxnAppends to a partition's leader,
+                             and a leader's VerifyTxnAppend to a coordinator: Kafka's
+                             WriteTxnMarkers needs it; transaction_markers.proto,
                              cluster mode only), the same callers as ReplicaFetchSession
 
     * a topic's configs are left out of the answer unless the caller may DESCRIBE_CONFIGS it
@@ -762,6 +763,7 @@ REPLICATION_RULES: Mapping[str, Rule] = {
 TRANSACTION_MARKERS_RULES: Mapping[str, Rule] = {
     "WriteTxnMarkers": _on_cluster(_Op.CLUSTER_ACTION),
     "AllowTxnAppends": _on_cluster(_Op.CLUSTER_ACTION),
+    "VerifyTxnAppend": _on_cluster(_Op.CLUSTER_ACTION),
 }
 
 OPEN = Rule(None)

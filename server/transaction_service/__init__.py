@@ -12,6 +12,8 @@ partitions and ``TransactionMarkerChannelManager``, for a cluster of servers:
   AllowTxnAppends), local or over the peer channels, and the leader's side of both.
 * :mod:`.verified_partitions`: the producers a leader lets append transactional batches
   (KIP-890 part 1's verification, told by the coordinator).
+* :mod:`.append_verifier`: a leader not told asks the producer's coordinator before the
+  append (bounded, coalesced, with a timeout).
 * :mod:`.opening`: the coordinator a server starts with (the local one, wrapped by
   :class:`ClusterTransactions` in cluster mode) and its config from the settings.
 
@@ -21,10 +23,11 @@ Below both front ends: it never imports server/rpc, server/kafka or app.py (impo
 
 from __future__ import annotations
 
+from .append_verifier import AppendVerifier
 from .cluster_transactions import ClusterTransactions
 from .leader_calls import LeaderCalls
 from .marker_channel import Marker, TxnMarkerChannel
 from .verified_partitions import VerifiedPartitions
 
-__all__ = ["ClusterTransactions", "LeaderCalls", "Marker", "TxnMarkerChannel",
+__all__ = ["AppendVerifier", "ClusterTransactions", "LeaderCalls", "Marker", "TxnMarkerChannel",
            "VerifiedPartitions"]

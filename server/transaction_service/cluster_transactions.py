@@ -31,7 +31,9 @@ transactional id in its own log. In a cluster, as in Kafka
   order per partition, retried until written) and leader_calls.py (local, or WriteTxnMarkers).
 * **Produce verification** (verified_partitions.py): AddPartitionsToTxn is answered only after
   each partition's leader was told (AllowTxnAppends); a leader accepts transactional batches only
-  from producers so allowed, until their marker.
+  from producers so allowed, until their marker. A leader not told (its leadership is newer)
+  asks the producer's coordinator before the append (append_verifier.py: :meth:`_ask`, and
+  the coordinators' answer :meth:`verify_in_transaction`).
 
 So a coordinator's failover in the middle of a commit completes it: the decision is in the state
 partition before any marker is written, and the new leader finds it and sends every marker
@@ -73,8 +75,11 @@ from stratalog.server.transactions import (
     CoordinatorLoadInProgressError,
     CoordinatorMaintenanceReport,
     CoordinatorNotAvailableError,
+    InvalidProducerIdMappingError,
+    InvalidTxnStateError,
     NotCoordinatorError,
     ProducerIdAndEpoch,
+    TransactionalIdNotFoundError,
     TransactionConfig,
     TransactionCoordinator,
     TransactionMetadata,
@@ -87,6 +92,7 @@ from stratalog.server.transactions.state_partitions import (
 )
 from stratalog.server.transactions.transaction_metadata import TopicPartition
 
+from .append_verifier import AppendVerifier
 from .leader_calls import LEADER_CALL_TIMEOUT_S, LeaderCalls
 from .marker_channel import Marker, TxnMarkerChannel
 from .verified_partitions import VerifiedPartitions
@@ -133,7 +139,11 @@ class ClusterTransactions:
         # full of waiting requests must not be what the markers queue behind.
         self._marker_executor = ThreadPoolExecutor(
             max_workers=MARKER_WRITE_THREADS, thread_name_prefix="stratalog-txn-markers")
-        self.calls = LeaderCalls(replica_manager, self._marker_executor, self.verified)
+        self.calls = LeaderCalls(replica_manager, self._marker_executor, self.verified,
+                                 self.verify_in_transaction)
+        # This server's partitions ask the coordinators of producers they were not told of.
+        self.verifier = AppendVerifier(self.verified, self._ask)
+        replica_manager.verify_before_appends_with(self.verifier)
         self.markers = TxnMarkerChannel(self.calls.send_marker)
         self._placement = InternalTopicPlacement(
             replica_manager, settings, CLUSTER_TRANSACTION_STATE_TOPIC,
@@ -171,8 +181,13 @@ class ClusterTransactions:
         """Whether this server leads ``partition`` and is still loading it."""
         return partition in self._epochs and partition not in self._coordinators
 
-    def _coordinator_for(self, transactional_id: str) -> TransactionCoordinator:
+    def _coordinator_for(self, transactional_id: str, *,
+                         make_topic: bool = True) -> TransactionCoordinator:
+        """The id's coordinator if this server has it loaded; without the topic, it is made
+        first (``make_topic``: a pool thread's call; on the loop, NOT_COORDINATOR instead)."""
         count = self._placement.partition_count()
+        if not count and not make_topic:
+            raise NotCoordinatorError(f"{CLUSTER_TRANSACTION_STATE_TOPIC} does not exist yet")
         if not count:
             # A client that did not ask FindCoordinator first (the stratalog clients ask the
             # server they know, and find the coordinator on NOT_COORDINATOR) gets the topic
@@ -249,6 +264,48 @@ class ClusterTransactions:
         """The partitions' transaction verifier: this server's permissions
         (verified_partitions.py). O(1), never blocks."""
         self.verified.check(topic, partition, producer_id, producer_epoch)
+
+    def verify_in_transaction(self, transactional_id: str, producer_id: int,
+                              producer_epoch: int, topic: str, partition: int) -> None:
+        """A partition leader's question (VerifyTxnAppend, or this server's own): is
+        ``topic``-``partition`` in the Ongoing transaction of ``transactional_id`` at
+        ``producer_id``/``producer_epoch``? Returns if so (Kafka's
+        ``handleVerifyPartitionsInTransaction``). Event loop; O(1), no I/O, no lock.
+
+        Raises:
+            InvalidTxnStateError: no (the id has another producer id, or none; the partition
+                was not added; the transaction ended).
+            InvalidProducerEpochError: the producer was fenced (a newer epoch).
+            NotCoordinatorError, CoordinatorLoadInProgressError, ConcurrentTransactionsError
+                (the transaction is being ended: asked again, the answer is no),
+                LogClosedError: no answer now (the leader answers its Produce retriably).
+        """
+        coordinator = self._coordinator_for(transactional_id, make_topic=False)
+        try:
+            coordinator.verify_transactional_append(topic, partition, producer_id,
+                                                    producer_epoch)
+            owner = coordinator.describe_transaction(transactional_id).producer_id
+        except (InvalidProducerIdMappingError, TransactionalIdNotFoundError) as exc:
+            raise InvalidTxnStateError(str(exc)) from exc
+        if owner != producer_id:
+            raise InvalidTxnStateError(
+                f"producer id {producer_id} is not transactional id {transactional_id!r}'s"
+                f" (it has {owner}): {topic}-{partition} is in no transaction of it")
+
+    async def _ask(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                   topic: str, partition: int) -> None:
+        """The verifier's question (append_verifier.py), to the id's coordinator: this server's
+        own, or over VerifyTxnAppend."""
+        location = await self.find_coordinator(transactional_id)
+        node = self._replicas.cluster_node
+        if node is None or location.node_id is None:
+            raise CoordinatorNotAvailableError("this server has not joined its cluster yet")
+        if location.node_id == node.node_id:
+            self.verify_in_transaction(transactional_id, producer_id, producer_epoch, topic,
+                                       partition)
+            return
+        await self.calls.ask_coordinator(location.node_id, transactional_id, producer_id,
+                                         producer_epoch, topic, partition)
 
     def run_maintenance(self, now_ms: int | None = None) -> CoordinatorMaintenanceReport:
         """The local coordinator's pass, then each loaded partition's (timeouts, expiry,
@@ -445,6 +502,7 @@ class ClusterTransactions:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await self.markers.close()
+        await self.verifier.close()
         await asyncio.to_thread(self._marker_executor.shutdown, True)  # writes under way end
 
 

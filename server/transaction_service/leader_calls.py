@@ -11,6 +11,13 @@ this server) or calls that server's TransactionMarkers service
     allow_appends(pid, e, ps)   the partitions joined pid's transaction at epoch e: allow_here
                                 for each, or AllowTxnAppends to each leader (in parallel)
 
+and the one call the other way, a partition leader's question (append_verifier.py)::
+
+    ask_coordinator(node, t, pid, e, p)   VerifyTxnAppend to t's coordinator on ``node``: is
+                                          p in t's Ongoing transaction at pid/e?
+    verify_here(t, pid, e, p)             the coordinator's answer (the servicer's side;
+                                          ClusterTransactions.verify_in_transaction)
+
 The leader side, here or behind the servicer (server/rpc/transaction_markers_service.py)::
 
     write_marker_here(marker)   the permission ends (verified_partitions.py), then the marker is
@@ -31,7 +38,7 @@ the local marker write runs in the executor (it fsyncs).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING
 
@@ -43,7 +50,7 @@ from stratalog.server.storage.errors import (
     TransactionCoordinatorFencedError,
     UnknownTopicOrPartitionError,
 )
-from stratalog.server.transactions import CoordinatorNotAvailableError
+from stratalog.server.transactions import CoordinatorNotAvailableError, InvalidTxnStateError
 from stratalog.server.transactions.transaction_metadata import TopicPartition
 from stratalog.v1 import transaction_markers_pb2 as pb
 from stratalog.v1 import transaction_markers_pb2_grpc as pb_grpc
@@ -70,10 +77,14 @@ class LeaderCalls:
     channels."""
 
     def __init__(self, replica_manager: ReplicaManager, executor: Executor,
-                 verified: VerifiedPartitions) -> None:
+                 verified: VerifiedPartitions,
+                 verify_in_transaction: Callable[[str, int, int, str, int], None]) -> None:
+        """``verify_in_transaction(t, pid, e, topic, p)``: the coordinators' answer to a
+        leader's question (returns: yes; raises: no, or cannot say)."""
         self._replicas = replica_manager
         self._executor = executor
         self.verified = verified
+        self.verify_here = verify_in_transaction
         #: Set once the server joined its cluster (app.py).
         self.peers: PeerChannels | None = None
 
@@ -174,6 +185,22 @@ class LeaderCalls:
         for result in answer.results:
             raise_partition_error(result)
 
+    async def ask_coordinator(self, node_id: int, transactional_id: str, producer_id: int,
+                              producer_epoch: int, topic: str, partition: int) -> None:
+        """Ask ``node_id``, the coordinator of ``transactional_id``, whether the partition is
+        in its Ongoing transaction at ``producer_id``/``producer_epoch`` (VerifyTxnAppend).
+
+        Raises:
+            InvalidTxnStateError: it is not. InvalidProducerEpochError: the producer is fenced.
+            anything else: no answer (retriable).
+        """
+        request = pb.VerifyTxnAppendRequest(
+            transactional_id=transactional_id, producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            partition=pb.TxnPartition(topic=topic, partition=partition))
+        answer = await self._call(node_id, "VerifyTxnAppend", request)
+        raise_partition_error(answer.result)  # type: ignore[attr-defined]
+
     async def _call(self, leader: int, method: str, request: object) -> object:
         stub = self._stub(leader)
         assert self.peers is not None
@@ -224,4 +251,6 @@ def raise_partition_error(result: pb.TxnPartitionResult) -> None:
         raise TransactionCoordinatorFencedError(message, producer_id=-1)
     if error == _E.TXN_PARTITION_ERROR_PRODUCER_EPOCH_NEWER:
         raise InvalidProducerEpochError(message, producer_id=-1)
+    if error == _E.TXN_PARTITION_ERROR_INVALID_TXN_STATE:
+        raise InvalidTxnStateError(message)
     raise CoordinatorNotAvailableError(message)

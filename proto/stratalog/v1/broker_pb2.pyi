@@ -271,7 +271,7 @@ class Record(_message.Message):
     def __init__(self, offset: _Optional[int] = ..., timestamp: _Optional[int] = ..., key: _Optional[bytes] = ..., value: _Optional[bytes] = ..., headers: _Optional[_Iterable[_Union[Header, _Mapping]]] = ..., timestamp_type: _Optional[_Union[TimestampType, str]] = ...) -> None: ...
 
 class ProduceRequest(_message.Message):
-    __slots__ = ("topic", "partition", "records", "record_batches", "compression", "flush", "producer_id", "producer_epoch", "base_sequence", "transactional", "acks")
+    __slots__ = ("topic", "partition", "records", "record_batches", "compression", "flush", "producer_id", "producer_epoch", "base_sequence", "transactional", "acks", "transactional_id")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     RECORDS_FIELD_NUMBER: _ClassVar[int]
@@ -283,6 +283,7 @@ class ProduceRequest(_message.Message):
     BASE_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     TRANSACTIONAL_FIELD_NUMBER: _ClassVar[int]
     ACKS_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTIONAL_ID_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     records: _containers.RepeatedCompositeFieldContainer[Record]
@@ -294,7 +295,8 @@ class ProduceRequest(_message.Message):
     base_sequence: int
     transactional: bool
     acks: int
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., records: _Optional[_Iterable[_Union[Record, _Mapping]]] = ..., record_batches: _Optional[bytes] = ..., compression: _Optional[_Union[Compression, str]] = ..., flush: _Optional[bool] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., base_sequence: _Optional[int] = ..., transactional: _Optional[bool] = ..., acks: _Optional[int] = ...) -> None: ...
+    transactional_id: str
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., records: _Optional[_Iterable[_Union[Record, _Mapping]]] = ..., record_batches: _Optional[bytes] = ..., compression: _Optional[_Union[Compression, str]] = ..., flush: _Optional[bool] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., base_sequence: _Optional[int] = ..., transactional: _Optional[bool] = ..., acks: _Optional[int] = ..., transactional_id: _Optional[str] = ...) -> None: ...
 
 class ProduceResponse(_message.Message):
     __slots__ = ("base_offset", "last_offset", "log_append_time", "log_start_offset", "record_count", "duplicate", "throttle_time_ms")

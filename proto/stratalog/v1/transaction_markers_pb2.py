@@ -24,15 +24,15 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n&stratalog/v1/transaction_markers.proto\x12\x0cstratalog.v1\"0\n\x0cTxnPartition\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\"\x8a\x01\n\x12TxnPartitionResult\x12-\n\tpartition\x18\x01 \x01(\x0b\x32\x1a.stratalog.v1.TxnPartition\x12.\n\x05\x65rror\x18\x02 \x01(\x0e\x32\x1f.stratalog.v1.TxnPartitionError\x12\x15\n\rerror_message\x18\x03 \x01(\t\"\xa0\x01\n\x16WriteTxnMarkersRequest\x12\x13\n\x0bproducer_id\x18\x01 \x01(\x03\x12\x16\n\x0eproducer_epoch\x18\x02 \x01(\x05\x12\x19\n\x11\x63oordinator_epoch\x18\x03 \x01(\x05\x12\x0e\n\x06\x63ommit\x18\x04 \x01(\x08\x12.\n\npartitions\x18\x05 \x03(\x0b\x32\x1a.stratalog.v1.TxnPartition\"L\n\x17WriteTxnMarkersResponse\x12\x31\n\x07results\x18\x01 \x03(\x0b\x32 .stratalog.v1.TxnPartitionResult\"u\n\x16\x41llowTxnAppendsRequest\x12\x13\n\x0bproducer_id\x18\x01 \x01(\x03\x12\x16\n\x0eproducer_epoch\x18\x02 \x01(\x05\x12.\n\npartitions\x18\x03 \x03(\x0b\x32\x1a.stratalog.v1.TxnPartition\"L\n\x17\x41llowTxnAppendsResponse\x12\x31\n\x07results\x18\x01 \x03(\x0b\x32 .stratalog.v1.TxnPartitionResult*\xfd\x01\n\x11TxnPartitionError\x12\x1c\n\x18TXN_PARTITION_ERROR_NONE\x10\x00\x12\"\n\x1eTXN_PARTITION_ERROR_NOT_LEADER\x10\x01\x12)\n%TXN_PARTITION_ERROR_UNKNOWN_PARTITION\x10\x02\x12*\n&TXN_PARTITION_ERROR_COORDINATOR_FENCED\x10\x03\x12!\n\x1dTXN_PARTITION_ERROR_RETRIABLE\x10\x04\x12,\n(TXN_PARTITION_ERROR_PRODUCER_EPOCH_NEWER\x10\x05\x32\xd4\x01\n\x12TransactionMarkers\x12^\n\x0fWriteTxnMarkers\x12$.stratalog.v1.WriteTxnMarkersRequest\x1a%.stratalog.v1.WriteTxnMarkersResponse\x12^\n\x0f\x41llowTxnAppends\x12$.stratalog.v1.AllowTxnAppendsRequest\x1a%.stratalog.v1.AllowTxnAppendsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n&stratalog/v1/transaction_markers.proto\x12\x0cstratalog.v1\"0\n\x0cTxnPartition\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\"\x8a\x01\n\x12TxnPartitionResult\x12-\n\tpartition\x18\x01 \x01(\x0b\x32\x1a.stratalog.v1.TxnPartition\x12.\n\x05\x65rror\x18\x02 \x01(\x0e\x32\x1f.stratalog.v1.TxnPartitionError\x12\x15\n\rerror_message\x18\x03 \x01(\t\"\xa0\x01\n\x16WriteTxnMarkersRequest\x12\x13\n\x0bproducer_id\x18\x01 \x01(\x03\x12\x16\n\x0eproducer_epoch\x18\x02 \x01(\x05\x12\x19\n\x11\x63oordinator_epoch\x18\x03 \x01(\x05\x12\x0e\n\x06\x63ommit\x18\x04 \x01(\x08\x12.\n\npartitions\x18\x05 \x03(\x0b\x32\x1a.stratalog.v1.TxnPartition\"L\n\x17WriteTxnMarkersResponse\x12\x31\n\x07results\x18\x01 \x03(\x0b\x32 .stratalog.v1.TxnPartitionResult\"u\n\x16\x41llowTxnAppendsRequest\x12\x13\n\x0bproducer_id\x18\x01 \x01(\x03\x12\x16\n\x0eproducer_epoch\x18\x02 \x01(\x05\x12.\n\npartitions\x18\x03 \x03(\x0b\x32\x1a.stratalog.v1.TxnPartition\"L\n\x17\x41llowTxnAppendsResponse\x12\x31\n\x07results\x18\x01 \x03(\x0b\x32 .stratalog.v1.TxnPartitionResult\"\x8e\x01\n\x16VerifyTxnAppendRequest\x12\x18\n\x10transactional_id\x18\x01 \x01(\t\x12\x13\n\x0bproducer_id\x18\x02 \x01(\x03\x12\x16\n\x0eproducer_epoch\x18\x03 \x01(\x05\x12-\n\tpartition\x18\x04 \x01(\x0b\x32\x1a.stratalog.v1.TxnPartition\"K\n\x17VerifyTxnAppendResponse\x12\x30\n\x06result\x18\x01 \x01(\x0b\x32 .stratalog.v1.TxnPartitionResult*\xa8\x02\n\x11TxnPartitionError\x12\x1c\n\x18TXN_PARTITION_ERROR_NONE\x10\x00\x12\"\n\x1eTXN_PARTITION_ERROR_NOT_LEADER\x10\x01\x12)\n%TXN_PARTITION_ERROR_UNKNOWN_PARTITION\x10\x02\x12*\n&TXN_PARTITION_ERROR_COORDINATOR_FENCED\x10\x03\x12!\n\x1dTXN_PARTITION_ERROR_RETRIABLE\x10\x04\x12,\n(TXN_PARTITION_ERROR_PRODUCER_EPOCH_NEWER\x10\x05\x12)\n%TXN_PARTITION_ERROR_INVALID_TXN_STATE\x10\x06\x32\xb4\x02\n\x12TransactionMarkers\x12^\n\x0fWriteTxnMarkers\x12$.stratalog.v1.WriteTxnMarkersRequest\x1a%.stratalog.v1.WriteTxnMarkersResponse\x12^\n\x0f\x41llowTxnAppends\x12$.stratalog.v1.AllowTxnAppendsRequest\x1a%.stratalog.v1.AllowTxnAppendsResponse\x12^\n\x0fVerifyTxnAppend\x12$.stratalog.v1.VerifyTxnAppendRequest\x1a%.stratalog.v1.VerifyTxnAppendResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'stratalog.v1.transaction_markers_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_TXNPARTITIONERROR']._serialized_start=686
-  _globals['_TXNPARTITIONERROR']._serialized_end=939
+  _globals['_TXNPARTITIONERROR']._serialized_start=908
+  _globals['_TXNPARTITIONERROR']._serialized_end=1204
   _globals['_TXNPARTITION']._serialized_start=56
   _globals['_TXNPARTITION']._serialized_end=104
   _globals['_TXNPARTITIONRESULT']._serialized_start=107
@@ -45,6 +45,10 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ALLOWTXNAPPENDSREQUEST']._serialized_end=605
   _globals['_ALLOWTXNAPPENDSRESPONSE']._serialized_start=607
   _globals['_ALLOWTXNAPPENDSRESPONSE']._serialized_end=683
-  _globals['_TRANSACTIONMARKERS']._serialized_start=942
-  _globals['_TRANSACTIONMARKERS']._serialized_end=1154
+  _globals['_VERIFYTXNAPPENDREQUEST']._serialized_start=686
+  _globals['_VERIFYTXNAPPENDREQUEST']._serialized_end=828
+  _globals['_VERIFYTXNAPPENDRESPONSE']._serialized_start=830
+  _globals['_VERIFYTXNAPPENDRESPONSE']._serialized_end=905
+  _globals['_TRANSACTIONMARKERS']._serialized_start=1207
+  _globals['_TRANSACTIONMARKERS']._serialized_end=1515
 # @@protoc_insertion_point(module_scope)

@@ -15,12 +15,14 @@ class TxnPartitionError(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TXN_PARTITION_ERROR_COORDINATOR_FENCED: _ClassVar[TxnPartitionError]
     TXN_PARTITION_ERROR_RETRIABLE: _ClassVar[TxnPartitionError]
     TXN_PARTITION_ERROR_PRODUCER_EPOCH_NEWER: _ClassVar[TxnPartitionError]
+    TXN_PARTITION_ERROR_INVALID_TXN_STATE: _ClassVar[TxnPartitionError]
 TXN_PARTITION_ERROR_NONE: TxnPartitionError
 TXN_PARTITION_ERROR_NOT_LEADER: TxnPartitionError
 TXN_PARTITION_ERROR_UNKNOWN_PARTITION: TxnPartitionError
 TXN_PARTITION_ERROR_COORDINATOR_FENCED: TxnPartitionError
 TXN_PARTITION_ERROR_RETRIABLE: TxnPartitionError
 TXN_PARTITION_ERROR_PRODUCER_EPOCH_NEWER: TxnPartitionError
+TXN_PARTITION_ERROR_INVALID_TXN_STATE: TxnPartitionError
 
 class TxnPartition(_message.Message):
     __slots__ = ("topic", "partition")
@@ -75,3 +77,21 @@ class AllowTxnAppendsResponse(_message.Message):
     RESULTS_FIELD_NUMBER: _ClassVar[int]
     results: _containers.RepeatedCompositeFieldContainer[TxnPartitionResult]
     def __init__(self, results: _Optional[_Iterable[_Union[TxnPartitionResult, _Mapping]]] = ...) -> None: ...
+
+class VerifyTxnAppendRequest(_message.Message):
+    __slots__ = ("transactional_id", "producer_id", "producer_epoch", "partition")
+    TRANSACTIONAL_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    partition: TxnPartition
+    def __init__(self, transactional_id: _Optional[str] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., partition: _Optional[_Union[TxnPartition, _Mapping]] = ...) -> None: ...
+
+class VerifyTxnAppendResponse(_message.Message):
+    __slots__ = ("result",)
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    result: TxnPartitionResult
+    def __init__(self, result: _Optional[_Union[TxnPartitionResult, _Mapping]] = ...) -> None: ...

@@ -44,6 +44,11 @@ class TransactionMarkersStub:
                 request_serializer=stratalog_dot_v1_dot_transaction__markers__pb2.AllowTxnAppendsRequest.SerializeToString,
                 response_deserializer=stratalog_dot_v1_dot_transaction__markers__pb2.AllowTxnAppendsResponse.FromString,
                 _registered_method=True)
+        self.VerifyTxnAppend = channel.unary_unary(
+                '/stratalog.v1.TransactionMarkers/VerifyTxnAppend',
+                request_serializer=stratalog_dot_v1_dot_transaction__markers__pb2.VerifyTxnAppendRequest.SerializeToString,
+                response_deserializer=stratalog_dot_v1_dot_transaction__markers__pb2.VerifyTxnAppendResponse.FromString,
+                _registered_method=True)
 
 
 class TransactionMarkersServicer:
@@ -69,6 +74,18 @@ class TransactionMarkersServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def VerifyTxnAppend(self, request, context):
+        """The other direction: a partition's leader asks the producer's transaction coordinator (the
+        leader of its transactional id's __cluster_transaction_state partition) whether producer_id
+        at producer_epoch has the partition in its Ongoing transaction, before it appends a
+        transactional batch of a producer it was not told of (its leadership is newer than the
+        AllowTxnAppends: Kafka 3.6's AddPartitionsToTxn with verifyOnly). The answer's error is NONE
+        (yes), INVALID_TXN_STATE (no), PRODUCER_EPOCH_NEWER (fenced) or RETRIABLE.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TransactionMarkersServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -81,6 +98,11 @@ def add_TransactionMarkersServicer_to_server(servicer, server):
                     servicer.AllowTxnAppends,
                     request_deserializer=stratalog_dot_v1_dot_transaction__markers__pb2.AllowTxnAppendsRequest.FromString,
                     response_serializer=stratalog_dot_v1_dot_transaction__markers__pb2.AllowTxnAppendsResponse.SerializeToString,
+            ),
+            'VerifyTxnAppend': grpc.unary_unary_rpc_method_handler(
+                    servicer.VerifyTxnAppend,
+                    request_deserializer=stratalog_dot_v1_dot_transaction__markers__pb2.VerifyTxnAppendRequest.FromString,
+                    response_serializer=stratalog_dot_v1_dot_transaction__markers__pb2.VerifyTxnAppendResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -137,6 +159,33 @@ class TransactionMarkers:
             '/stratalog.v1.TransactionMarkers/AllowTxnAppends',
             stratalog_dot_v1_dot_transaction__markers__pb2.AllowTxnAppendsRequest.SerializeToString,
             stratalog_dot_v1_dot_transaction__markers__pb2.AllowTxnAppendsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def VerifyTxnAppend(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stratalog.v1.TransactionMarkers/VerifyTxnAppend',
+            stratalog_dot_v1_dot_transaction__markers__pb2.VerifyTxnAppendRequest.SerializeToString,
+            stratalog_dot_v1_dot_transaction__markers__pb2.VerifyTxnAppendResponse.FromString,
             options,
             channel_credentials,
             insecure,

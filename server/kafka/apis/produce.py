@@ -76,7 +76,7 @@ async def produce(ctx: RequestContext, request: ProduceRequest) -> ProduceRespon
             else:
                 size_bytes += len(records)
                 entries.append((partition_data.index, _append(ctx, name, partition_data.index,
-                                                              acks, records)))
+                                                              acks, records, transactional_id)))
         plans.append((name, entries))
     if size_bytes and services.quotas.enabled:
         ctx.throttle_ms = services.quotas.record_produce(str(ctx.identity.principal),
@@ -135,11 +135,11 @@ def _has_transactional_batches(request: ProduceRequest) -> bool:
 
 
 async def _append(ctx: RequestContext, topic: str, partition: int, acks: int,
-                  records: bytes) -> object:
+                  records: bytes, transactional_id: str | None) -> object:
     services = ctx.services
     info = await services.replicas.append_records(
         topic, partition, acks, records, size_bytes=len(records),
-        compressed=holds_compressed_batches(records),
+        compressed=holds_compressed_batches(records), transactional_id=transactional_id,
     )
     services.metrics.observe_produce(topic, info.record_count, info.size_bytes)
     return info

@@ -16,7 +16,12 @@ from stratalog.server.storage.errors import (
     UnknownTopicOrPartitionError,
 )
 from stratalog.server.transaction_service.leader_calls import raise_partition_error
-from stratalog.server.transactions import CoordinatorNotAvailableError
+from stratalog.server.transactions import (
+    ConcurrentTransactionsError,
+    CoordinatorNotAvailableError,
+    InvalidTxnStateError,
+    NotCoordinatorError,
+)
 from stratalog.v1 import transaction_markers_pb2 as pb
 
 ITEM = pb.TxnPartition(topic="orders", partition=3)
@@ -31,6 +36,10 @@ ITEM = pb.TxnPartition(topic="orders", partition=3)
     (InvalidProducerEpochError("epoch 1 < 2", producer_id=7), InvalidProducerEpochError),
     (LogClosedError("stopping"), CoordinatorNotAvailableError),
     (OSError("disk full"), CoordinatorNotAvailableError),
+    # VerifyTxnAppend, the coordinator's answer to a leader's question.
+    (InvalidTxnStateError("orders-3 was not added"), InvalidTxnStateError),
+    (NotCoordinatorError("moved"), CoordinatorNotAvailableError),
+    (ConcurrentTransactionsError("being committed"), CoordinatorNotAvailableError),
 ])
 def test_a_leaders_error_is_raised_again_at_the_coordinator(raised: Exception,
                                                             seen: type[Exception]) -> None:

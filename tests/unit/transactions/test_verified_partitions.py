@@ -91,3 +91,59 @@ def test_random_operations_match_a_plain_map() -> None:
                 with pytest.raises((InvalidTxnStateError, InvalidProducerEpochError)):
                     verified.check(topic, partition, producer, epoch)
         assert len(verified) == len(model)
+
+
+def test_holds_says_whether_a_question_could_change_the_check() -> None:
+    verified = VerifiedPartitions()
+    assert not verified.holds("t", 0, 7, 1)  # not told: ask
+    verified.allow("t", 0, 7, 2)
+    assert verified.holds("t", 0, 7, 2)  # allowed
+    assert verified.holds("t", 0, 7, 1)  # fenced: the check refuses, asking cannot help
+    assert not verified.holds("t", 0, 7, 3)  # a newer epoch than told: ask
+
+
+def test_a_verified_yes_is_recorded_through_its_guard() -> None:
+    verified = VerifiedPartitions()
+    guard = verified.begin("t", 0, 7, 1)
+    assert verified.guards == 1
+    assert verified.allow_verified(guard)
+    verified.check("t", 0, 7, 1)
+    assert verified.guards == 0
+    assert not verified.allow_verified(guard)  # once
+
+
+def test_a_yes_that_crossed_the_marker_is_void() -> None:
+    """The coordinator said yes, then decided and wrote the marker (end) before the yes came
+    back: recording it would let the late batch in after the marker."""
+    verified = VerifiedPartitions()
+    guard = verified.begin("t", 0, 7, 1)
+    verified.end("t", 0, 7)
+    assert not verified.allow_verified(guard)
+    with pytest.raises(InvalidTxnStateError):
+        verified.check("t", 0, 7, 1)
+    assert verified.guards == 0 and len(verified) == 0
+
+
+def test_a_yes_across_a_leadership_change_or_a_newer_question_is_void() -> None:
+    verified = VerifiedPartitions()
+    lost = verified.begin("t", 0, 7, 1)
+    other = verified.begin("t", 1, 7, 1)
+    verified.forget_partition("t", 0)
+    assert not verified.allow_verified(lost)
+    assert verified.allow_verified(other)  # another partition: untouched
+    older = verified.begin("t", 2, 8, 1)
+    newer = verified.begin("t", 2, 8, 2)
+    assert not verified.allow_verified(older)
+    verified.discard(older)  # not the partition's guard any more: nothing happens
+    assert verified.allow_verified(newer)
+    verified.check("t", 2, 8, 2)
+    assert verified.guards == 0
+
+
+def test_a_verified_yes_obeys_the_entries_bound() -> None:
+    verified = VerifiedPartitions(entries_max=1)
+    verified.allow("t", 0, 1, 0)
+    guard = verified.begin("t", 0, 2, 0)
+    with pytest.raises(CoordinatorNotAvailableError):
+        verified.allow_verified(guard)
+    assert verified.guards == 0
