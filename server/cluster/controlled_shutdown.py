@@ -128,7 +128,11 @@ class ControlledShutdown:
             logger.info("controlled shutdown: no leadership or ISR to leave")
         try:
             async with asyncio.timeout(timeout_s):
-                await self._membership.mark_shutting_down()
+                if not await self._membership.mark_shutting_down():
+                    logger.warning("controlled shutdown skipped: node %d's registration is not"
+                                   " in etcd (its lease was lost); its leaderships move when the"
+                                   " lease goes", node_id)
+                    return self._pending()
                 if self._election.is_controller:
                     self._elector.wake()  # the controller moves its own leaderships first
                 while pending := self._pending():
