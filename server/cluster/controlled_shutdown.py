@@ -123,9 +123,7 @@ class ControlledShutdown:
         self._view.add_listener(self._on_view_change)
         loop = asyncio.get_running_loop()
         started = loop.time()
-        pending = self._pending()
-        if not pending:
-            logger.info("controlled shutdown: no leadership or ISR to leave")
+        pending: list[PartitionKey] = []
         try:
             async with asyncio.timeout(timeout_s):
                 if not await self._membership.mark_shutting_down():
