@@ -111,6 +111,10 @@ class ControlledShutdown:
         at most ``timeout_s``; returns what was still to move when it gave up ([] when
         everything moved or nothing had to). Never raises for etcd: a shutdown goes on.
         """
+        # Imported here, as preferred_leader.py does: this package's __init__ loads no etcd
+        # client.
+        import aetcd
+
         if timeout_s <= 0:
             return []
         node_id = self._membership.node_id
@@ -148,12 +152,15 @@ class ControlledShutdown:
                           in pending[:LOGGED_PARTITIONS_MAX]),
                 " ..." if len(pending) > LOGGED_PARTITIONS_MAX else "")
             return pending
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # etcd stopped answering: stop as without it
+        except (aetcd.ClientError, OSError) as exc:  # etcd stopped answering
             logger.warning("controlled shutdown of node %d gave up: etcd did not answer (%s);"
                            " its leaderships move when the lease goes", node_id,
                            exc or type(exc).__name__)
+            return self._pending()
+        except Exception:
+            # A bug here must not cost the clean close of the logs that follows.
+            logger.exception("controlled shutdown of node %d failed; stopping without it",
+                             node_id)
             return self._pending()
         kept = [key for key, versioned in sorted(self._view.partitions.items())
                 if versioned.state.leader == node_id]
