@@ -11,8 +11,9 @@ Both are optional: a registration without them (an older server's) reads as "non
 ``"shutting_down": true`` is added by a server in a controlled shutdown
 (:meth:`Membership.mark_shutting_down`, controlled_shutdown.py; KRaft's
 ``BrokerRegistration.inControlledShutdown``): the controller moves its leaderships away and
-takes it out of every ISR, and no leader lets it back in. The mark is cleared by the next
-registration under a new lease: the process that starts again registers without it.
+takes it out of every ISR, and no leader lets it back in. The mark belongs to the process (a
+lease replaced during its shutdown is registered with it again); the key goes with the
+lease at the stop, and the process that starts again registers without it.
 The registration is written by a transaction that succeeds only if the key
 does not exist (``create_revision == 0``). If it exists, another server holds the node id under
 a lease of its own that has not expired, and the start is refused (:class:`NodeIdInUseError`)
