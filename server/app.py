@@ -43,6 +43,8 @@ Life of a server process (``stratalog serve``)::
     ... serve until SIGTERM or SIGINT; SIGHUP reloads the TLS files and the credential
         file (new connections and calls use them; open connections keep working), and reads
         the settings again for the byte-rate quotas (server/security/quotas.py) ...
+    with --cluster: the controlled shutdown, still serving (server/cluster/controlled_shutdown.py:
+        the leaderships moved to other in-sync replicas, at most controlled_shutdown_timeout_ms)
     health NOT_SERVING; long polls answer, Subscribe streams end (SHUTTING_DOWN), parked
         JoinGroups and SyncGroups answer NOT_COORDINATOR
     grpc stop(grace): no new RPCs; in-flight ones get shutdown_grace_ms, then are cancelled
@@ -962,6 +964,11 @@ class Server:
         """
         if grace_s is None:
             grace_s = self.settings.shutdown_grace_ms / 1000
+        if self.cluster_node is not None:
+            # Still serving: the leaderships move to other in-sync replicas first
+            # (server/cluster/controlled_shutdown.py).
+            await self.cluster_node.controlled_shutdown(
+                self.settings.controlled_shutdown_timeout_ms / 1000)
         if self._health is not None:
             await self._health.enter_graceful_shutdown()
         if self._service is not None:

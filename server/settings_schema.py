@@ -766,6 +766,14 @@ class Settings:
         " leader.imbalance.per.broker.percentage)",
         0,
     )
+    controlled_shutdown_timeout_ms: int = _setting(
+        30_000,
+        "on SIGTERM/SIGINT in cluster mode, the longest the server waits, still serving, for"
+        " the controller to move its leaderships to other in-sync replicas and take it out"
+        " of the ISRs before it stops (Kafka's controlled shutdown; docs/cluster.md,"
+        " \"Operating a cluster\"); 0 = off: the leaderships move once its lease is revoked",
+        0,
+    )
     # ---- the broker identity: server-to-server calls (issue 24; docs/cluster.md "Securing
     # a cluster"; server/cluster/broker_identity.py, peer_channels.py) ----
     broker_principals: tuple[str, ...] = _setting(

@@ -22,6 +22,7 @@ Modules, one concept each::
     replica_placement.py  which brokers hold a new partition's replicas (racks; pure)
     leader_election.py  the controller's duties: leaders elected, dead brokers out of ISRs
     preferred_leader.py  leadership back to preferred replicas: ElectLeaders, auto rebalance
+    controlled_shutdown.py  a stopping server's leaderships moved away before its lease goes
     stray_logs.py   local logs of topics deleted or moved away, found and deleted
     reassignment.py partition reassignment and draining: requests, the controller's steps
     replication_throttle.py  the token bucket that throttles reassignment fetches (sans-IO)

@@ -12,6 +12,19 @@ broker's death changes)::
         leader -1 or not live         elect (below); leader_epoch + 1
         leader live, a dead ISR member
                                       ISR = ISR ∩ live (the leader kept); epoch unchanged
+        leader in a controlled shutdown, another ISR member live and not shutting down
+                                      elect it; ISR without the shutting-down brokers;
+                                      leader_epoch + 1
+        a shutting-down follower in the ISR
+                                      ISR without it; epoch unchanged
+
+A broker in a *controlled shutdown* (its registration says ``shutting_down``: membership.py,
+controlled_shutdown.py) is live but never a candidate: it is not elected, cleanly or not, and
+leaves every ISR, as KRaft's ``ReplicationControlManager.handleBrokerInControlledShutdown``
+(``metadata/src/main/java/org/apache/kafka/controller/ReplicationControlManager.java``; its
+``isAcceptableLeader`` is ``ClusterControlManager.isActive``, false for such a broker). A
+partition it leads with no other in-sync replica stays led by it until it stops, then goes
+offline as any partition whose last in-sync replica dies.
 
 Election (:func:`next_state`, Kafka's ``offlinePartitionLeaderElection``): the first replica,
 in assignment order, that is live and in the ISR; the new ISR is the ISR's live members. If no
@@ -70,23 +83,35 @@ def unclean_enabled(configs: Mapping[str, str], server_default: bool) -> bool:
 
 
 def next_state(replicas: tuple[int, ...], state: PartitionState, live: Set[int], unclean: bool,
-               controller_epoch: int) -> PartitionState | None:
+               controller_epoch: int, shutting_down: Set[int] = frozenset()
+               ) -> PartitionState | None:
     """The state the controller writes for a partition with ``replicas`` and ``state`` when
-    the brokers ``live`` are alive; None when nothing is to change (module docstring)."""
+    the brokers ``live`` are alive, of which ``shutting_down`` are in a controlled shutdown;
+    None when nothing is to change (module docstring)."""
+    # A broker in a controlled shutdown (controlled_shutdown.py) is live but no candidate:
+    # neither elected nor kept in an ISR, except as the leader no other in-sync replica can
+    # replace (it keeps the partition until it stops, as Kafka's).
+    eligible = {broker for broker in live if broker not in shutting_down}
     if state.has_leader and state.leader in live:
-        isr = tuple(member for member in state.isr if member in live) or (state.leader,)
+        if state.leader in shutting_down:
+            others = [r for r in replicas if r in eligible and r in state.isr]
+            if others:
+                isr = tuple(member for member in state.isr if member in eligible)
+                return PartitionState(others[0], state.leader_epoch + 1, isr, controller_epoch)
+        isr = tuple(member for member in state.isr
+                    if member in eligible or member == state.leader) or (state.leader,)
         if state.leader not in isr:
             isr = (state.leader, *isr)
         if isr == state.isr:
             return None
         return PartitionState(state.leader, state.leader_epoch, isr, controller_epoch)
-    in_sync = [r for r in replicas if r in live and r in state.isr]
+    in_sync = [r for r in replicas if r in eligible and r in state.isr]
     if in_sync:
         leader = in_sync[0]
-        isr = tuple(member for member in state.isr if member in live)
+        isr = tuple(member for member in state.isr if member in eligible)
         return PartitionState(leader, state.leader_epoch + 1, isr, controller_epoch)
     if unclean:
-        alive = [r for r in replicas if r in live]
+        alive = [r for r in replicas if r in eligible]
         if alive:
             return PartitionState(alive[0], state.leader_epoch + 1, (alive[0],), controller_epoch)
     if not state.has_leader:
@@ -130,12 +155,13 @@ class LeaderElector:
             await self._membership.refresh()
             await self._view.refresh()
             live = set(self._membership.brokers)
+            shutting_down = self._membership.shutting_down_brokers()
             written = 0
             for topic, assignment in sorted(self._view.topics.items()):
                 unclean = unclean_enabled(assignment.configs, self._unclean_default)
                 for partition, replicas in sorted(assignment.replicas.items()):
                     if await self._maybe_write(topic, partition, replicas, assignment, live,
-                                               unclean, epoch):
+                                               unclean, epoch, shutting_down):
                         written += 1
             if written:
                 with contextlib.suppress(Exception):
@@ -144,14 +170,14 @@ class LeaderElector:
 
     async def _maybe_write(self, topic: str, partition: int, replicas: tuple[int, ...],
                            assignment: TopicAssignment, live: set[int], unclean: bool,
-                           epoch: int) -> bool:
+                           epoch: int, shutting_down: Set[int]) -> bool:
         versioned = self._view.state(topic, partition)
         if versioned is None:
             state, revision = None, 0
             new = PartitionState(replicas[0], 0, replicas, epoch)
         else:
             state, revision = versioned
-            new = next_state(replicas, state, live, unclean, epoch)
+            new = next_state(replicas, state, live, unclean, epoch, shutting_down)
             if new is None:
                 return False
         if not await self.write_state(topic, partition, new, revision, epoch):
@@ -162,6 +188,10 @@ class LeaderElector:
         if state is None:
             logger.info("%s-%d: wrote its first state %s (its creation stopped half-way)",
                         topic, partition, new)
+        elif new.leader != state.leader and state.leader in shutting_down:
+            logger.info("%s-%d: elected node %d leader at leader epoch %d, ISR %s (controlled"
+                        " shutdown of node %d)", topic, partition, new.leader, new.leader_epoch,
+                        list(new.isr), state.leader)
         elif new.leader != state.leader:
             if new.has_leader:
                 logger.info(
@@ -177,8 +207,8 @@ class LeaderElector:
                     " (unclean.leader.election.enable is false); it waits for one of them",
                     topic, partition, new.leader_epoch, list(state.isr))
         else:
-            logger.info("%s-%d: ISR %s -> %s (dead brokers removed)", topic, partition,
-                        list(state.isr), list(new.isr))
+            logger.info("%s-%d: ISR %s -> %s (dead or shutting-down brokers removed)", topic,
+                        partition, list(state.isr), list(new.isr))
         return True
 
     async def write_state(self, topic: str, partition: int, state: PartitionState,

@@ -7,7 +7,14 @@ empty: replica_placement.py spreads replicas over racks);
 ``principal`` is who the server proves to be to its peers (broker_identity.py), left out in a
 cluster without ``broker_principals``; ``kafka_address`` is where Kafka clients reach the
 server's Kafka listener (server/kafka/: Metadata's brokers), left out by a server without one.
-Both are optional: a registration without them (an older server's) reads as "none". It is written by a transaction that succeeds only if the key
+Both are optional: a registration without them (an older server's) reads as "none".
+``"shutting_down": true`` is added by a server in a controlled shutdown
+(:meth:`Membership.mark_shutting_down`, controlled_shutdown.py; KRaft's
+``BrokerRegistration.inControlledShutdown``): the controller moves its leaderships away and
+takes it out of every ISR, and no leader lets it back in. The mark belongs to the process (a
+lease replaced during its shutdown is registered with it again); the key goes with the
+lease at the stop, and the process that starts again registers without it.
+The registration is written by a transaction that succeeds only if the key
 does not exist (``create_revision == 0``). If it exists, another server holds the node id under
 a lease of its own that has not expired, and the start is refused (:class:`NodeIdInUseError`)
 rather than take the id over: two servers with one id would corrupt each other's replicas once
@@ -58,6 +65,9 @@ class BrokerInfo(NamedTuple):
     kafka_address: str = ""
     #: Its ``broker_rack`` ("" for none).
     rack: str = ""
+    #: In a controlled shutdown (module docstring): live, but no candidate for leadership or
+    #: for an ISR.
+    shutting_down: bool = False
 
 
 class Membership:
@@ -79,6 +89,8 @@ class Membership:
         #: The live brokers by node id, as last read from etcd (this server's own included
         #: from registration on).
         self.brokers: dict[int, BrokerInfo] = {}
+        #: Whether this server's registration carries the controlled shutdown's mark.
+        self.shutting_down = False
         self._registered = False
         self._poller = Poller(self.refresh, poll_interval_s, "stratalog-membership",
                               "broker list not refreshed")
@@ -91,14 +103,7 @@ class Membership:
             what the etcd client raises when etcd does not answer.
         """
         client, key = self._session.client, self._keys.broker(self.node_id)
-        registration: dict[str, object] = {"node_id": self.node_id, "address": self.address}
-        if self.principal:
-            registration["principal"] = self.principal
-        if self.kafka_address:
-            registration["kafka_address"] = self.kafka_address
-        if self.rack:
-            registration["rack"] = self.rack
-        value = json.dumps(registration).encode()
+        value = self._registration()
         succeeded, responses = await client.transaction(
             compare=[client.transactions.create(key) == 0],
             success=[client.transactions.put(key, value, lease=self._session.lease_id)],
@@ -113,10 +118,59 @@ class Membership:
                     info = await client.get_lease_info(kv.lease, keys=False)
                     ttl_s = max(0, info.TTL)
             raise NodeIdInUseError(self.node_id, holder, ttl_s)
-        self.brokers[self.node_id] = BrokerInfo(self.node_id, self.address, self.principal,
-                                                  self.kafka_address, self.rack)
+        self.brokers[self.node_id] = self._own_info()
         self._registered = True
         logger.info("registered as broker %d at %s", self.node_id, self.address)
+
+    def _registration(self) -> bytes:
+        """This server's broker key's value (module docstring)."""
+        registration: dict[str, object] = {"node_id": self.node_id, "address": self.address}
+        if self.principal:
+            registration["principal"] = self.principal
+        if self.kafka_address:
+            registration["kafka_address"] = self.kafka_address
+        if self.rack:
+            registration["rack"] = self.rack
+        if self.shutting_down:
+            registration["shutting_down"] = True
+        return json.dumps(registration).encode()
+
+    def _own_info(self) -> BrokerInfo:
+        return BrokerInfo(self.node_id, self.address, self.principal, self.kafka_address,
+                          self.rack, self.shutting_down)
+
+    async def mark_shutting_down(self) -> bool:
+        """Rewrite this server's registration with the controlled shutdown's mark (module
+        docstring), under the same lease; whether it was written (False: not registered, or
+        the key is gone). The mark stays until the lease goes: a shutdown is not undone.
+
+        Raises what the etcd client raises when etcd does not answer.
+        """
+        self.shutting_down = True
+        if not self._registered:
+            return False
+        client, key = self._session.client, self._keys.broker(self.node_id)
+        succeeded, _ = await client.transaction(
+            # Only over our own registration: a key that is gone (deleted by hand, a lease
+            # lost) is register()'s to write again, not this put's.
+            compare=[client.transactions.create(key) != 0],
+            success=[client.transactions.put(key, self._registration(),
+                                             lease=self._session.lease_id)],
+            failure=[],
+        )
+        if succeeded:
+            self.brokers[self.node_id] = self._own_info()
+            logger.info("broker %d marked as shutting down in etcd: the controller moves its"
+                        " leaderships away", self.node_id)
+        return bool(succeeded)
+
+    def shutting_down_brokers(self) -> set[int]:
+        """The live brokers in a controlled shutdown, as last read."""
+        return {node_id for node_id, broker in self.brokers.items() if broker.shutting_down}
+
+    def leader_candidates(self) -> set[int]:
+        """The live brokers that may be elected leader or join an ISR: not shutting down."""
+        return {node_id for node_id, broker in self.brokers.items() if not broker.shutting_down}
 
     async def reregister(self) -> None:
         """After a new lease (session.py): register again; a taken id is logged, not fatal."""
@@ -135,10 +189,12 @@ class Membership:
             principal = value.get("principal", "")
             kafka_address = value.get("kafka_address", "")
             rack = value.get("rack", "")
+            shutting_down = value.get("shutting_down", False)
             if (isinstance(node_id, int) and isinstance(address, str)
                     and isinstance(principal, str) and isinstance(kafka_address, str)
-                    and isinstance(rack, str)):
-                brokers[node_id] = BrokerInfo(node_id, address, principal, kafka_address, rack)
+                    and isinstance(rack, str) and isinstance(shutting_down, bool)):
+                brokers[node_id] = BrokerInfo(node_id, address, principal, kafka_address, rack,
+                                              shutting_down)
         if self._registered and self.node_id not in brokers and self._session.held():
             # Our key is gone under a live lease: deleted by hand, or etcd's keys wiped and
             # restored. Without it the controller counts this server dead: register again.

@@ -27,17 +27,23 @@ and the polls (every ``cluster_poll_fallback_ms``) are only the fallback::
 (the ACLs' key has its watch in cluster_acls.py). With ``cluster_watches_enable`` false there
 are no watches, and the polls alone follow etcd.
 
-Stop: the watches and the polls end, then the server closes the session: the lease is revoked
-(the broker key and, on the controller, the controller key are deleted at once, so another
-server takes over without waiting a TTL).
+Stop: first, while the server still serves, its controlled shutdown
+(:meth:`ClusterNode.controlled_shutdown`, controlled_shutdown.py: marked as shutting down, its
+leaderships moved to other in-sync replicas and itself taken out of the ISRs, at most
+``controlled_shutdown_timeout_ms``); then the watches and the polls end, and the server closes
+the session: the lease is revoked (the broker key and, on the controller, the controller key
+are deleted at once, so another server takes over without waiting a TTL).
 
 Concurrency: event-loop only.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .cluster_id import ensure_cluster_id
 from .cluster_view import ClusterView
+from .controlled_shutdown import ControlledShutdown
 from .controller import ControllerElection, ControllerState
 from .endpoints import parse_cluster_url
 from .etcd_client import EtcdSecurity
@@ -48,6 +54,9 @@ from .preferred_leader import PreferredLeaders
 from .reassignment import Reassignments
 from .session import EtcdSession
 from .watches import KeyWatch
+
+if TYPE_CHECKING:
+    from .cluster_view import PartitionKey
 
 __all__ = ["POLL_INTERVALS_PER_SESSION", "ClusterNode", "connect"]
 
@@ -64,8 +73,11 @@ class ClusterNode:
                  elector: LeaderElector | None = None,
                  preferred: PreferredLeaders | None = None, cluster_id: str = "",
                  watches: tuple[KeyWatch, ...] = (),
-                 reassignments: Reassignments | None = None) -> None:
+                 reassignments: Reassignments | None = None,
+                 shutdown: ControlledShutdown | None = None) -> None:
         self.session = session
+        #: The controlled shutdown (controlled_shutdown.py); None: this node has none.
+        self.shutdown = shutdown
         #: Partition reassignments and drains: requests and the controller's passes
         #: (reassignment.py).
         self.reassignments = reassignments
@@ -145,8 +157,10 @@ class ClusterNode:
                            reassignments) if watches_enable else ()
         for watch in watches:
             watch.start()
+        shutdown = ControlledShutdown(session, membership, election, view, elector,
+                                      poll_interval_s)
         return cls(session, membership, election, view, keys, elector, preferred, cluster_id,
-                   watches, reassignments)
+                   watches, reassignments, shutdown)
 
     @property
     def node_id(self) -> int:
@@ -160,6 +174,14 @@ class ClusterNode:
     @property
     def controller(self) -> ControllerState:
         return self.election.state
+
+    async def controlled_shutdown(self, timeout_s: float) -> list[PartitionKey]:
+        """Move this server's leaderships away before it stops (controlled_shutdown.py), at
+        most ``timeout_s`` (0: not at all); what was left to move. Call before anything stops
+        serving, and before :meth:`close`; never raises for etcd."""
+        if self.shutdown is None:
+            return []
+        return await self.shutdown.run(timeout_s)
 
     async def close(self) -> None:
         for watch in self.watches:

@@ -107,9 +107,11 @@ class ElectionType(enum.IntEnum):
 
 
 def elected_state(election_type: ElectionType, replicas: tuple[int, ...],
-                  state: PartitionState, live: Set[int], controller_epoch: int
-                  ) -> PartitionState:
-    """The state an election of ``election_type`` writes (module docstring).
+                  state: PartitionState, live: Set[int], controller_epoch: int,
+                  shutting_down: Set[int] = frozenset()) -> PartitionState:
+    """The state an election of ``election_type`` writes (module docstring); the brokers
+    ``shutting_down`` (live, in a controlled shutdown: controlled_shutdown.py) are never
+    elected.
 
     Raises:
         ElectionNotNeededError, PreferredLeaderNotAvailableError,
@@ -118,7 +120,7 @@ def elected_state(election_type: ElectionType, replicas: tuple[int, ...],
     if election_type is ElectionType.UNCLEAN:
         if state.has_leader and state.leader in live:
             raise ElectionNotNeededError(f"node {state.leader} leads it and is live")
-        new = next_state(replicas, state, live, True, controller_epoch)
+        new = next_state(replicas, state, live, True, controller_epoch, shutting_down)
         if new is None or not new.has_leader:
             raise EligibleLeadersNotAvailableError(
                 f"none of its replicas {list(replicas)} is live")
@@ -129,6 +131,9 @@ def elected_state(election_type: ElectionType, replicas: tuple[int, ...],
     if preferred not in live:
         raise PreferredLeaderNotAvailableError(
             f"its preferred replica {preferred} is not a live broker")
+    if preferred in shutting_down:
+        raise PreferredLeaderNotAvailableError(
+            f"its preferred replica {preferred} is shutting down (controlled shutdown)")
     if preferred not in state.isr:
         raise PreferredLeaderNotAvailableError(
             f"its preferred replica {preferred} is not in the ISR {list(state.isr)} (not caught"
@@ -247,7 +252,8 @@ class PreferredLeaders:
             controller_epoch = int(stored.value or b"0") if stored is not None else 0
             state, revision = versioned
             new = elected_state(election_type, assignment.replicas[number], state,
-                                set(self._membership.brokers), controller_epoch)
+                                set(self._membership.brokers), controller_epoch,
+                                self._membership.shutting_down_brokers())
             if await self._elector.write_state(topic, number, new, revision, controller_epoch):
                 logger.info("%s-%d: %s election (%s): node %d leads at leader epoch %d (was"
                             " node %d), ISR %s", topic, number, election_type.name.lower(), why,
@@ -276,7 +282,8 @@ class PreferredLeaders:
         epoch = self._election.known.epoch
         await self._membership.refresh()
         await self._view.refresh()
-        live = set(self._membership.brokers)
+        # A broker in a controlled shutdown is no candidate: its leaderships are moving away.
+        live = self._membership.leader_candidates()
         states = {key: versioned.state for key, versioned in self._view.partitions.items()}
         moved = 0
         for key in imbalanced_partitions(self._view.topics, states, live,

@@ -441,7 +441,8 @@ class Reassignments:
         epoch = self._election.known.epoch
         await self._membership.refresh()
         await self._view.refresh()
-        live = set(self._membership.brokers)
+        # A broker in a controlled shutdown takes no leadership (controlled_shutdown.py).
+        live = self._membership.leader_candidates()
         written = 0
         for topic, assignment in sorted(self._view.topics.items()):
             for number, reassignment in sorted(assignment.reassigning.items()):

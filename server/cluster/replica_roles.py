@@ -475,7 +475,9 @@ class ReplicaRoles:
         """After a follower's fetch: write the followers that caught up into the ISR."""
         if replica.isr_change_in_flight or not replica.is_leader():
             return
-        joining = replica.followers_to_add()
+        # A follower in a controlled shutdown stays out (controlled_shutdown.py; KRaft refuses
+        # it in AlterPartition as "shutting down").
+        joining = replica.followers_to_add() - self._node.membership.shutting_down_brokers()
         if joining:
             replica.pending_isr_additions |= joining
             self._spawn(self._alter_isr(replica, tuple(sorted(set(replica.isr) | joining)),

@@ -102,3 +102,80 @@ def test_decisions_keep_kafkas_invariants(replicas, leader_index, isr, live, unc
     else:
         assert not set(state.isr) & live and new.isr == state.isr
 
+
+@given(
+    replicas=st.permutations([1, 2, 3, 4, 5]).map(lambda p: tuple(p[:3])),
+    leader_index=st.integers(-1, 2),
+    isr=node_sets,
+    live=node_sets,
+    shutting_down=node_sets,
+    unclean=st.booleans(),
+)
+def test_a_shutting_down_broker_is_never_made_leader_nor_kept_as_a_follower_in_an_isr(
+        replicas, leader_index, isr, live, shutting_down, unclean) -> None:
+    leader = replicas[leader_index] if leader_index >= 0 else NO_LEADER
+    isr = tuple(sorted((isr & set(replicas)) | ({leader} - {NO_LEADER}))) or (replicas[0],)
+    shutting_down = shutting_down & live
+    state = PartitionState(leader, 3, isr, 1)
+    new = next_state(replicas, state, live, unclean, 2, shutting_down) or state
+    if new.leader != NO_LEADER and new.leader != state.leader:
+        assert new.leader not in shutting_down
+    if new.leader in live:
+        # A live leader: every other ISR member is live and not shutting down.
+        assert all(m == new.leader or (m in live and m not in shutting_down)
+                   for m in new.isr)
+        # A shutting-down leader kept its partition only for want of another candidate.
+        if new.leader in shutting_down:
+            assert not [r for r in replicas
+                        if r in live and r not in shutting_down and r in state.isr]
+    # Nobody shutting down: exactly the decision without the argument.
+    assert next_state(replicas, state, live, unclean, 2, frozenset()) == next_state(
+        replicas, state, live, unclean, 2)
+
+
+# ---------------------------------------------------------------- controlled shutdown
+
+
+def test_a_shutting_down_leader_hands_over_to_the_first_other_in_sync_replica() -> None:
+    # Node 1 leads and shuts down: node 3 comes before 2 in the ISR, 2 before 3 in the
+    # assignment: the assignment's order wins; the shutting-down node leaves the ISR.
+    state = PartitionState(1, 4, (1, 3, 2), 2)
+    assert next_state(REPLICAS, state, {1, 2, 3}, False, 7, {1}) == PartitionState(
+        2, 5, (3, 2), 7)
+    # The first other replica is out of the ISR: the next one in sync is elected.
+    state = PartitionState(1, 4, (1, 3), 2)
+    assert next_state(REPLICAS, state, {1, 2, 3}, False, 7, {1}) == PartitionState(
+        3, 5, (3,), 7)
+
+
+def test_a_shutting_down_leader_without_another_in_sync_replica_keeps_its_partition() -> None:
+    alone = PartitionState(1, 4, (1,), 2)
+    assert next_state(REPLICAS, alone, {1, 2, 3}, False, 7, {1}) is None
+    # Not even unclean: a replica outside the ISR is not elected while the leader lives.
+    assert next_state(REPLICAS, alone, {1, 2, 3}, True, 7, {1}) is None
+    # The other in-sync replica shuts down too: it leaves the ISR, the leader stays.
+    both = PartitionState(1, 4, (1, 2), 2)
+    assert next_state(REPLICAS, both, {1, 2, 3}, False, 7, {1, 2}) == PartitionState(
+        1, 4, (1,), 7)
+
+
+def test_a_shutting_down_follower_leaves_the_isr_without_a_new_epoch() -> None:
+    state = PartitionState(2, 4, (2, 1, 3), 2)
+    assert next_state(REPLICAS, state, {1, 2, 3}, False, 7, {1}) == PartitionState(
+        2, 4, (2, 3), 7)
+    # Once out, nothing more to write.
+    assert next_state(REPLICAS, PartitionState(2, 4, (2, 3), 7), {1, 2, 3}, False, 8,
+                      {1}) is None
+
+
+def test_a_shutting_down_broker_is_never_elected_for_a_leaderless_partition() -> None:
+    offline = PartitionState(NO_LEADER, 5, (1, 3), 7)
+    # Node 1 is live but shutting down: node 3 is the one in-sync candidate.
+    assert next_state(REPLICAS, offline, {1, 3}, False, 8, {1}) == PartitionState(
+        3, 6, (3,), 8)
+    # Node 3 is gone: no candidate, the partition stays offline rather than go to node 1.
+    assert next_state(REPLICAS, offline, {1}, False, 8, {1}) is None
+    # Unclean: a live replica not shutting down, or none.
+    assert next_state(REPLICAS, offline, {1, 2}, True, 8, {1}) == PartitionState(
+        2, 6, (2,), 8)
+    assert next_state(REPLICAS, offline, {1}, True, 8, {1}) is None
