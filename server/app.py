@@ -977,6 +977,8 @@ class Server:
             self.groups.begin_shutdown()  # parked JoinGroups and SyncGroups: NOT_COORDINATOR
         if self.replica_roles is not None:
             self.replica_roles.begin_shutdown()
+        if self._replication is not None:
+            self._replication.begin_shutdown()  # followers' sessions: calls that never end
         if self.stray_logs is not None:
             self.stray_logs.close()
         if self.kafka is not None:

@@ -21,7 +21,9 @@ The requests are read by a task of their own, at most :data:`REQUESTS_QUEUED_MAX
 answer to the previous one waits for appends ends that wait (:meth:`FetchSession.interrupt`),
 so that a partition the follower adds is fetched at once.
 
-Registered on the server's gRPC server in cluster mode only (app.py).
+Registered on the server's gRPC server in cluster mode only (app.py). A stopping server ends
+its open sessions (:meth:`ReplicationService.begin_shutdown`) and refuses new ones: a session
+is a call that never ends by itself, and gRPC's stop would wait its grace period for each.
 
 Concurrency: event-loop only; reads go to the executor.
 """
@@ -79,18 +81,32 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
         self._read_in_executor_min_bytes = read_in_executor_min_bytes
         #: Set by app.py once the server joined the cluster.
         self.replica_roles: ReplicaRoles | None = None
+        #: The open sessions' handler tasks (ended at shutdown), and whether it began.
+        self._sessions: set[asyncio.Task[Any]] = set()
+        self._stopping = False
+
+    def begin_shutdown(self) -> None:
+        """End every open fetch session now and refuse new ones (module docstring): their
+        followers go on with the partitions' new leaders, or retry until this server is
+        gone. Otherwise each would hold the gRPC server's stop for ``shutdown_grace_ms``."""
+        self._stopping = True
+        for task in list(self._sessions):
+            task.cancel()
 
     async def ReplicaFetchSession(
         self, request_iterator: AsyncIterator[replication_pb2.ReplicaFetchRequest],
         context: grpc.aio.ServicerContext,
     ) -> None:
         reader: asyncio.Task[None] | None = None
+        task = asyncio.current_task()
+        assert task is not None
+        self._sessions.add(task)
         try:
             # Who asks, before anything about a partition is told (or read).
             principal = call_identity(context).principal
             self._identity.check_caller(principal)
             roles = self.replica_roles
-            if roles is None:
+            if roles is None or self._stopping:
                 raise NotLeaderOrFollowerError("", -1)
             requests: asyncio.Queue[replication_pb2.ReplicaFetchRequest | None] = (
                 asyncio.Queue(REQUESTS_QUEUED_MAX))
@@ -136,8 +152,14 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
                     min(max(request.response_max_bytes, 1), FETCH_RESPONSE_MAX_BYTES_MAX),
                 )
                 await context.write(encode_response(_partition_data(r) for r in results))
-        except (grpc.aio.AbortError, asyncio.CancelledError):
+        except grpc.aio.AbortError:
             raise
+        except asyncio.CancelledError:
+            if not self._stopping:
+                raise
+            # Ended by begin_shutdown: the follower is told (a cancelled handler alone sends
+            # nothing, and the call would stay open until the stop's grace period ends).
+            await status.abort_with_error(context, NotLeaderOrFollowerError("", -1))
         except SessionLimitError as exc:
             await context.abort_with_status(
                 status.invalid_request(str(exc), metadata={"field": "partitions"}))
@@ -146,6 +168,7 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
                 return  # the follower went (a new session, a restart): nobody to answer
             await status.abort_with_error(context, exc)
         finally:
+            self._sessions.discard(task)
             if reader is not None:
                 reader.cancel()
                 with contextlib.suppress(BaseException):

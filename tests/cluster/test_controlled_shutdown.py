@@ -7,7 +7,8 @@ servers on 127.0.0.1.
   stops (the order of X's log lines), no send fails, every acknowledged record is read back
   once and in order; X starts again, registers without the mark and rejoins the ISR.
 * With ``controlled_shutdown_timeout_ms`` 0 the old behaviour: X stops at once, the
-  leadership moves because X's lease went (a failover election), not before.
+  leadership moves because X's lease went (a failover election), not before. X's stop ends
+  its followers' fetch sessions instead of waiting its grace period for them.
 * The controller's own SIGTERM: it moves its leaderships itself, then resigns (its lease goes
   with its stop); another server becomes controller. The partition of a single-copy topic it
   leads is not waited for (no other replica can take it).
@@ -22,7 +23,7 @@ import uuid
 from confluent_kafka import Producer
 
 from stratalog.v1 import broker_pb2 as pb
-from tests.integration.conftest import CALL_TIMEOUT_S, ServerProcess
+from tests.integration.conftest import CALL_TIMEOUT_S, STOP_TIMEOUT_S, ServerProcess
 
 from .conftest import metadata, read_back, wait_for
 from .test_faults import (
@@ -168,10 +169,15 @@ def test_a_sigterm_moves_the_leadership_before_the_server_stops(start_member, et
 
 
 def test_timeout_zero_keeps_the_old_behaviour(start_member, etcd) -> None:
-    servers = _start(start_member, "--controlled-shutdown-timeout-ms", "0")
+    # A grace period longer than stop() waits: the followers' fetch sessions to X, calls that
+    # never end by themselves, must be ended by X's stop, not waited for.
+    servers = _start(start_member, "--controlled-shutdown-timeout-ms", "0",
+                     "--shutdown-grace-ms", str(int(STOP_TIMEOUT_S * 2 * 1000)))
     topic = f"cs0-{uuid.uuid4().hex[:6]}"
     create_topic(servers[1], topic, partitions=1, min_insync=1)
     leader = _agreed_leader(servers, topic)
+    wait_for(lambda: len(partition_metadata(servers[leader], topic).isr) == 3,
+             "both followers in the ISR (their sessions open)")
     assert servers[leader].stop() == 0
     others = {n: s for n, s in servers.items() if n != leader}
     wait_for(lambda: _leader_seen_by(others, topic) in others,
