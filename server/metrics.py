@@ -833,6 +833,27 @@ class ServerMetrics:
             "stratalog_kafka_request_bytes",
             "Bytes of Kafka requests read and not yet answered, all connections", registry=r,
         )
+        # Fetch sessions (KIP-227, server/kafka/fetch_sessions.py): Kafka's
+        # NumIncrementalFetchSessions, NumIncrementalFetchPartitionsCached (read at scrape time)
+        # and IncrementalFetchSessionEvictionsPerSec, and each Fetch by how it was served.
+        self.kafka_fetch_sessions = Gauge(
+            "stratalog_kafka_fetch_sessions", "Kafka fetch sessions (KIP-227) cached now",
+            registry=r,
+        )
+        self.kafka_fetch_session_partitions = Gauge(
+            "stratalog_kafka_fetch_session_partitions",
+            "Partitions cached by all Kafka fetch sessions now", registry=r,
+        )
+        self.kafka_fetch_session_evictions = Counter(
+            "stratalog_kafka_fetch_session_evictions",
+            "Kafka fetch sessions evicted to make room for a new one", registry=r,
+        )
+        self.kafka_fetch_requests = Counter(
+            "stratalog_kafka_fetch_requests",
+            "Kafka Fetch requests (v7+) by how their fetch session served them (sessionless,"
+            " full, incremental, session_error)",
+            labelnames=("session",), registry=r,
+        )
         self.kafka_connections_closed = Counter(
             "stratalog_kafka_connections_closed",
             "Kafka connections the server closed, by why (bad_request: a frame that is not"
