@@ -31,7 +31,6 @@ import time
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 __all__ = ["bytes_per_poll"]
 

@@ -162,6 +162,27 @@ async def test_sessions_off_answers_session_id_zero(tmp_path: Path) -> None:
         log_manager.close()
 
 
+async def test_the_cache_is_bounded_by_slots_and_by_request_bytes(tmp_path: Path) -> None:
+    """One slot: a second consumer gets session id 0 (none evictable yet). Requests of at most
+    5 partitions' bytes: a session never caches more than 5 partitions."""
+    services, log_manager, executor = _services(
+        tmp_path, kafka_fetch_session_cache_slots=1, kafka_request_bytes_max=5 * 24)
+    try:
+        alice, bob = _caller(services, "User:alice"), _caller(services, "User:bob")
+        assert services.fetch_sessions.partitions_max == 5
+        session_id = (await alice(0, 0, {p: 0 for p in range(4)})).session_id
+        assert session_id != 0
+        second = await bob(0, 0, {0: 0})
+        assert (second.error_code, second.session_id, len(_answered(second))) == (0, 0, 1)
+        grown = await alice(session_id, 1, {4: 0, 5: 0})
+        assert grown.error_code == Code.FETCH_SESSION_ID_NOT_FOUND
+        assert len(services.fetch_sessions) == 0
+    finally:
+        services.replicas.begin_shutdown()
+        executor.shutdown()
+        log_manager.close()
+
+
 # -- real clients against a server process ------------------------------------------------
 
 
