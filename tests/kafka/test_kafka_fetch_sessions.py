@@ -125,16 +125,20 @@ async def test_a_session_opens_and_answers_only_news(services: KafkaServices) ->
     # Forgetting all but one partition; a wrong epoch; closing.
     kept = await call(session_id, 3, {}, forgotten=tuple(range(1, PARTITIONS)))
     assert kept.error_code == 0
-    assert services.fetch_sessions.partitions_cached == 1
+    assert services.metrics.registry.get_sample_value(
+        "stratalog_kafka_fetch_session_partitions") == 1
     stale = await call(session_id, 3, {})
     assert (stale.error_code, stale.session_id) == (Code.INVALID_FETCH_SESSION_EPOCH, 0)
     closed = await call(session_id, -1, {0: 0})
     assert (closed.error_code, closed.session_id, len(_answered(closed))) == (0, 0, 1)
     gone = await call(session_id, 5, {})
     assert gone.error_code == Code.FETCH_SESSION_ID_NOT_FOUND
-    counts = {kind: services.metrics.kafka_fetch_requests.labels(kind)._value.get()
+    registry = services.metrics.registry
+    counts = {kind: registry.get_sample_value("stratalog_kafka_fetch_requests_total",
+                                              {"session": kind})
               for kind in ("full", "incremental", "sessionless", "session_error")}
     assert counts == {"full": 1, "incremental": 3, "sessionless": 1, "session_error": 2}
+    assert registry.get_sample_value("stratalog_kafka_fetch_sessions") == 0
 
 
 async def test_another_principal_is_refused_the_session(services: KafkaServices) -> None:
