@@ -854,6 +854,10 @@ class ServerMetrics:
             " full, incremental, session_error)",
             labelnames=("session",), registry=r,
         )
+        # Made once: labels() per Fetch would cost the hot path a lock and a lookup.
+        self._kafka_fetch_request_kinds = {
+            kind: self.kafka_fetch_requests.labels(kind)
+            for kind in ("sessionless", "full", "incremental", "session_error")}
         self.kafka_connections_closed = Counter(
             "stratalog_kafka_connections_closed",
             "Kafka connections the server closed, by why (bad_request: a frame that is not"
@@ -913,6 +917,10 @@ class ServerMetrics:
         """Count what a fetch sent; an empty fetch creates no label set."""
         if records or size_bytes:
             self.traffic.observe_traffic(False, topic, records, size_bytes)
+
+    def observe_kafka_fetch(self, session: str) -> None:
+        """Count a Kafka Fetch (v7+) by how its fetch session served it (the label)."""
+        self._kafka_fetch_request_kinds[session].inc()
 
     def observe_authentication_failure(self, reason: str) -> None:
         """Count a call refused UNAUTHENTICATED; ``reason`` one of

@@ -59,7 +59,7 @@ from __future__ import annotations
 import random
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from stratalog.server.kafka.error_codes import Code
 
@@ -107,10 +107,9 @@ def next_epoch(epoch: int) -> int:
     return 1 if epoch == _EPOCH_MAX else epoch + 1
 
 
-@dataclass(frozen=True, slots=True)
-class PartitionWant:
+class PartitionWant(NamedTuple):
     """One partition a request asks for, as its request entry says (the fields a session
-    keeps between requests)."""
+    keeps between requests). A tuple: one is made per partition of every Fetch."""
 
     topic: str
     partition: int
@@ -120,8 +119,7 @@ class PartitionWant:
     log_start_offset: int = -1
 
 
-@dataclass(frozen=True, slots=True)
-class PartitionAnswer:
+class PartitionAnswer(NamedTuple):
     """What the answer of one partition says that a session compares with its last answer.
     ``records_bytes`` is the size of the records it carries."""
 

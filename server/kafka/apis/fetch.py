@@ -30,6 +30,7 @@ through the serving layer's ``fetch_messages`` (Kafka's ``ReplicaManager.fetchMe
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from kafka.protocol.api_key import ApiKey
 
@@ -39,7 +40,12 @@ from stratalog.server.kafka.apis.leader_hints import leader_hint
 from stratalog.server.kafka.apis.registry import kafka_api
 from stratalog.server.kafka.context import RequestContext
 from stratalog.server.kafka.error_codes import Code, code_of
-from stratalog.server.kafka.fetch_sessions import PartitionAnswer, PartitionWant
+from stratalog.server.kafka.fetch_sessions import (
+    FINAL_EPOCH,
+    INVALID_SESSION_ID,
+    PartitionAnswer,
+    PartitionWant,
+)
 from stratalog.server.kafka.hot_messages import FetchRequest, FetchResponse
 from stratalog.server.security.acls import AclOperation, ResourceType
 from stratalog.server.storage.errors import OffsetOutOfRangeError
@@ -62,21 +68,33 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
     version = request.API_VERSION
     replica_id = request.replica_id if version <= 14 else -1
     leader_epochs = version >= 9
-    wants = [PartitionWant(topic.topic, p.partition, p.fetch_offset, p.partition_max_bytes,
-                           p.current_leader_epoch if leader_epochs else -1, p.log_start_offset)
-             for topic in request.topics for p in topic.partitions]
+    # (topic, entry) of each partition to read: the request's own entries (their fields are
+    # named as PartitionWant's), or an incremental request's session's.
+    wanted: list[tuple[str, Any]] = [(topic.topic, p) for topic in request.topics
+                                     for p in topic.partitions]
     session = None
-    if version >= 7 and replica_id < 0:
+    if version < 7 or replica_id >= 0:
+        pass
+    elif request.session_id == INVALID_SESSION_ID and request.session_epoch == FINAL_EPOCH:
+        # No session, none to close (librdkafka's every Fetch): the cache has nothing to say.
+        services.metrics.observe_kafka_fetch("sessionless")
+    else:
         session = services.fetch_sessions.new_context(
-            str(ctx.identity.principal), request.session_id, request.session_epoch, wants,
+            str(ctx.identity.principal), request.session_id, request.session_epoch,
+            [PartitionWant(name, p.partition, p.fetch_offset, p.partition_max_bytes,
+                           p.current_leader_epoch if leader_epochs else -1, p.log_start_offset)
+             for name, p in wanted],
             [(f.topic, index) for f in request.forgotten_topics_data for index in f.partitions],
             _now_ms())
-        services.metrics.kafka_fetch_requests.labels(session.kind).inc()
+        services.metrics.observe_kafka_fetch(session.kind)
         if session.error_code != Code.NONE:
             return FetchResponse(throttle_time_ms=0, error_code=session.error_code,
                                  session_id=0, responses=[])
         # An incremental request reads its session's partitions, not only those it names.
-        wants = session.wants()
+        wanted = [(want.topic, want) for want in session.wants()]
+        leader_epochs = True  # a PartitionWant's epoch is -1 where the version has none
+        if session.kind == "sessionless":
+            session = None  # answered as before KIP-227: every partition, session id 0
     committed = request.isolation_level == 1
     isolation = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
     max_bytes = min(request.max_bytes if request.max_bytes > 0 else settings.fetch_max_bytes_default,
@@ -90,8 +108,7 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
     refused: dict[tuple[str, int], int] = {}
     reads: list[PartitionRead] = []
     allowed: dict[str, bool] = {}
-    for want in wants:
-        name = want.topic
+    for name, want in wanted:
         if name not in allowed:
             allowed[name] = ctx.allowed(AclOperation.READ, ResourceType.TOPIC, name)
         key = (name, want.partition)
@@ -104,7 +121,7 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
         else:
             reads.append(PartitionRead(name, want.partition, want.fetch_offset,
                                        max(want.partition_max_bytes, 0),
-                                       want.current_leader_epoch))
+                                       want.current_leader_epoch if leader_epochs else -1))
     admit_wait = None
     if max_wait_ms and reads:
         origin = ctx.origin()
@@ -128,8 +145,8 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
         results = {(r.read.topic, r.read.partition): r for r in read}
     # (topic, partition) -> its answer and the bytes of records it carries, in read order.
     entries: dict[tuple[str, int], tuple[_PartitionData, int]] = {}
-    for want in wants:
-        key = (want.topic, want.partition)
+    for name, want in wanted:
+        key = (name, want.partition)
         result = results.get(key)
         if result is None:
             entries[key] = _error_partition(want.partition, refused.get(key, Code.NONE)), 0
