@@ -36,7 +36,7 @@ Invariants (``FetchSessionCache.check`` asserts them; the unit tests call it aft
   the cache past it opens no session (a full one) or closes its session (an incremental one,
   answered FETCH_SESSION_ID_NOT_FOUND: the client starts over with a full request). Memory is
   therefore O(``partitions_max``) whatever the clients do; each cached partition is one
-  :class:`CachedPartition` (9 slots) and one dict entry;
+  :class:`CachedPartition` (9 slots), its key and one dict entry (about 250 bytes);
 * a session's epoch is in 1 .. 2**31 - 1 and wraps to 1 (Kafka's ``FetchMetadata.nextEpoch``).
 
 Eviction (Kafka's ``FetchSessionCacheShard.tryEvict`` without its privileged followers: no
@@ -109,7 +109,8 @@ def next_epoch(epoch: int) -> int:
 
 class PartitionWant(NamedTuple):
     """One partition a request asks for, as its request entry says (the fields a session
-    keeps between requests). A tuple: one is made per partition of every Fetch."""
+    keeps between requests). A tuple: one is made per partition of every Fetch that names
+    a session or asks for one."""
 
     topic: str
     partition: int
