@@ -1,9 +1,11 @@
 """Fetch sessions (KIP-227) on the Kafka listener: the Fetch handler over a real serving layer
 with kafka-python's protocol classes as encoder and decoder (the oracle), then real clients
-against a server process: kafka-python's consumer with sessions, librdkafka without."""
+against a server process: kafka-python's consumer with sessions, librdkafka without; and
+kafka-python's consumer across a leader's kill -9 in a cluster of three."""
 
 from __future__ import annotations
 
+import signal
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -32,6 +34,8 @@ from stratalog.server.security.quotas import QuotaConfig, QuotaManager
 from stratalog.server.settings import Settings
 from stratalog.server.settings_schema import Address
 from stratalog.server.storage.log_manager import LogManager
+from tests.cluster.conftest import wait_for
+from tests.cluster.test_faults import FAILOVER_BOUND_S, create_topic, leader_of, start_cluster
 
 _Topic = FetchRequest.FetchTopic
 _Partition = _Topic.FetchPartition
@@ -252,3 +256,74 @@ def test_librdkafka_reads_without_a_session(server):
         consumer.close()
     assert seen == {f"{p}:{i}" for p in range(PARTITIONS) for i in range(5)}
     assert _sessions_metric(server, "sessionless") > sessionless_before
+
+
+def test_kafka_python_keeps_reading_through_a_failover_with_sessions(start_member):
+    """Three servers, each its own session cache: kafka-python's consumer holds a session on
+    every leader it reads from; the leader of partition 0 is killed, its partitions move to a
+    survivor, where the consumer's session takes them in (or starts over), and every
+    acknowledged record is read."""
+    servers = start_cluster(start_member)
+    topic = f"fs-{uuid.uuid4().hex[:8]}"
+    create_topic(servers[1], topic, partitions=6)
+    leader = leader_of(servers, topic)
+    wait_for(lambda: all(len(_kafka_brokers(s)) == 3 for s in servers.values()),
+             "three Kafka listeners registered and seen by every server")
+    bootstrap = ",".join(s.kafka_bootstrap for s in servers.values())
+    acked: list[str] = []
+
+    def delivered(error: Any, message: Any) -> None:
+        assert error is None, error
+        acked.append(message.value().decode())
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
+                         "message.timeout.ms": 60_000, "retries": 1_000_000,
+                         "topic.metadata.refresh.interval.ms": 1_000})
+
+    def send(first: int, count: int) -> None:
+        for i in range(first, first + count):
+            producer.produce(topic, value=f"{i % 6}:{i}".encode(), partition=i % 6,
+                             on_delivery=delivered)
+        assert producer.flush(FAILOVER_BOUND_S * 3) == 0
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
+                             auto_offset_reset="earliest", fetch_max_wait_ms=100,
+                             metadata_max_age_ms=1_000)
+    seen: set[str] = set()
+
+    def read_until(count: int, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while len(seen) < count and time.monotonic() < deadline:
+            for records in consumer.poll(timeout_ms=200).values():
+                seen.update(r.value.decode() for r in records)
+
+    try:
+        consumer.assign([TopicPartition(topic, p) for p in range(6)])
+        send(0, 120)
+        read_until(120, 60)
+        assert seen == set(acked)
+        incremental = {n: _sessions_metric(s, "incremental") for n, s in servers.items()}
+        assert incremental[leader] > 0, "no incremental fetch at the leader of partition 0"
+        servers[leader].process.send_signal(signal.SIGKILL)
+        servers[leader].process.wait()
+        survivors = {n: s for n, s in servers.items() if n != leader}
+        leader_of(survivors, topic, not_node=leader)
+        send(120, 120)
+        read_until(240, FAILOVER_BOUND_S * 3)
+        assert seen == set(acked) and len(acked) == 240
+        # The survivors served the partitions they took over through sessions too.
+        assert sum(_sessions_metric(s, "incremental") - incremental[n]
+                   for n, s in survivors.items()) > 0
+    finally:
+        consumer.close()
+        producer.flush(1)
+
+
+def _kafka_brokers(server: Any) -> list[Any]:
+    from kafka.protocol.metadata import MetadataRequest
+
+    from tests.kafka.kafka_wire import KafkaWire, ask
+
+    with KafkaWire(server.kafka_bootstrap) as sock:
+        return ask(sock, MetadataRequest(topics=[], allow_auto_topic_creation=False,
+                                         include_topic_authorized_operations=False), 12).brokers
