@@ -315,23 +315,24 @@ class FetchSessionCache:
             return FetchContext(self, "session_error", [], _FETCH_SESSION_ID_NOT_FOUND)
         if session.epoch != session_epoch:
             return FetchContext(self, "session_error", [], _INVALID_FETCH_SESSION_EPOCH)
+        # Kafka's order (FetchSession.update): the request's partitions added or updated,
+        # then the forgotten ones removed.
         partitions = session.partitions
-        removed = 0
-        for key in forgotten:
-            if partitions.pop(key, None) is not None:
-                removed += 1
-        self.partitions_cached -= removed
-        added = len({(w.topic, w.partition) for w in wants} - partitions.keys())
-        if self.partitions_cached + added > self.partitions_max:
-            self._remove(session)
-            return FetchContext(self, "session_error", [], _FETCH_SESSION_ID_NOT_FOUND)
+        size_before = len(partitions)
         for want in wants:
             cached = partitions.get((want.topic, want.partition))
             if cached is None:
                 partitions[(want.topic, want.partition)] = CachedPartition(want)
             else:
                 cached.update_request(want)
-        self.partitions_cached += added
+        for key in forgotten:
+            partitions.pop(key, None)
+        self.partitions_cached += len(partitions) - size_before
+        if self.partitions_cached > self.partitions_max:
+            # Past the bound (the growth is one request's at most): the session goes, and the
+            # client starts over with a full request.
+            self._remove(session)
+            return FetchContext(self, "session_error", [], _FETCH_SESSION_ID_NOT_FOUND)
         if not partitions:
             # Kafka closes a session left with nothing; the request is answered empty.
             self._remove(session)

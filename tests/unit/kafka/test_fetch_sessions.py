@@ -122,6 +122,16 @@ def test_an_incremental_answer_names_only_partitions_with_news() -> None:
     assert context.answer({**again, ("t", 5): _quiet()}, 3)[2] == [("t", 5)]
 
 
+def test_a_partition_both_named_and_forgotten_is_forgotten() -> None:
+    """Kafka's FetchSession.update adds the request's partitions, then removes the forgotten."""
+    cache = FetchSessionCache(10, 1000)
+    session_id = _open(cache, ALICE, [_want("t", 0), _want("t", 1)])
+    context = cache.new_context(ALICE, session_id, 1, [_want("t", 1, 9), _want("t", 2)],
+                                [("t", 1), ("t", 2)], 1)
+    assert [(w.topic, w.partition) for w in context.wants()] == [("t", 0)]
+    cache.check()
+
+
 def test_epochs_are_checked() -> None:
     cache = FetchSessionCache(10, 1000)
     session_id = _open(cache, ALICE, [_want("t", 0)])
@@ -279,10 +289,10 @@ def test_random_operations_keep_the_invariants() -> None:
             elif stale:
                 assert context.error_code == Code.INVALID_FETCH_SESSION_EPOCH
             else:
-                for key in forgotten:
-                    partitions.pop(key, None)
                 for w in wants:
                     partitions[(w.topic, w.partition)] = w.fetch_offset
+                for key in forgotten:
+                    partitions.pop(key, None)
                 if context.kind == "session_error":  # past the partition bound
                     assert context.error_code == Code.FETCH_SESSION_ID_NOT_FOUND
                     del model[session_id]
