@@ -833,6 +833,31 @@ class ServerMetrics:
             "stratalog_kafka_request_bytes",
             "Bytes of Kafka requests read and not yet answered, all connections", registry=r,
         )
+        # Fetch sessions (KIP-227, server/kafka/fetch_sessions.py): Kafka's
+        # NumIncrementalFetchSessions, NumIncrementalFetchPartitionsCached (read at scrape time)
+        # and IncrementalFetchSessionEvictionsPerSec, and each Fetch by how it was served.
+        self.kafka_fetch_sessions = Gauge(
+            "stratalog_kafka_fetch_sessions", "Kafka fetch sessions (KIP-227) cached now",
+            registry=r,
+        )
+        self.kafka_fetch_session_partitions = Gauge(
+            "stratalog_kafka_fetch_session_partitions",
+            "Partitions cached by all Kafka fetch sessions now", registry=r,
+        )
+        self.kafka_fetch_session_evictions = Counter(
+            "stratalog_kafka_fetch_session_evictions",
+            "Kafka fetch sessions evicted to make room for a new one", registry=r,
+        )
+        self.kafka_fetch_requests = Counter(
+            "stratalog_kafka_fetch_requests",
+            "Kafka Fetch requests (v7+) by how their fetch session served them (sessionless,"
+            " full, incremental, session_error)",
+            labelnames=("session",), registry=r,
+        )
+        # Made once: labels() per Fetch would cost the hot path a lock and a lookup.
+        self._kafka_fetch_request_kinds = {
+            kind: self.kafka_fetch_requests.labels(kind)
+            for kind in ("sessionless", "full", "incremental", "session_error")}
         self.kafka_connections_closed = Counter(
             "stratalog_kafka_connections_closed",
             "Kafka connections the server closed, by why (bad_request: a frame that is not"
@@ -892,6 +917,10 @@ class ServerMetrics:
         """Count what a fetch sent; an empty fetch creates no label set."""
         if records or size_bytes:
             self.traffic.observe_traffic(False, topic, records, size_bytes)
+
+    def observe_kafka_fetch(self, session: str) -> None:
+        """Count a Kafka Fetch (v7+) by how its fetch session served it (the label)."""
+        self._kafka_fetch_request_kinds[session].inc()
 
     def observe_authentication_failure(self, reason: str) -> None:
         """Count a call refused UNAUTHENTICATED; ``reason`` one of

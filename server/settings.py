@@ -148,6 +148,7 @@ _KAFKA_ALIASES = {
     "num.partitions": "num_partitions",
     "connections.max.idle.ms": "connections_max_idle_ms",
     "connections.max.reauth.ms": "kafka_connections_max_reauth_ms",
+    "max.incremental.fetch.session.cache.slots": "kafka_fetch_session_cache_slots",
     "node.id": "node_id",
     "cluster.session.timeout.ms": "cluster_session_timeout_ms",
     "default.replication.factor": "default_replication_factor",

@@ -165,6 +165,13 @@ class Settings:
         " connection that did not is closed at its next request; 0 = sessions do not end",
         0,
     )
+    kafka_fetch_session_cache_slots: int = _setting(
+        1000,
+        "Kafka fetch sessions (KIP-227) the server keeps at once, all clients (Kafka's"
+        " max.incremental.fetch.session.cache.slots); past it a new one evicts one unused for"
+        " 120 s or gets none; 0 = no sessions: every Fetch names all its partitions",
+        0,
+    )
     kafka_sasl_receive_bytes_max: int = _setting(
         512 * 1024,
         "largest Kafka request read from a connection that must still authenticate with SASL"

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from stratalog.server.client_limits import Origin
+from stratalog.server.kafka.fetch_sessions import FETCH_PARTITION_BYTES_MIN, FetchSessionCache
 from stratalog.server.security.acls import AclOperation, ResourceType
 from stratalog.server.security.principal import ANONYMOUS, CallIdentity
 
@@ -68,6 +69,19 @@ class KafkaServices:
     kafka_racks: Callable[[], dict[int, str]] | None = None
     #: The credential checks SASL's exchanges go through (the gRPC calls' own); None: no SASL.
     authenticator: Authenticator | None = None
+    #: The server's fetch sessions (KIP-227: fetch_sessions.py), made from the settings.
+    fetch_sessions: FetchSessionCache = field(init=False)
+
+    def __post_init__(self) -> None:
+        settings = self.settings
+        # A session never caches more partitions than one request can name (module docstring
+        # of fetch_sessions.py), nor do all of them together.
+        cache = self.fetch_sessions = FetchSessionCache(
+            settings.kafka_fetch_session_cache_slots,
+            max(settings.kafka_request_bytes_max // FETCH_PARTITION_BYTES_MIN, 1),
+            on_evict=self.metrics.kafka_fetch_session_evictions.inc)
+        self.metrics.kafka_fetch_sessions.set_function(lambda: len(cache))
+        self.metrics.kafka_fetch_session_partitions.set_function(lambda: cache.partitions_cached)
 
     def current_cluster_id(self) -> str | None:
         """Metadata's and DescribeCluster's cluster id: a cluster's is etcd's, the same on

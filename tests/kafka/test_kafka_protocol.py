@@ -223,7 +223,7 @@ def test_fetch_reads_batches_with_the_bounds(server):
     partition = response.responses[0].partitions[0]
     assert (partition.error_code, partition.high_watermark, partition.last_stable_offset,
             partition.log_start_offset) == (0, 3, 3, 0)
-    assert response.session_id == 0  # no fetch session: full fetches (KIP-227)
+    assert response.session_id == 0  # epoch -1: sessionless (KIP-227)
     # Whole batches from the one holding offset 1: the client skips what it did not ask for.
     from kafka.record import MemoryRecords
 
@@ -234,7 +234,7 @@ def test_fetch_reads_batches_with_the_bounds(server):
     assert offsets == [0, 1, 2]
     gone = out_of_range.responses[0].partitions[0]
     assert (gone.error_code, gone.high_watermark, gone.log_start_offset) == (1, 3, 0)
-    assert session.error_code == 70  # FETCH_SESSION_ID_NOT_FOUND: start over without one
+    assert session.error_code == 70  # FETCH_SESSION_ID_NOT_FOUND: no session 5 here
 
 
 def test_fetch_long_poll_answers_when_a_record_arrives(server):

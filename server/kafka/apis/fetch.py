@@ -7,9 +7,13 @@ through the serving layer's ``fetch_messages`` (Kafka's ``ReplicaManager.fetchMe
 * ``max_wait_ms`` is capped by ``fetch_max_wait_ms_max``, ``max_bytes`` by ``fetch_max_bytes_max``;
   a long poll that waits takes a slot of the client's waiting requests (client_limits.py);
   past the client's limit it answers what one read found, without waiting.
-* Fetch sessions (KIP-227, v7+) are answered as full fetches: session id 0 ("no session"), which
-  every client handles by sending full fetch requests; a request naming a session gets
-  FETCH_SESSION_ID_NOT_FOUND (70), and the client starts over without one.
+* Fetch sessions (KIP-227, v7+): the request's session id and epoch pick a context from the
+  server's sessions (server/kafka/fetch_sessions.py, Kafka's ``FetchManager.newContext``):
+  sessionless and full requests read the partitions they name, an incremental one its
+  session's; a full one may open a session from its answers, an incremental one answers only
+  the partitions with something to say. A session error (FETCH_SESSION_ID_NOT_FOUND,
+  INVALID_FETCH_SESSION_EPOCH) is the whole answer. Sessions belong to the connection's
+  principal; ``kafka_fetch_session_cache_slots`` 0 turns them off.
 * Follower fetches (``replica_id`` >= 0) are not served here (replication has its own
   protocol): every partition is answered NOT_LEADER_OR_FOLLOWER.
 * Cluster mode: a partition this server does not lead is NOT_LEADER_OR_FOLLOWER; a
@@ -25,6 +29,9 @@ through the serving layer's ``fetch_messages`` (Kafka's ``ReplicaManager.fetchMe
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
 from kafka.protocol.api_key import ApiKey
 
 from stratalog.server.broker import PartitionRead, PartitionReadResult
@@ -33,6 +40,12 @@ from stratalog.server.kafka.apis.leader_hints import leader_hint
 from stratalog.server.kafka.apis.registry import kafka_api
 from stratalog.server.kafka.context import RequestContext
 from stratalog.server.kafka.error_codes import Code, code_of
+from stratalog.server.kafka.fetch_sessions import (
+    FINAL_EPOCH,
+    INVALID_SESSION_ID,
+    PartitionAnswer,
+    PartitionWant,
+)
 from stratalog.server.kafka.hot_messages import FetchRequest, FetchResponse
 from stratalog.server.security.acls import AclOperation, ResourceType
 from stratalog.server.storage.errors import OffsetOutOfRangeError
@@ -44,8 +57,6 @@ __all__ = ["fetch"]
 _TopicResponse = FetchResponse.FetchableTopicResponse
 _PartitionData = _TopicResponse.PartitionData
 _Aborted = _PartitionData.AbortedTransaction
-_FETCH_SESSION_ID_NOT_FOUND = 70
-_NO_SESSION_EPOCHS = (-1, 0)
 #: The first version with KIP-951's current_leader.
 _LEADER_HINT_VERSION = 12
 
@@ -55,11 +66,35 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
     services = ctx.services
     settings = services.settings
     version = request.API_VERSION
-    if version >= 7 and (request.session_id != 0
-                         or request.session_epoch not in _NO_SESSION_EPOCHS):
-        return FetchResponse(throttle_time_ms=0, error_code=_FETCH_SESSION_ID_NOT_FOUND,
-                             session_id=0, responses=[])
     replica_id = request.replica_id if version <= 14 else -1
+    leader_epochs = version >= 9
+    # (topic, entry) of each partition to read: the request's own entries (their fields are
+    # named as PartitionWant's), or an incremental request's session's.
+    wanted: list[tuple[str, Any]] = [(topic.topic, p) for topic in request.topics
+                                     for p in topic.partitions]
+    session = None
+    if version < 7 or replica_id >= 0:
+        pass
+    elif request.session_id == INVALID_SESSION_ID and request.session_epoch == FINAL_EPOCH:
+        # No session, none to close (librdkafka's every Fetch): the cache has nothing to say.
+        services.metrics.observe_kafka_fetch("sessionless")
+    else:
+        session = services.fetch_sessions.new_context(
+            str(ctx.identity.principal), request.session_id, request.session_epoch,
+            [PartitionWant(name, p.partition, p.fetch_offset, p.partition_max_bytes,
+                           p.current_leader_epoch if leader_epochs else -1, p.log_start_offset)
+             for name, p in wanted],
+            [(f.topic, index) for f in request.forgotten_topics_data for index in f.partitions],
+            _now_ms())
+        services.metrics.observe_kafka_fetch(session.kind)
+        if session.error_code != Code.NONE:
+            return FetchResponse(throttle_time_ms=0, error_code=session.error_code,
+                                 session_id=0, responses=[])
+        # An incremental request reads its session's partitions, not only those it names.
+        wanted = [(want.topic, want) for want in session.wants()]
+        leader_epochs = True  # a PartitionWant's epoch is -1 where the version has none
+        if session.kind == "sessionless":
+            session = None  # answered as before KIP-227: every partition, session id 0
     committed = request.isolation_level == 1
     isolation = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
     max_bytes = min(request.max_bytes if request.max_bytes > 0 else settings.fetch_max_bytes_default,
@@ -72,26 +107,21 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
     # (topic, partition) -> its answer's error, for the partitions not read.
     refused: dict[tuple[str, int], int] = {}
     reads: list[PartitionRead] = []
-    order: list[tuple[str, list[int]]] = []
-    for topic in request.topics:
-        name = topic.topic
-        allowed = ctx.allowed(AclOperation.READ, ResourceType.TOPIC, name)
-        indexes = []
-        for partition in topic.partitions:
-            index = partition.partition
-            indexes.append(index)
-            if replica_id >= 0:
-                refused[(name, index)] = Code.NOT_LEADER_OR_FOLLOWER
-            elif not allowed:
-                refused[(name, index)] = Code.TOPIC_AUTHORIZATION_FAILED
-            elif partition.fetch_offset < 0:
-                refused[(name, index)] = Code.OFFSET_OUT_OF_RANGE
-            else:
-                reads.append(PartitionRead(
-                    name, index, partition.fetch_offset, max(partition.partition_max_bytes, 0),
-                    partition.current_leader_epoch if version >= 9 else -1,
-                ))
-        order.append((name, indexes))
+    allowed: dict[str, bool] = {}
+    for name, want in wanted:
+        if name not in allowed:
+            allowed[name] = ctx.allowed(AclOperation.READ, ResourceType.TOPIC, name)
+        key = (name, want.partition)
+        if replica_id >= 0:
+            refused[key] = Code.NOT_LEADER_OR_FOLLOWER
+        elif not allowed[name]:
+            refused[key] = Code.TOPIC_AUTHORIZATION_FAILED
+        elif want.fetch_offset < 0:
+            refused[key] = Code.OFFSET_OUT_OF_RANGE
+        else:
+            reads.append(PartitionRead(name, want.partition, want.fetch_offset,
+                                       max(want.partition_max_bytes, 0),
+                                       want.current_leader_epoch if leader_epochs else -1))
     admit_wait = None
     if max_wait_ms and reads:
         origin = ctx.origin()
@@ -113,29 +143,49 @@ async def fetch(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
                 reads, isolation, max_bytes=max_bytes,
                 region_bytes_min=REGION_BYTES_MIN if ctx.connection.zero_copy else None)
         results = {(r.read.topic, r.read.partition): r for r in read}
-    responses = []
+    # (topic, partition) -> its answer and the bytes of records it carries, in read order.
+    entries: dict[tuple[str, int], tuple[_PartitionData, int]] = {}
+    for name, want in wanted:
+        key = (name, want.partition)
+        result = results.get(key)
+        if result is None:
+            entries[key] = _error_partition(want.partition, refused.get(key, Code.NONE)), 0
+            continue
+        entry, size = _partition_answer(ctx, want.partition, result, committed)
+        if version >= _LEADER_HINT_VERSION and result.error is not None:
+            leader_id, leader_epoch = leader_hint(result.error)
+            if leader_id >= 0:
+                entry.current_leader = _PartitionData.LeaderIdAndEpoch(
+                    leader_id=leader_id, leader_epoch=leader_epoch)
+        entries[key] = entry, size
+    session_id = 0
+    answered: list[tuple[str, int]] | dict[tuple[str, int], tuple[_PartitionData, int]] = entries
+    if session is not None:
+        error, session_id, answered = session.answer(
+            {key: PartitionAnswer(entry.error_code, entry.high_watermark,
+                                  entry.last_stable_offset, entry.log_start_offset, size)
+             for key, (entry, size) in entries.items()}, _now_ms())
+        if error != Code.NONE:
+            return FetchResponse(throttle_time_ms=0, error_code=error, session_id=session_id,
+                                 responses=[])
+    # One topic entry per topic, in the order of its first partition.
+    by_topic: dict[str, list[_PartitionData]] = {}
     bytes_out = 0
-    for name, indexes in order:
-        partitions = []
-        for index in indexes:
-            key = (name, index)
-            result = results.get(key)
-            if result is None:
-                partitions.append(_error_partition(index, refused.get(key, Code.NONE)))
-                continue
-            entry, size = _partition_answer(ctx, index, result, committed)
-            if version >= _LEADER_HINT_VERSION and result.error is not None:
-                leader_id, leader_epoch = leader_hint(result.error)
-                if leader_id >= 0:
-                    entry.current_leader = _PartitionData.LeaderIdAndEpoch(
-                        leader_id=leader_id, leader_epoch=leader_epoch)
-            bytes_out += size
-            partitions.append(entry)
-        responses.append(_TopicResponse(topic=name, partitions=partitions))
+    for key in answered:
+        entry, size = entries[key]
+        bytes_out += size
+        by_topic.setdefault(key[0], []).append(entry)
     if bytes_out and services.quotas.enabled:
         ctx.throttle_ms = services.quotas.record_fetch(str(ctx.identity.principal), bytes_out)
-    return FetchResponse(throttle_time_ms=ctx.throttle_ms, error_code=Code.NONE, session_id=0,
-                         responses=responses)
+    return FetchResponse(
+        throttle_time_ms=ctx.throttle_ms, error_code=Code.NONE, session_id=session_id,
+        responses=[_TopicResponse(topic=name, partitions=partitions)
+                   for name, partitions in by_topic.items()])
+
+
+def _now_ms() -> int:
+    """The sessions' clock: monotonic (eviction compares ages)."""
+    return int(time.monotonic() * 1000)
 
 
 def _partition_answer(ctx: RequestContext, index: int, result: PartitionReadResult,
