@@ -17,7 +17,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from stratalog.server.client_limits import Origin
-from stratalog.server.kafka.fetch_sessions import FETCH_PARTITION_BYTES_MIN, FetchSessionCache
+from stratalog.server.kafka.fetch_sessions import (
+    FETCH_PARTITION_BYTES_MIN,
+    FETCH_SESSION_PARTITIONS_MAX,
+    FetchSessionCache,
+)
 from stratalog.server.security.acls import AclOperation, ResourceType
 from stratalog.server.security.principal import ANONYMOUS, CallIdentity
 
@@ -78,7 +82,8 @@ class KafkaServices:
         # of fetch_sessions.py), nor do all of them together.
         cache = self.fetch_sessions = FetchSessionCache(
             settings.kafka_fetch_session_cache_slots,
-            max(settings.kafka_request_bytes_max // FETCH_PARTITION_BYTES_MIN, 1),
+            max(min(settings.kafka_request_bytes_max // FETCH_PARTITION_BYTES_MIN,
+                    FETCH_SESSION_PARTITIONS_MAX), 1),
             on_evict=self.metrics.kafka_fetch_session_evictions.inc)
         self.metrics.kafka_fetch_sessions.set_function(lambda: len(cache))
         self.metrics.kafka_fetch_session_partitions.set_function(lambda: cache.partitions_cached)

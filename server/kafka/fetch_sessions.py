@@ -30,9 +30,10 @@ Invariants (``FetchSessionCache.check`` asserts them; the unit tests call it aft
   cannot name another's session by counting;
 * a session belongs to the principal that opened it; every other principal is told
   FETCH_SESSION_ID_NOT_FOUND for it, and cannot close it;
-* the cached partitions of all sessions together number at most ``partitions_max``, the
+* the cached partitions of all sessions together number at most ``partitions_max``: the
   partitions one request of ``kafka_request_bytes_max`` can name (the decoder refuses a count
-  whose items cannot fit in the request's bytes: hot_messages.py); a request that would grow
+  whose items cannot fit in the request's bytes: hot_messages.py), and at most
+  :data:`FETCH_SESSION_PARTITIONS_MAX`; a request that would grow
   the cache past it opens no session (a full one) or closes its session (an incremental one,
   answered FETCH_SESSION_ID_NOT_FOUND: the client starts over with a full request). Memory is
   therefore O(``partitions_max``) whatever the clients do; each cached partition is one
@@ -65,6 +66,7 @@ from stratalog.server.kafka.error_codes import Code
 
 __all__ = [
     "FETCH_PARTITION_BYTES_MIN",
+    "FETCH_SESSION_PARTITIONS_MAX",
     "FINAL_EPOCH",
     "INITIAL_EPOCH",
     "INVALID_SESSION_ID",
@@ -89,6 +91,10 @@ EVICTION_MS_DEFAULT = 120_000
 #: partition int32, fetch_offset int64, log_start_offset int64, partition_max_bytes int32
 #: (hot_messages.py's layout; a test checks the two agree).
 FETCH_PARTITION_BYTES_MIN = 24
+#: The most partitions all sessions together cache, whatever ``kafka_request_bytes_max``
+#: allows one request to name: about 50 MB at ~250 bytes each (a hundred consumers of 2,000
+#: partitions each). Beyond it a client fetches without a session, which costs it bytes only.
+FETCH_SESSION_PARTITIONS_MAX = 200_000
 
 _FETCH_SESSION_ID_NOT_FOUND = Code.FETCH_SESSION_ID_NOT_FOUND
 _INVALID_FETCH_SESSION_EPOCH = Code.INVALID_FETCH_SESSION_EPOCH
