@@ -79,7 +79,9 @@ class PartitionError(ClusterError):
     def __init__(self, topic: str, partition: int, message: str) -> None:
         self.topic = topic
         self.partition = partition
-        super().__init__(f"{topic}-{partition}: {message}")
+        # No topic: a refusal of every partition at once (a replication stream to a server
+        # that has not joined the cluster, or is stopping).
+        super().__init__(f"{topic}-{partition}: {message}" if topic else message)
 
 
 class NotLeaderOrFollowerError(PartitionError):
@@ -94,9 +96,11 @@ class NotLeaderOrFollowerError(PartitionError):
         self.leader_address = leader_address
         where = (f"the leader is node {leader_id} at {leader_address or 'an unknown address'} "
                  f"(leader epoch {leader_epoch})" if leader_id >= 0 else "no leader is known")
-        super().__init__(topic, partition,
-                         f"this server is not the partition's leader; {where}: refresh the "
-                         "metadata and retry there")
+        what = ("this server is not the partition's leader" if topic else
+                "this server leads no partition now (it has not joined the cluster, or it is"
+                " stopping)")
+        super().__init__(topic, partition, f"{what}; {where}: refresh the metadata and retry"
+                                           " there")
 
 
 class LeaderNotAvailableError(PartitionError):
