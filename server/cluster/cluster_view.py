@@ -1,43 +1,72 @@
-"""This server's view of the replicated topics and partitions in etcd, followed by watches.
+"""This server's view of the replicated topics and partitions in etcd, kept by etcd's watch events.
 
-As soon as an etcd watch on either prefix sees a change (:meth:`ClusterView.wake`; node.py
-wires the watches, watches.py), and every ``poll_interval_s`` (``cluster_poll_fallback_ms``,
-5 s by default) in case a watch is broken, two range reads fetch
-``<prefix>/topics/`` and ``<prefix>/partitions/`` (partition_state.py says what is stored
-there) into :attr:`ClusterView.topics` and :attr:`ClusterView.partitions`; each partition state
-is kept with its etcd mod revision, which a writer's transaction compares. After a refresh
-that changed anything, the listeners are called with the names of the topics and the
-partitions whose records changed (appeared, changed or disappeared), in the order added.
+The view holds ``<prefix>/topics/`` and ``<prefix>/partitions/`` (partition_state.py says what
+is stored there) as :attr:`ClusterView.topics` and :attr:`ClusterView.partitions`, each
+partition state with its etcd mod revision (which a writer's transaction compares), and the
+etcd revision R it is complete at. It follows etcd as Kubernetes' informers do (list, then
+watch from the list's revision):
+
+- **A full read** (one etcd transaction of three ranges: both prefixes and
+  ``<prefix>/cluster_id``, so all three at one revision R) replaces the state whole. It is
+  made at start, before each creation of the watch after the first (a stream that broke, or a
+  resume revision etcd compacted: the events in between may be gone), every
+  ``poll_interval_s`` (``cluster_poll_fallback_ms``, 5 s by default) as the fallback for a
+  watch broken in a way etcd does not report, when :meth:`ClusterView.refresh` is called (a
+  component that wrote to etcd and wants to see its write at once), and when the view is told
+  another cluster id (:meth:`ClusterView.expect_cluster_id`). A fallback read that finds etcd
+  at a revision the state already holds changes nothing.
+- **Watch events** (one etcd watch over both prefixes: :meth:`ClusterView.watch`; watches.py)
+  are applied as the changes they carry, in etcd's order: a put of a topic key sets its
+  assignment, a delete removes it and, with it, its partitions (as a full read would: a
+  partition whose topic is not there, or whose number the assignment does not have, is not
+  in the view); a put of a partition key sets its state, a delete removes it. An event at or
+  below R (the state holds it already: a full read that raced the stream) is ignored. The cost
+  of an event is that of its keys, not of the partition count.
+
+The state is a pure function of the keys etcd holds, whichever way they came: applying the
+events from R to R' gives the view a full read at R' gives (:class:`ViewState`, tested with
+random puts and deletes against a full read of the same final keys). Values that do not decode
+(a key someone else wrote) are treated as absent, both ways.
+
+After a change, the listeners are called with the names of the topics and the partitions whose
+records changed (appeared, changed or disappeared), in the order added: once per full read
+that changed anything, once per watch response (one or more etcd revisions).
 
 While etcd is down the last view stays (the data path goes on with the leaders it knows) and
 no listener is called. So it does when etcd no longer holds this cluster: once the cluster's id
-is known (:meth:`ClusterView.expect_cluster_id`, at start), each refresh reads
-``<prefix>/cluster_id`` after the two prefixes, and a key that is gone or holds another id (etcd
-was wiped or restored from another cluster's backup, or the prefix was deleted) leaves the view
-as it was, logged as an ERROR: an empty view would otherwise read as every topic deleted, and
-every server would delete its logs (replica_roles.py). A component that wrote to etcd calls :meth:`refresh` itself to see its
-write at once instead of a poll later.
+is known (:meth:`ClusterView.expect_cluster_id`, at start), a full read applies only if its
+``<prefix>/cluster_id`` (read at the same revision) is that id, and events that delete keys are
+applied only after a read of ``<prefix>/cluster_id`` finds the id still there. A key that is
+gone or holds another id (etcd was wiped or restored from another cluster's backup, or the
+prefix was deleted) leaves the view as it was, logged as an ERROR, and no event is applied
+until a full read finds the id again: an empty view would otherwise read as every topic
+deleted, and every server would delete its logs (replica_roles.py).
 
-Concurrency: event-loop only. A refresh replaces the dictionaries whole, so a reader holding
-the old ones sees one consistent view; listeners run one after the other, each awaited, and
-an exception in one is logged and does not stop the others.
+Concurrency: event-loop only. A full read and a watch response are applied one at a time (a
+lock), each replacing whole the dictionaries it changes (copy on write), so a reader holding
+the old ones sees one consistent view; listeners run one after the other, each awaited, and an
+exception in one is logged and does not stop the others.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
+
+from aetcd import exceptions as aetcd_exceptions
+from aetcd import rpc, utils
 
 from .layout import ClusterKeys
 from .partition_state import PartitionState, TopicAssignment
 from .polling import Poller
+from .watches import KeyWatch, WatchEvent
 
 if TYPE_CHECKING:
     from .session import EtcdSession
 
-__all__ = ["ClusterView", "PartitionKey", "VersionedState", "ViewListener"]
+__all__ = ["ClusterView", "PartitionKey", "VersionedState", "ViewListener", "ViewState"]
 
 logger = logging.getLogger(__name__)
 
@@ -55,85 +84,314 @@ class VersionedState(NamedTuple):
 ViewListener = Callable[[set[str], set[PartitionKey]], Awaitable[None]]
 
 
+class ViewState:
+    """The topics and partition states of one etcd revision, loaded whole or changed by events.
+
+    Holds what etcd holds under the two prefixes, decoded: :attr:`topics` (every topic key whose
+    value decodes), the partition keys whose value decodes by topic (``_stored``, whether or not
+    their topic is there), and :attr:`partitions`, the view's: the stored states of the
+    partitions their topic's assignment has. :attr:`revision` is the etcd revision the state is
+    complete at (0: never loaded).
+
+    Invariant (:meth:`check`): :attr:`partitions` is exactly the stored states of the partitions
+    of :attr:`topics`' assignments, so it does not depend on the order the keys arrived in.
+
+    Costs: :meth:`load` is linear in the keys; :meth:`apply` is linear in the events, plus the
+    partitions of each topic whose key an event changed, plus one copy of :attr:`partitions`
+    (a C-speed dict copy, for copy on write) when a partition changed.
+
+    Sans-IO and not thread-safe: :class:`ClusterView` calls it from the event loop, one change
+    at a time.
+    """
+
+    def __init__(self, keys: ClusterKeys) -> None:
+        self._keys = keys
+        self._topics_head = len(keys.topics_prefix)
+        #: Topic name -> its assignment.
+        self.topics: dict[str, TopicAssignment] = {}
+        #: (topic, partition) -> its state and mod revision, for the partitions of ``topics``.
+        self.partitions: dict[PartitionKey, VersionedState] = {}
+        #: Topic name -> partition number -> its stored state (topic there or not).
+        self._stored: dict[str, dict[int, VersionedState]] = {}
+        #: The etcd revision this state is complete at.
+        self.revision = 0
+
+    def load(self, revision: int, topic_kvs: Iterable[Any], partition_kvs: Iterable[Any]
+             ) -> tuple[set[str], set[PartitionKey]]:
+        """Replace the state with etcd's keys at ``revision`` (objects with ``key``, ``value``
+        and ``mod_revision``, as etcd's ``KeyValue``); returns what changed (module
+        docstring)."""
+        topics: dict[str, TopicAssignment] = {}
+        for kv in topic_kvs:
+            name = self.topic_name(kv.key)
+            assignment = TopicAssignment.decode(kv.value)
+            if name is not None and assignment is not None:
+                topics[name] = assignment
+        stored: dict[str, dict[int, VersionedState]] = {}
+        for kv in partition_kvs:
+            key = self._keys.parse_partition_key(kv.key)
+            state = PartitionState.decode(kv.value)
+            if key is not None and state is not None:
+                stored.setdefault(key[0], {})[key[1]] = VersionedState(state, kv.mod_revision)
+        partitions: dict[PartitionKey, VersionedState] = {}
+        for name, assignment in topics.items():
+            for number, versioned in stored.get(name, {}).items():
+                if number in assignment.replicas:
+                    partitions[(name, number)] = versioned
+        changed_topics = {
+            name for name in topics.keys() | self.topics.keys()
+            if topics.get(name) != self.topics.get(name)
+        }
+        changed_partitions = {
+            key for key in partitions.keys() | self.partitions.keys()
+            if partitions.get(key) != self.partitions.get(key)
+        }
+        self.topics, self.partitions, self._stored = topics, partitions, stored
+        self.revision = revision
+        return changed_topics, changed_partitions
+
+    def apply(self, events: Sequence[WatchEvent]) -> tuple[set[str], set[PartitionKey]]:
+        """Apply watch events in etcd's order; an event at or below :attr:`revision` is held
+        already and ignored, as is a key outside the two prefixes. Returns what changed."""
+        topics: dict[str, TopicAssignment] | None = None  # copied on the first topic change
+        touched: dict[PartitionKey, VersionedState | None] = {}  # key -> its view entry before
+        touched_topics: set[str] = set()
+        held = self.revision
+        for event in events:
+            if event.mod_revision <= held:
+                continue
+            self.revision = max(self.revision, event.mod_revision)
+            key = self._keys.parse_partition_key(event.key)
+            if key is not None:
+                self._apply_partition(key, event, touched)
+                continue
+            name = self.topic_name(event.key)
+            if name is None:
+                continue  # between the two prefixes, but neither's: not the view's
+            assignment = None if event.deleted else TopicAssignment.decode(event.value)
+            if topics is None:
+                topics = dict(self.topics)
+            if assignment is None:
+                topics.pop(name, None)
+            else:
+                topics[name] = assignment
+            touched_topics.add(name)
+            for number in self._stored.get(name, {}):
+                touched.setdefault((name, number), self.partitions.get((name, number)))
+        changed_topics = set()
+        if topics is not None:
+            changed_topics = {n for n in touched_topics if topics.get(n) != self.topics.get(n)}
+            self.topics = topics
+        changed_partitions = set()
+        if touched:
+            partitions = dict(self.partitions)
+            for key in touched:
+                entry = self._view_entry(key)
+                if entry is None:
+                    partitions.pop(key, None)
+                else:
+                    partitions[key] = entry
+                if entry != touched[key]:
+                    changed_partitions.add(key)
+            self.partitions = partitions
+        return changed_topics, changed_partitions
+
+    def topic_name(self, key: bytes) -> str | None:
+        """The topic of a topic key; None for any other key."""
+        if not key.startswith(self._keys.topics_prefix) or len(key) == self._topics_head:
+            return None
+        return key[self._topics_head:].decode(errors="replace")
+
+    def check(self) -> None:
+        """Assert the invariant (class docstring); tests call it after every change."""
+        expected = {
+            (name, number): versioned
+            for name, assignment in self.topics.items()
+            for number, versioned in self._stored.get(name, {}).items()
+            if number in assignment.replicas
+        }
+        assert self.partitions == expected, "the view's partitions are not its topics' stored states"
+        assert all(numbers for numbers in self._stored.values()), "an empty topic entry is kept"
+
+    def _apply_partition(self, key: PartitionKey, event: WatchEvent,
+                         touched: dict[PartitionKey, VersionedState | None]) -> None:
+        touched.setdefault(key, self.partitions.get(key))
+        state = None if event.deleted else PartitionState.decode(event.value)
+        numbers = self._stored.get(key[0])
+        if state is not None:
+            if numbers is None:
+                numbers = self._stored[key[0]] = {}
+            numbers[key[1]] = VersionedState(state, event.mod_revision)
+        elif numbers is not None:
+            numbers.pop(key[1], None)
+            if not numbers:
+                del self._stored[key[0]]
+
+    def _view_entry(self, key: PartitionKey) -> VersionedState | None:
+        """What the view holds for ``key``: its stored state if its topic's assignment has it."""
+        assignment = self.topics.get(key[0])
+        if assignment is None or key[1] not in assignment.replicas:
+            return None
+        return self._stored.get(key[0], {}).get(key[1])
+
+
 class ClusterView:
-    """The replicated topics and partition states as last read from etcd."""
+    """The replicated topics and partition states as etcd holds them (module docstring)."""
 
     def __init__(self, session: EtcdSession, keys: ClusterKeys, poll_interval_s: float) -> None:
         self._session = session
         self._keys = keys
-        #: Topic name -> its assignment.
-        self.topics: dict[str, TopicAssignment] = {}
-        #: (topic, partition) -> its state and mod revision. A partition of a topic whose
-        #: assignment is not (or no longer) in :attr:`topics` is left out.
-        self.partitions: dict[PartitionKey, VersionedState] = {}
+        self._state = ViewState(keys)
         self._listeners: list[ViewListener] = []
         self._poller = Poller(self.refresh, poll_interval_s, "stratalog-cluster-view",
                               "cluster view not refreshed")
-        self._refreshing = asyncio.Lock()
+        self._applying = asyncio.Lock()
         self._cluster_id: bytes | None = None
         self._cluster_lost_logged = False
+        #: etcd may no longer hold this cluster (a delete event found its id gone, or the view
+        #: was told another id): no event is applied until a full read replaces the state.
+        self._suspect = False
+        #: The watch was created once: a later creation follows a break, so reads first.
+        self._watched_once = False
+        #: Full reads made (tests and the benchmark count them).
+        self.full_read_count = 0
+        #: Watch responses applied (each one etcd response: one or more revisions).
+        self.event_batch_count = 0
+
+    @property
+    def topics(self) -> dict[str, TopicAssignment]:
+        """Topic name -> its assignment (replaced whole at each change: do not mutate)."""
+        return self._state.topics
+
+    @property
+    def partitions(self) -> dict[PartitionKey, VersionedState]:
+        """(topic, partition) -> its state and mod revision, for the partitions of
+        :attr:`topics`' assignments (replaced whole at each change: do not mutate)."""
+        return self._state.partitions
+
+    @property
+    def revision(self) -> int:
+        """The etcd revision the view is complete at (0 before the first read)."""
+        return self._state.revision
 
     def add_listener(self, listener: ViewListener) -> None:
-        """Call ``listener`` after every refresh that changed something."""
+        """Call ``listener`` after every change of the view (module docstring)."""
         self._listeners.append(listener)
 
     def expect_cluster_id(self, cluster_id: str) -> None:
-        """Apply a refresh only while etcd holds ``cluster_id`` (module docstring)."""
-        self._cluster_id = cluster_id.encode()
+        """Apply etcd's keys only while etcd holds ``cluster_id`` (module docstring); another id
+        than the one expected so far makes the next step a full read."""
+        expected = cluster_id.encode()
+        if self._cluster_id is not None and expected != self._cluster_id:
+            self._suspect = True
+            self._poller.wake()
+        self._cluster_id = expected
 
     def state(self, topic: str, partition: int) -> VersionedState | None:
-        return self.partitions.get((topic, partition))
+        return self._state.partitions.get((topic, partition))
 
     async def refresh(self) -> None:
-        """Read both prefixes, replace the view, call the listeners if it changed.
+        """A full read: the view as etcd holds it now, the listeners called if it changed.
 
         Raises what the etcd client raises when etcd does not answer (the view is unchanged).
         """
-        async with self._refreshing:
-            client = self._session.client
-            topic_kvs = await client.get_prefix(self._keys.topics_prefix)
-            partition_kvs = await client.get_prefix(self._keys.partitions_prefix)
-            head = len(self._keys.topics_prefix)
-            topics: dict[str, TopicAssignment] = {}
-            for kv in topic_kvs:
-                assignment = TopicAssignment.decode(kv.value)
-                if assignment is not None:
-                    topics[kv.key[head:].decode(errors="replace")] = assignment
-            partitions: dict[PartitionKey, VersionedState] = {}
-            for kv in partition_kvs:
-                key = self._keys.parse_partition_key(kv.key)
-                state = PartitionState.decode(kv.value)
-                if key is None or state is None:
-                    continue
-                assignment = topics.get(key[0])
-                if assignment is None or key[1] not in assignment.replicas:
-                    continue
-                partitions[key] = VersionedState(state, kv.mod_revision)
-            if self._cluster_id is not None and not await self._holds_cluster(client):
-                return
-            changed_topics = {
-                name for name in topics.keys() | self.topics.keys()
-                if topics.get(name) != self.topics.get(name)
-            }
-            changed_partitions = {
-                key for key in partitions.keys() | self.partitions.keys()
-                if partitions.get(key) != self.partitions.get(key)
-            }
-            self.topics, self.partitions = topics, partitions
-            if changed_topics or changed_partitions:
-                for listener in self._listeners:
-                    try:
-                        await listener(changed_topics, changed_partitions)
-                    except asyncio.CancelledError:
-                        raise
-                    except Exception:
-                        logger.exception("a cluster view listener failed")
+        await self._full_read()
 
-    async def _holds_cluster(self, client: Any) -> bool:
-        """Whether etcd still holds this cluster's id (read after the prefixes: a wipe that
-        emptied them has removed it too); logs the first refusal and the recovery."""
-        stored = await client.get(self._keys.cluster_id)
-        value = stored.value if stored is not None else None
+    def watch(self, on_change: Sequence[Callable[[], None]] = ()) -> KeyWatch:
+        """The etcd watch that keeps the view (not started: the caller starts and stops it
+        with the others). One stream over both prefixes, so that their events come in etcd's
+        order: the keys from ``<prefix>/partitions/`` to the end of ``<prefix>/topics/`` (no
+        other key of the cluster sorts between them: layout.py; one that did is ignored).
+        ``on_change`` is called after each response was applied and at each creation."""
+        return KeyWatch(self._session, self._keys.partitions_prefix, on_change,
+                        "stratalog-watch-view",
+                        range_end=utils.prefix_range_end(self._keys.topics_prefix),
+                        on_events=self._apply_events, resync=self._resync)
+
+    async def _full_read(self, *, force: bool = False) -> int:
+        """Read both prefixes and the cluster id at one revision; replace the state when that
+        revision is newer than the state's, or ``force`` (the watch is being created again:
+        etcd's history may have been replaced, so a revision behind is not stale), or the
+        view is suspect. Returns the state's revision afterwards."""
+        async with self._applying:
+            revision, topic_kvs, partition_kvs, stored_id = await self._read_all()
+            self.full_read_count += 1
+            if self._cluster_id is not None and not self._holds_cluster(stored_id):
+                return self._state.revision
+            if not (force or self._suspect) and revision <= self._state.revision:
+                return self._state.revision  # the watch brought the state this far already
+            self._suspect = False
+            changed = self._state.load(revision, topic_kvs, partition_kvs)
+            await self._notify(*changed)
+            return self._state.revision
+
+    async def _resync(self) -> int:
+        """Before each creation of the watch: the revision the state is complete at. The first
+        creation follows the read made at start (events since are replayed from there); any
+        later one follows a break, after which only a full read is sure."""
+        if not self._watched_once and self._state.revision:
+            self._watched_once = True
+            return self._state.revision
+        self._watched_once = True
+        return await self._full_read(force=True)
+
+    async def _apply_events(self, events: list[WatchEvent]) -> None:
+        """One watch response, in etcd's order (module docstring)."""
+        async with self._applying:
+            if events[-1].mod_revision <= self._state.revision:
+                return  # a full read that raced the stream holds these already
+            if self._suspect:
+                return  # a full read must come first (the poll or the next creation does it)
+            if self._cluster_id is not None and any(event.deleted for event in events):
+                # A wipe shows as deletes: apply them only while etcd still holds the cluster.
+                stored = await self._session.client.get(self._keys.cluster_id)
+                if not self._holds_cluster(stored.value if stored is not None else None):
+                    self._suspect = True
+                    return
+            changed = self._state.apply(events)
+            self.event_batch_count += 1
+            await self._notify(*changed)
+
+    async def _notify(self, changed_topics: set[str],
+                      changed_partitions: set[PartitionKey]) -> None:
+        if not (changed_topics or changed_partitions):
+            return
+        for listener in self._listeners:
+            try:
+                await listener(changed_topics, changed_partitions)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.exception("a cluster view listener failed")
+
+    async def _read_all(self) -> tuple[int, Sequence[Any], Sequence[Any], bytes | None]:
+        """(revision, topic kvs, partition kvs, the cluster id's value or None), all at one
+        revision: one transaction of three ranges (aetcd's ``transaction`` keeps no header
+        when nothing matched, so the stub is called as aetcd's own calls do)."""
+        client = self._session.client
+        await client.connect()
+        topics, partitions = self._keys.topics_prefix, self._keys.partitions_prefix
+        request = rpc.TxnRequest(success=[
+            rpc.RequestOp(request_range=rpc.RangeRequest(
+                key=topics, range_end=utils.prefix_range_end(topics))),
+            rpc.RequestOp(request_range=rpc.RangeRequest(
+                key=partitions, range_end=utils.prefix_range_end(partitions))),
+            rpc.RequestOp(request_range=rpc.RangeRequest(key=self._keys.cluster_id)),
+        ])
+        try:
+            response = await client.kvstub.Txn(request, timeout=client._timeout,
+                                               metadata=client.metadata)
+        except rpc.AioRpcError as exc:
+            aetcd_exceptions._handle_exception(exc)  # aetcd's error classes, as its calls
+            raise  # not reached: the handler raises
+        topic_range, partition_range, id_range = (r.response_range for r in response.responses)
+        stored_id = id_range.kvs[0].value if id_range.kvs else None
+        return response.header.revision, topic_range.kvs, partition_range.kvs, stored_id
+
+    def _holds_cluster(self, value: bytes | None) -> bool:
+        """Whether ``value`` (``<prefix>/cluster_id``'s, None when gone) is this cluster's id;
+        logs the first refusal and the recovery."""
+        assert self._cluster_id is not None
         if value == self._cluster_id:
             if self._cluster_lost_logged:
                 logger.warning("etcd holds this cluster's id again: the cluster view is"
@@ -152,12 +410,13 @@ class ClusterView:
         return False
 
     def start(self) -> None:
-        """Refresh now, every ``poll_interval_s`` and at each :meth:`wake`."""
+        """Read now, then every ``poll_interval_s`` and at each :meth:`wake` (the fallback:
+        the watch, started by its owner, carries the changes in between)."""
         self._poller.start()
 
     def wake(self) -> None:
-        """Refresh now (a topic or partition key changed: a watch saw it). Wakes during a
-        refresh make one more refresh after it, however many they are (polling.py)."""
+        """A full read now. Wakes during a read make one more read after it, however many
+        they are (polling.py)."""
         self._poller.wake()
 
     async def close(self) -> None:
