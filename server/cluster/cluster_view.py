@@ -6,15 +6,19 @@ partition state with its etcd mod revision (which a writer's transaction compare
 etcd revision R it is complete at. It follows etcd as Kubernetes' informers do (list, then
 watch from the list's revision):
 
-- **A full read** (one etcd transaction of three ranges: both prefixes and
-  ``<prefix>/cluster_id``, so all three at one revision R) replaces the state whole. It is
-  made at start, before each creation of the watch after the first (a stream that broke, or a
-  resume revision etcd compacted: the events in between may be gone), every
-  ``poll_interval_s`` (``cluster_poll_fallback_ms``, 5 s by default) as the fallback for a
-  watch broken in a way etcd does not report, when :meth:`ClusterView.refresh` is called (a
-  component that wrote to etcd and wants to see its write at once), and when the view is told
-  another cluster id (:meth:`ClusterView.expect_cluster_id`). A fallback read that finds etcd
-  at a revision the state already holds changes nothing.
+- **A full read** (one etcd transaction: the range of both prefixes, its key count and
+  ``<prefix>/cluster_id``, so all at one revision R) replaces the state whole. It is made at
+  start, before each creation of the watch after the first (a stream that broke, or a resume
+  revision etcd compacted: the events in between may be gone), every ``poll_interval_s``
+  (``cluster_poll_fallback_ms``, 5 s by default) as the fallback for a watch broken in a way
+  etcd does not report, and when the view is told another cluster id
+  (:meth:`ClusterView.expect_cluster_id`). A fallback read that finds etcd at a revision the
+  state already holds changes nothing.
+- **A refresh** (:meth:`ClusterView.refresh`: a component that wrote to etcd and wants to see
+  its write at once, without waiting for the watch) reads, in the same kind of transaction,
+  only the keys modified since the state's revision, and the key count: the count tells
+  whether a key was deleted meanwhile, which a read of changes cannot show, and then it is a
+  full read instead.
 - **Watch events** (one etcd watch over both prefixes: :meth:`ClusterView.watch`; watches.py)
   are applied as the changes they carry, in etcd's order: a put of a topic key sets its
   assignment, a delete removes it and, with it, its partitions (as a full read would: a
@@ -107,6 +111,8 @@ class ViewState:
     def __init__(self, keys: ClusterKeys) -> None:
         self._keys = keys
         self._topics_head = len(keys.topics_prefix)
+        #: Every key etcd holds in the watched range, decoded or not (:meth:`catch_up` counts).
+        self._held_keys: set[bytes] = set()
         #: Topic name -> its assignment.
         self.topics: dict[str, TopicAssignment] = {}
         #: (topic, partition) -> its state and mod revision, for the partitions of ``topics``.
@@ -116,23 +122,25 @@ class ViewState:
         #: The etcd revision this state is complete at.
         self.revision = 0
 
-    def load(self, revision: int, topic_kvs: Iterable[Any], partition_kvs: Iterable[Any]
-             ) -> tuple[set[str], set[PartitionKey]]:
-        """Replace the state with etcd's keys at ``revision`` (objects with ``key``, ``value``
-        and ``mod_revision``, as etcd's ``KeyValue``); returns what changed (module
-        docstring)."""
+    def load(self, revision: int, kvs: Iterable[Any]) -> tuple[set[str], set[PartitionKey]]:
+        """Replace the state with etcd's keys of the watched range at ``revision`` (objects
+        with ``key``, ``value`` and ``mod_revision``, as etcd's ``KeyValue``); returns what
+        changed (module docstring)."""
         topics: dict[str, TopicAssignment] = {}
-        for kv in topic_kvs:
+        stored: dict[str, dict[int, VersionedState]] = {}
+        held_keys: set[bytes] = set()
+        for kv in kvs:
+            held_keys.add(kv.key)
+            key = self.partition_key(kv.key)
+            if key is not None:
+                state = PartitionState.decode(kv.value)
+                if state is not None:
+                    stored.setdefault(key[0], {})[key[1]] = VersionedState(state, kv.mod_revision)
+                continue
             name = self.topic_name(kv.key)
-            assignment = TopicAssignment.decode(kv.value)
+            assignment = TopicAssignment.decode(kv.value) if name is not None else None
             if name is not None and assignment is not None:
                 topics[name] = assignment
-        stored: dict[str, dict[int, VersionedState]] = {}
-        for kv in partition_kvs:
-            key = self._keys.parse_partition_key(kv.key)
-            state = PartitionState.decode(kv.value)
-            if key is not None and state is not None:
-                stored.setdefault(key[0], {})[key[1]] = VersionedState(state, kv.mod_revision)
         partitions: dict[PartitionKey, VersionedState] = {}
         for name, assignment in topics.items():
             for number, versioned in stored.get(name, {}).items():
@@ -147,8 +155,31 @@ class ViewState:
             if partitions.get(key) != self.partitions.get(key)
         }
         self.topics, self.partitions, self._stored = topics, partitions, stored
+        self._held_keys = held_keys
         self.revision = revision
         return changed_topics, changed_partitions
+
+    def catch_up(self, revision: int, changed_kvs: Sequence[Any], held_count: int
+                 ) -> tuple[set[str], set[PartitionKey]] | None:
+        """Bring the state to ``revision`` from a read at it of the keys modified since
+        :attr:`revision` (``changed_kvs``, as :meth:`load`'s) and of the number of keys the
+        watched range holds (``held_count``). Returns what changed; None, with nothing changed,
+        when a key the state holds was deleted meanwhile (a read of changes cannot show
+        deletes: the caller reads everything instead).
+
+        Why the count finds every delete: the keys created since are among ``changed_kvs``, so
+        etcd holds the state's keys plus those, minus the ones deleted since; the state's keys
+        plus the created ones number ``held_count`` exactly when none was deleted (a key
+        deleted and created again is modified since, and held both ways).
+        """
+        created = {kv.key for kv in changed_kvs} - self._held_keys
+        if len(self._held_keys) + len(created) != held_count:
+            return None
+        ordered = sorted(changed_kvs, key=lambda kv: kv.mod_revision)  # revision order
+        changed = self.apply([WatchEvent(False, kv.key, kv.value, kv.mod_revision)
+                              for kv in ordered])
+        self.revision = max(self.revision, revision)
+        return changed
 
     def apply(self, events: Sequence[WatchEvent]) -> tuple[set[str], set[PartitionKey]]:
         """Apply watch events in etcd's order; an event at or below :attr:`revision` is held
@@ -161,7 +192,11 @@ class ViewState:
             if event.mod_revision <= held:
                 continue
             self.revision = max(self.revision, event.mod_revision)
-            key = self._keys.parse_partition_key(event.key)
+            if event.deleted:
+                self._held_keys.discard(event.key)
+            else:
+                self._held_keys.add(event.key)
+            key = self.partition_key(event.key)
             if key is not None:
                 self._apply_partition(key, event, touched)
                 continue
@@ -196,6 +231,15 @@ class ViewState:
             self.partitions = partitions
         return changed_topics, changed_partitions
 
+    def partition_key(self, key: bytes) -> PartitionKey | None:
+        """(topic, partition) of a partition state key as the cluster writes them; None for
+        any other key (one written by hand as ``.../t/01`` too: two keys must not name one
+        partition, or the view would depend on their order)."""
+        parsed = self._keys.parse_partition_key(key)
+        if parsed is None or self._keys.partition(*parsed) != key:
+            return None
+        return parsed
+
     def topic_name(self, key: bytes) -> str | None:
         """The topic of a topic key; None for any other key."""
         if not key.startswith(self._keys.topics_prefix) or len(key) == self._topics_head:
@@ -212,6 +256,10 @@ class ViewState:
         }
         assert self.partitions == expected, "the view's partitions are not its topics' stored states"
         assert all(numbers for numbers in self._stored.values()), "an empty topic entry is kept"
+        assert set(self.topics) <= {self.topic_name(k) for k in self._held_keys}, \
+            "a topic whose key is not held"
+        assert {k for k in self._held_keys if self.partition_key(k)} >= {
+            self._keys.partition(*key) for key in self.partitions}, "a partition not held"
 
     def _apply_partition(self, key: PartitionKey, event: WatchEvent,
                          touched: dict[PartitionKey, VersionedState | None]) -> None:
@@ -243,7 +291,7 @@ class ClusterView:
         self._keys = keys
         self._state = ViewState(keys)
         self._listeners: list[ViewListener] = []
-        self._poller = Poller(self.refresh, poll_interval_s, "stratalog-cluster-view",
+        self._poller = Poller(self._full_read, poll_interval_s, "stratalog-cluster-view",
                               "cluster view not refreshed")
         self._applying = asyncio.Lock()
         self._cluster_id: bytes | None = None
@@ -255,6 +303,8 @@ class ClusterView:
         self._watched_once = False
         #: Full reads made (tests and the benchmark count them).
         self.full_read_count = 0
+        #: Refreshes made by a read of the changes alone (:meth:`refresh`).
+        self.catch_up_count = 0
         #: Watch responses applied (each one etcd response: one or more revisions).
         self.event_batch_count = 0
 
@@ -291,11 +341,31 @@ class ClusterView:
         return self._state.partitions.get((topic, partition))
 
     async def refresh(self) -> None:
-        """A full read: the view as etcd holds it now, the listeners called if it changed.
+        """The view as etcd holds it now, the listeners called if it changed: what a component
+        that wrote to etcd calls to see its write at once.
+
+        One read, at one revision R, of the keys modified since the view's revision, of how
+        many keys the two prefixes hold, and of the cluster id: the modified keys are applied
+        (:meth:`ViewState.catch_up`), so a write costs its own keys, not the partition count
+        (etcd still scans the range; it sends only what changed). A key deleted since, a
+        revision behind the view's (etcd's history replaced), or a view never read or suspect
+        makes it a full read.
 
         Raises what the etcd client raises when etcd does not answer (the view is unchanged).
         """
-        await self._full_read()
+        async with self._applying:
+            since = self._state.revision
+            if since and not self._suspect:
+                revision, changed_kvs, held_count, stored_id = await self._read(since=since)
+                if self._cluster_id is not None and not self._holds_cluster(stored_id):
+                    return
+                if revision >= since:
+                    changed = self._state.catch_up(revision, changed_kvs, held_count)
+                    if changed is not None:
+                        self.catch_up_count += 1
+                        await self._notify(*changed)
+                        return
+            await self._full_read_locked(force=True)
 
     def watch(self, on_change: Sequence[Callable[[], None]] = ()) -> KeyWatch:
         """The etcd watch that keeps the view (not started: the caller starts and stops it
@@ -314,16 +384,19 @@ class ClusterView:
         etcd's history may have been replaced, so a revision behind is not stale), or the
         view is suspect. Returns the state's revision afterwards."""
         async with self._applying:
-            revision, topic_kvs, partition_kvs, stored_id = await self._read_all()
-            self.full_read_count += 1
-            if self._cluster_id is not None and not self._holds_cluster(stored_id):
-                return self._state.revision
-            if not (force or self._suspect) and revision <= self._state.revision:
-                return self._state.revision  # the watch brought the state this far already
-            self._suspect = False
-            changed = self._state.load(revision, topic_kvs, partition_kvs)
-            await self._notify(*changed)
+            return await self._full_read_locked(force=force)
+
+    async def _full_read_locked(self, *, force: bool) -> int:
+        revision, kvs, _, stored_id = await self._read(since=0)
+        self.full_read_count += 1
+        if self._cluster_id is not None and not self._holds_cluster(stored_id):
             return self._state.revision
+        if not (force or self._suspect) and revision <= self._state.revision:
+            return self._state.revision  # the watch brought the state this far already
+        self._suspect = False
+        changed = self._state.load(revision, kvs)
+        await self._notify(*changed)
+        return self._state.revision
 
     async def _resync(self) -> int:
         """Before each creation of the watch: the revision the state is complete at. The first
@@ -364,18 +437,20 @@ class ClusterView:
             except Exception:
                 logger.exception("a cluster view listener failed")
 
-    async def _read_all(self) -> tuple[int, Sequence[Any], Sequence[Any], bytes | None]:
-        """(revision, topic kvs, partition kvs, the cluster id's value or None), all at one
-        revision: one transaction of three ranges (aetcd's ``transaction`` keeps no header
-        when nothing matched, so the stub is called as aetcd's own calls do)."""
+    async def _read(self, *, since: int) -> tuple[int, Sequence[Any], int, bytes | None]:
+        """(revision R, the watched range's keys modified after ``since`` (0: every key), how
+        many keys the range holds, the cluster id's value or None), all at R: one transaction
+        (aetcd's ``transaction`` keeps no header when nothing matched, so the stub is called
+        as aetcd's own calls do)."""
         client = self._session.client
         await client.connect()
-        topics, partitions = self._keys.topics_prefix, self._keys.partitions_prefix
+        start = self._keys.partitions_prefix
+        end = utils.prefix_range_end(self._keys.topics_prefix)
         request = rpc.TxnRequest(success=[
             rpc.RequestOp(request_range=rpc.RangeRequest(
-                key=topics, range_end=utils.prefix_range_end(topics))),
-            rpc.RequestOp(request_range=rpc.RangeRequest(
-                key=partitions, range_end=utils.prefix_range_end(partitions))),
+                key=start, range_end=end, min_mod_revision=since + 1 if since else 0)),
+            rpc.RequestOp(request_range=rpc.RangeRequest(key=start, range_end=end,
+                                                         count_only=True)),
             rpc.RequestOp(request_range=rpc.RangeRequest(key=self._keys.cluster_id)),
         ])
         try:
@@ -384,9 +459,9 @@ class ClusterView:
         except rpc.AioRpcError as exc:
             aetcd_exceptions._handle_exception(exc)  # aetcd's error classes, as its calls
             raise  # not reached: the handler raises
-        topic_range, partition_range, id_range = (r.response_range for r in response.responses)
+        kvs_range, count_range, id_range = (r.response_range for r in response.responses)
         stored_id = id_range.kvs[0].value if id_range.kvs else None
-        return response.header.revision, topic_range.kvs, partition_range.kvs, stored_id
+        return response.header.revision, kvs_range.kvs, count_range.count, stored_id
 
     def _holds_cluster(self, value: bytes | None) -> bool:
         """Whether ``value`` (``<prefix>/cluster_id``'s, None when gone) is this cluster's id;

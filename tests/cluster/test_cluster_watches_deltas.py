@@ -209,3 +209,26 @@ async def test_a_large_deletion_arrives_whole(
     assert following.changed[-1] == (set(), {(big, p) for p in range(1_000)})
     assert view.event_batch_count == batches + 1
     assert big in view.topics  # its key is still there
+
+
+async def test_refresh_reads_only_what_changed_unless_a_key_was_deleted(
+        session: EtcdSession, following: Following) -> None:
+    view, client = following.view, session.client
+    await following.watch.stop()  # only the refreshes below can bring the changes
+    await until(lambda: view.full_read_count == 2, "the start's read and the poll's first")
+    put = await client.put(KEYS.partition("orders", 2), PartitionState(2, 3, (2, 3)).encode())
+    await view.refresh()
+    assert following.isr("orders", 2) == (2, 3)
+    assert view.revision == put.header.revision
+    assert (view.catch_up_count, view.full_read_count) == (1, 2)
+    assert following.changed[-1] == (set(), {("orders", 2)})
+
+    await view.refresh()  # nothing changed: nothing to tell
+    assert view.catch_up_count == 2 and following.changed[-1] == (set(), {("orders", 2)})
+
+    # A delete cannot show in a read of changes: the key count finds it, and a full read
+    # follows in the same refresh.
+    await client.delete(KEYS.partition("orders", 0))
+    await view.refresh()
+    assert view.state("orders", 0) is None
+    assert (view.catch_up_count, view.full_read_count) == (2, 3)

@@ -27,6 +27,8 @@ from stratalog.server.cluster.partition_state import (
 from stratalog.server.cluster.watches import WatchEvent
 
 KEYS = ClusterKeys("/s")
+#: The view's watched range: from the partitions prefix to the end of the topics prefix.
+WATCHED = (KEYS.partitions_prefix, b"/s/topics0")
 TOPICS = ("a", "b", "a2")
 
 
@@ -68,11 +70,12 @@ class Etcd:
     def load_into(self, view: ViewState, revision: int = 0) -> tuple[set[str], set[tuple[str, int]]]:
         """A full read: both prefixes' keys at ``revision`` (0: the current one)."""
         revision = revision or self.revision
-        kvs = self.history[revision]
+        return view.load(revision, self.watched(revision))
 
-        def under(prefix: bytes) -> list[KeyValue]:
-            return [kv for key, kv in sorted(kvs.items()) if key.startswith(prefix)]
-        return view.load(revision, under(KEYS.topics_prefix), under(KEYS.partitions_prefix))
+    def watched(self, revision: int, since: int = 0) -> list[KeyValue]:
+        """The keys of the view's range at ``revision``, modified after ``since``."""
+        return [kv for key, kv in sorted(self.history[revision].items())
+                if WATCHED[0] <= key < WATCHED[1] and kv.mod_revision > since]
 
 
 def assignments() -> st.SearchStrategy[bytes]:
@@ -105,8 +108,9 @@ def operations() -> st.SearchStrategy[tuple[bytes, bytes | None]]:
         st.tuples(topic.map(KEYS.topic), st.none()),
         st.tuples(st.builds(KEYS.partition, topic, number), states()),
         st.tuples(st.builds(KEYS.partition, topic, number), st.none()),
-        # Not the view's: a partition key without a number, a key between the prefixes.
-        st.tuples(st.just(b"/s/partitions/a/x"), states()),
+        # Not the view's: a partition key without a number or not as the cluster writes it
+        # (a second key for partition 1), a key between the prefixes.
+        st.tuples(st.sampled_from([b"/s/partitions/a/x", b"/s/partitions/a/01"]), states()),
         st.tuples(st.sampled_from([b"/s/q", b"/s/stuff"]), st.sampled_from([b"1", None])),
     )
 
@@ -218,3 +222,45 @@ def test_a_change_replaces_the_dictionaries_it_changes() -> None:
     assert partitions[("a", 0)].state.leader_epoch == 0
     assert view.partitions[("a", 0)].state.leader_epoch == 1
     assert view.topics is topics  # no topic changed: not copied
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    before=st.lists(transactions(), max_size=8),
+    after=st.lists(st.one_of(transactions(), st.sampled_from(TOPICS).map(drop_topic)),
+                   max_size=12),
+    steps=st.lists(st.integers(0, 12), min_size=1, max_size=5),
+)
+def test_a_catch_up_equals_a_full_read_or_declines_after_a_delete(
+        before: list, after: list, steps: list[int]) -> None:
+    etcd = Etcd()
+    for ops in before:
+        etcd.txn(ops)
+    view = ViewState(KEYS)
+    etcd.load_into(view)
+    revisions = [etcd.revision]
+    for ops in after:
+        etcd.txn(ops)
+        revisions.append(etcd.revision)
+    # Catch up to later and later revisions (refresh after refresh), each read at that
+    # revision: the keys modified since the view's revision and the range's key count.
+    for step in sorted(steps):
+        target = revisions[min(step, len(revisions) - 1)]
+        if target < view.revision:
+            continue
+        held = {kv.key for kv in etcd.watched(view.revision)}
+        deleted = held - {kv.key for kv in etcd.watched(target)}
+        first = (dict(view.topics), dict(view.partitions), view.revision)
+        changed = view.catch_up(target, etcd.watched(target, since=view.revision),
+                                len(etcd.watched(target)))
+        view.check()
+        if deleted:
+            assert changed is None
+            assert (view.topics, view.partitions, view.revision) == first  # nothing changed
+            etcd.load_into(view, target)  # what the caller does instead: a full read
+        else:
+            assert changed is not None
+        full = ViewState(KEYS)
+        etcd.load_into(full, target)
+        assert (view.topics, view.partitions, view.revision) == (
+            full.topics, full.partitions, target)
