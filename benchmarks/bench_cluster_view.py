@@ -15,7 +15,9 @@ change it reports:
   ``etcd_network_client_grpc_sent_bytes_total`` (its /metrics) over the changes, divided by
   their number: what etcd spends and sends per change (the put's answer included);
 - **latency**: from just before the put is sent to the view's listener seeing the new state
-  (median and max).
+  (median and max);
+- **full reads**: the view's full reads during the mode (its first included, for the modes
+  with a watch).
 
 Modes, in the same run against the same etcd:
 
@@ -24,8 +26,17 @@ Modes, in the same run against the same etcd:
   (node.py's wiring before; coalesced, but one read per change when changes come one by one);
 - ``delta``: now: the view's own watch applies each event (cluster_view.py).
 
-The fallback poll is off (an hour) in both, so that only the changes cost. Also prints the time
-of one full read at each N (what a start, a broken watch and each fallback poll still cost).
+The fallback poll is off (an hour) in both, so that only the changes cost.
+
+A server that wrote a change itself (a leader its ISR) calls ``refresh()`` to see it at once,
+without waiting for its watch. Two more modes measure that, the same way (no watch: the
+latency column is then the refresh's own time, after the put was answered):
+
+- ``refresh full``: before: each refresh a full read (into an empty view, so that it decodes
+  every key as before; also what a start, a broken watch and each fallback poll still cost);
+- ``refresh catch-up``: now: a read of the keys modified since the view's revision and the
+  range's key count (cluster_view.py).
+
 Prints one line per N and mode (docs/performance.md, "Issue 29: watch events as deltas")::
 
     .venv/bin/python -m benchmarks.bench_cluster_view --partitions 100,1000,10000 --events 50
@@ -59,6 +70,7 @@ TXN_OPS_MAX = 128
 STEP_TIMEOUT_S = 60.0
 LONG_INTERVAL_S = 3600.0
 MODES = ("writer", "full", "delta")
+REFRESHES = ("full", "catch-up")
 
 
 def etcd_metrics(client_url: str) -> tuple[float, float]:
@@ -146,15 +158,38 @@ async def measure(session: EtcdSession, keys: ClusterKeys, names: list[str], mod
     }
 
 
-async def full_read_time(session: EtcdSession, keys: ClusterKeys, reads: int = 5) -> float:
-    """The median wall time of one full read into an empty view (seconds)."""
-    times = []
-    for _ in range(reads):
-        view = ClusterView(session, keys, LONG_INTERVAL_S)
+async def measure_refresh(session: EtcdSession, keys: ClusterKeys, names: list[str], how: str,
+                          events: int, client_url: str) -> dict[str, float]:
+    """A writer's :meth:`ClusterView.refresh` after each of its puts (no watch): ``full``, a
+    full read into an empty view (what every refresh was before), or ``catch-up`` (now)."""
+    view = ClusterView(session, keys, LONG_INTERVAL_S)
+    await view.refresh()
+    full_reads = 0  # the refreshes', the first read above left out
+    times: list[float] = []
+    etcd_cpu_before, etcd_bytes_before = etcd_metrics(client_url)
+    cpu_before = time.process_time()
+    for n in range(events):
+        key = (names[n % len(names)], (n // len(names)) % PARTITIONS_PER_TOPIC)
+        isr = REPLICAS if n % 2 else REPLICAS[:2]
+        await session.client.put(keys.partition(*key), PartitionState(1, 0, isr).encode())
         started = time.perf_counter()
+        if how == "full":
+            view = ClusterView(session, keys, LONG_INTERVAL_S)
+        reads_before = view.full_read_count
         await view.refresh()
         times.append(time.perf_counter() - started)
-    return statistics.median(times)
+        full_reads += view.full_read_count - reads_before
+        assert view.state(*key) is not None and view.state(*key).state.isr == isr
+    cpu = time.process_time() - cpu_before
+    etcd_cpu_after, etcd_bytes_after = etcd_metrics(client_url)
+    return {
+        "cpu_ms": cpu / events * 1000,
+        "etcd_cpu_ms": (etcd_cpu_after - etcd_cpu_before) / events * 1000,
+        "etcd_bytes": (etcd_bytes_after - etcd_bytes_before) / events,
+        "latency_median_ms": statistics.median(times) * 1000,
+        "latency_max_ms": max(times) * 1000,
+        "full_reads": full_reads,
+    }
 
 
 async def run_all(cluster_url: str, sizes: list[int], events: int) -> None:
@@ -162,20 +197,22 @@ async def run_all(cluster_url: str, sizes: list[int], events: int) -> None:
     host, _, port = address.rpartition(":")
     session = await EtcdSession.open([Endpoint(host, int(port))], 10_000)
     try:
-        print(f"{'partitions':>10} {'mode':>6} {'CPU ms/change':>13} {'etcd CPU ms':>11}"
+        print(f"{'partitions':>10} {'mode':>16} {'CPU ms/change':>13} {'etcd CPU ms':>11}"
               f" {'etcd bytes':>10} {'latency median ms':>17} {'max ms':>7} {'full reads':>10}")
         for size in sizes:
             keys = ClusterKeys(f"/bench-{size}")
             names = await populate(session, keys, size)
-            read_s = await full_read_time(session, keys)
-            for mode in MODES:
-                result = await measure(session, keys, names, mode, events,
-                                       f"http://{address}")
-                print(f"{size:>10} {mode:>6} {result['cpu_ms']:>13.3f}"
+            runs = [(mode, measure(session, keys, names, mode, events, f"http://{address}"))
+                    for mode in MODES]
+            runs += [(f"refresh {how}", measure_refresh(session, keys, names, how, events,
+                                                        f"http://{address}"))
+                     for how in REFRESHES]
+            for mode, run in runs:
+                result = await run
+                print(f"{size:>10} {mode:>16} {result['cpu_ms']:>13.3f}"
                       f" {result['etcd_cpu_ms']:>11.3f} {result['etcd_bytes']:>10.0f}"
                       f" {result['latency_median_ms']:>17.2f} {result['latency_max_ms']:>7.2f}"
                       f" {result['full_reads']:>10.0f}", flush=True)
-            print(f"{size:>10} one full read: {read_s * 1000:.1f} ms", flush=True)
             await session.client.delete_prefix(f"/bench-{size}/".encode())
     finally:
         await session.close()

@@ -25,7 +25,8 @@ watch from the list's revision):
   partition whose topic is not there, or whose number the assignment does not have, is not
   in the view); a put of a partition key sets its state, a delete removes it. An event at or
   below R (the state holds it already: a full read that raced the stream) is ignored. The cost
-  of an event is that of its keys, not of the partition count.
+  of an event is that of its keys, not of the partition count (but for one C-speed copy of the
+  partitions dictionary: below).
 
 The state is a pure function of the keys etcd holds, whichever way they came: applying the
 events from R to R' gives the view a full read at R' gives (:class:`ViewState`, tested with
@@ -100,9 +101,10 @@ class ViewState:
     Invariant (:meth:`check`): :attr:`partitions` is exactly the stored states of the partitions
     of :attr:`topics`' assignments, so it does not depend on the order the keys arrived in.
 
-    Costs: :meth:`load` is linear in the keys; :meth:`apply` is linear in the events, plus the
-    partitions of each topic whose key an event changed, plus one copy of :attr:`partitions`
-    (a C-speed dict copy, for copy on write) when a partition changed.
+    Costs: :meth:`load` is linear in the keys; :meth:`apply` and :meth:`catch_up` are linear in
+    the events (the keys), plus the partitions of each topic whose key an event changed, plus
+    one copy of :attr:`partitions` (a C-speed dict copy, for copy on write) when a partition
+    changed. Memory: the decoded states and every key of the range once.
 
     Sans-IO and not thread-safe: :class:`ClusterView` calls it from the event loop, one change
     at a time.
@@ -419,7 +421,6 @@ class ClusterView:
                 # A wipe shows as deletes: apply them only while etcd still holds the cluster.
                 stored = await self._session.client.get(self._keys.cluster_id)
                 if not self._holds_cluster(stored.value if stored is not None else None):
-                    self._suspect = True
                     return
             changed = self._state.apply(events)
             self.event_batch_count += 1
@@ -465,7 +466,8 @@ class ClusterView:
 
     def _holds_cluster(self, value: bytes | None) -> bool:
         """Whether ``value`` (``<prefix>/cluster_id``'s, None when gone) is this cluster's id;
-        logs the first refusal and the recovery."""
+        logs the first refusal and the recovery. A refusal makes the view suspect: no event
+        is applied until a full read finds the id again."""
         assert self._cluster_id is not None
         if value == self._cluster_id:
             if self._cluster_lost_logged:
@@ -473,6 +475,7 @@ class ClusterView:
                                " applied again")
                 self._cluster_lost_logged = False
             return True
+        self._suspect = True
         if not self._cluster_lost_logged:
             found = "is gone" if value is None else f"holds {value.decode(errors='replace')!r}"
             logger.error(
