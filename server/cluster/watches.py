@@ -136,6 +136,8 @@ class KeyWatch:
         self.compacted_count = 0
         #: Times the stream broke (an error, or the stream ended).
         self.broken_count = 0
+        #: Responses that were a fragment of a larger one, not its last (etcd's ``fragment``).
+        self.fragment_count = 0
         self._watching = asyncio.Event()
         self._created_in_attempt = False  # the current attempt created a watch
         self._task: asyncio.Task[None] | None = None
@@ -246,6 +248,7 @@ class KeyWatch:
                     elif self._resync is not None:
                         self._changed()  # the others woken may have missed events meanwhile
                 fragments.extend(response.events)
+                self.fragment_count += response.fragment
                 if response.fragment or not fragments:
                     # Not the last fragment: the resume revision moves only past whole
                     # responses, so a break here has etcd send the response again in full.

@@ -3,7 +3,9 @@ against a real etcd, in this process: an ISR change, a partition added and a top
 reach the view as events, without a full read; a stream broken by an etcd restart is followed
 by one full read that finds what changed meanwhile; a resume revision etcd compacted makes a
 full read too; deletes while etcd no longer holds the cluster's id are not applied (the view
-kept whole) until the id is back; a large transaction's events (etcd's fragments) arrive whole.
+kept whole) until the id is back, and a view told another id reads everything at once; a large
+deletion's events (etcd's fragments) arrive whole; a refresh reads only what changed, unless a
+key was deleted.
 
 The fallback poll is an hour: a change that reaches the view did so through the watch, or the
 full read the test names.
@@ -194,10 +196,11 @@ async def test_deletes_wait_while_etcd_no_longer_holds_the_cluster(
 async def test_a_large_deletion_arrives_whole(
         session: EtcdSession, following: Following) -> None:
     view = following.view
-    # 1,000 partition keys of about 2 KiB each (a long topic name) deleted in one revision:
-    # over 2 MiB of events, which etcd splits into fragments (its 1.5 MiB request limit);
-    # the view gets them as one response, applied and notified once.
-    big = "b" * 2_000
+    # 1,000 partition keys of about 4 KiB each (a long topic name) deleted in one revision:
+    # about 4 MiB of events, which etcd splits into fragments (over its 1.5 MiB request limit
+    # and the 512 KiB it allows gRPC); the view gets them as one response, applied and
+    # notified once.
+    big = "b" * 4_000
     await create_topic(session, big, 1_000)
     await until(lambda: sum(1 for k in view.partitions if k[0] == big) == 1_000,
                 "the big topic in the view")
@@ -205,6 +208,7 @@ async def test_a_large_deletion_arrives_whole(
     await session.client.delete_prefix(KEYS.topic_partitions_prefix(big))
     await until(lambda: not any(k[0] == big for k in view.partitions),
                 "the big topic's partitions gone")
+    assert following.watch.fragment_count >= 1  # etcd did split it
     assert len(following.changed) == changed_before + 1
     assert following.changed[-1] == (set(), {(big, p) for p in range(1_000)})
     assert view.event_batch_count == batches + 1
@@ -232,3 +236,21 @@ async def test_refresh_reads_only_what_changed_unless_a_key_was_deleted(
     await view.refresh()
     assert view.state("orders", 0) is None
     assert (view.catch_up_count, view.full_read_count) == (2, 3)
+
+
+async def test_told_another_cluster_id_the_view_reads_everything(
+        session: EtcdSession, following: Following) -> None:
+    view, client = following.view, session.client
+    # etcd now holds another cluster: nothing of it is applied while the view expects the old.
+    await client.delete_prefix(b"/v/")
+    await client.put(KEYS.cluster_id, b"another-cluster")
+    await create_topic(session, "theirs", 1)
+    await until(lambda: following.watch.next_revision > view.revision,
+                "the changes reached the watch")
+    assert set(view.topics) == {"orders"}
+    reads = view.full_read_count
+    view.expect_cluster_id("another-cluster")  # a full read at once (the poll is an hour)
+    await until(lambda: set(view.topics) == {"theirs"}, "the other cluster's topics")
+    assert view.full_read_count == reads + 1
+    await client.put(KEYS.partition("theirs", 0), PartitionState(2, 1, (2,)).encode())
+    await until(lambda: following.isr("theirs", 0) == (2,), "its events applied from then on")
