@@ -14,7 +14,7 @@ full read the test names.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -26,11 +26,10 @@ from stratalog.server.cluster.session import EtcdSession
 from stratalog.server.cluster.watches import KeyWatch
 
 from .conftest import EtcdProcess
+from .test_watches_stream import LONG_INTERVAL_S, WAIT_S, until
 
 KEYS = ClusterKeys("/v")
 CLUSTER_ID = "test-cluster-id"
-LONG_INTERVAL_S = 3600.0
-WAIT_S = 30.0
 
 
 @pytest.fixture
@@ -39,15 +38,6 @@ async def session(etcd: EtcdProcess) -> AsyncIterator[EtcdSession]:
     opened.start()
     yield opened
     await opened.close()
-
-
-async def until(condition: Callable[[], bool], what: str) -> None:
-    """Wait (10 ms steps) until ``condition`` holds; AssertionError naming ``what`` after
-    :data:`WAIT_S` (it only turns a hang into a failure)."""
-    async with asyncio.timeout(WAIT_S):
-        while not condition():
-            await asyncio.sleep(0.01)
-    assert condition(), what
 
 
 async def create_topic(session: EtcdSession, name: str, partitions: int) -> None:
