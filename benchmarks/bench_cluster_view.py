@@ -17,7 +17,10 @@ change it reports:
 - **latency**: from just before the put is sent to the view's listener seeing the new state
   (median and max);
 - **full reads**: the view's full reads during the mode (its first included, for the modes
-  with a watch).
+  with a watch);
+- **fallback ms**: then, the median wall time of a full read (the fallback poll's step) of
+  the view the mode kept: ``full`` decodes every key again only when a key's mod revision
+  differs from the view's; with every change applied, none does.
 
 Modes, in the same run against the same etcd:
 
@@ -70,6 +73,8 @@ TXN_OPS_MAX = 128
 STEP_TIMEOUT_S = 60.0
 LONG_INTERVAL_S = 3600.0
 MODES = ("writer", "full", "delta")
+#: Full reads timed after each mode with a watch (the median is printed).
+FALLBACK_READS = 5
 REFRESHES = ("full", "catch-up")
 
 
@@ -145,16 +150,27 @@ async def measure(session: EtcdSession, keys: ClusterKeys, names: list[str], mod
         del waiting[key]
     cpu = time.process_time() - cpu_before
     etcd_cpu_after, etcd_bytes_after = etcd_metrics(client_url)
+    full_reads = view.full_read_count
+    fallback_ms = 0.0
+    if mode != "writer":
+        # The fallback poll's step, on a view the watch kept up to date.
+        reads = []
+        for _ in range(FALLBACK_READS):
+            started = time.perf_counter()
+            await view.full_read()
+            reads.append(time.perf_counter() - started)
+        fallback_ms = statistics.median(reads) * 1000
     for watch in watches:
         await watch.stop()
     await view.close()
     return {
+        "fallback_ms": fallback_ms,
         "cpu_ms": cpu / events * 1000,
         "etcd_cpu_ms": (etcd_cpu_after - etcd_cpu_before) / events * 1000,
         "etcd_bytes": (etcd_bytes_after - etcd_bytes_before) / events,
         "latency_median_ms": statistics.median(latencies) * 1000 if latencies else 0.0,
         "latency_max_ms": max(latencies) * 1000 if latencies else 0.0,
-        "full_reads": view.full_read_count,
+        "full_reads": full_reads,
     }
 
 
@@ -189,6 +205,7 @@ async def measure_refresh(session: EtcdSession, keys: ClusterKeys, names: list[s
         "latency_median_ms": statistics.median(times) * 1000,
         "latency_max_ms": max(times) * 1000,
         "full_reads": full_reads,
+        "fallback_ms": 0.0,
     }
 
 
@@ -196,9 +213,11 @@ async def run_all(cluster_url: str, sizes: list[int], events: int) -> None:
     address = cluster_url.removeprefix("etcd://")
     host, _, port = address.rpartition(":")
     session = await EtcdSession.open([Endpoint(host, int(port))], 10_000)
+    session.start()  # the lease kept alive
     try:
         print(f"{'partitions':>10} {'mode':>16} {'CPU ms/change':>13} {'etcd CPU ms':>11}"
-              f" {'etcd bytes':>10} {'latency median ms':>17} {'max ms':>7} {'full reads':>10}")
+              f" {'etcd bytes':>10} {'latency median ms':>17} {'max ms':>7} {'full reads':>10}"
+              f" {'fallback ms':>11}")
         for size in sizes:
             keys = ClusterKeys(f"/bench-{size}")
             names = await populate(session, keys, size)
@@ -212,7 +231,8 @@ async def run_all(cluster_url: str, sizes: list[int], events: int) -> None:
                 print(f"{size:>10} {mode:>16} {result['cpu_ms']:>13.3f}"
                       f" {result['etcd_cpu_ms']:>11.3f} {result['etcd_bytes']:>10.0f}"
                       f" {result['latency_median_ms']:>17.2f} {result['latency_max_ms']:>7.2f}"
-                      f" {result['full_reads']:>10.0f}", flush=True)
+                      f" {result['full_reads']:>10.0f} {result['fallback_ms']:>11.1f}",
+                      flush=True)
             await session.client.delete_prefix(f"/bench-{size}/".encode())
     finally:
         await session.close()

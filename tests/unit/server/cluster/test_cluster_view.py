@@ -141,7 +141,7 @@ def test_events_applied_equal_a_full_read_of_the_same_keys(
     view = ViewState(KEYS)
     etcd.load_into(view)
     view.check()
-    loaded_at = len(etcd.events)
+    loaded_at, loaded_revision = len(etcd.events), etcd.revision
     first_topics, first_partitions = dict(view.topics), dict(view.partitions)
     for ops in after:
         etcd.txn(ops)
@@ -172,6 +172,17 @@ def test_events_applied_equal_a_full_read_of_the_same_keys(
     assert view.topics == full.topics
     assert view.partitions == full.partitions
     assert view.revision == full.revision == etcd.revision
+    # A full read over a state of an older revision (the fallback poll after a lost event)
+    # gives the same as one into an empty state.
+    stale = ViewState(KEYS)
+    etcd.load_into(stale, loaded_revision)
+    etcd.load_into(stale)
+    stale.check()
+    assert (stale.topics, stale.partitions) == (full.topics, full.partitions)
+    # The fallback poll's read of the same keys: nothing to tell, the same state.
+    topics, partitions = view.topics, view.partitions
+    assert etcd.load_into(view) == (set(), set())
+    assert view.topics is topics and view.partitions is partitions
     assert {t for t in first_topics.keys() | full.topics.keys()
             if first_topics.get(t) != full.topics.get(t)} <= reported_topics
     assert {k for k in first_partitions.keys() | full.partitions.keys()
