@@ -228,11 +228,11 @@ class ViewState:
             touched_topics.add(name)
             for number in self._stored.get(name, {}):
                 touched.setdefault((name, number), self.partitions.get((name, number)))
-        changed_topics = set()
+        changed_topics: set[str] = set()
         if topics is not None:
             changed_topics = {n for n in touched_topics if topics.get(n) != self.topics.get(n)}
             self.topics = topics
-        changed_partitions = set()
+        changed_partitions: set[PartitionKey] = set()
         if touched:
             partitions = dict(self.partitions)
             for key in touched:
@@ -256,10 +256,14 @@ class ViewState:
         return parsed
 
     def topic_name(self, key: bytes) -> str | None:
-        """The topic of a topic key; None for any other key."""
+        """The topic of a topic key; None for any other key (one that is not UTF-8 too: two
+        keys must not name one topic)."""
         if not key.startswith(self._keys.topics_prefix) or len(key) == self._topics_head:
             return None
-        return key[self._topics_head:].decode(errors="replace")
+        try:
+            return key[self._topics_head:].decode()
+        except UnicodeDecodeError:
+            return None
 
     def check(self) -> None:
         """Assert the invariant (class docstring); tests call it after every change."""

@@ -109,8 +109,10 @@ def operations() -> st.SearchStrategy[tuple[bytes, bytes | None]]:
         st.tuples(st.builds(KEYS.partition, topic, number), states()),
         st.tuples(st.builds(KEYS.partition, topic, number), st.none()),
         # Not the view's: a partition key without a number or not as the cluster writes it
-        # (a second key for partition 1), a key between the prefixes.
+        # (a second key for partition 1), a topic key that is not UTF-8, a key between the
+        # prefixes.
         st.tuples(st.sampled_from([b"/s/partitions/a/x", b"/s/partitions/a/01"]), states()),
+        st.tuples(st.just(b"/s/topics/\xff"), assignments()),  # not UTF-8
         st.tuples(st.sampled_from([b"/s/q", b"/s/stuff"]), st.sampled_from([b"1", None])),
     )
 
