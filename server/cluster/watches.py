@@ -40,7 +40,9 @@ The state machine of one watch::
   (with ``resync``: after it), and its creation calls ``on_change`` (a re-read), as a
   Kubernetes informer re-lists.
 - **Broken**: any error of the stream, or the stream ending, waits the backoff and creates the
-  watch again through the session's client of that moment, so a session that moved to another
+  watch again (the resume revision moves only past whole responses, so a break between two
+  fragments has etcd send the response again in full) through the session's client of that
+  moment, so a session that moved to another
   etcd endpoint (session.py) takes the watches with it. Never a busy loop: every retry waits.
   The stream asks etcd to require a leader (as etcd's own client's ``WithRequireLeader``): an
   etcd member cut off from its quorum ends it rather than keep it open with no events.
@@ -247,7 +249,9 @@ class KeyWatch:
                         self._changed()
                     elif self._resync is not None:
                         self._changed()  # the others woken may have missed events meanwhile
-                fragments.extend(response.events)
+                # Without on_events only the last event matters (its revision): keep no values.
+                fragments.extend(response.events if self._on_events is not None
+                                 else response.events[-1:])
                 self.fragment_count += response.fragment
                 if response.fragment or not fragments:
                     # Not the last fragment: the resume revision moves only past whole
