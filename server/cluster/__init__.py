@@ -18,6 +18,7 @@ Modules, one concept each::
     controller.py   the controller election and its epoch
     partition_state.py  what etcd stores per replicated topic and partition
     cluster_view.py the topics and partition states, read from etcd and kept by its watch events
+    view_state.py   the view's decoded state: loaded whole, or changed by events (sans-IO)
     topic_admin.py  CreateTopic, DeleteTopic and CreatePartitions written to etcd, the listings
     replica_placement.py  which brokers hold a new partition's replicas (racks; pure)
     leader_election.py  the controller's duties: leaders elected, dead brokers out of ISRs

@@ -1,5 +1,5 @@
-"""The cluster view's state (server/cluster/cluster_view.py, ViewState): etcd's watch events
-applied as changes give the view a full read of the same keys gives.
+"""The cluster view's state (server/cluster/view_state.py): etcd's watch events applied as
+changes give the view a full read of the same keys gives.
 
 An in-memory model of etcd's key space stands for etcd: random transactions (puts and deletes of
 topic keys, partition keys, keys that do not decode, keys between the two prefixes that are not
@@ -17,13 +17,13 @@ from typing import NamedTuple
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stratalog.server.cluster.cluster_view import ViewState
 from stratalog.server.cluster.layout import ClusterKeys
 from stratalog.server.cluster.partition_state import (
     PartitionReassignment,
     PartitionState,
     TopicAssignment,
 )
+from stratalog.server.cluster.view_state import ViewState
 from stratalog.server.cluster.watches import WatchEvent
 
 KEYS = ClusterKeys("/s")
