@@ -4,7 +4,7 @@ A server started with ``--cluster etcd://HOST:PORT`` and ``--node-id N`` holds o
 (:mod:`.session`), registers itself under it (:mod:`.membership`) and campaigns for the
 controller role under the same lease (:mod:`.controller`); the etcd keys are laid out in
 :mod:`.layout`. Without ``--cluster`` nothing here runs and no etcd is needed; this package's ``__init__``
-imports no etcd client (node.py, session.py, etcd_client.py, watches.py, cluster_acls.py and topic_admin.py do:
+imports no etcd client (node.py, session.py, etcd_client.py, watches.py, cluster_view.py, cluster_acls.py and topic_admin.py do:
 import them only in cluster mode).
 
 Modules, one concept each::
@@ -17,7 +17,8 @@ Modules, one concept each::
     membership.py   /<prefix>/brokers/<node_id> and the view of the live brokers
     controller.py   the controller election and its epoch
     partition_state.py  what etcd stores per replicated topic and partition
-    cluster_view.py the topics and partition states as last read from etcd
+    cluster_view.py the topics and partition states, read from etcd and kept by its watch events
+    view_state.py   the view's decoded state: loaded whole, or changed by events (sans-IO)
     topic_admin.py  CreateTopic, DeleteTopic and CreatePartitions written to etcd, the listings
     replica_placement.py  which brokers hold a new partition's replicas (racks; pure)
     leader_election.py  the controller's duties: leaders elected, dead brokers out of ISRs
@@ -29,7 +30,7 @@ Modules, one concept each::
     producer_ids.py cluster-unique producer ids: the node id above a server's counter
     node.py         session, membership and controller started and stopped together
     polling.py      the step-every-interval loop the parts share, woken by the watches
-    watches.py      one etcd watch stream per key or prefix, waking the parts that read it
+    watches.py      one etcd watch stream per key or range, waking the parts that read it
     isr.py          the leader's follower states, high watermark and ISR decisions (pure)
     divergence.py   where a follower's log leaves its leader's, where it truncates (pure)
     replica.py      one replicated partition here: its role, ISR and high watermark

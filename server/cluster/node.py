@@ -21,8 +21,10 @@ and the polls (every ``cluster_poll_fallback_ms``) are only the fallback::
 
     <prefix>/brokers/      the broker list; the controller's leader elections (a dead broker)
     <prefix>/controller    the election (campaign when the key is gone)
-    <prefix>/topics/       the view; the leader elections (a new topic's first states)
-    <prefix>/partitions/   the view; the leader elections (a write that lost a race is retried)
+    <prefix>/partitions/   one watch over both prefixes: its events are applied to the view
+      .. <prefix>/topics/  (cluster_view.py); it wakes the leader elections (a new topic's
+                           first states; a write that lost a race is retried) and the
+                           reassignments
 
 (the ACLs' key has its watch in cluster_acls.py). With ``cluster_watches_enable`` false there
 are no watches, and the polls alone follow etcd.
@@ -205,11 +207,7 @@ def _watches(session: EtcdSession, keys: ClusterKeys, membership: Membership,
         KeyWatch(session, keys.brokers_prefix, [membership.wake, elector.wake],
                  "stratalog-watch-brokers", prefix=True),
         KeyWatch(session, keys.controller, [election.wake], "stratalog-watch-controller"),
-        KeyWatch(session, keys.topics_prefix, [view.wake, elector.wake, reassignments.wake],
-                 "stratalog-watch-topics", prefix=True),
-        KeyWatch(session, keys.partitions_prefix,
-                 [view.wake, elector.wake, reassignments.wake],
-                 "stratalog-watch-partitions", prefix=True),
+        view.watch([elector.wake, reassignments.wake]),  # topics/ and partitions/, applied
     )
 
 

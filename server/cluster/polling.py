@@ -4,11 +4,13 @@ Membership (the broker list), the controller election, the cluster view, the con
 leader elections and the cluster's ACLs each read etcd in a step run by a :class:`Poller`: at
 once, then every ``interval_s`` (``cluster_poll_fallback_ms``) — and as soon as
 :meth:`Poller.wake` is called, which an etcd watch on the step's keys does when they change
-(watches.py). Wakes coalesce: a wake while no step runs runs one step; any number of wakes
-during a step run exactly one more after it (a change during the step's read may have come
-after the read), so a burst of etcd events costs one or two steps, not one per event. A step that raises (etcd down or slow) is logged at DEBUG and tried
-again at the next tick: what the step keeps (a view, a known controller) stays as it was, and
-nothing on the data path waits for it.
+(watches.py); the cluster view's step is its full read, the fallback for a watch whose events
+it applies itself (cluster_view.py). Wakes coalesce: a wake while no step runs runs one step;
+any number of wakes during a step run exactly one more after it (a change during the step's
+read may have come after the read), so a burst of etcd events costs one or two steps, not one
+per event. A step that raises (etcd down or slow) is logged at DEBUG and tried again at the
+next tick: what the step keeps (a view, a known controller) stays as it was, and nothing on
+the data path waits for it.
 
 Concurrency: event-loop only; one step at a time per poller.
 """

@@ -2,8 +2,8 @@
 "Watches"): with the fallback polls set to ten minutes, longer than any wait here, every change
 below reaches the other servers through their watches alone — brokers joining, a topic created
 through another server, a controller killed (-9) and replaced, a partition leader killed and
-replaced and serving — and each server keeps one etcd watch stream per watched key or prefix
-(four), however many changes and re-creations there were."""
+replaced and serving — and each server keeps one etcd watch stream per watched key or range
+(three), however many changes and re-creations there were."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from .conftest import EtcdProcess, metadata, wait_for
 
 #: Longer than any wait of these tests: what happens, happens through a watch.
 NO_POLL_FLAGS = ("--cluster-poll-fallback-ms", "600000")
-#: The watches of one server (node.py): brokers, controller, topics, partitions.
-WATCHES_PER_SERVER = 4
+#: The watches of one server (node.py): brokers, controller, the view's (topics and partitions).
+WATCHES_PER_SERVER = 3
 TOPIC = "watched"
 
 
@@ -60,7 +60,7 @@ def test_without_polls_joins_topics_and_takeovers_reach_every_server(
     wait_for(lambda: all(len(metadata(s).brokers) == 3 for s in servers.values()),
              "every server sees three brokers")
     wait_for(lambda: etcd_watchers(etcd) == 3 * WATCHES_PER_SERVER,
-             "four watches per server")
+             "three watches per server")
     create_topic(servers[1], partitions=3, replication_factor=3)
     wait_for(lambda: all(len(view(s)) == 3 for s in servers.values()),
              "servers 2 and 3 see the topic node 1 created")
@@ -93,9 +93,9 @@ def test_without_polls_joins_topics_and_takeovers_reach_every_server(
     with SyncClient(last.target, timeout_s=10) as client:
         client.produce(TOPIC, partition, [b"served after the takeover"], acks=1)
 
-    # etcd dropped the killed servers' streams; the survivor kept its four.
+    # etcd dropped the killed servers' streams; the survivor kept its three.
     wait_for(lambda: etcd_watchers(etcd) == WATCHES_PER_SERVER,
-             "the survivor's four watches, nothing leaked")
+             "the survivor's three watches, nothing leaked")
 
 
 def test_polls_alone_still_follow_etcd(start_member) -> None:
