@@ -26,6 +26,7 @@ import shutil
 import signal
 import ssl
 import subprocess
+import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -290,3 +291,58 @@ def read_back(servers: dict[int, ServerProcess], topic: str, partitions: int,
     finally:
         consumer.close()
     return read
+
+
+class AcksAllLoad:
+    """A librdkafka producer (acks=all, idempotent) on a thread of its own, sending
+    ``b"r<n>"`` to ``topic`` until stopped or ``records_max`` were sent: to partition
+    ``n % partitions``, or where librdkafka's partitioner puts it (``partitions`` None).
+    ``delivered`` holds the acknowledged (partition, value) in acknowledgement order,
+    ``failed`` the delivery errors. A context manager: started on entry, stopped (its sends
+    flushed) on exit."""
+
+    def __init__(self, servers: dict[int, ServerProcess], topic: str,
+                 partitions: int | None, records_max: int) -> None:
+        self.delivered: list[tuple[int, bytes]] = []
+        self.failed: list[str] = []
+        self._stop = threading.Event()
+        bootstrap = ",".join(s.kafka_bootstrap for s in servers.values())
+        self._thread = threading.Thread(
+            target=self._run, args=(bootstrap, topic, partitions, records_max),
+            name="producer")
+
+    def _run(self, bootstrap: str, topic: str, partitions: int | None,
+             records_max: int) -> None:
+        from confluent_kafka import Producer
+
+        producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
+                             "enable.idempotence": True, "linger.ms": 5,
+                             "topic.metadata.refresh.interval.ms": 500})
+
+        def report(err, message) -> None:
+            if err is not None:
+                self.failed.append(str(err))
+            else:
+                self.delivered.append((message.partition(), message.value()))
+
+        for n in range(records_max):
+            if self._stop.is_set():
+                break
+            where = {} if partitions is None else {"partition": n % partitions}
+            producer.produce(topic, value=b"r%d" % n, on_delivery=report, **where)
+            producer.poll(0.002)
+        producer.flush(60)
+
+    def __enter__(self) -> AcksAllLoad:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(90)
+        assert not self._thread.is_alive()
+
+    def more(self, count: int = 200, what: str = "the producer still going") -> None:
+        """Wait until ``count`` more records than now are acknowledged."""
+        target = len(self.delivered) + count
+        wait_for(lambda: len(self.delivered) >= target, what)

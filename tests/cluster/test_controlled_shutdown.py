@@ -17,15 +17,12 @@ servers on 127.0.0.1.
 from __future__ import annotations
 
 import re
-import threading
 import uuid
-
-from confluent_kafka import Producer
 
 from stratalog.v1 import broker_pb2 as pb
 from tests.integration.conftest import CALL_TIMEOUT_S, STOP_TIMEOUT_S, ServerProcess
 
-from .conftest import metadata, read_back, wait_for
+from .conftest import AcksAllLoad, metadata, read_back, wait_for
 from .test_faults import (
     FAILOVER_BOUND_S,
     MEMBER_FLAGS,
@@ -79,50 +76,6 @@ def _position(log: str, pattern: str) -> int:
     return found.start()
 
 
-class _AcksAllProducer:
-    """librdkafka, acks=all and idempotent, sending to partition 0 of ``topic`` in a thread;
-    what was acknowledged, in acknowledgement order, and what failed."""
-
-    def __init__(self, servers: dict[int, ServerProcess], topic: str) -> None:
-        self.delivered: list[bytes] = []
-        self.failed: list[str] = []
-        self._stop = threading.Event()
-        bootstrap = ",".join(s.kafka_bootstrap for s in servers.values())
-        self._thread = threading.Thread(target=self._run, args=(bootstrap, topic),
-                                        name="producer")
-
-    def _run(self, bootstrap: str, topic: str) -> None:
-        producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
-                             "enable.idempotence": True, "linger.ms": 5,
-                             "topic.metadata.refresh.interval.ms": 500})
-
-        def report(err, message) -> None:
-            if err is not None:
-                self.failed.append(str(err))
-            else:
-                self.delivered.append(message.value())
-
-        for n in range(RECORDS_MAX):
-            if self._stop.is_set():
-                break
-            producer.produce(topic, value=b"r%d" % n, partition=0, on_delivery=report)
-            producer.poll(0.002)
-        producer.flush(60)
-
-    def __enter__(self) -> _AcksAllProducer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join(90)
-        assert not self._thread.is_alive()
-
-    def wait_progress(self, records: int, what: str) -> None:
-        target = len(self.delivered) + records
-        wait_for(lambda: len(self.delivered) >= target, what)
-
-
 def test_a_sigterm_moves_the_leadership_before_the_server_stops(start_member, etcd) -> None:
     servers = _start(start_member)
     topic = f"cs-{uuid.uuid4().hex[:6]}"
@@ -132,8 +85,8 @@ def test_a_sigterm_moves_the_leadership_before_the_server_stops(start_member, et
     assert before is not None
     others = {n: s for n, s in servers.items() if n != leader}
 
-    with _AcksAllProducer(servers, topic) as producer:
-        producer.wait_progress(300, "the producer under way")
+    with AcksAllLoad(servers, topic, 1, RECORDS_MAX) as producer:
+        producer.more(300, "the producer under way")
         assert servers[leader].stop() == 0
         # Led by another server at the next leader epoch, X out of the ISR (the log lines
         # below say it happened before X stopped).
@@ -142,7 +95,7 @@ def test_a_sigterm_moves_the_leadership_before_the_server_stops(start_member, et
         assert after is not None
         assert after.leader in others and after.leader_epoch == before.leader_epoch + 1
         assert leader not in after.isr
-        producer.wait_progress(300, "the producer goes on with the new leader")
+        producer.more(300, "the producer goes on with the new leader")
 
         x_log = servers[leader].log_text()
         signalled = _position(x_log, r"SIGTERM: stopping")
@@ -161,11 +114,11 @@ def test_a_sigterm_moves_the_leadership_before_the_server_stops(start_member, et
         servers[leader] = start_member(leader, *MEMBER_FLAGS,
                                        data_dir=servers[leader].data_dir)
         assert _agreed_leader(servers, topic) == after.leader
-        producer.wait_progress(300, "the producer goes on with X back")
+        producer.more(300, "the producer goes on with X back")
     assert producer.failed == []
     read = read_back(servers, topic, 1, len(producer.delivered))
     # Every acknowledged record once, in the order acknowledged (one partition, idempotent).
-    assert [value for _, value in read] == producer.delivered
+    assert read == producer.delivered
 
 
 def test_timeout_zero_keeps_the_old_behaviour(start_member, etcd) -> None:

@@ -13,23 +13,18 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
 import uuid
 
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewPartitions
 
-from tests.cluster.conftest import metadata, read_back, wait_for
+from tests.cluster.conftest import AcksAllLoad, metadata, read_back, wait_for
 from tests.cluster.test_controller import as_tuple, etcd_records
 from tests.cluster.test_faults import create_topic, start_cluster
 from tests.integration.conftest import ServerProcess
 
 #: Records the background producer sends at most (a bound, not a target).
 RECORDS_MAX = 20_000
-
-
-def _kafka_bootstrap(servers: dict[int, ServerProcess]) -> str:
-    return ",".join(s.kafka_bootstrap for s in servers.values())
 
 
 def _partitions_everywhere(servers: dict[int, ServerProcess], topic: str) -> list[dict]:
@@ -43,32 +38,8 @@ def test_partitions_added_under_a_producer_are_replicated_and_used(start_member,
     create_topic(servers[1], topic, partitions=2, min_insync=2)
     before, _ = etcd_records(etcd, topic)
 
-    delivered: list[tuple[int, bytes]] = []
-    failed: list[str] = []
-    stop = threading.Event()
-
-    def produce() -> None:
-        producer = Producer({"bootstrap.servers": _kafka_bootstrap(servers), "acks": "all",
-                             "enable.idempotence": True, "linger.ms": 5,
-                             "topic.metadata.refresh.interval.ms": 500})
-
-        def report(err, message) -> None:
-            if err is not None:
-                failed.append(str(err))
-            else:
-                delivered.append((message.partition(), message.value()))
-
-        for n in range(RECORDS_MAX):
-            if stop.is_set():
-                break
-            producer.produce(topic, value=b"r%d" % n, on_delivery=report)
-            producer.poll(0.002)
-        producer.flush(30)
-
-    thread = threading.Thread(target=produce, name="producer")
-    thread.start()
-    try:
-        wait_for(lambda: len(delivered) >= 200, "the producer under way")
+    with AcksAllLoad(servers, topic, None, RECORDS_MAX) as load:
+        load.more(200, "the producer under way")
         grown = subprocess.run(
             [sys.executable, "-m", "stratalog.cli", "--target", servers[2].target, "topics",
              "alter", topic, "--partitions", "4"],
@@ -93,19 +64,15 @@ def test_partitions_added_under_a_producer_are_replicated_and_used(start_member,
                              and all(m.leader >= 1 for m in view.values())
                              for view in _partitions_everywhere(servers, topic)),
                  "every server lists four led partitions")
-        wait_for(lambda: {2, 3} <= {p for p, _ in list(delivered)},
+        wait_for(lambda: {2, 3} <= {p for p, _ in list(load.delivered)},
                  "the producer writing to the new partitions")
         wait_for(lambda: all(as_tuple(view[p])[3] == replicas[p]
                              for view in _partitions_everywhere(servers, topic) for p in (2, 3)),
                  "the new partitions fully in sync")
-    finally:
-        stop.set()
-        thread.join(60)
-    assert not thread.is_alive()
-    assert failed == []
+    assert load.failed == []
 
-    read = read_back(servers, topic, 4, len(delivered))
-    assert sorted(read) == sorted(delivered)  # every acknowledged record, once
+    read = read_back(servers, topic, 4, len(load.delivered))
+    assert sorted(read) == sorted(load.delivered)  # every acknowledged record, once
 
 
 def test_create_partitions_over_kafka_validates_and_refuses(start_member, etcd) -> None:

@@ -18,13 +18,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
 import uuid
 
-from confluent_kafka import ElectionType, Producer, TopicPartition
+from confluent_kafka import ElectionType, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from tests.cluster.conftest import metadata, read_back, wait_for
+from tests.cluster.conftest import AcksAllLoad, metadata, read_back, wait_for
 from tests.cluster.test_controller import etcd_records
 from tests.cluster.test_faults import FAILOVER_BOUND_S, MEMBER_FLAGS, create_topic
 from tests.integration.conftest import ServerProcess, launch_server
@@ -81,33 +80,8 @@ def test_leaders_rebalanced_after_a_rolling_restart_under_acks_all(start_member,
     preferred = _preferred(etcd, topic)
     assert sorted(preferred.values()) == [1, 2, 3]
 
-    delivered: list[tuple[int, bytes]] = []
-    failed: list[str] = []
-    stop = threading.Event()
-
-    def produce() -> None:
-        producer = Producer({"bootstrap.servers": ",".join(s.kafka_bootstrap
-                                                           for s in servers.values()),
-                             "acks": "all", "enable.idempotence": True, "linger.ms": 5,
-                             "topic.metadata.refresh.interval.ms": 500})
-
-        def report(err, message) -> None:
-            if err is not None:
-                failed.append(str(err))
-            else:
-                delivered.append((message.partition(), message.value()))
-
-        for n in range(RECORDS_MAX):
-            if stop.is_set():
-                break
-            producer.produce(topic, value=b"r%d" % n, partition=n % 3, on_delivery=report)
-            producer.poll(0.002)
-        producer.flush(60)
-
-    thread = threading.Thread(target=produce, name="producer")
-    thread.start()
-    try:
-        wait_for(lambda: len(delivered) >= 200, "the producer under way")
+    with AcksAllLoad(servers, topic, 3, RECORDS_MAX) as load:
+        load.more(200, "the producer under way")
         for node in (1, 2, 3):
             _restart(start_member, servers, node, flags, topic, preferred)
             # Back in sync, then led by its preferred replica again: the controller's check.
@@ -115,18 +89,13 @@ def test_leaders_rebalanced_after_a_rolling_restart_under_acks_all(start_member,
                 _leaders(s, topic) == preferred for s in servers.values()),
                 f"leadership back on the preferred replicas after node {node}'s restart",
                 FAILOVER_BOUND_S + 4 * CHECK_INTERVAL_S)
-        progress = len(delivered)
-        wait_for(lambda: len(delivered) >= progress + 200, "the producer still going")
-    finally:
-        stop.set()
-        thread.join(90)
-    assert not thread.is_alive()
-    assert failed == []
+        load.more()
+    assert load.failed == []
     controller_logs = "".join(s.log_text() for s in servers.values())
     assert "moved back to its preferred replica" in controller_logs
 
-    read = read_back(servers, topic, 3, len(delivered))
-    assert sorted(read) == sorted(delivered)  # every acknowledged record, once
+    read = read_back(servers, topic, 3, len(load.delivered))
+    assert sorted(read) == sorted(load.delivered)  # every acknowledged record, once
 
 
 def test_leaders_bunched_on_one_server_are_balanced_again(start_member, etcd) -> None:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import threading
 import time
 import uuid
 
@@ -30,7 +29,7 @@ from confluent_kafka import Producer
 
 from stratalog.v1 import broker_pb2 as pb
 from stratalog.v1 import broker_pb2_grpc
-from tests.cluster.conftest import metadata, read_back, wait_for
+from tests.cluster.conftest import AcksAllLoad, metadata, read_back, wait_for
 from tests.cluster.test_controller import etcd_records
 from tests.cluster.test_faults import FAILOVER_BOUND_S, MEMBER_FLAGS
 from tests.integration.conftest import CALL_TIMEOUT_S, ServerProcess, launch_server
@@ -104,51 +103,6 @@ def _controller(servers: dict[int, ServerProcess]) -> int:
     return next(iter(controllers)) if len(controllers) == 1 else -1
 
 
-class _Load:
-    """A librdkafka acks=all idempotent producer on its own thread, to every partition."""
-
-    def __init__(self, servers: dict[int, ServerProcess], topic: str, partitions: int) -> None:
-        self.delivered: list[tuple[int, bytes]] = []
-        self.failed: list[str] = []
-        self._stop = threading.Event()
-        bootstrap = ",".join(s.kafka_bootstrap for s in servers.values())
-        self._thread = threading.Thread(target=self._run, args=(bootstrap, topic, partitions),
-                                        name="producer")
-
-    def _run(self, bootstrap: str, topic: str, partitions: int) -> None:
-        producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
-                             "enable.idempotence": True, "linger.ms": 5,
-                             "topic.metadata.refresh.interval.ms": 500})
-
-        def report(err, message) -> None:
-            if err is not None:
-                self.failed.append(str(err))
-            else:
-                self.delivered.append((message.partition(), message.value()))
-
-        for n in range(RECORDS_MAX):
-            if self._stop.is_set():
-                break
-            producer.produce(topic, value=b"r%d" % n, partition=n % partitions,
-                             on_delivery=report)
-            producer.poll(0.002)
-        producer.flush(60)
-
-    def __enter__(self) -> _Load:
-        self._thread.start()
-        wait_for(lambda: len(self.delivered) >= 200, "the producer under way")
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(90)
-        assert not self._thread.is_alive()
-
-    def more(self, count: int = 200) -> None:
-        progress = len(self.delivered)
-        wait_for(lambda: len(self.delivered) >= progress + count, "the producer still going")
-
-
 def test_reassignment_under_acks_all_survives_a_controller_kill(start_member, etcd) -> None:
     servers = _start(start_member)
     topic = f"move-{uuid.uuid4().hex[:6]}"
@@ -158,7 +112,8 @@ def test_reassignment_under_acks_all_survives_a_controller_kill(start_member, et
     # The preferred leader leaves: the leadership must move before the replica set shrinks.
     target = [*original[1:], newcomer]
 
-    with _Load(servers, topic, 1) as load:
+    with AcksAllLoad(servers, topic, 1, RECORDS_MAX) as load:
+        load.more(200, "the producer under way")
         result = _alter(servers[original[1]], topic, 0, target)
         assert result.reason == pb.ERROR_REASON_UNSPECIFIED, result.message
         in_progress = bool(_reassigning(etcd, topic))
@@ -237,7 +192,8 @@ def test_a_drained_server_holds_nothing_and_can_be_stopped(start_member, etcd) -
     drained = 2
     assert any(drained in nodes for nodes in _replicas(etcd, topic).values())
 
-    with _Load(servers, topic, 4) as load:
+    with AcksAllLoad(servers, topic, 4, RECORDS_MAX) as load:
+        load.more(200, "the producer under way")
         command = subprocess.run(
             [sys.executable, "-m", "stratalog.cli", "--target", servers[1].target, "cluster",
              "drain", "--node", str(drained), "--wait", "--timeout-s",
