@@ -446,22 +446,9 @@ class LogWriter:
             if not runs:
                 return self._empty_append_info()
             now_ms = self._time_ms()
-            max_timestamp, offset_of_max = NO_TIMESTAMP, -1
             for run in runs:
                 self._write_follower_run(run, now_ms)
-                if run.validated.max_timestamp > max_timestamp or offset_of_max < 0:
-                    max_timestamp = run.validated.max_timestamp
-                    offset_of_max = run.validated.shallow_offset_of_max_timestamp
-            return AppendInfo(
-                first_offset=runs[0].validated.first_offset,
-                last_offset=runs[-1].validated.last_offset,
-                max_timestamp=max_timestamp,
-                offset_of_max_timestamp=offset_of_max,
-                log_append_time=NO_TIMESTAMP,
-                record_count=sum(run.validated.record_count for run in runs),
-                size_bytes=sum(run.validated.size_bytes for run in runs),
-                log_start_offset=self._log_start_offset(),
-            )
+            return self._follower_append_info(runs)
 
     def try_append_as_follower_without_blocking(
         self, record_batches: bytes | bytearray | memoryview
@@ -510,16 +497,7 @@ class LogWriter:
             ):
                 return None
             self._write_follower_run(run, now_ms)
-            return AppendInfo(
-                first_offset=validated.first_offset,
-                last_offset=validated.last_offset,
-                max_timestamp=validated.max_timestamp,
-                offset_of_max_timestamp=validated.shallow_offset_of_max_timestamp,
-                log_append_time=NO_TIMESTAMP,
-                record_count=validated.record_count,
-                size_bytes=validated.size_bytes,
-                log_start_offset=self._log_start_offset(),
-            )
+            return self._follower_append_info(runs)
         finally:
             self._lock.release()
 
@@ -586,6 +564,25 @@ class LogWriter:
             now_ms=now_ms,
             partition_leader_epoch=leader_epoch,
             decompressed_bytes_max=decompressed_bytes_max,
+        )
+
+    def _follower_append_info(self, runs: list[FollowerRun]) -> AppendInfo:
+        """The :class:`AppendInfo` of a follower append of ``runs`` (the leader's offsets; the
+        first run's largest timestamp among equals)."""
+        max_timestamp, offset_of_max = NO_TIMESTAMP, -1
+        for run in runs:
+            if run.validated.max_timestamp > max_timestamp or offset_of_max < 0:
+                max_timestamp = run.validated.max_timestamp
+                offset_of_max = run.validated.shallow_offset_of_max_timestamp
+        return AppendInfo(
+            first_offset=runs[0].validated.first_offset,
+            last_offset=runs[-1].validated.last_offset,
+            max_timestamp=max_timestamp,
+            offset_of_max_timestamp=offset_of_max,
+            log_append_time=NO_TIMESTAMP,
+            record_count=sum(run.validated.record_count for run in runs),
+            size_bytes=sum(run.validated.size_bytes for run in runs),
+            log_start_offset=self._log_start_offset(),
         )
 
     def _empty_append_info(self) -> AppendInfo:
