@@ -95,7 +95,7 @@ def test_kill_9_of_the_etcd_member_in_use_causes_no_failover(tmp_path: Path) -> 
             if server.process.poll() is None:
                 server.kill()
         for member in members:
-            member.stop()
+            member.discard()
 
 
 def test_tls_and_credentials_are_the_same_on_every_member(tmp_path: Path, pki: TestPki) -> None:
@@ -126,7 +126,7 @@ def test_tls_and_credentials_are_the_same_on_every_member(tmp_path: Path, pki: T
         if server is not None and server.process.poll() is None:
             server.kill()
         for member in members:
-            member.stop()
+            member.discard()
 
 
 async def test_every_member_down_is_logged_once_per_round_not_every_renewal(
@@ -142,7 +142,7 @@ async def test_every_member_down_is_logged_once_per_round_not_every_renewal(
             assert member.process is not None
             member.process.kill()
         for member in members:
-            await asyncio.to_thread(member.stop)  # reaps the killed process
+            await asyncio.to_thread(member.discard)  # reaps the killed process
 
         def switches() -> list[logging.LogRecord]:
             return [r for r in caplog.records[start:]

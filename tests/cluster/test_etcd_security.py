@@ -162,7 +162,7 @@ def test_when_the_etcd_member_in_use_dies_the_server_goes_on_through_the_next(
         assert [b.node_id for b in metadata(server).brokers] == [1]
     finally:
         for member in members:
-            member.stop()
+            member.discard()
 
 
 def test_after_an_etcd_restart_the_server_authenticates_again(
