@@ -202,9 +202,17 @@ async def test_transactional_offsets_commit_after_the_group_coordinator_moved(st
         transactional_id = "offsets-mover"
         retried: list[StratalogError] = []
         producer_id, epoch = await init(client, transactional_id)
-        # The group's partition joins the transaction (the offsets topic made first): its
-        # leader is told.
-        await client.add_offsets_to_txn(transactional_id, producer_id, epoch, group)
+        # The group's partition joins the transaction (the offsets topic made first: until
+        # its partitions have leaders the answer is retriable): its leader is told.
+        deadline = time.monotonic() + LOAD_BOUND_S
+        while True:
+            try:
+                await client.add_offsets_to_txn(transactional_id, producer_id, epoch, group)
+                break
+            except StratalogError as exc:
+                if not exc.retriable or time.monotonic() > deadline:
+                    raise
+            await asyncio.sleep(0.1)
         partition = partition_for_group(group, len(leaders(servers[1], offsets_topic)))
         old = leaders(servers[1], offsets_topic)[partition]
         new = next(n for n in _replicas(servers[1], offsets_topic, partition) if n != old)
