@@ -174,14 +174,15 @@ class EtcdAclStore:
         with ``strict``, SecurityConfigError for a value that does not decode (otherwise it
         is logged and the ACLs in force stay).
         """
-        client = self._session.client
-        unchanged, responses = await client.transaction(
-            compare=[client.transactions.mod(self._key) == self._mod_revision],
-            success=[],
-            failure=[client.transactions.get(self._key)],
-        )
-        if not unchanged:
-            self._take(responses[0] if responses else [], strict=strict)
+        # A plain get, not a transaction comparing the mod revision: etcd 3.5.0-3.5.4 panics
+        # when a read-only transaction's call is cancelled (etcd-io/etcd#14110), which a
+        # server's stop or a timeout does.
+        found = await self._session.client.get(self._key)
+        if found is None:
+            if self._mod_revision != 0:
+                self._take([], strict=strict)
+        elif found.mod_revision != self._mod_revision:
+            self._take([(found.value, found)], strict=strict)
 
     def _take(self, found: list[tuple[bytes, object]], *, strict: bool) -> None:
         """Take a transaction's get of the key: ``[(value, meta)]``, or ``[]`` (no key)."""

@@ -237,29 +237,33 @@ class ClusterView:
 
     async def _read(self, *, since: int) -> tuple[int, Sequence[Any], int, bytes | None]:
         """(revision R, the watched range's keys modified after ``since`` (0: every key), how
-        many keys the range holds, the cluster id's value or None), all at R: one transaction
-        (aetcd's ``transaction`` keeps no header when nothing matched, so the stub is called
-        as aetcd's own calls do)."""
+        many keys the range holds, the cluster id's value or None), all at R: three ranges,
+        the later two pinned to the first's revision (etcd's MVCC answers them as of R).
+        Not one read-only transaction: etcd 3.5.0-3.5.4 panics when such a transaction's call
+        is cancelled (etcd-io/etcd#14110), which a server's stop or a timeout does; a range
+        cancelled is only a range not answered. aetcd's range calls drop the header when
+        nothing matched, so the stub is called as aetcd's own calls do."""
         client = self._session.client
         await client.connect()
         start = self._keys.partitions_prefix
         end = utils.prefix_range_end(self._keys.topics_prefix)
-        request = rpc.TxnRequest(success=[
-            rpc.RequestOp(request_range=rpc.RangeRequest(
-                key=start, range_end=end, min_mod_revision=since + 1 if since else 0)),
-            rpc.RequestOp(request_range=rpc.RangeRequest(key=start, range_end=end,
-                                                         count_only=True)),
-            rpc.RequestOp(request_range=rpc.RangeRequest(key=self._keys.cluster_id)),
-        ])
-        try:
-            response = await client.kvstub.Txn(request, timeout=client._timeout,
-                                               metadata=client.metadata)
-        except rpc.AioRpcError as exc:
-            aetcd_exceptions._handle_exception(exc)  # aetcd's error classes, as its calls
-            raise  # not reached: the handler raises
-        kvs_range, count_range, id_range = (r.response_range for r in response.responses)
+
+        async def ranged(request: Any) -> Any:
+            try:
+                return await client.kvstub.Range(request, timeout=client._timeout,
+                                                 metadata=client.metadata)
+            except rpc.AioRpcError as exc:
+                aetcd_exceptions._handle_exception(exc)  # aetcd's error classes, as its calls
+                raise  # not reached: the handler raises
+
+        kvs_range = await ranged(rpc.RangeRequest(
+            key=start, range_end=end, min_mod_revision=since + 1 if since else 0))
+        revision = kvs_range.header.revision
+        count_range = await ranged(rpc.RangeRequest(key=start, range_end=end, count_only=True,
+                                                    revision=revision))
+        id_range = await ranged(rpc.RangeRequest(key=self._keys.cluster_id, revision=revision))
         stored_id = id_range.kvs[0].value if id_range.kvs else None
-        return response.header.revision, kvs_range.kvs, count_range.count, stored_id
+        return revision, kvs_range.kvs, count_range.count, stored_id
 
     def _holds_cluster(self, value: bytes | None) -> bool:
         """Whether ``value`` (``<prefix>/cluster_id``'s, None when gone) is this cluster's id;
