@@ -30,6 +30,7 @@ __all__ = [
     "MAX_VARLONG_SIZE",
     "SMALL_VARINT_BYTES",
     "SMALL_VARINT_LIMIT",
+    "read_unsigned_varint_within",
     "read_varint",
     "read_varlong",
     "size_of_varint",
@@ -152,6 +153,24 @@ def _read_unsigned(
         f"{what} at position {position} is too long: byte {max_size} still has its "
         f"continuation bit set (at most {max_size} bytes)"
     )
+
+
+def read_unsigned_varint_within(
+    buf: bytes | bytearray | memoryview, position: int, end: int
+) -> tuple[int, int] | None:
+    """The unsigned LEB128 varint (protobuf's tags, lengths and ``uint64``: at most
+    ``MAX_VARLONG_SIZE`` bytes) at ``position``, ending before ``end``, and the position after
+    it; None when it is truncated or too long. For the hand-written protobuf walkers
+    (server/rpc/decoding.py, server/cluster/fetch_session_wire.py), which hand bytes they do
+    not take to protobuf's own parser rather than raise."""
+    raw = shift = 0
+    for index in range(position, min(position + MAX_VARLONG_SIZE, end)):
+        byte = buf[index]
+        raw |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return raw, index + 1
+        shift += 7
+    return None
 
 
 def read_varint(buf: bytes | bytearray | memoryview, position: int) -> tuple[int, int]:

@@ -35,14 +35,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from stratalog.records.varint import unsigned_varint_bytes
+from stratalog.records.varint import read_unsigned_varint_within, unsigned_varint_bytes
 from stratalog.v1 import replication_pb2
 
 __all__ = ["PartitionAnswer", "decode_response", "encode_response"]
 
 _WIRE_LEN = 2
 _WIRE_VARINT, _WIRE_I64, _WIRE_I32 = 0, 1, 5
-_MAX_VARINT_BYTES = 10
 _PARTITIONS_FIELD = replication_pb2.ReplicaFetchResponse.DESCRIPTOR.fields_by_name[
     "partitions"].number
 _RECORDS_FIELD = replication_pb2.PartitionData.DESCRIPTOR.fields_by_name["records"].number
@@ -79,31 +78,18 @@ def encode_response(
     return b"".join(parts)
 
 
-def _varint(data: bytes, position: int, end: int) -> tuple[int, int] | None:
-    """The unsigned varint at ``position`` (ending before ``end``) and the position after it;
-    None if truncated or too long."""
-    result = shift = 0
-    for index in range(position, min(position + _MAX_VARINT_BYTES, end)):
-        byte = data[index]
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return result, index + 1
-        shift += 7
-    return None
-
-
 def _skip(data: bytes, position: int, end: int, wire_type: int) -> int | None:
     """The position after a field's value of ``wire_type`` at ``position``; None when the
     walker does not take it (a group, or a truncated value)."""
     if wire_type == _WIRE_VARINT:
-        parsed = _varint(data, position, end)
+        parsed = read_unsigned_varint_within(data, position, end)
         return None if parsed is None else parsed[1]
     if wire_type == _WIRE_I64:
         after = position + 8
     elif wire_type == _WIRE_I32:
         after = position + 4
     elif wire_type == _WIRE_LEN:
-        parsed = _varint(data, position, end)
+        parsed = read_unsigned_varint_within(data, position, end)
         if parsed is None:
             return None
         after = parsed[1] + parsed[0]
@@ -119,7 +105,7 @@ def _partition(data: bytes, view: memoryview, start: int, end: int) -> Partition
     head = bytearray()
     position = start
     while position < end:
-        parsed = _varint(data, position, end)
+        parsed = read_unsigned_varint_within(data, position, end)
         if parsed is None:
             return None
         tag, value_start = parsed
@@ -129,7 +115,8 @@ def _partition(data: bytes, view: memoryview, start: int, end: int) -> Partition
         if tag >> 3 == _RECORDS_FIELD and tag & 7 == _WIRE_LEN:
             if records is not None:
                 return None  # a repeated singular field: protobuf's rule, FromString's job
-            length, records_start = _varint(data, value_start, end)  # type: ignore[misc]
+            length, records_start = read_unsigned_varint_within(  # type: ignore[misc]
+                data, value_start, end)
             records = view[records_start:records_start + length]
         else:
             head += data[position:after]
@@ -148,10 +135,10 @@ def decode_response(data: bytes) -> Sequence[PartitionAnswer]:
     answers: list[PartitionAnswer] = []
     position, end = 0, len(data)
     while position < end:
-        parsed = _varint(data, position, end)
+        parsed = read_unsigned_varint_within(data, position, end)
         if parsed is None or parsed[0] != (_PARTITIONS_FIELD << 3 | _WIRE_LEN):
             return _decode_whole(data)
-        length_parsed = _varint(data, parsed[1], end)
+        length_parsed = read_unsigned_varint_within(data, parsed[1], end)
         if length_parsed is None or length_parsed[1] + length_parsed[0] > end:
             return _decode_whole(data)
         length, start = length_parsed

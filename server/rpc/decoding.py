@@ -46,6 +46,7 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError
 
+from stratalog.records.varint import read_unsigned_varint_within
 from stratalog.v1 import broker_pb2
 
 from .fetch_answer import serialize_fetch_answer
@@ -53,7 +54,6 @@ from .fetch_answer import serialize_fetch_answer
 _RECORDS_FIELD = 3
 _RECORD_BATCHES_FIELD = 4
 _WIRE_VARINT, _WIRE_I64, _WIRE_LEN, _WIRE_I32 = 0, 1, 2, 5
-_MAX_VARINT_BYTES = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,19 +131,6 @@ class ProduceRequestView:
         )
 
 
-def _varint(data: bytes, position: int, end: int) -> tuple[int, int] | None:
-    """The varint at ``position`` (ending before ``end``) and the position after it; None if
-    truncated or too long."""
-    result = shift = 0
-    for index in range(position, min(position + _MAX_VARINT_BYTES, end)):
-        byte = data[index]
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return result, index + 1
-        shift += 7
-    return None
-
-
 def parse_produce_request(
     data: bytes, start: int = 0, end: int | None = None
 ) -> ProduceRequestView:
@@ -162,13 +149,13 @@ def parse_produce_request(
     field_start = start  # where field 4's tag begins
     position = start
     while position < end:
-        tag = _varint(data, position, end)
+        tag = read_unsigned_varint_within(data, position, end)
         if tag is None:
             return _parse_whole(data, start, end)
         key, after_tag = tag
         field, wire_type = key >> 3, key & 7
         if wire_type == _WIRE_LEN:
-            length = _varint(data, after_tag, end)
+            length = read_unsigned_varint_within(data, after_tag, end)
             if length is None or length[1] + length[0] > end:
                 return _parse_whole(data, start, end)
             value_start = length[1]
@@ -179,7 +166,7 @@ def parse_produce_request(
                 batches, field_start = (value_start, value_end), position
             position = value_end
         elif wire_type == _WIRE_VARINT:
-            value = _varint(data, after_tag, end)
+            value = read_unsigned_varint_within(data, after_tag, end)
             if value is None:
                 return _parse_whole(data, start, end)
             position = value[1]
@@ -264,19 +251,19 @@ def parse_session_request(data: bytes) -> SessionRequestView:
     found: tuple[int, int, int] | None = None  # (field, start, end) of the request
     position, size = 0, len(data)
     while position < size:
-        tag = _varint(data, position, size)
+        tag = read_unsigned_varint_within(data, position, size)
         if tag is None:
             return _parse_session_whole(data)
         key, after_tag = tag
         field, wire_type = key >> 3, key & 7
         if field == _SESSION_ID_FIELD and wire_type == _WIRE_VARINT:
-            value = _varint(data, after_tag, size)
+            value = read_unsigned_varint_within(data, after_tag, size)
             if value is None:
                 return _parse_session_whole(data)
             request_id, position = value
             request_id &= 0xFFFF_FFFF_FFFF_FFFF  # uint64, as protobuf truncates it
         elif field in _SESSION_KINDS and wire_type == _WIRE_LEN and found is None:
-            length = _varint(data, after_tag, size)
+            length = read_unsigned_varint_within(data, after_tag, size)
             if length is None or length[1] + length[0] > size:
                 return _parse_session_whole(data)
             found = (field, length[1], length[1] + length[0])

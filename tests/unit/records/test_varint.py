@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from stratalog.records.errors import CorruptRecordError
 from stratalog.records.varint import (
+    read_unsigned_varint_within,
     read_varint,
     read_varlong,
     size_of_varint,
@@ -123,3 +124,18 @@ def test_unsigned_varints_refuse_what_is_not_a_uint64() -> None:
     for value in (-1, 2**64):
         with pytest.raises(ValueError, match="out of range"):
             unsigned_varint_bytes(value)
+
+
+@given(st.integers(0, 2**64 - 1), st.binary(max_size=3))
+def test_an_unsigned_varint_within_a_bound_reads_what_was_written(value: int,
+                                                                  after: bytes) -> None:
+    encoded = unsigned_varint_bytes(value)
+    data = b"\x01" + encoded + after
+    assert read_unsigned_varint_within(data, 1, len(data)) == (value, 1 + len(encoded))
+    # Cut by the bound (not by the buffer's end): truncated, so None, never an IndexError.
+    assert read_unsigned_varint_within(data, 1, len(encoded)) is None
+
+
+def test_an_unsigned_varint_over_ten_bytes_is_none() -> None:
+    data = b"\xff" * 10 + b"\x01"
+    assert read_unsigned_varint_within(data, 0, len(data)) is None
