@@ -1,5 +1,6 @@
 """SASL on the Kafka listener beyond test_kafka_security.py's: SCRAM-SHA-512 with
-confluent-kafka, kafka-python and aiokafka over TLS, a credential file from before SHA-512
+confluent-kafka and kafka-python over TLS (aiokafka's is test_kafka_security.py's, both
+mechanisms), a credential file from before SHA-512
 credentials, SaslHandshake version 0's raw tokens (by hand, and with kafka-python told the
 broker is 0.10: librdkafka 2.x sends version 1 even without ApiVersions and with a 0.10.0
 fallback) and KIP-368's session lifetime and re-authentication
@@ -8,7 +9,6 @@ fallback) and KIP-368's session lifetime and re-authentication
 
 from __future__ import annotations
 
-import asyncio
 import json
 import signal
 import struct
@@ -112,35 +112,6 @@ def test_kafka_python_scram_sha_512_over_tls(secured, pki):
                for i in range(3)]
     producer.close()
     assert offsets == [0, 1, 2]
-
-
-def test_aiokafka_scram_sha_512_over_tls(secured, pki):
-    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-    from aiokafka.helpers import create_ssl_context
-
-    topic = _topic()
-    settings = dict(bootstrap_servers=secured.kafka_bootstrap, security_protocol="SASL_SSL",
-                    ssl_context=create_ssl_context(cafile=str(pki.ca)),
-                    sasl_mechanism="SCRAM-SHA-512", sasl_plain_username="alice",
-                    sasl_plain_password="alice-secret")
-
-    async def run() -> list[bytes]:
-        producer = AIOKafkaProducer(**settings)
-        await producer.start()
-        try:
-            for i in range(2):
-                await producer.send_and_wait(topic, b"a%d" % i)
-        finally:
-            await producer.stop()
-        consumer = AIOKafkaConsumer(topic, auto_offset_reset="earliest", **settings)
-        await consumer.start()
-        try:
-            return [(await asyncio.wait_for(consumer.getone(), _WAIT_S)).value
-                    for _ in range(2)]
-        finally:
-            await consumer.stop()
-
-    assert asyncio.run(run()) == [b"a0", b"a1"]
 
 
 def test_a_user_without_a_sha_512_credential_fails_sha_512_only(secured, pki):

@@ -609,7 +609,8 @@ def test_a_reload_that_removes_the_user_closes_its_connections(start_server, tmp
     assert "credentials it authenticated with are no longer valid" in server.log_text()
 
 
-def test_aiokafka_scram_over_tls(secured, pki):
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_aiokafka_scram_over_tls(secured, pki, mechanism):
     import asyncio
 
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
@@ -618,7 +619,7 @@ def test_aiokafka_scram_over_tls(secured, pki):
     topic = _topic()
     settings = dict(bootstrap_servers=secured.kafka_bootstrap, security_protocol="SASL_SSL",
                     ssl_context=create_ssl_context(cafile=str(pki.ca)),
-                    sasl_mechanism="SCRAM-SHA-256", sasl_plain_username="alice",
+                    sasl_mechanism=mechanism, sasl_plain_username="alice",
                     sasl_plain_password="alice-secret")
 
     async def run() -> list[bytes]:
