@@ -489,7 +489,10 @@ class ReplicaManager:
             min_insync = partition_log.config.min_insync_replicas
             replica.check_enough_replicas(min_insync)
         payload = records if not callable(records) else await records()
-        if self._transaction_verifier is not None and not internal_topics_allowed:
+        if (transactional_id and self._transaction_verifier is not None
+                and not internal_topics_allowed):
+            # Only a transactional producer's request (it names its id): no coroutine on
+            # every other produce's path.
             await self._transaction_verifier.verify_before_append(
                 topic, partition, transactional_id, payload)
         while True:
