@@ -5,7 +5,8 @@ by one full read that finds what changed meanwhile; a resume revision etcd compa
 full read too; deletes while etcd no longer holds the cluster's id are not applied (the view
 kept whole) until the id is back, and a view told another id reads everything at once; a large
 deletion's events (etcd's fragments) arrive whole; a refresh reads only what changed, unless a
-key was deleted.
+key was deleted. Neither the view's reads nor the ACLs' refresh is an etcd transaction (etcd's
+own counter says so): etcd 3.5.0-3.5.4 panic when a read-only one is cancelled.
 
 The fallback poll is an hour: a change that reaches the view did so through the watch, or the
 full read the test names.
@@ -19,11 +20,20 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from stratalog.server.cluster.cluster_acls import EtcdAclStore
 from stratalog.server.cluster.cluster_view import ClusterView, PartitionKey
 from stratalog.server.cluster.layout import ClusterKeys
 from stratalog.server.cluster.partition_state import PartitionState, TopicAssignment
 from stratalog.server.cluster.session import EtcdSession
 from stratalog.server.cluster.watches import KeyWatch
+from stratalog.server.security.acl_store import encode_acls
+from stratalog.server.security.acls import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourceType,
+)
 
 from .conftest import EtcdProcess
 from .test_watches_stream import LONG_INTERVAL_S, WAIT_S, until
@@ -258,4 +268,25 @@ async def test_the_views_reads_are_no_transactions(
     for _ in range(3):
         await view.refresh()
         await view.full_read(force=True)
+    assert _etcd_txn_calls(etcd) == before
+
+
+async def test_the_acl_refresh_takes_changes_without_a_transaction(
+        session: EtcdSession, etcd: EtcdProcess) -> None:
+    # The same hazard for the cluster's ACLs (server/cluster/cluster_acls.py), whose refresh
+    # compared the key's mod revision in a read-only transaction.
+    store = EtcdAclStore(session, KEYS, LONG_INTERVAL_S, watch=False)
+    binding = AclBinding(ResourceType.TOPIC, "t", PatternType.LITERAL, "User:alice", "*",
+                         AclOperation.READ, AclPermissionType.ALLOW)
+    before = _etcd_txn_calls(etcd)
+    await store.refresh()
+    assert store.bindings == () and store.revision == 0  # no key: nothing to take
+    await session.client.put(KEYS.acls, encode_acls((binding,)))  # another server's write
+    await store.refresh()
+    assert store.bindings == (binding,) and store.revision == 1
+    await store.refresh()  # unchanged: nothing taken again
+    assert store.revision == 1
+    await session.client.delete(KEYS.acls)
+    await store.refresh()
+    assert store.bindings == () and store.revision == 2
     assert _etcd_txn_calls(etcd) == before
